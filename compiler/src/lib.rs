@@ -1,0 +1,15 @@
+//! verlc: a compiler for verl (Hydra-composed YAML) RL training configs.
+//!
+//! The library takes text in and gives data out: it composes a config the way Hydra does
+//! ([`load`]), checks it against the JSON Schema of the typed model ([`config`], [`schema`])
+//! and against verl's cross-field rules ([`rules`]), and reports problems as
+//! [`diag::Diagnostic`] values. It never prints and never touches libtorch; the CLI
+//! (feature `cli`) renders diagnostics and drives code generation.
+
+pub mod check;
+pub mod config;
+pub mod diag;
+pub mod load;
+pub mod rules;
+pub mod schema;
+pub mod source;

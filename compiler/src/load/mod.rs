@@ -1,0 +1,1 @@
+//! Loader (in progress).

@@ -1,0 +1,1 @@
+//! Semantic rules (in progress).
