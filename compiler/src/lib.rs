@@ -7,6 +7,7 @@
 //! (feature `cli`) renders diagnostics and drives code generation.
 
 pub mod check;
+pub mod codes;
 pub mod config;
 pub mod diag;
 pub mod load;
