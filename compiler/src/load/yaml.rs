@@ -14,7 +14,7 @@ use crate::codes;
 use crate::diag::Diagnostic;
 use crate::source::{Origin, Source, SourceId};
 
-pub const MAX_DEPTH: usize = 200;
+pub const MAX_DEPTH: usize = 64;
 /// Upper bound on nodes in one document after alias expansion.
 pub const MAX_NODES: usize = 1_000_000;
 
