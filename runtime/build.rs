@@ -1,0 +1,85 @@
+//! Builds the C++ shim (`csrc/shim.cpp`) against the libtorch that torch-sys found, and gives
+//! this package's tests, examples and benches an rpath to it.
+//!
+//! libtorch comes from torch-sys (`DEP_TCH_LIBTORCH_LIB`, set by `LIBTORCH_USE_PYTORCH=1` or
+//! `LIBTORCH`); see `scripts/cargo-env`. Gloo headers come from `/usr/include/gloo`
+//! (Debian `libgloo-dev`) or `GLOO_INCLUDE`. The `cuda` feature adds ProcessGroupNCCL, which
+//! needs the CUDA/NCCL headers of the nvidia wheels (found next to torch, or listed in
+//! `VERLC_CUDA_INCLUDE`, colon-separated).
+use std::env;
+use std::path::{Path, PathBuf};
+
+fn main() {
+    println!("cargo:rerun-if-changed=csrc/shim.cpp");
+    println!("cargo:rerun-if-env-changed=GLOO_INCLUDE");
+    println!("cargo:rerun-if-env-changed=VERLC_CUDA_INCLUDE");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+
+    let Some(lib) = env::var_os("DEP_TCH_LIBTORCH_LIB").map(PathBuf::from) else {
+        panic!(
+            "DEP_TCH_LIBTORCH_LIB is not set: torch-sys did not find libtorch. \
+             Run `source scripts/cargo-env` (after scripts/setup) before cargo."
+        );
+    };
+    let torch_root = lib.parent().map(Path::to_path_buf).unwrap_or_else(|| lib.clone());
+    let include = torch_root.join("include");
+    let cuda = env::var_os("CARGO_FEATURE_CUDA").is_some();
+    let abi = env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned());
+
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .file("csrc/shim.cpp")
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .flag("-std=c++17")
+        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
+        .define("USE_C10D_GLOO", None)
+        .flag_if_supported("-Wno-unused-parameter")
+        .flag_if_supported("-Wno-deprecated-declarations")
+        .warnings(false);
+    if let Some(gloo) = env::var_os("GLOO_INCLUDE") {
+        build.include(gloo);
+    } else if !Path::new("/usr/include/gloo").is_dir() {
+        println!(
+            "cargo:warning=/usr/include/gloo not found: install libgloo-dev (scripts/setup) or set GLOO_INCLUDE"
+        );
+    }
+    if cuda {
+        build.define("VERLC_CUDA", None).define("USE_C10D_NCCL", None).define("USE_CUDA", None);
+        for dir in cuda_include_dirs(&torch_root) {
+            build.include(dir);
+        }
+    }
+    build.compile("verlc_shim");
+
+    println!("cargo:rustc-link-search=native={}", lib.display());
+    if cuda {
+        println!("cargo:rustc-link-lib=dylib=torch_cuda");
+        println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    }
+    println!("cargo:rustc-link-lib=dylib=torch_cpu");
+    println!("cargo:rustc-link-lib=dylib=c10");
+
+    // Tests, examples and benches of this package run without LD_LIBRARY_PATH; `-ltorch` after
+    // `--no-as-needed` keeps libtorch_cuda loaded so CUDA is found on GPU machines.
+    println!("cargo:rustc-link-arg=-Wl,-rpath={}", lib.display());
+    println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
+    println!("cargo:rustc-link-arg=-ltorch");
+    // Re-exported to dependents as DEP_VERLC_SHIM_LIBTORCH_LIB (generated trainers' build.rs).
+    println!("cargo:libtorch_lib={}", lib.display());
+}
+
+/// Header directories of the nvidia wheels that ProcessGroupNCCL.hpp reaches.
+fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
+    if let Ok(list) = env::var("VERLC_CUDA_INCLUDE") {
+        return env::split_paths(&list).collect();
+    }
+    let Some(site) = torch_root.parent() else { return Vec::new() };
+    let nvidia = site.join("nvidia");
+    ["cu13/include", "nccl/include", "cuda_runtime/include", "cuda_nvcc/include"]
+        .iter()
+        .map(|d| nvidia.join(d))
+        .filter(|d| d.is_dir())
+        .collect()
+}

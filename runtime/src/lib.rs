@@ -1,0 +1,3 @@
+//! libtorch runtime of verlc trainers: c10d collectives through a C++ shim ([`dist`]), fused
+//! optimizer kernels ([`ops`]) and a Megatron-core optimizer stack ([`optim`]).
+pub(crate) mod ffi;
