@@ -1,0 +1,146 @@
+//! Agentic and multi-turn rollout settings: `rollout.multi_turn`, `rollout.agent` and
+//! `rollout.trace`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which side of an over-long tool response is cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum TruncateSide {
+    /// Keep the beginning.
+    #[serde(rename = "left")]
+    Left,
+    /// Keep the end.
+    #[serde(rename = "right")]
+    Right,
+    /// Keep the beginning and the end, cut the middle.
+    #[serde(rename = "middle")]
+    Middle,
+}
+
+/// How strictly incremental tokenization of a conversation is compared with tokenizing it in
+/// one go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum TokenizationSanityCheckMode {
+    /// No check.
+    #[serde(rename = "disable")]
+    Disable,
+    /// Any difference is reported.
+    #[serde(rename = "strict")]
+    Strict,
+    /// Differences in strippable whitespace are tolerated.
+    #[serde(rename = "ignore_strippable")]
+    IgnoreStrippable,
+}
+
+/// Tool-call syntax the model emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ToolCallFormat {
+    /// Hermes-style `<tool_call>` JSON blocks.
+    #[serde(rename = "hermes")]
+    Hermes,
+    /// The gpt-oss (harmony) format.
+    #[serde(rename = "gpt-oss")]
+    GptOss,
+}
+
+/// Multi-turn generation with tool calls and interactions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MultiTurnConfig {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Generate conversations of several turns instead of one response.
+    pub enable: bool,
+    /// Maximum assistant turns per conversation; null means no limit besides length.
+    #[schemars(range(min = 1))]
+    pub max_assistant_turns: Option<i64>,
+    /// YAML file describing the tools the model may call.
+    pub tool_config_path: Option<String>,
+    /// Maximum user (interaction) turns per conversation; null means no limit.
+    #[schemars(range(min = 1))]
+    pub max_user_turns: Option<i64>,
+    /// Tool calls executed in parallel within one turn.
+    #[schemars(range(min = 1))]
+    pub max_parallel_calls: i64,
+    /// Tool responses longer than this many characters are truncated.
+    #[schemars(range(min = 1))]
+    pub max_tool_response_length: i64,
+    /// Which part of an over-long tool response is dropped.
+    pub tool_response_truncate_side: TruncateSide,
+    /// YAML file describing simulated-user interactions.
+    pub interaction_config_path: Option<String>,
+    /// Format the conversation with the inference chat template (keeping e.g. reasoning
+    /// tokens) rather than the training one.
+    pub use_inference_chat_template: bool,
+    /// Check that turn-by-turn tokenization matches whole-conversation tokenization.
+    pub tokenization_sanity_check_mode: TokenizationSanityCheckMode,
+    /// Tool-call syntax.
+    pub format: ToolCallFormat,
+    /// Repeat each multi-turn rollout this many times; null means once.
+    #[schemars(range(min = 1))]
+    pub num_repeat_rollouts: Option<i64>,
+}
+
+/// A user-provided asynchronous generation server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CustomAsyncServerConfig {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Python file defining the server class.
+    pub path: Option<String>,
+    /// Class name inside that file.
+    pub name: Option<String>,
+}
+
+/// The agent loop that drives generation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentLoopConfig {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Agent-loop worker processes.
+    #[schemars(range(min = 1))]
+    pub num_workers: i64,
+    /// Registered agent loop used when a sample names none (e.g. `single_turn_agent`,
+    /// `tool_agent`).
+    pub default_agent_loop: String,
+    /// YAML file registering extra agent loops.
+    pub agent_loop_config_path: Option<String>,
+    /// Custom generation server.
+    pub custom_async_server: CustomAsyncServerConfig,
+    /// Import path of a replacement agent-loop manager class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_loop_manager_class: Option<String>,
+}
+
+/// Tracing backend for rollouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum TraceBackend {
+    /// Weights & Biases Weave.
+    #[serde(rename = "weave")]
+    Weave,
+    /// MLflow tracing.
+    #[serde(rename = "mlflow")]
+    Mlflow,
+}
+
+/// Tracing of individual rollouts (prompts, tool calls, responses).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TraceConfig {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Tracing backend; null disables tracing.
+    pub backend: Option<TraceBackend>,
+    /// Decode token ids to text in the traces.
+    pub token2text: bool,
+    /// Traced samples per step and worker; null traces all.
+    #[schemars(range(min = 0))]
+    pub max_samples_per_step_per_worker: Option<i64>,
+}

@@ -1,0 +1,211 @@
+//! The RL algorithm, `algorithm`: advantage estimator, discounting, in-reward KL penalty and
+//! its controller (`kl_ctrl`), PF-PPO resampling (`pf_ppo`), DAPO group filtering
+//! (`filter_groups`) and rollout-vs-training mismatch correction (`rollout_correction`,
+//! group `algorithm/rollout_correction.yaml`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::KlEstimator;
+
+/// How advantages are computed from rewards (and values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum AdvEstimator {
+    /// Generalized advantage estimation with the critic's values (PPO).
+    #[serde(rename = "gae")]
+    Gae,
+    /// Score minus the group mean, optionally divided by the group std (GRPO).
+    #[serde(rename = "grpo")]
+    Grpo,
+    /// Discounted token-level returns, whitened over the batch (REINFORCE++).
+    #[serde(rename = "reinforce_plus_plus")]
+    ReinforcePlusPlus,
+    /// Score minus the group mean, whitened over the batch.
+    #[serde(rename = "reinforce_plus_plus_baseline")]
+    ReinforcePlusPlusBaseline,
+    /// Return minus the score of a greedy rollout of the same prompt (ReMax).
+    #[serde(rename = "remax")]
+    Remax,
+    /// Score minus the mean of the other responses of the group (RLOO).
+    #[serde(rename = "rloo")]
+    Rloo,
+    /// Score minus a length-weighted group mean (OPO).
+    #[serde(rename = "opo")]
+    Opo,
+    /// Only the best response of each group gets a (pass@k) advantage.
+    #[serde(rename = "grpo_passk")]
+    GrpoPassk,
+    /// Group-normalised score rescaled by the share of non-zero scores (GPG).
+    #[serde(rename = "gpg")]
+    Gpg,
+    /// Vectorised RLOO (a singleton group gets advantage 0).
+    #[serde(rename = "rloo_vectorized")]
+    RlooVectorized,
+    /// Vectorised GRPO.
+    #[serde(rename = "grpo_vectorized")]
+    GrpoVectorized,
+}
+
+/// Kind of controller for the in-reward KL coefficient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum KlCtrlType {
+    /// The coefficient stays at `kl_coef`.
+    #[serde(rename = "fixed")]
+    Fixed,
+    /// The coefficient is adjusted to keep the measured KL near `target_kl`.
+    #[serde(rename = "adaptive")]
+    Adaptive,
+}
+
+/// Controller of the in-reward KL penalty coefficient.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KlCtrlConfig {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Controller kind.
+    #[serde(rename = "type")]
+    pub kind: KlCtrlType,
+    /// Initial (or fixed) KL coefficient.
+    #[schemars(range(min = 0.0))]
+    pub kl_coef: f64,
+    /// Adaptive controller: number of samples over which the coefficient adapts; must be
+    /// positive for `adaptive`.
+    pub horizon: i64,
+    /// Adaptive controller: KL value the coefficient steers towards.
+    pub target_kl: f64,
+}
+
+/// PF-PPO sample weighting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum PfPpoReweightMethod {
+    /// Weight by the score's absolute value raised to `weight_pow`.
+    #[serde(rename = "pow")]
+    Pow,
+    /// Keep only the best and worst scored samples.
+    #[serde(rename = "max_min")]
+    MaxMin,
+    /// Favour the best scored samples, keep others with a small weight.
+    #[serde(rename = "max_random")]
+    MaxRandom,
+}
+
+/// Policy-filtered PPO: resample the batch by reward-based weights (GAE only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PfPpoConfig {
+    /// Weighting scheme.
+    pub reweight_method: PfPpoReweightMethod,
+    /// Exponent of the `pow` scheme.
+    pub weight_pow: f64,
+}
+
+/// DAPO dynamic sampling: drop groups whose responses all score alike and generate more.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FilterGroupsConfig {
+    /// Turn group filtering on.
+    pub enable: bool,
+    /// Per-sample metric whose variance decides whether a group is kept (e.g. `acc`,
+    /// `score`, `seq_reward`).
+    pub metric: Option<String>,
+    /// Generation batches tried per step before giving up; 0 means no limit.
+    #[schemars(range(min = 0))]
+    pub max_num_gen_batches: i64,
+}
+
+/// Granularity of rollout importance-sampling weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum RolloutIsLevel {
+    /// One truncated weight per token.
+    #[serde(rename = "token")]
+    Token,
+    /// One weight per sequence (product of token ratios).
+    #[serde(rename = "sequence")]
+    Sequence,
+}
+
+/// Loss used in bypass mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum BypassLossType {
+    /// PPO clipped surrogate against the rollout policy.
+    #[serde(rename = "ppo_clip")]
+    PpoClip,
+    /// REINFORCE weighted by importance weights.
+    #[serde(rename = "reinforce")]
+    Reinforce,
+}
+
+/// A rejection-sampling threshold: a number, or a string spec such as `lower_upper` bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RsThreshold {
+    /// Upper bound on the importance ratio.
+    Number(f64),
+    /// Textual threshold specification.
+    Text(String),
+}
+
+/// Correction for the mismatch between the rollout engine's and the trainer's
+/// probabilities: importance weights and rejection sampling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutCorrectionConfig {
+    /// Importance-weight granularity; null disables importance weighting.
+    pub rollout_is: Option<RolloutIsLevel>,
+    /// Upper truncation of the importance weights.
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub rollout_is_threshold: f64,
+    /// Rejection-sampling level (`token`, `sequence`, `geometric`, or a comma list of
+    /// estimator options); null disables rejection sampling.
+    pub rollout_rs: Option<String>,
+    /// Upper rejection bound; null reuses `rollout_is_threshold`.
+    pub rollout_rs_threshold: Option<RsThreshold>,
+    /// Lower rejection bound; null uses the reciprocal of the upper bound.
+    pub rollout_rs_threshold_lower: Option<f64>,
+    /// Reject a whole sequence when any token's ratio falls below this; null disables.
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub rollout_token_veto_threshold: Option<f64>,
+    /// Use the rollout log-probs as the old policy and skip recomputing them.
+    pub bypass_mode: bool,
+    /// Loss used in bypass mode.
+    pub loss_type: BypassLossType,
+    /// Normalise the importance weights to mean 1 over the batch.
+    pub rollout_is_batch_normalize: bool,
+}
+
+/// The RL algorithm: advantage estimation, discounting and the in-reward KL penalty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AlgorithmConfig {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Discount factor of future rewards.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub gamma: f64,
+    /// GAE lambda: trade-off between bias (0) and variance (1).
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub lam: f64,
+    /// Advantage estimator; only `gae` needs the critic.
+    pub adv_estimator: AdvEstimator,
+    /// GRPO: divide by the group's standard deviation (false gives Dr. GRPO).
+    pub norm_adv_by_std_in_grpo: bool,
+    /// Subtract a KL penalty towards the reference policy from the token rewards; needs the
+    /// reference policy.
+    pub use_kl_in_reward: bool,
+    /// KL estimator of the in-reward penalty.
+    pub kl_penalty: KlEstimator,
+    /// Controller of the in-reward KL coefficient.
+    pub kl_ctrl: KlCtrlConfig,
+    /// Resample batches with PF-PPO weights.
+    pub use_pf_ppo: bool,
+    /// PF-PPO settings.
+    pub pf_ppo: PfPpoConfig,
+    /// Rollout-vs-training mismatch correction.
+    pub rollout_correction: RolloutCorrectionConfig,
+    /// DAPO group filtering; absent disables it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter_groups: Option<FilterGroupsConfig>,
+}
