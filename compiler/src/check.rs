@@ -1,1 +1,123 @@
-//! (in progress)
+//! The `verlc check` pipeline as a library call: compose, validate against the schema,
+//! deserialize into the typed model, run the semantic rules. Every stage's problems are
+//! collected, so one run reports everything it can.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::VerlConfig;
+use crate::diag::{Code, Diagnostic};
+use crate::load::node::{Node, Scalar, Value};
+use crate::load::compose::{self, Composed, LoadRequest};
+use crate::rules::{self, ModelDims, RuleContext};
+use crate::{codes, schema};
+
+#[derive(Clone, Debug, Default)]
+pub struct CheckOptions {
+    /// A model `config.json` (or a directory holding one) for model-aware rules; defaults
+    /// to `actor_rollout_ref.model.path` when that is a local directory.
+    pub model_config: Option<PathBuf>,
+    /// Run only these rule ids (all when empty).
+    pub only: Vec<String>,
+}
+
+pub struct Checked {
+    pub composed: Composed,
+    /// The typed config, when the tree passed the schema.
+    pub config: Option<VerlConfig>,
+    pub model: Option<ModelDims>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Checked {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
+    let composed = compose::load(req);
+    let mut diagnostics = composed.diagnostics.clone();
+    // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
+    // null and a rule decides which missing values verl would actually read.
+    let (tree, missing) = unset_mandatory(&composed.root);
+    let schema_diags = schema::validate(&tree);
+    let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
+    diagnostics.extend(schema_diags);
+
+    let mut config = None;
+    if schema_clean {
+        match serde_json::from_value::<VerlConfig>(tree.to_json()) {
+            Ok(c) => config = Some(c),
+            Err(e) => diagnostics.push(Diagnostic::error(codes::SCHEMA_OTHER, format!("config does not match the typed model: {e}"))),
+        }
+    }
+
+    let mut model = None;
+    if let Some(cfg) = &config {
+        let path = opts.model_config.clone().or_else(|| model_dir_from_tree(&composed));
+        if let Some(p) = path {
+            match read_model_dims(&p) {
+                Ok(m) => model = Some(m),
+                Err(msg) if opts.model_config.is_some() => diagnostics.push(Diagnostic::error(codes::IO_ERROR, msg)),
+                Err(_) => {}
+            }
+        }
+        let only: Vec<String> = opts.only.iter().map(|s| s.to_ascii_uppercase()).collect();
+        let enabled = |c: Code| only.is_empty() || only.iter().any(|o| o == c.0);
+        let ctx = RuleContext { config: cfg, root: &composed.root, model: model.as_ref(), missing: &missing };
+        diagnostics.extend(rules::run(&ctx, &enabled));
+    }
+    Checked { composed, config, model, diagnostics }
+}
+
+/// The tree with every `???` replaced by null, and the dotted keys that held one.
+pub fn unset_mandatory(root: &Node) -> (Node, Vec<String>) {
+    fn go(n: &mut Node, path: &mut Vec<String>, out: &mut Vec<String>) {
+        if n.is_missing() {
+            out.push(path.join("."));
+            n.value = Value::Scalar(Scalar::Null);
+            return;
+        }
+        match &mut n.value {
+            Value::Map(m) => {
+                for (k, e) in m.iter_mut() {
+                    path.push(k.clone());
+                    go(&mut e.node, path, out);
+                    path.pop();
+                }
+            }
+            Value::Seq(items) => {
+                for (i, c) in items.iter_mut().enumerate() {
+                    path.push(i.to_string());
+                    go(c, path, out);
+                    path.pop();
+                }
+            }
+            Value::Scalar(_) => {}
+        }
+    }
+    let mut tree = root.clone();
+    let mut missing = Vec::new();
+    go(&mut tree, &mut Vec::new(), &mut missing);
+    (tree, missing)
+}
+
+fn model_dir_from_tree(c: &Composed) -> Option<PathBuf> {
+    let p = c.root.get_path(&["actor_rollout_ref", "model", "path"])?.as_str()?;
+    let p = expand_home(p);
+    p.join("config.json").is_file().then_some(p)
+}
+
+fn expand_home(p: &str) -> PathBuf {
+    match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => PathBuf::from(p),
+    }
+}
+
+/// Read the dimensions of a Hugging Face `config.json` (file or directory).
+pub fn read_model_dims(path: &Path) -> Result<ModelDims, String> {
+    let file = if path.is_dir() { path.join("config.json") } else { path.to_path_buf() };
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read model config {}: {e}", file.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not a usable model config.json: {e}", file.display()))
+}

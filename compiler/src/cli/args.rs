@@ -1,0 +1,139 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use verlc::load::compose::LoadRequest;
+
+#[derive(Parser, Debug)]
+#[command(name = "verlc", version, about = "Compiler for verl RL training configs: check, explain, schema")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate a config: composition, schema and verl's cross-field rules.
+    Check(CheckArgs),
+    /// Print derived batch arithmetic and a per-rank memory estimate.
+    Explain(ExplainArgs),
+    /// Write (or check) the JSON Schemas used for editor completion.
+    Schema(SchemaArgs),
+    /// Describe a diagnostic id (`verlc rule V012`) or list them all.
+    Rule(RuleArgs),
+}
+
+/// How to find and compose the config (shared by check and explain).
+#[derive(Args, Debug, Clone)]
+pub struct ConfigArgs {
+    /// A config file (`.yaml`) and/or Hydra overrides (`key=value`, `+key=value`,
+    /// `++key=value`, `~key`, `group@pkg=option`).
+    #[arg(value_name = "CONFIG|OVERRIDE")]
+    pub args: Vec<String>,
+    /// Hydra's config directory (`--config-path` is accepted too).
+    #[arg(long, alias = "config-path", short = 'd', value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+    /// Primary config name inside the config directory (default: ppo_trainer).
+    #[arg(long, short = 'n', value_name = "NAME")]
+    pub config_name: Option<String>,
+    /// Built-in base for a file without `defaults:` (ppo_trainer or ppo_megatron_trainer).
+    #[arg(long, value_name = "NAME")]
+    pub base: Option<String>,
+}
+
+impl ConfigArgs {
+    pub fn request(&self) -> LoadRequest {
+        let mut file = None;
+        let mut overrides = Vec::new();
+        for a in &self.args {
+            let looks_like_file = !a.contains('=') && !a.starts_with('~') && !a.starts_with('+');
+            if file.is_none() && overrides.is_empty() && looks_like_file {
+                file = Some(PathBuf::from(a));
+            } else {
+                overrides.push(a.clone());
+            }
+        }
+        LoadRequest {
+            config_file: file,
+            config_dir: self.config_dir.clone(),
+            config_name: self.config_name.clone(),
+            base: self.base.clone(),
+            overrides,
+            cwd: std::env::current_dir().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Model `config.json` (or its directory) for model-aware rules.
+    #[arg(long, value_name = "PATH")]
+    pub model_config: Option<PathBuf>,
+    /// Run only these rules (repeatable).
+    #[arg(long, value_name = "CODE")]
+    pub only: Vec<String>,
+    /// Treat warnings as errors.
+    #[arg(long)]
+    pub deny_warnings: bool,
+    /// Print the composed, resolved config (YAML-like JSON) after checking.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Model `config.json` (or its directory); default: actor_rollout_ref.model.path.
+    #[arg(long, value_name = "PATH")]
+    pub model_config: Option<PathBuf>,
+    /// Model dims when no config.json is at hand: hidden size.
+    #[arg(long)]
+    pub hidden_size: Option<u64>,
+    #[arg(long)]
+    pub num_layers: Option<u64>,
+    #[arg(long)]
+    pub num_heads: Option<u64>,
+    #[arg(long)]
+    pub num_kv_heads: Option<u64>,
+    #[arg(long)]
+    pub intermediate_size: Option<u64>,
+    #[arg(long)]
+    pub vocab_size: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct SchemaArgs {
+    /// Directory to write `verl.schema.json` and the group schemas into.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print one schema (`root` or a group: optim, ref, actor, critic, rollout, engine,
+    /// model, data, algorithm, trainer) to stdout.
+    #[arg(long, value_name = "NAME")]
+    pub print: Option<String>,
+    /// Exit 1 if the schemas in DIR differ from what this verlc generates.
+    #[arg(long)]
+    pub check: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RuleArgs {
+    /// A diagnostic id such as V012.
+    pub code: Option<String>,
+    /// List every id with its one-line summary.
+    #[arg(long)]
+    pub list: bool,
+}

@@ -1,0 +1,36 @@
+//! The command-line front end: clap arguments, one file per subcommand, and the one place
+//! diagnostics are rendered ([`render`]).
+
+mod args;
+mod check;
+mod explain;
+mod render;
+mod rule;
+mod schema;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+pub use args::{Cli, Command};
+
+/// Exit codes: 0 clean (warnings allowed), 1 config errors, 2 usage or I/O problems.
+pub const EXIT_ERRORS: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
+        }
+    };
+    let code = match cli.command {
+        Command::Check(a) => check::run(a),
+        Command::Explain(a) => explain::run(a),
+        Command::Schema(a) => schema::run(a),
+        Command::Rule(a) => rule::run(a),
+    };
+    ExitCode::from(code)
+}

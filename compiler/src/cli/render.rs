@@ -1,0 +1,77 @@
+//! The only place diagnostics become text: rustc-style (annotate-snippets) or JSON.
+
+use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
+use verlc::diag::{Diagnostic, Severity};
+use verlc::source::SourceMap;
+
+pub fn human(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
+    let renderer = if color { Renderer::styled() } else { Renderer::plain() };
+    let mut out = String::new();
+    for d in diags {
+        out.push_str(&renderer.render(&group(d, sources)).to_string());
+        out.push_str("\n\n");
+    }
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    let warnings = diags.len() - errors;
+    if errors > 0 || warnings > 0 {
+        out.push_str(&format!(
+            "{}: {} error{}, {} warning{}\n",
+            if errors > 0 { "check failed" } else { "check passed" },
+            errors,
+            if errors == 1 { "" } else { "s" },
+            warnings,
+            if warnings == 1 { "" } else { "s" }
+        ));
+    }
+    out
+}
+
+fn group<'a>(d: &'a Diagnostic, sources: &'a SourceMap) -> Vec<Group<'a>> {
+    let level = match d.severity {
+        Severity::Error => Level::ERROR,
+        Severity::Warning => Level::WARNING,
+    };
+    let mut title = Group::with_title(level.primary_title(d.message.as_str()).id(d.code.0));
+    // One snippet per source, primary first.
+    let mut order = Vec::new();
+    if let Some(p) = &d.primary {
+        order.push(p.origin.source);
+    }
+    for s in &d.secondary {
+        if !order.contains(&s.origin.source) {
+            order.push(s.origin.source);
+        }
+    }
+    for src_id in order {
+        let src = sources.get(src_id);
+        let mut snip = Snippet::source(&*src.text).line_start(1).path(src.name.as_str());
+        for (label, kind) in d.primary.iter().map(|l| (l, AnnotationKind::Primary)).chain(d.secondary.iter().map(|l| (l, AnnotationKind::Context))) {
+            if label.origin.source != src_id {
+                continue;
+            }
+            let mut span = label.origin.span.clone();
+            if span.start == span.end && span.end < src.text.len() {
+                span.end += 1;
+            }
+            snip = snip.annotation(kind.span(span).label(label.message.as_str()));
+        }
+        title = title.element(snip);
+    }
+    if d.primary.is_none()
+        && let Some(k) = &d.key_path
+    {
+        title = title.element(Level::NOTE.message(format!("key: {k}")));
+    }
+    for n in &d.notes {
+        title = title.element(Level::NOTE.message(n.as_str()));
+    }
+    if let Some(h) = &d.help {
+        title = title.element(Level::HELP.message(h.as_str()));
+    }
+    vec![title]
+}
+
+pub fn json(diags: &[Diagnostic], sources: &SourceMap) -> String {
+    let items: Vec<_> = diags.iter().map(|d| d.to_json(sources)).collect();
+    serde_json::to_string_pretty(&items).unwrap_or_else(|_| "[]".into())
+}

@@ -1,0 +1,73 @@
+//! What a rule sees: the typed config, the composed tree with origins, and optional model
+//! dimensions from the checkpoint's `config.json`.
+
+use serde::Deserialize;
+
+use crate::config::VerlConfig;
+use crate::load::node::{Node, split_key};
+use crate::source::Origin;
+
+pub struct RuleContext<'a> {
+    pub config: &'a VerlConfig,
+    pub root: &'a Node,
+    pub model: Option<&'a ModelDims>,
+    /// Dotted keys still `???` (mandatory, never set); the typed config sees them as null.
+    pub missing: &'a [String],
+}
+
+impl<'a> RuleContext<'a> {
+    /// The tree node of a dotted key.
+    pub fn node(&self, key: &str) -> Option<&'a Node> {
+        self.root.get_path(&split_key(key))
+    }
+
+    /// Where the value of a dotted key was written (file, built-in default or override).
+    pub fn origin(&self, key: &str) -> Option<Origin> {
+        self.node(key).and_then(|n| n.origin.clone())
+    }
+}
+
+/// The parts of a Hugging Face `config.json` the model-aware rules and `explain` use.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct ModelDims {
+    pub hidden_size: u64,
+    pub num_attention_heads: u64,
+    #[serde(default)]
+    pub num_key_value_heads: Option<u64>,
+    pub num_hidden_layers: u64,
+    pub vocab_size: u64,
+    #[serde(default)]
+    pub intermediate_size: Option<u64>,
+    #[serde(default)]
+    pub tie_word_embeddings: Option<bool>,
+    #[serde(default)]
+    pub head_dim: Option<u64>,
+    #[serde(default)]
+    pub model_type: Option<String>,
+}
+
+impl ModelDims {
+    pub fn kv_heads(&self) -> u64 {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> u64 {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Parameter count of a Llama/Qwen-style decoder (embeddings, attention, SwiGLU MLP, norms).
+    pub fn param_count(&self) -> u64 {
+        let h = self.hidden_size;
+        let hd = self.head_dim();
+        let q = h * self.num_attention_heads * hd;
+        let kv = 2 * h * self.kv_heads() * hd;
+        let o = self.num_attention_heads * hd * h;
+        let inter = self.intermediate_size.unwrap_or(4 * h);
+        let mlp = 3 * h * inter;
+        let norms = 2 * h;
+        let layer = q + kv + o + mlp + norms;
+        let emb = self.vocab_size * h;
+        let head = if self.tie_word_embeddings.unwrap_or(false) { 0 } else { emb };
+        self.num_hidden_layers * layer + emb + head + h
+    }
+}
