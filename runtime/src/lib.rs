@@ -1,3 +1,5 @@
 //! libtorch runtime of verlc trainers: c10d collectives through a C++ shim ([`dist`]), fused
 //! optimizer kernels ([`ops`]) and a Megatron-core optimizer stack ([`optim`]).
+pub mod dist;
 pub(crate) mod ffi;
+pub mod ops;

@@ -1,0 +1,196 @@
+//! Safe wrappers over the fused and foreach kernels that tch does not bind.
+use tch::Tensor;
+
+use crate::ffi;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{op}: {message}")]
+pub struct OpError {
+    pub op: &'static str,
+    pub message: String,
+}
+
+pub type Result<T, E = OpError> = std::result::Result<T, E>;
+
+fn check(op: &'static str, err: *mut std::ffi::c_char) -> Result<()> {
+    ffi::take_error(err).map_err(|message| OpError { op, message })
+}
+
+fn same_len(op: &'static str, lens: &[usize]) -> Result<()> {
+    if lens.windows(2).any(|w| w[0] != w[1]) {
+        return Err(OpError { op, message: format!("tensor lists differ in length: {lens:?}") });
+    }
+    Ok(())
+}
+
+fn opt_ptr(t: Option<&Tensor>) -> ffi::TensorPtr {
+    t.map_or(std::ptr::null_mut(), ffi::tptr)
+}
+
+/// Hyper-parameters of one `_fused_adamw_` call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWArgs {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub weight_decay: f64,
+    pub eps: f64,
+    pub maximize: bool,
+}
+
+/// `torch._fused_adamw_`: decoupled-weight-decay Adam over lists on one device and dtype.
+/// `steps` are fp32 scalars already incremented for this step (torch increments them first).
+/// With `found_inf` (a 1-element fp32 tensor) set to non-zero the kernel leaves everything
+/// untouched; `grad_scale` divides the grads first.
+pub fn fused_adamw(
+    params: &[Tensor],
+    grads: &[Tensor],
+    exp_avgs: &[Tensor],
+    exp_avg_sqs: &[Tensor],
+    steps: &[Tensor],
+    args: AdamWArgs,
+    grad_scale: Option<&Tensor>,
+    found_inf: Option<&Tensor>,
+) -> Result<()> {
+    same_len("fused_adamw", &[params.len(), grads.len(), exp_avgs.len(), exp_avg_sqs.len(), steps.len()])?;
+    if params.is_empty() {
+        return Ok(());
+    }
+    let (p, g, m, v, s) = (ffi::tptrs(params), ffi::tptrs(grads), ffi::tptrs(exp_avgs), ffi::tptrs(exp_avg_sqs), ffi::tptrs(steps));
+    // SAFETY: every tensor outlives the call; lists have equal length.
+    let err = unsafe {
+        ffi::vlc_fused_adamw(
+            p.as_ptr(),
+            g.as_ptr(),
+            m.as_ptr(),
+            v.as_ptr(),
+            s.as_ptr(),
+            p.len(),
+            args.lr,
+            args.beta1,
+            args.beta2,
+            args.weight_decay,
+            args.eps,
+            args.maximize as i32,
+            opt_ptr(grad_scale),
+            opt_ptr(found_inf),
+        )
+    };
+    check("fused_adamw", err)
+}
+
+/// Hyper-parameters of one `_fused_sgd_` call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SgdArgs {
+    pub lr: f64,
+    pub momentum: f64,
+    pub dampening: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+    pub maximize: bool,
+}
+
+/// `torch._fused_sgd_`. With momentum, `is_first_step` makes the buffers start as the grads
+/// (torch's `momentum_buffer is None` case); `momentum_bufs` may be empty without momentum.
+pub fn fused_sgd(
+    params: &[Tensor],
+    grads: &[Tensor],
+    momentum_bufs: &[Tensor],
+    args: SgdArgs,
+    is_first_step: bool,
+) -> Result<()> {
+    same_len("fused_sgd", &[params.len(), grads.len()])?;
+    if args.momentum != 0.0 {
+        same_len("fused_sgd", &[params.len(), momentum_bufs.len()])?;
+    }
+    if params.is_empty() {
+        return Ok(());
+    }
+    let (p, g, b) = (ffi::tptrs(params), ffi::tptrs(grads), ffi::tptrs(momentum_bufs));
+    // SAFETY: every tensor outlives the call; lists checked above.
+    let err = unsafe {
+        ffi::vlc_fused_sgd(
+            p.as_ptr(),
+            g.as_ptr(),
+            b.as_ptr(),
+            p.len(),
+            args.weight_decay,
+            args.momentum,
+            args.lr,
+            args.dampening,
+            args.nesterov as i32,
+            args.maximize as i32,
+            is_first_step as i32,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    check("fused_sgd", err)
+}
+
+/// `torch._amp_foreach_non_finite_check_and_unscale_`: `g *= inv_scale` for every grad and
+/// `found_inf := 1` if any element is inf/nan. Both scalars live on the grads' device.
+pub fn non_finite_check_and_unscale(grads: &[Tensor], found_inf: &Tensor, inv_scale: &Tensor) -> Result<()> {
+    if grads.is_empty() {
+        return Ok(());
+    }
+    let g = ffi::tptrs(grads);
+    // SAFETY: tensors outlive the call.
+    let err = unsafe { ffi::vlc_foreach_non_finite_check_and_unscale(g.as_ptr(), g.len(), ffi::tptr(found_inf), ffi::tptr(inv_scale)) };
+    check("non_finite_check_and_unscale", err)
+}
+
+/// `torch._foreach_norm(ts, ord, dtype=float32)`: one fp32 scalar per tensor.
+pub fn foreach_norm(ts: &[Tensor], ord: f64) -> Result<Vec<Tensor>> {
+    if ts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let p = ffi::tptrs(ts);
+    let mut out = vec![std::ptr::null_mut(); p.len()];
+    // SAFETY: inputs outlive the call; on success out[i] are fresh heap tensors we now own.
+    let err = unsafe { ffi::vlc_foreach_norm(p.as_ptr(), p.len(), ord, out.as_mut_ptr()) };
+    check("foreach_norm", err)?;
+    // SAFETY: each pointer is a `new at::Tensor` handed over to tch, which frees it on drop.
+    Ok(out.into_iter().map(|t| unsafe { Tensor::from_ptr(t as *mut torch_sys::C_tensor) }).collect())
+}
+
+/// `torch._foreach_copy_(dst, src)`: per-pair copy with dtype/device conversion.
+pub fn foreach_copy(dst: &[Tensor], src: &[Tensor], non_blocking: bool) -> Result<()> {
+    same_len("foreach_copy", &[dst.len(), src.len()])?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let (d, s) = (ffi::tptrs(dst), ffi::tptrs(src));
+    // SAFETY: tensors outlive the call.
+    let err = unsafe { ffi::vlc_foreach_copy(d.as_ptr(), s.as_ptr(), d.len(), non_blocking as i32) };
+    check("foreach_copy", err)
+}
+
+/// `torch._foreach_mul_(ts, s)`.
+pub fn foreach_mul_scalar(ts: &[Tensor], s: f64) -> Result<()> {
+    if ts.is_empty() {
+        return Ok(());
+    }
+    let p = ffi::tptrs(ts);
+    // SAFETY: tensors outlive the call.
+    let err = unsafe { ffi::vlc_foreach_mul_scalar(p.as_ptr(), p.len(), s) };
+    check("foreach_mul", err)
+}
+
+/// `torch._foreach_mul_(ts, scalar_tensor)` (no host sync on CUDA).
+pub fn foreach_mul_tensor(ts: &[Tensor], scalar: &Tensor) -> Result<()> {
+    if ts.is_empty() {
+        return Ok(());
+    }
+    let p = ffi::tptrs(ts);
+    // SAFETY: tensors outlive the call.
+    let err = unsafe { ffi::vlc_foreach_mul_tensor(p.as_ptr(), p.len(), ffi::tptr(scalar)) };
+    check("foreach_mul", err)
+}
+
+/// Sets `t.grad` (`None` releases it, like `set_to_none=True`).
+pub fn set_grad(t: &Tensor, grad: Option<&Tensor>) -> Result<()> {
+    // SAFETY: tensors outlive the call; the shim stores a new reference to `grad`.
+    let err = unsafe { ffi::vlc_tensor_set_grad(ffi::tptr(t), opt_ptr(grad)) };
+    check("set_grad", err)
+}

@@ -1,0 +1,9 @@
+//! Tests of `runtime::dist` (mirrors runtime/src/dist/).
+#[path = "../common/mod.rs"]
+mod common;
+
+mod collectives;
+mod env;
+mod failure;
+mod layout;
+mod subgroups;
