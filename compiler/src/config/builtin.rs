@@ -8,36 +8,111 @@
 
 /// Every default file as (path relative to the defaults root, file text), sorted by path.
 pub static BUILTIN_FILES: &[(&str, &str)] = &[
-    ("actor/actor.yaml", include_str!("../../defaults/actor/actor.yaml")),
-    ("actor/dp_actor.yaml", include_str!("../../defaults/actor/dp_actor.yaml")),
-    ("actor/megatron_actor.yaml", include_str!("../../defaults/actor/megatron_actor.yaml")),
-    ("algorithm/rollout_correction.yaml", include_str!("../../defaults/algorithm/rollout_correction.yaml")),
-    ("critic/critic.yaml", include_str!("../../defaults/critic/critic.yaml")),
-    ("critic/dp_critic.yaml", include_str!("../../defaults/critic/dp_critic.yaml")),
-    ("critic/megatron_critic.yaml", include_str!("../../defaults/critic/megatron_critic.yaml")),
-    ("data/legacy_data.yaml", include_str!("../../defaults/data/legacy_data.yaml")),
-    ("engine/fsdp.yaml", include_str!("../../defaults/engine/fsdp.yaml")),
-    ("engine/megatron.yaml", include_str!("../../defaults/engine/megatron.yaml")),
-    ("model/hf_model.yaml", include_str!("../../defaults/model/hf_model.yaml")),
-    ("optim/fsdp.yaml", include_str!("../../defaults/optim/fsdp.yaml")),
-    ("optim/megatron.yaml", include_str!("../../defaults/optim/megatron.yaml")),
-    ("ppo_megatron_trainer.yaml", include_str!("../../defaults/ppo_megatron_trainer.yaml")),
-    ("ppo_trainer.yaml", include_str!("../../defaults/ppo_trainer.yaml")),
-    ("ref/dp_ref.yaml", include_str!("../../defaults/ref/dp_ref.yaml")),
-    ("ref/megatron_ref.yaml", include_str!("../../defaults/ref/megatron_ref.yaml")),
+    (
+        "actor/actor.yaml",
+        include_str!("../../defaults/actor/actor.yaml"),
+    ),
+    (
+        "actor/dp_actor.yaml",
+        include_str!("../../defaults/actor/dp_actor.yaml"),
+    ),
+    (
+        "actor/megatron_actor.yaml",
+        include_str!("../../defaults/actor/megatron_actor.yaml"),
+    ),
+    (
+        "algorithm/rollout_correction.yaml",
+        include_str!("../../defaults/algorithm/rollout_correction.yaml"),
+    ),
+    (
+        "critic/critic.yaml",
+        include_str!("../../defaults/critic/critic.yaml"),
+    ),
+    (
+        "critic/dp_critic.yaml",
+        include_str!("../../defaults/critic/dp_critic.yaml"),
+    ),
+    (
+        "critic/megatron_critic.yaml",
+        include_str!("../../defaults/critic/megatron_critic.yaml"),
+    ),
+    (
+        "data/legacy_data.yaml",
+        include_str!("../../defaults/data/legacy_data.yaml"),
+    ),
+    (
+        "engine/fsdp.yaml",
+        include_str!("../../defaults/engine/fsdp.yaml"),
+    ),
+    (
+        "engine/megatron.yaml",
+        include_str!("../../defaults/engine/megatron.yaml"),
+    ),
+    (
+        "model/hf_model.yaml",
+        include_str!("../../defaults/model/hf_model.yaml"),
+    ),
+    (
+        "optim/fsdp.yaml",
+        include_str!("../../defaults/optim/fsdp.yaml"),
+    ),
+    (
+        "optim/megatron.yaml",
+        include_str!("../../defaults/optim/megatron.yaml"),
+    ),
+    (
+        "ppo_megatron_trainer.yaml",
+        include_str!("../../defaults/ppo_megatron_trainer.yaml"),
+    ),
+    (
+        "ppo_trainer.yaml",
+        include_str!("../../defaults/ppo_trainer.yaml"),
+    ),
+    (
+        "ref/dp_ref.yaml",
+        include_str!("../../defaults/ref/dp_ref.yaml"),
+    ),
+    (
+        "ref/megatron_ref.yaml",
+        include_str!("../../defaults/ref/megatron_ref.yaml"),
+    ),
     ("ref/ref.yaml", include_str!("../../defaults/ref/ref.yaml")),
-    ("reward_manager.yaml", include_str!("../../defaults/reward_manager.yaml")),
-    ("reward_model/dp_reward_loop.yaml", include_str!("../../defaults/reward_model/dp_reward_loop.yaml")),
-    ("reward_model/dp_reward_model.yaml", include_str!("../../defaults/reward_model/dp_reward_model.yaml")),
-    ("reward_model/megatron_reward_loop.yaml", include_str!("../../defaults/reward_model/megatron_reward_loop.yaml")),
-    ("reward_model/megatron_reward_model.yaml", include_str!("../../defaults/reward_model/megatron_reward_model.yaml")),
-    ("reward_model/reward_model.yaml", include_str!("../../defaults/reward_model/reward_model.yaml")),
-    ("rollout/rollout.yaml", include_str!("../../defaults/rollout/rollout.yaml")),
+    (
+        "reward_manager.yaml",
+        include_str!("../../defaults/reward_manager.yaml"),
+    ),
+    (
+        "reward_model/dp_reward_loop.yaml",
+        include_str!("../../defaults/reward_model/dp_reward_loop.yaml"),
+    ),
+    (
+        "reward_model/dp_reward_model.yaml",
+        include_str!("../../defaults/reward_model/dp_reward_model.yaml"),
+    ),
+    (
+        "reward_model/megatron_reward_loop.yaml",
+        include_str!("../../defaults/reward_model/megatron_reward_loop.yaml"),
+    ),
+    (
+        "reward_model/megatron_reward_model.yaml",
+        include_str!("../../defaults/reward_model/megatron_reward_model.yaml"),
+    ),
+    (
+        "reward_model/reward_model.yaml",
+        include_str!("../../defaults/reward_model/reward_model.yaml"),
+    ),
+    (
+        "rollout/rollout.yaml",
+        include_str!("../../defaults/rollout/rollout.yaml"),
+    ),
 ];
 
 /// The text of the built-in file at `path` (relative, with `.yaml`), if there is one.
 pub fn builtin_file(path: &str) -> Option<&'static str> {
-    BUILTIN_FILES.iter().find(|(p, _)| *p == path).map(|(_, text)| *text)
+    BUILTIN_FILES
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, text)| *text)
 }
 
 #[cfg(test)]

@@ -18,8 +18,15 @@ fn defaults_dir() -> PathBuf {
 fn yaml_files_under(dir: &Path, prefix: &str, out: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).expect("cannot read the defaults folder") {
         let entry = entry.unwrap();
-        let name = entry.file_name().into_string().expect("non-UTF-8 file name");
-        let rel = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+        let name = entry
+            .file_name()
+            .into_string()
+            .expect("non-UTF-8 file name");
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
         if entry.file_type().unwrap().is_dir() {
             yaml_files_under(&entry.path(), &rel, out);
         } else if name.ends_with(".yaml") {
@@ -33,8 +40,15 @@ fn every_defaults_file_is_embedded() {
     let mut on_disk = BTreeSet::new();
     yaml_files_under(&defaults_dir(), "", &mut on_disk);
     let embedded: BTreeSet<String> = BUILTIN_FILES.iter().map(|(p, _)| p.to_string()).collect();
-    assert_eq!(embedded.len(), BUILTIN_FILES.len(), "duplicate paths in BUILTIN_FILES");
-    assert_eq!(embedded, on_disk, "BUILTIN_FILES differs from compiler/defaults/");
+    assert_eq!(
+        embedded.len(),
+        BUILTIN_FILES.len(),
+        "duplicate paths in BUILTIN_FILES"
+    );
+    assert_eq!(
+        embedded, on_disk,
+        "BUILTIN_FILES differs from compiler/defaults/"
+    );
 }
 
 /// For every file named on the command line, prints the JSON of our copy and of verl's,
@@ -62,7 +76,9 @@ fn every_file_matches_verl() {
         serde_json::from_str(&run_python(&script, &args)).unwrap();
     for (rel, pair) in pairs {
         let ours = pair[0].as_str().unwrap();
-        let theirs = pair[1].as_str().unwrap_or_else(|| panic!("{rel}: verl 0.7.0 has no such file"));
+        let theirs = pair[1]
+            .as_str()
+            .unwrap_or_else(|| panic!("{rel}: verl 0.7.0 has no such file"));
         // Text equality of the dumps also checks key order and int/float/bool types.
         assert_eq!(ours, theirs, "{rel}: differs from verl 0.7.0's file");
     }
@@ -86,7 +102,10 @@ print(json.dumps(OmegaConf.to_container(cfg, resolve=resolve)))
 
 fn composed(config_dir: &str, entry: &str, resolve: bool) -> String {
     let script = format!("{VERL_CONFIG_DIR_PY}{COMPOSE_FROM_PY}");
-    run_python(&script, &[config_dir, entry, if resolve { "1" } else { "0" }])
+    run_python(
+        &script,
+        &[config_dir, entry, if resolve { "1" } else { "0" }],
+    )
 }
 
 fn check_composition(entry: &str) {
@@ -95,7 +114,10 @@ fn check_composition(entry: &str) {
     for resolve in [false, true] {
         let ours = composed(ours_dir, entry, resolve);
         let theirs = composed("verl", entry, resolve);
-        assert_eq!(ours, theirs, "{entry} (resolve={resolve}): composition differs from verl's");
+        assert_eq!(
+            ours, theirs,
+            "{entry} (resolve={resolve}): composition differs from verl's"
+        );
     }
     let tree: Value = serde_json::from_str(&composed(ours_dir, entry, true)).unwrap();
     let typed: Result<VerlConfig, _> = serde_json::from_value(tree);

@@ -7,9 +7,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{
-    CheckpointConfig, LossAggMode, OneOrMany, OpenDict, Strategy, TiledMlpConfig,
-};
+use super::common::{CheckpointConfig, LossAggMode, OneOrMany, OpenDict, Strategy, TiledMlpConfig};
 use super::engine::{FsdpEngineConfig, MegatronEngineConfig};
 use super::model::LoraConfig;
 use super::optim::OptimConfig;

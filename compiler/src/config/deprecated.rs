@@ -26,7 +26,10 @@ impl DeprecatedKey {
         let pattern: Vec<&str> = self.path.split('.').collect();
         let concrete: Vec<&str> = path.split('.').collect();
         pattern.len() == concrete.len()
-            && pattern.iter().zip(&concrete).all(|(p, c)| *p == "*" || p == c)
+            && pattern
+                .iter()
+                .zip(&concrete)
+                .all(|(p, c)| *p == "*" || p == c)
     }
 
     /// The concrete replacement path for a matching concrete `path`, with each `*` filled in

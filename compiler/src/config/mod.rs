@@ -172,21 +172,54 @@ fn root_schema_of<T: JsonSchema>(settings: schemars::generate::SchemaSettings) -
 /// [`OptimConfig`].
 pub fn group_types() -> &'static [GroupType] {
     const GROUPS: &[GroupType] = &[
-        GroupType { group: "optim/fsdp", root_schema: root_schema_of::<OptimConfig> },
-        GroupType { group: "optim/megatron", root_schema: root_schema_of::<OptimConfig> },
-        GroupType { group: "engine/fsdp", root_schema: root_schema_of::<FsdpEngineConfig> },
+        GroupType {
+            group: "optim/fsdp",
+            root_schema: root_schema_of::<OptimConfig>,
+        },
+        GroupType {
+            group: "optim/megatron",
+            root_schema: root_schema_of::<OptimConfig>,
+        },
+        GroupType {
+            group: "engine/fsdp",
+            root_schema: root_schema_of::<FsdpEngineConfig>,
+        },
         GroupType {
             group: "engine/megatron",
             root_schema: root_schema_of::<MegatronEngineConfig>,
         },
-        GroupType { group: "actor", root_schema: root_schema_of::<ActorConfig> },
-        GroupType { group: "ref", root_schema: root_schema_of::<RefConfig> },
-        GroupType { group: "critic", root_schema: root_schema_of::<CriticConfig> },
-        GroupType { group: "rollout", root_schema: root_schema_of::<RolloutConfig> },
-        GroupType { group: "model", root_schema: root_schema_of::<HfModelConfig> },
-        GroupType { group: "data", root_schema: root_schema_of::<DataConfig> },
-        GroupType { group: "algorithm", root_schema: root_schema_of::<AlgorithmConfig> },
-        GroupType { group: "trainer", root_schema: root_schema_of::<TrainerConfig> },
+        GroupType {
+            group: "actor",
+            root_schema: root_schema_of::<ActorConfig>,
+        },
+        GroupType {
+            group: "ref",
+            root_schema: root_schema_of::<RefConfig>,
+        },
+        GroupType {
+            group: "critic",
+            root_schema: root_schema_of::<CriticConfig>,
+        },
+        GroupType {
+            group: "rollout",
+            root_schema: root_schema_of::<RolloutConfig>,
+        },
+        GroupType {
+            group: "model",
+            root_schema: root_schema_of::<HfModelConfig>,
+        },
+        GroupType {
+            group: "data",
+            root_schema: root_schema_of::<DataConfig>,
+        },
+        GroupType {
+            group: "algorithm",
+            root_schema: root_schema_of::<AlgorithmConfig>,
+        },
+        GroupType {
+            group: "trainer",
+            root_schema: root_schema_of::<TrainerConfig>,
+        },
     ];
     GROUPS
 }

@@ -84,10 +84,18 @@ pub struct LoraConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropout_position: Option<LoraDropoutPosition>,
     /// Initialisation of the down projection (e.g. `xavier`).
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "lora_A_init_method")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "lora_A_init_method"
+    )]
     pub lora_a_init_method: Option<String>,
     /// Initialisation of the up projection (e.g. `zero`).
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "lora_B_init_method")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "lora_B_init_method"
+    )]
     pub lora_b_init_method: Option<String>,
     /// Experimental all-to-all communication for expert adapters.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -119,7 +119,9 @@ fn object_schema<'a>(schema: &'a Value, root: &'a Value) -> Option<&'a Value> {
 /// dictionaries that actually hold content in `value`.
 fn open_paths(value: &Value, schema: &Value, root: &Value, path: &str, out: &mut Vec<String>) {
     let Value::Object(map) = value else { return };
-    let Some(schema) = object_schema(schema, root) else { return };
+    let Some(schema) = object_schema(schema, root) else {
+        return;
+    };
     let properties = schema.get("properties").and_then(Value::as_object);
     for (key, child) in map {
         match properties.and_then(|p| p.get(key)) {
@@ -161,7 +163,10 @@ const OPEN_IN_BOTH: &[&str] = &[
 #[test]
 fn fsdp_tree_is_fully_typed() {
     let leaves = check_flavour("ppo_trainer", OPEN_IN_BOTH);
-    assert_eq!(leaves, 561, "verl 0.7.0's resolved FSDP tree has 561 leaves");
+    assert_eq!(
+        leaves, 561,
+        "verl 0.7.0's resolved FSDP tree has 561 leaves"
+    );
 }
 
 #[test]
@@ -176,14 +181,19 @@ fn megatron_tree_is_fully_typed() {
         "critic.model.override_config",
     ]);
     let leaves = check_flavour("ppo_megatron_trainer", &open);
-    assert_eq!(leaves, 622, "verl 0.7.0's resolved Megatron tree has 622 leaves");
+    assert_eq!(
+        leaves, 622,
+        "verl 0.7.0's resolved Megatron tree has 622 leaves"
+    );
 }
 
 #[test]
 fn unknown_key_is_rejected() {
     let mut tree = verl_composed("ppo_trainer");
     tree["actor_rollout_ref"]["actor"]["ppo_mini_batchsize"] = Value::from(4);
-    let err = serde_json::from_value::<VerlConfig>(tree).unwrap_err().to_string();
+    let err = serde_json::from_value::<VerlConfig>(tree)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("ppo_mini_batchsize"), "{err}");
 }
 
@@ -206,9 +216,18 @@ fn hidden_get_keys_are_accepted() {
 #[test]
 fn enums_use_verl_spellings() {
     let names = [
-        (serde_json::to_value(KlEstimator::LowVarKlPlus).unwrap(), "low_var_kl+"),
-        (serde_json::to_value(LossAggMode::SeqMeanTokenSumNorm).unwrap(), "seq-mean-token-sum-norm"),
-        (serde_json::to_value(LrDecayStyle::InverseSquareRoot).unwrap(), "inverse-square-root"),
+        (
+            serde_json::to_value(KlEstimator::LowVarKlPlus).unwrap(),
+            "low_var_kl+",
+        ),
+        (
+            serde_json::to_value(LossAggMode::SeqMeanTokenSumNorm).unwrap(),
+            "seq-mean-token-sum-norm",
+        ),
+        (
+            serde_json::to_value(LrDecayStyle::InverseSquareRoot).unwrap(),
+            "inverse-square-root",
+        ),
         (serde_json::to_value(RouterReplayMode::R2).unwrap(), "R2"),
         (serde_json::to_value(RolloutName::Verlc).unwrap(), "verlc"),
         (serde_json::to_value(TorchDtype::Bits32).unwrap(), "32"),
@@ -227,7 +246,9 @@ fn deprecated_patterns_match_and_fill_in() {
     assert!(entry.matches("actor_rollout_ref.ref.log_prob_micro_batch_size"));
     assert!(!entry.matches("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"));
     assert_eq!(
-        entry.replacement_for("actor_rollout_ref.rollout.log_prob_micro_batch_size").as_deref(),
+        entry
+            .replacement_for("actor_rollout_ref.rollout.log_prob_micro_batch_size")
+            .as_deref(),
         Some("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
     );
 }
@@ -246,6 +267,11 @@ fn deprecated_keys_are_typed_and_marked() {
                 .and_then(|p| p.get(segment))
                 .unwrap_or_else(|| panic!("{}: no typed field {segment}", key.path));
         }
-        assert_eq!(node.get("deprecated"), Some(&Value::Bool(true)), "{}", key.path);
+        assert_eq!(
+            node.get("deprecated"),
+            Some(&Value::Bool(true)),
+            "{}",
+            key.path
+        );
     }
 }
