@@ -10,6 +10,7 @@ pub mod check;
 pub mod codes;
 pub mod config;
 pub mod diag;
+pub mod explain;
 pub mod load;
 pub mod rules;
 pub mod schema;

@@ -1,8 +1,108 @@
-//! `verlc explain` (being written).
+//! `verlc explain`: derived batch arithmetic and a per-rank memory estimate.
 
-use super::args::ExplainArgs;
+use std::fmt::Write as _;
+use std::io::IsTerminal;
 
-pub fn run(_a: ExplainArgs) -> u8 {
-    eprintln!("verlc explain: not implemented yet");
-    super::EXIT_USAGE
+use verlc::check::{CheckOptions, check};
+use verlc::explain::{Explanation, MemoryBreakdown, RoleBatch, explain, gib};
+use verlc::rules::ModelDims;
+
+use super::args::{ExplainArgs, Format};
+use super::{EXIT_ERRORS, render};
+
+pub fn run(a: ExplainArgs) -> u8 {
+    let req = a.config.request();
+    let checked = check(&req, &CheckOptions { model_config: a.model_config.clone(), only: Vec::new() });
+    let Some(cfg) = checked.config.as_ref() else {
+        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        eprint!("{}", render::human(&checked.diagnostics, &checked.composed.sources, color));
+        eprintln!("explain needs a config that passes the schema; fix the errors above");
+        return EXIT_ERRORS;
+    };
+    let dims = checked.model.clone().or_else(|| dims_from_flags(&a));
+    let e = explain(cfg, dims.as_ref());
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&e).unwrap_or_default()),
+        Format::Human => print!("{}", human(&e)),
+    }
+    if checked.has_errors() {
+        eprintln!("note: `verlc check` reports {} error(s) for this config", checked.diagnostics.iter().filter(|d| d.is_error()).count());
+    }
+    0
+}
+
+fn dims_from_flags(a: &ExplainArgs) -> Option<ModelDims> {
+    Some(ModelDims {
+        hidden_size: a.hidden_size?,
+        num_attention_heads: a.num_heads?,
+        num_key_value_heads: a.num_kv_heads,
+        num_hidden_layers: a.num_layers?,
+        vocab_size: a.vocab_size?,
+        intermediate_size: a.intermediate_size,
+        tie_word_embeddings: None,
+        head_dim: None,
+        model_type: None,
+    })
+}
+
+fn human(e: &Explanation) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "world size                 {}", e.world_size);
+    let _ = writeln!(s, "responses per step         {}  (train_batch_size × rollout.n)", e.responses_per_step);
+    let _ = writeln!(s, "tokens per step (max)      {}  (responses × (max_prompt_length + max_response_length))", e.tokens_per_step_max);
+    role(&mut s, &e.actor);
+    if let Some(c) = &e.critic {
+        role(&mut s, c);
+    }
+    if let Some(t) = e.training_steps {
+        let _ = writeln!(s, "\ntraining steps             {t}");
+    }
+    if let Some(t) = e.optimizer_steps_total {
+        let _ = writeln!(s, "optimizer steps (actor)    {t}");
+    }
+    if let Some(m) = &e.memory {
+        let _ = writeln!(s, "\nactor memory per rank (estimate, {:.2}B params)", m.params as f64 / 1e9);
+        let _ = writeln!(s, "  {:<14}{:>12}{:>12}", "", "device GiB", "host GiB");
+        let row = |s: &mut String, name: &str, f: fn(&MemoryBreakdown) -> u64| {
+            let _ = writeln!(s, "  {:<14}{:>12.2}{:>12.2}", name, gib(f(&m.device)), gib(f(&m.host)));
+        };
+        row(&mut s, "params", |b| b.params_bytes);
+        row(&mut s, "grads", |b| b.grads_bytes);
+        row(&mut s, "optimizer", |b| b.optimizer_bytes);
+        row(&mut s, "activations", |b| b.activations_bytes);
+        row(&mut s, "reference", |b| b.reference_bytes);
+        row(&mut s, "total", MemoryBreakdown::total);
+        for a in &m.assumptions {
+            let _ = writeln!(s, "  - {a}");
+        }
+    }
+    for n in &e.notes {
+        let _ = writeln!(s, "\nnote: {n}");
+    }
+    s
+}
+
+fn role(s: &mut String, r: &RoleBatch) {
+    let _ = writeln!(s, "\n{} ({}, data-parallel size {})", r.role, r.strategy, r.dp_size);
+    let _ = writeln!(s, "  mini-batch                {} responses ({} per rank)", r.mini_batch_responses, fmt_num(r.mini_batch_per_rank));
+    match (r.micro_batch_per_rank, r.dynamic_token_budget) {
+        (_, Some(b)) => {
+            let _ = writeln!(s, "  micro-batch               dynamic, {b} tokens per rank");
+        }
+        (Some(m), None) => {
+            let _ = writeln!(s, "  micro-batch               {m} responses per rank");
+        }
+        (None, None) => {
+            let _ = writeln!(s, "  micro-batch               not set");
+        }
+    }
+    if let Some(g) = r.grad_accum_steps {
+        let _ = writeln!(s, "  gradient accumulation     {}{}", fmt_num(g), if g.fract() != 0.0 { "  (not an integer: verl rejects this)" } else { "" });
+    }
+    let _ = writeln!(s, "  mini-batches per epoch    {}", fmt_num(r.mini_batches_per_epoch));
+    let _ = writeln!(s, "  optimizer steps / step    {}  (ppo_epochs {} × mini-batches)", fmt_num(r.optimizer_steps_per_iteration), r.ppo_epochs);
+}
+
+fn fmt_num(x: f64) -> String {
+    if x.fract() == 0.0 { format!("{}", x as i64) } else { format!("{x:.2}") }
 }

@@ -1,0 +1,64 @@
+"""Time `verlc check` and Hydra's compose+resolve on the same tree and overrides.
+
+Both sides run as whole processes (a user types one command either way). Each side runs
+REPS times; the median wall time is reported. Prints one JSON result line last.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import sysconfig
+import time
+
+REPS = int(os.environ.get("BENCH_REPS", "20"))
+verlc = sys.argv[1]
+config_dir = os.path.join(sysconfig.get_paths()["purelib"], "verl", "trainer", "config")
+overrides = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_batch_size=1024",
+    "data.max_prompt_length=512",
+    "data.max_response_length=1024",
+    "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct",
+    "actor_rollout_ref.actor.optim.lr=1e-6",
+    "actor_rollout_ref.model.use_remove_padding=True",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=256",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.n=5",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40",
+    "trainer.logger=[console]",
+    "trainer.n_gpus_per_node=8",
+    "trainer.nnodes=1",
+]
+
+HYDRA = r"""
+import sys
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=sys.argv[2:])
+OmegaConf.to_container(cfg, resolve=True)
+"""
+
+
+def median_time(cmd):
+    times = []
+    for _ in range(REPS):
+        t = time.perf_counter()
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        times.append(time.perf_counter() - t)
+        if r.returncode not in (0, 1):
+            sys.exit(f"{cmd[0]} failed: {r.stderr.decode()[-2000:]}")
+    return statistics.median(times)
+
+
+ours = median_time([verlc, "check", "--config-dir", config_dir, *overrides])
+peer = median_time([sys.executable, "-c", HYDRA, config_dir, *overrides])
+print(f"verlc check: {ours * 1e3:.1f} ms, hydra compose+resolve: {peer * 1e3:.1f} ms", file=sys.stderr)
+print(json.dumps({"name": "check_vs_hydra", "ours": ours * 1e3, "peer": peer * 1e3, "unit": "ms", "speedup": peer / ours}))
