@@ -3,3 +3,4 @@
 pub mod dist;
 pub(crate) mod ffi;
 pub mod ops;
+pub mod optim;

@@ -98,7 +98,7 @@ impl ProcessGroups {
                 world.size()
             )));
         }
-        let mut make = |dims: &[&str]| -> Result<ProcessGroup> {
+        let make = |dims: &[&str]| -> Result<ProcessGroup> {
             world.split(&layout.groups(dims)?)?.ok_or_else(|| {
                 DistError::Invalid(format!("rank {} is in no {dims:?} group", world.rank()))
             })

@@ -1,0 +1,122 @@
+//! `loss_agg_mode` (verl.md §4.3): how a `[batch, response_len]` loss matrix becomes the scalar
+//! that is back-propagated.
+//!
+//! With `D = dp_size`, `N = batch_num_tokens` (global valid tokens; the local `Σm` if not
+//! given) and `B = global_batch_size` (global number of non-empty sequences; local if not
+//! given):
+//!
+//! | mode | loss |
+//! |---|---|
+//! | `token-mean` | `D · Σ_{i,t} m ℓ / N` |
+//! | `seq-mean-token-sum` | `D · Σ_i [Σ_t m > 0] · Σ_t m ℓ / B` |
+//! | `seq-mean-token-mean` | `D · Σ_i [Σ_t m > 0] · (Σ_t m ℓ / (Σ_t m + 1e-8)) / B` |
+//! | `seq-mean-token-sum-norm` | `Σ_{i,t} m ℓ / S`, `S = loss_scale_factor` or `response_len` |
+//!
+//! The factor `D` cancels the gradient averaging of data-parallel engines, so that the global
+//! gradient is the gradient of the global-batch loss. One deliberate difference from verl: a
+//! locally derived `N` or `B` of zero (a micro-batch without valid tokens) is taken as 1, so the
+//! loss is 0 instead of NaN.
+use tch::{Kind, Tensor};
+
+use super::masked::{MEAN_EPS, masked_sum, masked_sum_dim};
+use super::names::verl_names;
+use super::{AlgoError, Result, check};
+
+verl_names! {
+    /// How the per-token loss matrix is reduced to a scalar (`actor.loss_agg_mode`).
+    pub enum LossAggMode ("loss_agg_mode") {
+        /// Mean over every valid token of the batch.
+        TokenMean => "token-mean",
+        /// Sum over each sequence's tokens, mean over sequences.
+        SeqMeanTokenSum => "seq-mean-token-sum",
+        /// Mean over each sequence's tokens, mean over sequences.
+        SeqMeanTokenMean => "seq-mean-token-mean",
+        /// Sum over all tokens divided by a constant (Dr. GRPO).
+        SeqMeanTokenSumNorm => "seq-mean-token-sum-norm",
+    }
+}
+
+/// The global-batch information of verl's `global_batch_info`; all `None` with `dp_size = 1`
+/// (the default) is verl's legacy, purely local normalisation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AggOptions {
+    /// Data-parallel world size `D`.
+    pub dp_size: usize,
+    /// Valid tokens of the global batch (`token-mean`).
+    pub batch_num_tokens: Option<f64>,
+    /// Non-empty sequences of the global batch (`seq-mean-*`).
+    pub global_batch_size: Option<f64>,
+    /// Constant normaliser of `seq-mean-token-sum-norm`; the response length if `None`.
+    pub loss_scale_factor: Option<f64>,
+}
+
+impl Default for AggOptions {
+    fn default() -> Self {
+        AggOptions { dp_size: 1, batch_num_tokens: None, global_batch_size: None, loss_scale_factor: None }
+    }
+}
+
+impl AggOptions {
+    fn validate(&self) -> Result<()> {
+        if self.dp_size == 0 {
+            return Err(AlgoError::Config("dp_size must be at least 1".into()));
+        }
+        let positive = [
+            ("batch_num_tokens", self.batch_num_tokens),
+            ("global_batch_size", self.global_batch_size),
+            ("loss_scale_factor", self.loss_scale_factor),
+        ];
+        for (name, v) in positive {
+            if let Some(v) = v
+                && !(v > 0.0 && v.is_finite())
+            {
+                return Err(AlgoError::Config(format!("{name} must be a positive number, got {v}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `n`, or 1 where `n` is 0 (a local count of an empty micro-batch).
+fn nonzero_count(n: &Tensor) -> Result<Tensor> {
+    Ok(n.f_where_scalarother(&n.f_ne(0.0)?, 1.0)?)
+}
+
+/// Aggregates `loss_mat` (`[batch, response_len]`) over `loss_mask` according to `mode`.
+pub fn agg_loss(loss_mat: &Tensor, loss_mask: &Tensor, mode: LossAggMode, opts: &AggOptions) -> Result<Tensor> {
+    let (_, len) = check::same_2d(&[(loss_mat, "loss_mat"), (loss_mask, "loss_mask")])?;
+    opts.validate()?;
+    let kind = check::floating(loss_mat, "loss_mat")?;
+    let dp = opts.dp_size as f64;
+    match mode {
+        LossAggMode::TokenMean => {
+            let total = masked_sum(loss_mat, loss_mask)?;
+            let loss = match opts.batch_num_tokens {
+                Some(n) => total.f_div_scalar(n)?,
+                None => total.f_div(&nonzero_count(&loss_mask.f_to_kind(kind)?.f_sum(None::<Kind>)?)?)?,
+            };
+            Ok(loss.f_mul_scalar(dp)?)
+        }
+        LossAggMode::SeqMeanTokenSum | LossAggMode::SeqMeanTokenMean => {
+            let tokens = loss_mask.f_to_kind(kind)?.f_sum_dim_intlist(-1i64, false, None::<Kind>)?;
+            let mut seq_losses = masked_sum_dim(loss_mat, loss_mask, -1)?;
+            if mode == LossAggMode::SeqMeanTokenMean {
+                seq_losses = seq_losses.f_div(&tokens.f_add_scalar(MEAN_EPS)?)?;
+            }
+            let seq_mask = tokens.f_gt(0.0)?.f_to_kind(kind)?;
+            let total = masked_sum(&seq_losses, &seq_mask)?;
+            let loss = match opts.global_batch_size {
+                Some(b) => total.f_div_scalar(b)?,
+                None => total.f_div(&nonzero_count(&seq_mask.f_sum(None::<Kind>)?)?)?,
+            };
+            Ok(loss.f_mul_scalar(dp)?)
+        }
+        LossAggMode::SeqMeanTokenSumNorm => {
+            let scale = opts.loss_scale_factor.unwrap_or(len as f64);
+            if scale <= 0.0 {
+                return Err(AlgoError::Data("seq-mean-token-sum-norm over an empty response dimension".into()));
+            }
+            Ok(masked_sum(loss_mat, loss_mask)?.f_div_scalar(scale)?)
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Preallocated key/value cache for incremental decoding, and attention-mask helpers.
+
+use tch::{Device, Kind, Tensor};
+
+use super::ModelConfig;
+
+/// Keys and values of every layer, preallocated to `capacity` positions:
+/// `k[l]`, `v[l]` have shape (batch, kv_heads, capacity, head_dim). Positions `[0, len)` are
+/// filled; a forward with a cache writes its new positions at `len` and advances it.
+#[derive(Debug)]
+pub struct KvCache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    len: i64,
+    capacity: i64,
+}
+
+impl KvCache {
+    pub fn new(cfg: &ModelConfig, batch: i64, capacity: i64, kind: Kind, device: Device) -> Self {
+        let shape = [batch, cfg.kv_heads(), capacity, cfg.head_dim()];
+        let layers = cfg.num_hidden_layers as usize;
+        KvCache {
+            k: (0..layers).map(|_| Tensor::zeros(shape, (kind, device))).collect(),
+            v: (0..layers).map(|_| Tensor::zeros(shape, (kind, device))).collect(),
+            len: 0,
+            capacity,
+        }
+    }
+
+    /// Filled positions.
+    pub fn len(&self) -> i64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> i64 {
+        self.capacity
+    }
+
+    pub fn batch(&self) -> i64 {
+        self.k.first().map_or(0, |t| t.size()[0])
+    }
+
+    /// Writes `k`, `v` (B, kv_heads, T, D) of layer `layer` at `[len, len+T)` and returns the
+    /// keys and values of `[0, len+T)`.
+    pub(crate) fn update(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        let t = k.size()[2];
+        assert!(self.len + t <= self.capacity, "KV cache overflow: {} + {t} > {}", self.len, self.capacity);
+        self.k[layer].narrow(2, self.len, t).copy_(k);
+        self.v[layer].narrow(2, self.len, t).copy_(v);
+        (self.k[layer].narrow(2, 0, self.len + t), self.v[layer].narrow(2, 0, self.len + t))
+    }
+
+    /// Marks `t` more positions as filled (called once per forward, after all layers).
+    pub(crate) fn advance(&mut self, t: i64) {
+        self.len += t;
+    }
+
+    /// A cache whose row `i` is row `index[i]` of this one (e.g. `n` samples per prompt after
+    /// a shared prefill), with room for `capacity` positions.
+    pub fn select_rows(&self, index: &Tensor, capacity: i64) -> KvCache {
+        let grow = |t: &Tensor| {
+            let rows = t.index_select(0, index);
+            let s = rows.size();
+            let out = Tensor::zeros([s[0], s[1], capacity, s[3]], (rows.kind(), rows.device()));
+            out.narrow(2, 0, self.len).copy_(&rows.narrow(2, 0, self.len));
+            out
+        };
+        KvCache { k: self.k.iter().map(grow).collect(), v: self.v.iter().map(grow).collect(), len: self.len, capacity }
+    }
+}
+
+/// The boolean attention mask (B, 1, T, past+T) for queries at positions `[past, past+T)`:
+/// causal, restricted to keys where `key_valid` (B, past+T) is true. Each query may always
+/// see itself, so padding rows never become all-masked (their outputs are ignored).
+pub fn causal_padding_mask(key_valid: &Tensor, past: i64, t: i64) -> Tensor {
+    let total = past + t;
+    let device = key_valid.device();
+    let q = Tensor::arange_start(past, total, (Kind::Int64, device)).view([t, 1]);
+    let k = Tensor::arange(total, (Kind::Int64, device)).view([1, total]);
+    let causal = k.le_tensor(&q);
+    let diag = k.eq_tensor(&q);
+    let valid = key_valid.to_kind(Kind::Bool).view([-1, 1, 1, total]);
+    causal.logical_and(&valid).logical_or(&diag)
+}
+
+/// Positions from a 0/1 attention mask (B, T): `cumsum - 1`, padding set to 1 (as transformers).
+pub fn position_ids_from_mask(attention_mask: &Tensor) -> Tensor {
+    let m = attention_mask.to_kind(Kind::Int64);
+    let pos = m.cumsum(-1, Kind::Int64) - 1;
+    pos.masked_fill(&m.eq(0), 1)
+}

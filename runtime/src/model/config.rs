@@ -1,0 +1,189 @@
+//! `config.json` of a Llama / Qwen2 / Qwen3 checkpoint. Field names are the Hugging Face keys;
+//! keys this crate does not use are kept in `extra` so a saved config round-trips.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::ModelError;
+
+/// The architectures of the decoder family, from `model_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+}
+
+impl Arch {
+    /// The `architectures` entry transformers expects for the causal LM.
+    pub fn causal_lm_class(self) -> &'static str {
+        match self {
+            Arch::Llama => "LlamaForCausalLM",
+            Arch::Qwen2 => "Qwen2ForCausalLM",
+            Arch::Qwen3 => "Qwen3ForCausalLM",
+        }
+    }
+
+    /// The `architectures` entry for the value model (token classification, one label).
+    pub fn value_class(self) -> &'static str {
+        match self {
+            Arch::Llama => "LlamaForTokenClassification",
+            Arch::Qwen2 => "Qwen2ForTokenClassification",
+            Arch::Qwen3 => "Qwen3ForTokenClassification",
+        }
+    }
+}
+
+fn default_rope_theta() -> f64 {
+    10000.0
+}
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_init_range() -> f64 {
+    0.02
+}
+fn default_act() -> String {
+    "silu".to_owned()
+}
+fn default_max_pos() -> i64 {
+    4096
+}
+
+/// The model hyper-parameters, as written in `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub model_type: String,
+    pub vocab_size: i64,
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub num_hidden_layers: i64,
+    pub num_attention_heads: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_key_value_heads: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<i64>,
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<Map<String, Value>>,
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: i64,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_bias: Option<bool>,
+    #[serde(default)]
+    pub mlp_bias: bool,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    #[serde(default = "default_init_range")]
+    pub initializer_range: f64,
+    #[serde(default)]
+    pub use_sliding_window: bool,
+    /// Every other key of the file (architectures, dtype, token ids …), preserved on save.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ModelConfig {
+    /// Reads and checks `config.json`.
+    pub fn from_file(path: &Path) -> Result<Self, ModelError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+        let cfg: ModelConfig = serde_json::from_str(&text)
+            .map_err(|e| ModelError::Config { file: path.to_owned(), msg: e.to_string() })?;
+        cfg.validate().map_err(|msg| ModelError::Config { file: path.to_owned(), msg })?;
+        Ok(cfg)
+    }
+
+    /// Checks that the family supports this configuration.
+    pub fn validate(&self) -> Result<(), String> {
+        self.arch()?;
+        if self.hidden_act != "silu" {
+            return Err(format!("hidden_act `{}` is not supported (only silu)", self.hidden_act));
+        }
+        if self.use_sliding_window {
+            return Err("use_sliding_window = true is not supported".to_owned());
+        }
+        let pos = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.kv_heads()),
+            ("head_dim", self.head_dim()),
+        ];
+        if let Some((k, v)) = pos.iter().find(|(_, v)| *v <= 0) {
+            return Err(format!("{k} must be positive, got {v}"));
+        }
+        if self.num_attention_heads % self.kv_heads() != 0 {
+            return Err(format!(
+                "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                self.num_attention_heads,
+                self.kv_heads()
+            ));
+        }
+        if self.head_dim() % 2 != 0 {
+            return Err(format!("head_dim ({}) must be even for RoPE", self.head_dim()));
+        }
+        super::rope::RopeScaling::from_config(self)?;
+        Ok(())
+    }
+
+    pub fn arch(&self) -> Result<Arch, String> {
+        match self.model_type.as_str() {
+            "llama" => Ok(Arch::Llama),
+            "qwen2" => Ok(Arch::Qwen2),
+            "qwen3" => Ok(Arch::Qwen3),
+            other => Err(format!("model_type `{other}` is not supported (llama, qwen2, qwen3)")),
+        }
+    }
+
+    pub fn kv_heads(&self) -> i64 {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> i64 {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Bias on q/k/v projections: always for Qwen2, `attention_bias` otherwise.
+    pub fn qkv_bias(&self) -> bool {
+        self.model_type == "qwen2" || self.attention_bias.unwrap_or(false)
+    }
+
+    /// Bias on the output projection (`attention_bias` of Llama and Qwen3; never for Qwen2).
+    pub fn o_bias(&self) -> bool {
+        self.model_type != "qwen2" && self.attention_bias.unwrap_or(false)
+    }
+
+    /// RMSNorm on per-head queries and keys (Qwen3).
+    pub fn qk_norm(&self) -> bool {
+        self.model_type == "qwen3"
+    }
+
+    /// Number of parameters of the causal LM (embedding counted once when tied).
+    pub fn num_parameters(&self) -> i64 {
+        let (h, i, v, hd) = (self.hidden_size, self.intermediate_size, self.vocab_size, self.head_dim());
+        let (q, kv) = (self.num_attention_heads * hd, self.kv_heads() * hd);
+        let mut attn = h * q + 2 * h * kv + q * h;
+        if self.qkv_bias() {
+            attn += q + 2 * kv;
+        }
+        if self.o_bias() {
+            attn += h;
+        }
+        if self.qk_norm() {
+            attn += 2 * hd;
+        }
+        let mlp = 3 * h * i + if self.mlp_bias { 2 * i + h } else { 0 };
+        let layer = attn + mlp + 2 * h;
+        let head = if self.tie_word_embeddings { 0 } else { v * h };
+        v * h + self.num_hidden_layers * layer + h + head
+    }
+}

@@ -1,0 +1,181 @@
+//! Rotary position embeddings with the `rope_scaling` types of Hugging Face's
+//! `modeling_rope_utils`: default, linear, dynamic (NTK), llama3 and yarn.
+
+use serde_json::Value;
+use tch::{Device, Kind, Tensor};
+
+use super::ModelConfig;
+
+/// A parsed `rope_scaling` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    Default,
+    Linear { factor: f64 },
+    Dynamic { factor: f64 },
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_pos: f64 },
+    Yarn {
+        factor: f64,
+        attention_factor: Option<f64>,
+        beta_fast: f64,
+        beta_slow: f64,
+        mscale: Option<f64>,
+        mscale_all_dim: Option<f64>,
+        original_max_pos: f64,
+        truncate: bool,
+    },
+}
+
+impl RopeScaling {
+    pub fn from_config(cfg: &ModelConfig) -> Result<Self, String> {
+        let Some(map) = &cfg.rope_scaling else { return Ok(RopeScaling::Default) };
+        let num = |k: &str| map.get(k).and_then(Value::as_f64);
+        let need = |k: &str| num(k).ok_or_else(|| format!("rope_scaling.{k} is missing or not a number"));
+        let kind = map.get("rope_type").or_else(|| map.get("type")).and_then(Value::as_str).unwrap_or("default");
+        Ok(match kind {
+            "default" => RopeScaling::Default,
+            "linear" => RopeScaling::Linear { factor: need("factor")? },
+            "dynamic" => RopeScaling::Dynamic { factor: need("factor")? },
+            "llama3" => RopeScaling::Llama3 {
+                factor: need("factor")?,
+                low_freq_factor: need("low_freq_factor")?,
+                high_freq_factor: need("high_freq_factor")?,
+                original_max_pos: need("original_max_position_embeddings")?,
+            },
+            "yarn" => RopeScaling::Yarn {
+                factor: need("factor")?,
+                attention_factor: num("attention_factor"),
+                beta_fast: num("beta_fast").filter(|v| *v != 0.0).unwrap_or(32.0),
+                beta_slow: num("beta_slow").filter(|v| *v != 0.0).unwrap_or(1.0),
+                mscale: num("mscale"),
+                mscale_all_dim: num("mscale_all_dim"),
+                original_max_pos: num("original_max_position_embeddings")
+                    .filter(|v| *v != 0.0)
+                    .unwrap_or(cfg.max_position_embeddings as f64),
+                truncate: map.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+            },
+            other => return Err(format!("rope_scaling type `{other}` is not supported")),
+        })
+    }
+}
+
+/// Inverse frequencies and the cos/sin scaling of one model.
+#[derive(Debug)]
+pub struct RotaryEmbedding {
+    inv_freq: Tensor,
+    attention_scaling: f64,
+    scaling: RopeScaling,
+    dim: i64,
+    base: f64,
+    max_pos: i64,
+}
+
+/// `1 / base^(arange(0, dim, 2) / dim)` in f32, as transformers computes it.
+fn default_inv_freq(base: f64, dim: i64, device: Device) -> Tensor {
+    let exps = Tensor::arange_start_step(0, dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / dim as f64;
+    Tensor::scalar_tensor(base, (Kind::Float, device)).pow(&exps).reciprocal()
+}
+
+fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
+    if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 }
+}
+
+impl RotaryEmbedding {
+    pub fn new(cfg: &ModelConfig, device: Device) -> Result<Self, String> {
+        let scaling = RopeScaling::from_config(cfg)?;
+        let (dim, base) = (cfg.head_dim(), cfg.rope_theta);
+        let mut attention_scaling = 1.0;
+        let inv_freq = match &scaling {
+            RopeScaling::Default | RopeScaling::Dynamic { .. } => default_inv_freq(base, dim, device),
+            RopeScaling::Linear { factor } => default_inv_freq(base, dim, device) / *factor,
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_pos } => {
+                let inv = default_inv_freq(base, dim, device);
+                let wavelen = inv.reciprocal() * (2.0 * std::f64::consts::PI);
+                let low_wl = original_max_pos / low_freq_factor;
+                let high_wl = original_max_pos / high_freq_factor;
+                let scaled = inv.where_self(&wavelen.le(low_wl), &(&inv / *factor));
+                let smooth = (wavelen.reciprocal() * *original_max_pos - *low_freq_factor)
+                    / (high_freq_factor - low_freq_factor);
+                let smoothed = (smooth.ones_like() - &smooth) * &scaled / *factor + &smooth * &scaled;
+                let medium = wavelen.ge(high_wl).logical_and(&wavelen.le(low_wl));
+                smoothed.where_self(&medium, &scaled)
+            }
+            RopeScaling::Yarn {
+                factor,
+                attention_factor,
+                beta_fast,
+                beta_slow,
+                mscale,
+                mscale_all_dim,
+                original_max_pos,
+                truncate,
+            } => {
+                attention_scaling = match (attention_factor, mscale, mscale_all_dim) {
+                    (Some(a), _, _) => *a,
+                    (None, Some(m), Some(ma)) if *m != 0.0 && *ma != 0.0 => {
+                        yarn_mscale(*factor, *m) / yarn_mscale(*factor, *ma)
+                    }
+                    _ => yarn_mscale(*factor, 1.0),
+                };
+                let d = dim as f64;
+                let corr = |rot: f64| (d * (original_max_pos / (rot * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * base.ln());
+                let (mut low, mut high) = (corr(*beta_fast), corr(*beta_slow));
+                if *truncate {
+                    low = low.floor();
+                    high = high.ceil();
+                }
+                let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                let pos_freqs = Tensor::scalar_tensor(base, (Kind::Float, device)).pow(
+                    &(Tensor::arange_start_step(0, dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / d),
+                );
+                let extra = pos_freqs.reciprocal();
+                let inter = (&pos_freqs * *factor).reciprocal();
+                let ramp = ((Tensor::arange(dim / 2, (Kind::Float, device)) - low) / (high - low)).clamp(0.0, 1.0);
+                let extra_factor = ramp.ones_like() - ramp;
+                &inter * (extra_factor.ones_like() - &extra_factor) + extra * extra_factor
+            }
+        };
+        Ok(RotaryEmbedding { inv_freq, attention_scaling, scaling, dim, base, max_pos: cfg.max_position_embeddings })
+    }
+
+    /// The inverse frequencies for a batch whose largest position is `max_position`
+    /// (only dynamic NTK scaling depends on it).
+    fn inv_freq_for(&self, position_ids: &Tensor) -> Tensor {
+        match self.scaling {
+            RopeScaling::Dynamic { factor } => {
+                let seq_len = position_ids.max().int64_value(&[]) + 1;
+                if seq_len <= self.max_pos {
+                    return self.inv_freq.shallow_clone();
+                }
+                let ratio = factor * seq_len as f64 / self.max_pos as f64 - (factor - 1.0);
+                let base = self.base * ratio.powf(self.dim as f64 / (self.dim as f64 - 2.0));
+                default_inv_freq(base, self.dim, self.inv_freq.device())
+            }
+            _ => self.inv_freq.shallow_clone(),
+        }
+    }
+
+    /// cos and sin of shape (B, 1, T, head_dim) in `kind`, for positions (B, T).
+    pub fn cos_sin(&self, position_ids: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+        let inv = self.inv_freq_for(position_ids);
+        let freqs = position_ids.to_kind(Kind::Float).unsqueeze(-1) * inv.view([1, 1, -1]);
+        let emb = Tensor::cat(&[&freqs, &freqs], -1);
+        let (mut cos, mut sin) = (emb.cos(), emb.sin());
+        if self.attention_scaling != 1.0 {
+            cos = cos * self.attention_scaling;
+            sin = sin * self.attention_scaling;
+        }
+        (cos.to_kind(kind).unsqueeze(1), sin.to_kind(kind).unsqueeze(1))
+    }
+}
+
+/// `x * cos + rotate_half(x) * sin` for x of shape (B, H, T, D).
+pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let half = x.size()[3] / 2;
+    let x1 = x.narrow(3, 0, half);
+    let x2 = x.narrow(3, half, half);
+    let rotated = Tensor::cat(&[&x2.neg(), &x1], 3);
+    x * cos + rotated * sin
+}

@@ -1,0 +1,458 @@
+//! [`Optimizer`]: Megatron's `Float16OptimizerWithFloat16Params` / `FP32Optimizer` step,
+//! as driven by `ChainedOptimizer.step()`, with `HybridDeviceOptimizer`-style host offload.
+//!
+//! Main params are grouped into *chunks*, one per (param group, placement):
+//! - a **flat** chunk holds fp32 copies of its params in one contiguous buffer on one device,
+//!   with a matching fp32 grad buffer: bf16/fp16 params, and any param whose optimizer is
+//!   offloaded to the host;
+//! - an **aliased** chunk is the fp32 model params themselves (no copy), stepped in place.
+//!
+//! A flat chunk is stepped with one fused-kernel call over its whole buffer.
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+use super::clip::{self, NormType};
+use super::inner::{self, InnerConfig, SlotState};
+use super::param_groups::{GroupOptions, ParamGroup};
+use super::scaler::{GradScaler, ScalerConfig};
+use super::{OptimError, Result};
+use crate::dist::{ProcessGroup, ReduceOp};
+use crate::ops;
+
+/// Training precision, which picks the Megatron wrapper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// `FP32Optimizer`: params are the main params; no scaler.
+    Fp32,
+    /// `Float16OptimizerWithFloat16Params` for bf16 models (no scaler unless `loss_scale`).
+    Bf16,
+    /// Same for fp16 models; a scaler is required.
+    Fp16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OptimizerConfig {
+    pub precision: Precision,
+    pub inner: InnerConfig,
+    /// Global L2 clip threshold; `<= 0` disables clipping (the norm is still computed).
+    pub clip_grad: f64,
+    /// Skip the update when the grad norm exceeds this (Megatron's `grad_norm_skip_threshold`).
+    pub grad_norm_skip_threshold: f64,
+    /// Skip the update when the grad norm is inf/nan (verl's FSDP actor does).
+    pub skip_nonfinite_grad_norm: bool,
+    pub log_num_zeros_in_grad: bool,
+    pub scaler: Option<ScalerConfig>,
+    /// Fraction (by element count, greedy over params in group order) whose main params and
+    /// optimizer state live on the host (Megatron's `optimizer_offload_fraction`).
+    pub offload_fraction: f64,
+}
+
+impl OptimizerConfig {
+    /// Megatron's defaults for a precision: AdamW(0.9, 0.999, 1e-8), clip 1.0, dynamic scaler
+    /// for fp16 only, no offload.
+    pub fn megatron(precision: Precision) -> Self {
+        OptimizerConfig {
+            precision,
+            inner: InnerConfig::AdamW(Default::default()),
+            clip_grad: 1.0,
+            grad_norm_skip_threshold: f64::INFINITY,
+            skip_nonfinite_grad_norm: false,
+            log_num_zeros_in_grad: false,
+            scaler: (precision == Precision::Fp16).then(ScalerConfig::megatron_dynamic),
+            offload_fraction: 0.0,
+        }
+    }
+}
+
+/// What one [`Optimizer::step`] did (Megatron's `(update_successful, grad_norm, num_zeros)`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepOutcome {
+    pub update_successful: bool,
+    /// None when the step was skipped for inf/nan grads.
+    pub grad_norm: Option<f64>,
+    pub num_zeros: Option<u64>,
+}
+
+pub(crate) struct ModelParam {
+    pub(crate) name: String,
+    pub(crate) tensor: Tensor,
+    pub(crate) in_grad_norm: bool,
+}
+
+pub(crate) struct FlatMember {
+    pub(crate) param: usize,
+    pub(crate) offset: i64,
+    pub(crate) main: Tensor,
+    pub(crate) grad: Tensor,
+}
+
+pub(crate) enum Storage {
+    Flat { main: Tensor, grad: Tensor, members: Vec<FlatMember> },
+    /// Slot i is the model param `members[i]`.
+    Aliased { members: Vec<usize> },
+}
+
+pub(crate) struct Chunk {
+    pub(crate) device: Device,
+    pub(crate) offloaded: bool,
+    pub(crate) in_norm: bool,
+    pub(crate) storage: Storage,
+    pub(crate) slots: Vec<SlotState>,
+}
+
+pub(crate) struct GroupData {
+    pub(crate) params: Vec<ModelParam>,
+    pub(crate) chunks: Vec<Chunk>,
+}
+
+/// Megatron-core optimizer over param groups; see the module docs.
+pub struct Optimizer {
+    pub(crate) config: OptimizerConfig,
+    pub(crate) groups: Vec<GroupData>,
+    pub(crate) options: Vec<GroupOptions>,
+    pub(crate) scaler: Option<GradScaler>,
+}
+
+fn is_float16(k: Kind) -> bool {
+    matches!(k, Kind::BFloat16 | Kind::Half)
+}
+
+impl Optimizer {
+    pub fn new(groups: Vec<ParamGroup>, config: OptimizerConfig) -> Result<Self> {
+        let c = &config;
+        if !(0.0..=1.0).contains(&c.offload_fraction) {
+            return Err(OptimError::Config(format!("offload_fraction {} must be in [0, 1]", c.offload_fraction)));
+        }
+        match (c.precision, c.scaler) {
+            (Precision::Fp32, Some(_)) => return Err(OptimError::Config("the fp32 optimizer takes no grad scaler".into())),
+            (Precision::Fp16, None) => return Err(OptimError::Config("fp16 needs a grad scaler (constant or dynamic)".into())),
+            _ => {}
+        }
+        let scaler = c.scaler.map(GradScaler::new).transpose()?;
+        let total: i64 = groups.iter().flat_map(|g| &g.params).map(|p| p.tensor.numel() as i64).sum();
+        let threshold = c.offload_fraction * total as f64;
+        let mut offloaded = 0i64;
+        let mut options = Vec::with_capacity(groups.len());
+        let mut data = Vec::with_capacity(groups.len());
+        for group in groups {
+            options.push(group.options);
+            let mut params = Vec::with_capacity(group.params.len());
+            // (device, offloaded, aliased, in_norm) -> member param indices
+            let mut plan: Vec<((Device, bool, bool, bool), Vec<usize>)> = Vec::new();
+            for (i, p) in group.params.into_iter().enumerate() {
+                let kind = p.tensor.kind();
+                if kind != Kind::Float && !is_float16(kind) {
+                    return Err(OptimError::Config(format!("param {} has dtype {kind:?}; expected fp32, bf16 or fp16", p.name)));
+                }
+                if c.precision == Precision::Fp32 && kind != Kind::Float {
+                    return Err(OptimError::Config(format!("param {} is {kind:?} but the precision is fp32", p.name)));
+                }
+                let offload = c.offload_fraction > 0.0 && (offloaded as f64) < threshold;
+                if offload {
+                    offloaded += p.tensor.numel() as i64;
+                }
+                let aliased = !offload && kind == Kind::Float;
+                let device = if offload { Device::Cpu } else { p.tensor.device() };
+                let key = (device, offload, aliased, p.in_grad_norm);
+                match plan.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, v)) => v.push(i),
+                    None => plan.push((key, vec![i])),
+                }
+                params.push(ModelParam { name: p.name, tensor: p.tensor, in_grad_norm: p.in_grad_norm });
+            }
+            let mut chunks = Vec::with_capacity(plan.len());
+            for ((device, offloaded, aliased, in_norm), members) in plan {
+                chunks.push(Self::make_chunk(&c.inner, &params, device, offloaded, aliased, in_norm, members)?);
+            }
+            data.push(GroupData { params, chunks });
+        }
+        Ok(Optimizer { config, groups: data, options, scaler })
+    }
+
+    fn make_chunk(
+        cfg: &InnerConfig,
+        params: &[ModelParam],
+        device: Device,
+        offloaded: bool,
+        aliased: bool,
+        in_norm: bool,
+        members: Vec<usize>,
+    ) -> Result<Chunk> {
+        if aliased {
+            let slots = members.iter().map(|&i| SlotState::new(cfg, &params[i].tensor)).collect::<Result<_>>()?;
+            return Ok(Chunk { device, offloaded, in_norm, storage: Storage::Aliased { members }, slots });
+        }
+        let total: i64 = members.iter().map(|&i| params[i].tensor.numel() as i64).sum();
+        let mut main = Tensor::f_zeros([total], (Kind::Float, device))?;
+        let mut grad = Tensor::f_zeros([total], (Kind::Float, device))?;
+        // Host buffers serving a GPU model are pinned, so D2H / H2D copies run at full speed.
+        if let Some(gpu) = members.iter().map(|&i| params[i].tensor.device()).find(|d| d.is_cuda()) {
+            if device == Device::Cpu {
+                main = main.f_pin_memory(gpu)?;
+                grad = grad.f_pin_memory(gpu)?;
+            }
+        }
+        let mut flat = Vec::with_capacity(members.len());
+        let mut offset = 0i64;
+        tch::no_grad(|| -> Result<()> {
+            for &i in &members {
+                let p = &params[i].tensor;
+                let n = p.numel() as i64;
+                let mut mv = main.f_narrow(0, offset, n)?.f_view(p.size().as_slice())?;
+                let gv = grad.f_narrow(0, offset, n)?.f_view(p.size().as_slice())?;
+                mv.f_copy_(&p.f_detach()?)?;
+                flat.push(FlatMember { param: i, offset, main: mv, grad: gv });
+                offset += n;
+            }
+            Ok(())
+        })?;
+        let slots = vec![SlotState::new(cfg, &main)?];
+        Ok(Chunk { device, offloaded, in_norm, storage: Storage::Flat { main, grad, members: flat }, slots })
+    }
+
+    pub fn config(&self) -> &OptimizerConfig {
+        &self.config
+    }
+
+    /// Group hyper-parameters (what schedulers write).
+    pub fn options(&self) -> &[GroupOptions] {
+        &self.options
+    }
+
+    pub fn options_mut(&mut self) -> &mut [GroupOptions] {
+        &mut self.options
+    }
+
+    pub fn scaler(&self) -> Option<&GradScaler> {
+        self.scaler.as_ref()
+    }
+
+    /// Current loss scale (1 without a scaler).
+    pub fn loss_scale(&self) -> f64 {
+        self.scaler.as_ref().map_or(1.0, |s| s.scale() as f64)
+    }
+
+    /// `loss * loss_scale` (what backward should see).
+    pub fn scale_loss(&self, loss: &Tensor) -> Result<Tensor> {
+        Ok(match &self.scaler {
+            Some(s) => loss.f_mul_scalar(s.scale() as f64)?,
+            None => loss.shallow_clone(),
+        })
+    }
+
+    /// Elements whose main params / state live on the host.
+    pub fn offloaded_numel(&self) -> i64 {
+        self.chunks()
+            .filter(|c| c.offloaded)
+            .map(|c| match &c.storage {
+                Storage::Flat { main, .. } => main.numel() as i64,
+                Storage::Aliased { .. } => 0,
+            })
+            .sum()
+    }
+
+    fn chunks(&self) -> impl Iterator<Item = &Chunk> {
+        self.groups.iter().flat_map(|g| &g.chunks)
+    }
+
+    /// Releases every model grad (`zero_grad(set_to_none=True)`).
+    pub fn zero_grad(&mut self) -> Result<()> {
+        for g in &self.groups {
+            for p in &g.params {
+                ops::set_grad(&p.tensor, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Main (fp32) param of a model param, by name: a view of the flat buffer, or the param.
+    pub fn main_param(&self, name: &str) -> Option<Tensor> {
+        self.main_params().into_iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    /// Every main param with its model param's name.
+    pub fn main_params(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        for g in &self.groups {
+            for c in &g.chunks {
+                match &c.storage {
+                    Storage::Flat { members, .. } => {
+                        out.extend(members.iter().map(|m| (g.params[m.param].name.clone(), m.main.shallow_clone())))
+                    }
+                    Storage::Aliased { members } => {
+                        out.extend(members.iter().map(|&i| (g.params[i].name.clone(), g.params[i].tensor.shallow_clone())))
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Copies the model params into the main params (after loading model weights).
+    pub fn reload_model_params(&mut self) -> Result<()> {
+        tch::no_grad(|| -> Result<()> {
+            for g in &self.groups {
+                for c in &g.chunks {
+                    if let Storage::Flat { members, .. } = &c.storage {
+                        let dst: Vec<Tensor> = members.iter().map(|m| m.main.shallow_clone()).collect();
+                        let src: Vec<Tensor> = members.iter().map(|m| g.params[m.param].tensor.detach()).collect();
+                        ops::foreach_copy(&dst, &src, false)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Megatron's step: prepare grads (copy, unscale, found-inf over `mp_group`, scaler
+    /// update), grad norm over `mp_group`, clip, count zeros, inner step, copy back.
+    /// `mp_group` is the model-parallel group (None: this rank alone).
+    pub fn step(&mut self, mp_group: Option<&ProcessGroup>) -> Result<StepOutcome> {
+        if self.prepare_grads(mp_group)? {
+            return Ok(StepOutcome { update_successful: false, grad_norm: None, num_zeros: None });
+        }
+        let grad_norm = self.grad_norm(NormType::L2, mp_group)?;
+        if self.config.clip_grad > 0.0 {
+            clip::clip_grad_by_total_norm_fp32(&self.main_grads(false), self.config.clip_grad, grad_norm)?;
+        }
+        let num_zeros = if self.config.log_num_zeros_in_grad { Some(self.count_zeros(mp_group)?) } else { None };
+        let skip = (self.config.grad_norm_skip_threshold.is_finite() && grad_norm > self.config.grad_norm_skip_threshold)
+            || (self.config.skip_nonfinite_grad_norm && !grad_norm.is_finite());
+        if !skip {
+            self.step_with_ready_grads()?;
+        }
+        Ok(StepOutcome { update_successful: !skip, grad_norm: Some(grad_norm), num_zeros })
+    }
+
+    /// Copies model grads into the flat main grads and, with a scaler, unscales them and
+    /// checks for inf/nan (reduced with MAX over `mp_group`). Returns whether an overflow was
+    /// found; the scaler has been updated either way.
+    pub fn prepare_grads(&mut self, mp_group: Option<&ProcessGroup>) -> Result<bool> {
+        self.copy_model_grads_to_main_grads()?;
+        let Some(scaler) = &self.scaler else { return Ok(false) };
+        let inv = scaler.inv_scale();
+        let grads = self.main_grads(false);
+        let reduce_dev = mp_group.map_or(Device::Cpu, ProcessGroup::device);
+        let mut found = Tensor::f_zeros([1], (Kind::Float, reduce_dev))?;
+        let mut devices: Vec<Device> = grads.iter().map(Tensor::device).collect();
+        devices.dedup();
+        devices.sort_by_key(|d| format!("{d:?}"));
+        devices.dedup();
+        for dev in devices {
+            let gs: Vec<Tensor> = grads.iter().filter(|g| g.device() == dev).map(Tensor::shallow_clone).collect();
+            let found_d = Tensor::f_zeros([1], (Kind::Float, dev))?;
+            let inv_d = inner::scalar_f32(inv, dev)?;
+            ops::non_finite_check_and_unscale(&gs, &found_d, &inv_d)?;
+            found = found.f_maximum(&found_d.f_to_device(reduce_dev)?)?;
+        }
+        if let Some(g) = mp_group {
+            g.all_reduce(&found, ReduceOp::Max)?;
+        }
+        let flag = found.f_double_value(&[0])? > 0.0;
+        if let Some(s) = &mut self.scaler {
+            s.update(flag);
+        }
+        Ok(flag)
+    }
+
+    fn copy_model_grads_to_main_grads(&mut self) -> Result<()> {
+        for g in &self.groups {
+            for c in &g.chunks {
+                let Storage::Flat { members, .. } = &c.storage else { continue };
+                let mut dst = Vec::with_capacity(members.len());
+                let mut src = Vec::with_capacity(members.len());
+                for m in members {
+                    let model_grad = g.params[m.param].tensor.grad();
+                    if model_grad.defined() {
+                        dst.push(m.grad.shallow_clone());
+                        src.push(model_grad);
+                    } else {
+                        let _ = m.grad.shallow_clone().f_zero_()?;
+                    }
+                }
+                ops::foreach_copy(&dst, &src, false)?;
+                for m in members {
+                    ops::set_grad(&g.params[m.param].tensor, None)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The main grads: flat grad buffers and the defined grads of aliased params
+    /// (`for_norm`: only those counted in the norm).
+    pub(crate) fn main_grads(&self, for_norm: bool) -> Vec<Tensor> {
+        let mut out = Vec::new();
+        for g in &self.groups {
+            for c in &g.chunks {
+                if for_norm && !c.in_norm {
+                    continue;
+                }
+                match &c.storage {
+                    Storage::Flat { grad, .. } => out.push(grad.shallow_clone()),
+                    Storage::Aliased { members } => {
+                        out.extend(members.iter().map(|&i| g.params[i].tensor.grad()).filter(Tensor::defined))
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Global fp32 grad norm over the grads counted in the norm, reduced over `mp_group`.
+    pub fn grad_norm(&self, norm: NormType, mp_group: Option<&ProcessGroup>) -> Result<f64> {
+        clip::grad_norm_fp32(&self.main_grads(true), norm, mp_group)
+    }
+
+    /// Zero elements in the grads counted in the norm, summed over `mp_group`.
+    pub fn count_zeros(&self, mp_group: Option<&ProcessGroup>) -> Result<u64> {
+        clip::count_zeros_fp32(&self.main_grads(true), mp_group)
+    }
+
+    /// Inner step of every chunk with its group's lr / weight decay, then copy back.
+    pub fn step_with_ready_grads(&mut self) -> Result<()> {
+        let cfg = self.config.inner;
+        for (g, opts) in self.groups.iter_mut().zip(&self.options) {
+            for c in &mut g.chunks {
+                match &c.storage {
+                    Storage::Flat { main, grad, .. } => {
+                        let mut states: Vec<&mut SlotState> = c.slots.iter_mut().collect();
+                        inner::step_slots(&cfg, std::slice::from_ref(main), std::slice::from_ref(grad), &mut states, opts.lr, opts.weight_decay)?;
+                    }
+                    Storage::Aliased { members } => {
+                        let mut params = Vec::new();
+                        let mut grads = Vec::new();
+                        let mut states = Vec::new();
+                        for (slot, &i) in c.slots.iter_mut().zip(members) {
+                            let gr = g.params[i].tensor.grad();
+                            if !gr.defined() {
+                                continue; // torch skips params without grads
+                            }
+                            params.push(g.params[i].tensor.detach());
+                            grads.push(gr);
+                            states.push(slot);
+                        }
+                        inner::step_slots(&cfg, &params, &grads, &mut states, opts.lr, opts.weight_decay)?;
+                    }
+                }
+            }
+        }
+        self.copy_main_params_to_model_params()
+    }
+
+    fn copy_main_params_to_model_params(&self) -> Result<()> {
+        tch::no_grad(|| -> Result<()> {
+            for g in &self.groups {
+                for c in &g.chunks {
+                    let Storage::Flat { members, .. } = &c.storage else { continue };
+                    let dst: Vec<Tensor> = members.iter().map(|m| g.params[m.param].tensor.detach()).collect();
+                    let src: Vec<Tensor> = members.iter().map(|m| m.main.shallow_clone()).collect();
+                    ops::foreach_copy(&dst, &src, false)?;
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
