@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn fsdp_memory_halves_with_twice_the_ranks() {
-        let m = ModelDims { hidden_size: 896, num_attention_heads: 14, num_key_value_heads: Some(2), num_hidden_layers: 24, vocab_size: 151936, intermediate_size: Some(4864), tie_word_embeddings: Some(true), head_dim: None, model_type: None };
+        let m = ModelDims { hidden_size: 896, num_attention_heads: 14, num_key_value_heads: Some(2), num_hidden_layers: 24, vocab_size: 151936, intermediate_size: Some(4864), tie_word_embeddings: Some(true), head_dim: None, model_type: None, max_position_embeddings: None };
         let base = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "algorithm.adv_estimator=grpo"];
         let one = explain(&cfg(&[&base[..], &["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=8"]].concat()), Some(&m));
         let two = explain(&cfg(&[&base[..], &["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=8"]].concat()), Some(&m));

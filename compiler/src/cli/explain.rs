@@ -42,6 +42,7 @@ fn dims_from_flags(a: &ExplainArgs) -> Option<ModelDims> {
         tie_word_embeddings: None,
         head_dim: None,
         model_type: None,
+        max_position_embeddings: None,
     })
 }
 

@@ -44,6 +44,9 @@ pub struct ModelDims {
     pub head_dim: Option<u64>,
     #[serde(default)]
     pub model_type: Option<String>,
+    /// Longest context the model was trained for (rollout engines cap `max_model_len` here).
+    #[serde(default)]
+    pub max_position_embeddings: Option<u64>,
 }
 
 impl ModelDims {

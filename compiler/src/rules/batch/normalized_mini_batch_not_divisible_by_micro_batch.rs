@@ -1,0 +1,73 @@
+//! ## What it checks
+//! In verl's legacy FSDP workers, the per-rank mini-batch (`ppo_mini_batch_size × rollout.n ÷
+//! data-parallel size`, in responses) must be a whole number of per-rank micro-batches
+//! (`ppo_micro_batch_size_per_gpu`, or the deprecated global `ppo_micro_batch_size` divided by
+//! the data-parallel size). Checked for the actor and for the critic when it runs.
+//!
+//! ## Why
+//! The worker asserts it when it starts ("normalized ppo_mini_batch_size … should be divisible
+//! by ppo_micro_batch_size_per_gpu …"): gradient accumulation runs a whole number of
+//! micro-batches per optimizer step.
+//!
+//! ## Example
+//! ```yaml
+//! actor_rollout_ref:
+//!   actor:
+//!     ppo_mini_batch_size: 32        # × n=4 over 8 ranks = 16 responses per rank
+//!     ppo_micro_batch_size_per_gpu: 6   # 16 is not a multiple of 6
+//!   rollout:
+//!     n: 4
+//! ```
+//!
+//! ## Fix
+//! Choose a per-GPU micro-batch that divides the per-rank mini-batch (4 or 8 above), or
+//! change the mini-batch size.
+
+use crate::diag::{Code, Diagnostic};
+use crate::rules::RuleContext;
+use crate::rules::facts::{is_fsdp, n_gpus, nearest_divisor, train_roles};
+
+const CODE: Code = Code("V006");
+
+pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
+    let gpus = n_gpus(ctx.config);
+    for role in train_roles(ctx.config) {
+        if role.engine || !is_fsdp(role.strategy) || role.sp <= 0 {
+            continue;
+        }
+        let dp = gpus / role.sp;
+        if dp <= 0 {
+            continue;
+        }
+        let per_rank = role.mini.saturating_mul(role.n) / dp;
+        if per_rank <= 0 {
+            continue; // V005
+        }
+        // The deprecated global size replaces the per-GPU one after division.
+        let (micro, key) = match (role.micro_global, role.micro_per_gpu) {
+            (Some(global), _) => (global / dp, format!("{}.ppo_micro_batch_size", role.prefix)),
+            (None, Some(per_gpu)) => (per_gpu, format!("{}.ppo_micro_batch_size_per_gpu", role.prefix)),
+            (None, None) => continue,
+        };
+        if micro <= 0 || per_rank % micro == 0 {
+            continue;
+        }
+        let suggestion = nearest_divisor(per_rank, micro).unwrap_or(1);
+        out.push(
+            Diagnostic::error(
+                CODE,
+                format!(
+                    "the per-rank mini-batch of {per_rank} responses (ppo_mini_batch_size {} × n {} ÷ {dp} ranks) is not a multiple of the micro-batch {micro}",
+                    role.mini, role.n
+                ),
+            )
+            .with_key(key.clone())
+            .with_primary(ctx.origin(&key), format!("{micro} responses per micro-batch and GPU"))
+            .with_secondary(ctx.origin(&format!("{}.ppo_mini_batch_size", role.prefix)), "mini-batch set here")
+            .with_help(format!(
+                "set `{}.ppo_micro_batch_size_per_gpu` to a divisor of {per_rank}, e.g. {suggestion}",
+                role.prefix
+            )),
+        );
+    }
+}

@@ -1,0 +1,3 @@
+//! Deprecated and renamed keys.
+
+pub(crate) mod deprecated_key_set;

@@ -1,0 +1,8 @@
+//! The model: options that depend on the backend, and (`V2xx`) checks against the model's
+//! `config.json` dimensions.
+
+pub(crate) mod rollout_max_model_len_exceeds_model;
+pub(crate) mod sequence_exceeds_model_context;
+pub(crate) mod tensor_parallel_does_not_divide_heads;
+pub(crate) mod tensor_parallel_incompatible_with_kv_heads;
+pub(crate) mod tiled_mlp_without_fsdp2;

@@ -1,0 +1,3 @@
+//! Optimizers and learning-rate schedules.
+
+pub(crate) mod optimizer_name_unknown;

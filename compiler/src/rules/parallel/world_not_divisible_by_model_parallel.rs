@@ -1,0 +1,76 @@
+//! ## What it checks
+//! For a Megatron actor (and a Megatron critic when it runs), the GPU count must be a multiple
+//! of `tensor_model_parallel_size × pipeline_model_parallel_size × context_parallel_size`.
+//!
+//! ## Why
+//! The remaining factor is the data-parallel size, which must be whole. verl asserts it in
+//! `validate_config` ("n_gpus (…) must be divisible by model_parallel_size (…) times
+//! context_parallel_size (…)", when dynamic batching is off), and Megatron's
+//! `initialize_model_parallel` refuses such a layout in any case.
+//!
+//! ## Example
+//! ```yaml
+//! actor_rollout_ref:
+//!   actor:
+//!     strategy: megatron
+//!     megatron:
+//!       tensor_model_parallel_size: 4
+//!       pipeline_model_parallel_size: 3   # 12 does not divide 8 GPUs
+//! trainer:
+//!   n_gpus_per_node: 8
+//! ```
+//!
+//! ## Fix
+//! Choose parallel sizes whose product divides the GPU count, or change the GPU count.
+
+use crate::config::{MegatronEngineConfig, Strategy};
+use crate::diag::{Code, Diagnostic};
+use crate::rules::RuleContext;
+use crate::rules::facts::{critic_runs, megatron_model_parallel, n_gpus, nearest_divisor};
+
+const CODE: Code = Code("V014");
+
+pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
+    let c = ctx.config;
+    let a = &c.actor_rollout_ref.actor;
+    if a.strategy == Strategy::Megatron
+        && let Some(m) = &a.megatron
+    {
+        push(ctx, out, "actor_rollout_ref.actor.megatron", m);
+    }
+    if critic_runs(c)
+        && c.critic.strategy == Strategy::Megatron
+        && let Some(m) = &c.critic.megatron
+    {
+        push(ctx, out, "critic.megatron", m);
+    }
+}
+
+fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, prefix: &str, m: &MegatronEngineConfig) {
+    let gpus = n_gpus(ctx.config);
+    let mp = megatron_model_parallel(m);
+    if mp <= 0 || gpus % mp == 0 {
+        return;
+    }
+    let (tp, pp, cp) = (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size);
+    let tp_key = format!("{prefix}.tensor_model_parallel_size");
+    let mut d = Diagnostic::error(
+        CODE,
+        format!("{gpus} GPUs are not a multiple of the model-parallel size {mp} (tensor {tp} × pipeline {pp} × context {cp})"),
+    )
+    .with_key(tp_key.clone())
+    .with_primary(ctx.origin(&tp_key), format!("tensor parallel {tp}"));
+    if pp > 1 {
+        d = d.with_secondary(ctx.origin(&format!("{prefix}.pipeline_model_parallel_size")), format!("pipeline parallel {pp}"));
+    }
+    if cp > 1 {
+        d = d.with_secondary(ctx.origin(&format!("{prefix}.context_parallel_size")), format!("context parallel {cp}"));
+    }
+    d = d.with_secondary(ctx.origin("trainer.n_gpus_per_node"), "GPUs per node set here");
+    let rest = pp.saturating_mul(cp);
+    let help = match (rest > 0 && gpus % rest == 0).then(|| nearest_divisor(gpus / rest, tp)).flatten() {
+        Some(t) => format!("set `{tp_key}` to {t} (tensor × pipeline × context must divide {gpus})"),
+        None => format!("choose tensor × pipeline × context parallel sizes whose product divides {gpus}"),
+    };
+    out.push(d.with_help(help));
+}

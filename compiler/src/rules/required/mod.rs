@@ -1,0 +1,3 @@
+//! Mandatory (`???`) values.
+
+pub(crate) mod mandatory_value_unset;
