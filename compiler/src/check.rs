@@ -40,7 +40,17 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
     // null and a rule decides which missing values verl would actually read.
     let (tree, missing) = unset_mandatory(&composed.root);
-    let schema_diags = schema::validate(&tree);
+    let mut schema_diags = schema::validate(&tree);
+    // A `???` whose type cannot be null is a value the user must set: say that, not "null".
+    for d in &mut schema_diags {
+        if let Some(key) = d.key_path.clone().filter(|k| missing.contains(k)) {
+            let origin = d.primary.as_ref().map(|l| l.origin.clone());
+            *d = Diagnostic::error(codes::MANDATORY_MISSING, format!("missing mandatory value `{key}`"))
+                .with_key(key.clone())
+                .with_primary(origin, "declared mandatory (`???`) here and never set")
+                .with_help(mandatory_help(&key, &schema::schema_at(schema::validation_schema(), &key.split('.').map(String::from).collect::<Vec<_>>()).cloned()));
+        }
+    }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
     diagnostics.extend(schema_diags);
 
@@ -68,6 +78,19 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         diagnostics.extend(rules::run(&ctx, &enabled));
     }
     Checked { composed, config, model, diagnostics }
+}
+
+fn mandatory_help(key: &str, schema: &Option<serde_json::Value>) -> String {
+    let choices: Vec<String> = schema
+        .as_ref()
+        .and_then(|s| s.get("enum").or_else(|| s.get("oneOf")).and_then(serde_json::Value::as_array).cloned())
+        .map(|a| a.iter().filter_map(|v| v.as_str().or_else(|| v.get("const").and_then(|c| c.as_str())).map(String::from)).collect())
+        .unwrap_or_default();
+    if choices.is_empty() {
+        format!("set it in your config or on the command line: `{key}=...`")
+    } else {
+        format!("set it, e.g. `{key}={}` (one of: {})", choices[0], choices.join(", "))
+    }
 }
 
 /// The tree with every `???` replaced by null, and the dotted keys that held one.

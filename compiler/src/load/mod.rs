@@ -1,6 +1,11 @@
 //! Loading a config the way Hydra and OmegaConf do: YAML with spans ([`yaml`]), the
-//! `defaults:` composition ([`compose`]), command-line overrides ([`overrides`]) and
-//! `${...}` interpolation ([`interp`]).
+//! config search path ([`repo`]), `defaults:` composition ([`compose`]), command-line
+//! overrides ([`overrides`]) and `${...}` interpolation ([`interp`]).
 
+pub mod compose;
+pub mod interp;
 pub mod node;
+pub mod override_value;
+pub mod overrides;
+pub mod repo;
 pub mod yaml;

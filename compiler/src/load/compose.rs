@@ -1,0 +1,960 @@
+//! Hydra-style composition: the primary config's `defaults:` list expanded depth-first
+//! (`group@package: option`, `../group@pkg`, sibling configs, `_self_` ordering, `optional`,
+//! `override`, interpolated options), command-line group and value overrides applied in
+//! struct mode, then interpolations resolved.
+//!
+//! Entry point: [`load`]. Problems never abort the whole load: they are collected as
+//! diagnostics and the rest of the config still composes, so `verlc check` reports all of
+//! them in one run.
+
+use std::path::PathBuf;
+
+use indexmap::IndexMap;
+
+use super::interp;
+use super::node::{Entry, Node, Scalar, Value, split_key};
+use super::overrides::{Override, OverrideKind, parse_override};
+use super::repo::{Repo, SearchDir, normalize_group};
+use super::yaml;
+use crate::codes;
+use crate::diag::{Diagnostic, did_you_mean};
+use crate::source::{Origin, Source, SourceKind, SourceMap};
+
+/// The top-level settings of Hydra's own config (`hydra.run`, `hydra.job` ...).
+const HYDRA_KEYS: &[&str] = &[
+    "run", "sweep", "launcher", "sweeper", "help", "hydra_help", "hydra_logging", "job_logging", "env", "mode", "searchpath",
+    "callbacks", "output_subdir", "overrides", "job", "runtime", "verbose",
+];
+
+/// verl's two trainer configs; the built-in tree provides both.
+pub const FSDP_BASE: &str = "ppo_trainer";
+pub const MEGATRON_BASE: &str = "ppo_megatron_trainer";
+
+/// What to compose. Mirrors Hydra's `--config-dir/--config-name` plus verlc's
+/// "a single file merged over the built-in defaults" mode.
+#[derive(Clone, Debug, Default)]
+pub struct LoadRequest {
+    /// A user config file. Without a `defaults:` list it is merged over the built-in base
+    /// config; with one it is a Hydra primary config whose groups also resolve against the
+    /// built-in tree.
+    pub config_file: Option<PathBuf>,
+    /// Hydra's `--config-dir` (also `--config-path`).
+    pub config_dir: Option<PathBuf>,
+    /// Hydra's `--config-name` (default `ppo_trainer`).
+    pub config_name: Option<String>,
+    /// Base config for a file without `defaults:` (default: `ppo_trainer`, or
+    /// `ppo_megatron_trainer` when the actor strategy is `megatron`).
+    pub base: Option<String>,
+    pub overrides: Vec<String>,
+    /// Directory relative `file://` search paths are taken from (Hydra uses the CWD).
+    pub cwd: PathBuf,
+}
+
+#[derive(Debug)]
+pub struct Composed {
+    pub sources: SourceMap,
+    /// The composed, overridden and resolved tree.
+    pub root: Node,
+    pub diagnostics: Vec<Diagnostic>,
+    /// Chosen option per defaults-list key (`actor@actor_rollout_ref.actor` -> `dp_actor`).
+    pub choices: IndexMap<String, String>,
+}
+
+impl Composed {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+pub fn load(req: &LoadRequest) -> Composed {
+    let mut c = Composer {
+        repo: Repo::default(),
+        sources: SourceMap::new(),
+        diags: Vec::new(),
+        group_overrides: IndexMap::new(),
+        group_deletions: IndexMap::new(),
+        appended: Vec::new(),
+        choices: IndexMap::new(),
+        stack: Vec::new(),
+    };
+    let mut root = Node::empty_map(None);
+
+    // Overrides first: they pick the base flavour and group options.
+    let mut value_overrides = Vec::new();
+    let mut parsed = Vec::new();
+    for (i, text) in req.overrides.iter().enumerate() {
+        let id = c.sources.add(Source::new(format!("override #{}", i + 1), text.as_str(), SourceKind::Override));
+        match parse_override(text, id) {
+            Ok(o) => parsed.push(o),
+            Err(d) => c.diags.push(d),
+        }
+    }
+
+    // The primary config and the search path.
+    let primary = match c.primary(req, &parsed) {
+        Some(p) => p,
+        None => {
+            return Composed { sources: c.sources, root, diagnostics: c.diags, choices: c.choices };
+        }
+    };
+
+    for o in parsed {
+        if let Some(o) = c.classify(o) {
+            value_overrides.push(o);
+        }
+    }
+
+    c.compose(primary, &mut root);
+
+    c.report_unused_deletions();
+    for (key, (o, used)) in &c.group_overrides {
+        if !used {
+            c.diags.push(
+                Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("could not override `{key}`: no match in the defaults list"))
+                    .with_primary(Some(o.key_origin.clone()), "no defaults-list entry has this group and package")
+                    .with_help(match did_you_mean(key, c.choices.keys().map(String::as_str)) {
+                        Some(s) => format!("did you mean `{s}`? To add a new group use `+{}`", o.text),
+                        None => format!("to add the group to the defaults list use `+{}`", o.text),
+                    }),
+            );
+        }
+    }
+
+    for o in &value_overrides {
+        apply_override(&mut root, o, &mut c.diags);
+    }
+
+    c.diags.extend(interp::resolve_all(&mut root));
+    Composed { sources: c.sources, root, diagnostics: c.diags, choices: c.choices }
+}
+
+/// A parsed defaults-list entry.
+#[derive(Clone, Debug)]
+enum DefaultEntry {
+    SelfEntry,
+    Config { path: String, package: Option<String>, optional: bool },
+    Group { group: String, package: Option<String>, option: Option<Node>, optional: bool, is_override: bool },
+}
+
+/// A config to expand: its node, where it lives, and where it mounts.
+struct Pending {
+    node: Node,
+    /// Config path without `.yaml` (`actor/dp_actor`); for messages and cycles.
+    config_path: String,
+    /// Group directory of this config (`actor`), base for relative entries.
+    base_dir: String,
+    /// Final package (dotted) its content mounts at.
+    package: String,
+    is_primary: bool,
+}
+
+struct Composer {
+    repo: Repo,
+    sources: SourceMap,
+    diags: Vec<Diagnostic>,
+    group_overrides: IndexMap<String, (Override, bool)>,
+    /// `~group[=option]` overrides by override key; `true` once an entry was deleted.
+    group_deletions: IndexMap<String, (Override, bool)>,
+    appended: Vec<Override>,
+    choices: IndexMap<String, String>,
+    stack: Vec<String>,
+}
+
+impl Composer {
+    /// Sort a command-line override the way Hydra's `Overrides` does: a non-dict value for
+    /// a key that names a config group changes the defaults list; everything else is a
+    /// value override, returned to be applied after composition.
+    fn classify(&mut self, o: Override) -> Option<Override> {
+        if o.key == "hydra" || o.key.starts_with("hydra.") || o.key.starts_with("hydra/") {
+            self.check_hydra_override(&o);
+            return None;
+        }
+        let is_dict = matches!(o.value.as_ref().map(|v| &v.value), Some(Value::Map(_)));
+        if is_dict || !self.repo.group_exists(&o.key) {
+            if o.package.is_some() {
+                self.diags.push(
+                    Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("`{}` looks like a config group override, but there is no config group `{}`", o.text, o.key))
+                        .with_key(o.key.clone())
+                        .with_primary(Some(o.key_origin.clone()), "not a config group")
+                        .with_help("`group@package=option` selects a group file; to set a value write `key=value`"),
+                );
+                return None;
+            }
+            return Some(o);
+        }
+        let option_ok = matches!(o.value.as_ref().map(|v| &v.value), None | Some(Value::Seq(_)) | Some(Value::Scalar(Scalar::Str(_))));
+        match o.kind {
+            OverrideKind::ForceAdd => self.diags.push(
+                Diagnostic::error(codes::OVERRIDE_SYNTAX, format!("force-add of config groups is not supported: `{}`", o.text))
+                    .with_primary(Some(o.origin()), "here")
+                    .with_help(format!("use `+{}` to add the group or `{}` to change it", o.text.trim_start_matches('+'), o.text.trim_start_matches('+'))),
+            ),
+            _ if !option_ok => self.diags.push(
+                Diagnostic::error(codes::GROUP_OPTION_UNKNOWN, format!("config group `{}` needs an option name (or a list of names), not {}", o.key, o.value.as_ref().map_or("nothing".into(), |v| v.to_json().to_string())))
+                    .with_primary(Some(o.value_origin()), "not an option name")
+                    .with_help(format!("available options: {}", self.repo.options(&o.key).join(", "))),
+            ),
+            OverrideKind::Delete => {
+                self.group_deletions.insert(o.key_with_package(), (o, false));
+            }
+            OverrideKind::Add => self.appended.push(o),
+            OverrideKind::Set => {
+                self.group_overrides.insert(o.key_with_package(), (o, false));
+            }
+        }
+        None
+    }
+
+    /// `hydra.*` overrides configure Hydra itself, which verlc does not run: they are
+    /// accepted (and ignored) where Hydra would accept them. `hydra.searchpath` was already
+    /// applied with the primary config.
+    fn check_hydra_override(&mut self, o: &Override) {
+        let top = o.key.strip_prefix("hydra.").map(|r| r.split('.').next().unwrap_or(""));
+        let known = top.is_none_or(|t| HYDRA_KEYS.contains(&t));
+        if o.kind == OverrideKind::Set && !known {
+            let t = top.unwrap_or("");
+            let mut d = Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("could not override `{}`: Hydra has no setting `hydra.{t}`", o.key))
+                .with_key(o.key.clone())
+                .with_primary(Some(o.key_origin.clone()), "not a Hydra setting");
+            if let Some(s) = did_you_mean(t, HYDRA_KEYS.iter().copied()) {
+                d = d.with_help(format!("did you mean `hydra.{s}`?"));
+            }
+            self.diags.push(d);
+        }
+    }
+
+    /// Deletions that matched no defaults-list entry are errors, as in Hydra.
+    fn report_unused_deletions(&mut self) {
+        for (key, (o, used)) in &self.group_deletions {
+            if !used {
+                self.diags.push(
+                    Diagnostic::error(codes::DELETE_KEY_ABSENT, format!("could not delete `{key}`: no match in the defaults list"))
+                        .with_primary(Some(o.key_origin.clone()), "no defaults-list entry has this group and package"),
+                );
+            }
+        }
+    }
+
+    /// Whether a `~group[=option]` override removes this defaults entry.
+    fn is_deleted(&mut self, key: &str, option: Option<&Node>) -> bool {
+        let Some((o, used)) = self.group_deletions.get_mut(key) else { return false };
+        let matches = match (&o.value, option.and_then(Node::as_str)) {
+            (None, _) => true,
+            (Some(v), Some(name)) => v.as_str() == Some(name),
+            (Some(_), None) => false,
+        };
+        *used |= matches;
+        matches
+    }
+
+    /// Set up the search path and load the primary config.
+    fn primary(&mut self, req: &LoadRequest, overrides: &[Override]) -> Option<Pending> {
+        if let Some(file) = &req.config_file {
+            let text = match std::fs::read_to_string(file) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.diags.push(Diagnostic::error(codes::IO_ERROR, format!("cannot read {}: {e}", file.display())));
+                    return None;
+                }
+            };
+            let dir = file.parent().map(|p| if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() });
+            if let Some(d) = req.config_dir.clone().or(dir) {
+                self.repo.push(SearchDir::Dir(d));
+            }
+            let id = self.sources.add(Source::new(file.display().to_string(), text, SourceKind::File));
+            let mut node = match yaml::parse(self.sources.get(id), id) {
+                Ok(n) => n,
+                Err(d) => {
+                    self.diags.push(d);
+                    return None;
+                }
+            };
+            self.take_searchpath(&mut node, &req.cwd, overrides);
+            self.repo.push(SearchDir::Builtin);
+            let has_defaults = node.as_map().is_some_and(|m| m.contains_key("defaults"));
+            if !has_defaults {
+                // A plain file: merged over the built-in base (its own `_self_` last).
+                let base = req.base.clone().unwrap_or_else(|| pick_base(&node, overrides).to_string());
+                let base_origin = Origin::new(id, 0..0);
+                let defaults = Node::new(
+                    Value::Seq(vec![
+                        Node::scalar(Scalar::Str(base), Some(base_origin.clone())),
+                        Node::scalar(Scalar::Str("_self_".into()), Some(base_origin)),
+                    ]),
+                    None,
+                );
+                if let Some(m) = node.as_map_mut() {
+                    m.insert("defaults".into(), Entry { key_origin: None, node: defaults });
+                }
+            }
+            let stem = file.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            return Some(Pending { node, config_path: stem, base_dir: String::new(), package: String::new(), is_primary: true });
+        }
+        let name = req.config_name.clone().or(req.base.clone()).unwrap_or_else(|| FSDP_BASE.to_string());
+        let name = name.trim_end_matches(".yaml").to_string();
+        match &req.config_dir {
+            Some(d) => self.repo.push(SearchDir::Dir(d.clone())),
+            None => self.repo.push(SearchDir::Builtin),
+        }
+        let mut node = self.load_config(&name, None)?;
+        self.take_searchpath(&mut node, &req.cwd, overrides);
+        let base_dir = name.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+        Some(Pending { node, config_path: name, base_dir, package: String::new(), is_primary: true })
+    }
+
+    /// Remove the primary's `hydra:` node; its `searchpath` extends the repo, unless a
+    /// `hydra.searchpath=[...]` override replaces the list (as it does in Hydra).
+    fn take_searchpath(&mut self, node: &mut Node, cwd: &std::path::Path, overrides: &[Override]) {
+        let from_file = node.as_map_mut().and_then(|m| m.shift_remove("hydra")).and_then(|h| h.node.child("searchpath").cloned());
+        let from_cli = overrides.iter().rev().find(|o| o.key == "hydra.searchpath" && o.kind != OverrideKind::Delete).and_then(|o| o.value.clone());
+        let Some(list) = from_cli.or(from_file) else { return };
+        let Value::Seq(items) = &list.value else {
+            self.diags.push(
+                Diagnostic::error(codes::OVERRIDE_TYPE, "`hydra.searchpath` must be a list of search path URLs")
+                    .with_key("hydra.searchpath")
+                    .with_primary(list.origin.clone(), "not a list")
+                    .with_help("write `hydra.searchpath=[file:///abs/dir,pkg://verl.trainer.config]`"),
+            );
+            return;
+        };
+        for item in items {
+            let Some(url) = item.as_str() else { continue };
+            match Repo::search_dir_from_url(url, cwd) {
+                Ok(dir) => self.repo.push(dir),
+                Err(msg) => self.diags.push(
+                    Diagnostic::error(codes::CONFIG_NOT_FOUND, msg).with_key("hydra.searchpath").with_primary(item.origin.clone(), "search path entry"),
+                ),
+            }
+        }
+    }
+
+    fn load_config(&mut self, config_path: &str, requested_at: Option<&Origin>) -> Option<Node> {
+        match self.repo.load(config_path) {
+            Some(Ok(src)) => {
+                let id = self.sources.add(src);
+                match yaml::parse(self.sources.get(id), id) {
+                    Ok(n) => Some(n),
+                    Err(d) => {
+                        self.diags.push(d);
+                        None
+                    }
+                }
+            }
+            Some(Err(msg)) => {
+                self.diags.push(Diagnostic::error(codes::IO_ERROR, msg).with_primary(requested_at.cloned(), "requested here"));
+                None
+            }
+            None => {
+                let (group, name) = config_path.rsplit_once('/').unwrap_or(("", config_path));
+                let options = self.repo.options(group);
+                let mut d = Diagnostic::error(codes::CONFIG_NOT_FOUND, format!("cannot find config `{config_path}` in the search path"))
+                    .with_primary(requested_at.cloned(), "requested here");
+                if let Some(s) = did_you_mean(name, options.iter().map(String::as_str)) {
+                    d = d.with_help(format!("did you mean `{s}`?"));
+                } else if !options.is_empty() {
+                    d = d.with_help(format!("available options in `{}`: {}", if group.is_empty() { "<root>" } else { group }, options.join(", ")));
+                }
+                self.diags.push(d);
+                None
+            }
+        }
+    }
+
+    fn compose(&mut self, p: Pending, out: &mut Node) {
+        if self.stack.contains(&p.config_path) {
+            self.diags.push(
+                Diagnostic::error(codes::DEFAULTS_CYCLE, format!("defaults cycle: {} -> {}", self.stack.join(" -> "), p.config_path))
+                    .with_primary(p.node.origin.clone(), "included again here"),
+            );
+            return;
+        }
+        self.stack.push(p.config_path.clone());
+        let mut node = p.node;
+        let package = match package_header(&node, &self.sources) {
+            Some(h) => h,
+            None => p.package.clone(),
+        };
+        let defaults = node.as_map_mut().and_then(|m| m.shift_remove("defaults"));
+        let mut entries = match defaults {
+            Some(e) => self.parse_defaults(&e.node),
+            None => Vec::new(),
+        };
+        let self_count = entries.iter().filter(|(e, _)| matches!(e, DefaultEntry::SelfEntry)).count();
+        if self_count > 1 {
+            self.diags.push(Diagnostic::error(codes::DUPLICATE_SELF, format!("duplicate `_self_` in the defaults list of {}", p.config_path)));
+        }
+        let has_non_override = entries.iter().any(|(e, _)| !matches!(e, DefaultEntry::Group { is_override: true, .. }));
+        if self_count == 0 && (has_non_override || entries.is_empty()) {
+            entries.push((DefaultEntry::SelfEntry, None));
+        }
+        if p.is_primary {
+            for o in std::mem::take(&mut self.appended) {
+                let option = o.value.clone();
+                entries.push((
+                    DefaultEntry::Group { group: o.key.clone(), package: o.package.clone(), option, optional: false, is_override: false },
+                    Some(o.key_origin.clone()),
+                ));
+            }
+        }
+        // `override group: opt` entries change the choice of an entry elsewhere in the tree.
+        for (e, origin) in &entries {
+            if let DefaultEntry::Group { group, package: pkg, option, is_override: true, .. } = e {
+                let group_path = resolve_group(&p.base_dir, group);
+                let key = override_key(&group_path, &final_package(&package, pkg.as_deref(), &rel_group(group)));
+                let Some(origin) = origin.clone() else { continue };
+                let o = Override {
+                    kind: OverrideKind::Set,
+                    key: group_path,
+                    package: None,
+                    value: option.clone(),
+                    text: key.clone(),
+                    source: origin.source,
+                    key_origin: origin,
+                };
+                // Command-line overrides win over `override` entries in files.
+                self.group_overrides.entry(key).or_insert((o, false));
+            }
+        }
+
+        for (entry, origin) in entries {
+            match entry {
+                DefaultEntry::SelfEntry => {
+                    let content = Node { value: node.value.clone(), origin: node.origin.clone(), via: None };
+                    merge_at(out, &package, content);
+                }
+                DefaultEntry::Config { path, package: pkg, optional } => {
+                    let config_path = if let Some(abs) = path.strip_prefix('/') {
+                        abs.to_string()
+                    } else if p.base_dir.is_empty() {
+                        path.clone()
+                    } else {
+                        format!("{}/{}", p.base_dir, path)
+                    };
+                    let config_path = normalize_group(&config_path);
+                    let base_dir = config_path.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+                    let rel = path.trim_start_matches('/').rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+                    let child_pkg = final_package(&package, pkg.as_deref(), &rel);
+                    if optional && self.repo.load(&config_path).is_none() {
+                        continue;
+                    }
+                    if let Some(n) = self.load_config(&config_path, origin.as_ref()) {
+                        self.compose(Pending { node: n, config_path, base_dir, package: child_pkg, is_primary: false }, out);
+                    }
+                }
+                DefaultEntry::Group { group, package: pkg, option, optional, is_override } => {
+                    if is_override {
+                        continue;
+                    }
+                    let group_path = resolve_group(&p.base_dir, &group);
+                    let child_pkg = final_package(&package, pkg.as_deref(), &rel_group(&group));
+                    let key = override_key(&group_path, &child_pkg);
+                    if self.is_deleted(&key, option.as_ref()) {
+                        continue;
+                    }
+                    let mut option = option;
+                    let mut option_origin = origin.clone();
+                    if let Some((o, used)) = self.group_overrides.get_mut(&key) {
+                        *used = true;
+                        option = o.value.clone();
+                        option_origin = Some(o.value_origin());
+                    }
+                    let names = match self.option_names(&group_path, option.as_ref(), option_origin.as_ref(), optional) {
+                        Some(n) => n,
+                        None => continue,
+                    };
+                    for name in names {
+                        let config_path = format!("{group_path}/{name}");
+                        if optional && self.repo.load(&config_path).is_none() {
+                            continue;
+                        }
+                        self.choices.insert(key.clone(), name.clone());
+                        if let Some(n) = self.load_config(&config_path, option_origin.as_ref()) {
+                            self.compose(
+                                Pending { node: n, config_path, base_dir: group_path.clone(), package: child_pkg.clone(), is_primary: false },
+                                out,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        self.stack.pop();
+    }
+
+    /// The option names a group entry selects (none for `null`).
+    fn option_names(&mut self, group_path: &str, option: Option<&Node>, origin: Option<&Origin>, optional: bool) -> Option<Vec<String>> {
+        let option = option?;
+        let names: Vec<String> = match &option.value {
+            Value::Scalar(Scalar::Null) => return None,
+            Value::Scalar(Scalar::Str(s)) if s == "???" => {
+                if !optional {
+                    let opts = self.repo.options(group_path);
+                    self.diags.push(
+                        Diagnostic::error(codes::GROUP_OPTION_UNKNOWN, format!("you must choose an option for config group `{group_path}`"))
+                            .with_primary(origin.cloned(), "left as `???` here")
+                            .with_help(format!("add `{group_path}=<option>`; available: {}", opts.join(", "))),
+                    );
+                }
+                return None;
+            }
+            Value::Scalar(s) => vec![s.to_string()],
+            Value::Seq(items) => items.iter().filter_map(|i| match &i.value {
+                Value::Scalar(s) => Some(s.to_string()),
+                _ => None,
+            }).collect(),
+            Value::Map(_) => {
+                self.diags.push(Diagnostic::error(codes::DEFAULTS_SYNTAX, "a group option must be a name or a list of names").with_primary(origin.cloned(), "here"));
+                return None;
+            }
+        };
+        let mut out = Vec::new();
+        for n in names {
+            // `${model_engine}_actor`: an option named after an earlier group choice.
+            if n.contains("${") {
+                match self.interpolate_choice(&n) {
+                    Ok(v) => out.push(v),
+                    Err(msg) => self.diags.push(Diagnostic::error(codes::INTERP_KEY_MISSING, msg).with_primary(origin.cloned(), "in this defaults entry")),
+                }
+            } else {
+                out.push(n);
+            }
+        }
+        if out.iter().any(|o| o.is_empty()) {
+            return None;
+        }
+        Some(out)
+    }
+
+    fn interpolate_choice(&self, s: &str) -> Result<String, String> {
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find("${") {
+            out.push_str(&rest[..i]);
+            let end = rest[i..].find('}').ok_or_else(|| format!("unclosed `${{` in `{s}`"))? + i;
+            let key = rest[i + 2..end].trim();
+            let v = self.choices.get(key).ok_or_else(|| format!("defaults entry `{s}` refers to group `{key}`, which has no choice yet"))?;
+            out.push_str(v);
+            rest = &rest[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    fn parse_defaults(&mut self, list: &Node) -> Vec<(DefaultEntry, Option<Origin>)> {
+        let Value::Seq(items) = &list.value else {
+            self.diags.push(Diagnostic::error(codes::DEFAULTS_SYNTAX, "`defaults` must be a list").with_primary(list.origin.clone(), "here"));
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for item in items {
+            match &item.value {
+                Value::Scalar(Scalar::Str(s)) => {
+                    let (optional, s) = match s.strip_prefix("optional ") {
+                        Some(r) => (true, r.trim()),
+                        None => (false, s.as_str()),
+                    };
+                    if s == "_self_" {
+                        out.push((DefaultEntry::SelfEntry, item.origin.clone()));
+                    } else {
+                        let (path, package) = split_package(s);
+                        out.push((DefaultEntry::Config { path, package, optional }, item.origin.clone()));
+                    }
+                }
+                Value::Map(m) if m.len() == 1 => {
+                    let Some((k, e)) = m.iter().next() else { continue };
+                    let mut key = k.trim();
+                    let mut optional = false;
+                    let mut is_override = false;
+                    loop {
+                        if let Some(r) = key.strip_prefix("optional ") {
+                            optional = true;
+                            key = r.trim();
+                        } else if let Some(r) = key.strip_prefix("override ") {
+                            is_override = true;
+                            key = r.trim();
+                        } else {
+                            break;
+                        }
+                    }
+                    let (group, package) = split_package(key);
+                    let option = Some(e.node.clone());
+                    out.push((DefaultEntry::Group { group, package, option, optional, is_override }, e.key_origin.clone().or(item.origin.clone())));
+                }
+                _ => self.diags.push(
+                    Diagnostic::error(codes::DEFAULTS_SYNTAX, "a defaults entry must be `name`, `_self_` or `group@package: option`")
+                        .with_primary(item.origin.clone(), "here"),
+                ),
+            }
+        }
+        out
+    }
+}
+
+fn split_package(s: &str) -> (String, Option<String>) {
+    match s.split_once('@') {
+        Some((g, p)) => (g.trim().to_string(), Some(p.trim().to_string())),
+        None => (s.trim().to_string(), None),
+    }
+}
+
+/// `# @package x` at the top of a file sets its package (absolute).
+fn package_header(node: &Node, sources: &SourceMap) -> Option<String> {
+    let origin = node.origin.as_ref()?;
+    let text = &sources.get(origin.source).text;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.is_empty() {
+            continue;
+        }
+        let Some(c) = t.strip_prefix('#') else { break };
+        if let Some(pkg) = c.trim().strip_prefix("@package") {
+            let pkg = pkg.trim();
+            let pkg = pkg.strip_prefix("_global_").map(|r| r.trim_start_matches('.')).unwrap_or(pkg);
+            return Some(pkg.to_string());
+        }
+    }
+    None
+}
+
+fn resolve_group(base_dir: &str, group: &str) -> String {
+    match group.strip_prefix('/') {
+        Some(abs) => normalize_group(abs),
+        None if base_dir.is_empty() => normalize_group(group),
+        None => normalize_group(&format!("{base_dir}/{group}")),
+    }
+}
+
+fn rel_group(group: &str) -> String {
+    group.trim_start_matches('/').to_string()
+}
+
+/// Hydra's final package: parent package + own package (default: the relative group path
+/// with `/` as `.`), cut at the last `_global_`.
+fn final_package(parent: &str, package: Option<&str>, rel_group: &str) -> String {
+    let own = match package {
+        Some("_here_") => String::new(),
+        Some(p) => p.to_string(),
+        None => rel_group.replace('/', "."),
+    };
+    let joined = match (parent.is_empty(), own.is_empty()) {
+        (true, _) => own,
+        (false, true) => parent.to_string(),
+        (false, false) => format!("{parent}.{own}"),
+    };
+    match joined.rfind("_global_") {
+        Some(i) => joined[(i + "_global_".len()).min(joined.len())..].trim_start_matches('.').to_string(),
+        None => joined,
+    }
+}
+
+/// The key a command-line group override must use for a defaults entry.
+fn override_key(group_path: &str, final_pkg: &str) -> String {
+    let default_pkg = group_path.replace('/', ".");
+    if default_pkg == final_pkg {
+        group_path.to_string()
+    } else if final_pkg.is_empty() {
+        format!("{group_path}@_global_")
+    } else {
+        format!("{group_path}@{final_pkg}")
+    }
+}
+
+/// Pick the built-in base for a plain file: Megatron when the actor says so.
+fn pick_base(node: &Node, overrides: &[Override]) -> &'static str {
+    let key = "actor_rollout_ref.actor.strategy";
+    let from_override = overrides.iter().rev().find(|o| o.key == key).and_then(|o| o.value.as_ref()).and_then(|v| v.as_str().map(str::to_string));
+    let from_file = node.get_path(&split_key(key)).and_then(|n| n.as_str().map(str::to_string));
+    match from_override.or(from_file).as_deref() {
+        Some("megatron") => MEGATRON_BASE,
+        _ => FSDP_BASE,
+    }
+}
+
+/// Merge `src` into `out` at a dotted package path, creating maps on the way.
+fn merge_at(out: &mut Node, package: &str, src: Node) {
+    let mut cur = out;
+    for seg in split_key(package) {
+        if cur.as_map().is_none() {
+            *cur = Node::empty_map(None);
+        }
+        let Some(m) = cur.as_map_mut() else { return };
+        cur = &mut m.entry(seg.to_string()).or_insert_with(|| Entry { key_origin: None, node: Node::empty_map(None) }).node;
+    }
+    merge(cur, src);
+}
+
+/// OmegaConf merge: maps merge key by key, everything else replaces; `???` never replaces
+/// a value that is already there.
+pub fn merge(dest: &mut Node, src: Node) {
+    if src.is_missing() && !dest.is_missing() && !(dest.as_map().is_some_and(|m| m.is_empty()) && dest.origin.is_none()) {
+        return;
+    }
+    match (dest.as_map_mut(), src.value) {
+        (Some(dm), Value::Map(sm)) => {
+            for (k, e) in sm {
+                match dm.get_mut(&k) {
+                    Some(existing) => {
+                        if e.key_origin.is_some() {
+                            existing.key_origin = e.key_origin.clone();
+                        }
+                        merge(&mut existing.node, e.node);
+                    }
+                    None => {
+                        dm.insert(k, e);
+                    }
+                }
+            }
+            if dest.origin.is_none() {
+                dest.origin = src.origin;
+            }
+        }
+        (_, value) => {
+            *dest = Node { value, origin: src.origin, via: src.via };
+        }
+    }
+}
+
+/// Apply one value override to the composed tree as Hydra's `_apply_overrides_to_config`
+/// does: `k=v` in struct mode (the key must exist; a dict merges and may not add keys),
+/// `+k=v` where nothing, null or `???` is (or with a dict/list value, which merges),
+/// `++k=v` anywhere, `~k[=v]` where a value other than null is.
+fn apply_override(root: &mut Node, o: &Override, diags: &mut Vec<Diagnostic>) {
+    let path = split_key(&o.key);
+    if path.is_empty() {
+        return;
+    }
+    let result = match o.kind {
+        OverrideKind::Set => update(root, o, &path, false),
+        OverrideKind::ForceAdd => update(root, o, &path, true),
+        OverrideKind::Add => add(root, o, &path),
+        OverrideKind::Delete => delete(root, o, &path),
+    };
+    if let Err(d) = result {
+        diags.push(*d);
+    }
+}
+
+type Applied = Result<(), Box<Diagnostic>>;
+
+fn is_container(n: &Node) -> bool {
+    matches!(n.value, Value::Map(_) | Value::Seq(_))
+}
+
+/// What Hydra's `OmegaConf.select(..) is None` means: absent, null or `???`.
+fn is_unset(n: Option<&Node>) -> bool {
+    n.is_none_or(|n| n.is_null() || n.is_missing())
+}
+
+/// `+key=value`: Hydra reads the current value (interpolations resolved) first.
+fn add(root: &mut Node, o: &Override, path: &[&str]) -> Applied {
+    let existing = interp::select(root, path).map_err(|d| select_failed(o, d))?;
+    if is_unset(existing.as_ref()) || o.value.as_ref().is_some_and(is_container) {
+        return update(root, o, path, true);
+    }
+    let set_at = root.get_path(path).and_then(|n| n.origin.clone());
+    Err(Box::new(
+        Diagnostic::error(codes::OVERRIDE_KEY_EXISTS, format!("could not append `{}`: the key already exists", o.key))
+            .with_key(o.key.clone())
+            .with_primary(Some(o.key_origin.clone()), "already in the config")
+            .with_secondary(set_at, "set here")
+            .with_help(format!("drop the `+` to override it: `{}`, or use `++` to add or override", o.text.trim_start_matches('+'))),
+    ))
+}
+
+/// `~key` / `~key=value`: the key must hold something other than null (and equal `value`).
+fn delete(root: &mut Node, o: &Override, path: &[&str]) -> Applied {
+    let existing = interp::select(root, path).map_err(|d| select_failed(o, d))?;
+    let Some(current) = existing.filter(|n| !is_unset(Some(n))) else {
+        return Err(Box::new(
+            Diagnostic::error(codes::DELETE_KEY_ABSENT, format!("could not delete `{}`: the key does not exist (or is null)", o.key))
+                .with_key(o.key.clone())
+                .with_primary(Some(o.key_origin.clone()), "nothing to delete"),
+        ));
+    };
+    if let Some(v) = &o.value
+        && !py_eq(v, &current)
+    {
+        return Err(Box::new(
+            Diagnostic::error(codes::DELETE_KEY_ABSENT, format!("could not delete `{}`: its value is {}, not {}", o.key, current.to_json(), v.to_json()))
+                .with_key(o.key.clone())
+                .with_primary(Some(o.value_origin()), "expected value"),
+        ));
+    }
+    let (parent_path, last) = path.split_at(path.len() - 1);
+    if let Some(parent) = root.get_path_mut(parent_path) {
+        match &mut parent.value {
+            Value::Map(m) => {
+                m.shift_remove(last[0]);
+            }
+            Value::Seq(items) => {
+                if let Ok(i) = last[0].parse::<usize>()
+                    && i < items.len()
+                {
+                    items.remove(i);
+                }
+            }
+            Value::Scalar(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// OmegaConf's `update(cfg, key, value, merge=True, force_add=..)`.
+fn update(root: &mut Node, o: &Override, path: &[&str], force_add: bool) -> Applied {
+    let Some(value) = o.value.clone() else { return Ok(()) };
+    let (parent_path, last) = path.split_at(path.len() - 1);
+    let last = last[0];
+    let mut cur: &mut Node = root;
+    for (i, seg) in parent_path.iter().enumerate() {
+        if !cur.child(seg).is_some_and(is_container) {
+            // Hydra puts `{}` in place of a missing or scalar parent; in struct mode the
+            // next key is then new, which only force-add may create.
+            if !force_add {
+                return Err(Box::new(absent_key(o, cur, &path[..=i])));
+            }
+            set_child(cur, seg, Node::empty_map(Some(o.key_origin.clone())), o)?;
+        }
+        cur = match cur.child_mut(seg) {
+            Some(n) => n,
+            None => return Err(Box::new(absent_key(o, &Node::empty_map(None), &path[..=i]))),
+        };
+    }
+    let strict = !force_add;
+    if cur.child(last).is_none() {
+        if strict {
+            return Err(Box::new(absent_key(o, cur, path)));
+        }
+        return set_child(cur, last, value, o);
+    }
+    let Some(existing) = cur.child_mut(last) else { return Ok(()) };
+    if is_container(existing) && is_container(&value) {
+        merge_with(existing, value, strict, o, &path.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    } else {
+        *existing = value;
+        Ok(())
+    }
+}
+
+/// Put `node` at `seg` of a map (inserting) or of a list (an existing index only).
+fn set_child(parent: &mut Node, seg: &str, node: Node, o: &Override) -> Applied {
+    match &mut parent.value {
+        Value::Map(m) => {
+            match m.get_mut(seg) {
+                Some(e) => e.node = node,
+                None => {
+                    m.insert(seg.to_string(), Entry { key_origin: Some(o.key_origin.clone()), node });
+                }
+            }
+            Ok(())
+        }
+        Value::Seq(items) => match seg.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+            Some(slot) => {
+                *slot = node;
+                Ok(())
+            }
+            None => Err(Box::new(
+                Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("could not override `{}`: `{seg}` is not an index of the list ({} items)", o.key, items.len()))
+                    .with_key(o.key.clone())
+                    .with_primary(Some(o.key_origin.clone()), "no such list item"),
+            )),
+        },
+        Value::Scalar(_) => Err(Box::new(absent_key(o, parent, &[seg]))),
+    }
+}
+
+/// OmegaConf's `merge_with` of an override value into an existing container: dicts merge
+/// key by key (in struct mode no new keys), lists are replaced, `???` never replaces a
+/// value, and a dict never merges into a list or back.
+fn merge_with(dest: &mut Node, src: Node, strict: bool, o: &Override, path: &[String]) -> Applied {
+    let src_origin = src.origin.clone();
+    match (&mut dest.value, src.value) {
+        (Value::Map(dm), Value::Map(sm)) => {
+            for (k, e) in sm {
+                let mut child_path = path.to_vec();
+                child_path.push(k.clone());
+                match dm.get_mut(&k) {
+                    Some(_) if e.node.is_missing() => {}
+                    Some(ex) if is_container(&ex.node) && is_container(&e.node) => merge_with(&mut ex.node, e.node, strict, o, &child_path)?,
+                    Some(ex) => ex.node = e.node,
+                    None if strict => {
+                        let siblings: Vec<&str> = dm.keys().map(String::as_str).collect();
+                        let p: Vec<&str> = child_path.iter().map(String::as_str).collect();
+                        return Err(Box::new(absent_key_among(o, &siblings, &p)));
+                    }
+                    None => {
+                        dm.insert(k, e);
+                    }
+                }
+            }
+            Ok(())
+        }
+        (Value::Seq(_), Value::Seq(items)) => {
+            dest.value = Value::Seq(items);
+            dest.origin = src_origin;
+            Ok(())
+        }
+        (dv, sv) => {
+            let kind = |v: &Value| if matches!(v, Value::Map(_)) { "dict" } else { "list" };
+            Err(Box::new(
+                Diagnostic::error(codes::OVERRIDE_TYPE, format!("could not override `{}`: cannot merge a {} into the {} at `{}`", o.key, kind(&sv), kind(dv), path.join(".")))
+                    .with_key(o.key.clone())
+                    .with_primary(src_origin.or(Some(o.value_origin())), "this value")
+                    .with_help("give a value of the same shape, or delete the key first (`~key`) and add it back (`+key=...`)"),
+            ))
+        }
+    }
+}
+
+/// A `+`/`~` override reads the current value; an interpolation there that fails to
+/// resolve makes the override fail, as in Hydra.
+fn select_failed(o: &Override, d: Diagnostic) -> Box<Diagnostic> {
+    Box::new(
+        Diagnostic::error(d.code, format!("could not apply `{}`: {}", o.text, d.message))
+            .with_key(o.key.clone())
+            .with_primary(Some(o.key_origin.clone()), "reads the current value of this key")
+            .with_help(d.help.unwrap_or_else(|| "fix the interpolation in the current value first".into())),
+    )
+}
+
+/// Python's `==` between an override value and a config value (`1 == 1.0 == True`).
+fn py_eq(a: &Node, b: &Node) -> bool {
+    fn num(s: &Scalar) -> Option<f64> {
+        match s {
+            Scalar::Int(i) => Some(*i as f64),
+            Scalar::Float(f) => Some(*f),
+            Scalar::Bool(b) => Some(f64::from(u8::from(*b))),
+            _ => None,
+        }
+    }
+    match (&a.value, &b.value) {
+        (Value::Scalar(Scalar::Str(x)), Value::Scalar(Scalar::Str(y))) => x == y,
+        (Value::Scalar(Scalar::Null), Value::Scalar(Scalar::Null)) => true,
+        (Value::Scalar(x), Value::Scalar(y)) => matches!((num(x), num(y)), (Some(p), Some(q)) if p == q),
+        (Value::Seq(x), Value::Seq(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| py_eq(p, q)),
+        (Value::Map(x), Value::Map(y)) => x.len() == y.len() && x.iter().all(|(k, e)| y.get(k).is_some_and(|f| py_eq(&e.node, &f.node))),
+        _ => false,
+    }
+}
+
+fn absent_key(o: &Override, parent: &Node, path: &[&str]) -> Diagnostic {
+    let siblings: Vec<&str> = parent.as_map().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+    absent_key_among(o, &siblings, path)
+}
+
+fn absent_key_among(o: &Override, siblings: &[&str], path: &[&str]) -> Diagnostic {
+    let missing = path.join(".");
+    let last = path.last().copied().unwrap_or("");
+    let d = Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("could not override `{}`: key `{missing}` is not in the config", o.key))
+        .with_key(o.key.clone())
+        .with_primary(Some(o.key_origin.clone()), "not in the config");
+    match did_you_mean(last, siblings.iter().copied()) {
+        Some(s) => {
+            let mut fixed: Vec<&str> = path[..path.len().saturating_sub(1)].to_vec();
+            fixed.push(s);
+            d.with_help(format!("did you mean `{}`? To add a new key use `+{}`", fixed.join("."), o.text.trim_start_matches('+')))
+        }
+        None => d.with_help(format!("to append to the config use `+{}`", o.text.trim_start_matches('+'))),
+    }
+}
+
+

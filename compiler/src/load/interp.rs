@@ -1,0 +1,588 @@
+//! OmegaConf interpolation over the composed tree: `${a.b}`, `${.sibling}`, `${..up}`,
+//! `${oc.select:path,default}`, `${oc.env:VAR,default}`, string interpolation
+//! (`ckpt/${trainer.project_name}`) and `\${` escapes. A whole-string interpolation keeps
+//! the referenced value's type (and subtree); a cycle is an error naming every step.
+
+use std::collections::HashSet;
+
+use super::node::{Node, Scalar, Value};
+use crate::codes;
+use crate::diag::Diagnostic;
+use crate::source::Origin;
+
+/// Resolve every interpolation in `root` in place. Problems are collected, not fatal:
+/// an unresolvable string is left as written.
+pub fn resolve_all(root: &mut Node) -> Vec<Diagnostic> {
+    let mut paths = Vec::new();
+    collect(root, &mut Vec::new(), &mut paths);
+    let mut r = Resolver { diags: Vec::new(), stack: Vec::new(), failed: HashSet::new() };
+    for p in paths {
+        r.resolve_path(root, &p);
+    }
+    r.diags
+}
+
+/// OmegaConf's `select` as Hydra uses it for `+key` and `~key`: the value at `path` with
+/// interpolations on the way (and inside it) resolved, `None` when the path is absent or
+/// passes through a non-container. Works on a copy; the tree is not changed.
+pub fn select(root: &Node, path: &[&str]) -> Result<Option<Node>, Diagnostic> {
+    let raw = select_raw(root, path);
+    if !raw.needs_resolution {
+        return Ok(raw.node.cloned());
+    }
+    let mut copy = root.clone();
+    let mut r = Resolver { diags: Vec::new(), stack: Vec::new(), failed: HashSet::new() };
+    let key = path.join(".");
+    match r.lookup(&mut copy, &[], &key, None) {
+        Ok(n) => match r.diags.into_iter().find(Diagnostic::is_error) {
+            Some(d) => Err(d),
+            None => Ok(n),
+        },
+        Err(d) => Err(*d),
+    }
+}
+
+struct RawSelect<'a> {
+    node: Option<&'a Node>,
+    /// An interpolation lies on the path or inside the selected value.
+    needs_resolution: bool,
+}
+
+fn select_raw<'a>(root: &'a Node, path: &[&str]) -> RawSelect<'a> {
+    let mut cur = root;
+    for seg in path {
+        if cur.as_str().is_some_and(|s| s.contains("${")) {
+            return RawSelect { node: None, needs_resolution: true };
+        }
+        match cur.child(seg) {
+            Some(n) => cur = n,
+            None => return RawSelect { node: None, needs_resolution: false },
+        }
+    }
+    let mut inner = Vec::new();
+    collect(cur, &mut Vec::new(), &mut inner);
+    RawSelect { node: Some(cur), needs_resolution: !inner.is_empty() }
+}
+
+fn collect(node: &Node, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    match &node.value {
+        Value::Scalar(Scalar::Str(s)) if s.contains("${") => out.push(path.clone()),
+        Value::Map(m) => {
+            for (k, e) in m {
+                path.push(k.clone());
+                collect(&e.node, path, out);
+                path.pop();
+            }
+        }
+        Value::Seq(items) => {
+            for (i, n) in items.iter().enumerate() {
+                path.push(i.to_string());
+                collect(n, path, out);
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn get<'a>(root: &'a Node, path: &[String]) -> Option<&'a Node> {
+    let mut cur = root;
+    for s in path {
+        cur = cur.child(s)?;
+    }
+    Some(cur)
+}
+
+fn get_mut<'a>(root: &'a mut Node, path: &[String]) -> Option<&'a mut Node> {
+    let mut cur = root;
+    for s in path {
+        cur = cur.child_mut(s)?;
+    }
+    Some(cur)
+}
+
+fn dotted(path: &[String]) -> String {
+    path.join(".")
+}
+
+/// One piece of an interpolated string.
+#[derive(Debug, Clone, PartialEq)]
+enum Piece {
+    Text(String),
+    Interp(Expr),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Expr {
+    Key(String),
+    Resolver { name: String, args: Vec<Vec<Piece>> },
+}
+
+fn parse_pieces(s: &str) -> Result<Vec<Piece>, String> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && s[i + 1..].starts_with("${") {
+            text.push_str("${");
+            i += 3;
+            continue;
+        }
+        if s[i..].starts_with("${") {
+            let end = matching_brace(s, i + 2).ok_or_else(|| format!("unclosed `${{` in `{s}`"))?;
+            if !text.is_empty() {
+                out.push(Piece::Text(std::mem::take(&mut text)));
+            }
+            out.push(Piece::Interp(parse_expr(&s[i + 2..end])?));
+            i = end + 1;
+            continue;
+        }
+        let c = s[i..].chars().next().unwrap_or(' ');
+        text.push(c);
+        i += c.len_utf8();
+    }
+    if !text.is_empty() {
+        out.push(Piece::Text(text));
+    }
+    Ok(out)
+}
+
+/// Index of the `}` closing a `${` whose body starts at `from`.
+fn matching_brace(s: &str, from: usize) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut depth = 1usize;
+    let mut i = from;
+    let mut quote: Option<u8> = None;
+    while i < b.len() {
+        match (quote, b[i]) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), b'\\') => i += 1,
+            (Some(_), _) => {}
+            (None, b'\'') | (None, b'"') => quote = Some(b[i]),
+            (None, b'{') => depth += 1,
+            (None, b'}') => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+fn parse_expr(body: &str) -> Result<Expr, String> {
+    let body = body.trim();
+    if body.is_empty() {
+        return Err("empty interpolation `${}`".into());
+    }
+    // A resolver call is `name:args`; a key never holds `:` outside brackets.
+    if let Some(colon) = body.find(':')
+        && !body[..colon].contains("${")
+        && body[..colon].chars().all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+    {
+        let name = body[..colon].to_string();
+        let args = split_args(&body[colon + 1..])?.into_iter().map(|a| parse_pieces(&a)).collect::<Result<_, _>>()?;
+        return Ok(Expr::Resolver { name, args });
+    }
+    Ok(Expr::Key(body.to_string()))
+}
+
+/// Split resolver arguments on top-level commas, keeping quotes, brackets and `${}` intact.
+fn split_args(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut depth = 0i32;
+    let mut quote: Option<char> = None;
+    for c in s.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => {
+                quote = None;
+                cur.push(c);
+            }
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                cur.push(c);
+            }
+            (None, '{' | '[') => {
+                depth += 1;
+                cur.push(c);
+            }
+            (None, '}' | ']') => {
+                depth -= 1;
+                cur.push(c);
+            }
+            (None, ',') if depth == 0 => out.push(std::mem::take(&mut cur)),
+            (None, c) => cur.push(c),
+        }
+    }
+    if quote.is_some() {
+        return Err(format!("unclosed quote in `{s}`"));
+    }
+    if !cur.is_empty() || !out.is_empty() {
+        out.push(cur);
+    }
+    Ok(out.into_iter().map(|a| a.trim().to_string()).collect())
+}
+
+/// Python's `repr(float)`, which OmegaConf's string interpolation uses.
+pub fn py_float(f: f64) -> String {
+    if f.is_nan() {
+        return "nan".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+    }
+    let exp = f.abs().log10().floor() as i32;
+    if !(-4..16).contains(&exp) {
+        // shortest round-trip digits in exponent form: 1e-06, 1.5e+20
+        let s = format!("{f:e}");
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let e: i32 = e.parse().unwrap_or(0);
+        let sign = if e < 0 { '-' } else { '+' };
+        format!("{m}e{sign}{:02}", e.abs())
+    } else {
+        let s = format!("{f}");
+        if s.contains('.') { s } else { format!("{s}.0") }
+    }
+}
+
+fn scalar_to_py_str(s: &Scalar) -> String {
+    match s {
+        Scalar::Null => "None".into(),
+        Scalar::Bool(true) => "True".into(),
+        Scalar::Bool(false) => "False".into(),
+        Scalar::Int(i) => i.to_string(),
+        Scalar::Float(f) => py_float(*f),
+        Scalar::Str(s) => s.clone(),
+    }
+}
+
+struct Resolver {
+    diags: Vec<Diagnostic>,
+    /// Paths being resolved, outermost first: a repeat is a cycle.
+    stack: Vec<Vec<String>>,
+    failed: HashSet<Vec<String>>,
+}
+
+impl Resolver {
+    /// Resolve the interpolation at `path` (if any) and everything it depends on.
+    fn resolve_path(&mut self, root: &mut Node, path: &[String]) -> bool {
+        let Some(node) = get(root, path) else { return false };
+        let Some(s) = node.as_str().filter(|s| s.contains("${")).map(str::to_string) else {
+            return true;
+        };
+        if self.failed.contains(path) {
+            return false;
+        }
+        let origin = node.origin.clone();
+        if let Some(i) = self.stack.iter().position(|p| p == path) {
+            let chain: Vec<String> = self.stack[i..].iter().map(|p| dotted(p)).chain([dotted(path)]).collect();
+            self.diags.push(
+                Diagnostic::error(codes::INTERP_CYCLE, format!("interpolation cycle: {}", chain.join(" -> ")))
+                    .with_key(dotted(path))
+                    .with_primary(origin, "this interpolation refers back to itself")
+                    .with_help("break the cycle by giving one of these keys a plain value"),
+            );
+            for p in &self.stack[i..] {
+                self.failed.insert(p.clone());
+            }
+            return false;
+        }
+        let pieces = match parse_pieces(&s) {
+            Ok(p) => p,
+            Err(msg) => {
+                self.fail(path, Diagnostic::error(codes::INTERP_SYNTAX, msg).with_primary(origin, "here"));
+                return false;
+            }
+        };
+        self.stack.push(path.to_vec());
+        let result = self.eval_pieces(root, path, &pieces, origin.as_ref());
+        self.stack.pop();
+        match result {
+            Ok(mut value) => {
+                value.via = origin.clone();
+                if value.origin.is_none() {
+                    value.origin = origin;
+                }
+                if let Some(slot) = get_mut(root, path) {
+                    *slot = value;
+                }
+                true
+            }
+            Err(d) => {
+                self.fail(path, *d);
+                false
+            }
+        }
+    }
+
+    fn fail(&mut self, path: &[String], d: Diagnostic) {
+        self.failed.insert(path.to_vec());
+        self.diags.push(d.with_key(dotted(path)));
+    }
+
+    fn eval_pieces(&mut self, root: &mut Node, at: &[String], pieces: &[Piece], origin: Option<&Origin>) -> Result<Node, Box<Diagnostic>> {
+        if let [Piece::Interp(e)] = pieces {
+            return self.eval_expr(root, at, e, origin);
+        }
+        let mut out = String::new();
+        for p in pieces {
+            match p {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Interp(e) => {
+                    let v = self.eval_expr(root, at, e, origin)?;
+                    match &v.value {
+                        Value::Scalar(s) => out.push_str(&scalar_to_py_str(s)),
+                        _ => out.push_str(&serde_json::to_string(&v.to_json()).unwrap_or_default()),
+                    }
+                }
+            }
+        }
+        Ok(Node::scalar(Scalar::Str(out), origin.cloned()))
+    }
+
+    fn eval_expr(&mut self, root: &mut Node, at: &[String], e: &Expr, origin: Option<&Origin>) -> Result<Node, Box<Diagnostic>> {
+        match e {
+            Expr::Key(k) => match self.lookup(root, at, k, origin)? {
+                Some(n) if n.is_missing() => Err(Box::new(
+                    Diagnostic::error(codes::MANDATORY_MISSING, format!("interpolation `${{{k}}}` refers to a mandatory value (`???`) that was never set"))
+                        .with_primary(origin.cloned(), "interpolated here")
+                        .with_secondary(n.origin.clone(), "declared mandatory here")
+                        .with_help(format!("set `{}` in your config or on the command line", self.abs_key(at, k))),
+                )),
+                Some(n) => Ok(n),
+                None => Err(Box::new(
+                    Diagnostic::error(codes::INTERP_KEY_MISSING, format!("interpolation key `{k}` not found"))
+                        .with_primary(origin.cloned(), "interpolated here")
+                        .with_help("use `${oc.select:key,default}` to fall back to a default when the key may be absent"),
+                )),
+            },
+            Expr::Resolver { name, args } => {
+                let mut vals = Vec::new();
+                for a in args {
+                    vals.push(self.eval_arg(root, at, a, origin)?);
+                }
+                match name.as_str() {
+                    "oc.select" => {
+                        let Some(Node { value: Value::Scalar(Scalar::Str(key)), .. }) = vals.first() else {
+                            return Err(Box::new(Diagnostic::error(codes::INTERP_SYNTAX, "`oc.select` needs a key").with_primary(origin.cloned(), "here")));
+                        };
+                        let key = key.clone();
+                        let default = vals.get(1).cloned();
+                        match self.lookup(root, at, &key, origin)? {
+                            Some(n) if !n.is_missing() => Ok(n),
+                            _ => Ok(default.unwrap_or_else(|| Node::null(origin.cloned()))),
+                        }
+                    }
+                    "oc.env" => {
+                        let Some(Node { value: Value::Scalar(Scalar::Str(var)), .. }) = vals.first() else {
+                            return Err(Box::new(Diagnostic::error(codes::INTERP_SYNTAX, "`oc.env` needs a variable name").with_primary(origin.cloned(), "here")));
+                        };
+                        match std::env::var(var) {
+                            Ok(v) => Ok(Node::scalar(Scalar::Str(v), origin.cloned())),
+                            Err(_) => match vals.get(1) {
+                                Some(d) => Ok(match &d.value {
+                                    Value::Scalar(Scalar::Null) => d.clone(),
+                                    Value::Scalar(s) => Node::scalar(Scalar::Str(scalar_to_py_str(s)), d.origin.clone()),
+                                    _ => d.clone(),
+                                }),
+                                None => Err(Box::new(
+                                    Diagnostic::error(codes::INTERP_KEY_MISSING, format!("environment variable `{var}` is not set"))
+                                        .with_primary(origin.cloned(), "read here")
+                                        .with_help(format!("export {var}=... or give a default: `${{oc.env:{var},default}}`")),
+                                )),
+                            },
+                        }
+                    }
+                    other => Err(Box::new(
+                        Diagnostic::error(codes::INTERP_RESOLVER, format!("unsupported resolver `{other}`"))
+                            .with_primary(origin.cloned(), "used here")
+                            .with_help("verlc supports `oc.select` and `oc.env`, the resolvers verl's configs use"),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// A resolver argument: a (possibly interpolated) OmegaConf element.
+    fn eval_arg(&mut self, root: &mut Node, at: &[String], a: &[Piece], origin: Option<&Origin>) -> Result<Node, Box<Diagnostic>> {
+        match a {
+            [Piece::Text(t)] => Ok(parse_arg_literal(t, origin)),
+            [] => Ok(Node::scalar(Scalar::Str(String::new()), origin.cloned())),
+            _ => self.eval_pieces(root, at, a, origin),
+        }
+    }
+
+    fn abs_key(&self, at: &[String], key: &str) -> String {
+        dotted(&absolute(at, key))
+    }
+
+    /// Find the node a key refers to, resolving interpolations along the way and inside
+    /// the found subtree (so copies carry resolved values).
+    fn lookup(&mut self, root: &mut Node, at: &[String], key: &str, _origin: Option<&Origin>) -> Result<Option<Node>, Box<Diagnostic>> {
+        let target = absolute(at, key);
+        // Resolve each prefix that is itself an interpolation.
+        for i in 1..=target.len() {
+            let prefix = &target[..i];
+            match get(root, prefix) {
+                None => return Ok(None),
+                Some(n) if n.as_str().is_some_and(|s| s.contains("${")) => {
+                    if !self.resolve_path(root, prefix) {
+                        return Err(Box::new(Diagnostic::error(codes::INTERP_KEY_MISSING, format!("`{key}` depends on an interpolation that failed")).with_primary(_origin.cloned(), "here")));
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        // Resolve inside a referenced subtree before copying it.
+        let mut inner = Vec::new();
+        if let Some(n) = get(root, &target) {
+            if !matches!(n.value, Value::Scalar(_)) {
+                collect(n, &mut target.clone(), &mut inner);
+            }
+        }
+        for p in inner {
+            self.resolve_path(root, &p);
+        }
+        Ok(get(root, &target).cloned())
+    }
+}
+
+/// `.x` is relative to the node holding the interpolation, `..x` to its parent, else absolute.
+fn absolute(at: &[String], key: &str) -> Vec<String> {
+    let dots = key.chars().take_while(|c| *c == '.').count();
+    let rest = &key[dots..];
+    let mut base: Vec<String> = if dots == 0 {
+        Vec::new()
+    } else {
+        let parent = &at[..at.len().saturating_sub(1)];
+        parent[..parent.len().saturating_sub(dots - 1)].to_vec()
+    };
+    for seg in rest.split('.').filter(|s| !s.is_empty()) {
+        // `a[0]` is the same as `a.0`
+        let mut s = seg;
+        while let Some(open) = s.find('[') {
+            if open > 0 {
+                base.push(s[..open].to_string());
+            }
+            let close = s[open..].find(']').map_or(s.len(), |c| open + c);
+            base.push(s[open + 1..close].to_string());
+            s = if close + 1 <= s.len() { &s[close + 1..] } else { "" };
+        }
+        if !s.is_empty() {
+            base.push(s.to_string());
+        }
+    }
+    base
+}
+
+/// OmegaConf's typing of a literal resolver argument (`null`, `1`, `{}`, `[]`, quoted).
+fn parse_arg_literal(t: &str, origin: Option<&Origin>) -> Node {
+    let t = t.trim();
+    let o = origin.cloned();
+    if t.len() >= 2 && ((t.starts_with('\'') && t.ends_with('\'')) || (t.starts_with('"') && t.ends_with('"'))) {
+        return Node::scalar(Scalar::Str(t[1..t.len() - 1].to_string()), o);
+    }
+    if t == "{}" {
+        return Node::empty_map(o);
+    }
+    if t == "[]" {
+        return Node::new(Value::Seq(Vec::new()), o);
+    }
+    let src = crate::source::SourceId(0);
+    if (t.starts_with('[') || t.starts_with('{'))
+        && let Ok(ov) = super::overrides::parse_override(&format!("x={t}"), src)
+        && let Some(mut v) = ov.value
+    {
+        strip_origins(&mut v, o.clone());
+        return v;
+    }
+    Node::scalar(super::overrides::type_primitive(t), o)
+}
+
+fn strip_origins(n: &mut Node, o: Option<Origin>) {
+    n.origin = o.clone();
+    match &mut n.value {
+        Value::Map(m) => m.values_mut().for_each(|e| {
+            e.key_origin = o.clone();
+            strip_origins(&mut e.node, o.clone())
+        }),
+        Value::Seq(items) => items.iter_mut().for_each(|i| strip_origins(i, o.clone())),
+        Value::Scalar(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::yaml;
+    use crate::source::{Source, SourceId, SourceKind};
+    use serde_json::json;
+
+    fn resolve(text: &str) -> (serde_json::Value, Vec<Diagnostic>) {
+        let src = Source::new("t.yaml", text, SourceKind::File);
+        let mut n = yaml::parse(&src, SourceId(0)).unwrap();
+        let d = resolve_all(&mut n);
+        (n.to_json(), d)
+    }
+
+    #[test]
+    fn absolute_relative_and_string_interpolation() {
+        let (v, d) = resolve(
+            "trainer:\n  project: p\n  exp: e\n  dir: ckpt/${trainer.project}/${.exp}\ndata:\n  len: 512\nrollout:\n  prompt: ${data.len}\n  resp: ${oc.select:data.resp,null}\n  n: ${oc.select:data.n, 1}\n  lr: ${oc.select:x.lr,1e-6}\n  mode: ${oc.select:x.mode,token-mean}\n  d: ${oc.select:x.d,{}}\n  q: ${oc.select:x.q,\"~/m\"}\n  up: ${..data.len}\n",
+        );
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(v["trainer"]["dir"], json!("ckpt/p/e"));
+        assert_eq!(v["rollout"]["prompt"], json!(512));
+        assert_eq!(v["rollout"]["resp"], json!(null));
+        assert_eq!(v["rollout"]["n"], json!(1));
+        assert_eq!(v["rollout"]["lr"], json!(1e-6));
+        assert_eq!(v["rollout"]["mode"], json!("token-mean"));
+        assert_eq!(v["rollout"]["d"], json!({}));
+        assert_eq!(v["rollout"]["q"], json!("~/m"));
+        assert_eq!(v["rollout"]["up"], json!(512));
+    }
+
+    #[test]
+    fn chains_subtrees_and_escapes() {
+        let (v, d) = resolve("a: ${b}\nb: ${c}\nc: 3\nsub: ${tree}\ntree:\n  x: ${c}\n  y: ${.x}\nesc: \\${c}\nf: v${fl}\nfl: 1e-6\nt: ${tb}x\ntb: true\n");
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(v["a"], json!(3));
+        assert_eq!(v["sub"], json!({"x": 3, "y": 3}));
+        assert_eq!(v["esc"], json!("${c}"));
+        assert_eq!(v["f"], json!("v1e-06"));
+        assert_eq!(v["t"], json!("Truex"));
+    }
+
+    #[test]
+    fn cycles_missing_keys_and_mandatory_values_are_reported() {
+        let (_, d) = resolve("a: ${b}\nb: ${a}\n");
+        assert_eq!(d[0].code, codes::INTERP_CYCLE);
+        let (_, d) = resolve("a: ${nope.x}\n");
+        assert_eq!(d[0].code, codes::INTERP_KEY_MISSING);
+        let (_, d) = resolve("a: ???\nb: ${a}\n");
+        assert_eq!(d[0].code, codes::MANDATORY_MISSING);
+        let (v, d) = resolve("a: ???\nb: ${oc.select:a,5}\n");
+        assert!(d.is_empty());
+        assert_eq!(v["b"], json!(5));
+        let (_, d) = resolve("a: ${oc.decode:x}\n");
+        assert_eq!(d[0].code, codes::INTERP_RESOLVER);
+    }
+
+    #[test]
+    fn python_float_repr() {
+        assert_eq!(py_float(1e-6), "1e-06");
+        assert_eq!(py_float(0.001), "0.001");
+        assert_eq!(py_float(1.5e20), "1.5e+20");
+        assert_eq!(py_float(3.0), "3.0");
+        assert_eq!(py_float(0.0001), "0.0001");
+    }
+}

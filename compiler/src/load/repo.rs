@@ -1,0 +1,138 @@
+//! Where configs are looked up: the ordered config search path of Hydra. Entries are
+//! directories on disk or verlc's built-in default tree (which also answers to verl's
+//! `pkg://verl.trainer.config`, so configs that extend verl's tree compose without verl).
+
+use std::path::{Path, PathBuf};
+
+use crate::config::builtin::BUILTIN_FILES;
+use crate::source::{Source, SourceKind};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SearchDir {
+    Dir(PathBuf),
+    Builtin,
+}
+
+/// Display prefix of built-in files in diagnostics.
+pub const BUILTIN_PREFIX: &str = "<verlc defaults>";
+
+#[derive(Clone, Debug, Default)]
+pub struct Repo {
+    pub search_path: Vec<SearchDir>,
+}
+
+impl Repo {
+    pub fn new(search_path: Vec<SearchDir>) -> Self {
+        Repo { search_path }
+    }
+
+    pub fn push(&mut self, dir: SearchDir) {
+        if !self.search_path.contains(&dir) {
+            self.search_path.push(dir);
+        }
+    }
+
+    /// Interpret a `hydra.searchpath` entry (`pkg://a.b`, `file://dir`, or a bare path).
+    pub fn search_dir_from_url(url: &str, cwd: &Path) -> Result<SearchDir, String> {
+        if let Some(pkg) = url.strip_prefix("pkg://") {
+            let pkg = pkg.trim_end_matches('/');
+            if pkg == "verl.trainer.config" || pkg == "verl/trainer/config" {
+                return Ok(SearchDir::Builtin);
+            }
+            return Err(format!(
+                "cannot search Python package `{pkg}`: verlc only knows verl's own `pkg://verl.trainer.config` (its built-in default tree); use `file://` with a directory instead"
+            ));
+        }
+        let path = url.strip_prefix("file://").unwrap_or(url);
+        let p = if Path::new(path).is_absolute() { PathBuf::from(path) } else { cwd.join(path) };
+        // Run outside a verl checkout, `file://verl/trainer/config` means verl's tree: ours.
+        if !p.is_dir() && path.trim_end_matches('/').ends_with("verl/trainer/config") {
+            return Ok(SearchDir::Builtin);
+        }
+        Ok(SearchDir::Dir(p))
+    }
+
+    /// Load `group/name` (without `.yaml`) from the first search dir that has it.
+    pub fn load(&self, config_path: &str) -> Option<Result<Source, String>> {
+        let rel = format!("{config_path}.yaml");
+        for dir in &self.search_path {
+            match dir {
+                SearchDir::Builtin => {
+                    if let Some((_, text)) = BUILTIN_FILES.iter().find(|(p, _)| *p == rel) {
+                        return Some(Ok(Source::new(format!("{BUILTIN_PREFIX}/{rel}"), *text, SourceKind::Builtin)));
+                    }
+                }
+                SearchDir::Dir(d) => {
+                    let p = d.join(&rel);
+                    if p.is_file() {
+                        return Some(
+                            std::fs::read_to_string(&p)
+                                .map(|text| Source::new(p.display().to_string(), text, SourceKind::File))
+                                .map_err(|e| format!("cannot read {}: {e}", p.display())),
+                        );
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    pub fn group_exists(&self, group: &str) -> bool {
+        if group.is_empty() {
+            return true;
+        }
+        let prefix = format!("{group}/");
+        self.search_path.iter().any(|dir| match dir {
+            SearchDir::Builtin => BUILTIN_FILES.iter().any(|(p, _)| p.starts_with(&prefix)),
+            SearchDir::Dir(d) => d.join(group).is_dir(),
+        })
+    }
+
+    /// Options of a group, for "available options" and "did you mean".
+    pub fn options(&self, group: &str) -> Vec<String> {
+        let prefix = if group.is_empty() { String::new() } else { format!("{group}/") };
+        let mut out: Vec<String> = Vec::new();
+        for dir in &self.search_path {
+            match dir {
+                SearchDir::Builtin => {
+                    for (p, _) in BUILTIN_FILES {
+                        if let Some(rest) = p.strip_prefix(&prefix)
+                            && let Some(name) = rest.strip_suffix(".yaml")
+                            && !name.contains('/')
+                        {
+                            out.push(name.to_string());
+                        }
+                    }
+                }
+                SearchDir::Dir(d) => {
+                    if let Ok(rd) = std::fs::read_dir(d.join(group)) {
+                        for e in rd.flatten() {
+                            let name = e.file_name().to_string_lossy().to_string();
+                            if let Some(stem) = name.strip_suffix(".yaml") {
+                                out.push(stem.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// Normalise `a/../b` style group paths.
+pub fn normalize_group(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    parts.join("/")
+}
