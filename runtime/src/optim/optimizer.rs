@@ -77,7 +77,6 @@ pub struct StepOutcome {
 pub(crate) struct ModelParam {
     pub(crate) name: String,
     pub(crate) tensor: Tensor,
-    pub(crate) in_grad_norm: bool,
 }
 
 pub(crate) struct FlatMember {
@@ -94,7 +93,6 @@ pub(crate) enum Storage {
 }
 
 pub(crate) struct Chunk {
-    pub(crate) device: Device,
     pub(crate) offloaded: bool,
     pub(crate) in_norm: bool,
     pub(crate) storage: Storage,
@@ -159,7 +157,7 @@ impl Optimizer {
                     Some((_, v)) => v.push(i),
                     None => plan.push((key, vec![i])),
                 }
-                params.push(ModelParam { name: p.name, tensor: p.tensor, in_grad_norm: p.in_grad_norm });
+                params.push(ModelParam { name: p.name, tensor: p.tensor });
             }
             let mut chunks = Vec::with_capacity(plan.len());
             for ((device, offloaded, aliased, in_norm), members) in plan {
@@ -181,7 +179,7 @@ impl Optimizer {
     ) -> Result<Chunk> {
         if aliased {
             let slots = members.iter().map(|&i| SlotState::new(cfg, &params[i].tensor)).collect::<Result<_>>()?;
-            return Ok(Chunk { device, offloaded, in_norm, storage: Storage::Aliased { members }, slots });
+            return Ok(Chunk { offloaded, in_norm, storage: Storage::Aliased { members }, slots });
         }
         let total: i64 = members.iter().map(|&i| params[i].tensor.numel() as i64).sum();
         let mut main = Tensor::f_zeros([total], (Kind::Float, device))?;
@@ -208,7 +206,7 @@ impl Optimizer {
             Ok(())
         })?;
         let slots = vec![SlotState::new(cfg, &main)?];
-        Ok(Chunk { device, offloaded, in_norm, storage: Storage::Flat { main, grad, members: flat }, slots })
+        Ok(Chunk { offloaded, in_norm, storage: Storage::Flat { main, grad, members: flat }, slots })
     }
 
     pub fn config(&self) -> &OptimizerConfig {

@@ -1,0 +1,237 @@
+//! Advantage estimators (verl.md §4.1, `algorithm.adv_estimator`). Every estimator takes
+//! `token_level_rewards` and `response_mask` (`[batch, response_len]`) and returns advantages
+//! and returns of the same shape, kind and device as the rewards. Outcome estimators use the
+//! per-sequence score `s_i = Σ_t r_{i,t}` and broadcast a scalar per sequence over its valid
+//! tokens (`A_{i,t} = A_i · m_{i,t}`); group-based ones take a [`GroupIndex`] (verl's `uid`).
+//!
+//! Estimation runs without autograd, in f64 on the host ([`dense`]), then is cast back.
+pub(crate) mod dense;
+pub mod gae;
+pub mod gpg;
+mod group;
+pub mod grpo;
+pub mod grpo_passk;
+pub mod opo;
+pub mod reinforce_pp;
+pub mod remax;
+pub mod rloo;
+
+use tch::{Device, Kind, Tensor};
+
+pub use group::GroupIndex;
+
+use self::dense::Rows;
+use super::names::verl_names;
+use super::{AlgoError, Result, check};
+
+verl_names! {
+    /// The advantage estimator (`algorithm.adv_estimator`).
+    pub enum AdvEstimator ("advantage estimator") {
+        /// Generalized advantage estimation with the critic's values (PPO).
+        Gae => "gae",
+        /// Group-normalised outcome score (GRPO; Dr. GRPO without the std).
+        Grpo => "grpo",
+        /// GRPO with the vectorised group statistics (variance floored at epsilon).
+        GrpoVectorized => "grpo_vectorized",
+        /// Only the best response of each group gets an advantage (pass@k).
+        GrpoPassk => "grpo_passk",
+        /// Discounted token returns, whitened over the batch (REINFORCE++).
+        ReinforcePlusPlus => "reinforce_plus_plus",
+        /// Score minus the group mean, whitened over the batch.
+        ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline",
+        /// Score minus the mean of the other responses of the group (RLOO).
+        Rloo => "rloo",
+        /// Vectorised RLOO (a singleton group gets advantage 0).
+        RlooVectorized => "rloo_vectorized",
+        /// Score minus the length-weighted group mean (OPO).
+        Opo => "opo",
+        /// Return minus the score of a greedy rollout of the same prompt (ReMax).
+        Remax => "remax",
+        /// Group-centred score rescaled by the share of non-zero scores (GPG).
+        Gpg => "gpg",
+    }
+}
+
+impl AdvEstimator {
+    /// True for the estimators that need the critic's `values` (only `gae`).
+    pub fn needs_values(self) -> bool {
+        self == AdvEstimator::Gae
+    }
+
+    /// True for the estimators that need a [`GroupIndex`].
+    pub fn needs_index(self) -> bool {
+        !matches!(self, AdvEstimator::Gae | AdvEstimator::ReinforcePlusPlus | AdvEstimator::Remax)
+    }
+
+    /// True for the estimators that need `reward_baselines` (only `remax`).
+    pub fn needs_reward_baselines(self) -> bool {
+        self == AdvEstimator::Remax
+    }
+}
+
+/// The `algorithm` parameters the estimators read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdvantageConfig {
+    /// Discount factor γ (`algorithm.gamma`; gae, reinforce_plus_plus).
+    pub gamma: f64,
+    /// GAE λ (`algorithm.lam`).
+    pub lam: f64,
+    /// Divide by the group std (`algorithm.norm_adv_by_std_in_grpo`; grpo, grpo_vectorized,
+    /// grpo_passk).
+    pub norm_adv_by_std_in_grpo: bool,
+    /// ε added to the group std (verl's 1e-6; also the variance floor of grpo_vectorized).
+    pub epsilon: f64,
+}
+
+impl Default for AdvantageConfig {
+    fn default() -> Self {
+        AdvantageConfig { gamma: 1.0, lam: 1.0, norm_adv_by_std_in_grpo: true, epsilon: 1e-6 }
+    }
+}
+
+/// The batch data an estimator may read.
+#[derive(Debug, Clone, Copy)]
+pub struct AdvantageInputs<'a> {
+    /// `[batch, response_len]` token-level rewards (scores minus any in-reward KL penalty).
+    pub token_level_rewards: &'a Tensor,
+    /// `[batch, response_len]`, 1 for tokens the policy generated.
+    pub response_mask: &'a Tensor,
+    /// `[batch, response_len]` critic values (gae).
+    pub values: Option<&'a Tensor>,
+    /// Group of each sample (the group-based estimators).
+    pub index: Option<&'a GroupIndex>,
+    /// `[batch]` summed reward of the greedy rollout of each prompt (remax).
+    pub reward_baselines: Option<&'a Tensor>,
+}
+
+impl<'a> AdvantageInputs<'a> {
+    pub fn new(token_level_rewards: &'a Tensor, response_mask: &'a Tensor) -> Self {
+        AdvantageInputs { token_level_rewards, response_mask, values: None, index: None, reward_baselines: None }
+    }
+
+    pub fn values(mut self, values: &'a Tensor) -> Self {
+        self.values = Some(values);
+        self
+    }
+
+    pub fn index(mut self, index: &'a GroupIndex) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    pub fn reward_baselines(mut self, reward_baselines: &'a Tensor) -> Self {
+        self.reward_baselines = Some(reward_baselines);
+        self
+    }
+}
+
+/// Advantages and returns, `[batch, response_len]`.
+#[derive(Debug)]
+pub struct Advantages {
+    pub advantages: Tensor,
+    pub returns: Tensor,
+}
+
+/// Runs estimator `est` (verl's `compute_advantage`).
+pub fn compute_advantage(est: AdvEstimator, inputs: &AdvantageInputs<'_>, cfg: &AdvantageConfig) -> Result<Advantages> {
+    let what = est.as_str();
+    let index = || inputs.index.ok_or(AlgoError::MissingInput { what, input: "index (group ids)" });
+    let (r, m) = (inputs.token_level_rewards, inputs.response_mask);
+    let eps = cfg.epsilon;
+    let norm = cfg.norm_adv_by_std_in_grpo;
+    match est {
+        AdvEstimator::Gae => {
+            let values = inputs.values.ok_or(AlgoError::MissingInput { what, input: "values" })?;
+            gae::compute(r, values, m, cfg.gamma, cfg.lam)
+        }
+        AdvEstimator::Grpo => grpo::compute(r, m, index()?, norm, eps),
+        AdvEstimator::GrpoVectorized => grpo::compute_vectorized(r, m, index()?, norm, eps),
+        AdvEstimator::GrpoPassk => grpo_passk::compute(r, m, index()?, norm, eps),
+        AdvEstimator::ReinforcePlusPlus => reinforce_pp::compute(r, m, cfg.gamma),
+        AdvEstimator::ReinforcePlusPlusBaseline => reinforce_pp::compute_baseline(r, m, index()?),
+        AdvEstimator::Rloo => rloo::compute(r, m, index()?),
+        AdvEstimator::RlooVectorized => rloo::compute_vectorized(r, m, index()?),
+        AdvEstimator::Opo => opo::compute(r, m, index()?),
+        AdvEstimator::Remax => {
+            let baselines =
+                inputs.reward_baselines.ok_or(AlgoError::MissingInput { what, input: "reward_baselines" })?;
+            remax::compute(r, baselines, m)
+        }
+        AdvEstimator::Gpg => gpg::compute(r, m, index()?),
+    }
+}
+
+/// Rewards and mask copied to the host, with what is needed to build the outputs.
+pub(crate) struct Batch {
+    pub rewards: Rows,
+    pub mask: Rows,
+    kind: Kind,
+    device: Device,
+}
+
+impl Batch {
+    /// Validates `[batch, response_len]` rewards and mask (plus `extra` tensors of the same
+    /// shape) and copies them to the host.
+    pub fn new(rewards: &Tensor, mask: &Tensor, extra: &[(&Tensor, &'static str)]) -> Result<Batch> {
+        let mut all = vec![(rewards, "token_level_rewards"), (mask, "response_mask")];
+        all.extend_from_slice(extra);
+        let (b, l) = check::same_2d(&all)?;
+        let kind = if rewards.is_floating_point() { rewards.f_kind()? } else { Kind::Float };
+        Ok(Batch {
+            rewards: Rows::from_tensor(rewards, b, l)?,
+            mask: Rows::from_tensor(mask, b, l)?,
+            kind,
+            device: rewards.device(),
+        })
+    }
+
+    pub fn batch(&self) -> usize {
+        self.rewards.batch
+    }
+
+    /// Host rows of another `[batch, response_len]` input.
+    pub fn rows(&self, t: &Tensor) -> Result<Rows> {
+        Rows::from_tensor(t, self.rewards.batch as i64, self.rewards.len as i64)
+    }
+
+    /// The outputs, in the rewards' kind and device.
+    pub fn finish(&self, advantages: &Rows, returns: &Rows) -> Result<Advantages> {
+        Ok(Advantages {
+            advantages: advantages.to_tensor(self.kind, self.device)?,
+            returns: returns.to_tensor(self.kind, self.device)?,
+        })
+    }
+
+    /// Outputs of an outcome estimator: advantages = returns = `a_i · m_{i,t}`.
+    pub fn finish_outcome(&self, per_sequence: &[f64]) -> Result<Advantages> {
+        let adv = dense::broadcast(per_sequence, &self.mask);
+        self.finish(&adv, &adv)
+    }
+}
+
+/// The common shape of the group-based outcome estimators: scores `s_i = Σ_t r_{i,t}`, one
+/// advantage per sequence from `f(scores, index)`, broadcast over the mask.
+pub(crate) fn outcome(
+    rewards: &Tensor,
+    mask: &Tensor,
+    index: &GroupIndex,
+    f: impl FnOnce(&[f64], &GroupIndex) -> Result<Vec<f64>>,
+) -> Result<Advantages> {
+    let batch = Batch::new(rewards, mask, &[])?;
+    index.check_len(batch.batch() as i64)?;
+    let scores = batch.rewards.row_sums();
+    let per_sequence = f(&scores, index)?;
+    batch.finish_outcome(&per_sequence)
+}
+
+/// Mean of the scores of `members`.
+pub(crate) fn group_mean(scores: &[f64], members: &[usize]) -> f64 {
+    members.iter().map(|&i| scores[i]).sum::<f64>() / members.len() as f64
+}
+
+/// Unbiased (Bessel) standard deviation of the scores of `members` (`torch.std`); needs two.
+pub(crate) fn group_std(scores: &[f64], members: &[usize]) -> f64 {
+    let mean = group_mean(scores, members);
+    let ss: f64 = members.iter().map(|&i| (scores[i] - mean).powi(2)).sum();
+    (ss / (members.len() as f64 - 1.0)).sqrt()
+}

@@ -1,0 +1,152 @@
+//! [`RlDataset`]: the rows of all files, optionally subsampled, with each prompt rendered
+//! through the chat template and tokenized, then filtered (`filter_overlong_prompts`) or
+//! truncated (`truncation`) to `max_prompt_length` as verl's `RLHFDataset` does.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::rng::Rng;
+use crate::tokenizer::Tokenizer;
+
+use super::{DataError, Sample, files};
+
+/// What happens to a prompt longer than `max_prompt_length` (verl's `data.truncation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Truncation {
+    /// Fail, naming the row.
+    #[default]
+    Error,
+    /// Keep the last tokens.
+    Left,
+    /// Keep the first tokens.
+    Right,
+    /// Keep the first `max/2` and the last `max - max/2` tokens.
+    Middle,
+}
+
+/// Cuts `ids` to `max` tokens; `None` means the prompt is too long and `mode` is `Error`.
+pub fn truncate(ids: &[i64], max: usize, mode: Truncation) -> Option<Vec<i64>> {
+    if ids.len() <= max {
+        return Some(ids.to_vec());
+    }
+    Some(match mode {
+        Truncation::Error => return None,
+        Truncation::Left => ids[ids.len() - max..].to_vec(),
+        Truncation::Right => ids[..max].to_vec(),
+        Truncation::Middle => {
+            let left = max / 2;
+            let right = max - left;
+            ids[..left].iter().chain(&ids[ids.len() - right..]).copied().collect()
+        }
+    })
+}
+
+/// The `data.*` settings a dataset needs.
+#[derive(Debug, Clone)]
+pub struct DatasetOptions {
+    pub prompt_key: String,
+    pub reward_fn_key: String,
+    pub max_prompt_length: usize,
+    pub truncation: Truncation,
+    pub filter_overlong_prompts: bool,
+    /// Use at most this many samples; `None` (verl's -1) uses all.
+    pub max_samples: Option<usize>,
+    /// Pick the `max_samples` subset at random (seeded) instead of the first rows.
+    pub shuffle: bool,
+    pub seed: u64,
+    /// `data.apply_chat_template_kwargs`.
+    pub chat_template_kwargs: Map<String, Value>,
+}
+
+impl Default for DatasetOptions {
+    fn default() -> Self {
+        DatasetOptions {
+            prompt_key: "prompt".into(),
+            reward_fn_key: "data_source".into(),
+            max_prompt_length: 512,
+            truncation: Truncation::Error,
+            filter_overlong_prompts: false,
+            max_samples: None,
+            shuffle: true,
+            seed: 1,
+            chat_template_kwargs: Map::new(),
+        }
+    }
+}
+
+/// A tokenized prompt with its sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptItem {
+    pub sample: Sample,
+    /// Chat-templated prompt ids (generation prompt added), at most `max_prompt_length`.
+    pub input_ids: Vec<i64>,
+    /// Where it came from: the file/address and its row number.
+    pub source: String,
+    pub row: usize,
+}
+
+/// A prepared prompt dataset.
+#[derive(Debug, Clone)]
+pub struct RlDataset {
+    pub items: Vec<PromptItem>,
+    /// Prompts dropped by `filter_overlong_prompts`.
+    pub filtered: usize,
+}
+
+impl RlDataset {
+    /// Reads, concatenates and prepares every file of `files` in order.
+    pub fn load(files: &[String], tokenizer: &Tokenizer, opts: &DatasetOptions) -> Result<Self, DataError> {
+        let mut rows: Vec<(String, usize, Map<String, Value>)> = Vec::new();
+        for f in files {
+            rows.extend(files::read_rows(f)?.into_iter().enumerate().map(|(i, r)| (f.clone(), i, r)));
+        }
+        if let Some(n) = opts.max_samples.filter(|n| *n < rows.len()) {
+            let mut idx: Vec<usize> = (0..rows.len()).collect();
+            if opts.shuffle {
+                Rng::new(opts.seed).shuffle(&mut idx);
+            }
+            idx.truncate(n);
+            idx.sort_unstable();
+            let mut keep = vec![false; rows.len()];
+            idx.iter().for_each(|&i| keep[i] = true);
+            let mut k = keep.into_iter();
+            rows.retain(|_| k.next().unwrap_or(false));
+        }
+        let mut items = Vec::with_capacity(rows.len());
+        let mut filtered = 0;
+        for (source, row, map) in rows {
+            let sample = Sample::from_row(map, &opts.prompt_key, &opts.reward_fn_key, row)
+                .map_err(|msg| DataError::Row { file: source.clone(), row, msg })?;
+            let ids = tokenizer
+                .encode_chat(&sample.prompt, true, &opts.chat_template_kwargs)
+                .map_err(|e| DataError::Tokenize { file: source.clone(), row, source: e })?;
+            if opts.filter_overlong_prompts && ids.len() > opts.max_prompt_length {
+                filtered += 1;
+                continue;
+            }
+            let input_ids = truncate(&ids, opts.max_prompt_length, opts.truncation).ok_or_else(|| {
+                DataError::TooLong { file: source.clone(), row, len: ids.len(), max: opts.max_prompt_length }
+            })?;
+            items.push(PromptItem { sample, input_ids, source, row });
+        }
+        if items.is_empty() {
+            let why = if filtered > 0 { format!(": all {filtered} prompts exceed max_prompt_length") } else { String::new() };
+            return Err(DataError::Empty(why));
+        }
+        Ok(RlDataset { items, filtered })
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The items at `indices` (e.g. one batch of a [`super::BatchSampler`]).
+    pub fn batch(&self, indices: &[usize]) -> Vec<&PromptItem> {
+        indices.iter().filter_map(|&i| self.items.get(i)).collect()
+    }
+}

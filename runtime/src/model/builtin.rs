@@ -1,0 +1,55 @@
+//! `builtin://tiny`: a small Qwen2-style decoder, randomly initialised from a seed, paired with
+//! the character-level tokenizer of [`crate::tokenizer::builtin`]; it needs no files and is
+//! sized for the built-in synthetic tasks (quickstart: GRPO on digit reversal, on CPU).
+//!
+//! Parameters (all optional): `layers` (4), `hidden` (128), `heads` (4), `kv_heads` (2),
+//! `intermediate` (384), `max_positions` (256), e.g. `builtin://tiny?layers=2&hidden=64`.
+
+use serde_json::{Map, json};
+
+use crate::builtin_uri::BuiltinUri;
+use crate::tokenizer::builtin as tok;
+
+use super::ModelConfig;
+
+/// The names `builtin://` models accept.
+pub const MODELS: &[&str] = &["tiny"];
+
+/// The config of a built-in model.
+pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
+    if uri.name != "tiny" {
+        return Err(format!("unknown builtin model `{}` (known: {})", uri.name, MODELS.join(", ")));
+    }
+    uri.check_keys(&["layers", "hidden", "heads", "kv_heads", "intermediate", "max_positions"])?;
+    let hidden: i64 = uri.get("hidden", 128)?;
+    let mut extra = Map::new();
+    extra.insert("architectures".into(), json!(["Qwen2ForCausalLM"]));
+    extra.insert("bos_token_id".into(), json!(null));
+    extra.insert("eos_token_id".into(), json!(tok::EOS_ID));
+    extra.insert("pad_token_id".into(), json!(tok::PAD_ID));
+    extra.insert("torch_dtype".into(), json!("float32"));
+    extra.insert("attention_dropout".into(), json!(0.0));
+    let cfg = ModelConfig {
+        model_type: "qwen2".into(),
+        vocab_size: tok::vocab_size() as i64,
+        hidden_size: hidden,
+        intermediate_size: uri.get("intermediate", 3 * hidden)?,
+        num_hidden_layers: uri.get("layers", 4)?,
+        num_attention_heads: uri.get("heads", 4)?,
+        num_key_value_heads: Some(uri.get("kv_heads", 2)?),
+        head_dim: None,
+        rms_norm_eps: 1e-6,
+        rope_theta: 10000.0,
+        rope_scaling: None,
+        max_position_embeddings: uri.get("max_positions", 256)?,
+        tie_word_embeddings: true,
+        attention_bias: None,
+        mlp_bias: false,
+        hidden_act: "silu".into(),
+        initializer_range: 0.02,
+        use_sliding_window: false,
+        extra,
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}

@@ -1,0 +1,241 @@
+//! The decoder backbone of the Llama / Qwen2 / Qwen3 family, one struct per block in the order
+//! of Hugging Face's `modeling_qwen2.py`: RMSNorm, MLP, attention, decoder layer, model.
+//!
+//! Constructors register zero-initialised variables under the checkpoint's names
+//! (`model.layers.{i}.self_attn.q_proj.weight` …) and never open files; weights come from
+//! [`super::load`] or [`super::init`]. Differences between the architectures are three flags
+//! of [`ModelConfig`]: `qkv_bias` (Qwen2, or `attention_bias`), `o_bias` and `qk_norm` (Qwen3).
+
+use tch::nn::{Init, Path};
+use tch::{Kind, Tensor};
+
+use super::cache::{KvCache, causal_padding_mask};
+use super::rope::{RotaryEmbedding, apply_rotary};
+use super::ModelConfig;
+
+/// `y = x W^T + b` with the weight (out, in) as in PyTorch.
+#[derive(Debug)]
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn new(p: Path, in_dim: i64, out_dim: i64, bias: bool) -> Self {
+        let weight = p.var("weight", &[out_dim, in_dim], Init::Const(0.0));
+        let bias = bias.then(|| p.var("bias", &[out_dim], Init::Const(0.0)));
+        Linear { weight, bias }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// Root-mean-square norm, computed in f32 and cast back before the weight (as transformers).
+#[derive(Debug)]
+pub struct RmsNorm {
+    pub weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(p: Path, dim: i64, eps: f64) -> Self {
+        RmsNorm { weight: p.var("weight", &[dim], Init::Const(1.0)), eps }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let xf = x.to_kind(Kind::Float);
+        let var = xf.square().mean_dim(-1, true, Kind::Float);
+        let normed = xf * (var + self.eps).rsqrt();
+        &self.weight * normed.to_kind(kind)
+    }
+}
+
+/// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`.
+#[derive(Debug)]
+pub struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    pub fn new(cfg: &ModelConfig, p: Path) -> Self {
+        let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        Mlp {
+            gate_proj: Linear::new(&p / "gate_proj", h, i, b),
+            up_proj: Linear::new(&p / "up_proj", h, i, b),
+            down_proj: Linear::new(&p / "down_proj", i, h, b),
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.down_proj.forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+    }
+}
+
+/// Grouped-query self-attention with RoPE, optional q/k norm and an optional KV cache.
+#[derive(Debug)]
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+    layer: usize,
+}
+
+impl Attention {
+    pub fn new(cfg: &ModelConfig, p: Path, layer: usize) -> Self {
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+        let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
+        let norm = |name: &str| cfg.qk_norm().then(|| RmsNorm::new(&p / name, hd, cfg.rms_norm_eps));
+        Attention {
+            q_proj: Linear::new(&p / "q_proj", h, q, cfg.qkv_bias()),
+            k_proj: Linear::new(&p / "k_proj", h, kv, cfg.qkv_bias()),
+            v_proj: Linear::new(&p / "v_proj", h, kv, cfg.qkv_bias()),
+            o_proj: Linear::new(&p / "o_proj", q, h, cfg.o_bias()),
+            q_norm: norm("q_norm"),
+            k_norm: norm("k_norm"),
+            heads: cfg.num_attention_heads,
+            kv_heads: cfg.kv_heads(),
+            head_dim: hd,
+            layer,
+        }
+    }
+
+    /// `x` (B, T, hidden); `mask` (B, 1, T, S) boolean or `None` for plain causal attention
+    /// over exactly the T given positions.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor {
+        let (b, t) = (x.size()[0], x.size()[1]);
+        let heads = |proj: &Linear, n: i64, norm: &Option<RmsNorm>| {
+            let y = proj.forward(x).view([b, t, n, self.head_dim]);
+            let y = match norm {
+                Some(norm) => norm.forward(&y),
+                None => y,
+            };
+            y.transpose(1, 2)
+        };
+        let q = apply_rotary(&heads(&self.q_proj, self.heads, &self.q_norm), cos, sin);
+        let k = apply_rotary(&heads(&self.k_proj, self.kv_heads, &self.k_norm), cos, sin);
+        let v = heads(&self.v_proj, self.kv_heads, &None);
+        let (k, v) = match cache {
+            Some(cache) => cache.update(self.layer, &k, &v),
+            None => (k, v),
+        };
+        let causal = mask.is_none() && t > 1;
+        let y = Tensor::scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            mask,
+            0.0,
+            causal,
+            None,
+            self.heads != self.kv_heads,
+        );
+        self.o_proj.forward(&y.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+    }
+}
+
+/// Pre-norm residual block: attention then MLP.
+#[derive(Debug)]
+pub struct DecoderLayer {
+    self_attn: Attention,
+    mlp: Mlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+}
+
+impl DecoderLayer {
+    pub fn new(cfg: &ModelConfig, p: Path, layer: usize) -> Self {
+        let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
+        DecoderLayer {
+            self_attn: Attention::new(cfg, &p / "self_attn", layer),
+            mlp: Mlp::new(cfg, &p / "mlp"),
+            input_layernorm: RmsNorm::new(&p / "input_layernorm", h, eps),
+            post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", h, eps),
+        }
+    }
+
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor {
+        let h = x + self.self_attn.forward(&self.input_layernorm.forward(x), cos, sin, mask, cache);
+        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
+        h + out
+    }
+}
+
+/// The backbone (`model.*`): embeddings, decoder layers, final norm. Returns hidden states.
+#[derive(Debug)]
+pub struct Model {
+    pub embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    rotary: RotaryEmbedding,
+}
+
+impl Model {
+    /// Registers the backbone under `p` (normally `vs.root() / "model"`). The config must have
+    /// passed [`ModelConfig::validate`].
+    pub fn new(cfg: &ModelConfig, p: Path) -> Result<Self, String> {
+        let rotary = RotaryEmbedding::new(cfg, p.device())?;
+        let embed_tokens = (&p / "embed_tokens").var("weight", &[cfg.vocab_size, cfg.hidden_size], Init::Const(0.0));
+        let layers = (0..cfg.num_hidden_layers as usize)
+            .map(|i| DecoderLayer::new(cfg, &p / "layers" / i, i))
+            .collect();
+        let norm = RmsNorm::new(&p / "norm", cfg.hidden_size, cfg.rms_norm_eps);
+        Ok(Model { embed_tokens, layers, norm, rotary })
+    }
+
+    /// Hidden states (B, T, hidden) of `input_ids` (B, T) at `position_ids` (B, T).
+    ///
+    /// `attention_mask` (B, past+T), 1 for real tokens and 0 for padding, covers the cached
+    /// positions too; `None` means no padding. With a cache, the new keys/values are appended.
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        mut cache: Option<&mut KvCache>,
+    ) -> Tensor {
+        let t = input_ids.size()[1];
+        let past = cache.as_ref().map_or(0, |c| c.len());
+        let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
+        let mask = match attention_mask {
+            Some(m) => Some(causal_padding_mask(m, past, t)),
+            None if past > 0 && t > 1 => {
+                let ones = Tensor::ones([input_ids.size()[0], past + t], (Kind::Bool, input_ids.device()));
+                Some(causal_padding_mask(&ones, past, t))
+            }
+            None => None,
+        };
+        for layer in &self.layers {
+            x = layer.forward(&x, &cos, &sin, mask.as_ref(), cache.as_deref_mut());
+        }
+        if let Some(c) = cache {
+            c.advance(t);
+        }
+        self.norm.forward(&x)
+    }
+}

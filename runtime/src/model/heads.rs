@@ -1,0 +1,80 @@
+//! Heads on the backbone: the causal LM (`lm_head`, or the tied embedding) for the actor,
+//! reference and rollout, and the value head (`score`, as `*ForTokenClassification` with one
+//! label) for the critic.
+
+use tch::nn::Path;
+use tch::{Kind, Tensor};
+
+use super::cache::KvCache;
+use super::decoder::{Linear, Model};
+use super::ModelConfig;
+
+/// `*ForCausalLM`: backbone plus vocabulary projection.
+#[derive(Debug)]
+pub struct CausalLm {
+    pub model: Model,
+    lm_head: Option<Linear>,
+    pub config: ModelConfig,
+}
+
+impl CausalLm {
+    /// Registers `model.*` and, unless embeddings are tied, `lm_head.weight` under `root`.
+    pub fn new(cfg: &ModelConfig, root: Path) -> Result<Self, String> {
+        cfg.validate()?;
+        let model = Model::new(cfg, &root / "model")?;
+        let lm_head =
+            (!cfg.tie_word_embeddings).then(|| Linear::new(&root / "lm_head", cfg.hidden_size, cfg.vocab_size, false));
+        Ok(CausalLm { model, lm_head, config: cfg.clone() })
+    }
+
+    /// Logits (B, T, vocab) in the model's dtype. See [`Model::forward`] for the arguments.
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor {
+        self.logits(&self.model.forward(input_ids, position_ids, attention_mask, cache))
+    }
+
+    /// Projects hidden states (…, hidden) to logits (…, vocab).
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        match &self.lm_head {
+            Some(head) => head.forward(hidden),
+            None => hidden.linear::<&Tensor>(&self.model.embed_tokens, None),
+        }
+    }
+
+    pub fn device(&self) -> tch::Device {
+        self.model.embed_tokens.device()
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.model.embed_tokens.kind()
+    }
+}
+
+/// `*ForTokenClassification` with `num_labels = 1`: one value per token (the critic).
+#[derive(Debug)]
+pub struct ValueModel {
+    pub model: Model,
+    score: Linear,
+    pub config: ModelConfig,
+}
+
+impl ValueModel {
+    /// Registers `model.*` and `score.{weight,bias}` under `root`.
+    pub fn new(cfg: &ModelConfig, root: Path) -> Result<Self, String> {
+        cfg.validate()?;
+        let model = Model::new(cfg, &root / "model")?;
+        let score = Linear::new(&root / "score", cfg.hidden_size, 1, true);
+        Ok(ValueModel { model, score, config: cfg.clone() })
+    }
+
+    /// Values (B, T) in f32.
+    pub fn forward(&self, input_ids: &Tensor, position_ids: &Tensor, attention_mask: Option<&Tensor>) -> Tensor {
+        let hidden = self.model.forward(input_ids, position_ids, attention_mask, None);
+        self.score.forward(&hidden).squeeze_dim(-1).to_kind(Kind::Float)
+    }
+}

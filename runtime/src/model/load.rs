@@ -1,0 +1,239 @@
+//! Loading Hugging Face safetensors checkpoints into a VarStore whose names are the
+//! checkpoint's names: `model.safetensors`, or shards listed in
+//! `model.safetensors.index.json`. Files are memory-mapped; tensors are converted to the
+//! variable's dtype and device on copy, and may be sliced for tensor parallelism.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensors};
+use tch::nn::VarStore;
+use tch::{Kind, Tensor};
+
+use super::ModelError;
+
+pub const SINGLE_FILE: &str = "model.safetensors";
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// The weight files of a checkpoint directory.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub dir: PathBuf,
+    /// The index file, for sharded checkpoints.
+    pub index: Option<PathBuf>,
+    pub files: Vec<PathBuf>,
+    /// Tensor name -> position in `files`, from the index (empty for a single file).
+    weight_map: BTreeMap<String, usize>,
+}
+
+impl Checkpoint {
+    /// Finds the weights in `dir` (the index wins over a single file when both exist).
+    pub fn open(dir: &Path) -> Result<Self, ModelError> {
+        let index = dir.join(INDEX_FILE);
+        if index.is_file() {
+            return Self::from_index(dir, index);
+        }
+        let single = dir.join(SINGLE_FILE);
+        if single.is_file() {
+            return Ok(Checkpoint { dir: dir.to_owned(), index: None, files: vec![single], weight_map: BTreeMap::new() });
+        }
+        Err(ModelError::NoWeights { dir: dir.to_owned() })
+    }
+
+    fn from_index(dir: &Path, index: PathBuf) -> Result<Self, ModelError> {
+        let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
+        let bad = |msg: String| ModelError::Index { file: index.clone(), msg };
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| bad("no `weight_map` object".to_owned()))?;
+        let mut files: Vec<PathBuf> = Vec::new();
+        let mut pos: HashMap<String, usize> = HashMap::new();
+        let mut weight_map = BTreeMap::new();
+        for (name, file) in map {
+            let file = file.as_str().ok_or_else(|| bad(format!("`{name}` maps to a non-string")))?;
+            if file.contains('/') || file.contains("..") {
+                return Err(bad(format!("`{name}` maps to `{file}`, which is not a file name in the directory")));
+            }
+            let next = files.len();
+            let i = *pos.entry(file.to_owned()).or_insert(next);
+            if i == next {
+                let path = dir.join(file);
+                if !path.is_file() {
+                    return Err(bad(format!("shard `{file}` (holding `{name}`) does not exist")));
+                }
+                files.push(path);
+            }
+            weight_map.insert(name.clone(), i);
+        }
+        Ok(Checkpoint { dir: dir.to_owned(), index: Some(index), files, weight_map })
+    }
+}
+
+/// Slice of a tensor for one rank: `dim` split into `world_size` equal parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub dim: i64,
+    pub rank: i64,
+    pub world_size: i64,
+}
+
+/// How [`load_weights`] treats sharding, absent and surplus tensors.
+#[derive(Default)]
+pub struct LoadOptions<'a> {
+    /// Per-tensor shard hint (column-parallel: dim 0, row-parallel: dim 1).
+    pub shard: Option<&'a dyn Fn(&str) -> Option<Shard>>,
+    /// Name prefixes that may be absent from the checkpoint; those variables keep their values
+    /// (e.g. `score.` for a value head initialised fresh on a causal-LM checkpoint).
+    pub allow_missing: Vec<String>,
+    /// Fail on checkpoint tensors that are not variables (default: report them).
+    pub strict_unexpected: bool,
+}
+
+/// What a load did.
+#[derive(Debug, Default, Clone)]
+pub struct LoadReport {
+    pub loaded: usize,
+    /// Variables left as they were (allowed by `allow_missing`).
+    pub missing: Vec<String>,
+    /// Checkpoint tensors that are no variable (tied `lm_head.weight`, rotary buffers …).
+    pub unexpected: Vec<String>,
+}
+
+pub(crate) fn kind_of(dtype: Dtype) -> Option<Kind> {
+    Some(match dtype {
+        Dtype::F32 => Kind::Float,
+        Dtype::F16 => Kind::Half,
+        Dtype::BF16 => Kind::BFloat16,
+        Dtype::F64 => Kind::Double,
+        Dtype::I64 => Kind::Int64,
+        Dtype::I32 => Kind::Int,
+        Dtype::I16 => Kind::Int16,
+        Dtype::I8 => Kind::Int8,
+        Dtype::U8 => Kind::Uint8,
+        Dtype::BOOL => Kind::Bool,
+        _ => return None,
+    })
+}
+
+/// Copies every checkpoint tensor into the variable of the same name.
+pub fn load_weights(vs: &VarStore, ckpt: &Checkpoint, opts: &LoadOptions) -> Result<LoadReport, ModelError> {
+    let vars = vs.variables();
+    let mut report = LoadReport::default();
+    let mut seen: HashSet<String> = HashSet::new();
+    for (fi, file) in ckpt.files.iter().enumerate() {
+        let handle = std::fs::File::open(file).map_err(|e| ModelError::io(file, e))?;
+        // SAFETY: the map is read-only and lives only during this loop iteration; a file
+        // changed concurrently by another process could give wrong values, never UB in Rust
+        // code that only reads bytes.
+        let bytes = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| ModelError::io(file, e))?;
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| diagnose(file, &bytes, &e.to_string()))?;
+        if let Some(index) = &ckpt.index {
+            let names: HashSet<&String> = st.names().into_iter().collect();
+            if let Some((name, _)) = ckpt.weight_map.iter().find(|(n, i)| **i == fi && !names.contains(n)) {
+                return Err(ModelError::MissingFromShard { index: index.clone(), file: file.clone(), tensor: name.clone() });
+            }
+        }
+        for (name, view) in st.tensors() {
+            let Some(var) = vars.get(&name) else {
+                if opts.strict_unexpected && !ignorable(&name) {
+                    return Err(ModelError::Unexpected { file: file.clone(), tensor: name });
+                }
+                report.unexpected.push(name);
+                continue;
+            };
+            let kind = kind_of(view.dtype()).ok_or_else(|| ModelError::Dtype {
+                file: file.clone(),
+                tensor: name.clone(),
+                dtype: format!("{:?}", view.dtype()),
+            })?;
+            let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+            let src = Tensor::f_from_data_size(view.data(), &shape, kind)?;
+            let src = match opts.shard.and_then(|f| f(&name)) {
+                Some(s) => shard(&src, s).map_err(|msg| ModelError::Shard { file: file.clone(), tensor: name.clone(), msg })?,
+                None => src,
+            };
+            if src.size() != var.size() {
+                return Err(ModelError::ShapeMismatch { file: file.clone(), tensor: name, expected: var.size(), found: shape });
+            }
+            tch::no_grad(|| var.shallow_clone().f_copy_(&src))?;
+            seen.insert(name);
+            report.loaded += 1;
+        }
+    }
+    let mut missing: Vec<&String> = vars.keys().filter(|n| !seen.contains(*n)).collect();
+    missing.sort();
+    let (allowed, fatal): (Vec<&String>, Vec<&String>) =
+        missing.into_iter().partition(|n| opts.allow_missing.iter().any(|p| n.starts_with(p.as_str())));
+    if let Some(first) = fatal.first() {
+        return Err(ModelError::Missing { dir: ckpt.dir.clone(), tensor: (*first).clone(), more: fatal.len() - 1 });
+    }
+    report.missing = allowed.into_iter().cloned().collect();
+    Ok(report)
+}
+
+/// Tensors a checkpoint may carry that are never parameters.
+fn ignorable(name: &str) -> bool {
+    name == "lm_head.weight" || name.ends_with("rotary_emb.inv_freq")
+}
+
+fn shard(t: &Tensor, s: Shard) -> Result<Tensor, String> {
+    let size = t.size();
+    let len = *size.get(s.dim as usize).ok_or_else(|| format!("no dim {} in shape {size:?}", s.dim))?;
+    if s.world_size <= 0 || len % s.world_size != 0 || s.rank < 0 || s.rank >= s.world_size {
+        return Err(format!("dim {} of size {len} cannot be split {} ways for rank {}", s.dim, s.world_size, s.rank));
+    }
+    let part = len / s.world_size;
+    Ok(t.narrow(s.dim, s.rank * part, part))
+}
+
+/// Names the tensor at fault in a file that safetensors rejected, by reading its header.
+fn diagnose(file: &Path, bytes: &[u8], err: &str) -> ModelError {
+    let corrupt = |tensor: Option<String>, msg: String| ModelError::Corrupt { file: file.to_owned(), tensor, msg };
+    if bytes.len() < 8 {
+        return corrupt(None, format!("file is {} bytes, shorter than the 8-byte header length", bytes.len()));
+    }
+    let mut len8 = [0u8; 8];
+    len8.copy_from_slice(&bytes[..8]);
+    let n = u64::from_le_bytes(len8) as usize;
+    let Some(header) = bytes.get(8..8usize.saturating_add(n)) else {
+        return corrupt(None, format!("header of {n} bytes runs past the end of the file ({} bytes)", bytes.len()));
+    };
+    let Ok(json) = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(header) else {
+        return corrupt(None, format!("header is not valid JSON ({err})"));
+    };
+    let body = bytes.len() - 8 - n;
+    for (name, info) in json.iter().filter(|(k, _)| *k != "__metadata__") {
+        let offsets: Vec<u64> = info
+            .get("data_offsets")
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+            .unwrap_or_default();
+        let numel: u64 = info
+            .get("shape")
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).product())
+            .unwrap_or(0);
+        let width = match info.get("dtype").and_then(|v| v.as_str()) {
+            Some("F64" | "I64" | "U64") => 8,
+            Some("F32" | "I32" | "U32") => 4,
+            Some("F16" | "BF16" | "I16" | "U16") => 2,
+            _ => 1,
+        };
+        match offsets.as_slice() {
+            [a, b] if *b as usize > body => {
+                return corrupt(
+                    Some(name.clone()),
+                    format!("data [{a}, {b}) runs past the end of the data section ({body} bytes): file truncated"),
+                );
+            }
+            [a, b] if b.saturating_sub(*a) != numel * width => {
+                return corrupt(Some(name.clone()), format!("{} bytes of data for {numel} elements", b.saturating_sub(*a)));
+            }
+            [_, _] => {}
+            _ => return corrupt(Some(name.clone()), "invalid `data_offsets`".to_owned()),
+        }
+    }
+    corrupt(None, err.to_owned())
+}

@@ -1,0 +1,139 @@
+//! `from_pretrained`-style entry points: a model path (a Hugging Face checkpoint directory or
+//! a `builtin://` model) to a VarStore plus a causal LM or value model, in a dtype on a device.
+
+use std::path::{Path, PathBuf};
+
+use tch::nn::VarStore;
+use tch::{Device, Kind};
+
+use crate::builtin_uri::BuiltinUri;
+
+use super::init::{init_weights, init_weights_where};
+use super::load::{Checkpoint, LoadOptions, LoadReport, load_weights};
+use super::{CausalLm, ModelConfig, ModelError, ValueModel, builtin};
+
+/// Where a model comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// A directory with `config.json` and safetensors weights.
+    Dir(PathBuf),
+    /// A `builtin://` model, randomly initialised.
+    Builtin(BuiltinUri),
+}
+
+impl ModelSource {
+    pub fn parse(path: &str) -> Result<Self, ModelError> {
+        match BuiltinUri::parse(path) {
+            Some(uri) => Ok(ModelSource::Builtin(uri.map_err(|msg| ModelError::Source { path: path.into(), msg })?)),
+            None => Ok(ModelSource::Dir(PathBuf::from(path))),
+        }
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> Result<ModelConfig, ModelError> {
+        match self {
+            ModelSource::Dir(dir) => ModelConfig::from_file(&dir.join("config.json")),
+            ModelSource::Builtin(uri) => {
+                builtin::config(uri).map_err(|msg| ModelError::Source { path: format!("builtin://{}", uri.name), msg })
+            }
+        }
+    }
+}
+
+/// Which head to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    CausalLm,
+    Value,
+}
+
+/// Parameter dtype (verl's `model_dtype` / `param_dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    Fp32,
+    Bf16,
+    Fp16,
+}
+
+impl Precision {
+    pub fn kind(self) -> Kind {
+        match self {
+            Precision::Fp32 => Kind::Float,
+            Precision::Bf16 => Kind::BFloat16,
+            Precision::Fp16 => Kind::Half,
+        }
+    }
+
+    /// verl's spellings: fp32/float32, bf16/bfloat16, fp16/float16/half.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "fp32" | "float32" | "float" => Some(Precision::Fp32),
+            "bf16" | "bfloat16" => Some(Precision::Bf16),
+            "fp16" | "float16" | "half" => Some(Precision::Fp16),
+            _ => None,
+        }
+    }
+}
+
+/// A model with its variables.
+#[derive(Debug)]
+pub struct LoadedModel<M> {
+    pub vs: VarStore,
+    pub model: M,
+    pub config: ModelConfig,
+    pub report: LoadReport,
+}
+
+fn build<M>(
+    path: &str,
+    device: Device,
+    precision: Precision,
+    seed: u64,
+    kind: ModelKind,
+    new: impl FnOnce(&ModelConfig, &VarStore) -> Result<M, String>,
+) -> Result<LoadedModel<M>, ModelError> {
+    let source = ModelSource::parse(path)?;
+    let config = source.config()?;
+    let mut vs = VarStore::new(device);
+    let model = new(&config, &vs).map_err(|msg| ModelError::Source { path: path.into(), msg })?;
+    vs.set_kind(precision.kind());
+    let report = match &source {
+        ModelSource::Builtin(_) => {
+            init_weights(&vs, config.initializer_range, seed)?;
+            LoadReport::default()
+        }
+        ModelSource::Dir(dir) => {
+            let ckpt = Checkpoint::open(dir)?;
+            let allow_missing = match kind {
+                ModelKind::Value => vec!["score.".to_owned()],
+                ModelKind::CausalLm => vec![],
+            };
+            let report = load_weights(&vs, &ckpt, &LoadOptions { allow_missing, ..LoadOptions::default() })?;
+            let fresh = report.missing.clone();
+            init_weights_where(&vs, config.initializer_range, seed, |n| fresh.iter().any(|m| m == n))?;
+            report
+        }
+    };
+    Ok(LoadedModel { vs, model, config, report })
+}
+
+/// A causal LM from a checkpoint directory or `builtin://tiny` (initialised from `seed`).
+pub fn from_pretrained(path: &str, device: Device, precision: Precision, seed: u64) -> Result<LoadedModel<CausalLm>, ModelError> {
+    build(path, device, precision, seed, ModelKind::CausalLm, |cfg, vs| CausalLm::new(cfg, vs.root()))
+}
+
+/// A value model (critic). From a causal-LM checkpoint the `score` head is initialised fresh
+/// (as `AutoModelForTokenClassification.from_pretrained` does); `lm_head` is ignored.
+pub fn value_from_pretrained(
+    path: &str,
+    device: Device,
+    precision: Precision,
+    seed: u64,
+) -> Result<LoadedModel<ValueModel>, ModelError> {
+    build(path, device, precision, seed, ModelKind::Value, |cfg, vs| ValueModel::new(cfg, vs.root()))
+}
+
+/// True when `path` names a checkpoint directory with weights (for error messages early).
+pub fn has_weights(path: &Path) -> bool {
+    Checkpoint::open(path).is_ok()
+}

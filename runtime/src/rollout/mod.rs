@@ -1,0 +1,33 @@
+//! The rollout engine: batched generation on a [`crate::model::CausalLm`] with a preallocated
+//! KV cache and left-padded prompts ([`engine`]), logits processing and seeded sampling
+//! ([`sampling`]), and log-probs / entropy of given sequences in micro-batches through the
+//! training forward ([`logprob`]).
+//!
+//! Output layout follows verl's rollout `DataProto`: `prompts` (left-padded), `responses`
+//! (right-padded to the response length), `input_ids`, `attention_mask`, `position_ids`,
+//! `response_mask` and `rollout_log_probs`.
+
+pub mod engine;
+pub mod logprob;
+pub mod params;
+pub mod sampling;
+
+pub use engine::{RolloutOutput, StopTokens, generate};
+pub use logprob::{
+    LogProbOutput, ProbsDiff, compute_log_probs, entropy_from_logits, log_probs_from_logits, probs_diff,
+    response_log_probs,
+};
+pub use params::{LogProbPath, SamplingParams};
+
+/// Errors of generation and log-prob computation.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("invalid sampling parameters: {0}")]
+    Params(String),
+    #[error("prompt {index}: {msg}")]
+    Prompt { index: usize, msg: String },
+    #[error("invalid batch: {0}")]
+    Batch(String),
+    #[error("{0}")]
+    Torch(#[from] tch::TchError),
+}

@@ -1,0 +1,66 @@
+//! Choosing the next token from logits: greedy argmax, or temperature, top-k and top-p
+//! filtering (in transformers' warper order) followed by inverse-CDF sampling with one uniform
+//! number per sequence from that sequence's own seeded stream, so results do not depend on
+//! libtorch's global generator, on batch composition or on other concurrent users.
+
+use tch::{Kind, Tensor};
+
+use crate::rng::Rng;
+
+use super::SamplingParams;
+
+/// Drops tokens outside the top `k` logits (`k <= 0`: keep all).
+pub fn top_k_filter(logits: &Tensor, k: i64) -> Tensor {
+    let vocab = logits.size()[logits.dim() - 1];
+    if k <= 0 || k >= vocab {
+        return logits.shallow_clone();
+    }
+    let (values, _) = logits.topk(k, -1, true, true);
+    let kth = values.narrow(-1, k - 1, 1);
+    logits.masked_fill(&logits.lt_tensor(&kth), f64::NEG_INFINITY)
+}
+
+/// Nucleus filtering: drops the least likely tokens whose cumulative probability is at most
+/// `1 - p`, always keeping the most likely one (transformers' `TopPLogitsWarper`).
+pub fn top_p_filter(logits: &Tensor, p: f64) -> Tensor {
+    if p >= 1.0 {
+        return logits.shallow_clone();
+    }
+    let (sorted, indices) = logits.sort(-1, false);
+    let cum = sorted.softmax(-1, Kind::Float).cumsum(-1, Kind::Float);
+    let remove = cum.le(1.0 - p);
+    let last = remove.size()[1] - 1;
+    let _ = remove.narrow(1, last, 1).fill_(0);
+    let remove = remove.scatter(1, &indices, &remove);
+    logits.masked_fill(&remove, f64::NEG_INFINITY)
+}
+
+/// The chosen tokens (N,) and their log-probabilities (N,) for logits (N, V).
+///
+/// Log-probabilities are taken under `log_softmax(logits / temperature)` before top-k/top-p
+/// filtering (temperature 1 for greedy), which is the distribution the actor evaluates.
+pub fn next_tokens(logits: &Tensor, params: &SamplingParams, rngs: &mut [Rng]) -> (Tensor, Tensor) {
+    let logits = logits.to_kind(Kind::Float);
+    if params.is_greedy() {
+        let tokens = logits.argmax(-1, false);
+        let logp = logits.log_softmax(-1, Kind::Float).gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
+        return (tokens, logp);
+    }
+    let scaled = if params.temperature == 1.0 { logits } else { logits / params.temperature };
+    let filtered = top_p_filter(&top_k_filter(&scaled, params.top_k), params.top_p);
+    let tokens = sample(&filtered.softmax(-1, Kind::Float), rngs);
+    let logp = scaled.log_softmax(-1, Kind::Float).gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
+    (tokens, logp)
+}
+
+/// One draw per row of `probs` (N, V) by inverse CDF with the row's generator.
+pub fn sample(probs: &Tensor, rngs: &mut [Rng]) -> Tensor {
+    let vocab = probs.size()[1];
+    let cdf = probs.cumsum(-1, Kind::Float);
+    // 24-bit uniforms in [0, 1); shrinking by 2^-20 keeps the target strictly below the total
+    // despite f32 rounding, so the search never lands past the last token with mass.
+    let u: Vec<f32> = rngs.iter_mut().map(|r| (r.next_u64() >> 40) as f32 / (1u64 << 24) as f32).collect();
+    let u = Tensor::from_slice(&u).to_device(probs.device()).unsqueeze(-1);
+    let target = u * cdf.narrow(1, vocab - 1, 1) * (1.0 - 1.0 / (1u64 << 20) as f64);
+    target.searchsorted(&cdf, false, true, "right", None::<Tensor>).squeeze_dim(-1).clamp_max(vocab - 1)
+}
