@@ -77,7 +77,7 @@ fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
     }
     let Some(site) = torch_root.parent() else { return Vec::new() };
     let nvidia = site.join("nvidia");
-    ["cu13/include", "nccl/include", "cuda_runtime/include", "cuda_nvcc/include"]
+    ["cu13/include", "cu13/include/cccl", "nccl/include", "cuda_runtime/include", "cuda_nvcc/include"]
         .iter()
         .map(|d| nvidia.join(d))
         .filter(|d| d.is_dir())

@@ -97,3 +97,22 @@ fn missing_rank_rendezvous_times_out() {
     assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
     assert!(matches!(err, DistError::Store { .. } | DistError::Init { .. }), "{err}");
 }
+
+/// NCCL is compiled only with the `cuda` feature; without it (or without a GPU) creating an
+/// NCCL group is an error, not a crash.
+#[test]
+fn nccl_unavailable_is_an_error() {
+    use runtime::dist::Backend;
+    assert_eq!(Backend::Nccl.is_available(), cfg!(feature = "cuda"));
+    if tch::Cuda::is_available() {
+        return; // a GPU machine: the NCCL path is exercised elsewhere
+    }
+    let env = runtime::dist::DistEnv {
+        master_port: runtime::dist::free_port("127.0.0.1").unwrap(),
+        ..runtime::dist::DistEnv::single()
+    };
+    let opts = InitOptions { backend: Backend::Nccl, timeout: Duration::from_secs(10), ..InitOptions::default() };
+    let err = ProcessGroup::init(&env, &opts).unwrap_err();
+    eprintln!("{err}");
+    assert!(matches!(err, DistError::Init { backend: Backend::Nccl, .. }), "{err}");
+}
