@@ -7,7 +7,7 @@
 //! | [`KlKind::Abs`] | `abs` | `\|Δ\|` |
 //! | [`KlKind::K2`] | `mse`, `k2` | `½Δ²` |
 //! | [`KlKind::K3`] | `low_var_kl`, `k3` | `δ = clamp(−Δ, −20, 20)`; `clamp(e^δ − δ − 1, −10, 10)` |
-//! | [`KlKind::Full`] | `full` | `Σ_v π(v)(log π(v) − log π_ref(v))` over full-vocabulary log-probs |
+//! | [`KlKind::Full`] | `full` | `Σ_v π(v)(log π(v) − log π_ref(v))` over `[batch, len, vocab]` log-probs |
 //!
 //! A name ending in `+` is straight-through: the value of the named estimator with the gradient
 //! of `k2` (`b − sg(b) + sg(f)` with `f` the forward and `b` the backward estimator). k1 and k3
@@ -125,8 +125,8 @@ impl std::fmt::Display for KlEstimator {
 }
 
 /// The value of one estimator. For [`KlKind::Full`], `log_prob` and `ref_log_prob` are
-/// full-vocabulary log-probs `[.., vocab]` and the result drops the last dimension; for the
-/// others they are token log-probs of any (equal) shape.
+/// full-vocabulary log-probs `[batch, response_len, vocab]` and the result is
+/// `[batch, response_len]`; for the others they are token log-probs of any (equal) shape.
 pub fn kl_value(kind: KlKind, log_prob: &Tensor, ref_log_prob: &Tensor) -> Result<Tensor> {
     check::shape(ref_log_prob, "ref_log_prob", &log_prob.size())?;
     check::device(ref_log_prob, "ref_log_prob", "log_prob", log_prob.device())?;
@@ -141,10 +141,10 @@ pub fn kl_value(kind: KlKind, log_prob: &Tensor, ref_log_prob: &Tensor) -> Resul
             d.f_exp()?.f_sub(&d)?.f_sub_scalar(1.0)?.f_clamp(-10.0, 10.0)?
         }
         KlKind::Full => {
-            if log_prob.dim() < 1 {
+            if log_prob.dim() != 3 {
                 return Err(AlgoError::Shape {
                     name: "log_prob",
-                    expected: "[.., vocab] log-probs for the full KL".into(),
+                    expected: "[batch, response_len, vocab] log-probs for the full KL".into(),
                     got: log_prob.size(),
                 });
             }

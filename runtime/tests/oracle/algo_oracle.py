@@ -440,7 +440,7 @@ def case_pl():
                     key = f"{name}/{mode}/{scope}/{wname}"
                     out[key + "/loss"] = loss
                     out[key + "/grad"] = x.grad
-                    meta["metrics"][key] = {k: float(v) for k, v in met.items()}
+                    meta["metrics"][key] = {k: float(v.detach()) for k, v in met.items()}
     save("pl", out, meta)
 
 

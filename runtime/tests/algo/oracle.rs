@@ -1,0 +1,53 @@
+//! Runs tests/oracle/algo_oracle.py once and loads its outputs.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use tch::Tensor;
+
+fn dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = crate::common::temp_dir("algo_oracle");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/algo_oracle.py");
+        let py = crate::common::python();
+        assert!(
+            py.exists(),
+            "the algo oracle needs the project venv's python at {} (with torch): run scripts/setup first \
+             (or set VERLC_PYTHON)",
+            py.display()
+        );
+        let status = std::process::Command::new(&py)
+            .arg(&script)
+            .arg(&out)
+            .env("OMP_NUM_THREADS", "1")
+            .status()
+            .unwrap_or_else(|e| panic!("running {} failed ({e}): run scripts/setup first", py.display()));
+        assert!(status.success(), "algo oracle failed ({status}); is torch installed? run scripts/setup");
+        out
+    })
+}
+
+/// The tensors and the JSON parameters of one oracle group.
+pub struct Group {
+    tensors: HashMap<String, Tensor>,
+    pub meta: serde_json::Value,
+}
+
+impl Group {
+    pub fn get(&self, key: &str) -> &Tensor {
+        self.tensors.get(key).unwrap_or_else(|| panic!("oracle has no tensor {key}"))
+    }
+
+    pub fn f64(&self, key: &str) -> f64 {
+        self.get(key).double_value(&[])
+    }
+}
+
+pub fn load(group: &str) -> Group {
+    let st = dir().join(format!("{group}.safetensors"));
+    let tensors = Tensor::read_safetensors(&st).unwrap_or_else(|e| panic!("{}: {e}", st.display())).into_iter().collect();
+    let js = dir().join(format!("{group}.json"));
+    let meta = serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    Group { tensors, meta }
+}
