@@ -21,7 +21,10 @@ fn main() {
              Run `source scripts/cargo-env` (after scripts/setup) before cargo."
         );
     };
-    let torch_root = lib.parent().map(Path::to_path_buf).unwrap_or_else(|| lib.clone());
+    let torch_root = lib
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| lib.clone());
     let include = torch_root.join("include");
     let cuda = env::var_os("CARGO_FEATURE_CUDA").is_some();
     let abi = env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned());
@@ -46,7 +49,10 @@ fn main() {
         );
     }
     if cuda {
-        build.define("VERLC_CUDA", None).define("USE_C10D_NCCL", None).define("USE_CUDA", None);
+        build
+            .define("VERLC_CUDA", None)
+            .define("USE_C10D_NCCL", None)
+            .define("USE_CUDA", None);
         for dir in cuda_include_dirs(&torch_root) {
             build.include(dir);
         }
@@ -75,11 +81,19 @@ fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
     if let Ok(list) = env::var("VERLC_CUDA_INCLUDE") {
         return env::split_paths(&list).collect();
     }
-    let Some(site) = torch_root.parent() else { return Vec::new() };
+    let Some(site) = torch_root.parent() else {
+        return Vec::new();
+    };
     let nvidia = site.join("nvidia");
-    ["cu13/include", "cu13/include/cccl", "nccl/include", "cuda_runtime/include", "cuda_nvcc/include"]
-        .iter()
-        .map(|d| nvidia.join(d))
-        .filter(|d| d.is_dir())
-        .collect()
+    [
+        "cu13/include",
+        "cu13/include/cccl",
+        "nccl/include",
+        "cuda_runtime/include",
+        "cuda_nvcc/include",
+    ]
+    .iter()
+    .map(|d| nvidia.join(d))
+    .filter(|d| d.is_dir())
+    .collect()
 }

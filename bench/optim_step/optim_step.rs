@@ -7,10 +7,9 @@
 use std::time::Instant;
 
 use runtime::ops;
-use runtime::optim::param_groups::{megatron_param_groups, MegatronGroupsConfig};
+use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups};
 use runtime::optim::{NamedParam, Optimizer, OptimizerConfig, Precision};
 use tch::{Device, Kind, Tensor};
-
 
 /// Layer shapes shared with peer.py: 4 layers of hidden 1024, ffn 4096 (~50.4M params).
 fn shapes() -> Vec<(String, Vec<i64>)> {
@@ -67,8 +66,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut params = Vec::new();
     let mut grads = Vec::new();
     for (name, shape) in shapes() {
-        let t = (Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)) * 0.02).to_kind(Kind::BFloat16).set_requires_grad(true);
-        grads.push((Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)) * 1e-3).to_kind(Kind::BFloat16));
+        let t = (Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)) * 0.02)
+            .to_kind(Kind::BFloat16)
+            .set_requires_grad(true);
+        grads.push(
+            (Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)) * 1e-3)
+                .to_kind(Kind::BFloat16),
+        );
         params.push(NamedParam::new(name, t));
     }
     let model: Vec<Tensor> = params.iter().map(|p| p.tensor.shallow_clone()).collect();

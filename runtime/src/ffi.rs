@@ -4,7 +4,7 @@
 //! [`take_error`] turns into a `String` and frees.
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{CStr, c_char, c_int, c_void};
 
 #[repr(C)]
 pub struct vlc_store {
@@ -35,7 +35,12 @@ unsafe extern "C" {
         out: *mut *mut vlc_store,
     ) -> *mut c_char;
     pub fn vlc_store_free(s: *mut vlc_store);
-    pub fn vlc_store_set(s: *mut vlc_store, key: *const c_char, data: *const u8, len: usize) -> *mut c_char;
+    pub fn vlc_store_set(
+        s: *mut vlc_store,
+        key: *const c_char,
+        data: *const u8,
+        len: usize,
+    ) -> *mut c_char;
     pub fn vlc_store_get(
         s: *mut vlc_store,
         key: *const c_char,
@@ -43,7 +48,12 @@ unsafe extern "C" {
         len: *mut usize,
     ) -> *mut c_char;
     pub fn vlc_free_bytes(p: *mut u8);
-    pub fn vlc_store_add(s: *mut vlc_store, key: *const c_char, value: i64, out: *mut i64) -> *mut c_char;
+    pub fn vlc_store_add(
+        s: *mut vlc_store,
+        key: *const c_char,
+        value: i64,
+        out: *mut i64,
+    ) -> *mut c_char;
     pub fn vlc_store_set_timeout(s: *mut vlc_store, timeout_ms: i64) -> *mut c_char;
 
     pub fn vlc_pg_gloo_new(
@@ -92,8 +102,20 @@ unsafe extern "C" {
         root: c_int,
         timeout_ms: i64,
     ) -> *mut c_char;
-    pub fn vlc_pg_send(pg: *mut vlc_pg, t: TensorPtr, dst: c_int, tag: c_int, timeout_ms: i64) -> *mut c_char;
-    pub fn vlc_pg_recv(pg: *mut vlc_pg, t: TensorPtr, src: c_int, tag: c_int, timeout_ms: i64) -> *mut c_char;
+    pub fn vlc_pg_send(
+        pg: *mut vlc_pg,
+        t: TensorPtr,
+        dst: c_int,
+        tag: c_int,
+        timeout_ms: i64,
+    ) -> *mut c_char;
+    pub fn vlc_pg_recv(
+        pg: *mut vlc_pg,
+        t: TensorPtr,
+        src: c_int,
+        tag: c_int,
+        timeout_ms: i64,
+    ) -> *mut c_char;
     pub fn vlc_pg_barrier(pg: *mut vlc_pg, timeout_ms: i64) -> *mut c_char;
 
     pub fn vlc_fused_adamw(
@@ -133,10 +155,24 @@ unsafe extern "C" {
         found_inf: TensorPtr,
         inv_scale: TensorPtr,
     ) -> *mut c_char;
-    pub fn vlc_foreach_norm(tensors: *const TensorPtr, n: usize, ord: f64, out: *mut TensorPtr) -> *mut c_char;
-    pub fn vlc_foreach_copy(dst: *const TensorPtr, src: *const TensorPtr, n: usize, non_blocking: c_int) -> *mut c_char;
+    pub fn vlc_foreach_norm(
+        tensors: *const TensorPtr,
+        n: usize,
+        ord: f64,
+        out: *mut TensorPtr,
+    ) -> *mut c_char;
+    pub fn vlc_foreach_copy(
+        dst: *const TensorPtr,
+        src: *const TensorPtr,
+        n: usize,
+        non_blocking: c_int,
+    ) -> *mut c_char;
     pub fn vlc_foreach_mul_scalar(tensors: *const TensorPtr, n: usize, s: f64) -> *mut c_char;
-    pub fn vlc_foreach_mul_tensor(tensors: *const TensorPtr, n: usize, scalar: TensorPtr) -> *mut c_char;
+    pub fn vlc_foreach_mul_tensor(
+        tensors: *const TensorPtr,
+        n: usize,
+        scalar: TensorPtr,
+    ) -> *mut c_char;
     pub fn vlc_tensor_set_grad(tensor: TensorPtr, grad: TensorPtr) -> *mut c_char;
 }
 

@@ -18,7 +18,10 @@ fn check(op: &'static str, err: *mut std::ffi::c_char) -> Result<()> {
 
 fn same_len(op: &'static str, lens: &[usize]) -> Result<()> {
     if lens.windows(2).any(|w| w[0] != w[1]) {
-        return Err(OpError { op, message: format!("tensor lists differ in length: {lens:?}") });
+        return Err(OpError {
+            op,
+            message: format!("tensor lists differ in length: {lens:?}"),
+        });
     }
     Ok(())
 }
@@ -42,6 +45,7 @@ pub struct AdamWArgs {
 /// `steps` are fp32 scalars already incremented for this step (torch increments them first).
 /// With `found_inf` (a 1-element fp32 tensor) set to non-zero the kernel leaves everything
 /// untouched; `grad_scale` divides the grads first.
+#[allow(clippy::too_many_arguments)] // mirrors the kernel's signature
 pub fn fused_adamw(
     params: &[Tensor],
     grads: &[Tensor],
@@ -52,11 +56,26 @@ pub fn fused_adamw(
     grad_scale: Option<&Tensor>,
     found_inf: Option<&Tensor>,
 ) -> Result<()> {
-    same_len("fused_adamw", &[params.len(), grads.len(), exp_avgs.len(), exp_avg_sqs.len(), steps.len()])?;
+    same_len(
+        "fused_adamw",
+        &[
+            params.len(),
+            grads.len(),
+            exp_avgs.len(),
+            exp_avg_sqs.len(),
+            steps.len(),
+        ],
+    )?;
     if params.is_empty() {
         return Ok(());
     }
-    let (p, g, m, v, s) = (ffi::tptrs(params), ffi::tptrs(grads), ffi::tptrs(exp_avgs), ffi::tptrs(exp_avg_sqs), ffi::tptrs(steps));
+    let (p, g, m, v, s) = (
+        ffi::tptrs(params),
+        ffi::tptrs(grads),
+        ffi::tptrs(exp_avgs),
+        ffi::tptrs(exp_avg_sqs),
+        ffi::tptrs(steps),
+    );
     // SAFETY: every tensor outlives the call; lists have equal length.
     let err = unsafe {
         ffi::vlc_fused_adamw(
@@ -106,7 +125,11 @@ pub fn fused_sgd(
     if params.is_empty() {
         return Ok(());
     }
-    let (p, g, b) = (ffi::tptrs(params), ffi::tptrs(grads), ffi::tptrs(momentum_bufs));
+    let (p, g, b) = (
+        ffi::tptrs(params),
+        ffi::tptrs(grads),
+        ffi::tptrs(momentum_bufs),
+    );
     // SAFETY: every tensor outlives the call; lists checked above.
     let err = unsafe {
         ffi::vlc_fused_sgd(
@@ -130,13 +153,24 @@ pub fn fused_sgd(
 
 /// `torch._amp_foreach_non_finite_check_and_unscale_`: `g *= inv_scale` for every grad and
 /// `found_inf := 1` if any element is inf/nan. Both scalars live on the grads' device.
-pub fn non_finite_check_and_unscale(grads: &[Tensor], found_inf: &Tensor, inv_scale: &Tensor) -> Result<()> {
+pub fn non_finite_check_and_unscale(
+    grads: &[Tensor],
+    found_inf: &Tensor,
+    inv_scale: &Tensor,
+) -> Result<()> {
     if grads.is_empty() {
         return Ok(());
     }
     let g = ffi::tptrs(grads);
     // SAFETY: tensors outlive the call.
-    let err = unsafe { ffi::vlc_foreach_non_finite_check_and_unscale(g.as_ptr(), g.len(), ffi::tptr(found_inf), ffi::tptr(inv_scale)) };
+    let err = unsafe {
+        ffi::vlc_foreach_non_finite_check_and_unscale(
+            g.as_ptr(),
+            g.len(),
+            ffi::tptr(found_inf),
+            ffi::tptr(inv_scale),
+        )
+    };
     check("non_finite_check_and_unscale", err)
 }
 
@@ -151,7 +185,10 @@ pub fn foreach_norm(ts: &[Tensor], ord: f64) -> Result<Vec<Tensor>> {
     let err = unsafe { ffi::vlc_foreach_norm(p.as_ptr(), p.len(), ord, out.as_mut_ptr()) };
     check("foreach_norm", err)?;
     // SAFETY: each pointer is a `new at::Tensor` handed over to tch, which frees it on drop.
-    Ok(out.into_iter().map(|t| unsafe { Tensor::from_ptr(t as *mut torch_sys::C_tensor) }).collect())
+    Ok(out
+        .into_iter()
+        .map(|t| unsafe { Tensor::from_ptr(t as *mut torch_sys::C_tensor) })
+        .collect())
 }
 
 /// `torch._foreach_copy_(dst, src)`: per-pair copy with dtype/device conversion.
@@ -162,7 +199,8 @@ pub fn foreach_copy(dst: &[Tensor], src: &[Tensor], non_blocking: bool) -> Resul
     }
     let (d, s) = (ffi::tptrs(dst), ffi::tptrs(src));
     // SAFETY: tensors outlive the call.
-    let err = unsafe { ffi::vlc_foreach_copy(d.as_ptr(), s.as_ptr(), d.len(), non_blocking as i32) };
+    let err =
+        unsafe { ffi::vlc_foreach_copy(d.as_ptr(), s.as_ptr(), d.len(), non_blocking as i32) };
     check("foreach_copy", err)
 }
 

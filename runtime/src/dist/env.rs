@@ -39,18 +39,27 @@ impl DistEnv {
     /// `srun` launches. MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to 29500 only for a
     /// world of one.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>> {
-        let pick = |primary: &'static str, fallback: &'static str| -> Option<(&'static str, String)> {
-            get(primary).map(|v| (primary, v)).or_else(|| get(fallback).map(|v| (fallback, v)))
-        };
+        let pick =
+            |primary: &'static str, fallback: &'static str| -> Option<(&'static str, String)> {
+                get(primary)
+                    .map(|v| (primary, v))
+                    .or_else(|| get(fallback).map(|v| (fallback, v)))
+            };
         let Some((rank_var, rank)) = pick("RANK", "SLURM_PROCID") else {
             return Ok(None);
         };
         let rank = parse_usize(rank_var, &rank)?;
-        let (ws_var, world) = pick("WORLD_SIZE", "SLURM_NTASKS")
-            .ok_or(DistError::MissingEnv { var: "WORLD_SIZE", needed_by: "RANK" })?;
+        let (ws_var, world) = pick("WORLD_SIZE", "SLURM_NTASKS").ok_or(DistError::MissingEnv {
+            var: "WORLD_SIZE",
+            needed_by: "RANK",
+        })?;
         let world_size = parse_usize(ws_var, &world)?;
         if world_size == 0 {
-            return Err(DistError::BadEnv { var: ws_var, value: world, reason: "must be positive".into() });
+            return Err(DistError::BadEnv {
+                var: ws_var,
+                value: world,
+                reason: "must be positive".into(),
+            });
         }
         if rank >= world_size {
             return Err(DistError::BadEnv {
@@ -70,7 +79,12 @@ impl DistEnv {
         let master_addr = match get("MASTER_ADDR") {
             Some(a) if !a.is_empty() => a,
             _ if world_size == 1 => "127.0.0.1".to_owned(),
-            _ => return Err(DistError::MissingEnv { var: "MASTER_ADDR", needed_by: "WORLD_SIZE > 1" }),
+            _ => {
+                return Err(DistError::MissingEnv {
+                    var: "MASTER_ADDR",
+                    needed_by: "WORLD_SIZE > 1",
+                });
+            }
         };
         let master_port = match get("MASTER_PORT") {
             Some(p) => p.trim().parse::<u16>().map_err(|e| DistError::BadEnv {
@@ -79,16 +93,31 @@ impl DistEnv {
                 reason: e.to_string(),
             })?,
             None if world_size == 1 => 29500,
-            None => return Err(DistError::MissingEnv { var: "MASTER_PORT", needed_by: "WORLD_SIZE > 1" }),
+            None => {
+                return Err(DistError::MissingEnv {
+                    var: "MASTER_PORT",
+                    needed_by: "WORLD_SIZE > 1",
+                });
+            }
         };
-        Ok(Some(DistEnv { rank, world_size, local_rank, local_world_size, master_addr, master_port }))
+        Ok(Some(DistEnv {
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            master_addr,
+            master_port,
+        }))
     }
 }
 
 fn parse_usize(var: &'static str, value: &str) -> Result<usize> {
-    value.trim().parse::<usize>().map_err(|e| DistError::BadEnv {
-        var,
-        value: value.to_owned(),
-        reason: e.to_string(),
-    })
+    value
+        .trim()
+        .parse::<usize>()
+        .map_err(|e| DistError::BadEnv {
+            var,
+            value: value.to_owned(),
+            reason: e.to_string(),
+        })
 }

@@ -2,14 +2,14 @@
 use std::ffi::CString;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tch::{Device, Tensor};
 
-use super::store::{millis, Store};
-use super::{DistEnv, DistError, Result, DEFAULT_TIMEOUT};
+use super::store::{Store, millis};
+use super::{DEFAULT_TIMEOUT, DistEnv, DistError, Result};
 use crate::ffi;
 
 /// Which c10d backend a group runs on.
@@ -85,7 +85,11 @@ pub struct InitOptions {
 
 impl Default for InitOptions {
     fn default() -> Self {
-        InitOptions { backend: Backend::Gloo, timeout: DEFAULT_TIMEOUT, gloo_device: GlooDevice::Auto }
+        InitOptions {
+            backend: Backend::Gloo,
+            timeout: DEFAULT_TIMEOUT,
+            gloo_device: GlooDevice::Auto,
+        }
     }
 }
 
@@ -147,16 +151,32 @@ impl ProcessGroup {
                 backend: opts.backend,
                 rank: env.rank,
                 size: env.world_size,
-                message: "this build has no NCCL (enable the `cuda` feature of verlc-runtime)".into(),
+                message: "this build has no NCCL (enable the `cuda` feature of verlc-runtime)"
+                    .into(),
             });
         }
-        let store = Store::tcp(&env.master_addr, env.master_port, env.world_size, env.rank == 0, opts.timeout)?;
+        let store = Store::tcp(
+            &env.master_addr,
+            env.master_port,
+            env.world_size,
+            env.rank == 0,
+            opts.timeout,
+        )?;
         let device = match opts.backend {
             Backend::Gloo => Device::Cpu,
             Backend::Nccl => Device::Cuda(env.local_rank),
         };
         let global_ranks: Vec<usize> = (0..env.world_size).collect();
-        Self::create(store, "world".into(), env.rank, global_ranks, opts.backend, device, opts.timeout, opts.gloo_device.clone())
+        Self::create(
+            store,
+            "world".into(),
+            env.rank,
+            global_ranks,
+            opts.backend,
+            device,
+            opts.timeout,
+            opts.gloo_device.clone(),
+        )
     }
 
     /// [`init`](Self::init) from torchrun's environment; a single-process group when no
@@ -178,28 +198,53 @@ impl ProcessGroup {
         gloo_device: GlooDevice,
     ) -> Result<Self> {
         let size = global_ranks.len();
-        let init_err = |message: String| DistError::Init { backend, rank, size, message };
+        let init_err = |message: String| DistError::Init {
+            backend,
+            rank,
+            size,
+            message,
+        };
         let store = root_store.prefixed(&format!("{name}/"))?;
         let (r, s) = (to_i32(rank)?, to_i32(size)?);
         let mut out = std::ptr::null_mut();
         let err = match backend {
             Backend::Gloo => {
-                let env_iface = std::env::var("GLOO_SOCKET_IFNAME").ok().filter(|s| !s.is_empty());
+                let env_iface = std::env::var("GLOO_SOCKET_IFNAME")
+                    .ok()
+                    .filter(|s| !s.is_empty());
                 let (iface, host) = match &gloo_device {
                     GlooDevice::Auto => (env_iface, None),
                     GlooDevice::Interface(i) => (Some(i.clone()), None),
                     GlooDevice::Hostname(h) => (None, Some(h.clone())),
                 };
-                let iface = iface.map(CString::new).transpose().map_err(|_| init_err("interface name has a NUL byte".into()))?;
-                let host = host.map(CString::new).transpose().map_err(|_| init_err("hostname has a NUL byte".into()))?;
-                let ptr_or_null = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+                let iface = iface
+                    .map(CString::new)
+                    .transpose()
+                    .map_err(|_| init_err("interface name has a NUL byte".into()))?;
+                let host = host
+                    .map(CString::new)
+                    .transpose()
+                    .map_err(|_| init_err("hostname has a NUL byte".into()))?;
+                let ptr_or_null =
+                    |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
                 // SAFETY: live store, valid (or null) C strings, out-pointer.
                 unsafe {
-                    ffi::vlc_pg_gloo_new(store.raw(), r, s, millis(timeout), ptr_or_null(&iface), ptr_or_null(&host), 0, &mut out)
+                    ffi::vlc_pg_gloo_new(
+                        store.raw(),
+                        r,
+                        s,
+                        millis(timeout),
+                        ptr_or_null(&iface),
+                        ptr_or_null(&host),
+                        0,
+                        &mut out,
+                    )
                 }
             }
             // SAFETY: live store, out-pointer.
-            Backend::Nccl => unsafe { ffi::vlc_pg_nccl_new(store.raw(), r, s, millis(timeout), &mut out) },
+            Backend::Nccl => unsafe {
+                ffi::vlc_pg_nccl_new(store.raw(), r, s, millis(timeout), &mut out)
+            },
         };
         ffi::take_error(err).map_err(init_err)?;
         let pg = NonNull::new(out).ok_or_else(|| init_err("null process group".into()))?;
@@ -265,12 +310,20 @@ impl ProcessGroup {
     }
 
     fn check(&self, op: &'static str, err: *mut std::ffi::c_char) -> Result<()> {
-        ffi::take_error(err).map_err(|message| DistError::Collective { op, group: self.inner.name.clone(), message })
+        ffi::take_error(err).map_err(|message| DistError::Collective {
+            op,
+            group: self.inner.name.clone(),
+            message,
+        })
     }
 
     fn group_rank_arg(&self, what: &str, r: usize) -> Result<i32> {
         if r >= self.size() {
-            return Err(DistError::Invalid(format!("{what} {r} is not a rank of {} (size {})", self.inner.name, self.size())));
+            return Err(DistError::Invalid(format!(
+                "{what} {r} is not a rank of {} (size {})",
+                self.inner.name,
+                self.size()
+            )));
         }
         to_i32(r)
     }
@@ -293,7 +346,12 @@ impl ProcessGroup {
 
     /// Runs `f` on one flat buffer per (dtype, device) bucket of `ts`, then copies the
     /// results back into the tensors.
-    fn coalesced(&self, op: &'static str, ts: &[Tensor], f: impl Fn(&Self, &Tensor) -> Result<()>) -> Result<()> {
+    fn coalesced(
+        &self,
+        op: &'static str,
+        ts: &[Tensor],
+        f: impl Fn(&Self, &Tensor) -> Result<()>,
+    ) -> Result<()> {
         let mut buckets: Vec<((tch::Kind, Device), Vec<&Tensor>)> = Vec::new();
         for t in ts {
             let key = (t.kind(), t.device());
@@ -302,13 +360,17 @@ impl ProcessGroup {
                 None => buckets.push((key, vec![t])),
             }
         }
-        let torch_err = |e: tch::TchError| DistError::Collective { op, group: self.inner.name.clone(), message: e.to_string() };
+        let torch_err = |e: tch::TchError| DistError::Collective {
+            op,
+            group: self.inner.name.clone(),
+            message: e.to_string(),
+        };
         for (_, members) in buckets {
-            if let [single] = members.as_slice() {
-                if single.is_contiguous() {
-                    f(self, single)?;
-                    continue;
-                }
+            if let [single] = members.as_slice()
+                && single.is_contiguous()
+            {
+                f(self, single)?;
+                continue;
             }
             let flats: Vec<Tensor> = members.iter().map(|t| t.reshape([-1])).collect();
             let flat = Tensor::f_cat(&flats, 0).map_err(torch_err)?;
@@ -316,7 +378,10 @@ impl ProcessGroup {
             let mut offset = 0i64;
             for t in members {
                 let n = t.numel() as i64;
-                let part = flat.f_narrow(0, offset, n).and_then(|p| p.f_view_as(t)).map_err(torch_err)?;
+                let part = flat
+                    .f_narrow(0, offset, n)
+                    .and_then(|p| p.f_view_as(t))
+                    .map_err(torch_err)?;
                 let mut dst = t.shallow_clone();
                 dst.f_copy_(&part).map_err(torch_err)?;
                 offset += n;
@@ -337,7 +402,8 @@ impl ProcessGroup {
         }
         let (out, inp) = self.flat_pair("all_gather_into", output, input)?;
         // SAFETY: both tensors outlive the call.
-        let err = unsafe { ffi::vlc_pg_allgather_into(self.raw(), ffi::tptr(&out), ffi::tptr(&inp), 0) };
+        let err =
+            unsafe { ffi::vlc_pg_allgather_into(self.raw(), ffi::tptr(&out), ffi::tptr(&inp), 0) };
         self.check("all_gather_into", err)
     }
 
@@ -353,12 +419,19 @@ impl ProcessGroup {
         }
         let (out, inp) = self.flat_pair("reduce_scatter", output, input)?;
         // SAFETY: both tensors outlive the call.
-        let err = unsafe { ffi::vlc_pg_reduce_scatter(self.raw(), ffi::tptr(&out), ffi::tptr(&inp), op.code(), 0) };
+        let err = unsafe {
+            ffi::vlc_pg_reduce_scatter(self.raw(), ffi::tptr(&out), ffi::tptr(&inp), op.code(), 0)
+        };
         self.check("reduce_scatter", err)
     }
 
     /// 1-D views of a contiguous output and input (c10d wants flat buffers).
-    fn flat_pair(&self, op: &'static str, output: &Tensor, input: &Tensor) -> Result<(Tensor, Tensor)> {
+    fn flat_pair(
+        &self,
+        op: &'static str,
+        output: &Tensor,
+        input: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
         let bad = |what: &str| DistError::Invalid(format!("{op}: {what} must be contiguous"));
         if !output.is_contiguous() {
             return Err(bad("output"));
@@ -366,7 +439,10 @@ impl ProcessGroup {
         if !input.is_contiguous() {
             return Err(bad("input"));
         }
-        let view = |t: &Tensor| t.f_view([-1]).map_err(|e| DistError::Invalid(format!("{op}: {e}")));
+        let view = |t: &Tensor| {
+            t.f_view([-1])
+                .map_err(|e| DistError::Invalid(format!("{op}: {e}")))
+        };
         Ok((view(output)?, view(input)?))
     }
 
@@ -430,17 +506,25 @@ impl ProcessGroup {
             }
             for &r in ranks {
                 if r >= self.size() {
-                    return Err(DistError::Invalid(format!("rank {r} is not in {} (size {})", self.inner.name, self.size())));
+                    return Err(DistError::Invalid(format!(
+                        "rank {r} is not in {} (size {})",
+                        self.inner.name,
+                        self.size()
+                    )));
                 }
                 if std::mem::replace(&mut seen[r], true) {
-                    return Err(DistError::Invalid(format!("rank {r} appears twice in the sub-group lists")));
+                    return Err(DistError::Invalid(format!(
+                        "rank {r} appears twice in the sub-group lists"
+                    )));
                 }
             }
         }
         let mut mine = None;
         for ranks in partition {
             let id = self.inner.next_subgroup.fetch_add(1, Ordering::SeqCst);
-            let Some(pos) = ranks.iter().position(|&r| r == self.inner.rank) else { continue };
+            let Some(pos) = ranks.iter().position(|&r| r == self.inner.rank) else {
+                continue;
+            };
             let global: Vec<usize> = ranks.iter().map(|&r| self.inner.global_ranks[r]).collect();
             let name = format!("{}.{}", self.inner.name, id);
             mine = Some(Self::create(

@@ -49,7 +49,8 @@ impl LocalLauncher {
 
     /// An extra environment variable for every rank.
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
-        self.envs.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self.envs
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
         self
     }
 
@@ -65,7 +66,9 @@ impl LocalLauncher {
         }
         let program = match &self.program {
             Some(p) => p.clone(),
-            None => std::env::current_exe().map_err(|source| DistError::Launch { rank: 0, source })?,
+            None => {
+                std::env::current_exe().map_err(|source| DistError::Launch { rank: 0, source })?
+            }
         };
         let args: Vec<OsString> = match &self.args {
             Some(a) => a.clone(),
@@ -73,7 +76,8 @@ impl LocalLauncher {
         };
         let port = match self.master_port {
             Some(p) => p,
-            None => free_port(&self.master_addr).map_err(|source| DistError::Launch { rank: 0, source })?,
+            None => free_port(&self.master_addr)
+                .map_err(|source| DistError::Launch { rank: 0, source })?,
         };
         let mut children = Vec::with_capacity(self.nproc);
         for rank in 0..self.nproc {
@@ -156,13 +160,19 @@ impl LaunchedRanks {
                         status[rank] = Some(s);
                         if !s.success() {
                             self.kill_all();
-                            return Err(DistError::RankFailed { rank, status: s.to_string() });
+                            return Err(DistError::RankFailed {
+                                rank,
+                                status: s.to_string(),
+                            });
                         }
                     }
                     Ok(None) => {}
                     Err(e) => {
                         self.kill_all();
-                        return Err(DistError::RankFailed { rank, status: e.to_string() });
+                        return Err(DistError::RankFailed {
+                            rank,
+                            status: e.to_string(),
+                        });
                     }
                 }
             }
@@ -172,7 +182,10 @@ impl LaunchedRanks {
             if timeout.is_some_and(|t| start.elapsed() > t) {
                 let rank = status.iter().position(Option::is_none).unwrap_or(0);
                 self.kill_all();
-                return Err(DistError::RankFailed { rank, status: "timed out, killed".into() });
+                return Err(DistError::RankFailed {
+                    rank,
+                    status: "timed out, killed".into(),
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }

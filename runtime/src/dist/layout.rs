@@ -25,7 +25,9 @@ impl RankLayout {
                 return Err(DistError::Invalid(format!("dimension {name} listed twice")));
             }
         }
-        Ok(RankLayout { dims: dims.iter().map(|(n, s)| (n.to_string(), *s)).collect() })
+        Ok(RankLayout {
+            dims: dims.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
+        })
     }
 
     pub fn world_size(&self) -> usize {
@@ -34,7 +36,10 @@ impl RankLayout {
 
     /// Size of a dimension (1 if absent).
     pub fn size(&self, dim: &str) -> usize {
-        self.dims.iter().find(|(n, _)| n == dim).map_or(1, |(_, s)| *s)
+        self.dims
+            .iter()
+            .find(|(n, _)| n == dim)
+            .map_or(1, |(_, s)| *s)
     }
 
     /// Coordinate of `rank` along `dim`.
@@ -103,6 +108,12 @@ impl ProcessGroups {
                 DistError::Invalid(format!("rank {} is in no {dims:?} group", world.rank()))
             })
         };
-        Ok(ProcessGroups { tp: make(&["tp"])?, pp: make(&["pp"])?, dp: make(&["dp"])?, mp: make(&["tp", "pp"])?, world: world.clone() })
+        Ok(ProcessGroups {
+            tp: make(&["tp"])?,
+            pp: make(&["pp"])?,
+            dp: make(&["dp"])?,
+            mp: make(&["tp", "pp"])?,
+            world: world.clone(),
+        })
     }
 }

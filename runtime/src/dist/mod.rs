@@ -14,7 +14,7 @@ mod store;
 
 pub use env::DistEnv;
 pub use group::{Backend, GlooDevice, InitOptions, ProcessGroup, ReduceOp};
-pub use launch::{free_port, LaunchedRanks, LocalLauncher};
+pub use launch::{LaunchedRanks, LocalLauncher, free_port};
 pub use layout::{ProcessGroups, RankLayout};
 pub use store::Store;
 
@@ -26,15 +26,31 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 #[derive(Debug, thiserror::Error)]
 pub enum DistError {
     #[error("environment variable {var} is not set (needed with {needed_by})")]
-    MissingEnv { var: &'static str, needed_by: &'static str },
+    MissingEnv {
+        var: &'static str,
+        needed_by: &'static str,
+    },
     #[error("environment variable {var}={value:?} is invalid: {reason}")]
-    BadEnv { var: &'static str, value: String, reason: String },
+    BadEnv {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
     #[error("rendezvous store: {op}: {message}")]
     Store { op: &'static str, message: String },
     #[error("creating the {backend} process group (rank {rank} of {size}): {message}")]
-    Init { backend: Backend, rank: usize, size: usize, message: String },
+    Init {
+        backend: Backend,
+        rank: usize,
+        size: usize,
+        message: String,
+    },
     #[error("{op} on process group {group}: {message}")]
-    Collective { op: &'static str, group: String, message: String },
+    Collective {
+        op: &'static str,
+        group: String,
+        message: String,
+    },
     #[error("invalid argument: {0}")]
     Invalid(String),
     #[error("launching rank {rank}: {source}")]

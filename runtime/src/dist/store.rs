@@ -28,19 +28,36 @@ impl Drop for StoreInner {
 }
 
 fn cstring(op: &'static str, s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| DistError::Store { op, message: format!("{s:?} contains a NUL byte") })
+    CString::new(s).map_err(|_| DistError::Store {
+        op,
+        message: format!("{s:?} contains a NUL byte"),
+    })
 }
 
 impl Store {
     /// Connects to (rank 0: serves) the TCPStore at `host:port`, waiting up to `timeout` for
     /// the server and, on the server, for all `world_size` clients.
-    pub fn tcp(host: &str, port: u16, world_size: usize, is_server: bool, timeout: Duration) -> Result<Self> {
+    pub fn tcp(
+        host: &str,
+        port: u16,
+        world_size: usize,
+        is_server: bool,
+        timeout: Duration,
+    ) -> Result<Self> {
         let chost = cstring("connect", host)?;
         let mut out = std::ptr::null_mut();
-        let ws = i32::try_from(world_size).map_err(|_| DistError::Invalid(format!("world size {world_size}")))?;
+        let ws = i32::try_from(world_size)
+            .map_err(|_| DistError::Invalid(format!("world size {world_size}")))?;
         // SAFETY: valid C string and out-pointer; errors come back as strings.
         let err = unsafe {
-            ffi::vlc_tcpstore_new(chost.as_ptr(), port, ws, is_server as i32, millis(timeout), &mut out)
+            ffi::vlc_tcpstore_new(
+                chost.as_ptr(),
+                port,
+                ws,
+                is_server as i32,
+                millis(timeout),
+                &mut out,
+            )
         };
         ffi::take_error(err).map_err(|message| DistError::Store {
             op: "connect",
@@ -55,13 +72,21 @@ impl Store {
         let mut out = std::ptr::null_mut();
         // SAFETY: self.inner is a live store.
         let err = unsafe { ffi::vlc_prefixstore_new(cp.as_ptr(), self.inner.0.as_ptr(), &mut out) };
-        ffi::take_error(err).map_err(|message| DistError::Store { op: "prefix", message })?;
+        ffi::take_error(err).map_err(|message| DistError::Store {
+            op: "prefix",
+            message,
+        })?;
         Self::wrap(out, "prefix")
     }
 
     fn wrap(p: *mut ffi::vlc_store, op: &'static str) -> Result<Self> {
-        let p = NonNull::new(p).ok_or(DistError::Store { op, message: "null store".into() })?;
-        Ok(Store { inner: Arc::new(StoreInner(p)) })
+        let p = NonNull::new(p).ok_or(DistError::Store {
+            op,
+            message: "null store".into(),
+        })?;
+        Ok(Store {
+            inner: Arc::new(StoreInner(p)),
+        })
     }
 
     pub(crate) fn raw(&self) -> *const ffi::vlc_store {
@@ -71,7 +96,14 @@ impl Store {
     pub fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         let k = cstring("set", key)?;
         // SAFETY: live store, valid buffer.
-        let err = unsafe { ffi::vlc_store_set(self.inner.0.as_ptr(), k.as_ptr(), value.as_ptr(), value.len()) };
+        let err = unsafe {
+            ffi::vlc_store_set(
+                self.inner.0.as_ptr(),
+                k.as_ptr(),
+                value.as_ptr(),
+                value.len(),
+            )
+        };
         ffi::take_error(err).map_err(|message| DistError::Store { op: "set", message })
     }
 
@@ -81,7 +113,8 @@ impl Store {
         let mut data = std::ptr::null_mut();
         let mut len = 0usize;
         // SAFETY: live store; on success `data` is a malloc'd buffer of `len` bytes.
-        let err = unsafe { ffi::vlc_store_get(self.inner.0.as_ptr(), k.as_ptr(), &mut data, &mut len) };
+        let err =
+            unsafe { ffi::vlc_store_get(self.inner.0.as_ptr(), k.as_ptr(), &mut data, &mut len) };
         ffi::take_error(err).map_err(|message| DistError::Store { op: "get", message })?;
         if data.is_null() {
             return Ok(Vec::new());
@@ -105,7 +138,10 @@ impl Store {
     pub fn set_timeout(&self, timeout: Duration) -> Result<()> {
         // SAFETY: live store.
         let err = unsafe { ffi::vlc_store_set_timeout(self.inner.0.as_ptr(), millis(timeout)) };
-        ffi::take_error(err).map_err(|message| DistError::Store { op: "set_timeout", message })
+        ffi::take_error(err).map_err(|message| DistError::Store {
+            op: "set_timeout",
+            message,
+        })
     }
 }
 

@@ -38,7 +38,11 @@ fn reduce_device(group: Option<&ProcessGroup>) -> Device {
 /// Global norm of `grads`, reduced over `group` (Megatron's `get_grad_norm_fp32`): L2 sums
 /// the squared local norms (norm of per-tensor norms, squared) across ranks; inf takes the
 /// max. Returns a host f64 (the fp32 sum, rooted in double, like Megatron's float path).
-pub fn grad_norm_fp32(grads: &[Tensor], norm: NormType, group: Option<&ProcessGroup>) -> Result<f64> {
+pub fn grad_norm_fp32(
+    grads: &[Tensor],
+    norm: NormType,
+    group: Option<&ProcessGroup>,
+) -> Result<f64> {
     let dev = reduce_device(group);
     let mut acc = Tensor::zeros([1], (Kind::Float, dev));
     for (_, gs) in by_device(grads) {
@@ -53,7 +57,9 @@ pub fn grad_norm_fp32(grads: &[Tensor], norm: NormType, group: Option<&ProcessGr
             }
             NormType::P(p) => {
                 let norms = ops::foreach_norm(&gs, p)?;
-                Tensor::f_stack(&norms, 0)?.f_pow_tensor_scalar(p)?.f_sum(Kind::Float)?
+                Tensor::f_stack(&norms, 0)?
+                    .f_pow_tensor_scalar(p)?
+                    .f_sum(Kind::Float)?
             }
         };
         let part = part.f_to_device(dev)?.f_reshape([1])?;
@@ -63,7 +69,11 @@ pub fn grad_norm_fp32(grads: &[Tensor], norm: NormType, group: Option<&ProcessGr
         };
     }
     if let Some(g) = group {
-        let op = if norm == NormType::Inf { ReduceOp::Max } else { ReduceOp::Sum };
+        let op = if norm == NormType::Inf {
+            ReduceOp::Max
+        } else {
+            ReduceOp::Sum
+        };
         g.all_reduce(&acc, op)?;
     }
     let total = acc.f_double_value(&[0])?;
@@ -76,7 +86,11 @@ pub fn grad_norm_fp32(grads: &[Tensor], norm: NormType, group: Option<&ProcessGr
 
 /// Scales `grads` by `max_norm / (total_norm + 1e-6)` when that is below 1
 /// (`clip_grad_by_total_norm_fp32`); returns the coefficient used (1.0 if none).
-pub fn clip_grad_by_total_norm_fp32(grads: &[Tensor], max_norm: f64, total_norm: f64) -> Result<f64> {
+pub fn clip_grad_by_total_norm_fp32(
+    grads: &[Tensor],
+    max_norm: f64,
+    total_norm: f64,
+) -> Result<f64> {
     let coeff = max_norm / (total_norm + CLIP_EPS);
     if coeff < 1.0 {
         for (_, gs) in by_device(grads) {
@@ -88,7 +102,12 @@ pub fn clip_grad_by_total_norm_fp32(grads: &[Tensor], max_norm: f64, total_norm:
 }
 
 /// Computes the total norm, clips, and returns the norm (like `clip_grad_norm_`).
-pub fn clip_grad_norm_fp32(grads: &[Tensor], max_norm: f64, norm: NormType, group: Option<&ProcessGroup>) -> Result<f64> {
+pub fn clip_grad_norm_fp32(
+    grads: &[Tensor],
+    max_norm: f64,
+    norm: NormType,
+    group: Option<&ProcessGroup>,
+) -> Result<f64> {
     let total = grad_norm_fp32(grads, norm, group)?;
     clip_grad_by_total_norm_fp32(grads, max_norm, total)?;
     Ok(total)
@@ -100,7 +119,9 @@ pub fn count_zeros_fp32(grads: &[Tensor], group: Option<&ProcessGroup>) -> Resul
     let mut total = Tensor::zeros([1], (Kind::Int64, dev));
     for g in grads {
         let nonzero = g.f_count_nonzero(None::<i64>)?.f_to_device(dev)?;
-        let zeros = Tensor::from_slice(&[g.numel() as i64]).f_to_device(dev)?.f_sub(&nonzero)?;
+        let zeros = Tensor::from_slice(&[g.numel() as i64])
+            .f_to_device(dev)?
+            .f_sub(&nonzero)?;
         total = total.f_add(&zeros)?;
     }
     if let Some(g) = group {

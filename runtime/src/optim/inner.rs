@@ -16,7 +16,11 @@ pub struct AdamWConfig {
 impl Default for AdamWConfig {
     /// Megatron's `adam_beta1/2`, `adam_eps` defaults (torch's too).
     fn default() -> Self {
-        AdamWConfig { beta1: 0.9, beta2: 0.999, eps: 1e-8 }
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
     }
 }
 
@@ -30,7 +34,11 @@ pub struct SgdConfig {
 impl Default for SgdConfig {
     /// Megatron's `sgd_momentum=0.9`, no dampening, no Nesterov.
     fn default() -> Self {
-        SgdConfig { momentum: 0.9, dampening: 0.0, nesterov: false }
+        SgdConfig {
+            momentum: 0.9,
+            dampening: 0.0,
+            nesterov: false,
+        }
     }
 }
 
@@ -47,9 +55,16 @@ pub enum InnerConfig {
 /// Optimizer state of one main tensor.
 #[derive(Debug)]
 pub(crate) enum SlotState {
-    Adam { exp_avg: Tensor, exp_avg_sq: Tensor, step: Tensor },
+    Adam {
+        exp_avg: Tensor,
+        exp_avg_sq: Tensor,
+        step: Tensor,
+    },
     /// `momentum_buffer` (None until the first step, like torch).
-    Sgd { momentum_buffer: Option<Tensor>, steps: u64 },
+    Sgd {
+        momentum_buffer: Option<Tensor>,
+        steps: u64,
+    },
 }
 
 impl SlotState {
@@ -60,7 +75,10 @@ impl SlotState {
                 exp_avg_sq: like.f_zeros_like()?,
                 step: Tensor::f_zeros([], (Kind::Float, like.device()))?,
             },
-            InnerConfig::Sgd(_) => SlotState::Sgd { momentum_buffer: None, steps: 0 },
+            InnerConfig::Sgd(_) => SlotState::Sgd {
+                momentum_buffer: None,
+                steps: 0,
+            },
         })
     }
 
@@ -101,7 +119,12 @@ pub(crate) fn step_slots(
             let mut v = Vec::with_capacity(params.len());
             let mut s = Vec::with_capacity(params.len());
             for st in states.iter() {
-                if let SlotState::Adam { exp_avg, exp_avg_sq, step } = &**st {
+                if let SlotState::Adam {
+                    exp_avg,
+                    exp_avg_sq,
+                    step,
+                } = &**st
+                {
                     m.push(exp_avg.shallow_clone());
                     v.push(exp_avg_sq.shallow_clone());
                     s.push(step.shallow_clone());
@@ -111,7 +134,14 @@ pub(crate) fn step_slots(
             for st in &mut s {
                 let _ = st.f_add_scalar_(1.0)?;
             }
-            let args = AdamWArgs { lr, beta1: a.beta1, beta2: a.beta2, weight_decay, eps: a.eps, maximize: false };
+            let args = AdamWArgs {
+                lr,
+                beta1: a.beta1,
+                beta2: a.beta2,
+                weight_decay,
+                eps: a.eps,
+                maximize: false,
+            };
             ops::fused_adamw(params, grads, &m, &v, &s, args, None, None)?;
         }
         InnerConfig::Sgd(c) => {
@@ -127,14 +157,26 @@ pub(crate) fn step_slots(
             // (decided before the first call creates buffers).
             let fresh: Vec<bool> = states
                 .iter()
-                .map(|st| matches!(&**st, SlotState::Sgd { momentum_buffer: None, .. }))
+                .map(|st| {
+                    matches!(
+                        &**st,
+                        SlotState::Sgd {
+                            momentum_buffer: None,
+                            ..
+                        }
+                    )
+                })
                 .collect();
             for first in [true, false] {
                 let mut p = Vec::new();
                 let mut g = Vec::new();
                 let mut b = Vec::new();
                 for (i, st) in states.iter_mut().enumerate() {
-                    if let SlotState::Sgd { momentum_buffer, steps } = &mut **st {
+                    if let SlotState::Sgd {
+                        momentum_buffer,
+                        steps,
+                    } = &mut **st
+                    {
                         if fresh[i] != first {
                             continue;
                         }

@@ -35,7 +35,10 @@ pub enum OptimError {
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
     #[error("checkpoint {path}: {message}")]
-    Checkpoint { path: std::path::PathBuf, message: String },
+    Checkpoint {
+        path: std::path::PathBuf,
+        message: String,
+    },
 }
 
 pub type Result<T, E = OptimError> = std::result::Result<T, E>;

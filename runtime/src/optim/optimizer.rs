@@ -87,7 +87,11 @@ pub(crate) struct FlatMember {
 }
 
 pub(crate) enum Storage {
-    Flat { main: Tensor, grad: Tensor, members: Vec<FlatMember> },
+    Flat {
+        main: Tensor,
+        grad: Tensor,
+        members: Vec<FlatMember>,
+    },
     /// Slot i is the model param `members[i]`.
     Aliased { members: Vec<usize> },
 }
@@ -112,6 +116,9 @@ pub struct Optimizer {
     pub(crate) scaler: Option<GradScaler>,
 }
 
+/// (device, offloaded, aliased, in_norm) of a chunk.
+type ChunkKey = (Device, bool, bool, bool);
+
 fn is_float16(k: Kind) -> bool {
     matches!(k, Kind::BFloat16 | Kind::Half)
 }
@@ -120,15 +127,30 @@ impl Optimizer {
     pub fn new(groups: Vec<ParamGroup>, config: OptimizerConfig) -> Result<Self> {
         let c = &config;
         if !(0.0..=1.0).contains(&c.offload_fraction) {
-            return Err(OptimError::Config(format!("offload_fraction {} must be in [0, 1]", c.offload_fraction)));
+            return Err(OptimError::Config(format!(
+                "offload_fraction {} must be in [0, 1]",
+                c.offload_fraction
+            )));
         }
         match (c.precision, c.scaler) {
-            (Precision::Fp32, Some(_)) => return Err(OptimError::Config("the fp32 optimizer takes no grad scaler".into())),
-            (Precision::Fp16, None) => return Err(OptimError::Config("fp16 needs a grad scaler (constant or dynamic)".into())),
+            (Precision::Fp32, Some(_)) => {
+                return Err(OptimError::Config(
+                    "the fp32 optimizer takes no grad scaler".into(),
+                ));
+            }
+            (Precision::Fp16, None) => {
+                return Err(OptimError::Config(
+                    "fp16 needs a grad scaler (constant or dynamic)".into(),
+                ));
+            }
             _ => {}
         }
         let scaler = c.scaler.map(GradScaler::new).transpose()?;
-        let total: i64 = groups.iter().flat_map(|g| &g.params).map(|p| p.tensor.numel() as i64).sum();
+        let total: i64 = groups
+            .iter()
+            .flat_map(|g| &g.params)
+            .map(|p| p.tensor.numel() as i64)
+            .sum();
         let threshold = c.offload_fraction * total as f64;
         let mut offloaded = 0i64;
         let mut options = Vec::with_capacity(groups.len());
@@ -136,36 +158,55 @@ impl Optimizer {
         for group in groups {
             options.push(group.options);
             let mut params = Vec::with_capacity(group.params.len());
-            // (device, offloaded, aliased, in_norm) -> member param indices
-            let mut plan: Vec<((Device, bool, bool, bool), Vec<usize>)> = Vec::new();
+            let mut plan: Vec<(ChunkKey, Vec<usize>)> = Vec::new();
             for (i, p) in group.params.into_iter().enumerate() {
                 let kind = p.tensor.kind();
                 if kind != Kind::Float && !is_float16(kind) {
-                    return Err(OptimError::Config(format!("param {} has dtype {kind:?}; expected fp32, bf16 or fp16", p.name)));
+                    return Err(OptimError::Config(format!(
+                        "param {} has dtype {kind:?}; expected fp32, bf16 or fp16",
+                        p.name
+                    )));
                 }
                 if c.precision == Precision::Fp32 && kind != Kind::Float {
-                    return Err(OptimError::Config(format!("param {} is {kind:?} but the precision is fp32", p.name)));
+                    return Err(OptimError::Config(format!(
+                        "param {} is {kind:?} but the precision is fp32",
+                        p.name
+                    )));
                 }
                 let offload = c.offload_fraction > 0.0 && (offloaded as f64) < threshold;
                 if offload {
                     offloaded += p.tensor.numel() as i64;
                 }
                 let aliased = !offload && kind == Kind::Float;
-                let device = if offload { Device::Cpu } else { p.tensor.device() };
+                let device = if offload {
+                    Device::Cpu
+                } else {
+                    p.tensor.device()
+                };
                 let key = (device, offload, aliased, p.in_grad_norm);
                 match plan.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, v)) => v.push(i),
                     None => plan.push((key, vec![i])),
                 }
-                params.push(ModelParam { name: p.name, tensor: p.tensor });
+                params.push(ModelParam {
+                    name: p.name,
+                    tensor: p.tensor,
+                });
             }
             let mut chunks = Vec::with_capacity(plan.len());
             for ((device, offloaded, aliased, in_norm), members) in plan {
-                chunks.push(Self::make_chunk(&c.inner, &params, device, offloaded, aliased, in_norm, members)?);
+                chunks.push(Self::make_chunk(
+                    &c.inner, &params, device, offloaded, aliased, in_norm, members,
+                )?);
             }
             data.push(GroupData { params, chunks });
         }
-        Ok(Optimizer { config, groups: data, options, scaler })
+        Ok(Optimizer {
+            config,
+            groups: data,
+            options,
+            scaler,
+        })
     }
 
     fn make_chunk(
@@ -178,18 +219,32 @@ impl Optimizer {
         members: Vec<usize>,
     ) -> Result<Chunk> {
         if aliased {
-            let slots = members.iter().map(|&i| SlotState::new(cfg, &params[i].tensor)).collect::<Result<_>>()?;
-            return Ok(Chunk { offloaded, in_norm, storage: Storage::Aliased { members }, slots });
+            let slots = members
+                .iter()
+                .map(|&i| SlotState::new(cfg, &params[i].tensor))
+                .collect::<Result<_>>()?;
+            return Ok(Chunk {
+                offloaded,
+                in_norm,
+                storage: Storage::Aliased { members },
+                slots,
+            });
         }
-        let total: i64 = members.iter().map(|&i| params[i].tensor.numel() as i64).sum();
+        let total: i64 = members
+            .iter()
+            .map(|&i| params[i].tensor.numel() as i64)
+            .sum();
         let mut main = Tensor::f_zeros([total], (Kind::Float, device))?;
         let mut grad = Tensor::f_zeros([total], (Kind::Float, device))?;
         // Host buffers serving a GPU model are pinned, so D2H / H2D copies run at full speed.
-        if let Some(gpu) = members.iter().map(|&i| params[i].tensor.device()).find(|d| d.is_cuda()) {
-            if device == Device::Cpu {
-                main = main.f_pin_memory(gpu)?;
-                grad = grad.f_pin_memory(gpu)?;
-            }
+        if let Some(gpu) = members
+            .iter()
+            .map(|&i| params[i].tensor.device())
+            .find(|d| d.is_cuda())
+            && device == Device::Cpu
+        {
+            main = main.f_pin_memory(gpu)?;
+            grad = grad.f_pin_memory(gpu)?;
         }
         let mut flat = Vec::with_capacity(members.len());
         let mut offset = 0i64;
@@ -200,13 +255,27 @@ impl Optimizer {
                 let mut mv = main.f_narrow(0, offset, n)?.f_view(p.size().as_slice())?;
                 let gv = grad.f_narrow(0, offset, n)?.f_view(p.size().as_slice())?;
                 mv.f_copy_(&p.f_detach()?)?;
-                flat.push(FlatMember { param: i, offset, main: mv, grad: gv });
+                flat.push(FlatMember {
+                    param: i,
+                    offset,
+                    main: mv,
+                    grad: gv,
+                });
                 offset += n;
             }
             Ok(())
         })?;
         let slots = vec![SlotState::new(cfg, &main)?];
-        Ok(Chunk { offloaded, in_norm, storage: Storage::Flat { main, grad, members: flat }, slots })
+        Ok(Chunk {
+            offloaded,
+            in_norm,
+            storage: Storage::Flat {
+                main,
+                grad,
+                members: flat,
+            },
+            slots,
+        })
     }
 
     pub fn config(&self) -> &OptimizerConfig {
@@ -266,7 +335,10 @@ impl Optimizer {
 
     /// Main (fp32) param of a model param, by name: a view of the flat buffer, or the param.
     pub fn main_param(&self, name: &str) -> Option<Tensor> {
-        self.main_params().into_iter().find(|(n, _)| n == name).map(|(_, t)| t)
+        self.main_params()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
     }
 
     /// Every main param with its model param's name.
@@ -275,11 +347,15 @@ impl Optimizer {
         for g in &self.groups {
             for c in &g.chunks {
                 match &c.storage {
-                    Storage::Flat { members, .. } => {
-                        out.extend(members.iter().map(|m| (g.params[m.param].name.clone(), m.main.shallow_clone())))
-                    }
+                    Storage::Flat { members, .. } => out.extend(
+                        members
+                            .iter()
+                            .map(|m| (g.params[m.param].name.clone(), m.main.shallow_clone())),
+                    ),
                     Storage::Aliased { members } => {
-                        out.extend(members.iter().map(|&i| (g.params[i].name.clone(), g.params[i].tensor.shallow_clone())))
+                        out.extend(members.iter().map(|&i| {
+                            (g.params[i].name.clone(), g.params[i].tensor.shallow_clone())
+                        }))
                     }
                 }
             }
@@ -293,8 +369,12 @@ impl Optimizer {
             for g in &self.groups {
                 for c in &g.chunks {
                     if let Storage::Flat { members, .. } = &c.storage {
-                        let dst: Vec<Tensor> = members.iter().map(|m| m.main.shallow_clone()).collect();
-                        let src: Vec<Tensor> = members.iter().map(|m| g.params[m.param].tensor.detach()).collect();
+                        let dst: Vec<Tensor> =
+                            members.iter().map(|m| m.main.shallow_clone()).collect();
+                        let src: Vec<Tensor> = members
+                            .iter()
+                            .map(|m| g.params[m.param].tensor.detach())
+                            .collect();
                         ops::foreach_copy(&dst, &src, false)?;
                     }
                 }
@@ -308,19 +388,36 @@ impl Optimizer {
     /// `mp_group` is the model-parallel group (None: this rank alone).
     pub fn step(&mut self, mp_group: Option<&ProcessGroup>) -> Result<StepOutcome> {
         if self.prepare_grads(mp_group)? {
-            return Ok(StepOutcome { update_successful: false, grad_norm: None, num_zeros: None });
+            return Ok(StepOutcome {
+                update_successful: false,
+                grad_norm: None,
+                num_zeros: None,
+            });
         }
         let grad_norm = self.grad_norm(NormType::L2, mp_group)?;
         if self.config.clip_grad > 0.0 {
-            clip::clip_grad_by_total_norm_fp32(&self.main_grads(false), self.config.clip_grad, grad_norm)?;
+            clip::clip_grad_by_total_norm_fp32(
+                &self.main_grads(false),
+                self.config.clip_grad,
+                grad_norm,
+            )?;
         }
-        let num_zeros = if self.config.log_num_zeros_in_grad { Some(self.count_zeros(mp_group)?) } else { None };
-        let skip = (self.config.grad_norm_skip_threshold.is_finite() && grad_norm > self.config.grad_norm_skip_threshold)
+        let num_zeros = if self.config.log_num_zeros_in_grad {
+            Some(self.count_zeros(mp_group)?)
+        } else {
+            None
+        };
+        let skip = (self.config.grad_norm_skip_threshold.is_finite()
+            && grad_norm > self.config.grad_norm_skip_threshold)
             || (self.config.skip_nonfinite_grad_norm && !grad_norm.is_finite());
         if !skip {
             self.step_with_ready_grads()?;
         }
-        Ok(StepOutcome { update_successful: !skip, grad_norm: Some(grad_norm), num_zeros })
+        Ok(StepOutcome {
+            update_successful: !skip,
+            grad_norm: Some(grad_norm),
+            num_zeros,
+        })
     }
 
     /// Copies model grads into the flat main grads and, with a scaler, unscales them and
@@ -328,7 +425,9 @@ impl Optimizer {
     /// found; the scaler has been updated either way.
     pub fn prepare_grads(&mut self, mp_group: Option<&ProcessGroup>) -> Result<bool> {
         self.copy_model_grads_to_main_grads()?;
-        let Some(scaler) = &self.scaler else { return Ok(false) };
+        let Some(scaler) = &self.scaler else {
+            return Ok(false);
+        };
         let inv = scaler.inv_scale();
         let grads = self.main_grads(false);
         let reduce_dev = mp_group.map_or(Device::Cpu, ProcessGroup::device);
@@ -338,7 +437,11 @@ impl Optimizer {
         devices.sort_by_key(|d| format!("{d:?}"));
         devices.dedup();
         for dev in devices {
-            let gs: Vec<Tensor> = grads.iter().filter(|g| g.device() == dev).map(Tensor::shallow_clone).collect();
+            let gs: Vec<Tensor> = grads
+                .iter()
+                .filter(|g| g.device() == dev)
+                .map(Tensor::shallow_clone)
+                .collect();
             let found_d = Tensor::f_zeros([1], (Kind::Float, dev))?;
             let inv_d = inner::scalar_f32(inv, dev)?;
             ops::non_finite_check_and_unscale(&gs, &found_d, &inv_d)?;
@@ -357,7 +460,9 @@ impl Optimizer {
     fn copy_model_grads_to_main_grads(&mut self) -> Result<()> {
         for g in &self.groups {
             for c in &g.chunks {
-                let Storage::Flat { members, .. } = &c.storage else { continue };
+                let Storage::Flat { members, .. } = &c.storage else {
+                    continue;
+                };
                 let mut dst = Vec::with_capacity(members.len());
                 let mut src = Vec::with_capacity(members.len());
                 for m in members {
@@ -389,9 +494,12 @@ impl Optimizer {
                 }
                 match &c.storage {
                     Storage::Flat { grad, .. } => out.push(grad.shallow_clone()),
-                    Storage::Aliased { members } => {
-                        out.extend(members.iter().map(|&i| g.params[i].tensor.grad()).filter(Tensor::defined))
-                    }
+                    Storage::Aliased { members } => out.extend(
+                        members
+                            .iter()
+                            .map(|&i| g.params[i].tensor.grad())
+                            .filter(Tensor::defined),
+                    ),
                 }
             }
         }
@@ -416,7 +524,14 @@ impl Optimizer {
                 match &c.storage {
                     Storage::Flat { main, grad, .. } => {
                         let mut states: Vec<&mut SlotState> = c.slots.iter_mut().collect();
-                        inner::step_slots(&cfg, std::slice::from_ref(main), std::slice::from_ref(grad), &mut states, opts.lr, opts.weight_decay)?;
+                        inner::step_slots(
+                            &cfg,
+                            std::slice::from_ref(main),
+                            std::slice::from_ref(grad),
+                            &mut states,
+                            opts.lr,
+                            opts.weight_decay,
+                        )?;
                     }
                     Storage::Aliased { members } => {
                         let mut params = Vec::new();
@@ -431,7 +546,14 @@ impl Optimizer {
                             grads.push(gr);
                             states.push(slot);
                         }
-                        inner::step_slots(&cfg, &params, &grads, &mut states, opts.lr, opts.weight_decay)?;
+                        inner::step_slots(
+                            &cfg,
+                            &params,
+                            &grads,
+                            &mut states,
+                            opts.lr,
+                            opts.weight_decay,
+                        )?;
                     }
                 }
             }
@@ -443,8 +565,13 @@ impl Optimizer {
         tch::no_grad(|| -> Result<()> {
             for g in &self.groups {
                 for c in &g.chunks {
-                    let Storage::Flat { members, .. } = &c.storage else { continue };
-                    let dst: Vec<Tensor> = members.iter().map(|m| g.params[m.param].tensor.detach()).collect();
+                    let Storage::Flat { members, .. } = &c.storage else {
+                        continue;
+                    };
+                    let dst: Vec<Tensor> = members
+                        .iter()
+                        .map(|m| g.params[m.param].tensor.detach())
+                        .collect();
                     let src: Vec<Tensor> = members.iter().map(|m| m.main.shallow_clone()).collect();
                     ops::foreach_copy(&dst, &src, false)?;
                 }
@@ -453,4 +580,3 @@ impl Optimizer {
         })
     }
 }
-

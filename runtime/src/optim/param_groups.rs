@@ -21,7 +21,12 @@ pub struct NamedParam {
 
 impl NamedParam {
     pub fn new(name: impl Into<String>, tensor: Tensor) -> Self {
-        NamedParam { name: name.into(), tensor, is_embedding_or_output: false, in_grad_norm: true }
+        NamedParam {
+            name: name.into(),
+            tensor,
+            is_embedding_or_output: false,
+            in_grad_norm: true,
+        }
     }
 }
 
@@ -76,9 +81,11 @@ pub struct MegatronGroupsConfig {
     pub apply_wd_to_qk_layernorm: bool,
 }
 
-/// The override a param gets under the standard rules, as Megatron's sorted
-/// `(key, value)` tuple (`max_lr` < `min_lr` < `wd_mult`).
-fn override_key(p: &NamedParam, cfg: &MegatronGroupsConfig) -> Vec<(&'static str, OrdF64)> {
+/// Megatron's sorted `(key, value)` override tuple.
+type OverrideKey = Vec<(&'static str, OrdF64)>;
+
+/// The override a param gets under the standard rules (`max_lr` < `min_lr` < `wd_mult`).
+fn override_key(p: &NamedParam, cfg: &MegatronGroupsConfig) -> OverrideKey {
     let one_d = p.tensor.dim() == 1;
     let bias = p.name.ends_with(".bias");
     let no_wd = if cfg.apply_wd_to_qk_layernorm {
@@ -117,8 +124,11 @@ impl Ord for OrdF64 {
 
 /// Megatron's `_get_param_groups` with `get_standard_config_overrides`. Params that do not
 /// require grad are dropped. Group options: `lr = max_lr`, `min_lr`, `wd_mult` from the rules.
-pub fn megatron_param_groups(params: Vec<NamedParam>, cfg: &MegatronGroupsConfig) -> Vec<ParamGroup> {
-    let mut groups: Vec<(Vec<(&'static str, OrdF64)>, Vec<NamedParam>)> = Vec::new();
+pub fn megatron_param_groups(
+    params: Vec<NamedParam>,
+    cfg: &MegatronGroupsConfig,
+) -> Vec<ParamGroup> {
+    let mut groups: Vec<(OverrideKey, Vec<NamedParam>)> = Vec::new();
     for p in params.into_iter().filter(|p| p.tensor.requires_grad()) {
         let key = override_key(&p, cfg);
         match groups.iter_mut().find(|(k, _)| *k == key) {
@@ -154,8 +164,14 @@ pub fn megatron_param_groups(params: Vec<NamedParam>, cfg: &MegatronGroupsConfig
 
 /// One group over every trainable param (verl FSDP: `AdamW(params, lr, weight_decay)`).
 pub fn single_group(params: Vec<NamedParam>, lr: f64, weight_decay: f64) -> Vec<ParamGroup> {
-    let params: Vec<NamedParam> = params.into_iter().filter(|p| p.tensor.requires_grad()).collect();
-    vec![ParamGroup { params, options: GroupOptions::new(lr, weight_decay) }]
+    let params: Vec<NamedParam> = params
+        .into_iter()
+        .filter(|p| p.tensor.requires_grad())
+        .collect();
+    vec![ParamGroup {
+        params,
+        options: GroupOptions::new(lr, weight_decay),
+    }]
 }
 
 /// Named trainable variables of a tch VarStore, sorted by name (VarStore order is a hash map).

@@ -10,7 +10,9 @@ use super::{OptimError, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ScalerConfig {
-    Constant { scale: f64 },
+    Constant {
+        scale: f64,
+    },
     Dynamic {
         initial_scale: f64,
         min_scale: f64,
@@ -47,6 +49,8 @@ pub struct GradScaler {
 }
 
 impl GradScaler {
+    // Negated comparisons also reject NaN.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn new(config: ScalerConfig) -> Result<Self> {
         let bad = |m: &str| Err(OptimError::Config(format!("grad scaler: {m}")));
         let (scale, hysteresis) = match config {
@@ -56,7 +60,14 @@ impl GradScaler {
                 }
                 (scale, 0)
             }
-            ScalerConfig::Dynamic { initial_scale, min_scale, growth_factor, backoff_factor, growth_interval, hysteresis } => {
+            ScalerConfig::Dynamic {
+                initial_scale,
+                min_scale,
+                growth_factor,
+                backoff_factor,
+                growth_interval,
+                hysteresis,
+            } => {
                 if !(initial_scale > 0.0) {
                     return bad("initial_scale must be positive");
                 }
@@ -78,7 +89,12 @@ impl GradScaler {
                 (initial_scale, hysteresis)
             }
         };
-        Ok(GradScaler { config, scale: scale as f32, growth_tracker: 0, hysteresis_tracker: hysteresis })
+        Ok(GradScaler {
+            config,
+            scale: scale as f32,
+            growth_tracker: 0,
+            hysteresis_tracker: hysteresis,
+        })
     }
 
     pub fn config(&self) -> ScalerConfig {
@@ -106,7 +122,15 @@ impl GradScaler {
     /// Megatron's `update(found_inf)`. Note that a successful step does not reset the
     /// hysteresis tracker; only growth does.
     pub fn update(&mut self, found_inf: bool) {
-        let ScalerConfig::Dynamic { min_scale, growth_factor, backoff_factor, growth_interval, hysteresis, .. } = self.config else {
+        let ScalerConfig::Dynamic {
+            min_scale,
+            growth_factor,
+            backoff_factor,
+            growth_interval,
+            hysteresis,
+            ..
+        } = self.config
+        else {
             return;
         };
         if found_inf {

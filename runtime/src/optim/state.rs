@@ -59,17 +59,26 @@ impl View for &F32Bytes {
 }
 
 fn to_bytes(t: &Tensor) -> Result<F32Bytes> {
-    let t = t.f_detach()?.f_to_device(Device::Cpu)?.f_to_kind(Kind::Float)?.f_contiguous()?;
+    let t = t
+        .f_detach()?
+        .f_to_device(Device::Cpu)?
+        .f_to_kind(Kind::Float)?
+        .f_contiguous()?;
     let numel = t.numel();
     let mut data = vec![0u8; numel * 4];
     t.f_copy_data_u8(&mut data, numel)?;
-    Ok(F32Bytes { shape: t.size().iter().map(|&d| d as usize).collect(), data })
+    Ok(F32Bytes {
+        shape: t.size().iter().map(|&d| d as usize).collect(),
+        data,
+    })
 }
 
 /// Views of one model param's slice of a slot tensor (the flat buffer or the tensor itself).
 fn member_view(slot_tensor: &Tensor, offset: Option<i64>, like: &Tensor) -> Result<Tensor> {
     Ok(match offset {
-        Some(off) => slot_tensor.f_narrow(0, off, like.numel() as i64)?.f_view(like.size().as_slice())?,
+        Some(off) => slot_tensor
+            .f_narrow(0, off, like.numel() as i64)?
+            .f_view(like.size().as_slice())?,
         None => slot_tensor.shallow_clone(),
     })
 }
@@ -96,13 +105,15 @@ impl Optimizer {
                     slot: 0,
                     offset: Some(m.offset),
                 })),
-                Storage::Aliased { members } => out.extend(members.iter().enumerate().map(|(s, &i)| Entry {
-                    name: gd.params[i].name.clone(),
-                    main: gd.params[i].tensor.detach(),
-                    chunk: ci,
-                    slot: s,
-                    offset: None,
-                })),
+                Storage::Aliased { members } => {
+                    out.extend(members.iter().enumerate().map(|(s, &i)| Entry {
+                        name: gd.params[i].name.clone(),
+                        main: gd.params[i].tensor.detach(),
+                        chunk: ci,
+                        slot: s,
+                        offset: None,
+                    }))
+                }
             }
         }
         out
@@ -110,25 +121,50 @@ impl Optimizer {
 
     /// Writes the optimizer (and `scheduler`) state to `path` atomically (temp file + rename).
     pub fn save(&self, path: &Path, scheduler: Option<&LrScheduler>) -> Result<()> {
-        let ck = |message: String| OptimError::Checkpoint { path: path.to_path_buf(), message };
+        let ck = |message: String| OptimError::Checkpoint {
+            path: path.to_path_buf(),
+            message,
+        };
         let mut tensors: Vec<(String, F32Bytes)> = Vec::new();
         let mut steps = BTreeMap::new();
         let mut groups = Vec::new();
         for (g, gd) in self.groups.iter().enumerate() {
-            groups.push(GroupMeta { options: self.options[g].clone(), params: gd.params.iter().map(|p| p.name.clone()).collect() });
+            groups.push(GroupMeta {
+                options: self.options[g].clone(),
+                params: gd.params.iter().map(|p| p.name.clone()).collect(),
+            });
             for e in self.entries(g) {
                 let slot = &gd.chunks[e.chunk].slots[e.slot];
                 tensors.push((format!("{}.main", e.name), to_bytes(&e.main)?));
                 steps.insert(e.name.clone(), slot.step_count()?);
                 match slot {
-                    SlotState::Adam { exp_avg, exp_avg_sq, .. } => {
-                        tensors.push((format!("{}.exp_avg", e.name), to_bytes(&member_view(exp_avg, e.offset, &e.main)?)?));
-                        tensors.push((format!("{}.exp_avg_sq", e.name), to_bytes(&member_view(exp_avg_sq, e.offset, &e.main)?)?));
+                    SlotState::Adam {
+                        exp_avg,
+                        exp_avg_sq,
+                        ..
+                    } => {
+                        tensors.push((
+                            format!("{}.exp_avg", e.name),
+                            to_bytes(&member_view(exp_avg, e.offset, &e.main)?)?,
+                        ));
+                        tensors.push((
+                            format!("{}.exp_avg_sq", e.name),
+                            to_bytes(&member_view(exp_avg_sq, e.offset, &e.main)?)?,
+                        ));
                     }
-                    SlotState::Sgd { momentum_buffer: Some(b), .. } => {
-                        tensors.push((format!("{}.momentum_buffer", e.name), to_bytes(&member_view(b, e.offset, &e.main)?)?));
+                    SlotState::Sgd {
+                        momentum_buffer: Some(b),
+                        ..
+                    } => {
+                        tensors.push((
+                            format!("{}.momentum_buffer", e.name),
+                            to_bytes(&member_view(b, e.offset, &e.main)?)?,
+                        ));
                     }
-                    SlotState::Sgd { momentum_buffer: None, .. } => {}
+                    SlotState::Sgd {
+                        momentum_buffer: None,
+                        ..
+                    } => {}
                 }
             }
         }
@@ -144,8 +180,12 @@ impl Optimizer {
         let json = serde_json::to_string(&meta).map_err(|e| ck(e.to_string()))?;
         let info = Some(HashMap::from([(META_KEY.to_owned(), json)]));
         let tmp = path.with_extension("tmp");
-        safetensors::tensor::serialize_to_file(tensors.iter().map(|(n, b)| (n.as_str(), b)), &info, &tmp)
-            .map_err(|e| ck(format!("write: {e:?}")))?;
+        safetensors::tensor::serialize_to_file(
+            tensors.iter().map(|(n, b)| (n.as_str(), b)),
+            &info,
+            &tmp,
+        )
+        .map_err(|e| ck(format!("write: {e:?}")))?;
         std::fs::rename(&tmp, path).map_err(|e| ck(format!("rename: {e}")))?;
         Ok(())
     }
@@ -153,32 +193,53 @@ impl Optimizer {
     /// Restores a [`save`](Self::save)d state into this optimizer (same params, any offload
     /// split), copies the main params into the model params, and returns the saved scheduler.
     pub fn load(&mut self, path: &Path) -> Result<Option<LrScheduler>> {
-        let ck = |message: String| OptimError::Checkpoint { path: path.to_path_buf(), message };
+        let ck = |message: String| OptimError::Checkpoint {
+            path: path.to_path_buf(),
+            message,
+        };
         let bytes = std::fs::read(path).map_err(|e| ck(e.to_string()))?;
         let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| ck(format!("{e:?}")))?;
         let json = header
             .metadata()
             .as_ref()
             .and_then(|m| m.get(META_KEY))
-            .ok_or_else(|| ck(format!("no {META_KEY} metadata: not an optimizer checkpoint")))?;
+            .ok_or_else(|| {
+                ck(format!(
+                    "no {META_KEY} metadata: not an optimizer checkpoint"
+                ))
+            })?;
         let meta: Meta = serde_json::from_str(json).map_err(|e| ck(format!("metadata: {e}")))?;
         if meta.version != FORMAT_VERSION {
-            return Err(ck(format!("format version {} (expected {FORMAT_VERSION})", meta.version)));
+            return Err(ck(format!(
+                "format version {} (expected {FORMAT_VERSION})",
+                meta.version
+            )));
         }
         let same_rule = matches!(
             (meta.inner, self.config.inner),
-            (InnerConfig::AdamW(_), InnerConfig::AdamW(_)) | (InnerConfig::Sgd(_), InnerConfig::Sgd(_))
+            (InnerConfig::AdamW(_), InnerConfig::AdamW(_))
+                | (InnerConfig::Sgd(_), InnerConfig::Sgd(_))
         );
         if !same_rule {
-            return Err(ck(format!("saved with {:?}, loading into {:?}", meta.inner, self.config.inner)));
+            return Err(ck(format!(
+                "saved with {:?}, loading into {:?}",
+                meta.inner, self.config.inner
+            )));
         }
         if meta.groups.len() != self.groups.len() {
-            return Err(ck(format!("{} param groups saved, {} here", meta.groups.len(), self.groups.len())));
+            return Err(ck(format!(
+                "{} param groups saved, {} here",
+                meta.groups.len(),
+                self.groups.len()
+            )));
         }
         for (g, (saved, gd)) in meta.groups.iter().zip(&self.groups).enumerate() {
             let here: Vec<&str> = gd.params.iter().map(|p| p.name.as_str()).collect();
             if saved.params.iter().map(String::as_str).collect::<Vec<_>>() != here {
-                return Err(ck(format!("group {g} params differ: saved {:?}, here {:?}", saved.params, here)));
+                return Err(ck(format!(
+                    "group {g} params differ: saved {:?}, here {:?}",
+                    saved.params, here
+                )));
             }
         }
         let st = SafeTensors::deserialize(&bytes).map_err(|e| ck(format!("{e:?}")))?;
@@ -189,11 +250,21 @@ impl Optimizer {
             };
             let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
             if shape != like.size() || view.dtype() != Dtype::F32 {
-                return Err(ck(format!("{key}: saved {:?} {shape:?}, expected F32 {:?}", view.dtype(), like.size())));
+                return Err(ck(format!(
+                    "{key}: saved {:?} {shape:?}, expected F32 {:?}",
+                    view.dtype(),
+                    like.size()
+                )));
             }
-            Ok(Some(Tensor::f_from_data_size(view.data(), &shape, Kind::Float)?))
+            Ok(Some(Tensor::f_from_data_size(
+                view.data(),
+                &shape,
+                Kind::Float,
+            )?))
         };
-        let need = |key: &str, like: &Tensor| -> Result<Tensor> { read(key, like)?.ok_or_else(|| ck(format!("missing tensor {key}"))) };
+        let need = |key: &str, like: &Tensor| -> Result<Tensor> {
+            read(key, like)?.ok_or_else(|| ck(format!("missing tensor {key}")))
+        };
 
         tch::no_grad(|| -> Result<()> {
             for g in 0..self.groups.len() {
@@ -201,24 +272,39 @@ impl Optimizer {
                 // Steps: a flat slot is shared by its members, whose counters must agree.
                 let mut slot_steps: HashMap<(usize, usize), u64> = HashMap::new();
                 for e in &entries {
-                    let s = *meta.steps.get(&e.name).ok_or_else(|| ck(format!("no step counter for {}", e.name)))?;
-                    if let Some(prev) = slot_steps.insert((e.chunk, e.slot), s) {
-                        if prev != s {
-                            return Err(ck(format!("{}: step {s} differs from its buffer's {prev}", e.name)));
-                        }
+                    let s = *meta
+                        .steps
+                        .get(&e.name)
+                        .ok_or_else(|| ck(format!("no step counter for {}", e.name)))?;
+                    if let Some(prev) = slot_steps.insert((e.chunk, e.slot), s)
+                        && prev != s
+                    {
+                        return Err(ck(format!(
+                            "{}: step {s} differs from its buffer's {prev}",
+                            e.name
+                        )));
                     }
                 }
                 for e in &entries {
-                    e.main.shallow_clone().f_copy_(&need(&format!("{}.main", e.name), &e.main)?)?;
+                    e.main
+                        .shallow_clone()
+                        .f_copy_(&need(&format!("{}.main", e.name), &e.main)?)?;
                     let slot = &mut self.groups[g].chunks[e.chunk].slots[e.slot];
                     slot.set_step_count(slot_steps[&(e.chunk, e.slot)])?;
                     match slot {
-                        SlotState::Adam { exp_avg, exp_avg_sq, .. } => {
-                            member_view(exp_avg, e.offset, &e.main)?.f_copy_(&need(&format!("{}.exp_avg", e.name), &e.main)?)?;
+                        SlotState::Adam {
+                            exp_avg,
+                            exp_avg_sq,
+                            ..
+                        } => {
+                            member_view(exp_avg, e.offset, &e.main)?
+                                .f_copy_(&need(&format!("{}.exp_avg", e.name), &e.main)?)?;
                             member_view(exp_avg_sq, e.offset, &e.main)?
                                 .f_copy_(&need(&format!("{}.exp_avg_sq", e.name), &e.main)?)?;
                         }
-                        SlotState::Sgd { momentum_buffer, .. } => {
+                        SlotState::Sgd {
+                            momentum_buffer, ..
+                        } => {
                             match read(&format!("{}.momentum_buffer", e.name), &e.main)? {
                                 Some(saved) => {
                                     if momentum_buffer.is_none() {
@@ -227,11 +313,18 @@ impl Optimizer {
                                             Storage::Aliased { .. } => e.main.f_zeros_like()?,
                                         };
                                         // Re-borrow after reading the storage.
-                                        if let SlotState::Sgd { momentum_buffer, .. } = &mut self.groups[g].chunks[e.chunk].slots[e.slot] {
+                                        if let SlotState::Sgd {
+                                            momentum_buffer, ..
+                                        } = &mut self.groups[g].chunks[e.chunk].slots[e.slot]
+                                        {
                                             *momentum_buffer = Some(like);
                                         }
                                     }
-                                    if let SlotState::Sgd { momentum_buffer: Some(b), .. } = &self.groups[g].chunks[e.chunk].slots[e.slot] {
+                                    if let SlotState::Sgd {
+                                        momentum_buffer: Some(b),
+                                        ..
+                                    } = &self.groups[g].chunks[e.chunk].slots[e.slot]
+                                    {
                                         member_view(b, e.offset, &e.main)?.f_copy_(&saved)?;
                                     }
                                 }
@@ -254,8 +347,12 @@ impl Optimizer {
             for gd in &self.groups {
                 for c in &gd.chunks {
                     if let Storage::Flat { members, .. } = &c.storage {
-                        let dst: Vec<Tensor> = members.iter().map(|m| gd.params[m.param].tensor.detach()).collect();
-                        let src: Vec<Tensor> = members.iter().map(|m| m.main.shallow_clone()).collect();
+                        let dst: Vec<Tensor> = members
+                            .iter()
+                            .map(|m| gd.params[m.param].tensor.detach())
+                            .collect();
+                        let src: Vec<Tensor> =
+                            members.iter().map(|m| m.main.shallow_clone()).collect();
                         ops::foreach_copy(&dst, &src, false)?;
                     }
                 }

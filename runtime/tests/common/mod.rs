@@ -38,13 +38,18 @@ pub fn spawn_ranks(filter: &str, world: usize, env: &[(&str, String)]) -> Launch
 pub fn run_ranks(filter: &str, world: usize, timeout: Duration, body: impl FnOnce(ProcessGroup)) {
     if is_rank(filter) {
         tch::set_num_threads(1);
-        let opts = InitOptions { timeout, ..InitOptions::default() };
+        let opts = InitOptions {
+            timeout,
+            ..InitOptions::default()
+        };
         let pg = ProcessGroup::init_from_env(&opts).expect("init process group");
         body(pg);
         return;
     }
     let ranks = spawn_ranks(filter, world, &[]);
-    ranks.wait(Some(Duration::from_secs(120))).expect("all ranks succeed");
+    ranks
+        .wait(Some(Duration::from_secs(120)))
+        .expect("all ranks succeed");
 }
 
 /// Declares a `#[test]` that runs its body on `$world` Gloo ranks.
@@ -54,7 +59,9 @@ macro_rules! rank_test {
         #[test]
         fn $name() {
             let filter = $crate::common::test_filter(module_path!(), stringify!($name));
-            $crate::common::run_ranks(&filter, $world, std::time::Duration::from_secs(60), |$pg| $body);
+            $crate::common::run_ranks(&filter, $world, std::time::Duration::from_secs(60), |$pg| {
+                $body
+            });
         }
     };
 }

@@ -25,7 +25,8 @@ rank_test!(all_reduce_ops, 2, |pg| {
     // Several tensors (and dtypes per call) in one collective.
     let a = Tensor::from_slice(&[r as i64 + 1]);
     let b = Tensor::from_slice(&[2 * (r as i64) + 1, 7]);
-    pg.all_reduce_many(&[a.shallow_clone(), b.shallow_clone()], ReduceOp::Sum).unwrap();
+    pg.all_reduce_many(&[a.shallow_clone(), b.shallow_clone()], ReduceOp::Sum)
+        .unwrap();
     assert_eq!(vals(&a), vec![3.0]);
     assert_eq!(vals(&b), vec![4.0, 14.0]);
     // bf16 too.
@@ -33,7 +34,10 @@ rank_test!(all_reduce_ops, 2, |pg| {
     pg.all_reduce(&h, ReduceOp::Sum).unwrap();
     assert_eq!(vals(&h), vec![4.0]);
     // Avg of an integer tensor is refused, as an error, not a crash.
-    assert!(pg.all_reduce(&Tensor::from_slice(&[1i64]), ReduceOp::Avg).is_err());
+    assert!(
+        pg.all_reduce(&Tensor::from_slice(&[1i64]), ReduceOp::Avg)
+            .is_err()
+    );
 });
 
 rank_test!(all_gather_and_reduce_scatter, 2, |pg| {
@@ -46,19 +50,34 @@ rank_test!(all_gather_and_reduce_scatter, 2, |pg| {
     let out2 = Tensor::zeros([2, 2], (Kind::Float, tch::Device::Cpu));
     pg.all_gather_into(&out2, &input).unwrap();
     assert_eq!(vals(&out2), vec![0.0, 0.5, 1.0, 1.5]);
-    assert!(pg.all_gather_into(&Tensor::zeros([3], (Kind::Float, tch::Device::Cpu)), &input).is_err());
+    assert!(
+        pg.all_gather_into(&Tensor::zeros([3], (Kind::Float, tch::Device::Cpu)), &input)
+            .is_err()
+    );
 
     // reduce_scatter: rank r contributes [0,1,2,3] * (r+1); rank k keeps slice k of the sum.
     let inp = Tensor::from_slice(&[0f32, 1.0, 2.0, 3.0]) * (r as f64 + 1.0);
     let got = Tensor::zeros([2], (Kind::Float, tch::Device::Cpu));
     pg.reduce_scatter(&got, &inp, ReduceOp::Sum).unwrap();
-    let want = if pg.rank() == 0 { vec![0.0, 3.0] } else { vec![6.0, 9.0] };
+    let want = if pg.rank() == 0 {
+        vec![0.0, 3.0]
+    } else {
+        vec![6.0, 9.0]
+    };
     assert_eq!(vals(&got), want);
     pg.reduce_scatter(&got, &inp, ReduceOp::Avg).unwrap();
-    let want = if pg.rank() == 0 { vec![0.0, 1.5] } else { vec![3.0, 4.5] };
+    let want = if pg.rank() == 0 {
+        vec![0.0, 1.5]
+    } else {
+        vec![3.0, 4.5]
+    };
     assert_eq!(vals(&got), want);
     pg.reduce_scatter(&got, &inp, ReduceOp::Max).unwrap();
-    let want = if pg.rank() == 0 { vec![0.0, 2.0] } else { vec![4.0, 6.0] };
+    let want = if pg.rank() == 0 {
+        vec![0.0, 2.0]
+    } else {
+        vec![4.0, 6.0]
+    };
     assert_eq!(vals(&got), want);
 });
 

@@ -3,7 +3,10 @@ use std::collections::HashMap;
 use runtime::dist::{DistEnv, DistError};
 
 fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let m: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     move |k| m.get(k).cloned()
 }
 
@@ -49,24 +52,62 @@ fn slurm_fills_in() {
     ]))
     .unwrap()
     .unwrap();
-    assert_eq!((env.rank, env.world_size, env.local_rank, env.local_world_size), (5, 16, 1, 8));
+    assert_eq!(
+        (
+            env.rank,
+            env.world_size,
+            env.local_rank,
+            env.local_world_size
+        ),
+        (5, 16, 1, 8)
+    );
 }
 
 #[test]
 fn errors_name_the_variable() {
-    let e = DistEnv::from_lookup(lookup(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_PORT", "1")])).unwrap_err();
-    assert!(matches!(e, DistError::MissingEnv { var: "MASTER_ADDR", .. }), "{e}");
+    let e = DistEnv::from_lookup(lookup(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_PORT", "1"),
+    ]))
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DistError::MissingEnv {
+                var: "MASTER_ADDR",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = DistEnv::from_lookup(lookup(&[("RANK", "2"), ("WORLD_SIZE", "2")])).unwrap_err();
     assert!(matches!(e, DistError::BadEnv { var: "RANK", .. }), "{e}");
     let e = DistEnv::from_lookup(lookup(&[("RANK", "x"), ("WORLD_SIZE", "2")])).unwrap_err();
     assert!(matches!(e, DistError::BadEnv { var: "RANK", .. }), "{e}");
-    let e = DistEnv::from_lookup(lookup(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "a"), ("MASTER_PORT", "99999")]))
-        .unwrap_err();
-    assert!(matches!(e, DistError::BadEnv { var: "MASTER_PORT", .. }), "{e}");
+    let e = DistEnv::from_lookup(lookup(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "a"),
+        ("MASTER_PORT", "99999"),
+    ]))
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DistError::BadEnv {
+                var: "MASTER_PORT",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
 fn world_of_one_needs_no_master() {
-    let env = DistEnv::from_lookup(lookup(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap().unwrap();
+    let env = DistEnv::from_lookup(lookup(&[("RANK", "0"), ("WORLD_SIZE", "1")]))
+        .unwrap()
+        .unwrap();
     assert_eq!(env.master_addr, "127.0.0.1");
 }

@@ -13,7 +13,10 @@ fn killed_peer_is_an_error() {
     let filter = common::test_filter(module_path!(), "killed_peer_is_an_error");
     let marker = common::temp_dir("killed_peer").join("ready");
     if common::is_rank(&filter) {
-        let opts = InitOptions { timeout: Duration::from_secs(20), ..InitOptions::default() };
+        let opts = InitOptions {
+            timeout: Duration::from_secs(20),
+            ..InitOptions::default()
+        };
         let pg = ProcessGroup::init_from_env(&opts).unwrap();
         let marker = std::path::PathBuf::from(std::env::var("VERLC_TEST_MARKER").unwrap());
         pg.barrier().unwrap();
@@ -27,20 +30,39 @@ fn killed_peer_is_an_error() {
         let err = loop {
             match pg.all_reduce(&Tensor::from_slice(&[1.0f32]), ReduceOp::Sum) {
                 Err(e) => break e,
-                Ok(()) => assert!(start.elapsed() < Duration::from_secs(30), "collectives kept succeeding"),
+                Ok(()) => assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "collectives kept succeeding"
+                ),
             }
         };
         let waited = start.elapsed();
         eprintln!("rank 0 got after {waited:?}: {err}");
-        assert!(matches!(err, DistError::Collective { op: "all_reduce", .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                DistError::Collective {
+                    op: "all_reduce",
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!(waited < Duration::from_secs(25), "took {waited:?}");
         return;
     }
     let _ = std::fs::remove_file(&marker);
-    let mut ranks = common::spawn_ranks(&filter, 2, &[("VERLC_TEST_MARKER", marker.display().to_string())]);
+    let mut ranks = common::spawn_ranks(
+        &filter,
+        2,
+        &[("VERLC_TEST_MARKER", marker.display().to_string())],
+    );
     let start = Instant::now();
     while !marker.exists() {
-        assert!(start.elapsed() < Duration::from_secs(60), "rank 1 never got ready");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "rank 1 never got ready"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     ranks.kill(1).unwrap();
@@ -52,7 +74,10 @@ fn killed_peer_is_an_error() {
             assert!(s.success(), "rank 0: {s}");
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "rank 0 hung after its peer died");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "rank 0 hung after its peer died"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -62,7 +87,10 @@ fn killed_peer_is_an_error() {
 fn stuck_peer_times_out() {
     let filter = common::test_filter(module_path!(), "stuck_peer_times_out");
     if common::is_rank(&filter) {
-        let opts = InitOptions { timeout: Duration::from_secs(3), ..InitOptions::default() };
+        let opts = InitOptions {
+            timeout: Duration::from_secs(3),
+            ..InitOptions::default()
+        };
         let pg = ProcessGroup::init_from_env(&opts).unwrap();
         pg.barrier().unwrap();
         if pg.rank() == 1 {
@@ -70,13 +98,20 @@ fn stuck_peer_times_out() {
             return;
         }
         let start = Instant::now();
-        let err = pg.all_reduce(&Tensor::from_slice(&[1.0f32]), ReduceOp::Sum).unwrap_err();
+        let err = pg
+            .all_reduce(&Tensor::from_slice(&[1.0f32]), ReduceOp::Sum)
+            .unwrap_err();
         let waited = start.elapsed();
         eprintln!("rank 0 got after {waited:?}: {err}");
-        assert!(waited >= Duration::from_millis(2500) && waited < Duration::from_secs(7), "took {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(2500) && waited < Duration::from_secs(7),
+            "took {waited:?}"
+        );
         return;
     }
-    common::spawn_ranks(&filter, 2, &[]).wait(Some(Duration::from_secs(60))).unwrap();
+    common::spawn_ranks(&filter, 2, &[])
+        .wait(Some(Duration::from_secs(60)))
+        .unwrap();
 }
 
 /// Rendezvous with a missing rank fails after the store timeout.
@@ -91,11 +126,21 @@ fn missing_rank_rendezvous_times_out() {
         master_addr: "127.0.0.1".into(),
         master_port: port,
     };
-    let opts = InitOptions { timeout: Duration::from_secs(2), ..InitOptions::default() };
+    let opts = InitOptions {
+        timeout: Duration::from_secs(2),
+        ..InitOptions::default()
+    };
     let start = Instant::now();
     let err = ProcessGroup::init(&env, &opts).unwrap_err();
-    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
-    assert!(matches!(err, DistError::Store { .. } | DistError::Init { .. }), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(err, DistError::Store { .. } | DistError::Init { .. }),
+        "{err}"
+    );
 }
 
 /// NCCL is compiled only with the `cuda` feature; without it (or without a GPU) creating an
@@ -111,8 +156,21 @@ fn nccl_unavailable_is_an_error() {
         master_port: runtime::dist::free_port("127.0.0.1").unwrap(),
         ..runtime::dist::DistEnv::single()
     };
-    let opts = InitOptions { backend: Backend::Nccl, timeout: Duration::from_secs(10), ..InitOptions::default() };
+    let opts = InitOptions {
+        backend: Backend::Nccl,
+        timeout: Duration::from_secs(10),
+        ..InitOptions::default()
+    };
     let err = ProcessGroup::init(&env, &opts).unwrap_err();
     eprintln!("{err}");
-    assert!(matches!(err, DistError::Init { backend: Backend::Nccl, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            DistError::Init {
+                backend: Backend::Nccl,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }

@@ -5,5 +5,6 @@ mod common;
 mod collectives;
 mod env;
 mod failure;
+mod launch;
 mod layout;
 mod subgroups;

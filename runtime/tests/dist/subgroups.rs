@@ -14,7 +14,10 @@ rank_test!(new_group_and_split, 2, |pg| {
     let solo = pg.new_group(&[1]).unwrap();
     assert_eq!(solo.is_some(), r == 1);
     if let Some(g) = &solo {
-        assert_eq!((g.rank(), g.size(), g.global_ranks()), (0, 1, &[1usize][..]));
+        assert_eq!(
+            (g.rank(), g.size(), g.global_ranks()),
+            (0, 1, &[1usize][..])
+        );
         let t = Tensor::from_slice(&[5.0f32]);
         g.all_reduce(&t, ReduceOp::Sum).unwrap();
         assert_eq!(val(&t), 5.0);
@@ -55,7 +58,17 @@ rank_test!(tp_dp_layout_groups, 4, |world| {
     groups.dp.all_reduce(&t, ReduceOp::Sum).unwrap();
     assert_eq!(val(&t), if r % 2 == 0 { 2.0 } else { 4.0 });
     let out = Tensor::zeros([2], (Kind::Float, tch::Device::Cpu));
-    groups.dp.all_gather_into(&out, &Tensor::from_slice(&[r as f32])).unwrap();
-    assert_eq!(Vec::<f32>::try_from(&out).unwrap(), if r % 2 == 0 { vec![0.0, 2.0] } else { vec![1.0, 3.0] });
+    groups
+        .dp
+        .all_gather_into(&out, &Tensor::from_slice(&[r as f32]))
+        .unwrap();
+    assert_eq!(
+        Vec::<f32>::try_from(&out).unwrap(),
+        if r % 2 == 0 {
+            vec![0.0, 2.0]
+        } else {
+            vec![1.0, 3.0]
+        }
+    );
     groups.world.barrier().unwrap();
 });

@@ -4,8 +4,8 @@
 mod common;
 
 mod clip;
-mod oracle;
 mod optimizer;
+mod oracle;
 mod param_groups;
 mod parity;
 mod scaler;

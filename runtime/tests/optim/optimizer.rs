@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use runtime::ops;
 use runtime::optim::{
-    GroupOptions, NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision, ScalerConfig, StepOutcome,
+    GroupOptions, NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision, ScalerConfig,
+    StepOutcome,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -15,7 +16,10 @@ const NAMES: [&str; 3] = ["w1", "b1", "w2"];
 
 fn groups_of(params: &HashMap<String, Tensor>, lr: f64) -> Vec<ParamGroup> {
     let g = |names: &[&str], wd: f64| ParamGroup {
-        params: names.iter().map(|n| NamedParam::new(*n, params[*n].shallow_clone())).collect(),
+        params: names
+            .iter()
+            .map(|n| NamedParam::new(*n, params[*n].shallow_clone()))
+            .collect(),
         options: GroupOptions::new(lr, wd),
     };
     vec![g(&["w1", "w2"], 0.1), g(&["b1"], 0.0)]
@@ -23,11 +27,26 @@ fn groups_of(params: &HashMap<String, Tensor>, lr: f64) -> Vec<ParamGroup> {
 
 fn bf16_run(offload: f64) -> (f64, f64, f64) {
     let o = oracle::tensors("bf16");
-    let norms: Vec<f64> = oracle::json("bf16")["grad_norms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-    let params: HashMap<String, Tensor> =
-        NAMES.iter().map(|n| (n.to_string(), get(&o, &format!("init.{n}")).copy().set_requires_grad(true))).collect();
+    let norms: Vec<f64> = oracle::json("bf16")["grad_norms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let params: HashMap<String, Tensor> = NAMES
+        .iter()
+        .map(|n| {
+            (
+                n.to_string(),
+                get(&o, &format!("init.{n}")).copy().set_requires_grad(true),
+            )
+        })
+        .collect();
     assert_eq!(params["w1"].kind(), Kind::BFloat16);
-    let cfg = OptimizerConfig { offload_fraction: offload, ..OptimizerConfig::megatron(Precision::Bf16) };
+    let cfg = OptimizerConfig {
+        offload_fraction: offload,
+        ..OptimizerConfig::megatron(Precision::Bf16)
+    };
     let mut opt = Optimizer::new(groups_of(&params, 1e-3), cfg).unwrap();
     let (mut worst_model, mut worst_main, mut worst_norm) = (0f64, 0f64, 0f64);
     for (t, want_norm) in norms.iter().enumerate() {
@@ -39,9 +58,16 @@ fn bf16_run(offload: f64) -> (f64, f64, f64) {
         let norm = out.grad_norm.unwrap();
         worst_norm = worst_norm.max((norm - want_norm).abs() / want_norm);
         for n in NAMES {
-            assert!(!params[n].grad().defined(), "model grads are released after the copy");
-            worst_model = worst_model.max(max_rel_diff(&params[n], get(&o, &format!("model.{t}.{n}"))));
-            worst_main = worst_main.max(max_rel_diff(&opt.main_param(n).unwrap(), get(&o, &format!("master.{t}.{n}"))));
+            assert!(
+                !params[n].grad().defined(),
+                "model grads are released after the copy"
+            );
+            worst_model =
+                worst_model.max(max_rel_diff(&params[n], get(&o, &format!("model.{t}.{n}"))));
+            worst_main = worst_main.max(max_rel_diff(
+                &opt.main_param(n).unwrap(),
+                get(&o, &format!("master.{t}.{n}")),
+            ));
         }
     }
     (worst_model, worst_main, worst_norm)
@@ -55,28 +81,48 @@ fn bf16_matches_fp32_master_reference() {
     eprintln!("bf16: worst rel diff model {model:e}, main {main:e}, grad norm {norm:e}");
     assert!(norm < 1e-6, "grad norm rel diff {norm:e}");
     assert!(main < 1e-5, "fp32 main params rel diff {main:e}");
-    assert!(model <= 2f64.powi(-8), "bf16 model params within one bf16 ulp: {model:e}");
+    assert!(
+        model <= 2f64.powi(-8),
+        "bf16 model params within one bf16 ulp: {model:e}"
+    );
 }
 
 #[test]
 fn bf16_with_host_offload_matches_reference() {
     let (model, main, norm) = bf16_run(0.5);
-    assert!(norm < 1e-6 && main < 1e-5 && model <= 2f64.powi(-8), "{model:e} {main:e} {norm:e}");
+    assert!(
+        norm < 1e-6 && main < 1e-5 && model <= 2f64.powi(-8),
+        "{model:e} {main:e} {norm:e}"
+    );
 }
 
 fn fp16_model() -> (Tensor, Tensor) {
     tch::manual_seed(3);
-    let w = Tensor::randn([8, 4], (Kind::Float, Device::Cpu)).to_kind(Kind::Half).set_requires_grad(true);
-    let b = Tensor::randn([4], (Kind::Float, Device::Cpu)).to_kind(Kind::Half).set_requires_grad(true);
+    let w = Tensor::randn([8, 4], (Kind::Float, Device::Cpu))
+        .to_kind(Kind::Half)
+        .set_requires_grad(true);
+    let b = Tensor::randn([4], (Kind::Float, Device::Cpu))
+        .to_kind(Kind::Half)
+        .set_requires_grad(true);
     (w, b)
 }
 
 fn fp16_opt(w: &Tensor, b: &Tensor, scaler: ScalerConfig) -> Optimizer {
     let groups = vec![ParamGroup {
-        params: vec![NamedParam::new("w", w.shallow_clone()), NamedParam::new("b", b.shallow_clone())],
+        params: vec![
+            NamedParam::new("w", w.shallow_clone()),
+            NamedParam::new("b", b.shallow_clone()),
+        ],
         options: GroupOptions::new(1e-2, 0.01),
     }];
-    Optimizer::new(groups, OptimizerConfig { scaler: Some(scaler), ..OptimizerConfig::megatron(Precision::Fp16) }).unwrap()
+    Optimizer::new(
+        groups,
+        OptimizerConfig {
+            scaler: Some(scaler),
+            ..OptimizerConfig::megatron(Precision::Fp16)
+        },
+    )
+    .unwrap()
 }
 
 fn dynamic(initial: f64) -> ScalerConfig {
@@ -112,7 +158,11 @@ fn tensors_of(path: &std::path::Path) -> Vec<(String, Tensor)> {
 #[test]
 fn fp16_overflow_is_skipped_and_leaves_state_untouched() {
     let dir = crate::common::temp_dir("fp16_overflow");
-    for poison in [f64::INFINITY, f64::NAN, 1e6 /* overflows fp16 when scaled */] {
+    for poison in [
+        f64::INFINITY,
+        f64::NAN,
+        1e6, /* overflows fp16 when scaled */
+    ] {
         let (w, b) = fp16_model();
         let mut opt = fp16_opt(&w, &b, dynamic(1024.0));
         set_scaled_grads(&w, &b, opt.loss_scale(), None);
@@ -124,7 +174,15 @@ fn fp16_overflow_is_skipped_and_leaves_state_untouched() {
 
         set_scaled_grads(&w, &b, opt.loss_scale(), Some(poison));
         let out = opt.step(None).unwrap();
-        assert_eq!(out, StepOutcome { update_successful: false, grad_norm: None, num_zeros: None }, "poison {poison}");
+        assert_eq!(
+            out,
+            StepOutcome {
+                update_successful: false,
+                grad_norm: None,
+                num_zeros: None
+            },
+            "poison {poison}"
+        );
         assert!(w.equal(&w1) && b.equal(&b1), "model params untouched");
         let after = dir.join("after.safetensors");
         opt.save(&after, None).unwrap();
@@ -136,7 +194,10 @@ fn fp16_overflow_is_skipped_and_leaves_state_untouched() {
         }
         // Step counters live in the metadata; a reload shows them unchanged (1).
         let s = opt.scaler().unwrap();
-        assert_eq!((s.scale(), s.hysteresis_tracker(), s.growth_tracker()), (1024.0, 1, 0));
+        assert_eq!(
+            (s.scale(), s.hysteresis_tracker(), s.growth_tracker()),
+            (1024.0, 1, 0)
+        );
 
         // The next clean step goes through and the second overflow backs off.
         set_scaled_grads(&w, &b, opt.loss_scale(), None);
@@ -195,7 +256,10 @@ rank_test!(found_inf_is_reduced_over_the_mp_group, 2, |pg| {
 fn grad_norm_skip_threshold_and_zero_count() {
     let (w, b) = fp16_model();
     let groups = vec![ParamGroup {
-        params: vec![NamedParam::new("w", w.shallow_clone()), NamedParam::new("b", b.shallow_clone())],
+        params: vec![
+            NamedParam::new("w", w.shallow_clone()),
+            NamedParam::new("b", b.shallow_clone()),
+        ],
         options: GroupOptions::new(1e-2, 0.0),
     }];
     let cfg = OptimizerConfig {
@@ -221,24 +285,70 @@ fn offload_fraction_is_a_greedy_prefix() {
     let ps = [mk(100), mk(50), mk(50)];
     for (fraction, want) in [(0.0, 0), (0.5, 100), (0.6, 150), (1.0, 200)] {
         let groups = vec![ParamGroup {
-            params: ps.iter().enumerate().map(|(i, p)| NamedParam::new(format!("p{i}"), p.shallow_clone())).collect(),
+            params: ps
+                .iter()
+                .enumerate()
+                .map(|(i, p)| NamedParam::new(format!("p{i}"), p.shallow_clone()))
+                .collect(),
             options: GroupOptions::new(1e-3, 0.0),
         }];
-        let cfg = OptimizerConfig { offload_fraction: fraction, ..OptimizerConfig::megatron(Precision::Bf16) };
-        assert_eq!(Optimizer::new(groups, cfg).unwrap().offloaded_numel(), want, "fraction {fraction}");
+        let cfg = OptimizerConfig {
+            offload_fraction: fraction,
+            ..OptimizerConfig::megatron(Precision::Bf16)
+        };
+        assert_eq!(
+            Optimizer::new(groups, cfg).unwrap().offloaded_numel(),
+            want,
+            "fraction {fraction}"
+        );
     }
 }
 
 #[test]
 fn config_errors() {
     let p = Tensor::zeros([2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
-    let g = || vec![ParamGroup { params: vec![NamedParam::new("p", p.shallow_clone())], options: GroupOptions::new(1.0, 0.0) }];
+    let g = || {
+        vec![ParamGroup {
+            params: vec![NamedParam::new("p", p.shallow_clone())],
+            options: GroupOptions::new(1.0, 0.0),
+        }]
+    };
     let fp32 = OptimizerConfig::megatron(Precision::Fp32);
-    assert!(Optimizer::new(g(), OptimizerConfig { scaler: Some(ScalerConfig::Constant { scale: 2.0 }), ..fp32 }).is_err());
-    assert!(Optimizer::new(g(), OptimizerConfig { scaler: None, ..OptimizerConfig::megatron(Precision::Fp16) }).is_err());
-    assert!(Optimizer::new(g(), OptimizerConfig { offload_fraction: 1.5, ..fp32 }).is_err());
+    assert!(
+        Optimizer::new(
+            g(),
+            OptimizerConfig {
+                scaler: Some(ScalerConfig::Constant { scale: 2.0 }),
+                ..fp32
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        Optimizer::new(
+            g(),
+            OptimizerConfig {
+                scaler: None,
+                ..OptimizerConfig::megatron(Precision::Fp16)
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        Optimizer::new(
+            g(),
+            OptimizerConfig {
+                offload_fraction: 1.5,
+                ..fp32
+            }
+        )
+        .is_err()
+    );
     let i = Tensor::zeros([2], (Kind::Int64, Device::Cpu));
-    let bad = vec![ParamGroup { params: vec![NamedParam::new("i", i)], options: GroupOptions::new(1.0, 0.0) }];
+    let bad = vec![ParamGroup {
+        params: vec![NamedParam::new("i", i)],
+        options: GroupOptions::new(1.0, 0.0),
+    }];
     assert!(Optimizer::new(bad, fp32).is_err());
 }
 
@@ -248,7 +358,10 @@ fn fp32_params_without_grad_are_skipped() {
     let a = Tensor::ones([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
     let b = Tensor::ones([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
     let groups = vec![ParamGroup {
-        params: vec![NamedParam::new("a", a.shallow_clone()), NamedParam::new("b", b.shallow_clone())],
+        params: vec![
+            NamedParam::new("a", a.shallow_clone()),
+            NamedParam::new("b", b.shallow_clone()),
+        ],
         options: GroupOptions::new(0.1, 0.0),
     }];
     let mut opt = Optimizer::new(groups, OptimizerConfig::megatron(Precision::Fp32)).unwrap();
@@ -271,14 +384,23 @@ fn bf16_training_tracks_fp32_training() {
     let w0 = Tensor::randn([16, 1], (Kind::Float, Device::Cpu)) * 0.1;
     let mut losses = vec![];
     for precision in [Precision::Fp32, Precision::Bf16] {
-        let kind = if precision == Precision::Fp32 { Kind::Float } else { Kind::BFloat16 };
+        let kind = if precision == Precision::Fp32 {
+            Kind::Float
+        } else {
+            Kind::BFloat16
+        };
         let w = w0.copy().to_kind(kind).set_requires_grad(true);
-        let groups = vec![ParamGroup { params: vec![NamedParam::new("w", w.shallow_clone())], options: GroupOptions::new(5e-2, 0.0) }];
+        let groups = vec![ParamGroup {
+            params: vec![NamedParam::new("w", w.shallow_clone())],
+            options: GroupOptions::new(5e-2, 0.0),
+        }];
         let mut opt = Optimizer::new(groups, OptimizerConfig::megatron(precision)).unwrap();
         let mut l = vec![];
         for _ in 0..150 {
             opt.zero_grad().unwrap();
-            let loss = (x.to_kind(kind).matmul(&w).to_kind(Kind::Float) - &y).square().mean(Kind::Float);
+            let loss = (x.to_kind(kind).matmul(&w).to_kind(Kind::Float) - &y)
+                .square()
+                .mean(Kind::Float);
             loss.backward();
             l.push(loss.double_value(&[]));
             assert!(opt.step(None).unwrap().update_successful);
@@ -286,10 +408,21 @@ fn bf16_training_tracks_fp32_training() {
         losses.push(l);
     }
     let (f, h) = (&losses[0], &losses[1]);
-    eprintln!("fp32 loss {:.3e} -> {:.3e}; bf16 {:.3e} -> {:.3e}", f[0], f[149], h[0], h[149]);
-    assert!(f[149] < 1e-2 * f[0] && h[149] < 2e-2 * h[0], "both converge");
+    eprintln!(
+        "fp32 loss {:.3e} -> {:.3e}; bf16 {:.3e} -> {:.3e}",
+        f[0], f[149], h[0], h[149]
+    );
+    assert!(
+        f[149] < 1e-2 * f[0] && h[149] < 2e-2 * h[0],
+        "both converge"
+    );
     // Until the loss nears the bf16 resolution of the weights, the curves agree within 5%.
     for t in (0..150).take_while(|&t| f[t] > 1e-2 * f[0]) {
-        assert!((f[t] - h[t]).abs() <= 0.05 * f[t], "step {t}: fp32 {} bf16 {}", f[t], h[t]);
+        assert!(
+            (f[t] - h[t]).abs() <= 0.05 * f[t],
+            "step {t}: fp32 {} bf16 {}",
+            f[t],
+            h[t]
+        );
     }
 }

@@ -24,7 +24,10 @@ fn dir() -> &'static Path {
 
 pub fn tensors(case: &str) -> HashMap<String, Tensor> {
     let path = dir().join(format!("{case}.safetensors"));
-    Tensor::read_safetensors(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).into_iter().collect()
+    Tensor::read_safetensors(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .collect()
 }
 
 pub fn json(case: &str) -> serde_json::Value {
@@ -33,16 +36,22 @@ pub fn json(case: &str) -> serde_json::Value {
 }
 
 pub fn get<'a>(m: &'a HashMap<String, Tensor>, key: &str) -> &'a Tensor {
-    m.get(key).unwrap_or_else(|| panic!("oracle has no tensor {key}"))
+    m.get(key)
+        .unwrap_or_else(|| panic!("oracle has no tensor {key}"))
 }
 
 /// Largest |a - b| / max(|b|, 1e-3), elementwise, in f64.
 pub fn max_rel_diff(a: &Tensor, b: &Tensor) -> f64 {
     let a = a.to_kind(Kind::Double);
     let b = b.to_kind(Kind::Double);
-    ((&a - &b).abs() / b.abs().clamp_min(1e-3)).max().double_value(&[])
+    ((&a - &b).abs() / b.abs().clamp_min(1e-3))
+        .max()
+        .double_value(&[])
 }
 
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs().max().double_value(&[])
+    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
+        .abs()
+        .max()
+        .double_value(&[])
 }

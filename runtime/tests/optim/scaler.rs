@@ -72,10 +72,42 @@ fn invalid_configs_are_errors() {
         GradScaler::new(c)
     };
     assert!(GradScaler::new(base).is_ok());
-    assert!(with(&|c| if let ScalerConfig::Dynamic { min_scale, .. } = c { *min_scale = 2f64.powi(40) }).is_err());
-    assert!(with(&|c| if let ScalerConfig::Dynamic { growth_factor, .. } = c { *growth_factor = 1.0 }).is_err());
-    assert!(with(&|c| if let ScalerConfig::Dynamic { backoff_factor, .. } = c { *backoff_factor = 1.0 }).is_err());
-    assert!(with(&|c| if let ScalerConfig::Dynamic { growth_interval, .. } = c { *growth_interval = 0 }).is_err());
-    assert!(with(&|c| if let ScalerConfig::Dynamic { hysteresis, .. } = c { *hysteresis = 0 }).is_err());
+    assert!(
+        with(&|c| if let ScalerConfig::Dynamic { min_scale, .. } = c {
+            *min_scale = 2f64.powi(40)
+        })
+        .is_err()
+    );
+    assert!(
+        with(
+            &|c| if let ScalerConfig::Dynamic { growth_factor, .. } = c {
+                *growth_factor = 1.0
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        with(
+            &|c| if let ScalerConfig::Dynamic { backoff_factor, .. } = c {
+                *backoff_factor = 1.0
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        with(&|c| if let ScalerConfig::Dynamic {
+            growth_interval, ..
+        } = c
+        {
+            *growth_interval = 0
+        })
+        .is_err()
+    );
+    assert!(
+        with(&|c| if let ScalerConfig::Dynamic { hysteresis, .. } = c {
+            *hysteresis = 0
+        })
+        .is_err()
+    );
     assert!(GradScaler::new(ScalerConfig::Constant { scale: 0.0 }).is_err());
 }

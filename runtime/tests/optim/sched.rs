@@ -1,10 +1,10 @@
 //! Schedulers: Megatron's OptimizerParamScheduler against the formula table and golden values
 //! of megatron_optimizer.md §8 at every step; verl's LambdaLR schedules against verl's code.
-use runtime::optim::sched::{
-    LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedule, VerlSchedulerConfig, WdIncrStyle,
-    WsdDecayStyle,
-};
 use runtime::optim::GroupOptions;
+use runtime::optim::sched::{
+    LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedule,
+    VerlSchedulerConfig, WdIncrStyle, WsdDecayStyle,
+};
 
 use crate::oracle;
 
@@ -20,7 +20,11 @@ fn groups() -> Vec<GroupOptions> {
     vec![g0, g1]
 }
 
-fn config(style: LrDecayStyle, wsd: Option<WsdDecayStyle>, wd: WdIncrStyle) -> MegatronSchedulerConfig {
+fn config(
+    style: LrDecayStyle,
+    wsd: Option<WsdDecayStyle>,
+    wd: WdIncrStyle,
+) -> MegatronSchedulerConfig {
     MegatronSchedulerConfig {
         init_lr: 0.0,
         max_lr: 1e-3,
@@ -92,7 +96,13 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
 }
 
 /// Steps 0..=1100 one sample at a time; checks the table at every step and the golden values.
-fn run(style: LrDecayStyle, wsd: Option<WsdDecayStyle>, wd: WdIncrStyle, golden_g0: &[(u32, f64)], golden_g1: &[(u32, f64)]) {
+fn run(
+    style: LrDecayStyle,
+    wsd: Option<WsdDecayStyle>,
+    wd: WdIncrStyle,
+    golden_g0: &[(u32, f64)],
+    golden_g1: &[(u32, f64)],
+) {
     let mut gs = groups();
     let mut s = OptimizerParamScheduler::new(config(style, wsd, wd), &mut gs).unwrap();
     for t in 0..=1100u32 {
@@ -102,15 +112,35 @@ fn run(style: LrDecayStyle, wsd: Option<WsdDecayStyle>, wd: WdIncrStyle, golden_
         let tf = t as f64;
         let want0 = table_lr(style, wsd, tf, 1e-3, 1e-5);
         let want1 = table_lr(style, wsd, tf, 2e-3, 0.0);
-        assert!(close(gs[0].lr, want0, 1e-14), "{style:?} t={t}: g0 lr {} vs table {want0}", gs[0].lr);
-        assert!(close(gs[1].lr, want1, 1e-14), "{style:?} t={t}: g1 lr {} vs table {want1}", gs[1].lr);
-        assert!(close(gs[0].weight_decay, table_wd(wd, tf), 1e-14), "t={t}: wd {}", gs[0].weight_decay);
+        assert!(
+            close(gs[0].lr, want0, 1e-14),
+            "{style:?} t={t}: g0 lr {} vs table {want0}",
+            gs[0].lr
+        );
+        assert!(
+            close(gs[1].lr, want1, 1e-14),
+            "{style:?} t={t}: g1 lr {} vs table {want1}",
+            gs[1].lr
+        );
+        assert!(
+            close(gs[0].weight_decay, table_wd(wd, tf), 1e-14),
+            "t={t}: wd {}",
+            gs[0].weight_decay
+        );
         assert_eq!(gs[1].weight_decay, 0.0, "wd_mult 0");
         for &(gt, v) in golden_g0.iter().filter(|(gt, _)| *gt == t) {
-            assert!(close(gs[0].lr, v, 1e-8), "{style:?} {wsd:?} golden g0 t={gt}: {} vs {v}", gs[0].lr);
+            assert!(
+                close(gs[0].lr, v, 1e-8),
+                "{style:?} {wsd:?} golden g0 t={gt}: {} vs {v}",
+                gs[0].lr
+            );
         }
         for &(gt, v) in golden_g1.iter().filter(|(gt, _)| *gt == t) {
-            assert!(close(gs[1].lr, v, 1e-8), "{style:?} golden g1 t={gt}: {} vs {v}", gs[1].lr);
+            assert!(
+                close(gs[1].lr, v, 1e-8),
+                "{style:?} golden g1 t={gt}: {} vs {v}",
+                gs[1].lr
+            );
         }
     }
 }
@@ -121,8 +151,30 @@ fn megatron_linear() {
         LrDecayStyle::Linear,
         None,
         WdIncrStyle::Linear,
-        &[(0, 0.0), (1, 1.0e-5), (50, 5.0e-4), (100, 1.0e-3), (101, 9.989e-4), (500, 5.6e-4), (550, 5.05e-4), (900, 1.2e-4), (999, 1.11e-5), (1001, 1.0e-5)],
-        &[(0, 0.0), (1, 2.0e-5), (50, 1.0e-3), (100, 2.0e-3), (101, 1.99777778e-3), (500, 1.11111111e-3), (550, 1.0e-3), (900, 2.22222222e-4), (999, 2.22222222e-6), (1001, 0.0)],
+        &[
+            (0, 0.0),
+            (1, 1.0e-5),
+            (50, 5.0e-4),
+            (100, 1.0e-3),
+            (101, 9.989e-4),
+            (500, 5.6e-4),
+            (550, 5.05e-4),
+            (900, 1.2e-4),
+            (999, 1.11e-5),
+            (1001, 1.0e-5),
+        ],
+        &[
+            (0, 0.0),
+            (1, 2.0e-5),
+            (50, 1.0e-3),
+            (100, 2.0e-3),
+            (101, 1.99777778e-3),
+            (500, 1.11111111e-3),
+            (550, 1.0e-3),
+            (900, 2.22222222e-4),
+            (999, 2.22222222e-6),
+            (1001, 0.0),
+        ],
     );
 }
 
@@ -132,7 +184,18 @@ fn megatron_cosine() {
         LrDecayStyle::Cosine,
         None,
         WdIncrStyle::Cosine,
-        &[(0, 0.0), (1, 1.0e-5), (50, 5.0e-4), (100, 1.0e-3), (101, 9.9999698429e-4), (500, 5.9095584795e-4), (550, 5.05e-4), (900, 3.9852152711e-5), (999, 1.0003015709e-5), (1001, 1.0e-5)],
+        &[
+            (0, 0.0),
+            (1, 1.0e-5),
+            (50, 5.0e-4),
+            (100, 1.0e-3),
+            (101, 9.9999698429e-4),
+            (500, 5.9095584795e-4),
+            (550, 5.05e-4),
+            (900, 3.9852152711e-5),
+            (999, 1.0003015709e-5),
+            (1001, 1.0e-5),
+        ],
         &[],
     );
 }
@@ -143,7 +206,16 @@ fn megatron_constant() {
         LrDecayStyle::Constant,
         None,
         WdIncrStyle::Linear,
-        &[(0, 0.0), (1, 1.0e-5), (50, 5.0e-4), (100, 1.0e-3), (101, 1.0e-3), (500, 1.0e-3), (999, 1.0e-3), (1001, 1.0e-3)],
+        &[
+            (0, 0.0),
+            (1, 1.0e-5),
+            (50, 5.0e-4),
+            (100, 1.0e-3),
+            (101, 1.0e-3),
+            (500, 1.0e-3),
+            (999, 1.0e-3),
+            (1001, 1.0e-3),
+        ],
         &[],
     );
 }
@@ -154,7 +226,19 @@ fn megatron_inverse_square_root() {
         LrDecayStyle::InverseSquareRoot,
         None,
         WdIncrStyle::Linear,
-        &[(0, 0.0), (1, 1.0e-5), (50, 5.0e-4), (100, 1.0e-3), (101, 9.9503719021e-4), (500, 4.4721359550e-4), (550, 4.2640143271e-4), (900, 3.3333333333e-4), (999, 3.1638599858e-4), (1000, 3.1622776602e-4), (1001, 1.0e-5)],
+        &[
+            (0, 0.0),
+            (1, 1.0e-5),
+            (50, 5.0e-4),
+            (100, 1.0e-3),
+            (101, 9.9503719021e-4),
+            (500, 4.4721359550e-4),
+            (550, 4.2640143271e-4),
+            (900, 3.3333333333e-4),
+            (999, 3.1638599858e-4),
+            (1000, 3.1622776602e-4),
+            (1001, 1.0e-5),
+        ],
         &[],
     );
 }
@@ -162,32 +246,101 @@ fn megatron_inverse_square_root() {
 #[test]
 fn megatron_wsd() {
     let cases: [(WsdDecayStyle, &[(u32, f64)]); 4] = [
-        (WsdDecayStyle::Linear, &[(100, 1.0e-3), (101, 1.0e-3), (500, 1.0e-3), (550, 1.0e-3), (900, 5.05e-4), (999, 1.495e-5), (1001, 1.0e-5)]),
-        (WsdDecayStyle::Cosine, &[(500, 1.0e-3), (900, 5.05e-4), (999, 1.0061066922e-5), (1001, 1.0e-5)]),
-        (WsdDecayStyle::Exponential, &[(500, 1.0e-3), (900, 4.2007142675e-4), (999, 1.3437031024e-5), (1001, 1.0e-5)]),
-        (WsdDecayStyle::MinusSqrt, &[(500, 1.0e-3), (900, 2.9996428663e-4), (999, 1.2478101509e-5), (1001, 1.0e-5)]),
+        (
+            WsdDecayStyle::Linear,
+            &[
+                (100, 1.0e-3),
+                (101, 1.0e-3),
+                (500, 1.0e-3),
+                (550, 1.0e-3),
+                (900, 5.05e-4),
+                (999, 1.495e-5),
+                (1001, 1.0e-5),
+            ],
+        ),
+        (
+            WsdDecayStyle::Cosine,
+            &[
+                (500, 1.0e-3),
+                (900, 5.05e-4),
+                (999, 1.0061066922e-5),
+                (1001, 1.0e-5),
+            ],
+        ),
+        (
+            WsdDecayStyle::Exponential,
+            &[
+                (500, 1.0e-3),
+                (900, 4.2007142675e-4),
+                (999, 1.3437031024e-5),
+                (1001, 1.0e-5),
+            ],
+        ),
+        (
+            WsdDecayStyle::MinusSqrt,
+            &[
+                (500, 1.0e-3),
+                (900, 2.9996428663e-4),
+                (999, 1.2478101509e-5),
+                (1001, 1.0e-5),
+            ],
+        ),
     ];
     for (wsd, golden) in cases {
-        run(LrDecayStyle::Wsd, Some(wsd), WdIncrStyle::Linear, golden, &[]);
+        run(
+            LrDecayStyle::Wsd,
+            Some(wsd),
+            WdIncrStyle::Linear,
+            golden,
+            &[],
+        );
     }
 }
 
 #[test]
 fn megatron_weight_decay_golden() {
     let mut gs = groups();
-    let mut lin = OptimizerParamScheduler::new(config(LrDecayStyle::Linear, None, WdIncrStyle::Linear), &mut gs).unwrap();
+    let mut lin = OptimizerParamScheduler::new(
+        config(LrDecayStyle::Linear, None, WdIncrStyle::Linear),
+        &mut gs,
+    )
+    .unwrap();
     let mut gc = groups();
-    let mut cos = OptimizerParamScheduler::new(config(LrDecayStyle::Cosine, None, WdIncrStyle::Cosine), &mut gc).unwrap();
-    let lin_golden = [(1u32, 1e-4), (100, 1e-2), (500, 5e-2), (999, 9.99e-2), (1000, 0.1)];
-    let cos_golden = [(1u32, 2.4673990709e-7), (50, 6.1558297024e-4), (100, 2.4471741852e-3), (500, 0.05), (900, 9.7552825815e-2)];
+    let mut cos = OptimizerParamScheduler::new(
+        config(LrDecayStyle::Cosine, None, WdIncrStyle::Cosine),
+        &mut gc,
+    )
+    .unwrap();
+    let lin_golden = [
+        (1u32, 1e-4),
+        (100, 1e-2),
+        (500, 5e-2),
+        (999, 9.99e-2),
+        (1000, 0.1),
+    ];
+    let cos_golden = [
+        (1u32, 2.4673990709e-7),
+        (50, 6.1558297024e-4),
+        (100, 2.4471741852e-3),
+        (500, 0.05),
+        (900, 9.7552825815e-2),
+    ];
     for t in 1..=1000u32 {
         lin.step(1.0, &mut gs);
         cos.step(1.0, &mut gc);
         for (gt, v) in lin_golden.iter().filter(|(gt, _)| *gt == t) {
-            assert!(close(gs[0].weight_decay, *v, 1e-9), "linear wd t={gt}: {}", gs[0].weight_decay);
+            assert!(
+                close(gs[0].weight_decay, *v, 1e-9),
+                "linear wd t={gt}: {}",
+                gs[0].weight_decay
+            );
         }
         for (gt, v) in cos_golden.iter().filter(|(gt, _)| *gt == t) {
-            assert!(close(gc[0].weight_decay, *v, 1e-9), "cosine wd t={gt}: {}", gc[0].weight_decay);
+            assert!(
+                close(gc[0].weight_decay, *v, 1e-9),
+                "cosine wd t={gt}: {}",
+                gc[0].weight_decay
+            );
         }
     }
 }
@@ -234,19 +387,54 @@ fn verl_schedules_match_verl() {
     let cases = [
         ("constant_w10", VerlSchedule::Constant, 10, 100),
         ("constant_w0", VerlSchedule::Constant, 0, 100),
-        ("cosine_w10", VerlSchedule::Cosine { min_lr_ratio: 0.0, num_cycles: 0.5 }, 10, 100),
-        ("cosine_min", VerlSchedule::Cosine { min_lr_ratio: 0.1, num_cycles: 0.5 }, 5, 100),
-        ("cosine_cycles", VerlSchedule::Cosine { min_lr_ratio: 0.05, num_cycles: 1.5 }, 0, 100),
+        (
+            "cosine_w10",
+            VerlSchedule::Cosine {
+                min_lr_ratio: 0.0,
+                num_cycles: 0.5,
+            },
+            10,
+            100,
+        ),
+        (
+            "cosine_min",
+            VerlSchedule::Cosine {
+                min_lr_ratio: 0.1,
+                num_cycles: 0.5,
+            },
+            5,
+            100,
+        ),
+        (
+            "cosine_cycles",
+            VerlSchedule::Cosine {
+                min_lr_ratio: 0.05,
+                num_cycles: 1.5,
+            },
+            0,
+            100,
+        ),
     ];
     for (name, schedule, warmup, total) in cases {
-        let want = j[name].as_array().unwrap_or_else(|| panic!("oracle lacks {name}"));
+        let want = j[name]
+            .as_array()
+            .unwrap_or_else(|| panic!("oracle lacks {name}"));
         let mut gs = vec![GroupOptions::new(1e-3, 0.0), GroupOptions::new(5e-4, 0.0)];
-        let cfg = VerlSchedulerConfig { schedule, lr_warmup_steps: warmup, lr_warmup_steps_ratio: 0.0, total_training_steps: total };
+        let cfg = VerlSchedulerConfig {
+            schedule,
+            lr_warmup_steps: warmup,
+            lr_warmup_steps_ratio: 0.0,
+            total_training_steps: total,
+        };
         let mut s = VerlLrScheduler::new(&cfg, &mut gs).unwrap();
         for (t, row) in want.iter().enumerate() {
             for (g, v) in gs.iter().zip(row.as_array().unwrap()) {
                 let v = v.as_f64().unwrap();
-                assert!(close(g.lr, v, 1e-15), "{name} step {t}: {} vs verl {v}", g.lr);
+                assert!(
+                    close(g.lr, v, 1e-15),
+                    "{name} step {t}: {} vs verl {v}",
+                    g.lr
+                );
             }
             s.step(&mut gs);
         }
@@ -262,10 +450,22 @@ fn verl_warmup_from_ratio_and_errors() {
         total_training_steps: 95,
     };
     assert_eq!(cfg.warmup_steps(), 9);
-    let cfg = VerlSchedulerConfig { lr_warmup_steps: 0, ..cfg };
+    let cfg = VerlSchedulerConfig {
+        lr_warmup_steps: 0,
+        ..cfg
+    };
     assert_eq!(cfg.warmup_steps(), 9, "the engine treats 0 like -1");
-    let cfg = VerlSchedulerConfig { lr_warmup_steps: 3, ..cfg };
+    let cfg = VerlSchedulerConfig {
+        lr_warmup_steps: 3,
+        ..cfg
+    };
     assert_eq!(cfg.warmup_steps(), 3);
-    let bad = VerlSchedulerConfig { schedule: VerlSchedule::Cosine { min_lr_ratio: 1.5, num_cycles: 0.5 }, ..cfg };
+    let bad = VerlSchedulerConfig {
+        schedule: VerlSchedule::Cosine {
+            min_lr_ratio: 1.5,
+            num_cycles: 0.5,
+        },
+        ..cfg
+    };
     assert!(VerlLrScheduler::new(&bad, &mut [GroupOptions::new(1.0, 0.0)]).is_err());
 }

@@ -1,13 +1,16 @@
 //! Checkpoints: save, kill, load, continue gives the uninterrupted trajectory bit for bit
 //! (main params, moments, step counters, grad scaler and lr scheduler included).
+#![allow(clippy::needless_range_loop)]
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use runtime::optim::sched::{
-    LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedule, VerlSchedulerConfig, WdIncrStyle,
+    LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedule,
+    VerlSchedulerConfig, WdIncrStyle,
 };
 use runtime::optim::{
-    GroupOptions, InnerConfig, LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision, ScalerConfig, SgdConfig,
+    GroupOptions, InnerConfig, LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup,
+    Precision, ScalerConfig, SgdConfig,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -26,6 +29,8 @@ enum Setup {
     Bf16Sgd,
 }
 
+type SchedulerFactory = Box<dyn Fn(&mut [GroupOptions]) -> LrScheduler>;
+
 struct Run {
     params: Vec<Tensor>,
     opt: Optimizer,
@@ -40,20 +45,34 @@ fn new_run(setup: Setup, offload: f64) -> Run {
     tch::manual_seed(42);
     let x = Tensor::randn([32, 8], (Kind::Float, Device::Cpu));
     let y = Tensor::randn([32, 4], (Kind::Float, Device::Cpu));
-    let kind = if setup == Setup::Fp16Adam { Kind::Half } else { Kind::BFloat16 };
-    let w1 = (Tensor::randn([8, 16], (Kind::Float, Device::Cpu)) * 0.3).to_kind(kind).set_requires_grad(true);
+    let kind = if setup == Setup::Fp16Adam {
+        Kind::Half
+    } else {
+        Kind::BFloat16
+    };
+    let w1 = (Tensor::randn([8, 16], (Kind::Float, Device::Cpu)) * 0.3)
+        .to_kind(kind)
+        .set_requires_grad(true);
     let b1 = Tensor::zeros([16], (kind, Device::Cpu)).set_requires_grad(true);
-    let w2 = (Tensor::randn([16, 4], (Kind::Float, Device::Cpu)) * 0.3).to_kind(kind).set_requires_grad(true);
+    let w2 = (Tensor::randn([16, 4], (Kind::Float, Device::Cpu)) * 0.3)
+        .to_kind(kind)
+        .set_requires_grad(true);
     let params = vec![w1, b1, w2];
     let names = ["w1", "b1", "w2"];
     let groups = vec![
         ParamGroup {
-            params: [0, 2].iter().map(|&i| NamedParam::new(names[i], params[i].shallow_clone())).collect(),
+            params: [0, 2]
+                .iter()
+                .map(|&i| NamedParam::new(names[i], params[i].shallow_clone()))
+                .collect(),
             options: GroupOptions::new(1e-2, 0.1),
         },
-        ParamGroup { params: vec![NamedParam::new("b1", params[1].shallow_clone())], options: GroupOptions::new(1e-2, 0.0) },
+        ParamGroup {
+            params: vec![NamedParam::new("b1", params[1].shallow_clone())],
+            options: GroupOptions::new(1e-2, 0.0),
+        },
     ];
-    let (cfg, sched_of): (OptimizerConfig, Box<dyn Fn(&mut [GroupOptions]) -> LrScheduler>) = match setup {
+    let (cfg, sched_of): (OptimizerConfig, SchedulerFactory) = match setup {
         Setup::Fp16Adam => (
             OptimizerConfig {
                 scaler: Some(ScalerConfig::Dynamic {
@@ -93,7 +112,10 @@ fn new_run(setup: Setup, offload: f64) -> Run {
             },
             Box::new(|g| {
                 let c = VerlSchedulerConfig {
-                    schedule: VerlSchedule::Cosine { min_lr_ratio: 0.1, num_cycles: 0.5 },
+                    schedule: VerlSchedule::Cosine {
+                        min_lr_ratio: 0.1,
+                        num_cycles: 0.5,
+                    },
                     lr_warmup_steps: 3,
                     lr_warmup_steps_ratio: 0.0,
                     total_training_steps: STEPS as i64,
@@ -104,7 +126,14 @@ fn new_run(setup: Setup, offload: f64) -> Run {
     };
     let mut opt = Optimizer::new(groups, cfg).unwrap();
     let sched = sched_of(opt.options_mut());
-    Run { params, opt, sched, x, y, kind }
+    Run {
+        params,
+        opt,
+        sched,
+        x,
+        y,
+        kind,
+    }
 }
 
 /// One training step; returns copies of the model params afterwards.
@@ -114,7 +143,7 @@ fn train_step(r: &mut Run, t: usize) -> Vec<Tensor> {
     let out = h.tanh().matmul(&r.params[2]).to_kind(Kind::Float);
     let mut loss = (out - &r.y).square().mean(Kind::Float);
     if POISONED.contains(&t) {
-        loss = loss * f64::NAN;
+        loss *= f64::NAN;
     }
     r.opt.scale_loss(&loss).unwrap().backward();
     let o = r.opt.step(None).unwrap();
@@ -136,7 +165,11 @@ fn resume_and_compare(setup: Setup, ckpt: &Path, offload: f64) {
     let mut r = new_run(setup, offload);
     // A fresh run is at step 0: different weights until the load.
     assert!(!r.params[0].equal(&want[SAVE_AT - 1][0]));
-    let sched = r.opt.load(ckpt).unwrap().expect("scheduler saved with the optimizer");
+    let sched = r
+        .opt
+        .load(ckpt)
+        .unwrap()
+        .expect("scheduler saved with the optimizer");
     r.sched = sched;
     for (p, w) in r.params.iter().zip(&want[SAVE_AT - 1]) {
         assert!(p.equal(w), "model params restored from main params");
@@ -144,7 +177,10 @@ fn resume_and_compare(setup: Setup, ckpt: &Path, offload: f64) {
     for t in SAVE_AT..STEPS {
         let got = train_step(&mut r, t);
         for (i, (g, w)) in got.iter().zip(&want[t]).enumerate() {
-            assert!(g.equal(w), "{setup:?}: step {t} param {i} differs after resume");
+            assert!(
+                g.equal(w),
+                "{setup:?}: step {t} param {i} differs after resume"
+            );
         }
     }
     assert_eq!(r.opt.scaler(), reference.opt.scaler());
@@ -182,7 +218,10 @@ fn save_kill_load_continue_fp16_adamw() {
     let mut child = common::spawn_ranks(&filter, 1, &[("VERLC_CKPT", ckpt.display().to_string())]);
     let start = Instant::now();
     while !ckpt.with_extension("ready").exists() {
-        assert!(start.elapsed() < Duration::from_secs(120), "child never saved");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "child never saved"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     child.kill(0).unwrap();
@@ -218,7 +257,11 @@ fn save_load_continue_bf16_sgd() {
     let mut r = new_run(Setup::Bf16Sgd, 1.0);
     r.sched = r.opt.load(&ckpt).unwrap().unwrap();
     for t in SAVE_AT..STEPS {
-        let got = if POISONED.contains(&t) { train_step_clean(&mut r) } else { train_step(&mut r, t) };
+        let got = if POISONED.contains(&t) {
+            train_step_clean(&mut r)
+        } else {
+            train_step(&mut r, t)
+        };
         for (g, w) in got.iter().zip(&want[t]) {
             assert!(g.equal(w), "step {t}");
         }
@@ -240,8 +283,14 @@ fn load_rejects_other_params_and_rules() {
     let e = other.opt.load(&ckpt).unwrap_err().to_string();
     assert!(e.contains("saved with"), "{e}");
     let p = Tensor::zeros([2], (Kind::Half, Device::Cpu)).set_requires_grad(true);
-    let groups = vec![ParamGroup { params: vec![NamedParam::new("zz", p)], options: GroupOptions::new(1.0, 0.0) }];
-    let cfg = OptimizerConfig { scaler: Some(ScalerConfig::Constant { scale: 1.0 }), ..OptimizerConfig::megatron(Precision::Fp16) };
+    let groups = vec![ParamGroup {
+        params: vec![NamedParam::new("zz", p)],
+        options: GroupOptions::new(1.0, 0.0),
+    }];
+    let cfg = OptimizerConfig {
+        scaler: Some(ScalerConfig::Constant { scale: 1.0 }),
+        ..OptimizerConfig::megatron(Precision::Fp16)
+    };
     let mut o = Optimizer::new(groups, cfg).unwrap();
     let e = o.load(&ckpt).unwrap_err().to_string();
     assert!(e.contains("param groups"), "{e}");

@@ -58,6 +58,8 @@ pub struct OptimizerParamScheduler {
 
 impl OptimizerParamScheduler {
     /// Checks Megatron's constructor assertions and applies `step(0)`.
+    // Negated comparisons also reject NaN.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn new(config: MegatronSchedulerConfig, groups: &mut [GroupOptions]) -> Result<Self> {
         let c = &config;
         let bad = |m: String| Err(OptimError::Config(format!("OptimizerParamScheduler: {m}")));
@@ -65,27 +67,44 @@ impl OptimizerParamScheduler {
             return bad(format!("min_lr {} must be >= 0", c.min_lr));
         }
         if !(c.max_lr >= c.min_lr) {
-            return bad(format!("max_lr {} must be >= min_lr {}", c.max_lr, c.min_lr));
+            return bad(format!(
+                "max_lr {} must be >= min_lr {}",
+                c.max_lr, c.min_lr
+            ));
         }
         if !(c.init_lr <= c.max_lr) {
-            return bad(format!("lr_warmup_init {} must be <= max_lr {}", c.init_lr, c.max_lr));
+            return bad(format!(
+                "lr_warmup_init {} must be <= max_lr {}",
+                c.init_lr, c.max_lr
+            ));
         }
         if !(c.lr_decay_steps > 0.0) {
             return bad("lr_decay_steps must be positive".into());
         }
         if !(c.lr_warmup_steps < c.lr_decay_steps) {
-            return bad(format!("lr_warmup_steps {} must be below lr_decay_steps {}", c.lr_warmup_steps, c.lr_decay_steps));
+            return bad(format!(
+                "lr_warmup_steps {} must be below lr_decay_steps {}",
+                c.lr_warmup_steps, c.lr_decay_steps
+            ));
         }
-        if c.lr_decay_style == LrDecayStyle::Wsd && (c.wsd_decay_steps.is_none() || c.lr_wsd_decay_style.is_none()) {
+        if c.lr_decay_style == LrDecayStyle::Wsd
+            && (c.wsd_decay_steps.is_none() || c.lr_wsd_decay_style.is_none())
+        {
             return bad("WSD needs wsd_decay_steps and lr_wsd_decay_style".into());
         }
         if !(0.0 <= c.start_wd && c.start_wd <= c.end_wd) {
-            return bad(format!("need 0 <= start_wd ({}) <= end_wd ({})", c.start_wd, c.end_wd));
+            return bad(format!(
+                "need 0 <= start_wd ({}) <= end_wd ({})",
+                c.start_wd, c.end_wd
+            ));
         }
         if c.wd_incr_style != WdIncrStyle::Constant && !(c.wd_incr_steps > 0.0) {
             return bad("wd_incr_steps must be positive".into());
         }
-        let mut s = OptimizerParamScheduler { config, num_steps: 0.0 };
+        let mut s = OptimizerParamScheduler {
+            config,
+            num_steps: 0.0,
+        };
         s.step(0.0, groups);
         Ok(s)
     }

@@ -4,7 +4,9 @@
 mod megatron;
 mod verl;
 
-pub use megatron::{LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, WdIncrStyle, WsdDecayStyle};
+pub use megatron::{
+    LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, WdIncrStyle, WsdDecayStyle,
+};
 pub use verl::{VerlLrScheduler, VerlSchedule, VerlSchedulerConfig};
 
 use serde::{Deserialize, Serialize};

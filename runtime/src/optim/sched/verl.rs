@@ -48,10 +48,12 @@ pub struct VerlLrScheduler {
 impl VerlLrScheduler {
     /// Captures the groups' current lr as base and applies `lambda(0)` (LambdaLR's init).
     pub fn new(config: &VerlSchedulerConfig, groups: &mut [GroupOptions]) -> Result<Self> {
-        if let VerlSchedule::Cosine { min_lr_ratio, .. } = config.schedule {
-            if !(0.0..=1.0).contains(&min_lr_ratio) {
-                return Err(OptimError::Config(format!("min_lr_ratio {min_lr_ratio} must be in [0, 1]")));
-            }
+        if let VerlSchedule::Cosine { min_lr_ratio, .. } = config.schedule
+            && !(0.0..=1.0).contains(&min_lr_ratio)
+        {
+            return Err(OptimError::Config(format!(
+                "min_lr_ratio {min_lr_ratio} must be in [0, 1]"
+            )));
         }
         let s = VerlLrScheduler {
             schedule: config.schedule,
@@ -83,7 +85,10 @@ impl VerlLrScheduler {
                     1.0
                 }
             }
-            VerlSchedule::Cosine { min_lr_ratio, num_cycles } => {
+            VerlSchedule::Cosine {
+                min_lr_ratio,
+                num_cycles,
+            } => {
                 let coef = (1.0 - min_lr_ratio) * 0.5;
                 let intercept = (1.0 + min_lr_ratio) * 0.5;
                 if step < w {
