@@ -372,7 +372,8 @@ impl ProcessGroup {
                 f(self, single)?;
                 continue;
             }
-            let flats: Vec<Tensor> = members.iter().map(|t| t.reshape([-1])).collect();
+            // Detached aliases: collectives move data, never autograd history.
+            let flats: Vec<Tensor> = members.iter().map(|t| t.detach().reshape([-1])).collect();
             let flat = Tensor::f_cat(&flats, 0).map_err(torch_err)?;
             f(self, &flat)?;
             let mut offset = 0i64;
@@ -382,7 +383,7 @@ impl ProcessGroup {
                     .f_narrow(0, offset, n)
                     .and_then(|p| p.f_view_as(t))
                     .map_err(torch_err)?;
-                let mut dst = t.shallow_clone();
+                let mut dst = t.detach();
                 dst.f_copy_(&part).map_err(torch_err)?;
                 offset += n;
             }

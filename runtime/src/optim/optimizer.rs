@@ -291,6 +291,12 @@ impl Optimizer {
         &mut self.options
     }
 
+    /// The lr to log: the first group without an lr override (Megatron's
+    /// `get_canonical_lr_for_logging`), if any.
+    pub fn canonical_lr(&self) -> Option<f64> {
+        self.options.iter().find(|o| o.default_config).map(|o| o.lr)
+    }
+
     pub fn scaler(&self) -> Option<&GradScaler> {
         self.scaler.as_ref()
     }

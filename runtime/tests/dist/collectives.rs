@@ -29,6 +29,14 @@ rank_test!(all_reduce_ops, 2, |pg| {
         .unwrap();
     assert_eq!(vals(&a), vec![3.0]);
     assert_eq!(vals(&b), vec![4.0, 14.0]);
+    // Leaf tensors that require grad (model params) of different shapes, one collective.
+    let p = Tensor::ones([2, 2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+    let q = Tensor::ones([3], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+    pg.all_reduce_many(&[p.shallow_clone(), q.shallow_clone()], ReduceOp::Sum)
+        .unwrap();
+    assert_eq!(vals(&p), vec![2.0; 4]);
+    assert_eq!(vals(&q), vec![2.0; 3]);
+    assert!(p.requires_grad());
     // bf16 too.
     let h = Tensor::from_slice(&[1.5f32 + r as f32]).to_kind(Kind::BFloat16);
     pg.all_reduce(&h, ReduceOp::Sum).unwrap();
