@@ -52,7 +52,12 @@ pub struct AggOptions {
 
 impl Default for AggOptions {
     fn default() -> Self {
-        AggOptions { dp_size: 1, batch_num_tokens: None, global_batch_size: None, loss_scale_factor: None }
+        AggOptions {
+            dp_size: 1,
+            batch_num_tokens: None,
+            global_batch_size: None,
+            loss_scale_factor: None,
+        }
     }
 }
 
@@ -70,7 +75,9 @@ impl AggOptions {
             if let Some(v) = v
                 && !(v > 0.0 && v.is_finite())
             {
-                return Err(AlgoError::Config(format!("{name} must be a positive number, got {v}")));
+                return Err(AlgoError::Config(format!(
+                    "{name} must be a positive number, got {v}"
+                )));
             }
         }
         Ok(())
@@ -83,7 +90,12 @@ fn nonzero_count(n: &Tensor) -> Result<Tensor> {
 }
 
 /// Aggregates `loss_mat` (`[batch, response_len]`) over `loss_mask` according to `mode`.
-pub fn agg_loss(loss_mat: &Tensor, loss_mask: &Tensor, mode: LossAggMode, opts: &AggOptions) -> Result<Tensor> {
+pub fn agg_loss(
+    loss_mat: &Tensor,
+    loss_mask: &Tensor,
+    mode: LossAggMode,
+    opts: &AggOptions,
+) -> Result<Tensor> {
     let (_, len) = check::same_2d(&[(loss_mat, "loss_mat"), (loss_mask, "loss_mask")])?;
     opts.validate()?;
     let kind = check::floating(loss_mat, "loss_mat")?;
@@ -93,12 +105,17 @@ pub fn agg_loss(loss_mat: &Tensor, loss_mask: &Tensor, mode: LossAggMode, opts: 
             let total = masked_sum(loss_mat, loss_mask)?;
             let loss = match opts.batch_num_tokens {
                 Some(n) => total.f_div_scalar(n)?,
-                None => total.f_div(&nonzero_count(&loss_mask.f_to_kind(kind)?.f_sum(None::<Kind>)?)?)?,
+                None => total.f_div(&nonzero_count(
+                    &loss_mask.f_to_kind(kind)?.f_sum(None::<Kind>)?,
+                )?)?,
             };
             Ok(loss.f_mul_scalar(dp)?)
         }
         LossAggMode::SeqMeanTokenSum | LossAggMode::SeqMeanTokenMean => {
-            let tokens = loss_mask.f_to_kind(kind)?.f_sum_dim_intlist(-1i64, false, None::<Kind>)?;
+            let tokens =
+                loss_mask
+                    .f_to_kind(kind)?
+                    .f_sum_dim_intlist(-1i64, false, None::<Kind>)?;
             let mut seq_losses = masked_sum_dim(loss_mat, loss_mask, -1)?;
             if mode == LossAggMode::SeqMeanTokenMean {
                 seq_losses = seq_losses.f_div(&tokens.f_add_scalar(MEAN_EPS)?)?;
@@ -114,7 +131,9 @@ pub fn agg_loss(loss_mat: &Tensor, loss_mask: &Tensor, mode: LossAggMode, opts: 
         LossAggMode::SeqMeanTokenSumNorm => {
             let scale = opts.loss_scale_factor.unwrap_or(len as f64);
             if scale <= 0.0 {
-                return Err(AlgoError::Data("seq-mean-token-sum-norm over an empty response dimension".into()));
+                return Err(AlgoError::Data(
+                    "seq-mean-token-sum-norm over an empty response dimension".into(),
+                ));
             }
             Ok(masked_sum(loss_mat, loss_mask)?.f_div_scalar(scale)?)
         }

@@ -8,7 +8,11 @@ use super::{AlgoError, Result};
 pub(crate) fn dims2(t: &Tensor, name: &'static str) -> Result<(i64, i64)> {
     match t.size().as_slice() {
         &[b, l] => Ok((b, l)),
-        other => Err(AlgoError::Shape { name, expected: "[batch, response_len]".into(), got: other.to_vec() }),
+        other => Err(AlgoError::Shape {
+            name,
+            expected: "[batch, response_len]".into(),
+            got: other.to_vec(),
+        }),
     }
 }
 
@@ -16,16 +20,30 @@ pub(crate) fn dims2(t: &Tensor, name: &'static str) -> Result<(i64, i64)> {
 pub(crate) fn shape(t: &Tensor, name: &'static str, shape: &[i64]) -> Result<()> {
     let got = t.size();
     if got != shape {
-        return Err(AlgoError::Shape { name, expected: format!("{shape:?}"), got });
+        return Err(AlgoError::Shape {
+            name,
+            expected: format!("{shape:?}"),
+            got,
+        });
     }
     Ok(())
 }
 
 /// Checks that `t` lives on `device` (the device of `reference`).
-pub(crate) fn device(t: &Tensor, name: &'static str, reference: &'static str, device: Device) -> Result<()> {
+pub(crate) fn device(
+    t: &Tensor,
+    name: &'static str,
+    reference: &'static str,
+    device: Device,
+) -> Result<()> {
     let got = t.device();
     if got != device {
-        return Err(AlgoError::Device { name, reference, expected: device, got });
+        return Err(AlgoError::Device {
+            name,
+            reference,
+            expected: device,
+            got,
+        });
     }
     Ok(())
 }

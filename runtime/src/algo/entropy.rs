@@ -11,16 +11,27 @@ use super::{AlgoError, Result, check};
 pub fn entropy_from_logits(logits: &Tensor) -> Result<Tensor> {
     check::floating(logits, "logits")?;
     if logits.dim() == 0 {
-        return Err(AlgoError::Shape { name: "logits", expected: "[.., vocab]".into(), got: logits.size() });
+        return Err(AlgoError::Shape {
+            name: "logits",
+            expected: "[.., vocab]".into(),
+            got: logits.size(),
+        });
     }
     let p = logits.f_softmax(-1, None::<Kind>)?;
-    let expected_logit = p.f_mul(logits)?.f_sum_dim_intlist(-1i64, false, None::<Kind>)?;
+    let expected_logit = p
+        .f_mul(logits)?
+        .f_sum_dim_intlist(-1i64, false, None::<Kind>)?;
     Ok(logits.f_logsumexp(-1i64, false)?.f_sub(&expected_logit)?)
 }
 
 /// `agg(entropy_from_logits(logits))` over `response_mask` (`[batch, response_len, vocab]`
 /// logits); verl's `compute_entropy_loss`.
-pub fn entropy_loss(logits: &Tensor, response_mask: &Tensor, mode: LossAggMode, opts: &AggOptions) -> Result<Tensor> {
+pub fn entropy_loss(
+    logits: &Tensor,
+    response_mask: &Tensor,
+    mode: LossAggMode,
+    opts: &AggOptions,
+) -> Result<Tensor> {
     let entropy = entropy_from_logits(logits)?;
     agg_loss(&entropy, response_mask, mode, opts)
 }

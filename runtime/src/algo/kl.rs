@@ -73,14 +73,30 @@ pub struct KlEstimator {
 
 /// Every name verl accepts (`+` names included).
 pub const KL_NAMES: &[&str] = &[
-    "kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+",
+    "kl",
+    "k1",
+    "abs",
+    "mse",
+    "k2",
+    "low_var_kl",
+    "k3",
+    "full",
+    "kl+",
+    "k1+",
+    "abs+",
+    "mse+",
+    "k2+",
+    "low_var_kl+",
     "k3+",
 ];
 
 impl KlEstimator {
     /// The plain estimator `kind` (value and gradient of `kind`).
     pub const fn plain(kind: KlKind) -> Self {
-        KlEstimator { value: kind, grad: kind }
+        KlEstimator {
+            value: kind,
+            grad: kind,
+        }
     }
 
     /// Straight-through: the value of `value`, the gradient of `grad`.
@@ -100,7 +116,11 @@ impl FromStr for KlEstimator {
     /// verl's names: `kl`/`k1`, `abs`, `mse`/`k2`, `low_var_kl`/`k3`, `full`, and any of the
     /// first four with a `+` suffix (value of the named estimator, gradient of `k2`).
     fn from_str(s: &str) -> Result<Self> {
-        let unknown = || AlgoError::UnknownName { what: "KL estimator", name: s.to_owned(), expected: KL_NAMES.join(", ") };
+        let unknown = || AlgoError::UnknownName {
+            what: "KL estimator",
+            name: s.to_owned(),
+            expected: KL_NAMES.join(", "),
+        };
         let (base, plus) = match s.strip_suffix('+') {
             Some(base) => (base, true),
             None => (s, false),
@@ -138,7 +158,10 @@ pub fn kl_value(kind: KlKind, log_prob: &Tensor, ref_log_prob: &Tensor) -> Resul
         KlKind::K2 => delta()?.f_square()?.f_mul_scalar(0.5)?,
         KlKind::K3 => {
             let d = ref_log_prob.f_sub(log_prob)?.f_clamp(-20.0, 20.0)?;
-            d.f_exp()?.f_sub(&d)?.f_sub_scalar(1.0)?.f_clamp(-10.0, 10.0)?
+            d.f_exp()?
+                .f_sub(&d)?
+                .f_sub_scalar(1.0)?
+                .f_clamp(-10.0, 10.0)?
         }
         KlKind::Full => {
             if log_prob.dim() != 3 {
@@ -148,7 +171,10 @@ pub fn kl_value(kind: KlKind, log_prob: &Tensor, ref_log_prob: &Tensor) -> Resul
                     got: log_prob.size(),
                 });
             }
-            log_prob.f_exp()?.f_mul(&delta()?)?.f_sum_dim_intlist(-1i64, false, None::<Kind>)?
+            log_prob
+                .f_exp()?
+                .f_mul(&delta()?)?
+                .f_sum_dim_intlist(-1i64, false, None::<Kind>)?
         }
     })
 }
@@ -166,7 +192,9 @@ pub fn kl_penalty(log_prob: &Tensor, ref_log_prob: &Tensor, est: KlEstimator) ->
         )));
     }
     let backward = kl_value(est.grad, log_prob, ref_log_prob)?;
-    Ok(backward.f_sub(&backward.f_detach()?)?.f_add(&forward.f_detach()?)?)
+    Ok(backward
+        .f_sub(&backward.f_detach()?)?
+        .f_add(&forward.f_detach()?)?)
 }
 
 /// The actor's KL loss: `agg(kl_penalty(log π, log π_ref))` over `response_mask` (the caller

@@ -17,7 +17,11 @@ pub enum KlController {
     /// β stays at `kl_coef`.
     Fixed { value: f64 },
     /// β follows the measured KL towards `target`.
-    Adaptive { value: f64, target: f64, horizon: f64 },
+    Adaptive {
+        value: f64,
+        target: f64,
+        horizon: f64,
+    },
 }
 
 impl KlController {
@@ -28,13 +32,21 @@ impl KlController {
 
     /// verl's `AdaptiveKLController(kl_coef, target_kl, horizon)`; `horizon` must be positive.
     pub fn adaptive(kl_coef: f64, target_kl: f64, horizon: f64) -> Result<Self> {
-        if !(horizon > 0.0) {
-            return Err(AlgoError::Config(format!("horizon must be larger than 0. Got {horizon}")));
+        if horizon.is_nan() || horizon <= 0.0 {
+            return Err(AlgoError::Config(format!(
+                "horizon must be larger than 0. Got {horizon}"
+            )));
         }
         if target_kl == 0.0 {
-            return Err(AlgoError::Config("the adaptive KL controller needs a non-zero target_kl".into()));
+            return Err(AlgoError::Config(
+                "the adaptive KL controller needs a non-zero target_kl".into(),
+            ));
         }
-        Ok(KlController::Adaptive { value: kl_coef, target: target_kl, horizon })
+        Ok(KlController::Adaptive {
+            value: kl_coef,
+            target: target_kl,
+            horizon,
+        })
     }
 
     /// The current coefficient β.
@@ -46,7 +58,12 @@ impl KlController {
 
     /// Updates β after a batch of `n_steps` samples whose mean KL was `current_kl`.
     pub fn update(&mut self, current_kl: f64, n_steps: usize) {
-        if let KlController::Adaptive { value, target, horizon } = self {
+        if let KlController::Adaptive {
+            value,
+            target,
+            horizon,
+        } = self
+        {
             let error = (current_kl / *target - 1.0).clamp(-0.2, 0.2);
             *value *= 1.0 + error * n_steps as f64 / *horizon;
         }
@@ -69,7 +86,10 @@ impl KlPenalty {
     pub fn metrics(&self) -> [(&'static str, f64); 2] {
         [
             ("actor/reward_kl_penalty", self.reward_kl_penalty),
-            ("actor/reward_kl_penalty_coeff", self.reward_kl_penalty_coeff),
+            (
+                "actor/reward_kl_penalty_coeff",
+                self.reward_kl_penalty_coeff,
+            ),
         ]
     }
 }
@@ -92,14 +112,21 @@ pub fn apply_kl_penalty(
     ])?;
     let kind = check::floating(token_level_scores, "token_level_scores")?;
     let _guard = tch::no_grad_guard();
-    let kld = kl_penalty(old_log_probs, ref_log_prob, est)?.f_mul(&response_mask.f_to_kind(kind)?)?;
+    let kld =
+        kl_penalty(old_log_probs, ref_log_prob, est)?.f_mul(&response_mask.f_to_kind(kind)?)?;
     let beta = ctrl.value();
     let token_level_rewards = token_level_scores.f_sub(&kld.f_mul_scalar(beta)?)?;
     let current_kl = if batch == 0 {
         0.0
     } else {
-        masked_mean_dim(&kld, response_mask, -1)?.f_mean(tch::Kind::Double)?.f_double_value(&[])?
+        masked_mean_dim(&kld, response_mask, -1)?
+            .f_mean(tch::Kind::Double)?
+            .f_double_value(&[])?
     };
     ctrl.update(current_kl, batch as usize);
-    Ok(KlPenalty { token_level_rewards, reward_kl_penalty: current_kl, reward_kl_penalty_coeff: beta })
+    Ok(KlPenalty {
+        token_level_rewards,
+        reward_kl_penalty: current_kl,
+        reward_kl_penalty_coeff: beta,
+    })
 }

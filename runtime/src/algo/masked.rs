@@ -24,20 +24,26 @@ pub fn masked_sum(values: &Tensor, mask: &Tensor) -> Result<Tensor> {
 
 /// Σ m·v along `dim`.
 pub fn masked_sum_dim(values: &Tensor, mask: &Tensor, dim: i64) -> Result<Tensor> {
-    Ok(masked_product(values, mask)?.0.f_sum_dim_intlist(dim, false, None::<Kind>)?)
+    Ok(masked_product(values, mask)?
+        .0
+        .f_sum_dim_intlist(dim, false, None::<Kind>)?)
 }
 
 /// Σ m·v / (Σ m + 1e-8) over every element (a 0-d tensor).
 pub fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<Tensor> {
     let (v, m) = masked_product(values, mask)?;
-    Ok(v.f_sum(None::<Kind>)?.f_div(&m.f_sum(None::<Kind>)?.f_add_scalar(MEAN_EPS)?)?)
+    Ok(v.f_sum(None::<Kind>)?
+        .f_div(&m.f_sum(None::<Kind>)?.f_add_scalar(MEAN_EPS)?)?)
 }
 
 /// Σ m·v / (Σ m + 1e-8) along `dim`.
 pub fn masked_mean_dim(values: &Tensor, mask: &Tensor, dim: i64) -> Result<Tensor> {
     let (v, m) = masked_product(values, mask)?;
     let num = v.f_sum_dim_intlist(dim, false, None::<Kind>)?;
-    Ok(num.f_div(&m.f_sum_dim_intlist(dim, false, None::<Kind>)?.f_add_scalar(MEAN_EPS)?)?)
+    Ok(num.f_div(
+        &m.f_sum_dim_intlist(dim, false, None::<Kind>)?
+            .f_add_scalar(MEAN_EPS)?,
+    )?)
 }
 
 /// Unbiased masked variance: `masked_mean((v − mean)²) · n/(n − 1)` with `n = Σm`; an error
@@ -46,7 +52,10 @@ pub fn masked_var(values: &Tensor, mask: &Tensor) -> Result<Tensor> {
     let mean = masked_mean(values, mask)?;
     let centered = values.f_sub(&mean)?;
     let var = masked_mean(&centered.f_square()?, mask)?;
-    let n = mask.f_to_kind(Kind::Double)?.f_sum(None::<Kind>)?.f_double_value(&[])?;
+    let n = mask
+        .f_to_kind(Kind::Double)?
+        .f_sum(None::<Kind>)?
+        .f_double_value(&[])?;
     if n <= 1.0 {
         return Err(AlgoError::Data(format!(
             "masked variance needs more than one valid element, the mask sums to {n}"
@@ -60,5 +69,7 @@ pub fn masked_var(values: &Tensor, mask: &Tensor) -> Result<Tensor> {
 pub fn masked_whiten(values: &Tensor, mask: &Tensor) -> Result<Tensor> {
     let mean = masked_mean(values, mask)?;
     let var = masked_var(values, mask)?;
-    Ok(values.f_sub(&mean)?.f_mul(&var.f_add_scalar(WHITEN_EPS)?.f_rsqrt()?)?)
+    Ok(values
+        .f_sub(&mean)?
+        .f_mul(&var.f_add_scalar(WHITEN_EPS)?.f_rsqrt()?)?)
 }

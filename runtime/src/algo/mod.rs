@@ -24,11 +24,16 @@ mod names;
 pub mod policy_loss;
 pub mod value_loss;
 
-pub use advantage::{AdvEstimator, AdvantageConfig, AdvantageInputs, Advantages, GroupIndex, compute_advantage};
+pub use advantage::{
+    AdvEstimator, AdvantageConfig, AdvantageInputs, Advantages, GroupIndex, compute_advantage,
+};
 pub use agg::{AggOptions, LossAggMode, agg_loss};
 pub use kl::{KlEstimator, KlKind, kl_penalty};
 pub use kl_ctrl::{KlController, KlPenalty, apply_kl_penalty};
-pub use policy_loss::{PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, PolicyLossMode, compute_policy_loss};
+pub use policy_loss::{
+    PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, PolicyLossMode,
+    compute_policy_loss,
+};
 pub use value_loss::{ValueLoss, compute_value_loss};
 
 /// Errors of the algorithm functions: bad shapes or inputs (the caller's data), invalid
@@ -36,19 +41,35 @@ pub use value_loss::{ValueLoss, compute_value_loss};
 #[derive(Debug, thiserror::Error)]
 pub enum AlgoError {
     #[error("{name}: expected shape {expected}, got {got:?}")]
-    Shape { name: &'static str, expected: String, got: Vec<i64> },
+    Shape {
+        name: &'static str,
+        expected: String,
+        got: Vec<i64>,
+    },
     #[error("{name} is on {got:?} but {reference} is on {expected:?}")]
-    Device { name: &'static str, reference: &'static str, expected: tch::Device, got: tch::Device },
+    Device {
+        name: &'static str,
+        reference: &'static str,
+        expected: tch::Device,
+        got: tch::Device,
+    },
     #[error("{name}: expected a floating-point tensor, got {kind:?}")]
     Kind { name: &'static str, kind: tch::Kind },
     #[error("{what} requires `{input}`, which was not given")]
-    MissingInput { what: &'static str, input: &'static str },
+    MissingInput {
+        what: &'static str,
+        input: &'static str,
+    },
     #[error("invalid parameter: {0}")]
     Config(String),
     #[error("{0}")]
     Data(String),
     #[error("unknown {what} `{name}`; expected one of: {expected}")]
-    UnknownName { what: &'static str, name: String, expected: String },
+    UnknownName {
+        what: &'static str,
+        name: String,
+        expected: String,
+    },
     #[error("{0}")]
     Unsupported(String),
     #[error("libtorch: {0}")]

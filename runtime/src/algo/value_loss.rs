@@ -28,10 +28,17 @@ pub fn compute_value_loss(
     mode: LossAggMode,
     opts: &AggOptions,
 ) -> Result<ValueLoss> {
-    check::same_2d(&[(vpreds, "vpreds"), (returns, "returns"), (values, "values"), (response_mask, "response_mask")])?;
+    check::same_2d(&[
+        (vpreds, "vpreds"),
+        (returns, "returns"),
+        (values, "values"),
+        (response_mask, "response_mask"),
+    ])?;
     check::floating(vpreds, "vpreds")?;
-    if !(cliprange_value >= 0.0) {
-        return Err(AlgoError::Config(format!("cliprange_value must be non-negative, got {cliprange_value}")));
+    if cliprange_value.is_nan() || cliprange_value < 0.0 {
+        return Err(AlgoError::Config(format!(
+            "cliprange_value must be non-negative, got {cliprange_value}"
+        )));
     }
     let low = values.f_sub_scalar(cliprange_value)?;
     let high = values.f_add_scalar(cliprange_value)?;
@@ -41,6 +48,13 @@ pub fn compute_value_loss(
     let loss2 = clipped.f_sub(returns)?.f_square()?;
     let loss_mat = loss1.f_maximum(&loss2)?;
     let loss = agg_loss(&loss_mat, response_mask, mode, opts)?.f_mul_scalar(0.5)?;
-    let clipfrac = masked_mean(&loss2.f_gt_tensor(&loss1)?.f_to_kind(loss1.f_kind()?)?, response_mask)?.f_detach()?;
-    Ok(ValueLoss { loss, vf_clipfrac: clipfrac })
+    let clipfrac = masked_mean(
+        &loss2.f_gt_tensor(&loss1)?.f_to_kind(loss1.f_kind()?)?,
+        response_mask,
+    )?
+    .f_detach()?;
+    Ok(ValueLoss {
+        loss,
+        vf_clipfrac: clipfrac,
+    })
 }

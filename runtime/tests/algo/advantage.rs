@@ -1,6 +1,8 @@
 //! Advantage estimators: the oracle batch, hand-derived cases and properties.
 use runtime::algo::advantage::{self, gae, gpg, grpo, grpo_passk, opo, rloo};
-use runtime::algo::{AdvEstimator, AdvantageConfig, AdvantageInputs, AlgoError, GroupIndex, compute_advantage};
+use runtime::algo::{
+    AdvEstimator, AdvantageConfig, AdvantageInputs, AlgoError, GroupIndex, compute_advantage,
+};
 use tch::{Kind, Tensor};
 
 use crate::oracle;
@@ -9,15 +11,31 @@ use crate::support::{assert_close, assert_near, t1, t2, to_vec};
 const TOL: f64 = 1e-9;
 
 fn index_of(meta: &serde_json::Value, key: &str) -> GroupIndex {
-    let ids: Vec<i64> = meta[key].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let ids: Vec<i64> = meta[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
     GroupIndex::from_ids(&ids)
 }
 
 /// Runs `est` on the oracle batch with the dense (`"dense"`) or outcome (`"outcome"`) rewards.
 fn run(est: AdvEstimator, rewards: &str, norm: bool) -> advantage::Advantages {
     let o = oracle::load("adv");
-    let index = index_of(&o.meta, if est == AdvEstimator::GrpoPassk { "index_k2" } else { "index" });
-    let r = o.get(if rewards == "dense" { "rewards" } else { "outcome" });
+    let index = index_of(
+        &o.meta,
+        if est == AdvEstimator::GrpoPassk {
+            "index_k2"
+        } else {
+            "index"
+        },
+    );
+    let r = o.get(if rewards == "dense" {
+        "rewards"
+    } else {
+        "outcome"
+    });
     let inputs = AdvantageInputs::new(r, o.get("mask"))
         .values(o.get("values"))
         .index(&index)
@@ -27,7 +45,12 @@ fn run(est: AdvEstimator, rewards: &str, norm: bool) -> advantage::Advantages {
     } else {
         o.meta["gamma"].as_f64().unwrap()
     };
-    let cfg = AdvantageConfig { gamma, lam: o.meta["lam"].as_f64().unwrap(), norm_adv_by_std_in_grpo: norm, epsilon: 1e-6 };
+    let cfg = AdvantageConfig {
+        gamma,
+        lam: o.meta["lam"].as_f64().unwrap(),
+        norm_adv_by_std_in_grpo: norm,
+        epsilon: 1e-6,
+    };
     compute_advantage(est, &inputs, &cfg).unwrap()
 }
 
@@ -37,7 +60,12 @@ fn check_outcome(est: AdvEstimator, key: impl Fn(&str) -> String, norm: bool) {
     for rewards in ["dense", "outcome"] {
         let out = run(est, rewards, norm);
         let want = o.get(&key(rewards));
-        assert_close(&out.advantages, want, TOL, &format!("{est} {rewards} advantages"));
+        assert_close(
+            &out.advantages,
+            want,
+            TOL,
+            &format!("{est} {rewards} advantages"),
+        );
         assert_close(&out.returns, want, TOL, &format!("{est} {rewards} returns"));
     }
 }
@@ -53,21 +81,33 @@ fn gae_matches_oracle() {
 #[test]
 fn grpo_matches_oracle() {
     for norm in [true, false] {
-        check_outcome(AdvEstimator::Grpo, |r| format!("grpo/{r}/{}", py_bool(norm)), norm);
+        check_outcome(
+            AdvEstimator::Grpo,
+            |r| format!("grpo/{r}/{}", py_bool(norm)),
+            norm,
+        );
     }
 }
 
 #[test]
 fn grpo_vectorized_matches_oracle() {
     for norm in [true, false] {
-        check_outcome(AdvEstimator::GrpoVectorized, |r| format!("grpo_vectorized/{r}/{}", py_bool(norm)), norm);
+        check_outcome(
+            AdvEstimator::GrpoVectorized,
+            |r| format!("grpo_vectorized/{r}/{}", py_bool(norm)),
+            norm,
+        );
     }
 }
 
 #[test]
 fn grpo_passk_matches_oracle() {
     for norm in [true, false] {
-        check_outcome(AdvEstimator::GrpoPassk, |r| format!("grpo_passk/{r}/{}", py_bool(norm)), norm);
+        check_outcome(
+            AdvEstimator::GrpoPassk,
+            |r| format!("grpo_passk/{r}/{}", py_bool(norm)),
+            norm,
+        );
     }
 }
 
@@ -78,7 +118,11 @@ fn rloo_matches_oracle() {
 
 #[test]
 fn rloo_vectorized_matches_oracle() {
-    check_outcome(AdvEstimator::RlooVectorized, |r| format!("rloo_vectorized/{r}"), true);
+    check_outcome(
+        AdvEstimator::RlooVectorized,
+        |r| format!("rloo_vectorized/{r}"),
+        true,
+    );
 }
 
 #[test]
@@ -93,7 +137,11 @@ fn gpg_matches_oracle() {
 
 #[test]
 fn reinforce_plus_plus_baseline_matches_oracle() {
-    check_outcome(AdvEstimator::ReinforcePlusPlusBaseline, |r| format!("reinforce_plus_plus_baseline/{r}"), true);
+    check_outcome(
+        AdvEstimator::ReinforcePlusPlusBaseline,
+        |r| format!("reinforce_plus_plus_baseline/{r}"),
+        true,
+    );
 }
 
 #[test]
@@ -101,8 +149,18 @@ fn reinforce_plus_plus_matches_oracle() {
     let o = oracle::load("adv");
     for rewards in ["dense", "outcome"] {
         let out = run(AdvEstimator::ReinforcePlusPlus, rewards, true);
-        assert_close(&out.advantages, o.get(&format!("reinforce_plus_plus/{rewards}/adv")), TOL, "rf++ advantages");
-        assert_close(&out.returns, o.get(&format!("reinforce_plus_plus/{rewards}/ret")), TOL, "rf++ returns");
+        assert_close(
+            &out.advantages,
+            o.get(&format!("reinforce_plus_plus/{rewards}/adv")),
+            TOL,
+            "rf++ advantages",
+        );
+        assert_close(
+            &out.returns,
+            o.get(&format!("reinforce_plus_plus/{rewards}/ret")),
+            TOL,
+            "rf++ returns",
+        );
     }
 }
 
@@ -111,8 +169,18 @@ fn remax_matches_oracle() {
     let o = oracle::load("adv");
     for rewards in ["dense", "outcome"] {
         let out = run(AdvEstimator::Remax, rewards, true);
-        assert_close(&out.advantages, o.get(&format!("remax/{rewards}/adv")), TOL, "remax advantages");
-        assert_close(&out.returns, o.get(&format!("remax/{rewards}/ret")), TOL, "remax returns");
+        assert_close(
+            &out.advantages,
+            o.get(&format!("remax/{rewards}/adv")),
+            TOL,
+            "remax advantages",
+        );
+        assert_close(
+            &out.returns,
+            o.get(&format!("remax/{rewards}/ret")),
+            TOL,
+            "remax returns",
+        );
     }
 }
 
@@ -179,7 +247,12 @@ fn opo_hand_derived() {
     let r = t2(&[&[0.0, 0.0, 1.0], &[0.0, 0.0, 0.0]]);
     let m = t2(&[&[1.0, 1.0, 1.0], &[1.0, 0.0, 0.0]]);
     let out = opo::compute(&r, &m, &GroupIndex::from_ids(&[0, 0])).unwrap();
-    assert_close(&out.advantages, &t2(&[&[0.25, 0.25, 0.25], &[-0.75, 0.0, 0.0]]), 1e-12, "opo");
+    assert_close(
+        &out.advantages,
+        &t2(&[&[0.25, 0.25, 0.25], &[-0.75, 0.0, 0.0]]),
+        1e-12,
+        "opo",
+    );
 }
 
 #[test]
@@ -189,7 +262,10 @@ fn gpg_hand_derived() {
     let a = gpg::advantages(&[1.0, 0.0, 0.0, 1.0], &GroupIndex::from_ids(&[0, 0, 1, 1]));
     assert_eq!(a, vec![1.0, -1.0, -1.0, 1.0]);
     // All scores zero: α = B / max(1, 0) = B, advantages 0.
-    assert_eq!(gpg::advantages(&[0.0, 0.0], &GroupIndex::from_ids(&[0, 0])), vec![0.0, 0.0]);
+    assert_eq!(
+        gpg::advantages(&[0.0, 0.0], &GroupIndex::from_ids(&[0, 0])),
+        vec![0.0, 0.0]
+    );
 }
 
 #[test]
@@ -200,19 +276,36 @@ fn grpo_passk_hand_derived() {
     let scores = [0.2, 0.9, 0.5];
     let ix = GroupIndex::from_ids(&[4, 4, 4]);
     let a = grpo_passk::advantages(&scores, &ix, true, 1e-6).unwrap();
-    assert_near(a[1], 0.4 / (0.123333333333333_f64.sqrt() + 1e-6), 1e-9, "pass@k");
+    assert_near(
+        a[1],
+        0.4 / (0.123333333333333_f64.sqrt() + 1e-6),
+        1e-9,
+        "pass@k",
+    );
     assert_near(a[1], 1.1389864, 1e-7, "pass@k (literal)");
     assert_eq!((a[0], a[2]), (0.0, 0.0));
     let a = grpo_passk::advantages(&scores, &ix, false, 1e-6).unwrap();
     assert_near(a[1], 0.4, 1e-12, "pass@k unnormalised");
     // Ties at the maximum: gap 0, every advantage 0.
-    let a = grpo_passk::advantages(&[1.0, 1.0, 0.0], &GroupIndex::from_ids(&[0, 0, 0]), true, 1e-6).unwrap();
+    let a = grpo_passk::advantages(
+        &[1.0, 1.0, 0.0],
+        &GroupIndex::from_ids(&[0, 0, 0]),
+        true,
+        1e-6,
+    )
+    .unwrap();
     assert_eq!(a, vec![0.0, 0.0, 0.0]);
 }
 
 #[test]
 fn grpo_passk_rejects_singleton_groups() {
-    let err = grpo_passk::advantages(&[1.0, 0.0, 2.0], &GroupIndex::from_ids(&[0, 0, 1]), true, 1e-6).unwrap_err();
+    let err = grpo_passk::advantages(
+        &[1.0, 0.0, 2.0],
+        &GroupIndex::from_ids(&[0, 0, 1]),
+        true,
+        1e-6,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("at least 2 samples"), "{err}");
 }
 
@@ -220,9 +313,24 @@ fn grpo_passk_rejects_singleton_groups() {
 fn remax_hand_derived() {
     // r = [0, 1, 2], m = [1, 1, 0], b = 0.5: r·m = [0, 1, 0], G = reverse cumsum = [1, 1, 0];
     // A = G − b·m = [0.5, 0.5, 0].
-    let out = advantage::remax::compute(&t2(&[&[0.0, 1.0, 2.0]]), &t1(&[0.5]), &t2(&[&[1.0, 1.0, 0.0]])).unwrap();
-    assert_close(&out.returns, &t2(&[&[1.0, 1.0, 0.0]]), 1e-12, "remax returns");
-    assert_close(&out.advantages, &t2(&[&[0.5, 0.5, 0.0]]), 1e-12, "remax advantages");
+    let out = advantage::remax::compute(
+        &t2(&[&[0.0, 1.0, 2.0]]),
+        &t1(&[0.5]),
+        &t2(&[&[1.0, 1.0, 0.0]]),
+    )
+    .unwrap();
+    assert_close(
+        &out.returns,
+        &t2(&[&[1.0, 1.0, 0.0]]),
+        1e-12,
+        "remax returns",
+    );
+    assert_close(
+        &out.advantages,
+        &t2(&[&[0.5, 0.5, 0.0]]),
+        1e-12,
+        "remax advantages",
+    );
 }
 
 #[test]
@@ -238,7 +346,12 @@ fn reinforce_plus_plus_resets_after_eos() {
     // Advantages are whitened over the valid tokens and zero elsewhere.
     let a = to_vec(&out.advantages);
     assert_eq!(a[3], 0.0);
-    let valid: Vec<f64> = a.iter().zip(to_vec(&m)).filter(|(_, m)| *m > 0.0).map(|(a, _)| *a).collect();
+    let valid: Vec<f64> = a
+        .iter()
+        .zip(to_vec(&m))
+        .filter(|(_, m)| *m > 0.0)
+        .map(|(a, _)| *a)
+        .collect();
     assert_masked_standardised(&valid);
 }
 
@@ -256,11 +369,16 @@ fn assert_masked_standardised(xs: &[f64]) {
 /// A seeded batch: 8 groups of 1..=8 responses with random scores.
 fn random_groups(seed: i64) -> (Tensor, Tensor, GroupIndex, Vec<i64>) {
     tch::manual_seed(seed);
-    let ids: Vec<i64> = (0..8).flat_map(|g| std::iter::repeat_n(g, g as usize + 1)).collect();
+    let ids: Vec<i64> = (0..8)
+        .flat_map(|g| std::iter::repeat_n(g, g as usize + 1))
+        .collect();
     let b = ids.len() as i64;
     let rewards = Tensor::randn([b, 5], (Kind::Double, tch::Device::Cpu));
     let lengths = Tensor::randint_low(1, 6, [b, 1], (Kind::Int64, tch::Device::Cpu));
-    let mask = Tensor::arange(5, (Kind::Int64, tch::Device::Cpu)).unsqueeze(0).lt_tensor(&lengths).to_kind(Kind::Double);
+    let mask = Tensor::arange(5, (Kind::Int64, tch::Device::Cpu))
+        .unsqueeze(0)
+        .lt_tensor(&lengths)
+        .to_kind(Kind::Double);
     (rewards, mask, GroupIndex::from_ids(&ids), ids)
 }
 
@@ -273,7 +391,12 @@ fn first_token(t: &Tensor) -> Vec<f64> {
 fn grpo_advantages_have_zero_mean_and_unit_std_per_group() {
     let (r, m, ix, _) = random_groups(1);
     for est in [AdvEstimator::Grpo, AdvEstimator::GrpoVectorized] {
-        let out = compute_advantage(est, &AdvantageInputs::new(&r, &m).index(&ix), &AdvantageConfig::default()).unwrap();
+        let out = compute_advantage(
+            est,
+            &AdvantageInputs::new(&r, &m).index(&ix),
+            &AdvantageConfig::default(),
+        )
+        .unwrap();
         let a = first_token(&out.advantages);
         for members in ix.groups().filter(|g| g.len() > 1) {
             let xs: Vec<f64> = members.iter().map(|&i| a[i]).collect();
@@ -284,7 +407,10 @@ fn grpo_advantages_have_zero_mean_and_unit_std_per_group() {
             assert!((std - 1.0).abs() < 1e-4, "{est}: group std {std}");
         }
         // Without the std: zero mean, the scale of the scores kept.
-        let cfg = AdvantageConfig { norm_adv_by_std_in_grpo: false, ..AdvantageConfig::default() };
+        let cfg = AdvantageConfig {
+            norm_adv_by_std_in_grpo: false,
+            ..AdvantageConfig::default()
+        };
         let out = compute_advantage(est, &AdvantageInputs::new(&r, &m).index(&ix), &cfg).unwrap();
         let a = first_token(&out.advantages);
         let s = to_vec(&r.sum_dim_intlist(-1i64, false, Kind::Double));
@@ -304,7 +430,12 @@ fn grpo_vectorized_equals_grpo_when_variance_exceeds_epsilon() {
     let cfg = AdvantageConfig::default();
     let a = compute_advantage(AdvEstimator::Grpo, &ins, &cfg).unwrap();
     let b = compute_advantage(AdvEstimator::GrpoVectorized, &ins, &cfg).unwrap();
-    assert_close(&a.advantages, &b.advantages, 1e-9, "grpo vs grpo_vectorized");
+    assert_close(
+        &a.advantages,
+        &b.advantages,
+        1e-9,
+        "grpo vs grpo_vectorized",
+    );
 }
 
 #[test]
@@ -335,14 +466,23 @@ fn grpo_passk_rewards_only_the_best_of_each_group() {
     let ids: Vec<i64> = ids.iter().map(|&g| g.max(1)).collect();
     let ix = GroupIndex::from_ids(&ids);
     let s = to_vec(&r.sum_dim_intlist(-1i64, false, Kind::Double));
-    let a = first_token(&grpo_passk::compute(&r, &m, &ix, false, 1e-6).unwrap().advantages);
+    let a = first_token(
+        &grpo_passk::compute(&r, &m, &ix, false, 1e-6)
+            .unwrap()
+            .advantages,
+    );
     for members in ix.groups() {
         let mut sorted: Vec<f64> = members.iter().map(|&i| s[i]).collect();
         sorted.sort_by(|x, y| y.total_cmp(x));
         let nonzero: Vec<usize> = members.iter().copied().filter(|&i| a[i] != 0.0).collect();
         assert_eq!(nonzero.len(), 1);
         assert_eq!(s[nonzero[0]], sorted[0], "the best response");
-        assert_near(a[nonzero[0]], sorted[0] - sorted[1], 1e-12, "gap to the second best");
+        assert_near(
+            a[nonzero[0]],
+            sorted[0] - sorted[1],
+            1e-12,
+            "gap to the second best",
+        );
     }
 }
 
@@ -360,15 +500,27 @@ fn gae_with_lambda_one_equals_discounted_sum() {
     let mut want = vec![0.0; (b * l) as usize];
     for i in 0..b as usize {
         for t in 0..l as usize {
-            want[i * l as usize + t] = (t..l as usize).map(|k| gamma.powi((k - t) as i32) * rv[i * l as usize + k]).sum();
+            want[i * l as usize + t] = (t..l as usize)
+                .map(|k| gamma.powi((k - t) as i32) * rv[i * l as usize + k])
+                .sum();
         }
     }
-    assert_close(&out.returns, &Tensor::from_slice(&want).view([b, l]), 1e-12, "returns");
+    assert_close(
+        &out.returns,
+        &Tensor::from_slice(&want).view([b, l]),
+        1e-12,
+        "returns",
+    );
     // The advantages are the whitened Â.
     let raw = &out.returns - &v;
     let mean = raw.mean(Kind::Double);
     let std = raw.std(true);
-    assert_close(&out.advantages, &((&raw - &mean) / (std.square() + 1e-8).sqrt()), 1e-7, "whitened");
+    assert_close(
+        &out.advantages,
+        &((&raw - &mean) / (std.square() + 1e-8).sqrt()),
+        1e-7,
+        "whitened",
+    );
 }
 
 #[test]
@@ -394,11 +546,28 @@ fn gae_skips_masked_tokens() {
 fn whitened_estimators_are_standardised_over_the_mask() {
     let (r, m, ix, _) = random_groups(6);
     let v = Tensor::randn(r.size(), (Kind::Double, tch::Device::Cpu));
-    let cfg = AdvantageConfig { gamma: 0.97, lam: 0.95, ..AdvantageConfig::default() };
-    for est in [AdvEstimator::Gae, AdvEstimator::ReinforcePlusPlus, AdvEstimator::ReinforcePlusPlusBaseline] {
-        let out = compute_advantage(est, &AdvantageInputs::new(&r, &m).values(&v).index(&ix), &cfg).unwrap();
-        let valid: Vec<f64> =
-            to_vec(&out.advantages).into_iter().zip(to_vec(&m)).filter(|(_, m)| *m > 0.0).map(|(a, _)| a).collect();
+    let cfg = AdvantageConfig {
+        gamma: 0.97,
+        lam: 0.95,
+        ..AdvantageConfig::default()
+    };
+    for est in [
+        AdvEstimator::Gae,
+        AdvEstimator::ReinforcePlusPlus,
+        AdvEstimator::ReinforcePlusPlusBaseline,
+    ] {
+        let out = compute_advantage(
+            est,
+            &AdvantageInputs::new(&r, &m).values(&v).index(&ix),
+            &cfg,
+        )
+        .unwrap();
+        let valid: Vec<f64> = to_vec(&out.advantages)
+            .into_iter()
+            .zip(to_vec(&m))
+            .filter(|(_, m)| *m > 0.0)
+            .map(|(a, _)| a)
+            .collect();
         assert_masked_standardised(&valid);
     }
 }
@@ -408,8 +577,12 @@ fn outputs_keep_kind_and_device() {
     let r = t2(&[&[0.0, 1.0], &[1.0, 0.0]]).to_kind(Kind::Float);
     let m = Tensor::ones([2, 2], (Kind::Bool, tch::Device::Cpu));
     let ix = GroupIndex::from_labels(&["a", "a"]);
-    let out = compute_advantage(AdvEstimator::Grpo, &AdvantageInputs::new(&r, &m).index(&ix), &AdvantageConfig::default())
-        .unwrap();
+    let out = compute_advantage(
+        AdvEstimator::Grpo,
+        &AdvantageInputs::new(&r, &m).index(&ix),
+        &AdvantageConfig::default(),
+    )
+    .unwrap();
     assert_eq!(out.advantages.kind(), Kind::Float);
     assert_eq!(out.returns.device(), tch::Device::Cpu);
 }
@@ -419,26 +592,105 @@ fn bad_inputs_are_errors() {
     let r = t2(&[&[0.0, 1.0], &[1.0, 0.0]]);
     let m = t2(&[&[1.0, 1.0], &[1.0, 1.0]]);
     let cfg = AdvantageConfig::default();
-    let err = compute_advantage(AdvEstimator::Grpo, &AdvantageInputs::new(&r, &m), &cfg).unwrap_err();
-    assert!(matches!(err, AlgoError::MissingInput { input: "index (group ids)", .. }), "{err}");
-    let err = compute_advantage(AdvEstimator::Gae, &AdvantageInputs::new(&r, &m), &cfg).unwrap_err();
-    assert!(matches!(err, AlgoError::MissingInput { input: "values", .. }), "{err}");
-    let err = compute_advantage(AdvEstimator::Remax, &AdvantageInputs::new(&r, &m), &cfg).unwrap_err();
-    assert!(matches!(err, AlgoError::MissingInput { input: "reward_baselines", .. }), "{err}");
+    let err =
+        compute_advantage(AdvEstimator::Grpo, &AdvantageInputs::new(&r, &m), &cfg).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AlgoError::MissingInput {
+                input: "index (group ids)",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err =
+        compute_advantage(AdvEstimator::Gae, &AdvantageInputs::new(&r, &m), &cfg).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AlgoError::MissingInput {
+                input: "values",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err =
+        compute_advantage(AdvEstimator::Remax, &AdvantageInputs::new(&r, &m), &cfg).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AlgoError::MissingInput {
+                input: "reward_baselines",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let three = GroupIndex::from_ids(&[0, 0, 1]);
-    let err = compute_advantage(AdvEstimator::Rloo, &AdvantageInputs::new(&r, &m).index(&three), &cfg).unwrap_err();
-    assert!(matches!(err, AlgoError::Shape { name: "index", .. }), "{err}");
+    let err = compute_advantage(
+        AdvEstimator::Rloo,
+        &AdvantageInputs::new(&r, &m).index(&three),
+        &cfg,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, AlgoError::Shape { name: "index", .. }),
+        "{err}"
+    );
     let short = t2(&[&[1.0], &[1.0]]);
-    let err = compute_advantage(AdvEstimator::ReinforcePlusPlus, &AdvantageInputs::new(&r, &short), &cfg).unwrap_err();
-    assert!(matches!(err, AlgoError::Shape { name: "response_mask", .. }), "{err}");
-    let err = compute_advantage(AdvEstimator::ReinforcePlusPlus, &AdvantageInputs::new(&t1(&[1.0]), &t1(&[1.0])), &cfg)
-        .unwrap_err();
-    assert!(matches!(err, AlgoError::Shape { name: "token_level_rewards", .. }), "{err}");
+    let err = compute_advantage(
+        AdvEstimator::ReinforcePlusPlus,
+        &AdvantageInputs::new(&r, &short),
+        &cfg,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AlgoError::Shape {
+                name: "response_mask",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = compute_advantage(
+        AdvEstimator::ReinforcePlusPlus,
+        &AdvantageInputs::new(&t1(&[1.0]), &t1(&[1.0])),
+        &cfg,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AlgoError::Shape {
+                name: "token_level_rewards",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = advantage::remax::compute(&r, &t1(&[0.0]), &m).unwrap_err();
-    assert!(matches!(err, AlgoError::Shape { name: "reward_baselines", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            AlgoError::Shape {
+                name: "reward_baselines",
+                ..
+            }
+        ),
+        "{err}"
+    );
     // Whitening one valid token is an error (verl raises too), not a NaN.
     let one = t2(&[&[1.0, 0.0], &[0.0, 0.0]]);
-    let err = compute_advantage(AdvEstimator::ReinforcePlusPlus, &AdvantageInputs::new(&r, &one), &cfg).unwrap_err();
+    let err = compute_advantage(
+        AdvEstimator::ReinforcePlusPlus,
+        &AdvantageInputs::new(&r, &one),
+        &cfg,
+    )
+    .unwrap_err();
     assert!(matches!(err, AlgoError::Data(_)), "{err}");
 }
 

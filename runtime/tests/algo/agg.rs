@@ -27,9 +27,17 @@ fn agg_modes_match_oracle() {
     let o = oracle::load("agg");
     let (loss, mask) = (o.get("loss"), o.get("mask"));
     for mode in MODES {
-        for (scope, opts) in [("local", AggOptions::default()), ("global", global(&o.meta))] {
+        for (scope, opts) in [
+            ("local", AggOptions::default()),
+            ("global", global(&o.meta)),
+        ] {
             let got = scalar(&agg_loss(loss, mask, mode, &opts).unwrap());
-            assert_near(got, o.f64(&format!("{mode}/{scope}")), 1e-12, &format!("{mode} {scope}"));
+            assert_near(
+                got,
+                o.f64(&format!("{mode}/{scope}")),
+                1e-12,
+                &format!("{mode} {scope}"),
+            );
         }
     }
 }
@@ -41,7 +49,11 @@ fn agg_modes_hand_derived() {
     // seq-mean-token-sum:      ((1 + 2) + 4)/2 = 3.5   (the empty third sequence does not count)
     // seq-mean-token-mean:     (3/2 + 4/1)/2 = 2.75    (up to the 1e-8 in the token means)
     // seq-mean-token-sum-norm: 7/4 = 1.75              (S = response length 4)
-    let loss = t2(&[&[1.0, 2.0, 3.0, 0.0], &[4.0, 5.0, 6.0, 0.0], &[7.0, 7.0, 7.0, 7.0]]);
+    let loss = t2(&[
+        &[1.0, 2.0, 3.0, 0.0],
+        &[4.0, 5.0, 6.0, 0.0],
+        &[7.0, 7.0, 7.0, 7.0],
+    ]);
     let mask = t2(&[&[1.0, 1.0, 0.0, 0.0], &[1.0, 0.0, 0.0, 0.0], &[0.0; 4]]);
     let want = [7.0 / 3.0, 3.5, 2.75, 1.75];
     for (mode, w) in MODES.into_iter().zip(want) {
@@ -50,8 +62,12 @@ fn agg_modes_hand_derived() {
     }
     // With global info: D = 2, N = 14, B = 4, S = 10:
     // token-mean 2·7/14 = 1; seq-sum 2·7/4 = 3.5; seq-mean 2·5.5/4 = 2.75; sum-norm 7/10 = 0.7.
-    let opts =
-        AggOptions { dp_size: 2, batch_num_tokens: Some(14.0), global_batch_size: Some(4.0), loss_scale_factor: Some(10.0) };
+    let opts = AggOptions {
+        dp_size: 2,
+        batch_num_tokens: Some(14.0),
+        global_batch_size: Some(4.0),
+        loss_scale_factor: Some(10.0),
+    };
     for (mode, w) in MODES.into_iter().zip([1.0, 3.5, 2.75, 0.7]) {
         let got = scalar(&agg_loss(&loss, &mask, mode, &opts).unwrap());
         assert_near(got, w, 1e-8, &format!("{mode} global"));
@@ -65,10 +81,17 @@ fn agg_modes_hand_derived() {
 fn global_batch_info_makes_data_parallel_average_equal_the_full_batch() {
     tch::manual_seed(3);
     let loss = Tensor::randn([8, 5], (Kind::Double, tch::Device::Cpu));
-    let mask = Tensor::rand([8, 5], (Kind::Double, tch::Device::Cpu)).gt(0.4).to_kind(Kind::Double);
+    let mask = Tensor::rand([8, 5], (Kind::Double, tch::Device::Cpu))
+        .gt(0.4)
+        .to_kind(Kind::Double);
     let _ = mask.get(2).fill_(0.0); // one empty sequence
     let n_tok = scalar(&mask.sum(Kind::Double));
-    let n_seq = scalar(&mask.sum_dim_intlist(-1i64, false, Kind::Double).gt(0.0).sum(Kind::Double));
+    let n_seq = scalar(
+        &mask
+            .sum_dim_intlist(-1i64, false, Kind::Double)
+            .gt(0.0)
+            .sum(Kind::Double),
+    );
     let d = 2;
     let opts = AggOptions {
         dp_size: d,
@@ -79,10 +102,24 @@ fn global_batch_info_makes_data_parallel_average_equal_the_full_batch() {
     for mode in MODES {
         let full = scalar(&agg_loss(&loss, &mask, mode, &AggOptions::default()).unwrap());
         let ranks: f64 = (0..d as i64)
-            .map(|r| scalar(&agg_loss(&loss.narrow(0, 4 * r, 4), &mask.narrow(0, 4 * r, 4), mode, &opts).unwrap()))
+            .map(|r| {
+                scalar(
+                    &agg_loss(
+                        &loss.narrow(0, 4 * r, 4),
+                        &mask.narrow(0, 4 * r, 4),
+                        mode,
+                        &opts,
+                    )
+                    .unwrap(),
+                )
+            })
             .sum::<f64>()
             / d as f64;
-        let want = if mode == LossAggMode::SeqMeanTokenSumNorm { full / d as f64 } else { full };
+        let want = if mode == LossAggMode::SeqMeanTokenSumNorm {
+            full / d as f64
+        } else {
+            full
+        };
         assert_near(ranks, want, 1e-12, mode.as_str());
     }
 }
@@ -98,7 +135,11 @@ fn masked_positions_never_count() {
         assert!(scalar(&got).is_finite(), "{mode}");
         got.backward();
         let g = to_vec(&x.grad());
-        assert_eq!((g[1], g[3]), (0.0, 0.0), "{mode}: gradient at masked positions");
+        assert_eq!(
+            (g[1], g[3]),
+            (0.0, 0.0),
+            "{mode}: gradient at masked positions"
+        );
     }
 }
 
@@ -108,10 +149,22 @@ fn token_mean_gradient_is_uniform_over_valid_tokens() {
     // sequence's length; seq-mean-token-mean weighs 1/(B·|y_i|).
     let mask = t2(&[&[1.0, 1.0, 1.0, 1.0], &[1.0, 0.0, 0.0, 0.0]]);
     let x = leaf(&Tensor::zeros([2, 4], (Kind::Double, tch::Device::Cpu)));
-    agg_loss(&x, &mask, LossAggMode::TokenMean, &AggOptions::default()).unwrap().backward();
-    assert_eq!(to_vec(&x.grad()), vec![0.2, 0.2, 0.2, 0.2, 0.2, 0.0, 0.0, 0.0]);
+    agg_loss(&x, &mask, LossAggMode::TokenMean, &AggOptions::default())
+        .unwrap()
+        .backward();
+    assert_eq!(
+        to_vec(&x.grad()),
+        vec![0.2, 0.2, 0.2, 0.2, 0.2, 0.0, 0.0, 0.0]
+    );
     let x = leaf(&Tensor::zeros([2, 4], (Kind::Double, tch::Device::Cpu)));
-    agg_loss(&x, &mask, LossAggMode::SeqMeanTokenMean, &AggOptions::default()).unwrap().backward();
+    agg_loss(
+        &x,
+        &mask,
+        LossAggMode::SeqMeanTokenMean,
+        &AggOptions::default(),
+    )
+    .unwrap()
+    .backward();
     let g = to_vec(&x.grad());
     assert_near(g[0], 0.125, 1e-8, "long sequence token");
     assert_near(g[4], 0.5, 1e-8, "short sequence token");
@@ -122,7 +175,11 @@ fn empty_mask_gives_zero_not_nan() {
     let loss = t2(&[&[1.0, 2.0]]);
     let mask = t2(&[&[0.0, 0.0]]);
     for mode in MODES {
-        assert_eq!(scalar(&agg_loss(&loss, &mask, mode, &AggOptions::default()).unwrap()), 0.0, "{mode}");
+        assert_eq!(
+            scalar(&agg_loss(&loss, &mask, mode, &AggOptions::default()).unwrap()),
+            0.0,
+            "{mode}"
+        );
     }
 }
 
@@ -130,10 +187,37 @@ fn empty_mask_gives_zero_not_nan() {
 fn bad_arguments_are_errors() {
     let loss = t2(&[&[1.0, 2.0]]);
     let mask = t2(&[&[1.0, 1.0]]);
-    let zero_dp = AggOptions { dp_size: 0, ..AggOptions::default() };
-    assert!(matches!(agg_loss(&loss, &mask, LossAggMode::TokenMean, &zero_dp), Err(AlgoError::Config(_))));
-    let neg = AggOptions { batch_num_tokens: Some(-1.0), ..AggOptions::default() };
-    assert!(matches!(agg_loss(&loss, &mask, LossAggMode::TokenMean, &neg), Err(AlgoError::Config(_))));
-    let err = agg_loss(&loss, &t2(&[&[1.0]]), LossAggMode::TokenMean, &AggOptions::default()).unwrap_err();
-    assert!(matches!(err, AlgoError::Shape { name: "loss_mask", .. }), "{err}");
+    let zero_dp = AggOptions {
+        dp_size: 0,
+        ..AggOptions::default()
+    };
+    assert!(matches!(
+        agg_loss(&loss, &mask, LossAggMode::TokenMean, &zero_dp),
+        Err(AlgoError::Config(_))
+    ));
+    let neg = AggOptions {
+        batch_num_tokens: Some(-1.0),
+        ..AggOptions::default()
+    };
+    assert!(matches!(
+        agg_loss(&loss, &mask, LossAggMode::TokenMean, &neg),
+        Err(AlgoError::Config(_))
+    ));
+    let err = agg_loss(
+        &loss,
+        &t2(&[&[1.0]]),
+        LossAggMode::TokenMean,
+        &AggOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AlgoError::Shape {
+                name: "loss_mask",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }

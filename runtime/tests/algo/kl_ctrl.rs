@@ -9,14 +9,33 @@ fn in_reward_penalty_matches_oracle() {
     let o = oracle::load("kl_ctrl");
     let f = |k: &str| o.meta[k].as_f64().unwrap();
     let mut ctrl = KlController::adaptive(f("beta"), f("target"), f("horizon")).unwrap();
-    let out = apply_kl_penalty(o.get("scores"), o.get("old"), o.get("ref"), o.get("mask"), "low_var_kl".parse().unwrap(), &mut ctrl)
-        .unwrap();
-    assert_close(&out.token_level_rewards, o.get("rewards"), 1e-12, "token_level_rewards");
+    let out = apply_kl_penalty(
+        o.get("scores"),
+        o.get("old"),
+        o.get("ref"),
+        o.get("mask"),
+        "low_var_kl".parse().unwrap(),
+        &mut ctrl,
+    )
+    .unwrap();
+    assert_close(
+        &out.token_level_rewards,
+        o.get("rewards"),
+        1e-12,
+        "token_level_rewards",
+    );
     assert_near(out.reward_kl_penalty, f("current_kl"), 1e-12, "current kl");
-    assert_eq!(out.reward_kl_penalty_coeff, f("beta"), "the metric is β before the update");
+    assert_eq!(
+        out.reward_kl_penalty_coeff,
+        f("beta"),
+        "the metric is β before the update"
+    );
     assert_near(ctrl.value(), f("new_beta"), 1e-12, "updated β");
     let names: Vec<&str> = out.metrics().iter().map(|(n, _)| *n).collect();
-    assert_eq!(names, ["actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"]);
+    assert_eq!(
+        names,
+        ["actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"]
+    );
 }
 
 #[test]
@@ -51,8 +70,21 @@ fn penalty_applies_only_to_valid_tokens() {
     let reference = t2(&[&[-1.0, -1.0], &[-1.0, -1.0]]);
     let mask = t2(&[&[1.0, 0.0], &[1.0, 1.0]]);
     let mut c = KlController::fixed(0.2);
-    let out = apply_kl_penalty(&scores, &old, &reference, &mask, "kl".parse().unwrap(), &mut c).unwrap();
-    assert_close(&out.token_level_rewards, &t2(&[&[0.9, 2.0], &[2.8, 3.8]]), 1e-12, "rewards");
+    let out = apply_kl_penalty(
+        &scores,
+        &old,
+        &reference,
+        &mask,
+        "kl".parse().unwrap(),
+        &mut c,
+    )
+    .unwrap();
+    assert_close(
+        &out.token_level_rewards,
+        &t2(&[&[0.9, 2.0], &[2.8, 3.8]]),
+        1e-12,
+        "rewards",
+    );
     assert_near(out.reward_kl_penalty, 0.75, 1e-8, "current kl");
     assert_eq!(to_vec(&out.token_level_rewards).len(), 4);
 }

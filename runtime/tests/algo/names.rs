@@ -4,13 +4,21 @@ use runtime::algo::{AdvEstimator, AlgoError, LossAggMode, PolicyLossMode};
 
 fn round_trip<T>(all: &[T], spellings: &[&str])
 where
-    T: std::str::FromStr<Err = AlgoError> + std::fmt::Display + serde::Serialize + PartialEq + std::fmt::Debug + Copy,
+    T: std::str::FromStr<Err = AlgoError>
+        + std::fmt::Display
+        + serde::Serialize
+        + PartialEq
+        + std::fmt::Debug
+        + Copy,
 {
     let printed: Vec<String> = all.iter().map(|v| v.to_string()).collect();
     assert_eq!(printed, spellings);
     for (v, s) in all.iter().zip(spellings) {
         assert_eq!(&s.parse::<T>().unwrap(), v);
-        assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::String((*s).to_owned()));
+        assert_eq!(
+            serde_json::to_value(v).unwrap(),
+            serde_json::Value::String((*s).to_owned())
+        );
     }
 }
 
@@ -38,11 +46,24 @@ fn adv_estimator_names() {
 
 #[test]
 fn policy_loss_mode_names() {
-    round_trip(PolicyLossMode::ALL, &["vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo"]);
+    round_trip(
+        PolicyLossMode::ALL,
+        &[
+            "vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo",
+        ],
+    );
     assert!("bypass_mode".parse::<PolicyLossMode>().is_err());
 }
 
 #[test]
 fn loss_agg_mode_names() {
-    round_trip(LossAggMode::ALL, &["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]);
+    round_trip(
+        LossAggMode::ALL,
+        &[
+            "token-mean",
+            "seq-mean-token-sum",
+            "seq-mean-token-mean",
+            "seq-mean-token-sum-norm",
+        ],
+    );
 }

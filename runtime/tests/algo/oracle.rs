@@ -36,7 +36,9 @@ pub struct Group {
 
 impl Group {
     pub fn get(&self, key: &str) -> &Tensor {
-        self.tensors.get(key).unwrap_or_else(|| panic!("oracle has no tensor {key}"))
+        self.tensors
+            .get(key)
+            .unwrap_or_else(|| panic!("oracle has no tensor {key}"))
     }
 
     pub fn f64(&self, key: &str) -> f64 {
@@ -46,7 +48,10 @@ impl Group {
 
 pub fn load(group: &str) -> Group {
     let st = dir().join(format!("{group}.safetensors"));
-    let tensors = Tensor::read_safetensors(&st).unwrap_or_else(|e| panic!("{}: {e}", st.display())).into_iter().collect();
+    let tensors = Tensor::read_safetensors(&st)
+        .unwrap_or_else(|e| panic!("{}: {e}", st.display()))
+        .into_iter()
+        .collect();
     let js = dir().join(format!("{group}.json"));
     let meta = serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
     Group { tensors, meta }

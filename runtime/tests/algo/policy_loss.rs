@@ -2,7 +2,8 @@
 //! (local/global) × (with/without rollout weights); hand-derived cases; properties.
 use runtime::algo::policy_loss::{self, clip_cov, kl_cov};
 use runtime::algo::{
-    AggOptions, AlgoError, LossAggMode, PolicyLossConfig, PolicyLossInputs, PolicyLossMode, compute_policy_loss,
+    AggOptions, AlgoError, LossAggMode, PolicyLossConfig, PolicyLossInputs, PolicyLossMode,
+    compute_policy_loss,
 };
 use tch::{Kind, Tensor};
 
@@ -48,22 +49,43 @@ fn check_against_oracle(mode: PolicyLossMode) {
     for agg_mode in MODES {
         for (scope, agg) in [("local", AggOptions::default()), ("global", global)] {
             for weighted in [false, true] {
-                let key = format!("{mode}/{agg_mode}/{scope}/{}", if weighted { "w" } else { "now" });
+                let key = format!(
+                    "{mode}/{agg_mode}/{scope}/{}",
+                    if weighted { "w" } else { "now" }
+                );
                 let lp = leaf(o.get("lp"));
-                let mut inputs = PolicyLossInputs::new(o.get("old"), &lp, o.get("adv"), o.get("mask"));
+                let mut inputs =
+                    PolicyLossInputs::new(o.get("old"), &lp, o.get("adv"), o.get("mask"));
                 if weighted {
                     inputs = inputs.rollout_is_weights(o.get("w"));
                 }
                 let out = compute_policy_loss(mode, &inputs, &cfg, agg_mode, &agg).unwrap();
-                assert_near(scalar(&out.loss), o.f64(&format!("{key}/loss")), 1e-10, &format!("{key} loss"));
+                assert_near(
+                    scalar(&out.loss),
+                    o.f64(&format!("{key}/loss")),
+                    1e-10,
+                    &format!("{key} loss"),
+                );
                 out.loss.backward();
-                assert_close(&lp.grad(), o.get(&format!("{key}/grad")), 1e-10, &format!("{key} grad"));
+                assert_close(
+                    &lp.grad(),
+                    o.get(&format!("{key}/grad")),
+                    1e-10,
+                    &format!("{key} grad"),
+                );
                 let want = o.meta["metrics"][&key].as_object().unwrap();
                 let got = out.metrics.named().unwrap();
-                assert_eq!(got.len(), want.len(), "{key}: metric names {got:?} vs {want:?}");
+                assert_eq!(
+                    got.len(),
+                    want.len(),
+                    "{key}: metric names {got:?} vs {want:?}"
+                );
                 for (name, value) in got {
                     let short = name.trim_start_matches("actor/");
-                    let w = want.get(short).and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("{key}: {name}"));
+                    let w = want
+                        .get(short)
+                        .and_then(|v| v.as_f64())
+                        .unwrap_or_else(|| panic!("{key}: {name}"));
                     assert_near(value, w, 1e-10, &format!("{key} {name}"));
                 }
             }
@@ -115,23 +137,45 @@ fn cispo_matches_oracle() {
 // ---- hand-derived cases ------------------------------------------------------------------------
 
 /// One token: loss and gradient of `mode` for log-ratio `delta` and advantage `adv`.
-fn one_token(mode: PolicyLossMode, delta: f64, adv: f64, cfg: &PolicyLossConfig) -> (f64, f64, Vec<(&'static str, f64)>) {
+fn one_token(
+    mode: PolicyLossMode,
+    delta: f64,
+    adv: f64,
+    cfg: &PolicyLossConfig,
+) -> (f64, f64, Vec<(&'static str, f64)>) {
     let old = t2(&[&[-1.0]]);
     let lp = leaf(&t2(&[&[-1.0 + delta]]));
     let (a, m) = (t2(&[&[adv]]), t2(&[&[1.0]]));
-    let out = compute_policy_loss(mode, &PolicyLossInputs::new(&old, &lp, &a, &m), cfg, LossAggMode::TokenMean, &AggOptions::default())
-        .unwrap();
+    let out = compute_policy_loss(
+        mode,
+        &PolicyLossInputs::new(&old, &lp, &a, &m),
+        cfg,
+        LossAggMode::TokenMean,
+        &AggOptions::default(),
+    )
+    .unwrap();
     out.loss.backward();
-    (scalar(&out.loss), scalar(&lp.grad()), out.metrics.named().unwrap())
+    (
+        scalar(&out.loss),
+        scalar(&lp.grad()),
+        out.metrics.named().unwrap(),
+    )
 }
 
 fn metric(ms: &[(&'static str, f64)], name: &str) -> f64 {
-    ms.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).unwrap_or_else(|| panic!("no metric {name} in {ms:?}"))
+    ms.iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no metric {name} in {ms:?}"))
 }
 
 #[test]
 fn vanilla_hand_derived() {
-    let cfg = PolicyLossConfig { clip_ratio_low: Some(0.2), clip_ratio_high: Some(0.28), ..PolicyLossConfig::default() };
+    let cfg = PolicyLossConfig {
+        clip_ratio_low: Some(0.2),
+        clip_ratio_high: Some(0.28),
+        ..PolicyLossConfig::default()
+    };
     // ρ = 1.1 inside [0.8, 1.28], A = 2: ℓ = −2·1.1 = −2.2; dℓ/dlogπ = −Aρ = −2.2; nothing clipped;
     // ppo_kl = −Δ = −ln 1.1.
     let (l, g, ms) = one_token(PolicyLossMode::Vanilla, 1.1f64.ln(), 2.0, &cfg);
@@ -158,7 +202,12 @@ fn dual_clip_caps_the_loss_for_negative_advantages() {
     let (l, g, ms) = one_token(PolicyLossMode::Vanilla, 3.0, -1.0, &cfg);
     assert_near(l, 3.0, 1e-12, "capped loss");
     assert_eq!(g, 0.0);
-    assert_near(metric(&ms, "actor/pg_clipfrac_lower"), 1.0, 1e-7, "clipfrac_lower");
+    assert_near(
+        metric(&ms, "actor/pg_clipfrac_lower"),
+        1.0,
+        1e-7,
+        "clipfrac_lower",
+    );
     // Below the cap (ρ = 2 < c): ℓ = −Aρ = 2 with gradient −Aρ = 2, pg_clipfrac_lower = 0.
     let (l, g, ms) = one_token(PolicyLossMode::Vanilla, 2.0f64.ln(), -1.0, &cfg);
     assert_near(l, 2.0, 1e-12, "uncapped");
@@ -181,8 +230,14 @@ fn dual_clip_caps_the_loss_for_negative_advantages() {
             let pick = |x: &Tensor| x.narrow(0, i, 1).narrow(1, t, 1);
             let (o, l, adv_t) = (pick(&old), pick(&lp), pick(&a));
             let ins = PolicyLossInputs::new(&o, &l, &adv_t, &m);
-            let out = compute_policy_loss(PolicyLossMode::Vanilla, &ins, &cfg, LossAggMode::TokenMean, &AggOptions::default())
-                .unwrap();
+            let out = compute_policy_loss(
+                PolicyLossMode::Vanilla,
+                &ins,
+                &cfg,
+                LossAggMode::TokenMean,
+                &AggOptions::default(),
+            )
+            .unwrap();
             let adv = scalar(&pick(&a));
             if adv < 0.0 {
                 let cap = -adv * 3.0;
@@ -202,10 +257,19 @@ fn gspo_uses_the_sequence_ratio_with_token_gradients() {
     let old = t2(&[&[-1.0, -2.0]]);
     let lp = leaf(&t2(&[&[-0.9, -1.7]]));
     let (a, m) = (t2(&[&[1.0, 1.0]]), t2(&[&[1.0, 1.0]]));
-    let cfg = PolicyLossConfig { clip_ratio_high: Some(0.28), ..PolicyLossConfig::default() };
+    let cfg = PolicyLossConfig {
+        clip_ratio_high: Some(0.28),
+        ..PolicyLossConfig::default()
+    };
     // The configured agg mode is ignored (always seq-mean-token-mean).
-    let out = compute_policy_loss(PolicyLossMode::Gspo, &PolicyLossInputs::new(&old, &lp, &a, &m), &cfg, LossAggMode::SeqMeanTokenSum, &AggOptions::default())
-        .unwrap();
+    let out = compute_policy_loss(
+        PolicyLossMode::Gspo,
+        &PolicyLossInputs::new(&old, &lp, &a, &m),
+        &cfg,
+        LossAggMode::SeqMeanTokenSum,
+        &AggOptions::default(),
+    )
+    .unwrap();
     let r = 0.2f64.exp();
     assert_near(scalar(&out.loss), -r, 1e-7, "loss");
     out.loss.backward();
@@ -241,7 +305,12 @@ fn gpg_is_plain_policy_gradient() {
 fn cispo_keeps_gradients_of_clipped_tokens() {
     // Δ = 1 (ρ = e > 1.2), A = 1: ℓ = −sg(1.2)·A·log π = −1.2·(−1 + 1) = 0; the gradient is
     // −1.2·A = −1.2 although the ratio is clipped (vanilla's would be 0); pg_clipfrac = 1.
-    let (l, g, ms) = one_token(PolicyLossMode::Cispo, 1.0, 1.0, &PolicyLossConfig::default());
+    let (l, g, ms) = one_token(
+        PolicyLossMode::Cispo,
+        1.0,
+        1.0,
+        &PolicyLossConfig::default(),
+    );
     assert_near(l, 0.0, 1e-12, "loss");
     assert_near(g, -1.2, 1e-12, "grad");
     assert_near(metric(&ms, "actor/pg_clipfrac"), 1.0, 1e-7, "clipfrac");
@@ -255,9 +324,18 @@ fn geo_mean_hand_derived() {
     let old = t2(&[&[-1.0, -1.0]]);
     let lp = leaf(&t2(&[&[-0.9, -0.5]]));
     let (a, m) = (t2(&[&[1.0, 1.0]]), t2(&[&[1.0, 1.0]]));
-    let cfg = PolicyLossConfig { clip_ratio_high: Some(0.28), ..PolicyLossConfig::default() };
-    let out = compute_policy_loss(PolicyLossMode::GeoMean, &PolicyLossInputs::new(&old, &lp, &a, &m), &cfg, LossAggMode::TokenMean, &AggOptions::default())
-        .unwrap();
+    let cfg = PolicyLossConfig {
+        clip_ratio_high: Some(0.28),
+        ..PolicyLossConfig::default()
+    };
+    let out = compute_policy_loss(
+        PolicyLossMode::GeoMean,
+        &PolicyLossInputs::new(&old, &lp, &a, &m),
+        &cfg,
+        LossAggMode::TokenMean,
+        &AggOptions::default(),
+    )
+    .unwrap();
     let e = 0.19f64.exp();
     assert_near(scalar(&out.loss), -e, 1e-7, "loss");
     out.loss.backward();
@@ -275,16 +353,32 @@ fn kl_cov_penalises_the_top_covariance_tokens() {
     let lp = leaf(&t2(&[&[-0.5, -2.0, -1.0, -0.5]]));
     let old = t2(&[&[-0.7, -1.5, -1.0, -0.5]]);
     let (a, m) = (t2(&[&[2.0, -1.0, 0.0, 1.0]]), t2(&[&[1.0; 4]]));
-    let cfg = PolicyLossConfig { kl_cov_ratio: 0.5, ppo_kl_coef: 0.5, ..PolicyLossConfig::default() };
+    let cfg = PolicyLossConfig {
+        kl_cov_ratio: 0.5,
+        ppo_kl_coef: 0.5,
+        ..PolicyLossConfig::default()
+    };
     // seq-mean-token-sum over one sequence = Σ_t ℓ_t.
     let (d, adv) = ([0.2f64, -0.5, 0.0, 0.0], [2.0, -1.0, 0.0, 1.0]);
-    let want: f64 = (0..4).map(|t| -adv[t] * d[t].exp() + if t < 2 { 0.5 * d[t].abs() } else { 0.0 }).sum();
-    let out = kl_cov::compute(&PolicyLossInputs::new(&old, &lp, &a, &m), &cfg, LossAggMode::SeqMeanTokenSum, &AggOptions::default())
-        .unwrap();
+    let want: f64 = (0..4)
+        .map(|t| -adv[t] * d[t].exp() + if t < 2 { 0.5 * d[t].abs() } else { 0.0 })
+        .sum();
+    let out = kl_cov::compute(
+        &PolicyLossInputs::new(&old, &lp, &a, &m),
+        &cfg,
+        LossAggMode::SeqMeanTokenSum,
+        &AggOptions::default(),
+    )
+    .unwrap();
     assert_near(scalar(&out.loss), want, 1e-12, "loss");
     let ms = out.metrics.named().unwrap();
     assert_eq!(ms.len(), 1);
-    assert_near(metric(&ms, "actor/ppo_kl"), 0.7 / 4.0, 1e-7, "ppo_kl = mean |Δ|");
+    assert_near(
+        metric(&ms, "actor/ppo_kl"),
+        0.7 / 4.0,
+        1e-7,
+        "ppo_kl = mean |Δ|",
+    );
 }
 
 #[test]
@@ -297,30 +391,61 @@ fn clip_cov_detaches_a_random_subset_of_candidates() {
     let lp_val = &old + Tensor::randn([6, 10], opts) * 0.05;
     let a = Tensor::randn([6, 10], opts) * 3.0;
     let m = Tensor::ones([6, 10], opts);
-    let cfg = PolicyLossConfig { clip_cov_ratio: 0.1, clip_cov_lb: -100.0, clip_cov_ub: 100.0, ..PolicyLossConfig::default() };
+    let cfg = PolicyLossConfig {
+        clip_cov_ratio: 0.1,
+        clip_cov_lb: -100.0,
+        clip_cov_ub: 100.0,
+        ..PolicyLossConfig::default()
+    };
     let run = |seed: i64| {
         tch::manual_seed(seed);
         let lp = leaf(&lp_val);
-        let out = clip_cov::compute(&PolicyLossInputs::new(&old, &lp, &a, &m), &cfg, LossAggMode::TokenMean, &AggOptions::default())
-            .unwrap();
+        let out = clip_cov::compute(
+            &PolicyLossInputs::new(&old, &lp, &a, &m),
+            &cfg,
+            LossAggMode::TokenMean,
+            &AggOptions::default(),
+        )
+        .unwrap();
         out.loss.backward();
-        let zero: Vec<usize> = to_vec(&lp.grad()).iter().enumerate().filter(|(_, g)| **g == 0.0).map(|(i, _)| i).collect();
+        let zero: Vec<usize> = to_vec(&lp.grad())
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| **g == 0.0)
+            .map(|(i, _)| i)
+            .collect();
         (zero, out.metrics.named().unwrap())
     };
     // Tokens already clipped by the ratio also have zero gradient; with Δ ~ 0.05 none are.
     let (a1, ms) = run(1);
     assert_eq!(a1.len(), 6, "detached tokens: {a1:?}");
-    assert_near(metric(&ms, "actor/pg_clipfrac"), 0.1, 1e-7, "clipfrac = detached / valid");
+    assert_near(
+        metric(&ms, "actor/pg_clipfrac"),
+        0.1,
+        1e-7,
+        "clipfrac = detached / valid",
+    );
     let (a2, _) = run(1);
     assert_eq!(a1, a2, "same seed, same draw");
     let (a3, _) = run(2);
     assert_ne!(a1, a3, "another seed, another draw");
     // Tokens outside the band are never detached.
-    let narrow = PolicyLossConfig { clip_cov_lb: 1e6, ..cfg };
+    let narrow = PolicyLossConfig {
+        clip_cov_lb: 1e6,
+        ..cfg
+    };
     let lp = leaf(&lp_val);
-    let out = clip_cov::compute(&PolicyLossInputs::new(&old, &lp, &a, &m), &narrow, LossAggMode::TokenMean, &AggOptions::default())
-        .unwrap();
-    assert_eq!(metric(&out.metrics.named().unwrap(), "actor/pg_clipfrac"), 0.0);
+    let out = clip_cov::compute(
+        &PolicyLossInputs::new(&old, &lp, &a, &m),
+        &narrow,
+        LossAggMode::TokenMean,
+        &AggOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        metric(&out.metrics.named().unwrap(), "actor/pg_clipfrac"),
+        0.0
+    );
 }
 
 #[test]
@@ -333,10 +458,20 @@ fn rollout_weights_scale_the_token_losses() {
     let m = Tensor::ones([3, 4], opts);
     let w = Tensor::full([3, 4], 2.0, opts);
     let cfg = PolicyLossConfig::default();
-    for mode in PolicyLossMode::ALL.iter().copied().filter(|m| *m != PolicyLossMode::GeoMean) {
+    for mode in PolicyLossMode::ALL
+        .iter()
+        .copied()
+        .filter(|m| *m != PolicyLossMode::GeoMean)
+    {
         tch::manual_seed(1); // clip_cov's random draw is the same in both calls
-        let plain = compute_policy_loss(mode, &PolicyLossInputs::new(&old, &lp, &a, &m), &cfg, LossAggMode::TokenMean, &AggOptions::default())
-            .unwrap();
+        let plain = compute_policy_loss(
+            mode,
+            &PolicyLossInputs::new(&old, &lp, &a, &m),
+            &cfg,
+            LossAggMode::TokenMean,
+            &AggOptions::default(),
+        )
+        .unwrap();
         tch::manual_seed(1);
         let weighted = compute_policy_loss(
             mode,
@@ -346,7 +481,12 @@ fn rollout_weights_scale_the_token_losses() {
             &AggOptions::default(),
         )
         .unwrap();
-        assert_near(scalar(&weighted.loss), 2.0 * scalar(&plain.loss), 1e-12, mode.as_str());
+        assert_near(
+            scalar(&weighted.loss),
+            2.0 * scalar(&plain.loss),
+            1e-12,
+            mode.as_str(),
+        );
     }
 }
 
@@ -355,18 +495,50 @@ fn invalid_parameters_and_shapes_are_errors() {
     let (old, lp, a, m) = (t2(&[&[-1.0]]), t2(&[&[-1.0]]), t2(&[&[1.0]]), t2(&[&[1.0]]));
     let ins = PolicyLossInputs::new(&old, &lp, &a, &m);
     let agg = AggOptions::default();
-    let bad_c = PolicyLossConfig { clip_ratio_c: 1.0, ..PolicyLossConfig::default() };
-    let err = compute_policy_loss(PolicyLossMode::Vanilla, &ins, &bad_c, LossAggMode::TokenMean, &agg).unwrap_err();
+    let bad_c = PolicyLossConfig {
+        clip_ratio_c: 1.0,
+        ..PolicyLossConfig::default()
+    };
+    let err = compute_policy_loss(
+        PolicyLossMode::Vanilla,
+        &ins,
+        &bad_c,
+        LossAggMode::TokenMean,
+        &agg,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("clip_ratio_c"), "{err}");
-    let bad = PolicyLossConfig { clip_cov_ratio: 0.0, kl_cov_ratio: 0.0, ..PolicyLossConfig::default() };
+    let bad = PolicyLossConfig {
+        clip_cov_ratio: 0.0,
+        kl_cov_ratio: 0.0,
+        ..PolicyLossConfig::default()
+    };
     for mode in [PolicyLossMode::ClipCov, PolicyLossMode::KlCov] {
-        assert!(matches!(compute_policy_loss(mode, &ins, &bad, LossAggMode::TokenMean, &agg), Err(AlgoError::Config(_))));
+        assert!(matches!(
+            compute_policy_loss(mode, &ins, &bad, LossAggMode::TokenMean, &agg),
+            Err(AlgoError::Config(_))
+        ));
     }
     let wide = t2(&[&[1.0, 1.0]]);
     for mode in PolicyLossMode::ALL.iter().copied() {
-        let err = compute_policy_loss(mode, &PolicyLossInputs::new(&old, &lp, &wide, &m), &PolicyLossConfig::default(), LossAggMode::TokenMean, &agg)
-            .unwrap_err();
-        assert!(matches!(err, AlgoError::Shape { name: "advantages", .. }), "{mode}: {err}");
+        let err = compute_policy_loss(
+            mode,
+            &PolicyLossInputs::new(&old, &lp, &wide, &m),
+            &PolicyLossConfig::default(),
+            LossAggMode::TokenMean,
+            &agg,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AlgoError::Shape {
+                    name: "advantages",
+                    ..
+                }
+            ),
+            "{mode}: {err}"
+        );
     }
     let _ = policy_loss::vanilla::compute; // per-loss functions are public too
 }

@@ -36,7 +36,10 @@ pub fn assert_close(got: &Tensor, want: &Tensor, tol: f64, what: &str) {
 
 #[track_caller]
 pub fn assert_near(got: f64, want: f64, tol: f64, what: &str) {
-    assert!((got - want).abs() <= tol * (1.0 + want.abs()), "{what}: got {got}, want {want}");
+    assert!(
+        (got - want).abs() <= tol * (1.0 + want.abs()),
+        "{what}: got {got}, want {want}"
+    );
 }
 
 /// A leaf copy of `t` that requires grad.

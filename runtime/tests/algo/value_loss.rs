@@ -25,10 +25,29 @@ fn value_loss_matches_oracle() {
     for mode in MODES {
         for (scope, agg) in [("local", AggOptions::default()), ("global", global)] {
             let v = leaf(o.get("vpreds"));
-            let out = compute_value_loss(&v, o.get("returns"), o.get("values"), o.get("mask"), c, mode, &agg).unwrap();
+            let out = compute_value_loss(
+                &v,
+                o.get("returns"),
+                o.get("values"),
+                o.get("mask"),
+                c,
+                mode,
+                &agg,
+            )
+            .unwrap();
             let key = format!("{mode}/{scope}");
-            assert_near(scalar(&out.loss), o.f64(&format!("{key}/loss")), 1e-12, &key);
-            assert_near(scalar(&out.vf_clipfrac), o.f64(&format!("{key}/clipfrac")), 1e-12, &key);
+            assert_near(
+                scalar(&out.loss),
+                o.f64(&format!("{key}/loss")),
+                1e-12,
+                &key,
+            );
+            assert_near(
+                scalar(&out.vf_clipfrac),
+                o.f64(&format!("{key}/clipfrac")),
+                1e-12,
+                &key,
+            );
             out.loss.backward();
             assert_close(&v.grad(), o.get(&format!("{key}/grad")), 1e-12, &key);
         }
@@ -43,11 +62,30 @@ fn value_loss_hand_derived() {
     // per token-mean over 2 tokens = (v̂ − R)/2 = 0.55.
     // loss = ½·(0.64 + 1.21)/2 = 0.4625; clipfrac = 1/2.
     let v = leaf(&t2(&[&[1.5, 1.1]]));
-    let out = compute_value_loss(&v, &t2(&[&[2.0, 0.0]]), &t2(&[&[1.0, 1.0]]), &t2(&[&[1.0, 1.0]]), 0.2, LossAggMode::TokenMean, &AggOptions::default())
-        .unwrap();
+    let out = compute_value_loss(
+        &v,
+        &t2(&[&[2.0, 0.0]]),
+        &t2(&[&[1.0, 1.0]]),
+        &t2(&[&[1.0, 1.0]]),
+        0.2,
+        LossAggMode::TokenMean,
+        &AggOptions::default(),
+    )
+    .unwrap();
     assert_near(scalar(&out.loss), 0.4625, 1e-12, "loss");
     assert_near(scalar(&out.vf_clipfrac), 0.5, 1e-8, "clipfrac");
     out.loss.backward();
     assert_close(&v.grad(), &t2(&[&[0.0, 0.55]]), 1e-12, "grad");
-    assert!(compute_value_loss(&v, &v, &v, &v, -1.0, LossAggMode::TokenMean, &AggOptions::default()).is_err());
+    assert!(
+        compute_value_loss(
+            &v,
+            &v,
+            &v,
+            &v,
+            -1.0,
+            LossAggMode::TokenMean,
+            &AggOptions::default()
+        )
+        .is_err()
+    );
 }

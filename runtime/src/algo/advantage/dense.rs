@@ -15,7 +15,11 @@ pub(crate) struct Rows {
 
 /// Every element of `t`, row-major, as f64 on the host.
 pub(crate) fn host_vec(t: &Tensor) -> Result<Vec<f64>> {
-    let flat = t.f_to_kind(Kind::Double)?.f_to_device(Device::Cpu)?.f_contiguous()?.f_view([-1i64])?;
+    let flat = t
+        .f_to_kind(Kind::Double)?
+        .f_to_device(Device::Cpu)?
+        .f_contiguous()?
+        .f_view([-1i64])?;
     Ok(Vec::<f64>::try_from(&flat)?)
 }
 
@@ -25,13 +29,21 @@ impl Rows {
         let data = host_vec(t)?;
         let (batch, len) = (batch as usize, len as usize);
         if data.len() != batch * len {
-            return Err(AlgoError::Data(format!("expected {} elements, got {}", batch * len, data.len())));
+            return Err(AlgoError::Data(format!(
+                "expected {} elements, got {}",
+                batch * len,
+                data.len()
+            )));
         }
         Ok(Rows { batch, len, data })
     }
 
     pub fn zeros(batch: usize, len: usize) -> Rows {
-        Rows { batch, len, data: vec![0.0; batch * len] }
+        Rows {
+            batch,
+            len,
+            data: vec![0.0; batch * len],
+        }
     }
 
     pub fn get(&self, i: usize, t: usize) -> f64 {
@@ -53,8 +65,17 @@ impl Rows {
 
     /// Elementwise `f(self, other)`.
     pub fn zip(&self, other: &Rows, f: impl Fn(f64, f64) -> f64) -> Rows {
-        let data = self.data.iter().zip(&other.data).map(|(&a, &b)| f(a, b)).collect();
-        Rows { batch: self.batch, len: self.len, data }
+        let data = self
+            .data
+            .iter()
+            .zip(&other.data)
+            .map(|(&a, &b)| f(a, b))
+            .collect();
+        Rows {
+            batch: self.batch,
+            len: self.len,
+            data,
+        }
     }
 
     /// A `[batch, len]` tensor of `kind` on `device`.
@@ -87,13 +108,21 @@ pub(crate) fn masked_whiten(values: &Rows, mask: &Rows) -> Result<Rows> {
         )));
     }
     let masked_mean = |f: &dyn Fn(f64) -> f64| -> f64 {
-        let s: f64 =
-            values.data.iter().zip(&mask.data).map(|(&v, &m)| if m != 0.0 { f(v) * m } else { 0.0 }).sum();
+        let s: f64 = values
+            .data
+            .iter()
+            .zip(&mask.data)
+            .map(|(&v, &m)| if m != 0.0 { f(v) * m } else { 0.0 })
+            .sum();
         s / (n + MEAN_EPS)
     };
     let mean = masked_mean(&|v| v);
     let var = masked_mean(&|v| (v - mean) * (v - mean)) * n / (n - 1.0);
     let scale = 1.0 / (var + WHITEN_EPS).sqrt();
     let data = values.data.iter().map(|&v| (v - mean) * scale).collect();
-    Ok(Rows { batch: values.batch, len: values.len, data })
+    Ok(Rows {
+        batch: values.batch,
+        len: values.len,
+        data,
+    })
 }

@@ -7,8 +7,14 @@ use super::{Advantages, GroupIndex, group_mean, outcome};
 use crate::algo::Result;
 
 /// `gpg` advantages (= returns).
-pub fn compute(token_level_rewards: &Tensor, response_mask: &Tensor, index: &GroupIndex) -> Result<Advantages> {
-    outcome(token_level_rewards, response_mask, index, |s, ix| Ok(advantages(s, ix)))
+pub fn compute(
+    token_level_rewards: &Tensor,
+    response_mask: &Tensor,
+    index: &GroupIndex,
+) -> Result<Advantages> {
+    outcome(token_level_rewards, response_mask, index, |s, ix| {
+        Ok(advantages(s, ix))
+    })
 }
 
 /// Per-sequence `gpg` advantages from scores.
@@ -18,7 +24,11 @@ pub fn advantages(scores: &[f64], index: &GroupIndex) -> Vec<f64> {
     let alpha = scores.len() as f64 / nonzero as f64;
     let mut out = vec![0.0; scores.len()];
     for members in index.groups() {
-        let mean = if members.len() > 1 { group_mean(scores, members) } else { 0.0 };
+        let mean = if members.len() > 1 {
+            group_mean(scores, members)
+        } else {
+            0.0
+        };
         for &i in members {
             out[i] = alpha * (scores[i] - mean) / F_NORM;
         }

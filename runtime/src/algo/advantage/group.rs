@@ -41,7 +41,11 @@ impl GroupIndex {
     /// From a 1-D integer tensor of ids.
     pub fn from_tensor(ids: &Tensor) -> Result<GroupIndex> {
         if ids.dim() != 1 || ids.is_floating_point() {
-            return Err(AlgoError::Shape { name: "index", expected: "[batch] integer ids".into(), got: ids.size() });
+            return Err(AlgoError::Shape {
+                name: "index",
+                expected: "[batch] integer ids".into(),
+                got: ids.size(),
+            });
         }
         let ids: Vec<i64> = host_vec(ids)?.into_iter().map(|v| v as i64).collect();
         Ok(GroupIndex::from_ids(&ids))

@@ -19,7 +19,9 @@ pub fn compute(
     norm_by_std: bool,
     epsilon: f64,
 ) -> Result<Advantages> {
-    outcome(token_level_rewards, response_mask, index, |s, ix| Ok(advantages(s, ix, norm_by_std, epsilon)))
+    outcome(token_level_rewards, response_mask, index, |s, ix| {
+        Ok(advantages(s, ix, norm_by_std, epsilon))
+    })
 }
 
 /// `grpo_vectorized` advantages (= returns).
@@ -44,14 +46,23 @@ pub fn advantages(scores: &[f64], index: &GroupIndex, norm_by_std: bool, epsilon
             _ => (group_mean(scores, members), group_std(scores, members)),
         };
         for &i in members {
-            out[i] = if norm_by_std { (scores[i] - mean) / (std + epsilon) } else { scores[i] - mean };
+            out[i] = if norm_by_std {
+                (scores[i] - mean) / (std + epsilon)
+            } else {
+                scores[i] - mean
+            };
         }
     }
     out
 }
 
 /// Per-sequence `grpo_vectorized` advantages from scores.
-pub fn advantages_vectorized(scores: &[f64], index: &GroupIndex, norm_by_std: bool, epsilon: f64) -> Vec<f64> {
+pub fn advantages_vectorized(
+    scores: &[f64],
+    index: &GroupIndex,
+    norm_by_std: bool,
+    epsilon: f64,
+) -> Vec<f64> {
     let mut out = vec![0.0; scores.len()];
     for members in index.groups() {
         let k = members.len() as f64;
@@ -64,7 +75,11 @@ pub fn advantages_vectorized(scores: &[f64], index: &GroupIndex, norm_by_std: bo
             (s1 / k, var.max(epsilon).sqrt())
         };
         for &i in members {
-            out[i] = if norm_by_std { (scores[i] - mean) / (std + epsilon) } else { scores[i] - mean };
+            out[i] = if norm_by_std {
+                (scores[i] - mean) / (std + epsilon)
+            } else {
+                scores[i] - mean
+            };
         }
     }
     out

@@ -15,11 +15,18 @@ pub fn compute(
     norm_by_std: bool,
     epsilon: f64,
 ) -> Result<Advantages> {
-    outcome(token_level_rewards, response_mask, index, |s, ix| advantages(s, ix, norm_by_std, epsilon))
+    outcome(token_level_rewards, response_mask, index, |s, ix| {
+        advantages(s, ix, norm_by_std, epsilon)
+    })
 }
 
 /// Per-sequence `grpo_passk` advantages from scores.
-pub fn advantages(scores: &[f64], index: &GroupIndex, norm_by_std: bool, epsilon: f64) -> Result<Vec<f64>> {
+pub fn advantages(
+    scores: &[f64],
+    index: &GroupIndex,
+    norm_by_std: bool,
+    epsilon: f64,
+) -> Result<Vec<f64>> {
     let mut out = vec![0.0; scores.len()];
     for members in index.groups() {
         if members.len() < 2 {
@@ -34,7 +41,11 @@ pub fn advantages(scores: &[f64], index: &GroupIndex, norm_by_std: bool, epsilon
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
         let (best, second) = (order[0], order[1]);
         let gap = scores[best] - scores[second];
-        out[best] = if norm_by_std { gap / (group_std(scores, members) + epsilon) } else { gap };
+        out[best] = if norm_by_std {
+            gap / (group_std(scores, members) + epsilon)
+        } else {
+            gap
+        };
     }
     Ok(out)
 }

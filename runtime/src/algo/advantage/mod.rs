@@ -60,7 +60,10 @@ impl AdvEstimator {
 
     /// True for the estimators that need a [`GroupIndex`].
     pub fn needs_index(self) -> bool {
-        !matches!(self, AdvEstimator::Gae | AdvEstimator::ReinforcePlusPlus | AdvEstimator::Remax)
+        !matches!(
+            self,
+            AdvEstimator::Gae | AdvEstimator::ReinforcePlusPlus | AdvEstimator::Remax
+        )
     }
 
     /// True for the estimators that need `reward_baselines` (only `remax`).
@@ -85,7 +88,12 @@ pub struct AdvantageConfig {
 
 impl Default for AdvantageConfig {
     fn default() -> Self {
-        AdvantageConfig { gamma: 1.0, lam: 1.0, norm_adv_by_std_in_grpo: true, epsilon: 1e-6 }
+        AdvantageConfig {
+            gamma: 1.0,
+            lam: 1.0,
+            norm_adv_by_std_in_grpo: true,
+            epsilon: 1e-6,
+        }
     }
 }
 
@@ -106,7 +114,13 @@ pub struct AdvantageInputs<'a> {
 
 impl<'a> AdvantageInputs<'a> {
     pub fn new(token_level_rewards: &'a Tensor, response_mask: &'a Tensor) -> Self {
-        AdvantageInputs { token_level_rewards, response_mask, values: None, index: None, reward_baselines: None }
+        AdvantageInputs {
+            token_level_rewards,
+            response_mask,
+            values: None,
+            index: None,
+            reward_baselines: None,
+        }
     }
 
     pub fn values(mut self, values: &'a Tensor) -> Self {
@@ -133,15 +147,27 @@ pub struct Advantages {
 }
 
 /// Runs estimator `est` (verl's `compute_advantage`).
-pub fn compute_advantage(est: AdvEstimator, inputs: &AdvantageInputs<'_>, cfg: &AdvantageConfig) -> Result<Advantages> {
+pub fn compute_advantage(
+    est: AdvEstimator,
+    inputs: &AdvantageInputs<'_>,
+    cfg: &AdvantageConfig,
+) -> Result<Advantages> {
     let what = est.as_str();
-    let index = || inputs.index.ok_or(AlgoError::MissingInput { what, input: "index (group ids)" });
+    let index = || {
+        inputs.index.ok_or(AlgoError::MissingInput {
+            what,
+            input: "index (group ids)",
+        })
+    };
     let (r, m) = (inputs.token_level_rewards, inputs.response_mask);
     let eps = cfg.epsilon;
     let norm = cfg.norm_adv_by_std_in_grpo;
     match est {
         AdvEstimator::Gae => {
-            let values = inputs.values.ok_or(AlgoError::MissingInput { what, input: "values" })?;
+            let values = inputs.values.ok_or(AlgoError::MissingInput {
+                what,
+                input: "values",
+            })?;
             gae::compute(r, values, m, cfg.gamma, cfg.lam)
         }
         AdvEstimator::Grpo => grpo::compute(r, m, index()?, norm, eps),
@@ -153,8 +179,10 @@ pub fn compute_advantage(est: AdvEstimator, inputs: &AdvantageInputs<'_>, cfg: &
         AdvEstimator::RlooVectorized => rloo::compute_vectorized(r, m, index()?),
         AdvEstimator::Opo => opo::compute(r, m, index()?),
         AdvEstimator::Remax => {
-            let baselines =
-                inputs.reward_baselines.ok_or(AlgoError::MissingInput { what, input: "reward_baselines" })?;
+            let baselines = inputs.reward_baselines.ok_or(AlgoError::MissingInput {
+                what,
+                input: "reward_baselines",
+            })?;
             remax::compute(r, baselines, m)
         }
         AdvEstimator::Gpg => gpg::compute(r, m, index()?),
@@ -172,11 +200,19 @@ pub(crate) struct Batch {
 impl Batch {
     /// Validates `[batch, response_len]` rewards and mask (plus `extra` tensors of the same
     /// shape) and copies them to the host.
-    pub fn new(rewards: &Tensor, mask: &Tensor, extra: &[(&Tensor, &'static str)]) -> Result<Batch> {
+    pub fn new(
+        rewards: &Tensor,
+        mask: &Tensor,
+        extra: &[(&Tensor, &'static str)],
+    ) -> Result<Batch> {
         let mut all = vec![(rewards, "token_level_rewards"), (mask, "response_mask")];
         all.extend_from_slice(extra);
         let (b, l) = check::same_2d(&all)?;
-        let kind = if rewards.is_floating_point() { rewards.f_kind()? } else { Kind::Float };
+        let kind = if rewards.is_floating_point() {
+            rewards.f_kind()?
+        } else {
+            Kind::Float
+        };
         Ok(Batch {
             rewards: Rows::from_tensor(rewards, b, l)?,
             mask: Rows::from_tensor(mask, b, l)?,

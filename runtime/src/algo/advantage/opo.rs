@@ -8,7 +8,11 @@ use super::{Advantages, Batch, GroupIndex};
 use crate::algo::Result;
 
 /// `opo` advantages (= returns).
-pub fn compute(token_level_rewards: &Tensor, response_mask: &Tensor, index: &GroupIndex) -> Result<Advantages> {
+pub fn compute(
+    token_level_rewards: &Tensor,
+    response_mask: &Tensor,
+    index: &GroupIndex,
+) -> Result<Advantages> {
     let batch = Batch::new(token_level_rewards, response_mask, &[])?;
     index.check_len(batch.batch() as i64)?;
     let scores = batch.rewards.row_sums();
@@ -22,7 +26,11 @@ pub fn advantages(scores: &[f64], lengths: &[f64], index: &GroupIndex) -> Vec<f6
     for members in index.groups().filter(|m| m.len() > 1) {
         let total_len: f64 = members.iter().map(|&i| lengths[i]).sum();
         let weighted: f64 = members.iter().map(|&i| lengths[i] * scores[i]).sum();
-        let baseline = if total_len != 0.0 { weighted / total_len } else { 0.0 };
+        let baseline = if total_len != 0.0 {
+            weighted / total_len
+        } else {
+            0.0
+        };
         for &i in members {
             out[i] = scores[i] - baseline;
         }

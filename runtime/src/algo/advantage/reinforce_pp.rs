@@ -13,7 +13,11 @@ use super::{Advantages, Batch, GroupIndex, group_mean};
 use crate::algo::Result;
 
 /// `reinforce_plus_plus` advantages and returns.
-pub fn compute(token_level_rewards: &Tensor, response_mask: &Tensor, gamma: f64) -> Result<Advantages> {
+pub fn compute(
+    token_level_rewards: &Tensor,
+    response_mask: &Tensor,
+    gamma: f64,
+) -> Result<Advantages> {
     let batch = Batch::new(token_level_rewards, response_mask, &[])?;
     let returns = discounted_returns(&batch.rewards, &batch.mask, gamma);
     let advantages = masked_whiten(&returns, &batch.mask)?.zip(&batch.mask, |a, m| a * m);

@@ -8,19 +8,27 @@ use super::{Advantages, Batch};
 use crate::algo::{Result, check};
 
 /// `remax` advantages and returns; `reward_baselines` is `[batch]`.
-pub fn compute(token_level_rewards: &Tensor, reward_baselines: &Tensor, response_mask: &Tensor) -> Result<Advantages> {
+pub fn compute(
+    token_level_rewards: &Tensor,
+    reward_baselines: &Tensor,
+    response_mask: &Tensor,
+) -> Result<Advantages> {
     let batch = Batch::new(token_level_rewards, response_mask, &[])?;
-    check::shape(reward_baselines, "reward_baselines", &[batch.batch() as i64])?;
+    check::shape(
+        reward_baselines,
+        "reward_baselines",
+        &[batch.batch() as i64],
+    )?;
     let baselines = super::dense::host_vec(reward_baselines)?;
     let (rewards, mask) = (&batch.rewards, &batch.mask);
     let mut returns = Rows::zeros(rewards.batch, rewards.len);
     let mut advantages = Rows::zeros(rewards.batch, rewards.len);
-    for i in 0..rewards.batch {
+    for (i, &baseline) in baselines.iter().enumerate() {
         let mut running = 0.0;
         for t in (0..rewards.len).rev() {
             running += rewards.get(i, t) * mask.get(i, t);
             returns.set(i, t, running);
-            advantages.set(i, t, running - baselines[i] * mask.get(i, t));
+            advantages.set(i, t, running - baseline * mask.get(i, t));
         }
     }
     batch.finish(&advantages, &returns)

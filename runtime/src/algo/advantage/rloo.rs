@@ -10,8 +10,14 @@ use super::{Advantages, GroupIndex, group_mean, outcome};
 use crate::algo::Result;
 
 /// `rloo` advantages (= returns).
-pub fn compute(token_level_rewards: &Tensor, response_mask: &Tensor, index: &GroupIndex) -> Result<Advantages> {
-    outcome(token_level_rewards, response_mask, index, |s, ix| Ok(advantages(s, ix)))
+pub fn compute(
+    token_level_rewards: &Tensor,
+    response_mask: &Tensor,
+    index: &GroupIndex,
+) -> Result<Advantages> {
+    outcome(token_level_rewards, response_mask, index, |s, ix| {
+        Ok(advantages(s, ix))
+    })
 }
 
 /// `rloo_vectorized` advantages (= returns).
@@ -20,7 +26,9 @@ pub fn compute_vectorized(
     response_mask: &Tensor,
     index: &GroupIndex,
 ) -> Result<Advantages> {
-    outcome(token_level_rewards, response_mask, index, |s, ix| Ok(advantages_vectorized(s, ix)))
+    outcome(token_level_rewards, response_mask, index, |s, ix| {
+        Ok(advantages_vectorized(s, ix))
+    })
 }
 
 /// Per-sequence `rloo` advantages from scores.

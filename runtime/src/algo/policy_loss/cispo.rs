@@ -4,7 +4,10 @@
 //! `ppo_kl = mean_m(−Δ)`, `pg_clipfrac_lower = 0`.
 use tch::Tensor;
 
-use super::{PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, clamped_log_ratio, detached_mean, fraction};
+use super::{
+    PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, clamped_log_ratio,
+    detached_mean, fraction,
+};
 use crate::algo::Result;
 use crate::algo::agg::{AggOptions, LossAggMode, agg_loss};
 
@@ -18,7 +21,11 @@ pub fn compute(
     let mask = inputs.mask()?;
     let (neg_kl, ratio) = clamped_log_ratio(inputs)?;
     let clipped = ratio.f_clamp(1.0 - cfg.clip_low(), 1.0 + cfg.clip_high())?;
-    let pg_losses = clipped.f_detach()?.f_mul(inputs.advantages)?.f_mul(inputs.log_prob)?.f_neg()?;
+    let pg_losses = clipped
+        .f_detach()?
+        .f_mul(inputs.advantages)?
+        .f_mul(inputs.log_prob)?
+        .f_neg()?;
     let loss = agg_loss(&inputs.weighted(pg_losses)?, &mask, agg_mode, agg)?;
     Ok(PolicyLoss {
         loss,

@@ -9,7 +9,10 @@
 //! Metrics: `pg_clipfrac = mean_m[corr = 0]`, `ppo_kl = mean_m(−Δ)`.
 use tch::{Device, Kind, Tensor};
 
-use super::{PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, detached_mean, fraction, invalid};
+use super::{
+    PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, detached_mean, fraction,
+    invalid,
+};
 use crate::algo::Result;
 use crate::algo::advantage::dense::host_vec;
 use crate::algo::agg::{AggOptions, LossAggMode, agg_loss};
@@ -21,8 +24,11 @@ pub fn compute(
     agg_mode: LossAggMode,
     agg: &AggOptions,
 ) -> Result<PolicyLoss> {
-    if !(cfg.clip_cov_ratio > 0.0) {
-        return Err(invalid(format!("clip_cov_ratio should be larger than 0, got {}", cfg.clip_cov_ratio)));
+    if cfg.clip_cov_ratio.is_nan() || cfg.clip_cov_ratio <= 0.0 {
+        return Err(invalid(format!(
+            "clip_cov_ratio should be larger than 0, got {}",
+            cfg.clip_cov_ratio
+        )));
     }
     inputs.validate()?;
     let mask = inputs.mask()?;
@@ -41,7 +47,9 @@ pub fn compute(
         let cov = adv
             .f_sub(&masked_mean(adv, &mask)?)?
             .f_mul(&lp.f_sub(&masked_mean(&lp, &mask)?)?)?;
-        let in_band = cov.f_gt(cfg.clip_cov_lb)?.f_logical_and(&cov.f_lt(cfg.clip_cov_ub)?)?;
+        let in_band = cov
+            .f_gt(cfg.clip_cov_lb)?
+            .f_logical_and(&cov.f_lt(cfg.clip_cov_ub)?)?;
         let eligible_mask = valid.f_logical_and(&unclipped)?.f_logical_and(&in_band)?;
         let eligible: Vec<usize> = host_vec(&eligible_mask)?
             .iter()
@@ -56,7 +64,10 @@ pub fn compute(
         for i in chosen {
             corr[i] = 0.0;
         }
-        Tensor::f_from_slice(&corr)?.f_view(mask.size().as_slice())?.f_to_kind(mask.f_kind()?)?.f_to_device(mask.device())?
+        Tensor::f_from_slice(&corr)?
+            .f_view(mask.size().as_slice())?
+            .f_to_kind(mask.f_kind()?)?
+            .f_to_device(mask.device())?
     };
 
     let pg_clipfrac = fraction(&corr.f_eq(0.0)?, &mask)?;
@@ -79,5 +90,9 @@ fn pick_random(candidates: &[usize], n: usize) -> Result<Vec<usize>> {
     }
     let perm = Tensor::f_randperm(candidates.len() as i64, (Kind::Int64, Device::Cpu))?;
     let perm = Vec::<i64>::try_from(&perm)?;
-    Ok(perm.iter().take(n).map(|&j| candidates[j as usize]).collect())
+    Ok(perm
+        .iter()
+        .take(n)
+        .map(|&j| candidates[j as usize])
+        .collect())
 }

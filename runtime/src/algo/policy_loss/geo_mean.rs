@@ -10,7 +10,9 @@
 //! `ppo_kl = mean_m(−δ)`.
 use tch::Kind;
 
-use super::{PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, detached_mean, fraction};
+use super::{
+    PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, detached_mean, fraction,
+};
 use crate::algo::Result;
 use crate::algo::masked::{MEAN_EPS, masked_sum_dim};
 
@@ -23,13 +25,21 @@ pub fn compute(inputs: &PolicyLossInputs<'_>, cfg: &PolicyLossConfig) -> Result<
     let sign = adv.f_sign()?;
     let pessimistic = sign.f_mul(&sign.f_mul(&delta)?.f_minimum(&sign.f_mul(&delta_c)?)?)?;
 
-    let lengths = mask.f_sum_dim_intlist(-1i64, false, None::<Kind>)?.f_add_scalar(MEAN_EPS)?;
-    let ratio = masked_sum_dim(&pessimistic, &mask, -1)?.f_div(&lengths)?.f_exp()?;
+    let lengths = mask
+        .f_sum_dim_intlist(-1i64, false, None::<Kind>)?
+        .f_add_scalar(MEAN_EPS)?;
+    let ratio = masked_sum_dim(&pessimistic, &mask, -1)?
+        .f_div(&lengths)?
+        .f_exp()?;
     let seq_adv = masked_sum_dim(adv, &mask, -1)?.f_div(&lengths)?;
     let mut pg_losses = seq_adv.f_neg()?.f_mul(&ratio)?;
     if let Some(w) = inputs.rollout_is_weights {
         let log_w = w.f_add_scalar(1e-10)?.f_log()?;
-        pg_losses = pg_losses.f_mul(&masked_sum_dim(&log_w, &mask, -1)?.f_div(&lengths)?.f_exp()?)?;
+        pg_losses = pg_losses.f_mul(
+            &masked_sum_dim(&log_w, &mask, -1)?
+                .f_div(&lengths)?
+                .f_exp()?,
+        )?;
     }
     let loss = pg_losses.f_mean(None::<Kind>)?;
 

@@ -4,10 +4,17 @@ use super::{PolicyLoss, PolicyLossInputs, PolicyLossMetrics};
 use crate::algo::Result;
 use crate::algo::agg::{AggOptions, LossAggMode, agg_loss};
 
-pub fn compute(inputs: &PolicyLossInputs<'_>, agg_mode: LossAggMode, agg: &AggOptions) -> Result<PolicyLoss> {
+pub fn compute(
+    inputs: &PolicyLossInputs<'_>,
+    agg_mode: LossAggMode,
+    agg: &AggOptions,
+) -> Result<PolicyLoss> {
     inputs.validate()?;
     let mask = inputs.mask()?;
     let pg_losses = inputs.weighted(inputs.log_prob.f_mul(inputs.advantages)?.f_neg()?)?;
     let loss = agg_loss(&pg_losses, &mask, agg_mode, agg)?;
-    Ok(PolicyLoss { loss, metrics: PolicyLossMetrics::default() })
+    Ok(PolicyLoss {
+        loss,
+        metrics: PolicyLossMetrics::default(),
+    })
 }

@@ -7,17 +7,28 @@
 //! `ppo_kl = mean_m(−Δ)` (Δ unclamped), `pg_clipfrac_lower = 0`.
 use tch::{Kind, Tensor};
 
-use super::{PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, detached_mean, fraction};
+use super::{
+    PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, detached_mean, fraction,
+};
 use crate::algo::Result;
 use crate::algo::agg::{AggOptions, LossAggMode, agg_loss};
 
-pub fn compute(inputs: &PolicyLossInputs<'_>, cfg: &PolicyLossConfig, agg: &AggOptions) -> Result<PolicyLoss> {
+pub fn compute(
+    inputs: &PolicyLossInputs<'_>,
+    cfg: &PolicyLossConfig,
+    agg: &AggOptions,
+) -> Result<PolicyLoss> {
     inputs.validate()?;
     let mask = inputs.mask()?;
     let (lp, adv) = (inputs.log_prob, inputs.advantages);
     let neg_kl = lp.f_sub(inputs.old_log_prob)?;
-    let lengths = mask.f_sum_dim_intlist(-1i64, false, None::<Kind>)?.f_clamp_min(1.0)?;
-    let seq_log_ratio = neg_kl.f_mul(&mask)?.f_sum_dim_intlist(-1i64, false, None::<Kind>)?.f_div(&lengths)?;
+    let lengths = mask
+        .f_sum_dim_intlist(-1i64, false, None::<Kind>)?
+        .f_clamp_min(1.0)?;
+    let seq_log_ratio = neg_kl
+        .f_mul(&mask)?
+        .f_sum_dim_intlist(-1i64, false, None::<Kind>)?
+        .f_div(&lengths)?;
     let log_ratio = lp
         .f_sub(&lp.f_detach()?)?
         .f_add(&seq_log_ratio.f_detach()?.f_unsqueeze(-1)?)?

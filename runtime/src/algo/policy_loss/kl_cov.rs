@@ -5,7 +5,9 @@
 //! `loss_agg_mode`. Metric: `ppo_kl = mean_m|Δ|`.
 use tch::{Kind, Tensor};
 
-use super::{PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, detached_mean, invalid};
+use super::{
+    PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, detached_mean, invalid,
+};
 use crate::algo::Result;
 use crate::algo::advantage::dense::host_vec;
 use crate::algo::agg::{AggOptions, LossAggMode, agg_loss};
@@ -16,8 +18,11 @@ pub fn compute(
     agg_mode: LossAggMode,
     agg: &AggOptions,
 ) -> Result<PolicyLoss> {
-    if !(cfg.kl_cov_ratio > 0.0) {
-        return Err(invalid(format!("kl_cov_ratio should be larger than 0, got {}", cfg.kl_cov_ratio)));
+    if cfg.kl_cov_ratio.is_nan() || cfg.kl_cov_ratio <= 0.0 {
+        return Err(invalid(format!(
+            "kl_cov_ratio should be larger than 0, got {}",
+            cfg.kl_cov_ratio
+        )));
     }
     inputs.validate()?;
     let mask = inputs.mask()?;
@@ -47,7 +52,11 @@ pub fn compute(
     let loss = agg_loss(&pg_losses, &mask, agg_mode, agg)?;
     Ok(PolicyLoss {
         loss,
-        metrics: PolicyLossMetrics { pg_clipfrac: None, ppo_kl: Some(detached_mean(&abs_kl, &mask)?), pg_clipfrac_lower: None },
+        metrics: PolicyLossMetrics {
+            pg_clipfrac: None,
+            ppo_kl: Some(detached_mean(&abs_kl, &mask)?),
+            pg_clipfrac_lower: None,
+        },
     })
 }
 

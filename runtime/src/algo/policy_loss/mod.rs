@@ -116,8 +116,19 @@ pub struct PolicyLossInputs<'a> {
 }
 
 impl<'a> PolicyLossInputs<'a> {
-    pub fn new(old_log_prob: &'a Tensor, log_prob: &'a Tensor, advantages: &'a Tensor, response_mask: &'a Tensor) -> Self {
-        PolicyLossInputs { old_log_prob, log_prob, advantages, response_mask, rollout_is_weights: None }
+    pub fn new(
+        old_log_prob: &'a Tensor,
+        log_prob: &'a Tensor,
+        advantages: &'a Tensor,
+        response_mask: &'a Tensor,
+    ) -> Self {
+        PolicyLossInputs {
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            rollout_is_weights: None,
+        }
     }
 
     pub fn rollout_is_weights(mut self, w: &'a Tensor) -> Self {
@@ -228,7 +239,10 @@ fn detached_mean(x: &Tensor, mask: &Tensor) -> Result<Tensor> {
 
 /// `Δ = log π_θ − log π_old`, and the ratio `exp(clamp(Δ, −20, 20))` with the clamped `Δ`.
 fn clamped_log_ratio(inputs: &PolicyLossInputs<'_>) -> Result<(Tensor, Tensor)> {
-    let neg_kl = inputs.log_prob.f_sub(inputs.old_log_prob)?.f_clamp(-20.0, 20.0)?;
+    let neg_kl = inputs
+        .log_prob
+        .f_sub(inputs.old_log_prob)?
+        .f_clamp(-20.0, 20.0)?;
     let ratio = neg_kl.f_exp()?;
     Ok((neg_kl, ratio))
 }

@@ -5,7 +5,10 @@
 //! capped at `−A·c`: `ℓ = min(−A·c, ℓc)`, else `ℓ = ℓc`. Metrics: `pg_clipfrac =
 //! mean_m[ℓ2 > ℓ1]`, `ppo_kl = mean_m(−Δ)` (clamped Δ), `pg_clipfrac_lower = mean_m[ℓc > −A·c
 //! ∧ A < 0]`.
-use super::{PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, clamped_log_ratio, detached_mean, fraction, invalid};
+use super::{
+    PolicyLoss, PolicyLossConfig, PolicyLossInputs, PolicyLossMetrics, clamped_log_ratio,
+    detached_mean, fraction, invalid,
+};
 use crate::algo::Result;
 use crate::algo::agg::{AggOptions, LossAggMode, agg_loss};
 
@@ -15,7 +18,7 @@ pub fn compute(
     agg_mode: LossAggMode,
     agg: &AggOptions,
 ) -> Result<PolicyLoss> {
-    if !(cfg.clip_ratio_c > 1.0) {
+    if cfg.clip_ratio_c.is_nan() || cfg.clip_ratio_c <= 1.0 {
         return Err(invalid(format!(
             "The lower bound of the clip_ratio_c for dual-clip PPO should be greater than 1.0, but get the value: {}.",
             cfg.clip_ratio_c
@@ -36,7 +39,10 @@ pub fn compute(
     let loss3 = neg_adv.f_mul_scalar(cfg.clip_ratio_c)?;
     let clipped2 = loss3.f_minimum(&clipped1)?;
     let negative = adv.f_lt(0.0)?;
-    let pg_clipfrac_lower = fraction(&clipped1.f_gt_tensor(&loss3)?.f_logical_and(&negative)?, &mask)?;
+    let pg_clipfrac_lower = fraction(
+        &clipped1.f_gt_tensor(&loss3)?.f_logical_and(&negative)?,
+        &mask,
+    )?;
 
     let pg_losses = inputs.weighted(clipped2.f_where_self(&negative, &clipped1)?)?;
     let loss = agg_loss(&pg_losses, &mask, agg_mode, agg)?;
