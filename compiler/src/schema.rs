@@ -5,10 +5,18 @@
 //! (`actor.optim.lr` 1e-6, `critic.optim.lr` 1e-5). Defaults come from verlc's built-in
 //! tree, composed and resolved, so the schema and the defaults cannot drift apart.
 //!
-//! Two flavours: the *validation* schema (what `verlc check` runs on a composed config;
-//! every key required) and the *editor* schemas written to `schemas/` (nothing required,
-//! `${...}` interpolations accepted everywhere, `defaults:`/`hydra:` allowed) for the root
-//! and for each group file.
+//! Two flavours:
+//! - the *validation* schema ([`validation_schema`]): what `verlc check` runs on a composed
+//!   config; every key required.
+//! - the *editor* schemas written to `schemas/` ([`all_files`]): nothing required, `${...}`
+//!   interpolations and `???` accepted for every value, `defaults:` (and `hydra:` at the
+//!   root) allowed, enum values with their descriptions (`enumDescriptions`), deprecated
+//!   keys flagged (`deprecationMessage`) and not suggested, one schema for the whole config
+//!   and one per group file.
+//!
+//! Both start from the same normalized schema: schemars' `oneOf` of documented `const`s
+//! becomes a plain `enum` (editors complete enum values, and validation errors can list
+//! them), and `Option<T>` leaves become `type: [T, "null"]`.
 
 use std::sync::OnceLock;
 
@@ -16,31 +24,144 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use crate::codes;
-use crate::config::VerlConfig;
+use crate::config::{BUILTIN_FILES, DEPRECATED_KEYS, VerlConfig};
 use crate::diag::{Diagnostic, did_you_mean};
 use crate::load::compose::{self, LoadRequest};
 use crate::load::node::Node;
+use crate::load::yaml;
+use crate::source::{Source, SourceId, SourceKind};
 
-/// Group schemas written next to the root one: (file stem, key path whose schema it is).
-pub const GROUPS: &[(&str, &str)] = &[
-    ("optim", "actor_rollout_ref.actor.optim"),
-    ("ref", "actor_rollout_ref.ref"),
-    ("actor", "actor_rollout_ref.actor"),
-    ("critic", "critic"),
-    ("rollout", "actor_rollout_ref.rollout"),
-    ("engine", "actor_rollout_ref.actor.fsdp_config"),
-    ("model", "actor_rollout_ref.model"),
-    ("data", "data"),
-    ("algorithm", "algorithm"),
-    ("trainer", "trainer"),
+/// A group schema: the schema of the node a group file is merged into.
+#[derive(Clone, Copy, Debug)]
+pub struct Group {
+    /// File stem under `schemas/` (`optim` -> `optim.schema.json`).
+    pub name: &'static str,
+    /// Key path(s) of the node in the full config. With two paths (FSDP and Megatron
+    /// engines), the group schema is the union of both, so either kind of file completes.
+    pub paths: &'static [&'static str],
+    /// Where the group's `default`s come from.
+    pub defaults: GroupDefaults,
+    /// One line for the schema's description.
+    pub about: &'static str,
+}
+
+/// Source of a group schema's `default` values.
+#[derive(Clone, Copy, Debug)]
+pub enum GroupDefaults {
+    /// The built-in group files themselves (first file wins): for groups mounted at several
+    /// places with different values (`optim` under the actor and the critic), only the
+    /// file's own value is the same everywhere.
+    Files(&'static [&'static str]),
+    /// The node's value in the composed built-in tree (FSDP flavour, then Megatron).
+    Tree,
+}
+
+/// Group schemas written next to the root one.
+pub const GROUPS: &[Group] = &[
+    Group {
+        name: "optim",
+        paths: &["actor_rollout_ref.actor.optim"],
+        defaults: GroupDefaults::Files(&["optim/fsdp.yaml", "optim/megatron.yaml"]),
+        about: "an `optim/` group file (FSDP or Megatron optimizer), mounted at `actor.optim` and `critic.optim`",
+    },
+    Group {
+        name: "engine",
+        paths: &["actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.actor.megatron"],
+        defaults: GroupDefaults::Files(&["engine/fsdp.yaml", "engine/megatron.yaml"]),
+        about: "an `engine/` group file (FSDP or Megatron engine), mounted at `fsdp_config` or `megatron` of a role",
+    },
+    Group {
+        name: "actor",
+        paths: &["actor_rollout_ref.actor"],
+        defaults: GroupDefaults::Tree,
+        about: "an `actor/` group file, mounted at `actor_rollout_ref.actor`",
+    },
+    Group {
+        name: "ref",
+        paths: &["actor_rollout_ref.ref"],
+        defaults: GroupDefaults::Tree,
+        about: "a `ref/` group file (reference policy), mounted at `actor_rollout_ref.ref`",
+    },
+    Group {
+        name: "rollout",
+        paths: &["actor_rollout_ref.rollout"],
+        defaults: GroupDefaults::Tree,
+        about: "a `rollout/` group file, mounted at `actor_rollout_ref.rollout`",
+    },
+    Group {
+        name: "model",
+        paths: &["actor_rollout_ref.model"],
+        defaults: GroupDefaults::Tree,
+        about: "a `model/` group file, mounted at `actor_rollout_ref.model`",
+    },
+    Group {
+        name: "critic",
+        paths: &["critic"],
+        defaults: GroupDefaults::Tree,
+        about: "a `critic/` group file, mounted at `critic`",
+    },
+    Group {
+        name: "reward_model",
+        paths: &["reward_model"],
+        defaults: GroupDefaults::Tree,
+        about: "a `reward_model/` group file, mounted at `reward_model`",
+    },
+    Group {
+        name: "data",
+        paths: &["data"],
+        defaults: GroupDefaults::Tree,
+        about: "a `data/` group file, mounted at `data`",
+    },
+    Group {
+        name: "algorithm",
+        paths: &["algorithm"],
+        defaults: GroupDefaults::Tree,
+        about: "a file holding the `algorithm` section (verl's own `algorithm/` group holds only `rollout_correction`, see rollout_correction.schema.json)",
+    },
+    Group {
+        name: "rollout_correction",
+        paths: &["algorithm.rollout_correction"],
+        defaults: GroupDefaults::Tree,
+        about: "verl's `algorithm/rollout_correction.yaml`, mounted at `algorithm.rollout_correction`",
+    },
+    Group {
+        name: "trainer",
+        paths: &["trainer"],
+        defaults: GroupDefaults::Tree,
+        about: "a file holding the `trainer` section",
+    },
 ];
 
-/// The schema generated from the types, subschemas inlined, `required` as derived.
+/// Name of the root schema file.
+pub const ROOT_FILE: &str = "verl.schema.json";
+
+/// Every schema file verlc ships, as (file name, pretty JSON text ending in a newline):
+/// the root schema first, then one per [`GROUPS`] entry.
+pub fn all_files() -> Vec<(String, String)> {
+    let mut out = vec![(ROOT_FILE.to_string(), pretty(&root_editor_schema()))];
+    for g in GROUPS {
+        if let Some(s) = group_editor_schema(g.name) {
+            out.push((format!("{}.schema.json", g.name), pretty(&s)));
+        }
+    }
+    out
+}
+
+/// The text a schema file is written with.
+pub fn pretty(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// The schema generated from the types, subschemas inlined, `required` as derived,
+/// normalized (see the module doc).
 fn generated() -> Value {
     let settings = SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true);
     let schema = settings.into_generator().into_root_schema_for::<VerlConfig>();
     let mut v = serde_json::to_value(schema).unwrap_or(Value::Null);
     strip_formats(&mut v);
+    normalize(&mut v);
     v
 }
 
@@ -48,13 +169,147 @@ fn generated() -> Value {
 fn strip_formats(v: &mut Value) {
     match v {
         Value::Object(m) => {
-            if m.get("format").and_then(Value::as_str).is_some_and(|f| matches!(f, "double" | "float" | "int64" | "int32" | "uint64" | "uint32" | "uint" | "uint8" | "uint16" | "int8" | "int16")) {
+            if m.get("format").and_then(Value::as_str).is_some_and(|f| {
+                matches!(f, "double" | "float" | "int64" | "int32" | "uint64" | "uint32" | "uint" | "uint8" | "uint16" | "int8" | "int16")
+            }) {
                 m.remove("format");
             }
             m.values_mut().for_each(strip_formats);
         }
         Value::Array(a) => a.iter_mut().for_each(strip_formats),
         _ => {}
+    }
+}
+
+/// Bottom-up rewrites that keep the meaning of the schema and give editors and the
+/// validator simpler shapes:
+/// - `oneOf` whose branches are all `const`s becomes `enum` (+ `enumDescriptions`);
+/// - an `anyOf` branch that is itself an annotation-free `anyOf` is spliced into its parent;
+/// - `anyOf [leaf, {type: null}]` becomes the leaf with `null` added to its `type` (and
+///   to its `enum`).
+fn normalize(v: &mut Value) {
+    match v {
+        Value::Array(a) => a.iter_mut().for_each(normalize),
+        Value::Object(m) => {
+            m.values_mut().for_each(normalize);
+            consts_to_enum(m);
+            splice_any_of(m);
+            fold_nullable(m);
+        }
+        _ => {}
+    }
+}
+
+fn consts_to_enum(m: &mut Map<String, Value>) {
+    let Some(Value::Array(branches)) = m.get("oneOf") else { return };
+    if branches.is_empty() || !branches.iter().all(|b| b.get("const").is_some()) {
+        return;
+    }
+    let mut values = Vec::new();
+    let mut descs = Vec::new();
+    let mut types: Vec<String> = Vec::new();
+    for b in branches {
+        values.push(b.get("const").cloned().unwrap_or(Value::Null));
+        descs.push(b.get("description").and_then(Value::as_str).unwrap_or("").to_string());
+        let t = b.get("type").and_then(Value::as_str).map(String::from).unwrap_or_else(|| json_type(b.get("const").unwrap_or(&Value::Null)));
+        if !types.contains(&t) {
+            types.push(t);
+        }
+    }
+    m.remove("oneOf");
+    m.insert("type".into(), if types.len() == 1 { json!(types[0]) } else { json!(types) });
+    m.insert("enum".into(), Value::Array(values));
+    if descs.iter().any(|d| !d.is_empty()) {
+        m.insert("enumDescriptions".into(), json!(descs));
+    }
+}
+
+fn json_type(v: &Value) -> String {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+    .into()
+}
+
+/// Keywords that only annotate a value (enum descriptions belong with their `enum`); they
+/// stay at the property's level when its constraints move into an `anyOf` branch.
+const ANNOTATIONS: &[&str] = &[
+    "description",
+    "markdownDescription",
+    "title",
+    "default",
+    "examples",
+    "deprecated",
+    "deprecationMessage",
+    "doNotSuggest",
+    "x-verlc-flavour",
+];
+
+fn splice_any_of(m: &mut Map<String, Value>) {
+    let Some(Value::Array(branches)) = m.get_mut("anyOf") else { return };
+    let mut out = Vec::new();
+    for b in branches.drain(..) {
+        let inner_only = b.as_object().is_some_and(|o| o.contains_key("anyOf") && o.keys().all(|k| k == "anyOf" || k == "description"));
+        match b {
+            Value::Object(mut o) if inner_only => {
+                if let Some(Value::Array(inner)) = o.remove("anyOf") {
+                    out.extend(inner);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    *branches = out;
+}
+
+fn fold_nullable(m: &mut Map<String, Value>) {
+    let Some(Value::Array(branches)) = m.get("anyOf") else { return };
+    if branches.len() != 2 {
+        return;
+    }
+    let is_null = |b: &Value| b.get("type") == Some(&json!("null")) && b.as_object().is_some_and(|o| o.len() == 1);
+    let (leaf, _) = match (is_null(&branches[0]), is_null(&branches[1])) {
+        (false, true) => (&branches[0], &branches[1]),
+        (true, false) => (&branches[1], &branches[0]),
+        _ => return,
+    };
+    let Some(leaf) = leaf.as_object() else { return };
+    // Only plain leaves: objects keep their `anyOf` (editors complete them fine) and
+    // composite branches would change meaning.
+    let composite = ["anyOf", "oneOf", "allOf", "properties", "$ref", "not", "if"].iter().any(|k| leaf.contains_key(*k));
+    let Some(ty) = leaf.get("type") else { return };
+    if composite || ty == "object" {
+        return;
+    }
+    let mut leaf = leaf.clone();
+    let mut types: Vec<Value> = match ty {
+        Value::Array(a) => a.clone(),
+        other => vec![other.clone()],
+    };
+    if !types.contains(&json!("null")) {
+        types.push(json!("null"));
+    }
+    leaf.insert("type".into(), Value::Array(types));
+    if let Some(Value::Array(e)) = leaf.get_mut("enum")
+        && !e.contains(&Value::Null)
+    {
+        e.push(Value::Null);
+        if let Some(Value::Array(d)) = leaf.get_mut("enumDescriptions") {
+            d.push(json!("null: not set"));
+        }
+    }
+    m.remove("anyOf");
+    // The property's own annotations win over the type's.
+    for (k, v) in leaf {
+        if !m.contains_key(&k) {
+            m.insert(k, v);
+        }
     }
 }
 
@@ -69,86 +324,251 @@ fn validator() -> Option<&'static jsonschema::Validator> {
     V.get_or_init(|| jsonschema::options().should_validate_formats(false).build(validation_schema()).ok()).as_ref()
 }
 
-/// The built-in defaults for both flavours, composed and resolved (as JSON).
+/// The built-in defaults of one flavour, composed and resolved (as JSON). `???` values
+/// (verl's "must be set", e.g. `actor_rollout_ref.rollout.name`) stay `"???"`.
 pub fn builtin_defaults(base: &str) -> Value {
-    let req = LoadRequest { base: Some(base.into()), overrides: vec!["actor_rollout_ref.rollout.name=verlc".into()], ..Default::default() };
+    let req = LoadRequest { base: Some(base.into()), ..Default::default() };
     compose::load(&req).root.to_json()
+}
+
+fn flavour_defaults() -> &'static [Value; 2] {
+    static D: OnceLock<[Value; 2]> = OnceLock::new();
+    D.get_or_init(|| [builtin_defaults(compose::FSDP_BASE), builtin_defaults(compose::MEGATRON_BASE)])
+}
+
+/// One built-in file as JSON, without its `defaults:` list.
+fn builtin_file_json(path: &str) -> Option<Value> {
+    let (_, text) = BUILTIN_FILES.iter().find(|(p, _)| *p == path)?;
+    let src = Source::new(format!("<verlc defaults>/{path}"), *text, SourceKind::Builtin);
+    let mut v = yaml::parse(&src, SourceId(0)).ok()?.to_json();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("defaults");
+    }
+    Some(v)
 }
 
 /// Root editor schema: `schemas/verl.schema.json`.
 pub fn root_editor_schema() -> Value {
     let mut s = generated();
-    let fsdp = builtin_defaults(compose::FSDP_BASE);
-    let mega = builtin_defaults(compose::MEGATRON_BASE);
-    inject_defaults(&mut s, &fsdp);
-    inject_defaults(&mut s, &mega);
-    editorize(&mut s);
+    for d in flavour_defaults() {
+        inject_defaults(&mut s, d);
+    }
+    mark_deprecated(&mut s, &mut Vec::new(), &[""]);
+    editorize_root(&mut s);
     if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
         props.insert("defaults".into(), defaults_list_schema());
         props.insert(
             "hydra".into(),
-            json!({"type": "object", "description": "Hydra settings of a primary config; verlc reads `hydra.searchpath` (`pkg://verl.trainer.config` means verlc's built-in tree, `file://dir` a directory)."}),
+            json!({
+                "type": "object",
+                "description": "Hydra settings of a primary config. verlc reads `hydra.searchpath`: `pkg://verl.trainer.config` is verlc's built-in tree, `file://dir` a directory."
+            }),
         );
     }
     if let Some(m) = s.as_object_mut() {
         m.insert("title".into(), json!("verl trainer config (verlc)"));
-        m.insert("$id".into(), json!("https://verlc.dev/schemas/verl.schema.json"));
+        m.insert(
+            "description".into(),
+            json!("A verl PPO trainer config (FSDP `ppo_trainer` or Megatron `ppo_megatron_trainer` flavour), generated by `verlc schema`. Defaults are verlc's built-in defaults, which follow verl's."),
+        );
+        m.insert("$id".into(), json!(format!("https://verlc.dev/schemas/{ROOT_FILE}")));
     }
-    s
+    order_keys(&mut s)
 }
 
-/// Editor schema of one group file (e.g. an `optim/*.yaml`).
+/// Editor schema of one group file (e.g. an `optim/*.yaml`); `None` for an unknown name.
 pub fn group_editor_schema(name: &str) -> Option<Value> {
-    let (_, path) = GROUPS.iter().find(|(n, _)| *n == name)?;
-    let root = root_editor_schema();
-    let mut cur = &root;
-    for seg in path.split('.') {
-        cur = cur.get("properties")?.get(seg)?;
+    let g = GROUPS.iter().find(|g| g.name == name)?;
+    let full = generated();
+    let mut s: Option<Value> = None;
+    for path in g.paths {
+        let segs: Vec<String> = path.split('.').map(String::from).collect();
+        let sub = schema_at(&full, &segs)?.clone();
+        s = Some(match s {
+            None => sub,
+            Some(prev) => union(prev, sub),
+        });
     }
-    let mut s = cur.clone();
-    // In a group file the node may appear in any flavour: merge the Megatron variant's keys.
-    if name == "optim" || name == "engine" {
-        let alt = if name == "optim" { "actor_rollout_ref.actor.optim" } else { "actor_rollout_ref.actor.megatron" };
-        let mut other = &root;
-        for seg in alt.split('.') {
-            other = other.get("properties").and_then(|p| p.get(seg)).unwrap_or(&Value::Null);
+    let mut s = s?;
+    match g.defaults {
+        GroupDefaults::Files(files) => {
+            for f in files {
+                if let Some(d) = builtin_file_json(f) {
+                    inject_defaults(&mut s, &d);
+                }
+            }
         }
-        if let (Some(dst), Some(src)) = (s.get_mut("properties").and_then(Value::as_object_mut), other.get("properties").and_then(Value::as_object)) {
-            for (k, v) in src {
-                dst.entry(k.clone()).or_insert(v.clone());
+        GroupDefaults::Tree => {
+            for d in flavour_defaults() {
+                let mut cur = Some(d);
+                for seg in g.paths[0].split('.') {
+                    cur = cur.and_then(|c| c.get(seg));
+                }
+                if let Some(c) = cur {
+                    inject_defaults(&mut s, c);
+                }
             }
         }
     }
+    mark_deprecated(&mut s, &mut Vec::new(), g.paths);
+    editorize_root(&mut s);
     let m = s.as_object_mut()?;
-    m.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
-    m.insert("title".into(), json!(format!("verl `{name}` group file (verlc)")));
+    // A group file is a mapping, whatever the node's optionality or flavour in the tree.
+    for k in ["x-verlc-flavour", "deprecated", "deprecationMessage", "doNotSuggest", "default"] {
+        m.remove(k);
+    }
+    m.insert("type".into(), json!("object"));
     if let Some(props) = m.get_mut("properties").and_then(Value::as_object_mut) {
         props.insert("defaults".into(), defaults_list_schema());
     }
-    Some(s)
+    m.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
+    m.insert("$id".into(), json!(format!("https://verlc.dev/schemas/{name}.schema.json")));
+    m.insert("title".into(), json!(format!("verl `{name}` group file (verlc)")));
+    let about = format!("Schema of {}, generated by `verlc schema`.", g.about);
+    m.insert("description".into(), json!(about.clone()));
+    m.insert("markdownDescription".into(), json!(about));
+    Some(order_keys(&mut s))
+}
+
+/// Schema keywords first, then annotations, then the (large) `properties`: easier to read.
+fn order_keys(v: &mut Value) -> Value {
+    const FIRST: &[&str] = &["$schema", "$id", "title", "description", "markdownDescription", "type", "$defs"];
+    let Some(m) = v.as_object_mut() else { return v.take() };
+    let mut out = Map::new();
+    for k in FIRST {
+        if let Some(x) = m.remove(*k) {
+            out.insert((*k).into(), x);
+        }
+    }
+    out.append(m);
+    Value::Object(out)
+}
+
+/// The union of two schemas of the same node (an FSDP and a Megatron engine): properties
+/// of both; a key in both with different schemas accepts either (enums are merged so
+/// completion lists all values).
+fn union(a: Value, b: Value) -> Value {
+    if a == b {
+        return a;
+    }
+    match (a, b) {
+        (Value::Object(mut a), Value::Object(b)) if a.contains_key("properties") && b.contains_key("properties") => {
+            let bprops = b.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
+            if let Some(Value::Object(ap)) = a.get_mut("properties") {
+                for (k, bv) in bprops {
+                    let merged = match ap.remove(&k) {
+                        Some(av) => union(av, bv),
+                        None => bv,
+                    };
+                    ap.insert(k, merged);
+                }
+            }
+            a.remove("required");
+            Value::Object(a)
+        }
+        (Value::Object(mut a), Value::Object(b)) if a.contains_key("enum") && b.contains_key("enum") => {
+            let pairs = |o: &Map<String, Value>| -> Vec<(Value, String)> {
+                let vals = o.get("enum").and_then(Value::as_array).cloned().unwrap_or_default();
+                let descs = o.get("enumDescriptions").and_then(Value::as_array).cloned().unwrap_or_default();
+                vals.into_iter().enumerate().map(|(i, v)| (v, descs.get(i).and_then(Value::as_str).unwrap_or("").to_string())).collect()
+            };
+            let mut all = pairs(&a);
+            for (v, d) in pairs(&b) {
+                if !all.iter().any(|(x, _)| *x == v) {
+                    all.push((v, d));
+                }
+            }
+            let mut types: Vec<Value> = Vec::new();
+            for o in [&a, &b] {
+                match o.get("type") {
+                    Some(Value::Array(ts)) => types.extend(ts.iter().cloned()),
+                    Some(t) => types.push(t.clone()),
+                    None => {}
+                }
+            }
+            let mut uniq = Vec::new();
+            for t in types {
+                if !uniq.contains(&t) {
+                    uniq.push(t);
+                }
+            }
+            a.insert("type".into(), if uniq.len() == 1 { uniq.remove(0) } else { Value::Array(uniq) });
+            a.insert("enum".into(), Value::Array(all.iter().map(|(v, _)| v.clone()).collect()));
+            if all.iter().any(|(_, d)| !d.is_empty()) {
+                a.insert("enumDescriptions".into(), json!(all.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>()));
+            }
+            Value::Object(a)
+        }
+        (Value::Object(mut a), Value::Object(b)) if same_but_type(&a, &b) => {
+            let mut types: Vec<Value> = Vec::new();
+            for t in [a.get("type"), b.get("type")].into_iter().flatten() {
+                for t in t.as_array().cloned().unwrap_or_else(|| vec![t.clone()]) {
+                    if !types.contains(&t) {
+                        types.push(t);
+                    }
+                }
+            }
+            a.insert("type".into(), if types.len() == 1 { types.remove(0) } else { Value::Array(types) });
+            Value::Object(a)
+        }
+        (a, b) => {
+            let mut out = Map::new();
+            for k in ["description", "default"] {
+                if let Some(x) = a.get(k).or_else(|| b.get(k)) {
+                    out.insert(k.into(), x.clone());
+                }
+            }
+            out.insert("anyOf".into(), json!([strip_annotations(a), strip_annotations(b)]));
+            Value::Object(out)
+        }
+    }
+}
+
+/// Whether two leaf schemas differ only in `type` (and annotations).
+fn same_but_type(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    let core = |m: &Map<String, Value>| -> Map<String, Value> {
+        m.iter().filter(|(k, _)| *k != "type" && !ANNOTATIONS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    a.contains_key("type") && b.contains_key("type") && !a.contains_key("properties") && core(a) == core(b)
+}
+
+fn strip_annotations(mut v: Value) -> Value {
+    if let Some(m) = v.as_object_mut() {
+        m.remove("description");
+        m.remove("default");
+    }
+    v
 }
 
 fn defaults_list_schema() -> Value {
+    let d = "Hydra defaults list: `group@package: option`, `../group@pkg: option`, `override group: option`, sibling config names and `_self_`.";
     json!({
         "type": "array",
-        "description": "Hydra defaults list: `group@package: option`, `../group@pkg: option`, sibling config names and `_self_`.",
+        "description": d,
+        "markdownDescription": d,
         "items": {"anyOf": [{"type": "string"}, {"type": "object"}]}
     })
 }
 
-/// Set `default` on every property that has a value in the built-in tree (first flavour wins).
+/// Set `default` on every property that has a value in `defaults` (the first call for a
+/// key wins, so the FSDP flavour's value is kept where the flavours differ). `???` is
+/// "no default".
 fn inject_defaults(schema: &mut Value, defaults: &Value) {
     let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { return };
     let Some(dmap) = defaults.as_object() else { return };
     for (k, sub) in props.iter_mut() {
         let Some(dv) = dmap.get(k) else { continue };
+        if dv.as_str() == Some("???") {
+            continue;
+        }
         if dv.is_object() && sub.get("properties").is_some() {
             inject_defaults(sub, dv);
             continue;
         }
-        // Optional nodes are `anyOf [{...object...}, null]`: descend into the object branch.
+        // Optional sections are `anyOf [{...object...}, null]`: descend into the object branch.
         if dv.is_object()
             && let Some(branches) = sub.get_mut("anyOf").and_then(Value::as_array_mut)
+            && branches.iter().any(|b| b.get("properties").is_some())
         {
             for b in branches.iter_mut().filter(|b| b.get("properties").is_some()) {
                 inject_defaults(b, dv);
@@ -161,53 +581,194 @@ fn inject_defaults(schema: &mut Value, defaults: &Value) {
     }
 }
 
-/// Editor relaxations: nothing required, `${...}` allowed for any value.
-fn editorize(v: &mut Value) {
-    if let Value::Object(m) = v {
-        m.remove("required");
-        for key in ["properties", "$defs"] {
-            if let Some(Value::Object(props)) = m.get_mut(key) {
-                for sub in props.values_mut() {
-                    editorize(sub);
-                    allow_interpolation(sub);
-                }
+/// Deprecated keys (from [`DEPRECATED_KEYS`], matched at every mount path, or marked
+/// `deprecated` by the model) get a `deprecationMessage` (editors show a warning where the
+/// key is used) and `doNotSuggest`.
+fn mark_deprecated(schema: &mut Value, rel: &mut Vec<String>, mounts: &[&str]) {
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        if let Some(branches) = schema.get_mut("anyOf").and_then(Value::as_array_mut) {
+            for b in branches.iter_mut() {
+                mark_deprecated(b, rel, mounts);
             }
         }
-        for key in ["anyOf", "oneOf", "allOf"] {
-            if let Some(Value::Array(items)) = m.get_mut(key) {
-                items.iter_mut().for_each(editorize);
+        return;
+    };
+    for (k, sub) in props.iter_mut() {
+        rel.push(k.clone());
+        let rel_path = rel.join(".");
+        let hit = mounts.iter().find_map(|m| {
+            let full = if m.is_empty() { rel_path.clone() } else { format!("{m}.{rel_path}") };
+            DEPRECATED_KEYS.iter().find(|d| d.matches(&full)).map(|d| (d, full))
+        });
+        let msg = match hit {
+            Some((d, full)) => Some(match d.replacement_for(&full) {
+                Some(r) => format!("Deprecated: use `{r}` instead; {}.", d.note),
+                None => format!("Deprecated: {}.", d.note),
+            }),
+            None if sub.get("deprecated") == Some(&Value::Bool(true)) => {
+                Some(sub.get("description").and_then(Value::as_str).map(first_sentence).unwrap_or_else(|| "Deprecated.".into()))
             }
+            None => None,
+        };
+        if let (Some(msg), Some(m)) = (msg, sub.as_object_mut()) {
+            m.insert("deprecationMessage".into(), json!(msg));
+            m.insert("doNotSuggest".into(), json!(true));
         }
-        for key in ["items", "additionalProperties"] {
-            if let Some(sub @ Value::Object(_)) = m.get_mut(key) {
-                editorize(sub);
-            }
+        mark_deprecated(sub, rel, mounts);
+        rel.pop();
+    }
+}
+
+fn first_sentence(s: &str) -> String {
+    let s = unwrap_lines(s);
+    match s.find(". ") {
+        Some(i) => s[..=i].to_string(),
+        None => s,
+    }
+}
+
+/// The interpolation alternative added to every value in the editor schemas, kept once
+/// under `$defs` and referenced.
+fn interp_def() -> Value {
+    let d = "An OmegaConf interpolation (`${path}`, `${oc.select:path,default}`, `text_${path}`) or `???` (must be set later).";
+    json!({
+        "type": "string",
+        "pattern": "\\$\\{.*\\}|^\\?\\?\\?$",
+        "description": d,
+        "markdownDescription": d
+    })
+}
+
+const INTERP_REF: &str = "#/$defs/interpolation";
+
+fn interp_schema() -> Value {
+    json!({"$ref": INTERP_REF})
+}
+
+/// Editor relaxations for a whole schema (root or group): nothing required, every value
+/// may be an interpolation, descriptions unwrapped and given a markdown twin.
+fn editorize_root(s: &mut Value) {
+    editorize(s);
+    if let Some(m) = s.as_object_mut() {
+        m.remove("deprecated");
+        let defs = m.entry("$defs").or_insert_with(|| json!({}));
+        if let Some(defs) = defs.as_object_mut() {
+            defs.insert("interpolation".into(), interp_def());
         }
     }
 }
 
-fn allow_interpolation(sub: &mut Value) {
-    let Value::Object(m) = sub else { return };
-    let is_plain_string = m.get("type") == Some(&json!("string")) && !m.contains_key("enum");
-    if is_plain_string || m.contains_key("properties") {
-        return;
-    }
-    let interp = json!({"type": "string", "pattern": "\\$\\{.*\\}", "description": "an OmegaConf interpolation"});
-    if let Some(Value::Array(branches)) = m.get_mut("anyOf") {
-        branches.push(interp);
-        return;
-    }
-    // Keep the annotations (description, default) at this level for hovers.
-    let mut inner = Map::new();
-    for k in ["type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "const", "oneOf"] {
-        if let Some(x) = m.remove(k) {
-            inner.insert(k.into(), x);
+fn editorize(v: &mut Value) {
+    let Value::Object(m) = v else { return };
+    m.remove("required");
+    text_fields(m);
+    if let Some(Value::Object(props)) = m.get_mut("properties") {
+        for sub in props.values_mut() {
+            editorize(sub);
+            allow_interpolation(sub);
         }
     }
-    if inner.is_empty() {
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(items)) = m.get_mut(key) {
+            items.iter_mut().for_each(editorize);
+        }
+    }
+    if let Some(sub @ Value::Object(_)) = m.get_mut("items") {
+        editorize(sub);
+        allow_interpolation(sub);
+    }
+    if let Some(sub @ Value::Object(_)) = m.get_mut("additionalProperties") {
+        editorize(sub);
+    }
+}
+
+/// Doc comments arrive hard-wrapped; editors show each line break as a paragraph break.
+fn text_fields(m: &mut Map<String, Value>) {
+    if let Some(Value::String(d)) = m.get("description") {
+        let d = unwrap_lines(d);
+        if is_markdown(&d) {
+            m.insert("markdownDescription".into(), json!(d.clone()));
+        }
+        m.insert("description".into(), json!(d));
+    }
+    if let Some(Value::Array(descs)) = m.get("enumDescriptions") {
+        // One of the two: editors prefer the markdown one when it is there.
+        let descs: Vec<String> = descs.iter().map(|d| unwrap_lines(d.as_str().unwrap_or(""))).collect();
+        if descs.iter().any(|d| is_markdown(d)) {
+            m.remove("enumDescriptions");
+            m.insert("markdownEnumDescriptions".into(), json!(descs));
+        } else {
+            m.insert("enumDescriptions".into(), json!(descs));
+        }
+    }
+}
+
+fn is_markdown(s: &str) -> bool {
+    s.contains('`') || s.contains("](") || s.contains("**")
+}
+
+/// Join the lines of each paragraph; keep breaks before list items and indented lines.
+pub fn unwrap_lines(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut prev_blank = true;
+    for line in s.split('\n') {
+        let t = line.trim_end();
+        if t.is_empty() {
+            if !out.is_empty() {
+                out.push_str("\n\n");
+            }
+            prev_blank = true;
+            continue;
+        }
+        let keeps_break = t.starts_with("- ")
+            || t.starts_with("* ")
+            || t.starts_with(' ')
+            || t.starts_with('|')
+            || t.split_once(". ").is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if !prev_blank {
+            out.push(if keeps_break { '\n' } else { ' ' });
+        }
+        out.push_str(t);
+        prev_blank = false;
+    }
+    out.trim_end().to_string()
+}
+
+/// Accept `${...}` and `???` for this value unless it already takes any string.
+fn allow_interpolation(sub: &mut Value) {
+    let Value::Object(m) = sub else { return };
+    if takes_any_string(m) {
         return;
     }
-    m.insert("anyOf".into(), json!([Value::Object(inner), interp]));
+    if let Some(Value::Array(branches)) = m.get_mut("anyOf") {
+        if !branches.iter().any(|b| b.as_object().is_some_and(takes_any_string)) {
+            branches.push(interp_schema());
+        }
+        return;
+    }
+    // Keep the annotations (description, default, enum descriptions) at this level, where
+    // editors read them for hovers and completion; move the constraints into a branch.
+    let mut inner = Map::new();
+    let keys: Vec<String> = m.keys().filter(|k| !ANNOTATIONS.contains(&k.as_str())).cloned().collect();
+    if keys.is_empty() {
+        return; // accepts anything already
+    }
+    for k in keys {
+        if let Some(x) = m.remove(&k) {
+            inner.insert(k, x);
+        }
+    }
+    m.insert("anyOf".into(), json!([Value::Object(inner), interp_schema()]));
+}
+
+/// Whether a schema object accepts every string (so `${...}` needs no extra branch).
+fn takes_any_string(m: &Map<String, Value>) -> bool {
+    let string_type = match m.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    string_type && !["enum", "const", "pattern", "minLength", "maxLength", "format", "anyOf", "oneOf", "allOf"].iter().any(|k| m.contains_key(*k))
 }
 
 /// Validate a composed config; each error becomes a diagnostic pointing at the YAML (or

@@ -7,33 +7,19 @@ use verlc::schema;
 use super::args::SchemaArgs;
 use super::{EXIT_ERRORS, EXIT_USAGE};
 
-/// Every schema file verlc ships: (file name, content).
-pub fn all() -> Vec<(String, String)> {
-    let mut out = vec![("verl.schema.json".to_string(), pretty(&schema::root_editor_schema()))];
-    for (name, _) in schema::GROUPS {
-        if let Some(s) = schema::group_editor_schema(name) {
-            out.push((format!("{name}.schema.json"), pretty(&s)));
-        }
-    }
-    out
-}
-
-fn pretty(v: &serde_json::Value) -> String {
-    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
-    s.push('\n');
-    s
-}
-
 pub fn run(a: SchemaArgs) -> u8 {
     if let Some(name) = &a.print {
-        let s = if name == "root" { Some(schema::root_editor_schema()) } else { schema::group_editor_schema(name) };
+        let s = if name == "root" || name == "verl" { Some(schema::root_editor_schema()) } else { schema::group_editor_schema(name) };
         return match s {
             Some(s) => {
-                print!("{}", pretty(&s));
+                print!("{}", schema::pretty(&s));
                 0
             }
             None => {
-                eprintln!("error: unknown schema `{name}`; choose root or one of: {}", schema::GROUPS.iter().map(|g| g.0).collect::<Vec<_>>().join(", "));
+                eprintln!(
+                    "error: unknown schema `{name}`; choose root or one of: {}",
+                    schema::GROUPS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+                );
                 EXIT_USAGE
             }
         };
@@ -46,7 +32,7 @@ pub fn run(a: SchemaArgs) -> u8 {
         eprintln!("error: cannot create {}: {e}", dir.display());
         return EXIT_USAGE;
     }
-    for (name, content) in all() {
+    for (name, content) in schema::all_files() {
         let p = dir.join(&name);
         if let Err(e) = std::fs::write(&p, content) {
             eprintln!("error: cannot write {}: {e}", p.display());
@@ -59,7 +45,7 @@ pub fn run(a: SchemaArgs) -> u8 {
 
 fn check(dir: &Path) -> u8 {
     let mut stale = Vec::new();
-    for (name, content) in all() {
+    for (name, content) in schema::all_files() {
         let p = dir.join(&name);
         if std::fs::read_to_string(&p).ok().as_deref() != Some(content.as_str()) {
             stale.push(p.display().to_string());

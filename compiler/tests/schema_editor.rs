@@ -1,0 +1,202 @@
+//! The editor schemas accept what verl and verlc's own config files contain, reject typos,
+//! and carry what editors need (enum arrays, defaults per key path, descriptions).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use verlc::config::BUILTIN_FILES;
+use verlc::load::yaml;
+use verlc::schema;
+use verlc::source::{Source, SourceId, SourceKind};
+
+fn yaml_json(name: &str, text: &str) -> Value {
+    let src = Source::new(name, text, SourceKind::File);
+    match yaml::parse(&src, SourceId(0)) {
+        Ok(n) => n.to_json(),
+        Err(d) => panic!("{name}: {}", d.message),
+    }
+}
+
+fn validator(s: &Value) -> jsonschema::Validator {
+    jsonschema::options().should_validate_formats(false).build(s).expect("editor schema compiles")
+}
+
+fn errors(v: &jsonschema::Validator, doc: &Value) -> Vec<String> {
+    v.iter_errors(doc).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+}
+
+/// Which schema a group file of verl's layout belongs to. verl's `veomni` optim/engine
+/// files belong to its SFT engine, which the PPO trainers (and verlc's model) do not use.
+fn schema_for_file(rel: &str) -> Option<&'static str> {
+    let (dir, file) = rel.split_once('/')?;
+    if file.starts_with("veomni") {
+        return None;
+    }
+    Some(match dir {
+        "optim" => "optim",
+        "engine" => "engine",
+        "actor" => "actor",
+        "ref" => "ref",
+        "critic" => "critic",
+        "rollout" => "rollout",
+        "model" => "model",
+        "data" => "data",
+        "reward_model" => "reward_model",
+        "algorithm" => "rollout_correction",
+        _ => return None,
+    })
+}
+
+fn group_validator(name: &str) -> jsonschema::Validator {
+    validator(&schema::group_editor_schema(name).unwrap_or_else(|| panic!("no group schema {name}")))
+}
+
+#[test]
+fn builtin_group_files_validate_against_their_group_schema() {
+    let mut checked = 0;
+    for (rel, text) in BUILTIN_FILES {
+        let doc = yaml_json(rel, text);
+        let v = match schema_for_file(rel) {
+            Some(g) => group_validator(g),
+            None if rel.starts_with("ppo_") => validator(&schema::root_editor_schema()),
+            None => continue, // reward_manager.yaml: a package of its own, not a group file
+        };
+        let errs = errors(&v, &doc);
+        assert!(errs.is_empty(), "{rel}:\n  {}", errs.join("\n  "));
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} built-in files");
+}
+
+#[test]
+fn composed_builtin_trees_validate_against_the_root_schema() {
+    let v = validator(&schema::root_editor_schema());
+    for base in ["ppo_trainer", "ppo_megatron_trainer"] {
+        let tree = schema::builtin_defaults(base);
+        let errs = errors(&v, &tree);
+        assert!(errs.is_empty(), "{base}:\n  {}", errs.join("\n  "));
+    }
+}
+
+/// verl's own config tree, when scripts/setup has installed verl into .venv.
+fn verl_config_dir() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.join(".venv/lib");
+    let py = std::fs::read_dir(root).ok()?.filter_map(Result::ok).find(|e| e.file_name().to_string_lossy().starts_with("python"))?;
+    let dir = py.path().join("site-packages/verl/trainer/config");
+    dir.is_dir().then_some(dir)
+}
+
+#[test]
+fn verls_own_group_files_validate() {
+    let Some(dir) = verl_config_dir() else {
+        eprintln!("note: verl is not installed in .venv (scripts/setup installs it); only verlc's built-in files were checked");
+        return;
+    };
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for group in ["optim", "engine", "actor", "ref", "critic", "rollout", "model", "data", "reward_model", "algorithm"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(group)) else { continue };
+        let mut files: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
+        files.sort();
+        for f in files {
+            let rel = format!("{group}/{}", f.file_name().unwrap_or_default().to_string_lossy());
+            let Some(g) = schema_for_file(&rel) else { continue };
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            let doc = yaml_json(&rel, &text);
+            let errs = errors(&group_validator(g), &doc);
+            if !errs.is_empty() {
+                failures.push(format!("{rel} ({g}.schema.json):\n  {}", errs.join("\n  ")));
+            }
+            checked += 1;
+        }
+    }
+    for top in ["ppo_trainer.yaml", "ppo_megatron_trainer.yaml"] {
+        let text = std::fs::read_to_string(dir.join(top)).unwrap_or_default();
+        let errs = errors(&validator(&schema::root_editor_schema()), &yaml_json(top, &text));
+        if !errs.is_empty() {
+            failures.push(format!("{top}:\n  {}", errs.join("\n  ")));
+        }
+        checked += 1;
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(checked > 10);
+}
+
+fn at<'a>(s: &'a Value, path: &str) -> &'a Value {
+    let mut cur = s;
+    for seg in path.split('.') {
+        let obj = if cur.get("properties").is_some() {
+            cur
+        } else {
+            cur.get("anyOf").and_then(Value::as_array).and_then(|a| a.iter().find(|b| b.get("properties").is_some())).unwrap_or(cur)
+        };
+        cur = obj.get("properties").and_then(|p| p.get(seg)).unwrap_or_else(|| panic!("no schema at {path} ({seg})"));
+    }
+    cur
+}
+
+/// The branch of a leaf that holds its constraints (the other one is the interpolation).
+fn value_branch(leaf: &Value) -> &Value {
+    leaf.get("anyOf").and_then(Value::as_array).and_then(|a| a.iter().find(|b| b.get("$ref").is_none())).unwrap_or(leaf)
+}
+
+#[test]
+fn editor_schema_content() {
+    let root = schema::root_editor_schema();
+    // Defaults per key path, from the built-in tree.
+    assert_eq!(at(&root, "actor_rollout_ref.actor.optim.lr")["default"], serde_json::json!(1e-6));
+    assert_eq!(at(&root, "critic.optim.lr")["default"], serde_json::json!(1e-5));
+    assert_eq!(at(&root, "actor_rollout_ref.actor.ppo_mini_batch_size")["default"], serde_json::json!(256));
+    // Descriptions from doc comments, unwrapped.
+    let d = at(&root, "actor_rollout_ref.actor.ppo_mini_batch_size")["description"].as_str().unwrap_or("");
+    assert!(!d.is_empty() && !d.contains('\n'), "{d:?}");
+    // Enums are plain `enum` arrays with their descriptions next to them.
+    let agg = value_branch(at(&root, "actor_rollout_ref.actor.loss_agg_mode"));
+    let values: Vec<&str> = agg["enum"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    assert_eq!(values, ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]);
+    let descs = agg.get("markdownEnumDescriptions").or_else(|| agg.get("enumDescriptions")).and_then(Value::as_array);
+    assert_eq!(descs.map(Vec::len), Some(4));
+    // No `oneOf` of consts left anywhere, and `defaults:` is accepted at the root.
+    let text = schema::pretty(&root);
+    assert!(!text.contains("\"oneOf\""), "a oneOf survived normalization");
+    assert!(root["properties"].get("defaults").is_some());
+    // Deprecated keys warn in editors and are not suggested.
+    let old = at(&root, "actor_rollout_ref.actor.ppo_micro_batch_size");
+    assert!(old["deprecationMessage"].as_str().is_some_and(|m| m.contains("ppo_micro_batch_size_per_gpu")));
+    assert_eq!(old["doNotSuggest"], Value::Bool(true));
+
+    // Group schemas: optim completes both flavours' keys and takes the group file's values.
+    let optim = schema::group_editor_schema("optim").expect("optim");
+    for k in ["lr", "lr_scheduler_type", "lr_decay_style", "weight_decay", "betas", "defaults"] {
+        assert!(optim["properties"].get(k).is_some(), "optim lacks {k}");
+    }
+    assert_eq!(optim["properties"]["lr"]["default"], serde_json::json!(1e-3));
+    let engine = schema::group_editor_schema("engine").expect("engine");
+    for k in ["param_offload", "wrap_policy", "tensor_model_parallel_size", "use_distributed_optimizer", "strategy"] {
+        assert!(engine["properties"].get(k).is_some(), "engine lacks {k}");
+    }
+    let strategies = value_branch(&engine["properties"]["strategy"])["enum"].clone();
+    for s in ["fsdp", "fsdp2", "megatron"] {
+        assert!(strategies.as_array().is_some_and(|a| a.contains(&Value::from(s))), "engine.strategy lacks {s}: {strategies}");
+    }
+    assert!(schema::group_editor_schema("nope").is_none());
+}
+
+#[test]
+fn editor_schema_accepts_interpolations_and_rejects_typos() {
+    let v = validator(&schema::root_editor_schema());
+    let ok = yaml_json(
+        "ok.yaml",
+        "defaults:\n  - ppo_trainer\n  - _self_\nactor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: ${data.train_batch_size}\n    loss_agg_mode: ${oc.select:x,token-mean}\n    strategy: ???\n  rollout:\n    profiler:\n      tool_config: ${actor_rollout_ref.actor.profiler.tool_config}\n",
+    );
+    let errs = errors(&v, &ok);
+    assert!(errs.is_empty(), "{errs:?}");
+    for bad in [
+        "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_sise: 8\n",
+        "actor_rollout_ref:\n  actor:\n    loss_agg_mode: token_mean\n",
+        "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: many\n",
+        "trainer:\n  n_gpus_per_node: -3\n",
+    ] {
+        assert!(!errors(&v, &yaml_json("bad.yaml", bad)).is_empty(), "accepted:\n{bad}");
+    }
+}
