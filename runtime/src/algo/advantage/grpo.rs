@@ -6,6 +6,10 @@
 //! - `grpo`: `σ_g` is the unbiased std (`torch.std`).
 //! - `grpo_vectorized`: `σ_g = sqrt(max((Σx² − (Σx)²/K)/max(K−1, 1), ε))` — the one-pass
 //!   variance, floored at ε.
+//!
+//! verl's `compute_advantage` does not pass `norm_adv_by_std_in_grpo` to `grpo_vectorized`
+//! (it always divides by the std there); verlc honours the flag for both, which agrees with verl
+//! for the default `true`.
 use tch::Tensor;
 
 use super::{Advantages, GroupIndex, group_mean, group_std, outcome};
