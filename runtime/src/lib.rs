@@ -1,7 +1,13 @@
 //! libtorch runtime of verlc trainers: c10d collectives through a C++ shim ([`dist`]), fused
 //! optimizer kernels ([`ops`]) and a Megatron-core optimizer stack ([`optim`]).
 pub mod algo;
+pub mod builtin_uri;
+pub mod data;
 pub mod dist;
 pub(crate) mod ffi;
 pub mod ops;
+pub mod model;
 pub mod optim;
+pub mod rng;
+pub mod rollout;
+pub mod tokenizer;

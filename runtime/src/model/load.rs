@@ -79,11 +79,14 @@ pub struct Shard {
     pub world_size: i64,
 }
 
+/// Per-tensor shard hint: the slice of tensor `name` this rank loads, `None` for all of it.
+pub type ShardFn<'a> = &'a dyn Fn(&str) -> Option<Shard>;
+
 /// How [`load_weights`] treats sharding, absent and surplus tensors.
 #[derive(Default)]
 pub struct LoadOptions<'a> {
     /// Per-tensor shard hint (column-parallel: dim 0, row-parallel: dim 1).
-    pub shard: Option<&'a dyn Fn(&str) -> Option<Shard>>,
+    pub shard: Option<ShardFn<'a>>,
     /// Name prefixes that may be absent from the checkpoint; those variables keep their values
     /// (e.g. `score.` for a value head initialised fresh on a causal-LM checkpoint).
     pub allow_missing: Vec<String>,

@@ -28,7 +28,7 @@ pub use cache::{KvCache, causal_padding_mask, position_ids_from_mask};
 pub use config::{Arch, ModelConfig};
 pub use heads::{CausalLm, ValueModel};
 pub use load::{Checkpoint, LoadOptions, LoadReport, Shard};
-pub use pretrained::{LoadedModel, ModelKind, Precision, from_pretrained};
+pub use pretrained::{LoadedModel, ModelKind, ModelSource, Precision, from_pretrained, value_from_pretrained};
 pub use save::{SaveOptions, save_pretrained};
 
 /// Errors of model construction and checkpoint I/O. File errors name the file, and tensor

@@ -164,8 +164,8 @@ impl RotaryEmbedding {
         let emb = Tensor::cat(&[&freqs, &freqs], -1);
         let (mut cos, mut sin) = (emb.cos(), emb.sin());
         if self.attention_scaling != 1.0 {
-            cos = cos * self.attention_scaling;
-            sin = sin * self.attention_scaling;
+            cos *= self.attention_scaling;
+            sin *= self.attention_scaling;
         }
         (cos.to_kind(kind).unsqueeze(1), sin.to_kind(kind).unsqueeze(1))
     }

@@ -144,6 +144,11 @@ pub fn save_named(
     let mut cfg = serde_json::to_value(config).map_err(|e| ModelError::Config { file: dir.join("config.json"), msg: e.to_string() })?;
     if let Some(obj) = cfg.as_object_mut() {
         obj.insert("architectures".to_owned(), json!([architecture]));
+        if architecture.ends_with("ForTokenClassification") {
+            // One label: the value head (transformers' default is two).
+            obj.insert("id2label".to_owned(), json!({"0": "LABEL_0"}));
+            obj.insert("label2id".to_owned(), json!({"LABEL_0": 0}));
+        }
         let dtype = dtype_of(saved_kind).map_or("float32", |d| d.1);
         let key = if obj.contains_key("dtype") { "dtype" } else { "torch_dtype" };
         obj.insert(key.to_owned(), json!(dtype));

@@ -13,6 +13,7 @@ pub mod params;
 pub mod sampling;
 
 pub use engine::{RolloutOutput, StopTokens, generate};
+pub use logprob::SequenceBatch;
 pub use logprob::{
     LogProbOutput, ProbsDiff, compute_log_probs, entropy_from_logits, log_probs_from_logits, probs_diff,
     response_log_probs,

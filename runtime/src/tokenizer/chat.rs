@@ -77,7 +77,7 @@ impl ChatTemplate {
         ctx.insert("add_generation_prompt".into(), Json::Bool(add_generation_prompt));
         ctx.entry("tools").or_insert(Json::Null);
         ctx.entry("documents").or_insert(Json::Null);
-        self.env.get_template(NAME)?.render(Value::from_serialize(&ctx))
+        self.env.get_template(NAME)?.render(Value::from(minijinja::value::Serde(&ctx)))
     }
 }
 

@@ -1,0 +1,202 @@
+//! Batched generation: prompts are left-padded to a common width, prefilled once into a
+//! preallocated KV cache (shared by the `n` samples of a prompt, then copied per sample), and
+//! decoded one token per step until every sequence has emitted an EOS id or the response
+//! length is reached. Positions follow the attention mask (`cumsum - 1`), so padded and
+//! unpadded prompts give the same tokens.
+
+use tch::{Device, Kind, Tensor};
+
+use crate::model::{CausalLm, KvCache, position_ids_from_mask};
+use crate::rng::Rng;
+
+use super::logprob::{SequenceBatch, compute_log_probs};
+use super::sampling::next_tokens;
+use super::{LogProbPath, RolloutError, SamplingParams};
+
+/// Token ids that end a response, and the id used for padding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopTokens {
+    pub eos: Vec<i64>,
+    pub pad: i64,
+}
+
+/// Generated batch in verl's layout; `N = prompts x n`, rows of one prompt adjacent.
+#[derive(Debug)]
+pub struct RolloutOutput {
+    /// (N, P) left-padded prompt ids.
+    pub prompts: Tensor,
+    /// (N, R) response ids, padded after the end with the pad id; R = `max_new_tokens`.
+    pub responses: Tensor,
+    /// (N, P + R) prompts then responses.
+    pub input_ids: Tensor,
+    /// (N, P + R) int64: 1 on prompt tokens and on response tokens up to and including EOS.
+    pub attention_mask: Tensor,
+    /// (N, P + R) int64 positions (padding gets 1, as transformers).
+    pub position_ids: Tensor,
+    /// (N, R) int64: 1 on response tokens up to and including EOS.
+    pub response_mask: Tensor,
+    /// (N, R) f32 log-probabilities of the response tokens (0 where masked).
+    pub rollout_log_probs: Tensor,
+    /// Valid response tokens per row.
+    pub response_lengths: Vec<usize>,
+    /// True where the response ended with an EOS id (false: cut at the length limit).
+    pub finished: Vec<bool>,
+    /// Index into the prompt slice of each row.
+    pub prompt_index: Vec<usize>,
+}
+
+/// Generates `params.n` responses for each prompt.
+pub fn generate(
+    model: &CausalLm,
+    prompts: &[Vec<i64>],
+    params: &SamplingParams,
+    stop: &StopTokens,
+) -> Result<RolloutOutput, RolloutError> {
+    params.validate().map_err(RolloutError::Params)?;
+    if prompts.is_empty() {
+        return Err(RolloutError::Batch("no prompts".into()));
+    }
+    let vocab = model.config.vocab_size;
+    for (index, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(RolloutError::Prompt { index, msg: "empty prompt".into() });
+        }
+        if let Some(bad) = p.iter().find(|&&t| t < 0 || t >= vocab) {
+            return Err(RolloutError::Prompt { index, msg: format!("token id {bad} outside the vocabulary ({vocab})") });
+        }
+    }
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(1) as i64;
+    let chunk = params.max_prompts_per_pass.unwrap_or(prompts.len());
+    let parts: Vec<Chunk> = tch::no_grad(|| {
+        prompts
+            .chunks(chunk)
+            .enumerate()
+            .map(|(c, ps)| generate_chunk(model, ps, c * chunk, width, params, stop))
+            .collect()
+    });
+    let cat = |f: fn(&Chunk) -> &Tensor| Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0);
+    let prompts_t = cat(|c| &c.prompts);
+    let prompt_mask = cat(|c| &c.prompt_mask);
+    let responses = cat(|c| &c.responses);
+    let mut log_probs = cat(|c| &c.log_probs);
+    let (n, r) = (params.n, params.max_new_tokens as i64);
+    let response_mask = response_mask(&responses, &stop.eos, params.ignore_eos);
+    let input_ids = Tensor::cat(&[&prompts_t, &responses], 1);
+    let attention_mask = Tensor::cat(&[&prompt_mask, &response_mask], 1);
+    let prompt_pos = position_ids_from_mask(&prompt_mask);
+    let valid = prompt_mask.sum_dim_intlist(1, true, Kind::Int64);
+    let resp_pos = valid + Tensor::arange(r, (Kind::Int64, responses.device())).unsqueeze(0);
+    let position_ids = Tensor::cat(&[&prompt_pos, &resp_pos], 1);
+    if params.log_prob_path == LogProbPath::Recompute {
+        let batch = SequenceBatch { input_ids: &input_ids, attention_mask: &attention_mask, position_ids: &position_ids };
+        let temperature = if params.is_greedy() { 1.0 } else { params.temperature };
+        log_probs = compute_log_probs(model, &batch, r, temperature, params.log_prob_micro_batch, false)?.log_probs;
+    }
+    let log_probs = log_probs * response_mask.to_kind(Kind::Float);
+    let lengths = Vec::<i64>::try_from(response_mask.sum_dim_intlist(1, false, Kind::Int64))?;
+    let ends = Vec::<i64>::try_from(
+        Tensor::isin(&responses, &Tensor::from_slice(&stop.eos).to_device(responses.device()), false, false)
+            .logical_and(&response_mask.to_kind(Kind::Bool))
+            .any_dim(1, false)
+            .to_kind(Kind::Int64),
+    )?;
+    Ok(RolloutOutput {
+        prompts: prompts_t,
+        responses,
+        input_ids,
+        attention_mask,
+        position_ids,
+        response_mask,
+        rollout_log_probs: log_probs,
+        response_lengths: lengths.iter().map(|&l| l as usize).collect(),
+        finished: ends.iter().map(|&e| e != 0 && !params.ignore_eos).collect(),
+        prompt_index: (0..prompts.len() * n).map(|i| i / n).collect(),
+    })
+}
+
+/// 1 up to and including the first EOS of each row, 0 after it.
+fn response_mask(responses: &Tensor, eos: &[i64], ignore_eos: bool) -> Tensor {
+    if ignore_eos || eos.is_empty() {
+        return responses.ones_like();
+    }
+    let hit = Tensor::isin(responses, &Tensor::from_slice(eos).to_device(responses.device()), false, false)
+        .to_kind(Kind::Int64);
+    let before = hit.cumsum(1, Kind::Int64) - &hit;
+    before.eq(0).to_kind(Kind::Int64)
+}
+
+struct Chunk {
+    prompts: Tensor,
+    prompt_mask: Tensor,
+    responses: Tensor,
+    log_probs: Tensor,
+}
+
+fn left_pad(prompts: &[Vec<i64>], width: i64, pad: i64, device: Device) -> (Tensor, Tensor) {
+    let mut ids = Vec::with_capacity(prompts.len() * width as usize);
+    let mut mask = Vec::with_capacity(ids.capacity());
+    for p in prompts {
+        let padding = width as usize - p.len();
+        ids.extend(std::iter::repeat_n(pad, padding).chain(p.iter().copied()));
+        mask.extend(std::iter::repeat_n(0i64, padding).chain(std::iter::repeat_n(1, p.len())));
+    }
+    let shape = [prompts.len() as i64, width];
+    (Tensor::from_slice(&ids).view(shape).to_device(device), Tensor::from_slice(&mask).view(shape).to_device(device))
+}
+
+fn generate_chunk(
+    model: &CausalLm,
+    prompts: &[Vec<i64>],
+    first_prompt: usize,
+    width: i64,
+    params: &SamplingParams,
+    stop: &StopTokens,
+) -> Chunk {
+    let device = model.device();
+    let (n, r) = (params.n as i64, params.max_new_tokens as i64);
+    let b = prompts.len() as i64;
+    let rows = b * n;
+    let (ids, mask) = left_pad(prompts, width, stop.pad, device);
+    let pos = position_ids_from_mask(&mask);
+
+    // Prefill once per prompt, then give each of the n samples its own copy of the cache.
+    let mut prefill = KvCache::new(&model.config, b, if n == 1 { width + r } else { width }, model.kind(), device);
+    let hidden = model.model.forward(&ids, &pos, Some(&mask), Some(&mut prefill));
+    let mut logits = model.logits(&hidden.narrow(1, width - 1, 1)).squeeze_dim(1);
+    let repeat = Tensor::arange(b, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
+    let mut cache = if n == 1 { prefill } else { prefill.select_rows(&repeat, width + r) };
+    let (ids, mask, pos) = if n == 1 { (ids, mask, pos) } else {
+        (ids.index_select(0, &repeat), mask.index_select(0, &repeat), pos.index_select(0, &repeat))
+    };
+    if n > 1 {
+        logits = logits.index_select(0, &repeat);
+    }
+
+    let mut rngs: Vec<Rng> =
+        (0..rows as u64).map(|k| Rng::derive(params.seed, first_prompt as u64 * n as u64 + k)).collect();
+    let responses = Tensor::full([rows, r], stop.pad, (Kind::Int64, device));
+    let log_probs = Tensor::zeros([rows, r], (Kind::Float, device));
+    let key_mask = Tensor::cat(&[&mask, &Tensor::ones([rows, r], (Kind::Int64, device))], 1);
+    let eos = Tensor::from_slice(&stop.eos).to_device(device);
+    let mut done = Tensor::zeros([rows], (Kind::Bool, device));
+    let last_prompt_pos = pos.narrow(1, width - 1, 1);
+    for t in 0..r {
+        let (tokens, logp) = next_tokens(&logits, params, &mut rngs);
+        let tokens = tokens.masked_fill(&done, stop.pad);
+        responses.narrow(1, t, 1).copy_(&tokens.unsqueeze(1));
+        log_probs.narrow(1, t, 1).copy_(&logp.masked_fill(&done, 0.0).unsqueeze(1));
+        if !params.ignore_eos && !stop.eos.is_empty() {
+            done = done.logical_or(&Tensor::isin(&tokens, &eos, false, false));
+            if t + 1 < r && done.all().int64_value(&[]) != 0 {
+                break;
+            }
+        }
+        if t + 1 == r {
+            break;
+        }
+        let step_mask = key_mask.narrow(1, 0, width + t + 1);
+        let step_pos = &last_prompt_pos + (t + 1);
+        logits = model.forward(&tokens.unsqueeze(1), &step_pos, Some(&step_mask), Some(&mut cache)).squeeze_dim(1);
+    }
+    Chunk { prompts: ids, prompt_mask: mask, responses, log_probs }
+}

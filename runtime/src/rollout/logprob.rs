@@ -1,0 +1,135 @@
+//! Log-probabilities and entropy of given responses, as verl's actor computes them
+//! (`logits / temperature`, the positions that predict the response, `logprobs_from_logits`,
+//! `entropy_from_logits`). [`response_log_probs`] is the training forward (with autograd when
+//! enabled); [`compute_log_probs`] runs it without gradients in micro-batches for old/ref
+//! log-probs; [`probs_diff`] measures how far rollout log-probs are from them.
+
+use tch::{Kind, Tensor};
+
+use crate::model::CausalLm;
+
+use super::RolloutError;
+
+/// Full sequences (prompt then response), all (N, P + R).
+#[derive(Debug, Clone, Copy)]
+pub struct SequenceBatch<'a> {
+    pub input_ids: &'a Tensor,
+    pub attention_mask: &'a Tensor,
+    pub position_ids: &'a Tensor,
+}
+
+/// Per-token log-probs (N, R) and, if asked, entropies (N, R), both f32.
+#[derive(Debug)]
+pub struct LogProbOutput {
+    pub log_probs: Tensor,
+    pub entropy: Option<Tensor>,
+}
+
+/// `log_softmax(logits)[label]` in f32, for logits (…, V) and labels (…).
+pub fn log_probs_from_logits(logits: &Tensor, labels: &Tensor) -> Tensor {
+    let logits = logits.to_kind(Kind::Float);
+    let picked = logits.gather(-1, &labels.unsqueeze(-1), false).squeeze_dim(-1);
+    picked - logits.logsumexp(-1, false)
+}
+
+/// Entropy of `softmax(logits)` in f32: `logsumexp(l) - sum(softmax(l) * l)`.
+pub fn entropy_from_logits(logits: &Tensor) -> Tensor {
+    let logits = logits.to_kind(Kind::Float);
+    let p = logits.softmax(-1, Kind::Float);
+    logits.logsumexp(-1, false) - (p * &logits).sum_dim_intlist(-1, false, Kind::Float)
+}
+
+/// Log-probs (and entropy) of the last `response_len` tokens of each row under the model,
+/// through the same forward as training; gradients flow when enabled by the caller.
+pub fn response_log_probs(
+    model: &CausalLm,
+    batch: &SequenceBatch,
+    response_len: i64,
+    temperature: f64,
+    with_entropy: bool,
+) -> LogProbOutput {
+    let total = batch.input_ids.size()[1];
+    let hidden = model.model.forward(batch.input_ids, batch.position_ids, Some(batch.attention_mask), None);
+    let hidden = hidden.narrow(1, total - response_len - 1, response_len);
+    let mut logits = model.logits(&hidden);
+    if temperature != 1.0 {
+        logits /= temperature;
+    }
+    let labels = batch.input_ids.narrow(1, total - response_len, response_len);
+    LogProbOutput {
+        log_probs: log_probs_from_logits(&logits, &labels),
+        entropy: with_entropy.then(|| entropy_from_logits(&logits)),
+    }
+}
+
+/// [`response_log_probs`] without gradients, `micro_batch` rows at a time.
+pub fn compute_log_probs(
+    model: &CausalLm,
+    batch: &SequenceBatch,
+    response_len: i64,
+    temperature: f64,
+    micro_batch: usize,
+    with_entropy: bool,
+) -> Result<LogProbOutput, RolloutError> {
+    let size = batch.input_ids.size();
+    if size.len() != 2 || batch.attention_mask.size() != size || batch.position_ids.size() != size {
+        return Err(RolloutError::Batch(format!(
+            "input_ids {:?}, attention_mask {:?} and position_ids {:?} must be equal (N, T)",
+            size,
+            batch.attention_mask.size(),
+            batch.position_ids.size()
+        )));
+    }
+    if response_len < 1 || response_len >= size[1] || micro_batch == 0 || temperature <= 0.0 {
+        return Err(RolloutError::Batch(format!(
+            "need 0 < response_len ({response_len}) < T ({}), micro_batch > 0 and temperature > 0",
+            size[1]
+        )));
+    }
+    let (mut lps, mut ents) = (Vec::new(), Vec::new());
+    tch::no_grad(|| {
+        let mut start = 0;
+        while start < size[0] {
+            let len = (micro_batch as i64).min(size[0] - start);
+            let mb = SequenceBatch {
+                input_ids: &batch.input_ids.narrow(0, start, len),
+                attention_mask: &batch.attention_mask.narrow(0, start, len),
+                position_ids: &batch.position_ids.narrow(0, start, len),
+            };
+            let out = response_log_probs(model, &mb, response_len, temperature, with_entropy);
+            lps.push(out.log_probs);
+            ents.extend(out.entropy);
+            start += len;
+        }
+    });
+    Ok(LogProbOutput { log_probs: Tensor::cat(&lps, 0), entropy: with_entropy.then(|| Tensor::cat(&ents, 0)) })
+}
+
+/// verl's rollout-vs-training probability metrics over masked tokens
+/// (`training/rollout_probs_diff_{max,mean,std}`, `training/rollout_actor_probs_pearson_corr`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProbsDiff {
+    pub max: f64,
+    pub mean: f64,
+    pub std: f64,
+    pub pearson: f64,
+}
+
+pub fn probs_diff(rollout_log_probs: &Tensor, actor_log_probs: &Tensor, mask: &Tensor) -> ProbsDiff {
+    let m = mask.to_kind(Kind::Bool);
+    let a = rollout_log_probs.to_kind(Kind::Double).exp().masked_select(&m);
+    let b = actor_log_probs.to_kind(Kind::Double).exp().masked_select(&m);
+    if a.numel() == 0 {
+        return ProbsDiff { max: 0.0, mean: 0.0, std: 0.0, pearson: f64::NAN };
+    }
+    let d = (&a - &b).abs();
+    let (da, db) = (&a - a.mean(Kind::Double), &b - b.mean(Kind::Double));
+    let denom = (da.square().sum(Kind::Double) * db.square().sum(Kind::Double)).sqrt();
+    let pearson = (&da * &db).sum(Kind::Double) / denom;
+    ProbsDiff {
+        max: d.max().double_value(&[]),
+        mean: d.mean(Kind::Double).double_value(&[]),
+        std: if d.numel() > 1 { d.std(true).double_value(&[]) } else { 0.0 },
+        pearson: pearson.double_value(&[]),
+    }
+}

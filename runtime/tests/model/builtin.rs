@@ -1,0 +1,42 @@
+//! `builtin://tiny`: a config that needs no files, deterministic seeded initialisation.
+
+use runtime::model::{ModelSource, Precision, from_pretrained};
+use tch::Device;
+
+#[test]
+fn tiny_is_a_small_qwen2_matching_its_tokenizer() {
+    let cfg = ModelSource::parse("builtin://tiny").unwrap().config().unwrap();
+    assert_eq!(cfg.model_type, "qwen2");
+    assert_eq!(cfg.vocab_size as usize, runtime::tokenizer::builtin::vocab_size());
+    assert!(cfg.tie_word_embeddings);
+    let n = cfg.num_parameters();
+    assert!((300_000..2_000_000).contains(&n), "{n} parameters");
+    let m = from_pretrained("builtin://tiny", Device::Cpu, Precision::Fp32, 0).unwrap();
+    let counted: i64 = m.vs.variables().values().map(|t| t.numel() as i64).sum();
+    assert_eq!(counted, n);
+}
+
+#[test]
+fn seeded_init_is_deterministic_and_seed_dependent() {
+    let a = from_pretrained("builtin://tiny?layers=2&hidden=64", Device::Cpu, Precision::Fp32, 11).unwrap();
+    let b = from_pretrained("builtin://tiny?layers=2&hidden=64", Device::Cpu, Precision::Fp32, 11).unwrap();
+    let c = from_pretrained("builtin://tiny?layers=2&hidden=64", Device::Cpu, Precision::Fp32, 12).unwrap();
+    let (va, vb, vc) = (a.vs.variables(), b.vs.variables(), c.vs.variables());
+    let w = "model.layers.1.mlp.up_proj.weight";
+    assert!(va[w].equal(&vb[w]));
+    assert!(!va[w].equal(&vc[w]));
+    let std = va[w].std(true).double_value(&[]);
+    assert!((std - 0.02).abs() < 0.002, "std {std}");
+    assert!(va["model.norm.weight"].equal(&va["model.norm.weight"].ones_like()));
+    assert!(va["model.layers.0.self_attn.q_proj.bias"].equal(&va["model.layers.0.self_attn.q_proj.bias"].zeros_like()));
+}
+
+#[test]
+fn bad_builtin_addresses_are_explained() {
+    let e = ModelSource::parse("builtin://huge").unwrap().config().unwrap_err().to_string();
+    assert!(e.contains("unknown builtin model `huge`"), "{e}");
+    let e = ModelSource::parse("builtin://tiny?layer=3").unwrap().config().unwrap_err().to_string();
+    assert!(e.contains("unknown parameter `layer`"), "{e}");
+    let e = ModelSource::parse("builtin://tiny?hidden=abc").unwrap().config().unwrap_err().to_string();
+    assert!(e.contains("invalid value `abc` for `hidden`"), "{e}");
+}

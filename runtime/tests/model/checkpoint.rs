@@ -1,0 +1,69 @@
+//! Saving in Hugging Face layout: transformers loads what we save (single file and sharded,
+//! causal LM and value model) with identical outputs, and we load our own shards back.
+
+use runtime::model::save::{SaveOptions, save_pretrained};
+use runtime::model::{Checkpoint, Precision, from_pretrained, value_from_pretrained};
+use tch::{Device, Kind};
+
+use crate::oracle::{self, get};
+
+#[test]
+fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
+    let dir = oracle::models();
+    for (arch, shard_bytes) in [("llama", u64::MAX), ("qwen3", 20_000)] {
+        let m = from_pretrained(dir.join(arch).to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+        let out = oracle::scratch(&format!("save-{arch}"));
+        let class = m.config.arch().unwrap().causal_lm_class();
+        save_pretrained(&m.vs, &m.config, class, &out, &SaveOptions { max_shard_bytes: shard_bytes, dtype: None }).unwrap();
+        let ckpt = Checkpoint::open(&out).unwrap();
+        assert_eq!(ckpt.index.is_some(), shard_bytes != u64::MAX, "{arch}: sharding as requested");
+        let refs = dir.join(format!("{arch}_ref.safetensors"));
+        let hf = oracle::verify(&out, "causal", &refs);
+        let r = oracle::read(&refs);
+        let d = oracle::max_abs_diff_masked(get(&hf, "logits"), get(&r, "logits"), get(&r, "attention_mask"));
+        assert!(d <= 1e-6, "{arch}: transformers on our checkpoint differs by {d}");
+
+        // And our own loader reads the result back bit for bit.
+        let back = from_pretrained(out.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+        for (name, t) in m.vs.variables() {
+            let u = back.vs.variables().remove(&name).unwrap_or_else(|| panic!("{arch}: {name} missing after reload"));
+            assert!(t.equal(&u), "{arch}: {name} changed in the round trip");
+        }
+    }
+}
+
+#[test]
+fn value_model_round_trips_through_transformers() {
+    let dir = oracle::models();
+    let v = value_from_pretrained(dir.join("qwen2").to_str().unwrap(), Device::Cpu, Precision::Fp32, 5).unwrap();
+    assert_eq!(v.report.missing, vec!["score.bias".to_owned(), "score.weight".to_owned()]);
+    assert!(v.report.unexpected.is_empty(), "tied qwen2 has no lm_head: {:?}", v.report.unexpected);
+    let score_std = v.vs.variables()["score.weight"].std(true).double_value(&[]);
+    assert!((score_std - 0.15).abs() < 0.06, "fresh score head drawn with initializer_range, std {score_std}");
+    let out = oracle::scratch("save-value");
+    let class = v.config.arch().unwrap().value_class();
+    save_pretrained(&v.vs, &v.config, class, &out, &SaveOptions::default()).unwrap();
+    let refs = dir.join("qwen2_ref.safetensors");
+    let r = oracle::read(&refs);
+    let ours = tch::no_grad(|| v.model.forward(get(&r, "input_ids"), get(&r, "position_ids"), Some(get(&r, "attention_mask"))));
+    let hf = oracle::verify(&out, "value", &refs);
+    let d = oracle::max_abs_diff_masked(&ours, get(&hf, "values"), get(&r, "attention_mask"));
+    assert!(d <= 1e-5, "values differ from transformers' token classification by {d}");
+}
+
+#[test]
+fn bf16_save_keeps_dtype_and_declares_it() {
+    let m = from_pretrained("builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1", Device::Cpu, Precision::Fp32, 1).unwrap();
+    let out = oracle::scratch("save-bf16");
+    let opts = SaveOptions { dtype: Some(Kind::BFloat16), ..SaveOptions::default() };
+    save_pretrained(&m.vs, &m.config, "Qwen2ForCausalLM", &out, &opts).unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["torch_dtype"], "bfloat16");
+    assert_eq!(cfg["architectures"][0], "Qwen2ForCausalLM");
+    let back = from_pretrained(out.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+    for (name, t) in m.vs.variables() {
+        let u = &back.vs.variables()[&name];
+        let expected = t.to_kind(Kind::BFloat16).to_kind(Kind::Float);
+        assert!(expected.equal(u), "{name}: bf16 round trip");
+    }
+}

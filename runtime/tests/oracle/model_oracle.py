@@ -1,0 +1,265 @@
+"""Hugging Face transformers oracle for the runtime's model, rollout and tokenizer tests.
+
+Usage:
+  model_oracle.py models OUTDIR
+      Creates randomly initialised tiny Llama / Qwen2 / Qwen3 checkpoints with
+      save_pretrained in OUTDIR/<arch>/ (Llama sharded with an index) and writes
+        OUTDIR/<arch>_ref.safetensors  padded batch inputs and fp32 logits, an unpadded batch
+        OUTDIR/<arch>_greedy.json      left-padded prompts and transformers' greedy generate()
+  model_oracle.py verify DIR KIND INPUTS OUT
+      Loads DIR with AutoModelForCausalLM (KIND=causal) or AutoModelForTokenClassification
+      (KIND=value), runs the inputs of INPUTS (input_ids, attention_mask, position_ids) and
+      writes OUT.safetensors with `logits` (causal) or `values` (value).
+  model_oracle.py tokenizer OUTDIR TEMPLATE...
+      Trains a tiny byte-level BPE tokenizer with the `tokenizers` package, wraps it in
+      PreTrainedTokenizerFast with each chat TEMPLATE, saves OUTDIR/tok<i>/ and writes
+      OUTDIR/chat.json with apply_chat_template() text and ids for several conversations.
+"""
+import json
+import os
+import sys
+
+import torch
+
+torch.set_num_threads(1)
+
+
+def arch_configs():
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    common = dict(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        initializer_range=0.15,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return {
+        "llama": (
+            LlamaConfig(
+                **common,
+                num_key_value_heads=2,
+                rope_theta=10000.0,
+                rope_scaling={
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 32,
+                },
+                attention_bias=True,
+                mlp_bias=True,
+                rms_norm_eps=1e-5,
+                tie_word_embeddings=False,
+            ),
+            "12KB",
+        ),
+        "qwen2": (Qwen2Config(**common, num_key_value_heads=2, rope_theta=1e6, tie_word_embeddings=True), None),
+        "qwen3": (
+            Qwen3Config(
+                **common,
+                num_key_value_heads=1,
+                head_dim=32,
+                rope_theta=10000.0,
+                rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+                tie_word_embeddings=False,
+            ),
+            None,
+        ),
+    }
+
+
+def padded_batch(gen, lengths, total, vocab=128):
+    ids = torch.zeros(len(lengths), total, dtype=torch.long)
+    mask = torch.zeros(len(lengths), total, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, total - n :] = torch.randint(3, vocab, (n,), generator=gen)
+        mask[i, total - n :] = 1
+    pos = mask.cumsum(-1) - 1
+    pos.masked_fill_(mask == 0, 1)
+    return ids, mask, pos
+
+
+def greedy(model, prompts, max_new, eos, pad):
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=max_new,
+        min_new_tokens=0,
+        do_sample=False,
+        num_beams=1,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+    )
+    rows = []
+    for row in out[:, width:].tolist():
+        if eos is not None and eos in row:
+            row = row[: row.index(eos) + 1]
+        rows.append(row)
+    return rows
+
+
+def models(out):
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    os.makedirs(out, exist_ok=True)
+    for arch, (cfg, shard) in arch_configs().items():
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", torch_dtype=torch.float32).eval()
+        kw = {"max_shard_size": shard} if shard else {}
+        model.save_pretrained(os.path.join(out, arch), safe_serialization=True, **kw)
+        gen = torch.Generator().manual_seed(1)
+        ids, mask, pos = padded_batch(gen, [10, 7, 4], 10)
+        nopad = torch.randint(3, 128, (2, 12), generator=gen)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+            nopad_logits = model(input_ids=nopad).logits
+        save_file(
+            {
+                "input_ids": ids,
+                "attention_mask": mask,
+                "position_ids": pos,
+                "logits": logits.contiguous(),
+                "nopad_input_ids": nopad,
+                "nopad_logits": nopad_logits.contiguous(),
+            },
+            os.path.join(out, f"{arch}_ref.safetensors"),
+        )
+        prompts = [torch.randint(3, 128, (n,), generator=gen).tolist() for n in (6, 3, 9, 1)]
+        with torch.no_grad():
+            free = greedy(model, prompts, 16, None, 0)
+            eos = free[0][5]
+            stopped = greedy(model, prompts, 16, eos, 0)
+        with open(os.path.join(out, f"{arch}_greedy.json"), "w") as f:
+            json.dump({"prompts": prompts, "max_new_tokens": 16, "eos": eos, "pad": 0, "outputs": stopped}, f)
+
+
+def verify(path, kind, inputs, out):
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+    x = load_file(inputs)
+    cls = AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification
+    model = cls.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        y = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"], position_ids=x["position_ids"]).logits
+    key = "logits" if kind == "causal" else "values"
+    y = y if kind == "causal" else y[..., 0]
+    save_file({key: y.contiguous()}, out)
+
+
+CONVERSATIONS = [
+    {"messages": [{"role": "user", "content": "What is 2+2?"}], "add_generation_prompt": True},
+    {
+        "messages": [
+            {"role": "system", "content": "You are terse.\nAnswer in one line."},
+            {"role": "user", "content": "Reverse 12345."},
+            {"role": "assistant", "content": "54321"},
+            {"role": "user", "content": "  And 987? (unicode: héllo ✓)"},
+        ],
+        "add_generation_prompt": True,
+    },
+    {
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}],
+        "add_generation_prompt": False,
+    },
+    {
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "add_generation_prompt": True,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Get the weather \"now\" for a city.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string", "description": "City name, e.g. Zürich"}},
+                        "required": ["city"],
+                    },
+                },
+            }
+        ],
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}],
+            },
+            {"role": "tool", "content": "{\"temp\": 21}"},
+            {"role": "tool", "content": "sunny"},
+        ],
+        "add_generation_prompt": True,
+    },
+    {"messages": [{"role": "user", "content": "Think less."}], "add_generation_prompt": True, "kwargs": {"enable_thinking": False}},
+]
+
+
+def tokenizer(out, templates):
+    from tokenizers import Tokenizer, decoders, models as tk_models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(tk_models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    corpus = [c["messages"][0]["content"] for c in CONVERSATIONS] * 20 + [
+        "system user assistant tool function arguments name the weather city paris answer reverse digits"
+    ] * 50
+    tok.train_from_iterator(corpus, trainer=trainer)
+    results = []
+    for i, template_path in enumerate(templates):
+        with open(template_path) as f:
+            template = f.read()
+        fast = PreTrainedTokenizerFast(
+            tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None, bos_token=None
+        )
+        fast.chat_template = template
+        d = os.path.join(out, f"tok{i}")
+        fast.save_pretrained(d)
+        for j, conv in enumerate(CONVERSATIONS):
+            kw = dict(conv.get("kwargs", {}))
+            if "tools" in conv:
+                kw["tools"] = conv["tools"]
+            text = fast.apply_chat_template(
+                conv["messages"], tokenize=False, add_generation_prompt=conv["add_generation_prompt"], **kw
+            )
+            ids = fast.apply_chat_template(
+                conv["messages"], tokenize=True, add_generation_prompt=conv["add_generation_prompt"], **kw
+            )
+            results.append({"tokenizer": f"tok{i}", "case": j, **conv, "text": text, "ids": ids})
+    with open(os.path.join(out, "chat.json"), "w") as f:
+        json.dump(results, f, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "models":
+        models(sys.argv[2])
+    elif cmd == "verify":
+        verify(*sys.argv[2:6])
+    elif cmd == "tokenizer":
+        tokenizer(sys.argv[2], sys.argv[3:])
+    else:
+        sys.exit(f"unknown command {cmd}")

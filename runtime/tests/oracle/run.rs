@@ -1,0 +1,120 @@
+//! Runs `tests/oracle/model_oracle.py` (transformers as the oracle) once per script version
+//! and arguments, caching the output directory under the system temp dir so the model,
+//! rollout and tokenizer test binaries share one run.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tch::{Kind, Tensor};
+
+pub fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/model_oracle.py")
+}
+
+/// The venv's python, failing with a pointer to scripts/setup when it is missing.
+pub fn python() -> PathBuf {
+    let py = std::env::var_os("VERLC_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"));
+    assert!(
+        py.is_file(),
+        "python with torch/transformers not found at {} — run scripts/setup (creates .venv) and `source scripts/cargo-env`",
+        py.display()
+    );
+    py
+}
+
+/// Runs `python model_oracle.py <args> OUTDIR` once; returns OUTDIR (cached by content hash
+/// of the script and the arguments' file contents).
+pub fn cached(cmd: &str, inputs: &[&Path]) -> PathBuf {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::fs::read(script()).expect("read oracle script").hash(&mut h);
+    cmd.hash(&mut h);
+    for p in inputs {
+        std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).hash(&mut h);
+    }
+    let base = std::env::temp_dir().join("verlc-oracle");
+    let out = base.join(format!("{cmd}-{:016x}", h.finish()));
+    if out.join("DONE").is_file() {
+        return out;
+    }
+    std::fs::create_dir_all(&base).expect("create oracle cache dir");
+    let tmp = base.join(format!("tmp-{cmd}-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let status = Command::new(python())
+        .arg(script())
+        .arg(cmd)
+        .arg(&tmp)
+        .args(inputs)
+        .env("OMP_NUM_THREADS", "1")
+        .env("TOKENIZERS_PARALLELISM", "false")
+        .status()
+        .unwrap_or_else(|e| panic!("running the oracle (run scripts/setup first): {e}"));
+    assert!(status.success(), "oracle `{cmd}` failed: {status}");
+    std::fs::write(tmp.join("DONE"), "").expect("mark oracle output");
+    // Another process may have won the race; either copy is complete.
+    if std::fs::rename(&tmp, &out).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    out
+}
+
+/// The checkpoints and references of `model_oracle.py models`.
+pub fn models() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| cached("models", &[])).clone()
+}
+
+/// Runs `verify` on a saved directory and returns the tensors it wrote.
+pub fn verify(dir: &Path, kind: &str, inputs: &Path) -> HashMap<String, Tensor> {
+    let out = dir.join(format!("verify-{kind}.safetensors"));
+    let status = Command::new(python())
+        .arg(script())
+        .args(["verify"])
+        .arg(dir)
+        .arg(kind)
+        .arg(inputs)
+        .arg(&out)
+        .env("OMP_NUM_THREADS", "1")
+        .status()
+        .unwrap_or_else(|e| panic!("running the oracle (run scripts/setup first): {e}"));
+    assert!(status.success(), "oracle verify failed: {status}");
+    read(&out)
+}
+
+pub fn read(path: &Path) -> HashMap<String, Tensor> {
+    Tensor::read_safetensors(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).into_iter().collect()
+}
+
+pub fn get<'a>(m: &'a HashMap<String, Tensor>, k: &str) -> &'a Tensor {
+    m.get(k).unwrap_or_else(|| panic!("oracle output has no `{k}`"))
+}
+
+pub fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Max |a - b| over positions where `mask` (B, T) is 1, for tensors (B, T, …).
+pub fn max_abs_diff_masked(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
+    let d = (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs();
+    let d = if d.dim() == 3 { d.amax(-1, false) } else { d };
+    (d * mask.to_kind(Kind::Double)).max().double_value(&[])
+}
+
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs().max().double_value(&[])
+}
+
+pub const ARCHS: [&str; 3] = ["llama", "qwen2", "qwen3"];
+
+/// A fresh scratch directory for one test.
+pub fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("verlc-model-tests-{}", std::process::id())).join(tag);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create scratch dir");
+    d
+}
