@@ -9,7 +9,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::load::node::{Node, Scalar, Value};
 use crate::load::compose::{self, Composed, LoadRequest};
 use crate::rules::{self, ModelDims, RuleContext};
-use crate::{codes, schema};
+use crate::{codes, plan, schema};
 
 #[derive(Clone, Debug, Default)]
 pub struct CheckOptions {
@@ -76,6 +76,8 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         let enabled = |c: Code| only.is_empty() || only.iter().any(|o| o == c.0);
         let ctx = RuleContext { config: cfg, root: &composed.root, model: model.as_ref(), missing: &missing };
         diagnostics.extend(rules::run(&ctx, &enabled));
+        // What `verlc build` could not bind, reported here at the YAML line (B01x).
+        diagnostics.extend(plan::check_diagnostics(&ctx, &enabled));
     }
     Checked { composed, config, model, diagnostics }
 }

@@ -4,6 +4,8 @@
 //! - `H0xx` Hydra composition: defaults lists, overrides, interpolation
 //! - `S0xx` JSON Schema: unknown keys, types, enums, ranges
 //! - `V0xx`/`V1xx` semantic rules of verl (see `rules/`), `V2xx` model-aware rules
+//! - `B0xx` what `verlc build` binds (see `plan`): `B00x` warnings for keys the generated
+//!   binary does not use, `B01x` errors for combinations it cannot bind
 
 use crate::diag::Code;
 
@@ -36,6 +38,37 @@ pub const SCHEMA_ENUM: Code = Code("S003");
 pub const SCHEMA_RANGE: Code = Code("S004");
 pub const SCHEMA_REQUIRED: Code = Code("S005");
 pub const SCHEMA_OTHER: Code = Code("S006");
+
+pub const BUILD_ROLLOUT_KNOB_UNUSED: Code = Code("B001");
+pub const BUILD_ROLLOUT_ENGINE_REPLACED: Code = Code("B002");
+pub const BUILD_PROFILER_UNUSED: Code = Code("B003");
+pub const BUILD_PYTHON_ONLY_KEY: Code = Code("B004");
+pub const BUILD_CLUSTER_KEY_UNUSED: Code = Code("B005");
+pub const BUILD_ROLE_STRATEGY_MISMATCH: Code = Code("B010");
+pub const BUILD_ROLE_PRECISION_MISMATCH: Code = Code("B011");
+pub const BUILD_UNSUPPORTED_BINDING: Code = Code("B012");
+pub const BUILD_OFFLOAD_KEY_IGNORED: Code = Code("B013");
+pub const BUILD_CRITIC_OFFLOAD_MISMATCH: Code = Code("B014");
+pub const BUILD_ENGINE_SECTION_MISSING: Code = Code("B015");
+pub const BUILD_REWARD_MODEL_UNSUPPORTED: Code = Code("B016");
+pub const BUILD_DEVICE_UNSUPPORTED: Code = Code("B017");
+
+/// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
+pub const BUILD_CODES: &[(Code, &str)] = &[
+    (BUILD_ROLLOUT_KNOB_UNUSED, "a vLLM/SGLang rollout setting the built-in rollout engine does not use"),
+    (BUILD_ROLLOUT_ENGINE_REPLACED, "the binary generates with its built-in engine, not the one named in rollout.name"),
+    (BUILD_PROFILER_UNUSED, "profiler settings; the binary has no profiler integration"),
+    (BUILD_PYTHON_ONLY_KEY, "a Python-only option (torch.compile, Liger, Triton kernels, remote code)"),
+    (BUILD_CLUSTER_KEY_UNUSED, "Ray, HDFS and other cluster settings the binary does not use"),
+    (BUILD_ROLE_STRATEGY_MISMATCH, "critic or reference policy use another strategy than the actor"),
+    (BUILD_ROLE_PRECISION_MISMATCH, "critic or reference policy use another precision than the actor"),
+    (BUILD_UNSUPPORTED_BINDING, "a strategy/precision/offload combination the runtime does not support"),
+    (BUILD_OFFLOAD_KEY_IGNORED, "offload set in the engine section of the other strategy"),
+    (BUILD_CRITIC_OFFLOAD_MISMATCH, "the critic's offload policy differs from the actor's"),
+    (BUILD_ENGINE_SECTION_MISSING, "no engine section (fsdp_config / megatron) for a role's strategy"),
+    (BUILD_REWARD_MODEL_UNSUPPORTED, "reward models are not supported by the generated trainer"),
+    (BUILD_DEVICE_UNSUPPORTED, "trainer.device is not cpu or cuda"),
+];
 
 /// Every code above, for the uniqueness test and `verlc rule --list`.
 pub const ALL_LOAD_CODES: &[Code] = &[

@@ -12,6 +12,7 @@ pub mod config;
 pub mod diag;
 pub mod explain;
 pub mod load;
+pub mod plan;
 pub mod rules;
 pub mod schema;
 pub mod source;

@@ -1,0 +1,443 @@
+//! Lowering: a checked, resolved config -> the [`BuildPlan`], what a generated trainer binds.
+//!
+//! The plan fixes, at build time, the three things the binary is monomorphized over — the
+//! parallel strategy, the precision mode and the offload policy ([`Binding`], vocabulary and
+//! support table in [`binding`]) — and records the rest of what the binary needs to know
+//! about the run's shape: the algorithm and which roles exist.
+//!
+//! Where each binding comes from (actor side; the critic and reference policy must agree):
+//! - strategy: `actor.strategy` — `fsdp`/`fsdp2` bind `Fsdp`, `megatron` binds `Megatron`.
+//! - precision (FSDP): `fsdp_config.mixed_precision.param_dtype` when set, else the engine's
+//!   compute `fsdp_config.dtype` — fp32 -> `Fp32`, bf16 -> `Bf16Mixed`, fp16 -> `Fp16Mixed`
+//!   (loss scaling). `fsdp_config.model_dtype` is the dtype the weights are loaded in and
+//!   is kept as information ([`BuildPlan::model_dtype`]).
+//! - precision (Megatron): `megatron.dtype` (bfloat16 or float16).
+//! - offload (FSDP): `param_offload` offloads parameters and their gradients,
+//!   `optimizer_offload` the optimizer state; FSDP2's `offload_policy` offloads all three.
+//! - offload (Megatron): `param_offload`, `grad_offload`, `optimizer_offload`.
+//!
+//! Problems come out as diagnostics with `B` ids ([`crate::codes`]):
+//! - errors (`B01x`): combinations the binary cannot bind, reported by `verlc check` too
+//!   ([`check_diagnostics`]) at the YAML line that decided them;
+//! - warnings (`B00x`): keys the binary will not use ([`unused`]), reported by `verlc build`
+//!   (`--deny-warnings` makes them errors).
+//!
+//! The resolved config is embedded in the binary as YAML ([`embed`]).
+
+pub mod binding;
+pub mod embed;
+mod invalid;
+mod unused;
+
+#[cfg(test)]
+mod tests;
+
+use serde::Serialize;
+
+use crate::config::{
+    AdvEstimator, Device, EngineDtype, FsdpEngineConfig, KlEstimator, LossAggMode, MegatronEngineConfig, PolicyLossMode,
+    Strategy, TorchDtype, VerlConfig,
+};
+use crate::diag::Diagnostic;
+use crate::load::compose::{self, Composed, LoadRequest};
+use crate::load::node::Node;
+use crate::rules::RuleContext;
+
+pub use binding::{OffloadFlags, OffloadTarget, PrecisionKind, StrategyKind};
+pub use unused::unused_keys;
+
+/// What the generated binary binds at compile time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Binding {
+    pub strategy: StrategyKind,
+    pub precision: PrecisionKind,
+    pub offload: OffloadFlags,
+}
+
+impl Binding {
+    /// Whether the runtime (and the binding macro) accept it.
+    pub fn validate(&self) -> Result<(), binding::Rejection> {
+        binding::validate(self.strategy, self.precision, self.offload)
+    }
+}
+
+impl std::fmt::Display for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "strategy = {}, precision = {}, offload = {}", self.strategy.name(), self.precision.name(), self.offload.list())
+    }
+}
+
+impl Serialize for StrategyKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl Serialize for PrecisionKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl Serialize for Binding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Binding", 3)?;
+        st.serialize_field("strategy", self.strategy.name())?;
+        st.serialize_field("precision", self.precision.name())?;
+        st.serialize_field("offload", &self.offload.targets().map(OffloadTarget::name).collect::<Vec<_>>())?;
+        st.end()
+    }
+}
+
+/// A config key whose value decided the binding; a run-time override that changes it is
+/// refused ("rebuild with verlc").
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BoundKey {
+    /// Dotted key (`actor_rollout_ref.actor.fsdp_config.param_offload`).
+    pub key: String,
+    /// Its value at build time.
+    pub value: serde_json::Value,
+}
+
+/// The RL algorithm as the trainer runs it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AlgorithmPlan {
+    pub adv_estimator: AdvEstimator,
+    pub loss_mode: PolicyLossMode,
+    pub loss_agg_mode: LossAggMode,
+    /// KL to the reference policy as a loss term (`actor.use_kl_loss`), with its estimator.
+    pub kl_loss: Option<KlEstimator>,
+    /// KL to the reference policy subtracted from the reward (`algorithm.use_kl_in_reward`).
+    pub kl_in_reward: Option<KlEstimator>,
+}
+
+/// Where rewards come from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardPlan {
+    /// A scoring function: verl's default `compute_score` by `data_source` (built-in tasks
+    /// included) or `custom_reward_function.path`.
+    Function { custom_path: Option<String> },
+    /// A reward model (`reward_model.enable`); not supported by the binary (B016).
+    Model,
+}
+
+/// The workers the run needs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Roles {
+    /// Always: the trained policy.
+    pub actor: bool,
+    /// Always: the built-in rollout engine.
+    pub rollout: bool,
+    /// `algorithm.use_kl_in_reward` or `actor.use_kl_loss`.
+    pub reference: bool,
+    /// `critic.enable` when set, else `algorithm.adv_estimator == gae` (verl's rule).
+    pub critic: bool,
+    pub reward: RewardPlan,
+}
+
+/// Accelerators of the run: `trainer.nnodes` × `trainer.n_gpus_per_node` ranks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct World {
+    pub device: Device,
+    pub nnodes: i64,
+    pub n_gpus_per_node: i64,
+}
+
+impl World {
+    pub fn size(&self) -> i64 {
+        self.nnodes * self.n_gpus_per_node
+    }
+}
+
+/// Everything `verlc build` decides from a config.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BuildPlan {
+    pub binding: Binding,
+    /// The strategy as written (`fsdp`, `fsdp2` or `megatron`); `fsdp` and `fsdp2` both bind
+    /// `Fsdp`, and the runtime reads this to pick the wrapping flavour.
+    pub config_strategy: Strategy,
+    /// Dtype the actor's weights are loaded in (FSDP `model_dtype`; Megatron: its `dtype`).
+    pub model_dtype: PrecisionKind,
+    /// Whether the reference policy's parameters are parked on the host between uses (not
+    /// bound: the reference only runs forward passes).
+    pub reference_param_offload: bool,
+    pub world: World,
+    pub algorithm: AlgorithmPlan,
+    pub roles: Roles,
+    /// The keys that decided [`BuildPlan::binding`] and the device, with their values.
+    pub bound_keys: Vec<BoundKey>,
+}
+
+/// A plan and the problems found while lowering.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub plan: BuildPlan,
+    /// Errors (`B01x`) only; see [`unused_keys`] for the warnings of `verlc build`.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Lowered {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// The engine config of one role under its strategy.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Engine<'a> {
+    Fsdp(&'a FsdpEngineConfig),
+    Megatron(&'a MegatronEngineConfig),
+}
+
+/// One role's engine with the dotted key it lives at.
+#[derive(Clone, Debug)]
+pub(crate) struct RoleEngine<'a> {
+    /// `actor`, `critic`, `reference policy`.
+    pub role: &'static str,
+    /// Dotted key of the role's `strategy`.
+    pub strategy_key: String,
+    pub strategy: Strategy,
+    /// Dotted key of the engine section (`actor_rollout_ref.actor.fsdp_config`).
+    pub engine_key: String,
+    /// `None` when the section for the strategy is absent.
+    pub engine: Option<Engine<'a>>,
+}
+
+impl<'a> RoleEngine<'a> {
+    pub(crate) fn actor(cfg: &'a VerlConfig) -> Self {
+        let a = &cfg.actor_rollout_ref.actor;
+        Self::new("actor", "actor_rollout_ref.actor", a.strategy, a.fsdp_config.as_ref(), "actor_rollout_ref.actor.fsdp_config", a.megatron.as_ref())
+    }
+
+    pub(crate) fn reference(cfg: &'a VerlConfig) -> Self {
+        let r = &cfg.actor_rollout_ref.reference;
+        Self::new("reference policy", "actor_rollout_ref.ref", r.strategy, r.fsdp_config.as_ref(), "actor_rollout_ref.ref.fsdp_config", r.megatron.as_ref())
+    }
+
+    pub(crate) fn critic(cfg: &'a VerlConfig) -> Self {
+        let c = &cfg.critic;
+        Self::new("critic", "critic", c.strategy, c.model.fsdp_config.as_ref(), "critic.model.fsdp_config", c.megatron.as_ref())
+    }
+
+    fn new(
+        role: &'static str,
+        prefix: &str,
+        strategy: Strategy,
+        fsdp: Option<&'a FsdpEngineConfig>,
+        fsdp_key: &str,
+        megatron: Option<&'a MegatronEngineConfig>,
+    ) -> Self {
+        let (engine_key, engine) = match strategy {
+            Strategy::Fsdp | Strategy::Fsdp2 => (fsdp_key.to_owned(), fsdp.map(Engine::Fsdp)),
+            Strategy::Megatron => (format!("{prefix}.megatron"), megatron.map(Engine::Megatron)),
+        };
+        RoleEngine { role, strategy_key: format!("{prefix}.strategy"), strategy, engine_key, engine }
+    }
+
+    pub(crate) fn strategy_kind(&self) -> StrategyKind {
+        strategy_kind(self.strategy)
+    }
+
+    /// The precision and the key that decided it.
+    pub(crate) fn precision(&self) -> Option<(PrecisionKind, String)> {
+        match self.engine? {
+            Engine::Fsdp(f) => match f.mixed_precision.as_ref().and_then(|m| m.param_dtype) {
+                Some(d) => Some((torch_precision(d), format!("{}.mixed_precision.param_dtype", self.engine_key))),
+                None => Some((engine_precision(f.dtype), format!("{}.dtype", self.engine_key))),
+            },
+            Engine::Megatron(m) => Some((engine_precision(m.dtype), format!("{}.dtype", self.engine_key))),
+        }
+    }
+
+    /// The offload flags and, per target, the key that set it (for diagnostics).
+    pub(crate) fn offload(&self) -> (OffloadFlags, Vec<(OffloadTarget, String)>) {
+        let k = |name: &str| format!("{}.{name}", self.engine_key);
+        let mut flags = OffloadFlags::NONE;
+        let mut keys = Vec::new();
+        match self.engine {
+            Some(Engine::Fsdp(f)) => {
+                let policy = f.offload_policy && self.strategy == Strategy::Fsdp2;
+                if f.param_offload || policy {
+                    let key = if f.param_offload { k("param_offload") } else { k("offload_policy") };
+                    flags = flags.with(OffloadTarget::Params).with(OffloadTarget::Grads);
+                    keys.push((OffloadTarget::Params, key.clone()));
+                    keys.push((OffloadTarget::Grads, key));
+                }
+                if f.optimizer_offload || policy {
+                    let key = if f.optimizer_offload { k("optimizer_offload") } else { k("offload_policy") };
+                    flags = flags.with(OffloadTarget::Optimizer);
+                    keys.push((OffloadTarget::Optimizer, key));
+                }
+            }
+            Some(Engine::Megatron(m)) => {
+                for (on, t, name) in [
+                    (m.param_offload, OffloadTarget::Params, "param_offload"),
+                    (m.grad_offload, OffloadTarget::Grads, "grad_offload"),
+                    (m.optimizer_offload, OffloadTarget::Optimizer, "optimizer_offload"),
+                ] {
+                    if on {
+                        flags = flags.with(t);
+                        keys.push((t, k(name)));
+                    }
+                }
+            }
+            None => {}
+        }
+        (flags, keys)
+    }
+
+    /// The keys whose values decide precision and offload under this role's strategy.
+    pub(crate) fn deciding_keys(&self) -> Vec<String> {
+        let k = |name: &str| format!("{}.{name}", self.engine_key);
+        let mut keys = vec![self.strategy_key.clone()];
+        match self.engine {
+            Some(Engine::Fsdp(_)) => {
+                keys.extend(["mixed_precision.param_dtype", "dtype", "param_offload", "optimizer_offload"].map(k));
+                if self.strategy == Strategy::Fsdp2 {
+                    keys.push(k("offload_policy"));
+                }
+            }
+            Some(Engine::Megatron(_)) => keys.extend(["dtype", "param_offload", "grad_offload", "optimizer_offload"].map(k)),
+            None => {}
+        }
+        keys
+    }
+}
+
+pub(crate) fn strategy_kind(s: Strategy) -> StrategyKind {
+    match s {
+        Strategy::Fsdp | Strategy::Fsdp2 => StrategyKind::Fsdp,
+        Strategy::Megatron => StrategyKind::Megatron,
+    }
+}
+
+fn torch_precision(d: TorchDtype) -> PrecisionKind {
+    match d {
+        TorchDtype::Fp32 | TorchDtype::Float32 | TorchDtype::Bits32 => PrecisionKind::Fp32,
+        TorchDtype::Fp16 | TorchDtype::Float16 | TorchDtype::Bits16 => PrecisionKind::Fp16Mixed,
+        TorchDtype::Bf16 | TorchDtype::Bfloat16 => PrecisionKind::Bf16Mixed,
+    }
+}
+
+fn engine_precision(d: EngineDtype) -> PrecisionKind {
+    match d {
+        EngineDtype::Bfloat16 => PrecisionKind::Bf16Mixed,
+        EngineDtype::Float16 => PrecisionKind::Fp16Mixed,
+    }
+}
+
+/// verl's `need_critic`: `critic.enable` when set, else whether the estimator is GAE.
+pub fn needs_critic(cfg: &VerlConfig) -> bool {
+    cfg.critic.enable.unwrap_or(cfg.algorithm.adv_estimator == AdvEstimator::Gae)
+}
+
+/// verl's `need_reference_policy`: a KL term in the loss or in the reward.
+pub fn needs_reference(cfg: &VerlConfig) -> bool {
+    cfg.algorithm.use_kl_in_reward || cfg.actor_rollout_ref.actor.use_kl_loss
+}
+
+/// Lower a typed config whose tree is `root` (for the origins of diagnostics).
+pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
+    let actor = RoleEngine::actor(cfg);
+    let (precision, _) = actor.precision().unwrap_or((PrecisionKind::Bf16Mixed, String::new()));
+    let (offload, _) = actor.offload();
+    let binding = Binding { strategy: actor.strategy_kind(), precision, offload };
+
+    let a = &cfg.actor_rollout_ref.actor;
+    let model_dtype = match actor.engine {
+        Some(Engine::Fsdp(f)) => torch_precision(f.model_dtype),
+        _ => precision,
+    };
+    let reference_param_offload = match RoleEngine::reference(cfg).engine {
+        Some(Engine::Fsdp(f)) => f.param_offload,
+        Some(Engine::Megatron(m)) => m.param_offload,
+        None => false,
+    };
+    let roles = Roles {
+        actor: true,
+        rollout: true,
+        reference: needs_reference(cfg),
+        critic: needs_critic(cfg),
+        reward: if cfg.reward_model.enable {
+            RewardPlan::Model
+        } else {
+            RewardPlan::Function { custom_path: cfg.custom_reward_function.path.clone().filter(|p| !p.is_empty()) }
+        },
+    };
+    let algorithm = AlgorithmPlan {
+        adv_estimator: cfg.algorithm.adv_estimator,
+        loss_mode: a.policy_loss.loss_mode,
+        loss_agg_mode: a.loss_agg_mode,
+        kl_loss: a.use_kl_loss.then_some(a.kl_loss_type),
+        kl_in_reward: cfg.algorithm.use_kl_in_reward.then_some(cfg.algorithm.kl_penalty),
+    };
+    let t = &cfg.trainer;
+    let world = World { device: t.device, nnodes: t.nnodes, n_gpus_per_node: t.n_gpus_per_node };
+
+    let mut keys = actor.deciding_keys();
+    if roles.critic {
+        keys.extend(RoleEngine::critic(cfg).deciding_keys());
+    }
+    if roles.reference {
+        let r = RoleEngine::reference(cfg);
+        keys.push(r.strategy_key.clone());
+        if let Some((_, k)) = r.precision() {
+            keys.push(k);
+        }
+    }
+    keys.push("trainer.device".to_owned());
+    let bound_keys = keys
+        .into_iter()
+        .map(|key| {
+            let value = root.get_path(&crate::load::node::split_key(&key)).map_or(serde_json::Value::Null, Node::to_json);
+            BoundKey { key, value }
+        })
+        .collect();
+
+    let plan = BuildPlan {
+        binding,
+        config_strategy: a.strategy,
+        model_dtype,
+        reference_param_offload,
+        world,
+        algorithm,
+        roles,
+        bound_keys,
+    };
+    let diagnostics = invalid::check(cfg, root, &plan);
+    Lowered { plan, diagnostics }
+}
+
+/// The plan's errors for `verlc check` (only those enabled).
+pub fn check_diagnostics(ctx: &RuleContext, enabled: &dyn Fn(crate::diag::Code) -> bool) -> Vec<Diagnostic> {
+    lower(ctx.config, ctx.root).diagnostics.into_iter().filter(|d| enabled(d.code)).collect()
+}
+
+/// verlc's built-in default tree of the config's flavour (what "not changed" means for the
+/// unused-key warnings).
+pub fn default_tree(cfg: &VerlConfig) -> Node {
+    let base = match cfg.flavour() {
+        crate::config::Flavour::Fsdp => compose::FSDP_BASE,
+        crate::config::Flavour::Megatron => compose::MEGATRON_BASE,
+    };
+    let req = LoadRequest { base: Some(base.to_owned()), ..LoadRequest::default() };
+    compose::load(&req).root
+}
+
+/// Lower and collect everything `verlc build` reports: the plan's errors plus the
+/// unused-key warnings.
+pub fn lower_for_build(cfg: &VerlConfig, composed: &Composed) -> Lowered {
+    let mut lowered = lower(cfg, &composed.root);
+    let defaults = default_tree(cfg);
+    lowered.diagnostics.extend(unused_keys(cfg, composed, &defaults));
+    lowered
+}
+
+/// Whether the dotted `key` is, contains or lies inside a key that decided the binding.
+pub fn is_bound(plan: &BuildPlan, key: &str) -> bool {
+    plan.bound_keys.iter().any(|b| {
+        b.key == key || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.')) || key.strip_prefix(b.key.as_str()).is_some_and(|r| r.starts_with('.'))
+    })
+}

@@ -1,0 +1,230 @@
+//! The vocabulary of a binding (strategy × precision × offload) and the one table of which
+//! combinations verlc's runtime supports.
+//!
+//! This file is shared, verbatim, by three users so the rules cannot drift apart:
+//! - `verlc::plan` reports an unsupported combination at the YAML line (`verlc check`);
+//! - the `verlc-macros` proc-macro (`bind_trainer!`) includes it with `#[path]` and turns a
+//!   [`Rejection`] into `compile_error!` at the offending token;
+//! - `runtime::binding::main` asserts [`validate`] in a `const` block, so even a hand-written
+//!   instantiation of an unsupported combination fails to compile.
+//!
+//! It therefore uses nothing but `core`, and [`validate`] is a `const fn`.
+//!
+//! # The rules (each is what the runtime cannot do, and why)
+//! 1. `Single` offloads no parameters or gradients: a single process keeps one full copy of
+//!    the model on its device and has no shard to park on the host. Optimizer offload is fine.
+//! 2. `Fsdp` offloads gradients together with parameters (PyTorch FSDP's
+//!    `CPUOffload(offload_params=True)`, FSDP2's `CPUOffloadPolicy`): `grads` and `params` are
+//!    either both offloaded or neither.
+//! 3. `Fsdp` + `Fp16Mixed` + parameter offload: fp16 loss scaling unscales the gradients and
+//!    checks them for inf/nan on the device before the step; with FSDP parameter offload the
+//!    sharded gradients live on the host, where the runtime has no fused unscale/check.
+//!    Use `Bf16Mixed` (no loss scaling) or keep the parameters on the device.
+//! 4. `Megatron` supports every precision and every offload subset (its optimizer keeps fp32
+//!    main parameters, unscales and checks on the device, then offloads).
+
+/// The parallel engine the binary is built around.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StrategyKind {
+    /// One process, no sharding (tests, tiny models).
+    Single,
+    /// Fully sharded data parallel (verl's `fsdp` and `fsdp2`).
+    Fsdp,
+    /// Megatron-core tensor/pipeline/context parallelism with a distributed optimizer.
+    Megatron,
+}
+
+impl StrategyKind {
+    pub const ALL: [StrategyKind; 3] = [StrategyKind::Single, StrategyKind::Fsdp, StrategyKind::Megatron];
+
+    /// The marker type's name (`runtime::binding::Fsdp`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            StrategyKind::Single => "Single",
+            StrategyKind::Fsdp => "Fsdp",
+            StrategyKind::Megatron => "Megatron",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// Numerics of training: the compute dtype and whether fp32 main weights and loss scaling
+/// are used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PrecisionKind {
+    /// Everything in fp32.
+    Fp32,
+    /// bf16 compute, fp32 main weights, gradient reductions and optimizer state.
+    Bf16Mixed,
+    /// fp16 compute, fp32 main weights, with dynamic loss scaling.
+    Fp16Mixed,
+}
+
+impl PrecisionKind {
+    pub const ALL: [PrecisionKind; 3] = [PrecisionKind::Fp32, PrecisionKind::Bf16Mixed, PrecisionKind::Fp16Mixed];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            PrecisionKind::Fp32 => "Fp32",
+            PrecisionKind::Bf16Mixed => "Bf16Mixed",
+            PrecisionKind::Fp16Mixed => "Fp16Mixed",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// fp16 needs a gradient (loss) scaler; bf16 and fp32 do not.
+    pub const fn loss_scaling(self) -> bool {
+        matches!(self, PrecisionKind::Fp16Mixed)
+    }
+}
+
+/// What can be moved to host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OffloadTarget {
+    Params,
+    Grads,
+    Optimizer,
+}
+
+impl OffloadTarget {
+    pub const ALL: [OffloadTarget; 3] = [OffloadTarget::Params, OffloadTarget::Grads, OffloadTarget::Optimizer];
+
+    /// The spelling in `bind_trainer!(offload = [params, grads, optimizer])`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OffloadTarget::Params => "params",
+            OffloadTarget::Grads => "grads",
+            OffloadTarget::Optimizer => "optimizer",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// Which of parameters, gradients and optimizer state live on the host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OffloadFlags {
+    pub params: bool,
+    pub grads: bool,
+    pub optimizer: bool,
+}
+
+impl OffloadFlags {
+    pub const NONE: OffloadFlags = OffloadFlags { params: false, grads: false, optimizer: false };
+
+    pub const fn has(self, t: OffloadTarget) -> bool {
+        match t {
+            OffloadTarget::Params => self.params,
+            OffloadTarget::Grads => self.grads,
+            OffloadTarget::Optimizer => self.optimizer,
+        }
+    }
+
+    pub const fn with(self, t: OffloadTarget) -> Self {
+        let mut o = self;
+        match t {
+            OffloadTarget::Params => o.params = true,
+            OffloadTarget::Grads => o.grads = true,
+            OffloadTarget::Optimizer => o.optimizer = true,
+        }
+        o
+    }
+
+    /// The offloaded targets in `params, grads, optimizer` order.
+    pub fn targets(self) -> impl Iterator<Item = OffloadTarget> {
+        OffloadTarget::ALL.into_iter().filter(move |t| self.has(*t))
+    }
+
+    /// `[params, optimizer]`, `[]` for none: the `bind_trainer!` spelling.
+    pub fn list(self) -> String {
+        let names: Vec<&str> = self.targets().map(OffloadTarget::name).collect();
+        format!("[{}]", names.join(", "))
+    }
+}
+
+/// Which part of a binding a [`Rejection`] is about (where the macro points).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Strategy,
+    Precision,
+    Offload(OffloadTarget),
+}
+
+/// Why a combination is not supported, and what would be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The token to blame.
+    pub part: Part,
+    /// One sentence: what is wrong and why.
+    pub message: &'static str,
+    /// The valid choices.
+    pub help: &'static str,
+}
+
+/// Whether the runtime supports this combination (rules in the module docs).
+pub const fn validate(strategy: StrategyKind, precision: PrecisionKind, offload: OffloadFlags) -> Result<(), Rejection> {
+    match strategy {
+        StrategyKind::Single => {
+            if offload.params {
+                return Err(Rejection {
+                    part: Part::Offload(OffloadTarget::Params),
+                    message: "`Single` cannot offload parameters: a single process keeps the one full copy of the model on its device",
+                    help: "valid offload for `Single`: `[]` or `[optimizer]`; to offload parameters use `Fsdp` or `Megatron`",
+                });
+            }
+            if offload.grads {
+                return Err(Rejection {
+                    part: Part::Offload(OffloadTarget::Grads),
+                    message: "`Single` cannot offload gradients: a single process keeps the one full copy of the model on its device",
+                    help: "valid offload for `Single`: `[]` or `[optimizer]`; to offload gradients use `Fsdp` or `Megatron`",
+                });
+            }
+            Ok(())
+        }
+        StrategyKind::Fsdp => {
+            if offload.grads && !offload.params {
+                return Err(Rejection {
+                    part: Part::Offload(OffloadTarget::Grads),
+                    message: "`Fsdp` offloads gradients together with parameters, never on their own",
+                    help: "valid offload for `Fsdp`: `[]`, `[optimizer]`, `[params, grads]` or `[params, grads, optimizer]`",
+                });
+            }
+            if offload.params && !offload.grads {
+                return Err(Rejection {
+                    part: Part::Offload(OffloadTarget::Params),
+                    message: "`Fsdp` offloads parameters together with their gradients: `params` needs `grads`",
+                    help: "valid offload for `Fsdp`: `[]`, `[optimizer]`, `[params, grads]` or `[params, grads, optimizer]`",
+                });
+            }
+            if offload.params && matches!(precision, PrecisionKind::Fp16Mixed) {
+                return Err(Rejection {
+                    part: Part::Precision,
+                    message: "`Fp16Mixed` cannot be combined with parameter offload under `Fsdp`: fp16 loss scaling unscales and checks gradients on the device, but offloaded FSDP gradients live on the host",
+                    help: "with `Fsdp` and `offload = [params, grads, ..]` use `Fp32` or `Bf16Mixed`; to keep `Fp16Mixed`, offload only `[optimizer]`",
+                });
+            }
+            Ok(())
+        }
+        StrategyKind::Megatron => Ok(()),
+    }
+}
+
+/// Every supported combination, for tests and docs.
+pub fn supported() -> impl Iterator<Item = (StrategyKind, PrecisionKind, OffloadFlags)> {
+    StrategyKind::ALL.into_iter().flat_map(|s| {
+        PrecisionKind::ALL.into_iter().flat_map(move |p| {
+            (0u8..8)
+                .map(|bits| OffloadFlags { params: bits & 1 != 0, grads: bits & 2 != 0, optimizer: bits & 4 != 0 })
+                .filter(move |o| validate(s, p, *o).is_ok())
+                .map(move |o| (s, p, o))
+        })
+    })
+}

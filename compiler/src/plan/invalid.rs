@@ -1,0 +1,204 @@
+//! Combinations a generated binary cannot bind (`B01x` errors). Each is also what
+//! `verlc check` reports, at the line that decided it.
+//!
+//! - B010 `RoleStrategyMismatch`: the critic or reference policy runs another strategy family
+//!   than the actor. One binary binds one engine (`fsdp` and `fsdp2` are one family).
+//! - B011 `RolePrecisionMismatch`: the critic or reference policy computes in another
+//!   precision than the actor. One binary binds one precision.
+//! - B012 `UnsupportedBinding`: the actor's strategy × precision × offload is not in the
+//!   runtime's support table (see [`super::binding`]; e.g. fp16 with FSDP parameter offload).
+//! - B013 `OffloadKeyIgnored`: offload is switched on in the engine section of the *other*
+//!   strategy (`fsdp_config.param_offload` or `fsdp_config.offload_policy` of a Megatron role,
+//!   `megatron.*_offload` of an FSDP role). It would silently do nothing.
+//! - B014 `CriticOffloadMismatch`: the critic offloads differently from the actor; the offload
+//!   policy is bound once for both trained models. (The reference policy only runs forward
+//!   passes; its `param_offload` stays a run-time choice.)
+//! - B015 `EngineSectionMissing`: a role's strategy has no engine section to read.
+//! - B016 `RewardModelUnsupported`: `reward_model.enable`; the binary scores with reward
+//!   functions only.
+//! - B017 `DeviceUnsupported`: `trainer.device` other than `cpu` or `cuda` (libtorch from PyPI
+//!   has no NPU backend).
+
+use crate::codes;
+use crate::config::{Device, VerlConfig};
+use crate::diag::Diagnostic;
+use crate::load::node::{Node, split_key};
+use crate::source::Origin;
+
+use super::binding::Part;
+use super::{BuildPlan, RoleEngine};
+
+fn origin(root: &Node, key: &str) -> Option<Origin> {
+    root.get_path(&split_key(key)).and_then(|n| n.origin.clone())
+}
+
+pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let actor = RoleEngine::actor(cfg);
+    let mut others = Vec::new();
+    if plan.roles.critic {
+        others.push(RoleEngine::critic(cfg));
+    }
+    if plan.roles.reference {
+        others.push(RoleEngine::reference(cfg));
+    }
+
+    for r in std::iter::once(&actor).chain(&others) {
+        if r.engine.is_none() {
+            out.push(
+                Diagnostic::error(codes::BUILD_ENGINE_SECTION_MISSING, format!("the {} runs `{}` but has no `{}` section", r.role, strategy_name(r), r.engine_key))
+                    .with_key(r.engine_key.clone())
+                    .with_primary(origin(root, &r.strategy_key), "strategy chosen here")
+                    .with_help("compose the config from the matching verl base (ppo_trainer for FSDP, ppo_megatron_trainer for Megatron) or add the section"),
+            );
+        }
+        ignored_offload(r, cfg, root, &mut out);
+    }
+
+    let (actor_precision, actor_precision_key) = actor.precision().unwrap_or((plan.binding.precision, actor.strategy_key.clone()));
+    for r in &others {
+        if r.strategy_kind() != actor.strategy_kind() {
+            out.push(
+                Diagnostic::error(
+                    codes::BUILD_ROLE_STRATEGY_MISMATCH,
+                    format!("the {} runs `{}` but the actor runs `{}`; a verlc binary binds one strategy", r.role, strategy_name(r), strategy_name(&actor)),
+                )
+                .with_key(r.strategy_key.clone())
+                .with_primary(origin(root, &r.strategy_key), format!("{} strategy set here", r.role))
+                .with_secondary(origin(root, &actor.strategy_key), "actor strategy set here")
+                .with_help(format!("set `{}={}`", r.strategy_key, strategy_name(&actor))),
+            );
+            continue;
+        }
+        if let Some((p, key)) = r.precision()
+            && p != actor_precision
+        {
+            out.push(
+                Diagnostic::error(
+                    codes::BUILD_ROLE_PRECISION_MISMATCH,
+                    format!("the {} computes in {} but the actor in {}; a verlc binary binds one precision", r.role, p.name(), actor_precision.name()),
+                )
+                .with_key(key.clone())
+                .with_primary(origin(root, &key), format!("{} precision set here", r.role))
+                .with_secondary(origin(root, &actor_precision_key), "actor precision set here")
+                .with_help(format!("make `{key}` match `{actor_precision_key}`")),
+            );
+        }
+    }
+
+    if let Err(rej) = plan.binding.validate() {
+        let (flags_keys, precision_key) = (actor.offload().1, actor_precision_key.clone());
+        let key_of = |t| flags_keys.iter().find(|(ft, _)| *ft == t).map(|(_, k)| k.clone());
+        let (primary, secondary): (String, Option<String>) = match rej.part {
+            Part::Strategy => (actor.strategy_key.clone(), None),
+            Part::Precision => (precision_key.clone(), flags_keys.first().map(|(_, k)| k.clone())),
+            Part::Offload(t) => (key_of(t).unwrap_or_else(|| actor.engine_key.clone()), Some(precision_key.clone())),
+        };
+        let mut d = Diagnostic::error(codes::BUILD_UNSUPPORTED_BINDING, format!("unsupported binding: {}", rej.message))
+            .with_key(primary.clone())
+            .with_primary(origin(root, &primary), "set here")
+            .with_note(format!("the binding would be `{}`", plan.binding))
+            .with_help(rej.help);
+        if let Some(s) = secondary {
+            d = d.with_secondary(origin(root, &s), "together with this");
+        }
+        out.push(d);
+    }
+
+    if let Some(critic) = others.iter().find(|r| r.role == "critic")
+        && critic.strategy_kind() == actor.strategy_kind()
+    {
+        let (cf, ck) = critic.offload();
+        if cf != plan.binding.offload {
+            let key = ck.first().map(|(_, k)| k.clone()).unwrap_or_else(|| critic.engine_key.clone());
+            out.push(
+                Diagnostic::error(
+                    codes::BUILD_CRITIC_OFFLOAD_MISMATCH,
+                    format!("the critic offloads {} but the actor {}; a verlc binary binds one offload policy for both", cf.list(), plan.binding.offload.list()),
+                )
+                .with_key(key.clone())
+                .with_primary(origin(root, &key).or_else(|| origin(root, &critic.engine_key)), "critic offload")
+                .with_secondary(actor.offload().1.first().and_then(|(_, k)| origin(root, k)), "actor offload")
+                .with_help(format!("give `{}` the same param/grad/optimizer offload settings as `{}`", critic.engine_key, actor.engine_key)),
+            );
+        }
+    }
+
+    if cfg.reward_model.enable {
+        out.push(
+            Diagnostic::error(codes::BUILD_REWARD_MODEL_UNSUPPORTED, "reward models are not supported by verlc's generated trainer")
+                .with_key("reward_model.enable")
+                .with_primary(origin(root, "reward_model.enable"), "enabled here")
+                .with_help("score with a reward function (`custom_reward_function.path`, or the built-in scores by data_source) and set `reward_model.enable=false`"),
+        );
+    }
+
+    if !matches!(cfg.trainer.device, Device::Cpu | Device::Cuda) {
+        out.push(
+            Diagnostic::error(codes::BUILD_DEVICE_UNSUPPORTED, "verlc's generated trainer runs on `cpu` or `cuda`")
+                .with_key("trainer.device")
+                .with_primary(origin(root, "trainer.device"), "device set here")
+                .with_help("set `trainer.device=cuda` (or `cpu`)"),
+        );
+    }
+    out
+}
+
+fn strategy_name(r: &RoleEngine) -> &'static str {
+    match r.strategy {
+        crate::config::Strategy::Fsdp => "fsdp",
+        crate::config::Strategy::Fsdp2 => "fsdp2",
+        crate::config::Strategy::Megatron => "megatron",
+    }
+}
+
+/// Offload switched on in the engine section the role's strategy does not read.
+fn ignored_offload(r: &RoleEngine, cfg: &VerlConfig, root: &Node, out: &mut Vec<Diagnostic>) {
+    let (fsdp, fsdp_key, megatron, megatron_key) = match r.role {
+        "actor" => {
+            let a = &cfg.actor_rollout_ref.actor;
+            (a.fsdp_config.as_ref(), "actor_rollout_ref.actor.fsdp_config", a.megatron.as_ref(), "actor_rollout_ref.actor.megatron")
+        }
+        "critic" => (cfg.critic.model.fsdp_config.as_ref(), "critic.model.fsdp_config", cfg.critic.megatron.as_ref(), "critic.megatron"),
+        _ => {
+            let x = &cfg.actor_rollout_ref.reference;
+            (x.fsdp_config.as_ref(), "actor_rollout_ref.ref.fsdp_config", x.megatron.as_ref(), "actor_rollout_ref.ref.megatron")
+        }
+    };
+    let mut set = Vec::new();
+    if r.strategy == crate::config::Strategy::Megatron {
+        if let Some(f) = fsdp {
+            for (on, name, instead) in [
+                (f.param_offload, "param_offload", "param_offload"),
+                (f.optimizer_offload, "optimizer_offload", "optimizer_offload"),
+                (f.offload_policy, "offload_policy", "param_offload"),
+            ] {
+                if on {
+                    set.push((format!("{fsdp_key}.{name}"), format!("{megatron_key}.{instead}")));
+                }
+            }
+        }
+    } else if let Some(m) = megatron {
+        for (on, name, instead) in [
+            (m.param_offload, "param_offload", "param_offload"),
+            (m.grad_offload, "grad_offload", "param_offload"),
+            (m.optimizer_offload, "optimizer_offload", "optimizer_offload"),
+        ] {
+            if on {
+                set.push((format!("{megatron_key}.{name}"), format!("{fsdp_key}.{instead}")));
+            }
+        }
+    }
+    for (key, instead) in set {
+        out.push(
+            Diagnostic::error(
+                codes::BUILD_OFFLOAD_KEY_IGNORED,
+                format!("`{key}` has no effect: the {} runs `{}`, which reads `{}`", r.role, strategy_name(r), r.engine_key),
+            )
+            .with_key(key.clone())
+            .with_primary(origin(root, &key), "offload switched on here")
+            .with_secondary(origin(root, &r.strategy_key), "strategy chosen here")
+            .with_help(format!("remove it and set `{instead}` instead")),
+        );
+    }
+}

@@ -1,0 +1,332 @@
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::binding::{self, OffloadFlags, PrecisionKind as P, StrategyKind as S};
+use super::*;
+use crate::check::{CheckOptions, Checked, check};
+use crate::codes;
+use crate::diag::Severity;
+
+/// A YAML config written to a fresh temp file, checked like `verlc check` and lowered like
+/// `verlc build`.
+struct Case {
+    checked: Checked,
+    lowered: Lowered,
+    file: PathBuf,
+}
+
+fn case(yaml: &str, overrides: &[&str]) -> Case {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!("verlc-plan-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join(format!("case{}.yaml", N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::write(&file, yaml).expect("write case");
+    let req = LoadRequest {
+        config_file: Some(file.clone()),
+        overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        cwd: dir,
+        ..LoadRequest::default()
+    };
+    let checked = check(&req, &CheckOptions::default());
+    let cfg = match &checked.config {
+        Some(c) => c.clone(),
+        None => panic!("config did not type-check: {:#?}", checked.diagnostics),
+    };
+    let lowered = lower_for_build(&cfg, &checked.composed);
+    Case { checked, lowered, file }
+}
+
+impl Case {
+    fn binding(&self) -> Binding {
+        self.lowered.plan.binding
+    }
+
+    /// `(code, line)` of every plan diagnostic whose primary label is in the case file.
+    fn at_lines(&self) -> Vec<(&'static str, usize)> {
+        let name = self.file.display().to_string();
+        self.lowered
+            .diagnostics
+            .iter()
+            .filter_map(|d| {
+                let o = &d.primary.as_ref()?.origin;
+                let src = self.checked.composed.sources.get(o.source);
+                (src.name == name).then(|| (d.code.0, src.line_col(o.span.start).0))
+            })
+            .collect()
+    }
+
+    fn codes(&self) -> Vec<&'static str> {
+        self.lowered.diagnostics.iter().map(|d| d.code.0).collect()
+    }
+
+    /// `verlc check` saw the same B01x errors.
+    fn check_codes(&self) -> Vec<&'static str> {
+        self.checked.diagnostics.iter().filter(|d| d.code.0.starts_with('B')).map(|d| d.code.0).collect()
+    }
+}
+
+const BASE: &str = "\
+data:
+  train_files: builtin://digit_reversal?split=train
+  val_files: builtin://digit_reversal?split=test
+  train_batch_size: 32
+  max_prompt_length: 32
+  max_response_length: 16
+actor_rollout_ref:
+  model:
+    path: builtin://tiny
+  actor:
+    ppo_mini_batch_size: 16
+    ppo_micro_batch_size_per_gpu: 16
+  rollout:
+    name: verlc
+    n: 4
+    tensor_model_parallel_size: 1
+    log_prob_micro_batch_size_per_gpu: 32
+  ref:
+    log_prob_micro_batch_size_per_gpu: 32
+algorithm:
+  adv_estimator: grpo
+trainer:
+  device: cpu
+  nnodes: 1
+  n_gpus_per_node: 1
+  logger: [console]
+";
+
+/// BASE with `extra` lines inserted under `actor_rollout_ref.actor:` (indented by the caller).
+fn with_actor(extra: &str) -> String {
+    BASE.replace("    ppo_micro_batch_size_per_gpu: 16\n", &format!("    ppo_micro_batch_size_per_gpu: 16\n{extra}"))
+}
+
+#[test]
+fn default_fsdp_binds_bf16_without_offload() {
+    let c = case(BASE, &[]);
+    assert_eq!(c.binding(), Binding { strategy: S::Fsdp, precision: P::Bf16Mixed, offload: OffloadFlags::NONE });
+    assert!(c.lowered.diagnostics.is_empty(), "{:#?}", c.lowered.diagnostics);
+    let plan = &c.lowered.plan;
+    assert_eq!(plan.config_strategy, Strategy::Fsdp);
+    assert_eq!(plan.model_dtype, P::Fp32);
+    assert!(plan.roles.actor && plan.roles.rollout);
+    assert!(!plan.roles.critic && !plan.roles.reference);
+    assert_eq!(plan.world.size(), 1);
+    assert_eq!(plan.algorithm.adv_estimator, AdvEstimator::Grpo);
+    assert_eq!(plan.algorithm.loss_mode, PolicyLossMode::Vanilla);
+    assert!(plan.algorithm.kl_loss.is_none());
+}
+
+#[test]
+fn mixed_precision_param_dtype_decides_precision() {
+    let c = case(&with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: fp32\n"), &[]);
+    assert_eq!(c.binding().precision, P::Fp32);
+    let c = case(&with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: bf16\n"), &[]);
+    assert_eq!(c.binding().precision, P::Bf16Mixed);
+    let c = case(&with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: float16\n"), &[]);
+    assert_eq!(c.binding().precision, P::Fp16Mixed);
+    assert!(c.binding().precision.loss_scaling());
+}
+
+#[test]
+fn engine_dtype_decides_precision_without_mixed_precision() {
+    let c = case(&with_actor("    fsdp_config:\n      dtype: float16\n      model_dtype: bf16\n"), &[]);
+    assert_eq!(c.binding().precision, P::Fp16Mixed);
+    assert_eq!(c.lowered.plan.model_dtype, P::Bf16Mixed);
+    let keys: Vec<&str> = c.lowered.plan.bound_keys.iter().map(|b| b.key.as_str()).collect();
+    assert!(keys.contains(&"actor_rollout_ref.actor.fsdp_config.dtype"), "{keys:?}");
+}
+
+#[test]
+fn fsdp_offload_flags() {
+    let c = case(&with_actor("    fsdp_config:\n      optimizer_offload: true\n"), &[]);
+    assert_eq!(c.binding().offload, OffloadFlags { params: false, grads: false, optimizer: true });
+    let c = case(&with_actor("    fsdp_config:\n      param_offload: true\n"), &[]);
+    assert_eq!(c.binding().offload, OffloadFlags { params: true, grads: true, optimizer: false });
+    let c = case(BASE, &["actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"]);
+    assert_eq!(c.binding().offload, OffloadFlags { params: true, grads: true, optimizer: true });
+}
+
+#[test]
+fn fsdp2_offload_policy_offloads_everything() {
+    let c = case(&with_actor("    strategy: fsdp2\n    fsdp_config:\n      offload_policy: true\n"), &[]);
+    assert_eq!(c.binding(), Binding { strategy: S::Fsdp, precision: P::Bf16Mixed, offload: OffloadFlags { params: true, grads: true, optimizer: true } });
+    assert_eq!(c.lowered.plan.config_strategy, Strategy::Fsdp2);
+    assert!(c.codes().is_empty(), "{:?}", c.codes());
+}
+
+#[test]
+fn offload_policy_on_fsdp1_is_an_unused_key_warning_at_its_line() {
+    let yaml = with_actor("    fsdp_config:\n      offload_policy: true\n");
+    let line = yaml.lines().position(|l| l.contains("offload_policy")).map(|i| i + 1);
+    let c = case(&yaml, &[]);
+    assert_eq!(c.binding().offload, OffloadFlags::NONE);
+    assert_eq!(c.at_lines(), vec![("B005", line.unwrap_or(0))]);
+}
+
+#[test]
+fn megatron_precision_and_offload() {
+    let yaml = with_actor(
+        "    strategy: megatron\n    megatron:\n      dtype: float16\n      grad_offload: true\n      optimizer_offload: true\n",
+    )
+    .replace("  ref:\n", "  ref:\n    strategy: megatron\n")
+    .replace("    ppo_micro_batch_size_per_gpu: 16\n", "    ppo_micro_batch_size_per_gpu: 16\n    data_loader_seed: 1\n");
+    let c = case(&yaml, &["critic.strategy=megatron", "actor_rollout_ref.ref.megatron.dtype=float16"]);
+    assert_eq!(
+        c.binding(),
+        Binding { strategy: S::Megatron, precision: P::Fp16Mixed, offload: OffloadFlags { params: false, grads: true, optimizer: true } }
+    );
+    assert_eq!(c.lowered.plan.config_strategy, Strategy::Megatron);
+    assert!(c.lowered.diagnostics.iter().all(|d| !d.is_error()), "{:#?}", c.lowered.diagnostics);
+}
+
+#[test]
+fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
+    let yaml = with_actor("    fsdp_config:\n      param_offload: true\n      mixed_precision:\n        param_dtype: fp16\n");
+    let line = yaml.lines().position(|l| l.contains("param_dtype: fp16")).map_or(0, |i| i + 1);
+    let c = case(&yaml, &[]);
+    assert_eq!(c.at_lines(), vec![("B012", line)]);
+    assert_eq!(c.check_codes(), vec!["B012"]);
+    let d = &c.lowered.diagnostics[0];
+    assert_eq!(d.severity, Severity::Error);
+    assert!(d.message.contains("Fp16Mixed"), "{}", d.message);
+    assert!(d.help.as_deref().unwrap_or("").contains("Bf16Mixed"));
+    assert!(!d.secondary.is_empty(), "points at the param_offload line too");
+}
+
+#[test]
+fn critic_and_reference_roles() {
+    let c = case(&BASE.replace("adv_estimator: grpo", "adv_estimator: gae"), &["critic.model.path=builtin://tiny", "critic.ppo_micro_batch_size_per_gpu=16"]);
+    assert!(c.lowered.plan.roles.critic);
+    let c = case(BASE, &["critic.enable=true", "critic.model.path=builtin://tiny", "critic.ppo_micro_batch_size_per_gpu=16"]);
+    assert!(c.lowered.plan.roles.critic);
+    let c = case(&BASE.replace("adv_estimator: grpo", "adv_estimator: gae"), &["critic.enable=false"]);
+    assert!(!c.lowered.plan.roles.critic);
+    let c = case(BASE, &["actor_rollout_ref.actor.use_kl_loss=true"]);
+    assert!(c.lowered.plan.roles.reference);
+    assert_eq!(c.lowered.plan.algorithm.kl_loss, Some(KlEstimator::LowVarKl));
+    let c = case(BASE, &["algorithm.use_kl_in_reward=true"]);
+    assert!(c.lowered.plan.roles.reference);
+}
+
+#[test]
+fn critic_precision_and_offload_must_match_the_actor() {
+    let yaml = format!(
+        "{}critic:\n  model:\n    path: builtin://tiny\n    fsdp_config:\n      dtype: float16\n      optimizer_offload: true\n  ppo_micro_batch_size_per_gpu: 16\n",
+        BASE.replace("adv_estimator: grpo", "adv_estimator: gae")
+    );
+    let dtype_line = yaml.lines().position(|l| l.contains("dtype: float16")).map_or(0, |i| i + 1);
+    let c = case(&yaml, &[]);
+    let mut got = c.at_lines();
+    got.sort();
+    assert_eq!(got, vec![("B011", dtype_line), ("B014", dtype_line + 1)]);
+}
+
+#[test]
+fn other_strategy_engine_offload_is_ignored_and_reported() {
+    // An FSDP-flavoured tree whose actor is switched to megatron: no `megatron` section, and
+    // the FSDP offload switch would silently do nothing.
+    let yaml = format!("defaults:\n  - ppo_trainer\n  - _self_\n{}", with_actor("    strategy: megatron\n    fsdp_config:\n      param_offload: true\n"));
+    let line = yaml.lines().position(|l| l.contains("param_offload: true")).map_or(0, |i| i + 1);
+    let strategy_line = yaml.lines().position(|l| l.contains("strategy: megatron")).map_or(0, |i| i + 1);
+    let c = case(&yaml, &[]);
+    let got = c.at_lines();
+    assert!(got.contains(&("B013", line)), "{got:?}");
+    assert!(got.contains(&("B015", strategy_line)), "{got:?}");
+}
+
+#[test]
+fn reward_model_and_npu_are_rejected() {
+    let c = case(BASE, &["reward_model.enable=true", "trainer.device=npu"]);
+    let mut codes = c.codes();
+    codes.sort();
+    assert!(codes.contains(&"B016") && codes.contains(&"B017"), "{codes:?}");
+}
+
+#[test]
+fn vllm_knobs_warn_only_when_changed_with_their_line() {
+    let yaml = BASE.replace(
+        "    name: verlc\n",
+        "    name: vllm\n    gpu_memory_utilization: 0.7\n    enforce_eager: false\n    engine_kwargs:\n      vllm:\n        swap_space: 4\n",
+    );
+    let line = |needle: &str| yaml.lines().position(|l| l.contains(needle)).map_or(0, |i| i + 1);
+    let c = case(&yaml, &["trainer.ray_wait_register_center_timeout=30"]);
+    let mut got = c.at_lines();
+    got.sort();
+    // enforce_eager: false is verl's default: not reported.
+    assert_eq!(got, vec![("B001", line("gpu_memory_utilization")), ("B001", line("swap_space")), ("B002", line("name: vllm"))]);
+    let from_override = c.lowered.diagnostics.iter().find(|d| d.code == codes::BUILD_CLUSTER_KEY_UNUSED);
+    assert!(from_override.is_some_and(|d| d.severity == Severity::Warning && d.primary.is_some()));
+    // `verlc check` does not report the build-only warnings.
+    assert!(c.check_codes().is_empty(), "{:?}", c.check_codes());
+}
+
+#[test]
+fn profiler_and_python_only_keys_warn() {
+    let c = case(BASE, &["global_profiler.tool=nsys", "actor_rollout_ref.model.use_liger=true"]);
+    let mut codes = c.codes();
+    codes.sort();
+    assert_eq!(codes, vec!["B003", "B004"]);
+}
+
+#[test]
+fn bound_keys_are_the_deciding_keys() {
+    let c = case(BASE, &["actor_rollout_ref.actor.use_kl_loss=true"]);
+    let plan = &c.lowered.plan;
+    assert!(is_bound(plan, "actor_rollout_ref.actor.strategy"));
+    assert!(is_bound(plan, "actor_rollout_ref.actor.fsdp_config.param_offload"));
+    assert!(is_bound(plan, "actor_rollout_ref.actor.fsdp_config.mixed_precision"));
+    assert!(is_bound(plan, "actor_rollout_ref.ref.strategy"));
+    assert!(is_bound(plan, "trainer.device"));
+    assert!(!is_bound(plan, "actor_rollout_ref.actor.optim.lr"));
+    assert!(!is_bound(plan, "trainer.n_gpus_per_node"));
+    assert!(!is_bound(plan, "actor_rollout_ref.actor.fsdp_config.param_offload_x"));
+}
+
+#[test]
+fn examples_lower_without_errors() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for name in ["quickstart.yaml", "gsm8k_qwen2.5_fsdp.yaml", "gsm8k_qwen2.5_megatron.yaml"] {
+        let req = LoadRequest { config_file: Some(root.join(name)), cwd: root.clone(), ..LoadRequest::default() };
+        let checked = check(&req, &CheckOptions::default());
+        let cfg = checked.config.as_ref().unwrap_or_else(|| panic!("{name}: {:#?}", checked.diagnostics));
+        let lowered = lower_for_build(cfg, &checked.composed);
+        assert!(!lowered.has_errors(), "{name}: {:#?}", lowered.diagnostics);
+        assert!(lowered.plan.binding.validate().is_ok());
+    }
+}
+
+#[test]
+fn support_table() {
+    let all: Vec<_> = binding::supported().collect();
+    // Single: 3 precisions × {[], [optimizer]}; Fsdp: 3 × 4 minus fp16 with params (2);
+    // Megatron: 3 × 8.
+    assert_eq!(all.len(), 6 + 10 + 24);
+    assert!(binding::validate(S::Fsdp, P::Fp16Mixed, OffloadFlags { params: true, grads: true, optimizer: false }).is_err());
+    assert!(binding::validate(S::Fsdp, P::Fp16Mixed, OffloadFlags { params: false, grads: false, optimizer: true }).is_ok());
+    assert!(binding::validate(S::Fsdp, P::Bf16Mixed, OffloadFlags { params: false, grads: true, optimizer: false }).is_err());
+    assert!(binding::validate(S::Single, P::Fp32, OffloadFlags { params: true, grads: false, optimizer: false }).is_err());
+}
+
+#[test]
+fn build_codes_are_unique_and_not_rule_ids() {
+    let mut seen: Vec<&str> = codes::BUILD_CODES.iter().map(|(c, _)| c.0).collect();
+    let n = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), n);
+    for r in crate::rules::RULES {
+        assert!(!seen.contains(&r.code.0));
+    }
+}
+
+#[test]
+fn embedded_config_reloads_to_the_same_tree() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for name in ["quickstart.yaml", "gsm8k_qwen2.5_fsdp.yaml", "gsm8k_qwen2.5_megatron.yaml"] {
+        let req = LoadRequest { config_file: Some(root.join(name)), cwd: root.clone(), ..LoadRequest::default() };
+        let checked = check(&req, &CheckOptions::default());
+        let text = embed::embedded_file(&checked.composed.root, "generated for a test");
+        let c = case(&text, &[]);
+        assert_eq!(c.checked.composed.root.to_json(), checked.composed.root.to_json(), "{name}");
+        assert_eq!(c.lowered.plan, lower(c.checked.config.as_ref().expect("typed"), &checked.composed.root).plan, "{name}");
+    }
+}
