@@ -52,7 +52,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         }
     }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
-    diagnostics.extend(schema_diags);
+    diagnostics.extend(merge_same_origin(schema_diags));
 
     let mut config = None;
     if schema_clean {
@@ -80,6 +80,22 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         diagnostics.extend(plan::check_diagnostics(&ctx, &enabled));
     }
     Checked { composed, config, model, diagnostics }
+}
+
+/// One bad value copied by interpolation (`critic.loss_agg_mode` from the actor's) fails
+/// the schema at every copy; report it once, naming the other keys.
+fn merge_same_origin(diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let mut out: Vec<Diagnostic> = Vec::new();
+    for d in diags {
+        let same = out.iter_mut().find(|o| {
+            o.code == d.code && o.primary.is_some() && o.primary.as_ref().map(|l| &l.origin) == d.primary.as_ref().map(|l| &l.origin)
+        });
+        match (same, &d.key_path) {
+            (Some(first), Some(key)) => first.notes.push(format!("`{key}` takes this value too, by interpolation")),
+            _ => out.push(d),
+        }
+    }
+    out
 }
 
 fn mandatory_help(key: &str, schema: &Option<serde_json::Value>) -> String {
