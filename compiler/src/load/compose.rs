@@ -22,8 +22,23 @@ use crate::source::{Origin, Source, SourceKind, SourceMap};
 
 /// The top-level settings of Hydra's own config (`hydra.run`, `hydra.job` ...).
 const HYDRA_KEYS: &[&str] = &[
-    "run", "sweep", "launcher", "sweeper", "help", "hydra_help", "hydra_logging", "job_logging", "env", "mode", "searchpath",
-    "callbacks", "output_subdir", "overrides", "job", "runtime", "verbose",
+    "run",
+    "sweep",
+    "launcher",
+    "sweeper",
+    "help",
+    "hydra_help",
+    "hydra_logging",
+    "job_logging",
+    "env",
+    "mode",
+    "searchpath",
+    "callbacks",
+    "output_subdir",
+    "overrides",
+    "job",
+    "runtime",
+    "verbose",
 ];
 
 /// verl's two trainer configs; the built-in tree provides both.
@@ -83,7 +98,11 @@ pub fn load(req: &LoadRequest) -> Composed {
     let mut value_overrides = Vec::new();
     let mut parsed = Vec::new();
     for (i, text) in req.overrides.iter().enumerate() {
-        let id = c.sources.add(Source::new(format!("override #{}", i + 1), text.as_str(), SourceKind::Override));
+        let id = c.sources.add(Source::new(
+            format!("override #{}", i + 1),
+            text.as_str(),
+            SourceKind::Override,
+        ));
         match parse_override(text, id) {
             Ok(o) => parsed.push(o),
             Err(d) => c.diags.push(d),
@@ -94,7 +113,12 @@ pub fn load(req: &LoadRequest) -> Composed {
     let primary = match c.primary(req, &parsed) {
         Some(p) => p,
         None => {
-            return Composed { sources: c.sources, root, diagnostics: c.diags, choices: c.choices };
+            return Composed {
+                sources: c.sources,
+                root,
+                diagnostics: c.diags,
+                choices: c.choices,
+            };
         }
     };
 
@@ -110,12 +134,22 @@ pub fn load(req: &LoadRequest) -> Composed {
     for (key, (o, used)) in &c.group_overrides {
         if !used {
             c.diags.push(
-                Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("could not override `{key}`: no match in the defaults list"))
-                    .with_primary(Some(o.key_origin.clone()), "no defaults-list entry has this group and package")
-                    .with_help(match did_you_mean(key, c.choices.keys().map(String::as_str)) {
-                        Some(s) => format!("did you mean `{s}`? To add a new group use `+{}`", o.text),
+                Diagnostic::error(
+                    codes::OVERRIDE_KEY_ABSENT,
+                    format!("could not override `{key}`: no match in the defaults list"),
+                )
+                .with_primary(
+                    Some(o.key_origin.clone()),
+                    "no defaults-list entry has this group and package",
+                )
+                .with_help(
+                    match did_you_mean(key, c.choices.keys().map(String::as_str)) {
+                        Some(s) => {
+                            format!("did you mean `{s}`? To add a new group use `+{}`", o.text)
+                        }
                         None => format!("to add the group to the defaults list use `+{}`", o.text),
-                    }),
+                    },
+                ),
             );
         }
     }
@@ -125,15 +159,30 @@ pub fn load(req: &LoadRequest) -> Composed {
     }
 
     c.diags.extend(interp::resolve_all(&mut root));
-    Composed { sources: c.sources, root, diagnostics: c.diags, choices: c.choices }
+    Composed {
+        sources: c.sources,
+        root,
+        diagnostics: c.diags,
+        choices: c.choices,
+    }
 }
 
 /// A parsed defaults-list entry.
 #[derive(Clone, Debug)]
 enum DefaultEntry {
     SelfEntry,
-    Config { path: String, package: Option<String>, optional: bool },
-    Group { group: String, package: Option<String>, option: Option<Node>, optional: bool, is_override: bool },
+    Config {
+        path: String,
+        package: Option<String>,
+        optional: bool,
+    },
+    Group {
+        group: String,
+        package: Option<String>,
+        option: Option<Node>,
+        optional: bool,
+        is_override: bool,
+    },
 }
 
 /// A config to expand: its node, where it lives, and where it mounts.
@@ -182,24 +231,48 @@ impl Composer {
             }
             return Some(o);
         }
-        let option_ok = matches!(o.value.as_ref().map(|v| &v.value), None | Some(Value::Seq(_)) | Some(Value::Scalar(Scalar::Str(_))));
+        let option_ok = matches!(
+            o.value.as_ref().map(|v| &v.value),
+            None | Some(Value::Seq(_)) | Some(Value::Scalar(Scalar::Str(_)))
+        );
         match o.kind {
             OverrideKind::ForceAdd => self.diags.push(
-                Diagnostic::error(codes::OVERRIDE_SYNTAX, format!("force-add of config groups is not supported: `{}`", o.text))
-                    .with_primary(Some(o.origin()), "here")
-                    .with_help(format!("use `+{}` to add the group or `{}` to change it", o.text.trim_start_matches('+'), o.text.trim_start_matches('+'))),
+                Diagnostic::error(
+                    codes::OVERRIDE_SYNTAX,
+                    format!("force-add of config groups is not supported: `{}`", o.text),
+                )
+                .with_primary(Some(o.origin()), "here")
+                .with_help(format!(
+                    "use `+{}` to add the group or `{}` to change it",
+                    o.text.trim_start_matches('+'),
+                    o.text.trim_start_matches('+')
+                )),
             ),
             _ if !option_ok => self.diags.push(
-                Diagnostic::error(codes::GROUP_OPTION_UNKNOWN, format!("config group `{}` needs an option name (or a list of names), not {}", o.key, o.value.as_ref().map_or("nothing".into(), |v| v.to_json().to_string())))
-                    .with_primary(Some(o.value_origin()), "not an option name")
-                    .with_help(format!("available options: {}", self.repo.options(&o.key).join(", "))),
+                Diagnostic::error(
+                    codes::GROUP_OPTION_UNKNOWN,
+                    format!(
+                        "config group `{}` needs an option name (or a list of names), not {}",
+                        o.key,
+                        o.value
+                            .as_ref()
+                            .map_or("nothing".into(), |v| v.to_json().to_string())
+                    ),
+                )
+                .with_primary(Some(o.value_origin()), "not an option name")
+                .with_help(format!(
+                    "available options: {}",
+                    self.repo.options(&o.key).join(", ")
+                )),
             ),
             OverrideKind::Delete => {
-                self.group_deletions.insert(o.key_with_package(), (o, false));
+                self.group_deletions
+                    .insert(o.key_with_package(), (o, false));
             }
             OverrideKind::Add => self.appended.push(o),
             OverrideKind::Set => {
-                self.group_overrides.insert(o.key_with_package(), (o, false));
+                self.group_overrides
+                    .insert(o.key_with_package(), (o, false));
             }
         }
         None
@@ -209,13 +282,22 @@ impl Composer {
     /// accepted (and ignored) where Hydra would accept them. `hydra.searchpath` was already
     /// applied with the primary config.
     fn check_hydra_override(&mut self, o: &Override) {
-        let top = o.key.strip_prefix("hydra.").map(|r| r.split('.').next().unwrap_or(""));
+        let top = o
+            .key
+            .strip_prefix("hydra.")
+            .map(|r| r.split('.').next().unwrap_or(""));
         let known = top.is_none_or(|t| HYDRA_KEYS.contains(&t));
         if o.kind == OverrideKind::Set && !known {
             let t = top.unwrap_or("");
-            let mut d = Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("could not override `{}`: Hydra has no setting `hydra.{t}`", o.key))
-                .with_key(o.key.clone())
-                .with_primary(Some(o.key_origin.clone()), "not a Hydra setting");
+            let mut d = Diagnostic::error(
+                codes::OVERRIDE_KEY_ABSENT,
+                format!(
+                    "could not override `{}`: Hydra has no setting `hydra.{t}`",
+                    o.key
+                ),
+            )
+            .with_key(o.key.clone())
+            .with_primary(Some(o.key_origin.clone()), "not a Hydra setting");
             if let Some(s) = did_you_mean(t, HYDRA_KEYS.iter().copied()) {
                 d = d.with_help(format!("did you mean `hydra.{s}`?"));
             }
@@ -228,8 +310,14 @@ impl Composer {
         for (key, (o, used)) in &self.group_deletions {
             if !used {
                 self.diags.push(
-                    Diagnostic::error(codes::DELETE_KEY_ABSENT, format!("could not delete `{key}`: no match in the defaults list"))
-                        .with_primary(Some(o.key_origin.clone()), "no defaults-list entry has this group and package"),
+                    Diagnostic::error(
+                        codes::DELETE_KEY_ABSENT,
+                        format!("could not delete `{key}`: no match in the defaults list"),
+                    )
+                    .with_primary(
+                        Some(o.key_origin.clone()),
+                        "no defaults-list entry has this group and package",
+                    ),
                 );
             }
         }
@@ -237,7 +325,9 @@ impl Composer {
 
     /// Whether a `~group[=option]` override removes this defaults entry.
     fn is_deleted(&mut self, key: &str, option: Option<&Node>) -> bool {
-        let Some((o, used)) = self.group_deletions.get_mut(key) else { return false };
+        let Some((o, used)) = self.group_deletions.get_mut(key) else {
+            return false;
+        };
         let matches = match (&o.value, option.and_then(Node::as_str)) {
             (None, _) => true,
             (Some(v), Some(name)) => v.as_str() == Some(name),
@@ -253,15 +343,28 @@ impl Composer {
             let text = match std::fs::read_to_string(file) {
                 Ok(t) => t,
                 Err(e) => {
-                    self.diags.push(Diagnostic::error(codes::IO_ERROR, format!("cannot read {}: {e}", file.display())));
+                    self.diags.push(Diagnostic::error(
+                        codes::IO_ERROR,
+                        format!("cannot read {}: {e}", file.display()),
+                    ));
                     return None;
                 }
             };
-            let dir = file.parent().map(|p| if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() });
+            let dir = file.parent().map(|p| {
+                if p.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    p.to_path_buf()
+                }
+            });
             if let Some(d) = req.config_dir.clone().or(dir) {
                 self.repo.push(SearchDir::Dir(d));
             }
-            let id = self.sources.add(Source::new(file.display().to_string(), text, SourceKind::File));
+            let id = self.sources.add(Source::new(
+                file.display().to_string(),
+                text,
+                SourceKind::File,
+            ));
             let mut node = match yaml::parse(self.sources.get(id), id) {
                 Ok(n) => n,
                 Err(d) => {
@@ -274,7 +377,10 @@ impl Composer {
             let has_defaults = node.as_map().is_some_and(|m| m.contains_key("defaults"));
             if !has_defaults {
                 // A plain file: merged over the built-in base (its own `_self_` last).
-                let base = req.base.clone().unwrap_or_else(|| pick_base(&node, overrides).to_string());
+                let base = req
+                    .base
+                    .clone()
+                    .unwrap_or_else(|| pick_base(&node, overrides).to_string());
                 let base_origin = Origin::new(id, 0..0);
                 let defaults = Node::new(
                     Value::Seq(vec![
@@ -284,13 +390,32 @@ impl Composer {
                     None,
                 );
                 if let Some(m) = node.as_map_mut() {
-                    m.insert("defaults".into(), Entry { key_origin: None, node: defaults });
+                    m.insert(
+                        "defaults".into(),
+                        Entry {
+                            key_origin: None,
+                            node: defaults,
+                        },
+                    );
                 }
             }
-            let stem = file.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
-            return Some(Pending { node, config_path: stem, base_dir: String::new(), package: String::new(), is_primary: true });
+            let stem = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default();
+            return Some(Pending {
+                node,
+                config_path: stem,
+                base_dir: String::new(),
+                package: String::new(),
+                is_primary: true,
+            });
         }
-        let name = req.config_name.clone().or(req.base.clone()).unwrap_or_else(|| FSDP_BASE.to_string());
+        let name = req
+            .config_name
+            .clone()
+            .or(req.base.clone())
+            .unwrap_or_else(|| FSDP_BASE.to_string());
         let name = name.trim_end_matches(".yaml").to_string();
         match &req.config_dir {
             Some(d) => self.repo.push(SearchDir::Dir(d.clone())),
@@ -298,22 +423,43 @@ impl Composer {
         }
         let mut node = self.load_config(&name, None)?;
         self.take_searchpath(&mut node, &req.cwd, overrides);
-        let base_dir = name.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
-        Some(Pending { node, config_path: name, base_dir, package: String::new(), is_primary: true })
+        let base_dir = name
+            .rsplit_once('/')
+            .map(|(d, _)| d.to_string())
+            .unwrap_or_default();
+        Some(Pending {
+            node,
+            config_path: name,
+            base_dir,
+            package: String::new(),
+            is_primary: true,
+        })
     }
 
     /// Remove the primary's `hydra:` node; its `searchpath` extends the repo, unless a
     /// `hydra.searchpath=[...]` override replaces the list (as it does in Hydra).
     fn take_searchpath(&mut self, node: &mut Node, cwd: &std::path::Path, overrides: &[Override]) {
-        let from_file = node.as_map_mut().and_then(|m| m.shift_remove("hydra")).and_then(|h| h.node.child("searchpath").cloned());
-        let from_cli = overrides.iter().rev().find(|o| o.key == "hydra.searchpath" && o.kind != OverrideKind::Delete).and_then(|o| o.value.clone());
-        let Some(list) = from_cli.or(from_file) else { return };
+        let from_file = node
+            .as_map_mut()
+            .and_then(|m| m.shift_remove("hydra"))
+            .and_then(|h| h.node.child("searchpath").cloned());
+        let from_cli = overrides
+            .iter()
+            .rev()
+            .find(|o| o.key == "hydra.searchpath" && o.kind != OverrideKind::Delete)
+            .and_then(|o| o.value.clone());
+        let Some(list) = from_cli.or(from_file) else {
+            return;
+        };
         let Value::Seq(items) = &list.value else {
             self.diags.push(
-                Diagnostic::error(codes::OVERRIDE_TYPE, "`hydra.searchpath` must be a list of search path URLs")
-                    .with_key("hydra.searchpath")
-                    .with_primary(list.origin.clone(), "not a list")
-                    .with_help("write `hydra.searchpath=[file:///abs/dir,pkg://verl.trainer.config]`"),
+                Diagnostic::error(
+                    codes::OVERRIDE_TYPE,
+                    "`hydra.searchpath` must be a list of search path URLs",
+                )
+                .with_key("hydra.searchpath")
+                .with_primary(list.origin.clone(), "not a list")
+                .with_help("write `hydra.searchpath=[file:///abs/dir,pkg://verl.trainer.config]`"),
             );
             return;
         };
@@ -322,7 +468,9 @@ impl Composer {
             match Repo::search_dir_from_url(url, cwd) {
                 Ok(dir) => self.repo.push(dir),
                 Err(msg) => self.diags.push(
-                    Diagnostic::error(codes::CONFIG_NOT_FOUND, msg).with_key("hydra.searchpath").with_primary(item.origin.clone(), "search path entry"),
+                    Diagnostic::error(codes::CONFIG_NOT_FOUND, msg)
+                        .with_key("hydra.searchpath")
+                        .with_primary(item.origin.clone(), "search path entry"),
                 ),
             }
         }
@@ -341,18 +489,28 @@ impl Composer {
                 }
             }
             Some(Err(msg)) => {
-                self.diags.push(Diagnostic::error(codes::IO_ERROR, msg).with_primary(requested_at.cloned(), "requested here"));
+                self.diags.push(
+                    Diagnostic::error(codes::IO_ERROR, msg)
+                        .with_primary(requested_at.cloned(), "requested here"),
+                );
                 None
             }
             None => {
                 let (group, name) = config_path.rsplit_once('/').unwrap_or(("", config_path));
                 let options = self.repo.options(group);
-                let mut d = Diagnostic::error(codes::CONFIG_NOT_FOUND, format!("cannot find config `{config_path}` in the search path"))
-                    .with_primary(requested_at.cloned(), "requested here");
+                let mut d = Diagnostic::error(
+                    codes::CONFIG_NOT_FOUND,
+                    format!("cannot find config `{config_path}` in the search path"),
+                )
+                .with_primary(requested_at.cloned(), "requested here");
                 if let Some(s) = did_you_mean(name, options.iter().map(String::as_str)) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 } else if !options.is_empty() {
-                    d = d.with_help(format!("available options in `{}`: {}", if group.is_empty() { "<root>" } else { group }, options.join(", ")));
+                    d = d.with_help(format!(
+                        "available options in `{}`: {}",
+                        if group.is_empty() { "<root>" } else { group },
+                        options.join(", ")
+                    ));
                 }
                 self.diags.push(d);
                 None
@@ -363,8 +521,15 @@ impl Composer {
     fn compose(&mut self, p: Pending, out: &mut Node) {
         if self.stack.contains(&p.config_path) {
             self.diags.push(
-                Diagnostic::error(codes::DEFAULTS_CYCLE, format!("defaults cycle: {} -> {}", self.stack.join(" -> "), p.config_path))
-                    .with_primary(p.node.origin.clone(), "included again here"),
+                Diagnostic::error(
+                    codes::DEFAULTS_CYCLE,
+                    format!(
+                        "defaults cycle: {} -> {}",
+                        self.stack.join(" -> "),
+                        p.config_path
+                    ),
+                )
+                .with_primary(p.node.origin.clone(), "included again here"),
             );
             return;
         }
@@ -379,11 +544,28 @@ impl Composer {
             Some(e) => self.parse_defaults(&e.node),
             None => Vec::new(),
         };
-        let self_count = entries.iter().filter(|(e, _)| matches!(e, DefaultEntry::SelfEntry)).count();
+        let self_count = entries
+            .iter()
+            .filter(|(e, _)| matches!(e, DefaultEntry::SelfEntry))
+            .count();
         if self_count > 1 {
-            self.diags.push(Diagnostic::error(codes::DUPLICATE_SELF, format!("duplicate `_self_` in the defaults list of {}", p.config_path)));
+            self.diags.push(Diagnostic::error(
+                codes::DUPLICATE_SELF,
+                format!(
+                    "duplicate `_self_` in the defaults list of {}",
+                    p.config_path
+                ),
+            ));
         }
-        let has_non_override = entries.iter().any(|(e, _)| !matches!(e, DefaultEntry::Group { is_override: true, .. }));
+        let has_non_override = entries.iter().any(|(e, _)| {
+            !matches!(
+                e,
+                DefaultEntry::Group {
+                    is_override: true,
+                    ..
+                }
+            )
+        });
         if self_count == 0 && (has_non_override || entries.is_empty()) {
             entries.push((DefaultEntry::SelfEntry, None));
         }
@@ -391,17 +573,35 @@ impl Composer {
             for o in std::mem::take(&mut self.appended) {
                 let option = o.value.clone();
                 entries.push((
-                    DefaultEntry::Group { group: o.key.clone(), package: o.package.clone(), option, optional: false, is_override: false },
+                    DefaultEntry::Group {
+                        group: o.key.clone(),
+                        package: o.package.clone(),
+                        option,
+                        optional: false,
+                        is_override: false,
+                    },
                     Some(o.key_origin.clone()),
                 ));
             }
         }
         // `override group: opt` entries change the choice of an entry elsewhere in the tree.
         for (e, origin) in &entries {
-            if let DefaultEntry::Group { group, package: pkg, option, is_override: true, .. } = e {
+            if let DefaultEntry::Group {
+                group,
+                package: pkg,
+                option,
+                is_override: true,
+                ..
+            } = e
+            {
                 let group_path = resolve_group(&p.base_dir, group);
-                let key = override_key(&group_path, &final_package(&package, pkg.as_deref(), &rel_group(group)));
-                let Some(origin) = origin.clone() else { continue };
+                let key = override_key(
+                    &group_path,
+                    &final_package(&package, pkg.as_deref(), &rel_group(group)),
+                );
+                let Some(origin) = origin.clone() else {
+                    continue;
+                };
                 let o = Override {
                     kind: OverrideKind::Set,
                     key: group_path,
@@ -419,10 +619,18 @@ impl Composer {
         for (entry, origin) in entries {
             match entry {
                 DefaultEntry::SelfEntry => {
-                    let content = Node { value: node.value.clone(), origin: node.origin.clone(), via: None };
+                    let content = Node {
+                        value: node.value.clone(),
+                        origin: node.origin.clone(),
+                        via: None,
+                    };
                     merge_at(out, &package, content);
                 }
-                DefaultEntry::Config { path, package: pkg, optional } => {
+                DefaultEntry::Config {
+                    path,
+                    package: pkg,
+                    optional,
+                } => {
                     let config_path = if let Some(abs) = path.strip_prefix('/') {
                         abs.to_string()
                     } else if p.base_dir.is_empty() {
@@ -431,17 +639,39 @@ impl Composer {
                         format!("{}/{}", p.base_dir, path)
                     };
                     let config_path = normalize_group(&config_path);
-                    let base_dir = config_path.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
-                    let rel = path.trim_start_matches('/').rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+                    let base_dir = config_path
+                        .rsplit_once('/')
+                        .map(|(d, _)| d.to_string())
+                        .unwrap_or_default();
+                    let rel = path
+                        .trim_start_matches('/')
+                        .rsplit_once('/')
+                        .map(|(d, _)| d.to_string())
+                        .unwrap_or_default();
                     let child_pkg = final_package(&package, pkg.as_deref(), &rel);
                     if optional && self.repo.load(&config_path).is_none() {
                         continue;
                     }
                     if let Some(n) = self.load_config(&config_path, origin.as_ref()) {
-                        self.compose(Pending { node: n, config_path, base_dir, package: child_pkg, is_primary: false }, out);
+                        self.compose(
+                            Pending {
+                                node: n,
+                                config_path,
+                                base_dir,
+                                package: child_pkg,
+                                is_primary: false,
+                            },
+                            out,
+                        );
                     }
                 }
-                DefaultEntry::Group { group, package: pkg, option, optional, is_override } => {
+                DefaultEntry::Group {
+                    group,
+                    package: pkg,
+                    option,
+                    optional,
+                    is_override,
+                } => {
                     if is_override {
                         continue;
                     }
@@ -458,7 +688,12 @@ impl Composer {
                         option = o.value.clone();
                         option_origin = Some(o.value_origin());
                     }
-                    let names = match self.option_names(&group_path, option.as_ref(), option_origin.as_ref(), optional) {
+                    let names = match self.option_names(
+                        &group_path,
+                        option.as_ref(),
+                        option_origin.as_ref(),
+                        optional,
+                    ) {
                         Some(n) => n,
                         None => continue,
                     };
@@ -470,7 +705,13 @@ impl Composer {
                         self.choices.insert(key.clone(), name.clone());
                         if let Some(n) = self.load_config(&config_path, option_origin.as_ref()) {
                             self.compose(
-                                Pending { node: n, config_path, base_dir: group_path.clone(), package: child_pkg.clone(), is_primary: false },
+                                Pending {
+                                    node: n,
+                                    config_path,
+                                    base_dir: group_path.clone(),
+                                    package: child_pkg.clone(),
+                                    is_primary: false,
+                                },
                                 out,
                             );
                         }
@@ -482,7 +723,13 @@ impl Composer {
     }
 
     /// The option names a group entry selects (none for `null`).
-    fn option_names(&mut self, group_path: &str, option: Option<&Node>, origin: Option<&Origin>, optional: bool) -> Option<Vec<String>> {
+    fn option_names(
+        &mut self,
+        group_path: &str,
+        option: Option<&Node>,
+        origin: Option<&Origin>,
+        optional: bool,
+    ) -> Option<Vec<String>> {
         let option = option?;
         let names: Vec<String> = match &option.value {
             Value::Scalar(Scalar::Null) => return None,
@@ -490,20 +737,35 @@ impl Composer {
                 if !optional {
                     let opts = self.repo.options(group_path);
                     self.diags.push(
-                        Diagnostic::error(codes::GROUP_OPTION_UNKNOWN, format!("you must choose an option for config group `{group_path}`"))
-                            .with_primary(origin.cloned(), "left as `???` here")
-                            .with_help(format!("add `{group_path}=<option>`; available: {}", opts.join(", "))),
+                        Diagnostic::error(
+                            codes::GROUP_OPTION_UNKNOWN,
+                            format!("you must choose an option for config group `{group_path}`"),
+                        )
+                        .with_primary(origin.cloned(), "left as `???` here")
+                        .with_help(format!(
+                            "add `{group_path}=<option>`; available: {}",
+                            opts.join(", ")
+                        )),
                     );
                 }
                 return None;
             }
             Value::Scalar(s) => vec![s.to_string()],
-            Value::Seq(items) => items.iter().filter_map(|i| match &i.value {
-                Value::Scalar(s) => Some(s.to_string()),
-                _ => None,
-            }).collect(),
+            Value::Seq(items) => items
+                .iter()
+                .filter_map(|i| match &i.value {
+                    Value::Scalar(s) => Some(s.to_string()),
+                    _ => None,
+                })
+                .collect(),
             Value::Map(_) => {
-                self.diags.push(Diagnostic::error(codes::DEFAULTS_SYNTAX, "a group option must be a name or a list of names").with_primary(origin.cloned(), "here"));
+                self.diags.push(
+                    Diagnostic::error(
+                        codes::DEFAULTS_SYNTAX,
+                        "a group option must be a name or a list of names",
+                    )
+                    .with_primary(origin.cloned(), "here"),
+                );
                 return None;
             }
         };
@@ -513,7 +775,10 @@ impl Composer {
             if n.contains("${") {
                 match self.interpolate_choice(&n) {
                     Ok(v) => out.push(v),
-                    Err(msg) => self.diags.push(Diagnostic::error(codes::INTERP_KEY_MISSING, msg).with_primary(origin.cloned(), "in this defaults entry")),
+                    Err(msg) => self.diags.push(
+                        Diagnostic::error(codes::INTERP_KEY_MISSING, msg)
+                            .with_primary(origin.cloned(), "in this defaults entry"),
+                    ),
                 }
             } else {
                 out.push(n);
@@ -530,9 +795,14 @@ impl Composer {
         let mut rest = s;
         while let Some(i) = rest.find("${") {
             out.push_str(&rest[..i]);
-            let end = rest[i..].find('}').ok_or_else(|| format!("unclosed `${{` in `{s}`"))? + i;
+            let end = rest[i..]
+                .find('}')
+                .ok_or_else(|| format!("unclosed `${{` in `{s}`"))?
+                + i;
             let key = rest[i + 2..end].trim();
-            let v = self.choices.get(key).ok_or_else(|| format!("defaults entry `{s}` refers to group `{key}`, which has no choice yet"))?;
+            let v = self.choices.get(key).ok_or_else(|| {
+                format!("defaults entry `{s}` refers to group `{key}`, which has no choice yet")
+            })?;
             out.push_str(v);
             rest = &rest[end + 1..];
         }
@@ -542,7 +812,10 @@ impl Composer {
 
     fn parse_defaults(&mut self, list: &Node) -> Vec<(DefaultEntry, Option<Origin>)> {
         let Value::Seq(items) = &list.value else {
-            self.diags.push(Diagnostic::error(codes::DEFAULTS_SYNTAX, "`defaults` must be a list").with_primary(list.origin.clone(), "here"));
+            self.diags.push(
+                Diagnostic::error(codes::DEFAULTS_SYNTAX, "`defaults` must be a list")
+                    .with_primary(list.origin.clone(), "here"),
+            );
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -557,11 +830,20 @@ impl Composer {
                         out.push((DefaultEntry::SelfEntry, item.origin.clone()));
                     } else {
                         let (path, package) = split_package(s);
-                        out.push((DefaultEntry::Config { path, package, optional }, item.origin.clone()));
+                        out.push((
+                            DefaultEntry::Config {
+                                path,
+                                package,
+                                optional,
+                            },
+                            item.origin.clone(),
+                        ));
                     }
                 }
                 Value::Map(m) if m.len() == 1 => {
-                    let Some((k, e)) = m.iter().next() else { continue };
+                    let Some((k, e)) = m.iter().next() else {
+                        continue;
+                    };
                     let mut key = k.trim();
                     let mut optional = false;
                     let mut is_override = false;
@@ -578,11 +860,23 @@ impl Composer {
                     }
                     let (group, package) = split_package(key);
                     let option = Some(e.node.clone());
-                    out.push((DefaultEntry::Group { group, package, option, optional, is_override }, e.key_origin.clone().or(item.origin.clone())));
+                    out.push((
+                        DefaultEntry::Group {
+                            group,
+                            package,
+                            option,
+                            optional,
+                            is_override,
+                        },
+                        e.key_origin.clone().or(item.origin.clone()),
+                    ));
                 }
                 _ => self.diags.push(
-                    Diagnostic::error(codes::DEFAULTS_SYNTAX, "a defaults entry must be `name`, `_self_` or `group@package: option`")
-                        .with_primary(item.origin.clone(), "here"),
+                    Diagnostic::error(
+                        codes::DEFAULTS_SYNTAX,
+                        "a defaults entry must be `name`, `_self_` or `group@package: option`",
+                    )
+                    .with_primary(item.origin.clone(), "here"),
                 ),
             }
         }
@@ -609,7 +903,10 @@ fn package_header(node: &Node, sources: &SourceMap) -> Option<String> {
         let Some(c) = t.strip_prefix('#') else { break };
         if let Some(pkg) = c.trim().strip_prefix("@package") {
             let pkg = pkg.trim();
-            let pkg = pkg.strip_prefix("_global_").map(|r| r.trim_start_matches('.')).unwrap_or(pkg);
+            let pkg = pkg
+                .strip_prefix("_global_")
+                .map(|r| r.trim_start_matches('.'))
+                .unwrap_or(pkg);
             return Some(pkg.to_string());
         }
     }
@@ -642,7 +939,9 @@ fn final_package(parent: &str, package: Option<&str>, rel_group: &str) -> String
         (false, false) => format!("{parent}.{own}"),
     };
     match joined.rfind("_global_") {
-        Some(i) => joined[(i + "_global_".len()).min(joined.len())..].trim_start_matches('.').to_string(),
+        Some(i) => joined[(i + "_global_".len()).min(joined.len())..]
+            .trim_start_matches('.')
+            .to_string(),
         None => joined,
     }
 }
@@ -662,8 +961,15 @@ fn override_key(group_path: &str, final_pkg: &str) -> String {
 /// Pick the built-in base for a plain file: Megatron when the actor says so.
 fn pick_base(node: &Node, overrides: &[Override]) -> &'static str {
     let key = "actor_rollout_ref.actor.strategy";
-    let from_override = overrides.iter().rev().find(|o| o.key == key).and_then(|o| o.value.as_ref()).and_then(|v| v.as_str().map(str::to_string));
-    let from_file = node.get_path(&split_key(key)).and_then(|n| n.as_str().map(str::to_string));
+    let from_override = overrides
+        .iter()
+        .rev()
+        .find(|o| o.key == key)
+        .and_then(|o| o.value.as_ref())
+        .and_then(|v| v.as_str().map(str::to_string));
+    let from_file = node
+        .get_path(&split_key(key))
+        .and_then(|n| n.as_str().map(str::to_string));
     match from_override.or(from_file).as_deref() {
         Some("megatron") => MEGATRON_BASE,
         _ => FSDP_BASE,
@@ -678,7 +984,13 @@ fn merge_at(out: &mut Node, package: &str, src: Node) {
             *cur = Node::empty_map(None);
         }
         let Some(m) = cur.as_map_mut() else { return };
-        cur = &mut m.entry(seg.to_string()).or_insert_with(|| Entry { key_origin: None, node: Node::empty_map(None) }).node;
+        cur = &mut m
+            .entry(seg.to_string())
+            .or_insert_with(|| Entry {
+                key_origin: None,
+                node: Node::empty_map(None),
+            })
+            .node;
     }
     merge(cur, src);
 }
@@ -686,7 +998,10 @@ fn merge_at(out: &mut Node, package: &str, src: Node) {
 /// OmegaConf merge: maps merge key by key, everything else replaces; `???` never replaces
 /// a value that is already there.
 pub fn merge(dest: &mut Node, src: Node) {
-    if src.is_missing() && !dest.is_missing() && !(dest.as_map().is_some_and(|m| m.is_empty()) && dest.origin.is_none()) {
+    if src.is_missing()
+        && !dest.is_missing()
+        && !(dest.as_map().is_some_and(|m| m.is_empty()) && dest.origin.is_none())
+    {
         return;
     }
     match (dest.as_map_mut(), src.value) {
@@ -709,7 +1024,11 @@ pub fn merge(dest: &mut Node, src: Node) {
             }
         }
         (_, value) => {
-            *dest = Node { value, origin: src.origin, via: src.via };
+            *dest = Node {
+                value,
+                origin: src.origin,
+                via: src.via,
+            };
         }
     }
 }
@@ -753,11 +1072,17 @@ fn add(root: &mut Node, o: &Override, path: &[&str]) -> Applied {
     }
     let set_at = root.get_path(path).and_then(|n| n.origin.clone());
     Err(Box::new(
-        Diagnostic::error(codes::OVERRIDE_KEY_EXISTS, format!("could not append `{}`: the key already exists", o.key))
-            .with_key(o.key.clone())
-            .with_primary(Some(o.key_origin.clone()), "already in the config")
-            .with_secondary(set_at, "set here")
-            .with_help(format!("drop the `+` to override it: `{}`, or use `++` to add or override", o.text.trim_start_matches('+'))),
+        Diagnostic::error(
+            codes::OVERRIDE_KEY_EXISTS,
+            format!("could not append `{}`: the key already exists", o.key),
+        )
+        .with_key(o.key.clone())
+        .with_primary(Some(o.key_origin.clone()), "already in the config")
+        .with_secondary(set_at, "set here")
+        .with_help(format!(
+            "drop the `+` to override it: `{}`, or use `++` to add or override",
+            o.text.trim_start_matches('+')
+        )),
     ))
 }
 
@@ -766,18 +1091,32 @@ fn delete(root: &mut Node, o: &Override, path: &[&str]) -> Applied {
     let existing = interp::select(root, path).map_err(|d| select_failed(o, d))?;
     let Some(current) = existing.filter(|n| !is_unset(Some(n))) else {
         return Err(Box::new(
-            Diagnostic::error(codes::DELETE_KEY_ABSENT, format!("could not delete `{}`: the key does not exist (or is null)", o.key))
-                .with_key(o.key.clone())
-                .with_primary(Some(o.key_origin.clone()), "nothing to delete"),
+            Diagnostic::error(
+                codes::DELETE_KEY_ABSENT,
+                format!(
+                    "could not delete `{}`: the key does not exist (or is null)",
+                    o.key
+                ),
+            )
+            .with_key(o.key.clone())
+            .with_primary(Some(o.key_origin.clone()), "nothing to delete"),
         ));
     };
     if let Some(v) = &o.value
         && !py_eq(v, &current)
     {
         return Err(Box::new(
-            Diagnostic::error(codes::DELETE_KEY_ABSENT, format!("could not delete `{}`: its value is {}, not {}", o.key, current.to_json(), v.to_json()))
-                .with_key(o.key.clone())
-                .with_primary(Some(o.value_origin()), "expected value"),
+            Diagnostic::error(
+                codes::DELETE_KEY_ABSENT,
+                format!(
+                    "could not delete `{}`: its value is {}, not {}",
+                    o.key,
+                    current.to_json(),
+                    v.to_json()
+                ),
+            )
+            .with_key(o.key.clone())
+            .with_primary(Some(o.value_origin()), "expected value"),
         ));
     }
     let (parent_path, last) = path.split_at(path.len() - 1);
@@ -801,7 +1140,9 @@ fn delete(root: &mut Node, o: &Override, path: &[&str]) -> Applied {
 
 /// OmegaConf's `update(cfg, key, value, merge=True, force_add=..)`.
 fn update(root: &mut Node, o: &Override, path: &[&str], force_add: bool) -> Applied {
-    let Some(value) = o.value.clone() else { return Ok(()) };
+    let Some(value) = o.value.clone() else {
+        return Ok(());
+    };
     let (parent_path, last) = path.split_at(path.len() - 1);
     let last = last[0];
     let mut cur: &mut Node = root;
@@ -826,9 +1167,17 @@ fn update(root: &mut Node, o: &Override, path: &[&str], force_add: bool) -> Appl
         }
         return set_child(cur, last, value, o);
     }
-    let Some(existing) = cur.child_mut(last) else { return Ok(()) };
+    let Some(existing) = cur.child_mut(last) else {
+        return Ok(());
+    };
     if is_container(existing) && is_container(&value) {
-        merge_with(existing, value, strict, o, &path.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        merge_with(
+            existing,
+            value,
+            strict,
+            o,
+            &path.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
     } else {
         *existing = value;
         Ok(())
@@ -842,7 +1191,13 @@ fn set_child(parent: &mut Node, seg: &str, node: Node, o: &Override) -> Applied 
             match m.get_mut(seg) {
                 Some(e) => e.node = node,
                 None => {
-                    m.insert(seg.to_string(), Entry { key_origin: Some(o.key_origin.clone()), node });
+                    m.insert(
+                        seg.to_string(),
+                        Entry {
+                            key_origin: Some(o.key_origin.clone()),
+                            node,
+                        },
+                    );
                 }
             }
             Ok(())
@@ -853,9 +1208,16 @@ fn set_child(parent: &mut Node, seg: &str, node: Node, o: &Override) -> Applied 
                 Ok(())
             }
             None => Err(Box::new(
-                Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("could not override `{}`: `{seg}` is not an index of the list ({} items)", o.key, items.len()))
-                    .with_key(o.key.clone())
-                    .with_primary(Some(o.key_origin.clone()), "no such list item"),
+                Diagnostic::error(
+                    codes::OVERRIDE_KEY_ABSENT,
+                    format!(
+                        "could not override `{}`: `{seg}` is not an index of the list ({} items)",
+                        o.key,
+                        items.len()
+                    ),
+                )
+                .with_key(o.key.clone())
+                .with_primary(Some(o.key_origin.clone()), "no such list item"),
             )),
         },
         Value::Scalar(_) => Err(Box::new(absent_key(o, parent, &[seg]))),
@@ -874,7 +1236,9 @@ fn merge_with(dest: &mut Node, src: Node, strict: bool, o: &Override, path: &[St
                 child_path.push(k.clone());
                 match dm.get_mut(&k) {
                     Some(_) if e.node.is_missing() => {}
-                    Some(ex) if is_container(&ex.node) && is_container(&e.node) => merge_with(&mut ex.node, e.node, strict, o, &child_path)?,
+                    Some(ex) if is_container(&ex.node) && is_container(&e.node) => {
+                        merge_with(&mut ex.node, e.node, strict, o, &child_path)?
+                    }
                     Some(ex) => ex.node = e.node,
                     None if strict => {
                         let siblings: Vec<&str> = dm.keys().map(String::as_str).collect();
@@ -894,7 +1258,13 @@ fn merge_with(dest: &mut Node, src: Node, strict: bool, o: &Override, path: &[St
             Ok(())
         }
         (dv, sv) => {
-            let kind = |v: &Value| if matches!(v, Value::Map(_)) { "dict" } else { "list" };
+            let kind = |v: &Value| {
+                if matches!(v, Value::Map(_)) {
+                    "dict"
+                } else {
+                    "list"
+                }
+            };
             Err(Box::new(
                 Diagnostic::error(codes::OVERRIDE_TYPE, format!("could not override `{}`: cannot merge a {} into the {} at `{}`", o.key, kind(&sv), kind(dv), path.join(".")))
                     .with_key(o.key.clone())
@@ -909,10 +1279,19 @@ fn merge_with(dest: &mut Node, src: Node, strict: bool, o: &Override, path: &[St
 /// resolve makes the override fail, as in Hydra.
 fn select_failed(o: &Override, d: Diagnostic) -> Box<Diagnostic> {
     Box::new(
-        Diagnostic::error(d.code, format!("could not apply `{}`: {}", o.text, d.message))
-            .with_key(o.key.clone())
-            .with_primary(Some(o.key_origin.clone()), "reads the current value of this key")
-            .with_help(d.help.unwrap_or_else(|| "fix the interpolation in the current value first".into())),
+        Diagnostic::error(
+            d.code,
+            format!("could not apply `{}`: {}", o.text, d.message),
+        )
+        .with_key(o.key.clone())
+        .with_primary(
+            Some(o.key_origin.clone()),
+            "reads the current value of this key",
+        )
+        .with_help(
+            d.help
+                .unwrap_or_else(|| "fix the interpolation in the current value first".into()),
+        ),
     )
 }
 
@@ -929,32 +1308,58 @@ fn py_eq(a: &Node, b: &Node) -> bool {
     match (&a.value, &b.value) {
         (Value::Scalar(Scalar::Str(x)), Value::Scalar(Scalar::Str(y))) => x == y,
         (Value::Scalar(Scalar::Null), Value::Scalar(Scalar::Null)) => true,
-        (Value::Scalar(x), Value::Scalar(y)) => matches!((num(x), num(y)), (Some(p), Some(q)) if p == q),
-        (Value::Seq(x), Value::Seq(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| py_eq(p, q)),
-        (Value::Map(x), Value::Map(y)) => x.len() == y.len() && x.iter().all(|(k, e)| y.get(k).is_some_and(|f| py_eq(&e.node, &f.node))),
+        (Value::Scalar(x), Value::Scalar(y)) => {
+            matches!((num(x), num(y)), (Some(p), Some(q)) if p == q)
+        }
+        (Value::Seq(x), Value::Seq(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| py_eq(p, q))
+        }
+        (Value::Map(x), Value::Map(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, e)| y.get(k).is_some_and(|f| py_eq(&e.node, &f.node)))
+        }
         _ => false,
     }
 }
 
 fn absent_key(o: &Override, parent: &Node, path: &[&str]) -> Diagnostic {
-    let siblings: Vec<&str> = parent.as_map().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+    let siblings: Vec<&str> = parent
+        .as_map()
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default();
     absent_key_among(o, &siblings, path)
 }
 
 fn absent_key_among(o: &Override, siblings: &[&str], path: &[&str]) -> Diagnostic {
     let missing = path.join(".");
     let last = path.last().copied().unwrap_or("");
-    let d = Diagnostic::error(codes::OVERRIDE_KEY_ABSENT, format!("could not override `{}`: key `{missing}` is not in the config", o.key))
-        .with_key(o.key.clone())
-        .with_primary(Some(o.key_origin.clone()), "not in the config");
+    let d = Diagnostic::error(
+        codes::OVERRIDE_KEY_ABSENT,
+        format!(
+            "could not override `{}`: key `{missing}` is not in the config",
+            o.key
+        ),
+    )
+    .with_key(o.key.clone())
+    .with_primary(Some(o.key_origin.clone()), "not in the config");
     match did_you_mean(last, siblings.iter().copied()) {
         Some(s) => {
             let mut fixed: Vec<&str> = path[..path.len().saturating_sub(1)].to_vec();
             fixed.push(s);
-            d.with_help(format!("did you mean `{}`? To add a new key use `+{}`", fixed.join("."), o.text.trim_start_matches('+')))
+            d.with_help(format!(
+                "did you mean `{}`? To add a new key use `+{}`",
+                fixed.join("."),
+                o.text.trim_start_matches('+')
+            ))
         }
-        None => d.with_help(format!("to append to the config use `+{}`", o.text.trim_start_matches('+'))),
+        None => d.with_help(format!(
+            "to append to the config use `+{}`",
+            o.text.trim_start_matches('+')
+        )),
     }
 }
 
-
+#[cfg(test)]
+#[path = "compose_tests.rs"]
+mod tests;

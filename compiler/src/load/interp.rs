@@ -15,7 +15,11 @@ use crate::source::Origin;
 pub fn resolve_all(root: &mut Node) -> Vec<Diagnostic> {
     let mut paths = Vec::new();
     collect(root, &mut Vec::new(), &mut paths);
-    let mut r = Resolver { diags: Vec::new(), stack: Vec::new(), failed: HashSet::new() };
+    let mut r = Resolver {
+        diags: Vec::new(),
+        stack: Vec::new(),
+        failed: HashSet::new(),
+    };
     for p in paths {
         r.resolve_path(root, &p);
     }
@@ -31,7 +35,11 @@ pub fn select(root: &Node, path: &[&str]) -> Result<Option<Node>, Diagnostic> {
         return Ok(raw.node.cloned());
     }
     let mut copy = root.clone();
-    let mut r = Resolver { diags: Vec::new(), stack: Vec::new(), failed: HashSet::new() };
+    let mut r = Resolver {
+        diags: Vec::new(),
+        stack: Vec::new(),
+        failed: HashSet::new(),
+    };
     let key = path.join(".");
     match r.lookup(&mut copy, &[], &key, None) {
         Ok(n) => match r.diags.into_iter().find(Diagnostic::is_error) {
@@ -52,16 +60,27 @@ fn select_raw<'a>(root: &'a Node, path: &[&str]) -> RawSelect<'a> {
     let mut cur = root;
     for seg in path {
         if cur.as_str().is_some_and(|s| s.contains("${")) {
-            return RawSelect { node: None, needs_resolution: true };
+            return RawSelect {
+                node: None,
+                needs_resolution: true,
+            };
         }
         match cur.child(seg) {
             Some(n) => cur = n,
-            None => return RawSelect { node: None, needs_resolution: false },
+            None => {
+                return RawSelect {
+                    node: None,
+                    needs_resolution: false,
+                };
+            }
         }
     }
     let mut inner = Vec::new();
     collect(cur, &mut Vec::new(), &mut inner);
-    RawSelect { node: Some(cur), needs_resolution: !inner.is_empty() }
+    RawSelect {
+        node: Some(cur),
+        needs_resolution: !inner.is_empty(),
+    }
 }
 
 fn collect(node: &Node, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
@@ -182,10 +201,15 @@ fn parse_expr(body: &str) -> Result<Expr, String> {
     // A resolver call is `name:args`; a key never holds `:` outside brackets.
     if let Some(colon) = body.find(':')
         && !body[..colon].contains("${")
-        && body[..colon].chars().all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+        && body[..colon]
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
     {
         let name = body[..colon].to_string();
-        let args = split_args(&body[colon + 1..])?.into_iter().map(|a| parse_pieces(&a)).collect::<Result<_, _>>()?;
+        let args = split_args(&body[colon + 1..])?
+            .into_iter()
+            .map(|a| parse_pieces(&a))
+            .collect::<Result<_, _>>()?;
         return Ok(Expr::Resolver { name, args });
     }
     Ok(Expr::Key(body.to_string()))
@@ -238,7 +262,11 @@ pub fn py_float(f: f64) -> String {
         return if f > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if f == 0.0 {
-        return if f.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if f.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     let exp = f.abs().log10().floor() as i32;
     if !(-4..16).contains(&exp) {
@@ -252,6 +280,51 @@ pub fn py_float(f: f64) -> String {
         let s = format!("{f}");
         if s.contains('.') { s } else { format!("{s}.0") }
     }
+}
+
+/// Python's `repr` of a container, which is what `str()` of an OmegaConf container gives
+/// when it is interpolated into a string: `{'a': 1, 'b': [True, None]}`.
+fn py_repr(n: &Node) -> String {
+    match &n.value {
+        Value::Scalar(Scalar::Str(s)) => py_str_repr(s),
+        Value::Scalar(s) => scalar_to_py_str(s),
+        Value::Seq(items) => format!(
+            "[{}]",
+            items.iter().map(py_repr).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Map(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, e)| format!("{}: {}", py_str_repr(k), py_repr(&e.node)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Python's `repr(str)`: single quotes unless the text has one and no double quote.
+fn py_str_repr(s: &str) -> String {
+    let q = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::from(q);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == q => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(q);
+    out
 }
 
 fn scalar_to_py_str(s: &Scalar) -> String {
@@ -275,8 +348,14 @@ struct Resolver {
 impl Resolver {
     /// Resolve the interpolation at `path` (if any) and everything it depends on.
     fn resolve_path(&mut self, root: &mut Node, path: &[String]) -> bool {
-        let Some(node) = get(root, path) else { return false };
-        let Some(s) = node.as_str().filter(|s| s.contains("${")).map(str::to_string) else {
+        let Some(node) = get(root, path) else {
+            return false;
+        };
+        let Some(s) = node
+            .as_str()
+            .filter(|s| s.contains("${"))
+            .map(str::to_string)
+        else {
             return true;
         };
         if self.failed.contains(path) {
@@ -284,12 +363,19 @@ impl Resolver {
         }
         let origin = node.origin.clone();
         if let Some(i) = self.stack.iter().position(|p| p == path) {
-            let chain: Vec<String> = self.stack[i..].iter().map(|p| dotted(p)).chain([dotted(path)]).collect();
+            let chain: Vec<String> = self.stack[i..]
+                .iter()
+                .map(|p| dotted(p))
+                .chain([dotted(path)])
+                .collect();
             self.diags.push(
-                Diagnostic::error(codes::INTERP_CYCLE, format!("interpolation cycle: {}", chain.join(" -> ")))
-                    .with_key(dotted(path))
-                    .with_primary(origin, "this interpolation refers back to itself")
-                    .with_help("break the cycle by giving one of these keys a plain value"),
+                Diagnostic::error(
+                    codes::INTERP_CYCLE,
+                    format!("interpolation cycle: {}", chain.join(" -> ")),
+                )
+                .with_key(dotted(path))
+                .with_primary(origin, "this interpolation refers back to itself")
+                .with_help("break the cycle by giving one of these keys a plain value"),
             );
             for p in &self.stack[i..] {
                 self.failed.insert(p.clone());
@@ -299,7 +385,10 @@ impl Resolver {
         let pieces = match parse_pieces(&s) {
             Ok(p) => p,
             Err(msg) => {
-                self.fail(path, Diagnostic::error(codes::INTERP_SYNTAX, msg).with_primary(origin, "here"));
+                self.fail(
+                    path,
+                    Diagnostic::error(codes::INTERP_SYNTAX, msg).with_primary(origin, "here"),
+                );
                 return false;
             }
         };
@@ -329,7 +418,13 @@ impl Resolver {
         self.diags.push(d.with_key(dotted(path)));
     }
 
-    fn eval_pieces(&mut self, root: &mut Node, at: &[String], pieces: &[Piece], origin: Option<&Origin>) -> Result<Node, Box<Diagnostic>> {
+    fn eval_pieces(
+        &mut self,
+        root: &mut Node,
+        at: &[String],
+        pieces: &[Piece],
+        origin: Option<&Origin>,
+    ) -> Result<Node, Box<Diagnostic>> {
         if let [Piece::Interp(e)] = pieces {
             return self.eval_expr(root, at, e, origin);
         }
@@ -341,7 +436,7 @@ impl Resolver {
                     let v = self.eval_expr(root, at, e, origin)?;
                     match &v.value {
                         Value::Scalar(s) => out.push_str(&scalar_to_py_str(s)),
-                        _ => out.push_str(&serde_json::to_string(&v.to_json()).unwrap_or_default()),
+                        _ => out.push_str(&py_repr(&v)),
                     }
                 }
             }
@@ -349,7 +444,13 @@ impl Resolver {
         Ok(Node::scalar(Scalar::Str(out), origin.cloned()))
     }
 
-    fn eval_expr(&mut self, root: &mut Node, at: &[String], e: &Expr, origin: Option<&Origin>) -> Result<Node, Box<Diagnostic>> {
+    fn eval_expr(
+        &mut self,
+        root: &mut Node,
+        at: &[String],
+        e: &Expr,
+        origin: Option<&Origin>,
+    ) -> Result<Node, Box<Diagnostic>> {
         match e {
             Expr::Key(k) => match self.lookup(root, at, k, origin)? {
                 Some(n) if n.is_missing() => Err(Box::new(
@@ -413,7 +514,13 @@ impl Resolver {
     }
 
     /// A resolver argument: a (possibly interpolated) OmegaConf element.
-    fn eval_arg(&mut self, root: &mut Node, at: &[String], a: &[Piece], origin: Option<&Origin>) -> Result<Node, Box<Diagnostic>> {
+    fn eval_arg(
+        &mut self,
+        root: &mut Node,
+        at: &[String],
+        a: &[Piece],
+        origin: Option<&Origin>,
+    ) -> Result<Node, Box<Diagnostic>> {
         match a {
             [Piece::Text(t)] => Ok(parse_arg_literal(t, origin)),
             [] => Ok(Node::scalar(Scalar::Str(String::new()), origin.cloned())),
@@ -427,7 +534,13 @@ impl Resolver {
 
     /// Find the node a key refers to, resolving interpolations along the way and inside
     /// the found subtree (so copies carry resolved values).
-    fn lookup(&mut self, root: &mut Node, at: &[String], key: &str, _origin: Option<&Origin>) -> Result<Option<Node>, Box<Diagnostic>> {
+    fn lookup(
+        &mut self,
+        root: &mut Node,
+        at: &[String],
+        key: &str,
+        _origin: Option<&Origin>,
+    ) -> Result<Option<Node>, Box<Diagnostic>> {
         let target = absolute(at, key);
         // Resolve each prefix that is itself an interpolation.
         for i in 1..=target.len() {
@@ -436,7 +549,13 @@ impl Resolver {
                 None => return Ok(None),
                 Some(n) if n.as_str().is_some_and(|s| s.contains("${")) => {
                     if !self.resolve_path(root, prefix) {
-                        return Err(Box::new(Diagnostic::error(codes::INTERP_KEY_MISSING, format!("`{key}` depends on an interpolation that failed")).with_primary(_origin.cloned(), "here")));
+                        return Err(Box::new(
+                            Diagnostic::error(
+                                codes::INTERP_KEY_MISSING,
+                                format!("`{key}` depends on an interpolation that failed"),
+                            )
+                            .with_primary(_origin.cloned(), "here"),
+                        ));
                     }
                 }
                 Some(_) => {}
@@ -475,7 +594,11 @@ fn absolute(at: &[String], key: &str) -> Vec<String> {
             }
             let close = s[open..].find(']').map_or(s.len(), |c| open + c);
             base.push(s[open + 1..close].to_string());
-            s = if close + 1 <= s.len() { &s[close + 1..] } else { "" };
+            s = if close + 1 <= s.len() {
+                &s[close + 1..]
+            } else {
+                ""
+            };
         }
         if !s.is_empty() {
             base.push(s.to_string());
@@ -488,7 +611,9 @@ fn absolute(at: &[String], key: &str) -> Vec<String> {
 fn parse_arg_literal(t: &str, origin: Option<&Origin>) -> Node {
     let t = t.trim();
     let o = origin.cloned();
-    if t.len() >= 2 && ((t.starts_with('\'') && t.ends_with('\'')) || (t.starts_with('"') && t.ends_with('"'))) {
+    if t.len() >= 2
+        && ((t.starts_with('\'') && t.ends_with('\'')) || (t.starts_with('"') && t.ends_with('"')))
+    {
         return Node::scalar(Scalar::Str(t[1..t.len() - 1].to_string()), o);
     }
     if t == "{}" {
@@ -553,7 +678,9 @@ mod tests {
 
     #[test]
     fn chains_subtrees_and_escapes() {
-        let (v, d) = resolve("a: ${b}\nb: ${c}\nc: 3\nsub: ${tree}\ntree:\n  x: ${c}\n  y: ${.x}\nesc: \\${c}\nf: v${fl}\nfl: 1e-6\nt: ${tb}x\ntb: true\n");
+        let (v, d) = resolve(
+            "a: ${b}\nb: ${c}\nc: 3\nsub: ${tree}\ntree:\n  x: ${c}\n  y: ${.x}\nesc: \\${c}\nf: v${fl}\nfl: 1e-6\nt: ${tb}x\ntb: true\n",
+        );
         assert!(d.is_empty(), "{d:?}");
         assert_eq!(v["a"], json!(3));
         assert_eq!(v["sub"], json!({"x": 3, "y": 3}));
@@ -575,6 +702,17 @@ mod tests {
         assert_eq!(v["b"], json!(5));
         let (_, d) = resolve("a: ${oc.decode:x}\n");
         assert_eq!(d[0].code, codes::INTERP_RESOLVER);
+    }
+
+    /// A container interpolated into a string reads as Python prints it, not as JSON.
+    #[test]
+    fn containers_in_strings_use_python_repr() {
+        let (v, d) = resolve("d:\n  a: 1\n  b: [x, true, null, 1.5]\n  c: \"it's\"\ns: dir/${d}\n");
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(
+            v["s"],
+            json!("dir/{'a': 1, 'b': ['x', True, None, 1.5], 'c': \"it's\"}")
+        );
     }
 
     #[test]

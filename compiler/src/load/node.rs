@@ -41,7 +41,11 @@ pub struct Node {
 
 impl Node {
     pub fn new(value: Value, origin: Option<Origin>) -> Self {
-        Node { value, origin, via: None }
+        Node {
+            value,
+            origin,
+            via: None,
+        }
     }
 
     pub fn scalar(s: Scalar, origin: Option<Origin>) -> Self {
@@ -126,18 +130,26 @@ impl Node {
             Value::Scalar(Scalar::Null) => J::Null,
             Value::Scalar(Scalar::Bool(b)) => J::Bool(*b),
             Value::Scalar(Scalar::Int(i)) => J::from(*i),
-            Value::Scalar(Scalar::Float(f)) => {
-                serde_json::Number::from_f64(*f).map_or_else(|| J::String(format_float(*f)), J::Number)
-            }
+            Value::Scalar(Scalar::Float(f)) => serde_json::Number::from_f64(*f)
+                .map_or_else(|| J::String(format_float(*f)), J::Number),
             Value::Scalar(Scalar::Str(s)) => J::String(s.clone()),
             Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
-            Value::Map(m) => J::Object(m.iter().map(|(k, e)| (k.clone(), e.node.to_json())).collect()),
+            Value::Map(m) => J::Object(
+                m.iter()
+                    .map(|(k, e)| (k.clone(), e.node.to_json()))
+                    .collect(),
+            ),
         }
     }
 
     /// Visit every node with its JSON pointer (`/actor_rollout_ref/actor/optim/lr`).
     pub fn walk(&self, f: &mut dyn FnMut(&str, &Node, Option<&Origin>)) {
-        fn go(node: &Node, key_origin: Option<&Origin>, ptr: &mut String, f: &mut dyn FnMut(&str, &Node, Option<&Origin>)) {
+        fn go(
+            node: &Node,
+            key_origin: Option<&Origin>,
+            ptr: &mut String,
+            f: &mut dyn FnMut(&str, &Node, Option<&Origin>),
+        ) {
             f(ptr, node, key_origin);
             let len = ptr.len();
             match &node.value {
@@ -172,7 +184,11 @@ pub fn format_float(f: f64) -> String {
         if f > 0.0 { "inf".into() } else { "-inf".into() }
     } else {
         let s = format!("{f}");
-        if s.contains('.') || s.contains('e') { s } else { format!("{s}.0") }
+        if s.contains('.') || s.contains('e') {
+            s
+        } else {
+            format!("{s}.0")
+        }
     }
 }
 

@@ -76,7 +76,10 @@ fn byte(s: &[u8], i: usize) -> u8 {
 }
 
 fn ws_len(s: &[u8], i: usize) -> usize {
-    s[i.min(s.len())..].iter().take_while(|c| **c == b' ' || **c == b'\t').count()
+    s[i.min(s.len())..]
+        .iter()
+        .take_while(|c| **c == b' ' || **c == b'\t')
+        .count()
 }
 
 /// `WS? c WS?` style punctuation: `lead`/`trail` say which sides take whitespace.
@@ -162,7 +165,15 @@ fn sign(s: &[u8], i: usize) -> usize {
 
 fn float_len(s: &[u8], i: usize) -> Option<usize> {
     let j = i + sign(s, i);
-    let body = [point_float(s, j), exponent_float(s, j), keyword(s, j, "inf"), keyword(s, j, "nan")].into_iter().flatten().max()?;
+    let body = [
+        point_float(s, j),
+        exponent_float(s, j),
+        keyword(s, j, "inf"),
+        keyword(s, j, "nan"),
+    ]
+    .into_iter()
+    .flatten()
+    .max()?;
     Some(j - i + body)
 }
 
@@ -176,7 +187,12 @@ fn id_len(s: &[u8], i: usize) -> Option<usize> {
     if !(c.is_ascii_alphabetic() || c == b'_') {
         return None;
     }
-    Some(1 + s[i + 1..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'-').count())
+    Some(
+        1 + s[i + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'-')
+            .count(),
+    )
 }
 
 /// One or more of `\\ \( \) \[ \] \{ \} \: \= \, \<space> \<tab>`.
@@ -228,7 +244,10 @@ fn rule_len(kind: Tok, s: &[u8], i: usize) -> Option<usize> {
         Tok::Int => int_len(s, i),
         Tok::Bool => keyword(s, i, "true").or_else(|| keyword(s, i, "false")),
         Tok::Null => keyword(s, i, "null"),
-        Tok::UnquotedChar => b"/-\\+.$%*@?|".contains(&byte(s, i)).then_some(1).filter(|_| i < s.len()),
+        Tok::UnquotedChar => b"/-\\+.$%*@?|"
+            .contains(&byte(s, i))
+            .then_some(1)
+            .filter(|_| i < s.len()),
         Tok::Id => id_len(s, i),
         Tok::Esc => esc_len(s, i),
         Tok::Ws => Some(ws_len(s, i)).filter(|n| *n > 0),
@@ -253,9 +272,16 @@ fn lex(text: &str, from: usize) -> PResult<Vec<Token>> {
         }
         let Some((kind, n)) = best else {
             let c = text[i..].chars().next().unwrap_or('?');
-            return Err((i..i + c.len_utf8(), format!("`{c}` is not allowed here; quote the value ('...')")));
+            return Err((
+                i..i + c.len_utf8(),
+                format!("`{c}` is not allowed here; quote the value ('...')"),
+            ));
         };
-        out.push(Token { kind, start: i, end: i + n });
+        out.push(Token {
+            kind,
+            start: i,
+            end: i + n,
+        });
         i += n;
     }
     Ok(out)
@@ -269,7 +295,10 @@ fn lex(text: &str, from: usize) -> PResult<Vec<Token>> {
 enum Elem {
     Scalar(Scalar, std::ops::Range<usize>),
     List(Vec<Elem>, std::ops::Range<usize>),
-    Dict(Vec<(String, std::ops::Range<usize>, Elem)>, std::ops::Range<usize>),
+    Dict(
+        Vec<(String, std::ops::Range<usize>, Elem)>,
+        std::ops::Range<usize>,
+    ),
 }
 
 impl Elem {
@@ -292,9 +321,17 @@ pub fn parse_value(text: &str, from: usize, source: SourceId) -> PResult<Node> {
     let toks = lex(text, from)?;
     if toks.is_empty() {
         // `key=` is the empty string.
-        return Ok(Node::scalar(Scalar::Str(String::new()), Some(Origin::new(source, from..from))));
+        return Ok(Node::scalar(
+            Scalar::Str(String::new()),
+            Some(Origin::new(source, from..from)),
+        ));
     }
-    let mut p = Parser { text, toks, pos: 0, depth: 0 };
+    let mut p = Parser {
+        text,
+        toks,
+        pos: 0,
+        depth: 0,
+    };
     let first = p.element()?;
     if p.peek() == Some(Tok::Comma) {
         return Err((
@@ -329,7 +366,10 @@ impl Parser<'_> {
     fn expect_end(&self) -> PResult<()> {
         match self.toks.get(self.pos) {
             None => Ok(()),
-            Some(t) => Err((t.start..self.text.len(), format!("unexpected `{}`", &self.text[t.start..]))),
+            Some(t) => Err((
+                t.start..self.text.len(),
+                format!("unexpected `{}`", &self.text[t.start..]),
+            )),
         }
     }
 
@@ -339,15 +379,24 @@ impl Parser<'_> {
                 self.pos += 1;
                 Ok(*t)
             }
-            Some(t) => Err((t.start..t.end, format!("expected {what}, found `{}`", self.tok_text(*t)))),
-            None => Err((self.text.len()..self.text.len(), format!("expected {what} at the end"))),
+            Some(t) => Err((
+                t.start..t.end,
+                format!("expected {what}, found `{}`", self.tok_text(*t)),
+            )),
+            None => Err((
+                self.text.len()..self.text.len(),
+                format!("expected {what} at the end"),
+            )),
         }
     }
 
     fn element(&mut self) -> PResult<Elem> {
         self.depth += 1;
         if self.depth > super::yaml::MAX_DEPTH {
-            return Err((self.here().start..self.text.len(), "value nests too deeply".into()));
+            return Err((
+                self.here().start..self.text.len(),
+                "value nests too deeply".into(),
+            ));
         }
         let out = match self.peek() {
             Some(Tok::BracketOpen) => self.list(),
@@ -356,10 +405,16 @@ impl Parser<'_> {
             Some(Tok::Quoted) => {
                 let t = self.toks[self.pos];
                 self.pos += 1;
-                Ok(Elem::Scalar(Scalar::Str(unescape_quoted(self.tok_text(t))), t.start..t.end))
+                Ok(Elem::Scalar(
+                    Scalar::Str(unescape_quoted(self.tok_text(t))),
+                    t.start..t.end,
+                ))
             }
             Some(k) if is_primitive_tok(k, true) => self.primitive(true),
-            Some(_) => Err((self.here(), format!("expected a value, found `{}`", &self.text[self.here()]))),
+            Some(_) => Err((
+                self.here(),
+                format!("expected a value, found `{}`", &self.text[self.here()]),
+            )),
             None => Err((self.here(), "missing value".into())),
         };
         self.depth -= 1;
@@ -374,7 +429,9 @@ impl Parser<'_> {
         }
         let toks = &self.toks[start..self.pos];
         let span = toks.first().map_or(0, |t| t.start)..toks.last().map_or(0, |t| t.end);
-        make_primitive(self.text, toks).map(|s| Elem::Scalar(s, span.clone())).map_err(|m| (span, m))
+        make_primitive(self.text, toks)
+            .map(|s| Elem::Scalar(s, span.clone()))
+            .map_err(|m| (span, m))
     }
 
     fn list(&mut self) -> PResult<Elem> {
@@ -407,14 +464,21 @@ impl Parser<'_> {
 
     fn pair(&mut self) -> PResult<(String, std::ops::Range<usize>, Elem)> {
         if !self.peek().is_some_and(|k| is_primitive_tok(k, false)) {
-            return Err((self.here(), "expected a dict key (dict keys cannot be quoted)".into()));
+            return Err((
+                self.here(),
+                "expected a dict key (dict keys cannot be quoted)".into(),
+            ));
         }
-        let Elem::Scalar(key, span) = self.primitive(false)? else { unreachable!("primitive gives a scalar") };
+        let Elem::Scalar(key, span) = self.primitive(false)? else {
+            unreachable!("primitive gives a scalar")
+        };
         let key = match key {
             Scalar::Str(s) => s,
             Scalar::Int(i) => i.to_string(),
             Scalar::Float(f) => py_float(f),
-            Scalar::Bool(_) | Scalar::Null => return Err((span, "a dict key must be a string or a number".into())),
+            Scalar::Bool(_) | Scalar::Null => {
+                return Err((span, "a dict key must be a string or a number".into()));
+            }
         };
         self.expect(Tok::Colon, "`:` after the dict key")?;
         let v = self.element()?;
@@ -435,7 +499,10 @@ impl Parser<'_> {
                     kwargs.push((k, self.element()?));
                 } else {
                     if !kwargs.is_empty() {
-                        return Err((self.here(), "positional argument follows keyword argument".into()));
+                        return Err((
+                            self.here(),
+                            "positional argument follows keyword argument".into(),
+                        ));
                     }
                     args.push(self.element()?);
                 }
@@ -453,7 +520,14 @@ impl Parser<'_> {
 
 fn is_primitive_tok(k: Tok, full: bool) -> bool {
     match k {
-        Tok::Id | Tok::Null | Tok::Int | Tok::Float | Tok::Bool | Tok::UnquotedChar | Tok::Esc | Tok::Ws => true,
+        Tok::Id
+        | Tok::Null
+        | Tok::Int
+        | Tok::Float
+        | Tok::Bool
+        | Tok::UnquotedChar
+        | Tok::Esc
+        | Tok::Ws => true,
         Tok::Colon | Tok::Interpolation => full,
         _ => false,
     }
@@ -486,7 +560,11 @@ fn make_primitive(text: &str, toks: &[Token]) -> Result<Scalar, String> {
     }
     let mut out = String::new();
     for t in inner {
-        if t.kind == Tok::Esc { out.push_str(&unescape(tt(t))) } else { out.push_str(tt(t)) }
+        if t.kind == Tok::Esc {
+            out.push_str(&unescape(tt(t)))
+        } else {
+            out.push_str(tt(t))
+        }
     }
     Ok(Scalar::Str(out))
 }
@@ -547,7 +625,11 @@ pub fn parse_py_float(s: &str) -> Option<f64> {
     if let Some(v) = special {
         return Some(if neg { -v } else { v });
     }
-    if !underscores_ok(body) || !body.chars().all(|c| c.is_ascii_digit() || matches!(c, '_' | '.' | 'e' | 'E' | '+' | '-')) {
+    if !underscores_ok(body)
+        || !body
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '_' | '.' | 'e' | 'E' | '+' | '-'))
+    {
         return None;
     }
     t.replace('_', "").parse().ok()
@@ -556,31 +638,52 @@ pub fn parse_py_float(s: &str) -> Option<f64> {
 /// Underscores only between two digits.
 fn underscores_ok(s: &str) -> bool {
     let b = s.as_bytes();
-    b.iter().enumerate().all(|(i, c)| *c != b'_' || (i > 0 && b[i - 1].is_ascii_digit() && byte(b, i + 1).is_ascii_digit()))
+    b.iter().enumerate().all(|(i, c)| {
+        *c != b'_' || (i > 0 && b[i - 1].is_ascii_digit() && byte(b, i + 1).is_ascii_digit())
+    })
 }
 
 // ------------------------------------------------------------------ functions
 
-fn call(name: &str, args: Vec<Elem>, kwargs: Vec<(String, Elem)>, span: std::ops::Range<usize>) -> PResult<Elem> {
+fn call(
+    name: &str,
+    args: Vec<Elem>,
+    kwargs: Vec<(String, Elem)>,
+    span: std::ops::Range<usize>,
+) -> PResult<Elem> {
     match name {
         "int" | "float" | "str" | "bool" => {
             let value = cast_argument(name, args, kwargs, &span)?;
             cast(name, value).map_err(|m| (span, format!("`{name}(...)`: {m}")))
         }
         "sort" => sort(args, kwargs, span),
-        "choice" | "range" | "interval" | "glob" | "shuffle" | "tag" => {
-            Err((span, format!("`{name}(...)` is a sweep, which needs --multirun")))
-        }
-        _ => Err((span, format!("unknown function `{name}`; the functions are int, float, str, bool, sort and the sweeps"))),
+        "choice" | "range" | "interval" | "glob" | "shuffle" | "tag" => Err((
+            span,
+            format!("`{name}(...)` is a sweep, which needs --multirun"),
+        )),
+        _ => Err((
+            span,
+            format!(
+                "unknown function `{name}`; the functions are int, float, str, bool, sort and the sweeps"
+            ),
+        )),
     }
 }
 
 /// The one value a cast takes: a positional argument or `value=`.
-fn cast_argument(name: &str, mut args: Vec<Elem>, kwargs: Vec<(String, Elem)>, span: &std::ops::Range<usize>) -> PResult<Elem> {
+fn cast_argument(
+    name: &str,
+    mut args: Vec<Elem>,
+    kwargs: Vec<(String, Elem)>,
+    span: &std::ops::Range<usize>,
+) -> PResult<Elem> {
     let mut value = None;
     for (k, v) in kwargs {
         if k != "value" {
-            return Err((span.clone(), format!("`{name}()` got an unexpected keyword argument `{k}`")));
+            return Err((
+                span.clone(),
+                format!("`{name}()` got an unexpected keyword argument `{k}`"),
+            ));
         }
         value = Some(v);
     }
@@ -588,17 +691,32 @@ fn cast_argument(name: &str, mut args: Vec<Elem>, kwargs: Vec<(String, Elem)>, s
         (0, Some(v)) => Ok(v),
         (0, None) => Err((span.clone(), format!("`{name}()` needs a value"))),
         (1, None) => Ok(args.remove(0)),
-        (_, Some(_)) => Err((span.clone(), format!("`{name}()` cannot take both positional and named arguments"))),
-        _ => Err((span.clone(), format!("`{name}(a, b, ...)` is a sweep, which needs --multirun"))),
+        (_, Some(_)) => Err((
+            span.clone(),
+            format!("`{name}()` cannot take both positional and named arguments"),
+        )),
+        _ => Err((
+            span.clone(),
+            format!("`{name}(a, b, ...)` is a sweep, which needs --multirun"),
+        )),
     }
 }
 
 /// Hydra's `cast_int/float/str/bool`, applied through lists and dict values.
 fn cast(name: &str, v: Elem) -> Result<Elem, String> {
     match v {
-        Elem::List(items, span) => Ok(Elem::List(items.into_iter().map(|i| cast(name, i)).collect::<Result<_, _>>()?, span)),
+        Elem::List(items, span) => Ok(Elem::List(
+            items
+                .into_iter()
+                .map(|i| cast(name, i))
+                .collect::<Result<_, _>>()?,
+            span,
+        )),
         Elem::Dict(pairs, span) => Ok(Elem::Dict(
-            pairs.into_iter().map(|(k, ks, v)| cast(name, v).map(|v| (k, ks, v))).collect::<Result<_, _>>()?,
+            pairs
+                .into_iter()
+                .map(|(k, ks, v)| cast(name, v).map(|v| (k, ks, v)))
+                .collect::<Result<_, _>>()?,
             span,
         )),
         Elem::Scalar(s, span) => cast_scalar(name, &s).map(|c| Elem::Scalar(c, span)),
@@ -611,7 +729,9 @@ fn cast_scalar(name: &str, s: &Scalar) -> Result<Scalar, String> {
         ("bool", Scalar::Null) => Ok(Scalar::Bool(false)),
         (_, Scalar::Null) => Err(bad()),
         ("int", Scalar::Int(i)) => Ok(Scalar::Int(*i)),
-        ("int", Scalar::Float(f)) if f.is_finite() && f.abs() < 9.2e18 => Ok(Scalar::Int(f.trunc() as i64)),
+        ("int", Scalar::Float(f)) if f.is_finite() && f.abs() < 9.2e18 => {
+            Ok(Scalar::Int(f.trunc() as i64))
+        }
         ("int", Scalar::Bool(b)) => Ok(Scalar::Int(i64::from(*b))),
         ("int", Scalar::Str(t)) => parse_py_int(t).map(Scalar::Int).ok_or_else(bad),
         ("float", Scalar::Int(i)) => Ok(Scalar::Float(*i as f64)),
@@ -643,7 +763,11 @@ fn scalar_repr(s: &Scalar) -> String {
 }
 
 /// `sort([..])` / `sort([..], reverse=true)`: a sorted list of like primitives.
-fn sort(args: Vec<Elem>, kwargs: Vec<(String, Elem)>, span: std::ops::Range<usize>) -> PResult<Elem> {
+fn sort(
+    args: Vec<Elem>,
+    kwargs: Vec<(String, Elem)>,
+    span: std::ops::Range<usize>,
+) -> PResult<Elem> {
     let mut reverse = false;
     for (k, v) in kwargs {
         match (k.as_str(), v) {
@@ -651,7 +775,13 @@ fn sort(args: Vec<Elem>, kwargs: Vec<(String, Elem)>, span: std::ops::Range<usiz
             _ => return Err((span, format!("`sort()` got an unexpected argument `{k}`"))),
         }
     }
-    let [Elem::List(items, lspan)] = <[Elem; 1]>::try_from(args).map_err(|_| (span.clone(), "`sort()` of several values is a sweep, which needs --multirun".to_string()))? else {
+    let [Elem::List(items, lspan)] = <[Elem; 1]>::try_from(args).map_err(|_| {
+        (
+            span.clone(),
+            "`sort()` of several values is a sweep, which needs --multirun".to_string(),
+        )
+    })?
+    else {
         return Err((span, "`sort()` takes a list".into()));
     };
     let mut keyed = Vec::new();
@@ -663,14 +793,20 @@ fn sort(args: Vec<Elem>, kwargs: Vec<(String, Elem)>, span: std::ops::Range<usiz
             _ => return Err((span, "`sort()` takes a list of numbers or strings".into())),
         }
     }
-    if keyed.windows(2).any(|w| std::mem::discriminant(&w[0].0) != std::mem::discriminant(&w[1].0)) {
+    if keyed
+        .windows(2)
+        .any(|w| std::mem::discriminant(&w[0].0) != std::mem::discriminant(&w[1].0))
+    {
         return Err((span, "`sort()` cannot compare numbers with strings".into()));
     }
     keyed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
     if reverse {
         keyed.reverse();
     }
-    Ok(Elem::List(keyed.into_iter().map(|(_, e)| e).collect(), lspan))
+    Ok(Elem::List(
+        keyed.into_iter().map(|(_, e)| e).collect(),
+        lspan,
+    ))
 }
 
 #[derive(PartialEq, PartialOrd)]
@@ -685,12 +821,21 @@ fn to_node(e: Elem, source: SourceId) -> Node {
     let origin = Some(Origin::new(source, e.span()));
     match e {
         Elem::Scalar(s, _) => Node::scalar(s, origin),
-        Elem::List(items, _) => Node::new(Value::Seq(items.into_iter().map(|i| to_node(i, source)).collect()), origin),
+        Elem::List(items, _) => Node::new(
+            Value::Seq(items.into_iter().map(|i| to_node(i, source)).collect()),
+            origin,
+        ),
         Elem::Dict(pairs, _) => {
             let mut m = Map::new();
             for (k, ks, v) in pairs {
                 // A repeated key: the last one wins, as in a Python dict.
-                m.insert(k, Entry { key_origin: Some(Origin::new(source, ks)), node: to_node(v, source) });
+                m.insert(
+                    k,
+                    Entry {
+                        key_origin: Some(Origin::new(source, ks)),
+                        node: to_node(v, source),
+                    },
+                );
             }
             Node::new(Value::Map(m), origin)
         }
@@ -714,7 +859,9 @@ mod tests {
     use serde_json::json;
 
     fn v(t: &str) -> serde_json::Value {
-        parse_value(t, 0, SourceId(0)).unwrap_or_else(|e| panic!("{t}: {e:?}")).to_json()
+        parse_value(t, 0, SourceId(0))
+            .unwrap_or_else(|e| panic!("{t}: {e:?}"))
+            .to_json()
     }
 
     fn err(t: &str) -> String {
@@ -734,7 +881,11 @@ mod tests {
         assert_eq!(v("01.5"), json!("01.5"));
         assert_eq!(v("1__0"), json!("1__0"));
         assert_eq!(v("Infinity"), json!("Infinity"));
-        assert_eq!(v("inf"), json!("inf"), "non-finite floats print as Python spells them");
+        assert_eq!(
+            v("inf"),
+            json!("inf"),
+            "non-finite floats print as Python spells them"
+        );
         assert_eq!(v("10.0.0.1"), json!("10.0.0.1"));
         assert_eq!(v("trueish"), json!("trueish"));
         assert_eq!(v("NULL"), json!(null));
@@ -772,7 +923,26 @@ mod tests {
 
     #[test]
     fn hydra_rejects_these() {
-        for t in ["~/x", "a'b", "a#b", "a!b", "<x>", "héllo", "${}", "a=b", "${oc.select:a,${b}}", "run}", "'x' ", "int(null)", "int(1,2)", "{'a': 1}", "{null: 1}", "1,2", "choice(1,2)", "nope(1)"] {
+        for t in [
+            "~/x",
+            "a'b",
+            "a#b",
+            "a!b",
+            "<x>",
+            "héllo",
+            "${}",
+            "a=b",
+            "${oc.select:a,${b}}",
+            "run}",
+            "'x' ",
+            "int(null)",
+            "int(1,2)",
+            "{'a': 1}",
+            "{null: 1}",
+            "1,2",
+            "choice(1,2)",
+            "nope(1)",
+        ] {
             let _ = err(t);
         }
         assert!(err("1,2").contains("sweep"));

@@ -51,15 +51,23 @@ impl Override {
     }
 
     pub fn value_origin(&self) -> Origin {
-        self.value.as_ref().and_then(|v| v.origin.clone()).unwrap_or_else(|| self.origin())
+        self.value
+            .as_ref()
+            .and_then(|v| v.origin.clone())
+            .unwrap_or_else(|| self.origin())
     }
 }
 
 /// Parse one override; `text` is the source text registered under `source`.
 pub fn parse_override(text: &str, source: SourceId) -> Result<Override, Diagnostic> {
     let err = |span: std::ops::Range<usize>, msg: String| {
-        let code = if msg.contains("--multirun") { codes::OVERRIDE_SWEEP } else { codes::OVERRIDE_SYNTAX };
-        Diagnostic::error(code, format!("invalid override `{text}`: {msg}")).with_primary(Some(Origin::new(source, span)), msg)
+        let code = if msg.contains("--multirun") {
+            codes::OVERRIDE_SWEEP
+        } else {
+            codes::OVERRIDE_SYNTAX
+        };
+        Diagnostic::error(code, format!("invalid override `{text}`: {msg}"))
+            .with_primary(Some(Origin::new(source, span)), msg)
     };
     let (kind, key_start) = if text.starts_with("++") {
         (OverrideKind::ForceAdd, 2)
@@ -95,18 +103,35 @@ pub fn parse_override(text: &str, source: SourceId) -> Result<Override, Diagnost
         None => None,
         Some(i) => {
             // Hydra's `=` token takes the whitespace after it.
-            let from = i + 1 + text[i + 1..].len() - text[i + 1..].trim_start_matches([' ', '\t']).len();
+            let from =
+                i + 1 + text[i + 1..].len() - text[i + 1..].trim_start_matches([' ', '\t']).len();
             Some(parse_value(text, from, source).map_err(|(span, msg)| err(span, msg))?)
         }
     };
-    Ok(Override { kind, key, package, value, text: text.to_string(), source, key_origin })
+    Ok(Override {
+        kind,
+        key,
+        package,
+        value,
+        text: text.to_string(),
+        source,
+        key_origin,
+    })
 }
 
 /// Why a key does not fit Hydra's key grammar: `a.b.c` (segments are `[A-Za-z_$][A-Za-z0-9_$-]*`
 /// or list indices), `group/sub` (names only), optionally `@package` (a dotted key or empty).
 fn key_problem(key: &str, package: Option<&str>) -> Option<String> {
-    let bad = |what: &str| Some(format!("`{what}` is not a valid key: keys are dotted names like `a.b_c.0`, groups are `group/sub`"));
-    let ok = if key.contains('/') { key.split('/').all(is_id) } else { is_package(key) && !key.is_empty() };
+    let bad = |what: &str| {
+        Some(format!(
+            "`{what}` is not a valid key: keys are dotted names like `a.b_c.0`, groups are `group/sub`"
+        ))
+    };
+    let ok = if key.contains('/') {
+        key.split('/').all(is_id)
+    } else {
+        is_package(key) && !key.is_empty()
+    };
     if !ok {
         return bad(key);
     }
@@ -118,22 +143,32 @@ fn key_problem(key: &str, package: Option<&str>) -> Option<String> {
 
 fn is_id(s: &str) -> bool {
     let mut c = s.chars();
-    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_') && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == '-')
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == '-')
 }
 
 fn is_key_special(s: &str) -> bool {
     let mut c = s.chars();
-    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == '$')
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == '$')
         && c.all(|x| x.is_ascii_alphanumeric() || matches!(x, '_' | '-' | '$'))
 }
 
 fn is_int_unsigned(s: &str) -> bool {
-    s == "0" || (s.starts_with(|c: char| ('1'..='9').contains(&c)) && parse_py_int(s).is_some() && !s.contains(['+', '-', ' ']))
+    s == "0"
+        || (s.starts_with(|c: char| ('1'..='9').contains(&c))
+            && parse_py_int(s).is_some()
+            && !s.contains(['+', '-', ' ']))
 }
 
 /// `package: ( | ID | KEY_SPECIAL | DOT_PATH)`
 fn is_package(s: &str) -> bool {
-    s.is_empty() || is_key_special(s) || (s.contains('.') && s.split('.').all(|seg| is_key_special(seg) || is_int_unsigned(seg)))
+    s.is_empty()
+        || is_key_special(s)
+        || (s.contains('.')
+            && s.split('.')
+                .all(|seg| is_key_special(seg) || is_int_unsigned(seg)))
 }
 
 #[cfg(test)]
@@ -156,7 +191,10 @@ mod tests {
         let d = p("~a.b");
         assert_eq!((d.kind, d.value.is_none()), (OverrideKind::Delete, true));
         let g = p("actor@actor_rollout_ref.actor=megatron_actor");
-        assert_eq!((g.key.as_str(), g.package.as_deref()), ("actor", Some("actor_rollout_ref.actor")));
+        assert_eq!(
+            (g.key.as_str(), g.package.as_deref()),
+            ("actor", Some("actor_rollout_ref.actor"))
+        );
     }
 
     #[test]
@@ -183,7 +221,16 @@ mod tests {
 
     #[test]
     fn sweeps_and_bad_syntax_are_errors() {
-        for t in ["a=[1,2", "noequals", "=1", "a={x 1}", "a='open", "a=~/models/q", "a=<path>", "a=run}"] {
+        for t in [
+            "a=[1,2",
+            "noequals",
+            "=1",
+            "a={x 1}",
+            "a='open",
+            "a=~/models/q",
+            "a=<path>",
+            "a=run}",
+        ] {
             let e = parse_override(t, SourceId(0)).unwrap_err();
             assert_eq!(e.code, codes::OVERRIDE_SYNTAX, "{t}");
         }
@@ -197,10 +244,21 @@ mod tests {
     /// list indices as segments), `group/sub` paths, an optional `@package`.
     #[test]
     fn keys_follow_hydras_grammar() {
-        for t in ["+trainer.a-b=1", "+trainer.$x=1", "+trainer.0=1", "+trainer/x=1", "hydra/launcher=basic", "db@=x", "~a.b.0"] {
+        for t in [
+            "+trainer.a-b=1",
+            "+trainer.$x=1",
+            "+trainer.0=1",
+            "+trainer/x=1",
+            "hydra/launcher=basic",
+            "db@=x",
+            "~a.b.0",
+        ] {
             assert!(parse_override(t, SourceId(0)).is_ok(), "{t}");
         }
-        for t in ["a..b=1", "a.=1", ".a=1", "a[0]=1", "0=1", "a b=1", "a =1", "a.b/c=1", "-a=1", "a@b c=1"] {
+        for t in [
+            "a..b=1", "a.=1", ".a=1", "a[0]=1", "0=1", "a b=1", "a =1", "a.b/c=1", "-a=1",
+            "a@b c=1",
+        ] {
             let e = parse_override(t, SourceId(0)).unwrap_err();
             assert_eq!(e.code, codes::OVERRIDE_SYNTAX, "{t}");
         }

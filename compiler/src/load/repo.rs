@@ -44,7 +44,11 @@ impl Repo {
             ));
         }
         let path = url.strip_prefix("file://").unwrap_or(url);
-        let p = if Path::new(path).is_absolute() { PathBuf::from(path) } else { cwd.join(path) };
+        let p = if Path::new(path).is_absolute() {
+            PathBuf::from(path)
+        } else {
+            cwd.join(path)
+        };
         // Run outside a verl checkout, `file://verl/trainer/config` means verl's tree: ours.
         if !p.is_dir() && path.trim_end_matches('/').ends_with("verl/trainer/config") {
             return Ok(SearchDir::Builtin);
@@ -59,7 +63,11 @@ impl Repo {
             match dir {
                 SearchDir::Builtin => {
                     if let Some((_, text)) = BUILTIN_FILES.iter().find(|(p, _)| *p == rel) {
-                        return Some(Ok(Source::new(format!("{BUILTIN_PREFIX}/{rel}"), *text, SourceKind::Builtin)));
+                        return Some(Ok(Source::new(
+                            format!("{BUILTIN_PREFIX}/{rel}"),
+                            *text,
+                            SourceKind::Builtin,
+                        )));
                     }
                 }
                 SearchDir::Dir(d) => {
@@ -67,7 +75,9 @@ impl Repo {
                     if p.is_file() {
                         return Some(
                             std::fs::read_to_string(&p)
-                                .map(|text| Source::new(p.display().to_string(), text, SourceKind::File))
+                                .map(|text| {
+                                    Source::new(p.display().to_string(), text, SourceKind::File)
+                                })
                                 .map_err(|e| format!("cannot read {}: {e}", p.display())),
                         );
                     }
@@ -90,7 +100,11 @@ impl Repo {
 
     /// Options of a group, for "available options" and "did you mean".
     pub fn options(&self, group: &str) -> Vec<String> {
-        let prefix = if group.is_empty() { String::new() } else { format!("{group}/") };
+        let prefix = if group.is_empty() {
+            String::new()
+        } else {
+            format!("{group}/")
+        };
         let mut out: Vec<String> = Vec::new();
         for dir in &self.search_path {
             match dir {

@@ -42,7 +42,14 @@ impl<'a> Builder<'a> {
             v.push(text.len());
             v
         });
-        Builder { parser: Parser::new_from_str(text), source, id, char_bytes, anchors: IndexMap::new(), nodes: 0 }
+        Builder {
+            parser: Parser::new_from_str(text),
+            source,
+            id,
+            char_bytes,
+            anchors: IndexMap::new(),
+            nodes: 0,
+        }
     }
 
     fn byte(&self, char_index: usize) -> usize {
@@ -75,10 +82,16 @@ impl<'a> Builder<'a> {
                 let m = e.marker();
                 let at = self.byte(m.index());
                 let end = (at + 1).min(self.source.text.len()).max(at);
-                Err(Diagnostic::error(codes::YAML_SYNTAX, format!("invalid YAML in {}: {}", self.source.name, e.info()))
-                    .with_primary(Some(Origin::new(self.id, at..end)), e.info().to_string()))
+                Err(Diagnostic::error(
+                    codes::YAML_SYNTAX,
+                    format!("invalid YAML in {}: {}", self.source.name, e.info()),
+                )
+                .with_primary(Some(Origin::new(self.id, at..end)), e.info().to_string()))
             }
-            None => Err(Diagnostic::error(codes::YAML_SYNTAX, format!("unexpected end of YAML in {}", self.source.name))),
+            None => Err(Diagnostic::error(
+                codes::YAML_SYNTAX,
+                format!("unexpected end of YAML in {}", self.source.name),
+            )),
         }
     }
 
@@ -114,7 +127,10 @@ impl<'a> Builder<'a> {
             _ => Err(self.err(
                 doc.origin.clone().unwrap_or(Origin::new(self.id, 0..0)),
                 codes::YAML_UNSUPPORTED,
-                format!("{} must hold a mapping (key: value pairs) at the top level", self.source.name),
+                format!(
+                    "{} must hold a mapping (key: value pairs) at the top level",
+                    self.source.name
+                ),
             )),
         }
     }
@@ -125,7 +141,10 @@ impl<'a> Builder<'a> {
             return Err(self.err(
                 self.point(span),
                 codes::YAML_LIMIT,
-                format!("{} expands to more than {MAX_NODES} nodes (alias bomb?)", self.source.name),
+                format!(
+                    "{} expands to more than {MAX_NODES} nodes (alias bomb?)",
+                    self.source.name
+                ),
             ));
         }
         Ok(())
@@ -145,19 +164,28 @@ impl<'a> Builder<'a> {
                 self.count(1, span)?;
                 let origin = self.origin(span);
                 let scalar = match tag {
-                    Some(t) if t.handle == "tag:yaml.org,2002:" || t.handle == "!!" => match t.suffix.as_str() {
-                        "str" => Scalar::Str(text.to_string()),
-                        "null" => Scalar::Null,
-                        "bool" | "int" | "float" => resolve_plain(&text),
-                        other => {
-                            return Err(self.err(origin, codes::YAML_UNSUPPORTED, format!("unsupported YAML tag `!!{other}`")));
+                    Some(t) if t.handle == "tag:yaml.org,2002:" || t.handle == "!!" => {
+                        match t.suffix.as_str() {
+                            "str" => Scalar::Str(text.to_string()),
+                            "null" => Scalar::Null,
+                            "bool" | "int" | "float" => resolve_plain(&text),
+                            other => {
+                                return Err(self.err(
+                                    origin,
+                                    codes::YAML_UNSUPPORTED,
+                                    format!("unsupported YAML tag `!!{other}`"),
+                                ));
+                            }
                         }
-                    },
+                    }
                     Some(t) => {
                         return Err(self.err(
                             origin,
                             codes::YAML_UNSUPPORTED,
-                            format!("unsupported YAML tag `{}{}`: OmegaConf cannot construct it", t.handle, t.suffix),
+                            format!(
+                                "unsupported YAML tag `{}{}`: OmegaConf cannot construct it",
+                                t.handle, t.suffix
+                            ),
                         ));
                     }
                     None if style == ScalarStyle::Plain => resolve_plain(&text),
@@ -183,14 +211,24 @@ impl<'a> Builder<'a> {
             }
             Event::Alias(id) => {
                 let Some((node, size)) = self.anchors.get(&id).cloned() else {
-                    return Err(self.err(self.origin(span), codes::YAML_SYNTAX, "alias to an unknown anchor"));
+                    return Err(self.err(
+                        self.origin(span),
+                        codes::YAML_SYNTAX,
+                        "alias to an unknown anchor",
+                    ));
                 };
                 self.count(size, span)?;
                 let mut node = node;
                 node.via = Some(self.origin(span));
                 return Ok(node);
             }
-            _ => return Err(self.err(self.point(span), codes::YAML_SYNTAX, "unexpected YAML event")),
+            _ => {
+                return Err(self.err(
+                    self.point(span),
+                    codes::YAML_SYNTAX,
+                    "unexpected YAML event",
+                ));
+            }
         };
         if anchor != 0 {
             let size = self.nodes - before;
@@ -215,7 +253,11 @@ impl<'a> Builder<'a> {
                     let merge = *style == ScalarStyle::Plain && text == "<<";
                     let key = match (style, resolve_plain(text)) {
                         (ScalarStyle::Plain, Scalar::Null) => {
-                            return Err(self.err(key_origin, codes::YAML_UNSUPPORTED, "a null key is not allowed in a config"));
+                            return Err(self.err(
+                                key_origin,
+                                codes::YAML_UNSUPPORTED,
+                                "a null key is not allowed in a config",
+                            ));
                         }
                         (ScalarStyle::Plain, s) => s.to_string(),
                         _ => text.to_string(),
@@ -226,13 +268,21 @@ impl<'a> Builder<'a> {
                     let n = self.node(ev.clone(), kspan, depth + 1)?;
                     match n.value {
                         Value::Scalar(Scalar::Null) | Value::Map(_) | Value::Seq(_) => {
-                            return Err(self.err(key_origin, codes::YAML_UNSUPPORTED, "config keys must be scalars"));
+                            return Err(self.err(
+                                key_origin,
+                                codes::YAML_UNSUPPORTED,
+                                "config keys must be scalars",
+                            ));
                         }
                         Value::Scalar(s) => (s.to_string(), false),
                     }
                 }
                 _ => {
-                    return Err(self.err(key_origin, codes::YAML_UNSUPPORTED, "config keys must be scalars (strings or numbers)"));
+                    return Err(self.err(
+                        key_origin,
+                        codes::YAML_UNSUPPORTED,
+                        "config keys must be scalars (strings or numbers)",
+                    ));
                 }
             };
             if !key_is_alias {
@@ -245,12 +295,20 @@ impl<'a> Builder<'a> {
                     Value::Map(_) => vec![value],
                     Value::Seq(items) => items,
                     _ => {
-                        return Err(self.err(key_origin, codes::YAML_SYNTAX, "`<<` must be followed by a mapping or a list of mappings"));
+                        return Err(self.err(
+                            key_origin,
+                            codes::YAML_SYNTAX,
+                            "`<<` must be followed by a mapping or a list of mappings",
+                        ));
                     }
                 };
                 for src in sources {
                     let Value::Map(m) = src.value else {
-                        return Err(self.err(key_origin, codes::YAML_SYNTAX, "`<<` can only merge mappings"));
+                        return Err(self.err(
+                            key_origin,
+                            codes::YAML_SYNTAX,
+                            "`<<` can only merge mappings",
+                        ));
                     };
                     for (k, e) in m {
                         if !merged.iter().any(|(mk, _)| *mk == k) {
@@ -261,13 +319,20 @@ impl<'a> Builder<'a> {
                 continue;
             }
             if let Some(prev) = map.get(&key) {
-                let d = Diagnostic::error(codes::YAML_DUPLICATE_KEY, format!("duplicate key `{key}`"))
-                    .with_primary(Some(key_origin), "written again here")
-                    .with_secondary(prev.key_origin.clone(), "first written here")
-                    .with_help("OmegaConf rejects duplicate keys; keep one of them");
+                let d =
+                    Diagnostic::error(codes::YAML_DUPLICATE_KEY, format!("duplicate key `{key}`"))
+                        .with_primary(Some(key_origin), "written again here")
+                        .with_secondary(prev.key_origin.clone(), "first written here")
+                        .with_help("OmegaConf rejects duplicate keys; keep one of them");
                 return Err(d);
             }
-            map.insert(key, Entry { key_origin: Some(key_origin), node: value });
+            map.insert(
+                key,
+                Entry {
+                    key_origin: Some(key_origin),
+                    node: value,
+                },
+            );
         }
         if !merged.is_empty() {
             let mut out = Map::new();
@@ -290,8 +355,12 @@ impl<'a> Builder<'a> {
 pub fn resolve_plain(s: &str) -> Scalar {
     match s {
         "" | "~" | "null" | "Null" | "NULL" => return Scalar::Null,
-        "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => return Scalar::Bool(true),
-        "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => return Scalar::Bool(false),
+        "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
+            return Scalar::Bool(true);
+        }
+        "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => {
+            return Scalar::Bool(false);
+        }
         _ => {}
     }
     if let Some(f) = yaml11_float(s) {
@@ -359,7 +428,11 @@ fn yaml11_int(s: &str) -> Option<i64> {
         let v = if neg { -v } else { v };
         return i64::try_from(v).ok();
     }
-    if digits_us(body, 10) { parse(body, 10) } else { None }
+    if digits_us(body, 10) {
+        parse(body, 10)
+    } else {
+        None
+    }
 }
 
 fn sexagesimal_part(p: &str) -> bool {
@@ -396,12 +469,17 @@ fn yaml11_float(s: &str) -> Option<f64> {
         let frac_ok = frac.chars().all(|c| c == '_' || c.is_ascii_digit());
         if int.is_empty() {
             // `.5`: PyYAML requires a signed exponent here; a leading sign is not allowed.
-            s == body && !frac.is_empty() && frac_ok && exp.is_none_or(|e| e.starts_with(['+', '-']))
+            s == body
+                && !frac.is_empty()
+                && frac_ok
+                && exp.is_none_or(|e| e.starts_with(['+', '-']))
         } else if int.contains(':') {
             exp.is_none() && frac_ok && {
                 let mut parts = int.split(':');
                 let head = parts.next().unwrap_or("");
-                head.starts_with(|c: char| c.is_ascii_digit()) && digits_us(head, 10) && parts.all(sexagesimal_part)
+                head.starts_with(|c: char| c.is_ascii_digit())
+                    && digits_us(head, 10)
+                    && parts.all(sexagesimal_part)
             }
         } else {
             int.starts_with(|c: char| c.is_ascii_digit()) && digits_us(int, 10) && frac_ok
@@ -426,7 +504,11 @@ fn yaml11_float(s: &str) -> Option<f64> {
         return Some(signed(v));
     }
     let clean: String = body.chars().filter(|c| *c != '_').collect();
-    let clean = if clean.ends_with('.') { format!("{clean}0") } else { clean };
+    let clean = if clean.ends_with('.') {
+        format!("{clean}0")
+    } else {
+        clean
+    };
     let clean = clean.replace(".e", ".0e").replace(".E", ".0E");
     clean.parse::<f64>().ok().map(signed)
 }
@@ -453,18 +535,37 @@ mod tests {
         assert_eq!(resolve_plain("~"), Scalar::Null);
         assert_eq!(resolve_plain("-.inf"), Scalar::Float(f64::NEG_INFINITY));
         assert_eq!(resolve_plain("1."), Scalar::Float(1.0));
-        assert_eq!(resolve_plain("2001-12-14"), Scalar::Str("2001-12-14".into()));
+        assert_eq!(
+            resolve_plain("2001-12-14"),
+            Scalar::Str("2001-12-14".into())
+        );
         assert_eq!(resolve_plain("1e"), Scalar::Str("1e".into()));
-        assert_eq!(resolve_plain("token-mean"), Scalar::Str("token-mean".into()));
-        assert_eq!(resolve_plain("99999999999999999999"), Scalar::Str("99999999999999999999".into()));
+        assert_eq!(
+            resolve_plain("token-mean"),
+            Scalar::Str("token-mean".into())
+        );
+        assert_eq!(
+            resolve_plain("99999999999999999999"),
+            Scalar::Str("99999999999999999999".into())
+        );
     }
 
     #[test]
     fn merge_keys_and_aliases_expand() {
-        let n = load("base: &b\n  lr: 1\n  kind: adamw\nactor:\n  <<: *b\n  lr: 2\ncritic: *b\n").unwrap();
-        assert_eq!(n.get_path(&["actor", "lr"]).unwrap().value, Value::Scalar(Scalar::Int(2)));
-        assert_eq!(n.get_path(&["actor", "kind"]).unwrap().as_str(), Some("adamw"));
-        assert_eq!(n.get_path(&["critic", "lr"]).unwrap().value, Value::Scalar(Scalar::Int(1)));
+        let n = load("base: &b\n  lr: 1\n  kind: adamw\nactor:\n  <<: *b\n  lr: 2\ncritic: *b\n")
+            .unwrap();
+        assert_eq!(
+            n.get_path(&["actor", "lr"]).unwrap().value,
+            Value::Scalar(Scalar::Int(2))
+        );
+        assert_eq!(
+            n.get_path(&["actor", "kind"]).unwrap().as_str(),
+            Some("adamw")
+        );
+        assert_eq!(
+            n.get_path(&["critic", "lr"]).unwrap().value,
+            Value::Scalar(Scalar::Int(1))
+        );
     }
 
     #[test]
@@ -488,15 +589,26 @@ mod tests {
         // Flow nesting: the parser's own limit or ours, an error either way.
         let y = format!("a: {}1{}\n", "[".repeat(5000), "]".repeat(5000));
         let e = load(&y).unwrap_err();
-        assert!(e.code == codes::YAML_LIMIT || e.code == codes::YAML_SYNTAX, "{e:?}");
+        assert!(
+            e.code == codes::YAML_LIMIT || e.code == codes::YAML_SYNTAX,
+            "{e:?}"
+        );
         // Block nesting is only bounded by us.
-        let y: String = (0..300).map(|i| format!("{}k:\n", "  ".repeat(i))).collect();
+        let y: String = (0..300)
+            .map(|i| format!("{}k:\n", "  ".repeat(i)))
+            .collect();
         assert_eq!(load(&y).unwrap_err().code, codes::YAML_LIMIT);
     }
 
     #[test]
     fn empty_document_is_empty_map() {
         assert_eq!(load("").unwrap().as_map().map(|m| m.len()), Some(0));
-        assert_eq!(load("# only a comment\n").unwrap().as_map().map(|m| m.len()), Some(0));
+        assert_eq!(
+            load("# only a comment\n")
+                .unwrap()
+                .as_map()
+                .map(|m| m.len()),
+            Some(0)
+        );
     }
 }
