@@ -17,7 +17,13 @@ pub fn run(a: RuleArgs) -> u8 {
     let code = a.code.unwrap_or_default();
     match rules::find(&code) {
         Some(r) => {
-            println!("# {} {}\n\n{}\n\n{}", r.code, r.name, r.summary, r.doc_text().trim_end());
+            println!(
+                "# {} {}\n\n{}\n\n{}",
+                r.code,
+                r.name,
+                r.summary,
+                r.doc_text().trim_end()
+            );
             0
         }
         None => {

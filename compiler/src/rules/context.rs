@@ -55,7 +55,8 @@ impl ModelDims {
     }
 
     pub fn head_dim(&self) -> u64 {
-        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
     /// Parameter count of a Llama/Qwen-style decoder (embeddings, attention, SwiGLU MLP, norms).
@@ -70,7 +71,11 @@ impl ModelDims {
         let norms = 2 * h;
         let layer = q + kv + o + mlp + norms;
         let emb = self.vocab_size * h;
-        let head = if self.tie_word_embeddings.unwrap_or(false) { 0 } else { emb };
+        let head = if self.tie_word_embeddings.unwrap_or(false) {
+            0
+        } else {
+            emb
+        };
         self.num_hidden_layers * layer + emb + head + h
     }
 }

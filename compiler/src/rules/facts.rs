@@ -3,6 +3,7 @@
 //! layout. Pure functions of the typed config; no diagnostics here.
 
 use crate::config::{LegacyWorkerImpl, MegatronEngineConfig, Strategy, VerlConfig};
+use crate::diag::Diagnostic;
 
 /// Accelerators of the run: `trainer.n_gpus_per_node × trainer.nnodes`.
 pub(crate) fn n_gpus(c: &VerlConfig) -> i64 {
@@ -11,7 +12,10 @@ pub(crate) fn n_gpus(c: &VerlConfig) -> i64 {
 
 /// Whether the critic runs: `critic.enable`, or (when null) only for the `gae` estimator.
 pub(crate) fn critic_runs(c: &VerlConfig) -> bool {
-    c.critic.enable.unwrap_or(matches!(c.algorithm.adv_estimator, crate::config::AdvEstimator::Gae))
+    c.critic.enable.unwrap_or(matches!(
+        c.algorithm.adv_estimator,
+        crate::config::AdvEstimator::Gae
+    ))
 }
 
 /// Whether the reference policy runs: for the KL loss or the in-reward KL penalty.
@@ -42,7 +46,10 @@ pub(crate) fn actor_sp(c: &VerlConfig) -> i64 {
     if !new_engine(c) {
         return role.max(1);
     }
-    let engine = a.fsdp_config.as_ref().map_or(1, |f| f.ulysses_sequence_parallel_size);
+    let engine = a
+        .fsdp_config
+        .as_ref()
+        .map_or(1, |f| f.ulysses_sequence_parallel_size);
     if role > 1 { role } else { engine.max(1) }
 }
 
@@ -66,7 +73,11 @@ pub(crate) fn critic_sp(c: &VerlConfig) -> i64 {
     if !new_engine(c) {
         return role.max(1);
     }
-    let engine = cr.model.fsdp_config.as_ref().map_or(1, |f| f.ulysses_sequence_parallel_size);
+    let engine = cr
+        .model
+        .fsdp_config
+        .as_ref()
+        .map_or(1, |f| f.ulysses_sequence_parallel_size);
     if role > 1 { role } else { engine.max(1) }
 }
 
@@ -89,8 +100,17 @@ pub(crate) fn megatron_model_parallel(m: &MegatronEngineConfig) -> i64 {
 /// Data-parallel size of a role on `world` ranks: `world / sp` for FSDP, `world / (tp·pp·cp)`
 /// for Megatron. `None` when the division is not exact (another rule reports that) or a
 /// size is not positive.
-pub(crate) fn data_parallel(world: i64, strategy: Strategy, sp: i64, megatron: Option<&MegatronEngineConfig>) -> Option<i64> {
-    let group = if is_fsdp(strategy) { sp } else { megatron.map(megatron_model_parallel)? };
+pub(crate) fn data_parallel(
+    world: i64,
+    strategy: Strategy,
+    sp: i64,
+    megatron: Option<&MegatronEngineConfig>,
+) -> Option<i64> {
+    let group = if is_fsdp(strategy) {
+        sp
+    } else {
+        megatron.map(megatron_model_parallel)?
+    };
     (group > 0 && world > 0 && world % group == 0).then(|| world / group)
 }
 
@@ -102,7 +122,12 @@ pub(crate) fn actor_dp(c: &VerlConfig) -> Option<i64> {
 
 /// The critic's data-parallel size.
 pub(crate) fn critic_dp(c: &VerlConfig) -> Option<i64> {
-    data_parallel(n_gpus(c), c.critic.strategy, critic_sp(c), c.critic.megatron.as_ref())
+    data_parallel(
+        n_gpus(c),
+        c.critic.strategy,
+        critic_sp(c),
+        c.critic.megatron.as_ref(),
+    )
 }
 
 /// A trainable role (actor or critic) as the batch rules see it.
@@ -247,6 +272,19 @@ pub(crate) fn micro_pairs(c: &VerlConfig) -> Vec<MicroPair> {
     ]
 }
 
+/// Push `d` unless a diagnostic with the same code already points at the same place (a
+/// value mirrored into two roles is one mistake).
+pub(crate) fn push_unique(out: &mut Vec<Diagnostic>, d: Diagnostic) {
+    let same = |o: &Diagnostic| {
+        o.code == d.code
+            && o.primary.is_some()
+            && o.primary.as_ref().map(|l| &l.origin) == d.primary.as_ref().map(|l| &l.origin)
+    };
+    if !out.iter().any(same) {
+        out.push(d);
+    }
+}
+
 /// Greatest common divisor (for "nearest valid value" suggestions).
 pub(crate) fn gcd(a: i64, b: i64) -> i64 {
     let (mut a, mut b) = (a.abs(), b.abs());
@@ -292,7 +330,9 @@ pub(crate) fn divisors(n: i64) -> Vec<i64> {
 
 /// The divisor of `n` closest to `target` (ties go down).
 pub(crate) fn nearest_divisor(n: i64, target: i64) -> Option<i64> {
-    divisors(n).into_iter().min_by_key(|d| ((d - target).abs(), *d))
+    divisors(n)
+        .into_iter()
+        .min_by_key(|d| ((d - target).abs(), *d))
 }
 
 #[cfg(test)]

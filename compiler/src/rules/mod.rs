@@ -58,7 +58,11 @@ const fn leading_doc(src: &'static str) -> &'static str {
     let bytes = src.as_bytes();
     let mut end = 0;
     let mut line_start = 0;
-    while line_start + 3 <= bytes.len() && bytes[line_start] == b'/' && bytes[line_start + 1] == b'/' && bytes[line_start + 2] == b'!' {
+    while line_start + 3 <= bytes.len()
+        && bytes[line_start] == b'/'
+        && bytes[line_start + 1] == b'/'
+        && bytes[line_start + 2] == b'!'
+    {
         let mut i = line_start;
         while i < bytes.len() && bytes[i] != b'\n' {
             i += 1;
@@ -80,7 +84,12 @@ macro_rules! rule {
             code: Code($code),
             name: $name,
             summary: $summary,
-            doc: leading_doc(include_str!(concat!(stringify!($section), "/", stringify!($file), ".rs"))),
+            doc: leading_doc(include_str!(concat!(
+                stringify!($section),
+                "/",
+                stringify!($file),
+                ".rs"
+            ))),
             check: $section::$file::check,
         }
     };
@@ -88,90 +97,258 @@ macro_rules! rule {
 
 /// Every rule, in id order.
 pub static RULES: &[Rule] = &[
-    rule!("V001", "TrainBatchNotDivisibleByMinimalBatch", batch::train_batch_not_divisible_by_minimal_batch,
-        "train_batch_size × rollout.n must divide by the smallest batch the ranks can split"),
-    rule!("V002", "MiniBatchExceedsTrainBatch", batch::mini_batch_exceeds_train_batch,
-        "ppo_mini_batch_size may not exceed data.train_batch_size"),
-    rule!("V003", "MiniBatchNotDivisibleByGlobalMicroBatch", batch::mini_batch_not_divisible_by_global_micro_batch,
-        "ppo_mini_batch_size must be a multiple of the deprecated global ppo_micro_batch_size"),
-    rule!("V004", "GlobalMicroBatchBelowWorldSize", batch::global_micro_batch_below_world_size,
-        "the deprecated global ppo_micro_batch_size × sequence parallel must cover every rank"),
-    rule!("V005", "NormalizedMiniBatchIsZero", batch::normalized_mini_batch_is_zero,
-        "the per-rank mini-batch of the legacy FSDP worker rounds down to zero"),
-    rule!("V006", "NormalizedMiniBatchNotDivisibleByMicroBatch", batch::normalized_mini_batch_not_divisible_by_micro_batch,
-        "the per-rank mini-batch must be a multiple of the per-rank micro-batch"),
-    rule!("V007", "MiniBatchNotDivisibleByDataParallel", batch::mini_batch_not_divisible_by_data_parallel,
-        "ppo_mini_batch_size × rollout.n should split evenly over the data-parallel ranks"),
-    rule!("V008", "MicroBatchSetTwice", batch::micro_batch_set_twice,
-        "a micro-batch size is given both globally (deprecated) and per GPU"),
-    rule!("V009", "MicroBatchUnset", batch::micro_batch_unset,
-        "no micro-batch size is given while dynamic batching is off"),
-    rule!("V010", "DynamicBatchingMismatch", batch::dynamic_batching_mismatch,
-        "engine workers need the same use_dynamic_bsz for the actor and the old-log-prob pass"),
-    rule!("V011", "EngineWorkerNeedsPerGpuMicroBatch", batch::engine_worker_needs_per_gpu_micro_batch,
-        "engine workers read only the *_per_gpu micro-batch sizes"),
-    rule!("V012", "TokenBudgetBelowSequenceLength", batch::token_budget_below_sequence_length,
-        "a dynamic-batching token budget is smaller than prompt + response length"),
-    rule!("V013", "MegatronShuffleWithoutSeed", batch::megatron_shuffle_without_seed,
-        "Megatron shuffles mini-batches only with a data_loader_seed"),
-    rule!("V014", "WorldNotDivisibleByModelParallel", parallel::world_not_divisible_by_model_parallel,
-        "the GPU count must divide by Megatron's tensor × pipeline × context parallel size"),
-    rule!("V015", "WorldNotDivisibleBySequenceParallel", parallel::world_not_divisible_by_sequence_parallel,
-        "the GPU count must divide by the Ulysses sequence-parallel size"),
-    rule!("V016", "WorldNotDivisibleByRolloutReplica", parallel::world_not_divisible_by_rollout_replica,
-        "the GPU count must divide by the rollout replica size (tensor × data × pipeline)"),
-    rule!("V017", "RolloutReplicaNotNodeAligned", parallel::rollout_replica_not_node_aligned,
-        "a rollout replica larger than a node must span whole nodes"),
-    rule!("V018", "RolloutExpertParallelMismatch", parallel::rollout_expert_parallel_mismatch,
-        "rollout expert parallelism above 1 must equal tensor × data parallel"),
-    rule!("V019", "RolloutPipelineParallelUnsupported", parallel::rollout_pipeline_parallel_unsupported,
-        "vLLM, SGLang and TensorRT-LLM rollouts do not support pipeline parallelism in verl"),
-    rule!("V020", "SequenceParallelWithoutRemovePadding", parallel::sequence_parallel_without_remove_padding,
-        "Ulysses sequence parallelism needs use_remove_padding"),
-    rule!("V021", "MandatoryValueUnset", required::mandatory_value_unset,
-        "a `???` value that verl reads was never given"),
-    rule!("V022", "RolloutSyncModeRemoved", rollout::rollout_sync_mode_removed,
-        "rollout.mode `sync` was removed from verl"),
-    rule!("V023", "RolloutEngineNotRegistered", rollout::rollout_engine_not_registered,
-        "the rollout engine name has no implementation in verl"),
-    rule!("V024", "ValidationSamplingWithoutTemperature", rollout::validation_sampling_without_temperature,
-        "val_kwargs.do_sample needs a positive rollout.temperature"),
-    rule!("V025", "LoraRankAboveVllmLimit", rollout::lora_rank_above_vllm_limit,
-        "vLLM serves LoRA adapters up to rank 512"),
-    rule!("V026", "TiledMlpWithoutFsdp2", model::tiled_mlp_without_fsdp2,
-        "tiled MLP needs the fsdp2 strategy"),
-    rule!("V027", "AdaptiveKlHorizonNotPositive", algorithm::adaptive_kl_horizon_not_positive,
-        "the adaptive KL controller needs a positive horizon"),
-    rule!("V028", "PassAtKWithSingleResponse", algorithm::pass_at_k_with_single_response,
-        "grpo_passk needs at least two responses per prompt"),
-    rule!("V029", "RejectionSamplingOptionUnknown", algorithm::rejection_sampling_option_unknown,
-        "rollout_correction.rollout_rs names an unknown option"),
-    rule!("V030", "RejectionSamplingThresholdInvalid", algorithm::rejection_sampling_threshold_invalid,
-        "rollout_correction.rollout_rs_threshold is missing or malformed"),
-    rule!("V031", "OptimizerNameUnknown", optim::optimizer_name_unknown,
-        "the optimizer name does not exist in the chosen optimizer module"),
-    rule!("V032", "RewardManagerNotRegistered", reward::reward_manager_not_registered,
-        "the reward manager is not in verl's registry (or has no module path)"),
-    rule!("V033", "RewardPoolSizeNotPositive", reward::reward_pool_size_not_positive,
-        "a separate reward-model pool needs positive node and GPU counts"),
-    rule!("V034", "HybridEngineDisabled", trainer::hybrid_engine_disabled,
-        "verl supports only the hybrid engine"),
-    rule!("V035", "ResumePathWithoutGlobalStep", trainer::resume_path_without_global_step,
-        "resume_mode resume_path needs a …/global_step_N folder"),
-    rule!("V036", "ResumeFromHdfsUnsupported", trainer::resume_from_hdfs_unsupported,
-        "verl cannot resume while default_hdfs_dir is set"),
-    rule!("V037", "LoggerBackendUnsupported", trainer::logger_backend_unsupported,
-        "a logger backend is deprecated or not available in verlc's trainer"),
-    rule!("V038", "DeprecatedKeySet", deprecated::deprecated_key_set,
-        "a deprecated or renamed key is set"),
-    rule!("V201", "TensorParallelDoesNotDivideHeads", model::tensor_parallel_does_not_divide_heads,
-        "tensor/sequence parallel size must divide the attention heads"),
-    rule!("V202", "TensorParallelIncompatibleWithKvHeads", model::tensor_parallel_incompatible_with_kv_heads,
-        "tensor/sequence parallel size does not fit the key/value heads"),
-    rule!("V203", "RolloutMaxModelLenExceedsModel", model::rollout_max_model_len_exceeds_model,
-        "rollout.max_model_len is longer than the model's max_position_embeddings"),
-    rule!("V204", "SequenceExceedsModelContext", model::sequence_exceeds_model_context,
-        "prompt + response length does not fit the rollout context"),
+    rule!(
+        "V001",
+        "TrainBatchNotDivisibleByMinimalBatch",
+        batch::train_batch_not_divisible_by_minimal_batch,
+        "train_batch_size × rollout.n must divide by the smallest batch the ranks can split"
+    ),
+    rule!(
+        "V002",
+        "MiniBatchExceedsTrainBatch",
+        batch::mini_batch_exceeds_train_batch,
+        "ppo_mini_batch_size may not exceed data.train_batch_size"
+    ),
+    rule!(
+        "V003",
+        "MiniBatchNotDivisibleByGlobalMicroBatch",
+        batch::mini_batch_not_divisible_by_global_micro_batch,
+        "ppo_mini_batch_size must be a multiple of the deprecated global ppo_micro_batch_size"
+    ),
+    rule!(
+        "V004",
+        "GlobalMicroBatchBelowWorldSize",
+        batch::global_micro_batch_below_world_size,
+        "the deprecated global ppo_micro_batch_size × sequence parallel must cover every rank"
+    ),
+    rule!(
+        "V005",
+        "NormalizedMiniBatchIsZero",
+        batch::normalized_mini_batch_is_zero,
+        "the per-rank mini-batch of the legacy FSDP worker rounds down to zero"
+    ),
+    rule!(
+        "V006",
+        "NormalizedMiniBatchNotDivisibleByMicroBatch",
+        batch::normalized_mini_batch_not_divisible_by_micro_batch,
+        "the per-rank mini-batch must be a multiple of the per-rank micro-batch"
+    ),
+    rule!(
+        "V007",
+        "MiniBatchNotDivisibleByDataParallel",
+        batch::mini_batch_not_divisible_by_data_parallel,
+        "ppo_mini_batch_size × rollout.n should split evenly over the data-parallel ranks"
+    ),
+    rule!(
+        "V008",
+        "MicroBatchSetTwice",
+        batch::micro_batch_set_twice,
+        "a micro-batch size is given both globally (deprecated) and per GPU"
+    ),
+    rule!(
+        "V009",
+        "MicroBatchUnset",
+        batch::micro_batch_unset,
+        "no micro-batch size is given while dynamic batching is off"
+    ),
+    rule!(
+        "V010",
+        "DynamicBatchingMismatch",
+        batch::dynamic_batching_mismatch,
+        "engine workers need the same use_dynamic_bsz for the actor and the old-log-prob pass"
+    ),
+    rule!(
+        "V011",
+        "EngineWorkerNeedsPerGpuMicroBatch",
+        batch::engine_worker_needs_per_gpu_micro_batch,
+        "engine workers read only the *_per_gpu micro-batch sizes"
+    ),
+    rule!(
+        "V012",
+        "TokenBudgetBelowSequenceLength",
+        batch::token_budget_below_sequence_length,
+        "a dynamic-batching token budget is smaller than prompt + response length"
+    ),
+    rule!(
+        "V013",
+        "MegatronShuffleWithoutSeed",
+        batch::megatron_shuffle_without_seed,
+        "Megatron shuffles mini-batches only with a data_loader_seed"
+    ),
+    rule!(
+        "V014",
+        "WorldNotDivisibleByModelParallel",
+        parallel::world_not_divisible_by_model_parallel,
+        "the GPU count must divide by Megatron's tensor × pipeline × context parallel size"
+    ),
+    rule!(
+        "V015",
+        "WorldNotDivisibleBySequenceParallel",
+        parallel::world_not_divisible_by_sequence_parallel,
+        "the GPU count must divide by the Ulysses sequence-parallel size"
+    ),
+    rule!(
+        "V016",
+        "WorldNotDivisibleByRolloutReplica",
+        parallel::world_not_divisible_by_rollout_replica,
+        "the GPU count must divide by the rollout replica size (tensor × data × pipeline)"
+    ),
+    rule!(
+        "V017",
+        "RolloutReplicaNotNodeAligned",
+        parallel::rollout_replica_not_node_aligned,
+        "a rollout replica larger than a node must span whole nodes"
+    ),
+    rule!(
+        "V018",
+        "RolloutExpertParallelMismatch",
+        parallel::rollout_expert_parallel_mismatch,
+        "rollout expert parallelism above 1 must equal tensor × data parallel"
+    ),
+    rule!(
+        "V019",
+        "RolloutPipelineParallelUnsupported",
+        parallel::rollout_pipeline_parallel_unsupported,
+        "vLLM, SGLang and TensorRT-LLM rollouts do not support pipeline parallelism in verl"
+    ),
+    rule!(
+        "V020",
+        "SequenceParallelWithoutRemovePadding",
+        parallel::sequence_parallel_without_remove_padding,
+        "Ulysses sequence parallelism needs use_remove_padding"
+    ),
+    rule!(
+        "V021",
+        "MandatoryValueUnset",
+        required::mandatory_value_unset,
+        "a `???` value that verl reads was never given"
+    ),
+    rule!(
+        "V022",
+        "RolloutSyncModeRemoved",
+        rollout::rollout_sync_mode_removed,
+        "rollout.mode `sync` was removed from verl"
+    ),
+    rule!(
+        "V023",
+        "RolloutEngineNotRegistered",
+        rollout::rollout_engine_not_registered,
+        "the rollout engine name has no implementation in verl"
+    ),
+    rule!(
+        "V024",
+        "ValidationSamplingWithoutTemperature",
+        rollout::validation_sampling_without_temperature,
+        "val_kwargs.do_sample needs a positive rollout.temperature"
+    ),
+    rule!(
+        "V025",
+        "LoraRankAboveVllmLimit",
+        rollout::lora_rank_above_vllm_limit,
+        "vLLM serves LoRA adapters up to rank 512"
+    ),
+    rule!(
+        "V026",
+        "TiledMlpWithoutFsdp2",
+        model::tiled_mlp_without_fsdp2,
+        "tiled MLP needs the fsdp2 strategy"
+    ),
+    rule!(
+        "V027",
+        "AdaptiveKlHorizonNotPositive",
+        algorithm::adaptive_kl_horizon_not_positive,
+        "the adaptive KL controller needs a positive horizon"
+    ),
+    rule!(
+        "V028",
+        "PassAtKWithSingleResponse",
+        algorithm::pass_at_k_with_single_response,
+        "grpo_passk needs at least two responses per prompt"
+    ),
+    rule!(
+        "V029",
+        "RejectionSamplingOptionUnknown",
+        algorithm::rejection_sampling_option_unknown,
+        "rollout_correction.rollout_rs names an unknown option"
+    ),
+    rule!(
+        "V030",
+        "RejectionSamplingThresholdInvalid",
+        algorithm::rejection_sampling_threshold_invalid,
+        "rollout_correction.rollout_rs_threshold is missing or malformed"
+    ),
+    rule!(
+        "V031",
+        "OptimizerNameUnknown",
+        optim::optimizer_name_unknown,
+        "the optimizer name does not exist in the chosen optimizer module"
+    ),
+    rule!(
+        "V032",
+        "RewardManagerNotRegistered",
+        reward::reward_manager_not_registered,
+        "the reward manager is not in verl's registry (or has no module path)"
+    ),
+    rule!(
+        "V033",
+        "RewardPoolSizeNotPositive",
+        reward::reward_pool_size_not_positive,
+        "a separate reward-model pool needs positive node and GPU counts"
+    ),
+    rule!(
+        "V034",
+        "HybridEngineDisabled",
+        trainer::hybrid_engine_disabled,
+        "verl supports only the hybrid engine"
+    ),
+    rule!(
+        "V035",
+        "ResumePathWithoutGlobalStep",
+        trainer::resume_path_without_global_step,
+        "resume_mode resume_path needs a …/global_step_N folder"
+    ),
+    rule!(
+        "V036",
+        "ResumeFromHdfsUnsupported",
+        trainer::resume_from_hdfs_unsupported,
+        "verl cannot resume while default_hdfs_dir is set"
+    ),
+    rule!(
+        "V037",
+        "LoggerBackendUnsupported",
+        trainer::logger_backend_unsupported,
+        "a logger backend is deprecated or not available in verlc's trainer"
+    ),
+    rule!(
+        "V038",
+        "DeprecatedKeySet",
+        deprecated::deprecated_key_set,
+        "a deprecated or renamed key is set"
+    ),
+    rule!(
+        "V201",
+        "TensorParallelDoesNotDivideHeads",
+        model::tensor_parallel_does_not_divide_heads,
+        "tensor/sequence parallel size must divide the attention heads"
+    ),
+    rule!(
+        "V202",
+        "TensorParallelIncompatibleWithKvHeads",
+        model::tensor_parallel_incompatible_with_kv_heads,
+        "tensor/sequence parallel size does not fit the key/value heads"
+    ),
+    rule!(
+        "V203",
+        "RolloutMaxModelLenExceedsModel",
+        model::rollout_max_model_len_exceeds_model,
+        "rollout.max_model_len is longer than the model's max_position_embeddings"
+    ),
+    rule!(
+        "V204",
+        "SequenceExceedsModelContext",
+        model::sequence_exceeds_model_context,
+        "prompt + response length does not fit the rollout context"
+    ),
 ];
 
 /// Run every rule for which `enabled` holds.
@@ -198,11 +375,20 @@ mod tests {
     fn codes_are_unique_and_in_order() {
         let mut seen: Vec<&str> = codes::ALL_LOAD_CODES.iter().map(|c| c.0).collect();
         for r in RULES {
-            assert!(!seen.contains(&r.code.0), "duplicate diagnostic code {}", r.code);
+            assert!(
+                !seen.contains(&r.code.0),
+                "duplicate diagnostic code {}",
+                r.code
+            );
             seen.push(r.code.0);
         }
         for pair in RULES.windows(2) {
-            assert!(pair[0].code.0 < pair[1].code.0, "{} listed before {}", pair[0].code, pair[1].code);
+            assert!(
+                pair[0].code.0 < pair[1].code.0,
+                "{} listed before {}",
+                pair[0].code,
+                pair[1].code
+            );
         }
     }
 
@@ -211,7 +397,12 @@ mod tests {
         for r in RULES {
             let doc = r.doc_text();
             for heading in ["## What it checks", "## Why", "## Example", "## Fix"] {
-                assert!(doc.contains(heading), "{} ({}) lacks `{heading}`", r.code, r.name);
+                assert!(
+                    doc.contains(heading),
+                    "{} ({}) lacks `{heading}`",
+                    r.code,
+                    r.name
+                );
             }
         }
     }
@@ -219,7 +410,11 @@ mod tests {
     #[test]
     fn rule_codes_have_the_rule_prefix() {
         for r in RULES {
-            assert!(r.code.0.starts_with('V') && r.code.0.len() == 4, "bad rule code {}", r.code);
+            assert!(
+                r.code.0.starts_with('V') && r.code.0.len() == 4,
+                "bad rule code {}",
+                r.code
+            );
         }
     }
 }

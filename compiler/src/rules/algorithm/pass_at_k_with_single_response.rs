@@ -32,10 +32,16 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     }
     let key = "actor_rollout_ref.rollout.n";
     out.push(
-        Diagnostic::error(CODE, format!("grpo_passk needs at least 2 responses per prompt, but rollout.n is {n}"))
-            .with_key(key)
-            .with_primary(ctx.origin(key), format!("{n} response per prompt"))
-            .with_secondary(ctx.origin("algorithm.adv_estimator"), "grpo_passk chosen here")
-            .with_help(format!("set `{key}` to 2 or more (e.g. 8)")),
+        Diagnostic::error(
+            CODE,
+            format!("grpo_passk needs at least 2 responses per prompt, but rollout.n is {n}"),
+        )
+        .with_key(key)
+        .with_primary(ctx.origin(key), format!("{n} response per prompt"))
+        .with_secondary(
+            ctx.origin("algorithm.adv_estimator"),
+            "grpo_passk chosen here",
+        )
+        .with_help(format!("set `{key}` to 2 or more (e.g. 8)")),
     );
 }

@@ -41,19 +41,37 @@ pub(super) const OPTIONS: &[&str] = &[
 ];
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let Some(rs) = ctx.config.algorithm.rollout_correction.rollout_rs.as_deref() else { return };
+    let Some(rs) = ctx
+        .config
+        .algorithm
+        .rollout_correction
+        .rollout_rs
+        .as_deref()
+    else {
+        return;
+    };
     let trimmed = rs.trim();
     if LEVELS.contains(&trimmed) {
         return;
     }
     let key = "algorithm.rollout_correction.rollout_rs";
-    let parts: Vec<&str> = trimmed.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&str> = trimmed
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
     if parts.is_empty() {
         out.push(
-            Diagnostic::error(CODE, "`rollout_rs` is empty; it must name a rejection-sampling mode")
-                .with_key(key)
-                .with_primary(ctx.origin(key), "empty")
-                .with_help(format!("use null to turn rejection sampling off, or one of {}", LEVELS.join(", "))),
+            Diagnostic::error(
+                CODE,
+                "`rollout_rs` is empty; it must name a rejection-sampling mode",
+            )
+            .with_key(key)
+            .with_primary(ctx.origin(key), "empty")
+            .with_help(format!(
+                "use null to turn rejection sampling off, or one of {}",
+                LEVELS.join(", ")
+            )),
         );
         return;
     }
@@ -64,13 +82,20 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         let all = LEVELS.iter().chain(OPTIONS.iter()).copied();
         let help = match did_you_mean(part, all) {
             Some(s) => format!("did you mean `{s}`?"),
-            None => format!("use one of {} or a comma list of {}", LEVELS.join(", "), OPTIONS.join(", ")),
+            None => format!(
+                "use one of {} or a comma list of {}",
+                LEVELS.join(", "),
+                OPTIONS.join(", ")
+            ),
         };
         out.push(
-            Diagnostic::error(CODE, format!("unknown rejection-sampling option `{part}` in rollout_rs"))
-                .with_key(key)
-                .with_primary(ctx.origin(key), format!("`{part}` is not an option"))
-                .with_help(help),
+            Diagnostic::error(
+                CODE,
+                format!("unknown rejection-sampling option `{part}` in rollout_rs"),
+            )
+            .with_key(key)
+            .with_primary(ctx.origin(key), format!("`{part}` is not an option"))
+            .with_help(help),
         );
     }
 }

@@ -32,9 +32,15 @@ const KEY: &str = "algorithm.rollout_correction.rollout_rs_threshold";
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let rc = &ctx.config.algorithm.rollout_correction;
-    let Some(rs) = rc.rollout_rs.as_deref() else { return };
+    let Some(rs) = rc.rollout_rs.as_deref() else {
+        return;
+    };
     let rs = rs.trim();
-    let options: Vec<&str> = rs.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let options: Vec<&str> = rs
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
     // Unknown names are V029's finding.
     let level = LEVELS.contains(&rs);
     if !level && (options.is_empty() || options.iter().any(|o| !OPTIONS.contains(o))) {
@@ -42,11 +48,15 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     }
     let problem = match &rc.rollout_rs_threshold {
         None => Some("rejection sampling is on but `rollout_rs_threshold` is null".to_owned()),
-        Some(RsThreshold::Number(x)) if *x <= 0.0 => Some(format!("`rollout_rs_threshold` must be positive, got {x}")),
+        Some(RsThreshold::Number(x)) if *x <= 0.0 => {
+            Some(format!("`rollout_rs_threshold` must be positive, got {x}"))
+        }
         Some(RsThreshold::Number(_)) => None,
         Some(RsThreshold::Text(t)) if level => match t.trim().parse::<f64>() {
             Ok(x) if x > 0.0 => None,
-            _ => Some(format!("`rollout_rs_threshold` must be a positive number for rollout_rs `{rs}`, got `{t}`")),
+            _ => Some(format!(
+                "`rollout_rs_threshold` must be a positive number for rollout_rs `{rs}`, got `{t}`"
+            )),
         },
         Some(RsThreshold::Text(t)) => text_problem(t, &options),
     };
@@ -66,7 +76,11 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
 
 /// Checks a per-option threshold list the way later verl releases parse it.
 fn text_problem(text: &str, options: &[&str]) -> Option<String> {
-    let specs: Vec<&str> = text.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let specs: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
     if specs.is_empty() {
         return Some("`rollout_rs_threshold` is empty".to_owned());
     }
@@ -79,10 +93,23 @@ fn text_problem(text: &str, options: &[&str]) -> Option<String> {
     }
     for (i, option) in options.iter().enumerate() {
         let spec = if specs.len() == 1 { specs[0] } else { specs[i] };
-        let bounds: Vec<&str> = if option.ends_with("k1") { spec.splitn(2, '_').collect() } else { vec![spec] };
-        let ok = bounds.iter().all(|b| b.parse::<f64>().is_ok_and(|x| x > 0.0));
+        let bounds: Vec<&str> = if option.ends_with("k1") {
+            spec.splitn(2, '_').collect()
+        } else {
+            vec![spec]
+        };
+        let ok = bounds
+            .iter()
+            .all(|b| b.parse::<f64>().is_ok_and(|x| x > 0.0));
         if !ok {
-            return Some(format!("threshold `{spec}` for option `{option}` is not a positive number{}", if option.ends_with("k1") { " or `lower_upper` pair" } else { "" }));
+            return Some(format!(
+                "threshold `{spec}` for option `{option}` is not a positive number{}",
+                if option.ends_with("k1") {
+                    " or `lower_upper` pair"
+                } else {
+                    ""
+                }
+            ));
         }
     }
     None

@@ -35,12 +35,22 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         return;
     }
     let pairs = [
-        ("actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size, a.ppo_micro_batch_size_per_gpu),
-        ("actor_rollout_ref.rollout.log_prob_micro_batch_size", r.log_prob_micro_batch_size, r.log_prob_micro_batch_size_per_gpu),
+        (
+            "actor_rollout_ref.actor.ppo_micro_batch_size",
+            a.ppo_micro_batch_size,
+            a.ppo_micro_batch_size_per_gpu,
+        ),
+        (
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size",
+            r.log_prob_micro_batch_size,
+            r.log_prob_micro_batch_size_per_gpu,
+        ),
     ];
     for (global_key, global, per_gpu) in pairs {
         // Neither set is V009's finding.
-        let (Some(global), None) = (global, per_gpu) else { continue };
+        let (Some(global), None) = (global, per_gpu) else {
+            continue;
+        };
         let per_gpu_key = format!("{global_key}_per_gpu");
         out.push(
             Diagnostic::error(

@@ -36,7 +36,11 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         && let Some(micro) = a.ppo_micro_batch_size
     {
         // verl reads the role-level Ulysses key here (FSDP only; Megatron has none).
-        let sp = if is_fsdp(a.strategy) { a.ulysses_sequence_parallel_size.unwrap_or(1) } else { 1 };
+        let sp = if is_fsdp(a.strategy) {
+            a.ulysses_sequence_parallel_size.unwrap_or(1)
+        } else {
+            1
+        };
         push(ctx, out, "actor_rollout_ref.actor", micro, sp, gpus);
     }
     let cr = &c.critic;
@@ -45,7 +49,14 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         && !cr.use_dynamic_bsz
         && let Some(micro) = cr.ppo_micro_batch_size
     {
-        push(ctx, out, "critic", micro, cr.ulysses_sequence_parallel_size.unwrap_or(1), gpus);
+        push(
+            ctx,
+            out,
+            "critic",
+            micro,
+            cr.ulysses_sequence_parallel_size.unwrap_or(1),
+            gpus,
+        );
     }
 }
 
@@ -54,7 +65,11 @@ fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, role: &str, micro: i64, sp
         return;
     }
     let key = format!("{role}.ppo_micro_batch_size");
-    let sp_text = if sp > 1 { format!(" × sequence parallel {sp}") } else { String::new() };
+    let sp_text = if sp > 1 {
+        format!(" × sequence parallel {sp}")
+    } else {
+        String::new()
+    };
     let minimum = (gpus + sp.max(1) - 1) / sp.max(1);
     let mut d = Diagnostic::error(
         CODE,
@@ -64,7 +79,10 @@ fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, role: &str, micro: i64, sp
     .with_primary(ctx.origin(&key), format!("{micro} responses over all ranks"))
     .with_secondary(ctx.origin("trainer.n_gpus_per_node"), "GPUs per node set here");
     if sp > 1 {
-        d = d.with_secondary(ctx.origin(&format!("{role}.ulysses_sequence_parallel_size")), "sequence parallel size set here");
+        d = d.with_secondary(
+            ctx.origin(&format!("{role}.ulysses_sequence_parallel_size")),
+            "sequence parallel size set here",
+        );
     }
     out.push(d.with_help(format!(
         "replace it by `{key}_per_gpu` (responses per GPU), or raise it to at least {minimum}"

@@ -29,15 +29,25 @@ const CODE: Code = Code("V013");
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
     let cr = &c.critic;
-    if !critic_runs(c) || cr.strategy != Strategy::Megatron || !cr.shuffle || cr.data_loader_seed.is_some() {
+    if !critic_runs(c)
+        || cr.strategy != Strategy::Megatron
+        || !cr.shuffle
+        || cr.data_loader_seed.is_some()
+    {
         return;
     }
     let key = "critic.data_loader_seed";
     out.push(
-        Diagnostic::error(CODE, "the Megatron critic shuffles mini-batches but `critic.data_loader_seed` is null")
-            .with_key(key)
-            .with_primary(ctx.origin(key), "no seed")
-            .with_secondary(ctx.origin("critic.shuffle"), "shuffling turned on here")
-            .with_help(format!("set `{key}` to an integer (e.g. {}) or `critic.shuffle: false`", c.actor_rollout_ref.actor.data_loader_seed)),
+        Diagnostic::error(
+            CODE,
+            "the Megatron critic shuffles mini-batches but `critic.data_loader_seed` is null",
+        )
+        .with_key(key)
+        .with_primary(ctx.origin(key), "no seed")
+        .with_secondary(ctx.origin("critic.shuffle"), "shuffling turned on here")
+        .with_help(format!(
+            "set `{key}` to an integer (e.g. {}) or `critic.shuffle: false`",
+            c.actor_rollout_ref.actor.data_loader_seed
+        )),
     );
 }

@@ -32,7 +32,9 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         if !pair.exactly_one {
             continue;
         }
-        let (Some(global), Some(per_gpu)) = (pair.global, pair.per_gpu) else { continue };
+        let (Some(global), Some(per_gpu)) = (pair.global, pair.per_gpu) else {
+            continue;
+        };
         let global_key = pair.global_key();
         let per_gpu_key = pair.per_gpu_key();
         let global_origin = ctx.origin(&global_key);
@@ -49,6 +51,8 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         } else {
             d = d.with_secondary(per_gpu_origin, "per-GPU micro-batch size set here");
         }
-        out.push(d.with_help(format!("remove `{global_key}` and give only `{per_gpu_key}` (responses per GPU)")));
+        out.push(d.with_help(format!(
+            "remove `{global_key}` and give only `{per_gpu_key}` (responses per GPU)"
+        )));
     }
 }

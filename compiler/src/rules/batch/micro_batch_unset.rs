@@ -29,21 +29,35 @@ const CODE: Code = Code("V009");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     for pair in micro_pairs(ctx.config) {
-        if !(pair.exactly_one || pair.at_least_one) || pair.global.is_some() || pair.per_gpu.is_some() {
+        if !(pair.exactly_one || pair.at_least_one)
+            || pair.global.is_some()
+            || pair.per_gpu.is_some()
+        {
             continue;
         }
         let per_gpu_key = pair.per_gpu_key();
         let example = suggestion(ctx, pair.prefix);
         let help = if pair.exactly_one {
-            format!("set `{per_gpu_key}` (e.g. {example}), or turn on `{}` to batch by tokens", pair.dynamic_key)
+            format!(
+                "set `{per_gpu_key}` (e.g. {example}), or turn on `{}` to batch by tokens",
+                pair.dynamic_key
+            )
         } else {
-            format!("set `{per_gpu_key}` (e.g. {example}); the Megatron reference worker needs it even with dynamic batching")
+            format!(
+                "set `{per_gpu_key}` (e.g. {example}); the Megatron reference worker needs it even with dynamic batching"
+            )
         };
         out.push(
-            Diagnostic::error(CODE, format!("no micro-batch size for `{}`: `{per_gpu_key}` is null", pair.prefix))
-                .with_key(per_gpu_key.clone())
-                .with_primary(null_site(ctx, &per_gpu_key), "left null here")
-                .with_help(help),
+            Diagnostic::error(
+                CODE,
+                format!(
+                    "no micro-batch size for `{}`: `{per_gpu_key}` is null",
+                    pair.prefix
+                ),
+            )
+            .with_key(per_gpu_key.clone())
+            .with_primary(null_site(ctx, &per_gpu_key), "left null here")
+            .with_help(help),
         );
     }
 }
@@ -62,7 +76,11 @@ fn suggestion(ctx: &RuleContext, prefix: &str) -> i64 {
         .into_iter()
         .find(|r| r.prefix == prefix)
         .and_then(|r| {
-            let dp = if is_fsdp(r.strategy) && !r.engine { (r.sp > 0).then(|| gpus / r.sp)? } else { r.dp? };
+            let dp = if is_fsdp(r.strategy) && !r.engine {
+                (r.sp > 0).then(|| gpus / r.sp)?
+            } else {
+                r.dp?
+            };
             let per_rank = r.mini.saturating_mul(r.n) / dp.max(1);
             nearest_divisor(per_rank, 4)
         })

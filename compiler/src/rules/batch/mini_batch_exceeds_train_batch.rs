@@ -39,11 +39,17 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     }
     // The critic mirrors the actor's value by default: one report for one mistake.
     let critic_key = "critic.ppo_mini_batch_size";
-    let mirrored = ctx.origin(critic_key) == ctx.origin(actor_key) && c.critic.ppo_mini_batch_size == actor.ppo_mini_batch_size;
+    let mirrored = ctx.origin(critic_key) == ctx.origin(actor_key)
+        && c.critic.ppo_mini_batch_size == actor.ppo_mini_batch_size;
     if mirrored && !actor.use_dynamic_bsz {
         return;
     }
-    out.push(diagnostic(ctx, critic_key, c.critic.ppo_mini_batch_size, tbs));
+    out.push(diagnostic(
+        ctx,
+        critic_key,
+        c.critic.ppo_mini_batch_size,
+        tbs,
+    ));
 }
 
 fn diagnostic(ctx: &RuleContext, key: &str, mini: i64, tbs: i64) -> Diagnostic {

@@ -26,7 +26,7 @@
 
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{gcd, is_fsdp, nearest_multiple, train_roles};
+use crate::rules::facts::{gcd, is_fsdp, nearest_multiple, push_unique, train_roles};
 
 const CODE: Code = Code("V007");
 
@@ -58,11 +58,25 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         };
         let mut d = d
             .with_key(key.clone())
-            .with_primary(ctx.origin(&key), format!("{} prompts per mini-batch", role.mini))
-            .with_secondary(ctx.origin("trainer.n_gpus_per_node"), "GPUs per node set here");
+            .with_primary(
+                ctx.origin(&key),
+                format!("{} prompts per mini-batch", role.mini),
+            )
+            .with_secondary(
+                ctx.origin("trainer.n_gpus_per_node"),
+                "GPUs per node set here",
+            );
         if role.n > 1 {
-            d = d.with_secondary(ctx.origin(role.n_key), format!("{} responses per prompt", role.n));
+            d = d.with_secondary(
+                ctx.origin(role.n_key),
+                format!("{} responses per prompt", role.n),
+            );
         }
-        out.push(d.with_help(format!("set `{key}` to a multiple of {step}, e.g. {suggestion}")));
+        push_unique(
+            out,
+            d.with_help(format!(
+                "set `{key}` to a multiple of {step}, e.g. {suggestion}"
+            )),
+        );
     }
 }

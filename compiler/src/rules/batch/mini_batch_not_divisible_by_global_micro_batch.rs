@@ -32,7 +32,13 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     if !a.use_dynamic_bsz
         && let Some(micro) = a.ppo_micro_batch_size
     {
-        push(ctx, out, "actor_rollout_ref.actor", a.ppo_mini_batch_size, micro);
+        push(
+            ctx,
+            out,
+            "actor_rollout_ref.actor",
+            a.ppo_mini_batch_size,
+            micro,
+        );
     }
     if critic_runs(c)
         && !c.critic.use_dynamic_bsz

@@ -24,7 +24,7 @@
 
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{gcd, is_fsdp, n_gpus, nearest_multiple, train_roles};
+use crate::rules::facts::{gcd, is_fsdp, n_gpus, nearest_multiple, push_unique, train_roles};
 
 const CODE: Code = Code("V005");
 
@@ -58,6 +58,11 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         if role.sp > 1 {
             d = d.with_secondary(ctx.origin(role.sp_key), "sequence parallel size set here");
         }
-        out.push(d.with_help(format!("set `{key}` to a multiple of {step}, e.g. {suggestion}")));
+        push_unique(
+            out,
+            d.with_help(format!(
+                "set `{key}` to a multiple of {step}, e.g. {suggestion}"
+            )),
+        );
     }
 }

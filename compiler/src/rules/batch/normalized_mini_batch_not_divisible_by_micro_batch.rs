@@ -25,7 +25,7 @@
 
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{is_fsdp, n_gpus, nearest_divisor, train_roles};
+use crate::rules::facts::{is_fsdp, n_gpus, nearest_divisor, push_unique, train_roles};
 
 const CODE: Code = Code("V006");
 
@@ -46,14 +46,18 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         // The deprecated global size replaces the per-GPU one after division.
         let (micro, key) = match (role.micro_global, role.micro_per_gpu) {
             (Some(global), _) => (global / dp, format!("{}.ppo_micro_batch_size", role.prefix)),
-            (None, Some(per_gpu)) => (per_gpu, format!("{}.ppo_micro_batch_size_per_gpu", role.prefix)),
+            (None, Some(per_gpu)) => (
+                per_gpu,
+                format!("{}.ppo_micro_batch_size_per_gpu", role.prefix),
+            ),
             (None, None) => continue,
         };
         if micro <= 0 || per_rank % micro == 0 {
             continue;
         }
         let suggestion = nearest_divisor(per_rank, micro).unwrap_or(1);
-        out.push(
+        push_unique(
+            out,
             Diagnostic::error(
                 CODE,
                 format!(

@@ -35,12 +35,28 @@ const CODE: Code = Code("V012");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
-    let seq = c.data.max_prompt_length.saturating_add(c.data.max_response_length);
+    let seq = c
+        .data
+        .max_prompt_length
+        .saturating_add(c.data.max_response_length);
     let a = &c.actor_rollout_ref.actor;
-    let cp_of = |m: Option<&crate::config::MegatronEngineConfig>| m.map_or(1, |m| m.context_parallel_size);
-    let actor_split = if is_fsdp(a.strategy) { actor_sp(c) } else { cp_of(a.megatron.as_ref()) };
-    let ref_split = if is_fsdp(a.strategy) { actor_sp(c) } else { cp_of(c.actor_rollout_ref.reference.megatron.as_ref()) };
-    let critic_split = if is_fsdp(c.critic.strategy) { critic_sp(c) } else { cp_of(c.critic.megatron.as_ref()) };
+    let cp_of =
+        |m: Option<&crate::config::MegatronEngineConfig>| m.map_or(1, |m| m.context_parallel_size);
+    let actor_split = if is_fsdp(a.strategy) {
+        actor_sp(c)
+    } else {
+        cp_of(a.megatron.as_ref())
+    };
+    let ref_split = if is_fsdp(a.strategy) {
+        actor_sp(c)
+    } else {
+        cp_of(c.actor_rollout_ref.reference.megatron.as_ref())
+    };
+    let critic_split = if is_fsdp(c.critic.strategy) {
+        critic_sp(c)
+    } else {
+        cp_of(c.critic.megatron.as_ref())
+    };
     let rm = &c.reward_model;
     let rm_split = if is_fsdp(rm.strategy) {
         rm.ulysses_sequence_parallel_size.unwrap_or(1)
@@ -50,22 +66,46 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
 
     let mut budgets: Vec<(&str, i64, i64)> = Vec::new();
     if a.use_dynamic_bsz {
-        budgets.push(("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu, actor_split));
+        budgets.push((
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+            a.ppo_max_token_len_per_gpu,
+            actor_split,
+        ));
     }
     let r = &c.actor_rollout_ref.rollout;
     if r.log_prob_use_dynamic_bsz {
-        budgets.push(("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", r.log_prob_max_token_len_per_gpu, actor_split));
+        budgets.push((
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+            r.log_prob_max_token_len_per_gpu,
+            actor_split,
+        ));
     }
     let rf = &c.actor_rollout_ref.reference;
     if reference_runs(c) && rf.log_prob_use_dynamic_bsz {
-        budgets.push(("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", rf.log_prob_max_token_len_per_gpu, ref_split));
+        budgets.push((
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            rf.log_prob_max_token_len_per_gpu,
+            ref_split,
+        ));
     }
     if critic_runs(c) && c.critic.use_dynamic_bsz {
-        budgets.push(("critic.ppo_max_token_len_per_gpu", c.critic.ppo_max_token_len_per_gpu, critic_split));
-        budgets.push(("critic.forward_max_token_len_per_gpu", c.critic.forward_max_token_len_per_gpu, critic_split));
+        budgets.push((
+            "critic.ppo_max_token_len_per_gpu",
+            c.critic.ppo_max_token_len_per_gpu,
+            critic_split,
+        ));
+        budgets.push((
+            "critic.forward_max_token_len_per_gpu",
+            c.critic.forward_max_token_len_per_gpu,
+            critic_split,
+        ));
     }
     if rm.enable && rm.use_dynamic_bsz && !rm.use_reward_loop {
-        budgets.push(("reward_model.forward_max_token_len_per_gpu", rm.forward_max_token_len_per_gpu, rm_split));
+        budgets.push((
+            "reward_model.forward_max_token_len_per_gpu",
+            rm.forward_max_token_len_per_gpu,
+            rm_split,
+        ));
     }
 
     // Mirrored keys share one origin; report each written value (and split) once.
@@ -81,13 +121,17 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             continue;
         }
         reported.push((origin.clone(), split));
-        let split_text = if split > 1 { format!(" × sequence split {split} = {budget}") } else { String::new() };
+        let split_text = if split > 1 {
+            format!(" × sequence split {split} = {budget}")
+        } else {
+            String::new()
+        };
         let needed = (seq + split - 1) / split;
         out.push(
             Diagnostic::error(
                 CODE,
                 format!(
-                    "token budget {per_gpu}{split_text} cannot hold one sequence of up to {seq} tokens (max_prompt_length {} + max_response_length {})",
+                    "token budget `{key}` = {per_gpu}{split_text} cannot hold one sequence of up to {seq} tokens (max_prompt_length {} + max_response_length {})",
                     c.data.max_prompt_length, c.data.max_response_length
                 ),
             )

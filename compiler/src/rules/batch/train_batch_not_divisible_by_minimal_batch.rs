@@ -39,15 +39,22 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let tbs = c.data.train_batch_size;
     let real = tbs.saturating_mul(n);
     let (minimal, how) = if actor.strategy == Strategy::Megatron {
-        let Some(m) = actor.megatron.as_ref() else { return };
+        let Some(m) = actor.megatron.as_ref() else {
+            return;
+        };
         let mp = megatron_model_parallel(m);
         // A model-parallel size that does not divide the GPU count is V014's finding.
         if mp <= 0 || gpus % mp != 0 {
             return;
         }
-        let Some(micro) = actor.ppo_micro_batch_size_per_gpu else { return };
+        let Some(micro) = actor.ppo_micro_batch_size_per_gpu else {
+            return;
+        };
         let dp = gpus / mp;
-        (dp.saturating_mul(micro), format!("{dp} data-parallel ranks × ppo_micro_batch_size_per_gpu {micro}"))
+        (
+            dp.saturating_mul(micro),
+            format!("{dp} data-parallel ranks × ppo_micro_batch_size_per_gpu {micro}"),
+        )
     } else {
         (gpus, format!("one response per GPU on {gpus} GPUs"))
     };
@@ -65,14 +72,23 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     .with_key("data.train_batch_size")
     .with_primary(ctx.origin("data.train_batch_size"), format!("{tbs} prompts per step"));
     if n > 1 {
-        d = d.with_secondary(ctx.origin("actor_rollout_ref.rollout.n"), format!("{n} responses per prompt"));
+        d = d.with_secondary(
+            ctx.origin("actor_rollout_ref.rollout.n"),
+            format!("{n} responses per prompt"),
+        );
     }
-    d = d.with_secondary(ctx.origin("trainer.n_gpus_per_node"), "GPUs per node set here");
+    d = d.with_secondary(
+        ctx.origin("trainer.n_gpus_per_node"),
+        "GPUs per node set here",
+    );
     if c.trainer.nnodes > 1 {
         d = d.with_secondary(ctx.origin("trainer.nnodes"), "nodes set here");
     }
     if actor.strategy == Strategy::Megatron {
-        d = d.with_secondary(ctx.origin("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"), "micro-batch per GPU set here");
+        d = d.with_secondary(
+            ctx.origin("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
+            "micro-batch per GPU set here",
+        );
     }
     out.push(d.with_help(format!(
         "set data.train_batch_size to a multiple of {step}, e.g. {suggestion}, so the responses split evenly"

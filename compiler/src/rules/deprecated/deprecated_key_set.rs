@@ -36,7 +36,12 @@ const CODE: Code = Code("V038");
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     for entry in DEPRECATED_KEYS {
         let mut found = Vec::new();
-        expand(ctx.root, &entry.path.split('.').collect::<Vec<_>>(), &mut Vec::new(), &mut found);
+        expand(
+            ctx.root,
+            &entry.path.split('.').collect::<Vec<_>>(),
+            &mut Vec::new(),
+            &mut found,
+        );
         for (path, node) in found {
             if !is_set(&path, node) {
                 continue;
@@ -59,7 +64,12 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
 }
 
 /// Every concrete path matching `pattern` (`*` matches one key) with its node.
-fn expand<'a>(node: &'a Node, pattern: &[&str], prefix: &mut Vec<String>, found: &mut Vec<(String, &'a Node)>) {
+fn expand<'a>(
+    node: &'a Node,
+    pattern: &[&str],
+    prefix: &mut Vec<String>,
+    found: &mut Vec<(String, &'a Node)>,
+) {
     let Some((head, rest)) = pattern.split_first() else {
         found.push((prefix.join("."), node));
         return;
@@ -83,7 +93,9 @@ fn is_set(path: &str, node: &Node) -> bool {
     }
     let neutral = match &node.value {
         Value::Scalar(Scalar::Null) => true,
-        Value::Scalar(Scalar::Str(s)) if path.ends_with("rollout.mode") => s == "async" || s == "sync",
+        Value::Scalar(Scalar::Str(s)) if path.ends_with("rollout.mode") => {
+            s == "async" || s == "sync"
+        }
         Value::Scalar(Scalar::Str(s)) if path == "reward_model.reward_manager" => s == "naive",
         Value::Scalar(Scalar::Int(1)) if path.ends_with("ulysses_sequence_parallel_size") => true,
         _ => false,

@@ -24,9 +24,13 @@ use crate::rules::RuleContext;
 const CODE: Code = Code("V203");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let Some(limit) = ctx.model.and_then(|m| m.max_position_embeddings) else { return };
+    let Some(limit) = ctx.model.and_then(|m| m.max_position_embeddings) else {
+        return;
+    };
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let Some(len) = ctx.config.actor_rollout_ref.rollout.max_model_len else { return };
+    let Some(len) = ctx.config.actor_rollout_ref.rollout.max_model_len else {
+        return;
+    };
     if len <= limit {
         return;
     }

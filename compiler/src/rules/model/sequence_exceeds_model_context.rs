@@ -28,7 +28,10 @@ const CODE: Code = Code("V204");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let r = &ctx.config.actor_rollout_ref.rollout;
-    let model_limit = ctx.model.and_then(|m| m.max_position_embeddings).map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+    let model_limit = ctx
+        .model
+        .and_then(|m| m.max_position_embeddings)
+        .map(|l| i64::try_from(l).unwrap_or(i64::MAX));
     let (context, source) = match (r.max_model_len, model_limit) {
         (Some(len), _) => (len, "rollout.max_model_len"),
         (None, Some(limit)) => (limit, "the model's max_position_embeddings"),
@@ -51,10 +54,15 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     .with_primary(ctx.origin(key), format!("{} response tokens", r.response_length))
     .with_secondary(ctx.origin("actor_rollout_ref.rollout.prompt_length"), format!("{} prompt tokens", r.prompt_length));
     if r.max_model_len.is_some() {
-        d = d.with_secondary(ctx.origin("actor_rollout_ref.rollout.max_model_len"), format!("context of {context}"));
+        d = d.with_secondary(
+            ctx.origin("actor_rollout_ref.rollout.max_model_len"),
+            format!("context of {context}"),
+        );
     }
     out.push(
         d.with_note("responses are cut at the end of the context, and longer prompts fail")
-            .with_help(format!("lower data.max_response_length to at most {fits}, or the prompt length")),
+            .with_help(format!(
+                "lower data.max_response_length to at most {fits}, or the prompt length"
+            )),
     );
 }

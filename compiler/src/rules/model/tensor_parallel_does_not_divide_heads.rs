@@ -38,11 +38,26 @@ pub(super) fn head_splits(ctx: &RuleContext) -> Vec<(String, i64, &'static str, 
         && let Some(m) = &a.megatron
     {
         // (key, degree, description, replicates kv heads when larger than their count)
-        v.push(("actor_rollout_ref.actor.megatron.tensor_model_parallel_size".to_owned(), m.tensor_model_parallel_size, "Megatron tensor parallel", false));
+        v.push((
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size".to_owned(),
+            m.tensor_model_parallel_size,
+            "Megatron tensor parallel",
+            false,
+        ));
     }
-    v.push(("actor_rollout_ref.rollout.tensor_model_parallel_size".to_owned(), c.actor_rollout_ref.rollout.tensor_model_parallel_size, "rollout tensor parallel", true));
+    v.push((
+        "actor_rollout_ref.rollout.tensor_model_parallel_size".to_owned(),
+        c.actor_rollout_ref.rollout.tensor_model_parallel_size,
+        "rollout tensor parallel",
+        true,
+    ));
     if is_fsdp(a.strategy) {
-        v.push((actor_sp_key(c).to_owned(), actor_sp(c), "Ulysses sequence parallel", true));
+        v.push((
+            actor_sp_key(c).to_owned(),
+            actor_sp(c),
+            "Ulysses sequence parallel",
+            true,
+        ));
     }
     v.retain(|(_, size, _, _)| *size > 1);
     v
@@ -60,11 +75,18 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         }
         let suggestion = nearest_divisor(heads, size).unwrap_or(1);
         out.push(
-            Diagnostic::error(CODE, format!("{what} size {size} does not divide the model's {heads} attention heads"))
-                .with_key(key.clone())
-                .with_primary(ctx.origin(&key), format!("{what} {size}"))
-                .with_note(format!("the model's config.json has num_attention_heads = {heads}"))
-                .with_help(format!("set `{key}` to a divisor of {heads}, e.g. {suggestion}")),
+            Diagnostic::error(
+                CODE,
+                format!("{what} size {size} does not divide the model's {heads} attention heads"),
+            )
+            .with_key(key.clone())
+            .with_primary(ctx.origin(&key), format!("{what} {size}"))
+            .with_note(format!(
+                "the model's config.json has num_attention_heads = {heads}"
+            ))
+            .with_help(format!(
+                "set `{key}` to a divisor of {heads}, e.g. {suggestion}"
+            )),
         );
     }
 }

@@ -48,14 +48,29 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         if heads % size != 0 {
             continue;
         }
-        let fits = if replicates && size > kv { size % kv == 0 } else { kv % size == 0 };
+        let fits = if replicates && size > kv {
+            size % kv == 0
+        } else {
+            kv % size == 0
+        };
         if fits {
             continue;
         }
         let valid: Vec<i64> = (1..=heads)
-            .filter(|d| heads % d == 0 && if replicates && *d > kv { d % kv == 0 } else { kv % d == 0 })
+            .filter(|d| {
+                heads % d == 0
+                    && if replicates && *d > kv {
+                        d % kv == 0
+                    } else {
+                        kv % d == 0
+                    }
+            })
             .collect();
-        let suggestion = valid.iter().copied().min_by_key(|d| ((d - size).abs(), *d)).unwrap_or(1);
+        let suggestion = valid
+            .iter()
+            .copied()
+            .min_by_key(|d| ((d - size).abs(), *d))
+            .unwrap_or(1);
         let rule = if replicates {
             format!("must divide the {kv} key/value heads or be a multiple of them")
         } else {

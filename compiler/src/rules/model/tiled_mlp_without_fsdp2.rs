@@ -44,21 +44,37 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             && let Some(t) = &arr.reference.tiled_mlp
             && t.enabled
         {
-            push(ctx, out, "actor_rollout_ref.ref.tiled_mlp.enabled", "actor_rollout_ref.actor.strategy");
+            push(
+                ctx,
+                out,
+                "actor_rollout_ref.ref.tiled_mlp.enabled",
+                "actor_rollout_ref.actor.strategy",
+            );
         }
     }
     let cr = &c.critic;
-    if critic_runs(c) && cr.strategy == Strategy::Fsdp && cr.model.tiled_mlp.as_ref().is_some_and(|t| t.enabled) {
-        push(ctx, out, "critic.model.tiled_mlp.enabled", "critic.strategy");
+    if critic_runs(c)
+        && cr.strategy == Strategy::Fsdp
+        && cr.model.tiled_mlp.as_ref().is_some_and(|t| t.enabled)
+    {
+        push(
+            ctx,
+            out,
+            "critic.model.tiled_mlp.enabled",
+            "critic.strategy",
+        );
     }
 }
 
 fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, key: &str, strategy_key: &str) {
     out.push(
-        Diagnostic::error(CODE, format!("tiled MLP (`{key}`) needs FSDP2, but `{strategy_key}` is `fsdp`"))
-            .with_key(key)
-            .with_primary(ctx.origin(key), "tiled MLP turned on here")
-            .with_secondary(ctx.origin(strategy_key), "FSDP1 chosen here")
-            .with_help(format!("set `{strategy_key}=fsdp2`, or `{key}=false`")),
+        Diagnostic::error(
+            CODE,
+            format!("tiled MLP (`{key}`) needs FSDP2, but `{strategy_key}` is `fsdp`"),
+        )
+        .with_key(key)
+        .with_primary(ctx.origin(key), "tiled MLP turned on here")
+        .with_secondary(ctx.origin(strategy_key), "FSDP1 chosen here")
+        .with_help(format!("set `{strategy_key}=fsdp2`, or `{key}=false`")),
     );
 }

@@ -27,8 +27,21 @@ const CODE: Code = Code("V031");
 
 /// Optimizer classes exported by `torch.optim` (torch 2.x).
 const TORCH_OPTIM: &[&str] = &[
-    "Adafactor", "Adadelta", "Adagrad", "Adam", "Adamax", "AdamW", "ASGD", "LBFGS", "Muon", "NAdam", "RAdam", "RMSprop",
-    "Rprop", "SGD", "SparseAdam",
+    "Adafactor",
+    "Adadelta",
+    "Adagrad",
+    "Adam",
+    "Adamax",
+    "AdamW",
+    "ASGD",
+    "LBFGS",
+    "Muon",
+    "NAdam",
+    "RAdam",
+    "RMSprop",
+    "Rprop",
+    "SGD",
+    "SparseAdam",
 ];
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
@@ -42,7 +55,12 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, prefix: &str, optim: &crate::config::OptimConfig) {
+fn push(
+    ctx: &RuleContext,
+    out: &mut Vec<Diagnostic>,
+    prefix: &str,
+    optim: &crate::config::OptimConfig,
+) {
     let module = optim.optimizer_impl.as_deref().unwrap_or("torch.optim");
     let name = optim.optimizer.as_str();
     if module != "torch.optim" || TORCH_OPTIM.contains(&name) {
@@ -56,12 +74,18 @@ fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, prefix: &str, optim: &crat
         .or_else(|| did_you_mean(name, TORCH_OPTIM.iter().copied()));
     let help = match suggestion {
         Some(s) => format!("did you mean `{s}`? (class names are case-sensitive)"),
-        None => format!("use a torch.optim class ({}), or set `{prefix}.optimizer_impl` to the module that defines `{name}`", TORCH_OPTIM.join(", ")),
+        None => format!(
+            "use a torch.optim class ({}), or set `{prefix}.optimizer_impl` to the module that defines `{name}`",
+            TORCH_OPTIM.join(", ")
+        ),
     };
     out.push(
-        Diagnostic::error(CODE, format!("`torch.optim` has no optimizer class `{name}`"))
-            .with_key(key.clone())
-            .with_primary(ctx.origin(&key), format!("`{name}` set here"))
-            .with_help(help),
+        Diagnostic::error(
+            CODE,
+            format!("`torch.optim` has no optimizer class `{name}`"),
+        )
+        .with_key(key.clone())
+        .with_primary(ctx.origin(&key), format!("`{name}` set here"))
+        .with_help(help),
     );
 }

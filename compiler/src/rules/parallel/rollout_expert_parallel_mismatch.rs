@@ -28,10 +28,24 @@ const CODE: Code = Code("V018");
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
     let r = &c.actor_rollout_ref.rollout;
-    push(ctx, out, "actor_rollout_ref.rollout", r.expert_parallel_size, r.tensor_model_parallel_size, r.data_parallel_size);
+    push(
+        ctx,
+        out,
+        "actor_rollout_ref.rollout",
+        r.expert_parallel_size,
+        r.tensor_model_parallel_size,
+        r.data_parallel_size,
+    );
     if c.reward_model.enable {
         let rr = &c.reward_model.rollout;
-        push(ctx, out, "reward_model.rollout", rr.expert_parallel_size, rr.tensor_model_parallel_size, rr.data_parallel_size);
+        push(
+            ctx,
+            out,
+            "reward_model.rollout",
+            rr.expert_parallel_size,
+            rr.tensor_model_parallel_size,
+            rr.data_parallel_size,
+        );
     }
 }
 

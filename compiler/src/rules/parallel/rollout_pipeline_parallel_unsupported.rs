@@ -27,10 +27,18 @@ const CODE: Code = Code("V019");
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let r = &ctx.config.actor_rollout_ref.rollout;
     let pp = r.pipeline_model_parallel_size;
-    if pp <= 1 || !matches!(r.name, RolloutName::Vllm | RolloutName::Sglang | RolloutName::Trtllm) {
+    if pp <= 1
+        || !matches!(
+            r.name,
+            RolloutName::Vllm | RolloutName::Sglang | RolloutName::Trtllm
+        )
+    {
         return;
     }
-    let engine = serde_json::to_value(r.name).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+    let engine = serde_json::to_value(r.name)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
     let key = "actor_rollout_ref.rollout.pipeline_model_parallel_size";
     let tp = r.tensor_model_parallel_size.saturating_mul(pp);
     out.push(

@@ -28,7 +28,10 @@ const CODE: Code = Code("V017");
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
     let r = &c.actor_rollout_ref.rollout;
-    let size = r.tensor_model_parallel_size.saturating_mul(r.data_parallel_size).saturating_mul(r.pipeline_model_parallel_size);
+    let size = r
+        .tensor_model_parallel_size
+        .saturating_mul(r.data_parallel_size)
+        .saturating_mul(r.pipeline_model_parallel_size);
     let per_node = c.trainer.n_gpus_per_node.min(size);
     if per_node <= 0 || size % per_node == 0 {
         return;

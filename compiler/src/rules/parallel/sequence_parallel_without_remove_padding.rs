@@ -29,21 +29,52 @@ const CODE: Code = Code("V020");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
-    if is_fsdp(c.actor_rollout_ref.actor.strategy) && actor_sp(c) > 1 && !c.actor_rollout_ref.model.use_remove_padding {
-        push(ctx, out, "actor_rollout_ref.model.use_remove_padding", actor_sp_key(c), actor_sp(c), "actor and reference policy");
+    if is_fsdp(c.actor_rollout_ref.actor.strategy)
+        && actor_sp(c) > 1
+        && !c.actor_rollout_ref.model.use_remove_padding
+    {
+        push(
+            ctx,
+            out,
+            "actor_rollout_ref.model.use_remove_padding",
+            actor_sp_key(c),
+            actor_sp(c),
+            "actor and reference policy",
+        );
     }
     let cr = &c.critic;
-    if critic_runs(c) && is_fsdp(cr.strategy) && critic_sp(c) > 1 && !cr.model.use_remove_padding.unwrap_or(false) {
-        push(ctx, out, "critic.model.use_remove_padding", critic_sp_key(c), critic_sp(c), "critic");
+    if critic_runs(c)
+        && is_fsdp(cr.strategy)
+        && critic_sp(c) > 1
+        && !cr.model.use_remove_padding.unwrap_or(false)
+    {
+        push(
+            ctx,
+            out,
+            "critic.model.use_remove_padding",
+            critic_sp_key(c),
+            critic_sp(c),
+            "critic",
+        );
     }
 }
 
-fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, key: &str, sp_key: &str, sp: i64, role: &str) {
+fn push(
+    ctx: &RuleContext,
+    out: &mut Vec<Diagnostic>,
+    key: &str,
+    sp_key: &str,
+    sp: i64,
+    role: &str,
+) {
     out.push(
-        Diagnostic::error(CODE, format!("sequence parallelism ({sp}) for the {role} needs `{key}: true`"))
-            .with_key(key)
-            .with_primary(ctx.origin(key), "padding removal is off")
-            .with_secondary(ctx.origin(sp_key), format!("sequence parallel {sp}"))
-            .with_help(format!("set `{key}=true`, or `{sp_key}=1`")),
+        Diagnostic::error(
+            CODE,
+            format!("sequence parallelism ({sp}) for the {role} needs `{key}: true`"),
+        )
+        .with_key(key)
+        .with_primary(ctx.origin(key), "padding removal is off")
+        .with_secondary(ctx.origin(sp_key), format!("sequence parallel {sp}"))
+        .with_help(format!("set `{key}=true`, or `{sp_key}=1`")),
     );
 }

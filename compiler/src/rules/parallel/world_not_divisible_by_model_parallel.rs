@@ -52,25 +52,55 @@ fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, prefix: &str, m: &Megatron
     if mp <= 0 || gpus % mp == 0 {
         return;
     }
-    let (tp, pp, cp) = (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size);
-    let tp_key = format!("{prefix}.tensor_model_parallel_size");
+    let (tp, pp, cp) = (
+        m.tensor_model_parallel_size,
+        m.pipeline_model_parallel_size,
+        m.context_parallel_size,
+    );
+    let sizes = [
+        ("tensor_model_parallel_size", "tensor", tp),
+        ("pipeline_model_parallel_size", "pipeline", pp),
+        ("context_parallel_size", "context", cp),
+    ];
+    // Blame the size whose change fixes the layout with the others kept: pipeline, then
+    // tensor, then context parallel.
+    let fix = [1usize, 0, 2].into_iter().find_map(|i| {
+        let rest: i64 = sizes
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, s)| s.2)
+            .product();
+        if sizes[i].2 <= 1 && i != 0 || rest <= 0 || gpus % rest != 0 {
+            return None;
+        }
+        nearest_divisor(gpus / rest, sizes[i].2).map(|v| (i, v))
+    });
+    let blamed = fix.map_or(0, |(i, _)| i);
+    let key = format!("{prefix}.{}", sizes[blamed].0);
     let mut d = Diagnostic::error(
         CODE,
         format!("{gpus} GPUs are not a multiple of the model-parallel size {mp} (tensor {tp} × pipeline {pp} × context {cp})"),
     )
-    .with_key(tp_key.clone())
-    .with_primary(ctx.origin(&tp_key), format!("tensor parallel {tp}"));
-    if pp > 1 {
-        d = d.with_secondary(ctx.origin(&format!("{prefix}.pipeline_model_parallel_size")), format!("pipeline parallel {pp}"));
+    .with_key(key.clone())
+    .with_primary(ctx.origin(&key), format!("{} parallel {}", sizes[blamed].1, sizes[blamed].2));
+    for (i, (name, what, size)) in sizes.iter().enumerate() {
+        if i != blamed && *size > 1 {
+            d = d.with_secondary(
+                ctx.origin(&format!("{prefix}.{name}")),
+                format!("{what} parallel {size}"),
+            );
+        }
     }
-    if cp > 1 {
-        d = d.with_secondary(ctx.origin(&format!("{prefix}.context_parallel_size")), format!("context parallel {cp}"));
-    }
-    d = d.with_secondary(ctx.origin("trainer.n_gpus_per_node"), "GPUs per node set here");
-    let rest = pp.saturating_mul(cp);
-    let help = match (rest > 0 && gpus % rest == 0).then(|| nearest_divisor(gpus / rest, tp)).flatten() {
-        Some(t) => format!("set `{tp_key}` to {t} (tensor × pipeline × context must divide {gpus})"),
-        None => format!("choose tensor × pipeline × context parallel sizes whose product divides {gpus}"),
+    d = d.with_secondary(
+        ctx.origin("trainer.n_gpus_per_node"),
+        "GPUs per node set here",
+    );
+    let help = match fix {
+        Some((_, v)) => format!("set `{key}` to {v} so tensor × pipeline × context divides {gpus}"),
+        None => format!(
+            "choose tensor × pipeline × context parallel sizes whose product divides {gpus}"
+        ),
     };
     out.push(d.with_help(help));
 }

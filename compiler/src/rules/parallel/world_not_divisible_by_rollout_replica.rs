@@ -27,7 +27,11 @@ const CODE: Code = Code("V016");
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let gpus = n_gpus(ctx.config);
     let r = &ctx.config.actor_rollout_ref.rollout;
-    let (tp, dp, pp) = (r.tensor_model_parallel_size, r.data_parallel_size, r.pipeline_model_parallel_size);
+    let (tp, dp, pp) = (
+        r.tensor_model_parallel_size,
+        r.data_parallel_size,
+        r.pipeline_model_parallel_size,
+    );
     let size = tp.saturating_mul(dp).saturating_mul(pp);
     if size <= 0 || gpus % size == 0 {
         return;
@@ -40,16 +44,30 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     .with_key(key)
     .with_primary(ctx.origin(key), format!("rollout tensor parallel {tp}"));
     if dp > 1 {
-        d = d.with_secondary(ctx.origin("actor_rollout_ref.rollout.data_parallel_size"), format!("rollout data parallel {dp}"));
+        d = d.with_secondary(
+            ctx.origin("actor_rollout_ref.rollout.data_parallel_size"),
+            format!("rollout data parallel {dp}"),
+        );
     }
     if pp > 1 {
-        d = d.with_secondary(ctx.origin("actor_rollout_ref.rollout.pipeline_model_parallel_size"), format!("rollout pipeline parallel {pp}"));
+        d = d.with_secondary(
+            ctx.origin("actor_rollout_ref.rollout.pipeline_model_parallel_size"),
+            format!("rollout pipeline parallel {pp}"),
+        );
     }
-    d = d.with_secondary(ctx.origin("trainer.n_gpus_per_node"), "GPUs per node set here");
+    d = d.with_secondary(
+        ctx.origin("trainer.n_gpus_per_node"),
+        "GPUs per node set here",
+    );
     let rest = dp.saturating_mul(pp);
-    let help = match (rest > 0 && gpus % rest == 0).then(|| nearest_divisor(gpus / rest, tp)).flatten() {
+    let help = match (rest > 0 && gpus % rest == 0)
+        .then(|| nearest_divisor(gpus / rest, tp))
+        .flatten()
+    {
         Some(t) => format!("set `{key}` to {t} so one replica divides {gpus} GPUs"),
-        None => format!("choose rollout tensor × data × pipeline sizes whose product divides {gpus}"),
+        None => {
+            format!("choose rollout tensor × data × pipeline sizes whose product divides {gpus}")
+        }
     };
     out.push(d.with_help(help));
 }

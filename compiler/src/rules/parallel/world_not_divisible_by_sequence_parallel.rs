@@ -21,7 +21,7 @@
 
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{is_fsdp, n_gpus, nearest_divisor, train_roles};
+use crate::rules::facts::{is_fsdp, n_gpus, nearest_divisor, push_unique, train_roles};
 
 const CODE: Code = Code("V015");
 
@@ -32,12 +32,28 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             continue;
         }
         let suggestion = nearest_divisor(gpus, role.sp).unwrap_or(1);
-        out.push(
-            Diagnostic::error(CODE, format!("{gpus} GPUs are not a multiple of the sequence-parallel size {} of `{}`", role.sp, role.prefix))
-                .with_key(role.sp_key)
-                .with_primary(ctx.origin(role.sp_key), format!("sequence parallel {}", role.sp))
-                .with_secondary(ctx.origin("trainer.n_gpus_per_node"), "GPUs per node set here")
-                .with_help(format!("set `{}` to a divisor of {gpus}, e.g. {suggestion}", role.sp_key)),
+        push_unique(
+            out,
+            Diagnostic::error(
+                CODE,
+                format!(
+                    "{gpus} GPUs are not a multiple of the sequence-parallel size {} of `{}`",
+                    role.sp, role.prefix
+                ),
+            )
+            .with_key(role.sp_key)
+            .with_primary(
+                ctx.origin(role.sp_key),
+                format!("sequence parallel {}", role.sp),
+            )
+            .with_secondary(
+                ctx.origin("trainer.n_gpus_per_node"),
+                "GPUs per node set here",
+            )
+            .with_help(format!(
+                "set `{}` to a divisor of {gpus}, e.g. {suggestion}",
+                role.sp_key
+            )),
         );
     }
 }

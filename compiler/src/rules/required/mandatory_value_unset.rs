@@ -28,7 +28,8 @@ use crate::rules::facts::critic_runs;
 
 const CODE: Code = Code("V021");
 
-const ENGINES: &str = "`vllm`, `sglang` or `trtllm` (verl's engines), or `verlc` (verlc's built-in engine)";
+const ENGINES: &str =
+    "`vllm`, `sglang` or `trtllm` (verl's engines), or `verlc` (verlc's built-in engine)";
 const STRATEGIES: &str = "`fsdp`, `fsdp2` or `megatron`";
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
@@ -40,13 +41,19 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             "actor_rollout_ref.actor.strategy" => (true, Some(STRATEGIES)),
             "critic.strategy" => (critic_runs(c), Some(STRATEGIES)),
             "reward_model.strategy" => (rm.enable, Some(STRATEGIES)),
-            "reward_model.rollout.name" => (rm.enable && rm.use_reward_loop, Some("`vllm`, `sglang` or `trtllm`")),
+            "reward_model.rollout.name" => (
+                rm.enable && rm.use_reward_loop,
+                Some("`vllm`, `sglang` or `trtllm`"),
+            ),
             k if k.starts_with("actor_rollout_ref.") => (true, None),
             k if k.starts_with("critic.") => (critic_runs(c), None),
             k if k.starts_with("reward_model.") => (rm.enable, None),
             _ => (false, None),
         };
-        let known = choices.is_some() || key.starts_with("actor_rollout_ref.") || key.starts_with("critic.") || key.starts_with("reward_model.");
+        let known = choices.is_some()
+            || key.starts_with("actor_rollout_ref.")
+            || key.starts_with("critic.")
+            || key.starts_with("reward_model.");
         if !needed && known {
             continue; // verl never reads it in this configuration
         }
@@ -55,10 +62,20 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             None => format!("give `{key}` a value (on the command line: `{key}=…`)"),
         };
         let d = if needed {
-            Diagnostic::error(CODE, format!("`{key}` is mandatory and was never given (`???`)"))
+            Diagnostic::error(
+                CODE,
+                format!("`{key}` is mandatory and was never given (`???`)"),
+            )
         } else {
-            Diagnostic::warning(CODE, format!("`{key}` is still `???`; verl fails if anything reads it"))
+            Diagnostic::warning(
+                CODE,
+                format!("`{key}` is still `???`; verl fails if anything reads it"),
+            )
         };
-        out.push(d.with_key(key.clone()).with_primary(ctx.origin(key), "still `???` here").with_help(help));
+        out.push(
+            d.with_key(key.clone())
+                .with_primary(ctx.origin(key), "still `???` here")
+                .with_help(help),
+        );
     }
 }

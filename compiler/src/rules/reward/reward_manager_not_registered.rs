@@ -36,13 +36,23 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             let key = "reward_manager.name";
             let help = match did_you_mean(&rm.name, REGISTERED.iter().copied()) {
                 Some(s) => format!("did you mean `{s}`?"),
-                None => format!("use one of {}, or `reward_manager.source=importlib` with `reward_manager.module.path`", REGISTERED.join(", ")),
+                None => format!(
+                    "use one of {}, or `reward_manager.source=importlib` with `reward_manager.module.path`",
+                    REGISTERED.join(", ")
+                ),
             };
             out.push(
-                Diagnostic::error(CODE, format!("`{}` is not a registered reward manager (registered: {})", rm.name, REGISTERED.join(", ")))
-                    .with_key(key)
-                    .with_primary(ctx.origin(key), format!("`{}` set here", rm.name))
-                    .with_help(help),
+                Diagnostic::error(
+                    CODE,
+                    format!(
+                        "`{}` is not a registered reward manager (registered: {})",
+                        rm.name,
+                        REGISTERED.join(", ")
+                    ),
+                )
+                .with_key(key)
+                .with_primary(ctx.origin(key), format!("`{}` set here", rm.name))
+                .with_help(help),
             );
         }
         RewardSource::Importlib => {

@@ -29,18 +29,30 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         return;
     }
     for (key, value, what) in [
-        ("reward_model.n_gpus_per_node", rm.n_gpus_per_node, "GPUs per node"),
+        (
+            "reward_model.n_gpus_per_node",
+            rm.n_gpus_per_node,
+            "GPUs per node",
+        ),
         ("reward_model.nnodes", rm.nnodes, "nodes"),
     ] {
         if value > 0 {
             continue;
         }
         out.push(
-            Diagnostic::error(CODE, format!("the separate reward-model pool has {value} {what}; it needs at least 1"))
-                .with_key(key)
-                .with_primary(ctx.origin(key), format!("{value} {what}"))
-                .with_secondary(ctx.origin("reward_model.enable_resource_pool"), "separate pool turned on here")
-                .with_help(format!("set `{key}` to a positive number, or `reward_model.enable_resource_pool=false`")),
+            Diagnostic::error(
+                CODE,
+                format!("the separate reward-model pool has {value} {what}; it needs at least 1"),
+            )
+            .with_key(key)
+            .with_primary(ctx.origin(key), format!("{value} {what}"))
+            .with_secondary(
+                ctx.origin("reward_model.enable_resource_pool"),
+                "separate pool turned on here",
+            )
+            .with_help(format!(
+                "set `{key}` to a positive number, or `reward_model.enable_resource_pool=false`"
+            )),
         );
     }
 }

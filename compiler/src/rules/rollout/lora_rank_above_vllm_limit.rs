@@ -45,10 +45,18 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         return;
     }
     out.push(
-        Diagnostic::error(CODE, format!("LoRA rank {rank} is above vLLM's largest supported rank {VLLM_MAX_LORA_RANK}"))
-            .with_key(key)
-            .with_primary(ctx.origin(key), format!("rank {rank}"))
-            .with_secondary(ctx.origin("actor_rollout_ref.rollout.name"), "vLLM chosen here")
-            .with_help(format!("set `{key}` to at most {VLLM_MAX_LORA_RANK} (e.g. 256 or 512)")),
+        Diagnostic::error(
+            CODE,
+            format!("LoRA rank {rank} is above vLLM's largest supported rank {VLLM_MAX_LORA_RANK}"),
+        )
+        .with_key(key)
+        .with_primary(ctx.origin(key), format!("rank {rank}"))
+        .with_secondary(
+            ctx.origin("actor_rollout_ref.rollout.name"),
+            "vLLM chosen here",
+        )
+        .with_help(format!(
+            "set `{key}` to at most {VLLM_MAX_LORA_RANK} (e.g. 256 or 512)"
+        )),
     );
 }

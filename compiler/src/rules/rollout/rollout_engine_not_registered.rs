@@ -36,9 +36,14 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
 
 fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, key: &str) {
     out.push(
-        Diagnostic::error(CODE, "verl has no `hf` rollout engine any more (registered: vllm, sglang, trtllm)")
-            .with_key(key)
-            .with_primary(ctx.origin(key), "`hf` set here")
-            .with_help(format!("set `{key}` to `vllm` or `sglang` (or `verlc` for verlc's built-in engine)")),
+        Diagnostic::error(
+            CODE,
+            "verl has no `hf` rollout engine any more (registered: vllm, sglang, trtllm)",
+        )
+        .with_key(key)
+        .with_primary(ctx.origin(key), "`hf` set here")
+        .with_help(format!(
+            "set `{key}` to `vllm` or `sglang` (or `verlc` for verlc's built-in engine)"
+        )),
     );
 }

@@ -28,9 +28,12 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     }
     let key = "actor_rollout_ref.rollout.mode";
     out.push(
-        Diagnostic::error(CODE, "rollout mode `sync` has been removed from verl; only `async` exists")
-            .with_key(key)
-            .with_primary(ctx.origin(key), "`sync` set here")
-            .with_help("remove `actor_rollout_ref.rollout.mode` (or set it to `async`)"),
+        Diagnostic::error(
+            CODE,
+            "rollout mode `sync` has been removed from verl; only `async` exists",
+        )
+        .with_key(key)
+        .with_primary(ctx.origin(key), "`sync` set here")
+        .with_help("remove `actor_rollout_ref.rollout.mode` (or set it to `async`)"),
     );
 }

@@ -30,8 +30,15 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         OneOrMany::Many(v) => (v.clone(), true),
     };
     for (i, backend) in items.iter().enumerate() {
-        let key = if listed { format!("trainer.logger.{i}") } else { "trainer.logger".to_owned() };
-        let name = serde_json::to_value(backend).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        let key = if listed {
+            format!("trainer.logger.{i}")
+        } else {
+            "trainer.logger".to_owned()
+        };
+        let name = serde_json::to_value(backend)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
         let d = match backend {
             LoggerBackend::Console | LoggerBackend::File | LoggerBackend::Tensorboard => continue,
             LoggerBackend::Tracking => Diagnostic::warning(CODE, "logger `tracking` is deprecated in verl; it means `wandb`")
@@ -40,6 +47,9 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
                 .with_note("verlc's trainer logs to console, file (JSON lines) and tensorboard")
                 .with_help(format!("keep `{name}` for runs under verl; for verlc's trainer use `console`, `file` or `tensorboard`")),
         };
-        out.push(d.with_key("trainer.logger").with_primary(ctx.origin(&key), format!("`{name}` listed here")));
+        out.push(
+            d.with_key("trainer.logger")
+                .with_primary(ctx.origin(&key), format!("`{name}` listed here")),
+        );
     }
 }

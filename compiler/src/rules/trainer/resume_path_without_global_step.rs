@@ -34,7 +34,9 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         Some(p) => match p.rsplit_once("global_step_") {
             None => format!("`{p}` does not name a `global_step_<N>` checkpoint folder"),
             Some((_, step)) if !is_python_int(step) => {
-                format!("`{p}` must end in `global_step_<N>`; verl cannot read a step number from `{step}`")
+                format!(
+                    "`{p}` must end in `global_step_<N>`; verl cannot read a step number from `{step}`"
+                )
             }
             Some(_) => return,
         },
