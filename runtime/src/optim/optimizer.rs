@@ -153,13 +153,34 @@ impl Optimizer {
             .sum();
         let threshold = c.offload_fraction * total as f64;
         let mut offloaded = 0i64;
+        let mut seen_names = std::collections::HashSet::new();
+        let mut seen_storage = std::collections::HashMap::new();
         let mut options = Vec::with_capacity(groups.len());
         let mut data = Vec::with_capacity(groups.len());
         for group in groups {
             options.push(group.options);
             let mut params = Vec::with_capacity(group.params.len());
             let mut plan: Vec<(ChunkKey, Vec<usize>)> = Vec::new();
-            for (i, p) in group.params.into_iter().enumerate() {
+            // Frozen params are left alone (Megatron keeps them out of the main groups).
+            for p in group
+                .params
+                .into_iter()
+                .filter(|p| p.tensor.requires_grad())
+            {
+                let i = params.len();
+                if !seen_names.insert(p.name.clone()) {
+                    return Err(OptimError::Config(format!(
+                        "param {} is listed twice",
+                        p.name
+                    )));
+                }
+                let ptr = p.tensor.data_ptr() as usize;
+                if let Some(other) = seen_storage.insert(ptr, p.name.clone()) {
+                    return Err(OptimError::Config(format!(
+                        "params {other} and {} share storage (tied weights must be listed once)",
+                        p.name
+                    )));
+                }
                 let kind = p.tensor.kind();
                 if kind != Kind::Float && !is_float16(kind) {
                     return Err(OptimError::Config(format!(

@@ -344,7 +344,29 @@ fn config_errors() {
         )
         .is_err()
     );
-    let i = Tensor::zeros([2], (Kind::Int64, Device::Cpu));
+    let twice = vec![ParamGroup {
+        params: vec![
+            NamedParam::new("p", p.shallow_clone()),
+            NamedParam::new("tied", p.shallow_clone()),
+        ],
+        options: GroupOptions::new(1.0, 0.0),
+    }];
+    let e = Optimizer::new(twice, fp32).err().unwrap().to_string();
+    assert!(e.contains("share storage"), "{e}");
+    let frozen = Tensor::zeros([2], (Kind::Float, Device::Cpu));
+    let ok = vec![ParamGroup {
+        params: vec![
+            NamedParam::new("p", p.shallow_clone()),
+            NamedParam::new("frozen", frozen),
+        ],
+        options: GroupOptions::new(1.0, 0.0),
+    }];
+    assert_eq!(
+        Optimizer::new(ok, fp32).unwrap().main_params().len(),
+        1,
+        "frozen params are skipped"
+    );
+    let i = Tensor::zeros([2], (Kind::Double, Device::Cpu)).set_requires_grad(true);
     let bad = vec![ParamGroup {
         params: vec![NamedParam::new("i", i)],
         options: GroupOptions::new(1.0, 0.0),
