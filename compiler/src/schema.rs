@@ -11,8 +11,8 @@
 //! - the *editor* schemas written to `schemas/` ([`all_files`]): nothing required, `${...}`
 //!   interpolations and `???` accepted for every value, `defaults:` (and `hydra:` at the
 //!   root) allowed, enum values with their descriptions (`enumDescriptions`), deprecated
-//!   keys flagged (`deprecationMessage`) and not suggested, one schema for the whole config
-//!   and one per group file.
+//!   keys documented and not suggested, one schema for the whole config and one per group
+//!   file.
 //!
 //! Both start from the same normalized schema: schemars' `oneOf` of documented `const`s
 //! becomes a plain `enum` (editors complete enum values, and validation errors can list
@@ -246,7 +246,6 @@ const ANNOTATIONS: &[&str] = &[
     "default",
     "examples",
     "deprecated",
-    "deprecationMessage",
     "doNotSuggest",
     "x-verlc-flavour",
 ];
@@ -414,7 +413,7 @@ pub fn group_editor_schema(name: &str) -> Option<Value> {
     editorize_root(&mut s);
     let m = s.as_object_mut()?;
     // A group file is a mapping, whatever the node's optionality or flavour in the tree.
-    for k in ["x-verlc-flavour", "deprecated", "deprecationMessage", "doNotSuggest", "default"] {
+    for k in ["x-verlc-flavour", "deprecated", "doNotSuggest", "default"] {
         m.remove(k);
     }
     m.insert("type".into(), json!("object"));
@@ -582,8 +581,9 @@ fn inject_defaults(schema: &mut Value, defaults: &Value) {
 }
 
 /// Deprecated keys (from [`DEPRECATED_KEYS`], matched at every mount path, or marked
-/// `deprecated` by the model) get a `deprecationMessage` (editors show a warning where the
-/// key is used) and `doNotSuggest`.
+/// `deprecated` by the model) are not suggested (`doNotSuggest`), and their description
+/// starts with the migration. No `deprecationMessage`: yaml-language-server reports it as
+/// an error, which verl's own files (that still carry some of these keys) do not deserve.
 fn mark_deprecated(schema: &mut Value, rel: &mut Vec<String>, mounts: &[&str]) {
     let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
         if let Some(branches) = schema.get_mut("anyOf").and_then(Value::as_array_mut) {
@@ -598,32 +598,30 @@ fn mark_deprecated(schema: &mut Value, rel: &mut Vec<String>, mounts: &[&str]) {
         let rel_path = rel.join(".");
         let hit = mounts.iter().find_map(|m| {
             let full = if m.is_empty() { rel_path.clone() } else { format!("{m}.{rel_path}") };
-            DEPRECATED_KEYS.iter().find(|d| d.matches(&full)).map(|d| (d, full))
+            DEPRECATED_KEYS.iter().find(|d| d.matches(&full)).map(|d| (d, full, *m))
         });
-        let msg = match hit {
-            Some((d, full)) => Some(match d.replacement_for(&full) {
-                Some(r) => format!("Deprecated: use `{r}` instead; {}.", d.note),
-                None => format!("Deprecated: {}.", d.note),
-            }),
-            None if sub.get("deprecated") == Some(&Value::Bool(true)) => {
-                Some(sub.get("description").and_then(Value::as_str).map(first_sentence).unwrap_or_else(|| "Deprecated.".into()))
+        let note = hit.map(|(d, full, mount)| match d.replacement_for(&full) {
+            // Name the replacement the way it is written in this file.
+            Some(r) => {
+                let r = if mount.is_empty() { r.as_str() } else { r.strip_prefix(&format!("{mount}.")).unwrap_or(&r) };
+                format!("Deprecated: use `{r}` instead; {}.", d.note)
             }
-            None => None,
-        };
-        if let (Some(msg), Some(m)) = (msg, sub.as_object_mut()) {
-            m.insert("deprecationMessage".into(), json!(msg));
+            None => format!("Deprecated: {}.", d.note),
+        });
+        let flagged = note.is_some() || sub.get("deprecated") == Some(&Value::Bool(true));
+        if let (true, Some(m)) = (flagged, sub.as_object_mut()) {
+            m.insert("deprecated".into(), json!(true));
             m.insert("doNotSuggest".into(), json!(true));
+            let desc = m.get("description").and_then(Value::as_str).unwrap_or("").to_string();
+            if let Some(note) = note
+                && !desc.starts_with("Deprecated")
+            {
+                let joined = if desc.is_empty() { note } else { format!("{note}\n\n{desc}") };
+                m.insert("description".into(), json!(joined));
+            }
         }
         mark_deprecated(sub, rel, mounts);
         rel.pop();
-    }
-}
-
-fn first_sentence(s: &str) -> String {
-    let s = unwrap_lines(s);
-    match s.find(". ") {
-        Some(i) => s[..=i].to_string(),
-        None => s,
     }
 }
 

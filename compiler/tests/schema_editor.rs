@@ -160,10 +160,12 @@ fn editor_schema_content() {
     let text = schema::pretty(&root);
     assert!(!text.contains("\"oneOf\""), "a oneOf survived normalization");
     assert!(root["properties"].get("defaults").is_some());
-    // Deprecated keys warn in editors and are not suggested.
+    // Deprecated keys are documented as such and not suggested.
     let old = at(&root, "actor_rollout_ref.actor.ppo_micro_batch_size");
-    assert!(old["deprecationMessage"].as_str().is_some_and(|m| m.contains("ppo_micro_batch_size_per_gpu")));
+    assert!(old["description"].as_str().is_some_and(|m| m.starts_with("Deprecated") && m.contains("ppo_micro_batch_size_per_gpu")), "{old}");
     assert_eq!(old["doNotSuggest"], Value::Bool(true));
+    let renamed = at(&root, "critic.optim.warmup_style");
+    assert!(renamed["description"].as_str().is_some_and(|m| m.contains("`critic.optim.lr_scheduler_type`")), "{renamed}");
 
     // Group schemas: optim completes both flavours' keys and takes the group file's values.
     let optim = schema::group_editor_schema("optim").expect("optim");
@@ -171,6 +173,9 @@ fn editor_schema_content() {
         assert!(optim["properties"].get(k).is_some(), "optim lacks {k}");
     }
     assert_eq!(optim["properties"]["lr"]["default"], serde_json::json!(1e-3));
+    // In a group file a renamed key points at its replacement by its name in that file.
+    let ws = optim["properties"]["warmup_style"]["description"].as_str().unwrap_or("");
+    assert!(ws.starts_with("Deprecated: use `lr_scheduler_type` instead"), "{ws}");
     let engine = schema::group_editor_schema("engine").expect("engine");
     for k in ["param_offload", "wrap_policy", "tensor_model_parallel_size", "use_distributed_optimizer", "strategy"] {
         assert!(engine["properties"].get(k).is_some(), "engine lacks {k}");
