@@ -1,0 +1,255 @@
+//! `bind_trainer!`: parse `key = value` pairs, check names and the combination against the
+//! shared support table, expand to `fn main` calling the runtime's generic entry.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{Expr, Ident, LitStr, Path, Token, bracketed};
+
+use crate::binding::{self, OffloadFlags, OffloadTarget, Part, PrecisionKind, StrategyKind};
+
+const KEYS: &[&str] = &["strategy", "precision", "offload", "config", "verlc_version", "config_hash", "source", "runtime"];
+
+fn names<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> String {
+    all.iter().map(|t| format!("`{}`", name(*t))).collect::<Vec<_>>().join(", ")
+}
+
+/// "did you mean" for a near-miss: same letters ignoring case, a prefix either way, or at
+/// most two edits.
+fn suggestion(word: &str, candidates: impl IntoIterator<Item = &'static str>) -> Option<&'static str> {
+    let w = word.to_ascii_lowercase();
+    candidates.into_iter().find(|c| {
+        let c = c.to_ascii_lowercase();
+        c == w || c.starts_with(&w) || w.starts_with(&c) || edit_distance(&c, &w) <= 2
+    })
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn unknown(what: &str, found: &Ident, choices: String, hint: Option<&'static str>) -> syn::Error {
+    let mut msg = format!("unknown {what} `{found}`; expected one of: {choices}");
+    if let Some(h) = hint {
+        msg.push_str(&format!("\nhelp: did you mean `{h}`?"));
+    }
+    syn::Error::new(found.span(), msg)
+}
+
+struct Offload {
+    flags: OffloadFlags,
+    /// Each listed target with its token, for errors.
+    items: Vec<(OffloadTarget, Ident)>,
+    span: Span,
+}
+
+#[derive(Default)]
+struct Input {
+    strategy: Option<(StrategyKind, Ident)>,
+    precision: Option<(PrecisionKind, Ident)>,
+    offload: Option<Offload>,
+    config: Option<Expr>,
+    verlc_version: Option<LitStr>,
+    config_hash: Option<LitStr>,
+    source: Option<LitStr>,
+    runtime: Option<Path>,
+}
+
+fn set<T>(slot: &mut Option<T>, key: &Ident, value: T) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new(key.span(), format!("`{key}` is given twice")));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+impl Parse for Input {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut out = Input::default();
+        while !input.is_empty() {
+            let key: Ident = input.parse()?;
+            input.parse::<Token![=]>()?;
+            match key.to_string().as_str() {
+                "strategy" => {
+                    let id: Ident = input.parse()?;
+                    let kind = StrategyKind::from_name(&id.to_string()).ok_or_else(|| {
+                        let hint = if id.to_string().eq_ignore_ascii_case("fsdp2") {
+                            Some("Fsdp")
+                        } else {
+                            suggestion(&id.to_string(), StrategyKind::ALL.map(StrategyKind::name))
+                        };
+                        unknown("strategy", &id, names(&StrategyKind::ALL, StrategyKind::name), hint)
+                    })?;
+                    set(&mut out.strategy, &key, (kind, id))?;
+                }
+                "precision" => {
+                    let id: Ident = input.parse()?;
+                    let kind = PrecisionKind::from_name(&id.to_string()).ok_or_else(|| {
+                        let hint = suggestion(&id.to_string(), PrecisionKind::ALL.map(PrecisionKind::name));
+                        unknown("precision", &id, names(&PrecisionKind::ALL, PrecisionKind::name), hint)
+                    })?;
+                    set(&mut out.precision, &key, (kind, id))?;
+                }
+                "offload" => {
+                    let content;
+                    let bracket = bracketed!(content in input);
+                    let list: Punctuated<Ident, Token![,]> = content.parse_terminated(Ident::parse, Token![,])?;
+                    let mut flags = OffloadFlags::NONE;
+                    let mut items = Vec::new();
+                    for id in list {
+                        let t = OffloadTarget::from_name(&id.to_string()).ok_or_else(|| {
+                            let hint = suggestion(&id.to_string(), OffloadTarget::ALL.map(OffloadTarget::name));
+                            unknown("offload target", &id, format!("{} (`[]` offloads nothing)", names(&OffloadTarget::ALL, OffloadTarget::name)), hint)
+                        })?;
+                        if flags.has(t) {
+                            return Err(syn::Error::new(id.span(), format!("`{id}` is listed twice")));
+                        }
+                        flags = flags.with(t);
+                        items.push((t, id));
+                    }
+                    set(&mut out.offload, &key, Offload { flags, items, span: bracket.span.join() })?;
+                }
+                "config" => set(&mut out.config, &key, input.parse()?)?,
+                "verlc_version" => set(&mut out.verlc_version, &key, input.parse()?)?,
+                "config_hash" => set(&mut out.config_hash, &key, input.parse()?)?,
+                "source" => set(&mut out.source, &key, input.parse()?)?,
+                "runtime" => set(&mut out.runtime, &key, input.parse()?)?,
+                other => {
+                    let mut msg = format!("unknown key `{other}`; expected one of: {}", KEYS.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "));
+                    if let Some(h) = suggestion(other, KEYS.iter().copied()) {
+                        msg.push_str(&format!("\nhelp: did you mean `{h}`?"));
+                    }
+                    return Err(syn::Error::new(key.span(), msg));
+                }
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(out)
+    }
+}
+
+fn missing(key: &str, what: String) -> syn::Error {
+    syn::Error::new(Span::call_site(), format!("missing `{key} = ...` ({what})"))
+}
+
+pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
+    let Input { strategy, precision, offload, config, verlc_version, config_hash, source, runtime } = syn::parse2(input)?;
+
+    let mut errors: Vec<syn::Error> = Vec::new();
+    if strategy.is_none() {
+        errors.push(missing("strategy", format!("one of {}", names(&StrategyKind::ALL, StrategyKind::name))));
+    }
+    if precision.is_none() {
+        errors.push(missing("precision", format!("one of {}", names(&PrecisionKind::ALL, PrecisionKind::name))));
+    }
+    if offload.is_none() {
+        errors.push(missing("offload", format!("a list of {}, or `[]`", names(&OffloadTarget::ALL, OffloadTarget::name))));
+    }
+    if config.is_none() {
+        errors.push(missing("config", "the embedded resolved config, e.g. `include_str!(\"../trainer.yaml\")`".into()));
+    }
+    let (Some((s, s_id)), Some((p, p_id)), Some(o), Some(config)) = (strategy, precision, offload, config) else {
+        return Err(combine(errors));
+    };
+
+    if let Err(rej) = binding::validate(s, p, o.flags) {
+        let span = match rej.part {
+            Part::Strategy => s_id.span(),
+            Part::Precision => p_id.span(),
+            Part::Offload(t) => o.items.iter().find(|(it, _)| *it == t).map_or(o.span, |(_, id)| id.span()),
+        };
+        return Err(syn::Error::new(span, format!("{}\nhelp: {}", rej.message, rej.help)));
+    }
+
+    let rt = runtime.map_or_else(|| quote!(::runtime), |p| quote!(#p));
+    let (params, grads, optimizer) = (o.flags.params, o.flags.grads, o.flags.optimizer);
+    let s_ty = quote_spanned!(s_id.span()=> #rt::binding::#s_id);
+    let p_ty = quote_spanned!(p_id.span()=> #rt::binding::#p_id);
+    let o_ty = quote_spanned!(o.span=> #rt::binding::OffloadSet<#params, #grads, #optimizer>);
+    let lit = |l: Option<LitStr>| l.map_or_else(|| quote!("unknown"), |l| quote!(#l));
+    let (version, hash, source) = (lit(verlc_version), lit(config_hash), lit(source));
+    Ok(quote! {
+        fn main() -> ::std::process::ExitCode {
+            #rt::binding::main::<#s_ty, #p_ty, #o_ty>(
+                #config,
+                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source },
+            )
+        }
+    })
+}
+
+/// The error plus an empty `fn main`, so the compiler reports only the binding problem and
+/// not also a missing `main`.
+pub(crate) fn error_with_stub_main(e: syn::Error) -> TokenStream {
+    let err = e.into_compile_error();
+    quote! {
+        #err
+        fn main() {}
+    }
+}
+
+fn combine(errors: Vec<syn::Error>) -> syn::Error {
+    let mut it = errors.into_iter();
+    let Some(mut first) = it.next() else {
+        return syn::Error::new(Span::call_site(), "invalid bind_trainer! input");
+    };
+    for e in it {
+        first.combine(e);
+    }
+    first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(src: &str) -> Result<String, String> {
+        let ts: TokenStream = src.parse().map_err(|e| format!("{e:?}"))?;
+        expand(ts).map(|t| t.to_string()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn expands_to_the_generic_entry() {
+        let out = expand_str(
+            r#"strategy = Fsdp, precision = Bf16Mixed, offload = [optimizer], config = include_str!("../c.yaml"),
+               verlc_version = "0.1.0", config_hash = "sha256:ab", source = "q.yaml""#,
+        );
+        let out = out.unwrap_or_else(|e| panic!("{e}"));
+        let squashed: String = out.chars().filter(|c| !c.is_whitespace()).collect();
+        assert!(
+            squashed.contains(
+                "::runtime::binding::main::<::runtime::binding::Fsdp,::runtime::binding::Bf16Mixed,::runtime::binding::OffloadSet<false,false,true>>"
+            ),
+            "{out}"
+        );
+        assert!(squashed.contains("include_str!(\"../c.yaml\")"), "{out}");
+        assert!(squashed.contains("config_hash:\"sha256:ab\""), "{out}");
+    }
+
+    #[test]
+    fn every_supported_combination_expands_and_no_other() {
+        for s in StrategyKind::ALL {
+            for p in PrecisionKind::ALL {
+                for bits in 0u8..8 {
+                    let flags = OffloadFlags { params: bits & 1 != 0, grads: bits & 2 != 0, optimizer: bits & 4 != 0 };
+                    let list: Vec<&str> = flags.targets().map(OffloadTarget::name).collect();
+                    let src = format!("strategy = {}, precision = {}, offload = [{}], config = \"\"", s.name(), p.name(), list.join(", "));
+                    assert_eq!(expand_str(&src).is_ok(), binding::validate(s, p, flags).is_ok(), "{src}");
+                }
+            }
+        }
+    }
+}

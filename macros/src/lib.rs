@@ -1,0 +1,36 @@
+//! Procedural macros of verlc-generated trainers. This file only declares the entry points;
+//! each macro lives in its own module and returns `syn::Result`, turned into
+//! `compile_error!` at the offending token by [`syn::Error::into_compile_error`].
+
+mod bind_trainer;
+
+/// The strategy/precision/offload vocabulary and support table, shared verbatim with
+/// `verlc::plan::binding` and the runtime (one table, three users).
+#[allow(dead_code)]
+#[path = "../../compiler/src/plan/binding.rs"]
+mod binding;
+
+use proc_macro::TokenStream;
+
+/// Binds a trainer binary: expands to `fn main()` calling
+/// `runtime::binding::main::<Strategy, Precision, Offload>(config, build_info)`.
+///
+/// ```ignore
+/// verlc_macros::bind_trainer! {
+///     strategy = Fsdp,                 // Single | Fsdp | Megatron
+///     precision = Bf16Mixed,           // Fp32 | Bf16Mixed | Fp16Mixed
+///     offload = [optimizer],           // any of params, grads, optimizer; [] for none
+///     config = include_str!("../trainer.yaml"),
+///     verlc_version = "0.1.0",         // optional build info
+///     config_hash = "sha256:…",
+///     source = "examples/quickstart.yaml",
+///     // runtime = ::runtime,          // optional: path of the runtime crate
+/// }
+/// ```
+///
+/// Unknown names and combinations the runtime does not support fail to compile, pointing at
+/// the offending token with the valid choices.
+#[proc_macro]
+pub fn bind_trainer(input: TokenStream) -> TokenStream {
+    bind_trainer::expand(input.into()).unwrap_or_else(bind_trainer::error_with_stub_main).into()
+}

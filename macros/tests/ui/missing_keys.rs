@@ -1,0 +1,4 @@
+verlc_macros::bind_trainer! {
+    strategy = Fsdp,
+    offload = [],
+}

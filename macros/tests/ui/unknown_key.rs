@@ -1,0 +1,6 @@
+verlc_macros::bind_trainer! {
+    strategy = Fsdp,
+    precison = Bf16Mixed,
+    offload = [],
+    config = "",
+}

@@ -1,0 +1,6 @@
+verlc_macros::bind_trainer! {
+    strategy = Fsdp,
+    precision = Bf16,
+    offload = [],
+    config = "",
+}

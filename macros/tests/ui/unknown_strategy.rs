@@ -1,0 +1,6 @@
+verlc_macros::bind_trainer! {
+    strategy = Fsdp2,
+    precision = Bf16Mixed,
+    offload = [],
+    config = "",
+}
