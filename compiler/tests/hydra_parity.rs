@@ -668,18 +668,35 @@ fn override_edge_cases(verl: &Path) -> Vec<Case> {
     ]
 }
 
-/// A scratch directory for this test run.
+/// Scratch files of this test, under cargo's per-target temp dir (reused across runs).
 fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("verlc-hydra-parity-{}", std::process::id()));
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hydra-parity");
     std::fs::create_dir_all(&d).expect("create scratch dir");
     d
 }
 
+/// Write through a temporary file and a rename, so a concurrent run never reads half a file.
 fn write(path: &Path, text: &str) {
     if let Some(p) = path.parent() {
         std::fs::create_dir_all(p).expect("create dirs");
     }
-    std::fs::write(path, text).expect("write file");
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, text).expect("write file");
+    std::fs::rename(&tmp, path).expect("rename file");
+}
+
+/// `<root>/verl/trainer/config` -> verl's installed tree, the layout `file://verl/trainer/config`
+/// search paths expect relative to the working directory.
+fn link_verl_tree(root: &Path, verl: &Path) {
+    let link = root.join("verl/trainer/config");
+    if std::fs::read_link(&link).is_ok_and(|t| t == verl) {
+        return;
+    }
+    std::fs::create_dir_all(root.join("verl/trainer")).expect("mkdir");
+    let tmp = root.join(format!("verl/trainer/config.tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(verl, &tmp).expect("symlink verl's tree");
+    std::fs::rename(&tmp, &link).expect("place the symlink");
 }
 
 /// Primary configs in a user dir that extend verl's tree through `hydra.searchpath`.
@@ -698,11 +715,7 @@ fn searchpath_cases(verl: &Path) -> Vec<Case> {
         &user.join("relative.yaml"),
         "hydra:\n  searchpath:\n    - file://verl/trainer/config\n\ndefaults:\n  - ppo_megatron_trainer\n  - _self_\n\nactor_rollout_ref:\n  rollout:\n    name: sglang\n",
     );
-    let link = root.join("verl/trainer/config");
-    if !link.exists() {
-        std::fs::create_dir_all(root.join("verl/trainer")).expect("mkdir");
-        std::os::unix::fs::symlink(verl, &link).expect("symlink verl's tree");
-    }
+    link_verl_tree(&root, verl);
     // `override` of a nested defaults entry, and an option of the user's own.
     write(
         &user.join("with_override.yaml"),
@@ -776,11 +789,7 @@ fn mirror_cases(verl: &Path) -> Vec<Case> {
     };
     let list: Vec<Value> = serde_json::from_str(&text).expect("skipped.json is JSON");
     let root = scratch().join("mirror");
-    let link = root.join("verl/trainer/config");
-    if !link.exists() {
-        std::fs::create_dir_all(root.join("verl/trainer")).expect("mkdir");
-        std::os::unix::fs::symlink(verl, &link).expect("symlink verl's tree");
-    }
+    link_verl_tree(&root, verl);
     let mut materialized = BTreeMap::new();
     let mut out = Vec::new();
     for e in &list {

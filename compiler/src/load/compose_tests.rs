@@ -17,7 +17,7 @@ fn tree() -> PathBuf {
 }
 
 fn write_tree() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("verlc-compose-tests-{}", std::process::id()));
+    let dir = std::env::temp_dir().join("verlc-compose-tests");
     let files = [
         (
             "main.yaml",
@@ -32,7 +32,10 @@ fn write_tree() -> PathBuf {
         if let Some(parent) = p.parent() {
             std::fs::create_dir_all(parent).expect("mkdir");
         }
-        std::fs::write(&p, text).expect("write");
+        // Through a rename: another test process may be reading the same tree.
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, text).expect("write");
+        std::fs::rename(&tmp, &p).expect("rename");
     }
     dir
 }
