@@ -302,3 +302,57 @@ fn rule_codes_are_unique_across_all_diagnostics() {
         seen.push(r.code.0);
     }
 }
+
+#[test]
+fn extreme_values_do_not_panic() {
+    let big = i64::MAX;
+    let sets: &[&[String]] = &[
+        &[
+            format!("data.train_batch_size={big}"),
+            format!("data.max_prompt_length={big}"),
+            format!("data.max_response_length={big}"),
+            format!("actor_rollout_ref.rollout.n={big}"),
+            format!("actor_rollout_ref.actor.ppo_mini_batch_size={big}"),
+            format!("actor_rollout_ref.actor.ppo_micro_batch_size={big}"),
+            format!("actor_rollout_ref.actor.ppo_max_token_len_per_gpu={big}"),
+            "actor_rollout_ref.actor.use_dynamic_bsz=true".to_owned(),
+            format!("actor_rollout_ref.actor.ulysses_sequence_parallel_size={big}"),
+            format!("actor_rollout_ref.rollout.tensor_model_parallel_size={big}"),
+            format!("actor_rollout_ref.rollout.data_parallel_size={big}"),
+            format!("actor_rollout_ref.rollout.max_model_len={big}"),
+            format!("trainer.n_gpus_per_node={big}"),
+            format!("trainer.nnodes={big}"),
+        ],
+        &[
+            "actor_rollout_ref.actor.strategy=megatron".to_owned(),
+            format!("actor_rollout_ref.actor.megatron.tensor_model_parallel_size={big}"),
+            format!("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={big}"),
+            format!("actor_rollout_ref.actor.megatron.context_parallel_size={big}"),
+            format!("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={big}"),
+            format!("data.train_batch_size={}", big - 1),
+            format!("trainer.n_gpus_per_node={big}"),
+        ],
+    ];
+    for overrides in sets {
+        let mut all = vec!["actor_rollout_ref.rollout.name=vllm".to_owned()];
+        all.extend(overrides.iter().cloned());
+        let req = LoadRequest {
+            config_file: None,
+            config_dir: None,
+            config_name: None,
+            base: all.iter().any(|o| o.contains("strategy=megatron")).then(|| "ppo_megatron_trainer".to_owned()),
+            overrides: all,
+            cwd: fixture_dir(),
+        };
+        let opts = CheckOptions {
+            model_config: Some(fixture_dir().join("models/extreme.json")),
+            only: Vec::new(),
+        };
+        let checked = check(&req, &opts);
+        assert!(
+            checked.config.is_some(),
+            "extreme overrides should still validate: {:#?}",
+            checked.diagnostics
+        );
+    }
+}

@@ -60,22 +60,30 @@ impl ModelDims {
     }
 
     /// Parameter count of a Llama/Qwen-style decoder (embeddings, attention, SwiGLU MLP, norms).
+    /// Saturates instead of overflowing on absurd dimensions.
     pub fn param_count(&self) -> u64 {
+        let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
         let h = self.hidden_size;
         let hd = self.head_dim();
-        let q = h * self.num_attention_heads * hd;
-        let kv = 2 * h * self.kv_heads() * hd;
-        let o = self.num_attention_heads * hd * h;
-        let inter = self.intermediate_size.unwrap_or(4 * h);
-        let mlp = 3 * h * inter;
-        let norms = 2 * h;
-        let layer = q + kv + o + mlp + norms;
-        let emb = self.vocab_size * h;
+        let q = m(&[h, self.num_attention_heads, hd]);
+        let kv = m(&[2, h, self.kv_heads(), hd]);
+        let o = m(&[self.num_attention_heads, hd, h]);
+        let inter = self.intermediate_size.unwrap_or(h.saturating_mul(4));
+        let mlp = m(&[3, h, inter]);
+        let norms = h.saturating_mul(2);
+        let layer = [q, kv, o, mlp, norms]
+            .iter()
+            .fold(0u64, |acc, x| acc.saturating_add(*x));
+        let emb = self.vocab_size.saturating_mul(h);
         let head = if self.tie_word_embeddings.unwrap_or(false) {
             0
         } else {
             emb
         };
-        self.num_hidden_layers * layer + emb + head + h
+        self.num_hidden_layers
+            .saturating_mul(layer)
+            .saturating_add(emb)
+            .saturating_add(head)
+            .saturating_add(h)
     }
 }

@@ -287,11 +287,11 @@ pub(crate) fn push_unique(out: &mut Vec<Diagnostic>, d: Diagnostic) {
 
 /// Greatest common divisor (for "nearest valid value" suggestions).
 pub(crate) fn gcd(a: i64, b: i64) -> i64 {
-    let (mut a, mut b) = (a.abs(), b.abs());
+    let (mut a, mut b) = (a.unsigned_abs(), b.unsigned_abs());
     while b != 0 {
         (a, b) = (b, a % b);
     }
-    a
+    i64::try_from(a).unwrap_or(i64::MAX)
 }
 
 /// The multiple of `step` closest to `value` (ties go up), never below `step`.
@@ -307,9 +307,12 @@ pub(crate) fn nearest_multiple(value: i64, step: i64) -> i64 {
     if value - down < up - value { down } else { up }
 }
 
-/// The divisors of `n` (ascending); empty for `n <= 0`.
+/// Largest number whose divisors are searched (a bound on the work for absurd inputs).
+const DIVISOR_SEARCH_LIMIT: i64 = 1_000_000_000_000;
+
+/// The divisors of `n` (ascending); empty for `n <= 0` or `n` above 10^12.
 pub(crate) fn divisors(n: i64) -> Vec<i64> {
-    if n <= 0 {
+    if n <= 0 || n > DIVISOR_SEARCH_LIMIT {
         return Vec::new();
     }
     let mut small = Vec::new();

@@ -70,7 +70,7 @@ fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, role: &str, micro: i64, sp
     } else {
         String::new()
     };
-    let minimum = (gpus + sp.max(1) - 1) / sp.max(1);
+    let minimum = gpus.saturating_add(sp.max(1) - 1) / sp.max(1);
     let mut d = Diagnostic::error(
         CODE,
         format!("global micro-batch {micro}{sp_text} of `{role}` is smaller than the {gpus} GPUs, so some ranks get no sample"),

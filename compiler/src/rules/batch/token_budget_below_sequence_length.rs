@@ -126,7 +126,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         } else {
             String::new()
         };
-        let needed = (seq + split - 1) / split;
+        let needed = seq.saturating_add(split - 1) / split;
         out.push(
             Diagnostic::error(
                 CODE,

@@ -34,13 +34,15 @@ use crate::rules::RuleContext;
 use super::tensor_parallel_does_not_divide_heads::head_splits;
 
 const CODE: Code = Code("V202");
+/// Head counts above this are not a real model; the rule skips them rather than search.
+const MAX_HEADS: i64 = 1 << 20;
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let Some(model) = ctx.model else { return };
     let heads = i64::try_from(model.num_attention_heads).unwrap_or(i64::MAX);
     let kv = i64::try_from(model.kv_heads()).unwrap_or(i64::MAX);
     // Without grouped-query attention the head rule (V201) says it all.
-    if kv <= 0 || kv >= heads {
+    if kv <= 0 || kv >= heads || heads > MAX_HEADS {
         return;
     }
     for (key, size, what, replicates) in head_splits(ctx) {

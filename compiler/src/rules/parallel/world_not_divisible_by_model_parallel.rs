@@ -70,7 +70,7 @@ fn push(ctx: &RuleContext, out: &mut Vec<Diagnostic>, prefix: &str, m: &Megatron
             .enumerate()
             .filter(|(j, _)| *j != i)
             .map(|(_, s)| s.2)
-            .product();
+            .fold(1i64, |acc, s| acc.saturating_mul(s));
         if sizes[i].2 <= 1 && i != 0 || rest <= 0 || gpus % rest != 0 {
             return None;
         }
