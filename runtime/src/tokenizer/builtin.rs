@@ -1,5 +1,5 @@
 //! The tokenizer of `builtin://tiny`: a word/character-level vocabulary for the built-in
-//! synthetic tasks (digits one token each, a few lowercase words, punctuation, whitespace)
+//! synthetic tasks (lowercased; digits one token each, a few words, punctuation, whitespace)
 //! with Qwen-style chat tokens, built in memory as a `tokenizer.json` document.
 
 use serde_json::{Value, json};
@@ -49,7 +49,7 @@ pub fn tokenizer_json() -> Value {
         "truncation": null,
         "padding": null,
         "added_tokens": added,
-        "normalizer": null,
+        "normalizer": {"type": "Lowercase"},
         "pre_tokenizer": {
             "type": "Split",
             "pattern": {"Regex": "[a-z]+|[0-9]|\\s|[^a-z0-9\\s]"},

@@ -11,7 +11,11 @@ use std::process::Command;
 use tch::{Kind, Tensor};
 
 pub fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/model_oracle.py")
+    script_named("model_oracle.py")
+}
+
+pub fn script_named(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle").join(name)
 }
 
 /// The venv's python, failing with a pointer to scripts/setup when it is missing.
@@ -27,11 +31,16 @@ pub fn python() -> PathBuf {
     py
 }
 
-/// Runs `python model_oracle.py <args> OUTDIR` once; returns OUTDIR (cached by content hash
-/// of the script and the arguments' file contents).
+/// Runs `python model_oracle.py <cmd> OUTDIR <inputs>` once; returns OUTDIR (cached by content
+/// hash of the script and the inputs' contents).
 pub fn cached(cmd: &str, inputs: &[&Path]) -> PathBuf {
+    cached_with(&script(), cmd, inputs)
+}
+
+/// [`cached`] for another oracle script.
+pub fn cached_with(script: &Path, cmd: &str, inputs: &[&Path]) -> PathBuf {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    std::fs::read(script()).expect("read oracle script").hash(&mut h);
+    std::fs::read(script).expect("read oracle script").hash(&mut h);
     cmd.hash(&mut h);
     for p in inputs {
         std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).hash(&mut h);
@@ -45,7 +54,7 @@ pub fn cached(cmd: &str, inputs: &[&Path]) -> PathBuf {
     let tmp = base.join(format!("tmp-{cmd}-{}-{:?}", std::process::id(), std::thread::current().id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let status = Command::new(python())
-        .arg(script())
+        .arg(script)
         .arg(cmd)
         .arg(&tmp)
         .args(inputs)

@@ -1,0 +1,25 @@
+//! EOS/pad ids from generation_config.json, falling back to config.json.
+
+use runtime::tokenizer::GenerationConfig;
+use serde_json::json;
+
+use crate::oracle;
+
+#[test]
+fn generation_config_single_and_list_eos() {
+    let g = GenerationConfig::from_json(&json!({"eos_token_id": [151645, 151643], "pad_token_id": 151643}));
+    assert_eq!(g.eos_token_ids, vec![151645, 151643]);
+    assert_eq!(g.pad_token_id, Some(151643));
+    let g = GenerationConfig::from_json(&json!({"eos_token_id": 2, "bos_token_id": 1}));
+    assert_eq!((g.eos_token_ids, g.bos_token_id, g.pad_token_id), (vec![2], Some(1), None));
+}
+
+#[test]
+fn generation_config_falls_back_to_config_json() {
+    let model = oracle::models().join("qwen2");
+    assert_eq!(GenerationConfig::from_dir(&model).unwrap().eos_token_ids, vec![2]);
+    let only_config = oracle::scratch("only-config");
+    std::fs::copy(model.join("config.json"), only_config.join("config.json")).unwrap();
+    let g = GenerationConfig::from_dir(&only_config).unwrap();
+    assert_eq!((g.eos_token_ids, g.pad_token_id), (vec![2], Some(0)));
+}
