@@ -80,6 +80,11 @@ fn read_message(r: &mut impl BufRead) -> Option<Value> {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&std::env::temp_dir(), json!({}))
+    }
+
+    /// A server whose workspace root is `root`, with `yaml.schemas` set to `schemas`.
+    fn start_with(root: &Path, schemas: Value) -> Server {
         let entry = server_entry();
         let mut child = Command::new("node")
             .arg(&entry)
@@ -106,15 +111,16 @@ impl Server {
             "hover": true,
             "format": {"enable": false},
             "schemaStore": {"enable": false},
-            "schemas": {}
+            "schemas": schemas
         });
         let mut s = Server { child, stdin, rx, next_id: 0, diagnostics: HashMap::new(), settings };
-        let root_uri = file_uri(&std::env::temp_dir());
+        let root_uri = file_uri(root);
         s.request(
             "initialize",
             json!({
                 "processId": std::process::id(),
                 "rootUri": root_uri,
+                "workspaceFolders": [{"uri": root_uri, "name": "verlc"}],
                 "capabilities": {
                     "workspace": {"configuration": true, "didChangeConfiguration": {"dynamicRegistration": true}},
                     "textDocument": {
@@ -236,11 +242,34 @@ fn file_uri(p: &Path) -> String {
     format!("file://{}", p.display())
 }
 
-/// A document on disk (the modeline's relative-path rules need a real location) under a
-/// per-process temporary directory.
-fn write_doc(dir_name: &str, file: &str, body: &str, schema: &str) -> (String, String) {
+/// Removes a test's scratch directory when the test ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(dir_name: &str) -> Scratch {
+        Scratch(temp_dir(dir_name))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        if let Some(parent) = self.0.parent() {
+            let _ = std::fs::remove_dir(parent); // only once empty, i.e. by the last test
+        }
+    }
+}
+
+fn temp_dir(dir_name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("verlc-lsp-{}", std::process::id())).join(dir_name);
     std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A document on disk (the modeline's relative-path rules need a real location) under a
+/// per-process temporary directory, associated to `schema` by a modeline.
+fn write_doc(dir_name: &str, file: &str, body: &str, schema: &str) -> (String, String) {
+    let dir = temp_dir(dir_name);
     let schema_path = repo_root().join("schemas").join(schema);
     assert!(schema_path.is_file(), "{} is missing: run `verlc schema -o schemas`", schema_path.display());
     let text = format!("# yaml-language-server: $schema={}\n{body}", schema_path.display());
@@ -281,6 +310,7 @@ fn assert_has(got: &[String], want: &[&str], what: &str) {
 
 #[test]
 fn full_config_completes_keys_and_enum_values_from_the_root_schema() {
+    let _scratch = Scratch::new("full");
     let mut s = Server::start();
     let body = "actor_rollout_ref:\n  actor:\n    strategy: fsdp\n    loss_agg_mode: \n    \n  rollout:\n    name: vllm\ndata:\n  train_batch_size: 1024\n";
     let (uri, text) = write_doc("full", "config.yaml", body, "verl.schema.json");
@@ -320,6 +350,7 @@ fn full_config_completes_keys_and_enum_values_from_the_root_schema() {
 
 #[test]
 fn optim_and_engine_group_files_complete_from_their_schemas() {
+    let (_optim, _engine) = (Scratch::new("optim"), Scratch::new("engine"));
     let mut s = Server::start();
     let body = "weight_decay: 0.0\nlr_scheduler_type: \n\n";
     let (uri, text) = write_doc("optim", "my_optim.yaml", body, "optim.schema.json");
@@ -352,6 +383,7 @@ fn optim_and_engine_group_files_complete_from_their_schemas() {
 
 #[test]
 fn ref_group_file_completes_from_its_schema() {
+    let _scratch = Scratch::new("ref");
     let mut s = Server::start();
     let body = "defaults:\n  - ref\n  - ../engine@fsdp_config: fsdp\n  - _self_\nstrategy: ${actor_rollout_ref.actor.strategy}\nlog_prob_use_dynamic_bsz: \nrouter_replay:\n  mode: \n\n";
     let (uri, text) = write_doc("ref", "my_ref.yaml", body, "ref.schema.json");
@@ -372,5 +404,35 @@ fn ref_group_file_completes_from_its_schema() {
     let modes = labels(&s.completion(&uri, line, col));
     assert_has(&modes, &["disabled"], "router_replay.mode values");
     assert!(modes.len() >= 2, "router_replay.mode values: {modes:?}");
+    s.shutdown();
+}
+
+/// The `yaml.schemas` setting (VS Code, Neovim...): schema paths relative to the workspace
+/// root, mapped to files by glob, no modeline in the files.
+#[test]
+fn yaml_schemas_setting_maps_group_directories_to_schemas() {
+    let _scratch = Scratch::new("settings");
+    let root = repo_root();
+    let mut s = Server::start_with(
+        &root,
+        json!({
+            "./schemas/optim.schema.json": ["**/optim/*.yaml"],
+            "./schemas/ref.schema.json": ["**/ref/*.yaml"],
+            "./schemas/verl.schema.json": ["**/verl-conf/*.yaml"]
+        }),
+    );
+    let cases = [
+        ("optim", "lr_scheduler_type: \n", "lr_scheduler_type: ", &["constant", "cosine"][..]),
+        ("ref", "router_replay:\n  mode: \n", "mode: ", &["disabled"][..]),
+        ("verl-conf", "algorithm:\n  adv_estimator: \n", "adv_estimator: ", &["gae", "grpo"][..]),
+    ];
+    for (dir, body, after, want) in cases {
+        let path = temp_dir(&format!("settings/{dir}")).join("mine.yaml");
+        std::fs::write(&path, body).expect("write doc");
+        let uri = file_uri(&path);
+        s.open(&uri, body);
+        let (line, col) = pos_after(body, after);
+        assert_has(&labels(&s.completion(&uri, line, col)), want, &format!("{dir}/mine.yaml via yaml.schemas"));
+    }
     s.shutdown();
 }
