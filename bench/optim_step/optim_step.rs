@@ -3,7 +3,7 @@
 //! memory-bandwidth floor for that step. Prints `key=value` lines; bench/optim_step/run turns
 //! them (and the PyTorch peer's) into the JSON result line.
 //!
-//! Usage: optim_step [--steps N] [--warmup N]
+//! Usage: optim_step [--steps N] [--warmup N] [--threads N]
 use std::time::Instant;
 
 use runtime::ops;
@@ -62,6 +62,10 @@ fn copy_bandwidth() -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let steps = arg("--steps", 10);
     let warmup = arg("--warmup", 3);
+    let threads = arg("--threads", 0);
+    if threads > 0 {
+        tch::set_num_threads(threads as i32);
+    }
     tch::manual_seed(0);
     let mut params = Vec::new();
     let mut grads = Vec::new();

@@ -1,7 +1,7 @@
 """PyTorch peer of bench/optim_step: the same Megatron-style bf16 mixed-precision step with
 PyTorch's best tools (fp32 master params, grads copied with _foreach_copy_, foreach
 clip_grad_norm_, torch.optim.AdamW(fused=True), copy back), plus fused AdamW alone.
-Prints key=value lines. Usage: peer.py [--steps N] [--warmup N]"""
+Prints key=value lines. Usage: peer.py [--steps N] [--warmup N] [--threads N]"""
 import sys
 import time
 
@@ -28,6 +28,8 @@ def arg(name, default):
 
 def main():
     steps, warmup = arg("--steps", 10), arg("--warmup", 3)
+    if arg("--threads", 0) > 0:
+        torch.set_num_threads(arg("--threads", 0))
     torch.manual_seed(0)
     named = [(n, (torch.randn(s) * 0.02).bfloat16().requires_grad_()) for n, s in shapes()]
     grads = [(torch.randn(p.shape) * 1e-3).bfloat16() for _, p in named]
