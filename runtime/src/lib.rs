@@ -1,6 +1,7 @@
 //! libtorch runtime of verlc trainers: c10d collectives through a C++ shim ([`dist`]), fused
 //! optimizer kernels ([`ops`]) and a Megatron-core optimizer stack ([`optim`]).
 pub mod algo;
+pub mod binding;
 pub mod builtin_uri;
 pub mod data;
 pub mod dist;

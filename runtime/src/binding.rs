@@ -1,0 +1,518 @@
+//! The entry point of verlc-generated trainers.
+//!
+//! A generated `main.rs` is one `verlc_macros::bind_trainer!` call; it expands to
+//! `fn main() { runtime::binding::main::<S, P, O>(EMBEDDED_CONFIG, BuildInfo { .. }) }` with
+//! marker types for the strategy ([`Single`], [`Fsdp`], [`Megatron`]), the precision
+//! ([`Fp32`], [`Bf16Mixed`], [`Fp16Mixed`]) and the offload policy ([`OffloadSet`]). Each
+//! combination is its own monomorphized program; combinations outside verlc's support table
+//! (`verlc::plan::binding`) do not compile.
+//!
+//! [`main`] is the binary's command line:
+//! - prints the build info (verlc version, config hash, binding) at start-up;
+//! - `key=value` overrides (Hydra grammar) are checked with the same pipeline and rules as
+//!   `verlc check`; an override that changes a statically bound key (one that decided the
+//!   strategy, precision, offload or device) is refused with "rebuild with verlc";
+//! - `--print-config` prints the resolved config (after overrides) and exits;
+//! - ranks: under torchrun/SLURM (`RANK`, `WORLD_SIZE`, … or `SLURM_PROCID`, …) this process
+//!   is one rank; otherwise `trainer.nnodes × trainer.n_gpus_per_node` ranks are spawned on
+//!   this node (`--nproc-per-node N` sets `trainer.n_gpus_per_node=N`); on
+//!   `trainer.device=cpu` they are CPU processes talking over Gloo;
+//! - then every rank calls [`train`] — the RL loop's entry point.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use verlc::check::{CheckOptions, Checked, check};
+use verlc::config::{Device, VerlConfig};
+use verlc::diag::{Diagnostic, Severity};
+use verlc::load::compose::LoadRequest;
+use verlc::load::node::{Node, split_key};
+use verlc::plan::{self, Binding, BuildPlan};
+use verlc::source::{Source, SourceKind, SourceMap};
+
+use crate::dist::{DistEnv, DistError, LocalLauncher};
+
+pub use verlc::plan::{OffloadFlags, PrecisionKind, StrategyKind};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The parallel engine a binary is built around.
+pub trait Strategy: sealed::Sealed + Send + Sync + 'static {
+    const KIND: StrategyKind;
+}
+
+/// One process, no sharding.
+pub struct Single;
+/// Fully sharded data parallel (verl's `fsdp` and `fsdp2`; [`BuildPlan::config_strategy`]
+/// tells which wrapping the config asked for).
+pub struct Fsdp;
+/// Megatron-core style tensor/pipeline/context parallelism with a distributed optimizer.
+pub struct Megatron;
+
+/// Numerics of training.
+pub trait Precision: sealed::Sealed + Send + Sync + 'static {
+    const KIND: PrecisionKind;
+    /// The dtype forward and backward run in.
+    const COMPUTE: tch::Kind;
+    /// Whether a gradient (loss) scaler is needed (fp16).
+    const LOSS_SCALING: bool = Self::KIND.loss_scaling();
+}
+
+/// Everything in fp32.
+pub struct Fp32;
+/// bf16 compute; fp32 main weights, reductions and optimizer state.
+pub struct Bf16Mixed;
+/// fp16 compute with dynamic loss scaling; fp32 main weights and optimizer state.
+pub struct Fp16Mixed;
+
+/// What lives in host memory.
+pub trait Offload: sealed::Sealed + Send + Sync + 'static {
+    const FLAGS: OffloadFlags;
+}
+
+/// Offload of parameters, gradients and optimizer state, as `bind_trainer!(offload = [..])`
+/// lists them.
+pub struct OffloadSet<const PARAMS: bool, const GRADS: bool, const OPTIMIZER: bool>;
+pub type NoOffload = OffloadSet<false, false, false>;
+pub type OffloadOptimizer = OffloadSet<false, false, true>;
+/// FSDP's parameter offload (gradients go with the parameters).
+pub type OffloadParams = OffloadSet<true, true, false>;
+pub type OffloadAll = OffloadSet<true, true, true>;
+
+macro_rules! markers {
+    ($trait:ident :: $kind:ident { $($t:ident => $k:ident $(, $c:ident)?;)+ }) => {$(
+        impl sealed::Sealed for $t {}
+        impl $trait for $t {
+            const KIND: $kind = $kind::$k;
+            $(const COMPUTE: tch::Kind = tch::Kind::$c;)?
+        }
+    )+};
+}
+markers!(Strategy::StrategyKind { Single => Single; Fsdp => Fsdp; Megatron => Megatron; });
+markers!(Precision::PrecisionKind { Fp32 => Fp32, Float; Bf16Mixed => Bf16Mixed, BFloat16; Fp16Mixed => Fp16Mixed, Half; });
+
+impl<const P: bool, const G: bool, const O: bool> sealed::Sealed for OffloadSet<P, G, O> {}
+impl<const P: bool, const G: bool, const O: bool> Offload for OffloadSet<P, G, O> {
+    const FLAGS: OffloadFlags = OffloadFlags { params: P, grads: G, optimizer: O };
+}
+
+/// The binding of a monomorphized trainer as data.
+pub fn binding<S: Strategy, P: Precision, O: Offload>() -> Binding {
+    Binding { strategy: S::KIND, precision: P::KIND, offload: O::FLAGS }
+}
+
+/// What `verlc build` stamped into the binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub verlc_version: &'static str,
+    /// `sha256:<hex>` of the embedded config text.
+    pub config_hash: &'static str,
+    /// The config file the binary was built from (as given to `verlc build`).
+    pub source: &'static str,
+}
+
+/// How this rank was started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launch {
+    /// A world of one, in this process.
+    InProcess,
+    /// Spawned by this binary's own launcher (`trainer.n_gpus_per_node` / `--nproc-per-node`).
+    Local,
+    /// Started by torchrun, srun or another launcher that set the rank environment.
+    External,
+}
+
+/// Everything a rank knows before training starts.
+#[derive(Clone, Debug)]
+pub struct RankContext {
+    /// Rank, world size, local rank and the rendezvous address (`ProcessGroup::init` takes it).
+    pub dist: DistEnv,
+    pub launch: Launch,
+    /// `cpu`, or `cuda:<local rank>`.
+    pub device: tch::Device,
+    /// The plan of the config after run-time overrides (binding unchanged).
+    pub plan: BuildPlan,
+    pub build: BuildInfo,
+}
+
+/// Why a training run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("the training loop is not implemented yet (issue 5)")]
+    NotImplemented,
+    #[error(transparent)]
+    Dist(#[from] DistError),
+    #[error("{0}")]
+    Trainer(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The RL training loop of one rank: the trainer's entry point (issue 5).
+///
+/// Called on every rank after the config (with overrides) passed the checks; `cfg` is the
+/// resolved typed config and `ctx` says where this rank sits. Return `Ok(())` when training
+/// finished; the binary exits 0 when every rank did.
+pub fn train<S: Strategy, P: Precision, O: Offload>(cfg: &VerlConfig, ctx: &RankContext) -> Result<(), TrainError> {
+    // The RL loop plugs in here: `crate::trainer::run::<S, P, O>(cfg, ctx)`.
+    let _ = (cfg, ctx);
+    Err(TrainError::NotImplemented)
+}
+
+/// Set in ranks spawned by this binary's own launcher (they stay quiet at start-up).
+const LAUNCHED_ENV: &str = "VERLC_TRAINER_LAUNCHED";
+
+/// Exit codes: 0 success, 1 config errors or a failed run, 2 usage.
+const EXIT_FAILED: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+
+/// The binary's `main`: parse the command line, resolve and check the config, launch ranks,
+/// train.
+pub fn main<S: Strategy, P: Precision, O: Offload>(embedded_config: &str, build_info: BuildInfo) -> ExitCode {
+    const {
+        assert!(
+            verlc::plan::binding::validate(S::KIND, P::KIND, O::FLAGS).is_ok(),
+            "unsupported strategy/precision/offload binding (see verlc::plan::binding)"
+        )
+    };
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match run::<S, P, O>(embedded_config, build_info, &args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Exit::Usage(msg)) => {
+            eprintln!("error: {msg}\n\n{}", usage());
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Exit::Failed(msg)) => {
+            if !msg.is_empty() {
+                eprintln!("error: {msg}");
+            }
+            ExitCode::from(EXIT_FAILED)
+        }
+        Err(Exit::Done) => ExitCode::SUCCESS,
+    }
+}
+
+enum Exit {
+    /// Bad command line.
+    Usage(String),
+    /// Config errors (already printed, then the message) or a failed run.
+    Failed(String),
+    /// Finished early on purpose (`--help`, `--print-config`).
+    Done,
+}
+
+/// The parsed command line.
+#[derive(Debug, Default, PartialEq)]
+struct Args {
+    version: bool,
+    print_config: bool,
+    check_only: bool,
+    nproc_per_node: Option<usize>,
+    overrides: Vec<String>,
+}
+
+fn usage() -> String {
+    "usage: trainer [OPTIONS] [KEY=VALUE ...]
+
+Runs the RL training this binary was built for (`verlc build`); KEY=VALUE overrides use
+Hydra's grammar (key=value, +key=value, ++key=value, ~key) and are checked like `verlc check`.
+
+options:
+  --print-config        print the resolved config (after overrides) and exit
+  --check               check the overrides, print the plan and exit
+  --nproc-per-node N    spawn N local ranks (sets trainer.n_gpus_per_node=N)
+  -V, --version         print the build info and exit
+  -h, --help            print this help
+
+ranks: torchrun/SLURM environments (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are honoured;
+otherwise trainer.n_gpus_per_node local ranks are spawned (CPU processes over Gloo on
+trainer.device=cpu)."
+        .to_owned()
+}
+
+fn parse_args(args: &[OsString]) -> Result<Option<Args>, Exit> {
+    let mut out = Args::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let a = a.to_str().ok_or_else(|| Exit::Usage(format!("argument {a:?} is not valid UTF-8")))?;
+        let nproc = |v: &str| -> Result<usize, Exit> {
+            match v.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(Exit::Usage(format!("--nproc-per-node needs a positive number, got `{v}`"))),
+            }
+        };
+        match a {
+            "-h" | "--help" => return Ok(None),
+            "-V" | "--version" => out.version = true,
+            "--print-config" => out.print_config = true,
+            "--check" => out.check_only = true,
+            "--nproc-per-node" => {
+                let v = it.next().and_then(|v| v.to_str()).ok_or_else(|| Exit::Usage("--nproc-per-node needs a value".into()))?;
+                out.nproc_per_node = Some(nproc(v)?);
+            }
+            "--" => {}
+            _ => {
+                if let Some(v) = a.strip_prefix("--nproc-per-node=") {
+                    out.nproc_per_node = Some(nproc(v)?);
+                } else if a.starts_with('-') {
+                    return Err(Exit::Usage(format!("unknown option `{a}`")));
+                } else if a.contains('=') || a.starts_with('~') {
+                    out.overrides.push(a.to_owned());
+                } else {
+                    return Err(Exit::Usage(format!("`{a}` is neither an option nor a KEY=VALUE override")));
+                }
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, raw: &[OsString]) -> Result<(), Exit> {
+    let compiled = binding::<S, P, O>();
+    let Some(mut args) = parse_args(raw)? else {
+        println!("{}", usage());
+        return Err(Exit::Done);
+    };
+    let launched = std::env::var_os(LAUNCHED_ENV).is_some();
+    let env = DistEnv::from_env().map_err(|e| Exit::Failed(e.to_string()))?;
+    let quiet = launched || env.as_ref().is_some_and(|e| e.rank != 0);
+    if args.version {
+        println!("{}", banner(&info, &compiled));
+        return Err(Exit::Done);
+    }
+    if !quiet {
+        eprintln!("{}", banner(&info, &compiled));
+    }
+
+    if let Some(n) = args.nproc_per_node {
+        let key = "trainer.n_gpus_per_node";
+        if let Some(o) = args.overrides.iter().find(|o| o.split_once('=').is_some_and(|(k, v)| k.trim_start_matches('+') == key && v != n.to_string())) {
+            return Err(Exit::Usage(format!("--nproc-per-node {n} contradicts the override `{o}`")));
+        }
+        args.overrides.push(format!("{key}={n}"));
+    }
+
+    let resolved = resolve(embedded, &info, &args.overrides, quiet)?;
+    refuse_bound_changes(&resolved, &compiled, &args.overrides, &info)?;
+    if args.print_config {
+        print!("{}", plan::embed::to_yaml(&resolved.checked.composed.root));
+        return Err(Exit::Done);
+    }
+    let plan = resolved.plan;
+    let cfg = resolved.config;
+    if args.check_only {
+        println!("ok: config is valid for this binary ({compiled}); {} rank(s)", plan.world.size());
+        return Err(Exit::Done);
+    }
+
+    let world = usize::try_from(plan.world.size()).map_err(|_| Exit::Failed("trainer.nnodes × trainer.n_gpus_per_node is negative".into()))?;
+    let (dist, launch) = match env {
+        Some(env) => {
+            if env.world_size != world {
+                return Err(Exit::Failed(format!(
+                    "the launcher started WORLD_SIZE={} ranks, but trainer.nnodes × trainer.n_gpus_per_node = {} × {} = {world}; \
+                     pass `trainer.nnodes=… trainer.n_gpus_per_node=…` matching the launch so the batch rules are checked for it",
+                    env.world_size, plan.world.nnodes, plan.world.n_gpus_per_node
+                )));
+            }
+            (env, if launched { Launch::Local } else { Launch::External })
+        }
+        None if world == 1 => (DistEnv::single(), Launch::InProcess),
+        None if plan.world.nnodes > 1 => {
+            return Err(Exit::Failed(format!(
+                "trainer.nnodes={} needs a launcher on every node (torchrun or srun) that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT",
+                plan.world.nnodes
+            )));
+        }
+        None => {
+            let what = if plan.world.device == Device::Cpu { "CPU processes over Gloo" } else { "processes, one per GPU" };
+            eprintln!("launching {world} local ranks ({what})");
+            let ranks = LocalLauncher::new(world).env(LAUNCHED_ENV, "1").spawn().map_err(|e| Exit::Failed(e.to_string()))?;
+            return match ranks.wait(None) {
+                Ok(_) => Ok(()),
+                Err(DistError::RankFailed { rank, status }) => Err(Exit::Failed(format!("rank {rank} failed ({status})"))),
+                Err(e) => Err(Exit::Failed(e.to_string())),
+            };
+        }
+    };
+    let device = match plan.world.device {
+        Device::Cuda => tch::Device::Cuda(dist.local_rank),
+        _ => tch::Device::Cpu,
+    };
+    let ctx = RankContext { dist, launch, device, plan, build: info };
+    train::<S, P, O>(&cfg, &ctx).map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
+}
+
+fn banner(info: &BuildInfo, b: &Binding) -> String {
+    format!(
+        "verlc trainer: built by verlc {} from {} (config {}); {}",
+        info.verlc_version, info.source, info.config_hash, b
+    )
+}
+
+struct Resolved {
+    checked: Checked,
+    /// The embedded tree before overrides.
+    embedded: Node,
+    config: VerlConfig,
+    plan: BuildPlan,
+}
+
+/// The embedded config with `overrides` applied, checked like `verlc check`.
+fn resolve(embedded: &str, info: &BuildInfo, overrides: &[String], quiet: bool) -> Result<Resolved, Exit> {
+    let file = materialize(embedded, info).map_err(Exit::Failed)?;
+    let req = LoadRequest {
+        config_file: Some(file.clone()),
+        overrides: overrides.to_vec(),
+        cwd: std::env::current_dir().unwrap_or_default(),
+        ..LoadRequest::default()
+    };
+    let checked = check(&req, &CheckOptions::default());
+    let shown: Vec<&Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).collect();
+    for d in &shown {
+        eprint!("{}", render(d, &checked.composed.sources));
+    }
+    if checked.has_errors() {
+        let n = checked.diagnostics.iter().filter(|d| d.is_error()).count();
+        return Err(Exit::Failed(format!("the config has {n} error(s); nothing was run")));
+    }
+    let Some(config) = checked.config.clone() else {
+        return Err(Exit::Failed("the config did not pass the schema; nothing was run".into()));
+    };
+    let mut sources = SourceMap::new();
+    let id = sources.add(Source::new(file.display().to_string(), embedded, SourceKind::File));
+    let embedded_tree = verlc::load::yaml::parse(sources.get(id), id).map_err(|d| Exit::Failed(format!("embedded config: {}", d.message)))?;
+    let plan = plan::lower(&config, &checked.composed.root).plan;
+    Ok(Resolved { checked, embedded: embedded_tree, config, plan })
+}
+
+/// Refuse overrides that change what the binary was compiled for.
+fn refuse_bound_changes(r: &Resolved, compiled: &Binding, overrides: &[String], info: &BuildInfo) -> Result<(), Exit> {
+    let value = |root: &Node, key: &str| root.get_path(&split_key(key)).map(Node::to_json);
+    let mut refused = Vec::new();
+    for text in overrides {
+        let key = text.trim_start_matches(['+', '~']).split(['=', '@']).next().unwrap_or("");
+        if !plan::is_bound(&r.plan, key) {
+            continue;
+        }
+        let before = value(&r.embedded, key);
+        let after = value(&r.checked.composed.root, key);
+        if before != after {
+            refused.push(text.clone());
+        }
+    }
+    if refused.is_empty() && r.plan.binding == *compiled {
+        return Ok(());
+    }
+    let what = if refused.is_empty() {
+        format!("the overrides change the binding to `{}`", r.plan.binding)
+    } else {
+        format!(
+            "{} statically bound in this binary ({compiled}, trainer.device)",
+            refused.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", ") + if refused.len() == 1 { " changes a key" } else { " change keys" }
+        )
+    };
+    Err(Exit::Failed(format!(
+        "{what}; rebuild with verlc: `verlc build {} {} -o <trainer>`",
+        info.source,
+        overrides.join(" ")
+    )))
+}
+
+/// Write the embedded config where the loader can read it (and diagnostics can point at it):
+/// `$TMPDIR/verlc-trainer-<hash>/<source stem>.resolved.yaml`.
+fn materialize(embedded: &str, info: &BuildInfo) -> Result<PathBuf, String> {
+    let hash: String = info.config_hash.rsplit(':').next().unwrap_or("").chars().filter(char::is_ascii_alphanumeric).take(16).collect();
+    let dir = std::env::temp_dir().join(format!("verlc-trainer-{}", if hash.is_empty() { "unknown" } else { &hash }));
+    let stem = std::path::Path::new(info.source).file_stem().and_then(|s| s.to_str()).unwrap_or("config");
+    let file = dir.join(format!("{stem}.resolved.yaml"));
+    if std::fs::read_to_string(&file).is_ok_and(|t| t == embedded) {
+        return Ok(file);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // Ranks may start together: write a private file, then rename it into place.
+    let tmp = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, embedded).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &file).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    Ok(file)
+}
+
+/// A diagnostic as plain text (the binary has no terminal renderer):
+/// `error[V006]: message`, ` --> file:line:col`, the line, then help and notes.
+fn render(d: &Diagnostic, sources: &SourceMap) -> String {
+    let mut out = String::new();
+    let sev = match d.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    };
+    out.push_str(&format!("{sev}[{}]: {}\n", d.code, d.message));
+    if let Some(label) = &d.primary {
+        let src = sources.get(label.origin.source);
+        let (line, col) = src.line_col(label.origin.span.start);
+        out.push_str(&format!("  --> {}:{line}:{col}\n", src.name));
+        if let Some(text) = src.text.lines().nth(line.saturating_sub(1)) {
+            out.push_str(&format!("   | {text}\n   | {}^ {}\n", " ".repeat(col.saturating_sub(1)), label.message));
+        }
+    }
+    for l in &d.secondary {
+        let src = sources.get(l.origin.source);
+        let (line, col) = src.line_col(l.origin.span.start);
+        out.push_str(&format!("  ... {}:{line}:{col}: {}\n", src.name, l.message));
+    }
+    if let Some(h) = &d.help {
+        out.push_str(&format!("   = help: {h}\n"));
+    }
+    for n in &d.notes {
+        out.push_str(&format!("   = note: {n}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Result<Option<Args>, String> {
+        let os: Vec<OsString> = a.iter().map(OsString::from).collect();
+        parse_args(&os).map_err(|e| match e {
+            Exit::Usage(m) | Exit::Failed(m) => m,
+            Exit::Done => "done".into(),
+        })
+    }
+
+    #[test]
+    fn command_line() {
+        let a = args(&["--print-config", "--nproc-per-node", "2", "a.b=1", "+c=2", "~d"]).ok().flatten();
+        assert_eq!(
+            a,
+            Some(Args {
+                version: false,
+                print_config: true,
+                check_only: false,
+                nproc_per_node: Some(2),
+                overrides: vec!["a.b=1".into(), "+c=2".into(), "~d".into()]
+            })
+        );
+        assert_eq!(args(&["--nproc-per-node=3"]).ok().flatten().and_then(|a| a.nproc_per_node), Some(3));
+        assert!(args(&["--nproc-per-node", "0"]).is_err());
+        assert!(args(&["--frobnicate"]).is_err());
+        assert!(args(&["stray"]).is_err());
+        assert_eq!(args(&["-h"]).ok(), Some(None));
+    }
+
+    #[test]
+    fn markers_carry_their_kinds() {
+        let b = binding::<Fsdp, Fp16Mixed, OffloadOptimizer>();
+        assert_eq!(b.to_string(), "strategy = Fsdp, precision = Fp16Mixed, offload = [optimizer]");
+        assert!(Fp16Mixed::LOSS_SCALING && !Bf16Mixed::LOSS_SCALING);
+        assert_eq!(Bf16Mixed::COMPUTE, tch::Kind::BFloat16);
+        assert_eq!(OffloadParams::FLAGS, OffloadFlags { params: true, grads: true, optimizer: false });
+        assert_eq!(<Megatron as Strategy>::KIND, StrategyKind::Megatron);
+    }
+
+    #[test]
+    fn train_reports_the_missing_loop() {
+        assert_eq!(TrainError::NotImplemented.to_string(), "the training loop is not implemented yet (issue 5)");
+    }
+}
