@@ -6,7 +6,7 @@ use runtime::algo::{
 use tch::{Kind, Tensor};
 
 use crate::oracle;
-use crate::support::{assert_close, assert_near, t1, t2, to_vec};
+use crate::support::{assert_close, assert_near, rng_lock, t1, t2, to_vec};
 
 const TOL: f64 = 1e-9;
 
@@ -368,6 +368,7 @@ fn assert_masked_standardised(xs: &[f64]) {
 
 /// A seeded batch: 8 groups of 1..=8 responses with random scores.
 fn random_groups(seed: i64) -> (Tensor, Tensor, GroupIndex, Vec<i64>) {
+    let _rng = rng_lock();
     tch::manual_seed(seed);
     let ids: Vec<i64> = (0..8)
         .flat_map(|g| std::iter::repeat_n(g, g as usize + 1))
@@ -490,6 +491,7 @@ fn grpo_passk_rewards_only_the_best_of_each_group() {
 fn gae_with_lambda_one_equals_discounted_sum() {
     // λ = 1: Â_t = Σ_k γ^k r_{t+k} − V_t, so returns = Â + V are the discounted reward-to-go,
     // whatever the values.
+    let _rng = rng_lock();
     tch::manual_seed(5);
     let (b, l, gamma) = (3, 6, 0.9);
     let r = Tensor::randn([b, l], (Kind::Double, tch::Device::Cpu));
@@ -545,7 +547,10 @@ fn gae_skips_masked_tokens() {
 #[test]
 fn whitened_estimators_are_standardised_over_the_mask() {
     let (r, m, ix, _) = random_groups(6);
-    let v = Tensor::randn(r.size(), (Kind::Double, tch::Device::Cpu));
+    let v = {
+        let _rng = rng_lock();
+        Tensor::randn(r.size(), (Kind::Double, tch::Device::Cpu))
+    };
     let cfg = AdvantageConfig {
         gamma: 0.97,
         lam: 0.95,

@@ -3,7 +3,7 @@ use runtime::algo::{AggOptions, AlgoError, LossAggMode, agg_loss};
 use tch::{Kind, Tensor};
 
 use crate::oracle;
-use crate::support::{assert_near, leaf, scalar, t2, to_vec};
+use crate::support::{assert_near, leaf, rng_lock, scalar, t2, to_vec};
 
 const MODES: [LossAggMode; 4] = [
     LossAggMode::TokenMean,
@@ -79,6 +79,7 @@ fn agg_modes_hand_derived() {
 /// cancels the averaging. `seq-mean-token-sum-norm` has no ×D, so the average is 1/D of it.
 #[test]
 fn global_batch_info_makes_data_parallel_average_equal_the_full_batch() {
+    let _rng = rng_lock();
     tch::manual_seed(3);
     let loss = Tensor::randn([8, 5], (Kind::Double, tch::Device::Cpu));
     let mask = Tensor::rand([8, 5], (Kind::Double, tch::Device::Cpu))

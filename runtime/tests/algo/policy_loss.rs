@@ -8,7 +8,7 @@ use runtime::algo::{
 use tch::{Kind, Tensor};
 
 use crate::oracle;
-use crate::support::{assert_close, assert_near, leaf, scalar, t2, to_vec};
+use crate::support::{assert_close, assert_near, leaf, rng_lock, scalar, t2, to_vec};
 
 const MODES: [LossAggMode; 4] = [
     LossAggMode::TokenMean,
@@ -115,7 +115,9 @@ fn gpg_matches_oracle() {
 
 #[test]
 fn clip_cov_matches_oracle() {
-    // clip_cov_ratio = 1 in the oracle: every candidate is detached, no randomness involved.
+    // clip_cov_ratio = 1 in the oracle: every candidate is detached, the draw does not matter
+    // (but it consumes the global generator, hence the lock).
+    let _rng = rng_lock();
     check_against_oracle(PolicyLossMode::ClipCov);
 }
 
@@ -218,6 +220,7 @@ fn dual_clip_caps_the_loss_for_negative_advantages() {
     assert_near(l, -1.2, 1e-12, "positive advantage");
     assert_eq!(metric(&ms, "actor/pg_clipfrac_lower"), 0.0);
     // Property over a random batch: every token's loss is ≤ −A·c where A < 0.
+    let _rng = rng_lock();
     tch::manual_seed(8);
     let opts = (Kind::Double, tch::Device::Cpu);
     let old = Tensor::randn([8, 8], opts);
@@ -386,6 +389,7 @@ fn clip_cov_detaches_a_random_subset_of_candidates() {
     // Many tokens fall in the covariance band; clip_cov_ratio = 0.1 of 60 valid tokens → 6 are
     // detached: exactly those get a zero gradient, all are candidates, the draw follows the seed.
     let opts = (Kind::Double, tch::Device::Cpu);
+    let _rng = rng_lock();
     tch::manual_seed(21);
     let old = Tensor::randn([6, 10], opts) - 2.0;
     let lp_val = &old + Tensor::randn([6, 10], opts) * 0.05;
@@ -451,6 +455,7 @@ fn clip_cov_detaches_a_random_subset_of_candidates() {
 #[test]
 fn rollout_weights_scale_the_token_losses() {
     let opts = (Kind::Double, tch::Device::Cpu);
+    let _rng = rng_lock();
     tch::manual_seed(4);
     let old = Tensor::randn([3, 4], opts);
     let lp = &old + Tensor::randn([3, 4], opts) * 0.1;

@@ -1,4 +1,6 @@
 //! Small helpers: building tensors from literals and comparing with tolerances.
+use std::sync::{Mutex, MutexGuard};
+
 use tch::{Kind, Tensor};
 
 /// A `[rows, cols]` f64 tensor.
@@ -45,4 +47,11 @@ pub fn assert_near(got: f64, want: f64, tol: f64, what: &str) {
 /// A leaf copy of `t` that requires grad.
 pub fn leaf(t: &Tensor) -> Tensor {
     t.detach().copy().set_requires_grad(true)
+}
+
+/// Serialises the tests that seed or draw from libtorch's global generator (tests run on
+/// parallel threads; clip_cov's random draw uses that generator).
+pub fn rng_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
