@@ -25,7 +25,7 @@
 use crate::config::Strategy;
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{actor_sp, actor_sp_key, is_fsdp, nearest_divisor};
+use crate::rules::facts::{actor_sp, actor_sp_key, divisors, is_fsdp, n_gpus};
 
 const CODE: Code = Code("V201");
 
@@ -73,7 +73,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         if heads % size == 0 {
             continue;
         }
-        let suggestion = nearest_divisor(heads, size).unwrap_or(1);
+        let suggestion = pick(&divisors(heads), size, n_gpus(ctx.config));
         out.push(
             Diagnostic::error(
                 CODE,
@@ -89,4 +89,18 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             )),
         );
     }
+}
+
+/// The candidate closest to `size`, preferring those that also divide the GPU count (a
+/// parallel degree has to).
+pub(super) fn pick(candidates: &[i64], size: i64, gpus: i64) -> i64 {
+    let closest = |it: &mut dyn Iterator<Item = i64>| it.min_by_key(|d| ((d - size).abs(), *d));
+    closest(
+        &mut candidates
+            .iter()
+            .copied()
+            .filter(|d| gpus > 0 && gpus % d == 0),
+    )
+    .or_else(|| closest(&mut candidates.iter().copied()))
+    .unwrap_or(1)
 }

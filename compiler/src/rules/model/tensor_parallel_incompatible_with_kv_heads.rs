@@ -31,7 +31,8 @@
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
 
-use super::tensor_parallel_does_not_divide_heads::head_splits;
+use super::tensor_parallel_does_not_divide_heads::{head_splits, pick};
+use crate::rules::facts::n_gpus;
 
 const CODE: Code = Code("V202");
 /// Head counts above this are not a real model; the rule skips them rather than search.
@@ -68,11 +69,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
                     }
             })
             .collect();
-        let suggestion = valid
-            .iter()
-            .copied()
-            .min_by_key(|d| ((d - size).abs(), *d))
-            .unwrap_or(1);
+        let suggestion = pick(&valid, size, n_gpus(ctx.config));
         let rule = if replicates {
             format!("must divide the {kv} key/value heads or be a multiple of them")
         } else {
