@@ -825,6 +825,33 @@ fn mirror_cases(verl: &Path) -> Vec<Case> {
     out
 }
 
+/// More cases from a JSON file (`VERLC_PARITY_EXTRA`), for exploring beyond the fixed set:
+/// `[{"name": .., "config_name": .., "overrides": [..]}]`, composed on verl's tree.
+fn extra_cases(verl: &Path) -> Vec<Case> {
+    let Some(path) = std::env::var_os("VERLC_PARITY_EXTRA") else {
+        return Vec::new();
+    };
+    let text = std::fs::read_to_string(&path).expect("read VERLC_PARITY_EXTRA");
+    let list: Vec<Value> = serde_json::from_str(&text).expect("VERLC_PARITY_EXTRA is a JSON list");
+    list.iter()
+        .map(|e| {
+            let mut c = Case::new(
+                format!("extra: {}", e["name"].as_str().unwrap_or("?")),
+                verl,
+                e["config_name"].as_str().unwrap_or("ppo_trainer"),
+                &[],
+            );
+            c.overrides = e["overrides"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o.as_str().map(str::to_string))
+                .collect();
+            c
+        })
+        .collect()
+}
+
 struct World {
     cases: Vec<Case>,
     hydra: Vec<Outcome>,
@@ -845,6 +872,7 @@ fn world() -> &'static World {
         cases.extend(override_edge_cases(&verl));
         cases.extend(searchpath_cases(&verl));
         cases.extend(mirror_cases(&verl));
+        cases.extend(extra_cases(&verl));
         let run = start_hydra(&cases);
         let verlc = cases.iter().map(verlc_on_dir).collect();
         let builtin = cases

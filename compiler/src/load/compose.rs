@@ -1102,7 +1102,8 @@ fn delete(root: &mut Node, o: &Override, path: &[&str]) -> Applied {
             .with_primary(Some(o.key_origin.clone()), "nothing to delete"),
         ));
     };
-    if let Some(v) = &o.value
+    // `~key=null` deletes whatever is there: Hydra only compares a value that is not None.
+    if let Some(v) = o.value.as_ref().filter(|v| !v.is_null())
         && !py_eq(v, &current)
     {
         return Err(Box::new(
@@ -1120,20 +1121,32 @@ fn delete(root: &mut Node, o: &Override, path: &[&str]) -> Applied {
         ));
     }
     let (parent_path, last) = path.split_at(path.len() - 1);
-    if let Some(parent) = root.get_path_mut(parent_path) {
-        match &mut parent.value {
-            Value::Map(m) => {
-                m.shift_remove(last[0]);
-            }
-            Value::Seq(items) => {
-                if let Ok(i) = last[0].parse::<usize>()
-                    && i < items.len()
-                {
-                    items.remove(i);
-                }
-            }
-            Value::Scalar(_) => {}
+    let Some(parent) = root.get_path_mut(parent_path) else {
+        return Ok(());
+    };
+    match &mut parent.value {
+        Value::Map(m) => {
+            m.shift_remove(last[0]);
         }
+        // Hydra deletes with a string key, which a list refuses (a TypeError in Hydra).
+        Value::Seq(_) => {
+            return Err(Box::new(
+                Diagnostic::error(
+                    codes::DELETE_KEY_ABSENT,
+                    format!(
+                        "could not delete `{}`: Hydra cannot delete a list item",
+                        o.key
+                    ),
+                )
+                .with_key(o.key.clone())
+                .with_primary(Some(o.key_origin.clone()), "a list item")
+                .with_help(format!(
+                    "give the whole list without it: `{}=[...]`",
+                    parent_path.join(".")
+                )),
+            ));
+        }
+        Value::Scalar(_) => {}
     }
     Ok(())
 }

@@ -85,6 +85,10 @@ fn delete_needs_a_value_other_than_null() {
     ] {
         assert_eq!(errors(&[o]), [codes::DELETE_KEY_ABSENT], "{o}");
     }
+    assert!(
+        errors(&["~model.name=null"]).is_empty(),
+        "`=null` compares nothing"
+    );
     // Python's `==`: 1 == 1.0.
     let (v, e) = run(&["~model.sub.x=1.0"]);
     assert!(e.is_empty(), "{e:?}");
@@ -120,6 +124,8 @@ fn list_items_are_addressed_by_index() {
     assert!(e.is_empty(), "{e:?}");
     assert_eq!(v["model"]["tags"], json!(["a", "c"]));
     assert_eq!(errors(&["model.tags.5=c"]), [codes::OVERRIDE_KEY_ABSENT]);
+    // Hydra's delete indexes with a string, which a list refuses.
+    assert_eq!(errors(&["~model.tags.0"]), [codes::DELETE_KEY_ABSENT]);
 }
 
 #[test]
