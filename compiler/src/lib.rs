@@ -7,6 +7,8 @@
 //! (feature `cli`) renders diagnostics and drives code generation.
 
 pub mod check;
+#[cfg(feature = "codegen")]
+pub mod codegen;
 pub mod codes;
 pub mod config;
 pub mod diag;

@@ -293,8 +293,7 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
         args.overrides.push(format!("{key}={n}"));
     }
 
-    let resolved = resolve(embedded, &info, &args.overrides, quiet)?;
-    refuse_bound_changes(&resolved, &compiled, &args.overrides, &info)?;
+    let resolved = resolve(embedded, &info, &compiled, &args.overrides, quiet)?;
     if args.print_config {
         print!("{}", plan::embed::to_yaml(&resolved.checked.composed.root));
         return Err(Exit::Done);
@@ -353,15 +352,15 @@ fn banner(info: &BuildInfo, b: &Binding) -> String {
 
 struct Resolved {
     checked: Checked,
-    /// The embedded tree before overrides.
-    embedded: Node,
     config: VerlConfig,
     plan: BuildPlan,
 }
 
-/// The embedded config with `overrides` applied, checked like `verlc check`.
-fn resolve(embedded: &str, info: &BuildInfo, overrides: &[String], quiet: bool) -> Result<Resolved, Exit> {
+/// The embedded config with `overrides` applied, checked like `verlc check`. Overrides of
+/// statically bound keys are refused first, whatever else is wrong.
+fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[String], quiet: bool) -> Result<Resolved, Exit> {
     let file = materialize(embedded, info).map_err(Exit::Failed)?;
+    let embedded_plan = embedded_plan(embedded, &file)?;
     let req = LoadRequest {
         config_file: Some(file.clone()),
         overrides: overrides.to_vec(),
@@ -369,6 +368,8 @@ fn resolve(embedded: &str, info: &BuildInfo, overrides: &[String], quiet: bool) 
         ..LoadRequest::default()
     };
     let checked = check(&req, &CheckOptions::default());
+    refuse_bound_changes(&embedded_plan, &checked.composed.root, overrides, compiled, info)?;
+
     let shown: Vec<&Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).collect();
     for d in &shown {
         eprint!("{}", render(d, &checked.composed.sources));
@@ -380,41 +381,53 @@ fn resolve(embedded: &str, info: &BuildInfo, overrides: &[String], quiet: bool) 
     let Some(config) = checked.config.clone() else {
         return Err(Exit::Failed("the config did not pass the schema; nothing was run".into()));
     };
-    let mut sources = SourceMap::new();
-    let id = sources.add(Source::new(file.display().to_string(), embedded, SourceKind::File));
-    let embedded_tree = verlc::load::yaml::parse(sources.get(id), id).map_err(|d| Exit::Failed(format!("embedded config: {}", d.message)))?;
     let plan = plan::lower(&config, &checked.composed.root).plan;
-    Ok(Resolved { checked, embedded: embedded_tree, config, plan })
+    if plan.binding != *compiled {
+        return Err(Exit::Failed(format!(
+            "the overrides change the binding to `{}` but this binary is `{compiled}`; rebuild with verlc: `verlc build {} {} -o <trainer>`",
+            plan.binding,
+            info.source,
+            overrides.join(" ")
+        )));
+    }
+    Ok(Resolved { checked, config, plan })
 }
 
-/// Refuse overrides that change what the binary was compiled for.
-fn refuse_bound_changes(r: &Resolved, compiled: &Binding, overrides: &[String], info: &BuildInfo) -> Result<(), Exit> {
-    let value = |root: &Node, key: &str| root.get_path(&split_key(key)).map(Node::to_json);
+/// The plan of the embedded config as built (its bound keys and their values).
+fn embedded_plan(embedded: &str, file: &std::path::Path) -> Result<BuildPlan, Exit> {
+    let mut sources = SourceMap::new();
+    let id = sources.add(Source::new(file.display().to_string(), embedded, SourceKind::File));
+    let tree = verlc::load::yaml::parse(sources.get(id), id).map_err(|d| Exit::Failed(format!("embedded config: {}", d.message)))?;
+    let (tree, _) = verlc::check::unset_mandatory(&tree);
+    let mut json = tree.to_json();
+    if let Some(m) = json.as_object_mut() {
+        m.remove("defaults");
+    }
+    let cfg: VerlConfig = serde_json::from_value(json).map_err(|e| Exit::Failed(format!("embedded config: {e}")))?;
+    Ok(plan::lower(&cfg, &tree).plan)
+}
+
+/// Refuse overrides that change a key the binary was compiled for.
+fn refuse_bound_changes(embedded: &BuildPlan, after: &Node, overrides: &[String], compiled: &Binding, info: &BuildInfo) -> Result<(), Exit> {
     let mut refused = Vec::new();
     for text in overrides {
         let key = text.trim_start_matches(['+', '~']).split(['=', '@']).next().unwrap_or("");
-        if !plan::is_bound(&r.plan, key) {
-            continue;
-        }
-        let before = value(&r.embedded, key);
-        let after = value(&r.checked.composed.root, key);
-        if before != after {
-            refused.push(text.clone());
+        let changed = embedded.bound_keys.iter().any(|b| {
+            let related = b.key == key || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.')) || key.strip_prefix(b.key.as_str()).is_some_and(|r| r.starts_with('.'));
+            related && after.get_path(&split_key(&b.key)).map_or(serde_json::Value::Null, Node::to_json) != b.value
+        });
+        if changed {
+            refused.push(format!("`{text}`"));
         }
     }
-    if refused.is_empty() && r.plan.binding == *compiled {
+    if refused.is_empty() {
         return Ok(());
     }
-    let what = if refused.is_empty() {
-        format!("the overrides change the binding to `{}`", r.plan.binding)
-    } else {
-        format!(
-            "{} statically bound in this binary ({compiled}, trainer.device)",
-            refused.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", ") + if refused.len() == 1 { " changes a key" } else { " change keys" }
-        )
-    };
     Err(Exit::Failed(format!(
-        "{what}; rebuild with verlc: `verlc build {} {} -o <trainer>`",
+        "{} {} this binary binds at compile time ({compiled}; device {}); rebuild with verlc: `verlc build {} {} -o <trainer>`",
+        refused.join(", "),
+        if refused.len() == 1 { "changes a key" } else { "change keys" },
+        serde_json::to_value(embedded.world.device).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
         info.source,
         overrides.join(" ")
     )))

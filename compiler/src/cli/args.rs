@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use verlc::load::compose::LoadRequest;
 
 #[derive(Parser, Debug)]
-#[command(name = "verlc", version, about = "Compiler for verl RL training configs: check, explain, schema")]
+#[command(name = "verlc", version, about = "Compiler for verl RL training configs: check, explain, schema, build, run")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -22,6 +22,10 @@ pub enum Command {
     Schema(SchemaArgs),
     /// Describe a diagnostic id (`verlc rule V012`) or list them all.
     Rule(RuleArgs),
+    /// Build the specialized training binary for a config.
+    Build(BuildArgs),
+    /// Build (cached) and run the training binary: `verlc run CONFIG [overrides] [-- args]`.
+    Run(RunArgs),
 }
 
 /// How to find and compose the config (shared by check and explain).
@@ -136,4 +140,53 @@ pub struct RuleArgs {
     /// List every id with its one-line summary.
     #[arg(long)]
     pub list: bool,
+}
+
+/// How `verlc build` and `verlc run` compile the trainer (shared flags).
+#[derive(Args, Debug, Clone)]
+pub struct CompileArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Model `config.json` (or its directory) for model-aware rules.
+    #[arg(long, value_name = "PATH")]
+    pub model_config: Option<PathBuf>,
+    /// Treat warnings (keys the binary will not use, …) as errors.
+    #[arg(long)]
+    pub deny_warnings: bool,
+    /// Build with the optimized release profile (the default dev profile shares the verlc
+    /// workspace's compiled runtime and builds fastest).
+    #[arg(long)]
+    pub release: bool,
+    /// Shared cargo target directory for all generated crates (default: $VERLC_TARGET_DIR, else
+    /// <cache>/target).
+    #[arg(long, value_name = "DIR")]
+    pub target_dir: Option<PathBuf>,
+    /// Cache directory holding the generated crates (default: $VERLC_CACHE_DIR, else
+    /// ~/.cache/verlc).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Only print the diagnostics and the plan; generate and compile nothing.
+    #[arg(long)]
+    pub plan: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub compile: CompileArgs,
+    /// Where to put the binary.
+    #[arg(long, short = 'o', value_name = "PATH", default_value = "trainer")]
+    pub output: PathBuf,
+    /// Print the plan as JSON on stdout (after building, or alone with --plan).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub compile: CompileArgs,
+    /// Arguments for the trainer binary, after `--` (e.g. `-- --nproc-per-node 2`).
+    #[arg(last = true, value_name = "BINARY_ARGS")]
+    pub binary_args: Vec<String>,
 }

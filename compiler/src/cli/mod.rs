@@ -2,10 +2,12 @@
 //! diagnostics are rendered ([`render`]).
 
 mod args;
+mod build;
 mod check;
 mod explain;
 mod render;
 mod rule;
+mod run;
 mod schema;
 
 use std::process::ExitCode;
@@ -31,6 +33,8 @@ pub fn main() -> ExitCode {
         Command::Explain(a) => explain::run(a),
         Command::Schema(a) => schema::run(a),
         Command::Rule(a) => rule::run(a),
+        Command::Build(a) => build::run(a),
+        Command::Run(a) => run::run(a),
     };
     ExitCode::from(code)
 }

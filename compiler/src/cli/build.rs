@@ -1,0 +1,195 @@
+//! `verlc build`: check the config (plus the build-only warnings), lower it to a plan,
+//! generate the trainer crate and compile it in the shared cache; then copy the binary to
+//! `-o PATH`.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use verlc::check::{CheckOptions, check};
+use verlc::codegen::{self, BuildError, CrateSpec, Event, Paths, Profile, WrittenCrate};
+use verlc::codes;
+use verlc::diag::Severity;
+use verlc::plan::{self, BuildPlan};
+
+use super::args::{BuildArgs, CompileArgs};
+use super::{EXIT_ERRORS, EXIT_USAGE, render};
+
+/// A compiled trainer in the cache.
+pub(super) struct Compiled {
+    pub binary: PathBuf,
+    pub plan: BuildPlan,
+    pub krate: WrittenCrate,
+    pub seconds: f64,
+}
+
+pub fn run(a: BuildArgs) -> u8 {
+    let compiled = match compile(&a.compile) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            return 0;
+        }
+        Err(code) => return code,
+    };
+    let out = if a.output.is_dir() { a.output.join(&compiled.krate.rendered.package) } else { a.output.clone() };
+    if let Err(e) = install(&compiled.binary, &out) {
+        eprintln!("error: cannot write {}: {e}", out.display());
+        return EXIT_USAGE;
+    }
+    if a.json {
+        let j = serde_json::json!({
+            "binary": out,
+            "config_hash": compiled.krate.rendered.config_hash,
+            "crate": compiled.krate.dir,
+            "seconds": compiled.seconds,
+            "plan": compiled.plan,
+        });
+        println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
+    }
+    eprintln!(
+        "built {} in {:.1} s ({}; config {})",
+        out.display(),
+        compiled.seconds,
+        compiled.plan.binding,
+        short_hash(&compiled.krate.rendered.config_hash)
+    );
+    0
+}
+
+fn short_hash(h: &str) -> &str {
+    h.get(..19).unwrap_or(h)
+}
+
+/// Copy the binary out of the cache, replacing `out` atomically (it may be running).
+fn install(binary: &Path, out: &Path) -> std::io::Result<()> {
+    let name = out.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "trainer".into());
+    let tmp = out.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::copy(binary, &tmp)?;
+    std::fs::rename(&tmp, out)
+}
+
+/// Check, plan, generate and compile. `Ok(None)` with `--plan` (nothing compiled); `Err` is
+/// the exit code after the problem was printed.
+pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
+    let req = a.config.request();
+    let source = match (&req.config_file, &req.config_name) {
+        (Some(f), _) => f.display().to_string(),
+        (None, Some(n)) => n.clone(),
+        (None, None) => req.base.clone().unwrap_or_else(|| "ppo_trainer".into()),
+    };
+    let opts = CheckOptions { model_config: a.model_config.clone(), only: Vec::new() };
+    let mut checked = check(&req, &opts);
+    if let Some(cfg) = &checked.config {
+        let defaults = plan::default_tree(cfg);
+        let unused = plan::unused_keys(cfg, &checked.composed, &defaults);
+        checked.diagnostics.extend(unused);
+    }
+    if a.deny_warnings {
+        for d in &mut checked.diagnostics {
+            d.severity = Severity::Error;
+        }
+    }
+    let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    eprint!("{}", render::human(&checked.diagnostics, &checked.composed.sources, color));
+    if checked.diagnostics.iter().any(|d| d.code == codes::IO_ERROR && d.primary.is_none()) {
+        return Err(EXIT_USAGE);
+    }
+    let cfg = match &checked.config {
+        Some(c) if !checked.has_errors() => c,
+        _ => {
+            eprintln!("error: not building {source}: the config has errors");
+            return Err(EXIT_ERRORS);
+        }
+    };
+    let plan = plan::lower(cfg, &checked.composed.root).plan;
+    eprintln!("plan: {}", codegen::render::summary(&plan).replace('\n', "\n      "));
+    if a.plan {
+        return Ok(None);
+    }
+
+    let paths = Paths::from_env(a.cache_dir.clone(), a.target_dir.clone());
+    let spec = CrateSpec { plan: &plan, root: &checked.composed.root, source: source.clone(), runtime_dir: String::new(), macros_dir: String::new() };
+    let krate = match codegen::write_crate(spec, &paths) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Err(EXIT_USAGE);
+        }
+    };
+    let profile = if a.release { Profile::Release } else { Profile::Dev };
+    eprintln!("compiling {} (crate {}, target {})", krate.rendered.package, krate.dir.display(), paths.target.display());
+    let start = Instant::now();
+    let mut progress = Progress::new();
+    let built = codegen::build(&krate, &paths, profile, &mut |e| progress.event(e));
+    progress.finish();
+    match built {
+        Ok(b) => Ok(Some(Compiled { binary: b.executable, plan, krate, seconds: start.elapsed().as_secs_f64() })),
+        Err(BuildError::Cargo(f)) => {
+            eprintln!("error: cargo failed to build the trainer for {source}\n{f}");
+            eprintln!("note: the generated crate is {}", krate.dir.display());
+            Err(EXIT_ERRORS)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(EXIT_USAGE)
+        }
+    }
+}
+
+/// Progress while cargo runs: a spinner with cargo's current step on a terminal, else a line
+/// per verlc crate compiled and a heartbeat.
+struct Progress {
+    bar: Option<ProgressBar>,
+    start: Instant,
+    last_line: Instant,
+    artifacts: usize,
+}
+
+impl Progress {
+    fn new() -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new_spinner();
+            if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed}] {prefix} {wide_msg}") {
+                bar.set_style(style);
+            }
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        Progress { bar, start: Instant::now(), last_line: Instant::now(), artifacts: 0 }
+    }
+
+    fn event(&mut self, e: Event) {
+        match e {
+            Event::Artifact(n) => {
+                self.artifacts = n;
+                if let Some(b) = &self.bar {
+                    b.set_prefix(format!("{n} crates"));
+                }
+            }
+            Event::Status(line) => {
+                if let Some(b) = &self.bar {
+                    if line.starts_with("Compiling") || line.starts_with("Building") || line.starts_with("Blocking") {
+                        b.set_message(line);
+                    }
+                    return;
+                }
+                // Plain output: verlc's own crates (path dependencies) and cargo's waits.
+                let ours = line.starts_with("Compiling") && line.contains("(/");
+                if ours || line.starts_with("Blocking") {
+                    eprintln!("  {line}");
+                    self.last_line = Instant::now();
+                } else if self.last_line.elapsed() > Duration::from_secs(15) {
+                    eprintln!("  … {} crates done, {:.0} s", self.artifacts, self.start.elapsed().as_secs_f64());
+                    self.last_line = Instant::now();
+                }
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}

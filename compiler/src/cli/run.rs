@@ -1,0 +1,40 @@
+//! `verlc run CONFIG [overrides] [-- binary args]`: build the trainer in the cache (a no-op
+//! when it is fresh) and run it in place of this process.
+
+use std::process::Command;
+
+use super::EXIT_USAGE;
+use super::args::RunArgs;
+use super::build::compile;
+
+pub fn run(a: RunArgs) -> u8 {
+    let compiled = match compile(&a.compile) {
+        Ok(Some(c)) => c,
+        Ok(None) => return 0,
+        Err(code) => return code,
+    };
+    eprintln!("running {} {}", compiled.binary.display(), a.binary_args.join(" "));
+    let mut cmd = Command::new(&compiled.binary);
+    cmd.args(&a.binary_args);
+    exec(cmd)
+}
+
+#[cfg(unix)]
+fn exec(mut cmd: Command) -> u8 {
+    use std::os::unix::process::CommandExt;
+    // Only returns on failure; signals then go straight to the trainer.
+    let e = cmd.exec();
+    eprintln!("error: cannot run the trainer: {e}");
+    EXIT_USAGE
+}
+
+#[cfg(not(unix))]
+fn exec(mut cmd: Command) -> u8 {
+    match cmd.status() {
+        Ok(s) => s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+        Err(e) => {
+            eprintln!("error: cannot run the trainer: {e}");
+            EXIT_USAGE
+        }
+    }
+}

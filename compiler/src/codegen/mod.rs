@@ -1,0 +1,194 @@
+//! `verlc build`: render the trainer crate from `templates/` ([`render`]), write it under the
+//! cache directory, and build it with cargo ([`cargo`]) into one target directory shared by
+//! every generated crate, so the runtime and tch compile once and a new config costs one small
+//! crate and a link.
+//!
+//! Layout of the cache (`$VERLC_CACHE_DIR`, else `$XDG_CACHE_HOME/verlc`, else
+//! `~/.cache/verlc`):
+//! - `crates/<package>/`: one generated crate per config (`Cargo.toml`, `build.rs`,
+//!   `src/main.rs`, `trainer.yaml`, a `Cargo.lock` seeded from the checkout's);
+//! - `target/`: the shared target directory (`$VERLC_TARGET_DIR` overrides it).
+//!
+//! The crate depends by path on the `runtime` and `macros` crates of the verlc checkout this
+//! binary was built from (`$VERLC_SOURCE_DIR` overrides it). Only cargo is run here; nothing in
+//! this module needs libtorch.
+
+pub mod cargo;
+pub mod render;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub use cargo::{CargoFailure, Event};
+pub use render::{CrateSpec, Rendered, render_crate};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("cannot render template {name}: {source}")]
+    Template { name: &'static str, source: minijinja::Error },
+    #[error("cannot write {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot run {program}: {source}")]
+    Spawn { program: String, source: std::io::Error },
+    #[error("verlc's runtime and macros crates are not at {}; set VERLC_SOURCE_DIR to a verlc checkout", .0.display())]
+    NoCheckout(PathBuf),
+    #[error("cargo failed to build the trainer")]
+    Cargo(CargoFailure),
+    #[error("cargo finished without producing the trainer binary")]
+    NoBinary,
+}
+
+/// cargo's profile for the trainer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// The verlc workspace's dev profile (shares its compiled runtime; fast to build).
+    Dev,
+    /// Optimized.
+    Release,
+}
+
+/// Where things go.
+#[derive(Clone, Debug)]
+pub struct Paths {
+    /// The verlc checkout holding `runtime/` and `macros/`.
+    pub checkout: PathBuf,
+    /// Generated crates live in `<cache>/crates`.
+    pub cache: PathBuf,
+    /// The shared cargo target directory.
+    pub target: PathBuf,
+}
+
+impl Paths {
+    /// Defaults from the environment (see the module docs); flags override them.
+    pub fn from_env(cache: Option<PathBuf>, target: Option<PathBuf>) -> Paths {
+        let checkout = std::env::var_os("VERLC_SOURCE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+            let compiler = Path::new(env!("CARGO_MANIFEST_DIR"));
+            compiler.parent().unwrap_or(compiler).to_path_buf()
+        });
+        let cache = cache.or_else(|| std::env::var_os("VERLC_CACHE_DIR").map(PathBuf::from)).unwrap_or_else(default_cache);
+        let target = target.or_else(|| std::env::var_os("VERLC_TARGET_DIR").map(PathBuf::from)).unwrap_or_else(|| cache.join("target"));
+        Paths { checkout, cache, target }
+    }
+}
+
+fn default_cache() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("verlc");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache/verlc"),
+        None => std::env::temp_dir().join("verlc-cache"),
+    }
+}
+
+/// A generated crate on disk.
+#[derive(Clone, Debug)]
+pub struct WrittenCrate {
+    pub dir: PathBuf,
+    pub rendered: Rendered,
+}
+
+/// Render and write the crate for `spec` (`runtime_dir`/`macros_dir` are filled in from
+/// `paths`). Unchanged files are not rewritten, so cargo sees a rebuild of the same config as
+/// fresh.
+pub fn write_crate(spec: CrateSpec, paths: &Paths) -> Result<WrittenCrate, BuildError> {
+    let runtime = paths.checkout.join("runtime");
+    let macros = paths.checkout.join("macros");
+    if !runtime.join("Cargo.toml").is_file() || !macros.join("Cargo.toml").is_file() {
+        return Err(BuildError::NoCheckout(paths.checkout.clone()));
+    }
+    let spec = CrateSpec { runtime_dir: runtime.display().to_string(), macros_dir: macros.display().to_string(), ..spec };
+    let rendered = render_crate(&spec)?;
+    let dir = paths.cache.join("crates").join(&rendered.package);
+    for (rel, text) in &rendered.files {
+        let text = if rel.ends_with(".rs") { rustfmt(text) } else { text.clone() };
+        write_if_changed(&dir.join(rel), &text)?;
+    }
+    // Seed the lock file from the checkout so the crate resolves the exact versions the
+    // workspace built (and can reuse them from the shared target directory).
+    let lock = dir.join("Cargo.lock");
+    let source_lock = paths.checkout.join("Cargo.lock");
+    let stale = match (std::fs::metadata(&lock).and_then(|m| m.modified()), std::fs::metadata(&source_lock).and_then(|m| m.modified())) {
+        (Ok(ours), Ok(theirs)) => theirs > ours,
+        (Err(_), Ok(_)) => true,
+        _ => false,
+    };
+    if stale {
+        std::fs::copy(&source_lock, &lock).map_err(|source| BuildError::Io { path: lock.clone(), source })?;
+    }
+    Ok(WrittenCrate { dir, rendered })
+}
+
+fn write_if_changed(path: &Path, text: &str) -> Result<(), BuildError> {
+    if std::fs::read_to_string(path).is_ok_and(|t| t == text) {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| BuildError::Io { path: parent.to_path_buf(), source })?;
+    }
+    std::fs::write(path, text).map_err(|source| BuildError::Io { path: path.to_path_buf(), source })
+}
+
+/// `text` formatted by rustfmt when it is installed (the templates are formatted already; this
+/// keeps substituted values tidy), else unchanged.
+fn rustfmt(text: &str) -> String {
+    use std::io::Write;
+    let Ok(mut child) = Command::new("rustfmt")
+        .args(["--edition", "2024", "--emit", "stdout", "--quiet"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    else {
+        return text.to_owned();
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(text.as_bytes());
+    }
+    match child.wait_with_output() {
+        Ok(out) if out.status.success() && !out.stdout.is_empty() => String::from_utf8(out.stdout).unwrap_or_else(|_| text.to_owned()),
+        _ => text.to_owned(),
+    }
+}
+
+/// The cargo command building `krate`. `$VERLC_CARGO` replaces the program (e.g. a wrapper
+/// script), else `$CARGO`, else `cargo`.
+pub fn cargo_command(krate: &WrittenCrate, paths: &Paths, profile: Profile) -> Command {
+    let program = std::env::var_os("VERLC_CARGO").or_else(|| std::env::var_os("CARGO")).unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(program);
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(krate.dir.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&paths.target)
+        .args(["--message-format", "json"]);
+    if profile == Profile::Release {
+        cmd.arg("--release");
+    }
+    libtorch_env(&mut cmd, &paths.checkout);
+    cmd
+}
+
+/// What `scripts/cargo-env` sets, when the caller did not: torch-sys then finds the checkout's
+/// `.venv` torch. (Unset, torch-sys would try to download libtorch.)
+fn libtorch_env(cmd: &mut Command, checkout: &Path) {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    if set("LIBTORCH") || set("LIBTORCH_USE_PYTORCH") {
+        return;
+    }
+    let venv = checkout.join(".venv");
+    if !venv.join("bin/python").is_file() {
+        return;
+    }
+    let mut path = std::ffi::OsString::from(venv.join("bin"));
+    if let Some(p) = std::env::var_os("PATH") {
+        path.push(":");
+        path.push(p);
+    }
+    cmd.env("VIRTUAL_ENV", &venv).env("PATH", path).env("LIBTORCH_USE_PYTORCH", "1");
+}
+
+/// Build a written crate; returns the path of the binary inside the shared target directory.
+pub fn build(krate: &WrittenCrate, paths: &Paths, profile: Profile, on_event: &mut dyn FnMut(Event)) -> Result<cargo::Built, BuildError> {
+    cargo::run(cargo_command(krate, paths, profile), &krate.rendered.package, on_event)
+}
