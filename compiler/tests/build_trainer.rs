@@ -1,0 +1,145 @@
+//! `verlc build` end to end: a generated trainer for `examples/quickstart.yaml` prints its
+//! config, refuses a run-time override that breaks a rule, and refuses one that changes a
+//! statically bound key. Plus the checks `verlc build` does before compiling anything.
+//!
+//! The trainer links libtorch, so the build test shares the workspace target directory
+//! (`$CARGO_TARGET_DIR`, else `target/`): the runtime and tch are reused from the workspace
+//! build and a warm run costs the generated crate and a link. It is skipped when no libtorch
+//! is available (no `.venv` from scripts/setup and no `LIBTORCH`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn checkout() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn verlc() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_verlc"));
+    cmd.current_dir(checkout()).env("NO_COLOR", "1");
+    cmd
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn run(cmd: &mut Command) -> (Option<i32>, String, String) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let (stdout, stderr) = text(&out);
+    (out.status.code(), stdout, stderr)
+}
+
+fn libtorch_available() -> bool {
+    std::env::var_os("LIBTORCH").is_some() || std::env::var_os("LIBTORCH_USE_PYTORCH").is_some() || checkout().join(".venv/bin/python").is_file()
+}
+
+/// The workspace's target directory, shared with the generated crates.
+fn workspace_target() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| checkout().join("target"))
+}
+
+#[test]
+fn quickstart_trainer_checks_its_run_time_overrides() {
+    if !libtorch_available() {
+        eprintln!("skipped: no libtorch (run scripts/setup, or set LIBTORCH)");
+        return;
+    }
+    let out_dir = tempfile::tempdir().expect("temp dir");
+    let trainer = out_dir.path().join("trainer");
+    // A stable cache keeps the generated crate fresh between runs of this test.
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test");
+    let (code, _, stderr) = run(verlc()
+        .args(["build", "examples/quickstart.yaml", "-o"])
+        .arg(&trainer)
+        .env("VERLC_CACHE_DIR", &cache)
+        .env("VERLC_TARGET_DIR", workspace_target()));
+    assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
+    assert!(stderr.contains("strategy = Fsdp, precision = Bf16Mixed, offload = []"), "{stderr}");
+    assert!(trainer.is_file());
+
+    let trainer_cmd = || {
+        let mut c = Command::new(&trainer);
+        c.current_dir(out_dir.path());
+        c
+    };
+
+    let (code, stdout, stderr) = run(trainer_cmd().arg("--print-config"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("built by verlc") && stderr.contains("config sha256:"), "build info at start-up: {stderr}");
+    assert!(stdout.contains("adv_estimator: grpo"), "{stdout}");
+    assert!(stdout.contains("total_training_steps: 60"), "{stdout}");
+
+    // A run-time override is checked by verlc's rules (V006: per-rank mini-batch vs micro-batch).
+    let (code, stdout, stderr) = run(trainer_cmd().args(["--print-config", "actor_rollout_ref.actor.ppo_mini_batch_size=7"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("error[V006]") && stderr.contains("not a multiple of the micro-batch"), "{stderr}");
+
+    // A valid one is applied.
+    let (code, stdout, stderr) = run(trainer_cmd().args(["--print-config", "actor_rollout_ref.actor.optim.lr=1e-5"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("lr: 1e-5") || stdout.contains("lr: 0.00001"), "{stdout}");
+
+    // Statically bound keys need a new binary.
+    for bound in ["actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.actor.strategy=megatron"] {
+        let (code, _, stderr) = run(trainer_cmd().args(["--check", bound]));
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("rebuild with verlc"), "{bound}: {stderr}");
+    }
+    // Restating a bound value is harmless.
+    let (code, stdout, stderr) = run(trainer_cmd().args(["--check", "actor_rollout_ref.actor.fsdp_config.param_offload=false"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("ok: config is valid for this binary"), "{stdout}");
+
+    let (code, _, stderr) = run(trainer_cmd().arg("--bogus"));
+    assert_eq!(code, Some(2), "{stderr}");
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write config");
+    p
+}
+
+#[test]
+fn unused_keys_warn_and_deny_warnings_stops_the_build() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let quickstart = std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).expect("quickstart");
+    let cfg = write(dir.path(), "knobs.yaml", &quickstart.replace("    temperature: 1.0\n", "    temperature: 1.0\n    gpu_memory_utilization: 0.8\n"));
+    let line = std::fs::read_to_string(&cfg).expect("read").lines().position(|l| l.contains("gpu_memory_utilization")).map_or(0, |i| i + 1);
+
+    let (code, _, stderr) = run(verlc().arg("build").arg(&cfg).arg("--plan"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("warning[B001]"), "{stderr}");
+    assert!(stderr.contains(&format!("knobs.yaml:{line}:")), "{stderr}");
+
+    let (code, _, stderr) = run(verlc().arg("build").arg(&cfg).arg("--deny-warnings").arg("-o").arg(dir.path().join("t")));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("error[B001]") && stderr.contains("not building"), "{stderr}");
+    assert!(!dir.path().join("t").exists());
+}
+
+#[test]
+fn unsupported_binding_is_reported_at_its_line_by_check_and_build() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let quickstart = std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).expect("quickstart");
+    let cfg = write(
+        dir.path(),
+        "fp16_offload.yaml",
+        &quickstart.replace("      model_dtype: fp32\n", "      model_dtype: fp32\n      param_offload: true\n      dtype: float16\n"),
+    );
+    let line = std::fs::read_to_string(&cfg).expect("read").lines().position(|l| l.contains("dtype: float16")).map_or(0, |i| i + 1);
+    for sub in ["check", "build"] {
+        let mut cmd = verlc();
+        cmd.arg(sub).arg(&cfg).env("VERLC_CACHE_DIR", dir.path());
+        if sub == "build" {
+            cmd.arg("--plan");
+        }
+        let (code, _, stderr) = run(&mut cmd);
+        assert_eq!(code, Some(1), "{sub}: {stderr}");
+        assert!(stderr.contains("error[B012]"), "{sub}: {stderr}");
+        assert!(stderr.contains(&format!("fp16_offload.yaml:{line}:")), "{sub}: {stderr}");
+        assert!(stderr.contains("Fp16Mixed"), "{sub}: {stderr}");
+    }
+}
