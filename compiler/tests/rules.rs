@@ -260,6 +260,11 @@ rule_tests! {
     v036_resume_from_hdfs_unsupported => "V036",
     v037_logger_backend_unsupported => "V037",
     v038_deprecated_key_set => "V038",
+    v039_mbridge_required => "V039",
+    v040_ref_load_weight_mismatch => "V040",
+    v041_rollout_expert_parallel_needs_node_aligned_tensor_parallel => "V041",
+    v042_prometheus_needs_log_stats => "V042",
+    v043_data_file_format_unsupported => "V043",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",
     v203_rollout_max_model_len_exceeds_model => "V203",
@@ -340,7 +345,10 @@ fn extreme_values_do_not_panic() {
             config_file: None,
             config_dir: None,
             config_name: None,
-            base: all.iter().any(|o| o.contains("strategy=megatron")).then(|| "ppo_megatron_trainer".to_owned()),
+            base: all
+                .iter()
+                .any(|o| o.contains("strategy=megatron"))
+                .then(|| "ppo_megatron_trainer".to_owned()),
             overrides: all,
             cwd: fixture_dir(),
         };

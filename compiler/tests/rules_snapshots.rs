@@ -71,6 +71,8 @@ snapshot_tests! {
     v029_rejection_sampling_option_unknown => ("V029.yaml", "V029"),
     v037_logger_backend_unsupported => ("V037.yaml", "V037"),
     v038_deprecated_key_set_override => ("V038.critic_mirror.yaml", "V038"),
+    v039_mbridge_required => ("V039.yaml", "V039"),
+    v043_data_file_format_unsupported => ("V043.yaml", "V043"),
     v202_tensor_parallel_incompatible_with_kv_heads => ("V202.yaml", "V202"),
     v204_sequence_exceeds_model_context => ("V204.yaml", "V204"),
 }

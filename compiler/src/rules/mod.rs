@@ -18,6 +18,7 @@ pub(crate) mod facts;
 
 mod algorithm;
 mod batch;
+mod data;
 mod deprecated;
 mod model;
 mod optim;
@@ -324,6 +325,36 @@ pub static RULES: &[Rule] = &[
         "DeprecatedKeySet",
         deprecated::deprecated_key_set,
         "a deprecated or renamed key is set"
+    ),
+    rule!(
+        "V039",
+        "MbridgeRequired",
+        model::mbridge_required,
+        "verl builds these Megatron models only through mbridge"
+    ),
+    rule!(
+        "V040",
+        "RefLoadWeightMismatch",
+        model::ref_load_weight_mismatch,
+        "the Megatron reference policy and actor must agree on load_weight"
+    ),
+    rule!(
+        "V041",
+        "RolloutExpertParallelNeedsNodeAlignedTensorParallel",
+        parallel::rollout_expert_parallel_needs_node_aligned_tensor_parallel,
+        "an expert-parallel vLLM rollout needs a tensor size that divides the GPUs per node"
+    ),
+    rule!(
+        "V042",
+        "PrometheusNeedsLogStats",
+        rollout::prometheus_needs_log_stats,
+        "the rollout's Prometheus export needs disable_log_stats off"
+    ),
+    rule!(
+        "V043",
+        "DataFileFormatUnsupported",
+        data::data_file_format_unsupported,
+        "verl reads only .parquet and .json data files"
     ),
     rule!(
         "V201",

@@ -1,6 +1,8 @@
 //! The model: options that depend on the backend, and (`V2xx`) checks against the model's
 //! `config.json` dimensions.
 
+pub(crate) mod mbridge_required;
+pub(crate) mod ref_load_weight_mismatch;
 pub(crate) mod rollout_max_model_len_exceeds_model;
 pub(crate) mod sequence_exceeds_model_context;
 pub(crate) mod tensor_parallel_does_not_divide_heads;

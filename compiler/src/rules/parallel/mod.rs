@@ -1,6 +1,7 @@
 //! Parallel layouts against the cluster size and each other.
 
 pub(crate) mod rollout_expert_parallel_mismatch;
+pub(crate) mod rollout_expert_parallel_needs_node_aligned_tensor_parallel;
 pub(crate) mod rollout_pipeline_parallel_unsupported;
 pub(crate) mod rollout_replica_not_node_aligned;
 pub(crate) mod sequence_parallel_without_remove_padding;

@@ -1,0 +1,3 @@
+//! The dataset.
+
+pub(crate) mod data_file_format_unsupported;
