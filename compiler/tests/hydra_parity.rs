@@ -766,6 +766,31 @@ fn searchpath_cases(verl: &Path) -> Vec<Case> {
     ]
 }
 
+/// A small config tree of our own (tests/fixtures/hydra_composition) for the defaults-list
+/// features verl's tree does not use: `# @package` headers against explicit packages,
+/// `_here_`, `_global_`, absolute and `../` paths, `optional`, `_self_` first or in the
+/// middle, interpolated, list and `???` options, duplicate entries, nested override keys.
+fn composition_cases() -> Vec<Case> {
+    let base = workspace().join("tests/fixtures/hydra_composition");
+    let text = std::fs::read_to_string(base.join("cases.json"))
+        .expect("read hydra_composition/cases.json");
+    let list: Vec<Value> = serde_json::from_str(&text).expect("cases.json is JSON");
+    list.iter()
+        .map(|e| {
+            let name = e["config_name"].as_str().unwrap_or("main");
+            let mut c = Case::new("", &base.join("tree"), name, &[]);
+            c.overrides = e["overrides"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o.as_str().map(str::to_string))
+                .collect();
+            c.name = format!("composition: {name} {:?}", c.overrides);
+            c
+        })
+        .collect()
+}
+
 /// verl's example config dirs (they extend verl's tree), materialized from a verl git
 /// mirror when one is available; CI has none.
 fn mirror_cases(verl: &Path) -> Vec<Case> {
@@ -871,6 +896,7 @@ fn world() -> &'static World {
         cases.extend(default_cases(&verl));
         cases.extend(override_edge_cases(&verl));
         cases.extend(searchpath_cases(&verl));
+        cases.extend(composition_cases());
         cases.extend(mirror_cases(&verl));
         cases.extend(extra_cases(&verl));
         let run = start_hydra(&cases);

@@ -90,6 +90,7 @@ pub fn load(req: &LoadRequest) -> Composed {
         group_deletions: IndexMap::new(),
         appended: Vec::new(),
         choices: IndexMap::new(),
+        list_choices: std::collections::HashSet::new(),
         stack: Vec::new(),
     };
     let mut root = Node::empty_map(None);
@@ -192,8 +193,15 @@ struct Pending {
     config_path: String,
     /// Group directory of this config (`actor`), base for relative entries.
     base_dir: String,
+    /// The same as Hydra spells it, `..` left in (`actor/../optim`): override keys and
+    /// choices use this spelling, so `optim@actor_rollout_ref.actor.optim=..` matches no
+    /// entry, as in Hydra.
+    raw_base_dir: String,
     /// Final package (dotted) its content mounts at.
     package: String,
+    /// The defaults entry named a package (`group@pkg`): it wins over the file's
+    /// `# @package` header, as in Hydra.
+    explicit_package: bool,
     is_primary: bool,
 }
 
@@ -206,6 +214,8 @@ struct Composer {
     group_deletions: IndexMap<String, (Override, bool)>,
     appended: Vec<Override>,
     choices: IndexMap<String, String>,
+    /// Choice keys that selected a list of options; they skip the single-choice check.
+    list_choices: std::collections::HashSet<String>,
     stack: Vec<String>,
 }
 
@@ -407,7 +417,9 @@ impl Composer {
                 node,
                 config_path: stem,
                 base_dir: String::new(),
+                raw_base_dir: String::new(),
                 package: String::new(),
+                explicit_package: false,
                 is_primary: true,
             });
         }
@@ -430,8 +442,10 @@ impl Composer {
         Some(Pending {
             node,
             config_path: name,
+            raw_base_dir: base_dir.clone(),
             base_dir,
             package: String::new(),
+            explicit_package: false,
             is_primary: true,
         })
     }
@@ -536,8 +550,8 @@ impl Composer {
         self.stack.push(p.config_path.clone());
         let mut node = p.node;
         let package = match package_header(&node, &self.sources) {
-            Some(h) => h,
-            None => p.package.clone(),
+            Some(h) if !p.explicit_package => h,
+            _ => p.package.clone(),
         };
         let defaults = node.as_map_mut().and_then(|m| m.shift_remove("defaults"));
         let mut entries = match defaults {
@@ -596,7 +610,7 @@ impl Composer {
             {
                 let group_path = resolve_group(&p.base_dir, group);
                 let key = override_key(
-                    &group_path,
+                    &raw_group(&p.raw_base_dir, group),
                     &final_package(&package, pkg.as_deref(), &rel_group(group)),
                 );
                 let Some(origin) = origin.clone() else {
@@ -658,7 +672,13 @@ impl Composer {
                                 node: n,
                                 config_path,
                                 base_dir,
+                                raw_base_dir: if path.starts_with('/') {
+                                    rel.clone()
+                                } else {
+                                    raw_group(&p.raw_base_dir, &rel)
+                                },
                                 package: child_pkg,
+                                explicit_package: pkg.is_some(),
                                 is_primary: false,
                             },
                             out,
@@ -676,8 +696,9 @@ impl Composer {
                         continue;
                     }
                     let group_path = resolve_group(&p.base_dir, &group);
+                    let raw_path = raw_group(&p.raw_base_dir, &group);
                     let child_pkg = final_package(&package, pkg.as_deref(), &rel_group(&group));
-                    let key = override_key(&group_path, &child_pkg);
+                    let key = override_key(&raw_path, &child_pkg);
                     if self.is_deleted(&key, option.as_ref()) {
                         continue;
                     }
@@ -697,6 +718,10 @@ impl Composer {
                         Some(n) => n,
                         None => continue,
                     };
+                    let is_list = matches!(option.as_ref().map(|o| &o.value), Some(Value::Seq(_)));
+                    if !self.check_single_choice(&key, &names, is_list, option_origin.as_ref()) {
+                        continue;
+                    }
                     for name in names {
                         let config_path = format!("{group_path}/{name}");
                         if optional && self.repo.load(&config_path).is_none() {
@@ -709,7 +734,9 @@ impl Composer {
                                     node: n,
                                     config_path,
                                     base_dir: group_path.clone(),
+                                    raw_base_dir: raw_path.clone(),
                                     package: child_pkg.clone(),
+                                    explicit_package: pkg.is_some(),
                                     is_primary: false,
                                 },
                                 out,
@@ -720,6 +747,42 @@ impl Composer {
             }
         }
         self.stack.pop();
+    }
+
+    /// Two entries for the same group and package must agree on the option (Hydra's
+    /// "Multiple values for ..."); `override group: option` is how a config changes one.
+    fn check_single_choice(
+        &mut self,
+        key: &str,
+        names: &[String],
+        is_list: bool,
+        origin: Option<&Origin>,
+    ) -> bool {
+        if is_list {
+            self.list_choices.insert(key.to_string());
+            return true;
+        }
+        let prev = match (self.choices.get(key), names) {
+            (Some(prev), [name]) if prev != name && !self.list_choices.contains(key) => {
+                prev.clone()
+            }
+            _ => return true,
+        };
+        self.diags.push(
+            Diagnostic::error(
+                codes::DEFAULTS_SYNTAX,
+                format!(
+                    "multiple values for `{key}`: `{prev}` and `{}`",
+                    names.join(",")
+                ),
+            )
+            .with_primary(origin.cloned(), "a second entry for this group and package")
+            .with_help(format!(
+                "to change the option chosen elsewhere, write `override {key}: {}`",
+                names.join(",")
+            )),
+        );
+        false
     }
 
     /// The option names a group entry selects (none for `null`).
@@ -918,6 +981,16 @@ fn resolve_group(base_dir: &str, group: &str) -> String {
         Some(abs) => normalize_group(abs),
         None if base_dir.is_empty() => normalize_group(group),
         None => normalize_group(&format!("{base_dir}/{group}")),
+    }
+}
+
+/// Hydra's group path of an entry: joined to the parent's, not normalized.
+fn raw_group(raw_base_dir: &str, group: &str) -> String {
+    match group.strip_prefix('/') {
+        Some(abs) => abs.to_string(),
+        None if raw_base_dir.is_empty() => group.to_string(),
+        None if group.is_empty() => raw_base_dir.to_string(),
+        None => format!("{raw_base_dir}/{group}"),
     }
 }
 

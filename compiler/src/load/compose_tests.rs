@@ -168,3 +168,49 @@ fn hydra_settings_are_accepted_and_searchpath_applies() {
     assert!(e.is_empty(), "{e:?}");
     assert_eq!(v["more"], json!({"k": 1}));
 }
+
+/// tests/fixtures/hydra_composition/tree, shared with the Hydra parity test.
+fn composition_tree() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hydra_composition/tree")
+}
+
+fn compose_fixture(name: &str, overrides: &[&str]) -> super::Composed {
+    load(&LoadRequest {
+        config_dir: Some(composition_tree()),
+        config_name: Some(name.into()),
+        overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn an_explicit_package_beats_the_package_header() {
+    // `db@_here_: mysql`, where db/mysql.yaml says `# @package _group_`.
+    let v = compose_fixture("here", &[]).root.to_json();
+    assert_eq!(v["driver"], json!("mysql"));
+    assert_eq!(v.get("_group_"), None);
+    // `../../opt@opt2: sgd` inside a site mounted at `web`; opt/sgd.yaml is `_global_`.
+    let v = compose_fixture("main", &[]).root.to_json();
+    assert_eq!(v["web"]["opt2"], json!({"global_sgd": true, "lr": 0.01}));
+    assert_eq!(v.get("global_sgd"), None);
+    // Without an explicit package the header applies.
+    let v = compose_fixture("main", &["opt=sgd"]).root.to_json();
+    assert_eq!(v["global_sgd"], json!(true));
+}
+
+#[test]
+fn nested_relative_entries_keep_hydras_unnormalized_key() {
+    let c = compose_fixture("main", &[]);
+    assert_eq!(c.choices.get("server/site/../../opt@web.opt2").map(String::as_str), Some("sgd"));
+    let c = compose_fixture("main", &["opt@web.opt2=adam"]);
+    let codes: Vec<Code> = c.diagnostics.iter().filter(|d| d.is_error()).map(|d| d.code).collect();
+    assert_eq!(codes, [codes::OVERRIDE_KEY_ABSENT]);
+}
+
+#[test]
+fn two_entries_for_one_group_must_agree() {
+    let c = compose_fixture("dup", &[]);
+    let codes: Vec<Code> = c.diagnostics.iter().filter(|d| d.is_error()).map(|d| d.code).collect();
+    assert_eq!(codes, [codes::DEFAULTS_SYNTAX]);
+    assert!(!compose_fixture("listopt", &[]).has_errors(), "a list of options is not a conflict");
+}
