@@ -1,6 +1,8 @@
 //! ## What it checks
 //! Every entry of `data.train_files` and `data.val_files` must end in `.parquet` or `.json`,
-//! unless a custom dataset class (`data.custom_cls.path`) reads the files.
+//! unless a custom dataset class (`data.custom_cls.path`) reads the files. verlc's built-in
+//! synthetic tasks (`builtin://digit_reversal?split=train`, read by verlc's own trainer) are
+//! accepted too.
 //!
 //! ## Why
 //! verl's `RLHFDataset` picks the reader by file suffix and raises "Unsupported file format:
@@ -33,7 +35,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     ] {
         let listed = matches!(files, OneOrMany::Many(_));
         for (i, file) in files.items().into_iter().enumerate() {
-            if file.ends_with(".parquet") || file.ends_with(".json") {
+            if file.ends_with(".parquet") || file.ends_with(".json") || file.starts_with("builtin://") {
                 continue;
             }
             let at = if listed {
