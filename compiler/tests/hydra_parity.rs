@@ -12,7 +12,11 @@
 //! overrides, `hydra.searchpath` extension, interpolation and `???`. The same example
 //! overrides are then composed on verlc's built-in default tree and compared with Hydra on
 //! verl's tree. Example config dirs of verl (which extend verl's tree) are composed too when
-//! a verl git mirror is at hand (`VERL_REPO`); CI has none and skips them.
+//! a verl git mirror is at hand (`VERL_REPO`); CI has none and skips them. Those dirs, and a
+//! user dir that extends verl's tree by `file://verl/trainer/config`, are also composed
+//! from a directory without verl, where that search path falls back to the built-in tree.
+//! Our own composition tree (tests/fixtures/hydra_composition) covers the defaults-list
+//! features verl does not use. `VERLC_PARITY_EXTRA=cases.json` adds cases for exploring.
 //!
 //! Needs `.venv` with hydra-core, omegaconf and verl 0.7.0's config files: `scripts/setup`.
 
@@ -205,10 +209,25 @@ fn verlc_on_dir(c: &Case) -> Outcome {
     })
 }
 
-fn verlc_on_builtin(c: &Case) -> Outcome {
+/// The same case on verlc's built-in tree: overrides alone (no config dir), or, for a
+/// user or example dir that extends verl's tree, that dir run from a directory without
+/// `verl/trainer/config`, so its `file://verl/trainer/config` search path falls back to
+/// the built-in tree.
+fn verlc_on_builtin(c: &Case, verl: &Path) -> Outcome {
+    if c.config_dir == verl {
+        return run_verlc(&LoadRequest {
+            config_name: Some(c.config_name.clone()),
+            overrides: c.overrides.clone(),
+            ..Default::default()
+        });
+    }
+    let elsewhere = scratch().join("without-verl");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
     run_verlc(&LoadRequest {
+        config_dir: Some(c.config_dir.clone()),
         config_name: Some(c.config_name.clone()),
         overrides: c.overrides.clone(),
+        cwd: elsewhere,
         ..Default::default()
     })
 }
@@ -741,6 +760,7 @@ fn searchpath_cases(verl: &Path) -> Vec<Case> {
         &["trainer.nnodes=2"],
     );
     rel.cwd = Some(root.clone());
+    rel.builtin = true;
     vec![
         Case::new(
             "searchpath: extends ppo_trainer",
@@ -845,6 +865,7 @@ fn mirror_cases(verl: &Path) -> Vec<Case> {
             .filter_map(|o| o.as_str().map(str::to_string))
             .collect();
         c.cwd = Some(root.clone());
+        c.builtin = true;
         out.push(c);
     }
     out
@@ -903,7 +924,7 @@ fn world() -> &'static World {
         let verlc = cases.iter().map(verlc_on_dir).collect();
         let builtin = cases
             .iter()
-            .map(|c| c.builtin.then(|| verlc_on_builtin(c)))
+            .map(|c| c.builtin.then(|| verlc_on_builtin(c, &verl)))
             .collect();
         let hydra = finish_hydra(run);
         World {
