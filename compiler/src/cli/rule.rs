@@ -1,23 +1,29 @@
-//! `verlc rule`: what a diagnostic id means.
+//! `verlc rule`: what a diagnostic id means (`verlc rule V012`, or by name), or the list of
+//! every id (`verlc rule --list`).
+
+use std::io::Write;
 
 use verlc::{codes, rules};
 
 use super::args::RuleArgs;
 
 pub fn run(a: RuleArgs) -> u8 {
+    // A closed pipe (`verlc rule --list | head`) is not an error worth a panic.
+    let mut out = std::io::stdout().lock();
     if a.list || a.code.is_none() {
         for c in codes::ALL_LOAD_CODES {
-            println!("{c}");
+            let _ = writeln!(out, "{c}");
         }
         for r in rules::RULES {
-            println!("{}  {:<40} {}", r.code, r.name, r.summary);
+            let _ = writeln!(out, "{}  {:<52} {}", r.code, r.name, r.summary);
         }
         return 0;
     }
     let code = a.code.unwrap_or_default();
     match rules::find(&code) {
         Some(r) => {
-            println!(
+            let _ = writeln!(
+                out,
                 "# {} {}\n\n{}\n\n{}",
                 r.code,
                 r.name,

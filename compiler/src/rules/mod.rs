@@ -393,8 +393,11 @@ pub fn run(ctx: &RuleContext, enabled: &dyn Fn(Code) -> bool) -> Vec<Diagnostic>
     out
 }
 
-pub fn find(code: &str) -> Option<&'static Rule> {
-    RULES.iter().find(|r| r.code.0.eq_ignore_ascii_case(code))
+/// A rule by id (`V012`) or by name (`TokenBudgetBelowSequenceLength`), ignoring case.
+pub fn find(code_or_name: &str) -> Option<&'static Rule> {
+    RULES.iter().find(|r| {
+        r.code.0.eq_ignore_ascii_case(code_or_name) || r.name.eq_ignore_ascii_case(code_or_name)
+    })
 }
 
 #[cfg(test)]
