@@ -563,10 +563,10 @@ impl Resolver {
         }
         // Resolve inside a referenced subtree before copying it.
         let mut inner = Vec::new();
-        if let Some(n) = get(root, &target) {
-            if !matches!(n.value, Value::Scalar(_)) {
-                collect(n, &mut target.clone(), &mut inner);
-            }
+        if let Some(n) = get(root, &target)
+            && !matches!(n.value, Value::Scalar(_))
+        {
+            collect(n, &mut target.clone(), &mut inner);
         }
         for p in inner {
             self.resolve_path(root, &p);
@@ -594,7 +594,7 @@ fn absolute(at: &[String], key: &str) -> Vec<String> {
             }
             let close = s[open..].find(']').map_or(s.len(), |c| open + c);
             base.push(s[open + 1..close].to_string());
-            s = if close + 1 <= s.len() {
+            s = if close < s.len() {
                 &s[close + 1..]
             } else {
                 ""
