@@ -136,18 +136,19 @@ impl Attention {
             Some(cache) => cache.update(self.layer, &k, &v),
             None => (k, v),
         };
-        let causal = mask.is_none() && t > 1;
-        let y = Tensor::scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            mask,
-            0.0,
-            causal,
-            None,
-            self.heads != self.kv_heads,
-        );
-        self.o_proj.forward(&y.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+        let y = if t == 1 && self.heads != self.kv_heads {
+            // One query per sequence: fold each group of query heads that share a KV head into
+            // the query-length axis, so attention reads every key/value once (no GQA expansion).
+            let group = self.heads / self.kv_heads;
+            let q = q.reshape([b, self.kv_heads, group, self.head_dim]);
+            Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, false, None, false)
+        } else {
+            let causal = mask.is_none() && t > 1;
+            let gqa = self.heads != self.kv_heads;
+            Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, causal, None, gqa)
+        };
+        // (B, H, T, D) -> (B, T, H*D); for the folded case (B, KV, G, D) has the same layout.
+        self.o_proj.forward(&y.reshape([b, self.heads, t, self.head_dim]).transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
     }
 }
 

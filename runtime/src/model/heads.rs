@@ -40,9 +40,14 @@ impl CausalLm {
 
     /// Projects hidden states (…, hidden) to logits (…, vocab).
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        hidden.linear::<&Tensor>(self.head_weight(), None)
+    }
+
+    /// The vocabulary projection (vocab, hidden): `lm_head.weight` or the tied embedding.
+    pub fn head_weight(&self) -> &Tensor {
         match &self.lm_head {
-            Some(head) => head.forward(hidden),
-            None => hidden.linear::<&Tensor>(&self.model.embed_tokens, None),
+            Some(head) => &head.weight,
+            None => &self.model.embed_tokens,
         }
     }
 

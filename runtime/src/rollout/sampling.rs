@@ -47,9 +47,15 @@ pub fn next_tokens(logits: &Tensor, params: &SamplingParams, rngs: &mut [Rng]) -
         return (tokens, logp);
     }
     let scaled = if params.temperature == 1.0 { logits } else { logits / params.temperature };
-    let filtered = top_p_filter(&top_k_filter(&scaled, params.top_k), params.top_p);
-    let tokens = sample(&filtered.softmax(-1, Kind::Float), rngs);
-    let logp = scaled.log_softmax(-1, Kind::Float).gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
+    let logp_all = scaled.log_softmax(-1, Kind::Float);
+    let vocab = scaled.size()[1];
+    let probs = if (params.top_k <= 0 || params.top_k >= vocab) && params.top_p >= 1.0 {
+        logp_all.exp()
+    } else {
+        top_p_filter(&top_k_filter(&scaled, params.top_k), params.top_p).softmax(-1, Kind::Float)
+    };
+    let tokens = sample(&probs, rngs);
+    let logp = logp_all.gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
     (tokens, logp)
 }
 

@@ -1,0 +1,39 @@
+//! Benchmark driver for bench/rollout_generate: times `runtime::rollout::generate` on a
+//! checkpoint directory. Usage:
+//!   rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS
+//! PROMPTS_JSON is a list of token-id lists. Sampling at temperature 1 (no top-k/top-p),
+//! EOS ignored so every row generates MAX_NEW_TOKENS. Prints one JSON line with the wall
+//! times of each repetition (after one warm-up run).
+
+use std::time::Instant;
+
+use runtime::model::{Precision, from_pretrained};
+use runtime::rollout::{SamplingParams, StopTokens, generate};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 6 {
+        return Err("usage: rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS".into());
+    }
+    let prompts: Vec<Vec<i64>> = serde_json::from_str(&std::fs::read_to_string(&args[2])?)?;
+    let max_new: usize = args[3].parse()?;
+    let threads: i32 = args[4].parse()?;
+    let reps: usize = args[5].parse()?;
+    tch::set_num_threads(threads);
+    let model = from_pretrained(&args[1], tch::Device::Cpu, Precision::Fp32, 0)?.model;
+    let stop = StopTokens { eos: vec![], pad: 0 };
+    let mut times = Vec::new();
+    let mut tokens = 0;
+    for rep in 0..=reps {
+        let params = SamplingParams { max_new_tokens: max_new, seed: rep as u64, ignore_eos: true, ..SamplingParams::default() };
+        let t = Instant::now();
+        let out = generate(&model, &prompts, &params, &stop)?;
+        let secs = t.elapsed().as_secs_f64();
+        tokens = out.response_lengths.iter().sum::<usize>();
+        if rep > 0 {
+            times.push(secs);
+        }
+    }
+    println!("{}", serde_json::json!({"times": times, "tokens": tokens, "threads": tch::get_num_threads()}));
+    Ok(())
+}
