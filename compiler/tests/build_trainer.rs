@@ -94,6 +94,14 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
 
     let (code, _, stderr) = run(trainer_cmd().arg("--bogus"));
     assert_eq!(code, Some(2), "{stderr}");
+
+    // `verlc run` reuses the cached build and passes what follows `--` to the trainer.
+    let (code, stdout, stderr) = run(verlc()
+        .args(["run", "examples/quickstart.yaml", "--", "--print-config", "trainer.total_training_steps=7"])
+        .env("VERLC_CACHE_DIR", &cache)
+        .env("VERLC_TARGET_DIR", workspace_target()));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("total_training_steps: 7"), "{stdout}");
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {

@@ -306,6 +306,16 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
     }
 
     let world = usize::try_from(plan.world.size()).map_err(|_| Exit::Failed("trainer.nnodes × trainer.n_gpus_per_node is negative".into()))?;
+    if plan.world.device == Device::Cuda {
+        let local = env.as_ref().map_or(plan.world.n_gpus_per_node, |e| i64::try_from(e.local_world_size).unwrap_or(i64::MAX));
+        let found = tch::Cuda::device_count();
+        if found < local {
+            return Err(Exit::Failed(format!(
+                "trainer.device=cuda with {local} rank(s) on this node, but libtorch sees {found} CUDA device(s); \
+                 run on a machine with {local} GPU(s), or build a CPU trainer (`verlc build … trainer.device=cpu`)"
+            )));
+        }
+    }
     let (dist, launch) = match env {
         Some(env) => {
             if env.world_size != world {
