@@ -74,10 +74,18 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         }
         let only: Vec<String> = opts.only.iter().map(|s| s.to_ascii_uppercase()).collect();
         let enabled = |c: Code| only.is_empty() || only.iter().any(|o| o == c.0);
-        let ctx = RuleContext { config: cfg, root: &composed.root, model: model.as_ref(), missing: &missing };
+        let ctx = RuleContext { config: cfg, root: &composed.root, sources: &composed.sources, model: model.as_ref(), missing: &missing, defaults: Default::default() };
         diagnostics.extend(rules::run(&ctx, &enabled));
         // What `verlc build` could not bind, reported here at the YAML line (B01x).
-        diagnostics.extend(plan::check_diagnostics(&ctx, &enabled));
+        // What verl accepts but verlc's generated trainer cannot bind is a warning here
+        // (`verlc check` judges verl validity); `verlc build` keeps it an error.
+        diagnostics.extend(plan::check_diagnostics(&ctx, &enabled).into_iter().map(|mut d| {
+            if d.is_error() {
+                d.severity = crate::diag::Severity::Warning;
+                d.notes.push("valid for verl; `verlc build` rejects it".into());
+            }
+            d
+        }));
     }
     Checked { composed, config, model, diagnostics }
 }

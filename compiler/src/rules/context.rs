@@ -5,14 +5,18 @@ use serde::Deserialize;
 
 use crate::config::VerlConfig;
 use crate::load::node::{Node, split_key};
-use crate::source::Origin;
+use crate::source::{Origin, SourceKind, SourceMap};
 
 pub struct RuleContext<'a> {
     pub config: &'a VerlConfig,
     pub root: &'a Node,
+    /// The texts origins point into: tells a user's value from a built-in default.
+    pub sources: &'a SourceMap,
     pub model: Option<&'a ModelDims>,
     /// Dotted keys still `???` (mandatory, never set); the typed config sees them as null.
     pub missing: &'a [String],
+    /// verlc's built-in default tree of the config's flavour, composed on first use.
+    pub defaults: std::cell::OnceCell<Node>,
 }
 
 impl<'a> RuleContext<'a> {
@@ -24,6 +28,28 @@ impl<'a> RuleContext<'a> {
     /// Where the value of a dotted key was written (file, built-in default or override).
     pub fn origin(&self, key: &str) -> Option<Origin> {
         self.node(key).and_then(|n| n.origin.clone())
+    }
+
+    /// Whether the value of `key` is the user's choice: written in their own file or an
+    /// override and different from verl's default (so a `--config-dir` on verl's own tree
+    /// does not count verl's defaults as choices).
+    pub fn user_set(&self, key: &str) -> bool {
+        let Some(n) = self.node(key) else { return false };
+        let written = n.origin.as_ref().is_some_and(|o| self.sources.get(o.source).kind != SourceKind::Builtin);
+        written && self.default_node(key).is_none_or(|d| d.to_json() != n.to_json())
+    }
+
+    /// The built-in default of a dotted key (for the config's flavour).
+    pub fn default_node(&self, key: &str) -> Option<&Node> {
+        let tree = self.defaults.get_or_init(|| {
+            let base = match self.config.flavour() {
+                crate::config::Flavour::Fsdp => crate::load::compose::FSDP_BASE,
+                crate::config::Flavour::Megatron => crate::load::compose::MEGATRON_BASE,
+            };
+            let req = crate::load::compose::LoadRequest { base: Some(base.into()), ..Default::default() };
+            crate::load::compose::load(&req).root
+        });
+        tree.get_path(&split_key(key))
     }
 }
 

@@ -25,6 +25,10 @@ use crate::rules::RuleContext;
 const CODE: Code = Code("V037");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
+    // verl's own default (`[console, wandb]`) is not the user's choice: say nothing.
+    if !ctx.user_set("trainer.logger") {
+        return;
+    }
     let (items, listed) = match &ctx.config.trainer.logger {
         OneOrMany::One(b) => (vec![*b], false),
         OneOrMany::Many(v) => (v.clone(), true),
