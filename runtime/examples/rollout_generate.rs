@@ -13,7 +13,9 @@ use runtime::rollout::{SamplingParams, StopTokens, generate};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 6 {
-        return Err("usage: rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS".into());
+        return Err(
+            "usage: rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS".into(),
+        );
     }
     let prompts: Vec<Vec<i64>> = serde_json::from_str(&std::fs::read_to_string(&args[2])?)?;
     let max_new: usize = args[3].parse()?;
@@ -21,11 +23,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reps: usize = args[5].parse()?;
     tch::set_num_threads(threads);
     let model = from_pretrained(&args[1], tch::Device::Cpu, Precision::Fp32, 0)?.model;
-    let stop = StopTokens { eos: vec![], pad: 0 };
+    let stop = StopTokens {
+        eos: vec![],
+        pad: 0,
+    };
     let mut times = Vec::new();
     let mut tokens = 0;
     for rep in 0..=reps {
-        let params = SamplingParams { max_new_tokens: max_new, seed: rep as u64, ignore_eos: true, ..SamplingParams::default() };
+        let params = SamplingParams {
+            max_new_tokens: max_new,
+            seed: rep as u64,
+            ignore_eos: true,
+            ..SamplingParams::default()
+        };
         let t = Instant::now();
         let out = generate(&model, &prompts, &params, &stop)?;
         let secs = t.elapsed().as_secs_f64();
@@ -34,6 +44,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             times.push(secs);
         }
     }
-    println!("{}", serde_json::json!({"times": times, "tokens": tokens, "threads": tch::get_num_threads()}));
+    println!(
+        "{}",
+        serde_json::json!({"times": times, "tokens": tokens, "threads": tch::get_num_threads()})
+    );
     Ok(())
 }

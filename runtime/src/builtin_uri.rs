@@ -18,7 +18,11 @@ impl BuiltinUri {
     pub fn parse(s: &str) -> Option<Result<Self, String>> {
         let rest = s.strip_prefix(SCHEME)?;
         let (name, query) = rest.split_once('?').unwrap_or((rest, ""));
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
             return Some(Err(format!("`{s}`: invalid builtin name `{name}`")));
         }
         let mut params = BTreeMap::new();
@@ -28,21 +32,30 @@ impl BuiltinUri {
             };
             params.insert(k.to_owned(), v.to_owned());
         }
-        Some(Ok(BuiltinUri { name: name.to_owned(), params }))
+        Some(Ok(BuiltinUri {
+            name: name.to_owned(),
+            params,
+        }))
     }
 
     /// A typed parameter, `default` when absent.
     pub fn get<T: FromStr>(&self, key: &str, default: T) -> Result<T, String> {
         match self.params.get(key) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("builtin://{}: invalid value `{v}` for `{key}`", self.name)),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("builtin://{}: invalid value `{v}` for `{key}`", self.name)),
         }
     }
 
     /// Fails on parameters outside `known`.
     pub fn check_keys(&self, known: &[&str]) -> Result<(), String> {
         match self.params.keys().find(|k| !known.contains(&k.as_str())) {
-            Some(k) => Err(format!("builtin://{}: unknown parameter `{k}` (known: {})", self.name, known.join(", "))),
+            Some(k) => Err(format!(
+                "builtin://{}: unknown parameter `{k}` (known: {})",
+                self.name,
+                known.join(", ")
+            )),
             None => Ok(()),
         }
     }

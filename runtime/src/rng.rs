@@ -22,7 +22,14 @@ impl Rng {
     /// A generator whose stream depends only on `seed`.
     pub fn new(seed: u64) -> Self {
         let mut x = seed;
-        Rng { s: [splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x)] }
+        Rng {
+            s: [
+                splitmix64(&mut x),
+                splitmix64(&mut x),
+                splitmix64(&mut x),
+                splitmix64(&mut x),
+            ],
+        }
     }
 
     /// An independent stream for sub-task `stream` of seed `seed` (e.g. one per sequence).

@@ -32,11 +32,15 @@ fn generator(uri: &BuiltinUri) -> Result<Gen, String> {
         "digit_reversal" => {
             let (lo, hi): (i64, i64) = (uri.get("min_digits", 2)?, uri.get("max_digits", 5)?);
             if lo < 1 || hi < lo || hi > 30 {
-                return Err(format!("builtin://digit_reversal: need 1 <= min_digits <= max_digits <= 30, got {lo}..{hi}"));
+                return Err(format!(
+                    "builtin://digit_reversal: need 1 <= min_digits <= max_digits <= 30, got {lo}..{hi}"
+                ));
             }
             Ok(Box::new(move |rng| {
                 let n = rng.range(lo, hi);
-                let digits: String = (0..n).map(|_| char::from(b'0' + rng.below(10) as u8)).collect();
+                let digits: String = (0..n)
+                    .map(|_| char::from(b'0' + rng.below(10) as u8))
+                    .collect();
                 (format!("reverse {digits}"), digits.chars().rev().collect())
             }))
         }
@@ -44,7 +48,9 @@ fn generator(uri: &BuiltinUri) -> Result<Gen, String> {
             let max: i64 = uri.get("max_operand", 99)?;
             let ops: String = uri.get("ops", "+-*".to_owned())?;
             if max < 1 || ops.is_empty() || !ops.chars().all(|c| "+-*".contains(c)) {
-                return Err("builtin://arithmetic: need max_operand >= 1 and ops from `+-*`".to_owned());
+                return Err(
+                    "builtin://arithmetic: need max_operand >= 1 and ops from `+-*`".to_owned(),
+                );
             }
             let ops: Vec<char> = ops.chars().collect();
             Ok(Box::new(move |rng| {
@@ -61,7 +67,10 @@ fn generator(uri: &BuiltinUri) -> Result<Gen, String> {
                 (format!("compute {a}{op}{b}"), r.to_string())
             }))
         }
-        other => Err(format!("unknown builtin dataset `{other}` (known: {})", TASKS.join(", "))),
+        other => Err(format!(
+            "unknown builtin dataset `{other}` (known: {})",
+            TASKS.join(", ")
+        )),
     }
 }
 
@@ -101,23 +110,49 @@ fn examples(
 
 /// The rows of a `builtin://` dataset address.
 pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
-    let known = ["split", "size", "seed", "min_digits", "max_digits", "max_operand", "ops"];
+    let known = [
+        "split",
+        "size",
+        "seed",
+        "min_digits",
+        "max_digits",
+        "max_operand",
+        "ops",
+    ];
     uri.check_keys(&known)?;
     let split: String = uri.get("split", "train".to_owned())?;
     if split != "train" && split != "test" {
-        return Err(format!("builtin://{}: split must be train or test, got `{split}`", uri.name));
+        return Err(format!(
+            "builtin://{}: split must be train or test, got `{split}`",
+            uri.name
+        ));
     }
     let seed: u64 = uri.get("seed", 0)?;
-    let test_size: usize = if split == "test" { uri.get("size", 256)? } else { 256 };
+    let test_size: usize = if split == "test" {
+        uri.get("size", 256)?
+    } else {
+        256
+    };
     // The train split excludes the default-sized test split (as far as the task allows).
-    let test = examples(uri, "test", test_size, seed, &HashSet::new(), split == "test")?;
+    let test = examples(
+        uri,
+        "test",
+        test_size,
+        seed,
+        &HashSet::new(),
+        split == "test",
+    )?;
     let chosen = if split == "test" {
         test
     } else {
         let exclude: HashSet<String> = test.into_iter().map(|(p, _)| p).collect();
         examples(uri, "train", uri.get("size", 8192)?, seed, &exclude, true)?
     };
-    let ability = if uri.name == "arithmetic" { "math" } else { "digits" };
+    let ability = if uri.name == "arithmetic" {
+        "math"
+    } else {
+        "digits"
+    };
     Ok(chosen
         .into_iter()
         .enumerate()
@@ -153,6 +188,10 @@ pub fn compute_score(data_source: &str, response: &str, ground_truth: &str) -> O
         return Some(1.0);
     }
     let longest = r.chars().count().max(ground_truth.chars().count()).max(1);
-    let matches = r.chars().zip(ground_truth.chars()).filter(|(a, b)| a == b).count();
+    let matches = r
+        .chars()
+        .zip(ground_truth.chars())
+        .filter(|(a, b)| a == b)
+        .count();
     Some(0.5 * matches as f64 / longest as f64)
 }

@@ -37,7 +37,11 @@ pub fn truncate(ids: &[i64], max: usize, mode: Truncation) -> Option<Vec<i64>> {
         Truncation::Middle => {
             let left = max / 2;
             let right = max - left;
-            ids[..left].iter().chain(&ids[ids.len() - right..]).copied().collect()
+            ids[..left]
+                .iter()
+                .chain(&ids[ids.len() - right..])
+                .copied()
+                .collect()
         }
     })
 }
@@ -96,10 +100,19 @@ pub struct RlDataset {
 
 impl RlDataset {
     /// Reads, concatenates and prepares every file of `files` in order.
-    pub fn load(files: &[String], tokenizer: &Tokenizer, opts: &DatasetOptions) -> Result<Self, DataError> {
+    pub fn load(
+        files: &[String],
+        tokenizer: &Tokenizer,
+        opts: &DatasetOptions,
+    ) -> Result<Self, DataError> {
         let mut rows: Vec<(String, usize, Map<String, Value>)> = Vec::new();
         for f in files {
-            rows.extend(files::read_rows(f)?.into_iter().enumerate().map(|(i, r)| (f.clone(), i, r)));
+            rows.extend(
+                files::read_rows(f)?
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| (f.clone(), i, r)),
+            );
         }
         if let Some(n) = opts.max_samples.filter(|n| *n < rows.len()) {
             let mut idx: Vec<usize> = (0..rows.len()).collect();
@@ -117,21 +130,44 @@ impl RlDataset {
         let mut filtered = 0;
         for (source, row, map) in rows {
             let sample = Sample::from_row(map, &opts.prompt_key, &opts.reward_fn_key, row)
-                .map_err(|msg| DataError::Row { file: source.clone(), row, msg })?;
+                .map_err(|msg| DataError::Row {
+                    file: source.clone(),
+                    row,
+                    msg,
+                })?;
             let ids = tokenizer
                 .encode_chat(&sample.prompt, true, &opts.chat_template_kwargs)
-                .map_err(|e| DataError::Tokenize { file: source.clone(), row, source: e })?;
+                .map_err(|e| DataError::Tokenize {
+                    file: source.clone(),
+                    row,
+                    source: e,
+                })?;
             if opts.filter_overlong_prompts && ids.len() > opts.max_prompt_length {
                 filtered += 1;
                 continue;
             }
-            let input_ids = truncate(&ids, opts.max_prompt_length, opts.truncation).ok_or_else(|| {
-                DataError::TooLong { file: source.clone(), row, len: ids.len(), max: opts.max_prompt_length }
-            })?;
-            items.push(PromptItem { sample, input_ids, source, row });
+            let input_ids =
+                truncate(&ids, opts.max_prompt_length, opts.truncation).ok_or_else(|| {
+                    DataError::TooLong {
+                        file: source.clone(),
+                        row,
+                        len: ids.len(),
+                        max: opts.max_prompt_length,
+                    }
+                })?;
+            items.push(PromptItem {
+                sample,
+                input_ids,
+                source,
+                row,
+            });
         }
         if items.is_empty() {
-            let why = if filtered > 0 { format!(": all {filtered} prompts exceed max_prompt_length") } else { String::new() };
+            let why = if filtered > 0 {
+                format!(": all {filtered} prompts exceed max_prompt_length")
+            } else {
+                String::new()
+            };
             return Err(DataError::Empty(why));
         }
         Ok(RlDataset { items, filtered })

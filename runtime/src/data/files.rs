@@ -19,13 +19,21 @@ pub fn read_rows(address: &str) -> Result<Vec<Map<String, Value>>, DataError> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("parquet") => parquet::read_rows(path),
         Some("json" | "jsonl") => read_json(path),
-        _ => Err(DataError::Format { file: path.to_owned() }),
+        _ => Err(DataError::Format {
+            file: path.to_owned(),
+        }),
     }
 }
 
 fn read_json(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {
-    let text = std::fs::read_to_string(path).map_err(|e| DataError::Io { file: path.to_owned(), source: e })?;
-    let bad = |msg: String| DataError::Json { file: path.to_owned(), msg };
+    let text = std::fs::read_to_string(path).map_err(|e| DataError::Io {
+        file: path.to_owned(),
+        source: e,
+    })?;
+    let bad = |msg: String| DataError::Json {
+        file: path.to_owned(),
+        msg,
+    };
     let values: Vec<Value> = if text.trim_start().starts_with('[') {
         serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?
     } else {

@@ -26,7 +26,10 @@ pub use sampler::{BatchSampler, SamplerState};
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error("{}: {source}", file.display())]
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: {msg}", file.display())]
     Parquet { file: PathBuf, msg: String },
     #[error("{}: invalid JSON: {msg}", file.display())]
@@ -34,13 +37,28 @@ pub enum DataError {
     #[error("{}: unsupported file format (expected .parquet, .json or .jsonl)", file.display())]
     Format { file: PathBuf },
     #[error("{file}: row {row}: {msg}")]
-    Row { file: String, row: usize, msg: String },
+    Row {
+        file: String,
+        row: usize,
+        msg: String,
+    },
     #[error("{0}")]
     Builtin(String),
-    #[error("{file}: row {row}: prompt is {len} tokens, longer than max_prompt_length = {max} (truncation = error; set data.truncation or data.filter_overlong_prompts)")]
-    TooLong { file: String, row: usize, len: usize, max: usize },
+    #[error(
+        "{file}: row {row}: prompt is {len} tokens, longer than max_prompt_length = {max} (truncation = error; set data.truncation or data.filter_overlong_prompts)"
+    )]
+    TooLong {
+        file: String,
+        row: usize,
+        len: usize,
+        max: usize,
+    },
     #[error("{file}: row {row}: {source}")]
-    Tokenize { file: String, row: usize, source: crate::tokenizer::TokenizerError },
+    Tokenize {
+        file: String,
+        row: usize,
+        source: crate::tokenizer::TokenizerError,
+    },
     #[error("dataset is empty{0}")]
     Empty(String),
     #[error("sampler state: {0}")]

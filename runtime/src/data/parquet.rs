@@ -10,8 +10,14 @@ use super::DataError;
 
 /// All rows of `path`.
 pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {
-    let bad = |msg: String| DataError::Parquet { file: path.to_owned(), msg };
-    let file = std::fs::File::open(path).map_err(|e| DataError::Io { file: path.to_owned(), source: e })?;
+    let bad = |msg: String| DataError::Parquet {
+        file: path.to_owned(),
+        msg,
+    };
+    let file = std::fs::File::open(path).map_err(|e| DataError::Io {
+        file: path.to_owned(),
+        source: e,
+    })?;
     let reader = SerializedFileReader::new(file).map_err(|e| bad(e.to_string()))?;
     let expected = reader.metadata().file_metadata().num_rows().max(0) as usize;
     let mut rows = Vec::with_capacity(expected);

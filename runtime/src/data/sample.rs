@@ -32,12 +32,22 @@ pub struct Sample {
 impl Sample {
     /// Reads a row; `prompt_key` and `reward_fn_key` are `data.prompt_key` /
     /// `data.reward_fn_key`. Errors are messages for [`super::DataError::Row`].
-    pub fn from_row(row: Map<String, Value>, prompt_key: &str, reward_fn_key: &str, row_no: usize) -> Result<Self, String> {
+    pub fn from_row(
+        row: Map<String, Value>,
+        prompt_key: &str,
+        reward_fn_key: &str,
+        row_no: usize,
+    ) -> Result<Self, String> {
         let prompt = match row.get(prompt_key) {
             Some(Value::String(s)) => vec![Message::user(s)],
-            Some(v @ Value::Array(_)) => serde_json::from_value(v.clone())
-                .map_err(|e| format!("column `{prompt_key}` is not a list of {{role, content}} messages: {e}"))?,
-            Some(other) => return Err(format!("column `{prompt_key}` must be a list of chat messages, got {other}")),
+            Some(v @ Value::Array(_)) => serde_json::from_value(v.clone()).map_err(|e| {
+                format!("column `{prompt_key}` is not a list of {{role, content}} messages: {e}")
+            })?,
+            Some(other) => {
+                return Err(format!(
+                    "column `{prompt_key}` must be a list of chat messages, got {other}"
+                ));
+            }
             None => return Err(format!("no column `{prompt_key}` (data.prompt_key)")),
         };
         if prompt.is_empty() {
@@ -45,7 +55,11 @@ impl Sample {
         }
         let data_source = match row.get(reward_fn_key) {
             Some(Value::String(s)) => s.clone(),
-            Some(other) => return Err(format!("column `{reward_fn_key}` must be a string, got {other}")),
+            Some(other) => {
+                return Err(format!(
+                    "column `{reward_fn_key}` must be a string, got {other}"
+                ));
+            }
             None => return Err(format!("no column `{reward_fn_key}` (data.reward_fn_key)")),
         };
         let reward_model = match row.get("reward_model") {
@@ -53,17 +67,40 @@ impl Sample {
                 style: m.get("style").and_then(Value::as_str).map(str::to_owned),
                 ground_truth: m.get("ground_truth").cloned().unwrap_or(Value::Null),
             },
-            None | Some(Value::Null) => RewardSpec { style: None, ground_truth: Value::Null },
-            Some(other) => return Err(format!("column `reward_model` must be a struct, got {other}")),
+            None | Some(Value::Null) => RewardSpec {
+                style: None,
+                ground_truth: Value::Null,
+            },
+            Some(other) => {
+                return Err(format!(
+                    "column `reward_model` must be a struct, got {other}"
+                ));
+            }
         };
         let extra_info = match row.get("extra_info") {
             Some(Value::Object(m)) => m.clone(),
             None | Some(Value::Null) => Map::new(),
-            Some(other) => return Err(format!("column `extra_info` must be a struct, got {other}")),
+            Some(other) => {
+                return Err(format!("column `extra_info` must be a struct, got {other}"));
+            }
         };
-        let index = extra_info.get("index").and_then(Value::as_i64).unwrap_or(row_no as i64);
-        let ability = row.get("ability").and_then(Value::as_str).map(str::to_owned);
-        Ok(Sample { prompt, data_source, ability, reward_model, extra_info, index, row })
+        let index = extra_info
+            .get("index")
+            .and_then(Value::as_i64)
+            .unwrap_or(row_no as i64);
+        let ability = row
+            .get("ability")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(Sample {
+            prompt,
+            data_source,
+            ability,
+            reward_model,
+            extra_info,
+            index,
+            row,
+        })
     }
 
     /// The ground truth as text (strings as they are, other JSON values serialized).

@@ -31,8 +31,22 @@ pub struct BatchSampler {
 }
 
 impl BatchSampler {
-    pub fn new(len: usize, batch_size: usize, shuffle: bool, seed: u64, drop_last: bool) -> Result<Self, DataError> {
-        Self::from_state(SamplerState { len, batch_size, shuffle, drop_last, seed, epoch: 0, cursor: 0 })
+    pub fn new(
+        len: usize,
+        batch_size: usize,
+        shuffle: bool,
+        seed: u64,
+        drop_last: bool,
+    ) -> Result<Self, DataError> {
+        Self::from_state(SamplerState {
+            len,
+            batch_size,
+            shuffle,
+            drop_last,
+            seed,
+            epoch: 0,
+            cursor: 0,
+        })
     }
 
     /// Resumes from a saved state; `len` must still be the dataset's length.
@@ -47,7 +61,10 @@ impl BatchSampler {
             )));
         }
         if state.cursor > state.len {
-            return Err(DataError::State(format!("cursor {} is past the dataset length {}", state.cursor, state.len)));
+            return Err(DataError::State(format!(
+                "cursor {} is past the dataset length {}",
+                state.cursor, state.len
+            )));
         }
         let order = Self::epoch_order(&state);
         Ok(BatchSampler { state, order })
@@ -83,7 +100,11 @@ impl BatchSampler {
     /// Batches in one epoch.
     pub fn batches_per_epoch(&self) -> usize {
         let s = &self.state;
-        if s.drop_last { s.len / s.batch_size } else { s.len.div_ceil(s.batch_size) }
+        if s.drop_last {
+            s.len / s.batch_size
+        } else {
+            s.len.div_ceil(s.batch_size)
+        }
     }
 
     /// The next batch, moving to the next epoch (new permutation) when this one is exhausted.

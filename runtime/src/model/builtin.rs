@@ -18,9 +18,20 @@ pub const MODELS: &[&str] = &["tiny"];
 /// The config of a built-in model.
 pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     if uri.name != "tiny" {
-        return Err(format!("unknown builtin model `{}` (known: {})", uri.name, MODELS.join(", ")));
+        return Err(format!(
+            "unknown builtin model `{}` (known: {})",
+            uri.name,
+            MODELS.join(", ")
+        ));
     }
-    uri.check_keys(&["layers", "hidden", "heads", "kv_heads", "intermediate", "max_positions"])?;
+    uri.check_keys(&[
+        "layers",
+        "hidden",
+        "heads",
+        "kv_heads",
+        "intermediate",
+        "max_positions",
+    ])?;
     let hidden: i64 = uri.get("hidden", 128)?;
     let mut extra = Map::new();
     extra.insert("architectures".into(), json!(["Qwen2ForCausalLM"]));

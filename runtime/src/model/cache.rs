@@ -20,8 +20,12 @@ impl KvCache {
         let shape = [batch, cfg.kv_heads(), capacity, cfg.head_dim()];
         let layers = cfg.num_hidden_layers as usize;
         KvCache {
-            k: (0..layers).map(|_| Tensor::zeros(shape, (kind, device))).collect(),
-            v: (0..layers).map(|_| Tensor::zeros(shape, (kind, device))).collect(),
+            k: (0..layers)
+                .map(|_| Tensor::zeros(shape, (kind, device)))
+                .collect(),
+            v: (0..layers)
+                .map(|_| Tensor::zeros(shape, (kind, device)))
+                .collect(),
             len: 0,
             capacity,
         }
@@ -48,10 +52,18 @@ impl KvCache {
     /// keys and values of `[0, len+T)`.
     pub(crate) fn update(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
         let t = k.size()[2];
-        assert!(self.len + t <= self.capacity, "KV cache overflow: {} + {t} > {}", self.len, self.capacity);
+        assert!(
+            self.len + t <= self.capacity,
+            "KV cache overflow: {} + {t} > {}",
+            self.len,
+            self.capacity
+        );
         self.k[layer].narrow(2, self.len, t).copy_(k);
         self.v[layer].narrow(2, self.len, t).copy_(v);
-        (self.k[layer].narrow(2, 0, self.len + t), self.v[layer].narrow(2, 0, self.len + t))
+        (
+            self.k[layer].narrow(2, 0, self.len + t),
+            self.v[layer].narrow(2, 0, self.len + t),
+        )
     }
 
     /// Marks `t` more positions as filled (called once per forward, after all layers).
@@ -66,10 +78,16 @@ impl KvCache {
             let rows = t.index_select(0, index);
             let s = rows.size();
             let out = Tensor::zeros([s[0], s[1], capacity, s[3]], (rows.kind(), rows.device()));
-            out.narrow(2, 0, self.len).copy_(&rows.narrow(2, 0, self.len));
+            out.narrow(2, 0, self.len)
+                .copy_(&rows.narrow(2, 0, self.len));
             out
         };
-        KvCache { k: self.k.iter().map(grow).collect(), v: self.v.iter().map(grow).collect(), len: self.len, capacity }
+        KvCache {
+            k: self.k.iter().map(grow).collect(),
+            v: self.v.iter().map(grow).collect(),
+            len: self.len,
+            capacity,
+        }
     }
 }
 

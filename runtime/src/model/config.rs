@@ -94,9 +94,14 @@ impl ModelConfig {
     /// Reads and checks `config.json`.
     pub fn from_file(path: &Path) -> Result<Self, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        let cfg: ModelConfig = serde_json::from_str(&text)
-            .map_err(|e| ModelError::Config { file: path.to_owned(), msg: e.to_string() })?;
-        cfg.validate().map_err(|msg| ModelError::Config { file: path.to_owned(), msg })?;
+        let cfg: ModelConfig = serde_json::from_str(&text).map_err(|e| ModelError::Config {
+            file: path.to_owned(),
+            msg: e.to_string(),
+        })?;
+        cfg.validate().map_err(|msg| ModelError::Config {
+            file: path.to_owned(),
+            msg,
+        })?;
         Ok(cfg)
     }
 
@@ -104,7 +109,10 @@ impl ModelConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.arch()?;
         if self.hidden_act != "silu" {
-            return Err(format!("hidden_act `{}` is not supported (only silu)", self.hidden_act));
+            return Err(format!(
+                "hidden_act `{}` is not supported (only silu)",
+                self.hidden_act
+            ));
         }
         if self.use_sliding_window {
             return Err("use_sliding_window = true is not supported".to_owned());
@@ -129,7 +137,10 @@ impl ModelConfig {
             ));
         }
         if self.head_dim() % 2 != 0 {
-            return Err(format!("head_dim ({}) must be even for RoPE", self.head_dim()));
+            return Err(format!(
+                "head_dim ({}) must be even for RoPE",
+                self.head_dim()
+            ));
         }
         super::rope::RopeScaling::from_config(self)?;
         Ok(())
@@ -140,7 +151,9 @@ impl ModelConfig {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
-            other => Err(format!("model_type `{other}` is not supported (llama, qwen2, qwen3)")),
+            other => Err(format!(
+                "model_type `{other}` is not supported (llama, qwen2, qwen3)"
+            )),
         }
     }
 
@@ -149,7 +162,8 @@ impl ModelConfig {
     }
 
     pub fn head_dim(&self) -> i64 {
-        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
     /// Bias on q/k/v projections: always for Qwen2, `attention_bias` otherwise.
@@ -169,7 +183,12 @@ impl ModelConfig {
 
     /// Number of parameters of the causal LM (embedding counted once when tied).
     pub fn num_parameters(&self) -> i64 {
-        let (h, i, v, hd) = (self.hidden_size, self.intermediate_size, self.vocab_size, self.head_dim());
+        let (h, i, v, hd) = (
+            self.hidden_size,
+            self.intermediate_size,
+            self.vocab_size,
+            self.head_dim(),
+        );
         let (q, kv) = (self.num_attention_heads * hd, self.kv_heads() * hd);
         let mut attn = h * q + 2 * h * kv + q * h;
         if self.qkv_bias() {

@@ -9,9 +9,9 @@
 use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
+use super::ModelConfig;
 use super::cache::{KvCache, causal_padding_mask};
 use super::rope::{RotaryEmbedding, apply_rotary};
-use super::ModelConfig;
 
 /// `y = x W^T + b` with the weight (out, in) as in PyTorch.
 #[derive(Debug)]
@@ -41,7 +41,10 @@ pub struct RmsNorm {
 
 impl RmsNorm {
     pub fn new(p: Path, dim: i64, eps: f64) -> Self {
-        RmsNorm { weight: p.var("weight", &[dim], Init::Const(1.0)), eps }
+        RmsNorm {
+            weight: p.var("weight", &[dim], Init::Const(1.0)),
+            eps,
+        }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -72,7 +75,8 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.down_proj.forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+        self.down_proj
+            .forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
     }
 }
 
@@ -95,7 +99,10 @@ impl Attention {
     pub fn new(cfg: &ModelConfig, p: Path, layer: usize) -> Self {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
         let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
-        let norm = |name: &str| cfg.qk_norm().then(|| RmsNorm::new(&p / name, hd, cfg.rms_norm_eps));
+        let norm = |name: &str| {
+            cfg.qk_norm()
+                .then(|| RmsNorm::new(&p / name, hd, cfg.rms_norm_eps))
+        };
         Attention {
             q_proj: Linear::new(&p / "q_proj", h, q, cfg.qkv_bias()),
             k_proj: Linear::new(&p / "k_proj", h, kv, cfg.qkv_bias()),
@@ -148,7 +155,11 @@ impl Attention {
             Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, causal, None, gqa)
         };
         // (B, H, T, D) -> (B, T, H*D); for the folded case (B, KV, G, D) has the same layout.
-        self.o_proj.forward(&y.reshape([b, self.heads, t, self.head_dim]).transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+        self.o_proj.forward(
+            &y.reshape([b, self.heads, t, self.head_dim])
+                .transpose(1, 2)
+                .reshape([b, t, self.heads * self.head_dim]),
+        )
     }
 }
 
@@ -180,7 +191,9 @@ impl DecoderLayer {
         mask: Option<&Tensor>,
         cache: Option<&mut KvCache>,
     ) -> Tensor {
-        let h = x + self.self_attn.forward(&self.input_layernorm.forward(x), cos, sin, mask, cache);
+        let h = x + self
+            .self_attn
+            .forward(&self.input_layernorm.forward(x), cos, sin, mask, cache);
         let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
         h + out
     }
@@ -200,12 +213,21 @@ impl Model {
     /// passed [`ModelConfig::validate`].
     pub fn new(cfg: &ModelConfig, p: Path) -> Result<Self, String> {
         let rotary = RotaryEmbedding::new(cfg, p.device())?;
-        let embed_tokens = (&p / "embed_tokens").var("weight", &[cfg.vocab_size, cfg.hidden_size], Init::Const(0.0));
+        let embed_tokens = (&p / "embed_tokens").var(
+            "weight",
+            &[cfg.vocab_size, cfg.hidden_size],
+            Init::Const(0.0),
+        );
         let layers = (0..cfg.num_hidden_layers as usize)
             .map(|i| DecoderLayer::new(cfg, &p / "layers" / i, i))
             .collect();
         let norm = RmsNorm::new(&p / "norm", cfg.hidden_size, cfg.rms_norm_eps);
-        Ok(Model { embed_tokens, layers, norm, rotary })
+        Ok(Model {
+            embed_tokens,
+            layers,
+            norm,
+            rotary,
+        })
     }
 
     /// Hidden states (B, T, hidden) of `input_ids` (B, T) at `position_ids` (B, T).
@@ -226,7 +248,10 @@ impl Model {
         let mask = match attention_mask {
             Some(m) => Some(causal_padding_mask(m, past, t)),
             None if past > 0 && t > 1 => {
-                let ones = Tensor::ones([input_ids.size()[0], past + t], (Kind::Bool, input_ids.device()));
+                let ones = Tensor::ones(
+                    [input_ids.size()[0], past + t],
+                    (Kind::Bool, input_ids.device()),
+                );
                 Some(causal_padding_mask(&ones, past, t))
             }
             None => None,

@@ -5,9 +5,9 @@
 use tch::nn::Path;
 use tch::{Kind, Tensor};
 
+use super::ModelConfig;
 use super::cache::KvCache;
 use super::decoder::{Linear, Model};
-use super::ModelConfig;
 
 /// `*ForCausalLM`: backbone plus vocabulary projection.
 #[derive(Debug)]
@@ -22,9 +22,13 @@ impl CausalLm {
     pub fn new(cfg: &ModelConfig, root: Path) -> Result<Self, String> {
         cfg.validate()?;
         let model = Model::new(cfg, &root / "model")?;
-        let lm_head =
-            (!cfg.tie_word_embeddings).then(|| Linear::new(&root / "lm_head", cfg.hidden_size, cfg.vocab_size, false));
-        Ok(CausalLm { model, lm_head, config: cfg.clone() })
+        let lm_head = (!cfg.tie_word_embeddings)
+            .then(|| Linear::new(&root / "lm_head", cfg.hidden_size, cfg.vocab_size, false));
+        Ok(CausalLm {
+            model,
+            lm_head,
+            config: cfg.clone(),
+        })
     }
 
     /// Logits (B, T, vocab) in the model's dtype. See [`Model::forward`] for the arguments.
@@ -35,7 +39,11 @@ impl CausalLm {
         attention_mask: Option<&Tensor>,
         cache: Option<&mut KvCache>,
     ) -> Tensor {
-        self.logits(&self.model.forward(input_ids, position_ids, attention_mask, cache))
+        self.logits(
+            &self
+                .model
+                .forward(input_ids, position_ids, attention_mask, cache),
+        )
     }
 
     /// Projects hidden states (…, hidden) to logits (…, vocab).
@@ -74,12 +82,26 @@ impl ValueModel {
         cfg.validate()?;
         let model = Model::new(cfg, &root / "model")?;
         let score = Linear::new(&root / "score", cfg.hidden_size, 1, true);
-        Ok(ValueModel { model, score, config: cfg.clone() })
+        Ok(ValueModel {
+            model,
+            score,
+            config: cfg.clone(),
+        })
     }
 
     /// Values (B, T) in f32.
-    pub fn forward(&self, input_ids: &Tensor, position_ids: &Tensor, attention_mask: Option<&Tensor>) -> Tensor {
-        let hidden = self.model.forward(input_ids, position_ids, attention_mask, None);
-        self.score.forward(&hidden).squeeze_dim(-1).to_kind(Kind::Float)
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+    ) -> Tensor {
+        let hidden = self
+            .model
+            .forward(input_ids, position_ids, attention_mask, None);
+        self.score
+            .forward(&hidden)
+            .squeeze_dim(-1)
+            .to_kind(Kind::Float)
     }
 }

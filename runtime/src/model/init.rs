@@ -34,8 +34,12 @@ pub fn init_weights_where(
             var.zeros_like()
         } else {
             let mut rng = Rng::derive(seed, fnv1a(name.as_bytes()));
-            let data: Vec<f32> = (0..var.numel()).map(|_| (rng.normal() * initializer_range) as f32).collect();
-            Tensor::from_slice(&data).view(var.size().as_slice()).to_kind(Kind::Float)
+            let data: Vec<f32> = (0..var.numel())
+                .map(|_| (rng.normal() * initializer_range) as f32)
+                .collect();
+            Tensor::from_slice(&data)
+                .view(var.size().as_slice())
+                .to_kind(Kind::Float)
         };
         tch::no_grad(|| var.shallow_clone().f_copy_(&value))?;
     }
@@ -43,5 +47,7 @@ pub fn init_weights_where(
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }

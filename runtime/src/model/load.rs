@@ -35,15 +35,26 @@ impl Checkpoint {
         }
         let single = dir.join(SINGLE_FILE);
         if single.is_file() {
-            return Ok(Checkpoint { dir: dir.to_owned(), index: None, files: vec![single], weight_map: BTreeMap::new() });
+            return Ok(Checkpoint {
+                dir: dir.to_owned(),
+                index: None,
+                files: vec![single],
+                weight_map: BTreeMap::new(),
+            });
         }
-        Err(ModelError::NoWeights { dir: dir.to_owned() })
+        Err(ModelError::NoWeights {
+            dir: dir.to_owned(),
+        })
     }
 
     fn from_index(dir: &Path, index: PathBuf) -> Result<Self, ModelError> {
         let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
-        let bad = |msg: String| ModelError::Index { file: index.clone(), msg };
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let bad = |msg: String| ModelError::Index {
+            file: index.clone(),
+            msg,
+        };
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
         let map = json
             .get("weight_map")
             .and_then(|m| m.as_object())
@@ -52,22 +63,33 @@ impl Checkpoint {
         let mut pos: HashMap<String, usize> = HashMap::new();
         let mut weight_map = BTreeMap::new();
         for (name, file) in map {
-            let file = file.as_str().ok_or_else(|| bad(format!("`{name}` maps to a non-string")))?;
+            let file = file
+                .as_str()
+                .ok_or_else(|| bad(format!("`{name}` maps to a non-string")))?;
             if file.contains('/') || file.contains("..") {
-                return Err(bad(format!("`{name}` maps to `{file}`, which is not a file name in the directory")));
+                return Err(bad(format!(
+                    "`{name}` maps to `{file}`, which is not a file name in the directory"
+                )));
             }
             let next = files.len();
             let i = *pos.entry(file.to_owned()).or_insert(next);
             if i == next {
                 let path = dir.join(file);
                 if !path.is_file() {
-                    return Err(bad(format!("shard `{file}` (holding `{name}`) does not exist")));
+                    return Err(bad(format!(
+                        "shard `{file}` (holding `{name}`) does not exist"
+                    )));
                 }
                 files.push(path);
             }
             weight_map.insert(name.clone(), i);
         }
-        Ok(Checkpoint { dir: dir.to_owned(), index: Some(index), files, weight_map })
+        Ok(Checkpoint {
+            dir: dir.to_owned(),
+            index: Some(index),
+            files,
+            weight_map,
+        })
     }
 }
 
@@ -121,7 +143,11 @@ pub(crate) fn kind_of(dtype: Dtype) -> Option<Kind> {
 }
 
 /// Copies every checkpoint tensor into the variable of the same name.
-pub fn load_weights(vs: &VarStore, ckpt: &Checkpoint, opts: &LoadOptions) -> Result<LoadReport, ModelError> {
+pub fn load_weights(
+    vs: &VarStore,
+    ckpt: &Checkpoint,
+    opts: &LoadOptions,
+) -> Result<LoadReport, ModelError> {
     let vars = vs.variables();
     let mut report = LoadReport::default();
     let mut seen: HashSet<String> = HashSet::new();
@@ -131,17 +157,29 @@ pub fn load_weights(vs: &VarStore, ckpt: &Checkpoint, opts: &LoadOptions) -> Res
         // changed concurrently by another process could give wrong values, never UB in Rust
         // code that only reads bytes.
         let bytes = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| ModelError::io(file, e))?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| diagnose(file, &bytes, &e.to_string()))?;
+        let st =
+            SafeTensors::deserialize(&bytes).map_err(|e| diagnose(file, &bytes, &e.to_string()))?;
         if let Some(index) = &ckpt.index {
             let names: HashSet<&String> = st.names().into_iter().collect();
-            if let Some((name, _)) = ckpt.weight_map.iter().find(|(n, i)| **i == fi && !names.contains(n)) {
-                return Err(ModelError::MissingFromShard { index: index.clone(), file: file.clone(), tensor: name.clone() });
+            if let Some((name, _)) = ckpt
+                .weight_map
+                .iter()
+                .find(|(n, i)| **i == fi && !names.contains(n))
+            {
+                return Err(ModelError::MissingFromShard {
+                    index: index.clone(),
+                    file: file.clone(),
+                    tensor: name.clone(),
+                });
             }
         }
         for (name, view) in st.tensors() {
             let Some(var) = vars.get(&name) else {
                 if opts.strict_unexpected && !ignorable(&name) {
-                    return Err(ModelError::Unexpected { file: file.clone(), tensor: name });
+                    return Err(ModelError::Unexpected {
+                        file: file.clone(),
+                        tensor: name,
+                    });
                 }
                 report.unexpected.push(name);
                 continue;
@@ -154,11 +192,20 @@ pub fn load_weights(vs: &VarStore, ckpt: &Checkpoint, opts: &LoadOptions) -> Res
             let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
             let src = Tensor::f_from_data_size(view.data(), &shape, kind)?;
             let src = match opts.shard.and_then(|f| f(&name)) {
-                Some(s) => shard(&src, s).map_err(|msg| ModelError::Shard { file: file.clone(), tensor: name.clone(), msg })?,
+                Some(s) => shard(&src, s).map_err(|msg| ModelError::Shard {
+                    file: file.clone(),
+                    tensor: name.clone(),
+                    msg,
+                })?,
                 None => src,
             };
             if src.size() != var.size() {
-                return Err(ModelError::ShapeMismatch { file: file.clone(), tensor: name, expected: var.size(), found: shape });
+                return Err(ModelError::ShapeMismatch {
+                    file: file.clone(),
+                    tensor: name,
+                    expected: var.size(),
+                    found: shape,
+                });
             }
             tch::no_grad(|| var.shallow_clone().f_copy_(&src))?;
             seen.insert(name);
@@ -167,10 +214,15 @@ pub fn load_weights(vs: &VarStore, ckpt: &Checkpoint, opts: &LoadOptions) -> Res
     }
     let mut missing: Vec<&String> = vars.keys().filter(|n| !seen.contains(*n)).collect();
     missing.sort();
-    let (allowed, fatal): (Vec<&String>, Vec<&String>) =
-        missing.into_iter().partition(|n| opts.allow_missing.iter().any(|p| n.starts_with(p.as_str())));
+    let (allowed, fatal): (Vec<&String>, Vec<&String>) = missing
+        .into_iter()
+        .partition(|n| opts.allow_missing.iter().any(|p| n.starts_with(p.as_str())));
     if let Some(first) = fatal.first() {
-        return Err(ModelError::Missing { dir: ckpt.dir.clone(), tensor: (*first).clone(), more: fatal.len() - 1 });
+        return Err(ModelError::Missing {
+            dir: ckpt.dir.clone(),
+            tensor: (*first).clone(),
+            more: fatal.len() - 1,
+        });
     }
     report.missing = allowed.into_iter().cloned().collect();
     Ok(report)
@@ -183,9 +235,14 @@ fn ignorable(name: &str) -> bool {
 
 fn shard(t: &Tensor, s: Shard) -> Result<Tensor, String> {
     let size = t.size();
-    let len = *size.get(s.dim as usize).ok_or_else(|| format!("no dim {} in shape {size:?}", s.dim))?;
+    let len = *size
+        .get(s.dim as usize)
+        .ok_or_else(|| format!("no dim {} in shape {size:?}", s.dim))?;
     if s.world_size <= 0 || len % s.world_size != 0 || s.rank < 0 || s.rank >= s.world_size {
-        return Err(format!("dim {} of size {len} cannot be split {} ways for rank {}", s.dim, s.world_size, s.rank));
+        return Err(format!(
+            "dim {} of size {len} cannot be split {} ways for rank {}",
+            s.dim, s.world_size, s.rank
+        ));
     }
     let part = len / s.world_size;
     Ok(t.narrow(s.dim, s.rank * part, part))
@@ -193,17 +250,34 @@ fn shard(t: &Tensor, s: Shard) -> Result<Tensor, String> {
 
 /// Names the tensor at fault in a file that safetensors rejected, by reading its header.
 fn diagnose(file: &Path, bytes: &[u8], err: &str) -> ModelError {
-    let corrupt = |tensor: Option<String>, msg: String| ModelError::Corrupt { file: file.to_owned(), tensor, msg };
+    let corrupt = |tensor: Option<String>, msg: String| ModelError::Corrupt {
+        file: file.to_owned(),
+        tensor,
+        msg,
+    };
     if bytes.len() < 8 {
-        return corrupt(None, format!("file is {} bytes, shorter than the 8-byte header length", bytes.len()));
+        return corrupt(
+            None,
+            format!(
+                "file is {} bytes, shorter than the 8-byte header length",
+                bytes.len()
+            ),
+        );
     }
     let mut len8 = [0u8; 8];
     len8.copy_from_slice(&bytes[..8]);
     let n = u64::from_le_bytes(len8) as usize;
     let Some(header) = bytes.get(8..8usize.saturating_add(n)) else {
-        return corrupt(None, format!("header of {n} bytes runs past the end of the file ({} bytes)", bytes.len()));
+        return corrupt(
+            None,
+            format!(
+                "header of {n} bytes runs past the end of the file ({} bytes)",
+                bytes.len()
+            ),
+        );
     };
-    let Ok(json) = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(header) else {
+    let Ok(json) = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(header)
+    else {
         return corrupt(None, format!("header is not valid JSON ({err})"));
     };
     let body = bytes.len() - 8 - n;
@@ -228,11 +302,19 @@ fn diagnose(file: &Path, bytes: &[u8], err: &str) -> ModelError {
             [a, b] if *b as usize > body => {
                 return corrupt(
                     Some(name.clone()),
-                    format!("data [{a}, {b}) runs past the end of the data section ({body} bytes): file truncated"),
+                    format!(
+                        "data [{a}, {b}) runs past the end of the data section ({body} bytes): file truncated"
+                    ),
                 );
             }
             [a, b] if b.saturating_sub(*a) != numel * width => {
-                return corrupt(Some(name.clone()), format!("{} bytes of data for {numel} elements", b.saturating_sub(*a)));
+                return corrupt(
+                    Some(name.clone()),
+                    format!(
+                        "{} bytes of data for {numel} elements",
+                        b.saturating_sub(*a)
+                    ),
+                );
             }
             [_, _] => {}
             _ => return corrupt(Some(name.clone()), "invalid `data_offsets`".to_owned()),

@@ -28,7 +28,9 @@ pub use cache::{KvCache, causal_padding_mask, position_ids_from_mask};
 pub use config::{Arch, ModelConfig};
 pub use heads::{CausalLm, ValueModel};
 pub use load::{Checkpoint, LoadOptions, LoadReport, Shard};
-pub use pretrained::{LoadedModel, ModelKind, ModelSource, Precision, from_pretrained, value_from_pretrained};
+pub use pretrained::{
+    LoadedModel, ModelKind, ModelSource, Precision, from_pretrained, value_from_pretrained,
+};
 pub use save::{SaveOptions, save_pretrained};
 
 /// Errors of model construction and checkpoint I/O. File errors name the file, and tensor
@@ -36,7 +38,10 @@ pub use save::{SaveOptions, save_pretrained};
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error("{}: {source}", file.display())]
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: invalid model config: {msg}", file.display())]
     Config { file: PathBuf, msg: String },
     #[error("{}: no `model.safetensors` or `model.safetensors.index.json` found", dir.display())]
@@ -44,19 +49,44 @@ pub enum ModelError {
     #[error("{}: invalid safetensors index: {msg}", file.display())]
     Index { file: PathBuf, msg: String },
     #[error("{}: corrupt or truncated safetensors file{}: {msg}", file.display(), tensor_suffix(tensor))]
-    Corrupt { file: PathBuf, tensor: Option<String>, msg: String },
+    Corrupt {
+        file: PathBuf,
+        tensor: Option<String>,
+        msg: String,
+    },
     #[error("{}: tensor `{tensor}` has shape {found:?}, the model expects {expected:?}", file.display())]
-    ShapeMismatch { file: PathBuf, tensor: String, expected: Vec<i64>, found: Vec<i64> },
+    ShapeMismatch {
+        file: PathBuf,
+        tensor: String,
+        expected: Vec<i64>,
+        found: Vec<i64>,
+    },
     #[error("{}: tensor `{tensor}` has unsupported dtype {dtype}", file.display())]
-    Dtype { file: PathBuf, tensor: String, dtype: String },
+    Dtype {
+        file: PathBuf,
+        tensor: String,
+        dtype: String,
+    },
     #[error("{}: tensor `{tensor}` is listed in the index but missing from {}", index.display(), file.display())]
-    MissingFromShard { index: PathBuf, file: PathBuf, tensor: String },
+    MissingFromShard {
+        index: PathBuf,
+        file: PathBuf,
+        tensor: String,
+    },
     #[error("{}: checkpoint has no tensor `{tensor}` (and {more} more missing)", dir.display())]
-    Missing { dir: PathBuf, tensor: String, more: usize },
+    Missing {
+        dir: PathBuf,
+        tensor: String,
+        more: usize,
+    },
     #[error("{}: unexpected tensor `{tensor}` (not a parameter of this model)", file.display())]
     Unexpected { file: PathBuf, tensor: String },
     #[error("{}: cannot shard tensor `{tensor}`: {msg}", file.display())]
-    Shard { file: PathBuf, tensor: String, msg: String },
+    Shard {
+        file: PathBuf,
+        tensor: String,
+        msg: String,
+    },
     #[error("model `{path}`: {msg}")]
     Source { path: String, msg: String },
     #[error("{0}")]
@@ -64,11 +94,16 @@ pub enum ModelError {
 }
 
 fn tensor_suffix(t: &Option<String>) -> String {
-    t.as_ref().map(|t| format!(" (tensor `{t}`)")).unwrap_or_default()
+    t.as_ref()
+        .map(|t| format!(" (tensor `{t}`)"))
+        .unwrap_or_default()
 }
 
 impl ModelError {
     pub(crate) fn io(file: &Path, source: std::io::Error) -> Self {
-        ModelError::Io { file: file.to_owned(), source }
+        ModelError::Io {
+            file: file.to_owned(),
+            source,
+        }
     }
 }

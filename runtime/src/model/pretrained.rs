@@ -24,7 +24,12 @@ pub enum ModelSource {
 impl ModelSource {
     pub fn parse(path: &str) -> Result<Self, ModelError> {
         match BuiltinUri::parse(path) {
-            Some(uri) => Ok(ModelSource::Builtin(uri.map_err(|msg| ModelError::Source { path: path.into(), msg })?)),
+            Some(uri) => Ok(ModelSource::Builtin(uri.map_err(|msg| {
+                ModelError::Source {
+                    path: path.into(),
+                    msg,
+                }
+            })?)),
             None => Ok(ModelSource::Dir(PathBuf::from(path))),
         }
     }
@@ -33,9 +38,10 @@ impl ModelSource {
     pub fn config(&self) -> Result<ModelConfig, ModelError> {
         match self {
             ModelSource::Dir(dir) => ModelConfig::from_file(&dir.join("config.json")),
-            ModelSource::Builtin(uri) => {
-                builtin::config(uri).map_err(|msg| ModelError::Source { path: format!("builtin://{}", uri.name), msg })
-            }
+            ModelSource::Builtin(uri) => builtin::config(uri).map_err(|msg| ModelError::Source {
+                path: format!("builtin://{}", uri.name),
+                msg,
+            }),
         }
     }
 }
@@ -95,7 +101,10 @@ fn build<M>(
     let source = ModelSource::parse(path)?;
     let config = source.config()?;
     let mut vs = VarStore::new(device);
-    let model = new(&config, &vs).map_err(|msg| ModelError::Source { path: path.into(), msg })?;
+    let model = new(&config, &vs).map_err(|msg| ModelError::Source {
+        path: path.into(),
+        msg,
+    })?;
     vs.set_kind(precision.kind());
     let report = match &source {
         ModelSource::Builtin(_) => {
@@ -108,18 +117,44 @@ fn build<M>(
                 ModelKind::Value => vec!["score.".to_owned()],
                 ModelKind::CausalLm => vec![],
             };
-            let report = load_weights(&vs, &ckpt, &LoadOptions { allow_missing, ..LoadOptions::default() })?;
+            let report = load_weights(
+                &vs,
+                &ckpt,
+                &LoadOptions {
+                    allow_missing,
+                    ..LoadOptions::default()
+                },
+            )?;
             let fresh = report.missing.clone();
-            init_weights_where(&vs, config.initializer_range, seed, |n| fresh.iter().any(|m| m == n))?;
+            init_weights_where(&vs, config.initializer_range, seed, |n| {
+                fresh.iter().any(|m| m == n)
+            })?;
             report
         }
     };
-    Ok(LoadedModel { vs, model, config, report })
+    Ok(LoadedModel {
+        vs,
+        model,
+        config,
+        report,
+    })
 }
 
 /// A causal LM from a checkpoint directory or `builtin://tiny` (initialised from `seed`).
-pub fn from_pretrained(path: &str, device: Device, precision: Precision, seed: u64) -> Result<LoadedModel<CausalLm>, ModelError> {
-    build(path, device, precision, seed, ModelKind::CausalLm, |cfg, vs| CausalLm::new(cfg, vs.root()))
+pub fn from_pretrained(
+    path: &str,
+    device: Device,
+    precision: Precision,
+    seed: u64,
+) -> Result<LoadedModel<CausalLm>, ModelError> {
+    build(
+        path,
+        device,
+        precision,
+        seed,
+        ModelKind::CausalLm,
+        |cfg, vs| CausalLm::new(cfg, vs.root()),
+    )
 }
 
 /// A value model (critic). From a causal-LM checkpoint the `score` head is initialised fresh
@@ -130,7 +165,14 @@ pub fn value_from_pretrained(
     precision: Precision,
     seed: u64,
 ) -> Result<LoadedModel<ValueModel>, ModelError> {
-    build(path, device, precision, seed, ModelKind::Value, |cfg, vs| ValueModel::new(cfg, vs.root()))
+    build(
+        path,
+        device,
+        precision,
+        seed,
+        ModelKind::Value,
+        |cfg, vs| ValueModel::new(cfg, vs.root()),
+    )
 }
 
 /// True when `path` names a checkpoint directory with weights (for error messages early).

@@ -10,9 +10,18 @@ use super::ModelConfig;
 #[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
     Default,
-    Linear { factor: f64 },
-    Dynamic { factor: f64 },
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_pos: f64 },
+    Linear {
+        factor: f64,
+    },
+    Dynamic {
+        factor: f64,
+    },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_pos: f64,
+    },
     Yarn {
         factor: f64,
         attention_factor: Option<f64>,
@@ -27,14 +36,25 @@ pub enum RopeScaling {
 
 impl RopeScaling {
     pub fn from_config(cfg: &ModelConfig) -> Result<Self, String> {
-        let Some(map) = &cfg.rope_scaling else { return Ok(RopeScaling::Default) };
+        let Some(map) = &cfg.rope_scaling else {
+            return Ok(RopeScaling::Default);
+        };
         let num = |k: &str| map.get(k).and_then(Value::as_f64);
-        let need = |k: &str| num(k).ok_or_else(|| format!("rope_scaling.{k} is missing or not a number"));
-        let kind = map.get("rope_type").or_else(|| map.get("type")).and_then(Value::as_str).unwrap_or("default");
+        let need =
+            |k: &str| num(k).ok_or_else(|| format!("rope_scaling.{k} is missing or not a number"));
+        let kind = map
+            .get("rope_type")
+            .or_else(|| map.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("default");
         Ok(match kind {
             "default" => RopeScaling::Default,
-            "linear" => RopeScaling::Linear { factor: need("factor")? },
-            "dynamic" => RopeScaling::Dynamic { factor: need("factor")? },
+            "linear" => RopeScaling::Linear {
+                factor: need("factor")?,
+            },
+            "dynamic" => RopeScaling::Dynamic {
+                factor: need("factor")?,
+            },
             "llama3" => RopeScaling::Llama3 {
                 factor: need("factor")?,
                 low_freq_factor: need("low_freq_factor")?,
@@ -71,12 +91,19 @@ pub struct RotaryEmbedding {
 
 /// `1 / base^(arange(0, dim, 2) / dim)` in f32, as transformers computes it.
 fn default_inv_freq(base: f64, dim: i64, device: Device) -> Tensor {
-    let exps = Tensor::arange_start_step(0, dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / dim as f64;
-    Tensor::scalar_tensor(base, (Kind::Float, device)).pow(&exps).reciprocal()
+    let exps = Tensor::arange_start_step(0, dim, 2, (Kind::Int64, device)).to_kind(Kind::Float)
+        / dim as f64;
+    Tensor::scalar_tensor(base, (Kind::Float, device))
+        .pow(&exps)
+        .reciprocal()
 }
 
 fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
-    if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 }
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * scale.ln() + 1.0
+    }
 }
 
 impl RotaryEmbedding {
@@ -85,9 +112,16 @@ impl RotaryEmbedding {
         let (dim, base) = (cfg.head_dim(), cfg.rope_theta);
         let mut attention_scaling = 1.0;
         let inv_freq = match &scaling {
-            RopeScaling::Default | RopeScaling::Dynamic { .. } => default_inv_freq(base, dim, device),
+            RopeScaling::Default | RopeScaling::Dynamic { .. } => {
+                default_inv_freq(base, dim, device)
+            }
             RopeScaling::Linear { factor } => default_inv_freq(base, dim, device) / *factor,
-            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_pos } => {
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_pos,
+            } => {
                 let inv = default_inv_freq(base, dim, device);
                 let wavelen = inv.reciprocal() * (2.0 * std::f64::consts::PI);
                 let low_wl = original_max_pos / low_freq_factor;
@@ -95,7 +129,8 @@ impl RotaryEmbedding {
                 let scaled = inv.where_self(&wavelen.le(low_wl), &(&inv / *factor));
                 let smooth = (wavelen.reciprocal() * *original_max_pos - *low_freq_factor)
                     / (high_freq_factor - low_freq_factor);
-                let smoothed = (smooth.ones_like() - &smooth) * &scaled / *factor + &smooth * &scaled;
+                let smoothed =
+                    (smooth.ones_like() - &smooth) * &scaled / *factor + &smooth * &scaled;
                 let medium = wavelen.ge(high_wl).logical_and(&wavelen.le(low_wl));
                 smoothed.where_self(&medium, &scaled)
             }
@@ -117,7 +152,10 @@ impl RotaryEmbedding {
                     _ => yarn_mscale(*factor, 1.0),
                 };
                 let d = dim as f64;
-                let corr = |rot: f64| (d * (original_max_pos / (rot * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * base.ln());
+                let corr = |rot: f64| {
+                    (d * (original_max_pos / (rot * 2.0 * std::f64::consts::PI)).ln())
+                        / (2.0 * base.ln())
+                };
                 let (mut low, mut high) = (corr(*beta_fast), corr(*beta_slow));
                 if *truncate {
                     low = low.floor();
@@ -128,16 +166,26 @@ impl RotaryEmbedding {
                     high += 0.001;
                 }
                 let pos_freqs = Tensor::scalar_tensor(base, (Kind::Float, device)).pow(
-                    &(Tensor::arange_start_step(0, dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / d),
+                    &(Tensor::arange_start_step(0, dim, 2, (Kind::Int64, device))
+                        .to_kind(Kind::Float)
+                        / d),
                 );
                 let extra = pos_freqs.reciprocal();
                 let inter = (&pos_freqs * *factor).reciprocal();
-                let ramp = ((Tensor::arange(dim / 2, (Kind::Float, device)) - low) / (high - low)).clamp(0.0, 1.0);
+                let ramp = ((Tensor::arange(dim / 2, (Kind::Float, device)) - low) / (high - low))
+                    .clamp(0.0, 1.0);
                 let extra_factor = ramp.ones_like() - ramp;
                 &inter * (extra_factor.ones_like() - &extra_factor) + extra * extra_factor
             }
         };
-        Ok(RotaryEmbedding { inv_freq, attention_scaling, scaling, dim, base, max_pos: cfg.max_position_embeddings })
+        Ok(RotaryEmbedding {
+            inv_freq,
+            attention_scaling,
+            scaling,
+            dim,
+            base,
+            max_pos: cfg.max_position_embeddings,
+        })
     }
 
     /// The inverse frequencies for a batch whose largest position is `max_position`
@@ -167,7 +215,10 @@ impl RotaryEmbedding {
             cos *= self.attention_scaling;
             sin *= self.attention_scaling;
         }
-        (cos.to_kind(kind).unsqueeze(1), sin.to_kind(kind).unsqueeze(1))
+        (
+            cos.to_kind(kind).unsqueeze(1),
+            sin.to_kind(kind).unsqueeze(1),
+        )
     }
 }
 

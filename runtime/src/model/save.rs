@@ -25,7 +25,10 @@ pub struct SaveOptions {
 
 impl Default for SaveOptions {
     fn default() -> Self {
-        SaveOptions { max_shard_bytes: 5_000_000_000, dtype: None }
+        SaveOptions {
+            max_shard_bytes: 5_000_000_000,
+            dtype: None,
+        }
     }
 }
 
@@ -64,7 +67,9 @@ fn dtype_of(kind: Kind) -> Option<(Dtype, &'static str)> {
 
 fn to_bytes(name: &str, t: &Tensor, kind: Option<Kind>, dir: &Path) -> Result<Bytes, ModelError> {
     let t = t.to_device(Device::Cpu);
-    let t = kind.map_or(t.shallow_clone(), |k| t.to_kind(k)).contiguous();
+    let t = kind
+        .map_or(t.shallow_clone(), |k| t.to_kind(k))
+        .contiguous();
     let (dtype, _) = dtype_of(t.kind()).ok_or_else(|| ModelError::Dtype {
         file: dir.to_owned(),
         tensor: name.to_owned(),
@@ -73,7 +78,11 @@ fn to_bytes(name: &str, t: &Tensor, kind: Option<Kind>, dir: &Path) -> Result<By
     let numel = t.numel();
     let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()];
     t.f_copy_data_u8(&mut data, numel)?;
-    Ok(Bytes { dtype, shape: t.size().iter().map(|&d| d as usize).collect(), data })
+    Ok(Bytes {
+        dtype,
+        shape: t.size().iter().map(|&d| d as usize).collect(),
+        data,
+    })
 }
 
 /// Saves a VarStore whose names are checkpoint names, with `config.json` declaring
@@ -102,8 +111,12 @@ pub fn save_named(
     let mut sorted: Vec<&(String, Tensor)> = named.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     let saved_kind = opts.dtype.unwrap_or_else(|| {
-        let embed = named.iter().find(|(n, _)| n.ends_with("embed_tokens.weight"));
-        embed.or(named.first()).map_or(Kind::Float, |(_, t)| t.kind())
+        let embed = named
+            .iter()
+            .find(|(n, _)| n.ends_with("embed_tokens.weight"));
+        embed
+            .or(named.first())
+            .map_or(Kind::Float, |(_, t)| t.kind())
     });
     let mut shards: Vec<Vec<(String, Bytes)>> = vec![Vec::new()];
     let (mut shard_bytes, mut total) = (0u64, 0u64);
@@ -123,8 +136,11 @@ pub fn save_named(
     let meta = Some(HashMap::from([("format".to_owned(), "pt".to_owned())]));
     let write = |file: &Path, tensors: &[(String, Bytes)]| {
         let items = tensors.iter().map(|(n, b)| (n.as_str(), b));
-        safetensors::serialize_to_file(items, &meta, file)
-            .map_err(|e| ModelError::Corrupt { file: file.to_owned(), tensor: None, msg: e.to_string() })
+        safetensors::serialize_to_file(items, &meta, file).map_err(|e| ModelError::Corrupt {
+            file: file.to_owned(),
+            tensor: None,
+            msg: e.to_string(),
+        })
     };
     if shards.len() == 1 {
         write(&dir.join(SINGLE_FILE), &shards[0])?;
@@ -141,7 +157,10 @@ pub fn save_named(
         let index = json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
         write_json(&dir.join(INDEX_FILE), &index)?;
     }
-    let mut cfg = serde_json::to_value(config).map_err(|e| ModelError::Config { file: dir.join("config.json"), msg: e.to_string() })?;
+    let mut cfg = serde_json::to_value(config).map_err(|e| ModelError::Config {
+        file: dir.join("config.json"),
+        msg: e.to_string(),
+    })?;
     if let Some(obj) = cfg.as_object_mut() {
         obj.insert("architectures".to_owned(), json!([architecture]));
         if architecture.ends_with("ForTokenClassification") {
@@ -150,14 +169,21 @@ pub fn save_named(
             obj.insert("label2id".to_owned(), json!({"LABEL_0": 0}));
         }
         let dtype = dtype_of(saved_kind).map_or("float32", |d| d.1);
-        let key = if obj.contains_key("dtype") { "dtype" } else { "torch_dtype" };
+        let key = if obj.contains_key("dtype") {
+            "dtype"
+        } else {
+            "torch_dtype"
+        };
         obj.insert(key.to_owned(), json!(dtype));
     }
     write_json(&dir.join("config.json"), &cfg)
 }
 
 pub(crate) fn write_json(path: &Path, v: &Value) -> Result<(), ModelError> {
-    let text = serde_json::to_string_pretty(v).map_err(|e| ModelError::Config { file: path.to_owned(), msg: e.to_string() })?;
+    let text = serde_json::to_string_pretty(v).map_err(|e| ModelError::Config {
+        file: path.to_owned(),
+        msg: e.to_string(),
+    })?;
     std::fs::write(path, text + "\n").map_err(|e| ModelError::io(path, e))
 }
 
@@ -166,7 +192,8 @@ fn remove_old_weights(dir: &Path) -> Result<(), ModelError> {
     let entries = std::fs::read_dir(dir).map_err(|e| ModelError::io(dir, e))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let shard = name.starts_with("model-") && name.ends_with(".safetensors") && name.contains("-of-");
+        let shard =
+            name.starts_with("model-") && name.ends_with(".safetensors") && name.contains("-of-");
         if name == SINGLE_FILE || name == INDEX_FILE || shard {
             let p = entry.path();
             std::fs::remove_file(&p).map_err(|e| ModelError::io(&p, e))?;

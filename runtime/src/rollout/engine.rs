@@ -59,10 +59,16 @@ pub fn generate(
     let vocab = model.config.vocab_size;
     for (index, p) in prompts.iter().enumerate() {
         if p.is_empty() {
-            return Err(RolloutError::Prompt { index, msg: "empty prompt".into() });
+            return Err(RolloutError::Prompt {
+                index,
+                msg: "empty prompt".into(),
+            });
         }
         if let Some(bad) = p.iter().find(|&&t| t < 0 || t >= vocab) {
-            return Err(RolloutError::Prompt { index, msg: format!("token id {bad} outside the vocabulary ({vocab})") });
+            return Err(RolloutError::Prompt {
+                index,
+                msg: format!("token id {bad} outside the vocabulary ({vocab})"),
+            });
         }
     }
     let width = prompts.iter().map(Vec::len).max().unwrap_or(1) as i64;
@@ -89,17 +95,38 @@ pub fn generate(
     let resp_pos = valid + Tensor::arange(r, (Kind::Int64, responses.device())).unsqueeze(0);
     let position_ids = Tensor::cat(&[&prompt_pos, &resp_pos], 1);
     if params.log_prob_path == LogProbPath::Recompute {
-        let batch = SequenceBatch { input_ids: &input_ids, attention_mask: &attention_mask, position_ids: &position_ids };
-        let temperature = if params.is_greedy() { 1.0 } else { params.temperature };
-        log_probs = compute_log_probs(model, &batch, r, temperature, params.log_prob_micro_batch, false)?.log_probs;
+        let batch = SequenceBatch {
+            input_ids: &input_ids,
+            attention_mask: &attention_mask,
+            position_ids: &position_ids,
+        };
+        let temperature = if params.is_greedy() {
+            1.0
+        } else {
+            params.temperature
+        };
+        log_probs = compute_log_probs(
+            model,
+            &batch,
+            r,
+            temperature,
+            params.log_prob_micro_batch,
+            false,
+        )?
+        .log_probs;
     }
     let log_probs = log_probs * response_mask.to_kind(Kind::Float);
     let lengths = Vec::<i64>::try_from(response_mask.sum_dim_intlist(1, false, Kind::Int64))?;
     let ends = Vec::<i64>::try_from(
-        Tensor::isin(&responses, &Tensor::from_slice(&stop.eos).to_device(responses.device()), false, false)
-            .logical_and(&response_mask.to_kind(Kind::Bool))
-            .any_dim(1, false)
-            .to_kind(Kind::Int64),
+        Tensor::isin(
+            &responses,
+            &Tensor::from_slice(&stop.eos).to_device(responses.device()),
+            false,
+            false,
+        )
+        .logical_and(&response_mask.to_kind(Kind::Bool))
+        .any_dim(1, false)
+        .to_kind(Kind::Int64),
     )?;
     Ok(RolloutOutput {
         prompts: prompts_t,
@@ -120,8 +147,13 @@ fn response_mask(responses: &Tensor, eos: &[i64], ignore_eos: bool) -> Tensor {
     if ignore_eos || eos.is_empty() {
         return responses.ones_like();
     }
-    let hit = Tensor::isin(responses, &Tensor::from_slice(eos).to_device(responses.device()), false, false)
-        .to_kind(Kind::Int64);
+    let hit = Tensor::isin(
+        responses,
+        &Tensor::from_slice(eos).to_device(responses.device()),
+        false,
+        false,
+    )
+    .to_kind(Kind::Int64);
     let before = hit.cumsum(1, Kind::Int64) - &hit;
     before.eq(0).to_kind(Kind::Int64)
 }
@@ -135,7 +167,8 @@ struct DecodeHead {
 
 impl DecodeHead {
     fn new(model: &CausalLm) -> Self {
-        let transposed = (model.device() == Device::Cpu).then(|| model.head_weight().tr().contiguous());
+        let transposed =
+            (model.device() == Device::Cpu).then(|| model.head_weight().tr().contiguous());
         DecodeHead { transposed }
     }
 
@@ -163,7 +196,10 @@ fn left_pad(prompts: &[Vec<i64>], width: i64, pad: i64, device: Device) -> (Tens
         mask.extend(std::iter::repeat_n(0i64, padding).chain(std::iter::repeat_n(1, p.len())));
     }
     let shape = [prompts.len() as i64, width];
-    (Tensor::from_slice(&ids).view(shape).to_device(device), Tensor::from_slice(&mask).view(shape).to_device(device))
+    (
+        Tensor::from_slice(&ids).view(shape).to_device(device),
+        Tensor::from_slice(&mask).view(shape).to_device(device),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -184,20 +220,41 @@ fn generate_chunk(
     let pos = position_ids_from_mask(&mask);
 
     // Prefill once per prompt, then give each of the n samples its own copy of the cache.
-    let mut prefill = KvCache::new(&model.config, b, if n == 1 { width + r } else { width }, model.kind(), device);
-    let hidden = model.model.forward(&ids, &pos, Some(&mask), Some(&mut prefill));
-    let mut logits = head.logits(model, &hidden.narrow(1, width - 1, 1)).squeeze_dim(1);
+    let mut prefill = KvCache::new(
+        &model.config,
+        b,
+        if n == 1 { width + r } else { width },
+        model.kind(),
+        device,
+    );
+    let hidden = model
+        .model
+        .forward(&ids, &pos, Some(&mask), Some(&mut prefill));
+    let mut logits = head
+        .logits(model, &hidden.narrow(1, width - 1, 1))
+        .squeeze_dim(1);
     let repeat = Tensor::arange(b, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
-    let mut cache = if n == 1 { prefill } else { prefill.select_rows(&repeat, width + r) };
-    let (ids, mask, pos) = if n == 1 { (ids, mask, pos) } else {
-        (ids.index_select(0, &repeat), mask.index_select(0, &repeat), pos.index_select(0, &repeat))
+    let mut cache = if n == 1 {
+        prefill
+    } else {
+        prefill.select_rows(&repeat, width + r)
+    };
+    let (ids, mask, pos) = if n == 1 {
+        (ids, mask, pos)
+    } else {
+        (
+            ids.index_select(0, &repeat),
+            mask.index_select(0, &repeat),
+            pos.index_select(0, &repeat),
+        )
     };
     if n > 1 {
         logits = logits.index_select(0, &repeat);
     }
 
-    let mut rngs: Vec<Rng> =
-        (0..rows as u64).map(|k| Rng::derive(params.seed, first_prompt as u64 * n as u64 + k)).collect();
+    let mut rngs: Vec<Rng> = (0..rows as u64)
+        .map(|k| Rng::derive(params.seed, first_prompt as u64 * n as u64 + k))
+        .collect();
     let responses = Tensor::full([rows, r], stop.pad, (Kind::Int64, device));
     let log_probs = Tensor::zeros([rows, r], (Kind::Float, device));
     let key_mask = Tensor::cat(&[&mask, &Tensor::ones([rows, r], (Kind::Int64, device))], 1);
@@ -208,7 +265,9 @@ fn generate_chunk(
         let (tokens, logp) = next_tokens(&logits, params, &mut rngs);
         let tokens = tokens.masked_fill(&done, stop.pad);
         responses.narrow(1, t, 1).copy_(&tokens.unsqueeze(1));
-        log_probs.narrow(1, t, 1).copy_(&logp.masked_fill(&done, 0.0).unsqueeze(1));
+        log_probs
+            .narrow(1, t, 1)
+            .copy_(&logp.masked_fill(&done, 0.0).unsqueeze(1));
         if !params.ignore_eos && !stop.eos.is_empty() {
             done = done.logical_or(&Tensor::isin(&tokens, &eos, false, false));
             if t + 1 < r && done.all().int64_value(&[]) != 0 {
@@ -220,8 +279,18 @@ fn generate_chunk(
         }
         let step_mask = key_mask.narrow(1, 0, width + t + 1);
         let step_pos = &last_prompt_pos + (t + 1);
-        let hidden = model.model.forward(&tokens.unsqueeze(1), &step_pos, Some(&step_mask), Some(&mut cache));
+        let hidden = model.model.forward(
+            &tokens.unsqueeze(1),
+            &step_pos,
+            Some(&step_mask),
+            Some(&mut cache),
+        );
         logits = head.logits(model, &hidden).squeeze_dim(1);
     }
-    Chunk { prompts: ids, prompt_mask: mask, responses, log_probs }
+    Chunk {
+        prompts: ids,
+        prompt_mask: mask,
+        responses,
+        log_probs,
+    }
 }

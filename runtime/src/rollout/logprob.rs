@@ -28,7 +28,9 @@ pub struct LogProbOutput {
 /// `log_softmax(logits)[label]` in f32, for logits (…, V) and labels (…).
 pub fn log_probs_from_logits(logits: &Tensor, labels: &Tensor) -> Tensor {
     let logits = logits.to_kind(Kind::Float);
-    let picked = logits.gather(-1, &labels.unsqueeze(-1), false).squeeze_dim(-1);
+    let picked = logits
+        .gather(-1, &labels.unsqueeze(-1), false)
+        .squeeze_dim(-1);
     picked - logits.logsumexp(-1, false)
 }
 
@@ -49,13 +51,20 @@ pub fn response_log_probs(
     with_entropy: bool,
 ) -> LogProbOutput {
     let total = batch.input_ids.size()[1];
-    let hidden = model.model.forward(batch.input_ids, batch.position_ids, Some(batch.attention_mask), None);
+    let hidden = model.model.forward(
+        batch.input_ids,
+        batch.position_ids,
+        Some(batch.attention_mask),
+        None,
+    );
     let hidden = hidden.narrow(1, total - response_len - 1, response_len);
     let mut logits = model.logits(&hidden);
     if temperature != 1.0 {
         logits /= temperature;
     }
-    let labels = batch.input_ids.narrow(1, total - response_len, response_len);
+    let labels = batch
+        .input_ids
+        .narrow(1, total - response_len, response_len);
     LogProbOutput {
         log_probs: log_probs_from_logits(&logits, &labels),
         entropy: with_entropy.then(|| entropy_from_logits(&logits)),
@@ -102,7 +111,10 @@ pub fn compute_log_probs(
             start += len;
         }
     });
-    Ok(LogProbOutput { log_probs: Tensor::cat(&lps, 0), entropy: with_entropy.then(|| Tensor::cat(&ents, 0)) })
+    Ok(LogProbOutput {
+        log_probs: Tensor::cat(&lps, 0),
+        entropy: with_entropy.then(|| Tensor::cat(&ents, 0)),
+    })
 }
 
 /// verl's rollout-vs-training probability metrics over masked tokens
@@ -115,12 +127,27 @@ pub struct ProbsDiff {
     pub pearson: f64,
 }
 
-pub fn probs_diff(rollout_log_probs: &Tensor, actor_log_probs: &Tensor, mask: &Tensor) -> ProbsDiff {
+pub fn probs_diff(
+    rollout_log_probs: &Tensor,
+    actor_log_probs: &Tensor,
+    mask: &Tensor,
+) -> ProbsDiff {
     let m = mask.to_kind(Kind::Bool);
-    let a = rollout_log_probs.to_kind(Kind::Double).exp().masked_select(&m);
-    let b = actor_log_probs.to_kind(Kind::Double).exp().masked_select(&m);
+    let a = rollout_log_probs
+        .to_kind(Kind::Double)
+        .exp()
+        .masked_select(&m);
+    let b = actor_log_probs
+        .to_kind(Kind::Double)
+        .exp()
+        .masked_select(&m);
     if a.numel() == 0 {
-        return ProbsDiff { max: 0.0, mean: 0.0, std: 0.0, pearson: f64::NAN };
+        return ProbsDiff {
+            max: 0.0,
+            mean: 0.0,
+            std: 0.0,
+            pearson: f64::NAN,
+        };
     }
     let d = (&a - &b).abs();
     let (da, db) = (&a - a.mean(Kind::Double), &b - b.mean(Kind::Double));
@@ -129,7 +156,11 @@ pub fn probs_diff(rollout_log_probs: &Tensor, actor_log_probs: &Tensor, mask: &T
     ProbsDiff {
         max: d.max().double_value(&[]),
         mean: d.mean(Kind::Double).double_value(&[]),
-        std: if d.numel() > 1 { d.std(true).double_value(&[]) } else { 0.0 },
+        std: if d.numel() > 1 {
+            d.std(true).double_value(&[])
+        } else {
+            0.0
+        },
         pearson: pearson.double_value(&[]),
     }
 }

@@ -15,8 +15,8 @@ pub mod sampling;
 pub use engine::{RolloutOutput, StopTokens, generate};
 pub use logprob::SequenceBatch;
 pub use logprob::{
-    LogProbOutput, ProbsDiff, compute_log_probs, entropy_from_logits, log_probs_from_logits, probs_diff,
-    response_log_probs,
+    LogProbOutput, ProbsDiff, compute_log_probs, entropy_from_logits, log_probs_from_logits,
+    probs_diff, response_log_probs,
 };
 pub use params::{LogProbPath, SamplingParams};
 

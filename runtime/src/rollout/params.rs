@@ -57,7 +57,11 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Greedy decoding of up to `max_new_tokens`.
     pub fn greedy(max_new_tokens: usize) -> Self {
-        SamplingParams { do_sample: false, max_new_tokens, ..Self::default() }
+        SamplingParams {
+            do_sample: false,
+            max_new_tokens,
+            ..Self::default()
+        }
     }
 
     /// True when tokens are chosen by argmax.
@@ -73,13 +77,19 @@ impl SamplingParams {
             return Err("max_new_tokens (response_length) must be at least 1".into());
         }
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return Err(format!("temperature must be >= 0, got {}", self.temperature));
+            return Err(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
         }
         if self.top_k < -1 {
-            return Err(format!("top_k must be -1, 0 or positive, got {}", self.top_k));
+            return Err(format!(
+                "top_k must be -1, 0 or positive, got {}",
+                self.top_k
+            ));
         }
         if self.max_prompts_per_pass == Some(0) || self.log_prob_micro_batch == 0 {
             return Err("max_prompts_per_pass and log_prob_micro_batch must be positive".into());

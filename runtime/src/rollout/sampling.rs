@@ -43,10 +43,17 @@ pub fn next_tokens(logits: &Tensor, params: &SamplingParams, rngs: &mut [Rng]) -
     let logits = logits.to_kind(Kind::Float);
     if params.is_greedy() {
         let tokens = logits.argmax(-1, false);
-        let logp = logits.log_softmax(-1, Kind::Float).gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
+        let logp = logits
+            .log_softmax(-1, Kind::Float)
+            .gather(-1, &tokens.unsqueeze(-1), false)
+            .squeeze_dim(-1);
         return (tokens, logp);
     }
-    let scaled = if params.temperature == 1.0 { logits } else { logits / params.temperature };
+    let scaled = if params.temperature == 1.0 {
+        logits
+    } else {
+        logits / params.temperature
+    };
     let logp_all = scaled.log_softmax(-1, Kind::Float);
     let vocab = scaled.size()[1];
     let probs = if (params.top_k <= 0 || params.top_k >= vocab) && params.top_p >= 1.0 {
@@ -55,7 +62,9 @@ pub fn next_tokens(logits: &Tensor, params: &SamplingParams, rngs: &mut [Rng]) -
         top_p_filter(&top_k_filter(&scaled, params.top_k), params.top_p).softmax(-1, Kind::Float)
     };
     let tokens = sample(&probs, rngs);
-    let logp = logp_all.gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
+    let logp = logp_all
+        .gather(-1, &tokens.unsqueeze(-1), false)
+        .squeeze_dim(-1);
     (tokens, logp)
 }
 
@@ -65,8 +74,16 @@ pub fn sample(probs: &Tensor, rngs: &mut [Rng]) -> Tensor {
     let cdf = probs.cumsum(-1, Kind::Float);
     // 24-bit uniforms in [0, 1); shrinking by 2^-20 keeps the target strictly below the total
     // despite f32 rounding, so the search never lands past the last token with mass.
-    let u: Vec<f32> = rngs.iter_mut().map(|r| (r.next_u64() >> 40) as f32 / (1u64 << 24) as f32).collect();
-    let u = Tensor::from_slice(&u).to_device(probs.device()).unsqueeze(-1);
+    let u: Vec<f32> = rngs
+        .iter_mut()
+        .map(|r| (r.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+        .collect();
+    let u = Tensor::from_slice(&u)
+        .to_device(probs.device())
+        .unsqueeze(-1);
     let target = u * cdf.narrow(1, vocab - 1, 1) * (1.0 - 1.0 / (1u64 << 20) as f64);
-    target.searchsorted(&cdf, false, true, "right", None::<Tensor>).squeeze_dim(-1).clamp_max(vocab - 1)
+    target
+        .searchsorted(&cdf, false, true, "right", None::<Tensor>)
+        .squeeze_dim(-1)
+        .clamp_max(vocab - 1)
 }

@@ -14,8 +14,20 @@ pub const EOS_ID: i64 = 2;
 const SPECIAL: [&str; 4] = [PAD, BOS_CHAT, EOS, UNK];
 const PUNCT: [&str; 10] = [" ", "\n", ":", "+", "-", "*", "=", "?", ".", ","];
 const WORDS: [&str; 14] = [
-    "user", "assistant", "system", "reverse", "the", "digits", "of", "compute", "what", "is", "plus", "minus",
-    "times", "answer",
+    "user",
+    "assistant",
+    "system",
+    "reverse",
+    "the",
+    "digits",
+    "of",
+    "compute",
+    "what",
+    "is",
+    "plus",
+    "minus",
+    "times",
+    "answer",
 ];
 
 /// Qwen-style template without a default system prompt (keeps prompts short).
@@ -24,7 +36,12 @@ pub const CHAT_TEMPLATE: &str = "{% for message in messages %}<|im_start|>{{ mes
 /// The tokens in id order.
 pub fn vocab() -> Vec<String> {
     let digits = (0..10).map(|d| d.to_string());
-    SPECIAL.iter().map(|s| s.to_string()).chain(digits).chain(PUNCT.iter().chain(WORDS.iter()).map(|s| s.to_string())).collect()
+    SPECIAL
+        .iter()
+        .map(|s| s.to_string())
+        .chain(digits)
+        .chain(PUNCT.iter().chain(WORDS.iter()).map(|s| s.to_string()))
+        .collect()
 }
 
 pub fn vocab_size() -> usize {
@@ -33,8 +50,11 @@ pub fn vocab_size() -> usize {
 
 /// The `tokenizer.json` document (WordLevel model, isolating split, fusing decoder).
 pub fn tokenizer_json() -> Value {
-    let vocab: serde_json::Map<String, Value> =
-        vocab().into_iter().enumerate().map(|(i, t)| (t, json!(i))).collect();
+    let vocab: serde_json::Map<String, Value> = vocab()
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (t, json!(i)))
+        .collect();
     let added: Vec<Value> = SPECIAL
         .iter()
         .enumerate()

@@ -22,7 +22,11 @@ pub struct Message {
 
 impl Message {
     pub fn new(role: &str, content: &str) -> Self {
-        Message { role: role.to_owned(), content: Json::String(content.to_owned()), extra: Map::new() }
+        Message {
+            role: role.to_owned(),
+            content: Json::String(content.to_owned()),
+            extra: Map::new(),
+        }
     }
     pub fn system(content: &str) -> Self {
         Self::new("system", content)
@@ -48,7 +52,12 @@ impl ChatTemplate {
     /// `{% generation %}`) are reported here.
     pub fn new(source: &str) -> Result<Self, Error> {
         let mut env = Environment::new();
-        env.set_syntax(SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build()?);
+        env.set_syntax(
+            SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()?,
+        );
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
@@ -72,12 +81,18 @@ impl ChatTemplate {
         for (k, v) in kwargs {
             ctx.insert(k.clone(), v.clone());
         }
-        let msgs = serde_json::to_value(messages).map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
+        let msgs = serde_json::to_value(messages)
+            .map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
         ctx.insert("messages".into(), msgs);
-        ctx.insert("add_generation_prompt".into(), Json::Bool(add_generation_prompt));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Json::Bool(add_generation_prompt),
+        );
         ctx.entry("tools").or_insert(Json::Null);
         ctx.entry("documents").or_insert(Json::Null);
-        self.env.get_template(NAME)?.render(Value::from(minijinja::value::Serde(&ctx)))
+        self.env
+            .get_template(NAME)?
+            .render(Value::from(minijinja::value::Serde(&ctx)))
     }
 }
 
@@ -87,9 +102,14 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;
-    let json = serde_json::to_value(value).map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
+    let json = serde_json::to_value(value)
+        .map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
     let mut out = String::new();
-    let opts = PyJson { indent, sort_keys: sort_keys.unwrap_or(false), ascii: ensure_ascii.unwrap_or(false) };
+    let opts = PyJson {
+        indent,
+        sort_keys: sort_keys.unwrap_or(false),
+        ascii: ensure_ascii.unwrap_or(false),
+    };
     opts.write(&json, 0, &mut out);
     Ok(Value::from_safe_string(out))
 }
@@ -108,18 +128,34 @@ impl PyJson {
             Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
             Json::Number(n) => out.push_str(&n.to_string()),
             Json::String(s) => self.string(s, out),
-            Json::Array(a) => self.seq(a.iter().map(|x| (None, x)).collect(), ('[', ']'), depth, out),
+            Json::Array(a) => self.seq(
+                a.iter().map(|x| (None, x)).collect(),
+                ('[', ']'),
+                depth,
+                out,
+            ),
             Json::Object(m) => {
                 let mut items: Vec<(&String, &Json)> = m.iter().collect();
                 if self.sort_keys {
                     items.sort_by(|a, b| a.0.cmp(b.0));
                 }
-                self.seq(items.into_iter().map(|(k, v)| (Some(k), v)).collect(), ('{', '}'), depth, out)
+                self.seq(
+                    items.into_iter().map(|(k, v)| (Some(k), v)).collect(),
+                    ('{', '}'),
+                    depth,
+                    out,
+                )
             }
         }
     }
 
-    fn seq(&self, items: Vec<(Option<&String>, &Json)>, (open, close): (char, char), depth: usize, out: &mut String) {
+    fn seq(
+        &self,
+        items: Vec<(Option<&String>, &Json)>,
+        (open, close): (char, char),
+        depth: usize,
+        out: &mut String,
+    ) {
         out.push(open);
         if items.is_empty() {
             out.push(close);
@@ -188,9 +224,29 @@ fn strftime_now(fmt: &str) -> Result<String, Error> {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    const MONTHS: [&str; 12] =
-        ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
-    const DAYS: [&str; 7] = ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"];
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
     let mname = MONTHS[(month - 1) as usize];
     let dname = DAYS[days.rem_euclid(7) as usize];
     let mut out = String::new();
@@ -214,7 +270,10 @@ fn strftime_now(fmt: &str) -> Result<String, Error> {
             Some('S') => out.push_str(&format!("{:02}", rem % 60)),
             Some('%') => out.push('%'),
             Some(other) => {
-                return Err(Error::new(ErrorKind::InvalidOperation, format!("strftime_now: unsupported code %{other}")));
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("strftime_now: unsupported code %{other}"),
+                ));
             }
             None => out.push('%'),
         }

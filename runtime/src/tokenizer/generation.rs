@@ -33,14 +33,37 @@ impl GenerationConfig {
         }
     }
 
+    /// Writes `generation_config.json` (e.g. next to a saved checkpoint, so transformers'
+    /// `generate()` stops where ours does).
+    pub fn save(&self, dir: &Path) -> Result<(), TokenizerError> {
+        let eos = match self.eos_token_ids.as_slice() {
+            [one] => serde_json::json!(one),
+            many => serde_json::json!(many),
+        };
+        let v = serde_json::json!({
+            "eos_token_id": eos,
+            "pad_token_id": self.pad_token_id,
+            "bos_token_id": self.bos_token_id,
+        });
+        let path = dir.join("generation_config.json");
+        let text = serde_json::to_string_pretty(&v).map_err(|e| TokenizerError::Config {
+            file: path.clone(),
+            msg: e.to_string(),
+        })?;
+        std::fs::write(&path, text + "\n").map_err(|e| TokenizerError::io(&path, e))
+    }
+
     /// `generation_config.json` of `dir`, else the token ids of its `config.json`, else empty.
     pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
         for name in ["generation_config.json", "config.json"] {
             let path = dir.join(name);
             if path.is_file() {
-                let text = std::fs::read_to_string(&path).map_err(|e| TokenizerError::io(&path, e))?;
-                let v: Value = serde_json::from_str(&text)
-                    .map_err(|e| TokenizerError::Config { file: path.clone(), msg: e.to_string() })?;
+                let text =
+                    std::fs::read_to_string(&path).map_err(|e| TokenizerError::io(&path, e))?;
+                let v: Value = serde_json::from_str(&text).map_err(|e| TokenizerError::Config {
+                    file: path.clone(),
+                    msg: e.to_string(),
+                })?;
                 return Ok(Self::from_json(&v));
             }
         }

@@ -20,14 +20,19 @@ pub use generation::GenerationConfig;
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error("{}: {source}", file.display())]
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: {msg}", file.display())]
     Config { file: PathBuf, msg: String },
     #[error("{}: no tokenizer.json (only fast tokenizers are supported)", dir.display())]
     NoTokenizer { dir: PathBuf },
     #[error("tokenizer `{path}`: {msg}")]
     Source { path: String, msg: String },
-    #[error("tokenizer has no chat template (tokenizer_config.json `chat_template` or chat_template.jinja)")]
+    #[error(
+        "tokenizer has no chat template (tokenizer_config.json `chat_template` or chat_template.jinja)"
+    )]
     NoChatTemplate,
     #[error("chat template: {0:#}")]
     Template(#[from] minijinja::Error),
@@ -39,7 +44,10 @@ pub enum TokenizerError {
 
 impl TokenizerError {
     pub(crate) fn io(file: &Path, source: std::io::Error) -> Self {
-        TokenizerError::Io { file: file.to_owned(), source }
+        TokenizerError::Io {
+            file: file.to_owned(),
+            source,
+        }
     }
 }
 
@@ -54,7 +62,10 @@ pub struct Tokenizer {
     pub eos_token_ids: Vec<i64>,
     /// Padding id: the tokenizer's pad token, else generation_config's, else the first EOS.
     pub pad_token_id: i64,
+    /// The generation ids as read (generation_config.json or config.json, or built in).
+    pub generation: GenerationConfig,
     config_json: Value,
+    chat_source: Option<String>,
 }
 
 /// A special token in tokenizer_config.json: a string or an AddedToken dict.
@@ -85,12 +96,26 @@ impl Tokenizer {
     pub fn from_pretrained(path: &str) -> Result<Self, TokenizerError> {
         match BuiltinUri::parse(path) {
             Some(uri) => {
-                let uri = uri.map_err(|msg| TokenizerError::Source { path: path.into(), msg })?;
+                let uri = uri.map_err(|msg| TokenizerError::Source {
+                    path: path.into(),
+                    msg,
+                })?;
                 if uri.name != "tiny" {
-                    return Err(TokenizerError::Source { path: path.into(), msg: "unknown builtin tokenizer".into() });
+                    return Err(TokenizerError::Source {
+                        path: path.into(),
+                        msg: "unknown builtin tokenizer".into(),
+                    });
                 }
-                Self::from_json(&builtin::tokenizer_json(), builtin::tokenizer_config_json(), None, &GenerationConfig::from_json(&builtin::generation_config_json()))
-                    .map_err(|msg| TokenizerError::Source { path: path.into(), msg })
+                Self::from_json(
+                    &builtin::tokenizer_json(),
+                    builtin::tokenizer_config_json(),
+                    None,
+                    &GenerationConfig::from_json(&builtin::generation_config_json()),
+                )
+                .map_err(|msg| TokenizerError::Source {
+                    path: path.into(),
+                    msg,
+                })
             }
             None => Self::from_dir(Path::new(path)),
         }
@@ -100,34 +125,67 @@ impl Tokenizer {
     pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let tok_path = dir.join("tokenizer.json");
         if !tok_path.is_file() {
-            return Err(TokenizerError::NoTokenizer { dir: dir.to_owned() });
+            return Err(TokenizerError::NoTokenizer {
+                dir: dir.to_owned(),
+            });
         }
-        let text = std::fs::read_to_string(&tok_path).map_err(|e| TokenizerError::io(&tok_path, e))?;
-        let tok_json: Value =
-            serde_json::from_str(&text).map_err(|e| TokenizerError::Config { file: tok_path.clone(), msg: e.to_string() })?;
+        let text =
+            std::fs::read_to_string(&tok_path).map_err(|e| TokenizerError::io(&tok_path, e))?;
+        let tok_json: Value = serde_json::from_str(&text).map_err(|e| TokenizerError::Config {
+            file: tok_path.clone(),
+            msg: e.to_string(),
+        })?;
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg = if cfg_path.is_file() {
-            let t = std::fs::read_to_string(&cfg_path).map_err(|e| TokenizerError::io(&cfg_path, e))?;
-            serde_json::from_str(&t).map_err(|e| TokenizerError::Config { file: cfg_path.clone(), msg: e.to_string() })?
+            let t =
+                std::fs::read_to_string(&cfg_path).map_err(|e| TokenizerError::io(&cfg_path, e))?;
+            serde_json::from_str(&t).map_err(|e| TokenizerError::Config {
+                file: cfg_path.clone(),
+                msg: e.to_string(),
+            })?
         } else {
             Value::Object(Map::new())
         };
         let jinja_path = dir.join("chat_template.jinja");
         let jinja = if jinja_path.is_file() {
-            Some(std::fs::read_to_string(&jinja_path).map_err(|e| TokenizerError::io(&jinja_path, e))?)
+            Some(
+                std::fs::read_to_string(&jinja_path)
+                    .map_err(|e| TokenizerError::io(&jinja_path, e))?,
+            )
         } else {
             None
         };
         let gen_cfg = GenerationConfig::from_dir(dir)?;
-        Self::from_json(&tok_json, cfg, jinja, &gen_cfg).map_err(|msg| TokenizerError::Config { file: tok_path, msg })
+        Self::from_json(&tok_json, cfg, jinja, &gen_cfg).map_err(|msg| TokenizerError::Config {
+            file: tok_path,
+            msg,
+        })
     }
 
-    fn from_json(tok: &Value, cfg: Value, jinja: Option<String>, gen_cfg: &GenerationConfig) -> Result<Self, String> {
-        let inner: tokenizers::Tokenizer = serde_json::from_value(tok.clone()).map_err(|e| e.to_string())?;
-        let source = jinja.or_else(|| default_template(&cfg));
-        let chat = source.map(|s| ChatTemplate::new(&s)).transpose().map_err(|e| format!("chat template: {e:#}"))?;
+    fn from_json(
+        tok: &Value,
+        cfg: Value,
+        jinja: Option<String>,
+        gen_cfg: &GenerationConfig,
+    ) -> Result<Self, String> {
+        let inner: tokenizers::Tokenizer =
+            serde_json::from_value(tok.clone()).map_err(|e| e.to_string())?;
+        let chat_source = jinja.or_else(|| default_template(&cfg));
+        let chat = chat_source
+            .as_deref()
+            .map(ChatTemplate::new)
+            .transpose()
+            .map_err(|e| format!("chat template: {e:#}"))?;
         let mut special = Map::new();
-        for key in ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"] {
+        for key in [
+            "bos_token",
+            "eos_token",
+            "unk_token",
+            "sep_token",
+            "pad_token",
+            "cls_token",
+            "mask_token",
+        ] {
             if let Some(s) = token_str(cfg.get(key)) {
                 special.insert(key.to_owned(), Value::String(s));
             }
@@ -144,7 +202,16 @@ impl Tokenizer {
             .or(gen_cfg.pad_token_id)
             .or(eos_token_ids.first().copied())
             .ok_or("no pad token, pad_token_id or EOS id to pad with")?;
-        Ok(Tokenizer { inner, chat, special, eos_token_ids, pad_token_id, config_json: cfg })
+        Ok(Tokenizer {
+            inner,
+            chat,
+            special,
+            eos_token_ids,
+            pad_token_id,
+            generation: gen_cfg.clone(),
+            config_json: cfg,
+            chat_source,
+        })
     }
 
     /// Number of ids, added tokens included.
@@ -161,7 +228,10 @@ impl Tokenizer {
     }
 
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<i64>, TokenizerError> {
-        let enc = self.inner.encode(text, add_special_tokens).map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
+        let enc = self
+            .inner
+            .encode(text, add_special_tokens)
+            .map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
         Ok(enc.get_ids().iter().map(|&i| i as i64).collect())
     }
 
@@ -169,9 +239,16 @@ impl Tokenizer {
         let size = self.vocab_size();
         let ids: Vec<u32> = ids
             .iter()
-            .map(|&id| u32::try_from(id).ok().filter(|&i| (i as usize) < size).ok_or(TokenizerError::BadId { id, size }))
+            .map(|&id| {
+                u32::try_from(id)
+                    .ok()
+                    .filter(|&i| (i as usize) < size)
+                    .ok_or(TokenizerError::BadId { id, size })
+            })
             .collect::<Result<_, _>>()?;
-        self.inner.decode(&ids, skip_special_tokens).map_err(|e| TokenizerError::Tokenizers(e.to_string()))
+        self.inner
+            .decode(&ids, skip_special_tokens)
+            .map_err(|e| TokenizerError::Tokenizers(e.to_string()))
     }
 
     /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=…, **kwargs)`.
@@ -193,18 +270,32 @@ impl Tokenizer {
         add_generation_prompt: bool,
         kwargs: &Map<String, Value>,
     ) -> Result<Vec<i64>, TokenizerError> {
-        self.encode(&self.apply_chat_template(messages, add_generation_prompt, kwargs)?, false)
+        self.encode(
+            &self.apply_chat_template(messages, add_generation_prompt, kwargs)?,
+            false,
+        )
     }
 
     /// Writes `tokenizer.json` and `tokenizer_config.json` (with the chat template) to `dir`,
-    /// e.g. next to a saved checkpoint.
+    /// e.g. next to a saved checkpoint; see also [`GenerationConfig::save`].
     pub fn save(&self, dir: &Path) -> Result<(), TokenizerError> {
         std::fs::create_dir_all(dir).map_err(|e| TokenizerError::io(dir, e))?;
         let tok_path = dir.join("tokenizer.json");
-        self.inner.save(&tok_path, true).map_err(|e| TokenizerError::Config { file: tok_path, msg: e.to_string() })?;
+        self.inner
+            .save(&tok_path, true)
+            .map_err(|e| TokenizerError::Config {
+                file: tok_path,
+                msg: e.to_string(),
+            })?;
         let cfg_path = dir.join("tokenizer_config.json");
-        let text = serde_json::to_string_pretty(&self.config_json)
-            .map_err(|e| TokenizerError::Config { file: cfg_path.clone(), msg: e.to_string() })?;
+        let mut cfg = self.config_json.clone();
+        if let (Some(obj), Some(src)) = (cfg.as_object_mut(), &self.chat_source) {
+            obj.insert("chat_template".into(), Value::String(src.clone()));
+        }
+        let text = serde_json::to_string_pretty(&cfg).map_err(|e| TokenizerError::Config {
+            file: cfg_path.clone(),
+            msg: e.to_string(),
+        })?;
         std::fs::write(&cfg_path, text).map_err(|e| TokenizerError::io(&cfg_path, e))
     }
 }

@@ -10,7 +10,12 @@ use runtime::tokenizer::Tokenizer;
 
 fn samples(addr: &str) -> Vec<Sample> {
     let uri = BuiltinUri::parse(addr).unwrap().unwrap();
-    rows(&uri).unwrap().into_iter().enumerate().map(|(i, r)| Sample::from_row(r, "prompt", "data_source", i).unwrap()).collect()
+    rows(&uri)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| Sample::from_row(r, "prompt", "data_source", i).unwrap())
+        .collect()
 }
 
 #[test]
@@ -18,13 +23,33 @@ fn digit_reversal_splits() {
     let train = samples("builtin://digit_reversal?split=train");
     let test = samples("builtin://digit_reversal?split=test");
     assert_eq!((train.len(), test.len()), (8192, 256));
-    assert_eq!(samples("builtin://digit_reversal?split=test"), test, "deterministic");
-    let test_prompts: HashSet<String> = test.iter().map(|s| s.prompt[0].content.as_str().unwrap().to_owned()).collect();
-    assert!(train.iter().all(|s| !test_prompts.contains(s.prompt[0].content.as_str().unwrap())), "disjoint splits");
+    assert_eq!(
+        samples("builtin://digit_reversal?split=test"),
+        test,
+        "deterministic"
+    );
+    let test_prompts: HashSet<String> = test
+        .iter()
+        .map(|s| s.prompt[0].content.as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        train
+            .iter()
+            .all(|s| !test_prompts.contains(s.prompt[0].content.as_str().unwrap())),
+        "disjoint splits"
+    );
     for s in train.iter().take(50) {
-        let digits = s.prompt[0].content.as_str().unwrap().strip_prefix("reverse ").unwrap();
+        let digits = s.prompt[0]
+            .content
+            .as_str()
+            .unwrap()
+            .strip_prefix("reverse ")
+            .unwrap();
         assert!((2..=5).contains(&digits.len()));
-        assert_eq!(s.ground_truth_str(), digits.chars().rev().collect::<String>());
+        assert_eq!(
+            s.ground_truth_str(),
+            digits.chars().rev().collect::<String>()
+        );
         assert_eq!(s.data_source, "builtin/digit_reversal");
         assert_eq!(s.reward_model.style.as_deref(), Some("rule"));
     }
@@ -38,7 +63,13 @@ fn digit_reversal_splits() {
 #[test]
 fn arithmetic_answers_are_right() {
     for s in samples("builtin://arithmetic?split=test&ops=+-*&max_operand=20") {
-        let expr = s.prompt[0].content.as_str().unwrap().strip_prefix("compute ").unwrap().to_owned();
+        let expr = s.prompt[0]
+            .content
+            .as_str()
+            .unwrap()
+            .strip_prefix("compute ")
+            .unwrap()
+            .to_owned();
         let op = expr.chars().find(|c| "+-*".contains(*c)).unwrap();
         let (a, b) = expr.split_once(op).unwrap();
         let (a, b): (i64, i64) = (a.parse().unwrap(), b.parse().unwrap());
@@ -54,9 +85,18 @@ fn arithmetic_answers_are_right() {
 
 #[test]
 fn rule_rewards() {
-    assert_eq!(compute_score("builtin/digit_reversal", " 54321\n", "54321"), Some(1.0));
-    assert_eq!(compute_score("builtin/digit_reversal", "54300", "54321"), Some(0.5 * 3.0 / 5.0));
-    assert_eq!(compute_score("builtin/digit_reversal", "5432100000", "54321"), Some(0.5 * 5.0 / 10.0));
+    assert_eq!(
+        compute_score("builtin/digit_reversal", " 54321\n", "54321"),
+        Some(1.0)
+    );
+    assert_eq!(
+        compute_score("builtin/digit_reversal", "54300", "54321"),
+        Some(0.5 * 3.0 / 5.0)
+    );
+    assert_eq!(
+        compute_score("builtin/digit_reversal", "5432100000", "54321"),
+        Some(0.5 * 5.0 / 10.0)
+    );
     assert_eq!(compute_score("builtin/arithmetic", "", "46"), Some(0.0));
     assert_eq!(compute_score("openai/gsm8k", "72", "72"), None);
 }
@@ -67,8 +107,21 @@ fn quickstart_prompts_fit_with_the_tiny_tokenizer() {
     for task in ["digit_reversal", "arithmetic"] {
         for split in ["train", "test"] {
             let addr = format!("builtin://{task}?split={split}");
-            let ds = RlDataset::load(&[addr], &tok, &DatasetOptions { max_prompt_length: 32, ..DatasetOptions::default() }).unwrap();
-            assert!(ds.items.iter().all(|i| i.input_ids.len() <= 32 && !i.input_ids.contains(&3)), "{task}/{split}: no <unk>");
+            let ds = RlDataset::load(
+                &[addr],
+                &tok,
+                &DatasetOptions {
+                    max_prompt_length: 32,
+                    ..DatasetOptions::default()
+                },
+            )
+            .unwrap();
+            assert!(
+                ds.items
+                    .iter()
+                    .all(|i| i.input_ids.len() <= 32 && !i.input_ids.contains(&3)),
+                "{task}/{split}: no <unk>"
+            );
         }
     }
 }
@@ -77,9 +130,25 @@ fn quickstart_prompts_fit_with_the_tiny_tokenizer() {
 fn bad_addresses() {
     let e = rows(&BuiltinUri::parse("builtin://sorting").unwrap().unwrap()).unwrap_err();
     assert!(e.contains("unknown builtin dataset `sorting`"), "{e}");
-    let e = rows(&BuiltinUri::parse("builtin://digit_reversal?split=dev").unwrap().unwrap()).unwrap_err();
+    let e = rows(
+        &BuiltinUri::parse("builtin://digit_reversal?split=dev")
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap_err();
     assert!(e.contains("split must be train or test"), "{e}");
-    let e = rows(&BuiltinUri::parse("builtin://digit_reversal?split=train&min_digits=1&max_digits=1&size=50").unwrap().unwrap()).unwrap_err();
+    let e = rows(
+        &BuiltinUri::parse(
+            "builtin://digit_reversal?split=train&min_digits=1&max_digits=1&size=50",
+        )
+        .unwrap()
+        .unwrap(),
+    )
+    .unwrap_err();
     assert!(e.contains("cannot draw 50 distinct"), "{e}");
-    assert!(BuiltinUri::parse("builtin://digit_reversal?split").unwrap().is_err());
+    assert!(
+        BuiltinUri::parse("builtin://digit_reversal?split")
+            .unwrap()
+            .is_err()
+    );
 }

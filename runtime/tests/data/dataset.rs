@@ -9,7 +9,10 @@ use crate::parquet_dir;
 
 fn files() -> Vec<String> {
     let d = parquet_dir();
-    vec![d.join("train.parquet").display().to_string(), d.join("other.parquet").display().to_string()]
+    vec![
+        d.join("train.parquet").display().to_string(),
+        d.join("other.parquet").display().to_string(),
+    ]
 }
 
 #[test]
@@ -17,7 +20,10 @@ fn truncation_modes() {
     let ids: Vec<i64> = (0..10).collect();
     assert_eq!(truncate(&ids, 4, Truncation::Left), Some(vec![6, 7, 8, 9]));
     assert_eq!(truncate(&ids, 4, Truncation::Right), Some(vec![0, 1, 2, 3]));
-    assert_eq!(truncate(&ids, 5, Truncation::Middle), Some(vec![0, 1, 7, 8, 9]));
+    assert_eq!(
+        truncate(&ids, 5, Truncation::Middle),
+        Some(vec![0, 1, 7, 8, 9])
+    );
     assert_eq!(truncate(&ids, 4, Truncation::Error), None);
     assert_eq!(truncate(&ids, 10, Truncation::Error), Some(ids.clone()));
     let t: Truncation = serde_json::from_str("\"middle\"").unwrap();
@@ -27,35 +33,102 @@ fn truncation_modes() {
 #[test]
 fn overlong_prompts_error_filter_or_truncate() {
     let tok = Tokenizer::from_pretrained("builtin://tiny").unwrap();
-    let base = DatasetOptions { max_prompt_length: 40, ..DatasetOptions::default() };
-    let e = RlDataset::load(&files(), &tok, &base).unwrap_err().to_string();
-    assert!(e.contains("train.parquet: row 0") && e.contains("max_prompt_length = 40"), "{e}");
+    let base = DatasetOptions {
+        max_prompt_length: 40,
+        ..DatasetOptions::default()
+    };
+    let e = RlDataset::load(&files(), &tok, &base)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("train.parquet: row 0") && e.contains("max_prompt_length = 40"),
+        "{e}"
+    );
 
-    let filtered = RlDataset::load(&files(), &tok, &DatasetOptions { filter_overlong_prompts: true, ..base.clone() }).unwrap();
+    let filtered = RlDataset::load(
+        &files(),
+        &tok,
+        &DatasetOptions {
+            filter_overlong_prompts: true,
+            ..base.clone()
+        },
+    )
+    .unwrap();
     assert!(filtered.filtered >= 1);
     assert_eq!(filtered.len() + filtered.filtered, 7);
     assert!(filtered.items.iter().all(|it| it.input_ids.len() <= 40));
     let long = filtered.items.iter().find(|it| it.sample.index == 7);
     assert!(long.is_none(), "the 280-character prompt is dropped");
 
-    let left = RlDataset::load(&files(), &tok, &DatasetOptions { truncation: Truncation::Left, ..base.clone() }).unwrap();
+    let left = RlDataset::load(
+        &files(),
+        &tok,
+        &DatasetOptions {
+            truncation: Truncation::Left,
+            ..base.clone()
+        },
+    )
+    .unwrap();
     assert_eq!(left.len(), 7);
     let item = &left.items[2];
     assert_eq!(item.input_ids.len(), 40);
-    let tail = tok.encode("<|im_end|>\n<|im_start|>assistant\n", false).unwrap();
-    assert!(item.input_ids.ends_with(&tail), "left truncation keeps the generation prompt");
-    assert_eq!((item.source.ends_with("train.parquet"), item.row), (true, 2));
+    let tail = tok
+        .encode("<|im_end|>\n<|im_start|>assistant\n", false)
+        .unwrap();
+    assert!(
+        item.input_ids.ends_with(&tail),
+        "left truncation keeps the generation prompt"
+    );
+    assert_eq!(
+        (item.source.ends_with("train.parquet"), item.row),
+        (true, 2)
+    );
 }
 
 #[test]
 fn max_samples_subsets() {
     let tok = Tokenizer::from_pretrained("builtin://tiny").unwrap();
-    let opts = DatasetOptions { max_prompt_length: 512, max_samples: Some(3), shuffle: false, ..DatasetOptions::default() };
+    let opts = DatasetOptions {
+        max_prompt_length: 512,
+        max_samples: Some(3),
+        shuffle: false,
+        ..DatasetOptions::default()
+    };
     let first = RlDataset::load(&files(), &tok, &opts).unwrap();
-    assert_eq!(first.items.iter().map(|i| i.sample.index).collect::<Vec<_>>(), vec![0, 1, 7]);
-    let a = RlDataset::load(&files(), &tok, &DatasetOptions { shuffle: true, seed: 5, ..opts.clone() }).unwrap();
-    let b = RlDataset::load(&files(), &tok, &DatasetOptions { shuffle: true, seed: 5, ..opts.clone() }).unwrap();
-    let idx = |d: &RlDataset| d.items.iter().map(|i| (i.source.clone(), i.row)).collect::<Vec<_>>();
+    assert_eq!(
+        first
+            .items
+            .iter()
+            .map(|i| i.sample.index)
+            .collect::<Vec<_>>(),
+        vec![0, 1, 7]
+    );
+    let a = RlDataset::load(
+        &files(),
+        &tok,
+        &DatasetOptions {
+            shuffle: true,
+            seed: 5,
+            ..opts.clone()
+        },
+    )
+    .unwrap();
+    let b = RlDataset::load(
+        &files(),
+        &tok,
+        &DatasetOptions {
+            shuffle: true,
+            seed: 5,
+            ..opts.clone()
+        },
+    )
+    .unwrap();
+    let idx = |d: &RlDataset| {
+        d.items
+            .iter()
+            .map(|i| (i.source.clone(), i.row))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(a.len(), 3);
     assert_eq!(idx(&a), idx(&b), "seeded subset is reproducible");
 }

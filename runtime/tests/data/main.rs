@@ -13,5 +13,6 @@ use std::path::PathBuf;
 /// Output directory of `data_oracle.py parquet`.
 pub fn parquet_dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| oracle::cached_with(&oracle::script_named("data_oracle.py"), "parquet", &[])).clone()
+    DIR.get_or_init(|| oracle::cached_with(&oracle::script_named("data_oracle.py"), "parquet", &[]))
+        .clone()
 }

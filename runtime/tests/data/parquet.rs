@@ -21,13 +21,19 @@ fn every_field_round_trips() {
 fn rows_become_typed_samples() {
     let dir = parquet_dir();
     let rows = read_rows(dir.join("train.parquet").to_str().unwrap()).unwrap();
-    let samples: Vec<Sample> =
-        rows.into_iter().enumerate().map(|(i, r)| Sample::from_row(r, "prompt", "data_source", i).unwrap()).collect();
+    let samples: Vec<Sample> = rows
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| Sample::from_row(r, "prompt", "data_source", i).unwrap())
+        .collect();
     assert_eq!(samples.len(), 5);
     let s = &samples[1];
     assert_eq!(s.data_source, "openai/gsm8k");
     assert_eq!(s.prompt.len(), 2);
-    assert_eq!((s.prompt[0].role.as_str(), s.prompt[0].content.as_str()), ("system", Some("You are a careful solver.\nShow work.")));
+    assert_eq!(
+        (s.prompt[0].role.as_str(), s.prompt[0].content.as_str()),
+        ("system", Some("You are a careful solver.\nShow work."))
+    );
     assert!(s.prompt[1].content.as_str().unwrap().contains("ünïcödé ✓"));
     assert_eq!(s.reward_model.style.as_deref(), Some("rule"));
     assert_eq!(s.ground_truth_str(), "10");
@@ -38,9 +44,15 @@ fn rows_become_typed_samples() {
 
     let rows = read_rows(dir.join("other.parquet").to_str().unwrap()).unwrap();
     let s0 = Sample::from_row(rows[0].clone(), "prompt", "data_source", 0).unwrap();
-    assert_eq!(s0.index, 0, "null extra_info.index falls back to the row number");
+    assert_eq!(
+        s0.index, 0,
+        "null extra_info.index falls back to the row number"
+    );
     assert_eq!(s0.ability, None);
-    assert_eq!(s0.reward_model.ground_truth["target"][1], "William Shakespeare");
+    assert_eq!(
+        s0.reward_model.ground_truth["target"][1],
+        "William Shakespeare"
+    );
     let s1 = Sample::from_row(rows[1].clone(), "prompt", "data_source", 1).unwrap();
     assert_eq!(s1.extra_info["tools_kwargs"]["search"]["k"], 3);
 }
@@ -69,10 +81,18 @@ fn json_and_jsonl_files_read_like_parquet() {
     let arr = scratch.join("rows.json");
     std::fs::write(&arr, want.to_string()).unwrap();
     let lines = scratch.join("rows.jsonl");
-    let text: Vec<String> = want.as_array().unwrap().iter().map(|v| v.to_string()).collect();
+    let text: Vec<String> = want
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
     std::fs::write(&lines, text.join("\n")).unwrap();
     for p in [arr, lines] {
         let rows = read_rows(p.to_str().unwrap()).unwrap();
-        assert_eq!(Value::Array(rows.into_iter().map(Value::Object).collect()), want);
+        assert_eq!(
+            Value::Array(rows.into_iter().map(Value::Object).collect()),
+            want
+        );
     }
 }

@@ -16,7 +16,11 @@ fn epochs_are_permutations_that_differ() {
     assert_eq!(e0.iter().collect::<BTreeSet<_>>().len(), 9);
     assert_ne!(e0, e1);
     let mut again = BatchSampler::new(10, 3, true, 7, true).unwrap();
-    assert_eq!((0..3).flat_map(|_| again.next_batch()).collect::<Vec<_>>(), e0, "seeded");
+    assert_eq!(
+        (0..3).flat_map(|_| again.next_batch()).collect::<Vec<_>>(),
+        e0,
+        "seeded"
+    );
 }
 
 #[test]
@@ -40,5 +44,8 @@ fn resumes_from_saved_state() {
     assert_eq!(got, expected);
     let e = BatchSampler::resume(state, 12).unwrap_err().to_string();
     assert!(e.contains("13 samples") && e.contains("12"), "{e}");
-    assert!(BatchSampler::new(3, 4, true, 0, true).is_err(), "no full batch");
+    assert!(
+        BatchSampler::new(3, 4, true, 0, true).is_err(),
+        "no full batch"
+    );
 }

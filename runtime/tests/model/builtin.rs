@@ -5,9 +5,15 @@ use tch::Device;
 
 #[test]
 fn tiny_is_a_small_qwen2_matching_its_tokenizer() {
-    let cfg = ModelSource::parse("builtin://tiny").unwrap().config().unwrap();
+    let cfg = ModelSource::parse("builtin://tiny")
+        .unwrap()
+        .config()
+        .unwrap();
     assert_eq!(cfg.model_type, "qwen2");
-    assert_eq!(cfg.vocab_size as usize, runtime::tokenizer::builtin::vocab_size());
+    assert_eq!(
+        cfg.vocab_size as usize,
+        runtime::tokenizer::builtin::vocab_size()
+    );
     assert!(cfg.tie_word_embeddings);
     let n = cfg.num_parameters();
     assert!((300_000..2_000_000).contains(&n), "{n} parameters");
@@ -18,9 +24,27 @@ fn tiny_is_a_small_qwen2_matching_its_tokenizer() {
 
 #[test]
 fn seeded_init_is_deterministic_and_seed_dependent() {
-    let a = from_pretrained("builtin://tiny?layers=2&hidden=64", Device::Cpu, Precision::Fp32, 11).unwrap();
-    let b = from_pretrained("builtin://tiny?layers=2&hidden=64", Device::Cpu, Precision::Fp32, 11).unwrap();
-    let c = from_pretrained("builtin://tiny?layers=2&hidden=64", Device::Cpu, Precision::Fp32, 12).unwrap();
+    let a = from_pretrained(
+        "builtin://tiny?layers=2&hidden=64",
+        Device::Cpu,
+        Precision::Fp32,
+        11,
+    )
+    .unwrap();
+    let b = from_pretrained(
+        "builtin://tiny?layers=2&hidden=64",
+        Device::Cpu,
+        Precision::Fp32,
+        11,
+    )
+    .unwrap();
+    let c = from_pretrained(
+        "builtin://tiny?layers=2&hidden=64",
+        Device::Cpu,
+        Precision::Fp32,
+        12,
+    )
+    .unwrap();
     let (va, vb, vc) = (a.vs.variables(), b.vs.variables(), c.vs.variables());
     let w = "model.layers.1.mlp.up_proj.weight";
     assert!(va[w].equal(&vb[w]));
@@ -28,15 +52,30 @@ fn seeded_init_is_deterministic_and_seed_dependent() {
     let std = va[w].std(true).double_value(&[]);
     assert!((std - 0.02).abs() < 0.002, "std {std}");
     assert!(va["model.norm.weight"].equal(&va["model.norm.weight"].ones_like()));
-    assert!(va["model.layers.0.self_attn.q_proj.bias"].equal(&va["model.layers.0.self_attn.q_proj.bias"].zeros_like()));
+    assert!(
+        va["model.layers.0.self_attn.q_proj.bias"]
+            .equal(&va["model.layers.0.self_attn.q_proj.bias"].zeros_like())
+    );
 }
 
 #[test]
 fn bad_builtin_addresses_are_explained() {
-    let e = ModelSource::parse("builtin://huge").unwrap().config().unwrap_err().to_string();
+    let e = ModelSource::parse("builtin://huge")
+        .unwrap()
+        .config()
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unknown builtin model `huge`"), "{e}");
-    let e = ModelSource::parse("builtin://tiny?layer=3").unwrap().config().unwrap_err().to_string();
+    let e = ModelSource::parse("builtin://tiny?layer=3")
+        .unwrap()
+        .config()
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unknown parameter `layer`"), "{e}");
-    let e = ModelSource::parse("builtin://tiny?hidden=abc").unwrap().config().unwrap_err().to_string();
+    let e = ModelSource::parse("builtin://tiny?hidden=abc")
+        .unwrap()
+        .config()
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("invalid value `abc` for `hidden`"), "{e}");
 }

@@ -11,22 +11,53 @@ use crate::oracle::{self, get};
 fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
     let dir = oracle::models();
     for (arch, shard_bytes) in [("llama", u64::MAX), ("qwen3", 20_000)] {
-        let m = from_pretrained(dir.join(arch).to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+        let m = from_pretrained(
+            dir.join(arch).to_str().unwrap(),
+            Device::Cpu,
+            Precision::Fp32,
+            0,
+        )
+        .unwrap();
         let out = oracle::scratch(&format!("save-{arch}"));
         let class = m.config.arch().unwrap().causal_lm_class();
-        save_pretrained(&m.vs, &m.config, class, &out, &SaveOptions { max_shard_bytes: shard_bytes, dtype: None }).unwrap();
+        save_pretrained(
+            &m.vs,
+            &m.config,
+            class,
+            &out,
+            &SaveOptions {
+                max_shard_bytes: shard_bytes,
+                dtype: None,
+            },
+        )
+        .unwrap();
         let ckpt = Checkpoint::open(&out).unwrap();
-        assert_eq!(ckpt.index.is_some(), shard_bytes != u64::MAX, "{arch}: sharding as requested");
+        assert_eq!(
+            ckpt.index.is_some(),
+            shard_bytes != u64::MAX,
+            "{arch}: sharding as requested"
+        );
         let refs = dir.join(format!("{arch}_ref.safetensors"));
         let hf = oracle::verify(&out, "causal", &refs);
         let r = oracle::read(&refs);
-        let d = oracle::max_abs_diff_masked(get(&hf, "logits"), get(&r, "logits"), get(&r, "attention_mask"));
-        assert!(d <= 1e-6, "{arch}: transformers on our checkpoint differs by {d}");
+        let d = oracle::max_abs_diff_masked(
+            get(&hf, "logits"),
+            get(&r, "logits"),
+            get(&r, "attention_mask"),
+        );
+        assert!(
+            d <= 1e-6,
+            "{arch}: transformers on our checkpoint differs by {d}"
+        );
 
         // And our own loader reads the result back bit for bit.
         let back = from_pretrained(out.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
         for (name, t) in m.vs.variables() {
-            let u = back.vs.variables().remove(&name).unwrap_or_else(|| panic!("{arch}: {name} missing after reload"));
+            let u = back
+                .vs
+                .variables()
+                .remove(&name)
+                .unwrap_or_else(|| panic!("{arch}: {name} missing after reload"));
             assert!(t.equal(&u), "{arch}: {name} changed in the round trip");
         }
     }
@@ -35,29 +66,64 @@ fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
 #[test]
 fn value_model_round_trips_through_transformers() {
     let dir = oracle::models();
-    let v = value_from_pretrained(dir.join("qwen2").to_str().unwrap(), Device::Cpu, Precision::Fp32, 5).unwrap();
-    assert_eq!(v.report.missing, vec!["score.bias".to_owned(), "score.weight".to_owned()]);
-    assert!(v.report.unexpected.is_empty(), "tied qwen2 has no lm_head: {:?}", v.report.unexpected);
+    let v = value_from_pretrained(
+        dir.join("qwen2").to_str().unwrap(),
+        Device::Cpu,
+        Precision::Fp32,
+        5,
+    )
+    .unwrap();
+    assert_eq!(
+        v.report.missing,
+        vec!["score.bias".to_owned(), "score.weight".to_owned()]
+    );
+    assert!(
+        v.report.unexpected.is_empty(),
+        "tied qwen2 has no lm_head: {:?}",
+        v.report.unexpected
+    );
     let score_std = v.vs.variables()["score.weight"].std(true).double_value(&[]);
-    assert!((score_std - 0.15).abs() < 0.06, "fresh score head drawn with initializer_range, std {score_std}");
+    assert!(
+        (score_std - 0.15).abs() < 0.06,
+        "fresh score head drawn with initializer_range, std {score_std}"
+    );
     let out = oracle::scratch("save-value");
     let class = v.config.arch().unwrap().value_class();
     save_pretrained(&v.vs, &v.config, class, &out, &SaveOptions::default()).unwrap();
     let refs = dir.join("qwen2_ref.safetensors");
     let r = oracle::read(&refs);
-    let ours = tch::no_grad(|| v.model.forward(get(&r, "input_ids"), get(&r, "position_ids"), Some(get(&r, "attention_mask"))));
+    let ours = tch::no_grad(|| {
+        v.model.forward(
+            get(&r, "input_ids"),
+            get(&r, "position_ids"),
+            Some(get(&r, "attention_mask")),
+        )
+    });
     let hf = oracle::verify(&out, "value", &refs);
     let d = oracle::max_abs_diff_masked(&ours, get(&hf, "values"), get(&r, "attention_mask"));
-    assert!(d <= 1e-5, "values differ from transformers' token classification by {d}");
+    assert!(
+        d <= 1e-5,
+        "values differ from transformers' token classification by {d}"
+    );
 }
 
 #[test]
 fn bf16_save_keeps_dtype_and_declares_it() {
-    let m = from_pretrained("builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1", Device::Cpu, Precision::Fp32, 1).unwrap();
+    let m = from_pretrained(
+        "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
+        Device::Cpu,
+        Precision::Fp32,
+        1,
+    )
+    .unwrap();
     let out = oracle::scratch("save-bf16");
-    let opts = SaveOptions { dtype: Some(Kind::BFloat16), ..SaveOptions::default() };
+    let opts = SaveOptions {
+        dtype: Some(Kind::BFloat16),
+        ..SaveOptions::default()
+    };
     save_pretrained(&m.vs, &m.config, "Qwen2ForCausalLM", &out, &opts).unwrap();
-    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(cfg["torch_dtype"], "bfloat16");
     assert_eq!(cfg["architectures"][0], "Qwen2ForCausalLM");
     let back = from_pretrained(out.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
@@ -66,4 +132,75 @@ fn bf16_save_keeps_dtype_and_declares_it() {
         let expected = t.to_kind(Kind::BFloat16).to_kind(Kind::Float);
         assert!(expected.equal(u), "{name}: bf16 round trip");
     }
+}
+
+#[test]
+fn tensor_parallel_shard_hints_load_slices() {
+    use runtime::model::load::{LoadOptions, Shard, load_weights};
+    let dir = oracle::models().join("qwen2");
+    let full = oracle::read(&dir.join("model.safetensors"));
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let attn = vs.root() / "model" / "layers" / 0 / "self_attn";
+    let q = (&attn / "q_proj").zeros("weight", &[32, 64]);
+    let o = (&attn / "o_proj").zeros("weight", &[64, 32]);
+    let hint = |name: &str| {
+        if name.ends_with("q_proj.weight") {
+            Some(Shard {
+                dim: 0,
+                rank: 1,
+                world_size: 2,
+            })
+        } else if name.ends_with("o_proj.weight") {
+            Some(Shard {
+                dim: 1,
+                rank: 1,
+                world_size: 2,
+            })
+        } else {
+            None
+        }
+    };
+    let ckpt = Checkpoint::open(&dir).unwrap();
+    let report = load_weights(
+        &vs,
+        &ckpt,
+        &LoadOptions {
+            shard: Some(&hint),
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(report.loaded, 2);
+    assert!(
+        report.unexpected.len() > 10,
+        "the rest of the checkpoint is reported, not loaded"
+    );
+    assert!(
+        q.equal(&oracle::get(&full, "model.layers.0.self_attn.q_proj.weight").narrow(0, 32, 32))
+    );
+    assert!(
+        o.equal(&oracle::get(&full, "model.layers.0.self_attn.o_proj.weight").narrow(1, 32, 32))
+    );
+
+    let bad = |_: &str| {
+        Some(Shard {
+            dim: 0,
+            rank: 0,
+            world_size: 3,
+        })
+    };
+    let e = load_weights(
+        &vs,
+        &ckpt,
+        &LoadOptions {
+            shard: Some(&bad),
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("cannot shard tensor") && e.contains("model.safetensors"),
+        "{e}"
+    );
 }

@@ -32,35 +32,52 @@ fn truncated_file_names_file_and_tensor() {
     std::fs::write(&file, &bytes[..bytes.len() - 100]).unwrap();
     let e = load_err(&dir);
     assert!(e.contains(&file.display().to_string()), "{e}");
-    assert!(e.contains("truncated") && e.contains("tensor `model."), "{e}");
+    assert!(
+        e.contains("truncated") && e.contains("tensor `model."),
+        "{e}"
+    );
 }
 
 #[test]
 fn garbage_header_names_file() {
     let dir = copy_dir(&oracle::models().join("qwen2"), "garbage");
     let file = dir.join("model.safetensors");
-    std::fs::write(&file, b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!rest").unwrap();
+    std::fs::write(
+        &file,
+        b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!rest",
+    )
+    .unwrap();
     let e = load_err(&dir);
-    assert!(e.contains(&file.display().to_string()) && e.contains("corrupt"), "{e}");
+    assert!(
+        e.contains(&file.display().to_string()) && e.contains("corrupt"),
+        "{e}"
+    );
 }
 
 #[test]
 fn shape_mismatch_names_tensor() {
     let dir = copy_dir(&oracle::models().join("qwen2"), "shape");
     let cfg_path = dir.join("config.json");
-    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
     cfg["intermediate_size"] = 96.into();
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
     let e = load_err(&dir);
-    assert!(e.contains("mlp.") && e.contains("has shape") && e.contains("model.safetensors"), "{e}");
+    assert!(
+        e.contains("mlp.") && e.contains("has shape") && e.contains("model.safetensors"),
+        "{e}"
+    );
 }
 
 #[test]
 fn missing_tensor_is_named() {
     let dir = copy_dir(&oracle::models().join("qwen2"), "missing");
     let file = dir.join("model.safetensors");
-    let kept: Vec<(String, Tensor)> =
-        Tensor::read_safetensors(&file).unwrap().into_iter().filter(|(n, _)| n != "model.norm.weight").collect();
+    let kept: Vec<(String, Tensor)> = Tensor::read_safetensors(&file)
+        .unwrap()
+        .into_iter()
+        .filter(|(n, _)| n != "model.norm.weight")
+        .collect();
     Tensor::write_safetensors(&kept, &file).unwrap();
     let e = load_err(&dir);
     assert!(e.contains("no tensor `model.norm.weight`"), "{e}");
@@ -72,26 +89,38 @@ fn sharded_index_problems_name_shard_and_tensor() {
     let dir = copy_dir(&src, "lost-shard");
     std::fs::remove_file(dir.join("model-00003-of-00016.safetensors")).unwrap();
     let e = load_err(&dir);
-    assert!(e.contains("model.safetensors.index.json") && e.contains("model-00003-of-00016.safetensors"), "{e}");
+    assert!(
+        e.contains("model.safetensors.index.json")
+            && e.contains("model-00003-of-00016.safetensors"),
+        "{e}"
+    );
 
     let dir = copy_dir(&src, "bad-index");
     let idx_path = dir.join("model.safetensors.index.json");
-    let mut idx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&idx_path).unwrap()).unwrap();
+    let mut idx: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&idx_path).unwrap()).unwrap();
     idx["weight_map"]["model.layers.9.ghost.weight"] = "model-00002-of-00016.safetensors".into();
     std::fs::write(&idx_path, idx.to_string()).unwrap();
     let e = load_err(&dir);
-    assert!(e.contains("model.layers.9.ghost.weight") && e.contains("model-00002-of-00016.safetensors"), "{e}");
+    assert!(
+        e.contains("model.layers.9.ghost.weight") && e.contains("model-00002-of-00016.safetensors"),
+        "{e}"
+    );
 }
 
 #[test]
 fn unsupported_architecture_names_config() {
     let dir = copy_dir(&oracle::models().join("qwen2"), "arch");
     let cfg_path = dir.join("config.json");
-    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
     cfg["model_type"] = "gpt2".into();
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
     let e = load_err(&dir);
-    assert!(e.contains("config.json") && e.contains("model_type `gpt2`"), "{e}");
+    assert!(
+        e.contains("config.json") && e.contains("model_type `gpt2`"),
+        "{e}"
+    );
     let e = load_err(&oracle::scratch("empty"));
     assert!(e.contains("config.json"), "{e}");
 }

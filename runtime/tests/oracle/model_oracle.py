@@ -2,7 +2,8 @@
 
 Usage:
   model_oracle.py models OUTDIR
-      Creates randomly initialised tiny Llama / Qwen2 / Qwen3 checkpoints with
+      Creates randomly initialised tiny Llama / Qwen2 / Qwen3 checkpoints (RoPE default, linear,
+      dynamic, llama3 and yarn) with
       save_pretrained in OUTDIR/<arch>/ (Llama sharded with an index) and writes
         OUTDIR/<arch>_ref.safetensors  padded batch inputs and fp32 logits, an unpadded batch
         OUTDIR/<arch>_greedy.json      left-padded prompts and transformers' greedy generate()
@@ -59,7 +60,26 @@ def arch_configs():
             ),
             "12KB",
         ),
-        "qwen2": (Qwen2Config(**common, num_key_value_heads=2, rope_theta=1e6, tie_word_embeddings=True), None),
+        "qwen2": (
+            Qwen2Config(
+                **common,
+                num_key_value_heads=2,
+                rope_theta=1e6,
+                rope_scaling={"rope_type": "linear", "factor": 2.0},
+                tie_word_embeddings=True,
+            ),
+            None,
+        ),
+        # Dynamic NTK scaling only acts beyond max_position_embeddings (8 < 12 positions here).
+        "llama_dynamic": (
+            LlamaConfig(
+                **{**common, "max_position_embeddings": 8},
+                num_key_value_heads=4,
+                rope_scaling={"rope_type": "dynamic", "factor": 2.0},
+                tie_word_embeddings=False,
+            ),
+            None,
+        ),
         "qwen3": (
             Qwen3Config(
                 **common,
@@ -141,6 +161,8 @@ def models(out):
             os.path.join(out, f"{arch}_ref.safetensors"),
         )
         prompts = [torch.randint(3, 128, (n,), generator=gen).tolist() for n in (6, 3, 9, 1)]
+        if arch == "llama_dynamic":
+            continue  # transformers caches grown frequencies across generate steps; logits only
         with torch.no_grad():
             free = greedy(model, prompts, 16, None, 0)
             eos = free[0][5]

@@ -15,7 +15,9 @@ pub fn script() -> PathBuf {
 }
 
 pub fn script_named(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/oracle")
+        .join(name)
 }
 
 /// The venv's python, failing with a pointer to scripts/setup when it is missing.
@@ -40,10 +42,14 @@ pub fn cached(cmd: &str, inputs: &[&Path]) -> PathBuf {
 /// [`cached`] for another oracle script.
 pub fn cached_with(script: &Path, cmd: &str, inputs: &[&Path]) -> PathBuf {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    std::fs::read(script).expect("read oracle script").hash(&mut h);
+    std::fs::read(script)
+        .expect("read oracle script")
+        .hash(&mut h);
     cmd.hash(&mut h);
     for p in inputs {
-        std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).hash(&mut h);
+        std::fs::read(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .hash(&mut h);
     }
     let base = std::env::temp_dir().join("verlc-oracle");
     let out = base.join(format!("{cmd}-{:016x}", h.finish()));
@@ -51,7 +57,11 @@ pub fn cached_with(script: &Path, cmd: &str, inputs: &[&Path]) -> PathBuf {
         return out;
     }
     std::fs::create_dir_all(&base).expect("create oracle cache dir");
-    let tmp = base.join(format!("tmp-{cmd}-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let tmp = base.join(format!(
+        "tmp-{cmd}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let _ = std::fs::remove_dir_all(&tmp);
     let status = Command::new(python())
         .arg(script)
@@ -95,11 +105,15 @@ pub fn verify(dir: &Path, kind: &str, inputs: &Path) -> HashMap<String, Tensor> 
 }
 
 pub fn read(path: &Path) -> HashMap<String, Tensor> {
-    Tensor::read_safetensors(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).into_iter().collect()
+    Tensor::read_safetensors(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .collect()
 }
 
 pub fn get<'a>(m: &'a HashMap<String, Tensor>, k: &str) -> &'a Tensor {
-    m.get(k).unwrap_or_else(|| panic!("oracle output has no `{k}`"))
+    m.get(k)
+        .unwrap_or_else(|| panic!("oracle output has no `{k}`"))
 }
 
 pub fn json(path: &Path) -> serde_json::Value {
@@ -115,14 +129,22 @@ pub fn max_abs_diff_masked(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
 }
 
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs().max().double_value(&[])
+    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
+        .abs()
+        .max()
+        .double_value(&[])
 }
 
-pub const ARCHS: [&str; 3] = ["llama", "qwen2", "qwen3"];
+/// Checkpoints with logits references.
+pub const ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "llama_dynamic"];
+/// Checkpoints with greedy-generation references.
+pub const GEN_ARCHS: [&str; 3] = ["llama", "qwen2", "qwen3"];
 
 /// A fresh scratch directory for one test.
 pub fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("verlc-model-tests-{}", std::process::id())).join(tag);
+    let d = std::env::temp_dir()
+        .join(format!("verlc-model-tests-{}", std::process::id()))
+        .join(tag);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("create scratch dir");
     d

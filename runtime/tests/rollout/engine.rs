@@ -14,35 +14,84 @@ fn rows(t: &Tensor) -> Vec<Vec<i64>> {
 #[test]
 fn greedy_matches_transformers_generate() {
     let dir = oracle::models();
-    for arch in oracle::ARCHS {
-        let m = from_pretrained(dir.join(arch).to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap().model;
+    for arch in oracle::GEN_ARCHS {
+        let m = from_pretrained(
+            dir.join(arch).to_str().unwrap(),
+            Device::Cpu,
+            Precision::Fp32,
+            0,
+        )
+        .unwrap()
+        .model;
         let spec = oracle::json(&dir.join(format!("{arch}_greedy.json")));
         let prompts: Vec<Vec<i64>> = serde_json::from_value(spec["prompts"].clone()).unwrap();
         let expected: Vec<Vec<i64>> = serde_json::from_value(spec["outputs"].clone()).unwrap();
         let eos = spec["eos"].as_i64().unwrap();
         let params = SamplingParams::greedy(spec["max_new_tokens"].as_u64().unwrap() as usize);
-        let out = generate(&m, &prompts, &params, &StopTokens { eos: vec![eos], pad: 0 }).unwrap();
+        let out = generate(
+            &m,
+            &prompts,
+            &params,
+            &StopTokens {
+                eos: vec![eos],
+                pad: 0,
+            },
+        )
+        .unwrap();
         let got = rows(&out.responses);
         for (i, want) in expected.iter().enumerate() {
-            assert_eq!(&got[i][..out.response_lengths[i]], want.as_slice(), "{arch}: prompt {i}");
-            assert_eq!(out.finished[i], want.last() == Some(&eos) , "{arch}: prompt {i} finished flag");
+            assert_eq!(
+                &got[i][..out.response_lengths[i]],
+                want.as_slice(),
+                "{arch}: prompt {i}"
+            );
+            assert_eq!(
+                out.finished[i],
+                want.last() == Some(&eos),
+                "{arch}: prompt {i} finished flag"
+            );
         }
     }
 }
 
 #[test]
 fn output_layout_follows_verl() {
-    let m = from_pretrained("builtin://tiny?layers=2&hidden=64", Device::Cpu, Precision::Fp32, 3).unwrap().model;
+    let m = from_pretrained(
+        "builtin://tiny?layers=2&hidden=64",
+        Device::Cpu,
+        Precision::Fp32,
+        3,
+    )
+    .unwrap()
+    .model;
     let prompts = vec![vec![5i64, 6, 7, 8], vec![9i64, 10]];
-    let params = SamplingParams { max_new_tokens: 12, n: 3, seed: 1, ..SamplingParams::default() };
+    let params = SamplingParams {
+        max_new_tokens: 12,
+        n: 3,
+        seed: 1,
+        ..SamplingParams::default()
+    };
     // Stop on a frequent token so some rows end early.
-    let out = generate(&m, &prompts, &params, &StopTokens { eos: vec![4, 5, 6, 7, 8, 9], pad: 0 }).unwrap();
+    let out = generate(
+        &m,
+        &prompts,
+        &params,
+        &StopTokens {
+            eos: vec![4, 5, 6, 7, 8, 9],
+            pad: 0,
+        },
+    )
+    .unwrap();
     assert_eq!(out.prompts.size(), [6, 4]);
     assert_eq!(out.responses.size(), [6, 12]);
     assert_eq!(out.input_ids.size(), [6, 16]);
     assert_eq!(out.prompt_index, vec![0, 0, 0, 1, 1, 1]);
     let prompts_rows = rows(&out.prompts);
-    assert_eq!(prompts_rows[4], vec![0, 0, 9, 10], "left padding with the pad id");
+    assert_eq!(
+        prompts_rows[4],
+        vec![0, 0, 9, 10],
+        "left padding with the pad id"
+    );
     let am = rows(&out.attention_mask);
     let pos = rows(&out.position_ids);
     let rm = rows(&out.response_mask);
@@ -52,7 +101,11 @@ fn output_layout_follows_verl() {
         assert!(len >= 1);
         assert_eq!(rm[i].iter().sum::<i64>() as usize, len);
         assert!(rm[i][..len].iter().all(|&x| x == 1) && rm[i][len..].iter().all(|&x| x == 0));
-        assert_eq!(&am[i][4..], rm[i].as_slice(), "response part of attention_mask is the response mask");
+        assert_eq!(
+            &am[i][4..],
+            rm[i].as_slice(),
+            "response part of attention_mask is the response mask"
+        );
         if out.finished[i] {
             assert!((4..=9).contains(&resp[i][len - 1]), "ends with its EOS");
             assert!(resp[i][len..].iter().all(|&t| t == 0), "padded after EOS");
@@ -66,16 +119,33 @@ fn output_layout_follows_verl() {
     assert!(out.finished.iter().any(|&f| f), "some rows stop at EOS");
     let lp = out.rollout_log_probs.shallow_clone();
     assert_eq!(lp.kind(), Kind::Float);
-    let masked = (&lp * (out.response_mask.ones_like() - &out.response_mask)).abs().max().double_value(&[]);
+    let masked = (&lp * (out.response_mask.ones_like() - &out.response_mask))
+        .abs()
+        .max()
+        .double_value(&[]);
     assert_eq!(masked, 0.0, "log-probs are zero outside the response mask");
     assert!(lp.le(0.0).all().int64_value(&[]) == 1);
 }
 
 #[test]
 fn ignore_eos_runs_to_the_length_limit() {
-    let m = from_pretrained("builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1", Device::Cpu, Precision::Fp32, 3).unwrap().model;
-    let params = SamplingParams { max_new_tokens: 9, ignore_eos: true, ..SamplingParams::default() };
-    let stop = StopTokens { eos: (0..m.config.vocab_size).collect(), pad: 0 };
+    let m = from_pretrained(
+        "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
+        Device::Cpu,
+        Precision::Fp32,
+        3,
+    )
+    .unwrap()
+    .model;
+    let params = SamplingParams {
+        max_new_tokens: 9,
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    let stop = StopTokens {
+        eos: (0..m.config.vocab_size).collect(),
+        pad: 0,
+    };
     let out = generate(&m, &[vec![5, 6]], &params, &stop).unwrap();
     assert_eq!(out.response_lengths, vec![9]);
     assert_eq!(out.finished, vec![false]);
@@ -83,12 +153,34 @@ fn ignore_eos_runs_to_the_length_limit() {
 
 #[test]
 fn bad_prompts_are_rejected_with_their_index() {
-    let m = from_pretrained("builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1", Device::Cpu, Precision::Fp32, 3).unwrap().model;
-    let stop = StopTokens { eos: vec![2], pad: 0 };
-    let e = generate(&m, &[vec![5], vec![]], &SamplingParams::default(), &stop).unwrap_err().to_string();
+    let m = from_pretrained(
+        "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
+        Device::Cpu,
+        Precision::Fp32,
+        3,
+    )
+    .unwrap()
+    .model;
+    let stop = StopTokens {
+        eos: vec![2],
+        pad: 0,
+    };
+    let e = generate(&m, &[vec![5], vec![]], &SamplingParams::default(), &stop)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("prompt 1") && e.contains("empty"), "{e}");
-    let e = generate(&m, &[vec![5, 999]], &SamplingParams::default(), &stop).unwrap_err().to_string();
+    let e = generate(&m, &[vec![5, 999]], &SamplingParams::default(), &stop)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("prompt 0") && e.contains("999"), "{e}");
-    let bad = SamplingParams { top_p: 0.0, ..SamplingParams::default() };
-    assert!(generate(&m, &[vec![5]], &bad, &stop).unwrap_err().to_string().contains("top_p"));
+    let bad = SamplingParams {
+        top_p: 0.0,
+        ..SamplingParams::default()
+    };
+    assert!(
+        generate(&m, &[vec![5]], &bad, &stop)
+            .unwrap_err()
+            .to_string()
+            .contains("top_p")
+    );
 }

@@ -11,16 +11,29 @@ fn builtin_prompts_are_short_and_round_trip() {
     assert_eq!(tok.pad_token_id, builtin::PAD_ID);
     let msgs = [Message::user("reverse 40213")];
     let text = tok.apply_chat_template(&msgs, true, &Map::new()).unwrap();
-    assert_eq!(text, "<|im_start|>user\nreverse 40213<|im_end|>\n<|im_start|>assistant\n");
+    assert_eq!(
+        text,
+        "<|im_start|>user\nreverse 40213<|im_end|>\n<|im_start|>assistant\n"
+    );
     let ids = tok.encode_chat(&msgs, true, &Map::new()).unwrap();
     assert_eq!(ids.len(), 15, "{ids:?}");
     assert_eq!(tok.decode(&ids, false).unwrap(), text);
-    assert_eq!(tok.decode(&tok.encode("31204", false).unwrap(), true).unwrap(), "31204");
+    assert_eq!(
+        tok.decode(&tok.encode("31204", false).unwrap(), true)
+            .unwrap(),
+        "31204"
+    );
     let with_eos = [tok.encode("31204", false).unwrap(), vec![builtin::EOS_ID]].concat();
     assert_eq!(tok.decode(&with_eos, true).unwrap(), "31204");
     // Text is lowercased; unknown words become <unk> instead of failing.
-    assert_eq!(tok.encode("Reverse 1", false).unwrap(), tok.encode("reverse 1", false).unwrap());
-    assert_eq!(tok.encode("Hello", false).unwrap(), vec![tok.token_to_id(builtin::UNK).unwrap()]);
+    assert_eq!(
+        tok.encode("Reverse 1", false).unwrap(),
+        tok.encode("reverse 1", false).unwrap()
+    );
+    assert_eq!(
+        tok.encode("Hello", false).unwrap(),
+        vec![tok.token_to_id(builtin::UNK).unwrap()]
+    );
 }
 
 #[test]
