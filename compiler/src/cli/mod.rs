@@ -21,6 +21,12 @@ pub const EXIT_ERRORS: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 
 pub fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away
+    // (`verlc schema --print root | head`), instead of panicking on a closed pipe.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
