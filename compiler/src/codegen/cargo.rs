@@ -138,7 +138,7 @@ pub fn run(mut cmd: Command, package: &str, on_event: &mut dyn FnMut(Event)) -> 
     if let Some(start) = stderr_log.iter().position(|l| l.starts_with("error")) {
         failure.cargo_errors = stderr_log[start..]
             .iter()
-            .filter(|l| !(failure.compiler_errors.len() > 0 && l.starts_with("error: could not compile")))
+            .filter(|l| !(!failure.compiler_errors.is_empty() && l.starts_with("error: could not compile")))
             .cloned()
             .collect();
     }

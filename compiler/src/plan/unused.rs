@@ -17,6 +17,7 @@
 //! - B005 `ClusterKeyUnused`: Ray, TransferQueue, HDFS copies, wandb proxy, worker
 //!   implementation switches, capacity-block margins; and FSDP2's `offload_policy` on an FSDP1
 //!   engine, which verl ignores too.
+//!
 //! Logger backends are reported by rule V037.
 
 use crate::codes;
