@@ -1,0 +1,46 @@
+//! Runs the single-process trainer on a config file (the quickstart by default), with
+//! `key=value` overrides, printing verl's console lines; the learning-run benchmark of
+//! issue 5:
+//!
+//! ```text
+//! cargo run --release -p verlc-runtime --example train -- examples/quickstart.yaml [key=value ...]
+//! ```
+//!
+//! Generated trainers (`verlc build`) reach the same loop through `runtime::binding::train`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use verlc::check::{CheckOptions, check};
+use verlc::load::compose::LoadRequest;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let file = PathBuf::from(args.next().unwrap_or_else(|| "examples/quickstart.yaml".into()));
+    let overrides: Vec<String> = args.collect();
+    let req = LoadRequest {
+        config_file: Some(file),
+        overrides,
+        cwd: std::env::current_dir().unwrap_or_default(),
+        ..LoadRequest::default()
+    };
+    let checked = check(&req, &CheckOptions::default());
+    for d in checked.diagnostics.iter().filter(|d| d.is_error()) {
+        eprintln!("error[{}]: {}", d.code, d.message);
+    }
+    let failed = checked.has_errors();
+    let Some(cfg) = checked.config.filter(|_| !failed) else {
+        return ExitCode::FAILURE;
+    };
+    let start = std::time::Instant::now();
+    match runtime::trainer::run(&cfg, &runtime::trainer::RunOptions::default()) {
+        Ok(summary) => {
+            eprintln!("trained {} steps in {:.1} s", summary.last_step - summary.resumed_from, start.elapsed().as_secs_f64());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

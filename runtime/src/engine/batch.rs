@@ -1,0 +1,145 @@
+//! [`Batch`]: named tensors that share their first dimension (verl's `DataProto.batch`, a
+//! `TensorDict`), with the row operations the workers need: select, narrow, split, concat.
+
+use std::collections::BTreeMap;
+
+use tch::{Kind, Tensor};
+
+use super::EngineError;
+
+/// Named tensors with the same number of rows.
+#[derive(Debug, Default)]
+pub struct Batch {
+    tensors: BTreeMap<String, Tensor>,
+    rows: Option<i64>,
+}
+
+impl Batch {
+    pub fn new() -> Self {
+        Batch::default()
+    }
+
+    /// Adds (or replaces) `name`; its first dimension must match the other tensors'.
+    pub fn insert(&mut self, name: &str, t: Tensor) -> Result<(), EngineError> {
+        let size = t.size();
+        let Some(&rows) = size.first() else {
+            return Err(EngineError::Batch(format!("`{name}` is a 0-d tensor; batch tensors need a row dimension")));
+        };
+        match self.rows {
+            Some(r) if r != rows && !(self.tensors.len() == 1 && self.tensors.contains_key(name)) => {
+                return Err(EngineError::Batch(format!("`{name}` has {rows} rows, the batch has {r}")));
+            }
+            _ => self.rows = Some(rows),
+        }
+        self.tensors.insert(name.to_owned(), t);
+        Ok(())
+    }
+
+    /// Builder form of [`Batch::insert`].
+    pub fn with(mut self, name: &str, t: Tensor) -> Result<Self, EngineError> {
+        self.insert(name, t)?;
+        Ok(self)
+    }
+
+    /// The tensor `name`, or an error naming what is missing.
+    pub fn get(&self, name: &str) -> Result<&Tensor, EngineError> {
+        self.tensors.get(name).ok_or_else(|| {
+            EngineError::Batch(format!(
+                "the batch has no `{name}` (it has: {})",
+                self.tensors.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })
+    }
+
+    pub fn opt(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<Tensor> {
+        let t = self.tensors.remove(name);
+        if self.tensors.is_empty() {
+            self.rows = None;
+        }
+        t
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// Number of rows (0 for an empty batch).
+    pub fn rows(&self) -> i64 {
+        self.rows.unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows() == 0
+    }
+
+    fn map(&self, f: impl Fn(&Tensor) -> Result<Tensor, tch::TchError>) -> Result<Batch, EngineError> {
+        let mut out = Batch::new();
+        for (k, t) in &self.tensors {
+            out.insert(k, f(t)?)?;
+        }
+        Ok(out)
+    }
+
+    /// The rows `index` (an int64 tensor or a list), in that order.
+    pub fn select(&self, index: &[i64]) -> Result<Batch, EngineError> {
+        if let Some(&bad) = index.iter().find(|&&i| i < 0 || i >= self.rows()) {
+            return Err(EngineError::Batch(format!("row {bad} out of range (batch of {})", self.rows())));
+        }
+        let idx = Tensor::from_slice(index);
+        self.map(|t| t.f_index_select(0, &idx.to_device(t.device())))
+    }
+
+    /// Rows `start .. start + len`.
+    pub fn narrow(&self, start: i64, len: i64) -> Result<Batch, EngineError> {
+        if start < 0 || len < 0 || start + len > self.rows() {
+            return Err(EngineError::Batch(format!("rows {start}..{} out of range (batch of {})", start + len, self.rows())));
+        }
+        self.map(|t| t.f_narrow(0, start, len))
+    }
+
+    /// Consecutive chunks of `size` rows (the last may be smaller).
+    pub fn split(&self, size: usize) -> Result<Vec<Batch>, EngineError> {
+        if size == 0 {
+            return Err(EngineError::Batch("cannot split a batch into chunks of 0 rows".into()));
+        }
+        let (n, size) = (self.rows(), size as i64);
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < n {
+            let len = size.min(n - start);
+            out.push(self.narrow(start, len)?);
+            start += len;
+        }
+        Ok(out)
+    }
+
+    /// Concatenates batches with the same names along rows.
+    pub fn cat(parts: &[Batch]) -> Result<Batch, EngineError> {
+        let Some(first) = parts.first() else { return Ok(Batch::new()) };
+        let mut out = Batch::new();
+        for name in first.tensors.keys() {
+            let ts: Vec<&Tensor> = parts.iter().map(|p| p.get(name)).collect::<Result<_, _>>()?;
+            out.insert(name, Tensor::f_cat(&ts, 0)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Valid response tokens (`Σ response_mask`) of the batch.
+    pub fn num_tokens(&self) -> Result<f64, EngineError> {
+        Ok(self.get("response_mask")?.f_sum(Kind::Double)?.f_double_value(&[])?)
+    }
+
+    /// Rows with at least one valid response token.
+    pub fn num_nonempty(&self) -> Result<f64, EngineError> {
+        let m = self.get("response_mask")?;
+        Ok(m.f_sum_dim_intlist(-1i64, false, Kind::Double)?.f_gt(0.0)?.f_sum(Kind::Double)?.f_double_value(&[])?)
+    }
+}

@@ -1,0 +1,262 @@
+//! The training engine interface (verl's `BaseEngine`, shared/reference/verl.md §3.2),
+//! adapted: an engine owns one model (a [`Head`] on the decoder), its optimizer and its
+//! lr scheduler, and runs forward/backward over micro-batches for the worker roles.
+//!
+//! - [`Engine`]: the interface every parallel strategy implements (the single-process
+//!   [`single::SingleEngine`] here; FSDP and Megatron engines later), so workers and the
+//!   trainer never see the strategy.
+//! - [`Head`]: what a forward pass returns: token log-probs (and entropy) for the actor and the
+//!   reference ([`CausalLm`]), values for the critic ([`ValueModel`]).
+//! - [`Batch`]: named tensors sharing their rows (verl's `DataProto.batch`).
+//!
+//! Gradient accumulation: [`Engine::forward_backward`] computes the global-batch facts of the
+//! batch it is given (valid tokens, non-empty sequences, data-parallel size; verl's
+//! `global_batch_info`) and hands them to the loss as [`AggOptions`], so a loss aggregated
+//! with them is already the micro-batch's share of the whole batch's loss. The engine then
+//! back-propagates each micro-batch loss as it is; the accumulated gradient is the gradient of
+//! the batch loss, whatever the micro-batch size.
+
+pub mod batch;
+pub mod single;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use tch::nn::Path as VarPath;
+use tch::{Device, Kind, Tensor};
+
+use crate::algo::AggOptions;
+use crate::model::{CausalLm, ModelConfig, ValueModel};
+use crate::rollout::{LogProbOutput, SequenceBatch, response_log_probs};
+
+pub use batch::Batch;
+pub use single::{EngineSettings, OptimSettings, SchedulerSettings, SingleEngine};
+
+/// Scalar metrics of one step, by verl name (ordered, so logs are deterministic).
+pub type Metrics = BTreeMap<String, f64>;
+
+/// Errors of the engines.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("invalid batch: {0}")]
+    Batch(String),
+    #[error("invalid engine configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Optim(#[from] crate::optim::OptimError),
+    #[error(transparent)]
+    Algo(#[from] crate::algo::AlgoError),
+    #[error("checkpoint {}: {msg}", path.display())]
+    Checkpoint { path: std::path::PathBuf, msg: String },
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// How a forward pass runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ForwardOptions {
+    /// Logits are divided by this before log-softmax (verl passes the rollout temperature).
+    pub temperature: f64,
+    /// Also compute the token entropy (causal LM only).
+    pub with_entropy: bool,
+}
+
+impl Default for ForwardOptions {
+    fn default() -> Self {
+        ForwardOptions { temperature: 1.0, with_entropy: false }
+    }
+}
+
+/// A model with a head: what an engine trains or runs. The forward reads the sequence tensors
+/// of a [`Batch`] (`input_ids`, `attention_mask`, `position_ids`, all `(N, P + R)`, and
+/// `responses`, `(N, R)`) and returns per-response-token outputs `(N, R)`.
+pub trait Head: Sized {
+    type Output;
+    /// Registers the model's variables under `root` (names equal the HF checkpoint's).
+    fn build(cfg: &ModelConfig, root: VarPath) -> Result<Self, String>;
+    fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<Self::Output>;
+    /// `*ForCausalLM` / `*ForTokenClassification` of the config's architecture.
+    fn architecture(cfg: &ModelConfig) -> Result<&'static str, String>;
+    /// Variable-name prefixes a checkpoint of the base model may lack (the fresh value head).
+    fn fresh_prefixes() -> Vec<String> {
+        Vec::new()
+    }
+    fn config(&self) -> &ModelConfig;
+}
+
+fn sequences(batch: &Batch) -> Result<(SequenceBatch<'_>, i64)> {
+    let seq = SequenceBatch {
+        input_ids: batch.get("input_ids")?,
+        attention_mask: batch.get("attention_mask")?,
+        position_ids: batch.get("position_ids")?,
+    };
+    let r = batch.get("responses")?.size().get(1).copied().unwrap_or(0);
+    let t = seq.input_ids.size().get(1).copied().unwrap_or(0);
+    if r < 1 || r >= t {
+        return Err(EngineError::Batch(format!("responses of length {r} do not fit sequences of length {t}")));
+    }
+    Ok((seq, r))
+}
+
+impl Head for CausalLm {
+    /// Log-probs `(N, R)` of the response tokens and, if asked, their entropy, both f32.
+    type Output = LogProbOutput;
+
+    fn build(cfg: &ModelConfig, root: VarPath) -> Result<Self, String> {
+        CausalLm::new(cfg, root)
+    }
+
+    fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
+        let (seq, r) = sequences(batch)?;
+        if !(opts.temperature > 0.0) {
+            return Err(EngineError::Config(format!("temperature must be positive, got {}", opts.temperature)));
+        }
+        Ok(response_log_probs(self, &seq, r, opts.temperature, opts.with_entropy))
+    }
+
+    fn architecture(cfg: &ModelConfig) -> Result<&'static str, String> {
+        Ok(cfg.arch()?.causal_lm_class())
+    }
+
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+}
+
+impl Head for ValueModel {
+    /// Values `(N, R)` in f32 of the states that predict each response token (verl's
+    /// `values[:, -R-1:-1]`).
+    type Output = Tensor;
+
+    fn build(cfg: &ModelConfig, root: VarPath) -> Result<Self, String> {
+        ValueModel::new(cfg, root)
+    }
+
+    fn forward(&self, batch: &Batch, _opts: &ForwardOptions) -> Result<Tensor> {
+        let (seq, r) = sequences(batch)?;
+        let t = seq.input_ids.size()[1];
+        let values = ValueModel::forward(self, seq.input_ids, seq.position_ids, Some(seq.attention_mask));
+        Ok(values.f_narrow(1, t - r - 1, r)?.f_to_kind(Kind::Float)?)
+    }
+
+    fn architecture(cfg: &ModelConfig) -> Result<&'static str, String> {
+        Ok(cfg.arch()?.value_class())
+    }
+
+    fn fresh_prefixes() -> Vec<String> {
+        vec!["score.".to_owned()]
+    }
+
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+}
+
+/// What the loss of one micro-batch returns: the scalar to back-propagate (already
+/// normalised with the [`AggOptions`] it was given) and its metrics.
+#[derive(Debug)]
+pub struct MicroLoss {
+    pub loss: Tensor,
+    pub metrics: Metrics,
+}
+
+/// The loss function of [`Engine::forward_backward`]: micro-batch, the head's output on it,
+/// and the global-batch normalisation.
+pub type LossFn<'a, O> = dyn FnMut(&Batch, O, &AggOptions) -> Result<MicroLoss> + 'a;
+
+/// Result of [`Engine::optimizer_step`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepResult {
+    /// Global L2 norm of the gradient before clipping (`None`: the step was skipped for
+    /// inf/nan gradients before the norm was taken).
+    pub grad_norm: Option<f64>,
+    pub update_successful: bool,
+}
+
+/// Which parts [`Engine::to`] moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Parts {
+    pub model: bool,
+    pub optimizer: bool,
+    pub grad: bool,
+}
+
+/// The engine interface (verl's `BaseEngine`), strategy-neutral. `dp_*` describe the
+/// data-parallel group the engine's batches are split over (1 and 0 for a single process).
+pub trait Engine {
+    type Head: Head;
+
+    /// The model (for generation in the hybrid engine and for tests).
+    fn module(&self) -> &Self::Head;
+
+    /// Runs the forward pass over `batch` in micro-batches of `micro_batch_size` rows, calls
+    /// `loss` on each and back-propagates the result (gradients accumulate; call
+    /// [`Engine::optimizer_zero_grad`] first). Returns each micro-batch's metrics.
+    fn forward_backward(
+        &mut self,
+        batch: &Batch,
+        micro_batch_size: usize,
+        fwd: &ForwardOptions,
+        loss: &mut LossFn<'_, <Self::Head as Head>::Output>,
+    ) -> Result<Vec<Metrics>>;
+
+    /// Forward without gradients in micro-batches (verl's `infer_batch`).
+    fn infer_batch(
+        &mut self,
+        batch: &Batch,
+        micro_batch_size: usize,
+        fwd: &ForwardOptions,
+    ) -> Result<Vec<<Self::Head as Head>::Output>>;
+
+    fn optimizer_zero_grad(&mut self) -> Result<()>;
+
+    /// Clips to the configured norm and steps; skips (and zeroes the gradients) when the norm
+    /// is not finite. Returns the norm before clipping.
+    fn optimizer_step(&mut self) -> Result<StepResult>;
+
+    /// Advances the lr schedule by one optimizer step; returns the lr the next step uses.
+    fn lr_scheduler_step(&mut self) -> Result<f64>;
+
+    /// The lr the next optimizer step uses.
+    fn lr(&self) -> f64;
+
+    /// Brings what training needs onto the device (model, optimizer state, gradients).
+    fn train_mode(&mut self) -> Result<()>;
+    /// Brings the model onto the device for inference; parks the rest per the offload policy.
+    fn eval_mode(&mut self) -> Result<()>;
+    /// Moves `parts` to `device` (manual onload/offload).
+    fn to(&mut self, device: Device, parts: Parts) -> Result<()>;
+
+    /// Writes model (HF layout), optimizer and scheduler state under `dir`.
+    fn save_checkpoint(&self, dir: &Path) -> Result<()>;
+    /// Restores what [`Engine::save_checkpoint`] wrote.
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<()>;
+
+    /// Every parameter by checkpoint name, as full tensors (verl's `get_per_tensor_param`):
+    /// what the rollout engine loads after an update.
+    fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>>;
+
+    fn dp_size(&self) -> usize {
+        1
+    }
+    fn dp_rank(&self) -> usize {
+        0
+    }
+}
+
+/// The global-batch normalisation of `batch` for `loss_agg_mode` (verl's `global_batch_info`
+/// over one data-parallel rank; multi-rank engines all-reduce these counts).
+pub fn global_agg_options(batch: &Batch, dp_size: usize, loss_scale_factor: Option<f64>) -> Result<AggOptions> {
+    let tokens = batch.num_tokens()?;
+    let seqs = batch.num_nonempty()?;
+    Ok(AggOptions {
+        dp_size,
+        batch_num_tokens: (tokens > 0.0).then_some(tokens),
+        global_batch_size: (seqs > 0.0).then_some(seqs),
+        loss_scale_factor,
+    })
+}

@@ -1,0 +1,283 @@
+//! [`SingleEngine`]: the single-process engine: one full model on one device, the Megatron
+//! optimizer of [`crate::optim`] (fp32 main params for bf16/fp16 models, loss scaling for
+//! fp16, optional host offload of the optimizer), verl's or Megatron's lr scheduler, and
+//! checkpoints as `huggingface/` (config + safetensors, loadable by transformers) plus
+//! `optim.safetensors` (exact optimizer and scheduler state).
+
+use std::path::{Path, PathBuf};
+
+use tch::nn::VarStore;
+use tch::{Device, Tensor};
+
+use crate::model::init::{init_weights, init_weights_where};
+use crate::model::load::{Checkpoint, LoadOptions, load_weights};
+use crate::model::save::{SaveOptions, save_named};
+use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
+use crate::optim::param_groups::{named_params, single_group};
+use crate::optim::sched::{MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedulerConfig};
+use crate::optim::{InnerConfig, LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig};
+
+use super::{
+    Batch, Engine, EngineError, ForwardOptions, Head, LossFn, Metrics, Parts, Result, StepResult, global_agg_options,
+};
+
+/// The lr schedule of a trainable engine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SchedulerSettings {
+    /// verl's FSDP schedulers (constant / cosine with warmup), stepped once per optimizer step.
+    Verl(VerlSchedulerConfig),
+    /// Megatron's `OptimizerParamScheduler`, stepped by one per optimizer step.
+    Megatron(MegatronSchedulerConfig),
+}
+
+/// Optimizer settings (`actor.optim` / `critic.optim`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OptimSettings {
+    pub inner: InnerConfig,
+    pub lr: f64,
+    pub weight_decay: f64,
+    /// Global grad-norm clip; `<= 0` disables clipping.
+    pub clip_grad: f64,
+    /// Keep the optimizer's main params and state in host memory.
+    pub offload: bool,
+    pub scheduler: SchedulerSettings,
+}
+
+/// Everything a [`SingleEngine`] is built from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSettings {
+    /// A Hugging Face checkpoint directory or `builtin://tiny…`.
+    pub model_path: String,
+    pub device: Device,
+    /// dtype of the model's parameters (bf16/fp16 train with fp32 main params).
+    pub param_dtype: ParamDtype,
+    /// Seed of the random initialisation (built-in models, fresh value heads).
+    pub seed: u64,
+    /// `None` builds a forward-only engine (the reference policy).
+    pub optim: Option<OptimSettings>,
+    /// Normaliser of `seq-mean-token-sum-norm` (`loss_scale_factor`); response length if None.
+    pub loss_scale_factor: Option<f64>,
+}
+
+/// One model, its optimizer and scheduler, in this process.
+pub struct SingleEngine<H: Head> {
+    vs: VarStore,
+    module: H,
+    config: ModelConfig,
+    optimizer: Option<Optimizer>,
+    scheduler: Option<LrScheduler>,
+    settings: EngineSettings,
+}
+
+impl<H: Head> std::fmt::Debug for SingleEngine<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SingleEngine").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+const HF_DIR: &str = "huggingface";
+const OPTIM_FILE: &str = "optim.safetensors";
+
+impl<H: Head> SingleEngine<H> {
+    /// Builds the model (loaded from its checkpoint, or initialised from `seed` for a
+    /// `builtin://` model) and, unless forward-only, its optimizer and scheduler.
+    pub fn new(settings: EngineSettings) -> Result<Self> {
+        let path = &settings.model_path;
+        let source = ModelSource::parse(path)?;
+        let config = source.config()?;
+        let mut vs = VarStore::new(settings.device);
+        let module = H::build(&config, vs.root()).map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        vs.set_kind(settings.param_dtype.kind());
+        match &source {
+            ModelSource::Builtin(_) => init_weights(&vs, config.initializer_range, settings.seed)?,
+            ModelSource::Dir(dir) => {
+                let ckpt = Checkpoint::open(dir)?;
+                let opts = LoadOptions { allow_missing: H::fresh_prefixes(), ..LoadOptions::default() };
+                let report = load_weights(&vs, &ckpt, &opts)?;
+                let fresh = report.missing;
+                init_weights_where(&vs, config.initializer_range, settings.seed, |n| fresh.iter().any(|m| m == n))?;
+            }
+        }
+        Self::assemble(vs, module, config, settings)
+    }
+
+    fn assemble(mut vs: VarStore, module: H, config: ModelConfig, settings: EngineSettings) -> Result<Self> {
+        let (optimizer, scheduler) = match &settings.optim {
+            None => {
+                vs.freeze();
+                (None, None)
+            }
+            Some(o) => {
+                let precision = match settings.param_dtype {
+                    ParamDtype::Fp32 => OptimPrecision::Fp32,
+                    ParamDtype::Bf16 => OptimPrecision::Bf16,
+                    ParamDtype::Fp16 => OptimPrecision::Fp16,
+                };
+                let cfg = OptimizerConfig {
+                    precision,
+                    inner: o.inner,
+                    clip_grad: o.clip_grad,
+                    grad_norm_skip_threshold: f64::INFINITY,
+                    skip_nonfinite_grad_norm: true,
+                    log_num_zeros_in_grad: false,
+                    scaler: (precision == OptimPrecision::Fp16).then(ScalerConfig::megatron_dynamic),
+                    offload_fraction: if o.offload { 1.0 } else { 0.0 },
+                };
+                let mut opt = Optimizer::new(single_group(named_params(&vs), o.lr, o.weight_decay), cfg)?;
+                let sched = match o.scheduler {
+                    SchedulerSettings::Verl(c) => LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?),
+                    SchedulerSettings::Megatron(c) => {
+                        LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?)
+                    }
+                };
+                (Some(opt), Some(sched))
+            }
+        };
+        Ok(SingleEngine { vs, module, config, optimizer, scheduler, settings })
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    pub fn model_config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn var_store(&self) -> &VarStore {
+        &self.vs
+    }
+
+    fn optimizer_mut(&mut self) -> Result<&mut Optimizer> {
+        self.optimizer
+            .as_mut()
+            .ok_or_else(|| EngineError::Config("this engine is forward-only (no optimizer)".into()))
+    }
+
+    fn ck(path: &Path, msg: impl std::fmt::Display) -> EngineError {
+        EngineError::Checkpoint { path: path.to_path_buf(), msg: msg.to_string() }
+    }
+
+    fn sorted_params(&self) -> Vec<(String, Tensor)> {
+        let mut v: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
+impl<H: Head> Engine for SingleEngine<H> {
+    type Head = H;
+
+    fn module(&self) -> &H {
+        &self.module
+    }
+
+    fn forward_backward(
+        &mut self,
+        batch: &Batch,
+        micro_batch_size: usize,
+        fwd: &ForwardOptions,
+        loss: &mut LossFn<'_, H::Output>,
+    ) -> Result<Vec<Metrics>> {
+        let agg = global_agg_options(batch, self.dp_size(), self.settings.loss_scale_factor)?;
+        let mut out = Vec::new();
+        for mb in batch.split(micro_batch_size)? {
+            let output = self.module.forward(&mb, fwd)?;
+            let micro = loss(&mb, output, &agg)?;
+            let opt = self.optimizer_mut()?;
+            opt.scale_loss(&micro.loss)?.f_backward()?;
+            out.push(micro.metrics);
+        }
+        Ok(out)
+    }
+
+    fn infer_batch(&mut self, batch: &Batch, micro_batch_size: usize, fwd: &ForwardOptions) -> Result<Vec<H::Output>> {
+        let _guard = tch::no_grad_guard();
+        batch.split(micro_batch_size)?.iter().map(|mb| self.module.forward(mb, fwd)).collect()
+    }
+
+    fn optimizer_zero_grad(&mut self) -> Result<()> {
+        Ok(self.optimizer_mut()?.zero_grad()?)
+    }
+
+    fn optimizer_step(&mut self) -> Result<StepResult> {
+        let opt = self.optimizer_mut()?;
+        let outcome = opt.step(None)?;
+        opt.zero_grad()?;
+        Ok(StepResult { grad_norm: outcome.grad_norm, update_successful: outcome.update_successful })
+    }
+
+    fn lr_scheduler_step(&mut self) -> Result<f64> {
+        let (Some(opt), Some(sched)) = (self.optimizer.as_mut(), self.scheduler.as_mut()) else {
+            return Err(EngineError::Config("this engine is forward-only (no lr scheduler)".into()));
+        };
+        sched.step(1, opt.options_mut());
+        Ok(self.lr())
+    }
+
+    fn lr(&self) -> f64 {
+        self.optimizer.as_ref().and_then(Optimizer::canonical_lr).unwrap_or(0.0)
+    }
+
+    fn train_mode(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn eval_mode(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn to(&mut self, device: Device, parts: Parts) -> Result<()> {
+        // The optimizer's host offload is fixed at construction; one process keeps one full
+        // copy of the model on its device (the binding table's rule for `Single`).
+        if parts.model && device != self.settings.device {
+            return Err(EngineError::Config(format!(
+                "the single-process engine keeps its model on {:?}; moving it to {device:?} is not supported",
+                self.settings.device
+            )));
+        }
+        if parts.grad && device == Device::Cpu && self.optimizer.is_some() {
+            self.optimizer_mut()?.zero_grad()?;
+        }
+        Ok(())
+    }
+
+    fn save_checkpoint(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Self::ck(dir, e))?;
+        let arch = H::architecture(&self.config).map_err(|e| Self::ck(dir, e))?;
+        save_named(&self.sorted_params(), &self.config, arch, &dir.join(HF_DIR), &SaveOptions::default())?;
+        if let Some(opt) = &self.optimizer {
+            opt.save(&dir.join(OPTIM_FILE), self.scheduler.as_ref())?;
+        }
+        Ok(())
+    }
+
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<()> {
+        let hf: PathBuf = dir.join(HF_DIR);
+        let ckpt = Checkpoint::open(&hf)?;
+        let opts = LoadOptions { strict_unexpected: false, ..LoadOptions::default() };
+        let report = load_weights(&self.vs, &ckpt, &opts)?;
+        if let Some(m) = report.missing.first() {
+            return Err(Self::ck(&hf, format!("no tensor `{m}`")));
+        }
+        if let Some(opt) = self.optimizer.as_mut() {
+            let path = dir.join(OPTIM_FILE);
+            if !path.is_file() {
+                return Err(Self::ck(&path, "missing (the checkpoint has no optimizer state)"));
+            }
+            let sched = opt.load(&path)?;
+            match sched {
+                Some(s) => {
+                    s.apply(opt.options_mut());
+                    self.scheduler = Some(s);
+                }
+                None => return Err(Self::ck(&path, "no lr scheduler state")),
+            }
+        }
+        Ok(())
+    }
+
+    fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>> {
+        Ok(self.sorted_params().into_iter().map(|(n, t)| (n, t.detach())).collect())
+    }
+}

@@ -1,0 +1,594 @@
+//! [`Trainer`]: set-up (data, models, workers, loggers, resume) and the step loop.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use tch::{Kind, Tensor};
+use verlc::config::{ResumeMode, VerlConfig};
+
+use crate::algo::{
+    AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator, apply_kl_penalty,
+    compute_advantage,
+};
+use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset, Truncation};
+use crate::engine::{Batch, EngineSettings, Engine, Metrics, SingleEngine};
+use crate::logging::{Tracking, TrackingOptions};
+use crate::model::{CausalLm, ValueModel};
+use crate::rng::Rng;
+use crate::rollout::{RolloutOutput, SamplingParams, StopTokens, probs_diff};
+use crate::tokenizer::Tokenizer;
+use crate::workers::actor::Actor;
+use crate::workers::critic::Critic;
+use crate::workers::reference::Reference;
+use crate::workers::reward::{PythonRewardFn, PythonSettings, RewardFn, ScoreItem, token_level_scores};
+use crate::workers::rollout::RolloutWorker;
+
+use super::checkpoint::{self, TrainerState};
+use super::metrics::{Timers, ValRecord, data_metrics, throughput_metrics, timing_metrics, validation_metrics};
+use super::settings::{self, spelling};
+use super::{RunOptions, RunSummary, TrainerError};
+
+type ActorEngine = SingleEngine<CausalLm>;
+type CriticEngine = SingleEngine<ValueModel>;
+
+/// Stream ids of the seeded generators (so no two uses share a stream).
+const STREAM_ROLLOUT: u64 = 1;
+const STREAM_VAL: u64 = 2;
+
+/// The single-process PPO/GRPO trainer.
+pub struct Trainer {
+    cfg: VerlConfig,
+    tokenizer: Tokenizer,
+    train: RlDataset,
+    val: Option<RlDataset>,
+    sampler: BatchSampler,
+    actor: Actor<ActorEngine>,
+    critic: Option<Critic<CriticEngine>>,
+    reference: Option<Reference<ActorEngine>>,
+    rollout: RolloutWorker,
+    reward: RewardFn,
+    kl_ctrl: KlController,
+    kl_penalty: KlEstimator,
+    estimator: AdvEstimator,
+    adv_cfg: AdvantageConfig,
+    train_sampling: SamplingParams,
+    val_sampling: SamplingParams,
+    stop: StopTokens,
+    tracking: Tracking,
+    ckpt_root: PathBuf,
+    seed: u64,
+    global_step: u64,
+    resumed_from: u64,
+    total_steps: u64,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer").field("global_step", &self.global_step).field("total_steps", &self.total_steps).finish_non_exhaustive()
+    }
+}
+
+fn bad(msg: impl Into<String>) -> TrainerError {
+    TrainerError::Config(msg.into())
+}
+
+fn absolute(p: &str) -> PathBuf {
+    let path = PathBuf::from(p);
+    if path.is_absolute() { path } else { std::env::current_dir().unwrap_or_default().join(path) }
+}
+
+fn dataset_options(cfg: &VerlConfig, max_samples: i64) -> Result<DatasetOptions, TrainerError> {
+    let d = &cfg.data;
+    Ok(DatasetOptions {
+        prompt_key: d.prompt_key.clone(),
+        reward_fn_key: d.reward_fn_key.clone(),
+        max_prompt_length: usize::try_from(d.max_prompt_length).map_err(|_| bad("data.max_prompt_length must be positive"))?,
+        truncation: match spelling(&d.truncation).as_str() {
+            "left" => Truncation::Left,
+            "right" => Truncation::Right,
+            "middle" => Truncation::Middle,
+            _ => Truncation::Error,
+        },
+        filter_overlong_prompts: d.filter_overlong_prompts,
+        max_samples: usize::try_from(max_samples).ok().filter(|&n| n > 0),
+        shuffle: d.shuffle,
+        seed: d.seed.unwrap_or(1) as u64,
+        chat_template_kwargs: d.apply_chat_template_kwargs.clone(),
+    })
+}
+
+impl Trainer {
+    /// Loads data and models, starts the reward function and the loggers, and restores the
+    /// checkpoint `trainer.resume_mode` asks for.
+    pub fn new(cfg: &VerlConfig, opts: &RunOptions) -> Result<Self, TrainerError> {
+        let world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node;
+        if world != 1 {
+            return Err(bad(format!(
+                "the single-process trainer runs a world of 1, but trainer.nnodes × trainer.n_gpus_per_node = {world}"
+            )));
+        }
+        if opts.offload.params || opts.offload.grads {
+            return Err(bad("the single-process engine keeps parameters and gradients on its device (offload only the optimizer)"));
+        }
+        let arr = &cfg.actor_rollout_ref;
+        let model_path = arr.model.path.clone();
+        let tokenizer = Tokenizer::from_pretrained(arr.model.tokenizer_path.as_deref().unwrap_or(&model_path))?;
+
+        // Data.
+        let files = |f: &verlc::config::OneOrMany<String>| f.items().into_iter().cloned().collect::<Vec<_>>();
+        let train = RlDataset::load(&files(&cfg.data.train_files), &tokenizer, &dataset_options(cfg, cfg.data.train_max_samples)?)?;
+        let val_files = files(&cfg.data.val_files);
+        let val = if val_files.is_empty() {
+            None
+        } else {
+            let mut o = dataset_options(cfg, cfg.data.val_max_samples)?;
+            o.shuffle = cfg.data.validation_shuffle;
+            Some(RlDataset::load(&val_files, &tokenizer, &o)?)
+        };
+        let batch_size = usize::try_from(cfg.data.gen_batch_size.unwrap_or(cfg.data.train_batch_size))
+            .map_err(|_| bad("data.train_batch_size must be positive"))?;
+        let data_seed = cfg.data.seed.unwrap_or(1) as u64;
+        let sampler = BatchSampler::new(train.len(), batch_size, cfg.data.shuffle, data_seed, true)?;
+        let total_steps = match cfg.trainer.total_training_steps {
+            Some(t) if t > 0 => t as u64,
+            _ => (sampler.batches_per_epoch() as u64) * cfg.trainer.total_epochs.max(1) as u64,
+        };
+
+        // Reward.
+        let reward = match &cfg.custom_reward_function.path {
+            Some(path) if !path.is_empty() => RewardFn::Python(PythonRewardFn::start(PythonSettings {
+                python: opts.reward_python.clone().unwrap_or_else(PythonSettings::default_python),
+                path: absolute(path),
+                name: cfg.custom_reward_function.name.clone(),
+                reward_kwargs: cfg.custom_reward_function.reward_kwargs.clone().unwrap_or_default(),
+                startup_timeout: opts.reward_startup_timeout,
+                call_timeout: opts.reward_call_timeout,
+            })?),
+            _ => RewardFn::Builtin,
+        };
+        let sources = train.items.iter().chain(val.iter().flat_map(|v| &v.items)).map(|it| it.sample.data_source.as_str());
+        reward.check_sources(sources)?;
+
+        // Models.
+        let dtype = settings::param_dtype(opts.precision);
+        let seed = settings::model_seed(&arr.actor);
+        let actor_engine = ActorEngine::new(EngineSettings {
+            model_path: model_path.clone(),
+            device: opts.device,
+            param_dtype: dtype,
+            seed,
+            optim: Some(settings::optim_settings("actor_rollout_ref.actor.optim", &arr.actor.optim, total_steps, opts.offload.optimizer)?),
+            loss_scale_factor: arr.actor.loss_scale_factor.map(|f| f as f64),
+        })?;
+        let actor = Actor::new(actor_engine, settings::actor_settings(cfg)?)?;
+        let critic = if settings::need_critic(cfg)? {
+            let c = &cfg.critic;
+            let engine = CriticEngine::new(EngineSettings {
+                model_path: c.model.path.clone(),
+                device: opts.device,
+                param_dtype: dtype,
+                seed,
+                optim: Some(settings::optim_settings("critic.optim", &c.optim, total_steps, opts.offload.optimizer)?),
+                loss_scale_factor: None,
+            })?;
+            Some(Critic::new(engine, settings::critic_settings(cfg)?)?)
+        } else {
+            None
+        };
+        let reference = if settings::need_reference(cfg) {
+            let path = arr.reference.model.as_ref().and_then(|m| m.path.clone()).unwrap_or_else(|| model_path.clone());
+            let engine = ActorEngine::new(EngineSettings {
+                model_path: path,
+                device: opts.device,
+                param_dtype: dtype,
+                seed,
+                optim: None,
+                loss_scale_factor: None,
+            })?;
+            Some(Reference::new(engine, settings::ref_micro_batch(cfg)?, arr.rollout.temperature)?)
+        } else {
+            None
+        };
+        let rollout = RolloutWorker::new(actor.engine.model_config(), settings::rollout_dtype(cfg, dtype), opts.device)?;
+
+        let alg = &cfg.algorithm;
+        let kl_ctrl = match spelling(&alg.kl_ctrl.kind).as_str() {
+            "adaptive" => KlController::adaptive(alg.kl_ctrl.kl_coef, alg.kl_ctrl.target_kl, alg.kl_ctrl.horizon as f64)?,
+            _ => KlController::fixed(alg.kl_ctrl.kl_coef),
+        };
+        let kl_penalty: KlEstimator = spelling(&alg.kl_penalty).parse()?;
+        let adv_cfg = AdvantageConfig {
+            gamma: alg.gamma,
+            lam: alg.lam,
+            norm_adv_by_std_in_grpo: alg.norm_adv_by_std_in_grpo,
+            epsilon: 1e-6,
+        };
+        let stop = StopTokens { eos: tokenizer.eos_token_ids.clone(), pad: tokenizer.pad_token_id };
+        let ckpt_root = absolute(&cfg.trainer.default_local_dir);
+
+        let mut trainer = Trainer {
+            cfg: cfg.clone(),
+            tokenizer,
+            train,
+            val,
+            sampler,
+            actor,
+            critic,
+            reference,
+            rollout,
+            reward,
+            kl_ctrl,
+            kl_penalty,
+            estimator: settings::adv_estimator(cfg)?,
+            adv_cfg,
+            train_sampling: settings::train_sampling(cfg)?,
+            val_sampling: settings::val_sampling(cfg)?,
+            stop,
+            tracking: Tracking::from_loggers(Vec::new()),
+            ckpt_root,
+            seed,
+            global_step: 0,
+            resumed_from: 0,
+            total_steps,
+        };
+        trainer.load_checkpoint()?;
+        let backends: Vec<_> = cfg.trainer.logger.items().into_iter().copied().collect();
+        trainer.tracking = Tracking::new(
+            &backends,
+            &TrackingOptions {
+                project: cfg.trainer.project_name.clone(),
+                experiment: cfg.trainer.experiment_name.clone(),
+                total_steps,
+                resume_from_step: (trainer.global_step > 0).then_some(trainer.global_step),
+                console_lines: opts.console_lines,
+            },
+        )?;
+        Ok(trainer)
+    }
+
+    pub fn global_step(&self) -> u64 {
+        self.global_step
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        self.total_steps
+    }
+
+    /// The checkpoint to resume from, per `trainer.resume_mode`.
+    fn resume_dir(&self) -> Result<Option<PathBuf>, TrainerError> {
+        let t = &self.cfg.trainer;
+        match t.resume_mode {
+            ResumeMode::Disable => Ok(None),
+            ResumeMode::Auto => Ok(checkpoint::read_tracker(&self.ckpt_root)?.map(|s| checkpoint::step_dir(&self.ckpt_root, s))),
+            ResumeMode::ResumePath => {
+                let p = t.resume_from_path.as_deref().filter(|p| !p.is_empty()).ok_or_else(|| {
+                    bad("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+                })?;
+                if !p.contains("global_step_") {
+                    return Err(bad(format!("trainer.resume_from_path must point to a global_step_N directory, got `{p}`")));
+                }
+                Ok(Some(absolute(p)))
+            }
+        }
+    }
+
+    fn load_checkpoint(&mut self) -> Result<(), TrainerError> {
+        checkpoint::remove_leftovers(&self.ckpt_root)?;
+        let Some(dir) = self.resume_dir()? else { return Ok(()) };
+        let missing = |what: &str| TrainerError::Checkpoint { path: dir.clone(), msg: format!("incomplete checkpoint: no {what}") };
+        if !dir.is_dir() {
+            return Err(missing("directory"));
+        }
+        let state = checkpoint::read_state(&dir)?;
+        if checkpoint::parse_step(&dir) != Some(state.global_step) {
+            return Err(TrainerError::Checkpoint {
+                path: dir.clone(),
+                msg: format!("the directory name does not match the saved step {}", state.global_step),
+            });
+        }
+        if !dir.join("actor").is_dir() {
+            return Err(missing("actor/"));
+        }
+        self.actor.engine.load_checkpoint(&dir.join("actor"))?;
+        if let Some(c) = self.critic.as_mut() {
+            if !dir.join("critic").is_dir() {
+                return Err(missing("critic/"));
+            }
+            c.engine.load_checkpoint(&dir.join("critic"))?;
+        }
+        self.sampler = BatchSampler::resume(state.sampler, self.train.len())?;
+        match &mut self.kl_ctrl {
+            KlController::Fixed { value } | KlController::Adaptive { value, .. } => *value = state.kl_coef,
+        }
+        self.global_step = state.global_step;
+        self.resumed_from = state.global_step;
+        if self.cfg.trainer.del_local_ckpt_after_load {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(())
+    }
+
+    fn save_checkpoint(&self) -> Result<(), TrainerError> {
+        let state = TrainerState { global_step: self.global_step, sampler: self.sampler.state().clone(), kl_coef: self.kl_ctrl.value() };
+        checkpoint::save_atomic(&self.ckpt_root, self.global_step, |dir| {
+            let actor_dir = dir.join("actor");
+            self.actor.engine.save_checkpoint(&actor_dir)?;
+            self.tokenizer.save(&actor_dir.join("huggingface"))?;
+            if let Some(c) = &self.critic {
+                c.engine.save_checkpoint(&dir.join("critic"))?;
+            }
+            checkpoint::write_state(dir, &state)
+        })?;
+        let keep = |v: Option<i64>| v.and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0);
+        checkpoint::apply_retention(
+            &self.ckpt_root,
+            keep(self.cfg.trainer.max_actor_ckpt_to_keep),
+            keep(self.cfg.trainer.max_critic_ckpt_to_keep),
+        )
+    }
+
+    fn sync_rollout(&mut self) -> Result<(), TrainerError> {
+        let params = self.actor.engine.per_tensor_params()?;
+        self.rollout.update_weights(&params)?;
+        Ok(())
+    }
+
+    /// Runs the loop to `total_steps`; returns the logged metrics.
+    pub fn fit(&mut self) -> Result<RunSummary, TrainerError> {
+        let mut summary = RunSummary { resumed_from: self.resumed_from, ..RunSummary::default() };
+        self.sync_rollout()?;
+        if self.val.is_some() && self.cfg.trainer.val_before_train {
+            let m = self.validate()?;
+            self.tracking.log(self.global_step, &m)?;
+            summary.history.push((self.global_step, m));
+            if self.cfg.trainer.val_only == Some(true) {
+                self.tracking.finish();
+                return Ok(summary);
+            }
+        }
+        while self.global_step < self.total_steps {
+            self.global_step += 1;
+            let metrics = self.step()?;
+            self.tracking.log(self.global_step, &metrics)?;
+            summary.history.push((self.global_step, metrics));
+        }
+        summary.last_step = self.global_step;
+        self.tracking.finish();
+        Ok(summary)
+    }
+
+    fn sampling_seed(&self, stream: u64) -> u64 {
+        Rng::derive(self.seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15), self.global_step).next_u64()
+    }
+
+    /// Generates for `items` and builds the batch (verl's repeat + union): sequences,
+    /// masks and, per row, the prompt it belongs to.
+    fn generate(&self, items: &[&PromptItem], params: &SamplingParams) -> Result<(Batch, RolloutOutput), TrainerError> {
+        let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
+        let out = self.rollout.generate(&prompts, params, &self.stop)?;
+        let mut b = Batch::new();
+        b.insert("prompts", out.prompts.shallow_clone())?;
+        b.insert("responses", out.responses.shallow_clone())?;
+        b.insert("input_ids", out.input_ids.shallow_clone())?;
+        b.insert("attention_mask", out.attention_mask.shallow_clone())?;
+        b.insert("position_ids", out.position_ids.shallow_clone())?;
+        b.insert("response_mask", out.response_mask.f_to_kind(Kind::Float)?)?;
+        Ok((b, out))
+    }
+
+    /// Decodes the responses and scores them.
+    fn score(&mut self, items: &[&PromptItem], out: &RolloutOutput) -> Result<(Vec<f64>, Vec<ScoreItem>, Vec<crate::workers::reward::Score>), TrainerError> {
+        let r = out.responses.size()[1] as usize;
+        let ids = Vec::<i64>::try_from(out.responses.f_flatten(0, -1)?)?;
+        let mut score_items = Vec::with_capacity(out.prompt_index.len());
+        for (row, &p) in out.prompt_index.iter().enumerate() {
+            let len = out.response_lengths[row];
+            let text = self.tokenizer.decode(&ids[row * r..row * r + len], true)?;
+            let sample = &items[p].sample;
+            score_items.push(ScoreItem {
+                data_source: sample.data_source.clone(),
+                solution_str: text,
+                ground_truth: sample.reward_model.ground_truth.clone(),
+                extra_info: sample.extra_info.clone(),
+            });
+        }
+        let scores = self.reward.score(&score_items)?;
+        Ok((scores.iter().map(|s| s.score).collect(), score_items, scores))
+    }
+
+    /// One training step; returns its metrics.
+    fn step(&mut self) -> Result<Metrics, TrainerError> {
+        let step = self.global_step;
+        let is_last = step >= self.total_steps;
+        let mut timers = Timers::default();
+        let mut metrics = Metrics::new();
+        let step_start = std::time::Instant::now();
+
+        let indices = self.sampler.next_batch();
+        let epoch = self.sampler.epoch();
+        let train = std::mem::replace(&mut self.train, RlDataset { items: Vec::new(), filtered: 0 });
+        let result = self.step_inner(&train, &indices, step, &mut timers, &mut metrics);
+        self.train = train;
+        let batch = result?;
+        timers.0.insert("step".into(), step_start.elapsed().as_secs_f64());
+
+        if let Some(dir) = self.cfg.trainer.rollout_data_dir.clone() {
+            timers.time("dump_rollout_generations", || self.dump_generations(&dir, &batch))?;
+        }
+        if self.val.is_some() && self.cfg.trainer.test_freq > 0 && (is_last || step % self.cfg.trainer.test_freq as u64 == 0) {
+            let m = timers.time("testing", || self.validate())?;
+            metrics.extend(m);
+        }
+        if self.cfg.trainer.save_freq > 0 && (is_last || step % self.cfg.trainer.save_freq as u64 == 0) {
+            timers.time("save_checkpoint", || self.save_checkpoint())?;
+        }
+        metrics.insert("training/global_step".into(), step as f64);
+        metrics.insert("training/epoch".into(), epoch as f64);
+        metrics.extend(data_metrics(&batch, self.critic.is_some())?);
+        metrics.extend(timing_metrics(&timers, &batch)?);
+        metrics.extend(throughput_metrics(&timers, &batch, 1)?);
+        Ok(metrics)
+    }
+
+    fn step_inner(
+        &mut self,
+        train: &RlDataset,
+        indices: &[usize],
+        step: u64,
+        timers: &mut Timers,
+        metrics: &mut Metrics,
+    ) -> Result<Batch, TrainerError> {
+        let items = train.batch(indices);
+        let mut params = self.train_sampling.clone();
+        params.seed = self.sampling_seed(STREAM_ROLLOUT);
+        let (mut batch, out) = timers.time("gen", || self.generate(&items, &params))?;
+        if self.cfg.actor_rollout_ref.rollout.calculate_log_probs {
+            batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
+        }
+
+        // REMAX baseline: the summed reward of a greedy rollout of each prompt.
+        let baselines = if self.estimator == AdvEstimator::Remax {
+            let greedy = SamplingParams { do_sample: false, n: 1, ..params.clone() };
+            let (_, gout) = timers.time("gen_max", || self.generate(&items, &greedy))?;
+            let (scores, _, _) = self.score(&items, &gout)?;
+            let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
+            Some(Tensor::from_slice(&per_row))
+        } else {
+            None
+        };
+
+        let (scores, _, _) = timers.time("reward", || self.score(&items, &out))?;
+        let mask = batch.get("response_mask")?.shallow_clone();
+        batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
+
+        let (old_log_probs, entropy) = timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
+        metrics.insert("actor/entropy".into(), self.actor.entropy_metric(&entropy, &mask)?);
+        if let Some(rlp) = batch.opt("rollout_log_probs") {
+            let d = probs_diff(rlp, &old_log_probs, &mask);
+            metrics.insert("training/rollout_probs_diff_max".into(), d.max);
+            metrics.insert("training/rollout_probs_diff_mean".into(), d.mean);
+            metrics.insert("training/rollout_probs_diff_std".into(), d.std);
+            metrics.insert("training/rollout_actor_probs_pearson_corr".into(), d.pearson);
+        }
+        batch.insert("old_log_probs", old_log_probs)?;
+
+        if let Some(r) = self.reference.as_mut() {
+            let ref_lp = timers.time("ref", || r.compute_ref_log_prob(&batch))?;
+            batch.insert("ref_log_prob", ref_lp)?;
+        }
+        if let Some(c) = self.critic.as_mut() {
+            let values = timers.time("values", || c.compute_values(&batch))?;
+            batch.insert("values", values)?;
+        }
+
+        let adv_start = std::time::Instant::now();
+        let scores_t = batch.get("token_level_scores")?.shallow_clone();
+        let rewards = if self.cfg.algorithm.use_kl_in_reward {
+            let p = apply_kl_penalty(
+                &scores_t,
+                batch.get("old_log_probs")?,
+                batch.get("ref_log_prob")?,
+                &mask,
+                self.kl_penalty,
+                &mut self.kl_ctrl,
+            )?;
+            for (k, v) in p.metrics() {
+                metrics.insert(k.into(), v);
+            }
+            p.token_level_rewards
+        } else {
+            scores_t
+        };
+        batch.insert("token_level_rewards", rewards.shallow_clone())?;
+        let uids: Vec<i64> = out.prompt_index.iter().map(|&p| p as i64).collect();
+        let index = GroupIndex::from_ids(&uids);
+        let mut inputs = AdvantageInputs::new(&rewards, &mask).index(&index);
+        let values = batch.opt("values").map(Tensor::shallow_clone);
+        if let Some(v) = &values {
+            inputs = inputs.values(v);
+        }
+        if let Some(b) = &baselines {
+            inputs = inputs.reward_baselines(b);
+        }
+        let adv = compute_advantage(self.estimator, &inputs, &self.adv_cfg)?;
+        batch.insert("advantages", adv.advantages)?;
+        batch.insert("returns", adv.returns)?;
+        timers.0.insert("adv".into(), adv_start.elapsed().as_secs_f64());
+
+        if let Some(c) = self.critic.as_mut() {
+            let m = timers.time("update_critic", || c.update_critic(&batch, step))?;
+            metrics.extend(m);
+        }
+        if self.cfg.trainer.critic_warmup as u64 <= step {
+            let m = timers.time("update_actor", || self.actor.update_policy(&batch, step))?;
+            metrics.extend(m);
+            timers.time("update_weights", || self.sync_rollout())?;
+        }
+        Ok(batch)
+    }
+
+    /// `trainer.rollout_data_dir`: one JSONL file per step with input, output, score.
+    fn dump_generations(&self, dir: &str, batch: &Batch) -> Result<(), TrainerError> {
+        let dir = absolute(dir);
+        let io = |e: std::io::Error, p: &Path| TrainerError::Checkpoint { path: p.to_path_buf(), msg: e.to_string() };
+        std::fs::create_dir_all(&dir).map_err(|e| io(e, &dir))?;
+        let path = dir.join(format!("{}.jsonl", self.global_step));
+        let mut f = std::fs::File::create(&path).map_err(|e| io(e, &path))?;
+        let decode = |t: &Tensor, mask: &Tensor| -> Result<Vec<String>, TrainerError> {
+            let rows = t.size()[0];
+            (0..rows)
+                .map(|i| {
+                    let ids = Vec::<i64>::try_from(t.get(i).f_masked_select(&mask.get(i).f_to_kind(Kind::Bool)?)?)?;
+                    Ok(self.tokenizer.decode(&ids, true)?)
+                })
+                .collect()
+        };
+        let r = batch.get("responses")?.size()[1];
+        let attn = batch.get("attention_mask")?;
+        let inputs = decode(batch.get("prompts")?, &attn.f_narrow(1, 0, attn.size()[1] - r)?)?;
+        let outputs = decode(batch.get("responses")?, batch.get("response_mask")?)?;
+        let scores = Vec::<f64>::try_from(batch.get("token_level_scores")?.f_sum_dim_intlist(-1i64, false, Kind::Double)?)?;
+        for ((i, o), s) in inputs.iter().zip(&outputs).zip(&scores) {
+            let line = json!({"input": i, "output": o, "score": s, "step": self.global_step});
+            writeln!(f, "{line}").map_err(|e| io(e, &path))?;
+        }
+        Ok(())
+    }
+
+    /// verl's `_validate`: generate with `val_kwargs` for the validation set and score.
+    pub fn validate(&mut self) -> Result<Metrics, TrainerError> {
+        let Some(val) = self.val.take() else { return Ok(Metrics::new()) };
+        let result = self.validate_on(&val);
+        self.val = Some(val);
+        result
+    }
+
+    fn validate_on(&mut self, val: &RlDataset) -> Result<Metrics, TrainerError> {
+        let mut params = self.val_sampling.clone();
+        params.seed = self.sampling_seed(STREAM_VAL);
+        let bs = self.cfg.data.val_batch_size.and_then(|b| usize::try_from(b).ok()).filter(|&b| b > 0).unwrap_or(val.len());
+        let mut records = Vec::new();
+        let all: Vec<usize> = (0..val.len()).collect();
+        for chunk in all.chunks(bs) {
+            let items = val.batch(chunk);
+            let (_, out) = self.generate(&items, &params)?;
+            let (_, score_items, scores) = self.score(&items, &out)?;
+            for ((row, it), s) in out.prompt_index.iter().zip(&score_items).zip(&scores) {
+                let mut vars = std::collections::BTreeMap::new();
+                vars.insert("reward".to_owned(), s.score);
+                for (k, v) in &s.extra {
+                    if let Some(x) = match v {
+                        Value::Number(n) => n.as_f64(),
+                        Value::Bool(b) => Some(f64::from(u8::from(*b))),
+                        _ => None,
+                    } {
+                        vars.insert(k.clone(), x);
+                    }
+                }
+                records.push(ValRecord { data_source: it.data_source.clone(), prompt: chunk[*row], vars });
+            }
+        }
+        Ok(validation_metrics(&records, params.n))
+    }
+}

@@ -1,0 +1,109 @@
+//! The RL training loop: verl's `RayPPOTrainer.fit()` (shared/reference/verl.md §5) in one
+//! process, over the engine interface and the worker roles.
+//!
+//! One step, in verl's order: generate (the rollout worker, `rollout.n` samples per prompt)
+//! → reward (rule scorers or the user's Python function) → old log-probs and entropy (actor)
+//! → reference log-probs → values (critic) → advantages (with the in-reward KL penalty and
+//! its fixed/adaptive controller when `use_kl_in_reward`) → critic update → actor update
+//! (from `trainer.critic_warmup` on) → weight sync to the rollout → validation
+//! (`test_freq`) → checkpoint (`save_freq`) → metrics with verl's names to `trainer.logger`.
+//!
+//! Everything random is drawn from seeded streams ([`crate::rng`]) keyed by the step, and
+//! the sampler position, model, optimizer, scheduler and KL-controller state are
+//! checkpointed, so a resumed run repeats an uninterrupted one exactly.
+//!
+//! Entry point: [`run`] (also what `runtime::binding::train` calls for one rank).
+
+pub mod checkpoint;
+mod fit;
+pub mod metrics;
+pub mod settings;
+
+use std::time::Duration;
+
+use tch::Device;
+use verlc::config::VerlConfig;
+use verlc::plan::{OffloadFlags, PrecisionKind};
+
+use crate::engine::Metrics;
+
+pub use fit::Trainer;
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainerError {
+    #[error("config: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+    #[error(transparent)]
+    Worker(#[from] crate::workers::WorkerError),
+    #[error(transparent)]
+    Reward(#[from] crate::workers::reward::RewardError),
+    #[error(transparent)]
+    Algo(#[from] crate::algo::AlgoError),
+    #[error(transparent)]
+    Log(#[from] crate::logging::LogError),
+    #[error("checkpoint {}: {msg}", path.display())]
+    Checkpoint { path: std::path::PathBuf, msg: String },
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+/// How this process runs the config (what the binding and the command line decide).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    pub device: Device,
+    pub precision: PrecisionKind,
+    pub offload: OffloadFlags,
+    /// Interpreter of `custom_reward_function` (default: `$VERLC_PYTHON`, the active
+    /// virtualenv's python, or `python3`).
+    pub reward_python: Option<String>,
+    /// Longest wait for the reward module to import.
+    pub reward_startup_timeout: Duration,
+    /// Longest wait for one batch of scores (`$VERLC_REWARD_TIMEOUT_S`, default 600 s).
+    pub reward_call_timeout: Duration,
+    /// Print verl's console lines (the `console` logger).
+    pub console_lines: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        let call = std::env::var("VERLC_REWARD_TIMEOUT_S")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| *s > 0.0)
+            .unwrap_or(600.0);
+        RunOptions {
+            device: Device::Cpu,
+            precision: PrecisionKind::Fp32,
+            offload: OffloadFlags::NONE,
+            reward_python: None,
+            reward_startup_timeout: Duration::from_secs(120),
+            reward_call_timeout: Duration::from_secs_f64(call),
+            console_lines: true,
+        }
+    }
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// The metrics logged at each step (including the validation before training at the
+    /// start step), in order.
+    pub history: Vec<(u64, Metrics)>,
+    /// The step training resumed from (0: from scratch).
+    pub resumed_from: u64,
+    /// The last step trained.
+    pub last_step: u64,
+}
+
+/// Trains `cfg` in this process (one rank, world size 1).
+pub fn run(cfg: &VerlConfig, opts: &RunOptions) -> Result<RunSummary, TrainerError> {
+    let mut trainer = Trainer::new(cfg, opts)?;
+    trainer.fit()
+}

@@ -1,0 +1,166 @@
+//! The actor: old log-probs and entropy of the rollout's responses, and the PPO update
+//! (verl's `DataParallelPPOActor.update_policy` / the engine worker's `train_mini_batch`).
+//!
+//! One update: for each of `ppo_epochs` epochs, the batch is (optionally) shuffled with a seed
+//! derived from `data_loader_seed`, the step and the epoch, then cut into mini-batches of
+//! `ppo_mini_batch_size × rollout.n` responses; each mini-batch is one optimizer step,
+//! accumulated over micro-batches of `ppo_micro_batch_size_per_gpu`. The loss of a micro-batch
+//! is
+//!
+//! `L = pg_loss − entropy_coeff · agg(H) + kl_loss_coef · agg(kl(log π, log π_ref))`
+//!
+//! with every `agg` normalised over the whole mini-batch (see [`crate::engine`]), so the
+//! gradient does not depend on the micro-batch size. The lr scheduler steps once per update.
+
+use tch::{Kind, Tensor};
+
+use crate::algo::kl::kl_penalty;
+use crate::algo::{
+    AggOptions, KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossInputs, PolicyLossMode, agg_loss,
+    compute_policy_loss,
+};
+use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
+use crate::model::CausalLm;
+use crate::rollout::LogProbOutput;
+
+use super::{MetricLists, Result, WorkerError, combine_micro, permutation, scalar};
+
+/// The `actor.*` settings of the update (batch sizes in responses, already × `rollout.n`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActorSettings {
+    pub ppo_mini_batch_size: usize,
+    pub ppo_micro_batch_size: usize,
+    /// Micro-batch of the old-log-prob pass (`rollout.log_prob_micro_batch_size_per_gpu`).
+    pub log_prob_micro_batch_size: usize,
+    pub ppo_epochs: usize,
+    pub shuffle: bool,
+    pub data_loader_seed: u64,
+    pub loss_mode: PolicyLossMode,
+    pub policy_loss: PolicyLossConfig,
+    pub loss_agg_mode: LossAggMode,
+    pub entropy_coeff: f64,
+    /// Compute the entropy in the update even when `entropy_coeff` is 0 (for the metric).
+    pub calculate_entropy: bool,
+    pub use_kl_loss: bool,
+    pub kl_loss_coef: f64,
+    pub kl_loss_type: KlEstimator,
+    /// Logits are divided by the rollout temperature (verl's `meta_info.temperature`).
+    pub temperature: f64,
+}
+
+/// The actor role over any engine with a causal-LM head.
+#[derive(Debug)]
+pub struct Actor<E: Engine<Head = CausalLm>> {
+    pub engine: E,
+    pub settings: ActorSettings,
+}
+
+/// Additive (globally normalised) metrics of a micro-batch.
+const ADDITIVE: &[&str] = &["actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/loss"];
+
+impl<E: Engine<Head = CausalLm>> Actor<E> {
+    pub fn new(engine: E, settings: ActorSettings) -> Result<Self> {
+        let s = &settings;
+        if s.ppo_mini_batch_size == 0 || s.ppo_micro_batch_size == 0 || s.log_prob_micro_batch_size == 0 || s.ppo_epochs == 0 {
+            return Err(WorkerError::Config("actor batch sizes and ppo_epochs must be positive".into()));
+        }
+        Ok(Actor { engine, settings })
+    }
+
+    /// Log-probs `(N, R)` of the responses under the current policy and their entropy
+    /// (verl's `compute_log_prob`: `old_log_probs` and the `actor/entropy` metric).
+    pub fn compute_log_prob(&mut self, batch: &Batch) -> Result<(Tensor, Tensor)> {
+        self.engine.eval_mode()?;
+        let fwd = ForwardOptions { temperature: self.settings.temperature, with_entropy: true };
+        let outs = self.engine.infer_batch(batch, self.settings.log_prob_micro_batch_size, &fwd)?;
+        let (mut lps, mut ents) = (Vec::new(), Vec::new());
+        for LogProbOutput { log_probs, entropy } in outs {
+            lps.push(log_probs);
+            ents.extend(entropy);
+        }
+        Ok((Tensor::f_cat(&lps, 0)?, Tensor::f_cat(&ents, 0)?))
+    }
+
+    /// `agg(entropy)` over the response mask with the actor's `loss_agg_mode` (the
+    /// `actor/entropy` metric of the old-log-prob pass).
+    pub fn entropy_metric(&self, entropy: &Tensor, response_mask: &Tensor) -> Result<f64> {
+        let agg = agg_loss(entropy, response_mask, self.settings.loss_agg_mode, &AggOptions::default())?;
+        scalar(&agg)
+    }
+
+    /// One PPO update on `batch` (needs `old_log_probs`, `advantages` and, with the KL loss,
+    /// `ref_log_prob`); `step` seeds the shuffling. Returns the `actor/*` metrics.
+    pub fn update_policy(&mut self, batch: &Batch, step: u64) -> Result<Metrics> {
+        let s = self.settings.clone();
+        for key in ["old_log_probs", "advantages", "response_mask"] {
+            batch.get(key)?;
+        }
+        if s.use_kl_loss {
+            batch.get("ref_log_prob")?;
+        }
+        self.engine.train_mode()?;
+        let lr = self.engine.lr();
+        let with_entropy = s.entropy_coeff != 0.0 || s.calculate_entropy;
+        let fwd = ForwardOptions { temperature: s.temperature, with_entropy };
+        let n = batch.rows() as usize;
+        let mut lists = MetricLists::default();
+        for epoch in 0..s.ppo_epochs {
+            let data = if s.shuffle {
+                batch.select(&permutation(n, s.data_loader_seed, step.wrapping_mul(1 << 16).wrapping_add(epoch as u64)))?
+            } else {
+                batch.select(&(0..n as i64).collect::<Vec<_>>())?
+            };
+            for mini in data.split(s.ppo_mini_batch_size)? {
+                self.engine.optimizer_zero_grad()?;
+                let mut loss_fn = |mb: &Batch, out: LogProbOutput, agg: &AggOptions| micro_loss(&s, mb, out, agg);
+                let micro = self.engine.forward_backward(&mini, s.ppo_micro_batch_size, &fwd, &mut loss_fn)?;
+                let step_result = self.engine.optimizer_step()?;
+                lists.extend(&combine_micro(&micro, ADDITIVE));
+                lists.push("actor/grad_norm", step_result.grad_norm.unwrap_or(f64::NAN));
+            }
+        }
+        self.engine.lr_scheduler_step()?;
+        let mut metrics = lists.reduce();
+        metrics.insert("actor/lr".into(), lr);
+        Ok(metrics)
+    }
+}
+
+/// The loss of one micro-batch and its metrics.
+fn micro_loss(s: &ActorSettings, mb: &Batch, out: LogProbOutput, agg: &AggOptions) -> crate::engine::Result<MicroLoss> {
+    let mask = mb.get("response_mask")?;
+    let old = mb.get("old_log_probs")?;
+    let adv = mb.get("advantages")?;
+    let log_prob = &out.log_probs;
+    let mut inputs = PolicyLossInputs::new(old, log_prob, adv, mask);
+    if let Some(w) = mb.opt("rollout_is_weights") {
+        inputs = inputs.rollout_is_weights(w);
+    }
+    let pg = compute_policy_loss(s.loss_mode, &inputs, &s.policy_loss, s.loss_agg_mode, agg)?;
+    let mut metrics = Metrics::new();
+    for (k, v) in pg.metrics.named()? {
+        metrics.insert(k.to_owned(), v);
+    }
+    let value = |t: &Tensor| -> crate::engine::Result<f64> {
+        Ok(t.f_detach()?.f_to_kind(Kind::Double)?.f_double_value(&[])?)
+    };
+    metrics.insert("actor/pg_loss".into(), value(&pg.loss)?);
+    let mut loss = pg.loss;
+    if let Some(entropy) = &out.entropy {
+        let ent = agg_loss(entropy, mask, s.loss_agg_mode, agg)?;
+        metrics.insert("actor/entropy_loss".into(), value(&ent)?);
+        if s.entropy_coeff != 0.0 {
+            loss = loss.f_sub(&ent.f_mul_scalar(s.entropy_coeff)?)?;
+        }
+    }
+    if s.use_kl_loss {
+        let ref_lp = mb.get("ref_log_prob")?;
+        let kld = kl_penalty(log_prob, ref_lp, s.kl_loss_type)?;
+        let kl = agg_loss(&kld, mask, s.loss_agg_mode, agg)?;
+        metrics.insert("actor/kl_loss".into(), value(&kl)?);
+        metrics.insert("actor/kl_coef".into(), s.kl_loss_coef);
+        loss = loss.f_add(&kl.f_mul_scalar(s.kl_loss_coef)?)?;
+    }
+    metrics.insert("actor/loss".into(), value(&loss)?);
+    Ok(MicroLoss { loss, metrics })
+}

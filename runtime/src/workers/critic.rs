@@ -1,0 +1,104 @@
+//! The critic: values of the rollout's responses and the clipped value update (verl's
+//! `DataParallelPPOCritic`): epochs × mini-batches (`critic.ppo_mini_batch_size × n`) ×
+//! micro-batches, `L = ½·agg(max((v̂ − R)², (clip(v̂, V ± c) − R)²))` normalised over the
+//! mini-batch, one optimizer step per mini-batch and one lr-scheduler step per update.
+
+use tch::Tensor;
+
+use crate::algo::{AggOptions, LossAggMode, compute_value_loss};
+use crate::algo::masked::masked_mean;
+use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
+use crate::model::ValueModel;
+
+use super::{MetricLists, Result, WorkerError, combine_micro, permutation, scalar};
+
+/// The `critic.*` settings (batch sizes in responses).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CriticSettings {
+    pub ppo_mini_batch_size: usize,
+    pub ppo_micro_batch_size: usize,
+    /// Micro-batch of the value pass (`critic.forward_micro_batch_size_per_gpu`).
+    pub forward_micro_batch_size: usize,
+    pub ppo_epochs: usize,
+    pub shuffle: bool,
+    pub data_loader_seed: u64,
+    pub cliprange_value: f64,
+    pub loss_agg_mode: LossAggMode,
+}
+
+/// The critic role over any engine with a value head.
+#[derive(Debug)]
+pub struct Critic<E: Engine<Head = ValueModel>> {
+    pub engine: E,
+    pub settings: CriticSettings,
+}
+
+const ADDITIVE: &[&str] = &["critic/vf_loss"];
+
+impl<E: Engine<Head = ValueModel>> Critic<E> {
+    pub fn new(engine: E, settings: CriticSettings) -> Result<Self> {
+        let s = &settings;
+        if s.ppo_mini_batch_size == 0 || s.ppo_micro_batch_size == 0 || s.forward_micro_batch_size == 0 || s.ppo_epochs == 0 {
+            return Err(WorkerError::Config("critic batch sizes and ppo_epochs must be positive".into()));
+        }
+        Ok(Critic { engine, settings })
+    }
+
+    /// Values `(N, R)`, zero outside the response mask (verl's `compute_values`).
+    pub fn compute_values(&mut self, batch: &Batch) -> Result<Tensor> {
+        self.engine.eval_mode()?;
+        let outs = self.engine.infer_batch(batch, self.settings.forward_micro_batch_size, &ForwardOptions::default())?;
+        let values = Tensor::f_cat(&outs, 0)?;
+        let mask = batch.get("response_mask")?.f_to_kind(values.kind())?;
+        Ok(values.f_mul(&mask)?)
+    }
+
+    /// One value update on `batch` (needs `values`, `returns`, `response_mask`).
+    pub fn update_critic(&mut self, batch: &Batch, step: u64) -> Result<Metrics> {
+        let s = self.settings.clone();
+        for key in ["values", "returns", "response_mask"] {
+            batch.get(key)?;
+        }
+        self.engine.train_mode()?;
+        let lr = self.engine.lr();
+        let n = batch.rows() as usize;
+        let mut lists = MetricLists::default();
+        for epoch in 0..s.ppo_epochs {
+            let data = if s.shuffle {
+                batch.select(&permutation(n, s.data_loader_seed, step.wrapping_mul(1 << 16).wrapping_add(epoch as u64)))?
+            } else {
+                batch.select(&(0..n as i64).collect::<Vec<_>>())?
+            };
+            for mini in data.split(s.ppo_mini_batch_size)? {
+                self.engine.optimizer_zero_grad()?;
+                let mut loss_fn = |mb: &Batch, vpreds: Tensor, agg: &AggOptions| -> crate::engine::Result<MicroLoss> {
+                    let mask = mb.get("response_mask")?;
+                    let vl = compute_value_loss(
+                        &vpreds,
+                        mb.get("returns")?,
+                        mb.get("values")?,
+                        mask,
+                        s.cliprange_value,
+                        s.loss_agg_mode,
+                        agg,
+                    )?;
+                    let mut metrics = Metrics::new();
+                    let f = |t: &Tensor| scalar(t).map_err(|e| crate::engine::EngineError::Batch(e.to_string()));
+                    metrics.insert("critic/vf_loss".into(), f(&vl.loss)?);
+                    metrics.insert("critic/vf_clipfrac".into(), f(&vl.vf_clipfrac)?);
+                    metrics.insert("critic/vpred_mean".into(), f(&masked_mean(&vpreds.f_detach()?, mask)?)?);
+                    Ok(MicroLoss { loss: vl.loss, metrics })
+                };
+                let micro =
+                    self.engine.forward_backward(&mini, s.ppo_micro_batch_size, &ForwardOptions::default(), &mut loss_fn)?;
+                let step_result = self.engine.optimizer_step()?;
+                lists.extend(&combine_micro(&micro, ADDITIVE));
+                lists.push("critic/grad_norm", step_result.grad_norm.unwrap_or(f64::NAN));
+            }
+        }
+        self.engine.lr_scheduler_step()?;
+        let mut metrics = lists.reduce();
+        metrics.insert("critic/lr".into(), lr);
+        Ok(metrics)
+    }
+}

@@ -1,0 +1,97 @@
+//! The worker roles of verl's PPO loop (shared/reference/verl.md §3.1), on top of an
+//! [`crate::engine::Engine`]:
+//!
+//! - [`actor`]: old log-probs and entropy; the PPO update (epochs × mini-batches ×
+//!   micro-batches) with the policy loss, entropy bonus and KL loss.
+//! - [`critic`]: values; the clipped value update.
+//! - [`reference`]: frozen reference log-probs.
+//! - [`rollout`]: the hybrid engine's generator: its own copy of the policy in the rollout
+//!   dtype, refreshed from the actor after every update.
+//! - [`reward`]: rule scorers chosen by `data_source`, or the user's Python
+//!   `compute_score` served by a long-lived subprocess.
+//!
+//! Batches are [`crate::engine::Batch`]es in verl's layout: `input_ids`, `attention_mask`,
+//! `position_ids` `(N, P + R)`; `responses`, `response_mask` `(N, R)`; plus what each step
+//! adds (`old_log_probs`, `ref_log_prob`, `values`, `advantages`, `returns`).
+
+pub mod actor;
+pub mod critic;
+pub mod reference;
+pub mod reward;
+pub mod rollout;
+
+use tch::{Kind, Tensor};
+
+use crate::engine::{EngineError, Metrics};
+
+/// Errors of the worker roles.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Algo(#[from] crate::algo::AlgoError),
+    #[error(transparent)]
+    Rollout(#[from] crate::rollout::RolloutError),
+    #[error(transparent)]
+    Reward(#[from] reward::RewardError),
+    #[error("invalid worker configuration: {0}")]
+    Config(String),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+pub type Result<T, E = WorkerError> = std::result::Result<T, E>;
+
+/// Lists of metric values, reduced by mean at the end (verl's `append_to_dict` +
+/// `reduce_metrics`).
+#[derive(Debug, Default, Clone)]
+pub struct MetricLists(std::collections::BTreeMap<String, Vec<f64>>);
+
+impl MetricLists {
+    pub fn push(&mut self, name: &str, value: f64) {
+        self.0.entry(name.to_owned()).or_default().push(value);
+    }
+
+    pub fn extend(&mut self, m: &Metrics) {
+        for (k, v) in m {
+            self.push(k, *v);
+        }
+    }
+
+    /// Mean of each list.
+    pub fn reduce(&self) -> Metrics {
+        self.0.iter().map(|(k, v)| (k.clone(), v.iter().sum::<f64>() / v.len().max(1) as f64)).collect()
+    }
+}
+
+/// Sums `additive` keys and averages the others over micro-batch metrics: the losses are
+/// shares of the batch loss (globally normalised), the fractions are per micro-batch means.
+pub(crate) fn combine_micro(micro: &[Metrics], additive: &[&str]) -> Metrics {
+    let mut lists = MetricLists::default();
+    let mut sums = Metrics::new();
+    for m in micro {
+        for (k, v) in m {
+            if additive.contains(&k.as_str()) {
+                *sums.entry(k.clone()).or_insert(0.0) += v;
+            } else {
+                lists.push(k, *v);
+            }
+        }
+    }
+    let mut out = lists.reduce();
+    out.extend(sums);
+    out
+}
+
+/// A scalar tensor as f64.
+pub(crate) fn scalar(t: &Tensor) -> Result<f64> {
+    Ok(t.f_detach()?.f_to_kind(Kind::Double)?.f_double_value(&[])?)
+}
+
+/// A seeded permutation of `0..n` (mini-batch shuffling).
+pub(crate) fn permutation(n: usize, seed: u64, stream: u64) -> Vec<i64> {
+    let mut v: Vec<i64> = (0..n as i64).collect();
+    crate::rng::Rng::derive(seed, stream).shuffle(&mut v);
+    v
+}

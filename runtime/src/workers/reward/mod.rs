@@ -1,0 +1,112 @@
+//! Rewards: a score per response, written at its last valid token (verl's
+//! `NaiveRewardManager`).
+//!
+//! The scorer is chosen as verl's `load_reward_manager` does (shared/reference/verl.md §6.2):
+//! `custom_reward_function.path` set → the user's Python function, served by a long-lived
+//! subprocess ([`python`]); otherwise the built-in rule scorers chosen by `data_source`
+//! ([`rules`]: GSM8K, boxed MATH answers, verlc's synthetic tasks).
+//!
+//! A scorer returns a float or a dict with `"score"`; the other keys of a dict are kept as
+//! `reward_extra_info` (numbers only are logged).
+
+pub mod python;
+pub mod rules;
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+use tch::{Kind, Tensor};
+
+pub use python::{PythonRewardFn, PythonSettings};
+
+/// Why scoring failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RewardError {
+    #[error(
+        "Reward function is not implemented for data_source={0:?}: verlc's built-in scorers cover {known}; \
+         set custom_reward_function.path to a Python file with compute_score(data_source, solution_str, ground_truth, extra_info)",
+        known = rules::KNOWN_SOURCES
+    )]
+    NotImplemented(String),
+    #[error("custom reward function `{name}` in {path}: {msg}")]
+    Python { path: String, name: String, msg: String },
+    #[error("custom reward function `{name}` in {path} did not answer within {seconds:.0} s ({what}); it was stopped")]
+    Timeout { path: String, name: String, seconds: f64, what: String },
+    #[error("cannot start the reward-function interpreter `{python}`: {source}")]
+    Spawn { python: String, source: std::io::Error },
+    #[error("reward: {0}")]
+    Other(String),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+/// What a scorer sees of one response (verl's `compute_score` arguments).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreItem {
+    pub data_source: String,
+    /// The decoded response, special tokens removed.
+    pub solution_str: String,
+    pub ground_truth: Value,
+    pub extra_info: Map<String, Value>,
+}
+
+/// A score and the scorer's other outputs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Score {
+    pub score: f64,
+    /// Other keys of a dict result (verl's `reward_extra_info`).
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// The configured scorer.
+#[derive(Debug)]
+pub enum RewardFn {
+    /// verlc's rule scorers, by `data_source` (verl's `default_compute_score`).
+    Builtin,
+    /// The user's Python `compute_score`.
+    Python(PythonRewardFn),
+}
+
+impl RewardFn {
+    /// Scores every item (one round trip for the Python scorer).
+    pub fn score(&mut self, items: &[ScoreItem]) -> Result<Vec<Score>, RewardError> {
+        match self {
+            RewardFn::Builtin => items
+                .iter()
+                .map(|it| {
+                    rules::default_compute_score(&it.data_source, &it.solution_str, &it.ground_truth)
+                        .map(|score| Score { score, extra: BTreeMap::new() })
+                })
+                .collect(),
+            RewardFn::Python(p) => p.score(items),
+        }
+    }
+
+    /// Fails now (instead of minutes into the run) when a `data_source` has no built-in scorer.
+    pub fn check_sources<'a>(&self, sources: impl IntoIterator<Item = &'a str>) -> Result<(), RewardError> {
+        if let RewardFn::Builtin = self {
+            for s in sources {
+                if !rules::is_supported(s) {
+                    return Err(RewardError::NotImplemented(s.to_owned()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Token-level scores `(N, R)`: each row's score at its last valid response token.
+pub fn token_level_scores(scores: &[f64], response_mask: &Tensor) -> Result<Tensor, RewardError> {
+    let size = response_mask.size();
+    if size.len() != 2 || size[0] != scores.len() as i64 {
+        return Err(RewardError::Other(format!("{} scores for a response mask of shape {size:?}", scores.len())));
+    }
+    let lengths = Vec::<i64>::try_from(response_mask.f_sum_dim_intlist(1i64, false, Kind::Int64)?)?;
+    let mut dense = vec![0f32; (size[0] * size[1]) as usize];
+    for (i, (&len, &s)) in lengths.iter().zip(scores).enumerate() {
+        if len > 0 {
+            dense[i * size[1] as usize + len as usize - 1] = s as f32;
+        }
+    }
+    Ok(Tensor::from_slice(&dense).f_view([size[0], size[1]])?.f_to_device(response_mask.device())?)
+}

@@ -1,0 +1,99 @@
+# verlc reward server: serves a user's compute_score over JSON lines on stdin/stdout.
+# argv: <path> <function name> <reward_kwargs as JSON>
+# Protocol (one JSON object per line):
+#   server -> {"ready": true} | {"ready": false, "error": "..."}         once, at start
+#   client -> {"id": N, "items": [{"data_source", "solution_str", "ground_truth", "extra_info"}]}
+#   server -> {"id": N, "results": [{"score": float | null, "bad": repr | null, "extra": {...}}]}
+#           | {"id": N, "error": "traceback"}
+# The user's prints go to stderr; stdout carries only the protocol.
+import asyncio
+import importlib.util
+import inspect
+import json
+import math
+import os
+import sys
+import traceback
+
+
+def jsonable(v):
+    try:
+        json.dumps(v, allow_nan=False)
+        return v
+    except (TypeError, ValueError):
+        if isinstance(v, float):
+            return repr(v)
+        try:
+            return float(v)
+        except Exception:
+            return repr(v)
+
+
+def normalize(res):
+    extra = {}
+    if isinstance(res, dict):
+        if "score" not in res:
+            raise ValueError(f"the reward function returned a dict without 'score': {res!r}")
+        extra = {str(k): jsonable(v) for k, v in res.items() if k != "score"}
+        score = res["score"]
+    elif isinstance(res, (int, float, bool)):
+        score = res
+    else:
+        score = res[0]
+    score = float(score)
+    if not math.isfinite(score):
+        return {"score": None, "bad": repr(score), "extra": extra}
+    return {"score": score, "bad": None, "extra": extra}
+
+
+def main():
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(obj):
+        proto.write(json.dumps(obj, allow_nan=False) + "\n")
+        proto.flush()
+
+    path, name = sys.argv[1], sys.argv[2]
+    kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    try:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+        spec = importlib.util.spec_from_file_location("custom_module", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path} as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["custom_module"] = module
+        spec.loader.exec_module(module)
+        if not hasattr(module, name):
+            raise AttributeError(f"Reward function '{name}' not found in '{path}'.")
+        fn = getattr(module, name)
+    except BaseException:
+        send({"ready": False, "error": traceback.format_exc()})
+        return 1
+    send({"ready": True})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        try:
+            results = []
+            for it in req["items"]:
+                res = fn(
+                    data_source=it["data_source"],
+                    solution_str=it["solution_str"],
+                    ground_truth=it["ground_truth"],
+                    extra_info=it.get("extra_info"),
+                    **kwargs,
+                )
+                if inspect.isawaitable(res):
+                    res = asyncio.run(res)
+                results.append(normalize(res))
+            send({"id": req["id"], "results": results})
+        except BaseException:
+            send({"id": req["id"], "error": traceback.format_exc()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
