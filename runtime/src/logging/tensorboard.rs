@@ -63,11 +63,16 @@ fn len_field(field: u32, bytes: &[u8], out: &mut Vec<u8>) {
 
 /// `Event { wall_time, step, file_version | summary { value { tag, simple_value } … } }`.
 pub fn encode_event(wall_time: f64, step: i64, file_version: Option<&str>, scalars: &[(&str, f32)]) -> Vec<u8> {
+    // proto3: fields at their default value are not written.
     let mut ev = Vec::new();
-    ev.push(0x09); // field 1, 64-bit
-    ev.extend_from_slice(&wall_time.to_le_bytes());
-    ev.push(0x10); // field 2, varint
-    varint(step as u64, &mut ev);
+    if wall_time != 0.0 {
+        ev.push(0x09); // field 1, 64-bit
+        ev.extend_from_slice(&wall_time.to_le_bytes());
+    }
+    if step != 0 {
+        ev.push(0x10); // field 2, varint
+        varint(step as u64, &mut ev);
+    }
     if let Some(v) = file_version {
         len_field(3, v.as_bytes(), &mut ev);
     }

@@ -3,7 +3,7 @@
 //! | data_source | scorer |
 //! |---|---|
 //! | `openai/gsm8k` | [`gsm8k`]: the last `#### <number>` of the response's last 300 characters, commas and `$` removed, equal to the ground truth → 1, else 0 |
-//! | `lighteval/MATH`, `DigitalLearningGmbH/MATH-lighteval`, `HuggingFaceH4/MATH-500` | [`math_boxed`]: the last `\boxed{…}` (or `\fbox{…}`) equivalent to the ground truth after the Hendrycks-MATH normalisation → 1, else 0 |
+//! | `lighteval/MATH`, `DigitalLearningGmbH/MATH-lighteval`, `HuggingFaceH4/MATH-500` | [`math_boxed`]: the last `\boxed{…}` equivalent to the ground truth after the Hendrycks-MATH normalisation → 1, else 0 |
 //! | `builtin/<task>` | the synthetic tasks' rule rewards ([`crate::data::builtin::compute_score`]) |
 
 use serde_json::Value;
@@ -106,12 +106,13 @@ pub fn last_boxed_only_string(s: &str) -> Option<String> {
     None
 }
 
-/// The content of a boxed expression (verl's `remove_boxed`).
+/// The content of a boxed expression (verl's `remove_boxed`; like verl, an `\fbox{…}` found
+/// by [`last_boxed_only_string`] is not unboxed, so it scores 0).
 pub fn remove_boxed(s: &str) -> Option<String> {
     if let Some(rest) = s.strip_prefix("\\boxed ") {
         return Some(rest.to_owned());
     }
-    s.strip_prefix("\\boxed{").or_else(|| s.strip_prefix("\\fbox{"))?.strip_suffix('}').map(str::to_owned)
+    s.strip_prefix("\\boxed{")?.strip_suffix('}').map(str::to_owned)
 }
 
 /// MATH: 1.0 when the last boxed answer is equivalent to the ground truth, else 0.0.

@@ -1,0 +1,10 @@
+//! Integration tests of the trainer (issue 5): learning runs, resume after kill -9,
+//! checkpoints, loggers, reward functions and the engine's gradient accumulation.
+
+mod checkpoint;
+mod engine;
+mod learning;
+mod logging;
+mod resume;
+mod reward;
+mod support;

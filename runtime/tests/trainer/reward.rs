@@ -1,0 +1,188 @@
+//! Reward functions: the built-in rule scorers, and the user's Python `compute_score` in a
+//! subprocess: same scores as calling it directly, clear errors for crashing, raising,
+//! hanging and unimportable functions.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use runtime::workers::reward::rules::{default_compute_score, gsm8k, math_boxed, strip_string};
+use runtime::workers::reward::{PythonRewardFn, PythonSettings, RewardError, ScoreItem};
+use serde_json::{Map, Value, json};
+
+use crate::support::{quiet, repo, scratch, small_grpo};
+
+fn fixture(name: &str) -> PathBuf {
+    repo().join("runtime/tests/trainer/fixtures").join(name)
+}
+
+fn settings(file: &str, timeout: Duration) -> PythonSettings {
+    let mut kwargs = Map::new();
+    kwargs.insert("bonus".into(), json!(0.125));
+    PythonSettings {
+        python: PythonSettings::default_python(),
+        path: fixture(file),
+        name: "compute_score".into(),
+        reward_kwargs: if file == "reward_fn.py" { kwargs } else { Map::new() },
+        startup_timeout: Duration::from_secs(60),
+        call_timeout: timeout,
+    }
+}
+
+fn item(source: &str, text: &str, truth: Value, index: i64) -> ScoreItem {
+    let mut extra = Map::new();
+    extra.insert("index".into(), json!(index));
+    extra.insert("split".into(), json!("train"));
+    ScoreItem { data_source: source.into(), solution_str: text.into(), ground_truth: truth, extra_info: extra }
+}
+
+fn items() -> Vec<ScoreItem> {
+    let texts = ["31204", "3 1 2", "no digits", "✓ 42 ünïcode", "", "31204\n", "9999999", "0"];
+    let mut out = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        let source = if i % 2 == 0 { "builtin/digit_reversal" } else { "custom/int" };
+        out.push(item(source, t, json!("31204"), i as i64));
+    }
+    out
+}
+
+#[test]
+fn python_reward_gives_the_scores_of_a_direct_call() {
+    let items = items();
+    let mut f = PythonRewardFn::start(settings("reward_fn.py", Duration::from_secs(60))).expect("server starts");
+    let got = f.score(&items).expect("scores");
+    // Twice through the same process: the server is long-lived.
+    let again = f.score(&items).expect("scores again");
+    assert_eq!(got, again);
+
+    // The same calls made directly in Python.
+    let dir = scratch("reward_direct");
+    let input = dir.join("items.json");
+    let payload: Vec<Value> = items
+        .iter()
+        .map(|it| json!({"data_source": it.data_source, "solution_str": it.solution_str, "ground_truth": it.ground_truth, "extra_info": it.extra_info}))
+        .collect();
+    std::fs::write(&input, serde_json::to_string(&payload).expect("json")).expect("write");
+    let script = r#"
+import json, sys, importlib.util
+spec = importlib.util.spec_from_file_location("m", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+out = []
+for it in json.load(open(sys.argv[2])):
+    r = m.compute_score(it["data_source"], it["solution_str"], it["ground_truth"], it["extra_info"], bonus=0.125)
+    out.append(float(r["score"]) if isinstance(r, dict) else float(r))
+print(json.dumps(out))
+"#;
+    let out = Command::new(PythonSettings::default_python())
+        .arg("-c")
+        .arg(script)
+        .arg(fixture("reward_fn.py"))
+        .arg(&input)
+        .output()
+        .expect("python runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let direct: Vec<f64> = serde_json::from_slice(&out.stdout).expect("scores json");
+    let through: Vec<f64> = got.iter().map(|s| s.score).collect();
+    assert_eq!(through, direct, "subprocess and direct call differ");
+    // Dict results keep their other keys (verl's reward_extra_info).
+    assert_eq!(got[0].extra.get("acc"), Some(&json!(1.0)));
+    assert_eq!(got[0].extra.get("note"), Some(&json!("third")));
+    assert!(got[1].extra.is_empty());
+}
+
+#[test]
+fn crashing_and_raising_reward_functions_give_clear_errors() {
+    let mut f = PythonRewardFn::start(settings("reward_crash.py", Duration::from_secs(60))).expect("server starts");
+    assert_eq!(f.score(&[item("x", "fine", json!("1"), 1)]).expect("ok")[0].score, 0.0);
+    let err = f.score(&[item("x", "please raise", json!("1"), 1)]).expect_err("raises").to_string();
+    assert!(err.contains("ZeroDivisionError") && err.contains("raised an exception"), "{err}");
+    // The server survives an exception in user code.
+    assert_eq!(f.score(&[item("x", "fine", json!("1"), 2)]).expect("still serving")[0].score, 0.0);
+    let err = f.score(&[item("x", "boom", json!("1"), 1)]).expect_err("process dies").to_string();
+    assert!(err.contains("exited") && err.contains("7"), "{err}");
+    let err = f.score(&[item("x", "fine", json!("1"), 1)]).expect_err("dead").to_string();
+    assert!(err.contains("no longer running"), "{err}");
+
+    let err = PythonRewardFn::start(settings("reward_syntax.py", Duration::from_secs(60))).expect_err("syntax error").to_string();
+    assert!(err.contains("SyntaxError") && err.contains("failed to load"), "{err}");
+    let mut s = settings("reward_fn.py", Duration::from_secs(60));
+    s.name = "no_such_function".into();
+    let err = PythonRewardFn::start(s).expect_err("missing function").to_string();
+    assert!(err.contains("no_such_function"), "{err}");
+    let mut s = settings("reward_fn.py", Duration::from_secs(60));
+    s.path = fixture("missing.py");
+    assert!(PythonRewardFn::start(s).is_err());
+}
+
+#[test]
+fn hanging_reward_function_times_out() {
+    let mut f = PythonRewardFn::start(settings("reward_hang.py", Duration::from_secs(2))).expect("server starts");
+    let t = Instant::now();
+    let err = f.score(&[item("x", "anything", json!("1"), 1)]).expect_err("times out");
+    assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
+    assert!(matches!(err, RewardError::Timeout { .. }), "{err}");
+    assert!(err.to_string().contains("did not answer within 2 s"), "{err}");
+}
+
+#[test]
+fn trainer_fails_cleanly_on_a_crashing_reward_function() {
+    let dir = scratch("trainer_reward_crash");
+    let path = format!("custom_reward_function.path={}", fixture("reward_hang.py").display());
+    let cfg = small_grpo(&dir, 2, &[&path]);
+    let opts = runtime::trainer::RunOptions { reward_call_timeout: Duration::from_secs(2), ..quiet() };
+    let t = Instant::now();
+    let err = runtime::trainer::run(&cfg, &opts).expect_err("the reward function hangs").to_string();
+    assert!(err.contains("did not answer"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(120));
+}
+
+#[test]
+fn trainer_scores_with_a_python_reward_function() {
+    let dir = scratch("trainer_reward_python");
+    let path = format!("custom_reward_function.path={}", fixture("reward_fn.py").display());
+    let cfg = small_grpo(&dir, 1, &[&path, "+custom_reward_function.reward_kwargs={bonus: 0.0}"]);
+    let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
+    let score = summary.history[0].1["critic/score/mean"];
+    assert!((0.0..=1.0).contains(&score), "{score}");
+}
+
+#[test]
+fn gsm8k_scorer() {
+    assert_eq!(gsm8k("so the answer is #### 72", "72"), 1.0);
+    assert_eq!(gsm8k("#### 1,234", "1234"), 1.0);
+    assert_eq!(gsm8k("#### $5", "5"), 0.0, "`$` is not part of the strict pattern");
+    assert_eq!(gsm8k("#### 3 then #### 4", "4"), 1.0, "the last answer counts");
+    assert_eq!(gsm8k("#### -7", "-7"), 1.0);
+    assert_eq!(gsm8k("the answer is 72", "72"), 0.0, "strict format");
+    assert_eq!(gsm8k("####72", "72"), 0.0);
+    let long = format!("#### 72 {}", "x".repeat(400));
+    assert_eq!(gsm8k(&long, "72"), 0.0, "only the last 300 characters are searched");
+    assert_eq!(default_compute_score("openai/gsm8k", "#### 8", &json!("8")).expect("known"), 1.0);
+}
+
+#[test]
+fn boxed_math_scorer() {
+    assert_eq!(math_boxed("thus \\boxed{\\frac{1}{2}}", "\\frac12"), 1.0);
+    assert_eq!(math_boxed("\\boxed{0.5}", "\\frac{1}{2}"), 1.0);
+    assert_eq!(math_boxed("\\boxed{\\dfrac{3}{4}}", "3/4"), 1.0);
+    assert_eq!(math_boxed("\\boxed{10^\\circ}", "10"), 1.0);
+    assert_eq!(math_boxed("\\boxed{x = 5}", "5"), 1.0);
+    assert_eq!(math_boxed("\\boxed{\\sqrt2}", "\\sqrt{2}"), 1.0);
+    assert_eq!(math_boxed("first \\boxed{1} then \\boxed{2}", "2"), 1.0);
+    assert_eq!(math_boxed("\\boxed 7$", "7"), 1.0);
+    assert_eq!(math_boxed("\\fbox{9}", "9"), 0.0, "verl does not unbox \\fbox");
+    assert_eq!(math_boxed("\\boxed{3}", "4"), 0.0);
+    assert_eq!(math_boxed("no box 4", "4"), 0.0);
+    assert_eq!(math_boxed("\\boxed{5", "5"), 0.0, "unclosed");
+    assert_eq!(strip_string("\\left( 1, 2 \\right)").as_deref(), Some("(1,2)"));
+    assert_eq!(strip_string("5 \\text{ cm}").as_deref(), Some("5"));
+    assert_eq!(default_compute_score("HuggingFaceH4/MATH-500", "\\boxed{4}", &json!("4")).expect("known"), 1.0);
+}
+
+#[test]
+fn unknown_data_source_is_reported_up_front() {
+    let err = default_compute_score("my/dataset", "x", &json!("y")).expect_err("unknown").to_string();
+    assert!(err.contains("my/dataset") && err.contains("custom_reward_function.path"), "{err}");
+    assert_eq!(default_compute_score("builtin/digit_reversal", "321", &json!("321")).expect("builtin"), 1.0);
+}
