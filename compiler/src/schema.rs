@@ -66,7 +66,10 @@ pub const GROUPS: &[Group] = &[
     },
     Group {
         name: "engine",
-        paths: &["actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.actor.megatron"],
+        paths: &[
+            "actor_rollout_ref.actor.fsdp_config",
+            "actor_rollout_ref.actor.megatron",
+        ],
         defaults: GroupDefaults::Files(&["engine/fsdp.yaml", "engine/megatron.yaml"]),
         about: "an `engine/` group file (FSDP or Megatron engine), mounted at `fsdp_config` or `megatron` of a role",
     },
@@ -158,7 +161,9 @@ pub fn pretty(v: &Value) -> String {
 /// normalized (see the module doc).
 fn generated() -> Value {
     let settings = SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true);
-    let schema = settings.into_generator().into_root_schema_for::<VerlConfig>();
+    let schema = settings
+        .into_generator()
+        .into_root_schema_for::<VerlConfig>();
     let mut v = serde_json::to_value(schema).unwrap_or(Value::Null);
     strip_formats(&mut v);
     normalize(&mut v);
@@ -170,7 +175,20 @@ fn strip_formats(v: &mut Value) {
     match v {
         Value::Object(m) => {
             if m.get("format").and_then(Value::as_str).is_some_and(|f| {
-                matches!(f, "double" | "float" | "int64" | "int32" | "uint64" | "uint32" | "uint" | "uint8" | "uint16" | "int8" | "int16")
+                matches!(
+                    f,
+                    "double"
+                        | "float"
+                        | "int64"
+                        | "int32"
+                        | "uint64"
+                        | "uint32"
+                        | "uint"
+                        | "uint8"
+                        | "uint16"
+                        | "int8"
+                        | "int16"
+                )
             }) {
                 m.remove("format");
             }
@@ -201,7 +219,9 @@ fn normalize(v: &mut Value) {
 }
 
 fn consts_to_enum(m: &mut Map<String, Value>) {
-    let Some(Value::Array(branches)) = m.get("oneOf") else { return };
+    let Some(Value::Array(branches)) = m.get("oneOf") else {
+        return;
+    };
     if branches.is_empty() || !branches.iter().all(|b| b.get("const").is_some()) {
         return;
     }
@@ -210,14 +230,30 @@ fn consts_to_enum(m: &mut Map<String, Value>) {
     let mut types: Vec<String> = Vec::new();
     for b in branches {
         values.push(b.get("const").cloned().unwrap_or(Value::Null));
-        descs.push(b.get("description").and_then(Value::as_str).unwrap_or("").to_string());
-        let t = b.get("type").and_then(Value::as_str).map(String::from).unwrap_or_else(|| json_type(b.get("const").unwrap_or(&Value::Null)));
+        descs.push(
+            b.get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        );
+        let t = b
+            .get("type")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .unwrap_or_else(|| json_type(b.get("const").unwrap_or(&Value::Null)));
         if !types.contains(&t) {
             types.push(t);
         }
     }
     m.remove("oneOf");
-    m.insert("type".into(), if types.len() == 1 { json!(types[0]) } else { json!(types) });
+    m.insert(
+        "type".into(),
+        if types.len() == 1 {
+            json!(types[0])
+        } else {
+            json!(types)
+        },
+    );
     m.insert("enum".into(), Value::Array(values));
     if descs.iter().any(|d| !d.is_empty()) {
         m.insert("enumDescriptions".into(), json!(descs));
@@ -251,10 +287,14 @@ const ANNOTATIONS: &[&str] = &[
 ];
 
 fn splice_any_of(m: &mut Map<String, Value>) {
-    let Some(Value::Array(branches)) = m.get_mut("anyOf") else { return };
+    let Some(Value::Array(branches)) = m.get_mut("anyOf") else {
+        return;
+    };
     let mut out = Vec::new();
     for b in branches.drain(..) {
-        let inner_only = b.as_object().is_some_and(|o| o.contains_key("anyOf") && o.keys().all(|k| k == "anyOf" || k == "description"));
+        let inner_only = b.as_object().is_some_and(|o| {
+            o.contains_key("anyOf") && o.keys().all(|k| k == "anyOf" || k == "description")
+        });
         match b {
             Value::Object(mut o) if inner_only => {
                 if let Some(Value::Array(inner)) = o.remove("anyOf") {
@@ -268,11 +308,15 @@ fn splice_any_of(m: &mut Map<String, Value>) {
 }
 
 fn fold_nullable(m: &mut Map<String, Value>) {
-    let Some(Value::Array(branches)) = m.get("anyOf") else { return };
+    let Some(Value::Array(branches)) = m.get("anyOf") else {
+        return;
+    };
     if branches.len() != 2 {
         return;
     }
-    let is_null = |b: &Value| b.get("type") == Some(&json!("null")) && b.as_object().is_some_and(|o| o.len() == 1);
+    let is_null = |b: &Value| {
+        b.get("type") == Some(&json!("null")) && b.as_object().is_some_and(|o| o.len() == 1)
+    };
     let (leaf, _) = match (is_null(&branches[0]), is_null(&branches[1])) {
         (false, true) => (&branches[0], &branches[1]),
         (true, false) => (&branches[1], &branches[0]),
@@ -281,7 +325,9 @@ fn fold_nullable(m: &mut Map<String, Value>) {
     let Some(leaf) = leaf.as_object() else { return };
     // Only plain leaves: objects keep their `anyOf` (editors complete them fine) and
     // composite branches would change meaning.
-    let composite = ["anyOf", "oneOf", "allOf", "properties", "$ref", "not", "if"].iter().any(|k| leaf.contains_key(*k));
+    let composite = ["anyOf", "oneOf", "allOf", "properties", "$ref", "not", "if"]
+        .iter()
+        .any(|k| leaf.contains_key(*k));
     let Some(ty) = leaf.get("type") else { return };
     if composite || ty == "object" {
         return;
@@ -320,25 +366,43 @@ pub fn validation_schema() -> &'static Value {
 
 fn validator() -> Option<&'static jsonschema::Validator> {
     static V: OnceLock<Option<jsonschema::Validator>> = OnceLock::new();
-    V.get_or_init(|| jsonschema::options().should_validate_formats(false).build(validation_schema()).ok()).as_ref()
+    V.get_or_init(|| {
+        jsonschema::options()
+            .should_validate_formats(false)
+            .build(validation_schema())
+            .ok()
+    })
+    .as_ref()
 }
 
 /// The built-in defaults of one flavour, composed and resolved (as JSON). `???` values
 /// (verl's "must be set", e.g. `actor_rollout_ref.rollout.name`) stay `"???"`.
 pub fn builtin_defaults(base: &str) -> Value {
-    let req = LoadRequest { base: Some(base.into()), ..Default::default() };
+    let req = LoadRequest {
+        base: Some(base.into()),
+        ..Default::default()
+    };
     compose::load(&req).root.to_json()
 }
 
 fn flavour_defaults() -> &'static [Value; 2] {
     static D: OnceLock<[Value; 2]> = OnceLock::new();
-    D.get_or_init(|| [builtin_defaults(compose::FSDP_BASE), builtin_defaults(compose::MEGATRON_BASE)])
+    D.get_or_init(|| {
+        [
+            builtin_defaults(compose::FSDP_BASE),
+            builtin_defaults(compose::MEGATRON_BASE),
+        ]
+    })
 }
 
 /// One built-in file as JSON, without its `defaults:` list.
 fn builtin_file_json(path: &str) -> Option<Value> {
     let (_, text) = BUILTIN_FILES.iter().find(|(p, _)| *p == path)?;
-    let src = Source::new(format!("<verlc defaults>/{path}"), *text, SourceKind::Builtin);
+    let src = Source::new(
+        format!("<verlc defaults>/{path}"),
+        *text,
+        SourceKind::Builtin,
+    );
     let mut v = yaml::parse(&src, SourceId(0)).ok()?.to_json();
     if let Some(m) = v.as_object_mut() {
         m.remove("defaults");
@@ -370,7 +434,10 @@ pub fn root_editor_schema() -> Value {
             "description".into(),
             json!("A verl PPO trainer config (FSDP `ppo_trainer` or Megatron `ppo_megatron_trainer` flavour), generated by `verlc schema`. Defaults are verlc's built-in defaults, which follow verl's."),
         );
-        m.insert("$id".into(), json!(format!("https://verlc.dev/schemas/{ROOT_FILE}")));
+        m.insert(
+            "$id".into(),
+            json!(format!("https://verlc.dev/schemas/{ROOT_FILE}")),
+        );
     }
     order_keys(&mut s)
 }
@@ -420,9 +487,18 @@ pub fn group_editor_schema(name: &str) -> Option<Value> {
     if let Some(props) = m.get_mut("properties").and_then(Value::as_object_mut) {
         props.insert("defaults".into(), defaults_list_schema());
     }
-    m.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
-    m.insert("$id".into(), json!(format!("https://verlc.dev/schemas/{name}.schema.json")));
-    m.insert("title".into(), json!(format!("verl `{name}` group file (verlc)")));
+    m.insert(
+        "$schema".into(),
+        json!("https://json-schema.org/draft/2020-12/schema"),
+    );
+    m.insert(
+        "$id".into(),
+        json!(format!("https://verlc.dev/schemas/{name}.schema.json")),
+    );
+    m.insert(
+        "title".into(),
+        json!(format!("verl `{name}` group file (verlc)")),
+    );
     let about = format!("Schema of {}, generated by `verlc schema`.", g.about);
     m.insert("description".into(), json!(about.clone()));
     m.insert("markdownDescription".into(), json!(about));
@@ -431,8 +507,18 @@ pub fn group_editor_schema(name: &str) -> Option<Value> {
 
 /// Schema keywords first, then annotations, then the (large) `properties`: easier to read.
 fn order_keys(v: &mut Value) -> Value {
-    const FIRST: &[&str] = &["$schema", "$id", "title", "description", "markdownDescription", "type", "$defs"];
-    let Some(m) = v.as_object_mut() else { return v.take() };
+    const FIRST: &[&str] = &[
+        "$schema",
+        "$id",
+        "title",
+        "description",
+        "markdownDescription",
+        "type",
+        "$defs",
+    ];
+    let Some(m) = v.as_object_mut() else {
+        return v.take();
+    };
     let mut out = Map::new();
     for k in FIRST {
         if let Some(x) = m.remove(*k) {
@@ -451,8 +537,14 @@ fn union(a: Value, b: Value) -> Value {
         return a;
     }
     match (a, b) {
-        (Value::Object(mut a), Value::Object(b)) if a.contains_key("properties") && b.contains_key("properties") => {
-            let bprops = b.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
+        (Value::Object(mut a), Value::Object(b))
+            if a.contains_key("properties") && b.contains_key("properties") =>
+        {
+            let bprops = b
+                .get("properties")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
             if let Some(Value::Object(ap)) = a.get_mut("properties") {
                 for (k, bv) in bprops {
                     let merged = match ap.remove(&k) {
@@ -465,11 +557,33 @@ fn union(a: Value, b: Value) -> Value {
             a.remove("required");
             Value::Object(a)
         }
-        (Value::Object(mut a), Value::Object(b)) if a.contains_key("enum") && b.contains_key("enum") => {
+        (Value::Object(mut a), Value::Object(b))
+            if a.contains_key("enum") && b.contains_key("enum") =>
+        {
             let pairs = |o: &Map<String, Value>| -> Vec<(Value, String)> {
-                let vals = o.get("enum").and_then(Value::as_array).cloned().unwrap_or_default();
-                let descs = o.get("enumDescriptions").and_then(Value::as_array).cloned().unwrap_or_default();
-                vals.into_iter().enumerate().map(|(i, v)| (v, descs.get(i).and_then(Value::as_str).unwrap_or("").to_string())).collect()
+                let vals = o
+                    .get("enum")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let descs = o
+                    .get("enumDescriptions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                vals.into_iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        (
+                            v,
+                            descs
+                                .get(i)
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_string(),
+                        )
+                    })
+                    .collect()
             };
             let mut all = pairs(&a);
             for (v, d) in pairs(&b) {
@@ -491,10 +605,23 @@ fn union(a: Value, b: Value) -> Value {
                     uniq.push(t);
                 }
             }
-            a.insert("type".into(), if uniq.len() == 1 { uniq.remove(0) } else { Value::Array(uniq) });
-            a.insert("enum".into(), Value::Array(all.iter().map(|(v, _)| v.clone()).collect()));
+            a.insert(
+                "type".into(),
+                if uniq.len() == 1 {
+                    uniq.remove(0)
+                } else {
+                    Value::Array(uniq)
+                },
+            );
+            a.insert(
+                "enum".into(),
+                Value::Array(all.iter().map(|(v, _)| v.clone()).collect()),
+            );
             if all.iter().any(|(_, d)| !d.is_empty()) {
-                a.insert("enumDescriptions".into(), json!(all.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>()));
+                a.insert(
+                    "enumDescriptions".into(),
+                    json!(all.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>()),
+                );
             }
             Value::Object(a)
         }
@@ -507,7 +634,14 @@ fn union(a: Value, b: Value) -> Value {
                     }
                 }
             }
-            a.insert("type".into(), if types.len() == 1 { types.remove(0) } else { Value::Array(types) });
+            a.insert(
+                "type".into(),
+                if types.len() == 1 {
+                    types.remove(0)
+                } else {
+                    Value::Array(types)
+                },
+            );
             Value::Object(a)
         }
         (a, b) => {
@@ -517,7 +651,10 @@ fn union(a: Value, b: Value) -> Value {
                     out.insert(k.into(), x.clone());
                 }
             }
-            out.insert("anyOf".into(), json!([strip_annotations(a), strip_annotations(b)]));
+            out.insert(
+                "anyOf".into(),
+                json!([strip_annotations(a), strip_annotations(b)]),
+            );
             Value::Object(out)
         }
     }
@@ -526,9 +663,15 @@ fn union(a: Value, b: Value) -> Value {
 /// Whether two leaf schemas differ only in `type` (and annotations).
 fn same_but_type(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     let core = |m: &Map<String, Value>| -> Map<String, Value> {
-        m.iter().filter(|(k, _)| *k != "type" && !ANNOTATIONS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
+        m.iter()
+            .filter(|(k, _)| *k != "type" && !ANNOTATIONS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     };
-    a.contains_key("type") && b.contains_key("type") && !a.contains_key("properties") && core(a) == core(b)
+    a.contains_key("type")
+        && b.contains_key("type")
+        && !a.contains_key("properties")
+        && core(a) == core(b)
 }
 
 fn strip_annotations(mut v: Value) -> Value {
@@ -553,8 +696,12 @@ fn defaults_list_schema() -> Value {
 /// key wins, so the FSDP flavour's value is kept where the flavours differ). `???` is
 /// "no default".
 fn inject_defaults(schema: &mut Value, defaults: &Value) {
-    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { return };
-    let Some(dmap) = defaults.as_object() else { return };
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(dmap) = defaults.as_object() else {
+        return;
+    };
     for (k, sub) in props.iter_mut() {
         let Some(dv) = dmap.get(k) else { continue };
         if dv.as_str() == Some("???") {
@@ -569,7 +716,10 @@ fn inject_defaults(schema: &mut Value, defaults: &Value) {
             && let Some(branches) = sub.get_mut("anyOf").and_then(Value::as_array_mut)
             && branches.iter().any(|b| b.get("properties").is_some())
         {
-            for b in branches.iter_mut().filter(|b| b.get("properties").is_some()) {
+            for b in branches
+                .iter_mut()
+                .filter(|b| b.get("properties").is_some())
+            {
                 inject_defaults(b, dv);
             }
             continue;
@@ -597,13 +747,24 @@ fn mark_deprecated(schema: &mut Value, rel: &mut Vec<String>, mounts: &[&str]) {
         rel.push(k.clone());
         let rel_path = rel.join(".");
         let hit = mounts.iter().find_map(|m| {
-            let full = if m.is_empty() { rel_path.clone() } else { format!("{m}.{rel_path}") };
-            DEPRECATED_KEYS.iter().find(|d| d.matches(&full)).map(|d| (d, full, *m))
+            let full = if m.is_empty() {
+                rel_path.clone()
+            } else {
+                format!("{m}.{rel_path}")
+            };
+            DEPRECATED_KEYS
+                .iter()
+                .find(|d| d.matches(&full))
+                .map(|d| (d, full, *m))
         });
         let note = hit.map(|(d, full, mount)| match d.replacement_for(&full) {
             // Name the replacement the way it is written in this file.
             Some(r) => {
-                let r = if mount.is_empty() { r.as_str() } else { r.strip_prefix(&format!("{mount}.")).unwrap_or(&r) };
+                let r = if mount.is_empty() {
+                    r.as_str()
+                } else {
+                    r.strip_prefix(&format!("{mount}.")).unwrap_or(&r)
+                };
                 format!("Deprecated: use `{r}` instead; {}.", d.note)
             }
             None => format!("Deprecated: {}.", d.note),
@@ -612,11 +773,19 @@ fn mark_deprecated(schema: &mut Value, rel: &mut Vec<String>, mounts: &[&str]) {
         if let (true, Some(m)) = (flagged, sub.as_object_mut()) {
             m.insert("deprecated".into(), json!(true));
             m.insert("doNotSuggest".into(), json!(true));
-            let desc = m.get("description").and_then(Value::as_str).unwrap_or("").to_string();
+            let desc = m
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             if let Some(note) = note
                 && !desc.starts_with("Deprecated")
             {
-                let joined = if desc.is_empty() { note } else { format!("{note}\n\n{desc}") };
+                let joined = if desc.is_empty() {
+                    note
+                } else {
+                    format!("{note}\n\n{desc}")
+                };
                 m.insert("description".into(), json!(joined));
             }
         }
@@ -691,7 +860,10 @@ fn text_fields(m: &mut Map<String, Value>) {
     }
     if let Some(Value::Array(descs)) = m.get("enumDescriptions") {
         // One of the two: editors prefer the markdown one when it is there.
-        let descs: Vec<String> = descs.iter().map(|d| unwrap_lines(d.as_str().unwrap_or(""))).collect();
+        let descs: Vec<String> = descs
+            .iter()
+            .map(|d| unwrap_lines(d.as_str().unwrap_or("")))
+            .collect();
         if descs.iter().any(|d| is_markdown(d)) {
             m.remove("enumDescriptions");
             m.insert("markdownEnumDescriptions".into(), json!(descs));
@@ -722,7 +894,8 @@ pub fn unwrap_lines(s: &str) -> String {
             || t.starts_with("* ")
             || t.starts_with(' ')
             || t.starts_with('|')
-            || t.split_once(". ").is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+            || t.split_once(". ")
+                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
         if !prev_blank {
             out.push(if keeps_break { '\n' } else { ' ' });
         }
@@ -739,7 +912,10 @@ fn allow_interpolation(sub: &mut Value) {
         return;
     }
     if let Some(Value::Array(branches)) = m.get_mut("anyOf") {
-        if !branches.iter().any(|b| b.as_object().is_some_and(takes_any_string)) {
+        if !branches
+            .iter()
+            .any(|b| b.as_object().is_some_and(takes_any_string))
+        {
             branches.push(interp_schema());
         }
         return;
@@ -747,7 +923,11 @@ fn allow_interpolation(sub: &mut Value) {
     // Keep the annotations (description, default, enum descriptions) at this level, where
     // editors read them for hovers and completion; move the constraints into a branch.
     let mut inner = Map::new();
-    let keys: Vec<String> = m.keys().filter(|k| !ANNOTATIONS.contains(&k.as_str())).cloned().collect();
+    let keys: Vec<String> = m
+        .keys()
+        .filter(|k| !ANNOTATIONS.contains(&k.as_str()))
+        .cloned()
+        .collect();
     if keys.is_empty() {
         return; // accepts anything already
     }
@@ -756,7 +936,10 @@ fn allow_interpolation(sub: &mut Value) {
             inner.insert(k, x);
         }
     }
-    m.insert("anyOf".into(), json!([Value::Object(inner), interp_schema()]));
+    m.insert(
+        "anyOf".into(),
+        json!([Value::Object(inner), interp_schema()]),
+    );
 }
 
 /// Whether a schema object accepts every string (so `${...}` needs no extra branch).
@@ -766,20 +949,40 @@ fn takes_any_string(m: &Map<String, Value>) -> bool {
         Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
         _ => false,
     };
-    string_type && !["enum", "const", "pattern", "minLength", "maxLength", "format", "anyOf", "oneOf", "allOf"].iter().any(|k| m.contains_key(*k))
+    string_type
+        && ![
+            "enum",
+            "const",
+            "pattern",
+            "minLength",
+            "maxLength",
+            "format",
+            "anyOf",
+            "oneOf",
+            "allOf",
+        ]
+        .iter()
+        .any(|k| m.contains_key(*k))
 }
 
 /// Validate a composed config; each error becomes a diagnostic pointing at the YAML (or
 /// override) text of the offending key or value.
 pub fn validate(root: &Node) -> Vec<Diagnostic> {
     let Some(v) = validator() else {
-        return vec![Diagnostic::error(codes::SCHEMA_OTHER, "internal error: the generated schema does not compile")];
+        return vec![Diagnostic::error(
+            codes::SCHEMA_OTHER,
+            "internal error: the generated schema does not compile",
+        )];
     };
     let json = root.to_json();
     let mut out = Vec::new();
     for err in v.iter_errors(&json) {
         let ptr = err.instance_path().as_str().to_string();
-        let segs: Vec<String> = ptr.split('/').skip(1).map(|s| s.replace("~1", "/").replace("~0", "~")).collect();
+        let segs: Vec<String> = ptr
+            .split('/')
+            .skip(1)
+            .map(|s| s.replace("~1", "/").replace("~0", "~"))
+            .collect();
         let key = segs.join(".");
         let node = node_at(root, &segs);
         let origin = node.and_then(|n| n.origin.clone());
@@ -793,46 +996,83 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
                     .map(|p| p.keys().cloned().collect())
                     .unwrap_or_default();
                 for u in unexpected {
-                    let full = if key.is_empty() { u.clone() } else { format!("{key}.{u}") };
-                    let key_origin = node.and_then(|n| n.as_map()).and_then(|m| m.get(u)).and_then(|e| e.key_origin.clone().or(e.node.origin.clone()));
-                    let mut d = Diagnostic::error(codes::SCHEMA_UNKNOWN_KEY, format!("unknown key `{full}`"))
-                        .with_key(full.clone())
-                        .with_primary(key_origin, "not a key of this section");
+                    let full = if key.is_empty() {
+                        u.clone()
+                    } else {
+                        format!("{key}.{u}")
+                    };
+                    let key_origin = node
+                        .and_then(|n| n.as_map())
+                        .and_then(|m| m.get(u))
+                        .and_then(|e| e.key_origin.clone().or(e.node.origin.clone()));
+                    let mut d = Diagnostic::error(
+                        codes::SCHEMA_UNKNOWN_KEY,
+                        format!("unknown key `{full}`"),
+                    )
+                    .with_key(full.clone())
+                    .with_primary(key_origin, "not a key of this section");
                     d = match did_you_mean(u, known.iter().map(String::as_str)) {
                         Some(s) => d.with_help(format!("did you mean `{s}`?")),
                         None if known.is_empty() => d,
-                        None => d.with_help(format!("`{}` accepts: {}", if key.is_empty() { "<root>" } else { &key }, short_list(&known))),
+                        None => d.with_help(format!(
+                            "`{}` accepts: {}",
+                            if key.is_empty() { "<root>" } else { &key },
+                            short_list(&known)
+                        )),
                     };
                     out.push(d);
                 }
                 continue;
             }
             K::Enum { options } => {
-                let opts: Vec<String> = options.as_array().map(|a| a.iter().map(|o| o.to_string()).collect()).unwrap_or_default();
+                let opts: Vec<String> = options
+                    .as_array()
+                    .map(|a| a.iter().map(|o| o.to_string()).collect())
+                    .unwrap_or_default();
                 let got = err.instance().to_string();
-                let plain: Vec<String> = opts.iter().map(|o| o.trim_matches('"').to_string()).collect();
-                let mut d = Diagnostic::error(codes::SCHEMA_ENUM, format!("`{key}` must be one of {}, not {got}", opts.join(", ")))
-                    .with_key(key.clone())
-                    .with_primary(origin, "not an allowed value");
-                if let Some(s) = err.instance().as_str().and_then(|g| did_you_mean(g, plain.iter().map(String::as_str))) {
+                let plain: Vec<String> = opts
+                    .iter()
+                    .map(|o| o.trim_matches('"').to_string())
+                    .collect();
+                let mut d = Diagnostic::error(
+                    codes::SCHEMA_ENUM,
+                    format!("`{key}` must be one of {}, not {got}", opts.join(", ")),
+                )
+                .with_key(key.clone())
+                .with_primary(origin, "not an allowed value");
+                if let Some(s) = err
+                    .instance()
+                    .as_str()
+                    .and_then(|g| did_you_mean(g, plain.iter().map(String::as_str)))
+                {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
                 d
             }
-            K::Minimum { limit } | K::ExclusiveMinimum { limit } | K::Maximum { limit } | K::ExclusiveMaximum { limit } => {
+            K::Minimum { limit }
+            | K::ExclusiveMinimum { limit }
+            | K::Maximum { limit }
+            | K::ExclusiveMaximum { limit } => {
                 let rel = match err.kind() {
                     K::Minimum { .. } => ">=",
                     K::ExclusiveMinimum { .. } => ">",
                     K::Maximum { .. } => "<=",
                     _ => "<",
                 };
-                Diagnostic::error(codes::SCHEMA_RANGE, format!("`{key}` must be {rel} {limit}, got {}", err.instance()))
-                    .with_key(key.clone())
-                    .with_primary(origin, format!("must be {rel} {limit}"))
+                Diagnostic::error(
+                    codes::SCHEMA_RANGE,
+                    format!("`{key}` must be {rel} {limit}, got {}", err.instance()),
+                )
+                .with_key(key.clone())
+                .with_primary(origin, format!("must be {rel} {limit}"))
             }
             K::Required { property } => {
                 let p = property.as_str().unwrap_or("?");
-                let full = if key.is_empty() { p.to_string() } else { format!("{key}.{p}") };
+                let full = if key.is_empty() {
+                    p.to_string()
+                } else {
+                    format!("{key}.{p}")
+                };
                 Diagnostic::error(codes::SCHEMA_REQUIRED, format!("missing key `{full}`"))
                     .with_key(full.clone())
                     .with_primary(origin, format!("`{p}` is required in this section"))
@@ -840,18 +1080,34 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
             }
             K::Type { kind } => {
                 let expected = type_names(kind);
-                Diagnostic::error(codes::SCHEMA_TYPE, format!("`{key}` must be {expected}, got {}", describe(err.instance())))
-                    .with_key(key.clone())
-                    .with_primary(origin, format!("expected {expected}"))
+                Diagnostic::error(
+                    codes::SCHEMA_TYPE,
+                    format!(
+                        "`{key}` must be {expected}, got {}",
+                        describe(err.instance())
+                    ),
+                )
+                .with_key(key.clone())
+                .with_primary(origin, format!("expected {expected}"))
             }
             K::AnyOf { .. } | K::OneOfNotValid { .. } => {
                 // Mostly `Option<T>`: report against the non-null branch.
-                let expected = schema_here.map(describe_schema).unwrap_or_else(|| "a valid value".into());
-                Diagnostic::error(codes::SCHEMA_TYPE, format!("`{key}` must be {expected}, got {}", describe(err.instance())))
-                    .with_key(key.clone())
-                    .with_primary(origin, format!("expected {expected}"))
+                let expected = schema_here
+                    .map(describe_schema)
+                    .unwrap_or_else(|| "a valid value".into());
+                Diagnostic::error(
+                    codes::SCHEMA_TYPE,
+                    format!(
+                        "`{key}` must be {expected}, got {}",
+                        describe(err.instance())
+                    ),
+                )
+                .with_key(key.clone())
+                .with_primary(origin, format!("expected {expected}"))
             }
-            _ => Diagnostic::error(codes::SCHEMA_OTHER, format!("`{key}`: {err}")).with_key(key.clone()).with_primary(origin, "here"),
+            _ => Diagnostic::error(codes::SCHEMA_OTHER, format!("`{key}`: {err}"))
+                .with_key(key.clone())
+                .with_primary(origin, "here"),
         };
         out.push(d);
     }
@@ -859,7 +1115,11 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
 }
 
 fn short_list(keys: &[String]) -> String {
-    if keys.len() <= 12 { keys.join(", ") } else { format!("{}, … ({} keys)", keys[..12].join(", "), keys.len()) }
+    if keys.len() <= 12 {
+        keys.join(", ")
+    } else {
+        format!("{}, … ({} keys)", keys[..12].join(", "), keys.len())
+    }
 }
 
 fn node_at<'a>(root: &'a Node, segs: &[String]) -> Option<&'a Node> {
@@ -875,7 +1135,10 @@ pub fn schema_at<'a>(schema: &'a Value, segs: &[String]) -> Option<&'a Value> {
     let mut cur = schema;
     for s in segs {
         cur = object_branch(cur);
-        cur = cur.get("properties").and_then(|p| p.get(s)).or_else(|| cur.get("items"))?;
+        cur = cur
+            .get("properties")
+            .and_then(|p| p.get(s))
+            .or_else(|| cur.get("items"))?;
     }
     Some(object_branch(cur))
 }
@@ -884,7 +1147,11 @@ fn object_branch(s: &Value) -> &Value {
     if s.get("properties").is_some() {
         return s;
     }
-    if let Some(b) = s.get("anyOf").and_then(Value::as_array).and_then(|a| a.iter().find(|b| b.get("properties").is_some())) {
+    if let Some(b) = s
+        .get("anyOf")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|b| b.get("properties").is_some()))
+    {
         return b;
     }
     s
@@ -904,22 +1171,39 @@ fn type_names(kind: &jsonschema::error::TypeKind) -> String {
     };
     match kind {
         TypeKind::Single(t) => name(&t.to_string()),
-        TypeKind::Multiple(set) => set.iter().map(|t| name(&t.to_string())).collect::<Vec<_>>().join(" or "),
+        TypeKind::Multiple(set) => set
+            .iter()
+            .map(|t| name(&t.to_string()))
+            .collect::<Vec<_>>()
+            .join(" or "),
     }
 }
 
 fn describe_schema(s: &Value) -> String {
     let mut parts = Vec::new();
-    let branches: Vec<&Value> = match s.get("anyOf").or_else(|| s.get("oneOf")).and_then(Value::as_array) {
+    let branches: Vec<&Value> = match s
+        .get("anyOf")
+        .or_else(|| s.get("oneOf"))
+        .and_then(Value::as_array)
+    {
         Some(a) => a.iter().collect(),
         None => vec![s],
     };
     for b in branches {
         if let Some(e) = b.get("enum").and_then(Value::as_array) {
-            parts.push(format!("one of {}", e.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")));
+            parts.push(format!(
+                "one of {}",
+                e.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         } else if let Some(t) = b.get("type") {
             let ts: Vec<String> = match t {
-                Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
+                Value::Array(a) => a
+                    .iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect(),
                 Value::String(x) => vec![x.clone()],
                 _ => vec![],
             };
@@ -939,7 +1223,11 @@ fn describe_schema(s: &Value) -> String {
         }
     }
     parts.dedup();
-    if parts.is_empty() { "a valid value".into() } else { parts.join(" or ") }
+    if parts.is_empty() {
+        "a valid value".into()
+    } else {
+        parts.join(" or ")
+    }
 }
 
 fn describe(v: &Value) -> String {

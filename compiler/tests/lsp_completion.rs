@@ -20,13 +20,22 @@ use serde_json::{Value, json};
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// The server's JS entry point; the test fails (not skips) when it or node is missing.
 fn server_entry() -> PathBuf {
-    let entry = repo_root().join("tests/lsp/node_modules/yaml-language-server/bin/yaml-language-server");
-    let node_ok = Command::new("node").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let entry =
+        repo_root().join("tests/lsp/node_modules/yaml-language-server/bin/yaml-language-server");
+    let node_ok = Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
     assert!(
         node_ok,
         "`node` is not on PATH: the editor-completion test needs Node.js (>= 18) and yaml-language-server; run scripts/setup"
@@ -93,7 +102,12 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start node {}: {e}; run scripts/setup", entry.display()));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start node {}: {e}; run scripts/setup",
+                    entry.display()
+                )
+            });
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = channel();
@@ -113,7 +127,14 @@ impl Server {
             "schemaStore": {"enable": false},
             "schemas": schemas
         });
-        let mut s = Server { child, stdin, rx, next_id: 0, diagnostics: HashMap::new(), settings };
+        let mut s = Server {
+            child,
+            stdin,
+            rx,
+            next_id: 0,
+            diagnostics: HashMap::new(),
+            settings,
+        };
         let root_uri = file_uri(root);
         s.request(
             "initialize",
@@ -133,14 +154,20 @@ impl Server {
         );
         s.notify("initialized", json!({}));
         // The server ignores this payload and asks back with workspace/configuration.
-        s.notify("workspace/didChangeConfiguration", json!({"settings": {"yaml": s.settings.clone()}}));
+        s.notify(
+            "workspace/didChangeConfiguration",
+            json!({"settings": {"yaml": s.settings.clone()}}),
+        );
         s
     }
 
     fn send(&mut self, msg: &Value) {
         let body = msg.to_string();
         let framed = format!("Content-Length: {}\r\n\r\n{body}", body.len());
-        self.stdin.write_all(framed.as_bytes()).and_then(|_| self.stdin.flush()).expect("write to yaml-language-server");
+        self.stdin
+            .write_all(framed.as_bytes())
+            .and_then(|_| self.stdin.flush())
+            .expect("write to yaml-language-server");
     }
 
     fn notify(&mut self, method: &str, params: Value) {
@@ -152,8 +179,12 @@ impl Server {
         let left = deadline.saturating_duration_since(Instant::now());
         let m = match self.rx.recv_timeout(left) {
             Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) => panic!("yaml-language-server: no answer within {TIMEOUT:?} while waiting for {waiting_for}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("yaml-language-server exited while waiting for {waiting_for}"),
+            Err(RecvTimeoutError::Timeout) => panic!(
+                "yaml-language-server: no answer within {TIMEOUT:?} while waiting for {waiting_for}"
+            ),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("yaml-language-server exited while waiting for {waiting_for}")
+            }
         };
         match (m.get("method").and_then(Value::as_str), m.get("id")) {
             (Some("workspace/configuration"), Some(id)) => {
@@ -176,7 +207,10 @@ impl Server {
             }
             (Some("textDocument/publishDiagnostics"), None) => {
                 let uri = m["params"]["uri"].as_str().unwrap_or("").to_string();
-                let d = m["params"]["diagnostics"].as_array().cloned().unwrap_or_default();
+                let d = m["params"]["diagnostics"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
                 self.diagnostics.insert(uri, d);
             }
             _ => {}
@@ -203,7 +237,10 @@ impl Server {
     /// Open a document and wait until the server has validated it (schema loaded).
     fn open(&mut self, uri: &str, text: &str) -> Vec<Value> {
         self.diagnostics.remove(uri);
-        self.notify("textDocument/didOpen", json!({"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": text}}));
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": text}}),
+        );
         let deadline = Instant::now() + TIMEOUT;
         while !self.diagnostics.contains_key(uri) {
             self.pump(deadline, "publishDiagnostics");
@@ -227,7 +264,11 @@ impl Server {
         let r = self.request("textDocument/hover", json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}));
         match &r["contents"] {
             Value::String(s) => s.clone(),
-            Value::Object(o) => o.get("value").and_then(Value::as_str).unwrap_or("").to_string(),
+            Value::Object(o) => o
+                .get("value")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
             other => other.to_string(),
         }
     }
@@ -261,7 +302,9 @@ impl Drop for Scratch {
 }
 
 fn temp_dir(dir_name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("verlc-lsp-{}", std::process::id())).join(dir_name);
+    let dir = std::env::temp_dir()
+        .join(format!("verlc-lsp-{}", std::process::id()))
+        .join(dir_name);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
@@ -271,8 +314,15 @@ fn temp_dir(dir_name: &str) -> PathBuf {
 fn write_doc(dir_name: &str, file: &str, body: &str, schema: &str) -> (String, String) {
     let dir = temp_dir(dir_name);
     let schema_path = repo_root().join("schemas").join(schema);
-    assert!(schema_path.is_file(), "{} is missing: run `verlc schema -o schemas`", schema_path.display());
-    let text = format!("# yaml-language-server: $schema={}\n{body}", schema_path.display());
+    assert!(
+        schema_path.is_file(),
+        "{} is missing: run `verlc schema -o schemas`",
+        schema_path.display()
+    );
+    let text = format!(
+        "# yaml-language-server: $schema={}\n{body}",
+        schema_path.display()
+    );
     let path = dir.join(file);
     std::fs::write(&path, &text).expect("write doc");
     (file_uri(&path), text)
@@ -280,31 +330,52 @@ fn write_doc(dir_name: &str, file: &str, body: &str, schema: &str) -> (String, S
 
 /// (line, character) just after the first occurrence of `needle` in `text`.
 fn pos_after(text: &str, needle: &str) -> (usize, usize) {
-    let at = text.find(needle).unwrap_or_else(|| panic!("`{needle}` not in the document")) + needle.len();
+    let at = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("`{needle}` not in the document"))
+        + needle.len();
     let line = text[..at].matches('\n').count();
     let col = at - text[..at].rfind('\n').map_or(0, |i| i + 1);
     (line, col)
 }
 
 fn labels(items: &[Value]) -> Vec<String> {
-    items.iter().filter_map(|i| i["label"].as_str().map(String::from)).collect()
+    items
+        .iter()
+        .filter_map(|i| i["label"].as_str().map(String::from))
+        .collect()
 }
 
 fn documentation(items: &[Value], label: &str) -> String {
-    let item = items.iter().find(|i| i["label"] == label).cloned().unwrap_or(Value::Null);
+    let item = items
+        .iter()
+        .find(|i| i["label"] == label)
+        .cloned()
+        .unwrap_or(Value::Null);
     match &item["documentation"] {
         Value::String(s) => s.clone(),
-        Value::Object(o) => o.get("value").and_then(Value::as_str).unwrap_or("").to_string(),
+        Value::Object(o) => o
+            .get("value")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
         _ => String::new(),
     }
 }
 
 fn errors(diags: &[Value]) -> Vec<String> {
-    diags.iter().filter(|d| d["severity"] == 1).map(|d| format!("line {}: {}", d["range"]["start"]["line"], d["message"])).collect()
+    diags
+        .iter()
+        .filter(|d| d["severity"] == 1)
+        .map(|d| format!("line {}: {}", d["range"]["start"]["line"], d["message"]))
+        .collect()
 }
 
 fn assert_has(got: &[String], want: &[&str], what: &str) {
-    let missing: Vec<&&str> = want.iter().filter(|w| !got.iter().any(|g| g == *w)).collect();
+    let missing: Vec<&&str> = want
+        .iter()
+        .filter(|w| !got.iter().any(|g| g == *w))
+        .collect();
     assert!(missing.is_empty(), "{what}: missing {missing:?} in {got:?}");
 }
 
@@ -319,18 +390,50 @@ fn full_config_completes_keys_and_enum_values_from_the_root_schema() {
     // Keys of actor_rollout_ref.actor on the empty line below `loss_agg_mode:`.
     let (line, _) = pos_after(&text, "loss_agg_mode: \n");
     let keys = labels(&s.completion(&uri, line, 4));
-    assert_has(&keys, &["ppo_mini_batch_size", "optim", "ppo_micro_batch_size_per_gpu", "clip_ratio", "use_kl_loss", "fsdp_config"], "actor keys");
-    assert!(!keys.iter().any(|k| k == "strategy"), "a key already present was offered: {keys:?}");
-    assert!(!keys.iter().any(|k| k == "ppo_micro_batch_size"), "a deprecated key was offered: {keys:?}");
-    assert!(!keys.iter().any(|k| k == "train_batch_size"), "a key of another section was offered: {keys:?}");
+    assert_has(
+        &keys,
+        &[
+            "ppo_mini_batch_size",
+            "optim",
+            "ppo_micro_batch_size_per_gpu",
+            "clip_ratio",
+            "use_kl_loss",
+            "fsdp_config",
+        ],
+        "actor keys",
+    );
+    assert!(
+        !keys.iter().any(|k| k == "strategy"),
+        "a key already present was offered: {keys:?}"
+    );
+    assert!(
+        !keys.iter().any(|k| k == "ppo_micro_batch_size"),
+        "a deprecated key was offered: {keys:?}"
+    );
+    assert!(
+        !keys.iter().any(|k| k == "train_batch_size"),
+        "a key of another section was offered: {keys:?}"
+    );
 
     // Enum values after `loss_agg_mode: `, with the schema's descriptions.
     let (line, col) = pos_after(&text, "loss_agg_mode: ");
     let items = s.completion(&uri, line, col);
     let mut values = labels(&items);
     values.sort();
-    assert_eq!(values, ["seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-mean"], "loss_agg_mode values");
-    assert!(documentation(&items, "token-mean").contains("every valid token"), "no enum description: {items:?}");
+    assert_eq!(
+        values,
+        [
+            "seq-mean-token-mean",
+            "seq-mean-token-sum",
+            "seq-mean-token-sum-norm",
+            "token-mean"
+        ],
+        "loss_agg_mode values"
+    );
+    assert!(
+        documentation(&items, "token-mean").contains("every valid token"),
+        "no enum description: {items:?}"
+    );
 
     // Hover shows the doc comment of the key.
     let (line, col) = pos_after(&text, "    strat");
@@ -342,8 +445,14 @@ fn full_config_completes_keys_and_enum_values_from_the_root_schema() {
     let bad = "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_sise: 8\n    loss_agg_mode: token_mean\n    ppo_epochs: ${trainer.total_epochs}\n  rollout:\n    name: ???\n";
     let (uri2, text2) = write_doc("full", "bad.yaml", bad, "verl.schema.json");
     let errs = errors(&s.open(&uri2, &text2));
-    assert!(errs.iter().any(|e| e.contains("ppo_mini_batch_sise")), "no unknown-key error: {errs:?}");
-    assert!(errs.iter().any(|e| e.contains("token-mean")), "no enum error listing the values: {errs:?}");
+    assert!(
+        errs.iter().any(|e| e.contains("ppo_mini_batch_sise")),
+        "no unknown-key error: {errs:?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.contains("token-mean")),
+        "no enum error listing the values: {errs:?}"
+    );
     assert_eq!(errs.len(), 2, "unexpected errors: {errs:?}");
     s.shutdown();
 }
@@ -358,26 +467,68 @@ fn optim_and_engine_group_files_complete_from_their_schemas() {
     let (line, _) = pos_after(&text, "lr_scheduler_type: \n");
     let keys = labels(&s.completion(&uri, line, 0));
     // FSDP keys and Megatron keys: one schema serves both kinds of optim file.
-    assert_has(&keys, &["lr", "lr_warmup_steps_ratio", "betas", "clip_grad", "lr_decay_style", "min_lr", "weight_decay_incr_style"], "optim keys");
-    assert!(!keys.iter().any(|k| k == "weight_decay" || k == "warmup_style"), "present or deprecated key offered: {keys:?}");
+    assert_has(
+        &keys,
+        &[
+            "lr",
+            "lr_warmup_steps_ratio",
+            "betas",
+            "clip_grad",
+            "lr_decay_style",
+            "min_lr",
+            "weight_decay_incr_style",
+        ],
+        "optim keys",
+    );
+    assert!(
+        !keys
+            .iter()
+            .any(|k| k == "weight_decay" || k == "warmup_style"),
+        "present or deprecated key offered: {keys:?}"
+    );
     let (line, col) = pos_after(&text, "lr_scheduler_type: ");
     let values = labels(&s.completion(&uri, line, col));
     assert_has(&values, &["constant", "cosine"], "lr_scheduler_type values");
-    assert!(values.iter().all(|v| ["constant", "cosine", "null"].contains(&v.as_str())), "lr_scheduler_type values: {values:?}");
+    assert!(
+        values
+            .iter()
+            .all(|v| ["constant", "cosine", "null"].contains(&v.as_str())),
+        "lr_scheduler_type values: {values:?}"
+    );
 
     // verlc's built-in optim and engine files of both backends validate without errors.
-    for (schema, rel) in [("optim", "optim/fsdp.yaml"), ("optim", "optim/megatron.yaml"), ("engine", "engine/fsdp.yaml"), ("engine", "engine/megatron.yaml")] {
-        let body = std::fs::read_to_string(repo_root().join("compiler/defaults").join(rel)).expect("built-in file");
-        let (uri, text) = write_doc(schema, &rel.replace('/', "_"), &body, &format!("{schema}.schema.json"));
+    for (schema, rel) in [
+        ("optim", "optim/fsdp.yaml"),
+        ("optim", "optim/megatron.yaml"),
+        ("engine", "engine/fsdp.yaml"),
+        ("engine", "engine/megatron.yaml"),
+    ] {
+        let body = std::fs::read_to_string(repo_root().join("compiler/defaults").join(rel))
+            .expect("built-in file");
+        let (uri, text) = write_doc(
+            schema,
+            &rel.replace('/', "_"),
+            &body,
+            &format!("{schema}.schema.json"),
+        );
         let errs = errors(&s.open(&uri, &text));
         assert!(errs.is_empty(), "{rel}: {errs:?}");
     }
 
     // Engine values of both backends complete from the union schema.
-    let (uri, text) = write_doc("engine", "my_engine.yaml", "strategy: \n", "engine.schema.json");
+    let (uri, text) = write_doc(
+        "engine",
+        "my_engine.yaml",
+        "strategy: \n",
+        "engine.schema.json",
+    );
     s.open(&uri, &text);
     let (line, col) = pos_after(&text, "strategy: ");
-    assert_has(&labels(&s.completion(&uri, line, col)), &["fsdp", "fsdp2", "megatron"], "engine strategy values");
+    assert_has(
+        &labels(&s.completion(&uri, line, col)),
+        &["fsdp", "fsdp2", "megatron"],
+        "engine strategy values",
+    );
     s.shutdown();
 }
 
@@ -391,15 +542,36 @@ fn ref_group_file_completes_from_its_schema() {
     // The defaults list and the interpolation are accepted; only the two empty values are
     // flagged (an empty value is null).
     let errs = errors(&diags);
-    assert!(errs.iter().all(|e| e.starts_with("line 6") || e.starts_with("line 8")), "{errs:?}");
+    assert!(
+        errs.iter()
+            .all(|e| e.starts_with("line 6") || e.starts_with("line 8")),
+        "{errs:?}"
+    );
 
     let (line, _) = pos_after(&text, "  mode: \n");
     let keys = labels(&s.completion(&uri, line, 0));
-    assert_has(&keys, &["log_prob_micro_batch_size_per_gpu", "log_prob_max_token_len_per_gpu", "fsdp_config", "megatron", "rollout_n"], "ref keys");
-    assert!(!keys.iter().any(|k| k == "log_prob_micro_batch_size"), "deprecated key offered: {keys:?}");
+    assert_has(
+        &keys,
+        &[
+            "log_prob_micro_batch_size_per_gpu",
+            "log_prob_max_token_len_per_gpu",
+            "fsdp_config",
+            "megatron",
+            "rollout_n",
+        ],
+        "ref keys",
+    );
+    assert!(
+        !keys.iter().any(|k| k == "log_prob_micro_batch_size"),
+        "deprecated key offered: {keys:?}"
+    );
 
     let (line, col) = pos_after(&text, "log_prob_use_dynamic_bsz: ");
-    assert_has(&labels(&s.completion(&uri, line, col)), &["true", "false"], "boolean values");
+    assert_has(
+        &labels(&s.completion(&uri, line, col)),
+        &["true", "false"],
+        "boolean values",
+    );
     let (line, col) = pos_after(&text, "  mode: ");
     let modes = labels(&s.completion(&uri, line, col));
     assert_has(&modes, &["disabled"], "router_replay.mode values");
@@ -422,9 +594,24 @@ fn yaml_schemas_setting_maps_group_directories_to_schemas() {
         }),
     );
     let cases = [
-        ("optim", "lr_scheduler_type: \n", "lr_scheduler_type: ", &["constant", "cosine"][..]),
-        ("ref", "router_replay:\n  mode: \n", "mode: ", &["disabled"][..]),
-        ("verl-conf", "algorithm:\n  adv_estimator: \n", "adv_estimator: ", &["gae", "grpo"][..]),
+        (
+            "optim",
+            "lr_scheduler_type: \n",
+            "lr_scheduler_type: ",
+            &["constant", "cosine"][..],
+        ),
+        (
+            "ref",
+            "router_replay:\n  mode: \n",
+            "mode: ",
+            &["disabled"][..],
+        ),
+        (
+            "verl-conf",
+            "algorithm:\n  adv_estimator: \n",
+            "adv_estimator: ",
+            &["gae", "grpo"][..],
+        ),
     ];
     for (dir, body, after, want) in cases {
         let path = temp_dir(&format!("settings/{dir}")).join("mine.yaml");
@@ -432,7 +619,11 @@ fn yaml_schemas_setting_maps_group_directories_to_schemas() {
         let uri = file_uri(&path);
         s.open(&uri, body);
         let (line, col) = pos_after(body, after);
-        assert_has(&labels(&s.completion(&uri, line, col)), want, &format!("{dir}/mine.yaml via yaml.schemas"));
+        assert_has(
+            &labels(&s.completion(&uri, line, col)),
+            want,
+            &format!("{dir}/mine.yaml via yaml.schemas"),
+        );
     }
     s.shutdown();
 }

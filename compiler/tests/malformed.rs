@@ -42,11 +42,26 @@ const MAX_RSS_KIB: u64 = 1536 * 1024;
 /// `known_issues_are_fixed` (`cargo test -p verlc --test malformed -- --ignored`). Remove
 /// an entry when its fix lands.
 const KNOWN_ISSUES: &[(&str, &str)] = &[
-    ("interp chain 5k", "load/interp.rs: resolve_path recurses once per link of an interpolation chain; ~1000 links overflow the 8 MiB main stack in a debug build"),
-    ("interp select nesting", "load/interp.rs: nested `${oc.select:x,${oc.select:x,...}}` (1000 deep) recurses without a bound and overflows the stack"),
-    ("interp fan-out", "load/interp.rs: string interpolation has no size bound; s_i = \"${s_(i-1)}${s_(i-1)}\" doubles per key and exhausts memory"),
-    ("subtree interpolation cycle", "load/interp.rs: a leaf interpolating a whole subtree that (through `oc.select` defaults) refers back to that leaf grows memory without bound (4 GiB in 4 s)"),
-    ("many keys", "check.rs merge_same_origin is quadratic in the number of diagnostics (~5 s for 20k unknown keys); cli/render.rs hands annotate-snippets the whole file per diagnostic (~30 s)"),
+    (
+        "interp chain 5k",
+        "load/interp.rs: resolve_path recurses once per link of an interpolation chain; ~1000 links overflow the 8 MiB main stack in a debug build",
+    ),
+    (
+        "interp select nesting",
+        "load/interp.rs: nested `${oc.select:x,${oc.select:x,...}}` (1000 deep) recurses without a bound and overflows the stack",
+    ),
+    (
+        "interp fan-out",
+        "load/interp.rs: string interpolation has no size bound; s_i = \"${s_(i-1)}${s_(i-1)}\" doubles per key and exhausts memory",
+    ),
+    (
+        "subtree interpolation cycle",
+        "load/interp.rs: a leaf interpolating a whole subtree that (through `oc.select` defaults) refers back to that leaf grows memory without bound (4 GiB in 4 s)",
+    ),
+    (
+        "many keys",
+        "check.rs merge_same_origin is quadratic in the number of diagnostics (~5 s for 20k unknown keys); cli/render.rs hands annotate-snippets the whole file per diagnostic (~30 s)",
+    ),
 ];
 
 fn is_known_issue(label: &str) -> bool {
@@ -67,7 +82,11 @@ impl Rng {
         z ^ (z >> 31)
     }
     fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next() % n as u64) as usize }
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
     }
     fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len())]
@@ -79,10 +98,71 @@ impl Rng {
 
 /// Characters that matter to YAML, OmegaConf and Hydra's override grammar.
 const SPECIAL: &[&str] = &[
-    ":", ": ", "-", "- ", "[", "]", "{", "}", ",", "&a", "*a", "&b ", "*b", "<<: ", "!", "!!str ", "!!python/object ", "|", ">", "'", "\"",
-    "#", "%", "@", "`", "\t", "\n", "\r\n", "  ", "? ", "${", "}", "${.", "${oc.select:", "${oc.env:", "\\${", "???", "~", "=", "+", "++",
-    "~a", "..", "../", "/", "_self_", "defaults:", "\u{0}", "\u{feff}", "\u{85}", "\u{2028}", "é", "𝕏", "---", "...", "1e309", "-0x",
-    "0b", "0o17", "1:30", ".inf", ".nan", "null", "yes", "9999999999999999999999",
+    ":",
+    ": ",
+    "-",
+    "- ",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "&a",
+    "*a",
+    "&b ",
+    "*b",
+    "<<: ",
+    "!",
+    "!!str ",
+    "!!python/object ",
+    "|",
+    ">",
+    "'",
+    "\"",
+    "#",
+    "%",
+    "@",
+    "`",
+    "\t",
+    "\n",
+    "\r\n",
+    "  ",
+    "? ",
+    "${",
+    "}",
+    "${.",
+    "${oc.select:",
+    "${oc.env:",
+    "\\${",
+    "???",
+    "~",
+    "=",
+    "+",
+    "++",
+    "~a",
+    "..",
+    "../",
+    "/",
+    "_self_",
+    "defaults:",
+    "\u{0}",
+    "\u{feff}",
+    "\u{85}",
+    "\u{2028}",
+    "é",
+    "𝕏",
+    "---",
+    "...",
+    "1e309",
+    "-0x",
+    "0b",
+    "0o17",
+    "1:30",
+    ".inf",
+    ".nan",
+    "null",
+    "yes",
+    "9999999999999999999999",
 ];
 
 fn seeds() -> Vec<String> {
@@ -106,14 +186,36 @@ fn mutate(rng: &mut Rng, text: &str) -> String {
             // A YAML-safe value change, so that more inputs reach composition and
             // interpolation: a line `key: value` gets a new value.
             let mut lines: Vec<String> = text.lines().map(String::from).collect();
-            let with_value: Vec<usize> = (0..lines.len()).filter(|i| lines[*i].contains(": ") && !lines[*i].trim_start().starts_with('#')).collect();
+            let with_value: Vec<usize> = (0..lines.len())
+                .filter(|i| lines[*i].contains(": ") && !lines[*i].trim_start().starts_with('#'))
+                .collect();
             if !with_value.is_empty() {
                 let i = with_value[rng.below(with_value.len())];
                 let key = lines[i].split(": ").next().unwrap_or("").to_string();
                 let v = rng.pick(&[
-                    "${a.b}", "${.x}", "${..y}", "${oc.select:nope,3}", "${oc.select:actor_rollout_ref.actor.strategy}", "${oc.env:HOME}",
-                    "\"pre_${trainer.project_name}_post\"", "'${'", "???", "-1", "0", "1e400", "[1, 2, 3]", "{a: 1}", "null", "\"\"", "*a",
-                    "${actor_rollout_ref}", "${data}", "${trainer.total_epochs}", "\"${x}${y}${z}\"", "\\${esc}", "${oc.select:x,${oc.select:y,1}}",
+                    "${a.b}",
+                    "${.x}",
+                    "${..y}",
+                    "${oc.select:nope,3}",
+                    "${oc.select:actor_rollout_ref.actor.strategy}",
+                    "${oc.env:HOME}",
+                    "\"pre_${trainer.project_name}_post\"",
+                    "'${'",
+                    "???",
+                    "-1",
+                    "0",
+                    "1e400",
+                    "[1, 2, 3]",
+                    "{a: 1}",
+                    "null",
+                    "\"\"",
+                    "*a",
+                    "${actor_rollout_ref}",
+                    "${data}",
+                    "${trainer.total_epochs}",
+                    "\"${x}${y}${z}\"",
+                    "\\${esc}",
+                    "${oc.select:x,${oc.select:y,1}}",
                 ]);
                 lines[i] = format!("{key}: {v}");
             }
@@ -136,7 +238,11 @@ fn mutate(rng: &mut Rng, text: &str) -> String {
             out = chars.iter().collect();
             if at < chars.len() {
                 let c = char::from_u32(rng.below(0x3000) as u32).unwrap_or('?');
-                out = chars[..at].iter().chain(std::iter::once(&c)).chain(&chars[at + 1..]).collect();
+                out = chars[..at]
+                    .iter()
+                    .chain(std::iter::once(&c))
+                    .chain(&chars[at + 1..])
+                    .collect();
             }
         }
         4 => {
@@ -210,7 +316,18 @@ fn random_tokens(rng: &mut Rng) -> String {
     for _ in 0..n {
         match rng.below(3) {
             0 => s.push_str(rng.pick(SPECIAL)),
-            1 => s.push_str(rng.pick(&["a", "b", "key", "actor_rollout_ref", "optim", "lr", "1", "0.5", "x y", "k9"])),
+            1 => s.push_str(rng.pick(&[
+                "a",
+                "b",
+                "key",
+                "actor_rollout_ref",
+                "optim",
+                "lr",
+                "1",
+                "0.5",
+                "x y",
+                "k9",
+            ])),
             _ => s.push(rng.pick(&[' ', '\n', ':', '-', '\t'])),
         }
     }
@@ -221,32 +338,103 @@ fn random_tokens(rng: &mut Rng) -> String {
 fn structured_cases() -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = Vec::new();
     let deep = 10_000;
-    v.push(("flow seq 10k deep".into(), format!("a: {}1{}\n", "[".repeat(deep), "]".repeat(deep))));
-    v.push(("flow map 10k deep".into(), format!("a: {}1{}\n", "{a: ".repeat(deep), "}".repeat(deep))));
-    v.push(("unbalanced flow 10k".into(), format!("a: {}\n", "[{".repeat(deep))));
-    v.push(("unbalanced closers".into(), format!("a: {}\n", "]}".repeat(deep))));
-    v.push(("block seq 10k deep".into(), format!("a:\n  {}x\n", "- ".repeat(deep))));
-    v.push(("block map 3k deep".into(), (0..3000).map(|i| format!("{}k:\n", " ".repeat(i))).collect()));
-    v.push(("explicit keys 5k deep".into(), format!("{}x\n", "? ".repeat(5000))));
-    v.push(("very long key".into(), format!("{}: 1\n", "k".repeat(1 << 20))));
-    v.push(("very long value".into(), format!("a: {}\n", "v".repeat(1 << 20))));
+    v.push((
+        "flow seq 10k deep".into(),
+        format!("a: {}1{}\n", "[".repeat(deep), "]".repeat(deep)),
+    ));
+    v.push((
+        "flow map 10k deep".into(),
+        format!("a: {}1{}\n", "{a: ".repeat(deep), "}".repeat(deep)),
+    ));
+    v.push((
+        "unbalanced flow 10k".into(),
+        format!("a: {}\n", "[{".repeat(deep)),
+    ));
+    v.push((
+        "unbalanced closers".into(),
+        format!("a: {}\n", "]}".repeat(deep)),
+    ));
+    v.push((
+        "block seq 10k deep".into(),
+        format!("a:\n  {}x\n", "- ".repeat(deep)),
+    ));
+    v.push((
+        "block map 3k deep".into(),
+        (0..3000)
+            .map(|i| format!("{}k:\n", " ".repeat(i)))
+            .collect(),
+    ));
+    v.push((
+        "explicit keys 5k deep".into(),
+        format!("{}x\n", "? ".repeat(5000)),
+    ));
+    v.push((
+        "very long key".into(),
+        format!("{}: 1\n", "k".repeat(1 << 20)),
+    ));
+    v.push((
+        "very long value".into(),
+        format!("a: {}\n", "v".repeat(1 << 20)),
+    ));
     v.push(("huge int".into(), format!("a: {}\n", "9".repeat(5000))));
-    v.push(("huge float".into(), format!("a: {}.5e{}\n", "9".repeat(400), "9".repeat(400))));
-    v.push(("long sexagesimal".into(), format!("a: 1{}\n", ":59".repeat(3000))));
+    v.push((
+        "huge float".into(),
+        format!("a: {}.5e{}\n", "9".repeat(400), "9".repeat(400)),
+    ));
+    v.push((
+        "long sexagesimal".into(),
+        format!("a: 1{}\n", ":59".repeat(3000)),
+    ));
     v.push(("tabs".into(), "a:\n\tb: 1\n\t\tc: 2\n".into()));
-    v.push(("many keys".into(), (0..20_000).map(|i| format!("k{i}: {i}\n")).collect()));
+    v.push((
+        "many keys".into(),
+        (0..20_000).map(|i| format!("k{i}: {i}\n")).collect(),
+    ));
     v.push(("many documents".into(), "---\na: 1\n".repeat(2000)));
     v.push(("self alias".into(), "a: &a [*a]\n".into()));
     v.push(("alias before anchor".into(), "a: *b\nb: &b 1\n".into()));
     v.push(("merge of scalar".into(), "a: &a 1\nb:\n  <<: *a\n".into()));
-    v.push(("merge chain".into(), (0..500).map(|i| if i == 0 { "m0: &m0 {x: 1}\n".to_string() } else { format!("m{i}: &m{i} {{<<: *m{}, y{i}: 1}}\n", i - 1) }).collect()));
+    v.push((
+        "merge chain".into(),
+        (0..500)
+            .map(|i| {
+                if i == 0 {
+                    "m0: &m0 {x: 1}\n".to_string()
+                } else {
+                    format!("m{i}: &m{i} {{<<: *m{}, y{i}: 1}}\n", i - 1)
+                }
+            })
+            .collect(),
+    ));
     // Interpolation: long chains, cycles, nesting.
-    v.push(("interp chain 5k".into(), (0..5000).map(|i| format!("a{i}: ${{a{}}}\n", i + 1)).chain(std::iter::once("a5000: 1\n".into())).collect()));
+    v.push((
+        "interp chain 5k".into(),
+        (0..5000)
+            .map(|i| format!("a{i}: ${{a{}}}\n", i + 1))
+            .chain(std::iter::once("a5000: 1\n".into()))
+            .collect(),
+    ));
     v.push(("interp cycle".into(), "a: ${b}\nb: ${c}\nc: ${a}\n".into()));
-    v.push(("interp nested 2k".into(), format!("a: {}x{}\n", "${".repeat(2000), "}".repeat(2000))));
-    v.push(("interp unclosed 10k".into(), format!("a: \"{}\"\n", "${".repeat(deep))));
-    v.push(("interp select nesting".into(), format!("a: {}1{}\n", "${oc.select:x,".repeat(1000), "}".repeat(1000))));
-    v.push(("interp string many".into(), format!("b: 1\na: \"{}\"\n", "${b}".repeat(20_000))));
+    v.push((
+        "interp nested 2k".into(),
+        format!("a: {}x{}\n", "${".repeat(2000), "}".repeat(2000)),
+    ));
+    v.push((
+        "interp unclosed 10k".into(),
+        format!("a: \"{}\"\n", "${".repeat(deep)),
+    ));
+    v.push((
+        "interp select nesting".into(),
+        format!(
+            "a: {}1{}\n",
+            "${oc.select:x,".repeat(1000),
+            "}".repeat(1000)
+        ),
+    ));
+    v.push((
+        "interp string many".into(),
+        format!("b: 1\na: \"{}\"\n", "${b}".repeat(20_000)),
+    ));
     v.push(("interp fan-out".into(), {
         // each key doubles the text of the previous one: a string bomb by interpolation
         let mut s = String::from("s0: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n");
@@ -260,9 +448,18 @@ fn structured_cases() -> Vec<(String, String)> {
         "global_profiler:\n  global_tool_config:\n    torch_memory:\n      trace_alloc_max_entries: ${actor_rollout_ref}\n".into(),
     ));
     v.push(("defaults junk".into(), "defaults:\n  - /\n  - ../../..\n  - optim@: x\n  - ${x}\n  - {a: b, c: d}\n  - [1]\n  - _self_\n  - _self_\n  - override : \n".into()));
-    v.push(("defaults self cycle".into(), "defaults:\n  - ppo_trainer\n  - ppo_trainer\n  - _self_\n".into()));
-    v.push(("defaults deep relative".into(), format!("defaults:\n  - {}optim: fsdp\n", "../".repeat(5000))));
-    v.push(("defaults many".into(), format!("defaults:\n{}", "  - optim@x: fsdp\n".repeat(5000))));
+    v.push((
+        "defaults self cycle".into(),
+        "defaults:\n  - ppo_trainer\n  - ppo_trainer\n  - _self_\n".into(),
+    ));
+    v.push((
+        "defaults deep relative".into(),
+        format!("defaults:\n  - {}optim: fsdp\n", "../".repeat(5000)),
+    ));
+    v.push((
+        "defaults many".into(),
+        format!("defaults:\n{}", "  - optim@x: fsdp\n".repeat(5000)),
+    ));
     v
 }
 
@@ -270,7 +467,10 @@ fn structured_cases() -> Vec<(String, String)> {
 fn alias_bomb(levels: usize, width: usize) -> String {
     let mut y = format!("l0: &l0 [{}]\n", vec!["lol"; width].join(", "));
     for i in 1..levels {
-        y.push_str(&format!("l{i}: &l{i} [{}]\n", vec![format!("*l{}", i - 1); width].join(", ")));
+        y.push_str(&format!(
+            "l{i}: &l{i} [{}]\n",
+            vec![format!("*l{}", i - 1); width].join(", ")
+        ));
     }
     y
 }
@@ -319,16 +519,49 @@ fn fixed_overrides() -> Vec<String> {
 fn random_value(rng: &mut Rng, depth: usize) -> String {
     let leaf = |rng: &mut Rng| -> String {
         rng.pick(&[
-            "1", "-3", "0x1F", "1e-6", "1.5", "inf", "-nan", "true", "False", "null", "abc", "token-mean", "'quoted, with = signs'", "\"dq \\\" esc\"",
-            "${data.train_batch_size}", "${oc.select:x,1}", "x${y}z", "\\${no}", "int(3.0)", "float(1)", "str(1)", "bool(yes)", "é", "a\\ b", "''", "",
+            "1",
+            "-3",
+            "0x1F",
+            "1e-6",
+            "1.5",
+            "inf",
+            "-nan",
+            "true",
+            "False",
+            "null",
+            "abc",
+            "token-mean",
+            "'quoted, with = signs'",
+            "\"dq \\\" esc\"",
+            "${data.train_batch_size}",
+            "${oc.select:x,1}",
+            "x${y}z",
+            "\\${no}",
+            "int(3.0)",
+            "float(1)",
+            "str(1)",
+            "bool(yes)",
+            "é",
+            "a\\ b",
+            "''",
+            "",
         ])
         .to_string()
     };
     let mut v = match (depth < 4, rng.below(6)) {
-        (true, 0) => format!("[{}]", (0..rng.below(4)).map(|_| random_value(rng, depth + 1)).collect::<Vec<_>>().join(",")),
+        (true, 0) => format!(
+            "[{}]",
+            (0..rng.below(4))
+                .map(|_| random_value(rng, depth + 1))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
         (true, 1) => format!(
             "{{{}}}",
-            (0..rng.below(4)).map(|i| format!("k{i}:{}", random_value(rng, depth + 1))).collect::<Vec<_>>().join(",")
+            (0..rng.below(4))
+                .map(|i| format!("k{i}:{}", random_value(rng, depth + 1)))
+                .collect::<Vec<_>>()
+                .join(",")
         ),
         _ => leaf(rng),
     };
@@ -339,8 +572,14 @@ fn random_value(rng: &mut Rng, depth: usize) -> String {
         v = if rng.chance(50) && at < chars.len() {
             chars[..at].iter().chain(&chars[at + 1..]).collect()
         } else {
-            let extra = rng.pick(&['[', ']', '{', '}', ',', '\'', '"', '=', ':', '(', ')', '$', '\\']);
-            chars[..at].iter().chain(std::iter::once(&extra)).chain(&chars[at..]).collect()
+            let extra = rng.pick(&[
+                '[', ']', '{', '}', ',', '\'', '"', '=', ':', '(', ')', '$', '\\',
+            ]);
+            chars[..at]
+                .iter()
+                .chain(std::iter::once(&extra))
+                .chain(&chars[at..])
+                .collect()
         };
     }
     v
@@ -350,9 +589,23 @@ fn random_value(rng: &mut Rng, depth: usize) -> String {
 /// free-form fragment soup.
 fn random_overrides(rng: &mut Rng, n: usize) -> Vec<String> {
     let keys = [
-        "actor_rollout_ref.actor.optim.lr", "data.train_batch_size", "trainer.logger", "actor_rollout_ref.rollout.name", "algorithm.adv_estimator",
-        "critic.optim", "optim", "actor@actor_rollout_ref.actor", "new.key", "a.b.c.d.e", "trainer.n_gpus_per_node", "hydra.run.dir", "k", "", "a..b",
-        "0", "é.ü",
+        "actor_rollout_ref.actor.optim.lr",
+        "data.train_batch_size",
+        "trainer.logger",
+        "actor_rollout_ref.rollout.name",
+        "algorithm.adv_estimator",
+        "critic.optim",
+        "optim",
+        "actor@actor_rollout_ref.actor",
+        "new.key",
+        "a.b.c.d.e",
+        "trainer.n_gpus_per_node",
+        "hydra.run.dir",
+        "k",
+        "",
+        "a..b",
+        "0",
+        "é.ü",
     ];
     let mut out = Vec::new();
     for _ in 0..n {
@@ -360,8 +613,9 @@ fn random_overrides(rng: &mut Rng, n: usize) -> Vec<String> {
             let mut s = String::new();
             for _ in 0..1 + rng.below(12) {
                 s.push_str(rng.pick(&[
-                    "a", "b.c", "=", "+", "++", "~", "@", "[", "]", "{", "}", "(", ")", ",", ":", "'", "\"", "\\", "${", "}", " ", "1", "null", "int(",
-                    "choice(", "glob(", "range(", "é", "\t", "_self_", "/", "..",
+                    "a", "b.c", "=", "+", "++", "~", "@", "[", "]", "{", "}", "(", ")", ",", ":",
+                    "'", "\"", "\\", "${", "}", " ", "1", "null", "int(", "choice(", "glob(",
+                    "range(", "é", "\t", "_self_", "/", "..",
                 ]));
             }
             out.push(s);
@@ -370,7 +624,11 @@ fn random_overrides(rng: &mut Rng, n: usize) -> Vec<String> {
         let prefix = rng.pick(&["", "", "", "+", "++", "~"]);
         let key = rng.pick(&keys);
         let value = random_value(rng, 0);
-        out.push(if prefix == "~" && rng.chance(50) { format!("~{key}") } else { format!("{prefix}{key}={value}") });
+        out.push(if prefix == "~" && rng.chance(50) {
+            format!("~{key}")
+        } else {
+            format!("{prefix}{key}={value}")
+        });
     }
     out
 }
@@ -413,21 +671,33 @@ fn run_job(job: &Job, dir: &Path) -> bool {
         Job::Check(label, text, overrides) => {
             let file = dir.join(format!("{}.yaml", sanitize(label)));
             std::fs::write(&file, text).expect("write input");
-            let req = LoadRequest { config_file: Some(file.clone()), overrides: overrides.clone(), cwd: dir.to_path_buf(), ..Default::default() };
+            let req = LoadRequest {
+                config_file: Some(file.clone()),
+                overrides: overrides.clone(),
+                cwd: dir.to_path_buf(),
+                ..Default::default()
+            };
             let checked = check(&req, &CheckOptions::default());
             // Spans must point into real text (line/column computation).
             for d in &checked.diagnostics {
                 let _ = d.to_json(&checked.composed.sources);
             }
             let _ = std::fs::remove_file(&file);
-            !checked.diagnostics.iter().any(|d| d.code.0.starts_with('Y'))
+            !checked
+                .diagnostics
+                .iter()
+                .any(|d| d.code.0.starts_with('Y'))
         }
         Job::Override(text) => parse_override(text, SourceId(0)).is_ok(),
     }
 }
 
 fn sanitize(label: &str) -> String {
-    label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(60).collect()
+    label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(60)
+        .collect()
 }
 
 fn failure_dir() -> PathBuf {
@@ -469,7 +739,10 @@ struct Stopwatch {
 
 impl Stopwatch {
     fn start() -> Stopwatch {
-        Stopwatch { wall: Instant::now(), cpu: thread_cpu() }
+        Stopwatch {
+            wall: Instant::now(),
+            cpu: thread_cpu(),
+        }
     }
     fn elapsed(&self) -> Duration {
         match (self.cpu, thread_cpu()) {
@@ -510,7 +783,12 @@ fn run_all(jobs: Vec<Job>) -> (usize, Vec<String>) {
             let start = Stopwatch::start();
             let r = catch_unwind(AssertUnwindSafe(|| run_job(job, &worker_dir)));
             let passed = matches!(r, Ok(true));
-            let panic = r.err().map(|e| e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default());
+            let panic = r.err().map(|e| {
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            });
             if tx.send((i, start.elapsed(), panic, passed)).is_err() {
                 return;
             }
@@ -519,7 +797,8 @@ fn run_all(jobs: Vec<Job>) -> (usize, Vec<String>) {
     let mut problems = Vec::new();
     let mut done = 0;
     // (kind, inputs, got past the first stage)
-    let mut stats: Vec<(&str, usize, usize)> = vec![("yaml+interp", 0, 0), ("check", 0, 0), ("override", 0, 0)];
+    let mut stats: Vec<(&str, usize, usize)> =
+        vec![("yaml+interp", 0, 0), ("check", 0, 0), ("override", 0, 0)];
     while done < total {
         match rx.recv_timeout(HANG) {
             Ok((i, took, panic, passed)) => {
@@ -533,15 +812,28 @@ fn run_all(jobs: Vec<Job>) -> (usize, Vec<String>) {
                 stats[k].2 += usize::from(passed);
                 if let Some(msg) = panic {
                     let p = save_failure(&jobs[i]);
-                    problems.push(format!("PANIC on {}: {msg} (input: {})", jobs[i].label(), p.display()));
+                    problems.push(format!(
+                        "PANIC on {}: {msg} (input: {})",
+                        jobs[i].label(),
+                        p.display()
+                    ));
                 } else if took > PER_INPUT {
                     let p = save_failure(&jobs[i]);
-                    problems.push(format!("SLOW {:?} on {} (input: {})", took, jobs[i].label(), p.display()));
+                    problems.push(format!(
+                        "SLOW {:?} on {} (input: {})",
+                        took,
+                        jobs[i].label(),
+                        p.display()
+                    ));
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
                 let p = save_failure(&jobs[done]);
-                problems.push(format!("HANG: no result for {HANG:?} on {} (input: {})", jobs[done].label(), p.display()));
+                problems.push(format!(
+                    "HANG: no result for {HANG:?} on {} (input: {})",
+                    jobs[done].label(),
+                    p.display()
+                ));
                 let _ = std::fs::remove_dir_all(&dir);
                 return (done, problems); // the worker thread is leaked; the test fails
             }
@@ -554,13 +846,19 @@ fn run_all(jobs: Vec<Job>) -> (usize, Vec<String>) {
     let _ = handle.join();
     let _ = std::fs::remove_dir_all(&dir);
     for (kind, n, ok) in stats {
-        eprintln!("{kind}: {n} inputs, {ok} parsed/loaded, {} rejected", n - ok);
+        eprintln!(
+            "{kind}: {n} inputs, {ok} parsed/loaded, {} rejected",
+            n - ok
+        );
     }
     (done, problems)
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 #[test]
@@ -571,7 +869,10 @@ fn malformed_inputs_never_panic_hang_or_blow_up() {
     let seeds = seeds();
     let mut jobs = Vec::new();
 
-    for (label, text) in structured_cases().into_iter().filter(|(l, _)| !is_known_issue(l)) {
+    for (label, text) in structured_cases()
+        .into_iter()
+        .filter(|(l, _)| !is_known_issue(l))
+    {
         jobs.push(Job::Text(label.clone(), text.clone()));
         jobs.push(Job::Check(label, text, Vec::new()));
     }
@@ -596,24 +897,45 @@ fn malformed_inputs_never_panic_hang_or_blow_up() {
         // Every 15th input also goes through the whole pipeline (composition over the
         // built-in defaults, overrides, schema, rules), with a few junk overrides.
         if i % 15 == 0 {
-            let overrides = if rng.chance(50) { random_overrides(&mut rng, 2) } else { Vec::new() };
+            let overrides = if rng.chance(50) {
+                random_overrides(&mut rng, 2)
+            } else {
+                Vec::new()
+            };
             jobs.push(Job::Check(label.clone(), text.clone(), overrides));
         }
         jobs.push(Job::Text(label, text));
     }
-    for o in fixed_overrides().into_iter().chain(random_overrides(&mut rng, cases / 2)) {
+    for o in fixed_overrides()
+        .into_iter()
+        .chain(random_overrides(&mut rng, cases / 2))
+    {
         jobs.push(Job::Override(o));
     }
     // The hand-written hostile overrides through the full pipeline too.
     for (i, o) in fixed_overrides().into_iter().enumerate() {
-        jobs.push(Job::Check(format!("check with override #{i}"), "trainer:\n  total_epochs: 1\n".into(), vec![o]));
+        jobs.push(Job::Check(
+            format!("check with override #{i}"),
+            "trainer:\n  total_epochs: 1\n".into(),
+            vec![o],
+        ));
     }
 
     let total = jobs.len();
     let (done, problems) = run_all(jobs);
-    assert!(problems.is_empty(), "{} problem(s) in {done} of {total} inputs:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} problem(s) in {done} of {total} inputs:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
     if let Some(kib) = peak_rss_kib() {
-        assert!(kib < MAX_RSS_KIB, "peak memory {} MiB exceeds {} MiB", kib / 1024, MAX_RSS_KIB / 1024);
+        assert!(
+            kib < MAX_RSS_KIB,
+            "peak memory {} MiB exceeds {} MiB",
+            kib / 1024,
+            MAX_RSS_KIB / 1024
+        );
     }
 }
 
@@ -625,8 +947,17 @@ fn alias_bombs_fail_with_y004_in_bounded_time() {
         let start = Stopwatch::start();
         let src = Source::new("bomb.yaml", text.as_str(), SourceKind::File);
         let err = yaml::parse(&src, SourceId(0)).expect_err("an alias bomb must not load");
-        assert_eq!(err.code, codes::YAML_LIMIT, "{levels}x{width}: {}", err.message);
-        assert!(start.elapsed() < PER_INPUT, "{levels}x{width} took {:?}", start.elapsed());
+        assert_eq!(
+            err.code,
+            codes::YAML_LIMIT,
+            "{levels}x{width}: {}",
+            err.message
+        );
+        assert!(
+            start.elapsed() < PER_INPUT,
+            "{levels}x{width} took {:?}",
+            start.elapsed()
+        );
 
         // And through `verlc check` from a file.
         let dir = scratch_dir().join(format!("bomb{levels}x{width}"));
@@ -634,9 +965,31 @@ fn alias_bombs_fail_with_y004_in_bounded_time() {
         let file = dir.join("bomb.yaml");
         std::fs::write(&file, &text).expect("write");
         let start = Stopwatch::start();
-        let checked = check(&LoadRequest { config_file: Some(file), cwd: dir.clone(), ..Default::default() }, &CheckOptions::default());
-        assert!(checked.diagnostics.iter().any(|d| d.code == codes::YAML_LIMIT), "{levels}x{width}: no Y004 in {:?}", checked.diagnostics.iter().map(|d| &d.message).collect::<Vec<_>>());
-        assert!(start.elapsed() < PER_INPUT, "check of {levels}x{width} took {:?}", start.elapsed());
+        let checked = check(
+            &LoadRequest {
+                config_file: Some(file),
+                cwd: dir.clone(),
+                ..Default::default()
+            },
+            &CheckOptions::default(),
+        );
+        assert!(
+            checked
+                .diagnostics
+                .iter()
+                .any(|d| d.code == codes::YAML_LIMIT),
+            "{levels}x{width}: no Y004 in {:?}",
+            checked
+                .diagnostics
+                .iter()
+                .map(|d| &d.message)
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            start.elapsed() < PER_INPUT,
+            "check of {levels}x{width} took {:?}",
+            start.elapsed()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
     if let Some(kib) = peak_rss_kib() {
@@ -646,20 +999,38 @@ fn alias_bombs_fail_with_y004_in_bounded_time() {
 
 #[test]
 fn deep_nesting_is_an_error_not_a_crash() {
-    for (label, text) in structured_cases().into_iter().filter(|(l, _)| l.contains("deep") && !l.contains("relative")) {
+    for (label, text) in structured_cases()
+        .into_iter()
+        .filter(|(l, _)| l.contains("deep") && !l.contains("relative"))
+    {
         let src = Source::new("deep.yaml", text.as_str(), SourceKind::File);
         let start = Stopwatch::start();
         let r = yaml::parse(&src, SourceId(0));
-        assert!(start.elapsed() < PER_INPUT, "{label} took {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < PER_INPUT,
+            "{label} took {:?}",
+            start.elapsed()
+        );
         let err = r.expect_err(&label);
-        assert!(err.code.0.starts_with('Y'), "{label}: {:?} {}", err.code, err.message);
+        assert!(
+            err.code.0.starts_with('Y'),
+            "{label}: {:?} {}",
+            err.code,
+            err.message
+        );
     }
 }
 
 /// Run the `verlc` binary on `text` (plus one junk override) with a wall-clock limit and a
 /// 2 GiB address-space limit, so a crash or runaway stays in the child. `Err` describes a
 /// crash (signal, exit 101), a timeout or a slow answer.
-fn run_cli(dir: &Path, label: &str, text: &str, format: &str, limit: Duration) -> Result<(), String> {
+fn run_cli(
+    dir: &Path,
+    label: &str,
+    text: &str,
+    format: &str,
+    limit: Duration,
+) -> Result<(), String> {
     let file = dir.join(format!("{}.yaml", sanitize(label)));
     std::fs::write(&file, text).map_err(|e| e.to_string())?;
     // stderr goes to a file: a pipe nobody reads would block a chatty child.
@@ -688,7 +1059,9 @@ fn run_cli(dir: &Path, label: &str, text: &str, format: &str, limit: Duration) -
         if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("{label} ({format}): no answer within {limit:?} (killed)"));
+            return Err(format!(
+                "{label} ({format}): no answer within {limit:?} (killed)"
+            ));
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -700,8 +1073,15 @@ fn run_cli(dir: &Path, label: &str, text: &str, format: &str, limit: Duration) -
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(&err_path);
     if !matches!(status.code(), Some(0..=2)) {
-        let tail: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).take(3).collect();
-        return Err(format!("{label} ({format}): {status}: {}", tail.join(" | ")));
+        let tail: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(3)
+            .collect();
+        return Err(format!(
+            "{label} ({format}): {status}: {}",
+            tail.join(" | ")
+        ));
     }
     if took > PER_CLI_RUN {
         return Err(format!("{label} ({format}): took {took:?} of CPU time"));
@@ -716,15 +1096,25 @@ fn run_cli(dir: &Path, label: &str, text: &str, format: &str, limit: Duration) -
 fn cli_renders_hostile_inputs_without_crashing() {
     let dir = scratch_dir().join("cli");
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut cases: Vec<(String, String)> = structured_cases().into_iter().filter(|(l, _)| !is_known_issue(l)).collect();
+    let mut cases: Vec<(String, String)> = structured_cases()
+        .into_iter()
+        .filter(|(l, _)| !is_known_issue(l))
+        .collect();
     cases.push(("alias bomb".into(), alias_bomb(9, 9)));
     cases.push(("multibyte error".into(), "é: 𝕏\n  ü: [1,\n".into()));
     cases.push(("bom and crlf".into(), "\u{feff}a: 1\r\nb: [\r\n".into()));
-    cases.push(("some unknown keys".into(), (0..300).map(|i| format!("k{i}: {i}\n")).collect()));
+    cases.push((
+        "some unknown keys".into(),
+        (0..300).map(|i| format!("k{i}: {i}\n")).collect(),
+    ));
     let mut problems = Vec::new();
     for (i, (label, text)) in cases.iter().enumerate() {
         // The JSON renderer shares everything but the snippet code: a sample is enough.
-        let formats: &[&str] = if i % 4 == 0 || label.contains("byte") || label.contains("crlf") { &["human", "json"] } else { &["human"] };
+        let formats: &[&str] = if i % 4 == 0 || label.contains("byte") || label.contains("crlf") {
+            &["human", "json"]
+        } else {
+            &["human"]
+        };
         for format in formats {
             if let Err(e) = run_cli(&dir, label, text, format, HANG) {
                 problems.push(e);
@@ -742,7 +1132,10 @@ fn known_issues_are_fixed() {
     let dir = scratch_dir().join("known");
     std::fs::create_dir_all(&dir).expect("dir");
     let mut problems = Vec::new();
-    for (label, text) in structured_cases().into_iter().filter(|(l, _)| is_known_issue(l)) {
+    for (label, text) in structured_cases()
+        .into_iter()
+        .filter(|(l, _)| is_known_issue(l))
+    {
         for format in ["human", "json"] {
             if let Err(e) = run_cli(&dir, &label, &text, format, Duration::from_secs(20)) {
                 problems.push(e);

@@ -18,11 +18,16 @@ fn yaml_json(name: &str, text: &str) -> Value {
 }
 
 fn validator(s: &Value) -> jsonschema::Validator {
-    jsonschema::options().should_validate_formats(false).build(s).expect("editor schema compiles")
+    jsonschema::options()
+        .should_validate_formats(false)
+        .build(s)
+        .expect("editor schema compiles")
 }
 
 fn errors(v: &jsonschema::Validator, doc: &Value) -> Vec<String> {
-    v.iter_errors(doc).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+    v.iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
 }
 
 /// Which schema a group file of verl's layout belongs to. verl's `veomni` optim/engine
@@ -48,7 +53,9 @@ fn schema_for_file(rel: &str) -> Option<&'static str> {
 }
 
 fn group_validator(name: &str) -> jsonschema::Validator {
-    validator(&schema::group_editor_schema(name).unwrap_or_else(|| panic!("no group schema {name}")))
+    validator(
+        &schema::group_editor_schema(name).unwrap_or_else(|| panic!("no group schema {name}")),
+    )
 }
 
 #[test]
@@ -80,8 +87,13 @@ fn composed_builtin_trees_validate_against_the_root_schema() {
 
 /// verl's own config tree, when scripts/setup has installed verl into .venv.
 fn verl_config_dir() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.join(".venv/lib");
-    let py = std::fs::read_dir(root).ok()?.filter_map(Result::ok).find(|e| e.file_name().to_string_lossy().starts_with("python"))?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()?
+        .join(".venv/lib");
+    let py = std::fs::read_dir(root)
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("python"))?;
     let dir = py.path().join("site-packages/verl/trainer/config");
     dir.is_dir().then_some(dir)
 }
@@ -89,18 +101,42 @@ fn verl_config_dir() -> Option<PathBuf> {
 #[test]
 fn verls_own_group_files_validate() {
     let Some(dir) = verl_config_dir() else {
-        eprintln!("note: verl is not installed in .venv (scripts/setup installs it); only verlc's built-in files were checked");
+        eprintln!(
+            "note: verl is not installed in .venv (scripts/setup installs it); only verlc's built-in files were checked"
+        );
         return;
     };
     let mut checked = 0;
     let mut failures = Vec::new();
-    for group in ["optim", "engine", "actor", "ref", "critic", "rollout", "model", "data", "reward_model", "algorithm"] {
-        let Ok(entries) = std::fs::read_dir(dir.join(group)) else { continue };
-        let mut files: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
+    for group in [
+        "optim",
+        "engine",
+        "actor",
+        "ref",
+        "critic",
+        "rollout",
+        "model",
+        "data",
+        "reward_model",
+        "algorithm",
+    ] {
+        let Ok(entries) = std::fs::read_dir(dir.join(group)) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
         files.sort();
         for f in files {
-            let rel = format!("{group}/{}", f.file_name().unwrap_or_default().to_string_lossy());
-            let Some(g) = schema_for_file(&rel) else { continue };
+            let rel = format!(
+                "{group}/{}",
+                f.file_name().unwrap_or_default().to_string_lossy()
+            );
+            let Some(g) = schema_for_file(&rel) else {
+                continue;
+            };
             let text = std::fs::read_to_string(&f).unwrap_or_default();
             let doc = yaml_json(&rel, &text);
             let errs = errors(&group_validator(g), &doc);
@@ -112,7 +148,10 @@ fn verls_own_group_files_validate() {
     }
     for top in ["ppo_trainer.yaml", "ppo_megatron_trainer.yaml"] {
         let text = std::fs::read_to_string(dir.join(top)).unwrap_or_default();
-        let errs = errors(&validator(&schema::root_editor_schema()), &yaml_json(top, &text));
+        let errs = errors(
+            &validator(&schema::root_editor_schema()),
+            &yaml_json(top, &text),
+        );
         if !errs.is_empty() {
             failures.push(format!("{top}:\n  {}", errs.join("\n  ")));
         }
@@ -128,61 +167,134 @@ fn at<'a>(s: &'a Value, path: &str) -> &'a Value {
         let obj = if cur.get("properties").is_some() {
             cur
         } else {
-            cur.get("anyOf").and_then(Value::as_array).and_then(|a| a.iter().find(|b| b.get("properties").is_some())).unwrap_or(cur)
+            cur.get("anyOf")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find(|b| b.get("properties").is_some()))
+                .unwrap_or(cur)
         };
-        cur = obj.get("properties").and_then(|p| p.get(seg)).unwrap_or_else(|| panic!("no schema at {path} ({seg})"));
+        cur = obj
+            .get("properties")
+            .and_then(|p| p.get(seg))
+            .unwrap_or_else(|| panic!("no schema at {path} ({seg})"));
     }
     cur
 }
 
 /// The branch of a leaf that holds its constraints (the other one is the interpolation).
 fn value_branch(leaf: &Value) -> &Value {
-    leaf.get("anyOf").and_then(Value::as_array).and_then(|a| a.iter().find(|b| b.get("$ref").is_none())).unwrap_or(leaf)
+    leaf.get("anyOf")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|b| b.get("$ref").is_none()))
+        .unwrap_or(leaf)
 }
 
 #[test]
 fn editor_schema_content() {
     let root = schema::root_editor_schema();
     // Defaults per key path, from the built-in tree.
-    assert_eq!(at(&root, "actor_rollout_ref.actor.optim.lr")["default"], serde_json::json!(1e-6));
-    assert_eq!(at(&root, "critic.optim.lr")["default"], serde_json::json!(1e-5));
-    assert_eq!(at(&root, "actor_rollout_ref.actor.ppo_mini_batch_size")["default"], serde_json::json!(256));
+    assert_eq!(
+        at(&root, "actor_rollout_ref.actor.optim.lr")["default"],
+        serde_json::json!(1e-6)
+    );
+    assert_eq!(
+        at(&root, "critic.optim.lr")["default"],
+        serde_json::json!(1e-5)
+    );
+    assert_eq!(
+        at(&root, "actor_rollout_ref.actor.ppo_mini_batch_size")["default"],
+        serde_json::json!(256)
+    );
     // Descriptions from doc comments, unwrapped.
-    let d = at(&root, "actor_rollout_ref.actor.ppo_mini_batch_size")["description"].as_str().unwrap_or("");
+    let d = at(&root, "actor_rollout_ref.actor.ppo_mini_batch_size")["description"]
+        .as_str()
+        .unwrap_or("");
     assert!(!d.is_empty() && !d.contains('\n'), "{d:?}");
     // Enums are plain `enum` arrays with their descriptions next to them.
     let agg = value_branch(at(&root, "actor_rollout_ref.actor.loss_agg_mode"));
-    let values: Vec<&str> = agg["enum"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-    assert_eq!(values, ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]);
-    let descs = agg.get("markdownEnumDescriptions").or_else(|| agg.get("enumDescriptions")).and_then(Value::as_array);
+    let values: Vec<&str> = agg["enum"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        values,
+        [
+            "token-mean",
+            "seq-mean-token-sum",
+            "seq-mean-token-mean",
+            "seq-mean-token-sum-norm"
+        ]
+    );
+    let descs = agg
+        .get("markdownEnumDescriptions")
+        .or_else(|| agg.get("enumDescriptions"))
+        .and_then(Value::as_array);
     assert_eq!(descs.map(Vec::len), Some(4));
     // No `oneOf` of consts left anywhere, and `defaults:` is accepted at the root.
     let text = schema::pretty(&root);
-    assert!(!text.contains("\"oneOf\""), "a oneOf survived normalization");
+    assert!(
+        !text.contains("\"oneOf\""),
+        "a oneOf survived normalization"
+    );
     assert!(root["properties"].get("defaults").is_some());
     // Deprecated keys are documented as such and not suggested.
     let old = at(&root, "actor_rollout_ref.actor.ppo_micro_batch_size");
-    assert!(old["description"].as_str().is_some_and(|m| m.starts_with("Deprecated") && m.contains("ppo_micro_batch_size_per_gpu")), "{old}");
+    assert!(
+        old["description"].as_str().is_some_and(
+            |m| m.starts_with("Deprecated") && m.contains("ppo_micro_batch_size_per_gpu")
+        ),
+        "{old}"
+    );
     assert_eq!(old["doNotSuggest"], Value::Bool(true));
     let renamed = at(&root, "critic.optim.warmup_style");
-    assert!(renamed["description"].as_str().is_some_and(|m| m.contains("`critic.optim.lr_scheduler_type`")), "{renamed}");
+    assert!(
+        renamed["description"]
+            .as_str()
+            .is_some_and(|m| m.contains("`critic.optim.lr_scheduler_type`")),
+        "{renamed}"
+    );
 
     // Group schemas: optim completes both flavours' keys and takes the group file's values.
     let optim = schema::group_editor_schema("optim").expect("optim");
-    for k in ["lr", "lr_scheduler_type", "lr_decay_style", "weight_decay", "betas", "defaults"] {
+    for k in [
+        "lr",
+        "lr_scheduler_type",
+        "lr_decay_style",
+        "weight_decay",
+        "betas",
+        "defaults",
+    ] {
         assert!(optim["properties"].get(k).is_some(), "optim lacks {k}");
     }
-    assert_eq!(optim["properties"]["lr"]["default"], serde_json::json!(1e-3));
+    assert_eq!(
+        optim["properties"]["lr"]["default"],
+        serde_json::json!(1e-3)
+    );
     // In a group file a renamed key points at its replacement by its name in that file.
-    let ws = optim["properties"]["warmup_style"]["description"].as_str().unwrap_or("");
-    assert!(ws.starts_with("Deprecated: use `lr_scheduler_type` instead"), "{ws}");
+    let ws = optim["properties"]["warmup_style"]["description"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        ws.starts_with("Deprecated: use `lr_scheduler_type` instead"),
+        "{ws}"
+    );
     let engine = schema::group_editor_schema("engine").expect("engine");
-    for k in ["param_offload", "wrap_policy", "tensor_model_parallel_size", "use_distributed_optimizer", "strategy"] {
+    for k in [
+        "param_offload",
+        "wrap_policy",
+        "tensor_model_parallel_size",
+        "use_distributed_optimizer",
+        "strategy",
+    ] {
         assert!(engine["properties"].get(k).is_some(), "engine lacks {k}");
     }
     let strategies = value_branch(&engine["properties"]["strategy"])["enum"].clone();
     for s in ["fsdp", "fsdp2", "megatron"] {
-        assert!(strategies.as_array().is_some_and(|a| a.contains(&Value::from(s))), "engine.strategy lacks {s}: {strategies}");
+        assert!(
+            strategies
+                .as_array()
+                .is_some_and(|a| a.contains(&Value::from(s))),
+            "engine.strategy lacks {s}: {strategies}"
+        );
     }
     assert!(schema::group_editor_schema("nope").is_none());
 }
@@ -202,6 +314,9 @@ fn editor_schema_accepts_interpolations_and_rejects_typos() {
         "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: many\n",
         "trainer:\n  n_gpus_per_node: -3\n",
     ] {
-        assert!(!errors(&v, &yaml_json("bad.yaml", bad)).is_empty(), "accepted:\n{bad}");
+        assert!(
+            !errors(&v, &yaml_json("bad.yaml", bad)).is_empty(),
+            "accepted:\n{bad}"
+        );
     }
 }

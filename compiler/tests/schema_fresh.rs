@@ -16,7 +16,12 @@ fn diff_summary(old: &str, new: &str) -> String {
     let a: Vec<&str> = old.lines().collect();
     let b: Vec<&str> = new.lines().collect();
     let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let suffix = a[prefix..].iter().rev().zip(b[prefix..].iter().rev()).take_while(|(x, y)| x == y).count();
+    let suffix = a[prefix..]
+        .iter()
+        .rev()
+        .zip(b[prefix..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
     let (old_mid, new_mid) = (&a[prefix..a.len() - suffix], &b[prefix..b.len() - suffix]);
     let mut out = format!(
         "    first difference at line {}: {} line(s) committed -> {} line(s) generated\n",

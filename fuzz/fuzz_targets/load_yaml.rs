@@ -39,7 +39,9 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let src = Source::new("fuzz.yaml", yaml_text, SourceKind::File);
-    let Ok(mut node) = yaml::parse(&src, SourceId(0)) else { return };
+    let Ok(mut node) = yaml::parse(&src, SourceId(0)) else {
+        return;
+    };
     let _ = interp::resolve_all(&mut node);
     let _ = node.to_json();
 
@@ -48,7 +50,12 @@ fuzz_target!(|data: &[u8]| {
     if std::fs::write(path, yaml_text.as_bytes()).is_err() {
         return;
     }
-    let req = LoadRequest { config_file: Some(path.clone()), overrides, cwd: std::env::temp_dir(), ..Default::default() };
+    let req = LoadRequest {
+        config_file: Some(path.clone()),
+        overrides,
+        cwd: std::env::temp_dir(),
+        ..Default::default()
+    };
     let composed = compose::load(&req);
     for d in &composed.diagnostics {
         let _ = d.to_json(&composed.sources);

@@ -9,7 +9,11 @@ use super::{EXIT_ERRORS, EXIT_USAGE};
 
 pub fn run(a: SchemaArgs) -> u8 {
     if let Some(name) = &a.print {
-        let s = if name == "root" || name == "verl" { Some(schema::root_editor_schema()) } else { schema::group_editor_schema(name) };
+        let s = if name == "root" || name == "verl" {
+            Some(schema::root_editor_schema())
+        } else {
+            schema::group_editor_schema(name)
+        };
         return match s {
             Some(s) => {
                 print!("{}", schema::pretty(&s));
@@ -18,7 +22,11 @@ pub fn run(a: SchemaArgs) -> u8 {
             None => {
                 eprintln!(
                     "error: unknown schema `{name}`; choose root or one of: {}",
-                    schema::GROUPS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+                    schema::GROUPS
+                        .iter()
+                        .map(|g| g.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
                 EXIT_USAGE
             }
@@ -55,7 +63,11 @@ fn check(dir: &Path) -> u8 {
         eprintln!("schemas are up to date");
         0
     } else {
-        eprintln!("stale schemas (run `verlc schema -o {}`): {}", dir.display(), stale.join(", "));
+        eprintln!(
+            "stale schemas (run `verlc schema -o {}`): {}",
+            dir.display(),
+            stale.join(", ")
+        );
         EXIT_ERRORS
     }
 }
