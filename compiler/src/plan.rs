@@ -426,6 +426,17 @@ pub fn default_tree(cfg: &VerlConfig) -> Node {
     compose::load(&req).root
 }
 
+/// `verlc check` reports the plan's findings as warnings (what verl accepts but a verlc
+/// binary cannot bind); a build needs them as errors. Replace them in `checked` with the
+/// build's view: the plan's errors, plus the unused-key warnings when `unused` is set.
+pub fn promote_for_build(checked: &mut crate::check::Checked, unused: bool) {
+    let Some(cfg) = checked.config.as_ref() else { return };
+    let lowered = if unused { lower_for_build(cfg, &checked.composed) } else { lower(cfg, &checked.composed.root) };
+    let is_plan_code = |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
+    checked.diagnostics.retain(|d| !is_plan_code(d.code));
+    checked.diagnostics.extend(lowered.diagnostics);
+}
+
 /// Lower and collect everything `verlc build` reports: the plan's errors plus the
 /// unused-key warnings.
 pub fn lower_for_build(cfg: &VerlConfig, composed: &Composed) -> Lowered {

@@ -155,9 +155,19 @@ pub enum TrainError {
 /// resolved typed config and `ctx` says where this rank sits. Return `Ok(())` when training
 /// finished; the binary exits 0 when every rank did.
 pub fn train<S: Strategy, P: Precision, O: Offload>(cfg: &VerlConfig, ctx: &RankContext) -> Result<(), TrainError> {
-    // The RL loop plugs in here: `crate::trainer::run::<S, P, O>(cfg, ctx)`.
-    let _ = (cfg, ctx);
-    Err(TrainError::NotImplemented)
+    if ctx.dist.world_size != 1 {
+        return Err(TrainError::Trainer(
+            format!(
+                "{} ranks with strategy {}: verlc's trainer runs one process so far (the FSDP and Megatron \
+                 engines plug into `runtime::engine::Engine` later); use trainer.nnodes=1 trainer.n_gpus_per_node=1",
+                ctx.dist.world_size,
+                S::KIND.name()
+            )
+            .into(),
+        ));
+    }
+    let opts = crate::trainer::RunOptions { device: ctx.device, precision: P::KIND, offload: O::FLAGS, ..Default::default() };
+    crate::trainer::run(cfg, &opts).map(|_| ()).map_err(|e| TrainError::Trainer(Box::new(e)))
 }
 
 /// Set in ranks spawned by this binary's own launcher (they stay quiet at start-up).
@@ -377,7 +387,9 @@ fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[St
         cwd: std::env::current_dir().unwrap_or_default(),
         ..LoadRequest::default()
     };
-    let checked = check(&req, &CheckOptions::default());
+    let mut checked = check(&req, &CheckOptions::default());
+    // Combinations this binary cannot run are errors here, not `check`'s warnings.
+    plan::promote_for_build(&mut checked, false);
     refuse_bound_changes(&embedded_plan, &checked.composed.root, overrides, compiled, info)?;
 
     let shown: Vec<&Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).collect();

@@ -80,11 +80,9 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
     };
     let opts = CheckOptions { model_config: a.model_config.clone(), only: Vec::new() };
     let mut checked = check(&req, &opts);
-    if let Some(cfg) = &checked.config {
-        let defaults = plan::default_tree(cfg);
-        let unused = plan::unused_keys(cfg, &checked.composed, &defaults);
-        checked.diagnostics.extend(unused);
-    }
+    // What `check` reports as warnings (valid for verl) are errors for a build, and the keys
+    // the binary will not use are reported too.
+    plan::promote_for_build(&mut checked, true);
     if a.deny_warnings {
         for d in &mut checked.diagnostics {
             d.severity = Severity::Error;

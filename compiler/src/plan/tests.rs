@@ -185,6 +185,15 @@ fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
     let c = case(&yaml, &[]);
     assert_eq!(c.at_lines(), vec![("B012", line)]);
     assert_eq!(c.check_codes(), vec!["B012"]);
+    // Valid for verl: `verlc check` warns, the build (and the trainer) make it an error.
+    assert!(c.checked.diagnostics.iter().filter(|d| d.code.0 == "B012").all(|d| !d.is_error()));
+    let mut promoted = check(
+        &LoadRequest { config_file: Some(c.file.clone()), cwd: std::env::temp_dir(), ..LoadRequest::default() },
+        &CheckOptions::default(),
+    );
+    promote_for_build(&mut promoted, false);
+    let b012: Vec<_> = promoted.diagnostics.iter().filter(|d| d.code.0 == "B012").collect();
+    assert!(b012.len() == 1 && b012[0].is_error(), "{b012:?}");
     let d = &c.lowered.diagnostics[0];
     assert_eq!(d.severity, Severity::Error);
     assert!(d.message.contains("Fp16Mixed"), "{}", d.message);
