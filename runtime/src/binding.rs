@@ -387,7 +387,9 @@ fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[St
         cwd: std::env::current_dir().unwrap_or_default(),
         ..LoadRequest::default()
     };
-    let checked = check(&req, &CheckOptions::default());
+    let mut checked = check(&req, &CheckOptions::default());
+    // Combinations this binary cannot run are errors here, not `check`'s warnings.
+    plan::promote_for_build(&mut checked, false);
     refuse_bound_changes(&embedded_plan, &checked.composed.root, overrides, compiled, info)?;
 
     let shown: Vec<&Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).collect();
