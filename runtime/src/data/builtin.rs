@@ -175,23 +175,30 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
 /// Rule reward of a built-in task; `None` when `data_source` is not a built-in one.
 ///
 /// The response (special tokens removed, surrounding whitespace trimmed) scores 1.0 when it
-/// equals the ground truth. Otherwise it earns partial credit, 0.5 x the fraction of positions
-/// that match, over the longer of the two strings. This dense signal lets a randomly
-/// initialised tiny model learn (format first, then digits).
+/// equals the ground truth. Otherwise it earns shaped partial credit below 0.5, so that a
+/// randomly initialised tiny model gets a signal from its first samples (digits only, then the
+/// right length, then the right digits in the right places):
+/// `0.1 * digit_fraction + 0.1 * length_match + 0.3 * position_match`, where
+/// `digit_fraction` is the share of ASCII digits in the response, `length_match` is
+/// `1 - |len(r) - len(g)| / max(len(r), len(g))`, and `position_match` the share of positions
+/// of the longer string where both agree.
 pub fn compute_score(data_source: &str, response: &str, ground_truth: &str) -> Option<f64> {
     let task = data_source.strip_prefix("builtin/")?;
     if !TASKS.contains(&task) {
         return None;
     }
-    let r = response.trim();
-    if r == ground_truth {
+    let r: Vec<char> = response.trim().chars().collect();
+    let g: Vec<char> = ground_truth.chars().collect();
+    if r == g {
         return Some(1.0);
     }
-    let longest = r.chars().count().max(ground_truth.chars().count()).max(1);
-    let matches = r
-        .chars()
-        .zip(ground_truth.chars())
-        .filter(|(a, b)| a == b)
-        .count();
-    Some(0.5 * matches as f64 / longest as f64)
+    let longest = r.len().max(g.len()).max(1) as f64;
+    let digits = if r.is_empty() {
+        0.0
+    } else {
+        r.iter().filter(|c| c.is_ascii_digit()).count() as f64 / r.len() as f64
+    };
+    let length = 1.0 - (r.len() as f64 - g.len() as f64).abs() / longest;
+    let positions = r.iter().zip(&g).filter(|(a, b)| a == b).count() as f64 / longest;
+    Some(0.1 * digits + 0.1 * length + 0.3 * positions)
 }

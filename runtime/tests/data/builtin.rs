@@ -85,19 +85,27 @@ fn arithmetic_answers_are_right() {
 
 #[test]
 fn rule_rewards() {
-    assert_eq!(
+    let close = |a: Option<f64>, b: f64| assert!((a.unwrap() - b).abs() < 1e-12, "{a:?} vs {b}");
+    close(
         compute_score("builtin/digit_reversal", " 54321\n", "54321"),
-        Some(1.0)
+        1.0,
     );
-    assert_eq!(
+    // digits 1, length 1, positions 3/5.
+    close(
         compute_score("builtin/digit_reversal", "54300", "54321"),
-        Some(0.5 * 3.0 / 5.0)
+        0.1 + 0.1 + 0.3 * 0.6,
     );
-    assert_eq!(
+    // digits 1, length 1 - 5/10, positions 5/10.
+    close(
         compute_score("builtin/digit_reversal", "5432100000", "54321"),
-        Some(0.5 * 5.0 / 10.0)
+        0.1 + 0.05 + 0.15,
     );
-    assert_eq!(compute_score("builtin/arithmetic", "", "46"), Some(0.0));
+    close(compute_score("builtin/arithmetic", "", "46"), 0.0);
+    close(compute_score("builtin/arithmetic", "ab", "46"), 0.1);
+    assert!(
+        compute_score("builtin/arithmetic", "47", "46").unwrap() < 0.5,
+        "partial credit stays below exact"
+    );
     assert_eq!(compute_score("openai/gsm8k", "72", "72"), None);
 }
 
