@@ -17,6 +17,9 @@ pub fn run(a: RuleArgs) -> u8 {
         for r in rules::RULES {
             let _ = writeln!(out, "{}  {:<52} {}", r.code, r.name, r.summary);
         }
+        for (c, summary) in codes::BUILD_CODES {
+            let _ = writeln!(out, "{c}  {:<52} {summary}", "(verlc build)");
+        }
         return 0;
     }
     let code = a.code.unwrap_or_default();
@@ -30,6 +33,11 @@ pub fn run(a: RuleArgs) -> u8 {
                 r.summary,
                 r.doc_text().trim_end()
             );
+            0
+        }
+        None if codes::BUILD_CODES.iter().any(|(c, _)| c.0.eq_ignore_ascii_case(&code)) => {
+            let (c, summary) = codes::BUILD_CODES.iter().find(|(c, _)| c.0.eq_ignore_ascii_case(&code)).map_or((code.as_str(), ""), |(c, s)| (c.0, *s));
+            let _ = writeln!(out, "# {c}\n\n{summary}\n\nReported by `verlc build` as an error (and by `verlc check` as a warning): the generated trainer cannot bind this config.");
             0
         }
         None => {
