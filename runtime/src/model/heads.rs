@@ -104,4 +104,24 @@ impl ValueModel {
             .squeeze_dim(-1)
             .to_kind(Kind::Float)
     }
+
+    /// Values (B, R) of the positions that precede each of the last `response_len` tokens,
+    /// as verl's critic takes them (`values[:, -R - 1 : -1]`).
+    pub fn response_values(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+        response_len: i64,
+    ) -> Tensor {
+        let total = input_ids.size()[1];
+        let hidden = self
+            .model
+            .forward(input_ids, position_ids, Some(attention_mask), None);
+        let hidden = hidden.narrow(1, total - response_len - 1, response_len);
+        self.score
+            .forward(&hidden)
+            .squeeze_dim(-1)
+            .to_kind(Kind::Float)
+    }
 }

@@ -45,12 +45,24 @@ pub struct RolloutOutput {
     pub prompt_index: Vec<usize>,
 }
 
-/// Generates `params.n` responses for each prompt.
+/// Generates `params.n` responses for each prompt, left-padding prompts to the longest.
 pub fn generate(
     model: &CausalLm,
     prompts: &[Vec<i64>],
     params: &SamplingParams,
     stop: &StopTokens,
+) -> Result<RolloutOutput, RolloutError> {
+    generate_padded(model, prompts, params, stop, None)
+}
+
+/// [`generate`] with prompts left-padded to `prompt_width` (verl pads to
+/// `max_prompt_length`, giving the same shapes every step); a longer prompt is an error.
+pub fn generate_padded(
+    model: &CausalLm,
+    prompts: &[Vec<i64>],
+    params: &SamplingParams,
+    stop: &StopTokens,
+    prompt_width: Option<usize>,
 ) -> Result<RolloutOutput, RolloutError> {
     params.validate().map_err(RolloutError::Params)?;
     if prompts.is_empty() {
@@ -71,7 +83,18 @@ pub fn generate(
             });
         }
     }
-    let width = prompts.iter().map(Vec::len).max().unwrap_or(1) as i64;
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
+    let width = match prompt_width {
+        Some(w) if w < longest => {
+            let index = prompts.iter().position(|p| p.len() == longest).unwrap_or(0);
+            return Err(RolloutError::Prompt {
+                index,
+                msg: format!("{longest} tokens exceed prompt_width = {w}"),
+            });
+        }
+        Some(w) => w as i64,
+        None => longest as i64,
+    };
     let chunk = params.max_prompts_per_pass.unwrap_or(prompts.len());
     let parts: Vec<Chunk> = tch::no_grad(|| {
         let head = DecodeHead::new(model);

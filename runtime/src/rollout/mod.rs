@@ -12,7 +12,7 @@ pub mod logprob;
 pub mod params;
 pub mod sampling;
 
-pub use engine::{RolloutOutput, StopTokens, generate};
+pub use engine::{RolloutOutput, StopTokens, generate, generate_padded};
 pub use logprob::SequenceBatch;
 pub use logprob::{
     LogProbOutput, ProbsDiff, compute_log_probs, entropy_from_logits, log_probs_from_logits,

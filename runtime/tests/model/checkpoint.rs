@@ -105,6 +105,16 @@ fn value_model_round_trips_through_transformers() {
         d <= 1e-5,
         "values differ from transformers' token classification by {d}"
     );
+    let tail = tch::no_grad(|| {
+        let (ids, pos, mask) = (
+            get(&r, "input_ids"),
+            get(&r, "position_ids"),
+            get(&r, "attention_mask"),
+        );
+        v.model.response_values(ids, pos, mask, 3)
+    });
+    let last = ours.narrow(1, ours.size()[1] - 4, 3);
+    assert!(tail.equal(&last), "response values are values[:, -R-1:-1]");
 }
 
 #[test]

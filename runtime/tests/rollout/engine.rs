@@ -2,7 +2,7 @@
 //! left-padded batches, stopping at EOS, verl's output layout, n samples per prompt.
 
 use runtime::model::{Precision, from_pretrained};
-use runtime::rollout::{SamplingParams, StopTokens, generate};
+use runtime::rollout::{SamplingParams, StopTokens, generate, generate_padded};
 use tch::{Device, Kind, Tensor};
 
 use crate::oracle;
@@ -183,4 +183,33 @@ fn bad_prompts_are_rejected_with_their_index() {
             .to_string()
             .contains("top_p")
     );
+}
+
+#[test]
+fn prompts_pad_to_a_fixed_width() {
+    let m = from_pretrained(
+        "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
+        Device::Cpu,
+        Precision::Fp32,
+        3,
+    )
+    .unwrap()
+    .model;
+    let stop = StopTokens {
+        eos: vec![2],
+        pad: 0,
+    };
+    let params = SamplingParams::greedy(4);
+    let prompts = [vec![5, 6, 7], vec![8]];
+    let fixed = generate_padded(&m, &prompts, &params, &stop, Some(6)).unwrap();
+    assert_eq!(fixed.prompts.size(), [2, 6]);
+    let tight = generate(&m, &prompts, &params, &stop).unwrap();
+    assert!(
+        fixed.responses.equal(&tight.responses),
+        "padding width does not change greedy tokens"
+    );
+    let e = generate_padded(&m, &prompts, &params, &stop, Some(2))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("exceed prompt_width = 2"), "{e}");
 }
