@@ -14,6 +14,7 @@
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -399,6 +400,17 @@ char* vlc_tensor_set_grad(void* tensor, void* grad) {
     } else {
       T(tensor).mutable_grad() = T(grad);
     }
+  });
+}
+
+// `torch.autograd.backward(tensors, grad_tensors)`: one backward pass from several roots, each
+// with its incoming gradient, accumulating into the leaves' `.grad` (tch binds only the scalar
+// form). Used by the segment-wise backward of the tensor/pipeline-parallel mappings.
+char* vlc_autograd_backward(void* const* tensors, void* const* grads, size_t n, int keep_graph) {
+  return guarded([&] {
+    auto ts = tensor_list(tensors, n);
+    auto gs = tensor_list(grads, n);
+    torch::autograd::backward(ts, gs, keep_graph != 0, false);
   });
 }
 

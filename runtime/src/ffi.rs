@@ -174,6 +174,12 @@ unsafe extern "C" {
         scalar: TensorPtr,
     ) -> *mut c_char;
     pub fn vlc_tensor_set_grad(tensor: TensorPtr, grad: TensorPtr) -> *mut c_char;
+    pub fn vlc_autograd_backward(
+        tensors: *const TensorPtr,
+        grads: *const TensorPtr,
+        n: usize,
+        keep_graph: c_int,
+    ) -> *mut c_char;
 }
 
 /// Converts a shim return value into `Err(message)` (freeing the C string) or `Ok(())`.

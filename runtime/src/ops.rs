@@ -232,3 +232,15 @@ pub fn set_grad(t: &Tensor, grad: Option<&Tensor>) -> Result<()> {
     let err = unsafe { ffi::vlc_tensor_set_grad(ffi::tptr(t), opt_ptr(grad)) };
     check("set_grad", err)
 }
+
+/// `torch.autograd.backward(roots, grads)`: back-propagates from every root with its incoming
+/// gradient in one pass, accumulating into the leaves' `.grad`. `keep_graph` keeps the graph
+/// for another pass.
+pub fn backward(roots: &[Tensor], grads: &[Tensor], keep_graph: bool) -> Result<()> {
+    same_len("backward", &[roots.len(), grads.len()])?;
+    let r = ffi::tptrs(roots);
+    let g = ffi::tptrs(grads);
+    // SAFETY: tensors outlive the call; the shim only borrows them.
+    let err = unsafe { ffi::vlc_autograd_backward(r.as_ptr(), g.as_ptr(), r.len(), keep_graph as i32) };
+    check("backward", err)
+}

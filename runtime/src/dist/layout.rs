@@ -14,6 +14,13 @@ impl RankLayout {
         Self::with_order(&[("tp", tp), ("dp", dp), ("pp", pp)])
     }
 
+    /// Megatron's rank order `tp-cp-dp-pp` (its default `tp-cp-ep-dp-pp` without experts):
+    /// TP ranks are adjacent, pipeline stages are farthest apart. Context parallelism is rank
+    /// arithmetic only for now (no `cp` group is created by [`ProcessGroups`]).
+    pub fn megatron(tp: usize, cp: usize, pp: usize, dp: usize) -> Result<Self> {
+        Self::with_order(&[("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)])
+    }
+
     /// Dimensions in order, fastest first, e.g. `[("tp", 2), ("dp", 2), ("pp", 1)]`.
     pub fn with_order(dims: &[(&str, usize)]) -> Result<Self> {
         let mut seen = std::collections::HashSet::new();
@@ -54,6 +61,37 @@ impl RankLayout {
         0
     }
 
+    /// The rank whose coordinate along `dim` is shifted by `offset` (modulo the dimension's
+    /// size, as Megatron's pipeline next/prev ranks wrap around); other coordinates are kept.
+    pub fn shifted(&self, rank: usize, dim: &str, offset: isize) -> usize {
+        let mut stride = 1;
+        for (n, s) in &self.dims {
+            if n == dim {
+                let c = (rank / stride) % s;
+                let shifted = (c as isize + offset).rem_euclid(*s as isize) as usize;
+                return rank - c * stride + shifted * stride;
+            }
+            stride *= s;
+        }
+        rank
+    }
+
+    /// Megatron's embedding groups: the first and last pipeline stage of every pipeline
+    /// group (they hold the input embedding and the tied output layer, whose gradients are
+    /// summed over this group). One rank per group when there is a single stage.
+    pub fn embedding_groups(&self) -> Result<Vec<Vec<usize>>> {
+        let pp = self.groups(&["pp"]).or_else(|_| {
+            Ok::<_, DistError>((0..self.world_size()).map(|r| vec![r]).collect())
+        })?;
+        Ok(pp
+            .into_iter()
+            .map(|g| {
+                let (first, last) = (g[0], g[g.len() - 1]);
+                if first == last { vec![first] } else { vec![first, last] }
+            })
+            .collect())
+    }
+
     /// The groups spanning the given dimensions (e.g. `&["tp"]`, or `&["tp", "pp"]` for the
     /// model-parallel group): ranks that agree on every other coordinate, each list in
     /// increasing rank order, lists ordered by their first rank.
@@ -91,6 +129,10 @@ pub struct ProcessGroups {
     pub dp: ProcessGroup,
     /// Model-parallel group (TP x PP): where found-inf and grad norms are reduced.
     pub mp: ProcessGroup,
+    /// First and last pipeline stage (tied embedding and output layer); `None` on middle
+    /// stages and when there is a single stage.
+    pub embedding: Option<ProcessGroup>,
+    pub layout: RankLayout,
 }
 
 impl ProcessGroups {
@@ -108,12 +150,32 @@ impl ProcessGroups {
                 DistError::Invalid(format!("rank {} is in no {dims:?} group", world.rank()))
             })
         };
+        let embedding = if layout.size("pp") > 1 {
+            world.split(&layout.embedding_groups()?)?
+        } else {
+            None
+        };
         Ok(ProcessGroups {
             tp: make(&["tp"])?,
             pp: make(&["pp"])?,
             dp: make(&["dp"])?,
             mp: make(&["tp", "pp"])?,
+            embedding,
+            layout: layout.clone(),
             world: world.clone(),
         })
+    }
+
+    /// Pipeline stage of this rank (its rank in the PP group, which lists stages in order).
+    pub fn pp_rank(&self) -> usize {
+        self.pp.rank()
+    }
+
+    pub fn is_first_stage(&self) -> bool {
+        self.pp.rank() == 0
+    }
+
+    pub fn is_last_stage(&self) -> bool {
+        self.pp.rank() + 1 == self.pp.size()
     }
 }

@@ -10,7 +10,9 @@
 //! - [`sched`]: verl's FSDP schedulers and Megatron's `OptimizerParamScheduler`.
 //! - [`scaler`]: constant and dynamic grad scalers.
 //! - [`clip`]: fp32 grad norm (L2 / inf), clip by total norm, count zeros.
+//! - [`distrib`]: Megatron's distributed optimizer (ZeRO-1) on its contiguous-buffer layout.
 pub mod clip;
+pub mod distrib;
 mod inner;
 mod optimizer;
 pub mod param_groups;

@@ -1,0 +1,39 @@
+//! Megatron-style training of the decoder family: tensor parallelism (TP), pipeline
+//! parallelism (PP) and data parallelism (DP) with the distributed optimizer, in Megatron's
+//! rank order (`tp-cp-dp-pp`, [`crate::dist::RankLayout::megatron`]).
+//!
+//! - [`model`]: [`ParallelModel`], one (TP rank, PP stage) of the decoder, HF variable names.
+//! - [`schedule`]: 1F1B and forward-only pipeline schedules over micro-batches.
+//! - [`module`]: [`MegatronModule`], the model with its groups and optimizer: micro-batched
+//!   forward/backward through the schedule, gradient finalisation (tied-embedding sum over
+//!   the embedding group, DP reduction), the optimizer step, and export of full weights.
+//!
+//! The pieces underneath live with their kind: the f/g mappings and the segment-wise backward
+//! in [`crate::dist::mappings`], TP layers and vocab-parallel losses in [`crate::tp`], the
+//! distributed optimizer in [`crate::optim::distrib`].
+pub mod model;
+pub mod module;
+pub mod schedule;
+
+pub use model::{HeadKind, ParallelModel, ParamInfo, Stage, StageInput};
+pub use module::{MegatronModule, MicroBatch, ModuleOptimizer, ParallelSettings};
+pub use schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
+
+/// Errors of the Megatron stack.
+#[derive(Debug, thiserror::Error)]
+pub enum MegatronError {
+    #[error("megatron: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Dist(#[from] crate::dist::DistError),
+    #[error(transparent)]
+    Tp(#[from] crate::tp::TpError),
+    #[error(transparent)]
+    Optim(#[from] crate::optim::OptimError),
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+pub type Result<T, E = MegatronError> = std::result::Result<T, E>;

@@ -1,0 +1,529 @@
+//! The Llama / Qwen2 / Qwen3 decoder of [`crate::model`] under tensor and pipeline
+//! parallelism (Megatron's `GPTModel` on `TransformerBlock`), with the same variable names as
+//! the Hugging Face checkpoint so sharded loading and export need no renaming table.
+//!
+//! - Tensor parallelism: q/k/v and gate/up are column-parallel (heads and the intermediate
+//!   size split), o and down row-parallel; the embedding and the output layer are split by
+//!   vocabulary ([`VocabParallelEmbedding`]), and the log-probs come from
+//!   [`vocab_parallel_log_probs`]. Norms and row-parallel biases are replicated.
+//! - Pipeline parallelism: stage `s` of `pp` holds a contiguous range of layers
+//!   ([`Stage`]); the first stage also holds the embedding, the last the final norm and the
+//!   head. With tied embeddings and several stages the last stage holds its own copy of the
+//!   embedding (`model.embed_tokens.weight` again, Megatron's `shared_embedding`), kept equal
+//!   to the first stage's by summing their gradients over the embedding group.
+//!
+//! A forward runs on one stage and records its cuts on a [`Tape`] (see
+//! [`crate::dist::mappings`]): under tensor parallelism each layer is four segments.
+use std::ops::Range;
+
+use tch::nn::{Path, VarStore};
+use tch::{Kind, Tensor};
+
+use crate::dist::ProcessGroup;
+use crate::dist::mappings::{Tape, copy_to_tp_region};
+use crate::model::ModelConfig;
+use crate::model::cache::causal_padding_mask;
+use crate::model::decoder::{Linear, RmsNorm};
+use crate::model::rope::{RotaryEmbedding, apply_rotary};
+use crate::tp::{
+    ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, VocabParallelOutput,
+    VocabPartition, divide, rank_size, vocab_parallel_log_probs,
+};
+
+use super::{MegatronError, Result};
+
+/// The layers one pipeline stage holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    pub rank: usize,
+    pub size: usize,
+    /// Global indices of this stage's decoder layers.
+    pub layers: Range<usize>,
+}
+
+impl Stage {
+    /// Splits `num_layers` over `size` stages as evenly as possible (earlier stages take the
+    /// remainder; Megatron requires an even split unless told otherwise).
+    pub fn split(num_layers: usize, rank: usize, size: usize) -> Result<Self> {
+        if size == 0 || rank >= size {
+            return Err(MegatronError::Config(format!(
+                "pipeline rank {rank} of {size}"
+            )));
+        }
+        if num_layers < size {
+            return Err(MegatronError::Config(format!(
+                "{num_layers} layers cannot fill {size} pipeline stages"
+            )));
+        }
+        let (base, extra) = (num_layers / size, num_layers % size);
+        let start = rank * base + rank.min(extra);
+        let len = base + usize::from(rank < extra);
+        Ok(Stage {
+            rank,
+            size,
+            layers: start..start + len,
+        })
+    }
+
+    pub fn single(num_layers: usize) -> Self {
+        Stage {
+            rank: 0,
+            size: 1,
+            layers: 0..num_layers,
+        }
+    }
+
+    pub fn is_first(&self) -> bool {
+        self.rank == 0
+    }
+
+    pub fn is_last(&self) -> bool {
+        self.rank + 1 == self.size
+    }
+}
+
+/// What the model's last stage computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadKind {
+    /// `*ForCausalLM`: the (vocab-parallel) output layer.
+    CausalLm,
+    /// `*ForTokenClassification` with one label: a replicated `score` layer (the critic).
+    Value,
+}
+
+/// How a parameter is distributed, for the optimizer and the export.
+#[derive(Debug)]
+pub struct ParamInfo {
+    pub name: String,
+    pub tensor: Tensor,
+    /// Split over the TP group (false: replicated, identical on every TP rank).
+    pub tensor_parallel: bool,
+    /// The tied embedding / output weight when stages differ (also on the other stage).
+    pub shared_embedding: bool,
+    /// The copy of the embedding held by the last stage (not counted in norms, not exported).
+    pub output_copy: bool,
+    pub is_embedding_or_output: bool,
+}
+
+fn tp_err(e: crate::tp::TpError) -> MegatronError {
+    MegatronError::Tp(e)
+}
+
+/// Grouped-query attention with local heads: q/k/v column-parallel, o row-parallel.
+#[derive(Debug)]
+struct ParallelAttention {
+    q_proj: ColumnParallelLinear,
+    k_proj: ColumnParallelLinear,
+    v_proj: ColumnParallelLinear,
+    o_proj: RowParallelLinear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+impl ParallelAttention {
+    fn new(cfg: &ModelConfig, p: Path, tp: i64) -> Result<Self> {
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+        let heads = divide(cfg.num_attention_heads, tp, "num_attention_heads").map_err(tp_err)?;
+        let kv_heads = divide(cfg.kv_heads(), tp, "num_key_value_heads").map_err(tp_err)?;
+        let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
+        let norm = |name: &str| {
+            cfg.qk_norm()
+                .then(|| RmsNorm::new(&p / name, hd, cfg.rms_norm_eps))
+        };
+        Ok(ParallelAttention {
+            q_proj: ColumnParallelLinear::new(&p / "q_proj", h, q, cfg.qkv_bias(), tp)
+                .map_err(tp_err)?,
+            k_proj: ColumnParallelLinear::new(&p / "k_proj", h, kv, cfg.qkv_bias(), tp)
+                .map_err(tp_err)?,
+            v_proj: ColumnParallelLinear::new(&p / "v_proj", h, kv, cfg.qkv_bias(), tp)
+                .map_err(tp_err)?,
+            o_proj: RowParallelLinear::new(&p / "o_proj", q, h, cfg.o_bias(), tp)
+                .map_err(tp_err)?,
+            q_norm: norm("q_norm"),
+            k_norm: norm("k_norm"),
+            heads,
+            kv_heads,
+            head_dim: hd,
+        })
+    }
+
+    /// `x` replicated over TP (after `f`); returns the full, all-reduced output.
+    fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        tp: Option<&ProcessGroup>,
+    ) -> Result<Tensor> {
+        let (b, t) = (x.size()[0], x.size()[1]);
+        let heads = |proj: &ColumnParallelLinear, n: i64, norm: &Option<RmsNorm>| {
+            let y = proj.forward(x).view([b, t, n, self.head_dim]);
+            let y = match norm {
+                Some(norm) => norm.forward(&y),
+                None => y,
+            };
+            y.transpose(1, 2)
+        };
+        let q = apply_rotary(&heads(&self.q_proj, self.heads, &self.q_norm), cos, sin);
+        let k = apply_rotary(&heads(&self.k_proj, self.kv_heads, &self.k_norm), cos, sin);
+        let v = heads(&self.v_proj, self.kv_heads, &None);
+        let causal = mask.is_none() && t > 1;
+        let y = Tensor::scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            mask,
+            0.0,
+            causal,
+            None,
+            self.heads != self.kv_heads,
+        );
+        let y = y
+            .transpose(1, 2)
+            .reshape([b, t, self.heads * self.head_dim]);
+        self.o_proj.forward(&y, tp).map_err(tp_err)
+    }
+}
+
+/// SwiGLU with gate/up column-parallel and down row-parallel.
+#[derive(Debug)]
+struct ParallelMlp {
+    gate_proj: ColumnParallelLinear,
+    up_proj: ColumnParallelLinear,
+    down_proj: RowParallelLinear,
+}
+
+impl ParallelMlp {
+    fn new(cfg: &ModelConfig, p: Path, tp: i64) -> Result<Self> {
+        let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        Ok(ParallelMlp {
+            gate_proj: ColumnParallelLinear::new(&p / "gate_proj", h, i, b, tp).map_err(tp_err)?,
+            up_proj: ColumnParallelLinear::new(&p / "up_proj", h, i, b, tp).map_err(tp_err)?,
+            down_proj: RowParallelLinear::new(&p / "down_proj", i, h, b, tp).map_err(tp_err)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, tp: Option<&ProcessGroup>) -> Result<Tensor> {
+        let hidden = self.gate_proj.forward(x).silu() * self.up_proj.forward(x);
+        self.down_proj.forward(&hidden, tp).map_err(tp_err)
+    }
+}
+
+#[derive(Debug)]
+struct ParallelDecoderLayer {
+    self_attn: ParallelAttention,
+    mlp: ParallelMlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+}
+
+impl ParallelDecoderLayer {
+    fn new(cfg: &ModelConfig, p: Path, tp: i64) -> Result<Self> {
+        let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
+        Ok(ParallelDecoderLayer {
+            self_attn: ParallelAttention::new(cfg, &p / "self_attn", tp)?,
+            mlp: ParallelMlp::new(cfg, &p / "mlp", tp)?,
+            input_layernorm: RmsNorm::new(&p / "input_layernorm", h, eps),
+            post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", h, eps),
+        })
+    }
+
+    /// Four segments under TP: `norm -> f`, `attention -> g -> +residual`, `norm -> f`,
+    /// `mlp -> g -> +residual`, with the residual stream cut between them.
+    fn forward(
+        &self,
+        tape: &mut Tape,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        tp: Option<&ProcessGroup>,
+    ) -> Result<Tensor> {
+        let cut = |tape: &mut Tape, t: &Tensor| {
+            if tp.is_some() {
+                tape.cut(t)
+            } else {
+                t.shallow_clone()
+            }
+        };
+        let h0 = cut(tape, x);
+        let a = copy_to_tp_region(tape, &self.input_layernorm.forward(&h0), tp);
+        let h1 = cut(
+            tape,
+            &(&h0 + self.self_attn.forward(&a, cos, sin, mask, tp)?),
+        );
+        let m = copy_to_tp_region(tape, &self.post_attention_layernorm.forward(&h1), tp);
+        Ok(&h1 + self.mlp.forward(&m, tp)?)
+    }
+}
+
+/// Input of a stage: token ids on the first stage, the previous stage's hidden states
+/// (a [`Tape::input`] leaf) on the others.
+#[derive(Debug)]
+pub enum StageInput<'a> {
+    Ids(&'a Tensor),
+    Hidden(Tensor),
+}
+
+/// The decoder of one (TP rank, PP stage); see the module docs.
+#[derive(Debug)]
+pub struct ParallelModel {
+    pub config: ModelConfig,
+    pub head_kind: HeadKind,
+    pub stage: Stage,
+    tp: Option<ProcessGroup>,
+    partition: VocabPartition,
+    embed: Option<VocabParallelEmbedding>,
+    layers: Vec<ParallelDecoderLayer>,
+    norm: Option<RmsNorm>,
+    /// Untied `lm_head`, or the last stage's copy of a tied embedding (`None` when the
+    /// embedding on this stage serves as output layer, or for a value head).
+    output: Option<VocabParallelEmbedding>,
+    score: Option<Linear>,
+    rotary: RotaryEmbedding,
+    names: Vec<(String, Tensor)>,
+}
+
+impl ParallelModel {
+    /// Registers this rank's variables in `vs`, which holds nothing else (HF names, local
+    /// shapes). `tp` is the tensor-parallel group (`None` for one rank).
+    pub fn new(
+        cfg: &ModelConfig,
+        vs: &VarStore,
+        head: HeadKind,
+        stage: Stage,
+        tp: Option<ProcessGroup>,
+    ) -> Result<Self> {
+        let root = vs.root();
+        cfg.validate().map_err(MegatronError::Config)?;
+        if stage.layers.end > cfg.num_hidden_layers as usize {
+            return Err(MegatronError::Config(format!(
+                "stage layers {:?} beyond the model's {}",
+                stage.layers, cfg.num_hidden_layers
+            )));
+        }
+        let (tp_rank, tp_size) = rank_size(tp.as_ref());
+        let partition = VocabPartition::new(cfg.vocab_size, tp_rank, tp_size).map_err(tp_err)?;
+        let model = &root / "model";
+        let embed = if stage.is_first() {
+            Some(
+                VocabParallelEmbedding::new(&model / "embed_tokens", partition, cfg.hidden_size)
+                    .map_err(tp_err)?,
+            )
+        } else {
+            None
+        };
+        let layers = stage
+            .layers
+            .clone()
+            .map(|i| ParallelDecoderLayer::new(cfg, &model / "layers" / i, tp_size))
+            .collect::<Result<Vec<_>>>()?;
+        let last = stage.is_last();
+        let norm = last.then(|| RmsNorm::new(&model / "norm", cfg.hidden_size, cfg.rms_norm_eps));
+        let (output, score) = match (head, last) {
+            (_, false) => (None, None),
+            (HeadKind::Value, true) => (
+                None,
+                Some(Linear::new(&root / "score", cfg.hidden_size, 1, true)),
+            ),
+            (HeadKind::CausalLm, true) if !cfg.tie_word_embeddings => (
+                Some(
+                    VocabParallelEmbedding::new(&root / "lm_head", partition, cfg.hidden_size)
+                        .map_err(tp_err)?,
+                ),
+                None,
+            ),
+            (HeadKind::CausalLm, true) if !stage.is_first() => (
+                Some(
+                    VocabParallelEmbedding::new(
+                        &model / "embed_tokens",
+                        partition,
+                        cfg.hidden_size,
+                    )
+                    .map_err(tp_err)?,
+                ),
+                None,
+            ),
+            (HeadKind::CausalLm, true) => (None, None),
+        };
+        let rotary = RotaryEmbedding::new(cfg, root.device()).map_err(MegatronError::Config)?;
+        let mut names: Vec<(String, Tensor)> = Vec::new();
+        let vars = vs.variables();
+        // Model order: embedding, layers (HF registration order), final norm, head.
+        let mut keys: Vec<&String> = vars.keys().collect();
+        keys.sort_by_key(|k| param_order(k));
+        for k in keys {
+            if let Some(t) = vars.get(k) {
+                names.push((k.clone(), t.shallow_clone()));
+            }
+        }
+        Ok(ParallelModel {
+            config: cfg.clone(),
+            head_kind: head,
+            stage,
+            tp,
+            partition,
+            embed,
+            layers,
+            norm,
+            output,
+            score,
+            rotary,
+            names,
+        })
+    }
+
+    pub fn tp(&self) -> Option<&ProcessGroup> {
+        self.tp.as_ref()
+    }
+
+    pub fn partition(&self) -> &VocabPartition {
+        &self.partition
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.names.first().map_or(Kind::Float, |(_, t)| t.kind())
+    }
+
+    pub fn device(&self) -> tch::Device {
+        self.names
+            .first()
+            .map_or(tch::Device::Cpu, |(_, t)| t.device())
+    }
+
+    /// Every variable of this rank with how it is distributed, in model order.
+    pub fn params(&self) -> Vec<ParamInfo> {
+        let tied_pp = self.config.tie_word_embeddings
+            && self.stage.size > 1
+            && self.head_kind == HeadKind::CausalLm;
+        self.names
+            .iter()
+            .map(|(name, t)| {
+                let is_embed = name == "model.embed_tokens.weight";
+                let spec = crate::tp::shard::hf_shard_spec(name);
+                ParamInfo {
+                    name: name.clone(),
+                    tensor: t.shallow_clone(),
+                    tensor_parallel: spec != crate::tp::ShardSpec::Replicated,
+                    shared_embedding: tied_pp && is_embed,
+                    output_copy: tied_pp && is_embed && !self.stage.is_first(),
+                    is_embedding_or_output: is_embed || name == "lm_head.weight",
+                }
+            })
+            .collect()
+    }
+
+    /// Runs this stage on a micro-batch: hidden states (B, T, hidden), after the final norm
+    /// on the last stage. `attention_mask` (B, T) marks real tokens.
+    pub fn forward_stage(
+        &self,
+        tape: &mut Tape,
+        input: StageInput<'_>,
+        position_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let tp = self.tp.as_ref();
+        let mut x = match (input, &self.embed) {
+            (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
+            (StageInput::Hidden(h), None) => h,
+            (StageInput::Ids(_), None) => {
+                return Err(MegatronError::Config(format!(
+                    "stage {} has no embedding; it takes hidden states",
+                    self.stage.rank
+                )));
+            }
+            (StageInput::Hidden(_), Some(_)) => {
+                return Err(MegatronError::Config(
+                    "the first stage takes token ids".into(),
+                ));
+            }
+        };
+        let t = position_ids.size().get(1).copied().unwrap_or(0);
+        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
+        let mask = attention_mask.map(|m| causal_padding_mask(m, 0, t));
+        for layer in &self.layers {
+            x = layer.forward(tape, &x, &cos, &sin, mask.as_ref(), tp)?;
+        }
+        Ok(match &self.norm {
+            Some(norm) => norm.forward(&x),
+            None => x,
+        })
+    }
+
+    /// Log-probs (and entropy) of `labels` (B, R) from final hidden states (B, R, hidden),
+    /// divided by `temperature` first: the vocab-parallel head (last stage, causal LM).
+    pub fn log_probs(
+        &self,
+        tape: &mut Tape,
+        hidden: &Tensor,
+        labels: &Tensor,
+        temperature: f64,
+        with_entropy: bool,
+    ) -> Result<VocabParallelOutput> {
+        let out = match (&self.output, &self.embed) {
+            (Some(o), _) => o,
+            (None, Some(e)) if self.head_kind == HeadKind::CausalLm && self.stage.is_last() => e,
+            _ => {
+                return Err(MegatronError::Config(
+                    "log-probs need the causal-LM head of the last stage".into(),
+                ));
+            }
+        };
+        let tp = self.tp.as_ref();
+        let h = copy_to_tp_region(tape, hidden, tp);
+        let mut logits = out.logits(&h);
+        if temperature != 1.0 {
+            logits = logits / temperature;
+        }
+        vocab_parallel_log_probs(&logits, labels, &self.partition, tp, with_entropy).map_err(tp_err)
+    }
+
+    /// Values (B, R) in f32 from final hidden states (last stage, value head).
+    pub fn values(&self, hidden: &Tensor) -> Result<Tensor> {
+        let score = self.score.as_ref().ok_or_else(|| {
+            MegatronError::Config("values need the value head of the last stage".into())
+        })?;
+        Ok(score.forward(hidden).squeeze_dim(-1).to_kind(Kind::Float))
+    }
+}
+
+/// Sort key putting variables in model order (embedding, layers by index and HF
+/// registration order, final norm, head).
+fn param_order(name: &str) -> (u8, usize, u8, String) {
+    const LAYER_ORDER: [&str; 11] = [
+        "input_layernorm",
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "self_attn.q_norm",
+        "self_attn.k_norm",
+        "post_attention_layernorm",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ];
+    if let Some(rest) = name.strip_prefix("model.layers.") {
+        let (i, sub) = rest.split_once('.').unwrap_or((rest, ""));
+        let pos = LAYER_ORDER
+            .iter()
+            .position(|m| sub.starts_with(m))
+            .unwrap_or(LAYER_ORDER.len());
+        return (
+            1,
+            i.parse().unwrap_or(usize::MAX),
+            pos as u8,
+            sub.to_owned(),
+        );
+    }
+    let top = match name {
+        "model.embed_tokens.weight" => 0,
+        n if n.starts_with("model.norm") => 2,
+        _ => 3,
+    };
+    (top, 0, 0, name.to_owned())
+}

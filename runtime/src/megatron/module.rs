@@ -1,0 +1,544 @@
+//! [`MegatronModule`]: one rank's part of a TP x PP x DP model with its optimizer.
+//!
+//! A training step is [`MegatronModule::forward_backward`] over the micro-batches of this
+//! DP rank (1F1B through the stages, the loss on the last stage), then
+//! [`MegatronModule::step`]: gradient finalisation as Megatron's `finalize_model_grads`
+//! (the tied embedding's gradient summed over the embedding group; with the replicated
+//! optimizer, every gradient averaged over DP) and the optimizer step (the distributed
+//! optimizer reduce-scatters over DP itself).
+use std::path::Path;
+
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::dist::mappings::Tape;
+use crate::dist::{ProcessGroup, ProcessGroups, ReduceOp};
+use crate::model::ModelConfig;
+use crate::model::load::{Checkpoint, LoadReport};
+use crate::optim::distrib::{DistGroups, DistParam, DistributedOptimizer, LayoutOptions};
+use crate::optim::{LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome};
+use crate::tp::shard::{gather_tensor, hf_shard_spec, load_sharded, shard_tensor};
+
+use super::model::{HeadKind, ParallelModel, Stage, StageInput};
+use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
+use super::{MegatronError, Result};
+
+/// One micro-batch of sequences, `(rows, T)` each.
+#[derive(Debug)]
+pub struct MicroBatch {
+    pub input_ids: Tensor,
+    pub position_ids: Tensor,
+    /// 1 for real tokens; `None` for no padding.
+    pub attention_mask: Option<Tensor>,
+}
+
+/// How the optimizer is distributed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ParallelSettings {
+    /// Megatron's `use_distributed_optimizer` (ZeRO-1 over DP).
+    pub use_distributed_optimizer: bool,
+    pub layout: LayoutOptions,
+}
+
+/// The optimizer of a [`MegatronModule`].
+pub enum ModuleOptimizer {
+    /// State sharded over DP.
+    Distributed(DistributedOptimizer),
+    /// State replicated over DP; gradients all-reduced first.
+    Replicated(Optimizer),
+}
+
+impl std::fmt::Debug for ModuleOptimizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModuleOptimizer::Distributed(o) => o.fmt(f),
+            ModuleOptimizer::Replicated(o) => f
+                .debug_struct("Optimizer")
+                .field("config", o.config())
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// The closure that turns the last stage's final hidden states of micro-batch `mb` into a
+/// tensor (a scalar loss when training). It gets the model and the tape for the head.
+pub type HeadFn<'a> = dyn FnMut(usize, &ParallelModel, &mut Tape, &Tensor) -> Result<Tensor> + 'a;
+
+/// One rank's model, groups and optimizer; see the module docs.
+pub struct MegatronModule {
+    pub vs: VarStore,
+    pub model: ParallelModel,
+    groups: Option<ProcessGroups>,
+    optimizer: Option<ModuleOptimizer>,
+}
+
+impl std::fmt::Debug for MegatronModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MegatronModule")
+            .field("stage", &self.model.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+fn active(g: &ProcessGroup) -> Option<&ProcessGroup> {
+    (g.size() > 1).then_some(g)
+}
+
+impl MegatronModule {
+    /// Builds this rank's part of the model (zero weights) on `device` in `kind`. `groups`
+    /// gives the TP group and the pipeline stage (`None`: one process).
+    pub fn new(
+        cfg: &ModelConfig,
+        head: HeadKind,
+        groups: Option<ProcessGroups>,
+        device: Device,
+        kind: Kind,
+    ) -> Result<Self> {
+        let layers = usize::try_from(cfg.num_hidden_layers)
+            .map_err(|_| MegatronError::Config("negative layer count".into()))?;
+        let stage = match &groups {
+            Some(g) => Stage::split(layers, g.pp.rank(), g.pp.size())?,
+            None => Stage::single(layers),
+        };
+        let mut vs = VarStore::new(device);
+        let tp = groups.as_ref().and_then(|g| active(&g.tp).cloned());
+        let model = ParallelModel::new(cfg, &vs, head, stage, tp)?;
+        vs.set_kind(kind);
+        Ok(MegatronModule {
+            vs,
+            model,
+            groups,
+            optimizer: None,
+        })
+    }
+
+    pub fn groups(&self) -> Option<&ProcessGroups> {
+        self.groups.as_ref()
+    }
+
+    fn tp(&self) -> Option<&ProcessGroup> {
+        self.groups.as_ref().and_then(|g| active(&g.tp))
+    }
+
+    fn pipeline(&self) -> Pipeline<'_> {
+        Pipeline::new(self.groups.as_ref().map(|g| &g.pp))
+    }
+
+    fn dp(&self) -> Option<&ProcessGroup> {
+        self.groups.as_ref().and_then(|g| active(&g.dp))
+    }
+
+    pub fn dp_rank_size(&self) -> (usize, usize) {
+        self.groups
+            .as_ref()
+            .map_or((0, 1), |g| (g.dp.rank(), g.dp.size()))
+    }
+
+    /// Copies this rank's part of full (unsharded) tensors, by name, into the model.
+    pub fn load_full(&mut self, named: &[(String, Tensor)]) -> Result<()> {
+        let (rank, size) = crate::tp::rank_size(self.tp());
+        let vars = self.vs.variables();
+        let mut seen = 0usize;
+        for (name, full) in named {
+            let Some(var) = vars.get(name) else { continue };
+            let part = shard_tensor(full, hf_shard_spec(name), rank, size)
+                .map_err(MegatronError::Config)?;
+            if part.size() != var.size() {
+                return Err(MegatronError::Config(format!(
+                    "`{name}`: shard {:?}, variable {:?}",
+                    part.size(),
+                    var.size()
+                )));
+            }
+            tch::no_grad(|| var.shallow_clone().f_copy_(&part))?;
+            seen += 1;
+        }
+        if seen != vars.len() {
+            let missing: Vec<&String> = vars
+                .keys()
+                .filter(|k| !named.iter().any(|(n, _)| n == *k))
+                .collect();
+            return Err(MegatronError::Config(format!(
+                "no tensor given for {missing:?}"
+            )));
+        }
+        self.reload_main_params()
+    }
+
+    /// Loads this rank's part of a Hugging Face checkpoint directory.
+    pub fn load_pretrained(&mut self, dir: &Path, allow_missing: &[String]) -> Result<LoadReport> {
+        let (rank, size) = crate::tp::rank_size(self.tp());
+        let ckpt = Checkpoint::open(dir)?;
+        let report = load_sharded(&self.vs, &ckpt, &hf_shard_spec, rank, size, allow_missing)?;
+        self.reload_main_params()?;
+        Ok(report)
+    }
+
+    /// Copies the model params into the optimizer's main params (after loading weights).
+    pub fn reload_main_params(&mut self) -> Result<()> {
+        match &mut self.optimizer {
+            Some(ModuleOptimizer::Distributed(o)) => o.reload_model_params()?,
+            Some(ModuleOptimizer::Replicated(o)) => o.reload_model_params()?,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// The parameters with the facts the optimizer needs (norm membership, sharing).
+    pub fn dist_params(&self) -> Vec<DistParam> {
+        let tp_rank = self.tp().map_or(0, ProcessGroup::rank);
+        self.model
+            .params()
+            .into_iter()
+            .map(|p| DistParam {
+                in_grad_norm: (p.tensor_parallel || tp_rank == 0) && !p.output_copy,
+                name: p.name,
+                tensor: p.tensor.set_requires_grad(true),
+                shared_embedding: p.shared_embedding,
+                is_embedding_or_output: p.is_embedding_or_output,
+            })
+            .collect()
+    }
+
+    /// Creates the optimizer. `make_groups` gets the model params (e.g.
+    /// [`crate::optim::param_groups::megatron_param_groups`]).
+    pub fn build_optimizer(
+        &mut self,
+        config: OptimizerConfig,
+        make_groups: impl FnOnce(Vec<NamedParam>) -> Vec<ParamGroup>,
+        settings: ParallelSettings,
+    ) -> Result<()> {
+        let params = self.dist_params();
+        let opt = if settings.use_distributed_optimizer {
+            let groups = DistGroups {
+                dp: self.dp().cloned(),
+                stats: self.groups.as_ref().and_then(|g| active(&g.world).cloned()),
+            };
+            ModuleOptimizer::Distributed(DistributedOptimizer::new(
+                params,
+                make_groups,
+                config,
+                groups,
+                settings.layout,
+            )?)
+        } else {
+            let named = params
+                .into_iter()
+                .map(|p| NamedParam {
+                    name: p.name,
+                    tensor: p.tensor,
+                    is_embedding_or_output: p.is_embedding_or_output,
+                    in_grad_norm: p.in_grad_norm,
+                })
+                .collect();
+            ModuleOptimizer::Replicated(Optimizer::new(make_groups(named), config)?)
+        };
+        self.optimizer = Some(opt);
+        Ok(())
+    }
+
+    pub fn optimizer(&self) -> Option<&ModuleOptimizer> {
+        self.optimizer.as_ref()
+    }
+
+    /// The inner optimizer (group options, scaler, state) of either kind.
+    pub fn inner_optimizer(&self) -> Option<&Optimizer> {
+        match &self.optimizer {
+            Some(ModuleOptimizer::Distributed(o)) => Some(o.inner()),
+            Some(ModuleOptimizer::Replicated(o)) => Some(o),
+            None => None,
+        }
+    }
+
+    pub fn inner_optimizer_mut(&mut self) -> Option<&mut Optimizer> {
+        match &mut self.optimizer {
+            Some(ModuleOptimizer::Distributed(o)) => Some(o.inner_mut()),
+            Some(ModuleOptimizer::Replicated(o)) => Some(o),
+            None => None,
+        }
+    }
+
+    fn loss_scale(&self) -> f64 {
+        self.inner_optimizer().map_or(1.0, Optimizer::loss_scale)
+    }
+
+    /// Trains on `mbs` with the 1F1B schedule; `loss` runs on the last stage and returns the
+    /// micro-batch's scalar loss (already normalised for accumulation). Gradients accumulate.
+    pub fn forward_backward(&mut self, mbs: &[MicroBatch], loss: &mut HeadFn<'_>) -> Result<()> {
+        let scale = self.loss_scale();
+        let pipe = self.pipeline();
+        let mut step = Step {
+            model: &self.model,
+            mbs,
+            head: loss,
+            scale,
+        };
+        forward_backward_1f1b(&pipe, &mut step, mbs.len())
+    }
+
+    /// Forward only (no gradients): `head` maps the last stage's hidden states of each
+    /// micro-batch to an f32 tensor of shape `out_shape(mb)`, which every stage receives.
+    pub fn forward_only(
+        &mut self,
+        mbs: &[MicroBatch],
+        out_shape: &dyn Fn(usize) -> Vec<i64>,
+        head: &mut HeadFn<'_>,
+    ) -> Result<Vec<Tensor>> {
+        let pipe = self.pipeline();
+        let device = self.model.device();
+        let mut outs: Vec<Tensor> = Vec::with_capacity(mbs.len());
+        {
+            let mut collect =
+                |mb: usize, m: &ParallelModel, tape: &mut Tape, h: &Tensor| -> Result<Tensor> {
+                    let out = head(mb, m, tape, h)?;
+                    outs.push(out.f_to_kind(Kind::Float)?.f_contiguous()?);
+                    Ok(out)
+                };
+            let mut step = Step {
+                model: &self.model,
+                mbs,
+                head: &mut collect,
+                scale: 1.0,
+            };
+            tch::no_grad(|| forward_only(&pipe, &mut step, mbs.len()))?;
+        }
+        if pipe.stages() == 1 {
+            return Ok(outs);
+        }
+        let mut result = Vec::with_capacity(mbs.len());
+        for mb in 0..mbs.len() {
+            let t = if pipe.is_last() {
+                outs.get(mb)
+                    .map(Tensor::shallow_clone)
+                    .ok_or_else(|| MegatronError::Config("missing output".into()))?
+            } else {
+                Tensor::f_zeros(out_shape(mb).as_slice(), (Kind::Float, device))?
+            };
+            pipe.broadcast_from_last(&t)?;
+            result.push(t);
+        }
+        Ok(result)
+    }
+
+    /// Megatron's `finalize_model_grads`: sums the tied embedding's gradient over the
+    /// embedding group; with the replicated optimizer also averages every gradient over DP.
+    pub fn finalize_grads(&mut self) -> Result<()> {
+        let Some(groups) = &self.groups else {
+            return Ok(());
+        };
+        if let Some(emb) = groups.embedding.as_ref().filter(|g| g.size() > 1)
+            && let Some(p) = self.model.params().into_iter().find(|p| p.shared_embedding)
+        {
+            let g = p.tensor.grad();
+            let g = if g.defined() {
+                g
+            } else {
+                p.tensor.f_zeros_like()?
+            };
+            emb.all_reduce(&g, ReduceOp::Sum)?;
+            crate::ops::set_grad(&p.tensor, Some(&g)).map_err(crate::optim::OptimError::from)?;
+        }
+        if let (Some(ModuleOptimizer::Replicated(_)), Some(dp)) =
+            (&self.optimizer, active(&groups.dp))
+        {
+            let grads: Vec<Tensor> = self
+                .model
+                .params()
+                .iter()
+                .map(|p| p.tensor.grad())
+                .filter(Tensor::defined)
+                .collect();
+            dp.all_reduce_many(&grads, ReduceOp::Avg)?;
+        }
+        Ok(())
+    }
+
+    /// Finalises the gradients and steps the optimizer.
+    pub fn step(&mut self) -> Result<StepOutcome> {
+        self.finalize_grads()?;
+        let mp = self.groups.as_ref().and_then(|g| active(&g.mp).cloned());
+        match &mut self.optimizer {
+            Some(ModuleOptimizer::Distributed(o)) => Ok(o.step()?),
+            Some(ModuleOptimizer::Replicated(o)) => {
+                let out = o.step(mp.as_ref())?;
+                o.zero_grad()?;
+                Ok(out)
+            }
+            None => Err(MegatronError::Config(
+                "step on a module without optimizer".into(),
+            )),
+        }
+    }
+
+    pub fn zero_grad(&mut self) -> Result<()> {
+        for p in self.model.params() {
+            crate::ops::set_grad(&p.tensor, None).map_err(crate::optim::OptimError::from)?;
+        }
+        Ok(())
+    }
+
+    /// Saves the optimizer state of this rank (and the scheduler) to `path`.
+    pub fn save_optimizer(&self, path: &Path, scheduler: Option<&LrScheduler>) -> Result<()> {
+        match &self.optimizer {
+            Some(ModuleOptimizer::Distributed(o)) => o.save(path, scheduler)?,
+            Some(ModuleOptimizer::Replicated(o)) => o.save(path, scheduler)?,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Restores what [`save_optimizer`](Self::save_optimizer) wrote on this rank.
+    pub fn load_optimizer(&mut self, path: &Path) -> Result<Option<LrScheduler>> {
+        Ok(match &mut self.optimizer {
+            Some(ModuleOptimizer::Distributed(o)) => o.load(path)?,
+            Some(ModuleOptimizer::Replicated(o)) => o.load(path)?,
+            None => None,
+        })
+    }
+
+    /// Every parameter of the whole model as a full tensor with its Hugging Face name, on
+    /// every rank (collective over TP and PP): what the rollout engine and `save_pretrained`
+    /// take. The last stage's copy of a tied embedding is not listed.
+    pub fn full_params(&self) -> Result<Vec<(String, Tensor)>> {
+        let cfg = &self.model.config;
+        let tp = self.tp();
+        let pipe_group = self.groups.as_ref().and_then(|g| active(&g.pp));
+        let stages = pipe_group.map_or(1, ProcessGroup::size);
+        let layers = usize::try_from(cfg.num_hidden_layers)
+            .map_err(|_| MegatronError::Config("negative layer count".into()))?;
+        let mine: std::collections::HashMap<String, Tensor> = self
+            .model
+            .params()
+            .into_iter()
+            .filter(|p| !p.output_copy)
+            .map(|p| (p.name, p.tensor))
+            .collect();
+        let (kind, device) = (self.model.kind(), self.model.device());
+        let mut out = Vec::new();
+        for s in 0..stages {
+            let stage = Stage::split(layers, s, stages)?;
+            let shapes = full_shapes(cfg, self.model.head_kind, &stage);
+            let mut tensors = Vec::with_capacity(shapes.len());
+            for (name, shape) in &shapes {
+                let t = if s == self.model.stage.rank {
+                    let local = mine.get(name).ok_or_else(|| {
+                        MegatronError::Config(format!("stage {s} lacks `{name}`"))
+                    })?;
+                    let full =
+                        gather_tensor(&local.detach(), hf_shard_spec(name), tp, cfg.vocab_size)?;
+                    full.f_contiguous()?
+                } else {
+                    Tensor::f_zeros(shape.as_slice(), (kind, device))?
+                };
+                tensors.push(t);
+            }
+            if let Some(pp) = pipe_group {
+                pp.broadcast_many(&tensors, s)?;
+            }
+            out.extend(shapes.into_iter().map(|(n, _)| n).zip(tensors));
+        }
+        Ok(out)
+    }
+}
+
+/// Names and full shapes of the parameters stage `stage` holds (HF layout), in model order;
+/// the last stage's copy of a tied embedding is left out.
+pub fn full_shapes(cfg: &ModelConfig, head: HeadKind, stage: &Stage) -> Vec<(String, Vec<i64>)> {
+    let (h, i, v, hd) = (
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+        cfg.head_dim(),
+    );
+    let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
+    let mut out: Vec<(String, Vec<i64>)> = Vec::new();
+    if stage.is_first() {
+        out.push(("model.embed_tokens.weight".into(), vec![v, h]));
+    }
+    for l in stage.layers.clone() {
+        let p = |s: &str| format!("model.layers.{l}.{s}");
+        out.push((p("input_layernorm.weight"), vec![h]));
+        for (name, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+            out.push((p(&format!("self_attn.{name}.weight")), vec![rows, h]));
+            if cfg.qkv_bias() {
+                out.push((p(&format!("self_attn.{name}.bias")), vec![rows]));
+            }
+        }
+        out.push((p("self_attn.o_proj.weight"), vec![h, q]));
+        if cfg.o_bias() {
+            out.push((p("self_attn.o_proj.bias"), vec![h]));
+        }
+        if cfg.qk_norm() {
+            out.push((p("self_attn.q_norm.weight"), vec![hd]));
+            out.push((p("self_attn.k_norm.weight"), vec![hd]));
+        }
+        out.push((p("post_attention_layernorm.weight"), vec![h]));
+        for name in ["gate_proj", "up_proj"] {
+            out.push((p(&format!("mlp.{name}.weight")), vec![i, h]));
+            if cfg.mlp_bias {
+                out.push((p(&format!("mlp.{name}.bias")), vec![i]));
+            }
+        }
+        out.push((p("mlp.down_proj.weight"), vec![h, i]));
+        if cfg.mlp_bias {
+            out.push((p("mlp.down_proj.bias"), vec![h]));
+        }
+    }
+    if stage.is_last() {
+        out.push(("model.norm.weight".into(), vec![h]));
+        match head {
+            HeadKind::CausalLm if !cfg.tie_word_embeddings => {
+                out.push(("lm_head.weight".into(), vec![v, h]))
+            }
+            HeadKind::CausalLm => {}
+            HeadKind::Value => {
+                out.push(("score.weight".into(), vec![1, h]));
+                out.push(("score.bias".into(), vec![1]));
+            }
+        }
+    }
+    out
+}
+
+/// The schedule's view of a module's forward.
+struct Step<'a, 'b> {
+    model: &'a ParallelModel,
+    mbs: &'a [MicroBatch],
+    head: &'a mut HeadFn<'b>,
+    scale: f64,
+}
+
+impl StageStep for Step<'_, '_> {
+    fn activation(&self, mb: usize) -> ActivationSpec {
+        let size = self.mbs.get(mb).map_or(vec![0, 0], |m| m.input_ids.size());
+        let dim = |i: usize| size.get(i).copied().unwrap_or(0);
+        ActivationSpec {
+            shape: vec![dim(0), dim(1), self.model.config.hidden_size],
+            kind: self.model.kind(),
+            device: self.model.device(),
+        }
+    }
+
+    fn forward(&mut self, mb: usize, input: Option<Tensor>, tape: &mut Tape) -> Result<Tensor> {
+        let m = self
+            .mbs
+            .get(mb)
+            .ok_or_else(|| MegatronError::Config(format!("no micro-batch {mb}")))?;
+        let input = match input {
+            Some(h) => StageInput::Hidden(h),
+            None => StageInput::Ids(&m.input_ids),
+        };
+        let hidden =
+            self.model
+                .forward_stage(tape, input, &m.position_ids, m.attention_mask.as_ref())?;
+        if !self.model.stage.is_last() {
+            return Ok(hidden);
+        }
+        let out = (self.head)(mb, self.model, tape, &hidden)?;
+        Ok(if self.scale != 1.0 {
+            out * self.scale
+        } else {
+            out
+        })
+    }
+}

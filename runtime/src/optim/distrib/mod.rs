@@ -1,0 +1,405 @@
+//! Megatron's `DistributedOptimizer` (ZeRO-1): main params and optimizer state sharded over
+//! the data-parallel ranks, on the contiguous-buffer [`layout`] of
+//! shared/reference/megatron_optimizer.md §6.
+//!
+//! One step ([`DistributedOptimizer::step`]):
+//! 1. the model grads are copied into the fp32 grad buffer (zeros where a param has none and
+//!    in the padding) and scaled by `1/dp` (Megatron's `gradient_scaling_factor`);
+//! 2. each bucket is reduce-scattered over the DP group: rank `r` gets the summed shard `r`;
+//! 3. the inner [`Optimizer`] steps the owned pieces: every owned range of a param is one
+//!    fp32 main tensor whose grad is a view of the shard. Found-inf and the grad norm are
+//!    reduced over the `stats` group (every rank of the job: shards are disjoint over DP,
+//!    stages over PP; TP duplicates and the shared-embedding copy are left out of the norm
+//!    with [`DistParam::in_grad_norm`]). Clipping, skipping, scalers, host offload of a
+//!    fraction of the state and checkpoints are the inner optimizer's;
+//! 4. the updated pieces are written (cast to the model dtype) into the param buffer, each
+//!    bucket is all-gathered over DP, and the model params are refreshed from the buffer.
+//!
+//! fp32 models step in place: a piece's main tensor *is* a view of the param buffer, as in
+//! Megatron. bf16/fp16 models keep separate fp32 pieces.
+pub mod layout;
+
+use std::path::Path;
+
+use tch::{Kind, Tensor};
+
+pub use layout::{LayoutOptions, OwnedRange, ParamIndex, ParamLayout, ParamSpec};
+
+use super::param_groups::{NamedParam, ParamGroup};
+use super::{OptimError, Optimizer, OptimizerConfig, Result, StepOutcome};
+use crate::dist::{ProcessGroup, ReduceOp};
+use crate::ops;
+
+/// A model param handed to the distributed optimizer, in model order.
+#[derive(Debug)]
+pub struct DistParam {
+    pub name: String,
+    pub tensor: Tensor,
+    /// Isolated in its own bucket (tied embedding / output weight across pipeline stages).
+    pub shared_embedding: bool,
+    /// Counted in the grad norm (false for TP duplicates on TP rank > 0 and for the output
+    /// copy of a shared embedding).
+    pub in_grad_norm: bool,
+    /// Gets Megatron's `decoupled_lr` (embedding and output layer).
+    pub is_embedding_or_output: bool,
+}
+
+/// The groups the distributed optimizer talks to.
+#[derive(Debug, Clone, Default)]
+pub struct DistGroups {
+    /// Data-parallel group the state is sharded over (`None`: one rank).
+    pub dp: Option<ProcessGroup>,
+    /// Group of found-inf and grad-norm reductions: every rank of the job.
+    pub stats: Option<ProcessGroup>,
+}
+
+/// One owned piece: a model param's slice and its fp32 main tensor.
+struct Piece {
+    range: OwnedRange,
+    /// fp32 leaf the inner optimizer steps (a view of the param buffer for fp32 models).
+    main: Tensor,
+    /// View of the reduce-scattered grad shard.
+    grad: Tensor,
+    aliased: bool,
+}
+
+/// Megatron's distributed optimizer; see the module docs.
+pub struct DistributedOptimizer {
+    params: Vec<(String, Tensor)>,
+    layout: ParamLayout,
+    groups: DistGroups,
+    dp_rank: usize,
+    /// Model dtype, whole layout.
+    param_buffer: Tensor,
+    /// fp32, whole layout.
+    grad_buffer: Tensor,
+    /// fp32, this rank's shard of every bucket, concatenated.
+    shard_grads: Tensor,
+    /// Offset of each bucket's shard in `shard_grads`.
+    shard_offsets: Vec<i64>,
+    pieces: Vec<Piece>,
+    inner: Optimizer,
+}
+
+impl std::fmt::Debug for DistributedOptimizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistributedOptimizer")
+            .field("params", &self.params.len())
+            .field("layout", &self.layout)
+            .field("dp_rank", &self.dp_rank)
+            .finish_non_exhaustive()
+    }
+}
+
+fn idx(r: usize) -> i64 {
+    r as i64
+}
+
+impl DistributedOptimizer {
+    /// Lays out `params` (model order, all of one dtype and device), shards them over
+    /// `groups.dp`, and builds the inner optimizer over this rank's pieces. `make_groups`
+    /// receives the *model* params (so rules on shapes and names see the real params) and
+    /// returns the param groups; each group then holds the pieces of its params.
+    pub fn new(
+        params: Vec<DistParam>,
+        make_groups: impl FnOnce(Vec<NamedParam>) -> Vec<ParamGroup>,
+        config: OptimizerConfig,
+        groups: DistGroups,
+        layout_opts: LayoutOptions,
+    ) -> Result<Self> {
+        let params: Vec<DistParam> = params
+            .into_iter()
+            .filter(|p| p.tensor.requires_grad())
+            .collect();
+        let Some(first) = params.first() else {
+            return Err(OptimError::Config(
+                "the distributed optimizer got no trainable params".into(),
+            ));
+        };
+        let (kind, device) = (first.tensor.kind(), first.tensor.device());
+        if let Some(p) = params
+            .iter()
+            .find(|p| p.tensor.kind() != kind || p.tensor.device() != device)
+        {
+            return Err(OptimError::Config(format!(
+                "param {} is {:?} on {:?}; the buffer holds {kind:?} on {device:?}",
+                p.name,
+                p.tensor.kind(),
+                p.tensor.device()
+            )));
+        }
+        let (dp_rank, dp_size) = groups.dp.as_ref().map_or((0, 1), |g| (g.rank(), g.size()));
+        let specs: Vec<ParamSpec> = params
+            .iter()
+            .map(|p| ParamSpec {
+                numel: p.tensor.numel(),
+                shared_embedding: p.shared_embedding,
+            })
+            .collect();
+        let layout = ParamLayout::new(&specs, dp_size, layout_opts);
+        let total = idx(layout.numel());
+        let param_buffer = Tensor::f_zeros([total], (kind, device))?;
+        let grad_buffer = Tensor::f_zeros([total], (Kind::Float, device))?;
+        let mut shard_offsets = Vec::with_capacity(layout.buckets.len());
+        let mut acc = 0i64;
+        for b in 0..layout.buckets.len() {
+            shard_offsets.push(acc);
+            acc += idx(layout.shard_size(b));
+        }
+        let shard_grads = Tensor::f_zeros([acc], (Kind::Float, device))?;
+        // Model params into the buffer.
+        tch::no_grad(|| -> Result<()> {
+            for (p, ix) in params.iter().zip(&layout.index) {
+                let mut view = param_buffer.f_narrow(0, idx(ix.start), idx(ix.end - ix.start))?;
+                view.f_copy_(&p.tensor.f_detach()?.f_reshape([-1])?)?;
+            }
+            Ok(())
+        })?;
+        let mut pieces = Vec::new();
+        for range in layout.owned(dp_rank) {
+            let world = &range.gbuf_world;
+            let len = idx(world.end - world.start);
+            let model_view = param_buffer.f_narrow(0, idx(world.start), len)?;
+            let aliased = kind == Kind::Float;
+            let main = if aliased {
+                model_view.f_detach()?
+            } else {
+                model_view.f_to_kind(Kind::Float)?.f_detach()?
+            };
+            let main = main.set_requires_grad(true);
+            let local = shard_offsets[range.bucket] + idx(range.gbuf_local.start);
+            let grad = shard_grads.f_narrow(0, local, len)?;
+            pieces.push(Piece {
+                range,
+                main,
+                grad,
+                aliased,
+            });
+        }
+        // Groups over the model params, then over the pieces.
+        let named: Vec<NamedParam> = params
+            .iter()
+            .map(|p| NamedParam {
+                name: p.name.clone(),
+                tensor: p.tensor.shallow_clone(),
+                is_embedding_or_output: p.is_embedding_or_output,
+                in_grad_norm: p.in_grad_norm,
+            })
+            .collect();
+        let model_groups = make_groups(named);
+        let mut piece_of = std::collections::HashMap::new();
+        for (k, piece) in pieces.iter().enumerate() {
+            piece_of.insert(params[piece.range.param].name.clone(), k);
+        }
+        let mut inner_groups = Vec::with_capacity(model_groups.len());
+        for g in model_groups {
+            let mut members = Vec::new();
+            for p in g.params {
+                if let Some(&k) = piece_of.get(&p.name) {
+                    members.push(NamedParam {
+                        name: p.name,
+                        tensor: pieces[k].main.shallow_clone(),
+                        is_embedding_or_output: p.is_embedding_or_output,
+                        in_grad_norm: p.in_grad_norm,
+                    });
+                }
+            }
+            inner_groups.push(ParamGroup {
+                params: members,
+                options: g.options,
+            });
+        }
+        let inner = Optimizer::new(inner_groups, config)?;
+        let params = params.into_iter().map(|p| (p.name, p.tensor)).collect();
+        Ok(DistributedOptimizer {
+            params,
+            layout,
+            groups,
+            dp_rank,
+            param_buffer,
+            grad_buffer,
+            shard_grads,
+            shard_offsets,
+            pieces,
+            inner,
+        })
+    }
+
+    pub fn layout(&self) -> &ParamLayout {
+        &self.layout
+    }
+
+    /// The inner optimizer over this rank's pieces (its options are what schedulers write).
+    pub fn inner(&self) -> &Optimizer {
+        &self.inner
+    }
+
+    pub fn inner_mut(&mut self) -> &mut Optimizer {
+        &mut self.inner
+    }
+
+    /// `(param name, param slice, fp32 main tensor)` of every piece this rank owns.
+    pub fn owned_main_params(&self) -> Vec<(String, std::ops::Range<usize>, Tensor)> {
+        self.pieces
+            .iter()
+            .map(|p| {
+                (
+                    self.params[p.range.param].0.clone(),
+                    p.range.param_range.clone(),
+                    p.main.shallow_clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Elements of main params / state this rank holds.
+    pub fn owned_numel(&self) -> usize {
+        self.pieces.iter().map(|p| p.range.gbuf_local.len()).sum()
+    }
+
+    /// Releases every model grad.
+    pub fn zero_grad(&mut self) -> Result<()> {
+        for (_, t) in &self.params {
+            ops::set_grad(t, None)?;
+        }
+        Ok(())
+    }
+
+    /// Loss scale to multiply the loss with before backward (1 without a scaler).
+    pub fn loss_scale(&self) -> f64 {
+        self.inner.loss_scale()
+    }
+
+    /// Reduce-scatter, step, all-gather; see the module docs. The model grads are consumed.
+    pub fn step(&mut self) -> Result<StepOutcome> {
+        self.reduce_scatter_grads()?;
+        for p in &self.pieces {
+            ops::set_grad(&p.main, Some(&p.grad))?;
+        }
+        let outcome = self.inner.step(self.groups.stats.as_ref())?;
+        self.inner.zero_grad()?;
+        if outcome.update_successful {
+            self.gather_params()?;
+        }
+        Ok(outcome)
+    }
+
+    /// Steps 1–2: model grads into the buffer, scaled by `1/dp`, reduce-scattered per bucket.
+    fn reduce_scatter_grads(&mut self) -> Result<()> {
+        let _ = self.grad_buffer.f_zero_()?;
+        let dp = self.groups.dp.clone().filter(|g| g.size() > 1);
+        tch::no_grad(|| -> Result<()> {
+            let mut dst = Vec::new();
+            let mut src = Vec::new();
+            for ((_, t), ix) in self.params.iter().zip(&self.layout.index) {
+                let g = t.grad();
+                if g.defined() {
+                    dst.push(self.grad_buffer.f_narrow(
+                        0,
+                        idx(ix.start),
+                        idx(ix.end - ix.start),
+                    )?);
+                    src.push(g.f_reshape([-1])?);
+                }
+            }
+            ops::foreach_copy(&dst, &src, false)?;
+            Ok(())
+        })?;
+        self.zero_grad()?;
+        let Some(dp) = dp else {
+            // One rank: its shard is the whole buffer.
+            let _ = self.shard_grads.f_copy_(&self.grad_buffer)?;
+            return Ok(());
+        };
+        let _ = self.grad_buffer.f_mul_scalar_(1.0 / dp.size() as f64)?;
+        for (b, bucket) in self.layout.buckets.iter().enumerate() {
+            let input = self
+                .grad_buffer
+                .f_narrow(0, idx(bucket.start), idx(bucket.len()))?;
+            let out = self.shard_grads.f_narrow(
+                0,
+                self.shard_offsets[b],
+                idx(self.layout.shard_size(b)),
+            )?;
+            dp.reduce_scatter(&out, &input, ReduceOp::Sum)?;
+        }
+        Ok(())
+    }
+
+    /// Step 4: pieces into the param buffer, all-gather per bucket, buffer into the model.
+    fn gather_params(&mut self) -> Result<()> {
+        tch::no_grad(|| -> Result<()> {
+            for p in self.pieces.iter().filter(|p| !p.aliased) {
+                let w = &p.range.gbuf_world;
+                let mut view = self.param_buffer.f_narrow(0, idx(w.start), idx(w.len()))?;
+                view.f_copy_(&p.main)?;
+            }
+            if let Some(dp) = self.groups.dp.as_ref().filter(|g| g.size() > 1) {
+                for b in 0..self.layout.buckets.len() {
+                    let bucket = &self.layout.buckets[b];
+                    let out =
+                        self.param_buffer
+                            .f_narrow(0, idx(bucket.start), idx(bucket.len()))?;
+                    let own = self.layout.shard_range(b, self.dp_rank);
+                    // A separate input: Gloo's all-gather may not take an input inside its output.
+                    let own = self
+                        .param_buffer
+                        .f_narrow(0, idx(own.start), idx(own.len()))?;
+                    let mut input =
+                        Tensor::f_empty([own.numel() as i64], (own.kind(), own.device()))?;
+                    input.f_copy_(&own)?;
+                    dp.all_gather_into(&out, &input)?;
+                }
+            }
+            self.copy_buffer_to_model()
+        })
+    }
+
+    fn copy_buffer_to_model(&self) -> Result<()> {
+        let mut dst = Vec::with_capacity(self.params.len());
+        let mut src = Vec::with_capacity(self.params.len());
+        for ((_, t), ix) in self.params.iter().zip(&self.layout.index) {
+            dst.push(t.f_detach()?);
+            src.push(
+                self.param_buffer
+                    .f_narrow(0, idx(ix.start), idx(ix.end - ix.start))?
+                    .f_view(t.size().as_slice())?,
+            );
+        }
+        ops::foreach_copy(&dst, &src, false)?;
+        Ok(())
+    }
+
+    /// Copies the model params into the buffer and the main pieces (after loading weights).
+    pub fn reload_model_params(&mut self) -> Result<()> {
+        tch::no_grad(|| -> Result<()> {
+            for ((_, t), ix) in self.params.iter().zip(&self.layout.index) {
+                let mut view =
+                    self.param_buffer
+                        .f_narrow(0, idx(ix.start), idx(ix.end - ix.start))?;
+                view.f_copy_(&t.f_detach()?.f_reshape([-1])?)?;
+            }
+            for p in self.pieces.iter().filter(|p| !p.aliased) {
+                let w = &p.range.gbuf_world;
+                let mut main = p.main.f_detach()?;
+                main.f_copy_(&self.param_buffer.f_narrow(0, idx(w.start), idx(w.len()))?)?;
+            }
+            Ok(())
+        })?;
+        self.inner.reload_model_params()
+    }
+
+    /// Writes this rank's pieces and their state (one file per rank; the layout must match
+    /// on load: same model, DP size and bucket options).
+    pub fn save(&self, path: &Path, scheduler: Option<&super::LrScheduler>) -> Result<()> {
+        self.inner.save(path, scheduler)
+    }
+
+    /// Restores what [`save`](Self::save) wrote on this rank, then rebuilds the model params
+    /// from every rank's pieces (collective over DP).
+    pub fn load(&mut self, path: &Path) -> Result<Option<super::LrScheduler>> {
+        let sched = self.inner.load(path)?;
+        self.gather_params()?;
+        Ok(sched)
+    }
+}

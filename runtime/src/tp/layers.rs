@@ -1,0 +1,161 @@
+//! Column- and row-parallel linear layers and the vocab-parallel embedding.
+//!
+//! Variables are registered under the Hugging Face names (`q_proj.weight` …) with this rank's
+//! shape, so a sharded load ([`super::shard`]) fills them by name. The layers compute only
+//! their local part; the mappings around them are the caller's (a column-parallel layer's
+//! input comes from [`copy_to_tp_region`](crate::dist::mappings::copy_to_tp_region), shared by
+//! q/k/v or gate/up the way Megatron fuses them), except for the all-reduce that closes a
+//! row-parallel layer and the embedding, which the layers do themselves.
+use tch::nn::{Init, Path};
+use tch::{Kind, Tensor};
+
+use super::{Result, divide};
+use crate::dist::ProcessGroup;
+use crate::dist::mappings::reduce_from_tp_region;
+
+/// `Y_r = X A_r^T + b_r`: the weight's output features (dim 0) are split over the group;
+/// the output stays split (`gather_output = False`).
+#[derive(Debug)]
+pub struct ColumnParallelLinear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl ColumnParallelLinear {
+    /// Registers `weight` (out / tp, in) and, if asked, `bias` (out / tp) under `p`.
+    pub fn new(p: Path, in_dim: i64, out_dim: i64, bias: bool, tp_size: i64) -> Result<Self> {
+        let local = divide(
+            out_dim,
+            tp_size,
+            &format!("output features of {}", p.path("weight")),
+        )?;
+        let weight = p.f_var("weight", &[local, in_dim], Init::Const(0.0))?;
+        let bias = bias
+            .then(|| p.f_var("bias", &[local], Init::Const(0.0)))
+            .transpose()?;
+        Ok(ColumnParallelLinear { weight, bias })
+    }
+
+    /// Local output (…, out / tp) of an input replicated over the group.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// `Y = Σ_r X_r A_r^T + b`: the weight's input features (dim 1) are split; partial outputs
+/// are summed over the group (Megatron's `g`), then the (replicated) bias is added.
+#[derive(Debug)]
+pub struct RowParallelLinear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl RowParallelLinear {
+    /// Registers `weight` (out, in / tp) and, if asked, `bias` (out) under `p`.
+    pub fn new(p: Path, in_dim: i64, out_dim: i64, bias: bool, tp_size: i64) -> Result<Self> {
+        let local = divide(
+            in_dim,
+            tp_size,
+            &format!("input features of {}", p.path("weight")),
+        )?;
+        let weight = p.f_var("weight", &[out_dim, local], Init::Const(0.0))?;
+        let bias = bias
+            .then(|| p.f_var("bias", &[out_dim], Init::Const(0.0)))
+            .transpose()?;
+        Ok(RowParallelLinear { weight, bias })
+    }
+
+    /// Full output (…, out), replicated over the group, of an input split on its last dim.
+    pub fn forward(&self, x: &Tensor, group: Option<&ProcessGroup>) -> Result<Tensor> {
+        let y = reduce_from_tp_region(&x.linear::<&Tensor>(&self.weight, None), group)?;
+        Ok(match &self.bias {
+            Some(b) => y + b,
+            None => y,
+        })
+    }
+}
+
+/// How a vocabulary of `vocab` entries is split: `padded` rows (a multiple of the group
+/// size, as Megatron pads its vocabulary), `per_rank` each; rank `r` owns token ids
+/// `[r * per_rank, r * per_rank + valid)`. Padding rows are never looked up and their logits
+/// are dropped before any softmax, so results equal the unpadded model's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VocabPartition {
+    pub vocab: i64,
+    pub padded: i64,
+    pub per_rank: i64,
+    pub rank: i64,
+}
+
+impl VocabPartition {
+    pub fn new(vocab: i64, rank: i64, size: i64) -> Result<Self> {
+        if vocab <= 0 || size <= 0 || rank < 0 || rank >= size {
+            return Err(super::TpError::Config(format!(
+                "vocab {vocab} cannot be split for rank {rank} of {size}"
+            )));
+        }
+        let per_rank = (vocab + size - 1) / size;
+        if (size - 1) * per_rank >= vocab {
+            return Err(super::TpError::Config(format!(
+                "a vocabulary of {vocab} leaves the last of {size} tensor-parallel ranks without tokens"
+            )));
+        }
+        Ok(VocabPartition {
+            vocab,
+            padded: per_rank * size,
+            per_rank,
+            rank,
+        })
+    }
+
+    /// First token id of this rank.
+    pub fn start(&self) -> i64 {
+        self.rank * self.per_rank
+    }
+
+    /// Real (non-padding) entries of this rank.
+    pub fn valid(&self) -> i64 {
+        (self.vocab - self.start()).clamp(0, self.per_rank)
+    }
+}
+
+/// Embedding whose rows (token ids) are split over the group; each rank looks up the ids it
+/// owns, zeroes the others, and the outputs are summed over the group.
+#[derive(Debug)]
+pub struct VocabParallelEmbedding {
+    pub weight: Tensor,
+    pub partition: VocabPartition,
+}
+
+impl VocabParallelEmbedding {
+    /// Registers `weight` (per_rank, hidden) under `p`.
+    pub fn new(p: Path, partition: VocabPartition, hidden: i64) -> Result<Self> {
+        let weight = p.f_var("weight", &[partition.per_rank, hidden], Init::Const(0.0))?;
+        Ok(VocabParallelEmbedding { weight, partition })
+    }
+
+    /// Embeddings (…, hidden) of token ids (…), replicated over the group.
+    pub fn forward(&self, ids: &Tensor, group: Option<&ProcessGroup>) -> Result<Tensor> {
+        if group.is_none_or(|g| g.size() == 1) {
+            return Ok(Tensor::f_embedding(&self.weight, ids, -1, false, false)?);
+        }
+        let start = self.partition.start();
+        let outside = ids
+            .f_lt(start)?
+            .f_logical_or(&ids.f_ge(start + self.partition.valid())?)?;
+        let local = (ids - start).f_masked_fill(&outside, 0)?;
+        let out = Tensor::f_embedding(&self.weight, &local, -1, false, false)?;
+        let out = out.f_masked_fill(&outside.f_unsqueeze(-1)?, 0.0)?;
+        Ok(reduce_from_tp_region(&out, group)?)
+    }
+
+    /// Local logits (…, per_rank) of hidden states against these rows (the tied output
+    /// layer); padding columns are included (see [`super::cross_entropy`]).
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        hidden.linear::<&Tensor>(&self.weight, None)
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.weight.kind()
+    }
+}

@@ -1,0 +1,214 @@
+//! TP=2, PP=2 and DP=2 training on 2 Gloo ranks against the single-process model and
+//! optimizer: 20 steps of next-token cross-entropy on a fixed batch; the loss of every step
+//! and the final weights must match.
+use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
+use runtime::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
+use runtime::model::save::{SaveOptions, save_named};
+use runtime::optim::distrib::LayoutOptions;
+use tch::{Device, Kind, Tensor};
+
+use crate::rank_test;
+use crate::support::*;
+
+const STEPS: usize = 20;
+const ROWS: i64 = 8;
+const LEN: i64 = 10;
+
+struct Run {
+    losses: Vec<f64>,
+    weights: Vec<(String, Tensor)>,
+    module: MegatronModule,
+}
+
+fn parallel_run(
+    world: &ProcessGroup,
+    (tp, pp, dp): (usize, usize, usize),
+    tied: bool,
+    settings: ParallelSettings,
+    num_mb: i64,
+) -> Run {
+    let cfg = tiny_config(tied);
+    let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
+    let groups = ProcessGroups::new(world, &layout).unwrap();
+    let mut m = MegatronModule::new(
+        &cfg,
+        HeadKind::CausalLm,
+        Some(groups),
+        Device::Cpu,
+        Kind::Float,
+    )
+    .unwrap();
+    let (vs, _) = reference_model(&cfg);
+    m.load_full(&full_weights(&vs)).unwrap();
+    m.build_optimizer(optim_config(), make_groups, settings)
+        .unwrap();
+
+    let (ids, mask, pos) = batch(&cfg, ROWS, LEN);
+    let n = token_count(&mask);
+    let (dp_rank, dp_size) = m.dp_rank_size();
+    let local = ROWS / dp_size as i64;
+    let rows = |t: &Tensor| t.narrow(0, dp_rank as i64 * local, local);
+    let (ids, mask, pos) = (rows(&ids), rows(&mask), rows(&pos));
+    let per_mb = local / num_mb;
+    let mbs: Vec<MicroBatch> = (0..num_mb)
+        .map(|i| MicroBatch {
+            input_ids: ids.narrow(0, i * per_mb, per_mb),
+            position_ids: pos.narrow(0, i * per_mb, per_mb),
+            attention_mask: Some(mask.narrow(0, i * per_mb, per_mb)),
+        })
+        .collect();
+    let mut losses = Vec::new();
+    for _ in 0..STEPS {
+        m.zero_grad().unwrap();
+        let mut acc = 0.0;
+        m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {
+            let b = &mbs[mb];
+            let labels = b.input_ids.narrow(1, 1, LEN - 1);
+            let lp = model
+                .log_probs(tape, &hidden.narrow(1, 0, LEN - 1), &labels, 1.0, false)?
+                .log_probs;
+            let sum = masked_sum(&lp, b.attention_mask.as_ref().unwrap());
+            acc += sum.double_value(&[]);
+            // The micro-batch's share of the global mean, times DP (gradients are averaged).
+            Ok(sum * (dp_size as f64 / n))
+        })
+        .unwrap();
+        // Global loss: the last stage's sums over DP (TP ranks hold copies).
+        let t = Tensor::from_slice(&[if m.model.stage.is_last() { acc } else { 0.0 }]);
+        world.all_reduce(&t, ReduceOp::Sum).unwrap();
+        losses.push(t.double_value(&[0]) / tp as f64 / n);
+        let out = m.step().unwrap();
+        assert!(out.update_successful);
+        assert!(out.grad_norm.is_some_and(f64::is_finite));
+    }
+    let weights = m.full_params().unwrap();
+    Run {
+        losses,
+        weights,
+        module: m,
+    }
+}
+
+fn check_against_reference(run: &Run, tied: bool) {
+    let (ref_losses, ref_weights) = reference_run(&tiny_config(tied), STEPS, ROWS, LEN);
+    assert!(
+        ref_losses[STEPS - 1] < ref_losses[0] * 0.9,
+        "the reference does not learn: {ref_losses:?}"
+    );
+    for (i, (a, b)) in run.losses.iter().zip(&ref_losses).enumerate() {
+        assert!(
+            (a - b).abs() <= 5e-5 * b.abs().max(1.0),
+            "step {i}: loss {a} vs single-process {b}"
+        );
+    }
+    let mut names: Vec<&String> = run.weights.iter().map(|(n, _)| n).collect();
+    names.sort();
+    let mut ref_names: Vec<&String> = ref_weights.iter().map(|(n, _)| n).collect();
+    ref_names.sort();
+    assert_eq!(names, ref_names);
+    let mut worst = (0.0, String::new());
+    for (name, w) in &ref_weights {
+        let (_, got) = run.weights.iter().find(|(n, _)| n == name).unwrap();
+        assert_eq!(got.size(), w.size(), "{name}");
+        let d = max_diff(got, w);
+        if d > worst.0 {
+            worst = (d, name.clone());
+        }
+    }
+    eprintln!(
+        "final losses {:?} / {:?}; worst weight diff {:e} ({})",
+        run.losses.last(),
+        ref_losses.last(),
+        worst.0,
+        worst.1
+    );
+    assert!(
+        worst.0 < 1e-4,
+        "final weights differ by {:e} in {}",
+        worst.0,
+        worst.1
+    );
+}
+
+rank_test!(tp2_matches_single_process, 2, |world| {
+    // Replicated optimizer (grad norm over the TP group, duplicates counted once), untied
+    // output layer; then export to HF format and load it back sharded.
+    let run = parallel_run(&world, (2, 1, 1), false, ParallelSettings::default(), 2);
+    check_against_reference(&run, false);
+    // One directory for both ranks (their process ids differ; the rendezvous port does not).
+    let port = std::env::var("MASTER_PORT").unwrap();
+    let dir = std::env::temp_dir().join(format!("verlc-megatron-tp2-export-{port}"));
+    if world.rank() == 0 {
+        let cfg = tiny_config(false);
+        save_named(
+            &run.weights,
+            &cfg,
+            "Qwen2ForCausalLM",
+            &dir,
+            &SaveOptions::default(),
+        )
+        .unwrap();
+    }
+    world.barrier().unwrap();
+    let groups = ProcessGroups::new(&world, &RankLayout::megatron(2, 1, 1, 1).unwrap()).unwrap();
+    let mut fresh = MegatronModule::new(
+        &tiny_config(false),
+        HeadKind::CausalLm,
+        Some(groups),
+        Device::Cpu,
+        Kind::Float,
+    )
+    .unwrap();
+    fresh.load_pretrained(&dir, &[]).unwrap();
+    for ((n, a), (m, b)) in fresh.full_params().unwrap().iter().zip(&run.weights) {
+        assert_eq!(n, m);
+        assert_eq!(max_diff(a, b), 0.0, "{n}");
+    }
+    let local = run.module.model.params();
+    assert!(
+        local
+            .iter()
+            .any(|p| p.name == "lm_head.weight" && p.tensor.size() == vec![19, 32])
+    );
+});
+
+rank_test!(pp2_matches_single_process, 2, |world| {
+    // Tied embeddings across stages (shared embedding summed over the embedding group),
+    // 1F1B over 4 micro-batches, distributed optimizer with one DP rank.
+    let settings = ParallelSettings {
+        use_distributed_optimizer: true,
+        layout: LayoutOptions::default(),
+    };
+    let run = parallel_run(&world, (1, 2, 1), true, settings, 4);
+    assert_eq!(
+        run.module.model.stage.layers,
+        world.rank()..world.rank() + 1
+    );
+    check_against_reference(&run, true);
+});
+
+rank_test!(dp2_matches_single_process, 2, |world| {
+    // Distributed optimizer over 2 DP ranks, several buckets.
+    let settings = ParallelSettings {
+        use_distributed_optimizer: true,
+        layout: LayoutOptions {
+            bucket_size: Some(3000),
+            ..Default::default()
+        },
+    };
+    let run = parallel_run(&world, (1, 1, 2), true, settings, 2);
+    let opt = match run.module.optimizer() {
+        Some(runtime::megatron::ModuleOptimizer::Distributed(o)) => o,
+        _ => panic!("expected the distributed optimizer"),
+    };
+    assert!(opt.layout().buckets.len() > 1);
+    let total: usize = run
+        .module
+        .model
+        .params()
+        .iter()
+        .map(|p| p.tensor.numel())
+        .sum();
+    assert!(opt.owned_numel() < total, "state is not sharded");
+    check_against_reference(&run, true);
+});

@@ -1,0 +1,124 @@
+//! Shared pieces: a tiny model, its single-process reference training run, batches.
+use runtime::builtin_uri::BuiltinUri;
+use runtime::model::init::init_weights;
+use runtime::model::{CausalLm, ModelConfig, position_ids_from_mask};
+use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, named_params};
+use runtime::optim::{NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision};
+use runtime::rollout::logprob::log_probs_from_logits;
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+pub fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
+        .abs()
+        .max()
+        .double_value(&[])
+}
+
+/// builtin://tiny with 2 layers (Qwen2: q/k/v bias, GQA 4/2 heads, tied embeddings).
+pub fn tiny_config(tied: bool) -> ModelConfig {
+    let uri =
+        BuiltinUri::parse("builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&intermediate=48")
+            .unwrap()
+            .unwrap();
+    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    cfg.tie_word_embeddings = tied;
+    cfg
+}
+
+pub const SEED: u64 = 1234;
+
+/// The single-process model with seeded weights.
+pub fn reference_model(cfg: &ModelConfig) -> (VarStore, CausalLm) {
+    let vs = VarStore::new(Device::Cpu);
+    let model = CausalLm::new(cfg, vs.root()).unwrap();
+    init_weights(&vs, cfg.initializer_range, SEED).unwrap();
+    (vs, model)
+}
+
+pub fn full_weights(vs: &VarStore) -> Vec<(String, Tensor)> {
+    let mut v: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .map(|(n, t)| (n, t.detach().copy()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// A fixed batch: (input_ids, attention_mask, position_ids), (rows, len), some rows
+/// left-padded.
+pub fn batch(cfg: &ModelConfig, rows: i64, len: i64) -> (Tensor, Tensor, Tensor) {
+    let mut rng = runtime::rng::Rng::new(99);
+    let ids: Vec<i64> = (0..rows * len)
+        .map(|_| rng.range(1, cfg.vocab_size - 1))
+        .collect();
+    let ids = Tensor::from_slice(&ids).view([rows, len]);
+    let mask = Tensor::ones([rows, len], (Kind::Int64, Device::Cpu));
+    for r in (0..rows).step_by(3) {
+        let _ = mask.get(r).narrow(0, 0, 1 + r % 3).fill_(0);
+    }
+    let ids = ids.masked_fill(&mask.eq(0), 0);
+    let pos = position_ids_from_mask(&mask);
+    (ids, mask, pos)
+}
+
+pub fn groups_config() -> MegatronGroupsConfig {
+    MegatronGroupsConfig {
+        lr: 5e-3,
+        min_lr: 0.0,
+        weight_decay: 0.01,
+        decoupled_lr: None,
+        decoupled_min_lr: None,
+        apply_wd_to_qk_layernorm: false,
+    }
+}
+
+pub fn make_groups(params: Vec<NamedParam>) -> Vec<ParamGroup> {
+    megatron_param_groups(params, &groups_config())
+}
+
+pub fn optim_config() -> OptimizerConfig {
+    OptimizerConfig::megatron(Precision::Fp32)
+}
+
+/// Next-token cross-entropy summed over real (input, target) pairs of `rows`, and the pair
+/// count, from per-token log-probs (rows, len - 1).
+pub fn masked_sum(log_probs: &Tensor, mask: &Tensor) -> Tensor {
+    let m = mask.narrow(1, 1, mask.size()[1] - 1).to_kind(Kind::Float)
+        * mask.narrow(1, 0, mask.size()[1] - 1).to_kind(Kind::Float);
+    -(log_probs * m).sum(Kind::Float)
+}
+
+pub fn token_count(mask: &Tensor) -> f64 {
+    let len = mask.size()[1];
+    (mask.narrow(1, 1, len - 1) * mask.narrow(1, 0, len - 1))
+        .sum(Kind::Double)
+        .double_value(&[])
+}
+
+/// The single-process run: `steps` full-batch steps of mean next-token cross-entropy.
+/// Returns the loss before each step and the final weights.
+pub fn reference_run(
+    cfg: &ModelConfig,
+    steps: usize,
+    rows: i64,
+    len: i64,
+) -> (Vec<f64>, Vec<(String, Tensor)>) {
+    let (vs, model) = reference_model(cfg);
+    let mut opt = Optimizer::new(make_groups(named_params(&vs)), optim_config()).unwrap();
+    let (ids, mask, pos) = batch(cfg, rows, len);
+    let n = token_count(&mask);
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        opt.zero_grad().unwrap();
+        let logits = model.forward(&ids, &pos, Some(&mask), None);
+        let lp = log_probs_from_logits(&logits.narrow(1, 0, len - 1), &ids.narrow(1, 1, len - 1));
+        let loss = masked_sum(&lp, &mask) / n;
+        losses.push(loss.double_value(&[]));
+        loss.backward();
+        let out = opt.step(None).unwrap();
+        assert!(out.update_successful);
+    }
+    (losses, full_weights(&vs))
+}
