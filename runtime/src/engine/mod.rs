@@ -110,6 +110,8 @@ impl Head for CausalLm {
         CausalLm::new(cfg, root)
     }
 
+    // The negated comparison also rejects NaN.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
         let (seq, r) = sequences(batch)?;
         if !(opts.temperature > 0.0) {

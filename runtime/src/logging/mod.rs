@@ -83,14 +83,20 @@ impl std::fmt::Debug for Tracking {
 }
 
 impl Tracking {
-    /// Opens the `backends`; an unsupported one is an error before anything is written.
-    pub fn new(backends: &[LoggerBackend], opts: &TrackingOptions) -> Result<Self, LogError> {
-        if let Some(b) = backends
+    /// Fails for a backend verlc does not implement (called first thing at start-up).
+    pub fn check_backends(backends: &[LoggerBackend]) -> Result<(), LogError> {
+        match backends
             .iter()
             .find(|b| !matches!(b, LoggerBackend::Console | LoggerBackend::File | LoggerBackend::Tensorboard))
         {
-            return Err(LogError::Unsupported(backend_name(*b)));
+            Some(b) => Err(LogError::Unsupported(backend_name(*b))),
+            None => Ok(()),
         }
+    }
+
+    /// Opens the `backends`; an unsupported one is an error before anything is written.
+    pub fn new(backends: &[LoggerBackend], opts: &TrackingOptions) -> Result<Self, LogError> {
+        Self::check_backends(backends)?;
         let mut loggers: Vec<Box<dyn Logger>> = Vec::new();
         let mut seen = Vec::new();
         for b in backends {

@@ -168,8 +168,11 @@ fn read_varint(b: &[u8], i: &mut usize) -> Option<u64> {
     None
 }
 
-/// Fields of one protobuf message: (field number, wire type, value bytes or varint).
-fn fields(b: &[u8]) -> Option<Vec<(u32, u8, &[u8], u64)>> {
+/// One protobuf field: (field number, wire type, value bytes, varint value).
+type Field<'a> = (u32, u8, &'a [u8], u64);
+
+/// Fields of one protobuf message.
+fn fields(b: &[u8]) -> Option<Vec<Field<'_>>> {
     let mut i = 0;
     let mut out = Vec::new();
     while i < b.len() {

@@ -21,7 +21,7 @@ use crate::tokenizer::Tokenizer;
 use crate::workers::actor::Actor;
 use crate::workers::critic::Critic;
 use crate::workers::reference::Reference;
-use crate::workers::reward::{PythonRewardFn, PythonSettings, RewardFn, ScoreItem, token_level_scores};
+use crate::workers::reward::{PythonRewardFn, PythonSettings, RewardFn, Score, ScoreItem, token_level_scores};
 use crate::workers::rollout::RolloutWorker;
 
 use super::checkpoint::{self, TrainerState};
@@ -31,6 +31,9 @@ use super::{RunOptions, RunSummary, TrainerError};
 
 type ActorEngine = SingleEngine<CausalLm>;
 type CriticEngine = SingleEngine<ValueModel>;
+
+/// Scores, the items that were scored, and the scorer's full results.
+type Scored = (Vec<f64>, Vec<ScoreItem>, Vec<Score>);
 
 /// Stream ids of the seeded generators (so no two uses share a stream).
 const STREAM_ROLLOUT: u64 = 1;
@@ -108,6 +111,8 @@ impl Trainer {
                 "the single-process trainer runs a world of 1, but trainer.nnodes × trainer.n_gpus_per_node = {world}"
             )));
         }
+        let backends: Vec<_> = cfg.trainer.logger.items().into_iter().copied().collect();
+        Tracking::check_backends(&backends)?;
         if opts.offload.params || opts.offload.grads {
             return Err(bad("the single-process engine keeps parameters and gradients on its device (offload only the optimizer)"));
         }
@@ -137,14 +142,14 @@ impl Trainer {
 
         // Reward.
         let reward = match &cfg.custom_reward_function.path {
-            Some(path) if !path.is_empty() => RewardFn::Python(PythonRewardFn::start(PythonSettings {
+            Some(path) if !path.is_empty() => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
                 python: opts.reward_python.clone().unwrap_or_else(PythonSettings::default_python),
                 path: absolute(path),
                 name: cfg.custom_reward_function.name.clone(),
                 reward_kwargs: cfg.custom_reward_function.reward_kwargs.clone().unwrap_or_default(),
                 startup_timeout: opts.reward_startup_timeout,
                 call_timeout: opts.reward_call_timeout,
-            })?),
+            })?)),
             _ => RewardFn::Builtin,
         };
         let sources = train.items.iter().chain(val.iter().flat_map(|v| &v.items)).map(|it| it.sample.data_source.as_str());
@@ -233,7 +238,6 @@ impl Trainer {
             total_steps,
         };
         trainer.load_checkpoint()?;
-        let backends: Vec<_> = cfg.trainer.logger.items().into_iter().copied().collect();
         trainer.tracking = Tracking::new(
             &backends,
             &TrackingOptions {
@@ -378,7 +382,7 @@ impl Trainer {
     }
 
     /// Decodes the responses and scores them.
-    fn score(&mut self, items: &[&PromptItem], out: &RolloutOutput) -> Result<(Vec<f64>, Vec<ScoreItem>, Vec<crate::workers::reward::Score>), TrainerError> {
+    fn score(&mut self, items: &[&PromptItem], out: &RolloutOutput) -> Result<Scored, TrainerError> {
         let r = out.responses.size()[1] as usize;
         let ids = Vec::<i64>::try_from(out.responses.f_flatten(0, -1)?)?;
         let mut score_items = Vec::with_capacity(out.prompt_index.len());
@@ -416,11 +420,11 @@ impl Trainer {
         if let Some(dir) = self.cfg.trainer.rollout_data_dir.clone() {
             timers.time("dump_rollout_generations", || self.dump_generations(&dir, &batch))?;
         }
-        if self.val.is_some() && self.cfg.trainer.test_freq > 0 && (is_last || step % self.cfg.trainer.test_freq as u64 == 0) {
+        if self.val.is_some() && self.cfg.trainer.test_freq > 0 && (is_last || step.is_multiple_of(self.cfg.trainer.test_freq as u64)) {
             let m = timers.time("testing", || self.validate())?;
             metrics.extend(m);
         }
-        if self.cfg.trainer.save_freq > 0 && (is_last || step % self.cfg.trainer.save_freq as u64 == 0) {
+        if self.cfg.trainer.save_freq > 0 && (is_last || step.is_multiple_of(self.cfg.trainer.save_freq as u64)) {
             timers.time("save_checkpoint", || self.save_checkpoint())?;
         }
         metrics.insert("training/global_step".into(), step as f64);

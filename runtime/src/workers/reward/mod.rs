@@ -64,7 +64,7 @@ pub enum RewardFn {
     /// verlc's rule scorers, by `data_source` (verl's `default_compute_score`).
     Builtin,
     /// The user's Python `compute_score`.
-    Python(PythonRewardFn),
+    Python(Box<PythonRewardFn>),
 }
 
 impl RewardFn {

@@ -172,40 +172,38 @@ impl PythonRewardFn {
 
     /// The next protocol line, or an error when the server exits or `timeout` passes.
     fn read_reply(&mut self, timeout: Duration, what: &str) -> Result<Map<String, Value>, RewardError> {
-        loop {
-            match self.lines.recv_timeout(timeout) {
-                Ok(line) => match serde_json::from_str::<Value>(&line) {
-                    Ok(Value::Object(m)) => return Ok(m),
-                    _ => {
-                        let msg = format!("sent a line that is not protocol JSON: {line:?}");
-                        self.dead = Some(msg.clone());
-                        self.stop();
-                        return Err(self.error(msg));
-                    }
-                },
-                Err(RecvTimeoutError::Timeout) => {
-                    self.dead = Some(format!("timed out while {what}"));
-                    self.stop();
-                    return Err(RewardError::Timeout {
-                        path: self.settings.path.display().to_string(),
-                        name: self.settings.name.clone(),
-                        seconds: timeout.as_secs_f64(),
-                        what: what.to_owned(),
-                    });
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.stdin = None;
-                    let status = match self.child.wait() {
-                        Ok(s) => s.to_string(),
-                        Err(e) => format!("unknown status ({e})"),
-                    };
-                    if let Some(t) = self.stderr_thread.take() {
-                        let _ = t.join();
-                    }
-                    let msg = format!("the reward process exited ({status}) while {what}{}", self.tail());
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => match serde_json::from_str::<Value>(&line) {
+                Ok(Value::Object(m)) => Ok(m),
+                _ => {
+                    let msg = format!("sent a line that is not protocol JSON: {line:?}");
                     self.dead = Some(msg.clone());
-                    return Err(self.error(msg));
+                    self.stop();
+                    Err(self.error(msg))
                 }
+            },
+            Err(RecvTimeoutError::Timeout) => {
+                self.dead = Some(format!("timed out while {what}"));
+                self.stop();
+                Err(RewardError::Timeout {
+                    path: self.settings.path.display().to_string(),
+                    name: self.settings.name.clone(),
+                    seconds: timeout.as_secs_f64(),
+                    what: what.to_owned(),
+                })
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                self.stdin = None;
+                let status = match self.child.wait() {
+                    Ok(s) => s.to_string(),
+                    Err(e) => format!("unknown status ({e})"),
+                };
+                if let Some(t) = self.stderr_thread.take() {
+                    let _ = t.join();
+                }
+                let msg = format!("the reward process exited ({status}) while {what}{}", self.tail());
+                self.dead = Some(msg.clone());
+                Err(self.error(msg))
             }
         }
     }
