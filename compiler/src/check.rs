@@ -94,13 +94,17 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
 /// the schema at every copy; report it once, naming the other keys.
 fn merge_same_origin(diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
     let mut out: Vec<Diagnostic> = Vec::new();
+    let mut first_at: std::collections::HashMap<(Code, crate::source::Origin), usize> = std::collections::HashMap::new();
     for d in diags {
-        let same = out.iter_mut().find(|o| {
-            o.code == d.code && o.primary.is_some() && o.primary.as_ref().map(|l| &l.origin) == d.primary.as_ref().map(|l| &l.origin)
-        });
-        match (same, &d.key_path) {
-            (Some(first), Some(key)) => first.notes.push(format!("`{key}` takes this value too, by interpolation")),
-            _ => out.push(d),
+        let slot = d.primary.as_ref().map(|l| (d.code, l.origin.clone()));
+        match (slot.as_ref().and_then(|k| first_at.get(k)), &d.key_path) {
+            (Some(&i), Some(key)) => out[i].notes.push(format!("`{key}` takes this value too, by interpolation")),
+            _ => {
+                if let Some(k) = slot {
+                    first_at.entry(k).or_insert(out.len());
+                }
+                out.push(d);
+            }
         }
     }
     out

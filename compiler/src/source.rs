@@ -94,7 +94,7 @@ impl SourceMap {
 }
 
 /// A byte range in one source.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Origin {
     pub source: SourceId,
     pub span: Range<usize>,

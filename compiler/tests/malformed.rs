@@ -41,28 +41,7 @@ const MAX_RSS_KIB: u64 = 1536 * 1024;
 /// crash-isolated in a child `verlc` process, by the ignored test
 /// `known_issues_are_fixed` (`cargo test -p verlc --test malformed -- --ignored`). Remove
 /// an entry when its fix lands.
-const KNOWN_ISSUES: &[(&str, &str)] = &[
-    (
-        "interp chain 5k",
-        "load/interp.rs: resolve_path recurses once per link of an interpolation chain; ~1000 links overflow the 8 MiB main stack in a debug build",
-    ),
-    (
-        "interp select nesting",
-        "load/interp.rs: nested `${oc.select:x,${oc.select:x,...}}` (1000 deep) recurses without a bound and overflows the stack",
-    ),
-    (
-        "interp fan-out",
-        "load/interp.rs: string interpolation has no size bound; s_i = \"${s_(i-1)}${s_(i-1)}\" doubles per key and exhausts memory",
-    ),
-    (
-        "subtree interpolation cycle",
-        "load/interp.rs: a leaf interpolating a whole subtree that (through `oc.select` defaults) refers back to that leaf grows memory without bound (4 GiB in 4 s)",
-    ),
-    (
-        "many keys",
-        "check.rs merge_same_origin is quadratic in the number of diagnostics (~5 s for 20k unknown keys); cli/render.rs hands annotate-snippets the whole file per diagnostic (~30 s)",
-    ),
-];
+const KNOWN_ISSUES: &[(&str, &str)] = &[];
 
 fn is_known_issue(label: &str) -> bool {
     KNOWN_ISSUES.iter().any(|(l, _)| *l == label)

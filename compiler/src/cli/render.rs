@@ -44,13 +44,25 @@ fn group<'a>(d: &'a Diagnostic, sources: &'a SourceMap) -> Vec<Group<'a>> {
     }
     for src_id in order {
         let src = sources.get(src_id);
-        let mut snip = Snippet::source(&*src.text).line_start(1).path(src.name.as_str());
-        for (label, kind) in d.primary.iter().map(|l| (l, AnnotationKind::Primary)).chain(d.secondary.iter().map(|l| (l, AnnotationKind::Context))) {
-            if label.origin.source != src_id {
-                continue;
-            }
-            let mut span = label.origin.span.clone();
-            if span.start == span.end && span.end < src.text.len() {
+        let labels: Vec<_> = d
+            .primary
+            .iter()
+            .map(|l| (l, AnnotationKind::Primary))
+            .chain(d.secondary.iter().map(|l| (l, AnnotationKind::Context)))
+            .filter(|(l, _)| l.origin.source == src_id)
+            .collect();
+        // Hand the renderer only the lines the labels touch, not the whole file: a file
+        // with thousands of findings would otherwise be re-scanned for each one.
+        let text: &str = &src.text;
+        let lo = labels.iter().map(|(l, _)| l.origin.span.start).min().unwrap_or(0).min(text.len());
+        let hi = labels.iter().map(|(l, _)| l.origin.span.end).max().unwrap_or(0).clamp(lo, text.len());
+        let win_start = text[..lo].rfind('\n').map_or(0, |i| i + 1);
+        let win_end = text[hi..].find('\n').map_or(text.len(), |i| hi + i);
+        let window = &text[win_start..win_end];
+        let mut snip = Snippet::source(window).line_start(src.line_col(win_start).0).path(src.name.as_str());
+        for (label, kind) in labels {
+            let mut span = label.origin.span.start.clamp(win_start, win_end) - win_start..label.origin.span.end.clamp(win_start, win_end) - win_start;
+            if span.start == span.end && span.end < window.len() {
                 span.end += 1;
             }
             snip = snip.annotation(kind.span(span).label(label.message.as_str()));

@@ -10,6 +10,13 @@ use crate::codes;
 use crate::diag::Diagnostic;
 use crate::source::Origin;
 
+/// Longest chain of interpolations resolved through one another (verl's are ≤ 3).
+pub const MAX_CHAIN: usize = 100;
+/// Deepest nesting of `${...}` inside resolver arguments.
+const MAX_NESTING: usize = 32;
+/// Largest string an interpolation may build.
+const MAX_STRING: usize = 1 << 20;
+
 /// Resolve every interpolation in `root` in place. Problems are collected, not fatal:
 /// an unresolvable string is left as written.
 pub fn resolve_all(root: &mut Node) -> Vec<Diagnostic> {
@@ -138,6 +145,13 @@ enum Expr {
 }
 
 fn parse_pieces(s: &str) -> Result<Vec<Piece>, String> {
+    parse_pieces_at(s, 0)
+}
+
+fn parse_pieces_at(s: &str, depth: usize) -> Result<Vec<Piece>, String> {
+    if depth > MAX_NESTING {
+        return Err(format!("interpolations nest deeper than {MAX_NESTING} levels"));
+    }
     let mut out = Vec::new();
     let mut text = String::new();
     let b = s.as_bytes();
@@ -153,7 +167,7 @@ fn parse_pieces(s: &str) -> Result<Vec<Piece>, String> {
             if !text.is_empty() {
                 out.push(Piece::Text(std::mem::take(&mut text)));
             }
-            out.push(Piece::Interp(parse_expr(&s[i + 2..end])?));
+            out.push(Piece::Interp(parse_expr(&s[i + 2..end], depth)?));
             i = end + 1;
             continue;
         }
@@ -193,7 +207,7 @@ fn matching_brace(s: &str, from: usize) -> Option<usize> {
     None
 }
 
-fn parse_expr(body: &str) -> Result<Expr, String> {
+fn parse_expr(body: &str, depth: usize) -> Result<Expr, String> {
     let body = body.trim();
     if body.is_empty() {
         return Err("empty interpolation `${}`".into());
@@ -208,7 +222,7 @@ fn parse_expr(body: &str) -> Result<Expr, String> {
         let name = body[..colon].to_string();
         let args = split_args(&body[colon + 1..])?
             .into_iter()
-            .map(|a| parse_pieces(&a))
+            .map(|a| parse_pieces_at(&a, depth + 1))
             .collect::<Result<_, _>>()?;
         return Ok(Expr::Resolver { name, args });
     }
@@ -382,6 +396,15 @@ impl Resolver {
             }
             return false;
         }
+        if self.stack.len() >= MAX_CHAIN {
+            self.fail(
+                path,
+                Diagnostic::error(codes::INTERP_CYCLE, format!("interpolation chain longer than {MAX_CHAIN} links"))
+                    .with_primary(origin, "resolving this needs a longer chain of interpolations")
+                    .with_help("give one of the keys in the chain a plain value"),
+            );
+            return false;
+        }
         let pieces = match parse_pieces(&s) {
             Ok(p) => p,
             Err(msg) => {
@@ -437,6 +460,12 @@ impl Resolver {
                     match &v.value {
                         Value::Scalar(s) => out.push_str(&scalar_to_py_str(s)),
                         _ => out.push_str(&py_repr(&v)),
+                    }
+                    if out.len() > MAX_STRING {
+                        return Err(Box::new(
+                            Diagnostic::error(codes::INTERP_SYNTAX, format!("string interpolation builds a value longer than {MAX_STRING} bytes"))
+                                .with_primary(origin.cloned(), "interpolated here"),
+                        ));
                     }
                 }
             }
@@ -569,7 +598,17 @@ impl Resolver {
             collect(n, &mut target.clone(), &mut inner);
         }
         for p in inner {
-            self.resolve_path(root, &p);
+            // A copy must not carry interpolations that could not be resolved: copied
+            // elsewhere they would be resolved again in a new place, without end.
+            if !self.resolve_path(root, &p) {
+                return Err(Box::new(
+                    Diagnostic::error(
+                        codes::INTERP_KEY_MISSING,
+                        format!("`{key}` holds `{}`, whose interpolation failed", dotted(&p)),
+                    )
+                    .with_primary(_origin.cloned(), "here"),
+                ));
+            }
         }
         Ok(get(root, &target).cloned())
     }
