@@ -17,6 +17,7 @@
 //! the batch loss, whatever the micro-batch size.
 
 pub mod batch;
+pub mod fsdp;
 pub mod single;
 
 use std::collections::BTreeMap;

@@ -230,6 +230,21 @@ impl Model {
         })
     }
 
+    /// The decoder layers in order (for engines that run the backbone block by block).
+    pub fn layers(&self) -> &[DecoderLayer] {
+        &self.layers
+    }
+
+    /// The final RMSNorm (`model.norm`).
+    pub fn final_norm(&self) -> &RmsNorm {
+        &self.norm
+    }
+
+    /// The rotary embedding shared by every layer.
+    pub fn rotary(&self) -> &RotaryEmbedding {
+        &self.rotary
+    }
+
     /// Hidden states (B, T, hidden) of `input_ids` (B, T) at `position_ids` (B, T).
     ///
     /// `attention_mask` (B, past+T), 1 for real tokens and 0 for padding, covers the cached

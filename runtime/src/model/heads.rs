@@ -89,6 +89,11 @@ impl ValueModel {
         })
     }
 
+    /// The value projection (`score`).
+    pub fn score(&self) -> &Linear {
+        &self.score
+    }
+
     /// Values (B, T) in f32.
     pub fn forward(
         &self,

@@ -588,6 +588,28 @@ impl Optimizer {
         self.copy_main_params_to_model_params()
     }
 
+    /// Bytes this optimizer owns: fp32 main copies (flat chunks) and their grads, and the
+    /// inner optimizer's state (moments, momentum), as `(main_and_grads, state)`. Aliased fp32
+    /// params are the model's, not counted.
+    pub fn owned_bytes(&self) -> (i64, i64) {
+        let bytes = |t: &Tensor| if t.defined() { t.numel() as i64 * 4 } else { 0 };
+        let (mut main_bytes, mut state) = (0i64, 0i64);
+        for c in self.chunks() {
+            if let Storage::Flat { main, grad, .. } = &c.storage {
+                main_bytes += bytes(main) + bytes(grad);
+            }
+            for s in &c.slots {
+                state += match s {
+                    inner::SlotState::Adam { exp_avg, exp_avg_sq, step } => {
+                        bytes(exp_avg) + bytes(exp_avg_sq) + bytes(step)
+                    }
+                    inner::SlotState::Sgd { momentum_buffer, .. } => momentum_buffer.as_ref().map_or(0, bytes),
+                };
+            }
+        }
+        (main_bytes, state)
+    }
+
     fn copy_main_params_to_model_params(&self) -> Result<()> {
         tch::no_grad(|| -> Result<()> {
             for g in &self.groups {

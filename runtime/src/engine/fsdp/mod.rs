@@ -1,0 +1,564 @@
+//! [`FsdpEngine`]: fully sharded data parallel (verl's FSDP engine, shared/reference/verl.md
+//! §3.3) on c10d.
+//!
+//! The model is split into flat-parameter units ([`FlatUnit`]): one per decoder layer and a
+//! root unit (embeddings, final norm, head). Each rank keeps a 1/N fp32 shard of every unit;
+//! the optimizer ([`crate::optim::Optimizer`], fp32 precision: the shards are the main params)
+//! steps only the shards, with the grad norm reduced over the group.
+//!
+//! tch has no module hooks and no custom autograd functions, so the engine runs the model unit
+//! by unit:
+//! - forward: gather the root, embed, then for each layer gather → forward (no grad) → free
+//!   (`reshard_after_forward`), keeping only the boundary activations; the head's forward runs
+//!   with grad from the last boundary;
+//! - backward: the loss is back-propagated to the last boundary; then, for each layer in
+//!   reverse, gather → recompute its forward from the saved boundary → back-propagate the
+//!   boundary gradient → reduce-scatter the unit's gradient (in `reduce_dtype`, averaged) into
+//!   its shard's `.grad` → free; last, the embedding.
+//!
+//! This is also activation checkpointing per decoder layer: only the boundary activations of
+//! a micro-batch live between forward and backward.
+//!
+//! Mixed precision: the shards are fp32; parameters are gathered in the engine's param dtype
+//! (bf16 computes in bf16 with fp32 main shards); gradients are reduced in `reduce_dtype`.
+//! fp16 (which needs a sharded grad scaler) is refused for now.
+//! Offload: `param_offload` keeps the shards (and their grads) in host memory, gathered to the
+//! device per unit; `optimizer_offload` keeps the optimizer's main copy and state on the host.
+
+pub mod head;
+pub mod unit;
+
+use std::path::Path;
+
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::dist::{DistError, ProcessGroup, ReduceOp};
+use crate::model::cache::causal_padding_mask;
+use crate::model::init::{init_weights, init_weights_where};
+use crate::model::load::{Checkpoint, LoadOptions, load_weights};
+use crate::model::save::{SaveOptions, save_named};
+use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
+use crate::optim::param_groups::{NamedParam, single_group};
+use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
+use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision};
+
+use super::{
+    Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Parts, Result,
+    SchedulerSettings, StepResult, global_agg_options,
+};
+
+pub use head::FsdpHead;
+pub use unit::FlatUnit;
+
+/// Errors of the FSDP machinery (collectives, sharding).
+#[derive(Debug, thiserror::Error)]
+pub enum FsdpError {
+    #[error("FSDP: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Dist(#[from] DistError),
+    #[error(transparent)]
+    Op(#[from] crate::ops::OpError),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+/// What an [`FsdpEngine`] is built from: the single engine's settings plus FSDP's own
+/// (`fsdp_config`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FsdpSettings {
+    pub engine: EngineSettings,
+    /// dtype gradients are reduce-scattered in (`mixed_precision.reduce_dtype`, fp32).
+    pub reduce_dtype: Kind,
+    /// Keep the parameter shards (and their gradients) in host memory (`param_offload`).
+    pub param_offload: bool,
+    /// Free a layer's full parameters after its forward and gather again for the backward
+    /// (FSDP's `reshard_after_forward`); false keeps them from forward to backward.
+    pub reshard_after_forward: bool,
+}
+
+impl FsdpSettings {
+    pub fn new(engine: EngineSettings) -> Self {
+        FsdpSettings { engine, reduce_dtype: Kind::Float, param_offload: false, reshard_after_forward: true }
+    }
+}
+
+/// Bytes this rank owns for the model's state (what ZeRO-3 shards), and the peak of the
+/// transient full parameters gathered at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryReport {
+    /// Parameter shards (fp32).
+    pub params: i64,
+    /// Gradient shards (fp32; 0 when released).
+    pub grads: i64,
+    /// Optimizer main copies (offload) and state.
+    pub optimizer: i64,
+    /// Peak bytes of gathered (full) units alive at the same time.
+    pub peak_gathered: i64,
+}
+
+impl MemoryReport {
+    pub fn sharded_total(&self) -> i64 {
+        self.params + self.grads + self.optimizer
+    }
+}
+
+/// The FSDP engine; see the module docs.
+pub struct FsdpEngine<H: FsdpHead> {
+    _vs: VarStore,
+    module: H,
+    config: ModelConfig,
+    root: FlatUnit,
+    layers: Vec<FlatUnit>,
+    group: ProcessGroup,
+    optimizer: Option<Optimizer>,
+    scheduler: Option<LrScheduler>,
+    settings: FsdpSettings,
+    peak_gathered: i64,
+}
+
+impl<H: FsdpHead> std::fmt::Debug for FsdpEngine<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsdpEngine")
+            .field("settings", &self.settings)
+            .field("group", &self.group)
+            .field("layers", &self.layers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+const HF_DIR: &str = "huggingface";
+
+fn layer_of(name: &str) -> Option<usize> {
+    let rest = name.strip_prefix("model.layers.")?;
+    rest.split('.').next()?.parse().ok()
+}
+
+impl<H: FsdpHead> FsdpEngine<H> {
+    /// Builds the model as the single engine does (same weights on every rank), then shards
+    /// every unit over `group` and frees the full parameters.
+    pub fn new(settings: FsdpSettings, group: ProcessGroup) -> Result<Self> {
+        let es = &settings.engine;
+        if es.param_dtype == ParamDtype::Fp16 {
+            return Err(EngineError::Config(
+                "the FSDP engine does not support fp16 yet (it needs a sharded grad scaler); use bf16 or fp32".into(),
+            ));
+        }
+        let path = &es.model_path;
+        let source = ModelSource::parse(path)?;
+        let config = source.config()?;
+        let vs = VarStore::new(es.device);
+        let module = H::build(&config, vs.root()).map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        let mut vs = vs;
+        vs.set_kind(es.param_dtype.kind());
+        match &source {
+            ModelSource::Builtin(_) => init_weights(&vs, config.initializer_range, es.seed)?,
+            ModelSource::Dir(dir) => {
+                let ckpt = Checkpoint::open(dir)?;
+                let opts = LoadOptions { allow_missing: H::fresh_prefixes(), ..LoadOptions::default() };
+                let report = load_weights(&vs, &ckpt, &opts)?;
+                let fresh = report.missing;
+                init_weights_where(&vs, config.initializer_range, es.seed, |n| fresh.iter().any(|m| m == n))?;
+            }
+        }
+        let (rank, world) = (group.rank(), group.size());
+        let shard_device = if settings.param_offload { Device::Cpu } else { es.device };
+        let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
+        let n_layers = module.backbone().layers().len();
+        let mut per_layer: Vec<Vec<(String, Tensor)>> = (0..n_layers).map(|_| Vec::new()).collect();
+        let mut root_vars = Vec::new();
+        for (name, var) in vars {
+            match layer_of(&name) {
+                Some(i) if i < n_layers => per_layer[i].push((name, var)),
+                _ => root_vars.push((name, var)),
+            }
+        }
+        let root = FlatUnit::new("root", root_vars, rank, world, shard_device)?;
+        let layers = per_layer
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| FlatUnit::new(&format!("model.layers.{i}"), v, rank, world, shard_device))
+            .collect::<Result<Vec<_>, FsdpError>>()?;
+        let mut engine = FsdpEngine {
+            _vs: vs,
+            module,
+            config,
+            root,
+            layers,
+            group,
+            optimizer: None,
+            scheduler: None,
+            settings,
+            peak_gathered: 0,
+        };
+        engine.build_optimizer()?;
+        Ok(engine)
+    }
+
+    fn units(&self) -> impl Iterator<Item = &FlatUnit> {
+        std::iter::once(&self.root).chain(self.layers.iter())
+    }
+
+    fn build_optimizer(&mut self) -> Result<()> {
+        let Some(o) = self.settings.engine.optim else {
+            return Ok(());
+        };
+        let params: Vec<NamedParam> =
+            self.units().map(|u| NamedParam::new(format!("fsdp.{}", u.name()), u.shard().shallow_clone())).collect();
+        let cfg = OptimizerConfig {
+            precision: OptimPrecision::Fp32,
+            inner: o.inner,
+            clip_grad: o.clip_grad,
+            grad_norm_skip_threshold: f64::INFINITY,
+            skip_nonfinite_grad_norm: true,
+            log_num_zeros_in_grad: false,
+            scaler: None,
+            offload_fraction: if o.offload { 1.0 } else { 0.0 },
+        };
+        let mut opt = Optimizer::new(single_group(params, o.lr, o.weight_decay), cfg)?;
+        let sched = match o.scheduler {
+            SchedulerSettings::Verl(c) => LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?),
+            SchedulerSettings::Megatron(c) => LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?),
+        };
+        self.optimizer = Some(opt);
+        self.scheduler = Some(sched);
+        Ok(())
+    }
+
+    pub fn settings(&self) -> &FsdpSettings {
+        &self.settings
+    }
+
+    pub fn model_config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn group(&self) -> &ProcessGroup {
+        &self.group
+    }
+
+    /// Bytes of this rank's shards, shard gradients and optimizer state, and the peak of
+    /// gathered units so far.
+    pub fn memory(&self) -> MemoryReport {
+        let bytes = |t: &Tensor| if t.defined() { t.numel() as i64 * unit::elem_size(t.kind()) } else { 0 };
+        let params = self.units().map(|u| bytes(u.shard())).sum();
+        let grads = self.units().map(|u| bytes(&u.shard().grad())).sum();
+        let optimizer = self.optimizer.as_ref().map_or(0, |o| {
+            let (main, state) = o.owned_bytes();
+            main + state
+        });
+        MemoryReport { params, grads, optimizer, peak_gathered: self.peak_gathered }
+    }
+
+    fn note_gathered(&mut self) {
+        let now: i64 = self.units().map(FlatUnit::gathered_bytes).sum();
+        self.peak_gathered = self.peak_gathered.max(now);
+    }
+
+    fn optimizer_mut(&mut self) -> Result<&mut Optimizer> {
+        self.optimizer
+            .as_mut()
+            .ok_or_else(|| EngineError::Config("this engine is forward-only (no optimizer)".into()))
+    }
+
+    /// Every micro-batch step is a sequence of collectives, so every rank must run the same
+    /// number of micro-batches.
+    fn check_micro_batches(&self, n: usize) -> Result<()> {
+        let t = Tensor::from_slice(&[n as f64, -(n as f64)]);
+        self.group.all_reduce(&t, ReduceOp::Max).map_err(FsdpError::from)?;
+        let (max, min) = (t.f_double_value(&[0])?, -t.f_double_value(&[1])?);
+        if max != min {
+            return Err(EngineError::Batch(format!(
+                "data-parallel ranks have different micro-batch counts ({min} to {max}); give every rank the same rows"
+            )));
+        }
+        Ok(())
+    }
+
+    /// verl's `global_batch_info`: valid tokens and non-empty sequences summed over the group.
+    fn global_agg(&self, batch: &Batch) -> Result<crate::algo::AggOptions> {
+        let mut agg = global_agg_options(batch, self.group.size(), self.settings.engine.loss_scale_factor)?;
+        let t = Tensor::from_slice(&[batch.num_tokens()?, batch.num_nonempty()?]);
+        self.group.all_reduce(&t, ReduceOp::Sum).map_err(FsdpError::from)?;
+        let (tokens, seqs) = (t.f_double_value(&[0])?, t.f_double_value(&[1])?);
+        agg.batch_num_tokens = (tokens > 0.0).then_some(tokens);
+        agg.global_batch_size = (seqs > 0.0).then_some(seqs);
+        Ok(agg)
+    }
+
+    /// Embedding, rotary tables and attention mask of a micro-batch (the root is gathered).
+    fn inputs(&self, mb: &Batch) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+        let ids = mb.get("input_ids")?;
+        let pos = mb.get("position_ids")?;
+        let mask = mb.get("attention_mask")?;
+        let t = ids.size().get(1).copied().unwrap_or(0);
+        let model = self.module.backbone();
+        let x = Tensor::f_embedding(&model.embed_tokens, ids, -1, false, false)?;
+        let (cos, sin) = model.rotary().cos_sin(pos, x.kind());
+        let mask = causal_padding_mask(mask, 0, t);
+        Ok((x, cos, sin, mask))
+    }
+
+    /// Forward of one micro-batch, unit by unit; returns the boundary activations
+    /// (`saved[i]` is layer i's input, `saved[L]` the last layer's output).
+    fn forward_boundaries(&mut self, mb: &Batch, keep: bool) -> Result<(Vec<Tensor>, Tensor, Tensor, Tensor)> {
+        self.root.gather(&self.group)?;
+        self.note_gathered();
+        let (x0, cos, sin, mask) = tch::no_grad(|| self.inputs(mb))?;
+        let mut saved = vec![x0];
+        for i in 0..self.layers.len() {
+            self.layers[i].gather(&self.group)?;
+            self.note_gathered();
+            let y = tch::no_grad(|| {
+                let x = &saved[saved.len() - 1];
+                self.module.backbone().layers()[i].forward(x, &cos, &sin, Some(&mask), None)
+            });
+            saved.push(y);
+            if !keep {
+                self.layers[i].free()?;
+            }
+        }
+        Ok((saved, cos, sin, mask))
+    }
+
+    fn micro_forward_backward(
+        &mut self,
+        mb: &Batch,
+        fwd: &ForwardOptions,
+        loss: &mut LossFn<'_, H::Output>,
+        agg: &crate::algo::AggOptions,
+    ) -> Result<Metrics> {
+        let keep = !self.settings.reshard_after_forward;
+        let (saved, cos, sin, mask) = self.forward_boundaries(mb, keep)?;
+        let n = self.layers.len();
+        // Head: loss to the last boundary (and the root's head parameters).
+        let last = saved[n].f_detach()?.set_requires_grad(true);
+        let hidden = self.module.backbone().final_norm().forward(&last);
+        let output = self.module.output_from_hidden(&hidden, mb, fwd)?;
+        let micro = loss(mb, output, agg)?;
+        let scaled = self.optimizer_mut()?.scale_loss(&micro.loss)?;
+        scaled.f_backward()?;
+        let mut g = last.grad();
+        drop(hidden);
+        // Layers in reverse: recompute from the saved input, back-propagate the boundary grad.
+        let reduce = self.settings.reduce_dtype;
+        for i in (0..n).rev() {
+            self.layers[i].gather(&self.group)?;
+            self.note_gathered();
+            let x = saved[i].f_detach()?.set_requires_grad(true);
+            let y = self.module.backbone().layers()[i].forward(&x, &cos, &sin, Some(&mask), None);
+            if g.defined() {
+                crate::ops::backward(&[y], &[g.f_to_kind(x.kind())?], false).map_err(FsdpError::from)?;
+            }
+            g = x.grad();
+            self.layers[i].reduce_grads(&self.group, reduce)?;
+            self.layers[i].free()?;
+        }
+        // Embedding.
+        if g.defined() {
+            let ids = mb.get("input_ids")?;
+            let x0 = Tensor::f_embedding(&self.module.backbone().embed_tokens, ids, -1, false, false)?;
+            crate::ops::backward(&[x0], &[g.f_to_kind(saved[0].kind())?], false).map_err(FsdpError::from)?;
+        }
+        self.root.reduce_grads(&self.group, reduce)?;
+        self.root.free()?;
+        Ok(micro.metrics)
+    }
+
+    /// Full parameters by name, gathered unit by unit (every rank takes part; all get them).
+    pub fn full_params(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        for u in self.units() {
+            out.extend(u.full_params(&self.group)?);
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Hybrid engine, rollout side: materialises every unit so [`Engine::module`] can generate
+    /// (verl's `summon_full_params`). Call [`FsdpEngine::reshard`] after generation.
+    pub fn summon_full_params(&mut self) -> Result<()> {
+        for i in 0..=self.layers.len() {
+            let u = if i == 0 { &mut self.root } else { &mut self.layers[i - 1] };
+            u.gather(&self.group)?;
+        }
+        self.note_gathered();
+        Ok(())
+    }
+
+    /// Frees every gathered unit (the module's parameters become empty again).
+    pub fn reshard(&mut self) -> Result<()> {
+        self.root.free()?;
+        for u in &mut self.layers {
+            u.free()?;
+        }
+        Ok(())
+    }
+}
+
+impl From<FsdpError> for EngineError {
+    fn from(e: FsdpError) -> Self {
+        match e {
+            FsdpError::Torch(t) => EngineError::Torch(t),
+            other => EngineError::Config(other.to_string()),
+        }
+    }
+}
+
+impl<H: FsdpHead> Engine for FsdpEngine<H> {
+    type Head = H;
+
+    /// The module; its parameters are empty except inside the engine's passes or between
+    /// [`FsdpEngine::summon_full_params`] and [`FsdpEngine::reshard`].
+    fn module(&self) -> &H {
+        &self.module
+    }
+
+    fn forward_backward(
+        &mut self,
+        batch: &Batch,
+        micro_batch_size: usize,
+        fwd: &ForwardOptions,
+        loss: &mut LossFn<'_, H::Output>,
+    ) -> Result<Vec<Metrics>> {
+        self.optimizer_mut()?;
+        let agg = self.global_agg(batch)?;
+        let mbs = batch.split(micro_batch_size)?;
+        self.check_micro_batches(mbs.len())?;
+        let mut out = Vec::with_capacity(mbs.len());
+        for mb in &mbs {
+            out.push(self.micro_forward_backward(mb, fwd, loss, &agg)?);
+        }
+        Ok(out)
+    }
+
+    fn infer_batch(&mut self, batch: &Batch, micro_batch_size: usize, fwd: &ForwardOptions) -> Result<Vec<H::Output>> {
+        let _guard = tch::no_grad_guard();
+        let mbs = batch.split(micro_batch_size)?;
+        self.check_micro_batches(mbs.len())?;
+        let mut out = Vec::with_capacity(mbs.len());
+        for mb in &mbs {
+            let (saved, ..) = self.forward_boundaries(mb, false)?;
+            let last = saved.last().map(Tensor::shallow_clone).ok_or_else(|| EngineError::Config("no boundary".into()))?;
+            let hidden = self.module.backbone().final_norm().forward(&last);
+            out.push(self.module.output_from_hidden(&hidden, mb, fwd)?);
+            self.root.free()?;
+        }
+        Ok(out)
+    }
+
+    fn optimizer_zero_grad(&mut self) -> Result<()> {
+        Ok(self.optimizer_mut()?.zero_grad()?)
+    }
+
+    fn optimizer_step(&mut self) -> Result<StepResult> {
+        let group = self.group.clone();
+        let opt = self.optimizer_mut()?;
+        let outcome = opt.step(Some(&group))?;
+        opt.zero_grad()?;
+        Ok(StepResult { grad_norm: outcome.grad_norm, update_successful: outcome.update_successful })
+    }
+
+    fn lr_scheduler_step(&mut self) -> Result<f64> {
+        let (Some(opt), Some(sched)) = (self.optimizer.as_mut(), self.scheduler.as_mut()) else {
+            return Err(EngineError::Config("this engine is forward-only (no lr scheduler)".into()));
+        };
+        sched.step(1, opt.options_mut());
+        Ok(self.lr())
+    }
+
+    fn lr(&self) -> f64 {
+        self.optimizer.as_ref().and_then(Optimizer::canonical_lr).unwrap_or(0.0)
+    }
+
+    fn train_mode(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn eval_mode(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn to(&mut self, device: Device, parts: Parts) -> Result<()> {
+        if parts.model && device != self.settings.engine.device && !self.settings.param_offload {
+            return Err(EngineError::Config(format!(
+                "the FSDP engine keeps its shards on {:?} (param_offload is off); moving them to {device:?} is not supported",
+                self.settings.engine.device
+            )));
+        }
+        if parts.grad && device == Device::Cpu && self.optimizer.is_some() {
+            self.optimizer_mut()?.zero_grad()?;
+        }
+        Ok(())
+    }
+
+    fn save_checkpoint(&self, dir: &Path) -> Result<()> {
+        let ck = |msg: String| EngineError::Checkpoint { path: dir.to_path_buf(), msg };
+        let full = self.full_params()?;
+        if self.group.rank() == 0 {
+            std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
+            let arch = H::architecture(&self.config).map_err(ck)?;
+            save_named(&full, &self.config, arch, &dir.join(HF_DIR), &SaveOptions::default())?;
+        }
+        if let Some(opt) = &self.optimizer {
+            std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
+            let file = format!("optim_world_size_{}_rank_{}.safetensors", self.group.size(), self.group.rank());
+            opt.save(&dir.join(file), self.scheduler.as_ref())?;
+        }
+        self.group.barrier().map_err(FsdpError::from)?;
+        Ok(())
+    }
+
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<()> {
+        let hf = dir.join(HF_DIR);
+        let ckpt = Checkpoint::open(&hf)?;
+        // The full weights, once, in host memory (a full-state-dict load).
+        let tmp = VarStore::new(Device::Cpu);
+        let _shape = H::build(&self.config, tmp.root()).map_err(EngineError::Config)?;
+        let opts = LoadOptions { strict_unexpected: false, ..LoadOptions::default() };
+        let report = load_weights(&tmp, &ckpt, &opts)?;
+        if let Some(m) = report.missing.first() {
+            return Err(EngineError::Checkpoint { path: hf, msg: format!("no tensor `{m}`") });
+        }
+        let full = tmp.variables();
+        let get = |name: &str| full.get(name).map(Tensor::shallow_clone);
+        let rank = self.group.rank();
+        self.root.load_full(rank, &get)?;
+        for u in &mut self.layers {
+            u.load_full(rank, &get)?;
+        }
+        if let Some(opt) = self.optimizer.as_mut() {
+            opt.reload_model_params()?;
+            let file = format!("optim_world_size_{}_rank_{}.safetensors", self.group.size(), self.group.rank());
+            let path = dir.join(file);
+            if !path.is_file() {
+                return Err(EngineError::Checkpoint {
+                    path,
+                    msg: "missing (no optimizer state saved at this world size)".into(),
+                });
+            }
+            match opt.load(&path)? {
+                Some(s) => {
+                    s.apply(opt.options_mut());
+                    self.scheduler = Some(s);
+                }
+                None => return Err(EngineError::Checkpoint { path, msg: "no lr scheduler state".into() }),
+            }
+        }
+        Ok(())
+    }
+
+    fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>> {
+        self.full_params()
+    }
+
+    fn dp_size(&self) -> usize {
+        self.group.size()
+    }
+
+    fn dp_rank(&self) -> usize {
+        self.group.rank()
+    }
+}
