@@ -7,14 +7,18 @@
 //! - [`module`]: [`MegatronModule`], the model with its groups and optimizer: micro-batched
 //!   forward/backward through the schedule, gradient finalisation (tied-embedding sum over
 //!   the embedding group, DP reduction), the optimizer step, and export of full weights.
+//! - [`engine`]: [`MegatronEngine`], the [`crate::engine::Engine`] interface over it (what the
+//!   actor, critic and reference workers drive), with checkpoints and weight export.
 //!
 //! The pieces underneath live with their kind: the f/g mappings and the segment-wise backward
 //! in [`crate::dist::mappings`], TP layers and vocab-parallel losses in [`crate::tp`], the
 //! distributed optimizer in [`crate::optim::distrib`].
+pub mod engine;
 pub mod model;
 pub mod module;
 pub mod schedule;
 
+pub use engine::{GroupPolicy, MegatronEngine, MegatronHead, MegatronSettings};
 pub use model::{HeadKind, ParallelModel, ParamInfo, Stage, StageInput};
 pub use module::{MegatronModule, MicroBatch, ModuleOptimizer, ParallelSettings};
 pub use schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};

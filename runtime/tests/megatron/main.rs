@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod engine;
 mod layout;
 mod mappings;
 mod parallel_state;

@@ -1,0 +1,650 @@
+//! [`MegatronEngine`]: the [`Engine`] interface over a [`MegatronModule`] (verl's
+//! `MegatronEngine`): micro-batches through the pipeline schedules, the loss and the heads on
+//! the last stage, the distributed (or replicated) optimizer, the lr schedule, checkpoints,
+//! and full weights for the rollout.
+//!
+//! - Global-batch facts for the loss ([`AggOptions`]) are summed over the DP group, so every
+//!   rank normalises by the whole batch; gradients are then averaged over DP.
+//! - The last pipeline stage computes the head and the loss; its per-micro-batch metrics and
+//!   its forward-only outputs are broadcast to the other stages, so every rank returns the same.
+//! - [`Engine::module`] must return a whole model: the engine keeps a full replica of the model
+//!   (in the parameter dtype), refreshed whenever full weights are gathered
+//!   ([`Engine::per_tensor_params`], after loading). It is what the hybrid engine generates
+//!   with; it costs one full copy of the weights per rank.
+//! - Checkpoints: `huggingface/` (the full model, written by global rank 0, loadable by
+//!   transformers and by any TP/PP layout) plus `optim/rank_{r}.safetensors` (each rank's
+//!   optimizer pieces and the scheduler; reloadable with the same layout and DP size).
+use std::path::{Path, PathBuf};
+
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::algo::AggOptions;
+use crate::dist::mappings::Tape;
+use crate::dist::{ProcessGroup, ProcessGroups, ReduceOp};
+use crate::engine::{
+    Batch, Engine, EngineError, EngineSettings, ForwardOptions, Head, LossFn, Metrics, Parts,
+    SchedulerSettings, StepResult, global_agg_options,
+};
+use crate::model::init::{init_weights, init_weights_where};
+use crate::model::save::{SaveOptions, save_named};
+use crate::model::{CausalLm, ModelConfig, ModelSource, Precision as ParamDtype, ValueModel};
+use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
+use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
+use crate::optim::{
+    LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision as OptimPrecision,
+    ScalerConfig,
+};
+use crate::rollout::LogProbOutput;
+
+use super::model::{HeadKind, ParallelModel};
+use super::module::{MegatronModule, MicroBatch, ParallelSettings};
+use super::{MegatronError, Result as MResult};
+
+type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+impl From<MegatronError> for EngineError {
+    fn from(e: MegatronError) -> Self {
+        match e {
+            MegatronError::Optim(o) => EngineError::Optim(o),
+            MegatronError::Model(m) => EngineError::Model(m),
+            MegatronError::Torch(t) => EngineError::Torch(t),
+            other => EngineError::Config(other.to_string()),
+        }
+    }
+}
+
+/// A head the Megatron engine can run: how the last stage turns final hidden states into
+/// the head's output, and how that output travels between stages.
+pub trait MegatronHead: Head {
+    const KIND: HeadKind;
+    /// The head's output for a micro-batch (sequence tensors as in [`Head::forward`]).
+    fn output(
+        model: &ParallelModel,
+        tape: &mut Tape,
+        hidden: &Tensor,
+        batch: &Batch,
+        opts: &ForwardOptions,
+    ) -> MResult<Self::Output>;
+    /// The output as one f32 tensor `(planes, N, R)`.
+    fn pack(out: &Self::Output) -> MResult<Tensor>;
+    fn unpack(t: &Tensor, opts: &ForwardOptions) -> MResult<Self::Output>;
+    /// Planes of [`pack`](Self::pack).
+    fn planes(opts: &ForwardOptions) -> i64;
+}
+
+/// `(input_ids, response length)` of a batch in verl's layout.
+fn response_len(batch: &Batch) -> MResult<i64> {
+    let bad = |m: String| MegatronError::Config(m);
+    let ids = batch.get("input_ids").map_err(|e| bad(e.to_string()))?;
+    let r = batch
+        .get("responses")
+        .map_err(|e| bad(e.to_string()))?
+        .size()
+        .get(1)
+        .copied()
+        .unwrap_or(0);
+    let t = ids.size().get(1).copied().unwrap_or(0);
+    if r < 1 || r >= t {
+        return Err(bad(format!(
+            "responses of length {r} do not fit sequences of length {t}"
+        )));
+    }
+    Ok(r)
+}
+
+impl MegatronHead for CausalLm {
+    const KIND: HeadKind = HeadKind::CausalLm;
+
+    fn output(
+        model: &ParallelModel,
+        tape: &mut Tape,
+        hidden: &Tensor,
+        batch: &Batch,
+        opts: &ForwardOptions,
+    ) -> MResult<LogProbOutput> {
+        if !(opts.temperature > 0.0) {
+            return Err(MegatronError::Config(format!(
+                "temperature must be positive, got {}",
+                opts.temperature
+            )));
+        }
+        let r = response_len(batch)?;
+        let ids = batch
+            .get("input_ids")
+            .map_err(|e| MegatronError::Config(e.to_string()))?;
+        let t = ids.size()[1];
+        let h = hidden.f_narrow(1, t - r - 1, r)?;
+        let labels = ids.f_narrow(1, t - r, r)?;
+        let out = model.log_probs(tape, &h, &labels, opts.temperature, opts.with_entropy)?;
+        Ok(LogProbOutput {
+            log_probs: out.log_probs,
+            entropy: out.entropy,
+        })
+    }
+
+    fn pack(out: &LogProbOutput) -> MResult<Tensor> {
+        let mut planes = vec![out.log_probs.detach()];
+        planes.extend(out.entropy.as_ref().map(Tensor::detach));
+        Ok(Tensor::f_stack(&planes, 0)?.f_to_kind(Kind::Float)?)
+    }
+
+    fn unpack(t: &Tensor, opts: &ForwardOptions) -> MResult<LogProbOutput> {
+        Ok(LogProbOutput {
+            log_probs: t.f_get(0)?,
+            entropy: if opts.with_entropy {
+                Some(t.f_get(1)?)
+            } else {
+                None
+            },
+        })
+    }
+
+    fn planes(opts: &ForwardOptions) -> i64 {
+        if opts.with_entropy { 2 } else { 1 }
+    }
+}
+
+impl MegatronHead for ValueModel {
+    const KIND: HeadKind = HeadKind::Value;
+
+    fn output(
+        model: &ParallelModel,
+        _tape: &mut Tape,
+        hidden: &Tensor,
+        batch: &Batch,
+        _opts: &ForwardOptions,
+    ) -> MResult<Tensor> {
+        let r = response_len(batch)?;
+        let t = hidden.size()[1];
+        model.values(&hidden.f_narrow(1, t - r - 1, r)?)
+    }
+
+    fn pack(out: &Tensor) -> MResult<Tensor> {
+        Ok(out.detach().f_unsqueeze(0)?.f_to_kind(Kind::Float)?)
+    }
+
+    fn unpack(t: &Tensor, _opts: &ForwardOptions) -> MResult<Tensor> {
+        Ok(t.f_get(0)?)
+    }
+
+    fn planes(_opts: &ForwardOptions) -> i64 {
+        1
+    }
+}
+
+/// Which parameter groups the optimizer gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupPolicy {
+    /// Megatron's standard groups: no weight decay for biases and 1-D params.
+    #[default]
+    Megatron,
+    /// One group (what the single-process engine does), for comparisons with it.
+    Single,
+}
+
+/// What a [`MegatronEngine`] is built from beyond the strategy-neutral [`EngineSettings`].
+#[derive(Debug, Clone, Default)]
+pub struct MegatronSettings {
+    /// The TP/PP/DP groups (`None`: one process).
+    pub groups: Option<ProcessGroups>,
+    pub parallel: ParallelSettings,
+    pub param_groups: GroupPolicy,
+}
+
+const HF_DIR: &str = "huggingface";
+const OPTIM_DIR: &str = "optim";
+
+/// The Megatron engine; see the module docs.
+pub struct MegatronEngine<H: MegatronHead> {
+    module: MegatronModule,
+    replica_vs: VarStore,
+    replica: H,
+    config: ModelConfig,
+    scheduler: Option<LrScheduler>,
+    settings: EngineSettings,
+}
+
+impl<H: MegatronHead> std::fmt::Debug for MegatronEngine<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MegatronEngine")
+            .field("module", &self.module)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+fn optim_precision(p: ParamDtype) -> OptimPrecision {
+    match p {
+        ParamDtype::Fp32 => OptimPrecision::Fp32,
+        ParamDtype::Bf16 => OptimPrecision::Bf16,
+        ParamDtype::Fp16 => OptimPrecision::Fp16,
+    }
+}
+
+impl<H: MegatronHead> MegatronEngine<H> {
+    /// Builds this rank's part of the model (loaded sharded from its checkpoint, or a
+    /// `builtin://` model initialised from `seed` exactly as the single-process engine does),
+    /// its optimizer and scheduler (unless forward-only), and the full replica.
+    pub fn new(settings: EngineSettings, megatron: MegatronSettings) -> Result<Self> {
+        let path = &settings.model_path;
+        let source = ModelSource::parse(path)?;
+        let config = source.config()?;
+        let kind = settings.param_dtype.kind();
+        let mut module = MegatronModule::new(
+            &config,
+            H::KIND,
+            megatron.groups.clone(),
+            settings.device,
+            kind,
+        )?;
+        // The replica is built first: for a built-in model it is initialised from the seed and
+        // is the source of every rank's shard.
+        let mut replica_vs = VarStore::new(settings.device);
+        let replica = H::build(&config, replica_vs.root())
+            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        replica_vs.set_kind(kind);
+        match &source {
+            ModelSource::Builtin(_) => {
+                init_weights(&replica_vs, config.initializer_range, settings.seed)?;
+                let named: Vec<(String, Tensor)> = replica_vs.variables().into_iter().collect();
+                module.load_full(&named)?;
+            }
+            ModelSource::Dir(dir) => {
+                let report = module.load_pretrained(dir, &H::fresh_prefixes())?;
+                let fresh = report.missing;
+                // Fresh (value-head) params are replicated, and the init is seeded by name.
+                init_weights_where(&module.vs, config.initializer_range, settings.seed, |n| {
+                    fresh.iter().any(|m| m == n)
+                })?;
+            }
+        }
+        let scheduler = match &settings.optim {
+            None => {
+                module.vs.freeze();
+                None
+            }
+            Some(o) => {
+                let precision = optim_precision(settings.param_dtype);
+                let cfg = OptimizerConfig {
+                    precision,
+                    inner: o.inner,
+                    clip_grad: o.clip_grad,
+                    grad_norm_skip_threshold: f64::INFINITY,
+                    skip_nonfinite_grad_norm: true,
+                    log_num_zeros_in_grad: false,
+                    scaler: (precision == OptimPrecision::Fp16)
+                        .then(ScalerConfig::megatron_dynamic),
+                    offload_fraction: if o.offload { 1.0 } else { 0.0 },
+                };
+                let (lr, wd) = (o.lr, o.weight_decay);
+                let min_lr = match o.scheduler {
+                    SchedulerSettings::Megatron(c) => c.min_lr,
+                    SchedulerSettings::Verl(_) => 0.0,
+                };
+                let policy = megatron.param_groups;
+                let make = move |params: Vec<NamedParam>| -> Vec<ParamGroup> {
+                    match policy {
+                        GroupPolicy::Single => single_group(params, lr, wd),
+                        GroupPolicy::Megatron => megatron_param_groups(
+                            params,
+                            &MegatronGroupsConfig {
+                                lr,
+                                min_lr,
+                                weight_decay: wd,
+                                decoupled_lr: None,
+                                decoupled_min_lr: None,
+                                apply_wd_to_qk_layernorm: false,
+                            },
+                        ),
+                    }
+                };
+                module.build_optimizer(cfg, make, megatron.parallel)?;
+                let opt = module
+                    .inner_optimizer_mut()
+                    .ok_or_else(|| EngineError::Config("the optimizer was not built".into()))?;
+                Some(match o.scheduler {
+                    SchedulerSettings::Verl(c) => {
+                        LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?)
+                    }
+                    SchedulerSettings::Megatron(c) => {
+                        LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?)
+                    }
+                })
+            }
+        };
+        let mut engine = MegatronEngine {
+            module,
+            replica_vs,
+            replica,
+            config,
+            scheduler,
+            settings,
+        };
+        if matches!(source, ModelSource::Dir(_)) {
+            engine.refresh_replica()?;
+        }
+        Ok(engine)
+    }
+
+    pub fn megatron_module(&self) -> &MegatronModule {
+        &self.module
+    }
+
+    pub fn model_config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn groups(&self) -> Option<&ProcessGroups> {
+        self.module.groups()
+    }
+
+    fn pp(&self) -> Option<&ProcessGroup> {
+        self.groups().map(|g| &g.pp).filter(|g| g.size() > 1)
+    }
+
+    /// Gathers the full weights into the replica; returns them.
+    fn refresh_replica(&mut self) -> Result<Vec<(String, Tensor)>> {
+        let full = self.module.full_params()?;
+        copy_into(&self.replica_vs, &full)?;
+        Ok(full)
+    }
+
+    /// The global-batch normalisation: this rank's counts summed over DP.
+    fn agg_options(&self, batch: &Batch) -> Result<AggOptions> {
+        let local = global_agg_options(batch, self.dp_size(), self.settings.loss_scale_factor)?;
+        let Some(dp) = self.groups().map(|g| &g.dp).filter(|g| g.size() > 1) else {
+            return Ok(local);
+        };
+        let counts = Tensor::from_slice(&[
+            local.batch_num_tokens.unwrap_or(0.0),
+            local.global_batch_size.unwrap_or(0.0),
+        ]);
+        dp.all_reduce(&counts, ReduceOp::Sum)
+            .map_err(MegatronError::from)?;
+        let (tokens, seqs) = (counts.f_double_value(&[0])?, counts.f_double_value(&[1])?);
+        Ok(AggOptions {
+            batch_num_tokens: (tokens > 0.0).then_some(tokens),
+            global_batch_size: (seqs > 0.0).then_some(seqs),
+            ..local
+        })
+    }
+
+    /// Sends the last stage's metrics to every stage of the pipeline.
+    fn broadcast_metrics(&self, metrics: Vec<Metrics>) -> Result<Vec<Metrics>> {
+        let Some(pp) = self.pp() else {
+            return Ok(metrics);
+        };
+        let last = pp.size() - 1;
+        let bytes = if pp.rank() == last {
+            serde_json::to_vec(&metrics)
+                .map_err(|e| EngineError::Config(format!("metrics: {e}")))?
+        } else {
+            Vec::new()
+        };
+        let len = Tensor::from_slice(&[bytes.len() as i64]);
+        pp.broadcast(&len, last).map_err(MegatronError::from)?;
+        let n = len.f_int64_value(&[0])?;
+        let buf = if pp.rank() == last {
+            Tensor::from_slice(&bytes)
+        } else {
+            Tensor::f_zeros([n], (Kind::Uint8, Device::Cpu))?
+        };
+        pp.broadcast(&buf, last).map_err(MegatronError::from)?;
+        let len = usize::try_from(n).unwrap_or(0);
+        let mut out = vec![0u8; len];
+        buf.f_copy_data_u8(&mut out, len)?;
+        serde_json::from_slice(&out).map_err(|e| EngineError::Config(format!("metrics: {e}")))
+    }
+
+    fn micro_batches(
+        batch: &Batch,
+        micro_batch_size: usize,
+    ) -> Result<(Vec<Batch>, Vec<MicroBatch>)> {
+        let parts = batch.split(micro_batch_size)?;
+        let mbs = parts
+            .iter()
+            .map(|b| {
+                Ok(MicroBatch {
+                    input_ids: b.get("input_ids")?.shallow_clone(),
+                    position_ids: b.get("position_ids")?.shallow_clone(),
+                    attention_mask: Some(b.get("attention_mask")?.shallow_clone()),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((parts, mbs))
+    }
+
+    fn ck(path: &Path, msg: impl std::fmt::Display) -> EngineError {
+        EngineError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: msg.to_string(),
+        }
+    }
+
+    fn world_rank(&self) -> usize {
+        self.groups().map_or(0, |g| g.world.rank())
+    }
+
+    fn optim_file(&self, dir: &Path) -> PathBuf {
+        dir.join(OPTIM_DIR)
+            .join(format!("rank_{}.safetensors", self.world_rank()))
+    }
+
+    fn barrier(&self) -> Result<()> {
+        if let Some(g) = self.groups() {
+            g.world.barrier().map_err(MegatronError::from)?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies full tensors into the variables of the same name.
+fn copy_into(vs: &VarStore, named: &[(String, Tensor)]) -> Result<()> {
+    let vars = vs.variables();
+    tch::no_grad(|| -> Result<()> {
+        for (name, t) in named {
+            if let Some(v) = vars.get(name) {
+                v.shallow_clone().f_copy_(t)?;
+            }
+        }
+        Ok(())
+    })?;
+    if let Some(missing) = vars.keys().find(|k| !named.iter().any(|(n, _)| n == *k)) {
+        return Err(EngineError::Config(format!(
+            "the gathered weights lack `{missing}`"
+        )));
+    }
+    Ok(())
+}
+
+impl<H: MegatronHead> Engine for MegatronEngine<H> {
+    type Head = H;
+
+    fn module(&self) -> &H {
+        &self.replica
+    }
+
+    fn forward_backward(
+        &mut self,
+        batch: &Batch,
+        micro_batch_size: usize,
+        fwd: &ForwardOptions,
+        loss: &mut LossFn<'_, H::Output>,
+    ) -> Result<Vec<Metrics>> {
+        if self.module.inner_optimizer().is_none() {
+            return Err(EngineError::Config(
+                "this engine is forward-only (no optimizer)".into(),
+            ));
+        }
+        let agg = self.agg_options(batch)?;
+        let (parts, mbs) = Self::micro_batches(batch, micro_batch_size)?;
+        let mut metrics = Vec::with_capacity(parts.len());
+        let mut failure: Option<EngineError> = None;
+        {
+            let mut head = |mb: usize,
+                            model: &ParallelModel,
+                            tape: &mut Tape,
+                            hidden: &Tensor|
+             -> MResult<Tensor> {
+                let part = parts
+                    .get(mb)
+                    .ok_or_else(|| MegatronError::Config(format!("no micro-batch {mb}")))?;
+                let out = H::output(model, tape, hidden, part, fwd)?;
+                match loss(part, out, &agg) {
+                    Ok(micro) => {
+                        metrics.push(micro.metrics);
+                        Ok(micro.loss)
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        failure = Some(e);
+                        Err(MegatronError::Config(msg))
+                    }
+                }
+            };
+            if let Err(e) = self.module.forward_backward(&mbs, &mut head) {
+                return Err(failure.take().unwrap_or_else(|| e.into()));
+            }
+        }
+        self.broadcast_metrics(metrics)
+    }
+
+    fn infer_batch(
+        &mut self,
+        batch: &Batch,
+        micro_batch_size: usize,
+        fwd: &ForwardOptions,
+    ) -> Result<Vec<H::Output>> {
+        let (parts, mbs) = Self::micro_batches(batch, micro_batch_size)?;
+        let planes = H::planes(fwd);
+        let shapes: Vec<Vec<i64>> = parts
+            .iter()
+            .map(|p| Ok(vec![planes, p.rows(), response_len(p)?]))
+            .collect::<MResult<_>>()?;
+        let mut head = |mb: usize,
+                        model: &ParallelModel,
+                        tape: &mut Tape,
+                        hidden: &Tensor|
+         -> MResult<Tensor> {
+            let part = parts
+                .get(mb)
+                .ok_or_else(|| MegatronError::Config(format!("no micro-batch {mb}")))?;
+            H::pack(&H::output(model, tape, hidden, part, fwd)?)
+        };
+        let shape_of = |mb: usize| shapes.get(mb).cloned().unwrap_or_default();
+        let packed = self.module.forward_only(&mbs, &shape_of, &mut head)?;
+        packed.iter().map(|t| Ok(H::unpack(t, fwd)?)).collect()
+    }
+
+    fn optimizer_zero_grad(&mut self) -> Result<()> {
+        Ok(self.module.zero_grad()?)
+    }
+
+    fn optimizer_step(&mut self) -> Result<StepResult> {
+        let outcome = self.module.step()?;
+        Ok(StepResult {
+            grad_norm: outcome.grad_norm,
+            update_successful: outcome.update_successful,
+        })
+    }
+
+    fn lr_scheduler_step(&mut self) -> Result<f64> {
+        let sched = self.scheduler.as_mut().ok_or_else(|| {
+            EngineError::Config("this engine is forward-only (no lr scheduler)".into())
+        })?;
+        let opt = self.module.inner_optimizer_mut().ok_or_else(|| {
+            EngineError::Config("this engine is forward-only (no optimizer)".into())
+        })?;
+        sched.step(1, opt.options_mut());
+        Ok(self.lr())
+    }
+
+    fn lr(&self) -> f64 {
+        self.module
+            .inner_optimizer()
+            .and_then(Optimizer::canonical_lr)
+            .unwrap_or(0.0)
+    }
+
+    fn train_mode(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn eval_mode(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn to(&mut self, device: Device, parts: Parts) -> Result<()> {
+        if parts.model && device != self.settings.device {
+            return Err(EngineError::Config(format!(
+                "the Megatron engine keeps its model shards on {:?}; moving them to {device:?} is not supported yet",
+                self.settings.device
+            )));
+        }
+        if parts.grad && device == Device::Cpu {
+            self.module.zero_grad()?;
+        }
+        Ok(())
+    }
+
+    fn save_checkpoint(&self, dir: &Path) -> Result<()> {
+        // Collective: every rank takes part in gathering the full weights.
+        let full = self.module.full_params()?;
+        if self.world_rank() == 0 {
+            std::fs::create_dir_all(dir).map_err(|e| Self::ck(dir, e))?;
+            let arch = H::architecture(&self.config).map_err(|e| Self::ck(dir, e))?;
+            save_named(
+                &full,
+                &self.config,
+                arch,
+                &dir.join(HF_DIR),
+                &SaveOptions::default(),
+            )?;
+        }
+        if self.module.inner_optimizer().is_some() {
+            let file = self.optim_file(dir);
+            if let Some(parent) = file.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| Self::ck(parent, e))?;
+            }
+            self.module.save_optimizer(&file, self.scheduler.as_ref())?;
+        }
+        self.barrier()
+    }
+
+    fn load_checkpoint(&mut self, dir: &Path) -> Result<()> {
+        let hf = dir.join(HF_DIR);
+        self.module.load_pretrained(&hf, &[])?;
+        if self.module.inner_optimizer().is_some() {
+            let path = self.optim_file(dir);
+            if !path.is_file() {
+                return Err(Self::ck(
+                    &path,
+                    "missing (the checkpoint has no optimizer state for this rank)",
+                ));
+            }
+            let sched = self.module.load_optimizer(&path)?;
+            let s = sched.ok_or_else(|| Self::ck(&path, "no lr scheduler state"))?;
+            if let Some(opt) = self.module.inner_optimizer_mut() {
+                s.apply(opt.options_mut());
+            }
+            self.scheduler = Some(s);
+        }
+        self.refresh_replica()?;
+        Ok(())
+    }
+
+    fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>> {
+        let full = self.module.full_params()?;
+        copy_into(&self.replica_vs, &full)?;
+        Ok(full)
+    }
+
+    fn dp_size(&self) -> usize {
+        self.module.dp_rank_size().1
+    }
+
+    fn dp_rank(&self) -> usize {
+        self.module.dp_rank_size().0
+    }
+}

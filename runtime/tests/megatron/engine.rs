@@ -1,0 +1,265 @@
+//! The Megatron engine behind verl's actor worker: PPO updates with TP=2, PP=2 and DP=2
+//! (2 Gloo ranks) give the single-process engine's metrics, log-probs and weights; its
+//! checkpoint restores an identical continuation.
+use runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
+use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
+use runtime::engine::{
+    Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine,
+};
+use runtime::megatron::{GroupPolicy, MegatronEngine, MegatronSettings, ParallelSettings};
+use runtime::model::{CausalLm, Precision};
+use runtime::optim::distrib::LayoutOptions;
+use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
+use runtime::optim::{AdamWConfig, InnerConfig};
+use runtime::rollout::{SamplingParams, StopTokens};
+use runtime::workers::actor::{Actor, ActorSettings};
+use tch::{Device, Kind, Tensor};
+
+use crate::rank_test;
+
+const MODEL: &str = "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&intermediate=48";
+const ROWS: i64 = 16;
+
+fn engine_settings() -> EngineSettings {
+    EngineSettings {
+        model_path: MODEL.into(),
+        device: Device::Cpu,
+        param_dtype: Precision::Fp32,
+        seed: 7,
+        optim: Some(OptimSettings {
+            inner: InnerConfig::AdamW(AdamWConfig::default()),
+            lr: 1e-2,
+            weight_decay: 0.01,
+            clip_grad: 1.0,
+            offload: false,
+            scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
+                schedule: VerlSchedule::Cosine {
+                    min_lr_ratio: 0.1,
+                    num_cycles: 0.5,
+                },
+                lr_warmup_steps: 0,
+                lr_warmup_steps_ratio: 0.0,
+                total_training_steps: 10,
+            }),
+        }),
+        loss_scale_factor: None,
+    }
+}
+
+fn actor_settings(mini: usize) -> ActorSettings {
+    ActorSettings {
+        ppo_mini_batch_size: mini,
+        ppo_micro_batch_size: 4,
+        log_prob_micro_batch_size: 4,
+        ppo_epochs: 2,
+        shuffle: false,
+        data_loader_seed: 1,
+        loss_mode: PolicyLossMode::Vanilla,
+        policy_loss: PolicyLossConfig::default(),
+        loss_agg_mode: LossAggMode::TokenMean,
+        entropy_coeff: 0.01,
+        calculate_entropy: true,
+        use_kl_loss: true,
+        kl_loss_coef: 0.1,
+        kl_loss_type: "k3+".parse::<KlEstimator>().unwrap(),
+        temperature: 1.0,
+    }
+}
+
+fn megatron_engine(
+    world: &ProcessGroup,
+    (tp, pp, dp): (usize, usize, usize),
+) -> MegatronEngine<CausalLm> {
+    let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
+    let groups = ProcessGroups::new(world, &layout).unwrap();
+    let settings = MegatronSettings {
+        groups: Some(groups),
+        parallel: ParallelSettings {
+            use_distributed_optimizer: true,
+            layout: LayoutOptions::default(),
+        },
+        param_groups: GroupPolicy::Single,
+    };
+    MegatronEngine::new(engine_settings(), settings).unwrap()
+}
+
+/// 16 generated responses with old/ref log-probs and advantages (from the single engine).
+fn batch(single: &mut Actor<SingleEngine<CausalLm>>) -> Batch {
+    let cfg = single.engine.model_config().clone();
+    let mut worker =
+        runtime::workers::rollout::RolloutWorker::new(&cfg, Precision::Fp32, Device::Cpu).unwrap();
+    worker
+        .update_weights(&single.engine.per_tensor_params().unwrap())
+        .unwrap();
+    let prompts: Vec<Vec<i64>> = (0..4).map(|i| vec![1, 5 + i, 6, 7 + i, 8]).collect();
+    let params = SamplingParams {
+        n: 4,
+        max_new_tokens: 6,
+        seed: 3,
+        ..SamplingParams::default()
+    };
+    let out = worker
+        .generate(
+            &prompts,
+            &params,
+            &StopTokens {
+                eos: vec![2],
+                pad: 0,
+            },
+        )
+        .unwrap();
+    let mut b = Batch::new();
+    b.insert("input_ids", out.input_ids).unwrap();
+    b.insert("attention_mask", out.attention_mask).unwrap();
+    b.insert("position_ids", out.position_ids).unwrap();
+    b.insert("responses", out.responses).unwrap();
+    b.insert("response_mask", out.response_mask.to_kind(Kind::Float))
+        .unwrap();
+    let (old, _) = single.compute_log_prob(&b).unwrap();
+    b.insert("ref_log_prob", (&old - 0.05).detach()).unwrap();
+    b.insert("old_log_probs", old).unwrap();
+    let r = b.get("responses").unwrap().size()[1];
+    let adv: Vec<f32> = (0..ROWS * r)
+        .map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0)
+        .collect();
+    let adv = Tensor::from_slice(&adv).view([ROWS, r]);
+    b.insert("advantages", adv * b.get("response_mask").unwrap())
+        .unwrap();
+    b
+}
+
+fn max_param_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
+    let mut worst: f64 = 0.0;
+    for (name, x) in a {
+        let (_, y) = b
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("missing {name}"));
+        worst = worst.max((x - y).abs().max().double_value(&[]));
+    }
+    assert_eq!(a.len(), b.len());
+    worst
+}
+
+/// Runs 3 PPO updates on the single engine and on the Megatron engine (this rank's share of
+/// the batch when DP > 1) and compares.
+fn compare_with_single(
+    world: &ProcessGroup,
+    dims: (usize, usize, usize),
+) -> Actor<MegatronEngine<CausalLm>> {
+    let dp = dims.2;
+    let mut single = Actor::new(
+        SingleEngine::new(engine_settings()).unwrap(),
+        actor_settings(16),
+    )
+    .unwrap();
+    let full = batch(&mut single);
+    let mut mega = Actor::new(megatron_engine(world, dims), actor_settings(16 / dp)).unwrap();
+    let dp_rank = mega.engine.dp_rank() as i64;
+    let rank_rows = |b: &Batch| {
+        let n = ROWS / dp as i64;
+        b.narrow(dp_rank * n, n).unwrap()
+    };
+    let local = rank_rows(&full);
+    // Forward-only log-probs and entropy (the broadcast path under PP).
+    let (lp_s, ent_s) = single.compute_log_prob(&full).unwrap();
+    let (lp_m, ent_m) = mega.compute_log_prob(&local).unwrap();
+    let (lp_s, ent_s) = (
+        rank_rows(&Batch::new().with("a", lp_s).unwrap()),
+        rank_rows(&Batch::new().with("a", ent_s).unwrap()),
+    );
+    let d = (lp_s.get("a").unwrap() - &lp_m)
+        .abs()
+        .max()
+        .double_value(&[]);
+    let e = (ent_s.get("a").unwrap() - &ent_m)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(
+        d < 1e-5 && e < 1e-5,
+        "log-probs differ by {d}, entropy by {e}"
+    );
+    for step in 1..=3 {
+        let ms = single.update_policy(&full, step).unwrap();
+        let mm = mega.update_policy(&local, step).unwrap();
+        for key in ["actor/grad_norm", "actor/lr"] {
+            let (a, b) = (ms[key], mm[key]);
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                "step {step}: {key} {a} vs {b}"
+            );
+        }
+        if dp == 1 {
+            // Loss metrics are this rank's shares of the batch loss: equal without DP.
+            for key in ["actor/pg_loss", "actor/kl_loss", "actor/entropy_loss"] {
+                let (a, b) = (ms[key], mm[key]);
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                    "step {step}: {key} {a} vs {b}"
+                );
+            }
+        }
+    }
+    let (ps, pm) = (
+        single.engine.per_tensor_params().unwrap(),
+        mega.engine.per_tensor_params().unwrap(),
+    );
+    let d = max_param_diff(&ps, &pm);
+    eprintln!("{dims:?}: weights differ by {d:e} after 3 updates");
+    assert!(d < 1e-4, "weights differ by {d}");
+    // The replica (module()) follows the gathered weights.
+    let replica = mega.engine.module().model.embed_tokens.shallow_clone();
+    let (_, emb) = pm
+        .iter()
+        .find(|(n, _)| n == "model.embed_tokens.weight")
+        .unwrap();
+    assert_eq!((&replica - emb).abs().max().double_value(&[]), 0.0);
+    mega
+}
+
+rank_test!(actor_tp2_matches_single_engine, 2, |world| {
+    let mut mega = compare_with_single(&world, (2, 1, 1));
+    // Checkpoint: a fresh engine restored from it continues identically.
+    let port = std::env::var("MASTER_PORT").unwrap();
+    let dir = std::env::temp_dir().join(format!("verlc-megatron-engine-ckpt-{port}"));
+    mega.engine.save_checkpoint(&dir).unwrap();
+    let mut restored = Actor::new(megatron_engine(&world, (2, 1, 1)), actor_settings(16)).unwrap();
+    restored.engine.load_checkpoint(&dir).unwrap();
+    assert_eq!(
+        max_param_diff(
+            &mega.engine.per_tensor_params().unwrap(),
+            &restored.engine.per_tensor_params().unwrap()
+        ),
+        0.0
+    );
+    assert_eq!(mega.engine.lr(), restored.engine.lr());
+    let mut single = Actor::new(
+        SingleEngine::new(engine_settings()).unwrap(),
+        actor_settings(16),
+    )
+    .unwrap();
+    let b = batch(&mut single);
+    let m1 = mega.update_policy(&b, 4).unwrap();
+    let m2 = restored.update_policy(&b, 4).unwrap();
+    assert_eq!(m1, m2, "identical continuation");
+    assert_eq!(
+        max_param_diff(
+            &mega.engine.per_tensor_params().unwrap(),
+            &restored.engine.per_tensor_params().unwrap()
+        ),
+        0.0
+    );
+    world.barrier().unwrap();
+    if world.rank() == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+});
+
+rank_test!(actor_pp2_matches_single_engine, 2, |world| {
+    compare_with_single(&world, (1, 2, 1));
+});
+
+rank_test!(actor_dp2_matches_single_engine, 2, |world| {
+    compare_with_single(&world, (1, 1, 2));
+});
