@@ -213,3 +213,38 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     let ratio = m.sharded_total() as f64 / total1 as f64;
     assert!((0.45..=0.55).contains(&ratio), "ratio {ratio}");
 });
+
+rank_test!(fsdp_sharded_checkpoint_resumes_at_world_size_2_and_1, 2, |pg| {
+    let dir = std::env::temp_dir().join(format!("verlc-fsdp-ckpt-{}", std::os::unix::process::parent_id()));
+    let half = STEPS / 2;
+    let fresh = |group: &ProcessGroup| {
+        FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Precision::Fp32, false)), group.clone()).expect("fsdp")
+    };
+    // Uninterrupted at world size 2, saving half way.
+    let mut a = fresh(&pg);
+    let batch = my_rows(&pg);
+    for _ in 0..half {
+        train_step(&mut a, &batch, Some(&pg));
+    }
+    a.save_checkpoint(&dir).expect("save");
+    let want: Vec<f64> = (0..half).map(|_| train_step(&mut a, &batch, Some(&pg))).collect();
+    // Resumed at world size 2.
+    let mut b = fresh(&pg);
+    b.load_checkpoint(&dir).expect("load at world size 2");
+    let got: Vec<f64> = (0..half).map(|_| train_step(&mut b, &batch, Some(&pg))).collect();
+    assert_close("resumed loss (world size 2)", &got, &want, 1e-6);
+    // Resumed at world size 1 (each rank alone, on all rows).
+    let me = pg.rank();
+    let alone = pg.split(&[vec![0], vec![1]]).expect("split").expect("own group");
+    assert_eq!((alone.size(), alone.rank()), (1, 0));
+    let mut c = fresh(&alone);
+    c.load_checkpoint(&dir).expect("load at world size 1");
+    let full = full_batch();
+    let got1: Vec<f64> = (0..half).map(|_| train_step(&mut c, &full, None)).collect();
+    assert_close("resumed loss (world size 1)", &got1, &want, 2e-5);
+    assert_weights(&c.full_params().expect("params"), &a.full_params().expect("params"), 2e-5);
+    pg.barrier().expect("barrier");
+    if me == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+});

@@ -25,6 +25,7 @@
 //! Offload: `param_offload` keeps the shards (and their grads) in host memory, gathered to the
 //! device per unit; `optimizer_offload` keeps the optimizer's main copy and state on the host.
 
+pub mod ckpt;
 pub mod head;
 pub mod unit;
 
@@ -504,8 +505,7 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         }
         if let Some(opt) = &self.optimizer {
             std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
-            let file = format!("optim_world_size_{}_rank_{}.safetensors", self.group.size(), self.group.rank());
-            opt.save(&dir.join(file), self.scheduler.as_ref())?;
+            opt.save(&ckpt::optim_file(dir, self.group.size(), self.group.rank()), self.scheduler.as_ref())?;
         }
         self.group.barrier().map_err(FsdpError::from)?;
         Ok(())
@@ -529,17 +529,25 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         for u in &mut self.layers {
             u.load_full(rank, &get)?;
         }
+        let numel: std::collections::HashMap<String, i64> =
+            self.units().map(|u| (format!("fsdp.{}", u.name()), u.numel())).collect();
+        let (world, rank) = (self.group.size(), self.group.rank());
         if let Some(opt) = self.optimizer.as_mut() {
             opt.reload_model_params()?;
-            let file = format!("optim_world_size_{}_rank_{}.safetensors", self.group.size(), self.group.rank());
-            let path = dir.join(file);
-            if !path.is_file() {
-                return Err(EngineError::Checkpoint {
-                    path,
-                    msg: "missing (no optimizer state saved at this world size)".into(),
-                });
+            let old = ckpt::saved_world_size(dir)?;
+            let (path, temp) = if old == world {
+                (ckpt::optim_file(dir, world, rank), false)
+            } else {
+                let tmp = std::env::temp_dir()
+                    .join(format!("verlc-fsdp-reshard-{}-{rank}.safetensors", std::process::id()));
+                ckpt::reshard(dir, old, world, rank, &numel, &tmp)?;
+                (tmp, true)
+            };
+            let loaded = opt.load(&path);
+            if temp {
+                let _ = std::fs::remove_file(&path);
             }
-            match opt.load(&path)? {
+            match loaded? {
                 Some(s) => {
                     s.apply(opt.options_mut());
                     self.scheduler = Some(s);
