@@ -146,13 +146,34 @@ fn fsdp_run(pg: &ProcessGroup, dtype: Precision, offload: bool) -> (Vec<f64>, Fs
 }
 
 rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
-    let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
+    let (ref_losses, ref_w, single) = single_run(Precision::Fp32);
     assert!(ref_losses[STEPS - 1] < ref_losses[0] * 0.8, "the reference does not learn: {ref_losses:?}");
-    let (losses, e) = fsdp_run(&pg, Precision::Fp32, false);
+    let (losses, mut e) = fsdp_run(&pg, Precision::Fp32, false);
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
     // The module holds no full parameters outside the engine's passes.
     assert_eq!(e.module().model.embed_tokens.numel(), 0);
+    // Hybrid engine: full weights for rollout, then freed again.
+    e.summon_full_params().expect("summon");
+    let b = full_batch();
+    let (ids, pos, mask) = (b.get("input_ids").unwrap(), b.get("position_ids").unwrap(), b.get("attention_mask").unwrap());
+    let got = e.module().forward(ids, pos, Some(mask), None);
+    let want = single.module().forward(ids, pos, Some(mask), None);
+    let d = (got - want).abs().max().double_value(&[]);
+    assert!(d < 1e-4, "rollout logits differ by {d}");
+    e.reshard().expect("reshard");
+    assert_eq!(e.module().model.embed_tokens.numel(), 0);
+});
+
+rank_test!(fsdp_hybrid_shard_matches_single_engine, 4, |pg| {
+    let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
+    let mut e = FsdpEngine::<CausalLm>::with_mesh(FsdpSettings::new(settings(Precision::Fp32, false)), pg.clone(), 2)
+        .expect("hybrid fsdp");
+    assert_eq!((e.dp_size(), e.group().size()), (4, 2));
+    let batch = my_rows(&pg);
+    let losses: Vec<f64> = (0..STEPS).map(|_| train_step(&mut e, &batch, Some(&pg))).collect();
+    assert_close("loss", &losses, &ref_losses, 2e-5);
+    assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
 });
 
 rank_test!(fsdp_bf16_matches_single_engine, 2, |pg| {

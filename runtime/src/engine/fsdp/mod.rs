@@ -112,7 +112,13 @@ pub struct FsdpEngine<H: FsdpHead> {
     config: ModelConfig,
     root: FlatUnit,
     layers: Vec<FlatUnit>,
+    /// The group parameters are sharded over (FULL_SHARD: all data-parallel ranks;
+    /// HYBRID_SHARD: `fsdp_size` consecutive ranks).
     group: ProcessGroup,
+    /// HYBRID_SHARD: the ranks holding the same shard (gradients are averaged over it).
+    replicate: Option<ProcessGroup>,
+    /// Every data-parallel rank (batch statistics, micro-batch counts).
+    dp: ProcessGroup,
     optimizer: Option<Optimizer>,
     scheduler: Option<LrScheduler>,
     settings: FsdpSettings,
@@ -137,9 +143,37 @@ fn layer_of(name: &str) -> Option<usize> {
 }
 
 impl<H: FsdpHead> FsdpEngine<H> {
-    /// Builds the model as the single engine does (same weights on every rank), then shards
-    /// every unit over `group` and frees the full parameters.
+    /// FULL_SHARD over `group`: builds the model as the single engine does (same weights on
+    /// every rank), then shards every unit over `group` and frees the full parameters.
     pub fn new(settings: FsdpSettings, group: ProcessGroup) -> Result<Self> {
+        Self::with_mesh(settings, group, -1)
+    }
+
+    /// verl's device mesh: `fsdp_size < 0` or `>= world` shards over all of `dp`
+    /// (FULL_SHARD); otherwise HYBRID_SHARD: mesh `(world / fsdp_size, fsdp_size)`, parameters
+    /// sharded over each block of `fsdp_size` consecutive ranks and replicated across blocks.
+    pub fn with_mesh(settings: FsdpSettings, dp: ProcessGroup, fsdp_size: i64) -> Result<Self> {
+        let world = dp.size();
+        let (group, replicate) = if fsdp_size < 0 || fsdp_size as usize >= world {
+            (dp.clone(), None)
+        } else {
+            let f = fsdp_size as usize;
+            if f == 0 || world % f != 0 {
+                return Err(EngineError::Config(format!(
+                    "fsdp_size {fsdp_size} must divide the data-parallel size {world}"
+                )));
+            }
+            let blocks: Vec<Vec<usize>> = (0..world / f).map(|b| (b * f..(b + 1) * f).collect()).collect();
+            let strides: Vec<Vec<usize>> = (0..f).map(|i| (i..world).step_by(f).collect()).collect();
+            let missing = |what: &str| EngineError::Config(format!("this rank is in no {what} group"));
+            let shard = dp.split(&blocks).map_err(FsdpError::from)?.ok_or_else(|| missing("shard"))?;
+            let rep = dp.split(&strides).map_err(FsdpError::from)?.ok_or_else(|| missing("replicate"))?;
+            (shard, Some(rep))
+        };
+        Self::build(settings, group, replicate, dp)
+    }
+
+    fn build(settings: FsdpSettings, group: ProcessGroup, replicate: Option<ProcessGroup>, dp: ProcessGroup) -> Result<Self> {
         let es = &settings.engine;
         if es.param_dtype == ParamDtype::Fp16 {
             return Err(EngineError::Config(
@@ -189,6 +223,8 @@ impl<H: FsdpHead> FsdpEngine<H> {
             root,
             layers,
             group,
+            replicate,
+            dp,
             optimizer: None,
             scheduler: None,
             settings,
@@ -268,7 +304,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
     /// number of micro-batches.
     fn check_micro_batches(&self, n: usize) -> Result<()> {
         let t = Tensor::from_slice(&[n as f64, -(n as f64)]);
-        self.group.all_reduce(&t, ReduceOp::Max).map_err(FsdpError::from)?;
+        self.dp.all_reduce(&t, ReduceOp::Max).map_err(FsdpError::from)?;
         let (max, min) = (t.f_double_value(&[0])?, -t.f_double_value(&[1])?);
         if max != min {
             return Err(EngineError::Batch(format!(
@@ -280,9 +316,9 @@ impl<H: FsdpHead> FsdpEngine<H> {
 
     /// verl's `global_batch_info`: valid tokens and non-empty sequences summed over the group.
     fn global_agg(&self, batch: &Batch) -> Result<crate::algo::AggOptions> {
-        let mut agg = global_agg_options(batch, self.group.size(), self.settings.engine.loss_scale_factor)?;
+        let mut agg = global_agg_options(batch, self.dp.size(), self.settings.engine.loss_scale_factor)?;
         let t = Tensor::from_slice(&[batch.num_tokens()?, batch.num_nonempty()?]);
-        self.group.all_reduce(&t, ReduceOp::Sum).map_err(FsdpError::from)?;
+        self.dp.all_reduce(&t, ReduceOp::Sum).map_err(FsdpError::from)?;
         let (tokens, seqs) = (t.f_double_value(&[0])?, t.f_double_value(&[1])?);
         agg.batch_num_tokens = (tokens > 0.0).then_some(tokens);
         agg.global_batch_size = (seqs > 0.0).then_some(seqs);
@@ -455,6 +491,11 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
     }
 
     fn optimizer_step(&mut self) -> Result<StepResult> {
+        if let Some(rep) = &self.replicate {
+            // HYBRID_SHARD: average the accumulated shard gradients over the replicas.
+            let grads: Vec<Tensor> = self.units().map(|u| u.shard().grad()).filter(Tensor::defined).collect();
+            rep.all_reduce_many(&grads, ReduceOp::Avg).map_err(FsdpError::from)?;
+        }
         let group = self.group.clone();
         let opt = self.optimizer_mut()?;
         let outcome = opt.step(Some(&group))?;
@@ -498,16 +539,17 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
         let ck = |msg: String| EngineError::Checkpoint { path: dir.to_path_buf(), msg };
         let full = self.full_params()?;
-        if self.group.rank() == 0 {
+        if self.dp.rank() == 0 {
             std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
             let arch = H::architecture(&self.config).map_err(ck)?;
             save_named(&full, &self.config, arch, &dir.join(HF_DIR), &SaveOptions::default())?;
         }
-        if let Some(opt) = &self.optimizer {
+        let first_replica = self.replicate.as_ref().is_none_or(|r| r.rank() == 0);
+        if let Some(opt) = self.optimizer.as_ref().filter(|_| first_replica) {
             std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
             opt.save(&ckpt::optim_file(dir, self.group.size(), self.group.rank()), self.scheduler.as_ref())?;
         }
-        self.group.barrier().map_err(FsdpError::from)?;
+        self.dp.barrier().map_err(FsdpError::from)?;
         Ok(())
     }
 
@@ -563,10 +605,10 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
     }
 
     fn dp_size(&self) -> usize {
-        self.group.size()
+        self.dp.size()
     }
 
     fn dp_rank(&self) -> usize {
-        self.group.rank()
+        self.dp.rank()
     }
 }
