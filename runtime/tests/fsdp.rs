@@ -269,3 +269,17 @@ rank_test!(fsdp_sharded_checkpoint_resumes_at_world_size_2_and_1, 2, |pg| {
         let _ = std::fs::remove_dir_all(&dir);
     }
 });
+
+rank_test!(fsdp_without_reshard_after_forward_matches_single_engine, 2, |pg| {
+    let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
+    let mut s = FsdpSettings::new(settings(Precision::Fp32, false));
+    s.reshard_after_forward = false;
+    let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
+    let batch = my_rows(&pg);
+    let losses: Vec<f64> = (0..STEPS).map(|_| train_step(&mut e, &batch, Some(&pg))).collect();
+    assert_close("loss", &losses, &ref_losses, 2e-5);
+    assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
+    // Kept from forward to backward, so every unit was gathered at once.
+    let m = e.memory();
+    assert!(m.peak_gathered >= m.params * 2 - 64, "{m:?}");
+});
