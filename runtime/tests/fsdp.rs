@@ -156,7 +156,8 @@ rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
     // Hybrid engine: full weights for rollout, then freed again.
     e.summon_full_params().expect("summon");
     let b = full_batch();
-    let (ids, pos, mask) = (b.get("input_ids").unwrap(), b.get("position_ids").unwrap(), b.get("attention_mask").unwrap());
+    let (ids, pos, mask) =
+        (b.get("input_ids").unwrap(), b.get("position_ids").unwrap(), b.get("attention_mask").unwrap());
     let got = e.module().forward(ids, pos, Some(mask), None);
     let want = single.module().forward(ids, pos, Some(mask), None);
     let d = (got - want).abs().max().double_value(&[]);
@@ -215,7 +216,8 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     let o1 = opt.owned_bytes().1;
     let total1 = p1 + g1 + o1;
     // World size 2.
-    let mut e = FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Precision::Fp32, false)), pg.clone()).expect("fsdp");
+    let mut e =
+        FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Precision::Fp32, false)), pg.clone()).expect("fsdp");
     let batch = my_rows(&pg);
     train_step(&mut e, &batch, Some(&pg));
     e.forward_backward(&batch, MICRO, &ForwardOptions::default(), &mut loss_fn).expect("fb");

@@ -46,7 +46,14 @@ pub fn saved_world_size(dir: &Path) -> Result<usize, EngineError> {
 
 /// Writes to `out` the optimizer state of rank `rank` of `world` from the `old`-rank files under
 /// `dir`; `numel` gives each unit's unpadded element count by optimizer param name.
-pub fn reshard(dir: &Path, old: usize, world: usize, rank: usize, numel: &HashMap<String, i64>, out: &Path) -> Result<(), EngineError> {
+pub fn reshard(
+    dir: &Path,
+    old: usize,
+    world: usize,
+    rank: usize,
+    numel: &HashMap<String, i64>,
+    out: &Path,
+) -> Result<(), EngineError> {
     let files: Vec<(PathBuf, Vec<u8>)> = (0..old)
         .map(|r| {
             let p = optim_file(dir, old, r);
@@ -85,7 +92,9 @@ pub fn reshard(dir: &Path, old: usize, world: usize, rank: usize, numel: &HashMa
     }
     let views: Vec<(String, TensorView<'_>)> = data
         .iter()
-        .map(|(n, d, len)| TensorView::new(Dtype::F32, vec![*len], d).map(|v| (n.clone(), v)).map_err(|e| ck(out, format!("{e:?}"))))
+        .map(|(n, d, len)| {
+            TensorView::new(Dtype::F32, vec![*len], d).map(|v| (n.clone(), v)).map_err(|e| ck(out, format!("{e:?}")))
+        })
         .collect::<Result<_, _>>()?;
     safetensors::tensor::serialize_to_file(views.iter().map(|(n, v)| (n.as_str(), v)), &info, out)
         .map_err(|e| ck(out, format!("write: {e:?}")))?;

@@ -40,7 +40,7 @@ impl FsdpHead for CausalLm {
 
     fn output_from_hidden(&self, hidden: &Tensor, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
         let (t, r) = lengths(batch)?;
-        if !(opts.temperature > 0.0) {
+        if opts.temperature.is_nan() || opts.temperature <= 0.0 {
             return Err(EngineError::Config(format!("temperature must be positive, got {}", opts.temperature)));
         }
         let hidden = hidden.f_narrow(1, t - r - 1, r)?;

@@ -45,8 +45,8 @@ use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
 use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision};
 
 use super::{
-    Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Parts, Result,
-    SchedulerSettings, StepResult, global_agg_options,
+    Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Parts, Result, SchedulerSettings,
+    StepResult, global_agg_options,
 };
 
 pub use head::FsdpHead;
@@ -180,7 +180,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
             (dp.clone(), None)
         } else {
             let f = fsdp_size as usize;
-            if f == 0 || world % f != 0 {
+            if f == 0 || !world.is_multiple_of(f) {
                 return Err(EngineError::Config(format!(
                     "fsdp_size {fsdp_size} must divide the data-parallel size {world}"
                 )));
@@ -195,7 +195,12 @@ impl<H: FsdpHead> FsdpEngine<H> {
         Self::build(settings, group, replicate, dp)
     }
 
-    fn build(settings: FsdpSettings, group: ProcessGroup, replicate: Option<ProcessGroup>, dp: ProcessGroup) -> Result<Self> {
+    fn build(
+        settings: FsdpSettings,
+        group: ProcessGroup,
+        replicate: Option<ProcessGroup>,
+        dp: ProcessGroup,
+    ) -> Result<Self> {
         let es = &settings.engine;
         if es.param_dtype == ParamDtype::Fp16 {
             return Err(EngineError::Config(
@@ -206,7 +211,8 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let source = ModelSource::parse(path)?;
         let config = source.config()?;
         let vs = VarStore::new(es.device);
-        let module = H::build(&config, vs.root()).map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        let module =
+            H::build(&config, vs.root()).map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         let mut vs = vs;
         vs.set_kind(es.param_dtype.kind());
         match &source {
@@ -279,7 +285,9 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let mut opt = Optimizer::new(single_group(params, o.lr, o.weight_decay), cfg)?;
         let sched = match o.scheduler {
             SchedulerSettings::Verl(c) => LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?),
-            SchedulerSettings::Megatron(c) => LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?),
+            SchedulerSettings::Megatron(c) => {
+                LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?)
+            }
         };
         self.optimizer = Some(opt);
         self.scheduler = Some(sched);
@@ -317,9 +325,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
     }
 
     fn optimizer_mut(&mut self) -> Result<&mut Optimizer> {
-        self.optimizer
-            .as_mut()
-            .ok_or_else(|| EngineError::Config("this engine is forward-only (no optimizer)".into()))
+        self.optimizer.as_mut().ok_or_else(|| EngineError::Config("this engine is forward-only (no optimizer)".into()))
     }
 
     /// Every micro-batch step is a sequence of collectives, so every rank must run the same
@@ -500,7 +506,8 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         let mut out = Vec::with_capacity(mbs.len());
         for mb in &mbs {
             let (saved, ..) = self.forward_boundaries(mb, false)?;
-            let last = saved.last().map(Tensor::shallow_clone).ok_or_else(|| EngineError::Config("no boundary".into()))?;
+            let last =
+                saved.last().map(Tensor::shallow_clone).ok_or_else(|| EngineError::Config("no boundary".into()))?;
             let hidden = self.module.backbone().final_norm().forward(&last);
             out.push(self.module.output_from_hidden(&hidden, mb, fwd)?);
             self.root.free()?;
@@ -602,8 +609,8 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
             let (path, temp) = if old == world {
                 (ckpt::optim_file(dir, world, rank), false)
             } else {
-                let tmp = std::env::temp_dir()
-                    .join(format!("verlc-fsdp-reshard-{}-{rank}.safetensors", std::process::id()));
+                let tmp =
+                    std::env::temp_dir().join(format!("verlc-fsdp-reshard-{}-{rank}.safetensors", std::process::id()));
                 ckpt::reshard(dir, old, world, rank, &numel, &tmp)?;
                 (tmp, true)
             };

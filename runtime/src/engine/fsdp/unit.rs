@@ -146,8 +146,8 @@ impl FlatUnit {
 
     /// All-gathers the full flat vector in the compute dtype (a new tensor).
     fn all_gather(&self, group: &ProcessGroup) -> Result<Tensor, FsdpError> {
-        let full = Tensor::f_zeros([self.shard_len * self.world], (self.compute_kind, self.compute_device))
-            .map_err(torch)?;
+        let full =
+            Tensor::f_zeros([self.shard_len * self.world], (self.compute_kind, self.compute_device)).map_err(torch)?;
         let local = self
             .shard
             .f_detach()
@@ -221,8 +221,7 @@ impl FlatUnit {
             parts.push(Tensor::f_zeros([pad], (Kind::Float, Device::Cpu)).map_err(torch)?);
         }
         tch::no_grad(|| -> Result<(), tch::TchError> {
-            let parts: Vec<Tensor> =
-                parts.iter().map(|p| p.f_to_device(Device::Cpu)).collect::<Result<_, _>>()?;
+            let parts: Vec<Tensor> = parts.iter().map(|p| p.f_to_device(Device::Cpu)).collect::<Result<_, _>>()?;
             let flat = Tensor::f_cat(&parts, 0)?;
             let mine = flat.f_narrow(0, rank as i64 * self.shard_len, self.shard_len)?;
             self.shard.shallow_clone().f_copy_(&mine)?;
@@ -255,10 +254,7 @@ impl FlatUnit {
         let out = Tensor::f_zeros([self.shard_len], (reduce_kind, self.compute_device)).map_err(torch)?;
         group.reduce_scatter(&out, &flat, ReduceOp::Avg)?;
         drop(flat);
-        let out = out
-            .f_to_kind(Kind::Float)
-            .and_then(|t| t.f_to_device(self.shard.device()))
-            .map_err(torch)?;
+        let out = out.f_to_kind(Kind::Float).and_then(|t| t.f_to_device(self.shard.device())).map_err(torch)?;
         let current = self.shard.grad();
         if current.defined() {
             let _ = tch::no_grad(|| current.shallow_clone().f_add_(&out)).map_err(torch)?;
