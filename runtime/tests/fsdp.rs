@@ -285,3 +285,31 @@ rank_test!(fsdp_without_reshard_after_forward_matches_single_engine, 2, |pg| {
     let m = e.memory();
     assert!(m.peak_gathered >= m.params * 2 - 64, "{m:?}");
 });
+
+rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
+    use runtime::model::ValueModel;
+    let mut s = settings(Precision::Fp32, false);
+    s.optim = None;
+    let batch = my_rows(&pg);
+    let fwd = ForwardOptions { temperature: 0.7, with_entropy: true };
+    // Reference policy: log-probs and entropy.
+    let mut single = SingleEngine::<CausalLm>::new(s.clone()).expect("single");
+    let mut e = FsdpEngine::<CausalLm>::new(FsdpSettings::new(s.clone()), pg.clone()).expect("fsdp");
+    let want = single.infer_batch(&batch, 3, &fwd).expect("single infer");
+    let got = e.infer_batch(&batch, 3, &fwd).expect("fsdp infer");
+    assert_eq!(want.len(), got.len());
+    for (w, g) in want.iter().zip(&got) {
+        assert!((&w.log_probs - &g.log_probs).abs().max().double_value(&[]) < 1e-5);
+        let (we, ge) = (w.entropy.as_ref().expect("entropy"), g.entropy.as_ref().expect("entropy"));
+        assert!((we - ge).abs().max().double_value(&[]) < 1e-5);
+    }
+    assert!(e.optimizer_step().is_err(), "a forward-only engine has no optimizer");
+    // Critic: values.
+    let mut single = SingleEngine::<ValueModel>::new(s.clone()).expect("single critic");
+    let mut e = FsdpEngine::<ValueModel>::new(FsdpSettings::new(s), pg.clone()).expect("fsdp critic");
+    let want = single.infer_batch(&batch, 4, &fwd).expect("single values");
+    let got = e.infer_batch(&batch, 4, &fwd).expect("fsdp values");
+    for (w, g) in want.iter().zip(&got) {
+        assert!((w - g).abs().max().double_value(&[]) < 1e-5);
+    }
+});
