@@ -103,7 +103,7 @@ impl MegatronHead for CausalLm {
         batch: &Batch,
         opts: &ForwardOptions,
     ) -> MResult<LogProbOutput> {
-        if !(opts.temperature > 0.0) {
+        if opts.temperature.is_nan() || opts.temperature <= 0.0 {
             return Err(MegatronError::Config(format!(
                 "temperature must be positive, got {}",
                 opts.temperature

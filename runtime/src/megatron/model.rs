@@ -477,7 +477,7 @@ impl ParallelModel {
         let h = copy_to_tp_region(tape, hidden, tp);
         let mut logits = out.logits(&h);
         if temperature != 1.0 {
-            logits = logits / temperature;
+            logits /= temperature;
         }
         vocab_parallel_log_probs(&logits, labels, &self.partition, tp, with_entropy).map_err(tp_err)
     }

@@ -13,11 +13,10 @@ fn ix(start: usize, end: usize, bucket: usize) -> ParamIndex {
     ParamIndex { start, end, bucket }
 }
 
+type Span = (usize, usize);
+
 /// (param, param_range, gbuf_local, gbuf_world_in_bucket) of each owned piece.
-fn owned(
-    l: &ParamLayout,
-    rank: usize,
-) -> Vec<(usize, (usize, usize), (usize, usize), (usize, usize))> {
+fn owned(l: &ParamLayout, rank: usize) -> Vec<(usize, Span, Span, Span)> {
     l.owned(rank)
         .into_iter()
         .map(|o: OwnedRange| {

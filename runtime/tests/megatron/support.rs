@@ -28,11 +28,38 @@ pub fn tiny_config(tied: bool) -> ModelConfig {
 
 pub const SEED: u64 = 1234;
 
-/// The single-process model with seeded weights.
-pub fn reference_model(cfg: &ModelConfig) -> (VarStore, CausalLm) {
-    let vs = VarStore::new(Device::Cpu);
+/// Parameter dtype and optimizer of a run (the same on both sides of a comparison).
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub kind: Kind,
+    pub optim: OptimizerConfig,
+}
+
+impl Setup {
+    pub fn fp32() -> Self {
+        Setup {
+            kind: Kind::Float,
+            optim: optim_config(),
+        }
+    }
+
+    /// bf16 params, fp32 main params, half of the optimizer state on the host.
+    pub fn bf16_offload() -> Self {
+        let mut optim = OptimizerConfig::megatron(Precision::Bf16);
+        optim.offload_fraction = 0.5;
+        Setup {
+            kind: Kind::BFloat16,
+            optim,
+        }
+    }
+}
+
+/// The single-process model with seeded weights (initialised in f32, then cast).
+pub fn reference_model(cfg: &ModelConfig, kind: Kind) -> (VarStore, CausalLm) {
+    let mut vs = VarStore::new(Device::Cpu);
     let model = CausalLm::new(cfg, vs.root()).unwrap();
     init_weights(&vs, cfg.initializer_range, SEED).unwrap();
+    vs.set_kind(kind);
     (vs, model)
 }
 
@@ -104,9 +131,10 @@ pub fn reference_run(
     steps: usize,
     rows: i64,
     len: i64,
+    setup: &Setup,
 ) -> (Vec<f64>, Vec<(String, Tensor)>) {
-    let (vs, model) = reference_model(cfg);
-    let mut opt = Optimizer::new(make_groups(named_params(&vs)), optim_config()).unwrap();
+    let (vs, model) = reference_model(cfg, setup.kind);
+    let mut opt = Optimizer::new(make_groups(named_params(&vs)), setup.optim).unwrap();
     let (ids, mask, pos) = batch(cfg, rows, len);
     let n = token_count(&mask);
     let mut losses = Vec::new();

@@ -308,7 +308,7 @@ impl DistributedOptimizer {
         self.zero_grad()?;
         let Some(dp) = dp else {
             // One rank: its shard is the whole buffer.
-            let _ = self.shard_grads.f_copy_(&self.grad_buffer)?;
+            self.shard_grads.f_copy_(&self.grad_buffer)?;
             return Ok(());
         };
         let _ = self.grad_buffer.f_mul_scalar_(1.0 / dp.size() as f64)?;
