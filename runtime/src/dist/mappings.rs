@@ -9,6 +9,7 @@
 //! | [`gather_from_tp_region`] | all-gather last dim | split last dim |
 //! | [`scatter_to_sequence_parallel_region`] | split sequence dim | all-gather |
 //! | [`gather_from_sequence_parallel_region`] | all-gather sequence dim | reduce-scatter |
+//! | [`gather_from_sequence_parallel_region_split_grad`] | all-gather sequence dim | split |
 //! | [`reduce_scatter_to_sequence_parallel_region`] | reduce-scatter | all-gather |
 //!
 //! # Segment-wise backward (why there is a [`Tape`])
@@ -368,6 +369,17 @@ pub fn gather_from_sequence_parallel_region(
             dim,
         },
     ))
+}
+
+/// Sequence parallelism: all-gather the sequence dim forward for a consumer whose gradient is
+/// the same on every rank (a replicated layer), so the backward keeps this rank's chunk of it
+/// (Megatron's `gather_from_sequence_parallel_region(tensor_parallel_output_grad=False)`).
+pub fn gather_from_sequence_parallel_region_split_grad(
+    x: &Tensor,
+    group: Option<&ProcessGroup>,
+    dim: i64,
+) -> Result<Tensor> {
+    gather_local_backward(x, group, dim)
 }
 
 /// Sequence parallelism: reduce-scatter forward (after a row-parallel layer), all-gather the

@@ -21,7 +21,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::algo::AggOptions;
 use crate::dist::mappings::Tape;
-use crate::dist::{ProcessGroup, ProcessGroups, ReduceOp};
+use crate::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use crate::engine::{
     Batch, Engine, EngineError, EngineSettings, ForwardOptions, Head, LossFn, Metrics, Parts,
     SchedulerSettings, StepResult, global_agg_options,
@@ -190,6 +190,83 @@ pub struct MegatronSettings {
     pub groups: Option<ProcessGroups>,
     pub parallel: ParallelSettings,
     pub param_groups: GroupPolicy,
+    /// Megatron's sequence parallelism (with TP > 1).
+    pub sequence_parallel: bool,
+}
+
+impl MegatronSettings {
+    /// The settings of a role's `megatron` section (verl's `McoreEngineConfig`) over `world`
+    /// (`None`: one process): TP and PP from the config, DP from the rest, in Megatron's rank
+    /// order; the distributed optimizer; sequence parallelism (off at TP 1, as verl turns it
+    /// off); `optimizer_offload` turns on the optimizer's host offload in `engine`. Context,
+    /// expert and virtual-pipeline parallelism are refused (not implemented).
+    pub fn from_config(
+        world: Option<&ProcessGroup>,
+        engine: &mut EngineSettings,
+        cfg: &verlc::config::engine::MegatronEngineConfig,
+    ) -> Result<Self> {
+        let bad = |m: String| EngineError::Config(m);
+        let size = |v: i64, key: &str| {
+            usize::try_from(v)
+                .ok()
+                .filter(|v| *v > 0)
+                .ok_or_else(|| bad(format!("{key} = {v} must be positive")))
+        };
+        let tp = size(cfg.tensor_model_parallel_size, "tensor_model_parallel_size")?;
+        let pp = size(
+            cfg.pipeline_model_parallel_size,
+            "pipeline_model_parallel_size",
+        )?;
+        if cfg.context_parallel_size != 1 {
+            return Err(bad(format!(
+                "context_parallel_size = {} is not supported yet (only 1)",
+                cfg.context_parallel_size
+            )));
+        }
+        if cfg.expert_model_parallel_size != 1 {
+            return Err(bad(format!(
+                "expert_model_parallel_size = {} is not supported (dense models only)",
+                cfg.expert_model_parallel_size
+            )));
+        }
+        if let Some(v) = cfg.virtual_pipeline_model_parallel_size.filter(|v| *v > 1) {
+            return Err(bad(format!(
+                "virtual_pipeline_model_parallel_size = {v}: the interleaved schedule is not supported yet"
+            )));
+        }
+        let world_size = world.map_or(1, ProcessGroup::size);
+        if !world_size.is_multiple_of(tp * pp) {
+            return Err(bad(format!(
+                "{world_size} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}"
+            )));
+        }
+        let groups = match world {
+            Some(w) => {
+                let layout = RankLayout::megatron(tp, 1, pp, world_size / (tp * pp))
+                    .map_err(MegatronError::from)?;
+                Some(ProcessGroups::new(w, &layout).map_err(MegatronError::from)?)
+            }
+            None if tp * pp > 1 => {
+                return Err(bad(format!(
+                    "tensor parallel {tp} × pipeline parallel {pp} needs {} ranks",
+                    tp * pp
+                )));
+            }
+            None => None,
+        };
+        if let Some(o) = engine.optim.as_mut() {
+            o.offload |= cfg.optimizer_offload;
+        }
+        Ok(MegatronSettings {
+            groups,
+            parallel: ParallelSettings {
+                use_distributed_optimizer: cfg.use_distributed_optimizer,
+                layout: Default::default(),
+            },
+            param_groups: GroupPolicy::Megatron,
+            sequence_parallel: cfg.sequence_parallel && tp > 1,
+        })
+    }
 }
 
 const HF_DIR: &str = "huggingface";
@@ -231,12 +308,13 @@ impl<H: MegatronHead> MegatronEngine<H> {
         let source = ModelSource::parse(path)?;
         let config = source.config()?;
         let kind = settings.param_dtype.kind();
-        let mut module = MegatronModule::new(
+        let mut module = MegatronModule::with_sequence_parallel(
             &config,
             H::KIND,
             megatron.groups.clone(),
             settings.device,
             kind,
+            megatron.sequence_parallel,
         )?;
         // The replica is built first: for a built-in model it is initialised from the seed and
         // is the source of every rank's shard.

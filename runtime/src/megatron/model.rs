@@ -20,7 +20,10 @@ use tch::nn::{Path, VarStore};
 use tch::{Kind, Tensor};
 
 use crate::dist::ProcessGroup;
-use crate::dist::mappings::{Tape, copy_to_tp_region};
+use crate::dist::mappings::{
+    Tape, copy_to_tp_region, gather_from_sequence_parallel_region,
+    gather_from_sequence_parallel_region_split_grad,
+};
 use crate::model::ModelConfig;
 use crate::model::cache::causal_padding_mask;
 use crate::model::decoder::{Linear, RmsNorm};
@@ -103,6 +106,10 @@ pub struct ParamInfo {
     /// The copy of the embedding held by the last stage (not counted in norms, not exported).
     pub output_copy: bool,
     pub is_embedding_or_output: bool,
+    /// Replicated, but each TP rank's gradient is only a part (summed over TP before the
+    /// step): q/k norms (each rank sees its heads) and, under sequence parallelism, the
+    /// params applied to sequence chunks (norms, row-parallel biases).
+    pub grad_partial_over_tp: bool,
 }
 
 fn tp_err(e: crate::tp::TpError) -> MegatronError {
@@ -150,15 +157,9 @@ impl ParallelAttention {
         })
     }
 
-    /// `x` replicated over TP (after `f`); returns the full, all-reduced output.
-    fn forward(
-        &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        tp: Option<&ProcessGroup>,
-    ) -> Result<Tensor> {
+    /// `x` replicated over TP (after `f`, or gathered over the sequence); returns the input of
+    /// `o_proj` (this rank's heads).
+    fn core(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mask: Option<&Tensor>) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
         let heads = |proj: &ColumnParallelLinear, n: i64, norm: &Option<RmsNorm>| {
             let y = proj.forward(x).view([b, t, n, self.head_dim]);
@@ -182,10 +183,8 @@ impl ParallelAttention {
             None,
             self.heads != self.kv_heads,
         );
-        let y = y
-            .transpose(1, 2)
-            .reshape([b, t, self.heads * self.head_dim]);
-        self.o_proj.forward(&y, tp).map_err(tp_err)
+        y.transpose(1, 2)
+            .reshape([b, t, self.heads * self.head_dim])
     }
 }
 
@@ -207,9 +206,9 @@ impl ParallelMlp {
         })
     }
 
-    fn forward(&self, x: &Tensor, tp: Option<&ProcessGroup>) -> Result<Tensor> {
-        let hidden = self.gate_proj.forward(x).silu() * self.up_proj.forward(x);
-        self.down_proj.forward(&hidden, tp).map_err(tp_err)
+    /// The input of `down_proj` (this rank's part of the intermediate size).
+    fn core(&self, x: &Tensor) -> Tensor {
+        self.gate_proj.forward(x).silu() * self.up_proj.forward(x)
     }
 }
 
@@ -233,7 +232,9 @@ impl ParallelDecoderLayer {
     }
 
     /// Four segments under TP: `norm -> f`, `attention -> g -> +residual`, `norm -> f`,
-    /// `mlp -> g -> +residual`, with the residual stream cut between them.
+    /// `mlp -> g -> +residual`, with the residual stream cut between them. Under sequence
+    /// parallelism the residual stream holds this rank's chunk of the sequence, `f` becomes an
+    /// all-gather of the sequence and `g` a reduce-scatter.
     fn forward(
         &self,
         tape: &mut Tape,
@@ -241,23 +242,59 @@ impl ParallelDecoderLayer {
         cos: &Tensor,
         sin: &Tensor,
         mask: Option<&Tensor>,
-        tp: Option<&ProcessGroup>,
+        par: Par<'_>,
     ) -> Result<Tensor> {
-        let cut = |tape: &mut Tape, t: &Tensor| {
-            if tp.is_some() {
-                tape.cut(t)
-            } else {
-                t.shallow_clone()
-            }
-        };
-        let h0 = cut(tape, x);
-        let a = copy_to_tp_region(tape, &self.input_layernorm.forward(&h0), tp);
-        let h1 = cut(
+        let h0 = par.cut(tape, x);
+        let a = par.enter(tape, &self.input_layernorm.forward(&h0))?;
+        let attn = par.exit(
             tape,
-            &(&h0 + self.self_attn.forward(&a, cos, sin, mask, tp)?),
-        );
-        let m = copy_to_tp_region(tape, &self.post_attention_layernorm.forward(&h1), tp);
-        Ok(&h1 + self.mlp.forward(&m, tp)?)
+            &self.self_attn.o_proj,
+            &self.self_attn.core(&a, cos, sin, mask),
+        )?;
+        let h1 = par.cut(tape, &(&h0 + attn));
+        let m = par.enter(tape, &self.post_attention_layernorm.forward(&h1))?;
+        Ok(&h1 + par.exit(tape, &self.mlp.down_proj, &self.mlp.core(&m))?)
+    }
+}
+
+/// The tensor-parallel group of a forward and whether the sequence is split over it.
+#[derive(Debug, Clone, Copy)]
+struct Par<'a> {
+    tp: Option<&'a ProcessGroup>,
+    sp: bool,
+}
+
+/// Sequence dim of hidden states (B, T, hidden).
+const SEQ_DIM: i64 = 1;
+
+impl Par<'_> {
+    fn cut(&self, tape: &mut Tape, t: &Tensor) -> Tensor {
+        if self.tp.is_some() {
+            tape.cut(t)
+        } else {
+            t.shallow_clone()
+        }
+    }
+
+    /// Into a column-parallel layer: `f`, or the sequence all-gather.
+    fn enter(&self, tape: &mut Tape, x: &Tensor) -> Result<Tensor> {
+        if self.sp {
+            Ok(gather_from_sequence_parallel_region(
+                tape, x, self.tp, SEQ_DIM,
+            )?)
+        } else {
+            Ok(copy_to_tp_region(tape, x, self.tp))
+        }
+    }
+
+    /// Out of a row-parallel layer: `g`, or the sequence reduce-scatter.
+    fn exit(&self, tape: &mut Tape, row: &RowParallelLinear, x: &Tensor) -> Result<Tensor> {
+        if self.sp {
+            row.forward_sequence_parallel(tape, x, self.tp, SEQ_DIM)
+                .map_err(tp_err)
+        } else {
+            row.forward(x, self.tp).map_err(tp_err)
+        }
     }
 }
 
@@ -276,6 +313,8 @@ pub struct ParallelModel {
     pub head_kind: HeadKind,
     pub stage: Stage,
     tp: Option<ProcessGroup>,
+    /// Megatron's sequence parallelism (only with a TP group).
+    sequence_parallel: bool,
     partition: VocabPartition,
     embed: Option<VocabParallelEmbedding>,
     layers: Vec<ParallelDecoderLayer>,
@@ -290,13 +329,15 @@ pub struct ParallelModel {
 
 impl ParallelModel {
     /// Registers this rank's variables in `vs`, which holds nothing else (HF names, local
-    /// shapes). `tp` is the tensor-parallel group (`None` for one rank).
+    /// shapes). `tp` is the tensor-parallel group (`None` for one rank); `sequence_parallel`
+    /// splits the sequence over it outside the tensor-parallel layers (ignored without one).
     pub fn new(
         cfg: &ModelConfig,
         vs: &VarStore,
         head: HeadKind,
         stage: Stage,
         tp: Option<ProcessGroup>,
+        sequence_parallel: bool,
     ) -> Result<Self> {
         let root = vs.root();
         cfg.validate().map_err(MegatronError::Config)?;
@@ -365,6 +406,7 @@ impl ParallelModel {
             config: cfg.clone(),
             head_kind: head,
             stage,
+            sequence_parallel: sequence_parallel && tp.as_ref().is_some_and(|g| g.size() > 1),
             tp,
             partition,
             embed,
@@ -379,6 +421,19 @@ impl ParallelModel {
 
     pub fn tp(&self) -> Option<&ProcessGroup> {
         self.tp.as_ref()
+    }
+
+    /// Whether the sequence is split over the TP group between the tensor-parallel layers
+    /// (stage inputs and outputs then hold `T / tp` positions; `T` must divide).
+    pub fn sequence_parallel(&self) -> bool {
+        self.sequence_parallel
+    }
+
+    fn par(&self) -> Par<'_> {
+        Par {
+            tp: self.tp.as_ref(),
+            sp: self.sequence_parallel,
+        }
     }
 
     pub fn partition(&self) -> &VocabPartition {
@@ -400,6 +455,15 @@ impl ParallelModel {
         let tied_pp = self.config.tie_word_embeddings
             && self.stage.size > 1
             && self.head_kind == HeadKind::CausalLm;
+        let tp_active = self.tp.as_ref().is_some_and(|g| g.size() > 1);
+        let partial = |name: &str| {
+            let per_head = name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight");
+            let on_chunks = name.ends_with("layernorm.weight")
+                || name == "model.norm.weight"
+                || name.ends_with("o_proj.bias")
+                || name.ends_with("down_proj.bias");
+            tp_active && (per_head || (self.sequence_parallel && on_chunks))
+        };
         self.names
             .iter()
             .map(|(name, t)| {
@@ -412,13 +476,16 @@ impl ParallelModel {
                     shared_embedding: tied_pp && is_embed,
                     output_copy: tied_pp && is_embed && !self.stage.is_first(),
                     is_embedding_or_output: is_embed || name == "lm_head.weight",
+                    grad_partial_over_tp: partial(name),
                 }
             })
             .collect()
     }
 
     /// Runs this stage on a micro-batch: hidden states (B, T, hidden), after the final norm
-    /// on the last stage. `attention_mask` (B, T) marks real tokens.
+    /// on the last stage. `attention_mask` (B, T) marks real tokens. Under sequence
+    /// parallelism the stage's input and output hold this rank's `T / tp` positions, except the
+    /// last stage's output, which is gathered back to all `T`.
     pub fn forward_stage(
         &self,
         tape: &mut Tape,
@@ -426,9 +493,12 @@ impl ParallelModel {
         position_ids: &Tensor,
         attention_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let tp = self.tp.as_ref();
+        let par = self.par();
         let mut x = match (input, &self.embed) {
-            (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
+            (StageInput::Ids(ids), Some(embed)) if par.sp => embed
+                .forward_sequence_parallel(tape, ids, par.tp, SEQ_DIM)
+                .map_err(tp_err)?,
+            (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, par.tp).map_err(tp_err)?,
             (StageInput::Hidden(h), None) => h,
             (StageInput::Ids(_), None) => {
                 return Err(MegatronError::Config(format!(
@@ -446,11 +516,21 @@ impl ParallelModel {
         let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = attention_mask.map(|m| causal_padding_mask(m, 0, t));
         for layer in &self.layers {
-            x = layer.forward(tape, &x, &cos, &sin, mask.as_ref(), tp)?;
+            x = layer.forward(tape, &x, &cos, &sin, mask.as_ref(), par)?;
         }
-        Ok(match &self.norm {
-            Some(norm) => norm.forward(&x),
-            None => x,
+        let Some(norm) = &self.norm else { return Ok(x) };
+        let x = norm.forward(&x);
+        if !par.sp {
+            return Ok(x);
+        }
+        // The heads need every position. The vocab-parallel output layer's input gradient is
+        // partial on each rank (reduce-scatter backward); the replicated value head's is
+        // already whole (the local chunk backward).
+        Ok(match self.head_kind {
+            HeadKind::CausalLm => gather_from_sequence_parallel_region(tape, &x, par.tp, SEQ_DIM)?,
+            HeadKind::Value => {
+                gather_from_sequence_parallel_region_split_grad(&x, par.tp, SEQ_DIM)?
+            }
         })
     }
 
@@ -474,7 +554,13 @@ impl ParallelModel {
             }
         };
         let tp = self.tp.as_ref();
-        let h = copy_to_tp_region(tape, hidden, tp);
+        // Under sequence parallelism the hidden states were gathered with the reduction of
+        // their gradient already (see `forward_stage`).
+        let h = if self.sequence_parallel {
+            hidden.shallow_clone()
+        } else {
+            copy_to_tp_region(tape, hidden, tp)
+        };
         let mut logits = out.logits(&h);
         if temperature != 1.0 {
             logits /= temperature;

@@ -94,6 +94,19 @@ impl MegatronModule {
         device: Device,
         kind: Kind,
     ) -> Result<Self> {
+        Self::with_sequence_parallel(cfg, head, groups, device, kind, false)
+    }
+
+    /// [`new`](Self::new) with Megatron's sequence parallelism (used with a TP group of more
+    /// than one rank; micro-batches are padded on the right to a multiple of the TP size).
+    pub fn with_sequence_parallel(
+        cfg: &ModelConfig,
+        head: HeadKind,
+        groups: Option<ProcessGroups>,
+        device: Device,
+        kind: Kind,
+        sequence_parallel: bool,
+    ) -> Result<Self> {
         let layers = usize::try_from(cfg.num_hidden_layers)
             .map_err(|_| MegatronError::Config("negative layer count".into()))?;
         let stage = match &groups {
@@ -102,7 +115,7 @@ impl MegatronModule {
         };
         let mut vs = VarStore::new(device);
         let tp = groups.as_ref().and_then(|g| active(&g.tp).cloned());
-        let model = ParallelModel::new(cfg, &vs, head, stage, tp)?;
+        let model = ParallelModel::new(cfg, &vs, head, stage, tp, sequence_parallel)?;
         vs.set_kind(kind);
         Ok(MegatronModule {
             vs,
@@ -267,6 +280,8 @@ impl MegatronModule {
     pub fn forward_backward(&mut self, mbs: &[MicroBatch], loss: &mut HeadFn<'_>) -> Result<()> {
         let scale = self.loss_scale();
         let pipe = self.pipeline();
+        let padded = self.pad_for_sequence_parallel(mbs)?;
+        let mbs = padded.as_deref().unwrap_or(mbs);
         let mut step = Step {
             model: &self.model,
             mbs,
@@ -284,6 +299,8 @@ impl MegatronModule {
         out_shape: &dyn Fn(usize) -> Vec<i64>,
         head: &mut HeadFn<'_>,
     ) -> Result<Vec<Tensor>> {
+        let padded = self.pad_for_sequence_parallel(mbs)?;
+        let mbs = padded.as_deref().unwrap_or(mbs);
         let pipe = self.pipeline();
         let device = self.model.device();
         let mut outs: Vec<Tensor> = Vec::with_capacity(mbs.len());
@@ -320,6 +337,46 @@ impl MegatronModule {
         Ok(result)
     }
 
+    /// Under sequence parallelism, the micro-batches padded on the right to a multiple of
+    /// the TP size (padding masked out; positions of real tokens unchanged), else `None`.
+    fn pad_for_sequence_parallel(&self, mbs: &[MicroBatch]) -> Result<Option<Vec<MicroBatch>>> {
+        let w = self.tp().map_or(1, ProcessGroup::size) as i64;
+        if !self.model.sequence_parallel()
+            || mbs
+                .iter()
+                .all(|m| m.input_ids.size().get(1).is_some_and(|t| t % w == 0))
+        {
+            return Ok(None);
+        }
+        let pad = |t: &Tensor, value: i64| -> Result<Tensor> {
+            let size = t.size();
+            let (rows, len) = (
+                size.first().copied().unwrap_or(0),
+                size.get(1).copied().unwrap_or(0),
+            );
+            let extra = (w - len % w) % w;
+            let fill = Tensor::f_full([rows, extra], value, (t.kind(), t.device()))?;
+            Ok(Tensor::f_cat(&[t.shallow_clone(), fill], 1)?)
+        };
+        let out = mbs
+            .iter()
+            .map(|m| {
+                let rows = m.input_ids.size().first().copied().unwrap_or(0);
+                let len = m.input_ids.size().get(1).copied().unwrap_or(0);
+                let mask = match &m.attention_mask {
+                    Some(mask) => mask.shallow_clone(),
+                    None => Tensor::f_ones([rows, len], (Kind::Int64, m.input_ids.device()))?,
+                };
+                Ok(MicroBatch {
+                    input_ids: pad(&m.input_ids, 0)?,
+                    position_ids: pad(&m.position_ids, 0)?,
+                    attention_mask: Some(pad(&mask, 0)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(out))
+    }
+
     /// Megatron's `finalize_model_grads`: sums the tied embedding's gradient over the
     /// embedding group; with the replicated optimizer also averages every gradient over DP.
     pub fn finalize_grads(&mut self) -> Result<()> {
@@ -337,6 +394,19 @@ impl MegatronModule {
             };
             emb.all_reduce(&g, ReduceOp::Sum)?;
             crate::ops::set_grad(&p.tensor, Some(&g)).map_err(crate::optim::OptimError::from)?;
+        }
+        if let Some(tp) = active(&groups.tp) {
+            let partial: Vec<Tensor> = self
+                .model
+                .params()
+                .iter()
+                .filter(|p| p.grad_partial_over_tp)
+                .map(|p| p.tensor.grad())
+                .filter(Tensor::defined)
+                .collect();
+            if !partial.is_empty() {
+                tp.all_reduce_many(&partial, ReduceOp::Sum)?;
+            }
         }
         if let (Some(ModuleOptimizer::Replicated(_)), Some(dp)) =
             (&self.optimizer, active(&groups.dp))
@@ -512,8 +582,13 @@ impl StageStep for Step<'_, '_> {
     fn activation(&self, mb: usize) -> ActivationSpec {
         let size = self.mbs.get(mb).map_or(vec![0, 0], |m| m.input_ids.size());
         let dim = |i: usize| size.get(i).copied().unwrap_or(0);
+        let seq_parts = if self.model.sequence_parallel() {
+            self.model.tp().map_or(1, ProcessGroup::size) as i64
+        } else {
+            1
+        };
         ActivationSpec {
-            shape: vec![dim(0), dim(1), self.model.config.hidden_size],
+            shape: vec![dim(0), dim(1) / seq_parts, self.model.config.hidden_size],
             kind: self.model.kind(),
             device: self.model.device(),
         }

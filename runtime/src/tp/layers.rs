@@ -11,7 +11,9 @@ use tch::{Kind, Tensor};
 
 use super::{Result, divide};
 use crate::dist::ProcessGroup;
-use crate::dist::mappings::reduce_from_tp_region;
+use crate::dist::mappings::{
+    Tape, reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region,
+};
 
 /// `Y_r = X A_r^T + b_r`: the weight's output features (dim 0) are split over the group;
 /// the output stays split (`gather_output = False`).
@@ -67,11 +69,33 @@ impl RowParallelLinear {
 
     /// Full output (…, out), replicated over the group, of an input split on its last dim.
     pub fn forward(&self, x: &Tensor, group: Option<&ProcessGroup>) -> Result<Tensor> {
-        let y = reduce_from_tp_region(&x.linear::<&Tensor>(&self.weight, None), group)?;
-        Ok(match &self.bias {
+        let y = reduce_from_tp_region(&self.partial(x), group)?;
+        Ok(self.add_bias(y))
+    }
+
+    /// Sequence parallelism: the output reduce-scattered along `seq_dim` (this rank's chunk
+    /// of the sequence) instead of all-reduced, then the bias.
+    pub fn forward_sequence_parallel(
+        &self,
+        tape: &mut Tape,
+        x: &Tensor,
+        group: Option<&ProcessGroup>,
+        seq_dim: i64,
+    ) -> Result<Tensor> {
+        let y = reduce_scatter_to_sequence_parallel_region(tape, &self.partial(x), group, seq_dim)?;
+        Ok(self.add_bias(y))
+    }
+
+    /// This rank's partial product (before the reduction and the bias).
+    pub fn partial(&self, x: &Tensor) -> Tensor {
+        x.linear::<&Tensor>(&self.weight, None)
+    }
+
+    fn add_bias(&self, y: Tensor) -> Tensor {
+        match &self.bias {
             Some(b) => y + b,
             None => y,
-        })
+        }
     }
 }
 
@@ -139,14 +163,35 @@ impl VocabParallelEmbedding {
         if group.is_none_or(|g| g.size() == 1) {
             return Ok(Tensor::f_embedding(&self.weight, ids, -1, false, false)?);
         }
+        Ok(reduce_from_tp_region(&self.partial(ids)?, group)?)
+    }
+
+    /// Sequence parallelism: the embeddings reduce-scattered along `seq_dim`.
+    pub fn forward_sequence_parallel(
+        &self,
+        tape: &mut Tape,
+        ids: &Tensor,
+        group: Option<&ProcessGroup>,
+        seq_dim: i64,
+    ) -> Result<Tensor> {
+        Ok(reduce_scatter_to_sequence_parallel_region(
+            tape,
+            &self.partial(ids)?,
+            group,
+            seq_dim,
+        )?)
+    }
+
+    /// This rank's rows looked up, zeros for the ids it does not own (summed over the group,
+    /// the embeddings).
+    pub fn partial(&self, ids: &Tensor) -> Result<Tensor> {
         let start = self.partition.start();
         let outside = ids
             .f_lt(start)?
             .f_logical_or(&ids.f_ge(start + self.partition.valid())?)?;
         let local = (ids - start).f_masked_fill(&outside, 0)?;
         let out = Tensor::f_embedding(&self.weight, &local, -1, false, false)?;
-        let out = out.f_masked_fill(&outside.f_unsqueeze(-1)?, 0.0)?;
-        Ok(reduce_from_tp_region(&out, group)?)
+        Ok(out.f_masked_fill(&outside.f_unsqueeze(-1)?, 0.0)?)
     }
 
     /// Local logits (…, per_rank) of hidden states against these rows (the tied output

@@ -14,6 +14,8 @@ use runtime::optim::{AdamWConfig, InnerConfig};
 use runtime::rollout::{SamplingParams, StopTokens};
 use runtime::workers::actor::{Actor, ActorSettings};
 use tch::{Device, Kind, Tensor};
+use verlc::check::{CheckOptions, check};
+use verlc::load::compose::LoadRequest;
 
 use crate::rank_test;
 
@@ -69,6 +71,7 @@ fn actor_settings(mini: usize) -> ActorSettings {
 fn megatron_engine(
     world: &ProcessGroup,
     (tp, pp, dp): (usize, usize, usize),
+    sequence_parallel: bool,
 ) -> MegatronEngine<CausalLm> {
     let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
     let groups = ProcessGroups::new(world, &layout).unwrap();
@@ -79,6 +82,7 @@ fn megatron_engine(
             layout: LayoutOptions::default(),
         },
         param_groups: GroupPolicy::Single,
+        sequence_parallel,
     };
     MegatronEngine::new(engine_settings(), settings).unwrap()
 }
@@ -146,6 +150,7 @@ fn max_param_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
 fn compare_with_single(
     world: &ProcessGroup,
     dims: (usize, usize, usize),
+    sequence_parallel: bool,
 ) -> Actor<MegatronEngine<CausalLm>> {
     let dp = dims.2;
     let mut single = Actor::new(
@@ -154,7 +159,11 @@ fn compare_with_single(
     )
     .unwrap();
     let full = batch(&mut single);
-    let mut mega = Actor::new(megatron_engine(world, dims), actor_settings(16 / dp)).unwrap();
+    let mut mega = Actor::new(
+        megatron_engine(world, dims, sequence_parallel),
+        actor_settings(16 / dp),
+    )
+    .unwrap();
     let dp_rank = mega.engine.dp_rank() as i64;
     let rank_rows = |b: &Batch| {
         let n = ROWS / dp as i64;
@@ -219,12 +228,16 @@ fn compare_with_single(
 }
 
 rank_test!(actor_tp2_matches_single_engine, 2, |world| {
-    let mut mega = compare_with_single(&world, (2, 1, 1));
+    let mut mega = compare_with_single(&world, (2, 1, 1), false);
     // Checkpoint: a fresh engine restored from it continues identically.
     let port = std::env::var("MASTER_PORT").unwrap();
     let dir = std::env::temp_dir().join(format!("verlc-megatron-engine-ckpt-{port}"));
     mega.engine.save_checkpoint(&dir).unwrap();
-    let mut restored = Actor::new(megatron_engine(&world, (2, 1, 1)), actor_settings(16)).unwrap();
+    let mut restored = Actor::new(
+        megatron_engine(&world, (2, 1, 1), false),
+        actor_settings(16),
+    )
+    .unwrap();
     restored.engine.load_checkpoint(&dir).unwrap();
     assert_eq!(
         max_param_diff(
@@ -257,9 +270,56 @@ rank_test!(actor_tp2_matches_single_engine, 2, |world| {
 });
 
 rank_test!(actor_pp2_matches_single_engine, 2, |world| {
-    compare_with_single(&world, (1, 2, 1));
+    compare_with_single(&world, (1, 2, 1), false);
 });
 
 rank_test!(actor_dp2_matches_single_engine, 2, |world| {
-    compare_with_single(&world, (1, 1, 2));
+    compare_with_single(&world, (1, 1, 2), false);
 });
+
+rank_test!(
+    actor_tp2_sequence_parallel_matches_single_engine,
+    2,
+    |world| {
+        // Sequences of 11 tokens: padded to 12 for the 2-way sequence split.
+        compare_with_single(&world, (2, 1, 1), true);
+    }
+);
+
+rank_test!(settings_from_the_quickstart_megatron_config, 2, |world| {
+    let req = LoadRequest {
+        config_file: Some(repo().join("examples/quickstart_megatron.yaml")),
+        overrides: vec![
+            "trainer.n_gpus_per_node=2".into(),
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2".into(),
+        ],
+        cwd: repo(),
+        ..LoadRequest::default()
+    };
+    let checked = check(&req, &CheckOptions::default());
+    assert!(
+        checked.diagnostics.iter().all(|d| !d.is_error()),
+        "verlc check rejects the example"
+    );
+    let cfg = checked.config.unwrap();
+    let mcfg = cfg.actor_rollout_ref.actor.megatron.as_ref().unwrap();
+    let mut engine = engine_settings();
+    let s = MegatronSettings::from_config(Some(&world), &mut engine, mcfg).unwrap();
+    let g = s.groups.as_ref().unwrap();
+    assert_eq!((g.tp.size(), g.pp.size(), g.dp.size()), (2, 1, 1));
+    assert!(s.parallel.use_distributed_optimizer);
+    // Refused: a layout the world cannot hold, and context parallelism.
+    let mut bad = mcfg.clone();
+    bad.pipeline_model_parallel_size = 2;
+    assert!(MegatronSettings::from_config(Some(&world), &mut engine, &bad).is_err());
+    let mut bad = mcfg.clone();
+    bad.context_parallel_size = 2;
+    assert!(MegatronSettings::from_config(Some(&world), &mut engine, &bad).is_err());
+    // The engine builds from it.
+    let mega = MegatronEngine::<CausalLm>::new(engine, s).unwrap();
+    assert_eq!(mega.dp_size(), 1);
+});
+
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}

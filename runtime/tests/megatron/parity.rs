@@ -1,8 +1,10 @@
-//! TP=2, PP=2 and DP=2 training on 2 Gloo ranks against the single-process model and
-//! optimizer: 20 steps of next-token cross-entropy on a fixed batch; the loss of every step
-//! and the final weights must match.
+//! TP=2 (also with sequence parallelism, and on Qwen3's per-head q/k norms), PP=2 and DP=2
+//! training on 2 Gloo ranks against the single-process model and optimizer: 20 steps of
+//! next-token cross-entropy on a fixed batch; the loss of every step and the final weights
+//! must match.
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use runtime::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
+use runtime::model::ModelConfig;
 use runtime::model::save::{SaveOptions, save_named};
 use runtime::optim::distrib::LayoutOptions;
 use tch::{Device, Kind, Tensor};
@@ -23,28 +25,29 @@ struct Run {
 fn parallel_run(
     world: &ProcessGroup,
     (tp, pp, dp): (usize, usize, usize),
-    tied: bool,
+    cfg: &ModelConfig,
+    sequence_parallel: bool,
     settings: ParallelSettings,
     num_mb: i64,
     setup: &Setup,
 ) -> Run {
-    let cfg = tiny_config(tied);
     let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
     let groups = ProcessGroups::new(world, &layout).unwrap();
-    let mut m = MegatronModule::new(
-        &cfg,
+    let mut m = MegatronModule::with_sequence_parallel(
+        cfg,
         HeadKind::CausalLm,
         Some(groups),
         Device::Cpu,
         setup.kind,
+        sequence_parallel,
     )
     .unwrap();
-    let (vs, _) = reference_model(&cfg, setup.kind);
+    let (vs, _) = reference_model(cfg, setup.kind);
     m.load_full(&full_weights(&vs)).unwrap();
     m.build_optimizer(setup.optim, make_groups, settings)
         .unwrap();
 
-    let (ids, mask, pos) = batch(&cfg, ROWS, LEN);
+    let (ids, mask, pos) = batch(cfg, ROWS, LEN);
     let n = token_count(&mask);
     let (dp_rank, dp_size) = m.dp_rank_size();
     let local = ROWS / dp_size as i64;
@@ -101,8 +104,8 @@ const FP32: Tolerance = Tolerance {
     weight: 1e-4,
 };
 
-fn check_against_reference(run: &Run, tied: bool, setup: &Setup, tol: Tolerance) {
-    let (ref_losses, ref_weights) = reference_run(&tiny_config(tied), STEPS, ROWS, LEN, setup);
+fn check_against_reference(run: &Run, cfg: &ModelConfig, setup: &Setup, tol: Tolerance) {
+    let (ref_losses, ref_weights) = reference_run(cfg, STEPS, ROWS, LEN, setup);
     assert!(
         ref_losses[STEPS - 1] < ref_losses[0] * 0.9,
         "the reference does not learn: {ref_losses:?}"
@@ -145,15 +148,17 @@ fn check_against_reference(run: &Run, tied: bool, setup: &Setup, tol: Tolerance)
 rank_test!(tp2_matches_single_process, 2, |world| {
     // Replicated optimizer (grad norm over the TP group, duplicates counted once), untied
     // output layer; then export to HF format and load it back sharded.
+    let cfg = tiny_config(false);
     let run = parallel_run(
         &world,
         (2, 1, 1),
+        &cfg,
         false,
         ParallelSettings::default(),
         2,
         &Setup::fp32(),
     );
-    check_against_reference(&run, false, &Setup::fp32(), FP32);
+    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
     // One directory for both ranks (their process ids differ; the rendezvous port does not).
     let port = std::env::var("MASTER_PORT").unwrap();
     let dir = std::env::temp_dir().join(format!("verlc-megatron-tp2-export-{port}"));
@@ -198,12 +203,13 @@ rank_test!(pp2_matches_single_process, 2, |world| {
         use_distributed_optimizer: true,
         layout: LayoutOptions::default(),
     };
-    let run = parallel_run(&world, (1, 2, 1), true, settings, 4, &Setup::fp32());
+    let cfg = tiny_config(true);
+    let run = parallel_run(&world, (1, 2, 1), &cfg, false, settings, 4, &Setup::fp32());
     assert_eq!(
         run.module.model.stage.layers,
         world.rank()..world.rank() + 1
     );
-    check_against_reference(&run, true, &Setup::fp32(), FP32);
+    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
 });
 
 rank_test!(dp2_matches_single_process, 2, |world| {
@@ -215,7 +221,8 @@ rank_test!(dp2_matches_single_process, 2, |world| {
             ..Default::default()
         },
     };
-    let run = parallel_run(&world, (1, 1, 2), true, settings, 2, &Setup::fp32());
+    let cfg = tiny_config(true);
+    let run = parallel_run(&world, (1, 1, 2), &cfg, false, settings, 2, &Setup::fp32());
     let opt = match run.module.optimizer() {
         Some(runtime::megatron::ModuleOptimizer::Distributed(o)) => o,
         _ => panic!("expected the distributed optimizer"),
@@ -229,7 +236,7 @@ rank_test!(dp2_matches_single_process, 2, |world| {
         .map(|p| p.tensor.numel())
         .sum();
     assert!(opt.owned_numel() < total, "state is not sharded");
-    check_against_reference(&run, true, &Setup::fp32(), FP32);
+    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
 });
 
 rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
@@ -241,7 +248,8 @@ rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
         layout: LayoutOptions::default(),
     };
     let setup = Setup::bf16_offload();
-    let run = parallel_run(&world, (1, 1, 2), true, settings, 2, &setup);
+    let cfg = tiny_config(true);
+    let run = parallel_run(&world, (1, 1, 2), &cfg, false, settings, 2, &setup);
     let inner = run.module.inner_optimizer().unwrap();
     assert!(inner.offloaded_numel() > 0, "nothing offloaded");
     assert!(run.weights.iter().all(|(_, t)| t.kind() == Kind::BFloat16));
@@ -249,7 +257,7 @@ rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
     // step in either direction, so bf16 weights are compared by the relative norm of the whole
     // difference, not element-wise. For scale: the single-process bf16 run itself, with the
     // batch in 4 micro-batches instead of 1, ends 1.0e-2 away (relative norm) from itself.
-    let (ref_losses, ref_weights) = reference_run(&tiny_config(true), STEPS, ROWS, LEN, &setup);
+    let (ref_losses, ref_weights) = reference_run(&cfg, STEPS, ROWS, LEN, &setup);
     assert!(ref_losses[STEPS - 1] < ref_losses[0] * 0.9);
     for (i, (a, b)) in run.losses.iter().zip(&ref_losses).enumerate() {
         assert!(
@@ -267,3 +275,33 @@ rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
     let rel = (diff / norm).sqrt();
     assert!(rel < 3e-2, "weights differ by {rel} (relative norm)");
 });
+
+rank_test!(
+    tp2_sequence_parallel_qwen3_matches_single_process,
+    2,
+    |world| {
+        // Qwen3: q/k norms see only this rank's heads, so their gradients are summed over TP;
+        // sequence parallelism: norms and the residual stream on half the sequence each.
+        let mut cfg = tiny_config(true);
+        cfg.model_type = "qwen3".into();
+        let settings = ParallelSettings {
+            use_distributed_optimizer: true,
+            layout: LayoutOptions::default(),
+        };
+        let run = parallel_run(&world, (2, 1, 1), &cfg, true, settings, 2, &Setup::fp32());
+        assert!(run.module.model.sequence_parallel());
+        let partial: Vec<String> = run
+            .module
+            .model
+            .params()
+            .into_iter()
+            .filter(|p| p.grad_partial_over_tp)
+            .map(|p| p.name)
+            .collect();
+        assert!(
+            partial.iter().any(|n| n.ends_with("q_norm.weight"))
+                && partial.contains(&"model.norm.weight".to_owned())
+        );
+        check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
+    }
+);
