@@ -79,4 +79,11 @@ fn a_run_writes_verls_layout() {
     let state: serde_json::Value = serde_json::from_str(&fs::read_to_string(step.join("data.json")).expect("data")).expect("json");
     assert_eq!(state["global_step"], 3);
     assert_eq!(state["sampler"]["cursor"], 24);
+
+    // resume_path: continue from an explicit checkpoint (here the older one).
+    let from = format!("trainer.resume_from_path={}", step_dir(&root, 2).display());
+    let cfg = small_grpo(&dir, 3, &["trainer.save_freq=1", "trainer.resume_mode=resume_path", &from]);
+    let summary = runtime::trainer::run(&cfg, &quiet()).expect("resumes");
+    assert_eq!((summary.resumed_from, summary.last_step), (2, 3));
+    // A resume_from_path that names no global_step_N folder is refused by `verlc check` already.
 }

@@ -3,7 +3,8 @@
 
 use crate::support::{mean, quiet, scratch, series, small_grpo};
 
-/// The quickstart's task and recipe at test size: 3-digit reversal, 2-layer model.
+/// The quickstart's task and recipe at test size (fewer samples, higher lr): 3-digit reversal,
+/// 2-layer model, entropy bonus.
 const RECIPE: &[&str] = &[
     "data.train_files='builtin://digit_reversal?split=train&min_digits=3&max_digits=3&size=700'",
     "data.val_files='builtin://digit_reversal?split=test&min_digits=3&max_digits=3&size=64'",
@@ -11,6 +12,7 @@ const RECIPE: &[&str] = &[
     "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=128'",
     "actor_rollout_ref.actor.use_kl_loss=false",
     "actor_rollout_ref.actor.optim.lr=2e-3",
+    "actor_rollout_ref.actor.entropy_coeff=0.03",
     "actor_rollout_ref.rollout.dtype=float32",
 ];
 
@@ -27,6 +29,7 @@ fn grpo_quickstart_short_run_raises_the_score() {
         "data.train_batch_size=16",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
+        "actor_rollout_ref.actor.ppo_epochs=2",
     ]));
     let t = std::time::Instant::now();
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
@@ -34,7 +37,7 @@ fn grpo_quickstart_short_run_raises_the_score() {
     eprintln!("grpo scores ({:.1}s): {scores:.3?}", t.elapsed().as_secs_f64());
     assert_eq!(scores.len(), steps as usize);
     let (first, last) = (mean(&scores[..4]), mean(&scores[scores.len() - 4..]));
-    assert!(last > 2.0 * first && last > first + 0.05, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
+    assert!(last > 3.0 * first && last > first + 0.02, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
 }
 
 #[test]
@@ -59,5 +62,5 @@ fn ppo_with_a_gae_critic_learns() {
     assert_eq!(vf.len(), steps as usize, "the critic is updated every step");
     assert!(summary.history.iter().all(|(_, m)| m.contains_key("critic/vf_explained_var")));
     let (first, last) = (mean(&scores[..4]), mean(&scores[scores.len() - 4..]));
-    assert!(last > 2.0 * first && last > first + 0.05, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
+    assert!(last > 3.0 * first && last > first + 0.02, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
 }
