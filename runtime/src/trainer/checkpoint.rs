@@ -11,8 +11,8 @@
 //! ```
 //!
 //! A checkpoint is written into a hidden `.global_step_{N}.tmp-{pid}` directory, every file
-//! is synced, and the directory is renamed into place; only then is the tracker file
-//! replaced (also by rename). A run killed at any moment leaves either the previous
+//! is synced, and the directory is renamed into place; only after the step's metrics are
+//! logged is the tracker file replaced (also by rename). A run killed at any moment leaves either the previous
 //! complete checkpoint or the new one, never a half-written `global_step_{N}`; leftover
 //! temporary directories are removed at the next start.
 
@@ -84,9 +84,23 @@ pub fn remove_leftovers(root: &Path) -> Result<(), TrainerError> {
     Ok(())
 }
 
-/// Writes a checkpoint of step `step`: `write` fills the given (temporary) directory, which
-/// is then synced and renamed to `global_step_{step}`; the tracker is updated last.
+/// Writes a checkpoint of step `step` and commits it: [`stage`] then [`commit`].
 pub fn save_atomic(
+    root: &Path,
+    step: u64,
+    write: impl FnOnce(&Path) -> Result<(), TrainerError>,
+) -> Result<PathBuf, TrainerError> {
+    let dst = stage(root, step, write)?;
+    commit(root, step)?;
+    Ok(dst)
+}
+
+/// Writes the files of step `step`'s checkpoint: `write` fills a temporary directory, which
+/// is then synced and renamed to `global_step_{step}`. The tracker is not touched, so a
+/// resume still starts from the previous checkpoint until [`commit`]; the trainer logs the
+/// step's metrics in between, which keeps the metrics log and the checkpoints consistent
+/// whenever the process is killed.
+pub fn stage(
     root: &Path,
     step: u64,
     write: impl FnOnce(&Path) -> Result<(), TrainerError>,
@@ -110,8 +124,12 @@ pub fn save_atomic(
         fs::rename(&tmp, &dst).map_err(|e| io(&dst, e))?;
     }
     sync_dir(root);
-    write_tracker(root, step)?;
     Ok(dst)
+}
+
+/// Makes the staged checkpoint of `step` the one a resume starts from (the tracker).
+pub fn commit(root: &Path, step: u64) -> Result<(), TrainerError> {
+    write_tracker(root, step)
 }
 
 fn write_tracker(root: &Path, step: u64) -> Result<(), TrainerError> {

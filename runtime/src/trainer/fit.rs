@@ -64,6 +64,8 @@ pub struct Trainer {
     global_step: u64,
     resumed_from: u64,
     total_steps: u64,
+    /// A checkpoint written this step, committed once the step's metrics are logged.
+    staged_checkpoint: Option<u64>,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -236,6 +238,7 @@ impl Trainer {
             global_step: 0,
             resumed_from: 0,
             total_steps,
+            staged_checkpoint: None,
         };
         trainer.load_checkpoint()?;
         trainer.tracking = Tracking::new(
@@ -313,9 +316,10 @@ impl Trainer {
         Ok(())
     }
 
-    fn save_checkpoint(&self) -> Result<(), TrainerError> {
+    /// Writes this step's checkpoint; [`Trainer::commit_checkpoint`] makes it the resume point.
+    fn save_checkpoint(&mut self) -> Result<(), TrainerError> {
         let state = TrainerState { global_step: self.global_step, sampler: self.sampler.state().clone(), kl_coef: self.kl_ctrl.value() };
-        checkpoint::save_atomic(&self.ckpt_root, self.global_step, |dir| {
+        checkpoint::stage(&self.ckpt_root, self.global_step, |dir| {
             let actor_dir = dir.join("actor");
             self.actor.engine.save_checkpoint(&actor_dir)?;
             self.tokenizer.save(&actor_dir.join("huggingface"))?;
@@ -324,6 +328,15 @@ impl Trainer {
             }
             checkpoint::write_state(dir, &state)
         })?;
+        self.staged_checkpoint = Some(self.global_step);
+        Ok(())
+    }
+
+    /// Commits the staged checkpoint (after its step is logged), then applies retention, so
+    /// the checkpoint the tracker names is never the one retention removes.
+    fn commit_checkpoint(&mut self) -> Result<(), TrainerError> {
+        let Some(step) = self.staged_checkpoint.take() else { return Ok(()) };
+        checkpoint::commit(&self.ckpt_root, step)?;
         let keep = |v: Option<i64>| v.and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0);
         checkpoint::apply_retention(
             &self.ckpt_root,
@@ -355,6 +368,7 @@ impl Trainer {
             self.global_step += 1;
             let metrics = self.step()?;
             self.tracking.log(self.global_step, &metrics)?;
+            self.commit_checkpoint()?;
             summary.history.push((self.global_step, metrics));
         }
         summary.last_step = self.global_step;

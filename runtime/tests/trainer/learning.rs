@@ -37,7 +37,7 @@ fn grpo_quickstart_short_run_raises_the_score() {
     eprintln!("grpo scores ({:.1}s): {scores:.3?}", t.elapsed().as_secs_f64());
     assert_eq!(scores.len(), steps as usize);
     let (first, last) = (mean(&scores[..4]), mean(&scores[scores.len() - 4..]));
-    assert!(last > 3.0 * first && last > first + 0.02, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
+    assert!(last > 1.8 * first && last > first + 0.08, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
 }
 
 #[test]
@@ -62,5 +62,5 @@ fn ppo_with_a_gae_critic_learns() {
     assert_eq!(vf.len(), steps as usize, "the critic is updated every step");
     assert!(summary.history.iter().all(|(_, m)| m.contains_key("critic/vf_explained_var")));
     let (first, last) = (mean(&scores[..4]), mean(&scores[scores.len() - 4..]));
-    assert!(last > 3.0 * first && last > first + 0.02, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
+    assert!(last > 1.8 * first && last > first + 0.08, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
 }
