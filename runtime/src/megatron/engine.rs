@@ -156,7 +156,11 @@ impl MegatronHead for ValueModel {
         _opts: &ForwardOptions,
     ) -> MResult<Tensor> {
         let r = response_len(batch)?;
-        let t = hidden.size()[1];
+        // The batch's length: hidden states may carry right padding (sequence parallelism).
+        let t = batch
+            .get("input_ids")
+            .map_err(|e| MegatronError::Config(e.to_string()))?
+            .size()[1];
         model.values(&hidden.f_narrow(1, t - r - 1, r)?)
     }
 

@@ -1,18 +1,19 @@
-//! The Megatron engine behind verl's actor worker: PPO updates with TP=2, PP=2 and DP=2
-//! (2 Gloo ranks) give the single-process engine's metrics, log-probs and weights; its
-//! checkpoint restores an identical continuation.
+//! The Megatron engine behind verl's actor and critic workers: PPO updates with TP=2 (with
+//! and without SP), PP=2 and DP=2 (2 Gloo ranks) give the single-process engine's metrics,
+//! log-probs, values and weights; its checkpoint restores an identical continuation.
 use runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
 use runtime::engine::{
     Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine,
 };
 use runtime::megatron::{GroupPolicy, MegatronEngine, MegatronSettings, ParallelSettings};
-use runtime::model::{CausalLm, Precision};
+use runtime::model::{CausalLm, Precision, ValueModel};
 use runtime::optim::distrib::LayoutOptions;
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use runtime::optim::{AdamWConfig, InnerConfig};
 use runtime::rollout::{SamplingParams, StopTokens};
 use runtime::workers::actor::{Actor, ActorSettings};
+use runtime::workers::critic::{Critic, CriticSettings};
 use tch::{Device, Kind, Tensor};
 use verlc::check::{CheckOptions, check};
 use verlc::load::compose::LoadRequest;
@@ -323,3 +324,100 @@ rank_test!(settings_from_the_quickstart_megatron_config, 2, |world| {
 fn repo() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
+
+fn critic_settings() -> CriticSettings {
+    CriticSettings {
+        ppo_mini_batch_size: 8,
+        ppo_micro_batch_size: 4,
+        forward_micro_batch_size: 4,
+        ppo_epochs: 2,
+        shuffle: true,
+        data_loader_seed: 1,
+        cliprange_value: 0.05,
+        loss_agg_mode: LossAggMode::TokenMean,
+    }
+}
+
+fn critic_engine(
+    world: &ProcessGroup,
+    (tp, pp, dp): (usize, usize, usize),
+    sequence_parallel: bool,
+) -> MegatronEngine<ValueModel> {
+    let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
+    let settings = MegatronSettings {
+        groups: Some(ProcessGroups::new(world, &layout).unwrap()),
+        parallel: ParallelSettings {
+            use_distributed_optimizer: true,
+            layout: LayoutOptions::default(),
+        },
+        param_groups: GroupPolicy::Single,
+        sequence_parallel,
+    };
+    MegatronEngine::new(engine_settings(), settings).unwrap()
+}
+
+/// The critic (value head on the last stage, replicated over TP): its values, 2 value
+/// updates (2 epochs × 2 shuffled mini-batches × 2 micro-batches, clipped value loss) and
+/// the final weights against the single engine.
+fn critic_matches_single(world: &ProcessGroup, dims: (usize, usize, usize), sp: bool) {
+    let mut actor = Actor::new(
+        SingleEngine::new(engine_settings()).unwrap(),
+        actor_settings(16),
+    )
+    .unwrap();
+    let mut b = batch(&mut actor);
+    let mut single = Critic::new(
+        SingleEngine::<ValueModel>::new(engine_settings()).unwrap(),
+        critic_settings(),
+    )
+    .unwrap();
+    let mut mega = Critic::new(critic_engine(world, dims, sp), critic_settings()).unwrap();
+    // Values of the value pass (under SP the 11-token sequences are padded to 12).
+    let vs = single.compute_values(&b).unwrap();
+    let vm = mega.compute_values(&b).unwrap();
+    let d = (&vs - &vm).abs().max().double_value(&[]);
+    assert!(d < 1e-5, "{dims:?} sp={sp}: values differ by {d}");
+    // Returns off the values at every response token. Where `returns == values` (a zero
+    // advantage) the single engine's first residual is exactly 0 (its predictions are
+    // bit-identical to the values it computed) while TP's all-reduced sums leave ~1e-8:
+    // embedding rows of tokens seen only there get gradients of 0 against ~1e-10, which
+    // Adam's first step (eps 1e-8) turns into updates of 0 against ~lr/20, amplified
+    // rounding rather than a difference of the engines.
+    let mask = b.get("response_mask").unwrap().shallow_clone();
+    let returns = &vs + (b.get("advantages").unwrap() + 0.1) * &mask;
+    b.insert("values", vs).unwrap();
+    b.insert("returns", returns).unwrap();
+    for step in 1..=2 {
+        let ms = single.update_critic(&b, step).unwrap();
+        let mm = mega.update_critic(&b, step).unwrap();
+        for key in [
+            "critic/vf_loss",
+            "critic/grad_norm",
+            "critic/vf_clipfrac",
+            "critic/lr",
+        ] {
+            let (a, c) = (ms[key], mm[key]);
+            assert!(
+                (a - c).abs() <= 1e-4 * (1.0 + a.abs()),
+                "{dims:?} sp={sp} step {step}: {key} {a} vs {c}"
+            );
+        }
+        if step == 2 {
+            // The clipped branch is exercised.
+            assert!(ms["critic/vf_clipfrac"] > 0.0, "{ms:?}");
+        }
+    }
+    let d = max_param_diff(
+        &single.engine.per_tensor_params().unwrap(),
+        &mega.engine.per_tensor_params().unwrap(),
+    );
+    eprintln!("{dims:?} sp={sp}: critic weights differ by {d:e} after 2 updates");
+    assert!(d < 1e-4, "{dims:?} sp={sp}: critic weights differ by {d}");
+}
+
+rank_test!(critic_tp2_sp_and_pp2_match_single_engine, 2, |world| {
+    critic_matches_single(&world, (2, 1, 1), false);
+    // Sequences of 11 tokens: the hidden states carry one token of right padding.
+    critic_matches_single(&world, (2, 1, 1), true);
+    critic_matches_single(&world, (1, 2, 1), false);
+});
