@@ -31,7 +31,7 @@ use verlc::load::node::{Node, split_key};
 use verlc::plan::{self, Binding, BuildPlan};
 use verlc::source::{Source, SourceKind, SourceMap};
 
-use crate::dist::{DistEnv, DistError, LocalLauncher};
+use crate::dist::{Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup};
 
 pub use verlc::plan::{OffloadFlags, PrecisionKind, StrategyKind};
 
@@ -141,33 +141,57 @@ pub struct RankContext {
 /// Why a training run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
-    #[error("the training loop is not implemented yet (issue 5)")]
-    NotImplemented,
     #[error(transparent)]
     Dist(#[from] DistError),
     #[error("{0}")]
     Trainer(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// The RL training loop of one rank: the trainer's entry point (issue 5).
+/// The RL training loop of one rank: the trainer's entry point.
 ///
 /// Called on every rank after the config (with overrides) passed the checks; `cfg` is the
-/// resolved typed config and `ctx` says where this rank sits. Return `Ok(())` when training
+/// resolved typed config and `ctx` says where this rank sits. Several ranks form the world
+/// process group (Gloo on CPU, NCCL on CUDA) and train with the bound strategy's engines
+/// (`S`: FSDP or Megatron); FSDP on one rank without parameter offload runs the single
+/// engine, which computes the same; Megatron on one rank runs the Megatron engine. Returns `Ok(())` when training
 /// finished; the binary exits 0 when every rank did.
 pub fn train<S: Strategy, P: Precision, O: Offload>(cfg: &VerlConfig, ctx: &RankContext) -> Result<(), TrainError> {
-    if ctx.dist.world_size != 1 {
-        return Err(TrainError::Trainer(
-            format!(
-                "{} ranks with strategy {}: verlc's trainer runs one process so far (the FSDP and Megatron \
-                 engines plug into `runtime::engine::Engine` later); use trainer.nnodes=1 trainer.n_gpus_per_node=1",
-                ctx.dist.world_size,
-                S::KIND.name()
-            )
-            .into(),
-        ));
+    use crate::trainer::parallel::{FsdpRoles, MegatronRoles};
+    let opts = crate::trainer::RunOptions {
+        device: ctx.device,
+        precision: P::KIND,
+        offload: O::FLAGS,
+        console_lines: ctx.dist.rank == 0,
+        ..Default::default()
+    };
+    let failed = |e: crate::trainer::TrainerError| TrainError::Trainer(Box::new(e));
+    let one_rank = ctx.dist.world_size == 1;
+    match S::KIND {
+        StrategyKind::Single if !one_rank => Err(TrainError::Trainer(
+            format!("strategy Single runs one rank, but the world has {}", ctx.dist.world_size).into(),
+        )),
+        // FSDP over one rank without parameter offload computes what the single engine does.
+        StrategyKind::Single | StrategyKind::Fsdp if one_rank && !O::FLAGS.params && !O::FLAGS.grads => {
+            crate::trainer::run(cfg, &opts).map(|_| ()).map_err(failed)
+        }
+        // Megatron keeps its own parameter groups (no weight decay on biases and norms).
+        StrategyKind::Megatron if one_rank => {
+            crate::trainer::run_with(cfg, &opts, MegatronRoles { world: None }).map(|_| ()).map_err(failed)
+        }
+        _ => {
+            let mut env = ctx.dist.clone();
+            if one_rank {
+                env.master_port = crate::dist::free_port(&env.master_addr).map_err(|e| TrainError::Trainer(Box::new(e)))?;
+            }
+            let backend = if ctx.device.is_cuda() { Backend::Nccl } else { Backend::Gloo };
+            let world = ProcessGroup::init(&env, &InitOptions { backend, ..InitOptions::default() })?;
+            let summary = match S::KIND {
+                StrategyKind::Megatron => crate::trainer::run_with(cfg, &opts, MegatronRoles { world: Some(world) }),
+                _ => crate::trainer::run_with(cfg, &opts, FsdpRoles { world }),
+            };
+            summary.map(|_| ()).map_err(failed)
+        }
     }
-    let opts = crate::trainer::RunOptions { device: ctx.device, precision: P::KIND, offload: O::FLAGS, ..Default::default() };
-    crate::trainer::run(cfg, &opts).map(|_| ()).map_err(|e| TrainError::Trainer(Box::new(e)))
 }
 
 /// Set in ranks spawned by this binary's own launcher (they stay quiet at start-up).
@@ -540,14 +564,9 @@ mod tests {
     fn markers_carry_their_kinds() {
         let b = binding::<Fsdp, Fp16Mixed, OffloadOptimizer>();
         assert_eq!(b.to_string(), "strategy = Fsdp, precision = Fp16Mixed, offload = [optimizer]");
-        assert!(Fp16Mixed::LOSS_SCALING && !Bf16Mixed::LOSS_SCALING);
+        const { assert!(Fp16Mixed::LOSS_SCALING && !Bf16Mixed::LOSS_SCALING) };
         assert_eq!(Bf16Mixed::COMPUTE, tch::Kind::BFloat16);
         assert_eq!(OffloadParams::FLAGS, OffloadFlags { params: true, grads: true, optimizer: false });
         assert_eq!(<Megatron as Strategy>::KIND, StrategyKind::Megatron);
-    }
-
-    #[test]
-    fn train_reports_the_missing_loop() {
-        assert_eq!(TrainError::NotImplemented.to_string(), "the training loop is not implemented yet (issue 5)");
     }
 }

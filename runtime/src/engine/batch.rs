@@ -97,6 +97,11 @@ impl Batch {
         self.map(|t| t.f_index_select(0, &idx.to_device(t.device())))
     }
 
+    /// The same tensors (shared storage) under the same names.
+    pub fn shallow_clone(&self) -> Batch {
+        Batch { tensors: self.tensors.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect(), rows: self.rows }
+    }
+
     /// Rows `start .. start + len`.
     pub fn narrow(&self, start: i64, len: i64) -> Result<Batch, EngineError> {
         if start < 0 || len < 0 || start + len > self.rows() {

@@ -105,23 +105,39 @@ pub fn stage(
     step: u64,
     write: impl FnOnce(&Path) -> Result<(), TrainerError>,
 ) -> Result<PathBuf, TrainerError> {
-    fs::create_dir_all(root).map_err(|e| io(root, e))?;
-    let pid = std::process::id();
-    let tmp = root.join(format!(".{STEP_PREFIX}{step}.tmp-{pid}"));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
-    }
-    fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
+    let tmp = temp_dir(root, step, u64::from(std::process::id()));
+    begin(root, &tmp)?;
     write(&tmp)?;
-    sync_tree(&tmp)?;
+    finish(root, step, &tmp)
+}
+
+/// The hidden directory step `step` is written into; `tag` tells concurrent writers apart
+/// (a process id; all ranks of a run use rank 0's).
+pub fn temp_dir(root: &Path, step: u64, tag: u64) -> PathBuf {
+    root.join(format!(".{STEP_PREFIX}{step}.tmp-{tag}"))
+}
+
+/// Creates the empty temporary directory `tmp` (the first part of [`stage`]).
+pub fn begin(root: &Path, tmp: &Path) -> Result<(), TrainerError> {
+    fs::create_dir_all(root).map_err(|e| io(root, e))?;
+    if tmp.exists() {
+        fs::remove_dir_all(tmp).map_err(|e| io(tmp, e))?;
+    }
+    fs::create_dir_all(tmp).map_err(|e| io(tmp, e))
+}
+
+/// Syncs the written `tmp` and renames it to `global_step_{step}` (the last part of
+/// [`stage`]).
+pub fn finish(root: &Path, step: u64, tmp: &Path) -> Result<PathBuf, TrainerError> {
+    sync_tree(tmp)?;
     let dst = step_dir(root, step);
     if dst.exists() {
-        let old = root.join(format!(".{STEP_PREFIX}{step}.old-{pid}"));
+        let old = root.join(format!(".{STEP_PREFIX}{step}.old-{}", std::process::id()));
         fs::rename(&dst, &old).map_err(|e| io(&dst, e))?;
-        fs::rename(&tmp, &dst).map_err(|e| io(&dst, e))?;
+        fs::rename(tmp, &dst).map_err(|e| io(&dst, e))?;
         fs::remove_dir_all(&old).map_err(|e| io(&old, e))?;
     } else {
-        fs::rename(&tmp, &dst).map_err(|e| io(&dst, e))?;
+        fs::rename(tmp, &dst).map_err(|e| io(&dst, e))?;
     }
     sync_dir(root);
     Ok(dst)

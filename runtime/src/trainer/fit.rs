@@ -12,9 +12,8 @@ use crate::algo::{
     compute_advantage,
 };
 use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset, Truncation};
-use crate::engine::{Batch, EngineSettings, Engine, Metrics, SingleEngine};
+use crate::engine::{Batch, Engine, EngineSettings, Head, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
-use crate::model::{CausalLm, ValueModel};
 use crate::rng::Rng;
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens, probs_diff};
 use crate::tokenizer::Tokenizer;
@@ -25,12 +24,10 @@ use crate::workers::reward::{PythonRewardFn, PythonSettings, RewardFn, Score, Sc
 use crate::workers::rollout::RolloutWorker;
 
 use super::checkpoint::{self, TrainerState};
+use super::parallel::{DataParallel, Roles, SingleRoles, pad_prompts};
 use super::metrics::{Timers, ValRecord, data_metrics, throughput_metrics, timing_metrics, validation_metrics};
 use super::settings::{self, spelling};
 use super::{RunOptions, RunSummary, TrainerError};
-
-type ActorEngine = SingleEngine<CausalLm>;
-type CriticEngine = SingleEngine<ValueModel>;
 
 /// Scores, the items that were scored, and the scorer's full results.
 type Scored = (Vec<f64>, Vec<ScoreItem>, Vec<Score>);
@@ -39,16 +36,20 @@ type Scored = (Vec<f64>, Vec<ScoreItem>, Vec<Score>);
 const STREAM_ROLLOUT: u64 = 1;
 const STREAM_VAL: u64 = 2;
 
-/// The single-process PPO/GRPO trainer.
-pub struct Trainer {
+/// The PPO/GRPO trainer of one rank; `R` binds the engines of its roles (one process by
+/// default; see [`super::parallel`] for several ranks).
+pub struct Trainer<R: Roles = SingleRoles> {
     cfg: VerlConfig,
     tokenizer: Tokenizer,
     train: RlDataset,
     val: Option<RlDataset>,
     sampler: BatchSampler,
-    actor: Actor<ActorEngine>,
-    critic: Option<Critic<CriticEngine>>,
-    reference: Option<Reference<ActorEngine>>,
+    actor: Actor<R::Actor>,
+    critic: Option<Critic<R::Critic>>,
+    reference: Option<Reference<R::Actor>>,
+    dp: DataParallel,
+    /// Names the temporary checkpoint directory all ranks write into (rank 0's pid).
+    ckpt_tag: u64,
     rollout: RolloutWorker,
     reward: RewardFn,
     kl_ctrl: KlController,
@@ -68,7 +69,7 @@ pub struct Trainer {
     staged_checkpoint: Option<u64>,
 }
 
-impl std::fmt::Debug for Trainer {
+impl<R: Roles> std::fmt::Debug for Trainer<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Trainer").field("global_step", &self.global_step).field("total_steps", &self.total_steps).finish_non_exhaustive()
     }
@@ -103,19 +104,28 @@ fn dataset_options(cfg: &VerlConfig, max_samples: i64) -> Result<DatasetOptions,
     })
 }
 
-impl Trainer {
-    /// Loads data and models, starts the reward function and the loggers, and restores the
-    /// checkpoint `trainer.resume_mode` asks for.
+impl Trainer<SingleRoles> {
+    /// The trainer of a one-process run (the single engine).
     pub fn new(cfg: &VerlConfig, opts: &RunOptions) -> Result<Self, TrainerError> {
+        Self::with_roles(cfg, opts, SingleRoles)
+    }
+}
+
+impl<R: Roles> Trainer<R> {
+    /// Loads data and models, starts the reward function and the loggers, and restores the
+    /// checkpoint `trainer.resume_mode` asks for. Collective over `roles`' world: every rank
+    /// calls it with the same config.
+    pub fn with_roles(cfg: &VerlConfig, opts: &RunOptions, roles: R) -> Result<Self, TrainerError> {
         let world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node;
-        if world != 1 {
+        let ranks = roles.world().map_or(1, |w| w.size());
+        if world != ranks as i64 {
             return Err(bad(format!(
-                "the single-process trainer runs a world of 1, but trainer.nnodes × trainer.n_gpus_per_node = {world}"
+                "trainer.nnodes × trainer.n_gpus_per_node = {world}, but the trainer runs on {ranks} rank(s)"
             )));
         }
         let backends: Vec<_> = cfg.trainer.logger.items().into_iter().copied().collect();
         Tracking::check_backends(&backends)?;
-        if opts.offload.params || opts.offload.grads {
+        if roles.world().is_none() && (opts.offload.params || opts.offload.grads) {
             return Err(bad("the single-process engine keeps parameters and gradients on its device (offload only the optimizer)"));
         }
         let arr = &cfg.actor_rollout_ref;
@@ -160,7 +170,7 @@ impl Trainer {
         // Models.
         let dtype = settings::param_dtype(opts.precision);
         let seed = settings::model_seed(&arr.actor);
-        let actor_engine = ActorEngine::new(EngineSettings {
+        let actor_engine = roles.actor(cfg, EngineSettings {
             model_path: model_path.clone(),
             device: opts.device,
             param_dtype: dtype,
@@ -168,10 +178,11 @@ impl Trainer {
             optim: Some(settings::optim_settings("actor_rollout_ref.actor.optim", &arr.actor.optim, total_steps, opts.offload.optimizer)?),
             loss_scale_factor: arr.actor.loss_scale_factor.map(|f| f as f64),
         })?;
+        let dp = DataParallel { group: roles.data_group(&actor_engine), world: roles.world().cloned() };
         let actor = Actor::new(actor_engine, settings::actor_settings(cfg)?)?;
         let critic = if settings::need_critic(cfg)? {
             let c = &cfg.critic;
-            let engine = CriticEngine::new(EngineSettings {
+            let engine = roles.critic(cfg, EngineSettings {
                 model_path: c.model.path.clone(),
                 device: opts.device,
                 param_dtype: dtype,
@@ -179,13 +190,21 @@ impl Trainer {
                 optim: Some(settings::optim_settings("critic.optim", &c.optim, total_steps, opts.offload.optimizer)?),
                 loss_scale_factor: None,
             })?;
+            if engine.dp_size() != dp.size() {
+                return Err(bad(format!(
+                    "the critic's data-parallel size {} differs from the actor's {} (give critic.megatron the actor's \
+                     tensor and pipeline parallel sizes)",
+                    engine.dp_size(),
+                    dp.size()
+                )));
+            }
             Some(Critic::new(engine, settings::critic_settings(cfg)?)?)
         } else {
             None
         };
         let reference = if settings::need_reference(cfg) {
             let path = arr.reference.model.as_ref().and_then(|m| m.path.clone()).unwrap_or_else(|| model_path.clone());
-            let engine = ActorEngine::new(EngineSettings {
+            let engine = roles.reference(cfg, EngineSettings {
                 model_path: path,
                 device: opts.device,
                 param_dtype: dtype,
@@ -197,7 +216,7 @@ impl Trainer {
         } else {
             None
         };
-        let rollout = RolloutWorker::new(actor.engine.model_config(), settings::rollout_dtype(cfg, dtype), opts.device)?;
+        let rollout = RolloutWorker::new(actor.engine.module().config(), settings::rollout_dtype(cfg, dtype), opts.device)?;
 
         let alg = &cfg.algorithm;
         let kl_ctrl = match spelling(&alg.kl_ctrl.kind).as_str() {
@@ -213,6 +232,7 @@ impl Trainer {
         };
         let stop = StopTokens { eos: tokenizer.eos_token_ids.clone(), pad: tokenizer.pad_token_id };
         let ckpt_root = absolute(&cfg.trainer.default_local_dir);
+        let ckpt_tag = dp.broadcast_from_main(i64::from(std::process::id()))? as u64;
 
         let mut trainer = Trainer {
             cfg: cfg.clone(),
@@ -223,6 +243,8 @@ impl Trainer {
             actor,
             critic,
             reference,
+            dp,
+            ckpt_tag,
             rollout,
             reward,
             kl_ctrl,
@@ -241,6 +263,9 @@ impl Trainer {
             staged_checkpoint: None,
         };
         trainer.load_checkpoint()?;
+        if !trainer.dp.is_main() {
+            return Ok(trainer);
+        }
         trainer.tracking = Tracking::new(
             &backends,
             &TrackingOptions {
@@ -281,7 +306,10 @@ impl Trainer {
     }
 
     fn load_checkpoint(&mut self) -> Result<(), TrainerError> {
-        checkpoint::remove_leftovers(&self.ckpt_root)?;
+        if self.dp.is_main() {
+            checkpoint::remove_leftovers(&self.ckpt_root)?;
+        }
+        self.dp.barrier()?;
         let Some(dir) = self.resume_dir()? else { return Ok(()) };
         let missing = |what: &str| TrainerError::Checkpoint { path: dir.clone(), msg: format!("incomplete checkpoint: no {what}") };
         if !dir.is_dir() {
@@ -310,7 +338,8 @@ impl Trainer {
         }
         self.global_step = state.global_step;
         self.resumed_from = state.global_step;
-        if self.cfg.trainer.del_local_ckpt_after_load {
+        self.dp.barrier()?;
+        if self.cfg.trainer.del_local_ckpt_after_load && self.dp.is_main() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         Ok(())
@@ -319,16 +348,28 @@ impl Trainer {
     /// Writes this step's checkpoint; [`Trainer::commit_checkpoint`] makes it the resume point.
     fn save_checkpoint(&mut self) -> Result<(), TrainerError> {
         let state = TrainerState { global_step: self.global_step, sampler: self.sampler.state().clone(), kl_coef: self.kl_ctrl.value() };
-        checkpoint::stage(&self.ckpt_root, self.global_step, |dir| {
-            let actor_dir = dir.join("actor");
-            self.actor.engine.save_checkpoint(&actor_dir)?;
+        let (root, step, main) = (self.ckpt_root.clone(), self.global_step, self.dp.is_main());
+        // Rank 0 prepares the directory, every rank writes its part (the engines' saves
+        // are collective), rank 0 writes the shared files and moves it into place.
+        let tmp = checkpoint::temp_dir(&root, step, self.ckpt_tag);
+        if main {
+            checkpoint::begin(&root, &tmp)?;
+        }
+        self.dp.barrier()?;
+        let actor_dir = tmp.join("actor");
+        self.actor.engine.save_checkpoint(&actor_dir)?;
+        if let Some(c) = &self.critic {
+            c.engine.save_checkpoint(&tmp.join("critic"))?;
+        }
+        if main {
             self.tokenizer.save(&actor_dir.join("huggingface"))?;
-            if let Some(c) = &self.critic {
-                c.engine.save_checkpoint(&dir.join("critic"))?;
-            }
-            checkpoint::write_state(dir, &state)
-        })?;
-        self.staged_checkpoint = Some(self.global_step);
+            checkpoint::write_state(&tmp, &state)?;
+        }
+        self.dp.barrier()?;
+        if main {
+            checkpoint::finish(&root, step, &tmp)?;
+        }
+        self.staged_checkpoint = Some(step);
         Ok(())
     }
 
@@ -336,6 +377,9 @@ impl Trainer {
     /// the checkpoint the tracker names is never the one retention removes.
     fn commit_checkpoint(&mut self) -> Result<(), TrainerError> {
         let Some(step) = self.staged_checkpoint.take() else { return Ok(()) };
+        if !self.dp.is_main() {
+            return Ok(());
+        }
         checkpoint::commit(&self.ckpt_root, step)?;
         let keep = |v: Option<i64>| v.and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0);
         checkpoint::apply_retention(
@@ -376,8 +420,11 @@ impl Trainer {
         Ok(summary)
     }
 
-    fn sampling_seed(&self, stream: u64) -> u64 {
-        Rng::derive(self.seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15), self.global_step).next_u64()
+    /// The sampling seed of `stream` at this step; data-parallel ranks draw from their own
+    /// streams (rank 0's is the one-process stream).
+    fn sampling_seed(&self, stream: u64, dp_rank: usize) -> u64 {
+        let rank = (dp_rank as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+        Rng::derive(self.seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ rank, self.global_step).next_u64()
     }
 
     /// Generates for `items` and builds the batch (verl's repeat + union): sequences,
@@ -431,7 +478,7 @@ impl Trainer {
         let batch = result?;
         timers.0.insert("step".into(), step_start.elapsed().as_secs_f64());
 
-        if let Some(dir) = self.cfg.trainer.rollout_data_dir.clone() {
+        if let Some(dir) = self.cfg.trainer.rollout_data_dir.clone().filter(|_| self.dp.is_main()) {
             timers.time("dump_rollout_generations", || self.dump_generations(&dir, &batch))?;
         }
         if self.val.is_some() && self.cfg.trainer.test_freq > 0 && (is_last || step.is_multiple_of(self.cfg.trainer.test_freq as u64)) {
@@ -445,7 +492,7 @@ impl Trainer {
         metrics.insert("training/epoch".into(), epoch as f64);
         metrics.extend(data_metrics(&batch, self.critic.is_some())?);
         metrics.extend(timing_metrics(&timers, &batch)?);
-        metrics.extend(throughput_metrics(&timers, &batch, 1)?);
+        metrics.extend(throughput_metrics(&timers, &batch, self.dp.world_size())?);
         Ok(metrics)
     }
 
@@ -457,40 +504,39 @@ impl Trainer {
         timers: &mut Timers,
         metrics: &mut Metrics,
     ) -> Result<Batch, TrainerError> {
-        let items = train.batch(indices);
+        // This data-parallel rank's prompts; `offset` makes their group ids global.
+        let own = self.dp.chunk(indices.len())?;
+        let offset = own.start as i64;
+        let items = train.batch(&indices[own]);
         let mut params = self.train_sampling.clone();
-        params.seed = self.sampling_seed(STREAM_ROLLOUT);
+        params.seed = self.sampling_seed(STREAM_ROLLOUT, self.dp.rank());
         let (mut batch, out) = timers.time("gen", || self.generate(&items, &params))?;
         if self.cfg.actor_rollout_ref.rollout.calculate_log_probs {
             batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
         }
+        if self.dp.size() > 1 {
+            // One prompt width on every rank, so that the rows can be gathered.
+            let width = self.dp.max(batch.get("prompts")?.size()[1])?;
+            pad_prompts(&mut batch, width, self.stop.pad)?;
+        }
+        let uids: Vec<i64> = out.prompt_index.iter().map(|&p| offset + p as i64).collect();
+        batch.insert("uid", Tensor::from_slice(&uids))?;
 
         // REMAX baseline: the summed reward of a greedy rollout of each prompt.
-        let baselines = if self.estimator == AdvEstimator::Remax {
+        if self.estimator == AdvEstimator::Remax {
             let greedy = SamplingParams { do_sample: false, n: 1, ..params.clone() };
             let (_, gout) = timers.time("gen_max", || self.generate(&items, &greedy))?;
             let (scores, _, _) = self.score(&items, &gout)?;
             let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
-            Some(Tensor::from_slice(&per_row))
-        } else {
-            None
-        };
+            batch.insert("reward_baselines", Tensor::from_slice(&per_row))?;
+        }
 
         let (scores, _, _) = timers.time("reward", || self.score(&items, &out))?;
         let mask = batch.get("response_mask")?.shallow_clone();
         batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
 
         let (old_log_probs, entropy) = timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
-        metrics.insert("actor/entropy".into(), self.actor.entropy_metric(&entropy, &mask)?);
-        if let Some(rlp) = batch.opt("rollout_log_probs") {
-            let d = probs_diff(rlp, &old_log_probs, &mask);
-            metrics.insert("training/rollout_probs_diff_max".into(), d.max);
-            metrics.insert("training/rollout_probs_diff_mean".into(), d.mean);
-            metrics.insert("training/rollout_probs_diff_std".into(), d.std);
-            metrics.insert("training/rollout_actor_probs_pearson_corr".into(), d.pearson);
-        }
         batch.insert("old_log_probs", old_log_probs)?;
-
         if let Some(r) = self.reference.as_mut() {
             let ref_lp = timers.time("ref", || r.compute_ref_log_prob(&batch))?;
             batch.insert("ref_log_prob", ref_lp)?;
@@ -498,6 +544,19 @@ impl Trainer {
         if let Some(c) = self.critic.as_mut() {
             let values = timers.time("values", || c.compute_values(&batch))?;
             batch.insert("values", values)?;
+        }
+
+        // From here on the whole batch, as one process sees it.
+        let mut batch = self.dp.gather_batch(&batch)?;
+        let entropy = self.dp.gather_rows(&entropy)?;
+        let mask = batch.get("response_mask")?.shallow_clone();
+        metrics.insert("actor/entropy".into(), self.actor.entropy_metric(&entropy, &mask)?);
+        if let Some(rlp) = batch.opt("rollout_log_probs") {
+            let d = probs_diff(rlp, batch.get("old_log_probs")?, &mask);
+            metrics.insert("training/rollout_probs_diff_max".into(), d.max);
+            metrics.insert("training/rollout_probs_diff_mean".into(), d.mean);
+            metrics.insert("training/rollout_probs_diff_std".into(), d.std);
+            metrics.insert("training/rollout_actor_probs_pearson_corr".into(), d.pearson);
         }
 
         let adv_start = std::time::Instant::now();
@@ -519,13 +578,14 @@ impl Trainer {
             scores_t
         };
         batch.insert("token_level_rewards", rewards.shallow_clone())?;
-        let uids: Vec<i64> = out.prompt_index.iter().map(|&p| p as i64).collect();
+        let uids = Vec::<i64>::try_from(batch.get("uid")?)?;
         let index = GroupIndex::from_ids(&uids);
         let mut inputs = AdvantageInputs::new(&rewards, &mask).index(&index);
         let values = batch.opt("values").map(Tensor::shallow_clone);
         if let Some(v) = &values {
             inputs = inputs.values(v);
         }
+        let baselines = batch.opt("reward_baselines").map(Tensor::shallow_clone);
         if let Some(b) = &baselines {
             inputs = inputs.reward_baselines(b);
         }
@@ -534,13 +594,17 @@ impl Trainer {
         batch.insert("returns", adv.returns)?;
         timers.0.insert("adv".into(), adv_start.elapsed().as_secs_f64());
 
+        // The updates take this rank's rows; the engines average gradients over the ranks.
+        let mut own_rows = self.dp.own_rows(&batch)?;
+        own_rows.remove("uid");
+        own_rows.remove("reward_baselines");
         if let Some(c) = self.critic.as_mut() {
-            let m = timers.time("update_critic", || c.update_critic(&batch, step))?;
-            metrics.extend(m);
+            let m = timers.time("update_critic", || c.update_critic(&own_rows, step))?;
+            metrics.extend(self.dp.mean_metrics(m)?);
         }
         if self.cfg.trainer.critic_warmup as u64 <= step {
-            let m = timers.time("update_actor", || self.actor.update_policy(&batch, step))?;
-            metrics.extend(m);
+            let m = timers.time("update_actor", || self.actor.update_policy(&own_rows, step))?;
+            metrics.extend(self.dp.mean_metrics(m)?);
             timers.time("update_weights", || self.sync_rollout())?;
         }
         Ok(batch)
@@ -584,7 +648,7 @@ impl Trainer {
 
     fn validate_on(&mut self, val: &RlDataset) -> Result<Metrics, TrainerError> {
         let mut params = self.val_sampling.clone();
-        params.seed = self.sampling_seed(STREAM_VAL);
+        params.seed = self.sampling_seed(STREAM_VAL, 0);
         let bs = self.cfg.data.val_batch_size.and_then(|b| usize::try_from(b).ok()).filter(|&b| b > 0).unwrap_or(val.len());
         let mut records = Vec::new();
         let all: Vec<usize> = (0..val.len()).collect();

@@ -17,6 +17,7 @@
 pub mod checkpoint;
 mod fit;
 pub mod metrics;
+pub mod parallel;
 pub mod settings;
 
 use std::time::Duration;
@@ -105,5 +106,11 @@ pub struct RunSummary {
 /// Trains `cfg` in this process (one rank, world size 1).
 pub fn run(cfg: &VerlConfig, opts: &RunOptions) -> Result<RunSummary, TrainerError> {
     let mut trainer = Trainer::new(cfg, opts)?;
+    trainer.fit()
+}
+
+/// Trains `cfg` as one rank of `roles`' world (every rank calls it).
+pub fn run_with<R: parallel::Roles>(cfg: &VerlConfig, opts: &RunOptions, roles: R) -> Result<RunSummary, TrainerError> {
+    let mut trainer = Trainer::with_roles(cfg, opts, roles)?;
     trainer.fit()
 }

@@ -79,7 +79,11 @@ fn micro_batch(
 pub fn optim_settings(key: &str, o: &OptimConfig, total_steps: u64, offload: bool) -> Result<OptimSettings, TrainerError> {
     let inner = match o.optimizer.to_ascii_lowercase().as_str() {
         "adamw" => InnerConfig::AdamW(AdamWConfig { beta1: o.betas[0], beta2: o.betas[1], eps: 1e-8 }),
-        "adam" if o.weight_decay == 0.0 => InnerConfig::AdamW(AdamWConfig { beta1: o.betas[0], beta2: o.betas[1], eps: 1e-8 }),
+        // Megatron's `adam` decays weights decoupled (its OptimizerConfig defaults
+        // decoupled_weight_decay=True, which verl's megatron optim does not expose): AdamW.
+        "adam" if o.weight_decay == 0.0 || o.lr_decay_style.is_some() => {
+            InnerConfig::AdamW(AdamWConfig { beta1: o.betas[0], beta2: o.betas[1], eps: 1e-8 })
+        }
         "sgd" => InnerConfig::Sgd(SgdConfig { momentum: 0.0, dampening: 0.0, nesterov: false }),
         other => {
             return Err(bad(format!(
@@ -145,6 +149,19 @@ fn world(cfg: &VerlConfig) -> usize {
     (cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node).max(1) as usize
 }
 
+/// The data-parallel size of a role: the world, over Megatron's model-parallel ranks
+/// (tensor × pipeline × context) when the role runs Megatron.
+fn data_parallel(cfg: &VerlConfig, megatron: Option<&verlc::config::engine::MegatronEngineConfig>) -> usize {
+    let w = world(cfg);
+    match megatron.filter(|_| cfg.flavour() == verlc::config::Flavour::Megatron) {
+        Some(m) => {
+            let mp = (m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size).max(1) as usize;
+            (w / mp).max(1)
+        }
+        None => w,
+    }
+}
+
 fn seq_len(cfg: &VerlConfig) -> usize {
     (cfg.data.max_prompt_length + cfg.data.max_response_length).max(1) as usize
 }
@@ -154,7 +171,7 @@ pub fn actor_settings(cfg: &VerlConfig) -> Result<ActorSettings, TrainerError> {
     let a = &cfg.actor_rollout_ref.actor;
     let r = &cfg.actor_rollout_ref.rollout;
     let n = rollout_n(cfg)?;
-    let w = world(cfg);
+    let w = data_parallel(cfg, a.megatron.as_ref());
     let mini = positive("actor.ppo_mini_batch_size", a.ppo_mini_batch_size)? * n / w;
     let micro = micro_batch(
         "actor_rollout_ref.actor.ppo_micro_batch_size",
@@ -214,7 +231,7 @@ pub fn actor_settings(cfg: &VerlConfig) -> Result<ActorSettings, TrainerError> {
 pub fn critic_settings(cfg: &VerlConfig) -> Result<CriticSettings, TrainerError> {
     let c = &cfg.critic;
     let n = rollout_n(cfg)?;
-    let w = world(cfg);
+    let w = data_parallel(cfg, c.megatron.as_ref());
     let micro = micro_batch(
         "critic.ppo_micro_batch_size",
         c.ppo_micro_batch_size_per_gpu,

@@ -1,7 +1,11 @@
 //! Integration tests of the trainer (issue 5): learning runs, resume after kill -9,
 //! checkpoints, loggers, reward functions and the engine's gradient accumulation.
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod checkpoint;
+mod distributed;
 mod engine;
 mod learning;
 mod logging;

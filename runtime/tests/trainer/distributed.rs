@@ -1,0 +1,209 @@
+//! The trainer over several ranks (FSDP over 2 data-parallel ranks, Megatron with tensor
+//! parallelism 2): rank processes of this test binary run `runtime::trainer::run_with` and
+//! write their metric history; with greedy rollouts the run must match the same config in
+//! one process step by step, every rank must report the same metrics, and a 2-rank
+//! checkpoint must resume into exactly the step the uninterrupted run took.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use runtime::dist::{InitOptions, ProcessGroup};
+use runtime::engine::Metrics;
+use runtime::trainer::checkpoint::{list_steps, read_tracker, step_dir};
+use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
+use verlc::check::{CheckOptions, check};
+use verlc::config::VerlConfig;
+use verlc::load::compose::LoadRequest;
+
+use crate::common::spawn_ranks;
+use crate::support::{is_timing, quiet, repo, scratch};
+
+const CHILD: &str = "distributed::rank_child";
+const DIR_ENV: &str = "VERLC_DIST_TRAINER_DIR";
+
+/// Greedy rollouts make the generated data independent of how prompts are split; one
+/// mini-batch per step makes each optimizer step see the same rows however they are split
+/// (with smaller mini-batches every data-parallel rank takes its first rows, as in verl).
+const COMMON: &[&str] = &[
+    "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2'",
+    "data.train_batch_size=8",
+    "data.max_response_length=6",
+    "actor_rollout_ref.rollout.n=1",
+    "actor_rollout_ref.rollout.do_sample=false",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.actor.optim.lr=1e-3",
+    "trainer.logger=[]",
+    "trainer.val_before_train=false",
+    "trainer.test_freq=-1",
+    "trainer.total_training_steps=3",
+];
+
+/// FSDP: PPO with a GAE critic and the in-reward KL penalty (reference model).
+const FSDP: &[&str] = &[
+    "algorithm.adv_estimator=gae",
+    "algorithm.use_kl_in_reward=true",
+    "actor_rollout_ref.actor.use_kl_loss=false",
+    "critic.ppo_mini_batch_size=8",
+    "critic.ppo_micro_batch_size_per_gpu=2",
+    "critic.optim.lr=1e-3",
+    "critic.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2'",
+];
+
+/// Megatron: PPO with a GAE critic (both tensor-parallel) and the KL loss.
+const MEGATRON: &[&str] = &[
+    "algorithm.adv_estimator=gae",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "critic.ppo_mini_batch_size=8",
+    "critic.ppo_micro_batch_size_per_gpu=2",
+    "critic.optim.lr=1e-3",
+    "critic.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2'",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+];
+
+fn config(example: &str, overrides: &[String]) -> VerlConfig {
+    let req = LoadRequest {
+        config_file: Some(repo().join("examples").join(example)),
+        overrides: overrides.to_vec(),
+        cwd: repo(),
+        ..LoadRequest::default()
+    };
+    let checked = check(&req, &CheckOptions::default());
+    let errors: Vec<String> = checked.diagnostics.iter().filter(|d| d.is_error()).map(|d| d.message.clone()).collect();
+    assert!(errors.is_empty(), "config errors: {errors:#?}");
+    checked.config.expect("typed config")
+}
+
+/// What a run is: the example, its overrides, and where it writes.
+struct Job {
+    example: &'static str,
+    overrides: Vec<String>,
+}
+
+impl Job {
+    fn new(example: &'static str, extra: &[&str], dir: &Path, world: usize) -> Job {
+        let mut overrides: Vec<String> = COMMON.iter().chain(extra).map(|s| s.to_string()).collect();
+        overrides.push(format!("trainer.default_local_dir={}", dir.join("ckpt").display()));
+        overrides.push(format!("trainer.n_gpus_per_node={world}"));
+        Job { example, overrides }
+    }
+
+    fn with(mut self, extra: &[String]) -> Job {
+        self.overrides.extend(extra.iter().cloned());
+        self
+    }
+}
+
+/// The child: one rank of the job described by the files in `$VERLC_DIST_TRAINER_DIR`.
+#[test]
+fn rank_child() {
+    let Ok(dir) = std::env::var(DIR_ENV) else { return };
+    let dir = PathBuf::from(dir);
+    tch::set_num_threads(1);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("job file");
+    let example = read("example");
+    let overrides: Vec<String> = read("overrides").lines().map(str::to_owned).collect();
+    let cfg = config(&example, &overrides);
+    let world = ProcessGroup::init_from_env(&InitOptions { timeout: Duration::from_secs(120), ..InitOptions::default() })
+        .expect("init process group");
+    let rank = world.rank();
+    let summary = if example.contains("megatron") {
+        runtime::trainer::run_with(&cfg, &quiet(), MegatronRoles { world: Some(world) })
+    } else {
+        runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world })
+    }
+    .expect("distributed run");
+    let json = serde_json::to_string(&summary.history).expect("json");
+    std::fs::write(dir.join(format!("history.rank{rank}.json")), json).expect("write history");
+}
+
+/// Runs `job` on `world` rank processes; returns each rank's history.
+fn run_ranks(job: &Job, dir: &Path, world: usize) -> Vec<Vec<(u64, Metrics)>> {
+    let jobdir = dir.join("job");
+    let _ = std::fs::remove_dir_all(&jobdir);
+    std::fs::create_dir_all(&jobdir).expect("job dir");
+    std::fs::write(jobdir.join("example"), job.example).expect("write");
+    std::fs::write(jobdir.join("overrides"), job.overrides.join("\n")).expect("write");
+    let ranks = spawn_ranks(CHILD, world, &[(DIR_ENV, jobdir.display().to_string())]);
+    ranks.wait(Some(Duration::from_secs(300))).expect("every rank trains");
+    (0..world)
+        .map(|r| {
+            let text = std::fs::read_to_string(jobdir.join(format!("history.rank{r}.json"))).expect("history");
+            serde_json::from_str(&text).expect("history json")
+        })
+        .collect()
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-3)
+}
+
+/// Every non-timing metric of `one` (one process) within `rel` in `many`, step by step.
+fn assert_matches(one: &[(u64, Metrics)], many: &[(u64, Metrics)], rel: f64, what: &str) {
+    assert_eq!(one.len(), many.len(), "{what}: steps");
+    let mut wrong = Vec::new();
+    for ((s1, m1), (s2, m2)) in one.iter().zip(many) {
+        assert_eq!(s1, s2);
+        for (k, v) in m1.iter().filter(|(k, _)| !is_timing(k)) {
+            match m2.get(k) {
+                Some(w) if close(*v, *w, rel) => {}
+                Some(w) => wrong.push(format!("step {s1} {k}: one process {v}, ranks {w}")),
+                None => wrong.push(format!("step {s1}: no {k}")),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{what}:\n{}", wrong.join("\n"));
+}
+
+fn without_timing(h: &[(u64, Metrics)]) -> Vec<(u64, Metrics)> {
+    h.iter().map(|(s, m)| (*s, m.iter().filter(|(k, _)| !is_timing(k)).map(|(k, v)| (k.clone(), *v)).collect())).collect()
+}
+
+#[test]
+fn fsdp_two_ranks_match_one_process_and_resume_exactly() {
+    let dir = scratch("dist_fsdp");
+    let one = runtime::trainer::run(&config("quickstart.yaml", &Job::new("quickstart.yaml", FSDP, &dir.join("one"), 1).overrides), &quiet())
+        .expect("one-process run");
+    let job = Job::new("quickstart.yaml", FSDP, &dir.join("two"), 2).with(&["trainer.save_freq=2".into()]);
+    let ranks = run_ranks(&job, &dir.join("two"), 2);
+    assert_eq!(without_timing(&ranks[0]), without_timing(&ranks[1]), "ranks report different metrics");
+    assert_matches(&one.history, &ranks[0], 2e-3, "FSDP 2 ranks");
+    assert!(ranks[0].iter().all(|(_, m)| m.contains_key("critic/vf_loss") && m.contains_key("actor/pg_loss")));
+
+    // The checkpoints of steps 2 and 3: verl's layout, one optimizer shard per rank.
+    let root = dir.join("two").join("ckpt");
+    assert_eq!(list_steps(&root), vec![2, 3]);
+    assert_eq!(read_tracker(&root).expect("tracker"), Some(3));
+    let s2 = step_dir(&root, 2);
+    for f in ["data.json", "actor/huggingface/model.safetensors", "actor/huggingface/tokenizer.json", "critic/huggingface/model.safetensors"] {
+        assert!(s2.join(f).is_file(), "missing {f}");
+    }
+    let shards = std::fs::read_dir(s2.join("actor")).expect("actor dir").flatten().filter(|e| e.file_name().to_string_lossy().contains("optim")).count();
+    assert!(shards >= 2, "one optimizer shard per rank, found {shards}");
+
+    // Resume from step 2 on two ranks: step 3 is the uninterrupted run's step 3.
+    let resume = Job::new("quickstart.yaml", FSDP, &dir.join("two"), 2)
+        .with(&["trainer.resume_mode=resume_path".into(), format!("trainer.resume_from_path={}", s2.display())]);
+    let resumed = run_ranks(&resume, &dir.join("resume"), 2);
+    assert_eq!(resumed[0].len(), 1, "only step 3 is left");
+    assert_matches(&ranks[0][2..], &resumed[0], 1e-9, "resumed step 3");
+}
+
+#[test]
+fn megatron_tensor_parallel_matches_one_process() {
+    let dir = scratch("dist_megatron");
+    let tp2 = [
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2".to_owned(),
+        "critic.megatron.tensor_model_parallel_size=2".to_owned(),
+    ];
+    let one_cfg = config("quickstart_megatron.yaml", &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1).overrides);
+    // The reference is the Megatron engine in one process (its parameter groups differ from
+    // the single engine's: no weight decay on biases and norms).
+    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None }).expect("one-process run");
+    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2"), 2).with(&tp2);
+    let ranks = run_ranks(&job, &dir.join("tp2"), 2);
+    assert_eq!(without_timing(&ranks[0]), without_timing(&ranks[1]), "ranks report different metrics");
+    assert_matches(&one.history, &ranks[0], 2e-3, "Megatron TP=2");
+    assert!(ranks[0].iter().all(|(_, m)| m.contains_key("actor/kl_loss") && m.contains_key("critic/vf_loss")));
+}
