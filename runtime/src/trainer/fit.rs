@@ -389,7 +389,9 @@ impl<R: Roles> Trainer<R> {
         )
     }
 
-    fn sync_rollout(&mut self) -> Result<(), TrainerError> {
+    /// Binds the actor's current full weights to the rollout model (collective for sharded
+    /// engines: they gather); [`RolloutWorker::release`] drops them after generating.
+    fn load_rollout(&mut self) -> Result<(), TrainerError> {
         let params = self.actor.engine.per_tensor_params()?;
         self.rollout.update_weights(&params)?;
         Ok(())
@@ -398,7 +400,6 @@ impl<R: Roles> Trainer<R> {
     /// Runs the loop to `total_steps`; returns the logged metrics.
     pub fn fit(&mut self) -> Result<RunSummary, TrainerError> {
         let mut summary = RunSummary { resumed_from: self.resumed_from, ..RunSummary::default() };
-        self.sync_rollout()?;
         if self.val.is_some() && self.cfg.trainer.val_before_train {
             let m = self.validate()?;
             self.tracking.log(self.global_step, &m)?;
@@ -510,6 +511,7 @@ impl<R: Roles> Trainer<R> {
         let items = train.batch(&indices[own]);
         let mut params = self.train_sampling.clone();
         params.seed = self.sampling_seed(STREAM_ROLLOUT, self.dp.rank());
+        timers.time("update_weights", || self.load_rollout())?;
         let (mut batch, out) = timers.time("gen", || self.generate(&items, &params))?;
         if self.cfg.actor_rollout_ref.rollout.calculate_log_probs {
             batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
@@ -530,6 +532,7 @@ impl<R: Roles> Trainer<R> {
             let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
             batch.insert("reward_baselines", Tensor::from_slice(&per_row))?;
         }
+        self.rollout.release()?;
 
         let (scores, _, _) = timers.time("reward", || self.score(&items, &out))?;
         let mask = batch.get("response_mask")?.shallow_clone();
@@ -605,7 +608,6 @@ impl<R: Roles> Trainer<R> {
         if self.cfg.trainer.critic_warmup as u64 <= step {
             let m = timers.time("update_actor", || self.actor.update_policy(&own_rows, step))?;
             metrics.extend(self.dp.mean_metrics(m)?);
-            timers.time("update_weights", || self.sync_rollout())?;
         }
         Ok(batch)
     }
@@ -652,6 +654,7 @@ impl<R: Roles> Trainer<R> {
         let bs = self.cfg.data.val_batch_size.and_then(|b| usize::try_from(b).ok()).filter(|&b| b > 0).unwrap_or(val.len());
         let mut records = Vec::new();
         let all: Vec<usize> = (0..val.len()).collect();
+        self.load_rollout()?;
         for chunk in all.chunks(bs) {
             let items = val.batch(chunk);
             let (_, out) = self.generate(&items, &params)?;
@@ -671,6 +674,7 @@ impl<R: Roles> Trainer<R> {
                 records.push(ValRecord { data_source: it.data_source.clone(), prompt: chunk[*row], vars });
             }
         }
+        self.rollout.release()?;
         Ok(validation_metrics(&records, params.n))
     }
 }

@@ -1,10 +1,14 @@
-//! The rollout side of the hybrid engine: its own copy of the policy in the rollout dtype
-//! (`rollout.dtype`), generating with [`crate::rollout::generate`], and refreshed from the
-//! actor's parameters after every update (verl's `update_weights`: the trainer's full tensors
-//! are copied into the inference engine).
+//! The rollout side of the hybrid engine (verl's `update_weights` + vLLM's sleep/wake-up):
+//! a model skeleton in the rollout dtype (`rollout.dtype`) that holds weights only while it
+//! generates. [`RolloutWorker::update_weights`] binds the trainer's full tensors to it (no
+//! copy when the dtype and device already match: the rollout reads the actor's own storage,
+//! or the engine's freshly gathered full parameters), [`RolloutWorker::release`] drops them
+//! again, so no second copy of the policy lives on through training.
+
+use std::collections::BTreeMap;
 
 use tch::nn::VarStore;
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::model::{CausalLm, ModelConfig, Precision};
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens, generate};
@@ -16,66 +20,106 @@ pub struct RolloutWorker {
     vs: VarStore,
     model: CausalLm,
     pub dtype: Precision,
-    /// True once weights have been loaded.
-    synced: bool,
+    /// Shape of every parameter (what [`RolloutWorker::update_weights`] must receive).
+    shapes: BTreeMap<String, Vec<i64>>,
+    /// True while weights are bound.
+    loaded: bool,
 }
 
 impl std::fmt::Debug for RolloutWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RolloutWorker").field("dtype", &self.dtype).field("synced", &self.synced).finish_non_exhaustive()
+        f.debug_struct("RolloutWorker").field("dtype", &self.dtype).field("loaded", &self.loaded).finish_non_exhaustive()
     }
 }
 
 impl RolloutWorker {
-    /// An empty model of `config` in `dtype` on `device`; call [`RolloutWorker::update_weights`]
-    /// before generating.
+    /// A model of `config` in `dtype` on `device` without weights; call
+    /// [`RolloutWorker::update_weights`] before generating.
     pub fn new(config: &ModelConfig, dtype: Precision, device: Device) -> Result<Self> {
         let mut vs = VarStore::new(device);
         let model = CausalLm::new(config, vs.root()).map_err(WorkerError::Config)?;
         vs.set_kind(dtype.kind());
         vs.freeze();
-        Ok(RolloutWorker { vs, model, dtype, synced: false })
+        let shapes = vs.variables().into_iter().map(|(n, t)| (n, t.size())).collect();
+        let mut w = RolloutWorker { vs, model, dtype, shapes, loaded: true };
+        w.release()?;
+        Ok(w)
     }
 
-    /// Copies `params` (every parameter, by checkpoint name) into the rollout model.
+    /// Binds `params` (every parameter, by checkpoint name, full tensors) to the rollout
+    /// model, converted to the rollout dtype and device where they differ.
     pub fn update_weights(&mut self, params: &[(String, Tensor)]) -> Result<()> {
-        let vars = self.vs.variables();
-        if params.len() != vars.len() {
+        if params.len() != self.shapes.len() {
             return Err(WorkerError::Config(format!(
                 "weight sync: the trainer sent {} tensors, the rollout model has {}",
                 params.len(),
-                vars.len()
+                self.shapes.len()
             )));
         }
+        let vars = self.vs.variables();
+        let (kind, device) = (self.dtype.kind(), self.vs.device());
         tch::no_grad(|| -> Result<()> {
             for (name, src) in params {
-                let dst = vars
-                    .get(name)
-                    .ok_or_else(|| WorkerError::Config(format!("weight sync: the rollout model has no `{name}`")))?;
-                if dst.size() != src.size() {
+                let (Some(shape), Some(var)) = (self.shapes.get(name), vars.get(name)) else {
+                    return Err(WorkerError::Config(format!("weight sync: the rollout model has no `{name}`")));
+                };
+                if &src.size() != shape {
                     return Err(WorkerError::Config(format!(
-                        "weight sync: `{name}` is {:?} in the trainer, {:?} in the rollout model",
-                        src.size(),
-                        dst.size()
+                        "weight sync: `{name}` is {:?} in the trainer, {shape:?} in the rollout model",
+                        src.size()
                     )));
                 }
-                dst.shallow_clone().f_copy_(src)?;
+                let data = src.f_detach()?.f_to(device)?.f_to_kind(kind)?;
+                var.shallow_clone().f_set_data(&data)?;
             }
             Ok(())
         })?;
-        self.synced = true;
+        self.loaded = true;
         Ok(())
+    }
+
+    /// Drops the weights (the rollout's "sleep"): the model keeps empty tensors until the
+    /// next [`RolloutWorker::update_weights`].
+    pub fn release(&mut self) -> Result<()> {
+        if !self.loaded {
+            return Ok(());
+        }
+        let (kind, device) = (self.dtype.kind(), self.vs.device());
+        for (_, var) in self.vs.variables() {
+            var.shallow_clone().f_set_data(&Tensor::f_empty([0], (kind, device))?)?;
+        }
+        self.loaded = false;
+        Ok(())
+    }
+
+    /// True while weights are bound.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded
+    }
+
+    /// Bytes of the weights the rollout model holds now.
+    pub fn weight_bytes(&self) -> i64 {
+        self.vs.variables().values().map(|t| t.numel() as i64 * elem_size(t.kind())).sum()
     }
 
     /// Generates `params.n` responses per prompt.
     pub fn generate(&self, prompts: &[Vec<i64>], params: &SamplingParams, stop: &StopTokens) -> Result<RolloutOutput> {
-        if !self.synced {
-            return Err(WorkerError::Config("the rollout model has no weights yet (update_weights first)".into()));
+        if !self.loaded {
+            return Err(WorkerError::Config("the rollout model has no weights (update_weights first)".into()));
         }
         Ok(generate(&self.model, prompts, params, stop)?)
     }
 
     pub fn model(&self) -> &CausalLm {
         &self.model
+    }
+}
+
+fn elem_size(k: Kind) -> i64 {
+    match k {
+        Kind::Double | Kind::Int64 => 8,
+        Kind::Half | Kind::BFloat16 | Kind::Int16 => 2,
+        Kind::Int8 | Kind::Uint8 | Kind::Bool => 1,
+        _ => 4,
     }
 }

@@ -151,3 +151,39 @@ fn reference_is_the_initial_policy() {
     assert_eq!((&ref_after - &ref_lp).abs().max().double_value(&[]), 0.0, "the reference did not");
     assert!(reference.engine.per_tensor_params().expect("p").iter().all(|(_, t)| !t.requires_grad()));
 }
+
+/// The hybrid engine's rollout holds weights only while it generates: bound without a copy
+/// when dtypes match (it reads the actor's storage), converted when they differ, dropped by
+/// `release` (nothing left, and generating then is an error); a reload after an update
+/// generates from the updated weights.
+#[test]
+fn rollout_binds_weights_without_a_copy_and_releases_them() {
+    use runtime::workers::rollout::RolloutWorker;
+    let actor = engine(true);
+    let params = params_of(&actor);
+    let cfg = actor.model_config();
+    let mut fp32 = RolloutWorker::new(cfg, Precision::Fp32, Device::Cpu).expect("rollout");
+    assert_eq!(fp32.weight_bytes(), 0, "a new rollout holds no weights");
+    fp32.update_weights(&params).expect("bind");
+    let numel: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
+    assert_eq!(fp32.weight_bytes(), 4 * numel);
+    let head = fp32.model().head_weight().data_ptr();
+    assert!(params.iter().any(|(_, t)| t.data_ptr() == head), "the fp32 rollout reads the fp32 actor's storage");
+
+    let prompts = vec![vec![1i64, 5, 6, 7]];
+    let sp = SamplingParams { n: 2, max_new_tokens: 4, seed: 3, ..SamplingParams::default() };
+    let stop = StopTokens { eos: vec![2], pad: 0 };
+    let first = fp32.generate(&prompts, &sp, &stop).expect("generate");
+    fp32.release().expect("release");
+    assert_eq!(fp32.weight_bytes(), 0);
+    assert!(fp32.generate(&prompts, &sp, &stop).is_err(), "no weights, no generation");
+    fp32.update_weights(&params).expect("rebind");
+    let again = fp32.generate(&prompts, &sp, &stop).expect("generate");
+    assert!(first.responses.equal(&again.responses), "the same weights generate the same responses");
+
+    let mut bf16 = RolloutWorker::new(cfg, Precision::Bf16, Device::Cpu).expect("rollout");
+    bf16.update_weights(&params).expect("bind");
+    assert_eq!(bf16.weight_bytes(), 2 * numel, "bf16 rollout holds a converted copy while loaded");
+    bf16.release().expect("release");
+    assert_eq!(bf16.weight_bytes(), 0);
+}
