@@ -182,16 +182,21 @@ fn fsdp_two_ranks_match_one_process_and_resume_exactly() {
     let shards = std::fs::read_dir(s2.join("actor")).expect("actor dir").flatten().filter(|e| e.file_name().to_string_lossy().contains("optim")).count();
     assert!(shards >= 2, "one optimizer shard per rank, found {shards}");
 
-    // Resume from step 2 on two ranks: step 3 is the uninterrupted run's step 3.
-    let resume = Job::new("quickstart.yaml", FSDP, &dir.join("two"), 2)
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
+}
+
+/// Resumes `job` from its step-2 checkpoint `s2` on two ranks: step 3 is the uninterrupted
+/// run's step 3.
+fn assert_resumes_step_3(job: &Job, uninterrupted: &[(u64, Metrics)], s2: &Path, dir: &Path) {
+    let resume = Job { example: job.example, overrides: job.overrides.clone() }
         .with(&["trainer.resume_mode=resume_path".into(), format!("trainer.resume_from_path={}", s2.display())]);
     let resumed = run_ranks(&resume, &dir.join("resume"), 2);
     assert_eq!(resumed[0].len(), 1, "only step 3 is left");
-    assert_matches(&ranks[0][2..], &resumed[0], 1e-9, "resumed step 3");
+    assert_matches(&uninterrupted[2..], &resumed[0], 1e-9, "resumed step 3");
 }
 
 #[test]
-fn megatron_tensor_parallel_matches_one_process() {
+fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     let dir = scratch("dist_megatron");
     let tp2 = [
         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2".to_owned(),
@@ -201,9 +206,16 @@ fn megatron_tensor_parallel_matches_one_process() {
     // The reference is the Megatron engine in one process (its parameter groups differ from
     // the single engine's: no weight decay on biases and norms).
     let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None }).expect("one-process run");
-    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2"), 2).with(&tp2);
+    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2"), 2).with(&tp2).with(&["trainer.save_freq=2".into()]);
     let ranks = run_ranks(&job, &dir.join("tp2"), 2);
     assert_eq!(without_timing(&ranks[0]), without_timing(&ranks[1]), "ranks report different metrics");
     assert_matches(&one.history, &ranks[0], 2e-3, "Megatron TP=2");
     assert!(ranks[0].iter().all(|(_, m)| m.contains_key("actor/kl_loss") && m.contains_key("critic/vf_loss")));
+    let root = dir.join("tp2").join("ckpt");
+    assert_eq!(read_tracker(&root).expect("tracker"), Some(3));
+    let s2 = step_dir(&root, 2);
+    for f in ["data.json", "actor/huggingface/model.safetensors", "critic/huggingface/model.safetensors"] {
+        assert!(s2.join(f).is_file(), "missing {f}");
+    }
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
 }
