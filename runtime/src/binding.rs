@@ -371,7 +371,13 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
         None => {
             let what = if plan.world.device == Device::Cpu { "CPU processes over Gloo" } else { "processes, one per GPU" };
             eprintln!("launching {world} local ranks ({what})");
-            let ranks = LocalLauncher::new(world).env(LAUNCHED_ENV, "1").spawn().map_err(|e| Exit::Failed(e.to_string()))?;
+            let mut launcher = LocalLauncher::new(world).env(LAUNCHED_ENV, "1");
+            if std::env::var_os("OMP_NUM_THREADS").is_none() {
+                // As torchrun: ranks share the cores instead of each taking all of them.
+                let cores = std::thread::available_parallelism().map_or(1, usize::from);
+                launcher = launcher.env("OMP_NUM_THREADS", (cores / world).max(1).to_string());
+            }
+            let ranks = launcher.spawn().map_err(|e| Exit::Failed(e.to_string()))?;
             return match ranks.wait(None) {
                 Ok(_) => Ok(()),
                 Err(DistError::RankFailed { rank, status }) => Err(Exit::Failed(format!("rank {rank} failed ({status})"))),
