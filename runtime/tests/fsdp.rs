@@ -1,7 +1,9 @@
 //! The FSDP engine on 2 Gloo ranks against the single-process engine: 20 steps of a masked
 //! token-mean NLL on a fixed batch (each rank trains on its half of the rows, the single engine
 //! on all of them) give the same losses and final weights; sharded state is half of the single
-//! engine's; offload and the sharded checkpoint keep the trajectory.
+//! engine's; offload and the sharded checkpoint keep the trajectory. fp16: the same skipped
+//! steps and loss scales as the single engine, an overflow on one rank's shard skips the step
+//! on every rank, and the checkpoint restores the loss scaler.
 #[path = "common/mod.rs"]
 mod common;
 
@@ -9,10 +11,11 @@ use runtime::dist::{ProcessGroup, ReduceOp};
 use runtime::engine::fsdp::{FsdpEngine, FsdpSettings};
 use runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, MicroLoss, OptimSettings, SchedulerSettings, SingleEngine,
+    StepResult,
 };
 use runtime::model::{CausalLm, Precision};
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
-use runtime::optim::{AdamWConfig, InnerConfig};
+use runtime::optim::{AdamWConfig, GradScaler, InnerConfig};
 use tch::{Device, Kind, Tensor};
 
 const MODEL: &str = "builtin://tiny?layers=3&hidden=32&heads=4&kv_heads=2&intermediate=64";
@@ -80,7 +83,22 @@ fn full_batch() -> Batch {
 
 /// One step of masked token-mean NLL; returns the global loss.
 fn train_step<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Option<&ProcessGroup>) -> f64 {
+    let (loss, step) = try_step(e, batch, group);
+    assert!(step.update_successful && step.grad_norm.is_some_and(f64::is_finite));
+    loss
+}
+
+/// One step that may be skipped (fp16 overflow): the global loss and the optimizer's result.
+fn try_step<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Option<&ProcessGroup>) -> (f64, StepResult) {
     e.optimizer_zero_grad().expect("zero grad");
+    let loss = backward(e, batch, group);
+    let step = e.optimizer_step().expect("step");
+    e.lr_scheduler_step().expect("lr");
+    (loss, step)
+}
+
+/// Forward and backward of one step's micro-batches; returns the global loss.
+fn backward<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Option<&ProcessGroup>) -> f64 {
     let mut loss_fn = |mb: &Batch, out: runtime::rollout::LogProbOutput, agg: &runtime::algo::AggOptions| {
         let m = mb.get("response_mask")?;
         let n = agg.batch_num_tokens.unwrap_or(1.0);
@@ -90,9 +108,6 @@ fn train_step<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Optio
     };
     let metrics = e.forward_backward(batch, MICRO, &ForwardOptions::default(), &mut loss_fn).expect("forward/backward");
     let local: f64 = metrics.iter().map(|m| m["loss"]).sum();
-    let step = e.optimizer_step().expect("step");
-    assert!(step.update_successful && step.grad_norm.is_some_and(f64::is_finite));
-    e.lr_scheduler_step().expect("lr");
     match group {
         Some(g) => {
             let t = Tensor::from_slice(&[local]);
@@ -311,5 +326,166 @@ rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
     let got = e.infer_batch(&batch, 4, &fwd).expect("fsdp values");
     for (w, g) in want.iter().zip(&got) {
         assert!((w - g).abs().max().double_value(&[]) < 1e-5);
+    }
+});
+
+/// fp16 trajectory: per step the global loss, whether the update was applied, and the loss
+/// scale after the step.
+#[derive(Debug, Default)]
+struct Fp16Run {
+    losses: Vec<f64>,
+    updated: Vec<bool>,
+    scales: Vec<f64>,
+}
+
+impl Fp16Run {
+    fn push(&mut self, (loss, step): (f64, StepResult), scale: f64) {
+        assert_eq!(step.grad_norm.is_none(), !step.update_successful, "skipped steps have no norm: {step:?}");
+        self.losses.push(loss);
+        self.updated.push(step.update_successful);
+        self.scales.push(scale);
+    }
+
+    fn skipped(&self) -> usize {
+        self.updated.iter().filter(|u| !**u).count()
+    }
+}
+
+fn fsdp_fp16(pg: &ProcessGroup) -> FsdpEngine<CausalLm> {
+    FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Precision::Fp16, false)), pg.clone()).expect("fsdp fp16")
+}
+
+fn fsdp_scaler(e: &FsdpEngine<CausalLm>) -> GradScaler {
+    e.optimizer().and_then(|o| o.scaler()).cloned().expect("fp16 has a loss scaler")
+}
+
+/// `steps` fp16 steps of `e` on this rank's rows.
+fn fsdp_fp16_steps(e: &mut FsdpEngine<CausalLm>, pg: &ProcessGroup, steps: usize) -> Fp16Run {
+    let batch = my_rows(pg);
+    let mut run = Fp16Run::default();
+    for _ in 0..steps {
+        let r = try_step(e, &batch, Some(pg));
+        run.push(r, fsdp_scaler(e).scale() as f64);
+    }
+    run
+}
+
+/// Asserts that every rank of `pg` holds the same `x`.
+fn assert_same_on_all_ranks(pg: &ProcessGroup, what: &str, x: f64) {
+    let t = Tensor::from_slice(&[x, -x]);
+    pg.all_reduce(&t, ReduceOp::Max).expect("all-reduce");
+    let (max, min) = (t.double_value(&[0]), -t.double_value(&[1]));
+    assert!(max == x && min == x, "{what} differs across ranks: {min} to {max}");
+}
+
+rank_test!(fsdp_fp16_matches_single_engine, 2, |pg| {
+    let mut single = SingleEngine::<CausalLm>::new(settings(Precision::Fp16, false)).expect("single fp16");
+    let batch = full_batch();
+    let mut want = Fp16Run::default();
+    for _ in 0..STEPS {
+        let r = try_step(&mut single, &batch, None);
+        want.push(r, single.optimizer().expect("optimizer").loss_scale());
+    }
+    let want_w = single.per_tensor_params().expect("params");
+    let mut e = fsdp_fp16(&pg);
+    let got = fsdp_fp16_steps(&mut e, &pg, STEPS);
+    // Megatron's dynamic scaler starts at 2^32: the first steps overflow and back off (the
+    // gradient is pre-divided, so each rank's backward overflows exactly when the single
+    // engine's does on the same rows).
+    assert!(want.skipped() > 0 && want.skipped() <= STEPS - 5, "{want:?}");
+    assert_eq!(got.updated, want.updated, "skipped steps");
+    assert_eq!(got.scales, want.scales, "loss scales");
+    assert!(want.losses[STEPS - 1] < want.losses[0] - 0.2, "the reference does not learn: {want:?}");
+    // The single engine accumulates micro-batch grads in fp16, FSDP in fp32: the weights
+    // differ by an fp16 ulp or two (1.3e-3 seen).
+    assert_close("loss", &got.losses, &want.losses, 1e-4);
+    assert_weights(&e.full_params().expect("gather"), &want_w, 1e-2);
+    // fp16 compute params, fp32 main shards.
+    assert_eq!(e.module().model.embed_tokens.kind(), Kind::Half);
+    assert!(e.units().all(|u| u.shard().kind() == Kind::Float));
+});
+
+/// Warms up (the scale backs off from 2^32 until steps succeed), then overflows one element of
+/// rank 0's gradient shard only: every rank skips that step, backs off the scale the same way
+/// and keeps its weights; the next step succeeds everywhere.
+fn fp16_overflow_on_one_rank(pg: &ProcessGroup, fsdp_size: i64) {
+    let s = FsdpSettings::new(settings(Precision::Fp16, false));
+    let mut e = FsdpEngine::<CausalLm>::with_mesh(s, pg.clone(), fsdp_size).expect("fsdp fp16");
+    let warm = fsdp_fp16_steps(&mut e, pg, 16);
+    assert!(warm.updated[15], "warm-up ends with a successful step: {warm:?}");
+    let before = fsdp_scaler(&e);
+    let weights = e.full_params().expect("gather");
+    let batch = my_rows(pg);
+    e.optimizer_zero_grad().expect("zero grad");
+    backward(&mut e, &batch, Some(pg));
+    let finite = |e: &FsdpEngine<CausalLm>| e.units().all(|u| u.shard().grad().isfinite().all().int64_value(&[]) == 1);
+    assert!(finite(&e), "rank {}: the batch itself overflows", pg.rank());
+    if pg.rank() == 0 {
+        let g = e.units().nth(1).expect("a layer").shard().grad();
+        let _ = g.narrow(0, 0, 1).fill_(f64::NAN);
+        let _ = g.narrow(0, 1, 1).fill_(f64::INFINITY);
+    }
+    assert_eq!(finite(&e), pg.rank() != 0, "only rank 0's shard overflows");
+    let step = e.optimizer_step().expect("step");
+    e.lr_scheduler_step().expect("lr");
+    assert!(!step.update_successful && step.grad_norm.is_none(), "rank {}: {step:?}", pg.rank());
+    let after = fsdp_scaler(&e);
+    let mut want = before.clone();
+    want.update(true);
+    assert_eq!(after, want);
+    assert_eq!(after.scale(), before.scale() / 2.0, "backed off (hysteresis is spent by the warm-up)");
+    assert_same_on_all_ranks(pg, "loss scale", after.scale() as f64);
+    assert_weights(&e.full_params().expect("gather"), &weights, 0.0);
+    let (_, next) = try_step(&mut e, &batch, Some(pg));
+    assert!(next.update_successful, "rank {}: {next:?}", pg.rank());
+    assert_same_on_all_ranks(pg, "grad norm", next.grad_norm.expect("norm"));
+    assert_same_on_all_ranks(pg, "loss scale", fsdp_scaler(&e).scale() as f64);
+}
+
+rank_test!(fsdp_fp16_overflow_on_one_rank_skips_on_all, 2, |pg| {
+    fp16_overflow_on_one_rank(&pg, -1);
+});
+
+rank_test!(fsdp_fp16_hybrid_shard_overflow_on_one_rank_skips_on_all, 4, |pg| {
+    fp16_overflow_on_one_rank(&pg, 2);
+});
+
+rank_test!(fsdp_fp16_checkpoint_restores_loss_scaler, 2, |pg| {
+    let dir = std::env::temp_dir().join(format!("verlc-fsdp-fp16-ckpt-{}", std::os::unix::process::parent_id()));
+    let half = STEPS / 2;
+    // Uninterrupted, saving half way (the scale is still backing off).
+    let mut a = fsdp_fp16(&pg);
+    fsdp_fp16_steps(&mut a, &pg, half);
+    let saved = fsdp_scaler(&a);
+    a.save_checkpoint(&dir).expect("save");
+    let want = fsdp_fp16_steps(&mut a, &pg, half);
+    assert!(want.skipped() > 0 && want.skipped() < half, "the second half skips and updates: {want:?}");
+    // Resumed at world size 2: the same scaler, so the same skips, scales and losses.
+    let mut b = fsdp_fp16(&pg);
+    assert_ne!(fsdp_scaler(&b), saved);
+    b.load_checkpoint(&dir).expect("load at world size 2");
+    assert_eq!(fsdp_scaler(&b), saved);
+    let got = fsdp_fp16_steps(&mut b, &pg, half);
+    assert_eq!(got.updated, want.updated, "skipped steps");
+    assert_eq!(got.scales, want.scales, "loss scales");
+    assert_close("resumed loss", &got.losses, &want.losses, 1e-6);
+    assert_weights(&b.full_params().expect("params"), &a.full_params().expect("params"), 1e-6);
+    // Resumed at world size 1 (each rank alone, on all rows): the resharded state keeps it.
+    let alone = pg.split(&[vec![0], vec![1]]).expect("split").expect("own group");
+    let mut c = fsdp_fp16(&alone);
+    c.load_checkpoint(&dir).expect("load at world size 1");
+    assert_eq!(fsdp_scaler(&c), saved);
+    let full = full_batch();
+    let mut got1 = Fp16Run::default();
+    for _ in 0..half {
+        let r = try_step(&mut c, &full, None);
+        got1.push(r, fsdp_scaler(&c).scale() as f64);
+    }
+    assert_eq!(got1.updated, want.updated, "skipped steps (world size 1)");
+    assert_eq!(got1.scales, want.scales, "loss scales (world size 1)");
+    assert_close("resumed loss (world size 1)", &got1.losses, &want.losses, 1e-4);
+    pg.barrier().expect("barrier");
+    if pg.rank() == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
     }
 });

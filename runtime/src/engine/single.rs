@@ -148,6 +148,11 @@ impl<H: Head> SingleEngine<H> {
         &self.vs
     }
 
+    /// The optimizer (None for a forward-only engine), e.g. for its loss scaler.
+    pub fn optimizer(&self) -> Option<&Optimizer> {
+        self.optimizer.as_ref()
+    }
+
     fn optimizer_mut(&mut self) -> Result<&mut Optimizer> {
         self.optimizer
             .as_mut()

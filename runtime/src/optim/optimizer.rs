@@ -27,7 +27,8 @@ pub enum Precision {
     Fp32,
     /// `Float16OptimizerWithFloat16Params` for bf16 models (no scaler unless `loss_scale`).
     Bf16,
-    /// Same for fp16 models; a scaler is required.
+    /// Same for fp16 models; a scaler is required. fp32 params are stepped in place (FSDP's
+    /// fp32 main shards of an fp16 model).
     Fp16,
 }
 
@@ -414,14 +415,26 @@ impl Optimizer {
     /// update), grad norm over `mp_group`, clip, count zeros, inner step, copy back.
     /// `mp_group` is the model-parallel group (None: this rank alone).
     pub fn step(&mut self, mp_group: Option<&ProcessGroup>) -> Result<StepOutcome> {
-        if self.prepare_grads(mp_group)? {
+        self.step_with_groups(mp_group, mp_group)
+    }
+
+    /// [`step`](Self::step) with found-inf reduced over `found_inf_group` and the grad norm
+    /// (and zero count) over `norm_group`. Sharded data parallelism with replicas (FSDP's
+    /// HYBRID_SHARD) needs both: every rank must agree on skipping, while the replicas'
+    /// identical shards are counted once in the norm.
+    pub fn step_with_groups(
+        &mut self,
+        found_inf_group: Option<&ProcessGroup>,
+        norm_group: Option<&ProcessGroup>,
+    ) -> Result<StepOutcome> {
+        if self.prepare_grads(found_inf_group)? {
             return Ok(StepOutcome {
                 update_successful: false,
                 grad_norm: None,
                 num_zeros: None,
             });
         }
-        let grad_norm = self.grad_norm(NormType::L2, mp_group)?;
+        let grad_norm = self.grad_norm(NormType::L2, norm_group)?;
         if self.config.clip_grad > 0.0 {
             clip::clip_grad_by_total_norm_fp32(
                 &self.main_grads(false),
@@ -430,7 +443,7 @@ impl Optimizer {
             )?;
         }
         let num_zeros = if self.config.log_num_zeros_in_grad {
-            Some(self.count_zeros(mp_group)?)
+            Some(self.count_zeros(norm_group)?)
         } else {
             None
         };

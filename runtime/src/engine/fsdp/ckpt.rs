@@ -3,9 +3,10 @@
 //! Each rank writes its optimizer state with [`crate::optim::Optimizer::save`] to
 //! `optim_world_size_{W}_rank_{r}.safetensors`. The per-unit tensors (`fsdp.<unit>.main`,
 //! `.exp_avg`, `.exp_avg_sq`, `.momentum_buffer`) are this rank's contiguous slice of the
-//! unit's padded flat vector, and everything else (steps, groups, scheduler) is the same on
-//! every rank. Loading at world size `W'` concatenates the `W` slices in rank order, drops the
-//! old padding, pads for `W'` and keeps this rank's slice, in a file of the same format.
+//! unit's padded flat vector, and everything else (steps, groups, fp16 grad scaler,
+//! scheduler) is the same on every rank. Loading at world size `W'` concatenates the `W`
+//! slices in rank order, drops the old padding, pads for `W'` and keeps this rank's slice, in
+//! a file of the same format.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -3,8 +3,8 @@
 //!
 //! The model is split into flat-parameter units ([`FlatUnit`]): one per decoder layer and a
 //! root unit (embeddings, final norm, head). Each rank keeps a 1/N fp32 shard of every unit;
-//! the optimizer ([`crate::optim::Optimizer`], fp32 precision: the shards are the main params)
-//! steps only the shards, with the grad norm reduced over the group.
+//! the optimizer ([`crate::optim::Optimizer`]; the shards are its main params, stepped in
+//! place) steps only the shards, with the grad norm reduced over the group.
 //!
 //! tch has no module hooks and no custom autograd functions, so the engine runs the model unit
 //! by unit:
@@ -13,15 +13,33 @@
 //!   with grad from the last boundary;
 //! - backward: the loss is back-propagated to the last boundary; then, for each layer in
 //!   reverse, gather → recompute its forward from the saved boundary → back-propagate the
-//!   boundary gradient → reduce-scatter the unit's gradient (in `reduce_dtype`, averaged) into
+//!   boundary gradient → reduce-scatter the unit's gradient (in `reduce_dtype`, summed) into
 //!   its shard's `.grad` → free; last, the embedding.
+//!
+//! Gradients are pre-divided rather than averaged (PyTorch FSDP's gradient pre-divide, taken
+//! all the way): the loss, which verl's aggregation scales by the data-parallel size for an
+//! averaging reduction, is divided by that size before backward, and the reductions (shard
+//! group, then replicas) sum. The gradient is the same (exactly so for power-of-two sizes),
+//! but each rank's backward sees only its rows' share of the global loss, as one process
+//! running all the rows would, so fp16's headroom under the loss scale does not shrink as
+//! ranks are added.
 //!
 //! This is also activation checkpointing per decoder layer: only the boundary activations of
 //! a micro-batch live between forward and backward.
 //!
-//! Mixed precision: the shards are fp32; parameters are gathered in the engine's param dtype
-//! (bf16 computes in bf16 with fp32 main shards); gradients are reduced in `reduce_dtype`.
-//! fp16 (which needs a sharded grad scaler) is refused for now.
+//! Mixed precision: the shards are fp32 (the main params); parameters are gathered in the
+//! engine's param dtype (bf16/fp16 compute with fp32 main shards); gradients are reduced in
+//! `reduce_dtype` (fp32 unless `mixed_precision.reduce_dtype` says otherwise) and accumulated
+//! in fp32 in the shards' `.grad`.
+//! fp16 adds dynamic loss scaling (PyTorch's `ShardedGradScaler`, with the optimizer's
+//! Megatron scaler, [`ScalerConfig::megatron_dynamic`], as the single engine): the loss is
+//! multiplied by the scale before backward; the optimizer unscales the shard gradients,
+//! checks *its own shards* for inf/nan and all-reduces the flag (MAX) over every data-parallel
+//! rank (the shard group and, with HYBRID_SHARD, the replicas), so every rank skips the same
+//! steps and grows or backs off the scale identically; the grad norm is reduced over the
+//! shard group (the whole sharded gradient, once). The scaler's state is part of each rank's
+//! optimizer checkpoint.
+//!
 //! Offload: `param_offload` keeps the shards (and their grads) in host memory, gathered to the
 //! device per unit; `optimizer_offload` keeps the optimizer's main copy and state on the host.
 
@@ -42,7 +60,7 @@ use crate::model::save::{SaveOptions, save_named};
 use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{NamedParam, single_group};
 use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
-use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision};
+use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig};
 
 use super::{
     Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Parts, Result, SchedulerSettings,
@@ -202,11 +220,6 @@ impl<H: FsdpHead> FsdpEngine<H> {
         dp: ProcessGroup,
     ) -> Result<Self> {
         let es = &settings.engine;
-        if es.param_dtype == ParamDtype::Fp16 {
-            return Err(EngineError::Config(
-                "the FSDP engine does not support fp16 yet (it needs a sharded grad scaler); use bf16 or fp32".into(),
-            ));
-        }
         let path = &es.model_path;
         let source = ModelSource::parse(path)?;
         let config = source.config()?;
@@ -262,7 +275,8 @@ impl<H: FsdpHead> FsdpEngine<H> {
         Ok(engine)
     }
 
-    fn units(&self) -> impl Iterator<Item = &FlatUnit> {
+    /// The flat units, root first, then the layers in order.
+    pub fn units(&self) -> impl Iterator<Item = &FlatUnit> {
         std::iter::once(&self.root).chain(self.layers.iter())
     }
 
@@ -272,14 +286,16 @@ impl<H: FsdpHead> FsdpEngine<H> {
         };
         let params: Vec<NamedParam> =
             self.units().map(|u| NamedParam::new(format!("fsdp.{}", u.name()), u.shard().shallow_clone())).collect();
+        // The shards are the fp32 main params for every param dtype; fp16 adds the loss scaler.
+        let fp16 = self.settings.engine.param_dtype == ParamDtype::Fp16;
         let cfg = OptimizerConfig {
-            precision: OptimPrecision::Fp32,
+            precision: if fp16 { OptimPrecision::Fp16 } else { OptimPrecision::Fp32 },
             inner: o.inner,
             clip_grad: o.clip_grad,
             grad_norm_skip_threshold: f64::INFINITY,
             skip_nonfinite_grad_norm: true,
             log_num_zeros_in_grad: false,
-            scaler: None,
+            scaler: fp16.then(ScalerConfig::megatron_dynamic),
             offload_fraction: if o.offload { 1.0 } else { 0.0 },
         };
         let mut opt = Optimizer::new(single_group(params, o.lr, o.weight_decay), cfg)?;
@@ -304,6 +320,12 @@ impl<H: FsdpHead> FsdpEngine<H> {
 
     pub fn group(&self) -> &ProcessGroup {
         &self.group
+    }
+
+    /// The optimizer over this rank's shards (None for a forward-only engine); its
+    /// [`Optimizer::scaler`] is the fp16 loss scaler, the same on every rank.
+    pub fn optimizer(&self) -> Option<&Optimizer> {
+        self.optimizer.as_ref()
     }
 
     /// Bytes of this rank's shards, shard gradients and optimizer state, and the peak of
@@ -403,7 +425,9 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let hidden = self.module.backbone().final_norm().forward(&last);
         let output = self.module.output_from_hidden(&hidden, mb, fwd)?;
         let micro = loss(mb, output, agg)?;
-        let scaled = self.optimizer_mut()?.scale_loss(&micro.loss)?;
+        // Loss scale and pre-divide: see the module docs.
+        let factor = self.optimizer_mut()?.loss_scale() / self.dp.size() as f64;
+        let scaled = if factor == 1.0 { micro.loss.shallow_clone() } else { micro.loss.f_mul_scalar(factor)? };
         scaled.f_backward()?;
         let mut g = last.grad();
         drop(hidden);
@@ -521,13 +545,15 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
 
     fn optimizer_step(&mut self) -> Result<StepResult> {
         if let Some(rep) = &self.replicate {
-            // HYBRID_SHARD: average the accumulated shard gradients over the replicas.
+            // HYBRID_SHARD: sum the accumulated shard gradients over the replicas (pre-divided).
             let grads: Vec<Tensor> = self.units().map(|u| u.shard().grad()).filter(Tensor::defined).collect();
-            rep.all_reduce_many(&grads, ReduceOp::Avg).map_err(FsdpError::from)?;
+            rep.all_reduce_many(&grads, ReduceOp::Sum).map_err(FsdpError::from)?;
         }
-        let group = self.group.clone();
+        // Found-inf over every data-parallel rank (shard and replicate groups), so all skip the
+        // same steps and keep the same loss scale; the norm over one copy of the shards.
+        let (group, dp) = (self.group.clone(), self.dp.clone());
         let opt = self.optimizer_mut()?;
-        let outcome = opt.step(Some(&group))?;
+        let outcome = opt.step_with_groups(Some(&dp), Some(&group))?;
         opt.zero_grad()?;
         Ok(StepResult { grad_norm: outcome.grad_norm, update_successful: outcome.update_successful })
     }

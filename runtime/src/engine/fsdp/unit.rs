@@ -6,8 +6,8 @@
 //! the unit is gathered: [`FlatUnit::gather`] all-gathers the shards in the compute dtype and
 //! points each parameter at its view of the full buffer (`param.data = view`, as FSDP1 does);
 //! [`FlatUnit::free`] points them at an empty tensor again. Gradients that autograd accumulated
-//! into the parameters are flattened in the reduce dtype and reduce-scattered (averaged) into
-//! the shard's `.grad` by [`FlatUnit::reduce_grads`].
+//! into the parameters are flattened in the reduce dtype and reduce-scattered (summed; the
+//! engine pre-divides the loss) into the shard's `.grad` by [`FlatUnit::reduce_grads`].
 
 use tch::{Device, Kind, Tensor};
 
@@ -235,7 +235,7 @@ impl FlatUnit {
     }
 
     /// Flattens the gradients autograd accumulated into the parameters (in `reduce_kind`),
-    /// reduce-scatters their average over `group` and adds this rank's slice to the shard's
+    /// reduce-scatters their sum over `group` and adds this rank's slice to the shard's
     /// `.grad`. The parameters' own gradients are released.
     pub fn reduce_grads(&mut self, group: &ProcessGroup, reduce_kind: Kind) -> Result<(), FsdpError> {
         let flat = Tensor::f_zeros([self.shard_len * self.world], (reduce_kind, self.compute_device)).map_err(torch)?;
@@ -252,7 +252,7 @@ impl FlatUnit {
             Ok(())
         })?;
         let out = Tensor::f_zeros([self.shard_len], (reduce_kind, self.compute_device)).map_err(torch)?;
-        group.reduce_scatter(&out, &flat, ReduceOp::Avg)?;
+        group.reduce_scatter(&out, &flat, ReduceOp::Sum)?;
         drop(flat);
         let out = out.f_to_kind(Kind::Float).and_then(|t| t.f_to_device(self.shard.device())).map_err(torch)?;
         let current = self.shard.grad();
