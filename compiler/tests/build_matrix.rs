@@ -1,0 +1,441 @@
+//! The binding matrix end to end (issue 6): for every strategy × precision × offload in the
+//! support table (`verlc::plan::binding::supported`) that a config can ask for, derive a small
+//! config from the quickstart of its strategy, build the trainer with `verlc build`, run two
+//! training steps and check what came out: the binding in the build report and in the
+//! binary's start-up banner, exit status 0, two steps of metrics in the JSONL file logger and
+//! the step-2 checkpoint.
+//!
+//! Besides the one-rank run of every binding, some bindings run again over two ranks (CPU
+//! processes over Gloo, spawned by the trainer itself): per strategy and precision, the
+//! binding that offloads the most — FSDP data parallel over 2 ranks, Megatron with
+//! tensor parallelism 2. The world size and TP are run-time overrides, so these reuse the
+//! binary of the one-rank run. Runs that the runtime cannot do yet are listed in
+//! [`KNOWN_GAPS`] with the error they must fail with.
+//!
+//! Cost: every binding is its own crate and binary, built one after another by `verlc build`
+//! into the workspace's target directory (the runtime is compiled once; a binding costs its
+//! small crate and a link, and nothing on a rerun). Runs overlap with the next builds.
+//! Skipped when no libtorch is available (no `.venv` from scripts/setup and no `LIBTORCH`).
+//! `cargo test -p verlc --test build_matrix -- --nocapture` prints the matrix.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use verlc::plan::Binding;
+use verlc::plan::binding::{self, PrecisionKind, StrategyKind};
+
+const ACTOR: &str = "actor_rollout_ref.actor";
+
+/// A tiny model: one layer, hidden 32, 2 heads sharing 1 KV head.
+const TINY_MODEL: &str = "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1";
+/// The same with a KV head per attention head: tensor parallelism 2 splits the KV heads.
+const TINY_MODEL_TP2: &str = "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=2";
+
+/// Overrides (on top of the quickstart) that make two steps small and fast, on one or two
+/// ranks: 4 prompts × 2 samples, mini-batches of 2 prompts, micro-batches of 2 samples, no
+/// validation, a checkpoint at step 2, metrics to the JSONL file logger only.
+fn small_run() -> Vec<String> {
+    [
+        format!("actor_rollout_ref.model.path='{TINY_MODEL}'"),
+        "data.train_batch_size=4".into(),
+        "data.max_response_length=4".into(),
+        "actor_rollout_ref.rollout.n=2".into(),
+        format!("{ACTOR}.ppo_mini_batch_size=2"),
+        format!("{ACTOR}.ppo_micro_batch_size_per_gpu=2"),
+        format!("{ACTOR}.ppo_epochs=1"),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4".into(),
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4".into(),
+        "trainer.total_training_steps=2".into(),
+        "trainer.val_before_train=false".into(),
+        "trainer.test_freq=-1".into(),
+        "trainer.save_freq=2".into(),
+        "trainer.logger=[file]".into(),
+    ]
+    .into()
+}
+
+/// The example and the overrides whose plan is `b`, from the keys `verlc::plan` reads (its
+/// module docs); `None` when no config key selects it. Only the actor's engine section is
+/// set: the quickstarts have neither a critic nor a reference policy (which would have to
+/// agree, B011/B014).
+fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
+    let o = b.offload;
+    match b.strategy {
+        StrategyKind::Fsdp => {
+            // `param_offload` moves parameters and their gradients; nothing moves one alone.
+            if o.params != o.grads {
+                return None;
+            }
+            let dtype = match b.precision {
+                PrecisionKind::Fp32 => "fp32",
+                PrecisionKind::Bf16Mixed => "bf16",
+                PrecisionKind::Fp16Mixed => "fp16",
+            };
+            let f = format!("{ACTOR}.fsdp_config");
+            Some((
+                "examples/quickstart.yaml",
+                vec![
+                    format!("++{f}.mixed_precision.param_dtype={dtype}"),
+                    format!("{f}.param_offload={}", o.params),
+                    format!("{f}.optimizer_offload={}", o.optimizer),
+                ],
+            ))
+        }
+        StrategyKind::Megatron => {
+            // verl's `megatron.dtype` is bfloat16 or float16; Megatron's Fp32 can only be
+            // bound by a hand-written `bind_trainer!`.
+            let dtype = match b.precision {
+                PrecisionKind::Fp32 => return None,
+                PrecisionKind::Bf16Mixed => "bfloat16",
+                PrecisionKind::Fp16Mixed => "float16",
+            };
+            let m = format!("{ACTOR}.megatron");
+            Some((
+                "examples/quickstart_megatron.yaml",
+                vec![
+                    format!("{m}.dtype={dtype}"),
+                    format!("{m}.param_offload={}", o.params),
+                    format!("{m}.grad_offload={}", o.grads),
+                    format!("{m}.optimizer_offload={}", o.optimizer),
+                ],
+            ))
+        }
+        // No config strategy binds `Single` (fsdp, fsdp2 and megatron do not).
+        StrategyKind::Single => None,
+    }
+}
+
+/// The ranks of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum World {
+    One,
+    /// Two data-parallel ranks.
+    Dp2,
+    /// Two ranks, tensor parallelism 2 (Megatron).
+    Tp2,
+}
+
+impl World {
+    fn overrides(self) -> Vec<String> {
+        match self {
+            World::One => vec![],
+            World::Dp2 => vec!["trainer.n_gpus_per_node=2".into()],
+            World::Tp2 => vec![
+                "trainer.n_gpus_per_node=2".into(),
+                format!("{ACTOR}.megatron.tensor_model_parallel_size=2"),
+                format!("actor_rollout_ref.model.path='{TINY_MODEL_TP2}'"),
+            ],
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            World::One => "1",
+            World::Dp2 => "2 (DP)",
+            World::Tp2 => "2 (TP=2)",
+        }
+    }
+}
+
+/// A run that fails today for a known reason in the runtime, outside this test. While its
+/// entry is here the run must fail with `error` — or pass, once the runtime has caught up (the
+/// table then says the entry is stale and can go); any other outcome fails the test. A binding
+/// whose one-rank run is a known gap also runs on two data-parallel ranks, so it trains
+/// somewhere.
+struct KnownGap {
+    applies: fn(Binding, World) -> bool,
+    error: &'static str,
+}
+
+/// The known gaps (each reported to the runtime's owners).
+const KNOWN_GAPS: &[KnownGap] = &[
+    // Megatron on one rank with parameter or gradient offload: `runtime::binding::train` runs
+    // it as `MegatronRoles { world: None }`, and `Trainer::with_roles` (trainer/fit.rs)
+    // refuses parameter/gradient offload whenever the roles have no world, a check meant for
+    // the single engine. The support table (rule 4) allows every offload subset for Megatron.
+    KnownGap {
+        applies: |b, w| b.strategy == StrategyKind::Megatron && w == World::One && (b.offload.params || b.offload.grads),
+        error: "the single-process engine keeps parameters and gradients on its device",
+    },
+];
+
+fn known_gap(b: Binding, w: World) -> Option<&'static KnownGap> {
+    KNOWN_GAPS.iter().find(|g| (g.applies)(b, w))
+}
+
+/// One binding to build, with its runs.
+struct Row {
+    binding: Binding,
+    example: &'static str,
+    overrides: Vec<String>,
+    worlds: Vec<World>,
+}
+
+/// Every supported binding a config can ask for, and those it cannot.
+fn matrix() -> (Vec<Row>, Vec<Binding>) {
+    let supported: Vec<Binding> =
+        binding::supported().map(|(strategy, precision, offload)| Binding { strategy, precision, offload }).collect();
+    let mut rows = Vec::new();
+    let mut unreachable = Vec::new();
+    for &b in &supported {
+        let Some((example, overrides)) = config_for(b) else {
+            unreachable.push(b);
+            continue;
+        };
+        let mut worlds = vec![World::One];
+        // Per strategy and precision, the binding that offloads the most also runs on 2 ranks.
+        let siblings = supported.iter().filter(|c| c.strategy == b.strategy && c.precision == b.precision);
+        let most = siblings.clone().map(|c| c.offload.targets().count()).max();
+        let widest = siblings.clone().find(|c| Some(c.offload.targets().count()) == most) == Some(&b);
+        if widest {
+            worlds.push(if b.strategy == StrategyKind::Megatron { World::Tp2 } else { World::Dp2 });
+        } else if known_gap(b, World::One).is_some() {
+            worlds.push(World::Dp2);
+        }
+        rows.push(Row { binding: b, example, overrides, worlds });
+    }
+    (rows, unreachable)
+}
+
+fn checkout() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn libtorch_available() -> bool {
+    std::env::var_os("LIBTORCH").is_some() || std::env::var_os("LIBTORCH_USE_PYTORCH").is_some() || checkout().join(".venv/bin/python").is_file()
+}
+
+/// The workspace's target directory, shared with the generated crates.
+fn workspace_target() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| checkout().join("target"))
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `verlc build` of one row into `out`; the binary's path or why not.
+fn build(row: &Row, out: &Path, cache: &Path) -> Result<PathBuf, String> {
+    let binary = out.join("trainer");
+    let res = Command::new(env!("CARGO_BIN_EXE_verlc"))
+        .current_dir(checkout())
+        .env("NO_COLOR", "1")
+        .arg("build")
+        .arg(row.example)
+        .args(small_run())
+        .args(&row.overrides)
+        .arg("-o")
+        .arg(&binary)
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg("--target-dir")
+        .arg(workspace_target())
+        .output()
+        .map_err(|e| format!("cannot run verlc: {e}"))?;
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    if !res.status.success() {
+        return Err(format!("verlc build failed ({}):\n{}", res.status, tail(&stderr, 40)));
+    }
+    let want = format!("({}; config", row.binding);
+    if !stderr.lines().any(|l| l.starts_with("built ") && l.contains(&want)) {
+        return Err(format!("verlc build did not report `{}`:\n{}", row.binding, tail(&stderr, 10)));
+    }
+    Ok(binary)
+}
+
+/// Environment of an outer launcher that would make the trainer one rank of someone else's
+/// world.
+const LAUNCHER_ENV: &[&str] = &["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"];
+
+/// How long one run may take before it is killed (a hung rendezvous must not hang CI).
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+/// Runs the trainer in `dir` (its own process group, killed after [`RUN_LIMIT`]); exit code
+/// and stderr.
+fn run_trainer(binary: &Path, dir: &Path, args: &[String]) -> Result<(Option<i32>, String), String> {
+    use std::os::unix::process::CommandExt;
+    let stderr_path = dir.join("stderr.txt");
+    let mut cmd = Command::new(binary);
+    cmd.current_dir(dir)
+        .args(args)
+        .env("VERL_FILE_LOGGER_PATH", dir.join("metrics.jsonl"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(File::create(dir.join("stdout.txt")).map_err(|e| e.to_string())?)
+        .stderr(File::create(&stderr_path).map_err(|e| e.to_string())?)
+        .process_group(0);
+    for k in LAUNCHER_ENV {
+        cmd.env_remove(k);
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(s);
+        }
+        if start.elapsed() > RUN_LIMIT {
+            // The whole group: the trainer and the ranks it spawned.
+            let _ = Command::new("kill").arg("-KILL").arg(format!("-{}", child.id())).status();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    match status {
+        Some(s) => Ok((s.code(), stderr)),
+        None => Err(format!("killed after {} s:\n{}", RUN_LIMIT.as_secs(), tail(&stderr, 20))),
+    }
+}
+
+/// What a finished run logged: the steps and, per step, whether the optimizer skipped it
+/// (fp16 loss scaling: `actor/grad_norm` is null when the gradients overflowed).
+fn check_outputs(b: Binding, dir: &Path) -> Result<usize, String> {
+    let path = dir.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("no metrics at {}: {e}", path.display()))?;
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(serde_json::from_str).collect::<Result<_, _>>().map_err(|e| format!("{}: {e}", path.display()))?;
+    let steps: Vec<Option<u64>> = lines.iter().map(|l| l["step"].as_u64()).collect();
+    if steps != [Some(1), Some(2)] {
+        return Err(format!("logged steps {steps:?}, want [1, 2]"));
+    }
+    let mut skipped = 0;
+    for l in &lines {
+        let step = &l["step"];
+        let data = &l["data"];
+        for key in ["actor/pg_loss", "actor/entropy", "critic/score/mean", "perf/time_per_step"] {
+            if !data[key].as_f64().is_some_and(f64::is_finite) {
+                return Err(format!("step {step}: `{key}` is {}, want a finite number", data[key]));
+            }
+        }
+        match data["actor/grad_norm"].as_f64() {
+            Some(g) if g.is_finite() => {}
+            None if data["actor/grad_norm"].is_null() && b.precision.loss_scaling() => skipped += 1,
+            _ => return Err(format!("step {step}: `actor/grad_norm` is {}", data["actor/grad_norm"])),
+        }
+    }
+    let ckpt = dir.join("ckpt");
+    let tracker = std::fs::read_to_string(ckpt.join("latest_checkpointed_iteration.txt")).unwrap_or_default();
+    if tracker.trim() != "2" || !ckpt.join("global_step_2/actor").is_dir() {
+        return Err(format!("no step-2 checkpoint in {} (tracker {tracker:?})", ckpt.display()));
+    }
+    Ok(skipped)
+}
+
+/// One run of a built binding: its verdict (`Err` is a failure of the test).
+fn run_row(b: Binding, binary: &Path, world: World, dir: &Path) -> Result<String, String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let mut args = vec![format!("trainer.default_local_dir={}", dir.join("ckpt").display())];
+    args.extend(world.overrides());
+    let (code, stderr) = run_trainer(binary, dir, &args)?;
+    let banner = format!("verlc trainer: built by verlc {}", env!("CARGO_PKG_VERSION"));
+    if !stderr.lines().any(|l| l.starts_with(&banner) && l.ends_with(&format!("; {b}"))) {
+        return Err(format!("no start-up banner with `{b}`:\n{}", tail(&stderr, 20)));
+    }
+    let gap = known_gap(b, world);
+    match (code, gap) {
+        (Some(0), _) => {}
+        (Some(1), Some(gap)) if stderr.contains(gap.error) => return Ok(format!("known gap: {}", gap.error)),
+        (_, Some(gap)) => return Err(format!("exit {code:?}, but the known gap is `{}`:\n{}", gap.error, tail(&stderr, 20))),
+        (_, None) => return Err(format!("exit {code:?}:\n{}", tail(&stderr, 20))),
+    }
+    let skipped = check_outputs(b, dir)?;
+    let mut verdict = String::from("ok");
+    if skipped > 0 {
+        verdict.push_str(&format!(" ({skipped}/2 steps skipped by the loss scaler)"));
+    }
+    if gap.is_some() {
+        verdict.push_str("; its KNOWN_GAPS entry is stale, remove it");
+    }
+    Ok(verdict)
+}
+
+struct Line {
+    binding: Binding,
+    world: &'static str,
+    verdict: Result<String, String>,
+    build_s: f64,
+    run_s: Option<f64>,
+}
+
+#[test]
+fn every_supported_binding_builds_and_trains_two_steps() {
+    if !libtorch_available() {
+        eprintln!("skipped: no libtorch (run scripts/setup, or set LIBTORCH)");
+        return;
+    }
+    let start = Instant::now();
+    let (rows, unreachable) = matrix();
+    assert!(rows.iter().any(|r| r.binding.strategy == StrategyKind::Fsdp && r.worlds.contains(&World::Dp2)), "a 2-rank FSDP run");
+    assert!(rows.iter().any(|r| r.worlds.contains(&World::Tp2)), "a Megatron TP=2 run");
+    for p in PrecisionKind::ALL {
+        assert!(rows.iter().any(|r| r.binding.strategy == StrategyKind::Fsdp && r.binding.precision == p), "FSDP {p:?} in the matrix");
+    }
+
+    let work = tempfile::tempdir().expect("temp dir");
+    // A stable cache: a rerun finds every generated crate fresh.
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-matrix");
+    let mut lines = Vec::new();
+    std::thread::scope(|s| {
+        // Builds one after another (cargo serializes them anyway) while the runs of the
+        // previous bindings go on here.
+        let (tx, rx) = mpsc::channel();
+        let rows = &rows;
+        let (work_dir, cache) = (work.path(), &cache);
+        s.spawn(move || {
+            for (i, row) in rows.iter().enumerate() {
+                let out = work_dir.join(format!("{i:02}"));
+                let t = Instant::now();
+                let built = std::fs::create_dir_all(&out).map_err(|e| e.to_string()).and_then(|()| build(row, &out, cache));
+                if tx.send((i, built, t.elapsed().as_secs_f64())).is_err() {
+                    break;
+                }
+            }
+        });
+        for (i, built, build_s) in rx {
+            let row = &rows[i];
+            let binary = match built {
+                Ok(b) => b,
+                Err(e) => {
+                    lines.push(Line { binding: row.binding, world: "-", verdict: Err(e), build_s, run_s: None });
+                    continue;
+                }
+            };
+            for &world in &row.worlds {
+                let dir = work.path().join(format!("{i:02}")).join(format!("run-{world:?}"));
+                let t = Instant::now();
+                let verdict = run_row(row.binding, &binary, world, &dir);
+                lines.push(Line { binding: row.binding, world: world.label(), verdict, build_s, run_s: Some(t.elapsed().as_secs_f64()) });
+            }
+            // 100+ MB each; keep the temp dir small.
+            let _ = std::fs::remove_file(&binary);
+        }
+    });
+
+    let w = lines.iter().map(|l| l.binding).chain(unreachable.iter().copied()).map(|b| b.to_string().len()).max().unwrap_or(0);
+    let mut report = String::new();
+    let _ = writeln!(report, "{:<w$} {:<9} {:>7} {:>6}  result", "binding", "world", "build s", "run s");
+    for l in &lines {
+        let verdict = match &l.verdict {
+            Ok(v) => v.clone(),
+            Err(e) => format!("FAILED: {}", e.lines().next().unwrap_or("")),
+        };
+        let run_s = l.run_s.map_or("-".into(), |s| format!("{s:.1}"));
+        let _ = writeln!(report, "{:<w$} {:<9} {:>7.1} {:>6}  {verdict}", l.binding.to_string(), l.world, l.build_s, run_s);
+    }
+    for b in &unreachable {
+        let _ = writeln!(report, "{:<w$} {:<9} {:>7} {:>6}  not built: no config key selects it", b.to_string(), "-", "-", "-");
+    }
+    let _ = writeln!(report, "{} builds, {} runs in {:.0} s", rows.len(), lines.iter().filter(|l| l.run_s.is_some()).count(), start.elapsed().as_secs_f64());
+    eprintln!("{report}");
+
+    let failures: Vec<String> =
+        lines.iter().filter_map(|l| l.verdict.as_ref().err().map(|e| format!("{} on {} rank(s): {e}", l.binding, l.world))).collect();
+    assert!(failures.is_empty(), "{} of {} failed:\n\n{}\n\n{report}", failures.len(), lines.len(), failures.join("\n\n"));
+}
