@@ -151,17 +151,8 @@ struct KnownGap {
     error: &'static str,
 }
 
-/// The known gaps (each reported to the runtime's owners).
-const KNOWN_GAPS: &[KnownGap] = &[
-    // Megatron on one rank with parameter or gradient offload: `runtime::binding::train` runs
-    // it as `MegatronRoles { world: None }`, and `Trainer::with_roles` (trainer/fit.rs)
-    // refuses parameter/gradient offload whenever the roles have no world, a check meant for
-    // the single engine. The support table (rule 4) allows every offload subset for Megatron.
-    KnownGap {
-        applies: |b, w| b.strategy == StrategyKind::Megatron && w == World::One && (b.offload.params || b.offload.grads),
-        error: "the single-process engine keeps parameters and gradients on its device",
-    },
-];
+/// The known gaps (each reported to the runtime's owners); none today.
+const KNOWN_GAPS: &[KnownGap] = &[];
 
 fn known_gap(b: Binding, w: World) -> Option<&'static KnownGap> {
     KNOWN_GAPS.iter().find(|g| (g.applies)(b, w))

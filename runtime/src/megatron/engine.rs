@@ -258,6 +258,15 @@ impl MegatronSettings {
             }
             None => None,
         };
+        // Parameters and gradients live in host memory on a CPU device already; moving them
+        // off an accelerator between phases is not implemented, so refuse rather than ignore.
+        if (cfg.param_offload || cfg.grad_offload) && engine.device != tch::Device::Cpu {
+            return Err(bad(format!(
+                "param_offload / grad_offload on {:?}: the Megatron engine does not move its model shards \
+                 to host memory yet (only optimizer_offload)",
+                engine.device
+            )));
+        }
         if let Some(o) = engine.optim.as_mut() {
             o.offload |= cfg.optimizer_offload;
         }

@@ -125,7 +125,7 @@ impl<R: Roles> Trainer<R> {
         }
         let backends: Vec<_> = cfg.trainer.logger.items().into_iter().copied().collect();
         Tracking::check_backends(&backends)?;
-        if roles.world().is_none() && (opts.offload.params || opts.offload.grads) {
+        if !roles.offloads_params() && (opts.offload.params || opts.offload.grads) {
             return Err(bad("the single-process engine keeps parameters and gradients on its device (offload only the optimizer)"));
         }
         let arr = &cfg.actor_rollout_ref;

@@ -46,6 +46,10 @@ pub trait Roles {
     fn data_group(&self, actor: &Self::Actor) -> Option<ProcessGroup>;
     /// All ranks of the run (`None`: one process).
     fn world(&self) -> Option<&ProcessGroup>;
+    /// Whether the engines can keep parameters and gradients in host memory.
+    fn offloads_params(&self) -> bool {
+        true
+    }
 }
 
 /// One process, the single engine.
@@ -70,6 +74,9 @@ impl Roles for SingleRoles {
     }
     fn world(&self) -> Option<&ProcessGroup> {
         None
+    }
+    fn offloads_params(&self) -> bool {
+        false
     }
 }
 

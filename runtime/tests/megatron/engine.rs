@@ -316,6 +316,14 @@ rank_test!(settings_from_the_quickstart_megatron_config, 2, |world| {
     let mut bad = mcfg.clone();
     bad.context_parallel_size = 2;
     assert!(MegatronSettings::from_config(Some(&world), &mut engine, &bad).is_err());
+    // Parameter offload: nothing to move on a CPU device; refused (not ignored) on CUDA.
+    let mut off = mcfg.clone();
+    off.param_offload = true;
+    assert!(MegatronSettings::from_config(Some(&world), &mut engine, &off).is_ok());
+    let mut cuda = engine_settings();
+    cuda.device = Device::Cuda(0);
+    let err = MegatronSettings::from_config(Some(&world), &mut cuda, &off).unwrap_err();
+    assert!(err.to_string().contains("param_offload"), "{err}");
     // The engine builds from it.
     let mega = MegatronEngine::<CausalLm>::new(engine, s).unwrap();
     assert_eq!(mega.dp_size(), 1);
