@@ -23,7 +23,7 @@ use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::CausalLm;
 use crate::rollout::LogProbOutput;
 
-use super::{MetricLists, Result, WorkerError, combine_micro, permutation, scalar};
+use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, scalar};
 
 /// The `actor.*` settings of the update (batch sizes in responses, already × `rollout.n`).
 #[derive(Debug, Clone, PartialEq)]
@@ -102,14 +102,9 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
         let lr = self.engine.lr();
         let with_entropy = s.entropy_coeff != 0.0 || s.calculate_entropy;
         let fwd = ForwardOptions { temperature: s.temperature, with_entropy };
-        let n = batch.rows() as usize;
         let mut lists = MetricLists::default();
         for epoch in 0..s.ppo_epochs {
-            let data = if s.shuffle {
-                batch.select(&permutation(n, s.data_loader_seed, step.wrapping_mul(1 << 16).wrapping_add(epoch as u64)))?
-            } else {
-                batch.select(&(0..n as i64).collect::<Vec<_>>())?
-            };
+            let data = epoch_rows(batch, s.shuffle, s.data_loader_seed, step, epoch)?;
             for mini in data.split(s.ppo_mini_batch_size)? {
                 self.engine.optimizer_zero_grad()?;
                 let mut loss_fn = |mb: &Batch, out: LogProbOutput, agg: &AggOptions| micro_loss(&s, mb, out, agg);

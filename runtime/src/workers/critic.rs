@@ -10,7 +10,7 @@ use crate::algo::masked::masked_mean;
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::ValueModel;
 
-use super::{MetricLists, Result, WorkerError, combine_micro, permutation, scalar};
+use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, scalar};
 
 /// The `critic.*` settings (batch sizes in responses).
 #[derive(Debug, Clone, PartialEq)]
@@ -61,14 +61,9 @@ impl<E: Engine<Head = ValueModel>> Critic<E> {
         }
         self.engine.train_mode()?;
         let lr = self.engine.lr();
-        let n = batch.rows() as usize;
         let mut lists = MetricLists::default();
         for epoch in 0..s.ppo_epochs {
-            let data = if s.shuffle {
-                batch.select(&permutation(n, s.data_loader_seed, step.wrapping_mul(1 << 16).wrapping_add(epoch as u64)))?
-            } else {
-                batch.select(&(0..n as i64).collect::<Vec<_>>())?
-            };
+            let data = epoch_rows(batch, s.shuffle, s.data_loader_seed, step, epoch)?;
             for mini in data.split(s.ppo_mini_batch_size)? {
                 self.engine.optimizer_zero_grad()?;
                 let mut loss_fn = |mb: &Batch, vpreds: Tensor, agg: &AggOptions| -> crate::engine::Result<MicroLoss> {

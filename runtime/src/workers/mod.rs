@@ -22,7 +22,7 @@ pub mod rollout;
 
 use tch::{Kind, Tensor};
 
-use crate::engine::{EngineError, Metrics};
+use crate::engine::{Batch, EngineError, Metrics};
 
 /// Errors of the worker roles.
 #[derive(Debug, thiserror::Error)]
@@ -89,9 +89,13 @@ pub(crate) fn scalar(t: &Tensor) -> Result<f64> {
     Ok(t.f_detach()?.f_to_kind(Kind::Double)?.f_double_value(&[])?)
 }
 
-/// A seeded permutation of `0..n` (mini-batch shuffling).
-pub(crate) fn permutation(n: usize, seed: u64, stream: u64) -> Vec<i64> {
-    let mut v: Vec<i64> = (0..n as i64).collect();
-    crate::rng::Rng::derive(seed, stream).shuffle(&mut v);
-    v
+/// The rows of one PPO epoch (actor and critic updates): a permutation seeded by
+/// `(seed, step, epoch)` when `shuffle`, else the batch in order.
+pub(crate) fn epoch_rows(batch: &Batch, shuffle: bool, seed: u64, step: u64, epoch: usize) -> Result<Batch> {
+    if !shuffle {
+        return Ok(batch.shallow_clone());
+    }
+    let mut order: Vec<i64> = (0..batch.rows()).collect();
+    crate::rng::Rng::derive(seed, step.wrapping_mul(1 << 16).wrapping_add(epoch as u64)).shuffle(&mut order);
+    Ok(batch.select(&order)?)
 }
