@@ -52,6 +52,8 @@ pub const BUILD_CRITIC_OFFLOAD_MISMATCH: Code = Code("B014");
 pub const BUILD_ENGINE_SECTION_MISSING: Code = Code("B015");
 pub const BUILD_REWARD_MODEL_UNSUPPORTED: Code = Code("B016");
 pub const BUILD_DEVICE_UNSUPPORTED: Code = Code("B017");
+pub const BUILD_UNSUPPORTED_SETTING: Code = Code("B018");
+pub const BUILD_NO_EFFECT: Code = Code("B006");
 
 /// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
 pub const BUILD_CODES: &[(Code, &str)] = &[
@@ -68,6 +70,8 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     (BUILD_ENGINE_SECTION_MISSING, "no engine section (fsdp_config / megatron) for a role's strategy"),
     (BUILD_REWARD_MODEL_UNSUPPORTED, "reward models are not supported by the generated trainer"),
     (BUILD_DEVICE_UNSUPPORTED, "trainer.device is not cpu or cuda"),
+    (BUILD_UNSUPPORTED_SETTING, "a setting the generated trainer cannot honour (its verdict is `unsupported`)"),
+    (BUILD_NO_EFFECT, "a setting that has no effect in the generated trainer (its verdict is `no effect`)"),
 ];
 
 /// Every code above, for the uniqueness test and `verlc rule --list`.

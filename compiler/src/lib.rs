@@ -15,6 +15,7 @@ pub mod diag;
 pub mod explain;
 pub mod load;
 pub mod plan;
+pub mod render;
 pub mod rules;
 pub mod schema;
 pub mod source;

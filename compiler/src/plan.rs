@@ -24,9 +24,9 @@
 //!
 //! The resolved config is embedded in the binary as YAML ([`embed`]).
 
-pub mod binding;
 pub mod embed;
 mod invalid;
+pub mod spec;
 mod unused;
 
 #[cfg(test)]
@@ -43,52 +43,8 @@ use crate::load::compose::{self, Composed, LoadRequest};
 use crate::load::node::Node;
 use crate::rules::RuleContext;
 
-pub use binding::{OffloadFlags, OffloadTarget, PrecisionKind, StrategyKind};
+pub use verlc_spec::binding::{self, Binding, OffloadFlags, OffloadTarget, PrecisionKind, StrategyKind};
 pub use unused::unused_keys;
-
-/// What the generated binary binds at compile time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Binding {
-    pub strategy: StrategyKind,
-    pub precision: PrecisionKind,
-    pub offload: OffloadFlags,
-}
-
-impl Binding {
-    /// Whether the runtime (and the binding macro) accept it.
-    pub fn validate(&self) -> Result<(), binding::Rejection> {
-        binding::validate(self.strategy, self.precision, self.offload)
-    }
-}
-
-impl std::fmt::Display for Binding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "strategy = {}, precision = {}, offload = {}", self.strategy.name(), self.precision.name(), self.offload.list())
-    }
-}
-
-impl Serialize for StrategyKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl Serialize for PrecisionKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl Serialize for Binding {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("Binding", 3)?;
-        st.serialize_field("strategy", self.strategy.name())?;
-        st.serialize_field("precision", self.precision.name())?;
-        st.serialize_field("offload", &self.offload.targets().map(OffloadTarget::name).collect::<Vec<_>>())?;
-        st.end()
-    }
-}
 
 /// A config key whose value decided the binding; a run-time override that changes it is
 /// refused ("rebuild with verlc").
@@ -168,6 +124,8 @@ pub struct BuildPlan {
     pub roles: Roles,
     /// The keys that decided [`BuildPlan::binding`] and the device, with their values.
     pub bound_keys: Vec<BoundKey>,
+    /// Everything the binary runs, decided here (see [`spec`]).
+    pub spec: verlc_spec::TrainerSpec,
 }
 
 /// A plan and the problems found while lowering.
@@ -396,6 +354,7 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
         })
         .collect();
 
+    let (spec, spec_diagnostics) = spec::lower_spec(cfg, root, binding);
     let plan = BuildPlan {
         binding,
         config_strategy: a.strategy,
@@ -405,8 +364,10 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
         algorithm,
         roles,
         bound_keys,
+        spec,
     };
-    let diagnostics = invalid::check(cfg, root, &plan);
+    let mut diagnostics = invalid::check(cfg, root, &plan);
+    diagnostics.extend(spec_diagnostics);
     Lowered { plan, diagnostics }
 }
 
@@ -451,4 +412,26 @@ pub fn is_bound(plan: &BuildPlan, key: &str) -> bool {
     plan.bound_keys.iter().any(|b| {
         b.key == key || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.')) || key.strip_prefix(b.key.as_str()).is_some_and(|r| r.starts_with('.'))
     })
+}
+
+/// What a checked config lowers to, or why it does not.
+pub enum SpecOutcome {
+    /// The spec, with the warnings of the check.
+    Ok { spec: verlc_spec::TrainerSpec, checked: Box<crate::check::Checked> },
+    /// The config has errors (the build's view: what the binary cannot bind are errors).
+    Errors(Box<crate::check::Checked>),
+}
+
+/// Compose, check and lower `req` as `verlc build` does (without the unused-key warnings):
+/// the one path from a config to the [`verlc_spec::TrainerSpec`] a trainer runs.
+pub fn lower_request(req: &LoadRequest) -> SpecOutcome {
+    let mut checked = crate::check::check(req, &crate::check::CheckOptions::default());
+    promote_for_build(&mut checked, false);
+    match checked.config.as_ref().filter(|_| !checked.has_errors()) {
+        Some(cfg) => {
+            let spec = lower(cfg, &checked.composed.root).plan.spec;
+            SpecOutcome::Ok { spec, checked: Box::new(checked) }
+        }
+        None => SpecOutcome::Errors(Box::new(checked)),
+    }
 }

@@ -9,7 +9,7 @@ use syn::{Expr, Ident, LitStr, Path, Token, bracketed};
 
 use crate::binding::{self, OffloadFlags, OffloadTarget, Part, PrecisionKind, StrategyKind};
 
-const KEYS: &[&str] = &["strategy", "precision", "offload", "config", "verlc_version", "config_hash", "source", "runtime"];
+const KEYS: &[&str] = &["strategy", "precision", "offload", "config", "spec", "verlc_version", "config_hash", "source", "runtime"];
 
 fn names<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> String {
     all.iter().map(|t| format!("`{}`", name(*t))).collect::<Vec<_>>().join(", ")
@@ -59,6 +59,7 @@ struct Input {
     precision: Option<(PrecisionKind, Ident)>,
     offload: Option<Offload>,
     config: Option<Expr>,
+    spec: Option<Expr>,
     verlc_version: Option<LitStr>,
     config_hash: Option<LitStr>,
     source: Option<LitStr>,
@@ -120,6 +121,7 @@ impl Parse for Input {
                     set(&mut out.offload, &key, Offload { flags, items, span: bracket.span.join() })?;
                 }
                 "config" => set(&mut out.config, &key, input.parse()?)?,
+                "spec" => set(&mut out.spec, &key, input.parse()?)?,
                 "verlc_version" => set(&mut out.verlc_version, &key, input.parse()?)?,
                 "config_hash" => set(&mut out.config_hash, &key, input.parse()?)?,
                 "source" => set(&mut out.source, &key, input.parse()?)?,
@@ -146,7 +148,7 @@ fn missing(key: &str, what: String) -> syn::Error {
 }
 
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
-    let Input { strategy, precision, offload, config, verlc_version, config_hash, source, runtime } = syn::parse2(input)?;
+    let Input { strategy, precision, offload, config, spec, verlc_version, config_hash, source, runtime } = syn::parse2(input)?;
 
     let mut errors: Vec<syn::Error> = Vec::new();
     if strategy.is_none() {
@@ -181,11 +183,13 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let o_ty = quote_spanned!(o.span=> #rt::binding::OffloadSet<#params, #grads, #optimizer>);
     let lit = |l: Option<LitStr>| l.map_or_else(|| quote!("unknown"), |l| quote!(#l));
     let (version, hash, source) = (lit(verlc_version), lit(config_hash), lit(source));
+    // The lowered trainer spec (JSON); without it the binary lowers its embedded config.
+    let spec = spec.map_or_else(|| quote!(""), |e| quote!(#e));
     Ok(quote! {
         fn main() -> ::std::process::ExitCode {
             #rt::binding::main::<#s_ty, #p_ty, #o_ty>(
                 #config,
-                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source },
+                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source, spec: #spec },
             )
         }
     })

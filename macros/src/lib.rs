@@ -4,11 +4,9 @@
 
 mod bind_trainer;
 
-/// The strategy/precision/offload vocabulary and support table, shared verbatim with
-/// `verlc::plan::binding` and the runtime (one table, three users).
-#[allow(dead_code)]
-#[path = "../../compiler/src/plan/binding.rs"]
-mod binding;
+/// The strategy/precision/offload vocabulary and support table, shared with `verlc::plan`
+/// and the runtime through `verlc-spec` (one table, three users).
+use verlc_spec::binding;
 
 use proc_macro::TokenStream;
 

@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use verlc::check::{CheckOptions, check};
 use verlc::load::compose::LoadRequest;
+use verlc::plan::{SpecOutcome, lower_request};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -24,16 +24,16 @@ fn main() -> ExitCode {
         cwd: std::env::current_dir().unwrap_or_default(),
         ..LoadRequest::default()
     };
-    let checked = check(&req, &CheckOptions::default());
-    for d in checked.diagnostics.iter().filter(|d| d.is_error()) {
-        eprintln!("error[{}]: {}", d.code, d.message);
-    }
-    let failed = checked.has_errors();
-    let Some(cfg) = checked.config.filter(|_| !failed) else {
-        return ExitCode::FAILURE;
+    let spec = match lower_request(&req) {
+        SpecOutcome::Ok { spec, .. } => spec,
+        SpecOutcome::Errors(checked) => {
+            let errors: Vec<_> = checked.diagnostics.iter().filter(|d| d.is_error()).cloned().collect();
+            eprint!("{}", verlc::render::human(&errors, &checked.composed.sources, false));
+            return ExitCode::FAILURE;
+        }
     };
     let start = std::time::Instant::now();
-    match runtime::trainer::run(&cfg, &runtime::trainer::RunOptions::default()) {
+    match runtime::trainer::run(&spec, &runtime::trainer::RunOptions::default()) {
         Ok(summary) => {
             eprintln!("trained {} steps in {:.1} s", summary.last_step - summary.resumed_from, start.elapsed().as_secs_f64());
             ExitCode::SUCCESS

@@ -23,9 +23,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use verlc::check::{CheckOptions, Checked, check};
-use verlc::config::{Device, VerlConfig};
-use verlc::diag::{Diagnostic, Severity};
+use verlc::check::{CheckOptions, check};
+use verlc::config::VerlConfig;
+use verlc::diag::Diagnostic;
+use verlc_spec::TrainerSpec;
+use verlc_spec::trainer::DeviceKind;
 use verlc::load::compose::LoadRequest;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::{self, Binding, BuildPlan};
@@ -39,9 +41,14 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// The parallel engine a binary is built around.
+/// The parallel engine a binary is built around. Each marker runs the trainer on its own
+/// engines ([`Strategy::train`]), so a binary instantiates only its bound strategy's engine
+/// code; the others are never monomorphized and do not reach the executable.
 pub trait Strategy: sealed::Sealed + Send + Sync + 'static {
     const KIND: StrategyKind;
+
+    /// The RL loop of one rank on this strategy's engines.
+    fn train(spec: &TrainerSpec, ctx: &RankContext, opts: &crate::trainer::RunOptions) -> Result<(), TrainError>;
 }
 
 /// One process, no sharding.
@@ -83,6 +90,15 @@ pub type OffloadParams = OffloadSet<true, true, false>;
 pub type OffloadAll = OffloadSet<true, true, true>;
 
 macro_rules! markers {
+    (Strategy { $($t:ident;)+ }) => {$(
+        impl sealed::Sealed for $t {}
+        impl Strategy for $t {
+            const KIND: StrategyKind = StrategyKind::$t;
+            fn train(spec: &TrainerSpec, ctx: &RankContext, opts: &crate::trainer::RunOptions) -> Result<(), TrainError> {
+                strategies::$t(spec, ctx, opts)
+            }
+        }
+    )+};
     ($trait:ident :: $kind:ident { $($t:ident => $k:ident $(, $c:ident)?;)+ }) => {$(
         impl sealed::Sealed for $t {}
         impl $trait for $t {
@@ -91,7 +107,55 @@ macro_rules! markers {
         }
     )+};
 }
-markers!(Strategy::StrategyKind { Single => Single; Fsdp => Fsdp; Megatron => Megatron; });
+
+/// The trainer of each strategy marker.
+#[allow(non_snake_case)]
+mod strategies {
+    use super::{RankContext, TrainError, TrainerSpec};
+    use crate::trainer::RunOptions;
+    use crate::trainer::parallel::{FsdpRoles, MegatronRoles};
+
+    fn failed(e: crate::trainer::TrainerError) -> TrainError {
+        TrainError::Trainer(Box::new(e))
+    }
+
+    /// One process, the single engine.
+    pub(super) fn Single(spec: &TrainerSpec, ctx: &RankContext, opts: &RunOptions) -> Result<(), TrainError> {
+        if ctx.dist.world_size != 1 {
+            return Err(TrainError::Trainer(format!("strategy Single runs one rank, but the world has {}", ctx.dist.world_size).into()));
+        }
+        crate::trainer::run(spec, opts).map(|_| ()).map_err(failed)
+    }
+
+    /// FSDP over the world group. On one rank without parameter offload the single engine
+    /// computes the same update, without a process group.
+    pub(super) fn Fsdp(spec: &TrainerSpec, ctx: &RankContext, opts: &RunOptions) -> Result<(), TrainError> {
+        if ctx.dist.world_size == 1 && !spec.binding.offload.params && !spec.binding.offload.grads {
+            return crate::trainer::run(spec, opts).map(|_| ()).map_err(failed);
+        }
+        let world = super::world_group(ctx)?;
+        crate::trainer::run_with(spec, opts, FsdpRoles { world }).map(|_| ()).map_err(failed)
+    }
+
+    /// Megatron (its own parameter groups even on one rank: no weight decay on biases and
+    /// norms).
+    pub(super) fn Megatron(spec: &TrainerSpec, ctx: &RankContext, opts: &RunOptions) -> Result<(), TrainError> {
+        let world = if ctx.dist.world_size == 1 { None } else { Some(super::world_group(ctx)?) };
+        crate::trainer::run_with(spec, opts, MegatronRoles { world }).map(|_| ()).map_err(failed)
+    }
+}
+
+/// The world process group of this rank (Gloo on CPU, NCCL on CUDA); a world of one gets a
+/// fresh local port.
+fn world_group(ctx: &RankContext) -> Result<ProcessGroup, TrainError> {
+    let mut env = ctx.dist.clone();
+    if env.world_size == 1 {
+        env.master_port = crate::dist::free_port(&env.master_addr).map_err(|e| TrainError::Trainer(Box::new(e)))?;
+    }
+    let backend = if ctx.device.is_cuda() { Backend::Nccl } else { Backend::Gloo };
+    Ok(ProcessGroup::init(&env, &InitOptions { backend, ..InitOptions::default() })?)
+}
+markers!(Strategy { Single; Fsdp; Megatron; });
 markers!(Precision::PrecisionKind { Fp32 => Fp32, Float; Bf16Mixed => Bf16Mixed, BFloat16; Fp16Mixed => Fp16Mixed, Half; });
 
 impl<const P: bool, const G: bool, const O: bool> sealed::Sealed for OffloadSet<P, G, O> {}
@@ -112,17 +176,9 @@ pub struct BuildInfo {
     pub config_hash: &'static str,
     /// The config file the binary was built from (as given to `verlc build`).
     pub source: &'static str,
-}
-
-/// How this rank was started.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Launch {
-    /// A world of one, in this process.
-    InProcess,
-    /// Spawned by this binary's own launcher (`trainer.n_gpus_per_node` / `--nproc-per-node`).
-    Local,
-    /// Started by torchrun, srun or another launcher that set the rank environment.
-    External,
+    /// The trainer spec `verlc build` lowered from the embedded config (JSON); empty in
+    /// hand-written instantiations, which then lower the config themselves.
+    pub spec: &'static str,
 }
 
 /// Everything a rank knows before training starts.
@@ -130,12 +186,8 @@ pub enum Launch {
 pub struct RankContext {
     /// Rank, world size, local rank and the rendezvous address (`ProcessGroup::init` takes it).
     pub dist: DistEnv,
-    pub launch: Launch,
     /// `cpu`, or `cuda:<local rank>`.
     pub device: tch::Device,
-    /// The plan of the config after run-time overrides (binding unchanged).
-    pub plan: BuildPlan,
-    pub build: BuildInfo,
 }
 
 /// Why a training run failed.
@@ -149,49 +201,18 @@ pub enum TrainError {
 
 /// The RL training loop of one rank: the trainer's entry point.
 ///
-/// Called on every rank after the config (with overrides) passed the checks; `cfg` is the
-/// resolved typed config and `ctx` says where this rank sits. Several ranks form the world
-/// process group (Gloo on CPU, NCCL on CUDA) and train with the bound strategy's engines
-/// (`S`: FSDP or Megatron); FSDP on one rank without parameter offload runs the single
-/// engine, which computes the same; Megatron on one rank runs the Megatron engine. Returns `Ok(())` when training
-/// finished; the binary exits 0 when every rank did.
-pub fn train<S: Strategy, P: Precision, O: Offload>(cfg: &VerlConfig, ctx: &RankContext) -> Result<(), TrainError> {
-    use crate::trainer::parallel::{FsdpRoles, MegatronRoles};
-    let opts = crate::trainer::RunOptions {
-        device: ctx.device,
-        precision: P::KIND,
-        offload: O::FLAGS,
-        console_lines: ctx.dist.rank == 0,
-        ..Default::default()
-    };
-    let failed = |e: crate::trainer::TrainerError| TrainError::Trainer(Box::new(e));
-    let one_rank = ctx.dist.world_size == 1;
-    match S::KIND {
-        StrategyKind::Single if !one_rank => Err(TrainError::Trainer(
-            format!("strategy Single runs one rank, but the world has {}", ctx.dist.world_size).into(),
-        )),
-        // FSDP over one rank without parameter offload computes what the single engine does.
-        StrategyKind::Single | StrategyKind::Fsdp if one_rank && !O::FLAGS.params && !O::FLAGS.grads => {
-            crate::trainer::run(cfg, &opts).map(|_| ()).map_err(failed)
-        }
-        // Megatron keeps its own parameter groups (no weight decay on biases and norms).
-        StrategyKind::Megatron if one_rank => {
-            crate::trainer::run_with(cfg, &opts, MegatronRoles { world: None }).map(|_| ()).map_err(failed)
-        }
-        _ => {
-            let mut env = ctx.dist.clone();
-            if one_rank {
-                env.master_port = crate::dist::free_port(&env.master_addr).map_err(|e| TrainError::Trainer(Box::new(e)))?;
-            }
-            let backend = if ctx.device.is_cuda() { Backend::Nccl } else { Backend::Gloo };
-            let world = ProcessGroup::init(&env, &InitOptions { backend, ..InitOptions::default() })?;
-            let summary = match S::KIND {
-                StrategyKind::Megatron => crate::trainer::run_with(cfg, &opts, MegatronRoles { world: Some(world) }),
-                _ => crate::trainer::run_with(cfg, &opts, FsdpRoles { world }),
-            };
-            summary.map(|_| ()).map_err(failed)
-        }
+/// Called on every rank with the spec the binary embeds (or the one lowered from it with
+/// run-time overrides); `ctx` says where this rank sits. The bound strategy `S` runs its own
+/// engines ([`Strategy::train`]); precision and offload are the binding's (`P`, `O`), which
+/// the spec states as well. Returns `Ok(())` when training finished; the binary exits 0 when
+/// every rank did.
+pub fn train<S: Strategy, P: Precision, O: Offload>(spec: &TrainerSpec, ctx: &RankContext) -> Result<(), TrainError> {
+    let compiled = binding::<S, P, O>();
+    if spec.binding != compiled {
+        return Err(TrainError::Trainer(format!("the spec binds `{}` but this binary is `{compiled}`", spec.binding).into()));
     }
+    let opts = crate::trainer::RunOptions { device: ctx.device, console_lines: ctx.dist.rank == 0, ..Default::default() };
+    S::train(spec, ctx, &opts)
 }
 
 /// Set in ranks spawned by this binary's own launcher (they stay quiet at start-up).
@@ -241,6 +262,7 @@ enum Exit {
 struct Args {
     version: bool,
     print_config: bool,
+    print_spec: bool,
     check_only: bool,
     nproc_per_node: Option<usize>,
     overrides: Vec<String>,
@@ -254,6 +276,7 @@ Hydra's grammar (key=value, +key=value, ++key=value, ~key) and are checked like 
 
 options:
   --print-config        print the resolved config (after overrides) and exit
+  --print-spec          print the trainer spec this run executes (JSON) and exit
   --check               check the overrides, print the plan and exit
   --nproc-per-node N    spawn N local ranks (sets trainer.n_gpus_per_node=N)
   -V, --version         print the build info and exit
@@ -280,6 +303,7 @@ fn parse_args(args: &[OsString]) -> Result<Option<Args>, Exit> {
             "-h" | "--help" => return Ok(None),
             "-V" | "--version" => out.version = true,
             "--print-config" => out.print_config = true,
+            "--print-spec" => out.print_spec = true,
             "--check" => out.check_only = true,
             "--nproc-per-node" => {
                 let v = it.next().and_then(|v| v.to_str()).ok_or_else(|| Exit::Usage("--nproc-per-node needs a value".into()))?;
@@ -329,20 +353,25 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
 
     let resolved = resolve(embedded, &info, &compiled, &args.overrides, quiet)?;
     if args.print_config {
-        print!("{}", plan::embed::to_yaml(&resolved.checked.composed.root));
+        print!("{}", resolved.yaml);
         return Err(Exit::Done);
     }
-    let plan = resolved.plan;
-    let cfg = resolved.config;
+    let spec = resolved.spec;
+    if args.print_spec {
+        let text = serde_json::to_string_pretty(&spec).map_err(|e| Exit::Failed(format!("cannot print the spec: {e}")))?;
+        println!("{text}");
+        return Err(Exit::Done);
+    }
     if args.check_only {
-        println!("ok: config is valid for this binary ({compiled}); {} rank(s)", plan.world.size());
+        println!("ok: config is valid for this binary ({compiled}); {} rank(s)", spec.world.size());
         return Err(Exit::Done);
     }
 
-    let world = usize::try_from(plan.world.size()).map_err(|_| Exit::Failed("trainer.nnodes × trainer.n_gpus_per_node is negative".into()))?;
-    if plan.world.device == Device::Cuda {
-        let local = env.as_ref().map_or(plan.world.n_gpus_per_node, |e| i64::try_from(e.local_world_size).unwrap_or(i64::MAX));
-        let found = tch::Cuda::device_count();
+    let world = spec.world.size();
+    let cuda = spec.world.device == DeviceKind::Cuda;
+    if cuda {
+        let local = env.as_ref().map_or(spec.world.n_gpus_per_node, |e| e.local_world_size);
+        let found = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
         if found < local {
             return Err(Exit::Failed(format!(
                 "trainer.device=cuda with {local} rank(s) on this node, but libtorch sees {found} CUDA device(s); \
@@ -350,26 +379,26 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
             )));
         }
     }
-    let (dist, launch) = match env {
+    let dist = match env {
         Some(env) => {
             if env.world_size != world {
                 return Err(Exit::Failed(format!(
                     "the launcher started WORLD_SIZE={} ranks, but trainer.nnodes × trainer.n_gpus_per_node = {} × {} = {world}; \
                      pass `trainer.nnodes=… trainer.n_gpus_per_node=…` matching the launch so the batch rules are checked for it",
-                    env.world_size, plan.world.nnodes, plan.world.n_gpus_per_node
+                    env.world_size, spec.world.nnodes, spec.world.n_gpus_per_node
                 )));
             }
-            (env, if launched { Launch::Local } else { Launch::External })
+            env
         }
-        None if world == 1 => (DistEnv::single(), Launch::InProcess),
-        None if plan.world.nnodes > 1 => {
+        None if world == 1 => DistEnv::single(),
+        None if spec.world.nnodes > 1 => {
             return Err(Exit::Failed(format!(
                 "trainer.nnodes={} needs a launcher on every node (torchrun or srun) that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT",
-                plan.world.nnodes
+                spec.world.nnodes
             )));
         }
         None => {
-            let what = if plan.world.device == Device::Cpu { "CPU processes over Gloo" } else { "processes, one per GPU" };
+            let what = if cuda { "processes, one per GPU" } else { "CPU processes over Gloo" };
             eprintln!("launching {world} local ranks ({what})");
             let mut launcher = LocalLauncher::new(world).env(LAUNCHED_ENV, "1");
             if std::env::var_os("OMP_NUM_THREADS").is_none() {
@@ -385,12 +414,9 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
             };
         }
     };
-    let device = match plan.world.device {
-        Device::Cuda => tch::Device::Cuda(dist.local_rank),
-        _ => tch::Device::Cpu,
-    };
-    let ctx = RankContext { dist, launch, device, plan, build: info };
-    train::<S, P, O>(&cfg, &ctx).map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
+    let device = if cuda { tch::Device::Cuda(dist.local_rank) } else { tch::Device::Cpu };
+    let ctx = RankContext { dist, device };
+    train::<S, P, O>(&spec, &ctx).map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
 }
 
 fn banner(info: &BuildInfo, b: &Binding) -> String {
@@ -400,15 +426,22 @@ fn banner(info: &BuildInfo, b: &Binding) -> String {
     )
 }
 
+/// What this run executes.
 struct Resolved {
-    checked: Checked,
-    config: VerlConfig,
-    plan: BuildPlan,
+    /// The resolved config (for `--print-config`).
+    yaml: String,
+    spec: TrainerSpec,
 }
 
-/// The embedded config with `overrides` applied, checked like `verlc check`. Overrides of
-/// statically bound keys are refused first, whatever else is wrong.
+/// The spec this run executes: the embedded one as built, or, with overrides, the embedded
+/// config plus the overrides checked like `verlc check` and lowered by the same lowering.
+/// Overrides of statically bound keys are refused first, whatever else is wrong.
 fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[String], quiet: bool) -> Result<Resolved, Exit> {
+    if overrides.is_empty() && !info.spec.is_empty() {
+        let spec: TrainerSpec = serde_json::from_str(info.spec).map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
+        let yaml = embedded.lines().skip_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n") + "\n";
+        return Ok(Resolved { yaml, spec });
+    }
     let file = materialize(embedded, info).map_err(Exit::Failed)?;
     let embedded_plan = embedded_plan(embedded, &file)?;
     let req = LoadRequest {
@@ -418,22 +451,22 @@ fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[St
         ..LoadRequest::default()
     };
     let mut checked = check(&req, &CheckOptions::default());
-    // Combinations this binary cannot run are errors here, not `check`'s warnings.
+    // What this binary cannot run are errors here, not `check`'s warnings.
     plan::promote_for_build(&mut checked, false);
     refuse_bound_changes(&embedded_plan, &checked.composed.root, overrides, compiled, info)?;
 
-    let shown: Vec<&Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).collect();
-    for d in &shown {
-        eprint!("{}", render(d, &checked.composed.sources));
+    let shown: Vec<Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).cloned().collect();
+    if !shown.is_empty() {
+        eprint!("{}", verlc::render::human(&shown, &checked.composed.sources, false));
     }
     if checked.has_errors() {
         let n = checked.diagnostics.iter().filter(|d| d.is_error()).count();
         return Err(Exit::Failed(format!("the config has {n} error(s); nothing was run")));
     }
-    let Some(config) = checked.config.clone() else {
+    let Some(config) = checked.config.as_ref() else {
         return Err(Exit::Failed("the config did not pass the schema; nothing was run".into()));
     };
-    let plan = plan::lower(&config, &checked.composed.root).plan;
+    let plan = plan::lower(config, &checked.composed.root).plan;
     if plan.binding != *compiled {
         return Err(Exit::Failed(format!(
             "the overrides change the binding to `{}` but this binary is `{compiled}`; rebuild with verlc: `verlc build {} {} -o <trainer>`",
@@ -442,7 +475,7 @@ fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[St
             overrides.join(" ")
         )));
     }
-    Ok(Resolved { checked, config, plan })
+    Ok(Resolved { yaml: plan::embed::to_yaml(&checked.composed.root), spec: plan.spec })
 }
 
 /// The plan of the embedded config as built (its bound keys and their values).
@@ -475,11 +508,14 @@ fn refuse_bound_changes(embedded: &BuildPlan, after: &Node, overrides: &[String]
     if refused.is_empty() {
         return Ok(());
     }
+    let device = match embedded.spec.world.device {
+        DeviceKind::Cpu => "cpu",
+        DeviceKind::Cuda => "cuda",
+    };
     Err(Exit::Failed(format!(
-        "{} {} this binary binds at compile time ({compiled}; device {}); rebuild with verlc: `verlc build {} {} -o <trainer>`",
+        "{} {} this binary binds at compile time ({compiled}; device {device}); rebuild with verlc: `verlc build {} {} -o <trainer>`",
         refused.join(", "),
         if refused.len() == 1 { "changes a key" } else { "change keys" },
-        serde_json::to_value(embedded.world.device).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
         info.source,
         overrides.join(" ")
     )))
@@ -503,37 +539,6 @@ fn materialize(embedded: &str, info: &BuildInfo) -> Result<PathBuf, String> {
     Ok(file)
 }
 
-/// A diagnostic as plain text (the binary has no terminal renderer):
-/// `error[V006]: message`, ` --> file:line:col`, the line, then help and notes.
-fn render(d: &Diagnostic, sources: &SourceMap) -> String {
-    let mut out = String::new();
-    let sev = match d.severity {
-        Severity::Error => "error",
-        Severity::Warning => "warning",
-    };
-    out.push_str(&format!("{sev}[{}]: {}\n", d.code, d.message));
-    if let Some(label) = &d.primary {
-        let src = sources.get(label.origin.source);
-        let (line, col) = src.line_col(label.origin.span.start);
-        out.push_str(&format!("  --> {}:{line}:{col}\n", src.name));
-        if let Some(text) = src.text.lines().nth(line.saturating_sub(1)) {
-            out.push_str(&format!("   | {text}\n   | {}^ {}\n", " ".repeat(col.saturating_sub(1)), label.message));
-        }
-    }
-    for l in &d.secondary {
-        let src = sources.get(l.origin.source);
-        let (line, col) = src.line_col(l.origin.span.start);
-        out.push_str(&format!("  ... {}:{line}:{col}: {}\n", src.name, l.message));
-    }
-    if let Some(h) = &d.help {
-        out.push_str(&format!("   = help: {h}\n"));
-    }
-    for n in &d.notes {
-        out.push_str(&format!("   = note: {n}\n"));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,6 +559,7 @@ mod tests {
             Some(Args {
                 version: false,
                 print_config: true,
+                print_spec: false,
                 check_only: false,
                 nproc_per_node: Some(2),
                 overrides: vec!["a.b=1".into(), "+c=2".into(), "~d".into()]

@@ -14,7 +14,8 @@ use verlc::diag::Severity;
 use verlc::plan::{self, BuildPlan};
 
 use super::args::{BuildArgs, CompileArgs};
-use super::{EXIT_ERRORS, EXIT_USAGE, render};
+use super::{EXIT_ERRORS, EXIT_USAGE};
+use verlc::render;
 
 /// A compiled trainer in the cache.
 pub(super) struct Compiled {

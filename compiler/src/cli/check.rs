@@ -7,7 +7,8 @@ use verlc::codes;
 use verlc::diag::Severity;
 
 use super::args::{CheckArgs, Format};
-use super::{EXIT_ERRORS, EXIT_USAGE, render};
+use super::{EXIT_ERRORS, EXIT_USAGE};
+use verlc::render;
 
 pub fn run(a: CheckArgs) -> u8 {
     let req = a.config.request();

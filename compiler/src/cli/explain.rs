@@ -8,7 +8,8 @@ use verlc::explain::{Explanation, MemoryBreakdown, RoleBatch, explain, gib};
 use verlc::rules::ModelDims;
 
 use super::args::{ExplainArgs, Format};
-use super::{EXIT_ERRORS, render};
+use super::EXIT_ERRORS;
+use verlc::render;
 
 pub fn run(a: ExplainArgs) -> u8 {
     let req = a.config.request();

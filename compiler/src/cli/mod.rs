@@ -5,7 +5,6 @@ mod args;
 mod build;
 mod check;
 mod explain;
-mod render;
 mod rule;
 mod run;
 mod schema;

@@ -34,6 +34,8 @@ pub enum BuildError {
     NoCheckout(PathBuf),
     #[error("cargo failed to build the trainer")]
     Cargo(CargoFailure),
+    #[error("cannot serialize the trainer spec: {0}")]
+    Spec(serde_json::Error),
     #[error("cargo finished without producing the trainer binary")]
     NoBinary,
 }

@@ -137,7 +137,8 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
         summary => summary(plan),
         ..common
     };
-    let mut files = vec![("trainer.yaml", yaml)];
+    let spec_json = serde_json::to_string_pretty(&plan.spec).map_err(BuildError::Spec)? + "\n";
+    let mut files = vec![("trainer.yaml", yaml), ("trainer.spec.json", spec_json)];
     for name in ["Cargo.toml", "build.rs", "src/main.rs"] {
         files.push((name, render(&env, name, &ctx)?));
     }

@@ -19,22 +19,9 @@
 use tch::{Kind, Tensor};
 
 use super::masked::{MEAN_EPS, masked_sum, masked_sum_dim};
-use super::names::verl_names;
 use super::{AlgoError, Result, check};
 
-verl_names! {
-    /// How the per-token loss matrix is reduced to a scalar (`actor.loss_agg_mode`).
-    pub enum LossAggMode ("loss_agg_mode") {
-        /// Mean over every valid token of the batch.
-        TokenMean => "token-mean",
-        /// Sum over each sequence's tokens, mean over sequences.
-        SeqMeanTokenSum => "seq-mean-token-sum",
-        /// Mean over each sequence's tokens, mean over sequences.
-        SeqMeanTokenMean => "seq-mean-token-mean",
-        /// Sum over all tokens divided by a constant (Dr. GRPO).
-        SeqMeanTokenSumNorm => "seq-mean-token-sum-norm",
-    }
-}
+pub use verlc_spec::algo::LossAggMode;
 
 /// The global-batch information of verl's `global_batch_info`; all `None` with `dp_size = 1`
 /// (the default) is verl's legacy, purely local normalisation.

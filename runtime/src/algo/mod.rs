@@ -20,7 +20,6 @@ pub mod entropy;
 pub mod kl;
 pub mod kl_ctrl;
 pub mod masked;
-mod names;
 pub mod policy_loss;
 pub mod value_loss;
 
@@ -64,12 +63,8 @@ pub enum AlgoError {
     Config(String),
     #[error("{0}")]
     Data(String),
-    #[error("unknown {what} `{name}`; expected one of: {expected}")]
-    UnknownName {
-        what: &'static str,
-        name: String,
-        expected: String,
-    },
+    #[error(transparent)]
+    UnknownName(#[from] verlc_spec::names::UnknownName),
     #[error("{0}")]
     Unsupported(String),
     #[error("libtorch: {0}")]

@@ -2,7 +2,6 @@
 //! through the chat template and tokenized, then filtered (`filter_overlong_prompts`) or
 //! truncated (`truncation`) to `max_prompt_length` as verl's `RLHFDataset` does.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::rng::Rng;
@@ -10,20 +9,7 @@ use crate::tokenizer::Tokenizer;
 
 use super::{DataError, Sample, files};
 
-/// What happens to a prompt longer than `max_prompt_length` (verl's `data.truncation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Truncation {
-    /// Fail, naming the row.
-    #[default]
-    Error,
-    /// Keep the last tokens.
-    Left,
-    /// Keep the first tokens.
-    Right,
-    /// Keep the first `max/2` and the last `max - max/2` tokens.
-    Middle,
-}
+pub use verlc_spec::data::Truncation;
 
 /// Cuts `ids` to `max` tokens; `None` means the prompt is too long and `mode` is `Error`.
 pub fn truncate(ids: &[i64], max: usize, mode: Truncation) -> Option<Vec<i64>> {

@@ -14,34 +14,14 @@ use crate::model::load::{Checkpoint, LoadOptions, load_weights};
 use crate::model::save::{SaveOptions, save_named};
 use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{named_params, single_group};
-use crate::optim::sched::{MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedulerConfig};
-use crate::optim::{InnerConfig, LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig};
+use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
+use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig};
 
 use super::{
     Batch, Engine, EngineError, ForwardOptions, Head, LossFn, Metrics, Parts, Result, StepResult, global_agg_options,
 };
 
-/// The lr schedule of a trainable engine.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SchedulerSettings {
-    /// verl's FSDP schedulers (constant / cosine with warmup), stepped once per optimizer step.
-    Verl(VerlSchedulerConfig),
-    /// Megatron's `OptimizerParamScheduler`, stepped by one per optimizer step.
-    Megatron(MegatronSchedulerConfig),
-}
-
-/// Optimizer settings (`actor.optim` / `critic.optim`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OptimSettings {
-    pub inner: InnerConfig,
-    pub lr: f64,
-    pub weight_decay: f64,
-    /// Global grad-norm clip; `<= 0` disables clipping.
-    pub clip_grad: f64,
-    /// Keep the optimizer's main params and state in host memory.
-    pub offload: bool,
-    pub scheduler: SchedulerSettings,
-}
+pub use verlc_spec::optim::{OptimSettings, SchedulerSettings};
 
 /// Everything a [`SingleEngine`] is built from.
 #[derive(Debug, Clone, PartialEq)]

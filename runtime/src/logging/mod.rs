@@ -7,8 +7,8 @@
 //! - `tensorboard`: event files in `$TENSORBOARD_DIR`, else
 //!   `tensorboard_log/{project}/{experiment}` ([`tensorboard::TensorboardLogger`]).
 //!
-//! Every other verl backend (wandb, swanlab, mlflow, …) is refused by [`Tracking::new`] at
-//! start-up with a message naming the supported ones.
+//! Other verl backends (wandb, swanlab, mlflow, …) never reach the runtime: `verlc check`
+//! reports them (B018) and `verlc build` refuses them.
 
 pub mod tensorboard;
 
@@ -17,17 +17,13 @@ use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
-use verlc::config::LoggerBackend;
+use verlc_spec::trainer::LoggerKind;
 
 use crate::engine::Metrics;
 
 /// Errors of the loggers.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error(
-        "trainer.logger: `{0}` is not supported by verlc's trainer; supported backends: console, file, tensorboard"
-    )]
-    Unsupported(&'static str),
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{}: {msg}", path.display())]
@@ -39,22 +35,6 @@ pub trait Logger {
     fn log(&mut self, step: u64, metrics: &Metrics) -> Result<(), LogError>;
     /// Called once after the last step.
     fn finish(&mut self) {}
-}
-
-/// verl's name of a backend.
-pub fn backend_name(b: LoggerBackend) -> &'static str {
-    match b {
-        LoggerBackend::Console => "console",
-        LoggerBackend::Wandb => "wandb",
-        LoggerBackend::Tracking => "tracking",
-        LoggerBackend::Tensorboard => "tensorboard",
-        LoggerBackend::Mlflow => "mlflow",
-        LoggerBackend::Swanlab => "swanlab",
-        LoggerBackend::VemlpWandb => "vemlp_wandb",
-        LoggerBackend::Clearml => "clearml",
-        LoggerBackend::Trackio => "trackio",
-        LoggerBackend::File => "file",
-    }
 }
 
 /// Where the loggers write and what they know of the run.
@@ -83,20 +63,8 @@ impl std::fmt::Debug for Tracking {
 }
 
 impl Tracking {
-    /// Fails for a backend verlc does not implement (called first thing at start-up).
-    pub fn check_backends(backends: &[LoggerBackend]) -> Result<(), LogError> {
-        match backends
-            .iter()
-            .find(|b| !matches!(b, LoggerBackend::Console | LoggerBackend::File | LoggerBackend::Tensorboard))
-        {
-            Some(b) => Err(LogError::Unsupported(backend_name(*b))),
-            None => Ok(()),
-        }
-    }
-
-    /// Opens the `backends`; an unsupported one is an error before anything is written.
-    pub fn new(backends: &[LoggerBackend], opts: &TrackingOptions) -> Result<Self, LogError> {
-        Self::check_backends(backends)?;
+    /// Opens the `backends` (each once, in order).
+    pub fn new(backends: &[LoggerKind], opts: &TrackingOptions) -> Result<Self, LogError> {
         let mut loggers: Vec<Box<dyn Logger>> = Vec::new();
         let mut seen = Vec::new();
         for b in backends {
@@ -105,19 +73,18 @@ impl Tracking {
             }
             seen.push(*b);
             match b {
-                LoggerBackend::Console => loggers.push(Box::new(ConsoleLogger::new(opts.total_steps, opts.console_lines))),
-                LoggerBackend::File => loggers.push(Box::new(FileLogger::open(
+                LoggerKind::Console => loggers.push(Box::new(ConsoleLogger::new(opts.total_steps, opts.console_lines))),
+                LoggerKind::File => loggers.push(Box::new(FileLogger::open(
                     &FileLogger::default_path(&opts.project, &opts.experiment),
                     opts.resume_from_step,
                 )?)),
-                LoggerBackend::Tensorboard => {
+                LoggerKind::Tensorboard => {
                     let dir = match std::env::var("TENSORBOARD_DIR") {
                         Ok(d) if !d.is_empty() => PathBuf::from(d),
                         _ => Path::new("tensorboard_log").join(&opts.project).join(&opts.experiment),
                     };
                     loggers.push(Box::new(tensorboard::TensorboardLogger::create(&dir)?));
                 }
-                _ => {}
             }
         }
         Ok(Tracking { loggers })

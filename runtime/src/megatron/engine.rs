@@ -199,45 +199,14 @@ pub struct MegatronSettings {
 }
 
 impl MegatronSettings {
-    /// The settings of a role's `megatron` section (verl's `McoreEngineConfig`) over `world`
-    /// (`None`: one process): TP and PP from the config, DP from the rest, in Megatron's rank
-    /// order; the distributed optimizer; sequence parallelism (off at TP 1, as verl turns it
-    /// off); `optimizer_offload` turns on the optimizer's host offload in `engine`. Context,
-    /// expert and virtual-pipeline parallelism are refused (not implemented).
-    pub fn from_config(
-        world: Option<&ProcessGroup>,
-        engine: &mut EngineSettings,
-        cfg: &verlc::config::engine::MegatronEngineConfig,
-    ) -> Result<Self> {
+    /// The settings of a role's Megatron engine spec over `world` (`None`: one process): TP
+    /// and PP from the spec, DP from the rest, in Megatron's rank order. What the engine does
+    /// not implement (context, expert and virtual-pipeline parallelism, model offload on an
+    /// accelerator) is refused by `verlc build` and never reaches it; the optimizer's offload is
+    /// in the role's [`EngineSettings`].
+    pub fn from_spec(world: Option<&ProcessGroup>, spec: &verlc_spec::trainer::MegatronEngineSpec) -> Result<Self> {
         let bad = |m: String| EngineError::Config(m);
-        let size = |v: i64, key: &str| {
-            usize::try_from(v)
-                .ok()
-                .filter(|v| *v > 0)
-                .ok_or_else(|| bad(format!("{key} = {v} must be positive")))
-        };
-        let tp = size(cfg.tensor_model_parallel_size, "tensor_model_parallel_size")?;
-        let pp = size(
-            cfg.pipeline_model_parallel_size,
-            "pipeline_model_parallel_size",
-        )?;
-        if cfg.context_parallel_size != 1 {
-            return Err(bad(format!(
-                "context_parallel_size = {} is not supported yet (only 1)",
-                cfg.context_parallel_size
-            )));
-        }
-        if cfg.expert_model_parallel_size != 1 {
-            return Err(bad(format!(
-                "expert_model_parallel_size = {} is not supported (dense models only)",
-                cfg.expert_model_parallel_size
-            )));
-        }
-        if let Some(v) = cfg.virtual_pipeline_model_parallel_size.filter(|v| *v > 1) {
-            return Err(bad(format!(
-                "virtual_pipeline_model_parallel_size = {v}: the interleaved schedule is not supported yet"
-            )));
-        }
+        let (tp, pp) = (spec.tensor_parallel.max(1), spec.pipeline_parallel.max(1));
         let world_size = world.map_or(1, ProcessGroup::size);
         if !world_size.is_multiple_of(tp * pp) {
             return Err(bad(format!(
@@ -258,26 +227,14 @@ impl MegatronSettings {
             }
             None => None,
         };
-        // Parameters and gradients live in host memory on a CPU device already; moving them
-        // off an accelerator between phases is not implemented, so refuse rather than ignore.
-        if (cfg.param_offload || cfg.grad_offload) && engine.device != tch::Device::Cpu {
-            return Err(bad(format!(
-                "param_offload / grad_offload on {:?}: the Megatron engine does not move its model shards \
-                 to host memory yet (only optimizer_offload)",
-                engine.device
-            )));
-        }
-        if let Some(o) = engine.optim.as_mut() {
-            o.offload |= cfg.optimizer_offload;
-        }
         Ok(MegatronSettings {
             groups,
             parallel: ParallelSettings {
-                use_distributed_optimizer: cfg.use_distributed_optimizer,
+                use_distributed_optimizer: spec.use_distributed_optimizer,
                 layout: Default::default(),
             },
             param_groups: GroupPolicy::Megatron,
-            sequence_parallel: cfg.sequence_parallel && tp > 1,
+            sequence_parallel: spec.sequence_parallel && tp > 1,
         })
     }
 }

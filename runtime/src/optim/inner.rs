@@ -1,56 +1,11 @@
 //! The inner update rules (torch `AdamW(fused=True)` and `SGD(fused=True)` semantics) over
 //! lists of fp32 main params, with their state.
-use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use super::Result;
 use crate::ops::{self, AdamWArgs, SgdArgs};
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct AdamWConfig {
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-}
-
-impl Default for AdamWConfig {
-    /// Megatron's `adam_beta1/2`, `adam_eps` defaults (torch's too).
-    fn default() -> Self {
-        AdamWConfig {
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SgdConfig {
-    pub momentum: f64,
-    pub dampening: f64,
-    pub nesterov: bool,
-}
-
-impl Default for SgdConfig {
-    /// Megatron's `sgd_momentum=0.9`, no dampening, no Nesterov.
-    fn default() -> Self {
-        SgdConfig {
-            momentum: 0.9,
-            dampening: 0.0,
-            nesterov: false,
-        }
-    }
-}
-
-/// Which update rule the optimizer applies.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum InnerConfig {
-    /// Decoupled weight decay Adam (`_fused_adamw_`).
-    AdamW(AdamWConfig),
-    /// SGD with momentum (`_fused_sgd_`).
-    Sgd(SgdConfig),
-}
+pub use verlc_spec::optim::{AdamWConfig, InnerConfig, SgdConfig};
 
 /// Optimizer state of one main tensor.
 #[derive(Debug)]

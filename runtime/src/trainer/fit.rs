@@ -5,13 +5,17 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use tch::{Kind, Tensor};
-use verlc::config::{ResumeMode, VerlConfig};
+use verlc_spec::TrainerSpec;
+use verlc_spec::binding::PrecisionKind;
+use verlc_spec::data::DataSpec;
+use verlc_spec::trainer::{Dtype, KlControlSpec, ResumeSpec, RewardSpec};
 
 use crate::algo::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator, apply_kl_penalty,
     compute_advantage,
 };
-use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset, Truncation};
+use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset};
+use crate::model::Precision as ParamDtype;
 use crate::engine::{Batch, Engine, EngineSettings, Head, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
 use crate::rng::Rng;
@@ -26,7 +30,6 @@ use crate::workers::rollout::RolloutWorker;
 use super::checkpoint::{self, TrainerState};
 use super::parallel::{DataParallel, Roles, SingleRoles, pad_prompts};
 use super::metrics::{Timers, ValRecord, data_metrics, throughput_metrics, timing_metrics, validation_metrics};
-use super::settings::{self, spelling};
 use super::{RunOptions, RunSummary, TrainerError};
 
 /// Scores, the items that were scored, and the scorer's full results.
@@ -39,7 +42,7 @@ const STREAM_VAL: u64 = 2;
 /// The PPO/GRPO trainer of one rank; `R` binds the engines of its roles (one process by
 /// default; see [`super::parallel`] for several ranks).
 pub struct Trainer<R: Roles = SingleRoles> {
-    cfg: VerlConfig,
+    spec: TrainerSpec,
     tokenizer: Tokenizer,
     train: RlDataset,
     val: Option<RlDataset>,
@@ -84,158 +87,142 @@ fn absolute(p: &str) -> PathBuf {
     if path.is_absolute() { path } else { std::env::current_dir().unwrap_or_default().join(path) }
 }
 
-fn dataset_options(cfg: &VerlConfig, max_samples: i64) -> Result<DatasetOptions, TrainerError> {
-    let d = &cfg.data;
-    Ok(DatasetOptions {
+fn dataset_options(d: &DataSpec, max_samples: Option<usize>) -> DatasetOptions {
+    DatasetOptions {
         prompt_key: d.prompt_key.clone(),
         reward_fn_key: d.reward_fn_key.clone(),
-        max_prompt_length: usize::try_from(d.max_prompt_length).map_err(|_| bad("data.max_prompt_length must be positive"))?,
-        truncation: match spelling(&d.truncation).as_str() {
-            "left" => Truncation::Left,
-            "right" => Truncation::Right,
-            "middle" => Truncation::Middle,
-            _ => Truncation::Error,
-        },
+        max_prompt_length: d.max_prompt_length,
+        truncation: d.truncation,
         filter_overlong_prompts: d.filter_overlong_prompts,
-        max_samples: usize::try_from(max_samples).ok().filter(|&n| n > 0),
+        max_samples,
         shuffle: d.shuffle,
-        seed: d.seed.unwrap_or(1) as u64,
-        chat_template_kwargs: d.apply_chat_template_kwargs.clone(),
-    })
+        seed: d.seed,
+        chat_template_kwargs: d.chat_template_kwargs.clone(),
+    }
+}
+
+/// Parameter dtype of the trainable models for a precision binding.
+pub fn param_dtype(p: PrecisionKind) -> ParamDtype {
+    match p {
+        PrecisionKind::Fp32 => ParamDtype::Fp32,
+        PrecisionKind::Bf16Mixed => ParamDtype::Bf16,
+        PrecisionKind::Fp16Mixed => ParamDtype::Fp16,
+    }
+}
+
+fn dtype(d: Dtype) -> ParamDtype {
+    match d {
+        Dtype::Fp32 => ParamDtype::Fp32,
+        Dtype::Bf16 => ParamDtype::Bf16,
+        Dtype::Fp16 => ParamDtype::Fp16,
+    }
 }
 
 impl Trainer<SingleRoles> {
     /// The trainer of a one-process run (the single engine).
-    pub fn new(cfg: &VerlConfig, opts: &RunOptions) -> Result<Self, TrainerError> {
-        Self::with_roles(cfg, opts, SingleRoles)
+    pub fn new(spec: &TrainerSpec, opts: &RunOptions) -> Result<Self, TrainerError> {
+        Self::with_roles(spec, opts, SingleRoles)
     }
 }
 
 impl<R: Roles> Trainer<R> {
     /// Loads data and models, starts the reward function and the loggers, and restores the
-    /// checkpoint `trainer.resume_mode` asks for. Collective over `roles`' world: every rank
-    /// calls it with the same config.
-    pub fn with_roles(cfg: &VerlConfig, opts: &RunOptions, roles: R) -> Result<Self, TrainerError> {
-        let world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node;
+    /// checkpoint the spec's resume mode asks for. Collective over `roles`' world: every rank
+    /// calls it with the same spec.
+    pub fn with_roles(spec: &TrainerSpec, opts: &RunOptions, roles: R) -> Result<Self, TrainerError> {
+        let world = spec.world.size();
         let ranks = roles.world().map_or(1, |w| w.size());
-        if world != ranks as i64 {
+        if world != ranks {
             return Err(bad(format!(
                 "trainer.nnodes × trainer.n_gpus_per_node = {world}, but the trainer runs on {ranks} rank(s)"
             )));
         }
-        let backends: Vec<_> = cfg.trainer.logger.items().into_iter().copied().collect();
-        Tracking::check_backends(&backends)?;
-        if !roles.offloads_params() && (opts.offload.params || opts.offload.grads) {
-            return Err(bad("the single-process engine keeps parameters and gradients on its device (offload only the optimizer)"));
-        }
-        let arr = &cfg.actor_rollout_ref;
-        let model_path = arr.model.path.clone();
-        let tokenizer = Tokenizer::from_pretrained(arr.model.tokenizer_path.as_deref().unwrap_or(&model_path))?;
+        let tokenizer = Tokenizer::from_pretrained(&spec.tokenizer_path)?;
 
         // Data.
-        let files = |f: &verlc::config::OneOrMany<String>| f.items().into_iter().cloned().collect::<Vec<_>>();
-        let train = RlDataset::load(&files(&cfg.data.train_files), &tokenizer, &dataset_options(cfg, cfg.data.train_max_samples)?)?;
-        let val_files = files(&cfg.data.val_files);
-        let val = if val_files.is_empty() {
+        let d = &spec.data;
+        let train = RlDataset::load(&d.train_files, &tokenizer, &dataset_options(d, d.train_max_samples))?;
+        let val = if d.val_files.is_empty() {
             None
         } else {
-            let mut o = dataset_options(cfg, cfg.data.val_max_samples)?;
-            o.shuffle = cfg.data.validation_shuffle;
-            Some(RlDataset::load(&val_files, &tokenizer, &o)?)
+            let mut o = dataset_options(d, d.val_max_samples);
+            o.shuffle = d.validation_shuffle;
+            Some(RlDataset::load(&d.val_files, &tokenizer, &o)?)
         };
-        let batch_size = usize::try_from(cfg.data.gen_batch_size.unwrap_or(cfg.data.train_batch_size))
-            .map_err(|_| bad("data.train_batch_size must be positive"))?;
-        let data_seed = cfg.data.seed.unwrap_or(1) as u64;
-        let sampler = BatchSampler::new(train.len(), batch_size, cfg.data.shuffle, data_seed, true)?;
-        let total_steps = match cfg.trainer.total_training_steps {
-            Some(t) if t > 0 => t as u64,
-            _ => (sampler.batches_per_epoch() as u64) * cfg.trainer.total_epochs.max(1) as u64,
-        };
+        let sampler = BatchSampler::new(train.len(), d.batch_size, d.shuffle, d.seed, true)?;
+        let total_steps = spec.run.total_training_steps.unwrap_or((sampler.batches_per_epoch() as u64) * spec.run.total_epochs);
 
         // Reward.
-        let reward = match &cfg.custom_reward_function.path {
-            Some(path) if !path.is_empty() => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
+        let reward = match &spec.reward {
+            RewardSpec::Python { path, name, reward_kwargs } => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
                 python: opts.reward_python.clone().unwrap_or_else(PythonSettings::default_python),
                 path: absolute(path),
-                name: cfg.custom_reward_function.name.clone(),
-                reward_kwargs: cfg.custom_reward_function.reward_kwargs.clone().unwrap_or_default(),
+                name: name.clone(),
+                reward_kwargs: reward_kwargs.clone(),
                 startup_timeout: opts.reward_startup_timeout,
                 call_timeout: opts.reward_call_timeout,
             })?)),
-            _ => RewardFn::Builtin,
+            RewardSpec::Builtin => RewardFn::Builtin,
         };
         let sources = train.items.iter().chain(val.iter().flat_map(|v| &v.items)).map(|it| it.sample.data_source.as_str());
         reward.check_sources(sources)?;
 
         // Models.
-        let dtype = settings::param_dtype(opts.precision);
-        let seed = settings::model_seed(&arr.actor);
-        let actor_engine = roles.actor(cfg, EngineSettings {
-            model_path: model_path.clone(),
+        let dtype_ = param_dtype(spec.binding.precision);
+        let seed = spec.model_seed;
+        let a = &spec.actor;
+        let actor_engine = roles.actor(&a.engine, EngineSettings {
+            model_path: a.model_path.clone(),
             device: opts.device,
-            param_dtype: dtype,
+            param_dtype: dtype_,
             seed,
-            optim: Some(settings::optim_settings("actor_rollout_ref.actor.optim", &arr.actor.optim, total_steps, opts.offload.optimizer)?),
-            loss_scale_factor: arr.actor.loss_scale_factor.map(|f| f as f64),
+            optim: Some(a.optim.resolve(total_steps)),
+            loss_scale_factor: a.loss_scale_factor,
         })?;
         let dp = DataParallel { group: roles.data_group(&actor_engine), world: roles.world().cloned() };
-        let actor = Actor::new(actor_engine, settings::actor_settings(cfg)?)?;
-        let critic = if settings::need_critic(cfg)? {
-            let c = &cfg.critic;
-            let engine = roles.critic(cfg, EngineSettings {
-                model_path: c.model.path.clone(),
-                device: opts.device,
-                param_dtype: dtype,
-                seed,
-                optim: Some(settings::optim_settings("critic.optim", &c.optim, total_steps, opts.offload.optimizer)?),
-                loss_scale_factor: None,
-            })?;
-            if engine.dp_size() != dp.size() {
-                return Err(bad(format!(
-                    "the critic's data-parallel size {} differs from the actor's {} (give critic.megatron the actor's \
-                     tensor and pipeline parallel sizes)",
-                    engine.dp_size(),
-                    dp.size()
-                )));
+        let actor = Actor::new(actor_engine, a.update.clone())?;
+        let critic = match &spec.critic {
+            Some(c) => {
+                let engine = roles.critic(&c.engine, EngineSettings {
+                    model_path: c.model_path.clone(),
+                    device: opts.device,
+                    param_dtype: dtype_,
+                    seed,
+                    optim: Some(c.optim.resolve(total_steps)),
+                    loss_scale_factor: None,
+                })?;
+                Some(Critic::new(engine, c.update.clone())?)
             }
-            Some(Critic::new(engine, settings::critic_settings(cfg)?)?)
-        } else {
-            None
+            None => None,
         };
-        let reference = if settings::need_reference(cfg) {
-            let path = arr.reference.model.as_ref().and_then(|m| m.path.clone()).unwrap_or_else(|| model_path.clone());
-            let engine = roles.reference(cfg, EngineSettings {
-                model_path: path,
-                device: opts.device,
-                param_dtype: dtype,
-                seed,
-                optim: None,
-                loss_scale_factor: None,
-            })?;
-            Some(Reference::new(engine, settings::ref_micro_batch(cfg)?, arr.rollout.temperature)?)
-        } else {
-            None
+        let reference = match &spec.reference {
+            Some(r) => {
+                let engine = roles.reference(&r.engine, EngineSettings {
+                    model_path: r.model_path.clone(),
+                    device: opts.device,
+                    param_dtype: dtype_,
+                    seed,
+                    optim: None,
+                    loss_scale_factor: None,
+                })?;
+                Some(Reference::new(engine, r.micro_batch, r.temperature)?)
+            }
+            None => None,
         };
-        let rollout = RolloutWorker::new(actor.engine.module().config(), settings::rollout_dtype(cfg, dtype), opts.device)?;
+        let rollout_dtype = spec.rollout.dtype.map_or(dtype_, dtype);
+        let rollout = RolloutWorker::new(actor.engine.module().config(), rollout_dtype, opts.device)?;
 
-        let alg = &cfg.algorithm;
-        let kl_ctrl = match spelling(&alg.kl_ctrl.kind).as_str() {
-            "adaptive" => KlController::adaptive(alg.kl_ctrl.kl_coef, alg.kl_ctrl.target_kl, alg.kl_ctrl.horizon as f64)?,
-            _ => KlController::fixed(alg.kl_ctrl.kl_coef),
-        };
-        let kl_penalty: KlEstimator = spelling(&alg.kl_penalty).parse()?;
-        let adv_cfg = AdvantageConfig {
-            gamma: alg.gamma,
-            lam: alg.lam,
-            norm_adv_by_std_in_grpo: alg.norm_adv_by_std_in_grpo,
-            epsilon: 1e-6,
+        let alg = &spec.algorithm;
+        let kl_ctrl = match alg.kl_ctrl {
+            KlControlSpec::Adaptive { kl_coef, target_kl, horizon } => KlController::adaptive(kl_coef, target_kl, horizon)?,
+            KlControlSpec::Fixed { kl_coef } => KlController::fixed(kl_coef),
         };
         let stop = StopTokens { eos: tokenizer.eos_token_ids.clone(), pad: tokenizer.pad_token_id };
-        let ckpt_root = absolute(&cfg.trainer.default_local_dir);
+        let ckpt_root = absolute(&spec.run.checkpoint_dir);
         let ckpt_tag = dp.broadcast_from_main(i64::from(std::process::id()))? as u64;
 
         let mut trainer = Trainer {
-            cfg: cfg.clone(),
+            spec: spec.clone(),
             tokenizer,
             train,
             val,
@@ -248,11 +235,11 @@ impl<R: Roles> Trainer<R> {
             rollout,
             reward,
             kl_ctrl,
-            kl_penalty,
-            estimator: settings::adv_estimator(cfg)?,
-            adv_cfg,
-            train_sampling: settings::train_sampling(cfg)?,
-            val_sampling: settings::val_sampling(cfg)?,
+            kl_penalty: alg.kl_penalty,
+            estimator: alg.estimator,
+            adv_cfg: alg.advantage,
+            train_sampling: spec.rollout.train.clone(),
+            val_sampling: spec.rollout.val.clone(),
             stop,
             tracking: Tracking::from_loggers(Vec::new()),
             ckpt_root,
@@ -267,10 +254,10 @@ impl<R: Roles> Trainer<R> {
             return Ok(trainer);
         }
         trainer.tracking = Tracking::new(
-            &backends,
+            &spec.run.loggers,
             &TrackingOptions {
-                project: cfg.trainer.project_name.clone(),
-                experiment: cfg.trainer.experiment_name.clone(),
+                project: spec.run.project_name.clone(),
+                experiment: spec.run.experiment_name.clone(),
                 total_steps,
                 resume_from_step: (trainer.global_step > 0).then_some(trainer.global_step),
                 console_lines: opts.console_lines,
@@ -289,12 +276,11 @@ impl<R: Roles> Trainer<R> {
 
     /// The checkpoint to resume from, per `trainer.resume_mode`.
     fn resume_dir(&self) -> Result<Option<PathBuf>, TrainerError> {
-        let t = &self.cfg.trainer;
-        match t.resume_mode {
-            ResumeMode::Disable => Ok(None),
-            ResumeMode::Auto => Ok(checkpoint::read_tracker(&self.ckpt_root)?.map(|s| checkpoint::step_dir(&self.ckpt_root, s))),
-            ResumeMode::ResumePath => {
-                let p = t.resume_from_path.as_deref().filter(|p| !p.is_empty()).ok_or_else(|| {
+        match &self.spec.run.resume {
+            ResumeSpec::Disable => Ok(None),
+            ResumeSpec::Auto => Ok(checkpoint::read_tracker(&self.ckpt_root)?.map(|s| checkpoint::step_dir(&self.ckpt_root, s))),
+            ResumeSpec::Path { path } => {
+                let p = Some(path.as_str()).filter(|p| !p.is_empty()).ok_or_else(|| {
                     bad("trainer.resume_mode=resume_path needs trainer.resume_from_path")
                 })?;
                 if !p.contains("global_step_") {
@@ -339,7 +325,7 @@ impl<R: Roles> Trainer<R> {
         self.global_step = state.global_step;
         self.resumed_from = state.global_step;
         self.dp.barrier()?;
-        if self.cfg.trainer.del_local_ckpt_after_load && self.dp.is_main() {
+        if self.spec.run.del_local_ckpt_after_load && self.dp.is_main() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         Ok(())
@@ -381,12 +367,7 @@ impl<R: Roles> Trainer<R> {
             return Ok(());
         }
         checkpoint::commit(&self.ckpt_root, step)?;
-        let keep = |v: Option<i64>| v.and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0);
-        checkpoint::apply_retention(
-            &self.ckpt_root,
-            keep(self.cfg.trainer.max_actor_ckpt_to_keep),
-            keep(self.cfg.trainer.max_critic_ckpt_to_keep),
-        )
+        checkpoint::apply_retention(&self.ckpt_root, self.spec.run.max_actor_ckpt_to_keep, self.spec.run.max_critic_ckpt_to_keep)
     }
 
     /// Binds the actor's current full weights to the rollout model (collective for sharded
@@ -400,11 +381,11 @@ impl<R: Roles> Trainer<R> {
     /// Runs the loop to `total_steps`; returns the logged metrics.
     pub fn fit(&mut self) -> Result<RunSummary, TrainerError> {
         let mut summary = RunSummary { resumed_from: self.resumed_from, ..RunSummary::default() };
-        if self.val.is_some() && self.cfg.trainer.val_before_train {
+        if self.val.is_some() && self.spec.run.val_before_train {
             let m = self.validate()?;
             self.tracking.log(self.global_step, &m)?;
             summary.history.push((self.global_step, m));
-            if self.cfg.trainer.val_only == Some(true) {
+            if self.spec.run.val_only {
                 self.tracking.finish();
                 return Ok(summary);
             }
@@ -479,14 +460,14 @@ impl<R: Roles> Trainer<R> {
         let batch = result?;
         timers.0.insert("step".into(), step_start.elapsed().as_secs_f64());
 
-        if let Some(dir) = self.cfg.trainer.rollout_data_dir.clone().filter(|_| self.dp.is_main()) {
+        if let Some(dir) = self.spec.run.rollout_data_dir.clone().filter(|_| self.dp.is_main()) {
             timers.time("dump_rollout_generations", || self.dump_generations(&dir, &batch))?;
         }
-        if self.val.is_some() && self.cfg.trainer.test_freq > 0 && (is_last || step.is_multiple_of(self.cfg.trainer.test_freq as u64)) {
+        if self.val.is_some() && self.spec.run.test_freq > 0 && (is_last || step.is_multiple_of(self.spec.run.test_freq)) {
             let m = timers.time("testing", || self.validate())?;
             metrics.extend(m);
         }
-        if self.cfg.trainer.save_freq > 0 && (is_last || step.is_multiple_of(self.cfg.trainer.save_freq as u64)) {
+        if self.spec.run.save_freq > 0 && (is_last || step.is_multiple_of(self.spec.run.save_freq)) {
             timers.time("save_checkpoint", || self.save_checkpoint())?;
         }
         metrics.insert("training/global_step".into(), step as f64);
@@ -513,7 +494,7 @@ impl<R: Roles> Trainer<R> {
         params.seed = self.sampling_seed(STREAM_ROLLOUT, self.dp.rank());
         timers.time("update_weights", || self.load_rollout())?;
         let (mut batch, out) = timers.time("gen", || self.generate(&items, &params))?;
-        if self.cfg.actor_rollout_ref.rollout.calculate_log_probs {
+        if self.spec.rollout.calculate_log_probs {
             batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
         }
         if self.dp.size() > 1 {
@@ -564,7 +545,7 @@ impl<R: Roles> Trainer<R> {
 
         let adv_start = std::time::Instant::now();
         let scores_t = batch.get("token_level_scores")?.shallow_clone();
-        let rewards = if self.cfg.algorithm.use_kl_in_reward {
+        let rewards = if self.spec.algorithm.kl_in_reward {
             let p = apply_kl_penalty(
                 &scores_t,
                 batch.get("old_log_probs")?,
@@ -605,7 +586,7 @@ impl<R: Roles> Trainer<R> {
             let m = timers.time("update_critic", || c.update_critic(&own_rows, step))?;
             metrics.extend(self.dp.mean_metrics(m)?);
         }
-        if self.cfg.trainer.critic_warmup as u64 <= step {
+        if self.spec.run.critic_warmup <= step {
             let m = timers.time("update_actor", || self.actor.update_policy(&own_rows, step))?;
             metrics.extend(self.dp.mean_metrics(m)?);
         }
@@ -651,7 +632,7 @@ impl<R: Roles> Trainer<R> {
     fn validate_on(&mut self, val: &RlDataset) -> Result<Metrics, TrainerError> {
         let mut params = self.val_sampling.clone();
         params.seed = self.sampling_seed(STREAM_VAL, 0);
-        let bs = self.cfg.data.val_batch_size.and_then(|b| usize::try_from(b).ok()).filter(|&b| b > 0).unwrap_or(val.len());
+        let bs = self.spec.data.val_batch_size.unwrap_or(val.len());
         let mut records = Vec::new();
         let all: Vec<usize> = (0..val.len()).collect();
         self.load_rollout()?;

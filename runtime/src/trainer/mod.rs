@@ -18,17 +18,15 @@ pub mod checkpoint;
 mod fit;
 pub mod metrics;
 pub mod parallel;
-pub mod settings;
 
 use std::time::Duration;
 
 use tch::Device;
-use verlc::config::VerlConfig;
-use verlc::plan::{OffloadFlags, PrecisionKind};
+use verlc_spec::TrainerSpec;
 
 use crate::engine::Metrics;
 
-pub use fit::Trainer;
+pub use fit::{Trainer, param_dtype};
 
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,12 +53,11 @@ pub enum TrainerError {
     Torch(#[from] tch::TchError),
 }
 
-/// How this process runs the config (what the binding and the command line decide).
+/// How this process runs the spec: what the rank's place and the environment decide (the
+/// binding and every setting come from the [`TrainerSpec`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOptions {
     pub device: Device,
-    pub precision: PrecisionKind,
-    pub offload: OffloadFlags,
     /// Interpreter of `custom_reward_function` (default: `$VERLC_PYTHON`, the active
     /// virtualenv's python, or `python3`).
     pub reward_python: Option<String>,
@@ -81,8 +78,6 @@ impl Default for RunOptions {
             .unwrap_or(600.0);
         RunOptions {
             device: Device::Cpu,
-            precision: PrecisionKind::Fp32,
-            offload: OffloadFlags::NONE,
             reward_python: None,
             reward_startup_timeout: Duration::from_secs(120),
             reward_call_timeout: Duration::from_secs_f64(call),
@@ -103,14 +98,14 @@ pub struct RunSummary {
     pub last_step: u64,
 }
 
-/// Trains `cfg` in this process (one rank, world size 1).
-pub fn run(cfg: &VerlConfig, opts: &RunOptions) -> Result<RunSummary, TrainerError> {
-    let mut trainer = Trainer::new(cfg, opts)?;
+/// Trains `spec` in this process (one rank, world size 1, the single engine).
+pub fn run(spec: &TrainerSpec, opts: &RunOptions) -> Result<RunSummary, TrainerError> {
+    let mut trainer = Trainer::new(spec, opts)?;
     trainer.fit()
 }
 
-/// Trains `cfg` as one rank of `roles`' world (every rank calls it).
-pub fn run_with<R: parallel::Roles>(cfg: &VerlConfig, opts: &RunOptions, roles: R) -> Result<RunSummary, TrainerError> {
-    let mut trainer = Trainer::with_roles(cfg, opts, roles)?;
+/// Trains `spec` as one rank of `roles`' world (every rank calls it).
+pub fn run_with<R: parallel::Roles>(spec: &TrainerSpec, opts: &RunOptions, roles: R) -> Result<RunSummary, TrainerError> {
+    let mut trainer = Trainer::with_roles(spec, opts, roles)?;
     trainer.fit()
 }

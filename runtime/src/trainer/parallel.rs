@@ -13,7 +13,7 @@
 //! same chunk.
 
 use tch::Tensor;
-use verlc::config::VerlConfig;
+use verlc_spec::trainer::EngineSpec;
 
 use crate::dist::{ProcessGroup, ReduceOp};
 use crate::engine::fsdp::{FsdpEngine, FsdpSettings};
@@ -36,20 +36,16 @@ pub trait Roles {
     type Actor: Engine<Head = CausalLm>;
     type Critic: Engine<Head = ValueModel>;
 
-    /// The trainable policy.
-    fn actor(&self, cfg: &VerlConfig, settings: EngineSettings) -> Result<Self::Actor, TrainerError>;
+    /// The trainable policy on its engine (`engine` is its spec).
+    fn actor(&self, engine: &EngineSpec, settings: EngineSettings) -> Result<Self::Actor, TrainerError>;
     /// The frozen reference policy (`settings.optim` is `None`).
-    fn reference(&self, cfg: &VerlConfig, settings: EngineSettings) -> Result<Self::Actor, TrainerError>;
+    fn reference(&self, engine: &EngineSpec, settings: EngineSettings) -> Result<Self::Actor, TrainerError>;
     /// The value model.
-    fn critic(&self, cfg: &VerlConfig, settings: EngineSettings) -> Result<Self::Critic, TrainerError>;
+    fn critic(&self, engine: &EngineSpec, settings: EngineSettings) -> Result<Self::Critic, TrainerError>;
     /// The group the actor's batches are split over (`None`: one data-parallel rank).
     fn data_group(&self, actor: &Self::Actor) -> Option<ProcessGroup>;
     /// All ranks of the run (`None`: one process).
     fn world(&self) -> Option<&ProcessGroup>;
-    /// Whether the engines can keep parameters and gradients in host memory.
-    fn offloads_params(&self) -> bool {
-        true
-    }
 }
 
 /// One process, the single engine.
@@ -60,13 +56,13 @@ impl Roles for SingleRoles {
     type Actor = SingleEngine<CausalLm>;
     type Critic = SingleEngine<ValueModel>;
 
-    fn actor(&self, _: &VerlConfig, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
+    fn actor(&self, _: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
         Ok(SingleEngine::new(s)?)
     }
-    fn reference(&self, _: &VerlConfig, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
+    fn reference(&self, _: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
         Ok(SingleEngine::new(s)?)
     }
-    fn critic(&self, _: &VerlConfig, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
+    fn critic(&self, _: &EngineSpec, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
         Ok(SingleEngine::new(s)?)
     }
     fn data_group(&self, _: &Self::Actor) -> Option<ProcessGroup> {
@@ -74,9 +70,6 @@ impl Roles for SingleRoles {
     }
     fn world(&self) -> Option<&ProcessGroup> {
         None
-    }
-    fn offloads_params(&self) -> bool {
-        false
     }
 }
 
@@ -88,15 +81,11 @@ pub struct FsdpRoles {
 }
 
 impl FsdpRoles {
-    fn build<H: crate::engine::fsdp::FsdpHead>(
-        &self,
-        s: EngineSettings,
-        cfg: Option<&verlc::config::engine::FsdpEngineConfig>,
-    ) -> Result<FsdpEngine<H>, TrainerError> {
-        let (settings, fsdp_size) = match cfg {
-            Some(c) => FsdpSettings::from_config(s, c),
-            None => (FsdpSettings::new(s), -1),
+    fn build<H: crate::engine::fsdp::FsdpHead>(&self, s: EngineSettings, engine: &EngineSpec) -> Result<FsdpEngine<H>, TrainerError> {
+        let EngineSpec::Fsdp(f) = engine else {
+            return Err(bad("an FSDP trainer was given a Megatron engine spec"));
         };
+        let (settings, fsdp_size) = FsdpSettings::from_spec(s, f);
         Ok(FsdpEngine::with_mesh(settings, self.world.clone(), fsdp_size)?)
     }
 }
@@ -105,14 +94,14 @@ impl Roles for FsdpRoles {
     type Actor = FsdpEngine<CausalLm>;
     type Critic = FsdpEngine<ValueModel>;
 
-    fn actor(&self, cfg: &VerlConfig, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
-        self.build(s, cfg.actor_rollout_ref.actor.fsdp_config.as_ref())
+    fn actor(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
+        self.build(s, e)
     }
-    fn reference(&self, cfg: &VerlConfig, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
-        self.build(s, cfg.actor_rollout_ref.reference.fsdp_config.as_ref())
+    fn reference(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
+        self.build(s, e)
     }
-    fn critic(&self, cfg: &VerlConfig, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
-        self.build(s, cfg.critic.model.fsdp_config.as_ref())
+    fn critic(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
+        self.build(s, e)
     }
     fn data_group(&self, _: &Self::Actor) -> Option<ProcessGroup> {
         Some(self.world.clone())
@@ -131,14 +120,11 @@ pub struct MegatronRoles {
 }
 
 impl MegatronRoles {
-    fn build<H: crate::megatron::MegatronHead>(
-        &self,
-        mut s: EngineSettings,
-        cfg: Option<&verlc::config::engine::MegatronEngineConfig>,
-        role: &str,
-    ) -> Result<MegatronEngine<H>, TrainerError> {
-        let cfg = cfg.ok_or_else(|| bad(format!("{role}.megatron is missing (strategy megatron)")))?;
-        let m = MegatronSettings::from_config(self.world.as_ref(), &mut s, cfg)?;
+    fn build<H: crate::megatron::MegatronHead>(&self, s: EngineSettings, engine: &EngineSpec) -> Result<MegatronEngine<H>, TrainerError> {
+        let EngineSpec::Megatron(m) = engine else {
+            return Err(bad("a Megatron trainer was given an FSDP engine spec"));
+        };
+        let m = MegatronSettings::from_spec(self.world.as_ref(), m)?;
         Ok(MegatronEngine::new(s, m)?)
     }
 }
@@ -147,14 +133,14 @@ impl Roles for MegatronRoles {
     type Actor = MegatronEngine<CausalLm>;
     type Critic = MegatronEngine<ValueModel>;
 
-    fn actor(&self, cfg: &VerlConfig, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
-        self.build(s, cfg.actor_rollout_ref.actor.megatron.as_ref(), "actor_rollout_ref.actor")
+    fn actor(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
+        self.build(s, e)
     }
-    fn reference(&self, cfg: &VerlConfig, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
-        self.build(s, cfg.actor_rollout_ref.reference.megatron.as_ref(), "actor_rollout_ref.ref")
+    fn reference(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
+        self.build(s, e)
     }
-    fn critic(&self, cfg: &VerlConfig, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
-        self.build(s, cfg.critic.megatron.as_ref(), "critic")
+    fn critic(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
+        self.build(s, e)
     }
     fn data_group(&self, actor: &Self::Actor) -> Option<ProcessGroup> {
         actor.megatron_module().groups().map(|g| g.dp.clone())

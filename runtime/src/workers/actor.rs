@@ -16,7 +16,7 @@ use tch::{Kind, Tensor};
 
 use crate::algo::kl::kl_penalty;
 use crate::algo::{
-    AggOptions, KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossInputs, PolicyLossMode, agg_loss,
+    AggOptions, PolicyLossInputs, agg_loss,
     compute_policy_loss,
 };
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
@@ -25,28 +25,7 @@ use crate::rollout::LogProbOutput;
 
 use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, scalar};
 
-/// The `actor.*` settings of the update (batch sizes in responses, already × `rollout.n`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActorSettings {
-    pub ppo_mini_batch_size: usize,
-    pub ppo_micro_batch_size: usize,
-    /// Micro-batch of the old-log-prob pass (`rollout.log_prob_micro_batch_size_per_gpu`).
-    pub log_prob_micro_batch_size: usize,
-    pub ppo_epochs: usize,
-    pub shuffle: bool,
-    pub data_loader_seed: u64,
-    pub loss_mode: PolicyLossMode,
-    pub policy_loss: PolicyLossConfig,
-    pub loss_agg_mode: LossAggMode,
-    pub entropy_coeff: f64,
-    /// Compute the entropy in the update even when `entropy_coeff` is 0 (for the metric).
-    pub calculate_entropy: bool,
-    pub use_kl_loss: bool,
-    pub kl_loss_coef: f64,
-    pub kl_loss_type: KlEstimator,
-    /// Logits are divided by the rollout temperature (verl's `meta_info.temperature`).
-    pub temperature: f64,
-}
+pub use verlc_spec::trainer::ActorSettings;
 
 /// The actor role over any engine with a causal-LM head.
 #[derive(Debug)]

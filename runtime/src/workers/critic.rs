@@ -5,26 +5,14 @@
 
 use tch::Tensor;
 
-use crate::algo::{AggOptions, LossAggMode, compute_value_loss};
+use crate::algo::{AggOptions, compute_value_loss};
 use crate::algo::masked::masked_mean;
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::ValueModel;
 
 use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, scalar};
 
-/// The `critic.*` settings (batch sizes in responses).
-#[derive(Debug, Clone, PartialEq)]
-pub struct CriticSettings {
-    pub ppo_mini_batch_size: usize,
-    pub ppo_micro_batch_size: usize,
-    /// Micro-batch of the value pass (`critic.forward_micro_batch_size_per_gpu`).
-    pub forward_micro_batch_size: usize,
-    pub ppo_epochs: usize,
-    pub shuffle: bool,
-    pub data_loader_seed: u64,
-    pub cliprange_value: f64,
-    pub loss_agg_mode: LossAggMode,
-}
+pub use verlc_spec::trainer::CriticSettings;
 
 /// The critic role over any engine with a value head.
 #[derive(Debug)]

@@ -15,7 +15,6 @@ use runtime::rollout::{SamplingParams, StopTokens};
 use runtime::workers::actor::{Actor, ActorSettings};
 use runtime::workers::critic::{Critic, CriticSettings};
 use tch::{Device, Kind, Tensor};
-use verlc::check::{CheckOptions, check};
 use verlc::load::compose::LoadRequest;
 
 use crate::rank_test;
@@ -297,33 +296,20 @@ rank_test!(settings_from_the_quickstart_megatron_config, 2, |world| {
         cwd: repo(),
         ..LoadRequest::default()
     };
-    let checked = check(&req, &CheckOptions::default());
-    assert!(
-        checked.diagnostics.iter().all(|d| !d.is_error()),
-        "verlc check rejects the example"
-    );
-    let cfg = checked.config.unwrap();
-    let mcfg = cfg.actor_rollout_ref.actor.megatron.as_ref().unwrap();
-    let mut engine = engine_settings();
-    let s = MegatronSettings::from_config(Some(&world), &mut engine, mcfg).unwrap();
+    let spec = match verlc::plan::lower_request(&req) {
+        verlc::plan::SpecOutcome::Ok { spec, .. } => spec,
+        verlc::plan::SpecOutcome::Errors(_) => panic!("verlc build rejects the example"),
+    };
+    let verlc_spec::trainer::EngineSpec::Megatron(m) = spec.actor.engine else { panic!("not a Megatron spec") };
+    let engine = engine_settings();
+    let s = MegatronSettings::from_spec(Some(&world), &m).unwrap();
     let g = s.groups.as_ref().unwrap();
     assert_eq!((g.tp.size(), g.pp.size(), g.dp.size()), (2, 1, 1));
     assert!(s.parallel.use_distributed_optimizer);
-    // Refused: a layout the world cannot hold, and context parallelism.
-    let mut bad = mcfg.clone();
-    bad.pipeline_model_parallel_size = 2;
-    assert!(MegatronSettings::from_config(Some(&world), &mut engine, &bad).is_err());
-    let mut bad = mcfg.clone();
-    bad.context_parallel_size = 2;
-    assert!(MegatronSettings::from_config(Some(&world), &mut engine, &bad).is_err());
-    // Parameter offload: nothing to move on a CPU device; refused (not ignored) on CUDA.
-    let mut off = mcfg.clone();
-    off.param_offload = true;
-    assert!(MegatronSettings::from_config(Some(&world), &mut engine, &off).is_ok());
-    let mut cuda = engine_settings();
-    cuda.device = Device::Cuda(0);
-    let err = MegatronSettings::from_config(Some(&world), &mut cuda, &off).unwrap_err();
-    assert!(err.to_string().contains("param_offload"), "{err}");
+    // A layout the world cannot hold is an error, not a hang (the compiler reports it first).
+    let mut bad = m;
+    bad.pipeline_parallel = 2;
+    assert!(MegatronSettings::from_spec(Some(&world), &bad).is_err());
     // The engine builds from it.
     let mega = MegatronEngine::<CausalLm>::new(engine, s).unwrap();
     assert_eq!(mega.dp_size(), 1);

@@ -11,12 +11,10 @@ use runtime::dist::{InitOptions, ProcessGroup};
 use runtime::engine::Metrics;
 use runtime::trainer::checkpoint::{list_steps, read_tracker, step_dir};
 use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
-use verlc::check::{CheckOptions, check};
-use verlc::config::VerlConfig;
-use verlc::load::compose::LoadRequest;
+use verlc_spec::TrainerSpec;
 
 use crate::common::spawn_ranks;
-use crate::support::{is_timing, quiet, repo, scratch};
+use crate::support::{is_timing, quiet, scratch};
 
 const CHILD: &str = "distributed::rank_child";
 const DIR_ENV: &str = "VERLC_DIST_TRAINER_DIR";
@@ -62,17 +60,8 @@ const MEGATRON: &[&str] = &[
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
 ];
 
-fn config(example: &str, overrides: &[String]) -> VerlConfig {
-    let req = LoadRequest {
-        config_file: Some(repo().join("examples").join(example)),
-        overrides: overrides.to_vec(),
-        cwd: repo(),
-        ..LoadRequest::default()
-    };
-    let checked = check(&req, &CheckOptions::default());
-    let errors: Vec<String> = checked.diagnostics.iter().filter(|d| d.is_error()).map(|d| d.message.clone()).collect();
-    assert!(errors.is_empty(), "config errors: {errors:#?}");
-    checked.config.expect("typed config")
+fn config(example: &str, overrides: &[String]) -> TrainerSpec {
+    crate::support::spec_of(example, overrides)
 }
 
 /// What a run is: the example, its overrides, and where it writes.

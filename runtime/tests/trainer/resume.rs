@@ -17,7 +17,7 @@ use crate::support::{is_timing, quiet, scratch, small_grpo};
 const CHILD_ENV: &str = "RESUME_CHILD_DIR";
 const STEPS: u64 = 6;
 
-fn config(dir: &Path) -> verlc::config::VerlConfig {
+fn config(dir: &Path) -> verlc_spec::TrainerSpec {
     small_grpo(dir, STEPS, &[
         "trainer.save_freq=2",
         "trainer.logger=[file]",

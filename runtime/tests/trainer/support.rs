@@ -1,13 +1,13 @@
-//! Config loading (the quickstart plus overrides, through `verlc check`) and scratch dirs.
+//! Specs (an example plus overrides, lowered as `verlc build` does) and scratch dirs.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
 use runtime::engine::Metrics;
 use runtime::trainer::RunOptions;
-use verlc::check::{CheckOptions, check};
-use verlc::config::VerlConfig;
 use verlc::load::compose::LoadRequest;
+use verlc::plan::{SpecOutcome, lower_request};
+use verlc_spec::TrainerSpec;
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -22,18 +22,26 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// `examples/quickstart.yaml` with `overrides`, checked like `verlc check`.
-pub fn quickstart(overrides: &[&str]) -> VerlConfig {
+/// The trainer spec of `examples/<example>` with `overrides`, lowered as `verlc build` does.
+pub fn spec_of(example: &str, overrides: &[String]) -> TrainerSpec {
     let req = LoadRequest {
-        config_file: Some(repo().join("examples/quickstart.yaml")),
-        overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        config_file: Some(repo().join("examples").join(example)),
+        overrides: overrides.to_vec(),
         cwd: repo(),
         ..LoadRequest::default()
     };
-    let checked = check(&req, &CheckOptions::default());
-    let errors: Vec<String> = checked.diagnostics.iter().filter(|d| d.is_error()).map(|d| d.message.clone()).collect();
-    assert!(errors.is_empty(), "config errors: {errors:#?}");
-    checked.config.expect("typed config")
+    match lower_request(&req) {
+        SpecOutcome::Ok { spec, .. } => spec,
+        SpecOutcome::Errors(checked) => {
+            let errors: Vec<String> = checked.diagnostics.iter().filter(|d| d.is_error()).map(|d| format!("{}: {}", d.code, d.message)).collect();
+            panic!("config errors: {errors:#?}")
+        }
+    }
+}
+
+/// `examples/quickstart.yaml` with `overrides`, lowered as `verlc build` does.
+pub fn quickstart(overrides: &[&str]) -> TrainerSpec {
+    spec_of("quickstart.yaml", &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
 /// Run options for tests: quiet, CPU, fp32.
@@ -42,7 +50,7 @@ pub fn quiet() -> RunOptions {
 }
 
 /// A small, fast GRPO run of the quickstart in `dir` (checkpoints and logs there).
-pub fn small_grpo(dir: &Path, steps: u64, extra: &[&str]) -> VerlConfig {
+pub fn small_grpo(dir: &Path, steps: u64, extra: &[&str]) -> TrainerSpec {
     let ckpt = format!("trainer.default_local_dir={}", dir.join("ckpt").display());
     let steps = format!("trainer.total_training_steps={steps}");
     let mut o = vec![

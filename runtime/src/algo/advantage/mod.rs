@@ -21,81 +21,10 @@ use tch::{Device, Kind, Tensor};
 pub use group::GroupIndex;
 
 use self::dense::Rows;
-use super::names::verl_names;
 use super::{AlgoError, Result, check};
 
-verl_names! {
-    /// The advantage estimator (`algorithm.adv_estimator`).
-    pub enum AdvEstimator ("advantage estimator") {
-        /// Generalized advantage estimation with the critic's values (PPO).
-        Gae => "gae",
-        /// Group-normalised outcome score (GRPO; Dr. GRPO without the std).
-        Grpo => "grpo",
-        /// GRPO with the vectorised group statistics (variance floored at epsilon).
-        GrpoVectorized => "grpo_vectorized",
-        /// Only the best response of each group gets an advantage (pass@k).
-        GrpoPassk => "grpo_passk",
-        /// Discounted token returns, whitened over the batch (REINFORCE++).
-        ReinforcePlusPlus => "reinforce_plus_plus",
-        /// Score minus the group mean, whitened over the batch.
-        ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline",
-        /// Score minus the mean of the other responses of the group (RLOO).
-        Rloo => "rloo",
-        /// Vectorised RLOO (a singleton group gets advantage 0).
-        RlooVectorized => "rloo_vectorized",
-        /// Score minus the length-weighted group mean (OPO).
-        Opo => "opo",
-        /// Return minus the score of a greedy rollout of the same prompt (ReMax).
-        Remax => "remax",
-        /// Group-centred score rescaled by the share of non-zero scores (GPG).
-        Gpg => "gpg",
-    }
-}
+pub use verlc_spec::algo::{AdvEstimator, AdvantageConfig};
 
-impl AdvEstimator {
-    /// True for the estimators that need the critic's `values` (only `gae`).
-    pub fn needs_values(self) -> bool {
-        self == AdvEstimator::Gae
-    }
-
-    /// True for the estimators that need a [`GroupIndex`].
-    pub fn needs_index(self) -> bool {
-        !matches!(
-            self,
-            AdvEstimator::Gae | AdvEstimator::ReinforcePlusPlus | AdvEstimator::Remax
-        )
-    }
-
-    /// True for the estimators that need `reward_baselines` (only `remax`).
-    pub fn needs_reward_baselines(self) -> bool {
-        self == AdvEstimator::Remax
-    }
-}
-
-/// The `algorithm` parameters the estimators read.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdvantageConfig {
-    /// Discount factor γ (`algorithm.gamma`; gae, reinforce_plus_plus).
-    pub gamma: f64,
-    /// GAE λ (`algorithm.lam`).
-    pub lam: f64,
-    /// Divide by the group std (`algorithm.norm_adv_by_std_in_grpo`; grpo, grpo_vectorized,
-    /// grpo_passk).
-    pub norm_adv_by_std_in_grpo: bool,
-    /// ε added to the group std (verl's 1e-6; also the variance floor of grpo_vectorized).
-    pub epsilon: f64,
-}
-
-impl Default for AdvantageConfig {
-    fn default() -> Self {
-        AdvantageConfig {
-            gamma: 1.0,
-            lam: 1.0,
-            norm_adv_by_std_in_grpo: true,
-            epsilon: 1e-6,
-        }
-    }
-}
 
 /// The batch data an estimator may read.
 #[derive(Debug, Clone, Copy)]

@@ -19,88 +19,9 @@ use tch::Tensor;
 
 use super::agg::{AggOptions, LossAggMode};
 use super::masked::masked_mean;
-use super::names::verl_names;
 use super::{AlgoError, Result, check};
 
-verl_names! {
-    /// The policy loss (`actor.policy_loss.loss_mode`). verl's `bypass_mode` (selected by rollout
-    /// correction) is not one of them here.
-    pub enum PolicyLossMode ("policy loss mode") {
-        /// PPO clipped surrogate with dual clipping for negative advantages.
-        Vanilla => "vanilla",
-        /// Sequence-level importance ratio (GSPO).
-        Gspo => "gspo",
-        /// Soft, sigmoid-gated ratio (SAPO).
-        Sapo => "sapo",
-        /// Plain policy gradient `−A·log π` (GPG).
-        Gpg => "gpg",
-        /// PPO clip plus random detaching of high-covariance tokens (Clip-Cov).
-        ClipCov => "clip_cov",
-        /// Unclipped ratio with a KL penalty on the highest-covariance tokens (KL-Cov).
-        KlCov => "kl_cov",
-        /// Geometric mean of clipped token ratios per sequence (GMPO).
-        GeoMean => "geo_mean",
-        /// Clipped, detached ratio weighting a REINFORCE term (CISPO).
-        Cispo => "cispo",
-    }
-}
-
-/// The actor parameters the losses read; `Default` is verl's defaults.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PolicyLossConfig {
-    /// `actor.clip_ratio`, the fallback of the two below.
-    pub clip_ratio: f64,
-    /// `actor.clip_ratio_low` (ε_l).
-    pub clip_ratio_low: Option<f64>,
-    /// `actor.clip_ratio_high` (ε_h).
-    pub clip_ratio_high: Option<f64>,
-    /// `actor.clip_ratio_c`: dual-clip bound, > 1.
-    pub clip_ratio_c: f64,
-    /// `actor.tau_pos` (SAPO, A > 0).
-    pub tau_pos: f64,
-    /// `actor.tau_neg` (SAPO, A ≤ 0).
-    pub tau_neg: f64,
-    /// `actor.policy_loss.clip_cov_ratio`.
-    pub clip_cov_ratio: f64,
-    /// `actor.policy_loss.clip_cov_lb`.
-    pub clip_cov_lb: f64,
-    /// `actor.policy_loss.clip_cov_ub`.
-    pub clip_cov_ub: f64,
-    /// `actor.policy_loss.kl_cov_ratio`.
-    pub kl_cov_ratio: f64,
-    /// `actor.policy_loss.ppo_kl_coef`.
-    pub ppo_kl_coef: f64,
-}
-
-impl Default for PolicyLossConfig {
-    fn default() -> Self {
-        PolicyLossConfig {
-            clip_ratio: 0.2,
-            clip_ratio_low: Some(0.2),
-            clip_ratio_high: Some(0.2),
-            clip_ratio_c: 3.0,
-            tau_pos: 1.0,
-            tau_neg: 1.05,
-            clip_cov_ratio: 0.0002,
-            clip_cov_lb: 1.0,
-            clip_cov_ub: 5.0,
-            kl_cov_ratio: 0.0002,
-            ppo_kl_coef: 0.1,
-        }
-    }
-}
-
-impl PolicyLossConfig {
-    /// ε_l.
-    pub fn clip_low(&self) -> f64 {
-        self.clip_ratio_low.unwrap_or(self.clip_ratio)
-    }
-
-    /// ε_h.
-    pub fn clip_high(&self) -> f64 {
-        self.clip_ratio_high.unwrap_or(self.clip_ratio)
-    }
-}
+pub use verlc_spec::algo::{PolicyLossConfig, PolicyLossMode};
 
 /// The tensors of one (micro-)batch.
 #[derive(Debug, Clone, Copy)]

@@ -102,26 +102,17 @@ impl FsdpSettings {
         FsdpSettings { engine, reduce_dtype: Kind::Float, param_offload: false, reshard_after_forward: true }
     }
 
-    /// The settings of a role's `fsdp_config` (verl's `FSDPEngineConfig`) on top of `engine`,
-    /// and its `fsdp_size` (for [`FsdpEngine::with_mesh`]). `optimizer_offload` turns on the
-    /// optimizer's host offload when the role trains.
-    pub fn from_config(mut engine: EngineSettings, cfg: &verlc::config::engine::FsdpEngineConfig) -> (Self, i64) {
-        use verlc::config::engine::TorchDtype as D;
-        let reduce_dtype = match cfg.mixed_precision.as_ref().and_then(|m| m.reduce_dtype.as_ref()) {
-            Some(D::Bf16 | D::Bfloat16) => Kind::BFloat16,
-            Some(D::Fp16 | D::Float16 | D::Bits16) => Kind::Half,
-            _ => Kind::Float,
+    /// The settings of a role's FSDP engine spec on top of `engine`, and its `fsdp_size` (for
+    /// [`FsdpEngine::with_mesh`]). The optimizer's offload is already in `engine.optim`.
+    pub fn from_spec(engine: EngineSettings, spec: &verlc_spec::trainer::FsdpEngineSpec) -> (Self, i64) {
+        use verlc_spec::trainer::Dtype;
+        let reduce_dtype = match spec.reduce_dtype {
+            Dtype::Bf16 => Kind::BFloat16,
+            Dtype::Fp16 => Kind::Half,
+            Dtype::Fp32 => Kind::Float,
         };
-        if let Some(o) = engine.optim.as_mut() {
-            o.offload |= cfg.optimizer_offload;
-        }
-        let settings = FsdpSettings {
-            engine,
-            reduce_dtype,
-            param_offload: cfg.param_offload || cfg.offload_policy,
-            reshard_after_forward: cfg.reshard_after_forward,
-        };
-        (settings, cfg.fsdp_size)
+        let settings = FsdpSettings { engine, reduce_dtype, param_offload: spec.param_offload, reshard_after_forward: spec.reshard_after_forward };
+        (settings, spec.fsdp_size)
     }
 }
 

@@ -5,50 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::optim::{GroupOptions, OptimError, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LrDecayStyle {
-    Constant,
-    Linear,
-    Cosine,
-    InverseSquareRoot,
-    #[serde(rename = "WSD")]
-    Wsd,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WsdDecayStyle {
-    Exponential,
-    Linear,
-    Cosine,
-    MinusSqrt,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WdIncrStyle {
-    Constant,
-    Linear,
-    Cosine,
-}
-
-/// Constructor arguments of `OptimizerParamScheduler` (step counts in samples).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct MegatronSchedulerConfig {
-    pub init_lr: f64,
-    pub max_lr: f64,
-    pub min_lr: f64,
-    pub lr_warmup_steps: f64,
-    pub lr_decay_steps: f64,
-    pub lr_decay_style: LrDecayStyle,
-    pub start_wd: f64,
-    pub end_wd: f64,
-    pub wd_incr_steps: f64,
-    pub wd_incr_style: WdIncrStyle,
-    pub wsd_decay_steps: Option<f64>,
-    pub lr_wsd_decay_style: Option<WsdDecayStyle>,
-}
+pub use verlc_spec::optim::{LrDecayStyle, MegatronSchedulerConfig, WdIncrStyle, WsdDecayStyle};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OptimizerParamScheduler {

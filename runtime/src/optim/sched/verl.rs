@@ -4,35 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::optim::{GroupOptions, OptimError, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum VerlSchedule {
-    /// `get_constant_schedule_with_warmup`.
-    Constant,
-    /// `get_cosine_schedule_with_warmup(min_lr_ratio, num_cycles)`.
-    Cosine { min_lr_ratio: f64, num_cycles: f64 },
-}
-
-/// The `optim` keys verl's FSDP engine reads to build its scheduler.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct VerlSchedulerConfig {
-    pub schedule: VerlSchedule,
-    /// `lr_warmup_steps`; `<= 0` means "use the ratio".
-    pub lr_warmup_steps: i64,
-    pub lr_warmup_steps_ratio: f64,
-    pub total_training_steps: i64,
-}
-
-impl VerlSchedulerConfig {
-    /// `num_warmup_steps = lr_warmup_steps`, or `int(ratio * total)` when that is `<= 0`.
-    pub fn warmup_steps(&self) -> i64 {
-        if self.lr_warmup_steps <= 0 {
-            (self.lr_warmup_steps_ratio * self.total_training_steps as f64) as i64
-        } else {
-            self.lr_warmup_steps
-        }
-    }
-}
+pub use verlc_spec::optim::{VerlSchedule, VerlSchedulerConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerlLrScheduler {

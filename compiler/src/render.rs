@@ -1,8 +1,9 @@
-//! The only place diagnostics become text: rustc-style (annotate-snippets) or JSON.
+//! The only place diagnostics become text: rustc-style (annotate-snippets) or JSON. The CLI
+//! and generated trainers (their run-time overrides) both render here.
 
 use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
-use verlc::diag::{Diagnostic, Severity};
-use verlc::source::SourceMap;
+use crate::diag::{Diagnostic, Severity};
+use crate::source::SourceMap;
 
 pub fn human(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
     let renderer = if color { Renderer::styled() } else { Renderer::plain() };

@@ -1,5 +1,23 @@
 //! Enums whose values are verl's spellings: `as_str`, `FromStr`, `Display`, serde and `ALL`.
 
+/// A name that is not one of an enum's verl spellings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownName {
+    /// What was being named (`advantage estimator`).
+    pub what: &'static str,
+    pub name: String,
+    /// The accepted spellings, comma-separated.
+    pub expected: String,
+}
+
+impl std::fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unknown {} `{}` (expected one of: {})", self.what, self.name, self.expected)
+    }
+}
+
+impl std::error::Error for UnknownName {}
+
 /// Declares a name enum: `verl_names!(pub enum E ("what") { Variant => "spelling", .. })`.
 macro_rules! verl_names {
     (
@@ -31,11 +49,11 @@ macro_rules! verl_names {
         }
 
         impl std::str::FromStr for $name {
-            type Err = $crate::algo::AlgoError;
+            type Err = $crate::names::UnknownName;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 match s {
                     $($spelling => Ok($name::$variant),)+
-                    _ => Err($crate::algo::AlgoError::UnknownName {
+                    _ => Err($crate::names::UnknownName {
                         what: $what,
                         name: s.to_owned(),
                         expected: [$($spelling),+].join(", "),

@@ -1,14 +1,14 @@
 //! The vocabulary of a binding (strategy × precision × offload) and the one table of which
 //! combinations verlc's runtime supports.
 //!
-//! This file is shared, verbatim, by three users so the rules cannot drift apart:
+//! Three users depend on this one module so the rules cannot drift apart:
 //! - `verlc::plan` reports an unsupported combination at the YAML line (`verlc check`);
-//! - the `verlc-macros` proc-macro (`bind_trainer!`) includes it with `#[path]` and turns a
-//!   [`Rejection`] into `compile_error!` at the offending token;
+//! - the `verlc-macros` proc-macro (`bind_trainer!`) turns a [`Rejection`] into
+//!   `compile_error!` at the offending token;
 //! - `runtime::binding::main` asserts [`validate`] in a `const` block, so even a hand-written
 //!   instantiation of an unsupported combination fails to compile.
 //!
-//! It therefore uses nothing but `core`, and [`validate`] is a `const fn`.
+//! [`validate`] is therefore a `const fn`.
 //!
 //! # The rules (each is what the runtime cannot do, and why)
 //! 1. `Single` offloads no parameters or gradients: a single process keeps one full copy of
@@ -227,4 +227,86 @@ pub fn supported() -> impl Iterator<Item = (StrategyKind, PrecisionKind, Offload
                 .map(move |o| (s, p, o))
         })
     })
+}
+
+/// What a generated binary binds at compile time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Binding {
+    pub strategy: StrategyKind,
+    pub precision: PrecisionKind,
+    pub offload: OffloadFlags,
+}
+
+impl Binding {
+    /// Whether the runtime (and the binding macro) accept it.
+    pub fn validate(&self) -> Result<(), Rejection> {
+        validate(self.strategy, self.precision, self.offload)
+    }
+}
+
+impl std::fmt::Display for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "strategy = {}, precision = {}, offload = {}", self.strategy.name(), self.precision.name(), self.offload.list())
+    }
+}
+
+/// Serde by marker name (`"Fsdp"`, `"Bf16Mixed"`, `"optimizer"`), the spelling of
+/// `bind_trainer!` and of build reports.
+macro_rules! serde_by_name {
+    ($($t:ty => $what:literal),+) => {$(
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                <$t>::from_name(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown {} `{name}`", $what)))
+            }
+        }
+    )+};
+}
+serde_by_name!(StrategyKind => "strategy", PrecisionKind => "precision", OffloadTarget => "offload target");
+
+impl serde::Serialize for OffloadFlags {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(None)?;
+        for t in self.targets() {
+            seq.serialize_element(&t)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for OffloadFlags {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let targets = Vec::<OffloadTarget>::deserialize(d)?;
+        Ok(targets.into_iter().fold(OffloadFlags::NONE, OffloadFlags::with))
+    }
+}
+
+impl serde::Serialize for Binding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Binding", 3)?;
+        st.serialize_field("strategy", &self.strategy)?;
+        st.serialize_field("precision", &self.precision)?;
+        st.serialize_field("offload", &self.offload)?;
+        st.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Binding {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            strategy: StrategyKind,
+            precision: PrecisionKind,
+            offload: OffloadFlags,
+        }
+        let r = Raw::deserialize(d)?;
+        Ok(Binding { strategy: r.strategy, precision: r.precision, offload: r.offload })
+    }
 }

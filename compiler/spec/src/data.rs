@@ -1,0 +1,46 @@
+//! The `data.*` settings the trainer's datasets and sampler read.
+
+use serde::{Deserialize, Serialize};
+
+/// What happens to a prompt longer than `max_prompt_length` (verl's `data.truncation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Truncation {
+    /// Fail, naming the row.
+    #[default]
+    Error,
+    /// Keep the last tokens.
+    Left,
+    /// Keep the first tokens.
+    Right,
+    /// Keep the first `max/2` and the last `max - max/2` tokens.
+    Middle,
+}
+
+
+/// Training and validation data (`data.*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataSpec {
+    pub train_files: Vec<String>,
+    pub val_files: Vec<String>,
+    pub prompt_key: String,
+    pub reward_fn_key: String,
+    pub max_prompt_length: usize,
+    pub truncation: Truncation,
+    pub filter_overlong_prompts: bool,
+    /// `train_max_samples` (`None`: verl's -1, all rows).
+    pub train_max_samples: Option<usize>,
+    pub val_max_samples: Option<usize>,
+    /// Shuffle the training prompts each epoch (and pick a `max_samples` subset at random).
+    pub shuffle: bool,
+    /// `validation_shuffle`: pick the validation subset at random.
+    pub validation_shuffle: bool,
+    /// `data.seed` (verl's default 1).
+    pub seed: u64,
+    /// Prompts per step (`gen_batch_size`, else `train_batch_size`).
+    pub batch_size: usize,
+    /// Prompts per validation batch (`None`: the whole set at once).
+    pub val_batch_size: Option<usize>,
+    /// `apply_chat_template_kwargs`.
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
+}

@@ -1,0 +1,148 @@
+//! Optimizer and learning-rate schedule settings of a trainable role (`actor.optim`,
+//! `critic.optim`): the inner update rule (torch's fused AdamW/SGD semantics), verl's FSDP
+//! schedulers and Megatron's `OptimizerParamScheduler`.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AdamWConfig {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+}
+
+impl Default for AdamWConfig {
+    /// Megatron's `adam_beta1/2`, `adam_eps` defaults (torch's too).
+    fn default() -> Self {
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SgdConfig {
+    pub momentum: f64,
+    pub dampening: f64,
+    pub nesterov: bool,
+}
+
+impl Default for SgdConfig {
+    /// Megatron's `sgd_momentum=0.9`, no dampening, no Nesterov.
+    fn default() -> Self {
+        SgdConfig {
+            momentum: 0.9,
+            dampening: 0.0,
+            nesterov: false,
+        }
+    }
+}
+
+/// Which update rule the optimizer applies.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum InnerConfig {
+    /// Decoupled weight decay Adam (`_fused_adamw_`).
+    AdamW(AdamWConfig),
+    /// SGD with momentum (`_fused_sgd_`).
+    Sgd(SgdConfig),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum VerlSchedule {
+    /// `get_constant_schedule_with_warmup`.
+    Constant,
+    /// `get_cosine_schedule_with_warmup(min_lr_ratio, num_cycles)`.
+    Cosine { min_lr_ratio: f64, num_cycles: f64 },
+}
+
+/// The `optim` keys verl's FSDP engine reads to build its scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct VerlSchedulerConfig {
+    pub schedule: VerlSchedule,
+    /// `lr_warmup_steps`; `<= 0` means "use the ratio".
+    pub lr_warmup_steps: i64,
+    pub lr_warmup_steps_ratio: f64,
+    pub total_training_steps: i64,
+}
+
+impl VerlSchedulerConfig {
+    /// `num_warmup_steps = lr_warmup_steps`, or `int(ratio * total)` when that is `<= 0`.
+    pub fn warmup_steps(&self) -> i64 {
+        if self.lr_warmup_steps <= 0 {
+            (self.lr_warmup_steps_ratio * self.total_training_steps as f64) as i64
+        } else {
+            self.lr_warmup_steps
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrDecayStyle {
+    Constant,
+    Linear,
+    Cosine,
+    InverseSquareRoot,
+    #[serde(rename = "WSD")]
+    Wsd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsdDecayStyle {
+    Exponential,
+    Linear,
+    Cosine,
+    MinusSqrt,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WdIncrStyle {
+    Constant,
+    Linear,
+    Cosine,
+}
+
+/// Constructor arguments of `OptimizerParamScheduler` (step counts in samples).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MegatronSchedulerConfig {
+    pub init_lr: f64,
+    pub max_lr: f64,
+    pub min_lr: f64,
+    pub lr_warmup_steps: f64,
+    pub lr_decay_steps: f64,
+    pub lr_decay_style: LrDecayStyle,
+    pub start_wd: f64,
+    pub end_wd: f64,
+    pub wd_incr_steps: f64,
+    pub wd_incr_style: WdIncrStyle,
+    pub wsd_decay_steps: Option<f64>,
+    pub lr_wsd_decay_style: Option<WsdDecayStyle>,
+}
+
+/// The lr schedule of a trainable engine.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum SchedulerSettings {
+    /// verl's FSDP schedulers (constant / cosine with warmup), stepped once per optimizer step.
+    Verl(VerlSchedulerConfig),
+    /// Megatron's `OptimizerParamScheduler`, stepped by one per optimizer step.
+    Megatron(MegatronSchedulerConfig),
+}
+
+/// Optimizer settings (`actor.optim` / `critic.optim`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OptimSettings {
+    pub inner: InnerConfig,
+    pub lr: f64,
+    pub weight_decay: f64,
+    /// Global grad-norm clip; `<= 0` disables clipping.
+    pub clip_grad: f64,
+    /// Keep the optimizer's main params and state in host memory.
+    pub offload: bool,
+    pub scheduler: SchedulerSettings,
+}

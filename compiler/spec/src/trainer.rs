@@ -1,0 +1,347 @@
+//! [`TrainerSpec`]: everything a generated trainer runs, decided once by the compiler's
+//! lowering (`verlc::plan::spec`) and embedded in the binary as JSON. The runtime's engines,
+//! workers and trainer read these typed settings and never verl's config types.
+//!
+//! Batch sizes are per data-parallel rank and counted in responses (already × `rollout.n`),
+//! the way verl's workers normalise them. The only facts left to run time are those the
+//! config cannot know: the number of prompts in the dataset (hence the step count when
+//! `trainer.total_training_steps` is unset) and the device index of the rank.
+
+use serde::{Deserialize, Serialize};
+
+use crate::algo::{AdvEstimator, AdvantageConfig, KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
+use crate::binding::Binding;
+use crate::data::DataSpec;
+use crate::optim::{InnerConfig, LrDecayStyle, MegatronSchedulerConfig, OptimSettings, SchedulerSettings, VerlSchedule, VerlSchedulerConfig, WdIncrStyle};
+use crate::sampling::SamplingParams;
+
+/// The run a trainer binary executes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainerSpec {
+    /// What the binary is monomorphized over; the binary refuses a spec of another binding.
+    pub binding: Binding,
+    /// The strategy as written: FSDP1 and FSDP2 wrap alike here, Megatron differs.
+    pub strategy: StrategyName,
+    pub world: WorldSpec,
+    pub data: DataSpec,
+    /// Tokenizer directory (`model.tokenizer_path`, else the actor's model path).
+    pub tokenizer_path: String,
+    /// Seed of built-in models and fresh value heads (the actor engine's `seed`).
+    pub model_seed: u64,
+    pub actor: ActorSpec,
+    /// The frozen reference policy (a KL loss or an in-reward KL penalty needs it).
+    pub reference: Option<ReferenceSpec>,
+    /// The value model (GAE, or `critic.enable`).
+    pub critic: Option<CriticSpec>,
+    pub rollout: RolloutSpec,
+    pub reward: RewardSpec,
+    pub algorithm: AlgorithmSpec,
+    pub run: RunSpec,
+}
+
+/// verl's `strategy` spellings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StrategyName {
+    Fsdp,
+    Fsdp2,
+    Megatron,
+}
+
+/// `trainer.device`, as far as libtorch runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+/// The ranks of the run: `nnodes × n_gpus_per_node`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorldSpec {
+    pub device: DeviceKind,
+    pub nnodes: usize,
+    pub n_gpus_per_node: usize,
+}
+
+impl WorldSpec {
+    pub fn size(&self) -> usize {
+        self.nnodes * self.n_gpus_per_node
+    }
+}
+
+/// dtype of a model's weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    Fp32,
+    Bf16,
+    Fp16,
+}
+
+/// How one role's engine shards and offloads (its `fsdp_config` or `megatron` section).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EngineSpec {
+    Fsdp(FsdpEngineSpec),
+    Megatron(MegatronEngineSpec),
+}
+
+/// FSDP (verl's `FSDPEngineConfig`, as the runtime applies it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FsdpEngineSpec {
+    /// Parameter shards and their gradients in host memory (`param_offload`, or FSDP2's
+    /// `offload_policy`).
+    pub param_offload: bool,
+    /// Optimizer state in host memory (`optimizer_offload`, or FSDP2's `offload_policy`).
+    pub optimizer_offload: bool,
+    pub reshard_after_forward: bool,
+    /// dtype of the gradient reduce-scatter (`mixed_precision.reduce_dtype`).
+    pub reduce_dtype: Dtype,
+    /// Ranks per shard group (HYBRID_SHARD); -1 shards over the whole world.
+    pub fsdp_size: i64,
+}
+
+/// Megatron (verl's `McoreEngineConfig`, as the runtime applies it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MegatronEngineSpec {
+    pub tensor_parallel: usize,
+    pub pipeline_parallel: usize,
+    /// Megatron's sequence parallelism (only with tensor parallel > 1).
+    pub sequence_parallel: bool,
+    pub use_distributed_optimizer: bool,
+    pub param_offload: bool,
+    pub grad_offload: bool,
+    pub optimizer_offload: bool,
+}
+
+impl EngineSpec {
+    /// Optimizer state in host memory.
+    pub fn optimizer_offload(&self) -> bool {
+        match self {
+            EngineSpec::Fsdp(f) => f.optimizer_offload,
+            EngineSpec::Megatron(m) => m.optimizer_offload,
+        }
+    }
+}
+
+/// A role's optimizer and lr schedule before the step count is known.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OptimSpec {
+    pub inner: InnerConfig,
+    pub lr: f64,
+    pub weight_decay: f64,
+    /// Global grad-norm clip; `<= 0` disables it.
+    pub clip_grad: f64,
+    /// Optimizer state in host memory.
+    pub offload: bool,
+    pub schedule: ScheduleSpec,
+}
+
+/// The lr schedule of `optim`: verl's FSDP schedulers, or Megatron's when the section has
+/// `lr_decay_style`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "family", rename_all = "snake_case")]
+pub enum ScheduleSpec {
+    Verl {
+        schedule: VerlSchedule,
+        /// `lr_warmup_steps`; `<= 0` uses the ratio.
+        lr_warmup_steps: i64,
+        lr_warmup_steps_ratio: f64,
+    },
+    Megatron {
+        init_lr: f64,
+        min_lr: f64,
+        /// `lr_warmup_steps` when positive, else `floor(ratio × total)`.
+        lr_warmup_steps: Option<i64>,
+        lr_warmup_steps_ratio: f64,
+        /// `lr_decay_steps` (`None`: the total).
+        lr_decay_steps: Option<i64>,
+        lr_decay_style: LrDecayStyle,
+    },
+}
+
+impl OptimSpec {
+    /// The optimizer settings for a run of `total_steps` training steps.
+    pub fn resolve(&self, total_steps: u64) -> OptimSettings {
+        let total = total_steps as i64;
+        let scheduler = match self.schedule {
+            ScheduleSpec::Verl { schedule, lr_warmup_steps, lr_warmup_steps_ratio } => {
+                SchedulerSettings::Verl(VerlSchedulerConfig { schedule, lr_warmup_steps, lr_warmup_steps_ratio, total_training_steps: total })
+            }
+            ScheduleSpec::Megatron { init_lr, min_lr, lr_warmup_steps, lr_warmup_steps_ratio, lr_decay_steps, lr_decay_style } => {
+                let warmup = match lr_warmup_steps {
+                    Some(w) if w > 0 => w as f64,
+                    _ => (lr_warmup_steps_ratio * total as f64).floor(),
+                };
+                let decay = lr_decay_steps.map_or(total as f64, |d| d as f64).max(warmup + 1.0);
+                SchedulerSettings::Megatron(MegatronSchedulerConfig {
+                    init_lr,
+                    max_lr: self.lr,
+                    min_lr,
+                    lr_warmup_steps: warmup,
+                    lr_decay_steps: decay,
+                    lr_decay_style,
+                    start_wd: self.weight_decay,
+                    end_wd: self.weight_decay,
+                    wd_incr_steps: decay,
+                    wd_incr_style: WdIncrStyle::Constant,
+                    wsd_decay_steps: None,
+                    lr_wsd_decay_style: None,
+                })
+            }
+        };
+        OptimSettings { inner: self.inner, lr: self.lr, weight_decay: self.weight_decay, clip_grad: self.clip_grad, offload: self.offload, scheduler }
+    }
+}
+
+/// The actor's update (`actor.*`), per data-parallel rank, in responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActorSettings {
+    pub ppo_mini_batch_size: usize,
+    pub ppo_micro_batch_size: usize,
+    /// Micro-batch of the old-log-prob pass (`rollout.log_prob_micro_batch_size_per_gpu`).
+    pub log_prob_micro_batch_size: usize,
+    pub ppo_epochs: usize,
+    pub shuffle: bool,
+    pub data_loader_seed: u64,
+    pub loss_mode: PolicyLossMode,
+    pub policy_loss: PolicyLossConfig,
+    pub loss_agg_mode: LossAggMode,
+    pub entropy_coeff: f64,
+    /// Compute the entropy in the update even when `entropy_coeff` is 0 (for the metric).
+    pub calculate_entropy: bool,
+    pub use_kl_loss: bool,
+    pub kl_loss_coef: f64,
+    pub kl_loss_type: KlEstimator,
+    /// Logits are divided by the rollout temperature (verl's `meta_info.temperature`).
+    pub temperature: f64,
+}
+
+/// The critic's update (`critic.*`), per data-parallel rank, in responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CriticSettings {
+    pub ppo_mini_batch_size: usize,
+    pub ppo_micro_batch_size: usize,
+    /// Micro-batch of the value pass (`critic.forward_micro_batch_size_per_gpu`).
+    pub forward_micro_batch_size: usize,
+    pub ppo_epochs: usize,
+    pub shuffle: bool,
+    pub data_loader_seed: u64,
+    pub cliprange_value: f64,
+    pub loss_agg_mode: LossAggMode,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActorSpec {
+    pub model_path: String,
+    pub engine: EngineSpec,
+    pub optim: OptimSpec,
+    pub update: ActorSettings,
+    /// Normaliser of `seq-mean-token-sum-norm` (`loss_scale_factor`).
+    pub loss_scale_factor: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReferenceSpec {
+    pub model_path: String,
+    pub engine: EngineSpec,
+    /// Rows per log-prob micro-batch.
+    pub micro_batch: usize,
+    pub temperature: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CriticSpec {
+    pub model_path: String,
+    pub engine: EngineSpec,
+    pub optim: OptimSpec,
+    pub update: CriticSettings,
+}
+
+/// Generation (`rollout.*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutSpec {
+    pub train: SamplingParams,
+    /// `rollout.val_kwargs`.
+    pub val: SamplingParams,
+    /// dtype of the rollout's weights (`None`: the trainer's parameter dtype, verl's `auto`).
+    pub dtype: Option<Dtype>,
+    /// Log the rollout/trainer probability gap (`calculate_log_probs`).
+    pub calculate_log_probs: bool,
+}
+
+/// Where scores come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RewardSpec {
+    /// verl's default `compute_score` by `data_source` (built-in tasks included).
+    Builtin,
+    /// `custom_reward_function`: a Python function in a side process.
+    Python { path: String, name: String, reward_kwargs: serde_json::Map<String, serde_json::Value> },
+}
+
+/// The KL controller of the in-reward penalty (`algorithm.kl_ctrl`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum KlControlSpec {
+    Fixed { kl_coef: f64 },
+    Adaptive { kl_coef: f64, target_kl: f64, horizon: f64 },
+}
+
+/// `algorithm.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlgorithmSpec {
+    pub estimator: AdvEstimator,
+    pub advantage: AdvantageConfig,
+    /// `use_kl_in_reward`.
+    pub kl_in_reward: bool,
+    pub kl_penalty: KlEstimator,
+    pub kl_ctrl: KlControlSpec,
+}
+
+/// Where a run resumes from (`trainer.resume_mode`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum ResumeSpec {
+    Disable,
+    /// The latest checkpoint under the checkpoint directory, if any.
+    Auto,
+    /// `resume_from_path` (a `global_step_N` directory).
+    Path { path: String },
+}
+
+/// The experiment trackers the trainer feeds (`trainer.logger`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoggerKind {
+    Console,
+    File,
+    Tensorboard,
+}
+
+/// The loop: step count, validation, checkpoints, logging (`trainer.*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// `total_training_steps` (`None`: `total_epochs` over the dataset).
+    pub total_training_steps: Option<u64>,
+    pub total_epochs: u64,
+    /// Validate every `test_freq` steps (0: never).
+    pub test_freq: u64,
+    /// Checkpoint every `save_freq` steps (0: never).
+    pub save_freq: u64,
+    pub critic_warmup: u64,
+    pub val_before_train: bool,
+    pub val_only: bool,
+    /// `default_local_dir`.
+    pub checkpoint_dir: String,
+    pub resume: ResumeSpec,
+    /// Checkpoints kept (`None`: all).
+    pub max_actor_ckpt_to_keep: Option<usize>,
+    pub max_critic_ckpt_to_keep: Option<usize>,
+    pub del_local_ckpt_after_load: bool,
+    pub rollout_data_dir: Option<String>,
+    pub project_name: String,
+    pub experiment_name: String,
+    pub loggers: Vec<LoggerKind>,
+}

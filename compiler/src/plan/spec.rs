@@ -1,0 +1,523 @@
+//! Lowering a checked config to the [`TrainerSpec`] a generated binary runs.
+//!
+//! Every setting the runtime reads is decided here, once: per-rank batch arithmetic (the
+//! per-GPU keys, the deprecated global keys over the data-parallel size, the token budgets of
+//! `use_dynamic_bsz`), the optimizer and schedule, loss and KL options, sampling, data,
+//! checkpoints and loggers. A value the runtime cannot honour becomes a `B018` error at its
+//! YAML line (a warning in `verlc check`), so nothing that builds is refused at start-up.
+//! Lowering always returns a spec; one with errors is never built.
+
+use verlc_spec::algo as sa;
+use verlc_spec::data::{DataSpec, Truncation as SpecTruncation};
+use verlc_spec::optim::{AdamWConfig, InnerConfig, LrDecayStyle as SpecDecay, SgdConfig, VerlSchedule};
+use verlc_spec::sampling::{LogProbPath, SamplingParams};
+use verlc_spec::trainer::{
+    ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype, EngineSpec, FsdpEngineSpec,
+    KlControlSpec, LoggerKind, MegatronEngineSpec, OptimSpec, ReferenceSpec, ResumeSpec, RewardSpec, RolloutSpec, RunSpec,
+    ScheduleSpec, StrategyName, TrainerSpec, WorldSpec,
+};
+
+use crate::codes;
+use crate::config::{
+    AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LossAggMode, LrDecayStyle, LrSchedulerType, OptimConfig,
+    PolicyLossMode, ResumeMode, RolloutDtype, SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
+};
+use crate::diag::Diagnostic;
+use crate::load::node::{Node, split_key};
+
+use super::{Binding, Engine, RoleEngine, needs_critic, needs_reference};
+
+/// Collects `B018` findings while lowering.
+struct Lowering<'a> {
+    root: &'a Node,
+    out: Vec<Diagnostic>,
+}
+
+impl Lowering<'_> {
+    /// `key`'s value cannot be honoured by the binary.
+    fn unsupported(&mut self, key: &str, message: impl Into<String>, help: impl Into<String>) {
+        let origin = self.root.get_path(&split_key(key)).and_then(|n| n.origin.clone());
+        self.out.push(
+            Diagnostic::error(codes::BUILD_UNSUPPORTED_SETTING, message)
+                .with_key(key)
+                .with_primary(origin, "set here")
+                .with_help(help),
+        );
+    }
+
+    /// A count that must be positive; rules report the value, this keeps lowering total.
+    fn count(&mut self, key: &str, v: i64) -> usize {
+        match usize::try_from(v) {
+            Ok(n) if n > 0 => n,
+            _ => {
+                self.unsupported(key, format!("`{key}` must be positive, got {v}"), "set a positive value");
+                1
+            }
+        }
+    }
+}
+
+/// The spec of `cfg` bound as `binding`, and the `B018` errors of what it cannot honour.
+pub fn lower_spec(cfg: &VerlConfig, root: &Node, binding: Binding) -> (TrainerSpec, Vec<Diagnostic>) {
+    let mut l = Lowering { root, out: Vec::new() };
+    let spec = build(cfg, binding, &mut l);
+    (spec, l.out)
+}
+
+fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
+    let arr = &cfg.actor_rollout_ref;
+    let a = &arr.actor;
+    let t = &cfg.trainer;
+    let world = WorldSpec {
+        device: if t.device == Device::Cuda { DeviceKind::Cuda } else { DeviceKind::Cpu },
+        nnodes: l.count("trainer.nnodes", t.nnodes),
+        n_gpus_per_node: l.count("trainer.n_gpus_per_node", t.n_gpus_per_node),
+    };
+    let n = l.count("actor_rollout_ref.rollout.n", arr.rollout.n);
+    let seq_len = (cfg.data.max_prompt_length + cfg.data.max_response_length).max(1) as usize;
+
+    let actor_engine = engine_spec(&RoleEngine::actor(cfg), world, l);
+    let actor_dp = data_parallel(world, &actor_engine);
+    let update = actor_settings(cfg, n, actor_dp, seq_len, l);
+    let model_seed = a.fsdp_config.as_ref().map(|f| f.seed).or(a.megatron.as_ref().map(|m| m.seed)).unwrap_or(42) as u64;
+    let actor = ActorSpec {
+        model_path: arr.model.path.clone(),
+        engine: actor_engine,
+        optim: optim_spec("actor_rollout_ref.actor.optim", &a.optim, actor_engine.optimizer_offload(), l),
+        update,
+        loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
+    };
+
+    let critic = needs_critic(cfg).then(|| {
+        let c = &cfg.critic;
+        let engine = engine_spec(&RoleEngine::critic(cfg), world, l);
+        let dp = data_parallel(world, &engine);
+        if dp != actor_dp {
+            l.unsupported(
+                "critic.megatron.tensor_model_parallel_size",
+                format!("the critic's data-parallel size {dp} differs from the actor's {actor_dp}; verlc's trainer splits one batch over both"),
+                "give critic.megatron the actor's tensor and pipeline parallel sizes",
+            );
+        }
+        let micro = micro_batch(l, "critic.ppo_micro_batch_size", c.ppo_micro_batch_size_per_gpu, c.ppo_micro_batch_size, dp, c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu, seq_len);
+        let forward = micro_batch(l, "critic.forward_micro_batch_size", c.forward_micro_batch_size_per_gpu, c.forward_micro_batch_size, dp, true, c.forward_max_token_len_per_gpu, seq_len);
+        CriticSpec {
+            model_path: c.model.path.clone(),
+            engine,
+            optim: optim_spec("critic.optim", &c.optim, engine.optimizer_offload(), l),
+            update: CriticSettings {
+                ppo_mini_batch_size: (l.count("critic.ppo_mini_batch_size", c.ppo_mini_batch_size) * n / dp).max(1),
+                ppo_micro_batch_size: micro,
+                forward_micro_batch_size: forward,
+                ppo_epochs: l.count("critic.ppo_epochs", c.ppo_epochs),
+                shuffle: c.shuffle,
+                data_loader_seed: c.data_loader_seed.unwrap_or(a.data_loader_seed) as u64,
+                cliprange_value: c.cliprange_value,
+                loss_agg_mode: loss_agg(c.loss_agg_mode),
+            },
+        }
+    });
+
+    let reference = needs_reference(cfg).then(|| {
+        let r = &arr.reference;
+        let engine = engine_spec(&RoleEngine::reference(cfg), world, l);
+        let dp = data_parallel(world, &engine);
+        ReferenceSpec {
+            model_path: r.model.as_ref().and_then(|m| m.path.clone()).unwrap_or_else(|| arr.model.path.clone()),
+            engine,
+            micro_batch: micro_batch(l, "actor_rollout_ref.ref.log_prob_micro_batch_size", r.log_prob_micro_batch_size_per_gpu, r.log_prob_micro_batch_size, dp, true, r.log_prob_max_token_len_per_gpu, seq_len),
+            temperature: arr.rollout.temperature,
+        }
+    });
+
+    let rollout = RolloutSpec {
+        train: {
+            let r = &arr.rollout;
+            sampling(Sampling { do_sample: r.do_sample, temperature: r.temperature, top_k: r.top_k, top_p: r.top_p }, n, cfg, l)
+        },
+        val: {
+            let v: &SamplingConfig = &arr.rollout.val_kwargs;
+            let vn = l.count("actor_rollout_ref.rollout.val_kwargs.n", v.n);
+            sampling(Sampling { do_sample: v.do_sample, temperature: v.temperature, top_k: v.top_k, top_p: v.top_p }, vn, cfg, l)
+        },
+        dtype: match arr.rollout.dtype {
+            RolloutDtype::Bfloat16 => Some(Dtype::Bf16),
+            RolloutDtype::Float16 | RolloutDtype::Half => Some(Dtype::Fp16),
+            RolloutDtype::Float32 | RolloutDtype::Float => Some(Dtype::Fp32),
+            _ => None,
+        },
+        calculate_log_probs: arr.rollout.calculate_log_probs,
+    };
+
+    let reward = match cfg.custom_reward_function.path.as_deref().filter(|p| !p.is_empty()) {
+        Some(path) => RewardSpec::Python {
+            path: path.to_owned(),
+            name: cfg.custom_reward_function.name.clone(),
+            reward_kwargs: cfg.custom_reward_function.reward_kwargs.clone().unwrap_or_default(),
+        },
+        None => RewardSpec::Builtin,
+    };
+
+    let alg = &cfg.algorithm;
+    let algorithm = AlgorithmSpec {
+        estimator: estimator(alg.adv_estimator),
+        advantage: sa::AdvantageConfig { gamma: alg.gamma, lam: alg.lam, norm_adv_by_std_in_grpo: alg.norm_adv_by_std_in_grpo, epsilon: 1e-6 },
+        kl_in_reward: alg.use_kl_in_reward,
+        kl_penalty: kl_estimator(alg.kl_penalty),
+        kl_ctrl: match alg.kl_ctrl.kind {
+            KlCtrlType::Adaptive => KlControlSpec::Adaptive { kl_coef: alg.kl_ctrl.kl_coef, target_kl: alg.kl_ctrl.target_kl, horizon: alg.kl_ctrl.horizon as f64 },
+            KlCtrlType::Fixed => KlControlSpec::Fixed { kl_coef: alg.kl_ctrl.kl_coef },
+        },
+    };
+
+    TrainerSpec {
+        binding,
+        strategy: match a.strategy {
+            Strategy::Fsdp => StrategyName::Fsdp,
+            Strategy::Fsdp2 => StrategyName::Fsdp2,
+            Strategy::Megatron => StrategyName::Megatron,
+        },
+        world,
+        data: data_spec(cfg, l),
+        tokenizer_path: arr.model.tokenizer_path.clone().unwrap_or_else(|| arr.model.path.clone()),
+        model_seed,
+        actor,
+        reference,
+        critic,
+        rollout,
+        reward,
+        algorithm,
+        run: run_spec(cfg, l),
+    }
+}
+
+/// The engine of one role as the runtime applies it. Offload follows [`RoleEngine::offload`]
+/// (FSDP2's `offload_policy` counts only under `fsdp2`).
+fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
+    let (flags, _) = role.offload();
+    match role.engine {
+        Some(Engine::Megatron(m)) => {
+            let key = |k: &str| format!("{}.{k}", role.engine_key);
+            let tp = l.count(&key("tensor_model_parallel_size"), m.tensor_model_parallel_size);
+            let pp = l.count(&key("pipeline_model_parallel_size"), m.pipeline_model_parallel_size);
+            if m.context_parallel_size != 1 {
+                l.unsupported(&key("context_parallel_size"), format!("context parallelism ({}) is not implemented by verlc's Megatron engine", m.context_parallel_size), "set it to 1");
+            }
+            if m.expert_model_parallel_size != 1 {
+                l.unsupported(&key("expert_model_parallel_size"), "expert parallelism is not implemented (verlc's models are dense)", "set it to 1");
+            }
+            if m.expert_tensor_parallel_size.is_some_and(|v| v > 1) {
+                l.unsupported(&key("expert_tensor_parallel_size"), "expert tensor parallelism is not implemented (verlc's models are dense)", "set it to null or 1");
+            }
+            if let Some(v) = m.virtual_pipeline_model_parallel_size.filter(|v| *v > 1) {
+                l.unsupported(&key("virtual_pipeline_model_parallel_size"), format!("the interleaved pipeline schedule ({v} virtual stages) is not implemented"), "set it to null");
+            }
+            if world.device == DeviceKind::Cuda && (flags.params || flags.grads) {
+                let which = if m.param_offload { "param_offload" } else { "grad_offload" };
+                l.unsupported(&key(which), "the Megatron engine does not move its model shards off the GPU between phases yet (only optimizer_offload)", "set it to false on CUDA");
+            }
+            if !world.size().is_multiple_of(tp * pp) {
+                l.unsupported(&key("tensor_model_parallel_size"), format!("{} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}", world.size()), "make trainer.nnodes × n_gpus_per_node a multiple of TP × PP");
+            }
+            EngineSpec::Megatron(MegatronEngineSpec {
+                tensor_parallel: tp,
+                pipeline_parallel: pp,
+                sequence_parallel: m.sequence_parallel && tp > 1,
+                use_distributed_optimizer: m.use_distributed_optimizer,
+                param_offload: flags.params,
+                grad_offload: flags.grads,
+                optimizer_offload: flags.optimizer,
+            })
+        }
+        Some(Engine::Fsdp(f)) => EngineSpec::Fsdp(FsdpEngineSpec {
+            param_offload: flags.params,
+            optimizer_offload: flags.optimizer,
+            reshard_after_forward: f.reshard_after_forward,
+            reduce_dtype: match f.mixed_precision.as_ref().and_then(|m| m.reduce_dtype) {
+                Some(TorchDtype::Bf16 | TorchDtype::Bfloat16) => Dtype::Bf16,
+                Some(TorchDtype::Fp16 | TorchDtype::Float16 | TorchDtype::Bits16) => Dtype::Fp16,
+                _ => Dtype::Fp32,
+            },
+            fsdp_size: f.fsdp_size,
+        }),
+        // B015 reports the missing section; a default keeps lowering total.
+        None => EngineSpec::Fsdp(FsdpEngineSpec { param_offload: false, optimizer_offload: false, reshard_after_forward: true, reduce_dtype: Dtype::Fp32, fsdp_size: -1 }),
+    }
+}
+
+/// The data-parallel size of a role: the world over its model-parallel ranks.
+fn data_parallel(world: WorldSpec, engine: &EngineSpec) -> usize {
+    match engine {
+        EngineSpec::Megatron(m) => (world.size() / (m.tensor_parallel * m.pipeline_parallel).max(1)).max(1),
+        EngineSpec::Fsdp(_) => world.size().max(1),
+    }
+}
+
+/// Rows of a micro-batch: the per-GPU key, else the deprecated global key over the
+/// data-parallel size (verl's normalisation), else (dynamic batch size) as many sequences as
+/// fit the token budget. Rule V009 reports a config with none of them.
+#[allow(clippy::too_many_arguments)]
+fn micro_batch(l: &mut Lowering, what: &str, per_gpu: Option<i64>, global: Option<i64>, dp: usize, dynamic: bool, max_tokens: i64, seq_len: usize) -> usize {
+    if let Some(n) = per_gpu {
+        return l.count(&format!("{what}_per_gpu"), n);
+    }
+    if let Some(n) = global {
+        return (l.count(what, n) / dp).max(1);
+    }
+    if dynamic {
+        return (usize::try_from(max_tokens).unwrap_or(1).max(1) / seq_len).max(1);
+    }
+    l.unsupported(&format!("{what}_per_gpu"), format!("no micro-batch size: set `{what}_per_gpu`"), "or set use_dynamic_bsz=true with a token budget");
+    1
+}
+
+fn actor_settings(cfg: &VerlConfig, n: usize, dp: usize, seq_len: usize, l: &mut Lowering) -> ActorSettings {
+    let a = &cfg.actor_rollout_ref.actor;
+    let r = &cfg.actor_rollout_ref.rollout;
+    let mini = l.count("actor_rollout_ref.actor.ppo_mini_batch_size", a.ppo_mini_batch_size) * n / dp;
+    let micro = micro_batch(l, "actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size, dp, a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu, seq_len);
+    let log_prob = micro_batch(l, "actor_rollout_ref.rollout.log_prob_micro_batch_size", r.log_prob_micro_batch_size_per_gpu, r.log_prob_micro_batch_size, dp, true, r.log_prob_max_token_len_per_gpu, seq_len);
+    let loss_mode = match a.policy_loss.loss_mode {
+        PolicyLossMode::Vanilla => sa::PolicyLossMode::Vanilla,
+        PolicyLossMode::Gspo => sa::PolicyLossMode::Gspo,
+        PolicyLossMode::Sapo => sa::PolicyLossMode::Sapo,
+        PolicyLossMode::Gpg => sa::PolicyLossMode::Gpg,
+        PolicyLossMode::ClipCov => sa::PolicyLossMode::ClipCov,
+        PolicyLossMode::KlCov => sa::PolicyLossMode::KlCov,
+        PolicyLossMode::GeoMean => sa::PolicyLossMode::GeoMean,
+        PolicyLossMode::Cispo => sa::PolicyLossMode::Cispo,
+        PolicyLossMode::BypassMode => {
+            l.unsupported(
+                "actor_rollout_ref.actor.policy_loss.loss_mode",
+                "`bypass_mode` (rollout-correction bypass) is not implemented by verlc's trainer",
+                "use one of: vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, cispo",
+            );
+            sa::PolicyLossMode::Vanilla
+        }
+    };
+    let pl = &a.policy_loss;
+    ActorSettings {
+        ppo_mini_batch_size: mini.max(1),
+        ppo_micro_batch_size: micro,
+        log_prob_micro_batch_size: log_prob,
+        ppo_epochs: l.count("actor_rollout_ref.actor.ppo_epochs", a.ppo_epochs),
+        shuffle: a.shuffle,
+        data_loader_seed: a.data_loader_seed as u64,
+        loss_mode,
+        policy_loss: sa::PolicyLossConfig {
+            clip_ratio: a.clip_ratio,
+            clip_ratio_low: Some(a.clip_ratio_low),
+            clip_ratio_high: Some(a.clip_ratio_high),
+            clip_ratio_c: a.clip_ratio_c,
+            tau_pos: a.tau_pos,
+            tau_neg: a.tau_neg,
+            clip_cov_ratio: pl.clip_cov_ratio,
+            clip_cov_lb: pl.clip_cov_lb,
+            clip_cov_ub: pl.clip_cov_ub,
+            kl_cov_ratio: pl.kl_cov_ratio,
+            ppo_kl_coef: pl.ppo_kl_coef,
+        },
+        loss_agg_mode: loss_agg(a.loss_agg_mode),
+        entropy_coeff: a.entropy_coeff,
+        calculate_entropy: a.calculate_entropy,
+        use_kl_loss: a.use_kl_loss,
+        kl_loss_coef: a.kl_loss_coef,
+        kl_loss_type: kl_estimator(a.kl_loss_type),
+        temperature: r.temperature,
+    }
+}
+
+/// The optimizer of `optim` (`key` is its dotted path).
+fn optim_spec(key: &str, o: &OptimConfig, offload: bool, l: &mut Lowering) -> OptimSpec {
+    let adamw = InnerConfig::AdamW(AdamWConfig { beta1: o.betas[0], beta2: o.betas[1], eps: 1e-8 });
+    let inner = match o.optimizer.to_ascii_lowercase().as_str() {
+        "adamw" => adamw,
+        // Megatron's `adam` decays weights decoupled (its OptimizerConfig defaults
+        // decoupled_weight_decay=True, which verl's megatron optim does not expose): AdamW.
+        "adam" if o.weight_decay == 0.0 || o.lr_decay_style.is_some() => adamw,
+        "sgd" => InnerConfig::Sgd(SgdConfig { momentum: 0.0, dampening: 0.0, nesterov: false }),
+        other => {
+            l.unsupported(
+                &format!("{key}.optimizer"),
+                format!("optimizer `{other}` is not implemented by verlc's engines"),
+                "use AdamW or SGD (Adam only with weight_decay 0, or in a Megatron optim section)",
+            );
+            adamw
+        }
+    };
+    if o.optimizer_impl.as_deref().is_some_and(|i| !i.is_empty() && i != "torch.optim") {
+        l.unsupported(&format!("{key}.optimizer_impl"), format!("optimizer_impl `{}`: verlc's engines implement torch.optim's AdamW/SGD only", o.optimizer_impl.as_deref().unwrap_or_default()), "remove it (or set torch.optim)");
+    }
+    let schedule = match o.lr_decay_style {
+        Some(style) => ScheduleSpec::Megatron {
+            init_lr: o.lr_warmup_init.unwrap_or(0.0),
+            min_lr: o.min_lr.unwrap_or(0.0),
+            lr_warmup_steps: o.lr_warmup_steps,
+            lr_warmup_steps_ratio: o.lr_warmup_steps_ratio,
+            lr_decay_steps: o.lr_decay_steps,
+            lr_decay_style: match style {
+                LrDecayStyle::Constant => SpecDecay::Constant,
+                LrDecayStyle::Linear => SpecDecay::Linear,
+                LrDecayStyle::Cosine => SpecDecay::Cosine,
+                LrDecayStyle::InverseSquareRoot => SpecDecay::InverseSquareRoot,
+                LrDecayStyle::Wsd => {
+                    l.unsupported(&format!("{key}.lr_decay_style"), "the WSD schedule is not implemented by verlc's trainer", "use constant, linear, cosine or inverse-square-root");
+                    SpecDecay::Constant
+                }
+            },
+        },
+        None => ScheduleSpec::Verl {
+            schedule: match o.lr_scheduler_type.or(o.warmup_style) {
+                Some(LrSchedulerType::Cosine) => VerlSchedule::Cosine { min_lr_ratio: o.min_lr_ratio.unwrap_or(0.0), num_cycles: o.num_cycles.unwrap_or(0.5) },
+                _ => VerlSchedule::Constant,
+            },
+            lr_warmup_steps: o.lr_warmup_steps.unwrap_or(-1),
+            lr_warmup_steps_ratio: o.lr_warmup_steps_ratio,
+        },
+    };
+    OptimSpec { inner, lr: o.lr, weight_decay: o.weight_decay, clip_grad: o.grad_clip.unwrap_or(o.clip_grad), offload, schedule }
+}
+
+/// The sampling keys shared by `rollout.*` and `rollout.val_kwargs`.
+struct Sampling {
+    do_sample: bool,
+    temperature: f64,
+    top_k: i64,
+    top_p: f64,
+}
+
+fn sampling(s: Sampling, n: usize, cfg: &VerlConfig, l: &mut Lowering) -> SamplingParams {
+    let r = &cfg.actor_rollout_ref.rollout;
+    SamplingParams {
+        do_sample: s.do_sample,
+        temperature: s.temperature,
+        top_k: s.top_k,
+        top_p: s.top_p,
+        n,
+        max_new_tokens: l.count("actor_rollout_ref.rollout.response_length", r.response_length),
+        seed: 0,
+        ignore_eos: r.ignore_eos,
+        log_prob_path: LogProbPath::Decode,
+        max_prompts_per_pass: None,
+        log_prob_micro_batch: 16,
+    }
+}
+
+fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
+    let d = &cfg.data;
+    let files = |f: &crate::config::OneOrMany<String>| f.items().into_iter().cloned().collect::<Vec<_>>();
+    let samples = |v: i64| usize::try_from(v).ok().filter(|&n| n > 0);
+    DataSpec {
+        train_files: files(&d.train_files),
+        val_files: files(&d.val_files),
+        prompt_key: d.prompt_key.clone(),
+        reward_fn_key: d.reward_fn_key.clone(),
+        max_prompt_length: l.count("data.max_prompt_length", d.max_prompt_length),
+        truncation: match d.truncation {
+            Truncation::Left => SpecTruncation::Left,
+            Truncation::Right => SpecTruncation::Right,
+            Truncation::Middle => SpecTruncation::Middle,
+            _ => SpecTruncation::Error,
+        },
+        filter_overlong_prompts: d.filter_overlong_prompts,
+        train_max_samples: samples(d.train_max_samples),
+        val_max_samples: samples(d.val_max_samples),
+        shuffle: d.shuffle,
+        validation_shuffle: d.validation_shuffle,
+        seed: d.seed.unwrap_or(1) as u64,
+        batch_size: match d.gen_batch_size {
+            Some(g) => l.count("data.gen_batch_size", g),
+            None => l.count("data.train_batch_size", d.train_batch_size),
+        },
+        val_batch_size: d.val_batch_size.and_then(|b| usize::try_from(b).ok()).filter(|&b| b > 0),
+        chat_template_kwargs: d.apply_chat_template_kwargs.clone(),
+    }
+}
+
+fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
+    let t = &cfg.trainer;
+    let keep = |v: Option<i64>| v.and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0);
+    let mut loggers = Vec::new();
+    for b in t.logger.items() {
+        let kind = match b {
+            LoggerBackend::Console => LoggerKind::Console,
+            LoggerBackend::File => LoggerKind::File,
+            LoggerBackend::Tensorboard => LoggerKind::Tensorboard,
+            other => {
+                let name = serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+                l.unsupported(
+                    "trainer.logger",
+                    format!("logger `{name}` is not implemented by verlc's trainer"),
+                    "use console, file (JSON lines) or tensorboard",
+                );
+                continue;
+            }
+        };
+        if !loggers.contains(&kind) {
+            loggers.push(kind);
+        }
+    }
+    RunSpec {
+        total_training_steps: t.total_training_steps.and_then(|s| u64::try_from(s).ok()).filter(|&s| s > 0),
+        total_epochs: t.total_epochs.max(1) as u64,
+        test_freq: u64::try_from(t.test_freq).unwrap_or(0),
+        save_freq: u64::try_from(t.save_freq).unwrap_or(0),
+        critic_warmup: u64::try_from(t.critic_warmup).unwrap_or(0),
+        val_before_train: t.val_before_train,
+        val_only: t.val_only == Some(true),
+        checkpoint_dir: t.default_local_dir.clone(),
+        resume: match t.resume_mode {
+            ResumeMode::Disable => ResumeSpec::Disable,
+            ResumeMode::Auto => ResumeSpec::Auto,
+            ResumeMode::ResumePath => ResumeSpec::Path { path: t.resume_from_path.clone().unwrap_or_default() },
+        },
+        max_actor_ckpt_to_keep: keep(t.max_actor_ckpt_to_keep),
+        max_critic_ckpt_to_keep: keep(t.max_critic_ckpt_to_keep),
+        del_local_ckpt_after_load: t.del_local_ckpt_after_load,
+        rollout_data_dir: t.rollout_data_dir.clone().filter(|d| !d.is_empty()),
+        project_name: t.project_name.clone(),
+        experiment_name: t.experiment_name.clone(),
+        loggers,
+    }
+}
+
+fn estimator(e: AdvEstimator) -> sa::AdvEstimator {
+    match e {
+        AdvEstimator::Gae => sa::AdvEstimator::Gae,
+        AdvEstimator::Grpo => sa::AdvEstimator::Grpo,
+        AdvEstimator::GrpoVectorized => sa::AdvEstimator::GrpoVectorized,
+        AdvEstimator::GrpoPassk => sa::AdvEstimator::GrpoPassk,
+        AdvEstimator::ReinforcePlusPlus => sa::AdvEstimator::ReinforcePlusPlus,
+        AdvEstimator::ReinforcePlusPlusBaseline => sa::AdvEstimator::ReinforcePlusPlusBaseline,
+        AdvEstimator::Rloo => sa::AdvEstimator::Rloo,
+        AdvEstimator::RlooVectorized => sa::AdvEstimator::RlooVectorized,
+        AdvEstimator::Opo => sa::AdvEstimator::Opo,
+        AdvEstimator::Remax => sa::AdvEstimator::Remax,
+        AdvEstimator::Gpg => sa::AdvEstimator::Gpg,
+    }
+}
+
+fn loss_agg(m: LossAggMode) -> sa::LossAggMode {
+    match m {
+        LossAggMode::TokenMean => sa::LossAggMode::TokenMean,
+        LossAggMode::SeqMeanTokenSum => sa::LossAggMode::SeqMeanTokenSum,
+        LossAggMode::SeqMeanTokenMean => sa::LossAggMode::SeqMeanTokenMean,
+        LossAggMode::SeqMeanTokenSumNorm => sa::LossAggMode::SeqMeanTokenSumNorm,
+    }
+}
+
+fn kl_estimator(k: KlEstimator) -> sa::KlEstimator {
+    use sa::KlKind as K;
+    let plain = sa::KlEstimator::plain;
+    let plus = |v| sa::KlEstimator::straight_through(v, K::K2);
+    match k {
+        KlEstimator::Kl | KlEstimator::K1 => plain(K::K1),
+        KlEstimator::Abs => plain(K::Abs),
+        KlEstimator::Mse | KlEstimator::K2 => plain(K::K2),
+        KlEstimator::LowVarKl | KlEstimator::K3 => plain(K::K3),
+        KlEstimator::Full => plain(K::Full),
+        KlEstimator::KlPlus | KlEstimator::K1Plus => plus(K::K1),
+        KlEstimator::AbsPlus => plus(K::Abs),
+        KlEstimator::LowVarKlPlus | KlEstimator::K3Plus => plus(K::K3),
+    }
+}
