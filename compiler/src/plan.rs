@@ -28,6 +28,7 @@ pub mod embed;
 mod invalid;
 pub mod spec;
 mod unused;
+pub mod verdicts;
 
 #[cfg(test)]
 mod tests;
@@ -44,7 +45,7 @@ use crate::load::node::Node;
 use crate::rules::RuleContext;
 
 pub use verlc_spec::binding::{self, Binding, OffloadFlags, OffloadTarget, PrecisionKind, StrategyKind};
-pub use unused::unused_keys;
+pub use unused::verdict_diagnostics;
 
 /// A config key whose value decided the binding; a run-time override that changes it is
 /// refused ("rebuild with verlc").
@@ -132,7 +133,8 @@ pub struct BuildPlan {
 #[derive(Clone, Debug)]
 pub struct Lowered {
     pub plan: BuildPlan,
-    /// Errors (`B01x`) only; see [`unused_keys`] for the warnings of `verlc build`.
+    /// Errors (`B01x`, `B018` from lowering) only; [`verdict_diagnostics`] adds the verdicts of
+    /// the keys the user changed.
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -371,9 +373,14 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
     Lowered { plan, diagnostics }
 }
 
-/// The plan's errors for `verlc check` (only those enabled).
+/// The plan's findings for `verlc check` (only those enabled): what the binary cannot bind or
+/// honour, and the verdicts of the keys the user changed.
 pub fn check_diagnostics(ctx: &RuleContext, enabled: &dyn Fn(crate::diag::Code) -> bool) -> Vec<Diagnostic> {
-    lower(ctx.config, ctx.root).diagnostics.into_iter().filter(|d| enabled(d.code)).collect()
+    let mut out = lower(ctx.config, ctx.root).diagnostics;
+    if let Some(defaults) = ctx.default_tree() {
+        out.extend(verdict_diagnostics(ctx.config, ctx.root, ctx.sources, defaults));
+    }
+    out.into_iter().filter(|d| enabled(d.code)).collect()
 }
 
 /// verlc's built-in default tree of the config's flavour (what "not changed" means for the
@@ -389,21 +396,21 @@ pub fn default_tree(cfg: &VerlConfig) -> Node {
 
 /// `verlc check` reports the plan's findings as warnings (what verl accepts but a verlc
 /// binary cannot bind); a build needs them as errors. Replace them in `checked` with the
-/// build's view: the plan's errors, plus the unused-key warnings when `unused` is set.
-pub fn promote_for_build(checked: &mut crate::check::Checked, unused: bool) {
+/// build's view: the plan's errors and the verdicts (unsupported values are errors).
+pub fn promote_for_build(checked: &mut crate::check::Checked) {
     let Some(cfg) = checked.config.as_ref() else { return };
-    let lowered = if unused { lower_for_build(cfg, &checked.composed) } else { lower(cfg, &checked.composed.root) };
+    let lowered = lower_for_build(cfg, &checked.composed);
     let is_plan_code = |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
     checked.diagnostics.retain(|d| !is_plan_code(d.code));
     checked.diagnostics.extend(lowered.diagnostics);
 }
 
-/// Lower and collect everything `verlc build` reports: the plan's errors plus the
-/// unused-key warnings.
+/// Lower and collect everything `verlc build` reports: the plan's errors plus the verdicts
+/// of the keys the user changed.
 pub fn lower_for_build(cfg: &VerlConfig, composed: &Composed) -> Lowered {
     let mut lowered = lower(cfg, &composed.root);
     let defaults = default_tree(cfg);
-    lowered.diagnostics.extend(unused_keys(cfg, composed, &defaults));
+    lowered.diagnostics.extend(verdict_diagnostics(cfg, &composed.root, &composed.sources, &defaults));
     lowered
 }
 
@@ -426,7 +433,7 @@ pub enum SpecOutcome {
 /// the one path from a config to the [`verlc_spec::TrainerSpec`] a trainer runs.
 pub fn lower_request(req: &LoadRequest) -> SpecOutcome {
     let mut checked = crate::check::check(req, &crate::check::CheckOptions::default());
-    promote_for_build(&mut checked, false);
+    promote_for_build(&mut checked);
     match checked.config.as_ref().filter(|_| !checked.has_errors()) {
         Some(cfg) => {
             let spec = lower(cfg, &checked.composed.root).plan.spec;

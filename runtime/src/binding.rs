@@ -452,7 +452,7 @@ fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[St
     };
     let mut checked = check(&req, &CheckOptions::default());
     // What this binary cannot run are errors here, not `check`'s warnings.
-    plan::promote_for_build(&mut checked, false);
+    plan::promote_for_build(&mut checked);
     refuse_bound_changes(&embedded_plan, &checked.composed.root, overrides, compiled, info)?;
 
     let shown: Vec<Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).cloned().collect();

@@ -254,6 +254,8 @@ pub struct ReferenceSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CriticSpec {
     pub model_path: String,
+    /// Seed of the fresh value head (the critic engine's `seed`).
+    pub seed: u64,
     pub engine: EngineSpec,
     pub optim: OptimSpec,
     pub update: CriticSettings,

@@ -83,7 +83,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
     let mut checked = check(&req, &opts);
     // What `check` reports as warnings (valid for verl) are errors for a build, and the keys
     // the binary will not use are reported too.
-    plan::promote_for_build(&mut checked, true);
+    plan::promote_for_build(&mut checked);
     if a.deny_warnings {
         for d in &mut checked.diagnostics {
             d.severity = Severity::Error;

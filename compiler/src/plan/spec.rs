@@ -79,11 +79,11 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     let actor_engine = engine_spec(&RoleEngine::actor(cfg), world, l);
     let actor_dp = data_parallel(world, &actor_engine);
     let update = actor_settings(cfg, n, actor_dp, seq_len, l);
-    let model_seed = a.fsdp_config.as_ref().map(|f| f.seed).or(a.megatron.as_ref().map(|m| m.seed)).unwrap_or(42) as u64;
+    let model_seed = a.fsdp_config.as_ref().map(|f| f.seed).filter(|_| a.strategy != Strategy::Megatron).or(a.megatron.as_ref().map(|m| m.seed)).unwrap_or(42) as u64;
     let actor = ActorSpec {
         model_path: arr.model.path.clone(),
         engine: actor_engine,
-        optim: optim_spec("actor_rollout_ref.actor.optim", &a.optim, actor_engine.optimizer_offload(), l),
+        optim: optim_spec("actor_rollout_ref.actor.optim", &a.optim, fsdp_clip(a.strategy, a.grad_clip), actor_engine.optimizer_offload(), l),
         update,
         loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
     };
@@ -99,14 +99,16 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 "give critic.megatron the actor's tensor and pipeline parallel sizes",
             );
         }
+        let critic_n = if c.rollout_n > 0 { c.rollout_n as usize } else { n };
         let micro = micro_batch(l, "critic.ppo_micro_batch_size", c.ppo_micro_batch_size_per_gpu, c.ppo_micro_batch_size, dp, c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu, seq_len);
         let forward = micro_batch(l, "critic.forward_micro_batch_size", c.forward_micro_batch_size_per_gpu, c.forward_micro_batch_size, dp, true, c.forward_max_token_len_per_gpu, seq_len);
         CriticSpec {
             model_path: c.model.path.clone(),
+            seed: c.model.fsdp_config.as_ref().map(|f| f.seed).filter(|_| c.strategy != Strategy::Megatron).or(c.megatron.as_ref().map(|m| m.seed)).unwrap_or(42) as u64,
             engine,
-            optim: optim_spec("critic.optim", &c.optim, engine.optimizer_offload(), l),
+            optim: optim_spec("critic.optim", &c.optim, fsdp_clip(c.strategy, c.grad_clip), engine.optimizer_offload(), l),
             update: CriticSettings {
-                ppo_mini_batch_size: (l.count("critic.ppo_mini_batch_size", c.ppo_mini_batch_size) * n / dp).max(1),
+                ppo_mini_batch_size: (l.count("critic.ppo_mini_batch_size", c.ppo_mini_batch_size) * critic_n / dp).max(1),
                 ppo_micro_batch_size: micro,
                 forward_micro_batch_size: forward,
                 ppo_epochs: l.count("critic.ppo_epochs", c.ppo_epochs),
@@ -274,6 +276,9 @@ fn micro_batch(l: &mut Lowering, what: &str, per_gpu: Option<i64>, global: Optio
 fn actor_settings(cfg: &VerlConfig, n: usize, dp: usize, seq_len: usize, l: &mut Lowering) -> ActorSettings {
     let a = &cfg.actor_rollout_ref.actor;
     let r = &cfg.actor_rollout_ref.rollout;
+    // verl normalises the mini-batch by the role's `rollout_n` (an interpolation of
+    // `rollout.n` unless set).
+    let n = if a.rollout_n > 0 { a.rollout_n as usize } else { n };
     let mini = l.count("actor_rollout_ref.actor.ppo_mini_batch_size", a.ppo_mini_batch_size) * n / dp;
     let micro = micro_batch(l, "actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size, dp, a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu, seq_len);
     let log_prob = micro_batch(l, "actor_rollout_ref.rollout.log_prob_micro_batch_size", r.log_prob_micro_batch_size_per_gpu, r.log_prob_micro_batch_size, dp, true, r.log_prob_max_token_len_per_gpu, seq_len);
@@ -327,8 +332,14 @@ fn actor_settings(cfg: &VerlConfig, n: usize, dp: usize, seq_len: usize, l: &mut
     }
 }
 
-/// The optimizer of `optim` (`key` is its dotted path).
-fn optim_spec(key: &str, o: &OptimConfig, offload: bool, l: &mut Lowering) -> OptimSpec {
+/// The role-level `grad_clip` that verl's FSDP workers clip with (Megatron reads `optim`).
+fn fsdp_clip(strategy: Strategy, grad_clip: Option<f64>) -> Option<f64> {
+    grad_clip.filter(|_| strategy != Strategy::Megatron)
+}
+
+/// The optimizer of `optim` (`key` is its dotted path); `role_clip` is the FSDP role's
+/// `grad_clip`, which takes precedence over `optim`'s.
+fn optim_spec(key: &str, o: &OptimConfig, role_clip: Option<f64>, offload: bool, l: &mut Lowering) -> OptimSpec {
     let adamw = InnerConfig::AdamW(AdamWConfig { beta1: o.betas[0], beta2: o.betas[1], eps: 1e-8 });
     let inner = match o.optimizer.to_ascii_lowercase().as_str() {
         "adamw" => adamw,
@@ -375,7 +386,7 @@ fn optim_spec(key: &str, o: &OptimConfig, offload: bool, l: &mut Lowering) -> Op
             lr_warmup_steps_ratio: o.lr_warmup_steps_ratio,
         },
     };
-    OptimSpec { inner, lr: o.lr, weight_decay: o.weight_decay, clip_grad: o.grad_clip.unwrap_or(o.clip_grad), offload, schedule }
+    OptimSpec { inner, lr: o.lr, weight_decay: o.weight_decay, clip_grad: role_clip.or(o.grad_clip).unwrap_or(o.clip_grad), offload, schedule }
 }
 
 /// The sampling keys shared by `rollout.*` and `rollout.val_kwargs`.

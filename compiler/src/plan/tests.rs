@@ -5,7 +5,7 @@ use super::binding::{self, OffloadFlags, PrecisionKind as P, StrategyKind as S};
 use super::*;
 use crate::check::{CheckOptions, Checked, check};
 use crate::codes;
-use crate::diag::Severity;
+use crate::diag::{Diagnostic, Severity};
 
 /// A YAML config written to a fresh temp file, checked like `verlc check` and lowered like
 /// `verlc build`.
@@ -191,7 +191,7 @@ fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
         &LoadRequest { config_file: Some(c.file.clone()), cwd: std::env::temp_dir(), ..LoadRequest::default() },
         &CheckOptions::default(),
     );
-    promote_for_build(&mut promoted, false);
+    promote_for_build(&mut promoted);
     let b012: Vec<_> = promoted.diagnostics.iter().filter(|d| d.code.0 == "B012").collect();
     assert!(b012.len() == 1 && b012[0].is_error(), "{b012:?}");
     let d = &c.lowered.diagnostics[0];
@@ -264,8 +264,10 @@ fn vllm_knobs_warn_only_when_changed_with_their_line() {
     assert_eq!(got, vec![("B001", line("gpu_memory_utilization")), ("B001", line("swap_space")), ("B002", line("name: vllm"))]);
     let from_override = c.lowered.diagnostics.iter().find(|d| d.code == codes::BUILD_CLUSTER_KEY_UNUSED);
     assert!(from_override.is_some_and(|d| d.severity == Severity::Warning && d.primary.is_some()));
-    // `verlc check` does not report the build-only warnings.
-    assert!(c.check_codes().is_empty(), "{:?}", c.check_codes());
+    // `verlc check` reports the same verdicts (every key that has no effect is reported).
+    let mut check_codes = c.check_codes();
+    check_codes.sort();
+    assert_eq!(check_codes, vec!["B001", "B001", "B002", "B005"]);
 }
 
 #[test]
@@ -338,4 +340,99 @@ fn embedded_config_reloads_to_the_same_tree() {
         assert_eq!(c.checked.composed.root.to_json(), checked.composed.root.to_json(), "{name}");
         assert_eq!(c.lowered.plan, lower(c.checked.config.as_ref().expect("typed"), &checked.composed.root).plan, "{name}");
     }
+}
+
+#[test]
+fn every_leaf_of_both_trees_has_a_verdict() {
+    for base in [compose::FSDP_BASE, compose::MEGATRON_BASE] {
+        let root = compose::load(&LoadRequest { base: Some(base.to_owned()), ..LoadRequest::default() }).root;
+        let leaves = unused::leaves(&root, "");
+        assert!(leaves.len() > 500, "{base}: only {} leaves", leaves.len());
+        let missing: Vec<&String> = leaves.iter().map(|(k, _)| k).filter(|k| k.as_str() != "defaults" && verdicts::verdict(k).is_none()).collect();
+        assert!(missing.is_empty(), "{base}: {} leaves without a verdict: {missing:#?}", missing.len());
+    }
+}
+
+/// `(severity, line)` of the first `code` diagnostic about `key`, in check and in build.
+fn finding(c: &Case, code: &str, key: &str) -> (Option<(Severity, usize)>, Option<(Severity, usize)>) {
+    let at = |d: &Diagnostic| {
+        let o = &d.primary.as_ref()?.origin;
+        Some((d.severity, c.checked.composed.sources.get(o.source).line_col(o.span.start).0))
+    };
+    let find = |ds: &[Diagnostic]| ds.iter().find(|d| d.code.0 == code && d.key_path.as_deref() == Some(key)).and_then(at);
+    (find(&c.checked.diagnostics), find(&c.lowered.diagnostics))
+}
+
+#[test]
+fn unsupported_settings_are_reported_at_their_line_before_any_build() {
+    for (setting, key) in [
+        ("  model:\n    path: builtin://tiny\n    lora_rank: 32\n", "actor_rollout_ref.model.lora_rank"),
+        ("    ulysses_sequence_parallel_size: 2\n", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
+        ("    optim:\n      optimizer: Adafactor\n", "actor_rollout_ref.actor.optim.optimizer"),
+        ("    optim:\n      weight_decay_incr_style: linear\n", "actor_rollout_ref.actor.optim.weight_decay_incr_style"),
+        ("    policy_loss:\n      loss_mode: bypass_mode\n", "actor_rollout_ref.actor.policy_loss.loss_mode"),
+    ] {
+        let yaml = if setting.starts_with("  model:") {
+            BASE.replace("  model:\n    path: builtin://tiny\n", setting)
+        } else {
+            with_actor(setting)
+        };
+        let needle = setting.trim_end().lines().last().unwrap_or_default().trim();
+        let line = yaml.lines().position(|l| l.trim() == needle).map_or(0, |i| i + 1);
+        let c = case(&yaml, &[]);
+        let (in_check, in_build) = finding(&c, "B018", key);
+        assert_eq!(in_check, Some((Severity::Warning, line)), "{key}: {:#?}", c.checked.diagnostics);
+        assert_eq!(in_build, Some((Severity::Error, line)), "{key}: {:#?}", c.lowered.diagnostics);
+    }
+    // From overrides: the logger verl's examples use, PF-PPO, a Megatron-only layout.
+    for (o, key) in [
+        ("trainer.logger=[console,wandb]", "trainer.logger"),
+        ("algorithm.use_pf_ppo=true", "algorithm.use_pf_ppo"),
+        ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2", "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"),
+        ("actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", ""),
+    ] {
+        let c = case(BASE, &[o]);
+        if key.is_empty() {
+            // Implemented: nothing to report.
+            assert!(!c.codes().contains(&"B018"), "{o}: {:#?}", c.lowered.diagnostics);
+            continue;
+        }
+        let (in_check, in_build) = finding(&c, "B018", key);
+        assert!(in_check.is_some_and(|(s, _)| s == Severity::Warning), "{o}: {:#?}", c.checked.diagnostics);
+        assert!(in_build.is_some_and(|(s, _)| s == Severity::Error), "{o}: {:#?}", c.lowered.diagnostics);
+    }
+}
+
+#[test]
+fn no_effect_keys_warn_only_when_changed() {
+    let c = case(BASE, &["actor_rollout_ref.model.enable_activation_offload=true", "data.dataloader_num_workers=2"]);
+    let codes = c.codes();
+    assert_eq!(codes.iter().filter(|c| **c == "B006").count(), 2, "{:#?}", c.lowered.diagnostics);
+    assert!(c.lowered.diagnostics.iter().all(|d| !d.is_error()), "{:#?}", c.lowered.diagnostics);
+    // verl's defaults stay quiet.
+    let c = case(BASE, &["actor_rollout_ref.model.enable_activation_offload=false"]);
+    assert!(!c.codes().contains(&"B006"), "{:#?}", c.lowered.diagnostics);
+}
+
+#[test]
+fn the_spec_carries_the_batch_arithmetic_once() {
+    // Deprecated global micro-batch over 2 data-parallel ranks: per rank 8 / 2 = 4 (verl).
+    let c = case(BASE, &["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null", "actor_rollout_ref.actor.ppo_micro_batch_size=8", "actor_rollout_ref.rollout.n=4"]);
+    let s = &c.lowered.plan.spec;
+    assert_eq!(s.actor.update.ppo_micro_batch_size, 4);
+    // mini-batch in responses per rank: 16 prompts × 4 samples / 2 ranks.
+    assert_eq!(s.actor.update.ppo_mini_batch_size, 32);
+    assert_eq!(s.world.size(), 2);
+    // FSDP1 ignores offload_policy (verl too): the spec does not offload.
+    let c = case(BASE, &["actor_rollout_ref.actor.fsdp_config.offload_policy=true"]);
+    assert!(matches!(c.lowered.plan.spec.actor.engine, verlc_spec::trainer::EngineSpec::Fsdp(f) if !f.param_offload && !f.optimizer_offload));
+    let c = case(BASE, &["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2", "critic.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.offload_policy=true"]);
+    assert!(matches!(c.lowered.plan.spec.actor.engine, verlc_spec::trainer::EngineSpec::Fsdp(f) if f.param_offload && f.optimizer_offload));
+    // The role's grad_clip is what verl's FSDP worker clips with.
+    let c = case(BASE, &["actor_rollout_ref.actor.grad_clip=0.25"]);
+    assert_eq!(c.lowered.plan.spec.actor.optim.clip_grad, 0.25);
+    // The spec round-trips through the JSON the binary embeds.
+    let json = serde_json::to_string(&c.lowered.plan.spec).expect("serialize");
+    let back: verlc_spec::TrainerSpec = serde_json::from_str(&json).expect("deserialize");
+    assert_eq!(back, c.lowered.plan.spec);
 }

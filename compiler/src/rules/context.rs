@@ -41,15 +41,19 @@ impl<'a> RuleContext<'a> {
 
     /// The built-in default of a dotted key (for the config's flavour).
     pub fn default_node(&self, key: &str) -> Option<&Node> {
-        let tree = self.defaults.get_or_init(|| {
+        self.default_tree()?.get_path(&split_key(key))
+    }
+
+    /// verlc's built-in default tree of the config's flavour, composed on first use.
+    pub fn default_tree(&self) -> Option<&Node> {
+        Some(self.defaults.get_or_init(|| {
             let base = match self.config.flavour() {
                 crate::config::Flavour::Fsdp => crate::load::compose::FSDP_BASE,
                 crate::config::Flavour::Megatron => crate::load::compose::MEGATRON_BASE,
             };
             let req = crate::load::compose::LoadRequest { base: Some(base.into()), ..Default::default() };
             crate::load::compose::load(&req).root
-        });
-        tree.get_path(&split_key(key))
+        }))
     }
 }
 

@@ -187,7 +187,7 @@ impl<R: Roles> Trainer<R> {
                     model_path: c.model_path.clone(),
                     device: opts.device,
                     param_dtype: dtype_,
-                    seed,
+                    seed: c.seed,
                     optim: Some(c.optim.resolve(total_steps)),
                     loss_scale_factor: None,
                 })?;

@@ -1,0 +1,278 @@
+//! The verdict of every config leaf: what a verlc trainer does with it.
+//!
+//! Each leaf of verl's composed FSDP and Megatron trees matches an entry of [`TABLE`] (first
+//! match wins; a test walks both trees and fails on a leaf without one):
+//! - [`Verdict::Implemented`]: the trainer honours it; the text names the spec field.
+//! - [`Verdict::Checked`]: honoured for the values the runtime implements; lowering
+//!   ([`super::spec`]) reports any other value as `B018` at its line.
+//! - [`Verdict::NoEffect`]: nothing in a verlc trainer reads it (a vLLM knob, a profiler, Ray);
+//!   a warning with the reason when the user changed it.
+//! - [`Verdict::Unsupported`]: only verlc's default behaviour exists; a `B018` error when the
+//!   user set another value (a warning in `verlc check`, which judges verl validity).
+//!
+//! "Changed" means: written in a user file or override (not a built-in default, nor a value a
+//! built-in `${...}` copied from elsewhere) and different from verlc's built-in default of the
+//! same flavour. A config copied from verl therefore stays quiet until someone tunes a key.
+//!
+//! Patterns are dotted keys; `*` matches one segment, `**` any number (also none), and
+//! `{a,b}` one segment out of a list.
+
+use crate::codes;
+use crate::diag::Code;
+
+/// What the trainer does with a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Honoured; the spec field (or the binding) that carries it.
+    Implemented(&'static str),
+    /// Honoured within the subset the runtime implements; lowering reports other values.
+    Checked(&'static str),
+    /// Not read by a verlc trainer; completes "`key` ...".
+    NoEffect(Code, &'static str),
+    /// Only the default works; completes "`key` ...".
+    Unsupported(&'static str),
+}
+
+pub struct Entry {
+    pub pattern: &'static str,
+    pub verdict: Verdict,
+}
+
+use Verdict::{Checked, Implemented, NoEffect, Unsupported};
+
+const ROLLOUT_KNOB: Code = codes::BUILD_ROLLOUT_KNOB_UNUSED;
+const PROFILER: Code = codes::BUILD_PROFILER_UNUSED;
+const PYTHON: Code = codes::BUILD_PYTHON_ONLY_KEY;
+const CLUSTER: Code = codes::BUILD_CLUSTER_KEY_UNUSED;
+const NONE: Code = codes::BUILD_NO_EFFECT;
+
+const VLLM: &str = "is a setting of vLLM/SGLang; the binary's built-in rollout engine does not use it";
+const PROFILING: &str = "configures a profiler; the binary has no profiler integration";
+const PY: &str = "is a Python-side feature (torch.compile, Liger/Triton kernels, remote code); the binary does not use it";
+const RAY: &str = "configures verl's Ray/cluster machinery; the binary runs its ranks itself and does not use it";
+const RM: &str = "configures the reward model, which verlc's trainer does not run (reward_model.enable is refused, B016)";
+const LORA_OPT: &str = "is a LoRA option; verlc's trainer trains full weights (a LoRA rank above 0 is refused)";
+const MEMORY: &str = "only trades memory for compute in verl; the binary's engines compute the same numbers without it";
+
+macro_rules! table {
+    ($($pattern:literal => $verdict:expr,)+) => {
+        /// The verdicts, first match wins.
+        pub static TABLE: &[Entry] = &[$(Entry { pattern: $pattern, verdict: $verdict },)+];
+    };
+}
+
+table! {
+    // Hydra's instantiate targets and the profilers, wherever they are.
+    "**._target_" => NoEffect(NONE, "names a Python class for Hydra's instantiate; the binary does not instantiate Python classes"),
+    "global_profiler.**" => NoEffect(PROFILER, PROFILING),
+    "**.profiler.**" => NoEffect(PROFILER, PROFILING),
+    "**.profile.**" => NoEffect(PROFILER, PROFILING),
+
+    // The reward model and its engines.
+    "reward_model.enable" => Checked("refused when true (B016): rewards come from reward functions"),
+    "reward_model.reward_manager" => Unsupported("selects one of verl's reward managers; verlc scores with the naive manager's semantics only"),
+    "reward_model.sandbox_fusion.url" => Unsupported("points to a code sandbox; verlc's trainer has no sandbox reward"),
+    "reward_model.**" => NoEffect(NONE, RM),
+    "reward_manager.name" => Unsupported("selects one of verl's reward managers; verlc scores with the naive manager's semantics only"),
+    "reward_manager.**" => Unsupported("loads a custom reward manager class; verlc scores with its built-in manager"),
+    "custom_reward_function.*" => Implemented("reward (Python function in a side process)"),
+    "custom_reward_function.reward_kwargs.**" => Implemented("reward.reward_kwargs"),
+
+    // algorithm
+    "algorithm.adv_estimator" => Implemented("algorithm.estimator"),
+    "algorithm.{gamma,lam,norm_adv_by_std_in_grpo}" => Implemented("algorithm.advantage"),
+    "algorithm.use_kl_in_reward" => Implemented("algorithm.kl_in_reward"),
+    "algorithm.kl_penalty" => Implemented("algorithm.kl_penalty"),
+    "algorithm.kl_ctrl.*" => Implemented("algorithm.kl_ctrl"),
+    "algorithm.use_pf_ppo" => Unsupported("turns on PF-PPO reweighting, which verlc's trainer does not implement"),
+    "algorithm.pf_ppo.**" => NoEffect(NONE, "is a PF-PPO option; PF-PPO is not implemented (use_pf_ppo is refused)"),
+    "algorithm.rollout_correction.{rollout_is,rollout_rs,bypass_mode}" => Unsupported("turns on rollout correction (importance sampling, rejection, bypass), which verlc's trainer does not implement"),
+    "algorithm.rollout_correction.**" => NoEffect(NONE, "is a rollout-correction option; rollout correction is not implemented (rollout_is, rollout_rs and bypass_mode are refused)"),
+
+    // data
+    "data.{train_files,val_files,prompt_key,reward_fn_key,max_prompt_length,truncation,filter_overlong_prompts,train_max_samples,val_max_samples,shuffle,validation_shuffle,seed}" => Implemented("data"),
+    "data.max_response_length" => Implemented("rollout.train.max_new_tokens (through rollout.response_length)"),
+    "data.{train_batch_size,gen_batch_size}" => Implemented("data.batch_size"),
+    "data.val_batch_size" => Implemented("data.val_batch_size"),
+    "data.apply_chat_template_kwargs.**" => Implemented("data.chat_template_kwargs"),
+    "data.{dataloader_num_workers,filter_overlong_prompts_workers}" => NoEffect(NONE, "sets Python worker counts; the binary loads and tokenizes data in-process"),
+    "data.{return_raw_input_ids,return_raw_chat,return_full_prompt}" => NoEffect(NONE, "adds fields to verl's batches for reward models and agents; the binary does not need them"),
+    "data.{use_shm,trust_remote_code}" => NoEffect(PYTHON, PY),
+    "data.{image_key,video_key,image_patch_size,return_multi_modal_inputs}" => Unsupported("configures multi-modal inputs; verlc's models are text-only"),
+    "data.tokenizer" => Unsupported("names a separate tokenizer; verlc tokenizes with actor_rollout_ref.model.tokenizer_path (or the model's)"),
+    "data.tool_config_path" => Unsupported("configures tools for multi-turn rollouts, which verlc does not implement"),
+    "data.{custom_cls,datagen,sampler}.**" => Unsupported("loads a Python dataset, generator or sampler class; verlc reads parquet/JSON prompt files itself"),
+
+    // trainer
+    "trainer.{total_epochs,total_training_steps,test_freq,save_freq,critic_warmup,val_before_train,val_only,default_local_dir,resume_mode,resume_from_path,max_actor_ckpt_to_keep,max_critic_ckpt_to_keep,del_local_ckpt_after_load,rollout_data_dir,project_name,experiment_name}" => Implemented("run"),
+    "trainer.logger" => Checked("run.loggers (console, file, tensorboard)"),
+    "trainer.{nnodes,n_gpus_per_node}" => Implemented("world"),
+    "trainer.device" => Checked("world.device (cpu, cuda; other devices are refused, B017)"),
+    "trainer.balance_batch" => NoEffect(NONE, "reorders verl's batch over data-parallel ranks for speed; the update is the same"),
+    "trainer.log_val_generations" => NoEffect(NONE, "logs validation generations as tables to wandb-like trackers, which verlc's loggers are not"),
+    "trainer.validation_data_dir" => Unsupported("dumps validation generations, which verlc's trainer does not write (rollout_data_dir is supported)"),
+    "trainer.{default_hdfs_dir,esi_redundant_time,ray_wait_register_center_timeout,use_legacy_worker_impl,wandb_proxy}" => NoEffect(CLUSTER, RAY),
+    "ray_kwargs.**" => NoEffect(CLUSTER, RAY),
+    "transfer_queue.**" => NoEffect(CLUSTER, RAY),
+
+    // actor_rollout_ref.model
+    "actor_rollout_ref.model.{path,tokenizer_path}" => Implemented("actor.model_path, tokenizer_path"),
+    "actor_rollout_ref.model.{lora_rank,lora_adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
+    "actor_rollout_ref.model.lora.{rank,adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
+    "actor_rollout_ref.model.{lora_alpha,target_modules,exclude_modules}" => NoEffect(NONE, LORA_OPT),
+    "actor_rollout_ref.model.lora.**" => NoEffect(NONE, LORA_OPT),
+    "actor_rollout_ref.model.{external_lib,trust_remote_code,use_fused_kernels,use_liger,use_shm}" => NoEffect(PYTHON, PY),
+    "actor_rollout_ref.model.fused_kernel_options.**" => NoEffect(PYTHON, PY),
+    "actor_rollout_ref.model.{enable_gradient_checkpointing,enable_activation_offload}" => NoEffect(NONE, MEMORY),
+    "actor_rollout_ref.model.tiled_mlp.**" => NoEffect(NONE, MEMORY),
+    "actor_rollout_ref.model.use_remove_padding" => NoEffect(NONE, "packs sequences without padding for speed in verl; the binary computes the same update on padded micro-batches"),
+    "actor_rollout_ref.model.{custom_chat_template,hf_config_path}" => Unsupported("overrides the chat template or model config file; verlc reads both from the model directory"),
+    "actor_rollout_ref.model.override_config.**" => Unsupported("overrides fields of the model's config.json, which verlc's model loader does not apply"),
+
+    // Engine sections of actor, reference and critic: FSDP.
+    "**.fsdp_config.{param_offload,optimizer_offload,offload_policy}" => Implemented("binding.offload and the role's engine spec"),
+    "**.fsdp_config.dtype" => Implemented("binding.precision"),
+    "**.fsdp_config.mixed_precision.param_dtype" => Implemented("binding.precision"),
+    "**.fsdp_config.mixed_precision.reduce_dtype" => Implemented("engine.reduce_dtype"),
+    "**.fsdp_config.mixed_precision.**" => NoEffect(NONE, "sets a dtype the binary derives from the bound precision (buffers stay fp32)"),
+    "**.fsdp_config.{reshard_after_forward,fsdp_size}" => Implemented("engine (FSDP)"),
+    "actor_rollout_ref.ref.fsdp_config.{seed,model_dtype}" => NoEffect(NONE, "has no effect: the reference policy holds the actor's initial weights in the bound precision"),
+    "**.fsdp_config.seed" => Implemented("model_seed / critic.seed"),
+    "**.fsdp_config.model_dtype" => Unsupported("keeps the trained weights in another dtype than fp32 master weights; verlc's engines keep fp32 main parameters"),
+    "**.fsdp_config.strategy" => Implemented("the role's strategy"),
+    "**.fsdp_config.ulysses_sequence_parallel_size" => Unsupported("turns on Ulysses sequence parallelism, which verlc's FSDP engine does not implement"),
+    "**.fsdp_config.use_torch_compile" => NoEffect(PYTHON, PY),
+    "**.fsdp_config.{use_orig_params,forward_prefetch,forward_only,full_determinism}" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer and is deterministic"),
+    "**.fsdp_config.wrap_policy.**" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer"),
+    "**.fsdp_config.{entropy_checkpointing,entropy_from_logits_with_chunking}" => NoEffect(NONE, MEMORY),
+
+    // Engine sections: Megatron.
+    "**.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,sequence_parallel,use_distributed_optimizer}" => Implemented("engine (Megatron)"),
+    "**.megatron.{context_parallel_size,expert_model_parallel_size,expert_tensor_parallel_size,virtual_pipeline_model_parallel_size}" => Checked("engine (Megatron): 1 or null only"),
+    "**.megatron.{param_offload,grad_offload}" => Checked("binding.offload (not on CUDA)"),
+    "**.megatron.optimizer_offload" => Implemented("binding.offload"),
+    "**.megatron.dtype" => Implemented("binding.precision"),
+    "actor_rollout_ref.ref.megatron.seed" => NoEffect(NONE, "has no effect: the reference policy holds the actor's initial weights"),
+    "**.megatron.seed" => Implemented("model_seed / critic.seed"),
+    "**.megatron.use_dist_checkpointing" => Unsupported("loads a Megatron distributed checkpoint; verlc loads Hugging Face weights"),
+    "**.megatron.{dist_checkpointing_path,dist_checkpointing_prefix}" => NoEffect(NONE, "belongs to Megatron dist checkpointing (use_dist_checkpointing is refused)"),
+    "**.megatron.{use_mbridge,vanilla_mbridge}" => NoEffect(NONE, "selects verl's weight converter; the binary reads Hugging Face weights directly"),
+    "**.megatron.{use_remove_padding,forward_only}" => NoEffect(NONE, "changes how verl feeds Megatron; the binary computes the same numbers"),
+    "**.megatron.override_transformer_config.{recompute_granularity,recompute_method,recompute_modules,recompute_num_layers}" => NoEffect(NONE, MEMORY),
+    "**.megatron.override_transformer_config.attention_backend" => NoEffect(NONE, "selects a fused attention kernel; the binary's attention computes the same numbers"),
+    "**.megatron.{override_transformer_config,override_ddp_config,override_mcore_model_config}.**" => Unsupported("overrides Megatron-core's configs, which verlc's Megatron engine does not read"),
+
+    // Optimizers.
+    "**.optim.{lr,betas,weight_decay,clip_grad,grad_clip,lr_warmup_steps,lr_warmup_steps_ratio,lr_scheduler_type,warmup_style,min_lr_ratio,num_cycles,lr_warmup_init,min_lr,lr_decay_steps}" => Implemented("optim"),
+    "**.optim.{optimizer,optimizer_impl,lr_decay_style}" => Checked("optim (AdamW, SGD; constant, linear, cosine, inverse-square-root)"),
+    "**.optim.{lr_wsd_decay_steps,lr_wsd_decay_style}" => NoEffect(NONE, "belongs to the WSD schedule (lr_decay_style WSD is refused)"),
+    "**.optim.total_training_steps" => NoEffect(NONE, "is overwritten with the run's step count, by verl and by verlc"),
+    "**.optim.use_checkpoint_opt_param_scheduler" => NoEffect(NONE, "has no effect: verlc always restores the scheduler from the checkpoint"),
+    "**.optim.weight_decay_incr_style" => Unsupported("changes weight decay over training; verlc keeps it constant"),
+    "**.optim.override_optimizer_config.**" => Unsupported("passes extra optimizer arguments, which verlc's optimizer does not take"),
+
+    // Roles: what they share.
+    "**.checkpoint.{save_contents,load_contents,async_save}" => NoEffect(NONE, "has no effect: verlc always saves and loads model, optimizer and trainer state, synchronously"),
+    "**.{use_torch_compile,use_fused_kernels}" => NoEffect(PYTHON, PY),
+    "**.{entropy_checkpointing,entropy_from_logits_with_chunking}" => NoEffect(NONE, MEMORY),
+    "**.ulysses_sequence_parallel_size" => Unsupported("turns on Ulysses sequence parallelism, which verlc's engines do not implement"),
+    "**.load_weight" => Unsupported("skips loading the model's weights; verlc always loads them"),
+    "**.router_replay.mode" => Unsupported("replays MoE routing; verlc's models are dense"),
+    "**.router_replay.**" => NoEffect(NONE, "belongs to MoE router replay (router_replay.mode is refused)"),
+    "**.use_remove_padding" => NoEffect(NONE, "packs sequences without padding for speed in verl; the binary computes the same update on padded micro-batches"),
+    "**.{strategy,rollout_n}" => Implemented("binding.strategy / per-rank batch arithmetic"),
+
+    // actor
+    "actor_rollout_ref.actor.{ppo_mini_batch_size,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,use_dynamic_bsz,ppo_max_token_len_per_gpu,ppo_epochs,shuffle,data_loader_seed}" => Implemented("actor.update (per-rank batch arithmetic)"),
+    "actor_rollout_ref.actor.{clip_ratio,clip_ratio_low,clip_ratio_high,clip_ratio_c,tau_pos,tau_neg,loss_agg_mode,entropy_coeff,calculate_entropy,use_kl_loss,kl_loss_coef,kl_loss_type}" => Implemented("actor.update"),
+    "actor_rollout_ref.actor.policy_loss.loss_mode" => Checked("actor.update.loss_mode (bypass_mode is refused)"),
+    "actor_rollout_ref.actor.policy_loss.*" => Implemented("actor.update.policy_loss"),
+    "actor_rollout_ref.actor.loss_scale_factor" => Implemented("actor.loss_scale_factor"),
+    "actor_rollout_ref.actor.grad_clip" => Implemented("actor.optim.clip_grad"),
+    "actor_rollout_ref.actor.freeze_vision_tower" => NoEffect(NONE, "freezes a vision tower; verlc's models are text-only"),
+
+    // reference
+    "actor_rollout_ref.ref.{log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz,log_prob_max_token_len_per_gpu}" => Implemented("reference.micro_batch"),
+    "actor_rollout_ref.ref.model.path" => Implemented("reference.model_path"),
+
+    // rollout
+    "actor_rollout_ref.rollout.{n,temperature,top_k,top_p,do_sample,response_length,ignore_eos}" => Implemented("rollout.train"),
+    "actor_rollout_ref.rollout.val_kwargs.*" => Implemented("rollout.val"),
+    "actor_rollout_ref.rollout.{log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz,log_prob_max_token_len_per_gpu}" => Implemented("actor.update.log_prob_micro_batch_size"),
+    "actor_rollout_ref.rollout.{dtype,calculate_log_probs}" => Implemented("rollout"),
+    "actor_rollout_ref.rollout.name" => NoEffect(codes::BUILD_ROLLOUT_ENGINE_REPLACED, "names an external engine; the binary generates with its built-in one"),
+    "actor_rollout_ref.rollout.multi_turn.enable" => Unsupported("turns on multi-turn rollouts with tools, which verlc's rollout does not implement"),
+    "actor_rollout_ref.rollout.**" => NoEffect(ROLLOUT_KNOB, VLLM),
+
+    // critic
+    "critic.enable" => Implemented("critic (present or not)"),
+    "critic.{ppo_mini_batch_size,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,use_dynamic_bsz,ppo_max_token_len_per_gpu,forward_micro_batch_size,forward_micro_batch_size_per_gpu,forward_max_token_len_per_gpu,ppo_epochs,shuffle,data_loader_seed,cliprange_value,loss_agg_mode}" => Implemented("critic.update"),
+    "critic.grad_clip" => Implemented("critic.optim.clip_grad"),
+    "critic.model.path" => Implemented("critic.model_path"),
+    "critic.model.tokenizer_path" => Unsupported("gives the critic its own tokenizer; verlc's critic reads the actor's tokens"),
+    "critic.model.{lora_rank,lora_adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
+    "critic.model.lora.{rank,adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
+    "critic.model.{lora_alpha,target_modules,exclude_modules}" => NoEffect(NONE, LORA_OPT),
+    "critic.model.lora.**" => NoEffect(NONE, LORA_OPT),
+    "critic.model.{external_lib,trust_remote_code,use_shm}" => NoEffect(PYTHON, PY),
+    "critic.model.{enable_gradient_checkpointing,enable_activation_offload}" => NoEffect(NONE, MEMORY),
+    "critic.model.tiled_mlp.**" => NoEffect(NONE, MEMORY),
+    "critic.model.override_config.**" => Unsupported("overrides fields of the model's config.json, which verlc's model loader does not apply"),
+    "{critic,actor_rollout_ref}.nccl_timeout" => NoEffect(CLUSTER, RAY),
+    "actor_rollout_ref.hybrid_engine" => Implemented("the rollout binds the actor's weights while it generates (hybrid engine)"),
+}
+
+/// Keys whose value states what a verlc trainer does anyway: no report for that value even
+/// when it differs from verl's default (one rollout rank per training rank).
+pub const ALREADY_SO: &[(&str, &str)] = &[
+    ("actor_rollout_ref.rollout.tensor_model_parallel_size", "1"),
+    ("actor_rollout_ref.rollout.pipeline_model_parallel_size", "1"),
+    ("actor_rollout_ref.rollout.data_parallel_size", "1"),
+    ("actor_rollout_ref.rollout.expert_parallel_size", "1"),
+];
+
+/// The first entry matching the dotted `key`.
+pub fn verdict(key: &str) -> Option<&'static Entry> {
+    let segs: Vec<&str> = key.split('.').collect();
+    TABLE.iter().find(|e| matches(&e.pattern.split('.').collect::<Vec<_>>(), &segs))
+}
+
+fn matches(pattern: &[&str], key: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => key.is_empty(),
+        Some((&"**", rest)) => (0..=key.len()).any(|i| matches(rest, &key[i..])),
+        Some((p, rest)) => match key.split_first() {
+            Some((k, krest)) => segment(p, k) && matches(rest, krest),
+            None => false,
+        },
+    }
+}
+
+fn segment(pattern: &str, key: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    match pattern.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+        Some(alts) => alts.split(',').any(|a| a == key),
+        None => pattern == key,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns() {
+        let m = |p: &str, k: &str| matches(&p.split('.').collect::<Vec<_>>(), &k.split('.').collect::<Vec<_>>());
+        assert!(m("**._target_", "_target_"));
+        assert!(m("**._target_", "a.b._target_"));
+        assert!(!m("**._target_", "a.b"));
+        assert!(m("a.{b,c}.d", "a.c.d"));
+        assert!(!m("a.{b,c}.d", "a.e.d"));
+        assert!(m("a.**", "a"));
+        assert!(m("a.**", "a.b.c"));
+        assert!(m("a.*", "a.b"));
+        assert!(!m("a.*", "a.b.c"));
+    }
+}
