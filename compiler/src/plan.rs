@@ -398,8 +398,17 @@ pub fn default_tree(cfg: &VerlConfig) -> Node {
 /// binary cannot bind); a build needs them as errors. Replace them in `checked` with the
 /// build's view: the plan's errors and the verdicts (unsupported values are errors).
 pub fn promote_for_build(checked: &mut crate::check::Checked) {
+    promote_for_build_where(checked, &|_| true);
+}
+
+/// [`promote_for_build`] keeping only the verdicts of the keys `verdict_for` accepts (a
+/// trainer's run-time overrides: its embedded config was judged when it was built).
+pub fn promote_for_build_where(checked: &mut crate::check::Checked, verdict_for: &dyn Fn(&str) -> bool) {
     let Some(cfg) = checked.config.as_ref() else { return };
-    let lowered = lower_for_build(cfg, &checked.composed);
+    let mut lowered = lower(cfg, &checked.composed.root);
+    let defaults = default_tree(cfg);
+    let verdicts = verdict_diagnostics(cfg, &checked.composed.root, &checked.composed.sources, &defaults);
+    lowered.diagnostics.extend(verdicts.into_iter().filter(|d| d.key_path.as_deref().is_some_and(verdict_for)));
     let is_plan_code = |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
     checked.diagnostics.retain(|d| !is_plan_code(d.code));
     checked.diagnostics.extend(lowered.diagnostics);

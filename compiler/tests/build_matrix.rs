@@ -373,6 +373,21 @@ struct Line {
     run_s: Option<f64>,
 }
 
+/// The binding is static: a binary holds the engine code of its bound strategy only (the
+/// other strategy's engine is never monomorphized, so none of its symbols are linked).
+fn only_bound_engine(b: Binding, binary: &Path) -> Result<(), String> {
+    let out = std::process::Command::new("nm").arg("--demangle").arg("--defined-only").arg(binary).output().map_err(|e| format!("cannot run nm: {e}"))?;
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    let count = |needle: &str| symbols.lines().filter(|l| l.contains(needle)).count();
+    let (megatron, fsdp) = (count("megatron::engine::MegatronEngine"), count("engine::fsdp::FsdpEngine"));
+    match b.strategy {
+        StrategyKind::Fsdp if megatron > 0 => Err(format!("an FSDP binary holds {megatron} Megatron engine symbols")),
+        StrategyKind::Megatron if fsdp > 0 => Err(format!("a Megatron binary holds {fsdp} FSDP engine symbols")),
+        StrategyKind::Megatron if megatron == 0 => Err("a Megatron binary holds no Megatron engine symbols (nm found none)".into()),
+        _ => Ok(()),
+    }
+}
+
 #[test]
 fn every_supported_binding_builds_and_trains_two_steps() {
     if !libtorch_available() {
@@ -416,6 +431,9 @@ fn every_supported_binding_builds_and_trains_two_steps() {
                     continue;
                 }
             };
+            if let Err(e) = only_bound_engine(row.binding, &binary) {
+                lines.push(Line { binding: row.binding, world: "-", verdict: Err(e), build_s, run_s: None });
+            }
             for &world in &row.worlds {
                 let dir = work.path().join(format!("{i:02}")).join(format!("run-{world:?}"));
                 let t = Instant::now();

@@ -70,6 +70,22 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
     assert!(stdout.contains("adv_estimator: grpo"), "{stdout}");
     assert!(stdout.contains("total_training_steps: 60"), "{stdout}");
 
+    // The spec the binary embeds is the one lowering produced; an override is lowered the same way.
+    let (code, stdout, stderr) = run(trainer_cmd().arg("--print-spec"));
+    assert_eq!(code, Some(0), "{stderr}");
+    let spec: serde_json::Value = serde_json::from_str(&stdout).expect("spec json");
+    assert_eq!(spec["binding"]["strategy"], "Fsdp", "{stdout}");
+    assert_eq!(spec["actor"]["optim"]["lr"], 1e-3, "{stdout}");
+    assert_eq!(spec["actor"]["update"]["ppo_micro_batch_size"], 128, "{stdout}");
+    let (code, stdout, stderr) = run(trainer_cmd().args(["--print-spec", "actor_rollout_ref.actor.optim.lr=1e-5"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    let spec: serde_json::Value = serde_json::from_str(&stdout).expect("spec json");
+    assert_eq!(spec["actor"]["optim"]["lr"], 1e-5, "{stdout}");
+    // An override the binary cannot honour is refused before anything runs (B018), not at start-up.
+    let (code, _, stderr) = run(trainer_cmd().args(["--check", "trainer.logger=[console,wandb]"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("error[B018]") && stderr.contains("wandb"), "{stderr}");
+
     // A run-time override is checked by verlc's rules (V006: per-rank mini-batch vs micro-batch).
     let (code, stdout, stderr) = run(trainer_cmd().args(["--print-config", "actor_rollout_ref.actor.ppo_mini_batch_size=7"]));
     assert_eq!(code, Some(1), "{stderr}");

@@ -235,7 +235,7 @@ pub fn main<S: Strategy, P: Precision, O: Offload>(embedded_config: &str, build_
     match run::<S, P, O>(embedded_config, build_info, &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Exit::Usage(msg)) => {
-            eprintln!("error: {msg}\n\n{}", usage());
+            eprint!("{msg}");
             ExitCode::from(EXIT_USAGE)
         }
         Err(Exit::Failed(msg)) => {
@@ -257,80 +257,56 @@ enum Exit {
     Done,
 }
 
-/// The parsed command line.
-#[derive(Debug, Default, PartialEq)]
+/// The trainer's command line.
+#[derive(Debug, Default, PartialEq, clap::Parser)]
+#[command(
+    name = "trainer",
+    about = "Runs the RL training this binary was built for (`verlc build`).",
+    long_about = "Runs the RL training this binary was built for (`verlc build`). KEY=VALUE overrides use \
+Hydra's grammar (key=value, +key=value, ++key=value, ~key), are checked like `verlc check` and \
+lowered like `verlc build`.",
+    after_help = "ranks: torchrun/SLURM environments (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are honoured; \
+otherwise trainer.n_gpus_per_node local ranks are spawned (CPU processes over Gloo on trainer.device=cpu).",
+    disable_version_flag = true
+)]
 struct Args {
+    /// Print the build info and exit.
+    #[arg(short = 'V', long)]
     version: bool,
+    /// Print the resolved config (after overrides) and exit.
+    #[arg(long)]
     print_config: bool,
+    /// Print the trainer spec this run executes (JSON) and exit.
+    #[arg(long)]
     print_spec: bool,
+    /// Check the overrides and exit.
+    #[arg(long = "check")]
     check_only: bool,
-    nproc_per_node: Option<usize>,
+    /// Spawn N local ranks (sets trainer.n_gpus_per_node=N).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    nproc_per_node: Option<u32>,
+    /// Config overrides.
+    #[arg(value_name = "KEY=VALUE", value_parser = override_arg)]
     overrides: Vec<String>,
 }
 
-fn usage() -> String {
-    "usage: trainer [OPTIONS] [KEY=VALUE ...]
-
-Runs the RL training this binary was built for (`verlc build`); KEY=VALUE overrides use
-Hydra's grammar (key=value, +key=value, ++key=value, ~key) and are checked like `verlc check`.
-
-options:
-  --print-config        print the resolved config (after overrides) and exit
-  --print-spec          print the trainer spec this run executes (JSON) and exit
-  --check               check the overrides, print the plan and exit
-  --nproc-per-node N    spawn N local ranks (sets trainer.n_gpus_per_node=N)
-  -V, --version         print the build info and exit
-  -h, --help            print this help
-
-ranks: torchrun/SLURM environments (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are honoured;
-otherwise trainer.n_gpus_per_node local ranks are spawned (CPU processes over Gloo on
-trainer.device=cpu)."
-        .to_owned()
-}
-
-fn parse_args(args: &[OsString]) -> Result<Option<Args>, Exit> {
-    let mut out = Args::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let a = a.to_str().ok_or_else(|| Exit::Usage(format!("argument {a:?} is not valid UTF-8")))?;
-        let nproc = |v: &str| -> Result<usize, Exit> {
-            match v.parse::<usize>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(Exit::Usage(format!("--nproc-per-node needs a positive number, got `{v}`"))),
-            }
-        };
-        match a {
-            "-h" | "--help" => return Ok(None),
-            "-V" | "--version" => out.version = true,
-            "--print-config" => out.print_config = true,
-            "--print-spec" => out.print_spec = true,
-            "--check" => out.check_only = true,
-            "--nproc-per-node" => {
-                let v = it.next().and_then(|v| v.to_str()).ok_or_else(|| Exit::Usage("--nproc-per-node needs a value".into()))?;
-                out.nproc_per_node = Some(nproc(v)?);
-            }
-            "--" => {}
-            _ => {
-                if let Some(v) = a.strip_prefix("--nproc-per-node=") {
-                    out.nproc_per_node = Some(nproc(v)?);
-                } else if a.starts_with('-') {
-                    return Err(Exit::Usage(format!("unknown option `{a}`")));
-                } else if a.contains('=') || a.starts_with('~') {
-                    out.overrides.push(a.to_owned());
-                } else {
-                    return Err(Exit::Usage(format!("`{a}` is neither an option nor a KEY=VALUE override")));
-                }
-            }
-        }
+fn override_arg(a: &str) -> Result<String, String> {
+    if a.contains('=') || a.starts_with('~') {
+        Ok(a.to_owned())
+    } else {
+        Err(format!("`{a}` is neither an option nor a KEY=VALUE override"))
     }
-    Ok(Some(out))
 }
 
 fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, raw: &[OsString]) -> Result<(), Exit> {
     let compiled = binding::<S, P, O>();
-    let Some(mut args) = parse_args(raw)? else {
-        println!("{}", usage());
-        return Err(Exit::Done);
+    let mut args = match <Args as clap::Parser>::try_parse_from(std::iter::once(OsString::from("trainer")).chain(raw.iter().cloned())) {
+        Ok(a) => a,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) => {
+            print!("{e}");
+            return Err(Exit::Done);
+        }
+        Err(e) => return Err(Exit::Usage(e.to_string())),
     };
     let launched = std::env::var_os(LAUNCHED_ENV).is_some();
     let env = DistEnv::from_env().map_err(|e| Exit::Failed(e.to_string()))?;
@@ -346,7 +322,7 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
     if let Some(n) = args.nproc_per_node {
         let key = "trainer.n_gpus_per_node";
         if let Some(o) = args.overrides.iter().find(|o| o.split_once('=').is_some_and(|(k, v)| k.trim_start_matches('+') == key && v != n.to_string())) {
-            return Err(Exit::Usage(format!("--nproc-per-node {n} contradicts the override `{o}`")));
+            return Err(Exit::Usage(format!("error: --nproc-per-node {n} contradicts the override `{o}`\n")));
         }
         args.overrides.push(format!("{key}={n}"));
     }
@@ -451,8 +427,11 @@ fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[St
         ..LoadRequest::default()
     };
     let mut checked = check(&req, &CheckOptions::default());
-    // What this binary cannot run are errors here, not `check`'s warnings.
-    plan::promote_for_build(&mut checked);
+    // What this binary cannot run are errors here, not `check`'s warnings. The embedded
+    // config's verdicts were reported by `verlc build`; only the overridden keys' count now.
+    let keys: Vec<&str> = overrides.iter().map(|o| o.trim_start_matches(['+', '~']).split(['=', '@']).next().unwrap_or("")).collect();
+    let related = |k: &str| keys.iter().any(|o| k == *o || k.strip_prefix(*o).is_some_and(|r| r.starts_with('.')));
+    plan::promote_for_build_where(&mut checked, &related);
     refuse_bound_changes(&embedded_plan, &checked.composed.root, overrides, compiled, info)?;
 
     let shown: Vec<Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).cloned().collect();
@@ -543,17 +522,13 @@ fn materialize(embedded: &str, info: &BuildInfo) -> Result<PathBuf, String> {
 mod tests {
     use super::*;
 
-    fn args(a: &[&str]) -> Result<Option<Args>, String> {
-        let os: Vec<OsString> = a.iter().map(OsString::from).collect();
-        parse_args(&os).map_err(|e| match e {
-            Exit::Usage(m) | Exit::Failed(m) => m,
-            Exit::Done => "done".into(),
-        })
+    fn args(a: &[&str]) -> Result<Args, String> {
+        <Args as clap::Parser>::try_parse_from(std::iter::once("trainer").chain(a.iter().copied())).map_err(|e| e.to_string())
     }
 
     #[test]
     fn command_line() {
-        let a = args(&["--print-config", "--nproc-per-node", "2", "a.b=1", "+c=2", "~d"]).ok().flatten();
+        let a = args(&["--print-config", "--nproc-per-node", "2", "a.b=1", "+c=2", "~d"]).ok();
         assert_eq!(
             a,
             Some(Args {
@@ -565,11 +540,11 @@ mod tests {
                 overrides: vec!["a.b=1".into(), "+c=2".into(), "~d".into()]
             })
         );
-        assert_eq!(args(&["--nproc-per-node=3"]).ok().flatten().and_then(|a| a.nproc_per_node), Some(3));
+        assert_eq!(args(&["--nproc-per-node=3"]).ok().and_then(|a| a.nproc_per_node), Some(3));
         assert!(args(&["--nproc-per-node", "0"]).is_err());
         assert!(args(&["--frobnicate"]).is_err());
-        assert!(args(&["stray"]).is_err());
-        assert_eq!(args(&["-h"]).ok(), Some(None));
+        assert!(args(&["stray"]).is_err_and(|e| e.contains("neither an option nor a KEY=VALUE")));
+        assert!(args(&["trainer.test_freq=-1"]).is_ok());
     }
 
     #[test]

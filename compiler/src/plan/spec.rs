@@ -74,7 +74,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         n_gpus_per_node: l.count("trainer.n_gpus_per_node", t.n_gpus_per_node),
     };
     let n = l.count("actor_rollout_ref.rollout.n", arr.rollout.n);
-    let seq_len = (cfg.data.max_prompt_length + cfg.data.max_response_length).max(1) as usize;
+    let seq_len = usize::try_from(cfg.data.max_prompt_length.saturating_add(cfg.data.max_response_length)).unwrap_or(1).max(1);
 
     let actor_engine = engine_spec(&RoleEngine::actor(cfg), world, l);
     let actor_dp = data_parallel(world, &actor_engine);
@@ -102,6 +102,14 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         let critic_n = if c.rollout_n > 0 { c.rollout_n as usize } else { n };
         let micro = micro_batch(l, "critic.ppo_micro_batch_size", c.ppo_micro_batch_size_per_gpu, c.ppo_micro_batch_size, dp, c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu, seq_len);
         let forward = micro_batch(l, "critic.forward_micro_batch_size", c.forward_micro_batch_size_per_gpu, c.forward_micro_batch_size, dp, true, c.forward_max_token_len_per_gpu, seq_len);
+        let tokenizer = arr.model.tokenizer_path.as_deref().unwrap_or(&arr.model.path);
+        if let Some(t) = c.model.tokenizer_path.as_deref().filter(|t| *t != tokenizer && *t != c.model.path) {
+            l.unsupported(
+                "critic.model.tokenizer_path",
+                format!("the critic's tokenizer `{t}` differs from the actor's `{tokenizer}`; verlc's critic reads the actor's tokens"),
+                "use the actor's tokenizer (leave critic.model.tokenizer_path unset)",
+            );
+        }
         CriticSpec {
             model_path: c.model.path.clone(),
             seed: c.model.fsdp_config.as_ref().map(|f| f.seed).filter(|_| c.strategy != Strategy::Megatron).or(c.megatron.as_ref().map(|m| m.seed)).unwrap_or(42) as u64,

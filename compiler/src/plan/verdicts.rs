@@ -209,7 +209,7 @@ table! {
     "critic.{ppo_mini_batch_size,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,use_dynamic_bsz,ppo_max_token_len_per_gpu,forward_micro_batch_size,forward_micro_batch_size_per_gpu,forward_max_token_len_per_gpu,ppo_epochs,shuffle,data_loader_seed,cliprange_value,loss_agg_mode}" => Implemented("critic.update"),
     "critic.grad_clip" => Implemented("critic.optim.clip_grad"),
     "critic.model.path" => Implemented("critic.model_path"),
-    "critic.model.tokenizer_path" => Unsupported("gives the critic its own tokenizer; verlc's critic reads the actor's tokens"),
+    "critic.model.tokenizer_path" => Checked("the actor's tokenizer (another one is refused)"),
     "critic.model.{lora_rank,lora_adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
     "critic.model.lora.{rank,adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
     "critic.model.{lora_alpha,target_modules,exclude_modules}" => NoEffect(NONE, LORA_OPT),

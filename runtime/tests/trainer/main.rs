@@ -7,6 +7,7 @@ mod common;
 mod checkpoint;
 mod distributed;
 mod engine;
+mod examples;
 mod learning;
 mod logging;
 mod resume;
