@@ -9,8 +9,7 @@
 //! - strategy: `actor.strategy` — `fsdp`/`fsdp2` bind `Fsdp`, `megatron` binds `Megatron`.
 //! - precision (FSDP): `fsdp_config.mixed_precision.param_dtype` when set, else the engine's
 //!   compute `fsdp_config.dtype` — fp32 -> `Fp32`, bf16 -> `Bf16Mixed`, fp16 -> `Fp16Mixed`
-//!   (loss scaling). `fsdp_config.model_dtype` is the dtype the weights are loaded in and
-//!   is kept as information ([`BuildPlan::model_dtype`]).
+//!   (loss scaling). `fsdp_config.model_dtype` has a verdict of its own ([`verdicts`]).
 //! - precision (Megatron): `megatron.dtype` (bfloat16 or float16).
 //! - offload (FSDP): `param_offload` offloads parameters and their gradients,
 //!   `optimizer_offload` the optimizer state; FSDP2's `offload_policy` offloads all three.
@@ -112,14 +111,6 @@ impl World {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BuildPlan {
     pub binding: Binding,
-    /// The strategy as written (`fsdp`, `fsdp2` or `megatron`); `fsdp` and `fsdp2` both bind
-    /// `Fsdp`, and the runtime reads this to pick the wrapping flavour.
-    pub config_strategy: Strategy,
-    /// Dtype the actor's weights are loaded in (FSDP `model_dtype`; Megatron: its `dtype`).
-    pub model_dtype: PrecisionKind,
-    /// Whether the reference policy's parameters are parked on the host between uses (not
-    /// bound: the reference only runs forward passes).
-    pub reference_param_offload: bool,
     pub world: World,
     pub algorithm: AlgorithmPlan,
     pub roles: Roles,
@@ -306,15 +297,6 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
     let binding = Binding { strategy: actor.strategy_kind(), precision, offload };
 
     let a = &cfg.actor_rollout_ref.actor;
-    let model_dtype = match actor.engine {
-        Some(Engine::Fsdp(f)) => torch_precision(f.model_dtype),
-        _ => precision,
-    };
-    let reference_param_offload = match RoleEngine::reference(cfg).engine {
-        Some(Engine::Fsdp(f)) => f.param_offload,
-        Some(Engine::Megatron(m)) => m.param_offload,
-        None => false,
-    };
     let roles = Roles {
         actor: true,
         rollout: true,
@@ -359,9 +341,6 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
     let (spec, spec_diagnostics) = spec::lower_spec(cfg, root, binding);
     let plan = BuildPlan {
         binding,
-        config_strategy: a.strategy,
-        model_dtype,
-        reference_param_offload,
         world,
         algorithm,
         roles,

@@ -55,7 +55,7 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
         .env("VERLC_CACHE_DIR", &cache)
         .env("VERLC_TARGET_DIR", workspace_target()));
     assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
-    assert!(stderr.contains("strategy = Fsdp, precision = Bf16Mixed, offload = []"), "{stderr}");
+    assert!(stderr.contains("strategy = Fsdp, precision = Fp32, offload = []"), "{stderr}");
     assert!(trainer.is_file());
 
     let trainer_cmd = || {

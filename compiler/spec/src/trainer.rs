@@ -66,7 +66,7 @@ pub struct WorldSpec {
 
 impl WorldSpec {
     pub fn size(&self) -> usize {
-        self.nnodes * self.n_gpus_per_node
+        self.nnodes.saturating_mul(self.n_gpus_per_node)
     }
 }
 

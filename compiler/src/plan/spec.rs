@@ -116,7 +116,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
             engine,
             optim: optim_spec("critic.optim", &c.optim, fsdp_clip(c.strategy, c.grad_clip), engine.optimizer_offload(), l),
             update: CriticSettings {
-                ppo_mini_batch_size: (l.count("critic.ppo_mini_batch_size", c.ppo_mini_batch_size) * critic_n / dp).max(1),
+                ppo_mini_batch_size: (l.count("critic.ppo_mini_batch_size", c.ppo_mini_batch_size).saturating_mul(critic_n) / dp).max(1),
                 ppo_micro_batch_size: micro,
                 forward_micro_batch_size: forward,
                 ppo_epochs: l.count("critic.ppo_epochs", c.ppo_epochs),
@@ -226,7 +226,7 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                 let which = if m.param_offload { "param_offload" } else { "grad_offload" };
                 l.unsupported(&key(which), "the Megatron engine does not move its model shards off the GPU between phases yet (only optimizer_offload)", "set it to false on CUDA");
             }
-            if !world.size().is_multiple_of(tp * pp) {
+            if !world.size().is_multiple_of(tp.saturating_mul(pp)) {
                 l.unsupported(&key("tensor_model_parallel_size"), format!("{} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}", world.size()), "make trainer.nnodes × n_gpus_per_node a multiple of TP × PP");
             }
             EngineSpec::Megatron(MegatronEngineSpec {
@@ -258,7 +258,7 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
 /// The data-parallel size of a role: the world over its model-parallel ranks.
 fn data_parallel(world: WorldSpec, engine: &EngineSpec) -> usize {
     match engine {
-        EngineSpec::Megatron(m) => (world.size() / (m.tensor_parallel * m.pipeline_parallel).max(1)).max(1),
+        EngineSpec::Megatron(m) => (world.size() / m.tensor_parallel.saturating_mul(m.pipeline_parallel).max(1)).max(1),
         EngineSpec::Fsdp(_) => world.size().max(1),
     }
 }
@@ -287,7 +287,7 @@ fn actor_settings(cfg: &VerlConfig, n: usize, dp: usize, seq_len: usize, l: &mut
     // verl normalises the mini-batch by the role's `rollout_n` (an interpolation of
     // `rollout.n` unless set).
     let n = if a.rollout_n > 0 { a.rollout_n as usize } else { n };
-    let mini = l.count("actor_rollout_ref.actor.ppo_mini_batch_size", a.ppo_mini_batch_size) * n / dp;
+    let mini = l.count("actor_rollout_ref.actor.ppo_mini_batch_size", a.ppo_mini_batch_size).saturating_mul(n) / dp;
     let micro = micro_batch(l, "actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size, dp, a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu, seq_len);
     let log_prob = micro_batch(l, "actor_rollout_ref.rollout.log_prob_micro_batch_size", r.log_prob_micro_batch_size_per_gpu, r.log_prob_micro_batch_size, dp, true, r.log_prob_max_token_len_per_gpu, seq_len);
     let loss_mode = match a.policy_loss.loss_mode {

@@ -105,8 +105,7 @@ fn default_fsdp_binds_bf16_without_offload() {
     assert_eq!(c.binding(), Binding { strategy: S::Fsdp, precision: P::Bf16Mixed, offload: OffloadFlags::NONE });
     assert!(c.lowered.diagnostics.is_empty(), "{:#?}", c.lowered.diagnostics);
     let plan = &c.lowered.plan;
-    assert_eq!(plan.config_strategy, Strategy::Fsdp);
-    assert_eq!(plan.model_dtype, P::Fp32);
+    assert_eq!(plan.spec.strategy, verlc_spec::trainer::StrategyName::Fsdp);
     assert!(plan.roles.actor && plan.roles.rollout);
     assert!(!plan.roles.critic && !plan.roles.reference);
     assert_eq!(plan.world.size(), 1);
@@ -130,7 +129,6 @@ fn mixed_precision_param_dtype_decides_precision() {
 fn engine_dtype_decides_precision_without_mixed_precision() {
     let c = case(&with_actor("    fsdp_config:\n      dtype: float16\n      model_dtype: bf16\n"), &[]);
     assert_eq!(c.binding().precision, P::Fp16Mixed);
-    assert_eq!(c.lowered.plan.model_dtype, P::Bf16Mixed);
     let keys: Vec<&str> = c.lowered.plan.bound_keys.iter().map(|b| b.key.as_str()).collect();
     assert!(keys.contains(&"actor_rollout_ref.actor.fsdp_config.dtype"), "{keys:?}");
 }
@@ -149,7 +147,7 @@ fn fsdp_offload_flags() {
 fn fsdp2_offload_policy_offloads_everything() {
     let c = case(&with_actor("    strategy: fsdp2\n    fsdp_config:\n      offload_policy: true\n"), &[]);
     assert_eq!(c.binding(), Binding { strategy: S::Fsdp, precision: P::Bf16Mixed, offload: OffloadFlags { params: true, grads: true, optimizer: true } });
-    assert_eq!(c.lowered.plan.config_strategy, Strategy::Fsdp2);
+    assert_eq!(c.lowered.plan.spec.strategy, verlc_spec::trainer::StrategyName::Fsdp2);
     assert!(c.codes().is_empty(), "{:?}", c.codes());
 }
 
@@ -174,7 +172,7 @@ fn megatron_precision_and_offload() {
         c.binding(),
         Binding { strategy: S::Megatron, precision: P::Fp16Mixed, offload: OffloadFlags { params: false, grads: true, optimizer: true } }
     );
-    assert_eq!(c.lowered.plan.config_strategy, Strategy::Megatron);
+    assert_eq!(c.lowered.plan.spec.strategy, verlc_spec::trainer::StrategyName::Megatron);
     assert!(c.lowered.diagnostics.iter().all(|d| !d.is_error()), "{:#?}", c.lowered.diagnostics);
 }
 

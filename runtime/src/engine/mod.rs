@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use tch::nn::Path as VarPath;
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 use crate::algo::AggOptions;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
@@ -180,14 +180,6 @@ pub struct StepResult {
     pub update_successful: bool,
 }
 
-/// Which parts [`Engine::to`] moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Parts {
-    pub model: bool,
-    pub optimizer: bool,
-    pub grad: bool,
-}
-
 /// The engine interface (verl's `BaseEngine`), strategy-neutral. `dp_*` describe the
 /// data-parallel group the engine's batches are split over (1 and 0 for a single process).
 pub trait Engine {
@@ -226,13 +218,6 @@ pub trait Engine {
 
     /// The lr the next optimizer step uses.
     fn lr(&self) -> f64;
-
-    /// Brings what training needs onto the device (model, optimizer state, gradients).
-    fn train_mode(&mut self) -> Result<()>;
-    /// Brings the model onto the device for inference; parks the rest per the offload policy.
-    fn eval_mode(&mut self) -> Result<()>;
-    /// Moves `parts` to `device` (manual onload/offload).
-    fn to(&mut self, device: Device, parts: Parts) -> Result<()>;
 
     /// Writes model (HF layout), optimizer and scheduler state under `dir`.
     fn save_checkpoint(&self, dir: &Path) -> Result<()>;

@@ -18,7 +18,7 @@ use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
 use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig};
 
 use super::{
-    Batch, Engine, EngineError, ForwardOptions, Head, LossFn, Metrics, Parts, Result, StepResult, global_agg_options,
+    Batch, Engine, EngineError, ForwardOptions, Head, LossFn, Metrics, Result, StepResult, global_agg_options,
 };
 
 pub use verlc_spec::optim::{OptimSettings, SchedulerSettings};
@@ -202,29 +202,6 @@ impl<H: Head> Engine for SingleEngine<H> {
 
     fn lr(&self) -> f64 {
         self.optimizer.as_ref().and_then(Optimizer::canonical_lr).unwrap_or(0.0)
-    }
-
-    fn train_mode(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn eval_mode(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn to(&mut self, device: Device, parts: Parts) -> Result<()> {
-        // The optimizer's host offload is fixed at construction; one process keeps one full
-        // copy of the model on its device (the binding table's rule for `Single`).
-        if parts.model && device != self.settings.device {
-            return Err(EngineError::Config(format!(
-                "the single-process engine keeps its model on {:?}; moving it to {device:?} is not supported",
-                self.settings.device
-            )));
-        }
-        if parts.grad && device == Device::Cpu && self.optimizer.is_some() {
-            self.optimizer_mut()?.zero_grad()?;
-        }
-        Ok(())
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {

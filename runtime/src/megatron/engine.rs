@@ -23,7 +23,7 @@ use crate::algo::AggOptions;
 use crate::dist::mappings::Tape;
 use crate::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use crate::engine::{
-    Batch, Engine, EngineError, EngineSettings, ForwardOptions, Head, LossFn, Metrics, Parts,
+    Batch, Engine, EngineError, EngineSettings, ForwardOptions, Head, LossFn, Metrics,
     SchedulerSettings, StepResult, global_agg_options,
 };
 use crate::model::init::{init_weights, init_weights_where};
@@ -208,7 +208,7 @@ impl MegatronSettings {
         let bad = |m: String| EngineError::Config(m);
         let (tp, pp) = (spec.tensor_parallel.max(1), spec.pipeline_parallel.max(1));
         let world_size = world.map_or(1, ProcessGroup::size);
-        if !world_size.is_multiple_of(tp * pp) {
+        if tp.checked_mul(pp).is_none_or(|mp| !world_size.is_multiple_of(mp)) {
             return Err(bad(format!(
                 "{world_size} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}"
             )));
@@ -613,27 +613,6 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
             .inner_optimizer()
             .and_then(Optimizer::canonical_lr)
             .unwrap_or(0.0)
-    }
-
-    fn train_mode(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn eval_mode(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn to(&mut self, device: Device, parts: Parts) -> Result<()> {
-        if parts.model && device != self.settings.device {
-            return Err(EngineError::Config(format!(
-                "the Megatron engine keeps its model shards on {:?}; moving them to {device:?} is not supported yet",
-                self.settings.device
-            )));
-        }
-        if parts.grad && device == Device::Cpu {
-            self.module.zero_grad()?;
-        }
-        Ok(())
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {

@@ -49,7 +49,6 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
     /// Log-probs `(N, R)` of the responses under the current policy and their entropy
     /// (verl's `compute_log_prob`: `old_log_probs` and the `actor/entropy` metric).
     pub fn compute_log_prob(&mut self, batch: &Batch) -> Result<(Tensor, Tensor)> {
-        self.engine.eval_mode()?;
         let fwd = ForwardOptions { temperature: self.settings.temperature, with_entropy: true };
         let outs = self.engine.infer_batch(batch, self.settings.log_prob_micro_batch_size, &fwd)?;
         let (mut lps, mut ents) = (Vec::new(), Vec::new());
@@ -77,7 +76,6 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
         if s.use_kl_loss {
             batch.get("ref_log_prob")?;
         }
-        self.engine.train_mode()?;
         let lr = self.engine.lr();
         let with_entropy = s.entropy_coeff != 0.0 || s.calculate_entropy;
         let fwd = ForwardOptions { temperature: s.temperature, with_entropy };

@@ -34,7 +34,6 @@ impl<E: Engine<Head = ValueModel>> Critic<E> {
 
     /// Values `(N, R)`, zero outside the response mask (verl's `compute_values`).
     pub fn compute_values(&mut self, batch: &Batch) -> Result<Tensor> {
-        self.engine.eval_mode()?;
         let outs = self.engine.infer_batch(batch, self.settings.forward_micro_batch_size, &ForwardOptions::default())?;
         let values = Tensor::f_cat(&outs, 0)?;
         let mask = batch.get("response_mask")?.f_to_kind(values.kind())?;
@@ -47,7 +46,6 @@ impl<E: Engine<Head = ValueModel>> Critic<E> {
         for key in ["values", "returns", "response_mask"] {
             batch.get(key)?;
         }
-        self.engine.train_mode()?;
         let lr = self.engine.lr();
         let mut lists = MetricLists::default();
         for epoch in 0..s.ppo_epochs {

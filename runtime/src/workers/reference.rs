@@ -29,7 +29,6 @@ impl<E: Engine<Head = CausalLm>> Reference<E> {
 
     /// `ref_log_prob` `(N, R)` (verl's `compute_ref_log_prob`).
     pub fn compute_ref_log_prob(&mut self, batch: &Batch) -> Result<Tensor> {
-        self.engine.eval_mode()?;
         let fwd = ForwardOptions { temperature: self.temperature, with_entropy: false };
         let outs = self.engine.infer_batch(batch, self.micro_batch_size, &fwd)?;
         let lps: Vec<Tensor> = outs.into_iter().map(|o| o.log_probs).collect();

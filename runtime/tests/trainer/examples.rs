@@ -37,8 +37,8 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
         "trainer.val_before_train=false",
         "trainer.logger=[console]",
         "trainer.resume_mode=disable",
-        "data.train_files=builtin://digit_reversal?split=train&size=64",
-        "data.val_files=builtin://digit_reversal?split=test&size=8",
+        "data.train_files='builtin://digit_reversal?split=train&size=64'",
+        "data.val_files='builtin://digit_reversal?split=test&size=8'",
         "data.train_batch_size=4",
         "data.max_prompt_length=32",
         "data.max_response_length=4",
@@ -51,6 +51,8 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
         "actor_rollout_ref.rollout.max_model_len=null",
         "actor_rollout_ref.rollout.max_num_batched_tokens=8192",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.data_parallel_size=1",
+        "actor_rollout_ref.rollout.pipeline_model_parallel_size=1",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "critic.ppo_mini_batch_size=2",
         "custom_reward_function.path=null",
@@ -61,18 +63,23 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
     o.push(format!("critic.model.path={TINY}"));
     o.push("actor_rollout_ref.model.tokenizer_path=null".into());
     o.push(format!("trainer.default_local_dir={}", dir.join("ckpt").display()));
-    // Micro-batches: the per-GPU key, the deprecated global one cleared.
+    // Micro-batches: the per-GPU key (2 divides any mini-batch of 2 prompts × n), the
+    // deprecated global one cleared.
     for (per_gpu, global) in [
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_micro_batch_size"),
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_micro_batch_size"),
         ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.ref.log_prob_micro_batch_size"),
         ("critic.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size"),
-        ("critic.forward_micro_batch_size_per_gpu", "critic.forward_micro_batch_size"),
     ] {
-        o.push(format!("{per_gpu}=4"));
+        o.push(format!("{per_gpu}=2"));
         o.push(format!("{global}=null"));
     }
     o
+}
+
+/// Sequence-parallel sizes of one process (only the FSDP tree has Ulysses keys).
+fn fsdp_world_of_one() -> Vec<String> {
+    ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"].iter().map(|r| format!("{r}.ulysses_sequence_parallel_size=1")).collect()
 }
 
 /// Model-parallel sizes of one CPU process (only for the Megatron flavour, whose tree has them).
@@ -142,6 +149,7 @@ fn verl_examples_that_build_start_and_train_a_step() {
     let mut refused: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut built: BTreeMap<String, (String, TrainerSpec)> = BTreeMap::new();
     let mut n_built = 0;
+    let mut hydra_rejects = 0;
     for case in &cases {
         if !case["config_dir"].is_null() {
             continue;
@@ -150,9 +158,19 @@ fn verl_examples_that_build_start_and_train_a_step() {
         let base = case["config_name"].as_str().unwrap_or("ppo_trainer").trim_end_matches(".yaml").to_owned();
         let mut overrides: Vec<String> =
             case["overrides"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect();
+        // Hydra itself rejects a few of verl's scripts (keys that are not in the tree): not
+        // configs anyone runs.
+        let original = LoadRequest { base: Some(base.clone()), overrides: overrides.clone(), cwd: repo(), ..LoadRequest::default() };
+        let composed = verlc::check::check(&original, &verlc::check::CheckOptions::default());
+        if composed.diagnostics.iter().any(|d| d.is_error() && d.code.0.starts_with('H')) {
+            hydra_rejects += 1;
+            continue;
+        }
         overrides.extend(retarget(&dir));
         if base.contains("megatron") {
             overrides.extend(megatron_world_of_one());
+        } else {
+            overrides.extend(fsdp_world_of_one());
         }
         let req = LoadRequest { base: Some(base), overrides, cwd: repo(), ..LoadRequest::default() };
         match lower_request(&req) {
@@ -172,7 +190,7 @@ fn verl_examples_that_build_start_and_train_a_step() {
             }
         }
     }
-    eprintln!("verl examples: {n_built} build ({} distinct runs), refused: {refused:#?}", built.len());
+    eprintln!("verl examples: {hydra_rejects} rejected by Hydra, {n_built} build ({} distinct runs), refused: {refused:#?}", built.len());
     assert!(n_built >= 40, "only {n_built} of verl's examples build once retargeted; refused: {refused:#?}");
     let mut failed = Vec::new();
     for (sig, (script, spec)) in &built {

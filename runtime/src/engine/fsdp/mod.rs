@@ -63,7 +63,7 @@ use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
 use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig};
 
 use super::{
-    Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Parts, Result, SchedulerSettings,
+    Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Result, SchedulerSettings,
     StepResult, global_agg_options,
 };
 
@@ -559,27 +559,6 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
 
     fn lr(&self) -> f64 {
         self.optimizer.as_ref().and_then(Optimizer::canonical_lr).unwrap_or(0.0)
-    }
-
-    fn train_mode(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn eval_mode(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn to(&mut self, device: Device, parts: Parts) -> Result<()> {
-        if parts.model && device != self.settings.engine.device && !self.settings.param_offload {
-            return Err(EngineError::Config(format!(
-                "the FSDP engine keeps its shards on {:?} (param_offload is off); moving them to {device:?} is not supported",
-                self.settings.engine.device
-            )));
-        }
-        if parts.grad && device == Device::Cpu && self.optimizer.is_some() {
-            self.optimizer_mut()?.zero_grad()?;
-        }
-        Ok(())
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
