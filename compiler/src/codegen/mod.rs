@@ -7,7 +7,8 @@
 //! `~/.cache/verlc`):
 //! - `crates/<package>/`: one generated crate per config (`Cargo.toml`, `build.rs`,
 //!   `src/main.rs`, `trainer.yaml`, a `Cargo.lock` seeded from the checkout's);
-//! - `target/`: the shared target directory (`$VERLC_TARGET_DIR` overrides it).
+//! - `target/`: the shared target directory of an installed verlc (`$VERLC_TARGET_DIR`
+//!   overrides it); run from a checkout, trainers build into the workspace's `target/`.
 //!
 //! The crate depends by path on the `runtime` and `macros` crates of the verlc checkout this
 //! binary was built from (`$VERLC_SOURCE_DIR` overrides it). Only cargo is run here; nothing in
@@ -68,7 +69,16 @@ impl Paths {
             compiler.parent().unwrap_or(compiler).to_path_buf()
         });
         let cache = cache.or_else(|| std::env::var_os("VERLC_CACHE_DIR").map(PathBuf::from)).unwrap_or_else(default_cache);
-        let target = target.or_else(|| std::env::var_os("VERLC_TARGET_DIR").map(PathBuf::from)).unwrap_or_else(|| cache.join("target"));
+        // In a verlc checkout the trainers build into the workspace's own target directory, so
+        // they reuse what building verlc compiled (README command 1 compiles each shared crate
+        // once); an installed verlc uses the cache.
+        let workspace_target = || {
+            checkout.join("Cargo.toml").is_file().then(|| std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| checkout.join("target"), PathBuf::from))
+        };
+        let target = target
+            .or_else(|| std::env::var_os("VERLC_TARGET_DIR").map(PathBuf::from))
+            .or_else(workspace_target)
+            .unwrap_or_else(|| cache.join("target"));
         Paths { checkout, cache, target }
     }
 }

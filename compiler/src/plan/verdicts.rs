@@ -14,8 +14,8 @@
 //! built-in `${...}` copied from elsewhere) and different from verlc's built-in default of the
 //! same flavour. A config copied from verl therefore stays quiet until someone tunes a key.
 //!
-//! Patterns are dotted keys; `*` matches one segment, `**` any number (also none), and
-//! `{a,b}` one segment out of a list.
+//! Patterns are dotted keys; `*` matches one segment (`moe_*` one segment with that prefix),
+//! `**` any number (also none), and `{a,b}` one segment out of a list.
 
 use crate::codes;
 use crate::diag::Code;
@@ -160,6 +160,10 @@ table! {
     "**.megatron.{use_remove_padding,forward_only}" => NoEffect(NONE, "changes how verl feeds Megatron; the binary computes the same numbers"),
     "**.megatron.override_transformer_config.{recompute_granularity,recompute_method,recompute_modules,recompute_num_layers}" => NoEffect(NONE, MEMORY),
     "**.megatron.override_transformer_config.attention_backend" => NoEffect(NONE, "selects a fused attention kernel; the binary's attention computes the same numbers"),
+    "**.megatron.override_transformer_config.{gradient_accumulation_fusion,apply_rope_fusion,bias_activation_fusion,masked_softmax_fusion,bias_dropout_fusion,persist_layer_norm,deallocate_pipeline_outputs,cross_entropy_loss_fusion}" => NoEffect(NONE, "selects a fused Megatron-core kernel or buffer policy; the binary computes the same numbers without it"),
+    "**.megatron.override_transformer_config.{num_layers_in_first_pipeline_stage,num_layers_in_last_pipeline_stage,account_for_embedding_in_pipeline_split,account_for_loss_in_pipeline_split}" => NoEffect(NONE, "places layers on pipeline stages; verlc's Megatron engine splits decoder layers evenly (same numbers, other memory per stage)"),
+    "**.megatron.override_transformer_config.moe_*" => NoEffect(NONE, "configures mixture-of-experts layers; verlc's models are dense (expert parallelism is refused)"),
+    "**.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d" => NoEffect(NONE, "overlaps host copies of an offloaded optimizer; the binary computes the same update"),
     "**.megatron.{override_transformer_config,override_ddp_config,override_mcore_model_config}.**" => Unsupported("overrides Megatron-core's configs, which verlc's Megatron engine does not read"),
 
     // Optimizers.
@@ -249,8 +253,8 @@ fn matches(pattern: &[&str], key: &[&str]) -> bool {
 }
 
 fn segment(pattern: &str, key: &str) -> bool {
-    if pattern == "*" {
-        return true;
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        return key.starts_with(prefix);
     }
     match pattern.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
         Some(alts) => alts.split(',').any(|a| a == key),
@@ -273,6 +277,8 @@ mod tests {
         assert!(m("a.**", "a"));
         assert!(m("a.**", "a.b.c"));
         assert!(m("a.*", "a.b"));
+        assert!(m("a.moe_*", "a.moe_router_dtype"));
+        assert!(!m("a.moe_*", "a.dropout"));
         assert!(!m("a.*", "a.b.c"));
     }
 }

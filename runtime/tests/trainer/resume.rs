@@ -15,7 +15,9 @@ use serde_json::Value;
 use crate::support::{is_timing, quiet, scratch, small_grpo};
 
 const CHILD_ENV: &str = "RESUME_CHILD_DIR";
-const STEPS: u64 = 6;
+// Enough steps that the child is still training when the first checkpoint appears (an fp32
+// step of the tiny model takes milliseconds).
+const STEPS: u64 = 30;
 
 fn config(dir: &Path) -> verlc_spec::TrainerSpec {
     small_grpo(dir, STEPS, &[
