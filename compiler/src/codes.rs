@@ -57,21 +57,66 @@ pub const BUILD_NO_EFFECT: Code = Code("B006");
 
 /// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
 pub const BUILD_CODES: &[(Code, &str)] = &[
-    (BUILD_ROLLOUT_KNOB_UNUSED, "a vLLM/SGLang rollout setting the built-in rollout engine does not use"),
-    (BUILD_ROLLOUT_ENGINE_REPLACED, "the binary generates with its built-in engine, not the one named in rollout.name"),
-    (BUILD_PROFILER_UNUSED, "profiler settings; the binary has no profiler integration"),
-    (BUILD_PYTHON_ONLY_KEY, "a Python-only option (torch.compile, Liger, Triton kernels, remote code)"),
-    (BUILD_CLUSTER_KEY_UNUSED, "Ray, HDFS and other cluster settings the binary does not use"),
-    (BUILD_ROLE_STRATEGY_MISMATCH, "critic or reference policy use another strategy than the actor"),
-    (BUILD_ROLE_PRECISION_MISMATCH, "critic or reference policy use another precision than the actor"),
-    (BUILD_UNSUPPORTED_BINDING, "a strategy/precision/offload combination the runtime does not support"),
-    (BUILD_OFFLOAD_KEY_IGNORED, "offload set in the engine section of the other strategy"),
-    (BUILD_CRITIC_OFFLOAD_MISMATCH, "the critic's offload policy differs from the actor's"),
-    (BUILD_ENGINE_SECTION_MISSING, "no engine section (fsdp_config / megatron) for a role's strategy"),
-    (BUILD_REWARD_MODEL_UNSUPPORTED, "reward models are not supported by the generated trainer"),
-    (BUILD_DEVICE_UNSUPPORTED, "trainer.device is not cpu or cuda"),
-    (BUILD_UNSUPPORTED_SETTING, "a setting the generated trainer cannot honour (its verdict is `unsupported`)"),
-    (BUILD_NO_EFFECT, "a setting that has no effect in the generated trainer (its verdict is `no effect`)"),
+    (
+        BUILD_ROLLOUT_KNOB_UNUSED,
+        "a vLLM/SGLang rollout setting the built-in rollout engine does not use",
+    ),
+    (
+        BUILD_ROLLOUT_ENGINE_REPLACED,
+        "the binary generates with its built-in engine, not the one named in rollout.name",
+    ),
+    (
+        BUILD_PROFILER_UNUSED,
+        "profiler settings; the binary has no profiler integration",
+    ),
+    (
+        BUILD_PYTHON_ONLY_KEY,
+        "a Python-only option (torch.compile, Liger, Triton kernels, remote code)",
+    ),
+    (
+        BUILD_CLUSTER_KEY_UNUSED,
+        "Ray, HDFS and other cluster settings the binary does not use",
+    ),
+    (
+        BUILD_ROLE_STRATEGY_MISMATCH,
+        "critic or reference policy use another strategy than the actor",
+    ),
+    (
+        BUILD_ROLE_PRECISION_MISMATCH,
+        "critic or reference policy use another precision than the actor",
+    ),
+    (
+        BUILD_UNSUPPORTED_BINDING,
+        "a strategy/precision/offload combination the runtime does not support",
+    ),
+    (
+        BUILD_OFFLOAD_KEY_IGNORED,
+        "offload set in the engine section of the other strategy",
+    ),
+    (
+        BUILD_CRITIC_OFFLOAD_MISMATCH,
+        "the critic's offload policy differs from the actor's",
+    ),
+    (
+        BUILD_ENGINE_SECTION_MISSING,
+        "no engine section (fsdp_config / megatron) for a role's strategy",
+    ),
+    (
+        BUILD_REWARD_MODEL_UNSUPPORTED,
+        "reward models are not supported by the generated trainer",
+    ),
+    (
+        BUILD_DEVICE_UNSUPPORTED,
+        "trainer.device is not cpu or cuda",
+    ),
+    (
+        BUILD_UNSUPPORTED_SETTING,
+        "a setting the generated trainer cannot honour (its verdict is `unsupported`)",
+    ),
+    (
+        BUILD_NO_EFFECT,
+        "a setting that has no effect in the generated trainer (its verdict is `no effect`)",
+    ),
 ];
 
 /// Every code above, for the uniqueness test and `verlc rule --list`.

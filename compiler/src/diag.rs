@@ -32,7 +32,10 @@ pub struct Label {
 
 impl Label {
     pub fn new(origin: Origin, message: impl Into<String>) -> Self {
-        Label { origin, message: message.into() }
+        Label {
+            origin,
+            message: message.into(),
+        }
     }
 }
 
@@ -145,7 +148,10 @@ pub struct JsonDiagnostic {
 }
 
 /// Closest candidate for a "did you mean" hint (Jaro-Winkler, like cargo and clap).
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     candidates
         .into_iter()
         .map(|c| (strsim::jaro_winkler(word, c), c))

@@ -69,7 +69,11 @@ pub struct MemoryBreakdown {
 
 impl MemoryBreakdown {
     pub fn total(&self) -> u64 {
-        self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.reference_bytes
+        self.params_bytes
+            + self.grads_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.reference_bytes
     }
 }
 
@@ -79,10 +83,17 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Explanation {
     let responses = cfg.data.train_batch_size * n;
     let seq = cfg.data.max_prompt_length + cfg.data.max_response_length;
     let actor = actor_batch(cfg, world, n);
-    let critic_enabled = cfg.critic.enable.unwrap_or(matches!(serde_json::to_value(&cfg.algorithm.adv_estimator).ok().and_then(|v| v.as_str().map(String::from)).as_deref(), Some("gae")));
+    let critic_enabled = cfg.critic.enable.unwrap_or(matches!(
+        serde_json::to_value(cfg.algorithm.adv_estimator)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .as_deref(),
+        Some("gae")
+    ));
     let critic = critic_enabled.then(|| critic_batch(cfg, world, n));
     let training_steps = cfg.trainer.total_training_steps.filter(|s| *s > 0);
-    let optimizer_steps_total = training_steps.map(|s| (s as f64 * actor.optimizer_steps_per_iteration).round() as i64);
+    let optimizer_steps_total =
+        training_steps.map(|s| (s as f64 * actor.optimizer_steps_per_iteration).round() as i64);
     let mut notes = Vec::new();
     if training_steps.is_none() {
         notes.push(format!(
@@ -94,16 +105,32 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Explanation {
     if model.is_none() {
         notes.push("no model config.json found: pass --model-config PATH (or --hidden-size/--num-layers/…) for a memory estimate".into());
     }
-    Explanation { world_size: world, responses_per_step: responses, tokens_per_step_max: responses * seq, actor, critic, training_steps, optimizer_steps_total, memory, notes }
+    Explanation {
+        world_size: world,
+        responses_per_step: responses,
+        tokens_per_step_max: responses * seq,
+        actor,
+        critic,
+        training_steps,
+        optimizer_steps_total,
+        memory,
+        notes,
+    }
 }
 
 fn strategy_name(s: &Strategy) -> String {
-    serde_json::to_value(s).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 /// Model-parallel size (tp × pp × cp) of a Megatron engine, 1 for FSDP.
 fn megatron_mp(m: Option<&crate::config::MegatronEngineConfig>) -> i64 {
-    m.map_or(1, |m| (m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size).max(1))
+    m.map_or(1, |m| {
+        (m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size)
+            .max(1)
+    })
 }
 
 fn actor_batch(cfg: &VerlConfig, world: i64, n: i64) -> RoleBatch {
@@ -111,12 +138,32 @@ fn actor_batch(cfg: &VerlConfig, world: i64, n: i64) -> RoleBatch {
     let (dp, sp) = match a.strategy {
         Strategy::Megatron => (world / megatron_mp(a.megatron.as_ref()), 1),
         _ => {
-            let sp = a.fsdp_config.as_ref().map(|f| f.ulysses_sequence_parallel_size).or(a.ulysses_sequence_parallel_size).unwrap_or(1).max(1);
+            let sp = a
+                .fsdp_config
+                .as_ref()
+                .map(|f| f.ulysses_sequence_parallel_size)
+                .or(a.ulysses_sequence_parallel_size)
+                .unwrap_or(1)
+                .max(1);
             (world / sp, sp)
         }
     };
-    let micro = a.ppo_micro_batch_size_per_gpu.or(a.ppo_micro_batch_size.map(|m| m / dp.max(1)));
-    role_batch("actor", strategy_name(&a.strategy), dp, sp, n, cfg.data.train_batch_size, a.ppo_mini_batch_size, micro, a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu, a.ppo_epochs)
+    let micro = a
+        .ppo_micro_batch_size_per_gpu
+        .or(a.ppo_micro_batch_size.map(|m| m / dp.max(1)));
+    role_batch(
+        "actor",
+        strategy_name(&a.strategy),
+        dp,
+        sp,
+        n,
+        cfg.data.train_batch_size,
+        a.ppo_mini_batch_size,
+        micro,
+        a.use_dynamic_bsz,
+        a.ppo_max_token_len_per_gpu,
+        a.ppo_epochs,
+    )
 }
 
 fn critic_batch(cfg: &VerlConfig, world: i64, n: i64) -> RoleBatch {
@@ -124,23 +171,60 @@ fn critic_batch(cfg: &VerlConfig, world: i64, n: i64) -> RoleBatch {
     let (dp, sp) = match c.strategy {
         Strategy::Megatron => (world / megatron_mp(c.megatron.as_ref()), 1),
         _ => {
-            let sp = c.model.fsdp_config.as_ref().map(|f| f.ulysses_sequence_parallel_size).or(c.ulysses_sequence_parallel_size).unwrap_or(1).max(1);
+            let sp = c
+                .model
+                .fsdp_config
+                .as_ref()
+                .map(|f| f.ulysses_sequence_parallel_size)
+                .or(c.ulysses_sequence_parallel_size)
+                .unwrap_or(1)
+                .max(1);
             (world / sp, sp)
         }
     };
-    let micro = c.ppo_micro_batch_size_per_gpu.or(c.ppo_micro_batch_size.map(|m| m / dp.max(1)));
+    let micro = c
+        .ppo_micro_batch_size_per_gpu
+        .or(c.ppo_micro_batch_size.map(|m| m / dp.max(1)));
     let dynamic = c.use_dynamic_bsz;
-    role_batch("critic", strategy_name(&c.strategy), dp, sp, n, cfg.data.train_batch_size, c.ppo_mini_batch_size, micro, dynamic, c.ppo_max_token_len_per_gpu, c.ppo_epochs)
+    role_batch(
+        "critic",
+        strategy_name(&c.strategy),
+        dp,
+        sp,
+        n,
+        cfg.data.train_batch_size,
+        c.ppo_mini_batch_size,
+        micro,
+        dynamic,
+        c.ppo_max_token_len_per_gpu,
+        c.ppo_epochs,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
-fn role_batch(role: &'static str, strategy: String, dp: i64, sp: i64, n: i64, train_bs: i64, mini: i64, micro: Option<i64>, dynamic: bool, max_tokens: i64, epochs: i64) -> RoleBatch {
+fn role_batch(
+    role: &'static str,
+    strategy: String,
+    dp: i64,
+    sp: i64,
+    n: i64,
+    train_bs: i64,
+    mini: i64,
+    micro: Option<i64>,
+    dynamic: bool,
+    max_tokens: i64,
+    epochs: i64,
+) -> RoleBatch {
     let dp = dp.max(1);
     let mini_responses = mini * n;
     let per_rank = mini_responses as f64 / dp as f64;
     let micro = if dynamic { None } else { micro };
     let grad_accum = micro.filter(|m| *m > 0).map(|m| per_rank / m as f64);
-    let mini_batches = if mini > 0 { train_bs as f64 / mini as f64 } else { 0.0 };
+    let mini_batches = if mini > 0 {
+        train_bs as f64 / mini as f64
+    } else {
+        0.0
+    };
     RoleBatch {
         role,
         strategy,
@@ -185,20 +269,29 @@ fn memory(cfg: &VerlConfig, m: &ModelDims, actor: &RoleBatch, seq: i64) -> Memor
             let dp = actor.dp_size.max(1) as u64;
             let dist_opt = meg.is_none_or(|x| x.use_distributed_optimizer);
             let shard = p / (tp * pp);
-            let (po, go, oo) = meg.map_or((false, false, false), |x| (x.param_offload, x.grad_offload, x.optimizer_offload));
+            let (po, go, oo) = meg.map_or((false, false, false), |x| {
+                (x.param_offload, x.grad_offload, x.optimizer_offload)
+            });
             let params = shard * 2;
             let grads = shard * 4;
-            let opt = if dist_opt { shard * 12 / dp } else { shard * 12 };
+            let opt = if dist_opt {
+                shard * 12 / dp
+            } else {
+                shard * 12
+            };
             place(&mut dev, &mut host, po, |b| &mut b.params_bytes, params);
             place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, grads);
             place(&mut dev, &mut host, oo, |b| &mut b.optimizer_bytes, opt);
             assumptions.push(format!("Megatron: bf16 params and fp32 main grads per TP×PP shard (tp={tp}, pp={pp}); fp32 main params + 2 Adam moments{}", if dist_opt { format!(" sharded over dp={dp} (distributed optimizer)") } else { String::new() }));
             let layers_here = layers.div_ceil(pp);
-            dev.activations_bytes = activations(micro_tokens / tp.max(1), h, layers_here, checkpointing) + logits(micro_tokens, m.vocab_size / tp.max(1));
+            dev.activations_bytes =
+                activations(micro_tokens / tp.max(1), h, layers_here, checkpointing)
+                    + logits(micro_tokens, m.vocab_size / tp.max(1));
         }
         _ => {
             let f = a.fsdp_config.as_ref();
-            let world = actor.dp_size.max(1) as u64 * f.map_or(1, |x| x.ulysses_sequence_parallel_size.max(1)) as u64;
+            let world = actor.dp_size.max(1) as u64
+                * f.map_or(1, |x| x.ulysses_sequence_parallel_size.max(1)) as u64;
             let shard_n = match f.map(|x| x.fsdp_size) {
                 Some(s) if s > 0 => s as u64,
                 _ => world,
@@ -207,12 +300,19 @@ fn memory(cfg: &VerlConfig, m: &ModelDims, actor: &RoleBatch, seq: i64) -> Memor
             let shard = p.div_ceil(shard_n.max(1));
             place(&mut dev, &mut host, po, |b| &mut b.params_bytes, shard * 4);
             place(&mut dev, &mut host, po, |b| &mut b.grads_bytes, shard * 4);
-            place(&mut dev, &mut host, oo, |b| &mut b.optimizer_bytes, shard * 8);
+            place(
+                &mut dev,
+                &mut host,
+                oo,
+                |b| &mut b.optimizer_bytes,
+                shard * 8,
+            );
             // One gathered unit (a decoder layer) in bf16 while it runs.
             let unit = p / layers.max(1);
             dev.params_bytes += unit * 2 * 2;
             assumptions.push(format!("FSDP full shard over {shard_n} ranks: fp32 params, fp32 grads, 2 fp32 AdamW moments per shard; bf16 compute with one layer gathered (plus prefetch)"));
-            dev.activations_bytes = activations(micro_tokens, h, layers, checkpointing) + logits(micro_tokens, m.vocab_size);
+            dev.activations_bytes = activations(micro_tokens, h, layers, checkpointing)
+                + logits(micro_tokens, m.vocab_size);
         }
     }
     // The reference policy, if used, holds a bf16 (or sharded) copy for forward passes.
@@ -224,7 +324,8 @@ fn memory(cfg: &VerlConfig, m: &ModelDims, actor: &RoleBatch, seq: i64) -> Memor
             _ => actor.dp_size.max(1) as u64,
         };
         let bytes = p * 2 / shards.max(1);
-        let off = r.fsdp_config.as_ref().is_some_and(|x| x.param_offload) || r.megatron.as_ref().is_some_and(|x| x.param_offload);
+        let off = r.fsdp_config.as_ref().is_some_and(|x| x.param_offload)
+            || r.megatron.as_ref().is_some_and(|x| x.param_offload);
         place(&mut dev, &mut host, off, |b| &mut b.reference_bytes, bytes);
         assumptions.push("reference policy: bf16 weights, sharded like the actor".into());
     }
@@ -233,10 +334,21 @@ fn memory(cfg: &VerlConfig, m: &ModelDims, actor: &RoleBatch, seq: i64) -> Memor
         if checkpointing { "gradient checkpointing on" } else { "no gradient checkpointing" },
         cfg.actor_rollout_ref.rollout.gpu_memory_utilization
     ));
-    MemoryEstimate { params: p, device: dev, host, assumptions }
+    MemoryEstimate {
+        params: p,
+        device: dev,
+        host,
+        assumptions,
+    }
 }
 
-fn place(dev: &mut MemoryBreakdown, host: &mut MemoryBreakdown, offload: bool, field: fn(&mut MemoryBreakdown) -> &mut u64, bytes: u64) {
+fn place(
+    dev: &mut MemoryBreakdown,
+    host: &mut MemoryBreakdown,
+    offload: bool,
+    field: fn(&mut MemoryBreakdown) -> &mut u64,
+    bytes: u64,
+) {
     *field(if offload { host } else { dev }) += bytes;
 }
 
@@ -244,7 +356,11 @@ fn place(dev: &mut MemoryBreakdown, host: &mut MemoryBreakdown, offload: bool, f
 /// layer inputs (2·s·h per layer) plus one live layer under full recompute.
 fn activations(tokens: u64, hidden: u64, layers: u64, checkpointing: bool) -> u64 {
     let per_layer = 34 * tokens * hidden;
-    if checkpointing { 2 * tokens * hidden * layers + per_layer } else { per_layer * layers }
+    if checkpointing {
+        2 * tokens * hidden * layers + per_layer
+    } else {
+        per_layer * layers
+    }
 }
 
 /// fp32 logits and their gradient for the log-prob computation.
@@ -261,8 +377,15 @@ mod tests {
     fn cfg(overrides: &[&str]) -> VerlConfig {
         let mut o: Vec<String> = vec!["actor_rollout_ref.rollout.name=vllm".into()];
         o.extend(overrides.iter().map(|s| s.to_string()));
-        let c = check(&LoadRequest { overrides: o, ..Default::default() }, &CheckOptions::default());
-        c.config.unwrap_or_else(|| panic!("config did not check: {:?}", c.diagnostics))
+        let c = check(
+            &LoadRequest {
+                overrides: o,
+                ..Default::default()
+            },
+            &CheckOptions::default(),
+        );
+        c.config
+            .unwrap_or_else(|| panic!("config did not check: {:?}", c.diagnostics))
     }
 
     #[test]
@@ -288,13 +411,53 @@ mod tests {
 
     #[test]
     fn fsdp_memory_halves_with_twice_the_ranks() {
-        let m = ModelDims { hidden_size: 896, num_attention_heads: 14, num_key_value_heads: Some(2), num_hidden_layers: 24, vocab_size: 151936, intermediate_size: Some(4864), tie_word_embeddings: Some(true), head_dim: None, model_type: None, max_position_embeddings: None };
-        let base = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "algorithm.adv_estimator=grpo"];
-        let one = explain(&cfg(&[&base[..], &["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=8"]].concat()), Some(&m));
-        let two = explain(&cfg(&[&base[..], &["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=8"]].concat()), Some(&m));
+        let m = ModelDims {
+            hidden_size: 896,
+            num_attention_heads: 14,
+            num_key_value_heads: Some(2),
+            num_hidden_layers: 24,
+            vocab_size: 151936,
+            intermediate_size: Some(4864),
+            tie_word_embeddings: Some(true),
+            head_dim: None,
+            model_type: None,
+            max_position_embeddings: None,
+        };
+        let base = [
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "algorithm.adv_estimator=grpo",
+        ];
+        let one = explain(
+            &cfg(&[
+                &base[..],
+                &[
+                    "trainer.n_gpus_per_node=1",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                    "data.train_batch_size=8",
+                ],
+            ]
+            .concat()),
+            Some(&m),
+        );
+        let two = explain(
+            &cfg(&[
+                &base[..],
+                &[
+                    "trainer.n_gpus_per_node=2",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                    "data.train_batch_size=8",
+                ],
+            ]
+            .concat()),
+            Some(&m),
+        );
         let (a, b) = (one.memory.unwrap(), two.memory.unwrap());
         assert_eq!(a.device.optimizer_bytes, 2 * b.device.optimizer_bytes);
         // Qwen2.5-0.5B has ~494M parameters.
-        assert!((480_000_000..510_000_000).contains(&a.params), "{}", a.params);
+        assert!(
+            (480_000_000..510_000_000).contains(&a.params),
+            "{}",
+            a.params
+        );
     }
 }

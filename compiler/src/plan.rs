@@ -35,16 +35,18 @@ mod tests;
 use serde::Serialize;
 
 use crate::config::{
-    AdvEstimator, Device, EngineDtype, FsdpEngineConfig, KlEstimator, LossAggMode, MegatronEngineConfig, PolicyLossMode,
-    Strategy, TorchDtype, VerlConfig,
+    AdvEstimator, Device, EngineDtype, FsdpEngineConfig, KlEstimator, LossAggMode,
+    MegatronEngineConfig, PolicyLossMode, Strategy, TorchDtype, VerlConfig,
 };
 use crate::diag::Diagnostic;
 use crate::load::compose::{self, Composed, LoadRequest};
 use crate::load::node::Node;
 use crate::rules::RuleContext;
 
-pub use verlc_spec::binding::{self, Binding, OffloadFlags, OffloadTarget, PrecisionKind, StrategyKind};
 pub use unused::verdict_diagnostics;
+pub use verlc_spec::binding::{
+    self, Binding, OffloadFlags, OffloadTarget, PrecisionKind, StrategyKind,
+};
 
 /// A config key whose value decided the binding; a run-time override that changes it is
 /// refused ("rebuild with verlc").
@@ -159,17 +161,38 @@ pub(crate) struct RoleEngine<'a> {
 impl<'a> RoleEngine<'a> {
     pub(crate) fn actor(cfg: &'a VerlConfig) -> Self {
         let a = &cfg.actor_rollout_ref.actor;
-        Self::new("actor", "actor_rollout_ref.actor", a.strategy, a.fsdp_config.as_ref(), "actor_rollout_ref.actor.fsdp_config", a.megatron.as_ref())
+        Self::new(
+            "actor",
+            "actor_rollout_ref.actor",
+            a.strategy,
+            a.fsdp_config.as_ref(),
+            "actor_rollout_ref.actor.fsdp_config",
+            a.megatron.as_ref(),
+        )
     }
 
     pub(crate) fn reference(cfg: &'a VerlConfig) -> Self {
         let r = &cfg.actor_rollout_ref.reference;
-        Self::new("reference policy", "actor_rollout_ref.ref", r.strategy, r.fsdp_config.as_ref(), "actor_rollout_ref.ref.fsdp_config", r.megatron.as_ref())
+        Self::new(
+            "reference policy",
+            "actor_rollout_ref.ref",
+            r.strategy,
+            r.fsdp_config.as_ref(),
+            "actor_rollout_ref.ref.fsdp_config",
+            r.megatron.as_ref(),
+        )
     }
 
     pub(crate) fn critic(cfg: &'a VerlConfig) -> Self {
         let c = &cfg.critic;
-        Self::new("critic", "critic", c.strategy, c.model.fsdp_config.as_ref(), "critic.model.fsdp_config", c.megatron.as_ref())
+        Self::new(
+            "critic",
+            "critic",
+            c.strategy,
+            c.model.fsdp_config.as_ref(),
+            "critic.model.fsdp_config",
+            c.megatron.as_ref(),
+        )
     }
 
     fn new(
@@ -184,7 +207,13 @@ impl<'a> RoleEngine<'a> {
             Strategy::Fsdp | Strategy::Fsdp2 => (fsdp_key.to_owned(), fsdp.map(Engine::Fsdp)),
             Strategy::Megatron => (format!("{prefix}.megatron"), megatron.map(Engine::Megatron)),
         };
-        RoleEngine { role, strategy_key: format!("{prefix}.strategy"), strategy, engine_key, engine }
+        RoleEngine {
+            role,
+            strategy_key: format!("{prefix}.strategy"),
+            strategy,
+            engine_key,
+            engine,
+        }
     }
 
     pub(crate) fn strategy_kind(&self) -> StrategyKind {
@@ -195,10 +224,19 @@ impl<'a> RoleEngine<'a> {
     pub(crate) fn precision(&self) -> Option<(PrecisionKind, String)> {
         match self.engine? {
             Engine::Fsdp(f) => match f.mixed_precision.as_ref().and_then(|m| m.param_dtype) {
-                Some(d) => Some((torch_precision(d), format!("{}.mixed_precision.param_dtype", self.engine_key))),
-                None => Some((engine_precision(f.dtype), format!("{}.dtype", self.engine_key))),
+                Some(d) => Some((
+                    torch_precision(d),
+                    format!("{}.mixed_precision.param_dtype", self.engine_key),
+                )),
+                None => Some((
+                    engine_precision(f.dtype),
+                    format!("{}.dtype", self.engine_key),
+                )),
             },
-            Engine::Megatron(m) => Some((engine_precision(m.dtype), format!("{}.dtype", self.engine_key))),
+            Engine::Megatron(m) => Some((
+                engine_precision(m.dtype),
+                format!("{}.dtype", self.engine_key),
+            )),
         }
     }
 
@@ -211,13 +249,21 @@ impl<'a> RoleEngine<'a> {
             Some(Engine::Fsdp(f)) => {
                 let policy = f.offload_policy && self.strategy == Strategy::Fsdp2;
                 if f.param_offload || policy {
-                    let key = if f.param_offload { k("param_offload") } else { k("offload_policy") };
+                    let key = if f.param_offload {
+                        k("param_offload")
+                    } else {
+                        k("offload_policy")
+                    };
                     flags = flags.with(OffloadTarget::Params).with(OffloadTarget::Grads);
                     keys.push((OffloadTarget::Params, key.clone()));
                     keys.push((OffloadTarget::Grads, key));
                 }
                 if f.optimizer_offload || policy {
-                    let key = if f.optimizer_offload { k("optimizer_offload") } else { k("offload_policy") };
+                    let key = if f.optimizer_offload {
+                        k("optimizer_offload")
+                    } else {
+                        k("offload_policy")
+                    };
                     flags = flags.with(OffloadTarget::Optimizer);
                     keys.push((OffloadTarget::Optimizer, key));
                 }
@@ -226,7 +272,11 @@ impl<'a> RoleEngine<'a> {
                 for (on, t, name) in [
                     (m.param_offload, OffloadTarget::Params, "param_offload"),
                     (m.grad_offload, OffloadTarget::Grads, "grad_offload"),
-                    (m.optimizer_offload, OffloadTarget::Optimizer, "optimizer_offload"),
+                    (
+                        m.optimizer_offload,
+                        OffloadTarget::Optimizer,
+                        "optimizer_offload",
+                    ),
                 ] {
                     if on {
                         flags = flags.with(t);
@@ -245,12 +295,28 @@ impl<'a> RoleEngine<'a> {
         let mut keys = vec![self.strategy_key.clone()];
         match self.engine {
             Some(Engine::Fsdp(_)) => {
-                keys.extend(["mixed_precision.param_dtype", "dtype", "param_offload", "optimizer_offload"].map(k));
+                keys.extend(
+                    [
+                        "mixed_precision.param_dtype",
+                        "dtype",
+                        "param_offload",
+                        "optimizer_offload",
+                    ]
+                    .map(k),
+                );
                 if self.strategy == Strategy::Fsdp2 {
                     keys.push(k("offload_policy"));
                 }
             }
-            Some(Engine::Megatron(_)) => keys.extend(["dtype", "param_offload", "grad_offload", "optimizer_offload"].map(k)),
+            Some(Engine::Megatron(_)) => keys.extend(
+                [
+                    "dtype",
+                    "param_offload",
+                    "grad_offload",
+                    "optimizer_offload",
+                ]
+                .map(k),
+            ),
             None => {}
         }
         keys
@@ -281,7 +347,9 @@ fn engine_precision(d: EngineDtype) -> PrecisionKind {
 
 /// verl's `need_critic`: `critic.enable` when set, else whether the estimator is GAE.
 pub fn needs_critic(cfg: &VerlConfig) -> bool {
-    cfg.critic.enable.unwrap_or(cfg.algorithm.adv_estimator == AdvEstimator::Gae)
+    cfg.critic
+        .enable
+        .unwrap_or(cfg.algorithm.adv_estimator == AdvEstimator::Gae)
 }
 
 /// verl's `need_reference_policy`: a KL term in the loss or in the reward.
@@ -292,9 +360,15 @@ pub fn needs_reference(cfg: &VerlConfig) -> bool {
 /// Lower a typed config whose tree is `root` (for the origins of diagnostics).
 pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
     let actor = RoleEngine::actor(cfg);
-    let (precision, _) = actor.precision().unwrap_or((PrecisionKind::Bf16Mixed, String::new()));
+    let (precision, _) = actor
+        .precision()
+        .unwrap_or((PrecisionKind::Bf16Mixed, String::new()));
     let (offload, _) = actor.offload();
-    let binding = Binding { strategy: actor.strategy_kind(), precision, offload };
+    let binding = Binding {
+        strategy: actor.strategy_kind(),
+        precision,
+        offload,
+    };
 
     let a = &cfg.actor_rollout_ref.actor;
     let roles = Roles {
@@ -305,7 +379,13 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
         reward: if cfg.reward_model.enable {
             RewardPlan::Model
         } else {
-            RewardPlan::Function { custom_path: cfg.custom_reward_function.path.clone().filter(|p| !p.is_empty()) }
+            RewardPlan::Function {
+                custom_path: cfg
+                    .custom_reward_function
+                    .path
+                    .clone()
+                    .filter(|p| !p.is_empty()),
+            }
         },
     };
     let algorithm = AlgorithmPlan {
@@ -313,10 +393,17 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
         loss_mode: a.policy_loss.loss_mode,
         loss_agg_mode: a.loss_agg_mode,
         kl_loss: a.use_kl_loss.then_some(a.kl_loss_type),
-        kl_in_reward: cfg.algorithm.use_kl_in_reward.then_some(cfg.algorithm.kl_penalty),
+        kl_in_reward: cfg
+            .algorithm
+            .use_kl_in_reward
+            .then_some(cfg.algorithm.kl_penalty),
     };
     let t = &cfg.trainer;
-    let world = World { device: t.device, nnodes: t.nnodes, n_gpus_per_node: t.n_gpus_per_node };
+    let world = World {
+        device: t.device,
+        nnodes: t.nnodes,
+        n_gpus_per_node: t.n_gpus_per_node,
+    };
 
     let mut keys = actor.deciding_keys();
     if roles.critic {
@@ -333,7 +420,9 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
     let bound_keys = keys
         .into_iter()
         .map(|key| {
-            let value = root.get_path(&crate::load::node::split_key(&key)).map_or(serde_json::Value::Null, Node::to_json);
+            let value = root
+                .get_path(&crate::load::node::split_key(&key))
+                .map_or(serde_json::Value::Null, Node::to_json);
             BoundKey { key, value }
         })
         .collect();
@@ -354,10 +443,18 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
 
 /// The plan's findings for `verlc check` (only those enabled): what the binary cannot bind or
 /// honour, and the verdicts of the keys the user changed.
-pub fn check_diagnostics(ctx: &RuleContext, enabled: &dyn Fn(crate::diag::Code) -> bool) -> Vec<Diagnostic> {
+pub fn check_diagnostics(
+    ctx: &RuleContext,
+    enabled: &dyn Fn(crate::diag::Code) -> bool,
+) -> Vec<Diagnostic> {
     let mut out = lower(ctx.config, ctx.root).diagnostics;
     if let Some(defaults) = ctx.default_tree() {
-        out.extend(verdict_diagnostics(ctx.config, ctx.root, ctx.sources, defaults));
+        out.extend(verdict_diagnostics(
+            ctx.config,
+            ctx.root,
+            ctx.sources,
+            defaults,
+        ));
     }
     out.into_iter().filter(|d| enabled(d.code)).collect()
 }
@@ -369,7 +466,10 @@ pub fn default_tree(cfg: &VerlConfig) -> Node {
         crate::config::Flavour::Fsdp => compose::FSDP_BASE,
         crate::config::Flavour::Megatron => compose::MEGATRON_BASE,
     };
-    let req = LoadRequest { base: Some(base.to_owned()), ..LoadRequest::default() };
+    let req = LoadRequest {
+        base: Some(base.to_owned()),
+        ..LoadRequest::default()
+    };
     compose::load(&req).root
 }
 
@@ -382,13 +482,28 @@ pub fn promote_for_build(checked: &mut crate::check::Checked) {
 
 /// [`promote_for_build`] keeping only the verdicts of the keys `verdict_for` accepts (a
 /// trainer's run-time overrides: its embedded config was judged when it was built).
-pub fn promote_for_build_where(checked: &mut crate::check::Checked, verdict_for: &dyn Fn(&str) -> bool) {
-    let Some(cfg) = checked.config.as_ref() else { return };
+pub fn promote_for_build_where(
+    checked: &mut crate::check::Checked,
+    verdict_for: &dyn Fn(&str) -> bool,
+) {
+    let Some(cfg) = checked.config.as_ref() else {
+        return;
+    };
     let mut lowered = lower(cfg, &checked.composed.root);
     let defaults = default_tree(cfg);
-    let verdicts = verdict_diagnostics(cfg, &checked.composed.root, &checked.composed.sources, &defaults);
-    lowered.diagnostics.extend(verdicts.into_iter().filter(|d| d.key_path.as_deref().is_some_and(verdict_for)));
-    let is_plan_code = |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
+    let verdicts = verdict_diagnostics(
+        cfg,
+        &checked.composed.root,
+        &checked.composed.sources,
+        &defaults,
+    );
+    lowered.diagnostics.extend(
+        verdicts
+            .into_iter()
+            .filter(|d| d.key_path.as_deref().is_some_and(verdict_for)),
+    );
+    let is_plan_code =
+        |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
     checked.diagnostics.retain(|d| !is_plan_code(d.code));
     checked.diagnostics.extend(lowered.diagnostics);
 }
@@ -398,21 +513,33 @@ pub fn promote_for_build_where(checked: &mut crate::check::Checked, verdict_for:
 pub fn lower_for_build(cfg: &VerlConfig, composed: &Composed) -> Lowered {
     let mut lowered = lower(cfg, &composed.root);
     let defaults = default_tree(cfg);
-    lowered.diagnostics.extend(verdict_diagnostics(cfg, &composed.root, &composed.sources, &defaults));
+    lowered.diagnostics.extend(verdict_diagnostics(
+        cfg,
+        &composed.root,
+        &composed.sources,
+        &defaults,
+    ));
     lowered
 }
 
 /// Whether the dotted `key` is, contains or lies inside a key that decided the binding.
 pub fn is_bound(plan: &BuildPlan, key: &str) -> bool {
     plan.bound_keys.iter().any(|b| {
-        b.key == key || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.')) || key.strip_prefix(b.key.as_str()).is_some_and(|r| r.starts_with('.'))
+        b.key == key
+            || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.'))
+            || key
+                .strip_prefix(b.key.as_str())
+                .is_some_and(|r| r.starts_with('.'))
     })
 }
 
 /// What a checked config lowers to, or why it does not.
 pub enum SpecOutcome {
     /// The spec, with the warnings of the check.
-    Ok { spec: verlc_spec::TrainerSpec, checked: Box<crate::check::Checked> },
+    Ok {
+        spec: Box<verlc_spec::TrainerSpec>,
+        checked: Box<crate::check::Checked>,
+    },
     /// The config has errors (the build's view: what the binary cannot bind are errors).
     Errors(Box<crate::check::Checked>),
 }
@@ -425,7 +552,10 @@ pub fn lower_request(req: &LoadRequest) -> SpecOutcome {
     match checked.config.as_ref().filter(|_| !checked.has_errors()) {
         Some(cfg) => {
             let spec = lower(cfg, &checked.composed.root).plan.spec;
-            SpecOutcome::Ok { spec, checked: Box::new(checked) }
+            SpecOutcome::Ok {
+                spec: Box::new(spec),
+                checked: Box::new(checked),
+            }
         }
         None => SpecOutcome::Errors(Box::new(checked)),
     }

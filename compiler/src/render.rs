@@ -1,12 +1,16 @@
 //! The only place diagnostics become text: rustc-style (annotate-snippets) or JSON. The CLI
 //! and generated trainers (their run-time overrides) both render here.
 
-use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 use crate::diag::{Diagnostic, Severity};
 use crate::source::SourceMap;
+use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 
 pub fn human(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
-    let renderer = if color { Renderer::styled() } else { Renderer::plain() };
+    let renderer = if color {
+        Renderer::styled()
+    } else {
+        Renderer::plain()
+    };
     let mut out = String::new();
     for d in diags {
         out.push_str(&renderer.render(&group(d, sources)).to_string());
@@ -17,7 +21,11 @@ pub fn human(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
     if errors > 0 || warnings > 0 {
         out.push_str(&format!(
             "{}: {} error{}, {} warning{}\n",
-            if errors > 0 { "check failed" } else { "check passed" },
+            if errors > 0 {
+                "check failed"
+            } else {
+                "check passed"
+            },
             errors,
             if errors == 1 { "" } else { "s" },
             warnings,
@@ -55,14 +63,27 @@ fn group<'a>(d: &'a Diagnostic, sources: &'a SourceMap) -> Vec<Group<'a>> {
         // Hand the renderer only the lines the labels touch, not the whole file: a file
         // with thousands of findings would otherwise be re-scanned for each one.
         let text: &str = &src.text;
-        let lo = labels.iter().map(|(l, _)| l.origin.span.start).min().unwrap_or(0).min(text.len());
-        let hi = labels.iter().map(|(l, _)| l.origin.span.end).max().unwrap_or(0).clamp(lo, text.len());
+        let lo = labels
+            .iter()
+            .map(|(l, _)| l.origin.span.start)
+            .min()
+            .unwrap_or(0)
+            .min(text.len());
+        let hi = labels
+            .iter()
+            .map(|(l, _)| l.origin.span.end)
+            .max()
+            .unwrap_or(0)
+            .clamp(lo, text.len());
         let win_start = text[..lo].rfind('\n').map_or(0, |i| i + 1);
         let win_end = text[hi..].find('\n').map_or(text.len(), |i| hi + i);
         let window = &text[win_start..win_end];
-        let mut snip = Snippet::source(window).line_start(src.line_col(win_start).0).path(src.name.as_str());
+        let mut snip = Snippet::source(window)
+            .line_start(src.line_col(win_start).0)
+            .path(src.name.as_str());
         for (label, kind) in labels {
-            let mut span = label.origin.span.start.clamp(win_start, win_end) - win_start..label.origin.span.end.clamp(win_start, win_end) - win_start;
+            let mut span = label.origin.span.start.clamp(win_start, win_end) - win_start
+                ..label.origin.span.end.clamp(win_start, win_end) - win_start;
             if span.start == span.end && span.end < window.len() {
                 span.end += 1;
             }

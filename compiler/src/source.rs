@@ -36,7 +36,12 @@ impl Source {
         let text: Arc<str> = text.into();
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        Source { name: name.into(), text, kind, line_starts }
+        Source {
+            name: name.into(),
+            text,
+            kind,
+            line_starts,
+        }
     }
 
     /// 1-based line and column (in characters) of a byte offset.
@@ -47,7 +52,10 @@ impl Source {
             Err(i) => i - 1,
         };
         let start = self.line_starts[line];
-        let col = self.text.get(start..offset).map_or(0, |s| s.chars().count());
+        let col = self
+            .text
+            .get(start..offset)
+            .map_or(0, |s| s.chars().count());
         (line + 1, col + 1)
     }
 
@@ -56,7 +64,10 @@ impl Source {
         if self.text.is_ascii() {
             return char_index.min(self.text.len());
         }
-        self.text.char_indices().nth(char_index).map_or(self.text.len(), |(b, _)| b)
+        self.text
+            .char_indices()
+            .nth(char_index)
+            .map_or(self.text.len(), |(b, _)| b)
     }
 }
 
@@ -89,7 +100,10 @@ impl SourceMap {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (SourceId, &Source)> {
-        self.sources.iter().enumerate().map(|(i, s)| (SourceId(i as u32), s))
+        self.sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (SourceId(i as u32), s))
     }
 }
 

@@ -175,14 +175,21 @@ struct Row {
 const FULL_ENV: &str = "VERLC_FULL_BINDING_MATRIX";
 
 fn covered_by_a_sibling(b: Binding) -> bool {
-    b.strategy == StrategyKind::Megatron && b.offload.params != b.offload.grads && std::env::var_os(FULL_ENV).is_none()
+    b.strategy == StrategyKind::Megatron
+        && b.offload.params != b.offload.grads
+        && std::env::var_os(FULL_ENV).is_none()
 }
 
 /// Every supported binding a config can ask for that this run builds, those left to the full
 /// matrix, and those no config can ask for.
 fn matrix() -> (Vec<Row>, Vec<Binding>, Vec<Binding>) {
-    let supported: Vec<Binding> =
-        binding::supported().map(|(strategy, precision, offload)| Binding { strategy, precision, offload }).collect();
+    let supported: Vec<Binding> = binding::supported()
+        .map(|(strategy, precision, offload)| Binding {
+            strategy,
+            precision,
+            offload,
+        })
+        .collect();
     let mut rows = Vec::new();
     let mut unreachable = Vec::new();
     let mut skipped = Vec::new();
@@ -197,15 +204,29 @@ fn matrix() -> (Vec<Row>, Vec<Binding>, Vec<Binding>) {
         }
         let mut worlds = vec![World::One];
         // Per strategy and precision, the binding that offloads the most also runs on 2 ranks.
-        let siblings = supported.iter().filter(|c| c.strategy == b.strategy && c.precision == b.precision);
+        let siblings = supported
+            .iter()
+            .filter(|c| c.strategy == b.strategy && c.precision == b.precision);
         let most = siblings.clone().map(|c| c.offload.targets().count()).max();
-        let widest = siblings.clone().find(|c| Some(c.offload.targets().count()) == most) == Some(&b);
+        let widest = siblings
+            .clone()
+            .find(|c| Some(c.offload.targets().count()) == most)
+            == Some(&b);
         if widest {
-            worlds.push(if b.strategy == StrategyKind::Megatron { World::Tp2 } else { World::Dp2 });
+            worlds.push(if b.strategy == StrategyKind::Megatron {
+                World::Tp2
+            } else {
+                World::Dp2
+            });
         } else if known_gap(b, World::One).is_some() {
             worlds.push(World::Dp2);
         }
-        rows.push(Row { binding: b, example, overrides, worlds });
+        rows.push(Row {
+            binding: b,
+            example,
+            overrides,
+            worlds,
+        });
     }
     (rows, skipped, unreachable)
 }
@@ -215,12 +236,16 @@ fn checkout() -> PathBuf {
 }
 
 fn libtorch_available() -> bool {
-    std::env::var_os("LIBTORCH").is_some() || std::env::var_os("LIBTORCH_USE_PYTORCH").is_some() || checkout().join(".venv/bin/python").is_file()
+    std::env::var_os("LIBTORCH").is_some()
+        || std::env::var_os("LIBTORCH_USE_PYTORCH").is_some()
+        || checkout().join(".venv/bin/python").is_file()
 }
 
 /// The workspace's target directory, shared with the generated crates.
 fn workspace_target() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| checkout().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| checkout().join("target"))
 }
 
 /// The last `n` lines of `text`.
@@ -249,25 +274,49 @@ fn build(row: &Row, out: &Path, cache: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot run verlc: {e}"))?;
     let stderr = String::from_utf8_lossy(&res.stderr);
     if !res.status.success() {
-        return Err(format!("verlc build failed ({}):\n{}", res.status, tail(&stderr, 40)));
+        return Err(format!(
+            "verlc build failed ({}):\n{}",
+            res.status,
+            tail(&stderr, 40)
+        ));
     }
     let want = format!("({}; config", row.binding);
-    if !stderr.lines().any(|l| l.starts_with("built ") && l.contains(&want)) {
-        return Err(format!("verlc build did not report `{}`:\n{}", row.binding, tail(&stderr, 10)));
+    if !stderr
+        .lines()
+        .any(|l| l.starts_with("built ") && l.contains(&want))
+    {
+        return Err(format!(
+            "verlc build did not report `{}`:\n{}",
+            row.binding,
+            tail(&stderr, 10)
+        ));
     }
     Ok(binary)
 }
 
 /// Environment of an outer launcher that would make the trainer one rank of someone else's
 /// world.
-const LAUNCHER_ENV: &[&str] = &["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"];
+const LAUNCHER_ENV: &[&str] = &[
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+];
 
 /// How long one run may take before it is killed (a hung rendezvous must not hang CI).
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 
 /// Runs the trainer in `dir` (its own process group, killed after [`RUN_LIMIT`]); exit code
 /// and stderr.
-fn run_trainer(binary: &Path, dir: &Path, args: &[String]) -> Result<(Option<i32>, String), String> {
+fn run_trainer(
+    binary: &Path,
+    dir: &Path,
+    args: &[String],
+) -> Result<(Option<i32>, String), String> {
     use std::os::unix::process::CommandExt;
     let stderr_path = dir.join("stderr.txt");
     let mut cmd = Command::new(binary);
@@ -282,7 +331,9 @@ fn run_trainer(binary: &Path, dir: &Path, args: &[String]) -> Result<(Option<i32
     for k in LAUNCHER_ENV {
         cmd.env_remove(k);
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
     let start = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
@@ -290,7 +341,10 @@ fn run_trainer(binary: &Path, dir: &Path, args: &[String]) -> Result<(Option<i32
         }
         if start.elapsed() > RUN_LIMIT {
             // The whole group: the trainer and the ranks it spawned.
-            let _ = Command::new("kill").arg("-KILL").arg(format!("-{}", child.id())).status();
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg(format!("-{}", child.id()))
+                .status();
             let _ = child.wait();
             break None;
         }
@@ -299,7 +353,11 @@ fn run_trainer(binary: &Path, dir: &Path, args: &[String]) -> Result<(Option<i32
     let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
     match status {
         Some(s) => Ok((s.code(), stderr)),
-        None => Err(format!("killed after {} s:\n{}", RUN_LIMIT.as_secs(), tail(&stderr, 20))),
+        None => Err(format!(
+            "killed after {} s:\n{}",
+            RUN_LIMIT.as_secs(),
+            tail(&stderr, 20)
+        )),
     }
 }
 
@@ -307,9 +365,13 @@ fn run_trainer(binary: &Path, dir: &Path, args: &[String]) -> Result<(Option<i32
 /// (fp16 loss scaling: `actor/grad_norm` is null when the gradients overflowed).
 fn check_outputs(b: Binding, dir: &Path) -> Result<usize, String> {
     let path = dir.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("no metrics at {}: {e}", path.display()))?;
-    let lines: Vec<serde_json::Value> =
-        text.lines().map(serde_json::from_str).collect::<Result<_, _>>().map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("no metrics at {}: {e}", path.display()))?;
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let steps: Vec<Option<u64>> = lines.iter().map(|l| l["step"].as_u64()).collect();
     if steps != [Some(1), Some(2)] {
         return Err(format!("logged steps {steps:?}, want [1, 2]"));
@@ -318,21 +380,38 @@ fn check_outputs(b: Binding, dir: &Path) -> Result<usize, String> {
     for l in &lines {
         let step = &l["step"];
         let data = &l["data"];
-        for key in ["actor/pg_loss", "actor/entropy", "critic/score/mean", "perf/time_per_step"] {
+        for key in [
+            "actor/pg_loss",
+            "actor/entropy",
+            "critic/score/mean",
+            "perf/time_per_step",
+        ] {
             if !data[key].as_f64().is_some_and(f64::is_finite) {
-                return Err(format!("step {step}: `{key}` is {}, want a finite number", data[key]));
+                return Err(format!(
+                    "step {step}: `{key}` is {}, want a finite number",
+                    data[key]
+                ));
             }
         }
         match data["actor/grad_norm"].as_f64() {
             Some(g) if g.is_finite() => {}
             None if data["actor/grad_norm"].is_null() && b.precision.loss_scaling() => skipped += 1,
-            _ => return Err(format!("step {step}: `actor/grad_norm` is {}", data["actor/grad_norm"])),
+            _ => {
+                return Err(format!(
+                    "step {step}: `actor/grad_norm` is {}",
+                    data["actor/grad_norm"]
+                ));
+            }
         }
     }
     let ckpt = dir.join("ckpt");
-    let tracker = std::fs::read_to_string(ckpt.join("latest_checkpointed_iteration.txt")).unwrap_or_default();
+    let tracker =
+        std::fs::read_to_string(ckpt.join("latest_checkpointed_iteration.txt")).unwrap_or_default();
     if tracker.trim() != "2" || !ckpt.join("global_step_2/actor").is_dir() {
-        return Err(format!("no step-2 checkpoint in {} (tracker {tracker:?})", ckpt.display()));
+        return Err(format!(
+            "no step-2 checkpoint in {} (tracker {tracker:?})",
+            ckpt.display()
+        ));
     }
     Ok(skipped)
 }
@@ -340,18 +419,38 @@ fn check_outputs(b: Binding, dir: &Path) -> Result<usize, String> {
 /// One run of a built binding: its verdict (`Err` is a failure of the test).
 fn run_row(b: Binding, binary: &Path, world: World, dir: &Path) -> Result<String, String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let mut args = vec![format!("trainer.default_local_dir={}", dir.join("ckpt").display())];
+    let mut args = vec![format!(
+        "trainer.default_local_dir={}",
+        dir.join("ckpt").display()
+    )];
     args.extend(world.overrides());
     let (code, stderr) = run_trainer(binary, dir, &args)?;
-    let banner = format!("verlc trainer: built by verlc {}", env!("CARGO_PKG_VERSION"));
-    if !stderr.lines().any(|l| l.starts_with(&banner) && l.ends_with(&format!("; {b}"))) {
-        return Err(format!("no start-up banner with `{b}`:\n{}", tail(&stderr, 20)));
+    let banner = format!(
+        "verlc trainer: built by verlc {}",
+        env!("CARGO_PKG_VERSION")
+    );
+    if !stderr
+        .lines()
+        .any(|l| l.starts_with(&banner) && l.ends_with(&format!("; {b}")))
+    {
+        return Err(format!(
+            "no start-up banner with `{b}`:\n{}",
+            tail(&stderr, 20)
+        ));
     }
     let gap = known_gap(b, world);
     match (code, gap) {
         (Some(0), _) => {}
-        (Some(1), Some(gap)) if stderr.contains(gap.error) => return Ok(format!("known gap: {}", gap.error)),
-        (_, Some(gap)) => return Err(format!("exit {code:?}, but the known gap is `{}`:\n{}", gap.error, tail(&stderr, 20))),
+        (Some(1), Some(gap)) if stderr.contains(gap.error) => {
+            return Ok(format!("known gap: {}", gap.error));
+        }
+        (_, Some(gap)) => {
+            return Err(format!(
+                "exit {code:?}, but the known gap is `{}`:\n{}",
+                gap.error,
+                tail(&stderr, 20)
+            ));
+        }
         (_, None) => return Err(format!("exit {code:?}:\n{}", tail(&stderr, 20))),
     }
     let skipped = check_outputs(b, dir)?;
@@ -376,14 +475,28 @@ struct Line {
 /// The binding is static: a binary holds the engine code of its bound strategy only (the
 /// other strategy's engine is never monomorphized, so none of its symbols are linked).
 fn only_bound_engine(b: Binding, binary: &Path) -> Result<(), String> {
-    let out = std::process::Command::new("nm").arg("--demangle").arg("--defined-only").arg(binary).output().map_err(|e| format!("cannot run nm: {e}"))?;
+    let out = std::process::Command::new("nm")
+        .arg("--demangle")
+        .arg("--defined-only")
+        .arg(binary)
+        .output()
+        .map_err(|e| format!("cannot run nm: {e}"))?;
     let symbols = String::from_utf8_lossy(&out.stdout);
     let count = |needle: &str| symbols.lines().filter(|l| l.contains(needle)).count();
-    let (megatron, fsdp) = (count("megatron::engine::MegatronEngine"), count("engine::fsdp::FsdpEngine"));
+    let (megatron, fsdp) = (
+        count("megatron::engine::MegatronEngine"),
+        count("engine::fsdp::FsdpEngine"),
+    );
     match b.strategy {
-        StrategyKind::Fsdp if megatron > 0 => Err(format!("an FSDP binary holds {megatron} Megatron engine symbols")),
-        StrategyKind::Megatron if fsdp > 0 => Err(format!("a Megatron binary holds {fsdp} FSDP engine symbols")),
-        StrategyKind::Megatron if megatron == 0 => Err("a Megatron binary holds no Megatron engine symbols (nm found none)".into()),
+        StrategyKind::Fsdp if megatron > 0 => Err(format!(
+            "an FSDP binary holds {megatron} Megatron engine symbols"
+        )),
+        StrategyKind::Megatron if fsdp > 0 => Err(format!(
+            "a Megatron binary holds {fsdp} FSDP engine symbols"
+        )),
+        StrategyKind::Megatron if megatron == 0 => {
+            Err("a Megatron binary holds no Megatron engine symbols (nm found none)".into())
+        }
         _ => Ok(()),
     }
 }
@@ -396,10 +509,21 @@ fn every_supported_binding_builds_and_trains_two_steps() {
     }
     let start = Instant::now();
     let (rows, skipped, unreachable) = matrix();
-    assert!(rows.iter().any(|r| r.binding.strategy == StrategyKind::Fsdp && r.worlds.contains(&World::Dp2)), "a 2-rank FSDP run");
-    assert!(rows.iter().any(|r| r.worlds.contains(&World::Tp2)), "a Megatron TP=2 run");
+    assert!(
+        rows.iter()
+            .any(|r| r.binding.strategy == StrategyKind::Fsdp && r.worlds.contains(&World::Dp2)),
+        "a 2-rank FSDP run"
+    );
+    assert!(
+        rows.iter().any(|r| r.worlds.contains(&World::Tp2)),
+        "a Megatron TP=2 run"
+    );
     for p in PrecisionKind::ALL {
-        assert!(rows.iter().any(|r| r.binding.strategy == StrategyKind::Fsdp && r.binding.precision == p), "FSDP {p:?} in the matrix");
+        assert!(
+            rows.iter()
+                .any(|r| r.binding.strategy == StrategyKind::Fsdp && r.binding.precision == p),
+            "FSDP {p:?} in the matrix"
+        );
     }
 
     let work = tempfile::tempdir().expect("temp dir");
@@ -416,7 +540,9 @@ fn every_supported_binding_builds_and_trains_two_steps() {
             for (i, row) in rows.iter().enumerate() {
                 let out = work_dir.join(format!("{i:02}"));
                 let t = Instant::now();
-                let built = std::fs::create_dir_all(&out).map_err(|e| e.to_string()).and_then(|()| build(row, &out, cache));
+                let built = std::fs::create_dir_all(&out)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| build(row, &out, cache));
                 if tx.send((i, built, t.elapsed().as_secs_f64())).is_err() {
                     break;
                 }
@@ -427,45 +553,116 @@ fn every_supported_binding_builds_and_trains_two_steps() {
             let binary = match built {
                 Ok(b) => b,
                 Err(e) => {
-                    lines.push(Line { binding: row.binding, world: "-", verdict: Err(e), build_s, run_s: None });
+                    lines.push(Line {
+                        binding: row.binding,
+                        world: "-",
+                        verdict: Err(e),
+                        build_s,
+                        run_s: None,
+                    });
                     continue;
                 }
             };
             if let Err(e) = only_bound_engine(row.binding, &binary) {
-                lines.push(Line { binding: row.binding, world: "-", verdict: Err(e), build_s, run_s: None });
+                lines.push(Line {
+                    binding: row.binding,
+                    world: "-",
+                    verdict: Err(e),
+                    build_s,
+                    run_s: None,
+                });
             }
             for &world in &row.worlds {
-                let dir = work.path().join(format!("{i:02}")).join(format!("run-{world:?}"));
+                let dir = work
+                    .path()
+                    .join(format!("{i:02}"))
+                    .join(format!("run-{world:?}"));
                 let t = Instant::now();
                 let verdict = run_row(row.binding, &binary, world, &dir);
-                lines.push(Line { binding: row.binding, world: world.label(), verdict, build_s, run_s: Some(t.elapsed().as_secs_f64()) });
+                lines.push(Line {
+                    binding: row.binding,
+                    world: world.label(),
+                    verdict,
+                    build_s,
+                    run_s: Some(t.elapsed().as_secs_f64()),
+                });
             }
             // 100+ MB each; keep the temp dir small.
             let _ = std::fs::remove_file(&binary);
         }
     });
 
-    let w = lines.iter().map(|l| l.binding).chain(unreachable.iter().copied()).map(|b| b.to_string().len()).max().unwrap_or(0);
+    let w = lines
+        .iter()
+        .map(|l| l.binding)
+        .chain(unreachable.iter().copied())
+        .map(|b| b.to_string().len())
+        .max()
+        .unwrap_or(0);
     let mut report = String::new();
-    let _ = writeln!(report, "{:<w$} {:<9} {:>7} {:>6}  result", "binding", "world", "build s", "run s");
+    let _ = writeln!(
+        report,
+        "{:<w$} {:<9} {:>7} {:>6}  result",
+        "binding", "world", "build s", "run s"
+    );
     for l in &lines {
         let verdict = match &l.verdict {
             Ok(v) => v.clone(),
             Err(e) => format!("FAILED: {}", e.lines().next().unwrap_or("")),
         };
         let run_s = l.run_s.map_or("-".into(), |s| format!("{s:.1}"));
-        let _ = writeln!(report, "{:<w$} {:<9} {:>7.1} {:>6}  {verdict}", l.binding.to_string(), l.world, l.build_s, run_s);
+        let _ = writeln!(
+            report,
+            "{:<w$} {:<9} {:>7.1} {:>6}  {verdict}",
+            l.binding.to_string(),
+            l.world,
+            l.build_s,
+            run_s
+        );
     }
     for b in &skipped {
-        let _ = writeln!(report, "{:<w$} {:<9} {:>7} {:>6}  not built: covered by [params, grads] (set {FULL_ENV}=1)", b.to_string(), "-", "-", "-");
+        let _ = writeln!(
+            report,
+            "{:<w$} {:<9} {:>7} {:>6}  not built: covered by [params, grads] (set {FULL_ENV}=1)",
+            b.to_string(),
+            "-",
+            "-",
+            "-"
+        );
     }
     for b in &unreachable {
-        let _ = writeln!(report, "{:<w$} {:<9} {:>7} {:>6}  not built: no config key selects it", b.to_string(), "-", "-", "-");
+        let _ = writeln!(
+            report,
+            "{:<w$} {:<9} {:>7} {:>6}  not built: no config key selects it",
+            b.to_string(),
+            "-",
+            "-",
+            "-"
+        );
     }
-    let _ = writeln!(report, "{} builds, {} runs in {:.0} s", rows.len(), lines.iter().filter(|l| l.run_s.is_some()).count(), start.elapsed().as_secs_f64());
+    let _ = writeln!(
+        report,
+        "{} builds, {} runs in {:.0} s",
+        rows.len(),
+        lines.iter().filter(|l| l.run_s.is_some()).count(),
+        start.elapsed().as_secs_f64()
+    );
     eprintln!("{report}");
 
-    let failures: Vec<String> =
-        lines.iter().filter_map(|l| l.verdict.as_ref().err().map(|e| format!("{} on {} rank(s): {e}", l.binding, l.world))).collect();
-    assert!(failures.is_empty(), "{} of {} failed:\n\n{}\n\n{report}", failures.len(), lines.len(), failures.join("\n\n"));
+    let failures: Vec<String> = lines
+        .iter()
+        .filter_map(|l| {
+            l.verdict
+                .as_ref()
+                .err()
+                .map(|e| format!("{} on {} rank(s): {e}", l.binding, l.world))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} failed:\n\n{}\n\n{report}",
+        failures.len(),
+        lines.len(),
+        failures.join("\n\n")
+    );
 }

@@ -21,22 +21,31 @@ fn verlc() -> Command {
 }
 
 fn text(out: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn run(cmd: &mut Command) -> (Option<i32>, String, String) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     let (stdout, stderr) = text(&out);
     (out.status.code(), stdout, stderr)
 }
 
 fn libtorch_available() -> bool {
-    std::env::var_os("LIBTORCH").is_some() || std::env::var_os("LIBTORCH_USE_PYTORCH").is_some() || checkout().join(".venv/bin/python").is_file()
+    std::env::var_os("LIBTORCH").is_some()
+        || std::env::var_os("LIBTORCH_USE_PYTORCH").is_some()
+        || checkout().join(".venv/bin/python").is_file()
 }
 
 /// The workspace's target directory, shared with the generated crates.
 fn workspace_target() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| checkout().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| checkout().join("target"))
 }
 
 #[test]
@@ -55,7 +64,10 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
         .env("VERLC_CACHE_DIR", &cache)
         .env("VERLC_TARGET_DIR", workspace_target()));
     assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
-    assert!(stderr.contains("strategy = Fsdp, precision = Fp32, offload = []"), "{stderr}");
+    assert!(
+        stderr.contains("strategy = Fsdp, precision = Fp32, offload = []"),
+        "{stderr}"
+    );
     assert!(trainer.is_file());
 
     let trainer_cmd = || {
@@ -66,7 +78,10 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
 
     let (code, stdout, stderr) = run(trainer_cmd().arg("--print-config"));
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("built by verlc") && stderr.contains("config sha256:"), "build info at start-up: {stderr}");
+    assert!(
+        stderr.contains("built by verlc") && stderr.contains("config sha256:"),
+        "build info at start-up: {stderr}"
+    );
     assert!(stdout.contains("adv_estimator: grpo"), "{stdout}");
     assert!(stdout.contains("total_training_steps: 60"), "{stdout}");
 
@@ -76,49 +91,85 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
     let spec: serde_json::Value = serde_json::from_str(&stdout).expect("spec json");
     assert_eq!(spec["binding"]["strategy"], "Fsdp", "{stdout}");
     assert_eq!(spec["actor"]["optim"]["lr"], 1e-3, "{stdout}");
-    assert_eq!(spec["actor"]["update"]["ppo_micro_batch_size"], 128, "{stdout}");
-    let (code, stdout, stderr) = run(trainer_cmd().args(["--print-spec", "actor_rollout_ref.actor.optim.lr=1e-5"]));
+    assert_eq!(
+        spec["actor"]["update"]["ppo_micro_batch_size"], 128,
+        "{stdout}"
+    );
+    let (code, stdout, stderr) =
+        run(trainer_cmd().args(["--print-spec", "actor_rollout_ref.actor.optim.lr=1e-5"]));
     assert_eq!(code, Some(0), "{stderr}");
     let spec: serde_json::Value = serde_json::from_str(&stdout).expect("spec json");
     assert_eq!(spec["actor"]["optim"]["lr"], 1e-5, "{stdout}");
     // An override the binary cannot honour is refused before anything runs (B018), not at start-up.
     let (code, _, stderr) = run(trainer_cmd().args(["--check", "trainer.logger=[console,wandb]"]));
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("error[B018]") && stderr.contains("wandb"), "{stderr}");
+    assert!(
+        stderr.contains("error[B018]") && stderr.contains("wandb"),
+        "{stderr}"
+    );
 
     // A run-time override is checked by verlc's rules (V006: per-rank mini-batch vs micro-batch).
-    let (code, stdout, stderr) = run(trainer_cmd().args(["--print-config", "actor_rollout_ref.actor.ppo_mini_batch_size=7"]));
+    let (code, stdout, stderr) = run(trainer_cmd().args([
+        "--print-config",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=7",
+    ]));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stdout.is_empty());
-    assert!(stderr.contains("error[V006]") && stderr.contains("not a multiple of the micro-batch"), "{stderr}");
+    assert!(
+        stderr.contains("error[V006]") && stderr.contains("not a multiple of the micro-batch"),
+        "{stderr}"
+    );
 
     // A valid one is applied.
-    let (code, stdout, stderr) = run(trainer_cmd().args(["--print-config", "actor_rollout_ref.actor.optim.lr=1e-5"]));
+    let (code, stdout, stderr) =
+        run(trainer_cmd().args(["--print-config", "actor_rollout_ref.actor.optim.lr=1e-5"]));
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.contains("lr: 1e-5") || stdout.contains("lr: 0.00001"), "{stdout}");
+    assert!(
+        stdout.contains("lr: 1e-5") || stdout.contains("lr: 0.00001"),
+        "{stdout}"
+    );
 
     // Statically bound keys need a new binary.
-    for bound in ["actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.actor.strategy=megatron"] {
+    for bound in [
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+        "actor_rollout_ref.actor.strategy=megatron",
+    ] {
         let (code, _, stderr) = run(trainer_cmd().args(["--check", bound]));
         assert_eq!(code, Some(1), "{stderr}");
         assert!(stderr.contains("rebuild with verlc"), "{bound}: {stderr}");
     }
     // What the binary cannot bind is an error at run time too (B014: critic offload differs).
-    let critic = ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=16", "critic.model.fsdp_config.optimizer_offload=true"];
+    let critic = [
+        "algorithm.adv_estimator=gae",
+        "critic.ppo_micro_batch_size_per_gpu=16",
+        "critic.model.fsdp_config.optimizer_offload=true",
+    ];
     let (code, _, stderr) = run(trainer_cmd().arg("--check").args(critic));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("error[B014]"), "{stderr}");
     // Restating a bound value is harmless.
-    let (code, stdout, stderr) = run(trainer_cmd().args(["--check", "actor_rollout_ref.actor.fsdp_config.param_offload=false"]));
+    let (code, stdout, stderr) = run(trainer_cmd().args([
+        "--check",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+    ]));
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.contains("ok: config is valid for this binary"), "{stdout}");
+    assert!(
+        stdout.contains("ok: config is valid for this binary"),
+        "{stdout}"
+    );
 
     let (code, _, stderr) = run(trainer_cmd().arg("--bogus"));
     assert_eq!(code, Some(2), "{stderr}");
 
     // `verlc run` reuses the cached build and passes what follows `--` to the trainer.
     let (code, stdout, stderr) = run(verlc()
-        .args(["run", "examples/quickstart.yaml", "--", "--print-config", "trainer.total_training_steps=7"])
+        .args([
+            "run",
+            "examples/quickstart.yaml",
+            "--",
+            "--print-config",
+            "trainer.total_training_steps=7",
+        ])
         .env("VERLC_CACHE_DIR", &cache)
         .env("VERLC_TARGET_DIR", workspace_target()));
     assert_eq!(code, Some(0), "{stderr}");
@@ -134,31 +185,59 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 #[test]
 fn unused_keys_warn_and_deny_warnings_stops_the_build() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let quickstart = std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).expect("quickstart");
-    let cfg = write(dir.path(), "knobs.yaml", &quickstart.replace("    temperature: 1.0\n", "    temperature: 1.0\n    gpu_memory_utilization: 0.8\n"));
-    let line = std::fs::read_to_string(&cfg).expect("read").lines().position(|l| l.contains("gpu_memory_utilization")).map_or(0, |i| i + 1);
+    let quickstart =
+        std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).expect("quickstart");
+    let cfg = write(
+        dir.path(),
+        "knobs.yaml",
+        &quickstart.replace(
+            "    temperature: 1.0\n",
+            "    temperature: 1.0\n    gpu_memory_utilization: 0.8\n",
+        ),
+    );
+    let line = std::fs::read_to_string(&cfg)
+        .expect("read")
+        .lines()
+        .position(|l| l.contains("gpu_memory_utilization"))
+        .map_or(0, |i| i + 1);
 
     let (code, _, stderr) = run(verlc().arg("build").arg(&cfg).arg("--plan"));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("warning[B001]"), "{stderr}");
     assert!(stderr.contains(&format!("knobs.yaml:{line}:")), "{stderr}");
 
-    let (code, _, stderr) = run(verlc().arg("build").arg(&cfg).arg("--deny-warnings").arg("-o").arg(dir.path().join("t")));
+    let (code, _, stderr) = run(verlc()
+        .arg("build")
+        .arg(&cfg)
+        .arg("--deny-warnings")
+        .arg("-o")
+        .arg(dir.path().join("t")));
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("error[B001]") && stderr.contains("not building"), "{stderr}");
+    assert!(
+        stderr.contains("error[B001]") && stderr.contains("not building"),
+        "{stderr}"
+    );
     assert!(!dir.path().join("t").exists());
 }
 
 #[test]
 fn unsupported_binding_is_reported_at_its_line_by_check_and_build() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let quickstart = std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).expect("quickstart");
+    let quickstart =
+        std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).expect("quickstart");
     let cfg = write(
         dir.path(),
         "fp16_offload.yaml",
-        &quickstart.replace("      model_dtype: fp32\n", "      model_dtype: fp32\n      param_offload: true\n      dtype: float16\n"),
+        &quickstart.replace(
+            "      model_dtype: fp32\n",
+            "      model_dtype: fp32\n      param_offload: true\n      dtype: float16\n",
+        ),
     );
-    let line = std::fs::read_to_string(&cfg).expect("read").lines().position(|l| l.contains("dtype: float16")).map_or(0, |i| i + 1);
+    let line = std::fs::read_to_string(&cfg)
+        .expect("read")
+        .lines()
+        .position(|l| l.contains("dtype: float16"))
+        .map_or(0, |i| i + 1);
     for sub in ["check", "build"] {
         let mut cmd = verlc();
         cmd.arg(sub).arg(&cfg).env("VERLC_CACHE_DIR", dir.path());
@@ -167,10 +246,17 @@ fn unsupported_binding_is_reported_at_its_line_by_check_and_build() {
         }
         let (code, _, stderr) = run(&mut cmd);
         // Valid for verl, so `check` warns; `build` cannot bind it.
-        let (want_code, want) = if sub == "check" { (0, "warning[B012]") } else { (1, "error[B012]") };
+        let (want_code, want) = if sub == "check" {
+            (0, "warning[B012]")
+        } else {
+            (1, "error[B012]")
+        };
         assert_eq!(code, Some(want_code), "{sub}: {stderr}");
         assert!(stderr.contains(want), "{sub}: {stderr}");
-        assert!(stderr.contains(&format!("fp16_offload.yaml:{line}:")), "{sub}: {stderr}");
+        assert!(
+            stderr.contains(&format!("fp16_offload.yaml:{line}:")),
+            "{sub}: {stderr}"
+        );
         assert!(stderr.contains("Fp16Mixed"), "{sub}: {stderr}");
     }
 }

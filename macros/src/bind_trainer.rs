@@ -9,15 +9,31 @@ use syn::{Expr, Ident, LitStr, Path, Token, bracketed};
 
 use crate::binding::{self, OffloadFlags, OffloadTarget, Part, PrecisionKind, StrategyKind};
 
-const KEYS: &[&str] = &["strategy", "precision", "offload", "config", "spec", "verlc_version", "config_hash", "source", "runtime"];
+const KEYS: &[&str] = &[
+    "strategy",
+    "precision",
+    "offload",
+    "config",
+    "spec",
+    "verlc_version",
+    "config_hash",
+    "source",
+    "runtime",
+];
 
 fn names<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> String {
-    all.iter().map(|t| format!("`{}`", name(*t))).collect::<Vec<_>>().join(", ")
+    all.iter()
+        .map(|t| format!("`{}`", name(*t)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// "did you mean" for a near-miss: same letters ignoring case, a prefix either way, or at
 /// most two edits.
-fn suggestion(word: &str, candidates: impl IntoIterator<Item = &'static str>) -> Option<&'static str> {
+fn suggestion(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'static str>,
+) -> Option<&'static str> {
     let w = word.to_ascii_lowercase();
     candidates.into_iter().find(|c| {
         let c = c.to_ascii_lowercase();
@@ -31,7 +47,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -68,7 +86,10 @@ struct Input {
 
 fn set<T>(slot: &mut Option<T>, key: &Ident, value: T) -> syn::Result<()> {
     if slot.is_some() {
-        return Err(syn::Error::new(key.span(), format!("`{key}` is given twice")));
+        return Err(syn::Error::new(
+            key.span(),
+            format!("`{key}` is given twice"),
+        ));
     }
     *slot = Some(value);
     Ok(())
@@ -89,36 +110,72 @@ impl Parse for Input {
                         } else {
                             suggestion(&id.to_string(), StrategyKind::ALL.map(StrategyKind::name))
                         };
-                        unknown("strategy", &id, names(&StrategyKind::ALL, StrategyKind::name), hint)
+                        unknown(
+                            "strategy",
+                            &id,
+                            names(&StrategyKind::ALL, StrategyKind::name),
+                            hint,
+                        )
                     })?;
                     set(&mut out.strategy, &key, (kind, id))?;
                 }
                 "precision" => {
                     let id: Ident = input.parse()?;
                     let kind = PrecisionKind::from_name(&id.to_string()).ok_or_else(|| {
-                        let hint = suggestion(&id.to_string(), PrecisionKind::ALL.map(PrecisionKind::name));
-                        unknown("precision", &id, names(&PrecisionKind::ALL, PrecisionKind::name), hint)
+                        let hint = suggestion(
+                            &id.to_string(),
+                            PrecisionKind::ALL.map(PrecisionKind::name),
+                        );
+                        unknown(
+                            "precision",
+                            &id,
+                            names(&PrecisionKind::ALL, PrecisionKind::name),
+                            hint,
+                        )
                     })?;
                     set(&mut out.precision, &key, (kind, id))?;
                 }
                 "offload" => {
                     let content;
                     let bracket = bracketed!(content in input);
-                    let list: Punctuated<Ident, Token![,]> = content.parse_terminated(Ident::parse, Token![,])?;
+                    let list: Punctuated<Ident, Token![,]> =
+                        content.parse_terminated(Ident::parse, Token![,])?;
                     let mut flags = OffloadFlags::NONE;
                     let mut items = Vec::new();
                     for id in list {
                         let t = OffloadTarget::from_name(&id.to_string()).ok_or_else(|| {
-                            let hint = suggestion(&id.to_string(), OffloadTarget::ALL.map(OffloadTarget::name));
-                            unknown("offload target", &id, format!("{} (`[]` offloads nothing)", names(&OffloadTarget::ALL, OffloadTarget::name)), hint)
+                            let hint = suggestion(
+                                &id.to_string(),
+                                OffloadTarget::ALL.map(OffloadTarget::name),
+                            );
+                            unknown(
+                                "offload target",
+                                &id,
+                                format!(
+                                    "{} (`[]` offloads nothing)",
+                                    names(&OffloadTarget::ALL, OffloadTarget::name)
+                                ),
+                                hint,
+                            )
                         })?;
                         if flags.has(t) {
-                            return Err(syn::Error::new(id.span(), format!("`{id}` is listed twice")));
+                            return Err(syn::Error::new(
+                                id.span(),
+                                format!("`{id}` is listed twice"),
+                            ));
                         }
                         flags = flags.with(t);
                         items.push((t, id));
                     }
-                    set(&mut out.offload, &key, Offload { flags, items, span: bracket.span.join() })?;
+                    set(
+                        &mut out.offload,
+                        &key,
+                        Offload {
+                            flags,
+                            items,
+                            span: bracket.span.join(),
+                        },
+                    )?;
                 }
                 "config" => set(&mut out.config, &key, input.parse()?)?,
                 "spec" => set(&mut out.spec, &key, input.parse()?)?,
@@ -127,7 +184,13 @@ impl Parse for Input {
                 "source" => set(&mut out.source, &key, input.parse()?)?,
                 "runtime" => set(&mut out.runtime, &key, input.parse()?)?,
                 other => {
-                    let mut msg = format!("unknown key `{other}`; expected one of: {}", KEYS.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "));
+                    let mut msg = format!(
+                        "unknown key `{other}`; expected one of: {}",
+                        KEYS.iter()
+                            .map(|k| format!("`{k}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
                     if let Some(h) = suggestion(other, KEYS.iter().copied()) {
                         msg.push_str(&format!("\nhelp: did you mean `{h}`?"));
                     }
@@ -148,22 +211,49 @@ fn missing(key: &str, what: String) -> syn::Error {
 }
 
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
-    let Input { strategy, precision, offload, config, spec, verlc_version, config_hash, source, runtime } = syn::parse2(input)?;
+    let Input {
+        strategy,
+        precision,
+        offload,
+        config,
+        spec,
+        verlc_version,
+        config_hash,
+        source,
+        runtime,
+    } = syn::parse2(input)?;
 
     let mut errors: Vec<syn::Error> = Vec::new();
     if strategy.is_none() {
-        errors.push(missing("strategy", format!("one of {}", names(&StrategyKind::ALL, StrategyKind::name))));
+        errors.push(missing(
+            "strategy",
+            format!("one of {}", names(&StrategyKind::ALL, StrategyKind::name)),
+        ));
     }
     if precision.is_none() {
-        errors.push(missing("precision", format!("one of {}", names(&PrecisionKind::ALL, PrecisionKind::name))));
+        errors.push(missing(
+            "precision",
+            format!("one of {}", names(&PrecisionKind::ALL, PrecisionKind::name)),
+        ));
     }
     if offload.is_none() {
-        errors.push(missing("offload", format!("a list of {}, or `[]`", names(&OffloadTarget::ALL, OffloadTarget::name))));
+        errors.push(missing(
+            "offload",
+            format!(
+                "a list of {}, or `[]`",
+                names(&OffloadTarget::ALL, OffloadTarget::name)
+            ),
+        ));
     }
     if config.is_none() {
-        errors.push(missing("config", "the embedded resolved config, e.g. `include_str!(\"../trainer.yaml\")`".into()));
+        errors.push(missing(
+            "config",
+            "the embedded resolved config, e.g. `include_str!(\"../trainer.yaml\")`".into(),
+        ));
     }
-    let (Some((s, s_id)), Some((p, p_id)), Some(o), Some(config)) = (strategy, precision, offload, config) else {
+    let (Some((s, s_id)), Some((p, p_id)), Some(o), Some(config)) =
+        (strategy, precision, offload, config)
+    else {
         return Err(combine(errors));
     };
 
@@ -171,9 +261,16 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         let span = match rej.part {
             Part::Strategy => s_id.span(),
             Part::Precision => p_id.span(),
-            Part::Offload(t) => o.items.iter().find(|(it, _)| *it == t).map_or(o.span, |(_, id)| id.span()),
+            Part::Offload(t) => o
+                .items
+                .iter()
+                .find(|(it, _)| *it == t)
+                .map_or(o.span, |(_, id)| id.span()),
         };
-        return Err(syn::Error::new(span, format!("{}\nhelp: {}", rej.message, rej.help)));
+        return Err(syn::Error::new(
+            span,
+            format!("{}\nhelp: {}", rej.message, rej.help),
+        ));
     }
 
     let rt = runtime.map_or_else(|| quote!(::runtime), |p| quote!(#p));
@@ -248,10 +345,23 @@ mod tests {
         for s in StrategyKind::ALL {
             for p in PrecisionKind::ALL {
                 for bits in 0u8..8 {
-                    let flags = OffloadFlags { params: bits & 1 != 0, grads: bits & 2 != 0, optimizer: bits & 4 != 0 };
+                    let flags = OffloadFlags {
+                        params: bits & 1 != 0,
+                        grads: bits & 2 != 0,
+                        optimizer: bits & 4 != 0,
+                    };
                     let list: Vec<&str> = flags.targets().map(OffloadTarget::name).collect();
-                    let src = format!("strategy = {}, precision = {}, offload = [{}], config = \"\"", s.name(), p.name(), list.join(", "));
-                    assert_eq!(expand_str(&src).is_ok(), binding::validate(s, p, flags).is_ok(), "{src}");
+                    let src = format!(
+                        "strategy = {}, precision = {}, offload = [{}], config = \"\"",
+                        s.name(),
+                        p.name(),
+                        list.join(", ")
+                    );
+                    assert_eq!(
+                        expand_str(&src).is_ok(),
+                        binding::validate(s, p, flags).is_ok(),
+                        "{src}"
+                    );
                 }
             }
         }

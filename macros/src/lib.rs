@@ -30,5 +30,7 @@ use proc_macro::TokenStream;
 /// the offending token with the valid choices.
 #[proc_macro]
 pub fn bind_trainer(input: TokenStream) -> TokenStream {
-    bind_trainer::expand(input.into()).unwrap_or_else(bind_trainer::error_with_stub_main).into()
+    bind_trainer::expand(input.into())
+        .unwrap_or_else(bind_trainer::error_with_stub_main)
+        .into()
 }

@@ -16,7 +16,10 @@ use verlc::plan::{SpecOutcome, lower_request};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let file = PathBuf::from(args.next().unwrap_or_else(|| "examples/quickstart.yaml".into()));
+    let file = PathBuf::from(
+        args.next()
+            .unwrap_or_else(|| "examples/quickstart.yaml".into()),
+    );
     let overrides: Vec<String> = args.collect();
     let req = LoadRequest {
         config_file: Some(file),
@@ -25,17 +28,29 @@ fn main() -> ExitCode {
         ..LoadRequest::default()
     };
     let spec = match lower_request(&req) {
-        SpecOutcome::Ok { spec, .. } => spec,
+        SpecOutcome::Ok { spec, .. } => *spec,
         SpecOutcome::Errors(checked) => {
-            let errors: Vec<_> = checked.diagnostics.iter().filter(|d| d.is_error()).cloned().collect();
-            eprint!("{}", verlc::render::human(&errors, &checked.composed.sources, false));
+            let errors: Vec<_> = checked
+                .diagnostics
+                .iter()
+                .filter(|d| d.is_error())
+                .cloned()
+                .collect();
+            eprint!(
+                "{}",
+                verlc::render::human(&errors, &checked.composed.sources, false)
+            );
             return ExitCode::FAILURE;
         }
     };
     let start = std::time::Instant::now();
     match runtime::trainer::run(&spec, &runtime::trainer::RunOptions::default()) {
         Ok(summary) => {
-            eprintln!("trained {} steps in {:.1} s", summary.last_step - summary.resumed_from, start.elapsed().as_secs_f64());
+            eprintln!(
+                "trained {} steps in {:.1} s",
+                summary.last_step - summary.resumed_from,
+                start.elapsed().as_secs_f64()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -26,12 +26,12 @@ use std::process::ExitCode;
 use verlc::check::{CheckOptions, check};
 use verlc::config::VerlConfig;
 use verlc::diag::Diagnostic;
-use verlc_spec::TrainerSpec;
-use verlc_spec::trainer::DeviceKind;
 use verlc::load::compose::LoadRequest;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::{self, Binding, BuildPlan};
 use verlc::source::{Source, SourceKind, SourceMap};
+use verlc_spec::TrainerSpec;
+use verlc_spec::trainer::DeviceKind;
 
 use crate::dist::{Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup};
 
@@ -48,7 +48,11 @@ pub trait Strategy: sealed::Sealed + Send + Sync + 'static {
     const KIND: StrategyKind;
 
     /// The RL loop of one rank on this strategy's engines.
-    fn train(spec: &TrainerSpec, ctx: &RankContext, opts: &crate::trainer::RunOptions) -> Result<(), TrainError>;
+    fn train(
+        spec: &TrainerSpec,
+        ctx: &RankContext,
+        opts: &crate::trainer::RunOptions,
+    ) -> Result<(), TrainError>;
 }
 
 /// One process, no sharding.
@@ -120,28 +124,54 @@ mod strategies {
     }
 
     /// One process, the single engine.
-    pub(super) fn Single(spec: &TrainerSpec, ctx: &RankContext, opts: &RunOptions) -> Result<(), TrainError> {
+    pub(super) fn Single(
+        spec: &TrainerSpec,
+        ctx: &RankContext,
+        opts: &RunOptions,
+    ) -> Result<(), TrainError> {
         if ctx.dist.world_size != 1 {
-            return Err(TrainError::Trainer(format!("strategy Single runs one rank, but the world has {}", ctx.dist.world_size).into()));
+            return Err(TrainError::Trainer(
+                format!(
+                    "strategy Single runs one rank, but the world has {}",
+                    ctx.dist.world_size
+                )
+                .into(),
+            ));
         }
         crate::trainer::run(spec, opts).map(|_| ()).map_err(failed)
     }
 
     /// FSDP over the world group. On one rank without parameter offload the single engine
     /// computes the same update, without a process group.
-    pub(super) fn Fsdp(spec: &TrainerSpec, ctx: &RankContext, opts: &RunOptions) -> Result<(), TrainError> {
+    pub(super) fn Fsdp(
+        spec: &TrainerSpec,
+        ctx: &RankContext,
+        opts: &RunOptions,
+    ) -> Result<(), TrainError> {
         if ctx.dist.world_size == 1 && !spec.binding.offload.params && !spec.binding.offload.grads {
             return crate::trainer::run(spec, opts).map(|_| ()).map_err(failed);
         }
         let world = super::world_group(ctx)?;
-        crate::trainer::run_with(spec, opts, FsdpRoles { world }).map(|_| ()).map_err(failed)
+        crate::trainer::run_with(spec, opts, FsdpRoles { world })
+            .map(|_| ())
+            .map_err(failed)
     }
 
     /// Megatron (its own parameter groups even on one rank: no weight decay on biases and
     /// norms).
-    pub(super) fn Megatron(spec: &TrainerSpec, ctx: &RankContext, opts: &RunOptions) -> Result<(), TrainError> {
-        let world = if ctx.dist.world_size == 1 { None } else { Some(super::world_group(ctx)?) };
-        crate::trainer::run_with(spec, opts, MegatronRoles { world }).map(|_| ()).map_err(failed)
+    pub(super) fn Megatron(
+        spec: &TrainerSpec,
+        ctx: &RankContext,
+        opts: &RunOptions,
+    ) -> Result<(), TrainError> {
+        let world = if ctx.dist.world_size == 1 {
+            None
+        } else {
+            Some(super::world_group(ctx)?)
+        };
+        crate::trainer::run_with(spec, opts, MegatronRoles { world })
+            .map(|_| ())
+            .map_err(failed)
     }
 }
 
@@ -150,22 +180,41 @@ mod strategies {
 fn world_group(ctx: &RankContext) -> Result<ProcessGroup, TrainError> {
     let mut env = ctx.dist.clone();
     if env.world_size == 1 {
-        env.master_port = crate::dist::free_port(&env.master_addr).map_err(|e| TrainError::Trainer(Box::new(e)))?;
+        env.master_port = crate::dist::free_port(&env.master_addr)
+            .map_err(|e| TrainError::Trainer(Box::new(e)))?;
     }
-    let backend = if ctx.device.is_cuda() { Backend::Nccl } else { Backend::Gloo };
-    Ok(ProcessGroup::init(&env, &InitOptions { backend, ..InitOptions::default() })?)
+    let backend = if ctx.device.is_cuda() {
+        Backend::Nccl
+    } else {
+        Backend::Gloo
+    };
+    Ok(ProcessGroup::init(
+        &env,
+        &InitOptions {
+            backend,
+            ..InitOptions::default()
+        },
+    )?)
 }
 markers!(Strategy { Single; Fsdp; Megatron; });
 markers!(Precision::PrecisionKind { Fp32 => Fp32, Float; Bf16Mixed => Bf16Mixed, BFloat16; Fp16Mixed => Fp16Mixed, Half; });
 
 impl<const P: bool, const G: bool, const O: bool> sealed::Sealed for OffloadSet<P, G, O> {}
 impl<const P: bool, const G: bool, const O: bool> Offload for OffloadSet<P, G, O> {
-    const FLAGS: OffloadFlags = OffloadFlags { params: P, grads: G, optimizer: O };
+    const FLAGS: OffloadFlags = OffloadFlags {
+        params: P,
+        grads: G,
+        optimizer: O,
+    };
 }
 
 /// The binding of a monomorphized trainer as data.
 pub fn binding<S: Strategy, P: Precision, O: Offload>() -> Binding {
-    Binding { strategy: S::KIND, precision: P::KIND, offload: O::FLAGS }
+    Binding {
+        strategy: S::KIND,
+        precision: P::KIND,
+        offload: O::FLAGS,
+    }
 }
 
 /// What `verlc build` stamped into the binary.
@@ -206,12 +255,25 @@ pub enum TrainError {
 /// engines ([`Strategy::train`]); precision and offload are the binding's (`P`, `O`), which
 /// the spec states as well. Returns `Ok(())` when training finished; the binary exits 0 when
 /// every rank did.
-pub fn train<S: Strategy, P: Precision, O: Offload>(spec: &TrainerSpec, ctx: &RankContext) -> Result<(), TrainError> {
+pub fn train<S: Strategy, P: Precision, O: Offload>(
+    spec: &TrainerSpec,
+    ctx: &RankContext,
+) -> Result<(), TrainError> {
     let compiled = binding::<S, P, O>();
     if spec.binding != compiled {
-        return Err(TrainError::Trainer(format!("the spec binds `{}` but this binary is `{compiled}`", spec.binding).into()));
+        return Err(TrainError::Trainer(
+            format!(
+                "the spec binds `{}` but this binary is `{compiled}`",
+                spec.binding
+            )
+            .into(),
+        ));
     }
-    let opts = crate::trainer::RunOptions { device: ctx.device, console_lines: ctx.dist.rank == 0, ..Default::default() };
+    let opts = crate::trainer::RunOptions {
+        device: ctx.device,
+        console_lines: ctx.dist.rank == 0,
+        ..Default::default()
+    };
     S::train(spec, ctx, &opts)
 }
 
@@ -224,7 +286,10 @@ const EXIT_USAGE: u8 = 2;
 
 /// The binary's `main`: parse the command line, resolve and check the config, launch ranks,
 /// train.
-pub fn main<S: Strategy, P: Precision, O: Offload>(embedded_config: &str, build_info: BuildInfo) -> ExitCode {
+pub fn main<S: Strategy, P: Precision, O: Offload>(
+    embedded_config: &str,
+    build_info: BuildInfo,
+) -> ExitCode {
     const {
         assert!(
             verlc::plan::binding::validate(S::KIND, P::KIND, O::FLAGS).is_ok(),
@@ -294,13 +359,21 @@ fn override_arg(a: &str) -> Result<String, String> {
     if a.contains('=') || a.starts_with('~') {
         Ok(a.to_owned())
     } else {
-        Err(format!("`{a}` is neither an option nor a KEY=VALUE override"))
+        Err(format!(
+            "`{a}` is neither an option nor a KEY=VALUE override"
+        ))
     }
 }
 
-fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, raw: &[OsString]) -> Result<(), Exit> {
+fn run<S: Strategy, P: Precision, O: Offload>(
+    embedded: &str,
+    info: BuildInfo,
+    raw: &[OsString],
+) -> Result<(), Exit> {
     let compiled = binding::<S, P, O>();
-    let mut args = match <Args as clap::Parser>::try_parse_from(std::iter::once(OsString::from("trainer")).chain(raw.iter().cloned())) {
+    let mut args = match <Args as clap::Parser>::try_parse_from(
+        std::iter::once(OsString::from("trainer")).chain(raw.iter().cloned()),
+    ) {
         Ok(a) => a,
         Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) => {
             print!("{e}");
@@ -321,8 +394,13 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
 
     if let Some(n) = args.nproc_per_node {
         let key = "trainer.n_gpus_per_node";
-        if let Some(o) = args.overrides.iter().find(|o| o.split_once('=').is_some_and(|(k, v)| k.trim_start_matches('+') == key && v != n.to_string())) {
-            return Err(Exit::Usage(format!("error: --nproc-per-node {n} contradicts the override `{o}`\n")));
+        if let Some(o) = args.overrides.iter().find(|o| {
+            o.split_once('=')
+                .is_some_and(|(k, v)| k.trim_start_matches('+') == key && v != n.to_string())
+        }) {
+            return Err(Exit::Usage(format!(
+                "error: --nproc-per-node {n} contradicts the override `{o}`\n"
+            )));
         }
         args.overrides.push(format!("{key}={n}"));
     }
@@ -334,19 +412,25 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
     }
     let spec = resolved.spec;
     if args.print_spec {
-        let text = serde_json::to_string_pretty(&spec).map_err(|e| Exit::Failed(format!("cannot print the spec: {e}")))?;
+        let text = serde_json::to_string_pretty(&spec)
+            .map_err(|e| Exit::Failed(format!("cannot print the spec: {e}")))?;
         println!("{text}");
         return Err(Exit::Done);
     }
     if args.check_only {
-        println!("ok: config is valid for this binary ({compiled}); {} rank(s)", spec.world.size());
+        println!(
+            "ok: config is valid for this binary ({compiled}); {} rank(s)",
+            spec.world.size()
+        );
         return Err(Exit::Done);
     }
 
     let world = spec.world.size();
     let cuda = spec.world.device == DeviceKind::Cuda;
     if cuda {
-        let local = env.as_ref().map_or(spec.world.n_gpus_per_node, |e| e.local_world_size);
+        let local = env
+            .as_ref()
+            .map_or(spec.world.n_gpus_per_node, |e| e.local_world_size);
         let found = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
         if found < local {
             return Err(Exit::Failed(format!(
@@ -374,7 +458,11 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
             )));
         }
         None => {
-            let what = if cuda { "processes, one per GPU" } else { "CPU processes over Gloo" };
+            let what = if cuda {
+                "processes, one per GPU"
+            } else {
+                "CPU processes over Gloo"
+            };
             eprintln!("launching {world} local ranks ({what})");
             let mut launcher = LocalLauncher::new(world).env(LAUNCHED_ENV, "1");
             if std::env::var_os("OMP_NUM_THREADS").is_none() {
@@ -385,12 +473,18 @@ fn run<S: Strategy, P: Precision, O: Offload>(embedded: &str, info: BuildInfo, r
             let ranks = launcher.spawn().map_err(|e| Exit::Failed(e.to_string()))?;
             return match ranks.wait(None) {
                 Ok(_) => Ok(()),
-                Err(DistError::RankFailed { rank, status }) => Err(Exit::Failed(format!("rank {rank} failed ({status})"))),
+                Err(DistError::RankFailed { rank, status }) => {
+                    Err(Exit::Failed(format!("rank {rank} failed ({status})")))
+                }
                 Err(e) => Err(Exit::Failed(e.to_string())),
             };
         }
     };
-    let device = if cuda { tch::Device::Cuda(dist.local_rank) } else { tch::Device::Cpu };
+    let device = if cuda {
+        tch::Device::Cuda(dist.local_rank)
+    } else {
+        tch::Device::Cpu
+    };
     let ctx = RankContext { dist, device };
     train::<S, P, O>(&spec, &ctx).map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
 }
@@ -412,10 +506,22 @@ struct Resolved {
 /// The spec this run executes: the embedded one as built, or, with overrides, the embedded
 /// config plus the overrides checked like `verlc check` and lowered by the same lowering.
 /// Overrides of statically bound keys are refused first, whatever else is wrong.
-fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[String], quiet: bool) -> Result<Resolved, Exit> {
+fn resolve(
+    embedded: &str,
+    info: &BuildInfo,
+    compiled: &Binding,
+    overrides: &[String],
+    quiet: bool,
+) -> Result<Resolved, Exit> {
     if overrides.is_empty() && !info.spec.is_empty() {
-        let spec: TrainerSpec = serde_json::from_str(info.spec).map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
-        let yaml = embedded.lines().skip_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n") + "\n";
+        let spec: TrainerSpec = serde_json::from_str(info.spec)
+            .map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
+        let yaml = embedded
+            .lines()
+            .skip_while(|l| l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n";
         return Ok(Resolved { yaml, spec });
     }
     let file = materialize(embedded, info).map_err(Exit::Failed)?;
@@ -429,21 +535,50 @@ fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[St
     let mut checked = check(&req, &CheckOptions::default());
     // What this binary cannot run are errors here, not `check`'s warnings. The embedded
     // config's verdicts were reported by `verlc build`; only the overridden keys' count now.
-    let keys: Vec<&str> = overrides.iter().map(|o| o.trim_start_matches(['+', '~']).split(['=', '@']).next().unwrap_or("")).collect();
-    let related = |k: &str| keys.iter().any(|o| k == *o || k.strip_prefix(*o).is_some_and(|r| r.starts_with('.')));
+    let keys: Vec<&str> = overrides
+        .iter()
+        .map(|o| {
+            o.trim_start_matches(['+', '~'])
+                .split(['=', '@'])
+                .next()
+                .unwrap_or("")
+        })
+        .collect();
+    let related = |k: &str| {
+        keys.iter()
+            .any(|o| k == *o || k.strip_prefix(*o).is_some_and(|r| r.starts_with('.')))
+    };
     plan::promote_for_build_where(&mut checked, &related);
-    refuse_bound_changes(&embedded_plan, &checked.composed.root, overrides, compiled, info)?;
+    refuse_bound_changes(
+        &embedded_plan,
+        &checked.composed.root,
+        overrides,
+        compiled,
+        info,
+    )?;
 
-    let shown: Vec<Diagnostic> = checked.diagnostics.iter().filter(|d| d.is_error() || !quiet).cloned().collect();
+    let shown: Vec<Diagnostic> = checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error() || !quiet)
+        .cloned()
+        .collect();
     if !shown.is_empty() {
-        eprint!("{}", verlc::render::human(&shown, &checked.composed.sources, false));
+        eprint!(
+            "{}",
+            verlc::render::human(&shown, &checked.composed.sources, false)
+        );
     }
     if checked.has_errors() {
         let n = checked.diagnostics.iter().filter(|d| d.is_error()).count();
-        return Err(Exit::Failed(format!("the config has {n} error(s); nothing was run")));
+        return Err(Exit::Failed(format!(
+            "the config has {n} error(s); nothing was run"
+        )));
     }
     let Some(config) = checked.config.as_ref() else {
-        return Err(Exit::Failed("the config did not pass the schema; nothing was run".into()));
+        return Err(Exit::Failed(
+            "the config did not pass the schema; nothing was run".into(),
+        ));
     };
     let plan = plan::lower(config, &checked.composed.root).plan;
     if plan.binding != *compiled {
@@ -454,31 +589,58 @@ fn resolve(embedded: &str, info: &BuildInfo, compiled: &Binding, overrides: &[St
             overrides.join(" ")
         )));
     }
-    Ok(Resolved { yaml: plan::embed::to_yaml(&checked.composed.root), spec: plan.spec })
+    Ok(Resolved {
+        yaml: plan::embed::to_yaml(&checked.composed.root),
+        spec: plan.spec,
+    })
 }
 
 /// The plan of the embedded config as built (its bound keys and their values).
 fn embedded_plan(embedded: &str, file: &std::path::Path) -> Result<BuildPlan, Exit> {
     let mut sources = SourceMap::new();
-    let id = sources.add(Source::new(file.display().to_string(), embedded, SourceKind::File));
-    let tree = verlc::load::yaml::parse(sources.get(id), id).map_err(|d| Exit::Failed(format!("embedded config: {}", d.message)))?;
+    let id = sources.add(Source::new(
+        file.display().to_string(),
+        embedded,
+        SourceKind::File,
+    ));
+    let tree = verlc::load::yaml::parse(sources.get(id), id)
+        .map_err(|d| Exit::Failed(format!("embedded config: {}", d.message)))?;
     let (tree, _) = verlc::check::unset_mandatory(&tree);
     let mut json = tree.to_json();
     if let Some(m) = json.as_object_mut() {
         m.remove("defaults");
     }
-    let cfg: VerlConfig = serde_json::from_value(json).map_err(|e| Exit::Failed(format!("embedded config: {e}")))?;
+    let cfg: VerlConfig =
+        serde_json::from_value(json).map_err(|e| Exit::Failed(format!("embedded config: {e}")))?;
     Ok(plan::lower(&cfg, &tree).plan)
 }
 
 /// Refuse overrides that change a key the binary was compiled for.
-fn refuse_bound_changes(embedded: &BuildPlan, after: &Node, overrides: &[String], compiled: &Binding, info: &BuildInfo) -> Result<(), Exit> {
+fn refuse_bound_changes(
+    embedded: &BuildPlan,
+    after: &Node,
+    overrides: &[String],
+    compiled: &Binding,
+    info: &BuildInfo,
+) -> Result<(), Exit> {
     let mut refused = Vec::new();
     for text in overrides {
-        let key = text.trim_start_matches(['+', '~']).split(['=', '@']).next().unwrap_or("");
+        let key = text
+            .trim_start_matches(['+', '~'])
+            .split(['=', '@'])
+            .next()
+            .unwrap_or("");
         let changed = embedded.bound_keys.iter().any(|b| {
-            let related = b.key == key || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.')) || key.strip_prefix(b.key.as_str()).is_some_and(|r| r.starts_with('.'));
-            related && after.get_path(&split_key(&b.key)).map_or(serde_json::Value::Null, Node::to_json) != b.value
+            let related = b.key == key
+                || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.'))
+                || key
+                    .strip_prefix(b.key.as_str())
+                    .is_some_and(|r| r.starts_with('.'));
+            related
+                && after
+                    .get_path(&split_key(&b.key))
+                    .map_or(serde_json::Value::Null, Node::to_json)
+                    != b.value
         });
         if changed {
             refused.push(format!("`{text}`"));
@@ -494,7 +656,11 @@ fn refuse_bound_changes(embedded: &BuildPlan, after: &Node, overrides: &[String]
     Err(Exit::Failed(format!(
         "{} {} this binary binds at compile time ({compiled}; device {device}); rebuild with verlc: `verlc build {} {} -o <trainer>`",
         refused.join(", "),
-        if refused.len() == 1 { "changes a key" } else { "change keys" },
+        if refused.len() == 1 {
+            "changes a key"
+        } else {
+            "change keys"
+        },
         info.source,
         overrides.join(" ")
     )))
@@ -503,9 +669,23 @@ fn refuse_bound_changes(embedded: &BuildPlan, after: &Node, overrides: &[String]
 /// Write the embedded config where the loader can read it (and diagnostics can point at it):
 /// `$TMPDIR/verlc-trainer-<hash>/<source stem>.resolved.yaml`.
 fn materialize(embedded: &str, info: &BuildInfo) -> Result<PathBuf, String> {
-    let hash: String = info.config_hash.rsplit(':').next().unwrap_or("").chars().filter(char::is_ascii_alphanumeric).take(16).collect();
-    let dir = std::env::temp_dir().join(format!("verlc-trainer-{}", if hash.is_empty() { "unknown" } else { &hash }));
-    let stem = std::path::Path::new(info.source).file_stem().and_then(|s| s.to_str()).unwrap_or("config");
+    let hash: String = info
+        .config_hash
+        .rsplit(':')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(16)
+        .collect();
+    let dir = std::env::temp_dir().join(format!(
+        "verlc-trainer-{}",
+        if hash.is_empty() { "unknown" } else { &hash }
+    ));
+    let stem = std::path::Path::new(info.source)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("config");
     let file = dir.join(format!("{stem}.resolved.yaml"));
     if std::fs::read_to_string(&file).is_ok_and(|t| t == embedded) {
         return Ok(file);
@@ -523,12 +703,21 @@ mod tests {
     use super::*;
 
     fn args(a: &[&str]) -> Result<Args, String> {
-        <Args as clap::Parser>::try_parse_from(std::iter::once("trainer").chain(a.iter().copied())).map_err(|e| e.to_string())
+        <Args as clap::Parser>::try_parse_from(std::iter::once("trainer").chain(a.iter().copied()))
+            .map_err(|e| e.to_string())
     }
 
     #[test]
     fn command_line() {
-        let a = args(&["--print-config", "--nproc-per-node", "2", "a.b=1", "+c=2", "~d"]).ok();
+        let a = args(&[
+            "--print-config",
+            "--nproc-per-node",
+            "2",
+            "a.b=1",
+            "+c=2",
+            "~d",
+        ])
+        .ok();
         assert_eq!(
             a,
             Some(Args {
@@ -540,7 +729,12 @@ mod tests {
                 overrides: vec!["a.b=1".into(), "+c=2".into(), "~d".into()]
             })
         );
-        assert_eq!(args(&["--nproc-per-node=3"]).ok().and_then(|a| a.nproc_per_node), Some(3));
+        assert_eq!(
+            args(&["--nproc-per-node=3"])
+                .ok()
+                .and_then(|a| a.nproc_per_node),
+            Some(3)
+        );
         assert!(args(&["--nproc-per-node", "0"]).is_err());
         assert!(args(&["--frobnicate"]).is_err());
         assert!(args(&["stray"]).is_err_and(|e| e.contains("neither an option nor a KEY=VALUE")));
@@ -550,10 +744,20 @@ mod tests {
     #[test]
     fn markers_carry_their_kinds() {
         let b = binding::<Fsdp, Fp16Mixed, OffloadOptimizer>();
-        assert_eq!(b.to_string(), "strategy = Fsdp, precision = Fp16Mixed, offload = [optimizer]");
+        assert_eq!(
+            b.to_string(),
+            "strategy = Fsdp, precision = Fp16Mixed, offload = [optimizer]"
+        );
         const { assert!(Fp16Mixed::LOSS_SCALING && !Bf16Mixed::LOSS_SCALING) };
         assert_eq!(Bf16Mixed::COMPUTE, tch::Kind::BFloat16);
-        assert_eq!(OffloadParams::FLAGS, OffloadFlags { params: true, grads: true, optimizer: false });
+        assert_eq!(
+            OffloadParams::FLAGS,
+            OffloadFlags {
+                params: true,
+                grads: true,
+                optimizer: false
+            }
+        );
         assert_eq!(<Megatron as Strategy>::KIND, StrategyKind::Megatron);
     }
 }

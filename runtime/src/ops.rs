@@ -241,6 +241,7 @@ pub fn backward(roots: &[Tensor], grads: &[Tensor], keep_graph: bool) -> Result<
     let r = ffi::tptrs(roots);
     let g = ffi::tptrs(grads);
     // SAFETY: tensors outlive the call; the shim only borrows them.
-    let err = unsafe { ffi::vlc_autograd_backward(r.as_ptr(), g.as_ptr(), r.len(), keep_graph as i32) };
+    let err =
+        unsafe { ffi::vlc_autograd_backward(r.as_ptr(), g.as_ptr(), r.len(), keep_graph as i32) };
     check("backward", err)
 }

@@ -10,8 +10,8 @@ mod common;
 use runtime::dist::{ProcessGroup, ReduceOp};
 use runtime::engine::fsdp::{FsdpEngine, FsdpSettings};
 use runtime::engine::{
-    Batch, Engine, EngineSettings, ForwardOptions, MicroLoss, OptimSettings, SchedulerSettings, SingleEngine,
-    StepResult,
+    Batch, Engine, EngineSettings, ForwardOptions, MicroLoss, OptimSettings, SchedulerSettings,
+    SingleEngine, StepResult,
 };
 use runtime::model::{CausalLm, Precision};
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
@@ -38,7 +38,10 @@ fn settings(dtype: Precision, offload: bool) -> EngineSettings {
             clip_grad: 1.0,
             offload,
             scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
-                schedule: VerlSchedule::Cosine { min_lr_ratio: 0.1, num_cycles: 0.5 },
+                schedule: VerlSchedule::Cosine {
+                    min_lr_ratio: 0.1,
+                    num_cycles: 0.5,
+                },
                 lr_warmup_steps: 2,
                 lr_warmup_steps_ratio: 0.0,
                 total_training_steps: STEPS as i64,
@@ -77,19 +80,32 @@ fn full_batch() -> Batch {
         .and_then(|b| b.with("attention_mask", Tensor::from_slice(&mask).view([ROWS, t])))
         .and_then(|b| b.with("position_ids", Tensor::from_slice(&pos).view([ROWS, t])))
         .and_then(|b| b.with("responses", responses))
-        .and_then(|b| b.with("response_mask", Tensor::from_slice(&rmask).view([ROWS, RESP])))
+        .and_then(|b| {
+            b.with(
+                "response_mask",
+                Tensor::from_slice(&rmask).view([ROWS, RESP]),
+            )
+        })
         .expect("batch")
 }
 
 /// One step of masked token-mean NLL; returns the global loss.
-fn train_step<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Option<&ProcessGroup>) -> f64 {
+fn train_step<E: Engine<Head = CausalLm>>(
+    e: &mut E,
+    batch: &Batch,
+    group: Option<&ProcessGroup>,
+) -> f64 {
     let (loss, step) = try_step(e, batch, group);
     assert!(step.update_successful && step.grad_norm.is_some_and(f64::is_finite));
     loss
 }
 
 /// One step that may be skipped (fp16 overflow): the global loss and the optimizer's result.
-fn try_step<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Option<&ProcessGroup>) -> (f64, StepResult) {
+fn try_step<E: Engine<Head = CausalLm>>(
+    e: &mut E,
+    batch: &Batch,
+    group: Option<&ProcessGroup>,
+) -> (f64, StepResult) {
     e.optimizer_zero_grad().expect("zero grad");
     let loss = backward(e, batch, group);
     let step = e.optimizer_step().expect("step");
@@ -98,15 +114,25 @@ fn try_step<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Option<
 }
 
 /// Forward and backward of one step's micro-batches; returns the global loss.
-fn backward<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Option<&ProcessGroup>) -> f64 {
-    let mut loss_fn = |mb: &Batch, out: runtime::rollout::LogProbOutput, agg: &runtime::algo::AggOptions| {
-        let m = mb.get("response_mask")?;
-        let n = agg.batch_num_tokens.unwrap_or(1.0);
-        let loss = -(out.log_probs * m).sum(Kind::Float) * (agg.dp_size as f64 / n);
-        let v = loss.double_value(&[]) / agg.dp_size as f64;
-        Ok(MicroLoss { loss, metrics: [("loss".to_owned(), v)].into_iter().collect() })
-    };
-    let metrics = e.forward_backward(batch, MICRO, &ForwardOptions::default(), &mut loss_fn).expect("forward/backward");
+fn backward<E: Engine<Head = CausalLm>>(
+    e: &mut E,
+    batch: &Batch,
+    group: Option<&ProcessGroup>,
+) -> f64 {
+    let mut loss_fn =
+        |mb: &Batch, out: runtime::rollout::LogProbOutput, agg: &runtime::algo::AggOptions| {
+            let m = mb.get("response_mask")?;
+            let n = agg.batch_num_tokens.unwrap_or(1.0);
+            let loss = -(out.log_probs * m).sum(Kind::Float) * (agg.dp_size as f64 / n);
+            let v = loss.double_value(&[]) / agg.dp_size as f64;
+            Ok(MicroLoss {
+                loss,
+                metrics: [("loss".to_owned(), v)].into_iter().collect(),
+            })
+        };
+    let metrics = e
+        .forward_backward(batch, MICRO, &ForwardOptions::default(), &mut loss_fn)
+        .expect("forward/backward");
     let local: f64 = metrics.iter().map(|m| m["loss"]).sum();
     match group {
         Some(g) => {
@@ -121,20 +147,27 @@ fn backward<E: Engine<Head = CausalLm>>(e: &mut E, batch: &Batch, group: Option<
 fn single_run(dtype: Precision) -> (Vec<f64>, Vec<(String, Tensor)>, SingleEngine<CausalLm>) {
     let mut e = SingleEngine::<CausalLm>::new(settings(dtype, false)).expect("single engine");
     let batch = full_batch();
-    let losses = (0..STEPS).map(|_| train_step(&mut e, &batch, None)).collect();
+    let losses = (0..STEPS)
+        .map(|_| train_step(&mut e, &batch, None))
+        .collect();
     let w = e.per_tensor_params().expect("params");
     (losses, w, e)
 }
 
 fn my_rows(pg: &ProcessGroup) -> Batch {
     let local = ROWS / pg.size() as i64;
-    full_batch().narrow(pg.rank() as i64 * local, local).expect("rows")
+    full_batch()
+        .narrow(pg.rank() as i64 * local, local)
+        .expect("rows")
 }
 
 fn assert_close(what: &str, a: &[f64], b: &[f64], tol: f64) {
     assert_eq!(a.len(), b.len());
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!((x - y).abs() <= tol * y.abs().max(1.0), "{what} {i}: {x} vs {y} (all: {a:?} vs {b:?})");
+        assert!(
+            (x - y).abs() <= tol * y.abs().max(1.0),
+            "{what} {i}: {x} vs {y} (all: {a:?} vs {b:?})"
+        );
     }
 }
 
@@ -146,23 +179,35 @@ fn assert_weights(a: &[(String, Tensor)], b: &[(String, Tensor)], tol: f64) {
     assert_eq!(na, nb);
     for (n, t) in a {
         let (_, u) = b.iter().find(|(m, _)| m == n).expect("same names");
-        let d = (t.to_kind(Kind::Float) - u.to_kind(Kind::Float)).abs().max().double_value(&[]);
+        let d = (t.to_kind(Kind::Float) - u.to_kind(Kind::Float))
+            .abs()
+            .max()
+            .double_value(&[]);
         assert!(d <= tol, "weight {n}: max |diff| {d}");
     }
 }
 
-fn fsdp_run(pg: &ProcessGroup, dtype: Precision, offload: bool) -> (Vec<f64>, FsdpEngine<CausalLm>) {
+fn fsdp_run(
+    pg: &ProcessGroup,
+    dtype: Precision,
+    offload: bool,
+) -> (Vec<f64>, FsdpEngine<CausalLm>) {
     let mut s = FsdpSettings::new(settings(dtype, offload));
     s.param_offload = offload;
     let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
     let batch = my_rows(pg);
-    let losses = (0..STEPS).map(|_| train_step(&mut e, &batch, Some(pg))).collect();
+    let losses = (0..STEPS)
+        .map(|_| train_step(&mut e, &batch, Some(pg)))
+        .collect();
     (losses, e)
 }
 
 rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
     let (ref_losses, ref_w, single) = single_run(Precision::Fp32);
-    assert!(ref_losses[STEPS - 1] < ref_losses[0] * 0.8, "the reference does not learn: {ref_losses:?}");
+    assert!(
+        ref_losses[STEPS - 1] < ref_losses[0] * 0.8,
+        "the reference does not learn: {ref_losses:?}"
+    );
     let (losses, mut e) = fsdp_run(&pg, Precision::Fp32, false);
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
@@ -171,8 +216,11 @@ rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
     // Hybrid engine: full weights for rollout, then freed again.
     e.summon_full_params().expect("summon");
     let b = full_batch();
-    let (ids, pos, mask) =
-        (b.get("input_ids").unwrap(), b.get("position_ids").unwrap(), b.get("attention_mask").unwrap());
+    let (ids, pos, mask) = (
+        b.get("input_ids").unwrap(),
+        b.get("position_ids").unwrap(),
+        b.get("attention_mask").unwrap(),
+    );
     let got = e.module().forward(ids, pos, Some(mask), None);
     let want = single.module().forward(ids, pos, Some(mask), None);
     let d = (got - want).abs().max().double_value(&[]);
@@ -183,11 +231,17 @@ rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
 
 rank_test!(fsdp_hybrid_shard_matches_single_engine, 4, |pg| {
     let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
-    let mut e = FsdpEngine::<CausalLm>::with_mesh(FsdpSettings::new(settings(Precision::Fp32, false)), pg.clone(), 2)
-        .expect("hybrid fsdp");
+    let mut e = FsdpEngine::<CausalLm>::with_mesh(
+        FsdpSettings::new(settings(Precision::Fp32, false)),
+        pg.clone(),
+        2,
+    )
+    .expect("hybrid fsdp");
     assert_eq!((e.dp_size(), e.group().size()), (4, 2));
     let batch = my_rows(&pg);
-    let losses: Vec<f64> = (0..STEPS).map(|_| train_step(&mut e, &batch, Some(&pg))).collect();
+    let losses: Vec<f64> = (0..STEPS)
+        .map(|_| train_step(&mut e, &batch, Some(&pg)))
+        .collect();
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
 });
@@ -215,27 +269,51 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     use runtime::optim::{Optimizer, OptimizerConfig, Precision as OptimPrecision};
     let bytes = |t: &Tensor| if t.defined() { t.numel() as i64 * 4 } else { 0 };
     // World size 1: fp32 params, their grads after a backward, AdamW state.
-    let mut single = SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("single");
+    let mut single =
+        SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("single");
     train_step(&mut single, &full_batch(), None);
-    let mut loss_fn = |mb: &Batch, out: runtime::rollout::LogProbOutput, agg: &runtime::algo::AggOptions| {
-        let m = mb.get("response_mask")?;
-        let loss = -(out.log_probs * m).sum(Kind::Float) * (agg.dp_size as f64 / agg.batch_num_tokens.unwrap_or(1.0));
-        Ok(MicroLoss { loss, metrics: Default::default() })
-    };
-    single.forward_backward(&full_batch(), MICRO, &ForwardOptions::default(), &mut loss_fn).expect("fb");
+    let mut loss_fn =
+        |mb: &Batch, out: runtime::rollout::LogProbOutput, agg: &runtime::algo::AggOptions| {
+            let m = mb.get("response_mask")?;
+            let loss = -(out.log_probs * m).sum(Kind::Float)
+                * (agg.dp_size as f64 / agg.batch_num_tokens.unwrap_or(1.0));
+            Ok(MicroLoss {
+                loss,
+                metrics: Default::default(),
+            })
+        };
+    single
+        .forward_backward(
+            &full_batch(),
+            MICRO,
+            &ForwardOptions::default(),
+            &mut loss_fn,
+        )
+        .expect("fb");
     let vars: Vec<Tensor> = single.var_store().variables().into_values().collect();
-    let (p1, g1) = (vars.iter().map(bytes).sum::<i64>(), vars.iter().map(|v| bytes(&v.grad())).sum::<i64>());
+    let (p1, g1) = (
+        vars.iter().map(bytes).sum::<i64>(),
+        vars.iter().map(|v| bytes(&v.grad())).sum::<i64>(),
+    );
     let mut cfg = OptimizerConfig::megatron(OptimPrecision::Fp32);
     cfg.inner = InnerConfig::AdamW(AdamWConfig::default());
-    let opt = Optimizer::new(single_group(named_params(single.var_store()), 1e-3, 0.0), cfg).expect("optimizer");
+    let opt = Optimizer::new(
+        single_group(named_params(single.var_store()), 1e-3, 0.0),
+        cfg,
+    )
+    .expect("optimizer");
     let o1 = opt.owned_bytes().1;
     let total1 = p1 + g1 + o1;
     // World size 2.
-    let mut e =
-        FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Precision::Fp32, false)), pg.clone()).expect("fsdp");
+    let mut e = FsdpEngine::<CausalLm>::new(
+        FsdpSettings::new(settings(Precision::Fp32, false)),
+        pg.clone(),
+    )
+    .expect("fsdp");
     let batch = my_rows(&pg);
     train_step(&mut e, &batch, Some(&pg));
-    e.forward_backward(&batch, MICRO, &ForwardOptions::default(), &mut loss_fn).expect("fb");
+    e.forward_backward(&batch, MICRO, &ForwardOptions::default(), &mut loss_fn)
+        .expect("fb");
     let m = e.memory();
     eprintln!(
         "rank {}: world size 1: params {p1} + grads {g1} + optimizer {o1} = {total1} bytes; \
@@ -252,76 +330,115 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     assert!((0.45..=0.55).contains(&ratio), "ratio {ratio}");
 });
 
-rank_test!(fsdp_sharded_checkpoint_resumes_at_world_size_2_and_1, 2, |pg| {
-    let dir = std::env::temp_dir().join(format!("verlc-fsdp-ckpt-{}", std::os::unix::process::parent_id()));
-    let half = STEPS / 2;
-    let fresh = |group: &ProcessGroup| {
-        FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Precision::Fp32, false)), group.clone()).expect("fsdp")
-    };
-    // Uninterrupted at world size 2, saving half way.
-    let mut a = fresh(&pg);
-    let batch = my_rows(&pg);
-    for _ in 0..half {
-        train_step(&mut a, &batch, Some(&pg));
+rank_test!(
+    fsdp_sharded_checkpoint_resumes_at_world_size_2_and_1,
+    2,
+    |pg| {
+        let dir = std::env::temp_dir().join(format!(
+            "verlc-fsdp-ckpt-{}",
+            std::os::unix::process::parent_id()
+        ));
+        let half = STEPS / 2;
+        let fresh = |group: &ProcessGroup| {
+            FsdpEngine::<CausalLm>::new(
+                FsdpSettings::new(settings(Precision::Fp32, false)),
+                group.clone(),
+            )
+            .expect("fsdp")
+        };
+        // Uninterrupted at world size 2, saving half way.
+        let mut a = fresh(&pg);
+        let batch = my_rows(&pg);
+        for _ in 0..half {
+            train_step(&mut a, &batch, Some(&pg));
+        }
+        a.save_checkpoint(&dir).expect("save");
+        let want: Vec<f64> = (0..half)
+            .map(|_| train_step(&mut a, &batch, Some(&pg)))
+            .collect();
+        // Resumed at world size 2.
+        let mut b = fresh(&pg);
+        b.load_checkpoint(&dir).expect("load at world size 2");
+        let got: Vec<f64> = (0..half)
+            .map(|_| train_step(&mut b, &batch, Some(&pg)))
+            .collect();
+        assert_close("resumed loss (world size 2)", &got, &want, 1e-6);
+        // Resumed at world size 1 (each rank alone, on all rows).
+        let me = pg.rank();
+        let alone = pg
+            .split(&[vec![0], vec![1]])
+            .expect("split")
+            .expect("own group");
+        assert_eq!((alone.size(), alone.rank()), (1, 0));
+        let mut c = fresh(&alone);
+        c.load_checkpoint(&dir).expect("load at world size 1");
+        let full = full_batch();
+        let got1: Vec<f64> = (0..half).map(|_| train_step(&mut c, &full, None)).collect();
+        assert_close("resumed loss (world size 1)", &got1, &want, 2e-5);
+        assert_weights(
+            &c.full_params().expect("params"),
+            &a.full_params().expect("params"),
+            2e-5,
+        );
+        pg.barrier().expect("barrier");
+        if me == 0 {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
-    a.save_checkpoint(&dir).expect("save");
-    let want: Vec<f64> = (0..half).map(|_| train_step(&mut a, &batch, Some(&pg))).collect();
-    // Resumed at world size 2.
-    let mut b = fresh(&pg);
-    b.load_checkpoint(&dir).expect("load at world size 2");
-    let got: Vec<f64> = (0..half).map(|_| train_step(&mut b, &batch, Some(&pg))).collect();
-    assert_close("resumed loss (world size 2)", &got, &want, 1e-6);
-    // Resumed at world size 1 (each rank alone, on all rows).
-    let me = pg.rank();
-    let alone = pg.split(&[vec![0], vec![1]]).expect("split").expect("own group");
-    assert_eq!((alone.size(), alone.rank()), (1, 0));
-    let mut c = fresh(&alone);
-    c.load_checkpoint(&dir).expect("load at world size 1");
-    let full = full_batch();
-    let got1: Vec<f64> = (0..half).map(|_| train_step(&mut c, &full, None)).collect();
-    assert_close("resumed loss (world size 1)", &got1, &want, 2e-5);
-    assert_weights(&c.full_params().expect("params"), &a.full_params().expect("params"), 2e-5);
-    pg.barrier().expect("barrier");
-    if me == 0 {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-});
+);
 
-rank_test!(fsdp_without_reshard_after_forward_matches_single_engine, 2, |pg| {
-    let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
-    let mut s = FsdpSettings::new(settings(Precision::Fp32, false));
-    s.reshard_after_forward = false;
-    let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
-    let batch = my_rows(&pg);
-    let losses: Vec<f64> = (0..STEPS).map(|_| train_step(&mut e, &batch, Some(&pg))).collect();
-    assert_close("loss", &losses, &ref_losses, 2e-5);
-    assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
-    // Kept from forward to backward, so every unit was gathered at once.
-    let m = e.memory();
-    assert!(m.peak_gathered >= m.params * 2 - 64, "{m:?}");
-});
+rank_test!(
+    fsdp_without_reshard_after_forward_matches_single_engine,
+    2,
+    |pg| {
+        let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
+        let mut s = FsdpSettings::new(settings(Precision::Fp32, false));
+        s.reshard_after_forward = false;
+        let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
+        let batch = my_rows(&pg);
+        let losses: Vec<f64> = (0..STEPS)
+            .map(|_| train_step(&mut e, &batch, Some(&pg)))
+            .collect();
+        assert_close("loss", &losses, &ref_losses, 2e-5);
+        assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
+        // Kept from forward to backward, so every unit was gathered at once.
+        let m = e.memory();
+        assert!(m.peak_gathered >= m.params * 2 - 64, "{m:?}");
+    }
+);
 
 rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
     use runtime::model::ValueModel;
     let mut s = settings(Precision::Fp32, false);
     s.optim = None;
     let batch = my_rows(&pg);
-    let fwd = ForwardOptions { temperature: 0.7, with_entropy: true };
+    let fwd = ForwardOptions {
+        temperature: 0.7,
+        with_entropy: true,
+    };
     // Reference policy: log-probs and entropy.
     let mut single = SingleEngine::<CausalLm>::new(s.clone()).expect("single");
-    let mut e = FsdpEngine::<CausalLm>::new(FsdpSettings::new(s.clone()), pg.clone()).expect("fsdp");
+    let mut e =
+        FsdpEngine::<CausalLm>::new(FsdpSettings::new(s.clone()), pg.clone()).expect("fsdp");
     let want = single.infer_batch(&batch, 3, &fwd).expect("single infer");
     let got = e.infer_batch(&batch, 3, &fwd).expect("fsdp infer");
     assert_eq!(want.len(), got.len());
     for (w, g) in want.iter().zip(&got) {
         assert!((&w.log_probs - &g.log_probs).abs().max().double_value(&[]) < 1e-5);
-        let (we, ge) = (w.entropy.as_ref().expect("entropy"), g.entropy.as_ref().expect("entropy"));
+        let (we, ge) = (
+            w.entropy.as_ref().expect("entropy"),
+            g.entropy.as_ref().expect("entropy"),
+        );
         assert!((we - ge).abs().max().double_value(&[]) < 1e-5);
     }
-    assert!(e.optimizer_step().is_err(), "a forward-only engine has no optimizer");
+    assert!(
+        e.optimizer_step().is_err(),
+        "a forward-only engine has no optimizer"
+    );
     // Critic: values.
     let mut single = SingleEngine::<ValueModel>::new(s.clone()).expect("single critic");
-    let mut e = FsdpEngine::<ValueModel>::new(FsdpSettings::new(s), pg.clone()).expect("fsdp critic");
+    let mut e =
+        FsdpEngine::<ValueModel>::new(FsdpSettings::new(s), pg.clone()).expect("fsdp critic");
     let want = single.infer_batch(&batch, 4, &fwd).expect("single values");
     let got = e.infer_batch(&batch, 4, &fwd).expect("fsdp values");
     for (w, g) in want.iter().zip(&got) {
@@ -340,7 +457,11 @@ struct Fp16Run {
 
 impl Fp16Run {
     fn push(&mut self, (loss, step): (f64, StepResult), scale: f64) {
-        assert_eq!(step.grad_norm.is_none(), !step.update_successful, "skipped steps have no norm: {step:?}");
+        assert_eq!(
+            step.grad_norm.is_none(),
+            !step.update_successful,
+            "skipped steps have no norm: {step:?}"
+        );
         self.losses.push(loss);
         self.updated.push(step.update_successful);
         self.scales.push(scale);
@@ -352,11 +473,18 @@ impl Fp16Run {
 }
 
 fn fsdp_fp16(pg: &ProcessGroup) -> FsdpEngine<CausalLm> {
-    FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Precision::Fp16, false)), pg.clone()).expect("fsdp fp16")
+    FsdpEngine::<CausalLm>::new(
+        FsdpSettings::new(settings(Precision::Fp16, false)),
+        pg.clone(),
+    )
+    .expect("fsdp fp16")
 }
 
 fn fsdp_scaler(e: &FsdpEngine<CausalLm>) -> GradScaler {
-    e.optimizer().and_then(|o| o.scaler()).cloned().expect("fp16 has a loss scaler")
+    e.optimizer()
+        .and_then(|o| o.scaler())
+        .cloned()
+        .expect("fp16 has a loss scaler")
 }
 
 /// `steps` fp16 steps of `e` on this rank's rows.
@@ -375,11 +503,15 @@ fn assert_same_on_all_ranks(pg: &ProcessGroup, what: &str, x: f64) {
     let t = Tensor::from_slice(&[x, -x]);
     pg.all_reduce(&t, ReduceOp::Max).expect("all-reduce");
     let (max, min) = (t.double_value(&[0]), -t.double_value(&[1]));
-    assert!(max == x && min == x, "{what} differs across ranks: {min} to {max}");
+    assert!(
+        max == x && min == x,
+        "{what} differs across ranks: {min} to {max}"
+    );
 }
 
 rank_test!(fsdp_fp16_matches_single_engine, 2, |pg| {
-    let mut single = SingleEngine::<CausalLm>::new(settings(Precision::Fp16, false)).expect("single fp16");
+    let mut single =
+        SingleEngine::<CausalLm>::new(settings(Precision::Fp16, false)).expect("single fp16");
     let batch = full_batch();
     let mut want = Fp16Run::default();
     for _ in 0..STEPS {
@@ -392,10 +524,16 @@ rank_test!(fsdp_fp16_matches_single_engine, 2, |pg| {
     // Megatron's dynamic scaler starts at 2^32: the first steps overflow and back off (the
     // gradient is pre-divided, so each rank's backward overflows exactly when the single
     // engine's does on the same rows).
-    assert!(want.skipped() > 0 && want.skipped() <= STEPS - 5, "{want:?}");
+    assert!(
+        want.skipped() > 0 && want.skipped() <= STEPS - 5,
+        "{want:?}"
+    );
     assert_eq!(got.updated, want.updated, "skipped steps");
     assert_eq!(got.scales, want.scales, "loss scales");
-    assert!(want.losses[STEPS - 1] < want.losses[0] - 0.2, "the reference does not learn: {want:?}");
+    assert!(
+        want.losses[STEPS - 1] < want.losses[0] - 0.2,
+        "the reference does not learn: {want:?}"
+    );
     // The single engine accumulates micro-batch grads in fp16, FSDP in fp32: the weights
     // differ by an fp16 ulp or two (1.3e-3 seen).
     assert_close("loss", &got.losses, &want.losses, 1e-4);
@@ -412,13 +550,19 @@ fn fp16_overflow_on_one_rank(pg: &ProcessGroup, fsdp_size: i64) {
     let s = FsdpSettings::new(settings(Precision::Fp16, false));
     let mut e = FsdpEngine::<CausalLm>::with_mesh(s, pg.clone(), fsdp_size).expect("fsdp fp16");
     let warm = fsdp_fp16_steps(&mut e, pg, 16);
-    assert!(warm.updated[15], "warm-up ends with a successful step: {warm:?}");
+    assert!(
+        warm.updated[15],
+        "warm-up ends with a successful step: {warm:?}"
+    );
     let before = fsdp_scaler(&e);
     let weights = e.full_params().expect("gather");
     let batch = my_rows(pg);
     e.optimizer_zero_grad().expect("zero grad");
     backward(&mut e, &batch, Some(pg));
-    let finite = |e: &FsdpEngine<CausalLm>| e.units().all(|u| u.shard().grad().isfinite().all().int64_value(&[]) == 1);
+    let finite = |e: &FsdpEngine<CausalLm>| {
+        e.units()
+            .all(|u| u.shard().grad().isfinite().all().int64_value(&[]) == 1)
+    };
     assert!(finite(&e), "rank {}: the batch itself overflows", pg.rank());
     if pg.rank() == 0 {
         let g = e.units().nth(1).expect("a layer").shard().grad();
@@ -428,12 +572,20 @@ fn fp16_overflow_on_one_rank(pg: &ProcessGroup, fsdp_size: i64) {
     assert_eq!(finite(&e), pg.rank() != 0, "only rank 0's shard overflows");
     let step = e.optimizer_step().expect("step");
     e.lr_scheduler_step().expect("lr");
-    assert!(!step.update_successful && step.grad_norm.is_none(), "rank {}: {step:?}", pg.rank());
+    assert!(
+        !step.update_successful && step.grad_norm.is_none(),
+        "rank {}: {step:?}",
+        pg.rank()
+    );
     let after = fsdp_scaler(&e);
     let mut want = before.clone();
     want.update(true);
     assert_eq!(after, want);
-    assert_eq!(after.scale(), before.scale() / 2.0, "backed off (hysteresis is spent by the warm-up)");
+    assert_eq!(
+        after.scale(),
+        before.scale() / 2.0,
+        "backed off (hysteresis is spent by the warm-up)"
+    );
     assert_same_on_all_ranks(pg, "loss scale", after.scale() as f64);
     assert_weights(&e.full_params().expect("gather"), &weights, 0.0);
     let (_, next) = try_step(&mut e, &batch, Some(pg));
@@ -446,12 +598,19 @@ rank_test!(fsdp_fp16_overflow_on_one_rank_skips_on_all, 2, |pg| {
     fp16_overflow_on_one_rank(&pg, -1);
 });
 
-rank_test!(fsdp_fp16_hybrid_shard_overflow_on_one_rank_skips_on_all, 4, |pg| {
-    fp16_overflow_on_one_rank(&pg, 2);
-});
+rank_test!(
+    fsdp_fp16_hybrid_shard_overflow_on_one_rank_skips_on_all,
+    4,
+    |pg| {
+        fp16_overflow_on_one_rank(&pg, 2);
+    }
+);
 
 rank_test!(fsdp_fp16_checkpoint_restores_loss_scaler, 2, |pg| {
-    let dir = std::env::temp_dir().join(format!("verlc-fsdp-fp16-ckpt-{}", std::os::unix::process::parent_id()));
+    let dir = std::env::temp_dir().join(format!(
+        "verlc-fsdp-fp16-ckpt-{}",
+        std::os::unix::process::parent_id()
+    ));
     let half = STEPS / 2;
     // Uninterrupted, saving half way (the scale is still backing off).
     let mut a = fsdp_fp16(&pg);
@@ -459,7 +618,10 @@ rank_test!(fsdp_fp16_checkpoint_restores_loss_scaler, 2, |pg| {
     let saved = fsdp_scaler(&a);
     a.save_checkpoint(&dir).expect("save");
     let want = fsdp_fp16_steps(&mut a, &pg, half);
-    assert!(want.skipped() > 0 && want.skipped() < half, "the second half skips and updates: {want:?}");
+    assert!(
+        want.skipped() > 0 && want.skipped() < half,
+        "the second half skips and updates: {want:?}"
+    );
     // Resumed at world size 2: the same scaler, so the same skips, scales and losses.
     let mut b = fsdp_fp16(&pg);
     assert_ne!(fsdp_scaler(&b), saved);
@@ -469,9 +631,16 @@ rank_test!(fsdp_fp16_checkpoint_restores_loss_scaler, 2, |pg| {
     assert_eq!(got.updated, want.updated, "skipped steps");
     assert_eq!(got.scales, want.scales, "loss scales");
     assert_close("resumed loss", &got.losses, &want.losses, 1e-6);
-    assert_weights(&b.full_params().expect("params"), &a.full_params().expect("params"), 1e-6);
+    assert_weights(
+        &b.full_params().expect("params"),
+        &a.full_params().expect("params"),
+        1e-6,
+    );
     // Resumed at world size 1 (each rank alone, on all rows): the resharded state keeps it.
-    let alone = pg.split(&[vec![0], vec![1]]).expect("split").expect("own group");
+    let alone = pg
+        .split(&[vec![0], vec![1]])
+        .expect("split")
+        .expect("own group");
     let mut c = fsdp_fp16(&alone);
     c.load_checkpoint(&dir).expect("load at world size 1");
     assert_eq!(fsdp_scaler(&c), saved);
@@ -483,7 +652,12 @@ rank_test!(fsdp_fp16_checkpoint_restores_loss_scaler, 2, |pg| {
     }
     assert_eq!(got1.updated, want.updated, "skipped steps (world size 1)");
     assert_eq!(got1.scales, want.scales, "loss scales (world size 1)");
-    assert_close("resumed loss (world size 1)", &got1.losses, &want.losses, 1e-4);
+    assert_close(
+        "resumed loss (world size 1)",
+        &got1.losses,
+        &want.losses,
+        1e-4,
+    );
     pg.barrier().expect("barrier");
     if pg.rank() == 0 {
         let _ = std::fs::remove_dir_all(&dir);

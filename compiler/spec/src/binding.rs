@@ -35,7 +35,11 @@ pub enum StrategyKind {
 }
 
 impl StrategyKind {
-    pub const ALL: [StrategyKind; 3] = [StrategyKind::Single, StrategyKind::Fsdp, StrategyKind::Megatron];
+    pub const ALL: [StrategyKind; 3] = [
+        StrategyKind::Single,
+        StrategyKind::Fsdp,
+        StrategyKind::Megatron,
+    ];
 
     /// The marker type's name (`runtime::binding::Fsdp`).
     pub const fn name(self) -> &'static str {
@@ -64,7 +68,11 @@ pub enum PrecisionKind {
 }
 
 impl PrecisionKind {
-    pub const ALL: [PrecisionKind; 3] = [PrecisionKind::Fp32, PrecisionKind::Bf16Mixed, PrecisionKind::Fp16Mixed];
+    pub const ALL: [PrecisionKind; 3] = [
+        PrecisionKind::Fp32,
+        PrecisionKind::Bf16Mixed,
+        PrecisionKind::Fp16Mixed,
+    ];
 
     pub const fn name(self) -> &'static str {
         match self {
@@ -93,7 +101,11 @@ pub enum OffloadTarget {
 }
 
 impl OffloadTarget {
-    pub const ALL: [OffloadTarget; 3] = [OffloadTarget::Params, OffloadTarget::Grads, OffloadTarget::Optimizer];
+    pub const ALL: [OffloadTarget; 3] = [
+        OffloadTarget::Params,
+        OffloadTarget::Grads,
+        OffloadTarget::Optimizer,
+    ];
 
     /// The spelling in `bind_trainer!(offload = [params, grads, optimizer])`.
     pub const fn name(self) -> &'static str {
@@ -118,7 +130,11 @@ pub struct OffloadFlags {
 }
 
 impl OffloadFlags {
-    pub const NONE: OffloadFlags = OffloadFlags { params: false, grads: false, optimizer: false };
+    pub const NONE: OffloadFlags = OffloadFlags {
+        params: false,
+        grads: false,
+        optimizer: false,
+    };
 
     pub const fn has(self, t: OffloadTarget) -> bool {
         match t {
@@ -170,7 +186,11 @@ pub struct Rejection {
 }
 
 /// Whether the runtime supports this combination (rules in the module docs).
-pub const fn validate(strategy: StrategyKind, precision: PrecisionKind, offload: OffloadFlags) -> Result<(), Rejection> {
+pub const fn validate(
+    strategy: StrategyKind,
+    precision: PrecisionKind,
+    offload: OffloadFlags,
+) -> Result<(), Rejection> {
     match strategy {
         StrategyKind::Single => {
             if offload.params {
@@ -222,7 +242,11 @@ pub fn supported() -> impl Iterator<Item = (StrategyKind, PrecisionKind, Offload
     StrategyKind::ALL.into_iter().flat_map(|s| {
         PrecisionKind::ALL.into_iter().flat_map(move |p| {
             (0u8..8)
-                .map(|bits| OffloadFlags { params: bits & 1 != 0, grads: bits & 2 != 0, optimizer: bits & 4 != 0 })
+                .map(|bits| OffloadFlags {
+                    params: bits & 1 != 0,
+                    grads: bits & 2 != 0,
+                    optimizer: bits & 4 != 0,
+                })
                 .filter(move |o| validate(s, p, *o).is_ok())
                 .map(move |o| (s, p, o))
         })
@@ -246,7 +270,13 @@ impl Binding {
 
 impl std::fmt::Display for Binding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "strategy = {}, precision = {}, offload = {}", self.strategy.name(), self.precision.name(), self.offload.list())
+        write!(
+            f,
+            "strategy = {}, precision = {}, offload = {}",
+            self.strategy.name(),
+            self.precision.name(),
+            self.offload.list()
+        )
     }
 }
 
@@ -283,7 +313,9 @@ impl serde::Serialize for OffloadFlags {
 impl<'de> serde::Deserialize<'de> for OffloadFlags {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let targets = Vec::<OffloadTarget>::deserialize(d)?;
-        Ok(targets.into_iter().fold(OffloadFlags::NONE, OffloadFlags::with))
+        Ok(targets
+            .into_iter()
+            .fold(OffloadFlags::NONE, OffloadFlags::with))
     }
 }
 
@@ -307,6 +339,10 @@ impl<'de> serde::Deserialize<'de> for Binding {
             offload: OffloadFlags,
         }
         let r = Raw::deserialize(d)?;
-        Ok(Binding { strategy: r.strategy, precision: r.precision, offload: r.offload })
+        Ok(Binding {
+            strategy: r.strategy,
+            precision: r.precision,
+            offload: r.offload,
+        })
     }
 }

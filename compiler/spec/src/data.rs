@@ -17,7 +17,6 @@ pub enum Truncation {
     Middle,
 }
 
-
 /// Training and validation data (`data.*`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DataSpec {

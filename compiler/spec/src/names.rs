@@ -12,7 +12,11 @@ pub struct UnknownName {
 
 impl std::fmt::Display for UnknownName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "unknown {} `{}` (expected one of: {})", self.what, self.name, self.expected)
+        write!(
+            f,
+            "unknown {} `{}` (expected one of: {})",
+            self.what, self.name, self.expected
+        )
     }
 }
 

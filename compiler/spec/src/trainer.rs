@@ -9,10 +9,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{AdvEstimator, AdvantageConfig, KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
+use crate::algo::{
+    AdvEstimator, AdvantageConfig, KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode,
+};
 use crate::binding::Binding;
 use crate::data::DataSpec;
-use crate::optim::{InnerConfig, LrDecayStyle, MegatronSchedulerConfig, OptimSettings, SchedulerSettings, VerlSchedule, VerlSchedulerConfig, WdIncrStyle};
+use crate::optim::{
+    InnerConfig, LrDecayStyle, MegatronSchedulerConfig, OptimSettings, SchedulerSettings,
+    VerlSchedule, VerlSchedulerConfig, WdIncrStyle,
+};
 use crate::sampling::SamplingParams;
 
 /// The run a trainer binary executes.
@@ -166,15 +171,31 @@ impl OptimSpec {
     pub fn resolve(&self, total_steps: u64) -> OptimSettings {
         let total = total_steps as i64;
         let scheduler = match self.schedule {
-            ScheduleSpec::Verl { schedule, lr_warmup_steps, lr_warmup_steps_ratio } => {
-                SchedulerSettings::Verl(VerlSchedulerConfig { schedule, lr_warmup_steps, lr_warmup_steps_ratio, total_training_steps: total })
-            }
-            ScheduleSpec::Megatron { init_lr, min_lr, lr_warmup_steps, lr_warmup_steps_ratio, lr_decay_steps, lr_decay_style } => {
+            ScheduleSpec::Verl {
+                schedule,
+                lr_warmup_steps,
+                lr_warmup_steps_ratio,
+            } => SchedulerSettings::Verl(VerlSchedulerConfig {
+                schedule,
+                lr_warmup_steps,
+                lr_warmup_steps_ratio,
+                total_training_steps: total,
+            }),
+            ScheduleSpec::Megatron {
+                init_lr,
+                min_lr,
+                lr_warmup_steps,
+                lr_warmup_steps_ratio,
+                lr_decay_steps,
+                lr_decay_style,
+            } => {
                 let warmup = match lr_warmup_steps {
                     Some(w) if w > 0 => w as f64,
                     _ => (lr_warmup_steps_ratio * total as f64).floor(),
                 };
-                let decay = lr_decay_steps.map_or(total as f64, |d| d as f64).max(warmup + 1.0);
+                let decay = lr_decay_steps
+                    .map_or(total as f64, |d| d as f64)
+                    .max(warmup + 1.0);
                 SchedulerSettings::Megatron(MegatronSchedulerConfig {
                     init_lr,
                     max_lr: self.lr,
@@ -191,7 +212,14 @@ impl OptimSpec {
                 })
             }
         };
-        OptimSettings { inner: self.inner, lr: self.lr, weight_decay: self.weight_decay, clip_grad: self.clip_grad, offload: self.offload, scheduler }
+        OptimSettings {
+            inner: self.inner,
+            lr: self.lr,
+            weight_decay: self.weight_decay,
+            clip_grad: self.clip_grad,
+            offload: self.offload,
+            scheduler,
+        }
     }
 }
 
@@ -280,15 +308,25 @@ pub enum RewardSpec {
     /// verl's default `compute_score` by `data_source` (built-in tasks included).
     Builtin,
     /// `custom_reward_function`: a Python function in a side process.
-    Python { path: String, name: String, reward_kwargs: serde_json::Map<String, serde_json::Value> },
+    Python {
+        path: String,
+        name: String,
+        reward_kwargs: serde_json::Map<String, serde_json::Value>,
+    },
 }
 
 /// The KL controller of the in-reward penalty (`algorithm.kl_ctrl`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum KlControlSpec {
-    Fixed { kl_coef: f64 },
-    Adaptive { kl_coef: f64, target_kl: f64, horizon: f64 },
+    Fixed {
+        kl_coef: f64,
+    },
+    Adaptive {
+        kl_coef: f64,
+        target_kl: f64,
+        horizon: f64,
+    },
 }
 
 /// `algorithm.*`.
@@ -310,7 +348,9 @@ pub enum ResumeSpec {
     /// The latest checkpoint under the checkpoint directory, if any.
     Auto,
     /// `resume_from_path` (a `global_step_N` directory).
-    Path { path: String },
+    Path {
+        path: String,
+    },
 }
 
 /// The experiment trackers the trainer feeds (`trainer.logger`).

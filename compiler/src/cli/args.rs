@@ -6,7 +6,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use verlc::load::compose::LoadRequest;
 
 #[derive(Parser, Debug)]
-#[command(name = "verlc", version, about = "Compiler for verl RL training configs: check, explain, schema, build, run")]
+#[command(
+    name = "verlc",
+    version,
+    about = "Compiler for verl RL training configs: check, explain, schema, build, run"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -33,7 +33,11 @@ pub fn run(a: BuildArgs) -> u8 {
         }
         Err(code) => return code,
     };
-    let out = if a.output.is_dir() { a.output.join(&compiled.krate.rendered.package) } else { a.output.clone() };
+    let out = if a.output.is_dir() {
+        a.output.join(&compiled.krate.rendered.package)
+    } else {
+        a.output.clone()
+    };
     if let Err(e) = install(&compiled.binary, &out) {
         eprintln!("error: cannot write {}: {e}", out.display());
         return EXIT_USAGE;
@@ -64,7 +68,10 @@ fn short_hash(h: &str) -> &str {
 
 /// Copy the binary out of the cache, replacing `out` atomically (it may be running).
 fn install(binary: &Path, out: &Path) -> std::io::Result<()> {
-    let name = out.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "trainer".into());
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "trainer".into());
     let tmp = out.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     std::fs::copy(binary, &tmp)?;
     std::fs::rename(&tmp, out)
@@ -79,7 +86,10 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
         (None, Some(n)) => n.clone(),
         (None, None) => req.base.clone().unwrap_or_else(|| "ppo_trainer".into()),
     };
-    let opts = CheckOptions { model_config: a.model_config.clone(), only: Vec::new() };
+    let opts = CheckOptions {
+        model_config: a.model_config.clone(),
+        only: Vec::new(),
+    };
     let mut checked = check(&req, &opts);
     // What `check` reports as warnings (valid for verl) are errors for a build, and the keys
     // the binary will not use are reported too.
@@ -90,8 +100,15 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
         }
     }
     let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    eprint!("{}", render::human(&checked.diagnostics, &checked.composed.sources, color));
-    if checked.diagnostics.iter().any(|d| d.code == codes::IO_ERROR && d.primary.is_none()) {
+    eprint!(
+        "{}",
+        render::human(&checked.diagnostics, &checked.composed.sources, color)
+    );
+    if checked
+        .diagnostics
+        .iter()
+        .any(|d| d.code == codes::IO_ERROR && d.primary.is_none())
+    {
         return Err(EXIT_USAGE);
     }
     let cfg = match &checked.config {
@@ -102,13 +119,22 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
         }
     };
     let plan = plan::lower(cfg, &checked.composed.root).plan;
-    eprintln!("plan: {}", codegen::render::summary(&plan).replace('\n', "\n      "));
+    eprintln!(
+        "plan: {}",
+        codegen::render::summary(&plan).replace('\n', "\n      ")
+    );
     if a.plan {
         return Ok(None);
     }
 
     let paths = Paths::from_env(a.cache_dir.clone(), a.target_dir.clone());
-    let spec = CrateSpec { plan: &plan, root: &checked.composed.root, source: source.clone(), runtime_dir: String::new(), macros_dir: String::new() };
+    let spec = CrateSpec {
+        plan: &plan,
+        root: &checked.composed.root,
+        source: source.clone(),
+        runtime_dir: String::new(),
+        macros_dir: String::new(),
+    };
     let krate = match codegen::write_crate(spec, &paths) {
         Ok(k) => k,
         Err(e) => {
@@ -116,14 +142,28 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
             return Err(EXIT_USAGE);
         }
     };
-    let profile = if a.release { Profile::Release } else { Profile::Dev };
-    eprintln!("compiling {} (crate {}, target {})", krate.rendered.package, krate.dir.display(), paths.target.display());
+    let profile = if a.release {
+        Profile::Release
+    } else {
+        Profile::Dev
+    };
+    eprintln!(
+        "compiling {} (crate {}, target {})",
+        krate.rendered.package,
+        krate.dir.display(),
+        paths.target.display()
+    );
     let start = Instant::now();
     let mut progress = Progress::new();
     let built = codegen::build(&krate, &paths, profile, &mut |e| progress.event(e));
     progress.finish();
     match built {
-        Ok(b) => Ok(Some(Compiled { binary: b.executable, plan, krate, seconds: start.elapsed().as_secs_f64() })),
+        Ok(b) => Ok(Some(Compiled {
+            binary: b.executable,
+            plan,
+            krate,
+            seconds: start.elapsed().as_secs_f64(),
+        })),
         Err(BuildError::Cargo(f)) => {
             eprintln!("error: cargo failed to build the trainer for {source}\n{f}");
             eprintln!("note: the generated crate is {}", krate.dir.display());
@@ -149,13 +189,20 @@ impl Progress {
     fn new() -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new_spinner();
-            if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed}] {prefix} {wide_msg}") {
+            if let Ok(style) =
+                ProgressStyle::with_template("{spinner} [{elapsed}] {prefix} {wide_msg}")
+            {
                 bar.set_style(style);
             }
             bar.enable_steady_tick(Duration::from_millis(120));
             bar
         });
-        Progress { bar, start: Instant::now(), last_line: Instant::now(), artifacts: 0 }
+        Progress {
+            bar,
+            start: Instant::now(),
+            last_line: Instant::now(),
+            artifacts: 0,
+        }
     }
 
     fn event(&mut self, e: Event) {
@@ -168,7 +215,10 @@ impl Progress {
             }
             Event::Status(line) => {
                 if let Some(b) = &self.bar {
-                    if line.starts_with("Compiling") || line.starts_with("Building") || line.starts_with("Blocking") {
+                    if line.starts_with("Compiling")
+                        || line.starts_with("Building")
+                        || line.starts_with("Blocking")
+                    {
                         b.set_message(line);
                     }
                     return;
@@ -179,7 +229,11 @@ impl Progress {
                     eprintln!("  {line}");
                     self.last_line = Instant::now();
                 } else if self.last_line.elapsed() > Duration::from_secs(15) {
-                    eprintln!("  … {} crates done, {:.0} s", self.artifacts, self.start.elapsed().as_secs_f64());
+                    eprintln!(
+                        "  … {} crates done, {:.0} s",
+                        self.artifacts,
+                        self.start.elapsed().as_secs_f64()
+                    );
                     self.last_line = Instant::now();
                 }
             }

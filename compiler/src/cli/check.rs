@@ -12,7 +12,10 @@ use verlc::render;
 
 pub fn run(a: CheckArgs) -> u8 {
     let req = a.config.request();
-    let opts = CheckOptions { model_config: a.model_config.clone(), only: a.only.clone() };
+    let opts = CheckOptions {
+        model_config: a.model_config.clone(),
+        only: a.only.clone(),
+    };
     let mut checked = check(&req, &opts);
     if a.deny_warnings {
         for d in &mut checked.diagnostics {
@@ -28,9 +31,15 @@ pub fn run(a: CheckArgs) -> u8 {
         }
     }
     if a.print_config {
-        println!("{}", serde_json::to_string_pretty(&checked.composed.root.to_json()).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&checked.composed.root.to_json()).unwrap_or_default()
+        );
     }
-    let io = checked.diagnostics.iter().any(|d| d.code == codes::IO_ERROR && d.primary.is_none());
+    let io = checked
+        .diagnostics
+        .iter()
+        .any(|d| d.code == codes::IO_ERROR && d.primary.is_none());
     if io {
         EXIT_USAGE
     } else if checked.has_errors() {

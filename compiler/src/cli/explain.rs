@@ -7,16 +7,25 @@ use verlc::check::{CheckOptions, check};
 use verlc::explain::{Explanation, MemoryBreakdown, RoleBatch, explain, gib};
 use verlc::rules::ModelDims;
 
-use super::args::{ExplainArgs, Format};
 use super::EXIT_ERRORS;
+use super::args::{ExplainArgs, Format};
 use verlc::render;
 
 pub fn run(a: ExplainArgs) -> u8 {
     let req = a.config.request();
-    let checked = check(&req, &CheckOptions { model_config: a.model_config.clone(), only: Vec::new() });
+    let checked = check(
+        &req,
+        &CheckOptions {
+            model_config: a.model_config.clone(),
+            only: Vec::new(),
+        },
+    );
     let Some(cfg) = checked.config.as_ref() else {
         let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        eprint!("{}", render::human(&checked.diagnostics, &checked.composed.sources, color));
+        eprint!(
+            "{}",
+            render::human(&checked.diagnostics, &checked.composed.sources, color)
+        );
         eprintln!("explain needs a config that passes the schema; fix the errors above");
         return EXIT_ERRORS;
     };
@@ -27,7 +36,10 @@ pub fn run(a: ExplainArgs) -> u8 {
         Format::Human => print!("{}", human(&e)),
     }
     if checked.has_errors() {
-        eprintln!("note: `verlc check` reports {} error(s) for this config", checked.diagnostics.iter().filter(|d| d.is_error()).count());
+        eprintln!(
+            "note: `verlc check` reports {} error(s) for this config",
+            checked.diagnostics.iter().filter(|d| d.is_error()).count()
+        );
     }
     0
 }
@@ -50,8 +62,16 @@ fn dims_from_flags(a: &ExplainArgs) -> Option<ModelDims> {
 fn human(e: &Explanation) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "world size                 {}", e.world_size);
-    let _ = writeln!(s, "responses per step         {}  (train_batch_size × rollout.n)", e.responses_per_step);
-    let _ = writeln!(s, "tokens per step (max)      {}  (responses × (max_prompt_length + max_response_length))", e.tokens_per_step_max);
+    let _ = writeln!(
+        s,
+        "responses per step         {}  (train_batch_size × rollout.n)",
+        e.responses_per_step
+    );
+    let _ = writeln!(
+        s,
+        "tokens per step (max)      {}  (responses × (max_prompt_length + max_response_length))",
+        e.tokens_per_step_max
+    );
     role(&mut s, &e.actor);
     if let Some(c) = &e.critic {
         role(&mut s, c);
@@ -63,10 +83,20 @@ fn human(e: &Explanation) -> String {
         let _ = writeln!(s, "optimizer steps (actor)    {t}");
     }
     if let Some(m) = &e.memory {
-        let _ = writeln!(s, "\nactor memory per rank (estimate, {:.2}B params)", m.params as f64 / 1e9);
+        let _ = writeln!(
+            s,
+            "\nactor memory per rank (estimate, {:.2}B params)",
+            m.params as f64 / 1e9
+        );
         let _ = writeln!(s, "  {:<14}{:>12}{:>12}", "", "device GiB", "host GiB");
         let row = |s: &mut String, name: &str, f: fn(&MemoryBreakdown) -> u64| {
-            let _ = writeln!(s, "  {:<14}{:>12.2}{:>12.2}", name, gib(f(&m.device)), gib(f(&m.host)));
+            let _ = writeln!(
+                s,
+                "  {:<14}{:>12.2}{:>12.2}",
+                name,
+                gib(f(&m.device)),
+                gib(f(&m.host))
+            );
         };
         row(&mut s, "params", |b| b.params_bytes);
         row(&mut s, "grads", |b| b.grads_bytes);
@@ -85,11 +115,23 @@ fn human(e: &Explanation) -> String {
 }
 
 fn role(s: &mut String, r: &RoleBatch) {
-    let _ = writeln!(s, "\n{} ({}, data-parallel size {})", r.role, r.strategy, r.dp_size);
-    let _ = writeln!(s, "  mini-batch                {} responses ({} per rank)", r.mini_batch_responses, fmt_num(r.mini_batch_per_rank));
+    let _ = writeln!(
+        s,
+        "\n{} ({}, data-parallel size {})",
+        r.role, r.strategy, r.dp_size
+    );
+    let _ = writeln!(
+        s,
+        "  mini-batch                {} responses ({} per rank)",
+        r.mini_batch_responses,
+        fmt_num(r.mini_batch_per_rank)
+    );
     match (r.micro_batch_per_rank, r.dynamic_token_budget) {
         (_, Some(b)) => {
-            let _ = writeln!(s, "  micro-batch               dynamic, {b} tokens per rank");
+            let _ = writeln!(
+                s,
+                "  micro-batch               dynamic, {b} tokens per rank"
+            );
         }
         (Some(m), None) => {
             let _ = writeln!(s, "  micro-batch               {m} responses per rank");
@@ -99,12 +141,34 @@ fn role(s: &mut String, r: &RoleBatch) {
         }
     }
     if let Some(g) = r.grad_accum_steps {
-        let _ = writeln!(s, "  gradient accumulation     {}{}", fmt_num(g), if g.fract() != 0.0 { "  (not an integer: verl rejects this)" } else { "" });
+        let _ = writeln!(
+            s,
+            "  gradient accumulation     {}{}",
+            fmt_num(g),
+            if g.fract() != 0.0 {
+                "  (not an integer: verl rejects this)"
+            } else {
+                ""
+            }
+        );
     }
-    let _ = writeln!(s, "  mini-batches per epoch    {}", fmt_num(r.mini_batches_per_epoch));
-    let _ = writeln!(s, "  optimizer steps / step    {}  (ppo_epochs {} × mini-batches)", fmt_num(r.optimizer_steps_per_iteration), r.ppo_epochs);
+    let _ = writeln!(
+        s,
+        "  mini-batches per epoch    {}",
+        fmt_num(r.mini_batches_per_epoch)
+    );
+    let _ = writeln!(
+        s,
+        "  optimizer steps / step    {}  (ppo_epochs {} × mini-batches)",
+        fmt_num(r.optimizer_steps_per_iteration),
+        r.ppo_epochs
+    );
 }
 
 fn fmt_num(x: f64) -> String {
-    if x.fract() == 0.0 { format!("{}", x as i64) } else { format!("{x:.2}") }
+    if x.fract() == 0.0 {
+        format!("{}", x as i64)
+    } else {
+        format!("{x:.2}")
+    }
 }

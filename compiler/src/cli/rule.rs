@@ -35,9 +35,18 @@ pub fn run(a: RuleArgs) -> u8 {
             );
             0
         }
-        None if codes::BUILD_CODES.iter().any(|(c, _)| c.0.eq_ignore_ascii_case(&code)) => {
-            let (c, summary) = codes::BUILD_CODES.iter().find(|(c, _)| c.0.eq_ignore_ascii_case(&code)).map_or((code.as_str(), ""), |(c, s)| (c.0, *s));
-            let _ = writeln!(out, "# {c}\n\n{summary}\n\nReported by `verlc build` as an error (and by `verlc check` as a warning): the generated trainer cannot bind this config.");
+        None if codes::BUILD_CODES
+            .iter()
+            .any(|(c, _)| c.0.eq_ignore_ascii_case(&code)) =>
+        {
+            let (c, summary) = codes::BUILD_CODES
+                .iter()
+                .find(|(c, _)| c.0.eq_ignore_ascii_case(&code))
+                .map_or((code.as_str(), ""), |(c, s)| (c.0, *s));
+            let _ = writeln!(
+                out,
+                "# {c}\n\n{summary}\n\nReported by `verlc build` as an error (and by `verlc check` as a warning): the generated trainer cannot bind this config."
+            );
             0
         }
         None => {

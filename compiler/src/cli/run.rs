@@ -13,7 +13,11 @@ pub fn run(a: RunArgs) -> u8 {
         Ok(None) => return 0,
         Err(code) => return code,
     };
-    eprintln!("running {} {}", compiled.binary.display(), a.binary_args.join(" "));
+    eprintln!(
+        "running {} {}",
+        compiled.binary.display(),
+        a.binary_args.join(" ")
+    );
     let mut cmd = Command::new(&compiled.binary);
     cmd.args(&a.binary_args);
     exec(cmd)

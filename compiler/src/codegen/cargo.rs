@@ -55,16 +55,26 @@ pub struct Built {
 
 /// Run `cmd` (a `cargo build … --message-format json`) to completion, reporting progress.
 /// `package` is the crate whose binary is wanted.
-pub fn run(mut cmd: Command, package: &str, on_event: &mut dyn FnMut(Event)) -> Result<Built, BuildError> {
+pub fn run(
+    mut cmd: Command,
+    package: &str,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Built, BuildError> {
     let program = format!("{:?}", cmd.get_program());
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| BuildError::Spawn { program: program.clone(), source })?;
+        .map_err(|source| BuildError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(BuildError::Spawn { program, source: std::io::Error::other("no pipes to cargo") });
+        return Err(BuildError::Spawn {
+            program,
+            source: std::io::Error::other("no pipes to cargo"),
+        });
     };
 
     // Both streams feed one channel so events come out in order and neither pipe fills up.
@@ -103,20 +113,30 @@ pub fn run(mut cmd: Command, package: &str, on_event: &mut dyn FnMut(Event)) -> 
                 stderr_log.push(l);
             }
             Line::Out(l) => {
-                let Ok(msg) = serde_json::from_str::<serde_json::Value>(&l) else { continue };
+                let Ok(msg) = serde_json::from_str::<serde_json::Value>(&l) else {
+                    continue;
+                };
                 match msg.get("reason").and_then(|r| r.as_str()) {
                     Some("compiler-artifact") | Some("build-script-executed") => {
                         artifacts += 1;
                         on_event(Event::Artifact(artifacts));
-                        let is_ours = msg.pointer("/target/name").and_then(|n| n.as_str()) == Some(package);
-                        if let Some(exe) = msg.get("executable").and_then(|e| e.as_str()).filter(|_| is_ours) {
+                        let is_ours =
+                            msg.pointer("/target/name").and_then(|n| n.as_str()) == Some(package);
+                        if let Some(exe) = msg
+                            .get("executable")
+                            .and_then(|e| e.as_str())
+                            .filter(|_| is_ours)
+                        {
                             executable = Some(PathBuf::from(exe));
                         }
                     }
                     Some("compiler-message") => {
                         let level = msg.pointer("/message/level").and_then(|l| l.as_str());
-                        if matches!(level, Some("error") | Some("error: internal compiler error"))
-                            && let Some(r) = msg.pointer("/message/rendered").and_then(|r| r.as_str())
+                        if matches!(
+                            level,
+                            Some("error") | Some("error: internal compiler error")
+                        ) && let Some(r) =
+                            msg.pointer("/message/rendered").and_then(|r| r.as_str())
                         {
                             failure.compiler_errors.push(r.to_owned());
                         }
@@ -128,9 +148,16 @@ pub fn run(mut cmd: Command, package: &str, on_event: &mut dyn FnMut(Event)) -> 
     }
     let _ = err_thread.join();
     let _ = out_thread.join();
-    let status = child.wait().map_err(|source| BuildError::Spawn { program, source })?;
+    let status = child
+        .wait()
+        .map_err(|source| BuildError::Spawn { program, source })?;
     if status.success() {
-        return executable.map(|executable| Built { executable, artifacts }).ok_or(BuildError::NoBinary);
+        return executable
+            .map(|executable| Built {
+                executable,
+                artifacts,
+            })
+            .ok_or(BuildError::NoBinary);
     }
 
     // cargo's own report starts at its first `error` line ("could not compile" summaries of
@@ -138,17 +165,25 @@ pub fn run(mut cmd: Command, package: &str, on_event: &mut dyn FnMut(Event)) -> 
     if let Some(start) = stderr_log.iter().position(|l| l.starts_with("error")) {
         failure.cargo_errors = stderr_log[start..]
             .iter()
-            .filter(|l| !(!failure.compiler_errors.is_empty() && l.starts_with("error: could not compile")))
+            .filter(|l| {
+                failure.compiler_errors.is_empty() || !l.starts_with("error: could not compile")
+            })
             .cloned()
             .collect();
     }
     if failure.compiler_errors.is_empty() && failure.cargo_errors.is_empty() {
         let tail = stderr_log.len().saturating_sub(30);
         failure.cargo_errors = stderr_log[tail..].to_vec();
-        failure.cargo_errors.push(format!("cargo exited with {status}"));
+        failure
+            .cargo_errors
+            .push(format!("cargo exited with {status}"));
     }
     let all = failure.cargo_errors.join("\n");
-    if all.contains("torch-sys") || all.contains("libtorch") || all.contains("DEP_TCH_LIBTORCH_LIB") || all.contains("verlc-runtime") && all.contains("build command") {
+    if all.contains("torch-sys")
+        || all.contains("libtorch")
+        || all.contains("DEP_TCH_LIBTORCH_LIB")
+        || all.contains("verlc-runtime") && all.contains("build command")
+    {
         failure.hint = Some(
             "libtorch is needed to build trainers: run scripts/setup in the verlc checkout (it installs torch into .venv), \
              or set LIBTORCH=<path to torch> or LIBTORCH_USE_PYTORCH=1 with a Python that has torch"

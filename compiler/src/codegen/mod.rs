@@ -26,11 +26,20 @@ pub use render::{CrateSpec, Rendered, render_crate};
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error("cannot render template {name}: {source}")]
-    Template { name: &'static str, source: minijinja::Error },
+    Template {
+        name: &'static str,
+        source: minijinja::Error,
+    },
     #[error("cannot write {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot run {program}: {source}")]
-    Spawn { program: String, source: std::io::Error },
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
     #[error("verlc's runtime and macros crates are not at {}; set VERLC_SOURCE_DIR to a verlc checkout", .0.display())]
     NoCheckout(PathBuf),
     #[error("cargo failed to build the trainer")]
@@ -64,22 +73,33 @@ pub struct Paths {
 impl Paths {
     /// Defaults from the environment (see the module docs); flags override them.
     pub fn from_env(cache: Option<PathBuf>, target: Option<PathBuf>) -> Paths {
-        let checkout = std::env::var_os("VERLC_SOURCE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-            let compiler = Path::new(env!("CARGO_MANIFEST_DIR"));
-            compiler.parent().unwrap_or(compiler).to_path_buf()
-        });
-        let cache = cache.or_else(|| std::env::var_os("VERLC_CACHE_DIR").map(PathBuf::from)).unwrap_or_else(default_cache);
+        let checkout = std::env::var_os("VERLC_SOURCE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let compiler = Path::new(env!("CARGO_MANIFEST_DIR"));
+                compiler.parent().unwrap_or(compiler).to_path_buf()
+            });
+        let cache = cache
+            .or_else(|| std::env::var_os("VERLC_CACHE_DIR").map(PathBuf::from))
+            .unwrap_or_else(default_cache);
         // In a verlc checkout the trainers build into the workspace's own target directory, so
         // they reuse what building verlc compiled (README command 1 compiles each shared crate
         // once); an installed verlc uses the cache.
         let workspace_target = || {
-            checkout.join("Cargo.toml").is_file().then(|| std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| checkout.join("target"), PathBuf::from))
+            checkout.join("Cargo.toml").is_file().then(|| {
+                std::env::var_os("CARGO_TARGET_DIR")
+                    .map_or_else(|| checkout.join("target"), PathBuf::from)
+            })
         };
         let target = target
             .or_else(|| std::env::var_os("VERLC_TARGET_DIR").map(PathBuf::from))
             .or_else(workspace_target)
             .unwrap_or_else(|| cache.join("target"));
-        Paths { checkout, cache, target }
+        Paths {
+            checkout,
+            cache,
+            target,
+        }
     }
 }
 
@@ -109,24 +129,38 @@ pub fn write_crate(spec: CrateSpec, paths: &Paths) -> Result<WrittenCrate, Build
     if !runtime.join("Cargo.toml").is_file() || !macros.join("Cargo.toml").is_file() {
         return Err(BuildError::NoCheckout(paths.checkout.clone()));
     }
-    let spec = CrateSpec { runtime_dir: runtime.display().to_string(), macros_dir: macros.display().to_string(), ..spec };
+    let spec = CrateSpec {
+        runtime_dir: runtime.display().to_string(),
+        macros_dir: macros.display().to_string(),
+        ..spec
+    };
     let rendered = render_crate(&spec)?;
     let dir = paths.cache.join("crates").join(&rendered.package);
     for (rel, text) in &rendered.files {
-        let text = if rel.ends_with(".rs") { rustfmt(text) } else { text.clone() };
+        let text = if rel.ends_with(".rs") {
+            rustfmt(text)
+        } else {
+            text.clone()
+        };
         write_if_changed(&dir.join(rel), &text)?;
     }
     // Seed the lock file from the checkout so the crate resolves the exact versions the
     // workspace built (and can reuse them from the shared target directory).
     let lock = dir.join("Cargo.lock");
     let source_lock = paths.checkout.join("Cargo.lock");
-    let stale = match (std::fs::metadata(&lock).and_then(|m| m.modified()), std::fs::metadata(&source_lock).and_then(|m| m.modified())) {
+    let stale = match (
+        std::fs::metadata(&lock).and_then(|m| m.modified()),
+        std::fs::metadata(&source_lock).and_then(|m| m.modified()),
+    ) {
         (Ok(ours), Ok(theirs)) => theirs > ours,
         (Err(_), Ok(_)) => true,
         _ => false,
     };
     if stale {
-        std::fs::copy(&source_lock, &lock).map_err(|source| BuildError::Io { path: lock.clone(), source })?;
+        std::fs::copy(&source_lock, &lock).map_err(|source| BuildError::Io {
+            path: lock.clone(),
+            source,
+        })?;
     }
     Ok(WrittenCrate { dir, rendered })
 }
@@ -136,9 +170,15 @@ fn write_if_changed(path: &Path, text: &str) -> Result<(), BuildError> {
         return Ok(());
     }
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| BuildError::Io { path: parent.to_path_buf(), source })?;
+        std::fs::create_dir_all(parent).map_err(|source| BuildError::Io {
+            path: parent.to_path_buf(),
+            source,
+        })?;
     }
-    std::fs::write(path, text).map_err(|source| BuildError::Io { path: path.to_path_buf(), source })
+    std::fs::write(path, text).map_err(|source| BuildError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// `text` formatted by rustfmt when it is installed (the templates are formatted already; this
@@ -158,7 +198,9 @@ fn rustfmt(text: &str) -> String {
         let _ = stdin.write_all(text.as_bytes());
     }
     match child.wait_with_output() {
-        Ok(out) if out.status.success() && !out.stdout.is_empty() => String::from_utf8(out.stdout).unwrap_or_else(|_| text.to_owned()),
+        Ok(out) if out.status.success() && !out.stdout.is_empty() => {
+            String::from_utf8(out.stdout).unwrap_or_else(|_| text.to_owned())
+        }
         _ => text.to_owned(),
     }
 }
@@ -166,7 +208,9 @@ fn rustfmt(text: &str) -> String {
 /// The cargo command building `krate`. `$VERLC_CARGO` replaces the program (e.g. a wrapper
 /// script), else `$CARGO`, else `cargo`.
 pub fn cargo_command(krate: &WrittenCrate, paths: &Paths, profile: Profile) -> Command {
-    let program = std::env::var_os("VERLC_CARGO").or_else(|| std::env::var_os("CARGO")).unwrap_or_else(|| "cargo".into());
+    let program = std::env::var_os("VERLC_CARGO")
+        .or_else(|| std::env::var_os("CARGO"))
+        .unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(program);
     cmd.arg("build")
         .arg("--manifest-path")
@@ -197,10 +241,21 @@ fn libtorch_env(cmd: &mut Command, checkout: &Path) {
         path.push(":");
         path.push(p);
     }
-    cmd.env("VIRTUAL_ENV", &venv).env("PATH", path).env("LIBTORCH_USE_PYTORCH", "1");
+    cmd.env("VIRTUAL_ENV", &venv)
+        .env("PATH", path)
+        .env("LIBTORCH_USE_PYTORCH", "1");
 }
 
 /// Build a written crate; returns the path of the binary inside the shared target directory.
-pub fn build(krate: &WrittenCrate, paths: &Paths, profile: Profile, on_event: &mut dyn FnMut(Event)) -> Result<cargo::Built, BuildError> {
-    cargo::run(cargo_command(krate, paths, profile), &krate.rendered.package, on_event)
+pub fn build(
+    krate: &WrittenCrate,
+    paths: &Paths,
+    profile: Profile,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<cargo::Built, BuildError> {
+    cargo::run(
+        cargo_command(krate, paths, profile),
+        &krate.rendered.package,
+        on_event,
+    )
 }

@@ -9,10 +9,16 @@ use crate::load::node::Node;
 use crate::plan::{BuildPlan, RewardPlan, embed};
 
 const TEMPLATES: &[(&str, &str)] = &[
-    ("Cargo.toml", include_str!("../../../templates/Cargo.toml.j2")),
+    (
+        "Cargo.toml",
+        include_str!("../../../templates/Cargo.toml.j2"),
+    ),
     ("build.rs", include_str!("../../../templates/build.rs.j2")),
     ("src/main.rs", include_str!("../../../templates/main.rs.j2")),
-    ("trainer.yaml", include_str!("../../../templates/trainer.yaml.j2")),
+    (
+        "trainer.yaml",
+        include_str!("../../../templates/trainer.yaml.j2"),
+    ),
 ];
 
 /// What goes into the templates besides the plan.
@@ -45,27 +51,38 @@ fn env() -> Result<Environment<'static>, BuildError> {
         .keep_trailing_newline(true)
         .trim_blocks(true)
         .build()
-        .map_err(|source| BuildError::Template { name: "syntax", source })?;
+        .map_err(|source| BuildError::Template {
+            name: "syntax",
+            source,
+        })?;
     env.set_syntax(syntax);
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     // A Rust string literal (`"a\"b"`).
     env.add_filter("rust_string", |s: String| format!("{s:?}"));
     // A TOML basic string; JSON's escapes are valid TOML.
-    env.add_filter("toml_string", |s: String| serde_json::to_string(&s).unwrap_or_else(|_| format!("{s:?}")));
+    env.add_filter("toml_string", |s: String| {
+        serde_json::to_string(&s).unwrap_or_else(|_| format!("{s:?}"))
+    });
     for (name, text) in TEMPLATES {
-        env.add_template(name, text).map_err(|source| BuildError::Template { name, source })?;
+        env.add_template(name, text)
+            .map_err(|source| BuildError::Template { name, source })?;
     }
     Ok(env)
 }
 
 fn render(env: &Environment, name: &'static str, ctx: &Value) -> Result<String, BuildError> {
-    env.get_template(name).and_then(|t| t.render(ctx)).map_err(|source| BuildError::Template { name, source })
+    env.get_template(name)
+        .and_then(|t| t.render(ctx))
+        .map_err(|source| BuildError::Template { name, source })
 }
 
 /// A crate-name-safe stem of the config file name (`gsm8k_qwen2.5_fsdp` -> `gsm8k-qwen2-5-fsdp`).
 fn stem(source: &str) -> String {
-    let base = std::path::Path::new(source).file_stem().and_then(|s| s.to_str()).unwrap_or("config");
+    let base = std::path::Path::new(source)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("config");
     let mut out = String::new();
     for c in base.chars() {
         let c = c.to_ascii_lowercase();
@@ -76,7 +93,11 @@ fn stem(source: &str) -> String {
         }
     }
     let out = out.trim_matches('-');
-    if out.is_empty() { "config".into() } else { out.chars().take(40).collect() }
+    if out.is_empty() {
+        "config".into()
+    } else {
+        out.chars().take(40).collect()
+    }
 }
 
 /// One paragraph about the plan, for the generated `main.rs` docs.
@@ -89,7 +110,9 @@ pub fn summary(plan: &BuildPlan) -> String {
         roles.push("critic");
     }
     let reward = match &plan.roles.reward {
-        RewardPlan::Function { custom_path: Some(p) } => format!("reward function from {p}"),
+        RewardPlan::Function {
+            custom_path: Some(p),
+        } => format!("reward function from {p}"),
         RewardPlan::Function { custom_path: None } => "built-in reward functions".into(),
         RewardPlan::Model => "reward model".into(),
     };
@@ -118,12 +141,20 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
         binding => b.to_string(),
     };
 
-    let yaml = render(&env, "trainer.yaml", &context! { body => embed::to_yaml(spec.root), ..common.clone() })?;
+    let yaml = render(
+        &env,
+        "trainer.yaml",
+        &context! { body => embed::to_yaml(spec.root), ..common.clone() },
+    )?;
     let digest = Sha256::digest(yaml.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     let config_hash = format!("sha256:{hex}");
     let package = format!("verlc-trainer-{}-{}", stem(&spec.source), &hex[..8]);
-    let features: Vec<&str> = if plan.world.device == crate::config::Device::Cuda { vec!["cuda"] } else { vec![] };
+    let features: Vec<&str> = if plan.world.device == crate::config::Device::Cuda {
+        vec!["cuda"]
+    } else {
+        vec![]
+    };
 
     let ctx = context! {
         package => package.clone(),
@@ -142,7 +173,11 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
     for name in ["Cargo.toml", "build.rs", "src/main.rs"] {
         files.push((name, render(&env, name, &ctx)?));
     }
-    Ok(Rendered { package, config_hash, files })
+    Ok(Rendered {
+        package,
+        config_hash,
+        files,
+    })
 }
 
 #[cfg(test)]
@@ -151,7 +186,10 @@ mod tests {
 
     #[test]
     fn stems_are_crate_safe() {
-        assert_eq!(stem("examples/gsm8k_qwen2.5_fsdp.yaml"), "gsm8k-qwen2-5-fsdp");
+        assert_eq!(
+            stem("examples/gsm8k_qwen2.5_fsdp.yaml"),
+            "gsm8k-qwen2-5-fsdp"
+        );
         assert_eq!(stem("Quick Start.yaml"), "quick-start");
         assert_eq!(stem("__.yaml"), "config");
     }

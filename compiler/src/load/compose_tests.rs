@@ -201,16 +201,34 @@ fn an_explicit_package_beats_the_package_header() {
 #[test]
 fn nested_relative_entries_keep_hydras_unnormalized_key() {
     let c = compose_fixture("main", &[]);
-    assert_eq!(c.choices.get("server/site/../../opt@web.opt2").map(String::as_str), Some("sgd"));
+    assert_eq!(
+        c.choices
+            .get("server/site/../../opt@web.opt2")
+            .map(String::as_str),
+        Some("sgd")
+    );
     let c = compose_fixture("main", &["opt@web.opt2=adam"]);
-    let codes: Vec<Code> = c.diagnostics.iter().filter(|d| d.is_error()).map(|d| d.code).collect();
+    let codes: Vec<Code> = c
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.code)
+        .collect();
     assert_eq!(codes, [codes::OVERRIDE_KEY_ABSENT]);
 }
 
 #[test]
 fn two_entries_for_one_group_must_agree() {
     let c = compose_fixture("dup", &[]);
-    let codes: Vec<Code> = c.diagnostics.iter().filter(|d| d.is_error()).map(|d| d.code).collect();
+    let codes: Vec<Code> = c
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.code)
+        .collect();
     assert_eq!(codes, [codes::DEFAULTS_SYNTAX]);
-    assert!(!compose_fixture("listopt", &[]).has_errors(), "a list of options is not a conflict");
+    assert!(
+        !compose_fixture("listopt", &[]).has_errors(),
+        "a list of options is not a conflict"
+    );
 }

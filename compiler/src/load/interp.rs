@@ -150,7 +150,9 @@ fn parse_pieces(s: &str) -> Result<Vec<Piece>, String> {
 
 fn parse_pieces_at(s: &str, depth: usize) -> Result<Vec<Piece>, String> {
     if depth > MAX_NESTING {
-        return Err(format!("interpolations nest deeper than {MAX_NESTING} levels"));
+        return Err(format!(
+            "interpolations nest deeper than {MAX_NESTING} levels"
+        ));
     }
     let mut out = Vec::new();
     let mut text = String::new();
@@ -399,9 +401,15 @@ impl Resolver {
         if self.stack.len() >= MAX_CHAIN {
             self.fail(
                 path,
-                Diagnostic::error(codes::INTERP_CYCLE, format!("interpolation chain longer than {MAX_CHAIN} links"))
-                    .with_primary(origin, "resolving this needs a longer chain of interpolations")
-                    .with_help("give one of the keys in the chain a plain value"),
+                Diagnostic::error(
+                    codes::INTERP_CYCLE,
+                    format!("interpolation chain longer than {MAX_CHAIN} links"),
+                )
+                .with_primary(
+                    origin,
+                    "resolving this needs a longer chain of interpolations",
+                )
+                .with_help("give one of the keys in the chain a plain value"),
             );
             return false;
         }
@@ -633,11 +641,7 @@ fn absolute(at: &[String], key: &str) -> Vec<String> {
             }
             let close = s[open..].find(']').map_or(s.len(), |c| open + c);
             base.push(s[open + 1..close].to_string());
-            s = if close < s.len() {
-                &s[close + 1..]
-            } else {
-                ""
-            };
+            s = if close < s.len() { &s[close + 1..] } else { "" };
         }
         if !s.is_empty() {
             base.push(s.to_string());

@@ -116,7 +116,11 @@ fn pad(n: usize, out: &mut String) {
 }
 
 fn key(k: &str) -> String {
-    if plain_ok(k, false) { k.to_owned() } else { quote(k) }
+    if plain_ok(k, false) {
+        k.to_owned()
+    } else {
+        quote(k)
+    }
 }
 
 fn scalar(s: &Scalar) -> String {
@@ -141,9 +145,17 @@ fn float(f: f64) -> String {
         return ".nan".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 { ".inf".into() } else { "-.inf".into() };
+        return if f > 0.0 {
+            ".inf".into()
+        } else {
+            "-.inf".into()
+        };
     }
-    for candidate in [format!("{f:?}"), crate::load::node::format_float(f), format!("{f:e}")] {
+    for candidate in [
+        format!("{f:?}"),
+        crate::load::node::format_float(f),
+        format!("{f:e}"),
+    ] {
         if matches!(resolve_plain(&candidate), Scalar::Float(g) if g == f) {
             return candidate;
         }
@@ -169,7 +181,9 @@ fn quote(t: &str) -> String {
 
 /// Whether `t` can be written as a plain YAML scalar (ignoring type resolution).
 fn plain_ok(t: &str, in_flow: bool) -> bool {
-    let Some(first) = t.chars().next() else { return false };
+    let Some(first) = t.chars().next() else {
+        return false;
+    };
     if t.starts_with(' ') || t.ends_with(' ') {
         return false;
     }

@@ -29,7 +29,8 @@ use super::binding::Part;
 use super::{BuildPlan, RoleEngine};
 
 fn origin(root: &Node, key: &str) -> Option<Origin> {
-    root.get_path(&split_key(key)).and_then(|n| n.origin.clone())
+    root.get_path(&split_key(key))
+        .and_then(|n| n.origin.clone())
 }
 
 pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diagnostic> {
@@ -55,7 +56,9 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
         ignored_offload(r, cfg, root, &mut out);
     }
 
-    let (actor_precision, actor_precision_key) = actor.precision().unwrap_or((plan.binding.precision, actor.strategy_key.clone()));
+    let (actor_precision, actor_precision_key) = actor
+        .precision()
+        .unwrap_or((plan.binding.precision, actor.strategy_key.clone()));
     for r in &others {
         if r.strategy_kind() != actor.strategy_kind() {
             out.push(
@@ -88,17 +91,31 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
 
     if let Err(rej) = plan.binding.validate() {
         let (flags_keys, precision_key) = (actor.offload().1, actor_precision_key.clone());
-        let key_of = |t| flags_keys.iter().find(|(ft, _)| *ft == t).map(|(_, k)| k.clone());
+        let key_of = |t| {
+            flags_keys
+                .iter()
+                .find(|(ft, _)| *ft == t)
+                .map(|(_, k)| k.clone())
+        };
         let (primary, secondary): (String, Option<String>) = match rej.part {
             Part::Strategy => (actor.strategy_key.clone(), None),
-            Part::Precision => (precision_key.clone(), flags_keys.first().map(|(_, k)| k.clone())),
-            Part::Offload(t) => (key_of(t).unwrap_or_else(|| actor.engine_key.clone()), Some(precision_key.clone())),
+            Part::Precision => (
+                precision_key.clone(),
+                flags_keys.first().map(|(_, k)| k.clone()),
+            ),
+            Part::Offload(t) => (
+                key_of(t).unwrap_or_else(|| actor.engine_key.clone()),
+                Some(precision_key.clone()),
+            ),
         };
-        let mut d = Diagnostic::error(codes::BUILD_UNSUPPORTED_BINDING, format!("unsupported binding: {}", rej.message))
-            .with_key(primary.clone())
-            .with_primary(origin(root, &primary), "set here")
-            .with_note(format!("the binding would be `{}`", plan.binding))
-            .with_help(rej.help);
+        let mut d = Diagnostic::error(
+            codes::BUILD_UNSUPPORTED_BINDING,
+            format!("unsupported binding: {}", rej.message),
+        )
+        .with_key(primary.clone())
+        .with_primary(origin(root, &primary), "set here")
+        .with_note(format!("the binding would be `{}`", plan.binding))
+        .with_help(rej.help);
         if let Some(s) = secondary {
             d = d.with_secondary(origin(root, &s), "together with this");
         }
@@ -110,7 +127,10 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
     {
         let (cf, ck) = critic.offload();
         if cf != plan.binding.offload {
-            let key = ck.first().map(|(_, k)| k.clone()).unwrap_or_else(|| critic.engine_key.clone());
+            let key = ck
+                .first()
+                .map(|(_, k)| k.clone())
+                .unwrap_or_else(|| critic.engine_key.clone());
             out.push(
                 Diagnostic::error(
                     codes::BUILD_CRITIC_OFFLOAD_MISMATCH,
@@ -135,10 +155,13 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
 
     if !matches!(cfg.trainer.device, Device::Cpu | Device::Cuda) {
         out.push(
-            Diagnostic::error(codes::BUILD_DEVICE_UNSUPPORTED, "verlc's generated trainer runs on `cpu` or `cuda`")
-                .with_key("trainer.device")
-                .with_primary(origin(root, "trainer.device"), "device set here")
-                .with_help("set `trainer.device=cuda` (or `cpu`)"),
+            Diagnostic::error(
+                codes::BUILD_DEVICE_UNSUPPORTED,
+                "verlc's generated trainer runs on `cpu` or `cuda`",
+            )
+            .with_key("trainer.device")
+            .with_primary(origin(root, "trainer.device"), "device set here")
+            .with_help("set `trainer.device=cuda` (or `cpu`)"),
         );
     }
     out
@@ -157,12 +180,27 @@ fn ignored_offload(r: &RoleEngine, cfg: &VerlConfig, root: &Node, out: &mut Vec<
     let (fsdp, fsdp_key, megatron, megatron_key) = match r.role {
         "actor" => {
             let a = &cfg.actor_rollout_ref.actor;
-            (a.fsdp_config.as_ref(), "actor_rollout_ref.actor.fsdp_config", a.megatron.as_ref(), "actor_rollout_ref.actor.megatron")
+            (
+                a.fsdp_config.as_ref(),
+                "actor_rollout_ref.actor.fsdp_config",
+                a.megatron.as_ref(),
+                "actor_rollout_ref.actor.megatron",
+            )
         }
-        "critic" => (cfg.critic.model.fsdp_config.as_ref(), "critic.model.fsdp_config", cfg.critic.megatron.as_ref(), "critic.megatron"),
+        "critic" => (
+            cfg.critic.model.fsdp_config.as_ref(),
+            "critic.model.fsdp_config",
+            cfg.critic.megatron.as_ref(),
+            "critic.megatron",
+        ),
         _ => {
             let x = &cfg.actor_rollout_ref.reference;
-            (x.fsdp_config.as_ref(), "actor_rollout_ref.ref.fsdp_config", x.megatron.as_ref(), "actor_rollout_ref.ref.megatron")
+            (
+                x.fsdp_config.as_ref(),
+                "actor_rollout_ref.ref.fsdp_config",
+                x.megatron.as_ref(),
+                "actor_rollout_ref.ref.megatron",
+            )
         }
     };
     let mut set = Vec::new();
@@ -170,11 +208,18 @@ fn ignored_offload(r: &RoleEngine, cfg: &VerlConfig, root: &Node, out: &mut Vec<
         if let Some(f) = fsdp {
             for (on, name, instead) in [
                 (f.param_offload, "param_offload", "param_offload"),
-                (f.optimizer_offload, "optimizer_offload", "optimizer_offload"),
+                (
+                    f.optimizer_offload,
+                    "optimizer_offload",
+                    "optimizer_offload",
+                ),
                 (f.offload_policy, "offload_policy", "param_offload"),
             ] {
                 if on {
-                    set.push((format!("{fsdp_key}.{name}"), format!("{megatron_key}.{instead}")));
+                    set.push((
+                        format!("{fsdp_key}.{name}"),
+                        format!("{megatron_key}.{instead}"),
+                    ));
                 }
             }
         }
@@ -182,10 +227,17 @@ fn ignored_offload(r: &RoleEngine, cfg: &VerlConfig, root: &Node, out: &mut Vec<
         for (on, name, instead) in [
             (m.param_offload, "param_offload", "param_offload"),
             (m.grad_offload, "grad_offload", "param_offload"),
-            (m.optimizer_offload, "optimizer_offload", "optimizer_offload"),
+            (
+                m.optimizer_offload,
+                "optimizer_offload",
+                "optimizer_offload",
+            ),
         ] {
             if on {
-                set.push((format!("{megatron_key}.{name}"), format!("{fsdp_key}.{instead}")));
+                set.push((
+                    format!("{megatron_key}.{name}"),
+                    format!("{fsdp_key}.{instead}"),
+                ));
             }
         }
     }
@@ -193,7 +245,12 @@ fn ignored_offload(r: &RoleEngine, cfg: &VerlConfig, root: &Node, out: &mut Vec<
         out.push(
             Diagnostic::error(
                 codes::BUILD_OFFLOAD_KEY_IGNORED,
-                format!("`{key}` has no effect: the {} runs `{}`, which reads `{}`", r.role, strategy_name(r), r.engine_key),
+                format!(
+                    "`{key}` has no effect: the {} runs `{}`, which reads `{}`",
+                    r.role,
+                    strategy_name(r),
+                    r.engine_key
+                ),
             )
             .with_key(key.clone())
             .with_primary(origin(root, &key), "offload switched on here")

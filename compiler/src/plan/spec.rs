@@ -9,18 +9,22 @@
 
 use verlc_spec::algo as sa;
 use verlc_spec::data::{DataSpec, Truncation as SpecTruncation};
-use verlc_spec::optim::{AdamWConfig, InnerConfig, LrDecayStyle as SpecDecay, SgdConfig, VerlSchedule};
+use verlc_spec::optim::{
+    AdamWConfig, InnerConfig, LrDecayStyle as SpecDecay, SgdConfig, VerlSchedule,
+};
 use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
-    ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype, EngineSpec, FsdpEngineSpec,
-    KlControlSpec, LoggerKind, MegatronEngineSpec, OptimSpec, ReferenceSpec, ResumeSpec, RewardSpec, RolloutSpec, RunSpec,
-    ScheduleSpec, StrategyName, TrainerSpec, WorldSpec,
+    ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
+    EngineSpec, FsdpEngineSpec, KlControlSpec, LoggerKind, MegatronEngineSpec, OptimSpec,
+    ReferenceSpec, ResumeSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName,
+    TrainerSpec, WorldSpec,
 };
 
 use crate::codes;
 use crate::config::{
-    AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LossAggMode, LrDecayStyle, LrSchedulerType, OptimConfig,
-    PolicyLossMode, ResumeMode, RolloutDtype, SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
+    AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LossAggMode, LrDecayStyle,
+    LrSchedulerType, OptimConfig, PolicyLossMode, ResumeMode, RolloutDtype, SamplingConfig,
+    Strategy, TorchDtype, Truncation, VerlConfig,
 };
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
@@ -36,7 +40,10 @@ struct Lowering<'a> {
 impl Lowering<'_> {
     /// `key`'s value cannot be honoured by the binary.
     fn unsupported(&mut self, key: &str, message: impl Into<String>, help: impl Into<String>) {
-        let origin = self.root.get_path(&split_key(key)).and_then(|n| n.origin.clone());
+        let origin = self
+            .root
+            .get_path(&split_key(key))
+            .and_then(|n| n.origin.clone());
         self.out.push(
             Diagnostic::error(codes::BUILD_UNSUPPORTED_SETTING, message)
                 .with_key(key)
@@ -50,7 +57,11 @@ impl Lowering<'_> {
         match usize::try_from(v) {
             Ok(n) if n > 0 => n,
             _ => {
-                self.unsupported(key, format!("`{key}` must be positive, got {v}"), "set a positive value");
+                self.unsupported(
+                    key,
+                    format!("`{key}` must be positive, got {v}"),
+                    "set a positive value",
+                );
                 1
             }
         }
@@ -58,8 +69,15 @@ impl Lowering<'_> {
 }
 
 /// The spec of `cfg` bound as `binding`, and the `B018` errors of what it cannot honour.
-pub fn lower_spec(cfg: &VerlConfig, root: &Node, binding: Binding) -> (TrainerSpec, Vec<Diagnostic>) {
-    let mut l = Lowering { root, out: Vec::new() };
+pub fn lower_spec(
+    cfg: &VerlConfig,
+    root: &Node,
+    binding: Binding,
+) -> (TrainerSpec, Vec<Diagnostic>) {
+    let mut l = Lowering {
+        root,
+        out: Vec::new(),
+    };
     let spec = build(cfg, binding, &mut l);
     (spec, l.out)
 }
@@ -69,21 +87,43 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     let a = &arr.actor;
     let t = &cfg.trainer;
     let world = WorldSpec {
-        device: if t.device == Device::Cuda { DeviceKind::Cuda } else { DeviceKind::Cpu },
+        device: if t.device == Device::Cuda {
+            DeviceKind::Cuda
+        } else {
+            DeviceKind::Cpu
+        },
         nnodes: l.count("trainer.nnodes", t.nnodes),
         n_gpus_per_node: l.count("trainer.n_gpus_per_node", t.n_gpus_per_node),
     };
     let n = l.count("actor_rollout_ref.rollout.n", arr.rollout.n);
-    let seq_len = usize::try_from(cfg.data.max_prompt_length.saturating_add(cfg.data.max_response_length)).unwrap_or(1).max(1);
+    let seq_len = usize::try_from(
+        cfg.data
+            .max_prompt_length
+            .saturating_add(cfg.data.max_response_length),
+    )
+    .unwrap_or(1)
+    .max(1);
 
     let actor_engine = engine_spec(&RoleEngine::actor(cfg), world, l);
     let actor_dp = data_parallel(world, &actor_engine);
     let update = actor_settings(cfg, n, actor_dp, seq_len, l);
-    let model_seed = a.fsdp_config.as_ref().map(|f| f.seed).filter(|_| a.strategy != Strategy::Megatron).or(a.megatron.as_ref().map(|m| m.seed)).unwrap_or(42) as u64;
+    let model_seed = a
+        .fsdp_config
+        .as_ref()
+        .map(|f| f.seed)
+        .filter(|_| a.strategy != Strategy::Megatron)
+        .or(a.megatron.as_ref().map(|m| m.seed))
+        .unwrap_or(42) as u64;
     let actor = ActorSpec {
         model_path: arr.model.path.clone(),
         engine: actor_engine,
-        optim: optim_spec("actor_rollout_ref.actor.optim", &a.optim, fsdp_clip(a.strategy, a.grad_clip), actor_engine.optimizer_offload(), l),
+        optim: optim_spec(
+            "actor_rollout_ref.actor.optim",
+            &a.optim,
+            fsdp_clip(a.strategy, a.grad_clip),
+            actor_engine.optimizer_offload(),
+            l,
+        ),
         update,
         loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
     };
@@ -133,9 +173,22 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         let engine = engine_spec(&RoleEngine::reference(cfg), world, l);
         let dp = data_parallel(world, &engine);
         ReferenceSpec {
-            model_path: r.model.as_ref().and_then(|m| m.path.clone()).unwrap_or_else(|| arr.model.path.clone()),
+            model_path: r
+                .model
+                .as_ref()
+                .and_then(|m| m.path.clone())
+                .unwrap_or_else(|| arr.model.path.clone()),
             engine,
-            micro_batch: micro_batch(l, "actor_rollout_ref.ref.log_prob_micro_batch_size", r.log_prob_micro_batch_size_per_gpu, r.log_prob_micro_batch_size, dp, true, r.log_prob_max_token_len_per_gpu, seq_len),
+            micro_batch: micro_batch(
+                l,
+                "actor_rollout_ref.ref.log_prob_micro_batch_size",
+                r.log_prob_micro_batch_size_per_gpu,
+                r.log_prob_micro_batch_size,
+                dp,
+                true,
+                r.log_prob_max_token_len_per_gpu,
+                seq_len,
+            ),
             temperature: arr.rollout.temperature,
         }
     });
@@ -143,12 +196,32 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     let rollout = RolloutSpec {
         train: {
             let r = &arr.rollout;
-            sampling(Sampling { do_sample: r.do_sample, temperature: r.temperature, top_k: r.top_k, top_p: r.top_p }, n, cfg, l)
+            sampling(
+                Sampling {
+                    do_sample: r.do_sample,
+                    temperature: r.temperature,
+                    top_k: r.top_k,
+                    top_p: r.top_p,
+                },
+                n,
+                cfg,
+                l,
+            )
         },
         val: {
             let v: &SamplingConfig = &arr.rollout.val_kwargs;
             let vn = l.count("actor_rollout_ref.rollout.val_kwargs.n", v.n);
-            sampling(Sampling { do_sample: v.do_sample, temperature: v.temperature, top_k: v.top_k, top_p: v.top_p }, vn, cfg, l)
+            sampling(
+                Sampling {
+                    do_sample: v.do_sample,
+                    temperature: v.temperature,
+                    top_k: v.top_k,
+                    top_p: v.top_p,
+                },
+                vn,
+                cfg,
+                l,
+            )
         },
         dtype: match arr.rollout.dtype {
             RolloutDtype::Bfloat16 => Some(Dtype::Bf16),
@@ -159,11 +232,20 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         calculate_log_probs: arr.rollout.calculate_log_probs,
     };
 
-    let reward = match cfg.custom_reward_function.path.as_deref().filter(|p| !p.is_empty()) {
+    let reward = match cfg
+        .custom_reward_function
+        .path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
         Some(path) => RewardSpec::Python {
             path: path.to_owned(),
             name: cfg.custom_reward_function.name.clone(),
-            reward_kwargs: cfg.custom_reward_function.reward_kwargs.clone().unwrap_or_default(),
+            reward_kwargs: cfg
+                .custom_reward_function
+                .reward_kwargs
+                .clone()
+                .unwrap_or_default(),
         },
         None => RewardSpec::Builtin,
     };
@@ -171,12 +253,23 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     let alg = &cfg.algorithm;
     let algorithm = AlgorithmSpec {
         estimator: estimator(alg.adv_estimator),
-        advantage: sa::AdvantageConfig { gamma: alg.gamma, lam: alg.lam, norm_adv_by_std_in_grpo: alg.norm_adv_by_std_in_grpo, epsilon: 1e-6 },
+        advantage: sa::AdvantageConfig {
+            gamma: alg.gamma,
+            lam: alg.lam,
+            norm_adv_by_std_in_grpo: alg.norm_adv_by_std_in_grpo,
+            epsilon: 1e-6,
+        },
         kl_in_reward: alg.use_kl_in_reward,
         kl_penalty: kl_estimator(alg.kl_penalty),
         kl_ctrl: match alg.kl_ctrl.kind {
-            KlCtrlType::Adaptive => KlControlSpec::Adaptive { kl_coef: alg.kl_ctrl.kl_coef, target_kl: alg.kl_ctrl.target_kl, horizon: alg.kl_ctrl.horizon as f64 },
-            KlCtrlType::Fixed => KlControlSpec::Fixed { kl_coef: alg.kl_ctrl.kl_coef },
+            KlCtrlType::Adaptive => KlControlSpec::Adaptive {
+                kl_coef: alg.kl_ctrl.kl_coef,
+                target_kl: alg.kl_ctrl.target_kl,
+                horizon: alg.kl_ctrl.horizon as f64,
+            },
+            KlCtrlType::Fixed => KlControlSpec::Fixed {
+                kl_coef: alg.kl_ctrl.kl_coef,
+            },
         },
     };
 
@@ -189,7 +282,11 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         },
         world,
         data: data_spec(cfg, l),
-        tokenizer_path: arr.model.tokenizer_path.clone().unwrap_or_else(|| arr.model.path.clone()),
+        tokenizer_path: arr
+            .model
+            .tokenizer_path
+            .clone()
+            .unwrap_or_else(|| arr.model.path.clone()),
         model_seed,
         actor,
         reference,
@@ -208,26 +305,64 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
     match role.engine {
         Some(Engine::Megatron(m)) => {
             let key = |k: &str| format!("{}.{k}", role.engine_key);
-            let tp = l.count(&key("tensor_model_parallel_size"), m.tensor_model_parallel_size);
-            let pp = l.count(&key("pipeline_model_parallel_size"), m.pipeline_model_parallel_size);
+            let tp = l.count(
+                &key("tensor_model_parallel_size"),
+                m.tensor_model_parallel_size,
+            );
+            let pp = l.count(
+                &key("pipeline_model_parallel_size"),
+                m.pipeline_model_parallel_size,
+            );
             if m.context_parallel_size != 1 {
-                l.unsupported(&key("context_parallel_size"), format!("context parallelism ({}) is not implemented by verlc's Megatron engine", m.context_parallel_size), "set it to 1");
+                l.unsupported(
+                    &key("context_parallel_size"),
+                    format!(
+                        "context parallelism ({}) is not implemented by verlc's Megatron engine",
+                        m.context_parallel_size
+                    ),
+                    "set it to 1",
+                );
             }
             if m.expert_model_parallel_size != 1 {
-                l.unsupported(&key("expert_model_parallel_size"), "expert parallelism is not implemented (verlc's models are dense)", "set it to 1");
+                l.unsupported(
+                    &key("expert_model_parallel_size"),
+                    "expert parallelism is not implemented (verlc's models are dense)",
+                    "set it to 1",
+                );
             }
             if m.expert_tensor_parallel_size.is_some_and(|v| v > 1) {
-                l.unsupported(&key("expert_tensor_parallel_size"), "expert tensor parallelism is not implemented (verlc's models are dense)", "set it to null or 1");
+                l.unsupported(
+                    &key("expert_tensor_parallel_size"),
+                    "expert tensor parallelism is not implemented (verlc's models are dense)",
+                    "set it to null or 1",
+                );
             }
             if let Some(v) = m.virtual_pipeline_model_parallel_size.filter(|v| *v > 1) {
-                l.unsupported(&key("virtual_pipeline_model_parallel_size"), format!("the interleaved pipeline schedule ({v} virtual stages) is not implemented"), "set it to null");
+                l.unsupported(
+                    &key("virtual_pipeline_model_parallel_size"),
+                    format!(
+                        "the interleaved pipeline schedule ({v} virtual stages) is not implemented"
+                    ),
+                    "set it to null",
+                );
             }
             if world.device == DeviceKind::Cuda && (flags.params || flags.grads) {
-                let which = if m.param_offload { "param_offload" } else { "grad_offload" };
+                let which = if m.param_offload {
+                    "param_offload"
+                } else {
+                    "grad_offload"
+                };
                 l.unsupported(&key(which), "the Megatron engine does not move its model shards off the GPU between phases yet (only optimizer_offload)", "set it to false on CUDA");
             }
             if !world.size().is_multiple_of(tp.saturating_mul(pp)) {
-                l.unsupported(&key("tensor_model_parallel_size"), format!("{} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}", world.size()), "make trainer.nnodes × n_gpus_per_node a multiple of TP × PP");
+                l.unsupported(
+                    &key("tensor_model_parallel_size"),
+                    format!(
+                        "{} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}",
+                        world.size()
+                    ),
+                    "make trainer.nnodes × n_gpus_per_node a multiple of TP × PP",
+                );
             }
             EngineSpec::Megatron(MegatronEngineSpec {
                 tensor_parallel: tp,
@@ -251,14 +386,22 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
             fsdp_size: f.fsdp_size,
         }),
         // B015 reports the missing section; a default keeps lowering total.
-        None => EngineSpec::Fsdp(FsdpEngineSpec { param_offload: false, optimizer_offload: false, reshard_after_forward: true, reduce_dtype: Dtype::Fp32, fsdp_size: -1 }),
+        None => EngineSpec::Fsdp(FsdpEngineSpec {
+            param_offload: false,
+            optimizer_offload: false,
+            reshard_after_forward: true,
+            reduce_dtype: Dtype::Fp32,
+            fsdp_size: -1,
+        }),
     }
 }
 
 /// The data-parallel size of a role: the world over its model-parallel ranks.
 fn data_parallel(world: WorldSpec, engine: &EngineSpec) -> usize {
     match engine {
-        EngineSpec::Megatron(m) => (world.size() / m.tensor_parallel.saturating_mul(m.pipeline_parallel).max(1)).max(1),
+        EngineSpec::Megatron(m) => {
+            (world.size() / m.tensor_parallel.saturating_mul(m.pipeline_parallel).max(1)).max(1)
+        }
         EngineSpec::Fsdp(_) => world.size().max(1),
     }
 }
@@ -267,7 +410,16 @@ fn data_parallel(world: WorldSpec, engine: &EngineSpec) -> usize {
 /// data-parallel size (verl's normalisation), else (dynamic batch size) as many sequences as
 /// fit the token budget. Rule V009 reports a config with none of them.
 #[allow(clippy::too_many_arguments)]
-fn micro_batch(l: &mut Lowering, what: &str, per_gpu: Option<i64>, global: Option<i64>, dp: usize, dynamic: bool, max_tokens: i64, seq_len: usize) -> usize {
+fn micro_batch(
+    l: &mut Lowering,
+    what: &str,
+    per_gpu: Option<i64>,
+    global: Option<i64>,
+    dp: usize,
+    dynamic: bool,
+    max_tokens: i64,
+    seq_len: usize,
+) -> usize {
     if let Some(n) = per_gpu {
         return l.count(&format!("{what}_per_gpu"), n);
     }
@@ -277,19 +429,57 @@ fn micro_batch(l: &mut Lowering, what: &str, per_gpu: Option<i64>, global: Optio
     if dynamic {
         return (usize::try_from(max_tokens).unwrap_or(1).max(1) / seq_len).max(1);
     }
-    l.unsupported(&format!("{what}_per_gpu"), format!("no micro-batch size: set `{what}_per_gpu`"), "or set use_dynamic_bsz=true with a token budget");
+    l.unsupported(
+        &format!("{what}_per_gpu"),
+        format!("no micro-batch size: set `{what}_per_gpu`"),
+        "or set use_dynamic_bsz=true with a token budget",
+    );
     1
 }
 
-fn actor_settings(cfg: &VerlConfig, n: usize, dp: usize, seq_len: usize, l: &mut Lowering) -> ActorSettings {
+fn actor_settings(
+    cfg: &VerlConfig,
+    n: usize,
+    dp: usize,
+    seq_len: usize,
+    l: &mut Lowering,
+) -> ActorSettings {
     let a = &cfg.actor_rollout_ref.actor;
     let r = &cfg.actor_rollout_ref.rollout;
     // verl normalises the mini-batch by the role's `rollout_n` (an interpolation of
     // `rollout.n` unless set).
-    let n = if a.rollout_n > 0 { a.rollout_n as usize } else { n };
-    let mini = l.count("actor_rollout_ref.actor.ppo_mini_batch_size", a.ppo_mini_batch_size).saturating_mul(n) / dp;
-    let micro = micro_batch(l, "actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size, dp, a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu, seq_len);
-    let log_prob = micro_batch(l, "actor_rollout_ref.rollout.log_prob_micro_batch_size", r.log_prob_micro_batch_size_per_gpu, r.log_prob_micro_batch_size, dp, true, r.log_prob_max_token_len_per_gpu, seq_len);
+    let n = if a.rollout_n > 0 {
+        a.rollout_n as usize
+    } else {
+        n
+    };
+    let mini = l
+        .count(
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+            a.ppo_mini_batch_size,
+        )
+        .saturating_mul(n)
+        / dp;
+    let micro = micro_batch(
+        l,
+        "actor_rollout_ref.actor.ppo_micro_batch_size",
+        a.ppo_micro_batch_size_per_gpu,
+        a.ppo_micro_batch_size,
+        dp,
+        a.use_dynamic_bsz,
+        a.ppo_max_token_len_per_gpu,
+        seq_len,
+    );
+    let log_prob = micro_batch(
+        l,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size",
+        r.log_prob_micro_batch_size_per_gpu,
+        r.log_prob_micro_batch_size,
+        dp,
+        true,
+        r.log_prob_max_token_len_per_gpu,
+        seq_len,
+    );
     let loss_mode = match a.policy_loss.loss_mode {
         PolicyLossMode::Vanilla => sa::PolicyLossMode::Vanilla,
         PolicyLossMode::Gspo => sa::PolicyLossMode::Gspo,
@@ -347,14 +537,28 @@ fn fsdp_clip(strategy: Strategy, grad_clip: Option<f64>) -> Option<f64> {
 
 /// The optimizer of `optim` (`key` is its dotted path); `role_clip` is the FSDP role's
 /// `grad_clip`, which takes precedence over `optim`'s.
-fn optim_spec(key: &str, o: &OptimConfig, role_clip: Option<f64>, offload: bool, l: &mut Lowering) -> OptimSpec {
-    let adamw = InnerConfig::AdamW(AdamWConfig { beta1: o.betas[0], beta2: o.betas[1], eps: 1e-8 });
+fn optim_spec(
+    key: &str,
+    o: &OptimConfig,
+    role_clip: Option<f64>,
+    offload: bool,
+    l: &mut Lowering,
+) -> OptimSpec {
+    let adamw = InnerConfig::AdamW(AdamWConfig {
+        beta1: o.betas[0],
+        beta2: o.betas[1],
+        eps: 1e-8,
+    });
     let inner = match o.optimizer.to_ascii_lowercase().as_str() {
         "adamw" => adamw,
         // Megatron's `adam` decays weights decoupled (its OptimizerConfig defaults
         // decoupled_weight_decay=True, which verl's megatron optim does not expose): AdamW.
         "adam" if o.weight_decay == 0.0 || o.lr_decay_style.is_some() => adamw,
-        "sgd" => InnerConfig::Sgd(SgdConfig { momentum: 0.0, dampening: 0.0, nesterov: false }),
+        "sgd" => InnerConfig::Sgd(SgdConfig {
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+        }),
         other => {
             l.unsupported(
                 &format!("{key}.optimizer"),
@@ -364,8 +568,18 @@ fn optim_spec(key: &str, o: &OptimConfig, role_clip: Option<f64>, offload: bool,
             adamw
         }
     };
-    if o.optimizer_impl.as_deref().is_some_and(|i| !i.is_empty() && i != "torch.optim") {
-        l.unsupported(&format!("{key}.optimizer_impl"), format!("optimizer_impl `{}`: verlc's engines implement torch.optim's AdamW/SGD only", o.optimizer_impl.as_deref().unwrap_or_default()), "remove it (or set torch.optim)");
+    if o.optimizer_impl
+        .as_deref()
+        .is_some_and(|i| !i.is_empty() && i != "torch.optim")
+    {
+        l.unsupported(
+            &format!("{key}.optimizer_impl"),
+            format!(
+                "optimizer_impl `{}`: verlc's engines implement torch.optim's AdamW/SGD only",
+                o.optimizer_impl.as_deref().unwrap_or_default()
+            ),
+            "remove it (or set torch.optim)",
+        );
     }
     let schedule = match o.lr_decay_style {
         Some(style) => ScheduleSpec::Megatron {
@@ -380,21 +594,35 @@ fn optim_spec(key: &str, o: &OptimConfig, role_clip: Option<f64>, offload: bool,
                 LrDecayStyle::Cosine => SpecDecay::Cosine,
                 LrDecayStyle::InverseSquareRoot => SpecDecay::InverseSquareRoot,
                 LrDecayStyle::Wsd => {
-                    l.unsupported(&format!("{key}.lr_decay_style"), "the WSD schedule is not implemented by verlc's trainer", "use constant, linear, cosine or inverse-square-root");
+                    l.unsupported(
+                        &format!("{key}.lr_decay_style"),
+                        "the WSD schedule is not implemented by verlc's trainer",
+                        "use constant, linear, cosine or inverse-square-root",
+                    );
                     SpecDecay::Constant
                 }
             },
         },
         None => ScheduleSpec::Verl {
             schedule: match o.lr_scheduler_type.or(o.warmup_style) {
-                Some(LrSchedulerType::Cosine) => VerlSchedule::Cosine { min_lr_ratio: o.min_lr_ratio.unwrap_or(0.0), num_cycles: o.num_cycles.unwrap_or(0.5) },
+                Some(LrSchedulerType::Cosine) => VerlSchedule::Cosine {
+                    min_lr_ratio: o.min_lr_ratio.unwrap_or(0.0),
+                    num_cycles: o.num_cycles.unwrap_or(0.5),
+                },
                 _ => VerlSchedule::Constant,
             },
             lr_warmup_steps: o.lr_warmup_steps.unwrap_or(-1),
             lr_warmup_steps_ratio: o.lr_warmup_steps_ratio,
         },
     };
-    OptimSpec { inner, lr: o.lr, weight_decay: o.weight_decay, clip_grad: role_clip.or(o.grad_clip).unwrap_or(o.clip_grad), offload, schedule }
+    OptimSpec {
+        inner,
+        lr: o.lr,
+        weight_decay: o.weight_decay,
+        clip_grad: role_clip.or(o.grad_clip).unwrap_or(o.clip_grad),
+        offload,
+        schedule,
+    }
 }
 
 /// The sampling keys shared by `rollout.*` and `rollout.val_kwargs`.
@@ -413,7 +641,10 @@ fn sampling(s: Sampling, n: usize, cfg: &VerlConfig, l: &mut Lowering) -> Sampli
         top_k: s.top_k,
         top_p: s.top_p,
         n,
-        max_new_tokens: l.count("actor_rollout_ref.rollout.response_length", r.response_length),
+        max_new_tokens: l.count(
+            "actor_rollout_ref.rollout.response_length",
+            r.response_length,
+        ),
         seed: 0,
         ignore_eos: r.ignore_eos,
         log_prob_path: LogProbPath::Decode,
@@ -424,7 +655,8 @@ fn sampling(s: Sampling, n: usize, cfg: &VerlConfig, l: &mut Lowering) -> Sampli
 
 fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
     let d = &cfg.data;
-    let files = |f: &crate::config::OneOrMany<String>| f.items().into_iter().cloned().collect::<Vec<_>>();
+    let files =
+        |f: &crate::config::OneOrMany<String>| f.items().into_iter().cloned().collect::<Vec<_>>();
     let samples = |v: i64| usize::try_from(v).ok().filter(|&n| n > 0);
     DataSpec {
         train_files: files(&d.train_files),
@@ -448,7 +680,10 @@ fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
             Some(g) => l.count("data.gen_batch_size", g),
             None => l.count("data.train_batch_size", d.train_batch_size),
         },
-        val_batch_size: d.val_batch_size.and_then(|b| usize::try_from(b).ok()).filter(|&b| b > 0),
+        val_batch_size: d
+            .val_batch_size
+            .and_then(|b| usize::try_from(b).ok())
+            .filter(|&b| b > 0),
         chat_template_kwargs: d.apply_chat_template_kwargs.clone(),
     }
 }
@@ -463,7 +698,10 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
             LoggerBackend::File => LoggerKind::File,
             LoggerBackend::Tensorboard => LoggerKind::Tensorboard,
             other => {
-                let name = serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+                let name = serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
                 l.unsupported(
                     "trainer.logger",
                     format!("logger `{name}` is not implemented by verlc's trainer"),
@@ -477,7 +715,10 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
         }
     }
     RunSpec {
-        total_training_steps: t.total_training_steps.and_then(|s| u64::try_from(s).ok()).filter(|&s| s > 0),
+        total_training_steps: t
+            .total_training_steps
+            .and_then(|s| u64::try_from(s).ok())
+            .filter(|&s| s > 0),
         total_epochs: t.total_epochs.max(1) as u64,
         test_freq: u64::try_from(t.test_freq).unwrap_or(0),
         save_freq: u64::try_from(t.save_freq).unwrap_or(0),
@@ -488,7 +729,9 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
         resume: match t.resume_mode {
             ResumeMode::Disable => ResumeSpec::Disable,
             ResumeMode::Auto => ResumeSpec::Auto,
-            ResumeMode::ResumePath => ResumeSpec::Path { path: t.resume_from_path.clone().unwrap_or_default() },
+            ResumeMode::ResumePath => ResumeSpec::Path {
+                path: t.resume_from_path.clone().unwrap_or_default(),
+            },
         },
         max_actor_ckpt_to_keep: keep(t.max_actor_ckpt_to_keep),
         max_critic_ckpt_to_keep: keep(t.max_critic_ckpt_to_keep),

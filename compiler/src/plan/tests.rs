@@ -33,7 +33,11 @@ fn case(yaml: &str, overrides: &[&str]) -> Case {
         None => panic!("config did not type-check: {:#?}", checked.diagnostics),
     };
     let lowered = lower_for_build(&cfg, &checked.composed);
-    Case { checked, lowered, file }
+    Case {
+        checked,
+        lowered,
+        file,
+    }
 }
 
 impl Case {
@@ -61,7 +65,12 @@ impl Case {
 
     /// `verlc check` saw the same B01x errors.
     fn check_codes(&self) -> Vec<&'static str> {
-        self.checked.diagnostics.iter().filter(|d| d.code.0.starts_with('B')).map(|d| d.code.0).collect()
+        self.checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.code.0.starts_with('B'))
+            .map(|d| d.code.0)
+            .collect()
     }
 }
 
@@ -96,14 +105,28 @@ trainer:
 
 /// BASE with `extra` lines inserted under `actor_rollout_ref.actor:` (indented by the caller).
 fn with_actor(extra: &str) -> String {
-    BASE.replace("    ppo_micro_batch_size_per_gpu: 16\n", &format!("    ppo_micro_batch_size_per_gpu: 16\n{extra}"))
+    BASE.replace(
+        "    ppo_micro_batch_size_per_gpu: 16\n",
+        &format!("    ppo_micro_batch_size_per_gpu: 16\n{extra}"),
+    )
 }
 
 #[test]
 fn default_fsdp_binds_bf16_without_offload() {
     let c = case(BASE, &[]);
-    assert_eq!(c.binding(), Binding { strategy: S::Fsdp, precision: P::Bf16Mixed, offload: OffloadFlags::NONE });
-    assert!(c.lowered.diagnostics.is_empty(), "{:#?}", c.lowered.diagnostics);
+    assert_eq!(
+        c.binding(),
+        Binding {
+            strategy: S::Fsdp,
+            precision: P::Bf16Mixed,
+            offload: OffloadFlags::NONE
+        }
+    );
+    assert!(
+        c.lowered.diagnostics.is_empty(),
+        "{:#?}",
+        c.lowered.diagnostics
+    );
     let plan = &c.lowered.plan;
     assert_eq!(plan.spec.strategy, verlc_spec::trainer::StrategyName::Fsdp);
     assert!(plan.roles.actor && plan.roles.rollout);
@@ -116,45 +139,119 @@ fn default_fsdp_binds_bf16_without_offload() {
 
 #[test]
 fn mixed_precision_param_dtype_decides_precision() {
-    let c = case(&with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: fp32\n"), &[]);
+    let c = case(
+        &with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: fp32\n"),
+        &[],
+    );
     assert_eq!(c.binding().precision, P::Fp32);
-    let c = case(&with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: bf16\n"), &[]);
+    let c = case(
+        &with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: bf16\n"),
+        &[],
+    );
     assert_eq!(c.binding().precision, P::Bf16Mixed);
-    let c = case(&with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: float16\n"), &[]);
+    let c = case(
+        &with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: float16\n"),
+        &[],
+    );
     assert_eq!(c.binding().precision, P::Fp16Mixed);
     assert!(c.binding().precision.loss_scaling());
 }
 
 #[test]
 fn engine_dtype_decides_precision_without_mixed_precision() {
-    let c = case(&with_actor("    fsdp_config:\n      dtype: float16\n      model_dtype: bf16\n"), &[]);
+    let c = case(
+        &with_actor("    fsdp_config:\n      dtype: float16\n      model_dtype: bf16\n"),
+        &[],
+    );
     assert_eq!(c.binding().precision, P::Fp16Mixed);
-    let keys: Vec<&str> = c.lowered.plan.bound_keys.iter().map(|b| b.key.as_str()).collect();
-    assert!(keys.contains(&"actor_rollout_ref.actor.fsdp_config.dtype"), "{keys:?}");
+    let keys: Vec<&str> = c
+        .lowered
+        .plan
+        .bound_keys
+        .iter()
+        .map(|b| b.key.as_str())
+        .collect();
+    assert!(
+        keys.contains(&"actor_rollout_ref.actor.fsdp_config.dtype"),
+        "{keys:?}"
+    );
 }
 
 #[test]
 fn fsdp_offload_flags() {
-    let c = case(&with_actor("    fsdp_config:\n      optimizer_offload: true\n"), &[]);
-    assert_eq!(c.binding().offload, OffloadFlags { params: false, grads: false, optimizer: true });
-    let c = case(&with_actor("    fsdp_config:\n      param_offload: true\n"), &[]);
-    assert_eq!(c.binding().offload, OffloadFlags { params: true, grads: true, optimizer: false });
-    let c = case(BASE, &["actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"]);
-    assert_eq!(c.binding().offload, OffloadFlags { params: true, grads: true, optimizer: true });
+    let c = case(
+        &with_actor("    fsdp_config:\n      optimizer_offload: true\n"),
+        &[],
+    );
+    assert_eq!(
+        c.binding().offload,
+        OffloadFlags {
+            params: false,
+            grads: false,
+            optimizer: true
+        }
+    );
+    let c = case(
+        &with_actor("    fsdp_config:\n      param_offload: true\n"),
+        &[],
+    );
+    assert_eq!(
+        c.binding().offload,
+        OffloadFlags {
+            params: true,
+            grads: true,
+            optimizer: false
+        }
+    );
+    let c = case(
+        BASE,
+        &[
+            "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+        ],
+    );
+    assert_eq!(
+        c.binding().offload,
+        OffloadFlags {
+            params: true,
+            grads: true,
+            optimizer: true
+        }
+    );
 }
 
 #[test]
 fn fsdp2_offload_policy_offloads_everything() {
-    let c = case(&with_actor("    strategy: fsdp2\n    fsdp_config:\n      offload_policy: true\n"), &[]);
-    assert_eq!(c.binding(), Binding { strategy: S::Fsdp, precision: P::Bf16Mixed, offload: OffloadFlags { params: true, grads: true, optimizer: true } });
-    assert_eq!(c.lowered.plan.spec.strategy, verlc_spec::trainer::StrategyName::Fsdp2);
+    let c = case(
+        &with_actor("    strategy: fsdp2\n    fsdp_config:\n      offload_policy: true\n"),
+        &[],
+    );
+    assert_eq!(
+        c.binding(),
+        Binding {
+            strategy: S::Fsdp,
+            precision: P::Bf16Mixed,
+            offload: OffloadFlags {
+                params: true,
+                grads: true,
+                optimizer: true
+            }
+        }
+    );
+    assert_eq!(
+        c.lowered.plan.spec.strategy,
+        verlc_spec::trainer::StrategyName::Fsdp2
+    );
     assert!(c.codes().is_empty(), "{:?}", c.codes());
 }
 
 #[test]
 fn offload_policy_on_fsdp1_is_an_unused_key_warning_at_its_line() {
     let yaml = with_actor("    fsdp_config:\n      offload_policy: true\n");
-    let line = yaml.lines().position(|l| l.contains("offload_policy")).map(|i| i + 1);
+    let line = yaml
+        .lines()
+        .position(|l| l.contains("offload_policy"))
+        .map(|i| i + 1);
     let c = case(&yaml, &[]);
     assert_eq!(c.binding().offload, OffloadFlags::NONE);
     assert_eq!(c.at_lines(), vec![("B005", line.unwrap_or(0))]);
@@ -167,49 +264,111 @@ fn megatron_precision_and_offload() {
     )
     .replace("  ref:\n", "  ref:\n    strategy: megatron\n")
     .replace("    ppo_micro_batch_size_per_gpu: 16\n", "    ppo_micro_batch_size_per_gpu: 16\n    data_loader_seed: 1\n");
-    let c = case(&yaml, &["critic.strategy=megatron", "actor_rollout_ref.ref.megatron.dtype=float16"]);
+    let c = case(
+        &yaml,
+        &[
+            "critic.strategy=megatron",
+            "actor_rollout_ref.ref.megatron.dtype=float16",
+        ],
+    );
     assert_eq!(
         c.binding(),
-        Binding { strategy: S::Megatron, precision: P::Fp16Mixed, offload: OffloadFlags { params: false, grads: true, optimizer: true } }
+        Binding {
+            strategy: S::Megatron,
+            precision: P::Fp16Mixed,
+            offload: OffloadFlags {
+                params: false,
+                grads: true,
+                optimizer: true
+            }
+        }
     );
-    assert_eq!(c.lowered.plan.spec.strategy, verlc_spec::trainer::StrategyName::Megatron);
-    assert!(c.lowered.diagnostics.iter().all(|d| !d.is_error()), "{:#?}", c.lowered.diagnostics);
+    assert_eq!(
+        c.lowered.plan.spec.strategy,
+        verlc_spec::trainer::StrategyName::Megatron
+    );
+    assert!(
+        c.lowered.diagnostics.iter().all(|d| !d.is_error()),
+        "{:#?}",
+        c.lowered.diagnostics
+    );
 }
 
 #[test]
 fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
-    let yaml = with_actor("    fsdp_config:\n      param_offload: true\n      mixed_precision:\n        param_dtype: fp16\n");
-    let line = yaml.lines().position(|l| l.contains("param_dtype: fp16")).map_or(0, |i| i + 1);
+    let yaml = with_actor(
+        "    fsdp_config:\n      param_offload: true\n      mixed_precision:\n        param_dtype: fp16\n",
+    );
+    let line = yaml
+        .lines()
+        .position(|l| l.contains("param_dtype: fp16"))
+        .map_or(0, |i| i + 1);
     let c = case(&yaml, &[]);
     assert_eq!(c.at_lines(), vec![("B012", line)]);
     assert_eq!(c.check_codes(), vec!["B012"]);
     // Valid for verl: `verlc check` warns, the build (and the trainer) make it an error.
-    assert!(c.checked.diagnostics.iter().filter(|d| d.code.0 == "B012").all(|d| !d.is_error()));
+    assert!(
+        c.checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.code.0 == "B012")
+            .all(|d| !d.is_error())
+    );
     let mut promoted = check(
-        &LoadRequest { config_file: Some(c.file.clone()), cwd: std::env::temp_dir(), ..LoadRequest::default() },
+        &LoadRequest {
+            config_file: Some(c.file.clone()),
+            cwd: std::env::temp_dir(),
+            ..LoadRequest::default()
+        },
         &CheckOptions::default(),
     );
     promote_for_build(&mut promoted);
-    let b012: Vec<_> = promoted.diagnostics.iter().filter(|d| d.code.0 == "B012").collect();
+    let b012: Vec<_> = promoted
+        .diagnostics
+        .iter()
+        .filter(|d| d.code.0 == "B012")
+        .collect();
     assert!(b012.len() == 1 && b012[0].is_error(), "{b012:?}");
     let d = &c.lowered.diagnostics[0];
     assert_eq!(d.severity, Severity::Error);
     assert!(d.message.contains("Fp16Mixed"), "{}", d.message);
     assert!(d.help.as_deref().unwrap_or("").contains("Bf16Mixed"));
-    assert!(!d.secondary.is_empty(), "points at the param_offload line too");
+    assert!(
+        !d.secondary.is_empty(),
+        "points at the param_offload line too"
+    );
 }
 
 #[test]
 fn critic_and_reference_roles() {
-    let c = case(&BASE.replace("adv_estimator: grpo", "adv_estimator: gae"), &["critic.model.path=builtin://tiny", "critic.ppo_micro_batch_size_per_gpu=16"]);
+    let c = case(
+        &BASE.replace("adv_estimator: grpo", "adv_estimator: gae"),
+        &[
+            "critic.model.path=builtin://tiny",
+            "critic.ppo_micro_batch_size_per_gpu=16",
+        ],
+    );
     assert!(c.lowered.plan.roles.critic);
-    let c = case(BASE, &["critic.enable=true", "critic.model.path=builtin://tiny", "critic.ppo_micro_batch_size_per_gpu=16"]);
+    let c = case(
+        BASE,
+        &[
+            "critic.enable=true",
+            "critic.model.path=builtin://tiny",
+            "critic.ppo_micro_batch_size_per_gpu=16",
+        ],
+    );
     assert!(c.lowered.plan.roles.critic);
-    let c = case(&BASE.replace("adv_estimator: grpo", "adv_estimator: gae"), &["critic.enable=false"]);
+    let c = case(
+        &BASE.replace("adv_estimator: grpo", "adv_estimator: gae"),
+        &["critic.enable=false"],
+    );
     assert!(!c.lowered.plan.roles.critic);
     let c = case(BASE, &["actor_rollout_ref.actor.use_kl_loss=true"]);
     assert!(c.lowered.plan.roles.reference);
-    assert_eq!(c.lowered.plan.algorithm.kl_loss, Some(KlEstimator::LowVarKl));
+    assert_eq!(
+        c.lowered.plan.algorithm.kl_loss,
+        Some(KlEstimator::LowVarKl)
+    );
     let c = case(BASE, &["algorithm.use_kl_in_reward=true"]);
     assert!(c.lowered.plan.roles.reference);
 }
@@ -220,7 +379,10 @@ fn critic_precision_and_offload_must_match_the_actor() {
         "{}critic:\n  model:\n    path: builtin://tiny\n    fsdp_config:\n      dtype: float16\n      optimizer_offload: true\n  ppo_micro_batch_size_per_gpu: 16\n",
         BASE.replace("adv_estimator: grpo", "adv_estimator: gae")
     );
-    let dtype_line = yaml.lines().position(|l| l.contains("dtype: float16")).map_or(0, |i| i + 1);
+    let dtype_line = yaml
+        .lines()
+        .position(|l| l.contains("dtype: float16"))
+        .map_or(0, |i| i + 1);
     let c = case(&yaml, &[]);
     let mut got = c.at_lines();
     got.sort();
@@ -231,9 +393,18 @@ fn critic_precision_and_offload_must_match_the_actor() {
 fn other_strategy_engine_offload_is_ignored_and_reported() {
     // An FSDP-flavoured tree whose actor is switched to megatron: no `megatron` section, and
     // the FSDP offload switch would silently do nothing.
-    let yaml = format!("defaults:\n  - ppo_trainer\n  - _self_\n{}", with_actor("    strategy: megatron\n    fsdp_config:\n      param_offload: true\n"));
-    let line = yaml.lines().position(|l| l.contains("param_offload: true")).map_or(0, |i| i + 1);
-    let strategy_line = yaml.lines().position(|l| l.contains("strategy: megatron")).map_or(0, |i| i + 1);
+    let yaml = format!(
+        "defaults:\n  - ppo_trainer\n  - _self_\n{}",
+        with_actor("    strategy: megatron\n    fsdp_config:\n      param_offload: true\n")
+    );
+    let line = yaml
+        .lines()
+        .position(|l| l.contains("param_offload: true"))
+        .map_or(0, |i| i + 1);
+    let strategy_line = yaml
+        .lines()
+        .position(|l| l.contains("strategy: megatron"))
+        .map_or(0, |i| i + 1);
     let c = case(&yaml, &[]);
     let got = c.at_lines();
     assert!(got.contains(&("B013", line)), "{got:?}");
@@ -245,7 +416,10 @@ fn reward_model_and_npu_are_rejected() {
     let c = case(BASE, &["reward_model.enable=true", "trainer.device=npu"]);
     let mut codes = c.codes();
     codes.sort();
-    assert!(codes.contains(&"B016") && codes.contains(&"B017"), "{codes:?}");
+    assert!(
+        codes.contains(&"B016") && codes.contains(&"B017"),
+        "{codes:?}"
+    );
 }
 
 #[test]
@@ -254,13 +428,28 @@ fn vllm_knobs_warn_only_when_changed_with_their_line() {
         "    name: verlc\n",
         "    name: vllm\n    gpu_memory_utilization: 0.7\n    enforce_eager: false\n    engine_kwargs:\n      vllm:\n        swap_space: 4\n",
     );
-    let line = |needle: &str| yaml.lines().position(|l| l.contains(needle)).map_or(0, |i| i + 1);
+    let line = |needle: &str| {
+        yaml.lines()
+            .position(|l| l.contains(needle))
+            .map_or(0, |i| i + 1)
+    };
     let c = case(&yaml, &["trainer.ray_wait_register_center_timeout=30"]);
     let mut got = c.at_lines();
     got.sort();
     // enforce_eager: false is verl's default: not reported.
-    assert_eq!(got, vec![("B001", line("gpu_memory_utilization")), ("B001", line("swap_space")), ("B002", line("name: vllm"))]);
-    let from_override = c.lowered.diagnostics.iter().find(|d| d.code == codes::BUILD_CLUSTER_KEY_UNUSED);
+    assert_eq!(
+        got,
+        vec![
+            ("B001", line("gpu_memory_utilization")),
+            ("B001", line("swap_space")),
+            ("B002", line("name: vllm"))
+        ]
+    );
+    let from_override = c
+        .lowered
+        .diagnostics
+        .iter()
+        .find(|d| d.code == codes::BUILD_CLUSTER_KEY_UNUSED);
     assert!(from_override.is_some_and(|d| d.severity == Severity::Warning && d.primary.is_some()));
     // `verlc check` reports the same verdicts (every key that has no effect is reported).
     let mut check_codes = c.check_codes();
@@ -270,7 +459,13 @@ fn vllm_knobs_warn_only_when_changed_with_their_line() {
 
 #[test]
 fn profiler_and_python_only_keys_warn() {
-    let c = case(BASE, &["global_profiler.tool=nsys", "actor_rollout_ref.model.use_liger=true"]);
+    let c = case(
+        BASE,
+        &[
+            "global_profiler.tool=nsys",
+            "actor_rollout_ref.model.use_liger=true",
+        ],
+    );
     let mut codes = c.codes();
     codes.sort();
     assert_eq!(codes, vec!["B003", "B004"]);
@@ -281,22 +476,42 @@ fn bound_keys_are_the_deciding_keys() {
     let c = case(BASE, &["actor_rollout_ref.actor.use_kl_loss=true"]);
     let plan = &c.lowered.plan;
     assert!(is_bound(plan, "actor_rollout_ref.actor.strategy"));
-    assert!(is_bound(plan, "actor_rollout_ref.actor.fsdp_config.param_offload"));
-    assert!(is_bound(plan, "actor_rollout_ref.actor.fsdp_config.mixed_precision"));
+    assert!(is_bound(
+        plan,
+        "actor_rollout_ref.actor.fsdp_config.param_offload"
+    ));
+    assert!(is_bound(
+        plan,
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision"
+    ));
     assert!(is_bound(plan, "actor_rollout_ref.ref.strategy"));
     assert!(is_bound(plan, "trainer.device"));
     assert!(!is_bound(plan, "actor_rollout_ref.actor.optim.lr"));
     assert!(!is_bound(plan, "trainer.n_gpus_per_node"));
-    assert!(!is_bound(plan, "actor_rollout_ref.actor.fsdp_config.param_offload_x"));
+    assert!(!is_bound(
+        plan,
+        "actor_rollout_ref.actor.fsdp_config.param_offload_x"
+    ));
 }
 
 #[test]
 fn examples_lower_without_errors() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    for name in ["quickstart.yaml", "gsm8k_qwen2.5_fsdp.yaml", "gsm8k_qwen2.5_megatron.yaml"] {
-        let req = LoadRequest { config_file: Some(root.join(name)), cwd: root.clone(), ..LoadRequest::default() };
+    for name in [
+        "quickstart.yaml",
+        "gsm8k_qwen2.5_fsdp.yaml",
+        "gsm8k_qwen2.5_megatron.yaml",
+    ] {
+        let req = LoadRequest {
+            config_file: Some(root.join(name)),
+            cwd: root.clone(),
+            ..LoadRequest::default()
+        };
         let checked = check(&req, &CheckOptions::default());
-        let cfg = checked.config.as_ref().unwrap_or_else(|| panic!("{name}: {:#?}", checked.diagnostics));
+        let cfg = checked
+            .config
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: {:#?}", checked.diagnostics));
         let lowered = lower_for_build(cfg, &checked.composed);
         assert!(!lowered.has_errors(), "{name}: {:#?}", lowered.diagnostics);
         assert!(lowered.plan.binding.validate().is_ok());
@@ -309,10 +524,54 @@ fn support_table() {
     // Single: 3 precisions × {[], [optimizer]}; Fsdp: 3 × 4 minus fp16 with params (2);
     // Megatron: 3 × 8.
     assert_eq!(all.len(), 6 + 10 + 24);
-    assert!(binding::validate(S::Fsdp, P::Fp16Mixed, OffloadFlags { params: true, grads: true, optimizer: false }).is_err());
-    assert!(binding::validate(S::Fsdp, P::Fp16Mixed, OffloadFlags { params: false, grads: false, optimizer: true }).is_ok());
-    assert!(binding::validate(S::Fsdp, P::Bf16Mixed, OffloadFlags { params: false, grads: true, optimizer: false }).is_err());
-    assert!(binding::validate(S::Single, P::Fp32, OffloadFlags { params: true, grads: false, optimizer: false }).is_err());
+    assert!(
+        binding::validate(
+            S::Fsdp,
+            P::Fp16Mixed,
+            OffloadFlags {
+                params: true,
+                grads: true,
+                optimizer: false
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        binding::validate(
+            S::Fsdp,
+            P::Fp16Mixed,
+            OffloadFlags {
+                params: false,
+                grads: false,
+                optimizer: true
+            }
+        )
+        .is_ok()
+    );
+    assert!(
+        binding::validate(
+            S::Fsdp,
+            P::Bf16Mixed,
+            OffloadFlags {
+                params: false,
+                grads: true,
+                optimizer: false
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        binding::validate(
+            S::Single,
+            P::Fp32,
+            OffloadFlags {
+                params: true,
+                grads: false,
+                optimizer: false
+            }
+        )
+        .is_err()
+    );
 }
 
 #[test]
@@ -330,45 +589,107 @@ fn build_codes_are_unique_and_not_rule_ids() {
 #[test]
 fn embedded_config_reloads_to_the_same_tree() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    for name in ["quickstart.yaml", "gsm8k_qwen2.5_fsdp.yaml", "gsm8k_qwen2.5_megatron.yaml"] {
-        let req = LoadRequest { config_file: Some(root.join(name)), cwd: root.clone(), ..LoadRequest::default() };
+    for name in [
+        "quickstart.yaml",
+        "gsm8k_qwen2.5_fsdp.yaml",
+        "gsm8k_qwen2.5_megatron.yaml",
+    ] {
+        let req = LoadRequest {
+            config_file: Some(root.join(name)),
+            cwd: root.clone(),
+            ..LoadRequest::default()
+        };
         let checked = check(&req, &CheckOptions::default());
         let text = embed::embedded_file(&checked.composed.root, "generated for a test");
         let c = case(&text, &[]);
-        assert_eq!(c.checked.composed.root.to_json(), checked.composed.root.to_json(), "{name}");
-        assert_eq!(c.lowered.plan, lower(c.checked.config.as_ref().expect("typed"), &checked.composed.root).plan, "{name}");
+        assert_eq!(
+            c.checked.composed.root.to_json(),
+            checked.composed.root.to_json(),
+            "{name}"
+        );
+        assert_eq!(
+            c.lowered.plan,
+            lower(
+                c.checked.config.as_ref().expect("typed"),
+                &checked.composed.root
+            )
+            .plan,
+            "{name}"
+        );
     }
 }
 
 #[test]
 fn every_leaf_of_both_trees_has_a_verdict() {
     for base in [compose::FSDP_BASE, compose::MEGATRON_BASE] {
-        let root = compose::load(&LoadRequest { base: Some(base.to_owned()), ..LoadRequest::default() }).root;
+        let root = compose::load(&LoadRequest {
+            base: Some(base.to_owned()),
+            ..LoadRequest::default()
+        })
+        .root;
         let leaves = unused::leaves(&root, "");
         assert!(leaves.len() > 500, "{base}: only {} leaves", leaves.len());
-        let missing: Vec<&String> = leaves.iter().map(|(k, _)| k).filter(|k| k.as_str() != "defaults" && verdicts::verdict(k).is_none()).collect();
-        assert!(missing.is_empty(), "{base}: {} leaves without a verdict: {missing:#?}", missing.len());
+        let missing: Vec<&String> = leaves
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.as_str() != "defaults" && verdicts::verdict(k).is_none())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{base}: {} leaves without a verdict: {missing:#?}",
+            missing.len()
+        );
     }
 }
 
+/// Severity and line of a diagnostic.
+type At = Option<(Severity, usize)>;
+
 /// `(severity, line)` of the first `code` diagnostic about `key`, in check and in build.
-fn finding(c: &Case, code: &str, key: &str) -> (Option<(Severity, usize)>, Option<(Severity, usize)>) {
+fn finding(c: &Case, code: &str, key: &str) -> (At, At) {
     let at = |d: &Diagnostic| {
         let o = &d.primary.as_ref()?.origin;
-        Some((d.severity, c.checked.composed.sources.get(o.source).line_col(o.span.start).0))
+        Some((
+            d.severity,
+            c.checked
+                .composed
+                .sources
+                .get(o.source)
+                .line_col(o.span.start)
+                .0,
+        ))
     };
-    let find = |ds: &[Diagnostic]| ds.iter().find(|d| d.code.0 == code && d.key_path.as_deref() == Some(key)).and_then(at);
+    let find = |ds: &[Diagnostic]| {
+        ds.iter()
+            .find(|d| d.code.0 == code && d.key_path.as_deref() == Some(key))
+            .and_then(at)
+    };
     (find(&c.checked.diagnostics), find(&c.lowered.diagnostics))
 }
 
 #[test]
 fn unsupported_settings_are_reported_at_their_line_before_any_build() {
     for (setting, key) in [
-        ("  model:\n    path: builtin://tiny\n    lora_rank: 32\n", "actor_rollout_ref.model.lora_rank"),
-        ("    ulysses_sequence_parallel_size: 2\n", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
-        ("    optim:\n      optimizer: Adafactor\n", "actor_rollout_ref.actor.optim.optimizer"),
-        ("    optim:\n      weight_decay_incr_style: linear\n", "actor_rollout_ref.actor.optim.weight_decay_incr_style"),
-        ("    policy_loss:\n      loss_mode: bypass_mode\n", "actor_rollout_ref.actor.policy_loss.loss_mode"),
+        (
+            "  model:\n    path: builtin://tiny\n    lora_rank: 32\n",
+            "actor_rollout_ref.model.lora_rank",
+        ),
+        (
+            "    ulysses_sequence_parallel_size: 2\n",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        ),
+        (
+            "    optim:\n      optimizer: Adafactor\n",
+            "actor_rollout_ref.actor.optim.optimizer",
+        ),
+        (
+            "    optim:\n      weight_decay_incr_style: linear\n",
+            "actor_rollout_ref.actor.optim.weight_decay_incr_style",
+        ),
+        (
+            "    policy_loss:\n      loss_mode: bypass_mode\n",
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+        ),
     ] {
         let yaml = if setting.starts_with("  model:") {
             BASE.replace("  model:\n    path: builtin://tiny\n", setting)
@@ -376,56 +697,125 @@ fn unsupported_settings_are_reported_at_their_line_before_any_build() {
             with_actor(setting)
         };
         let needle = setting.trim_end().lines().last().unwrap_or_default().trim();
-        let line = yaml.lines().position(|l| l.trim() == needle).map_or(0, |i| i + 1);
+        let line = yaml
+            .lines()
+            .position(|l| l.trim() == needle)
+            .map_or(0, |i| i + 1);
         let c = case(&yaml, &[]);
         let (in_check, in_build) = finding(&c, "B018", key);
-        assert_eq!(in_check, Some((Severity::Warning, line)), "{key}: {:#?}", c.checked.diagnostics);
-        assert_eq!(in_build, Some((Severity::Error, line)), "{key}: {:#?}", c.lowered.diagnostics);
+        assert_eq!(
+            in_check,
+            Some((Severity::Warning, line)),
+            "{key}: {:#?}",
+            c.checked.diagnostics
+        );
+        assert_eq!(
+            in_build,
+            Some((Severity::Error, line)),
+            "{key}: {:#?}",
+            c.lowered.diagnostics
+        );
     }
     // From overrides: the logger verl's examples use, PF-PPO, a Megatron-only layout.
     for (o, key) in [
         ("trainer.logger=[console,wandb]", "trainer.logger"),
         ("algorithm.use_pf_ppo=true", "algorithm.use_pf_ppo"),
-        ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2", "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"),
+        (
+            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
+            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+        ),
         ("actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", ""),
     ] {
         let c = case(BASE, &[o]);
         if key.is_empty() {
             // Implemented: nothing to report.
-            assert!(!c.codes().contains(&"B018"), "{o}: {:#?}", c.lowered.diagnostics);
+            assert!(
+                !c.codes().contains(&"B018"),
+                "{o}: {:#?}",
+                c.lowered.diagnostics
+            );
             continue;
         }
         let (in_check, in_build) = finding(&c, "B018", key);
-        assert!(in_check.is_some_and(|(s, _)| s == Severity::Warning), "{o}: {:#?}", c.checked.diagnostics);
-        assert!(in_build.is_some_and(|(s, _)| s == Severity::Error), "{o}: {:#?}", c.lowered.diagnostics);
+        assert!(
+            in_check.is_some_and(|(s, _)| s == Severity::Warning),
+            "{o}: {:#?}",
+            c.checked.diagnostics
+        );
+        assert!(
+            in_build.is_some_and(|(s, _)| s == Severity::Error),
+            "{o}: {:#?}",
+            c.lowered.diagnostics
+        );
     }
 }
 
 #[test]
 fn no_effect_keys_warn_only_when_changed() {
-    let c = case(BASE, &["actor_rollout_ref.model.enable_activation_offload=true", "data.dataloader_num_workers=2"]);
+    let c = case(
+        BASE,
+        &[
+            "actor_rollout_ref.model.enable_activation_offload=true",
+            "data.dataloader_num_workers=2",
+        ],
+    );
     let codes = c.codes();
-    assert_eq!(codes.iter().filter(|c| **c == "B006").count(), 2, "{:#?}", c.lowered.diagnostics);
-    assert!(c.lowered.diagnostics.iter().all(|d| !d.is_error()), "{:#?}", c.lowered.diagnostics);
+    assert_eq!(
+        codes.iter().filter(|c| **c == "B006").count(),
+        2,
+        "{:#?}",
+        c.lowered.diagnostics
+    );
+    assert!(
+        c.lowered.diagnostics.iter().all(|d| !d.is_error()),
+        "{:#?}",
+        c.lowered.diagnostics
+    );
     // verl's defaults stay quiet.
-    let c = case(BASE, &["actor_rollout_ref.model.enable_activation_offload=false"]);
+    let c = case(
+        BASE,
+        &["actor_rollout_ref.model.enable_activation_offload=false"],
+    );
     assert!(!c.codes().contains(&"B006"), "{:#?}", c.lowered.diagnostics);
 }
 
 #[test]
 fn the_spec_carries_the_batch_arithmetic_once() {
     // Deprecated global micro-batch over 2 data-parallel ranks: per rank 8 / 2 = 4 (verl).
-    let c = case(BASE, &["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null", "actor_rollout_ref.actor.ppo_micro_batch_size=8", "actor_rollout_ref.rollout.n=4"]);
+    let c = case(
+        BASE,
+        &[
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",
+            "actor_rollout_ref.actor.ppo_micro_batch_size=8",
+            "actor_rollout_ref.rollout.n=4",
+        ],
+    );
     let s = &c.lowered.plan.spec;
     assert_eq!(s.actor.update.ppo_micro_batch_size, 4);
     // mini-batch in responses per rank: 16 prompts × 4 samples / 2 ranks.
     assert_eq!(s.actor.update.ppo_mini_batch_size, 32);
     assert_eq!(s.world.size(), 2);
     // FSDP1 ignores offload_policy (verl too): the spec does not offload.
-    let c = case(BASE, &["actor_rollout_ref.actor.fsdp_config.offload_policy=true"]);
-    assert!(matches!(c.lowered.plan.spec.actor.engine, verlc_spec::trainer::EngineSpec::Fsdp(f) if !f.param_offload && !f.optimizer_offload));
-    let c = case(BASE, &["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2", "critic.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.offload_policy=true"]);
-    assert!(matches!(c.lowered.plan.spec.actor.engine, verlc_spec::trainer::EngineSpec::Fsdp(f) if f.param_offload && f.optimizer_offload));
+    let c = case(
+        BASE,
+        &["actor_rollout_ref.actor.fsdp_config.offload_policy=true"],
+    );
+    assert!(
+        matches!(c.lowered.plan.spec.actor.engine, verlc_spec::trainer::EngineSpec::Fsdp(f) if !f.param_offload && !f.optimizer_offload)
+    );
+    let c = case(
+        BASE,
+        &[
+            "actor_rollout_ref.actor.strategy=fsdp2",
+            "actor_rollout_ref.ref.strategy=fsdp2",
+            "critic.strategy=fsdp2",
+            "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+        ],
+    );
+    assert!(
+        matches!(c.lowered.plan.spec.actor.engine, verlc_spec::trainer::EngineSpec::Fsdp(f) if f.param_offload && f.optimizer_offload)
+    );
     // The role's grad_clip is what verl's FSDP worker clips with.
     let c = case(BASE, &["actor_rollout_ref.actor.grad_clip=0.25"]);
     assert_eq!(c.lowered.plan.spec.actor.optim.clip_grad, 0.25);

@@ -19,66 +19,117 @@ use super::verdicts::{self, Verdict};
 
 const ROLLOUT: &str = "actor_rollout_ref.rollout";
 
-
 /// The verdict findings of the keys the user changed. `defaults` is the built-in default
 /// tree of the config's flavour ([`super::default_tree`]).
-pub fn verdict_diagnostics(cfg: &VerlConfig, root: &Node, sources: &SourceMap, defaults: &Node) -> Vec<Diagnostic> {
+pub fn verdict_diagnostics(
+    cfg: &VerlConfig,
+    root: &Node,
+    sources: &SourceMap,
+    defaults: &Node,
+) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let builtin = |o: &crate::source::Origin| sources.get(o.source).kind == SourceKind::Builtin;
     // Written by the user: not a built-in default, and not a value a built-in `${...}` copied
     // from elsewhere (that key gets its own report where it was written).
-    let user_written = |n: &Node| !n.origin.as_ref().is_some_and(builtin) && !n.via.as_ref().is_some_and(builtin);
+    let user_written =
+        |n: &Node| !n.origin.as_ref().is_some_and(builtin) && !n.via.as_ref().is_some_and(builtin);
 
     let name_key = format!("{ROLLOUT}.name");
     if cfg.actor_rollout_ref.rollout.name != RolloutName::Verlc
-        && let Some(node) = root.get_path(&split_key(&name_key)).filter(|n| user_written(n))
+        && let Some(node) = root
+            .get_path(&split_key(&name_key))
+            .filter(|n| user_written(n))
     {
-        let spelled = serde_json::to_value(&cfg.actor_rollout_ref.rollout.name).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        let spelled = serde_json::to_value(cfg.actor_rollout_ref.rollout.name)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
         out.push(
-            Diagnostic::warning(codes::BUILD_ROLLOUT_ENGINE_REPLACED, format!("the binary generates with its built-in rollout engine, not `{spelled}`"))
-                .with_key(name_key.clone())
-                .with_primary(node.origin.clone(), format!("`{spelled}` chosen here"))
-                .with_help(format!("set `{name_key}=verlc` to say so (the vLLM/SGLang settings then stop mattering)")),
+            Diagnostic::warning(
+                codes::BUILD_ROLLOUT_ENGINE_REPLACED,
+                format!("the binary generates with its built-in rollout engine, not `{spelled}`"),
+            )
+            .with_key(name_key.clone())
+            .with_primary(node.origin.clone(), format!("`{spelled}` chosen here"))
+            .with_help(format!(
+                "set `{name_key}=verlc` to say so (the vLLM/SGLang settings then stop mattering)"
+            )),
         );
     }
 
     for (key, leaf) in leaves(root, "") {
-        if key == name_key || key == "defaults" || key.starts_with("defaults.") || key.starts_with("hydra.") || !user_written(leaf) {
+        if key == name_key
+            || key == "defaults"
+            || key.starts_with("defaults.")
+            || key.starts_with("hydra.")
+            || !user_written(leaf)
+        {
             continue;
         }
         let value = leaf.to_json();
         let default = defaults.get_path(&split_key(&key)).map(Node::to_json);
-        if default.as_ref() == Some(&value) || verdicts::ALREADY_SO.iter().any(|(k, v)| *k == key && value.to_string() == *v) {
+        if default.as_ref() == Some(&value)
+            || verdicts::ALREADY_SO
+                .iter()
+                .any(|(k, v)| *k == key && value.to_string().as_str() == *v)
+        {
             continue;
         }
         let (code, why, error) = match verdicts::verdict(&key).map(|e| e.verdict) {
             Some(Verdict::Implemented(_) | Verdict::Checked(_)) => continue,
             Some(Verdict::NoEffect(code, why)) => (code, why, false),
             Some(Verdict::Unsupported(why)) => (codes::BUILD_UNSUPPORTED_SETTING, why, true),
-            None => (codes::BUILD_NO_EFFECT, "is not read by verlc's trainer", false),
+            None => (
+                codes::BUILD_NO_EFFECT,
+                "is not read by verlc's trainer",
+                false,
+            ),
         };
         let d = if error {
             Diagnostic::error(code, format!("`{key}` {why}"))
                 .with_help("remove it, or set it back to its default, for verlc builds")
         } else {
-            Diagnostic::warning(code, format!("`{key}` {why}"))
-                .with_help("remove it from the config for verlc builds (it is kept for runs under verl)")
+            Diagnostic::warning(code, format!("`{key}` {why}")).with_help(
+                "remove it from the config for verlc builds (it is kept for runs under verl)",
+            )
         };
-        out.push(d.with_key(key.clone()).with_primary(leaf.origin.clone(), "set here"));
+        out.push(
+            d.with_key(key.clone())
+                .with_primary(leaf.origin.clone(), "set here"),
+        );
     }
 
     for (prefix, fsdp, strategy) in [
-        ("actor_rollout_ref.actor.fsdp_config", cfg.actor_rollout_ref.actor.fsdp_config.as_ref(), cfg.actor_rollout_ref.actor.strategy),
-        ("actor_rollout_ref.ref.fsdp_config", cfg.actor_rollout_ref.reference.fsdp_config.as_ref(), cfg.actor_rollout_ref.reference.strategy),
-        ("critic.model.fsdp_config", cfg.critic.model.fsdp_config.as_ref(), cfg.critic.strategy),
+        (
+            "actor_rollout_ref.actor.fsdp_config",
+            cfg.actor_rollout_ref.actor.fsdp_config.as_ref(),
+            cfg.actor_rollout_ref.actor.strategy,
+        ),
+        (
+            "actor_rollout_ref.ref.fsdp_config",
+            cfg.actor_rollout_ref.reference.fsdp_config.as_ref(),
+            cfg.actor_rollout_ref.reference.strategy,
+        ),
+        (
+            "critic.model.fsdp_config",
+            cfg.critic.model.fsdp_config.as_ref(),
+            cfg.critic.strategy,
+        ),
     ] {
         if strategy == Strategy::Fsdp && fsdp.is_some_and(|f| f.offload_policy) {
             let key = format!("{prefix}.offload_policy");
             out.push(
-                Diagnostic::warning(codes::BUILD_CLUSTER_KEY_UNUSED, format!("`{key}` applies to `fsdp2` only; with `fsdp` it is ignored (as in verl)"))
-                    .with_key(key.clone())
-                    .with_primary(origin(root, &key), "set here")
-                    .with_help("use `strategy: fsdp2`, or `param_offload`/`optimizer_offload` with `fsdp`"),
+                Diagnostic::warning(
+                    codes::BUILD_CLUSTER_KEY_UNUSED,
+                    format!(
+                        "`{key}` applies to `fsdp2` only; with `fsdp` it is ignored (as in verl)"
+                    ),
+                )
+                .with_key(key.clone())
+                .with_primary(origin(root, &key), "set here")
+                .with_help(
+                    "use `strategy: fsdp2`, or `param_offload`/`optimizer_offload` with `fsdp`",
+                ),
             );
         }
     }
@@ -86,7 +137,8 @@ pub fn verdict_diagnostics(cfg: &VerlConfig, root: &Node, sources: &SourceMap, d
 }
 
 fn origin(root: &Node, key: &str) -> Option<crate::source::Origin> {
-    root.get_path(&split_key(key)).and_then(|n| n.origin.clone())
+    root.get_path(&split_key(key))
+        .and_then(|n| n.origin.clone())
 }
 
 /// Every scalar, list and empty map under `node`, with its dotted key.
@@ -96,7 +148,11 @@ pub(crate) fn leaves<'a>(node: &'a Node, key: &str) -> Vec<(String, &'a Node)> {
         match &n.value {
             Value::Map(m) if !m.is_empty() => {
                 for (k, e) in m {
-                    let child = if key.is_empty() { k.to_string() } else { format!("{key}.{k}") };
+                    let child = if key.is_empty() {
+                        k.to_string()
+                    } else {
+                        format!("{key}.{k}")
+                    };
                     go(&e.node, child, out);
                 }
             }

@@ -46,12 +46,15 @@ const PYTHON: Code = codes::BUILD_PYTHON_ONLY_KEY;
 const CLUSTER: Code = codes::BUILD_CLUSTER_KEY_UNUSED;
 const NONE: Code = codes::BUILD_NO_EFFECT;
 
-const VLLM: &str = "is a setting of vLLM/SGLang; the binary's built-in rollout engine does not use it";
+const VLLM: &str =
+    "is a setting of vLLM/SGLang; the binary's built-in rollout engine does not use it";
 const PROFILING: &str = "configures a profiler; the binary has no profiler integration";
 const PY: &str = "is a Python-side feature (torch.compile, Liger/Triton kernels, remote code); the binary does not use it";
-const RAY: &str = "configures verl's Ray/cluster machinery; the binary runs its ranks itself and does not use it";
+const RAY: &str =
+    "configures verl's Ray/cluster machinery; the binary runs its ranks itself and does not use it";
 const RM: &str = "configures the reward model, which verlc's trainer does not run (reward_model.enable is refused, B016)";
-const LORA_OPT: &str = "is a LoRA option; verlc's trainer trains full weights (a LoRA rank above 0 is refused)";
+const LORA_OPT: &str =
+    "is a LoRA option; verlc's trainer trains full weights (a LoRA rank above 0 is refused)";
 const MEMORY: &str = "only trades memory for compute in verl; the binary's engines compute the same numbers without it";
 
 macro_rules! table {
@@ -230,7 +233,10 @@ table! {
 /// when it differs from verl's default (one rollout rank per training rank).
 pub const ALREADY_SO: &[(&str, &str)] = &[
     ("actor_rollout_ref.rollout.tensor_model_parallel_size", "1"),
-    ("actor_rollout_ref.rollout.pipeline_model_parallel_size", "1"),
+    (
+        "actor_rollout_ref.rollout.pipeline_model_parallel_size",
+        "1",
+    ),
     ("actor_rollout_ref.rollout.data_parallel_size", "1"),
     ("actor_rollout_ref.rollout.expert_parallel_size", "1"),
 ];
@@ -238,7 +244,9 @@ pub const ALREADY_SO: &[(&str, &str)] = &[
 /// The first entry matching the dotted `key`.
 pub fn verdict(key: &str) -> Option<&'static Entry> {
     let segs: Vec<&str> = key.split('.').collect();
-    TABLE.iter().find(|e| matches(&e.pattern.split('.').collect::<Vec<_>>(), &segs))
+    TABLE
+        .iter()
+        .find(|e| matches(&e.pattern.split('.').collect::<Vec<_>>(), &segs))
 }
 
 fn matches(pattern: &[&str], key: &[&str]) -> bool {
@@ -268,7 +276,12 @@ mod tests {
 
     #[test]
     fn patterns() {
-        let m = |p: &str, k: &str| matches(&p.split('.').collect::<Vec<_>>(), &k.split('.').collect::<Vec<_>>());
+        let m = |p: &str, k: &str| {
+            matches(
+                &p.split('.').collect::<Vec<_>>(),
+                &k.split('.').collect::<Vec<_>>(),
+            )
+        };
         assert!(m("**._target_", "_target_"));
         assert!(m("**._target_", "a.b._target_"));
         assert!(!m("**._target_", "a.b"));

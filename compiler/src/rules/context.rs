@@ -34,9 +34,17 @@ impl<'a> RuleContext<'a> {
     /// override and different from verl's default (so a `--config-dir` on verl's own tree
     /// does not count verl's defaults as choices).
     pub fn user_set(&self, key: &str) -> bool {
-        let Some(n) = self.node(key) else { return false };
-        let written = n.origin.as_ref().is_some_and(|o| self.sources.get(o.source).kind != SourceKind::Builtin);
-        written && self.default_node(key).is_none_or(|d| d.to_json() != n.to_json())
+        let Some(n) = self.node(key) else {
+            return false;
+        };
+        let written = n
+            .origin
+            .as_ref()
+            .is_some_and(|o| self.sources.get(o.source).kind != SourceKind::Builtin);
+        written
+            && self
+                .default_node(key)
+                .is_none_or(|d| d.to_json() != n.to_json())
     }
 
     /// The built-in default of a dotted key (for the config's flavour).
@@ -51,7 +59,10 @@ impl<'a> RuleContext<'a> {
                 crate::config::Flavour::Fsdp => crate::load::compose::FSDP_BASE,
                 crate::config::Flavour::Megatron => crate::load::compose::MEGATRON_BASE,
             };
-            let req = crate::load::compose::LoadRequest { base: Some(base.into()), ..Default::default() };
+            let req = crate::load::compose::LoadRequest {
+                base: Some(base.into()),
+                ..Default::default()
+            };
             crate::load::compose::load(&req).root
         }))
     }

@@ -80,14 +80,18 @@ impl RankLayout {
     /// group (they hold the input embedding and the tied output layer, whose gradients are
     /// summed over this group). One rank per group when there is a single stage.
     pub fn embedding_groups(&self) -> Result<Vec<Vec<usize>>> {
-        let pp = self.groups(&["pp"]).or_else(|_| {
-            Ok::<_, DistError>((0..self.world_size()).map(|r| vec![r]).collect())
-        })?;
+        let pp = self
+            .groups(&["pp"])
+            .or_else(|_| Ok::<_, DistError>((0..self.world_size()).map(|r| vec![r]).collect()))?;
         Ok(pp
             .into_iter()
             .map(|g| {
                 let (first, last) = (g[0], g[g.len() - 1]);
-                if first == last { vec![first] } else { vec![first, last] }
+                if first == last {
+                    vec![first]
+                } else {
+                    vec![first, last]
+                }
             })
             .collect())
     }

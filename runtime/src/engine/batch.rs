@@ -23,11 +23,17 @@ impl Batch {
     pub fn insert(&mut self, name: &str, t: Tensor) -> Result<(), EngineError> {
         let size = t.size();
         let Some(&rows) = size.first() else {
-            return Err(EngineError::Batch(format!("`{name}` is a 0-d tensor; batch tensors need a row dimension")));
+            return Err(EngineError::Batch(format!(
+                "`{name}` is a 0-d tensor; batch tensors need a row dimension"
+            )));
         };
         match self.rows {
-            Some(r) if r != rows && !(self.tensors.len() == 1 && self.tensors.contains_key(name)) => {
-                return Err(EngineError::Batch(format!("`{name}` has {rows} rows, the batch has {r}")));
+            Some(r)
+                if r != rows && !(self.tensors.len() == 1 && self.tensors.contains_key(name)) =>
+            {
+                return Err(EngineError::Batch(format!(
+                    "`{name}` has {rows} rows, the batch has {r}"
+                )));
             }
             _ => self.rows = Some(rows),
         }
@@ -80,7 +86,10 @@ impl Batch {
         self.rows() == 0
     }
 
-    fn map(&self, f: impl Fn(&Tensor) -> Result<Tensor, tch::TchError>) -> Result<Batch, EngineError> {
+    fn map(
+        &self,
+        f: impl Fn(&Tensor) -> Result<Tensor, tch::TchError>,
+    ) -> Result<Batch, EngineError> {
         let mut out = Batch::new();
         for (k, t) in &self.tensors {
             out.insert(k, f(t)?)?;
@@ -91,7 +100,10 @@ impl Batch {
     /// The rows `index` (an int64 tensor or a list), in that order.
     pub fn select(&self, index: &[i64]) -> Result<Batch, EngineError> {
         if let Some(&bad) = index.iter().find(|&&i| i < 0 || i >= self.rows()) {
-            return Err(EngineError::Batch(format!("row {bad} out of range (batch of {})", self.rows())));
+            return Err(EngineError::Batch(format!(
+                "row {bad} out of range (batch of {})",
+                self.rows()
+            )));
         }
         let idx = Tensor::from_slice(index);
         self.map(|t| t.f_index_select(0, &idx.to_device(t.device())))
@@ -99,13 +111,24 @@ impl Batch {
 
     /// The same tensors (shared storage) under the same names.
     pub fn shallow_clone(&self) -> Batch {
-        Batch { tensors: self.tensors.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect(), rows: self.rows }
+        Batch {
+            tensors: self
+                .tensors
+                .iter()
+                .map(|(k, t)| (k.clone(), t.shallow_clone()))
+                .collect(),
+            rows: self.rows,
+        }
     }
 
     /// Rows `start .. start + len`.
     pub fn narrow(&self, start: i64, len: i64) -> Result<Batch, EngineError> {
         if start < 0 || len < 0 || start + len > self.rows() {
-            return Err(EngineError::Batch(format!("rows {start}..{} out of range (batch of {})", start + len, self.rows())));
+            return Err(EngineError::Batch(format!(
+                "rows {start}..{} out of range (batch of {})",
+                start + len,
+                self.rows()
+            )));
         }
         self.map(|t| t.f_narrow(0, start, len))
     }
@@ -113,7 +136,9 @@ impl Batch {
     /// Consecutive chunks of `size` rows (the last may be smaller).
     pub fn split(&self, size: usize) -> Result<Vec<Batch>, EngineError> {
         if size == 0 {
-            return Err(EngineError::Batch("cannot split a batch into chunks of 0 rows".into()));
+            return Err(EngineError::Batch(
+                "cannot split a batch into chunks of 0 rows".into(),
+            ));
         }
         let (n, size) = (self.rows(), size as i64);
         let mut out = Vec::new();
@@ -128,10 +153,15 @@ impl Batch {
 
     /// Concatenates batches with the same names along rows.
     pub fn cat(parts: &[Batch]) -> Result<Batch, EngineError> {
-        let Some(first) = parts.first() else { return Ok(Batch::new()) };
+        let Some(first) = parts.first() else {
+            return Ok(Batch::new());
+        };
         let mut out = Batch::new();
         for name in first.tensors.keys() {
-            let ts: Vec<&Tensor> = parts.iter().map(|p| p.get(name)).collect::<Result<_, _>>()?;
+            let ts: Vec<&Tensor> = parts
+                .iter()
+                .map(|p| p.get(name))
+                .collect::<Result<_, _>>()?;
             out.insert(name, Tensor::f_cat(&ts, 0)?)?;
         }
         Ok(out)
@@ -139,12 +169,18 @@ impl Batch {
 
     /// Valid response tokens (`Σ response_mask`) of the batch.
     pub fn num_tokens(&self) -> Result<f64, EngineError> {
-        Ok(self.get("response_mask")?.f_sum(Kind::Double)?.f_double_value(&[])?)
+        Ok(self
+            .get("response_mask")?
+            .f_sum(Kind::Double)?
+            .f_double_value(&[])?)
     }
 
     /// Rows with at least one valid response token.
     pub fn num_nonempty(&self) -> Result<f64, EngineError> {
         let m = self.get("response_mask")?;
-        Ok(m.f_sum_dim_intlist(-1i64, false, Kind::Double)?.f_gt(0.0)?.f_sum(Kind::Double)?.f_double_value(&[])?)
+        Ok(m.f_sum_dim_intlist(-1i64, false, Kind::Double)?
+            .f_gt(0.0)?
+            .f_sum(Kind::Double)?
+            .f_double_value(&[])?)
     }
 }

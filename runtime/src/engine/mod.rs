@@ -50,7 +50,10 @@ pub enum EngineError {
     #[error(transparent)]
     Algo(#[from] crate::algo::AlgoError),
     #[error("checkpoint {}: {msg}", path.display())]
-    Checkpoint { path: std::path::PathBuf, msg: String },
+    Checkpoint {
+        path: std::path::PathBuf,
+        msg: String,
+    },
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
 }
@@ -68,7 +71,10 @@ pub struct ForwardOptions {
 
 impl Default for ForwardOptions {
     fn default() -> Self {
-        ForwardOptions { temperature: 1.0, with_entropy: false }
+        ForwardOptions {
+            temperature: 1.0,
+            with_entropy: false,
+        }
     }
 }
 
@@ -98,7 +104,9 @@ fn sequences(batch: &Batch) -> Result<(SequenceBatch<'_>, i64)> {
     let r = batch.get("responses")?.size().get(1).copied().unwrap_or(0);
     let t = seq.input_ids.size().get(1).copied().unwrap_or(0);
     if r < 1 || r >= t {
-        return Err(EngineError::Batch(format!("responses of length {r} do not fit sequences of length {t}")));
+        return Err(EngineError::Batch(format!(
+            "responses of length {r} do not fit sequences of length {t}"
+        )));
     }
     Ok((seq, r))
 }
@@ -116,9 +124,18 @@ impl Head for CausalLm {
     fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
         let (seq, r) = sequences(batch)?;
         if !(opts.temperature > 0.0) {
-            return Err(EngineError::Config(format!("temperature must be positive, got {}", opts.temperature)));
+            return Err(EngineError::Config(format!(
+                "temperature must be positive, got {}",
+                opts.temperature
+            )));
         }
-        Ok(response_log_probs(self, &seq, r, opts.temperature, opts.with_entropy))
+        Ok(response_log_probs(
+            self,
+            &seq,
+            r,
+            opts.temperature,
+            opts.with_entropy,
+        ))
     }
 
     fn architecture(cfg: &ModelConfig) -> Result<&'static str, String> {
@@ -142,7 +159,12 @@ impl Head for ValueModel {
     fn forward(&self, batch: &Batch, _opts: &ForwardOptions) -> Result<Tensor> {
         let (seq, r) = sequences(batch)?;
         let t = seq.input_ids.size()[1];
-        let values = ValueModel::forward(self, seq.input_ids, seq.position_ids, Some(seq.attention_mask));
+        let values = ValueModel::forward(
+            self,
+            seq.input_ids,
+            seq.position_ids,
+            Some(seq.attention_mask),
+        );
         Ok(values.f_narrow(1, t - r - 1, r)?.f_to_kind(Kind::Float)?)
     }
 
@@ -238,7 +260,11 @@ pub trait Engine {
 
 /// The global-batch normalisation of `batch` for `loss_agg_mode` (verl's `global_batch_info`
 /// over one data-parallel rank; multi-rank engines all-reduce these counts).
-pub fn global_agg_options(batch: &Batch, dp_size: usize, loss_scale_factor: Option<f64>) -> Result<AggOptions> {
+pub fn global_agg_options(
+    batch: &Batch,
+    dp_size: usize,
+    loss_scale_factor: Option<f64>,
+) -> Result<AggOptions> {
     let tokens = batch.num_tokens()?;
     let seqs = batch.num_nonempty()?;
     Ok(AggOptions {

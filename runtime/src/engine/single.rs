@@ -15,10 +15,13 @@ use crate::model::save::{SaveOptions, save_named};
 use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{named_params, single_group};
 use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
-use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig};
+use crate::optim::{
+    LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig,
+};
 
 use super::{
-    Batch, Engine, EngineError, ForwardOptions, Head, LossFn, Metrics, Result, StepResult, global_agg_options,
+    Batch, Engine, EngineError, ForwardOptions, Head, LossFn, Metrics, Result, StepResult,
+    global_agg_options,
 };
 
 pub use verlc_spec::optim::{OptimSettings, SchedulerSettings};
@@ -51,7 +54,9 @@ pub struct SingleEngine<H: Head> {
 
 impl<H: Head> std::fmt::Debug for SingleEngine<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SingleEngine").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("SingleEngine")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
@@ -66,22 +71,33 @@ impl<H: Head> SingleEngine<H> {
         let source = ModelSource::parse(path)?;
         let config = source.config()?;
         let mut vs = VarStore::new(settings.device);
-        let module = H::build(&config, vs.root()).map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        let module = H::build(&config, vs.root())
+            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         vs.set_kind(settings.param_dtype.kind());
         match &source {
             ModelSource::Builtin(_) => init_weights(&vs, config.initializer_range, settings.seed)?,
             ModelSource::Dir(dir) => {
                 let ckpt = Checkpoint::open(dir)?;
-                let opts = LoadOptions { allow_missing: H::fresh_prefixes(), ..LoadOptions::default() };
+                let opts = LoadOptions {
+                    allow_missing: H::fresh_prefixes(),
+                    ..LoadOptions::default()
+                };
                 let report = load_weights(&vs, &ckpt, &opts)?;
                 let fresh = report.missing;
-                init_weights_where(&vs, config.initializer_range, settings.seed, |n| fresh.iter().any(|m| m == n))?;
+                init_weights_where(&vs, config.initializer_range, settings.seed, |n| {
+                    fresh.iter().any(|m| m == n)
+                })?;
             }
         }
         Self::assemble(vs, module, config, settings)
     }
 
-    fn assemble(mut vs: VarStore, module: H, config: ModelConfig, settings: EngineSettings) -> Result<Self> {
+    fn assemble(
+        mut vs: VarStore,
+        module: H,
+        config: ModelConfig,
+        settings: EngineSettings,
+    ) -> Result<Self> {
         let (optimizer, scheduler) = match &settings.optim {
             None => {
                 vs.freeze();
@@ -100,12 +116,16 @@ impl<H: Head> SingleEngine<H> {
                     grad_norm_skip_threshold: f64::INFINITY,
                     skip_nonfinite_grad_norm: true,
                     log_num_zeros_in_grad: false,
-                    scaler: (precision == OptimPrecision::Fp16).then(ScalerConfig::megatron_dynamic),
+                    scaler: (precision == OptimPrecision::Fp16)
+                        .then(ScalerConfig::megatron_dynamic),
                     offload_fraction: if o.offload { 1.0 } else { 0.0 },
                 };
-                let mut opt = Optimizer::new(single_group(named_params(&vs), o.lr, o.weight_decay), cfg)?;
+                let mut opt =
+                    Optimizer::new(single_group(named_params(&vs), o.lr, o.weight_decay), cfg)?;
                 let sched = match o.scheduler {
-                    SchedulerSettings::Verl(c) => LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?),
+                    SchedulerSettings::Verl(c) => {
+                        LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?)
+                    }
                     SchedulerSettings::Megatron(c) => {
                         LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?)
                     }
@@ -113,7 +133,14 @@ impl<H: Head> SingleEngine<H> {
                 (Some(opt), Some(sched))
             }
         };
-        Ok(SingleEngine { vs, module, config, optimizer, scheduler, settings })
+        Ok(SingleEngine {
+            vs,
+            module,
+            config,
+            optimizer,
+            scheduler,
+            settings,
+        })
     }
 
     pub fn settings(&self) -> &EngineSettings {
@@ -140,7 +167,10 @@ impl<H: Head> SingleEngine<H> {
     }
 
     fn ck(path: &Path, msg: impl std::fmt::Display) -> EngineError {
-        EngineError::Checkpoint { path: path.to_path_buf(), msg: msg.to_string() }
+        EngineError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: msg.to_string(),
+        }
     }
 
     fn sorted_params(&self) -> Vec<(String, Tensor)> {
@@ -176,9 +206,18 @@ impl<H: Head> Engine for SingleEngine<H> {
         Ok(out)
     }
 
-    fn infer_batch(&mut self, batch: &Batch, micro_batch_size: usize, fwd: &ForwardOptions) -> Result<Vec<H::Output>> {
+    fn infer_batch(
+        &mut self,
+        batch: &Batch,
+        micro_batch_size: usize,
+        fwd: &ForwardOptions,
+    ) -> Result<Vec<H::Output>> {
         let _guard = tch::no_grad_guard();
-        batch.split(micro_batch_size)?.iter().map(|mb| self.module.forward(mb, fwd)).collect()
+        batch
+            .split(micro_batch_size)?
+            .iter()
+            .map(|mb| self.module.forward(mb, fwd))
+            .collect()
     }
 
     fn optimizer_zero_grad(&mut self) -> Result<()> {
@@ -189,25 +228,39 @@ impl<H: Head> Engine for SingleEngine<H> {
         let opt = self.optimizer_mut()?;
         let outcome = opt.step(None)?;
         opt.zero_grad()?;
-        Ok(StepResult { grad_norm: outcome.grad_norm, update_successful: outcome.update_successful })
+        Ok(StepResult {
+            grad_norm: outcome.grad_norm,
+            update_successful: outcome.update_successful,
+        })
     }
 
     fn lr_scheduler_step(&mut self) -> Result<f64> {
         let (Some(opt), Some(sched)) = (self.optimizer.as_mut(), self.scheduler.as_mut()) else {
-            return Err(EngineError::Config("this engine is forward-only (no lr scheduler)".into()));
+            return Err(EngineError::Config(
+                "this engine is forward-only (no lr scheduler)".into(),
+            ));
         };
         sched.step(1, opt.options_mut());
         Ok(self.lr())
     }
 
     fn lr(&self) -> f64 {
-        self.optimizer.as_ref().and_then(Optimizer::canonical_lr).unwrap_or(0.0)
+        self.optimizer
+            .as_ref()
+            .and_then(Optimizer::canonical_lr)
+            .unwrap_or(0.0)
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Self::ck(dir, e))?;
         let arch = H::architecture(&self.config).map_err(|e| Self::ck(dir, e))?;
-        save_named(&self.sorted_params(), &self.config, arch, &dir.join(HF_DIR), &SaveOptions::default())?;
+        save_named(
+            &self.sorted_params(),
+            &self.config,
+            arch,
+            &dir.join(HF_DIR),
+            &SaveOptions::default(),
+        )?;
         if let Some(opt) = &self.optimizer {
             opt.save(&dir.join(OPTIM_FILE), self.scheduler.as_ref())?;
         }
@@ -217,7 +270,10 @@ impl<H: Head> Engine for SingleEngine<H> {
     fn load_checkpoint(&mut self, dir: &Path) -> Result<()> {
         let hf: PathBuf = dir.join(HF_DIR);
         let ckpt = Checkpoint::open(&hf)?;
-        let opts = LoadOptions { strict_unexpected: false, ..LoadOptions::default() };
+        let opts = LoadOptions {
+            strict_unexpected: false,
+            ..LoadOptions::default()
+        };
         let report = load_weights(&self.vs, &ckpt, &opts)?;
         if let Some(m) = report.missing.first() {
             return Err(Self::ck(&hf, format!("no tensor `{m}`")));
@@ -225,7 +281,10 @@ impl<H: Head> Engine for SingleEngine<H> {
         if let Some(opt) = self.optimizer.as_mut() {
             let path = dir.join(OPTIM_FILE);
             if !path.is_file() {
-                return Err(Self::ck(&path, "missing (the checkpoint has no optimizer state)"));
+                return Err(Self::ck(
+                    &path,
+                    "missing (the checkpoint has no optimizer state)",
+                ));
             }
             let sched = opt.load(&path)?;
             match sched {
@@ -240,6 +299,10 @@ impl<H: Head> Engine for SingleEngine<H> {
     }
 
     fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>> {
-        Ok(self.sorted_params().into_iter().map(|(n, t)| (n, t.detach())).collect())
+        Ok(self
+            .sorted_params()
+            .into_iter()
+            .map(|(n, t)| (n, t.detach()))
+            .collect())
     }
 }

@@ -25,7 +25,10 @@ use crate::engine::Metrics;
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: {msg}", path.display())]
     Format { path: PathBuf, msg: String },
 }
@@ -58,7 +61,9 @@ pub struct Tracking {
 
 impl std::fmt::Debug for Tracking {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tracking").field("loggers", &self.loggers.len()).finish()
+        f.debug_struct("Tracking")
+            .field("loggers", &self.loggers.len())
+            .finish()
     }
 }
 
@@ -73,7 +78,10 @@ impl Tracking {
             }
             seen.push(*b);
             match b {
-                LoggerKind::Console => loggers.push(Box::new(ConsoleLogger::new(opts.total_steps, opts.console_lines))),
+                LoggerKind::Console => loggers.push(Box::new(ConsoleLogger::new(
+                    opts.total_steps,
+                    opts.console_lines,
+                ))),
                 LoggerKind::File => loggers.push(Box::new(FileLogger::open(
                     &FileLogger::default_path(&opts.project, &opts.experiment),
                     opts.resume_from_step,
@@ -81,7 +89,9 @@ impl Tracking {
                 LoggerKind::Tensorboard => {
                     let dir = match std::env::var("TENSORBOARD_DIR") {
                         Ok(d) if !d.is_empty() => PathBuf::from(d),
-                        _ => Path::new("tensorboard_log").join(&opts.project).join(&opts.experiment),
+                        _ => Path::new("tensorboard_log")
+                            .join(&opts.project)
+                            .join(&opts.experiment),
                     };
                     loggers.push(Box::new(tensorboard::TensorboardLogger::create(&dir)?));
                 }
@@ -127,15 +137,28 @@ pub struct ConsoleLogger {
 
 impl ConsoleLogger {
     pub fn new(total: u64, lines: bool) -> Self {
-        ConsoleLogger { total, lines, bar: std::io::stderr().is_terminal(), start: std::time::Instant::now() }
+        ConsoleLogger {
+            total,
+            lines,
+            bar: std::io::stderr().is_terminal(),
+            start: std::time::Instant::now(),
+        }
     }
 
     /// `[#####-----] 12/60 steps, 3.1 s/step, eta 2m28s`.
     pub fn bar_text(done: u64, total: u64, elapsed_s: f64) -> String {
         let width = 30usize;
-        let frac = if total == 0 { 1.0 } else { (done as f64 / total as f64).min(1.0) };
+        let frac = if total == 0 {
+            1.0
+        } else {
+            (done as f64 / total as f64).min(1.0)
+        };
         let filled = (frac * width as f64).round() as usize;
-        let per = if done > 0 { elapsed_s / done as f64 } else { 0.0 };
+        let per = if done > 0 {
+            elapsed_s / done as f64
+        } else {
+            0.0
+        };
         let eta = per * total.saturating_sub(done) as f64;
         format!(
             "[{}{}] {done}/{total} steps, {per:.1} s/step, eta {}m{:02}s",
@@ -156,7 +179,10 @@ impl Logger for ConsoleLogger {
             println!("{}", console_line(step, metrics));
         }
         if self.bar && step > 0 {
-            eprint!("{}", Self::bar_text(step, self.total, self.start.elapsed().as_secs_f64()));
+            eprint!(
+                "{}",
+                Self::bar_text(step, self.total, self.start.elapsed().as_secs_f64())
+            );
             let _ = std::io::stderr().flush();
         }
         Ok(())
@@ -184,14 +210,22 @@ impl FileLogger {
         {
             return PathBuf::from(p);
         }
-        let root = std::env::var("VERL_FILE_LOGGER_ROOT").ok().filter(|r| !r.is_empty()).unwrap_or_else(|| ".".into());
-        Path::new(&root).join(project).join(format!("{experiment}.jsonl"))
+        let root = std::env::var("VERL_FILE_LOGGER_ROOT")
+            .ok()
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| ".".into());
+        Path::new(&root)
+            .join(project)
+            .join(format!("{experiment}.jsonl"))
     }
 
     /// Opens `path`: empty for a fresh run; on resume after step `s`, keeping the lines of
     /// steps `<= s`.
     pub fn open(path: &Path, resume_from_step: Option<u64>) -> Result<Self, LogError> {
-        let io = |e: std::io::Error| LogError::Io { path: path.to_path_buf(), source: e };
+        let io = |e: std::io::Error| LogError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
@@ -199,7 +233,9 @@ impl FileLogger {
         if let (Some(s), Ok(f)) = (resume_from_step, File::open(path)) {
             for line in BufReader::new(f).lines() {
                 let line = line.map_err(io)?;
-                let step = serde_json::from_str::<Value>(&line).ok().and_then(|v| v.get("step").and_then(Value::as_u64));
+                let step = serde_json::from_str::<Value>(&line)
+                    .ok()
+                    .and_then(|v| v.get("step").and_then(Value::as_u64));
                 if step.is_some_and(|st| st <= s) {
                     kept.push(line);
                 }
@@ -209,7 +245,10 @@ impl FileLogger {
         for l in kept {
             writeln!(out, "{l}").map_err(io)?;
         }
-        Ok(FileLogger { path: path.to_path_buf(), out })
+        Ok(FileLogger {
+            path: path.to_path_buf(),
+            out,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -221,6 +260,9 @@ impl Logger for FileLogger {
     fn log(&mut self, step: u64, metrics: &Metrics) -> Result<(), LogError> {
         let data: Map<String, Value> = metrics.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         let line = json!({"step": step, "data": data});
-        writeln!(self.out, "{line}").map_err(|e| LogError::Io { path: self.path.clone(), source: e })
+        writeln!(self.out, "{line}").map_err(|e| LogError::Io {
+            path: self.path.clone(),
+            source: e,
+        })
     }
 }

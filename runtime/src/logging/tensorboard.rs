@@ -21,13 +21,19 @@ pub fn crc32c(data: &[u8]) -> u32 {
         for (i, e) in t.iter_mut().enumerate() {
             let mut c = i as u32;
             for _ in 0..8 {
-                c = if c & 1 != 0 { 0x82F6_3B78 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0x82F6_3B78 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
             }
             *e = c;
         }
         t
     });
-    !data.iter().fold(!0u32, |c, &b| table[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8))
+    !data.iter().fold(!0u32, |c, &b| {
+        table[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8)
+    })
 }
 
 /// TFRecord's masked CRC: `((crc >> 15) | (crc << 17)) + 0xa282ead8`.
@@ -62,7 +68,12 @@ fn len_field(field: u32, bytes: &[u8], out: &mut Vec<u8>) {
 }
 
 /// `Event { wall_time, step, file_version | summary { value { tag, simple_value } … } }`.
-pub fn encode_event(wall_time: f64, step: i64, file_version: Option<&str>, scalars: &[(&str, f32)]) -> Vec<u8> {
+pub fn encode_event(
+    wall_time: f64,
+    step: i64,
+    file_version: Option<&str>,
+    scalars: &[(&str, f32)],
+) -> Vec<u8> {
     // proto3: fields at their default value are not written.
     let mut ev = Vec::new();
     if wall_time != 0.0 {
@@ -98,31 +109,54 @@ pub struct TensorboardLogger {
 
 impl std::fmt::Debug for TensorboardLogger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TensorboardLogger").field("path", &self.path).finish()
+        f.debug_struct("TensorboardLogger")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
 fn now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_owned())
         .ok()
-        .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+        .filter(|s| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        })
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
 impl TensorboardLogger {
     /// A new event file in `dir` (created if needed).
     pub fn create(dir: &Path) -> Result<Self, LogError> {
-        let io = |e: std::io::Error| LogError::Io { path: dir.to_path_buf(), source: e };
+        let io = |e: std::io::Error| LogError::Io {
+            path: dir.to_path_buf(),
+            source: e,
+        };
         std::fs::create_dir_all(dir).map_err(io)?;
         let t = now();
-        let path = dir.join(format!("events.out.tfevents.{}.{}.{}.0", t as u64, hostname(), std::process::id()));
-        let file = File::create(&path).map_err(|e| LogError::Io { path: path.clone(), source: e })?;
-        let mut logger = TensorboardLogger { path, out: BufWriter::new(file) };
+        let path = dir.join(format!(
+            "events.out.tfevents.{}.{}.{}.0",
+            t as u64,
+            hostname(),
+            std::process::id()
+        ));
+        let file = File::create(&path).map_err(|e| LogError::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        let mut logger = TensorboardLogger {
+            path,
+            out: BufWriter::new(file),
+        };
         logger.write(&encode_event(t, 0, Some("brain.Event:2"), &[]))?;
         Ok(logger)
     }
@@ -132,15 +166,23 @@ impl TensorboardLogger {
     }
 
     fn write(&mut self, payload: &[u8]) -> Result<(), LogError> {
-        let io = |e: std::io::Error, p: &Path| LogError::Io { path: p.to_path_buf(), source: e };
-        self.out.write_all(&frame(payload)).map_err(|e| io(e, &self.path))?;
+        let io = |e: std::io::Error, p: &Path| LogError::Io {
+            path: p.to_path_buf(),
+            source: e,
+        };
+        self.out
+            .write_all(&frame(payload))
+            .map_err(|e| io(e, &self.path))?;
         self.out.flush().map_err(|e| io(e, &self.path))
     }
 }
 
 impl Logger for TensorboardLogger {
     fn log(&mut self, step: u64, metrics: &Metrics) -> Result<(), LogError> {
-        let scalars: Vec<(&str, f32)> = metrics.iter().map(|(k, v)| (k.as_str(), *v as f32)).collect();
+        let scalars: Vec<(&str, f32)> = metrics
+            .iter()
+            .map(|(k, v)| (k.as_str(), *v as f32))
+            .collect();
         let ev = encode_event(now(), step as i64, None, &scalars);
         self.write(&ev)
     }
@@ -203,7 +245,12 @@ fn fields(b: &[u8]) -> Option<Vec<Field<'_>>> {
 }
 
 fn decode_event(b: &[u8]) -> Option<Event> {
-    let mut ev = Event { wall_time: 0.0, step: 0, file_version: None, scalars: Vec::new() };
+    let mut ev = Event {
+        wall_time: 0.0,
+        step: 0,
+        file_version: None,
+        scalars: Vec::new(),
+    };
     for (f, w, bytes, v) in fields(b)? {
         match (f, w) {
             (1, 1) => ev.wall_time = f64::from_le_bytes(bytes.try_into().ok()?),
@@ -235,25 +282,40 @@ fn decode_event(b: &[u8]) -> Option<Event> {
 
 /// Reads every event of an event file, checking the framing and both CRCs of every record.
 pub fn read_events(path: &Path) -> Result<Vec<Event>, LogError> {
-    let bad = |msg: String| LogError::Format { path: path.to_path_buf(), msg };
-    let b = std::fs::read(path).map_err(|e| LogError::Io { path: path.to_path_buf(), source: e })?;
+    let bad = |msg: String| LogError::Format {
+        path: path.to_path_buf(),
+        msg,
+    };
+    let b = std::fs::read(path).map_err(|e| LogError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
     let mut i = 0;
     let mut out = Vec::new();
     while i < b.len() {
-        let head = b.get(i..i + 12).ok_or_else(|| bad(format!("truncated record header at byte {i}")))?;
+        let head = b
+            .get(i..i + 12)
+            .ok_or_else(|| bad(format!("truncated record header at byte {i}")))?;
         let len_bytes = &head[..8];
-        let len = u64::from_le_bytes(len_bytes.try_into().map_err(|_| bad("header".into()))?) as usize;
+        let len =
+            u64::from_le_bytes(len_bytes.try_into().map_err(|_| bad("header".into()))?) as usize;
         let crc = u32::from_le_bytes(head[8..12].try_into().map_err(|_| bad("header".into()))?);
         if crc != masked_crc32c(len_bytes) {
             return Err(bad(format!("length CRC mismatch at byte {i}")));
         }
-        let payload = b.get(i + 12..i + 12 + len).ok_or_else(|| bad(format!("truncated record at byte {i}")))?;
-        let crc_bytes = b.get(i + 12 + len..i + 16 + len).ok_or_else(|| bad(format!("truncated record at byte {i}")))?;
+        let payload = b
+            .get(i + 12..i + 12 + len)
+            .ok_or_else(|| bad(format!("truncated record at byte {i}")))?;
+        let crc_bytes = b
+            .get(i + 12 + len..i + 16 + len)
+            .ok_or_else(|| bad(format!("truncated record at byte {i}")))?;
         let crc = u32::from_le_bytes(crc_bytes.try_into().map_err(|_| bad("crc".into()))?);
         if crc != masked_crc32c(payload) {
             return Err(bad(format!("payload CRC mismatch at byte {i}")));
         }
-        out.push(decode_event(payload).ok_or_else(|| bad(format!("undecodable Event at byte {i}")))?);
+        out.push(
+            decode_event(payload).ok_or_else(|| bad(format!("undecodable Event at byte {i}")))?,
+        );
         i += 16 + len;
     }
     Ok(out)

@@ -204,11 +204,17 @@ impl MegatronSettings {
     /// not implement (context, expert and virtual-pipeline parallelism, model offload on an
     /// accelerator) is refused by `verlc build` and never reaches it; the optimizer's offload is
     /// in the role's [`EngineSettings`].
-    pub fn from_spec(world: Option<&ProcessGroup>, spec: &verlc_spec::trainer::MegatronEngineSpec) -> Result<Self> {
+    pub fn from_spec(
+        world: Option<&ProcessGroup>,
+        spec: &verlc_spec::trainer::MegatronEngineSpec,
+    ) -> Result<Self> {
         let bad = |m: String| EngineError::Config(m);
         let (tp, pp) = (spec.tensor_parallel.max(1), spec.pipeline_parallel.max(1));
         let world_size = world.map_or(1, ProcessGroup::size);
-        if tp.checked_mul(pp).is_none_or(|mp| !world_size.is_multiple_of(mp)) {
+        if tp
+            .checked_mul(pp)
+            .is_none_or(|mp| !world_size.is_multiple_of(mp))
+        {
             return Err(bad(format!(
                 "{world_size} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}"
             )));

@@ -613,10 +613,14 @@ impl Optimizer {
             }
             for s in &c.slots {
                 state += match s {
-                    inner::SlotState::Adam { exp_avg, exp_avg_sq, step } => {
-                        bytes(exp_avg) + bytes(exp_avg_sq) + bytes(step)
-                    }
-                    inner::SlotState::Sgd { momentum_buffer, .. } => momentum_buffer.as_ref().map_or(0, bytes),
+                    inner::SlotState::Adam {
+                        exp_avg,
+                        exp_avg_sq,
+                        step,
+                    } => bytes(exp_avg) + bytes(exp_avg_sq) + bytes(step),
+                    inner::SlotState::Sgd {
+                        momentum_buffer, ..
+                    } => momentum_buffer.as_ref().map_or(0, bytes),
                 };
             }
         }

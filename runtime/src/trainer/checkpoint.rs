@@ -40,7 +40,10 @@ pub struct TrainerState {
 }
 
 fn io(path: &Path, e: std::io::Error) -> TrainerError {
-    TrainerError::Checkpoint { path: path.to_path_buf(), msg: e.to_string() }
+    TrainerError::Checkpoint {
+        path: path.to_path_buf(),
+        msg: e.to_string(),
+    }
 }
 
 /// `global_step_{N}` under `root`.
@@ -50,7 +53,11 @@ pub fn step_dir(root: &Path, step: u64) -> PathBuf {
 
 /// The step of a `…/global_step_{N}` path.
 pub fn parse_step(path: &Path) -> Option<u64> {
-    path.file_name()?.to_str()?.strip_prefix(STEP_PREFIX)?.parse().ok()
+    path.file_name()?
+        .to_str()?
+        .strip_prefix(STEP_PREFIX)?
+        .parse()
+        .ok()
 }
 
 fn sync_tree(path: &Path) -> Result<(), TrainerError> {
@@ -61,7 +68,9 @@ fn sync_tree(path: &Path) -> Result<(), TrainerError> {
         }
     }
     // Directories are synced too, so renames and new entries inside them are durable.
-    fs::File::open(path).and_then(|f| f.sync_all()).map_err(|e| io(path, e))
+    fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io(path, e))
 }
 
 fn sync_dir(path: &Path) {
@@ -72,12 +81,19 @@ fn sync_dir(path: &Path) {
 
 /// Removes temporary directories left by an interrupted save or cleanup.
 pub fn remove_leftovers(root: &Path) -> Result<(), TrainerError> {
-    let Ok(entries) = fs::read_dir(root) else { return Ok(()) };
+    let Ok(entries) = fs::read_dir(root) else {
+        return Ok(());
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(&format!(".{STEP_PREFIX}")) || name.starts_with(&format!(".{TRACKER}")) {
+        if name.starts_with(&format!(".{STEP_PREFIX}")) || name.starts_with(&format!(".{TRACKER}"))
+        {
             let p = entry.path();
-            let r = if p.is_dir() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+            let r = if p.is_dir() {
+                fs::remove_dir_all(&p)
+            } else {
+                fs::remove_file(&p)
+            };
             r.map_err(|e| io(&p, e))?;
         }
     }
@@ -151,7 +167,9 @@ pub fn commit(root: &Path, step: u64) -> Result<(), TrainerError> {
 fn write_tracker(root: &Path, step: u64) -> Result<(), TrainerError> {
     let tmp = root.join(format!(".{TRACKER}.tmp-{}", std::process::id()));
     fs::write(&tmp, step.to_string()).map_err(|e| io(&tmp, e))?;
-    fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| io(&tmp, e))?;
+    fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io(&tmp, e))?;
     let dst = root.join(TRACKER);
     fs::rename(&tmp, &dst).map_err(|e| io(&dst, e))?;
     sync_dir(root);
@@ -166,7 +184,10 @@ pub fn read_tracker(root: &Path) -> Result<Option<u64>, TrainerError> {
             .trim()
             .parse()
             .map(Some)
-            .map_err(|_| TrainerError::Checkpoint { path, msg: format!("expected a step number, found {:?}", text.trim()) }),
+            .map_err(|_| TrainerError::Checkpoint {
+                path,
+                msg: format!("expected a step number, found {:?}", text.trim()),
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io(&path, e)),
     }
@@ -174,20 +195,31 @@ pub fn read_tracker(root: &Path) -> Result<Option<u64>, TrainerError> {
 
 pub fn write_state(dir: &Path, state: &TrainerState) -> Result<(), TrainerError> {
     let path = dir.join(DATA_FILE);
-    let text = serde_json::to_string_pretty(state).map_err(|e| TrainerError::Checkpoint { path: path.clone(), msg: e.to_string() })?;
+    let text = serde_json::to_string_pretty(state).map_err(|e| TrainerError::Checkpoint {
+        path: path.clone(),
+        msg: e.to_string(),
+    })?;
     fs::write(&path, text).map_err(|e| io(&path, e))
 }
 
 pub fn read_state(dir: &Path) -> Result<TrainerState, TrainerError> {
     let path = dir.join(DATA_FILE);
     let text = fs::read_to_string(&path).map_err(|e| io(&path, e))?;
-    serde_json::from_str(&text).map_err(|e| TrainerError::Checkpoint { path, msg: e.to_string() })
+    serde_json::from_str(&text).map_err(|e| TrainerError::Checkpoint {
+        path,
+        msg: e.to_string(),
+    })
 }
 
 /// Complete checkpoints under `root`, oldest first.
 pub fn list_steps(root: &Path) -> Vec<u64> {
     let mut steps: Vec<u64> = fs::read_dir(root)
-        .map(|it| it.flatten().filter(|e| e.path().is_dir()).filter_map(|e| parse_step(&e.path())).collect())
+        .map(|it| {
+            it.flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| parse_step(&e.path()))
+                .collect()
+        })
         .unwrap_or_default();
     steps.sort_unstable();
     steps
@@ -196,7 +228,11 @@ pub fn list_steps(root: &Path) -> Vec<u64> {
 /// Keeps the newest `max_actor` actor and `max_critic` critic checkpoints (None: all); a
 /// step directory left without either is removed (renamed away first, so no reader sees it
 /// half-deleted).
-pub fn apply_retention(root: &Path, max_actor: Option<usize>, max_critic: Option<usize>) -> Result<(), TrainerError> {
+pub fn apply_retention(
+    root: &Path,
+    max_actor: Option<usize>,
+    max_critic: Option<usize>,
+) -> Result<(), TrainerError> {
     let steps = list_steps(root);
     let keep = |max: Option<usize>, i: usize| max.is_none_or(|m| i + m >= steps.len());
     for (i, &s) in steps.iter().enumerate() {

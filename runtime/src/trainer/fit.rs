@@ -11,25 +11,29 @@ use verlc_spec::data::DataSpec;
 use verlc_spec::trainer::{Dtype, KlControlSpec, ResumeSpec, RewardSpec};
 
 use crate::algo::{
-    AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator, apply_kl_penalty,
-    compute_advantage,
+    AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator,
+    apply_kl_penalty, compute_advantage,
 };
 use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset};
-use crate::model::Precision as ParamDtype;
 use crate::engine::{Batch, Engine, EngineSettings, Head, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
+use crate::model::Precision as ParamDtype;
 use crate::rng::Rng;
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens, probs_diff};
 use crate::tokenizer::Tokenizer;
 use crate::workers::actor::Actor;
 use crate::workers::critic::Critic;
 use crate::workers::reference::Reference;
-use crate::workers::reward::{PythonRewardFn, PythonSettings, RewardFn, Score, ScoreItem, token_level_scores};
+use crate::workers::reward::{
+    PythonRewardFn, PythonSettings, RewardFn, Score, ScoreItem, token_level_scores,
+};
 use crate::workers::rollout::RolloutWorker;
 
 use super::checkpoint::{self, TrainerState};
+use super::metrics::{
+    Timers, ValRecord, data_metrics, throughput_metrics, timing_metrics, validation_metrics,
+};
 use super::parallel::{DataParallel, Roles, SingleRoles, pad_prompts};
-use super::metrics::{Timers, ValRecord, data_metrics, throughput_metrics, timing_metrics, validation_metrics};
 use super::{RunOptions, RunSummary, TrainerError};
 
 /// Scores, the items that were scored, and the scorer's full results.
@@ -74,7 +78,10 @@ pub struct Trainer<R: Roles = SingleRoles> {
 
 impl<R: Roles> std::fmt::Debug for Trainer<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trainer").field("global_step", &self.global_step).field("total_steps", &self.total_steps).finish_non_exhaustive()
+        f.debug_struct("Trainer")
+            .field("global_step", &self.global_step)
+            .field("total_steps", &self.total_steps)
+            .finish_non_exhaustive()
     }
 }
 
@@ -84,7 +91,11 @@ fn bad(msg: impl Into<String>) -> TrainerError {
 
 fn absolute(p: &str) -> PathBuf {
     let path = PathBuf::from(p);
-    if path.is_absolute() { path } else { std::env::current_dir().unwrap_or_default().join(path) }
+    if path.is_absolute() {
+        path
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    }
 }
 
 fn dataset_options(d: &DataSpec, max_samples: Option<usize>) -> DatasetOptions {
@@ -129,7 +140,11 @@ impl<R: Roles> Trainer<R> {
     /// Loads data and models, starts the reward function and the loggers, and restores the
     /// checkpoint the spec's resume mode asks for. Collective over `roles`' world: every rank
     /// calls it with the same spec.
-    pub fn with_roles(spec: &TrainerSpec, opts: &RunOptions, roles: R) -> Result<Self, TrainerError> {
+    pub fn with_roles(
+        spec: &TrainerSpec,
+        opts: &RunOptions,
+        roles: R,
+    ) -> Result<Self, TrainerError> {
         let world = spec.world.size();
         let ranks = roles.world().map_or(1, |w| w.size());
         if world != ranks {
@@ -141,7 +156,11 @@ impl<R: Roles> Trainer<R> {
 
         // Data.
         let d = &spec.data;
-        let train = RlDataset::load(&d.train_files, &tokenizer, &dataset_options(d, d.train_max_samples))?;
+        let train = RlDataset::load(
+            &d.train_files,
+            &tokenizer,
+            &dataset_options(d, d.train_max_samples),
+        )?;
         let val = if d.val_files.is_empty() {
             None
         } else {
@@ -150,12 +169,22 @@ impl<R: Roles> Trainer<R> {
             Some(RlDataset::load(&d.val_files, &tokenizer, &o)?)
         };
         let sampler = BatchSampler::new(train.len(), d.batch_size, d.shuffle, d.seed, true)?;
-        let total_steps = spec.run.total_training_steps.unwrap_or((sampler.batches_per_epoch() as u64) * spec.run.total_epochs);
+        let total_steps = spec
+            .run
+            .total_training_steps
+            .unwrap_or((sampler.batches_per_epoch() as u64) * spec.run.total_epochs);
 
         // Reward.
         let reward = match &spec.reward {
-            RewardSpec::Python { path, name, reward_kwargs } => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
-                python: opts.reward_python.clone().unwrap_or_else(PythonSettings::default_python),
+            RewardSpec::Python {
+                path,
+                name,
+                reward_kwargs,
+            } => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
+                python: opts
+                    .reward_python
+                    .clone()
+                    .unwrap_or_else(PythonSettings::default_python),
                 path: absolute(path),
                 name: name.clone(),
                 reward_kwargs: reward_kwargs.clone(),
@@ -164,60 +193,84 @@ impl<R: Roles> Trainer<R> {
             })?)),
             RewardSpec::Builtin => RewardFn::Builtin,
         };
-        let sources = train.items.iter().chain(val.iter().flat_map(|v| &v.items)).map(|it| it.sample.data_source.as_str());
+        let sources = train
+            .items
+            .iter()
+            .chain(val.iter().flat_map(|v| &v.items))
+            .map(|it| it.sample.data_source.as_str());
         reward.check_sources(sources)?;
 
         // Models.
         let dtype_ = param_dtype(spec.binding.precision);
         let seed = spec.model_seed;
         let a = &spec.actor;
-        let actor_engine = roles.actor(&a.engine, EngineSettings {
-            model_path: a.model_path.clone(),
-            device: opts.device,
-            param_dtype: dtype_,
-            seed,
-            optim: Some(a.optim.resolve(total_steps)),
-            loss_scale_factor: a.loss_scale_factor,
-        })?;
-        let dp = DataParallel { group: roles.data_group(&actor_engine), world: roles.world().cloned() };
+        let actor_engine = roles.actor(
+            &a.engine,
+            EngineSettings {
+                model_path: a.model_path.clone(),
+                device: opts.device,
+                param_dtype: dtype_,
+                seed,
+                optim: Some(a.optim.resolve(total_steps)),
+                loss_scale_factor: a.loss_scale_factor,
+            },
+        )?;
+        let dp = DataParallel {
+            group: roles.data_group(&actor_engine),
+            world: roles.world().cloned(),
+        };
         let actor = Actor::new(actor_engine, a.update.clone())?;
         let critic = match &spec.critic {
             Some(c) => {
-                let engine = roles.critic(&c.engine, EngineSettings {
-                    model_path: c.model_path.clone(),
-                    device: opts.device,
-                    param_dtype: dtype_,
-                    seed: c.seed,
-                    optim: Some(c.optim.resolve(total_steps)),
-                    loss_scale_factor: None,
-                })?;
+                let engine = roles.critic(
+                    &c.engine,
+                    EngineSettings {
+                        model_path: c.model_path.clone(),
+                        device: opts.device,
+                        param_dtype: dtype_,
+                        seed: c.seed,
+                        optim: Some(c.optim.resolve(total_steps)),
+                        loss_scale_factor: None,
+                    },
+                )?;
                 Some(Critic::new(engine, c.update.clone())?)
             }
             None => None,
         };
         let reference = match &spec.reference {
             Some(r) => {
-                let engine = roles.reference(&r.engine, EngineSettings {
-                    model_path: r.model_path.clone(),
-                    device: opts.device,
-                    param_dtype: dtype_,
-                    seed,
-                    optim: None,
-                    loss_scale_factor: None,
-                })?;
+                let engine = roles.reference(
+                    &r.engine,
+                    EngineSettings {
+                        model_path: r.model_path.clone(),
+                        device: opts.device,
+                        param_dtype: dtype_,
+                        seed,
+                        optim: None,
+                        loss_scale_factor: None,
+                    },
+                )?;
                 Some(Reference::new(engine, r.micro_batch, r.temperature)?)
             }
             None => None,
         };
         let rollout_dtype = spec.rollout.dtype.map_or(dtype_, dtype);
-        let rollout = RolloutWorker::new(actor.engine.module().config(), rollout_dtype, opts.device)?;
+        let rollout =
+            RolloutWorker::new(actor.engine.module().config(), rollout_dtype, opts.device)?;
 
         let alg = &spec.algorithm;
         let kl_ctrl = match alg.kl_ctrl {
-            KlControlSpec::Adaptive { kl_coef, target_kl, horizon } => KlController::adaptive(kl_coef, target_kl, horizon)?,
+            KlControlSpec::Adaptive {
+                kl_coef,
+                target_kl,
+                horizon,
+            } => KlController::adaptive(kl_coef, target_kl, horizon)?,
             KlControlSpec::Fixed { kl_coef } => KlController::fixed(kl_coef),
         };
-        let stop = StopTokens { eos: tokenizer.eos_token_ids.clone(), pad: tokenizer.pad_token_id };
+        let stop = StopTokens {
+            eos: tokenizer.eos_token_ids.clone(),
+            pad: tokenizer.pad_token_id,
+        };
         let ckpt_root = absolute(&spec.run.checkpoint_dir);
         let ckpt_tag = dp.broadcast_from_main(i64::from(std::process::id()))? as u64;
 
@@ -278,13 +331,18 @@ impl<R: Roles> Trainer<R> {
     fn resume_dir(&self) -> Result<Option<PathBuf>, TrainerError> {
         match &self.spec.run.resume {
             ResumeSpec::Disable => Ok(None),
-            ResumeSpec::Auto => Ok(checkpoint::read_tracker(&self.ckpt_root)?.map(|s| checkpoint::step_dir(&self.ckpt_root, s))),
+            ResumeSpec::Auto => Ok(checkpoint::read_tracker(&self.ckpt_root)?
+                .map(|s| checkpoint::step_dir(&self.ckpt_root, s))),
             ResumeSpec::Path { path } => {
-                let p = Some(path.as_str()).filter(|p| !p.is_empty()).ok_or_else(|| {
-                    bad("trainer.resume_mode=resume_path needs trainer.resume_from_path")
-                })?;
+                let p = Some(path.as_str())
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| {
+                        bad("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+                    })?;
                 if !p.contains("global_step_") {
-                    return Err(bad(format!("trainer.resume_from_path must point to a global_step_N directory, got `{p}`")));
+                    return Err(bad(format!(
+                        "trainer.resume_from_path must point to a global_step_N directory, got `{p}`"
+                    )));
                 }
                 Ok(Some(absolute(p)))
             }
@@ -296,8 +354,13 @@ impl<R: Roles> Trainer<R> {
             checkpoint::remove_leftovers(&self.ckpt_root)?;
         }
         self.dp.barrier()?;
-        let Some(dir) = self.resume_dir()? else { return Ok(()) };
-        let missing = |what: &str| TrainerError::Checkpoint { path: dir.clone(), msg: format!("incomplete checkpoint: no {what}") };
+        let Some(dir) = self.resume_dir()? else {
+            return Ok(());
+        };
+        let missing = |what: &str| TrainerError::Checkpoint {
+            path: dir.clone(),
+            msg: format!("incomplete checkpoint: no {what}"),
+        };
         if !dir.is_dir() {
             return Err(missing("directory"));
         }
@@ -305,7 +368,10 @@ impl<R: Roles> Trainer<R> {
         if checkpoint::parse_step(&dir) != Some(state.global_step) {
             return Err(TrainerError::Checkpoint {
                 path: dir.clone(),
-                msg: format!("the directory name does not match the saved step {}", state.global_step),
+                msg: format!(
+                    "the directory name does not match the saved step {}",
+                    state.global_step
+                ),
             });
         }
         if !dir.join("actor").is_dir() {
@@ -320,7 +386,9 @@ impl<R: Roles> Trainer<R> {
         }
         self.sampler = BatchSampler::resume(state.sampler, self.train.len())?;
         match &mut self.kl_ctrl {
-            KlController::Fixed { value } | KlController::Adaptive { value, .. } => *value = state.kl_coef,
+            KlController::Fixed { value } | KlController::Adaptive { value, .. } => {
+                *value = state.kl_coef
+            }
         }
         self.global_step = state.global_step;
         self.resumed_from = state.global_step;
@@ -333,7 +401,11 @@ impl<R: Roles> Trainer<R> {
 
     /// Writes this step's checkpoint; [`Trainer::commit_checkpoint`] makes it the resume point.
     fn save_checkpoint(&mut self) -> Result<(), TrainerError> {
-        let state = TrainerState { global_step: self.global_step, sampler: self.sampler.state().clone(), kl_coef: self.kl_ctrl.value() };
+        let state = TrainerState {
+            global_step: self.global_step,
+            sampler: self.sampler.state().clone(),
+            kl_coef: self.kl_ctrl.value(),
+        };
         let (root, step, main) = (self.ckpt_root.clone(), self.global_step, self.dp.is_main());
         // Rank 0 prepares the directory, every rank writes its part (the engines' saves
         // are collective), rank 0 writes the shared files and moves it into place.
@@ -362,12 +434,18 @@ impl<R: Roles> Trainer<R> {
     /// Commits the staged checkpoint (after its step is logged), then applies retention, so
     /// the checkpoint the tracker names is never the one retention removes.
     fn commit_checkpoint(&mut self) -> Result<(), TrainerError> {
-        let Some(step) = self.staged_checkpoint.take() else { return Ok(()) };
+        let Some(step) = self.staged_checkpoint.take() else {
+            return Ok(());
+        };
         if !self.dp.is_main() {
             return Ok(());
         }
         checkpoint::commit(&self.ckpt_root, step)?;
-        checkpoint::apply_retention(&self.ckpt_root, self.spec.run.max_actor_ckpt_to_keep, self.spec.run.max_critic_ckpt_to_keep)
+        checkpoint::apply_retention(
+            &self.ckpt_root,
+            self.spec.run.max_actor_ckpt_to_keep,
+            self.spec.run.max_critic_ckpt_to_keep,
+        )
     }
 
     /// Binds the actor's current full weights to the rollout model (collective for sharded
@@ -380,7 +458,10 @@ impl<R: Roles> Trainer<R> {
 
     /// Runs the loop to `total_steps`; returns the logged metrics.
     pub fn fit(&mut self) -> Result<RunSummary, TrainerError> {
-        let mut summary = RunSummary { resumed_from: self.resumed_from, ..RunSummary::default() };
+        let mut summary = RunSummary {
+            resumed_from: self.resumed_from,
+            ..RunSummary::default()
+        };
         if self.val.is_some() && self.spec.run.val_before_train {
             let m = self.validate()?;
             self.tracking.log(self.global_step, &m)?;
@@ -406,12 +487,20 @@ impl<R: Roles> Trainer<R> {
     /// streams (rank 0's is the one-process stream).
     fn sampling_seed(&self, stream: u64, dp_rank: usize) -> u64 {
         let rank = (dp_rank as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
-        Rng::derive(self.seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ rank, self.global_step).next_u64()
+        Rng::derive(
+            self.seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ rank,
+            self.global_step,
+        )
+        .next_u64()
     }
 
     /// Generates for `items` and builds the batch (verl's repeat + union): sequences,
     /// masks and, per row, the prompt it belongs to.
-    fn generate(&self, items: &[&PromptItem], params: &SamplingParams) -> Result<(Batch, RolloutOutput), TrainerError> {
+    fn generate(
+        &self,
+        items: &[&PromptItem],
+        params: &SamplingParams,
+    ) -> Result<(Batch, RolloutOutput), TrainerError> {
         let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
         let out = self.rollout.generate(&prompts, params, &self.stop)?;
         let mut b = Batch::new();
@@ -425,7 +514,11 @@ impl<R: Roles> Trainer<R> {
     }
 
     /// Decodes the responses and scores them.
-    fn score(&mut self, items: &[&PromptItem], out: &RolloutOutput) -> Result<Scored, TrainerError> {
+    fn score(
+        &mut self,
+        items: &[&PromptItem],
+        out: &RolloutOutput,
+    ) -> Result<Scored, TrainerError> {
         let r = out.responses.size()[1] as usize;
         let ids = Vec::<i64>::try_from(out.responses.f_flatten(0, -1)?)?;
         let mut score_items = Vec::with_capacity(out.prompt_index.len());
@@ -441,7 +534,11 @@ impl<R: Roles> Trainer<R> {
             });
         }
         let scores = self.reward.score(&score_items)?;
-        Ok((scores.iter().map(|s| s.score).collect(), score_items, scores))
+        Ok((
+            scores.iter().map(|s| s.score).collect(),
+            score_items,
+            scores,
+        ))
     }
 
     /// One training step; returns its metrics.
@@ -454,20 +551,40 @@ impl<R: Roles> Trainer<R> {
 
         let indices = self.sampler.next_batch();
         let epoch = self.sampler.epoch();
-        let train = std::mem::replace(&mut self.train, RlDataset { items: Vec::new(), filtered: 0 });
+        let train = std::mem::replace(
+            &mut self.train,
+            RlDataset {
+                items: Vec::new(),
+                filtered: 0,
+            },
+        );
         let result = self.step_inner(&train, &indices, step, &mut timers, &mut metrics);
         self.train = train;
         let batch = result?;
-        timers.0.insert("step".into(), step_start.elapsed().as_secs_f64());
+        timers
+            .0
+            .insert("step".into(), step_start.elapsed().as_secs_f64());
 
-        if let Some(dir) = self.spec.run.rollout_data_dir.clone().filter(|_| self.dp.is_main()) {
-            timers.time("dump_rollout_generations", || self.dump_generations(&dir, &batch))?;
+        if let Some(dir) = self
+            .spec
+            .run
+            .rollout_data_dir
+            .clone()
+            .filter(|_| self.dp.is_main())
+        {
+            timers.time("dump_rollout_generations", || {
+                self.dump_generations(&dir, &batch)
+            })?;
         }
-        if self.val.is_some() && self.spec.run.test_freq > 0 && (is_last || step.is_multiple_of(self.spec.run.test_freq)) {
+        if self.val.is_some()
+            && self.spec.run.test_freq > 0
+            && (is_last || step.is_multiple_of(self.spec.run.test_freq))
+        {
             let m = timers.time("testing", || self.validate())?;
             metrics.extend(m);
         }
-        if self.spec.run.save_freq > 0 && (is_last || step.is_multiple_of(self.spec.run.save_freq)) {
+        if self.spec.run.save_freq > 0 && (is_last || step.is_multiple_of(self.spec.run.save_freq))
+        {
             timers.time("save_checkpoint", || self.save_checkpoint())?;
         }
         metrics.insert("training/global_step".into(), step as f64);
@@ -502,12 +619,20 @@ impl<R: Roles> Trainer<R> {
             let width = self.dp.max(batch.get("prompts")?.size()[1])?;
             pad_prompts(&mut batch, width, self.stop.pad)?;
         }
-        let uids: Vec<i64> = out.prompt_index.iter().map(|&p| offset + p as i64).collect();
+        let uids: Vec<i64> = out
+            .prompt_index
+            .iter()
+            .map(|&p| offset + p as i64)
+            .collect();
         batch.insert("uid", Tensor::from_slice(&uids))?;
 
         // REMAX baseline: the summed reward of a greedy rollout of each prompt.
         if self.estimator == AdvEstimator::Remax {
-            let greedy = SamplingParams { do_sample: false, n: 1, ..params.clone() };
+            let greedy = SamplingParams {
+                do_sample: false,
+                n: 1,
+                ..params.clone()
+            };
             let (_, gout) = timers.time("gen_max", || self.generate(&items, &greedy))?;
             let (scores, _, _) = self.score(&items, &gout)?;
             let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
@@ -519,7 +644,8 @@ impl<R: Roles> Trainer<R> {
         let mask = batch.get("response_mask")?.shallow_clone();
         batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
 
-        let (old_log_probs, entropy) = timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
+        let (old_log_probs, entropy) =
+            timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
         batch.insert("old_log_probs", old_log_probs)?;
         if let Some(r) = self.reference.as_mut() {
             let ref_lp = timers.time("ref", || r.compute_ref_log_prob(&batch))?;
@@ -534,13 +660,19 @@ impl<R: Roles> Trainer<R> {
         let mut batch = self.dp.gather_batch(&batch)?;
         let entropy = self.dp.gather_rows(&entropy)?;
         let mask = batch.get("response_mask")?.shallow_clone();
-        metrics.insert("actor/entropy".into(), self.actor.entropy_metric(&entropy, &mask)?);
+        metrics.insert(
+            "actor/entropy".into(),
+            self.actor.entropy_metric(&entropy, &mask)?,
+        );
         if let Some(rlp) = batch.opt("rollout_log_probs") {
             let d = probs_diff(rlp, batch.get("old_log_probs")?, &mask);
             metrics.insert("training/rollout_probs_diff_max".into(), d.max);
             metrics.insert("training/rollout_probs_diff_mean".into(), d.mean);
             metrics.insert("training/rollout_probs_diff_std".into(), d.std);
-            metrics.insert("training/rollout_actor_probs_pearson_corr".into(), d.pearson);
+            metrics.insert(
+                "training/rollout_actor_probs_pearson_corr".into(),
+                d.pearson,
+            );
         }
 
         let adv_start = std::time::Instant::now();
@@ -576,7 +708,9 @@ impl<R: Roles> Trainer<R> {
         let adv = compute_advantage(self.estimator, &inputs, &self.adv_cfg)?;
         batch.insert("advantages", adv.advantages)?;
         batch.insert("returns", adv.returns)?;
-        timers.0.insert("adv".into(), adv_start.elapsed().as_secs_f64());
+        timers
+            .0
+            .insert("adv".into(), adv_start.elapsed().as_secs_f64());
 
         // The updates take this rank's rows; the engines average gradients over the ranks.
         let mut own_rows = self.dp.own_rows(&batch)?;
@@ -596,7 +730,10 @@ impl<R: Roles> Trainer<R> {
     /// `trainer.rollout_data_dir`: one JSONL file per step with input, output, score.
     fn dump_generations(&self, dir: &str, batch: &Batch) -> Result<(), TrainerError> {
         let dir = absolute(dir);
-        let io = |e: std::io::Error, p: &Path| TrainerError::Checkpoint { path: p.to_path_buf(), msg: e.to_string() };
+        let io = |e: std::io::Error, p: &Path| TrainerError::Checkpoint {
+            path: p.to_path_buf(),
+            msg: e.to_string(),
+        };
         std::fs::create_dir_all(&dir).map_err(|e| io(e, &dir))?;
         let path = dir.join(format!("{}.jsonl", self.global_step));
         let mut f = std::fs::File::create(&path).map_err(|e| io(e, &path))?;
@@ -604,16 +741,26 @@ impl<R: Roles> Trainer<R> {
             let rows = t.size()[0];
             (0..rows)
                 .map(|i| {
-                    let ids = Vec::<i64>::try_from(t.get(i).f_masked_select(&mask.get(i).f_to_kind(Kind::Bool)?)?)?;
+                    let ids = Vec::<i64>::try_from(
+                        t.get(i)
+                            .f_masked_select(&mask.get(i).f_to_kind(Kind::Bool)?)?,
+                    )?;
                     Ok(self.tokenizer.decode(&ids, true)?)
                 })
                 .collect()
         };
         let r = batch.get("responses")?.size()[1];
         let attn = batch.get("attention_mask")?;
-        let inputs = decode(batch.get("prompts")?, &attn.f_narrow(1, 0, attn.size()[1] - r)?)?;
+        let inputs = decode(
+            batch.get("prompts")?,
+            &attn.f_narrow(1, 0, attn.size()[1] - r)?,
+        )?;
         let outputs = decode(batch.get("responses")?, batch.get("response_mask")?)?;
-        let scores = Vec::<f64>::try_from(batch.get("token_level_scores")?.f_sum_dim_intlist(-1i64, false, Kind::Double)?)?;
+        let scores = Vec::<f64>::try_from(batch.get("token_level_scores")?.f_sum_dim_intlist(
+            -1i64,
+            false,
+            Kind::Double,
+        )?)?;
         for ((i, o), s) in inputs.iter().zip(&outputs).zip(&scores) {
             let line = json!({"input": i, "output": o, "score": s, "step": self.global_step});
             writeln!(f, "{line}").map_err(|e| io(e, &path))?;
@@ -623,7 +770,9 @@ impl<R: Roles> Trainer<R> {
 
     /// verl's `_validate`: generate with `val_kwargs` for the validation set and score.
     pub fn validate(&mut self) -> Result<Metrics, TrainerError> {
-        let Some(val) = self.val.take() else { return Ok(Metrics::new()) };
+        let Some(val) = self.val.take() else {
+            return Ok(Metrics::new());
+        };
         let result = self.validate_on(&val);
         self.val = Some(val);
         result
@@ -652,7 +801,11 @@ impl<R: Roles> Trainer<R> {
                         vars.insert(k.clone(), x);
                     }
                 }
-                records.push(ValRecord { data_source: it.data_source.clone(), prompt: chunk[*row], vars });
+                records.push(ValRecord {
+                    data_source: it.data_source.clone(),
+                    prompt: chunk[*row],
+                    vars,
+                });
             }
         }
         self.rollout.release()?;

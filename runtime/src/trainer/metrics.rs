@@ -42,7 +42,9 @@ fn stats(prefix: &str, values: &[f64], out: &mut Metrics) {
 }
 
 fn to_vec(t: &Tensor) -> Result<Vec<f64>, TrainerError> {
-    Ok(Vec::<f64>::try_from(t.f_to_kind(Kind::Double)?.f_flatten(0, -1)?)?)
+    Ok(Vec::<f64>::try_from(
+        t.f_to_kind(Kind::Double)?.f_flatten(0, -1)?,
+    )?)
 }
 
 fn masked_values(t: &Tensor, mask: &Tensor) -> Result<Vec<f64>, TrainerError> {
@@ -62,34 +64,67 @@ fn var(v: &[f64]) -> f64 {
 pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerError> {
     let mut m = Metrics::new();
     let mask = batch.get("response_mask")?;
-    let scores = to_vec(&batch.get("token_level_scores")?.f_sum_dim_intlist(-1i64, false, Kind::Double)?)?;
-    let rewards = to_vec(&batch.get("token_level_rewards")?.f_sum_dim_intlist(-1i64, false, Kind::Double)?)?;
+    let scores = to_vec(&batch.get("token_level_scores")?.f_sum_dim_intlist(
+        -1i64,
+        false,
+        Kind::Double,
+    )?)?;
+    let rewards = to_vec(&batch.get("token_level_rewards")?.f_sum_dim_intlist(
+        -1i64,
+        false,
+        Kind::Double,
+    )?)?;
     stats("critic/score", &scores, &mut m);
     stats("critic/rewards", &rewards, &mut m);
-    stats("critic/advantages", &masked_values(batch.get("advantages")?, mask)?, &mut m);
+    stats(
+        "critic/advantages",
+        &masked_values(batch.get("advantages")?, mask)?,
+        &mut m,
+    );
     let returns = masked_values(batch.get("returns")?, mask)?;
     stats("critic/returns", &returns, &mut m);
     if use_critic {
         let values = masked_values(batch.get("values")?, mask)?;
         stats("critic/values", &values, &mut m);
         let diff: Vec<f64> = returns.iter().zip(&values).map(|(r, v)| r - v).collect();
-        m.insert("critic/vf_explained_var".into(), 1.0 - var(&diff) / (var(&returns) + 1e-5));
+        m.insert(
+            "critic/vf_explained_var".into(),
+            1.0 - var(&diff) / (var(&returns) + 1e-5),
+        );
     }
     let response_len = batch.get("responses")?.size()[1] as f64;
     let lengths = to_vec(&mask.f_sum_dim_intlist(-1i64, false, Kind::Double)?)?;
     stats("response_length", &lengths, &mut m);
-    let clip = |ls: &[f64], max: f64| ls.iter().filter(|&&l| l == max).count() as f64 / ls.len().max(1) as f64;
-    m.insert("response_length/clip_ratio".into(), clip(&lengths, response_len));
+    let clip = |ls: &[f64], max: f64| {
+        ls.iter().filter(|&&l| l == max).count() as f64 / ls.len().max(1) as f64
+    };
+    m.insert(
+        "response_length/clip_ratio".into(),
+        clip(&lengths, response_len),
+    );
     let kept: Vec<f64> = lengths.iter().copied().filter(|&l| l > 0.0).collect();
     stats("response_length_non_aborted", &kept, &mut m);
-    m.insert("response_length_non_aborted/clip_ratio".into(), clip(&kept, response_len));
-    m.insert("response/aborted_ratio".into(), 1.0 - kept.len() as f64 / lengths.len().max(1) as f64);
+    m.insert(
+        "response_length_non_aborted/clip_ratio".into(),
+        clip(&kept, response_len),
+    );
+    m.insert(
+        "response/aborted_ratio".into(),
+        1.0 - kept.len() as f64 / lengths.len().max(1) as f64,
+    );
     let attn = batch.get("attention_mask")?;
     let total = attn.size()[1];
     let prompt_width = total - response_len as i64;
-    let prompt_lengths = to_vec(&attn.f_narrow(1, 0, prompt_width)?.f_sum_dim_intlist(-1i64, false, Kind::Double)?)?;
+    let prompt_lengths = to_vec(&attn.f_narrow(1, 0, prompt_width)?.f_sum_dim_intlist(
+        -1i64,
+        false,
+        Kind::Double,
+    )?)?;
     stats("prompt_length", &prompt_lengths, &mut m);
-    m.insert("prompt_length/clip_ratio".into(), clip(&prompt_lengths, prompt_width as f64));
+    m.insert(
+        "prompt_length/clip_ratio".into(),
+        clip(&prompt_lengths, prompt_width as f64),
+    );
     Ok(m)
 }
 
@@ -97,27 +132,54 @@ pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerE
 pub fn timing_metrics(timers: &Timers, batch: &Batch) -> Result<Metrics, TrainerError> {
     let mut m = Metrics::new();
     let response_tokens = batch.num_tokens()?;
-    let all_tokens = batch.get("attention_mask")?.f_sum(Kind::Double)?.f_double_value(&[])?;
+    let all_tokens = batch
+        .get("attention_mask")?
+        .f_sum(Kind::Double)?
+        .f_double_value(&[])?;
     for (name, secs) in &timers.0 {
         m.insert(format!("timing_s/{name}"), *secs);
     }
-    for name in ["gen", "ref", "values", "adv", "update_critic", "update_actor"] {
+    for name in [
+        "gen",
+        "ref",
+        "values",
+        "adv",
+        "update_critic",
+        "update_actor",
+    ] {
         if let Some(secs) = timers.0.get(name) {
-            let tokens = if name == "gen" { response_tokens } else { all_tokens };
-            m.insert(format!("timing_per_token_ms/{name}"), secs * 1000.0 / tokens.max(1.0));
+            let tokens = if name == "gen" {
+                response_tokens
+            } else {
+                all_tokens
+            };
+            m.insert(
+                format!("timing_per_token_ms/{name}"),
+                secs * 1000.0 / tokens.max(1.0),
+            );
         }
     }
     Ok(m)
 }
 
 /// `perf/total_num_tokens`, `perf/time_per_step`, `perf/throughput`.
-pub fn throughput_metrics(timers: &Timers, batch: &Batch, n_gpus: usize) -> Result<Metrics, TrainerError> {
-    let tokens = batch.get("attention_mask")?.f_sum(Kind::Double)?.f_double_value(&[])?;
+pub fn throughput_metrics(
+    timers: &Timers,
+    batch: &Batch,
+    n_gpus: usize,
+) -> Result<Metrics, TrainerError> {
+    let tokens = batch
+        .get("attention_mask")?
+        .f_sum(Kind::Double)?
+        .f_double_value(&[])?;
     let time = timers.get("step");
     let mut m = Metrics::new();
     m.insert("perf/total_num_tokens".into(), tokens);
     m.insert("perf/time_per_step".into(), time);
-    m.insert("perf/throughput".into(), tokens / (time.max(1e-9) * n_gpus.max(1) as f64));
+    m.insert(
+        "perf/throughput".into(),
+        tokens / (time.max(1e-9) * n_gpus.max(1) as f64),
+    );
     Ok(m)
 }
 
@@ -150,24 +212,48 @@ pub fn validation_metrics(records: &[ValRecord], n: usize) -> Metrics {
     let mut groups: BTreeMap<&str, BTreeMap<&str, BTreeMap<usize, Vec<f64>>>> = BTreeMap::new();
     for r in records {
         for (var, v) in &r.vars {
-            groups.entry(&r.data_source).or_default().entry(var).or_default().entry(r.prompt).or_default().push(*v);
+            groups
+                .entry(&r.data_source)
+                .or_default()
+                .entry(var)
+                .or_default()
+                .entry(r.prompt)
+                .or_default()
+                .push(*v);
         }
     }
     let mut m = Metrics::new();
     for (source, vars) in &groups {
-        let core = if vars.contains_key("acc") { "acc" } else { "reward" };
+        let core = if vars.contains_key("acc") {
+            "acc"
+        } else {
+            "reward"
+        };
         for (var, prompts) in vars {
             let per: Vec<&Vec<f64>> = prompts.values().collect();
-            let mut entries = vec![(format!("mean@{n}"), mean(&per.iter().map(|v| mean(v)).collect::<Vec<_>>()))];
+            let mut entries = vec![(
+                format!("mean@{n}"),
+                mean(&per.iter().map(|v| mean(v)).collect::<Vec<_>>()),
+            )];
             if n > 1 {
-                entries.push((format!("std@{n}"), mean(&per.iter().map(|v| std_pop(v)).collect::<Vec<_>>())));
-                let best: Vec<f64> = per.iter().map(|v| v.iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect();
-                let worst: Vec<f64> = per.iter().map(|v| v.iter().copied().fold(f64::INFINITY, f64::min)).collect();
+                entries.push((
+                    format!("std@{n}"),
+                    mean(&per.iter().map(|v| std_pop(v)).collect::<Vec<_>>()),
+                ));
+                let best: Vec<f64> = per
+                    .iter()
+                    .map(|v| v.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+                    .collect();
+                let worst: Vec<f64> = per
+                    .iter()
+                    .map(|v| v.iter().copied().fold(f64::INFINITY, f64::min))
+                    .collect();
                 entries.push((format!("best@{n}/mean"), mean(&best)));
                 entries.push((format!("worst@{n}/mean"), mean(&worst)));
             }
             for (name, value) in entries {
-                let is_core = *var == core && (name.starts_with("mean@") || name.starts_with("best@"));
+                let is_core =
+                    *var == core && (name.starts_with("mean@") || name.starts_with("best@"));
                 let prefix = if is_core { "val-core" } else { "val-aux" };
                 m.insert(format!("{prefix}/{source}/{var}/{name}"), value);
             }

@@ -48,7 +48,10 @@ pub enum TrainerError {
     #[error(transparent)]
     Log(#[from] crate::logging::LogError),
     #[error("checkpoint {}: {msg}", path.display())]
-    Checkpoint { path: std::path::PathBuf, msg: String },
+    Checkpoint {
+        path: std::path::PathBuf,
+        msg: String,
+    },
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
 }
@@ -105,7 +108,11 @@ pub fn run(spec: &TrainerSpec, opts: &RunOptions) -> Result<RunSummary, TrainerE
 }
 
 /// Trains `spec` as one rank of `roles`' world (every rank calls it).
-pub fn run_with<R: parallel::Roles>(spec: &TrainerSpec, opts: &RunOptions, roles: R) -> Result<RunSummary, TrainerError> {
+pub fn run_with<R: parallel::Roles>(
+    spec: &TrainerSpec,
+    opts: &RunOptions,
+    roles: R,
+) -> Result<RunSummary, TrainerError> {
     let mut trainer = Trainer::with_roles(spec, opts, roles)?;
     trainer.fit()
 }

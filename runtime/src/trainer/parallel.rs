@@ -37,11 +37,23 @@ pub trait Roles {
     type Critic: Engine<Head = ValueModel>;
 
     /// The trainable policy on its engine (`engine` is its spec).
-    fn actor(&self, engine: &EngineSpec, settings: EngineSettings) -> Result<Self::Actor, TrainerError>;
+    fn actor(
+        &self,
+        engine: &EngineSpec,
+        settings: EngineSettings,
+    ) -> Result<Self::Actor, TrainerError>;
     /// The frozen reference policy (`settings.optim` is `None`).
-    fn reference(&self, engine: &EngineSpec, settings: EngineSettings) -> Result<Self::Actor, TrainerError>;
+    fn reference(
+        &self,
+        engine: &EngineSpec,
+        settings: EngineSettings,
+    ) -> Result<Self::Actor, TrainerError>;
     /// The value model.
-    fn critic(&self, engine: &EngineSpec, settings: EngineSettings) -> Result<Self::Critic, TrainerError>;
+    fn critic(
+        &self,
+        engine: &EngineSpec,
+        settings: EngineSettings,
+    ) -> Result<Self::Critic, TrainerError>;
     /// The group the actor's batches are split over (`None`: one data-parallel rank).
     fn data_group(&self, actor: &Self::Actor) -> Option<ProcessGroup>;
     /// All ranks of the run (`None`: one process).
@@ -81,12 +93,20 @@ pub struct FsdpRoles {
 }
 
 impl FsdpRoles {
-    fn build<H: crate::engine::fsdp::FsdpHead>(&self, s: EngineSettings, engine: &EngineSpec) -> Result<FsdpEngine<H>, TrainerError> {
+    fn build<H: crate::engine::fsdp::FsdpHead>(
+        &self,
+        s: EngineSettings,
+        engine: &EngineSpec,
+    ) -> Result<FsdpEngine<H>, TrainerError> {
         let EngineSpec::Fsdp(f) = engine else {
             return Err(bad("an FSDP trainer was given a Megatron engine spec"));
         };
         let (settings, fsdp_size) = FsdpSettings::from_spec(s, f);
-        Ok(FsdpEngine::with_mesh(settings, self.world.clone(), fsdp_size)?)
+        Ok(FsdpEngine::with_mesh(
+            settings,
+            self.world.clone(),
+            fsdp_size,
+        )?)
     }
 }
 
@@ -120,7 +140,11 @@ pub struct MegatronRoles {
 }
 
 impl MegatronRoles {
-    fn build<H: crate::megatron::MegatronHead>(&self, s: EngineSettings, engine: &EngineSpec) -> Result<MegatronEngine<H>, TrainerError> {
+    fn build<H: crate::megatron::MegatronHead>(
+        &self,
+        s: EngineSettings,
+        engine: &EngineSpec,
+    ) -> Result<MegatronEngine<H>, TrainerError> {
         let EngineSpec::Megatron(m) = engine else {
             return Err(bad("a Megatron trainer was given an FSDP engine spec"));
         };
@@ -216,7 +240,9 @@ impl DataParallel {
     /// The rows of every data-parallel rank, in rank order (all ranks pass tensors of the
     /// same shape).
     pub fn gather_rows(&self, t: &Tensor) -> Result<Tensor, TrainerError> {
-        let Some(g) = &self.group else { return Ok(t.shallow_clone()) };
+        let Some(g) = &self.group else {
+            return Ok(t.shallow_clone());
+        };
         let t = t.f_contiguous()?;
         let mut shape = t.size();
         shape[0] *= g.size() as i64;
@@ -253,7 +279,10 @@ impl DataParallel {
         let Some(g) = &self.group else { return Ok(m) };
         let names = self.max(m.len() as i64)?;
         if names != m.len() as i64 {
-            return Err(bad(format!("data-parallel ranks report different metrics ({} here, {names} elsewhere)", m.len())));
+            return Err(bad(format!(
+                "data-parallel ranks report different metrics ({} here, {names} elsewhere)",
+                m.len()
+            )));
         }
         let values: Vec<f64> = m.values().copied().collect();
         let t = Tensor::from_slice(&values);
@@ -272,7 +301,12 @@ pub fn pad_prompts(batch: &mut Batch, width: i64, pad_id: i64) -> Result<(), Tra
     if extra <= 0 {
         return Ok(());
     }
-    for (key, fill) in [("prompts", pad_id), ("input_ids", pad_id), ("attention_mask", 0), ("position_ids", 1)] {
+    for (key, fill) in [
+        ("prompts", pad_id),
+        ("input_ids", pad_id),
+        ("attention_mask", 0),
+        ("position_ids", 1),
+    ] {
         let t = batch.get(key)?;
         let pad = Tensor::f_full([t.size()[0], extra], fill, (t.kind(), t.device()))?;
         let padded = Tensor::f_cat(&[pad, t.shallow_clone()], 1)?;

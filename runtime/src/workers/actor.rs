@@ -15,10 +15,7 @@
 use tch::{Kind, Tensor};
 
 use crate::algo::kl::kl_penalty;
-use crate::algo::{
-    AggOptions, PolicyLossInputs, agg_loss,
-    compute_policy_loss,
-};
+use crate::algo::{AggOptions, PolicyLossInputs, agg_loss, compute_policy_loss};
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::CausalLm;
 use crate::rollout::LogProbOutput;
@@ -35,13 +32,24 @@ pub struct Actor<E: Engine<Head = CausalLm>> {
 }
 
 /// Additive (globally normalised) metrics of a micro-batch.
-const ADDITIVE: &[&str] = &["actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/loss"];
+const ADDITIVE: &[&str] = &[
+    "actor/pg_loss",
+    "actor/kl_loss",
+    "actor/entropy_loss",
+    "actor/loss",
+];
 
 impl<E: Engine<Head = CausalLm>> Actor<E> {
     pub fn new(engine: E, settings: ActorSettings) -> Result<Self> {
         let s = &settings;
-        if s.ppo_mini_batch_size == 0 || s.ppo_micro_batch_size == 0 || s.log_prob_micro_batch_size == 0 || s.ppo_epochs == 0 {
-            return Err(WorkerError::Config("actor batch sizes and ppo_epochs must be positive".into()));
+        if s.ppo_mini_batch_size == 0
+            || s.ppo_micro_batch_size == 0
+            || s.log_prob_micro_batch_size == 0
+            || s.ppo_epochs == 0
+        {
+            return Err(WorkerError::Config(
+                "actor batch sizes and ppo_epochs must be positive".into(),
+            ));
         }
         Ok(Actor { engine, settings })
     }
@@ -49,8 +57,13 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
     /// Log-probs `(N, R)` of the responses under the current policy and their entropy
     /// (verl's `compute_log_prob`: `old_log_probs` and the `actor/entropy` metric).
     pub fn compute_log_prob(&mut self, batch: &Batch) -> Result<(Tensor, Tensor)> {
-        let fwd = ForwardOptions { temperature: self.settings.temperature, with_entropy: true };
-        let outs = self.engine.infer_batch(batch, self.settings.log_prob_micro_batch_size, &fwd)?;
+        let fwd = ForwardOptions {
+            temperature: self.settings.temperature,
+            with_entropy: true,
+        };
+        let outs = self
+            .engine
+            .infer_batch(batch, self.settings.log_prob_micro_batch_size, &fwd)?;
         let (mut lps, mut ents) = (Vec::new(), Vec::new());
         for LogProbOutput { log_probs, entropy } in outs {
             lps.push(log_probs);
@@ -62,7 +75,12 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
     /// `agg(entropy)` over the response mask with the actor's `loss_agg_mode` (the
     /// `actor/entropy` metric of the old-log-prob pass).
     pub fn entropy_metric(&self, entropy: &Tensor, response_mask: &Tensor) -> Result<f64> {
-        let agg = agg_loss(entropy, response_mask, self.settings.loss_agg_mode, &AggOptions::default())?;
+        let agg = agg_loss(
+            entropy,
+            response_mask,
+            self.settings.loss_agg_mode,
+            &AggOptions::default(),
+        )?;
         scalar(&agg)
     }
 
@@ -78,14 +96,23 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
         }
         let lr = self.engine.lr();
         let with_entropy = s.entropy_coeff != 0.0 || s.calculate_entropy;
-        let fwd = ForwardOptions { temperature: s.temperature, with_entropy };
+        let fwd = ForwardOptions {
+            temperature: s.temperature,
+            with_entropy,
+        };
         let mut lists = MetricLists::default();
         for epoch in 0..s.ppo_epochs {
             let data = epoch_rows(batch, s.shuffle, s.data_loader_seed, step, epoch)?;
             for mini in data.split(s.ppo_mini_batch_size)? {
                 self.engine.optimizer_zero_grad()?;
-                let mut loss_fn = |mb: &Batch, out: LogProbOutput, agg: &AggOptions| micro_loss(&s, mb, out, agg);
-                let micro = self.engine.forward_backward(&mini, s.ppo_micro_batch_size, &fwd, &mut loss_fn)?;
+                let mut loss_fn =
+                    |mb: &Batch, out: LogProbOutput, agg: &AggOptions| micro_loss(&s, mb, out, agg);
+                let micro = self.engine.forward_backward(
+                    &mini,
+                    s.ppo_micro_batch_size,
+                    &fwd,
+                    &mut loss_fn,
+                )?;
                 let step_result = self.engine.optimizer_step()?;
                 lists.extend(&combine_micro(&micro, ADDITIVE));
                 lists.push("actor/grad_norm", step_result.grad_norm.unwrap_or(f64::NAN));
@@ -99,7 +126,12 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
 }
 
 /// The loss of one micro-batch and its metrics.
-fn micro_loss(s: &ActorSettings, mb: &Batch, out: LogProbOutput, agg: &AggOptions) -> crate::engine::Result<MicroLoss> {
+fn micro_loss(
+    s: &ActorSettings,
+    mb: &Batch,
+    out: LogProbOutput,
+    agg: &AggOptions,
+) -> crate::engine::Result<MicroLoss> {
     let mask = mb.get("response_mask")?;
     let old = mb.get("old_log_probs")?;
     let adv = mb.get("advantages")?;

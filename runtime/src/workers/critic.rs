@@ -5,8 +5,8 @@
 
 use tch::Tensor;
 
-use crate::algo::{AggOptions, compute_value_loss};
 use crate::algo::masked::masked_mean;
+use crate::algo::{AggOptions, compute_value_loss};
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::ValueModel;
 
@@ -26,15 +26,25 @@ const ADDITIVE: &[&str] = &["critic/vf_loss"];
 impl<E: Engine<Head = ValueModel>> Critic<E> {
     pub fn new(engine: E, settings: CriticSettings) -> Result<Self> {
         let s = &settings;
-        if s.ppo_mini_batch_size == 0 || s.ppo_micro_batch_size == 0 || s.forward_micro_batch_size == 0 || s.ppo_epochs == 0 {
-            return Err(WorkerError::Config("critic batch sizes and ppo_epochs must be positive".into()));
+        if s.ppo_mini_batch_size == 0
+            || s.ppo_micro_batch_size == 0
+            || s.forward_micro_batch_size == 0
+            || s.ppo_epochs == 0
+        {
+            return Err(WorkerError::Config(
+                "critic batch sizes and ppo_epochs must be positive".into(),
+            ));
         }
         Ok(Critic { engine, settings })
     }
 
     /// Values `(N, R)`, zero outside the response mask (verl's `compute_values`).
     pub fn compute_values(&mut self, batch: &Batch) -> Result<Tensor> {
-        let outs = self.engine.infer_batch(batch, self.settings.forward_micro_batch_size, &ForwardOptions::default())?;
+        let outs = self.engine.infer_batch(
+            batch,
+            self.settings.forward_micro_batch_size,
+            &ForwardOptions::default(),
+        )?;
         let values = Tensor::f_cat(&outs, 0)?;
         let mask = batch.get("response_mask")?.f_to_kind(values.kind())?;
         Ok(values.f_mul(&mask)?)
@@ -52,7 +62,10 @@ impl<E: Engine<Head = ValueModel>> Critic<E> {
             let data = epoch_rows(batch, s.shuffle, s.data_loader_seed, step, epoch)?;
             for mini in data.split(s.ppo_mini_batch_size)? {
                 self.engine.optimizer_zero_grad()?;
-                let mut loss_fn = |mb: &Batch, vpreds: Tensor, agg: &AggOptions| -> crate::engine::Result<MicroLoss> {
+                let mut loss_fn = |mb: &Batch,
+                                   vpreds: Tensor,
+                                   agg: &AggOptions|
+                 -> crate::engine::Result<MicroLoss> {
                     let mask = mb.get("response_mask")?;
                     let vl = compute_value_loss(
                         &vpreds,
@@ -64,17 +77,32 @@ impl<E: Engine<Head = ValueModel>> Critic<E> {
                         agg,
                     )?;
                     let mut metrics = Metrics::new();
-                    let f = |t: &Tensor| scalar(t).map_err(|e| crate::engine::EngineError::Batch(e.to_string()));
+                    let f = |t: &Tensor| {
+                        scalar(t).map_err(|e| crate::engine::EngineError::Batch(e.to_string()))
+                    };
                     metrics.insert("critic/vf_loss".into(), f(&vl.loss)?);
                     metrics.insert("critic/vf_clipfrac".into(), f(&vl.vf_clipfrac)?);
-                    metrics.insert("critic/vpred_mean".into(), f(&masked_mean(&vpreds.f_detach()?, mask)?)?);
-                    Ok(MicroLoss { loss: vl.loss, metrics })
+                    metrics.insert(
+                        "critic/vpred_mean".into(),
+                        f(&masked_mean(&vpreds.f_detach()?, mask)?)?,
+                    );
+                    Ok(MicroLoss {
+                        loss: vl.loss,
+                        metrics,
+                    })
                 };
-                let micro =
-                    self.engine.forward_backward(&mini, s.ppo_micro_batch_size, &ForwardOptions::default(), &mut loss_fn)?;
+                let micro = self.engine.forward_backward(
+                    &mini,
+                    s.ppo_micro_batch_size,
+                    &ForwardOptions::default(),
+                    &mut loss_fn,
+                )?;
                 let step_result = self.engine.optimizer_step()?;
                 lists.extend(&combine_micro(&micro, ADDITIVE));
-                lists.push("critic/grad_norm", step_result.grad_norm.unwrap_or(f64::NAN));
+                lists.push(
+                    "critic/grad_norm",
+                    step_result.grad_norm.unwrap_or(f64::NAN),
+                );
             }
         }
         self.engine.lr_scheduler_step()?;

@@ -61,7 +61,10 @@ impl MetricLists {
 
     /// Mean of each list.
     pub fn reduce(&self) -> Metrics {
-        self.0.iter().map(|(k, v)| (k.clone(), v.iter().sum::<f64>() / v.len().max(1) as f64)).collect()
+        self.0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.iter().sum::<f64>() / v.len().max(1) as f64))
+            .collect()
     }
 }
 
@@ -91,11 +94,18 @@ pub(crate) fn scalar(t: &Tensor) -> Result<f64> {
 
 /// The rows of one PPO epoch (actor and critic updates): a permutation seeded by
 /// `(seed, step, epoch)` when `shuffle`, else the batch in order.
-pub(crate) fn epoch_rows(batch: &Batch, shuffle: bool, seed: u64, step: u64, epoch: usize) -> Result<Batch> {
+pub(crate) fn epoch_rows(
+    batch: &Batch,
+    shuffle: bool,
+    seed: u64,
+    step: u64,
+    epoch: usize,
+) -> Result<Batch> {
     if !shuffle {
         return Ok(batch.shallow_clone());
     }
     let mut order: Vec<i64> = (0..batch.rows()).collect();
-    crate::rng::Rng::derive(seed, step.wrapping_mul(1 << 16).wrapping_add(epoch as u64)).shuffle(&mut order);
+    crate::rng::Rng::derive(seed, step.wrapping_mul(1 << 16).wrapping_add(epoch as u64))
+        .shuffle(&mut order);
     Ok(batch.select(&order)?)
 }

@@ -22,15 +22,26 @@ pub struct Reference<E: Engine<Head = CausalLm>> {
 impl<E: Engine<Head = CausalLm>> Reference<E> {
     pub fn new(engine: E, micro_batch_size: usize, temperature: f64) -> Result<Self> {
         if micro_batch_size == 0 {
-            return Err(WorkerError::Config("ref.log_prob_micro_batch_size_per_gpu must be positive".into()));
+            return Err(WorkerError::Config(
+                "ref.log_prob_micro_batch_size_per_gpu must be positive".into(),
+            ));
         }
-        Ok(Reference { engine, micro_batch_size, temperature })
+        Ok(Reference {
+            engine,
+            micro_batch_size,
+            temperature,
+        })
     }
 
     /// `ref_log_prob` `(N, R)` (verl's `compute_ref_log_prob`).
     pub fn compute_ref_log_prob(&mut self, batch: &Batch) -> Result<Tensor> {
-        let fwd = ForwardOptions { temperature: self.temperature, with_entropy: false };
-        let outs = self.engine.infer_batch(batch, self.micro_batch_size, &fwd)?;
+        let fwd = ForwardOptions {
+            temperature: self.temperature,
+            with_entropy: false,
+        };
+        let outs = self
+            .engine
+            .infer_batch(batch, self.micro_batch_size, &fwd)?;
         let lps: Vec<Tensor> = outs.into_iter().map(|o| o.log_probs).collect();
         Ok(Tensor::f_cat(&lps, 0)?)
     }

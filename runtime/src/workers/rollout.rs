@@ -28,7 +28,10 @@ pub struct RolloutWorker {
 
 impl std::fmt::Debug for RolloutWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RolloutWorker").field("dtype", &self.dtype).field("loaded", &self.loaded).finish_non_exhaustive()
+        f.debug_struct("RolloutWorker")
+            .field("dtype", &self.dtype)
+            .field("loaded", &self.loaded)
+            .finish_non_exhaustive()
     }
 }
 
@@ -40,8 +43,18 @@ impl RolloutWorker {
         let model = CausalLm::new(config, vs.root()).map_err(WorkerError::Config)?;
         vs.set_kind(dtype.kind());
         vs.freeze();
-        let shapes = vs.variables().into_iter().map(|(n, t)| (n, t.size())).collect();
-        let mut w = RolloutWorker { vs, model, dtype, shapes, loaded: true };
+        let shapes = vs
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (n, t.size()))
+            .collect();
+        let mut w = RolloutWorker {
+            vs,
+            model,
+            dtype,
+            shapes,
+            loaded: true,
+        };
         w.release()?;
         Ok(w)
     }
@@ -61,7 +74,9 @@ impl RolloutWorker {
         tch::no_grad(|| -> Result<()> {
             for (name, src) in params {
                 let (Some(shape), Some(var)) = (self.shapes.get(name), vars.get(name)) else {
-                    return Err(WorkerError::Config(format!("weight sync: the rollout model has no `{name}`")));
+                    return Err(WorkerError::Config(format!(
+                        "weight sync: the rollout model has no `{name}`"
+                    )));
                 };
                 if &src.size() != shape {
                     return Err(WorkerError::Config(format!(
@@ -86,7 +101,8 @@ impl RolloutWorker {
         }
         let (kind, device) = (self.dtype.kind(), self.vs.device());
         for (_, var) in self.vs.variables() {
-            var.shallow_clone().f_set_data(&Tensor::f_empty([0], (kind, device))?)?;
+            var.shallow_clone()
+                .f_set_data(&Tensor::f_empty([0], (kind, device))?)?;
         }
         self.loaded = false;
         Ok(())
@@ -99,13 +115,24 @@ impl RolloutWorker {
 
     /// Bytes of the weights the rollout model holds now.
     pub fn weight_bytes(&self) -> i64 {
-        self.vs.variables().values().map(|t| t.numel() as i64 * elem_size(t.kind())).sum()
+        self.vs
+            .variables()
+            .values()
+            .map(|t| t.numel() as i64 * elem_size(t.kind()))
+            .sum()
     }
 
     /// Generates `params.n` responses per prompt.
-    pub fn generate(&self, prompts: &[Vec<i64>], params: &SamplingParams, stop: &StopTokens) -> Result<RolloutOutput> {
+    pub fn generate(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        stop: &StopTokens,
+    ) -> Result<RolloutOutput> {
         if !self.loaded {
-            return Err(WorkerError::Config("the rollout model has no weights (update_weights first)".into()));
+            return Err(WorkerError::Config(
+                "the rollout model has no weights (update_weights first)".into(),
+            ));
         }
         Ok(generate(&self.model, prompts, params, stop)?)
     }

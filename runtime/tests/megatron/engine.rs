@@ -297,10 +297,12 @@ rank_test!(settings_from_the_quickstart_megatron_config, 2, |world| {
         ..LoadRequest::default()
     };
     let spec = match verlc::plan::lower_request(&req) {
-        verlc::plan::SpecOutcome::Ok { spec, .. } => spec,
+        verlc::plan::SpecOutcome::Ok { spec, .. } => *spec,
         verlc::plan::SpecOutcome::Errors(_) => panic!("verlc build rejects the example"),
     };
-    let verlc_spec::trainer::EngineSpec::Megatron(m) = spec.actor.engine else { panic!("not a Megatron spec") };
+    let verlc_spec::trainer::EngineSpec::Megatron(m) = spec.actor.engine else {
+        panic!("not a Megatron spec")
+    };
     let engine = engine_settings();
     let s = MegatronSettings::from_spec(Some(&world), &m).unwrap();
     let g = s.groups.as_ref().unwrap();

@@ -4,7 +4,9 @@
 use std::fs;
 
 use runtime::trainer::TrainerError;
-use runtime::trainer::checkpoint::{TRACKER, apply_retention, list_steps, read_tracker, remove_leftovers, save_atomic, step_dir};
+use runtime::trainer::checkpoint::{
+    TRACKER, apply_retention, list_steps, read_tracker, remove_leftovers, save_atomic, step_dir,
+};
 
 use crate::support::{quiet, scratch, small_grpo};
 
@@ -24,17 +26,33 @@ fn a_failed_save_leaves_the_previous_checkpoint_and_no_partial_one() {
         Err(TrainerError::Config("disk full (simulated)".into()))
     });
     assert!(err.is_err());
-    assert!(!step_dir(&root, 2).exists(), "no half-written global_step_2");
+    assert!(
+        !step_dir(&root, 2).exists(),
+        "no half-written global_step_2"
+    );
     assert_eq!(read_tracker(&root).expect("tracker"), Some(1));
     assert_eq!(list_steps(&root), vec![1]);
     // The temporary directory is cleaned at the next start.
-    assert!(fs::read_dir(&root).expect("ls").flatten().any(|e| e.file_name().to_string_lossy().starts_with('.')));
+    assert!(
+        fs::read_dir(&root)
+            .expect("ls")
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with('.'))
+    );
     remove_leftovers(&root).expect("cleanup");
-    assert!(!fs::read_dir(&root).expect("ls").flatten().any(|e| e.file_name().to_string_lossy().starts_with('.')));
+    assert!(
+        !fs::read_dir(&root)
+            .expect("ls")
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with('.'))
+    );
     // Saving the same step again replaces it.
     save_atomic(&root, 1, write_files).expect("resave");
     assert_eq!(list_steps(&root), vec![1]);
-    assert_eq!(fs::read_to_string(root.join(TRACKER)).expect("tracker"), "1");
+    assert_eq!(
+        fs::read_to_string(root.join(TRACKER)).expect("tracker"),
+        "1"
+    );
 }
 
 #[test]
@@ -60,7 +78,11 @@ fn retention_keeps_the_newest() {
 #[test]
 fn a_run_writes_verls_layout() {
     let dir = scratch("ckpt_layout");
-    let cfg = small_grpo(&dir, 3, &["trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=2"]);
+    let cfg = small_grpo(
+        &dir,
+        3,
+        &["trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=2"],
+    );
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
     assert_eq!(summary.last_step, 3);
     let root = dir.join("ckpt");
@@ -76,13 +98,23 @@ fn a_run_writes_verls_layout() {
     ] {
         assert!(step.join(f).is_file(), "missing {f}");
     }
-    let state: serde_json::Value = serde_json::from_str(&fs::read_to_string(step.join("data.json")).expect("data")).expect("json");
+    let state: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(step.join("data.json")).expect("data"))
+            .expect("json");
     assert_eq!(state["global_step"], 3);
     assert_eq!(state["sampler"]["cursor"], 24);
 
     // resume_path: continue from an explicit checkpoint (here the older one).
     let from = format!("trainer.resume_from_path={}", step_dir(&root, 2).display());
-    let cfg = small_grpo(&dir, 3, &["trainer.save_freq=1", "trainer.resume_mode=resume_path", &from]);
+    let cfg = small_grpo(
+        &dir,
+        3,
+        &[
+            "trainer.save_freq=1",
+            "trainer.resume_mode=resume_path",
+            &from,
+        ],
+    );
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("resumes");
     assert_eq!((summary.resumed_from, summary.last_step), (2, 3));
     // A resume_from_path that names no global_step_N folder is refused by `verlc check` already.

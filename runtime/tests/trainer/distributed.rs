@@ -77,8 +77,12 @@ struct Job {
 
 impl Job {
     fn new(example: &'static str, extra: &[&str], dir: &Path, world: usize) -> Job {
-        let mut overrides: Vec<String> = COMMON.iter().chain(extra).map(|s| s.to_string()).collect();
-        overrides.push(format!("trainer.default_local_dir={}", dir.join("ckpt").display()));
+        let mut overrides: Vec<String> =
+            COMMON.iter().chain(extra).map(|s| s.to_string()).collect();
+        overrides.push(format!(
+            "trainer.default_local_dir={}",
+            dir.join("ckpt").display()
+        ));
         overrides.push(format!("trainer.n_gpus_per_node={world}"));
         Job { example, overrides }
     }
@@ -92,15 +96,20 @@ impl Job {
 /// The child: one rank of the job described by the files in `$VERLC_DIST_TRAINER_DIR`.
 #[test]
 fn rank_child() {
-    let Ok(dir) = std::env::var(DIR_ENV) else { return };
+    let Ok(dir) = std::env::var(DIR_ENV) else {
+        return;
+    };
     let dir = PathBuf::from(dir);
     tch::set_num_threads(1);
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("job file");
     let example = read("example");
     let overrides: Vec<String> = read("overrides").lines().map(str::to_owned).collect();
     let cfg = config(&example, &overrides);
-    let world = ProcessGroup::init_from_env(&InitOptions { timeout: Duration::from_secs(120), ..InitOptions::default() })
-        .expect("init process group");
+    let world = ProcessGroup::init_from_env(&InitOptions {
+        timeout: Duration::from_secs(120),
+        ..InitOptions::default()
+    })
+    .expect("init process group");
     let rank = world.rank();
     let summary = if example.contains("megatron") {
         runtime::trainer::run_with(&cfg, &quiet(), MegatronRoles { world: Some(world) })
@@ -120,10 +129,13 @@ fn run_ranks(job: &Job, dir: &Path, world: usize) -> Vec<Vec<(u64, Metrics)>> {
     std::fs::write(jobdir.join("example"), job.example).expect("write");
     std::fs::write(jobdir.join("overrides"), job.overrides.join("\n")).expect("write");
     let ranks = spawn_ranks(CHILD, world, &[(DIR_ENV, jobdir.display().to_string())]);
-    ranks.wait(Some(Duration::from_secs(300))).expect("every rank trains");
+    ranks
+        .wait(Some(Duration::from_secs(300)))
+        .expect("every rank trains");
     (0..world)
         .map(|r| {
-            let text = std::fs::read_to_string(jobdir.join(format!("history.rank{r}.json"))).expect("history");
+            let text = std::fs::read_to_string(jobdir.join(format!("history.rank{r}.json")))
+                .expect("history");
             serde_json::from_str(&text).expect("history json")
         })
         .collect()
@@ -151,29 +163,63 @@ fn assert_matches(one: &[(u64, Metrics)], many: &[(u64, Metrics)], rel: f64, wha
 }
 
 fn without_timing(h: &[(u64, Metrics)]) -> Vec<(u64, Metrics)> {
-    h.iter().map(|(s, m)| (*s, m.iter().filter(|(k, _)| !is_timing(k)).map(|(k, v)| (k.clone(), *v)).collect())).collect()
+    h.iter()
+        .map(|(s, m)| {
+            (
+                *s,
+                m.iter()
+                    .filter(|(k, _)| !is_timing(k))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 #[test]
 fn fsdp_two_ranks_match_one_process_and_resume_exactly() {
     let dir = scratch("dist_fsdp");
-    let one = runtime::trainer::run(&config("quickstart.yaml", &Job::new("quickstart.yaml", FSDP, &dir.join("one"), 1).overrides), &quiet())
-        .expect("one-process run");
-    let job = Job::new("quickstart.yaml", FSDP, &dir.join("two"), 2).with(&["trainer.save_freq=2".into()]);
+    let one = runtime::trainer::run(
+        &config(
+            "quickstart.yaml",
+            &Job::new("quickstart.yaml", FSDP, &dir.join("one"), 1).overrides,
+        ),
+        &quiet(),
+    )
+    .expect("one-process run");
+    let job = Job::new("quickstart.yaml", FSDP, &dir.join("two"), 2)
+        .with(&["trainer.save_freq=2".into()]);
     let ranks = run_ranks(&job, &dir.join("two"), 2);
-    assert_eq!(without_timing(&ranks[0]), without_timing(&ranks[1]), "ranks report different metrics");
+    assert_eq!(
+        without_timing(&ranks[0]),
+        without_timing(&ranks[1]),
+        "ranks report different metrics"
+    );
     assert_matches(&one.history, &ranks[0], 2e-3, "FSDP 2 ranks");
-    assert!(ranks[0].iter().all(|(_, m)| m.contains_key("critic/vf_loss") && m.contains_key("actor/pg_loss")));
+    assert!(
+        ranks[0]
+            .iter()
+            .all(|(_, m)| m.contains_key("critic/vf_loss") && m.contains_key("actor/pg_loss"))
+    );
 
     // The checkpoints of steps 2 and 3: verl's layout, one optimizer shard per rank.
     let root = dir.join("two").join("ckpt");
     assert_eq!(list_steps(&root), vec![2, 3]);
     assert_eq!(read_tracker(&root).expect("tracker"), Some(3));
     let s2 = step_dir(&root, 2);
-    for f in ["data.json", "actor/huggingface/model.safetensors", "actor/huggingface/tokenizer.json", "critic/huggingface/model.safetensors"] {
+    for f in [
+        "data.json",
+        "actor/huggingface/model.safetensors",
+        "actor/huggingface/tokenizer.json",
+        "critic/huggingface/model.safetensors",
+    ] {
         assert!(s2.join(f).is_file(), "missing {f}");
     }
-    let shards = std::fs::read_dir(s2.join("actor")).expect("actor dir").flatten().filter(|e| e.file_name().to_string_lossy().contains("optim")).count();
+    let shards = std::fs::read_dir(s2.join("actor"))
+        .expect("actor dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("optim"))
+        .count();
     assert!(shards >= 2, "one optimizer shard per rank, found {shards}");
 
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
@@ -182,8 +228,14 @@ fn fsdp_two_ranks_match_one_process_and_resume_exactly() {
 /// Resumes `job` from its step-2 checkpoint `s2` on two ranks: step 3 is the uninterrupted
 /// run's step 3.
 fn assert_resumes_step_3(job: &Job, uninterrupted: &[(u64, Metrics)], s2: &Path, dir: &Path) {
-    let resume = Job { example: job.example, overrides: job.overrides.clone() }
-        .with(&["trainer.resume_mode=resume_path".into(), format!("trainer.resume_from_path={}", s2.display())]);
+    let resume = Job {
+        example: job.example,
+        overrides: job.overrides.clone(),
+    }
+    .with(&[
+        "trainer.resume_mode=resume_path".into(),
+        format!("trainer.resume_from_path={}", s2.display()),
+    ]);
     let resumed = run_ranks(&resume, &dir.join("resume"), 2);
     assert_eq!(resumed[0].len(), 1, "only step 3 is left");
     assert_matches(&uninterrupted[2..], &resumed[0], 1e-9, "resumed step 3");
@@ -196,19 +248,37 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2".to_owned(),
         "critic.megatron.tensor_model_parallel_size=2".to_owned(),
     ];
-    let one_cfg = config("quickstart_megatron.yaml", &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1).overrides);
+    let one_cfg = config(
+        "quickstart_megatron.yaml",
+        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1).overrides,
+    );
     // The reference is the Megatron engine in one process (its parameter groups differ from
     // the single engine's: no weight decay on biases and norms).
-    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None }).expect("one-process run");
-    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2"), 2).with(&tp2).with(&["trainer.save_freq=2".into()]);
+    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
+        .expect("one-process run");
+    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2"), 2)
+        .with(&tp2)
+        .with(&["trainer.save_freq=2".into()]);
     let ranks = run_ranks(&job, &dir.join("tp2"), 2);
-    assert_eq!(without_timing(&ranks[0]), without_timing(&ranks[1]), "ranks report different metrics");
+    assert_eq!(
+        without_timing(&ranks[0]),
+        without_timing(&ranks[1]),
+        "ranks report different metrics"
+    );
     assert_matches(&one.history, &ranks[0], 2e-3, "Megatron TP=2");
-    assert!(ranks[0].iter().all(|(_, m)| m.contains_key("actor/kl_loss") && m.contains_key("critic/vf_loss")));
+    assert!(
+        ranks[0]
+            .iter()
+            .all(|(_, m)| m.contains_key("actor/kl_loss") && m.contains_key("critic/vf_loss"))
+    );
     let root = dir.join("tp2").join("ckpt");
     assert_eq!(read_tracker(&root).expect("tracker"), Some(3));
     let s2 = step_dir(&root, 2);
-    for f in ["data.json", "actor/huggingface/model.safetensors", "critic/huggingface/model.safetensors"] {
+    for f in [
+        "data.json",
+        "actor/huggingface/model.safetensors",
+        "critic/huggingface/model.safetensors",
+    ] {
         assert!(s2.join(f).is_file(), "missing {f}");
     }
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir);

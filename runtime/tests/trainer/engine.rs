@@ -3,7 +3,9 @@
 //! initial policy.
 
 use runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
-use runtime::engine::{Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine};
+use runtime::engine::{
+    Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine,
+};
 use runtime::model::{CausalLm, Precision};
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use runtime::optim::{AdamWConfig, InnerConfig, SgdConfig};
@@ -28,7 +30,10 @@ fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
         clip_grad: 1.0,
         offload: false,
         scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
-            schedule: VerlSchedule::Cosine { min_lr_ratio: 0.1, num_cycles: 0.5 },
+            schedule: VerlSchedule::Cosine {
+                min_lr_ratio: 0.1,
+                num_cycles: 0.5,
+            },
             lr_warmup_steps: 0,
             lr_warmup_steps_ratio: 0.0,
             total_training_steps: 10,
@@ -67,22 +72,52 @@ fn settings(micro: usize, mode: LossAggMode) -> ActorSettings {
 
 /// A generated batch of 16 responses with random advantages.
 fn batch(actor: &mut Actor<SingleEngine<CausalLm>>) -> Batch {
-    let mut worker = runtime::workers::rollout::RolloutWorker::new(actor.engine.model_config(), Precision::Fp32, Device::Cpu).expect("rollout");
-    worker.update_weights(&actor.engine.per_tensor_params().expect("params")).expect("sync");
+    let mut worker = runtime::workers::rollout::RolloutWorker::new(
+        actor.engine.model_config(),
+        Precision::Fp32,
+        Device::Cpu,
+    )
+    .expect("rollout");
+    worker
+        .update_weights(&actor.engine.per_tensor_params().expect("params"))
+        .expect("sync");
     let prompts: Vec<Vec<i64>> = (0..4).map(|i| vec![1, 5 + i, 6, 7 + i, 8]).collect();
-    let params = SamplingParams { n: 4, max_new_tokens: 6, seed: 3, ..SamplingParams::default() };
-    let out = worker.generate(&prompts, &params, &StopTokens { eos: vec![2], pad: 0 }).expect("generate");
+    let params = SamplingParams {
+        n: 4,
+        max_new_tokens: 6,
+        seed: 3,
+        ..SamplingParams::default()
+    };
+    let out = worker
+        .generate(
+            &prompts,
+            &params,
+            &StopTokens {
+                eos: vec![2],
+                pad: 0,
+            },
+        )
+        .expect("generate");
     let mut b = Batch::new();
     b.insert("input_ids", out.input_ids).expect("insert");
-    b.insert("attention_mask", out.attention_mask).expect("insert");
+    b.insert("attention_mask", out.attention_mask)
+        .expect("insert");
     b.insert("position_ids", out.position_ids).expect("insert");
     b.insert("responses", out.responses).expect("insert");
-    b.insert("response_mask", out.response_mask.to_kind(Kind::Float)).expect("insert");
+    b.insert("response_mask", out.response_mask.to_kind(Kind::Float))
+        .expect("insert");
     let (old, _) = actor.compute_log_prob(&b).expect("log probs");
-    b.insert("ref_log_prob", (&old - 0.05).detach()).expect("insert");
+    b.insert("ref_log_prob", (&old - 0.05).detach())
+        .expect("insert");
     b.insert("old_log_probs", old).expect("insert");
-    let adv = Tensor::from_slice(&(0..16 * 6).map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0).collect::<Vec<_>>()).view([16, 6]);
-    b.insert("advantages", adv * b.get("response_mask").expect("mask")).expect("insert");
+    let adv = Tensor::from_slice(
+        &(0..16 * 6)
+            .map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0)
+            .collect::<Vec<_>>(),
+    )
+    .view([16, 6]);
+    b.insert("advantages", adv * b.get("response_mask").expect("mask"))
+        .expect("insert");
     b
 }
 
@@ -91,31 +126,58 @@ fn params_of(e: &SingleEngine<CausalLm>) -> Vec<(String, Tensor)> {
 }
 
 fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
-    a.iter().zip(b).map(|((_, x), (_, y))| (x - y).abs().max().double_value(&[])).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|((_, x), (_, y))| (x - y).abs().max().double_value(&[]))
+        .fold(0.0, f64::max)
 }
 
 #[test]
 fn micro_batch_size_does_not_change_the_update() {
-    for mode in [LossAggMode::TokenMean, LossAggMode::SeqMeanTokenMean, LossAggMode::SeqMeanTokenSumNorm] {
+    for mode in [
+        LossAggMode::TokenMean,
+        LossAggMode::SeqMeanTokenMean,
+        LossAggMode::SeqMeanTokenSumNorm,
+    ] {
         let mut results = Vec::new();
         for micro in [8, 3, 1] {
             // Plain SGD: Adam's normalisation would magnify rounding noise in near-zero grads.
-            let sgd = InnerConfig::Sgd(SgdConfig { momentum: 0.0, dampening: 0.0, nesterov: false });
-            let mut actor = Actor::new(engine_with(true, sgd), settings(micro, mode)).expect("actor");
+            let sgd = InnerConfig::Sgd(SgdConfig {
+                momentum: 0.0,
+                dampening: 0.0,
+                nesterov: false,
+            });
+            let mut actor =
+                Actor::new(engine_with(true, sgd), settings(micro, mode)).expect("actor");
             let b = batch(&mut actor);
             let m = actor.update_policy(&b, 1).expect("update");
             results.push((params_of(&actor.engine), m));
         }
         for (p, m) in &results[1..] {
             let d = max_diff(&results[0].0, p);
-            assert!(d < 1e-6, "{mode}: parameters differ by {d} across micro-batch sizes");
-            for key in ["actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy_loss"] {
+            assert!(
+                d < 1e-6,
+                "{mode}: parameters differ by {d} across micro-batch sizes"
+            );
+            for key in [
+                "actor/pg_loss",
+                "actor/kl_loss",
+                "actor/grad_norm",
+                "actor/entropy_loss",
+            ] {
                 let (a, b) = (results[0].1[key], m[key]);
-                assert!((a - b).abs() < 1e-5 * (1.0 + a.abs()), "{mode}: {key} {a} vs {b}");
+                assert!(
+                    (a - b).abs() < 1e-5 * (1.0 + a.abs()),
+                    "{mode}: {key} {a} vs {b}"
+                );
             }
         }
         let m = &results[0].1;
-        assert!(m["actor/lr"] > 0.0 && m.contains_key("actor/pg_clipfrac") && m.contains_key("actor/kl_coef"));
+        assert!(
+            m["actor/lr"] > 0.0
+                && m.contains_key("actor/pg_clipfrac")
+                && m.contains_key("actor/kl_coef")
+        );
     }
 }
 
@@ -126,13 +188,21 @@ fn engine_checkpoint_restores_an_identical_continuation() {
     let b = batch(&mut a);
     a.update_policy(&b, 1).expect("update");
     a.engine.save_checkpoint(&dir).expect("save");
-    let mut restored = Actor::new(engine(true), settings(4, LossAggMode::TokenMean)).expect("actor");
+    let mut restored =
+        Actor::new(engine(true), settings(4, LossAggMode::TokenMean)).expect("actor");
     restored.engine.load_checkpoint(&dir).expect("load");
-    assert_eq!(max_diff(&params_of(&a.engine), &params_of(&restored.engine)), 0.0);
+    assert_eq!(
+        max_diff(&params_of(&a.engine), &params_of(&restored.engine)),
+        0.0
+    );
     assert_eq!(a.engine.lr(), restored.engine.lr());
     let m1 = a.update_policy(&b, 2).expect("update");
     let m2 = restored.update_policy(&b, 2).expect("update");
-    assert_eq!(max_diff(&params_of(&a.engine), &params_of(&restored.engine)), 0.0, "bitwise-equal continuation");
+    assert_eq!(
+        max_diff(&params_of(&a.engine), &params_of(&restored.engine)),
+        0.0,
+        "bitwise-equal continuation"
+    );
     assert_eq!(m1, m2);
 }
 
@@ -146,10 +216,24 @@ fn reference_is_the_initial_policy() {
     assert_eq!((&ref_lp - &initial).abs().max().double_value(&[]), 0.0);
     actor.update_policy(&b, 1).expect("update");
     let (after, _) = actor.compute_log_prob(&b).expect("log probs");
-    assert!((&after - &initial).abs().max().double_value(&[]) > 1e-4, "the actor moved");
+    assert!(
+        (&after - &initial).abs().max().double_value(&[]) > 1e-4,
+        "the actor moved"
+    );
     let ref_after = reference.compute_ref_log_prob(&b).expect("ref");
-    assert_eq!((&ref_after - &ref_lp).abs().max().double_value(&[]), 0.0, "the reference did not");
-    assert!(reference.engine.per_tensor_params().expect("p").iter().all(|(_, t)| !t.requires_grad()));
+    assert_eq!(
+        (&ref_after - &ref_lp).abs().max().double_value(&[]),
+        0.0,
+        "the reference did not"
+    );
+    assert!(
+        reference
+            .engine
+            .per_tensor_params()
+            .expect("p")
+            .iter()
+            .all(|(_, t)| !t.requires_grad())
+    );
 }
 
 /// The hybrid engine's rollout holds weights only while it generates: bound without a copy
@@ -168,22 +252,43 @@ fn rollout_binds_weights_without_a_copy_and_releases_them() {
     let numel: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
     assert_eq!(fp32.weight_bytes(), 4 * numel);
     let head = fp32.model().head_weight().data_ptr();
-    assert!(params.iter().any(|(_, t)| t.data_ptr() == head), "the fp32 rollout reads the fp32 actor's storage");
+    assert!(
+        params.iter().any(|(_, t)| t.data_ptr() == head),
+        "the fp32 rollout reads the fp32 actor's storage"
+    );
 
     let prompts = vec![vec![1i64, 5, 6, 7]];
-    let sp = SamplingParams { n: 2, max_new_tokens: 4, seed: 3, ..SamplingParams::default() };
-    let stop = StopTokens { eos: vec![2], pad: 0 };
+    let sp = SamplingParams {
+        n: 2,
+        max_new_tokens: 4,
+        seed: 3,
+        ..SamplingParams::default()
+    };
+    let stop = StopTokens {
+        eos: vec![2],
+        pad: 0,
+    };
     let first = fp32.generate(&prompts, &sp, &stop).expect("generate");
     fp32.release().expect("release");
     assert_eq!(fp32.weight_bytes(), 0);
-    assert!(fp32.generate(&prompts, &sp, &stop).is_err(), "no weights, no generation");
+    assert!(
+        fp32.generate(&prompts, &sp, &stop).is_err(),
+        "no weights, no generation"
+    );
     fp32.update_weights(&params).expect("rebind");
     let again = fp32.generate(&prompts, &sp, &stop).expect("generate");
-    assert!(first.responses.equal(&again.responses), "the same weights generate the same responses");
+    assert!(
+        first.responses.equal(&again.responses),
+        "the same weights generate the same responses"
+    );
 
     let mut bf16 = RolloutWorker::new(cfg, Precision::Bf16, Device::Cpu).expect("rollout");
     bf16.update_weights(&params).expect("bind");
-    assert_eq!(bf16.weight_bytes(), 2 * numel, "bf16 rollout holds a converted copy while loaded");
+    assert_eq!(
+        bf16.weight_bytes(),
+        2 * numel,
+        "bf16 rollout holds a converted copy while loaded"
+    );
     bf16.release().expect("release");
     assert_eq!(bf16.weight_bytes(), 0);
 }

@@ -62,14 +62,29 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
     o.push(format!("actor_rollout_ref.model.path={TINY}"));
     o.push(format!("critic.model.path={TINY}"));
     o.push("actor_rollout_ref.model.tokenizer_path=null".into());
-    o.push(format!("trainer.default_local_dir={}", dir.join("ckpt").display()));
+    o.push(format!(
+        "trainer.default_local_dir={}",
+        dir.join("ckpt").display()
+    ));
     // Micro-batches: the per-GPU key (2 divides any mini-batch of 2 prompts × n), the
     // deprecated global one cleared.
     for (per_gpu, global) in [
-        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_micro_batch_size"),
-        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_micro_batch_size"),
-        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.ref.log_prob_micro_batch_size"),
-        ("critic.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size"),
+        (
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            "actor_rollout_ref.actor.ppo_micro_batch_size",
+        ),
+        (
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size",
+        ),
+        (
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size",
+        ),
+        (
+            "critic.ppo_micro_batch_size_per_gpu",
+            "critic.ppo_micro_batch_size",
+        ),
     ] {
         o.push(format!("{per_gpu}=2"));
         o.push(format!("{global}=null"));
@@ -79,7 +94,10 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
 
 /// Sequence-parallel sizes of one process (only the FSDP tree has Ulysses keys).
 fn fsdp_world_of_one() -> Vec<String> {
-    ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"].iter().map(|r| format!("{r}.ulysses_sequence_parallel_size=1")).collect()
+    ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"]
+        .iter()
+        .map(|r| format!("{r}.ulysses_sequence_parallel_size=1"))
+        .collect()
 }
 
 /// Model-parallel sizes of one CPU process (only for the Megatron flavour, whose tree has them).
@@ -126,11 +144,20 @@ fn train_one_step(spec: &TrainerSpec) -> Result<(), String> {
     let one_rank_group = || {
         let mut env = runtime::dist::DistEnv::single();
         env.master_port = runtime::dist::free_port(&env.master_addr).map_err(|e| e.to_string())?;
-        runtime::dist::ProcessGroup::init(&env, &runtime::dist::InitOptions::default()).map_err(|e| e.to_string())
+        runtime::dist::ProcessGroup::init(&env, &runtime::dist::InitOptions::default())
+            .map_err(|e| e.to_string())
     };
     let summary = match spec.binding.strategy {
-        StrategyKind::Megatron => runtime::trainer::run_with(spec, &opts, MegatronRoles { world: None }),
-        _ if spec.binding.offload.params => runtime::trainer::run_with(spec, &opts, FsdpRoles { world: one_rank_group()? }),
+        StrategyKind::Megatron => {
+            runtime::trainer::run_with(spec, &opts, MegatronRoles { world: None })
+        }
+        _ if spec.binding.offload.params => runtime::trainer::run_with(
+            spec,
+            &opts,
+            FsdpRoles {
+                world: one_rank_group()?,
+            },
+        ),
         _ => runtime::trainer::run(spec, &opts),
     }
     .map_err(|e| e.to_string())?;
@@ -143,7 +170,8 @@ fn train_one_step(spec: &TrainerSpec) -> Result<(), String> {
 #[test]
 fn verl_examples_that_build_start_and_train_a_step() {
     tch::set_num_threads(1);
-    let text = std::fs::read_to_string(repo().join("tests/fixtures/verl_examples/overrides.json")).expect("fixture");
+    let text = std::fs::read_to_string(repo().join("tests/fixtures/verl_examples/overrides.json"))
+        .expect("fixture");
     let cases: Vec<Value> = serde_json::from_str(&text).expect("fixture json");
     let dir = scratch("verl_examples");
     let mut refused: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -155,14 +183,31 @@ fn verl_examples_that_build_start_and_train_a_step() {
             continue;
         }
         let script = case["script"].as_str().unwrap_or_default().to_owned();
-        let base = case["config_name"].as_str().unwrap_or("ppo_trainer").trim_end_matches(".yaml").to_owned();
-        let mut overrides: Vec<String> =
-            case["overrides"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect();
+        let base = case["config_name"]
+            .as_str()
+            .unwrap_or("ppo_trainer")
+            .trim_end_matches(".yaml")
+            .to_owned();
+        let mut overrides: Vec<String> = case["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect();
         // Hydra itself rejects a few of verl's scripts (keys that are not in the tree): not
         // configs anyone runs.
-        let original = LoadRequest { base: Some(base.clone()), overrides: overrides.clone(), cwd: repo(), ..LoadRequest::default() };
+        let original = LoadRequest {
+            base: Some(base.clone()),
+            overrides: overrides.clone(),
+            cwd: repo(),
+            ..LoadRequest::default()
+        };
         let composed = verlc::check::check(&original, &verlc::check::CheckOptions::default());
-        if composed.diagnostics.iter().any(|d| d.is_error() && d.code.0.starts_with('H')) {
+        if composed
+            .diagnostics
+            .iter()
+            .any(|d| d.is_error() && d.code.0.starts_with('H'))
+        {
             hydra_rejects += 1;
             continue;
         }
@@ -172,31 +217,56 @@ fn verl_examples_that_build_start_and_train_a_step() {
         } else {
             overrides.extend(fsdp_world_of_one());
         }
-        let req = LoadRequest { base: Some(base), overrides, cwd: repo(), ..LoadRequest::default() };
+        let req = LoadRequest {
+            base: Some(base),
+            overrides,
+            cwd: repo(),
+            ..LoadRequest::default()
+        };
         match lower_request(&req) {
             SpecOutcome::Ok { spec, .. } => {
                 n_built += 1;
-                built.entry(signature(&spec)).or_insert((script, spec));
+                built.entry(signature(&spec)).or_insert((script, *spec));
             }
             SpecOutcome::Errors(checked) => {
-                let mut codes: Vec<String> = checked.diagnostics.iter().filter(|d| d.is_error()).map(|d| d.code.0.to_owned()).collect();
+                let mut codes: Vec<String> = checked
+                    .diagnostics
+                    .iter()
+                    .filter(|d| d.is_error())
+                    .map(|d| d.code.0.to_owned())
+                    .collect();
                 codes.sort();
                 codes.dedup();
                 // Every refusal says where: the build's errors carry a key or a line.
                 for d in checked.diagnostics.iter().filter(|d| d.is_error()) {
-                    assert!(d.primary.is_some() || d.key_path.is_some(), "{script}: {} has no location: {}", d.code, d.message);
+                    assert!(
+                        d.primary.is_some() || d.key_path.is_some(),
+                        "{script}: {} has no location: {}",
+                        d.code,
+                        d.message
+                    );
                 }
                 refused.entry(codes.join(",")).or_default().push(script);
             }
         }
     }
-    eprintln!("verl examples: {hydra_rejects} rejected by Hydra, {n_built} build ({} distinct runs), refused: {refused:#?}", built.len());
-    assert!(n_built >= 40, "only {n_built} of verl's examples build once retargeted; refused: {refused:#?}");
+    eprintln!(
+        "verl examples: {hydra_rejects} rejected by Hydra, {n_built} build ({} distinct runs), refused: {refused:#?}",
+        built.len()
+    );
+    assert!(
+        n_built >= 40,
+        "only {n_built} of verl's examples build once retargeted; refused: {refused:#?}"
+    );
     let mut failed = Vec::new();
     for (sig, (script, spec)) in &built {
         if let Err(e) = train_one_step(spec) {
             failed.push(format!("{script} [{sig}]: {e}"));
         }
     }
-    assert!(failed.is_empty(), "refused or failed at start-up after building:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "refused or failed at start-up after building:\n{}",
+        failed.join("\n")
+    );
 }

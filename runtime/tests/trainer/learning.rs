@@ -24,43 +24,65 @@ fn with(extra: &[&'static str]) -> Vec<&'static str> {
 fn grpo_quickstart_short_run_raises_the_score() {
     let dir = scratch("grpo_learns");
     let steps = 30;
-    let cfg = small_grpo(&dir, steps, &with(&[
-        "actor_rollout_ref.rollout.n=8",
-        "data.train_batch_size=16",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
-        "actor_rollout_ref.actor.ppo_epochs=2",
-    ]));
+    let cfg = small_grpo(
+        &dir,
+        steps,
+        &with(&[
+            "actor_rollout_ref.rollout.n=8",
+            "data.train_batch_size=16",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
+            "actor_rollout_ref.actor.ppo_epochs=2",
+        ]),
+    );
     let t = std::time::Instant::now();
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
     let scores = series(&summary.history, "critic/score/mean");
-    eprintln!("grpo scores ({:.1}s): {scores:.3?}", t.elapsed().as_secs_f64());
+    eprintln!(
+        "grpo scores ({:.1}s): {scores:.3?}",
+        t.elapsed().as_secs_f64()
+    );
     assert_eq!(scores.len(), steps as usize);
     let (first, last) = (mean(&scores[..4]), mean(&scores[scores.len() - 4..]));
-    assert!(last > 1.8 * first && last > first + 0.08, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
+    assert!(
+        last > 1.8 * first && last > first + 0.08,
+        "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}"
+    );
 }
 
 #[test]
 fn ppo_with_a_gae_critic_learns() {
     let dir = scratch("ppo_learns");
     let steps = 30;
-    let cfg = small_grpo(&dir, steps, &with(&[
-        "algorithm.adv_estimator=gae",
-        "actor_rollout_ref.rollout.n=1",
-        "data.train_batch_size=64",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "critic.ppo_mini_batch_size=16",
-        "critic.ppo_micro_batch_size_per_gpu=16",
-        "critic.optim.lr=2e-3",
-        "critic.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2'",
-    ]));
+    let cfg = small_grpo(
+        &dir,
+        steps,
+        &with(&[
+            "algorithm.adv_estimator=gae",
+            "actor_rollout_ref.rollout.n=1",
+            "data.train_batch_size=64",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+            "critic.ppo_mini_batch_size=16",
+            "critic.ppo_micro_batch_size_per_gpu=16",
+            "critic.optim.lr=2e-3",
+            "critic.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2'",
+        ]),
+    );
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
     let scores = series(&summary.history, "critic/score/mean");
     let vf = series(&summary.history, "critic/vf_loss");
     eprintln!("ppo scores: {scores:.3?}\nvf_loss: {vf:.4?}");
     assert_eq!(vf.len(), steps as usize, "the critic is updated every step");
-    assert!(summary.history.iter().all(|(_, m)| m.contains_key("critic/vf_explained_var")));
+    assert!(
+        summary
+            .history
+            .iter()
+            .all(|(_, m)| m.contains_key("critic/vf_explained_var"))
+    );
     let (first, last) = (mean(&scores[..4]), mean(&scores[scores.len() - 4..]));
-    assert!(last > 1.8 * first && last > first + 0.08, "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}");
+    assert!(
+        last > 1.8 * first && last > first + 0.08,
+        "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}"
+    );
 }

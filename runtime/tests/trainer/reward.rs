@@ -23,7 +23,11 @@ fn settings(file: &str, timeout: Duration) -> PythonSettings {
         python: PythonSettings::default_python(),
         path: fixture(file),
         name: "compute_score".into(),
-        reward_kwargs: if file == "reward_fn.py" { kwargs } else { Map::new() },
+        reward_kwargs: if file == "reward_fn.py" {
+            kwargs
+        } else {
+            Map::new()
+        },
         startup_timeout: Duration::from_secs(60),
         call_timeout: timeout,
     }
@@ -33,14 +37,32 @@ fn item(source: &str, text: &str, truth: Value, index: i64) -> ScoreItem {
     let mut extra = Map::new();
     extra.insert("index".into(), json!(index));
     extra.insert("split".into(), json!("train"));
-    ScoreItem { data_source: source.into(), solution_str: text.into(), ground_truth: truth, extra_info: extra }
+    ScoreItem {
+        data_source: source.into(),
+        solution_str: text.into(),
+        ground_truth: truth,
+        extra_info: extra,
+    }
 }
 
 fn items() -> Vec<ScoreItem> {
-    let texts = ["31204", "3 1 2", "no digits", "✓ 42 ünïcode", "", "31204\n", "9999999", "0"];
+    let texts = [
+        "31204",
+        "3 1 2",
+        "no digits",
+        "✓ 42 ünïcode",
+        "",
+        "31204\n",
+        "9999999",
+        "0",
+    ];
     let mut out = Vec::new();
     for (i, t) in texts.iter().enumerate() {
-        let source = if i % 2 == 0 { "builtin/digit_reversal" } else { "custom/int" };
+        let source = if i % 2 == 0 {
+            "builtin/digit_reversal"
+        } else {
+            "custom/int"
+        };
         out.push(item(source, t, json!("31204"), i as i64));
     }
     out
@@ -49,7 +71,8 @@ fn items() -> Vec<ScoreItem> {
 #[test]
 fn python_reward_gives_the_scores_of_a_direct_call() {
     let items = items();
-    let mut f = PythonRewardFn::start(settings("reward_fn.py", Duration::from_secs(60))).expect("server starts");
+    let mut f = PythonRewardFn::start(settings("reward_fn.py", Duration::from_secs(60)))
+        .expect("server starts");
     let got = f.score(&items).expect("scores");
     // Twice through the same process: the server is long-lived.
     let again = f.score(&items).expect("scores again");
@@ -81,7 +104,11 @@ print(json.dumps(out))
         .arg(&input)
         .output()
         .expect("python runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let direct: Vec<f64> = serde_json::from_slice(&out.stdout).expect("scores json");
     let through: Vec<f64> = got.iter().map(|s| s.score).collect();
     assert_eq!(through, direct, "subprocess and direct call differ");
@@ -93,22 +120,50 @@ print(json.dumps(out))
 
 #[test]
 fn crashing_and_raising_reward_functions_give_clear_errors() {
-    let mut f = PythonRewardFn::start(settings("reward_crash.py", Duration::from_secs(60))).expect("server starts");
-    assert_eq!(f.score(&[item("x", "fine", json!("1"), 1)]).expect("ok")[0].score, 0.0);
-    let err = f.score(&[item("x", "please raise", json!("1"), 1)]).expect_err("raises").to_string();
-    assert!(err.contains("ZeroDivisionError") && err.contains("raised an exception"), "{err}");
+    let mut f = PythonRewardFn::start(settings("reward_crash.py", Duration::from_secs(60)))
+        .expect("server starts");
+    assert_eq!(
+        f.score(&[item("x", "fine", json!("1"), 1)]).expect("ok")[0].score,
+        0.0
+    );
+    let err = f
+        .score(&[item("x", "please raise", json!("1"), 1)])
+        .expect_err("raises")
+        .to_string();
+    assert!(
+        err.contains("ZeroDivisionError") && err.contains("raised an exception"),
+        "{err}"
+    );
     // The server survives an exception in user code.
-    assert_eq!(f.score(&[item("x", "fine", json!("1"), 2)]).expect("still serving")[0].score, 0.0);
-    let err = f.score(&[item("x", "boom", json!("1"), 1)]).expect_err("process dies").to_string();
+    assert_eq!(
+        f.score(&[item("x", "fine", json!("1"), 2)])
+            .expect("still serving")[0]
+            .score,
+        0.0
+    );
+    let err = f
+        .score(&[item("x", "boom", json!("1"), 1)])
+        .expect_err("process dies")
+        .to_string();
     assert!(err.contains("exited") && err.contains("7"), "{err}");
-    let err = f.score(&[item("x", "fine", json!("1"), 1)]).expect_err("dead").to_string();
+    let err = f
+        .score(&[item("x", "fine", json!("1"), 1)])
+        .expect_err("dead")
+        .to_string();
     assert!(err.contains("no longer running"), "{err}");
 
-    let err = PythonRewardFn::start(settings("reward_syntax.py", Duration::from_secs(60))).expect_err("syntax error").to_string();
-    assert!(err.contains("SyntaxError") && err.contains("failed to load"), "{err}");
+    let err = PythonRewardFn::start(settings("reward_syntax.py", Duration::from_secs(60)))
+        .expect_err("syntax error")
+        .to_string();
+    assert!(
+        err.contains("SyntaxError") && err.contains("failed to load"),
+        "{err}"
+    );
     let mut s = settings("reward_fn.py", Duration::from_secs(60));
     s.name = "no_such_function".into();
-    let err = PythonRewardFn::start(s).expect_err("missing function").to_string();
+    let err = PythonRewardFn::start(s)
+        .expect_err("missing function")
+        .to_string();
     assert!(err.contains("no_such_function"), "{err}");
     let mut s = settings("reward_fn.py", Duration::from_secs(60));
     s.path = fixture("missing.py");
@@ -117,22 +172,40 @@ fn crashing_and_raising_reward_functions_give_clear_errors() {
 
 #[test]
 fn hanging_reward_function_times_out() {
-    let mut f = PythonRewardFn::start(settings("reward_hang.py", Duration::from_secs(2))).expect("server starts");
+    let mut f = PythonRewardFn::start(settings("reward_hang.py", Duration::from_secs(2)))
+        .expect("server starts");
     let t = Instant::now();
-    let err = f.score(&[item("x", "anything", json!("1"), 1)]).expect_err("times out");
-    assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
+    let err = f
+        .score(&[item("x", "anything", json!("1"), 1)])
+        .expect_err("times out");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
     assert!(matches!(err, RewardError::Timeout { .. }), "{err}");
-    assert!(err.to_string().contains("did not answer within 2 s"), "{err}");
+    assert!(
+        err.to_string().contains("did not answer within 2 s"),
+        "{err}"
+    );
 }
 
 #[test]
 fn trainer_fails_cleanly_on_a_crashing_reward_function() {
     let dir = scratch("trainer_reward_crash");
-    let path = format!("custom_reward_function.path={}", fixture("reward_hang.py").display());
+    let path = format!(
+        "custom_reward_function.path={}",
+        fixture("reward_hang.py").display()
+    );
     let cfg = small_grpo(&dir, 2, &[&path]);
-    let opts = runtime::trainer::RunOptions { reward_call_timeout: Duration::from_secs(2), ..quiet() };
+    let opts = runtime::trainer::RunOptions {
+        reward_call_timeout: Duration::from_secs(2),
+        ..quiet()
+    };
     let t = Instant::now();
-    let err = runtime::trainer::run(&cfg, &opts).expect_err("the reward function hangs").to_string();
+    let err = runtime::trainer::run(&cfg, &opts)
+        .expect_err("the reward function hangs")
+        .to_string();
     assert!(err.contains("did not answer"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(120));
 }
@@ -140,8 +213,15 @@ fn trainer_fails_cleanly_on_a_crashing_reward_function() {
 #[test]
 fn trainer_scores_with_a_python_reward_function() {
     let dir = scratch("trainer_reward_python");
-    let path = format!("custom_reward_function.path={}", fixture("reward_fn.py").display());
-    let cfg = small_grpo(&dir, 1, &[&path, "+custom_reward_function.reward_kwargs={bonus: 0.0}"]);
+    let path = format!(
+        "custom_reward_function.path={}",
+        fixture("reward_fn.py").display()
+    );
+    let cfg = small_grpo(
+        &dir,
+        1,
+        &[&path, "+custom_reward_function.reward_kwargs={bonus: 0.0}"],
+    );
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
     let score = summary.history[0].1["critic/score/mean"];
     assert!((0.0..=1.0).contains(&score), "{score}");
@@ -151,14 +231,29 @@ fn trainer_scores_with_a_python_reward_function() {
 fn gsm8k_scorer() {
     assert_eq!(gsm8k("so the answer is #### 72", "72"), 1.0);
     assert_eq!(gsm8k("#### 1,234", "1234"), 1.0);
-    assert_eq!(gsm8k("#### $5", "5"), 0.0, "`$` is not part of the strict pattern");
-    assert_eq!(gsm8k("#### 3 then #### 4", "4"), 1.0, "the last answer counts");
+    assert_eq!(
+        gsm8k("#### $5", "5"),
+        0.0,
+        "`$` is not part of the strict pattern"
+    );
+    assert_eq!(
+        gsm8k("#### 3 then #### 4", "4"),
+        1.0,
+        "the last answer counts"
+    );
     assert_eq!(gsm8k("#### -7", "-7"), 1.0);
     assert_eq!(gsm8k("the answer is 72", "72"), 0.0, "strict format");
     assert_eq!(gsm8k("####72", "72"), 0.0);
     let long = format!("#### 72 {}", "x".repeat(400));
-    assert_eq!(gsm8k(&long, "72"), 0.0, "only the last 300 characters are searched");
-    assert_eq!(default_compute_score("openai/gsm8k", "#### 8", &json!("8")).expect("known"), 1.0);
+    assert_eq!(
+        gsm8k(&long, "72"),
+        0.0,
+        "only the last 300 characters are searched"
+    );
+    assert_eq!(
+        default_compute_score("openai/gsm8k", "#### 8", &json!("8")).expect("known"),
+        1.0
+    );
 }
 
 #[test]
@@ -171,18 +266,36 @@ fn boxed_math_scorer() {
     assert_eq!(math_boxed("\\boxed{\\sqrt2}", "\\sqrt{2}"), 1.0);
     assert_eq!(math_boxed("first \\boxed{1} then \\boxed{2}", "2"), 1.0);
     assert_eq!(math_boxed("\\boxed 7$", "7"), 1.0);
-    assert_eq!(math_boxed("\\fbox{9}", "9"), 0.0, "verl does not unbox \\fbox");
+    assert_eq!(
+        math_boxed("\\fbox{9}", "9"),
+        0.0,
+        "verl does not unbox \\fbox"
+    );
     assert_eq!(math_boxed("\\boxed{3}", "4"), 0.0);
     assert_eq!(math_boxed("no box 4", "4"), 0.0);
     assert_eq!(math_boxed("\\boxed{5", "5"), 0.0, "unclosed");
-    assert_eq!(strip_string("\\left( 1, 2 \\right)").as_deref(), Some("(1,2)"));
+    assert_eq!(
+        strip_string("\\left( 1, 2 \\right)").as_deref(),
+        Some("(1,2)")
+    );
     assert_eq!(strip_string("5 \\text{ cm}").as_deref(), Some("5"));
-    assert_eq!(default_compute_score("HuggingFaceH4/MATH-500", "\\boxed{4}", &json!("4")).expect("known"), 1.0);
+    assert_eq!(
+        default_compute_score("HuggingFaceH4/MATH-500", "\\boxed{4}", &json!("4")).expect("known"),
+        1.0
+    );
 }
 
 #[test]
 fn unknown_data_source_is_reported_up_front() {
-    let err = default_compute_score("my/dataset", "x", &json!("y")).expect_err("unknown").to_string();
-    assert!(err.contains("my/dataset") && err.contains("custom_reward_function.path"), "{err}");
-    assert_eq!(default_compute_score("builtin/digit_reversal", "321", &json!("321")).expect("builtin"), 1.0);
+    let err = default_compute_score("my/dataset", "x", &json!("y"))
+        .expect_err("unknown")
+        .to_string();
+    assert!(
+        err.contains("my/dataset") && err.contains("custom_reward_function.path"),
+        "{err}"
+    );
+    assert_eq!(
+        default_compute_score("builtin/digit_reversal", "321", &json!("321")).expect("builtin"),
+        1.0
+    );
 }

@@ -16,7 +16,9 @@ pub fn repo() -> PathBuf {
 
 /// A fresh scratch directory under the target dir.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("trainer_tests").join(name);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("trainer_tests")
+        .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
@@ -31,9 +33,14 @@ pub fn spec_of(example: &str, overrides: &[String]) -> TrainerSpec {
         ..LoadRequest::default()
     };
     match lower_request(&req) {
-        SpecOutcome::Ok { spec, .. } => spec,
+        SpecOutcome::Ok { spec, .. } => *spec,
         SpecOutcome::Errors(checked) => {
-            let errors: Vec<String> = checked.diagnostics.iter().filter(|d| d.is_error()).map(|d| format!("{}: {}", d.code, d.message)).collect();
+            let errors: Vec<String> = checked
+                .diagnostics
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|d| format!("{}: {}", d.code, d.message))
+                .collect();
             panic!("config errors: {errors:#?}")
         }
     }
@@ -41,12 +48,18 @@ pub fn spec_of(example: &str, overrides: &[String]) -> TrainerSpec {
 
 /// `examples/quickstart.yaml` with `overrides`, lowered as `verlc build` does.
 pub fn quickstart(overrides: &[&str]) -> TrainerSpec {
-    spec_of("quickstart.yaml", &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    spec_of(
+        "quickstart.yaml",
+        &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    )
 }
 
 /// Run options for tests: quiet, CPU, fp32.
 pub fn quiet() -> RunOptions {
-    RunOptions { console_lines: false, ..RunOptions::default() }
+    RunOptions {
+        console_lines: false,
+        ..RunOptions::default()
+    }
 }
 
 /// A small, fast GRPO run of the quickstart in `dir` (checkpoints and logs there).
@@ -71,7 +84,10 @@ pub fn small_grpo(dir: &Path, steps: u64, extra: &[&str]) -> TrainerSpec {
 
 /// The value of metric `name` at each logged step that has it.
 pub fn series(history: &[(u64, Metrics)], name: &str) -> Vec<f64> {
-    history.iter().filter_map(|(_, m)| m.get(name).copied()).collect()
+    history
+        .iter()
+        .filter_map(|(_, m)| m.get(name).copied())
+        .collect()
 }
 
 pub fn mean(v: &[f64]) -> f64 {
@@ -80,5 +96,7 @@ pub fn mean(v: &[f64]) -> f64 {
 
 /// Metrics that are measurements of wall time (never equal between runs).
 pub fn is_timing(name: &str) -> bool {
-    name.starts_with("timing_s/") || name.starts_with("timing_per_token_ms/") || name.starts_with("perf/")
+    name.starts_with("timing_s/")
+        || name.starts_with("timing_per_token_ms/")
+        || name.starts_with("perf/")
 }

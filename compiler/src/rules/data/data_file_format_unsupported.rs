@@ -35,7 +35,10 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     ] {
         let listed = matches!(files, OneOrMany::Many(_));
         for (i, file) in files.items().into_iter().enumerate() {
-            if file.ends_with(".parquet") || file.ends_with(".json") || file.starts_with("builtin://") {
+            if file.ends_with(".parquet")
+                || file.ends_with(".json")
+                || file.starts_with("builtin://")
+            {
                 continue;
             }
             let at = if listed {

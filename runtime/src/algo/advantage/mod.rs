@@ -25,7 +25,6 @@ use super::{AlgoError, Result, check};
 
 pub use verlc_spec::algo::{AdvEstimator, AdvantageConfig};
 
-
 /// The batch data an estimator may read.
 #[derive(Debug, Clone, Copy)]
 pub struct AdvantageInputs<'a> {

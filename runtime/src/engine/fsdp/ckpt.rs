@@ -23,7 +23,10 @@ pub fn optim_file(dir: &Path, world: usize, rank: usize) -> PathBuf {
 }
 
 fn ck(path: &Path, msg: impl std::fmt::Display) -> EngineError {
-    EngineError::Checkpoint { path: path.to_path_buf(), msg: msg.to_string() }
+    EngineError::Checkpoint {
+        path: path.to_path_buf(),
+        msg: msg.to_string(),
+    }
 }
 
 /// The world size the optimizer state under `dir` was saved with.
@@ -31,18 +34,32 @@ pub fn saved_world_size(dir: &Path) -> Result<usize, EngineError> {
     let entries = std::fs::read_dir(dir).map_err(|e| ck(dir, e))?;
     let mut found = None;
     for e in entries {
-        let name = e.map_err(|e| ck(dir, e))?.file_name().to_string_lossy().into_owned();
+        let name = e
+            .map_err(|e| ck(dir, e))?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
         if let Some(rest) = name.strip_prefix(PREFIX)
             && let Some((w, _)) = rest.split_once("_rank_")
             && let Ok(w) = w.parse::<usize>()
         {
             match found {
-                Some(f) if f != w => return Err(ck(dir, format!("optimizer state of world sizes {f} and {w}"))),
+                Some(f) if f != w => {
+                    return Err(ck(
+                        dir,
+                        format!("optimizer state of world sizes {f} and {w}"),
+                    ));
+                }
                 _ => found = Some(w),
             }
         }
     }
-    found.ok_or_else(|| ck(dir, "no sharded optimizer state (optim_world_size_*_rank_*.safetensors)"))
+    found.ok_or_else(|| {
+        ck(
+            dir,
+            "no sharded optimizer state (optim_world_size_*_rank_*.safetensors)",
+        )
+    })
 }
 
 /// Writes to `out` the optimizer state of rank `rank` of `world` from the `old`-rank files under
@@ -58,7 +75,9 @@ pub fn reshard(
     let files: Vec<(PathBuf, Vec<u8>)> = (0..old)
         .map(|r| {
             let p = optim_file(dir, old, r);
-            std::fs::read(&p).map(|b| (p.clone(), b)).map_err(|e| ck(&p, e))
+            std::fs::read(&p)
+                .map(|b| (p.clone(), b))
+                .map_err(|e| ck(&p, e))
         })
         .collect::<Result<_, _>>()?;
     let parsed: Vec<SafeTensors<'_>> = files
@@ -72,18 +91,31 @@ pub fn reshard(
     names.sort();
     let mut data: Vec<(String, Vec<u8>, usize)> = Vec::with_capacity(names.len());
     for name in names {
-        let (param, _) = name.rsplit_once('.').ok_or_else(|| ck(p0, format!("unexpected tensor `{name}`")))?;
-        let n = *numel.get(param).ok_or_else(|| ck(p0, format!("`{param}` is not a unit of this model")))? as usize;
+        let (param, _) = name
+            .rsplit_once('.')
+            .ok_or_else(|| ck(p0, format!("unexpected tensor `{name}`")))?;
+        let n = *numel
+            .get(param)
+            .ok_or_else(|| ck(p0, format!("`{param}` is not a unit of this model")))?
+            as usize;
         let mut flat: Vec<u8> = Vec::with_capacity(n * 4 + 64);
         for (st, (p, _)) in parsed.iter().zip(&files) {
-            let t = st.tensor(&name).map_err(|e| ck(p, format!("`{name}`: {e:?}")))?;
+            let t = st
+                .tensor(&name)
+                .map_err(|e| ck(p, format!("`{name}`: {e:?}")))?;
             if t.dtype() != Dtype::F32 {
                 return Err(ck(p, format!("`{name}` is {:?}, expected F32", t.dtype())));
             }
             flat.extend_from_slice(t.data());
         }
         if flat.len() < n * 4 {
-            return Err(ck(p0, format!("`{name}` has {} elements over {old} ranks, the unit has {n}", flat.len() / 4)));
+            return Err(ck(
+                p0,
+                format!(
+                    "`{name}` has {} elements over {old} ranks, the unit has {n}",
+                    flat.len() / 4
+                ),
+            ));
         }
         flat.truncate(n * 4);
         let shard = n.div_ceil(world.max(1));
@@ -94,7 +126,9 @@ pub fn reshard(
     let views: Vec<(String, TensorView<'_>)> = data
         .iter()
         .map(|(n, d, len)| {
-            TensorView::new(Dtype::F32, vec![*len], d).map(|v| (n.clone(), v)).map_err(|e| ck(out, format!("{e:?}")))
+            TensorView::new(Dtype::F32, vec![*len], d)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| ck(out, format!("{e:?}")))
         })
         .collect::<Result<_, _>>()?;
     safetensors::tensor::serialize_to_file(views.iter().map(|(n, v)| (n.as_str(), v)), &info, out)

@@ -16,7 +16,12 @@ pub trait FsdpHead: Head {
     /// Whether the head reads the embedding matrix (tied embeddings).
     fn reads_embedding(&self) -> bool;
     /// The head's output from the normed final hidden states `(N, T, hidden)` of `batch`.
-    fn output_from_hidden(&self, hidden: &Tensor, batch: &Batch, opts: &ForwardOptions) -> Result<Self::Output>;
+    fn output_from_hidden(
+        &self,
+        hidden: &Tensor,
+        batch: &Batch,
+        opts: &ForwardOptions,
+    ) -> Result<Self::Output>;
 }
 
 /// `(T, R)`: sequence and response lengths of `batch`, checked.
@@ -24,7 +29,9 @@ pub(crate) fn lengths(batch: &Batch) -> Result<(i64, i64)> {
     let r = batch.get("responses")?.size().get(1).copied().unwrap_or(0);
     let t = batch.get("input_ids")?.size().get(1).copied().unwrap_or(0);
     if r < 1 || r >= t {
-        return Err(EngineError::Batch(format!("responses of length {r} do not fit sequences of length {t}")));
+        return Err(EngineError::Batch(format!(
+            "responses of length {r} do not fit sequences of length {t}"
+        )));
     }
     Ok((t, r))
 }
@@ -38,10 +45,18 @@ impl FsdpHead for CausalLm {
         self.config.tie_word_embeddings
     }
 
-    fn output_from_hidden(&self, hidden: &Tensor, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
+    fn output_from_hidden(
+        &self,
+        hidden: &Tensor,
+        batch: &Batch,
+        opts: &ForwardOptions,
+    ) -> Result<LogProbOutput> {
         let (t, r) = lengths(batch)?;
         if opts.temperature.is_nan() || opts.temperature <= 0.0 {
-            return Err(EngineError::Config(format!("temperature must be positive, got {}", opts.temperature)));
+            return Err(EngineError::Config(format!(
+                "temperature must be positive, got {}",
+                opts.temperature
+            )));
         }
         let hidden = hidden.f_narrow(1, t - r - 1, r)?;
         let mut logits = self.logits(&hidden);
@@ -65,9 +80,18 @@ impl FsdpHead for ValueModel {
         false
     }
 
-    fn output_from_hidden(&self, hidden: &Tensor, batch: &Batch, _opts: &ForwardOptions) -> Result<Tensor> {
+    fn output_from_hidden(
+        &self,
+        hidden: &Tensor,
+        batch: &Batch,
+        _opts: &ForwardOptions,
+    ) -> Result<Tensor> {
         let (t, r) = lengths(batch)?;
         let hidden = hidden.f_narrow(1, t - r - 1, r)?;
-        Ok(self.score().forward(&hidden).f_squeeze_dim(-1)?.f_to_kind(Kind::Float)?)
+        Ok(self
+            .score()
+            .forward(&hidden)
+            .f_squeeze_dim(-1)?
+            .f_to_kind(Kind::Float)?)
     }
 }

@@ -60,11 +60,13 @@ use crate::model::save::{SaveOptions, save_named};
 use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{NamedParam, single_group};
 use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
-use crate::optim::{LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig};
+use crate::optim::{
+    LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig,
+};
 
 use super::{
-    Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Result, SchedulerSettings,
-    StepResult, global_agg_options,
+    Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Result,
+    SchedulerSettings, StepResult, global_agg_options,
 };
 
 pub use head::FsdpHead;
@@ -99,19 +101,32 @@ pub struct FsdpSettings {
 
 impl FsdpSettings {
     pub fn new(engine: EngineSettings) -> Self {
-        FsdpSettings { engine, reduce_dtype: Kind::Float, param_offload: false, reshard_after_forward: true }
+        FsdpSettings {
+            engine,
+            reduce_dtype: Kind::Float,
+            param_offload: false,
+            reshard_after_forward: true,
+        }
     }
 
     /// The settings of a role's FSDP engine spec on top of `engine`, and its `fsdp_size` (for
     /// [`FsdpEngine::with_mesh`]). The optimizer's offload is already in `engine.optim`.
-    pub fn from_spec(engine: EngineSettings, spec: &verlc_spec::trainer::FsdpEngineSpec) -> (Self, i64) {
+    pub fn from_spec(
+        engine: EngineSettings,
+        spec: &verlc_spec::trainer::FsdpEngineSpec,
+    ) -> (Self, i64) {
         use verlc_spec::trainer::Dtype;
         let reduce_dtype = match spec.reduce_dtype {
             Dtype::Bf16 => Kind::BFloat16,
             Dtype::Fp16 => Kind::Half,
             Dtype::Fp32 => Kind::Float,
         };
-        let settings = FsdpSettings { engine, reduce_dtype, param_offload: spec.param_offload, reshard_after_forward: spec.reshard_after_forward };
+        let settings = FsdpSettings {
+            engine,
+            reduce_dtype,
+            param_offload: spec.param_offload,
+            reshard_after_forward: spec.reshard_after_forward,
+        };
         (settings, spec.fsdp_size)
     }
 }
@@ -194,11 +209,21 @@ impl<H: FsdpHead> FsdpEngine<H> {
                     "fsdp_size {fsdp_size} must divide the data-parallel size {world}"
                 )));
             }
-            let blocks: Vec<Vec<usize>> = (0..world / f).map(|b| (b * f..(b + 1) * f).collect()).collect();
-            let strides: Vec<Vec<usize>> = (0..f).map(|i| (i..world).step_by(f).collect()).collect();
-            let missing = |what: &str| EngineError::Config(format!("this rank is in no {what} group"));
-            let shard = dp.split(&blocks).map_err(FsdpError::from)?.ok_or_else(|| missing("shard"))?;
-            let rep = dp.split(&strides).map_err(FsdpError::from)?.ok_or_else(|| missing("replicate"))?;
+            let blocks: Vec<Vec<usize>> = (0..world / f)
+                .map(|b| (b * f..(b + 1) * f).collect())
+                .collect();
+            let strides: Vec<Vec<usize>> =
+                (0..f).map(|i| (i..world).step_by(f).collect()).collect();
+            let missing =
+                |what: &str| EngineError::Config(format!("this rank is in no {what} group"));
+            let shard = dp
+                .split(&blocks)
+                .map_err(FsdpError::from)?
+                .ok_or_else(|| missing("shard"))?;
+            let rep = dp
+                .split(&strides)
+                .map_err(FsdpError::from)?
+                .ok_or_else(|| missing("replicate"))?;
             (shard, Some(rep))
         };
         Self::build(settings, group, replicate, dp)
@@ -215,22 +240,31 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let source = ModelSource::parse(path)?;
         let config = source.config()?;
         let vs = VarStore::new(es.device);
-        let module =
-            H::build(&config, vs.root()).map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        let module = H::build(&config, vs.root())
+            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         let mut vs = vs;
         vs.set_kind(es.param_dtype.kind());
         match &source {
             ModelSource::Builtin(_) => init_weights(&vs, config.initializer_range, es.seed)?,
             ModelSource::Dir(dir) => {
                 let ckpt = Checkpoint::open(dir)?;
-                let opts = LoadOptions { allow_missing: H::fresh_prefixes(), ..LoadOptions::default() };
+                let opts = LoadOptions {
+                    allow_missing: H::fresh_prefixes(),
+                    ..LoadOptions::default()
+                };
                 let report = load_weights(&vs, &ckpt, &opts)?;
                 let fresh = report.missing;
-                init_weights_where(&vs, config.initializer_range, es.seed, |n| fresh.iter().any(|m| m == n))?;
+                init_weights_where(&vs, config.initializer_range, es.seed, |n| {
+                    fresh.iter().any(|m| m == n)
+                })?;
             }
         }
         let (rank, world) = (group.rank(), group.size());
-        let shard_device = if settings.param_offload { Device::Cpu } else { es.device };
+        let shard_device = if settings.param_offload {
+            Device::Cpu
+        } else {
+            es.device
+        };
         let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
         vars.sort_by(|a, b| a.0.cmp(&b.0));
         let n_layers = module.backbone().layers().len();
@@ -275,12 +309,18 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let Some(o) = self.settings.engine.optim else {
             return Ok(());
         };
-        let params: Vec<NamedParam> =
-            self.units().map(|u| NamedParam::new(format!("fsdp.{}", u.name()), u.shard().shallow_clone())).collect();
+        let params: Vec<NamedParam> = self
+            .units()
+            .map(|u| NamedParam::new(format!("fsdp.{}", u.name()), u.shard().shallow_clone()))
+            .collect();
         // The shards are the fp32 main params for every param dtype; fp16 adds the loss scaler.
         let fp16 = self.settings.engine.param_dtype == ParamDtype::Fp16;
         let cfg = OptimizerConfig {
-            precision: if fp16 { OptimPrecision::Fp16 } else { OptimPrecision::Fp32 },
+            precision: if fp16 {
+                OptimPrecision::Fp16
+            } else {
+                OptimPrecision::Fp32
+            },
             inner: o.inner,
             clip_grad: o.clip_grad,
             grad_norm_skip_threshold: f64::INFINITY,
@@ -291,7 +331,9 @@ impl<H: FsdpHead> FsdpEngine<H> {
         };
         let mut opt = Optimizer::new(single_group(params, o.lr, o.weight_decay), cfg)?;
         let sched = match o.scheduler {
-            SchedulerSettings::Verl(c) => LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?),
+            SchedulerSettings::Verl(c) => {
+                LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?)
+            }
             SchedulerSettings::Megatron(c) => {
                 LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?)
             }
@@ -322,14 +364,25 @@ impl<H: FsdpHead> FsdpEngine<H> {
     /// Bytes of this rank's shards, shard gradients and optimizer state, and the peak of
     /// gathered units so far.
     pub fn memory(&self) -> MemoryReport {
-        let bytes = |t: &Tensor| if t.defined() { t.numel() as i64 * unit::elem_size(t.kind()) } else { 0 };
+        let bytes = |t: &Tensor| {
+            if t.defined() {
+                t.numel() as i64 * unit::elem_size(t.kind())
+            } else {
+                0
+            }
+        };
         let params = self.units().map(|u| bytes(u.shard())).sum();
         let grads = self.units().map(|u| bytes(&u.shard().grad())).sum();
         let optimizer = self.optimizer.as_ref().map_or(0, |o| {
             let (main, state) = o.owned_bytes();
             main + state
         });
-        MemoryReport { params, grads, optimizer, peak_gathered: self.peak_gathered }
+        MemoryReport {
+            params,
+            grads,
+            optimizer,
+            peak_gathered: self.peak_gathered,
+        }
     }
 
     fn note_gathered(&mut self) {
@@ -338,14 +391,18 @@ impl<H: FsdpHead> FsdpEngine<H> {
     }
 
     fn optimizer_mut(&mut self) -> Result<&mut Optimizer> {
-        self.optimizer.as_mut().ok_or_else(|| EngineError::Config("this engine is forward-only (no optimizer)".into()))
+        self.optimizer
+            .as_mut()
+            .ok_or_else(|| EngineError::Config("this engine is forward-only (no optimizer)".into()))
     }
 
     /// Every micro-batch step is a sequence of collectives, so every rank must run the same
     /// number of micro-batches.
     fn check_micro_batches(&self, n: usize) -> Result<()> {
         let t = Tensor::from_slice(&[n as f64, -(n as f64)]);
-        self.dp.all_reduce(&t, ReduceOp::Max).map_err(FsdpError::from)?;
+        self.dp
+            .all_reduce(&t, ReduceOp::Max)
+            .map_err(FsdpError::from)?;
         let (max, min) = (t.f_double_value(&[0])?, -t.f_double_value(&[1])?);
         if max != min {
             return Err(EngineError::Batch(format!(
@@ -357,9 +414,15 @@ impl<H: FsdpHead> FsdpEngine<H> {
 
     /// verl's `global_batch_info`: valid tokens and non-empty sequences summed over the group.
     fn global_agg(&self, batch: &Batch) -> Result<crate::algo::AggOptions> {
-        let mut agg = global_agg_options(batch, self.dp.size(), self.settings.engine.loss_scale_factor)?;
+        let mut agg = global_agg_options(
+            batch,
+            self.dp.size(),
+            self.settings.engine.loss_scale_factor,
+        )?;
         let t = Tensor::from_slice(&[batch.num_tokens()?, batch.num_nonempty()?]);
-        self.dp.all_reduce(&t, ReduceOp::Sum).map_err(FsdpError::from)?;
+        self.dp
+            .all_reduce(&t, ReduceOp::Sum)
+            .map_err(FsdpError::from)?;
         let (tokens, seqs) = (t.f_double_value(&[0])?, t.f_double_value(&[1])?);
         agg.batch_num_tokens = (tokens > 0.0).then_some(tokens);
         agg.global_batch_size = (seqs > 0.0).then_some(seqs);
@@ -381,7 +444,11 @@ impl<H: FsdpHead> FsdpEngine<H> {
 
     /// Forward of one micro-batch, unit by unit; returns the boundary activations
     /// (`saved[i]` is layer i's input, `saved[L]` the last layer's output).
-    fn forward_boundaries(&mut self, mb: &Batch, keep: bool) -> Result<(Vec<Tensor>, Tensor, Tensor, Tensor)> {
+    fn forward_boundaries(
+        &mut self,
+        mb: &Batch,
+        keep: bool,
+    ) -> Result<(Vec<Tensor>, Tensor, Tensor, Tensor)> {
         self.root.gather(&self.group)?;
         self.note_gathered();
         let (x0, cos, sin, mask) = tch::no_grad(|| self.inputs(mb))?;
@@ -418,7 +485,11 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let micro = loss(mb, output, agg)?;
         // Loss scale and pre-divide: see the module docs.
         let factor = self.optimizer_mut()?.loss_scale() / self.dp.size() as f64;
-        let scaled = if factor == 1.0 { micro.loss.shallow_clone() } else { micro.loss.f_mul_scalar(factor)? };
+        let scaled = if factor == 1.0 {
+            micro.loss.shallow_clone()
+        } else {
+            micro.loss.f_mul_scalar(factor)?
+        };
         scaled.f_backward()?;
         let mut g = last.grad();
         drop(hidden);
@@ -430,7 +501,8 @@ impl<H: FsdpHead> FsdpEngine<H> {
             let x = saved[i].f_detach()?.set_requires_grad(true);
             let y = self.module.backbone().layers()[i].forward(&x, &cos, &sin, Some(&mask), None);
             if g.defined() {
-                crate::ops::backward(&[y], &[g.f_to_kind(x.kind())?], false).map_err(FsdpError::from)?;
+                crate::ops::backward(&[y], &[g.f_to_kind(x.kind())?], false)
+                    .map_err(FsdpError::from)?;
             }
             g = x.grad();
             self.layers[i].reduce_grads(&self.group, reduce)?;
@@ -439,8 +511,10 @@ impl<H: FsdpHead> FsdpEngine<H> {
         // Embedding.
         if g.defined() {
             let ids = mb.get("input_ids")?;
-            let x0 = Tensor::f_embedding(&self.module.backbone().embed_tokens, ids, -1, false, false)?;
-            crate::ops::backward(&[x0], &[g.f_to_kind(saved[0].kind())?], false).map_err(FsdpError::from)?;
+            let x0 =
+                Tensor::f_embedding(&self.module.backbone().embed_tokens, ids, -1, false, false)?;
+            crate::ops::backward(&[x0], &[g.f_to_kind(saved[0].kind())?], false)
+                .map_err(FsdpError::from)?;
         }
         self.root.reduce_grads(&self.group, reduce)?;
         self.root.free()?;
@@ -461,7 +535,11 @@ impl<H: FsdpHead> FsdpEngine<H> {
     /// (verl's `summon_full_params`). Call [`FsdpEngine::reshard`] after generation.
     pub fn summon_full_params(&mut self) -> Result<()> {
         for i in 0..=self.layers.len() {
-            let u = if i == 0 { &mut self.root } else { &mut self.layers[i - 1] };
+            let u = if i == 0 {
+                &mut self.root
+            } else {
+                &mut self.layers[i - 1]
+            };
             u.gather(&self.group)?;
         }
         self.note_gathered();
@@ -514,15 +592,22 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         Ok(out)
     }
 
-    fn infer_batch(&mut self, batch: &Batch, micro_batch_size: usize, fwd: &ForwardOptions) -> Result<Vec<H::Output>> {
+    fn infer_batch(
+        &mut self,
+        batch: &Batch,
+        micro_batch_size: usize,
+        fwd: &ForwardOptions,
+    ) -> Result<Vec<H::Output>> {
         let _guard = tch::no_grad_guard();
         let mbs = batch.split(micro_batch_size)?;
         self.check_micro_batches(mbs.len())?;
         let mut out = Vec::with_capacity(mbs.len());
         for mb in &mbs {
             let (saved, ..) = self.forward_boundaries(mb, false)?;
-            let last =
-                saved.last().map(Tensor::shallow_clone).ok_or_else(|| EngineError::Config("no boundary".into()))?;
+            let last = saved
+                .last()
+                .map(Tensor::shallow_clone)
+                .ok_or_else(|| EngineError::Config("no boundary".into()))?;
             let hidden = self.module.backbone().final_norm().forward(&last);
             out.push(self.module.output_from_hidden(&hidden, mb, fwd)?);
             self.root.free()?;
@@ -537,8 +622,13 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
     fn optimizer_step(&mut self) -> Result<StepResult> {
         if let Some(rep) = &self.replicate {
             // HYBRID_SHARD: sum the accumulated shard gradients over the replicas (pre-divided).
-            let grads: Vec<Tensor> = self.units().map(|u| u.shard().grad()).filter(Tensor::defined).collect();
-            rep.all_reduce_many(&grads, ReduceOp::Sum).map_err(FsdpError::from)?;
+            let grads: Vec<Tensor> = self
+                .units()
+                .map(|u| u.shard().grad())
+                .filter(Tensor::defined)
+                .collect();
+            rep.all_reduce_many(&grads, ReduceOp::Sum)
+                .map_err(FsdpError::from)?;
         }
         // Found-inf over every data-parallel rank (shard and replicate groups), so all skip the
         // same steps and keep the same loss scale; the norm over one copy of the shards.
@@ -546,33 +636,53 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         let opt = self.optimizer_mut()?;
         let outcome = opt.step_with_groups(Some(&dp), Some(&group))?;
         opt.zero_grad()?;
-        Ok(StepResult { grad_norm: outcome.grad_norm, update_successful: outcome.update_successful })
+        Ok(StepResult {
+            grad_norm: outcome.grad_norm,
+            update_successful: outcome.update_successful,
+        })
     }
 
     fn lr_scheduler_step(&mut self) -> Result<f64> {
         let (Some(opt), Some(sched)) = (self.optimizer.as_mut(), self.scheduler.as_mut()) else {
-            return Err(EngineError::Config("this engine is forward-only (no lr scheduler)".into()));
+            return Err(EngineError::Config(
+                "this engine is forward-only (no lr scheduler)".into(),
+            ));
         };
         sched.step(1, opt.options_mut());
         Ok(self.lr())
     }
 
     fn lr(&self) -> f64 {
-        self.optimizer.as_ref().and_then(Optimizer::canonical_lr).unwrap_or(0.0)
+        self.optimizer
+            .as_ref()
+            .and_then(Optimizer::canonical_lr)
+            .unwrap_or(0.0)
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
-        let ck = |msg: String| EngineError::Checkpoint { path: dir.to_path_buf(), msg };
+        let ck = |msg: String| EngineError::Checkpoint {
+            path: dir.to_path_buf(),
+            msg,
+        };
         let full = self.full_params()?;
         if self.dp.rank() == 0 {
             std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
             let arch = H::architecture(&self.config).map_err(ck)?;
-            save_named(&full, &self.config, arch, &dir.join(HF_DIR), &SaveOptions::default())?;
+            save_named(
+                &full,
+                &self.config,
+                arch,
+                &dir.join(HF_DIR),
+                &SaveOptions::default(),
+            )?;
         }
         let first_replica = self.replicate.as_ref().is_none_or(|r| r.rank() == 0);
         if let Some(opt) = self.optimizer.as_ref().filter(|_| first_replica) {
             std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
-            opt.save(&ckpt::optim_file(dir, self.group.size(), self.group.rank()), self.scheduler.as_ref())?;
+            opt.save(
+                &ckpt::optim_file(dir, self.group.size(), self.group.rank()),
+                self.scheduler.as_ref(),
+            )?;
         }
         self.dp.barrier().map_err(FsdpError::from)?;
         Ok(())
@@ -584,10 +694,16 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         // The full weights, once, in host memory (a full-state-dict load).
         let tmp = VarStore::new(Device::Cpu);
         let _shape = H::build(&self.config, tmp.root()).map_err(EngineError::Config)?;
-        let opts = LoadOptions { strict_unexpected: false, ..LoadOptions::default() };
+        let opts = LoadOptions {
+            strict_unexpected: false,
+            ..LoadOptions::default()
+        };
         let report = load_weights(&tmp, &ckpt, &opts)?;
         if let Some(m) = report.missing.first() {
-            return Err(EngineError::Checkpoint { path: hf, msg: format!("no tensor `{m}`") });
+            return Err(EngineError::Checkpoint {
+                path: hf,
+                msg: format!("no tensor `{m}`"),
+            });
         }
         let full = tmp.variables();
         let get = |name: &str| full.get(name).map(Tensor::shallow_clone);
@@ -596,8 +712,10 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         for u in &mut self.layers {
             u.load_full(rank, &get)?;
         }
-        let numel: std::collections::HashMap<String, i64> =
-            self.units().map(|u| (format!("fsdp.{}", u.name()), u.numel())).collect();
+        let numel: std::collections::HashMap<String, i64> = self
+            .units()
+            .map(|u| (format!("fsdp.{}", u.name()), u.numel()))
+            .collect();
         let (world, rank) = (self.group.size(), self.group.rank());
         if let Some(opt) = self.optimizer.as_mut() {
             opt.reload_model_params()?;
@@ -605,8 +723,10 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
             let (path, temp) = if old == world {
                 (ckpt::optim_file(dir, world, rank), false)
             } else {
-                let tmp =
-                    std::env::temp_dir().join(format!("verlc-fsdp-reshard-{}-{rank}.safetensors", std::process::id()));
+                let tmp = std::env::temp_dir().join(format!(
+                    "verlc-fsdp-reshard-{}-{rank}.safetensors",
+                    std::process::id()
+                ));
                 ckpt::reshard(dir, old, world, rank, &numel, &tmp)?;
                 (tmp, true)
             };
@@ -619,7 +739,12 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
                     s.apply(opt.options_mut());
                     self.scheduler = Some(s);
                 }
-                None => return Err(EngineError::Checkpoint { path, msg: "no lr scheduler state".into() }),
+                None => {
+                    return Err(EngineError::Checkpoint {
+                        path,
+                        msg: "no lr scheduler state".into(),
+                    });
+                }
             }
         }
         Ok(())

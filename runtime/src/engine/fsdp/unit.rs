@@ -68,7 +68,9 @@ impl FlatUnit {
         shard_device: Device,
     ) -> Result<Self, FsdpError> {
         let Some(first) = vars.first() else {
-            return Err(FsdpError::Config(format!("FSDP unit `{name}` has no parameters")));
+            return Err(FsdpError::Config(format!(
+                "FSDP unit `{name}` has no parameters"
+            )));
         };
         let (compute_kind, compute_device) = (first.1.kind(), first.1.device());
         let mut members = Vec::with_capacity(vars.len());
@@ -82,7 +84,13 @@ impl FlatUnit {
                 )));
             }
             let numel = var.numel() as i64;
-            members.push(Member { name: n, shape: var.size(), var, offset, numel });
+            members.push(Member {
+                name: n,
+                shape: var.size(),
+                var,
+                offset,
+                numel,
+            });
             offset += numel;
         }
         let world_i = world.max(1) as i64;
@@ -95,10 +103,17 @@ impl FlatUnit {
             let mut flat = Tensor::f_cat(&parts, 0)?;
             let pad = shard_len * world_i - offset;
             if pad > 0 {
-                flat = Tensor::f_cat(&[flat, Tensor::f_zeros([pad], (Kind::Float, compute_device))?], 0)?;
+                flat = Tensor::f_cat(
+                    &[flat, Tensor::f_zeros([pad], (Kind::Float, compute_device))?],
+                    0,
+                )?;
             }
             // A fresh tensor (not a view of the padded vector), so only the shard stays alive.
-            fresh(&flat.f_narrow(0, rank as i64 * shard_len, shard_len)?.f_to_device(shard_device)?)
+            fresh(
+                &flat
+                    .f_narrow(0, rank as i64 * shard_len, shard_len)?
+                    .f_to_device(shard_device)?,
+            )
         })
         .map_err(torch)?
         .set_requires_grad(true);
@@ -136,7 +151,9 @@ impl FlatUnit {
 
     /// Bytes of the full flat buffer while gathered (0 when freed).
     pub fn gathered_bytes(&self) -> i64 {
-        self.gathered.as_ref().map_or(0, |t| t.numel() as i64 * elem_size(t.kind()))
+        self.gathered
+            .as_ref()
+            .map_or(0, |t| t.numel() as i64 * elem_size(t.kind()))
     }
 
     /// The parameter names of the unit, in flat order.
@@ -146,8 +163,11 @@ impl FlatUnit {
 
     /// All-gathers the full flat vector in the compute dtype (a new tensor).
     fn all_gather(&self, group: &ProcessGroup) -> Result<Tensor, FsdpError> {
-        let full =
-            Tensor::f_zeros([self.shard_len * self.world], (self.compute_kind, self.compute_device)).map_err(torch)?;
+        let full = Tensor::f_zeros(
+            [self.shard_len * self.world],
+            (self.compute_kind, self.compute_device),
+        )
+        .map_err(torch)?;
         let local = self
             .shard
             .f_detach()
@@ -165,7 +185,10 @@ impl FlatUnit {
         }
         let full = self.all_gather(group)?;
         for m in &mut self.members {
-            let view = full.f_narrow(0, m.offset, m.numel).and_then(|v| v.f_view(m.shape.as_slice())).map_err(torch)?;
+            let view = full
+                .f_narrow(0, m.offset, m.numel)
+                .and_then(|v| v.f_view(m.shape.as_slice()))
+                .map_err(torch)?;
             m.var.f_set_data(&view).map_err(torch)?;
         }
         self.gathered = Some(full);
@@ -175,7 +198,8 @@ impl FlatUnit {
     /// Releases the full parameters (the module's tensors become empty).
     pub fn free(&mut self) -> Result<(), FsdpError> {
         for m in &mut self.members {
-            let empty = Tensor::f_empty([0], (self.compute_kind, self.compute_device)).map_err(torch)?;
+            let empty =
+                Tensor::f_empty([0], (self.compute_kind, self.compute_device)).map_err(torch)?;
             m.var.f_set_data(&empty).map_err(torch)?;
         }
         self.gathered = None;
@@ -202,10 +226,15 @@ impl FlatUnit {
     }
 
     /// Overwrites this rank's shard from full parameters by name (e.g. a checkpoint).
-    pub fn load_full(&mut self, rank: usize, get: &dyn Fn(&str) -> Option<Tensor>) -> Result<(), FsdpError> {
+    pub fn load_full(
+        &mut self,
+        rank: usize,
+        get: &dyn Fn(&str) -> Option<Tensor>,
+    ) -> Result<(), FsdpError> {
         let mut parts = Vec::with_capacity(self.members.len() + 1);
         for m in &self.members {
-            let t = get(&m.name).ok_or_else(|| FsdpError::Config(format!("no tensor `{}` to load", m.name)))?;
+            let t = get(&m.name)
+                .ok_or_else(|| FsdpError::Config(format!("no tensor `{}` to load", m.name)))?;
             if t.size() != m.shape {
                 return Err(FsdpError::Config(format!(
                     "tensor `{}` has shape {:?}, the model expects {:?}",
@@ -214,14 +243,21 @@ impl FlatUnit {
                     m.shape
                 )));
             }
-            parts.push(t.f_reshape([-1]).and_then(|t| t.f_to_kind(Kind::Float)).map_err(torch)?);
+            parts.push(
+                t.f_reshape([-1])
+                    .and_then(|t| t.f_to_kind(Kind::Float))
+                    .map_err(torch)?,
+            );
         }
         let pad = self.shard_len * self.world - self.numel;
         if pad > 0 {
             parts.push(Tensor::f_zeros([pad], (Kind::Float, Device::Cpu)).map_err(torch)?);
         }
         tch::no_grad(|| -> Result<(), tch::TchError> {
-            let parts: Vec<Tensor> = parts.iter().map(|p| p.f_to_device(Device::Cpu)).collect::<Result<_, _>>()?;
+            let parts: Vec<Tensor> = parts
+                .iter()
+                .map(|p| p.f_to_device(Device::Cpu))
+                .collect::<Result<_, _>>()?;
             let flat = Tensor::f_cat(&parts, 0)?;
             let mine = flat.f_narrow(0, rank as i64 * self.shard_len, self.shard_len)?;
             self.shard.shallow_clone().f_copy_(&mine)?;
@@ -237,8 +273,16 @@ impl FlatUnit {
     /// Flattens the gradients autograd accumulated into the parameters (in `reduce_kind`),
     /// reduce-scatters their sum over `group` and adds this rank's slice to the shard's
     /// `.grad`. The parameters' own gradients are released.
-    pub fn reduce_grads(&mut self, group: &ProcessGroup, reduce_kind: Kind) -> Result<(), FsdpError> {
-        let flat = Tensor::f_zeros([self.shard_len * self.world], (reduce_kind, self.compute_device)).map_err(torch)?;
+    pub fn reduce_grads(
+        &mut self,
+        group: &ProcessGroup,
+        reduce_kind: Kind,
+    ) -> Result<(), FsdpError> {
+        let flat = Tensor::f_zeros(
+            [self.shard_len * self.world],
+            (reduce_kind, self.compute_device),
+        )
+        .map_err(torch)?;
         tch::no_grad(|| -> Result<(), FsdpError> {
             for m in &self.members {
                 let g = m.var.grad();
@@ -251,10 +295,14 @@ impl FlatUnit {
             }
             Ok(())
         })?;
-        let out = Tensor::f_zeros([self.shard_len], (reduce_kind, self.compute_device)).map_err(torch)?;
+        let out =
+            Tensor::f_zeros([self.shard_len], (reduce_kind, self.compute_device)).map_err(torch)?;
         group.reduce_scatter(&out, &flat, ReduceOp::Sum)?;
         drop(flat);
-        let out = out.f_to_kind(Kind::Float).and_then(|t| t.f_to_device(self.shard.device())).map_err(torch)?;
+        let out = out
+            .f_to_kind(Kind::Float)
+            .and_then(|t| t.f_to_device(self.shard.device()))
+            .map_err(torch)?;
         let current = self.shard.grad();
         if current.defined() {
             let _ = tch::no_grad(|| current.shallow_clone().f_add_(&out)).map_err(torch)?;

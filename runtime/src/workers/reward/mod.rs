@@ -29,11 +29,25 @@ pub enum RewardError {
     )]
     NotImplemented(String),
     #[error("custom reward function `{name}` in {path}: {msg}")]
-    Python { path: String, name: String, msg: String },
-    #[error("custom reward function `{name}` in {path} did not answer within {seconds:.0} s ({what}); it was stopped")]
-    Timeout { path: String, name: String, seconds: f64, what: String },
+    Python {
+        path: String,
+        name: String,
+        msg: String,
+    },
+    #[error(
+        "custom reward function `{name}` in {path} did not answer within {seconds:.0} s ({what}); it was stopped"
+    )]
+    Timeout {
+        path: String,
+        name: String,
+        seconds: f64,
+        what: String,
+    },
     #[error("cannot start the reward-function interpreter `{python}`: {source}")]
-    Spawn { python: String, source: std::io::Error },
+    Spawn {
+        python: String,
+        source: std::io::Error,
+    },
     #[error("reward: {0}")]
     Other(String),
     #[error("libtorch: {0}")]
@@ -74,8 +88,15 @@ impl RewardFn {
             RewardFn::Builtin => items
                 .iter()
                 .map(|it| {
-                    rules::default_compute_score(&it.data_source, &it.solution_str, &it.ground_truth)
-                        .map(|score| Score { score, extra: BTreeMap::new() })
+                    rules::default_compute_score(
+                        &it.data_source,
+                        &it.solution_str,
+                        &it.ground_truth,
+                    )
+                    .map(|score| Score {
+                        score,
+                        extra: BTreeMap::new(),
+                    })
                 })
                 .collect(),
             RewardFn::Python(p) => p.score(items),
@@ -83,7 +104,10 @@ impl RewardFn {
     }
 
     /// Fails now (instead of minutes into the run) when a `data_source` has no built-in scorer.
-    pub fn check_sources<'a>(&self, sources: impl IntoIterator<Item = &'a str>) -> Result<(), RewardError> {
+    pub fn check_sources<'a>(
+        &self,
+        sources: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), RewardError> {
         if let RewardFn::Builtin = self {
             for s in sources {
                 if !rules::is_supported(s) {
@@ -99,14 +123,20 @@ impl RewardFn {
 pub fn token_level_scores(scores: &[f64], response_mask: &Tensor) -> Result<Tensor, RewardError> {
     let size = response_mask.size();
     if size.len() != 2 || size[0] != scores.len() as i64 {
-        return Err(RewardError::Other(format!("{} scores for a response mask of shape {size:?}", scores.len())));
+        return Err(RewardError::Other(format!(
+            "{} scores for a response mask of shape {size:?}",
+            scores.len()
+        )));
     }
-    let lengths = Vec::<i64>::try_from(response_mask.f_sum_dim_intlist(1i64, false, Kind::Int64)?)?;
+    let lengths =
+        Vec::<i64>::try_from(response_mask.f_sum_dim_intlist(1i64, false, Kind::Int64)?)?;
     let mut dense = vec![0f32; (size[0] * size[1]) as usize];
     for (i, (&len, &s)) in lengths.iter().zip(scores).enumerate() {
         if len > 0 {
             dense[i * size[1] as usize + len as usize - 1] = s as f32;
         }
     }
-    Ok(Tensor::from_slice(&dense).f_view([size[0], size[1]])?.f_to_device(response_mask.device())?)
+    Ok(Tensor::from_slice(&dense)
+        .f_view([size[0], size[1]])?
+        .f_to_device(response_mask.device())?)
 }

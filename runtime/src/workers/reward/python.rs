@@ -76,7 +76,10 @@ pub struct PythonRewardFn {
 
 impl std::fmt::Debug for PythonRewardFn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PythonRewardFn").field("settings", &self.settings).field("dead", &self.dead).finish_non_exhaustive()
+        f.debug_struct("PythonRewardFn")
+            .field("settings", &self.settings)
+            .field("dead", &self.dead)
+            .finish_non_exhaustive()
     }
 }
 
@@ -102,7 +105,10 @@ impl PythonRewardFn {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|source| RewardError::Spawn { python: settings.python.clone(), source })?;
+            .map_err(|source| RewardError::Spawn {
+                python: settings.python.clone(),
+                source,
+            })?;
         let stdin = child.stdin.take();
         let (tx, rx) = channel();
         if let Some(out) = child.stdout.take() {
@@ -145,7 +151,11 @@ impl PythonRewardFn {
         match ready.get("ready") {
             Some(Value::Bool(true)) => Ok(server),
             _ => {
-                let tb = ready.get("error").and_then(Value::as_str).unwrap_or("no reason given").to_owned();
+                let tb = ready
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no reason given")
+                    .to_owned();
                 server.stop();
                 Err(server.error(format!("failed to load:\n{}", tb.trim_end())))
             }
@@ -153,7 +163,11 @@ impl PythonRewardFn {
     }
 
     fn error(&self, msg: String) -> RewardError {
-        RewardError::Python { path: self.settings.path.display().to_string(), name: self.settings.name.clone(), msg }
+        RewardError::Python {
+            path: self.settings.path.display().to_string(),
+            name: self.settings.name.clone(),
+            msg,
+        }
     }
 
     fn stop(&mut self) {
@@ -166,12 +180,24 @@ impl PythonRewardFn {
     }
 
     fn tail(&self) -> String {
-        let lines: Vec<String> = self.stderr_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
-        if lines.is_empty() { String::new() } else { format!("; its last stderr lines:\n{}", lines.join("\n")) }
+        let lines: Vec<String> = self
+            .stderr_tail
+            .lock()
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default();
+        if lines.is_empty() {
+            String::new()
+        } else {
+            format!("; its last stderr lines:\n{}", lines.join("\n"))
+        }
     }
 
     /// The next protocol line, or an error when the server exits or `timeout` passes.
-    fn read_reply(&mut self, timeout: Duration, what: &str) -> Result<Map<String, Value>, RewardError> {
+    fn read_reply(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<Map<String, Value>, RewardError> {
         match self.lines.recv_timeout(timeout) {
             Ok(line) => match serde_json::from_str::<Value>(&line) {
                 Ok(Value::Object(m)) => Ok(m),
@@ -201,7 +227,10 @@ impl PythonRewardFn {
                 if let Some(t) = self.stderr_thread.take() {
                     let _ = t.join();
                 }
-                let msg = format!("the reward process exited ({status}) while {what}{}", self.tail());
+                let msg = format!(
+                    "the reward process exited ({status}) while {what}{}",
+                    self.tail()
+                );
                 self.dead = Some(msg.clone());
                 Err(self.error(msg))
             }
@@ -233,14 +262,24 @@ impl PythonRewardFn {
         let what = format!("scoring {} responses", items.len());
         let reply = self.read_reply(self.settings.call_timeout, &what)?;
         if reply.get("id").and_then(Value::as_u64) != Some(id) {
-            return Err(self.error(format!("answered request {:?}, expected {id}", reply.get("id"))));
+            return Err(self.error(format!(
+                "answered request {:?}, expected {id}",
+                reply.get("id")
+            )));
         }
         if let Some(tb) = reply.get("error").and_then(Value::as_str) {
             return Err(self.error(format!("raised an exception:\n{}", tb.trim_end())));
         }
-        let results = reply.get("results").and_then(Value::as_array).ok_or_else(|| self.error("reply without results".into()))?;
+        let results = reply
+            .get("results")
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.error("reply without results".into()))?;
         if results.len() != items.len() {
-            return Err(self.error(format!("returned {} scores for {} responses", results.len(), items.len())));
+            return Err(self.error(format!(
+                "returned {} scores for {} responses",
+                results.len(),
+                items.len()
+            )));
         }
         results
             .iter()
@@ -249,7 +288,10 @@ impl PythonRewardFn {
                 let score = match r.get("score").and_then(Value::as_f64) {
                     Some(s) => s,
                     None => {
-                        let bad = r.get("bad").and_then(Value::as_str).unwrap_or("a non-number");
+                        let bad = r
+                            .get("bad")
+                            .and_then(Value::as_str)
+                            .unwrap_or("a non-number");
                         return Err(self.error(format!(
                             "returned {bad} for data_source={:?}; scores must be finite numbers",
                             it.data_source

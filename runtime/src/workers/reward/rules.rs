@@ -15,7 +15,11 @@ use crate::data::builtin;
 pub const KNOWN_SOURCES: &str = "openai/gsm8k, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, \
 HuggingFaceH4/MATH-500 and builtin/<task>";
 
-const MATH_SOURCES: [&str; 3] = ["lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"];
+const MATH_SOURCES: [&str; 3] = [
+    "lighteval/MATH",
+    "DigitalLearningGmbH/MATH-lighteval",
+    "HuggingFaceH4/MATH-500",
+];
 
 /// True when `data_source` has a built-in scorer.
 pub fn is_supported(data_source: &str) -> bool {
@@ -32,7 +36,11 @@ fn truth_str(v: &Value) -> String {
 }
 
 /// verl's `default_compute_score(data_source, solution_str, ground_truth)`.
-pub fn default_compute_score(data_source: &str, solution: &str, ground_truth: &Value) -> Result<f64, RewardError> {
+pub fn default_compute_score(
+    data_source: &str,
+    solution: &str,
+    ground_truth: &Value,
+) -> Result<f64, RewardError> {
     let truth = truth_str(ground_truth);
     if data_source == "openai/gsm8k" {
         return Ok(gsm8k(solution, &truth));
@@ -40,7 +48,8 @@ pub fn default_compute_score(data_source: &str, solution: &str, ground_truth: &V
     if MATH_SOURCES.contains(&data_source) {
         return Ok(math_boxed(solution, &truth));
     }
-    builtin::compute_score(data_source, solution, &truth).ok_or_else(|| RewardError::NotImplemented(data_source.to_owned()))
+    builtin::compute_score(data_source, solution, &truth)
+        .ok_or_else(|| RewardError::NotImplemented(data_source.to_owned()))
 }
 
 /// The answer after the last `#### ` (verl's strict GSM8K extraction): a run of
@@ -112,13 +121,21 @@ pub fn remove_boxed(s: &str) -> Option<String> {
     if let Some(rest) = s.strip_prefix("\\boxed ") {
         return Some(rest.to_owned());
     }
-    s.strip_prefix("\\boxed{")?.strip_suffix('}').map(str::to_owned)
+    s.strip_prefix("\\boxed{")?
+        .strip_suffix('}')
+        .map(str::to_owned)
 }
 
 /// MATH: 1.0 when the last boxed answer is equivalent to the ground truth, else 0.0.
 pub fn math_boxed(solution: &str, ground_truth: &str) -> f64 {
-    let Some(answer) = last_boxed_only_string(solution).and_then(|b| remove_boxed(&b)) else { return 0.0 };
-    if is_equiv(&answer, ground_truth) { 1.0 } else { 0.0 }
+    let Some(answer) = last_boxed_only_string(solution).and_then(|b| remove_boxed(&b)) else {
+        return 0.0;
+    };
+    if is_equiv(&answer, ground_truth) {
+        1.0
+    } else {
+        0.0
+    }
 }
 
 /// Hendrycks-MATH equivalence: equal after [`strip_string`]; when normalisation fails (the
@@ -220,7 +237,11 @@ fn fix_a_slash_b(s: &str) -> Option<String> {
     // int() of a non-integer raises outside the reference's `except AssertionError`.
     let a: i64 = parse_py_int(parts[0])?;
     let b: i64 = parse_py_int(parts[1])?;
-    if s == format!("{a}/{b}") { Some(format!("\\frac{{{a}}}{{{b}}}")) } else { Some(s.to_owned()) }
+    if s == format!("{a}/{b}") {
+        Some(format!("\\frac{{{a}}}{{{b}}}"))
+    } else {
+        Some(s.to_owned())
+    }
 }
 
 /// Python's `int(str)` for plain decimal integers (surrounding whitespace, sign, `_` digit
@@ -231,7 +252,11 @@ fn parse_py_int(s: &str) -> Option<i64> {
         Some(d) => (-1, d),
         None => (1, t.strip_prefix('+').unwrap_or(t)),
     };
-    if digits.is_empty() || digits.starts_with('_') || digits.ends_with('_') || digits.contains("__") {
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+    {
         return None;
     }
     let clean: String = digits.chars().filter(|&c| c != '_').collect();
