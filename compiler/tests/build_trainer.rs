@@ -228,15 +228,17 @@ fn unsupported_binding_is_reported_at_its_line_by_check_and_build() {
     let cfg = write(
         dir.path(),
         "fp16_offload.yaml",
-        &quickstart.replace(
-            "      model_dtype: fp32\n",
-            "      model_dtype: fp32\n      param_offload: true\n      dtype: float16\n",
+        // The actor's engine section: fp16 compute with parameter offload.
+        &quickstart.replacen(
+            "      mixed_precision:\n        param_dtype: fp32\n",
+            "      param_offload: true\n      mixed_precision:\n        param_dtype: fp16\n",
+            1,
         ),
     );
     let line = std::fs::read_to_string(&cfg)
         .expect("read")
         .lines()
-        .position(|l| l.contains("dtype: float16"))
+        .position(|l| l.contains("param_dtype: fp16"))
         .map_or(0, |i| i + 1);
     for sub in ["check", "build"] {
         let mut cmd = verlc();

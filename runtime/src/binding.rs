@@ -5,14 +5,19 @@
 //! marker types for the strategy ([`Single`], [`Fsdp`], [`Megatron`]), the precision
 //! ([`Fp32`], [`Bf16Mixed`], [`Fp16Mixed`]) and the offload policy ([`OffloadSet`]). Each
 //! combination is its own monomorphized program; combinations outside verlc's support table
-//! (`verlc::plan::binding`) do not compile.
+//! (`verlc_spec::binding`) do not compile, and the strategy marker runs its own engines
+//! ([`Strategy::train`]), so a binary holds no other strategy's engine code.
 //!
-//! [`main`] is the binary's command line:
+//! What runs is the [`TrainerSpec`] `verlc build` lowered and embedded ([`BuildInfo::spec`]);
+//! the runtime takes its typed settings and never re-derives them from verl's config.
+//!
+//! [`main`] is the binary's command line (clap):
 //! - prints the build info (verlc version, config hash, binding) at start-up;
-//! - `key=value` overrides (Hydra grammar) are checked with the same pipeline and rules as
-//!   `verlc check`; an override that changes a statically bound key (one that decided the
-//!   strategy, precision, offload or device) is refused with "rebuild with verlc";
-//! - `--print-config` prints the resolved config (after overrides) and exits;
+//! - `key=value` overrides (Hydra grammar) are checked by the same rules as `verlc check` and
+//!   lowered by the same lowering as `verlc build` into the spec that runs; an override that
+//!   changes a statically bound key (one that decided the strategy, precision, offload or
+//!   device) is refused with "rebuild with verlc";
+//! - `--print-config` / `--print-spec` print the resolved config / the spec and exit;
 //! - ranks: under torchrun/SLURM (`RANK`, `WORLD_SIZE`, … or `SLURM_PROCID`, …) this process
 //!   is one rank; otherwise `trainer.nnodes × trainer.n_gpus_per_node` ranks are spawned on
 //!   this node (`--nproc-per-node N` sets `trainer.n_gpus_per_node=N`); on

@@ -14,6 +14,7 @@ mod mock {
             pub verlc_version: &'static str,
             pub config_hash: &'static str,
             pub source: &'static str,
+            pub spec: &'static str,
         }
 
         pub fn main<S, P, O>(config: &str, info: BuildInfo) -> ExitCode {
@@ -22,6 +23,7 @@ mod mock {
             assert!(type_name::<O>().ends_with("binding::OffloadSet<false, false, true>"), "{}", type_name::<O>());
             assert_eq!(config, "trainer:\n  device: cpu\n");
             assert_eq!((info.verlc_version, info.config_hash, info.source), ("0.1.0", "sha256:00ff", "quickstart.yaml"));
+            assert_eq!(info.spec, "{\"binding\": {}}");
             ExitCode::SUCCESS
         }
     }
@@ -32,6 +34,7 @@ verlc_macros::bind_trainer! {
     precision = Bf16Mixed,
     offload = [optimizer],
     config = concat!("trainer:\n", "  device: cpu\n"),
+    spec = "{\"binding\": {}}",
     verlc_version = "0.1.0",
     config_hash = "sha256:00ff",
     source = "quickstart.yaml",
