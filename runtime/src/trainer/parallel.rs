@@ -71,9 +71,6 @@ impl Roles for SingleRoles {
     fn actor(&self, _: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
         Ok(SingleEngine::new(s)?)
     }
-    fn reference(&self, _: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
-        Ok(SingleEngine::new(s)?)
-    }
     fn critic(&self, _: &EngineSpec, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
         Ok(SingleEngine::new(s)?)
     }
@@ -117,9 +114,6 @@ impl Roles for FsdpRoles {
     fn actor(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
         self.build(s, e)
     }
-    fn reference(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
-        self.build(s, e)
-    }
     fn critic(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
         self.build(s, e)
     }
@@ -158,9 +152,6 @@ impl Roles for MegatronRoles {
     type Critic = MegatronEngine<ValueModel>;
 
     fn actor(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
-        self.build(s, e)
-    }
-    fn reference(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Actor, TrainerError> {
         self.build(s, e)
     }
     fn critic(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
