@@ -42,12 +42,14 @@ pub trait Roles {
         engine: &EngineSpec,
         settings: EngineSettings,
     ) -> Result<Self::Actor, TrainerError>;
-    /// The frozen reference policy (`settings.optim` is `None`).
+    /// The frozen reference policy (`settings.optim` is `None`) on the actor's engine type.
     fn reference(
         &self,
         engine: &EngineSpec,
         settings: EngineSettings,
-    ) -> Result<Self::Actor, TrainerError>;
+    ) -> Result<Self::Actor, TrainerError> {
+        self.actor(engine, settings)
+    }
     /// The value model.
     fn critic(
         &self,
