@@ -43,10 +43,13 @@ pub fn run(a: RuleArgs) -> u8 {
                 .iter()
                 .find(|(c, _)| c.0.eq_ignore_ascii_case(&code))
                 .map_or((code.as_str(), ""), |(c, s)| (c.0, *s));
-            let _ = writeln!(
-                out,
-                "# {c}\n\n{summary}\n\nReported by `verlc build` as an error (and by `verlc check` as a warning): the generated trainer cannot bind this config."
-            );
+            // B00x: keys a trainer does not read (warnings); B01x: what it cannot bind or honour.
+            let how = if c.starts_with("B00") {
+                "Reported by `verlc check` and `verlc build` as a warning when you changed the key: the generated trainer does not read it (`verlc build --deny-warnings` stops on it)."
+            } else {
+                "Reported by `verlc build` as an error (and by `verlc check` as a warning): the generated trainer cannot bind or honour this config."
+            };
+            let _ = writeln!(out, "# {c}\n\n{summary}\n\n{how}");
             0
         }
         None => {
