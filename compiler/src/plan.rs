@@ -489,19 +489,7 @@ pub fn promote_for_build_where(
     let Some(cfg) = checked.config.as_ref() else {
         return;
     };
-    let mut lowered = lower(cfg, &checked.composed.root);
-    let defaults = default_tree(cfg);
-    let verdicts = verdict_diagnostics(
-        cfg,
-        &checked.composed.root,
-        &checked.composed.sources,
-        &defaults,
-    );
-    lowered.diagnostics.extend(
-        verdicts
-            .into_iter()
-            .filter(|d| d.key_path.as_deref().is_some_and(verdict_for)),
-    );
+    let lowered = lower_for_build_where(cfg, &checked.composed, verdict_for);
     let is_plan_code =
         |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
     checked.diagnostics.retain(|d| !is_plan_code(d.code));
@@ -511,26 +499,47 @@ pub fn promote_for_build_where(
 /// Lower and collect everything `verlc build` reports: the plan's errors plus the verdicts
 /// of the keys the user changed.
 pub fn lower_for_build(cfg: &VerlConfig, composed: &Composed) -> Lowered {
+    lower_for_build_where(cfg, composed, &|_| true)
+}
+
+/// [`lower_for_build`] keeping only the verdicts of the keys `verdict_for` accepts.
+fn lower_for_build_where(
+    cfg: &VerlConfig,
+    composed: &Composed,
+    verdict_for: &dyn Fn(&str) -> bool,
+) -> Lowered {
     let mut lowered = lower(cfg, &composed.root);
     let defaults = default_tree(cfg);
-    lowered.diagnostics.extend(verdict_diagnostics(
-        cfg,
-        &composed.root,
-        &composed.sources,
-        &defaults,
-    ));
+    let verdicts = verdict_diagnostics(cfg, &composed.root, &composed.sources, &defaults);
+    lowered.diagnostics.extend(
+        verdicts
+            .into_iter()
+            .filter(|d| d.key_path.as_deref().is_some_and(verdict_for)),
+    );
     lowered
 }
 
 /// Whether the dotted `key` is, contains or lies inside a key that decided the binding.
 pub fn is_bound(plan: &BuildPlan, key: &str) -> bool {
-    plan.bound_keys.iter().any(|b| {
-        b.key == key
-            || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.'))
-            || key
-                .strip_prefix(b.key.as_str())
-                .is_some_and(|r| r.starts_with('.'))
-    })
+    plan.bound_keys.iter().any(|b| keys_overlap(&b.key, key))
+}
+
+/// Whether dotted keys `a` and `b` are the same key or one lies inside the other.
+pub fn keys_overlap(a: &str, b: &str) -> bool {
+    let inside = |inner: &str, outer: &str| {
+        inner
+            .strip_prefix(outer)
+            .is_some_and(|r| r.starts_with('.'))
+    };
+    a == b || inside(a, b) || inside(b, a)
+}
+
+/// The dotted key a Hydra override is about (`+k=v`, `~k`, `group@package=option`).
+pub fn override_key(text: &str) -> &str {
+    text.trim_start_matches(['+', '~'])
+        .split(['=', '@'])
+        .next()
+        .unwrap_or("")
 }
 
 /// What a checked config lowers to, or why it does not.

@@ -540,19 +540,8 @@ fn resolve(
     let mut checked = check(&req, &CheckOptions::default());
     // What this binary cannot run are errors here, not `check`'s warnings. The embedded
     // config's verdicts were reported by `verlc build`; only the overridden keys' count now.
-    let keys: Vec<&str> = overrides
-        .iter()
-        .map(|o| {
-            o.trim_start_matches(['+', '~'])
-                .split(['=', '@'])
-                .next()
-                .unwrap_or("")
-        })
-        .collect();
-    let related = |k: &str| {
-        keys.iter()
-            .any(|o| k == *o || k.strip_prefix(*o).is_some_and(|r| r.starts_with('.')))
-    };
+    let keys: Vec<&str> = overrides.iter().map(|o| plan::override_key(o)).collect();
+    let related = |k: &str| keys.iter().any(|o| plan::keys_overlap(k, o));
     plan::promote_for_build_where(&mut checked, &related);
     refuse_bound_changes(
         &embedded_plan,
@@ -630,18 +619,9 @@ fn refuse_bound_changes(
 ) -> Result<(), Exit> {
     let mut refused = Vec::new();
     for text in overrides {
-        let key = text
-            .trim_start_matches(['+', '~'])
-            .split(['=', '@'])
-            .next()
-            .unwrap_or("");
+        let key = plan::override_key(text);
         let changed = embedded.bound_keys.iter().any(|b| {
-            let related = b.key == key
-                || b.key.strip_prefix(key).is_some_and(|r| r.starts_with('.'))
-                || key
-                    .strip_prefix(b.key.as_str())
-                    .is_some_and(|r| r.starts_with('.'));
-            related
+            plan::keys_overlap(&b.key, key)
                 && after
                     .get_path(&split_key(&b.key))
                     .map_or(serde_json::Value::Null, Node::to_json)
