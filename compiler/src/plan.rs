@@ -16,17 +16,21 @@
 //! - offload (Megatron): `param_offload`, `grad_offload`, `optimizer_offload`.
 //!
 //! Problems come out as diagnostics with `B` ids ([`crate::codes`]):
-//! - errors (`B01x`): combinations the binary cannot bind, reported by `verlc check` too
-//!   ([`check_diagnostics`]) at the YAML line that decided them;
-//! - warnings (`B00x`): keys the binary will not use ([`unused`]), reported by `verlc build`
-//!   (`--deny-warnings` makes them errors).
+//! - errors (`B01x`): combinations the binary cannot bind and (`B018`) values it cannot honour,
+//!   at the YAML line that decided them;
+//! - warnings (`B00x`): keys the binary does not read.
 //!
-//! The resolved config is embedded in the binary as YAML ([`embed`]).
+//! Every key's verdict is in [`verdicts`] and reported for the keys the user changed
+//! ([`verdict_diagnostics`]). `verlc check` shows all of it as warnings
+//! ([`check_diagnostics`]); `verlc build` refuses the errors (`--deny-warnings` the warnings).
+//!
+//! Lowering also produces the trainer spec the binary runs ([`spec`]); the resolved config is
+//! embedded in the binary as YAML ([`embed`]).
 
 pub mod embed;
 mod invalid;
 pub mod spec;
-mod unused;
+mod verdict_report;
 pub mod verdicts;
 
 #[cfg(test)]
@@ -43,7 +47,7 @@ use crate::load::compose::{self, Composed, LoadRequest};
 use crate::load::node::Node;
 use crate::rules::RuleContext;
 
-pub use unused::verdict_diagnostics;
+pub use verdict_report::verdict_diagnostics;
 pub use verlc_spec::binding::{
     self, Binding, OffloadFlags, OffloadTarget, PrecisionKind, StrategyKind,
 };

@@ -627,7 +627,7 @@ fn every_leaf_of_both_trees_has_a_verdict() {
             ..LoadRequest::default()
         })
         .root;
-        let leaves = unused::leaves(&root, "");
+        let leaves = verdict_report::leaves(&root, "");
         assert!(leaves.len() > 500, "{base}: only {} leaves", leaves.len());
         let missing: Vec<&String> = leaves
             .iter()
