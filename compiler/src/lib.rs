@@ -4,14 +4,13 @@
 //! ([`load`]), checks it against the JSON Schema of the typed model ([`config`], [`schema`])
 //! and against verl's cross-field rules ([`rules`]), and reports problems as
 //! [`diag::Diagnostic`] values. It never prints and never touches libtorch; the CLI
-//! (feature `cli`) renders diagnostics and drives code generation.
+//! (the `verlc` binary's `cli` module) renders diagnostics and drives code generation.
 
 // The loader returns a `Diagnostic` as its error (a value the caller renders, not a hot
 // path), which clippy finds large.
 #![allow(clippy::result_large_err)]
 
 pub mod check;
-#[cfg(feature = "codegen")]
 pub mod codegen;
 pub mod codes;
 pub mod config;

@@ -13,7 +13,9 @@
 //! - precision (Megatron): `megatron.dtype` (bfloat16 or float16).
 //! - offload (FSDP): `param_offload` offloads parameters and their gradients,
 //!   `optimizer_offload` the optimizer state; FSDP2's `offload_policy` offloads all three.
-//! - offload (Megatron): `param_offload`, `grad_offload`, `optimizer_offload`.
+//! - offload (Megatron): `optimizer_offload` (the engine keeps its model shards on the device:
+//!   `param_offload`/`grad_offload` warn on CPU, where there is nothing to move, and are `B018`
+//!   on CUDA).
 //!
 //! Problems come out as diagnostics with `B` ids ([`crate::codes`]):
 //! - errors (`B01x`): combinations the binary cannot bind and (`B018`) values it cannot honour,
@@ -272,23 +274,13 @@ impl<'a> RoleEngine<'a> {
                     keys.push((OffloadTarget::Optimizer, key));
                 }
             }
-            Some(Engine::Megatron(m)) => {
-                for (on, t, name) in [
-                    (m.param_offload, OffloadTarget::Params, "param_offload"),
-                    (m.grad_offload, OffloadTarget::Grads, "grad_offload"),
-                    (
-                        m.optimizer_offload,
-                        OffloadTarget::Optimizer,
-                        "optimizer_offload",
-                    ),
-                ] {
-                    if on {
-                        flags = flags.with(t);
-                        keys.push((t, k(name)));
-                    }
-                }
+            // The engine offloads only its optimizer; `param_offload`/`grad_offload` bind
+            // nothing (lowering warns on CPU and refuses on CUDA).
+            Some(Engine::Megatron(m)) if m.optimizer_offload => {
+                flags = flags.with(OffloadTarget::Optimizer);
+                keys.push((OffloadTarget::Optimizer, k("optimizer_offload")));
             }
-            None => {}
+            Some(Engine::Megatron(_)) | None => {}
         }
         (flags, keys)
     }
@@ -312,15 +304,7 @@ impl<'a> RoleEngine<'a> {
                     keys.push(k("offload_policy"));
                 }
             }
-            Some(Engine::Megatron(_)) => keys.extend(
-                [
-                    "dtype",
-                    "param_offload",
-                    "grad_offload",
-                    "optimizer_offload",
-                ]
-                .map(k),
-            ),
+            Some(Engine::Megatron(_)) => keys.extend(["dtype", "optimizer_offload"].map(k)),
             None => {}
         }
         keys

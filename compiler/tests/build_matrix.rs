@@ -12,12 +12,11 @@
 //! binary of the one-rank run. Runs that the runtime cannot do yet are listed in
 //! [`KNOWN_GAPS`] with the error they must fail with.
 //!
-//! Megatron's parameter-only and gradient-only offload sets are built only with
-//! `VERLC_FULL_BINDING_MATRIX=1` (they run the code of the parameters + gradients set).
-//!
 //! Cost: every binding is its own crate and binary, built one after another by `verlc build`
 //! into the workspace's target directory (the runtime is compiled once; a binding costs its
 //! small crate and a link, and nothing on a rerun). Runs overlap with the next builds.
+//! With `VERLC_EXPECT_SHARED_TARGET=1` (set by `scripts/test`) a build that compiles a
+//! dependency the workspace already compiled (tch, tokenizers, ...) fails the test.
 //! Skipped when no libtorch is available (no `.venv` from scripts/setup and no `LIBTORCH`).
 //! `cargo test -p verlc --test build_matrix -- --nocapture` prints the matrix.
 
@@ -101,8 +100,6 @@ fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
                 "examples/quickstart_megatron.yaml",
                 vec![
                     format!("{m}.dtype={dtype}"),
-                    format!("{m}.param_offload={}", o.params),
-                    format!("{m}.grad_offload={}", o.grads),
                     format!("{m}.optimizer_offload={}", o.optimizer),
                 ],
             ))
@@ -169,20 +166,8 @@ struct Row {
     worlds: Vec<World>,
 }
 
-/// Set to build every selectable binding; by default Megatron's parameter-only and
-/// gradient-only offload sets are left out (their binaries run the same code as the
-/// parameters + gradients set, and each binding costs a crate and a link of the suite's time).
-const FULL_ENV: &str = "VERLC_FULL_BINDING_MATRIX";
-
-fn covered_by_a_sibling(b: Binding) -> bool {
-    b.strategy == StrategyKind::Megatron
-        && b.offload.params != b.offload.grads
-        && std::env::var_os(FULL_ENV).is_none()
-}
-
-/// Every supported binding a config can ask for that this run builds, those left to the full
-/// matrix, and those no config can ask for.
-fn matrix() -> (Vec<Row>, Vec<Binding>, Vec<Binding>) {
+/// Every supported binding a config can ask for, and those no config can ask for.
+fn matrix() -> (Vec<Row>, Vec<Binding>) {
     let supported: Vec<Binding> = binding::supported()
         .map(|(strategy, precision, offload)| Binding {
             strategy,
@@ -192,16 +177,11 @@ fn matrix() -> (Vec<Row>, Vec<Binding>, Vec<Binding>) {
         .collect();
     let mut rows = Vec::new();
     let mut unreachable = Vec::new();
-    let mut skipped = Vec::new();
     for &b in &supported {
         let Some((example, overrides)) = config_for(b) else {
             unreachable.push(b);
             continue;
         };
-        if covered_by_a_sibling(b) {
-            skipped.push(b);
-            continue;
-        }
         let mut worlds = vec![World::One];
         // Per strategy and precision, the binding that offloads the most also runs on 2 ranks.
         let siblings = supported
@@ -228,7 +208,7 @@ fn matrix() -> (Vec<Row>, Vec<Binding>, Vec<Binding>) {
             worlds,
         });
     }
-    (rows, skipped, unreachable)
+    (rows, unreachable)
 }
 
 fn checkout() -> PathBuf {
@@ -270,6 +250,7 @@ fn build(row: &Row, out: &Path, cache: &Path) -> Result<PathBuf, String> {
         .arg(cache)
         .arg("--target-dir")
         .arg(workspace_target())
+        .arg("--json")
         .output()
         .map_err(|e| format!("cannot run verlc: {e}"))?;
     let stderr = String::from_utf8_lossy(&res.stderr);
@@ -291,8 +272,37 @@ fn build(row: &Row, out: &Path, cache: &Path) -> Result<PathBuf, String> {
             tail(&stderr, 10)
         ));
     }
+    let report: serde_json::Value = serde_json::from_slice(&res.stdout)
+        .map_err(|e| format!("verlc build --json printed no report: {e}"))?;
+    let compiled: Vec<&str> = report["compiled"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
+        .unwrap_or_default();
+    // The checkout's own crates are compiled once more for the generated crates: cargo hashes
+    // a path dependency by its path relative to the workspace root, which differs between the
+    // verlc workspace and a generated crate's (all generated crates share that one copy).
+    let ours = ["verlc@", "verlc-spec@", "verlc-runtime@", "verlc-macros@"];
+    let shared: Vec<&&str> = compiled
+        .iter()
+        .filter(|c| !c.starts_with("verlc-trainer-") && !ours.iter().any(|o| c.starts_with(o)))
+        .collect();
+    if std::env::var_os(SHARED_TARGET_ENV).is_some() && !shared.is_empty() {
+        return Err(format!(
+            "the trainer build compiled {} crate(s) that the workspace's test build should \
+             have compiled already (a second variant: features or profile differ between \
+             the workspace and templates/Cargo.toml.j2): {shared:?}",
+            shared.len()
+        ));
+    }
     Ok(binary)
 }
+
+/// Set by `scripts/test`, which builds the whole workspace's tests before any test runs: every
+/// trainer build must then compile only its own generated crate (and, the first time, the
+/// checkout's crates), reusing tch and every other dependency from the workspace's target
+/// directory. (Unset when this test runs alone, with only
+/// part of the workspace built.)
+const SHARED_TARGET_ENV: &str = "VERLC_EXPECT_SHARED_TARGET";
 
 /// Environment of an outer launcher that would make the trainer one rank of someone else's
 /// world.
@@ -508,7 +518,7 @@ fn every_supported_binding_builds_and_trains_two_steps() {
         return;
     }
     let start = Instant::now();
-    let (rows, skipped, unreachable) = matrix();
+    let (rows, unreachable) = matrix();
     assert!(
         rows.iter()
             .any(|r| r.binding.strategy == StrategyKind::Fsdp && r.worlds.contains(&World::Dp2)),
@@ -618,16 +628,6 @@ fn every_supported_binding_builds_and_trains_two_steps() {
             l.world,
             l.build_s,
             run_s
-        );
-    }
-    for b in &skipped {
-        let _ = writeln!(
-            report,
-            "{:<w$} {:<9} {:>7} {:>6}  not built: covered by [params, grads] (set {FULL_ENV}=1)",
-            b.to_string(),
-            "-",
-            "-",
-            "-"
         );
     }
     for b in &unreachable {

@@ -20,8 +20,11 @@
 //!    checks them for inf/nan on the device before the step; with FSDP parameter offload the
 //!    sharded gradients live on the host, where the runtime has no fused unscale/check.
 //!    Use `Bf16Mixed` (no loss scaling) or keep the parameters on the device.
-//! 4. `Megatron` supports every precision and every offload subset (its optimizer keeps fp32
-//!    main parameters, unscales and checks on the device, then offloads).
+//! 4. `Megatron` offloads only its optimizer state (fp32 main parameters and Adam moments, after
+//!    the unscale and inf/nan check on the device), with every precision. Its engine keeps the
+//!    model shards and their gradients on the device for the whole run: verl's
+//!    `megatron.param_offload`/`grad_offload` are not implemented (on CPU they have nothing to
+//!    move; on CUDA `verlc build` refuses them), so no binary binds them.
 
 /// The parallel engine the binary is built around.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -197,14 +200,14 @@ pub const fn validate(
                 return Err(Rejection {
                     part: Part::Offload(OffloadTarget::Params),
                     message: "`Single` cannot offload parameters: a single process keeps the one full copy of the model on its device",
-                    help: "valid offload for `Single`: `[]` or `[optimizer]`; to offload parameters use `Fsdp` or `Megatron`",
+                    help: "valid offload for `Single`: `[]` or `[optimizer]`; to offload parameters use `Fsdp`",
                 });
             }
             if offload.grads {
                 return Err(Rejection {
                     part: Part::Offload(OffloadTarget::Grads),
                     message: "`Single` cannot offload gradients: a single process keeps the one full copy of the model on its device",
-                    help: "valid offload for `Single`: `[]` or `[optimizer]`; to offload gradients use `Fsdp` or `Megatron`",
+                    help: "valid offload for `Single`: `[]` or `[optimizer]`; to offload gradients use `Fsdp`",
                 });
             }
             Ok(())
@@ -233,7 +236,23 @@ pub const fn validate(
             }
             Ok(())
         }
-        StrategyKind::Megatron => Ok(()),
+        StrategyKind::Megatron => {
+            if offload.params {
+                return Err(Rejection {
+                    part: Part::Offload(OffloadTarget::Params),
+                    message: "`Megatron` does not offload parameters: its engine keeps the model shards on the device between phases",
+                    help: "valid offload for `Megatron`: `[]` or `[optimizer]`",
+                });
+            }
+            if offload.grads {
+                return Err(Rejection {
+                    part: Part::Offload(OffloadTarget::Grads),
+                    message: "`Megatron` does not offload gradients: its engine keeps the gradient buffers on the device",
+                    help: "valid offload for `Megatron`: `[]` or `[optimizer]`",
+                });
+            }
+            Ok(())
+        }
     }
 }
 

@@ -115,8 +115,7 @@ pub struct MegatronEngineSpec {
     /// Megatron's sequence parallelism (only with tensor parallel > 1).
     pub sequence_parallel: bool,
     pub use_distributed_optimizer: bool,
-    pub param_offload: bool,
-    pub grad_offload: bool,
+    /// Optimizer state in host memory (the only offload the Megatron engine implements).
     pub optimizer_offload: bool,
 }
 

@@ -20,6 +20,8 @@ use verlc::render;
 /// A compiled trainer in the cache.
 pub(super) struct Compiled {
     pub binary: PathBuf,
+    /// Packages compiled by this build (`name@version`), not found fresh.
+    pub compiled: Vec<String>,
     pub plan: BuildPlan,
     pub krate: WrittenCrate,
     pub seconds: f64,
@@ -48,16 +50,19 @@ pub fn run(a: BuildArgs) -> u8 {
             "config_hash": compiled.krate.rendered.config_hash,
             "crate": compiled.krate.dir,
             "seconds": compiled.seconds,
+            "compiled": compiled.compiled,
             "plan": compiled.plan,
         });
         println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
     }
+    let n = compiled.compiled.len();
     eprintln!(
-        "built {} in {:.1} s ({}; config {})",
+        "built {} in {:.1} s ({}; config {}; {n} crate{} compiled)",
         out.display(),
         compiled.seconds,
         compiled.plan.binding,
-        short_hash(&compiled.krate.rendered.config_hash)
+        short_hash(&compiled.krate.rendered.config_hash),
+        if n == 1 { "" } else { "s" }
     );
     0
 }
@@ -160,6 +165,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
     match built {
         Ok(b) => Ok(Some(Compiled {
             binary: b.executable,
+            compiled: b.compiled,
             plan,
             krate,
             seconds: start.elapsed().as_secs_f64(),

@@ -51,6 +51,26 @@ pub struct Built {
     pub executable: PathBuf,
     /// Crates compiled (or found fresh) along the way.
     pub artifacts: usize,
+    /// The packages this build compiled (not found fresh), as `name@version`, in cargo's
+    /// order: from a warm target directory, only the generated crate.
+    pub compiled: Vec<String>,
+}
+
+/// `name@version` of a cargo package id (`registry+…#tch@0.26.0`, `path+file:///x/foo#0.1.0`
+/// where the name is the path's last segment, or the legacy `tch 0.26.0 (registry+…)`).
+fn package_name(id: &str) -> String {
+    if let Some((url, frag)) = id.rsplit_once('#') {
+        if frag.contains('@') {
+            return frag.to_owned();
+        }
+        let name = url.trim_end_matches('/').rsplit('/').next().unwrap_or(url);
+        return format!("{name}@{frag}");
+    }
+    let mut words = id.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some(n), Some(v)) => format!("{n}@{v}"),
+        _ => id.to_owned(),
+    }
 }
 
 /// Run `cmd` (a `cargo build … --message-format json`) to completion, reporting progress.
@@ -102,6 +122,7 @@ pub fn run(
     let mut failure = CargoFailure::default();
     let mut stderr_log: Vec<String> = Vec::new();
     let mut artifacts = 0usize;
+    let mut compiled: Vec<String> = Vec::new();
     let mut executable = None;
     for line in rx {
         match line {
@@ -120,6 +141,15 @@ pub fn run(
                     Some("compiler-artifact") | Some("build-script-executed") => {
                         artifacts += 1;
                         on_event(Event::Artifact(artifacts));
+                        let fresh = msg.get("fresh").and_then(|f| f.as_bool());
+                        if fresh == Some(false)
+                            && let Some(id) = msg.get("package_id").and_then(|p| p.as_str())
+                        {
+                            let name = package_name(id);
+                            if !compiled.contains(&name) {
+                                compiled.push(name);
+                            }
+                        }
                         let is_ours =
                             msg.pointer("/target/name").and_then(|n| n.as_str()) == Some(package);
                         if let Some(exe) = msg
@@ -156,6 +186,7 @@ pub fn run(
             .map(|executable| Built {
                 executable,
                 artifacts,
+                compiled,
             })
             .ok_or(BuildError::NoBinary);
     }
@@ -191,4 +222,27 @@ pub fn run(
         );
     }
     Err(BuildError::Cargo(failure))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::package_name;
+
+    #[test]
+    fn package_names_from_every_id_format() {
+        let reg = "registry+https://github.com/rust-lang/crates.io-index#tch@0.26.0";
+        assert_eq!(package_name(reg), "tch@0.26.0");
+        assert_eq!(
+            package_name("path+file:///work/main/runtime#verlc-runtime@0.1.0"),
+            "verlc-runtime@0.1.0"
+        );
+        assert_eq!(
+            package_name("path+file:///work/main/macros#0.1.0"),
+            "macros@0.1.0"
+        );
+        assert_eq!(
+            package_name("tch 0.26.0 (registry+https://github.com/rust-lang/crates.io-index)"),
+            "tch@0.26.0"
+        );
+    }
 }

@@ -52,6 +52,19 @@ impl Lowering<'_> {
         );
     }
 
+    /// `key` is set but has no effect in this binary (`B006`, a warning in check and build).
+    fn no_effect(&mut self, key: &str, message: impl Into<String>) {
+        let origin = self
+            .root
+            .get_path(&split_key(key))
+            .and_then(|n| n.origin.clone());
+        self.out.push(
+            Diagnostic::warning(codes::BUILD_NO_EFFECT, message)
+                .with_key(key)
+                .with_primary(origin, "has no effect"),
+        );
+    }
+
     /// A count that must be positive; rules report the value, this keeps lowering total.
     fn count(&mut self, key: &str, v: i64) -> usize {
         match usize::try_from(v) {
@@ -346,13 +359,26 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                     "set it to null",
                 );
             }
-            if world.device == DeviceKind::Cuda && (flags.params || flags.grads) {
-                let which = if m.param_offload {
-                    "param_offload"
+            // The engine keeps its model shards and gradient buffers where they are.
+            for (on, name) in [
+                (m.param_offload, "param_offload"),
+                (m.grad_offload, "grad_offload"),
+            ] {
+                if !on {
+                    continue;
+                }
+                if world.device == DeviceKind::Cuda {
+                    l.unsupported(
+                        &key(name),
+                        "the Megatron engine does not move its model shards off the GPU between phases yet (only optimizer_offload)",
+                        "set it to false on CUDA",
+                    );
                 } else {
-                    "grad_offload"
-                };
-                l.unsupported(&key(which), "the Megatron engine does not move its model shards off the GPU between phases yet (only optimizer_offload)", "set it to false on CUDA");
+                    l.no_effect(
+                        &key(name),
+                        format!("`{}` has no effect on CPU: the model already lives in host memory and the Megatron engine moves no shards", key(name)),
+                    );
+                }
             }
             if !world.size().is_multiple_of(tp.saturating_mul(pp)) {
                 l.unsupported(
@@ -369,8 +395,6 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                 pipeline_parallel: pp,
                 sequence_parallel: m.sequence_parallel && tp > 1,
                 use_distributed_optimizer: m.use_distributed_optimizer,
-                param_offload: flags.params,
-                grad_offload: flags.grads,
                 optimizer_offload: flags.optimizer,
             })
         }

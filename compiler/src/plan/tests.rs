@@ -276,9 +276,10 @@ fn megatron_precision_and_offload() {
         Binding {
             strategy: S::Megatron,
             precision: P::Fp16Mixed,
+            // The engine offloads only its optimizer: `grad_offload` binds nothing.
             offload: OffloadFlags {
                 params: false,
-                grads: true,
+                grads: false,
                 optimizer: true
             }
         }
@@ -286,6 +287,16 @@ fn megatron_precision_and_offload() {
     assert_eq!(
         c.lowered.plan.spec.strategy,
         verlc_spec::trainer::StrategyName::Megatron
+    );
+    // On CPU it has nothing to move: a warning at its line, not silence.
+    let grad_line = yaml
+        .lines()
+        .position(|l| l.trim_start().starts_with("grad_offload"))
+        .map_or(0, |i| i + 1);
+    assert!(
+        c.at_lines().contains(&("B006", grad_line)),
+        "{:?}",
+        c.at_lines()
     );
     assert!(
         c.lowered.diagnostics.iter().all(|d| !d.is_error()),
@@ -521,9 +532,20 @@ fn examples_lower_without_errors() {
 #[test]
 fn support_table() {
     let all: Vec<_> = binding::supported().collect();
-    // Single: 3 precisions × {[], [optimizer]}; Fsdp: 3 × 4 minus fp16 with params (2);
-    // Megatron: 3 × 8.
-    assert_eq!(all.len(), 6 + 10 + 24);
+    // Single and Megatron: 3 precisions × {[], [optimizer]}; Fsdp: 3 × 4 minus fp16 with
+    // params (2).
+    assert_eq!(all.len(), 6 + 10 + 6);
+    for (params, grads) in [(true, false), (false, true), (true, true)] {
+        let o = OffloadFlags {
+            params,
+            grads,
+            optimizer: false,
+        };
+        assert!(
+            binding::validate(S::Megatron, P::Bf16Mixed, o).is_err(),
+            "{o:?}"
+        );
+    }
     assert!(
         binding::validate(
             S::Fsdp,
