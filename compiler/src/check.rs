@@ -62,10 +62,28 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         }
     }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
-    diagnostics.extend(merge_same_origin(schema_diags));
+    // A composition that failed (unreadable file, missing config or group option) leaves
+    // parts of the tree out: the keys it misses are follow-ons, not findings.
+    let incomplete = diagnostics
+        .iter()
+        .any(|d| d.is_error() && INCOMPLETE_TREE.contains(&d.code));
+    if incomplete {
+        schema_diags
+            .retain(|d| d.code != codes::SCHEMA_REQUIRED && d.code != codes::MANDATORY_MISSING);
+    }
+    // With schema errors the rules still judge what is well-typed: each bad value is
+    // replaced by verl's default for the check's own use, and findings about the replaced
+    // keys are dropped (the schema error already says what is wrong there).
+    // Past a few hundred errors the file is not a verl config: rules would judge defaults.
+    let repaired = if schema_clean || incomplete || schema_diags.len() > MAX_REPAIRS {
+        None
+    } else {
+        repair(&tree, &schema_diags, false).zip(repair(&tree, &schema_diags, true))
+    };
+    diagnostics.extend(merge_same_origin(schema_diags, &tree));
 
     let mut config = None;
-    if schema_clean {
+    if schema_clean && !incomplete {
         match serde_json::from_value::<VerlConfig>(tree.to_json()) {
             Ok(c) => config = Some(c),
             Err(e) => diagnostics.push(Diagnostic::error(
@@ -75,23 +93,25 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         }
     }
 
+    // Read whatever else the config has: a bad `--model-config` is reported even when the
+    // config has errors of its own.
     let mut model = None;
-    if let Some(cfg) = &config {
-        let path = opts
-            .model_config
-            .clone()
-            .or_else(|| model_dir_from_tree(&composed));
-        if let Some(p) = path {
-            match read_model_dims(&p) {
-                Ok(m) => model = Some(m),
-                Err(msg) if opts.model_config.is_some() => {
-                    diagnostics.push(Diagnostic::error(codes::IO_ERROR, msg))
-                }
-                Err(_) => {}
+    let model_path = opts
+        .model_config
+        .clone()
+        .or_else(|| model_dir_from_tree(&composed));
+    if let Some(p) = model_path {
+        match read_model_dims(&p) {
+            Ok(m) => model = Some(m),
+            Err(msg) if opts.model_config.is_some() => {
+                diagnostics.push(Diagnostic::error(codes::IO_ERROR, msg))
             }
+            Err(_) => {}
         }
-        let only: Vec<String> = opts.only.iter().map(|s| s.to_ascii_uppercase()).collect();
-        let enabled = |c: Code| only.is_empty() || only.iter().any(|o| o == c.0);
+    }
+    let only: Vec<String> = opts.only.iter().map(|s| s.to_ascii_uppercase()).collect();
+    let enabled = |c: Code| only.is_empty() || only.iter().any(|o| o == c.0);
+    let judge = |cfg: &VerlConfig| {
         let ctx = RuleContext {
             config: cfg,
             root: &composed.root,
@@ -100,11 +120,11 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             missing: &missing,
             defaults: Default::default(),
         };
-        diagnostics.extend(rules::run(&ctx, &enabled));
+        let mut out = rules::run(&ctx, &enabled);
         // What `verlc build` could not bind, reported here at the YAML line (B01x).
         // What verl accepts but verlc's generated trainer cannot bind is a warning here
         // (`verlc check` judges verl validity); `verlc build` keeps it an error.
-        diagnostics.extend(
+        out.extend(
             plan::check_diagnostics(&ctx, &enabled)
                 .into_iter()
                 .map(|mut d| {
@@ -116,6 +136,24 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
                     d
                 }),
         );
+        out
+    };
+    if let Some(cfg) = &config {
+        diagnostics.extend(judge(cfg));
+    } else if let Some(((a, replaced), (b, _))) = repaired {
+        // Findings that change when the replaced values change depend on them: only those
+        // the two repairs agree on are reported, and none about a replaced key.
+        let other = judge(&b);
+        let same = |x: &Diagnostic, y: &Diagnostic| {
+            x.code == y.code && x.key_path == y.key_path && x.message == y.message
+        };
+        diagnostics.extend(judge(&a).into_iter().filter(|d| {
+            let about_replaced = d
+                .key_path
+                .as_deref()
+                .is_some_and(|k| replaced.iter().any(|r| plan::keys_overlap(k, r)));
+            !about_replaced && other.iter().any(|o| same(d, o))
+        }));
     }
     Checked {
         composed,
@@ -125,15 +163,123 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     }
 }
 
+/// Most schema errors the check repairs to run the rules anyway.
+const MAX_REPAIRS: usize = 200;
+
+/// Composition errors after which the tree lacks whole parts.
+const INCOMPLETE_TREE: &[Code] = &[
+    codes::YAML_SYNTAX,
+    codes::YAML_LIMIT,
+    codes::IO_ERROR,
+    codes::DEFAULTS_SYNTAX,
+    codes::CONFIG_NOT_FOUND,
+    codes::DEFAULTS_CYCLE,
+    codes::GROUP_OPTION_UNKNOWN,
+];
+
+/// `tree` with the value of every schema error replaced by the default tree's (verl's
+/// default of the same flavour) or removed when the default has no such key, typed; and the
+/// replaced keys. `None` when an error has no key or the result still fails the schema.
+/// `perturbed` replaces with other values instead (numbers moved, booleans flipped), so a
+/// finding that depends on a replaced value shows up differently in the two repairs.
+fn repair(
+    tree: &Node,
+    schema_diags: &[Diagnostic],
+    perturbed: bool,
+) -> Option<(VerlConfig, Vec<String>)> {
+    let megatron = tree
+        .get_path(&["actor_rollout_ref", "actor", "strategy"])
+        .and_then(Node::as_str)
+        == Some("megatron");
+    let base = if megatron {
+        compose::MEGATRON_BASE
+    } else {
+        compose::FSDP_BASE
+    };
+    let defaults = compose::load(&LoadRequest {
+        base: Some(base.to_owned()),
+        ..LoadRequest::default()
+    })
+    .root;
+    let (defaults, _) = unset_mandatory(&defaults);
+    let mut fixed = tree.clone();
+    let mut keys = Vec::new();
+    for d in schema_diags.iter().filter(|d| d.is_error()) {
+        let key = d.key_path.clone()?;
+        let path = crate::load::node::split_key(&key);
+        let (parent_path, last) = path.split_last().map(|(l, p)| (p, *l))?;
+        let parent = fixed.get_path_mut(parent_path)?.as_map_mut()?;
+        match defaults.get_path(&path) {
+            Some(v) => {
+                let v = if perturbed { perturb(v) } else { v.clone() };
+                match parent.get_mut(last) {
+                    Some(e) => e.node = v,
+                    None => {
+                        parent.insert(
+                            last.to_owned(),
+                            crate::load::node::Entry {
+                                key_origin: None,
+                                node: v,
+                            },
+                        );
+                    }
+                }
+            }
+            // Order does not matter to the typed config, and shifting is quadratic here.
+            None => {
+                parent.swap_remove(last);
+            }
+        }
+        keys.push(key);
+    }
+    if schema::validate(&fixed).iter().any(Diagnostic::is_error) {
+        return None;
+    }
+    let cfg = serde_json::from_value::<VerlConfig>(fixed.to_json()).ok()?;
+    Some((cfg, keys))
+}
+
+/// Another valid-looking value of the same type: integers and floats moved, booleans flipped
+/// (strings, nulls and containers stay).
+fn perturb(n: &Node) -> Node {
+    let mut out = n.clone();
+    if let Value::Scalar(s) = &mut out.value {
+        match s {
+            Scalar::Int(i) => *i = i.saturating_mul(7).saturating_add(3),
+            Scalar::Float(f) => *f = (*f + 0.5) / 2.0,
+            Scalar::Bool(b) => *b = !*b,
+            _ => {}
+        }
+    }
+    out
+}
+
 /// One bad value copied by interpolation (`critic.loss_agg_mode` from the actor's) fails
 /// the schema at every copy; report it once, naming the other keys.
-fn merge_same_origin(diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+/// The key the user wrote leads (`data.max_prompt_length`, not the
+/// `actor_rollout_ref.rollout.prompt_length` that copies it).
+fn merge_same_origin(diags: Vec<Diagnostic>, tree: &Node) -> Vec<Diagnostic> {
+    let copied = |d: &Diagnostic| {
+        d.key_path
+            .as_deref()
+            .and_then(|k| tree.get_path(&crate::load::node::split_key(k)))
+            .is_some_and(|n| n.via.is_some())
+    };
     let mut out: Vec<Diagnostic> = Vec::new();
     let mut first_at: std::collections::HashMap<(Code, crate::source::Origin), usize> =
         std::collections::HashMap::new();
     for d in diags {
         let slot = d.primary.as_ref().map(|l| (d.code, l.origin.clone()));
         match (slot.as_ref().and_then(|k| first_at.get(k)), &d.key_path) {
+            (Some(&i), Some(_)) if copied(&out[i]) && !copied(&d) => {
+                let copy = std::mem::replace(&mut out[i], d);
+                out[i].notes.extend(copy.notes);
+                if let Some(key) = copy.key_path {
+                    out[i]
+                        .notes
+                        .push(format!("`{key}` takes this value too, by interpolation"));
+                }
+            }
             (Some(&i), Some(key)) => out[i]
                 .notes
                 .push(format!("`{key}` takes this value too, by interpolation")),
@@ -237,4 +383,103 @@ pub fn read_model_dims(path: &Path) -> Result<ModelDims, String> {
         .map_err(|e| format!("cannot read model config {}: {e}", file.display()))?;
     serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a usable model config.json: {e}", file.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codes_of(overrides: &[&str], file: Option<&str>) -> Vec<&'static str> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let req = LoadRequest {
+            config_file: file.map(|f| root.join(f)),
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+            cwd: root,
+            ..LoadRequest::default()
+        };
+        let mut c: Vec<&'static str> = check(&req, &CheckOptions::default())
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.code.0)
+            .collect();
+        c.sort();
+        c
+    }
+
+    #[test]
+    fn schema_errors_do_not_hide_semantic_findings() {
+        let qs = Some("examples/quickstart.yaml");
+        // A type error elsewhere, and a mini-batch larger than the step (V002).
+        assert_eq!(
+            codes_of(
+                &[
+                    "data.max_prompt_length=abc",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=1000"
+                ],
+                qs
+            ),
+            ["S002", "V002"]
+        );
+        // No finding that only the stand-in value caused: with `rollout.n` replaced, the
+        // quickstart's micro-batch of 128 would not divide 16 × 1 responses (V006).
+        assert_eq!(
+            codes_of(
+                &[
+                    "data.max_prompt_length=abc",
+                    "actor_rollout_ref.rollout.n=-2"
+                ],
+                qs
+            ),
+            ["S002", "S004"]
+        );
+    }
+
+    #[test]
+    fn a_failed_composition_yields_no_follow_on_errors() {
+        // A group option that does not exist, a config that cannot be found.
+        assert_eq!(
+            codes_of(
+                &["actor_rollout_ref/rollout=nope"],
+                Some("examples/quickstart.yaml")
+            ),
+            ["H011"]
+        );
+        let missing = LoadRequest {
+            config_name: Some("no_such_config".into()),
+            ..LoadRequest::default()
+        };
+        let errors: Vec<_> = check(&missing, &CheckOptions::default())
+            .diagnostics
+            .into_iter()
+            .filter(Diagnostic::is_error)
+            .map(|d| d.code.0)
+            .collect();
+        assert_eq!(errors, ["H002"]);
+    }
+
+    #[test]
+    fn the_key_the_user_wrote_leads_an_error_copied_by_interpolation() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let req = LoadRequest {
+            config_file: Some(root.join("examples/quickstart.yaml")),
+            overrides: vec!["data.max_prompt_length=abc".into()],
+            cwd: root,
+            ..LoadRequest::default()
+        };
+        let c = check(&req, &CheckOptions::default());
+        let d = c
+            .diagnostics
+            .iter()
+            .find(|d| d.code == codes::SCHEMA_TYPE)
+            .expect("S002");
+        assert_eq!(d.key_path.as_deref(), Some("data.max_prompt_length"));
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("actor_rollout_ref.rollout.prompt_length")),
+            "{:?}",
+            d.notes
+        );
+    }
 }

@@ -77,7 +77,93 @@ impl MemoryBreakdown {
     }
 }
 
-pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Explanation {
+/// The batch arithmetic does not fit 64-bit integers (absurd values that passed the schema).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the derived numbers overflow 64-bit integers: {0} is beyond 2^62")]
+pub struct Overflow(pub String);
+
+/// Largest magnitude any derived number may reach (every product below stays under it).
+const LIMIT: f64 = (1u64 << 62) as f64;
+
+/// Checks, in floating point, the largest products [`explain`] forms, so its integer
+/// arithmetic cannot overflow (debug builds would panic, release builds wrap to nonsense).
+fn arithmetic_fits(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<(), Overflow> {
+    let f = |v: i64| (v as f64).abs().max(1.0);
+    let d = &cfg.data;
+    let t = &cfg.trainer;
+    let a = &cfg.actor_rollout_ref.actor;
+    let c = &cfg.critic;
+    let n = f(cfg.actor_rollout_ref.rollout.n);
+    let seq = f(d.max_prompt_length) + f(d.max_response_length);
+    let sp = |x: Option<i64>| f(x.unwrap_or(1));
+    let a_sp = sp(a
+        .fsdp_config
+        .as_ref()
+        .map(|x| x.ulysses_sequence_parallel_size)
+        .or(a.ulysses_sequence_parallel_size));
+    let c_sp = sp(c
+        .model
+        .fsdp_config
+        .as_ref()
+        .map(|x| x.ulysses_sequence_parallel_size)
+        .or(c.ulysses_sequence_parallel_size));
+    let micro = |m: Option<i64>| f(m.unwrap_or(1));
+    // Tokens of one micro-batch on one rank, the largest of the ways explain counts them.
+    let tokens = [
+        f(a.ppo_max_token_len_per_gpu) * a_sp,
+        micro(a.ppo_micro_batch_size_per_gpu.or(a.ppo_micro_batch_size)) * seq,
+        seq,
+    ]
+    .into_iter()
+    .fold(1.0, f64::max);
+    let mut products = vec![
+        (
+            "trainer.nnodes × trainer.n_gpus_per_node",
+            f(t.nnodes) * f(t.n_gpus_per_node),
+        ),
+        (
+            "data.train_batch_size × rollout.n × (max_prompt_length + max_response_length)",
+            f(d.train_batch_size) * n * seq,
+        ),
+        (
+            "actor.ppo_mini_batch_size × rollout.n",
+            f(a.ppo_mini_batch_size) * n,
+        ),
+        (
+            "critic.ppo_mini_batch_size × rollout.n",
+            f(c.ppo_mini_batch_size) * n,
+        ),
+        ("the tokens of one actor micro-batch", tokens),
+        (
+            "critic.ppo_max_token_len_per_gpu × ulysses_sequence_parallel_size",
+            f(c.ppo_max_token_len_per_gpu) * c_sp,
+        ),
+    ];
+    if let Some(m) = model {
+        let g = |v: u64| (v as f64).max(1.0);
+        let (h, layers, vocab) = (g(m.hidden_size), g(m.num_hidden_layers), g(m.vocab_size));
+        products.extend([
+            ("the model's parameter bytes", g(m.param_count()) * 16.0),
+            (
+                "activation bytes (tokens × hidden × layers)",
+                36.0 * tokens * h * layers,
+            ),
+            ("logit bytes (tokens × vocab)", 8.0 * tokens * vocab),
+        ]);
+    }
+    match products
+        .into_iter()
+        .find(|(_, v)| !v.is_finite() || *v >= LIMIT)
+    {
+        Some((what, _)) => Err(Overflow(what.to_owned())),
+        None => Ok(()),
+    }
+}
+
+/// The derived numbers of `cfg` (and, with `model`, its memory estimate); an error when
+/// values that passed the schema are too large to compute with.
+pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanation, Overflow> {
+    arithmetic_fits(cfg, model)?;
     let world = (cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node).max(1);
     let n = cfg.actor_rollout_ref.rollout.n.max(1);
     let responses = cfg.data.train_batch_size * n;
@@ -105,7 +191,7 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Explanation {
     if model.is_none() {
         notes.push("no model config.json found: pass --model-config PATH (or --hidden-size/--num-layers/…) for a memory estimate".into());
     }
-    Explanation {
+    Ok(Explanation {
         world_size: world,
         responses_per_step: responses,
         tokens_per_step_max: responses * seq,
@@ -115,7 +201,7 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Explanation {
         optimizer_steps_total,
         memory,
         notes,
-    }
+    })
 }
 
 fn strategy_name(s: &Strategy) -> String {
@@ -399,7 +485,7 @@ mod tests {
             "trainer.total_training_steps=100",
             "algorithm.adv_estimator=grpo",
         ]);
-        let e = explain(&c, None);
+        let e = explain(&c, None).expect("fits");
         assert_eq!(e.responses_per_step, 5120);
         assert_eq!(e.actor.mini_batch_responses, 1280);
         assert_eq!(e.actor.mini_batch_per_rank, 160.0);
@@ -438,7 +524,8 @@ mod tests {
             ]
             .concat()),
             Some(&m),
-        );
+        )
+        .expect("fits");
         let two = explain(
             &cfg(&[
                 &base[..],
@@ -450,7 +537,8 @@ mod tests {
             ]
             .concat()),
             Some(&m),
-        );
+        )
+        .expect("fits");
         let (a, b) = (one.memory.unwrap(), two.memory.unwrap());
         assert_eq!(a.device.optimizer_bytes, 2 * b.device.optimizer_bytes);
         // Qwen2.5-0.5B has ~494M parameters.
@@ -459,5 +547,15 @@ mod tests {
             "{}",
             a.params
         );
+    }
+
+    #[test]
+    fn absurd_values_are_an_error_not_wrapped_numbers() {
+        let c = cfg(&[
+            "data.train_batch_size=9223372036854775807",
+            "actor_rollout_ref.rollout.n=4",
+        ]);
+        let e = explain(&c, None).expect_err("overflows");
+        assert!(e.0.contains("data.train_batch_size"), "{e}");
     }
 }

@@ -25,12 +25,13 @@ use verlc::load::overrides::parse_override;
 use verlc::load::{interp, yaml};
 use verlc::source::{Source, SourceId, SourceKind};
 
-/// Bound on the CPU time of one input (debug build). CPU time of the running thread, not
-/// wall time, so a busy machine does not make the test flaky; wall time where Linux's
-/// `/proc/thread-self/stat` is not available.
-const PER_INPUT: Duration = Duration::from_secs(2);
+/// Bound on the CPU time of one input (debug build; every input takes well under a second
+/// on a quiet machine, the blow-ups this guards against take minutes). CPU time of the
+/// running thread, not wall time, and a wide margin, so a busy machine does not make the test
+/// flaky; wall time where Linux's `/proc/thread-self/stat` is not available.
+const PER_INPUT: Duration = Duration::from_secs(10);
 /// CPU-time bound for one `verlc` child process (start-up, composition, rendering).
-const PER_CLI_RUN: Duration = Duration::from_secs(5);
+const PER_CLI_RUN: Duration = Duration::from_secs(20);
 /// With no progress for this long the worker is declared hung.
 const HANG: Duration = Duration::from_secs(30);
 /// Peak resident memory of the whole test process.
@@ -974,6 +975,71 @@ fn alias_bombs_fail_with_y004_in_bounded_time() {
     if let Some(kib) = peak_rss_kib() {
         assert!(kib < MAX_RSS_KIB, "peak memory {} MiB", kib / 1024);
     }
+}
+
+/// Lists that interpolate each other double with every line (`x1: [${x0}, ${x0}]`, ...):
+/// 21 lines would copy 16 million values. Resolution stops at a budget with one Y004 at the
+/// line where it ran out.
+#[test]
+fn interpolation_doubling_fails_with_y004_in_bounded_time() {
+    let mut text =
+        String::from("defaults:\n  - ppo_trainer\n  - _self_\nx0: [1, 2, 3, 4, 5, 6, 7, 8]\n");
+    for i in 1..22 {
+        text.push_str(&format!(
+            "x{i}: [\"${{x{}}}\", \"${{x{}}}\"]\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    let dir = scratch_dir().join("doubling");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("doubling.yaml");
+    std::fs::write(&file, &text).expect("write");
+    let start = Stopwatch::start();
+    let checked = check(
+        &LoadRequest {
+            config_file: Some(file),
+            cwd: dir.clone(),
+            ..Default::default()
+        },
+        &CheckOptions::default(),
+    );
+    let limits: Vec<_> = checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == codes::YAML_LIMIT)
+        .collect();
+    assert_eq!(limits.len(), 1, "{:#?}", checked.diagnostics);
+    assert!(limits[0].primary.is_some(), "the Y004 has a line");
+    assert!(
+        start.elapsed() < PER_INPUT,
+        "check took {:?}",
+        start.elapsed()
+    );
+    if let Some(kib) = peak_rss_kib() {
+        assert!(kib < MAX_RSS_KIB, "peak memory {} MiB", kib / 1024);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A usage mistake is exit 2 with one error: a `--config-dir` that does not exist.
+#[test]
+fn missing_config_dir_is_a_usage_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_verlc"))
+        .args([
+            "check",
+            "--config-dir",
+            "/nonexistent/verl/config",
+            "--config-name",
+            "ppo_trainer",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run verlc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("error[").count(), 1, "{err}");
+    assert!(err.contains("/nonexistent/verl/config"), "{err}");
 }
 
 #[test]

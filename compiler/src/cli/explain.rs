@@ -30,7 +30,13 @@ pub fn run(a: ExplainArgs) -> u8 {
         return EXIT_ERRORS;
     };
     let dims = checked.model.clone().or_else(|| dims_from_flags(&a));
-    let e = explain(cfg, dims.as_ref());
+    let e = match explain(cfg, dims.as_ref()) {
+        Ok(e) => e,
+        Err(overflow) => {
+            eprintln!("error: {overflow}; check the config's sizes");
+            return EXIT_ERRORS;
+        }
+    };
     match a.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&e).unwrap_or_default()),
         Format::Human => print!("{}", human(&e)),

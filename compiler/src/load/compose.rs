@@ -349,6 +349,15 @@ impl Composer {
 
     /// Set up the search path and load the primary config.
     fn primary(&mut self, req: &LoadRequest, overrides: &[Override]) -> Option<Pending> {
+        // A usage error (no location): nothing can be composed from a directory that is not
+        // there, and nothing else is reported.
+        if let Some(d) = req.config_dir.as_ref().filter(|d| !d.is_dir()) {
+            self.diags.push(Diagnostic::error(
+                codes::IO_ERROR,
+                format!("--config-dir {}: no such directory", d.display()),
+            ));
+            return None;
+        }
         if let Some(file) = &req.config_file {
             let text = match std::fs::read_to_string(file) {
                 Ok(t) => t,

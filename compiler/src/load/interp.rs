@@ -16,17 +16,17 @@ pub const MAX_CHAIN: usize = 100;
 const MAX_NESTING: usize = 32;
 /// Largest string an interpolation may build.
 const MAX_STRING: usize = 1 << 20;
+/// Most nodes that interpolations may copy into the tree in one resolution. verl's trees copy
+/// a few hundred; lists that reference each other (`b: [${a}, ${a}]`, `c: [${b}, ${b}]`, ...)
+/// double with every line and would otherwise take minutes and gigabytes.
+pub const MAX_COPIED_NODES: usize = 100_000;
 
 /// Resolve every interpolation in `root` in place. Problems are collected, not fatal:
 /// an unresolvable string is left as written.
 pub fn resolve_all(root: &mut Node) -> Vec<Diagnostic> {
     let mut paths = Vec::new();
     collect(root, &mut Vec::new(), &mut paths);
-    let mut r = Resolver {
-        diags: Vec::new(),
-        stack: Vec::new(),
-        failed: HashSet::new(),
-    };
+    let mut r = Resolver::default();
     for p in paths {
         r.resolve_path(root, &p);
     }
@@ -42,11 +42,7 @@ pub fn select(root: &Node, path: &[&str]) -> Result<Option<Node>, Diagnostic> {
         return Ok(raw.node.cloned());
     }
     let mut copy = root.clone();
-    let mut r = Resolver {
-        diags: Vec::new(),
-        stack: Vec::new(),
-        failed: HashSet::new(),
-    };
+    let mut r = Resolver::default();
     let key = path.join(".");
     match r.lookup(&mut copy, &[], &key, None) {
         Ok(n) => match r.diags.into_iter().find(Diagnostic::is_error) {
@@ -354,11 +350,14 @@ fn scalar_to_py_str(s: &Scalar) -> String {
     }
 }
 
+#[derive(Default)]
 struct Resolver {
     diags: Vec<Diagnostic>,
     /// Paths being resolved, outermost first: a repeat is a cycle.
     stack: Vec<Vec<String>>,
     failed: HashSet<Vec<String>>,
+    /// Nodes copied in by resolved interpolations so far (bounded by [`MAX_COPIED_NODES`]).
+    copied: usize,
 }
 
 impl Resolver {
@@ -428,6 +427,24 @@ impl Resolver {
         self.stack.pop();
         match result {
             Ok(mut value) => {
+                let before = self.copied;
+                self.copied = self.copied.saturating_add(value.count());
+                if self.copied > MAX_COPIED_NODES {
+                    self.failed.insert(path.to_vec());
+                    // Reported once; every later interpolation stays as written.
+                    if before <= MAX_COPIED_NODES {
+                        self.diags.push(
+                            Diagnostic::error(
+                                codes::YAML_LIMIT,
+                                format!("interpolations copy more than {MAX_COPIED_NODES} values into the config"),
+                            )
+                            .with_key(dotted(path))
+                            .with_primary(origin, "the limit is reached resolving this interpolation")
+                            .with_help("a config whose lists or maps reference each other grows exponentially; give these keys plain values"),
+                        );
+                    }
+                    return false;
+                }
                 value.via = origin.clone();
                 if value.origin.is_none() {
                     value.origin = origin;

@@ -60,6 +60,15 @@ impl Node {
         Node::new(Value::Map(Map::new()), origin)
     }
 
+    /// Nodes in this subtree, itself included.
+    pub fn count(&self) -> usize {
+        1 + match &self.value {
+            Value::Map(m) => m.values().map(|e| e.node.count()).sum(),
+            Value::Seq(items) => items.iter().map(Node::count).sum(),
+            Value::Scalar(_) => 0,
+        }
+    }
+
     pub fn as_map(&self) -> Option<&Map> {
         match &self.value {
             Value::Map(m) => Some(m),
