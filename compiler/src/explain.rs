@@ -14,7 +14,7 @@
 
 use serde::Serialize;
 
-use crate::config::{Strategy, VerlConfig};
+use crate::config::{FsdpEngineConfig, MegatronEngineConfig, Strategy, VerlConfig};
 use crate::rules::ModelDims;
 
 #[derive(Debug, Clone, Serialize)]
@@ -26,7 +26,10 @@ pub struct Explanation {
     pub critic: Option<RoleBatch>,
     pub training_steps: Option<i64>,
     pub optimizer_steps_total: Option<i64>,
+    /// The actor's memory per rank.
     pub memory: Option<MemoryEstimate>,
+    /// The critic's, when it runs (the actor's model dimensions with a value head).
+    pub critic_memory: Option<MemoryEstimate>,
     pub notes: Vec<String>,
 }
 
@@ -95,18 +98,8 @@ fn arithmetic_fits(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<(), Ov
     let c = &cfg.critic;
     let n = f(cfg.actor_rollout_ref.rollout.n);
     let seq = f(d.max_prompt_length) + f(d.max_response_length);
-    let sp = |x: Option<i64>| f(x.unwrap_or(1));
-    let a_sp = sp(a
-        .fsdp_config
-        .as_ref()
-        .map(|x| x.ulysses_sequence_parallel_size)
-        .or(a.ulysses_sequence_parallel_size));
-    let c_sp = sp(c
-        .model
-        .fsdp_config
-        .as_ref()
-        .map(|x| x.ulysses_sequence_parallel_size)
-        .or(c.ulysses_sequence_parallel_size));
+    let a_sp = f(crate::rules::facts::actor_sp(cfg));
+    let c_sp = f(crate::rules::facts::critic_sp(cfg));
     let micro = |m: Option<i64>| f(m.unwrap_or(1));
     // Tokens of one micro-batch on one rank, the largest of the ways explain counts them.
     let tokens = [
@@ -134,6 +127,22 @@ fn arithmetic_fits(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<(), Ov
             f(c.ppo_mini_batch_size) * n,
         ),
         ("the tokens of one actor micro-batch", tokens),
+        (
+            "actor.megatron tensor × pipeline × context parallel sizes",
+            a.megatron.as_ref().map_or(1.0, |m| {
+                f(m.tensor_model_parallel_size)
+                    * f(m.pipeline_model_parallel_size)
+                    * f(m.context_parallel_size)
+            }),
+        ),
+        (
+            "critic.megatron tensor × pipeline × context parallel sizes",
+            c.megatron.as_ref().map_or(1.0, |m| {
+                f(m.tensor_model_parallel_size)
+                    * f(m.pipeline_model_parallel_size)
+                    * f(m.context_parallel_size)
+            }),
+        ),
         (
             "critic.ppo_max_token_len_per_gpu × ulysses_sequence_parallel_size",
             f(c.ppo_max_token_len_per_gpu) * c_sp,
@@ -187,7 +196,34 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanatio
             cfg.trainer.total_epochs, cfg.data.train_batch_size
         ));
     }
-    let memory = model.map(|m| memory(cfg, m, &actor, seq));
+    let a = &cfg.actor_rollout_ref.actor;
+    let memory = model.map(|m| {
+        let role = RoleMemory {
+            name: "actor",
+            strategy: a.strategy,
+            fsdp: a.fsdp_config.as_ref(),
+            megatron: a.megatron.as_ref(),
+            batch: &actor,
+            checkpointing: cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
+            outputs: m.vocab_size,
+            sp: crate::rules::facts::actor_sp(cfg),
+        };
+        role_memory(cfg, m, &role, seq)
+    });
+    let critic_memory = model.zip(critic.as_ref()).map(|(m, batch)| {
+        let c = &cfg.critic;
+        let role = RoleMemory {
+            name: "critic",
+            strategy: c.strategy,
+            fsdp: c.model.fsdp_config.as_ref(),
+            megatron: c.megatron.as_ref(),
+            batch,
+            checkpointing: c.model.enable_gradient_checkpointing.unwrap_or(false),
+            outputs: 1,
+            sp: crate::rules::facts::critic_sp(cfg),
+        };
+        role_memory(cfg, m, &role, seq)
+    });
     if model.is_none() {
         notes.push("no model config.json found: pass --model-config PATH (or --hidden-size/--num-layers/…) for a memory estimate".into());
     }
@@ -200,6 +236,7 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanatio
         training_steps,
         optimizer_steps_total,
         memory,
+        critic_memory,
         notes,
     })
 }
@@ -223,14 +260,10 @@ fn actor_batch(cfg: &VerlConfig, world: i64, n: i64) -> RoleBatch {
     let a = &cfg.actor_rollout_ref.actor;
     let (dp, sp) = match a.strategy {
         Strategy::Megatron => (world / megatron_mp(a.megatron.as_ref()), 1),
+        // The Ulysses degree the workers use (the legacy worker reads the role's key, the
+        // engine workers `fsdp_config`'s); data parallel is what is left of the world.
         _ => {
-            let sp = a
-                .fsdp_config
-                .as_ref()
-                .map(|f| f.ulysses_sequence_parallel_size)
-                .or(a.ulysses_sequence_parallel_size)
-                .unwrap_or(1)
-                .max(1);
+            let sp = crate::rules::facts::actor_sp(cfg).max(1);
             (world / sp, sp)
         }
     };
@@ -257,14 +290,7 @@ fn critic_batch(cfg: &VerlConfig, world: i64, n: i64) -> RoleBatch {
     let (dp, sp) = match c.strategy {
         Strategy::Megatron => (world / megatron_mp(c.megatron.as_ref()), 1),
         _ => {
-            let sp = c
-                .model
-                .fsdp_config
-                .as_ref()
-                .map(|f| f.ulysses_sequence_parallel_size)
-                .or(c.ulysses_sequence_parallel_size)
-                .unwrap_or(1)
-                .max(1);
+            let sp = crate::rules::facts::critic_sp(cfg).max(1);
             (world / sp, sp)
         }
     };
@@ -332,52 +358,95 @@ pub fn gib(bytes: u64) -> f64 {
     bytes as f64 / GIB
 }
 
-fn memory(cfg: &VerlConfig, m: &ModelDims, actor: &RoleBatch, seq: i64) -> MemoryEstimate {
-    let a = &cfg.actor_rollout_ref.actor;
-    let p = m.param_count();
+/// What one trained role's memory depends on.
+struct RoleMemory<'a> {
+    name: &'static str,
+    strategy: Strategy,
+    fsdp: Option<&'a FsdpEngineConfig>,
+    megatron: Option<&'a MegatronEngineConfig>,
+    batch: &'a RoleBatch,
+    /// FSDP's `enable_gradient_checkpointing` (Megatron reads its own recompute settings).
+    checkpointing: bool,
+    /// Width of the output layer: the vocabulary for the actor, 1 for the critic's value head.
+    outputs: u64,
+    /// Ulysses degree (FSDP).
+    sp: i64,
+}
+
+/// Whether Megatron recomputes whole layers (`recompute_granularity: full`); verl's default
+/// (null) recomputes nothing.
+fn megatron_recompute(m: Option<&MegatronEngineConfig>) -> bool {
+    m.and_then(|m| m.override_transformer_config.get("recompute_granularity"))
+        .and_then(|v| v.as_str())
+        == Some("full")
+}
+
+fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> MemoryEstimate {
+    let h = m.hidden_size;
+    let layers = m.num_hidden_layers;
+    // The actor's output layer is the LM head (or, tied, the embedding); the critic's a
+    // value head of `hidden` weights.
+    let out_params = if r.outputs > 1 { m.head_params() } else { h };
+    let p = layers
+        .saturating_mul(m.layer_params())
+        .saturating_add(m.embedding_params())
+        .saturating_add(out_params)
+        .saturating_add(h);
     let mut dev = MemoryBreakdown::default();
     let mut host = MemoryBreakdown::default();
     let mut assumptions = Vec::new();
-    let h = m.hidden_size;
-    let layers = m.num_hidden_layers;
-    let checkpointing = cfg.actor_rollout_ref.model.enable_gradient_checkpointing;
     // Tokens in one micro-batch on one rank.
-    let micro_tokens = match (actor.dynamic_token_budget, actor.micro_batch_per_rank) {
+    let micro_tokens = match (r.batch.dynamic_token_budget, r.batch.micro_batch_per_rank) {
         (Some(budget), _) => budget as u64,
         (None, Some(mb)) => (mb.max(1) * seq) as u64,
         (None, None) => seq as u64,
     };
-    match a.strategy {
+    let checkpointing;
+    match r.strategy {
         Strategy::Megatron => {
-            let meg = a.megatron.as_ref();
+            let meg = r.megatron;
+            checkpointing = megatron_recompute(meg);
             let tp = meg.map_or(1, |x| x.tensor_model_parallel_size.max(1)) as u64;
             let pp = meg.map_or(1, |x| x.pipeline_model_parallel_size.max(1)) as u64;
-            let dp = actor.dp_size.max(1) as u64;
+            let dp = r.batch.dp_size.max(1) as u64;
             let dist_opt = meg.is_none_or(|x| x.use_distributed_optimizer);
-            let shard = p / (tp * pp);
+            // The busiest stage: its share of the layers plus the embedding (first stage) or
+            // the output layer and final norm (last stage; tied weights keep a copy there).
+            let layers_here = layers.div_ceil(pp);
+            let stage = if pp == 1 {
+                p
+            } else {
+                let tied_copy = if r.outputs > 1 {
+                    m.embedding_params()
+                } else {
+                    0
+                };
+                let last = out_params.max(tied_copy).saturating_add(h);
+                layers_here
+                    .saturating_mul(m.layer_params())
+                    .saturating_add(m.embedding_params().max(last))
+            };
+            let shard = stage / tp;
             let (po, go, oo) = meg.map_or((false, false, false), |x| {
                 (x.param_offload, x.grad_offload, x.optimizer_offload)
             });
-            let params = shard * 2;
-            let grads = shard * 4;
             let opt = if dist_opt {
                 shard * 12 / dp
             } else {
                 shard * 12
             };
-            place(&mut dev, &mut host, po, |b| &mut b.params_bytes, params);
-            place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, grads);
+            place(&mut dev, &mut host, po, |b| &mut b.params_bytes, shard * 2);
+            place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, shard * 4);
             place(&mut dev, &mut host, oo, |b| &mut b.optimizer_bytes, opt);
-            assumptions.push(format!("Megatron: bf16 params and fp32 main grads per TP×PP shard (tp={tp}, pp={pp}); fp32 main params + 2 Adam moments{}", if dist_opt { format!(" sharded over dp={dp} (distributed optimizer)") } else { String::new() }));
-            let layers_here = layers.div_ceil(pp);
+            assumptions.push(format!("Megatron: bf16 params and fp32 main grads of the busiest pipeline stage ({layers_here} of {layers} layers plus the embedding or output layer) over tp={tp}; fp32 main params + 2 Adam moments{}", if dist_opt { format!(" sharded over dp={dp} (distributed optimizer)") } else { String::new() }));
             dev.activations_bytes =
                 activations(micro_tokens / tp.max(1), h, layers_here, checkpointing)
-                    + logits(micro_tokens, m.vocab_size / tp.max(1));
+                    + logits(micro_tokens, r.outputs.div_ceil(tp.max(1)));
         }
         _ => {
-            let f = a.fsdp_config.as_ref();
-            let world = actor.dp_size.max(1) as u64
-                * f.map_or(1, |x| x.ulysses_sequence_parallel_size.max(1)) as u64;
+            checkpointing = r.checkpointing;
+            let f = r.fsdp;
+            let world = r.batch.dp_size.max(1) as u64 * r.sp.max(1) as u64;
             let shard_n = match f.map(|x| x.fsdp_size) {
                 Some(s) if s > 0 => s as u64,
                 _ => world,
@@ -393,33 +462,46 @@ fn memory(cfg: &VerlConfig, m: &ModelDims, actor: &RoleBatch, seq: i64) -> Memor
                 |b| &mut b.optimizer_bytes,
                 shard * 8,
             );
-            // One gathered unit (a decoder layer) in bf16 while it runs.
-            let unit = p / layers.max(1);
-            dev.params_bytes += unit * 2 * 2;
+            // One gathered unit (a decoder layer) in bf16 while it runs, plus the prefetched
+            // next one.
+            dev.params_bytes += m.layer_params() * 2 * 2;
             assumptions.push(format!("FSDP full shard over {shard_n} ranks: fp32 params, fp32 grads, 2 fp32 AdamW moments per shard; bf16 compute with one layer gathered (plus prefetch)"));
             dev.activations_bytes = activations(micro_tokens, h, layers, checkpointing)
-                + logits(micro_tokens, m.vocab_size);
+                + logits(micro_tokens, r.outputs);
         }
     }
     // The reference policy, if used, holds a bf16 (or sharded) copy for forward passes.
-    let ref_needed = cfg.algorithm.use_kl_in_reward || a.use_kl_loss;
+    let a = &cfg.actor_rollout_ref.actor;
+    let ref_needed = r.outputs > 1 && (cfg.algorithm.use_kl_in_reward || a.use_kl_loss);
     if ref_needed {
-        let r = &cfg.actor_rollout_ref.reference;
-        let shards = match a.strategy {
-            Strategy::Megatron => megatron_mp(a.megatron.as_ref()) as u64,
-            _ => actor.dp_size.max(1) as u64,
+        let rf = &cfg.actor_rollout_ref.reference;
+        let shards = match r.strategy {
+            Strategy::Megatron => megatron_mp(r.megatron) as u64,
+            _ => r.batch.dp_size.max(1) as u64,
         };
         let bytes = p * 2 / shards.max(1);
-        let off = r.fsdp_config.as_ref().is_some_and(|x| x.param_offload)
-            || r.megatron.as_ref().is_some_and(|x| x.param_offload);
+        let off = rf.fsdp_config.as_ref().is_some_and(|x| x.param_offload)
+            || rf.megatron.as_ref().is_some_and(|x| x.param_offload);
         place(&mut dev, &mut host, off, |b| &mut b.reference_bytes, bytes);
         assumptions.push("reference policy: bf16 weights, sharded like the actor".into());
     }
     assumptions.push(format!(
-        "activations for one micro-batch of {micro_tokens} tokens/rank, {}; rollout KV cache not included (rollout.gpu_memory_utilization = {})",
-        if checkpointing { "gradient checkpointing on" } else { "no gradient checkpointing" },
-        cfg.actor_rollout_ref.rollout.gpu_memory_utilization
+        "{} activations for one micro-batch of {micro_tokens} tokens/rank, {}",
+        r.name,
+        if checkpointing {
+            "layers recomputed in the backward pass"
+        } else {
+            "no recompute"
+        },
     ));
+    if r.outputs > 1 {
+        assumptions.push(format!(
+            "rollout KV cache not included (rollout.gpu_memory_utilization = {})",
+            cfg.actor_rollout_ref.rollout.gpu_memory_utilization
+        ));
+    } else {
+        assumptions.push("critic: the actor's model dimensions with a value head".into());
+    }
     MemoryEstimate {
         params: p,
         device: dev,
@@ -508,6 +590,7 @@ mod tests {
             head_dim: None,
             model_type: None,
             max_position_embeddings: None,
+            attention_bias: None,
         };
         let base = [
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
@@ -557,5 +640,126 @@ mod tests {
         ]);
         let e = explain(&c, None).expect_err("overflows");
         assert!(e.0.contains("data.train_batch_size"), "{e}");
+    }
+
+    fn cfg_on(base: &str, overrides: &[&str]) -> VerlConfig {
+        let mut o: Vec<String> = vec!["actor_rollout_ref.rollout.name=vllm".into()];
+        o.extend(overrides.iter().map(|s| s.to_string()));
+        let c = check(
+            &LoadRequest {
+                base: Some(base.into()),
+                overrides: o,
+                ..Default::default()
+            },
+            &CheckOptions::default(),
+        );
+        c.config
+            .unwrap_or_else(|| panic!("config did not check: {:?}", c.diagnostics))
+    }
+
+    fn qwen2_5(hidden: u64, heads: u64, kv: u64, layers: u64, inter: u64, tied: bool) -> ModelDims {
+        ModelDims {
+            hidden_size: hidden,
+            num_attention_heads: heads,
+            num_key_value_heads: Some(kv),
+            num_hidden_layers: layers,
+            vocab_size: if tied { 151936 } else { 152064 },
+            intermediate_size: Some(inter),
+            tie_word_embeddings: Some(tied),
+            head_dim: None,
+            model_type: Some("qwen2".into()),
+            max_position_embeddings: None,
+            attention_bias: None,
+        }
+    }
+
+    #[test]
+    fn parameter_counts_match_the_published_qwen2_5_models() {
+        // Hugging Face's counts, q/k/v biases included.
+        assert_eq!(
+            qwen2_5(896, 14, 2, 24, 4864, true).param_count(),
+            494_032_768
+        );
+        assert_eq!(
+            qwen2_5(3584, 28, 4, 28, 18944, false).param_count(),
+            7_615_616_512
+        );
+    }
+
+    /// verl's FSDP workers with Ulysses: data parallel = world / SP. 40 prompts × 8 responses
+    /// over 8 GPUs in Ulysses groups of 2: 4 data-parallel ranks of 80 responses, 10
+    /// micro-batches of 8 each.
+    #[test]
+    fn fsdp_with_ulysses_splits_the_batch_over_world_over_sp() {
+        let c = cfg(&[
+            "trainer.n_gpus_per_node=8",
+            "data.train_batch_size=80",
+            "actor_rollout_ref.rollout.n=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=40",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "actor_rollout_ref.model.use_remove_padding=true",
+            "algorithm.adv_estimator=grpo",
+        ]);
+        let e = explain(&c, None).expect("fits");
+        assert_eq!(e.actor.dp_size, 4);
+        assert_eq!(e.actor.mini_batch_responses, 320);
+        assert_eq!(e.actor.mini_batch_per_rank, 80.0);
+        assert_eq!(e.actor.grad_accum_steps, Some(10.0));
+    }
+
+    /// Megatron TP 2 × PP 4 on 8 GPUs, Qwen2.5-7B: the busiest stage holds 7 of 28 layers and
+    /// the output layer plus final norm; no recompute unless asked for.
+    #[test]
+    fn megatron_memory_follows_the_busiest_pipeline_stage() {
+        let c = cfg_on(
+            "ppo_megatron_trainer",
+            &[
+                "trainer.n_gpus_per_node=8",
+                "data.max_prompt_length=512",
+                "data.max_response_length=512",
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=4",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                "algorithm.adv_estimator=grpo",
+            ],
+        );
+        let m = qwen2_5(3584, 28, 4, 28, 18944, false);
+        let e = explain(&c, Some(&m)).expect("fits");
+        assert_eq!(e.actor.dp_size, 1);
+        let mem = e.memory.expect("memory");
+        // Per layer: q 12_845_056 + kv 3_670_016 + o 12_845_056 + biases 4_608
+        // + MLP 203_685_888 + norms 7_168 = 233_057_792. The last stage: 7 layers
+        // (1_631_404_544) + output layer 544_997_376 + norm 3_584 = 2_176_405_504, over TP 2.
+        let shard: u64 = 2_176_405_504 / 2;
+        assert_eq!(mem.device.params_bytes, shard * 2);
+        assert_eq!(mem.device.grads_bytes, shard * 4);
+        assert_eq!(mem.device.optimizer_bytes, shard * 12);
+        // 2 × 1024 tokens, sequence-parallel over TP: 1024 tokens × 3584 × 34 bytes × 7
+        // layers without recompute, plus fp32 logits and their gradient for 2048 tokens ×
+        // 76_032 vocabulary entries per TP rank.
+        assert_eq!(
+            mem.device.activations_bytes,
+            34 * 1024 * 3584 * 7 + 2048 * 76_032 * 8
+        );
+        assert!(mem.assumptions.iter().any(|a| a.contains("no recompute")));
+    }
+
+    /// GAE runs a critic: its batch and its memory (the actor's dimensions, value head).
+    #[test]
+    fn gae_explains_the_critic_too() {
+        let c = cfg(&[
+            "algorithm.adv_estimator=gae",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "critic.ppo_micro_batch_size_per_gpu=4",
+        ]);
+        let m = qwen2_5(896, 14, 2, 24, 4864, true);
+        let e = explain(&c, Some(&m)).expect("fits");
+        assert!(e.critic.is_some());
+        let critic = e.critic_memory.expect("critic memory");
+        // 24 layers × 14_912_384 + embedding 136_134_656 + value head 896 + norm 896.
+        assert_eq!(critic.params, 24 * 14_912_384 + 136_134_656 + 896 + 896);
+        let actor = e.memory.expect("actor memory");
+        assert!(critic.device.activations_bytes < actor.device.activations_bytes);
     }
 }

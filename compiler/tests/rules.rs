@@ -265,10 +265,17 @@ rule_tests! {
     v041_rollout_expert_parallel_needs_node_aligned_tensor_parallel => "V041",
     v042_prometheus_needs_log_stats => "V042",
     v043_data_file_format_unsupported => "V043",
+    v044_gae_without_critic => "V044",
+    v045_megatron_strategy_without_engine_section => "V045",
+    v046_fsdp_size_does_not_divide_world => "V046",
+    v047_megatron_with_ulysses => "V047",
+    v048_curriculum_sampler_with_workers => "V048",
+    v049_group_baseline_with_single_response => "V049",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",
     v203_rollout_max_model_len_exceeds_model => "V203",
     v204_sequence_exceeds_model_context => "V204",
+    v205_pipeline_does_not_divide_layers => "V205",
 }
 
 #[test]

@@ -73,6 +73,10 @@ snapshot_tests! {
     v038_deprecated_key_set_override => ("V038.critic_mirror.yaml", "V038"),
     v039_mbridge_required => ("V039.yaml", "V039"),
     v043_data_file_format_unsupported => ("V043.yaml", "V043"),
+    v045_megatron_strategy_without_engine_section => ("V045.yaml", "V045"),
+    v046_fsdp_size_does_not_divide_world => ("V046.yaml", "V046"),
+    v049_group_baseline_with_single_response => ("V049.yaml", "V049"),
     v202_tensor_parallel_incompatible_with_kv_heads => ("V202.yaml", "V202"),
     v204_sequence_exceeds_model_context => ("V204.yaml", "V204"),
+    v205_pipeline_does_not_divide_layers => ("V205.yaml", "V205"),
 }

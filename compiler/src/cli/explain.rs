@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use verlc::check::{CheckOptions, check};
-use verlc::explain::{Explanation, MemoryBreakdown, RoleBatch, explain, gib};
+use verlc::explain::{Explanation, MemoryBreakdown, MemoryEstimate, RoleBatch, explain, gib};
 use verlc::rules::ModelDims;
 
 use super::EXIT_ERRORS;
@@ -62,6 +62,7 @@ fn dims_from_flags(a: &ExplainArgs) -> Option<ModelDims> {
         head_dim: None,
         model_type: None,
         max_position_embeddings: None,
+        attention_bias: None,
     })
 }
 
@@ -89,35 +90,44 @@ fn human(e: &Explanation) -> String {
         let _ = writeln!(s, "optimizer steps (actor)    {t}");
     }
     if let Some(m) = &e.memory {
-        let _ = writeln!(
-            s,
-            "\nactor memory per rank (estimate, {:.2}B params)",
-            m.params as f64 / 1e9
-        );
-        let _ = writeln!(s, "  {:<14}{:>12}{:>12}", "", "device GiB", "host GiB");
-        let row = |s: &mut String, name: &str, f: fn(&MemoryBreakdown) -> u64| {
-            let _ = writeln!(
-                s,
-                "  {:<14}{:>12.2}{:>12.2}",
-                name,
-                gib(f(&m.device)),
-                gib(f(&m.host))
-            );
-        };
-        row(&mut s, "params", |b| b.params_bytes);
-        row(&mut s, "grads", |b| b.grads_bytes);
-        row(&mut s, "optimizer", |b| b.optimizer_bytes);
-        row(&mut s, "activations", |b| b.activations_bytes);
-        row(&mut s, "reference", |b| b.reference_bytes);
-        row(&mut s, "total", MemoryBreakdown::total);
-        for a in &m.assumptions {
-            let _ = writeln!(s, "  - {a}");
-        }
+        memory_table(&mut s, "actor", m);
+    }
+    if let Some(m) = &e.critic_memory {
+        memory_table(&mut s, "critic", m);
     }
     for n in &e.notes {
         let _ = writeln!(s, "\nnote: {n}");
     }
     s
+}
+
+fn memory_table(s: &mut String, role: &str, m: &MemoryEstimate) {
+    let _ = writeln!(
+        s,
+        "\n{role} memory per rank (estimate, {:.2}B params)",
+        m.params as f64 / 1e9
+    );
+    let _ = writeln!(s, "  {:<14}{:>12}{:>12}", "", "device GiB", "host GiB");
+    let row = |s: &mut String, name: &str, f: fn(&MemoryBreakdown) -> u64| {
+        let _ = writeln!(
+            s,
+            "  {:<14}{:>12.2}{:>12.2}",
+            name,
+            gib(f(&m.device)),
+            gib(f(&m.host))
+        );
+    };
+    row(s, "params", |b| b.params_bytes);
+    row(s, "grads", |b| b.grads_bytes);
+    row(s, "optimizer", |b| b.optimizer_bytes);
+    row(s, "activations", |b| b.activations_bytes);
+    if m.device.reference_bytes + m.host.reference_bytes > 0 {
+        row(s, "reference", |b| b.reference_bytes);
+    }
+    row(s, "total", MemoryBreakdown::total);
+    for a in &m.assumptions {
+        let _ = writeln!(s, "  - {a}");
+    }
 }
 
 fn role(s: &mut String, r: &RoleBatch) {

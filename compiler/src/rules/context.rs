@@ -88,6 +88,9 @@ pub struct ModelDims {
     /// Longest context the model was trained for (rollout engines cap `max_model_len` here).
     #[serde(default)]
     pub max_position_embeddings: Option<u64>,
+    /// Biases on the q/k/v projections (Llama's `attention_bias`; Qwen2 always has them).
+    #[serde(default)]
+    pub attention_bias: Option<bool>,
 }
 
 impl ModelDims {
@@ -100,31 +103,55 @@ impl ModelDims {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
-    /// Parameter count of a Llama/Qwen-style decoder (embeddings, attention, SwiGLU MLP, norms).
-    /// Saturates instead of overflowing on absurd dimensions.
-    pub fn param_count(&self) -> u64 {
+    /// Whether the q/k/v projections carry biases.
+    pub fn qkv_bias(&self) -> bool {
+        self.attention_bias
+            .unwrap_or(self.model_type.as_deref() == Some("qwen2"))
+    }
+
+    /// Parameters of one decoder layer: attention (with Qwen2's q/k/v biases), SwiGLU MLP and
+    /// the two norms. Saturates instead of overflowing on absurd dimensions.
+    pub fn layer_params(&self) -> u64 {
         let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
         let h = self.hidden_size;
         let hd = self.head_dim();
         let q = m(&[h, self.num_attention_heads, hd]);
         let kv = m(&[2, h, self.kv_heads(), hd]);
         let o = m(&[self.num_attention_heads, hd, h]);
+        let bias = if self.qkv_bias() {
+            m(&[self.num_attention_heads, hd]).saturating_add(m(&[2, self.kv_heads(), hd]))
+        } else {
+            0
+        };
         let inter = self.intermediate_size.unwrap_or(h.saturating_mul(4));
         let mlp = m(&[3, h, inter]);
         let norms = h.saturating_mul(2);
-        let layer = [q, kv, o, mlp, norms]
+        [q, kv, o, bias, mlp, norms]
             .iter()
-            .fold(0u64, |acc, x| acc.saturating_add(*x));
-        let emb = self.vocab_size.saturating_mul(h);
-        let head = if self.tie_word_embeddings.unwrap_or(false) {
+            .fold(0u64, |acc, x| acc.saturating_add(*x))
+    }
+
+    /// The token embedding (`vocab × hidden`).
+    pub fn embedding_params(&self) -> u64 {
+        self.vocab_size.saturating_mul(self.hidden_size)
+    }
+
+    /// The output layer: its own `vocab × hidden` matrix, or none when tied to the embedding.
+    pub fn head_params(&self) -> u64 {
+        if self.tie_word_embeddings.unwrap_or(false) {
             0
         } else {
-            emb
-        };
+            self.embedding_params()
+        }
+    }
+
+    /// Parameter count of a Llama/Qwen-style decoder (embeddings, attention, SwiGLU MLP,
+    /// norms, output layer). Saturates instead of overflowing on absurd dimensions.
+    pub fn param_count(&self) -> u64 {
         self.num_hidden_layers
-            .saturating_mul(layer)
-            .saturating_add(emb)
-            .saturating_add(head)
-            .saturating_add(h)
+            .saturating_mul(self.layer_params())
+            .saturating_add(self.embedding_params())
+            .saturating_add(self.head_params())
+            .saturating_add(self.hidden_size)
     }
 }

@@ -357,6 +357,42 @@ pub static RULES: &[Rule] = &[
         "verl reads only .parquet and .json data files"
     ),
     rule!(
+        "V044",
+        "GaeWithoutCritic",
+        algorithm::gae_without_critic,
+        "GAE needs the critic: critic.enable must not be false"
+    ),
+    rule!(
+        "V045",
+        "MegatronStrategyWithoutEngineSection",
+        parallel::megatron_strategy_without_engine_section,
+        "a megatron strategy needs the Megatron base config (its megatron sections)"
+    ),
+    rule!(
+        "V046",
+        "FsdpSizeDoesNotDivideWorld",
+        parallel::fsdp_size_does_not_divide_world,
+        "fsdp_size must divide the GPU count (or be -1)"
+    ),
+    rule!(
+        "V047",
+        "MegatronWithUlysses",
+        parallel::megatron_with_ulysses,
+        "the Megatron actor does not run Ulysses sequence parallelism"
+    ),
+    rule!(
+        "V048",
+        "CurriculumSamplerWithWorkers",
+        data::curriculum_sampler_with_workers,
+        "a custom (curriculum) sampler needs dataloader_num_workers 0"
+    ),
+    rule!(
+        "V049",
+        "GroupBaselineWithSingleResponse",
+        algorithm::group_baseline_with_single_response,
+        "group-baseline estimators need more than one response per prompt (warning)"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,
@@ -379,6 +415,12 @@ pub static RULES: &[Rule] = &[
         "SequenceExceedsModelContext",
         model::sequence_exceeds_model_context,
         "prompt + response length does not fit the rollout context"
+    ),
+    rule!(
+        "V205",
+        "PipelineDoesNotDivideLayers",
+        model::pipeline_does_not_divide_layers,
+        "Megatron's pipeline size must divide the decoder layers"
     ),
 ];
 

@@ -1,0 +1,91 @@
+//! ## What it checks
+//! A Megatron actor (or critic, when it runs) whose `pipeline_model_parallel_size` does not
+//! divide the model's `num_hidden_layers`, unless `override_transformer_config` sets the
+//! layers of the first or last stage (Megatron's uneven pipeline split). Needs the model's
+//! `config.json`.
+//!
+//! ## Why
+//! Megatron gives every pipeline stage the same number of decoder layers and asserts that
+//! the layer count divides by the pipeline size when it builds the model, after the cluster
+//! has started.
+//!
+//! ## Example
+//! ```yaml
+//! # a 28-layer model (Qwen2.5-7B)
+//! actor_rollout_ref:
+//!   actor:
+//!     strategy: megatron
+//!     megatron:
+//!       pipeline_model_parallel_size: 3
+//! ```
+//!
+//! ## Fix
+//! Use a pipeline size that divides the layer count (2, 4, 7 or 14 for 28 layers), or give
+//! the first and last stages their own layer counts with
+//! `override_transformer_config.num_layers_in_first_pipeline_stage` /
+//! `num_layers_in_last_pipeline_stage`.
+
+use crate::config::{MegatronEngineConfig, Strategy};
+use crate::diag::{Code, Diagnostic};
+use crate::rules::RuleContext;
+use crate::rules::facts::{critic_runs, divisors};
+
+const CODE: Code = Code("V205");
+
+const UNEVEN: [&str; 2] = [
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+];
+
+pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
+    let Some(model) = ctx.model else { return };
+    let Ok(layers) = i64::try_from(model.num_hidden_layers) else {
+        return;
+    };
+    if layers <= 0 {
+        return;
+    }
+    let c = ctx.config;
+    let a = &c.actor_rollout_ref.actor;
+    let mut roles: Vec<(&str, &MegatronEngineConfig)> = Vec::new();
+    if a.strategy == Strategy::Megatron
+        && let Some(m) = &a.megatron
+    {
+        roles.push(("actor_rollout_ref.actor.megatron", m));
+    }
+    if critic_runs(c)
+        && c.critic.strategy == Strategy::Megatron
+        && let Some(m) = &c.critic.megatron
+    {
+        roles.push(("critic.megatron", m));
+    }
+    for (prefix, m) in roles {
+        let pp = m.pipeline_model_parallel_size;
+        let uneven = UNEVEN.iter().any(|k| {
+            m.override_transformer_config
+                .get(*k)
+                .is_some_and(|v| !v.is_null())
+        });
+        if pp <= 1 || layers % pp == 0 || uneven {
+            continue;
+        }
+        let key = format!("{prefix}.pipeline_model_parallel_size");
+        let fits: Vec<String> = divisors(layers)
+            .into_iter()
+            .filter(|d| *d > 1)
+            .map(|d| d.to_string())
+            .collect();
+        out.push(
+            Diagnostic::error(
+                CODE,
+                format!("pipeline parallel size {pp} does not divide the model's {layers} decoder layers"),
+            )
+            .with_key(key.clone())
+            .with_primary(ctx.origin(&key), format!("{pp} pipeline stages"))
+            .with_help(format!(
+                "use a size that divides {layers} ({}), or set `{prefix}.override_transformer_config.num_layers_in_first_pipeline_stage` / `num_layers_in_last_pipeline_stage`",
+                fits.join(", ")
+            )),
+        );
+    }
+}
