@@ -39,7 +39,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     let mut diagnostics = composed.diagnostics.clone();
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
     // null and a rule decides which missing values verl would actually read.
-    let (tree, missing) = unset_mandatory(&composed.root);
+    let (mut tree, missing) = unset_mandatory(&composed.root);
     let mut schema_diags = schema::validate(&tree);
     // A `???` whose type cannot be null is a value the user must set: say that, not "null".
     for d in &mut schema_diags {
@@ -59,6 +59,15 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
                 )
                 .cloned(),
             ));
+        }
+    }
+    // The typed model does not hold them: the check's own copy drops them.
+    for key in custom_data_keys(&mut schema_diags, &composed.sources) {
+        let path = crate::load::node::split_key(&key);
+        if let Some((last, parent)) = path.split_last()
+            && let Some(m) = tree.get_path_mut(parent).and_then(Node::as_map_mut)
+        {
+            m.swap_remove(*last);
         }
     }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
@@ -161,6 +170,35 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         model,
         diagnostics,
     }
+}
+
+/// `+data.<key>=...` adds a key for a custom dataset class (verl hands the whole `data`
+/// section to it): a warning that verl accepts it and only that class reads it, not an
+/// unknown-key error. Keys written without `+` (and in files) stay errors, with their
+/// did-you-mean: a typo there is likelier than a new key.
+fn custom_data_keys(diags: &mut [Diagnostic], sources: &crate::source::SourceMap) -> Vec<String> {
+    let mut keys = Vec::new();
+    for d in diags.iter_mut() {
+        let added = d.primary.as_ref().is_some_and(|l| {
+            let src = sources.get(l.origin.source);
+            src.kind == crate::source::SourceKind::Override
+                && src.text.trim_start().starts_with('+')
+        });
+        let is_data = d
+            .key_path
+            .as_deref()
+            .is_some_and(|k| k.starts_with("data."));
+        if d.code == codes::SCHEMA_UNKNOWN_KEY && added && is_data {
+            d.severity = crate::diag::Severity::Warning;
+            d.message = format!(
+                "{} (added with `+` for a custom dataset class, which verl hands the `data` section to)",
+                d.message
+            );
+            d.help = None;
+            keys.extend(d.key_path.clone());
+        }
+    }
+    keys
 }
 
 /// Most schema errors the check repairs to run the rules anyway.
@@ -481,5 +519,58 @@ mod tests {
             "{:?}",
             d.notes
         );
+    }
+
+    fn diagnostics_of(overrides: &[&str]) -> Vec<Diagnostic> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let req = LoadRequest {
+            config_file: Some(root.join("examples/quickstart.yaml")),
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+            cwd: root,
+            ..LoadRequest::default()
+        };
+        check(&req, &CheckOptions::default()).diagnostics
+    }
+
+    #[test]
+    fn case_slips_and_list_items_get_a_did_you_mean() {
+        let d = diagnostics_of(&[
+            "algorithm.adv_estimator=GRPO",
+            "actor_rollout_ref.rollout.name=vLLM",
+            "trainer.logger=[console,wandbb]",
+        ]);
+        let help = |key: &str| {
+            d.iter()
+                .find(|x| x.key_path.as_deref() == Some(key))
+                .and_then(|x| x.help.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(help("algorithm.adv_estimator"), "did you mean `grpo`?");
+        assert_eq!(
+            help("actor_rollout_ref.rollout.name"),
+            "did you mean `vllm`?"
+        );
+        assert_eq!(help("trainer.logger"), "did you mean `wandb`?");
+        assert!(
+            d.iter().any(|x| x.message.contains("lists `wandbb`")),
+            "{d:#?}"
+        );
+    }
+
+    #[test]
+    fn verl_accepts_numeric_names_and_custom_data_keys() {
+        let d = diagnostics_of(&[
+            "trainer.experiment_name=20251123",
+            "+data.my_dataset_option=3",
+        ]);
+        assert!(!d.iter().any(Diagnostic::is_error), "{d:#?}");
+        assert!(
+            d.iter().any(|x| x.code == codes::SCHEMA_UNKNOWN_KEY
+                && x.key_path.as_deref() == Some("data.my_dataset_option")),
+            "the custom key is still named: {d:#?}"
+        );
+        // Without `+` (a likely typo) it stays an error.
+        let typo = diagnostics_of(&["data.max_prompt_lenght=3"]);
+        assert!(typo.iter().any(Diagnostic::is_error));
     }
 }

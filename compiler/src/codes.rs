@@ -119,33 +119,115 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     ),
 ];
 
-/// Every code above, for the uniqueness test and `verlc rule --list`.
-pub const ALL_LOAD_CODES: &[Code] = &[
-    YAML_SYNTAX,
-    YAML_DUPLICATE_KEY,
-    YAML_UNSUPPORTED,
-    YAML_LIMIT,
-    IO_ERROR,
-    DEFAULTS_SYNTAX,
-    CONFIG_NOT_FOUND,
-    DEFAULTS_CYCLE,
-    DUPLICATE_SELF,
-    OVERRIDE_SYNTAX,
-    OVERRIDE_KEY_ABSENT,
-    OVERRIDE_KEY_EXISTS,
-    DELETE_KEY_ABSENT,
-    OVERRIDE_SWEEP,
-    OVERRIDE_TYPE,
-    GROUP_OPTION_UNKNOWN,
-    INTERP_KEY_MISSING,
-    INTERP_CYCLE,
-    INTERP_SYNTAX,
-    INTERP_RESOLVER,
-    MANDATORY_MISSING,
-    SCHEMA_UNKNOWN_KEY,
-    SCHEMA_TYPE,
-    SCHEMA_ENUM,
-    SCHEMA_RANGE,
-    SCHEMA_REQUIRED,
-    SCHEMA_OTHER,
+/// The `Y`/`H`/`S` codes with a one-line explanation each (`verlc rule --list`,
+/// `verlc rule S001`).
+pub const LOAD_CODES: &[(Code, &str)] = &[
+    (
+        YAML_SYNTAX,
+        "the file is not valid YAML; nothing after the error is read",
+    ),
+    (
+        YAML_DUPLICATE_KEY,
+        "a key appears twice in one mapping; YAML keeps one of them silently, verlc refuses",
+    ),
+    (
+        YAML_UNSUPPORTED,
+        "a YAML feature OmegaConf does not load (tags, complex keys, multiple documents)",
+    ),
+    (
+        YAML_LIMIT,
+        "the input is too large or grows too much (alias bombs, deep nesting, interpolations that copy exponentially)",
+    ),
+    (
+        IO_ERROR,
+        "a file or directory cannot be read (usage error, exit status 2)",
+    ),
+    (
+        DEFAULTS_SYNTAX,
+        "a `defaults:` list entry Hydra cannot parse",
+    ),
+    (
+        CONFIG_NOT_FOUND,
+        "a config named in `defaults:` or `--config-name` is not in the search path",
+    ),
+    (
+        DEFAULTS_CYCLE,
+        "`defaults:` lists include each other in a cycle",
+    ),
+    (
+        DUPLICATE_SELF,
+        "`_self_` appears twice in one defaults list",
+    ),
+    (
+        OVERRIDE_SYNTAX,
+        "a command-line override Hydra cannot parse (`key=value`, `+key=value`, `~key`)",
+    ),
+    (
+        OVERRIDE_KEY_ABSENT,
+        "an override sets a key the config does not have; add it with `+key=value` if it is meant to be new",
+    ),
+    (
+        OVERRIDE_KEY_EXISTS,
+        "`+key=value` adds a key that already exists; use `key=value` (or `++key=value`)",
+    ),
+    (
+        DELETE_KEY_ABSENT,
+        "`~key` deletes a key the config does not have",
+    ),
+    (
+        OVERRIDE_SWEEP,
+        "a sweep (`a=1,2`, `range(...)`) in a single run; Hydra needs `--multirun` for it",
+    ),
+    (
+        OVERRIDE_TYPE,
+        "an override's value has the wrong shape for its key (a list where a mapping is needed, ...)",
+    ),
+    (
+        GROUP_OPTION_UNKNOWN,
+        "a config group option (`group=option`) that does not exist in that group",
+    ),
+    (
+        INTERP_KEY_MISSING,
+        "an interpolation `${a.b}` refers to a key that does not exist",
+    ),
+    (
+        INTERP_CYCLE,
+        "interpolations refer to each other in a cycle (or a chain longer than 100)",
+    ),
+    (
+        INTERP_SYNTAX,
+        "an interpolation `${...}` that does not parse",
+    ),
+    (
+        INTERP_RESOLVER,
+        "an unknown or failing resolver (`${oc.env:...}`, `${oc.select:...}`)",
+    ),
+    (
+        MANDATORY_MISSING,
+        "a mandatory value (`???`) that verl reads was never set",
+    ),
+    (
+        SCHEMA_UNKNOWN_KEY,
+        "a key verl's config does not define (typos get a did-you-mean)",
+    ),
+    (
+        SCHEMA_TYPE,
+        "a value of the wrong type (a string where verl expects a number, ...)",
+    ),
+    (
+        SCHEMA_ENUM,
+        "a value outside the choices verl accepts (an estimator, loss mode or engine name)",
+    ),
+    (
+        SCHEMA_RANGE,
+        "a number outside its valid range (a batch size below 1, ...)",
+    ),
+    (
+        SCHEMA_REQUIRED,
+        "a key verl reads is missing (deleted or replaced by a value without it)",
+    ),
+    (
+        SCHEMA_OTHER,
+        "the config does not match verl's typed model in another way",
+    ),
 ];

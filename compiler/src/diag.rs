@@ -152,9 +152,15 @@ pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    // Case slips first (`GRPO`, `vLLM`), then near spellings regardless of case.
+    let candidates: Vec<&'a str> = candidates.into_iter().collect();
+    if let Some(c) = candidates.iter().find(|c| c.eq_ignore_ascii_case(word)) {
+        return Some(c);
+    }
+    let word = word.to_ascii_lowercase();
     candidates
         .into_iter()
-        .map(|c| (strsim::jaro_winkler(word, c), c))
+        .map(|c| (strsim::jaro_winkler(&word, &c.to_ascii_lowercase()), c))
         .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| c)

@@ -1090,6 +1090,30 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
                 .with_key(key.clone())
                 .with_primary(origin, format!("expected {expected}"))
             }
+            K::AnyOf { .. } | K::OneOfNotValid { .. }
+                if let (Some(items), Some(choices)) = (
+                    err.instance().as_array(),
+                    schema_here.and_then(item_choices),
+                ) && let Some(bad) = items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .find(|i| !choices.iter().any(|c| c == i)) =>
+            {
+                // A list of choices (`trainer.logger: [console, wandb]`): name the item.
+                let mut d = Diagnostic::error(
+                    codes::SCHEMA_ENUM,
+                    format!(
+                        "`{key}` lists `{bad}`, which is not one of {}",
+                        choices.join(", ")
+                    ),
+                )
+                .with_key(key.clone())
+                .with_primary(origin, format!("`{bad}` is not an allowed value"));
+                if let Some(s) = did_you_mean(bad, choices.iter().map(String::as_str)) {
+                    d = d.with_help(format!("did you mean `{s}`?"));
+                }
+                d
+            }
             K::AnyOf { .. } | K::OneOfNotValid { .. } => {
                 // Mostly `Option<T>`: report against the non-null branch.
                 let expected = schema_here
@@ -1112,6 +1136,45 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
         out.push(d);
     }
     out
+}
+
+/// The allowed strings of a list's items, when a branch of `schema` is an array of choices
+/// (`OneOrMany<LoggerBackend>`: one logger or a list of them).
+fn item_choices(schema: &'static Value) -> Option<Vec<String>> {
+    let root = validation_schema();
+    let resolve = |v: &'static Value| -> &'static Value {
+        v.get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix("#/"))
+            .and_then(|path| path.split('/').try_fold(root, |cur, seg| cur.get(seg)))
+            .unwrap_or(v)
+    };
+    let branches = schema
+        .get("anyOf")
+        .or_else(|| schema.get("oneOf"))?
+        .as_array()?;
+    branches.iter().find_map(|b| {
+        let b = resolve(b);
+        if b.get("type").and_then(Value::as_str) != Some("array") {
+            return None;
+        }
+        let items = resolve(b.get("items")?);
+        let strings = |vals: &Vec<Value>| -> Vec<String> {
+            vals.iter()
+                .filter_map(|v| {
+                    v.as_str()
+                        .or_else(|| v.get("const").and_then(Value::as_str))
+                        .map(String::from)
+                })
+                .collect()
+        };
+        items
+            .get("enum")
+            .or_else(|| items.get("oneOf"))
+            .and_then(Value::as_array)
+            .map(strings)
+            .filter(|c| !c.is_empty())
+    })
 }
 
 fn short_list(keys: &[String]) -> String {

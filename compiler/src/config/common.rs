@@ -149,3 +149,20 @@ pub struct TiledMlpConfig {
     #[schemars(range(min = 1))]
     pub num_shards: i64,
 }
+
+/// A name YAML may read as a number (`experiment_name: 20251123`, a date stamp); verl formats
+/// it into paths and tracker names either way. The schema accepts both.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum NameOrNumber {
+    Name(String),
+    Number(serde_json::Number),
+}
+
+/// `deserialize_with` for a `String` field typed [`NameOrNumber`] in the schema.
+pub fn name_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match NameOrNumber::deserialize(d)? {
+        NameOrNumber::Name(s) => s,
+        NameOrNumber::Number(n) => n.to_string(),
+    })
+}

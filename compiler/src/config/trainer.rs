@@ -96,8 +96,12 @@ pub struct TrainerConfig {
     #[schemars(range(min = 1))]
     pub total_training_steps: Option<i64>,
     /// Project name for loggers and the checkpoint folder.
+    #[serde(deserialize_with = "super::common::name_or_number")]
+    #[schemars(with = "super::common::NameOrNumber")]
     pub project_name: String,
     /// Experiment name for loggers and the checkpoint folder.
+    #[serde(deserialize_with = "super::common::name_or_number")]
+    #[schemars(with = "super::common::NameOrNumber")]
     pub experiment_name: String,
     /// Logging backend(s).
     pub logger: OneOrMany<LoggerBackend>,

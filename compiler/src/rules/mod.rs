@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn codes_are_unique_and_in_order() {
-        let mut seen: Vec<&str> = codes::ALL_LOAD_CODES.iter().map(|c| c.0).collect();
+        let mut seen: Vec<&str> = codes::LOAD_CODES.iter().map(|(c, _)| c.0).collect();
         for r in RULES {
             assert!(
                 !seen.contains(&r.code.0),
