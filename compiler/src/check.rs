@@ -70,6 +70,24 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             m.swap_remove(*last);
         }
     }
+    // A tree of another verl release: verl's own keys that differ pass through.
+    let mut unmodelled: Vec<String> = Vec::new();
+    if let Some(version) = req
+        .config_dir
+        .as_deref()
+        .and_then(crate::load::version::verl_version)
+        .filter(|v| !crate::load::version::is_modelled(v))
+        && let Some((note, keys)) = pass_through_unmodelled(
+            req,
+            &version,
+            &mut schema_diags,
+            &mut tree,
+            &composed.sources,
+        )
+    {
+        diagnostics.push(note);
+        unmodelled = keys;
+    }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
     // A composition that failed (unreadable file, missing config or group option) leaves
     // parts of the tree out: the keys it misses are follow-ons, not findings.
@@ -148,7 +166,12 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         out
     };
     if let Some(cfg) = &config {
-        diagnostics.extend(judge(cfg));
+        // Nothing about the keys of another verl release that passed through unchecked.
+        diagnostics.extend(judge(cfg).into_iter().filter(|d| {
+            !d.key_path
+                .as_deref()
+                .is_some_and(|k| unmodelled.iter().any(|r| plan::keys_overlap(k, r)))
+        }));
     } else if let Some(((a, replaced), (b, _))) = repaired {
         // Findings that change when the replaced values change depend on them: only those
         // the two repairs agree on are reported, and none about a replaced key.
@@ -225,6 +248,21 @@ fn repair(
     schema_diags: &[Diagnostic],
     perturbed: bool,
 ) -> Option<(VerlConfig, Vec<String>)> {
+    let mut fixed = tree.clone();
+    let keys = repair_tree(&mut fixed, schema_diags, perturbed)?;
+    if schema::validate(&fixed).iter().any(Diagnostic::is_error) {
+        return None;
+    }
+    let cfg = serde_json::from_value::<VerlConfig>(fixed.to_json()).ok()?;
+    Some((cfg, keys))
+}
+
+/// [`repair`] in place, untyped: the replaced (or removed) keys.
+fn repair_tree(
+    tree: &mut Node,
+    schema_diags: &[Diagnostic],
+    perturbed: bool,
+) -> Option<Vec<String>> {
     let megatron = tree
         .get_path(&["actor_rollout_ref", "actor", "strategy"])
         .and_then(Node::as_str)
@@ -240,13 +278,12 @@ fn repair(
     })
     .root;
     let (defaults, _) = unset_mandatory(&defaults);
-    let mut fixed = tree.clone();
     let mut keys = Vec::new();
     for d in schema_diags.iter().filter(|d| d.is_error()) {
         let key = d.key_path.clone()?;
         let path = crate::load::node::split_key(&key);
         let (parent_path, last) = path.split_last().map(|(l, p)| (p, *l))?;
-        let parent = fixed.get_path_mut(parent_path)?.as_map_mut()?;
+        let parent = tree.get_path_mut(parent_path)?.as_map_mut()?;
         match defaults.get_path(&path) {
             Some(v) => {
                 let v = if perturbed { perturb(v) } else { v.clone() };
@@ -270,11 +307,70 @@ fn repair(
         }
         keys.push(key);
     }
-    if schema::validate(&fixed).iter().any(Diagnostic::is_error) {
+    Some(keys)
+}
+
+/// For a tree of a verl release verlc does not model: the schema findings about verl's own
+/// files (not the user's config file, not an override), and keys the release dropped, are
+/// taken out of `schema_diags`; `tree` (the check's copy) gets verlc's defaults in their
+/// place, and one `S007` warning lists them. Keys the user writes are still checked.
+fn pass_through_unmodelled(
+    req: &LoadRequest,
+    version: &str,
+    schema_diags: &mut Vec<Diagnostic>,
+    tree: &mut Node,
+    sources: &crate::source::SourceMap,
+) -> Option<(Diagnostic, Vec<String>)> {
+    let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
+    let from_verl = |d: &Diagnostic| {
+        if d.code == codes::SCHEMA_REQUIRED {
+            return true;
+        }
+        let schema_code = [
+            codes::SCHEMA_UNKNOWN_KEY,
+            codes::SCHEMA_TYPE,
+            codes::SCHEMA_ENUM,
+            codes::SCHEMA_RANGE,
+        ]
+        .contains(&d.code);
+        schema_code
+            && d.primary.as_ref().is_some_and(|l| {
+                let src = sources.get(l.origin.source);
+                src.kind == crate::source::SourceKind::File && Some(&src.name) != user_file.as_ref()
+            })
+    };
+    let (verl, user): (Vec<Diagnostic>, Vec<Diagnostic>) = std::mem::take(schema_diags)
+        .into_iter()
+        .partition(|d| d.is_error() && from_verl(d));
+    *schema_diags = user;
+    if verl.is_empty() {
         return None;
     }
-    let cfg = serde_json::from_value::<VerlConfig>(fixed.to_json()).ok()?;
-    Some((cfg, keys))
+    let keys = repair_tree(tree, &verl, false)?;
+    let shown: Vec<&str> = keys.iter().take(12).map(String::as_str).collect();
+    let more = keys.len().saturating_sub(shown.len());
+    let mut d = Diagnostic::warning(
+        codes::SCHEMA_UNMODELLED_RELEASE,
+        format!(
+            "this config tree is verl {version}; verlc models verl {}: {} key(s) of verl's own files differ from it and pass unchecked",
+            crate::load::version::MODELLED,
+            keys.len()
+        ),
+    )
+    .with_help(format!(
+        "keys you set in your own file or on the command line are still checked; a trainer built by `verlc build` runs verl {}'s semantics for these keys",
+        crate::load::version::MODELLED
+    ));
+    d.notes.push(format!(
+        "unchecked: {}{}",
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    ));
+    Some((d, keys))
 }
 
 /// Another valid-looking value of the same type: integers and floats moved, booleans flipped

@@ -38,6 +38,7 @@ pub const SCHEMA_ENUM: Code = Code("S003");
 pub const SCHEMA_RANGE: Code = Code("S004");
 pub const SCHEMA_REQUIRED: Code = Code("S005");
 pub const SCHEMA_OTHER: Code = Code("S006");
+pub const SCHEMA_UNMODELLED_RELEASE: Code = Code("S007");
 
 pub const BUILD_ROLLOUT_KNOB_UNUSED: Code = Code("B001");
 pub const BUILD_ROLLOUT_ENGINE_REPLACED: Code = Code("B002");

@@ -1,6 +1,7 @@
 //! Loading a config the way Hydra and OmegaConf do: YAML with spans ([`yaml`]), the
 //! config search path ([`repo`]), `defaults:` composition ([`compose`]), command-line
-//! overrides ([`overrides`]) and `${...}` interpolation ([`interp`]).
+//! overrides ([`overrides`]) and `${...}` interpolation ([`interp`]); which verl release a
+//! tree is ([`version`]).
 
 pub mod compose;
 pub mod interp;
@@ -8,4 +9,5 @@ pub mod node;
 pub mod override_value;
 pub mod overrides;
 pub mod repo;
+pub mod version;
 pub mod yaml;

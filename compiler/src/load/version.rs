@@ -1,0 +1,37 @@
+//! Which verl release a config tree belongs to. verlc's schema and rules model verl 0.7; a
+//! tree of another release (found through `--config-dir`) has keys verlc does not know, and
+//! lacks some it does: `verlc check` then passes verl's own keys through unchecked and says
+//! so once (see `check`), while keys the user writes are still checked.
+
+use std::path::Path;
+
+/// The verl release verlc models (its schema, defaults and rules).
+pub const MODELLED: &str = "0.7";
+
+/// The release of the verl package whose `verl/trainer/config` is `config_dir`: its
+/// `verl/version/version` file (as shipped in verl's repository and wheels).
+pub fn verl_version(config_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(config_dir.join("../../version/version")).ok()?;
+    let v = text.trim();
+    (!v.is_empty() && v.len() < 40).then(|| v.to_owned())
+}
+
+/// Whether verlc models release `version` (`0.7.0`, `0.7.1`, `0.7.0.dev`).
+pub fn is_modelled(version: &str) -> bool {
+    version == MODELLED || version.starts_with(&format!("{MODELLED}."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_of_the_modelled_minor_version_are_modelled() {
+        assert!(is_modelled("0.7.0"));
+        assert!(is_modelled("0.7.1"));
+        assert!(!is_modelled("0.8.0.dev"));
+        assert!(!is_modelled("0.9.1"));
+        assert!(!is_modelled("0.70.0"));
+        assert!(!is_modelled("0.6.1"));
+    }
+}

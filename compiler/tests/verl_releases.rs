@@ -1,0 +1,112 @@
+//! `verlc check` on the config tree of a verl release it does not model (verl 0.9.1, unpacked
+//! by `scripts/setup` into `.venv/verl-releases/`): verl's own keys that differ from the
+//! modelled release pass through with one `S007` warning, and what the user writes is still
+//! checked (typos, values, verl's cross-field rules). The modelled release's tree (0.7.0,
+//! installed in the venv) gets no such warning.
+
+use std::path::{Path, PathBuf};
+
+use verlc::check::{CheckOptions, check};
+use verlc::codes;
+use verlc::diag::Diagnostic;
+use verlc::load::compose::LoadRequest;
+
+const NEWER: &str = "0.9.1";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn newer_tree() -> Option<PathBuf> {
+    let d = root().join(format!(".venv/verl-releases/{NEWER}/verl/trainer/config"));
+    d.is_dir().then_some(d)
+}
+
+/// The overrides any verl launch script sets (micro-batches have no default).
+const BASICS: &[&str] = &[
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+    "critic.ppo_micro_batch_size_per_gpu=4",
+];
+
+fn run(dir: &Path, name: &str, extra: &[&str]) -> Vec<Diagnostic> {
+    let req = LoadRequest {
+        config_dir: Some(dir.to_path_buf()),
+        config_name: Some(name.into()),
+        overrides: BASICS.iter().chain(extra).map(|s| s.to_string()).collect(),
+        cwd: root(),
+        ..LoadRequest::default()
+    };
+    check(&req, &CheckOptions::default()).diagnostics
+}
+
+fn errors(d: &[Diagnostic]) -> Vec<String> {
+    d.iter()
+        .filter(|x| x.is_error())
+        .map(|x| format!("{}: {}", x.code, x.message))
+        .collect()
+}
+
+#[test]
+fn a_newer_release_passes_through_with_one_warning() {
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    for base in ["ppo_trainer", "ppo_megatron_trainer"] {
+        let d = run(&dir, base, &[]);
+        assert!(errors(&d).is_empty(), "{base}: {:#?}", errors(&d));
+        let notes: Vec<_> = d
+            .iter()
+            .filter(|x| x.code == codes::SCHEMA_UNMODELLED_RELEASE)
+            .collect();
+        assert_eq!(notes.len(), 1, "{base}: one S007");
+        assert!(notes[0].message.contains(NEWER), "{}", notes[0].message);
+    }
+}
+
+#[test]
+fn what_the_user_writes_is_still_checked_on_a_newer_release() {
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    let cases: &[(&str, &str)] = &[
+        // A typo of a key: Hydra's own error, with its did-you-mean.
+        ("actor_rollout_ref.actor.ppo_mini_batch_sise=4", "H011"),
+        // A value verl refuses.
+        ("algorithm.adv_estimator=grpoo", "S003"),
+        // A cross-field rule: a mini-batch larger than the step.
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=100000", "V002"),
+    ];
+    for (o, code) in cases {
+        let d = run(&dir, "ppo_trainer", &[o]);
+        assert!(
+            d.iter().any(|x| x.is_error() && x.code.0 == *code),
+            "{o}: want {code}, got {:#?}",
+            errors(&d)
+        );
+    }
+}
+
+#[test]
+fn the_modelled_release_gets_no_pass_through() {
+    let venv_lib = root().join(".venv/lib");
+    let Some(dir) = std::fs::read_dir(&venv_lib).ok().and_then(|r| {
+        r.flatten()
+            .map(|e| e.path().join("site-packages/verl/trainer/config"))
+            .find(|p| p.is_dir())
+    }) else {
+        eprintln!("skipped: no verl tree in the venv (run scripts/setup)");
+        return;
+    };
+    let d = run(&dir, "ppo_trainer", &[]);
+    assert!(
+        !d.iter().any(|x| x.code == codes::SCHEMA_UNMODELLED_RELEASE),
+        "{:#?}",
+        d
+    );
+    assert!(errors(&d).is_empty(), "{:#?}", errors(&d));
+}
