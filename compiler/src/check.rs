@@ -35,6 +35,7 @@ impl Checked {
 }
 
 pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
+    schema::prepare();
     let composed = compose::load(req);
     let mut diagnostics = composed.diagnostics.clone();
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees

@@ -147,8 +147,15 @@ pub fn all_files() -> Vec<(String, String)> {
             out.push((format!("{}.schema.json", g.name), pretty(&s)));
         }
     }
+    out.push((VALIDATION_FILE.to_string(), pretty(&generated())));
     out
 }
+
+/// The schema `verlc check` validates with, as generated from the types ([`generated`]),
+/// committed so that start-up parses it instead of generating it (several times faster);
+/// `tests/schema_fresh.rs` keeps it equal to what the types generate.
+const VALIDATION_FILE: &str = "verl.validation.json";
+const VALIDATION_JSON: &str = include_str!("../../schemas/verl.validation.json");
 
 /// The text a schema file is written with.
 pub fn pretty(v: &Value) -> String {
@@ -361,7 +368,28 @@ fn fold_nullable(m: &mut Map<String, Value>) {
 /// The schema `verlc check` validates a composed config against.
 pub fn validation_schema() -> &'static Value {
     static S: OnceLock<Value> = OnceLock::new();
-    S.get_or_init(generated)
+    // Debug builds (the tests) always generate, so a stale committed file cannot hide a
+    // change of the types from them; the freshness test then says to regenerate it.
+    S.get_or_init(|| {
+        if cfg!(debug_assertions) {
+            return generated();
+        }
+        serde_json::from_str::<Value>(VALIDATION_JSON)
+            .ok()
+            .filter(|v| v.get("properties").is_some())
+            .unwrap_or_else(generated)
+    })
+}
+
+/// Compile the validator on another thread while the caller composes the config (it takes
+/// longer than composing; `validate` then finds it ready). Once per process.
+pub fn prepare() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        std::thread::spawn(|| {
+            let _ = validator();
+        });
+    });
 }
 
 fn validator() -> Option<&'static jsonschema::Validator> {
