@@ -55,6 +55,7 @@ pub const BUILD_REWARD_MODEL_UNSUPPORTED: Code = Code("B016");
 pub const BUILD_DEVICE_UNSUPPORTED: Code = Code("B017");
 pub const BUILD_UNSUPPORTED_SETTING: Code = Code("B018");
 pub const BUILD_NO_EFFECT: Code = Code("B006");
+pub const BUILD_BF16_EMULATED: Code = Code("B007");
 
 /// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
 pub const BUILD_CODES: &[(Code, &str)] = &[
@@ -117,6 +118,10 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     (
         BUILD_NO_EFFECT,
         "a setting that has no effect in the generated trainer (its verdict is `no effect`)",
+    ),
+    (
+        BUILD_BF16_EMULATED,
+        "bf16 training on a CPU without native bf16 (AVX-512 BF16 / AMX): emulated, several times slower than fp32",
     ),
 ];
 

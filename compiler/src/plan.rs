@@ -30,6 +30,7 @@
 //! embedded in the binary as YAML ([`embed`]).
 
 pub mod embed;
+mod host;
 mod invalid;
 pub mod spec;
 mod verdict_report;
@@ -330,6 +331,7 @@ fn engine_precision(d: EngineDtype) -> PrecisionKind {
     match d {
         EngineDtype::Bfloat16 => PrecisionKind::Bf16Mixed,
         EngineDtype::Float16 => PrecisionKind::Fp16Mixed,
+        EngineDtype::Float32 => PrecisionKind::Fp32,
     }
 }
 
@@ -415,7 +417,10 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
         })
         .collect();
 
-    let (spec, spec_diagnostics) = spec::lower_spec(cfg, root, binding);
+    let (spec, mut spec_diagnostics) = spec::lower_spec(cfg, root, binding);
+    if let Some(d) = host::bf16_emulated_warning(&actor, binding, t.device, root) {
+        spec_diagnostics.push(d);
+    }
     let plan = BuildPlan {
         binding,
         world,

@@ -88,10 +88,9 @@ fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
             ))
         }
         StrategyKind::Megatron => {
-            // verl's `megatron.dtype` is bfloat16 or float16; Megatron's Fp32 can only be
-            // bound by a hand-written `bind_trainer!`.
+            // verl's `megatron.dtype` is bfloat16 or float16; float32 is verlc's extension.
             let dtype = match b.precision {
-                PrecisionKind::Fp32 => return None,
+                PrecisionKind::Fp32 => "float32",
                 PrecisionKind::Bf16Mixed => "bfloat16",
                 PrecisionKind::Fp16Mixed => "float16",
             };

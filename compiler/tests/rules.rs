@@ -271,6 +271,7 @@ rule_tests! {
     v047_megatron_with_ulysses => "V047",
     v048_curriculum_sampler_with_workers => "V048",
     v049_group_baseline_with_single_response => "V049",
+    v050_megatron_float32_extension => "V050",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",
     v203_rollout_max_model_len_exceeds_model => "V203",

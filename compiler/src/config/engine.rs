@@ -17,6 +17,10 @@ pub enum EngineDtype {
     /// IEEE half precision.
     #[serde(rename = "float16")]
     Float16,
+    /// 32-bit float. For `megatron.dtype` a verlc extension (verl's Megatron engine accepts
+    /// only bfloat16 and float16): fp32 training, fast on CPUs without native bf16.
+    #[serde(rename = "float32")]
+    Float32,
 }
 
 /// A torch dtype written in one of the spellings verl's precision helper accepts.

@@ -393,6 +393,12 @@ pub static RULES: &[Rule] = &[
         "group-baseline estimators need more than one response per prompt (warning)"
     ),
     rule!(
+        "V050",
+        "MegatronFloat32Extension",
+        model::megatron_float32_extension,
+        "megatron.dtype float32 is a verlc extension verl refuses (warning)"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

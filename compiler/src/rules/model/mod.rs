@@ -2,6 +2,7 @@
 //! `config.json` dimensions.
 
 pub(crate) mod mbridge_required;
+pub(crate) mod megatron_float32_extension;
 pub(crate) mod pipeline_does_not_divide_layers;
 pub(crate) mod ref_load_weight_mismatch;
 pub(crate) mod rollout_max_model_len_exceeds_model;
