@@ -60,12 +60,15 @@ const MEGATRON: &[&str] = &[
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
 ];
 
-/// The spec of the job, in fp32: these tests compare rank layouts with one process, so they
-/// run in the precision where 2e-3 agreement is meaningful (verl's `megatron.dtype` has no
-/// fp32 spelling, hence a test-side edit of the spec rather than an override).
+/// The spec of the job, in fp32 (both quickstarts train in fp32): these tests compare rank
+/// layouts with one process, in the precision where 2e-3 agreement is meaningful.
 fn config(example: &str, overrides: &[String]) -> TrainerSpec {
-    let mut spec = crate::support::spec_of(example, overrides);
-    spec.binding.precision = verlc_spec::binding::PrecisionKind::Fp32;
+    let spec = crate::support::spec_of(example, overrides);
+    assert_eq!(
+        spec.binding.precision,
+        verlc_spec::binding::PrecisionKind::Fp32,
+        "{example} binds fp32"
+    );
     spec
 }
 
