@@ -62,7 +62,10 @@ impl Case {
     /// The codes of the build's findings, without the host-dependent B007 (bf16 on a CPU
     /// without native bf16: see `bf16_on_a_cpu_without_native_bf16_warns`).
     fn codes(&self) -> Vec<&'static str> {
-        self.all_codes().into_iter().filter(|c| *c != "B007").collect()
+        self.all_codes()
+            .into_iter()
+            .filter(|c| *c != "B007")
+            .collect()
     }
 
     fn all_codes(&self) -> Vec<&'static str> {
