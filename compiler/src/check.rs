@@ -22,6 +22,10 @@ pub struct CheckOptions {
 
 pub struct Checked {
     pub composed: Composed,
+    /// For a tree of a verl release verlc does not model: that tree composed without the
+    /// user's overrides, against which "changed" is judged (verl's own defaults are not
+    /// the user's settings). `None`: verlc's built-in defaults are the baseline.
+    pub baseline: Option<Node>,
     /// The typed config, when the tree passed the schema.
     pub config: Option<VerlConfig>,
     pub model: Option<ModelDims>,
@@ -73,6 +77,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     }
     // A tree of another verl release: verl's own keys that differ pass through.
     let mut unmodelled: Vec<String> = Vec::new();
+    let mut baseline = None;
     if let Some(version) = req
         .config_dir
         .as_deref()
@@ -88,6 +93,13 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     {
         diagnostics.push(note);
         unmodelled = keys;
+        baseline = Some(
+            compose::load(&LoadRequest {
+                overrides: Vec::new(),
+                ..req.clone()
+            })
+            .root,
+        );
     }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
     // A composition that failed (unreadable file, missing config or group option) leaves
@@ -146,7 +158,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             sources: &composed.sources,
             model: model.as_ref(),
             missing: &missing,
-            defaults: Default::default(),
+            defaults: baseline.clone().map(Into::into).unwrap_or_default(),
         };
         let mut out = rules::run(&ctx, &enabled);
         // What `verlc build` could not bind, reported here at the YAML line (B01x).
@@ -190,6 +202,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     }
     Checked {
         composed,
+        baseline,
         config,
         model,
         diagnostics,

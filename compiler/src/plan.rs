@@ -482,7 +482,12 @@ pub fn promote_for_build_where(
     let Some(cfg) = checked.config.as_ref() else {
         return;
     };
-    let lowered = lower_for_build_where(cfg, &checked.composed, verdict_for);
+    let lowered = lower_for_build_where(
+        cfg,
+        &checked.composed,
+        checked.baseline.as_ref(),
+        verdict_for,
+    );
     let is_plan_code =
         |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
     checked.diagnostics.retain(|d| !is_plan_code(d.code));
@@ -492,17 +497,18 @@ pub fn promote_for_build_where(
 /// Lower and collect everything `verlc build` reports: the plan's errors plus the verdicts
 /// of the keys the user changed.
 pub fn lower_for_build(cfg: &VerlConfig, composed: &Composed) -> Lowered {
-    lower_for_build_where(cfg, composed, &|_| true)
+    lower_for_build_where(cfg, composed, None, &|_| true)
 }
 
 /// [`lower_for_build`] keeping only the verdicts of the keys `verdict_for` accepts.
 fn lower_for_build_where(
     cfg: &VerlConfig,
     composed: &Composed,
+    baseline: Option<&Node>,
     verdict_for: &dyn Fn(&str) -> bool,
 ) -> Lowered {
     let mut lowered = lower(cfg, &composed.root);
-    let defaults = default_tree(cfg);
+    let defaults = baseline.cloned().unwrap_or_else(|| default_tree(cfg));
     let verdicts = verdict_diagnostics(cfg, &composed.root, &composed.sources, &defaults);
     lowered.diagnostics.extend(
         verdicts

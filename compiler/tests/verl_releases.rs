@@ -110,3 +110,48 @@ fn the_modelled_release_gets_no_pass_through() {
     );
     assert!(errors(&d).is_empty(), "{:#?}", errors(&d));
 }
+
+/// `verlc build` lowers a newer release's tree to a spec: verl's own defaults there are not
+/// the user's settings (no verdict fires on them); a key the user sets still gets its verdict.
+#[test]
+fn a_newer_release_lowers_for_a_build() {
+    use verlc::plan::{SpecOutcome, lower_request};
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    let req = |extra: &[&str]| LoadRequest {
+        config_dir: Some(dir.clone()),
+        config_name: Some("ppo_trainer".into()),
+        overrides: BASICS
+            .iter()
+            .chain(&[
+                "actor_rollout_ref.rollout.name=verlc",
+                "trainer.device=cpu",
+                "trainer.logger=[console]",
+                "algorithm.adv_estimator=grpo",
+                "actor_rollout_ref.rollout.n=4",
+            ])
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect(),
+        cwd: root(),
+        ..LoadRequest::default()
+    };
+    match lower_request(&req(&[])) {
+        SpecOutcome::Ok { spec, .. } => {
+            assert_eq!(spec.actor.update.ppo_epochs, 1, "verl's default epochs");
+        }
+        SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+    }
+    // LoRA set by the user: refused at its override, as on the modelled release.
+    match lower_request(&req(&["actor_rollout_ref.model.lora_rank=8"])) {
+        SpecOutcome::Ok { .. } => panic!("a LoRA rank must be refused"),
+        SpecOutcome::Errors(c) => assert!(
+            c.diagnostics.iter().any(|d| d.is_error()
+                && d.key_path.as_deref() == Some("actor_rollout_ref.model.lora_rank")),
+            "{:#?}",
+            errors(&c.diagnostics)
+        ),
+    }
+}
