@@ -75,6 +75,10 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             m.swap_remove(*last);
         }
     }
+    // verlc's defaults of the config's flavour, composed at most once: the repairs below
+    // put them in place of values the schema refused.
+    let builtin = std::cell::OnceCell::new();
+    let defaults = || builtin.get_or_init(|| builtin_defaults(&composed.root));
     // A tree of another verl release: verl's own keys that differ pass through.
     let mut unmodelled: Vec<String> = Vec::new();
     let mut baseline = None;
@@ -89,6 +93,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             &mut schema_diags,
             &mut tree,
             &composed.sources,
+            defaults(),
         )
     {
         diagnostics.push(note);
@@ -118,7 +123,12 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     let repaired = if schema_clean || incomplete || schema_diags.len() > MAX_REPAIRS {
         None
     } else {
-        repair(&tree, &schema_diags, false).zip(repair(&tree, &schema_diags, true))
+        repair(&tree, &schema_diags, defaults(), false).zip(repair(
+            &tree,
+            &schema_diags,
+            defaults(),
+            true,
+        ))
     };
     diagnostics.extend(merge_same_origin(schema_diags, &tree));
 
@@ -180,11 +190,11 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     };
     if let Some(cfg) = &config {
         // Nothing about the keys of another verl release that passed through unchecked.
-        diagnostics.extend(judge(cfg).into_iter().filter(|d| {
-            !d.key_path
-                .as_deref()
-                .is_some_and(|k| unmodelled.iter().any(|r| plan::keys_overlap(k, r)))
-        }));
+        diagnostics.extend(
+            judge(cfg)
+                .into_iter()
+                .filter(|d| !about_any(d, &unmodelled)),
+        );
     } else if let Some(((a, replaced), (b, _))) = repaired {
         // Findings that change when the replaced values change depend on them: only those
         // the two repairs agree on are reported, and none about a replaced key.
@@ -192,13 +202,11 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         let same = |x: &Diagnostic, y: &Diagnostic| {
             x.code == y.code && x.key_path == y.key_path && x.message == y.message
         };
-        diagnostics.extend(judge(&a).into_iter().filter(|d| {
-            let about_replaced = d
-                .key_path
-                .as_deref()
-                .is_some_and(|k| replaced.iter().any(|r| plan::keys_overlap(k, r)));
-            !about_replaced && other.iter().any(|o| same(d, o))
-        }));
+        diagnostics.extend(
+            judge(&a)
+                .into_iter()
+                .filter(|d| !about_any(d, &replaced) && other.iter().any(|o| same(d, o))),
+        );
     }
     Checked {
         composed,
@@ -241,6 +249,33 @@ fn custom_data_keys(diags: &mut [Diagnostic], sources: &crate::source::SourceMap
 /// Most schema errors the check repairs to run the rules anyway.
 const MAX_REPAIRS: usize = 200;
 
+/// Whether `d` is about one of `keys` (the key itself, inside it, or a section holding it).
+fn about_any(d: &Diagnostic, keys: &[String]) -> bool {
+    d.key_path
+        .as_deref()
+        .is_some_and(|k| keys.iter().any(|r| plan::keys_overlap(k, r)))
+}
+
+/// verlc's built-in defaults of `root`'s flavour (Megatron when the actor says so), with
+/// `???` unset as the check's tree has them.
+fn builtin_defaults(root: &Node) -> Node {
+    let megatron = root
+        .get_path(&["actor_rollout_ref", "actor", "strategy"])
+        .and_then(Node::as_str)
+        == Some("megatron");
+    let base = if megatron {
+        compose::MEGATRON_BASE
+    } else {
+        compose::FSDP_BASE
+    };
+    let defaults = compose::load(&LoadRequest {
+        base: Some(base.to_owned()),
+        ..LoadRequest::default()
+    })
+    .root;
+    unset_mandatory(&defaults).0
+}
+
 /// Composition errors after which the tree lacks whole parts.
 const INCOMPLETE_TREE: &[Code] = &[
     codes::YAML_SYNTAX,
@@ -260,10 +295,11 @@ const INCOMPLETE_TREE: &[Code] = &[
 fn repair(
     tree: &Node,
     schema_diags: &[Diagnostic],
+    defaults: &Node,
     perturbed: bool,
 ) -> Option<(VerlConfig, Vec<String>)> {
     let mut fixed = tree.clone();
-    let keys = repair_tree(&mut fixed, schema_diags, perturbed)?;
+    let keys = repair_tree(&mut fixed, schema_diags, defaults, perturbed)?;
     if schema::validate(&fixed).iter().any(Diagnostic::is_error) {
         return None;
     }
@@ -275,23 +311,9 @@ fn repair(
 fn repair_tree(
     tree: &mut Node,
     schema_diags: &[Diagnostic],
+    defaults: &Node,
     perturbed: bool,
 ) -> Option<Vec<String>> {
-    let megatron = tree
-        .get_path(&["actor_rollout_ref", "actor", "strategy"])
-        .and_then(Node::as_str)
-        == Some("megatron");
-    let base = if megatron {
-        compose::MEGATRON_BASE
-    } else {
-        compose::FSDP_BASE
-    };
-    let defaults = compose::load(&LoadRequest {
-        base: Some(base.to_owned()),
-        ..LoadRequest::default()
-    })
-    .root;
-    let (defaults, _) = unset_mandatory(&defaults);
     let mut keys = Vec::new();
     for d in schema_diags.iter().filter(|d| d.is_error()) {
         let key = d.key_path.clone()?;
@@ -334,6 +356,7 @@ fn pass_through_unmodelled(
     schema_diags: &mut Vec<Diagnostic>,
     tree: &mut Node,
     sources: &crate::source::SourceMap,
+    defaults: &Node,
 ) -> Option<(Diagnostic, Vec<String>)> {
     let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
     let from_verl = |d: &Diagnostic| {
@@ -360,7 +383,7 @@ fn pass_through_unmodelled(
     if verl.is_empty() {
         return None;
     }
-    let keys = repair_tree(tree, &verl, false)?;
+    let keys = repair_tree(tree, &verl, defaults, false)?;
     let shown: Vec<&str> = keys.iter().take(12).map(String::as_str).collect();
     let more = keys.len().saturating_sub(shown.len());
     let mut d = Diagnostic::warning(

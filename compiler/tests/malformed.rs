@@ -940,19 +940,8 @@ fn alias_bombs_fail_with_y004_in_bounded_time() {
         );
 
         // And through `verlc check` from a file.
-        let dir = scratch_dir().join(format!("bomb{levels}x{width}"));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let file = dir.join("bomb.yaml");
-        std::fs::write(&file, &text).expect("write");
         let start = Stopwatch::start();
-        let checked = check(
-            &LoadRequest {
-                config_file: Some(file),
-                cwd: dir.clone(),
-                ..Default::default()
-            },
-            &CheckOptions::default(),
-        );
+        let checked = check_file(&format!("bomb{levels}x{width}"), &text);
         assert!(
             checked
                 .diagnostics
@@ -970,11 +959,28 @@ fn alias_bombs_fail_with_y004_in_bounded_time() {
             "check of {levels}x{width} took {:?}",
             start.elapsed()
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
     if let Some(kib) = peak_rss_kib() {
         assert!(kib < MAX_RSS_KIB, "peak memory {} MiB", kib / 1024);
     }
+}
+
+/// `verlc check` of `text` written to a file of its own (removed afterwards).
+fn check_file(name: &str, text: &str) -> verlc::check::Checked {
+    let dir = scratch_dir().join(name);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, text).expect("write");
+    let checked = check(
+        &LoadRequest {
+            config_file: Some(file),
+            cwd: dir.clone(),
+            ..Default::default()
+        },
+        &CheckOptions::default(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    checked
 }
 
 /// Lists that interpolate each other double with every line (`x1: [${x0}, ${x0}]`, ...):
@@ -991,19 +997,8 @@ fn interpolation_doubling_fails_with_y004_in_bounded_time() {
             i - 1
         ));
     }
-    let dir = scratch_dir().join("doubling");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let file = dir.join("doubling.yaml");
-    std::fs::write(&file, &text).expect("write");
     let start = Stopwatch::start();
-    let checked = check(
-        &LoadRequest {
-            config_file: Some(file),
-            cwd: dir.clone(),
-            ..Default::default()
-        },
-        &CheckOptions::default(),
-    );
+    let checked = check_file("doubling", &text);
     let limits: Vec<_> = checked
         .diagnostics
         .iter()
@@ -1019,7 +1014,6 @@ fn interpolation_doubling_fails_with_y004_in_bounded_time() {
     if let Some(kib) = peak_rss_kib() {
         assert!(kib < MAX_RSS_KIB, "peak memory {} MiB", kib / 1024);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A usage mistake is exit 2 with one error: a `--config-dir` that does not exist.

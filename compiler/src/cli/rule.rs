@@ -35,48 +35,44 @@ pub fn run(a: RuleArgs) -> u8 {
             );
             0
         }
-        None if codes::BUILD_CODES
+        None => match codes::LOAD_CODES
             .iter()
-            .any(|(c, _)| c.0.eq_ignore_ascii_case(&code)) =>
+            .chain(codes::BUILD_CODES)
+            .find(|(c, _)| c.0.eq_ignore_ascii_case(&code))
         {
-            let (c, summary) = codes::BUILD_CODES
-                .iter()
-                .find(|(c, _)| c.0.eq_ignore_ascii_case(&code))
-                .map_or((code.as_str(), ""), |(c, s)| (c.0, *s));
-            // B00x: keys a trainer does not read (warnings); B01x: what it cannot bind or honour.
-            let how = if c.starts_with("B00") {
-                "Reported by `verlc check` and `verlc build` as a warning when you changed the key: the generated trainer does not read it (`verlc build --deny-warnings` stops on it)."
-            } else {
-                "Reported by `verlc build` as an error (and by `verlc check` as a warning): the generated trainer cannot bind or honour this config."
-            };
-            let _ = writeln!(out, "# {c}\n\n{summary}\n\n{how}");
-            0
+            Some((c, summary)) => {
+                let _ = writeln!(out, "# {c}\n\n{summary}\n\n{}", how_reported(c.0));
+                0
+            }
+            None => {
+                eprintln!("error: no rule `{code}`; `verlc rule --list` lists them");
+                super::EXIT_USAGE
+            }
+        },
+    }
+}
+
+/// Which command reports a non-rule code, and why.
+fn how_reported(code: &str) -> &'static str {
+    match code.as_bytes() {
+        [b'B', b'0', b'0', b'7'] => {
+            "Reported by `verlc check` and `verlc build` as a warning for a CPU trainer that binds bf16 on a host without native bf16 (AVX-512 BF16 or AMX)."
         }
-        None if codes::LOAD_CODES
-            .iter()
-            .any(|(c, _)| c.0.eq_ignore_ascii_case(&code)) =>
-        {
-            let (c, summary) = codes::LOAD_CODES
-                .iter()
-                .find(|(c, _)| c.0.eq_ignore_ascii_case(&code))
-                .map_or((code.as_str(), ""), |(c, s)| (c.0, *s));
-            let how = match c.as_bytes().first() {
-                Some(b'Y') => {
-                    "Reported by every command that reads the config, at the file and line: the YAML itself is the problem (Y005 is a usage error, exit status 2)."
-                }
-                Some(b'H') => {
-                    "Reported by every command that reads the config, at the line: Hydra would refuse to compose this config the same way."
-                }
-                _ => {
-                    "Reported by every command that reads the config, at the line of the value: verl's own config classes would refuse it when the run starts."
-                }
-            };
-            let _ = writeln!(out, "# {c}\n\n{summary}\n\n{how}");
-            0
+        // B00x: keys a trainer does not read (warnings); B01x: what it cannot bind or honour.
+        [b'B', b'0', b'0', ..] => {
+            "Reported by `verlc check` and `verlc build` as a warning when you changed the key: the generated trainer does not read it (`verlc build --deny-warnings` stops on it)."
         }
-        None => {
-            eprintln!("error: no rule `{code}`; `verlc rule --list` lists them");
-            super::EXIT_USAGE
+        [b'B', ..] => {
+            "Reported by `verlc build` as an error (and by `verlc check` as a warning): the generated trainer cannot bind or honour this config."
+        }
+        [b'Y', ..] => {
+            "Reported by every command that reads the config, at the file and line: the YAML itself is the problem (Y005 is a usage error, exit status 2)."
+        }
+        [b'H', ..] => {
+            "Reported by every command that reads the config, at the line: Hydra would refuse to compose this config the same way."
+        }
+        _ => {
+            "Reported by every command that reads the config, at the line of the value: verl's own config classes would refuse it when the run starts."
         }
     }
 }

@@ -39,11 +39,15 @@ struct Lowering<'a> {
 
 impl Lowering<'_> {
     /// `key`'s value cannot be honoured by the binary.
-    fn unsupported(&mut self, key: &str, message: impl Into<String>, help: impl Into<String>) {
-        let origin = self
-            .root
+    /// Where `key`'s value was written.
+    fn origin(&self, key: &str) -> Option<crate::source::Origin> {
+        self.root
             .get_path(&split_key(key))
-            .and_then(|n| n.origin.clone());
+            .and_then(|n| n.origin.clone())
+    }
+
+    fn unsupported(&mut self, key: &str, message: impl Into<String>, help: impl Into<String>) {
+        let origin = self.origin(key);
         self.out.push(
             Diagnostic::error(codes::BUILD_UNSUPPORTED_SETTING, message)
                 .with_key(key)
@@ -54,10 +58,7 @@ impl Lowering<'_> {
 
     /// `key` is set but has no effect in this binary (`B006`, a warning in check and build).
     fn no_effect(&mut self, key: &str, message: impl Into<String>) {
-        let origin = self
-            .root
-            .get_path(&split_key(key))
-            .and_then(|n| n.origin.clone());
+        let origin = self.origin(key);
         self.out.push(
             Diagnostic::warning(codes::BUILD_NO_EFFECT, message)
                 .with_key(key)

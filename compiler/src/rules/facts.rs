@@ -2,7 +2,9 @@
 //! size, which roles run, which worker implementation is used, and each role's parallel
 //! layout. Pure functions of the typed config; no diagnostics here.
 
-use crate::config::{LegacyWorkerImpl, MegatronEngineConfig, Strategy, VerlConfig};
+use crate::config::{
+    FsdpEngineConfig, LegacyWorkerImpl, MegatronEngineConfig, Strategy, VerlConfig,
+};
 use crate::diag::Diagnostic;
 
 /// Accelerators of the run: `trainer.n_gpus_per_node × trainer.nnodes`.
@@ -183,6 +185,53 @@ pub(crate) fn train_roles(c: &VerlConfig) -> Vec<TrainRole> {
         });
     }
     roles
+}
+
+/// A role that owns a model engine: the actor, the reference policy and the critic.
+pub(crate) struct EngineRole<'a> {
+    /// `actor_rollout_ref.actor`, `actor_rollout_ref.ref` or `critic`; the Megatron section
+    /// is `<prefix>.megatron`.
+    pub prefix: &'static str,
+    /// The role's `fsdp_config` (the critic's lives under `critic.model`).
+    pub fsdp_key: &'static str,
+    /// Whether verl runs the role (the actor always; see [`reference_runs`], [`critic_runs`]).
+    pub runs: bool,
+    pub strategy: Strategy,
+    pub fsdp: Option<&'a FsdpEngineConfig>,
+    pub megatron: Option<&'a MegatronEngineConfig>,
+}
+
+/// The actor, the reference policy and the critic, with their engine sections.
+pub(crate) fn engine_roles(c: &VerlConfig) -> [EngineRole<'_>; 3] {
+    let a = &c.actor_rollout_ref.actor;
+    let r = &c.actor_rollout_ref.reference;
+    let cr = &c.critic;
+    [
+        EngineRole {
+            prefix: "actor_rollout_ref.actor",
+            fsdp_key: "actor_rollout_ref.actor.fsdp_config",
+            runs: true,
+            strategy: a.strategy,
+            fsdp: a.fsdp_config.as_ref(),
+            megatron: a.megatron.as_ref(),
+        },
+        EngineRole {
+            prefix: "actor_rollout_ref.ref",
+            fsdp_key: "actor_rollout_ref.ref.fsdp_config",
+            runs: reference_runs(c),
+            strategy: r.strategy,
+            fsdp: r.fsdp_config.as_ref(),
+            megatron: r.megatron.as_ref(),
+        },
+        EngineRole {
+            prefix: "critic",
+            fsdp_key: "critic.model.fsdp_config",
+            runs: critic_runs(c),
+            strategy: cr.strategy,
+            fsdp: cr.model.fsdp_config.as_ref(),
+            megatron: cr.megatron.as_ref(),
+        },
+    ]
 }
 
 /// A pair of micro-batch keys verl treats as alternatives: the deprecated global size and

@@ -22,42 +22,19 @@
 use crate::config::{EngineDtype, Strategy};
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{critic_runs, push_unique, reference_runs};
+use crate::rules::facts::{engine_roles, push_unique};
 
 const CODE: Code = Code("V050");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let c = ctx.config;
-    let a = &c.actor_rollout_ref.actor;
-    let r = &c.actor_rollout_ref.reference;
-    let roles = [
-        (
-            "actor_rollout_ref.actor",
-            true,
-            a.strategy,
-            a.megatron.as_ref(),
-        ),
-        (
-            "actor_rollout_ref.ref",
-            reference_runs(c),
-            r.strategy,
-            r.megatron.as_ref(),
-        ),
-        (
-            "critic",
-            critic_runs(c),
-            c.critic.strategy,
-            c.critic.megatron.as_ref(),
-        ),
-    ];
-    for (prefix, runs, strategy, m) in roles {
-        let Some(m) = m.filter(|_| runs && strategy == Strategy::Megatron) else {
-            continue;
-        };
-        if m.dtype != EngineDtype::Float32 {
+    for role in engine_roles(ctx.config) {
+        let megatron = role
+            .megatron
+            .filter(|_| role.runs && role.strategy == Strategy::Megatron);
+        if megatron.is_none_or(|m| m.dtype != EngineDtype::Float32) {
             continue;
         }
-        let key = format!("{prefix}.megatron.dtype");
+        let key = format!("{}.megatron.dtype", role.prefix);
         // The reference copies the actor's dtype by interpolation: one report per line.
         push_unique(
             out,

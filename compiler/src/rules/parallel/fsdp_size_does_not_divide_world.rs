@@ -24,7 +24,7 @@
 
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{critic_runs, divisors, is_fsdp, n_gpus, push_unique, reference_runs};
+use crate::rules::facts::{divisors, engine_roles, is_fsdp, n_gpus, push_unique};
 
 const CODE: Code = Code("V046");
 
@@ -34,29 +34,15 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     if world <= 1 {
         return;
     }
-    let a = &c.actor_rollout_ref.actor;
-    let r = &c.actor_rollout_ref.reference;
-    let roles = [
-        (
-            "actor_rollout_ref.actor.fsdp_config",
-            is_fsdp(a.strategy),
-            a.fsdp_config.as_ref(),
-        ),
-        (
-            "actor_rollout_ref.ref.fsdp_config",
-            reference_runs(c) && is_fsdp(r.strategy),
-            r.fsdp_config.as_ref(),
-        ),
-        (
-            "critic.model.fsdp_config",
-            critic_runs(c) && is_fsdp(c.critic.strategy),
-            c.critic.model.fsdp_config.as_ref(),
-        ),
-    ];
-    for (prefix, runs, fsdp) in roles {
-        let Some(size) = fsdp.map(|f| f.fsdp_size).filter(|_| runs) else {
+    for role in engine_roles(c) {
+        let Some(size) = role
+            .fsdp
+            .filter(|_| role.runs && is_fsdp(role.strategy))
+            .map(|f| f.fsdp_size)
+        else {
             continue;
         };
+        let prefix = role.fsdp_key;
         if size <= 0 || size >= world || world % size == 0 {
             continue;
         }

@@ -23,34 +23,16 @@
 use crate::config::Strategy;
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{critic_runs, push_unique, reference_runs};
+use crate::rules::facts::{engine_roles, push_unique};
 
 const CODE: Code = Code("V045");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let c = ctx.config;
-    let a = &c.actor_rollout_ref.actor;
-    let r = &c.actor_rollout_ref.reference;
-    let cr = &c.critic;
-    let roles = [
-        (
-            "actor_rollout_ref.actor",
-            true,
-            a.strategy,
-            a.megatron.is_some(),
-        ),
-        (
-            "actor_rollout_ref.ref",
-            reference_runs(c),
-            r.strategy,
-            r.megatron.is_some(),
-        ),
-        ("critic", critic_runs(c), cr.strategy, cr.megatron.is_some()),
-    ];
-    for (prefix, runs, strategy, has_section) in roles {
-        if !runs || strategy != Strategy::Megatron || has_section {
+    for role in engine_roles(ctx.config) {
+        if !role.runs || role.strategy != Strategy::Megatron || role.megatron.is_some() {
             continue;
         }
+        let prefix = role.prefix;
         let key = format!("{prefix}.strategy");
         // The reference copies the actor's strategy by interpolation: one report per line.
         push_unique(
