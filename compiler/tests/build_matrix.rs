@@ -482,8 +482,10 @@ struct Line {
 }
 
 /// The binding is static: a binary holds the engine code of its bound strategy only (the
-/// other strategy's engine is never monomorphized, so none of its symbols are linked).
-fn only_bound_engine(b: Binding, binary: &Path) -> Result<(), String> {
+/// other strategy's engine is never monomorphized, so none of its symbols are linked), and
+/// loss-scaling code only when its precision is fp16 (the precision marker supplies the
+/// scaler; fp32 and bf16 binaries never reference it).
+fn only_bound_code(b: Binding, binary: &Path) -> Result<(), String> {
     let out = std::process::Command::new("nm")
         .arg("--demangle")
         .arg("--defined-only")
@@ -492,20 +494,35 @@ fn only_bound_engine(b: Binding, binary: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot run nm: {e}"))?;
     let symbols = String::from_utf8_lossy(&out.stdout);
     let count = |needle: &str| symbols.lines().filter(|l| l.contains(needle)).count();
-    let (megatron, fsdp) = (
+    let (megatron, fsdp, scaler) = (
         count("megatron::engine::MegatronEngine"),
         count("engine::fsdp::FsdpEngine"),
+        count("optim::scaler::GradScaler"),
     );
     match b.strategy {
-        StrategyKind::Fsdp if megatron > 0 => Err(format!(
-            "an FSDP binary holds {megatron} Megatron engine symbols"
-        )),
-        StrategyKind::Megatron if fsdp > 0 => Err(format!(
-            "a Megatron binary holds {fsdp} FSDP engine symbols"
-        )),
-        StrategyKind::Megatron if megatron == 0 => {
-            Err("a Megatron binary holds no Megatron engine symbols (nm found none)".into())
+        StrategyKind::Fsdp if megatron > 0 => {
+            return Err(format!(
+                "an FSDP binary holds {megatron} Megatron engine symbols"
+            ));
         }
+        StrategyKind::Megatron if fsdp > 0 => {
+            return Err(format!(
+                "a Megatron binary holds {fsdp} FSDP engine symbols"
+            ));
+        }
+        StrategyKind::Megatron if megatron == 0 => {
+            return Err(
+                "a Megatron binary holds no Megatron engine symbols (nm found none)".into(),
+            );
+        }
+        _ => {}
+    }
+    match (b.precision.loss_scaling(), scaler) {
+        (false, n) if n > 0 => Err(format!(
+            "a {:?} binary holds {n} grad scaler symbols",
+            b.precision
+        )),
+        (true, 0) => Err("an fp16 binary holds no grad scaler symbols (nm found none)".into()),
         _ => Ok(()),
     }
 }
@@ -572,7 +589,7 @@ fn every_supported_binding_builds_and_trains_two_steps() {
                     continue;
                 }
             };
-            if let Err(e) = only_bound_engine(row.binding, &binary) {
+            if let Err(e) = only_bound_code(row.binding, &binary) {
                 lines.push(Line {
                     binding: row.binding,
                     world: "-",

@@ -6,7 +6,10 @@
 //! ([`Fp32`], [`Bf16Mixed`], [`Fp16Mixed`]) and the offload policy ([`OffloadSet`]). Each
 //! combination is its own monomorphized program; combinations outside verlc's support table
 //! (`verlc_spec::binding`) do not compile, and the strategy marker runs its own engines
-//! ([`Strategy::train`]), so a binary holds no other strategy's engine code.
+//! ([`Strategy::train`]), so a binary holds no other strategy's engine code. The precision
+//! marker supplies the loss-scaling code ([`Precision::LOSS_SCALER`]): only fp16 binaries link
+//! a grad scaler. Offload has no code of its own to leave out (it decides where buffers live);
+//! the offload marker's flags are checked against the spec's before a rank starts.
 //!
 //! What runs is the [`TrainerSpec`] `verlc build` lowered and embedded ([`BuildInfo::spec`]);
 //! the runtime takes its typed settings and never re-derives them from verl's config.
@@ -39,6 +42,7 @@ use verlc_spec::TrainerSpec;
 use verlc_spec::trainer::DeviceKind;
 
 use crate::dist::{Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup};
+use crate::optim::LossScaling;
 
 pub use verlc::plan::{OffloadFlags, PrecisionKind, StrategyKind};
 
@@ -73,8 +77,9 @@ pub trait Precision: sealed::Sealed + Send + Sync + 'static {
     const KIND: PrecisionKind;
     /// The dtype forward and backward run in.
     const COMPUTE: tch::Kind;
-    /// Whether a gradient (loss) scaler is needed (fp16).
-    const LOSS_SCALING: bool = Self::KIND.loss_scaling();
+    /// The grad (loss) scaler code this precision links: fp16's only, so the executables of
+    /// other precisions carry no loss-scaling code (`compiler/tests/build_matrix.rs` checks).
+    const LOSS_SCALER: LossScaling;
 }
 
 /// Everything in fp32.
@@ -108,11 +113,14 @@ macro_rules! markers {
             }
         }
     )+};
-    ($trait:ident :: $kind:ident { $($t:ident => $k:ident $(, $c:ident)?;)+ }) => {$(
+    ($trait:ident :: $kind:ident { $($t:ident => $k:ident $(, $c:ident, $s:ident)?;)+ }) => {$(
         impl sealed::Sealed for $t {}
         impl $trait for $t {
             const KIND: $kind = $kind::$k;
-            $(const COMPUTE: tch::Kind = tch::Kind::$c;)?
+            $(
+                const COMPUTE: tch::Kind = tch::Kind::$c;
+                const LOSS_SCALER: LossScaling = LossScaling::$s;
+            )?
         }
     )+};
 }
@@ -202,7 +210,11 @@ fn world_group(ctx: &RankContext) -> Result<ProcessGroup, TrainError> {
     )?)
 }
 markers!(Strategy { Single; Fsdp; Megatron; });
-markers!(Precision::PrecisionKind { Fp32 => Fp32, Float; Bf16Mixed => Bf16Mixed, BFloat16; Fp16Mixed => Fp16Mixed, Half; });
+markers!(Precision::PrecisionKind {
+    Fp32 => Fp32, Float, NONE;
+    Bf16Mixed => Bf16Mixed, BFloat16, NONE;
+    Fp16Mixed => Fp16Mixed, Half, LINKED;
+});
 
 impl<const P: bool, const G: bool, const O: bool> sealed::Sealed for OffloadSet<P, G, O> {}
 impl<const P: bool, const G: bool, const O: bool> Offload for OffloadSet<P, G, O> {
@@ -277,7 +289,7 @@ pub fn train<S: Strategy, P: Precision, O: Offload>(
     let opts = crate::trainer::RunOptions {
         device: ctx.device,
         console_lines: ctx.dist.rank == 0,
-        ..Default::default()
+        ..crate::trainer::RunOptions::new(P::LOSS_SCALER)
     };
     S::train(spec, ctx, &opts)
 }
@@ -733,7 +745,13 @@ mod tests {
             b.to_string(),
             "strategy = Fsdp, precision = Fp16Mixed, offload = [optimizer]"
         );
-        const { assert!(Fp16Mixed::LOSS_SCALING && !Bf16Mixed::LOSS_SCALING) };
+        for (linked, kind) in [
+            (Fp32::LOSS_SCALER.is_linked(), Fp32::KIND),
+            (Bf16Mixed::LOSS_SCALER.is_linked(), Bf16Mixed::KIND),
+            (Fp16Mixed::LOSS_SCALER.is_linked(), Fp16Mixed::KIND),
+        ] {
+            assert_eq!(linked, kind.loss_scaling(), "{kind:?}");
+        }
         assert_eq!(Bf16Mixed::COMPUTE, tch::Kind::BFloat16);
         assert_eq!(
             OffloadParams::FLAGS,

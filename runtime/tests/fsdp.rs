@@ -48,6 +48,7 @@ fn settings(dtype: Precision, offload: bool) -> EngineSettings {
             }),
         }),
         loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::LINKED,
     }
 }
 
@@ -483,7 +484,6 @@ fn fsdp_fp16(pg: &ProcessGroup) -> FsdpEngine<CausalLm> {
 fn fsdp_scaler(e: &FsdpEngine<CausalLm>) -> GradScaler {
     e.optimizer()
         .and_then(|o| o.scaler())
-        .cloned()
         .expect("fp16 has a loss scaler")
 }
 

@@ -16,7 +16,7 @@ use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{named_params, single_group};
 use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
 use crate::optim::{
-    LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig,
+    LossScaling, LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig,
 };
 
 use super::{
@@ -40,6 +40,9 @@ pub struct EngineSettings {
     pub optim: Option<OptimSettings>,
     /// Normaliser of `seq-mean-token-sum-norm` (`loss_scale_factor`); response length if None.
     pub loss_scale_factor: Option<f64>,
+    /// The grad scaler code available to the optimizer (fp16 needs it): a trainer binary's
+    /// precision marker decides, so only fp16 binaries link it.
+    pub loss_scaling: LossScaling,
 }
 
 /// One model, its optimizer and scheduler, in this process.
@@ -120,8 +123,11 @@ impl<H: Head> SingleEngine<H> {
                         .then(ScalerConfig::megatron_dynamic),
                     offload_fraction: if o.offload { 1.0 } else { 0.0 },
                 };
-                let mut opt =
-                    Optimizer::new(single_group(named_params(&vs), o.lr, o.weight_decay), cfg)?;
+                let mut opt = Optimizer::with_scaling(
+                    single_group(named_params(&vs), o.lr, o.weight_decay),
+                    cfg,
+                    settings.loss_scaling,
+                )?;
                 let sched = match o.scheduler {
                     SchedulerSettings::Verl(c) => {
                         LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?)

@@ -353,7 +353,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                         ),
                     }
                 };
-                module.build_optimizer(cfg, make, megatron.parallel)?;
+                module.build_optimizer(cfg, make, megatron.parallel, settings.loss_scaling)?;
                 let opt = module
                     .inner_optimizer_mut()
                     .ok_or_else(|| EngineError::Config("the optimizer was not built".into()))?;

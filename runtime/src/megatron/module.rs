@@ -16,7 +16,9 @@ use crate::dist::{ProcessGroup, ProcessGroups, ReduceOp};
 use crate::model::ModelConfig;
 use crate::model::load::{Checkpoint, LoadReport};
 use crate::optim::distrib::{DistGroups, DistParam, DistributedOptimizer, LayoutOptions};
-use crate::optim::{LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome};
+use crate::optim::{
+    LossScaling, LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome,
+};
 use crate::tp::shard::{gather_tensor, hf_shard_spec, load_sharded, shard_tensor};
 
 use super::model::{HeadKind, ParallelModel, Stage, StageInput};
@@ -220,6 +222,7 @@ impl MegatronModule {
         config: OptimizerConfig,
         make_groups: impl FnOnce(Vec<NamedParam>) -> Vec<ParamGroup>,
         settings: ParallelSettings,
+        scaling: LossScaling,
     ) -> Result<()> {
         let params = self.dist_params();
         let opt = if settings.use_distributed_optimizer {
@@ -233,6 +236,7 @@ impl MegatronModule {
                 config,
                 groups,
                 settings.layout,
+                scaling,
             )?)
         } else {
             let named = params
@@ -244,7 +248,11 @@ impl MegatronModule {
                     in_grad_norm: p.in_grad_norm,
                 })
                 .collect();
-            ModuleOptimizer::Replicated(Optimizer::new(make_groups(named), config)?)
+            ModuleOptimizer::Replicated(Optimizer::with_scaling(
+                make_groups(named),
+                config,
+                scaling,
+            )?)
         };
         self.optimizer = Some(opt);
         Ok(())

@@ -23,7 +23,7 @@ mod state;
 pub use inner::{AdamWConfig, InnerConfig, SgdConfig};
 pub use optimizer::{Optimizer, OptimizerConfig, Precision, StepOutcome};
 pub use param_groups::{GroupOptions, NamedParam, ParamGroup};
-pub use scaler::{GradScaler, ScalerConfig};
+pub use scaler::{GradScaler, LossScaler, LossScaling, ScalerConfig};
 pub use sched::LrScheduler;
 
 #[derive(Debug, thiserror::Error)]

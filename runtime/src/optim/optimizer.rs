@@ -14,9 +14,9 @@ use tch::{Device, Kind, Tensor};
 use super::clip::{self, NormType};
 use super::inner::{self, InnerConfig, SlotState};
 use super::param_groups::{GroupOptions, ParamGroup};
-use super::scaler::{GradScaler, ScalerConfig};
+use super::scaler::{GradScaler, LossScaler, LossScaling, ScalerConfig};
 use super::{OptimError, Result};
-use crate::dist::{ProcessGroup, ReduceOp};
+use crate::dist::ProcessGroup;
 use crate::ops;
 
 /// Training precision, which picks the Megatron wrapper.
@@ -114,7 +114,7 @@ pub struct Optimizer {
     pub(crate) config: OptimizerConfig,
     pub(crate) groups: Vec<GroupData>,
     pub(crate) options: Vec<GroupOptions>,
-    pub(crate) scaler: Option<GradScaler>,
+    pub(crate) scaler: Option<Box<dyn LossScaler>>,
 }
 
 /// (device, offloaded, aliased, in_norm) of a chunk.
@@ -125,7 +125,18 @@ fn is_float16(k: Kind) -> bool {
 }
 
 impl Optimizer {
+    /// An optimizer with Megatron's grad scalers linked (see [`Optimizer::with_scaling`]).
     pub fn new(groups: Vec<ParamGroup>, config: OptimizerConfig) -> Result<Self> {
+        Self::with_scaling(groups, config, LossScaling::LINKED)
+    }
+
+    /// An optimizer whose grad scaler, if `config` asks for one, comes from `scaling`: trainer
+    /// binaries pass their precision's, so only fp16 ones link loss-scaling code.
+    pub fn with_scaling(
+        groups: Vec<ParamGroup>,
+        config: OptimizerConfig,
+        scaling: LossScaling,
+    ) -> Result<Self> {
         let c = &config;
         if !(0.0..=1.0).contains(&c.offload_fraction) {
             return Err(OptimError::Config(format!(
@@ -146,7 +157,7 @@ impl Optimizer {
             }
             _ => {}
         }
-        let scaler = c.scaler.map(GradScaler::new).transpose()?;
+        let scaler = c.scaler.map(|s| scaling.build(s)).transpose()?;
         let total: i64 = groups
             .iter()
             .flat_map(|g| &g.params)
@@ -319,8 +330,9 @@ impl Optimizer {
         self.options.iter().find(|o| o.default_config).map(|o| o.lr)
     }
 
-    pub fn scaler(&self) -> Option<&GradScaler> {
-        self.scaler.as_ref()
+    /// A copy of the grad scaler's state.
+    pub fn scaler(&self) -> Option<GradScaler> {
+        self.scaler.as_ref().map(|s| s.state())
     }
 
     /// Current loss scale (1 without a scaler).
@@ -465,36 +477,14 @@ impl Optimizer {
     /// found; the scaler has been updated either way.
     pub fn prepare_grads(&mut self, mp_group: Option<&ProcessGroup>) -> Result<bool> {
         self.copy_model_grads_to_main_grads()?;
-        let Some(scaler) = &self.scaler else {
+        if self.scaler.is_none() {
             return Ok(false);
-        };
-        let inv = scaler.inv_scale();
+        }
         let grads = self.main_grads(false);
-        let reduce_dev = mp_group.map_or(Device::Cpu, ProcessGroup::device);
-        let mut found = Tensor::f_zeros([1], (Kind::Float, reduce_dev))?;
-        let mut devices: Vec<Device> = grads.iter().map(Tensor::device).collect();
-        devices.dedup();
-        devices.sort_by_key(|d| format!("{d:?}"));
-        devices.dedup();
-        for dev in devices {
-            let gs: Vec<Tensor> = grads
-                .iter()
-                .filter(|g| g.device() == dev)
-                .map(Tensor::shallow_clone)
-                .collect();
-            let found_d = Tensor::f_zeros([1], (Kind::Float, dev))?;
-            let inv_d = inner::scalar_f32(inv, dev)?;
-            ops::non_finite_check_and_unscale(&gs, &found_d, &inv_d)?;
-            found = found.f_maximum(&found_d.f_to_device(reduce_dev)?)?;
+        match &mut self.scaler {
+            Some(s) => s.unscale_and_check(&grads, mp_group),
+            None => Ok(false),
         }
-        if let Some(g) = mp_group {
-            g.all_reduce(&found, ReduceOp::Max)?;
-        }
-        let flag = found.f_double_value(&[0])? > 0.0;
-        if let Some(s) = &mut self.scaler {
-            s.update(flag);
-        }
-        Ok(flag)
     }
 
     fn copy_model_grads_to_main_grads(&mut self) -> Result<()> {

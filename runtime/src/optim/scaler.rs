@@ -2,9 +2,18 @@
 //!
 //! The scale is an fp32 value, as Megatron's 1-element fp32 tensor; `inv_scale` is
 //! `float32(1 / float64(scale))`.
+//!
+//! The optimizer reaches a scaler only through [`LossScaler`], built by the constructor a
+//! [`LossScaling`] carries. A trainer binary gets its `LossScaling` from its precision marker
+//! (`runtime::binding::Precision`): only the fp16 binding carries one, so fp32 and bf16
+//! binaries link no loss-scaling code at all (`compiler/tests/build_matrix.rs` checks the
+//! symbols).
 use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
 
 use super::{OptimError, Result};
+use crate::dist::{ProcessGroup, ReduceOp};
+use crate::ops;
 
 /// How to build a scaler (Megatron: `loss_scale` set → constant; fp16 without it → dynamic).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -147,5 +156,125 @@ impl GradScaler {
                 self.scale *= growth_factor as f32;
             }
         }
+    }
+}
+
+/// A loss scaler as the optimizer drives it (Megatron's `MegatronGradScaler`).
+pub trait LossScaler: Send + std::fmt::Debug {
+    /// Current loss scale.
+    fn scale(&self) -> f32;
+    /// A copy of the scaler's state.
+    fn state(&self) -> GradScaler;
+    /// The state as checkpoint metadata.
+    fn save(&self) -> Result<serde_json::Value>;
+    /// Restores a [`save`](Self::save)d state.
+    fn restore(&mut self, saved: serde_json::Value) -> Result<()>;
+    /// Multiplies the fp32 main grads by `1/scale` in place, finds inf/nan among them (MAX over
+    /// `mp_group`), updates the scale and returns whether an overflow was found.
+    fn unscale_and_check(
+        &mut self,
+        grads: &[Tensor],
+        mp_group: Option<&ProcessGroup>,
+    ) -> Result<bool>;
+}
+
+impl GradScaler {
+    fn boxed(config: ScalerConfig) -> Result<Box<dyn LossScaler>> {
+        Ok(Box::new(GradScaler::new(config)?))
+    }
+}
+
+impl LossScaler for GradScaler {
+    fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    fn state(&self) -> GradScaler {
+        self.clone()
+    }
+
+    fn save(&self) -> Result<serde_json::Value> {
+        serde_json::to_value(self).map_err(|e| OptimError::Config(format!("grad scaler: {e}")))
+    }
+
+    fn restore(&mut self, saved: serde_json::Value) -> Result<()> {
+        *self = serde_json::from_value(saved)
+            .map_err(|e| OptimError::Config(format!("saved grad scaler: {e}")))?;
+        Ok(())
+    }
+
+    fn unscale_and_check(
+        &mut self,
+        grads: &[Tensor],
+        mp_group: Option<&ProcessGroup>,
+    ) -> Result<bool> {
+        let inv = self.inv_scale();
+        let reduce_dev = mp_group.map_or(Device::Cpu, ProcessGroup::device);
+        let mut found = Tensor::f_zeros([1], (Kind::Float, reduce_dev))?;
+        let mut devices: Vec<Device> = grads.iter().map(Tensor::device).collect();
+        devices.sort_by_key(|d| format!("{d:?}"));
+        devices.dedup();
+        for dev in devices {
+            let gs: Vec<Tensor> = grads
+                .iter()
+                .filter(|g| g.device() == dev)
+                .map(Tensor::shallow_clone)
+                .collect();
+            let found_d = Tensor::f_zeros([1], (Kind::Float, dev))?;
+            let inv_d = super::inner::scalar_f32(inv, dev)?;
+            ops::non_finite_check_and_unscale(&gs, &found_d, &inv_d)?;
+            found = found.f_maximum(&found_d.f_to_device(reduce_dev)?)?;
+        }
+        if let Some(g) = mp_group {
+            g.all_reduce(&found, ReduceOp::Max)?;
+        }
+        let overflow = found.f_double_value(&[0])? > 0.0;
+        self.update(overflow);
+        Ok(overflow)
+    }
+}
+
+/// Builds a boxed loss scaler.
+pub type ScalerCtor = fn(ScalerConfig) -> Result<Box<dyn LossScaler>>;
+
+/// The constructor of the loss scaler a program links, if any (see the module docs).
+#[derive(Clone, Copy)]
+pub struct LossScaling(Option<ScalerCtor>);
+
+impl LossScaling {
+    /// No loss-scaling code: an optimizer that needs a scaler is refused.
+    pub const NONE: LossScaling = LossScaling(None);
+    /// Megatron's constant and dynamic scalers ([`GradScaler`]).
+    pub const LINKED: LossScaling = LossScaling(Some(GradScaler::boxed));
+
+    pub fn is_linked(self) -> bool {
+        self.0.is_some()
+    }
+
+    pub(crate) fn build(self, config: ScalerConfig) -> Result<Box<dyn LossScaler>> {
+        match self.0 {
+            Some(make) => make(config),
+            None => Err(OptimError::Config(
+                "a grad scaler is needed (fp16), but this program was built without loss \
+                 scaling; rebuild it with verlc for the fp16 precision"
+                    .into(),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for LossScaling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_linked() {
+            "LossScaling::LINKED"
+        } else {
+            "LossScaling::NONE"
+        })
+    }
+}
+
+impl PartialEq for LossScaling {
+    fn eq(&self, other: &Self) -> bool {
+        self.is_linked() == other.is_linked()
     }
 }

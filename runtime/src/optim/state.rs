@@ -11,7 +11,6 @@ use tch::{Device, Kind, Tensor};
 use super::inner::{InnerConfig, SlotState};
 use super::optimizer::{Optimizer, Precision, Storage};
 use super::param_groups::GroupOptions;
-use super::scaler::GradScaler;
 use super::sched::LrScheduler;
 use super::{OptimError, Result};
 use crate::ops;
@@ -27,7 +26,8 @@ struct Meta {
     groups: Vec<GroupMeta>,
     /// Completed optimizer steps per param (torch keeps one counter per param).
     steps: BTreeMap<String, u64>,
-    scaler: Option<GradScaler>,
+    /// The grad scaler's state, as the scaler saves it.
+    scaler: Option<serde_json::Value>,
     scheduler: Option<LrScheduler>,
 }
 
@@ -174,7 +174,7 @@ impl Optimizer {
             inner: self.config.inner,
             groups,
             steps,
-            scaler: self.scaler.clone(),
+            scaler: self.scaler.as_ref().map(|s| s.save()).transpose()?,
             scheduler: scheduler.cloned(),
         };
         let json = serde_json::to_string(&meta).map_err(|e| ck(e.to_string()))?;
@@ -340,7 +340,7 @@ impl Optimizer {
             *o = saved.options.clone();
         }
         if let (Some(s), Some(saved)) = (&mut self.scaler, meta.scaler) {
-            *s = saved;
+            s.restore(saved)?;
         }
         // Model params follow their restored main params (fp32 -> bf16/fp16 rounding).
         tch::no_grad(|| -> Result<()> {

@@ -213,6 +213,7 @@ impl<R: Roles> Trainer<R> {
                 seed,
                 optim: Some(a.optim.resolve(total_steps)),
                 loss_scale_factor: a.loss_scale_factor,
+                loss_scaling: opts.loss_scaling,
             },
         )?;
         let dp = DataParallel {
@@ -231,6 +232,7 @@ impl<R: Roles> Trainer<R> {
                         seed: c.seed,
                         optim: Some(c.optim.resolve(total_steps)),
                         loss_scale_factor: None,
+                        loss_scaling: opts.loss_scaling,
                     },
                 )?;
                 Some(Critic::new(engine, c.update.clone())?)
@@ -248,6 +250,7 @@ impl<R: Roles> Trainer<R> {
                         seed,
                         optim: None,
                         loss_scale_factor: None,
+                        loss_scaling: opts.loss_scaling,
                     },
                 )?;
                 Some(Reference::new(engine, r.micro_batch, r.temperature)?)

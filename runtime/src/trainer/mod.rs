@@ -25,6 +25,7 @@ use tch::Device;
 use verlc_spec::TrainerSpec;
 
 use crate::engine::Metrics;
+use crate::optim::LossScaling;
 
 pub use fit::{Trainer, param_dtype};
 
@@ -70,10 +71,21 @@ pub struct RunOptions {
     pub reward_call_timeout: Duration,
     /// Print verl's console lines (the `console` logger).
     pub console_lines: bool,
+    /// The grad scaler code the engines may use: a trainer binary passes its precision's
+    /// (only fp16 links one); the default links it.
+    pub loss_scaling: LossScaling,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
+        RunOptions::new(LossScaling::LINKED)
+    }
+}
+
+impl RunOptions {
+    /// The default options with `loss_scaling` (a binary that calls this instead of
+    /// [`Default::default`] links only the scaler code it names).
+    pub fn new(loss_scaling: LossScaling) -> Self {
         let call = std::env::var("VERLC_REWARD_TIMEOUT_S")
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
@@ -85,6 +97,7 @@ impl Default for RunOptions {
             reward_startup_timeout: Duration::from_secs(120),
             reward_call_timeout: Duration::from_secs_f64(call),
             console_lines: true,
+            loss_scaling,
         }
     }
 }

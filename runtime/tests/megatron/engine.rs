@@ -45,6 +45,7 @@ fn engine_settings() -> EngineSettings {
             }),
         }),
         loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::LINKED,
     }
 }
 

@@ -6,6 +6,7 @@ use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use runtime::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
 use runtime::model::ModelConfig;
 use runtime::model::save::{SaveOptions, save_named};
+use runtime::optim::LossScaling;
 use runtime::optim::distrib::LayoutOptions;
 use tch::{Device, Kind, Tensor};
 
@@ -44,7 +45,7 @@ fn parallel_run(
     .unwrap();
     let (vs, _) = reference_model(cfg, setup.kind);
     m.load_full(&full_weights(&vs)).unwrap();
-    m.build_optimizer(setup.optim, make_groups, settings)
+    m.build_optimizer(setup.optim, make_groups, settings, LossScaling::LINKED)
         .unwrap();
 
     let (ids, mask, pos) = batch(cfg, ROWS, LEN);

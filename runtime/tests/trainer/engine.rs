@@ -46,6 +46,7 @@ fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
         seed: 7,
         optim: trainable.then_some(optim),
         loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::LINKED,
     })
     .expect("engine")
 }

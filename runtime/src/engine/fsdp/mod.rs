@@ -329,7 +329,11 @@ impl<H: FsdpHead> FsdpEngine<H> {
             scaler: fp16.then(ScalerConfig::megatron_dynamic),
             offload_fraction: if o.offload { 1.0 } else { 0.0 },
         };
-        let mut opt = Optimizer::new(single_group(params, o.lr, o.weight_decay), cfg)?;
+        let mut opt = Optimizer::with_scaling(
+            single_group(params, o.lr, o.weight_decay),
+            cfg,
+            self.settings.engine.loss_scaling,
+        )?;
         let sched = match o.scheduler {
             SchedulerSettings::Verl(c) => {
                 LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?)

@@ -26,7 +26,7 @@ use tch::{Kind, Tensor};
 pub use layout::{LayoutOptions, OwnedRange, ParamIndex, ParamLayout, ParamSpec};
 
 use super::param_groups::{NamedParam, ParamGroup};
-use super::{OptimError, Optimizer, OptimizerConfig, Result, StepOutcome};
+use super::{LossScaling, OptimError, Optimizer, OptimizerConfig, Result, StepOutcome};
 use crate::dist::{ProcessGroup, ReduceOp};
 use crate::ops;
 
@@ -106,6 +106,7 @@ impl DistributedOptimizer {
         config: OptimizerConfig,
         groups: DistGroups,
         layout_opts: LayoutOptions,
+        scaling: LossScaling,
     ) -> Result<Self> {
         let params: Vec<DistParam> = params
             .into_iter()
@@ -209,7 +210,7 @@ impl DistributedOptimizer {
                 options: g.options,
             });
         }
-        let inner = Optimizer::new(inner_groups, config)?;
+        let inner = Optimizer::with_scaling(inner_groups, config, scaling)?;
         let params = params.into_iter().map(|p| (p.name, p.tensor)).collect();
         Ok(DistributedOptimizer {
             params,
