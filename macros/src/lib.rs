@@ -15,7 +15,7 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// verlc_macros::bind_trainer! {
-///     strategy = Fsdp,                 // Single | Fsdp | Megatron
+///     strategy = Fsdp,                 // Fsdp | Megatron
 ///     precision = Bf16Mixed,           // Fp32 | Bf16Mixed | Fp16Mixed
 ///     offload = [optimizer],           // any of params, grads, optimizer; [] for none
 ///     config = include_str!("../trainer.yaml"),

@@ -2,7 +2,7 @@
 //!
 //! A generated `main.rs` is one `verlc_macros::bind_trainer!` call; it expands to
 //! `fn main() { runtime::binding::main::<S, P, O>(EMBEDDED_CONFIG, BuildInfo { .. }) }` with
-//! marker types for the strategy ([`Single`], [`Fsdp`], [`Megatron`]), the precision
+//! marker types for the strategy ([`Fsdp`], [`Megatron`]), the precision
 //! ([`Fp32`], [`Bf16Mixed`], [`Fp16Mixed`]) and the offload policy ([`OffloadSet`]). Each
 //! combination is its own monomorphized program; combinations outside verlc's support table
 //! (`verlc_spec::binding`) do not compile, and the strategy marker runs its own engines
@@ -64,8 +64,6 @@ pub trait Strategy: sealed::Sealed + Send + Sync + 'static {
     ) -> Result<(), TrainError>;
 }
 
-/// One process, no sharding.
-pub struct Single;
 /// Fully sharded data parallel (verl's `fsdp` and `fsdp2`; [`BuildPlan::config_strategy`]
 /// tells which wrapping the config asked for).
 pub struct Fsdp;
@@ -136,24 +134,6 @@ mod strategies {
         TrainError::Trainer(Box::new(e))
     }
 
-    /// One process, the single engine.
-    pub(super) fn Single(
-        spec: &TrainerSpec,
-        ctx: &RankContext,
-        opts: &RunOptions,
-    ) -> Result<(), TrainError> {
-        if ctx.dist.world_size != 1 {
-            return Err(TrainError::Trainer(
-                format!(
-                    "strategy Single runs one rank, but the world has {}",
-                    ctx.dist.world_size
-                )
-                .into(),
-            ));
-        }
-        crate::trainer::run(spec, opts).map(|_| ()).map_err(failed)
-    }
-
     /// FSDP over the world group. On one rank without parameter offload the single engine
     /// computes the same update, without a process group.
     pub(super) fn Fsdp(
@@ -209,7 +189,7 @@ fn world_group(ctx: &RankContext) -> Result<ProcessGroup, TrainError> {
         },
     )?)
 }
-markers!(Strategy { Single; Fsdp; Megatron; });
+markers!(Strategy { Fsdp; Megatron; });
 markers!(Precision::PrecisionKind {
     Fp32 => Fp32, Float, NONE;
     Bf16Mixed => Bf16Mixed, BFloat16, NONE;

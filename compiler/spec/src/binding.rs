@@ -11,16 +11,14 @@
 //! [`validate`] is therefore a `const fn`.
 //!
 //! # The rules (each is what the runtime cannot do, and why)
-//! 1. `Single` offloads no parameters or gradients: a single process keeps one full copy of
-//!    the model on its device and has no shard to park on the host. Optimizer offload is fine.
-//! 2. `Fsdp` offloads gradients together with parameters (PyTorch FSDP's
+//! 1. `Fsdp` offloads gradients together with parameters (PyTorch FSDP's
 //!    `CPUOffload(offload_params=True)`, FSDP2's `CPUOffloadPolicy`): `grads` and `params` are
 //!    either both offloaded or neither.
-//! 3. `Fsdp` + `Fp16Mixed` + parameter offload: fp16 loss scaling unscales the gradients and
+//! 2. `Fsdp` + `Fp16Mixed` + parameter offload: fp16 loss scaling unscales the gradients and
 //!    checks them for inf/nan on the device before the step; with FSDP parameter offload the
 //!    sharded gradients live on the host, where the runtime has no fused unscale/check.
 //!    Use `Bf16Mixed` (no loss scaling) or keep the parameters on the device.
-//! 4. `Megatron` offloads only its optimizer state (fp32 main parameters and Adam moments, after
+//! 3. `Megatron` offloads only its optimizer state (fp32 main parameters and Adam moments, after
 //!    the unscale and inf/nan check on the device), with every precision. Its engine keeps the
 //!    model shards and their gradients on the device for the whole run: verl's
 //!    `megatron.param_offload`/`grad_offload` are not implemented (on CPU they have nothing to
@@ -29,8 +27,6 @@
 /// The parallel engine the binary is built around.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StrategyKind {
-    /// One process, no sharding (tests, tiny models).
-    Single,
     /// Fully sharded data parallel (verl's `fsdp` and `fsdp2`).
     Fsdp,
     /// Megatron-core tensor/pipeline/context parallelism with a distributed optimizer.
@@ -38,16 +34,11 @@ pub enum StrategyKind {
 }
 
 impl StrategyKind {
-    pub const ALL: [StrategyKind; 3] = [
-        StrategyKind::Single,
-        StrategyKind::Fsdp,
-        StrategyKind::Megatron,
-    ];
+    pub const ALL: [StrategyKind; 2] = [StrategyKind::Fsdp, StrategyKind::Megatron];
 
     /// The marker type's name (`runtime::binding::Fsdp`).
     pub const fn name(self) -> &'static str {
         match self {
-            StrategyKind::Single => "Single",
             StrategyKind::Fsdp => "Fsdp",
             StrategyKind::Megatron => "Megatron",
         }
@@ -195,23 +186,6 @@ pub const fn validate(
     offload: OffloadFlags,
 ) -> Result<(), Rejection> {
     match strategy {
-        StrategyKind::Single => {
-            if offload.params {
-                return Err(Rejection {
-                    part: Part::Offload(OffloadTarget::Params),
-                    message: "`Single` cannot offload parameters: a single process keeps the one full copy of the model on its device",
-                    help: "valid offload for `Single`: `[]` or `[optimizer]`; to offload parameters use `Fsdp`",
-                });
-            }
-            if offload.grads {
-                return Err(Rejection {
-                    part: Part::Offload(OffloadTarget::Grads),
-                    message: "`Single` cannot offload gradients: a single process keeps the one full copy of the model on its device",
-                    help: "valid offload for `Single`: `[]` or `[optimizer]`; to offload gradients use `Fsdp`",
-                });
-            }
-            Ok(())
-        }
         StrategyKind::Fsdp => {
             if offload.grads && !offload.params {
                 return Err(Rejection {

@@ -1,6 +1,0 @@
-verlc_macros::bind_trainer! {
-    strategy = Single,
-    precision = Fp32,
-    offload = [params],
-    config = "",
-}
