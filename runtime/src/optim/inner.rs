@@ -38,6 +38,16 @@ impl SlotState {
     }
 
     /// Completed steps of this slot.
+    /// Adam's state with its moments in the given (zeroed) buffers.
+    pub(crate) fn adam(exp_avg: Tensor, exp_avg_sq: Tensor) -> Result<Self> {
+        let step = Tensor::f_zeros([], (Kind::Float, exp_avg.device()))?;
+        Ok(SlotState::Adam {
+            exp_avg,
+            exp_avg_sq,
+            step,
+        })
+    }
+
     pub(crate) fn step_count(&self) -> Result<u64> {
         Ok(match self {
             SlotState::Adam { step, .. } => step.f_double_value(&[])? as u64,
