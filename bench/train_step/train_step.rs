@@ -30,9 +30,8 @@ fn main() -> Result<(), Error> {
     let steps: usize = arg(4)?.parse()?;
     let threads: i32 = arg(5)?.parse()?;
     tch::set_num_threads(threads);
-    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(&batch_file)?
-        .into_iter()
-        .collect();
+    let tensors: HashMap<String, Tensor> =
+        Tensor::read_safetensors(&batch_file)?.into_iter().collect();
     let get = |k: &str| {
         tensors
             .get(k)
@@ -75,11 +74,8 @@ fn main() -> Result<(), Error> {
         engine.optimizer_zero_grad()?;
         // The policy-gradient surrogate `-(A · log π)`, token-mean over the whole batch.
         let mut loss_sum = 0.0;
-        let metrics = engine.forward_backward(
-            &batch,
-            micro,
-            &fwd,
-            &mut |mb: &Batch, out, agg| {
+        let metrics =
+            engine.forward_backward(&batch, micro, &fwd, &mut |mb: &Batch, out, agg| {
                 let mask = mb.get("response_mask")?;
                 let tokens = agg.batch_num_tokens.unwrap_or(1.0);
                 let loss = (out.log_probs * mb.get("advantages")? * mask)
@@ -90,8 +86,7 @@ fn main() -> Result<(), Error> {
                     metrics: [("loss".to_owned(), loss.double_value(&[]))].into(),
                     loss,
                 })
-            },
-        )?;
+            })?;
         loss_sum += metrics.iter().map(|m| m["loss"]).sum::<f64>();
         let step = engine.optimizer_step()?;
         times.push(start.elapsed().as_secs_f64());

@@ -58,11 +58,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             .with_primary(origin, "declared mandatory (`???`) here and never set")
             .with_help(mandatory_help(
                 &key,
-                &schema::schema_at(
-                    schema::validation_schema(),
-                    &key.split('.').map(String::from).collect::<Vec<_>>(),
-                )
-                .cloned(),
+                &schema::schema_at(schema::validation_schema(), &key_segments(&key)).cloned(),
             ));
         }
     }
@@ -322,7 +318,14 @@ fn repair_tree(
         let parent = tree.get_path_mut(parent_path)?.as_map_mut()?;
         match defaults.get_path(&path) {
             Some(v) => {
-                let v = if perturbed { perturb(v) } else { v.clone() };
+                let v = if perturbed {
+                    perturb(
+                        v,
+                        schema::schema_at(schema::validation_schema(), &key_segments(&key)),
+                    )
+                } else {
+                    v.clone()
+                };
                 match parent.get_mut(last) {
                     Some(e) => e.node = v,
                     None => {
@@ -410,19 +413,41 @@ fn pass_through_unmodelled(
     Some((d, keys))
 }
 
-/// Another valid-looking value of the same type: integers and floats moved, booleans flipped
-/// (strings, nulls and containers stay).
-fn perturb(n: &Node) -> Node {
+/// Another valid-looking value of the same type: integers and floats moved, booleans flipped,
+/// a string of an enum (`schema`, the key's subschema) swapped for another member (other
+/// strings, nulls and containers stay). A finding that depends on the replaced value (a
+/// mistyped `adv_estimator` replaced by `gae` needs a critic) then differs between the two
+/// repairs and is dropped.
+fn perturb(n: &Node, schema: Option<&serde_json::Value>) -> Node {
     let mut out = n.clone();
     if let Value::Scalar(s) = &mut out.value {
         match s {
             Scalar::Int(i) => *i = i.saturating_mul(7).saturating_add(3),
             Scalar::Float(f) => *f = (*f + 0.5) / 2.0,
             Scalar::Bool(b) => *b = !*b,
-            _ => {}
+            Scalar::Str(v) => {
+                if let Some(other) = schema
+                    .and_then(|s| s.get("enum"))
+                    .and_then(serde_json::Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(serde_json::Value::as_str)
+                    .find(|o| o != v)
+                {
+                    *v = other.to_owned();
+                }
+            }
+            Scalar::Null => {}
         }
     }
     out
+}
+
+fn key_segments(key: &str) -> Vec<String> {
+    crate::load::node::split_key(key)
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// One bad value copied by interpolation (`critic.loss_agg_mode` from the actor's) fails
@@ -604,6 +629,9 @@ mod tests {
             ),
             ["S002", "S004"]
         );
+        // Nor one that an enum's stand-in caused: `gae` in place of a mistyped estimator would
+        // need a critic and its micro-batch (V009).
+        assert_eq!(codes_of(&["algorithm.adv_estimator=grpoo"], qs), ["S003"]);
     }
 
     #[test]

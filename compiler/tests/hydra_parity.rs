@@ -16,7 +16,9 @@
 //! user dir that extends verl's tree by `file://verl/trainer/config`, are also composed
 //! from a directory without verl, where that search path falls back to the built-in tree.
 //! Our own composition tree (tests/fixtures/hydra_composition) covers the defaults-list
-//! features verl does not use. `VERLC_PARITY_EXTRA=cases.json` adds cases for exploring.
+//! features verl does not use. verl main's example command lines
+//! (tests/fixtures/verl_examples_main) are composed on verl main's own tree when a mirror has
+//! it (`main_cases`). `VERLC_PARITY_EXTRA=cases.json` adds cases for exploring.
 //!
 //! Needs `.venv` with hydra-core, omegaconf and verl 0.7.0's config files: `scripts/setup`.
 
@@ -286,7 +288,16 @@ fn compare(name: &str, verlc: &Outcome, hydra: &Outcome) -> Option<String> {
 // ---------------------------------------------------------------- the cases
 
 fn example_cases(verl: &Path) -> Vec<Case> {
-    let path = workspace().join("tests/fixtures/verl_examples/overrides.json");
+    fixture_cases("verl_examples", "", verl, true)
+}
+
+/// The command lines of a fixture's `overrides.json`, composed on `tree`; names get `prefix`.
+/// `builtin`: also compose them on verlc's built-in tree (verl 0.7.0's).
+fn fixture_cases(fixture: &str, prefix: &str, tree: &Path, builtin: bool) -> Vec<Case> {
+    let path = workspace()
+        .join("tests/fixtures")
+        .join(fixture)
+        .join("overrides.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let list: Vec<Value> = serde_json::from_str(&text).expect("overrides.json is JSON");
@@ -296,13 +307,13 @@ fn example_cases(verl: &Path) -> Vec<Case> {
                 e["config_dir"].is_null(),
                 "CI fixture cases compose verl's own config dir"
             );
-            let mut name = e["script"].as_str().unwrap_or("?").to_string();
+            let mut name = format!("{prefix}{}", e["script"].as_str().unwrap_or("?"));
             if let Some(n) = e["call"].as_u64() {
                 name = format!("{name}#{n}");
             }
             Case {
                 name,
-                config_dir: verl.to_path_buf(),
+                config_dir: tree.to_path_buf(),
                 config_name: e["config_name"]
                     .as_str()
                     .unwrap_or("ppo_trainer")
@@ -314,7 +325,7 @@ fn example_cases(verl: &Path) -> Vec<Case> {
                     .filter_map(|o| o.as_str().map(str::to_string))
                     .collect(),
                 cwd: None,
-                builtin: true,
+                builtin,
             }
         })
         .collect()
@@ -871,6 +882,42 @@ fn mirror_cases(verl: &Path) -> Vec<Case> {
     out
 }
 
+/// The ref of verl's main branch whose example scripts tests/fixtures/verl_examples_main holds.
+const VERL_MAIN_REF: &str = "b178a3cd56f58b2d502255daba591e92833930a7";
+
+/// verl main's example command lines (tests/fixtures/verl_examples_main) composed on verl
+/// main's own config tree, materialized from a verl git mirror (`VERL_REPO`) at the ref the
+/// fixture was captured from. That tree is verl's and is not on PyPI, so CI (no mirror)
+/// skips these cases; a mirror-less run says so.
+fn main_cases() -> Vec<Case> {
+    let repo = std::env::var("VERL_REPO").unwrap_or_else(|_| DEFAULT_MIRROR.to_string());
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    let tree = "verl/trainer/config";
+    let Some(files) = git(&["ls-tree", "-r", "--name-only", VERL_MAIN_REF, tree]) else {
+        eprintln!(
+            "note: no verl mirror with {VERL_MAIN_REF} at {repo}; verl main's examples are not composed"
+        );
+        return Vec::new();
+    };
+    let root = scratch().join("verl-main");
+    for f in String::from_utf8_lossy(&files.stdout).lines() {
+        if f.ends_with(".yaml")
+            && let Some(o) = git(&["show", &format!("{VERL_MAIN_REF}:{f}")])
+        {
+            write(&root.join(f), &String::from_utf8_lossy(&o.stdout));
+        }
+    }
+    fixture_cases("verl_examples_main", "verl main: ", &root.join(tree), false)
+}
+
 /// More cases from a JSON file (`VERLC_PARITY_EXTRA`), for exploring beyond the fixed set:
 /// `[{"name": .., "config_name": .., "overrides": [..]}]`, composed on verl's tree.
 fn extra_cases(verl: &Path) -> Vec<Case> {
@@ -919,6 +966,7 @@ fn world() -> &'static World {
         cases.extend(searchpath_cases(&verl));
         cases.extend(composition_cases());
         cases.extend(mirror_cases(&verl));
+        cases.extend(main_cases());
         cases.extend(extra_cases(&verl));
         let run = start_hydra(&cases);
         let verlc = cases.iter().map(verlc_on_dir).collect();
@@ -956,6 +1004,23 @@ fn verl_tree_composes_like_hydra() {
         w.cases.len(),
         failures.len()
     );
+    // verl main's examples, when a mirror was at hand: most compose (a tree that failed to
+    // materialize would make Hydra and verlc agree on rejecting every one).
+    let main: Vec<bool> = w
+        .cases
+        .iter()
+        .zip(&w.hydra)
+        .filter(|(c, _)| c.name.starts_with("verl main: "))
+        .map(|(_, h)| h.ok)
+        .collect();
+    if !main.is_empty() {
+        let ok = main.iter().filter(|o| **o).count();
+        eprintln!(
+            "verl main ({VERL_MAIN_REF}): Hydra accepts {ok} of {} example command lines",
+            main.len()
+        );
+        assert!(ok * 4 >= main.len() * 3, "verl main's tree did not compose");
+    }
     assert!(
         failures.is_empty(),
         "verlc and Hydra disagree on {} of {} cases:\n{}",
