@@ -7,6 +7,10 @@ thread count, on two shapes:
 - qwen0.5b-2l: Qwen2.5-0.5B's dims (hidden 896, 14 heads, 2 KV heads, ffn 4864, vocab 151936,
   tied embeddings) with 2 layers, 8 rows of 96 + 32 tokens, one micro-batch.
 
+Our side runs as a verlc trainer does, keeping freed host memory in the process
+(runtime::host_alloc); the peer is a default PyTorch process. The same glibc setting
+(MALLOC_MMAP_MAX_=0 with a large MALLOC_TRIM_THRESHOLD_, or jemalloc) speeds PyTorch up about as much.
+
 The loss is the policy-gradient surrogate -(A * log pi(response)), token-mean. Both sides
 take the response log-probs from logits of the response positions only (transformers:
 `logits_to_keep`). The first step's loss and grad norm must agree (same weights, same batch),

@@ -30,6 +30,8 @@ fn main() -> Result<(), Error> {
     let steps: usize = arg(4)?.parse()?;
     let threads: i32 = arg(5)?.parse()?;
     tch::set_num_threads(threads);
+    // What a verlc trainer does at start-up (runtime::host_alloc).
+    runtime::host_alloc::keep_freed_memory();
     let tensors: HashMap<String, Tensor> =
         Tensor::read_safetensors(&batch_file)?.into_iter().collect();
     let get = |k: &str| {

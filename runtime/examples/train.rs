@@ -15,6 +15,7 @@ use verlc::load::compose::LoadRequest;
 use verlc::plan::{SpecOutcome, lower_request};
 
 fn main() -> ExitCode {
+    runtime::host_alloc::keep_freed_memory();
     let mut args = std::env::args().skip(1);
     let file = PathBuf::from(
         args.next()

@@ -293,6 +293,7 @@ pub fn main<S: Strategy, P: Precision, O: Offload>(
             "unsupported strategy/precision/offload binding (see verlc::plan::binding)"
         )
     };
+    crate::host_alloc::keep_freed_memory();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     match run::<S, P, O>(embedded_config, build_info, &args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@ pub mod data;
 pub mod dist;
 pub mod engine;
 pub(crate) mod ffi;
+pub mod host_alloc;
 pub mod logging;
 pub mod megatron;
 pub mod model;
