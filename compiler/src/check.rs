@@ -58,7 +58,11 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             .with_primary(origin, "declared mandatory (`???`) here and never set")
             .with_help(mandatory_help(
                 &key,
-                &schema::schema_at(schema::validation_schema(), &key_segments(&key)).cloned(),
+                &schema::schema_at(
+                    schema::validation_schema(),
+                    &crate::load::node::split_key(&key),
+                )
+                .cloned(),
             ));
         }
     }
@@ -321,7 +325,10 @@ fn repair_tree(
                 let v = if perturbed {
                     perturb(
                         v,
-                        schema::schema_at(schema::validation_schema(), &key_segments(&key)),
+                        schema::schema_at(
+                            schema::validation_schema(),
+                            &crate::load::node::split_key(&key),
+                        ),
                     )
                 } else {
                     v.clone()
@@ -441,13 +448,6 @@ fn perturb(n: &Node, schema: Option<&serde_json::Value>) -> Node {
         }
     }
     out
-}
-
-fn key_segments(key: &str) -> Vec<String> {
-    crate::load::node::split_key(key)
-        .into_iter()
-        .map(str::to_owned)
-        .collect()
 }
 
 /// One bad value copied by interpolation (`critic.loss_agg_mode` from the actor's) fails

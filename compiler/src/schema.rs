@@ -476,8 +476,7 @@ pub fn group_editor_schema(name: &str) -> Option<Value> {
     let full = generated();
     let mut s: Option<Value> = None;
     for path in g.paths {
-        let segs: Vec<String> = path.split('.').map(String::from).collect();
-        let sub = schema_at(&full, &segs)?.clone();
+        let sub = schema_at(&full, &crate::load::node::split_key(path))?.clone();
         s = Some(match s {
             None => sub,
             Some(prev) => union(prev, sub),
@@ -1222,13 +1221,13 @@ fn node_at<'a>(root: &'a Node, segs: &[String]) -> Option<&'a Node> {
 }
 
 /// The (inlined) schema object governing a key path.
-pub fn schema_at<'a>(schema: &'a Value, segs: &[String]) -> Option<&'a Value> {
+pub fn schema_at<'a, S: AsRef<str>>(schema: &'a Value, segs: &[S]) -> Option<&'a Value> {
     let mut cur = schema;
     for s in segs {
         cur = object_branch(cur);
         cur = cur
             .get("properties")
-            .and_then(|p| p.get(s))
+            .and_then(|p| p.get(s.as_ref()))
             .or_else(|| cur.get("items"))?;
     }
     Some(object_branch(cur))

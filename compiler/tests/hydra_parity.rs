@@ -30,8 +30,10 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 use verlc::load::compose::{LoadRequest, load};
 
+mod support;
+use support::{Mirror, VERL_MAIN_REF, verl_main_tree, write};
+
 const VERL_REF: &str = "v0.7.0";
-const DEFAULT_MIRROR: &str = "/work/.mirror/volcengine+verl/repo";
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -705,16 +707,6 @@ fn scratch() -> PathBuf {
     d
 }
 
-/// Write through a temporary file and a rename, so a concurrent run never reads half a file.
-fn write(path: &Path, text: &str) {
-    if let Some(p) = path.parent() {
-        std::fs::create_dir_all(p).expect("create dirs");
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, text).expect("write file");
-    std::fs::rename(&tmp, path).expect("rename file");
-}
-
 /// `<root>/verl/trainer/config` -> verl's installed tree, the layout `file://verl/trainer/config`
 /// search paths expect relative to the working directory.
 fn link_verl_tree(root: &Path, verl: &Path) {
@@ -825,18 +817,15 @@ fn composition_cases() -> Vec<Case> {
 /// verl's example config dirs (they extend verl's tree), materialized from a verl git
 /// mirror when one is available; CI has none.
 fn mirror_cases(verl: &Path) -> Vec<Case> {
-    let repo = std::env::var("VERL_REPO").unwrap_or_else(|_| DEFAULT_MIRROR.to_string());
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-    };
-    if git(&["rev-parse", "--verify", "--quiet", VERL_REF]).is_none() {
-        eprintln!("note: no verl mirror at {repo}; example config dirs are not composed");
+    let mirror = Mirror::from_env();
+    if mirror
+        .git(&["rev-parse", "--verify", "--quiet", VERL_REF])
+        .is_none()
+    {
+        eprintln!(
+            "note: no verl mirror at {}; example config dirs are not composed",
+            mirror.repo
+        );
         return Vec::new();
     }
     let path = workspace().join("tests/fixtures/verl_examples/skipped.json");
@@ -853,14 +842,8 @@ fn mirror_cases(verl: &Path) -> Vec<Case> {
             continue;
         };
         if !materialized.contains_key(dir) {
-            let files = git(&["ls-tree", "-r", "--name-only", VERL_REF, dir])
-                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-                .unwrap_or_default();
-            for f in files.lines().filter(|f| f.ends_with(".yaml")) {
-                if let Some(o) = git(&["show", &format!("{VERL_REF}:{f}")]) {
-                    write(&root.join(f), &String::from_utf8_lossy(&o.stdout));
-                }
-            }
+            // A dir the mirror lacks leaves nothing to compose: Hydra and verlc reject alike.
+            let _ = mirror.materialize(VERL_REF, dir, &[], &root);
             materialized.insert(dir.to_string(), ());
         }
         let mut c = Case::new(
@@ -882,40 +865,19 @@ fn mirror_cases(verl: &Path) -> Vec<Case> {
     out
 }
 
-/// The ref of verl's main branch whose example scripts tests/fixtures/verl_examples_main holds.
-const VERL_MAIN_REF: &str = "b178a3cd56f58b2d502255daba591e92833930a7";
-
 /// verl main's example command lines (tests/fixtures/verl_examples_main) composed on verl
 /// main's own config tree, materialized from a verl git mirror (`VERL_REPO`) at the ref the
 /// fixture was captured from. That tree is verl's and is not on PyPI, so CI (no mirror)
 /// skips these cases; a mirror-less run says so.
 fn main_cases() -> Vec<Case> {
-    let repo = std::env::var("VERL_REPO").unwrap_or_else(|_| DEFAULT_MIRROR.to_string());
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-    };
-    let tree = "verl/trainer/config";
-    let Some(files) = git(&["ls-tree", "-r", "--name-only", VERL_MAIN_REF, tree]) else {
+    let Some(tree) = verl_main_tree(&scratch().join("verl-main")) else {
         eprintln!(
-            "note: no verl mirror with {VERL_MAIN_REF} at {repo}; verl main's examples are not composed"
+            "note: no verl mirror with {VERL_MAIN_REF} at {}; verl main's examples are not composed",
+            Mirror::from_env().repo
         );
         return Vec::new();
     };
-    let root = scratch().join("verl-main");
-    for f in String::from_utf8_lossy(&files.stdout).lines() {
-        if f.ends_with(".yaml")
-            && let Some(o) = git(&["show", &format!("{VERL_MAIN_REF}:{f}")])
-        {
-            write(&root.join(f), &String::from_utf8_lossy(&o.stdout));
-        }
-    }
-    fixture_cases("verl_examples_main", "verl main: ", &root.join(tree), false)
+    fixture_cases("verl_examples_main", "verl main: ", &tree, false)
 }
 
 /// More cases from a JSON file (`VERLC_PARITY_EXTRA`), for exploring beyond the fixed set:

@@ -11,6 +11,9 @@ use verlc::codes;
 use verlc::diag::Diagnostic;
 use verlc::load::compose::LoadRequest;
 
+mod support;
+use support::{VERL_MAIN_REF, verl_main_tree};
+
 const NEWER: &str = "0.9.1";
 
 fn root() -> PathBuf {
@@ -156,44 +159,10 @@ fn a_newer_release_lowers_for_a_build() {
     }
 }
 
-/// The ref of verl's main branch whose example scripts tests/fixtures/verl_examples_main holds
-/// (the same as compiler/tests/hydra_parity.rs composes).
-const VERL_MAIN_REF: &str = "b178a3cd56f58b2d502255daba591e92833930a7";
-
 /// verl main's config tree (and its version file) at the fixture's ref, from a verl git mirror
 /// (`VERL_REPO`); CI has none. verl main's tree is not on PyPI.
 fn main_tree() -> Option<PathBuf> {
-    let repo = std::env::var("VERL_REPO")
-        .unwrap_or_else(|_| "/work/.mirror/volcengine+verl/repo".to_string());
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-    };
-    let files = git(&[
-        "ls-tree",
-        "-r",
-        "--name-only",
-        VERL_MAIN_REF,
-        "verl/trainer/config",
-    ])?;
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verl-main");
-    let files = String::from_utf8_lossy(&files.stdout).to_string();
-    for f in files
-        .lines()
-        .filter(|f| f.ends_with(".yaml"))
-        .chain(["verl/version/version"])
-    {
-        let text = git(&["show", &format!("{VERL_MAIN_REF}:{f}")])?.stdout;
-        let path = root.join(f);
-        std::fs::create_dir_all(path.parent()?).ok()?;
-        std::fs::write(&path, text).ok()?;
-    }
-    Some(root.join("verl/trainer/config"))
+    verl_main_tree(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("verl-main"))
 }
 
 /// What `verlc check` still reports on verl main's examples, each a problem verl itself hits

@@ -19,7 +19,8 @@ pub enum NormType {
 /// Epsilon Megatron adds to the norm in the clip coefficient.
 pub const CLIP_EPS: f64 = 1.0e-6;
 
-fn by_device(grads: &[Tensor]) -> Vec<(Device, Vec<Tensor>)> {
+/// `grads` grouped by device, in the order the devices first appear.
+pub(crate) fn by_device(grads: &[Tensor]) -> Vec<(Device, Vec<Tensor>)> {
     let mut out: Vec<(Device, Vec<Tensor>)> = Vec::new();
     for g in grads {
         let d = g.device();
@@ -31,7 +32,8 @@ fn by_device(grads: &[Tensor]) -> Vec<(Device, Vec<Tensor>)> {
     out
 }
 
-fn reduce_device(group: Option<&ProcessGroup>) -> Device {
+/// Where partial results over `group`'s ranks are combined (CPU without a group).
+pub(crate) fn reduce_device(group: Option<&ProcessGroup>) -> Device {
     group.map_or(Device::Cpu, ProcessGroup::device)
 }
 

@@ -9,7 +9,7 @@
 //! binaries link no loss-scaling code at all (`compiler/tests/build_matrix.rs` checks the
 //! symbols).
 use serde::{Deserialize, Serialize};
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 use super::{OptimError, Result};
 use crate::dist::{ProcessGroup, ReduceOp};
@@ -209,17 +209,9 @@ impl LossScaler for GradScaler {
         mp_group: Option<&ProcessGroup>,
     ) -> Result<bool> {
         let inv = self.inv_scale();
-        let reduce_dev = mp_group.map_or(Device::Cpu, ProcessGroup::device);
+        let reduce_dev = super::clip::reduce_device(mp_group);
         let mut found = Tensor::f_zeros([1], (Kind::Float, reduce_dev))?;
-        let mut devices: Vec<Device> = grads.iter().map(Tensor::device).collect();
-        devices.sort_by_key(|d| format!("{d:?}"));
-        devices.dedup();
-        for dev in devices {
-            let gs: Vec<Tensor> = grads
-                .iter()
-                .filter(|g| g.device() == dev)
-                .map(Tensor::shallow_clone)
-                .collect();
+        for (dev, gs) in super::clip::by_device(grads) {
             let found_d = Tensor::f_zeros([1], (Kind::Float, dev))?;
             let inv_d = super::inner::scalar_f32(inv, dev)?;
             ops::non_finite_check_and_unscale(&gs, &found_d, &inv_d)?;
