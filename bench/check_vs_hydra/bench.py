@@ -1,7 +1,8 @@
 """Time `verlc check` and Hydra's compose+resolve on the same tree and overrides.
 
-Both sides run as whole processes (a user types one command either way). Each side runs
-REPS times; the median wall time is reported. Prints one JSON result line last.
+Both sides run as whole processes (a user types one command either way), REPS times each,
+alternating, so a busy moment of a shared machine slows both sides alike; the median wall
+time of each is reported. Prints one JSON result line last.
 """
 import json
 import os
@@ -47,20 +48,24 @@ OmegaConf.to_container(cfg, resolve=True)
 """
 
 
-def median_time(cmd):
-    times = []
-    for _ in range(REPS):
-        t = time.perf_counter()
-        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        times.append(time.perf_counter() - t)
-        # The config is valid: anything but a clean exit on either side is a failure, not a
-        # timing.
-        if r.returncode != 0:
-            sys.exit(f"{cmd[0]} failed ({r.returncode}): {r.stderr.decode()[-2000:]}")
-    return statistics.median(times)
+def timed(cmd):
+    t = time.perf_counter()
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - t
+    # The config is valid: anything but a clean exit on either side is a failure, not a
+    # timing.
+    if r.returncode != 0:
+        sys.exit(f"{cmd[0]} failed ({r.returncode}): {r.stderr.decode()[-2000:]}")
+    return elapsed
 
 
-ours = median_time([verlc, "check", "--config-dir", config_dir, *overrides])
-peer = median_time([sys.executable, "-c", HYDRA, config_dir, *overrides])
+ours_cmd = [verlc, "check", "--config-dir", config_dir, *overrides]
+peer_cmd = [sys.executable, "-c", HYDRA, config_dir, *overrides]
+ours_times, peer_times = [], []
+for _ in range(REPS):
+    ours_times.append(timed(ours_cmd))
+    peer_times.append(timed(peer_cmd))
+ours = statistics.median(ours_times)
+peer = statistics.median(peer_times)
 print(f"verlc check: {ours * 1e3:.1f} ms, hydra compose+resolve: {peer * 1e3:.1f} ms", file=sys.stderr)
 print(json.dumps({"name": "check_vs_hydra", "ours": ours * 1e3, "peer": peer * 1e3, "unit": "ms", "speedup": peer / ours}))

@@ -39,7 +39,6 @@ impl Checked {
 }
 
 pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
-    schema::prepare();
     let composed = compose::load(req);
     let mut diagnostics = composed.diagnostics.clone();
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
@@ -168,7 +167,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             sources: &composed.sources,
             model: model.as_ref(),
             missing: &missing,
-            defaults: baseline.clone().map(Into::into).unwrap_or_default(),
+            defaults: baseline.clone(),
         };
         let mut out = rules::run(&ctx, &enabled);
         // What `verlc build` could not bind, reported here at the YAML line (B01x).
@@ -263,17 +262,12 @@ fn builtin_defaults(root: &Node) -> Node {
         .get_path(&["actor_rollout_ref", "actor", "strategy"])
         .and_then(Node::as_str)
         == Some("megatron");
-    let base = if megatron {
-        compose::MEGATRON_BASE
+    let flavour = if megatron {
+        crate::config::Flavour::Megatron
     } else {
-        compose::FSDP_BASE
+        crate::config::Flavour::Fsdp
     };
-    let defaults = compose::load(&LoadRequest {
-        base: Some(base.to_owned()),
-        ..LoadRequest::default()
-    })
-    .root;
-    unset_mandatory(&defaults).0
+    unset_mandatory(compose::builtin_tree(flavour)).0
 }
 
 /// Composition errors after which the tree lacks whole parts.

@@ -452,20 +452,6 @@ pub fn check_diagnostics(
     out.into_iter().filter(|d| enabled(d.code)).collect()
 }
 
-/// verlc's built-in default tree of the config's flavour (what "not changed" means for the
-/// unused-key warnings).
-pub fn default_tree(cfg: &VerlConfig) -> Node {
-    let base = match cfg.flavour() {
-        crate::config::Flavour::Fsdp => compose::FSDP_BASE,
-        crate::config::Flavour::Megatron => compose::MEGATRON_BASE,
-    };
-    let req = LoadRequest {
-        base: Some(base.to_owned()),
-        ..LoadRequest::default()
-    };
-    compose::load(&req).root
-}
-
 /// `verlc check` reports the plan's findings as warnings (what verl accepts but a verlc
 /// binary cannot bind); a build needs them as errors. Replace them in `checked` with the
 /// build's view: the plan's errors and the verdicts (unsupported values are errors).
@@ -508,8 +494,9 @@ fn lower_for_build_where(
     verdict_for: &dyn Fn(&str) -> bool,
 ) -> Lowered {
     let mut lowered = lower(cfg, &composed.root);
-    let defaults = baseline.cloned().unwrap_or_else(|| default_tree(cfg));
-    let verdicts = verdict_diagnostics(cfg, &composed.root, &composed.sources, &defaults);
+    // What "not changed" means for the unused-key warnings.
+    let defaults = baseline.unwrap_or_else(|| compose::builtin_tree(cfg.flavour()));
+    let verdicts = verdict_diagnostics(cfg, &composed.root, &composed.sources, defaults);
     lowered.diagnostics.extend(
         verdicts
             .into_iter()

@@ -27,31 +27,40 @@ pub struct Source {
     pub name: String,
     pub text: Arc<str>,
     pub kind: SourceKind,
-    /// Byte offset of the start of each line (line 1 starts at 0).
-    line_starts: Vec<usize>,
+    /// Byte offset of the start of each line (line 1 starts at 0), computed when a
+    /// diagnostic first needs a line number: most sources are never pointed at.
+    line_starts: std::sync::OnceLock<Vec<usize>>,
 }
 
 impl Source {
     pub fn new(name: impl Into<String>, text: impl Into<Arc<str>>, kind: SourceKind) -> Self {
-        let text: Arc<str> = text.into();
-        let mut line_starts = vec![0];
-        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         Source {
             name: name.into(),
-            text,
+            text: text.into(),
             kind,
-            line_starts,
+            line_starts: std::sync::OnceLock::new(),
         }
     }
 
     /// 1-based line and column (in characters) of a byte offset.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
-        let line = match self.line_starts.binary_search(&offset) {
+        let line_starts = self.line_starts.get_or_init(|| {
+            let mut starts = vec![0];
+            starts.extend(
+                self.text
+                    .bytes()
+                    .enumerate()
+                    .filter(|(_, b)| *b == b'\n')
+                    .map(|(i, _)| i + 1),
+            );
+            starts
+        });
+        let line = match line_starts.binary_search(&offset) {
             Ok(i) => i,
             Err(i) => i - 1,
         };
-        let start = self.line_starts[line];
+        let start = line_starts[line];
         let col = self
             .text
             .get(start..offset)

@@ -94,3 +94,31 @@ fn committed_schemas_are_fresh() {
         "schemas/ is out of date with the config model:\n{problems}\nregenerate with `VERLC_UPDATE_SCHEMAS=1 cargo test -p verlc --test schema_fresh` (or `verlc schema -o schemas`) and commit the result"
     );
 }
+
+/// `compiler/defaults/composed.json` (the built-in trees release builds copy instead of
+/// composing, see `src/load/snapshot.rs`) must be what the built-in files compose to.
+#[test]
+fn committed_default_trees_are_fresh() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("defaults/composed.json");
+    let generated = verlc::load::compose::builtin_trees_text();
+    let committed = std::fs::read_to_string(&path).ok();
+    if committed.as_deref() == Some(generated.as_str()) {
+        return;
+    }
+    if std::env::var("VERLC_UPDATE_SCHEMAS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &generated).expect("write composed.json");
+        eprintln!("updated {}", path.display());
+        return;
+    }
+    panic!(
+        "compiler/defaults/composed.json is {} the built-in files:\n{}\nregenerate with `VERLC_UPDATE_SCHEMAS=1 cargo test -p verlc --test schema_fresh` and commit the result",
+        if committed.is_some() {
+            "out of date with"
+        } else {
+            "missing; compose"
+        },
+        committed
+            .map(|old| diff_summary(&old, &generated))
+            .unwrap_or_default()
+    );
+}

@@ -8,6 +8,7 @@
 //! them in one run.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use indexmap::IndexMap;
 
@@ -44,6 +45,51 @@ const HYDRA_KEYS: &[&str] = &[
 /// verl's two trainer configs; the built-in tree provides both.
 pub const FSDP_BASE: &str = "ppo_trainer";
 pub const MEGATRON_BASE: &str = "ppo_megatron_trainer";
+
+/// verlc's built-in tree of one flavour (no overrides), once per process, without origins:
+/// only its values are for use. Release builds copy it from the committed snapshot
+/// ([`super::snapshot`]); debug builds compose it.
+pub fn builtin_tree(flavour: crate::config::Flavour) -> &'static Node {
+    static FSDP: OnceLock<Node> = OnceLock::new();
+    static MEGATRON: OnceLock<Node> = OnceLock::new();
+    let (cell, snapshot) = match flavour {
+        crate::config::Flavour::Fsdp => (&FSDP, &super::snapshot::BUILTIN_FSDP),
+        crate::config::Flavour::Megatron => (&MEGATRON, &super::snapshot::BUILTIN_MEGATRON),
+    };
+    cell.get_or_init(|| {
+        if cfg!(debug_assertions) {
+            composed_builtin_tree(flavour)
+        } else {
+            super::snapshot::to_node(snapshot)
+        }
+    })
+}
+
+/// The built-in tree of one flavour composed from the YAML files (origins dropped).
+pub(crate) fn composed_builtin_tree(flavour: crate::config::Flavour) -> Node {
+    let base = match flavour {
+        crate::config::Flavour::Fsdp => FSDP_BASE,
+        crate::config::Flavour::Megatron => MEGATRON_BASE,
+    };
+    let mut root = load(&LoadRequest {
+        base: Some(base.into()),
+        ..LoadRequest::default()
+    })
+    .root;
+    root.clear_origins();
+    root
+}
+
+/// The text of `compiler/defaults/composed.json`: both built-in trees, composed.
+pub fn builtin_trees_text() -> String {
+    let trees = serde_json::json!({
+        FSDP_BASE: composed_builtin_tree(crate::config::Flavour::Fsdp).to_json(),
+        MEGATRON_BASE: composed_builtin_tree(crate::config::Flavour::Megatron).to_json(),
+    });
+    let mut text = serde_json::to_string_pretty(&trees).unwrap_or_default();
+    text.push('\n');
+    text
+}
 
 /// What to compose. Mirrors Hydra's `--config-dir/--config-name` plus verlc's
 /// "a single file merged over the built-in defaults" mode.

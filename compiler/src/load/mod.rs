@@ -9,5 +9,7 @@ pub mod node;
 pub mod override_value;
 pub mod overrides;
 pub mod repo;
+mod snapshot;
 pub mod version;
 pub mod yaml;
+mod yaml_block;

@@ -29,7 +29,9 @@ pub struct Entry {
     pub node: Node,
 }
 
-pub type Map = IndexMap<String, Entry>;
+/// Config keys are short and trusted-size (the YAML parser bounds node counts): a fast
+/// non-cryptographic hasher, not SipHash, which showed up in every `verlc check` profile.
+pub type Map = IndexMap<String, Entry, foldhash::fast::FixedState>;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
@@ -57,7 +59,7 @@ impl Node {
     }
 
     pub fn empty_map(origin: Option<Origin>) -> Self {
-        Node::new(Value::Map(Map::new()), origin)
+        Node::new(Value::Map(Map::default()), origin)
     }
 
     /// Nodes in this subtree, itself included.
@@ -148,6 +150,22 @@ impl Node {
                     .map(|(k, e)| (k.clone(), e.node.to_json()))
                     .collect(),
             ),
+        }
+    }
+
+    /// Forget where every node and key was written (and which interpolation made it).
+    pub fn clear_origins(&mut self) {
+        self.origin = None;
+        self.via = None;
+        match &mut self.value {
+            Value::Map(m) => {
+                for e in m.values_mut() {
+                    e.key_origin = None;
+                    e.node.clear_origins();
+                }
+            }
+            Value::Seq(items) => items.iter_mut().for_each(Node::clear_origins),
+            Value::Scalar(_) => {}
         }
     }
 

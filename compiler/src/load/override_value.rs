@@ -826,7 +826,7 @@ fn to_node(e: Elem, source: SourceId) -> Node {
             origin,
         ),
         Elem::Dict(pairs, _) => {
-            let mut m = Map::new();
+            let mut m = Map::default();
             for (k, ks, v) in pairs {
                 // A repeated key: the last one wins, as in a Python dict.
                 m.insert(

@@ -72,14 +72,22 @@ impl Repo {
                 }
                 SearchDir::Dir(d) => {
                     let p = d.join(&rel);
-                    if p.is_file() {
-                        return Some(
-                            std::fs::read_to_string(&p)
-                                .map(|text| {
-                                    Source::new(p.display().to_string(), text, SourceKind::File)
-                                })
-                                .map_err(|e| format!("cannot read {}: {e}", p.display())),
-                        );
+                    // Read first and ask later: one system call less per file than a
+                    // stat before it, and config trees are read file by file.
+                    match std::fs::read_to_string(&p) {
+                        Ok(text) => {
+                            return Some(Ok(Source::new(
+                                p.display().to_string(),
+                                text,
+                                SourceKind::File,
+                            )));
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory
+                            ) || !p.is_file() => {}
+                        Err(e) => return Some(Err(format!("cannot read {}: {e}", p.display()))),
                     }
                 }
             }

@@ -20,6 +20,14 @@ pub const MAX_NODES: usize = 1_000_000;
 
 /// Parse one YAML document. An empty document is an empty map, as in OmegaConf.
 pub fn parse(source: &Source, id: SourceId) -> Result<Node, Diagnostic> {
+    if let Some(n) = super::yaml_block::parse(&source.text, id) {
+        return Ok(n);
+    }
+    parse_general(source, id)
+}
+
+/// [`parse`] with the general YAML parser only.
+fn parse_general(source: &Source, id: SourceId) -> Result<Node, Diagnostic> {
     let mut b = Builder::new(source, id);
     b.run()
 }
@@ -47,7 +55,7 @@ impl<'a> Builder<'a> {
             source,
             id,
             char_bytes,
-            anchors: IndexMap::new(),
+            anchors: IndexMap::default(),
             nodes: 0,
         }
     }
@@ -238,7 +246,7 @@ impl<'a> Builder<'a> {
     }
 
     fn mapping(&mut self, start: Span, depth: usize) -> Result<Node, Diagnostic> {
-        let mut map = Map::new();
+        let mut map = Map::default();
         // Keys brought in by `<<`; explicit keys always win over them.
         let mut merged: Vec<(String, Entry)> = Vec::new();
         loop {
@@ -335,7 +343,7 @@ impl<'a> Builder<'a> {
             );
         }
         if !merged.is_empty() {
-            let mut out = Map::new();
+            let mut out = Map::default();
             for (k, e) in merged {
                 if !map.contains_key(&k) {
                     out.insert(k, e);
@@ -517,6 +525,158 @@ fn yaml11_float(s: &str) -> Option<f64> {
 mod tests {
     use super::*;
     use crate::source::SourceKind;
+
+    /// Every YAML file of the repository (and verl's installed tree, when the venv has it).
+    fn repository_yaml() -> Vec<(String, String)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<(String, String)>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+            entries.sort();
+            for p in entries {
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml")
+                    && let Ok(text) = std::fs::read_to_string(&p)
+                {
+                    out.push((p.display().to_string(), text));
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut out = Vec::new();
+        for d in [
+            "defaults",
+            "../examples",
+            "../tests/fixtures",
+            "../.venv/lib/python3.11/site-packages/verl/trainer/config",
+        ] {
+            walk(&root.join(d), &mut out);
+        }
+        out
+    }
+
+    /// Where the block reader accepts a text, the general parser gives the same tree, spans
+    /// included.
+    fn assert_agree(name: &str, text: &str) -> bool {
+        let src = Source::new(name, text, SourceKind::File);
+        let Some(fast) = crate::load::yaml_block::parse(text, SourceId(0)) else {
+            return false;
+        };
+        match parse_general(&src, SourceId(0)) {
+            Ok(general) => {
+                if fast != general {
+                    let (a, b) = (format!("{fast:?}"), format!("{general:?}"));
+                    let at = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+                    let from = at.saturating_sub(300);
+                    panic!(
+                        "{name}: the block reader differs\n fast:    …{}\n general: …{}\n{text}",
+                        &a[from..(at + 100).min(a.len())],
+                        &b[from..(at + 100).min(b.len())]
+                    );
+                }
+            }
+            Err(d) => panic!(
+                "{name}: the block reader accepts what YAML rejects ({}):\n{text}",
+                d.message
+            ),
+        }
+        true
+    }
+
+    #[test]
+    fn block_reader_agrees_with_the_general_parser() {
+        let files = repository_yaml();
+        assert!(files.len() > 50, "only {} YAML files found", files.len());
+        for (name, text) in &files {
+            assert_agree(name, text);
+        }
+        // verlc's own defaults must take the fast path, or `verlc check` pays for it.
+        for (name, text) in BUILTIN_FILES_FOR_TEST.iter() {
+            assert!(assert_agree(name, text), "{name} needs the general parser");
+        }
+        // Edits of the built-in files: each content line gets a few of these.
+        let values = [
+            "'single ''quoted'''",
+            "\"double\"",
+            "\"esc\\n\"",
+            "[a, 'b', 3, -1.5e-3]",
+            "[]",
+            "{}",
+            "{a: 1}",
+            "",
+            "null",
+            "~",
+            "-7",
+            "x: y",
+            "[a, [b]]",
+            "&anchor v",
+            "*alias",
+            "!!str 5",
+            "| block",
+            "foo # comment",
+            "foo#bar",
+            "'open",
+            "a, b",
+            "${oc.select:a,b}",
+            ": x",
+            "- item",
+            "yes",
+            "0o17",
+            "1_000",
+            "0x1F",
+            "[a,b]",
+            "[ a , b ]",
+            "[a, ]",
+            "'a' # c",
+            "\"a\"x",
+            "[x] y",
+            "- ",
+            "?",
+            "-",
+            "@at",
+            "%pct",
+            "`tick`",
+            ".inf",
+        ];
+        let mut accepted = 0;
+        let mut tried = 0;
+        for (name, text) in BUILTIN_FILES_FOR_TEST.iter() {
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let mut variants = Vec::new();
+                if let Some((k, _)) = line.split_once(": ") {
+                    for j in 0..4 {
+                        variants.push(format!("{k}: {}", values[(i * 4 + j) % values.len()]));
+                    }
+                }
+                if let Some(k) = line.strip_suffix(':') {
+                    variants.push(format!("{k}:  # note"));
+                    variants.push(format!("{k}: {}", values[i % values.len()]));
+                }
+                variants.push(format!("{line}  # note"));
+                variants.push(format!("  {line}"));
+                variants.push(format!("{line}\n"));
+                variants.push(String::new());
+                for v in variants {
+                    let mut edited = lines.clone();
+                    edited[i] = &v;
+                    let edited = edited.join("\n");
+                    tried += 1;
+                    if assert_agree(name, &edited) {
+                        accepted += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            accepted * 3 > tried,
+            "the block reader took only {accepted} of {tried} edits"
+        );
+    }
+
+    const BUILTIN_FILES_FOR_TEST: &[(&str, &str)] = crate::config::BUILTIN_FILES;
 
     fn load(text: &str) -> Result<Node, Diagnostic> {
         let src = Source::new("t.yaml", text, SourceKind::File);

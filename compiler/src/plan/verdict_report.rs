@@ -20,7 +20,7 @@ use super::verdicts::{self, Verdict};
 const ROLLOUT: &str = "actor_rollout_ref.rollout";
 
 /// The verdict findings of the keys the user changed. `defaults` is the built-in default
-/// tree of the config's flavour ([`super::default_tree`]).
+/// tree of the config's flavour ([`crate::load::compose::builtin_tree`]).
 pub fn verdict_diagnostics(
     cfg: &VerlConfig,
     root: &Node,

@@ -15,8 +15,9 @@ pub struct RuleContext<'a> {
     pub model: Option<&'a ModelDims>,
     /// Dotted keys still `???` (mandatory, never set); the typed config sees them as null.
     pub missing: &'a [String],
-    /// verlc's built-in default tree of the config's flavour, composed on first use.
-    pub defaults: std::cell::OnceCell<Node>,
+    /// The defaults to compare with when not verlc's built-in tree of the config's flavour
+    /// (a tree of another verl release: its own defaults).
+    pub defaults: Option<Node>,
 }
 
 impl<'a> RuleContext<'a> {
@@ -52,19 +53,13 @@ impl<'a> RuleContext<'a> {
         self.default_tree()?.get_path(&split_key(key))
     }
 
-    /// verlc's built-in default tree of the config's flavour, composed on first use.
+    /// The default tree of the config's flavour (see [`Self::defaults`]).
     pub fn default_tree(&self) -> Option<&Node> {
-        Some(self.defaults.get_or_init(|| {
-            let base = match self.config.flavour() {
-                crate::config::Flavour::Fsdp => crate::load::compose::FSDP_BASE,
-                crate::config::Flavour::Megatron => crate::load::compose::MEGATRON_BASE,
-            };
-            let req = crate::load::compose::LoadRequest {
-                base: Some(base.into()),
-                ..Default::default()
-            };
-            crate::load::compose::load(&req).root
-        }))
+        Some(
+            self.defaults
+                .as_ref()
+                .unwrap_or_else(|| crate::load::compose::builtin_tree(self.config.flavour())),
+        )
     }
 }
 

@@ -18,6 +18,8 @@
 //! becomes a plain `enum` (editors complete enum values, and validation errors can list
 //! them), and `Option<T>` leaves become `type: [T, "null"]`.
 
+mod validator;
+
 use std::sync::OnceLock;
 
 use schemars::generate::SchemaSettings;
@@ -147,15 +149,19 @@ pub fn all_files() -> Vec<(String, String)> {
             out.push((format!("{}.schema.json", g.name), pretty(&s)));
         }
     }
-    out.push((VALIDATION_FILE.to_string(), pretty(&generated())));
+    out.push((
+        VALIDATION_FILE.to_string(),
+        pretty(&validator::without_annotations(&generated())),
+    ));
     out
 }
 
-/// The schema `verlc check` validates with, as generated from the types ([`generated`]),
-/// committed so that start-up parses it instead of generating it (several times faster);
+/// The schema `verlc check` validates with, as generated from the types ([`generated`]) and
+/// without annotations (descriptions and the like are for editors), committed so that
+/// start-up parses it instead of generating it (several times faster);
 /// `tests/schema_fresh.rs` keeps it equal to what the types generate.
 const VALIDATION_FILE: &str = "verl.validation.json";
-const VALIDATION_JSON: &str = include_str!("../../schemas/verl.validation.json");
+const VALIDATION_JSON: &str = include_str!("../../../schemas/verl.validation.json");
 
 /// The text a schema file is written with.
 pub fn pretty(v: &Value) -> String {
@@ -371,36 +377,15 @@ pub fn validation_schema() -> &'static Value {
     // Debug builds (the tests) always generate, so a stale committed file cannot hide a
     // change of the types from them; the freshness test then says to regenerate it.
     S.get_or_init(|| {
+        let generate = || validator::without_annotations(&generated());
         if cfg!(debug_assertions) {
-            return generated();
+            return generate();
         }
         serde_json::from_str::<Value>(VALIDATION_JSON)
             .ok()
             .filter(|v| v.get("properties").is_some())
-            .unwrap_or_else(generated)
+            .unwrap_or_else(generate)
     })
-}
-
-/// Compile the validator on another thread while the caller composes the config (it takes
-/// longer than composing; `validate` then finds it ready). Once per process.
-pub fn prepare() {
-    static STARTED: std::sync::Once = std::sync::Once::new();
-    STARTED.call_once(|| {
-        std::thread::spawn(|| {
-            let _ = validator();
-        });
-    });
-}
-
-fn validator() -> Option<&'static jsonschema::Validator> {
-    static V: OnceLock<Option<jsonschema::Validator>> = OnceLock::new();
-    V.get_or_init(|| {
-        jsonschema::options()
-            .should_validate_formats(false)
-            .build(validation_schema())
-            .ok()
-    })
-    .as_ref()
 }
 
 /// The built-in defaults of one flavour, composed and resolved (as JSON). `???` values
@@ -995,27 +980,16 @@ fn takes_any_string(m: &Map<String, Value>) -> bool {
 /// Validate a composed config; each error becomes a diagnostic pointing at the YAML (or
 /// override) text of the offending key or value.
 pub fn validate(root: &Node) -> Vec<Diagnostic> {
-    let Some(v) = validator() else {
-        return vec![Diagnostic::error(
-            codes::SCHEMA_OTHER,
-            "internal error: the generated schema does not compile",
-        )];
-    };
     let json = root.to_json();
     let mut out = Vec::new();
-    for err in v.iter_errors(&json) {
-        let ptr = err.instance_path().as_str().to_string();
-        let segs: Vec<String> = ptr
-            .split('/')
-            .skip(1)
-            .map(|s| s.replace("~1", "/").replace("~0", "~"))
-            .collect();
+    for err in validator::violations(&validator::VALIDATION, &json) {
+        let segs = &err.path;
         let key = segs.join(".");
-        let node = node_at(root, &segs);
+        let node = node_at(root, segs);
         let origin = node.and_then(|n| n.origin.clone());
-        let schema_here = schema_at(validation_schema(), &segs);
-        use jsonschema::error::ValidationErrorKind as K;
-        let d = match err.kind() {
+        let schema_here = schema_at(validation_schema(), segs);
+        use validator::Violation as K;
+        let d = match &err.kind {
             K::AdditionalProperties { unexpected } => {
                 let known: Vec<String> = schema_here
                     .and_then(|s| s.get("properties"))
@@ -1052,11 +1026,8 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
                 continue;
             }
             K::Enum { options } => {
-                let opts: Vec<String> = options
-                    .as_array()
-                    .map(|a| a.iter().map(|o| o.to_string()).collect())
-                    .unwrap_or_default();
-                let got = err.instance().to_string();
+                let opts: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+                let got = err.instance.to_string();
                 let plain: Vec<String> = opts
                     .iter()
                     .map(|o| o.trim_matches('"').to_string())
@@ -1068,7 +1039,7 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
                 .with_key(key.clone())
                 .with_primary(origin, "not an allowed value");
                 if let Some(s) = err
-                    .instance()
+                    .instance
                     .as_str()
                     .and_then(|g| did_you_mean(g, plain.iter().map(String::as_str)))
                 {
@@ -1080,7 +1051,7 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
             | K::ExclusiveMinimum { limit }
             | K::Maximum { limit }
             | K::ExclusiveMaximum { limit } => {
-                let rel = match err.kind() {
+                let rel = match &err.kind {
                     K::Minimum { .. } => ">=",
                     K::ExclusiveMinimum { .. } => ">",
                     K::Maximum { .. } => "<=",
@@ -1088,13 +1059,13 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
                 };
                 Diagnostic::error(
                     codes::SCHEMA_RANGE,
-                    format!("`{key}` must be {rel} {limit}, got {}", err.instance()),
+                    format!("`{key}` must be {rel} {limit}, got {}", err.instance),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("must be {rel} {limit}"))
             }
             K::Required { property } => {
-                let p = property.as_str().unwrap_or("?");
+                let p = *property;
                 let full = if key.is_empty() {
                     p.to_string()
                 } else {
@@ -1105,26 +1076,22 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
                     .with_primary(origin, format!("`{p}` is required in this section"))
                     .with_help("it was deleted (`~key`) or replaced by a value without it; verl reads this key")
             }
-            K::Type { kind } => {
-                let expected = type_names(kind);
+            K::Type { expected } => {
+                let expected = type_names(expected);
                 Diagnostic::error(
                     codes::SCHEMA_TYPE,
-                    format!(
-                        "`{key}` must be {expected}, got {}",
-                        describe(err.instance())
-                    ),
+                    format!("`{key}` must be {expected}, got {}", describe(err.instance)),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("expected {expected}"))
             }
-            K::AnyOf { .. } | K::OneOfNotValid { .. }
-                if let (Some(items), Some(choices)) = (
-                    err.instance().as_array(),
-                    schema_here.and_then(item_choices),
-                ) && let Some(bad) = items
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .find(|i| !choices.iter().any(|c| c == i)) =>
+            K::AnyOf
+                if let (Some(items), Some(choices)) =
+                    (err.instance.as_array(), schema_here.and_then(item_choices))
+                    && let Some(bad) = items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .find(|i| !choices.iter().any(|c| c == i)) =>
             {
                 // A list of choices (`trainer.logger: [console, wandb]`): name the item.
                 let mut d = Diagnostic::error(
@@ -1141,24 +1108,26 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
                 }
                 d
             }
-            K::AnyOf { .. } | K::OneOfNotValid { .. } => {
+            K::AnyOf => {
                 // Mostly `Option<T>`: report against the non-null branch.
                 let expected = schema_here
                     .map(describe_schema)
                     .unwrap_or_else(|| "a valid value".into());
                 Diagnostic::error(
                     codes::SCHEMA_TYPE,
-                    format!(
-                        "`{key}` must be {expected}, got {}",
-                        describe(err.instance())
-                    ),
+                    format!("`{key}` must be {expected}, got {}", describe(err.instance)),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("expected {expected}"))
             }
-            _ => Diagnostic::error(codes::SCHEMA_OTHER, format!("`{key}`: {err}"))
+            K::Const { .. } | K::Not | K::MinItems { .. } | K::MaxItems { .. } => {
+                Diagnostic::error(
+                    codes::SCHEMA_OTHER,
+                    format!("`{key}`: {}", other_message(&err.kind, err.instance)),
+                )
                 .with_key(key.clone())
-                .with_primary(origin, "here"),
+                .with_primary(origin, "here")
+            }
         };
         out.push(d);
     }
@@ -1247,8 +1216,24 @@ fn object_branch(s: &Value) -> &Value {
     s
 }
 
-fn type_names(kind: &jsonschema::error::TypeKind) -> String {
-    use jsonschema::error::TypeKind;
+/// The message of a violation the schema rarely produces (`const`, `not`, item counts).
+fn other_message(kind: &validator::Violation, instance: &Value) -> String {
+    use validator::Violation as K;
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    match kind {
+        K::Const { expected } => format!("{expected} was expected"),
+        K::Not => format!("{instance} is not allowed here"),
+        K::MinItems { limit } => {
+            format!("{instance} has less than {limit} item{}", plural(*limit))
+        }
+        K::MaxItems { limit } => {
+            format!("{instance} has more than {limit} item{}", plural(*limit))
+        }
+        _ => format!("{instance} is not valid here"),
+    }
+}
+
+fn type_names(types: &[&str]) -> String {
     let name = |t: &str| match t {
         "integer" => "an integer".to_string(),
         "number" => "a number".to_string(),
@@ -1259,14 +1244,11 @@ fn type_names(kind: &jsonschema::error::TypeKind) -> String {
         "null" => "null".to_string(),
         other => other.to_string(),
     };
-    match kind {
-        TypeKind::Single(t) => name(&t.to_string()),
-        TypeKind::Multiple(set) => set
-            .iter()
-            .map(|t| name(&t.to_string()))
-            .collect::<Vec<_>>()
-            .join(" or "),
-    }
+    types
+        .iter()
+        .map(|t| name(t))
+        .collect::<Vec<_>>()
+        .join(" or ")
 }
 
 fn describe_schema(s: &Value) -> String {
