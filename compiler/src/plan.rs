@@ -163,6 +163,8 @@ pub(crate) struct RoleEngine<'a> {
     pub engine_key: String,
     /// `None` when the section for the strategy is absent.
     pub engine: Option<Engine<'a>>,
+    /// The role model's `enable_gradient_checkpointing` and its dotted key.
+    pub gradient_checkpointing: (bool, String),
 }
 
 impl<'a> RoleEngine<'a> {
@@ -176,6 +178,10 @@ impl<'a> RoleEngine<'a> {
             "actor_rollout_ref.actor.fsdp_config",
             a.megatron.as_ref(),
         )
+        .with_checkpointing(
+            cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
+            "actor_rollout_ref.model.enable_gradient_checkpointing",
+        )
     }
 
     pub(crate) fn reference(cfg: &'a VerlConfig) -> Self {
@@ -187,6 +193,10 @@ impl<'a> RoleEngine<'a> {
             r.fsdp_config.as_ref(),
             "actor_rollout_ref.ref.fsdp_config",
             r.megatron.as_ref(),
+        )
+        .with_checkpointing(
+            cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
+            "actor_rollout_ref.model.enable_gradient_checkpointing",
         )
     }
 
@@ -200,6 +210,16 @@ impl<'a> RoleEngine<'a> {
             "critic.model.fsdp_config",
             c.megatron.as_ref(),
         )
+        // verl's critic default (`critic/dp_critic.yaml`) when the flavour has no such key.
+        .with_checkpointing(
+            c.model.enable_gradient_checkpointing.unwrap_or(true),
+            "critic.model.enable_gradient_checkpointing",
+        )
+    }
+
+    fn with_checkpointing(mut self, on: bool, key: &str) -> Self {
+        self.gradient_checkpointing = (on, key.to_owned());
+        self
     }
 
     fn new(
@@ -220,6 +240,7 @@ impl<'a> RoleEngine<'a> {
             strategy,
             engine_key,
             engine,
+            gradient_checkpointing: (true, String::new()),
         }
     }
 

@@ -230,6 +230,32 @@ rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
     assert_eq!(e.module().model.embed_tokens.numel(), 0);
 });
 
+// `enable_gradient_checkpointing: false`: the backward runs the forward's graphs instead of
+// recomputing each layer. The same numbers (the recomputed forward is the same computation);
+// what changes is what lives between forward and backward: every layer's gathered
+// parameters (and activations) instead of one layer's at a time.
+rank_test!(fsdp_without_checkpointing_matches_with_it, 2, |pg| {
+    let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
+    let (losses, with) = fsdp_run(&pg, Precision::Fp32, false);
+    let mut s = FsdpSettings::new(settings(Precision::Fp32, false));
+    s.gradient_checkpointing = false;
+    let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
+    let batch = my_rows(&pg);
+    let no_recompute: Vec<f64> = (0..STEPS)
+        .map(|_| train_step(&mut e, &batch, Some(&pg)))
+        .collect();
+    assert_eq!(no_recompute, losses, "recomputing changed the numbers");
+    assert_close("loss", &no_recompute, &ref_losses, 2e-5);
+    assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
+    let (peak_with, peak_without) = (with.memory().peak_gathered, e.memory().peak_gathered);
+    assert!(
+        peak_without > peak_with,
+        "without checkpointing every layer stays gathered: {peak_without} vs {peak_with} bytes"
+    );
+    // Parameters are freed again after the backward.
+    assert_eq!(e.module().model.embed_tokens.numel(), 0);
+});
+
 rank_test!(fsdp_hybrid_shard_matches_single_engine, 4, |pg| {
     let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
     let mut e = FsdpEngine::<CausalLm>::with_mesh(

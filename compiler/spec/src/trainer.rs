@@ -101,6 +101,9 @@ pub struct FsdpEngineSpec {
     /// Optimizer state in host memory (`optimizer_offload`, or FSDP2's `offload_policy`).
     pub optimizer_offload: bool,
     pub reshard_after_forward: bool,
+    /// Recompute each decoder layer's forward in backward instead of keeping its
+    /// activations (the role model's `enable_gradient_checkpointing`).
+    pub gradient_checkpointing: bool,
     /// dtype of the gradient reduce-scatter (`mixed_precision.reduce_dtype`).
     pub reduce_dtype: Dtype,
     /// Ranks per shard group (HYBRID_SHARD); -1 shards over the whole world.

@@ -318,6 +318,13 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
     let (flags, _) = role.offload();
     match role.engine {
         Some(Engine::Megatron(m)) => {
+            let (checkpointing, checkpointing_key) = &role.gradient_checkpointing;
+            if !checkpointing {
+                l.no_effect(
+                    checkpointing_key,
+                    format!("`{checkpointing_key}` is read by FSDP engines; the Megatron engine keeps activations for backward, as Megatron does unless `override_transformer_config.recompute_granularity` is set"),
+                );
+            }
             let key = |k: &str| format!("{}.{k}", role.engine_key);
             let tp = l.count(
                 &key("tensor_model_parallel_size"),
@@ -399,22 +406,35 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                 optimizer_offload: flags.optimizer,
             })
         }
-        Some(Engine::Fsdp(f)) => EngineSpec::Fsdp(FsdpEngineSpec {
-            param_offload: flags.params,
-            optimizer_offload: flags.optimizer,
-            reshard_after_forward: f.reshard_after_forward,
-            reduce_dtype: match f.mixed_precision.as_ref().and_then(|m| m.reduce_dtype) {
-                Some(TorchDtype::Bf16 | TorchDtype::Bfloat16) => Dtype::Bf16,
-                Some(TorchDtype::Fp16 | TorchDtype::Float16 | TorchDtype::Bits16) => Dtype::Fp16,
-                _ => Dtype::Fp32,
-            },
-            fsdp_size: f.fsdp_size,
-        }),
+        Some(Engine::Fsdp(f)) => {
+            let (checkpointing, checkpointing_key) = &role.gradient_checkpointing;
+            if !checkpointing && f.reshard_after_forward && world.size() > 1 {
+                l.no_effect(
+                    checkpointing_key,
+                    format!("with `{checkpointing_key}` off the binary keeps each layer's gathered parameters from its forward to its backward (PyTorch FSDP frees and gathers them again), so `{}.reshard_after_forward` frees nothing in between: memory grows by the model's parameters in the compute dtype", role.engine_key),
+                );
+            }
+            EngineSpec::Fsdp(FsdpEngineSpec {
+                param_offload: flags.params,
+                optimizer_offload: flags.optimizer,
+                reshard_after_forward: f.reshard_after_forward,
+                gradient_checkpointing: role.gradient_checkpointing.0,
+                reduce_dtype: match f.mixed_precision.as_ref().and_then(|m| m.reduce_dtype) {
+                    Some(TorchDtype::Bf16 | TorchDtype::Bfloat16) => Dtype::Bf16,
+                    Some(TorchDtype::Fp16 | TorchDtype::Float16 | TorchDtype::Bits16) => {
+                        Dtype::Fp16
+                    }
+                    _ => Dtype::Fp32,
+                },
+                fsdp_size: f.fsdp_size,
+            })
+        }
         // B015 reports the missing section; a default keeps lowering total.
         None => EngineSpec::Fsdp(FsdpEngineSpec {
             param_offload: false,
             optimizer_offload: false,
             reshard_after_forward: true,
+            gradient_checkpointing: role.gradient_checkpointing.0,
             reduce_dtype: Dtype::Fp32,
             fsdp_size: -1,
         }),

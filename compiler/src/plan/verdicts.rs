@@ -55,6 +55,9 @@ const RAY: &str =
 const RM: &str = "configures the reward model, which verlc's trainer does not run (reward_model.enable is refused, B016)";
 const LORA_OPT: &str =
     "is a LoRA option; verlc's trainer trains full weights (a LoRA rank above 0 is refused)";
+/// Where `enable_gradient_checkpointing` goes. A one-process run (the single engine) keeps
+/// activations either way: the same numbers, and nothing sharded to save memory for.
+const CHECKPOINTING: &str = "engine.gradient_checkpointing (FSDP over several ranks; Megatron lowering warns that its engine keeps activations)";
 const MEMORY: &str = "only trades memory for compute in verl; the binary's engines compute the same numbers without it";
 
 macro_rules! table {
@@ -126,7 +129,8 @@ table! {
     "actor_rollout_ref.model.lora.**" => NoEffect(NONE, LORA_OPT),
     "actor_rollout_ref.model.{external_lib,trust_remote_code,use_fused_kernels,use_liger,use_shm}" => NoEffect(PYTHON, PY),
     "actor_rollout_ref.model.fused_kernel_options.**" => NoEffect(PYTHON, PY),
-    "actor_rollout_ref.model.{enable_gradient_checkpointing,enable_activation_offload}" => NoEffect(NONE, MEMORY),
+    "actor_rollout_ref.model.enable_gradient_checkpointing" => Checked(CHECKPOINTING),
+    "actor_rollout_ref.model.enable_activation_offload" => NoEffect(NONE, MEMORY),
     "actor_rollout_ref.model.tiled_mlp.**" => NoEffect(NONE, MEMORY),
     "actor_rollout_ref.model.use_remove_padding" => NoEffect(NONE, "packs sequences without padding for speed in verl; the binary computes the same update on padded micro-batches"),
     "actor_rollout_ref.model.{custom_chat_template,hf_config_path}" => Unsupported("overrides the chat template or model config file; verlc reads both from the model directory"),
@@ -222,7 +226,8 @@ table! {
     "critic.model.{lora_alpha,target_modules,exclude_modules}" => NoEffect(NONE, LORA_OPT),
     "critic.model.lora.**" => NoEffect(NONE, LORA_OPT),
     "critic.model.{external_lib,trust_remote_code,use_shm}" => NoEffect(PYTHON, PY),
-    "critic.model.{enable_gradient_checkpointing,enable_activation_offload}" => NoEffect(NONE, MEMORY),
+    "critic.model.enable_gradient_checkpointing" => Checked(CHECKPOINTING),
+    "critic.model.enable_activation_offload" => NoEffect(NONE, MEMORY),
     "critic.model.tiled_mlp.**" => NoEffect(NONE, MEMORY),
     "critic.model.override_config.**" => Unsupported("overrides fields of the model's config.json, which verlc's model loader does not apply"),
     "{critic,actor_rollout_ref}.nccl_timeout" => NoEffect(CLUSTER, RAY),
