@@ -145,6 +145,58 @@ fn backward<E: Engine<Head = CausalLm>>(
     }
 }
 
+/// `full_batch` with `extra` more padding columns on the left of every row.
+fn padded_more(extra: i64) -> Batch {
+    let b = full_batch();
+    let mut out = Batch::new();
+    for name in ["input_ids", "attention_mask", "position_ids"] {
+        let t = b.get(name).expect("sequence tensor");
+        let pad = Tensor::zeros([ROWS, extra], (t.kind(), Device::Cpu));
+        out.insert(name, Tensor::cat(&[&pad, t], 1))
+            .expect("insert");
+    }
+    for name in ["responses", "response_mask"] {
+        out.insert(name, b.get(name).expect("response tensor").shallow_clone())
+            .expect("insert");
+    }
+    out
+}
+
+// Prompts are left-padded for the whole batch; columns that are padding in every row of a
+// micro-batch are dropped before its forward. The values of the valid tokens stay what the
+// model computes over the full padded width.
+#[test]
+fn shared_left_padding_costs_no_compute_and_changes_no_value() {
+    use runtime::engine::Head;
+    let padded = padded_more(5);
+    let trimmed = padded.without_shared_left_padding().expect("trim");
+    // Some rows of `full_batch` have no padding: exactly the 5 extra columns go.
+    assert_eq!(
+        trimmed.get("input_ids").unwrap().size(),
+        [ROWS, PROMPT + RESP]
+    );
+    assert_eq!(
+        trimmed.get("position_ids").unwrap().size(),
+        [ROWS, PROMPT + RESP]
+    );
+    assert_eq!(trimmed.get("responses").unwrap().size(), [ROWS, RESP]);
+    let mut e = SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("single");
+    let fwd = ForwardOptions::default();
+    let by_micro_batch = e.infer_batch(&padded, MICRO, &fwd).expect("infer");
+    let got = Tensor::cat(
+        &by_micro_batch
+            .iter()
+            .map(|o| &o.log_probs)
+            .collect::<Vec<_>>(),
+        0,
+    );
+    let want = tch::no_grad(|| Head::forward(e.module(), &padded, &fwd))
+        .expect("forward")
+        .log_probs;
+    let d = (got - want).abs().max().double_value(&[]);
+    assert!(d < 1e-5, "log-probs differ by {d}");
+}
+
 fn single_run(dtype: Precision) -> (Vec<f64>, Vec<(String, Tensor)>, SingleEngine<CausalLm>) {
     let mut e = SingleEngine::<CausalLm>::new(settings(dtype, false)).expect("single engine");
     let batch = full_batch();

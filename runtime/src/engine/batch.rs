@@ -7,6 +7,9 @@ use tch::{Kind, Tensor};
 
 use super::EngineError;
 
+/// The tensors that span the whole (left-padded prompt + response) sequence.
+pub const SEQUENCE_KEYS: [&str; 3] = ["input_ids", "attention_mask", "position_ids"];
+
 /// Named tensors with the same number of rows.
 #[derive(Debug, Default)]
 pub struct Batch {
@@ -131,6 +134,54 @@ impl Batch {
             )));
         }
         self.map(|t| t.f_narrow(0, start, len))
+    }
+
+    /// The batch without the leading sequence positions that are padding in every row.
+    ///
+    /// Prompts are left-padded to `data.max_prompt_length` for the whole batch; a
+    /// micro-batch whose longest prompt is shorter computes those columns for nothing (the
+    /// quickstart's 13-token prompts sit in 32 columns: half of every forward). Only the
+    /// tensors spanning the whole sequence ([`SEQUENCE_KEYS`]) lose the columns; response-
+    /// aligned tensors (`responses`, `response_mask`, advantages, log-probs) are the last
+    /// columns and stay as they are. Masked positions never reach a valid token's attention
+    /// and positions come from `position_ids`, so the valid tokens compute the same values.
+    pub fn without_shared_left_padding(&self) -> Result<Batch, EngineError> {
+        let Some(mask) = self.opt("attention_mask") else {
+            return Ok(self.shallow_clone());
+        };
+        let width = mask.size().get(1).copied().unwrap_or(0);
+        // The first column any row uses (`width` when no row uses any).
+        let used = mask.f_ne(0)?.f_any_dims(Some(&[0i64][..]), false)?;
+        let first = used
+            .f_to_kind(Kind::Int64)?
+            .f_argmax(0, false)?
+            .f_int64_value(&[])?;
+        let any_used = used.f_any()?.f_int64_value(&[])? != 0;
+        let drop = if any_used { first } else { 0 };
+        if drop <= 0 {
+            return Ok(self.shallow_clone());
+        }
+        let mut out = Batch::new();
+        for (k, t) in &self.tensors {
+            let spans_sequence =
+                SEQUENCE_KEYS.contains(&k.as_str()) && t.size().get(1).copied() == Some(width);
+            let t = if spans_sequence {
+                t.f_narrow(1, drop, width - drop)?
+            } else {
+                t.shallow_clone()
+            };
+            out.insert(k, t)?;
+        }
+        Ok(out)
+    }
+
+    /// Micro-batches of `size` rows, each without its shared left padding
+    /// ([`Batch::without_shared_left_padding`]).
+    pub fn micro_batches(&self, size: usize) -> Result<Vec<Batch>, EngineError> {
+        self.split(size)?
+            .iter()
+            .map(Batch::without_shared_left_padding)
+            .collect()
     }
 
     /// Consecutive chunks of `size` rows (the last may be smaller).

@@ -202,7 +202,7 @@ impl<H: Head> Engine for SingleEngine<H> {
     ) -> Result<Vec<Metrics>> {
         let agg = global_agg_options(batch, self.dp_size(), self.settings.loss_scale_factor)?;
         let mut out = Vec::new();
-        for mb in batch.split(micro_batch_size)? {
+        for mb in batch.micro_batches(micro_batch_size)? {
             let output = self.module.forward(&mb, fwd)?;
             let micro = loss(&mb, output, &agg)?;
             let opt = self.optimizer_mut()?;
@@ -220,7 +220,7 @@ impl<H: Head> Engine for SingleEngine<H> {
     ) -> Result<Vec<H::Output>> {
         let _guard = tch::no_grad_guard();
         batch
-            .split(micro_batch_size)?
+            .micro_batches(micro_batch_size)?
             .iter()
             .map(|mb| self.module.forward(mb, fwd))
             .collect()

@@ -635,7 +635,7 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
     ) -> Result<Vec<Metrics>> {
         self.optimizer_mut()?;
         let agg = self.global_agg(batch)?;
-        let mbs = batch.split(micro_batch_size)?;
+        let mbs = batch.micro_batches(micro_batch_size)?;
         self.check_micro_batches(mbs.len())?;
         let mut out = Vec::with_capacity(mbs.len());
         for mb in &mbs {
@@ -651,7 +651,7 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         fwd: &ForwardOptions,
     ) -> Result<Vec<H::Output>> {
         let _guard = tch::no_grad_guard();
-        let mbs = batch.split(micro_batch_size)?;
+        let mbs = batch.micro_batches(micro_batch_size)?;
         self.check_micro_batches(mbs.len())?;
         let mut out = Vec::with_capacity(mbs.len());
         for mb in &mbs {
