@@ -18,6 +18,8 @@
 //! becomes a plain `enum` (editors complete enum values, and validation errors can list
 //! them), and `Option<T>` leaves become `type: [T, "null"]`.
 
+#[cfg(test)]
+mod keywords;
 mod validator;
 
 use std::sync::OnceLock;
@@ -603,28 +605,8 @@ fn union(a: Value, b: Value) -> Value {
                     all.push((v, d));
                 }
             }
-            let mut types: Vec<Value> = Vec::new();
-            for o in [&a, &b] {
-                match o.get("type") {
-                    Some(Value::Array(ts)) => types.extend(ts.iter().cloned()),
-                    Some(t) => types.push(t.clone()),
-                    None => {}
-                }
-            }
-            let mut uniq = Vec::new();
-            for t in types {
-                if !uniq.contains(&t) {
-                    uniq.push(t);
-                }
-            }
-            a.insert(
-                "type".into(),
-                if uniq.len() == 1 {
-                    uniq.remove(0)
-                } else {
-                    Value::Array(uniq)
-                },
-            );
+            let types = union_of_types(&a, &b);
+            a.insert("type".into(), types);
             a.insert(
                 "enum".into(),
                 Value::Array(all.iter().map(|(v, _)| v.clone()).collect()),
@@ -638,22 +620,8 @@ fn union(a: Value, b: Value) -> Value {
             Value::Object(a)
         }
         (Value::Object(mut a), Value::Object(b)) if same_but_type(&a, &b) => {
-            let mut types: Vec<Value> = Vec::new();
-            for t in [a.get("type"), b.get("type")].into_iter().flatten() {
-                for t in t.as_array().cloned().unwrap_or_else(|| vec![t.clone()]) {
-                    if !types.contains(&t) {
-                        types.push(t);
-                    }
-                }
-            }
-            a.insert(
-                "type".into(),
-                if types.len() == 1 {
-                    types.remove(0)
-                } else {
-                    Value::Array(types)
-                },
-            );
+            let types = union_of_types(&a, &b);
+            a.insert("type".into(), types);
             Value::Object(a)
         }
         (a, b) => {
@@ -673,6 +641,23 @@ fn union(a: Value, b: Value) -> Value {
 }
 
 /// Whether two leaf schemas differ only in `type` (and annotations).
+/// The `type` allowing what either schema's `type` allows (one name, or a list of them).
+fn union_of_types(a: &Map<String, Value>, b: &Map<String, Value>) -> Value {
+    let mut types: Vec<Value> = Vec::new();
+    for t in [a.get("type"), b.get("type")].into_iter().flatten() {
+        for t in t.as_array().cloned().unwrap_or_else(|| vec![t.clone()]) {
+            if !types.contains(&t) {
+                types.push(t);
+            }
+        }
+    }
+    if types.len() == 1 {
+        types.remove(0)
+    } else {
+        Value::Array(types)
+    }
+}
+
 fn same_but_type(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     let core = |m: &Map<String, Value>| -> Map<String, Value> {
         m.iter()

@@ -8,24 +8,7 @@ use std::cmp::Ordering;
 use super::*;
 use crate::load::compose::{FSDP_BASE, MEGATRON_BASE};
 
-/// Keywords that constrain a value (each one evaluated by the validator).
-const ASSERTIONS: &[&str] = &[
-    "type",
-    "enum",
-    "const",
-    "minimum",
-    "exclusiveMinimum",
-    "maximum",
-    "exclusiveMaximum",
-    "properties",
-    "additionalProperties",
-    "required",
-    "items",
-    "minItems",
-    "maxItems",
-    "anyOf",
-    "not",
-];
+use super::super::keywords::ASSERTIONS;
 
 /// The keyword a violation breaks.
 fn keyword(v: &Violation) -> &'static str {
