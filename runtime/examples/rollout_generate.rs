@@ -1,8 +1,9 @@
 //! Benchmark driver for bench/rollout_generate: times `runtime::rollout::generate` on a
 //! checkpoint directory. Usage:
-//!   rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS
-//! PROMPTS_JSON is a list of token-id lists. Sampling at temperature 1 (no top-k/top-p),
-//! EOS ignored so every row generates MAX_NEW_TOKENS. Prints one JSON line with the wall
+//!   rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS [N]
+//! PROMPTS_JSON is a list of token-id lists; N samples per prompt (default 1, sharing the
+//! prompt's prefill as a trainer's rollout does). Sampling at temperature 1 (no
+//! top-k/top-p), EOS ignored so every row generates MAX_NEW_TOKENS. Prints one JSON line with the wall
 //! times of each repetition (after one warm-up run).
 
 use std::time::Instant;
@@ -12,11 +13,13 @@ use runtime::rollout::{SamplingParams, StopTokens, generate};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 6 {
+    if !(6..=7).contains(&args.len()) {
         return Err(
-            "usage: rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS".into(),
+            "usage: rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS [N]"
+                .into(),
         );
     }
+    let n: usize = args.get(6).map_or(Ok(1), |s| s.parse())?;
     let prompts: Vec<Vec<i64>> = serde_json::from_str(&std::fs::read_to_string(&args[2])?)?;
     let max_new: usize = args[3].parse()?;
     let threads: i32 = args[4].parse()?;
@@ -32,6 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for rep in 0..=reps {
         let params = SamplingParams {
             max_new_tokens: max_new,
+            n,
             seed: rep as u64,
             ignore_eos: true,
             ..SamplingParams::default()
