@@ -15,8 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     if !(6..=7).contains(&args.len()) {
         return Err(
-            "usage: rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS [N]"
-                .into(),
+            "usage: rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS [N]".into(),
         );
     }
     let n: usize = args.get(6).map_or(Ok(1), |s| s.parse())?;
