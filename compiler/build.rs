@@ -149,6 +149,18 @@ fn opt_lit(v: Option<&Value>, out: &mut String) {
     }
 }
 
+/// `Some(&Schema {...})` or `None`.
+fn opt_schema(v: Option<&Value>, out: &mut String) {
+    match v {
+        Some(s) => {
+            out.push_str("Some(&");
+            schema_expr(s, out);
+            out.push(')');
+        }
+        None => out.push_str("None"),
+    }
+}
+
 fn schema_expr(v: &Value, out: &mut String) {
     let Value::Object(m) = v else {
         panic!("the validation schema holds a non-object schema: {v}");
@@ -222,14 +234,7 @@ fn schema_expr(v: &Value, out: &mut String) {
         let _ = write!(out, "{r:?},");
     }
     out.push_str("],items: ");
-    match m.get("items") {
-        Some(s) => {
-            out.push_str("Some(&");
-            schema_expr(s, out);
-            out.push(')');
-        }
-        None => out.push_str("None"),
-    }
+    opt_schema(m.get("items"), out);
     for (field, key) in [("min_items", "minItems"), ("max_items", "maxItems")] {
         match m.get(key).and_then(Value::as_u64) {
             Some(n) => {
@@ -251,13 +256,6 @@ fn schema_expr(v: &Value, out: &mut String) {
         out.push(',');
     }
     out.push_str("],not: ");
-    match m.get("not") {
-        Some(s) => {
-            out.push_str("Some(&");
-            schema_expr(s, out);
-            out.push(')');
-        }
-        None => out.push_str("None"),
-    }
+    opt_schema(m.get("not"), out);
     out.push('}');
 }

@@ -163,7 +163,8 @@ pub(crate) struct RoleEngine<'a> {
     pub engine_key: String,
     /// `None` when the section for the strategy is absent.
     pub engine: Option<Engine<'a>>,
-    /// The role model's `enable_gradient_checkpointing` and its dotted key.
+    /// The role model's `enable_gradient_checkpointing` and its dotted key (on, with no key,
+    /// for the reference, which runs no backward).
     pub gradient_checkpointing: (bool, String),
 }
 
@@ -194,10 +195,7 @@ impl<'a> RoleEngine<'a> {
             "actor_rollout_ref.ref.fsdp_config",
             r.megatron.as_ref(),
         )
-        .with_checkpointing(
-            cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
-            "actor_rollout_ref.model.enable_gradient_checkpointing",
-        )
+        // No backward: the model's checkpointing key is the actor's to report, not twice.
     }
 
     pub(crate) fn critic(cfg: &'a VerlConfig) -> Self {

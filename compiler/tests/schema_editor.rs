@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use verlc::config::BUILTIN_FILES;
+use verlc::config::{BUILTIN_FILES, Flavour};
 use verlc::load::yaml;
 use verlc::schema;
 use verlc::source::{Source, SourceId, SourceKind};
@@ -78,10 +78,10 @@ fn builtin_group_files_validate_against_their_group_schema() {
 #[test]
 fn composed_builtin_trees_validate_against_the_root_schema() {
     let v = validator(&schema::root_editor_schema());
-    for base in ["ppo_trainer", "ppo_megatron_trainer"] {
-        let tree = schema::builtin_defaults(base);
+    for flavour in [Flavour::Fsdp, Flavour::Megatron] {
+        let tree = schema::builtin_defaults(flavour);
         let errs = errors(&v, &tree);
-        assert!(errs.is_empty(), "{base}:\n  {}", errs.join("\n  "));
+        assert!(errs.is_empty(), "{flavour:?}:\n  {}", errs.join("\n  "));
     }
 }
 

@@ -813,6 +813,36 @@ fn unsupported_settings_are_reported_at_their_line_before_any_build() {
     }
 }
 
+/// `enable_gradient_checkpointing: false` binds into the actor's FSDP engine; with several
+/// ranks `verlc check` says once what it costs (the reference runs no backward).
+#[test]
+fn gradient_checkpointing_binds_and_says_what_it_costs() {
+    const KEY: &str = "actor_rollout_ref.model.enable_gradient_checkpointing";
+    let about_key = |c: &Case| {
+        c.lowered
+            .diagnostics
+            .iter()
+            .filter(|d| d.code.0 == "B006" && d.key_path.as_deref() == Some(KEY))
+            .count()
+    };
+    let off = format!("{KEY}=false");
+    let c = case(BASE, &[&off]);
+    let verlc_spec::trainer::EngineSpec::Fsdp(f) = c.lowered.plan.spec.actor.engine else {
+        panic!("an FSDP actor")
+    };
+    assert!(!f.gradient_checkpointing);
+    assert_eq!(about_key(&c), 0, "one rank: {:#?}", c.lowered.diagnostics);
+    let c = case(BASE, &[&off, "trainer.n_gpus_per_node=2"]);
+    assert_eq!(about_key(&c), 1, "{:#?}", c.lowered.diagnostics);
+    let c = case(BASE, &["trainer.n_gpus_per_node=2"]);
+    assert_eq!(
+        about_key(&c),
+        0,
+        "verl's default: {:#?}",
+        c.lowered.diagnostics
+    );
+}
+
 #[test]
 fn no_effect_keys_warn_only_when_changed() {
     let c = case(

@@ -28,9 +28,9 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use crate::codes;
-use crate::config::{BUILTIN_FILES, DEPRECATED_KEYS, VerlConfig};
+use crate::config::{BUILTIN_FILES, DEPRECATED_KEYS, Flavour, VerlConfig};
 use crate::diag::{Diagnostic, did_you_mean};
-use crate::load::compose::{self, LoadRequest};
+use crate::load::compose;
 use crate::load::node::Node;
 use crate::load::yaml;
 use crate::source::{Source, SourceId, SourceKind};
@@ -392,20 +392,16 @@ pub fn validation_schema() -> &'static Value {
 
 /// The built-in defaults of one flavour, composed and resolved (as JSON). `???` values
 /// (verl's "must be set", e.g. `actor_rollout_ref.rollout.name`) stay `"???"`.
-pub fn builtin_defaults(base: &str) -> Value {
-    let req = LoadRequest {
-        base: Some(base.into()),
-        ..Default::default()
-    };
-    compose::load(&req).root.to_json()
+pub fn builtin_defaults(flavour: Flavour) -> Value {
+    compose::builtin_tree(flavour).to_json()
 }
 
 fn flavour_defaults() -> &'static [Value; 2] {
     static D: OnceLock<[Value; 2]> = OnceLock::new();
     D.get_or_init(|| {
         [
-            builtin_defaults(compose::FSDP_BASE),
-            builtin_defaults(compose::MEGATRON_BASE),
+            builtin_defaults(Flavour::Fsdp),
+            builtin_defaults(Flavour::Megatron),
         ]
     })
 }

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use std::cmp::Ordering;
 
 use super::*;
-use crate::load::compose::{FSDP_BASE, MEGATRON_BASE};
+use crate::config::Flavour;
 
 use super::super::keywords::ASSERTIONS;
 
@@ -178,8 +178,8 @@ fn agrees_with_jsonschema() {
         .expect("the generated schema compiles");
     let values = replacements();
     let mut compared = 0;
-    for base in [FSDP_BASE, MEGATRON_BASE] {
-        let doc = crate::schema::builtin_defaults(base);
+    for flavour in [Flavour::Fsdp, Flavour::Megatron] {
+        let doc = crate::schema::builtin_defaults(flavour);
         assert_eq!(ours(&doc), reference(&reference_validator, &doc));
         let mut all = Vec::new();
         paths(&doc, &mut Vec::new(), &mut all);
