@@ -10,7 +10,7 @@ use crate::model::{CausalLm, KvCache, position_ids_from_mask};
 use crate::rng::Rng;
 
 use super::logprob::{SequenceBatch, compute_log_probs};
-use super::sampling::next_tokens;
+use super::vocab_head::DecodeHead;
 use super::{LogProbPath, RolloutError, SamplingParams};
 
 /// Token ids that end a response, and the id used for padding.
@@ -97,11 +97,11 @@ pub fn generate_padded(
     };
     let chunk = params.max_prompts_per_pass.unwrap_or(prompts.len());
     let parts: Vec<Chunk> = tch::no_grad(|| {
-        let head = DecodeHead::new(model);
+        let mut head = DecodeHead::new(model, params);
         prompts
             .chunks(chunk)
             .enumerate()
-            .map(|(c, ps)| generate_chunk(model, &head, ps, c * chunk, width, params, stop))
+            .map(|(c, ps)| generate_chunk(model, &mut head, ps, c * chunk, width, params, stop))
             .collect()
     });
     let cat = |f: fn(&Chunk) -> &Tensor| Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0);
@@ -181,28 +181,6 @@ fn response_mask(responses: &Tensor, eos: &[i64], ignore_eos: bool) -> Tensor {
     before.eq(0).to_kind(Kind::Int64)
 }
 
-/// The vocabulary projection while decoding. libtorch's CPU GEMM is about twice as fast for a
-/// few rows times a large vocabulary when the weight is stored (hidden, vocab)-contiguous, so
-/// on CPU generation takes a transposed copy once per call (weights do not change meanwhile).
-struct DecodeHead {
-    transposed: Option<Tensor>,
-}
-
-impl DecodeHead {
-    fn new(model: &CausalLm) -> Self {
-        let transposed =
-            (model.device() == Device::Cpu).then(|| model.head_weight().tr().contiguous());
-        DecodeHead { transposed }
-    }
-
-    fn logits(&self, model: &CausalLm, hidden: &Tensor) -> Tensor {
-        match &self.transposed {
-            Some(wt) => hidden.matmul(wt),
-            None => model.logits(hidden),
-        }
-    }
-}
-
 struct Chunk {
     prompts: Tensor,
     prompt_mask: Tensor,
@@ -228,7 +206,7 @@ fn left_pad(prompts: &[Vec<i64>], width: i64, pad: i64, device: Device) -> (Tens
 #[allow(clippy::too_many_arguments)]
 fn generate_chunk(
     model: &CausalLm,
-    head: &DecodeHead,
+    head: &mut DecodeHead,
     prompts: &[Vec<i64>],
     first_prompt: usize,
     width: i64,
@@ -253,9 +231,7 @@ fn generate_chunk(
     let hidden = model
         .model
         .forward(&ids, &pos, Some(&mask), Some(&mut prefill));
-    let mut logits = head
-        .logits(model, &hidden.narrow(1, width - 1, 1))
-        .squeeze_dim(1);
+    let mut logits = head.logits(&hidden.narrow(1, width - 1, 1).squeeze_dim(1));
     let repeat = Tensor::arange(b, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
     let mut cache = if n == 1 {
         prefill
@@ -272,7 +248,7 @@ fn generate_chunk(
         )
     };
     if n > 1 {
-        logits = logits.index_select(0, &repeat);
+        logits = logits.select_rows(&repeat);
     }
 
     let mut rngs: Vec<Rng> = (0..rows as u64)
@@ -285,7 +261,7 @@ fn generate_chunk(
     let mut done = Tensor::zeros([rows], (Kind::Bool, device));
     let last_prompt_pos = pos.narrow(1, width - 1, 1);
     for t in 0..r {
-        let (tokens, logp) = next_tokens(&logits, params, &mut rngs);
+        let (tokens, logp) = logits.next_tokens(params, &mut rngs);
         let tokens = tokens.masked_fill(&done, stop.pad);
         responses.narrow(1, t, 1).copy_(&tokens.unsqueeze(1));
         log_probs
@@ -308,7 +284,7 @@ fn generate_chunk(
             Some(&step_mask),
             Some(&mut cache),
         );
-        logits = head.logits(model, &hidden).squeeze_dim(1);
+        logits = head.logits(&hidden.squeeze_dim(1));
     }
     Chunk {
         prompts: ids,

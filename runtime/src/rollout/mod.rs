@@ -1,6 +1,6 @@
 //! The rollout engine: batched generation on a [`crate::model::CausalLm`] with a preallocated
 //! KV cache and left-padded prompts ([`engine`]), logits processing and seeded sampling
-//! ([`sampling`]), and log-probs / entropy of given sequences in micro-batches through the
+//! ([`sampling`]; on CPU from vocabulary-major logits, [`vocab_head`]), and log-probs / entropy of given sequences in micro-batches through the
 //! training forward ([`logprob`]).
 //!
 //! Output layout follows verl's rollout `DataProto`: `prompts` (left-padded), `responses`
@@ -11,6 +11,7 @@ pub mod engine;
 pub mod logprob;
 pub mod params;
 pub mod sampling;
+pub mod vocab_head;
 
 pub use engine::{RolloutOutput, StopTokens, generate, generate_padded};
 pub use logprob::SequenceBatch;

@@ -68,16 +68,18 @@ pub fn next_tokens(logits: &Tensor, params: &SamplingParams, rngs: &mut [Rng]) -
     (tokens, logp)
 }
 
+/// The next 24-bit uniform number in [0, 1) of a row's stream (one per sampled token).
+pub fn uniform(rng: &mut Rng) -> f32 {
+    (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+}
+
 /// One draw per row of `probs` (N, V) by inverse CDF with the row's generator.
 pub fn sample(probs: &Tensor, rngs: &mut [Rng]) -> Tensor {
     let vocab = probs.size()[1];
     let cdf = probs.cumsum(-1, Kind::Float);
-    // 24-bit uniforms in [0, 1); shrinking by 2^-20 keeps the target strictly below the total
-    // despite f32 rounding, so the search never lands past the last token with mass.
-    let u: Vec<f32> = rngs
-        .iter_mut()
-        .map(|r| (r.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-        .collect();
+    // Shrinking the target by 2^-20 keeps it strictly below the total despite f32 rounding,
+    // so the search never lands past the last token with mass.
+    let u: Vec<f32> = rngs.iter_mut().map(uniform).collect();
     let u = Tensor::from_slice(&u)
         .to_device(probs.device())
         .unsqueeze(-1);

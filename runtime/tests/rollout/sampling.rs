@@ -4,6 +4,7 @@
 use runtime::model::{Precision, from_pretrained};
 use runtime::rng::Rng;
 use runtime::rollout::sampling::{sample, top_k_filter, top_p_filter};
+use runtime::rollout::vocab_head::{DecodeHead, HeadLogits};
 use runtime::rollout::{SamplingParams, StopTokens, generate};
 use tch::{Device, Kind, Tensor};
 
@@ -138,4 +139,110 @@ fn sampling_frequencies_follow_probabilities() {
             count(t)
         );
     }
+}
+
+/// Random logits with a wide spread (some tokens far below the rest), a vocabulary that is not
+/// a multiple of the head's block size, and rows that prefer different tokens.
+fn head_case(vocab: i64, rows: i64) -> (Tensor, Tensor) {
+    tch::manual_seed(11);
+    let weight = Tensor::randn([vocab, 32], (Kind::Float, Device::Cpu)) * 0.8;
+    let hidden = Tensor::randn([rows, 32], (Kind::Float, Device::Cpu)) * 1.5;
+    (weight, hidden)
+}
+
+fn draws(head_logits: &HeadLogits, params: &SamplingParams, seed: u64) -> (Vec<i64>, Vec<f32>) {
+    let n = 300;
+    let mut rngs: Vec<Rng> = (0..n).map(|i| Rng::derive(seed, i)).collect();
+    let (t, l) = head_logits.next_tokens(params, &mut rngs);
+    (Vec::try_from(t).unwrap(), Vec::try_from(l).unwrap())
+}
+
+#[test]
+fn vocabulary_major_head_draws_what_the_row_major_softmax_draws() {
+    let (weight, hidden) = head_case(5000, 300);
+    for params in [
+        SamplingParams::default(),
+        SamplingParams {
+            temperature: 0.6,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            temperature: 1.7,
+            ..SamplingParams::default()
+        },
+        SamplingParams::greedy(1),
+    ] {
+        let mut fast = DecodeHead::for_weight(&weight, &params);
+        assert!(fast.is_vocab_major());
+        let reference = HeadLogits::RowMajor(hidden.matmul(&weight.tr()));
+        // The buffer is reused from call to call: a second call must give the same answer.
+        let _ = fast.logits(&(&hidden * 0.5));
+        let (tokens, logp) = draws(&fast.logits(&hidden), &params, 3);
+        let (want_tokens, want_logp) = draws(&reference, &params, 3);
+        assert_eq!(
+            tokens, want_tokens,
+            "same uniforms, same tokens ({params:?})"
+        );
+        for (a, b) in logp.iter().zip(&want_logp) {
+            assert!((a - b).abs() < 2e-5, "log-prob {a} vs {b} ({params:?})");
+        }
+        let distinct: std::collections::BTreeSet<i64> = tokens.iter().copied().collect();
+        assert!(
+            params.is_greedy() || distinct.len() > 100,
+            "draws spread over the vocabulary"
+        );
+    }
+}
+
+#[test]
+fn vocabulary_major_head_never_draws_a_token_without_mass() {
+    // Every row's mass sits on three tokens of the last, partial block; all other logits are
+    // 200 below them, so their probabilities (and whole blocks' masses) underflow to 0 in f32.
+    let (vocab, rows) = (4100i64, 64i64);
+    let weight = Tensor::zeros([vocab, 2], (Kind::Float, Device::Cpu));
+    let _ = weight.narrow(1, 1, 1).fill_(-1.0);
+    let _ = weight.narrow(0, 4090, 3).narrow(1, 0, 1).fill_(1.0);
+    let _ = weight.narrow(0, 4090, 3).narrow(1, 1, 1).fill_(0.0);
+    let hidden = Tensor::from_slice(&[1.0f32, 200.0])
+        .view([1, 2])
+        .repeat([rows, 1]);
+    let params = SamplingParams::default();
+    let mut head = DecodeHead::for_weight(&weight, &params);
+    let logits = head.logits(&hidden);
+    let mut rngs: Vec<Rng> = (0..rows as u64).map(|i| Rng::derive(5, i)).collect();
+    let (tokens, logp) = logits.next_tokens(&params, &mut rngs);
+    let tokens: Vec<i64> = Vec::try_from(tokens).unwrap();
+    assert!(
+        tokens.iter().all(|t| (4090..4093).contains(t)),
+        "{tokens:?}"
+    );
+    for l in Vec::<f32>::try_from(logp).unwrap() {
+        assert!((l - (1.0f32 / 3.0).ln()).abs() < 1e-5, "{l}");
+    }
+}
+
+#[test]
+fn generation_with_the_vocabulary_major_head_matches_the_row_major_one() {
+    // top_p just below 1 sends the same model down the row-major path; it removes only tokens
+    // whose cumulative probability is below 1e-9 (none carry that little mass here), so the
+    // distribution, the uniforms and hence the tokens are the same.
+    let m = tiny();
+    let prompts = vec![vec![5i64, 6, 7], vec![8i64], vec![9i64, 10]];
+    let fast = SamplingParams {
+        max_new_tokens: 12,
+        n: 3,
+        seed: 8,
+        temperature: 0.9,
+        ..SamplingParams::default()
+    };
+    let slow = SamplingParams {
+        top_p: 1.0 - 1e-9,
+        ..fast.clone()
+    };
+    assert!(DecodeHead::new(&m, &fast).is_vocab_major());
+    assert!(!DecodeHead::new(&m, &slow).is_vocab_major());
+    assert_eq!(
+        responses(&m, &prompts, &fast),
+        responses(&m, &prompts, &slow)
+    );
 }
