@@ -1,7 +1,7 @@
 //! Batched generation: prompts are left-padded to a common width, prefilled once into a
 //! preallocated KV cache (shared by the `n` samples of a prompt, then copied per sample), and
 //! decoded one token per step until every sequence has emitted an EOS id or the response
-//! length is reached. Positions follow the attention mask (`cumsum - 1`), so padded and
+//! length is reached; sequences that have ended leave the decoding batch. Positions follow the attention mask (`cumsum - 1`), so padded and
 //! unpadded prompts give the same tokens.
 
 use tch::{Device, Kind, Tensor};
@@ -43,6 +43,9 @@ pub struct RolloutOutput {
     pub finished: Vec<bool>,
     /// Index into the prompt slice of each row.
     pub prompt_index: Vec<usize>,
+    /// Rows run through the model after the prefill, summed over steps: rows that ended
+    /// leave the batch, so this is near the response tokens generated, not rows x length.
+    pub decoded_rows: usize,
 }
 
 /// Generates `params.n` responses for each prompt, left-padding prompts to the longest.
@@ -162,6 +165,7 @@ pub fn generate_padded(
         response_lengths: lengths.iter().map(|&l| l as usize).collect(),
         finished: ends.iter().map(|&e| e != 0 && !params.ignore_eos).collect(),
         prompt_index: (0..prompts.len() * n).map(|i| i / n).collect(),
+        decoded_rows: parts.iter().map(|c| c.decoded_rows).sum(),
     })
 }
 
@@ -186,6 +190,7 @@ struct Chunk {
     prompt_mask: Tensor,
     responses: Tensor,
     log_probs: Tensor,
+    decoded_rows: usize,
 }
 
 fn left_pad(prompts: &[Vec<i64>], width: i64, pad: i64, device: Device) -> (Tensor, Tensor) {
@@ -256,26 +261,59 @@ fn generate_chunk(
         .collect();
     let responses = Tensor::full([rows, r], stop.pad, (Kind::Int64, device));
     let log_probs = Tensor::zeros([rows, r], (Kind::Float, device));
-    let key_mask = Tensor::cat(&[&mask, &Tensor::ones([rows, r], (Kind::Int64, device))], 1);
+    let mut key_mask = Tensor::cat(&[&mask, &Tensor::ones([rows, r], (Kind::Int64, device))], 1);
     let eos = Tensor::from_slice(&stop.eos).to_device(device);
     let mut done = Tensor::zeros([rows], (Kind::Bool, device));
-    let last_prompt_pos = pos.narrow(1, width - 1, 1);
+    let mut last_prompt_pos = pos.narrow(1, width - 1, 1);
+    // The chunk rows still decoding, in the order of the batch the model sees (None: all).
+    let mut live: Option<Tensor> = None;
+    let mut decoded_rows = 0;
     for t in 0..r {
         let (tokens, logp) = logits.next_tokens(params, &mut rngs);
-        let tokens = tokens.masked_fill(&done, stop.pad);
-        responses.narrow(1, t, 1).copy_(&tokens.unsqueeze(1));
-        log_probs
-            .narrow(1, t, 1)
-            .copy_(&logp.masked_fill(&done, 0.0).unsqueeze(1));
+        let mut tokens = tokens.masked_fill(&done, stop.pad);
+        let logp = logp.masked_fill(&done, 0.0);
+        let mut token_col = responses.narrow(1, t, 1);
+        let mut logp_col = log_probs.narrow(1, t, 1);
+        match &live {
+            None => {
+                token_col.copy_(&tokens.unsqueeze(1));
+                logp_col.copy_(&logp.unsqueeze(1));
+            }
+            Some(rows) => {
+                let _ = token_col.index_copy_(0, rows, &tokens.unsqueeze(1));
+                let _ = logp_col.index_copy_(0, rows, &logp.unsqueeze(1));
+            }
+        }
         if !params.ignore_eos && !stop.eos.is_empty() {
             done = done.logical_or(&Tensor::isin(&tokens, &eos, false, false));
-            if t + 1 < r && done.all().int64_value(&[]) != 0 {
+            let finished = done.sum(Kind::Int64).int64_value(&[]);
+            let batch = done.size()[0];
+            if finished == batch {
                 break;
+            }
+            // Finished rows leave the batch once they are an eighth of it: the cache copy
+            // this costs is paid back by the smaller steps, and a row waits at most until
+            // then.
+            if t + 1 < r && finished * 8 >= batch {
+                let keep = done.logical_not().nonzero().squeeze_dim(1);
+                let gone = Vec::<i64>::try_from(done.to_kind(Kind::Int64)).unwrap_or_default();
+                let mut flags = gone.iter();
+                rngs.retain(|_| flags.next() != Some(&1));
+                cache = cache.select_rows(&keep, cache.capacity());
+                key_mask = key_mask.index_select(0, &keep);
+                last_prompt_pos = last_prompt_pos.index_select(0, &keep);
+                tokens = tokens.index_select(0, &keep);
+                live = Some(match &live {
+                    None => keep.shallow_clone(),
+                    Some(rows) => rows.index_select(0, &keep),
+                });
+                done = Tensor::zeros([keep.size()[0]], (Kind::Bool, device));
             }
         }
         if t + 1 == r {
             break;
         }
+        decoded_rows += tokens.size()[0] as usize;
         let step_mask = key_mask.narrow(1, 0, width + t + 1);
         let step_pos = &last_prompt_pos + (t + 1);
         let hidden = model.model.forward(
@@ -291,5 +329,6 @@ fn generate_chunk(
         prompt_mask: mask,
         responses,
         log_probs,
+        decoded_rows,
     }
 }

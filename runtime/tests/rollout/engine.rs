@@ -213,3 +213,62 @@ fn prompts_pad_to_a_fixed_width() {
         .to_string();
     assert!(e.contains("exceed prompt_width = 2"), "{e}");
 }
+
+#[test]
+fn ended_rows_leave_the_batch_without_changing_any_row() {
+    let m = from_pretrained(
+        "builtin://tiny?layers=2&hidden=64",
+        Device::Cpu,
+        Precision::Fp32,
+        3,
+    )
+    .unwrap()
+    .model;
+    let prompts: Vec<Vec<i64>> = (0..8).map(|i| vec![4 + i, 5, 6 + i % 3]).collect();
+    let stop = StopTokens {
+        eos: vec![2, 3],
+        pad: 0,
+    };
+    let params = SamplingParams {
+        max_new_tokens: 48,
+        n: 3,
+        seed: 17,
+        temperature: 1.5,
+        ..SamplingParams::default()
+    };
+    let together = generate(&m, &prompts, &params, &stop).unwrap();
+    // The reference: one pass per prompt (the same row streams, 3 rows a pass), where rows
+    // leave a batch far less often.
+    let alone = generate(
+        &m,
+        &prompts,
+        &SamplingParams {
+            max_prompts_per_pass: Some(1),
+            ..params.clone()
+        },
+        &stop,
+    )
+    .unwrap();
+    let lengths = &together.response_lengths;
+    let ended = together.finished.iter().filter(|&&f| f).count();
+    assert!(
+        ended >= 6 && ended < lengths.len(),
+        "the case needs rows ending at different steps and rows running to the limit: {lengths:?}"
+    );
+    assert_eq!(rows(&together.responses), rows(&alone.responses));
+    assert_eq!(lengths, &alone.response_lengths);
+    let diff = (&together.rollout_log_probs - &alone.rollout_log_probs)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(diff < 1e-5, "log-probs differ by {diff}");
+    // Rows run through the model: about the generated tokens (a row leaves once an eighth of
+    // the batch has ended), far fewer than every row for the whole length.
+    let generated: usize = lengths.iter().sum();
+    let full = lengths.len() * (params.max_new_tokens - 1);
+    assert!(
+        together.decoded_rows < full && together.decoded_rows <= generated + generated / 4,
+        "decoded {} rows for {generated} tokens (no compaction: {full})",
+        together.decoded_rows
+    );
+}
