@@ -23,8 +23,8 @@ pub mod single;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use tch::Tensor;
 use tch::nn::Path as VarPath;
-use tch::{Kind, Tensor};
 
 use crate::algo::AggOptions;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
@@ -158,14 +158,7 @@ impl Head for ValueModel {
 
     fn forward(&self, batch: &Batch, _opts: &ForwardOptions) -> Result<Tensor> {
         let (seq, r) = sequences(batch)?;
-        let t = seq.input_ids.size()[1];
-        let values = ValueModel::forward(
-            self,
-            seq.input_ids,
-            seq.position_ids,
-            Some(seq.attention_mask),
-        );
-        Ok(values.f_narrow(1, t - r - 1, r)?.f_to_kind(Kind::Float)?)
+        Ok(self.response_values(seq.input_ids, seq.position_ids, seq.attention_mask, r))
     }
 
     fn architecture(cfg: &ModelConfig) -> Result<&'static str, String> {

@@ -120,10 +120,13 @@ impl ValueModel {
         response_len: i64,
     ) -> Tensor {
         let total = input_ids.size()[1];
-        let hidden = self
-            .model
-            .forward(input_ids, position_ids, Some(attention_mask), None);
-        let hidden = hidden.narrow(1, total - response_len - 1, response_len);
+        let hidden = self.model.forward_window(
+            input_ids,
+            position_ids,
+            attention_mask,
+            total - response_len - 1,
+            response_len,
+        );
         self.score
             .forward(&hidden)
             .squeeze_dim(-1)

@@ -51,13 +51,13 @@ pub fn response_log_probs(
     with_entropy: bool,
 ) -> LogProbOutput {
     let total = batch.input_ids.size()[1];
-    let hidden = model.model.forward(
+    let hidden = model.model.forward_window(
         batch.input_ids,
         batch.position_ids,
-        Some(batch.attention_mask),
-        None,
+        batch.attention_mask,
+        total - response_len - 1,
+        response_len,
     );
-    let hidden = hidden.narrow(1, total - response_len - 1, response_len);
     let mut logits = model.logits(&hidden);
     if temperature != 1.0 {
         logits /= temperature;

@@ -113,8 +113,13 @@ fn value_model_round_trips_through_transformers() {
         );
         v.model.response_values(ids, pos, mask, 3)
     });
+    // The last layer computes only those positions: the same values up to GEMM rounding.
     let last = ours.narrow(1, ours.size()[1] - 4, 3);
-    assert!(tail.equal(&last), "response values are values[:, -R-1:-1]");
+    let d = (&tail - &last).abs().max().double_value(&[]);
+    assert!(
+        d <= 1e-6,
+        "response values are values[:, -R-1:-1] (off by {d})"
+    );
 }
 
 #[test]

@@ -64,3 +64,77 @@ fn half_precisions_stay_close_to_fp32() {
         assert!(d <= tol, "{p:?}: logits differ from fp32 by {d}");
     }
 }
+
+/// The log-prob and value heads read only the positions that predict the response; the model's
+/// windowed forward computes the last layer for those alone. Its logits equal transformers'
+/// at those positions, and its gradients equal those of the full forward narrowed there.
+#[test]
+fn windowed_forward_matches_transformers_and_the_full_backward() {
+    let dir = oracle::models();
+    for arch in ARCHS {
+        let m = from_pretrained(
+            dir.join(arch).to_str().unwrap(),
+            Device::Cpu,
+            Precision::Fp32,
+            0,
+        )
+        .unwrap();
+        let r = oracle::read(&dir.join(format!("{arch}_ref.safetensors")));
+        let (ids, pos, mask) = (
+            get(&r, "input_ids"),
+            get(&r, "position_ids"),
+            get(&r, "attention_mask"),
+        );
+        let t = ids.size()[1];
+        for (start, len) in [(t - 4, 3), (1, t - 1), (t / 2, t - t / 2)] {
+            let logits = tch::no_grad(|| {
+                m.model
+                    .logits(&m.model.model.forward_window(ids, pos, mask, start, len))
+            });
+            let want = get(&r, "logits").narrow(1, start, len);
+            let d = oracle::max_abs_diff_masked(&logits, &want, &mask.narrow(1, start, len));
+            assert!(
+                d <= 1e-4,
+                "{arch} window ({start}, {len}): logits differ by {d}"
+            );
+        }
+        // Gradients: a loss on the window's logits, by both paths.
+        let grads = |windowed: bool| {
+            for mut v in m.vs.trainable_variables() {
+                v.zero_grad();
+            }
+            let (start, len) = (t - 4, 3);
+            let hidden = if windowed {
+                m.model.model.forward_window(ids, pos, mask, start, len)
+            } else {
+                m.model
+                    .model
+                    .forward(ids, pos, Some(mask), None)
+                    .narrow(1, start, len)
+            };
+            let loss = m
+                .model
+                .logits(&hidden)
+                .log_softmax(-1, tch::Kind::Float)
+                .select(-1, 1)
+                .sum(tch::Kind::Float);
+            loss.backward();
+            let mut out: Vec<(String, tch::Tensor)> =
+                m.vs.variables()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.grad().copy()))
+                    .collect();
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+            out
+        };
+        let (full, window) = (grads(false), grads(true));
+        for ((name, a), (_, b)) in full.iter().zip(&window) {
+            let d = (a - b).abs().max().double_value(&[]);
+            let scale = a.abs().max().double_value(&[]).max(1e-3);
+            assert!(
+                d <= 1e-5 * scale.max(1.0),
+                "{arch}: grad of {name} differs by {d}"
+            );
+        }
+    }
+}
