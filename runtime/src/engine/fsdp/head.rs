@@ -15,8 +15,10 @@ pub trait FsdpHead: Head {
     fn backbone(&self) -> &Model;
     /// Whether the head reads the embedding matrix (tied embeddings).
     fn reads_embedding(&self) -> bool;
-    /// The head's output from the normed final hidden states `(N, T, hidden)` of `batch`.
-    fn output_from_hidden(
+    /// The head's output from the normed final hidden states `(N, R, hidden)` of the positions
+    /// that predict the `R` response tokens of `batch` (`[T - R - 1, T - 1)`), the window the
+    /// engine's last layer computes ([`Model::forward_window`]).
+    fn output_from_window(
         &self,
         hidden: &Tensor,
         batch: &Batch,
@@ -36,6 +38,21 @@ pub(crate) fn lengths(batch: &Batch) -> Result<(i64, i64)> {
     Ok((t, r))
 }
 
+/// The head's window for responses of length `r`: positions `[t - r - 1, t - 1)`.
+pub(crate) fn window(batch: &Batch) -> Result<(i64, i64)> {
+    let (t, r) = lengths(batch)?;
+    Ok((t - r - 1, r))
+}
+
+fn window_fits(hidden: &Tensor, r: i64) -> Result<()> {
+    match hidden.size().get(1) {
+        Some(&len) if len == r => Ok(()),
+        other => Err(EngineError::Batch(format!(
+            "hidden states cover {other:?} positions, the response window {r}"
+        ))),
+    }
+}
+
 impl FsdpHead for CausalLm {
     fn backbone(&self) -> &Model {
         &self.model
@@ -45,21 +62,21 @@ impl FsdpHead for CausalLm {
         self.config.tie_word_embeddings
     }
 
-    fn output_from_hidden(
+    fn output_from_window(
         &self,
         hidden: &Tensor,
         batch: &Batch,
         opts: &ForwardOptions,
     ) -> Result<LogProbOutput> {
         let (t, r) = lengths(batch)?;
+        window_fits(hidden, r)?;
         if opts.temperature.is_nan() || opts.temperature <= 0.0 {
             return Err(EngineError::Config(format!(
                 "temperature must be positive, got {}",
                 opts.temperature
             )));
         }
-        let hidden = hidden.f_narrow(1, t - r - 1, r)?;
-        let mut logits = self.logits(&hidden);
+        let mut logits = self.logits(hidden);
         if opts.temperature != 1.0 {
             logits /= opts.temperature;
         }
@@ -80,17 +97,17 @@ impl FsdpHead for ValueModel {
         false
     }
 
-    fn output_from_hidden(
+    fn output_from_window(
         &self,
         hidden: &Tensor,
         batch: &Batch,
         _opts: &ForwardOptions,
     ) -> Result<Tensor> {
-        let (t, r) = lengths(batch)?;
-        let hidden = hidden.f_narrow(1, t - r - 1, r)?;
+        let (_, r) = lengths(batch)?;
+        window_fits(hidden, r)?;
         Ok(self
             .score()
-            .forward(&hidden)
+            .forward(hidden)
             .f_squeeze_dim(-1)?
             .f_to_kind(Kind::Float)?)
     }

@@ -91,9 +91,18 @@ pub enum FsdpError {
 struct Boundaries {
     saved: Vec<Tensor>,
     outputs: Vec<Tensor>,
+    inputs: LayerInputs,
+}
+
+/// What every layer of a micro-batch reads besides its input: rotary tables, attention mask,
+/// and the head's window, which the last layer alone computes (`Model::forward_window`).
+struct LayerInputs {
     cos: Tensor,
     sin: Tensor,
     mask: Tensor,
+    /// First position of the window, and the last layer's attention mask for it.
+    window_start: i64,
+    window_mask: Tensor,
 }
 
 /// What an [`FsdpEngine`] is built from: the single engine's settings plus FSDP's own
@@ -451,42 +460,75 @@ impl<H: FsdpHead> FsdpEngine<H> {
         Ok(agg)
     }
 
-    /// Embedding, rotary tables and attention mask of a micro-batch (the root is gathered).
-    fn inputs(&self, mb: &Batch) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    /// Embedding and the layers' inputs of a micro-batch (the root is gathered).
+    fn inputs(&self, mb: &Batch) -> Result<(Tensor, LayerInputs)> {
         let ids = mb.get("input_ids")?;
         let pos = mb.get("position_ids")?;
-        let mask = mb.get("attention_mask")?;
+        let key_valid = mb.get("attention_mask")?;
         let t = ids.size().get(1).copied().unwrap_or(0);
+        let (window_start, r) = head::window(mb)?;
         let model = self.module.backbone();
         let x = Tensor::f_embedding(&model.embed_tokens, ids, -1, false, false)?;
         let (cos, sin) = model.rotary().cos_sin(pos, x.kind());
-        let mask = causal_padding_mask(mask, 0, t);
-        Ok((x, cos, sin, mask))
+        let mask = causal_padding_mask(key_valid, 0, t);
+        let window_mask = causal_padding_mask(
+            &key_valid.f_narrow(1, 0, window_start + r)?,
+            window_start,
+            r,
+        );
+        Ok((
+            x,
+            LayerInputs {
+                cos,
+                sin,
+                mask,
+                window_start,
+                window_mask,
+            },
+        ))
+    }
+
+    /// Layer `i` on its input `x` (N, T, hidden); the last layer returns only the head's window.
+    fn layer_forward(&self, i: usize, x: &Tensor, inputs: &LayerInputs) -> Result<Tensor> {
+        let layers = self.module.backbone().layers();
+        let layer = &layers[i];
+        let li = inputs;
+        if i + 1 < layers.len() {
+            return Ok(layer.forward(x, &li.cos, &li.sin, Some(&li.mask), None));
+        }
+        let end = li.window_start + li.window_mask.size()[2];
+        Ok(layer.forward_window(
+            &x.f_narrow(1, 0, end)?,
+            li.window_start,
+            &li.cos.f_narrow(2, 0, end)?,
+            &li.sin.f_narrow(2, 0, end)?,
+            &li.window_mask,
+        ))
     }
 
     /// Forward of one micro-batch, unit by unit; returns the boundary activations
-    /// (`saved[i]` is layer i's input, `saved[L]` the last layer's output). With `graphs`,
-    /// each layer runs with autograd from its own input (a detached leaf) and its output with
-    /// that graph is returned too (`outputs[i]`), for a backward without recomputation; the
-    /// layers then stay gathered, as their graphs hold the parameters.
+    /// (`saved[i]` is layer i's input, `saved[L]` the last layer's output at the head's
+    /// window). With `graphs`, each layer runs with autograd from its own input (a detached
+    /// leaf) and its output with that graph is returned too (`outputs[i]`), for a backward
+    /// without recomputation; the layers then stay gathered, as their graphs hold the
+    /// parameters.
     fn forward_boundaries(&mut self, mb: &Batch, keep: bool, graphs: bool) -> Result<Boundaries> {
         self.root.gather(&self.group)?;
         self.note_gathered();
-        let (x0, cos, sin, mask) = tch::no_grad(|| self.inputs(mb))?;
+        let (x0, inputs) = tch::no_grad(|| self.inputs(mb))?;
         let mut saved = vec![x0];
         let mut outputs = Vec::new();
         for i in 0..self.layers.len() {
             self.layers[i].gather(&self.group)?;
             self.note_gathered();
-            let layer = &self.module.backbone().layers()[i];
             let y = if graphs {
                 let x = saved[i].f_detach()?.set_requires_grad(true);
-                let y = layer.forward(&x, &cos, &sin, Some(&mask), None);
+                let y = self.layer_forward(i, &x, &inputs)?;
                 saved[i] = x;
                 outputs.push(y.shallow_clone());
                 y.f_detach()?
             } else {
-                tch::no_grad(|| layer.forward(&saved[i], &cos, &sin, Some(&mask), None))
+                tch::no_grad(|| self.layer_forward(i, &saved[i], &inputs))?
             };
             saved.push(y);
             if !keep && !graphs {
@@ -496,9 +538,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
         Ok(Boundaries {
             saved,
             outputs,
-            cos,
-            sin,
-            mask,
+            inputs,
         })
     }
 
@@ -514,15 +554,13 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let Boundaries {
             saved,
             outputs,
-            cos,
-            sin,
-            mask,
+            inputs,
         } = self.forward_boundaries(mb, keep, !recompute)?;
         let n = self.layers.len();
         // Head: loss to the last boundary (and the root's head parameters).
         let last = saved[n].f_detach()?.set_requires_grad(true);
         let hidden = self.module.backbone().final_norm().forward(&last);
-        let output = self.module.output_from_hidden(&hidden, mb, fwd)?;
+        let output = self.module.output_from_window(&hidden, mb, fwd)?;
         let micro = loss(mb, output, agg)?;
         // Loss scale and pre-divide: see the module docs.
         let factor = self.optimizer_mut()?.loss_scale() / self.dp.size() as f64;
@@ -543,8 +581,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
                 self.layers[i].gather(&self.group)?;
                 self.note_gathered();
                 let x = saved[i].f_detach()?.set_requires_grad(true);
-                let y =
-                    self.module.backbone().layers()[i].forward(&x, &cos, &sin, Some(&mask), None);
+                let y = self.layer_forward(i, &x, &inputs)?;
                 (x, y)
             } else {
                 let y = outputs.pop().ok_or_else(|| {
@@ -661,7 +698,7 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
                 .map(Tensor::shallow_clone)
                 .ok_or_else(|| EngineError::Config("no boundary".into()))?;
             let hidden = self.module.backbone().final_norm().forward(&last);
-            out.push(self.module.output_from_hidden(&hidden, mb, fwd)?);
+            out.push(self.module.output_from_window(&hidden, mb, fwd)?);
             self.root.free()?;
         }
         Ok(out)
