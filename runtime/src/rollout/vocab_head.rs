@@ -100,7 +100,7 @@ impl DecodeHead {
         let usable = weight.device() == Device::Cpu
             && weight.kind() == Kind::Float
             && weight.is_contiguous()
-            && !(filtering && !params.is_greedy());
+            && (params.is_greedy() || !filtering);
         let blocks = usable.then(|| {
             (0..vocab)
                 .step_by(BLOCK as usize)
