@@ -10,6 +10,7 @@ use crate::model::{CausalLm, KvCache, position_ids_from_mask};
 use crate::rng::Rng;
 
 use super::logprob::{SequenceBatch, compute_log_probs};
+use super::sampling::uniforms;
 use super::vocab_head::DecodeHead;
 use super::{LogProbPath, RolloutError, SamplingParams};
 
@@ -259,6 +260,16 @@ fn generate_chunk(
     let mut rngs: Vec<Rng> = (0..rows as u64)
         .map(|k| Rng::derive(params.seed, first_prompt as u64 * n as u64 + k))
         .collect();
+    // Every row's uniform number for every token, on the device before decoding starts.
+    let mut u = if params.is_greedy() {
+        Tensor::zeros([rows, r], (Kind::Float, device))
+    } else {
+        uniforms(&mut rngs, r as usize, device)
+    };
+    // How often the host reads which rows have ended (to stop, or to compact the batch): every
+    // token on CPU, where that read is free; every 8 tokens on an accelerator, where it waits
+    // for the device. Rows that ended meanwhile emit padding, masked on the device.
+    let check_every = if device == Device::Cpu { 1 } else { 8 };
     let responses = Tensor::full([rows, r], stop.pad, (Kind::Int64, device));
     let log_probs = Tensor::zeros([rows, r], (Kind::Float, device));
     let mut key_mask = Tensor::cat(&[&mask, &Tensor::ones([rows, r], (Kind::Int64, device))], 1);
@@ -269,7 +280,7 @@ fn generate_chunk(
     let mut live: Option<Tensor> = None;
     let mut decoded_rows = 0;
     for t in 0..r {
-        let (tokens, logp) = logits.next_tokens(params, &mut rngs);
+        let (tokens, logp) = logits.next_tokens(params, &u.select(1, t));
         let mut tokens = tokens.masked_fill(&done, stop.pad);
         let logp = logp.masked_fill(&done, 0.0);
         let mut token_col = responses.narrow(1, t, 1);
@@ -286,19 +297,22 @@ fn generate_chunk(
         }
         if !params.ignore_eos && !stop.eos.is_empty() {
             done = done.logical_or(&Tensor::isin(&tokens, &eos, false, false));
-            let finished = done.sum(Kind::Int64).int64_value(&[]);
+            let look = (t + 1) % check_every == 0;
+            let finished = if look {
+                done.sum(Kind::Int64).int64_value(&[])
+            } else {
+                0
+            };
             let batch = done.size()[0];
-            if finished == batch {
+            if look && finished == batch {
                 break;
             }
             // Finished rows leave the batch once they are an eighth of it: the cache copy
             // this costs is paid back by the smaller steps, and a row waits at most until
             // then.
-            if t + 1 < r && finished * 8 >= batch {
+            if look && t + 1 < r && finished * 8 >= batch {
                 let keep = done.logical_not().nonzero().squeeze_dim(1);
-                let gone = Vec::<i64>::try_from(done.to_kind(Kind::Int64)).unwrap_or_default();
-                let mut flags = gone.iter();
-                rngs.retain(|_| flags.next() != Some(&1));
+                u = u.index_select(0, &keep);
                 cache = cache.select_rows(&keep, cache.capacity());
                 key_mask = key_mask.index_select(0, &keep);
                 last_prompt_pos = last_prompt_pos.index_select(0, &keep);

@@ -3,7 +3,7 @@
 //! number per sequence from that sequence's own seeded stream, so results do not depend on
 //! libtorch's global generator, on batch composition or on other concurrent users.
 
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::rng::Rng;
 
@@ -39,7 +39,9 @@ pub fn top_p_filter(logits: &Tensor, p: f64) -> Tensor {
 ///
 /// Log-probabilities are taken under `log_softmax(logits / temperature)` before top-k/top-p
 /// filtering (temperature 1 for greedy), which is the distribution the actor evaluates.
-pub fn next_tokens(logits: &Tensor, params: &SamplingParams, rngs: &mut [Rng]) -> (Tensor, Tensor) {
+/// `u` (N,) holds each row's uniform number for this token (see [`uniforms`]), on the logits'
+/// device.
+pub fn next_tokens(logits: &Tensor, params: &SamplingParams, u: &Tensor) -> (Tensor, Tensor) {
     let logits = logits.to_kind(Kind::Float);
     if params.is_greedy() {
         let tokens = logits.argmax(-1, false);
@@ -61,7 +63,7 @@ pub fn next_tokens(logits: &Tensor, params: &SamplingParams, rngs: &mut [Rng]) -
     } else {
         top_p_filter(&top_k_filter(&scaled, params.top_k), params.top_p).softmax(-1, Kind::Float)
     };
-    let tokens = sample(&probs, rngs);
+    let tokens = sample_at(&probs, u);
     let logp = logp_all
         .gather(-1, &tokens.unsqueeze(-1), false)
         .squeeze_dim(-1);
@@ -73,17 +75,32 @@ pub fn uniform(rng: &mut Rng) -> f32 {
     (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
 }
 
+/// The uniform numbers of `steps` tokens for each row: (rows, steps), column `t` for the
+/// `t`-th token, drawn from each row's own stream in token order. Drawn before decoding and
+/// moved to the device once, so choosing a token never waits for the host.
+pub fn uniforms(rngs: &mut [Rng], steps: usize, device: Device) -> Tensor {
+    let mut u = Vec::with_capacity(rngs.len() * steps);
+    for rng in rngs.iter_mut() {
+        u.extend((0..steps).map(|_| uniform(rng)));
+    }
+    Tensor::from_slice(&u)
+        .view([rngs.len() as i64, steps as i64])
+        .to_device(device)
+}
+
 /// One draw per row of `probs` (N, V) by inverse CDF with the row's generator.
 pub fn sample(probs: &Tensor, rngs: &mut [Rng]) -> Tensor {
+    let u = uniforms(rngs, 1, probs.device()).squeeze_dim(1);
+    sample_at(probs, &u)
+}
+
+/// One draw per row of `probs` (N, V) by inverse CDF at the row's uniform number `u` (N,).
+pub fn sample_at(probs: &Tensor, u: &Tensor) -> Tensor {
     let vocab = probs.size()[1];
     let cdf = probs.cumsum(-1, Kind::Float);
     // Shrinking the target by 2^-20 keeps it strictly below the total despite f32 rounding,
     // so the search never lands past the last token with mass.
-    let u: Vec<f32> = rngs.iter_mut().map(uniform).collect();
-    let u = Tensor::from_slice(&u)
-        .to_device(probs.device())
-        .unsqueeze(-1);
-    let target = u * cdf.narrow(1, vocab - 1, 1) * (1.0 - 1.0 / (1u64 << 20) as f64);
+    let target = u.unsqueeze(-1) * cdf.narrow(1, vocab - 1, 1) * (1.0 - 1.0 / (1u64 << 20) as f64);
     target
         .searchsorted(&cdf, false, true, "right", None::<Tensor>)
         .squeeze_dim(-1)

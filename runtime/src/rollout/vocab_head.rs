@@ -21,10 +21,9 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::model::CausalLm;
-use crate::rng::Rng;
 
 use super::SamplingParams;
-use super::sampling::{next_tokens, uniform};
+use super::sampling::next_tokens;
 
 /// Vocabulary rows per block: a block of logits for 64 decoding rows is 512 KiB, about one
 /// core's L2, so the log-sum-exp reads what the GEMM just wrote.
@@ -59,12 +58,13 @@ impl HeadLogits {
         }
     }
 
-    /// The chosen tokens (rows,) and their log-probabilities (rows,).
-    pub fn next_tokens(&self, params: &SamplingParams, rngs: &mut [Rng]) -> (Tensor, Tensor) {
+    /// The chosen tokens (rows,) and their log-probabilities (rows,); `u` (rows,) holds each
+    /// row's uniform number for this token ([`super::sampling::uniforms`]).
+    pub fn next_tokens(&self, params: &SamplingParams, u: &Tensor) -> (Tensor, Tensor) {
         match self {
-            HeadLogits::RowMajor(l) => next_tokens(l, params, rngs),
+            HeadLogits::RowMajor(l) => next_tokens(l, params, u),
             HeadLogits::VocabMajor(v) if params.is_greedy() => v.greedy(),
-            HeadLogits::VocabMajor(v) => v.sample(rngs),
+            HeadLogits::VocabMajor(v) => v.sample(u),
         }
     }
 }
@@ -204,7 +204,7 @@ impl VocabMajorLogits {
         (tokens, logp)
     }
 
-    fn sample(&self, rngs: &mut [Rng]) -> (Tensor, Tensor) {
+    fn sample(&self, u: &Tensor) -> (Tensor, Tensor) {
         let rows = self.rows();
         let blocks = self.block_lse.size()[0];
         let at = self.row_index();
@@ -214,7 +214,6 @@ impl VocabMajorLogits {
             .exp()
             .cumsum(0, Kind::Float);
         let total = mass.get(blocks - 1);
-        let u = Tensor::from_slice(&rngs.iter_mut().map(uniform).collect::<Vec<f32>>());
         let target = u * total * (1.0 - 1.0 / (1u64 << 20) as f64);
         // The first block whose cumulative mass exceeds the target (blocks of zero mass are
         // never chosen: their cumulative value equals the one before).

@@ -3,7 +3,7 @@
 
 use runtime::model::{Precision, from_pretrained};
 use runtime::rng::Rng;
-use runtime::rollout::sampling::{sample, top_k_filter, top_p_filter};
+use runtime::rollout::sampling::{sample, top_k_filter, top_p_filter, uniforms};
 use runtime::rollout::vocab_head::{DecodeHead, HeadLogits};
 use runtime::rollout::{SamplingParams, StopTokens, generate};
 use tch::{Device, Kind, Tensor};
@@ -153,7 +153,8 @@ fn head_case(vocab: i64, rows: i64) -> (Tensor, Tensor) {
 fn draws(head_logits: &HeadLogits, params: &SamplingParams, seed: u64) -> (Vec<i64>, Vec<f32>) {
     let n = 300;
     let mut rngs: Vec<Rng> = (0..n).map(|i| Rng::derive(seed, i)).collect();
-    let (t, l) = head_logits.next_tokens(params, &mut rngs);
+    let u = uniforms(&mut rngs, 1, Device::Cpu).squeeze_dim(1);
+    let (t, l) = head_logits.next_tokens(params, &u);
     (Vec::try_from(t).unwrap(), Vec::try_from(l).unwrap())
 }
 
@@ -210,7 +211,8 @@ fn vocabulary_major_head_never_draws_a_token_without_mass() {
     let mut head = DecodeHead::for_weight(&weight, &params);
     let logits = head.logits(&hidden);
     let mut rngs: Vec<Rng> = (0..rows as u64).map(|i| Rng::derive(5, i)).collect();
-    let (tokens, logp) = logits.next_tokens(&params, &mut rngs);
+    let u = uniforms(&mut rngs, 1, Device::Cpu).squeeze_dim(1);
+    let (tokens, logp) = logits.next_tokens(&params, &u);
     let tokens: Vec<i64> = Vec::try_from(tokens).unwrap();
     assert!(
         tokens.iter().all(|t| (4090..4093).contains(t)),
