@@ -13,7 +13,10 @@ Our side runs as a verlc trainer does, keeping freed host memory in the process
 
 The loss is the policy-gradient surrogate -(A * log pi(response)), token-mean. Both sides
 take the response log-probs from logits of the response positions only (transformers:
-`logits_to_keep`). The first step's loss and grad norm must agree (same weights, same batch),
+`logits_to_keep`). Our last decoder layer also computes its queries, attention output and MLP
+for those positions only (keys and values for all; runtime's `Model::forward_window`), as every
+verlc actor and critic update does; transformers runs the last layer over every position. On
+the 2-layer models here that is most of the difference. The first step's loss and grad norm must agree (same weights, same batch),
 so the two sides are known to do the same work.
 
 Usage: bench.py OUR_BINARY. Prints one JSON result per shape on the last line (a list).

@@ -25,8 +25,9 @@ use crate::model::CausalLm;
 use super::SamplingParams;
 use super::sampling::next_tokens;
 
-/// Vocabulary rows per block: a block of logits for 64 decoding rows is 512 KiB, about one
-/// core's L2, so the log-sum-exp reads what the GEMM just wrote.
+/// Vocabulary rows per block (fewer when the vocabulary is smaller): a block of logits for 64
+/// decoding rows is 512 KiB, about one core's L2, so the log-sum-exp reads what the GEMM just
+/// wrote.
 const BLOCK: i64 = 2048;
 
 /// Next-token logits, in whichever layout the head produced.
@@ -36,12 +37,13 @@ pub enum HeadLogits {
     VocabMajor(VocabMajorLogits),
 }
 
-/// Logits already divided by the sampling temperature, stored (blocks x BLOCK, rows) in f32 with
+/// Logits already divided by the sampling temperature, stored (blocks x block, rows) in f32 with
 /// `-inf` past the vocabulary, and each block's log-sum-exp per row.
 pub struct VocabMajorLogits {
     logits: Tensor,
     block_lse: Tensor,
     vocab: i64,
+    block: i64,
 }
 
 impl HeadLogits {
@@ -54,6 +56,7 @@ impl HeadLogits {
                 logits: v.logits.index_select(1, index),
                 block_lse: v.block_lse.index_select(1, index),
                 vocab: v.vocab,
+                block: v.block,
             }),
         }
     }
@@ -73,10 +76,11 @@ impl HeadLogits {
 pub struct DecodeHead {
     /// The (vocab, hidden) projection.
     weight: Tensor,
-    /// Contiguous (BLOCK, hidden) views of the head weight (the last one shorter), or `None`
+    /// Contiguous (block, hidden) views of the head weight (the last one shorter), or `None`
     /// where logits are computed row-major by the model.
     blocks: Option<Vec<Tensor>>,
     vocab: i64,
+    block: i64,
     /// Divides the logits before the log-sum-exp (1 when greedy: log-probs are then taken at
     /// temperature 1, as the general path does).
     temperature: f64,
@@ -101,10 +105,11 @@ impl DecodeHead {
             && weight.kind() == Kind::Float
             && weight.is_contiguous()
             && (params.is_greedy() || !filtering);
+        let block = BLOCK.min(vocab).max(1);
         let blocks = usable.then(|| {
             (0..vocab)
-                .step_by(BLOCK as usize)
-                .map(|start| weight.narrow(0, start, BLOCK.min(vocab - start)))
+                .step_by(block as usize)
+                .map(|start| weight.narrow(0, start, block.min(vocab - start)))
                 .collect()
         });
         let temperature = if params.is_greedy() {
@@ -116,6 +121,7 @@ impl DecodeHead {
             weight: weight.shallow_clone(),
             blocks,
             vocab,
+            block,
             temperature,
             buffer: None,
             scratch: None,
@@ -134,27 +140,28 @@ impl DecodeHead {
             return HeadLogits::RowMajor(hidden.linear::<&Tensor>(&self.weight, None));
         };
         let rows = hidden.size()[0];
+        let block = self.block;
         let count = blocks.len() as i64;
         let fits = |t: &Tensor| t.size()[1] == rows;
         // Rows past the vocabulary are never written: -inf once, at allocation.
         let logits = match self.buffer.take() {
             Some(t) if fits(&t) => t,
             _ => Tensor::full(
-                [count * BLOCK, rows],
+                [count * block, rows],
                 f64::NEG_INFINITY,
                 (Kind::Float, Device::Cpu),
             ),
         };
         let scratch = match self.scratch.take() {
             Some(t) if fits(&t) => t,
-            _ => Tensor::empty([BLOCK, rows], (Kind::Float, Device::Cpu)),
+            _ => Tensor::empty([block, rows], (Kind::Float, Device::Cpu)),
         };
         let block_lse = Tensor::empty([count, rows], (Kind::Float, Device::Cpu));
         let hidden_t = hidden.to_kind(Kind::Float).tr();
         for (i, w) in blocks.iter().enumerate() {
             let i = i as i64;
             let len = w.size()[0];
-            let mut out = logits.narrow(0, i * BLOCK, len);
+            let mut out = logits.narrow(0, i * block, len);
             let _ = w.mm_out(&out, &hidden_t);
             if self.temperature != 1.0 {
                 let _ = out.g_div_scalar_(self.temperature);
@@ -174,6 +181,7 @@ impl DecodeHead {
             logits,
             block_lse,
             vocab: self.vocab,
+            block,
         })
     }
 }
@@ -222,10 +230,11 @@ impl VocabMajorLogits {
             .sum_dim_intlist(0, false, Kind::Int64)
             .clamp_max(blocks - 1);
         let before = mass.index(&[Some(&(&block - 1).clamp_min(0)), Some(&at)]) * block.gt(0);
-        // That block's cumulative probabilities for each row: (rows, BLOCK).
+        // That block's cumulative probabilities for each row: (rows, block).
+        let size = self.block;
         let chosen = self
             .logits
-            .view([blocks, BLOCK, rows])
+            .view([blocks, size, rows])
             .permute([2, 0, 1])
             .index(&[Some(&at), Some(&block)]);
         let cdf = (chosen - lse.unsqueeze(1)).exp().cumsum(1, Kind::Float) + before.unsqueeze(1);
@@ -236,9 +245,9 @@ impl VocabMajorLogits {
         // Rounding can leave the block's own sum just below the target: take its last token
         // with mass, never the zero-probability tail or the padding.
         let last_with_mass =
-            cdf.lt_tensor(&cdf.narrow(1, BLOCK - 1, 1))
+            cdf.lt_tensor(&cdf.narrow(1, size - 1, 1))
                 .sum_dim_intlist(1, false, Kind::Int64);
-        let tokens = (block * BLOCK + found.minimum(&last_with_mass)).clamp_max(self.vocab - 1);
+        let tokens = (block * size + found.minimum(&last_with_mass)).clamp_max(self.vocab - 1);
         debug_assert_eq!(tokens.size(), [rows]);
         let logp = self.log_probs_of(&tokens, &lse);
         (tokens, logp)
