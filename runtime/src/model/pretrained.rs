@@ -1,10 +1,13 @@
-//! `from_pretrained`-style entry points: a model path (a Hugging Face checkpoint directory or
-//! a `builtin://` model) to a VarStore plus a causal LM or value model, in a dtype on a device.
+//! `from_pretrained`-style entry points: a model path (a Hugging Face checkpoint directory, a
+//! Hub id found in the Hub cache, or a `builtin://` model) to a VarStore plus a causal LM or
+//! value model, in a dtype on a device.
 
 use std::path::{Path, PathBuf};
 
 use tch::nn::VarStore;
 use tch::{Device, Kind};
+
+use verlc_hub::{HubEnv, locate};
 
 use crate::builtin_uri::BuiltinUri;
 
@@ -22,15 +25,31 @@ pub enum ModelSource {
 }
 
 impl ModelSource {
+    /// A `builtin://` URI, a directory, or a Hub id looked up in the Hub cache of this
+    /// process's environment (`HF_HUB_CACHE`, `HF_HOME`, ...).
     pub fn parse(path: &str) -> Result<Self, ModelError> {
-        match BuiltinUri::parse(path) {
-            Some(uri) => Ok(ModelSource::Builtin(uri.map_err(|msg| {
+        Self::parse_in(path, &HubEnv::from_env())
+    }
+
+    /// [`ModelSource::parse`] with Hub ids looked up in `hub`'s cache.
+    pub fn parse_in(path: &str, hub: &HubEnv) -> Result<Self, ModelError> {
+        if let Some(uri) = BuiltinUri::parse(path) {
+            return Ok(ModelSource::Builtin(uri.map_err(|msg| {
                 ModelError::Source {
                     path: path.into(),
                     msg,
                 }
-            })?)),
-            None => Ok(ModelSource::Dir(PathBuf::from(path))),
+            })?));
+        }
+        match locate(path, None, hub) {
+            Ok(loc) => Ok(ModelSource::Dir(
+                loc.dir()
+                    .map_or_else(|| PathBuf::from(path), Path::to_path_buf),
+            )),
+            Err(e) => Err(ModelError::Source {
+                path: path.into(),
+                msg: e.to_string(),
+            }),
         }
     }
 

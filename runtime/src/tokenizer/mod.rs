@@ -92,7 +92,7 @@ fn default_template(cfg: &Value) -> Option<String> {
 }
 
 impl Tokenizer {
-    /// A checkpoint directory or `builtin://tiny`.
+    /// A checkpoint directory, a Hub id in the Hub cache, or `builtin://tiny`.
     pub fn from_pretrained(path: &str) -> Result<Self, TokenizerError> {
         match BuiltinUri::parse(path) {
             Some(uri) => {
@@ -117,7 +117,13 @@ impl Tokenizer {
                     msg,
                 })
             }
-            None => Self::from_dir(Path::new(path)),
+            None => match verlc_hub::locate(path, None, &verlc_hub::HubEnv::from_env()) {
+                Ok(loc) => Self::from_dir(loc.dir().unwrap_or(Path::new(path))),
+                Err(e) => Err(TokenizerError::Source {
+                    path: path.into(),
+                    msg: e.to_string(),
+                }),
+            },
         }
     }
 

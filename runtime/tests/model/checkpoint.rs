@@ -219,3 +219,55 @@ fn tensor_parallel_shard_hints_load_slices() {
         "{e}"
     );
 }
+
+/// A model named by Hub id loads from the Hub cache's snapshot (blobs linked from
+/// `snapshots/<commit>`, `refs/main`), the layout transformers reads with
+/// `local_files_only=True`: the same weights as the directory it was cached from.
+#[test]
+fn hub_id_loads_the_cached_snapshot() {
+    use runtime::model::ModelSource;
+    use verlc_hub::HubEnv;
+
+    let dir = oracle::models();
+    let src = dir.join("qwen2");
+    let cache = oracle::scratch("hub-cache");
+    let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+    let repo = cache.join("models--tiny-org--qwen2-tiny");
+    let snap = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(&snap).unwrap();
+    for (i, entry) in std::fs::read_dir(&src).unwrap().enumerate() {
+        let entry = entry.unwrap();
+        let blob = repo.join("blobs").join(format!("blob{i:04}"));
+        std::fs::copy(entry.path(), &blob).unwrap();
+        std::os::unix::fs::symlink(
+            std::path::Path::new("../../blobs").join(blob.file_name().unwrap()),
+            snap.join(entry.file_name()),
+        )
+        .unwrap();
+    }
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+
+    let env = HubEnv::offline_at(&cache);
+    let source = ModelSource::parse_in("tiny-org/qwen2-tiny", &env).unwrap();
+    assert_eq!(source, ModelSource::Dir(snap.clone()));
+    let via_hub = from_pretrained(snap.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+    let direct = from_pretrained(src.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+    for (name, t) in direct.vs.variables() {
+        assert!(t.equal(&via_hub.vs.variables()[&name]), "{name}");
+    }
+    // Not cached: the error names the id and the cache.
+    let err = ModelSource::parse_in("tiny-org/absent", &env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tiny-org/absent") && err.contains("Hugging Face Hub cache"),
+        "{err}"
+    );
+    // A local directory of the same spelling as an id wins (transformers' order).
+    assert_eq!(
+        ModelSource::parse_in(src.to_str().unwrap(), &env).unwrap(),
+        ModelSource::Dir(src.clone())
+    );
+}
