@@ -551,8 +551,16 @@ fn model_dir_from_tree(c: &Composed) -> Option<PathBuf> {
         .root
         .get_path(&["actor_rollout_ref", "model", "path"])?
         .as_str()?;
-    let p = expand_home(p);
-    p.join("config.json").is_file().then_some(p)
+    let local = expand_home(p);
+    if local.join("config.json").is_file() {
+        return Some(local);
+    }
+    // A Hub id already in the Hub cache (check never downloads; `verlc build` does).
+    let env = verlc_hub::HubEnv::from_env();
+    match verlc_hub::locate(p, None, &env).ok()? {
+        verlc_hub::ModelLocation::Hub(snapshot) => Some(snapshot.dir),
+        _ => None,
+    }
 }
 
 fn expand_home(p: &str) -> PathBuf {

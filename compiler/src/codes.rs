@@ -56,6 +56,7 @@ pub const BUILD_DEVICE_UNSUPPORTED: Code = Code("B017");
 pub const BUILD_UNSUPPORTED_SETTING: Code = Code("B018");
 pub const BUILD_NO_EFFECT: Code = Code("B006");
 pub const BUILD_BF16_EMULATED: Code = Code("B007");
+pub const BUILD_MODEL_UNAVAILABLE: Code = Code("B019");
 
 /// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
 pub const BUILD_CODES: &[(Code, &str)] = &[
@@ -122,6 +123,10 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     (
         BUILD_BF16_EMULATED,
         "bf16 training on a CPU without native bf16 (AVX-512 BF16 / AMX): emulated, several times slower than fp32",
+    ),
+    (
+        BUILD_MODEL_UNAVAILABLE,
+        "a model named by Hugging Face Hub id is neither in the Hub cache nor downloadable",
     ),
 ];
 

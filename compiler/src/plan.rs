@@ -32,6 +32,7 @@
 pub mod embed;
 mod host;
 mod invalid;
+pub mod models;
 pub mod spec;
 mod verdict_report;
 pub mod verdicts;

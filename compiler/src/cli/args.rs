@@ -30,6 +30,19 @@ pub enum Command {
     Build(BuildArgs),
     /// Build (cached) and run the training binary: `verlc run CONFIG [overrides] [-- args]`.
     Run(RunArgs),
+    /// Download a model by Hugging Face Hub id into the Hub cache (as `huggingface-cli
+    /// download` does); prints its snapshot directory.
+    Fetch(FetchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FetchArgs {
+    /// The model's Hub id (`Qwen/Qwen2.5-0.5B-Instruct`).
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+    /// Branch, tag or commit hash (default: main).
+    #[arg(long, value_name = "REV")]
+    pub revision: Option<String>,
 }
 
 /// How to find and compose the config (shared by check and explain).

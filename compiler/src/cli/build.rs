@@ -131,6 +131,16 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
     if a.plan {
         return Ok(None);
     }
+    // Models named by Hub id: in the Hub cache before the trainer exists (it never downloads).
+    let missing = super::fetch::models_for_build(&plan, &checked.composed.root);
+    if !missing.is_empty() {
+        eprint!(
+            "{}",
+            render::human(&missing, &checked.composed.sources, color)
+        );
+        eprintln!("error: not building {source}: a model is unavailable");
+        return Err(EXIT_ERRORS);
+    }
 
     let paths = Paths::from_env(a.cache_dir.clone(), a.target_dir.clone());
     let spec = CrateSpec {

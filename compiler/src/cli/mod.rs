@@ -5,6 +5,7 @@ mod args;
 mod build;
 mod check;
 mod explain;
+mod fetch;
 mod rule;
 mod run;
 mod schema;
@@ -44,6 +45,7 @@ pub fn main() -> ExitCode {
         Command::Rule(a) => rule::run(a),
         Command::Build(a) => build::run(a),
         Command::Run(a) => run::run(a),
+        Command::Fetch(a) => fetch::run(a),
     };
     ExitCode::from(code)
 }

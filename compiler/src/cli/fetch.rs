@@ -1,0 +1,170 @@
+//! `verlc fetch`, and the step of `verlc build` that gets the models a config names by Hugging
+//! Face Hub id into the Hub cache, where the trainer (which never uses the network) reads them
+//! as transformers would. Downloads go through `hf-hub`, the Hub's own Rust client, into the
+//! layout `huggingface_hub` writes (blobs, snapshot links, refs), resuming partial files.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use hf_hub::api::sync::ApiBuilder;
+use hf_hub::{Cache, Repo, RepoType};
+use verlc::codes;
+use verlc::diag::Diagnostic;
+use verlc::load::node::{Node, split_key};
+use verlc::plan::BuildPlan;
+use verlc::plan::models::hub_models;
+use verlc_hub::{HubEnv, HubError, RepoId, Snapshot, find_snapshot};
+
+use super::EXIT_USAGE;
+use super::args::FetchArgs;
+
+/// Why a model could not be downloaded.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("`{id}` is not in the Hugging Face Hub cache at {} and HF_HUB_OFFLINE is set", cache.display())]
+    Offline { id: String, cache: PathBuf },
+    #[error("cannot download `{id}` from {endpoint}: {msg}")]
+    Download {
+        id: String,
+        endpoint: String,
+        msg: String,
+    },
+    #[error(
+        "`{id}` has no safetensors weights on the Hub (verlc loads safetensors only; files: {files})"
+    )]
+    NoSafetensors { id: String, files: String },
+    #[error(transparent)]
+    Hub(#[from] HubError),
+}
+
+/// Whether a repository file is one a model load reads: configs, tokenizer files, chat
+/// templates and safetensors weights at the top level (no PyTorch pickles, ONNX or GGUF).
+fn wanted(file: &str) -> bool {
+    !file.contains('/')
+        && [".json", ".safetensors", ".jinja", ".txt", ".model"]
+            .iter()
+            .any(|ext| file.ends_with(ext))
+}
+
+/// The snapshot of `id` at `revision` (default `main`): from the cache, or downloaded into it
+/// (with a progress bar per file when `progress`).
+pub fn fetch(
+    env: &HubEnv,
+    id: &RepoId,
+    revision: Option<&str>,
+    progress: bool,
+) -> Result<Snapshot, FetchError> {
+    match find_snapshot(env, id, revision) {
+        Ok(s) => return Ok(s),
+        Err(HubError::NotCached { .. }) if env.offline => {
+            return Err(FetchError::Offline {
+                id: id.to_string(),
+                cache: env.cache.clone(),
+            });
+        }
+        Err(HubError::NotCached { .. } | HubError::Incomplete { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let failed = |msg: String| FetchError::Download {
+        id: id.to_string(),
+        endpoint: env.endpoint.clone(),
+        msg,
+    };
+    let api = ApiBuilder::from_cache(Cache::new(env.cache.clone()))
+        .with_endpoint(env.endpoint.clone())
+        .with_token(env.token.clone())
+        .with_progress(progress)
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let revision_name = revision.unwrap_or("main").to_owned();
+    let repo = api.repo(Repo::with_revision(
+        id.to_string(),
+        RepoType::Model,
+        revision_name,
+    ));
+    let info = repo.info().map_err(|e| failed(e.to_string()))?;
+    let files: Vec<&str> = info
+        .siblings
+        .iter()
+        .map(|s| s.rfilename.as_str())
+        .filter(|f| wanted(f))
+        .collect();
+    if !files.iter().any(|f| f.ends_with(".safetensors")) {
+        return Err(FetchError::NoSafetensors {
+            id: id.to_string(),
+            files: info
+                .siblings
+                .iter()
+                .map(|s| s.rfilename.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    for file in files {
+        repo.download(file)
+            .map_err(|e| failed(format!("{file}: {e}")))?;
+    }
+    Ok(find_snapshot(env, id, revision)?)
+}
+
+/// `verlc fetch MODEL [--revision REV]`: prints the snapshot directory.
+pub fn run(a: FetchArgs) -> u8 {
+    let id = match RepoId::parse(&a.model) {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let env = HubEnv::from_env();
+    match fetch(
+        &env,
+        &id,
+        a.revision.as_deref(),
+        std::io::stderr().is_terminal(),
+    ) {
+        Ok(s) => {
+            println!("{}", s.dir.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+/// Before a build: every Hub model of `plan` in the cache, downloaded where missing (unless
+/// offline). What cannot be had is an error at the key that names it.
+pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic> {
+    let env = HubEnv::from_env();
+    let mut out = Vec::new();
+    for m in hub_models(&plan.spec) {
+        if find_snapshot(&env, &m.id, None).is_ok() {
+            continue;
+        }
+        if !env.offline {
+            eprintln!("fetching {} into {}", m.id, env.cache.display());
+        }
+        if let Err(e) = fetch(&env, &m.id, None, std::io::stderr().is_terminal()) {
+            let origin = root
+                .get_path(&split_key(m.key))
+                .and_then(|n| n.origin.clone());
+            let help = if env.offline {
+                "download it where the network is reachable (`verlc fetch ID`, or `huggingface-cli download ID`) into this Hub cache, or unset HF_HUB_OFFLINE"
+            } else {
+                "check the id, the network and HF_TOKEN (gated models), or name a local checkpoint directory"
+            };
+            out.push(
+                Diagnostic::error(
+                    codes::BUILD_MODEL_UNAVAILABLE,
+                    format!("the model `{}` cannot be had: {e}", m.id),
+                )
+                .with_key(m.key)
+                .with_primary(origin, "this Hub id")
+                .with_help(help),
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,147 @@
+//! Models named by Hugging Face Hub id: `verlc check` reads a cached model's `config.json` for
+//! its model-aware rules, `verlc fetch` prints a cached snapshot and fails clearly offline or
+//! without a reachable Hub, and `verlc build` reports a model it cannot get at the key's line
+//! before compiling anything. The cache is laid out as `huggingface_hub` writes it (the
+//! `verlc-hub` crate's tests compare that layout with huggingface_hub and transformers).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn checkout() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// verlc with a Hub cache at `cache`, offline unless the test says otherwise.
+fn verlc(cache: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_verlc"));
+    cmd.current_dir(checkout())
+        .env("NO_COLOR", "1")
+        .env("HF_HUB_CACHE", cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .env_remove("HF_ENDPOINT")
+        .env_remove("HF_TOKEN");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (Option<i32>, String, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `models--org--qwen-dims` at `main`: Qwen2.5-0.5B's head counts (14 query, 2 key/value).
+fn cache_with_model(root: &Path) -> PathBuf {
+    let repo = root.join("models--org--qwen-dims");
+    let snap = repo.join("snapshots").join(COMMIT);
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(
+        repo.join("blobs/cfg"),
+        r#"{"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14,
+            "num_key_value_heads": 2, "num_hidden_layers": 24, "vocab_size": 151936,
+            "intermediate_size": 4864, "max_position_embeddings": 32768}"#,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("../../blobs/cfg", snap.join("config.json")).unwrap();
+    std::fs::write(repo.join("refs/main"), COMMIT).unwrap();
+    snap
+}
+
+#[test]
+fn check_reads_the_config_of_a_cached_hub_model() {
+    let dir = tempfile::tempdir().unwrap();
+    cache_with_model(dir.path());
+    let args = [
+        "check",
+        "examples/quickstart.yaml",
+        "actor_rollout_ref.model.path=org/qwen-dims",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+        "trainer.n_gpus_per_node=4",
+    ];
+    let (_, _, stderr) = run(verlc(dir.path()).args(args));
+    assert!(
+        stderr.contains("num_attention_heads = 14"),
+        "the model-aware rules read the cached config.json: {stderr}"
+    );
+    // Not in this cache: nothing to read, no finding about the heads (and no error either:
+    // verl would download it).
+    let empty = tempfile::tempdir().unwrap();
+    let (_, _, stderr) = run(verlc(empty.path()).args(args));
+    assert!(!stderr.contains("num_attention_heads"), "{stderr}");
+}
+
+#[test]
+fn fetch_prints_a_cached_snapshot_and_fails_clearly_without_the_hub() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = cache_with_model(dir.path());
+    let (code, stdout, stderr) = run(verlc(dir.path()).args(["fetch", "org/qwen-dims"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.trim(), snap.display().to_string());
+
+    let (code, _, stderr) = run(verlc(dir.path()).args(["fetch", "org/absent"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("org/absent") && stderr.contains("HF_HUB_OFFLINE"),
+        "{stderr}"
+    );
+
+    // Online, but the Hub does not answer (nothing listens on port 9 here).
+    let (code, _, stderr) = run(verlc(dir.path())
+        .args(["fetch", "org/absent"])
+        .env_remove("HF_HUB_OFFLINE")
+        .env("HF_ENDPOINT", "http://127.0.0.1:9"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot download `org/absent` from http://127.0.0.1:9"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(verlc(dir.path()).args(["fetch", "not a/valid/id"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("not a Hugging Face Hub model id"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn build_reports_an_unavailable_hub_model_at_its_line_before_compiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let quickstart = std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).unwrap();
+    let text = quickstart.replacen(
+        "    path: builtin://tiny?layers=2&hidden=128\n",
+        "    path: org/absent\n",
+        1,
+    );
+    assert_ne!(
+        text, quickstart,
+        "the quickstart names its model on one line"
+    );
+    let cfg = dir.path().join("hub.yaml");
+    std::fs::write(&cfg, &text).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("org/absent"))
+        .map_or(0, |i| i + 1);
+    let (code, _, stderr) = run(verlc(dir.path())
+        .arg("build")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.path().join("t"))
+        .env("VERLC_CACHE_DIR", dir.path().join("cache")));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("error[B019]"), "{stderr}");
+    assert!(stderr.contains(&format!("hub.yaml:{line}:")), "{stderr}");
+    assert!(
+        !stderr.contains("compiling"),
+        "nothing is compiled: {stderr}"
+    );
+    assert!(!dir.path().join("t").exists());
+}
