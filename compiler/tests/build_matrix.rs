@@ -278,7 +278,13 @@ fn build(row: &Row, out: &Path, cache: &Path) -> Result<PathBuf, String> {
     // The checkout's own crates are compiled once more for the generated crates: cargo hashes
     // a path dependency by its path relative to the workspace root, which differs between the
     // verlc workspace and a generated crate's (all generated crates share that one copy).
-    let ours = ["verlc@", "verlc-spec@", "verlc-runtime@", "verlc-macros@"];
+    let ours = [
+        "verlc@",
+        "verlc-spec@",
+        "verlc-hub@",
+        "verlc-runtime@",
+        "verlc-macros@",
+    ];
     let shared: Vec<&&str> = compiled
         .iter()
         .filter(|c| !c.starts_with("verlc-trainer-") && !ours.iter().any(|o| c.starts_with(o)))

@@ -221,8 +221,30 @@ pub fn cargo_command(krate: &WrittenCrate, paths: &Paths, profile: Profile) -> C
     if profile == Profile::Release {
         cmd.arg("--release");
     }
+    forget_calling_package(&mut cmd);
     libtorch_env(&mut cmd, &paths.checkout);
     cmd
+}
+
+/// Drops what cargo set for the package that runs verlc (`cargo run -p verlc`, a test of the
+/// workspace): `CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ... Build scripts that track one of them
+/// (ring's tracks `CARGO_MANIFEST_DIR`) would otherwise see a changed value and rebuild, with
+/// everything above them, the crates the workspace compiled.
+fn forget_calling_package(cmd: &mut Command) {
+    const SET_FOR_A_PACKAGE: [&str; 6] = [
+        "CARGO_MANIFEST_",
+        "CARGO_PKG_",
+        "CARGO_CRATE_",
+        "CARGO_BIN_",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+    ];
+    for (key, _) in std::env::vars_os() {
+        let name = key.to_string_lossy();
+        if SET_FOR_A_PACKAGE.iter().any(|p| name.starts_with(p)) || name == "OUT_DIR" {
+            cmd.env_remove(&key);
+        }
+    }
 }
 
 /// What `scripts/cargo-env` sets, when the caller did not: torch-sys then finds the checkout's
