@@ -101,10 +101,11 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
     let spec: serde_json::Value = serde_json::from_str(&stdout).expect("spec json");
     assert_eq!(spec["actor"]["optim"]["lr"], 1e-5, "{stdout}");
     // An override the binary cannot honour is refused before anything runs (B018), not at start-up.
-    let (code, _, stderr) = run(trainer_cmd().args(["--check", "trainer.logger=[console,wandb]"]));
+    let (code, _, stderr) =
+        run(trainer_cmd().args(["--check", "trainer.logger=[console,swanlab]"]));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("error[B018]") && stderr.contains("wandb"),
+        stderr.contains("error[B018]") && stderr.contains("swanlab"),
         "{stderr}"
     );
 

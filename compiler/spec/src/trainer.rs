@@ -362,6 +362,9 @@ pub enum LoggerKind {
     Console,
     File,
     Tensorboard,
+    /// Weights & Biases (verl's `wandb`, and its deprecated `tracking`).
+    Wandb,
+    Mlflow,
 }
 
 /// The loop: step count, validation, checkpoints, logging (`trainer.*`).

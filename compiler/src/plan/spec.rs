@@ -742,6 +742,8 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
             LoggerBackend::Console => LoggerKind::Console,
             LoggerBackend::File => LoggerKind::File,
             LoggerBackend::Tensorboard => LoggerKind::Tensorboard,
+            LoggerBackend::Wandb | LoggerBackend::Tracking => LoggerKind::Wandb,
+            LoggerBackend::Mlflow => LoggerKind::Mlflow,
             other => {
                 let name = serde_json::to_value(other)
                     .ok()
@@ -750,7 +752,7 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
                 l.unsupported(
                     "trainer.logger",
                     format!("logger `{name}` is not implemented by verlc's trainer"),
-                    "use console, file (JSON lines) or tensorboard",
+                    "use console, file (JSON lines), tensorboard, wandb or mlflow",
                 );
                 continue;
             }

@@ -111,7 +111,7 @@ table! {
 
     // trainer
     "trainer.{total_epochs,total_training_steps,test_freq,save_freq,critic_warmup,val_before_train,val_only,default_local_dir,resume_mode,resume_from_path,max_actor_ckpt_to_keep,max_critic_ckpt_to_keep,del_local_ckpt_after_load,rollout_data_dir,project_name,experiment_name}" => Implemented("run"),
-    "trainer.logger" => Checked("run.loggers (console, file, tensorboard)"),
+    "trainer.logger" => Checked("run.loggers (console, file, tensorboard, wandb, mlflow)"),
     "trainer.{nnodes,n_gpus_per_node}" => Implemented("world"),
     "trainer.device" => Checked("world.device (cpu, cuda; other devices are refused, B017)"),
     "trainer.balance_batch" => NoEffect(NONE, "reorders verl's batch over data-parallel ranks for speed; the update is the same"),

@@ -7,10 +7,13 @@
 //! - `tensorboard`: event files in `$TENSORBOARD_DIR`, else
 //!   `tensorboard_log/{project}/{experiment}` ([`tensorboard::TensorboardLogger`]).
 //!
-//! Other verl backends (wandb, swanlab, mlflow, …) never reach the runtime: `verlc check`
-//! reports them (B018) and `verlc build` refuses them.
+//! - `wandb`, `mlflow`: the trackers' Python SDKs in a side process ([`tracker`]).
+//!
+//! Other verl backends (swanlab, clearml, …) never reach the runtime: `verlc check` reports
+//! them (B018) and `verlc build` refuses them.
 
 pub mod tensorboard;
+pub mod tracker;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -52,6 +55,12 @@ pub struct TrackingOptions {
     pub resume_from_step: Option<u64>,
     /// Print the console lines (tests turn them off).
     pub console_lines: bool,
+    /// The run's config as wandb and MLflow record it.
+    pub config: Value,
+    /// The interpreter of the wandb / MLflow side process.
+    pub python: String,
+    /// Extra environment of that process (tests; it inherits the trainer's).
+    pub tracker_env: Vec<(String, String)>,
 }
 
 /// All configured loggers.
@@ -94,6 +103,24 @@ impl Tracking {
                             .join(&opts.experiment),
                     };
                     loggers.push(Box::new(tensorboard::TensorboardLogger::create(&dir)?));
+                }
+                LoggerKind::Wandb | LoggerKind::Mlflow => {
+                    let backend = if *b == LoggerKind::Wandb {
+                        tracker::Backend::Wandb
+                    } else {
+                        tracker::Backend::Mlflow
+                    };
+                    let settings = tracker::TrackerSettings {
+                        python: opts.python.clone(),
+                        project: opts.project.clone(),
+                        experiment: opts.experiment.clone(),
+                        config: opts.config.clone(),
+                        env: opts.tracker_env.clone(),
+                        finish_timeout: std::time::Duration::from_secs(120),
+                    };
+                    if let Some(t) = tracker::PythonTracker::start(backend, &settings) {
+                        loggers.push(Box::new(t));
+                    }
                 }
             }
         }

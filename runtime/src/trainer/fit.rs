@@ -317,6 +317,9 @@ impl<R: Roles> Trainer<R> {
                 total_steps,
                 resume_from_step: (trainer.global_step > 0).then_some(trainer.global_step),
                 console_lines: opts.console_lines,
+                config: serde_json::to_value(spec).unwrap_or_default(),
+                python: crate::workers::reward::python::PythonSettings::default_python(),
+                tracker_env: Vec::new(),
             },
         )?;
         Ok(trainer)

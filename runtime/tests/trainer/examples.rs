@@ -7,9 +7,8 @@
 //! Retargeting keeps each example's algorithm, losses, optimizer, schedule, engine and
 //! offload choices, and replaces what this machine cannot have: the model and data (built-in),
 //! the device and world (one CPU process, so model-parallel sizes become 1), batch sizes,
-//! the step count, paths (checkpoints, custom reward files) and the logger (console; the
-//! loggers verl's examples name, wandb above all, are refused by `verlc build`, which is
-//! covered by the compiler's tests). Examples that differ only in values that do not change
+//! the step count, paths (checkpoints, custom reward files) and the logger (console; wandb and
+//! MLflow, which verl's examples name, are tested with their SDKs in `logging.rs`). Examples that differ only in values that do not change
 //! what the trainer does are run once (one spec per distinct algorithm × binding).
 
 use std::collections::BTreeMap;
