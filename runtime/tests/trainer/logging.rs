@@ -204,6 +204,17 @@ fn venv_python() -> String {
     repo().join(".venv/bin/python").display().to_string()
 }
 
+/// What a Python reader printed (it must succeed).
+fn python_stdout(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn tracking(kind: LoggerKind, env: Vec<(String, String)>) -> Tracking {
     Tracking::new(
         &[kind],
@@ -259,18 +270,12 @@ hist = {k: [(m.step, m.value) for m in c.get_metric_history(run.info.run_id, k)]
 print(json.dumps({"name": run.info.run_name, "params": run.data.params, "hist": hist,
                   "status": run.info.status}))
 "#;
-    let out = Command::new(venv_python())
-        .args(["-c", script, &uri])
-        .env("MLFLOW_ALLOW_FILE_STORE", "true")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = python_stdout(
+        Command::new(venv_python())
+            .args(["-c", script, &uri])
+            .env("MLFLOW_ALLOW_FILE_STORE", "true"),
     );
-    let v: serde_json::Value =
-        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     assert_eq!(v["name"], "tracker");
     assert_eq!(v["status"], "FINISHED");
     assert_eq!(v["params"]["algorithm/adv_estimator"], "grpo");
@@ -356,17 +361,11 @@ fn wandb_offline_run_records_the_history() {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "wandb"))
         .expect("run-*.wandb");
-    let out = Command::new(venv_python())
-        .args(["-c", WANDB_READER])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = python_stdout(
+        Command::new(venv_python())
+            .args(["-c", WANDB_READER])
+            .arg(&log),
     );
-    let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
     let run: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
     assert_eq!(run["run"], "tracker");
