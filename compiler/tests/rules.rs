@@ -272,6 +272,8 @@ rule_tests! {
     v048_curriculum_sampler_with_workers => "V048",
     v049_group_baseline_with_single_response => "V049",
     v050_megatron_float32_extension => "V050",
+    v051_vectorized_grpo_ignores_std_flag => "V051",
+    v052_straight_through_kl_raises_in_verl => "V052",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",
     v203_rollout_max_model_len_exceeds_model => "V203",

@@ -399,6 +399,18 @@ pub static RULES: &[Rule] = &[
         "megatron.dtype float32 is a verlc extension verl refuses (warning)"
     ),
     rule!(
+        "V051",
+        "VectorizedGrpoIgnoresStdFlag",
+        algorithm::vectorized_grpo_ignores_std_flag,
+        "verl ignores norm_adv_by_std_in_grpo=false for grpo_vectorized; verlc honours it (warning)"
+    ),
+    rule!(
+        "V052",
+        "StraightThroughKlRaisesInVerl",
+        algorithm::straight_through_kl_raises_in_verl,
+        "straight-through KL names (k3+, ...) raise in verl 0.7.0; verlc runs them (warning)"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

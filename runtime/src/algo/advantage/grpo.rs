@@ -9,7 +9,7 @@
 //!
 //! verl's `compute_advantage` does not pass `norm_adv_by_std_in_grpo` to `grpo_vectorized`
 //! (it always divides by the std there); verlc honours the flag for both, which agrees with verl
-//! for the default `true`.
+//! for the default `true`, and `verlc check` warns (V051) where they differ.
 use tch::Tensor;
 
 use super::{Advantages, GroupIndex, group_mean, group_std, outcome};
