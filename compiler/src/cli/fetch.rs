@@ -4,7 +4,6 @@
 //! layout `huggingface_hub` writes (blobs, snapshot links, refs), resuming partial files.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 
 use hf_hub::api::sync::ApiBuilder;
 use hf_hub::{Cache, Repo, RepoType};
@@ -21,8 +20,6 @@ use super::args::FetchArgs;
 /// Why a model could not be downloaded.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("`{id}` is not in the Hugging Face Hub cache at {} and HF_HUB_OFFLINE is set", cache.display())]
-    Offline { id: String, cache: PathBuf },
     #[error("cannot download `{id}` from {endpoint}: {msg}")]
     Download {
         id: String,
@@ -56,15 +53,11 @@ pub fn fetch(
 ) -> Result<Snapshot, FetchError> {
     match find_snapshot(env, id, revision) {
         Ok(s) => return Ok(s),
-        Err(HubError::NotCached { .. }) if env.offline => {
-            return Err(FetchError::Offline {
-                id: id.to_string(),
-                cache: env.cache.clone(),
-            });
-        }
-        Err(HubError::NotCached { .. } | HubError::Incomplete { .. }) => {}
+        // Offline, `NotCached` says so itself.
+        Err(HubError::NotCached { .. } | HubError::Incomplete { .. }) if !env.offline => {}
         Err(e) => return Err(e.into()),
     }
+    eprintln!("fetching {id} into {}", env.cache.display());
     let failed = |msg: String| FetchError::Download {
         id: id.to_string(),
         endpoint: env.endpoint.clone(),
@@ -140,12 +133,6 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
     let env = HubEnv::from_env();
     let mut out = Vec::new();
     for m in hub_models(&plan.spec) {
-        if find_snapshot(&env, &m.id, None).is_ok() {
-            continue;
-        }
-        if !env.offline {
-            eprintln!("fetching {} into {}", m.id, env.cache.display());
-        }
         if let Err(e) = fetch(&env, &m.id, None, std::io::stderr().is_terminal()) {
             let origin = root
                 .get_path(&split_key(m.key))

@@ -105,6 +105,12 @@ pub fn causal_padding_mask(key_valid: &Tensor, past: i64, t: i64) -> Tensor {
     causal.logical_and(&valid).logical_or(&diag)
 }
 
+/// [`causal_padding_mask`] for the queries at `[start, start+len)` over the keys up to the
+/// window's end only: (B, 1, len, start+len). What a layer computing just that window reads.
+pub fn causal_window_mask(key_valid: &Tensor, start: i64, len: i64) -> Tensor {
+    causal_padding_mask(&key_valid.narrow(1, 0, start + len), start, len)
+}
+
 /// Positions from a 0/1 attention mask (B, T): `cumsum - 1`, padding set to 1 (as transformers).
 pub fn position_ids_from_mask(attention_mask: &Tensor) -> Tensor {
     let m = attention_mask.to_kind(Kind::Int64);

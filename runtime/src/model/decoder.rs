@@ -10,7 +10,7 @@ use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
 use super::ModelConfig;
-use super::cache::{KvCache, causal_padding_mask};
+use super::cache::{KvCache, causal_padding_mask, causal_window_mask};
 use super::rope::{RotaryEmbedding, apply_rotary};
 
 /// `y = x W^T + b` with the weight (out, in) as in PyTorch.
@@ -248,20 +248,32 @@ impl DecoderLayer {
         h + out
     }
 
-    /// The outputs at positions `[start, S)` of `x` (B, S, hidden) only: what a head that
-    /// reads those positions needs from the last layer (see [`Model::forward_window`]).
+    /// The outputs at positions `[start, start+len)` of `x` (B, T, hidden) only: what a head
+    /// that reads those positions needs from the last layer (see [`Model::forward_window`]).
+    /// `cos`, `sin` cover all T positions; `mask` is [`causal_window_mask`]'s.
     pub fn forward_window(
         &self,
         x: &Tensor,
         start: i64,
+        len: i64,
         cos: &Tensor,
         sin: &Tensor,
         mask: &Tensor,
     ) -> Tensor {
-        let len = x.size()[1] - start;
-        let attn =
-            self.self_attn
-                .forward_window(&self.input_layernorm.forward(x), start, cos, sin, mask);
+        // Positions after the window take no part: neither as queries nor, causally, as keys.
+        let end = start + len;
+        let (x, cos, sin) = (
+            x.narrow(1, 0, end),
+            cos.narrow(2, 0, end),
+            sin.narrow(2, 0, end),
+        );
+        let attn = self.self_attn.forward_window(
+            &self.input_layernorm.forward(&x),
+            start,
+            &cos,
+            &sin,
+            mask,
+        );
         let h = x.narrow(1, start, len) + attn;
         let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
         h + out
@@ -374,15 +386,8 @@ impl Model {
         for layer in rest {
             x = layer.forward(&x, &cos, &sin, Some(&mask), None);
         }
-        let end = start + len;
-        let window_mask = causal_padding_mask(&attention_mask.narrow(1, 0, end), start, len);
-        let x = last.forward_window(
-            &x.narrow(1, 0, end),
-            start,
-            &cos.narrow(2, 0, end),
-            &sin.narrow(2, 0, end),
-            &window_mask,
-        );
+        let window_mask = causal_window_mask(attention_mask, start, len);
+        let x = last.forward_window(&x, start, len, &cos, &sin, &window_mask);
         self.norm.forward(&x)
     }
 }

@@ -1,8 +1,8 @@
 //! Batched generation: prompts are left-padded to a common width, prefilled once into a
 //! preallocated KV cache (shared by the `n` samples of a prompt, then copied per sample), and
 //! decoded one token per step until every sequence has emitted an EOS id or the response
-//! length is reached; sequences that have ended leave the decoding batch. Positions follow the attention mask (`cumsum - 1`), so padded and
-//! unpadded prompts give the same tokens.
+//! length is reached; sequences that have ended leave the decoding batch. Positions follow the
+//! attention mask (`cumsum - 1`), so padded and unpadded prompts give the same tokens.
 
 use tch::{Device, Kind, Tensor};
 
@@ -297,20 +297,20 @@ fn generate_chunk(
         }
         if !params.ignore_eos && !stop.eos.is_empty() {
             done = done.logical_or(&Tensor::isin(&tokens, &eos, false, false));
-            let look = (t + 1) % check_every == 0;
-            let finished = if look {
+            // Between reads nothing counts as finished: no stop, no compaction.
+            let finished = if (t + 1) % check_every == 0 {
                 done.sum(Kind::Int64).int64_value(&[])
             } else {
                 0
             };
             let batch = done.size()[0];
-            if look && finished == batch {
+            if finished == batch {
                 break;
             }
             // Finished rows leave the batch once they are an eighth of it: the cache copy
             // this costs is paid back by the smaller steps, and a row waits at most until
             // then.
-            if look && t + 1 < r && finished * 8 >= batch {
+            if t + 1 < r && finished * 8 >= batch {
                 let keep = done.logical_not().nonzero().squeeze_dim(1);
                 u = u.index_select(0, &keep);
                 cache = cache.select_rows(&keep, cache.capacity());

@@ -1,7 +1,7 @@
 //! The rollout engine: batched generation on a [`crate::model::CausalLm`] with a preallocated
 //! KV cache and left-padded prompts ([`engine`]), logits processing and seeded sampling
-//! ([`sampling`]; on CPU from vocabulary-major logits, [`vocab_head`]), and log-probs / entropy of given sequences in micro-batches through the
-//! training forward ([`logprob`]).
+//! ([`sampling`]; on CPU from vocabulary-major logits, [`vocab_head`]), and log-probs /
+//! entropy of given sequences in micro-batches through the training forward ([`logprob`]).
 //!
 //! Output layout follows verl's rollout `DataProto`: `prompts` (left-padded), `responses`
 //! (right-padded to the response length), `input_ids`, `attention_mask`, `position_ids`,

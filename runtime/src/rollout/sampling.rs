@@ -71,7 +71,7 @@ pub fn next_tokens(logits: &Tensor, params: &SamplingParams, u: &Tensor) -> (Ten
 }
 
 /// The next 24-bit uniform number in [0, 1) of a row's stream (one per sampled token).
-pub fn uniform(rng: &mut Rng) -> f32 {
+fn uniform(rng: &mut Rng) -> f32 {
     (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
 }
 

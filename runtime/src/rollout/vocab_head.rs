@@ -15,8 +15,8 @@
 //! The result is the inverse-CDF draw of [`super::sampling::sample`] (the same uniform from each
 //! row's own stream, the same token up to float rounding at a cumulative boundary) and the same
 //! log-probability, `logits / temperature` minus its log-sum-exp. Top-k and top-p filtering need
-//! every row's full sorted distribution; those settings get row-major logits (one transposed
-//! copy of the logits, not of the weight) and the general path.
+//! every row's full sorted distribution; those settings (and other devices or dtypes) get
+//! row-major logits from `hidden @ W^T` and the general path of [`super::sampling`].
 
 use tch::{Device, Kind, Tensor};
 

@@ -55,7 +55,7 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
 use crate::dist::{DistError, ProcessGroup, ReduceOp};
-use crate::model::cache::causal_padding_mask;
+use crate::model::cache::{causal_padding_mask, causal_window_mask};
 use crate::model::init::{init_weights, init_weights_where};
 use crate::model::load::{Checkpoint, LoadOptions, load_weights};
 use crate::model::save::{SaveOptions, save_named};
@@ -100,8 +100,9 @@ struct LayerInputs {
     cos: Tensor,
     sin: Tensor,
     mask: Tensor,
-    /// First position of the window, and the last layer's attention mask for it.
+    /// The window `[start, start+len)` and the last layer's attention mask for it.
     window_start: i64,
+    window_len: i64,
     window_mask: Tensor,
 }
 
@@ -471,11 +472,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let x = Tensor::f_embedding(&model.embed_tokens, ids, -1, false, false)?;
         let (cos, sin) = model.rotary().cos_sin(pos, x.kind());
         let mask = causal_padding_mask(key_valid, 0, t);
-        let window_mask = causal_padding_mask(
-            &key_valid.f_narrow(1, 0, window_start + r)?,
-            window_start,
-            r,
-        );
+        let window_mask = causal_window_mask(key_valid, window_start, r);
         Ok((
             x,
             LayerInputs {
@@ -483,27 +480,28 @@ impl<H: FsdpHead> FsdpEngine<H> {
                 sin,
                 mask,
                 window_start,
+                window_len: r,
                 window_mask,
             },
         ))
     }
 
     /// Layer `i` on its input `x` (N, T, hidden); the last layer returns only the head's window.
-    fn layer_forward(&self, i: usize, x: &Tensor, inputs: &LayerInputs) -> Result<Tensor> {
+    fn layer_forward(&self, i: usize, x: &Tensor, inputs: &LayerInputs) -> Tensor {
         let layers = self.module.backbone().layers();
-        let layer = &layers[i];
-        let li = inputs;
+        let (layer, p) = (&layers[i], inputs);
         if i + 1 < layers.len() {
-            return Ok(layer.forward(x, &li.cos, &li.sin, Some(&li.mask), None));
+            layer.forward(x, &p.cos, &p.sin, Some(&p.mask), None)
+        } else {
+            layer.forward_window(
+                x,
+                p.window_start,
+                p.window_len,
+                &p.cos,
+                &p.sin,
+                &p.window_mask,
+            )
         }
-        let end = li.window_start + li.window_mask.size()[2];
-        Ok(layer.forward_window(
-            &x.f_narrow(1, 0, end)?,
-            li.window_start,
-            &li.cos.f_narrow(2, 0, end)?,
-            &li.sin.f_narrow(2, 0, end)?,
-            &li.window_mask,
-        ))
     }
 
     /// Forward of one micro-batch, unit by unit; returns the boundary activations
@@ -523,12 +521,12 @@ impl<H: FsdpHead> FsdpEngine<H> {
             self.note_gathered();
             let y = if graphs {
                 let x = saved[i].f_detach()?.set_requires_grad(true);
-                let y = self.layer_forward(i, &x, &inputs)?;
+                let y = self.layer_forward(i, &x, &inputs);
                 saved[i] = x;
                 outputs.push(y.shallow_clone());
                 y.f_detach()?
             } else {
-                tch::no_grad(|| self.layer_forward(i, &saved[i], &inputs))?
+                tch::no_grad(|| self.layer_forward(i, &saved[i], &inputs))
             };
             saved.push(y);
             if !keep && !graphs {
@@ -581,7 +579,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
                 self.layers[i].gather(&self.group)?;
                 self.note_gathered();
                 let x = saved[i].f_detach()?.set_requires_grad(true);
-                let y = self.layer_forward(i, &x, &inputs)?;
+                let y = self.layer_forward(i, &x, &inputs);
                 (x, y)
             } else {
                 let y = outputs.pop().ok_or_else(|| {
