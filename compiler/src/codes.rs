@@ -51,7 +51,7 @@ pub const BUILD_UNSUPPORTED_BINDING: Code = Code("B012");
 pub const BUILD_OFFLOAD_KEY_IGNORED: Code = Code("B013");
 pub const BUILD_CRITIC_OFFLOAD_MISMATCH: Code = Code("B014");
 pub const BUILD_ENGINE_SECTION_MISSING: Code = Code("B015");
-pub const BUILD_REWARD_MODEL_UNSUPPORTED: Code = Code("B016");
+pub const BUILD_REWARD_MODEL_NOT_CLASSIFIER: Code = Code("B016");
 pub const BUILD_DEVICE_UNSUPPORTED: Code = Code("B017");
 pub const BUILD_UNSUPPORTED_SETTING: Code = Code("B018");
 pub const BUILD_NO_EFFECT: Code = Code("B006");
@@ -105,8 +105,8 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
         "no engine section (fsdp_config / megatron) for a role's strategy",
     ),
     (
-        BUILD_REWARD_MODEL_UNSUPPORTED,
-        "reward models are not supported by the generated trainer",
+        BUILD_REWARD_MODEL_NOT_CLASSIFIER,
+        "the reward model's checkpoint is not a one-label classifier (`*ForSequenceClassification`) of a supported architecture",
     ),
     (
         BUILD_DEVICE_UNSUPPORTED,

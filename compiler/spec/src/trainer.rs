@@ -40,6 +40,9 @@ pub struct TrainerSpec {
     pub critic: Option<CriticSpec>,
     pub rollout: RolloutSpec,
     pub reward: RewardSpec,
+    /// A reward model (`reward_model.enable`): its scores replace the reward function's in
+    /// training, as verl extracts `rm_scores` before calling the reward manager.
+    pub reward_model: Option<RewardModelSpec>,
     pub algorithm: AlgorithmSpec,
     pub run: RunSpec,
 }
@@ -314,6 +317,46 @@ pub enum RewardSpec {
         path: String,
         name: String,
         reward_kwargs: serde_json::Map<String, serde_json::Value>,
+    },
+}
+
+/// A discriminative reward model: a `*ForSequenceClassification` / `*ForTokenClassification`
+/// checkpoint with one label, scored at the last token of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewardModelSpec {
+    /// `reward_model.model.path` (a directory, a Hub id or `builtin://`).
+    pub model_path: String,
+    /// How a response reaches the reward model.
+    pub input: RewardModelInput,
+    /// Parameter dtype of the reward model; `None`: the bound precision's compute dtype.
+    pub dtype: Option<Dtype>,
+    /// Rows per forward pass.
+    pub micro_batch: usize,
+    /// Seed of a `builtin://` reward model.
+    pub seed: u64,
+    /// Validation scores come from the reward model too (verl's reward loop on its own
+    /// resource pool scores while generating); otherwise validation uses the reward function.
+    pub scores_validation: bool,
+}
+
+/// The reward model's input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RewardModelInput {
+    /// The policy's own tokens (verl's legacy worker with `model.input_tokenizer: null`).
+    PolicyTokens,
+    /// The prompt's messages plus the decoded response as the assistant's turn, rendered by
+    /// the reward model's own chat template and tokenizer.
+    Chat {
+        /// verl's reward loop: the template's leading BOS text is cut and the tokenizer adds
+        /// its special tokens (vLLM's `classify` request); the legacy worker encodes the
+        /// template's text without special tokens.
+        add_special_tokens: bool,
+        /// Longest input in tokens (`reward_model.max_length`, else the policy's prompt plus
+        /// response length); `None`: no limit (the reward loop).
+        max_length: Option<usize>,
+        /// Which end an input longer than `max_length` loses.
+        truncation: crate::data::Truncation,
     },
 }
 

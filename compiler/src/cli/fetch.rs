@@ -11,7 +11,7 @@ use verlc::codes;
 use verlc::diag::Diagnostic;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::BuildPlan;
-use verlc::plan::models::hub_models;
+use verlc::plan::models::{hub_models, reward_model_checkpoint};
 use verlc_hub::{HubEnv, HubError, RepoId, Snapshot, find_snapshot};
 
 use super::EXIT_USAGE;
@@ -128,7 +128,8 @@ pub fn run(a: FetchArgs) -> u8 {
 }
 
 /// Before a build: every Hub model of `plan` in the cache, downloaded where missing (unless
-/// offline). What cannot be had is an error at the key that names it.
+/// offline). What cannot be had is an error at the key that names it; so is a reward model
+/// whose checkpoint is no one-label classifier (B016).
 pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic> {
     let env = HubEnv::from_env();
     let mut out = Vec::new();
@@ -152,6 +153,21 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
                 .with_help(help),
             );
         }
+    }
+    if out.is_empty()
+        && let Some(why) = reward_model_checkpoint(&plan.spec, &env)
+    {
+        let key = "reward_model.model.path";
+        let origin = root.get_path(&split_key(key)).and_then(|n| n.origin.clone());
+        out.push(
+            Diagnostic::error(
+                codes::BUILD_REWARD_MODEL_NOT_CLASSIFIER,
+                format!("the reward model cannot score: {why}"),
+            )
+            .with_key(key)
+            .with_primary(origin, "reward model named here")
+            .with_help("name a `LlamaForSequenceClassification` / `Qwen2ForSequenceClassification` checkpoint with one label (verl's reward models are such checkpoints)"),
+        );
     }
     out
 }

@@ -14,8 +14,8 @@
 //!   policy is bound once for both trained models. (The reference policy only runs forward
 //!   passes; its `param_offload` stays a run-time choice.)
 //! - B015 `EngineSectionMissing`: a role's strategy has no engine section to read.
-//! - B016 `RewardModelUnsupported`: `reward_model.enable`; the binary scores with reward
-//!   functions only.
+//! - B016 `RewardModelNotClassifier` is reported by `verlc build` once the reward model's
+//!   checkpoint is at hand ([`super::models::reward_model_checkpoint`]).
 //! - B017 `DeviceUnsupported`: `trainer.device` other than `cpu` or `cuda` (libtorch from PyPI
 //!   has no NPU backend).
 
@@ -142,15 +142,6 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
                 .with_help(format!("give `{}` the same param/grad/optimizer offload settings as `{}`", critic.engine_key, actor.engine_key)),
             );
         }
-    }
-
-    if cfg.reward_model.enable {
-        out.push(
-            Diagnostic::error(codes::BUILD_REWARD_MODEL_UNSUPPORTED, "reward models are not supported by verlc's generated trainer")
-                .with_key("reward_model.enable")
-                .with_primary(origin(root, "reward_model.enable"), "enabled here")
-                .with_help("score with a reward function (`custom_reward_function.path`, or the built-in scores by data_source) and set `reward_model.enable=false`"),
-        );
     }
 
     if !matches!(cfg.trainer.device, Device::Cpu | Device::Cuda) {

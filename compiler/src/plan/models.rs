@@ -1,9 +1,16 @@
 //! The models and tokenizer a trainer spec reads that are named by Hugging Face Hub id, with
 //! the config key that names each: `verlc build` makes sure they are in the Hub cache, where
-//! the trainer (which never downloads) reads them.
+//! the trainer (which never downloads) reads them. Once there, the reward model's config is
+//! read to make sure the trainer can score with it ([`reward_model_checkpoint`]).
 
-use verlc_hub::{RepoId, hub_id};
+use std::path::Path;
+
+use serde_json::Value;
+use verlc_hub::{HubEnv, ModelLocation, RepoId, hub_id, locate};
 use verlc_spec::TrainerSpec;
+
+/// Model types the trainer's decoder implements.
+const DECODERS: [&str; 3] = ["llama", "qwen2", "qwen3"];
 
 /// A Hub model the trainer reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +38,9 @@ pub fn hub_models(spec: &TrainerSpec) -> Vec<HubModel> {
     if let Some(c) = &spec.critic {
         paths.push(("critic.model.path", c.model_path.as_str()));
     }
+    if let Some(rm) = &spec.reward_model {
+        paths.push(("reward_model.model.path", rm.model_path.as_str()));
+    }
     let mut out: Vec<HubModel> = Vec::new();
     for (key, path) in paths {
         if let Some(id) = hub_id(path).filter(|id| out.iter().all(|m| &m.id != id)) {
@@ -38,4 +48,62 @@ pub fn hub_models(spec: &TrainerSpec) -> Vec<HubModel> {
         }
     }
     out
+}
+
+/// Why the reward model of `spec` cannot score, when its `config.json` is at hand (a local
+/// directory or a Hub snapshot in the cache; `builtin://` models always can). verl loads it as
+/// `AutoModelForTokenClassification` with one label: a checkpoint without a classification
+/// head would score with a random one, and one with several labels does not load.
+pub fn reward_model_checkpoint(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
+    let rm = spec.reward_model.as_ref()?;
+    let dir = match locate(&rm.model_path, None, env).ok()? {
+        ModelLocation::Builtin => return None,
+        loc => loc.dir()?.to_path_buf(),
+    };
+    classifier_problem(&dir)
+}
+
+fn classifier_problem(dir: &Path) -> Option<String> {
+    let file = dir.join("config.json");
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) => return Some(format!("cannot read {}: {e}", file.display())),
+    };
+    let cfg: Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("{} is not JSON: {e}", file.display())),
+    };
+    let model_type = cfg.get("model_type").and_then(Value::as_str).unwrap_or("");
+    if !DECODERS.contains(&model_type) {
+        return Some(format!(
+            "{} has model_type `{model_type}`; verlc's models are {}",
+            file.display(),
+            DECODERS.join(", ")
+        ));
+    }
+    let archs: Vec<&str> = cfg
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !archs
+        .iter()
+        .any(|a| a.ends_with("ForSequenceClassification") || a.ends_with("ForTokenClassification"))
+    {
+        return Some(format!(
+            "{} names architectures {archs:?}: not a classifier, so it has no `score` head to score with",
+            file.display()
+        ));
+    }
+    let labels = cfg
+        .get("id2label")
+        .and_then(Value::as_object)
+        .map_or(1, serde_json::Map::len);
+    if labels != 1 {
+        return Some(format!(
+            "{} has {labels} labels; a reward model has one (verl loads it with num_labels=1, which this head does not fit)",
+            file.display()
+        ));
+    }
+    None
 }

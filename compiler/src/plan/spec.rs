@@ -16,7 +16,7 @@ use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
     ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
     EngineSpec, FsdpEngineSpec, KlControlSpec, LoggerKind, MegatronEngineSpec, OptimSpec,
-    ReferenceSpec, ResumeSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName,
+    ReferenceSpec, ResumeSpec, RewardModelInput, RewardModelSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName,
     TrainerSpec, WorldSpec,
 };
 
@@ -38,7 +38,6 @@ struct Lowering<'a> {
 }
 
 impl Lowering<'_> {
-    /// `key`'s value cannot be honoured by the binary.
     /// Where `key`'s value was written.
     fn origin(&self, key: &str) -> Option<crate::source::Origin> {
         self.root
@@ -46,6 +45,7 @@ impl Lowering<'_> {
             .and_then(|n| n.origin.clone())
     }
 
+    /// `key`'s value cannot be honoured by the binary.
     fn unsupported(&mut self, key: &str, message: impl Into<String>, help: impl Into<String>) {
         let origin = self.origin(key);
         self.out.push(
@@ -263,6 +263,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         },
         None => RewardSpec::Builtin,
     };
+    let reward_model = reward_model_spec(cfg, world, seq_len, model_seed, l);
 
     let alg = &cfg.algorithm;
     let algorithm = AlgorithmSpec {
@@ -307,9 +308,108 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         critic,
         rollout,
         reward,
+        reward_model,
         algorithm,
         run: run_spec(cfg, l),
     }
+}
+
+/// The reward model as verl 0.7.0 runs it (`fsdp_workers.RewardModelWorker`, or the reward
+/// loop's `compute_score_disrm` when `use_reward_loop`). Both score the last token of a
+/// one-label classifier; they differ in how the response reaches it (see
+/// [`RewardModelInput`]), in dtype and in validation.
+fn reward_model_spec(
+    cfg: &VerlConfig,
+    world: WorldSpec,
+    seq_len: usize,
+    model_seed: u64,
+    l: &mut Lowering,
+) -> Option<RewardModelSpec> {
+    let rm = &cfg.reward_model;
+    if !rm.enable {
+        return None;
+    }
+    let custom_fn = cfg
+        .custom_reward_function
+        .path
+        .as_deref()
+        .is_some_and(|p| !p.is_empty());
+    if rm.use_reward_loop && custom_fn {
+        // verl's reward-loop worker then calls only the custom function (handing it the
+        // reward model's server, the generative-RM pattern); the model never scores itself.
+        l.no_effect(
+            "reward_model.enable",
+            "with `use_reward_loop` and `custom_reward_function.path`, verl's reward loop scores with the custom function alone (a generative reward model it queries itself); verlc scores with that function and does not load the reward model",
+        );
+        return None;
+    }
+    let per_rank = |l: &mut Lowering| {
+        micro_batch(
+            l,
+            "reward_model.micro_batch_size",
+            rm.micro_batch_size_per_gpu,
+            rm.micro_batch_size,
+            world.size(),
+            rm.use_dynamic_bsz || rm.use_reward_loop,
+            rm.forward_max_token_len_per_gpu,
+            seq_len,
+        )
+    };
+    let (input, dtype, micro) = if rm.use_reward_loop {
+        // The reward loop sends one `classify` request per response to a vLLM/SGLang server
+        // in `reward_model.rollout.dtype`; the micro-batch is verlc's choice.
+        let dtype = match rm.rollout.dtype {
+            RolloutDtype::Bfloat16 => Some(Dtype::Bf16),
+            RolloutDtype::Float16 | RolloutDtype::Half => Some(Dtype::Fp16),
+            RolloutDtype::Float32 | RolloutDtype::Float => Some(Dtype::Fp32),
+            _ => None,
+        };
+        let input = RewardModelInput::Chat {
+            add_special_tokens: true,
+            max_length: None,
+            truncation: SpecTruncation::Right,
+        };
+        (input, dtype, per_rank(l))
+    } else {
+        let policy = [
+            cfg.actor_rollout_ref.model.path.as_str(),
+            cfg.actor_rollout_ref
+                .model
+                .tokenizer_path
+                .as_deref()
+                .unwrap_or_default(),
+        ];
+        let input = match rm.model.input_tokenizer.as_deref() {
+            None => RewardModelInput::PolicyTokens,
+            Some(t) => {
+                if !policy.contains(&t) {
+                    l.unsupported(
+                        "reward_model.model.input_tokenizer",
+                        format!("verlc decodes responses with the policy's tokenizer, not `{t}`"),
+                        "leave reward_model.model.input_tokenizer at the actor's model path (or null to feed the policy's tokens)",
+                    );
+                }
+                RewardModelInput::Chat {
+                    add_special_tokens: false,
+                    max_length: Some(match rm.max_length {
+                        Some(n) => l.count("reward_model.max_length", n),
+                        None => seq_len,
+                    }),
+                    truncation: SpecTruncation::Right,
+                }
+            }
+        };
+        // The legacy worker casts the model to bf16 and runs it under bf16 autocast.
+        (input, Some(Dtype::Bf16), per_rank(l))
+    };
+    Some(RewardModelSpec {
+        model_path: rm.model.path.clone(),
+        input,
+        dtype,
+        micro_batch: micro,
+        seed: model_seed,
+        scores_validation: rm.use_reward_loop && rm.enable_resource_pool,
+    })
 }
 
 /// The engine of one role as the runtime applies it. Offload follows [`RoleEngine::offload`]

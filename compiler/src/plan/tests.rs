@@ -477,14 +477,62 @@ fn other_strategy_engine_offload_is_ignored_and_reported() {
 }
 
 #[test]
-fn reward_model_and_npu_are_rejected() {
-    let c = case(BASE, &["reward_model.enable=true", "trainer.device=npu"]);
-    let mut codes = c.codes();
-    codes.sort();
-    assert!(
-        codes.contains(&"B016") && codes.contains(&"B017"),
-        "{codes:?}"
-    );
+fn npu_is_rejected() {
+    let c = case(BASE, &["trainer.device=npu"]);
+    assert!(c.codes().contains(&"B017"), "{:?}", c.codes());
+}
+
+#[test]
+fn reward_models_lower_as_verl_runs_them() {
+    use verlc_spec::trainer::{Dtype, RewardModelInput};
+    let rm = |overrides: &[&str]| {
+        let c = case(BASE, overrides);
+        (c.lowered.plan.spec.reward_model.clone(), c)
+    };
+    // The reward loop: the reward model's chat template, special tokens added, no limit,
+    // in `reward_model.rollout.dtype`.
+    let (spec, c) = rm(&[
+        "reward_model.enable=true",
+        "reward_model.model.path=builtin://tiny",
+        "reward_model.rollout.dtype=float32",
+    ]);
+    let spec = spec.expect("a reward model");
+    assert!(!c.codes().iter().any(|c| c.starts_with("B01")), "{:?}", c.codes());
+    assert_eq!(spec.model_path, "builtin://tiny");
+    assert_eq!(spec.dtype, Some(Dtype::Fp32));
+    assert!(matches!(
+        spec.input,
+        RewardModelInput::Chat { add_special_tokens: true, max_length: None, .. }
+    ));
+    assert!(!spec.scores_validation);
+    let (spec, _) = rm(&[
+        "reward_model.enable=true",
+        "reward_model.enable_resource_pool=true",
+        "reward_model.n_gpus_per_node=1",
+        "reward_model.nnodes=1",
+    ]);
+    assert!(spec.expect("a reward model").scores_validation);
+
+    // The legacy worker: bf16, the policy's tokens when input_tokenizer is null, otherwise
+    // the chat template cut at max_length (default: prompt + response length).
+    let legacy = ["reward_model.enable=true", "reward_model.use_reward_loop=false", "reward_model.micro_batch_size_per_gpu=3"];
+    let (spec, _) = rm(&[&legacy[..], &["reward_model.model.input_tokenizer=null"]].concat());
+    let spec = spec.expect("a reward model");
+    assert_eq!((spec.input, spec.dtype, spec.micro_batch), (RewardModelInput::PolicyTokens, Some(Dtype::Bf16), 3));
+    let (spec, _) = rm(&[&legacy[..], &["reward_model.max_length=100"]].concat());
+    assert!(matches!(
+        spec.expect("a reward model").input,
+        RewardModelInput::Chat { add_special_tokens: false, max_length: Some(100), .. }
+    ));
+    let (_, c) = rm(&[&legacy[..], &["reward_model.model.input_tokenizer=/elsewhere"]].concat());
+    assert!(c.codes().contains(&"B018"), "{:?}", c.codes());
+    let (_, c) = rm(&["reward_model.enable=true", "reward_model.use_reward_loop=false", "reward_model.micro_batch_size_per_gpu=null"]);
+    assert!(c.codes().contains(&"B018"), "no micro-batch size: {:?}", c.codes());
+
+    // The reward loop with a custom function scores with the function alone.
+    let (spec, c) = rm(&["reward_model.enable=true", "custom_reward_function.path=reward.py"]);
+    assert!(spec.is_none());
+    assert!(c.codes().contains(&"B006"), "{:?}", c.codes());
 }
 
 #[test]

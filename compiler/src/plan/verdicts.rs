@@ -52,7 +52,7 @@ const PROFILING: &str = "configures a profiler; the binary has no profiler integ
 const PY: &str = "is a Python-side feature (torch.compile, Liger/Triton kernels, remote code); the binary does not use it";
 const RAY: &str =
     "configures verl's Ray/cluster machinery; the binary runs its ranks itself and does not use it";
-const RM: &str = "configures the reward model, which verlc's trainer does not run (reward_model.enable is refused, B016)";
+const RM: &str = "is a setting of verl's reward-model workers (engine, sharding, servers); verlc's trainer runs the reward model forward-only on every rank and does not read it";
 const LORA_OPT: &str =
     "is a LoRA option; verlc's trainer trains full weights (a LoRA rank above 0 is refused)";
 /// Where `enable_gradient_checkpointing` goes. A one-process run (the single engine) keeps
@@ -75,7 +75,20 @@ table! {
     "**.profile.**" => NoEffect(PROFILER, PROFILING),
 
     // The reward model and its engines.
-    "reward_model.enable" => Checked("refused when true (B016): rewards come from reward functions"),
+    "reward_model.enable" => Implemented("reward_model (scores replace the reward function's in training)"),
+    "reward_model.model.path" => Implemented("reward_model.model_path"),
+    "reward_model.model.input_tokenizer" => Checked("reward_model.input (null: the policy's tokens; otherwise the policy's tokenizer decodes, and another tokenizer is refused)"),
+    "reward_model.{micro_batch_size,micro_batch_size_per_gpu,use_dynamic_bsz,forward_max_token_len_per_gpu}" => Implemented("reward_model.micro_batch"),
+    "reward_model.max_length" => Implemented("reward_model.input.max_length (legacy worker)"),
+    "reward_model.{use_reward_loop,enable_resource_pool}" => Implemented("reward_model.input and reward_model.scores_validation"),
+    "reward_model.rollout.dtype" => Implemented("reward_model.dtype (reward loop)"),
+    "reward_model.model.override_config.**" => Unsupported("overrides fields of the reward model's config.json, which verlc's model loader does not apply"),
+    "reward_model.model.{external_lib,trust_remote_code,use_fused_kernels,use_shm}" => NoEffect(PYTHON, PY),
+    "reward_model.model.use_remove_padding" => NoEffect(NONE, "packs sequences without padding for speed in verl; the binary scores the same values on padded micro-batches"),
+    "reward_model.reward_loop_source" => Unsupported("loads a custom reward-loop class; verlc scores with the reward model or the reward function itself"),
+    "reward_model.launch_reward_fn_async" => NoEffect(NONE, "overlaps the reward function with other work in verl; the scores are the same"),
+    "reward_model.rollout.**" => NoEffect(ROLLOUT_KNOB, "is a setting of the vLLM/SGLang server verl's reward loop scores with; verlc runs the reward model itself"),
+    "reward_model.{n_gpus_per_node,nnodes,num_workers}" => NoEffect(CLUSTER, RAY),
     "reward_model.reward_manager" => Unsupported("selects one of verl's reward managers; verlc scores with the naive manager's semantics only"),
     "reward_model.sandbox_fusion.url" => Unsupported("points to a code sandbox; verlc's trainer has no sandbox reward"),
     "reward_model.**" => NoEffect(NONE, RM),

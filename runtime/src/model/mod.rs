@@ -29,7 +29,8 @@ pub use config::{Arch, ModelConfig};
 pub use heads::{CausalLm, ValueModel};
 pub use load::{Checkpoint, LoadOptions, LoadReport, Shard};
 pub use pretrained::{
-    LoadedModel, ModelKind, ModelSource, Precision, from_pretrained, value_from_pretrained,
+    LoadedModel, ModelKind, ModelSource, Precision, from_pretrained, reward_from_pretrained,
+    value_from_pretrained,
 };
 pub use save::{SaveOptions, save_pretrained};
 

@@ -70,6 +70,9 @@ impl ModelSource {
 pub enum ModelKind {
     CausalLm,
     Value,
+    /// A one-label classifier whose `score.weight` must be in the checkpoint (its bias may
+    /// not be: `*ForSequenceClassification` has none, and zero is what the bias starts at).
+    Reward,
 }
 
 /// Parameter dtype (verl's `model_dtype` / `param_dtype`).
@@ -134,6 +137,7 @@ fn build<M>(
             let ckpt = Checkpoint::open(dir)?;
             let allow_missing = match kind {
                 ModelKind::Value => vec!["score.".to_owned()],
+                ModelKind::Reward => vec!["score.bias".to_owned()],
                 ModelKind::CausalLm => vec![],
             };
             let report = load_weights(
@@ -190,6 +194,26 @@ pub fn value_from_pretrained(
         precision,
         seed,
         ModelKind::Value,
+        |cfg, vs| ValueModel::new(cfg, vs.root()),
+    )
+}
+
+/// A reward model: a `*ForSequenceClassification` (or one-label `*ForTokenClassification`)
+/// checkpoint, loaded as verl's reward-model worker loads it (as a token classifier with one
+/// label, whose bias is zero when the checkpoint has none). A `builtin://` model gets a random
+/// head from `seed`.
+pub fn reward_from_pretrained(
+    path: &str,
+    device: Device,
+    precision: Precision,
+    seed: u64,
+) -> Result<LoadedModel<ValueModel>, ModelError> {
+    build(
+        path,
+        device,
+        precision,
+        seed,
+        ModelKind::Reward,
         |cfg, vs| ValueModel::new(cfg, vs.root()),
     )
 }

@@ -229,6 +229,11 @@ impl Tokenizer {
         self.inner.token_to_id(token).map(i64::from)
     }
 
+    /// A special token's text from tokenizer_config.json (`"eos_token"`, `"bos_token"`, …).
+    pub fn special_token(&self, name: &str) -> Option<&str> {
+        self.special.get(name).and_then(Value::as_str)
+    }
+
     pub fn has_chat_template(&self) -> bool {
         self.chat.is_some()
     }

@@ -25,7 +25,7 @@ use crate::workers::actor::Actor;
 use crate::workers::critic::Critic;
 use crate::workers::reference::Reference;
 use crate::workers::reward::{
-    PythonRewardFn, PythonSettings, RewardFn, Score, ScoreItem, token_level_scores,
+    PythonRewardFn, RewardInput, RewardModel, PythonSettings, RewardFn, Score, ScoreItem, token_level_scores,
 };
 use crate::workers::rollout::RolloutWorker;
 
@@ -59,6 +59,8 @@ pub struct Trainer<R: Roles = SingleRoles> {
     ckpt_tag: u64,
     rollout: RolloutWorker,
     reward: RewardFn,
+    /// Scores training responses instead of `reward` when set.
+    reward_model: Option<RewardModel>,
     kl_ctrl: KlController,
     kl_penalty: KlEstimator,
     estimator: AdvEstimator,
@@ -110,6 +112,18 @@ fn dataset_options(d: &DataSpec, max_samples: Option<usize>) -> DatasetOptions {
         seed: d.seed,
         chat_template_kwargs: d.chat_template_kwargs.clone(),
     }
+}
+
+/// Each row's response tokens up to its end (EOS included), without padding.
+fn response_ids(out: &RolloutOutput) -> Result<Vec<Vec<i64>>, TrainerError> {
+    let r = out.responses.size()[1] as usize;
+    let ids = Vec::<i64>::try_from(out.responses.f_flatten(0, -1)?)?;
+    Ok(out
+        .response_lengths
+        .iter()
+        .enumerate()
+        .map(|(row, &len)| ids[row * r..row * r + len].to_vec())
+        .collect())
 }
 
 /// Parameter dtype of the trainable models for a precision binding.
@@ -193,12 +207,19 @@ impl<R: Roles> Trainer<R> {
             })?)),
             RewardSpec::Builtin => RewardFn::Builtin,
         };
-        let sources = train
-            .items
+        // The reward function scores what the reward model does not: everything without
+        // one, validation unless the reward model scores it too.
+        let rm = spec.reward_model.as_ref();
+        let train_sources = train.items.iter().filter(|_| rm.is_none());
+        let val_sources = val
             .iter()
-            .chain(val.iter().flat_map(|v| &v.items))
-            .map(|it| it.sample.data_source.as_str());
-        reward.check_sources(sources)?;
+            .flat_map(|v| &v.items)
+            .filter(|_| !rm.is_some_and(|m| m.scores_validation));
+        reward.check_sources(
+            train_sources
+                .chain(val_sources)
+                .map(|it| it.sample.data_source.as_str()),
+        )?;
 
         // Models.
         let dtype_ = param_dtype(spec.binding.precision);
@@ -257,6 +278,14 @@ impl<R: Roles> Trainer<R> {
             }
             None => None,
         };
+        let reward_model = match rm {
+            Some(m) => Some(RewardModel::load(
+                m,
+                m.dtype.map_or(dtype_, dtype),
+                opts.device,
+            )?),
+            None => None,
+        };
         let rollout_dtype = spec.rollout.dtype.map_or(dtype_, dtype);
         let rollout =
             RolloutWorker::new(actor.engine.module().config(), rollout_dtype, opts.device)?;
@@ -290,6 +319,7 @@ impl<R: Roles> Trainer<R> {
             ckpt_tag,
             rollout,
             reward,
+            reward_model,
             kl_ctrl,
             kl_penalty: alg.kl_penalty,
             estimator: alg.estimator,
@@ -525,26 +555,96 @@ impl<R: Roles> Trainer<R> {
         items: &[&PromptItem],
         out: &RolloutOutput,
     ) -> Result<Scored, TrainerError> {
-        let r = out.responses.size()[1] as usize;
-        let ids = Vec::<i64>::try_from(out.responses.f_flatten(0, -1)?)?;
-        let mut score_items = Vec::with_capacity(out.prompt_index.len());
-        for (row, &p) in out.prompt_index.iter().enumerate() {
-            let len = out.response_lengths[row];
-            let text = self.tokenizer.decode(&ids[row * r..row * r + len], true)?;
-            let sample = &items[p].sample;
-            score_items.push(ScoreItem {
-                data_source: sample.data_source.clone(),
-                solution_str: text,
-                ground_truth: sample.reward_model.ground_truth.clone(),
-                extra_info: sample.extra_info.clone(),
-            });
-        }
+        let score_items = self.score_items(items, out)?;
         let scores = self.reward.score(&score_items)?;
         Ok((
             scores.iter().map(|s| s.score).collect(),
             score_items,
             scores,
         ))
+    }
+
+    /// What a reward function sees of each response.
+    fn score_items(
+        &self,
+        items: &[&PromptItem],
+        out: &RolloutOutput,
+    ) -> Result<Vec<ScoreItem>, TrainerError> {
+        let responses = response_ids(out)?;
+        let mut score_items = Vec::with_capacity(out.prompt_index.len());
+        for (ids, &p) in responses.iter().zip(&out.prompt_index) {
+            let sample = &items[p].sample;
+            score_items.push(ScoreItem {
+                data_source: sample.data_source.clone(),
+                solution_str: self.tokenizer.decode(ids, true)?,
+                ground_truth: sample.reward_model.ground_truth.clone(),
+                extra_info: sample.extra_info.clone(),
+            });
+        }
+        Ok(score_items)
+    }
+
+    /// The reward model's score of each response.
+    fn model_scores(
+        &self,
+        rm: &RewardModel,
+        items: &[&PromptItem],
+        out: &RolloutOutput,
+    ) -> Result<Vec<f64>, TrainerError> {
+        let responses = response_ids(out)?;
+        let inputs: Vec<RewardInput<'_>> = responses
+            .iter()
+            .zip(&out.prompt_index)
+            .map(|(ids, &p)| RewardInput {
+                messages: &items[p].sample.prompt,
+                prompt_ids: &items[p].input_ids,
+                response_ids: ids,
+            })
+            .collect();
+        Ok(rm.score(&self.tokenizer, &inputs)?)
+    }
+
+    /// The scores of training responses: the reward model's when there is one (verl's
+    /// `rm_scores`), else the reward function's.
+    fn train_scores(
+        &mut self,
+        items: &[&PromptItem],
+        out: &RolloutOutput,
+    ) -> Result<Vec<f64>, TrainerError> {
+        match &self.reward_model {
+            Some(rm) => self.model_scores(rm, items, out),
+            None => Ok(self.score(items, out)?.0),
+        }
+    }
+
+    /// Validation scores: the reward function's, or the reward model's where verl's reward
+    /// loop scores validation too (`RewardModelSpec::scores_validation`).
+    fn score_for_validation(
+        &mut self,
+        items: &[&PromptItem],
+        out: &RolloutOutput,
+    ) -> Result<Scored, TrainerError> {
+        match &self.reward_model {
+            Some(rm)
+                if self
+                    .spec
+                    .reward_model
+                    .as_ref()
+                    .is_some_and(|m| m.scores_validation) =>
+            {
+                let values = self.model_scores(rm, items, out)?;
+                let score_items = self.score_items(items, out)?;
+                let scores = values
+                    .iter()
+                    .map(|&score| Score {
+                        score,
+                        extra: Default::default(),
+                    })
+                    .collect();
+                Ok((values, score_items, scores))
+            }
+            _ => self.score(items, out),
+        }
     }
 
     /// One training step; returns its metrics.
@@ -640,13 +740,13 @@ impl<R: Roles> Trainer<R> {
                 ..params.clone()
             };
             let (_, gout) = timers.time("gen_max", || self.generate(&items, &greedy))?;
-            let (scores, _, _) = self.score(&items, &gout)?;
+            let scores = self.train_scores(&items, &gout)?;
             let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
             batch.insert("reward_baselines", Tensor::from_slice(&per_row))?;
         }
         self.rollout.release()?;
 
-        let (scores, _, _) = timers.time("reward", || self.score(&items, &out))?;
+        let scores = timers.time("reward", || self.train_scores(&items, &out))?;
         let mask = batch.get("response_mask")?.shallow_clone();
         batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
 
@@ -793,8 +893,17 @@ impl<R: Roles> Trainer<R> {
         self.load_rollout()?;
         for chunk in all.chunks(bs) {
             let items = val.batch(chunk);
+            // verl validates rule-scored data only: with a reward model, a batch whose first
+            // sample is `style: model` ends validation without metrics.
+            if self.reward_model.is_some()
+                && items.first().and_then(|it| it.sample.reward_model.style.as_deref())
+                    == Some("model")
+            {
+                self.rollout.release()?;
+                return Ok(Metrics::new());
+            }
             let (_, out) = self.generate(&items, &params)?;
-            let (_, score_items, scores) = self.score(&items, &out)?;
+            let (_, score_items, scores) = self.score_for_validation(&items, &out)?;
             for ((row, it), s) in out.prompt_index.iter().zip(&score_items).zip(&scores) {
                 let mut vars = std::collections::BTreeMap::new();
                 vars.insert("reward".to_owned(), s.score);

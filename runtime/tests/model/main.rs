@@ -8,3 +8,4 @@ mod cache;
 mod checkpoint;
 mod errors;
 mod parity;
+mod reward;

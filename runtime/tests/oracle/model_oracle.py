@@ -11,6 +11,12 @@ Usage:
       Loads DIR with AutoModelForCausalLM (KIND=causal) or AutoModelForTokenClassification
       (KIND=value), runs the inputs of INPUTS (input_ids, attention_mask, position_ids) and
       writes OUT.safetensors with `logits` (causal) or `values` (value).
+  model_oracle.py reward OUTDIR TEMPLATE
+      Saves tiny random Qwen2ForSequenceClassification and LlamaForSequenceClassification
+      reward models (one label) with a byte-level BPE tokenizer whose chat template is
+      TEMPLATE in OUTDIR/rm_<arch>/, and writes OUTDIR/rm_<arch>.json: conversations ending
+      with the assistant's response, their apply_chat_template() text and ids, and the
+      sequence-classification score of each (one padded batch), also of the ids cut to 9.
   model_oracle.py tokenizer OUTDIR TEMPLATE...
       Trains a tiny byte-level BPE tokenizer with the `tokenizers` package, wraps it in
       PreTrainedTokenizerFast with each chat TEMPLATE, saves OUTDIR/tok<i>/ and writes
@@ -235,9 +241,8 @@ CONVERSATIONS = [
 ]
 
 
-def tokenizer(out, templates):
+def bpe_tokenizer():
     from tokenizers import Tokenizer, decoders, models as tk_models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(tk_models.BPE())
@@ -250,6 +255,72 @@ def tokenizer(out, templates):
         "system user assistant tool function arguments name the weather city paris answer reverse digits"
     ] * 50
     tok.train_from_iterator(corpus, trainer=trainer)
+    return tok
+
+
+RM_CHATS = [
+    [{"role": "user", "content": "Reverse 12345."}, {"role": "assistant", "content": "54321"}],
+    [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "sunny, 21 degrees"},
+    ],
+    [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}],
+    [{"role": "user", "content": "Answer in one line (unicode: héllo ✓)."}, {"role": "assistant", "content": "the answer"}],
+]
+
+
+def reward(out, template_path):
+    from transformers import LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
+    from transformers import LlamaForSequenceClassification, Qwen2ForSequenceClassification
+
+    with open(template_path) as f:
+        template = f.read()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=bpe_tokenizer(), eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None, bos_token=None
+    )
+    fast.chat_template = template
+    pad = fast.pad_token_id
+    common = dict(
+        vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2, num_labels=1, pad_token_id=pad,
+    )
+    archs = {
+        "qwen2": (Qwen2ForSequenceClassification, Qwen2Config(**common, tie_word_embeddings=False)),
+        "llama": (LlamaForSequenceClassification, LlamaConfig(**common, attention_bias=True, tie_word_embeddings=False)),
+    }
+    for arch, (cls, cfg) in archs.items():
+        torch.manual_seed(3)
+        model = cls(cfg).eval()
+        d = os.path.join(out, f"rm_{arch}")
+        model.save_pretrained(d, safe_serialization=True)
+        fast.save_pretrained(d)
+        texts = [fast.apply_chat_template(c, tokenize=False, add_generation_prompt=False) for c in RM_CHATS]
+        ids = [fast(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+        def scores(rows):
+            width = max(len(r) for r in rows)
+            x = torch.full((len(rows), width), pad, dtype=torch.long)
+            m = torch.zeros_like(x)
+            for i, r in enumerate(rows):
+                x[i, : len(r)] = torch.tensor(r)
+                m[i, : len(r)] = 1
+            with torch.no_grad():
+                return model(input_ids=x, attention_mask=m).logits[:, 0].tolist()
+
+        cut = [r[:9] for r in ids]
+        with open(os.path.join(out, f"rm_{arch}.json"), "w") as f:
+            json.dump(
+                {"chats": RM_CHATS, "texts": texts, "ids": ids, "scores": scores(ids), "cut9_scores": scores(cut)},
+                f,
+                ensure_ascii=False,
+            )
+
+
+def tokenizer(out, templates):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = bpe_tokenizer()
     results = []
     for i, template_path in enumerate(templates):
         with open(template_path) as f:
@@ -281,6 +352,8 @@ if __name__ == "__main__":
         models(sys.argv[2])
     elif cmd == "verify":
         verify(*sys.argv[2:6])
+    elif cmd == "reward":
+        reward(sys.argv[2], sys.argv[3])
     elif cmd == "tokenizer":
         tokenizer(sys.argv[2], sys.argv[3:])
     else:

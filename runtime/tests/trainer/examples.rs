@@ -60,6 +60,7 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
     .to_vec();
     o.push(format!("actor_rollout_ref.model.path={TINY}"));
     o.push(format!("critic.model.path={TINY}"));
+    o.push(format!("reward_model.model.path={TINY}"));
     o.push("actor_rollout_ref.model.tokenizer_path=null".into());
     o.push(format!(
         "trainer.default_local_dir={}",
@@ -83,6 +84,10 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
         (
             "critic.ppo_micro_batch_size_per_gpu",
             "critic.ppo_micro_batch_size",
+        ),
+        (
+            "reward_model.micro_batch_size_per_gpu",
+            "reward_model.micro_batch_size",
         ),
     ] {
         o.push(format!("{per_gpu}=2"));
@@ -121,7 +126,7 @@ fn megatron_world_of_one() -> Vec<String> {
 fn signature(s: &TrainerSpec) -> String {
     let engine = |e: &verlc_spec::trainer::EngineSpec| serde_json::to_string(e).unwrap_or_default();
     format!(
-        "{} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} | {:?} {:?} | {} {}",
+        "{} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} | {:?} {:?} | {} {}",
         s.binding,
         s.algorithm.estimator,
         s.actor.update.loss_mode,
@@ -131,6 +136,7 @@ fn signature(s: &TrainerSpec) -> String {
         s.algorithm.kl_ctrl,
         s.critic.is_some(),
         s.reference.is_some(),
+        s.reward_model.as_ref().map(|m| &m.input),
         s.actor.optim.inner,
         s.actor.optim.schedule,
         engine(&s.actor.engine),
@@ -228,11 +234,12 @@ fn verl_examples_that_build_start_and_train_a_step() {
                 built.entry(signature(&spec)).or_insert((script, *spec));
             }
             SpecOutcome::Errors(checked) => {
+                // Each refusal by code and key, so the output says what is left to build.
                 let mut codes: Vec<String> = checked
                     .diagnostics
                     .iter()
                     .filter(|d| d.is_error())
-                    .map(|d| d.code.0.to_owned())
+                    .map(|d| format!("{} {}", d.code.0, d.key_path.as_deref().unwrap_or("-")))
                     .collect();
                 codes.sort();
                 codes.dedup();
@@ -245,7 +252,7 @@ fn verl_examples_that_build_start_and_train_a_step() {
                         d.message
                     );
                 }
-                refused.entry(codes.join(",")).or_default().push(script);
+                refused.entry(codes.join(", ")).or_default().push(script);
             }
         }
     }

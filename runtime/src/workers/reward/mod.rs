@@ -8,7 +8,11 @@
 //!
 //! A scorer returns a float or a dict with `"score"`; the other keys of a dict are kept as
 //! `reward_extra_info` (numbers only are logged).
+//!
+//! A reward model ([`model`], `reward_model.enable`) replaces the scorer in training, as verl
+//! extracts the reward model's `rm_scores` before it would call the reward manager.
 
+pub mod model;
 pub mod python;
 pub mod rules;
 
@@ -17,6 +21,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 use tch::{Kind, Tensor};
 
+pub use model::{RewardInput, RewardModel};
 pub use python::{PythonRewardFn, PythonSettings};
 
 /// Why scoring failed.
