@@ -40,6 +40,8 @@ pub struct TrainerSpec {
     pub critic: Option<CriticSpec>,
     pub rollout: RolloutSpec,
     pub reward: RewardSpec,
+    /// How scores become rewards (`reward_manager.name`).
+    pub reward_manager: RewardManagerSpec,
     /// A reward model (`reward_model.enable`): its scores replace the reward function's in
     /// training, as verl extracts `rm_scores` before calling the reward manager.
     pub reward_model: Option<RewardModelSpec>,
@@ -318,6 +320,30 @@ pub enum RewardSpec {
         name: String,
         reward_kwargs: serde_json::Map<String, serde_json::Value>,
     },
+}
+
+/// verl's reward managers that the trainer implements.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "snake_case")]
+pub enum RewardManagerSpec {
+    /// The score is the reward.
+    Naive,
+    /// DAPO's manager: the score (kept as `acc` in the extra info when it is a plain number)
+    /// plus, with an overlong buffer, `min(-(L - (max_resp_len - len)) / len * penalty_factor, 0)`
+    /// for a response of L tokens.
+    Dapo {
+        overlong_buffer: Option<OverlongBufferSpec>,
+    },
+}
+
+/// `reward_kwargs.overlong_buffer_cfg` with `reward_kwargs.max_resp_len`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OverlongBufferSpec {
+    pub max_resp_len: f64,
+    pub len: f64,
+    pub penalty_factor: f64,
+    /// Log `overlong_reward` and `overlong` per response.
+    pub log: bool,
 }
 
 /// A discriminative reward model: a `*ForSequenceClassification` / `*ForTokenClassification`

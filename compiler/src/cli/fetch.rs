@@ -158,7 +158,9 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
         && let Some(why) = reward_model_checkpoint(&plan.spec, &env)
     {
         let key = "reward_model.model.path";
-        let origin = root.get_path(&split_key(key)).and_then(|n| n.origin.clone());
+        let origin = root
+            .get_path(&split_key(key))
+            .and_then(|n| n.origin.clone());
         out.push(
             Diagnostic::error(
                 codes::BUILD_REWARD_MODEL_NOT_CLASSIFIER,

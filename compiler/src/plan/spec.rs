@@ -16,8 +16,9 @@ use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
     ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
     EngineSpec, FsdpEngineSpec, KlControlSpec, LoggerKind, MegatronEngineSpec, OptimSpec,
-    ReferenceSpec, ResumeSpec, RewardModelInput, RewardModelSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName,
-    TrainerSpec, WorldSpec,
+    OverlongBufferSpec, ReferenceSpec, ResumeSpec, RewardManagerSpec, RewardModelInput,
+    RewardModelSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName, TrainerSpec,
+    WorldSpec,
 };
 
 use crate::codes;
@@ -264,6 +265,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         None => RewardSpec::Builtin,
     };
     let reward_model = reward_model_spec(cfg, world, seq_len, model_seed, l);
+    let reward_manager = reward_manager_spec(cfg, l);
 
     let alg = &cfg.algorithm;
     let algorithm = AlgorithmSpec {
@@ -308,9 +310,148 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         critic,
         rollout,
         reward,
+        reward_manager,
         reward_model,
         algorithm,
         run: run_spec(cfg, l),
+    }
+}
+
+/// The reward manager (`reward_manager.name`, by default the deprecated
+/// `reward_model.reward_manager`) and its keyword arguments (`reward_model.reward_kwargs`, which
+/// verl passes to the manager's constructor, so a key it does not take raises there).
+fn reward_manager_spec(cfg: &VerlConfig, l: &mut Lowering) -> RewardManagerSpec {
+    // `reward_manager.name` defaults to the deprecated key; blame the one that holds the name.
+    let name_key =
+        if cfg.reward_model.reward_manager.as_deref() == Some(cfg.reward_manager.name.as_str()) {
+            "reward_model.reward_manager"
+        } else {
+            "reward_manager.name"
+        };
+    let kwargs = cfg.reward_model.reward_kwargs.clone().unwrap_or_default();
+    let kw_key = |k: &str| format!("reward_model.reward_kwargs.{k}");
+    match cfg.reward_manager.name.as_str() {
+        "naive" => {
+            if let Some(k) = kwargs.keys().next() {
+                l.unsupported(
+                    &kw_key(k),
+                    format!("verl's naive reward manager takes no `{k}` argument (its constructor raises)"),
+                    "remove reward_model.reward_kwargs, or choose the manager that takes it",
+                );
+            }
+            RewardManagerSpec::Naive
+        }
+        "dapo" => {
+            for k in kwargs
+                .keys()
+                .filter(|k| !["max_resp_len", "overlong_buffer_cfg"].contains(&k.as_str()))
+            {
+                l.unsupported(
+                    &kw_key(k),
+                    format!("verl's DAPO reward manager takes no `{k}` argument (its constructor raises)"),
+                    "its arguments are max_resp_len and overlong_buffer_cfg",
+                );
+            }
+            let Some(buffer) = kwargs.get("overlong_buffer_cfg").filter(|v| !v.is_null()) else {
+                return RewardManagerSpec::Dapo {
+                    overlong_buffer: None,
+                };
+            };
+            let field = |l: &mut Lowering, k: &str| -> Option<serde_json::Value> {
+                let v = buffer.get(k).cloned();
+                if v.is_none() {
+                    l.unsupported(
+                        &kw_key("overlong_buffer_cfg"),
+                        format!(
+                            "overlong_buffer_cfg has no `{k}`, which verl's DAPO manager reads"
+                        ),
+                        "give overlong_buffer_cfg enable, len, penalty_factor and log",
+                    );
+                }
+                v
+            };
+            let number = |l: &mut Lowering, key: String, v: Option<serde_json::Value>| -> f64 {
+                match v.as_ref().and_then(serde_json::Value::as_f64) {
+                    Some(x) => x,
+                    None => {
+                        if v.is_some() {
+                            l.unsupported(
+                                &key,
+                                format!("`{key}` must be a number"),
+                                "write a number",
+                            );
+                        }
+                        1.0
+                    }
+                }
+            };
+            let flag = |l: &mut Lowering, key: String, v: Option<serde_json::Value>| -> bool {
+                match v {
+                    Some(serde_json::Value::Bool(b)) => b,
+                    Some(_) => {
+                        l.unsupported(
+                            &key,
+                            format!("`{key}` must be true or false"),
+                            "write true or false",
+                        );
+                        false
+                    }
+                    None => false,
+                }
+            };
+            let enable_v = field(l, "enable");
+            let enable = flag(l, kw_key("overlong_buffer_cfg.enable"), enable_v);
+            let len_v = field(l, "len");
+            let len = number(l, kw_key("overlong_buffer_cfg.len"), len_v);
+            let factor_v = field(l, "penalty_factor");
+            let penalty_factor = number(l, kw_key("overlong_buffer_cfg.penalty_factor"), factor_v);
+            let log_v = field(l, "log");
+            let log = flag(l, kw_key("overlong_buffer_cfg.log"), log_v);
+            let max_resp_len = match kwargs
+                .get("max_resp_len")
+                .and_then(serde_json::Value::as_f64)
+            {
+                Some(m) => m,
+                None => {
+                    l.unsupported(
+                        &kw_key("overlong_buffer_cfg"),
+                        "verl's DAPO manager needs `reward_model.reward_kwargs.max_resp_len` (a number) with an overlong buffer",
+                        "set +reward_model.reward_kwargs.max_resp_len to the response length the buffer ends at",
+                    );
+                    len
+                }
+            };
+            if max_resp_len < len {
+                l.unsupported(
+                    &kw_key("max_resp_len"),
+                    format!("max_resp_len ({max_resp_len}) is shorter than the overlong buffer ({len}); verl's DAPO manager asserts it is not"),
+                    "make max_resp_len at least overlong_buffer_cfg.len",
+                );
+            }
+            if len <= 0.0 {
+                l.unsupported(
+                    &kw_key("overlong_buffer_cfg.len"),
+                    "the overlong buffer length must be positive (the penalty divides by it)",
+                    "set a positive length",
+                );
+            }
+            RewardManagerSpec::Dapo {
+                overlong_buffer: enable.then_some(OverlongBufferSpec {
+                    max_resp_len,
+                    len,
+                    penalty_factor,
+                    log,
+                }),
+            }
+        }
+        other => {
+            l.unsupported(
+                name_key,
+                format!("verlc's trainer implements the `naive` and `dapo` reward managers, not `{other}`"),
+                "use reward_manager.name=naive (or dapo)",
+            );
+            RewardManagerSpec::Naive
+        }
     }
 }
 

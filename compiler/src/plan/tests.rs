@@ -497,12 +497,20 @@ fn reward_models_lower_as_verl_runs_them() {
         "reward_model.rollout.dtype=float32",
     ]);
     let spec = spec.expect("a reward model");
-    assert!(!c.codes().iter().any(|c| c.starts_with("B01")), "{:?}", c.codes());
+    assert!(
+        !c.codes().iter().any(|c| c.starts_with("B01")),
+        "{:?}",
+        c.codes()
+    );
     assert_eq!(spec.model_path, "builtin://tiny");
     assert_eq!(spec.dtype, Some(Dtype::Fp32));
     assert!(matches!(
         spec.input,
-        RewardModelInput::Chat { add_special_tokens: true, max_length: None, .. }
+        RewardModelInput::Chat {
+            add_special_tokens: true,
+            max_length: None,
+            ..
+        }
     ));
     assert!(!spec.scores_validation);
     let (spec, _) = rm(&[
@@ -515,22 +523,48 @@ fn reward_models_lower_as_verl_runs_them() {
 
     // The legacy worker: bf16, the policy's tokens when input_tokenizer is null, otherwise
     // the chat template cut at max_length (default: prompt + response length).
-    let legacy = ["reward_model.enable=true", "reward_model.use_reward_loop=false", "reward_model.micro_batch_size_per_gpu=3"];
+    let legacy = [
+        "reward_model.enable=true",
+        "reward_model.use_reward_loop=false",
+        "reward_model.micro_batch_size_per_gpu=3",
+    ];
     let (spec, _) = rm(&[&legacy[..], &["reward_model.model.input_tokenizer=null"]].concat());
     let spec = spec.expect("a reward model");
-    assert_eq!((spec.input, spec.dtype, spec.micro_batch), (RewardModelInput::PolicyTokens, Some(Dtype::Bf16), 3));
+    assert_eq!(
+        (spec.input, spec.dtype, spec.micro_batch),
+        (RewardModelInput::PolicyTokens, Some(Dtype::Bf16), 3)
+    );
     let (spec, _) = rm(&[&legacy[..], &["reward_model.max_length=100"]].concat());
     assert!(matches!(
         spec.expect("a reward model").input,
-        RewardModelInput::Chat { add_special_tokens: false, max_length: Some(100), .. }
+        RewardModelInput::Chat {
+            add_special_tokens: false,
+            max_length: Some(100),
+            ..
+        }
     ));
-    let (_, c) = rm(&[&legacy[..], &["reward_model.model.input_tokenizer=/elsewhere"]].concat());
+    let (_, c) = rm(&[
+        &legacy[..],
+        &["reward_model.model.input_tokenizer=/elsewhere"],
+    ]
+    .concat());
     assert!(c.codes().contains(&"B018"), "{:?}", c.codes());
-    let (_, c) = rm(&["reward_model.enable=true", "reward_model.use_reward_loop=false", "reward_model.micro_batch_size_per_gpu=null"]);
-    assert!(c.codes().contains(&"B018"), "no micro-batch size: {:?}", c.codes());
+    let (_, c) = rm(&[
+        "reward_model.enable=true",
+        "reward_model.use_reward_loop=false",
+        "reward_model.micro_batch_size_per_gpu=null",
+    ]);
+    assert!(
+        c.codes().contains(&"B018"),
+        "no micro-batch size: {:?}",
+        c.codes()
+    );
 
     // The reward loop with a custom function scores with the function alone.
-    let (spec, c) = rm(&["reward_model.enable=true", "custom_reward_function.path=reward.py"]);
+    let (spec, c) = rm(&[
+        "reward_model.enable=true",
+        "custom_reward_function.path=reward.py",
+    ]);
     assert!(spec.is_none());
     assert!(c.codes().contains(&"B006"), "{:?}", c.codes());
 }
@@ -966,4 +1000,80 @@ fn the_spec_carries_the_batch_arithmetic_once() {
     let json = serde_json::to_string(&c.lowered.plan.spec).expect("serialize");
     let back: verlc_spec::TrainerSpec = serde_json::from_str(&json).expect("deserialize");
     assert_eq!(back, c.lowered.plan.spec);
+}
+
+#[test]
+fn reward_managers_naive_and_dapo_lower_with_their_arguments() {
+    use verlc_spec::trainer::{OverlongBufferSpec, RewardManagerSpec};
+    let dapo = [
+        "reward_model.reward_manager=dapo",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.len=64",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.log=False",
+        "+reward_model.reward_kwargs.max_resp_len=256",
+    ];
+    let c = case(BASE, &dapo);
+    assert!(!c.codes().contains(&"B018"), "{:#?}", c.lowered.diagnostics);
+    assert_eq!(
+        c.lowered.plan.spec.reward_manager,
+        RewardManagerSpec::Dapo {
+            overlong_buffer: Some(OverlongBufferSpec {
+                max_resp_len: 256.0,
+                len: 64.0,
+                penalty_factor: 0.5,
+                log: false
+            })
+        }
+    );
+    let c = case(BASE, &["reward_manager.name=dapo"]);
+    assert_eq!(
+        c.lowered.plan.spec.reward_manager,
+        RewardManagerSpec::Dapo {
+            overlong_buffer: None
+        }
+    );
+    // A buffer longer than the response budget, an argument the manager does not take, a
+    // manager verlc does not implement: each refused at its key.
+    for (extra, key) in [
+        (
+            "+reward_model.reward_kwargs.max_resp_len=32",
+            "reward_model.reward_kwargs.max_resp_len",
+        ),
+        (
+            "+reward_model.reward_kwargs.tokenizer_mode=x",
+            "reward_model.reward_kwargs.tokenizer_mode",
+        ),
+    ] {
+        let mut o: Vec<&str> = dapo
+            .iter()
+            .copied()
+            .filter(|o| !o.contains("max_resp_len") || !extra.contains("max_resp_len"))
+            .collect();
+        o.push(extra);
+        let c = case(BASE, &o);
+        assert!(
+            c.lowered
+                .diagnostics
+                .iter()
+                .any(|d| d.code.0 == "B018" && d.key_path.as_deref() == Some(key)),
+            "{extra}: {:?}",
+            c.codes()
+        );
+    }
+    let c = case(BASE, &["+reward_model.reward_kwargs.max_resp_len=32"]);
+    assert!(
+        c.codes().contains(&"B018"),
+        "naive takes no arguments: {:?}",
+        c.codes()
+    );
+    let c = case(BASE, &["reward_manager.name=prime"]);
+    assert!(
+        c.lowered
+            .diagnostics
+            .iter()
+            .any(|d| d.code.0 == "B018" && d.key_path.as_deref() == Some("reward_manager.name")),
+        "{:?}",
+        c.codes()
+    );
 }

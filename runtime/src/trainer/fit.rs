@@ -24,8 +24,10 @@ use crate::tokenizer::Tokenizer;
 use crate::workers::actor::Actor;
 use crate::workers::critic::Critic;
 use crate::workers::reference::Reference;
+use crate::workers::reward::manager;
 use crate::workers::reward::{
-    PythonRewardFn, RewardInput, RewardModel, PythonSettings, RewardFn, Score, ScoreItem, token_level_scores,
+    PythonRewardFn, PythonSettings, RewardFn, RewardInput, RewardModel, Score, ScoreItem,
+    token_level_scores,
 };
 use crate::workers::rollout::RolloutWorker;
 
@@ -556,7 +558,12 @@ impl<R: Roles> Trainer<R> {
         out: &RolloutOutput,
     ) -> Result<Scored, TrainerError> {
         let score_items = self.score_items(items, out)?;
-        let scores = self.reward.score(&score_items)?;
+        let mut scores = self.reward.score(&score_items)?;
+        manager::apply(
+            &self.spec.reward_manager,
+            &mut scores,
+            &out.response_lengths,
+        );
         Ok((
             scores.iter().map(|s| s.score).collect(),
             score_items,
@@ -638,7 +645,7 @@ impl<R: Roles> Trainer<R> {
                     .iter()
                     .map(|&score| Score {
                         score,
-                        extra: Default::default(),
+                        ..Score::default()
                     })
                     .collect();
                 Ok((values, score_items, scores))
@@ -896,7 +903,9 @@ impl<R: Roles> Trainer<R> {
             // verl validates rule-scored data only: with a reward model, a batch whose first
             // sample is `style: model` ends validation without metrics.
             if self.reward_model.is_some()
-                && items.first().and_then(|it| it.sample.reward_model.style.as_deref())
+                && items
+                    .first()
+                    .and_then(|it| it.sample.reward_model.style.as_deref())
                     == Some("model")
             {
                 self.rollout.release()?;

@@ -47,7 +47,10 @@ fn chat(max_length: Option<usize>, truncation: Truncation) -> RewardModelInput {
 fn close(ours: &[f64], theirs: &[f64], what: &str) {
     assert_eq!(ours.len(), theirs.len(), "{what}");
     for (a, b) in ours.iter().zip(theirs) {
-        assert!((a - b).abs() <= 1e-4, "{what}: {ours:?} vs transformers {theirs:?}");
+        assert!(
+            (a - b).abs() <= 1e-4,
+            "{what}: {ours:?} vs transformers {theirs:?}"
+        );
     }
 }
 
@@ -68,20 +71,44 @@ fn reward_models_score_as_transformers_sequence_classifiers() {
         let ids: Vec<Vec<i64>> = serde_json::from_value(r["ids"].clone()).expect("ids");
         let path = dir.join(format!("rm_{arch}"));
 
-        let rm = RewardModel::load(&spec(&path, chat(None, Truncation::Right)), Precision::Fp32, Device::Cpu)
-            .expect("load reward model");
-        assert_eq!(rm.encode_chats(&chats).expect("encode"), ids, "{arch}: input ids");
+        let rm = RewardModel::load(
+            &spec(&path, chat(None, Truncation::Right)),
+            Precision::Fp32,
+            Device::Cpu,
+        )
+        .expect("load reward model");
+        assert_eq!(
+            rm.encode_chats(&chats).expect("encode"),
+            ids,
+            "{arch}: input ids"
+        );
         // 4 rows in micro-batches of 3: left padding in the first, none in the second.
-        close(&rm.score_ids(&ids).expect("score"), &floats(&r["scores"]), arch);
+        close(
+            &rm.score_ids(&ids).expect("score"),
+            &floats(&r["scores"]),
+            arch,
+        );
 
-        let cut = RewardModel::load(&spec(&path, chat(Some(9), Truncation::Right)), Precision::Fp32, Device::Cpu)
-            .expect("load");
+        let cut = RewardModel::load(
+            &spec(&path, chat(Some(9), Truncation::Right)),
+            Precision::Fp32,
+            Device::Cpu,
+        )
+        .expect("load");
         let cut_ids = cut.encode_chats(&chats).expect("encode");
         assert!(cut_ids.iter().all(|r| r.len() == 9));
-        close(&cut.score_ids(&cut_ids).expect("score"), &floats(&r["cut9_scores"]), arch);
+        close(
+            &cut.score_ids(&cut_ids).expect("score"),
+            &floats(&r["cut9_scores"]),
+            arch,
+        );
 
-        let strict = RewardModel::load(&spec(&path, chat(Some(9), Truncation::Error)), Precision::Fp32, Device::Cpu)
-            .expect("load");
+        let strict = RewardModel::load(
+            &spec(&path, chat(Some(9), Truncation::Error)),
+            Precision::Fp32,
+            Device::Cpu,
+        )
+        .expect("load");
         let err = strict.encode_chats(&chats).unwrap_err().to_string();
         assert!(err.contains("reward_model.max_length = 9"), "{err}");
     }
@@ -102,8 +129,13 @@ fn responses_reach_the_reward_model_as_verl_sends_them() {
     let responses: Vec<Vec<i64>> = chats
         .iter()
         .map(|c| {
-            let answer = c.last().and_then(|m| m.content.as_str()).expect("assistant text");
-            policy.encode(&format!("{answer}<|im_end|>"), false).expect("encode")
+            let answer = c
+                .last()
+                .and_then(|m| m.content.as_str())
+                .expect("assistant text");
+            policy
+                .encode(&format!("{answer}<|im_end|>"), false)
+                .expect("encode")
         })
         .collect();
     let inputs: Vec<RewardInput<'_>> = chats
@@ -115,14 +147,26 @@ fn responses_reach_the_reward_model_as_verl_sends_them() {
             response_ids: resp,
         })
         .collect();
-    let rm = RewardModel::load(&spec(&path, chat(None, Truncation::Right)), Precision::Fp32, Device::Cpu)
-        .expect("load");
-    close(&rm.score(&policy, &inputs).expect("score"), &expected, "chat input");
+    let rm = RewardModel::load(
+        &spec(&path, chat(None, Truncation::Right)),
+        Precision::Fp32,
+        Device::Cpu,
+    )
+    .expect("load");
+    close(
+        &rm.score(&policy, &inputs).expect("score"),
+        &expected,
+        "chat input",
+    );
 
     // With the policy's own tokens (input_tokenizer: null) the reward model reads prompt and
     // response ids as they are.
-    let tokens = RewardModel::load(&spec(&path, RewardModelInput::PolicyTokens), Precision::Fp32, Device::Cpu)
-        .expect("load");
+    let tokens = RewardModel::load(
+        &spec(&path, RewardModelInput::PolicyTokens),
+        Precision::Fp32,
+        Device::Cpu,
+    )
+    .expect("load");
     let split: Vec<RewardInput<'_>> = ids
         .iter()
         .map(|row| RewardInput {
@@ -131,14 +175,22 @@ fn responses_reach_the_reward_model_as_verl_sends_them() {
             response_ids: &row[5..],
         })
         .collect();
-    close(&tokens.score(&policy, &split).expect("score"), &expected, "policy tokens");
+    close(
+        &tokens.score(&policy, &split).expect("score"),
+        &expected,
+        "policy tokens",
+    );
 }
 
 #[test]
 fn a_causal_lm_is_no_reward_model() {
     let lm = oracle::models().join("qwen2");
-    let err = RewardModel::load(&spec(&lm, RewardModelInput::PolicyTokens), Precision::Fp32, Device::Cpu)
-        .unwrap_err()
-        .to_string();
+    let err = RewardModel::load(
+        &spec(&lm, RewardModelInput::PolicyTokens),
+        Precision::Fp32,
+        Device::Cpu,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("score.weight"), "{err}");
 }

@@ -12,6 +12,7 @@
 //! A reward model ([`model`], `reward_model.enable`) replaces the scorer in training, as verl
 //! extracts the reward model's `rm_scores` before it would call the reward manager.
 
+pub mod manager;
 pub mod model;
 pub mod python;
 pub mod rules;
@@ -75,6 +76,8 @@ pub struct Score {
     pub score: f64,
     /// Other keys of a dict result (verl's `reward_extra_info`).
     pub extra: BTreeMap<String, Value>,
+    /// The scorer returned a dict (verl's DAPO manager then logs its `score`, else `acc`).
+    pub from_dict: bool,
 }
 
 /// The configured scorer.
@@ -100,7 +103,7 @@ impl RewardFn {
                     )
                     .map(|score| Score {
                         score,
-                        extra: BTreeMap::new(),
+                        ..Score::default()
                     })
                 })
                 .collect(),

@@ -192,17 +192,19 @@ impl RewardModel {
         }
         let device = self.model.model.model.embed_tokens.device();
         let shape = [rows.len() as i64, width as i64];
-        let ids = Tensor::from_slice(&ids).f_view(shape)?.f_to_device(device)?;
+        let ids = Tensor::from_slice(&ids)
+            .f_view(shape)?
+            .f_to_device(device)?;
         let mask = Tensor::from_slice(&mask)
             .f_view(shape)?
             .f_to_device(device)?;
         let pos = position_ids_from_mask(&mask);
         let scores = tch::no_grad(|| {
-            let hidden = self
-                .model
-                .model
-                .model
-                .forward_window(&ids, &pos, &mask, width as i64 - 1, 1);
+            let hidden =
+                self.model
+                    .model
+                    .model
+                    .forward_window(&ids, &pos, &mask, width as i64 - 1, 1);
             self.model
                 .model
                 .score()

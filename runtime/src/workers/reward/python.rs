@@ -303,7 +303,12 @@ impl PythonRewardFn {
                     .and_then(Value::as_object)
                     .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
                     .unwrap_or_default();
-                Ok(Score { score, extra })
+                let from_dict = r.get("dict").and_then(Value::as_bool).unwrap_or(false);
+                Ok(Score {
+                    score,
+                    extra,
+                    from_dict,
+                })
             })
             .collect()
     }

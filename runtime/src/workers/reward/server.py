@@ -3,7 +3,8 @@
 # Protocol (one JSON object per line):
 #   server -> {"ready": true} | {"ready": false, "error": "..."}         once, at start
 #   client -> {"id": N, "items": [{"data_source", "solution_str", "ground_truth", "extra_info"}]}
-#   server -> {"id": N, "results": [{"score": float | null, "bad": repr | null, "extra": {...}}]}
+#   server -> {"id": N, "results": [{"score": float | null, "bad": repr | null, "extra": {...},
+#                                     "dict": whether the function returned a dict}]}
 #           | {"id": N, "error": "traceback"}
 # The user's prints go to stderr; stdout carries only the protocol.
 import asyncio
@@ -43,7 +44,7 @@ def normalize(res):
     score = float(score)
     if not math.isfinite(score):
         return {"score": None, "bad": repr(score), "extra": extra}
-    return {"score": score, "bad": None, "extra": extra}
+    return {"score": score, "bad": None, "extra": extra, "dict": isinstance(res, dict)}
 
 
 def main():
