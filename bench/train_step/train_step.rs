@@ -67,6 +67,7 @@ fn main() -> Result<(), Error> {
         }),
         loss_scale_factor: None,
         loss_scaling: LossScaling::NONE,
+        lora: None,
     })?;
     let fwd = ForwardOptions::default();
     let mut times = Vec::new();

@@ -253,6 +253,39 @@ pub trait Engine {
 
 /// The global-batch normalisation of `batch` for `loss_agg_mode` (verl's `global_batch_info`
 /// over one data-parallel rank; multi-rank engines all-reduce these counts).
+/// Where a checkpoint keeps the model: `huggingface/` (config and weights, loadable by
+/// transformers) and, with LoRA, `lora_adapter/` (PEFT's adapter directory; the Hugging Face
+/// directory then holds the frozen base weights, as verl's checkpoints do).
+pub const HF_DIR: &str = "huggingface";
+pub const ADAPTER_DIR: &str = "lora_adapter";
+
+/// Writes the model part of a checkpoint into `dir` (see [`HF_DIR`]); `base_model` names the
+/// model the adapters were trained on.
+pub(crate) fn save_model(
+    dir: &Path,
+    params: &[(String, Tensor)],
+    config: &ModelConfig,
+    arch: &str,
+    base_model: &str,
+) -> Result<()> {
+    let base: Vec<(String, Tensor)> = params
+        .iter()
+        .filter(|(n, _)| !crate::model::lora::is_adapter(n))
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .collect();
+    crate::model::save::save_named(
+        &base,
+        config,
+        arch,
+        &dir.join(HF_DIR),
+        &crate::model::SaveOptions::default(),
+    )?;
+    if let Some(lora) = &config.lora {
+        crate::model::lora::save_adapter(&dir.join(ADAPTER_DIR), params, lora, base_model)?;
+    }
+    Ok(())
+}
+
 pub fn global_agg_options(
     batch: &Batch,
     dp_size: usize,

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
 
-use crate::model::init::{init_weights, init_weights_where};
 use crate::model::load::{Checkpoint, LoadOptions, load_weights};
-use crate::model::save::{SaveOptions, save_named};
+use crate::model::lora::{is_adapter, load_adapter};
+use crate::model::pretrained::materialize;
 use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{named_params, single_group};
 use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
@@ -20,8 +20,8 @@ use crate::optim::{
 };
 
 use super::{
-    Batch, Engine, EngineError, ForwardOptions, Head, LossFn, Metrics, Result, StepResult,
-    global_agg_options,
+    ADAPTER_DIR, Batch, Engine, EngineError, ForwardOptions, HF_DIR, Head, LossFn, Metrics, Result,
+    StepResult, global_agg_options, save_model,
 };
 
 pub use verlc_spec::optim::{OptimSettings, SchedulerSettings};
@@ -43,6 +43,9 @@ pub struct EngineSettings {
     /// The grad scaler code available to the optimizer (fp16 needs it): a trainer binary's
     /// precision marker decides, so only fp16 binaries link it.
     pub loss_scaling: LossScaling,
+    /// LoRA adapters on the model: only they are trained (the base weights are frozen and
+    /// outside the optimizer).
+    pub lora: Option<crate::model::lora::LoraConfig>,
 }
 
 /// One model, its optimizer and scheduler, in this process.
@@ -63,7 +66,6 @@ impl<H: Head> std::fmt::Debug for SingleEngine<H> {
     }
 }
 
-const HF_DIR: &str = "huggingface";
 const OPTIM_FILE: &str = "optim.safetensors";
 
 impl<H: Head> SingleEngine<H> {
@@ -72,26 +74,13 @@ impl<H: Head> SingleEngine<H> {
     pub fn new(settings: EngineSettings) -> Result<Self> {
         let path = &settings.model_path;
         let source = ModelSource::parse(path)?;
-        let config = source.config()?;
+        let mut config = source.config()?;
+        config.lora = settings.lora.clone();
         let mut vs = VarStore::new(settings.device);
         let module = H::build(&config, vs.root())
             .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         vs.set_kind(settings.param_dtype.kind());
-        match &source {
-            ModelSource::Builtin(_) => init_weights(&vs, config.initializer_range, settings.seed)?,
-            ModelSource::Dir(dir) => {
-                let ckpt = Checkpoint::open(dir)?;
-                let opts = LoadOptions {
-                    allow_missing: H::fresh_prefixes(),
-                    ..LoadOptions::default()
-                };
-                let report = load_weights(&vs, &ckpt, &opts)?;
-                let fresh = report.missing;
-                init_weights_where(&vs, config.initializer_range, settings.seed, |n| {
-                    fresh.iter().any(|m| m == n)
-                })?;
-            }
-        }
+        materialize(&vs, &source, &config, settings.seed, H::fresh_prefixes())?;
         Self::assemble(vs, module, config, settings)
     }
 
@@ -107,6 +96,14 @@ impl<H: Head> SingleEngine<H> {
                 (None, None)
             }
             Some(o) => {
+                if config.lora.is_some() {
+                    // Only the adapters train; the optimizer keeps what requires grad.
+                    for (name, var) in vs.variables() {
+                        if !is_adapter(&name) {
+                            let _ = var.set_requires_grad(false);
+                        }
+                    }
+                }
                 let precision = match settings.param_dtype {
                     ParamDtype::Fp32 => OptimPrecision::Fp32,
                     ParamDtype::Bf16 => OptimPrecision::Bf16,
@@ -260,12 +257,12 @@ impl<H: Head> Engine for SingleEngine<H> {
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Self::ck(dir, e))?;
         let arch = H::architecture(&self.config).map_err(|e| Self::ck(dir, e))?;
-        save_named(
+        save_model(
+            dir,
             &self.sorted_params(),
             &self.config,
             arch,
-            &dir.join(HF_DIR),
-            &SaveOptions::default(),
+            &self.settings.model_path,
         )?;
         if let Some(opt) = &self.optimizer {
             opt.save(&dir.join(OPTIM_FILE), self.scheduler.as_ref())?;
@@ -283,6 +280,9 @@ impl<H: Head> Engine for SingleEngine<H> {
         let report = load_weights(&self.vs, &ckpt, &opts)?;
         if let Some(m) = report.missing.first() {
             return Err(Self::ck(&hf, format!("no tensor `{m}`")));
+        }
+        if self.config.lora.is_some() {
+            load_adapter(&self.vs, &dir.join(ADAPTER_DIR))?;
         }
         if let Some(opt) = self.optimizer.as_mut() {
             let path = dir.join(OPTIM_FILE);

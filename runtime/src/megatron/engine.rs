@@ -245,7 +245,6 @@ impl MegatronSettings {
     }
 }
 
-const HF_DIR: &str = "huggingface";
 const OPTIM_DIR: &str = "optim";
 
 /// The Megatron engine; see the module docs.
@@ -631,7 +630,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
                 &full,
                 &self.config,
                 arch,
-                &dir.join(HF_DIR),
+                &dir.join(crate::engine::HF_DIR),
                 &SaveOptions::default(),
             )?;
         }
@@ -646,7 +645,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
     }
 
     fn load_checkpoint(&mut self, dir: &Path) -> Result<()> {
-        let hf = dir.join(HF_DIR);
+        let hf = dir.join(crate::engine::HF_DIR);
         self.module.load_pretrained(&hf, &[])?;
         if self.module.inner_optimizer().is_some() {
             let path = self.optim_file(dir);

@@ -59,6 +59,7 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         hidden_act: "silu".into(),
         initializer_range: 0.02,
         use_sliding_window: false,
+        lora: None,
         extra,
     };
     cfg.validate()?;

@@ -85,6 +85,9 @@ pub struct ModelConfig {
     pub initializer_range: f64,
     #[serde(default)]
     pub use_sliding_window: bool,
+    /// LoRA adapters the model is built with (not part of `config.json`).
+    #[serde(skip)]
+    pub lora: Option<super::lora::LoraConfig>,
     /// Every other key of the file (architectures, dtype, token ids …), preserved on save.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

@@ -9,26 +9,65 @@
 use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::ModelConfig;
 use super::cache::{KvCache, causal_padding_mask, causal_window_mask};
+use super::lora::{LoraAdapter, LoraConfig};
 use super::rope::{RotaryEmbedding, apply_rotary};
 
-/// `y = x W^T + b` with the weight (out, in) as in PyTorch.
+/// `y = x W^T + b` with the weight (out, in) as in PyTorch, plus a LoRA adapter's output when
+/// the layer has one.
 #[derive(Debug)]
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    pub lora: Option<LoraAdapter>,
+}
+
+/// What a model's constructors need to add adapters: the configuration and the model's
+/// on/off switch shared by all of them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Adapters<'a> {
+    config: &'a LoraConfig,
+    enabled: &'a Arc<AtomicBool>,
 }
 
 impl Linear {
     pub fn new(p: Path, in_dim: i64, out_dim: i64, bias: bool) -> Self {
         let weight = p.var("weight", &[out_dim, in_dim], Init::Const(0.0));
         let bias = bias.then(|| p.var("bias", &[out_dim], Init::Const(0.0)));
-        Linear { weight, bias }
+        Linear {
+            weight,
+            bias,
+            lora: None,
+        }
+    }
+
+    /// A linear layer named `name` (`model.layers.0.self_attn.q_proj`) with an adapter when
+    /// the model has adapters that target it.
+    fn adapted(
+        p: Path,
+        name: &str,
+        (in_dim, out_dim, bias): (i64, i64, bool),
+        adapters: Option<Adapters<'_>>,
+    ) -> Self {
+        let lora = adapters
+            .filter(|a| a.config.targets(name))
+            .map(|a| LoraAdapter::new(&p, in_dim, out_dim, a.config, a.enabled.clone()));
+        Linear {
+            lora,
+            ..Linear::new(p, in_dim, out_dim, bias)
+        }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
+        let y = x.linear(&self.weight, self.bias.as_ref());
+        match self.lora.as_ref().and_then(|l| l.delta(x)) {
+            Some(d) => y + d,
+            None => y,
+        }
     }
 }
 
@@ -66,11 +105,16 @@ pub struct Mlp {
 
 impl Mlp {
     pub fn new(cfg: &ModelConfig, p: Path) -> Self {
+        Self::with_adapters(cfg, p, 0, None)
+    }
+
+    fn with_adapters(cfg: &ModelConfig, p: Path, layer: usize, ad: Option<Adapters<'_>>) -> Self {
         let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        let name = |n: &str| format!("model.layers.{layer}.mlp.{n}");
         Mlp {
-            gate_proj: Linear::new(&p / "gate_proj", h, i, b),
-            up_proj: Linear::new(&p / "up_proj", h, i, b),
-            down_proj: Linear::new(&p / "down_proj", i, h, b),
+            gate_proj: Linear::adapted(&p / "gate_proj", &name("gate_proj"), (h, i, b), ad),
+            up_proj: Linear::adapted(&p / "up_proj", &name("up_proj"), (h, i, b), ad),
+            down_proj: Linear::adapted(&p / "down_proj", &name("down_proj"), (i, h, b), ad),
         }
     }
 
@@ -97,17 +141,22 @@ pub struct Attention {
 
 impl Attention {
     pub fn new(cfg: &ModelConfig, p: Path, layer: usize) -> Self {
+        Self::with_adapters(cfg, p, layer, None)
+    }
+
+    fn with_adapters(cfg: &ModelConfig, p: Path, layer: usize, ad: Option<Adapters<'_>>) -> Self {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+        let name = |n: &str| format!("model.layers.{layer}.self_attn.{n}");
         let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
         let norm = |name: &str| {
             cfg.qk_norm()
                 .then(|| RmsNorm::new(&p / name, hd, cfg.rms_norm_eps))
         };
         Attention {
-            q_proj: Linear::new(&p / "q_proj", h, q, cfg.qkv_bias()),
-            k_proj: Linear::new(&p / "k_proj", h, kv, cfg.qkv_bias()),
-            v_proj: Linear::new(&p / "v_proj", h, kv, cfg.qkv_bias()),
-            o_proj: Linear::new(&p / "o_proj", q, h, cfg.o_bias()),
+            q_proj: Linear::adapted(&p / "q_proj", &name("q_proj"), (h, q, cfg.qkv_bias()), ad),
+            k_proj: Linear::adapted(&p / "k_proj", &name("k_proj"), (h, kv, cfg.qkv_bias()), ad),
+            v_proj: Linear::adapted(&p / "v_proj", &name("v_proj"), (h, kv, cfg.qkv_bias()), ad),
+            o_proj: Linear::adapted(&p / "o_proj", &name("o_proj"), (q, h, cfg.o_bias()), ad),
             q_norm: norm("q_norm"),
             k_norm: norm("k_norm"),
             heads: cfg.num_attention_heads,
@@ -224,10 +273,14 @@ pub struct DecoderLayer {
 
 impl DecoderLayer {
     pub fn new(cfg: &ModelConfig, p: Path, layer: usize) -> Self {
+        Self::with_adapters(cfg, p, layer, None)
+    }
+
+    fn with_adapters(cfg: &ModelConfig, p: Path, layer: usize, ad: Option<Adapters<'_>>) -> Self {
         let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
         DecoderLayer {
-            self_attn: Attention::new(cfg, &p / "self_attn", layer),
-            mlp: Mlp::new(cfg, &p / "mlp"),
+            self_attn: Attention::with_adapters(cfg, &p / "self_attn", layer, ad),
+            mlp: Mlp::with_adapters(cfg, &p / "mlp", layer, ad),
             input_layernorm: RmsNorm::new(&p / "input_layernorm", h, eps),
             post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", h, eps),
         }
@@ -287,6 +340,8 @@ pub struct Model {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     rotary: RotaryEmbedding,
+    /// The on/off switch of the LoRA adapters (`config.lora`), if any.
+    adapters: Option<Arc<AtomicBool>>,
 }
 
 impl Model {
@@ -299,8 +354,14 @@ impl Model {
             &[cfg.vocab_size, cfg.hidden_size],
             Init::Const(0.0),
         );
+        let switch = cfg.lora.as_ref().map(|_| Arc::new(AtomicBool::new(true)));
+        let ad = cfg
+            .lora
+            .as_ref()
+            .zip(switch.as_ref())
+            .map(|(config, enabled)| Adapters { config, enabled });
         let layers = (0..cfg.num_hidden_layers as usize)
-            .map(|i| DecoderLayer::new(cfg, &p / "layers" / i, i))
+            .map(|i| DecoderLayer::with_adapters(cfg, &p / "layers" / i, i, ad))
             .collect();
         let norm = RmsNorm::new(&p / "norm", cfg.hidden_size, cfg.rms_norm_eps);
         Ok(Model {
@@ -308,7 +369,21 @@ impl Model {
             layers,
             norm,
             rotary,
+            adapters: switch,
         })
+    }
+
+    /// Switches the LoRA adapters on or off (no-op without adapters): off, the model computes
+    /// as its base weights alone.
+    pub fn set_adapters_enabled(&self, on: bool) {
+        if let Some(s) = &self.adapters {
+            s.store(on, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the model has LoRA adapters.
+    pub fn has_adapters(&self) -> bool {
+        self.adapters.is_some()
     }
 
     /// The decoder layers in order (for engines that run the backbone block by block).

@@ -212,7 +212,11 @@ pub fn load_weights(
             report.loaded += 1;
         }
     }
-    let mut missing: Vec<&String> = vars.keys().filter(|n| !seen.contains(*n)).collect();
+    // LoRA adapters are never part of a base checkpoint (they load from their own directory).
+    let mut missing: Vec<&String> = vars
+        .keys()
+        .filter(|n| !seen.contains(*n) && !super::lora::is_adapter(n))
+        .collect();
     missing.sort();
     let (allowed, fatal): (Vec<&String>, Vec<&String>) = missing
         .into_iter()

@@ -18,6 +18,7 @@ pub mod decoder;
 pub mod heads;
 pub mod init;
 pub mod load;
+pub mod lora;
 pub mod pretrained;
 pub mod rope;
 pub mod save;

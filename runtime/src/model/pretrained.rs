@@ -13,6 +13,7 @@ use crate::builtin_uri::BuiltinUri;
 
 use super::init::{init_weights, init_weights_where};
 use super::load::{Checkpoint, LoadOptions, LoadReport, load_weights};
+use super::lora::{init_adapters, load_adapter};
 use super::{CausalLm, ModelConfig, ModelError, ValueModel, builtin};
 
 /// Where a model comes from.
@@ -128,39 +129,60 @@ fn build<M>(
         msg,
     })?;
     vs.set_kind(precision.kind());
-    let report = match &source {
-        ModelSource::Builtin(_) => {
-            init_weights(&vs, config.initializer_range, seed)?;
-            LoadReport::default()
-        }
-        ModelSource::Dir(dir) => {
-            let ckpt = Checkpoint::open(dir)?;
-            let allow_missing = match kind {
-                ModelKind::Value => vec!["score.".to_owned()],
-                ModelKind::Reward => vec!["score.bias".to_owned()],
-                ModelKind::CausalLm => vec![],
-            };
-            let report = load_weights(
-                &vs,
-                &ckpt,
-                &LoadOptions {
-                    allow_missing,
-                    ..LoadOptions::default()
-                },
-            )?;
-            let fresh = report.missing.clone();
-            init_weights_where(&vs, config.initializer_range, seed, |n| {
-                fresh.iter().any(|m| m == n)
-            })?;
-            report
-        }
+    let allow_missing = match kind {
+        ModelKind::Value => vec!["score.".to_owned()],
+        ModelKind::Reward => vec!["score.bias".to_owned()],
+        ModelKind::CausalLm => vec![],
     };
+    let report = materialize(&vs, &source, &config, seed, allow_missing)?;
     Ok(LoadedModel {
         vs,
         model,
         config,
         report,
     })
+}
+
+/// Fills the variables of `vs`, a model built from `source`'s `config`: a `builtin://` model
+/// is initialised from `seed`; a checkpoint's tensors are loaded, and the variables under the
+/// `fresh` name prefixes it lacks (a new value head) are initialised from `seed`. LoRA adapters
+/// (`config.lora`) start as PEFT initialises them, or from their adapter directory.
+pub fn materialize(
+    vs: &VarStore,
+    source: &ModelSource,
+    config: &ModelConfig,
+    seed: u64,
+    fresh: Vec<String>,
+) -> Result<LoadReport, ModelError> {
+    let report = match source {
+        ModelSource::Builtin(_) => {
+            init_weights(vs, config.initializer_range, seed)?;
+            LoadReport::default()
+        }
+        ModelSource::Dir(dir) => {
+            let ckpt = Checkpoint::open(dir)?;
+            let report = load_weights(
+                vs,
+                &ckpt,
+                &LoadOptions {
+                    allow_missing: fresh,
+                    ..LoadOptions::default()
+                },
+            )?;
+            let missing = report.missing.clone();
+            init_weights_where(vs, config.initializer_range, seed, |n| {
+                missing.iter().any(|m| m == n)
+            })?;
+            report
+        }
+    };
+    if let Some(lora) = &config.lora {
+        match &lora.adapter_dir {
+            Some(dir) => load_adapter(vs, dir)?,
+            None => init_adapters(vs, seed)?,
+        }
+    }
+    Ok(report)
 }
 
 /// A causal LM from a checkpoint directory or `builtin://tiny` (initialised from `seed`).

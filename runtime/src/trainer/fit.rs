@@ -237,6 +237,7 @@ impl<R: Roles> Trainer<R> {
                 optim: Some(a.optim.resolve(total_steps)),
                 loss_scale_factor: a.loss_scale_factor,
                 loss_scaling: opts.loss_scaling,
+                lora: None,
             },
         )?;
         let dp = DataParallel {
@@ -256,6 +257,7 @@ impl<R: Roles> Trainer<R> {
                         optim: Some(c.optim.resolve(total_steps)),
                         loss_scale_factor: None,
                         loss_scaling: opts.loss_scaling,
+                        lora: None,
                     },
                 )?;
                 Some(Critic::new(engine, c.update.clone())?)
@@ -274,6 +276,7 @@ impl<R: Roles> Trainer<R> {
                         optim: None,
                         loss_scale_factor: None,
                         loss_scaling: opts.loss_scaling,
+                        lora: None,
                     },
                 )?;
                 Some(Reference::new(engine, r.micro_batch, r.temperature)?)

@@ -3,7 +3,8 @@
 //! generates. [`RolloutWorker::update_weights`] binds the trainer's full tensors to it (no
 //! copy when the dtype and device already match: the rollout reads the actor's own storage,
 //! or the engine's freshly gathered full parameters), [`RolloutWorker::release`] drops them
-//! again, so no second copy of the policy lives on through training.
+//! again, so no second copy of the policy lives on through training. A LoRA policy's adapters
+//! are merged into the weights they adapt as they arrive, so generation runs a plain model.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +25,8 @@ pub struct RolloutWorker {
     shapes: BTreeMap<String, Vec<i64>>,
     /// True while weights are bound.
     loaded: bool,
+    /// The policy's LoRA adapters, merged on every sync.
+    lora: Option<crate::model::lora::LoraConfig>,
 }
 
 impl std::fmt::Debug for RolloutWorker {
@@ -40,7 +43,12 @@ impl RolloutWorker {
     /// [`RolloutWorker::update_weights`] before generating.
     pub fn new(config: &ModelConfig, dtype: Precision, device: Device) -> Result<Self> {
         let mut vs = VarStore::new(device);
-        let model = CausalLm::new(config, vs.root()).map_err(WorkerError::Config)?;
+        let lora = config.lora.clone();
+        let plain = ModelConfig {
+            lora: None,
+            ..config.clone()
+        };
+        let model = CausalLm::new(&plain, vs.root()).map_err(WorkerError::Config)?;
         vs.set_kind(dtype.kind());
         vs.freeze();
         let shapes = vs
@@ -54,6 +62,7 @@ impl RolloutWorker {
             dtype,
             shapes,
             loaded: true,
+            lora,
         };
         w.release()?;
         Ok(w)
@@ -62,6 +71,18 @@ impl RolloutWorker {
     /// Binds `params` (every parameter, by checkpoint name, full tensors) to the rollout
     /// model, converted to the rollout dtype and device where they differ.
     pub fn update_weights(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        let merged;
+        let params = match &self.lora {
+            Some(lora) => {
+                let all = params
+                    .iter()
+                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                    .collect();
+                merged = crate::model::lora::merged(all, lora)?;
+                merged.as_slice()
+            }
+            None => params,
+        };
         if params.len() != self.shapes.len() {
             return Err(WorkerError::Config(format!(
                 "weight sync: the trainer sent {} tensors, the rollout model has {}",

@@ -46,6 +46,7 @@ fn engine_settings() -> EngineSettings {
         }),
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
+        lora: None,
     }
 }
 

@@ -7,5 +7,6 @@ mod builtin;
 mod cache;
 mod checkpoint;
 mod errors;
+mod lora;
 mod parity;
 mod reward;

@@ -11,6 +11,13 @@ Usage:
       Loads DIR with AutoModelForCausalLM (KIND=causal) or AutoModelForTokenClassification
       (KIND=value), runs the inputs of INPUTS (input_ids, attention_mask, position_ids) and
       writes OUT.safetensors with `logits` (causal) or `values` (value).
+  model_oracle.py lora BASE ADAPTER INPUTS OUT
+      Loads the causal LM BASE with the PEFT adapter ADAPTER (is_trainable=True), and for the
+      batch of INPUTS (input_ids, attention_mask, position_ids, responses: the last R columns)
+      writes OUT.safetensors: `lp` the responses' log-probs, `base_lp` the same with the
+      adapter disabled, `loss` = -mean(lp), `grad.<name>` of every adapter tensor, `after.<name>`
+      after one torch AdamW step (lr 1e-2, weight_decay 1.0), and `merged_lp` of the model
+      merge_and_unload() gives after that step.
   model_oracle.py reward OUTDIR TEMPLATE
       Saves tiny random Qwen2ForSequenceClassification and LlamaForSequenceClassification
       reward models (one label) with a byte-level BPE tokenizer whose chat template is
@@ -191,6 +198,46 @@ def verify(path, kind, inputs, out):
     save_file({key: y.contiguous()}, out)
 
 
+def lora(base, adapter, inputs, out):
+    from peft import PeftModel
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    x = load_file(inputs)
+    model = AutoModelForCausalLM.from_pretrained(base, attn_implementation="sdpa", torch_dtype=torch.float32)
+    model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    ids, r = x["input_ids"], x["responses"].shape[1]
+    t = ids.shape[1]
+
+    def log_probs(m):
+        logits = m(input_ids=ids, attention_mask=x["attention_mask"], position_ids=x["position_ids"]).logits
+        lp = torch.log_softmax(logits[:, t - r - 1 : t - 1].float(), -1)
+        return lp.gather(-1, x["responses"][..., None])[..., 0]
+
+    def key(name):
+        return name.removeprefix("base_model.model.").replace(".default", "")
+
+    res = {}
+    with torch.no_grad(), model.disable_adapter():
+        res["base_lp"] = log_probs(model)
+    lp = log_probs(model)
+    loss = -lp.mean()
+    loss.backward()
+    res["lp"] = lp.detach()
+    res["loss"] = loss.detach().reshape(1)
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    for n, p in params:
+        res[f"grad.{key(n)}"] = p.grad
+    opt = torch.optim.AdamW([p for _, p in params], lr=1e-2, weight_decay=1.0)
+    opt.step()
+    for n, p in params:
+        res[f"after.{key(n)}"] = p.detach()
+    merged = model.merge_and_unload()
+    with torch.no_grad():
+        res["merged_lp"] = log_probs(merged)
+    save_file({k: v.contiguous() for k, v in res.items()}, out)
+
+
 CONVERSATIONS = [
     {"messages": [{"role": "user", "content": "What is 2+2?"}], "add_generation_prompt": True},
     {
@@ -352,6 +399,8 @@ if __name__ == "__main__":
         models(sys.argv[2])
     elif cmd == "verify":
         verify(*sys.argv[2:6])
+    elif cmd == "lora":
+        lora(*sys.argv[2:6])
     elif cmd == "reward":
         reward(sys.argv[2], sys.argv[3])
     elif cmd == "tokenizer":

@@ -47,6 +47,7 @@ fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
         optim: trainable.then_some(optim),
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
+        lora: None,
     })
     .expect("engine")
 }

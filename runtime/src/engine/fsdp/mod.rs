@@ -56,9 +56,9 @@ use tch::{Device, Kind, Tensor};
 
 use crate::dist::{DistError, ProcessGroup, ReduceOp};
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
-use crate::model::init::{init_weights, init_weights_where};
 use crate::model::load::{Checkpoint, LoadOptions, load_weights};
-use crate::model::save::{SaveOptions, save_named};
+use crate::model::lora::{is_adapter, load_adapter};
+use crate::model::pretrained::materialize;
 use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{NamedParam, single_group};
 use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
@@ -67,12 +67,12 @@ use crate::optim::{
 };
 
 use super::{
-    Batch, Engine, EngineError, EngineSettings, ForwardOptions, LossFn, Metrics, Result,
-    SchedulerSettings, StepResult, global_agg_options,
+    ADAPTER_DIR, Batch, Engine, EngineError, EngineSettings, ForwardOptions, HF_DIR, LossFn,
+    Metrics, Result, SchedulerSettings, StepResult, global_agg_options, save_model,
 };
 
 pub use head::FsdpHead;
-pub use unit::FlatUnit;
+pub use unit::{FlatUnit, UnitSet};
 
 /// Errors of the FSDP machinery (collectives, sharding).
 #[derive(Debug, thiserror::Error)]
@@ -185,7 +185,7 @@ pub struct FsdpEngine<H: FsdpHead> {
     module: H,
     config: ModelConfig,
     root: FlatUnit,
-    layers: Vec<FlatUnit>,
+    layers: Vec<UnitSet>,
     /// The group parameters are sharded over (FULL_SHARD: all data-parallel ranks;
     /// HYBRID_SHARD: `fsdp_size` consecutive ranks).
     group: ProcessGroup,
@@ -208,8 +208,6 @@ impl<H: FsdpHead> std::fmt::Debug for FsdpEngine<H> {
             .finish_non_exhaustive()
     }
 }
-
-const HF_DIR: &str = "huggingface";
 
 fn layer_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("model.layers.")?;
@@ -266,27 +264,14 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let es = &settings.engine;
         let path = &es.model_path;
         let source = ModelSource::parse(path)?;
-        let config = source.config()?;
+        let mut config = source.config()?;
+        config.lora = es.lora.clone();
         let vs = VarStore::new(es.device);
         let module = H::build(&config, vs.root())
             .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         let mut vs = vs;
         vs.set_kind(es.param_dtype.kind());
-        match &source {
-            ModelSource::Builtin(_) => init_weights(&vs, config.initializer_range, es.seed)?,
-            ModelSource::Dir(dir) => {
-                let ckpt = Checkpoint::open(dir)?;
-                let opts = LoadOptions {
-                    allow_missing: H::fresh_prefixes(),
-                    ..LoadOptions::default()
-                };
-                let report = load_weights(&vs, &ckpt, &opts)?;
-                let fresh = report.missing;
-                init_weights_where(&vs, config.initializer_range, es.seed, |n| {
-                    fresh.iter().any(|m| m == n)
-                })?;
-            }
-        }
+        materialize(&vs, &source, &config, es.seed, H::fresh_prefixes())?;
         let (rank, world) = (group.rank(), group.size());
         let shard_device = if settings.param_offload {
             Device::Cpu
@@ -304,11 +289,38 @@ impl<H: FsdpHead> FsdpEngine<H> {
                 _ => root_vars.push((name, var)),
             }
         }
-        let root = FlatUnit::new("root", root_vars, rank, world, shard_device)?;
+        // Under LoRA only the adapters train: the root and each layer's base weights are
+        // frozen units, each layer's adapters a unit of their own.
+        let lora = config.lora.is_some();
+        let root = FlatUnit::new("root", root_vars, rank, world, shard_device, !lora)?;
         let layers = per_layer
             .into_iter()
             .enumerate()
-            .map(|(i, v)| FlatUnit::new(&format!("model.layers.{i}"), v, rank, world, shard_device))
+            .map(|(i, v)| {
+                let name = format!("model.layers.{i}");
+                let (adapters, base): (Vec<_>, Vec<_>) =
+                    v.into_iter().partition(|(n, _)| lora && is_adapter(n));
+                let mut units = vec![FlatUnit::new(
+                    &name,
+                    base,
+                    rank,
+                    world,
+                    shard_device,
+                    !lora,
+                )?];
+                if !adapters.is_empty() {
+                    let name = format!("{name}.lora");
+                    units.push(FlatUnit::new(
+                        &name,
+                        adapters,
+                        rank,
+                        world,
+                        shard_device,
+                        true,
+                    )?);
+                }
+                Ok(UnitSet(units))
+            })
             .collect::<Result<Vec<_>, FsdpError>>()?;
         let mut engine = FsdpEngine {
             _vs: vs,
@@ -330,7 +342,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
 
     /// The flat units, root first, then the layers in order.
     pub fn units(&self) -> impl Iterator<Item = &FlatUnit> {
-        std::iter::once(&self.root).chain(self.layers.iter())
+        std::iter::once(&self.root).chain(self.layers.iter().flat_map(UnitSet::iter))
     }
 
     fn build_optimizer(&mut self) -> Result<()> {
@@ -339,6 +351,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
         };
         let params: Vec<NamedParam> = self
             .units()
+            .filter(|u| u.trainable())
             .map(|u| NamedParam::new(format!("fsdp.{}", u.name()), u.shard().shallow_clone()))
             .collect();
         // The shards are the fp32 main params for every param dtype; fp16 adds the loss scaler.
@@ -595,8 +608,8 @@ impl<H: FsdpHead> FsdpEngine<H> {
             self.layers[i].reduce_grads(&self.group, reduce)?;
             self.layers[i].free()?;
         }
-        // Embedding.
-        if g.defined() {
+        // Embedding (frozen under LoRA: nothing to compute).
+        if g.defined() && self.root.trainable() {
             let ids = mb.get("input_ids")?;
             let x0 =
                 Tensor::f_embedding(&self.module.backbone().embed_tokens, ids, -1, false, false)?;
@@ -621,12 +634,8 @@ impl<H: FsdpHead> FsdpEngine<H> {
     /// Hybrid engine, rollout side: materialises every unit so [`Engine::module`] can generate
     /// (verl's `summon_full_params`). Call [`FsdpEngine::reshard`] after generation.
     pub fn summon_full_params(&mut self) -> Result<()> {
-        for i in 0..=self.layers.len() {
-            let u = if i == 0 {
-                &mut self.root
-            } else {
-                &mut self.layers[i - 1]
-            };
+        self.root.gather(&self.group)?;
+        for u in &mut self.layers {
             u.gather(&self.group)?;
         }
         self.note_gathered();
@@ -755,12 +764,12 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         if self.dp.rank() == 0 {
             std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
             let arch = H::architecture(&self.config).map_err(ck)?;
-            save_named(
+            save_model(
+                dir,
                 &full,
                 &self.config,
                 arch,
-                &dir.join(HF_DIR),
-                &SaveOptions::default(),
+                &self.settings.engine.model_path,
             )?;
         }
         let first_replica = self.replicate.as_ref().is_none_or(|r| r.rank() == 0);
@@ -791,6 +800,9 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
                 path: hf,
                 msg: format!("no tensor `{m}`"),
             });
+        }
+        if self.config.lora.is_some() {
+            load_adapter(&tmp, &dir.join(ADAPTER_DIR))?;
         }
         let full = tmp.variables();
         let get = |name: &str| full.get(name).map(Tensor::shallow_clone);

@@ -8,6 +8,11 @@
 //! [`FlatUnit::free`] points them at an empty tensor again. Gradients that autograd accumulated
 //! into the parameters are flattened in the reduce dtype and reduce-scattered (summed; the
 //! engine pre-divides the loss) into the shard's `.grad` by [`FlatUnit::reduce_grads`].
+//!
+//! A *frozen* unit (the base weights under LoRA) holds parameters that never get gradients:
+//! they do not require grad, its shard is no optimizer parameter and nothing is reduced
+//! (PyTorch FSDP likewise wants one `requires_grad` per flat parameter, which is why verl
+//! wraps LoRA modules in their own units). [`UnitSet`] is the units of one decoder layer.
 
 use tch::{Device, Kind, Tensor};
 
@@ -40,6 +45,7 @@ pub struct FlatUnit {
     gathered: Option<Tensor>,
     compute_kind: Kind,
     compute_device: Device,
+    trainable: bool,
 }
 
 impl std::fmt::Debug for FlatUnit {
@@ -49,6 +55,7 @@ impl std::fmt::Debug for FlatUnit {
             .field("numel", &self.numel)
             .field("shard_len", &self.shard_len)
             .field("gathered", &self.gathered.is_some())
+            .field("trainable", &self.trainable)
             .finish_non_exhaustive()
     }
 }
@@ -59,13 +66,15 @@ fn torch(e: tch::TchError) -> FsdpError {
 
 impl FlatUnit {
     /// Builds the unit from the module's (full, initialised) parameters `vars` and frees them.
-    /// `rank`/`world` place this rank's slice; the shard lives on `shard_device`.
+    /// `rank`/`world` place this rank's slice; the shard lives on `shard_device`. A unit that
+    /// is not `trainable` is frozen (see the module docs).
     pub fn new(
         name: &str,
         vars: Vec<(String, Tensor)>,
         rank: usize,
         world: usize,
         shard_device: Device,
+        trainable: bool,
     ) -> Result<Self, FsdpError> {
         let Some(first) = vars.first() else {
             return Err(FsdpError::Config(format!(
@@ -116,7 +125,12 @@ impl FlatUnit {
             )
         })
         .map_err(torch)?
-        .set_requires_grad(true);
+        .set_requires_grad(trainable);
+        if !trainable {
+            for m in &members {
+                let _ = m.var.shallow_clone().set_requires_grad(false);
+            }
+        }
         let mut unit = FlatUnit {
             name: name.to_owned(),
             members,
@@ -127,6 +141,7 @@ impl FlatUnit {
             gathered: None,
             compute_kind,
             compute_device,
+            trainable,
         };
         unit.free()?;
         Ok(unit)
@@ -143,6 +158,11 @@ impl FlatUnit {
 
     pub fn numel(&self) -> i64 {
         self.numel
+    }
+
+    /// Whether the shard is an optimizer parameter (false for a frozen unit).
+    pub fn trainable(&self) -> bool {
+        self.trainable
     }
 
     pub fn is_gathered(&self) -> bool {
@@ -278,6 +298,9 @@ impl FlatUnit {
         group: &ProcessGroup,
         reduce_kind: Kind,
     ) -> Result<(), FsdpError> {
+        if !self.trainable {
+            return Ok(());
+        }
         let flat = Tensor::f_zeros(
             [self.shard_len * self.world],
             (reduce_kind, self.compute_device),
@@ -310,6 +333,39 @@ impl FlatUnit {
             ops::set_grad(&self.shard, Some(&out))?;
         }
         Ok(())
+    }
+}
+
+/// The units of one decoder layer: its frozen base and trainable adapters under LoRA, else
+/// one unit. Every operation applies to each unit in order.
+#[derive(Debug)]
+pub struct UnitSet(pub Vec<FlatUnit>);
+
+impl UnitSet {
+    pub fn iter(&self) -> impl Iterator<Item = &FlatUnit> {
+        self.0.iter()
+    }
+
+    pub fn gather(&mut self, group: &ProcessGroup) -> Result<(), FsdpError> {
+        self.0.iter_mut().try_for_each(|u| u.gather(group))
+    }
+
+    pub fn free(&mut self) -> Result<(), FsdpError> {
+        self.0.iter_mut().try_for_each(FlatUnit::free)
+    }
+
+    pub fn reduce_grads(&mut self, group: &ProcessGroup, kind: Kind) -> Result<(), FsdpError> {
+        self.0
+            .iter_mut()
+            .try_for_each(|u| u.reduce_grads(group, kind))
+    }
+
+    pub fn load_full(
+        &mut self,
+        rank: usize,
+        get: &dyn Fn(&str) -> Option<Tensor>,
+    ) -> Result<(), FsdpError> {
+        self.0.iter_mut().try_for_each(|u| u.load_full(rank, get))
     }
 }
 

@@ -1,0 +1,339 @@
+//! LoRA adapters as PEFT's `LoraModel` adds them (verl's `lora_rank` / `lora_alpha` /
+//! `target_modules` / `exclude_modules`): every targeted linear layer `W` gains `A` (rank × in)
+//! and `B` (out × rank) and computes `x W^T + b + (x A^T B^T) · alpha / rank`.
+//!
+//! - Which layers: PEFT's matching on the module name (`model.layers.0.self_attn.q_proj`): a
+//!   target list matches a name equal to an entry or ending in `.entry`; `all-linear` is every
+//!   linear layer of the decoder (the seven projections), never the output layer.
+//!   `exclude_modules` removes names the same way.
+//! - Initialisation as PEFT's default: `A ~ U(-1/sqrt(in), 1/sqrt(in))` (Kaiming-uniform with
+//!   `a = sqrt(5)`), `B = 0`, so a fresh adapter leaves the model unchanged. Drawn from the
+//!   engine's seed and the variable's name, as [`super::init`] does.
+//! - Adapters can be switched off ([`super::decoder::Model::set_adapters_enabled`]): verl's
+//!   reference policy for a LoRA actor is the actor with its adapters disabled.
+//! - Files: PEFT's adapter directory (`adapter_config.json`, `adapter_model.safetensors` with
+//!   keys `base_model.model.<name>.lora_A.weight`), written by [`save_adapter`] and read by
+//!   [`read_adapter`]; [`merged`] folds the adapters into the base weights (the rollout's
+//!   weights, and an export transformers loads as a plain model).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Value, json};
+use tch::nn::VarStore;
+use tch::{Kind, Tensor};
+
+use super::ModelError;
+use crate::rng::Rng;
+
+/// The linear layers of the decoder that PEFT's `all-linear` selects.
+pub const ALL_LINEAR: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
+
+const PEFT_PREFIX: &str = "base_model.model.";
+pub const ADAPTER_CONFIG: &str = "adapter_config.json";
+pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
+
+/// Which linear layers get adapters.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoraTargets {
+    /// PEFT's `all-linear`.
+    AllLinear,
+    /// Module names (or name suffixes after a `.`).
+    Names(Vec<String>),
+}
+
+/// A LoRA configuration (PEFT's `LoraConfig` for a causal LM, `bias="none"`, no dropout).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraConfig {
+    pub rank: i64,
+    pub alpha: f64,
+    pub targets: LoraTargets,
+    pub exclude: Vec<String>,
+    /// A PEFT adapter to start from (verl's `lora_adapter_path`).
+    pub adapter_dir: Option<PathBuf>,
+}
+
+fn matches(name: &str, list: &[String]) -> bool {
+    list.iter()
+        .any(|t| name == t || name.ends_with(&format!(".{t}")))
+}
+
+impl LoraConfig {
+    /// The factor of the adapter's output (`lora_alpha / r`).
+    pub fn scaling(&self) -> f64 {
+        self.alpha / self.rank as f64
+    }
+
+    /// Whether the linear layer named `module` gets an adapter.
+    pub fn targets(&self, module: &str) -> bool {
+        let targeted = match &self.targets {
+            LoraTargets::AllLinear => ALL_LINEAR
+                .iter()
+                .any(|t| module.ends_with(&format!(".{t}"))),
+            LoraTargets::Names(list) => matches(module, list),
+        };
+        targeted && !matches(module, &self.exclude)
+    }
+
+    /// A PEFT adapter's configuration (its `r`, `lora_alpha`, `target_modules`,
+    /// `exclude_modules`), as `PeftModel.from_pretrained` takes it.
+    pub fn from_adapter_dir(dir: &Path) -> Result<Self, ModelError> {
+        let file = dir.join(ADAPTER_CONFIG);
+        let text = std::fs::read_to_string(&file).map_err(|e| ModelError::io(&file, e))?;
+        let bad = |msg: String| ModelError::Config {
+            file: file.clone(),
+            msg,
+        };
+        let v: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if let Some(t) = v
+            .get("peft_type")
+            .and_then(Value::as_str)
+            .filter(|t| *t != "LORA")
+        {
+            return Err(bad(format!("peft_type is {t}, not LORA")));
+        }
+        for (key, ok) in [
+            ("use_rslora", Value::Bool(false)),
+            ("use_dora", Value::Bool(false)),
+            ("bias", Value::String("none".into())),
+        ] {
+            if let Some(x) = v.get(key).filter(|x| !x.is_null() && **x != ok) {
+                return Err(bad(format!("{key} = {x} is not supported (only {ok})")));
+            }
+        }
+        let rank = v
+            .get("r")
+            .and_then(Value::as_i64)
+            .filter(|r| *r > 0)
+            .ok_or_else(|| bad("no positive `r`".into()))?;
+        let alpha = v
+            .get("lora_alpha")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| bad("no `lora_alpha`".into()))?;
+        let names = |key: &str| -> Result<Option<Vec<String>>, ModelError> {
+            match v.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Array(a)) => Ok(Some(
+                    a.iter()
+                        .map(|x| {
+                            x.as_str()
+                                .map(str::to_owned)
+                                .ok_or_else(|| bad(format!("`{key}` holds a non-string")))
+                        })
+                        .collect::<Result<_, _>>()?,
+                )),
+                Some(Value::String(s)) if key == "target_modules" && s == "all-linear" => Ok(None),
+                Some(other) => Err(bad(format!(
+                    "`{key}` = {other} is not supported (a list of module names)"
+                ))),
+            }
+        };
+        let targets = match names("target_modules")? {
+            Some(list) => LoraTargets::Names(list),
+            None => LoraTargets::AllLinear,
+        };
+        Ok(LoraConfig {
+            rank,
+            alpha,
+            targets,
+            exclude: names("exclude_modules")?.unwrap_or_default(),
+            adapter_dir: Some(dir.to_path_buf()),
+        })
+    }
+}
+
+/// True for the names of adapter variables.
+pub fn is_adapter(name: &str) -> bool {
+    name.contains(".lora_A.") || name.contains(".lora_B.")
+}
+
+/// One linear layer's adapter.
+#[derive(Debug)]
+pub struct LoraAdapter {
+    pub a: Tensor,
+    pub b: Tensor,
+    scaling: f64,
+    enabled: Arc<AtomicBool>,
+}
+
+impl LoraAdapter {
+    /// Registers `lora_A.weight` (rank, in) and `lora_B.weight` (out, rank) under `p`, the
+    /// linear layer's path.
+    pub(crate) fn new(
+        p: &tch::nn::Path,
+        in_dim: i64,
+        out_dim: i64,
+        cfg: &LoraConfig,
+        enabled: Arc<AtomicBool>,
+    ) -> Self {
+        let zero = tch::nn::Init::Const(0.0);
+        LoraAdapter {
+            a: (p / "lora_A").var("weight", &[cfg.rank, in_dim], zero),
+            b: (p / "lora_B").var("weight", &[out_dim, cfg.rank], zero),
+            scaling: cfg.scaling(),
+            enabled,
+        }
+    }
+
+    /// The adapter's contribution to the layer's output for `x`, or `None` while disabled.
+    pub fn delta(&self, x: &Tensor) -> Option<Tensor> {
+        self.enabled.load(Ordering::Relaxed).then(|| {
+            x.linear::<&Tensor>(&self.a, None)
+                .linear::<&Tensor>(&self.b, None)
+                * self.scaling
+        })
+    }
+}
+
+/// Initialises every adapter variable of `vs` as PEFT does (see the module docs).
+pub fn init_adapters(vs: &VarStore, seed: u64) -> Result<(), ModelError> {
+    for (name, var) in vs.variables() {
+        let value = if name.contains(".lora_B.") {
+            var.zeros_like()
+        } else if name.contains(".lora_A.") {
+            let fan_in = var.size().get(1).copied().unwrap_or(1).max(1);
+            let bound = 1.0 / (fan_in as f64).sqrt();
+            let mut rng = Rng::derive(seed ^ 0x4c6f_5241, name_hash(&name));
+            let data: Vec<f32> = (0..var.numel())
+                .map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32)
+                .collect();
+            Tensor::from_slice(&data).view(var.size().as_slice())
+        } else {
+            continue;
+        };
+        tch::no_grad(|| var.shallow_clone().f_copy_(&value))?;
+    }
+    Ok(())
+}
+
+fn name_hash(bytes: &str) -> u64 {
+    bytes.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Loads the adapter tensors of a PEFT directory into the adapter variables of `vs`; every
+/// adapter variable must be in the file, with its shape.
+pub fn load_adapter(vs: &VarStore, dir: &Path) -> Result<(), ModelError> {
+    let file = dir.join(ADAPTER_WEIGHTS);
+    let saved: HashMap<String, Tensor> = Tensor::read_safetensors(&file)
+        .map_err(|e| ModelError::Corrupt {
+            file: file.clone(),
+            tensor: None,
+            msg: e.to_string(),
+        })?
+        .into_iter()
+        .map(|(k, t)| (k.strip_prefix(PEFT_PREFIX).unwrap_or(&k).to_owned(), t))
+        .collect();
+    for (name, var) in vs.variables().into_iter().filter(|(n, _)| is_adapter(n)) {
+        let t = saved.get(&name).ok_or_else(|| ModelError::Missing {
+            dir: dir.to_path_buf(),
+            tensor: format!("{PEFT_PREFIX}{name}"),
+            more: 0,
+        })?;
+        if t.size() != var.size() {
+            return Err(ModelError::ShapeMismatch {
+                file: file.clone(),
+                tensor: format!("{PEFT_PREFIX}{name}"),
+                expected: var.size(),
+                found: t.size(),
+            });
+        }
+        tch::no_grad(|| var.shallow_clone().f_copy_(t))?;
+    }
+    Ok(())
+}
+
+/// Writes `params`' adapter tensors (by model name) as a PEFT adapter directory for the base
+/// model `base_model` (recorded as `base_model_name_or_path`).
+pub fn save_adapter(
+    dir: &Path,
+    params: &[(String, Tensor)],
+    cfg: &LoraConfig,
+    base_model: &str,
+) -> Result<(), ModelError> {
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+    let tensors: Vec<(String, Tensor)> = params
+        .iter()
+        .filter(|(n, _)| is_adapter(n))
+        .map(|(n, t)| {
+            Ok((
+                format!("{PEFT_PREFIX}{n}"),
+                t.f_detach()?
+                    .f_to_device(tch::Device::Cpu)?
+                    .f_contiguous()?,
+            ))
+        })
+        .collect::<Result<_, tch::TchError>>()?;
+    let file = dir.join(ADAPTER_WEIGHTS);
+    Tensor::write_safetensors(&tensors, &file).map_err(|e| ModelError::Corrupt {
+        file: file.clone(),
+        tensor: None,
+        msg: e.to_string(),
+    })?;
+    let targets = match &cfg.targets {
+        LoraTargets::AllLinear => json!(ALL_LINEAR),
+        LoraTargets::Names(n) => json!(n),
+    };
+    let config = json!({
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model,
+        "r": cfg.rank,
+        "lora_alpha": cfg.alpha,
+        "target_modules": targets,
+        "exclude_modules": if cfg.exclude.is_empty() { Value::Null } else { json!(cfg.exclude) },
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": false,
+        "use_rslora": false,
+        "use_dora": false,
+        "init_lora_weights": true,
+        "modules_to_save": null,
+        "inference_mode": false,
+    });
+    let file = dir.join(ADAPTER_CONFIG);
+    let text = serde_json::to_string_pretty(&config).unwrap_or_default();
+    std::fs::write(&file, text).map_err(|e| ModelError::io(&file, e))
+}
+
+/// `params` with every adapter folded into its layer's weight (`W + scaling · B A`, in the
+/// weight's dtype) and the adapter tensors dropped.
+pub fn merged(
+    params: Vec<(String, Tensor)>,
+    cfg: &LoraConfig,
+) -> Result<Vec<(String, Tensor)>, tch::TchError> {
+    let (adapters, mut base): (Vec<_>, Vec<_>) =
+        params.into_iter().partition(|(n, _)| is_adapter(n));
+    let adapters: HashMap<String, Tensor> = adapters.into_iter().collect();
+    for (name, w) in &mut base {
+        let Some(layer) = name.strip_suffix(".weight") else {
+            continue;
+        };
+        let (Some(a), Some(b)) = (
+            adapters.get(&format!("{layer}.lora_A.weight")),
+            adapters.get(&format!("{layer}.lora_B.weight")),
+        ) else {
+            continue;
+        };
+        let delta = b
+            .f_to_kind(Kind::Float)?
+            .f_matmul(&a.f_to_kind(Kind::Float)?)?
+            .f_mul_scalar(cfg.scaling())?;
+        *w = w
+            .f_to_kind(Kind::Float)?
+            .f_add(&delta.f_to_device(w.device())?)?
+            .f_to_kind(w.kind())?;
+    }
+    Ok(base)
+}

@@ -1,0 +1,254 @@
+//! LoRA against PEFT 0.17 (`model_oracle.py lora`) on tiny Qwen2 and Llama checkpoints: the
+//! adapter directory verlc writes loads with `PeftModel.from_pretrained`; the response
+//! log-probs, the loss gradient of every adapter tensor and one AdamW step of the adapters
+//! equal PEFT's and torch's; the base weights get no gradient and do not move; with the
+//! adapters disabled the model is the base model; merged weights give PEFT's
+//! `merge_and_unload()` model, and load in verlc as a plain checkpoint.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use runtime::engine::{
+    Batch, Engine, EngineSettings, ForwardOptions, Metrics, MicroLoss, OptimSettings,
+    SchedulerSettings, SingleEngine,
+};
+use runtime::model::lora::{LoraConfig, LoraTargets, is_adapter, merged, save_adapter};
+use runtime::model::save::{SaveOptions, save_named};
+use runtime::model::{CausalLm, Precision, from_pretrained};
+use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
+use runtime::optim::{AdamWConfig, InnerConfig};
+use tch::{Device, Kind, Tensor};
+
+use crate::oracle::{self, get, max_abs_diff};
+
+const R: i64 = 4;
+
+fn lora_config() -> LoraConfig {
+    LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        targets: LoraTargets::AllLinear,
+        exclude: vec!["o_proj".into()],
+        adapter_dir: None,
+    }
+}
+
+fn engine(base: &Path) -> SingleEngine<CausalLm> {
+    SingleEngine::new(EngineSettings {
+        model_path: base.display().to_string(),
+        device: Device::Cpu,
+        param_dtype: Precision::Fp32,
+        seed: 5,
+        optim: Some(OptimSettings {
+            inner: InnerConfig::AdamW(AdamWConfig::default()),
+            lr: 1e-2,
+            weight_decay: 1.0,
+            clip_grad: 1e9,
+            offload: false,
+            scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
+                schedule: VerlSchedule::Constant,
+                lr_warmup_steps: 0,
+                lr_warmup_steps_ratio: 0.0,
+                total_training_steps: 10,
+            }),
+        }),
+        loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::LINKED,
+        lora: Some(lora_config()),
+    })
+    .expect("LoRA engine")
+}
+
+fn peft(base: &Path, adapter: &Path, inputs: &Path, out: &Path) -> HashMap<String, Tensor> {
+    let status = Command::new(oracle::python())
+        .arg(oracle::script())
+        .arg("lora")
+        .args([base, adapter, inputs, out])
+        .env("OMP_NUM_THREADS", "1")
+        .status()
+        .expect("run the PEFT oracle");
+    assert!(status.success(), "PEFT oracle failed: {status}");
+    oracle::read(out)
+}
+
+fn adapters(e: &SingleEngine<CausalLm>) -> Vec<(String, Tensor)> {
+    let mut v: Vec<(String, Tensor)> = e
+        .var_store()
+        .variables()
+        .into_iter()
+        .filter(|(n, _)| is_adapter(n))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[test]
+fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
+    let dir = oracle::models();
+    for arch in ["qwen2", "llama"] {
+        let base = dir.join(arch);
+        let scratch = oracle::scratch(&format!("lora-{arch}"));
+        let mut e = engine(&base);
+
+        // PEFT's init leaves B at zero; give it values so the adapters change the output.
+        let names: Vec<String> = adapters(&e).into_iter().map(|(n, _)| n).collect();
+        assert!(
+            names
+                .iter()
+                .any(|n| n.ends_with("self_attn.q_proj.lora_A.weight"))
+        );
+        assert!(
+            names
+                .iter()
+                .any(|n| n.ends_with("mlp.down_proj.lora_B.weight"))
+        );
+        assert!(
+            !names.iter().any(|n| n.contains("o_proj")),
+            "o_proj is excluded"
+        );
+        tch::manual_seed(11);
+        for (n, v) in adapters(&e) {
+            if n.contains(".lora_B.") {
+                tch::no_grad(|| v.shallow_clone().copy_(&(v.randn_like() * 0.05)));
+            }
+        }
+        let adapter_dir = scratch.join("adapter");
+        let params = e.per_tensor_params().expect("params");
+        save_adapter(
+            &adapter_dir,
+            &params,
+            &lora_config(),
+            &base.display().to_string(),
+        )
+        .expect("save adapter");
+        let base_weight = params
+            .iter()
+            .find(|(n, _)| n == "model.layers.0.self_attn.q_proj.weight")
+            .map(|(_, t)| t.copy())
+            .expect("q_proj");
+
+        let r = oracle::read(&dir.join(format!("{arch}_ref.safetensors")));
+        let ids = get(&r, "input_ids");
+        let t = ids.size()[1];
+        let mut b = Batch::new();
+        b.insert("input_ids", ids.shallow_clone()).expect("insert");
+        b.insert("attention_mask", get(&r, "attention_mask").shallow_clone())
+            .expect("insert");
+        b.insert("position_ids", get(&r, "position_ids").shallow_clone())
+            .expect("insert");
+        b.insert("responses", ids.narrow(1, t - R, R))
+            .expect("insert");
+        b.insert(
+            "response_mask",
+            Tensor::ones([3, R], (Kind::Float, Device::Cpu)),
+        )
+        .expect("insert");
+        let inputs = scratch.join("inputs.safetensors");
+        Tensor::write_safetensors(
+            &[
+                ("input_ids", ids.shallow_clone()),
+                ("attention_mask", get(&r, "attention_mask").shallow_clone()),
+                ("position_ids", get(&r, "position_ids").shallow_clone()),
+                ("responses", ids.narrow(1, t - R, R).contiguous()),
+            ],
+            &inputs,
+        )
+        .expect("write inputs");
+        let want = peft(
+            &base,
+            &adapter_dir,
+            &inputs,
+            &scratch.join("peft.safetensors"),
+        );
+
+        let fwd = ForwardOptions {
+            temperature: 1.0,
+            with_entropy: false,
+        };
+        let mut lp = None;
+        e.forward_backward(&b, 3, &fwd, &mut |_, out, _| {
+            lp = Some(out.log_probs.detach());
+            Ok(MicroLoss {
+                loss: -out.log_probs.mean(Kind::Float),
+                metrics: Metrics::new(),
+            })
+        })
+        .expect("forward/backward");
+        let d = max_abs_diff(&lp.expect("log-probs"), get(&want, "lp"));
+        assert!(d < 1e-4, "{arch}: log-probs differ from PEFT's by {d}");
+        for (n, v) in e.var_store().variables() {
+            if is_adapter(&n) {
+                let d = max_abs_diff(&v.grad(), get(&want, &format!("grad.{n}")));
+                assert!(d < 1e-5, "{arch}: gradient of {n} differs by {d}");
+            } else {
+                assert!(!v.grad().defined(), "{arch}: frozen {n} got a gradient");
+            }
+        }
+        e.optimizer_step().expect("step");
+        // Adam's first step moves each entry by about lr * g / (|g| + eps): where a gradient
+        // is within a few orders of eps, fp32 round-off of g shows in the update, so the bound
+        // is 2% of the learning rate, not round-off.
+        for (n, v) in adapters(&e) {
+            let d = max_abs_diff(&v, get(&want, &format!("after.{n}")));
+            assert!(d < 2e-4, "{arch}: {n} after one AdamW step differs by {d}");
+        }
+        let params = e.per_tensor_params().expect("params");
+        let q = params
+            .iter()
+            .find(|(n, _)| n == "model.layers.0.self_attn.q_proj.weight")
+            .map(|(_, t)| t.shallow_clone())
+            .expect("q_proj");
+        assert_eq!(
+            max_abs_diff(&q, &base_weight),
+            0.0,
+            "{arch}: a base weight moved"
+        );
+
+        // The reference policy: the same engine with its adapters off.
+        e.module().model.set_adapters_enabled(false);
+        let base_lp = e.infer_batch(&b, 3, &fwd).expect("infer");
+        e.module().model.set_adapters_enabled(true);
+        let d = max_abs_diff(&base_lp[0].log_probs, get(&want, "base_lp"));
+        assert!(
+            d < 1e-4,
+            "{arch}: adapters off differs from the base model by {d}"
+        );
+
+        // Merged weights, saved as a plain checkpoint, are PEFT's merge_and_unload() model.
+        let merged_dir = scratch.join("merged");
+        let config = e.model_config().clone();
+        let plain = runtime::model::ModelConfig {
+            lora: None,
+            ..config
+        };
+        let arch_name = plain.arch().expect("arch").causal_lm_class();
+        save_named(
+            &merged(params, &lora_config()).expect("merge"),
+            &plain,
+            arch_name,
+            &merged_dir,
+            &SaveOptions::default(),
+        )
+        .expect("save merged");
+        let m = from_pretrained(
+            merged_dir.to_str().expect("utf-8"),
+            Device::Cpu,
+            Precision::Fp32,
+            0,
+        )
+        .expect("merged checkpoint loads as a plain model");
+        let mut mb = Batch::new();
+        for k in ["input_ids", "attention_mask", "position_ids", "responses"] {
+            mb.insert(k, b.get(k).expect("key").shallow_clone())
+                .expect("insert");
+        }
+        let out =
+            tch::no_grad(|| runtime::engine::Head::forward(&m.model, &mb, &fwd)).expect("forward");
+        let d = max_abs_diff(&out.log_probs, get(&want, "merged_lp"));
+        assert!(
+            d < 1e-4,
+            "{arch}: merged model differs from PEFT's merge by {d}"
+        );
+    }
+}
