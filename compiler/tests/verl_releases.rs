@@ -147,15 +147,24 @@ fn a_newer_release_lowers_for_a_build() {
         }
         SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
     }
-    // LoRA set by the user: refused at its override, as on the modelled release.
-    match lower_request(&req(&["actor_rollout_ref.model.lora_rank=8"])) {
-        SpecOutcome::Ok { .. } => panic!("a LoRA rank must be refused"),
+    // Ulysses set by the user: refused at its override, as on the modelled release.
+    let key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
+    match lower_request(&req(&[&format!("{key}=2")])) {
+        SpecOutcome::Ok { .. } => panic!("a Ulysses degree must be refused"),
         SpecOutcome::Errors(c) => assert!(
-            c.diagnostics.iter().any(|d| d.is_error()
-                && d.key_path.as_deref() == Some("actor_rollout_ref.model.lora_rank")),
+            c.diagnostics
+                .iter()
+                .any(|d| d.is_error() && d.key_path.as_deref() == Some(key)),
             "{:#?}",
             errors(&c.diagnostics)
         ),
+    }
+    // LoRA lowers there too.
+    match lower_request(&req(&["actor_rollout_ref.model.lora_rank=8"])) {
+        SpecOutcome::Ok { spec, .. } => {
+            assert_eq!(spec.actor.lora.map(|l| l.rank), Some(8));
+        }
+        SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
     }
 }
 

@@ -275,6 +275,36 @@ pub struct ActorSpec {
     pub update: ActorSettings,
     /// Normaliser of `seq-mean-token-sum-norm` (`loss_scale_factor`).
     pub loss_scale_factor: Option<f64>,
+    /// LoRA adapters (`model.lora_rank` > 0 or `model.lora_adapter_path`): only they train.
+    pub lora: Option<LoraSpec>,
+}
+
+/// The actor's LoRA adapters (verl's FSDP keys under `actor_rollout_ref.model`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoraSpec {
+    /// `lora_rank`.
+    pub rank: usize,
+    /// `lora_alpha`.
+    pub alpha: f64,
+    /// `target_modules`.
+    pub target_modules: ModuleSelector,
+    /// `exclude_modules` (`Names([])` when unset).
+    pub exclude_modules: ModuleSelector,
+    /// `lora_adapter_path`: a PEFT adapter to start from; its own `adapter_config.json` then
+    /// decides rank, alpha and modules (as `PeftModel.from_pretrained` does).
+    pub adapter_path: Option<String>,
+}
+
+/// PEFT's ways of naming modules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum ModuleSelector {
+    /// `all-linear`: every linear layer but the output layer.
+    AllLinear,
+    /// A list: a module whose name equals an entry or ends in `.entry`.
+    Names(Vec<String>),
+    /// A single string: a regular expression the whole module name must match.
+    Regex(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -284,6 +314,9 @@ pub struct ReferenceSpec {
     /// Rows per log-prob micro-batch.
     pub micro_batch: usize,
     pub temperature: f64,
+    /// The reference is the actor with its LoRA adapters switched off (verl's `ref_in_actor`):
+    /// no engine of its own, `model_path` and `engine` unused.
+    pub actor_without_adapters: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

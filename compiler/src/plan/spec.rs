@@ -15,17 +15,17 @@ use verlc_spec::optim::{
 use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
     ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
-    EngineSpec, FsdpEngineSpec, KlControlSpec, LoggerKind, MegatronEngineSpec, OptimSpec,
-    OverlongBufferSpec, ReferenceSpec, ResumeSpec, RewardManagerSpec, RewardModelInput,
-    RewardModelSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName, TrainerSpec,
-    WorldSpec,
+    EngineSpec, FsdpEngineSpec, KlControlSpec, LoggerKind, LoraSpec, MegatronEngineSpec,
+    ModuleSelector, OptimSpec, OverlongBufferSpec, ReferenceSpec, ResumeSpec, RewardManagerSpec,
+    RewardModelInput, RewardModelSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec,
+    StrategyName, TrainerSpec, WorldSpec,
 };
 
 use crate::codes;
 use crate::config::{
     AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LossAggMode, LrDecayStyle,
-    LrSchedulerType, OptimConfig, PolicyLossMode, ResumeMode, RolloutDtype, SamplingConfig,
-    Strategy, TorchDtype, Truncation, VerlConfig,
+    LrSchedulerType, OneOrMany, OptimConfig, PolicyLossMode, ResumeMode, RolloutDtype,
+    SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
 };
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
@@ -141,6 +141,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         ),
         update,
         loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
+        lora: lora_spec(cfg, l),
     };
 
     let critic = needs_critic(cfg).then(|| {
@@ -205,6 +206,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 seq_len,
             ),
             temperature: arr.rollout.temperature,
+            actor_without_adapters: actor.lora.is_some(),
         }
     });
 
@@ -315,6 +317,96 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         algorithm,
         run: run_spec(cfg, l),
     }
+}
+
+/// The actor's LoRA adapters (verl's FSDP keys `model.lora_rank`, `lora_alpha`,
+/// `target_modules`, `exclude_modules`, `lora_adapter_path`). verl applies them with PEFT when
+/// the rank is positive or an adapter path is given; its reference policy is then the actor
+/// without adapters, so the reference's own engine settings have no effect.
+fn lora_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<LoraSpec> {
+    let m = &cfg.actor_rollout_ref.model;
+    if m.lora_rank <= 0 && m.lora_adapter_path.is_none() {
+        return None;
+    }
+    if cfg.actor_rollout_ref.actor.strategy == Strategy::Megatron {
+        l.unsupported(
+            "actor_rollout_ref.model.lora_rank",
+            "LoRA with the Megatron strategy is not implemented in verlc's trainer (FSDP only)",
+            "use the FSDP strategy for LoRA, or train full weights",
+        );
+        return None;
+    }
+    let selector =
+        |l: &mut Lowering, key: &str, v: &Option<OneOrMany<String>>, unset: ModuleSelector| match v
+        {
+            None => unset,
+            Some(OneOrMany::Many(list)) => ModuleSelector::Names(list.clone()),
+            Some(OneOrMany::One(s)) if s == "all-linear" && key.ends_with("target_modules") => {
+                ModuleSelector::AllLinear
+            }
+            Some(OneOrMany::One(s)) => {
+                // PEFT reads a single string as a regular expression over whole module names.
+                if let Err(e) = regex::Regex::new(s) {
+                    l.unsupported(
+                        key,
+                        format!("`{s}` is not a regular expression: {e}"),
+                        "write a valid regular expression, or a list of module names",
+                    );
+                }
+                ModuleSelector::Regex(s.clone())
+            }
+        };
+    // Unset, PEFT takes its per-architecture default, q_proj and v_proj for Llama and Qwen.
+    let peft_default = ModuleSelector::Names(vec!["q_proj".into(), "v_proj".into()]);
+    let target_modules = selector(
+        l,
+        "actor_rollout_ref.model.target_modules",
+        &m.target_modules,
+        peft_default,
+    );
+    let exclude_modules = selector(
+        l,
+        "actor_rollout_ref.model.exclude_modules",
+        &m.exclude_modules,
+        ModuleSelector::Names(Vec::new()),
+    );
+    if let Some(p) = &m.lora_adapter_path {
+        let dir = std::path::Path::new(p);
+        if !dir.join("adapter_config.json").is_file()
+            || !dir.join("adapter_model.safetensors").is_file()
+        {
+            l.unsupported(
+                "actor_rollout_ref.model.lora_adapter_path",
+                format!("no PEFT adapter at `{p}` (adapter_config.json and adapter_model.safetensors)"),
+                "point lora_adapter_path at a directory saved by PEFT's save_pretrained (or verl's lora_adapter/)",
+            );
+        }
+    } else if m.lora_alpha <= 0 {
+        l.unsupported(
+            "actor_rollout_ref.model.lora_alpha",
+            format!("lora_alpha must be positive, got {}", m.lora_alpha),
+            "set a positive lora_alpha",
+        );
+    }
+    for (key, offload) in [(
+        "actor_rollout_ref.ref.fsdp_config.param_offload",
+        cfg.actor_rollout_ref
+            .reference
+            .fsdp_config
+            .as_ref()
+            .is_some_and(|f| f.param_offload),
+    )] {
+        if offload {
+            l.no_effect(key, "with LoRA the reference policy is the actor with its adapters off (verl's ref_in_actor); it has no engine to offload");
+        }
+    }
+    Some(LoraSpec {
+        rank: usize::try_from(m.lora_rank).unwrap_or(0),
+        alpha: m.lora_alpha as f64,
+        target_modules,
+        exclude_modules,
+        adapter_path: m.lora_adapter_path.clone(),
+    })
 }
 
 /// The reward manager (`reward_manager.name`, by default the deprecated

@@ -816,8 +816,8 @@ fn finding(c: &Case, code: &str, key: &str) -> (At, At) {
 fn unsupported_settings_are_reported_at_their_line_before_any_build() {
     for (setting, key) in [
         (
-            "  model:\n    path: builtin://tiny\n    lora_rank: 32\n",
-            "actor_rollout_ref.model.lora_rank",
+            "  model:\n    path: builtin://tiny\n    lora_rank: 32\n    target_modules: (q_proj\n",
+            "actor_rollout_ref.model.target_modules",
         ),
         (
             "    ulysses_sequence_parallel_size: 2\n",

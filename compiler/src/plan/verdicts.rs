@@ -53,8 +53,9 @@ const PY: &str = "is a Python-side feature (torch.compile, Liger/Triton kernels,
 const RAY: &str =
     "configures verl's Ray/cluster machinery; the binary runs its ranks itself and does not use it";
 const RM: &str = "is a setting of verl's reward-model workers (engine, sharding, servers); verlc's trainer runs the reward model forward-only on every rank and does not read it";
+const CRITIC_LORA_OPT: &str = "is a LoRA option of the critic; verlc's critic trains full weights (a critic LoRA rank above 0 is refused)";
 const LORA_OPT: &str =
-    "is a LoRA option; verlc's trainer trains full weights (a LoRA rank above 0 is refused)";
+    "is a Megatron LoRA option; verlc's LoRA runs with the FSDP keys (model.lora.rank is refused)";
 /// Where `enable_gradient_checkpointing` goes. A one-process run (the single engine) keeps
 /// activations either way: the same numbers, and nothing sharded to save memory for.
 const CHECKPOINTING: &str = "engine.gradient_checkpointing (FSDP over several ranks; Megatron lowering warns that its engine keeps activations)";
@@ -137,9 +138,8 @@ table! {
 
     // actor_rollout_ref.model
     "actor_rollout_ref.model.{path,tokenizer_path}" => Implemented("actor.model_path, tokenizer_path"),
-    "actor_rollout_ref.model.{lora_rank,lora_adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
-    "actor_rollout_ref.model.lora.{rank,adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
-    "actor_rollout_ref.model.{lora_alpha,target_modules,exclude_modules}" => NoEffect(NONE, LORA_OPT),
+    "actor_rollout_ref.model.{lora_rank,lora_adapter_path,lora_alpha,target_modules,exclude_modules}" => Checked("actor.lora (FSDP strategy; module lists, not regular expressions)"),
+    "actor_rollout_ref.model.lora.{rank,adapter_path}" => Unsupported("turns on Megatron LoRA; verlc's LoRA runs with the FSDP keys (lora_rank, lora_alpha, target_modules)"),
     "actor_rollout_ref.model.lora.**" => NoEffect(NONE, LORA_OPT),
     "actor_rollout_ref.model.{external_lib,trust_remote_code,use_fused_kernels,use_liger,use_shm}" => NoEffect(PYTHON, PY),
     "actor_rollout_ref.model.fused_kernel_options.**" => NoEffect(PYTHON, PY),
@@ -237,8 +237,8 @@ table! {
     "critic.model.tokenizer_path" => Checked("the actor's tokenizer (another one is refused)"),
     "critic.model.{lora_rank,lora_adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
     "critic.model.lora.{rank,adapter_path}" => Unsupported("turns on LoRA; verlc's trainer trains full weights"),
-    "critic.model.{lora_alpha,target_modules,exclude_modules}" => NoEffect(NONE, LORA_OPT),
-    "critic.model.lora.**" => NoEffect(NONE, LORA_OPT),
+    "critic.model.{lora_alpha,target_modules,exclude_modules}" => NoEffect(NONE, CRITIC_LORA_OPT),
+    "critic.model.lora.**" => NoEffect(NONE, CRITIC_LORA_OPT),
     "critic.model.{external_lib,trust_remote_code,use_shm}" => NoEffect(PYTHON, PY),
     "critic.model.enable_gradient_checkpointing" => Checked(CHECKPOINTING),
     "critic.model.enable_activation_offload" => NoEffect(NONE, MEMORY),

@@ -3,9 +3,9 @@
 //! and `B` (out × rank) and computes `x W^T + b + (x A^T B^T) · alpha / rank`.
 //!
 //! - Which layers: PEFT's matching on the module name (`model.layers.0.self_attn.q_proj`): a
-//!   target list matches a name equal to an entry or ending in `.entry`; `all-linear` is every
-//!   linear layer of the decoder (the seven projections), never the output layer.
-//!   `exclude_modules` removes names the same way.
+//!   list matches a name equal to an entry or ending in `.entry`, a single string is a regular
+//!   expression over the whole name, `all-linear` is every linear layer of the decoder (the
+//!   seven projections), never the output layer. `exclude_modules` removes names the same way.
 //! - Initialisation as PEFT's default: `A ~ U(-1/sqrt(in), 1/sqrt(in))` (Kaiming-uniform with
 //!   `a = sqrt(5)`), `B = 0`, so a fresh adapter leaves the model unchanged. Drawn from the
 //!   engine's seed and the variable's name, as [`super::init`] does.
@@ -43,13 +43,63 @@ const PEFT_PREFIX: &str = "base_model.model.";
 pub const ADAPTER_CONFIG: &str = "adapter_config.json";
 pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
 
-/// Which linear layers get adapters.
-#[derive(Debug, Clone, PartialEq)]
+/// Which linear layers get adapters (or are excluded): PEFT's three ways of naming modules.
+#[derive(Debug, Clone)]
 pub enum LoraTargets {
-    /// PEFT's `all-linear`.
+    /// PEFT's `all-linear`: the decoder's seven projections, never the output layer.
     AllLinear,
-    /// Module names (or name suffixes after a `.`).
+    /// Module names: a module whose name equals an entry or ends in `.entry`.
     Names(Vec<String>),
+    /// A regular expression the whole module name must match (PEFT's `re.fullmatch`).
+    Regex(regex::Regex),
+}
+
+impl PartialEq for LoraTargets {
+    fn eq(&self, o: &Self) -> bool {
+        match (self, o) {
+            (LoraTargets::AllLinear, LoraTargets::AllLinear) => true,
+            (LoraTargets::Names(a), LoraTargets::Names(b)) => a == b,
+            (LoraTargets::Regex(a), LoraTargets::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
+impl LoraTargets {
+    /// A regular expression matched against whole module names.
+    pub fn regex(pattern: &str) -> Result<Self, String> {
+        regex::Regex::new(&format!("^(?:{pattern})$"))
+            .map(LoraTargets::Regex)
+            .map_err(|e| format!("`{pattern}` is not a regular expression: {e}"))
+    }
+
+    fn selects(&self, module: &str) -> bool {
+        match self {
+            LoraTargets::AllLinear => ALL_LINEAR
+                .iter()
+                .any(|t| module.ends_with(&format!(".{t}"))),
+            LoraTargets::Names(list) => list
+                .iter()
+                .any(|t| module == t || module.ends_with(&format!(".{t}"))),
+            LoraTargets::Regex(re) => re.is_match(module),
+        }
+    }
+
+    /// The value of `target_modules` / `exclude_modules` in adapter_config.json.
+    fn to_json(&self) -> Value {
+        match self {
+            LoraTargets::AllLinear => json!(ALL_LINEAR),
+            LoraTargets::Names(n) => json!(n),
+            LoraTargets::Regex(re) => {
+                let p = re.as_str();
+                json!(
+                    p.strip_prefix("^(?:")
+                        .and_then(|p| p.strip_suffix(")$"))
+                        .unwrap_or(p)
+                )
+            }
+        }
+    }
 }
 
 /// A LoRA configuration (PEFT's `LoraConfig` for a causal LM, `bias="none"`, no dropout).
@@ -58,14 +108,10 @@ pub struct LoraConfig {
     pub rank: i64,
     pub alpha: f64,
     pub targets: LoraTargets,
-    pub exclude: Vec<String>,
+    /// Modules left out (`Names([])`: none).
+    pub exclude: LoraTargets,
     /// A PEFT adapter to start from (verl's `lora_adapter_path`).
     pub adapter_dir: Option<PathBuf>,
-}
-
-fn matches(name: &str, list: &[String]) -> bool {
-    list.iter()
-        .any(|t| name == t || name.ends_with(&format!(".{t}")))
 }
 
 impl LoraConfig {
@@ -76,13 +122,7 @@ impl LoraConfig {
 
     /// Whether the linear layer named `module` gets an adapter.
     pub fn targets(&self, module: &str) -> bool {
-        let targeted = match &self.targets {
-            LoraTargets::AllLinear => ALL_LINEAR
-                .iter()
-                .any(|t| module.ends_with(&format!(".{t}"))),
-            LoraTargets::Names(list) => matches(module, list),
-        };
-        targeted && !matches(module, &self.exclude)
+        self.targets.selects(module) && !self.exclude.selects(module)
     }
 
     /// A PEFT adapter's configuration (its `r`, `lora_alpha`, `target_modules`,
@@ -120,10 +160,10 @@ impl LoraConfig {
             .get("lora_alpha")
             .and_then(Value::as_f64)
             .ok_or_else(|| bad("no `lora_alpha`".into()))?;
-        let names = |key: &str| -> Result<Option<Vec<String>>, ModelError> {
+        let selector = |key: &str, unset: LoraTargets| -> Result<LoraTargets, ModelError> {
             match v.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::Array(a)) => Ok(Some(
+                None | Some(Value::Null) => Ok(unset),
+                Some(Value::Array(a)) => Ok(LoraTargets::Names(
                     a.iter()
                         .map(|x| {
                             x.as_str()
@@ -132,21 +172,19 @@ impl LoraConfig {
                         })
                         .collect::<Result<_, _>>()?,
                 )),
-                Some(Value::String(s)) if key == "target_modules" && s == "all-linear" => Ok(None),
-                Some(other) => Err(bad(format!(
-                    "`{key}` = {other} is not supported (a list of module names)"
-                ))),
+                Some(Value::String(s)) if key == "target_modules" && s == "all-linear" => {
+                    Ok(LoraTargets::AllLinear)
+                }
+                Some(Value::String(s)) => LoraTargets::regex(s).map_err(bad),
+                Some(other) => Err(bad(format!("`{key}` = {other} is not supported"))),
             }
         };
-        let targets = match names("target_modules")? {
-            Some(list) => LoraTargets::Names(list),
-            None => LoraTargets::AllLinear,
-        };
+        let peft_default = LoraTargets::Names(vec!["q_proj".into(), "v_proj".into()]);
         Ok(LoraConfig {
             rank,
             alpha,
-            targets,
-            exclude: names("exclude_modules")?.unwrap_or_default(),
+            targets: selector("target_modules", peft_default)?,
+            exclude: selector("exclude_modules", LoraTargets::Names(Vec::new()))?,
             adapter_dir: Some(dir.to_path_buf()),
         })
     }
@@ -281,18 +319,17 @@ pub fn save_adapter(
         tensor: None,
         msg: e.to_string(),
     })?;
-    let targets = match &cfg.targets {
-        LoraTargets::AllLinear => json!(ALL_LINEAR),
-        LoraTargets::Names(n) => json!(n),
-    };
     let config = json!({
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
         "base_model_name_or_path": base_model,
         "r": cfg.rank,
         "lora_alpha": cfg.alpha,
-        "target_modules": targets,
-        "exclude_modules": if cfg.exclude.is_empty() { Value::Null } else { json!(cfg.exclude) },
+        "target_modules": cfg.targets.to_json(),
+        "exclude_modules": match &cfg.exclude {
+            LoraTargets::Names(n) if n.is_empty() => Value::Null,
+            other => other.to_json(),
+        },
         "lora_dropout": 0.0,
         "bias": "none",
         "fan_in_fan_out": false,
@@ -336,4 +373,75 @@ pub fn merged(
             .f_to_kind(w.kind())?;
     }
     Ok(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(targets: LoraTargets, exclude: LoraTargets) -> LoraConfig {
+        LoraConfig {
+            rank: 8,
+            alpha: 16.0,
+            targets,
+            exclude,
+            adapter_dir: None,
+        }
+    }
+
+    #[test]
+    fn modules_are_selected_as_peft_selects_them() {
+        let q = "model.layers.3.self_attn.q_proj";
+        let down = "model.layers.0.mlp.down_proj";
+        let none = || LoraTargets::Names(Vec::new());
+        let all = cfg(LoraTargets::AllLinear, none());
+        assert!(all.targets(q) && all.targets(down));
+        assert!(!all.targets("lm_head") && !all.targets("score"));
+        let names = cfg(LoraTargets::Names(vec!["q_proj".into()]), none());
+        assert!(names.targets(q) && !names.targets(down));
+        // A suffix only counts after a dot.
+        let partial = cfg(LoraTargets::Names(vec!["proj".into()]), none());
+        assert!(!partial.targets(q));
+        let regex = cfg(
+            LoraTargets::regex(r".*\.layers\.0\..*").expect("regex"),
+            none(),
+        );
+        assert!(regex.targets(down) && !regex.targets(q));
+        // The whole name must match, as re.fullmatch.
+        let anchored = cfg(LoraTargets::regex("q_proj").expect("regex"), none());
+        assert!(!anchored.targets(q));
+        let excluded = cfg(
+            LoraTargets::AllLinear,
+            LoraTargets::regex(".*mlp.*").expect("regex"),
+        );
+        assert!(excluded.targets(q) && !excluded.targets(down));
+        assert!(LoraTargets::regex("(").is_err());
+        assert_eq!(all.scaling(), 2.0);
+    }
+
+    #[test]
+    fn adapter_configs_round_trip_through_peft_json() {
+        let dir = std::env::temp_dir().join(format!("verlc-lora-cfg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for c in [
+            cfg(LoraTargets::AllLinear, LoraTargets::Names(Vec::new())),
+            cfg(
+                LoraTargets::Names(vec!["q_proj".into(), "v_proj".into()]),
+                LoraTargets::regex(".*visual.*").expect("regex"),
+            ),
+        ] {
+            save_adapter(&dir, &[], &c, "base").expect("save");
+            let back = LoraConfig::from_adapter_dir(&dir).expect("read");
+            // all-linear is written as its seven names, which select the same modules.
+            for m in [
+                "model.layers.0.self_attn.q_proj",
+                "model.layers.1.mlp.up_proj",
+            ] {
+                assert_eq!(back.targets(m), c.targets(m), "{m}");
+            }
+            assert_eq!((back.rank, back.alpha), (c.rank, c.alpha));
+            assert_eq!(back.exclude, c.exclude);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

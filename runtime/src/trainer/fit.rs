@@ -8,7 +8,7 @@ use tch::{Kind, Tensor};
 use verlc_spec::TrainerSpec;
 use verlc_spec::binding::PrecisionKind;
 use verlc_spec::data::DataSpec;
-use verlc_spec::trainer::{Dtype, KlControlSpec, ResumeSpec, RewardSpec};
+use verlc_spec::trainer::{Dtype, KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec};
 
 use crate::algo::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator,
@@ -18,12 +18,13 @@ use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset};
 use crate::engine::{Batch, Engine, EngineSettings, Head, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
 use crate::model::Precision as ParamDtype;
+use crate::model::lora::{LoraConfig, LoraTargets};
 use crate::rng::Rng;
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens, probs_diff};
 use crate::tokenizer::Tokenizer;
 use crate::workers::actor::Actor;
 use crate::workers::critic::Critic;
-use crate::workers::reference::Reference;
+use crate::workers::reference::{Reference, ReferencePolicy};
 use crate::workers::reward::manager;
 use crate::workers::reward::{
     PythonRewardFn, PythonSettings, RewardFn, RewardInput, RewardModel, Score, ScoreItem,
@@ -55,7 +56,7 @@ pub struct Trainer<R: Roles = SingleRoles> {
     sampler: BatchSampler,
     actor: Actor<R::Actor>,
     critic: Option<Critic<R::Critic>>,
-    reference: Option<Reference<R::Actor>>,
+    reference: Option<ReferencePolicy<R::Actor>>,
     dp: DataParallel,
     /// Names the temporary checkpoint directory all ranks write into (rank 0's pid).
     ckpt_tag: u64,
@@ -114,6 +115,26 @@ fn dataset_options(d: &DataSpec, max_samples: Option<usize>) -> DatasetOptions {
         seed: d.seed,
         chat_template_kwargs: d.chat_template_kwargs.clone(),
     }
+}
+
+/// The model's LoRA configuration of the spec's; an adapter directory brings its own.
+fn lora_config(l: &LoraSpec) -> Result<LoraConfig, TrainerError> {
+    if let Some(dir) = &l.adapter_path {
+        return LoraConfig::from_adapter_dir(&absolute(dir))
+            .map_err(|e| bad(format!("actor_rollout_ref.model.lora_adapter_path: {e}")));
+    }
+    let selector = |m: &ModuleSelector| match m {
+        ModuleSelector::AllLinear => Ok(LoraTargets::AllLinear),
+        ModuleSelector::Names(n) => Ok(LoraTargets::Names(n.clone())),
+        ModuleSelector::Regex(p) => LoraTargets::regex(p).map_err(bad),
+    };
+    Ok(LoraConfig {
+        rank: l.rank as i64,
+        alpha: l.alpha,
+        targets: selector(&l.target_modules)?,
+        exclude: selector(&l.exclude_modules)?,
+        adapter_dir: None,
+    })
 }
 
 /// Each row's response tokens up to its end (EOS included), without padding.
@@ -237,7 +258,7 @@ impl<R: Roles> Trainer<R> {
                 optim: Some(a.optim.resolve(total_steps)),
                 loss_scale_factor: a.loss_scale_factor,
                 loss_scaling: opts.loss_scaling,
-                lora: None,
+                lora: a.lora.as_ref().map(lora_config).transpose()?,
             },
         )?;
         let dp = DataParallel {
@@ -265,6 +286,10 @@ impl<R: Roles> Trainer<R> {
             None => None,
         };
         let reference = match &spec.reference {
+            Some(r) if r.actor_without_adapters => Some(ReferencePolicy::ActorWithoutAdapters {
+                micro_batch_size: r.micro_batch,
+                temperature: r.temperature,
+            }),
             Some(r) => {
                 let engine = roles.reference(
                     &r.engine,
@@ -279,7 +304,11 @@ impl<R: Roles> Trainer<R> {
                         lora: None,
                     },
                 )?;
-                Some(Reference::new(engine, r.micro_batch, r.temperature)?)
+                Some(ReferencePolicy::Own(Reference::new(
+                    engine,
+                    r.micro_batch,
+                    r.temperature,
+                )?))
             }
             None => None,
         };
@@ -764,7 +793,8 @@ impl<R: Roles> Trainer<R> {
             timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
         batch.insert("old_log_probs", old_log_probs)?;
         if let Some(r) = self.reference.as_mut() {
-            let ref_lp = timers.time("ref", || r.compute_ref_log_prob(&batch))?;
+            let actor = &mut self.actor.engine;
+            let ref_lp = timers.time("ref", || r.compute_ref_log_prob(actor, &batch))?;
             batch.insert("ref_log_prob", ref_lp)?;
         }
         if let Some(c) = self.critic.as_mut() {

@@ -1,6 +1,8 @@
 //! The reference policy: a frozen copy of the actor's initial weights (or of its own
 //! `ref.model.path`), forward-only, giving `ref_log_prob` for the KL loss and the in-reward
-//! KL penalty.
+//! KL penalty. A LoRA actor is its own reference with the adapters switched off
+//! ([`ReferencePolicy::ActorWithoutAdapters`], verl's `ref_in_actor`): the base weights never
+//! change, so no second copy of the model is kept.
 
 use tch::Tensor;
 
@@ -8,6 +10,41 @@ use crate::engine::{Batch, Engine, ForwardOptions};
 use crate::model::CausalLm;
 
 use super::{Result, WorkerError};
+
+/// Where reference log-probs come from.
+#[derive(Debug)]
+pub enum ReferencePolicy<E: Engine<Head = CausalLm>> {
+    /// A forward-only engine of its own.
+    Own(Reference<E>),
+    /// The actor's engine with its LoRA adapters off.
+    ActorWithoutAdapters {
+        micro_batch_size: usize,
+        temperature: f64,
+    },
+}
+
+impl<E: Engine<Head = CausalLm>> ReferencePolicy<E> {
+    /// `ref_log_prob` `(N, R)`; `actor` is the actor's engine.
+    pub fn compute_ref_log_prob(&mut self, actor: &mut E, batch: &Batch) -> Result<Tensor> {
+        match self {
+            ReferencePolicy::Own(r) => r.compute_ref_log_prob(batch),
+            ReferencePolicy::ActorWithoutAdapters {
+                micro_batch_size,
+                temperature,
+            } => {
+                let fwd = ForwardOptions {
+                    temperature: *temperature,
+                    with_entropy: false,
+                };
+                actor.module().model.set_adapters_enabled(false);
+                let outs = actor.infer_batch(batch, *micro_batch_size, &fwd);
+                actor.module().model.set_adapters_enabled(true);
+                let lps: Vec<Tensor> = outs?.into_iter().map(|o| o.log_probs).collect();
+                Ok(Tensor::f_cat(&lps, 0)?)
+            }
+        }
+    }
+}
 
 /// The reference role over a forward-only engine with a causal-LM head.
 #[derive(Debug)]

@@ -29,7 +29,7 @@ fn lora_config() -> LoraConfig {
         rank: 4,
         alpha: 8.0,
         targets: LoraTargets::AllLinear,
-        exclude: vec!["o_proj".into()],
+        exclude: LoraTargets::Names(vec!["o_proj".into()]),
         adapter_dir: None,
     }
 }

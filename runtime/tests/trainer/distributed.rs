@@ -48,6 +48,16 @@ const FSDP: &[&str] = &[
     "critic.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2'",
 ];
 
+/// FSDP with LoRA: GRPO with the KL loss, whose reference is the actor with its adapters off.
+const LORA: &[&str] = &[
+    "actor_rollout_ref.model.lora_rank=4",
+    "actor_rollout_ref.model.lora_alpha=8",
+    "actor_rollout_ref.model.target_modules=all-linear",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "actor_rollout_ref.actor.kl_loss_coef=0.1",
+    "actor_rollout_ref.actor.optim.lr=2e-2",
+];
+
 /// Megatron: PPO with a GAE critic (both tensor-parallel) and the KL loss.
 const MEGATRON: &[&str] = &[
     "algorithm.adv_estimator=gae",
@@ -225,6 +235,42 @@ fn fsdp_two_ranks_match_one_process_and_resume_exactly() {
         .count();
     assert!(shards >= 2, "one optimizer shard per rank, found {shards}");
 
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
+}
+
+#[test]
+fn fsdp_lora_two_ranks_match_one_process_and_resume_exactly() {
+    let dir = scratch("dist_lora");
+    let one = runtime::trainer::run(
+        &config(
+            "quickstart.yaml",
+            &Job::new("quickstart.yaml", LORA, &dir.join("one"), 1).overrides,
+        ),
+        &quiet(),
+    )
+    .expect("one-process run");
+    let job = Job::new("quickstart.yaml", LORA, &dir.join("two"), 2)
+        .with(&["trainer.save_freq=2".into()]);
+    let ranks = run_ranks(&job, &dir.join("two"), 2);
+    assert_eq!(
+        without_timing(&ranks[0]),
+        without_timing(&ranks[1]),
+        "ranks report different metrics"
+    );
+    assert_matches(&one.history, &ranks[0], 2e-3, "FSDP LoRA 2 ranks");
+    // The adapters move the policy away from the reference, the base model: a reference
+    // that kept its adapters on would be the policy itself (KL 0 throughout).
+    let kl = crate::support::series(&ranks[0], "actor/kl_loss");
+    assert!(kl.len() == 3 && kl.iter().all(|k| *k > 1e-4), "{kl:?}");
+    // verl's layout for a LoRA actor: the base model, and the adapters in PEFT's format.
+    let s2 = step_dir(&dir.join("two").join("ckpt"), 2);
+    for f in [
+        "actor/huggingface/model.safetensors",
+        "actor/lora_adapter/adapter_config.json",
+        "actor/lora_adapter/adapter_model.safetensors",
+    ] {
+        assert!(s2.join(f).is_file(), "missing {f}");
+    }
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
 }
 

@@ -96,6 +96,38 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
     o
 }
 
+/// A PEFT adapter for the tiny model (what an example's `lora_adapter_path` names is a
+/// directory saved by an earlier LoRA run), written by verlc's own LoRA engine.
+fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
+    use runtime::engine::{Engine, EngineSettings, SingleEngine};
+    use runtime::model::lora::{LoraConfig, LoraTargets, save_adapter};
+    let out = dir.join("tiny_adapter");
+    if out.join("adapter_config.json").is_file() {
+        return out;
+    }
+    let lora = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        targets: LoraTargets::AllLinear,
+        exclude: LoraTargets::Names(Vec::new()),
+        adapter_dir: None,
+    };
+    let e: SingleEngine<runtime::model::CausalLm> = SingleEngine::new(EngineSettings {
+        model_path: TINY.trim_matches('\'').into(),
+        device: tch::Device::Cpu,
+        param_dtype: runtime::model::Precision::Fp32,
+        seed: 42,
+        optim: None,
+        loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::LINKED,
+        lora: Some(lora.clone()),
+    })
+    .expect("LoRA engine");
+    let params = e.per_tensor_params().expect("params");
+    save_adapter(&out, &params, &lora, TINY).expect("save adapter");
+    out
+}
+
 /// Sequence-parallel sizes of one process (only the FSDP tree has Ulysses keys).
 fn fsdp_world_of_one() -> Vec<String> {
     ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"]
@@ -126,7 +158,7 @@ fn megatron_world_of_one() -> Vec<String> {
 fn signature(s: &TrainerSpec) -> String {
     let engine = |e: &verlc_spec::trainer::EngineSpec| serde_json::to_string(e).unwrap_or_default();
     format!(
-        "{} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} | {:?} {:?} | {} {}",
+        "{} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {:?} {:?} | {} {}",
         s.binding,
         s.algorithm.estimator,
         s.actor.update.loss_mode,
@@ -137,6 +169,10 @@ fn signature(s: &TrainerSpec) -> String {
         s.critic.is_some(),
         s.reference.is_some(),
         s.reward_model.as_ref().map(|m| &m.input),
+        s.actor
+            .lora
+            .as_ref()
+            .map(|l| (&l.target_modules, l.adapter_path.is_some())),
         s.actor.optim.inner,
         s.actor.optim.schedule,
         engine(&s.actor.engine),
@@ -217,6 +253,15 @@ fn verl_examples_that_build_start_and_train_a_step() {
             continue;
         }
         overrides.extend(retarget(&dir));
+        if overrides
+            .iter()
+            .any(|o| o.starts_with("actor_rollout_ref.model.lora_adapter_path="))
+        {
+            overrides.push(format!(
+                "actor_rollout_ref.model.lora_adapter_path={}",
+                tiny_adapter(&dir).display()
+            ));
+        }
         if base.contains("megatron") {
             overrides.extend(megatron_world_of_one());
         } else {
@@ -256,13 +301,15 @@ fn verl_examples_that_build_start_and_train_a_step() {
             }
         }
     }
+    let accepted = cases.iter().filter(|c| c["config_dir"].is_null()).count() - hydra_rejects;
     eprintln!(
-        "verl examples: {hydra_rejects} rejected by Hydra, {n_built} build ({} distinct runs), refused: {refused:#?}",
+        "verl examples: {hydra_rejects} rejected by Hydra, {n_built} of {accepted} build ({} distinct runs), refused: {refused:#?}",
         built.len()
     );
+    // The bar of the Hub/reward-model issue: at least 80% of what Hydra accepts.
     assert!(
-        n_built >= 40,
-        "only {n_built} of verl's examples build once retargeted; refused: {refused:#?}"
+        n_built * 5 >= accepted * 4,
+        "only {n_built} of {accepted} of verl's examples build once retargeted; refused: {refused:#?}"
     );
     let mut failed = Vec::new();
     for (sig, (script, spec)) in &built {
