@@ -442,6 +442,28 @@ pub struct AlgorithmSpec {
     pub kl_in_reward: bool,
     pub kl_penalty: KlEstimator,
     pub kl_ctrl: KlControlSpec,
+    /// PF-PPO resampling (`use_pf_ppo`); verl applies it with GAE only.
+    pub pf_ppo: Option<PfPpoSpec>,
+}
+
+/// `algorithm.pf_ppo`: resample the batch by weights of each response's summed score.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PfPpoSpec {
+    pub method: PfPpoMethod,
+    /// Exponent of the `pow` method.
+    pub weight_pow: f64,
+}
+
+/// `algorithm.pf_ppo.reweight_method`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PfPpoMethod {
+    /// `|score| ^ weight_pow`.
+    Pow,
+    /// 1 for the highest and lowest scores, 0 otherwise.
+    MaxMin,
+    /// 0.4 for the highest score, 0.1 otherwise.
+    MaxRandom,
 }
 
 /// Where a run resumes from (`trainer.resume_mode`).

@@ -16,16 +16,16 @@ use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
     ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
     EngineSpec, FsdpEngineSpec, KlControlSpec, LoggerKind, LoraSpec, MegatronEngineSpec,
-    ModuleSelector, OptimSpec, OverlongBufferSpec, ReferenceSpec, ResumeSpec, RewardManagerSpec,
-    RewardModelInput, RewardModelSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec,
-    StrategyName, TrainerSpec, WorldSpec,
+    ModuleSelector, OptimSpec, OverlongBufferSpec, PfPpoMethod, PfPpoSpec, ReferenceSpec,
+    ResumeSpec, RewardManagerSpec, RewardModelInput, RewardModelSpec, RewardSpec, RolloutSpec,
+    RunSpec, ScheduleSpec, StrategyName, TrainerSpec, WorldSpec,
 };
 
 use crate::codes;
 use crate::config::{
     AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LossAggMode, LrDecayStyle,
-    LrSchedulerType, OneOrMany, OptimConfig, PolicyLossMode, ResumeMode, RolloutDtype,
-    SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
+    LrSchedulerType, OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode,
+    RolloutDtype, SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
 };
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
@@ -290,6 +290,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 kl_coef: alg.kl_ctrl.kl_coef,
             },
         },
+        pf_ppo: pf_ppo_spec(cfg, l),
     };
 
     TrainerSpec {
@@ -317,6 +318,30 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         algorithm,
         run: run_spec(cfg, l),
     }
+}
+
+/// PF-PPO (`algorithm.use_pf_ppo`). verl 0.7.0's `compute_advantage` resamples only in its GAE
+/// branch; with any other estimator the switch does nothing there, and verlc says so.
+fn pf_ppo_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<PfPpoSpec> {
+    let alg = &cfg.algorithm;
+    if !alg.use_pf_ppo {
+        return None;
+    }
+    if alg.adv_estimator != AdvEstimator::Gae {
+        l.no_effect(
+            "algorithm.use_pf_ppo",
+            format!("verl 0.7.0 resamples with PF-PPO only under adv_estimator=gae; with `{}` the switch has no effect", estimator(alg.adv_estimator)),
+        );
+        return None;
+    }
+    Some(PfPpoSpec {
+        method: match alg.pf_ppo.reweight_method {
+            PfPpoReweightMethod::Pow => PfPpoMethod::Pow,
+            PfPpoReweightMethod::MaxMin => PfPpoMethod::MaxMin,
+            PfPpoReweightMethod::MaxRandom => PfPpoMethod::MaxRandom,
+        },
+        weight_pow: alg.pf_ppo.weight_pow,
+    })
 }
 
 /// The actor's LoRA adapters (verl's FSDP keys `model.lora_rank`, `lora_alpha`,

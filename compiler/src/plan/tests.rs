@@ -1077,3 +1077,37 @@ fn reward_managers_naive_and_dapo_lower_with_their_arguments() {
         c.codes()
     );
 }
+
+#[test]
+fn pf_ppo_lowers_with_gae_and_warns_elsewhere() {
+    use verlc_spec::trainer::{PfPpoMethod, PfPpoSpec};
+    let c = case(
+        BASE,
+        &[
+            "algorithm.adv_estimator=gae",
+            "algorithm.use_pf_ppo=true",
+            "algorithm.pf_ppo.reweight_method=max_min",
+            "critic.ppo_micro_batch_size_per_gpu=2",
+        ],
+    );
+    assert_eq!(
+        c.lowered.plan.spec.algorithm.pf_ppo,
+        Some(PfPpoSpec {
+            method: PfPpoMethod::MaxMin,
+            weight_pow: 2.0
+        })
+    );
+    let c = case(
+        BASE,
+        &["algorithm.adv_estimator=grpo", "algorithm.use_pf_ppo=true"],
+    );
+    assert_eq!(c.lowered.plan.spec.algorithm.pf_ppo, None);
+    assert!(
+        c.lowered
+            .diagnostics
+            .iter()
+            .any(|d| d.code.0 == "B006" && d.key_path.as_deref() == Some("algorithm.use_pf_ppo")),
+        "{:?}",
+        c.codes()
+    );
+}

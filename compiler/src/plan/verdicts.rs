@@ -105,8 +105,8 @@ table! {
     "algorithm.use_kl_in_reward" => Implemented("algorithm.kl_in_reward"),
     "algorithm.kl_penalty" => Implemented("algorithm.kl_penalty"),
     "algorithm.kl_ctrl.*" => Implemented("algorithm.kl_ctrl"),
-    "algorithm.use_pf_ppo" => Unsupported("turns on PF-PPO reweighting, which verlc's trainer does not implement"),
-    "algorithm.pf_ppo.**" => NoEffect(NONE, "is a PF-PPO option; PF-PPO is not implemented (use_pf_ppo is refused)"),
+    "algorithm.use_pf_ppo" => Implemented("algorithm.pf_ppo (with GAE, as verl; a warning otherwise)"),
+    "algorithm.pf_ppo.**" => Implemented("algorithm.pf_ppo"),
     "algorithm.rollout_correction.{rollout_is,rollout_rs,bypass_mode}" => Unsupported("turns on rollout correction (importance sampling, rejection, bypass), which verlc's trainer does not implement"),
     "algorithm.rollout_correction.**" => NoEffect(NONE, "is a rollout-correction option; rollout correction is not implemented (rollout_is, rollout_rs and bypass_mode are refused)"),
 

@@ -10,6 +10,7 @@
 //! - [`value_loss`]: the critic's clipped value loss.
 //! - [`entropy`]: entropy from logits and the entropy term of the actor loss.
 //! - [`masked`]: masked sum / mean / variance / whitening with verl's epsilons.
+//! - [`pf_ppo`]: PF-PPO's score-weighted resampling of the batch.
 //!
 //! Names (`AdvEstimator`, `PolicyLossMode`, `LossAggMode`, `KlEstimator`) parse and print verl's
 //! exact spellings, so config values map one to one.
@@ -20,6 +21,7 @@ pub mod entropy;
 pub mod kl;
 pub mod kl_ctrl;
 pub mod masked;
+pub mod pf_ppo;
 pub mod policy_loss;
 pub mod value_loss;
 

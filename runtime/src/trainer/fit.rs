@@ -10,6 +10,7 @@ use verlc_spec::binding::PrecisionKind;
 use verlc_spec::data::DataSpec;
 use verlc_spec::trainer::{Dtype, KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec};
 
+use crate::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
 use crate::algo::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator,
     apply_kl_penalty, compute_advantage,
@@ -45,6 +46,7 @@ type Scored = (Vec<f64>, Vec<ScoreItem>, Vec<Score>);
 /// Stream ids of the seeded generators (so no two uses share a stream).
 const STREAM_ROLLOUT: u64 = 1;
 const STREAM_VAL: u64 = 2;
+const STREAM_PF_PPO: u64 = 3;
 
 /// The PPO/GRPO trainer of one rank; `R` binds the engines of its roles (one process by
 /// default; see [`super::parallel`] for several ranks).
@@ -854,6 +856,17 @@ impl<R: Roles> Trainer<R> {
         let adv = compute_advantage(self.estimator, &inputs, &self.adv_cfg)?;
         batch.insert("advantages", adv.advantages)?;
         batch.insert("returns", adv.returns)?;
+        if let Some(pf) = self.spec.algorithm.pf_ppo {
+            // The same draw on every rank: the stream depends on the step only.
+            let scores =
+                batch
+                    .get("token_level_scores")?
+                    .f_sum_dim_intlist(-1i64, false, Kind::Float)?;
+            let weights = pf_ppo_weights(&scores, pf.method, pf.weight_pow)?;
+            let mut rng = Rng::new(self.sampling_seed(STREAM_PF_PPO, 0));
+            let rows = pf_ppo_sample(&weights, batch.rows() as usize, &mut rng)?;
+            batch = batch.select(&rows)?;
+        }
         timers
             .0
             .insert("adv".into(), adv_start.elapsed().as_secs_f64());

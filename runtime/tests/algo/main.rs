@@ -11,6 +11,7 @@ mod kl;
 mod kl_ctrl;
 mod names;
 mod oracle;
+mod pf_ppo;
 mod policy_loss;
 mod support;
 mod value_loss;

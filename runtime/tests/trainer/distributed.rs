@@ -37,9 +37,12 @@ const COMMON: &[&str] = &[
     "trainer.total_training_steps=3",
 ];
 
-/// FSDP: PPO with a GAE critic and the in-reward KL penalty (reference model).
+/// FSDP: PPO with a GAE critic, the in-reward KL penalty (reference model) and PF-PPO's
+/// resampling (the same draw on every rank).
 const FSDP: &[&str] = &[
     "algorithm.adv_estimator=gae",
+    "algorithm.use_pf_ppo=true",
+    "algorithm.pf_ppo.reweight_method=pow",
     "algorithm.use_kl_in_reward=true",
     "actor_rollout_ref.actor.use_kl_loss=false",
     "critic.ppo_mini_batch_size=8",

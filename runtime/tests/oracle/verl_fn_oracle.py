@@ -1,0 +1,80 @@
+"""Runs functions of the installed verl 0.7.0 itself on fixed inputs, without importing the verl
+package (its __init__ needs ray, tensordict, ...): the function's source is taken from verl's
+file with `ast` and executed with torch and numpy, plus stand-ins for verl's data container.
+
+Usage: verl_fn_oracle.py OUT
+Writes OUT/pf_ppo.json: for seeded scores (with ties at the maximum and minimum), the weights
+that verl's compute_pf_ppo_reweight_data hands to torch.multinomial for each reweight method,
+and the rows it resampled (checked against the weights, since the draw is torch's).
+"""
+import ast
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+def verl_function(relpath, name, namespace):
+    spec = importlib.util.find_spec("verl")
+    if spec is None or spec.origin is None:
+        sys.exit("verl is not installed in this interpreter (run scripts/setup)")
+    path = os.path.join(os.path.dirname(spec.origin), relpath)
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), namespace)
+    return namespace[name]
+
+
+class Batch(dict):
+    batch_size = None
+
+
+class Data:
+    def __init__(self, batch, non_tensor_batch, meta_info):
+        self.batch, self.non_tensor_batch, self.meta_info = batch, non_tensor_batch, meta_info
+
+
+def pf_ppo(out):
+    captured = []
+
+    class TorchShim:
+        def __getattr__(self, k):
+            return getattr(torch, k)
+
+        def multinomial(self, w, n, replacement):
+            captured.append(w.clone())
+            return torch.multinomial(w, n, replacement=replacement)
+
+    fn = verl_function(
+        "trainer/ppo/core_algos.py", "compute_pf_ppo_reweight_data", {"torch": TorchShim(), "np": np}
+    )
+    gen = torch.Generator().manual_seed(5)
+    rows, width = 12, 5
+    scores = torch.randn(rows, width, generator=gen)
+    sums = scores.sum(-1)
+    top, bottom = int(sums.argmax()), int(sums.argmin())
+    assert {top, bottom}.isdisjoint({3, 7})
+    scores[3] = scores[top]  # ties: two rows share the highest and two the lowest summed score
+    scores[7] = scores[bottom]
+    result = {"token_level_scores": scores.tolist(), "methods": {}}
+    for method, pow_ in [("pow", 2.0), ("pow", 0.5), ("max_min", 2.0), ("max_random", 2.0)]:
+        captured.clear()
+        torch.manual_seed(0)
+        data = Data(Batch(token_level_scores=scores, row=torch.arange(rows)), {"uid": np.arange(rows)}, {})
+        res = fn(data, method, pow_)
+        result["methods"][f"{method}:{pow_}"] = {
+            "weights": captured[0].tolist(),
+            "resampled_rows": res.batch["row"].tolist(),
+            "uids_follow_rows": bool((res.non_tensor_batch["uid"] == res.batch["row"].numpy()).all()),
+        }
+    with open(os.path.join(out, "pf_ppo.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    os.makedirs(sys.argv[1], exist_ok=True)
+    pf_ppo(sys.argv[1])
