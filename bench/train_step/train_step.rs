@@ -78,7 +78,7 @@ fn main() -> Result<(), Error> {
         // The policy-gradient surrogate `-(A · log π)`, token-mean over the whole batch.
         let mut loss_sum = 0.0;
         let metrics =
-            engine.forward_backward(&batch, micro, &fwd, &mut |mb: &Batch, out, agg| {
+            engine.forward_backward(&batch, &micro.into(), &fwd, &mut |mb: &Batch, out, agg| {
                 let mask = mb.get("response_mask")?;
                 let tokens = agg.batch_num_tokens.unwrap_or(1.0);
                 let loss = (out.log_probs * mb.get("advantages")? * mask)

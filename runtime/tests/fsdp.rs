@@ -133,7 +133,12 @@ fn backward<E: Engine<Head = CausalLm>>(
             })
         };
     let metrics = e
-        .forward_backward(batch, MICRO, &ForwardOptions::default(), &mut loss_fn)
+        .forward_backward(
+            batch,
+            &MICRO.into(),
+            &ForwardOptions::default(),
+            &mut loss_fn,
+        )
         .expect("forward/backward");
     let local: f64 = metrics.iter().map(|m| m["loss"]).sum();
     match group {
@@ -183,7 +188,7 @@ fn shared_left_padding_costs_no_compute_and_changes_no_value() {
     assert_eq!(trimmed.get("responses").unwrap().size(), [ROWS, RESP]);
     let mut e = SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("single");
     let fwd = ForwardOptions::default();
-    let by_micro_batch = e.infer_batch(&padded, MICRO, &fwd).expect("infer");
+    let by_micro_batch = e.infer_batch(&padded, &MICRO.into(), &fwd).expect("infer");
     let got = Tensor::cat(
         &by_micro_batch
             .iter()
@@ -365,7 +370,7 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     single
         .forward_backward(
             &full_batch(),
-            MICRO,
+            &MICRO.into(),
             &ForwardOptions::default(),
             &mut loss_fn,
         )
@@ -392,8 +397,13 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     .expect("fsdp");
     let batch = my_rows(&pg);
     train_step(&mut e, &batch, Some(&pg));
-    e.forward_backward(&batch, MICRO, &ForwardOptions::default(), &mut loss_fn)
-        .expect("fb");
+    e.forward_backward(
+        &batch,
+        &MICRO.into(),
+        &ForwardOptions::default(),
+        &mut loss_fn,
+    )
+    .expect("fb");
     let m = e.memory();
     eprintln!(
         "rank {}: world size 1: params {p1} + grads {g1} + optimizer {o1} = {total1} bytes; \
@@ -500,8 +510,10 @@ rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
     let mut single = SingleEngine::<CausalLm>::new(s.clone()).expect("single");
     let mut e =
         FsdpEngine::<CausalLm>::new(FsdpSettings::new(s.clone()), pg.clone()).expect("fsdp");
-    let want = single.infer_batch(&batch, 3, &fwd).expect("single infer");
-    let got = e.infer_batch(&batch, 3, &fwd).expect("fsdp infer");
+    let want = single
+        .infer_batch(&batch, &3.into(), &fwd)
+        .expect("single infer");
+    let got = e.infer_batch(&batch, &3.into(), &fwd).expect("fsdp infer");
     assert_eq!(want.len(), got.len());
     for (w, g) in want.iter().zip(&got) {
         assert!((&w.log_probs - &g.log_probs).abs().max().double_value(&[]) < 1e-5);
@@ -519,8 +531,10 @@ rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
     let mut single = SingleEngine::<ValueModel>::new(s.clone()).expect("single critic");
     let mut e =
         FsdpEngine::<ValueModel>::new(FsdpSettings::new(s), pg.clone()).expect("fsdp critic");
-    let want = single.infer_batch(&batch, 4, &fwd).expect("single values");
-    let got = e.infer_batch(&batch, 4, &fwd).expect("fsdp values");
+    let want = single
+        .infer_batch(&batch, &4.into(), &fwd)
+        .expect("single values");
+    let got = e.infer_batch(&batch, &4.into(), &fwd).expect("fsdp values");
     for (w, g) in want.iter().zip(&got) {
         assert!((w - g).abs().max().double_value(&[]) < 1e-5);
     }

@@ -237,6 +237,14 @@ pub struct ActorSettings {
     pub ppo_micro_batch_size: usize,
     /// Micro-batch of the old-log-prob pass (`rollout.log_prob_micro_batch_size_per_gpu`).
     pub log_prob_micro_batch_size: usize,
+    /// Dynamic batch size of the update: micro-batches by token count under this budget
+    /// (`actor.use_dynamic_bsz`, `ppo_max_token_len_per_gpu`) instead of `ppo_micro_batch_size`.
+    #[serde(default)]
+    pub ppo_max_token_len: Option<usize>,
+    /// Dynamic batch size of the old-log-prob pass (`rollout.log_prob_use_dynamic_bsz`,
+    /// `log_prob_max_token_len_per_gpu`).
+    #[serde(default)]
+    pub log_prob_max_token_len: Option<usize>,
     pub ppo_epochs: usize,
     pub shuffle: bool,
     pub data_loader_seed: u64,
@@ -260,6 +268,12 @@ pub struct CriticSettings {
     pub ppo_micro_batch_size: usize,
     /// Micro-batch of the value pass (`critic.forward_micro_batch_size_per_gpu`).
     pub forward_micro_batch_size: usize,
+    /// Dynamic batch size of the update (`critic.use_dynamic_bsz`, `ppo_max_token_len_per_gpu`).
+    #[serde(default)]
+    pub ppo_max_token_len: Option<usize>,
+    /// Dynamic batch size of the value pass (`forward_max_token_len_per_gpu`).
+    #[serde(default)]
+    pub forward_max_token_len: Option<usize>,
     pub ppo_epochs: usize,
     pub shuffle: bool,
     pub data_loader_seed: u64,
@@ -313,6 +327,9 @@ pub struct ReferenceSpec {
     pub engine: EngineSpec,
     /// Rows per log-prob micro-batch.
     pub micro_batch: usize,
+    /// Dynamic batch size (`ref.log_prob_use_dynamic_bsz`, `log_prob_max_token_len_per_gpu`).
+    #[serde(default)]
+    pub max_token_len: Option<usize>,
     pub temperature: f64,
     /// The reference is the actor with its LoRA adapters switched off (verl's `ref_in_actor`):
     /// no engine of its own, `model_path` and `engine` unused.

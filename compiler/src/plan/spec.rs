@@ -175,6 +175,8 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 ppo_mini_batch_size: (l.count("critic.ppo_mini_batch_size", c.ppo_mini_batch_size).saturating_mul(critic_n) / dp).max(1),
                 ppo_micro_batch_size: micro,
                 forward_micro_batch_size: forward,
+                ppo_max_token_len: token_budget(l, "critic.ppo_max_token_len_per_gpu", c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu, seq_len),
+                forward_max_token_len: token_budget(l, "critic.forward_max_token_len_per_gpu", c.use_dynamic_bsz, c.forward_max_token_len_per_gpu, seq_len),
                 ppo_epochs: l.count("critic.ppo_epochs", c.ppo_epochs),
                 shuffle: c.shuffle,
                 data_loader_seed: c.data_loader_seed.unwrap_or(a.data_loader_seed) as u64,
@@ -202,6 +204,13 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 r.log_prob_micro_batch_size,
                 dp,
                 true,
+                r.log_prob_max_token_len_per_gpu,
+                seq_len,
+            ),
+            max_token_len: token_budget(
+                l,
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+                r.log_prob_use_dynamic_bsz,
                 r.log_prob_max_token_len_per_gpu,
                 seq_len,
             ),
@@ -840,6 +849,29 @@ fn micro_batch(
     1
 }
 
+/// The token budget of a dynamic-batch-size pass (`use_dynamic_bsz`), `None` without it.
+/// verl's `rearrange_micro_batches` asserts that the budget holds one padded sequence.
+fn token_budget(
+    l: &mut Lowering,
+    key: &str,
+    dynamic: bool,
+    budget: i64,
+    seq_len: usize,
+) -> Option<usize> {
+    if !dynamic {
+        return None;
+    }
+    let b = l.count(key, budget);
+    if b < seq_len {
+        l.unsupported(
+            key,
+            format!("`{key}` = {b} is shorter than one padded sequence (max_prompt_length + max_response_length = {seq_len}); verl's dynamic batching asserts it is not"),
+            format!("set it to at least {seq_len}"),
+        );
+    }
+    Some(b)
+}
+
 fn actor_settings(
     cfg: &VerlConfig,
     n: usize,
@@ -906,6 +938,20 @@ fn actor_settings(
         ppo_mini_batch_size: mini.max(1),
         ppo_micro_batch_size: micro,
         log_prob_micro_batch_size: log_prob,
+        ppo_max_token_len: token_budget(
+            l,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+            a.use_dynamic_bsz,
+            a.ppo_max_token_len_per_gpu,
+            seq_len,
+        ),
+        log_prob_max_token_len: token_budget(
+            l,
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+            r.log_prob_use_dynamic_bsz,
+            r.log_prob_max_token_len_per_gpu,
+            seq_len,
+        ),
         ppo_epochs: l.count("actor_rollout_ref.actor.ppo_epochs", a.ppo_epochs),
         shuffle: a.shuffle,
         data_loader_seed: a.data_loader_seed as u64,

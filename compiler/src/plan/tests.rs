@@ -861,12 +861,15 @@ fn unsupported_settings_are_reported_at_their_line_before_any_build() {
             c.lowered.diagnostics
         );
     }
-    // From overrides: a logger verlc has not, PF-PPO, a Megatron-only layout; wandb (the logger
+    // From overrides: a logger verlc has not, rollout correction, Ulysses; wandb (the logger
     // verl's examples use) and a scheduler are implemented.
     for (o, key) in [
         ("trainer.logger=[console,swanlab]", "trainer.logger"),
         ("trainer.logger=[console,wandb,mlflow]", ""),
-        ("algorithm.use_pf_ppo=true", "algorithm.use_pf_ppo"),
+        (
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is",
+        ),
         (
             "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
             "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",

@@ -18,6 +18,7 @@
 
 pub mod batch;
 pub mod fsdp;
+pub mod micro;
 pub mod single;
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ use crate::model::{CausalLm, ModelConfig, ValueModel};
 use crate::rollout::{LogProbOutput, SequenceBatch, response_log_probs};
 
 pub use batch::Batch;
+pub use micro::MicroBatching;
 pub use single::{EngineSettings, OptimSettings, SchedulerSettings, SingleEngine};
 
 /// Scalar metrics of one step, by verl name (ordered, so logs are deterministic).
@@ -203,22 +205,23 @@ pub trait Engine {
     /// The model (for generation in the hybrid engine and for tests).
     fn module(&self) -> &Self::Head;
 
-    /// Runs the forward pass over `batch` in micro-batches of `micro_batch_size` rows, calls
-    /// `loss` on each and back-propagates the result (gradients accumulate; call
+    /// Runs the forward pass over `batch` in the micro-batches `micro` cuts, calls `loss` on
+    /// each and back-propagates the result (gradients accumulate; call
     /// [`Engine::optimizer_zero_grad`] first). Returns each micro-batch's metrics.
     fn forward_backward(
         &mut self,
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
         fwd: &ForwardOptions,
         loss: &mut LossFn<'_, <Self::Head as Head>::Output>,
     ) -> Result<Vec<Metrics>>;
 
-    /// Forward without gradients in micro-batches (verl's `infer_batch`).
+    /// Forward without gradients in micro-batches (verl's `infer_batch`); the outputs are in
+    /// micro-batch order (see [`MicroBatching::restore`]).
     fn infer_batch(
         &mut self,
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
         fwd: &ForwardOptions,
     ) -> Result<Vec<<Self::Head as Head>::Output>>;
 
@@ -249,10 +252,13 @@ pub trait Engine {
     fn dp_rank(&self) -> usize {
         0
     }
+    /// The largest `n` over every rank of the run (verl syncs dynamic micro-batch counts over
+    /// the default group); `n` in one process.
+    fn max_over_ranks(&self, n: usize) -> Result<usize> {
+        Ok(n)
+    }
 }
 
-/// The global-batch normalisation of `batch` for `loss_agg_mode` (verl's `global_batch_info`
-/// over one data-parallel rank; multi-rank engines all-reduce these counts).
 /// Where a checkpoint keeps the model: `huggingface/` (config and weights, loadable by
 /// transformers) and, with LoRA, `lora_adapter/` (PEFT's adapter directory; the Hugging Face
 /// directory then holds the frozen base weights, as verl's checkpoints do).
@@ -286,6 +292,8 @@ pub(crate) fn save_model(
     Ok(())
 }
 
+/// The global-batch normalisation of `batch` for `loss_agg_mode` (verl's `global_batch_info`
+/// over one data-parallel rank; multi-rank engines all-reduce these counts).
 pub fn global_agg_options(
     batch: &Batch,
     dp_size: usize,

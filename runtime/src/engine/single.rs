@@ -20,8 +20,8 @@ use crate::optim::{
 };
 
 use super::{
-    ADAPTER_DIR, Batch, Engine, EngineError, ForwardOptions, HF_DIR, Head, LossFn, Metrics, Result,
-    StepResult, global_agg_options, save_model,
+    ADAPTER_DIR, Batch, Engine, EngineError, ForwardOptions, HF_DIR, Head, LossFn, Metrics,
+    MicroBatching, Result, StepResult, global_agg_options, save_model,
 };
 
 pub use verlc_spec::optim::{OptimSettings, SchedulerSettings};
@@ -193,13 +193,13 @@ impl<H: Head> Engine for SingleEngine<H> {
     fn forward_backward(
         &mut self,
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
         fwd: &ForwardOptions,
         loss: &mut LossFn<'_, H::Output>,
     ) -> Result<Vec<Metrics>> {
         let agg = global_agg_options(batch, self.dp_size(), self.settings.loss_scale_factor)?;
         let mut out = Vec::new();
-        for mb in batch.micro_batches(micro_batch_size)? {
+        for mb in micro.cut(batch)? {
             let output = self.module.forward(&mb, fwd)?;
             let micro = loss(&mb, output, &agg)?;
             let opt = self.optimizer_mut()?;
@@ -212,12 +212,12 @@ impl<H: Head> Engine for SingleEngine<H> {
     fn infer_batch(
         &mut self,
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
         fwd: &ForwardOptions,
     ) -> Result<Vec<H::Output>> {
         let _guard = tch::no_grad_guard();
-        batch
-            .micro_batches(micro_batch_size)?
+        micro
+            .cut(batch)?
             .iter()
             .map(|mb| self.module.forward(mb, fwd))
             .collect()

@@ -24,7 +24,7 @@ use crate::dist::mappings::Tape;
 use crate::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use crate::engine::{
     Batch, Engine, EngineError, EngineSettings, ForwardOptions, Head, LossFn, Metrics,
-    SchedulerSettings, StepResult, global_agg_options,
+    MicroBatching, SchedulerSettings, StepResult, global_agg_options,
 };
 use crate::model::init::{init_weights, init_weights_where};
 use crate::model::save::{SaveOptions, save_named};
@@ -452,9 +452,9 @@ impl<H: MegatronHead> MegatronEngine<H> {
 
     fn micro_batches(
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
     ) -> Result<(Vec<Batch>, Vec<MicroBatch>)> {
-        let parts = batch.split(micro_batch_size)?;
+        let parts = micro.cut_rows(batch)?;
         let mbs = parts
             .iter()
             .map(|b| {
@@ -521,7 +521,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
     fn forward_backward(
         &mut self,
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
         fwd: &ForwardOptions,
         loss: &mut LossFn<'_, H::Output>,
     ) -> Result<Vec<Metrics>> {
@@ -531,7 +531,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
             ));
         }
         let agg = self.agg_options(batch)?;
-        let (parts, mbs) = Self::micro_batches(batch, micro_batch_size)?;
+        let (parts, mbs) = Self::micro_batches(batch, micro)?;
         let mut metrics = Vec::with_capacity(parts.len());
         let mut failure: Option<EngineError> = None;
         {
@@ -566,10 +566,10 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
     fn infer_batch(
         &mut self,
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
         fwd: &ForwardOptions,
     ) -> Result<Vec<H::Output>> {
-        let (parts, mbs) = Self::micro_batches(batch, micro_batch_size)?;
+        let (parts, mbs) = Self::micro_batches(batch, micro)?;
         let planes = H::planes(fwd);
         let shapes: Vec<Vec<i64>> = parts
             .iter()
@@ -678,5 +678,16 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
 
     fn dp_rank(&self) -> usize {
         self.module.dp_rank_size().0
+    }
+
+    fn max_over_ranks(&self, n: usize) -> Result<usize> {
+        let Some(g) = self.groups() else {
+            return Ok(n);
+        };
+        let t = Tensor::from_slice(&[n as i64]);
+        g.world
+            .all_reduce(&t, crate::dist::ReduceOp::Max)
+            .map_err(MegatronError::from)?;
+        Ok(usize::try_from(t.f_int64_value(&[0])?).unwrap_or(n))
     }
 }

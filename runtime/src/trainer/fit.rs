@@ -290,6 +290,7 @@ impl<R: Roles> Trainer<R> {
         let reference = match &spec.reference {
             Some(r) if r.actor_without_adapters => Some(ReferencePolicy::ActorWithoutAdapters {
                 micro_batch_size: r.micro_batch,
+                max_token_len: r.max_token_len,
                 temperature: r.temperature,
             }),
             Some(r) => {
@@ -306,11 +307,9 @@ impl<R: Roles> Trainer<R> {
                         lora: None,
                     },
                 )?;
-                Some(ReferencePolicy::Own(Reference::new(
-                    engine,
-                    r.micro_batch,
-                    r.temperature,
-                )?))
+                let mut reference = Reference::new(engine, r.micro_batch, r.temperature)?;
+                reference.max_token_len = r.max_token_len;
+                Some(ReferencePolicy::Own(reference))
             }
             None => None,
         };

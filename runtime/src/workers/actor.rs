@@ -20,7 +20,7 @@ use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::CausalLm;
 use crate::rollout::LogProbOutput;
 
-use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, scalar};
+use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, micro_batching, scalar};
 
 pub use verlc_spec::trainer::ActorSettings;
 
@@ -61,15 +61,23 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
             temperature: self.settings.temperature,
             with_entropy: true,
         };
-        let outs = self
-            .engine
-            .infer_batch(batch, self.settings.log_prob_micro_batch_size, &fwd)?;
+        let s = &self.settings;
+        let micro = micro_batching(
+            &self.engine,
+            batch,
+            s.log_prob_micro_batch_size,
+            s.log_prob_max_token_len,
+        )?;
+        let outs = self.engine.infer_batch(batch, &micro, &fwd)?;
         let (mut lps, mut ents) = (Vec::new(), Vec::new());
         for LogProbOutput { log_probs, entropy } in outs {
             lps.push(log_probs);
             ents.extend(entropy);
         }
-        Ok((Tensor::f_cat(&lps, 0)?, Tensor::f_cat(&ents, 0)?))
+        Ok((
+            micro.restore(&Tensor::f_cat(&lps, 0)?)?,
+            micro.restore(&Tensor::f_cat(&ents, 0)?)?,
+        ))
     }
 
     /// `agg(entropy)` over the response mask with the actor's `loss_agg_mode` (the
@@ -107,12 +115,15 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
                 self.engine.optimizer_zero_grad()?;
                 let mut loss_fn =
                     |mb: &Batch, out: LogProbOutput, agg: &AggOptions| micro_loss(&s, mb, out, agg);
-                let micro = self.engine.forward_backward(
+                let cut = micro_batching(
+                    &self.engine,
                     &mini,
                     s.ppo_micro_batch_size,
-                    &fwd,
-                    &mut loss_fn,
+                    s.ppo_max_token_len,
                 )?;
+                let micro = self
+                    .engine
+                    .forward_backward(&mini, &cut, &fwd, &mut loss_fn)?;
                 let step_result = self.engine.optimizer_step()?;
                 lists.extend(&combine_micro(&micro, ADDITIVE));
                 lists.push("actor/grad_norm", step_result.grad_norm.unwrap_or(f64::NAN));

@@ -10,7 +10,7 @@ use crate::algo::{AggOptions, compute_value_loss};
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::ValueModel;
 
-use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, scalar};
+use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, micro_batching, scalar};
 
 pub use verlc_spec::trainer::CriticSettings;
 
@@ -40,12 +40,17 @@ impl<E: Engine<Head = ValueModel>> Critic<E> {
 
     /// Values `(N, R)`, zero outside the response mask (verl's `compute_values`).
     pub fn compute_values(&mut self, batch: &Batch) -> Result<Tensor> {
-        let outs = self.engine.infer_batch(
+        let s = &self.settings;
+        let micro = micro_batching(
+            &self.engine,
             batch,
-            self.settings.forward_micro_batch_size,
-            &ForwardOptions::default(),
+            s.forward_micro_batch_size,
+            s.forward_max_token_len,
         )?;
-        let values = Tensor::f_cat(&outs, 0)?;
+        let outs = self
+            .engine
+            .infer_batch(batch, &micro, &ForwardOptions::default())?;
+        let values = micro.restore(&Tensor::f_cat(&outs, 0)?)?;
         let mask = batch.get("response_mask")?.f_to_kind(values.kind())?;
         Ok(values.f_mul(&mask)?)
     }
@@ -91,9 +96,15 @@ impl<E: Engine<Head = ValueModel>> Critic<E> {
                         metrics,
                     })
                 };
-                let micro = self.engine.forward_backward(
+                let cut = micro_batching(
+                    &self.engine,
                     &mini,
                     s.ppo_micro_batch_size,
+                    s.ppo_max_token_len,
+                )?;
+                let micro = self.engine.forward_backward(
+                    &mini,
+                    &cut,
                     &ForwardOptions::default(),
                     &mut loss_fn,
                 )?;

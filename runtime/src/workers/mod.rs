@@ -22,7 +22,8 @@ pub mod rollout;
 
 use tch::{Kind, Tensor};
 
-use crate::engine::{Batch, EngineError, Metrics};
+use crate::engine::micro::dynamic_parts;
+use crate::engine::{Batch, Engine, EngineError, Metrics, MicroBatching};
 
 /// Errors of the worker roles.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,26 @@ impl MetricLists {
 
 /// Sums `additive` keys and averages the others over micro-batch metrics: the losses are
 /// shares of the batch loss (globally normalised), the fractions are per micro-batch means.
+/// How a pass cuts `batch`: `rows` per micro-batch, or with a token budget (verl's dynamic
+/// batch size) parts balanced by the rows' valid tokens, as many on every rank.
+pub(crate) fn micro_batching<E: Engine>(
+    engine: &E,
+    batch: &Batch,
+    rows: usize,
+    max_token_len: Option<usize>,
+) -> Result<MicroBatching> {
+    let Some(budget) = max_token_len else {
+        return Ok(MicroBatching::Rows(rows));
+    };
+    let mask = batch.get("attention_mask")?;
+    let lengths = Vec::<i64>::try_from(mask.f_sum_dim_intlist(1i64, false, Kind::Int64)?)?;
+    Ok(MicroBatching::Parts(dynamic_parts(
+        &lengths,
+        budget,
+        |n| engine.max_over_ranks(n),
+    )?))
+}
+
 pub(crate) fn combine_micro(micro: &[Metrics], additive: &[&str]) -> Metrics {
     let mut lists = MetricLists::default();
     let mut sums = Metrics::new();

@@ -9,7 +9,7 @@ use tch::Tensor;
 use crate::engine::{Batch, Engine, ForwardOptions};
 use crate::model::CausalLm;
 
-use super::{Result, WorkerError};
+use super::{Result, WorkerError, micro_batching};
 
 /// Where reference log-probs come from.
 #[derive(Debug)]
@@ -19,6 +19,8 @@ pub enum ReferencePolicy<E: Engine<Head = CausalLm>> {
     /// The actor's engine with its LoRA adapters off.
     ActorWithoutAdapters {
         micro_batch_size: usize,
+        /// Dynamic batch size's token budget (`log_prob_use_dynamic_bsz`).
+        max_token_len: Option<usize>,
         temperature: f64,
     },
 }
@@ -30,17 +32,19 @@ impl<E: Engine<Head = CausalLm>> ReferencePolicy<E> {
             ReferencePolicy::Own(r) => r.compute_ref_log_prob(batch),
             ReferencePolicy::ActorWithoutAdapters {
                 micro_batch_size,
+                max_token_len,
                 temperature,
             } => {
                 let fwd = ForwardOptions {
                     temperature: *temperature,
                     with_entropy: false,
                 };
+                let micro = micro_batching(actor, batch, *micro_batch_size, *max_token_len)?;
                 actor.module().model.set_adapters_enabled(false);
-                let outs = actor.infer_batch(batch, *micro_batch_size, &fwd);
+                let outs = actor.infer_batch(batch, &micro, &fwd);
                 actor.module().model.set_adapters_enabled(true);
                 let lps: Vec<Tensor> = outs?.into_iter().map(|o| o.log_probs).collect();
-                Ok(Tensor::f_cat(&lps, 0)?)
+                Ok(micro.restore(&Tensor::f_cat(&lps, 0)?)?)
             }
         }
     }
@@ -52,6 +56,8 @@ pub struct Reference<E: Engine<Head = CausalLm>> {
     pub engine: E,
     /// `ref.log_prob_micro_batch_size_per_gpu`.
     pub micro_batch_size: usize,
+    /// Dynamic batch size's token budget (`ref.log_prob_use_dynamic_bsz`).
+    pub max_token_len: Option<usize>,
     /// The rollout temperature (verl divides the reference logits by it too).
     pub temperature: f64,
 }
@@ -66,6 +72,7 @@ impl<E: Engine<Head = CausalLm>> Reference<E> {
         Ok(Reference {
             engine,
             micro_batch_size,
+            max_token_len: None,
             temperature,
         })
     }
@@ -76,10 +83,14 @@ impl<E: Engine<Head = CausalLm>> Reference<E> {
             temperature: self.temperature,
             with_entropy: false,
         };
-        let outs = self
-            .engine
-            .infer_batch(batch, self.micro_batch_size, &fwd)?;
+        let micro = micro_batching(
+            &self.engine,
+            batch,
+            self.micro_batch_size,
+            self.max_token_len,
+        )?;
+        let outs = self.engine.infer_batch(batch, &micro, &fwd)?;
         let lps: Vec<Tensor> = outs.into_iter().map(|o| o.log_probs).collect();
-        Ok(Tensor::f_cat(&lps, 0)?)
+        Ok(micro.restore(&Tensor::f_cat(&lps, 0)?)?)
     }
 }

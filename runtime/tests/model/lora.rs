@@ -167,7 +167,7 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
             with_entropy: false,
         };
         let mut lp = None;
-        e.forward_backward(&b, 3, &fwd, &mut |_, out, _| {
+        e.forward_backward(&b, &3.into(), &fwd, &mut |_, out, _| {
             lp = Some(out.log_probs.detach());
             Ok(MicroLoss {
                 loss: -out.log_probs.mean(Kind::Float),
@@ -207,7 +207,7 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
 
         // The reference policy: the same engine with its adapters off.
         e.module().model.set_adapters_enabled(false);
-        let base_lp = e.infer_batch(&b, 3, &fwd).expect("infer");
+        let base_lp = e.infer_batch(&b, &3.into(), &fwd).expect("infer");
         e.module().model.set_adapters_enabled(true);
         let d = max_abs_diff(&base_lp[0].log_probs, get(&want, "base_lp"));
         assert!(

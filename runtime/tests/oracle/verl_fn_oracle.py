@@ -3,10 +3,15 @@ package (its __init__ needs ray, tensordict, ...): the function's source is take
 file with `ast` and executed with torch and numpy, plus stand-ins for verl's data container.
 
 Usage: verl_fn_oracle.py OUT
-Writes OUT/pf_ppo.json: for seeded scores (with ties at the maximum and minimum), the weights
-that verl's compute_pf_ppo_reweight_data hands to torch.multinomial for each reweight method,
-and the rows it resampled (checked against the weights, since the draw is torch's).
+Writes
+- OUT/pf_ppo.json: for seeded scores (with ties at the maximum and minimum), the weights that
+  verl's compute_pf_ppo_reweight_data hands to torch.multinomial for each reweight method, and
+  the rows it resampled (checked against the weights, since the draw is torch's);
+- OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
+  (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
+  process), with many equal lengths among the cases so that tie-breaking is exercised.
 """
+import heapq
 import ast
 import importlib.util
 import json
@@ -75,6 +80,32 @@ def pf_ppo(out):
         json.dump(result, f)
 
 
+def dynamic_bsz(out):
+    import types
+
+    ns = {"torch": torch, "heapq": heapq}
+    for name in ["calculate_workload", "karmarkar_karp", "get_seqlen_balanced_partitions", "ceildiv", "roundup_divisible"]:
+        verl_function("utils/seqlen_balancing.py", name, ns)
+    ns["dist"] = types.SimpleNamespace(is_initialized=lambda: False)
+    ns["tu"] = types.SimpleNamespace(index_select_tensor_dict=lambda batch, idx: idx)
+    rearrange = verl_function("utils/seqlen_balancing.py", "rearrange_micro_batches", ns)
+    gen = torch.Generator().manual_seed(11)
+    cases = []
+    for rows, width, budget in [(8, 40, 80), (16, 64, 200), (32, 48, 96), (24, 100, 1000), (13, 30, 30), (40, 20, 64)]:
+        lengths = torch.randint(1, width + 1, (rows,), generator=gen)
+        if rows >= 16:
+            lengths[::3] = lengths[0]  # equal lengths: ties in the partitioning
+        mask = torch.zeros(rows, width, dtype=torch.long)
+        for i, n in enumerate(lengths.tolist()):
+            mask[i, width - n :] = 1
+        batch = {"input_ids": torch.zeros(rows, width, dtype=torch.long), "attention_mask": mask}
+        _, parts = rearrange(batch, max_token_len=budget)
+        cases.append({"lengths": lengths.tolist(), "budget": budget, "parts": parts})
+    with open(os.path.join(out, "dynamic_bsz.json"), "w") as f:
+        json.dump(cases, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
     pf_ppo(sys.argv[1])
+    dynamic_bsz(sys.argv[1])

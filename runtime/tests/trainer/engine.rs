@@ -57,6 +57,8 @@ fn settings(micro: usize, mode: LossAggMode) -> ActorSettings {
         ppo_mini_batch_size: 8,
         ppo_micro_batch_size: micro,
         log_prob_micro_batch_size: 3,
+        ppo_max_token_len: None,
+        log_prob_max_token_len: None,
         ppo_epochs: 2,
         shuffle: true,
         data_loader_seed: 1,
@@ -180,6 +182,45 @@ fn micro_batch_size_does_not_change_the_update() {
                 && m.contains_key("actor/pg_clipfrac")
                 && m.contains_key("actor/kl_coef")
         );
+    }
+}
+
+/// Dynamic batch size cuts the mini-batches by token counts (verl's balanced parts, in verl's
+/// order): the same update and metrics as fixed micro-batches, and the old log-probs come back
+/// in the batch's row order.
+#[test]
+fn dynamic_batch_size_gives_the_fixed_micro_batch_update() {
+    let sgd = || {
+        InnerConfig::Sgd(SgdConfig {
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+        })
+    };
+    for mode in [LossAggMode::TokenMean, LossAggMode::SeqMeanTokenMean] {
+        let mut fixed = Actor::new(engine_with(true, sgd()), settings(2, mode)).expect("actor");
+        let b = batch(&mut fixed);
+        let mut dynamic_settings = settings(2, mode);
+        // Rows are 5 prompt tokens plus up to 6 response tokens, padded to 11: a budget of 30
+        // tokens gives 3-5 rows per micro-batch, unevenly.
+        dynamic_settings.ppo_max_token_len = Some(30);
+        dynamic_settings.log_prob_max_token_len = Some(24);
+        let mut dynamic = Actor::new(engine_with(true, sgd()), dynamic_settings).expect("actor");
+        let (lp_fixed, ent_fixed) = fixed.compute_log_prob(&b).expect("log probs");
+        let (lp_dyn, ent_dyn) = dynamic.compute_log_prob(&b).expect("log probs");
+        assert!((&lp_fixed - &lp_dyn).abs().max().double_value(&[]) < 1e-6);
+        assert!((&ent_fixed - &ent_dyn).abs().max().double_value(&[]) < 1e-6);
+        let m_fixed = fixed.update_policy(&b, 1).expect("update");
+        let m_dyn = dynamic.update_policy(&b, 1).expect("update");
+        let d = max_diff(&params_of(&fixed.engine), &params_of(&dynamic.engine));
+        assert!(d < 1e-6, "{mode}: parameters differ by {d}");
+        for key in ["actor/pg_loss", "actor/kl_loss", "actor/grad_norm"] {
+            let (a, c) = (m_fixed[key], m_dyn[key]);
+            assert!(
+                (a - c).abs() < 1e-5 * (1.0 + a.abs()),
+                "{mode}: {key} {a} vs {c}"
+            );
+        }
     }
 }
 

@@ -68,7 +68,7 @@ use crate::optim::{
 
 use super::{
     ADAPTER_DIR, Batch, Engine, EngineError, EngineSettings, ForwardOptions, HF_DIR, LossFn,
-    Metrics, Result, SchedulerSettings, StepResult, global_agg_options, save_model,
+    Metrics, MicroBatching, Result, SchedulerSettings, StepResult, global_agg_options, save_model,
 };
 
 pub use head::FsdpHead;
@@ -673,13 +673,13 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
     fn forward_backward(
         &mut self,
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
         fwd: &ForwardOptions,
         loss: &mut LossFn<'_, H::Output>,
     ) -> Result<Vec<Metrics>> {
         self.optimizer_mut()?;
         let agg = self.global_agg(batch)?;
-        let mbs = batch.micro_batches(micro_batch_size)?;
+        let mbs = micro.cut(batch)?;
         self.check_micro_batches(mbs.len())?;
         let mut out = Vec::with_capacity(mbs.len());
         for mb in &mbs {
@@ -691,11 +691,11 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
     fn infer_batch(
         &mut self,
         batch: &Batch,
-        micro_batch_size: usize,
+        micro: &MicroBatching,
         fwd: &ForwardOptions,
     ) -> Result<Vec<H::Output>> {
         let _guard = tch::no_grad_guard();
-        let mbs = batch.micro_batches(micro_batch_size)?;
+        let mbs = micro.cut(batch)?;
         self.check_micro_batches(mbs.len())?;
         let mut out = Vec::with_capacity(mbs.len());
         for mb in &mbs {
@@ -859,5 +859,13 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
 
     fn dp_rank(&self) -> usize {
         self.dp.rank()
+    }
+
+    fn max_over_ranks(&self, n: usize) -> Result<usize> {
+        let t = Tensor::from_slice(&[n as i64]);
+        self.dp
+            .all_reduce(&t, ReduceOp::Max)
+            .map_err(FsdpError::from)?;
+        Ok(usize::try_from(t.f_int64_value(&[0])?).unwrap_or(n))
     }
 }

@@ -1,0 +1,32 @@
+//! Dynamic batch size: the micro-batches (rows and order) equal those of verl 0.7.0's own
+//! `rearrange_micro_batches` (run from the installed source by verl_fn_oracle.py) for seeded
+//! lengths and budgets, ties included.
+
+use runtime::engine::EngineError;
+use runtime::engine::micro::dynamic_parts;
+
+#[test]
+fn dynamic_micro_batches_are_verls() {
+    let out = crate::common::temp_dir("verl_fn_oracle_dyn");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
+    let status = std::process::Command::new(crate::common::python())
+        .arg(&script)
+        .arg(&out)
+        .env("OMP_NUM_THREADS", "1")
+        .status()
+        .expect("run the verl function oracle");
+    assert!(status.success(), "verl function oracle failed: {status}");
+    let text = std::fs::read_to_string(out.join("dynamic_bsz.json")).expect("oracle output");
+    let cases: Vec<serde_json::Value> = serde_json::from_str(&text).expect("json");
+    assert!(cases.len() >= 5);
+    for c in cases {
+        let lengths: Vec<i64> = serde_json::from_value(c["lengths"].clone()).expect("lengths");
+        let budget = c["budget"].as_u64().expect("budget") as usize;
+        let want: Vec<Vec<i64>> = serde_json::from_value(c["parts"].clone()).expect("parts");
+        let got = dynamic_parts(&lengths, budget, Ok::<usize, EngineError>).expect("parts");
+        assert_eq!(got, want, "lengths {lengths:?}, budget {budget}");
+    }
+    // More ranks' micro-batches than rows cannot be formed.
+    assert!(dynamic_parts(&[3, 4], 100, |_| Ok(3)).is_err());
+}
