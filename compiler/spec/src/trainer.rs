@@ -461,6 +461,54 @@ pub struct AlgorithmSpec {
     pub kl_ctrl: KlControlSpec,
     /// PF-PPO resampling (`use_pf_ppo`); verl applies it with GAE only.
     pub pf_ppo: Option<PfPpoSpec>,
+    /// Rollout correction in verl's decoupled mode (`algorithm.rollout_correction`): importance
+    /// weights and rejection of the old policy against the rollout's own log-probs.
+    #[serde(default)]
+    pub rollout_correction: Option<RolloutCorrectionSpec>,
+}
+
+/// `algorithm.rollout_correction` with `bypass_mode: false`, applied before the advantages to
+/// rows whose rollout log-probs the rollout returned (`rollout.calculate_log_probs`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RolloutCorrectionSpec {
+    /// `rollout_is`: truncated importance weights per token or per sequence.
+    pub is_level: Option<IsLevel>,
+    /// `rollout_is_threshold`.
+    pub is_threshold: f64,
+    /// `rollout_is_batch_normalize`.
+    pub is_batch_normalize: bool,
+    /// `rollout_rs` with its `[lower, upper]` bounds on the ratio.
+    pub rejection: Option<RejectionSpec>,
+    /// `rollout_token_veto_threshold`: a sequence with a token ratio below it is rejected.
+    pub veto_threshold: Option<f64>,
+}
+
+/// Granularity of the importance weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsLevel {
+    Token,
+    Sequence,
+}
+
+/// Rejection sampling: which ratio is bounded, and the bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RejectionSpec {
+    pub level: RsLevel,
+    pub lower: f64,
+    pub upper: f64,
+}
+
+/// Granularity of rejection sampling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RsLevel {
+    /// Each token's ratio.
+    Token,
+    /// The product of the sequence's token ratios.
+    Sequence,
+    /// Their geometric mean.
+    Geometric,
 }
 
 /// `algorithm.pf_ppo`: resample the batch by weights of each response's summed score.

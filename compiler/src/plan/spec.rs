@@ -27,8 +27,10 @@ use crate::config::{
     LrSchedulerType, OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode,
     RolloutDtype, SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
 };
+use crate::config::{RolloutIsLevel, RsThreshold};
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
+use verlc_spec::trainer::{IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel};
 
 use super::{Binding, Engine, RoleEngine, needs_critic, needs_reference};
 
@@ -300,6 +302,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
             },
         },
         pf_ppo: pf_ppo_spec(cfg, l),
+        rollout_correction: rollout_correction_spec(cfg, l),
     };
 
     TrainerSpec {
@@ -327,6 +330,93 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         algorithm,
         run: run_spec(cfg, l),
     }
+}
+
+/// Rollout correction (`algorithm.rollout_correction`) as verl 0.7.0's
+/// `compute_rollout_correction_and_add_to_batch` applies it in decoupled mode. Values verl's
+/// function raises on are refused; without the rollout's log-probs verl skips it, and verlc
+/// warns.
+fn rollout_correction_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<RolloutCorrectionSpec> {
+    let rc = &cfg.algorithm.rollout_correction;
+    let key = |k: &str| format!("algorithm.rollout_correction.{k}");
+    if rc.bypass_mode {
+        l.unsupported(
+            &key("bypass_mode"),
+            "bypass mode (the rollout's log-probs as the old policy, with verl's bypass_mode policy loss) is not implemented by verlc's trainer",
+            "use the decoupled mode (bypass_mode=false) with rollout_is / rollout_rs",
+        );
+        return None;
+    }
+    let rejection = match rc.rollout_rs.as_deref() {
+        None => None,
+        Some(level) => {
+            let level = match level {
+                "token" => RsLevel::Token,
+                "sequence" => RsLevel::Sequence,
+                "geometric" => RsLevel::Geometric,
+                other => {
+                    l.unsupported(
+                        &key("rollout_rs"),
+                        format!("verl 0.7.0's rejection sampling takes token, sequence or geometric, not `{other}` (it raises)"),
+                        "set rollout_rs to token, sequence or geometric",
+                    );
+                    return None;
+                }
+            };
+            let upper = match &rc.rollout_rs_threshold {
+                Some(RsThreshold::Number(x)) if *x > 0.0 => *x,
+                Some(other) => {
+                    l.unsupported(
+                        &key("rollout_rs_threshold"),
+                        format!("verl 0.7.0 compares the ratio with rollout_rs_threshold as a positive number; {other:?} fails there"),
+                        "give a positive number",
+                    );
+                    return None;
+                }
+                None => {
+                    l.unsupported(
+                        &key("rollout_rs"),
+                        "rejection sampling needs rollout_rs_threshold (verl 0.7.0 raises without it)",
+                        "set algorithm.rollout_correction.rollout_rs_threshold",
+                    );
+                    return None;
+                }
+            };
+            Some(RejectionSpec {
+                level,
+                upper,
+                lower: rc.rollout_rs_threshold_lower.unwrap_or(1.0 / upper),
+            })
+        }
+    };
+    let is_level = rc.rollout_is.map(|l| match l {
+        RolloutIsLevel::Token => IsLevel::Token,
+        RolloutIsLevel::Sequence => IsLevel::Sequence,
+    });
+    if is_level.is_none() && rejection.is_none() && rc.rollout_token_veto_threshold.is_none() {
+        return None;
+    }
+    if !cfg.actor_rollout_ref.rollout.calculate_log_probs {
+        let k = if is_level.is_some() {
+            key("rollout_is")
+        } else if rejection.is_some() {
+            key("rollout_rs")
+        } else {
+            key("rollout_token_veto_threshold")
+        };
+        l.no_effect(
+            &k,
+            "verl applies rollout correction only to batches with the rollout's log-probs; set actor_rollout_ref.rollout.calculate_log_probs=true",
+        );
+        return None;
+    }
+    Some(RolloutCorrectionSpec {
+        is_level,
+        is_threshold: rc.rollout_is_threshold,
+        is_batch_normalize: rc.rollout_is_batch_normalize,
+        rejection,
+        veto_threshold: rc.rollout_token_veto_threshold,
+    })
 }
 
 /// PF-PPO (`algorithm.use_pf_ppo`). verl 0.7.0's `compute_advantage` resamples only in its GAE

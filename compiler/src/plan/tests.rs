@@ -1114,3 +1114,54 @@ fn pf_ppo_lowers_with_gae_and_warns_elsewhere() {
         c.codes()
     );
 }
+
+#[test]
+fn rollout_correction_lowers_in_decoupled_mode() {
+    use verlc_spec::trainer::{IsLevel, RsLevel};
+    let on = ["actor_rollout_ref.rollout.calculate_log_probs=true"];
+    let c = case(
+        BASE,
+        &[
+            on[0],
+            "algorithm.rollout_correction.rollout_is=sequence",
+            "algorithm.rollout_correction.rollout_rs=geometric",
+            "algorithm.rollout_correction.rollout_rs_threshold=1.2",
+        ],
+    );
+    let rc = c
+        .lowered
+        .plan
+        .spec
+        .algorithm
+        .rollout_correction
+        .expect("rollout correction");
+    assert_eq!(rc.is_level, Some(IsLevel::Sequence));
+    let rs = rc.rejection.expect("rejection");
+    assert_eq!((rs.level, rs.upper), (RsLevel::Geometric, 1.2));
+    assert!((rs.lower - 1.0 / 1.2).abs() < 1e-12);
+    // Without the rollout's log-probs verl skips it: a warning, nothing lowered.
+    let c = case(BASE, &["algorithm.rollout_correction.rollout_is=token"]);
+    assert!(c.lowered.plan.spec.algorithm.rollout_correction.is_none());
+    assert!(c.codes().contains(&"B006"), "{:?}", c.codes());
+    // What verl raises on, and bypass mode: refused at the key.
+    for (o, key) in [
+        (
+            "algorithm.rollout_correction.rollout_rs=token",
+            "algorithm.rollout_correction.rollout_rs",
+        ),
+        (
+            "algorithm.rollout_correction.bypass_mode=true",
+            "algorithm.rollout_correction.bypass_mode",
+        ),
+    ] {
+        let c = case(BASE, &[on[0], o]);
+        assert!(
+            c.lowered
+                .diagnostics
+                .iter()
+                .any(|d| d.code.0 == "B018" && d.key_path.as_deref() == Some(key)),
+            "{o}: {:?}",
+            c.codes()
+        );
+    }
+}

@@ -107,8 +107,9 @@ table! {
     "algorithm.kl_ctrl.*" => Implemented("algorithm.kl_ctrl"),
     "algorithm.use_pf_ppo" => Implemented("algorithm.pf_ppo (with GAE, as verl; a warning otherwise)"),
     "algorithm.pf_ppo.**" => Implemented("algorithm.pf_ppo"),
-    "algorithm.rollout_correction.{rollout_is,rollout_rs,bypass_mode}" => Unsupported("turns on rollout correction (importance sampling, rejection, bypass), which verlc's trainer does not implement"),
-    "algorithm.rollout_correction.**" => NoEffect(NONE, "is a rollout-correction option; rollout correction is not implemented (rollout_is, rollout_rs and bypass_mode are refused)"),
+    "algorithm.rollout_correction.bypass_mode" => Checked("refused when true: bypass mode is not implemented"),
+    "algorithm.rollout_correction.loss_type" => NoEffect(NONE, "selects the loss of bypass mode, which verlc's trainer does not implement (bypass_mode is refused)"),
+    "algorithm.rollout_correction.**" => Checked("algorithm.rollout_correction (decoupled mode: importance weights, rejection, veto)"),
 
     // data
     "data.{train_files,val_files,prompt_key,reward_fn_key,max_prompt_length,truncation,filter_overlong_prompts,train_max_samples,val_max_samples,shuffle,validation_shuffle,seed}" => Implemented("data"),

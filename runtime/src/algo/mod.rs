@@ -11,6 +11,7 @@
 //! - [`entropy`]: entropy from logits and the entropy term of the actor loss.
 //! - [`masked`]: masked sum / mean / variance / whitening with verl's epsilons.
 //! - [`pf_ppo`]: PF-PPO's score-weighted resampling of the batch.
+//! - [`rollout_correction`]: importance weights and rejection against the rollout's log-probs.
 //!
 //! Names (`AdvEstimator`, `PolicyLossMode`, `LossAggMode`, `KlEstimator`) parse and print verl's
 //! exact spellings, so config values map one to one.
@@ -23,6 +24,7 @@ pub mod kl_ctrl;
 pub mod masked;
 pub mod pf_ppo;
 pub mod policy_loss;
+pub mod rollout_correction;
 pub mod value_loss;
 
 pub use advantage::{

@@ -11,6 +11,7 @@ use verlc_spec::data::DataSpec;
 use verlc_spec::trainer::{Dtype, KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec};
 
 use crate::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
+use crate::algo::rollout_correction::rollout_correction;
 use crate::algo::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator,
     apply_kl_penalty, compute_advantage,
@@ -841,6 +842,21 @@ impl<R: Roles> Trainer<R> {
             scores_t
         };
         batch.insert("token_level_rewards", rewards.shallow_clone())?;
+        // Rollout correction (decoupled mode), before the advantages as in verl: importance
+        // weights for the policy loss, rejected tokens out of the response mask.
+        let mut mask = mask;
+        if let (Some(rc), Some(rollout_lp)) = (
+            self.spec.algorithm.rollout_correction,
+            batch.opt("rollout_log_probs").map(Tensor::shallow_clone),
+        ) {
+            let c = rollout_correction(batch.get("old_log_probs")?, &rollout_lp, &mask, &rc)?;
+            if let Some(w) = c.weights {
+                batch.insert("rollout_is_weights", w)?;
+            }
+            mask = c.response_mask;
+            batch.insert("response_mask", mask.shallow_clone())?;
+            metrics.extend(c.metrics);
+        }
         let uids = Vec::<i64>::try_from(batch.get("uid")?)?;
         let index = GroupIndex::from_ids(&uids);
         let mut inputs = AdvantageInputs::new(&rewards, &mask).index(&index);

@@ -14,5 +14,6 @@ mod names;
 mod oracle;
 mod pf_ppo;
 mod policy_loss;
+mod rollout_correction;
 mod support;
 mod value_loss;

@@ -7,6 +7,9 @@ Writes
 - OUT/pf_ppo.json: for seeded scores (with ties at the maximum and minimum), the weights that
   verl's compute_pf_ppo_reweight_data hands to torch.multinomial for each reweight method, and
   the rows it resampled (checked against the weights, since the draw is torch's);
+- OUT/rollout_corr.json: for seeded old and rollout log-probs (with outliers) and several
+  configurations, the importance weights, response mask and metrics of verl's
+  compute_rollout_correction_and_rejection_mask (trainer/ppo/rollout_corr_helper.py);
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -30,7 +33,9 @@ def verl_function(relpath, name, namespace):
     with open(path) as f:
         tree = ast.parse(f.read())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), namespace)
+    # Annotations stay unevaluated (they name verl's types, which are not imported here).
+    flags = __import__("__future__").annotations.compiler_flag
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), namespace)
     return namespace[name]
 
 
@@ -105,7 +110,55 @@ def dynamic_bsz(out):
         json.dump(cases, f)
 
 
+def rollout_corr(out):
+    import types
+
+    vf = {"torch": torch}
+    for name in ["masked_sum", "masked_mean"]:
+        verl_function("utils/torch_functional.py", name, vf)
+    proto = types.SimpleNamespace(from_dict=lambda tensors: types.SimpleNamespace(batch=tensors))
+    typing = __import__("typing")
+    ns = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any, "verl_F": types.SimpleNamespace(**vf),
+          "DataProto": proto, "SAFETY_BOUND": 20.0}
+    for name in ["compute_rs_metrics", "compute_rollout_rejection_mask", "compute_is_metrics",
+                 "compute_rollout_correction_weights", "compute_offpolicy_metrics"]:
+        verl_function("trainer/ppo/rollout_corr_helper.py", name, ns)
+    fn = verl_function("trainer/ppo/rollout_corr_helper.py", "compute_rollout_correction_and_rejection_mask", ns)
+    gen = torch.Generator().manual_seed(3)
+    rows, width = 10, 7
+    rollout = -torch.rand(rows, width, generator=gen, dtype=torch.float64) * 3
+    old = rollout + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.3
+    old[2, 1] = rollout[2, 1] - 6.0  # catastrophic token
+    old[5, 3] = rollout[5, 3] + 2.5  # large ratio
+    mask = torch.ones(rows, width, dtype=torch.float64)
+    for i in range(rows):
+        mask[i, 2 + (i % 5):] = 0
+    configs = [
+        {"rollout_is": "token", "rollout_is_threshold": 2.0},
+        {"rollout_is": "sequence", "rollout_is_threshold": 3.0, "rollout_is_batch_normalize": True},
+        {"rollout_is": "token", "rollout_is_threshold": 1.5, "rollout_is_batch_normalize": True},
+        {"rollout_rs": "token", "rollout_rs_threshold": 2.0},
+        {"rollout_rs": "sequence", "rollout_rs_threshold": 2.5, "rollout_rs_threshold_lower": 0.2},
+        {"rollout_rs": "geometric", "rollout_rs_threshold": 1.3},
+        {"rollout_token_veto_threshold": 0.01},
+        {"rollout_is": "token", "rollout_rs": "token", "rollout_rs_threshold": 2.0, "rollout_token_veto_threshold": 0.05},
+    ]
+    cases = []
+    for cfg in configs:
+        kw = {"rollout_is": None, "rollout_rs": None, "rollout_rs_threshold": None, **cfg}
+        weights, new_mask, metrics = fn(old_log_prob=old, rollout_log_prob=rollout, response_mask=mask, **kw)
+        cases.append({
+            "config": cfg,
+            "weights": None if weights is None else weights.batch["rollout_is_weights"].tolist(),
+            "mask": new_mask.tolist(),
+            "metrics": {k: float(v) for k, v in metrics.items()},
+        })
+    with open(os.path.join(out, "rollout_corr.json"), "w") as f:
+        json.dump({"old": old.tolist(), "rollout": rollout.tolist(), "mask": mask.tolist(), "cases": cases}, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
     pf_ppo(sys.argv[1])
     dynamic_bsz(sys.argv[1])
+    rollout_corr(sys.argv[1])

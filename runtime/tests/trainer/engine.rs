@@ -335,3 +335,34 @@ fn rollout_binds_weights_without_a_copy_and_releases_them() {
     bf16.release().expect("release");
     assert_eq!(bf16.weight_bytes(), 0);
 }
+
+/// Rollout correction in a run: the rollout returns its log-probs, the trainer weights and
+/// rejects against them before the advantages and logs verl's `rollout_corr/*` metrics. The
+/// rollout and the trainer compute in the same precision here, so the ratios are near 1 and a
+/// tight rejection band still keeps most tokens.
+#[test]
+fn rollout_correction_runs_in_the_trainer() {
+    let dir = scratch("rollout_corr");
+    let spec = crate::support::small_grpo(
+        &dir,
+        2,
+        &[
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is_threshold=2.0",
+            "algorithm.rollout_correction.rollout_rs=token",
+            "algorithm.rollout_correction.rollout_rs_threshold=1.5",
+        ],
+    );
+    assert!(spec.algorithm.rollout_correction.is_some());
+    let summary = runtime::trainer::run(&spec, &crate::support::quiet()).expect("run");
+    let mean = crate::support::series(&summary.history, "rollout_corr/rollout_is_mean");
+    let rejected =
+        crate::support::series(&summary.history, "rollout_corr/rollout_rs_masked_fraction");
+    assert_eq!((mean.len(), rejected.len()), (2, 2));
+    assert!(mean.iter().all(|m| (m - 1.0).abs() < 0.2), "{mean:?}");
+    assert!(
+        rejected.iter().all(|r| (0.0..0.5).contains(r)),
+        "{rejected:?}"
+    );
+}

@@ -1,0 +1,238 @@
+//! Rollout correction in verl 0.7.0's decoupled mode (`algorithm.rollout_correction`,
+//! `compute_rollout_correction_and_rejection_mask`): the rollout engine's log-probs differ from
+//! the trainer's (another kernel, another precision), so with `log_ratio = old − rollout`:
+//!
+//! - importance weights (`rollout_is`): `exp(clamp(log_ratio, ±20))` per token, or per
+//!   sequence of the summed log-ratio, zero outside the response, truncated at
+//!   `rollout_is_threshold` and optionally divided by their masked mean (`batch_normalize`);
+//!   the actor's policy loss multiplies by them;
+//! - rejection (`rollout_rs`): tokens (or whole sequences, by the product or the geometric mean
+//!   of their ratios) whose ratio leaves `[lower, upper]` leave the response mask;
+//! - veto (`rollout_token_veto_threshold`): a sequence with any token ratio below the threshold
+//!   leaves the mask entirely.
+//!
+//! The metrics are verl's batch-level ones (`rollout_corr/…`): the weights' mean, max, min, std,
+//! effective sample size and out-of-range fractions before truncation, the rejected token and
+//! sequence fractions, the veto fractions (not verl's per-sequence `rollout_is_seq_*`, its
+//! rejection ratio statistics or its off-policy KL/perplexity diagnostics).
+
+use std::collections::BTreeMap;
+
+use tch::{Kind, Tensor};
+use verlc_spec::trainer::{IsLevel, RolloutCorrectionSpec, RsLevel};
+
+use super::AlgoError;
+use super::masked::{masked_mean, masked_mean_dim, masked_sum_dim};
+
+const SAFETY_BOUND: f64 = 20.0;
+
+/// What the correction gives the batch.
+#[derive(Debug)]
+pub struct RolloutCorrection {
+    /// `rollout_is_weights` (N, R), when `rollout_is` is set.
+    pub weights: Option<Tensor>,
+    /// The response mask with rejected tokens removed.
+    pub response_mask: Tensor,
+    pub metrics: BTreeMap<String, f64>,
+}
+
+fn item(t: &Tensor) -> Result<f64, AlgoError> {
+    Ok(t.f_double_value(&[])?)
+}
+
+/// Per-token or per-sequence ratio weights `exp(clamp(·, ±20))` broadcast to (N, R), and the
+/// log-ratio the metrics read.
+fn ratio_weights(
+    log_ratio: &Tensor,
+    mask: &Tensor,
+    per_sequence: Option<bool>,
+) -> Result<Tensor, AlgoError> {
+    let lr = match per_sequence {
+        None => log_ratio.shallow_clone(),
+        Some(geometric) => {
+            let agg = if geometric {
+                masked_mean_dim(log_ratio, mask, -1)?
+            } else {
+                masked_sum_dim(log_ratio, mask, -1)?
+            };
+            agg.f_unsqueeze(-1)?.f_expand_as(log_ratio)?
+        }
+    };
+    Ok(lr.f_clamp(-SAFETY_BOUND, SAFETY_BOUND)?.f_exp()?)
+}
+
+/// verl's `compute_is_metrics` (the batch-level ones; not its `rollout_is_seq_*`) of the
+/// untruncated weights `w`.
+fn is_metrics(
+    w: &Tensor,
+    log_ratio: &Tensor,
+    mask: &Tensor,
+    level: IsLevel,
+    threshold: f64,
+) -> Result<Vec<(&'static str, f64)>, AlgoError> {
+    let lower = 1.0 / threshold;
+    let frac = |t: Tensor| -> Result<f64, AlgoError> {
+        item(&masked_mean(&t.f_to_kind(Kind::Float)?, mask)?)
+    };
+    let mut out = vec![("rollout_is_mean", item(&masked_mean(w, mask)?)?)];
+    match level {
+        IsLevel::Sequence => {
+            // Over the per-sequence log-ratios (N, 1), unmasked, as verl.
+            let seq = masked_sum_dim(log_ratio, mask, -1)?;
+            out.push((
+                "rollout_is_max",
+                item(&seq.f_max()?.f_clamp_max(SAFETY_BOUND)?.f_exp()?)?,
+            ));
+            out.push(("rollout_is_min", item(&seq.f_min()?.f_exp()?)?));
+            let n = seq.numel() as f64;
+            let high = item(
+                &seq.f_gt(threshold.ln())?
+                    .f_to_kind(Kind::Float)?
+                    .f_sum(Kind::Float)?,
+            )?;
+            let low = item(
+                &seq.f_lt(lower.ln())?
+                    .f_to_kind(Kind::Float)?
+                    .f_sum(Kind::Float)?,
+            )?;
+            out.push(("rollout_is_ratio_fraction_high", high / n));
+            out.push(("rollout_is_ratio_fraction_low", low / n));
+        }
+        IsLevel::Token => {
+            out.push(("rollout_is_ratio_fraction_high", frac(w.f_gt(threshold)?)?));
+            out.push(("rollout_is_ratio_fraction_low", frac(w.f_lt(lower)?)?));
+            let valid = mask.f_gt(0.0)?;
+            out.push((
+                "rollout_is_max",
+                item(&w.f_masked_select(&valid)?.f_max()?)?,
+            ));
+            out.push((
+                "rollout_is_min",
+                item(&w.f_masked_select(&valid)?.f_min()?)?,
+            ));
+        }
+    }
+    let clamped = w.f_clamp(lower, threshold)?;
+    let mean = masked_mean(&clamped, mask)?;
+    let std = if item(&mask.f_sum(Kind::Float)?)? > 1.0 {
+        let var = item(&masked_mean(&clamped.f_square()?, mask)?)? - item(&mean)?.powi(2);
+        var.max(0.0).sqrt()
+    } else {
+        0.0
+    };
+    out.push(("rollout_is_std", std));
+    let normalized = clamped.f_div(&mean.f_add_scalar(1e-8)?)?;
+    out.push((
+        "rollout_is_eff_sample_size",
+        1.0 / item(&masked_mean(&normalized.f_square()?, mask)?)?,
+    ));
+    Ok(out)
+}
+
+/// Applies `spec` to a batch's `old_log_probs`, `rollout_log_probs` and `response_mask`.
+pub fn rollout_correction(
+    old_log_prob: &Tensor,
+    rollout_log_prob: &Tensor,
+    response_mask: &Tensor,
+    spec: &RolloutCorrectionSpec,
+) -> Result<RolloutCorrection, AlgoError> {
+    let mask = response_mask.f_to_kind(Kind::Float)?;
+    if item(&mask.f_sum(Kind::Float)?)? <= 0.0 {
+        return Err(AlgoError::Data(
+            "rollout correction: the response mask has no valid token".into(),
+        ));
+    }
+    let log_ratio = old_log_prob
+        .f_to_kind(Kind::Float)?
+        .f_sub(&rollout_log_prob.f_to_kind(Kind::Float)?)?;
+    let mut metrics = BTreeMap::new();
+    let mut put = |k: &str, v: f64| {
+        metrics.insert(format!("rollout_corr/{k}"), v);
+    };
+
+    let weights = match spec.is_level {
+        None => None,
+        Some(level) => {
+            let per_sequence = (level == IsLevel::Sequence).then_some(false);
+            let w = ratio_weights(&log_ratio, &mask, per_sequence)?.f_mul(&mask)?;
+            for (k, v) in is_metrics(&w, &log_ratio, &mask, level, spec.is_threshold)? {
+                put(k, v);
+            }
+            let mut w = w.f_clamp_max(spec.is_threshold)?;
+            if spec.is_batch_normalize {
+                let mean = match level {
+                    IsLevel::Token => item(&masked_mean(&w, &mask)?)?,
+                    IsLevel::Sequence => {
+                        let seq = masked_mean_dim(&w, &mask, -1)?;
+                        let seq_mask = mask
+                            .f_sum_dim_intlist(-1i64, false, Kind::Float)?
+                            .f_gt(0.0)?
+                            .f_to_kind(Kind::Float)?;
+                        item(&seq.f_mul(&seq_mask)?.f_sum(Kind::Float)?)?
+                            / item(&seq_mask.f_sum(Kind::Float)?)?.max(1e-8)
+                    }
+                };
+                if mean > 1e-8 {
+                    w = w.f_div_scalar(mean)?;
+                    put("rollout_is_batch_norm_factor", mean);
+                } else {
+                    put("rollout_is_batch_norm_factor", 1.0);
+                }
+            }
+            Some(w.f_detach()?)
+        }
+    };
+
+    let mut new_mask = mask.shallow_clone();
+    if let Some(rs) = spec.rejection {
+        let per_sequence = match rs.level {
+            RsLevel::Token => None,
+            RsLevel::Sequence => Some(false),
+            RsLevel::Geometric => Some(true),
+        };
+        let w = ratio_weights(&log_ratio, &mask, per_sequence)?;
+        let keep = w
+            .f_ge(rs.lower)?
+            .f_logical_and(&w.f_le(rs.upper)?)?
+            .f_to_kind(Kind::Float)?;
+        let rejected = keep.f_neg()?.f_add_scalar(1.0)?;
+        put(
+            "rollout_rs_masked_fraction",
+            item(&masked_mean(&rejected, &mask)?)?,
+        );
+        let seq_rejected = match rs.level {
+            RsLevel::Token => masked_sum_dim(&rejected, &mask, -1)?
+                .f_gt(0.0)?
+                .f_to_kind(Kind::Float)?
+                .f_mean(Kind::Float)?,
+            _ => rejected.f_select(1, 0)?.f_mean(Kind::Float)?,
+        };
+        put("rollout_rs_seq_masked_fraction", item(&seq_rejected)?);
+        new_mask = mask.f_mul(&keep)?;
+    }
+
+    match spec.veto_threshold {
+        Some(t) => {
+            let catastrophic = log_ratio.f_lt(t.ln())?.f_logical_and(&mask.f_gt(0.0)?)?;
+            let any = catastrophic.f_any_dim(-1, true)?;
+            put(
+                "rollout_is_veto_fraction",
+                item(&any.f_to_kind(Kind::Float)?.f_mean(Kind::Float)?)?,
+            );
+            put(
+                "rollout_is_catastrophic_token_fraction",
+                item(&masked_mean(&catastrophic.f_to_kind(Kind::Float)?, &mask)?)?,
+            );
+            new_mask = new_mask.f_mul(&any.f_logical_not()?.f_to_kind(Kind::Float)?)?;
+        }
+        None => {
+            put("rollout_is_veto_fraction", 0.0);
+            put("rollout_is_catastrophic_token_fraction", 0.0);
+        }
+    }
+    Ok(RolloutCorrection {
+        weights,
+        response_mask: new_mask.f_to_kind(response_mask.kind())?,
+        metrics,
+    })
+}

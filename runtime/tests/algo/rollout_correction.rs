@@ -1,0 +1,98 @@
+//! Rollout correction (decoupled mode) equals verl 0.7.0's own
+//! `compute_rollout_correction_and_rejection_mask` (run from the installed source by
+//! verl_fn_oracle.py): importance weights (token, sequence, batch-normalised), rejection masks
+//! (token, sequence, geometric, explicit lower bound), the veto, and every metric verlc logs.
+
+use runtime::algo::rollout_correction::rollout_correction;
+use tch::{Kind, Tensor};
+use verlc_spec::trainer::{IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel};
+
+fn tensor(v: &serde_json::Value) -> Tensor {
+    let rows: Vec<Vec<f64>> = serde_json::from_value(v.clone()).expect("matrix");
+    let flat: Vec<f64> = rows.iter().flatten().copied().collect();
+    Tensor::from_slice(&flat).view([rows.len() as i64, -1])
+}
+
+fn spec(cfg: &serde_json::Value) -> RolloutCorrectionSpec {
+    let f = |k: &str| cfg.get(k).and_then(serde_json::Value::as_f64);
+    let s = |k: &str| cfg.get(k).and_then(serde_json::Value::as_str);
+    RolloutCorrectionSpec {
+        is_level: s("rollout_is").map(|l| {
+            if l == "token" {
+                IsLevel::Token
+            } else {
+                IsLevel::Sequence
+            }
+        }),
+        is_threshold: f("rollout_is_threshold").unwrap_or(2.0),
+        is_batch_normalize: cfg
+            .get("rollout_is_batch_normalize")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false),
+        rejection: s("rollout_rs").map(|l| {
+            let upper = f("rollout_rs_threshold").expect("threshold");
+            RejectionSpec {
+                level: match l {
+                    "token" => RsLevel::Token,
+                    "sequence" => RsLevel::Sequence,
+                    _ => RsLevel::Geometric,
+                },
+                upper,
+                lower: f("rollout_rs_threshold_lower").unwrap_or(1.0 / upper),
+            }
+        }),
+        veto_threshold: f("rollout_token_veto_threshold"),
+    }
+}
+
+#[test]
+fn rollout_correction_is_verls() {
+    let out = crate::common::temp_dir("verl_fn_oracle_rc");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
+    let status = std::process::Command::new(crate::common::python())
+        .arg(&script)
+        .arg(&out)
+        .env("OMP_NUM_THREADS", "1")
+        .status()
+        .expect("run the verl function oracle");
+    assert!(status.success(), "verl function oracle failed: {status}");
+    let text = std::fs::read_to_string(out.join("rollout_corr.json")).expect("oracle output");
+    let o: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let (old, rollout, mask) = (tensor(&o["old"]), tensor(&o["rollout"]), tensor(&o["mask"]));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * (1.0 + b.abs());
+    for case in o["cases"].as_array().expect("cases") {
+        let cfg = &case["config"];
+        let c = rollout_correction(&old, &rollout, &mask.to_kind(Kind::Float), &spec(cfg))
+            .expect("correction");
+        match (&c.weights, case["weights"].is_null()) {
+            (None, true) => {}
+            (Some(w), false) => {
+                let d = (w.to_kind(Kind::Double) - tensor(&case["weights"]))
+                    .abs()
+                    .max()
+                    .double_value(&[]);
+                assert!(d < 1e-5, "{cfg}: weights differ by {d}");
+            }
+            (w, _) => panic!(
+                "{cfg}: weights {:?} vs verl's {}",
+                w.is_some(),
+                !case["weights"].is_null()
+            ),
+        }
+        let d = (c.response_mask.to_kind(Kind::Double) - tensor(&case["mask"]))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert_eq!(d, 0.0, "{cfg}: masks differ");
+        let theirs = case["metrics"].as_object().expect("metrics");
+        assert!(!c.metrics.is_empty());
+        for (k, v) in &c.metrics {
+            let t = theirs
+                .get(k)
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or_else(|| panic!("{cfg}: verl has no metric {k}"));
+            assert!(close(*v, t), "{cfg}: {k} = {v}, verl {t}");
+        }
+    }
+}
