@@ -245,6 +245,11 @@ pub struct ActorSettings {
     /// `log_prob_max_token_len_per_gpu`).
     #[serde(default)]
     pub log_prob_max_token_len: Option<usize>,
+    /// verl's rollout-correction bypass mode (`algorithm.rollout_correction.bypass_mode`): the
+    /// rollout's log-probs are the old policy (no old-log-prob pass) and the loss is verl's
+    /// `bypass_mode` loss, which corrects each micro-batch against them.
+    #[serde(default)]
+    pub bypass: Option<BypassSpec>,
     pub ppo_epochs: usize,
     pub shuffle: bool,
     pub data_loader_seed: u64,
@@ -481,6 +486,24 @@ pub struct RolloutCorrectionSpec {
     pub rejection: Option<RejectionSpec>,
     /// `rollout_token_veto_threshold`: a sequence with a token ratio below it is rejected.
     pub veto_threshold: Option<f64>,
+}
+
+/// The bypass-mode policy loss: the correction of [`RolloutCorrectionSpec`] computed per
+/// micro-batch between the current policy and the rollout's, then `loss`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BypassSpec {
+    pub correction: RolloutCorrectionSpec,
+    pub loss: BypassLoss,
+}
+
+/// `algorithm.rollout_correction.loss_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BypassLoss {
+    /// PPO's clipped loss against the rollout policy, without importance weights.
+    PpoClip,
+    /// `−A · log π · w` with the truncated importance weights `w`.
+    Reinforce,
 }
 
 /// Granularity of the importance weights.

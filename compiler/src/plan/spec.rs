@@ -27,10 +27,12 @@ use crate::config::{
     LrSchedulerType, OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode,
     RolloutDtype, SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
 };
-use crate::config::{RolloutIsLevel, RsThreshold};
+use crate::config::{BypassLossType, RolloutIsLevel, RsThreshold};
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
-use verlc_spec::trainer::{IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel};
+use verlc_spec::trainer::{
+    BypassLoss, BypassSpec, IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel,
+};
 
 use super::{Binding, Engine, RoleEngine, needs_critic, needs_reference};
 
@@ -333,20 +335,71 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
 }
 
 /// Rollout correction (`algorithm.rollout_correction`) as verl 0.7.0's
-/// `compute_rollout_correction_and_add_to_batch` applies it in decoupled mode. Values verl's
-/// function raises on are refused; without the rollout's log-probs verl skips it, and verlc
-/// warns.
+/// `compute_rollout_correction_and_add_to_batch` applies it in decoupled mode. Without the
+/// rollout's log-probs verl skips it, and verlc warns.
 fn rollout_correction_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<RolloutCorrectionSpec> {
     let rc = &cfg.algorithm.rollout_correction;
-    let key = |k: &str| format!("algorithm.rollout_correction.{k}");
     if rc.bypass_mode {
-        l.unsupported(
-            &key("bypass_mode"),
-            "bypass mode (the rollout's log-probs as the old policy, with verl's bypass_mode policy loss) is not implemented by verlc's trainer",
-            "use the decoupled mode (bypass_mode=false) with rollout_is / rollout_rs",
+        return None;
+    }
+    let spec = correction_settings(cfg, l)?;
+    if spec.is_level.is_none() && spec.rejection.is_none() && spec.veto_threshold.is_none() {
+        return None;
+    }
+    if !cfg.actor_rollout_ref.rollout.calculate_log_probs {
+        let k = if spec.is_level.is_some() {
+            "rollout_is"
+        } else if spec.rejection.is_some() {
+            "rollout_rs"
+        } else {
+            "rollout_token_veto_threshold"
+        };
+        l.no_effect(
+            &format!("algorithm.rollout_correction.{k}"),
+            "verl applies rollout correction only to batches with the rollout's log-probs; set actor_rollout_ref.rollout.calculate_log_probs=true",
         );
         return None;
     }
+    Some(spec)
+}
+
+/// Bypass mode (`algorithm.rollout_correction.bypass_mode`, verl's `apply_bypass_mode`): the
+/// rollout's log-probs become the old policy and the actor's loss becomes verl's `bypass_mode`
+/// loss, replacing `policy_loss.loss_mode`.
+fn bypass_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<BypassSpec> {
+    let rc = &cfg.algorithm.rollout_correction;
+    if !rc.bypass_mode {
+        return None;
+    }
+    let key = "algorithm.rollout_correction.bypass_mode";
+    if !cfg.actor_rollout_ref.rollout.calculate_log_probs {
+        l.unsupported(
+            key,
+            "bypass mode needs the rollout's log-probs (verl raises without them)",
+            "set actor_rollout_ref.rollout.calculate_log_probs=true",
+        );
+        return None;
+    }
+    if cfg.actor_rollout_ref.actor.policy_loss.loss_mode != PolicyLossMode::Vanilla {
+        l.no_effect(
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            "bypass mode replaces the policy loss with verl's bypass_mode loss (rollout_correction.loss_type decides its form)",
+        );
+    }
+    Some(BypassSpec {
+        correction: correction_settings(cfg, l)?,
+        loss: match rc.loss_type {
+            BypassLossType::PpoClip => BypassLoss::PpoClip,
+            BypassLossType::Reinforce => BypassLoss::Reinforce,
+        },
+    })
+}
+
+/// The correction settings of `algorithm.rollout_correction`; values verl's function raises on
+/// are refused at their key.
+fn correction_settings(cfg: &VerlConfig, l: &mut Lowering) -> Option<RolloutCorrectionSpec> {
+    let rc = &cfg.algorithm.rollout_correction;
+    let key = |k: &str| format!("algorithm.rollout_correction.{k}");
     let rejection = match rc.rollout_rs.as_deref() {
         None => None,
         Some(level) => {
@@ -389,29 +442,11 @@ fn rollout_correction_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<Rollout
             })
         }
     };
-    let is_level = rc.rollout_is.map(|l| match l {
-        RolloutIsLevel::Token => IsLevel::Token,
-        RolloutIsLevel::Sequence => IsLevel::Sequence,
-    });
-    if is_level.is_none() && rejection.is_none() && rc.rollout_token_veto_threshold.is_none() {
-        return None;
-    }
-    if !cfg.actor_rollout_ref.rollout.calculate_log_probs {
-        let k = if is_level.is_some() {
-            key("rollout_is")
-        } else if rejection.is_some() {
-            key("rollout_rs")
-        } else {
-            key("rollout_token_veto_threshold")
-        };
-        l.no_effect(
-            &k,
-            "verl applies rollout correction only to batches with the rollout's log-probs; set actor_rollout_ref.rollout.calculate_log_probs=true",
-        );
-        return None;
-    }
     Some(RolloutCorrectionSpec {
-        is_level,
+        is_level: rc.rollout_is.map(|l| match l {
+            RolloutIsLevel::Token => IsLevel::Token,
+            RolloutIsLevel::Sequence => IsLevel::Sequence,
+        }),
         is_threshold: rc.rollout_is_threshold,
         is_batch_normalize: rc.rollout_is_batch_normalize,
         rejection,
@@ -1042,6 +1077,7 @@ fn actor_settings(
             r.log_prob_max_token_len_per_gpu,
             seq_len,
         ),
+        bypass: bypass_spec(cfg, l),
         ppo_epochs: l.count("actor_rollout_ref.actor.ppo_epochs", a.ppo_epochs),
         shuffle: a.shuffle,
         data_loader_seed: a.data_loader_seed as u64,

@@ -1143,18 +1143,39 @@ fn rollout_correction_lowers_in_decoupled_mode() {
     let c = case(BASE, &["algorithm.rollout_correction.rollout_is=token"]);
     assert!(c.lowered.plan.spec.algorithm.rollout_correction.is_none());
     assert!(c.codes().contains(&"B006"), "{:?}", c.codes());
-    // What verl raises on, and bypass mode: refused at the key.
-    for (o, key) in [
+    // Bypass mode: the actor's loss, not a batch step.
+    let c = case(
+        BASE,
+        &[
+            on[0],
+            "algorithm.rollout_correction.bypass_mode=true",
+            "algorithm.rollout_correction.loss_type=reinforce",
+            "algorithm.rollout_correction.rollout_is=token",
+        ],
+    );
+    let spec = &c.lowered.plan.spec;
+    assert!(spec.algorithm.rollout_correction.is_none());
+    let b = spec.actor.update.bypass.expect("bypass");
+    assert_eq!(b.loss, verlc_spec::trainer::BypassLoss::Reinforce);
+    assert_eq!(b.correction.is_level, Some(IsLevel::Token));
+    // What verl raises on: refused at the key.
+    for (o, key, log_probs) in [
         (
             "algorithm.rollout_correction.rollout_rs=token",
             "algorithm.rollout_correction.rollout_rs",
+            true,
         ),
         (
             "algorithm.rollout_correction.bypass_mode=true",
             "algorithm.rollout_correction.bypass_mode",
+            false,
         ),
     ] {
-        let c = case(BASE, &[on[0], o]);
+        let c = if log_probs {
+            case(BASE, &[on[0], o])
+        } else {
+            case(BASE, &[o])
+        };
         assert!(
             c.lowered
                 .diagnostics

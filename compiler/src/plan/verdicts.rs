@@ -107,8 +107,7 @@ table! {
     "algorithm.kl_ctrl.*" => Implemented("algorithm.kl_ctrl"),
     "algorithm.use_pf_ppo" => Implemented("algorithm.pf_ppo (with GAE, as verl; a warning otherwise)"),
     "algorithm.pf_ppo.**" => Implemented("algorithm.pf_ppo"),
-    "algorithm.rollout_correction.bypass_mode" => Checked("refused when true: bypass mode is not implemented"),
-    "algorithm.rollout_correction.loss_type" => NoEffect(NONE, "selects the loss of bypass mode, which verlc's trainer does not implement (bypass_mode is refused)"),
+    "algorithm.rollout_correction.{bypass_mode,loss_type}" => Checked("actor.update.bypass (needs rollout.calculate_log_probs)"),
     "algorithm.rollout_correction.**" => Checked("algorithm.rollout_correction (decoupled mode: importance weights, rejection, veto)"),
 
     // data

@@ -11,6 +11,9 @@
 //! - veto (`rollout_token_veto_threshold`): a sequence with any token ratio below the threshold
 //!   leaves the mask entirely.
 //!
+//! In bypass mode ([`bypass_policy_loss`]) the same correction runs per micro-batch between the
+//! current policy and the rollout's, inside verl's `bypass_mode` policy loss.
+//!
 //! The metrics are verl's batch-level ones (`rollout_corr/…`): the weights' mean, max, min, std,
 //! effective sample size and out-of-range fractions before truncation, the rejected token and
 //! sequence fractions, the veto fractions (not verl's per-sequence `rollout_is_seq_*`, its
@@ -19,10 +22,13 @@
 use std::collections::BTreeMap;
 
 use tch::{Kind, Tensor};
-use verlc_spec::trainer::{IsLevel, RolloutCorrectionSpec, RsLevel};
+use verlc_spec::trainer::{BypassLoss, BypassSpec, IsLevel, RolloutCorrectionSpec, RsLevel};
 
-use super::AlgoError;
 use super::masked::{masked_mean, masked_mean_dim, masked_sum_dim};
+use super::{
+    AggOptions, AlgoError, LossAggMode, PolicyLossConfig, PolicyLossInputs, PolicyLossMode,
+    agg_loss, compute_policy_loss,
+};
 
 const SAFETY_BOUND: f64 = 20.0;
 
@@ -235,4 +241,49 @@ pub fn rollout_correction(
         response_mask: new_mask.f_to_kind(response_mask.kind())?,
         metrics,
     })
+}
+
+/// verl's `bypass_mode` policy loss (`compute_policy_loss_bypass_mode`): `inputs.old_log_prob`
+/// is the rollout's log-prob; the correction of `b` runs without gradient between the current
+/// and the rollout policy, then PPO's clipped loss on the corrected mask without weights
+/// (`ppo_clip`) or `−A · log π · w` (`reinforce`, aggregated over the corrected mask). Returns
+/// the loss and its metrics (`actor/*` and `rollout_corr/*`).
+pub fn bypass_policy_loss(
+    b: &BypassSpec,
+    inputs: &PolicyLossInputs<'_>,
+    cfg: &PolicyLossConfig,
+    mode: LossAggMode,
+    agg: &AggOptions,
+) -> Result<(Tensor, BTreeMap<String, f64>), AlgoError> {
+    let (rollout, log_prob) = (inputs.old_log_prob, inputs.log_prob);
+    let c = tch::no_grad(|| {
+        rollout_correction(
+            &log_prob.detach(),
+            rollout,
+            inputs.response_mask,
+            &b.correction,
+        )
+    })?;
+    let effective = c.response_mask;
+    let mut metrics = c.metrics;
+    let loss = match b.loss {
+        BypassLoss::PpoClip => {
+            let plain = PolicyLossInputs::new(rollout, log_prob, inputs.advantages, &effective);
+            let pg = compute_policy_loss(PolicyLossMode::Vanilla, &plain, cfg, mode, agg)?;
+            for (k, v) in pg.metrics.named()? {
+                metrics.insert(k.to_owned(), v);
+            }
+            pg.loss
+        }
+        BypassLoss::Reinforce => {
+            let mut losses = inputs.advantages.f_neg()?.f_mul(log_prob)?;
+            if let Some(w) = &c.weights {
+                losses = losses.f_mul(w)?;
+            }
+            let kl = masked_mean(&rollout.f_sub(log_prob)?.f_detach()?, &effective)?;
+            metrics.insert("actor/ppo_kl".into(), item(&kl)?);
+            agg_loss(&losses, &effective, mode, agg)?
+        }
+    };
+    Ok((loss, metrics))
 }

@@ -791,9 +791,19 @@ impl<R: Roles> Trainer<R> {
         let mask = batch.get("response_mask")?.shallow_clone();
         batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
 
-        let (old_log_probs, entropy) =
-            timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
-        batch.insert("old_log_probs", old_log_probs)?;
+        // Bypass mode (verl's apply_bypass_mode): the rollout's log-probs are the old policy
+        // and no old-log-prob pass runs.
+        let bypass = self.spec.actor.update.bypass.is_some();
+        let entropy = if bypass {
+            let rollout_lp = batch.get("rollout_log_probs")?.shallow_clone();
+            batch.insert("old_log_probs", rollout_lp)?;
+            None
+        } else {
+            let (old_log_probs, entropy) =
+                timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
+            batch.insert("old_log_probs", old_log_probs)?;
+            Some(entropy)
+        };
         if let Some(r) = self.reference.as_mut() {
             let actor = &mut self.actor.engine;
             let ref_lp = timers.time("ref", || r.compute_ref_log_prob(actor, &batch))?;
@@ -806,13 +816,15 @@ impl<R: Roles> Trainer<R> {
 
         // From here on the whole batch, as one process sees it.
         let mut batch = self.dp.gather_batch(&batch)?;
-        let entropy = self.dp.gather_rows(&entropy)?;
         let mask = batch.get("response_mask")?.shallow_clone();
-        metrics.insert(
-            "actor/entropy".into(),
-            self.actor.entropy_metric(&entropy, &mask)?,
-        );
-        if let Some(rlp) = batch.opt("rollout_log_probs") {
+        if let Some(entropy) = entropy {
+            let entropy = self.dp.gather_rows(&entropy)?;
+            metrics.insert(
+                "actor/entropy".into(),
+                self.actor.entropy_metric(&entropy, &mask)?,
+            );
+        }
+        if let Some(rlp) = batch.opt("rollout_log_probs").filter(|_| !bypass) {
             let d = probs_diff(rlp, batch.get("old_log_probs")?, &mask);
             metrics.insert("training/rollout_probs_diff_max".into(), d.max);
             metrics.insert("training/rollout_probs_diff_mean".into(), d.mean);

@@ -15,6 +15,7 @@
 use tch::{Kind, Tensor};
 
 use crate::algo::kl::kl_penalty;
+use crate::algo::rollout_correction::bypass_policy_loss;
 use crate::algo::{AggOptions, PolicyLossInputs, agg_loss, compute_policy_loss};
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::CausalLm;
@@ -147,20 +148,32 @@ fn micro_loss(
     let old = mb.get("old_log_probs")?;
     let adv = mb.get("advantages")?;
     let log_prob = &out.log_probs;
-    let mut inputs = PolicyLossInputs::new(old, log_prob, adv, mask);
-    if let Some(w) = mb.opt("rollout_is_weights") {
-        inputs = inputs.rollout_is_weights(w);
-    }
-    let pg = compute_policy_loss(s.loss_mode, &inputs, &s.policy_loss, s.loss_agg_mode, agg)?;
     let mut metrics = Metrics::new();
-    for (k, v) in pg.metrics.named()? {
-        metrics.insert(k.to_owned(), v);
-    }
+    let pg = match &s.bypass {
+        Some(b) => {
+            let inputs = PolicyLossInputs::new(old, log_prob, adv, mask);
+            let (pg, corr) = bypass_policy_loss(b, &inputs, &s.policy_loss, s.loss_agg_mode, agg)?;
+            metrics.extend(corr);
+            pg
+        }
+        None => {
+            let mut inputs = PolicyLossInputs::new(old, log_prob, adv, mask);
+            if let Some(w) = mb.opt("rollout_is_weights") {
+                inputs = inputs.rollout_is_weights(w);
+            }
+            let pg =
+                compute_policy_loss(s.loss_mode, &inputs, &s.policy_loss, s.loss_agg_mode, agg)?;
+            for (k, v) in pg.metrics.named()? {
+                metrics.insert(k.to_owned(), v);
+            }
+            pg.loss
+        }
+    };
     let value = |t: &Tensor| -> crate::engine::Result<f64> {
         Ok(t.f_detach()?.f_to_kind(Kind::Double)?.f_double_value(&[])?)
     };
-    metrics.insert("actor/pg_loss".into(), value(&pg.loss)?);
-    let mut loss = pg.loss;
+    metrics.insert("actor/pg_loss".into(), value(&pg)?);
+    let mut loss = pg;
     if let Some(entropy) = &out.entropy {
         let ent = agg_loss(entropy, mask, s.loss_agg_mode, agg)?;
         metrics.insert("actor/entropy_loss".into(), value(&ent)?);

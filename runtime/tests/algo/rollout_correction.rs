@@ -96,3 +96,82 @@ fn rollout_correction_is_verls() {
         }
     }
 }
+
+/// Bypass mode's policy loss equals verl 0.7.0's `compute_policy_loss_bypass_mode` (PPO-clip
+/// and REINFORCE, with and without importance weights and rejection): loss, gradient with
+/// respect to the log-probs, and the metrics verlc logs.
+#[test]
+fn bypass_policy_loss_is_verls() {
+    use runtime::algo::rollout_correction::bypass_policy_loss;
+    use runtime::algo::{AggOptions, LossAggMode, PolicyLossConfig, PolicyLossInputs};
+    use verlc_spec::trainer::{BypassLoss, BypassSpec};
+
+    let out = crate::common::temp_dir("verl_fn_oracle_bypass");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
+    let status = std::process::Command::new(crate::common::python())
+        .arg(&script)
+        .arg(&out)
+        .env("OMP_NUM_THREADS", "1")
+        .status()
+        .expect("run the verl function oracle");
+    assert!(status.success(), "verl function oracle failed: {status}");
+    let text = std::fs::read_to_string(out.join("bypass.json")).expect("oracle output");
+    let o: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let f32t = |k: &str| tensor(&o[k]).to_kind(Kind::Float);
+    let (rollout, adv, mask) = (f32t("rollout"), f32t("advantages"), f32t("mask"));
+    let cfg = PolicyLossConfig {
+        clip_ratio: 0.2,
+        clip_ratio_low: Some(0.2),
+        clip_ratio_high: Some(0.28),
+        clip_ratio_c: 3.0,
+        ..PolicyLossConfig::default()
+    };
+    let agg = AggOptions {
+        dp_size: 1,
+        batch_num_tokens: Some(mask.sum(Kind::Float).double_value(&[])),
+        global_batch_size: Some(mask.size()[0] as f64),
+        loss_scale_factor: None,
+    };
+    let cases = o["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let b = BypassSpec {
+            correction: spec(&case["correction"]),
+            loss: if case["loss_type"] == "reinforce" {
+                BypassLoss::Reinforce
+            } else {
+                BypassLoss::PpoClip
+            },
+        };
+        let lp = f32t("log_prob").set_requires_grad(true);
+        let inputs = PolicyLossInputs::new(&rollout, &lp, &adv, &mask);
+        let (loss, metrics) =
+            bypass_policy_loss(&b, &inputs, &cfg, LossAggMode::TokenMean, &agg).expect("loss");
+        loss.backward();
+        let what = &case["correction"];
+        let want = case["loss"].as_f64().expect("loss");
+        assert!(
+            (loss.double_value(&[]) - want).abs() < 1e-5,
+            "{what}: loss {} vs {want}",
+            loss.double_value(&[])
+        );
+        let d = (lp.grad().to_kind(Kind::Double) - tensor(&case["grad"]))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(d < 1e-5, "{what}: gradient differs by {d}");
+        let theirs = case["metrics"].as_object().expect("metrics");
+        for (k, v) in &metrics {
+            let t = theirs
+                .get(k)
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or_else(|| panic!("{what}: verl has no metric {k}"));
+            assert!(
+                (v - t).abs() <= 1e-5 * (1.0 + t.abs()),
+                "{what}: {k} = {v}, verl {t}"
+            );
+        }
+        assert!(metrics.contains_key("actor/ppo_kl"));
+    }
+}

@@ -57,6 +57,7 @@ fn actor_settings(mini: usize) -> ActorSettings {
         log_prob_micro_batch_size: 4,
         ppo_max_token_len: None,
         log_prob_max_token_len: None,
+        bypass: None,
         ppo_epochs: 2,
         shuffle: false,
         data_loader_seed: 1,

@@ -10,6 +10,9 @@ Writes
 - OUT/rollout_corr.json: for seeded old and rollout log-probs (with outliers) and several
   configurations, the importance weights, response mask and metrics of verl's
   compute_rollout_correction_and_rejection_mask (trainer/ppo/rollout_corr_helper.py);
+- OUT/bypass.json: verl's compute_policy_loss_bypass_mode (trainer/ppo/core_algos.py, with its
+  PPO-clip and REINFORCE losses and agg_loss) on seeded inputs: the loss, its gradient with
+  respect to the log-probs, and the metrics, for both loss types and several corrections;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -157,8 +160,73 @@ def rollout_corr(out):
         json.dump({"old": old.tolist(), "rollout": rollout.tolist(), "mask": mask.tolist(), "cases": cases}, f)
 
 
+def bypass(out):
+    import types
+
+    typing = __import__("typing")
+    vf = {"torch": torch}
+    for name in ["masked_sum", "masked_mean"]:
+        verl_function("utils/torch_functional.py", name, vf)
+    verl_F = types.SimpleNamespace(**vf)
+    proto = types.SimpleNamespace(from_dict=lambda tensors: types.SimpleNamespace(batch=tensors))
+    helper = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any, "verl_F": verl_F,
+              "DataProto": proto, "SAFETY_BOUND": 20.0}
+    for name in ["compute_rs_metrics", "compute_rollout_rejection_mask", "compute_is_metrics",
+                 "compute_rollout_correction_weights", "compute_offpolicy_metrics",
+                 "compute_rollout_correction_and_rejection_mask"]:
+        verl_function("trainer/ppo/rollout_corr_helper.py", name, helper)
+    # The bypass loss imports the helper module inside the function: serve it from here.
+    mod = types.ModuleType("verl.trainer.ppo.rollout_corr_helper")
+    mod.compute_rollout_correction_and_rejection_mask = helper["compute_rollout_correction_and_rejection_mask"]
+    sys.modules["verl.trainer.ppo.rollout_corr_helper"] = mod
+
+    class AlgoConfig:
+        pass
+
+    ns = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any, "verl_F": verl_F,
+          "AlgoConfig": AlgoConfig, "register_policy_loss": lambda name: (lambda f: f)}
+    for name in ["agg_loss", "compute_policy_loss_vanilla", "compute_policy_loss_reinforce"]:
+        verl_function("trainer/ppo/core_algos.py", name, ns)
+    fn = verl_function("trainer/ppo/core_algos.py", "compute_policy_loss_bypass_mode", ns)
+
+    gen = torch.Generator().manual_seed(9)
+    rows, width = 6, 5
+    rollout = -torch.rand(rows, width, generator=gen, dtype=torch.float64) * 2
+    current = rollout + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.4
+    adv = torch.randn(rows, width, generator=gen, dtype=torch.float64)
+    mask = torch.ones(rows, width, dtype=torch.float64)
+    for i in range(rows):
+        mask[i, 2 + (i % 3):] = 0
+    cases = []
+    for loss_type, corr in [
+        ("ppo_clip", {}),
+        ("ppo_clip", {"rollout_rs": "token", "rollout_rs_threshold": 1.5}),
+        ("reinforce", {"rollout_is": "token", "rollout_is_threshold": 1.5}),
+        ("reinforce", {"rollout_is": "sequence", "rollout_is_threshold": 2.0, "rollout_rs": "geometric", "rollout_rs_threshold": 1.4}),
+    ]:
+        rc = {"loss_type": loss_type, **corr}
+
+        class Config(dict):
+            pass
+
+        cfg = Config(clip_ratio_c=3.0)
+        cfg.clip_ratio, cfg.clip_ratio_low, cfg.clip_ratio_high = 0.2, 0.2, 0.28
+        cfg.policy_loss = {"rollout_correction": rc}
+        cfg.global_batch_info = {"dp_size": 1, "batch_num_tokens": int(mask.sum()), "global_batch_size": rows}
+        lp = current.clone().requires_grad_(True)
+        loss, metrics = fn(old_log_prob=rollout, log_prob=lp, advantages=adv, response_mask=mask,
+                           loss_agg_mode="token-mean", config=cfg)
+        loss.backward()
+        cases.append({"loss_type": loss_type, "correction": corr, "loss": loss.item(),
+                      "grad": lp.grad.tolist(), "metrics": {k: float(v) for k, v in metrics.items()}})
+    with open(os.path.join(out, "bypass.json"), "w") as f:
+        json.dump({"rollout": rollout.tolist(), "log_prob": current.tolist(), "advantages": adv.tolist(),
+                   "mask": mask.tolist(), "cases": cases}, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
     pf_ppo(sys.argv[1])
     dynamic_bsz(sys.argv[1])
     rollout_corr(sys.argv[1])
+    bypass(sys.argv[1])

@@ -59,6 +59,7 @@ fn settings(micro: usize, mode: LossAggMode) -> ActorSettings {
         log_prob_micro_batch_size: 3,
         ppo_max_token_len: None,
         log_prob_max_token_len: None,
+        bypass: None,
         ppo_epochs: 2,
         shuffle: true,
         data_loader_seed: 1,
@@ -365,4 +366,26 @@ fn rollout_correction_runs_in_the_trainer() {
         rejected.iter().all(|r| (0.0..0.5).contains(r)),
         "{rejected:?}"
     );
+
+    // Bypass mode: no old-log-prob pass (no actor/entropy), the correction per micro-batch.
+    let spec = crate::support::small_grpo(
+        &dir.join("bypass"),
+        2,
+        &[
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            "algorithm.rollout_correction.bypass_mode=true",
+            "algorithm.rollout_correction.loss_type=reinforce",
+            "algorithm.rollout_correction.rollout_is=token",
+        ],
+    );
+    assert!(spec.actor.update.bypass.is_some());
+    let summary = runtime::trainer::run(&spec, &crate::support::quiet()).expect("bypass run");
+    let last = &summary.history.last().expect("a step").1;
+    assert!(!last.contains_key("actor/entropy"));
+    assert!(
+        last.get("rollout_corr/rollout_is_mean")
+            .is_some_and(|m| m.is_finite()),
+        "{last:?}"
+    );
+    assert!(last.get("actor/pg_loss").is_some_and(|m| m.is_finite()));
 }
