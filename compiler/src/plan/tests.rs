@@ -861,15 +861,12 @@ fn unsupported_settings_are_reported_at_their_line_before_any_build() {
             c.lowered.diagnostics
         );
     }
-    // From overrides: a logger verlc has not, rollout correction, Ulysses; wandb (the logger
+    // From overrides: a logger verlc has not, a second tokenizer, Ulysses; wandb (the logger
     // verl's examples use) and a scheduler are implemented.
     for (o, key) in [
         ("trainer.logger=[console,swanlab]", "trainer.logger"),
         ("trainer.logger=[console,wandb,mlflow]", ""),
-        (
-            "algorithm.rollout_correction.rollout_is=token",
-            "algorithm.rollout_correction.rollout_is",
-        ),
+        ("data.tokenizer=other/tokenizer", "data.tokenizer"),
         (
             "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
             "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",

@@ -7,18 +7,8 @@ use runtime::engine::micro::dynamic_parts;
 
 #[test]
 fn dynamic_micro_batches_are_verls() {
-    let out = crate::common::temp_dir("verl_fn_oracle_dyn");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
-    let status = std::process::Command::new(crate::common::python())
-        .arg(&script)
-        .arg(&out)
-        .env("OMP_NUM_THREADS", "1")
-        .status()
-        .expect("run the verl function oracle");
-    assert!(status.success(), "verl function oracle failed: {status}");
-    let text = std::fs::read_to_string(out.join("dynamic_bsz.json")).expect("oracle output");
-    let cases: Vec<serde_json::Value> = serde_json::from_str(&text).expect("json");
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_value(crate::oracle::verl_functions("dynamic_bsz")).expect("json");
     assert!(cases.len() >= 5);
     for c in cases {
         let lengths: Vec<i64> = serde_json::from_value(c["lengths"].clone()).expect("lengths");

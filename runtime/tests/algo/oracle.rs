@@ -56,3 +56,25 @@ pub fn load(group: &str) -> Group {
     let meta = serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
     Group { tensors, meta }
 }
+
+/// One output file (`pf_ppo`, `dynamic_bsz`, `rollout_corr`, `bypass`) of
+/// tests/oracle/verl_fn_oracle.py, which runs verl's own functions from the installed verl
+/// source; the script runs once per test binary.
+pub fn verl_functions(name: &str) -> serde_json::Value {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let out = crate::common::temp_dir("verl_fn_oracle");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
+        let status = std::process::Command::new(crate::common::python())
+            .arg(&script)
+            .arg(&out)
+            .env("OMP_NUM_THREADS", "1")
+            .status()
+            .expect("run the verl function oracle (scripts/setup installs verl)");
+        assert!(status.success(), "verl function oracle failed: {status}");
+        out
+    });
+    let file = dir.join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}

@@ -3,26 +3,10 @@
 //! source by tests/oracle/verl_fn_oracle.py), for every reweight method, with ties at the
 //! highest and lowest scores; verl's draw only picks rows of positive weight, as ours does.
 
-use std::path::Path;
-
 use runtime::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
 use runtime::rng::Rng;
 use tch::Tensor;
 use verlc_spec::trainer::PfPpoMethod;
-
-fn oracle() -> serde_json::Value {
-    let out = crate::common::temp_dir("verl_fn_oracle");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
-    let status = std::process::Command::new(crate::common::python())
-        .arg(&script)
-        .arg(&out)
-        .env("OMP_NUM_THREADS", "1")
-        .status()
-        .expect("run the verl function oracle (scripts/setup installs verl)");
-    assert!(status.success(), "verl function oracle failed: {status}");
-    let text = std::fs::read_to_string(out.join("pf_ppo.json")).expect("oracle output");
-    serde_json::from_str(&text).expect("oracle json")
-}
 
 fn floats(v: &serde_json::Value) -> Vec<f64> {
     v.as_array()
@@ -34,7 +18,7 @@ fn floats(v: &serde_json::Value) -> Vec<f64> {
 
 #[test]
 fn pf_ppo_weights_are_verls() {
-    let o = oracle();
+    let o = crate::oracle::verl_functions("pf_ppo");
     let rows: Vec<Vec<f64>> =
         serde_json::from_value(o["token_level_scores"].clone()).expect("scores");
     let flat: Vec<f32> = rows.iter().flatten().map(|&x| x as f32).collect();

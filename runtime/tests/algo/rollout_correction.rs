@@ -47,18 +47,7 @@ fn spec(cfg: &serde_json::Value) -> RolloutCorrectionSpec {
 
 #[test]
 fn rollout_correction_is_verls() {
-    let out = crate::common::temp_dir("verl_fn_oracle_rc");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
-    let status = std::process::Command::new(crate::common::python())
-        .arg(&script)
-        .arg(&out)
-        .env("OMP_NUM_THREADS", "1")
-        .status()
-        .expect("run the verl function oracle");
-    assert!(status.success(), "verl function oracle failed: {status}");
-    let text = std::fs::read_to_string(out.join("rollout_corr.json")).expect("oracle output");
-    let o: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let o = crate::oracle::verl_functions("rollout_corr");
     let (old, rollout, mask) = (tensor(&o["old"]), tensor(&o["rollout"]), tensor(&o["mask"]));
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * (1.0 + b.abs());
     for case in o["cases"].as_array().expect("cases") {
@@ -106,18 +95,7 @@ fn bypass_policy_loss_is_verls() {
     use runtime::algo::{AggOptions, LossAggMode, PolicyLossConfig, PolicyLossInputs};
     use verlc_spec::trainer::{BypassLoss, BypassSpec};
 
-    let out = crate::common::temp_dir("verl_fn_oracle_bypass");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
-    let status = std::process::Command::new(crate::common::python())
-        .arg(&script)
-        .arg(&out)
-        .env("OMP_NUM_THREADS", "1")
-        .status()
-        .expect("run the verl function oracle");
-    assert!(status.success(), "verl function oracle failed: {status}");
-    let text = std::fs::read_to_string(out.join("bypass.json")).expect("oracle output");
-    let o: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let o = crate::oracle::verl_functions("bypass");
     let f32t = |k: &str| tensor(&o[k]).to_kind(Kind::Float);
     let (rollout, adv, mask) = (f32t("rollout"), f32t("advantages"), f32t("mask"));
     let cfg = PolicyLossConfig {

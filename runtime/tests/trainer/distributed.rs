@@ -195,23 +195,7 @@ fn without_timing(h: &[(u64, Metrics)]) -> Vec<(u64, Metrics)> {
 #[test]
 fn fsdp_two_ranks_match_one_process_and_resume_exactly() {
     let dir = scratch("dist_fsdp");
-    let one = runtime::trainer::run(
-        &config(
-            "quickstart.yaml",
-            &Job::new("quickstart.yaml", FSDP, &dir.join("one"), 1).overrides,
-        ),
-        &quiet(),
-    )
-    .expect("one-process run");
-    let job = Job::new("quickstart.yaml", FSDP, &dir.join("two"), 2)
-        .with(&["trainer.save_freq=2".into()]);
-    let ranks = run_ranks(&job, &dir.join("two"), 2);
-    assert_eq!(
-        without_timing(&ranks[0]),
-        without_timing(&ranks[1]),
-        "ranks report different metrics"
-    );
-    assert_matches(&one.history, &ranks[0], 2e-3, "FSDP 2 ranks");
+    let (job, ranks) = fsdp_on_two_ranks_as_on_one(FSDP, &dir, "FSDP 2 ranks");
     assert!(
         ranks[0]
             .iter()
@@ -244,23 +228,7 @@ fn fsdp_two_ranks_match_one_process_and_resume_exactly() {
 #[test]
 fn fsdp_lora_two_ranks_match_one_process_and_resume_exactly() {
     let dir = scratch("dist_lora");
-    let one = runtime::trainer::run(
-        &config(
-            "quickstart.yaml",
-            &Job::new("quickstart.yaml", LORA, &dir.join("one"), 1).overrides,
-        ),
-        &quiet(),
-    )
-    .expect("one-process run");
-    let job = Job::new("quickstart.yaml", LORA, &dir.join("two"), 2)
-        .with(&["trainer.save_freq=2".into()]);
-    let ranks = run_ranks(&job, &dir.join("two"), 2);
-    assert_eq!(
-        without_timing(&ranks[0]),
-        without_timing(&ranks[1]),
-        "ranks report different metrics"
-    );
-    assert_matches(&one.history, &ranks[0], 2e-3, "FSDP LoRA 2 ranks");
+    let (job, ranks) = fsdp_on_two_ranks_as_on_one(LORA, &dir, "FSDP LoRA 2 ranks");
     // The adapters move the policy away from the reference, the base model: a reference
     // that kept its adapters on would be the policy itself (KL 0 throughout).
     let kl = crate::support::series(&ranks[0], "actor/kl_loss");
@@ -275,6 +243,33 @@ fn fsdp_lora_two_ranks_match_one_process_and_resume_exactly() {
         assert!(s2.join(f).is_file(), "missing {f}");
     }
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
+}
+
+/// Runs the FSDP quickstart with `extra` in one process and on two ranks (checkpoints every 2
+/// steps): both ranks report the same metrics and match the one-process run step by step.
+fn fsdp_on_two_ranks_as_on_one(
+    extra: &[&str],
+    dir: &Path,
+    what: &str,
+) -> (Job, Vec<Vec<(u64, Metrics)>>) {
+    let one = runtime::trainer::run(
+        &config(
+            "quickstart.yaml",
+            &Job::new("quickstart.yaml", extra, &dir.join("one"), 1).overrides,
+        ),
+        &quiet(),
+    )
+    .expect("one-process run");
+    let job = Job::new("quickstart.yaml", extra, &dir.join("two"), 2)
+        .with(&["trainer.save_freq=2".into()]);
+    let ranks = run_ranks(&job, &dir.join("two"), 2);
+    assert_eq!(
+        without_timing(&ranks[0]),
+        without_timing(&ranks[1]),
+        "ranks report different metrics"
+    );
+    assert_matches(&one.history, &ranks[0], 2e-3, what);
+    (job, ranks)
 }
 
 /// Resumes `job` from its step-2 checkpoint `s2` on two ranks: step 3 is the uninterrupted
