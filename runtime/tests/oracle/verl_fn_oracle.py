@@ -113,20 +113,26 @@ def dynamic_bsz(out):
         json.dump(cases, f)
 
 
-def rollout_corr(out):
+def correction_functions():
+    """verl's rollout-correction helpers with verl_F's masked sum/mean, in one namespace."""
     import types
 
+    typing = __import__("typing")
     vf = {"torch": torch}
     for name in ["masked_sum", "masked_mean"]:
         verl_function("utils/torch_functional.py", name, vf)
     proto = types.SimpleNamespace(from_dict=lambda tensors: types.SimpleNamespace(batch=tensors))
-    typing = __import__("typing")
-    ns = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any, "verl_F": types.SimpleNamespace(**vf),
-          "DataProto": proto, "SAFETY_BOUND": 20.0}
+    ns = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any,
+          "verl_F": types.SimpleNamespace(**vf), "DataProto": proto, "SAFETY_BOUND": 20.0}
     for name in ["compute_rs_metrics", "compute_rollout_rejection_mask", "compute_is_metrics",
-                 "compute_rollout_correction_weights", "compute_offpolicy_metrics"]:
+                 "compute_rollout_correction_weights", "compute_offpolicy_metrics",
+                 "compute_rollout_correction_and_rejection_mask"]:
         verl_function("trainer/ppo/rollout_corr_helper.py", name, ns)
-    fn = verl_function("trainer/ppo/rollout_corr_helper.py", "compute_rollout_correction_and_rejection_mask", ns)
+    return ns
+
+
+def rollout_corr(out):
+    fn = correction_functions()["compute_rollout_correction_and_rejection_mask"]
     gen = torch.Generator().manual_seed(3)
     rows, width = 10, 7
     rollout = -torch.rand(rows, width, generator=gen, dtype=torch.float64) * 3
@@ -164,21 +170,12 @@ def bypass(out):
     import types
 
     typing = __import__("typing")
-    vf = {"torch": torch}
-    for name in ["masked_sum", "masked_mean"]:
-        verl_function("utils/torch_functional.py", name, vf)
-    verl_F = types.SimpleNamespace(**vf)
-    proto = types.SimpleNamespace(from_dict=lambda tensors: types.SimpleNamespace(batch=tensors))
-    helper = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any, "verl_F": verl_F,
-              "DataProto": proto, "SAFETY_BOUND": 20.0}
-    for name in ["compute_rs_metrics", "compute_rollout_rejection_mask", "compute_is_metrics",
-                 "compute_rollout_correction_weights", "compute_offpolicy_metrics",
-                 "compute_rollout_correction_and_rejection_mask"]:
-        verl_function("trainer/ppo/rollout_corr_helper.py", name, helper)
+    helper = correction_functions()
     # The bypass loss imports the helper module inside the function: serve it from here.
     mod = types.ModuleType("verl.trainer.ppo.rollout_corr_helper")
     mod.compute_rollout_correction_and_rejection_mask = helper["compute_rollout_correction_and_rejection_mask"]
     sys.modules["verl.trainer.ppo.rollout_corr_helper"] = mod
+    verl_F = helper["verl_F"]
 
     class AlgoConfig:
         pass
