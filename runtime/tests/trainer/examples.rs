@@ -2,7 +2,7 @@
 //! (`tests/fixtures/verl_examples/overrides.json`), retargeted to the built-in tiny model and
 //! task on one CPU process, either lower to a spec (what `verlc build` accepts) or are refused
 //! with B/V/S diagnostics at the lines that decided them; every spec that lowers starts and
-//! trains a step. Nothing is refused at start-up.
+//! trains two steps. Nothing is refused at start-up.
 //!
 //! Retargeting keeps each example's algorithm, losses, optimizer, schedule, engine and
 //! offload choices, and replaces what this machine cannot have: the model and data (built-in),
@@ -29,7 +29,7 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
         "trainer.device=cpu",
         "trainer.nnodes=1",
         "trainer.n_gpus_per_node=1",
-        "trainer.total_training_steps=1",
+        "trainer.total_training_steps=2",
         "trainer.total_epochs=1",
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
@@ -180,7 +180,7 @@ fn signature(s: &TrainerSpec) -> String {
     )
 }
 
-fn train_one_step(spec: &TrainerSpec) -> Result<(), String> {
+fn train_two_steps(spec: &TrainerSpec) -> Result<(), String> {
     let opts = quiet();
     let one_rank_group = || {
         let mut env = runtime::dist::DistEnv::single();
@@ -202,14 +202,14 @@ fn train_one_step(spec: &TrainerSpec) -> Result<(), String> {
         _ => runtime::trainer::run(spec, &opts),
     }
     .map_err(|e| e.to_string())?;
-    if summary.last_step != 1 {
+    if summary.last_step != 2 {
         return Err(format!("trained to step {}", summary.last_step));
     }
     Ok(())
 }
 
 #[test]
-fn verl_examples_that_build_start_and_train_a_step() {
+fn verl_examples_that_build_start_and_train_two_steps() {
     tch::set_num_threads(1);
     let text = std::fs::read_to_string(repo().join("tests/fixtures/verl_examples/overrides.json"))
         .expect("fixture");
@@ -313,7 +313,7 @@ fn verl_examples_that_build_start_and_train_a_step() {
     );
     let mut failed = Vec::new();
     for (sig, (script, spec)) in &built {
-        if let Err(e) = train_one_step(spec) {
+        if let Err(e) = train_two_steps(spec) {
             failed.push(format!("{script} [{sig}]: {e}"));
         }
     }
