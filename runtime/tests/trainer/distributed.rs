@@ -330,3 +330,80 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     }
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
 }
+
+/// Megatron on 4 ranks with two parallel dimensions at once (TP=2 x DP=2, TP=2 x PP=2 with
+/// sequence parallelism, PP=2 x DP=2 with the distributed optimizer), actor and critic: each
+/// matches the one-process Megatron run step by step.
+#[test]
+fn megatron_two_dimensional_layouts_on_four_ranks_match_one_process() {
+    let dir = scratch("dist_megatron_4");
+    let one_cfg = config(
+        "quickstart_megatron.yaml",
+        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1).overrides,
+    );
+    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
+        .expect("one-process run");
+    let both = |k: &str, v: &str| {
+        [
+            format!("actor_rollout_ref.actor.megatron.{k}={v}"),
+            format!("actor_rollout_ref.ref.megatron.{k}={v}"),
+            format!("critic.megatron.{k}={v}"),
+        ]
+    };
+    let layouts: [(&str, Vec<String>, (usize, usize, bool, bool)); 3] = [
+        (
+            // verl turns sequence parallelism on by default with TP > 1.
+            "TP=2 x DP=2",
+            both("tensor_model_parallel_size", "2").to_vec(),
+            (2, 1, true, false),
+        ),
+        (
+            "TP=2 x PP=2, sequence parallel",
+            [
+                both("tensor_model_parallel_size", "2").to_vec(),
+                both("pipeline_model_parallel_size", "2").to_vec(),
+                both("sequence_parallel", "true").to_vec(),
+            ]
+            .concat(),
+            (2, 2, true, false),
+        ),
+        (
+            "PP=2 x DP=2, distributed optimizer",
+            [
+                both("pipeline_model_parallel_size", "2").to_vec(),
+                both("use_distributed_optimizer", "true").to_vec(),
+            ]
+            .concat(),
+            (1, 2, false, true),
+        ),
+    ];
+    for (i, (what, extra, (tp, pp, sp, dist_opt))) in layouts.iter().enumerate() {
+        let run_dir = dir.join(format!("layout{i}"));
+        let job = Job::new("quickstart_megatron.yaml", MEGATRON, &run_dir, 4).with(extra);
+        // The layout is what the spec binds, for the actor and the critic.
+        let spec = config(job.example, &job.overrides);
+        for engine in [
+            &spec.actor.engine,
+            &spec.critic.as_ref().expect("critic").engine,
+        ] {
+            let verlc_spec::trainer::EngineSpec::Megatron(m) = engine else {
+                panic!("{what}: not a Megatron engine");
+            };
+            assert_eq!(
+                (m.tensor_parallel, m.pipeline_parallel, m.sequence_parallel),
+                (*tp, *pp, *sp),
+                "{what}"
+            );
+            assert!(m.use_distributed_optimizer || !dist_opt, "{what}");
+        }
+        let ranks = run_ranks(&job, &run_dir, 4);
+        for r in &ranks[1..] {
+            assert_eq!(
+                without_timing(&ranks[0]),
+                without_timing(r),
+                "{what}: ranks differ"
+            );
+        }
+        assert_matches(&one.history, &ranks[0], 2e-3, what);
+    }
+}
