@@ -263,3 +263,87 @@ fn unsupported_binding_is_reported_at_its_line_by_check_and_build() {
         assert!(stderr.contains("Fp16Mixed"), "{sub}: {stderr}");
     }
 }
+
+/// Past one machine: the Megatron quickstart's trainer, launched by PyTorch's own `torchrun
+/// --no-python` as two "nodes" of two ranks each on loopback (static rendezvous on
+/// 127.0.0.1, torchrun's agent serving the store), trains the TP=2 x DP=2 layout.
+#[test]
+fn torchrun_two_nodes_run_the_tensor_and_data_parallel_layout() {
+    let torchrun = checkout().join(".venv/bin/torchrun");
+    if !libtorch_available() || !torchrun.is_file() {
+        eprintln!("skipped: no torchrun in .venv (run scripts/setup)");
+        return;
+    }
+    let out_dir = tempfile::tempdir().expect("temp dir");
+    let trainer = out_dir.path().join("trainer");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test");
+    let (code, _, stderr) = run(verlc()
+        .args(["build", "examples/quickstart_megatron.yaml", "-o"])
+        .arg(&trainer)
+        .env("VERLC_CACHE_DIR", &cache)
+        .env("VERLC_TARGET_DIR", workspace_target()));
+    assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let overrides = [
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[console]",
+    ];
+    let node = |rank: u32| {
+        Command::new(&torchrun)
+            .args(["--nnodes", "2", "--node-rank", &rank.to_string()])
+            .args(["--nproc-per-node", "2", "--master-addr", "127.0.0.1"])
+            .args(["--master-port", &port.to_string(), "--no-python"])
+            .arg(&trainer)
+            .args(overrides)
+            .current_dir(out_dir.path())
+            .env("OMP_NUM_THREADS", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start torchrun")
+    };
+    let (n0, n1) = (node(0), node(1));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let mut nodes = [n0, n1];
+    while nodes
+        .iter_mut()
+        .any(|n| n.try_wait().ok().flatten().is_none())
+    {
+        if std::time::Instant::now() > deadline {
+            for n in &mut nodes {
+                let _ = n.kill();
+            }
+            panic!("torchrun nodes did not finish within 300 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let [n0, n1] = nodes;
+    let (o0, o1) = (
+        n0.wait_with_output().expect("node 0"),
+        n1.wait_with_output().expect("node 1"),
+    );
+    let (out0, err0) = text(&o0);
+    let (_, err1) = text(&o1);
+    assert!(o0.status.success(), "node 0 failed:\n{err0}");
+    assert!(o1.status.success(), "node 1 failed:\n{err1}");
+    // Global rank 0 (on node 0) prints verl's console lines.
+    assert!(
+        out0.contains("step:2"),
+        "node 0 printed no step 2:\n{out0}\n{err0}"
+    );
+}

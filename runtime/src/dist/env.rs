@@ -12,6 +12,10 @@ pub struct DistEnv {
     pub local_world_size: usize,
     pub master_addr: String,
     pub master_port: u16,
+    /// torchrun's agent already serves the rendezvous store at MASTER_ADDR:MASTER_PORT
+    /// (`TORCHELASTIC_USE_AGENT_STORE=True`, static rendezvous): every rank connects as a
+    /// client instead of rank 0 serving, as torch's own `env://` rendezvous does.
+    pub agent_store: bool,
 }
 
 impl DistEnv {
@@ -24,6 +28,7 @@ impl DistEnv {
             local_world_size: 1,
             master_addr: "127.0.0.1".to_owned(),
             master_port: 29500,
+            agent_store: false,
         }
     }
 
@@ -107,6 +112,7 @@ impl DistEnv {
             local_world_size,
             master_addr,
             master_port,
+            agent_store: get("TORCHELASTIC_USE_AGENT_STORE").as_deref() == Some("True"),
         }))
     }
 }

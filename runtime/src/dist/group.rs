@@ -144,7 +144,7 @@ impl fmt::Debug for ProcessGroup {
 
 impl ProcessGroup {
     /// The world group of the job described by `env` (rendezvous over TCPStore at
-    /// MASTER_ADDR:MASTER_PORT, rank 0 serving).
+    /// MASTER_ADDR:MASTER_PORT, rank 0 serving unless torchrun's agent does).
     pub fn init(env: &DistEnv, opts: &InitOptions) -> Result<Self> {
         if !opts.backend.is_available() {
             return Err(DistError::Init {
@@ -159,7 +159,7 @@ impl ProcessGroup {
             &env.master_addr,
             env.master_port,
             env.world_size,
-            env.rank == 0,
+            env.rank == 0 && !env.agent_store,
             opts.timeout,
         )?;
         let device = match opts.backend {

@@ -24,6 +24,7 @@ fn torchrun_variables() {
         ("LOCAL_WORLD_SIZE", "2"),
         ("MASTER_ADDR", "10.0.0.1"),
         ("MASTER_PORT", "29511"),
+        ("TORCHELASTIC_USE_AGENT_STORE", "True"),
     ]))
     .unwrap()
     .unwrap();
@@ -35,7 +36,8 @@ fn torchrun_variables() {
             local_rank: 1,
             local_world_size: 2,
             master_addr: "10.0.0.1".into(),
-            master_port: 29511
+            master_port: 29511,
+            agent_store: true,
         }
     );
 }

@@ -125,6 +125,7 @@ fn missing_rank_rendezvous_times_out() {
         local_world_size: 2,
         master_addr: "127.0.0.1".into(),
         master_port: port,
+        agent_store: false,
     };
     let opts = InitOptions {
         timeout: Duration::from_secs(2),
