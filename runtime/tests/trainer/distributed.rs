@@ -331,6 +331,9 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
 }
 
+/// Tensor-parallel size, pipeline-parallel size, sequence parallelism, distributed optimizer.
+type Layout = (usize, usize, bool, bool);
+
 /// Megatron on 4 ranks with two parallel dimensions at once (TP=2 x DP=2, TP=2 x PP=2 with
 /// sequence parallelism, PP=2 x DP=2 with the distributed optimizer), actor and critic: each
 /// matches the one-process Megatron run step by step.
@@ -350,7 +353,7 @@ fn megatron_two_dimensional_layouts_on_four_ranks_match_one_process() {
             format!("critic.megatron.{k}={v}"),
         ]
     };
-    let layouts: [(&str, Vec<String>, (usize, usize, bool, bool)); 3] = [
+    let layouts: [(&str, Vec<String>, Layout); 3] = [
         (
             // verl turns sequence parallelism on by default with TP > 1.
             "TP=2 x DP=2",
