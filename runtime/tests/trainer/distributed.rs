@@ -222,7 +222,7 @@ fn fsdp_two_ranks_match_one_process_and_resume_exactly() {
         .count();
     assert!(shards >= 2, "one optimizer shard per rank, found {shards}");
 
-    assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
 #[test]
@@ -242,7 +242,7 @@ fn fsdp_lora_two_ranks_match_one_process_and_resume_exactly() {
     ] {
         assert!(s2.join(f).is_file(), "missing {f}");
     }
-    assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
 /// Runs the FSDP quickstart with `extra` in one process and on two ranks (checkpoints every 2
@@ -274,7 +274,13 @@ fn fsdp_on_two_ranks_as_on_one(
 
 /// Resumes `job` from its step-2 checkpoint `s2` on two ranks: step 3 is the uninterrupted
 /// run's step 3.
-fn assert_resumes_step_3(job: &Job, uninterrupted: &[(u64, Metrics)], s2: &Path, dir: &Path) {
+fn assert_resumes_step_3(
+    job: &Job,
+    uninterrupted: &[(u64, Metrics)],
+    s2: &Path,
+    dir: &Path,
+    world: usize,
+) {
     let resume = Job {
         example: job.example,
         overrides: job.overrides.clone(),
@@ -283,7 +289,7 @@ fn assert_resumes_step_3(job: &Job, uninterrupted: &[(u64, Metrics)], s2: &Path,
         "trainer.resume_mode=resume_path".into(),
         format!("trainer.resume_from_path={}", s2.display()),
     ]);
-    let resumed = run_ranks(&resume, &dir.join("resume"), 2);
+    let resumed = run_ranks(&resume, &dir.join("resume"), world);
     assert_eq!(resumed[0].len(), 1, "only step 3 is left");
     assert_matches(&uninterrupted[2..], &resumed[0], 1e-9, "resumed step 3");
 }
@@ -328,7 +334,7 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     ] {
         assert!(s2.join(f).is_file(), "missing {f}");
     }
-    assert_resumes_step_3(&job, &ranks[0], &s2, &dir);
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
 /// Tensor-parallel size, pipeline-parallel size, sequence parallelism, distributed optimizer.
@@ -336,7 +342,7 @@ type Layout = (usize, usize, bool, bool);
 
 /// Megatron on 4 ranks with two parallel dimensions at once (TP=2 x DP=2, TP=2 x PP=2 with
 /// sequence parallelism, PP=2 x DP=2 with the distributed optimizer), actor and critic: each
-/// matches the one-process Megatron run step by step.
+/// matches the one-process Megatron run step by step, and resumes exactly from its checkpoint.
 #[test]
 fn megatron_two_dimensional_layouts_on_four_ranks_match_one_process() {
     let dir = scratch("dist_megatron_4");
@@ -382,7 +388,9 @@ fn megatron_two_dimensional_layouts_on_four_ranks_match_one_process() {
     ];
     for (i, (what, extra, (tp, pp, sp, dist_opt))) in layouts.iter().enumerate() {
         let run_dir = dir.join(format!("layout{i}"));
-        let job = Job::new("quickstart_megatron.yaml", MEGATRON, &run_dir, 4).with(extra);
+        let job = Job::new("quickstart_megatron.yaml", MEGATRON, &run_dir, 4)
+            .with(extra)
+            .with(&["trainer.save_freq=2".into()]);
         // The layout is what the spec binds, for the actor and the critic.
         let spec = config(job.example, &job.overrides);
         for engine in [
@@ -408,5 +416,8 @@ fn megatron_two_dimensional_layouts_on_four_ranks_match_one_process() {
             );
         }
         assert_matches(&one.history, &ranks[0], 2e-3, what);
+        // A checkpoint of the 4-rank layout resumes into exactly the step it took.
+        let s2 = step_dir(&run_dir.join("ckpt"), 2);
+        assert_resumes_step_3(&job, &ranks[0], &s2, &run_dir, 4);
     }
 }
