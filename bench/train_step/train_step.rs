@@ -58,6 +58,7 @@ fn main() -> Result<(), Error> {
             weight_decay: 0.01,
             clip_grad: 1.0,
             offload: false,
+            offload_fraction: 0.0,
             scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
                 schedule: VerlSchedule::Constant,
                 lr_warmup_steps: 0,

@@ -37,6 +37,7 @@ fn settings(dtype: Precision, offload: bool) -> EngineSettings {
             weight_decay: 0.01,
             clip_grad: 1.0,
             offload,
+            offload_fraction: 0.0,
             scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
                 schedule: VerlSchedule::Cosine {
                     min_lr_ratio: 0.1,

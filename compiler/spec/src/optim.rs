@@ -144,5 +144,8 @@ pub struct OptimSettings {
     pub clip_grad: f64,
     /// Keep the optimizer's main params and state in host memory.
     pub offload: bool,
+    /// Without `offload`: the share of the parameters whose optimizer state lives on the host.
+    #[serde(default)]
+    pub offload_fraction: f64,
     pub scheduler: SchedulerSettings,
 }

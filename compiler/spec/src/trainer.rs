@@ -147,6 +147,11 @@ pub struct OptimSpec {
     pub clip_grad: f64,
     /// Optimizer state in host memory.
     pub offload: bool,
+    /// Without `offload`: the share of the parameters whose optimizer state Megatron's hybrid
+    /// optimizer keeps on the host (`override_optimizer_config.optimizer_cpu_offload` with
+    /// `optimizer_offload_fraction`); 0 for none.
+    #[serde(default)]
+    pub offload_fraction: f64,
     pub schedule: ScheduleSpec,
 }
 
@@ -225,6 +230,7 @@ impl OptimSpec {
             weight_decay: self.weight_decay,
             clip_grad: self.clip_grad,
             offload: self.offload,
+            offload_fraction: self.offload_fraction,
             scheduler,
         }
     }

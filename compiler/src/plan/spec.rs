@@ -1196,8 +1196,51 @@ fn optim_spec(
         weight_decay: o.weight_decay,
         clip_grad: role_clip.or(o.grad_clip).unwrap_or(o.clip_grad),
         offload,
+        offload_fraction: hybrid_offload(key, o, l),
         schedule,
     }
+}
+
+/// Megatron-core's optimizer arguments verl passes through `override_optimizer_config`: its
+/// hybrid CPU optimizer (`optimizer_cpu_offload` with `optimizer_offload_fraction`, default 1),
+/// and the precision-aware optimizer, whose state dtypes default to fp32 (the same numbers as
+/// verlc's fp32 state); anything else is refused at its key.
+fn hybrid_offload(key: &str, o: &OptimConfig, l: &mut Lowering) -> f64 {
+    let Some(extra) = &o.override_optimizer_config else {
+        return 0.0;
+    };
+    let k = |name: &str| format!("{key}.override_optimizer_config.{name}");
+    // Only Megatron optim sections have `lr_decay_style`; FSDP hands these arguments to the
+    // torch optimizer's constructor.
+    if o.lr_decay_style.is_none() {
+        for name in extra.keys() {
+            l.unsupported(
+                &k(name),
+                format!("verl's FSDP optimizer passes `{name}` to torch.optim's constructor; verlc's optimizer takes no extra arguments"),
+                "remove it",
+            );
+        }
+        return 0.0;
+    }
+    let mut cpu_offload = false;
+    let mut fraction = 1.0;
+    for (name, v) in extra {
+        match (name.as_str(), v) {
+            ("optimizer_cpu_offload", serde_json::Value::Bool(b)) => cpu_offload = *b,
+            ("optimizer_offload_fraction", v) if v.as_f64().is_some_and(|f| (0.0..=1.0).contains(&f)) => {
+                fraction = v.as_f64().unwrap_or(1.0);
+            }
+            ("use_precision_aware_optimizer" | "overlap_cpu_optimizer_d2h_h2d", serde_json::Value::Bool(_)) => {}
+            ("main_grads_dtype" | "main_params_dtype" | "exp_avg_dtype" | "exp_avg_sq_dtype", v)
+                if v.as_str().is_some_and(|d| matches!(d, "fp32" | "float32" | "torch.float32")) => {}
+            _ => l.unsupported(
+                &k(name),
+                format!("`{name}` = {v} is a Megatron optimizer argument verlc's optimizer does not take"),
+                "verlc takes optimizer_cpu_offload, optimizer_offload_fraction (0 to 1) and use_precision_aware_optimizer with fp32 state",
+            ),
+        }
+    }
+    if cpu_offload { fraction } else { 0.0 }
 }
 
 /// The sampling keys shared by `rollout.*` and `rollout.val_kwargs`.

@@ -1183,3 +1183,34 @@ fn rollout_correction_lowers_in_decoupled_mode() {
         );
     }
 }
+
+#[test]
+fn megatron_hybrid_optimizer_offload_lowers_and_other_arguments_are_refused() {
+    let yaml = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/quickstart_megatron.yaml"),
+    )
+    .expect("example");
+    let key = "actor_rollout_ref.actor.optim.override_optimizer_config";
+    let c = case(
+        &yaml,
+        &[
+            &format!("+{key}.optimizer_cpu_offload=true"),
+            &format!("+{key}.optimizer_offload_fraction=0.25"),
+            &format!("+{key}.use_precision_aware_optimizer=true"),
+        ],
+    );
+    assert_eq!(c.lowered.plan.spec.actor.optim.offload_fraction, 0.25);
+    assert!(!c.codes().contains(&"B018"), "{:?}", c.codes());
+    let c = case(&yaml, &[&format!("+{key}.exp_avg_dtype=bf16")]);
+    assert!(
+        c.lowered.diagnostics.iter().any(|d| d.code.0 == "B018"
+            && d.key_path.as_deref() == Some(&format!("{key}.exp_avg_dtype"))),
+        "{:?}",
+        c.codes()
+    );
+    // FSDP hands them to torch.optim's constructor: refused.
+    let c = case(BASE, &[&format!("+{key}.optimizer_cpu_offload=true")]);
+    assert_eq!(c.lowered.plan.spec.actor.optim.offload_fraction, 0.0);
+    assert!(c.codes().contains(&"B018"), "{:?}", c.codes());
+}

@@ -194,7 +194,9 @@ table! {
     "**.optim.total_training_steps" => NoEffect(NONE, "is overwritten with the run's step count, by verl and by verlc"),
     "**.optim.use_checkpoint_opt_param_scheduler" => NoEffect(NONE, "has no effect: verlc always restores the scheduler from the checkpoint"),
     "**.optim.weight_decay_incr_style" => Unsupported("changes weight decay over training; verlc keeps it constant"),
-    "**.optim.override_optimizer_config.**" => Unsupported("passes extra optimizer arguments, which verlc's optimizer does not take"),
+    "**.optim.override_optimizer_config.{optimizer_cpu_offload,optimizer_offload_fraction}" => Implemented("optim.offload_fraction (Megatron's hybrid CPU optimizer)"),
+    "**.optim.override_optimizer_config.{use_precision_aware_optimizer,main_grads_dtype,main_params_dtype,exp_avg_dtype,exp_avg_sq_dtype}" => Checked("the precision-aware optimizer with fp32 state: the numbers verlc's fp32 optimizer state gives"),
+    "**.optim.override_optimizer_config.**" => Checked("refused except Megatron's hybrid CPU offload and fp32 precision-aware options"),
 
     // Roles: what they share.
     "**.checkpoint.{save_contents,load_contents,async_save}" => NoEffect(NONE, "has no effect: verlc always saves and loads model, optimizer and trainer state, synchronously"),

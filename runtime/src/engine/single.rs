@@ -118,7 +118,7 @@ impl<H: Head> SingleEngine<H> {
                     log_num_zeros_in_grad: false,
                     scaler: (precision == OptimPrecision::Fp16)
                         .then(ScalerConfig::megatron_dynamic),
-                    offload_fraction: if o.offload { 1.0 } else { 0.0 },
+                    offload_fraction: if o.offload { 1.0 } else { o.offload_fraction },
                 };
                 let mut opt = Optimizer::with_scaling(
                     single_group(named_params(&vs), o.lr, o.weight_decay),

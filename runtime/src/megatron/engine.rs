@@ -328,7 +328,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                     log_num_zeros_in_grad: false,
                     scaler: (precision == OptimPrecision::Fp16)
                         .then(ScalerConfig::megatron_dynamic),
-                    offload_fraction: if o.offload { 1.0 } else { 0.0 },
+                    offload_fraction: if o.offload { 1.0 } else { o.offload_fraction },
                 };
                 let (lr, wd) = (o.lr, o.weight_decay);
                 let min_lr = match o.scheduler {

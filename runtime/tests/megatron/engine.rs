@@ -34,6 +34,7 @@ fn engine_settings() -> EngineSettings {
             weight_decay: 0.01,
             clip_grad: 1.0,
             offload: false,
+            offload_fraction: 0.0,
             scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
                 schedule: VerlSchedule::Cosine {
                     min_lr_ratio: 0.1,

@@ -46,6 +46,7 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
             weight_decay: 1.0,
             clip_grad: 1e9,
             offload: false,
+            offload_fraction: 0.0,
             scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
                 schedule: VerlSchedule::Constant,
                 lr_warmup_steps: 0,

@@ -173,7 +173,7 @@ fn signature(s: &TrainerSpec) -> String {
             .lora
             .as_ref()
             .map(|l| (&l.target_modules, l.adapter_path.is_some())),
-        s.actor.optim.inner,
+        (s.actor.optim.inner, s.actor.optim.offload_fraction),
         s.actor.optim.schedule,
         engine(&s.actor.engine),
         s.rollout.train.do_sample,

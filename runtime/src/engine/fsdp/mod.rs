@@ -368,7 +368,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
             skip_nonfinite_grad_norm: true,
             log_num_zeros_in_grad: false,
             scaler: fp16.then(ScalerConfig::megatron_dynamic),
-            offload_fraction: if o.offload { 1.0 } else { 0.0 },
+            offload_fraction: if o.offload { 1.0 } else { o.offload_fraction },
         };
         let mut opt = Optimizer::with_scaling(
             single_group(params, o.lr, o.weight_decay),
