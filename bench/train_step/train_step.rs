@@ -69,6 +69,7 @@ fn main() -> Result<(), Error> {
         loss_scale_factor: None,
         loss_scaling: LossScaling::NONE,
         lora: None,
+        config_overrides: Default::default(),
     })?;
     let fwd = ForwardOptions::default();
     let mut times = Vec::new();

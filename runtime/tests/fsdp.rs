@@ -51,6 +51,7 @@ fn settings(dtype: Precision, offload: bool) -> EngineSettings {
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: None,
+        config_overrides: Default::default(),
     }
 }
 

@@ -302,6 +302,10 @@ pub struct ActorSpec {
     pub loss_scale_factor: Option<f64>,
     /// LoRA adapters (`model.lora_rank` > 0 or `model.lora_adapter_path`): only they train.
     pub lora: Option<LoraSpec>,
+    /// `config.json` keys replaced before the policy (and its reference and rollout) is built
+    /// (`actor_rollout_ref.model.override_config`).
+    #[serde(default)]
+    pub config_overrides: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The actor's LoRA adapters (verl's FSDP keys under `actor_rollout_ref.model`).

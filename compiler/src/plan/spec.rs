@@ -146,6 +146,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         update,
         loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
         lora: lora_spec(cfg, l),
+        config_overrides: model_overrides(cfg, l),
     };
 
     let critic = needs_critic(cfg).then(|| {
@@ -476,6 +477,46 @@ fn pf_ppo_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<PfPpoSpec> {
         },
         weight_pow: alg.pf_ppo.weight_pow,
     })
+}
+
+/// `actor_rollout_ref.model.override_config`: `config.json` keys verl sets on the Hugging Face
+/// config before building the policy (under `model_config` in the Megatron flavour). verlc takes
+/// the ones its models read without other effects: `max_position_embeddings` and `rope_theta`.
+fn model_overrides(
+    cfg: &VerlConfig,
+    l: &mut Lowering,
+) -> serde_json::Map<String, serde_json::Value> {
+    let base = "actor_rollout_ref.model.override_config";
+    let mut out = serde_json::Map::new();
+    let megatron = cfg.actor_rollout_ref.actor.strategy == Strategy::Megatron;
+    for (k, v) in &cfg.actor_rollout_ref.model.override_config {
+        let (prefix, entries): (String, Vec<(&String, &serde_json::Value)>) = match v {
+            serde_json::Value::Object(inner) if megatron && k == "model_config" => {
+                (format!("{base}.model_config"), inner.iter().collect())
+            }
+            // Router options of mixture-of-experts models: nothing to apply to a dense model
+            // (the Megatron tree always has the node).
+            _ if megatron && k == "moe_config" => continue,
+            _ => (base.to_owned(), vec![(k, v)]),
+        };
+        for (name, value) in entries {
+            let ok = match name.as_str() {
+                "max_position_embeddings" => value.as_i64().is_some_and(|n| n > 0),
+                "rope_theta" => value.as_f64().is_some_and(|x| x > 0.0),
+                _ => false,
+            };
+            if ok {
+                out.insert(name.clone(), value.clone());
+            } else {
+                l.unsupported(
+                    &format!("{prefix}.{name}"),
+                    format!("verlc's model loader applies max_position_embeddings and rope_theta (positive numbers) from override_config, not `{name}` = {value}"),
+                    "remove it, or change the model's config.json",
+                );
+            }
+        }
+    }
+    out
 }
 
 /// The actor's LoRA adapters (verl's FSDP keys `model.lora_rank`, `lora_alpha`,

@@ -1214,3 +1214,32 @@ fn megatron_hybrid_optimizer_offload_lowers_and_other_arguments_are_refused() {
     assert_eq!(c.lowered.plan.spec.actor.optim.offload_fraction, 0.0);
     assert!(c.codes().contains(&"B018"), "{:?}", c.codes());
 }
+
+#[test]
+fn model_config_overrides_lower_for_the_keys_the_loader_applies() {
+    let c = case(
+        BASE,
+        &["+actor_rollout_ref.model.override_config.max_position_embeddings=4096"],
+    );
+    assert_eq!(
+        c.lowered
+            .plan
+            .spec
+            .actor
+            .config_overrides
+            .get("max_position_embeddings"),
+        Some(&serde_json::json!(4096))
+    );
+    assert!(!c.codes().contains(&"B018"), "{:?}", c.codes());
+    let c = case(
+        BASE,
+        &["+actor_rollout_ref.model.override_config.attn_implementation=eager"],
+    );
+    assert!(
+        c.lowered.diagnostics.iter().any(|d| d.code.0 == "B018"
+            && d.key_path.as_deref()
+                == Some("actor_rollout_ref.model.override_config.attn_implementation")),
+        "{:?}",
+        c.codes()
+    );
+}

@@ -148,7 +148,8 @@ table! {
     "actor_rollout_ref.model.tiled_mlp.**" => NoEffect(NONE, MEMORY),
     "actor_rollout_ref.model.use_remove_padding" => NoEffect(NONE, "packs sequences without padding for speed in verl; the binary computes the same update on padded micro-batches"),
     "actor_rollout_ref.model.{custom_chat_template,hf_config_path}" => Unsupported("overrides the chat template or model config file; verlc reads both from the model directory"),
-    "actor_rollout_ref.model.override_config.**" => Unsupported("overrides fields of the model's config.json, which verlc's model loader does not apply"),
+    "actor_rollout_ref.model.override_config.moe_config.**" => NoEffect(NONE, "configures mixture-of-experts routers; verlc's models are dense"),
+    "actor_rollout_ref.model.override_config.**" => Checked("actor.config_overrides (max_position_embeddings, rope_theta; other keys are refused)"),
 
     // Engine sections of actor, reference and critic: FSDP.
     "**.fsdp_config.{param_offload,optimizer_offload,offload_policy}" => Implemented("binding.offload and the role's engine spec"),

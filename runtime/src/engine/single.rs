@@ -46,6 +46,8 @@ pub struct EngineSettings {
     /// LoRA adapters on the model: only they are trained (the base weights are frozen and
     /// outside the optimizer).
     pub lora: Option<crate::model::lora::LoraConfig>,
+    /// `config.json` keys replaced before the model is built (`model.override_config`).
+    pub config_overrides: serde_json::Map<String, serde_json::Value>,
 }
 
 /// One model, its optimizer and scheduler, in this process.
@@ -74,7 +76,10 @@ impl<H: Head> SingleEngine<H> {
     pub fn new(settings: EngineSettings) -> Result<Self> {
         let path = &settings.model_path;
         let source = ModelSource::parse(path)?;
-        let mut config = source.config()?;
+        let mut config = source
+            .config()?
+            .with_overrides(&settings.config_overrides)
+            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         config.lora = settings.lora.clone();
         let mut vs = VarStore::new(settings.device);
         let module = H::build(&config, vs.root())

@@ -281,7 +281,10 @@ impl<H: MegatronHead> MegatronEngine<H> {
     pub fn new(settings: EngineSettings, megatron: MegatronSettings) -> Result<Self> {
         let path = &settings.model_path;
         let source = ModelSource::parse(path)?;
-        let config = source.config()?;
+        let config = source
+            .config()?
+            .with_overrides(&settings.config_overrides)
+            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         let kind = settings.param_dtype.kind();
         let mut module = MegatronModule::with_sequence_parallel(
             &config,

@@ -94,6 +94,25 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// This config with `overrides` applied as `config.json` keys (verl's
+    /// `model.override_config`, which updates the Hugging Face config before the model is
+    /// built), checked again.
+    pub fn with_overrides(&self, overrides: &Map<String, Value>) -> Result<Self, String> {
+        if overrides.is_empty() {
+            return Ok(self.clone());
+        }
+        let mut v = serde_json::to_value(self).map_err(|e| e.to_string())?;
+        if let Some(obj) = v.as_object_mut() {
+            for (k, x) in overrides {
+                obj.insert(k.clone(), x.clone());
+            }
+        }
+        let mut cfg: ModelConfig = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        cfg.lora = self.lora.clone();
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     /// Reads and checks `config.json`.
     pub fn from_file(path: &Path) -> Result<Self, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;

@@ -262,6 +262,7 @@ impl<R: Roles> Trainer<R> {
                 loss_scale_factor: a.loss_scale_factor,
                 loss_scaling: opts.loss_scaling,
                 lora: a.lora.as_ref().map(lora_config).transpose()?,
+                config_overrides: a.config_overrides.clone(),
             },
         )?;
         let dp = DataParallel {
@@ -282,6 +283,7 @@ impl<R: Roles> Trainer<R> {
                         loss_scale_factor: None,
                         loss_scaling: opts.loss_scaling,
                         lora: None,
+                        config_overrides: Default::default(),
                     },
                 )?;
                 Some(Critic::new(engine, c.update.clone())?)
@@ -306,6 +308,7 @@ impl<R: Roles> Trainer<R> {
                         loss_scale_factor: None,
                         loss_scaling: opts.loss_scaling,
                         lora: None,
+                        config_overrides: a.config_overrides.clone(),
                     },
                 )?;
                 let mut reference = Reference::new(engine, r.micro_batch, r.temperature)?;

@@ -48,6 +48,7 @@ fn engine_settings() -> EngineSettings {
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: None,
+        config_overrides: Default::default(),
     }
 }
 

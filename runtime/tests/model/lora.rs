@@ -57,6 +57,7 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: Some(lora_config()),
+        config_overrides: Default::default(),
     })
     .expect("LoRA engine")
 }

@@ -49,6 +49,7 @@ fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: None,
+        config_overrides: Default::default(),
     })
     .expect("engine")
 }
@@ -389,4 +390,33 @@ fn rollout_correction_runs_in_the_trainer() {
         "{last:?}"
     );
     assert!(last.get("actor/pg_loss").is_some_and(|m| m.is_finite()));
+}
+
+/// `model.override_config` reaches the model before it is built, and a value the model cannot
+/// take is an error naming the model.
+#[test]
+fn config_overrides_reach_the_model() {
+    let settings = |overrides: serde_json::Value| EngineSettings {
+        model_path: MODEL.into(),
+        device: Device::Cpu,
+        param_dtype: Precision::Fp32,
+        seed: 7,
+        optim: None,
+        loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::LINKED,
+        lora: None,
+        config_overrides: overrides.as_object().cloned().unwrap_or_default(),
+    };
+    let e: SingleEngine<CausalLm> = SingleEngine::new(settings(
+        serde_json::json!({"max_position_embeddings": 999, "rope_theta": 5e5}),
+    ))
+    .expect("engine");
+    assert_eq!(e.model_config().max_position_embeddings, 999);
+    assert_eq!(e.model_config().rope_theta, 5e5);
+    let err = SingleEngine::<CausalLm>::new(settings(
+        serde_json::json!({"max_position_embeddings": "long"}),
+    ))
+    .expect_err("not a number")
+    .to_string();
+    assert!(err.contains("model `builtin://tiny"), "{err}");
 }

@@ -121,6 +121,7 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: Some(lora.clone()),
+        config_overrides: Default::default(),
     })
     .expect("LoRA engine");
     let params = e.per_tensor_params().expect("params");
