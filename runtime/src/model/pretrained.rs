@@ -210,14 +210,7 @@ pub fn value_from_pretrained(
     precision: Precision,
     seed: u64,
 ) -> Result<LoadedModel<ValueModel>, ModelError> {
-    build(
-        path,
-        device,
-        precision,
-        seed,
-        ModelKind::Value,
-        |cfg, vs| ValueModel::new(cfg, vs.root()),
-    )
+    scalar_head(path, device, precision, seed, ModelKind::Value)
 }
 
 /// A reward model: a `*ForSequenceClassification` (or one-label `*ForTokenClassification`)
@@ -230,14 +223,20 @@ pub fn reward_from_pretrained(
     precision: Precision,
     seed: u64,
 ) -> Result<LoadedModel<ValueModel>, ModelError> {
-    build(
-        path,
-        device,
-        precision,
-        seed,
-        ModelKind::Reward,
-        |cfg, vs| ValueModel::new(cfg, vs.root()),
-    )
+    scalar_head(path, device, precision, seed, ModelKind::Reward)
+}
+
+/// A backbone with a one-output `score` head, loaded as `kind` says.
+fn scalar_head(
+    path: &str,
+    device: Device,
+    precision: Precision,
+    seed: u64,
+    kind: ModelKind,
+) -> Result<LoadedModel<ValueModel>, ModelError> {
+    build(path, device, precision, seed, kind, |cfg, vs| {
+        ValueModel::new(cfg, vs.root())
+    })
 }
 
 /// True when `path` names a checkpoint directory with weights (for error messages early).
