@@ -175,15 +175,6 @@ impl Batch {
         Ok(out)
     }
 
-    /// Micro-batches of `size` rows, each without its shared left padding
-    /// ([`Batch::without_shared_left_padding`]).
-    pub fn micro_batches(&self, size: usize) -> Result<Vec<Batch>, EngineError> {
-        self.split(size)?
-            .iter()
-            .map(Batch::without_shared_left_padding)
-            .collect()
-    }
-
     /// Consecutive chunks of `size` rows (the last may be smaller).
     pub fn split(&self, size: usize) -> Result<Vec<Batch>, EngineError> {
         if size == 0 {

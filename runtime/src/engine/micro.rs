@@ -174,39 +174,38 @@ impl State {
 }
 
 /// A binary min-heap that moves items exactly as Python's `heapq` does, so that states that
-/// compare equal leave it in the same order as in verl.
+/// compare equal leave it in the same order as in verl. Python moves one item through a hole;
+/// swapping that item along the same path ends in the same arrangement without copies.
 struct PyHeap(Vec<State>);
 
 impl PyHeap {
+    /// `heapq._siftdown`: the item at `pos` rises while it is below its parent.
     fn sift_down(&mut self, start: usize, mut pos: usize) {
-        let new = self.0[pos].clone();
         while pos > start {
             let parent = (pos - 1) >> 1;
-            if new.lt(&self.0[parent]) {
-                self.0[pos] = self.0[parent].clone();
+            if self.0[pos].lt(&self.0[parent]) {
+                self.0.swap(pos, parent);
                 pos = parent;
             } else {
                 break;
             }
         }
-        self.0[pos] = new;
     }
 
+    /// `heapq._siftup`: the item at `pos` goes down to a leaf along the smaller children,
+    /// then rises into place.
     fn sift_up(&mut self, mut pos: usize) {
-        let end = self.0.len();
-        let start = pos;
-        let new = self.0[pos].clone();
+        let (end, start) = (self.0.len(), pos);
         let mut child = 2 * pos + 1;
         while child < end {
             let right = child + 1;
             if right < end && !self.0[child].lt(&self.0[right]) {
                 child = right;
             }
-            self.0[pos] = self.0[child].clone();
+            self.0.swap(pos, child);
             pos = child;
             child = 2 * pos + 1;
         }
-        self.0[pos] = new;
         self.sift_down(start, pos);
     }
 
