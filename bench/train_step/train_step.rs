@@ -70,6 +70,7 @@ fn main() -> Result<(), Error> {
         loss_scaling: LossScaling::NONE,
         lora: None,
         config_overrides: Default::default(),
+        remove_padding: false,
     })?;
     let fwd = ForwardOptions::default();
     let mut times = Vec::new();

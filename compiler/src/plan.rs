@@ -50,6 +50,7 @@ use crate::diag::Diagnostic;
 use crate::load::compose::{self, Composed, LoadRequest};
 use crate::load::node::Node;
 use crate::rules::RuleContext;
+use crate::rules::facts;
 
 pub use verdict_report::verdict_diagnostics;
 pub use verlc_spec::binding::{
@@ -167,6 +168,10 @@ pub(crate) struct RoleEngine<'a> {
     /// The role model's `enable_gradient_checkpointing` and its dotted key (on, with no key,
     /// for the reference, which runs no backward).
     pub gradient_checkpointing: (bool, String),
+    /// The role model's `use_remove_padding` (packed micro-batches) and its key.
+    pub remove_padding: (bool, &'static str),
+    /// The Ulysses degree the role's worker uses and the key that sets it.
+    pub ulysses: (i64, String),
 }
 
 impl<'a> RoleEngine<'a> {
@@ -184,6 +189,13 @@ impl<'a> RoleEngine<'a> {
             cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
             "actor_rollout_ref.model.enable_gradient_checkpointing",
         )
+        .with_packing(
+            (
+                cfg.actor_rollout_ref.model.use_remove_padding,
+                "actor_rollout_ref.model.use_remove_padding",
+            ),
+            (facts::actor_sp(cfg), facts::actor_sp_key(cfg)),
+        )
     }
 
     pub(crate) fn reference(cfg: &'a VerlConfig) -> Self {
@@ -197,6 +209,14 @@ impl<'a> RoleEngine<'a> {
             r.megatron.as_ref(),
         )
         // No backward: the model's checkpointing key is the actor's to report, not twice.
+        // It reads the actor's rows: the actor's packing and sequence split.
+        .with_packing(
+            (
+                cfg.actor_rollout_ref.model.use_remove_padding,
+                "actor_rollout_ref.model.use_remove_padding",
+            ),
+            (facts::actor_sp(cfg), facts::actor_sp_key(cfg)),
+        )
     }
 
     pub(crate) fn critic(cfg: &'a VerlConfig) -> Self {
@@ -214,10 +234,27 @@ impl<'a> RoleEngine<'a> {
             c.model.enable_gradient_checkpointing.unwrap_or(true),
             "critic.model.enable_gradient_checkpointing",
         )
+        .with_packing(
+            (
+                c.model.use_remove_padding.unwrap_or(false),
+                "critic.model.use_remove_padding",
+            ),
+            (facts::critic_sp(cfg), facts::critic_sp_key(cfg)),
+        )
     }
 
     fn with_checkpointing(mut self, on: bool, key: &str) -> Self {
         self.gradient_checkpointing = (on, key.to_owned());
+        self
+    }
+
+    fn with_packing(
+        mut self,
+        remove_padding: (bool, &'static str),
+        (sp, key): (i64, &str),
+    ) -> Self {
+        self.remove_padding = remove_padding;
+        self.ulysses = (sp, key.to_owned());
         self
     }
 
@@ -240,6 +277,8 @@ impl<'a> RoleEngine<'a> {
             engine_key,
             engine,
             gradient_checkpointing: (true, String::new()),
+            remove_padding: (false, ""),
+            ulysses: (1, String::new()),
         }
     }
 

@@ -95,6 +95,19 @@ unsafe extern "C" {
         op: c_int,
         timeout_ms: i64,
     ) -> *mut c_char;
+    pub fn vlc_sp_all_to_all(
+        pg: *mut vlc_pg,
+        x: TensorPtr,
+        scatter_dim: i64,
+        gather_dim: i64,
+        out: *mut TensorPtr,
+    ) -> *mut c_char;
+    pub fn vlc_sp_gather_same(
+        pg: *mut vlc_pg,
+        x: TensorPtr,
+        dim: i64,
+        out: *mut TensorPtr,
+    ) -> *mut c_char;
     pub fn vlc_pg_broadcast(
         pg: *mut vlc_pg,
         tensors: *const TensorPtr,

@@ -52,6 +52,7 @@ fn settings(dtype: Precision, offload: bool) -> EngineSettings {
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: None,
         config_overrides: Default::default(),
+        remove_padding: false,
     }
 }
 
@@ -758,3 +759,188 @@ rank_test!(fsdp_fp16_checkpoint_restores_loss_scaler, 2, |pg| {
         let _ = std::fs::remove_dir_all(&dir);
     }
 });
+
+// ---------------------------------------------------------------------------------------------
+// Packed sequences (`use_remove_padding`) and Ulysses sequence parallelism.
+
+/// `full_batch` with responses of ragged length padded on the right as the rollout pads them:
+/// attention mask and response mask 0 after each row's last response token.
+fn ragged_batch() -> Batch {
+    let b = full_batch();
+    let t = PROMPT + RESP;
+    let rmask = b.get("response_mask").unwrap().shallow_clone();
+    let prompt_mask = b.get("attention_mask").unwrap().narrow(1, 0, PROMPT);
+    let mask = Tensor::cat(&[prompt_mask, rmask.to_kind(Kind::Int64)], 1);
+    let pos = runtime::model::position_ids_from_mask(&mask);
+    let mut out = Batch::new();
+    out.insert("input_ids", b.get("input_ids").unwrap().shallow_clone())
+        .unwrap();
+    out.insert("attention_mask", mask.view([ROWS, t])).unwrap();
+    out.insert("position_ids", pos).unwrap();
+    out.insert("responses", b.get("responses").unwrap().shallow_clone())
+        .unwrap();
+    out.insert("response_mask", rmask).unwrap();
+    out
+}
+
+fn packed_settings(model: &str) -> EngineSettings {
+    EngineSettings {
+        model_path: model.into(),
+        remove_padding: true,
+        ..settings(Precision::Fp32, false)
+    }
+}
+
+fn padded_run(model: &str, batch: &Batch) -> (Vec<f64>, Vec<(String, Tensor)>) {
+    let s = EngineSettings {
+        model_path: model.into(),
+        ..settings(Precision::Fp32, false)
+    };
+    let mut e = SingleEngine::<CausalLm>::new(s).expect("single engine");
+    let losses = (0..STEPS)
+        .map(|_| train_step(&mut e, batch, None))
+        .collect();
+    (losses, e.per_tensor_params().expect("params"))
+}
+
+fn masked_max_diff(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
+    ((a - b) * mask).abs().max().double_value(&[])
+}
+
+// The packed forward computes only valid tokens, per sequence; at every response token its
+// log-probs, entropies and values are the padded forward's, and zero at the padding.
+#[test]
+fn packed_forward_equals_padded_forward_at_every_response_token() {
+    use runtime::engine::Head;
+    use runtime::model::ValueModel;
+    let batch = ragged_batch();
+    let mask = batch.get("response_mask").unwrap();
+    let fwd = ForwardOptions {
+        temperature: 0.7,
+        with_entropy: true,
+    };
+    let e = SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("actor");
+    let padded = Head::forward(e.module(), &batch, &fwd).expect("padded");
+    let packed = e.module().forward_packed(&batch, &fwd).expect("packed");
+    let d = masked_max_diff(&padded.log_probs, &packed.log_probs, mask);
+    assert!(d < 1e-5, "log-probs differ by {d}");
+    let (pe, ke) = (padded.entropy.unwrap(), packed.entropy.unwrap());
+    assert!(masked_max_diff(&pe, &ke, mask) < 1e-5);
+    // A response token is predicted by the position before it: zero where that is padding.
+    let predicted_by_padding = mask.narrow(1, 0, RESP - 1).eq(0.0);
+    let outside = packed
+        .log_probs
+        .narrow(1, 1, RESP - 1)
+        .masked_select(&predicted_by_padding)
+        .abs()
+        .sum(Kind::Float)
+        .double_value(&[]);
+    assert_eq!(outside, 0.0, "outputs predicted by padding must be zero");
+    // Gradients of a masked loss agree too.
+    let grads = |packed: bool| {
+        let e = SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("actor");
+        let out = if packed {
+            e.module().forward_packed(&batch, &fwd)
+        } else {
+            Head::forward(e.module(), &batch, &fwd)
+        }
+        .expect("forward");
+        (out.log_probs * mask).sum(Kind::Float).backward();
+        let mut g: Vec<(String, Tensor)> = e
+            .var_store()
+            .variables()
+            .into_iter()
+            .map(|(n, v)| (n, v.grad()))
+            .collect();
+        g.sort_by(|a, b| a.0.cmp(&b.0));
+        g
+    };
+    assert_weights(&grads(true), &grads(false), 1e-5);
+    // The critic's values.
+    let c = SingleEngine::<ValueModel>::new(settings(Precision::Fp32, false)).expect("critic");
+    let padded = Head::forward(c.module(), &batch, &fwd).expect("padded");
+    let packed = c.module().forward_packed(&batch, &fwd).expect("packed");
+    assert!(masked_max_diff(&padded, &packed, mask) < 1e-5);
+}
+
+// `use_remove_padding` changes the compute, not the update: 20 steps of the packed single
+// engine follow the padded one.
+#[test]
+fn packed_training_follows_the_padded_update() {
+    let batch = ragged_batch();
+    let (ref_losses, ref_w) = padded_run(MODEL, &batch);
+    let mut e = SingleEngine::<CausalLm>::new(packed_settings(MODEL)).expect("packed engine");
+    let losses: Vec<f64> = (0..STEPS)
+        .map(|_| train_step(&mut e, &batch, None))
+        .collect();
+    assert_close("loss", &losses, &ref_losses, 2e-5);
+    assert_weights(&e.per_tensor_params().expect("params"), &ref_w, 2e-5);
+}
+
+/// `steps` packed FSDP steps on this rank's rows of `batch` (its data-parallel share).
+fn fsdp_packed_run(
+    pg: &ProcessGroup,
+    model: &str,
+    ulysses: usize,
+    batch: &Batch,
+) -> (Vec<f64>, FsdpEngine<CausalLm>) {
+    let mut s = FsdpSettings::new(packed_settings(model));
+    s.ulysses = ulysses;
+    let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
+    let dp = e.data_group().clone();
+    let local = ROWS / dp.size() as i64;
+    let rows = batch.narrow(dp.rank() as i64 * local, local).expect("rows");
+    let losses = (0..STEPS)
+        .map(|_| train_step(&mut e, &rows, Some(&dp)))
+        .collect();
+    (losses, e)
+}
+
+rank_test!(fsdp_packed_matches_single_padded_engine, 2, |pg| {
+    let batch = ragged_batch();
+    let (ref_losses, ref_w) = padded_run(MODEL, &batch);
+    let (losses, e) = fsdp_packed_run(&pg, MODEL, 1, &batch);
+    assert_close("loss", &losses, &ref_losses, 2e-5);
+    assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
+});
+
+// Ulysses over both ranks (data-parallel size 1): each rank holds half of every packed
+// micro-batch's tokens and, inside attention, half of the heads over all tokens.
+rank_test!(fsdp_ulysses_matches_single_engine, 2, |pg| {
+    use runtime::engine::Head;
+    use runtime::model::ValueModel;
+    let batch = ragged_batch();
+    let (ref_losses, ref_w) = padded_run(MODEL, &batch);
+    let (losses, e) = fsdp_packed_run(&pg, MODEL, 2, &batch);
+    assert_eq!((e.dp_size(), e.data_group().size()), (1, 1));
+    assert_close("loss", &losses, &ref_losses, 2e-5);
+    assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
+    // The critic's values through the same split.
+    let single = SingleEngine::<ValueModel>::new(settings(Precision::Fp32, false)).expect("critic");
+    let mut s = FsdpSettings::new(packed_settings(MODEL));
+    s.ulysses = 2;
+    let mut c = FsdpEngine::<ValueModel>::new(s, pg.clone()).expect("fsdp critic");
+    let fwd = ForwardOptions::default();
+    let got = c.infer_batch(&batch, &MICRO.into(), &fwd).expect("infer");
+    let got = Tensor::cat(&got, 0);
+    let want = tch::no_grad(|| Head::forward(single.module(), &batch, &fwd)).expect("values");
+    let mask = batch.get("response_mask").unwrap();
+    let d = masked_max_diff(&got, &want, mask);
+    assert!(d < 1e-5, "values differ by {d}");
+});
+
+// Ulysses 2 × data parallel 2 on 4 ranks, with one key/value head (fewer than the Ulysses
+// degree: repeated to one per query head before the exchange).
+rank_test!(
+    fsdp_ulysses_with_data_parallel_matches_single_engine,
+    4,
+    |pg| {
+        let model = "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=1&intermediate=64";
+        let batch = ragged_batch();
+        let (ref_losses, ref_w) = padded_run(model, &batch);
+        let (losses, e) = fsdp_packed_run(&pg, model, 2, &batch);
+        assert_eq!(e.dp_size(), 2);
+        assert_close("loss", &losses, &ref_losses, 2e-5);
+        assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
+    }
+);

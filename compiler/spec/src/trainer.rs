@@ -113,6 +113,16 @@ pub struct FsdpEngineSpec {
     pub reduce_dtype: Dtype,
     /// Ranks per shard group (HYBRID_SHARD); -1 shards over the whole world.
     pub fsdp_size: i64,
+    /// Micro-batches run packed, without padding (the role model's `use_remove_padding`).
+    #[serde(default)]
+    pub remove_padding: bool,
+    /// Ulysses sequence-parallel degree (`ulysses_sequence_parallel_size`); 1 is off.
+    #[serde(default = "one")]
+    pub ulysses: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Megatron (verl's `McoreEngineConfig`, as the runtime applies it).
@@ -133,6 +143,20 @@ impl EngineSpec {
         match self {
             EngineSpec::Fsdp(f) => f.optimizer_offload,
             EngineSpec::Megatron(m) => m.optimizer_offload,
+        }
+    }
+
+    /// Whether micro-batches run packed (FSDP's `use_remove_padding`; the Megatron engine
+    /// computes padded batches).
+    pub fn remove_padding(&self) -> bool {
+        matches!(self, EngineSpec::Fsdp(f) if f.remove_padding)
+    }
+
+    /// The Ulysses sequence-parallel degree (1 for Megatron).
+    pub fn ulysses(&self) -> usize {
+        match self {
+            EngineSpec::Fsdp(f) => f.ulysses.max(1),
+            EngineSpec::Megatron(_) => 1,
         }
     }
 }

@@ -125,7 +125,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
 
     let actor_engine = engine_spec(&RoleEngine::actor(cfg), world, l);
     let actor_dp = data_parallel(world, &actor_engine);
-    let update = actor_settings(cfg, n, actor_dp, seq_len, l);
+    let update = actor_settings(cfg, n, (actor_dp, actor_engine.ulysses()), seq_len, l);
     let model_seed = a
         .fsdp_config
         .as_ref()
@@ -154,10 +154,14 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         let engine = engine_spec(&RoleEngine::critic(cfg), world, l);
         let dp = data_parallel(world, &engine);
         if dp != actor_dp {
+            let (key, help) = match c.strategy {
+                Strategy::Megatron => ("critic.megatron.tensor_model_parallel_size", "give critic.megatron the actor's tensor and pipeline parallel sizes"),
+                _ => (crate::rules::facts::critic_sp_key(cfg), "give the critic the actor's ulysses_sequence_parallel_size"),
+            };
             l.unsupported(
-                "critic.megatron.tensor_model_parallel_size",
+                key,
                 format!("the critic's data-parallel size {dp} differs from the actor's {actor_dp}; verlc's trainer splits one batch over both"),
-                "give critic.megatron the actor's tensor and pipeline parallel sizes",
+                help,
             );
         }
         let critic_n = if c.rollout_n > 0 { c.rollout_n as usize } else { n };
@@ -180,8 +184,8 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 ppo_mini_batch_size: (l.count("critic.ppo_mini_batch_size", c.ppo_mini_batch_size).saturating_mul(critic_n) / dp).max(1),
                 ppo_micro_batch_size: micro,
                 forward_micro_batch_size: forward,
-                ppo_max_token_len: token_budget(l, "critic.ppo_max_token_len_per_gpu", c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu, seq_len),
-                forward_max_token_len: token_budget(l, "critic.forward_max_token_len_per_gpu", c.use_dynamic_bsz, c.forward_max_token_len_per_gpu, seq_len),
+                ppo_max_token_len: token_budget(l, "critic.ppo_max_token_len_per_gpu", c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu, (seq_len, engine.ulysses())),
+                forward_max_token_len: token_budget(l, "critic.forward_max_token_len_per_gpu", c.use_dynamic_bsz, c.forward_max_token_len_per_gpu, (seq_len, engine.ulysses())),
                 ppo_epochs: l.count("critic.ppo_epochs", c.ppo_epochs),
                 shuffle: c.shuffle,
                 data_loader_seed: c.data_loader_seed.unwrap_or(a.data_loader_seed) as u64,
@@ -217,7 +221,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
                 r.log_prob_use_dynamic_bsz,
                 r.log_prob_max_token_len_per_gpu,
-                seq_len,
+                (seq_len, engine.ulysses()),
             ),
             temperature: arr.rollout.temperature,
             actor_without_adapters: actor.lora.is_some(),
@@ -931,6 +935,12 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                     "make trainer.nnodes × n_gpus_per_node a multiple of TP × PP",
                 );
             }
+            if let (true, key) = role.remove_padding {
+                l.no_effect(
+                    key,
+                    format!("`{key}` has no effect on the Megatron strategy: verlc's Megatron engine computes padded micro-batches (the same numbers, with the padding's compute)"),
+                );
+            }
             EngineSpec::Megatron(MegatronEngineSpec {
                 tensor_parallel: tp,
                 pipeline_parallel: pp,
@@ -960,6 +970,8 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                     _ => Dtype::Fp32,
                 },
                 fsdp_size: f.fsdp_size,
+                remove_padding: role.remove_padding.0,
+                ulysses: ulysses(role, world, l),
             })
         }
         // B015 reports the missing section; a default keeps lowering total.
@@ -970,8 +982,29 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
             gradient_checkpointing: role.gradient_checkpointing.0,
             reduce_dtype: Dtype::Fp32,
             fsdp_size: -1,
+            remove_padding: role.remove_padding.0,
+            ulysses: 1,
         }),
     }
+}
+
+/// A role's Ulysses degree, checked against the world (rules V0xx report the verl-side
+/// conditions: packing on, heads divisible).
+fn ulysses(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> usize {
+    let (sp, key) = &role.ulysses;
+    let sp = usize::try_from(*sp).unwrap_or(1).max(1);
+    if sp > 1 && !world.size().is_multiple_of(sp) {
+        l.unsupported(
+            key,
+            format!(
+                "{} ranks cannot be split into sequence-parallel groups of {sp}",
+                world.size()
+            ),
+            "make trainer.nnodes × n_gpus_per_node a multiple of it",
+        );
+        return 1;
+    }
+    sp
 }
 
 /// The data-parallel size of a role: the world over its model-parallel ranks.
@@ -980,7 +1013,7 @@ fn data_parallel(world: WorldSpec, engine: &EngineSpec) -> usize {
         EngineSpec::Megatron(m) => {
             (world.size() / m.tensor_parallel.saturating_mul(m.pipeline_parallel).max(1)).max(1)
         }
-        EngineSpec::Fsdp(_) => world.size().max(1),
+        EngineSpec::Fsdp(f) => (world.size() / f.ulysses.max(1)).max(1),
     }
 }
 
@@ -1017,17 +1050,20 @@ fn micro_batch(
 
 /// The token budget of a dynamic-batch-size pass (`use_dynamic_bsz`), `None` without it.
 /// verl's `rearrange_micro_batches` asserts that the budget holds one padded sequence.
+///
+/// Under Ulysses verl multiplies the per-GPU budget by the sequence-parallel degree `sp`: the
+/// micro-batch's tokens are split over that many ranks.
 fn token_budget(
     l: &mut Lowering,
     key: &str,
     dynamic: bool,
     budget: i64,
-    seq_len: usize,
+    (seq_len, sp): (usize, usize),
 ) -> Option<usize> {
     if !dynamic {
         return None;
     }
-    let b = l.count(key, budget);
+    let b = l.count(key, budget).saturating_mul(sp.max(1));
     if b < seq_len {
         l.unsupported(
             key,
@@ -1041,7 +1077,7 @@ fn token_budget(
 fn actor_settings(
     cfg: &VerlConfig,
     n: usize,
-    dp: usize,
+    (dp, sp): (usize, usize),
     seq_len: usize,
     l: &mut Lowering,
 ) -> ActorSettings {
@@ -1109,14 +1145,14 @@ fn actor_settings(
             "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
             a.use_dynamic_bsz,
             a.ppo_max_token_len_per_gpu,
-            seq_len,
+            (seq_len, sp),
         ),
         log_prob_max_token_len: token_budget(
             l,
             "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
             r.log_prob_use_dynamic_bsz,
             r.log_prob_max_token_len_per_gpu,
-            seq_len,
+            (seq_len, sp),
         ),
         bypass: bypass_spec(cfg, l),
         ppo_epochs: l.count("actor_rollout_ref.actor.ppo_epochs", a.ppo_epochs),

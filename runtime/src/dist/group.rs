@@ -426,6 +426,35 @@ impl ProcessGroup {
         self.check("reduce_scatter", err)
     }
 
+    /// Ulysses' all-to-all, differentiable: `x` cut into `size` equal chunks along
+    /// `scatter_dim`, chunk j to rank j, the received chunks joined along `gather_dim` in rank
+    /// order; its gradient is the exchange back. The group must outlive the autograd graph.
+    pub fn all_to_all_differentiable(
+        &self,
+        x: &Tensor,
+        scatter_dim: i64,
+        gather_dim: i64,
+    ) -> Result<Tensor> {
+        let mut out: ffi::TensorPtr = std::ptr::null_mut();
+        // SAFETY: `x` outlives the call; on success `out` is a new `at::Tensor*` we own.
+        let err = unsafe {
+            ffi::vlc_sp_all_to_all(self.raw(), ffi::tptr(x), scatter_dim, gather_dim, &mut out)
+        };
+        self.check("all_to_all", err)?;
+        Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+    }
+
+    /// Every rank's `x` joined along `dim` in rank order, differentiable for a function every
+    /// rank computes alike from the result: the gradient is this rank's slice of the incoming
+    /// one. Every rank's `x` must have the same shape.
+    pub fn gather_same_differentiable(&self, x: &Tensor, dim: i64) -> Result<Tensor> {
+        let mut out: ffi::TensorPtr = std::ptr::null_mut();
+        // SAFETY: as in `all_to_all_differentiable`.
+        let err = unsafe { ffi::vlc_sp_gather_same(self.raw(), ffi::tptr(x), dim, &mut out) };
+        self.check("all_gather", err)?;
+        Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+    }
+
     /// 1-D views of a contiguous output and input (c10d wants flat buffers).
     fn flat_pair(
         &self,

@@ -28,7 +28,10 @@ use tch::Tensor;
 use tch::nn::Path as VarPath;
 
 use crate::algo::AggOptions;
+use crate::model::decoder::Model;
+use crate::model::packed::Packing;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
+use crate::rollout::logprob::{entropy_from_logits, log_probs_from_logits};
 use crate::rollout::{LogProbOutput, SequenceBatch, response_log_probs};
 
 pub use batch::Batch;
@@ -90,6 +93,36 @@ pub trait Head: Sized {
     fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<Self::Output>;
     /// `*ForCausalLM` / `*ForTokenClassification` of the config's architecture.
     fn architecture(cfg: &ModelConfig) -> Result<&'static str, String>;
+    /// The decoder the head sits on.
+    fn backbone(&self) -> &Model;
+    /// Per-token outputs `(1, M, C)` of normed final hidden states `(1, M, hidden)` of tokens
+    /// that predict `labels` `(1, M)`: the packed form of the head's output.
+    fn token_columns(
+        &self,
+        hidden: &Tensor,
+        labels: &Tensor,
+        opts: &ForwardOptions,
+    ) -> Result<Tensor>;
+    /// The output from [`Head::token_columns`] scattered to the response grid `(N, R, C)`.
+    fn output_from_columns(&self, columns: &Tensor, opts: &ForwardOptions) -> Result<Self::Output>;
+    /// [`Head::forward`] on the batch's valid tokens alone (verl's `use_remove_padding`): the
+    /// same outputs at every response token, without computing padding (see
+    /// [`crate::model::packed`]); zero at the response positions whose
+    /// predicting position is padding.
+    fn forward_packed(&self, batch: &Batch, opts: &ForwardOptions) -> Result<Self::Output> {
+        let (seq, r) = sequences(batch)?;
+        let t = seq.input_ids.size()[1];
+        let packing = Packing::new(seq.attention_mask).map_err(EngineError::Batch)?;
+        let window = packing.window(t - r - 1, r);
+        let hidden = self.backbone().forward_packed_window(
+            seq.input_ids,
+            seq.position_ids,
+            &packing,
+            &window,
+        );
+        let columns = self.token_columns(&hidden, &window.labels(seq.input_ids), opts)?;
+        self.output_from_columns(&window.unpack(&columns), opts)
+    }
     /// Variable-name prefixes a checkpoint of the base model may lack (the fresh value head).
     fn fresh_prefixes() -> Vec<String> {
         Vec::new()
@@ -113,6 +146,17 @@ fn sequences(batch: &Batch) -> Result<(SequenceBatch<'_>, i64)> {
     Ok((seq, r))
 }
 
+// The negated comparison also rejects NaN.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+pub(crate) fn check_temperature(temperature: f64) -> Result<()> {
+    if !(temperature > 0.0) {
+        return Err(EngineError::Config(format!(
+            "temperature must be positive, got {temperature}"
+        )));
+    }
+    Ok(())
+}
+
 impl Head for CausalLm {
     /// Log-probs `(N, R)` of the response tokens and, if asked, their entropy, both f32.
     type Output = LogProbOutput;
@@ -121,16 +165,9 @@ impl Head for CausalLm {
         CausalLm::new(cfg, root)
     }
 
-    // The negated comparison also rejects NaN.
-    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
         let (seq, r) = sequences(batch)?;
-        if !(opts.temperature > 0.0) {
-            return Err(EngineError::Config(format!(
-                "temperature must be positive, got {}",
-                opts.temperature
-            )));
-        }
+        check_temperature(opts.temperature)?;
         Ok(response_log_probs(
             self,
             &seq,
@@ -142,6 +179,44 @@ impl Head for CausalLm {
 
     fn architecture(cfg: &ModelConfig) -> Result<&'static str, String> {
         Ok(cfg.arch()?.causal_lm_class())
+    }
+
+    fn backbone(&self) -> &Model {
+        &self.model
+    }
+
+    /// Log-prob, then entropy when asked.
+    fn token_columns(
+        &self,
+        hidden: &Tensor,
+        labels: &Tensor,
+        opts: &ForwardOptions,
+    ) -> Result<Tensor> {
+        check_temperature(opts.temperature)?;
+        let mut logits = self.logits(hidden);
+        if opts.temperature != 1.0 {
+            logits /= opts.temperature;
+        }
+        let mut cols = vec![log_probs_from_logits(&logits, labels)];
+        if opts.with_entropy {
+            cols.push(entropy_from_logits(&logits));
+        }
+        Ok(Tensor::f_stack(&cols, -1)?)
+    }
+
+    fn output_from_columns(
+        &self,
+        columns: &Tensor,
+        opts: &ForwardOptions,
+    ) -> Result<LogProbOutput> {
+        Ok(LogProbOutput {
+            log_probs: columns.f_select(-1, 0)?,
+            entropy: if opts.with_entropy {
+                Some(columns.f_select(-1, 1)?)
+            } else {
+                None
+            },
+        })
     }
 
     fn config(&self) -> &ModelConfig {
@@ -165,6 +240,19 @@ impl Head for ValueModel {
 
     fn architecture(cfg: &ModelConfig) -> Result<&'static str, String> {
         Ok(cfg.arch()?.value_class())
+    }
+
+    fn backbone(&self) -> &Model {
+        &self.model
+    }
+
+    /// The value.
+    fn token_columns(&self, hidden: &Tensor, _: &Tensor, _: &ForwardOptions) -> Result<Tensor> {
+        Ok(self.score().forward(hidden).f_to_kind(tch::Kind::Float)?)
+    }
+
+    fn output_from_columns(&self, columns: &Tensor, _: &ForwardOptions) -> Result<Tensor> {
+        Ok(columns.f_select(-1, 0)?)
     }
 
     fn fresh_prefixes() -> Vec<String> {

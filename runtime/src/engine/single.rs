@@ -48,6 +48,8 @@ pub struct EngineSettings {
     pub lora: Option<crate::model::lora::LoraConfig>,
     /// `config.json` keys replaced before the model is built (`model.override_config`).
     pub config_overrides: serde_json::Map<String, serde_json::Value>,
+    /// Run micro-batches packed, without their padding (`use_remove_padding`).
+    pub remove_padding: bool,
 }
 
 /// One model, its optimizer and scheduler, in this process.
@@ -151,6 +153,15 @@ impl<H: Head> SingleEngine<H> {
         })
     }
 
+    /// The head's forward, packed when the settings say so.
+    fn forward(&self, mb: &Batch, fwd: &ForwardOptions) -> Result<H::Output> {
+        if self.settings.remove_padding {
+            self.module.forward_packed(mb, fwd)
+        } else {
+            self.module.forward(mb, fwd)
+        }
+    }
+
     pub fn settings(&self) -> &EngineSettings {
         &self.settings
     }
@@ -205,7 +216,7 @@ impl<H: Head> Engine for SingleEngine<H> {
         let agg = global_agg_options(batch, self.dp_size(), self.settings.loss_scale_factor)?;
         let mut out = Vec::new();
         for mb in micro.cut(batch)? {
-            let output = self.module.forward(&mb, fwd)?;
+            let output = self.forward(&mb, fwd)?;
             let micro = loss(&mb, output, &agg)?;
             let opt = self.optimizer_mut()?;
             opt.scale_loss(&micro.loss)?.f_backward()?;
@@ -224,7 +235,7 @@ impl<H: Head> Engine for SingleEngine<H> {
         micro
             .cut(batch)?
             .iter()
-            .map(|mb| self.module.forward(mb, fwd))
+            .map(|mb| self.forward(mb, fwd))
             .collect()
     }
 

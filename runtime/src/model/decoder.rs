@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::ModelConfig;
 use super::cache::{KvCache, causal_padding_mask, causal_window_mask};
 use super::lora::{LoraAdapter, LoraConfig};
+use super::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
 use super::rope::{RotaryEmbedding, apply_rotary};
 
 /// `y = x W^T + b` with the weight (out, in) as in PyTorch, plus a LoRA adapter's output when
@@ -262,6 +263,72 @@ impl Attention {
     }
 }
 
+impl Attention {
+    /// Query, key and value heads `(1, n, N, D)` of packed tokens `x` `(1, N, hidden)` at
+    /// rotary tables `cos`, `sin` `(1, 1, N, D)`.
+    pub(crate) fn packed_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 3] {
+        let q = apply_rotary(
+            &self.heads(x, &self.q_proj, self.heads, &self.q_norm),
+            cos,
+            sin,
+        );
+        let k = apply_rotary(
+            &self.heads(x, &self.k_proj, self.kv_heads, &self.k_norm),
+            cos,
+            sin,
+        );
+        let v = self.heads(x, &self.v_proj, self.kv_heads, &None);
+        [q, k, v]
+    }
+
+    /// The output projection of attention heads `(1, H, M, D)`: `(1, M, hidden)`.
+    pub(crate) fn merge_heads(&self, y: &Tensor) -> Tensor {
+        let m = y.size()[2];
+        self.o_proj.forward(
+            &y.transpose(1, 2)
+                .reshape([1, m, self.heads * self.head_dim]),
+        )
+    }
+
+    /// Query and key/value head counts.
+    pub(crate) fn head_counts(&self) -> (i64, i64) {
+        (self.heads, self.kv_heads)
+    }
+
+    /// Packed attention: every token of `x` `(1, N, hidden)` over the keys of its span, or,
+    /// with `queries`, only the tokens at those indices (the spans then count queries among
+    /// them). Returns `(1, M, hidden)`.
+    pub fn forward_packed(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        queries: Option<&Tensor>,
+        spans: &[AttentionSpan],
+    ) -> Tensor {
+        let [q, k, v] = match queries {
+            None => self.packed_heads(x, cos, sin),
+            Some(idx) => {
+                let k = apply_rotary(
+                    &self.heads(x, &self.k_proj, self.kv_heads, &self.k_norm),
+                    cos,
+                    sin,
+                );
+                let v = self.heads(x, &self.v_proj, self.kv_heads, &None);
+                let xq = x.index_select(1, idx);
+                let q = apply_rotary(
+                    &self.heads(&xq, &self.q_proj, self.heads, &self.q_norm),
+                    &cos.index_select(2, idx),
+                    &sin.index_select(2, idx),
+                );
+                [q, k, v]
+            }
+        };
+        let y = attend_spans(&q, &k, &v, spans, self.heads != self.kv_heads);
+        self.merge_heads(&y)
+    }
+}
+
 /// Pre-norm residual block: attention then MLP.
 #[derive(Debug)]
 pub struct DecoderLayer {
@@ -330,6 +397,47 @@ impl DecoderLayer {
         let h = x.narrow(1, start, len) + attn;
         let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
         h + out
+    }
+}
+
+impl DecoderLayer {
+    /// The layer on packed tokens `x` `(1, N, hidden)` (see [`Attention::forward_packed`]);
+    /// with `queries`, only those tokens' outputs `(1, M, hidden)`.
+    pub fn forward_packed(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        queries: Option<&Tensor>,
+        spans: &[AttentionSpan],
+    ) -> Tensor {
+        let attn = self.self_attn.forward_packed(
+            &self.input_layernorm.forward(x),
+            cos,
+            sin,
+            queries,
+            spans,
+        );
+        let h = match queries {
+            Some(idx) => x.index_select(1, idx) + attn,
+            None => x + attn,
+        };
+        self.mlp_residual(&h)
+    }
+
+    /// The layer with attention computed by `attend` on the normed input (Ulysses exchanges
+    /// heads there).
+    pub(crate) fn forward_with<E>(
+        &self,
+        x: &Tensor,
+        attend: impl FnOnce(&Attention, &Tensor) -> Result<Tensor, E>,
+    ) -> Result<Tensor, E> {
+        let h = x + attend(&self.self_attn, &self.input_layernorm.forward(x))?;
+        Ok(self.mlp_residual(&h))
+    }
+
+    fn mlp_residual(&self, h: &Tensor) -> Tensor {
+        h + self.mlp.forward(&self.post_attention_layernorm.forward(h))
     }
 }
 
@@ -433,6 +541,42 @@ impl Model {
         if let Some(c) = cache {
             c.advance(t);
         }
+        self.norm.forward(&x)
+    }
+
+    /// Packed embeddings `(1, N, hidden)` and rotary tables `(1, 1, N, D)` of a padded batch.
+    pub fn packed_inputs(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        packing: &Packing,
+    ) -> (Tensor, Tensor, Tensor) {
+        let ids = packing.pack(input_ids);
+        let pos = packing.pack(position_ids);
+        let x = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
+        let (cos, sin) = self.rotary.cos_sin(&pos, x.kind());
+        (x, cos, sin)
+    }
+
+    /// Hidden states `(1, M, hidden)` of the packed tokens of `window` only, equal to
+    /// [`Model::forward_window`]'s at those tokens: the padded batch runs without its padding
+    /// (see [`super::packed`]); the last layer computes the window's queries alone.
+    pub fn forward_packed_window(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        packing: &Packing,
+        window: &PackedWindow,
+    ) -> Tensor {
+        let (mut x, cos, sin) = self.packed_inputs(input_ids, position_ids, packing);
+        let spans = packing.attention_spans();
+        let Some((last, rest)) = self.layers.split_last() else {
+            return self.norm.forward(&x.index_select(1, &window.tokens));
+        };
+        for layer in rest {
+            x = layer.forward_packed(&x, &cos, &sin, None, &spans);
+        }
+        let x = last.forward_packed(&x, &cos, &sin, Some(&window.tokens), &window.spans);
         self.norm.forward(&x)
     }
 

@@ -19,6 +19,7 @@ pub mod heads;
 pub mod init;
 pub mod load;
 pub mod lora;
+pub mod packed;
 pub mod pretrained;
 pub mod rope;
 pub mod save;

@@ -263,6 +263,7 @@ impl<R: Roles> Trainer<R> {
                 loss_scaling: opts.loss_scaling,
                 lora: a.lora.as_ref().map(lora_config).transpose()?,
                 config_overrides: a.config_overrides.clone(),
+                remove_padding: a.engine.remove_padding(),
             },
         )?;
         let dp = DataParallel {
@@ -284,6 +285,7 @@ impl<R: Roles> Trainer<R> {
                         loss_scaling: opts.loss_scaling,
                         lora: None,
                         config_overrides: Default::default(),
+                        remove_padding: c.engine.remove_padding(),
                     },
                 )?;
                 Some(Critic::new(engine, c.update.clone())?)
@@ -309,6 +311,7 @@ impl<R: Roles> Trainer<R> {
                         loss_scaling: opts.loss_scaling,
                         lora: None,
                         config_overrides: a.config_overrides.clone(),
+                        remove_padding: r.engine.remove_padding(),
                     },
                 )?;
                 let mut reference = Reference::new(engine, r.micro_batch, r.temperature)?;

@@ -119,8 +119,8 @@ impl Roles for FsdpRoles {
     fn critic(&self, e: &EngineSpec, s: EngineSettings) -> Result<Self::Critic, TrainerError> {
         self.build(s, e)
     }
-    fn data_group(&self, _: &Self::Actor) -> Option<ProcessGroup> {
-        Some(self.world.clone())
+    fn data_group(&self, actor: &Self::Actor) -> Option<ProcessGroup> {
+        Some(actor.data_group().clone())
     }
     fn world(&self) -> Option<&ProcessGroup> {
         Some(&self.world)

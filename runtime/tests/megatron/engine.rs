@@ -49,6 +49,7 @@ fn engine_settings() -> EngineSettings {
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: None,
         config_overrides: Default::default(),
+        remove_padding: false,
     }
 }
 

@@ -58,6 +58,7 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: Some(lora_config()),
         config_overrides: Default::default(),
+        remove_padding: false,
     })
     .expect("LoRA engine")
 }

@@ -50,6 +50,7 @@ fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: None,
         config_overrides: Default::default(),
+        remove_padding: false,
     })
     .expect("engine")
 }
@@ -406,6 +407,7 @@ fn config_overrides_reach_the_model() {
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: None,
         config_overrides: overrides.as_object().cloned().unwrap_or_default(),
+        remove_padding: false,
     };
     let e: SingleEngine<CausalLm> = SingleEngine::new(settings(
         serde_json::json!({"max_position_embeddings": 999, "rope_theta": 5e5}),

@@ -122,6 +122,7 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: Some(lora.clone()),
         config_overrides: Default::default(),
+        remove_padding: false,
     })
     .expect("LoRA engine");
     let params = e.per_tensor_params().expect("params");

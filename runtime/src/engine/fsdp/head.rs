@@ -5,19 +5,17 @@
 use tch::{Kind, Tensor};
 
 use crate::engine::{Batch, EngineError, ForwardOptions, Head, Result};
-use crate::model::decoder::Model;
 use crate::model::{CausalLm, ValueModel};
 use crate::rollout::LogProbOutput;
 use crate::rollout::logprob::{entropy_from_logits, log_probs_from_logits};
 
 /// A head the FSDP engine can run segment by segment.
 pub trait FsdpHead: Head {
-    fn backbone(&self) -> &Model;
     /// Whether the head reads the embedding matrix (tied embeddings).
     fn reads_embedding(&self) -> bool;
     /// The head's output from the normed final hidden states `(N, R, hidden)` of the positions
     /// that predict the `R` response tokens of `batch` (`[T - R - 1, T - 1)`), the window the
-    /// engine's last layer computes ([`Model::forward_window`]).
+    /// engine's last layer computes ([`crate::model::decoder::Model::forward_window`]).
     fn output_from_window(
         &self,
         hidden: &Tensor,
@@ -54,10 +52,6 @@ fn window_fits(hidden: &Tensor, r: i64) -> Result<()> {
 }
 
 impl FsdpHead for CausalLm {
-    fn backbone(&self) -> &Model {
-        &self.model
-    }
-
     fn reads_embedding(&self) -> bool {
         self.config.tie_word_embeddings
     }
@@ -70,12 +64,7 @@ impl FsdpHead for CausalLm {
     ) -> Result<LogProbOutput> {
         let (t, r) = lengths(batch)?;
         window_fits(hidden, r)?;
-        if opts.temperature.is_nan() || opts.temperature <= 0.0 {
-            return Err(EngineError::Config(format!(
-                "temperature must be positive, got {}",
-                opts.temperature
-            )));
-        }
+        crate::engine::check_temperature(opts.temperature)?;
         let mut logits = self.logits(hidden);
         if opts.temperature != 1.0 {
             logits /= opts.temperature;
@@ -89,10 +78,6 @@ impl FsdpHead for CausalLm {
 }
 
 impl FsdpHead for ValueModel {
-    fn backbone(&self) -> &Model {
-        &self.model
-    }
-
     fn reads_embedding(&self) -> bool {
         false
     }

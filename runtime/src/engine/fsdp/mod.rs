@@ -47,6 +47,7 @@
 
 pub mod ckpt;
 pub mod head;
+mod layout;
 pub mod unit;
 
 use std::path::Path;
@@ -55,7 +56,6 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
 use crate::dist::{DistError, ProcessGroup, ReduceOp};
-use crate::model::cache::{causal_padding_mask, causal_window_mask};
 use crate::model::load::{Checkpoint, LoadOptions, load_weights};
 use crate::model::lora::{is_adapter, load_adapter};
 use crate::model::pretrained::materialize;
@@ -72,6 +72,7 @@ use super::{
 };
 
 pub use head::FsdpHead;
+use layout::LayerInputs;
 pub use unit::{FlatUnit, UnitSet};
 
 /// Errors of the FSDP machinery (collectives, sharding).
@@ -94,18 +95,6 @@ struct Boundaries {
     inputs: LayerInputs,
 }
 
-/// What every layer of a micro-batch reads besides its input: rotary tables, attention mask,
-/// and the head's window, which the last layer alone computes (`Model::forward_window`).
-struct LayerInputs {
-    cos: Tensor,
-    sin: Tensor,
-    mask: Tensor,
-    /// The window `[start, start+len)` and the last layer's attention mask for it.
-    window_start: i64,
-    window_len: i64,
-    window_mask: Tensor,
-}
-
 /// What an [`FsdpEngine`] is built from: the single engine's settings plus FSDP's own
 /// (`fsdp_config`).
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +112,10 @@ pub struct FsdpSettings {
     /// activations and its gathered parameters stay until its backward: a quarter less
     /// compute per update, for the activations and full parameters of every layer at once.
     pub gradient_checkpointing: bool,
+    /// Ulysses sequence-parallel degree (`ulysses_sequence_parallel_size`): each micro-batch's
+    /// packed tokens are split over this many consecutive ranks, which see the same rows; the
+    /// data-parallel size is the world over it. Above 1 needs `engine.remove_padding`.
+    pub ulysses: usize,
 }
 
 impl FsdpSettings {
@@ -133,6 +126,7 @@ impl FsdpSettings {
             param_offload: false,
             reshard_after_forward: true,
             gradient_checkpointing: true,
+            ulysses: 1,
         }
     }
 
@@ -154,6 +148,7 @@ impl FsdpSettings {
             param_offload: spec.param_offload,
             reshard_after_forward: spec.reshard_after_forward,
             gradient_checkpointing: spec.gradient_checkpointing,
+            ulysses: spec.ulysses.max(1),
         };
         (settings, spec.fsdp_size)
     }
@@ -191,8 +186,11 @@ pub struct FsdpEngine<H: FsdpHead> {
     group: ProcessGroup,
     /// HYBRID_SHARD: the ranks holding the same shard (gradients are averaged over it).
     replicate: Option<ProcessGroup>,
-    /// Every data-parallel rank (batch statistics, micro-batch counts).
+    /// Every data-parallel rank (batch statistics, micro-batch counts): the world, or under
+    /// Ulysses the ranks at this rank's place in their sequence-parallel groups.
     dp: ProcessGroup,
+    /// The Ulysses group (ranks sharing rows, each with a shard of every sequence).
+    sp: Option<ProcessGroup>,
     optimizer: Option<Optimizer>,
     scheduler: Option<LrScheduler>,
     settings: FsdpSettings,
@@ -224,10 +222,45 @@ impl<H: FsdpHead> FsdpEngine<H> {
     /// verl's device mesh: `fsdp_size < 0` or `>= world` shards over all of `dp`
     /// (FULL_SHARD); otherwise HYBRID_SHARD: mesh `(world / fsdp_size, fsdp_size)`, parameters
     /// sharded over each block of `fsdp_size` consecutive ranks and replicated across blocks.
-    pub fn with_mesh(settings: FsdpSettings, dp: ProcessGroup, fsdp_size: i64) -> Result<Self> {
-        let world = dp.size();
+    ///
+    /// With `settings.ulysses` = `u` > 1, blocks of `u` consecutive ranks form the Ulysses
+    /// groups and ranks `i, i + u, …` the data-parallel groups (verl's `(dp, sp)` mesh).
+    pub fn with_mesh(settings: FsdpSettings, all: ProcessGroup, fsdp_size: i64) -> Result<Self> {
+        let world = all.size();
+        let u = settings.ulysses.max(1);
+        if u > 1 && !settings.engine.remove_padding {
+            return Err(EngineError::Config(
+                "Ulysses sequence parallelism runs on packed sequences: enable use_remove_padding"
+                    .into(),
+            ));
+        }
+        if !world.is_multiple_of(u) {
+            return Err(EngineError::Config(format!(
+                "ulysses_sequence_parallel_size {u} must divide the world size {world}"
+            )));
+        }
+        let missing = |what: &str| EngineError::Config(format!("this rank is in no {what} group"));
+        let (dp, sp) = if u > 1 {
+            let blocks: Vec<Vec<usize>> = (0..world / u)
+                .map(|b| (b * u..(b + 1) * u).collect())
+                .collect();
+            let strides: Vec<Vec<usize>> =
+                (0..u).map(|i| (i..world).step_by(u).collect()).collect();
+            let sp = all
+                .split(&blocks)
+                .map_err(FsdpError::from)?
+                .ok_or_else(|| missing("sequence-parallel"))?;
+            let dp = all
+                .split(&strides)
+                .map_err(FsdpError::from)?
+                .ok_or_else(|| missing("data-parallel"))?;
+            (dp, Some(sp))
+        } else {
+            (all.clone(), None)
+        };
+        let dp_all = all;
         let (group, replicate) = if fsdp_size < 0 || fsdp_size as usize >= world {
-            (dp.clone(), None)
+            (dp_all.clone(), None)
         } else {
             let f = fsdp_size as usize;
             if f == 0 || !world.is_multiple_of(f) {
@@ -240,19 +273,17 @@ impl<H: FsdpHead> FsdpEngine<H> {
                 .collect();
             let strides: Vec<Vec<usize>> =
                 (0..f).map(|i| (i..world).step_by(f).collect()).collect();
-            let missing =
-                |what: &str| EngineError::Config(format!("this rank is in no {what} group"));
-            let shard = dp
+            let shard = dp_all
                 .split(&blocks)
                 .map_err(FsdpError::from)?
                 .ok_or_else(|| missing("shard"))?;
-            let rep = dp
+            let rep = dp_all
                 .split(&strides)
                 .map_err(FsdpError::from)?
                 .ok_or_else(|| missing("replicate"))?;
             (shard, Some(rep))
         };
-        Self::build(settings, group, replicate, dp)
+        Self::build(settings, group, replicate, dp, sp)
     }
 
     fn build(
@@ -260,6 +291,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
         group: ProcessGroup,
         replicate: Option<ProcessGroup>,
         dp: ProcessGroup,
+        sp: Option<ProcessGroup>,
     ) -> Result<Self> {
         let es = &settings.engine;
         let path = &es.model_path;
@@ -334,6 +366,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
             group,
             replicate,
             dp,
+            sp,
             optimizer: None,
             scheduler: None,
             settings,
@@ -401,6 +434,11 @@ impl<H: FsdpHead> FsdpEngine<H> {
 
     pub fn group(&self) -> &ProcessGroup {
         &self.group
+    }
+
+    /// The group the batch's rows are split over (the world unless Ulysses is on).
+    pub fn data_group(&self) -> &ProcessGroup {
+        &self.dp
     }
 
     /// The optimizer over this rank's shards (None for a forward-only engine); its
@@ -479,45 +517,17 @@ impl<H: FsdpHead> FsdpEngine<H> {
 
     /// Embedding and the layers' inputs of a micro-batch (the root is gathered).
     fn inputs(&self, mb: &Batch) -> Result<(Tensor, LayerInputs)> {
-        let ids = mb.get("input_ids")?;
-        let pos = mb.get("position_ids")?;
-        let key_valid = mb.get("attention_mask")?;
-        let t = ids.size().get(1).copied().unwrap_or(0);
-        let (window_start, r) = head::window(mb)?;
-        let model = self.module.backbone();
-        let x = Tensor::f_embedding(&model.embed_tokens, ids, -1, false, false)?;
-        let (cos, sin) = model.rotary().cos_sin(pos, x.kind());
-        let mask = causal_padding_mask(key_valid, 0, t);
-        let window_mask = causal_window_mask(key_valid, window_start, r);
-        Ok((
-            x,
-            LayerInputs {
-                cos,
-                sin,
-                mask,
-                window_start,
-                window_len: r,
-                window_mask,
-            },
-        ))
+        LayerInputs::new(
+            self.module.backbone(),
+            mb,
+            self.settings.engine.remove_padding,
+            self.sp.as_ref(),
+        )
     }
 
-    /// Layer `i` on its input `x` (N, T, hidden); the last layer returns only the head's window.
-    fn layer_forward(&self, i: usize, x: &Tensor, inputs: &LayerInputs) -> Tensor {
-        let layers = self.module.backbone().layers();
-        let (layer, p) = (&layers[i], inputs);
-        if i + 1 < layers.len() {
-            layer.forward(x, &p.cos, &p.sin, Some(&p.mask), None)
-        } else {
-            layer.forward_window(
-                x,
-                p.window_start,
-                p.window_len,
-                &p.cos,
-                &p.sin,
-                &p.window_mask,
-            )
-        }
+    /// Layer `i` on its input `x`; the last layer returns only the head's window.
+    fn layer_forward(&self, i: usize, x: &Tensor, inputs: &LayerInputs) -> Result<Tensor> {
+        inputs.layer_forward(self.module.backbone().layers(), i, x)
     }
 
     /// Forward of one micro-batch, unit by unit; returns the boundary activations
@@ -537,12 +547,12 @@ impl<H: FsdpHead> FsdpEngine<H> {
             self.note_gathered();
             let y = if graphs {
                 let x = saved[i].f_detach()?.set_requires_grad(true);
-                let y = self.layer_forward(i, &x, &inputs);
+                let y = self.layer_forward(i, &x, &inputs)?;
                 saved[i] = x;
                 outputs.push(y.shallow_clone());
                 y.f_detach()?
             } else {
-                tch::no_grad(|| self.layer_forward(i, &saved[i], &inputs))
+                tch::no_grad(|| self.layer_forward(i, &saved[i], &inputs))?
             };
             saved.push(y);
             if !keep && !graphs {
@@ -573,8 +583,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let n = self.layers.len();
         // Head: loss to the last boundary (and the root's head parameters).
         let last = saved[n].f_detach()?.set_requires_grad(true);
-        let hidden = self.module.backbone().final_norm().forward(&last);
-        let output = self.module.output_from_window(&hidden, mb, fwd)?;
+        let output = inputs.head_output(&self.module, &last, mb, fwd)?;
         let micro = loss(mb, output, agg)?;
         // Loss scale and pre-divide: see the module docs.
         let factor = self.optimizer_mut()?.loss_scale() / self.dp.size() as f64;
@@ -585,7 +594,6 @@ impl<H: FsdpHead> FsdpEngine<H> {
         };
         scaled.f_backward()?;
         let mut g = last.grad();
-        drop(hidden);
         // Layers in reverse: recompute from the saved input (or take the forward's graph),
         // back-propagate the boundary grad.
         let reduce = self.settings.reduce_dtype;
@@ -595,7 +603,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
                 self.layers[i].gather(&self.group)?;
                 self.note_gathered();
                 let x = saved[i].f_detach()?.set_requires_grad(true);
-                let y = self.layer_forward(i, &x, &inputs);
+                let y = self.layer_forward(i, &x, &inputs)?;
                 (x, y)
             } else {
                 let y = outputs.pop().ok_or_else(|| {
@@ -613,9 +621,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
         }
         // Embedding (frozen under LoRA: nothing to compute).
         if g.defined() && self.root.trainable() {
-            let ids = mb.get("input_ids")?;
-            let x0 =
-                Tensor::f_embedding(&self.module.backbone().embed_tokens, ids, -1, false, false)?;
+            let x0 = inputs.embed(self.module.backbone())?;
             crate::ops::backward(&[x0], &[g.f_to_kind(saved[0].kind())?], false)
                 .map_err(FsdpError::from)?;
         }
@@ -702,13 +708,12 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         self.check_micro_batches(mbs.len())?;
         let mut out = Vec::with_capacity(mbs.len());
         for mb in &mbs {
-            let Boundaries { saved, .. } = self.forward_boundaries(mb, false, false)?;
+            let Boundaries { saved, inputs, .. } = self.forward_boundaries(mb, false, false)?;
             let last = saved
                 .last()
                 .map(Tensor::shallow_clone)
                 .ok_or_else(|| EngineError::Config("no boundary".into()))?;
-            let hidden = self.module.backbone().final_norm().forward(&last);
-            out.push(self.module.output_from_window(&hidden, mb, fwd)?);
+            out.push(inputs.head_output(&self.module, &last, mb, fwd)?);
             self.root.free()?;
         }
         Ok(out)

@@ -1,0 +1,313 @@
+//! What the decoder layers and the head of one micro-batch read besides their input, in the
+//! three layouts the FSDP engine runs:
+//! - padded: `(B, T)` rows with a padding mask; the last layer computes the head's window only
+//!   ([`crate::model::decoder::Model::forward_window`]);
+//! - packed (`use_remove_padding`): the valid tokens end to end, `(1, N)`, attention per
+//!   sequence ([`crate::model::packed`]); the last layer computes the window's tokens only;
+//! - Ulysses (`ulysses_sequence_parallel_size`, packed): the packed tokens split in equal
+//!   shards over the sequence-parallel group; around attention an all-to-all trades the
+//!   sequence shard for a shard of the heads over the whole sequence and back (DeepSpeed
+//!   Ulysses). The head computes its per-token outputs on each rank's own window tokens and
+//!   all ranks gather them, so every rank's loss is the same function of the same numbers.
+
+use tch::{Kind, Tensor};
+
+use crate::dist::ProcessGroup;
+use crate::model::cache::{causal_padding_mask, causal_window_mask};
+use crate::model::decoder::{Attention, DecoderLayer, Model};
+use crate::model::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
+
+use super::head::{self, FsdpHead};
+use super::{Batch, EngineError, ForwardOptions, FsdpError, Result};
+
+/// A micro-batch's per-layer inputs (see the module docs).
+pub(super) struct LayerInputs {
+    /// The token ids the embedding reads: `(B, T)`, packed `(1, N)` or this rank's shard.
+    ids: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    layout: Layout,
+}
+
+enum Layout {
+    Padded {
+        mask: Tensor,
+        /// The window `[start, start+len)` and the last layer's attention mask for it.
+        window_start: i64,
+        window_len: i64,
+        window_mask: Tensor,
+    },
+    Packed {
+        spans: Vec<AttentionSpan>,
+        window: PackedWindow,
+    },
+    Ulysses {
+        spans: Vec<AttentionSpan>,
+        window: PackedWindow,
+        shard: SequenceShard,
+    },
+}
+
+/// This rank's share of the packed sequence under Ulysses.
+struct SequenceShard {
+    group: ProcessGroup,
+    /// This rank's window tokens among the window's: (first, count).
+    mine: (i64, i64),
+    /// This rank's window tokens, as indices into its shard.
+    local_window: Tensor,
+    /// Window tokens on the rank that has the most (each rank pads its own to this many).
+    per_rank: i64,
+    /// `(M,)` the window tokens' rows in the gathered `(size * per_rank)` outputs.
+    pick: Tensor,
+}
+
+impl LayerInputs {
+    /// The embedding `(…, hidden)` of a micro-batch and its layer inputs; `packed` runs it
+    /// without padding, `sp` (packed only) splits the sequence over a Ulysses group.
+    pub(super) fn new(
+        model: &Model,
+        mb: &Batch,
+        packed: bool,
+        sp: Option<&ProcessGroup>,
+    ) -> Result<(Tensor, Self)> {
+        let ids = mb.get("input_ids")?;
+        let pos = mb.get("position_ids")?;
+        let key_valid = mb.get("attention_mask")?;
+        let t = ids.size().get(1).copied().unwrap_or(0);
+        let (start, r) = head::window(mb)?;
+        if !packed {
+            let x = Tensor::f_embedding(&model.embed_tokens, ids, -1, false, false)?;
+            let (cos, sin) = model.rotary().cos_sin(pos, x.kind());
+            let layout = Layout::Padded {
+                mask: causal_padding_mask(key_valid, 0, t),
+                window_start: start,
+                window_len: r,
+                window_mask: causal_window_mask(key_valid, start, r),
+            };
+            let ids = ids.shallow_clone();
+            return Ok((
+                x,
+                LayerInputs {
+                    ids,
+                    cos,
+                    sin,
+                    layout,
+                },
+            ));
+        }
+        let packing = Packing::new(key_valid).map_err(EngineError::Batch)?;
+        let window = packing.window(start, r);
+        let spans = packing.attention_spans();
+        let (mut ids, mut pos) = (packing.pack(ids), packing.pack(pos));
+        let layout = match sp.filter(|g| g.size() > 1) {
+            None => Layout::Packed { spans, window },
+            Some(group) => {
+                let p = group.size() as i64;
+                let n = packing.len();
+                let per = (n + p - 1) / p;
+                // Pad to `p` equal shards; the padding tokens belong to no span, so attention
+                // gives them zeros and the head never reads them.
+                if per * p > n {
+                    let pad = Tensor::zeros([1, per * p - n], (Kind::Int64, ids.device()));
+                    ids = Tensor::f_cat(&[&ids, &pad], 1)?;
+                    pos = Tensor::f_cat(&[&pos, &pad], 1)?;
+                }
+                let me = group.rank() as i64;
+                ids = ids.f_narrow(1, me * per, per)?;
+                pos = pos.f_narrow(1, me * per, per)?;
+                let shard = SequenceShard::new(group, &window, per)?;
+                Layout::Ulysses {
+                    spans,
+                    window,
+                    shard,
+                }
+            }
+        };
+        let x = Tensor::f_embedding(&model.embed_tokens, &ids, -1, false, false)?;
+        let (cos, sin) = model.rotary().cos_sin(&pos, x.kind());
+        Ok((
+            x,
+            LayerInputs {
+                ids,
+                cos,
+                sin,
+                layout,
+            },
+        ))
+    }
+
+    /// The embedding again (for its backward).
+    pub(super) fn embed(&self, model: &Model) -> Result<Tensor> {
+        Ok(Tensor::f_embedding(
+            &model.embed_tokens,
+            &self.ids,
+            -1,
+            false,
+            false,
+        )?)
+    }
+
+    /// Layer `i` of `layers` on its input `x`; the last layer returns only the head's window
+    /// (except under Ulysses, where each rank's shard goes through whole).
+    pub(super) fn layer_forward(
+        &self,
+        layers: &[DecoderLayer],
+        i: usize,
+        x: &Tensor,
+    ) -> Result<Tensor> {
+        let (layer, last) = (&layers[i], i + 1 == layers.len());
+        let (cos, sin) = (&self.cos, &self.sin);
+        Ok(match &self.layout {
+            Layout::Padded { mask, .. } if !last => layer.forward(x, cos, sin, Some(mask), None),
+            Layout::Padded {
+                window_start,
+                window_len,
+                window_mask,
+                ..
+            } => layer.forward_window(x, *window_start, *window_len, cos, sin, window_mask),
+            Layout::Packed { spans, .. } if !last => layer.forward_packed(x, cos, sin, None, spans),
+            Layout::Packed { window, .. } => {
+                layer.forward_packed(x, cos, sin, Some(&window.tokens), &window.spans)
+            }
+            Layout::Ulysses { spans, shard, .. } => layer.forward_with(x, |attn, normed| {
+                ulysses_attention(attn, normed, cos, sin, spans, &shard.group)
+            })?,
+        })
+    }
+
+    /// The head's output from the last layer's output `last`.
+    pub(super) fn head_output<H: FsdpHead>(
+        &self,
+        module: &H,
+        last: &Tensor,
+        mb: &Batch,
+        fwd: &ForwardOptions,
+    ) -> Result<H::Output> {
+        let hidden = module.backbone().final_norm().forward(last);
+        match &self.layout {
+            Layout::Padded { .. } => module.output_from_window(&hidden, mb, fwd),
+            Layout::Packed { window, .. } => {
+                let labels = window.labels(mb.get("input_ids")?);
+                let columns = module.token_columns(&hidden, &labels, fwd)?;
+                module.output_from_columns(&window.unpack(&columns), fwd)
+            }
+            Layout::Ulysses { window, shard, .. } => {
+                let labels = window.labels(mb.get("input_ids")?);
+                let mine = hidden.f_index_select(1, &shard.local_window)?;
+                let my_labels = shard.my_labels(&labels)?;
+                let columns = module.token_columns(&mine, &my_labels, fwd)?;
+                let all = shard.gather(&columns)?;
+                module.output_from_columns(&window.unpack(&all), fwd)
+            }
+        }
+    }
+}
+
+impl SequenceShard {
+    fn new(group: &ProcessGroup, window: &PackedWindow, per: i64) -> Result<Self> {
+        let p = group.size();
+        let me = group.rank() as i64;
+        let tokens = window.token_list();
+        // Window tokens are in packed order, so each rank's are one run of them.
+        let mut counts = vec![0i64; p];
+        let mut pick = Vec::with_capacity(tokens.len());
+        let (mut local, mut first_mine) = (Vec::new(), None);
+        for (i, &k) in tokens.iter().enumerate() {
+            let owner = (k / per) as usize;
+            pick.push((owner, counts[owner]));
+            counts[owner] += 1;
+            if owner as i64 == me {
+                first_mine.get_or_insert(i as i64);
+                local.push(k - me * per);
+            }
+        }
+        // Rank `owner` writes its j-th window token at row owner * per_rank + j.
+        let per_rank = counts.iter().copied().max().unwrap_or(0).max(1);
+        let pick: Vec<i64> = pick
+            .into_iter()
+            .map(|(owner, j)| owner as i64 * per_rank + j)
+            .collect();
+        let device = window.tokens.device();
+        Ok(SequenceShard {
+            group: group.clone(),
+            mine: (first_mine.unwrap_or(0), local.len() as i64),
+            local_window: Tensor::from_slice(&local).to_device(device),
+            per_rank,
+            pick: Tensor::from_slice(&pick).to_device(device),
+        })
+    }
+
+    /// This rank's labels among the window's `(1, M)`.
+    fn my_labels(&self, labels: &Tensor) -> Result<Tensor> {
+        Ok(labels.f_narrow(1, self.mine.0, self.mine.1)?)
+    }
+
+    /// Every rank's per-token columns `(1, m, C)` joined into the window's `(1, M, C)`.
+    fn gather(&self, columns: &Tensor) -> Result<Tensor> {
+        let m = columns.size()[1];
+        let padded = if m < self.per_rank {
+            let mut s = columns.size();
+            s[1] = self.per_rank - m;
+            let pad = Tensor::zeros(&s[..], (columns.kind(), columns.device()));
+            Tensor::f_cat(&[columns, &pad], 1)?
+        } else {
+            columns.shallow_clone()
+        };
+        let all = self
+            .group
+            .gather_same_differentiable(&padded, 1)
+            .map_err(FsdpError::from)?;
+        Ok(all.f_index_select(1, &self.pick)?)
+    }
+}
+
+/// Attention of this rank's sequence shard `x` `(1, n, hidden)` under Ulysses: query, key and
+/// value heads of the shard are exchanged for a shard of the heads over the whole packed
+/// sequence (one all-to-all), attended per sequence, and exchanged back (another).
+fn ulysses_attention(
+    attn: &Attention,
+    x: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    spans: &[AttentionSpan],
+    group: &ProcessGroup,
+) -> Result<Tensor> {
+    let [q, k, v] = attn.packed_heads(x, cos, sin);
+    let (h, kv) = attn.head_counts();
+    let p = group.size() as i64;
+    // Key/value heads that do not split over the group are repeated to one per query head.
+    let (k, v, gqa) = if kv % p == 0 {
+        (k, v, h != kv)
+    } else {
+        let rep = h / kv;
+        (
+            k.f_repeat_interleave_self_int(rep, Some(1), None)?,
+            v.f_repeat_interleave_self_int(rep, Some(1), None)?,
+            false,
+        )
+    };
+    let (n, d) = (x.size()[1], q.size()[3]);
+    let kvh = k.size()[1];
+    let (hq, hk) = (h / p, kvh / p);
+    // Destination-major: rank j's query, key and value heads side by side.
+    let qkv = Tensor::f_cat(
+        &[
+            q.f_reshape([1, p, hq, n, d])?,
+            k.f_reshape([1, p, hk, n, d])?,
+            v.f_reshape([1, p, hk, n, d])?,
+        ],
+        2,
+    )?
+    .f_reshape([1, p * (hq + 2 * hk), n, d])?;
+    let full = group
+        .all_to_all_differentiable(&qkv, 1, 2)
+        .map_err(FsdpError::from)?;
+    let q = full.f_narrow(1, 0, hq)?;
+    let k = full.f_narrow(1, hq, hk)?;
+    let v = full.f_narrow(1, hq + hk, hk)?;
+    let y = attend_spans(&q, &k, &v, spans, gqa);
+    let y = group
+        .all_to_all_differentiable(&y, 2, 1)
+        .map_err(FsdpError::from)?;
+    Ok(attn.merge_heads(&y))
+}
