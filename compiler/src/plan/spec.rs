@@ -957,6 +957,17 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                     format!("with `{checkpointing_key}` off the binary keeps each layer's gathered parameters from its forward to its backward (PyTorch FSDP frees and gathers them again), so `{}.reshard_after_forward` frees nothing in between: memory grows by the model's parameters in the compute dtype", role.engine_key),
                 );
             }
+            let engine_sp_key = format!("{}.ulysses_sequence_parallel_size", role.engine_key);
+            if f.ulysses_sequence_parallel_size > 1
+                && role.role != "reference policy"
+                && role.ulysses.1 != engine_sp_key
+                && role.ulysses.0 != f.ulysses_sequence_parallel_size
+            {
+                l.no_effect(
+                    &engine_sp_key,
+                    format!("`{engine_sp_key}` has no effect: verl's legacy workers (trainer.use_legacy_worker_impl) read `{}` instead", role.ulysses.1),
+                );
+            }
             EngineSpec::Fsdp(FsdpEngineSpec {
                 param_offload: flags.params,
                 optimizer_offload: flags.optimizer,

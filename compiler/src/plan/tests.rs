@@ -861,15 +861,15 @@ fn unsupported_settings_are_reported_at_their_line_before_any_build() {
             c.lowered.diagnostics
         );
     }
-    // From overrides: a logger verlc has not, a second tokenizer, Ulysses; wandb (the logger
-    // verl's examples use) and a scheduler are implemented.
+    // From overrides: a logger verlc has not, a second tokenizer, a Ulysses degree the one
+    // rank cannot hold; wandb (the logger verl's examples use) and a scheduler are implemented.
     for (o, key) in [
         ("trainer.logger=[console,swanlab]", "trainer.logger"),
         ("trainer.logger=[console,wandb,mlflow]", ""),
         ("data.tokenizer=other/tokenizer", "data.tokenizer"),
         (
-            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
-            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
         ),
         ("actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", ""),
     ] {
@@ -924,6 +924,58 @@ fn gradient_checkpointing_binds_and_says_what_it_costs() {
         0,
         "verl's default: {:#?}",
         c.lowered.diagnostics
+    );
+}
+
+/// `use_remove_padding` and a Ulysses degree reach the FSDP engine spec of actor, reference
+/// and critic; the data-parallel size (and so the per-rank batch) is the world over Ulysses,
+/// and verl's token budgets scale by it.
+#[test]
+fn packing_and_ulysses_lower_to_the_engine_specs() {
+    use verlc_spec::trainer::EngineSpec;
+    let c = case(
+        BASE,
+        &[
+            "trainer.n_gpus_per_node=2",
+            "algorithm.adv_estimator=gae",
+            "actor_rollout_ref.model.use_remove_padding=true",
+            "critic.model.use_remove_padding=true",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "critic.ulysses_sequence_parallel_size=2",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=48",
+        ],
+    );
+    assert!(!c.codes().contains(&"B018"), "{:#?}", c.lowered.diagnostics);
+    let s = &c.lowered.plan.spec;
+    let critic = s.critic.as_ref().expect("a critic");
+    let reference = s.reference.as_ref().expect("a reference");
+    for engine in [&s.actor.engine, &critic.engine, &reference.engine] {
+        let EngineSpec::Fsdp(f) = engine else {
+            panic!("FSDP engines")
+        };
+        assert!(f.remove_padding && f.ulysses == 2, "{f:?}");
+    }
+    // 32 prompts × 4 samples over one data-parallel rank (2 ranks / Ulysses 2).
+    assert_eq!(s.actor.update.ppo_mini_batch_size, 16 * 4);
+    assert_eq!(s.actor.update.ppo_max_token_len, Some(96));
+    // Packing is verl's default; switched off, verl refuses Ulysses (V020 in check).
+    let c = case(
+        BASE,
+        &[
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.model.use_remove_padding=false",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+        ],
+    );
+    assert!(
+        c.checked
+            .diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Error),
+        "{:#?}",
+        c.checked.diagnostics
     );
 }
 

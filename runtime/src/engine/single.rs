@@ -153,9 +153,12 @@ impl<H: Head> SingleEngine<H> {
         })
     }
 
-    /// The head's forward, packed when the settings say so.
+    /// The head's forward, packed when the settings say so and the micro-batch has enough
+    /// padding to gain from it ([`crate::model::packed::worth_packing`]).
     fn forward(&self, mb: &Batch, fwd: &ForwardOptions) -> Result<H::Output> {
-        if self.settings.remove_padding {
+        if self.settings.remove_padding
+            && crate::model::packed::worth_packing(mb.get("attention_mask")?)
+        {
             self.module.forward_packed(mb, fwd)
         } else {
             self.module.forward(mb, fwd)

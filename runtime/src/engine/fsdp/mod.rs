@@ -516,13 +516,13 @@ impl<H: FsdpHead> FsdpEngine<H> {
     }
 
     /// Embedding and the layers' inputs of a micro-batch (the root is gathered).
+    /// Packed when the settings say so and the micro-batch has enough padding to gain from it;
+    /// always under Ulysses, which splits the packed tokens.
     fn inputs(&self, mb: &Batch) -> Result<(Tensor, LayerInputs)> {
-        LayerInputs::new(
-            self.module.backbone(),
-            mb,
-            self.settings.engine.remove_padding,
-            self.sp.as_ref(),
-        )
+        let packed = self.settings.engine.remove_padding
+            && (self.sp.is_some()
+                || crate::model::packed::worth_packing(mb.get("attention_mask")?));
+        LayerInputs::new(self.module.backbone(), mb, packed, self.sp.as_ref())
     }
 
     /// Layer `i` on its input `x`; the last layer returns only the head's window.
