@@ -3,7 +3,8 @@
 //! same update in PyTorch eager with transformers. Prints one JSON line: the per-step wall
 //! times and, for the parity check, the first step's loss and grad norm.
 //!
-//! Usage: train_step MODEL_DIR BATCH.safetensors MICRO_BATCH STEPS THREADS
+//! Usage: train_step MODEL_DIR BATCH.safetensors MICRO_BATCH STEPS THREADS [PACKED]
+//! (PACKED 1: `use_remove_padding`, the micro-batches run without their padding).
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -29,6 +30,7 @@ fn main() -> Result<(), Error> {
     let micro: usize = arg(3)?.parse()?;
     let steps: usize = arg(4)?.parse()?;
     let threads: i32 = arg(5)?.parse()?;
+    let packed = std::env::args().nth(6).is_some_and(|a| a == "1");
     tch::set_num_threads(threads);
     // What a verlc trainer does at start-up (runtime::host_alloc).
     runtime::host_alloc::keep_freed_memory();
@@ -70,7 +72,7 @@ fn main() -> Result<(), Error> {
         loss_scaling: LossScaling::NONE,
         lora: None,
         config_overrides: Default::default(),
-        remove_padding: false,
+        remove_padding: packed,
     })?;
     let fwd = ForwardOptions::default();
     let mut times = Vec::new();

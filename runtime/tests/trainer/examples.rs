@@ -1,18 +1,22 @@
 //! What builds runs as written: verl 0.7.0's example launch configs
 //! (`tests/fixtures/verl_examples/overrides.json`), retargeted to the built-in tiny model and
-//! task on one CPU process, either lower to a spec (what `verlc build` accepts) or are refused
-//! with B/V/S diagnostics at the lines that decided them; every spec that lowers starts and
-//! trains two steps. Nothing is refused at start-up.
+//! task on 2 CPU ranks, either lower to a spec (what `verlc build` accepts) or are refused
+//! with B/V/S diagnostics at the lines that decided them; every spec that lowers starts on 2
+//! rank processes (what a trainer binary runs: `runtime::trainer::run_with` with the strategy's
+//! roles) and trains two steps. Nothing is refused at start-up.
 //!
 //! Retargeting keeps each example's algorithm, losses, optimizer, schedule, engine and
 //! offload choices, and replaces what this machine cannot have: the model and data (built-in),
-//! the device and world (one CPU process, so model-parallel sizes become 1), batch sizes,
+//! the device and world (2 CPU ranks, parallel degrees clipped to fit them), batch sizes,
 //! the step count, paths (checkpoints, custom reward files) and the logger (console; wandb and
 //! MLflow, which verl's examples name, are tested with their SDKs in `logging.rs`). Examples that differ only in values that do not change
 //! what the trainer does are run once (one spec per distinct algorithm × binding).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
 
+use runtime::dist::{InitOptions, ProcessGroup};
 use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use serde_json::Value;
 use verlc::load::compose::LoadRequest;
@@ -20,15 +24,21 @@ use verlc::plan::{SpecOutcome, lower_request};
 use verlc_spec::TrainerSpec;
 use verlc_spec::binding::StrategyKind;
 
+use crate::common::spawn_ranks;
 use crate::support::{quiet, repo, scratch};
 
-const TINY: &str = "'builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1'";
+/// Two layers and two key/value heads: pipeline and tensor parallelism of 2 have a layer and
+/// a head each.
+const TINY: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2'";
+const WORLD: usize = 2;
+const CHILD: &str = "examples::example_rank_child";
+const SPEC_ENV: &str = "VERLC_EXAMPLE_SPEC";
 
 fn retarget(dir: &std::path::Path) -> Vec<String> {
     let mut o: Vec<String> = [
         "trainer.device=cpu",
         "trainer.nnodes=1",
-        "trainer.n_gpus_per_node=1",
+        "trainer.n_gpus_per_node=2",
         "trainer.total_training_steps=2",
         "trainer.total_epochs=1",
         "trainer.test_freq=-1",
@@ -130,30 +140,41 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
     out
 }
 
-/// Sequence-parallel sizes of one process (only the FSDP tree has Ulysses keys).
-fn fsdp_world_of_one() -> Vec<String> {
-    ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"]
+/// The example's parallel degrees clipped to the 2 ranks: each at most 2, and a role's
+/// tensor × pipeline parallelism at most the world (pipeline stages give way to tensor
+/// parallelism when an example asks for both). The rollout's own degrees were set above.
+fn clip_parallel(overrides: &mut [String]) {
+    const DEGREES: [&str; 5] = [
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+        "ulysses_sequence_parallel_size",
+    ];
+    let degree = |o: &str| -> Option<(String, &'static str, usize)> {
+        let (key, value) = o.split_once('=')?;
+        let name = DEGREES.iter().find(|d| key.ends_with(*d))?;
+        let v = value.trim().parse::<usize>().ok()?;
+        (!key.contains("rollout.")).then(|| (key.trim_end_matches(name).to_owned(), *name, v))
+    };
+    let tensor_parallel_roles: Vec<String> = overrides
         .iter()
-        .map(|r| format!("{r}.ulysses_sequence_parallel_size=1"))
-        .collect()
-}
-
-/// Model-parallel sizes of one CPU process (only for the Megatron flavour, whose tree has them).
-fn megatron_world_of_one() -> Vec<String> {
-    let mut o = Vec::new();
-    for role in ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"] {
-        for (k, v) in [
-            ("tensor_model_parallel_size", "1"),
-            ("pipeline_model_parallel_size", "1"),
-            ("context_parallel_size", "1"),
-            ("expert_model_parallel_size", "1"),
-            ("expert_tensor_parallel_size", "null"),
-            ("virtual_pipeline_model_parallel_size", "null"),
-        ] {
-            o.push(format!("{role}.megatron.{k}={v}"));
-        }
+        .filter_map(|o| degree(o))
+        .filter(|(_, name, v)| *name == "tensor_model_parallel_size" && *v > 1)
+        .map(|(prefix, ..)| prefix)
+        .collect();
+    for o in overrides.iter_mut() {
+        let Some((prefix, name, v)) = degree(o) else {
+            continue;
+        };
+        let clipped =
+            if name == "pipeline_model_parallel_size" && tensor_parallel_roles.contains(&prefix) {
+                1
+            } else {
+                v.min(WORLD)
+            };
+        *o = format!("{prefix}{name}={clipped}");
     }
-    o
 }
 
 /// What the run depends on once retargeted: the binding and the algorithm's switches.
@@ -182,30 +203,54 @@ fn signature(s: &TrainerSpec) -> String {
     )
 }
 
-fn train_two_steps(spec: &TrainerSpec) -> Result<(), String> {
-    let opts = quiet();
-    let one_rank_group = || {
-        let mut env = runtime::dist::DistEnv::single();
-        env.master_port = runtime::dist::free_port(&env.master_addr).map_err(|e| e.to_string())?;
-        runtime::dist::ProcessGroup::init(&env, &runtime::dist::InitOptions::default())
-            .map_err(|e| e.to_string())
+/// One rank of the 2-rank run whose spec is the JSON file `$VERLC_EXAMPLE_SPEC`: trains it and
+/// writes the last step it reached next to the spec.
+#[test]
+fn example_rank_child() {
+    let Ok(file) = std::env::var(SPEC_ENV) else {
+        return;
     };
+    let file = PathBuf::from(file);
+    tch::set_num_threads(1);
+    let spec: TrainerSpec =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("spec")).expect("spec json");
+    let world = ProcessGroup::init_from_env(&InitOptions {
+        timeout: Duration::from_secs(120),
+        ..InitOptions::default()
+    })
+    .expect("init process group");
+    let rank = world.rank();
     let summary = match spec.binding.strategy {
         StrategyKind::Megatron => {
-            runtime::trainer::run_with(spec, &opts, MegatronRoles { world: None })
+            runtime::trainer::run_with(&spec, &quiet(), MegatronRoles { world: Some(world) })
         }
-        _ if spec.binding.offload.params => runtime::trainer::run_with(
-            spec,
-            &opts,
-            FsdpRoles {
-                world: one_rank_group()?,
-            },
-        ),
-        _ => runtime::trainer::run(spec, &opts),
+        _ => runtime::trainer::run_with(&spec, &quiet(), FsdpRoles { world }),
     }
+    .expect("the run trains");
+    std::fs::write(
+        file.with_extension(format!("rank{rank}")),
+        summary.last_step.to_string(),
+    )
+    .expect("write result");
+}
+
+/// Trains `spec` for its two steps on 2 rank processes.
+fn train_two_steps(spec: &TrainerSpec, dir: &std::path::Path, i: usize) -> Result<(), String> {
+    let file = dir.join(format!("spec{i}.json"));
+    std::fs::write(
+        &file,
+        serde_json::to_string(spec).map_err(|e| e.to_string())?,
+    )
     .map_err(|e| e.to_string())?;
-    if summary.last_step != 2 {
-        return Err(format!("trained to step {}", summary.last_step));
+    spawn_ranks(CHILD, WORLD, &[(SPEC_ENV, file.display().to_string())])
+        .wait(Some(Duration::from_secs(240)))
+        .map_err(|e| e.to_string())?;
+    for rank in 0..WORLD {
+        let step = std::fs::read_to_string(file.with_extension(format!("rank{rank}")))
+            .map_err(|e| format!("rank {rank}: {e}"))?;
+        if step.trim() != "2" {
+            return Err(format!("rank {rank} trained to step {step}"));
+        }
     }
     Ok(())
 }
@@ -264,11 +309,7 @@ fn verl_examples_that_build_start_and_train_two_steps() {
                 tiny_adapter(&dir).display()
             ));
         }
-        if base.contains("megatron") {
-            overrides.extend(megatron_world_of_one());
-        } else {
-            overrides.extend(fsdp_world_of_one());
-        }
+        clip_parallel(&mut overrides);
         let req = LoadRequest {
             base: Some(base),
             overrides,
@@ -314,8 +355,8 @@ fn verl_examples_that_build_start_and_train_two_steps() {
         "only {n_built} of {accepted} of verl's examples build once retargeted; refused: {refused:#?}"
     );
     let mut failed = Vec::new();
-    for (sig, (script, spec)) in &built {
-        if let Err(e) = train_two_steps(spec) {
+    for (i, (sig, (script, spec))) in built.iter().enumerate() {
+        if let Err(e) = train_two_steps(spec, &dir, i) {
             failed.push(format!("{script} [{sig}]: {e}"));
         }
     }
