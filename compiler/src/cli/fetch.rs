@@ -11,7 +11,7 @@ use verlc::codes;
 use verlc::diag::Diagnostic;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::BuildPlan;
-use verlc::plan::models::{hub_models, reward_model_checkpoint};
+use verlc::plan::models::{decoder_problems, hub_models, reward_model_checkpoint};
 use verlc_hub::{HubEnv, HubError, RepoId, Snapshot, find_snapshot};
 
 use super::EXIT_USAGE;
@@ -151,6 +151,22 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
                 .with_key(m.key)
                 .with_primary(origin, "this Hub id")
                 .with_help(help),
+            );
+        }
+    }
+    if out.is_empty() {
+        for (key, why) in decoder_problems(&plan.spec, &env) {
+            let origin = root
+                .get_path(&split_key(key))
+                .and_then(|n| n.origin.clone());
+            out.push(
+                Diagnostic::error(
+                    codes::BUILD_UNSUPPORTED_SETTING,
+                    format!("the model cannot be built: {why}"),
+                )
+                .with_key(key)
+                .with_primary(origin, "model named here")
+                .with_help("name a dense Llama, Qwen2 or Qwen3 checkpoint (mixture-of-experts models are not implemented)"),
             );
         }
     }

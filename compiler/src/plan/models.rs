@@ -63,24 +63,62 @@ pub fn reward_model_checkpoint(spec: &TrainerSpec, env: &HubEnv) -> Option<Strin
     classifier_problem(&dir)
 }
 
-fn classifier_problem(dir: &Path) -> Option<String> {
+/// The policy, reference and critic models whose `config.json` (when at hand) is no decoder
+/// the trainer implements (a mixture-of-experts or another family), with the key naming each.
+pub fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
+    let mut paths = vec![(
+        "actor_rollout_ref.model.path",
+        spec.actor.model_path.as_str(),
+    )];
+    if let Some(r) = &spec.reference {
+        paths.push(("actor_rollout_ref.ref.model.path", r.model_path.as_str()));
+    }
+    if let Some(c) = &spec.critic {
+        paths.push(("critic.model.path", c.model_path.as_str()));
+    }
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    for (key, path) in paths {
+        let Some(dir) = (match locate(path, None, env) {
+            Ok(ModelLocation::Builtin) | Err(_) => None,
+            Ok(loc) => loc.dir().map(Path::to_path_buf),
+        }) else {
+            continue;
+        };
+        if let Some(why) = decoder_problem(&dir).filter(|w| out.iter().all(|(_, o)| o != w)) {
+            out.push((key, why));
+        }
+    }
+    out
+}
+
+fn read_config(dir: &Path) -> Result<Value, String> {
     let file = dir.join("config.json");
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) => return Some(format!("cannot read {}: {e}", file.display())),
-    };
-    let cfg: Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => return Some(format!("{} is not JSON: {e}", file.display())),
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", file.display()))
+}
+
+fn decoder_problem(dir: &Path) -> Option<String> {
+    let cfg = match read_config(dir) {
+        Ok(c) => c,
+        Err(e) => return Some(e),
     };
     let model_type = cfg.get("model_type").and_then(Value::as_str).unwrap_or("");
-    if !DECODERS.contains(&model_type) {
-        return Some(format!(
+    (!DECODERS.contains(&model_type)).then(|| {
+        format!(
             "{} has model_type `{model_type}`; verlc's models are {}",
-            file.display(),
+            dir.join("config.json").display(),
             DECODERS.join(", ")
-        ));
+        )
+    })
+}
+
+fn classifier_problem(dir: &Path) -> Option<String> {
+    let file = dir.join("config.json");
+    if let Some(why) = decoder_problem(dir) {
+        return Some(why);
     }
+    let cfg = read_config(dir).ok()?;
     let archs: Vec<&str> = cfg
         .get("architectures")
         .and_then(Value::as_array)

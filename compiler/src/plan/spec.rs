@@ -881,19 +881,24 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                     "set it to 1",
                 );
             }
-            if m.expert_model_parallel_size != 1 {
-                l.unsupported(
-                    &key("expert_model_parallel_size"),
-                    "expert parallelism is not implemented (verlc's models are dense)",
-                    "set it to 1",
-                );
-            }
-            if m.expert_tensor_parallel_size.is_some_and(|v| v > 1) {
-                l.unsupported(
-                    &key("expert_tensor_parallel_size"),
-                    "expert tensor parallelism is not implemented (verlc's models are dense)",
-                    "set it to null or 1",
-                );
+            // Expert parallel degrees place expert layers only: verlc's models are dense (the
+            // build refuses a mixture-of-experts config.json), so they change nothing.
+            for (set, name) in [
+                (
+                    m.expert_model_parallel_size > 1,
+                    "expert_model_parallel_size",
+                ),
+                (
+                    m.expert_tensor_parallel_size.is_some_and(|v| v > 1),
+                    "expert_tensor_parallel_size",
+                ),
+            ] {
+                if set {
+                    l.no_effect(
+                        &key(name),
+                        format!("`{}` has no effect: verlc's models are dense, with no expert layers to place", key(name)),
+                    );
+                }
             }
             if let Some(v) = m.virtual_pipeline_model_parallel_size.filter(|v| *v > 1) {
                 l.unsupported(

@@ -172,7 +172,8 @@ table! {
 
     // Engine sections: Megatron.
     "**.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,sequence_parallel,use_distributed_optimizer}" => Implemented("engine (Megatron)"),
-    "**.megatron.{context_parallel_size,expert_model_parallel_size,expert_tensor_parallel_size,virtual_pipeline_model_parallel_size}" => Checked("engine (Megatron): 1 or null only"),
+    "**.megatron.{context_parallel_size,virtual_pipeline_model_parallel_size}" => Checked("engine (Megatron): 1 or null only"),
+    "**.megatron.{expert_model_parallel_size,expert_tensor_parallel_size}" => Checked("nothing: a B006 warning (verlc's models are dense; a mixture-of-experts config.json is refused at build)"),
     "**.megatron.{param_offload,grad_offload}" => Checked("nothing: a B006 warning on CPU, B018 on CUDA (the engine keeps its shards on the device)"),
     "**.megatron.optimizer_offload" => Implemented("binding.offload"),
     "**.megatron.dtype" => Implemented("binding.precision"),

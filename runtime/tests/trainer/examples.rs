@@ -48,7 +48,7 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
         "trainer.resume_mode=disable",
         "data.train_files='builtin://digit_reversal?split=train&size=64'",
         "data.val_files='builtin://digit_reversal?split=test&size=8'",
-        "data.train_batch_size=4",
+        "data.train_batch_size=8",
         "data.max_prompt_length=32",
         "data.max_response_length=4",
         "data.filter_overlong_prompts=false",
@@ -62,8 +62,8 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.data_parallel_size=1",
         "actor_rollout_ref.rollout.pipeline_model_parallel_size=1",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "critic.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "critic.ppo_mini_batch_size=4",
         "custom_reward_function.path=null",
     ]
     .map(str::to_owned)
@@ -76,7 +76,7 @@ fn retarget(dir: &std::path::Path) -> Vec<String> {
         "trainer.default_local_dir={}",
         dir.join("ckpt").display()
     ));
-    // Micro-batches: the per-GPU key (2 divides any mini-batch of 2 prompts × n), the
+    // Micro-batches: the per-GPU key (2 divides any rank's share of 4 prompts × n), the
     // deprecated global one cleared.
     for (per_gpu, global) in [
         (
@@ -157,23 +157,44 @@ fn clip_parallel(overrides: &mut [String]) {
         let v = value.trim().parse::<usize>().ok()?;
         (!key.contains("rollout.")).then(|| (key.trim_end_matches(name).to_owned(), *name, v))
     };
-    let tensor_parallel_roles: Vec<String> = overrides
-        .iter()
-        .filter_map(|o| degree(o))
-        .filter(|(_, name, v)| *name == "tensor_model_parallel_size" && *v > 1)
-        .map(|(prefix, ..)| prefix)
-        .collect();
+    // Roles whose (clipped) degree `name` is above 1.
+    let above_one = |overrides: &[String], name: &str| -> Vec<String> {
+        overrides
+            .iter()
+            .filter_map(|o| degree(o))
+            .filter(|(_, n, v)| *n == name && *v > 1)
+            .map(|(prefix, ..)| prefix)
+            .collect()
+    };
+    // Tensor parallelism first, then context, then pipeline parallelism: each keeps its degree
+    // (at most 2) only when the role's earlier ones left room in the 2 ranks.
+    let mut taken: Vec<String> = Vec::new();
+    for name in [
+        "tensor_model_parallel_size",
+        "context_parallel_size",
+        "pipeline_model_parallel_size",
+    ] {
+        for o in overrides.iter_mut() {
+            if let Some((prefix, n, v)) = degree(o).filter(|(_, n, _)| *n == name) {
+                let clipped = if taken.contains(&prefix) {
+                    1
+                } else {
+                    v.min(WORLD)
+                };
+                *o = format!("{prefix}{n}={clipped}");
+            }
+        }
+        taken.extend(above_one(overrides, name));
+    }
     for o in overrides.iter_mut() {
-        let Some((prefix, name, v)) = degree(o) else {
-            continue;
-        };
-        let clipped =
-            if name == "pipeline_model_parallel_size" && tensor_parallel_roles.contains(&prefix) {
-                1
-            } else {
-                v.min(WORLD)
-            };
-        *o = format!("{prefix}{name}={clipped}");
+        if let Some((prefix, n, v)) = degree(o).filter(|(_, n, _)| {
+            matches!(
+                *n,
+                "expert_model_parallel_size" | "ulysses_sequence_parallel_size"
+            )
+        }) {
+            *o = format!("{prefix}{n}={}", v.min(WORLD));
+        }
     }
 }
 
@@ -353,6 +374,18 @@ fn verl_examples_that_build_start_and_train_two_steps() {
     assert!(
         n_built * 5 >= accepted * 4,
         "only {n_built} of {accepted} of verl's examples build once retargeted; refused: {refused:#?}"
+    );
+    // What the 2 ranks run: how many runs split sequences (Ulysses) or the model (Megatron).
+    let split = |f: &dyn Fn(&verlc_spec::trainer::EngineSpec) -> bool| {
+        built.values().filter(|(_, s)| f(&s.actor.engine)).count()
+    };
+    eprintln!(
+        "on 2 ranks: {} runs with Ulysses, {} with packing, {} Megatron runs with tensor or pipeline parallelism",
+        split(&|e| e.ulysses() > 1),
+        split(&|e| e.remove_padding()),
+        split(
+            &|e| matches!(e, verlc_spec::trainer::EngineSpec::Megatron(m) if m.tensor_parallel * m.pipeline_parallel > 1)
+        ),
     );
     let mut failed = Vec::new();
     for (i, (sig, (script, spec))) in built.iter().enumerate() {
