@@ -147,10 +147,15 @@ fn a_newer_release_lowers_for_a_build() {
         }
         SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
     }
-    // Ulysses set by the user: refused at its override, as on the modelled release.
+    // Ulysses set by the user lowers as on the modelled release (8 GPUs: 4 groups of 2) ...
     let key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
     match lower_request(&req(&[&format!("{key}=2")])) {
-        SpecOutcome::Ok { .. } => panic!("a Ulysses degree must be refused"),
+        SpecOutcome::Ok { spec, .. } => assert_eq!(spec.actor.engine.ulysses(), 2),
+        SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+    }
+    // ... and a degree the world cannot be split by is refused at its override.
+    match lower_request(&req(&[&format!("{key}=3")])) {
+        SpecOutcome::Ok { .. } => panic!("a Ulysses degree of 3 on 8 ranks must be refused"),
         SpecOutcome::Errors(c) => assert!(
             c.diagnostics
                 .iter()
