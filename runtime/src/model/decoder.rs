@@ -178,17 +178,7 @@ impl Attention {
         cache: Option<&mut KvCache>,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
-        let q = apply_rotary(
-            &self.heads(x, &self.q_proj, self.heads, &self.q_norm),
-            cos,
-            sin,
-        );
-        let k = apply_rotary(
-            &self.heads(x, &self.k_proj, self.kv_heads, &self.k_norm),
-            cos,
-            sin,
-        );
-        let v = self.heads(x, &self.v_proj, self.kv_heads, &None);
+        let [q, k, v] = self.qkv_heads(x, cos, sin);
         let (k, v) = match cache {
             Some(cache) => cache.update(self.layer, &k, &v),
             None => (k, v),
@@ -264,9 +254,9 @@ impl Attention {
 }
 
 impl Attention {
-    /// Query, key and value heads `(1, n, N, D)` of packed tokens `x` `(1, N, hidden)` at
-    /// rotary tables `cos`, `sin` `(1, 1, N, D)`.
-    pub(crate) fn packed_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 3] {
+    /// Query, key and value heads `(B, n, T, D)` of `x` `(B, T, hidden)` at rotary tables
+    /// `cos`, `sin` `(B, 1, T, D)` (packed tokens: `B` = 1).
+    pub(crate) fn qkv_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 3] {
         let q = apply_rotary(
             &self.heads(x, &self.q_proj, self.heads, &self.q_norm),
             cos,
@@ -307,7 +297,7 @@ impl Attention {
         spans: &[AttentionSpan],
     ) -> Tensor {
         let [q, k, v] = match queries {
-            None => self.packed_heads(x, cos, sin),
+            None => self.qkv_heads(x, cos, sin),
             Some(idx) => {
                 let k = apply_rotary(
                     &self.heads(x, &self.k_proj, self.kv_heads, &self.k_norm),

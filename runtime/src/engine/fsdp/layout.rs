@@ -272,7 +272,7 @@ fn ulysses_attention(
     spans: &[AttentionSpan],
     group: &ProcessGroup,
 ) -> Result<Tensor> {
-    let [q, k, v] = attn.packed_heads(x, cos, sin);
+    let [q, k, v] = attn.qkv_heads(x, cos, sin);
     let (h, kv) = attn.head_counts();
     let p = group.size() as i64;
     // Key/value heads that do not split over the group are repeated to one per query head.

@@ -207,6 +207,30 @@ impl<H: FsdpHead> std::fmt::Debug for FsdpEngine<H> {
     }
 }
 
+/// This rank's group among the blocks of `n` consecutive ranks of `all`, and among the
+/// strides (ranks `i, i + n, …`); `names` say which is which in errors.
+fn blocks_and_strides(
+    all: &ProcessGroup,
+    n: usize,
+    names: (&str, &str),
+) -> Result<(ProcessGroup, ProcessGroup)> {
+    let world = all.size();
+    let blocks: Vec<Vec<usize>> = (0..world / n)
+        .map(|b| (b * n..(b + 1) * n).collect())
+        .collect();
+    let strides: Vec<Vec<usize>> = (0..n).map(|i| (i..world).step_by(n).collect()).collect();
+    let missing = |what: &str| EngineError::Config(format!("this rank is in no {what} group"));
+    let block = all
+        .split(&blocks)
+        .map_err(FsdpError::from)?
+        .ok_or_else(|| missing(names.0))?;
+    let stride = all
+        .split(&strides)
+        .map_err(FsdpError::from)?
+        .ok_or_else(|| missing(names.1))?;
+    Ok((block, stride))
+}
+
 fn layer_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("model.layers.")?;
     rest.split('.').next()?.parse().ok()
@@ -239,28 +263,14 @@ impl<H: FsdpHead> FsdpEngine<H> {
                 "ulysses_sequence_parallel_size {u} must divide the world size {world}"
             )));
         }
-        let missing = |what: &str| EngineError::Config(format!("this rank is in no {what} group"));
         let (dp, sp) = if u > 1 {
-            let blocks: Vec<Vec<usize>> = (0..world / u)
-                .map(|b| (b * u..(b + 1) * u).collect())
-                .collect();
-            let strides: Vec<Vec<usize>> =
-                (0..u).map(|i| (i..world).step_by(u).collect()).collect();
-            let sp = all
-                .split(&blocks)
-                .map_err(FsdpError::from)?
-                .ok_or_else(|| missing("sequence-parallel"))?;
-            let dp = all
-                .split(&strides)
-                .map_err(FsdpError::from)?
-                .ok_or_else(|| missing("data-parallel"))?;
+            let (sp, dp) = blocks_and_strides(&all, u, ("sequence-parallel", "data-parallel"))?;
             (dp, Some(sp))
         } else {
             (all.clone(), None)
         };
-        let dp_all = all;
         let (group, replicate) = if fsdp_size < 0 || fsdp_size as usize >= world {
-            (dp_all.clone(), None)
+            (all.clone(), None)
         } else {
             let f = fsdp_size as usize;
             if f == 0 || !world.is_multiple_of(f) {
@@ -268,19 +278,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
                     "fsdp_size {fsdp_size} must divide the data-parallel size {world}"
                 )));
             }
-            let blocks: Vec<Vec<usize>> = (0..world / f)
-                .map(|b| (b * f..(b + 1) * f).collect())
-                .collect();
-            let strides: Vec<Vec<usize>> =
-                (0..f).map(|i| (i..world).step_by(f).collect()).collect();
-            let shard = dp_all
-                .split(&blocks)
-                .map_err(FsdpError::from)?
-                .ok_or_else(|| missing("shard"))?;
-            let rep = dp_all
-                .split(&strides)
-                .map_err(FsdpError::from)?
-                .ok_or_else(|| missing("replicate"))?;
+            let (shard, rep) = blocks_and_strides(&all, f, ("shard", "replicate"))?;
             (shard, Some(rep))
         };
         Self::build(settings, group, replicate, dp, sp)
