@@ -504,7 +504,14 @@ impl MegatronModule {
                     })?;
                     let full =
                         gather_tensor(&local.detach(), hf_shard_spec(name), tp, cfg.vocab_size)?;
-                    full.f_contiguous()?
+                    // Replicated parameters (norms; everything without TP) come back as views
+                    // of the live parameter: copy them, so what the caller keeps does not move
+                    // with later updates.
+                    if full.data_ptr() == local.data_ptr() {
+                        full.f_detach_copy()?
+                    } else {
+                        full.f_contiguous()?
+                    }
                 } else {
                     Tensor::f_zeros(shape.as_slice(), (kind, device))?
                 };

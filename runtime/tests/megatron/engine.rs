@@ -1,6 +1,7 @@
 //! The Megatron engine behind verl's actor and critic workers: PPO updates with TP=2 (with
 //! and without SP), PP=2 and DP=2 (2 Gloo ranks) give the single-process engine's metrics,
-//! log-probs, values and weights; its checkpoint restores an identical continuation.
+//! log-probs, values and weights; its checkpoint restores an identical continuation, and its
+//! weights load at another layout (pipeline parallel 2, one process).
 use runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
 use runtime::engine::{
@@ -241,6 +242,7 @@ rank_test!(actor_tp2_matches_single_engine, 2, |world| {
     let port = std::env::var("MASTER_PORT").unwrap();
     let dir = std::env::temp_dir().join(format!("verlc-megatron-engine-ckpt-{port}"));
     mega.engine.save_checkpoint(&dir).unwrap();
+    let saved = mega.engine.per_tensor_params().unwrap();
     let mut restored = Actor::new(
         megatron_engine(&world, (2, 1, 1), false),
         actor_settings(16),
@@ -269,6 +271,33 @@ rank_test!(actor_tp2_matches_single_engine, 2, |world| {
             &mega.engine.per_tensor_params().unwrap(),
             &restored.engine.per_tensor_params().unwrap()
         ),
+        0.0
+    );
+    // The weights load at another layout: pipeline parallel 2, and one process. (`saved` holds
+    // copies: the update above does not move them.)
+    let from_checkpoint = EngineSettings {
+        model_path: dir.join("huggingface").display().to_string(),
+        ..engine_settings()
+    };
+    let layout = RankLayout::megatron(1, 1, 2, 1).unwrap();
+    let pp2 = MegatronEngine::<CausalLm>::new(
+        from_checkpoint.clone(),
+        MegatronSettings {
+            groups: Some(ProcessGroups::new(&world, &layout).unwrap()),
+            parallel: ParallelSettings {
+                use_distributed_optimizer: true,
+                layout: LayoutOptions::default(),
+            },
+            param_groups: GroupPolicy::Single,
+            sequence_parallel: false,
+        },
+    )
+    .unwrap();
+    let got = pp2.per_tensor_params().unwrap();
+    assert_eq!(max_param_diff(&saved, &got), 0.0);
+    let one = SingleEngine::<CausalLm>::new(from_checkpoint).unwrap();
+    assert_eq!(
+        max_param_diff(&saved, &one.per_tensor_params().unwrap()),
         0.0
     );
     world.barrier().unwrap();
