@@ -130,19 +130,25 @@ pub trait Head: Sized {
     fn config(&self) -> &ModelConfig;
 }
 
-fn sequences(batch: &Batch) -> Result<(SequenceBatch<'_>, i64)> {
-    let seq = SequenceBatch {
-        input_ids: batch.get("input_ids")?,
-        attention_mask: batch.get("attention_mask")?,
-        position_ids: batch.get("position_ids")?,
-    };
+/// `(T, R)`: sequence and response lengths of `batch`, checked.
+pub(crate) fn lengths(batch: &Batch) -> Result<(i64, i64)> {
     let r = batch.get("responses")?.size().get(1).copied().unwrap_or(0);
-    let t = seq.input_ids.size().get(1).copied().unwrap_or(0);
+    let t = batch.get("input_ids")?.size().get(1).copied().unwrap_or(0);
     if r < 1 || r >= t {
         return Err(EngineError::Batch(format!(
             "responses of length {r} do not fit sequences of length {t}"
         )));
     }
+    Ok((t, r))
+}
+
+fn sequences(batch: &Batch) -> Result<(SequenceBatch<'_>, i64)> {
+    let (_, r) = lengths(batch)?;
+    let seq = SequenceBatch {
+        input_ids: batch.get("input_ids")?,
+        attention_mask: batch.get("attention_mask")?,
+        position_ids: batch.get("position_ids")?,
+    };
     Ok((seq, r))
 }
 

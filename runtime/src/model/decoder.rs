@@ -194,12 +194,8 @@ impl Attention {
             let gqa = self.heads != self.kv_heads;
             Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, causal, None, gqa)
         };
-        // (B, H, T, D) -> (B, T, H*D); for the folded case (B, KV, G, D) has the same layout.
-        self.o_proj.forward(
-            &y.reshape([b, self.heads, t, self.head_dim])
-                .transpose(1, 2)
-                .reshape([b, t, self.heads * self.head_dim]),
-        )
+        // The folded case's (B, KV, G, D) has the layout of (B, H, T, D).
+        self.merge_heads(&y.reshape([b, self.heads, t, self.head_dim]))
     }
 }
 
@@ -226,30 +222,16 @@ impl Attention {
         sin: &Tensor,
         mask: &Tensor,
     ) -> Tensor {
-        let (b, s) = (x.size()[0], x.size()[1]);
-        let len = s - start;
-        let q = apply_rotary(
-            &self.heads(
-                &x.narrow(1, start, len),
-                &self.q_proj,
-                self.heads,
-                &self.q_norm,
-            ),
+        let len = x.size()[1] - start;
+        let q = self.query_heads(
+            &x.narrow(1, start, len),
             &cos.narrow(2, start, len),
             &sin.narrow(2, start, len),
         );
-        let k = apply_rotary(
-            &self.heads(x, &self.k_proj, self.kv_heads, &self.k_norm),
-            cos,
-            sin,
-        );
-        let v = self.heads(x, &self.v_proj, self.kv_heads, &None);
+        let [k, v] = self.key_value_heads(x, cos, sin);
         let gqa = self.heads != self.kv_heads;
         let y = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, gqa);
-        self.o_proj.forward(
-            &y.transpose(1, 2)
-                .reshape([b, len, self.heads * self.head_dim]),
-        )
+        self.merge_heads(&y)
     }
 }
 
@@ -257,26 +239,35 @@ impl Attention {
     /// Query, key and value heads `(B, n, T, D)` of `x` `(B, T, hidden)` at rotary tables
     /// `cos`, `sin` `(B, 1, T, D)` (packed tokens: `B` = 1).
     pub(crate) fn qkv_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 3] {
-        let q = apply_rotary(
+        let [k, v] = self.key_value_heads(x, cos, sin);
+        [self.query_heads(x, cos, sin), k, v]
+    }
+
+    /// Query heads (rotated) of `x`; see [`Attention::qkv_heads`].
+    fn query_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+        apply_rotary(
             &self.heads(x, &self.q_proj, self.heads, &self.q_norm),
             cos,
             sin,
-        );
+        )
+    }
+
+    /// Key heads (rotated) and value heads of `x`; see [`Attention::qkv_heads`].
+    fn key_value_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 2] {
         let k = apply_rotary(
             &self.heads(x, &self.k_proj, self.kv_heads, &self.k_norm),
             cos,
             sin,
         );
-        let v = self.heads(x, &self.v_proj, self.kv_heads, &None);
-        [q, k, v]
+        [k, self.heads(x, &self.v_proj, self.kv_heads, &None)]
     }
 
-    /// The output projection of attention heads `(1, H, M, D)`: `(1, M, hidden)`.
+    /// The output projection of attention heads `(B, H, M, D)`: `(B, M, hidden)`.
     pub(crate) fn merge_heads(&self, y: &Tensor) -> Tensor {
-        let m = y.size()[2];
+        let (b, m) = (y.size()[0], y.size()[2]);
         self.o_proj.forward(
             &y.transpose(1, 2)
-                .reshape([1, m, self.heads * self.head_dim]),
+                .reshape([b, m, self.heads * self.head_dim]),
         )
     }
 
@@ -299,15 +290,9 @@ impl Attention {
         let [q, k, v] = match queries {
             None => self.qkv_heads(x, cos, sin),
             Some(idx) => {
-                let k = apply_rotary(
-                    &self.heads(x, &self.k_proj, self.kv_heads, &self.k_norm),
-                    cos,
-                    sin,
-                );
-                let v = self.heads(x, &self.v_proj, self.kv_heads, &None);
-                let xq = x.index_select(1, idx);
-                let q = apply_rotary(
-                    &self.heads(&xq, &self.q_proj, self.heads, &self.q_norm),
+                let [k, v] = self.key_value_heads(x, cos, sin);
+                let q = self.query_heads(
+                    &x.index_select(1, idx),
                     &cos.index_select(2, idx),
                     &sin.index_select(2, idx),
                 );
@@ -354,8 +339,7 @@ impl DecoderLayer {
         let h = x + self
             .self_attn
             .forward(&self.input_layernorm.forward(x), cos, sin, mask, cache);
-        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
-        h + out
+        self.mlp_residual(&h)
     }
 
     /// The outputs at positions `[start, start+len)` of `x` (B, T, hidden) only: what a head
@@ -385,8 +369,7 @@ impl DecoderLayer {
             mask,
         );
         let h = x.narrow(1, start, len) + attn;
-        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
-        h + out
+        self.mlp_residual(&h)
     }
 }
 

@@ -10,7 +10,7 @@
 //!   Ulysses). The head computes its per-token outputs on each rank's own window tokens and
 //!   all ranks gather them, so every rank's loss is the same function of the same numbers.
 
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use crate::dist::ProcessGroup;
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
@@ -75,51 +75,33 @@ impl LayerInputs {
         let key_valid = mb.get("attention_mask")?;
         let t = ids.size().get(1).copied().unwrap_or(0);
         let (start, r) = head::window(mb)?;
-        if !packed {
-            let x = Tensor::f_embedding(&model.embed_tokens, ids, -1, false, false)?;
-            let (cos, sin) = model.rotary().cos_sin(pos, x.kind());
+        let (ids, pos, layout) = if !packed {
             let layout = Layout::Padded {
                 mask: causal_padding_mask(key_valid, 0, t),
                 window_start: start,
                 window_len: r,
                 window_mask: causal_window_mask(key_valid, start, r),
             };
-            let ids = ids.shallow_clone();
-            return Ok((
-                x,
-                LayerInputs {
-                    ids,
-                    cos,
-                    sin,
-                    layout,
-                },
-            ));
-        }
-        let packing = Packing::new(key_valid).map_err(EngineError::Batch)?;
-        let window = packing.window(start, r);
-        let spans = packing.attention_spans();
-        let (mut ids, mut pos) = (packing.pack(ids), packing.pack(pos));
-        let layout = match sp.filter(|g| g.size() > 1) {
-            None => Layout::Packed { spans, window },
-            Some(group) => {
-                let p = group.size() as i64;
-                let n = packing.len();
-                let per = (n + p - 1) / p;
-                // Pad to `p` equal shards; the padding tokens belong to no span, so attention
-                // gives them zeros and the head never reads them.
-                if per * p > n {
-                    let pad = Tensor::zeros([1, per * p - n], (Kind::Int64, ids.device()));
-                    ids = Tensor::f_cat(&[&ids, &pad], 1)?;
-                    pos = Tensor::f_cat(&[&pos, &pad], 1)?;
-                }
-                let me = group.rank() as i64;
-                ids = ids.f_narrow(1, me * per, per)?;
-                pos = pos.f_narrow(1, me * per, per)?;
-                let shard = SequenceShard::new(group, &window, per)?;
-                Layout::Ulysses {
-                    spans,
-                    window,
-                    shard,
+            (ids.shallow_clone(), pos.shallow_clone(), layout)
+        } else {
+            let packing = Packing::new(key_valid).map_err(EngineError::Batch)?;
+            let window = packing.window(start, r);
+            let spans = packing.attention_spans();
+            let (ids, pos) = (packing.pack(ids), packing.pack(pos));
+            match sp.filter(|g| g.size() > 1) {
+                None => (ids, pos, Layout::Packed { spans, window }),
+                Some(group) => {
+                    let n = packing.len();
+                    let per = (n + group.size() as i64 - 1) / group.size() as i64;
+                    let shard = |x: &Tensor| shard_of(x, group, per);
+                    let (ids, pos) = (shard(&ids)?, shard(&pos)?);
+                    let shard = SequenceShard::new(group, &window, per)?;
+                    let layout = Layout::Ulysses {
+                        spans,
+                        window,
+                        shard,
+                    };
+                    (ids, pos, layout)
                 }
             }
         };
@@ -259,6 +241,21 @@ impl SequenceShard {
             .map_err(FsdpError::from)?;
         Ok(all.f_index_select(1, &self.pick)?)
     }
+}
+
+/// This rank's shard of `per` tokens of the packed `x` `(1, N)`, padded with zeros to the
+/// group's `size × per`: the padding tokens belong to no span, so attention gives them zeros
+/// and the head never reads them.
+fn shard_of(x: &Tensor, group: &ProcessGroup, per: i64) -> Result<Tensor> {
+    let n = x.size()[1];
+    let total = per * group.size() as i64;
+    let x = if total > n {
+        let pad = Tensor::zeros([1, total - n], (x.kind(), x.device()));
+        Tensor::f_cat(&[x, &pad], 1)?
+    } else {
+        x.shallow_clone()
+    };
+    Ok(x.f_narrow(1, group.rank() as i64 * per, per)?)
 }
 
 /// Attention of this rank's sequence shard `x` `(1, n, hidden)` under Ulysses: query, key and
