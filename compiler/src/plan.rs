@@ -168,8 +168,8 @@ pub(crate) struct RoleEngine<'a> {
     /// The role model's `enable_gradient_checkpointing` and its dotted key (on, with no key,
     /// for the reference, which runs no backward).
     pub gradient_checkpointing: (bool, String),
-    /// The role model's `use_remove_padding` (packed micro-batches) and its key.
-    pub remove_padding: (bool, &'static str),
+    /// The role model's `use_remove_padding` (packed micro-batches).
+    pub remove_padding: bool,
     /// The Ulysses degree the role's worker uses and the key that sets it.
     pub ulysses: (i64, String),
 }
@@ -190,10 +190,7 @@ impl<'a> RoleEngine<'a> {
             "actor_rollout_ref.model.enable_gradient_checkpointing",
         )
         .with_packing(
-            (
-                cfg.actor_rollout_ref.model.use_remove_padding,
-                "actor_rollout_ref.model.use_remove_padding",
-            ),
+            cfg.actor_rollout_ref.model.use_remove_padding,
             (facts::actor_sp(cfg), facts::actor_sp_key(cfg)),
         )
     }
@@ -211,10 +208,7 @@ impl<'a> RoleEngine<'a> {
         // No backward: the model's checkpointing key is the actor's to report, not twice.
         // It reads the actor's rows: the actor's packing and sequence split.
         .with_packing(
-            (
-                cfg.actor_rollout_ref.model.use_remove_padding,
-                "actor_rollout_ref.model.use_remove_padding",
-            ),
+            cfg.actor_rollout_ref.model.use_remove_padding,
             (facts::actor_sp(cfg), facts::actor_sp_key(cfg)),
         )
     }
@@ -235,10 +229,7 @@ impl<'a> RoleEngine<'a> {
             "critic.model.enable_gradient_checkpointing",
         )
         .with_packing(
-            (
-                c.model.use_remove_padding.unwrap_or(false),
-                "critic.model.use_remove_padding",
-            ),
+            c.model.use_remove_padding.unwrap_or(false),
             (facts::critic_sp(cfg), facts::critic_sp_key(cfg)),
         )
     }
@@ -248,11 +239,7 @@ impl<'a> RoleEngine<'a> {
         self
     }
 
-    fn with_packing(
-        mut self,
-        remove_padding: (bool, &'static str),
-        (sp, key): (i64, &str),
-    ) -> Self {
+    fn with_packing(mut self, remove_padding: bool, (sp, key): (i64, &str)) -> Self {
         self.remove_padding = remove_padding;
         self.ulysses = (sp, key.to_owned());
         self
@@ -277,7 +264,7 @@ impl<'a> RoleEngine<'a> {
             engine_key,
             engine,
             gradient_checkpointing: (true, String::new()),
-            remove_padding: (false, ""),
+            remove_padding: false,
             ulysses: (1, String::new()),
         }
     }

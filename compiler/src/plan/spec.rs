@@ -940,12 +940,6 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                     "make trainer.nnodes × n_gpus_per_node a multiple of TP × PP",
                 );
             }
-            if let (true, key) = role.remove_padding {
-                l.no_effect(
-                    key,
-                    format!("`{key}` has no effect on the Megatron strategy: verlc's Megatron engine computes padded micro-batches (the same numbers, with the padding's compute)"),
-                );
-            }
             EngineSpec::Megatron(MegatronEngineSpec {
                 tensor_parallel: tp,
                 pipeline_parallel: pp,
@@ -986,7 +980,7 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                     _ => Dtype::Fp32,
                 },
                 fsdp_size: f.fsdp_size,
-                remove_padding: role.remove_padding.0,
+                remove_padding: role.remove_padding,
                 ulysses: ulysses(role, world, l),
             })
         }
@@ -998,7 +992,7 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
             gradient_checkpointing: role.gradient_checkpointing.0,
             reduce_dtype: Dtype::Fp32,
             fsdp_size: -1,
-            remove_padding: role.remove_padding.0,
+            remove_padding: role.remove_padding,
             ulysses: 1,
         }),
     }

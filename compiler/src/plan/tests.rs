@@ -191,6 +191,27 @@ fn megatron_float32_binds_fp32() {
     );
 }
 
+/// `use_remove_padding` packs on FSDP (implemented: quiet either way); a Megatron actor
+/// computes padded, so a value changed from the Megatron default (off) warns once (B006), and
+/// the default stays quiet.
+#[test]
+fn packing_on_megatron_warns_only_when_changed() {
+    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
+        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let key = "actor_rollout_ref.model.use_remove_padding";
+    let (on, off) = (format!("{key}=true"), format!("{key}=false"));
+    let about = |c: &Case| {
+        c.lowered
+            .diagnostics
+            .iter()
+            .filter(|d| d.code.0 == "B006" && d.key_path.as_deref() == Some(key))
+            .count()
+    };
+    assert_eq!(about(&case(&yaml, &[])), 0, "verl's default");
+    assert_eq!(about(&case(&yaml, &[&on])), 1, "changed on Megatron");
+    assert_eq!(about(&case(BASE, &[&off])), 0, "FSDP runs it as written");
+}
+
 #[test]
 fn mixed_precision_param_dtype_decides_precision() {
     let c = case(

@@ -75,7 +75,24 @@ pub fn verdict_diagnostics(
         {
             continue;
         }
-        let (code, why, error) = match verdicts::verdict(&key).map(|e| e.verdict) {
+        // Packing is the FSDP engines' (the verdict table's entry); a Megatron role computes
+        // padded micro-batches.
+        let megatron_packing = match key.as_str() {
+            "actor_rollout_ref.model.use_remove_padding" => {
+                cfg.actor_rollout_ref.actor.strategy == Strategy::Megatron
+            }
+            "critic.model.use_remove_padding" => cfg.critic.strategy == Strategy::Megatron,
+            _ => false,
+        };
+        let verdict = if megatron_packing {
+            Some(Verdict::NoEffect(
+                codes::BUILD_NO_EFFECT,
+                "has no effect on the Megatron strategy: verlc's Megatron engine computes padded micro-batches (the same numbers, with the padding's compute)",
+            ))
+        } else {
+            verdicts::verdict(&key).map(|e| e.verdict)
+        };
+        let (code, why, error) = match verdict {
             Some(Verdict::Implemented(_) | Verdict::Checked(_)) => continue,
             Some(Verdict::NoEffect(code, why)) => (code, why, false),
             Some(Verdict::Unsupported(why)) => (codes::BUILD_UNSUPPORTED_SETTING, why, true),
