@@ -518,7 +518,7 @@ impl Model {
     }
 
     /// Packed embeddings `(1, N, hidden)` and rotary tables `(1, 1, N, D)` of a padded batch.
-    pub fn packed_inputs(
+    fn packed_inputs(
         &self,
         input_ids: &Tensor,
         position_ids: &Tensor,

@@ -184,18 +184,9 @@ pub struct PackedWindow {
 }
 
 impl PackedWindow {
-    /// Tokens in the window (`M`).
-    pub fn len(&self) -> i64 {
-        self.token_list.len() as i64
-    }
-
     /// [`PackedWindow::tokens`] on the host.
     pub fn token_list(&self) -> &[i64] {
         &self.token_list
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The labels `(1, M)` of the window tokens: the next token of each in `input_ids` `(B, T)`.
