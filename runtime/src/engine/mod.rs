@@ -32,7 +32,7 @@ use crate::model::decoder::Model;
 use crate::model::packed::Packing;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
 use crate::rollout::logprob::{entropy_from_logits, log_probs_from_logits};
-use crate::rollout::{LogProbOutput, SequenceBatch, response_log_probs};
+use crate::rollout::{LogProbOutput, RolloutLayout, SequenceBatch, response_log_probs};
 
 pub use batch::Batch;
 pub use micro::MicroBatching;
@@ -296,8 +296,12 @@ pub struct StepResult {
 pub trait Engine {
     type Head: Head;
 
-    /// The model (for generation in the hybrid engine and for tests).
-    fn module(&self) -> &Self::Head;
+    /// The model's configuration (architecture and sizes).
+    fn model_config(&self) -> &ModelConfig;
+
+    /// Turns the model's LoRA adapters off or on (the reference policy of a LoRA actor is the
+    /// actor without them). An error where the engine holds no adapters.
+    fn set_adapters_enabled(&self, enabled: bool) -> Result<()>;
 
     /// Runs the forward pass over `batch` in the micro-batches `micro` cuts, calls `loss` on
     /// each and back-propagates the result (gradients accumulate; call
@@ -336,9 +340,20 @@ pub trait Engine {
     /// Restores what [`Engine::save_checkpoint`] wrote.
     fn load_checkpoint(&mut self, dir: &Path) -> Result<()>;
 
-    /// Every parameter by checkpoint name, as full tensors (verl's `get_per_tensor_param`):
-    /// what the rollout engine loads after an update.
+    /// Every parameter by checkpoint name, as full tensors (verl's `get_per_tensor_param`;
+    /// collective on sharded engines).
     fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>>;
+
+    /// The hybrid engine's rollout model on this rank: the whole model by default.
+    fn rollout_layout(&self) -> RolloutLayout {
+        RolloutLayout::Full(self.model_config().clone())
+    }
+
+    /// What the rollout model of [`Engine::rollout_layout`] binds after an update: the full
+    /// weights by default, this rank's shards for a sharded layout.
+    fn rollout_weights(&self) -> Result<Vec<(String, Tensor)>> {
+        self.per_tensor_params()
+    }
 
     fn dp_size(&self) -> usize {
         1

@@ -73,6 +73,11 @@ impl<H: Head> std::fmt::Debug for SingleEngine<H> {
 const OPTIM_FILE: &str = "optim.safetensors";
 
 impl<H: Head> SingleEngine<H> {
+    /// The model (for tests and tools; the trainer goes through [`Engine`]).
+    pub fn module(&self) -> &H {
+        &self.module
+    }
+
     /// Builds the model (loaded from its checkpoint, or initialised from `seed` for a
     /// `builtin://` model) and, unless forward-only, its optimizer and scheduler.
     pub fn new(settings: EngineSettings) -> Result<Self> {
@@ -205,8 +210,13 @@ impl<H: Head> SingleEngine<H> {
 impl<H: Head> Engine for SingleEngine<H> {
     type Head = H;
 
-    fn module(&self) -> &H {
-        &self.module
+    fn model_config(&self) -> &crate::model::ModelConfig {
+        self.module.config()
+    }
+
+    fn set_adapters_enabled(&self, enabled: bool) -> Result<()> {
+        self.module.backbone().set_adapters_enabled(enabled);
+        Ok(())
     }
 
     fn forward_backward(

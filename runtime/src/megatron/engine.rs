@@ -7,10 +7,11 @@
 //!   rank normalises by the whole batch; gradients are then averaged over DP.
 //! - The last pipeline stage computes the head and the loss; its per-micro-batch metrics and
 //!   its forward-only outputs are broadcast to the other stages, so every rank returns the same.
-//! - [`Engine::module`] must return a whole model: the engine keeps a full replica of the model
-//!   (in the parameter dtype), refreshed whenever full weights are gathered
-//!   ([`Engine::per_tensor_params`], after loading). It is what the hybrid engine generates
-//!   with; it costs one full copy of the weights per rank.
+//! - No rank holds the whole model: the rollout generates from each rank's own shards
+//!   ([`Engine::rollout_layout`] is [`RolloutLayout::Sharded`]; [`Engine::rollout_weights`]
+//!   are the local parameters). Full weights exist only while [`Engine::per_tensor_params`]
+//!   or a checkpoint gathers them, and, for a `builtin://` model, while the shards are cut
+//!   from the seeded initialisation at start-up.
 //! - Checkpoints: `huggingface/` (the full model, written by global rank 0, loadable by
 //!   transformers and by any TP/PP layout) plus `optim/rank_{r}.safetensors` (each rank's
 //!   optimizer pieces and the scheduler; reloadable with the same layout and DP size).
@@ -35,7 +36,7 @@ use crate::optim::{
     LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision as OptimPrecision,
     ScalerConfig,
 };
-use crate::rollout::LogProbOutput;
+use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 
 use super::model::{HeadKind, ParallelModel};
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
@@ -250,11 +251,10 @@ const OPTIM_DIR: &str = "optim";
 /// The Megatron engine; see the module docs.
 pub struct MegatronEngine<H: MegatronHead> {
     module: MegatronModule,
-    replica_vs: VarStore,
-    replica: H,
     config: ModelConfig,
     scheduler: Option<LrScheduler>,
     settings: EngineSettings,
+    head: std::marker::PhantomData<H>,
 }
 
 impl<H: MegatronHead> std::fmt::Debug for MegatronEngine<H> {
@@ -277,7 +277,7 @@ fn optim_precision(p: ParamDtype) -> OptimPrecision {
 impl<H: MegatronHead> MegatronEngine<H> {
     /// Builds this rank's part of the model (loaded sharded from its checkpoint, or a
     /// `builtin://` model initialised from `seed` exactly as the single-process engine does),
-    /// its optimizer and scheduler (unless forward-only), and the full replica.
+    /// its optimizer and scheduler (unless forward-only).
     pub fn new(settings: EngineSettings, megatron: MegatronSettings) -> Result<Self> {
         let path = &settings.model_path;
         let source = ModelSource::parse(path)?;
@@ -294,16 +294,17 @@ impl<H: MegatronHead> MegatronEngine<H> {
             kind,
             megatron.sequence_parallel,
         )?;
-        // The replica is built first: for a built-in model it is initialised from the seed and
-        // is the source of every rank's shard.
-        let mut replica_vs = VarStore::new(settings.device);
-        let replica = H::build(&config, replica_vs.root())
-            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
-        replica_vs.set_kind(kind);
         match &source {
             ModelSource::Builtin(_) => {
-                init_weights(&replica_vs, config.initializer_range, settings.seed)?;
-                let named: Vec<(String, Tensor)> = replica_vs.variables().into_iter().collect();
+                // Initialised from the seed on the whole model, as the single engine does, so
+                // every layout starts from the same weights; the whole model lives only until
+                // the shards are cut from it.
+                let mut full_vs = VarStore::new(settings.device);
+                let _full = H::build(&config, full_vs.root())
+                    .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+                full_vs.set_kind(kind);
+                init_weights(&full_vs, config.initializer_range, settings.seed)?;
+                let named: Vec<(String, Tensor)> = full_vs.variables().into_iter().collect();
                 module.load_full(&named)?;
             }
             ModelSource::Dir(dir) => {
@@ -369,18 +370,13 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 })
             }
         };
-        let mut engine = MegatronEngine {
+        Ok(MegatronEngine {
             module,
-            replica_vs,
-            replica,
             config,
             scheduler,
             settings,
-        };
-        if matches!(source, ModelSource::Dir(_)) {
-            engine.refresh_replica()?;
-        }
-        Ok(engine)
+            head: std::marker::PhantomData,
+        })
     }
 
     pub fn megatron_module(&self) -> &MegatronModule {
@@ -397,13 +393,6 @@ impl<H: MegatronHead> MegatronEngine<H> {
 
     fn pp(&self) -> Option<&ProcessGroup> {
         self.groups().map(|g| &g.pp).filter(|g| g.size() > 1)
-    }
-
-    /// Gathers the full weights into the replica; returns them.
-    fn refresh_replica(&mut self) -> Result<Vec<(String, Tensor)>> {
-        let full = self.module.full_params()?;
-        copy_into(&self.replica_vs, &full)?;
-        Ok(full)
     }
 
     /// The global-batch normalisation: this rank's counts summed over DP.
@@ -495,30 +484,17 @@ impl<H: MegatronHead> MegatronEngine<H> {
     }
 }
 
-/// Copies full tensors into the variables of the same name.
-fn copy_into(vs: &VarStore, named: &[(String, Tensor)]) -> Result<()> {
-    let vars = vs.variables();
-    tch::no_grad(|| -> Result<()> {
-        for (name, t) in named {
-            if let Some(v) = vars.get(name) {
-                v.shallow_clone().f_copy_(t)?;
-            }
-        }
-        Ok(())
-    })?;
-    if let Some(missing) = vars.keys().find(|k| !named.iter().any(|(n, _)| n == *k)) {
-        return Err(EngineError::Config(format!(
-            "the gathered weights lack `{missing}`"
-        )));
-    }
-    Ok(())
-}
-
 impl<H: MegatronHead> Engine for MegatronEngine<H> {
     type Head = H;
 
-    fn module(&self) -> &H {
-        &self.replica
+    fn model_config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn set_adapters_enabled(&self, _: bool) -> Result<()> {
+        Err(EngineError::Config(
+            "the Megatron engine has no LoRA adapters".into(),
+        ))
     }
 
     fn forward_backward(
@@ -665,14 +641,32 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
             }
             self.scheduler = Some(s);
         }
-        self.refresh_replica()?;
         Ok(())
     }
 
     fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>> {
-        let full = self.module.full_params()?;
-        copy_into(&self.replica_vs, &full)?;
-        Ok(full)
+        Ok(self.module.full_params()?)
+    }
+
+    fn rollout_layout(&self) -> RolloutLayout {
+        let active = |g: &ProcessGroup| (g.size() > 1).then(|| g.clone());
+        RolloutLayout::Sharded(ShardLayout {
+            config: self.config.clone(),
+            stage: self.module.model.stage.clone(),
+            tp: self.groups().and_then(|g| active(&g.tp)),
+            pp: self.groups().and_then(|g| active(&g.pp)),
+        })
+    }
+
+    /// This rank's parameters (its stage's layers, its tensor-parallel slices), live.
+    fn rollout_weights(&self) -> Result<Vec<(String, Tensor)>> {
+        Ok(self
+            .module
+            .model
+            .params()
+            .into_iter()
+            .map(|p| (p.name, p.tensor.detach()))
+            .collect())
     }
 
     fn dp_size(&self) -> usize {

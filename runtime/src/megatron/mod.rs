@@ -20,7 +20,7 @@ pub mod schedule;
 
 pub use engine::{GroupPolicy, MegatronEngine, MegatronHead, MegatronSettings};
 pub use model::{HeadKind, ParallelModel, ParamInfo, Stage, StageInput};
-pub use module::{MegatronModule, MicroBatch, ModuleOptimizer, ParallelSettings};
+pub use module::{MegatronModule, MicroBatch, ModuleMemory, ModuleOptimizer, ParallelSettings};
 pub use schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
 
 /// Errors of the Megatron stack.

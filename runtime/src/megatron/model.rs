@@ -27,13 +27,15 @@ use crate::dist::mappings::{
 use crate::model::ModelConfig;
 use crate::model::cache::causal_padding_mask;
 use crate::model::decoder::{Linear, RmsNorm};
-use crate::model::rope::{RotaryEmbedding, apply_rotary};
+use crate::model::rope::RotaryEmbedding;
 use crate::tp::{
     ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, VocabParallelOutput,
     VocabPartition, divide, rank_size, vocab_parallel_log_probs,
 };
 
 use super::{MegatronError, Result};
+
+mod decode;
 
 /// The layers one pipeline stage holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,29 +162,18 @@ impl ParallelAttention {
     /// `x` replicated over TP (after `f`, or gathered over the sequence); returns the input of
     /// `o_proj` (this rank's heads).
     fn core(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mask: Option<&Tensor>) -> Tensor {
-        let (b, t) = (x.size()[0], x.size()[1]);
-        let heads = |proj: &ColumnParallelLinear, n: i64, norm: &Option<RmsNorm>| {
-            let y = proj.forward(x).view([b, t, n, self.head_dim]);
-            let y = match norm {
-                Some(norm) => norm.forward(&y),
-                None => y,
-            };
-            y.transpose(1, 2)
-        };
-        let q = apply_rotary(&heads(&self.q_proj, self.heads, &self.q_norm), cos, sin);
-        let k = apply_rotary(&heads(&self.k_proj, self.kv_heads, &self.k_norm), cos, sin);
-        let v = heads(&self.v_proj, self.kv_heads, &None);
+        let [q, k, v] = self.heads_qkv(x, cos, sin);
+        self.attend(&q, &k, &v, mask)
+    }
+
+    /// Attention of query heads `q` (B, heads, T, D) over `k`, `v` (B, kv_heads, S, D);
+    /// `mask` (B, 1, T, S) or `None` for plain causal attention (S = T). Returns (B, T,
+    /// heads * D), the input of `o_proj`.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Tensor {
+        let (b, t) = (q.size()[0], q.size()[2]);
         let causal = mask.is_none() && t > 1;
-        let y = Tensor::scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            mask,
-            0.0,
-            causal,
-            None,
-            self.heads != self.kv_heads,
-        );
+        let gqa = self.heads != self.kv_heads;
+        let y = Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, None, gqa);
         y.transpose(1, 2)
             .reshape([b, t, self.heads * self.head_dim])
     }

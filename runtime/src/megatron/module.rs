@@ -66,6 +66,19 @@ impl std::fmt::Debug for ModuleOptimizer {
 /// tensor (a scalar loss when training). It gets the model and the tape for the head.
 pub type HeadFn<'a> = dyn FnMut(usize, &ParallelModel, &mut Tape, &Tensor) -> Result<Tensor> + 'a;
 
+/// Bytes one rank holds (on its device or, for offloaded optimizer state, on the host).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModuleMemory {
+    /// The model's parameters (this rank's TP slice of its stage's layers), plus the
+    /// distributed optimizer's param buffer (the same values, laid out for its collectives).
+    pub params: i64,
+    /// Gradients of those parameters, plus the distributed optimizer's fp32 grad buffer.
+    pub grads: i64,
+    /// fp32 main params, their grads and the optimizer state: this rank's `1 / DP` share with
+    /// the distributed optimizer.
+    pub optimizer: i64,
+}
+
 /// One rank's model, groups and optimizer; see the module docs.
 pub struct MegatronModule {
     pub vs: VarStore,
@@ -472,6 +485,38 @@ impl MegatronModule {
             Some(ModuleOptimizer::Replicated(o)) => o.load(path)?,
             None => None,
         })
+    }
+
+    /// Bytes this rank holds for the model's parameters, their gradients and the optimizer;
+    /// see [`ModuleMemory`].
+    pub fn memory(&self) -> ModuleMemory {
+        let bytes = |t: &Tensor| {
+            if t.defined() {
+                t.numel() as i64 * t.kind().elt_size_in_bytes() as i64
+            } else {
+                0
+            }
+        };
+        let params = self.model.params();
+        let mut mem = ModuleMemory {
+            params: params.iter().map(|p| bytes(&p.tensor)).sum(),
+            grads: params.iter().map(|p| bytes(&p.tensor.grad())).sum(),
+            optimizer: 0,
+        };
+        match &self.optimizer {
+            Some(ModuleOptimizer::Distributed(o)) => {
+                let (param_buffer, grad_buffer, sharded) = o.held_bytes();
+                mem.params += param_buffer;
+                mem.grads += grad_buffer;
+                mem.optimizer = sharded;
+            }
+            Some(ModuleOptimizer::Replicated(o)) => {
+                let (main, state) = o.owned_bytes();
+                mem.optimizer = main + state;
+            }
+            None => {}
+        }
+        mem
     }
 
     /// Every parameter of the whole model as a full tensor with its Hugging Face name, on

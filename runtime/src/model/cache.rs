@@ -17,8 +17,29 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(cfg: &ModelConfig, batch: i64, capacity: i64, kind: Kind, device: Device) -> Self {
-        let shape = [batch, cfg.kv_heads(), capacity, cfg.head_dim()];
-        let layers = cfg.num_hidden_layers as usize;
+        Self::with_dims(
+            cfg.num_hidden_layers as usize,
+            batch,
+            cfg.kv_heads(),
+            capacity,
+            cfg.head_dim(),
+            kind,
+            device,
+        )
+    }
+
+    /// A cache of `layers` layers with `kv_heads` heads each (a pipeline stage's layers and a
+    /// tensor-parallel rank's heads).
+    pub fn with_dims(
+        layers: usize,
+        batch: i64,
+        kv_heads: i64,
+        capacity: i64,
+        head_dim: i64,
+        kind: Kind,
+        device: Device,
+    ) -> Self {
+        let shape = [batch, kv_heads, capacity, head_dim];
         KvCache {
             k: (0..layers)
                 .map(|_| Tensor::zeros(shape, (kind, device)))

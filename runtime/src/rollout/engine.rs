@@ -6,12 +6,12 @@
 
 use tch::{Device, Kind, Tensor};
 
-use crate::model::{CausalLm, KvCache, position_ids_from_mask};
+use crate::model::{CausalLm, position_ids_from_mask};
 use crate::rng::Rng;
 
-use super::logprob::{SequenceBatch, compute_log_probs};
+use super::decoder::Decoder;
+use super::logprob::SequenceBatch;
 use super::sampling::uniforms;
-use super::vocab_head::DecodeHead;
 use super::{LogProbPath, RolloutError, SamplingParams};
 
 /// Token ids that end a response, and the id used for padding.
@@ -68,11 +68,23 @@ pub fn generate_padded(
     stop: &StopTokens,
     prompt_width: Option<usize>,
 ) -> Result<RolloutOutput, RolloutError> {
+    generate_with(model, prompts, params, stop, prompt_width)
+}
+
+/// [`generate_padded`] on any [`Decoder`] (a Megatron rank's shards: every rank of the model
+/// calls it with the same prompts and parameters, and every rank gets the whole output).
+pub fn generate_with<D: Decoder>(
+    model: &D,
+    prompts: &[Vec<i64>],
+    params: &SamplingParams,
+    stop: &StopTokens,
+    prompt_width: Option<usize>,
+) -> Result<RolloutOutput, RolloutError> {
     params.validate().map_err(RolloutError::Params)?;
     if prompts.is_empty() {
         return Err(RolloutError::Batch("no prompts".into()));
     }
-    let vocab = model.config.vocab_size;
+    let vocab = model.config().vocab_size;
     for (index, p) in prompts.iter().enumerate() {
         if p.is_empty() {
             return Err(RolloutError::Prompt {
@@ -101,13 +113,13 @@ pub fn generate_padded(
     };
     let chunk = params.max_prompts_per_pass.unwrap_or(prompts.len());
     let parts: Vec<Chunk> = tch::no_grad(|| {
-        let mut head = DecodeHead::new(model, params);
+        let mut head = model.head(params);
         prompts
             .chunks(chunk)
             .enumerate()
             .map(|(c, ps)| generate_chunk(model, &mut head, ps, c * chunk, width, params, stop))
-            .collect()
-    });
+            .collect::<Result<_, _>>()
+    })?;
     let cat = |f: fn(&Chunk) -> &Tensor| Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0);
     let prompts_t = cat(|c| &c.prompts);
     let prompt_mask = cat(|c| &c.prompt_mask);
@@ -132,15 +144,8 @@ pub fn generate_padded(
         } else {
             params.temperature
         };
-        log_probs = compute_log_probs(
-            model,
-            &batch,
-            r,
-            temperature,
-            params.log_prob_micro_batch,
-            false,
-        )?
-        .log_probs;
+        log_probs =
+            model.recompute_log_probs(&batch, r, temperature, params.log_prob_micro_batch)?;
     }
     let log_probs = log_probs * response_mask.to_kind(Kind::Float);
     let lengths = Vec::<i64>::try_from(response_mask.sum_dim_intlist(1, false, Kind::Int64))?;
@@ -210,15 +215,15 @@ fn left_pad(prompts: &[Vec<i64>], width: i64, pad: i64, device: Device) -> (Tens
 }
 
 #[allow(clippy::too_many_arguments)]
-fn generate_chunk(
-    model: &CausalLm,
-    head: &mut DecodeHead,
+fn generate_chunk<D: Decoder>(
+    model: &D,
+    head: &mut D::Head,
     prompts: &[Vec<i64>],
     first_prompt: usize,
     width: i64,
     params: &SamplingParams,
     stop: &StopTokens,
-) -> Chunk {
+) -> Result<Chunk, RolloutError> {
     let device = model.device();
     let (n, r) = (params.n as i64, params.max_new_tokens as i64);
     let b = prompts.len() as i64;
@@ -227,17 +232,8 @@ fn generate_chunk(
     let pos = position_ids_from_mask(&mask);
 
     // Prefill once per prompt, then give each of the n samples its own copy of the cache.
-    let mut prefill = KvCache::new(
-        &model.config,
-        b,
-        if n == 1 { width + r } else { width },
-        model.kind(),
-        device,
-    );
-    let hidden = model
-        .model
-        .forward(&ids, &pos, Some(&mask), Some(&mut prefill));
-    let mut logits = head.logits(&hidden.narrow(1, width - 1, 1).squeeze_dim(1));
+    let mut prefill = model.cache(b, if n == 1 { width + r } else { width });
+    let mut logits = model.next_logits(head, &ids, &pos, &mask, &mut prefill)?;
     let repeat = Tensor::arange(b, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
     let mut cache = if n == 1 {
         prefill
@@ -254,7 +250,7 @@ fn generate_chunk(
         )
     };
     if n > 1 {
-        logits = logits.select_rows(&repeat);
+        logits = logits.map(|l| l.select_rows(&repeat));
     }
 
     let mut rngs: Vec<Rng> = (0..rows as u64)
@@ -280,7 +276,7 @@ fn generate_chunk(
     let mut live: Option<Tensor> = None;
     let mut decoded_rows = 0;
     for t in 0..r {
-        let (tokens, logp) = logits.next_tokens(params, &u.select(1, t));
+        let (tokens, logp) = model.choose(logits.as_ref(), params, &u.select(1, t))?;
         let mut tokens = tokens.masked_fill(&done, stop.pad);
         let logp = logp.masked_fill(&done, 0.0);
         let mut token_col = responses.narrow(1, t, 1);
@@ -330,19 +326,19 @@ fn generate_chunk(
         decoded_rows += tokens.size()[0] as usize;
         let step_mask = key_mask.narrow(1, 0, width + t + 1);
         let step_pos = &last_prompt_pos + (t + 1);
-        let hidden = model.model.forward(
+        logits = model.next_logits(
+            head,
             &tokens.unsqueeze(1),
             &step_pos,
-            Some(&step_mask),
-            Some(&mut cache),
-        );
-        logits = head.logits(&hidden.squeeze_dim(1));
+            &step_mask,
+            &mut cache,
+        )?;
     }
-    Chunk {
+    Ok(Chunk {
         prompts: ids,
         prompt_mask: mask,
         responses,
         log_probs,
         decoded_rows,
-    }
+    })
 }

@@ -7,13 +7,15 @@
 //! (right-padded to the response length), `input_ids`, `attention_mask`, `position_ids`,
 //! `response_mask` and `rollout_log_probs`.
 
+pub mod decoder;
 pub mod engine;
 pub mod logprob;
 pub mod params;
 pub mod sampling;
 pub mod vocab_head;
 
-pub use engine::{RolloutOutput, StopTokens, generate, generate_padded};
+pub use decoder::{Decoder, RolloutLayout, ShardLayout, ShardedDecoder};
+pub use engine::{RolloutOutput, StopTokens, generate, generate_padded, generate_with};
 pub use logprob::SequenceBatch;
 pub use logprob::{
     LogProbOutput, ProbsDiff, compute_log_probs, entropy_from_logits, log_probs_from_logits,

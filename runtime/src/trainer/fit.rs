@@ -17,7 +17,7 @@ use crate::algo::{
     apply_kl_penalty, compute_advantage,
 };
 use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset};
-use crate::engine::{Batch, Engine, EngineSettings, Head, Metrics};
+use crate::engine::{Batch, Engine, EngineSettings, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
 use crate::model::Precision as ParamDtype;
 use crate::model::lora::{LoraConfig, LoraTargets};
@@ -330,7 +330,7 @@ impl<R: Roles> Trainer<R> {
         };
         let rollout_dtype = spec.rollout.dtype.map_or(dtype_, dtype);
         let rollout =
-            RolloutWorker::new(actor.engine.module().config(), rollout_dtype, opts.device)?;
+            RolloutWorker::for_layout(&actor.engine.rollout_layout(), rollout_dtype, opts.device)?;
 
         let alg = &spec.algorithm;
         let kl_ctrl = match alg.kl_ctrl {
@@ -526,10 +526,11 @@ impl<R: Roles> Trainer<R> {
         )
     }
 
-    /// Binds the actor's current full weights to the rollout model (collective for sharded
-    /// engines: they gather); [`RolloutWorker::release`] drops them after generating.
+    /// Binds the actor's current weights to the rollout model (the full weights, gathered by
+    /// sharded FSDP engines; a Megatron rank's own shards); [`RolloutWorker::release`] drops
+    /// them after generating.
     fn load_rollout(&mut self) -> Result<(), TrainerError> {
-        let params = self.actor.engine.per_tensor_params()?;
+        let params = self.actor.engine.rollout_weights()?;
         self.rollout.update_weights(&params)?;
         Ok(())
     }

@@ -40,9 +40,9 @@ impl<E: Engine<Head = CausalLm>> ReferencePolicy<E> {
                     with_entropy: false,
                 };
                 let micro = micro_batching(actor, batch, *micro_batch_size, *max_token_len)?;
-                actor.module().model.set_adapters_enabled(false);
+                actor.set_adapters_enabled(false)?;
                 let outs = actor.infer_batch(batch, &micro, &fwd);
-                actor.module().model.set_adapters_enabled(true);
+                actor.set_adapters_enabled(true)?;
                 let lps: Vec<Tensor> = outs?.into_iter().map(|o| o.log_probs).collect();
                 Ok(micro.restore(&Tensor::f_cat(&lps, 0)?)?)
             }

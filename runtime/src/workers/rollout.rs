@@ -5,21 +5,40 @@
 //! or the engine's freshly gathered full parameters), [`RolloutWorker::release`] drops them
 //! again, so no second copy of the policy lives on through training. A LoRA policy's adapters
 //! are merged into the weights they adapt as they arrive, so generation runs a plain model.
+//!
+//! On a Megatron actor the skeleton is the rank's own shards ([`RolloutLayout::Sharded`]):
+//! its pipeline stage's layers and its tensor-parallel slice, bound to the engine's local
+//! parameters and decoded with the other ranks of the model ([`ShardedDecoder`]), so the
+//! rollout holds `1 / (TP × PP)` of the weights, like training.
 
 use std::collections::BTreeMap;
 
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
+use crate::dist::ProcessGroup;
+use crate::megatron::{HeadKind, ParallelModel};
 use crate::model::{CausalLm, ModelConfig, Precision};
-use crate::rollout::{RolloutOutput, SamplingParams, StopTokens, generate};
+use crate::rollout::{
+    RolloutLayout, RolloutOutput, SamplingParams, ShardLayout, ShardedDecoder, StopTokens,
+    generate, generate_with,
+};
 
 use super::{Result, WorkerError};
+
+/// The model the rollout decodes with.
+enum Skeleton {
+    Full(CausalLm),
+    Sharded {
+        model: ParallelModel,
+        pp: Option<ProcessGroup>,
+    },
+}
 
 /// The generator of the hybrid engine.
 pub struct RolloutWorker {
     vs: VarStore,
-    model: CausalLm,
+    model: Skeleton,
     pub dtype: Precision,
     /// Shape of every parameter (what [`RolloutWorker::update_weights`] must receive).
     shapes: BTreeMap<String, Vec<i64>>,
@@ -42,13 +61,54 @@ impl RolloutWorker {
     /// A model of `config` in `dtype` on `device` without weights; call
     /// [`RolloutWorker::update_weights`] before generating.
     pub fn new(config: &ModelConfig, dtype: Precision, device: Device) -> Result<Self> {
-        let mut vs = VarStore::new(device);
+        let vs = VarStore::new(device);
         let lora = config.lora.clone();
         let plain = ModelConfig {
             lora: None,
             ..config.clone()
         };
         let model = CausalLm::new(&plain, vs.root()).map_err(WorkerError::Config)?;
+        Self::with_skeleton(vs, Skeleton::Full(model), dtype, lora)
+    }
+
+    /// The rollout model for `layout` (what the actor's engine reports).
+    pub fn for_layout(layout: &RolloutLayout, dtype: Precision, device: Device) -> Result<Self> {
+        match layout {
+            RolloutLayout::Full(config) => Self::new(config, dtype, device),
+            RolloutLayout::Sharded(shards) => Self::sharded(shards, dtype, device),
+        }
+    }
+
+    /// This rank's shards of the model (a Megatron actor's layout) in `dtype`, without weights.
+    pub fn sharded(layout: &ShardLayout, dtype: Precision, device: Device) -> Result<Self> {
+        if layout.config.lora.is_some() {
+            return Err(WorkerError::Config(
+                "a sharded (Megatron) rollout does not merge LoRA adapters".into(),
+            ));
+        }
+        let vs = VarStore::new(device);
+        let model = ParallelModel::new(
+            &layout.config,
+            &vs,
+            HeadKind::CausalLm,
+            layout.stage.clone(),
+            layout.tp.clone(),
+            false,
+        )
+        .map_err(|e| WorkerError::Config(e.to_string()))?;
+        let skeleton = Skeleton::Sharded {
+            model,
+            pp: layout.pp.clone(),
+        };
+        Self::with_skeleton(vs, skeleton, dtype, None)
+    }
+
+    fn with_skeleton(
+        mut vs: VarStore,
+        model: Skeleton,
+        dtype: Precision,
+        lora: Option<crate::model::lora::LoraConfig>,
+    ) -> Result<Self> {
         vs.set_kind(dtype.kind());
         vs.freeze();
         let shapes = vs
@@ -68,8 +128,9 @@ impl RolloutWorker {
         Ok(w)
     }
 
-    /// Binds `params` (every parameter, by checkpoint name, full tensors) to the rollout
-    /// model, converted to the rollout dtype and device where they differ.
+    /// Binds `params` (every parameter by checkpoint name: full tensors, or this rank's
+    /// shards for a sharded rollout) to the rollout model, converted to the rollout dtype and
+    /// device where they differ.
     pub fn update_weights(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         let merged;
         let params = match &self.lora {
@@ -155,11 +216,29 @@ impl RolloutWorker {
                 "the rollout model has no weights (update_weights first)".into(),
             ));
         }
-        Ok(generate(&self.model, prompts, params, stop)?)
+        Ok(match &self.model {
+            Skeleton::Full(model) => generate(model, prompts, params, stop)?,
+            Skeleton::Sharded { model, pp } => {
+                let decoder = ShardedDecoder {
+                    model,
+                    pp: pp.as_ref(),
+                };
+                generate_with(&decoder, prompts, params, stop, None)?
+            }
+        })
     }
 
-    pub fn model(&self) -> &CausalLm {
-        &self.model
+    /// The whole model, unless the rollout is sharded.
+    pub fn model(&self) -> Option<&CausalLm> {
+        match &self.model {
+            Skeleton::Full(m) => Some(m),
+            Skeleton::Sharded { .. } => None,
+        }
+    }
+
+    /// True when this rank holds only its shards of the model.
+    pub fn is_sharded(&self) -> bool {
+        matches!(self.model, Skeleton::Sharded { .. })
     }
 }
 

@@ -12,9 +12,10 @@ use runtime::model::{CausalLm, Precision, ValueModel};
 use runtime::optim::distrib::LayoutOptions;
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use runtime::optim::{AdamWConfig, InnerConfig};
-use runtime::rollout::{SamplingParams, StopTokens};
+use runtime::rollout::{RolloutLayout, SamplingParams, StopTokens};
 use runtime::workers::actor::{Actor, ActorSettings};
 use runtime::workers::critic::{Critic, CriticSettings};
+use runtime::workers::rollout::RolloutWorker;
 use tch::{Device, Kind, Tensor};
 use verlc::load::compose::LoadRequest;
 
@@ -99,8 +100,7 @@ fn megatron_engine(
 /// 16 generated responses with old/ref log-probs and advantages (from the single engine).
 fn batch(single: &mut Actor<SingleEngine<CausalLm>>) -> Batch {
     let cfg = single.engine.model_config().clone();
-    let mut worker =
-        runtime::workers::rollout::RolloutWorker::new(&cfg, Precision::Fp32, Device::Cpu).unwrap();
+    let mut worker = RolloutWorker::new(&cfg, Precision::Fp32, Device::Cpu).unwrap();
     worker
         .update_weights(&single.engine.per_tensor_params().unwrap())
         .unwrap();
@@ -226,14 +226,63 @@ fn compare_with_single(
     let d = max_param_diff(&ps, &pm);
     eprintln!("{dims:?}: weights differ by {d:e} after 3 updates");
     assert!(d < 1e-4, "weights differ by {d}");
-    // The replica (module()) follows the gathered weights.
-    let replica = mega.engine.module().model.embed_tokens.shallow_clone();
-    let (_, emb) = pm
-        .iter()
-        .find(|(n, _)| n == "model.embed_tokens.weight")
-        .unwrap();
-    assert_eq!((&replica - emb).abs().max().double_value(&[]), 0.0);
+    assert_sharded_rollout_matches(&mega.engine, &pm);
     mega
+}
+
+/// The engine's rollout (this rank's shards, decoded with its TP/PP peers) generates what the
+/// whole model `full` generates: the same tokens, the same log-probs.
+fn assert_sharded_rollout_matches(mega: &MegatronEngine<CausalLm>, full: &[(String, Tensor)]) {
+    let mut whole = RolloutWorker::new(mega.model_config(), Precision::Fp32, Device::Cpu).unwrap();
+    whole.update_weights(full).unwrap();
+    let mut sharded =
+        RolloutWorker::for_layout(&mega.rollout_layout(), Precision::Fp32, Device::Cpu).unwrap();
+    assert!(sharded.is_sharded());
+    sharded
+        .update_weights(&mega.rollout_weights().unwrap())
+        .unwrap();
+    let prompts: Vec<Vec<i64>> = vec![vec![1, 5, 6], vec![3, 9, 4, 11, 8], vec![7]];
+    let stop = StopTokens {
+        eos: vec![2],
+        pad: 0,
+    };
+    for params in [
+        SamplingParams {
+            n: 3,
+            max_new_tokens: 7,
+            seed: 11,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            do_sample: false,
+            max_new_tokens: 5,
+            ..SamplingParams::default()
+        },
+    ] {
+        let want = whole.generate(&prompts, &params, &stop).unwrap();
+        let got = sharded.generate(&prompts, &params, &stop).unwrap();
+        assert_eq!(
+            Vec::<i64>::try_from(want.responses.flatten(0, -1)).unwrap(),
+            Vec::<i64>::try_from(got.responses.flatten(0, -1)).unwrap(),
+            "sharded rollout tokens"
+        );
+        let d = (&want.rollout_log_probs - &got.rollout_log_probs)
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(d < 1e-5, "sharded rollout log-probs differ by {d}");
+    }
+    let model_parallel = match mega.rollout_layout() {
+        RolloutLayout::Sharded(l) => l.tp.is_some() || l.pp.is_some(),
+        RolloutLayout::Full(_) => panic!("a Megatron engine's rollout is sharded"),
+    };
+    if model_parallel {
+        assert!(sharded.weight_bytes() < whole.weight_bytes());
+    } else {
+        assert_eq!(sharded.weight_bytes(), whole.weight_bytes());
+    }
+    sharded.release().unwrap();
+    assert_eq!(sharded.weight_bytes(), 0);
 }
 
 rank_test!(actor_tp2_matches_single_engine, 2, |world| {

@@ -237,6 +237,12 @@ fn layer_of(name: &str) -> Option<usize> {
 }
 
 impl<H: FsdpHead> FsdpEngine<H> {
+    /// The module; its parameters are empty except inside the engine's passes or between
+    /// [`FsdpEngine::summon_full_params`] and [`FsdpEngine::reshard`].
+    pub fn module(&self) -> &H {
+        &self.module
+    }
+
     /// FULL_SHARD over `group`: builds the model as the single engine does (same weights on
     /// every rank), then shards every unit over `group` and frees the full parameters.
     pub fn new(settings: FsdpSettings, group: ProcessGroup) -> Result<Self> {
@@ -671,10 +677,13 @@ impl From<FsdpError> for EngineError {
 impl<H: FsdpHead> Engine for FsdpEngine<H> {
     type Head = H;
 
-    /// The module; its parameters are empty except inside the engine's passes or between
-    /// [`FsdpEngine::summon_full_params`] and [`FsdpEngine::reshard`].
-    fn module(&self) -> &H {
-        &self.module
+    fn model_config(&self) -> &crate::model::ModelConfig {
+        self.module.config()
+    }
+
+    fn set_adapters_enabled(&self, enabled: bool) -> Result<()> {
+        self.module.backbone().set_adapters_enabled(enabled);
+        Ok(())
     }
 
     fn forward_backward(

@@ -253,6 +253,33 @@ impl DistributedOptimizer {
             .collect()
     }
 
+    /// Bytes this optimizer holds, as `(param_buffer, grad_buffer, sharded)`: the model-dtype
+    /// and fp32 buffers of the whole layout (this rank's part of the model, for the bucket
+    /// collectives), and what is split over the data-parallel group: the reduce-scattered grad
+    /// shard, the fp32 main pieces that are not views of the param buffer, and the inner
+    /// optimizer's state.
+    pub fn held_bytes(&self) -> (i64, i64, i64) {
+        let bytes = |t: &Tensor| {
+            if t.defined() {
+                t.numel() as i64 * t.kind().elt_size_in_bytes() as i64
+            } else {
+                0
+            }
+        };
+        let mains: i64 = self
+            .pieces
+            .iter()
+            .filter(|p| !p.aliased)
+            .map(|p| bytes(&p.main))
+            .sum();
+        let (flat, state) = self.inner.owned_bytes();
+        (
+            bytes(&self.param_buffer),
+            bytes(&self.grad_buffer),
+            bytes(&self.shard_grads) + mains + flat + state,
+        )
+    }
+
     /// Elements of main params / state this rank holds.
     pub fn owned_numel(&self) -> usize {
         self.pieces.iter().map(|p| p.range.gbuf_local.len()).sum()
