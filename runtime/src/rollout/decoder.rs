@@ -96,7 +96,9 @@ impl Decoder for CausalLm {
         let hidden = self
             .model
             .forward(ids, position_ids, Some(attention_mask), Some(cache));
-        Ok(Some(head.logits(&hidden.f_narrow(1, t - 1, 1)?.f_squeeze_dim(1)?)))
+        Ok(Some(
+            head.logits(&hidden.f_narrow(1, t - 1, 1)?.f_squeeze_dim(1)?),
+        ))
     }
 
     fn choose(
@@ -105,7 +107,8 @@ impl Decoder for CausalLm {
         params: &SamplingParams,
         u: &Tensor,
     ) -> Result<(Tensor, Tensor), RolloutError> {
-        let logits = logits.ok_or_else(|| RolloutError::Batch("no logits to choose from".into()))?;
+        let logits =
+            logits.ok_or_else(|| RolloutError::Batch("no logits to choose from".into()))?;
         Ok(logits.next_tokens(params, u))
     }
 
@@ -116,7 +119,10 @@ impl Decoder for CausalLm {
         temperature: f64,
         micro_batch: usize,
     ) -> Result<Tensor, RolloutError> {
-        Ok(compute_log_probs(self, batch, response_len, temperature, micro_batch, false)?.log_probs)
+        Ok(
+            compute_log_probs(self, batch, response_len, temperature, micro_batch, false)?
+                .log_probs,
+        )
     }
 }
 

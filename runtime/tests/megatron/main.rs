@@ -7,6 +7,7 @@ mod common;
 mod engine;
 mod layout;
 mod mappings;
+mod memory;
 mod parallel_state;
 mod parity;
 mod support;

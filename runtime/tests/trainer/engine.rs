@@ -298,7 +298,11 @@ fn rollout_binds_weights_without_a_copy_and_releases_them() {
     fp32.update_weights(&params).expect("bind");
     let numel: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
     assert_eq!(fp32.weight_bytes(), 4 * numel);
-    let head = fp32.model().expect("a whole model").head_weight().data_ptr();
+    let head = fp32
+        .model()
+        .expect("a whole model")
+        .head_weight()
+        .data_ptr();
     assert!(
         params.iter().any(|(_, t)| t.data_ptr() == head),
         "the fp32 rollout reads the fp32 actor's storage"

@@ -69,7 +69,11 @@ impl ParallelDecoderLayer {
     ) -> Result<Tensor> {
         let a = self.input_layernorm.forward(x);
         let core = self.self_attn.decode(&a, cos, sin, mask, cache, layer);
-        let h = x + self.self_attn.o_proj.forward(&core, tp).map_err(super::tp_err)?;
+        let h = x + self
+            .self_attn
+            .o_proj
+            .forward(&core, tp)
+            .map_err(super::tp_err)?;
         let m = self.post_attention_layernorm.forward(&h);
         let mlp = self
             .mlp

@@ -1,0 +1,221 @@
+//! Per-rank memory of the Megatron engine against one rank: parameters and gradients shrink
+//! with tensor × pipeline parallelism, the distributed optimizer's share also with data
+//! parallelism, and the rollout holds only the rank's shards while it generates. Bounds are
+//! the ideal fraction + 10% of the one-rank figure (replicated norms, vocabulary padding and
+//! bucket padding are the slack).
+//!
+//! The model has untied embeddings: with tied ones the last pipeline stage holds its own copy of
+//! the embedding (Megatron does the same), which no layout can split.
+use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
+use runtime::engine::{
+    Batch, Engine, EngineSettings, ForwardOptions, MicroBatching, MicroLoss, OptimSettings,
+    SchedulerSettings,
+};
+use runtime::megatron::{
+    GroupPolicy, MegatronEngine, MegatronSettings, ModuleMemory, ParallelSettings,
+};
+use runtime::model::{CausalLm, Precision};
+use runtime::optim::distrib::LayoutOptions;
+use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
+use runtime::optim::{AdamWConfig, InnerConfig};
+use runtime::rollout::{SamplingParams, StopTokens};
+use runtime::workers::rollout::RolloutWorker;
+use tch::{Device, Kind, Tensor};
+
+use crate::rank_test;
+
+const MODEL: &str = "builtin://tiny?layers=4&hidden=64&heads=4&kv_heads=4&intermediate=128";
+
+fn settings() -> EngineSettings {
+    let mut overrides = serde_json::Map::new();
+    overrides.insert("tie_word_embeddings".into(), false.into());
+    EngineSettings {
+        model_path: MODEL.into(),
+        device: Device::Cpu,
+        param_dtype: Precision::Fp32,
+        seed: 3,
+        optim: Some(OptimSettings {
+            inner: InnerConfig::AdamW(AdamWConfig::default()),
+            lr: 1e-3,
+            weight_decay: 0.0,
+            clip_grad: 1.0,
+            offload: false,
+            offload_fraction: 0.0,
+            scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
+                schedule: VerlSchedule::Constant,
+                lr_warmup_steps: 0,
+                lr_warmup_steps_ratio: 0.0,
+                total_training_steps: 10,
+            }),
+        }),
+        loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::LINKED,
+        lora: None,
+        config_overrides: overrides,
+        remove_padding: false,
+    }
+}
+
+fn engine(
+    world: Option<&ProcessGroup>,
+    (tp, pp, dp): (usize, usize, usize),
+) -> MegatronEngine<CausalLm> {
+    let groups = world.map(|w| {
+        let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
+        ProcessGroups::new(w, &layout).unwrap()
+    });
+    let megatron = MegatronSettings {
+        groups,
+        parallel: ParallelSettings {
+            use_distributed_optimizer: true,
+            layout: LayoutOptions::default(),
+        },
+        param_groups: GroupPolicy::Single,
+        sequence_parallel: false,
+    };
+    MegatronEngine::new(settings(), megatron).unwrap()
+}
+
+/// What one rank holds: after a backward (parameters, gradients), after the step (optimizer
+/// state), and while the rollout has its weights bound.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    after_backward: ModuleMemory,
+    after_step: ModuleMemory,
+    rollout_weights: i64,
+}
+
+fn measure(engine: &mut MegatronEngine<CausalLm>) -> Held {
+    let (rows, t, r) = (4i64, 12i64, 4i64);
+    let vocab = engine.model_config().vocab_size;
+    let ids = Tensor::arange(rows * t, (Kind::Int64, Device::Cpu)).remainder(vocab - 4) + 3;
+    let ids = ids.view([rows, t]);
+    let mut batch = Batch::new();
+    batch.insert("responses", ids.narrow(1, t - r, r)).unwrap();
+    batch.insert("input_ids", ids).unwrap();
+    batch
+        .insert(
+            "response_mask",
+            Tensor::ones([rows, r], (Kind::Float, Device::Cpu)),
+        )
+        .unwrap();
+    batch
+        .insert(
+            "attention_mask",
+            Tensor::ones([rows, t], (Kind::Int64, Device::Cpu)),
+        )
+        .unwrap();
+    batch
+        .insert(
+            "position_ids",
+            Tensor::arange(t, (Kind::Int64, Device::Cpu)).repeat([rows, 1]),
+        )
+        .unwrap();
+    let fwd = ForwardOptions {
+        temperature: 1.0,
+        with_entropy: false,
+    };
+    let mut loss = |_: &Batch, out: runtime::rollout::LogProbOutput, _: &_| {
+        Ok(MicroLoss {
+            loss: -out.log_probs.mean(Kind::Float),
+            metrics: Default::default(),
+        })
+    };
+    engine.optimizer_zero_grad().unwrap();
+    engine
+        .forward_backward(&batch, &MicroBatching::Rows(2), &fwd, &mut loss)
+        .unwrap();
+    let after_backward = engine.megatron_module().memory();
+    engine.optimizer_step().unwrap();
+    let after_step = engine.megatron_module().memory();
+
+    let mut rollout =
+        RolloutWorker::for_layout(&engine.rollout_layout(), Precision::Fp32, Device::Cpu).unwrap();
+    rollout
+        .update_weights(&engine.rollout_weights().unwrap())
+        .unwrap();
+    let rollout_weights = rollout.weight_bytes();
+    // It generates from those weights alone (every rank of the model takes part).
+    let out = rollout
+        .generate(
+            &[vec![5, 6, 7]],
+            &SamplingParams {
+                max_new_tokens: 3,
+                ..SamplingParams::default()
+            },
+            &StopTokens {
+                eos: vec![],
+                pad: 0,
+            },
+        )
+        .unwrap();
+    assert_eq!(out.responses.size(), vec![1, 3]);
+    rollout.release().unwrap();
+    Held {
+        after_backward,
+        after_step,
+        rollout_weights,
+    }
+}
+
+fn within(what: &str, got: i64, one: i64, fraction: f64) {
+    let bound = one as f64 * (fraction + 0.1);
+    eprintln!("{what}: {got} bytes of one rank's {one} (bound {bound:.0})");
+    assert!(got > 0, "{what}: nothing measured");
+    assert!(
+        got as f64 <= bound,
+        "{what}: {got} bytes, more than {fraction} + 10% of one rank's {one}"
+    );
+}
+
+fn check(world: &ProcessGroup, dims: (usize, usize, usize)) {
+    let (tp, pp, dp) = dims;
+    let one = measure(&mut engine(None, (1, 1, 1)));
+    let mine = measure(&mut engine(Some(world), dims));
+    let model = 1.0 / (tp * pp) as f64;
+    let tag = |w: &str| format!("tp={tp} pp={pp} dp={dp} rank {}: {w}", world.rank());
+    within(
+        &tag("parameters"),
+        mine.after_backward.params,
+        one.after_backward.params,
+        model,
+    );
+    within(
+        &tag("gradients"),
+        mine.after_backward.grads,
+        one.after_backward.grads,
+        model,
+    );
+    within(
+        &tag("optimizer"),
+        mine.after_step.optimizer,
+        one.after_step.optimizer,
+        model / dp as f64,
+    );
+    within(
+        &tag("rollout weights"),
+        mine.rollout_weights,
+        one.rollout_weights,
+        model,
+    );
+}
+
+rank_test!(tp2_holds_half_per_rank, 2, |world| {
+    check(&world, (2, 1, 1));
+});
+
+rank_test!(pp2_holds_half_per_rank, 2, |world| {
+    check(&world, (1, 2, 1));
+});
+
+rank_test!(tp2_pp2_holds_a_quarter_per_rank, 4, |world| {
+    check(&world, (2, 2, 1));
+});
+
+rank_test!(
+    tp2_dp2_shards_the_optimizer_over_data_parallel,
+    4,
+    |world| {
+        check(&world, (2, 1, 2));
+    }
+);
