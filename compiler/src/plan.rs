@@ -321,13 +321,23 @@ impl<'a> RoleEngine<'a> {
                     keys.push((OffloadTarget::Optimizer, key));
                 }
             }
-            // The engine offloads only its optimizer; `param_offload`/`grad_offload` bind
-            // nothing (lowering warns on CPU and refuses on CUDA).
-            Some(Engine::Megatron(m)) if m.optimizer_offload => {
-                flags = flags.with(OffloadTarget::Optimizer);
-                keys.push((OffloadTarget::Optimizer, k("optimizer_offload")));
+            Some(Engine::Megatron(m)) => {
+                for (on, target, name) in [
+                    (m.param_offload, OffloadTarget::Params, "param_offload"),
+                    (m.grad_offload, OffloadTarget::Grads, "grad_offload"),
+                    (
+                        m.optimizer_offload,
+                        OffloadTarget::Optimizer,
+                        "optimizer_offload",
+                    ),
+                ] {
+                    if on {
+                        flags = flags.with(target);
+                        keys.push((target, k(name)));
+                    }
+                }
             }
-            Some(Engine::Megatron(_)) | None => {}
+            None => {}
         }
         (flags, keys)
     }

@@ -147,6 +147,9 @@ unsafe extern "C" {
         grad_scale: TensorPtr,
         found_inf: TensorPtr,
     ) -> *mut c_char;
+    pub fn vlc_storage_free(t: TensorPtr) -> *mut c_char;
+    pub fn vlc_storage_alloc(t: TensorPtr, nbytes: usize) -> *mut c_char;
+    pub fn vlc_storage_nbytes(t: TensorPtr) -> usize;
     pub fn vlc_fused_sgd(
         params: *const TensorPtr,
         grads: *const TensorPtr,

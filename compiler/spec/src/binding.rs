@@ -18,11 +18,11 @@
 //!    checks them for inf/nan on the device before the step; with FSDP parameter offload the
 //!    sharded gradients live on the host, where the runtime has no fused unscale/check.
 //!    Use `Bf16Mixed` (no loss scaling) or keep the parameters on the device.
-//! 3. `Megatron` offloads only its optimizer state (fp32 main parameters and Adam moments, after
-//!    the unscale and inf/nan check on the device), with every precision. Its engine keeps the
-//!    model shards and their gradients on the device for the whole run: verl's
-//!    `megatron.param_offload`/`grad_offload` are not implemented (on CPU they have nothing to
-//!    move; on CUDA `verlc build` refuses them), so no binary binds them.
+//! 3. `Megatron` offloads any of its parameters (with the distributed optimizer's param
+//!    buffer), its gradient buffers and its optimizer state, with every precision: verl's
+//!    `megatron.param_offload`, `grad_offload` and `optimizer_offload` each on their own.
+//!    Parameters and gradients live in host memory between phases and come back to the device
+//!    for the phase that needs them.
 
 /// The parallel engine the binary is built around.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -210,23 +210,8 @@ pub const fn validate(
             }
             Ok(())
         }
-        StrategyKind::Megatron => {
-            if offload.params {
-                return Err(Rejection {
-                    part: Part::Offload(OffloadTarget::Params),
-                    message: "`Megatron` does not offload parameters: its engine keeps the model shards on the device between phases",
-                    help: "valid offload for `Megatron`: `[]` or `[optimizer]`",
-                });
-            }
-            if offload.grads {
-                return Err(Rejection {
-                    part: Part::Offload(OffloadTarget::Grads),
-                    message: "`Megatron` does not offload gradients: its engine keeps the gradient buffers on the device",
-                    help: "valid offload for `Megatron`: `[]` or `[optimizer]`",
-                });
-            }
-            Ok(())
-        }
+        // Parameters, gradients and optimizer state each move on their own.
+        StrategyKind::Megatron => Ok(()),
     }
 }
 

@@ -133,8 +133,15 @@ pub struct MegatronEngineSpec {
     /// Megatron's sequence parallelism (only with tensor parallel > 1).
     pub sequence_parallel: bool,
     pub use_distributed_optimizer: bool,
-    /// Optimizer state in host memory (the only offload the Megatron engine implements).
+    /// Optimizer state in host memory.
     pub optimizer_offload: bool,
+    /// Parameters (and the distributed optimizer's param buffer) in host memory between
+    /// phases (verl's `megatron.param_offload`).
+    #[serde(default)]
+    pub param_offload: bool,
+    /// Gradient buffers in host memory between phases (verl's `megatron.grad_offload`).
+    #[serde(default)]
+    pub grad_offload: bool,
 }
 
 impl EngineSpec {

@@ -909,27 +909,6 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                     "set it to null",
                 );
             }
-            // The engine keeps its model shards and gradient buffers where they are.
-            for (on, name) in [
-                (m.param_offload, "param_offload"),
-                (m.grad_offload, "grad_offload"),
-            ] {
-                if !on {
-                    continue;
-                }
-                if world.device == DeviceKind::Cuda {
-                    l.unsupported(
-                        &key(name),
-                        "the Megatron engine does not move its model shards off the GPU between phases yet (only optimizer_offload)",
-                        "set it to false on CUDA",
-                    );
-                } else {
-                    l.no_effect(
-                        &key(name),
-                        format!("`{}` has no effect on CPU: the model already lives in host memory and the Megatron engine moves no shards", key(name)),
-                    );
-                }
-            }
             if !world.size().is_multiple_of(tp.saturating_mul(pp)) {
                 l.unsupported(
                     &key("tensor_model_parallel_size"),
@@ -946,6 +925,8 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                 sequence_parallel: m.sequence_parallel && tp > 1,
                 use_distributed_optimizer: m.use_distributed_optimizer,
                 optimizer_offload: flags.optimizer,
+                param_offload: flags.params,
+                grad_offload: flags.grads,
             })
         }
         Some(Engine::Fsdp(f)) => {

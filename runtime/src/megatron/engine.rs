@@ -15,6 +15,7 @@
 //! - Checkpoints: `huggingface/` (the full model, written by global rank 0, loadable by
 //!   transformers and by any TP/PP layout) plus `optim/rank_{r}.safetensors` (each rank's
 //!   optimizer pieces and the scheduler; reloadable with the same layout and DP size).
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use tch::nn::VarStore;
@@ -40,6 +41,7 @@ use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 
 use super::model::{HeadKind, ParallelModel};
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
+use super::offload::{Parked, storage_bytes};
 use super::{MegatronError, Result as MResult};
 
 type Result<T, E = EngineError> = std::result::Result<T, E>;
@@ -197,6 +199,10 @@ pub struct MegatronSettings {
     pub param_groups: GroupPolicy,
     /// Megatron's sequence parallelism (with TP > 1).
     pub sequence_parallel: bool,
+    /// verl's `megatron.param_offload`: parameters in host memory between phases.
+    pub param_offload: bool,
+    /// verl's `megatron.grad_offload`: gradient buffers in host memory between phases.
+    pub grad_offload: bool,
 }
 
 impl MegatronSettings {
@@ -242,6 +248,8 @@ impl MegatronSettings {
             },
             param_groups: GroupPolicy::Megatron,
             sequence_parallel: spec.sequence_parallel && tp > 1,
+            param_offload: spec.param_offload,
+            grad_offload: spec.grad_offload,
         })
     }
 }
@@ -254,7 +262,30 @@ pub struct MegatronEngine<H: MegatronHead> {
     config: ModelConfig,
     scheduler: Option<LrScheduler>,
     settings: EngineSettings,
+    offload: Offload,
     head: std::marker::PhantomData<H>,
+}
+
+/// Parameter / gradient offload: what is parked in host memory now (see [`super::offload`]).
+/// Every engine call that needs them brings them back first and parks them again when its
+/// phase ends: parameters after each call, gradients after the optimizer step.
+#[derive(Debug, Default)]
+struct Offload {
+    params: bool,
+    grads: bool,
+    parked_params: RefCell<Option<Parked>>,
+    parked_grads: RefCell<Option<Parked>>,
+}
+
+/// Bytes of the offloadable tensors on the device and parked in host memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Residency {
+    /// Parameters (and the distributed optimizer's param buffer) in device storage.
+    pub device_params: usize,
+    /// Gradients (and the distributed optimizer's grad buffers) in device storage.
+    pub device_grads: usize,
+    /// Parked in host memory.
+    pub host: usize,
 }
 
 impl<H: MegatronHead> std::fmt::Debug for MegatronEngine<H> {
@@ -370,17 +401,107 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 })
             }
         };
-        Ok(MegatronEngine {
+        let engine = MegatronEngine {
             module,
             config,
             scheduler,
             settings,
+            offload: Offload {
+                params: megatron.param_offload,
+                grads: megatron.grad_offload,
+                ..Offload::default()
+            },
             head: std::marker::PhantomData,
-        })
+        };
+        engine.park_params()?;
+        engine.park_grads()?;
+        Ok(engine)
     }
 
     pub fn megatron_module(&self) -> &MegatronModule {
         &self.module
+    }
+
+    /// Where the offloadable tensors are now.
+    pub fn residency(&self) -> Residency {
+        let sum = |ts: Vec<Tensor>| ts.iter().map(storage_bytes).sum();
+        let parked =
+            |p: &RefCell<Option<Parked>>| p.borrow().as_ref().map_or(0, Parked::host_bytes);
+        Residency {
+            device_params: sum(self.module.offloadable_params()),
+            device_grads: sum(self.module.offloadable_grads()),
+            host: parked(&self.offload.parked_params) + parked(&self.offload.parked_grads),
+        }
+    }
+
+    /// Moves the parameters to host memory (with `param_offload`; no-op when parked).
+    fn park_params(&self) -> Result<()> {
+        let mut slot = self.offload.parked_params.borrow_mut();
+        if self.offload.params && slot.is_none() {
+            *slot = Some(Parked::park(self.module.offloadable_params())?);
+        }
+        Ok(())
+    }
+
+    /// Moves the gradient buffers to host memory (with `grad_offload`; no-op when parked).
+    fn park_grads(&self) -> Result<()> {
+        let mut slot = self.offload.parked_grads.borrow_mut();
+        if self.offload.grads && slot.is_none() {
+            *slot = Some(Parked::park(self.module.offloadable_grads())?);
+        }
+        Ok(())
+    }
+
+    /// Brings parked parameters back to the device.
+    fn bring_params(&self) -> Result<()> {
+        if let Some(p) = self.offload.parked_params.borrow_mut().take() {
+            p.restore()?;
+        }
+        Ok(())
+    }
+
+    /// Brings parked gradient buffers back to the device.
+    fn bring_grads(&self) -> Result<()> {
+        if let Some(p) = self.offload.parked_grads.borrow_mut().take() {
+            p.restore()?;
+        }
+        Ok(())
+    }
+
+    /// [`Engine::infer_batch`] with the parameters on the device.
+    fn infer_resident(
+        &mut self,
+        batch: &Batch,
+        micro: &MicroBatching,
+        fwd: &ForwardOptions,
+    ) -> Result<Vec<H::Output>> {
+        let (parts, mbs) = Self::micro_batches(batch, micro)?;
+        let planes = H::planes(fwd);
+        let shapes: Vec<Vec<i64>> = parts
+            .iter()
+            .map(|p| Ok(vec![planes, p.rows(), response_len(p)?]))
+            .collect::<MResult<_>>()?;
+        let mut head = |mb: usize,
+                        model: &ParallelModel,
+                        tape: &mut Tape,
+                        hidden: &Tensor|
+         -> MResult<Tensor> {
+            let part = parts
+                .get(mb)
+                .ok_or_else(|| MegatronError::Config(format!("no micro-batch {mb}")))?;
+            H::pack(&H::output(model, tape, hidden, part, fwd)?)
+        };
+        let shape_of = |mb: usize| shapes.get(mb).cloned().unwrap_or_default();
+        let packed = self.module.forward_only(&mbs, &shape_of, &mut head)?;
+        packed.iter().map(|t| Ok(H::unpack(t, fwd)?)).collect()
+    }
+
+    /// Runs `f` with the parameters on the device, parking them again afterwards.
+    fn with_params<T>(&self, f: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
+        self.bring_params()?;
+        let out = f(self)?;
+        self.park_params()?;
+        Ok(out)
     }
 
     pub fn model_config(&self) -> &ModelConfig {
@@ -509,6 +630,8 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
                 "this engine is forward-only (no optimizer)".into(),
             ));
         }
+        self.bring_params()?;
+        self.bring_grads()?;
         let agg = self.agg_options(batch)?;
         let (parts, mbs) = Self::micro_batches(batch, micro)?;
         let mut metrics = Vec::with_capacity(parts.len());
@@ -548,33 +671,24 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
         micro: &MicroBatching,
         fwd: &ForwardOptions,
     ) -> Result<Vec<H::Output>> {
-        let (parts, mbs) = Self::micro_batches(batch, micro)?;
-        let planes = H::planes(fwd);
-        let shapes: Vec<Vec<i64>> = parts
-            .iter()
-            .map(|p| Ok(vec![planes, p.rows(), response_len(p)?]))
-            .collect::<MResult<_>>()?;
-        let mut head = |mb: usize,
-                        model: &ParallelModel,
-                        tape: &mut Tape,
-                        hidden: &Tensor|
-         -> MResult<Tensor> {
-            let part = parts
-                .get(mb)
-                .ok_or_else(|| MegatronError::Config(format!("no micro-batch {mb}")))?;
-            H::pack(&H::output(model, tape, hidden, part, fwd)?)
-        };
-        let shape_of = |mb: usize| shapes.get(mb).cloned().unwrap_or_default();
-        let packed = self.module.forward_only(&mbs, &shape_of, &mut head)?;
-        packed.iter().map(|t| Ok(H::unpack(t, fwd)?)).collect()
+        self.bring_params()?;
+        let out = self.infer_resident(batch, micro, fwd);
+        self.park_params()?;
+        out
     }
 
     fn optimizer_zero_grad(&mut self) -> Result<()> {
+        self.bring_grads()?;
         Ok(self.module.zero_grad()?)
     }
 
     fn optimizer_step(&mut self) -> Result<StepResult> {
+        self.bring_params()?;
+        self.bring_grads()?;
         let outcome = self.module.step()?;
+        // The update phase ends here.
+        self.park_params()?;
+        self.park_grads()?;
         Ok(StepResult {
             grad_norm: outcome.grad_norm,
             update_successful: outcome.update_successful,
@@ -601,7 +715,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
         // Collective: every rank takes part in gathering the full weights.
-        let full = self.module.full_params()?;
+        let full = self.with_params(|e| Ok(e.module.full_params()?))?;
         if self.world_rank() == 0 {
             std::fs::create_dir_all(dir).map_err(|e| Self::ck(dir, e))?;
             let arch = H::architecture(&self.config).map_err(|e| Self::ck(dir, e))?;
@@ -625,7 +739,9 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
 
     fn load_checkpoint(&mut self, dir: &Path) -> Result<()> {
         let hf = dir.join(crate::engine::HF_DIR);
+        self.bring_params()?;
         self.module.load_pretrained(&hf, &[])?;
+        self.park_params()?;
         if self.module.inner_optimizer().is_some() {
             let path = self.optim_file(dir);
             if !path.is_file() {
@@ -645,7 +761,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
     }
 
     fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>> {
-        Ok(self.module.full_params()?)
+        self.with_params(|e| Ok(e.module.full_params()?))
     }
 
     fn rollout_layout(&self) -> RolloutLayout {
@@ -658,15 +774,26 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
         })
     }
 
-    /// This rank's parameters (its stage's layers, its tensor-parallel slices), live.
+    /// This rank's parameters (its stage's layers, its tensor-parallel slices): the live
+    /// tensors, or with `param_offload` a device copy the rollout holds while it generates
+    /// (what verl's rollout engine gets) while the parameters go back to host memory.
     fn rollout_weights(&self) -> Result<Vec<(String, Tensor)>> {
-        Ok(self
-            .module
-            .model
-            .params()
-            .into_iter()
-            .map(|p| (p.name, p.tensor.detach()))
-            .collect())
+        let copy = self.offload.params;
+        self.with_params(|e| {
+            e.module
+                .model
+                .params()
+                .into_iter()
+                .map(|p| {
+                    let t = if copy {
+                        p.tensor.f_detach_copy()?
+                    } else {
+                        p.tensor.detach()
+                    };
+                    Ok((p.name, t))
+                })
+                .collect()
+        })
     }
 
     fn dp_size(&self) -> usize {

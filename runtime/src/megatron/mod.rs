@@ -16,6 +16,7 @@
 pub mod engine;
 pub mod model;
 pub mod module;
+pub mod offload;
 pub mod schedule;
 
 pub use engine::{GroupPolicy, MegatronEngine, MegatronHead, MegatronSettings};

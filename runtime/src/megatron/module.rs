@@ -487,6 +487,32 @@ impl MegatronModule {
         })
     }
 
+    /// What parameter offload moves: the parameters and the distributed optimizer's param
+    /// buffer (each the whole of its storage).
+    pub fn offloadable_params(&self) -> Vec<Tensor> {
+        let mut out: Vec<Tensor> = self.model.params().into_iter().map(|p| p.tensor).collect();
+        if let Some(ModuleOptimizer::Distributed(o)) = &self.optimizer {
+            out.push(o.param_buffer().shallow_clone());
+        }
+        out
+    }
+
+    /// What gradient offload moves: the parameters' gradients (where they have one) and the
+    /// distributed optimizer's grad buffers.
+    pub fn offloadable_grads(&self) -> Vec<Tensor> {
+        let mut out: Vec<Tensor> = self
+            .model
+            .params()
+            .into_iter()
+            .map(|p| p.tensor.grad())
+            .filter(Tensor::defined)
+            .collect();
+        if let Some(ModuleOptimizer::Distributed(o)) = &self.optimizer {
+            out.extend(o.grad_buffers().map(Tensor::shallow_clone));
+        }
+        out
+    }
+
     /// Bytes this rank holds for the model's parameters, their gradients and the optimizer;
     /// see [`ModuleMemory`].
     pub fn memory(&self) -> ModuleMemory {

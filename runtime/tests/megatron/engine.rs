@@ -80,8 +80,18 @@ fn actor_settings(mini: usize) -> ActorSettings {
 
 fn megatron_engine(
     world: &ProcessGroup,
+    dims: (usize, usize, usize),
+    sequence_parallel: bool,
+) -> MegatronEngine<CausalLm> {
+    megatron_engine_with(world, dims, sequence_parallel, false, engine_settings())
+}
+
+fn megatron_engine_with(
+    world: &ProcessGroup,
     (tp, pp, dp): (usize, usize, usize),
     sequence_parallel: bool,
+    offload: bool,
+    engine: EngineSettings,
 ) -> MegatronEngine<CausalLm> {
     let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
     let groups = ProcessGroups::new(world, &layout).unwrap();
@@ -93,8 +103,10 @@ fn megatron_engine(
         },
         param_groups: GroupPolicy::Single,
         sequence_parallel,
+        param_offload: offload,
+        grad_offload: offload,
     };
-    MegatronEngine::new(engine_settings(), settings).unwrap()
+    MegatronEngine::new(engine, settings).unwrap()
 }
 
 /// 16 generated responses with old/ref log-probs and advantages (from the single engine).
@@ -339,6 +351,8 @@ rank_test!(actor_tp2_matches_single_engine, 2, |world| {
             },
             param_groups: GroupPolicy::Single,
             sequence_parallel: false,
+            param_offload: false,
+            grad_offload: false,
         },
     )
     .unwrap();
@@ -436,6 +450,8 @@ fn critic_engine(
         },
         param_groups: GroupPolicy::Single,
         sequence_parallel,
+        param_offload: false,
+        grad_offload: false,
     };
     MegatronEngine::new(engine_settings(), settings).unwrap()
 }
@@ -505,3 +521,123 @@ rank_test!(critic_tp2_sp_and_pp2_match_single_engine, 2, |world| {
     critic_matches_single(&world, (2, 1, 1), true);
     critic_matches_single(&world, (1, 2, 1), false);
 });
+
+/// verl's `megatron.param_offload` + `grad_offload`: between phases the parameters (with the
+/// distributed optimizer's param buffer, which its fp32 pieces view) and the gradient buffers
+/// leave device storage for host memory, and the run computes exactly what it computes
+/// without offload: log-probs, update metrics, weights, generated tokens.
+fn offload_keeps_the_trajectory(
+    world: &ProcessGroup,
+    dims: (usize, usize, usize),
+    dtype: Precision,
+) {
+    let settings = EngineSettings {
+        param_dtype: dtype,
+        ..engine_settings()
+    };
+    let mut single = Actor::new(
+        SingleEngine::new(engine_settings()).unwrap(),
+        actor_settings(16),
+    )
+    .unwrap();
+    let full = batch(&mut single);
+    let dp = dims.2;
+    let mut plain = Actor::new(
+        megatron_engine_with(world, dims, false, false, settings.clone()),
+        actor_settings(16 / dp),
+    )
+    .unwrap();
+    let mut off = Actor::new(
+        megatron_engine_with(world, dims, false, true, settings),
+        actor_settings(16 / dp),
+    )
+    .unwrap();
+    let n = ROWS / dp as i64;
+    let local = full.narrow(plain.engine.dp_rank() as i64 * n, n).unwrap();
+    let parked = |e: &MegatronEngine<CausalLm>, phase: &str| {
+        let r = e.residency();
+        assert_eq!(r.device_params, 0, "{phase}: parameters on the device");
+        assert_eq!(r.device_grads, 0, "{phase}: gradients on the device");
+        assert!(r.host > 0, "{phase}: nothing in host memory");
+        r.host
+    };
+    let at_start = parked(&off.engine, "after construction");
+    let resident = plain.engine.residency();
+    assert_eq!(resident.host, 0);
+    assert_eq!(
+        resident.device_params + resident.device_grads,
+        at_start,
+        "the parameters and gradient buffers moved, all of them"
+    );
+    for step in 0..3 {
+        let (a, _) = plain.compute_log_prob(&local).unwrap();
+        let (b, _) = off.compute_log_prob(&local).unwrap();
+        assert!(a.equal(&b), "step {step}: log-probs");
+        parked(&off.engine, "after the log-prob pass");
+        let ma = plain.update_policy(&local, step).unwrap();
+        let mb = off.update_policy(&local, step).unwrap();
+        assert_eq!(ma, mb, "step {step}: update metrics");
+        let after = parked(&off.engine, "after the update");
+        assert!(
+            after >= at_start,
+            "everything parked at the start is parked again"
+        );
+    }
+    let (pa, pb) = (
+        plain.engine.per_tensor_params().unwrap(),
+        off.engine.per_tensor_params().unwrap(),
+    );
+    assert_eq!(max_param_diff(&pa, &pb), 0.0);
+    parked(&off.engine, "after gathering the weights");
+    // The rollout holds its own copy of the shards while the parameters stay parked.
+    let mut rollout =
+        RolloutWorker::for_layout(&off.engine.rollout_layout(), dtype, Device::Cpu).unwrap();
+    rollout
+        .update_weights(&off.engine.rollout_weights().unwrap())
+        .unwrap();
+    parked(&off.engine, "while the rollout generates");
+    let mut reference =
+        RolloutWorker::for_layout(&plain.engine.rollout_layout(), dtype, Device::Cpu).unwrap();
+    reference
+        .update_weights(&plain.engine.rollout_weights().unwrap())
+        .unwrap();
+    let prompts: Vec<Vec<i64>> = vec![vec![1, 5, 6], vec![3, 9, 4]];
+    let params = SamplingParams {
+        n: 2,
+        max_new_tokens: 5,
+        seed: 4,
+        ..SamplingParams::default()
+    };
+    let stop = StopTokens {
+        eos: vec![2],
+        pad: 0,
+    };
+    let want = reference.generate(&prompts, &params, &stop).unwrap();
+    let got = rollout.generate(&prompts, &params, &stop).unwrap();
+    assert!(want.responses.equal(&got.responses));
+    assert!(want.rollout_log_probs.equal(&got.rollout_log_probs));
+}
+
+rank_test!(
+    offload_tp2_moves_weights_and_grads_without_changing_the_run,
+    2,
+    |world| {
+        offload_keeps_the_trajectory(&world, (2, 1, 1), Precision::Fp32);
+    }
+);
+
+rank_test!(
+    offload_pp2_bf16_moves_weights_and_grads_without_changing_the_run,
+    2,
+    |world| {
+        offload_keeps_the_trajectory(&world, (1, 2, 1), Precision::Bf16);
+    }
+);
+
+rank_test!(
+    offload_dp2_moves_weights_and_grads_without_changing_the_run,
+    2,
+    |world| {
+        offload_keeps_the_trajectory(&world, (1, 1, 2), Precision::Fp32);
+    }
+);

@@ -72,6 +72,8 @@ fn engine(
         },
         param_groups: GroupPolicy::Single,
         sequence_parallel: false,
+        param_offload: false,
+        grad_offload: false,
     };
     MegatronEngine::new(settings(), megatron).unwrap()
 }

@@ -253,6 +253,18 @@ impl DistributedOptimizer {
             .collect()
     }
 
+    /// The model-dtype buffer of the whole layout (what parameter offload moves with the
+    /// parameters; fp32 pieces are views of it).
+    pub fn param_buffer(&self) -> &Tensor {
+        &self.param_buffer
+    }
+
+    /// The fp32 grad buffer of the whole layout and the reduce-scattered shard (what gradient
+    /// offload moves; the pieces' grads are views of the shard).
+    pub fn grad_buffers(&self) -> [&Tensor; 2] {
+        [&self.grad_buffer, &self.shard_grads]
+    }
+
     /// Bytes this optimizer holds, as `(param_buffer, grad_buffer, sharded)`: the model-dtype
     /// and fp32 buffers of the whole layout (this rank's part of the model, for the bucket
     /// collectives), and what is split over the data-parallel group: the reduce-scattered grad
