@@ -99,6 +99,8 @@ fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
                 "examples/quickstart_megatron.yaml",
                 vec![
                     format!("{m}.dtype={dtype}"),
+                    format!("{m}.param_offload={}", o.params),
+                    format!("{m}.grad_offload={}", o.grads),
                     format!("{m}.optimizer_offload={}", o.optimizer),
                 ],
             ))

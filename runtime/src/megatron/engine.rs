@@ -496,6 +496,53 @@ impl<H: MegatronHead> MegatronEngine<H> {
         packed.iter().map(|t| Ok(H::unpack(t, fwd)?)).collect()
     }
 
+    /// [`Engine::save_checkpoint`] with the parameters on the device.
+    fn save_resident(&self, dir: &Path) -> Result<()> {
+        // Collective: every rank takes part in gathering the full weights.
+        let full = self.module.full_params()?;
+        if self.world_rank() == 0 {
+            std::fs::create_dir_all(dir).map_err(|e| Self::ck(dir, e))?;
+            let arch = H::architecture(&self.config).map_err(|e| Self::ck(dir, e))?;
+            save_named(
+                &full,
+                &self.config,
+                arch,
+                &dir.join(crate::engine::HF_DIR),
+                &SaveOptions::default(),
+            )?;
+        }
+        if self.module.inner_optimizer().is_some() {
+            let file = self.optim_file(dir);
+            if let Some(parent) = file.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| Self::ck(parent, e))?;
+            }
+            self.module.save_optimizer(&file, self.scheduler.as_ref())?;
+        }
+        self.barrier()
+    }
+
+    /// [`Engine::load_checkpoint`] with the parameters on the device.
+    fn load_resident(&mut self, dir: &Path) -> Result<()> {
+        let hf = dir.join(crate::engine::HF_DIR);
+        self.module.load_pretrained(&hf, &[])?;
+        if self.module.inner_optimizer().is_some() {
+            let path = self.optim_file(dir);
+            if !path.is_file() {
+                return Err(Self::ck(
+                    &path,
+                    "missing (the checkpoint has no optimizer state for this rank)",
+                ));
+            }
+            let sched = self.module.load_optimizer(&path)?;
+            let s = sched.ok_or_else(|| Self::ck(&path, "no lr scheduler state"))?;
+            if let Some(opt) = self.module.inner_optimizer_mut() {
+                s.apply(opt.options_mut());
+            }
+            self.scheduler = Some(s);
+        }
+        Ok(())
+    }
+
     /// Runs `f` with the parameters on the device, parking them again afterwards.
     fn with_params<T>(&self, f: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
         self.bring_params()?;
@@ -714,50 +761,14 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
-        // Collective: every rank takes part in gathering the full weights.
-        let full = self.with_params(|e| Ok(e.module.full_params()?))?;
-        if self.world_rank() == 0 {
-            std::fs::create_dir_all(dir).map_err(|e| Self::ck(dir, e))?;
-            let arch = H::architecture(&self.config).map_err(|e| Self::ck(dir, e))?;
-            save_named(
-                &full,
-                &self.config,
-                arch,
-                &dir.join(crate::engine::HF_DIR),
-                &SaveOptions::default(),
-            )?;
-        }
-        if self.module.inner_optimizer().is_some() {
-            let file = self.optim_file(dir);
-            if let Some(parent) = file.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| Self::ck(parent, e))?;
-            }
-            self.module.save_optimizer(&file, self.scheduler.as_ref())?;
-        }
-        self.barrier()
+        // The optimizer's fp32 main params may be views of the (parked) param buffer.
+        self.with_params(|e| e.save_resident(dir))
     }
 
     fn load_checkpoint(&mut self, dir: &Path) -> Result<()> {
-        let hf = dir.join(crate::engine::HF_DIR);
         self.bring_params()?;
-        self.module.load_pretrained(&hf, &[])?;
-        self.park_params()?;
-        if self.module.inner_optimizer().is_some() {
-            let path = self.optim_file(dir);
-            if !path.is_file() {
-                return Err(Self::ck(
-                    &path,
-                    "missing (the checkpoint has no optimizer state for this rank)",
-                ));
-            }
-            let sched = self.module.load_optimizer(&path)?;
-            let s = sched.ok_or_else(|| Self::ck(&path, "no lr scheduler state"))?;
-            if let Some(opt) = self.module.inner_optimizer_mut() {
-                s.apply(opt.options_mut());
-            }
-            self.scheduler = Some(s);
-        }
-        Ok(())
+        self.load_resident(dir)?;
+        self.park_params()
     }
 
     fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>> {

@@ -616,6 +616,43 @@ fn offload_keeps_the_trajectory(
     let got = rollout.generate(&prompts, &params, &stop).unwrap();
     assert!(want.responses.equal(&got.responses));
     assert!(want.rollout_log_probs.equal(&got.rollout_log_probs));
+    drop(rollout);
+    // A checkpoint written while parked (the optimizer's fp32 pieces view the param buffer)
+    // restores into a fresh offloading engine that continues exactly as the plain one.
+    let port = std::env::var("MASTER_PORT").unwrap();
+    let dir = std::env::temp_dir().join(format!("verlc-megatron-offload-ckpt-{port}"));
+    off.engine.save_checkpoint(&dir).unwrap();
+    parked(&off.engine, "after saving");
+    let mut restored = Actor::new(
+        megatron_engine_with(
+            world,
+            dims,
+            false,
+            true,
+            EngineSettings {
+                param_dtype: dtype,
+                ..engine_settings()
+            },
+        ),
+        actor_settings(16 / dp),
+    )
+    .unwrap();
+    restored.engine.load_checkpoint(&dir).unwrap();
+    parked(&restored.engine, "after loading");
+    let ma = plain.update_policy(&local, 3).unwrap();
+    let mb = restored.update_policy(&local, 3).unwrap();
+    assert_eq!(ma, mb, "after the restore: update metrics");
+    assert_eq!(
+        max_param_diff(
+            &plain.engine.per_tensor_params().unwrap(),
+            &restored.engine.per_tensor_params().unwrap()
+        ),
+        0.0
+    );
+    world.barrier().unwrap();
+    if world.rank() == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 rank_test!(
