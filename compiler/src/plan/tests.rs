@@ -213,6 +213,45 @@ fn packing_on_megatron_warns_only_when_changed() {
 }
 
 #[test]
+fn rollout_tensor_parallel_follows_the_megatron_actor() {
+    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
+        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+    let about = |c: &Case| {
+        c.lowered
+            .diagnostics
+            .iter()
+            .filter(|d| d.key_path.as_deref() == Some(key))
+            .map(|d| d.code.0)
+            .collect::<Vec<_>>()
+    };
+    let two = [
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2",
+    ];
+    let with = |extra: &str| {
+        let mut o = two.to_vec();
+        o.push(extra);
+        case(&yaml, &o)
+    };
+    // The rollout decodes from the actor's shards: the actor's size is what runs.
+    assert!(about(&with(&format!("{key}=2"))).is_empty());
+    // Another size (verl's default 1 included, once written) is reported where it was set.
+    assert_eq!(about(&with(&format!("{key}=1"))), vec!["B006"]);
+    assert_eq!(
+        about(&case(&yaml, &two)),
+        vec!["B006"],
+        "the config's own 1"
+    );
+    let unwritten = yaml.replace("    tensor_model_parallel_size: 1\n", "");
+    assert!(
+        about(&case(&unwritten, &two)).is_empty(),
+        "unwritten: verl's default"
+    );
+}
+
+#[test]
 fn mixed_precision_param_dtype_decides_precision() {
     let c = case(
         &with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: fp32\n"),

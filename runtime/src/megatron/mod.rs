@@ -9,6 +9,9 @@
 //!   the embedding group, DP reduction), the optimizer step, and export of full weights.
 //! - [`engine`]: [`MegatronEngine`], the [`crate::engine::Engine`] interface over it (what the
 //!   actor, critic and reference workers drive), with checkpoints and weight export.
+//! - [`offload`]: parameter and gradient storages parked in host memory between phases.
+//! - `model::decode`: incremental decoding on one (TP rank, PP stage), what the rollout runs
+//!   on a Megatron rank ([`crate::rollout::ShardedDecoder`]).
 //!
 //! The pieces underneath live with their kind: the f/g mappings and the segment-wise backward
 //! in [`crate::dist::mappings`], TP layers and vocab-parallel losses in [`crate::tp`], the

@@ -1,5 +1,6 @@
-//! The rollout engine: batched generation on a [`crate::model::CausalLm`] with a preallocated
-//! KV cache and left-padded prompts ([`engine`]), logits processing and seeded sampling
+//! The rollout engine: batched generation with a preallocated KV cache and left-padded prompts
+//! ([`engine`]) on a [`Decoder`] ([`decoder`]: a whole [`crate::model::CausalLm`], or one
+//! Megatron rank's shards decoding with its TP/PP peers), logits processing and seeded sampling
 //! ([`sampling`]; on CPU from vocabulary-major logits, [`vocab_head`]), and log-probs /
 //! entropy of given sequences in micro-batches through the training forward ([`logprob`]).
 //!
