@@ -24,7 +24,7 @@ use crate::rank_test;
 const MODEL: &str = "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&intermediate=48";
 const ROWS: i64 = 16;
 
-fn engine_settings() -> EngineSettings {
+pub(crate) fn engine_settings() -> EngineSettings {
     EngineSettings {
         model_path: MODEL.into(),
         device: Device::Cpu,

@@ -7,17 +7,12 @@
 //! The model has untied embeddings: with tied ones the last pipeline stage holds its own copy of
 //! the embedding (Megatron does the same), which no layout can split.
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
-use runtime::engine::{
-    Batch, Engine, EngineSettings, ForwardOptions, MicroBatching, MicroLoss, OptimSettings,
-    SchedulerSettings,
-};
+use runtime::engine::{Batch, Engine, EngineSettings, ForwardOptions, MicroBatching, MicroLoss};
 use runtime::megatron::{
     GroupPolicy, MegatronEngine, MegatronSettings, ModuleMemory, ParallelSettings,
 };
 use runtime::model::{CausalLm, Precision};
 use runtime::optim::distrib::LayoutOptions;
-use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
-use runtime::optim::{AdamWConfig, InnerConfig};
 use runtime::rollout::{SamplingParams, StopTokens};
 use runtime::workers::rollout::RolloutWorker;
 use tch::{Device, Kind, Tensor};
@@ -31,28 +26,8 @@ fn settings() -> EngineSettings {
     overrides.insert("tie_word_embeddings".into(), false.into());
     EngineSettings {
         model_path: MODEL.into(),
-        device: Device::Cpu,
-        param_dtype: Precision::Fp32,
-        seed: 3,
-        optim: Some(OptimSettings {
-            inner: InnerConfig::AdamW(AdamWConfig::default()),
-            lr: 1e-3,
-            weight_decay: 0.0,
-            clip_grad: 1.0,
-            offload: false,
-            offload_fraction: 0.0,
-            scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
-                schedule: VerlSchedule::Constant,
-                lr_warmup_steps: 0,
-                lr_warmup_steps_ratio: 0.0,
-                total_training_steps: 10,
-            }),
-        }),
-        loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::LINKED,
-        lora: None,
         config_overrides: overrides,
-        remove_padding: false,
+        ..crate::engine::engine_settings()
     }
 }
 
