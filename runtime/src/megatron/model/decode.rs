@@ -57,11 +57,11 @@ impl ParallelAttention {
 }
 
 impl ParallelDecoderLayer {
+    /// `rope` is the rotary `(cos, sin)` of the positions being decoded.
     fn decode(
         &self,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
         mask: Option<&Tensor>,
         cache: &mut KvCache,
         layer: usize,
@@ -126,7 +126,7 @@ impl ParallelModel {
         let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = causal_padding_mask(attention_mask, past, t);
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.decode(&x, &cos, &sin, Some(&mask), cache, i, tp)?;
+            x = layer.decode(&x, (&cos, &sin), Some(&mask), cache, i, tp)?;
         }
         cache.advance(t);
         Ok(match &self.norm {
