@@ -525,6 +525,21 @@ impl ParallelModel {
         })
     }
 
+    /// The vocab-parallel output layer: the untied `lm_head`, the last stage's copy of a tied
+    /// embedding, or the embedding itself on a single stage. `what` names the caller's output
+    /// in the error for stages without it (or a value head).
+    fn output_layer(&self, what: &str) -> Result<&VocabParallelEmbedding> {
+        match (&self.output, &self.embed) {
+            (Some(o), _) => Ok(o),
+            (None, Some(e)) if self.head_kind == HeadKind::CausalLm && self.stage.is_last() => {
+                Ok(e)
+            }
+            _ => Err(MegatronError::Config(format!(
+                "{what} need the causal-LM head of the last stage"
+            ))),
+        }
+    }
+
     /// Log-probs (and entropy) of `labels` (B, R) from final hidden states (B, R, hidden),
     /// divided by `temperature` first: the vocab-parallel head (last stage, causal LM).
     pub fn log_probs(
@@ -535,15 +550,7 @@ impl ParallelModel {
         temperature: f64,
         with_entropy: bool,
     ) -> Result<VocabParallelOutput> {
-        let out = match (&self.output, &self.embed) {
-            (Some(o), _) => o,
-            (None, Some(e)) if self.head_kind == HeadKind::CausalLm && self.stage.is_last() => e,
-            _ => {
-                return Err(MegatronError::Config(
-                    "log-probs need the causal-LM head of the last stage".into(),
-                ));
-            }
-        };
+        let out = self.output_layer("log-probs")?;
         let tp = self.tp.as_ref();
         // Under sequence parallelism the hidden states were gathered with the reduction of
         // their gradient already (see `forward_stage`).

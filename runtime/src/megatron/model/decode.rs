@@ -16,8 +16,7 @@ use crate::model::rope::apply_rotary;
 use crate::tp::{ColumnParallelLinear, rank_size};
 
 use super::{
-    HeadKind, MegatronError, ParallelAttention, ParallelDecoderLayer, ParallelModel, Result,
-    StageInput,
+    MegatronError, ParallelAttention, ParallelDecoderLayer, ParallelModel, Result, StageInput,
 };
 
 impl ParallelAttention {
@@ -138,16 +137,7 @@ impl ParallelModel {
     /// Next-token logits (rows, vocab) of final hidden states (rows, hidden): the local
     /// vocabulary columns gathered over the TP group (the same on every TP rank).
     pub fn next_token_logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        let out = match (&self.output, &self.embed) {
-            (Some(o), _) => o,
-            (None, Some(e)) if self.head_kind == HeadKind::CausalLm && self.stage.is_last() => e,
-            _ => {
-                return Err(MegatronError::Config(
-                    "next-token logits need the causal-LM head of the last stage".into(),
-                ));
-            }
-        };
-        let local = out.logits(hidden);
+        let local = self.output_layer("next-token logits")?.logits(hidden);
         let Some(tp) = self.tp.as_ref().filter(|g| g.size() > 1) else {
             return Ok(local.f_narrow(1, 0, self.partition.vocab)?);
         };
