@@ -15,7 +15,6 @@
 //! - Checkpoints: `huggingface/` (the full model, written by global rank 0, loadable by
 //!   transformers and by any TP/PP layout) plus `optim/rank_{r}.safetensors` (each rank's
 //!   optimizer pieces and the scheduler; reloadable with the same layout and DP size).
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use tch::nn::VarStore;
@@ -41,7 +40,7 @@ use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 
 use super::model::{HeadKind, ParallelModel};
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
-use super::offload::{Parked, storage_bytes};
+use super::offload::{OffloadSlot, storage_bytes};
 use super::{MegatronError, Result as MResult};
 
 type Result<T, E = EngineError> = std::result::Result<T, E>;
@@ -262,19 +261,12 @@ pub struct MegatronEngine<H: MegatronHead> {
     config: ModelConfig,
     scheduler: Option<LrScheduler>,
     settings: EngineSettings,
-    offload: Offload,
+    /// Parameter and gradient offload (see [`super::offload`]): every engine call that needs
+    /// them brings them back first and parks them again when its phase ends (parameters after
+    /// each call, gradients after the optimizer step).
+    offload_params: OffloadSlot,
+    offload_grads: OffloadSlot,
     head: std::marker::PhantomData<H>,
-}
-
-/// Parameter / gradient offload: what is parked in host memory now (see [`super::offload`]).
-/// Every engine call that needs them brings them back first and parks them again when its
-/// phase ends: parameters after each call, gradients after the optimizer step.
-#[derive(Debug, Default)]
-struct Offload {
-    params: bool,
-    grads: bool,
-    parked_params: RefCell<Option<Parked>>,
-    parked_grads: RefCell<Option<Parked>>,
 }
 
 /// Bytes of the offloadable tensors on the device and parked in host memory.
@@ -406,11 +398,8 @@ impl<H: MegatronHead> MegatronEngine<H> {
             config,
             scheduler,
             settings,
-            offload: Offload {
-                params: megatron.param_offload,
-                grads: megatron.grad_offload,
-                ..Offload::default()
-            },
+            offload_params: OffloadSlot::new(megatron.param_offload),
+            offload_grads: OffloadSlot::new(megatron.grad_offload),
             head: std::marker::PhantomData,
         };
         engine.park_params()?;
@@ -425,47 +414,33 @@ impl<H: MegatronHead> MegatronEngine<H> {
     /// Where the offloadable tensors are now.
     pub fn residency(&self) -> Residency {
         let sum = |ts: Vec<Tensor>| ts.iter().map(storage_bytes).sum();
-        let parked =
-            |p: &RefCell<Option<Parked>>| p.borrow().as_ref().map_or(0, Parked::host_bytes);
         Residency {
             device_params: sum(self.module.offloadable_params()),
             device_grads: sum(self.module.offloadable_grads()),
-            host: parked(&self.offload.parked_params) + parked(&self.offload.parked_grads),
+            host: self.offload_params.host_bytes() + self.offload_grads.host_bytes(),
         }
     }
 
     /// Moves the parameters to host memory (with `param_offload`; no-op when parked).
     fn park_params(&self) -> Result<()> {
-        let mut slot = self.offload.parked_params.borrow_mut();
-        if self.offload.params && slot.is_none() {
-            *slot = Some(Parked::park(self.module.offloadable_params())?);
-        }
-        Ok(())
+        Ok(self
+            .offload_params
+            .park(|| self.module.offloadable_params())?)
     }
 
     /// Moves the gradient buffers to host memory (with `grad_offload`; no-op when parked).
     fn park_grads(&self) -> Result<()> {
-        let mut slot = self.offload.parked_grads.borrow_mut();
-        if self.offload.grads && slot.is_none() {
-            *slot = Some(Parked::park(self.module.offloadable_grads())?);
-        }
-        Ok(())
+        Ok(self
+            .offload_grads
+            .park(|| self.module.offloadable_grads())?)
     }
 
-    /// Brings parked parameters back to the device.
     fn bring_params(&self) -> Result<()> {
-        if let Some(p) = self.offload.parked_params.borrow_mut().take() {
-            p.restore()?;
-        }
-        Ok(())
+        Ok(self.offload_params.bring()?)
     }
 
-    /// Brings parked gradient buffers back to the device.
     fn bring_grads(&self) -> Result<()> {
-        if let Some(p) = self.offload.parked_grads.borrow_mut().take() {
-            p.restore()?;
-        }
-        Ok(())
+        Ok(self.offload_grads.bring()?)
     }
 
     /// [`Engine::infer_batch`] with the parameters on the device.
@@ -789,7 +764,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
     /// tensors, or with `param_offload` a device copy the rollout holds while it generates
     /// (what verl's rollout engine gets) while the parameters go back to host memory.
     fn rollout_weights(&self) -> Result<Vec<(String, Tensor)>> {
-        let copy = self.offload.params;
+        let copy = self.offload_params.is_on();
         self.with_params(|e| {
             e.module
                 .model

@@ -9,6 +9,8 @@
 //! its contents back on [`Parked::restore`]. On CUDA the host copies are pinned. On CPU the
 //! "device" is host memory too: the move is then a copy into a separate host buffer and the
 //! release of the original, which tests measure as bytes leaving the device storages.
+use std::cell::RefCell;
+
 use tch::{Device, Tensor};
 
 use super::{MegatronError, Result};
@@ -78,5 +80,48 @@ impl Parked {
     /// Bytes held in host memory.
     pub fn host_bytes(&self) -> usize {
         self.items.iter().map(|(_, _, n)| n).sum()
+    }
+}
+
+/// One kind of offloadable tensors (the parameters, or the gradient buffers): whether offload
+/// is on for it, and what is parked now.
+#[derive(Debug, Default)]
+pub struct OffloadSlot {
+    on: bool,
+    parked: RefCell<Option<Parked>>,
+}
+
+impl OffloadSlot {
+    pub fn new(on: bool) -> Self {
+        OffloadSlot {
+            on,
+            parked: RefCell::new(None),
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// Parks `tensors()` when offload is on and nothing is parked yet.
+    pub fn park(&self, tensors: impl FnOnce() -> Vec<Tensor>) -> Result<()> {
+        let mut slot = self.parked.borrow_mut();
+        if self.on && slot.is_none() {
+            *slot = Some(Parked::park(tensors())?);
+        }
+        Ok(())
+    }
+
+    /// Brings what is parked back to the device.
+    pub fn bring(&self) -> Result<()> {
+        match self.parked.borrow_mut().take() {
+            Some(p) => p.restore(),
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes parked in host memory now.
+    pub fn host_bytes(&self) -> usize {
+        self.parked.borrow().as_ref().map_or(0, Parked::host_bytes)
     }
 }
