@@ -1,4 +1,5 @@
-//! Safe wrappers over the fused and foreach kernels that tch does not bind.
+//! Safe wrappers over the fused and foreach kernels that tch does not bind, and
+//! [`tensor_bytes`], the one measure of a tensor's memory the memory reports use.
 use tch::Tensor;
 
 use crate::ffi;
@@ -244,4 +245,14 @@ pub fn backward(roots: &[Tensor], grads: &[Tensor], keep_graph: bool) -> Result<
     let err =
         unsafe { ffi::vlc_autograd_backward(r.as_ptr(), g.as_ptr(), r.len(), keep_graph as i32) };
     check("backward", err)
+}
+
+/// Bytes of `t`'s elements (0 for an undefined tensor): what it holds, however its storage is
+/// placed (see `megatron::offload::storage_bytes` for the storage itself).
+pub fn tensor_bytes(t: &Tensor) -> i64 {
+    if t.defined() {
+        t.numel() as i64 * t.kind().elt_size_in_bytes() as i64
+    } else {
+        0
+    }
 }

@@ -516,13 +516,7 @@ impl MegatronModule {
     /// Bytes this rank holds for the model's parameters, their gradients and the optimizer;
     /// see [`ModuleMemory`].
     pub fn memory(&self) -> ModuleMemory {
-        let bytes = |t: &Tensor| {
-            if t.defined() {
-                t.numel() as i64 * t.kind().elt_size_in_bytes() as i64
-            } else {
-                0
-            }
-        };
+        let bytes = crate::ops::tensor_bytes;
         let params = self.model.params();
         let mut mem = ModuleMemory {
             params: params.iter().map(|p| bytes(&p.tensor)).sum(),

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use tch::nn::VarStore;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use crate::dist::ProcessGroup;
 use crate::megatron::{HeadKind, ParallelModel};
@@ -200,7 +200,7 @@ impl RolloutWorker {
         self.vs
             .variables()
             .values()
-            .map(|t| t.numel() as i64 * elem_size(t.kind()))
+            .map(crate::ops::tensor_bytes)
             .sum()
     }
 
@@ -239,14 +239,5 @@ impl RolloutWorker {
     /// True when this rank holds only its shards of the model.
     pub fn is_sharded(&self) -> bool {
         matches!(self.model, Skeleton::Sharded { .. })
-    }
-}
-
-fn elem_size(k: Kind) -> i64 {
-    match k {
-        Kind::Double | Kind::Int64 => 8,
-        Kind::Half | Kind::BFloat16 | Kind::Int16 => 2,
-        Kind::Int8 | Kind::Uint8 | Kind::Bool => 1,
-        _ => 4,
     }
 }

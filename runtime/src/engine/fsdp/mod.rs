@@ -454,13 +454,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
     /// Bytes of this rank's shards, shard gradients and optimizer state, and the peak of
     /// gathered units so far.
     pub fn memory(&self) -> MemoryReport {
-        let bytes = |t: &Tensor| {
-            if t.defined() {
-                t.numel() as i64 * unit::elem_size(t.kind())
-            } else {
-                0
-            }
-        };
+        let bytes = crate::ops::tensor_bytes;
         let params = self.units().map(|u| bytes(u.shard())).sum();
         let grads = self.units().map(|u| bytes(&u.shard().grad())).sum();
         let optimizer = self.optimizer.as_ref().map_or(0, |o| {

@@ -171,9 +171,7 @@ impl FlatUnit {
 
     /// Bytes of the full flat buffer while gathered (0 when freed).
     pub fn gathered_bytes(&self) -> i64 {
-        self.gathered
-            .as_ref()
-            .map_or(0, |t| t.numel() as i64 * elem_size(t.kind()))
+        self.gathered.as_ref().map_or(0, crate::ops::tensor_bytes)
     }
 
     /// The parameter names of the unit, in flat order.
@@ -374,14 +372,4 @@ fn fresh(x: &Tensor) -> Result<Tensor, tch::TchError> {
     let mut t = x.f_empty_like()?;
     t.f_copy_(x)?;
     Ok(t)
-}
-
-/// Bytes per element of the float kinds used here.
-pub fn elem_size(k: Kind) -> i64 {
-    match k {
-        Kind::BFloat16 | Kind::Half => 2,
-        Kind::Double | Kind::Int64 => 8,
-        Kind::Uint8 | Kind::Int8 | Kind::Bool => 1,
-        _ => 4,
-    }
 }

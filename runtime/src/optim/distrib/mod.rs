@@ -271,13 +271,7 @@ impl DistributedOptimizer {
     /// shard, the fp32 main pieces that are not views of the param buffer, and the inner
     /// optimizer's state.
     pub fn held_bytes(&self) -> (i64, i64, i64) {
-        let bytes = |t: &Tensor| {
-            if t.defined() {
-                t.numel() as i64 * t.kind().elt_size_in_bytes() as i64
-            } else {
-                0
-            }
-        };
+        let bytes = ops::tensor_bytes;
         let mains: i64 = self
             .pieces
             .iter()
