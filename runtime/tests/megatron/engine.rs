@@ -88,15 +88,30 @@ fn megatron_engine(
 
 fn megatron_engine_with(
     world: &ProcessGroup,
-    (tp, pp, dp): (usize, usize, usize),
+    dims: (usize, usize, usize),
     sequence_parallel: bool,
     offload: bool,
     engine: EngineSettings,
 ) -> MegatronEngine<CausalLm> {
-    let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
-    let groups = ProcessGroups::new(world, &layout).unwrap();
-    let settings = MegatronSettings {
-        groups: Some(groups),
+    let settings = megatron_settings(Some(world), dims, sequence_parallel, offload);
+    MegatronEngine::new(engine, settings).unwrap()
+}
+
+/// The Megatron settings of these tests: `(tp, pp, dp)` over `world` (`None`: one process),
+/// the distributed optimizer, one parameter group (as the single engine), parameter and
+/// gradient offload both on or both off.
+pub(crate) fn megatron_settings(
+    world: Option<&ProcessGroup>,
+    (tp, pp, dp): (usize, usize, usize),
+    sequence_parallel: bool,
+    offload: bool,
+) -> MegatronSettings {
+    let groups = world.map(|w| {
+        let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
+        ProcessGroups::new(w, &layout).unwrap()
+    });
+    MegatronSettings {
+        groups,
         parallel: ParallelSettings {
             use_distributed_optimizer: true,
             layout: LayoutOptions::default(),
@@ -105,8 +120,7 @@ fn megatron_engine_with(
         sequence_parallel,
         param_offload: offload,
         grad_offload: offload,
-    };
-    MegatronEngine::new(engine, settings).unwrap()
+    }
 }
 
 /// 16 generated responses with old/ref log-probs and advantages (from the single engine).
@@ -340,20 +354,9 @@ rank_test!(actor_tp2_matches_single_engine, 2, |world| {
         model_path: dir.join("huggingface").display().to_string(),
         ..engine_settings()
     };
-    let layout = RankLayout::megatron(1, 1, 2, 1).unwrap();
     let pp2 = MegatronEngine::<CausalLm>::new(
         from_checkpoint.clone(),
-        MegatronSettings {
-            groups: Some(ProcessGroups::new(&world, &layout).unwrap()),
-            parallel: ParallelSettings {
-                use_distributed_optimizer: true,
-                layout: LayoutOptions::default(),
-            },
-            param_groups: GroupPolicy::Single,
-            sequence_parallel: false,
-            param_offload: false,
-            grad_offload: false,
-        },
+        megatron_settings(Some(&world), (1, 2, 1), false, false),
     )
     .unwrap();
     let got = pp2.per_tensor_params().unwrap();
@@ -441,18 +444,7 @@ fn critic_engine(
     (tp, pp, dp): (usize, usize, usize),
     sequence_parallel: bool,
 ) -> MegatronEngine<ValueModel> {
-    let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
-    let settings = MegatronSettings {
-        groups: Some(ProcessGroups::new(world, &layout).unwrap()),
-        parallel: ParallelSettings {
-            use_distributed_optimizer: true,
-            layout: LayoutOptions::default(),
-        },
-        param_groups: GroupPolicy::Single,
-        sequence_parallel,
-        param_offload: false,
-        grad_offload: false,
-    };
+    let settings = megatron_settings(Some(world), (tp, pp, dp), sequence_parallel, false);
     MegatronEngine::new(engine_settings(), settings).unwrap()
 }
 

@@ -6,13 +6,10 @@
 //!
 //! The model has untied embeddings: with tied ones the last pipeline stage holds its own copy of
 //! the embedding (Megatron does the same), which no layout can split.
-use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
+use runtime::dist::ProcessGroup;
 use runtime::engine::{Batch, Engine, EngineSettings, ForwardOptions, MicroBatching, MicroLoss};
-use runtime::megatron::{
-    GroupPolicy, MegatronEngine, MegatronSettings, ModuleMemory, ParallelSettings,
-};
+use runtime::megatron::{MegatronEngine, ModuleMemory};
 use runtime::model::{CausalLm, Precision};
-use runtime::optim::distrib::LayoutOptions;
 use runtime::rollout::{SamplingParams, StopTokens};
 use runtime::workers::rollout::RolloutWorker;
 use tch::{Device, Kind, Tensor};
@@ -31,25 +28,8 @@ fn settings() -> EngineSettings {
     }
 }
 
-fn engine(
-    world: Option<&ProcessGroup>,
-    (tp, pp, dp): (usize, usize, usize),
-) -> MegatronEngine<CausalLm> {
-    let groups = world.map(|w| {
-        let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
-        ProcessGroups::new(w, &layout).unwrap()
-    });
-    let megatron = MegatronSettings {
-        groups,
-        parallel: ParallelSettings {
-            use_distributed_optimizer: true,
-            layout: LayoutOptions::default(),
-        },
-        param_groups: GroupPolicy::Single,
-        sequence_parallel: false,
-        param_offload: false,
-        grad_offload: false,
-    };
+fn engine(world: Option<&ProcessGroup>, dims: (usize, usize, usize)) -> MegatronEngine<CausalLm> {
+    let megatron = crate::engine::megatron_settings(world, dims, false, false);
     MegatronEngine::new(settings(), megatron).unwrap()
 }
 
