@@ -33,6 +33,7 @@ pub mod embed;
 mod host;
 mod invalid;
 pub mod models;
+mod rollout_fit;
 pub mod spec;
 mod verdict_report;
 pub mod verdicts;
@@ -496,7 +497,15 @@ pub fn check_diagnostics(
     ctx: &RuleContext,
     enabled: &dyn Fn(crate::diag::Code) -> bool,
 ) -> Vec<Diagnostic> {
-    let mut out = lower(ctx.config, ctx.root).diagnostics;
+    let lowered = lower(ctx.config, ctx.root);
+    let mut out = lowered.diagnostics;
+    if let Some(model) = ctx.model {
+        out.extend(rollout_fit::rollout_fit(
+            &lowered.plan.spec,
+            model,
+            ctx.root,
+        ));
+    }
     if let Some(defaults) = ctx.default_tree() {
         out.extend(verdict_diagnostics(
             ctx.config,
@@ -524,12 +533,19 @@ pub fn promote_for_build_where(
     let Some(cfg) = checked.config.as_ref() else {
         return;
     };
-    let lowered = lower_for_build_where(
+    let mut lowered = lower_for_build_where(
         cfg,
         &checked.composed,
         checked.baseline.as_ref(),
         verdict_for,
     );
+    if let Some(model) = &checked.model {
+        lowered.diagnostics.extend(rollout_fit::rollout_fit(
+            &lowered.plan.spec,
+            model,
+            &checked.composed.root,
+        ));
+    }
     let is_plan_code =
         |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
     checked.diagnostics.retain(|d| !is_plan_code(d.code));

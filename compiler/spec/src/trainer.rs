@@ -402,6 +402,11 @@ pub struct RolloutSpec {
     pub dtype: Option<Dtype>,
     /// Log the rollout/trainer probability gap (`calculate_log_probs`).
     pub calculate_log_probs: bool,
+    /// The rollout's tensor parallel size on a Megatron actor (`rollout.
+    /// tensor_model_parallel_size`; `None`: the actor's own layout). The rollout of an FSDP
+    /// actor generates on the whole model and has none.
+    #[serde(default)]
+    pub tensor_parallel: Option<usize>,
 }
 
 /// Where scores come from.

@@ -265,6 +265,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
             _ => None,
         },
         calculate_log_probs: arr.rollout.calculate_log_probs,
+        tensor_parallel: rollout_tensor_parallel(cfg, &actor_engine, world, l),
     };
 
     let reward = match cfg
@@ -996,6 +997,55 @@ fn ulysses(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> usize {
         return 1;
     }
     sp
+}
+
+const ROLLOUT_TP: &str = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+
+/// The rollout's tensor parallel size on a Megatron actor (the rollout of an FSDP actor
+/// generates on the whole model: the verdict table reports the key), `None` when it is the
+/// actor's. Another size runs when the rollout's shards can be cut from the actor's: it divides
+/// the actor's TP, or is a multiple of it that spans whole data-parallel ranks; any other is
+/// refused here.
+fn rollout_tensor_parallel(
+    cfg: &VerlConfig,
+    actor: &EngineSpec,
+    world: WorldSpec,
+    l: &mut Lowering,
+) -> Option<usize> {
+    let EngineSpec::Megatron(m) = actor else {
+        return None;
+    };
+    let r = l.count(
+        ROLLOUT_TP,
+        cfg.actor_rollout_ref.rollout.tensor_model_parallel_size,
+    );
+    let (t, dp) = (m.tensor_parallel, data_parallel(world, actor));
+    let fits = |r: usize| {
+        if r <= t {
+            t.is_multiple_of(r)
+        } else {
+            r.is_multiple_of(t) && dp.is_multiple_of(r / t)
+        }
+    };
+    if r == t {
+        return None;
+    }
+    if !fits(r) {
+        let sizes: Vec<String> = (1..=t * dp)
+            .filter(|&s| fits(s))
+            .map(|s| s.to_string())
+            .collect();
+        l.unsupported(
+            ROLLOUT_TP,
+            format!(
+                "rollout tensor parallel {r} cannot be cut from the Megatron actor's tensor parallel {t} × data parallel {dp}: it must divide {t}, or be a multiple of {t} that divides {}",
+                t * dp
+            ),
+            format!("use one of {}", sizes.join(", ")),
+        );
+        return None;
+    }
+    Some(r)
 }
 
 /// The data-parallel size of a role: the world over its model-parallel ranks.

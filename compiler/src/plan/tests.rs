@@ -213,7 +213,7 @@ fn packing_on_megatron_warns_only_when_changed() {
 }
 
 #[test]
-fn rollout_tensor_parallel_follows_the_megatron_actor() {
+fn rollout_tensor_parallel_runs_as_written_on_a_megatron_actor() {
     let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
         .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
     let key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
@@ -225,29 +225,100 @@ fn rollout_tensor_parallel_follows_the_megatron_actor() {
             .map(|d| d.code.0)
             .collect::<Vec<_>>()
     };
-    let two = [
-        "trainer.n_gpus_per_node=2",
-        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-        "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2",
-    ];
-    let with = |extra: &str| {
-        let mut o = two.to_vec();
-        o.push(extra);
+    let layout = |gpus: usize, tp: usize, pp: usize| {
+        vec![
+            format!("trainer.n_gpus_per_node={gpus}"),
+            format!("actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp}"),
+            format!("actor_rollout_ref.ref.megatron.tensor_model_parallel_size={tp}"),
+            format!("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={pp}"),
+            format!("actor_rollout_ref.ref.megatron.pipeline_model_parallel_size={pp}"),
+        ]
+    };
+    let with = |base: Vec<String>, r: usize| {
+        let mut o = base;
+        o.push(format!("{key}={r}"));
+        let o: Vec<&str> = o.iter().map(String::as_str).collect();
         case(&yaml, &o)
     };
-    // The rollout decodes from the actor's shards: the actor's size is what runs.
-    assert!(about(&with(&format!("{key}=2"))).is_empty());
-    // Another size (verl's default 1 included, once written) is reported where it was set.
-    assert_eq!(about(&with(&format!("{key}=1"))), vec!["B006"]);
+    // The actor's own size: the rollout decodes from the actor's shards as they are.
+    let c = with(layout(2, 2, 1), 2);
+    assert!(about(&c).is_empty());
+    assert_eq!(c.lowered.plan.spec.rollout.tensor_parallel, None);
+    // Smaller (dividing the actor's TP) and larger (spanning data-parallel ranks): honoured.
+    for (base, r) in [
+        (layout(2, 2, 1), 1),
+        (layout(4, 1, 1), 2),
+        (layout(4, 2, 1), 4),
+    ] {
+        let c = with(base, r);
+        assert!(about(&c).is_empty(), "rollout TP {r}: {:?}", about(&c));
+        assert_eq!(c.lowered.plan.spec.rollout.tensor_parallel, Some(r));
+    }
+    // The config's own 1 under a TP 2 actor is a size like any other.
+    let two: Vec<String> = layout(2, 2, 1);
+    let two: Vec<&str> = two.iter().map(String::as_str).collect();
     assert_eq!(
-        about(&case(&yaml, &two)),
-        vec!["B006"],
-        "the config's own 1"
+        case(&yaml, &two).lowered.plan.spec.rollout.tensor_parallel,
+        Some(1)
     );
-    let unwritten = yaml.replace("    tensor_model_parallel_size: 1\n", "");
-    assert!(
-        about(&case(&unwritten, &two)).is_empty(),
-        "unwritten: verl's default"
+    // Larger than the actor's TP with no data-parallel ranks to span: refused at the line.
+    let c = with(layout(2, 1, 2), 2);
+    assert_eq!(about(&c), vec!["B018"]);
+    let help = c
+        .lowered
+        .diagnostics
+        .iter()
+        .find(|d| d.key_path.as_deref() == Some(key))
+        .and_then(|d| d.help.clone());
+    assert_eq!(help.as_deref(), Some("use one of 1"));
+}
+
+#[test]
+fn rollout_tensor_parallel_must_split_the_model() {
+    // Qwen2.5-7B: 28 attention heads, 4 key/value heads, intermediate 18944. A TP 8 actor's
+    // rollout at TP 2 splits them; at 8 the actor itself could not hold them (V201/V202).
+    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
+        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+    let dir = std::env::temp_dir().join(format!("verlc-plan-fit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("case.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/rules/models/qwen2_5_7b.json");
+    let findings = |r: usize| {
+        let req = LoadRequest {
+            config_file: Some(file.clone()),
+            overrides: [
+                "trainer.n_gpus_per_node=8".to_owned(),
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1".to_owned(),
+                "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=1".to_owned(),
+                format!("{key}={r}"),
+            ]
+            .to_vec(),
+            cwd: dir.clone(),
+            ..LoadRequest::default()
+        };
+        let opts = CheckOptions {
+            model_config: Some(model.clone()),
+            ..CheckOptions::default()
+        };
+        let mut checked = check(&req, &opts);
+        crate::plan::promote_for_build(&mut checked);
+        checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.key_path.as_deref() == Some(key) && d.code.0 == "B018")
+            .map(|d| (d.message.clone(), d.help.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert!(findings(2).is_empty(), "{:?}", findings(2));
+    let bad = findings(8);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].0.contains("4 key/value heads"), "{}", bad[0].0);
+    assert_eq!(
+        bad[0].1.as_deref(),
+        Some("use a size that splits them: 1, 2, 4")
     );
 }
 

@@ -20,36 +20,11 @@ use super::verdicts::{self, Verdict};
 const ROLLOUT: &str = "actor_rollout_ref.rollout";
 const ROLLOUT_TP: &str = "actor_rollout_ref.rollout.tensor_model_parallel_size";
 
-/// The rollout's tensor-parallel size under a Megatron actor (`None`: another strategy, left
-/// to the verdict table). The rollout decodes from the actor's own shards, so it runs at the
-/// actor's tensor-parallel size: a written size that equals it is what runs; another one is
-/// reported (the tokens are the same, only the layout of the weights while generating differs).
-fn megatron_rollout_tp(cfg: &VerlConfig, leaf: &Node) -> Option<Option<Diagnostic>> {
-    let actor = &cfg.actor_rollout_ref.actor;
-    if actor.strategy != Strategy::Megatron {
-        return None;
-    }
-    let tp = actor
-        .megatron
-        .as_ref()
-        .map_or(1, |m| m.tensor_model_parallel_size);
-    let asked = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size;
-    if asked == tp {
-        return Some(None);
-    }
-    Some(Some(
-        Diagnostic::warning(
-            codes::BUILD_NO_EFFECT,
-            format!(
-                "`{ROLLOUT_TP}` ({asked}) has no effect: the rollout generates from the Megatron actor's own shards, at its tensor parallel size ({tp}); the tokens are the same, only the weights' layout while generating differs"
-            ),
-        )
-        .with_key(ROLLOUT_TP.to_owned())
-        .with_primary(leaf.origin.clone(), "set here")
-        .with_help(format!(
-            "set it to {tp} (actor_rollout_ref.actor.megatron.tensor_model_parallel_size) for verlc builds"
-        )),
-    ))
+/// Whether the user wrote `n`'s value: not a built-in default, and not a value a built-in
+/// `${...}` copied from elsewhere (that key gets its own report where it was written).
+pub(crate) fn user_written(n: &Node, sources: &SourceMap) -> bool {
+    let builtin = |o: &crate::source::Origin| sources.get(o.source).kind == SourceKind::Builtin;
+    !n.origin.as_ref().is_some_and(builtin) && !n.via.as_ref().is_some_and(builtin)
 }
 
 /// The verdict findings of the keys the user changed. `defaults` is the built-in default
@@ -61,11 +36,7 @@ pub fn verdict_diagnostics(
     defaults: &Node,
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let builtin = |o: &crate::source::Origin| sources.get(o.source).kind == SourceKind::Builtin;
-    // Written by the user: not a built-in default, and not a value a built-in `${...}` copied
-    // from elsewhere (that key gets its own report where it was written).
-    let user_written =
-        |n: &Node| !n.origin.as_ref().is_some_and(builtin) && !n.via.as_ref().is_some_and(builtin);
+    let user_written = |n: &Node| user_written(n, sources);
 
     let name_key = format!("{ROLLOUT}.name");
     if cfg.actor_rollout_ref.rollout.name != RolloutName::Verlc
@@ -99,10 +70,8 @@ pub fn verdict_diagnostics(
         {
             continue;
         }
-        if key == ROLLOUT_TP
-            && let Some(d) = megatron_rollout_tp(cfg, leaf)
-        {
-            out.extend(d);
+        // A Megatron actor's rollout runs at the written size (lowering checks it fits).
+        if key == ROLLOUT_TP && cfg.actor_rollout_ref.actor.strategy == Strategy::Megatron {
             continue;
         }
         let value = leaf.to_json();

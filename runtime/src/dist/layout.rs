@@ -124,6 +124,93 @@ impl RankLayout {
     }
 }
 
+/// The rollout's groups when its tensor parallel size differs from training's (see
+/// [`crate::rollout::replicas`]): rank lists for `ProcessGroup::split`, each in group-rank
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutGroups {
+    /// Rollout tensor-parallel groups, in rollout TP rank order.
+    pub tp: Vec<Vec<usize>>,
+    /// The ranks a rank exchanges prompts, outputs or weight shards with: for a smaller
+    /// rollout TP, its training-TP neighbours of one rollout shard (in replica order); for a
+    /// larger one, its replica's ranks of its training TP rank (in data-parallel order).
+    pub peers: Vec<Vec<usize>>,
+    /// True when the rollout TP is larger than training's (replicas span data-parallel ranks).
+    pub join: bool,
+}
+
+impl RankLayout {
+    /// The rollout groups for rollout TP `r` over this training layout (`r` ≠ training TP).
+    ///
+    /// - `r < t` (`k = t / r`): training TP rank `i` is rollout TP rank `i / k` of replica
+    ///   `i % k`; its rollout shard is the training shards of its `k` consecutive neighbours
+    ///   `i / k * k ..`, which are its peers.
+    /// - `r > t` (`m = r / t`): data-parallel ranks `g * m ..` form one replica; training TP
+    ///   rank `i` on its `c`-th data-parallel rank is rollout TP rank `i * m + c`, whose shard
+    ///   lies inside the rank's own training shard. Its peers are the replica's ranks of TP
+    ///   rank `i`.
+    ///
+    /// Pipeline stages keep training's: every stage is laid out the same way.
+    pub fn rollout_groups(&self, r: usize) -> Result<RolloutGroups> {
+        let (t, dp) = (self.size("tp"), self.size("dp"));
+        if self.size("cp") != 1 {
+            return Err(DistError::Invalid(
+                "a rollout tensor parallel size other than training's needs context parallel 1"
+                    .into(),
+            ));
+        }
+        let join = r > t;
+        let valid = match (r, join) {
+            (0, _) => false,
+            (_, false) => t % r == 0 && r != t,
+            (_, true) => r % t == 0 && dp % (r / t) == 0,
+        };
+        if !valid {
+            return Err(DistError::Invalid(format!(
+                "rollout tensor parallel {r} does not fit training tensor parallel {t} with data parallel {dp}: it must divide {t}, or be a multiple of it that divides {}",
+                t * dp
+            )));
+        }
+        type Groups = std::collections::BTreeMap<(usize, usize, usize), Vec<(usize, usize)>>;
+        let (mut tp, mut peers) = (Groups::new(), Groups::new());
+        for rank in 0..self.world_size() {
+            let (i, d, s) = (
+                self.coord(rank, "tp"),
+                self.coord(rank, "dp"),
+                self.coord(rank, "pp"),
+            );
+            // (group key, order in the group) for the rollout TP group and the peers.
+            let ((tp_key, j), (peer_key, c)) = if join {
+                let m = r / t;
+                let (g, c) = (d / m, d % m);
+                (((s, g, 0), i * m + c), ((s, g, i), c))
+            } else {
+                let k = t / r;
+                let (j, c) = (i / k, i % k);
+                (((s, d, c), j), ((s, d, j), c))
+            };
+            tp.entry(tp_key).or_default().push((j, rank));
+            peers.entry(peer_key).or_default().push((c, rank));
+        }
+        let ordered = |groups: Groups| -> Vec<Vec<usize>> {
+            let mut lists: Vec<Vec<usize>> = groups
+                .into_values()
+                .map(|mut g| {
+                    g.sort_unstable();
+                    g.into_iter().map(|(_, rank)| rank).collect()
+                })
+                .collect();
+            lists.sort_unstable_by_key(|g| g.iter().copied().min());
+            lists
+        };
+        Ok(RolloutGroups {
+            tp: ordered(tp),
+            peers: ordered(peers),
+            join,
+        })
+    }
+}
+
 /// The groups a trainer passes to its engine and optimizer.
 #[derive(Debug, Clone)]
 pub struct ProcessGroups {
@@ -181,5 +268,52 @@ impl ProcessGroups {
 
     pub fn is_last_stage(&self) -> bool {
         self.pp.rank() + 1 == self.pp.size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smaller_rollout_tp_splits_each_training_tp_group() {
+        // TP 4 × DP 2 (ranks 0-3 and 4-7 are the TP groups), rollout TP 2: replicas {0, 2} and
+        // {1, 3}; rank 2 holds rollout shard 1 = training shards 2 and 3.
+        let g = RankLayout::megatron(4, 1, 1, 2)
+            .unwrap()
+            .rollout_groups(2)
+            .unwrap();
+        assert!(!g.join);
+        assert_eq!(g.tp, vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]);
+        assert_eq!(
+            g.peers,
+            vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
+        );
+    }
+
+    #[test]
+    fn larger_rollout_tp_joins_data_parallel_ranks_stage_by_stage() {
+        // TP 2 × DP 2 × PP 2 (stage 1 is ranks 4-7), rollout TP 4: one replica per stage;
+        // rollout rank i * 2 + c lies inside training shard i.
+        let g = RankLayout::megatron(2, 1, 2, 2)
+            .unwrap()
+            .rollout_groups(4)
+            .unwrap();
+        assert!(g.join);
+        assert_eq!(g.tp, vec![vec![0, 2, 1, 3], vec![4, 6, 5, 7]]);
+        assert_eq!(
+            g.peers,
+            vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
+        );
+    }
+
+    #[test]
+    fn rollout_tp_must_divide_or_be_a_multiple_that_fits() {
+        let l = RankLayout::megatron(2, 1, 1, 2).unwrap();
+        for r in [0, 2, 3, 8] {
+            assert!(l.rollout_groups(r).is_err(), "rollout TP {r}");
+        }
+        assert!(l.rollout_groups(1).is_ok());
+        assert!(l.rollout_groups(4).is_ok());
     }
 }

@@ -344,9 +344,13 @@ pub trait Engine {
     /// collective on sharded engines).
     fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>>;
 
-    /// The hybrid engine's rollout model on this rank: the whole model by default.
-    fn rollout_layout(&self) -> RolloutLayout {
-        RolloutLayout::Full(self.model_config().clone())
+    /// The hybrid engine's rollout model on this rank, for the rollout's tensor parallel size
+    /// (`None`: the engine's own layout): the whole model by default, where the size changes
+    /// nothing. Collective on engines that build groups for it; call it once, on every rank,
+    /// before [`Engine::rollout_weights`].
+    fn rollout_layout(&mut self, tensor_parallel: Option<usize>) -> Result<RolloutLayout> {
+        let _ = tensor_parallel;
+        Ok(RolloutLayout::Full(self.model_config().clone()))
     }
 
     /// What the rollout model of [`Engine::rollout_layout`] binds after an update: the full

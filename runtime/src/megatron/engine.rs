@@ -41,6 +41,7 @@ use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 use super::model::{HeadKind, ParallelModel};
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
 use super::offload::{OffloadSlot, storage_bytes};
+use super::rollout_shards::RolloutShards;
 use super::{MegatronError, Result as MResult};
 
 type Result<T, E = EngineError> = std::result::Result<T, E>;
@@ -266,6 +267,8 @@ pub struct MegatronEngine<H: MegatronHead> {
     /// each call, gradients after the optimizer step).
     offload_params: OffloadSlot,
     offload_grads: OffloadSlot,
+    /// The rollout's layout when its TP size is not training's ([`Engine::rollout_layout`]).
+    rollout: Option<RolloutShards>,
     head: std::marker::PhantomData<H>,
 }
 
@@ -400,6 +403,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
             settings,
             offload_params: OffloadSlot::new(megatron.param_offload),
             offload_grads: OffloadSlot::new(megatron.grad_offload),
+            rollout: None,
             head: std::marker::PhantomData,
         };
         engine.park_params()?;
@@ -750,21 +754,48 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
         self.with_params(|e| Ok(e.module.full_params()?))
     }
 
-    fn rollout_layout(&self) -> RolloutLayout {
+    /// This rank's stage at the rollout's TP size: training's groups, or (another size) the
+    /// groups of [`RolloutShards`], built here.
+    fn rollout_layout(&mut self, tensor_parallel: Option<usize>) -> Result<RolloutLayout> {
         let active = |g: &ProcessGroup| (g.size() > 1).then(|| g.clone());
-        RolloutLayout::Sharded(ShardLayout {
+        let train_tp = self.groups().map_or(1, |g| g.tp.size());
+        self.rollout = match tensor_parallel.filter(|&r| r != train_tp) {
+            None => None,
+            Some(r) => {
+                let groups = self.groups().ok_or_else(|| {
+                    EngineError::Config(format!(
+                        "a rollout tensor parallel size of {r} needs {r} ranks; this run has one"
+                    ))
+                })?;
+                Some(RolloutShards::new(groups, r)?)
+            }
+        };
+        let (tp, share) = match &self.rollout {
+            Some(shards) => (active(&shards.tp), Some(shards.share())),
+            None => (self.groups().and_then(|g| active(&g.tp)), None),
+        };
+        Ok(RolloutLayout::Sharded(ShardLayout {
             config: self.config.clone(),
             stage: self.module.model.stage.clone(),
-            tp: self.groups().and_then(|g| active(&g.tp)),
+            tp,
             pp: self.groups().and_then(|g| active(&g.pp)),
-        })
+            share,
+        }))
     }
 
     /// This rank's parameters (its stage's layers, its tensor-parallel slices): the live
     /// tensors, or with `param_offload` a device copy the rollout holds while it generates
-    /// (what verl's rollout engine gets) while the parameters go back to host memory.
+    /// (what verl's rollout engine gets) while the parameters go back to host memory. At
+    /// another rollout TP size, the rollout's shards cut from them ([`RolloutShards`]).
     fn rollout_weights(&self) -> Result<Vec<(String, Tensor)>> {
         let copy = self.offload_params.is_on();
+        if let Some(shards) = &self.rollout {
+            let vocab = self.config.vocab_size;
+            return self.with_params(|e| {
+                let params = e.module.model.params();
+                Ok(shards.reshard(params, e.module.model.tp(), vocab, copy)?)
+            });
+        }
         self.with_params(|e| {
             e.module
                 .model

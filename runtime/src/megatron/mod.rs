@@ -10,6 +10,7 @@
 //! - [`engine`]: [`MegatronEngine`], the [`crate::engine::Engine`] interface over it (what the
 //!   actor, critic and reference workers drive), with checkpoints and weight export.
 //! - [`offload`]: parameter and gradient storages parked in host memory between phases.
+//! - [`rollout_shards`]: the rollout's weights at another tensor parallel size.
 //! - `model::decode`: incremental decoding on one (TP rank, PP stage), what the rollout runs
 //!   on a Megatron rank ([`crate::rollout::ShardedDecoder`]).
 //!
@@ -20,6 +21,7 @@ pub mod engine;
 pub mod model;
 pub mod module;
 pub mod offload;
+pub mod rollout_shards;
 pub mod schedule;
 
 pub use engine::{GroupPolicy, MegatronEngine, MegatronHead, MegatronSettings};

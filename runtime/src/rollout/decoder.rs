@@ -253,13 +253,18 @@ pub enum RolloutLayout {
 }
 
 /// One Megatron rank's part of the rollout model: its pipeline stage's layers and its
-/// tensor-parallel slice, over the groups the training engine uses.
+/// tensor-parallel slice of the rollout's TP group (training's, or another size: then `share`
+/// says how the replicas split the data-parallel ranks' prompts).
 #[derive(Debug, Clone)]
 pub struct ShardLayout {
     pub config: ModelConfig,
     pub stage: crate::megatron::Stage,
+    /// The rollout's tensor-parallel group (`None`: one rank).
     pub tp: Option<ProcessGroup>,
     pub pp: Option<ProcessGroup>,
+    /// `None` when a rollout replica is one data-parallel rank's model (rollout TP = training
+    /// TP).
+    pub share: Option<super::replicas::ReplicaShare>,
 }
 
 impl RolloutLayout {

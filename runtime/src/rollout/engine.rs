@@ -80,9 +80,52 @@ pub fn generate_with<D: Decoder>(
     stop: &StopTokens,
     prompt_width: Option<usize>,
 ) -> Result<RolloutOutput, RolloutError> {
+    let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
+    generate_streams(model, prompts, &streams, params, stop, prompt_width)
+}
+
+/// Where the uniform numbers of one prompt's samples come from: sample `j` of the prompt draws
+/// from `Rng::derive(seed, index * n + j)`. A prompt keeps its stream wherever it is generated
+/// (in a chunk of the batch, on another rollout replica, beside another rank's prompts), so
+/// its tokens do not depend on how the batch was split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptStream {
+    pub seed: u64,
+    pub index: u64,
+}
+
+impl PromptStream {
+    /// The streams of `count` prompts at positions `first..` of a batch sampled with `seed`.
+    pub fn consecutive(seed: u64, first: usize, count: usize) -> Vec<PromptStream> {
+        (first..first + count)
+            .map(|i| PromptStream {
+                seed,
+                index: i as u64,
+            })
+            .collect()
+    }
+}
+
+/// [`generate_with`] with each prompt's sampling stream given (`streams[i]` for `prompts[i]`;
+/// `params.seed` is not read).
+pub fn generate_streams<D: Decoder>(
+    model: &D,
+    prompts: &[Vec<i64>],
+    streams: &[PromptStream],
+    params: &SamplingParams,
+    stop: &StopTokens,
+    prompt_width: Option<usize>,
+) -> Result<RolloutOutput, RolloutError> {
     params.validate().map_err(RolloutError::Params)?;
     if prompts.is_empty() {
         return Err(RolloutError::Batch("no prompts".into()));
+    }
+    if streams.len() != prompts.len() {
+        return Err(RolloutError::Batch(format!(
+            "{} sampling streams for {} prompts",
+            streams.len(),
+            prompts.len()
+        )));
     }
     let vocab = model.config().vocab_size;
     for (index, p) in prompts.iter().enumerate() {
@@ -116,8 +159,8 @@ pub fn generate_with<D: Decoder>(
         let mut head = model.head(params);
         prompts
             .chunks(chunk)
-            .enumerate()
-            .map(|(c, ps)| generate_chunk(model, &mut head, ps, c * chunk, width, params, stop))
+            .zip(streams.chunks(chunk))
+            .map(|(ps, ss)| generate_chunk(model, &mut head, ps, ss, width, params, stop))
             .collect::<Result<_, _>>()
     })?;
     let cat = |f: fn(&Chunk) -> &Tensor| Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0);
@@ -219,7 +262,7 @@ fn generate_chunk<D: Decoder>(
     model: &D,
     head: &mut D::Head,
     prompts: &[Vec<i64>],
-    first_prompt: usize,
+    streams: &[PromptStream],
     width: i64,
     params: &SamplingParams,
     stop: &StopTokens,
@@ -253,8 +296,9 @@ fn generate_chunk<D: Decoder>(
         logits = logits.map(|l| l.select_rows(&repeat));
     }
 
-    let mut rngs: Vec<Rng> = (0..rows as u64)
-        .map(|k| Rng::derive(params.seed, first_prompt as u64 * n as u64 + k))
+    let mut rngs: Vec<Rng> = streams
+        .iter()
+        .flat_map(|s| (0..n as u64).map(move |j| Rng::derive(s.seed, s.index * n as u64 + j)))
         .collect();
     // Every row's uniform number for every token, on the device before decoding starts.
     let mut u = if params.is_greedy() {

@@ -12,17 +12,22 @@ pub mod decoder;
 pub mod engine;
 pub mod logprob;
 pub mod params;
+pub mod replicas;
 pub mod sampling;
 pub mod vocab_head;
 
 pub use decoder::{Decoder, RolloutLayout, ShardLayout, ShardedDecoder};
-pub use engine::{RolloutOutput, StopTokens, generate, generate_padded, generate_with};
+pub use engine::{
+    PromptStream, RolloutOutput, StopTokens, generate, generate_padded, generate_streams,
+    generate_with,
+};
 pub use logprob::SequenceBatch;
 pub use logprob::{
     LogProbOutput, ProbsDiff, compute_log_probs, entropy_from_logits, log_probs_from_logits,
     probs_diff, response_log_probs,
 };
 pub use params::{LogProbPath, SamplingParams};
+pub use replicas::ReplicaShare;
 
 /// Errors of generation and log-prob computation.
 #[derive(Debug, thiserror::Error)]

@@ -270,7 +270,7 @@ impl<R: Roles> Trainer<R> {
             group: roles.data_group(&actor_engine),
             world: roles.world().cloned(),
         };
-        let actor = Actor::new(actor_engine, a.update.clone())?;
+        let mut actor = Actor::new(actor_engine, a.update.clone())?;
         let critic = match &spec.critic {
             Some(c) => {
                 let engine = roles.critic(
@@ -329,8 +329,8 @@ impl<R: Roles> Trainer<R> {
             None => None,
         };
         let rollout_dtype = spec.rollout.dtype.map_or(dtype_, dtype);
-        let rollout =
-            RolloutWorker::for_layout(&actor.engine.rollout_layout(), rollout_dtype, opts.device)?;
+        let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
+        let rollout = RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
 
         let alg = &spec.algorithm;
         let kl_ctrl = match alg.kl_ctrl {

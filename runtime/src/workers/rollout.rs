@@ -20,8 +20,8 @@ use crate::dist::ProcessGroup;
 use crate::megatron::{HeadKind, ParallelModel};
 use crate::model::{CausalLm, ModelConfig, Precision};
 use crate::rollout::{
-    RolloutLayout, RolloutOutput, SamplingParams, ShardLayout, ShardedDecoder, StopTokens,
-    generate, generate_with,
+    ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout, ShardedDecoder,
+    StopTokens, generate, generate_with,
 };
 
 use super::{Result, WorkerError};
@@ -32,6 +32,7 @@ enum Skeleton {
     Sharded {
         model: ParallelModel,
         pp: Option<ProcessGroup>,
+        share: Option<ReplicaShare>,
     },
 }
 
@@ -99,6 +100,7 @@ impl RolloutWorker {
         let skeleton = Skeleton::Sharded {
             model,
             pp: layout.pp.clone(),
+            share: layout.share.clone(),
         };
         Self::with_skeleton(vs, skeleton, dtype, None)
     }
@@ -218,12 +220,15 @@ impl RolloutWorker {
         }
         Ok(match &self.model {
             Skeleton::Full(model) => generate(model, prompts, params, stop)?,
-            Skeleton::Sharded { model, pp } => {
+            Skeleton::Sharded { model, pp, share } => {
                 let decoder = ShardedDecoder {
                     model,
                     pp: pp.as_ref(),
                 };
-                generate_with(&decoder, prompts, params, stop, None)?
+                match share {
+                    Some(share) => share.generate(&decoder, prompts, params, stop)?,
+                    None => generate_with(&decoder, prompts, params, stop, None)?,
+                }
             }
         })
     }

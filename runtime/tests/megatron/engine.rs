@@ -252,22 +252,37 @@ fn compare_with_single(
     let d = max_param_diff(&ps, &pm);
     eprintln!("{dims:?}: weights differ by {d:e} after 3 updates");
     assert!(d < 1e-4, "weights differ by {d}");
-    assert_sharded_rollout_matches(&mega.engine, &pm);
+    assert_sharded_rollout_matches(&mut mega.engine, &pm);
     mega
 }
 
 /// The engine's rollout (this rank's shards, decoded with its TP/PP peers) generates what the
 /// whole model `full` generates: the same tokens, the same log-probs.
-fn assert_sharded_rollout_matches(mega: &MegatronEngine<CausalLm>, full: &[(String, Tensor)]) {
+fn assert_sharded_rollout_matches(mega: &mut MegatronEngine<CausalLm>, full: &[(String, Tensor)]) {
+    assert_rollout_matches(mega, full, None);
+}
+
+/// [`assert_sharded_rollout_matches`] with the rollout at tensor parallel `rollout_tp` (`None`:
+/// the engine's own). Each data-parallel rank has its own prompts and sampling seed, as in the
+/// trainer, and compares with the whole model generating them alone.
+pub(crate) fn assert_rollout_matches(
+    mega: &mut MegatronEngine<CausalLm>,
+    full: &[(String, Tensor)],
+    rollout_tp: Option<usize>,
+) {
     let mut whole = RolloutWorker::new(mega.model_config(), Precision::Fp32, Device::Cpu).unwrap();
     whole.update_weights(full).unwrap();
-    let mut sharded =
-        RolloutWorker::for_layout(&mega.rollout_layout(), Precision::Fp32, Device::Cpu).unwrap();
+    let layout = mega.rollout_layout(rollout_tp).unwrap();
+    let mut sharded = RolloutWorker::for_layout(&layout, Precision::Fp32, Device::Cpu).unwrap();
     assert!(sharded.is_sharded());
     sharded
         .update_weights(&mega.rollout_weights().unwrap())
         .unwrap();
-    let prompts: Vec<Vec<i64>> = vec![vec![1, 5, 6], vec![3, 9, 4, 11, 8], vec![7]];
+    let dp = mega.dp_rank() as i64;
+    let prompts: Vec<Vec<i64>> = [vec![1, 5, 6], vec![3, 9, 4, 11, 8], vec![7]]
+        .into_iter()
+        .map(|p| p.into_iter().map(|t| t + 10 * dp).collect())
+        .collect();
     let stop = StopTokens {
         eos: vec![2],
         pad: 0,
@@ -276,7 +291,7 @@ fn assert_sharded_rollout_matches(mega: &MegatronEngine<CausalLm>, full: &[(Stri
         SamplingParams {
             n: 3,
             max_new_tokens: 7,
-            seed: 11,
+            seed: 11 + dp as u64,
             ..SamplingParams::default()
         },
         SamplingParams {
@@ -290,15 +305,26 @@ fn assert_sharded_rollout_matches(mega: &MegatronEngine<CausalLm>, full: &[(Stri
         assert_eq!(
             Vec::<i64>::try_from(want.responses.flatten(0, -1)).unwrap(),
             Vec::<i64>::try_from(got.responses.flatten(0, -1)).unwrap(),
-            "sharded rollout tokens"
+            "sharded rollout tokens (rollout TP {rollout_tp:?})"
         );
+        for (a, b) in [
+            (&want.input_ids, &got.input_ids),
+            (&want.attention_mask, &got.attention_mask),
+            (&want.position_ids, &got.position_ids),
+        ] {
+            assert_eq!(a.size(), b.size());
+            assert_eq!(a.ne_tensor(b).sum(Kind::Int64).int64_value(&[]), 0);
+        }
+        assert_eq!(want.prompt_index, got.prompt_index);
+        assert_eq!(want.response_lengths, got.response_lengths);
+        assert_eq!(want.finished, got.finished);
         let d = (&want.rollout_log_probs - &got.rollout_log_probs)
             .abs()
             .max()
             .double_value(&[]);
         assert!(d < 1e-5, "sharded rollout log-probs differ by {d}");
     }
-    let model_parallel = match mega.rollout_layout() {
+    let model_parallel = match &layout {
         RolloutLayout::Sharded(l) => l.tp.is_some() || l.pp.is_some(),
         RolloutLayout::Full(_) => panic!("a Megatron engine's rollout is sharded"),
     };
@@ -582,14 +608,22 @@ fn offload_keeps_the_trajectory(
     assert_eq!(max_param_diff(&pa, &pb), 0.0);
     parked(&off.engine, "after gathering the weights");
     // The rollout holds its own copy of the shards while the parameters stay parked.
-    let mut rollout =
-        RolloutWorker::for_layout(&off.engine.rollout_layout(), dtype, Device::Cpu).unwrap();
+    let mut rollout = RolloutWorker::for_layout(
+        &off.engine.rollout_layout(None).unwrap(),
+        dtype,
+        Device::Cpu,
+    )
+    .unwrap();
     rollout
         .update_weights(&off.engine.rollout_weights().unwrap())
         .unwrap();
     parked(&off.engine, "while the rollout generates");
-    let mut reference =
-        RolloutWorker::for_layout(&plain.engine.rollout_layout(), dtype, Device::Cpu).unwrap();
+    let mut reference = RolloutWorker::for_layout(
+        &plain.engine.rollout_layout(None).unwrap(),
+        dtype,
+        Device::Cpu,
+    )
+    .unwrap();
     reference
         .update_weights(&plain.engine.rollout_weights().unwrap())
         .unwrap();

@@ -10,5 +10,6 @@ mod mappings;
 mod memory;
 mod parallel_state;
 mod parity;
+mod rollout_reshard;
 mod support;
 mod vocab_parallel;

@@ -86,8 +86,12 @@ fn measure(engine: &mut MegatronEngine<CausalLm>) -> Held {
     engine.optimizer_step().unwrap();
     let after_step = engine.megatron_module().memory();
 
-    let mut rollout =
-        RolloutWorker::for_layout(&engine.rollout_layout(), Precision::Fp32, Device::Cpu).unwrap();
+    let mut rollout = RolloutWorker::for_layout(
+        &engine.rollout_layout(None).unwrap(),
+        Precision::Fp32,
+        Device::Cpu,
+    )
+    .unwrap();
     rollout
         .update_weights(&engine.rollout_weights().unwrap())
         .unwrap();

@@ -1,0 +1,107 @@
+//! The rollout's weights at another tensor parallel size than training's (verl's
+//! `rollout.tensor_model_parallel_size`): the groups of that layout
+//! ([`crate::dist::RankLayout::rollout_groups`]) and each rank's rollout shards, cut from the
+//! training shards one tensor at a time, so no rank ever holds more than one full tensor.
+//!
+//! - Rollout TP smaller (`k = t / r`): a rollout shard is `k` consecutive training shards,
+//!   all-gathered over those `k` ranks (the peers).
+//! - Rollout TP larger (`m = r / t`): a rollout shard is a slice of the rank's own training
+//!   shard (no communication).
+//! - The embedding and output layer are split by padded vocabulary rows, and the padding
+//!   depends on the group size: they are gathered whole over the training TP group and cut
+//!   again.
+//! - Replicated tensors (norms) are the rank's own.
+use tch::Tensor;
+
+use crate::dist::ProcessGroup;
+use crate::dist::mappings::all_gather_dim;
+use crate::dist::{ProcessGroups, RolloutGroups};
+use crate::rollout::ReplicaShare;
+use crate::tp::shard::{ShardSpec, gather_tensor, hf_shard_spec, shard_tensor};
+
+use super::{MegatronError, ParamInfo, Result};
+
+/// This rank's place in a rollout laid out at another TP size; see the module docs.
+#[derive(Debug, Clone)]
+pub struct RolloutShards {
+    /// The rollout's TP group (size `r`).
+    pub tp: ProcessGroup,
+    /// The ranks this one exchanges weight shards and prompts with.
+    pub peers: ProcessGroup,
+    /// True when the rollout TP is larger than training's.
+    pub join: bool,
+}
+
+fn missing(what: &str) -> MegatronError {
+    MegatronError::Config(format!("this rank is in no rollout {what} group"))
+}
+
+impl RolloutShards {
+    /// The groups for rollout TP `r` (≠ training TP) over the training `groups` (collective
+    /// over the world).
+    pub fn new(groups: &ProcessGroups, r: usize) -> Result<Self> {
+        let RolloutGroups { tp, peers, join } = groups.layout.rollout_groups(r)?;
+        Ok(RolloutShards {
+            tp: groups
+                .world
+                .split(&tp)?
+                .ok_or_else(|| missing("tensor parallel"))?,
+            peers: groups.world.split(&peers)?.ok_or_else(|| missing("peer"))?,
+            join,
+        })
+    }
+
+    /// How this rank's replica shares out the prompts.
+    pub fn share(&self) -> ReplicaShare {
+        let peers = self.peers.clone();
+        if self.join {
+            ReplicaShare::Join { peers }
+        } else {
+            ReplicaShare::Split { peers }
+        }
+    }
+
+    /// This rank's rollout shard of every parameter in `params` (the rank's training shards
+    /// over `train_tp`), by name. `copy`: the result must not share storage with the training
+    /// tensors (they are parked while the rollout generates).
+    pub fn reshard(
+        &self,
+        params: Vec<ParamInfo>,
+        train_tp: Option<&ProcessGroup>,
+        vocab: i64,
+        copy: bool,
+    ) -> Result<Vec<(String, Tensor)>> {
+        let (rank, size) = (self.tp.rank() as i64, self.tp.size() as i64);
+        params
+            .into_iter()
+            .map(|p| {
+                let local = p.tensor.detach();
+                let shard = match hf_shard_spec(&p.name) {
+                    ShardSpec::Replicated => local,
+                    ShardSpec::Vocab => {
+                        let full = gather_tensor(&local, ShardSpec::Vocab, train_tp, vocab)?;
+                        shard_tensor(&full, ShardSpec::Vocab, rank, size)
+                            .map_err(MegatronError::Config)?
+                            .f_contiguous()?
+                    }
+                    ShardSpec::Dim(d) if !self.join => all_gather_dim(&local, &self.peers, d)?,
+                    ShardSpec::Dim(d) => {
+                        let (m, c) = (self.peers.size() as i64, self.peers.rank() as i64);
+                        let len = local.size()[d as usize];
+                        if len % m != 0 {
+                            return Err(MegatronError::Config(format!(
+                                "`{}`: dim {d} of its training shard ({len}) cannot be split {m} ways for the rollout",
+                                p.name
+                            )));
+                        }
+                        local.f_narrow(d, c * (len / m), len / m)?
+                    }
+                };
+                // Some shards are views of the training tensors (replicated ones, slices);
+                // with those parked while the rollout generates, the rollout needs its own.
+                let shard = if copy { shard.f_detach_copy()? } else { shard };
+                Ok((p.name, shard))
+            })
+            .collect()
+    }
+}
