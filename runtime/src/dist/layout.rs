@@ -162,8 +162,8 @@ impl RankLayout {
         let join = r > t;
         let valid = match (r, join) {
             (0, _) => false,
-            (_, false) => t % r == 0 && r != t,
-            (_, true) => r % t == 0 && dp % (r / t) == 0,
+            (_, false) => t.is_multiple_of(r) && r != t,
+            (_, true) => r.is_multiple_of(t) && dp.is_multiple_of(r / t),
         };
         if !valid {
             return Err(DistError::Invalid(format!(

@@ -28,9 +28,9 @@ use super::{Result, WorkerError};
 
 /// The model the rollout decodes with.
 enum Skeleton {
-    Full(CausalLm),
+    Full(Box<CausalLm>),
     Sharded {
-        model: ParallelModel,
+        model: Box<ParallelModel>,
         pp: Option<ProcessGroup>,
         share: Option<ReplicaShare>,
     },
@@ -69,7 +69,7 @@ impl RolloutWorker {
             ..config.clone()
         };
         let model = CausalLm::new(&plain, vs.root()).map_err(WorkerError::Config)?;
-        Self::with_skeleton(vs, Skeleton::Full(model), dtype, lora)
+        Self::with_skeleton(vs, Skeleton::Full(Box::new(model)), dtype, lora)
     }
 
     /// The rollout model for `layout` (what the actor's engine reports).
@@ -98,7 +98,7 @@ impl RolloutWorker {
         )
         .map_err(|e| WorkerError::Config(e.to_string()))?;
         let skeleton = Skeleton::Sharded {
-            model,
+            model: Box::new(model),
             pp: layout.pp.clone(),
             share: layout.share.clone(),
         };
