@@ -26,7 +26,7 @@ pub fn rollout_fit(spec: &TrainerSpec, model: &ModelDims, root: &Node) -> Option
     if bad.is_empty() {
         return None;
     }
-    let sizes: Vec<String> = (1..=model.kv_heads())
+    let sizes: Vec<String> = (1..=model.kv_heads().min(1 << 12))
         .filter(|d| parts.iter().all(|(_, n)| n.is_none_or(|n| n % d == 0)))
         .map(|d| d.to_string())
         .collect();

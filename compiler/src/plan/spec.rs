@@ -1031,7 +1031,8 @@ fn rollout_tensor_parallel(
         return None;
     }
     if !fits(r) {
-        let sizes: Vec<String> = (1..=t * dp)
+        // The sizes that fit, up to a bound that keeps absurd worlds cheap to describe.
+        let sizes: Vec<String> = (1..=t.saturating_mul(dp).min(1 << 12))
             .filter(|&s| fits(s))
             .map(|s| s.to_string())
             .collect();
@@ -1039,7 +1040,7 @@ fn rollout_tensor_parallel(
             ROLLOUT_TP,
             format!(
                 "rollout tensor parallel {r} cannot be cut from the Megatron actor's tensor parallel {t} × data parallel {dp}: it must divide {t}, or be a multiple of {t} that divides {}",
-                t * dp
+                t.saturating_mul(dp)
             ),
             format!("use one of {}", sizes.join(", ")),
         );

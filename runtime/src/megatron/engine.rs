@@ -9,7 +9,8 @@
 //!   its forward-only outputs are broadcast to the other stages, so every rank returns the same.
 //! - No rank holds the whole model: the rollout generates from each rank's own shards
 //!   ([`Engine::rollout_layout`] is [`RolloutLayout::Sharded`]; [`Engine::rollout_weights`]
-//!   are the local parameters). Full weights exist only while [`Engine::per_tensor_params`]
+//!   are the local parameters, or at another rollout TP size the rollout's shards cut from them
+//!   by [`RolloutShards`]). Full weights exist only while [`Engine::per_tensor_params`]
 //!   or a checkpoint gathers them, and, for a `builtin://` model, while the shards are cut
 //!   from the seeded initialisation at start-up.
 //! - Checkpoints: `huggingface/` (the full model, written by global rank 0, loadable by

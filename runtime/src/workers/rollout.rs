@@ -9,7 +9,9 @@
 //! On a Megatron actor the skeleton is the rank's own shards ([`RolloutLayout::Sharded`]):
 //! its pipeline stage's layers and its tensor-parallel slice, bound to the engine's local
 //! parameters and decoded with the other ranks of the model ([`ShardedDecoder`]), so the
-//! rollout holds `1 / (TP × PP)` of the weights, like training.
+//! rollout holds `1 / (TP × PP)` of the weights, like training. At another rollout TP size
+//! the skeleton is this rank's part of the rollout's layout and its replica shares the
+//! prompts with the others ([`ReplicaShare`]).
 
 use std::collections::BTreeMap;
 
