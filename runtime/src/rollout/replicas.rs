@@ -123,13 +123,20 @@ fn join<D: Decoder>(
     let (mut union, mut streams, mut first_row) = (Vec::new(), Vec::new(), 0);
     for (member, list) in lists.iter().enumerate() {
         let list = Vec::<i64>::try_from(list.f_flatten(0, -1)?.f_to_device(Device::Cpu)?)?;
-        let (seed, count) = (list[0] as u64, list[1].max(0) as usize);
-        let (lengths, mut tokens) = (&list[2..2 + count], &list[2 + count..]);
+        let bad = || dist(format!("member {member} sent a malformed prompt list"));
+        let (&[seed, count], rest) = list.split_first_chunk::<2>().ok_or_else(bad)?;
+        let (seed, count) = (seed as u64, usize::try_from(count).map_err(|_| bad())?);
+        if rest.len() < count {
+            return Err(bad());
+        }
+        let (lengths, mut tokens) = rest.split_at(count);
         if member == peers.rank() {
             first_row = union.len();
         }
         for (i, &l) in lengths.iter().enumerate() {
-            let (prompt, rest) = tokens.split_at(l.max(0) as usize);
+            let (prompt, rest) = tokens
+                .split_at_checked(usize::try_from(l).map_err(|_| bad())?)
+                .ok_or_else(bad)?;
             union.push(prompt.to_vec());
             streams.push(PromptStream {
                 seed,
