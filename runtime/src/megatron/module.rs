@@ -69,8 +69,8 @@ pub type HeadFn<'a> = dyn FnMut(usize, &ParallelModel, &mut Tape, &Tensor) -> Re
 /// Bytes one rank holds (on its device or, for offloaded optimizer state, on the host).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ModuleMemory {
-    /// The model's parameters (this rank's TP slice of its stage's layers), plus the
-    /// distributed optimizer's param buffer (the same values, laid out for its collectives).
+    /// The model's parameters (this rank's TP slice of its stage's layers): with the
+    /// distributed optimizer its param buffer, which the parameters it steps are views of.
     pub params: i64,
     /// Gradients of those parameters, plus the distributed optimizer's fp32 grad buffer.
     pub grads: i64,
@@ -487,14 +487,27 @@ impl MegatronModule {
         })
     }
 
-    /// What parameter offload moves: the parameters and the distributed optimizer's param
-    /// buffer (each the whole of its storage).
+    /// What parameter offload moves: the distributed optimizer's param buffer (which the
+    /// parameters it steps are views of) and the parameters that have storage of their own
+    /// (all of them without it), each the whole of its storage.
     pub fn offloadable_params(&self) -> Vec<Tensor> {
-        let mut out: Vec<Tensor> = self.model.params().into_iter().map(|p| p.tensor).collect();
+        let mut out: Vec<Tensor> = self.own_storage_params().map(|p| p.tensor).collect();
         if let Some(ModuleOptimizer::Distributed(o)) = &self.optimizer {
             out.push(o.param_buffer().shallow_clone());
         }
         out
+    }
+
+    /// The parameters that are not views of the distributed optimizer's param buffer.
+    fn own_storage_params(&self) -> impl Iterator<Item = super::ParamInfo> + '_ {
+        let buffer = match &self.optimizer {
+            Some(ModuleOptimizer::Distributed(o)) => Some(o),
+            _ => None,
+        };
+        self.model
+            .params()
+            .into_iter()
+            .filter(move |p| buffer.is_none_or(|o| !o.binds(&p.name)))
     }
 
     /// What gradient offload moves: the parameters' gradients (where they have one) and the
@@ -519,7 +532,8 @@ impl MegatronModule {
         let bytes = crate::ops::tensor_bytes;
         let params = self.model.params();
         let mut mem = ModuleMemory {
-            params: params.iter().map(|p| bytes(&p.tensor)).sum(),
+            // Parameters viewing the param buffer are counted with it.
+            params: self.own_storage_params().map(|p| bytes(&p.tensor)).sum(),
             grads: params.iter().map(|p| bytes(&p.tensor.grad())).sum(),
             optimizer: 0,
         };

@@ -2,7 +2,8 @@
 //! with tensor × pipeline parallelism, the distributed optimizer's share also with data
 //! parallelism, and the rollout holds only the rank's shards while it generates. Bounds are
 //! the ideal fraction + 10% of the one-rank figure (replicated norms, vocabulary padding and
-//! bucket padding are the slack).
+//! bucket padding are the slack). The parameters take no more than one copy of the weights: they
+//! are views of the distributed optimizer's param buffer.
 //!
 //! The model has untied embeddings: with tied ones the last pipeline stage holds its own copy of
 //! the embedding (Megatron does the same), which no layout can split.
@@ -159,6 +160,21 @@ fn check(world: &ProcessGroup, dims: (usize, usize, usize)) {
         one.rollout_weights,
         model,
     );
+    // The weights are held once: the parameters are views of the distributed optimizer's
+    // param buffer (as in Megatron), so with it they take about what the rollout's copy of the
+    // same shards takes (bucket padding is the slack), not twice that.
+    for (what, held) in [("one rank", one), ("this rank", mine)] {
+        let (params, weights) = (held.after_backward.params, held.rollout_weights);
+        eprintln!(
+            "{}: parameters {params} bytes, their weights {weights}",
+            tag(what)
+        );
+        assert!(
+            params as f64 <= 1.1 * weights as f64,
+            "{}: parameters hold {params} bytes for {weights} bytes of weights",
+            tag(what)
+        );
+    }
 }
 
 rank_test!(tp2_holds_half_per_rank, 2, |world| {

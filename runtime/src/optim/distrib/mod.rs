@@ -12,11 +12,13 @@
 //!    stages over PP; TP duplicates and the shared-embedding copy are left out of the norm
 //!    with [`DistParam::in_grad_norm`]). Clipping, skipping, scalers, host offload of a
 //!    fraction of the state and checkpoints are the inner optimizer's;
-//! 4. the updated pieces are written (cast to the model dtype) into the param buffer, each
-//!    bucket is all-gathered over DP, and the model params are refreshed from the buffer.
+//! 4. the updated pieces are written (cast to the model dtype) into the param buffer and each
+//!    bucket is all-gathered over DP.
 //!
-//! fp32 models step in place: a piece's main tensor *is* a view of the param buffer, as in
-//! Megatron. bf16/fp16 models keep separate fp32 pieces.
+//! As in Megatron, the model params *are* views of the param buffer (their data is rebound to
+//! it when the optimizer is built), so the weights are held once and the all-gather updates
+//! the model. fp32 models step in place: a piece's main tensor is a view of the buffer too.
+//! bf16/fp16 models keep separate fp32 pieces.
 pub mod layout;
 
 use std::path::Path;
@@ -148,11 +150,14 @@ impl DistributedOptimizer {
             acc += idx(layout.shard_size(b));
         }
         let shard_grads = Tensor::f_zeros([acc], (Kind::Float, device))?;
-        // Model params into the buffer.
+        // Model params into the buffer, then the params become views of it.
         tch::no_grad(|| -> Result<()> {
             for (p, ix) in params.iter().zip(&layout.index) {
                 let mut view = param_buffer.f_narrow(0, idx(ix.start), idx(ix.end - ix.start))?;
                 view.f_copy_(&p.tensor.f_detach()?.f_reshape([-1])?)?;
+                p.tensor
+                    .shallow_clone()
+                    .f_set_data(&view.f_view(p.tensor.size().as_slice())?)?;
             }
             Ok(())
         })?;
@@ -360,7 +365,7 @@ impl DistributedOptimizer {
         Ok(())
     }
 
-    /// Step 4: pieces into the param buffer, all-gather per bucket, buffer into the model.
+    /// Step 4: pieces into the param buffer (the model params view it), all-gather per bucket.
     fn gather_params(&mut self) -> Result<()> {
         tch::no_grad(|| -> Result<()> {
             for p in self.pieces.iter().filter(|p| !p.aliased) {
@@ -385,34 +390,19 @@ impl DistributedOptimizer {
                     dp.all_gather_into(&out, &input)?;
                 }
             }
-            self.copy_buffer_to_model()
+            Ok(())
         })
     }
 
-    fn copy_buffer_to_model(&self) -> Result<()> {
-        let mut dst = Vec::with_capacity(self.params.len());
-        let mut src = Vec::with_capacity(self.params.len());
-        for ((_, t), ix) in self.params.iter().zip(&self.layout.index) {
-            dst.push(t.f_detach()?);
-            src.push(
-                self.param_buffer
-                    .f_narrow(0, idx(ix.start), idx(ix.end - ix.start))?
-                    .f_view(t.size().as_slice())?,
-            );
-        }
-        ops::foreach_copy(&dst, &src, false)?;
-        Ok(())
+    /// Whether the model param `name` is one of this optimizer's (a view of its buffer).
+    pub fn binds(&self, name: &str) -> bool {
+        self.params.iter().any(|(n, _)| n == name)
     }
 
-    /// Copies the model params into the buffer and the main pieces (after loading weights).
+    /// Refreshes the main pieces from the model params (after loading weights into them, that
+    /// is into the buffer).
     pub fn reload_model_params(&mut self) -> Result<()> {
         tch::no_grad(|| -> Result<()> {
-            for ((_, t), ix) in self.params.iter().zip(&self.layout.index) {
-                let mut view =
-                    self.param_buffer
-                        .f_narrow(0, idx(ix.start), idx(ix.end - ix.start))?;
-                view.f_copy_(&t.f_detach()?.f_reshape([-1])?)?;
-            }
             for p in self.pieces.iter().filter(|p| !p.aliased) {
                 let w = &p.range.gbuf_world;
                 let mut main = p.main.f_detach()?;
