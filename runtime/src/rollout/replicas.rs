@@ -120,7 +120,7 @@ fn join<D: Decoder>(
         .f_copy_(&Tensor::from_slice(&mine).to_device(device))?;
     let lists = gather_rows(peers, &row, None)?;
 
-    let (mut union, mut streams, mut first_row) = (Vec::new(), Vec::new(), 0);
+    let (mut union, mut streams, mut first_prompt) = (Vec::new(), Vec::new(), 0);
     for (member, list) in lists.iter().enumerate() {
         let list = Vec::<i64>::try_from(list.f_flatten(0, -1)?.f_to_device(Device::Cpu)?)?;
         let bad = || dist(format!("member {member} sent a malformed prompt list"));
@@ -131,7 +131,7 @@ fn join<D: Decoder>(
         }
         let (lengths, mut tokens) = rest.split_at(count);
         if member == peers.rank() {
-            first_row = union.len();
+            first_prompt = union.len();
         }
         for (i, &l) in lengths.iter().enumerate() {
             let (prompt, rest) = tokens
@@ -146,7 +146,7 @@ fn join<D: Decoder>(
         }
     }
     let out = generate_streams(model, &union, &streams, params, stop, None)?;
-    rows_of(&out, first_row, prompts.len(), params.n)
+    rows_of(&out, first_prompt, prompts.len(), params.n)
 }
 
 /// The int64 columns of an output row: prompt, response, attention mask, positions, response
