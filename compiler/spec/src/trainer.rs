@@ -409,6 +409,22 @@ pub struct RolloutSpec {
     pub tensor_parallel: Option<usize>,
 }
 
+/// Whether a rollout at tensor parallel `rollout_tp` can be cut from a Megatron actor at tensor
+/// parallel `actor_tp` with `data_parallel` ranks: it divides `actor_tp` (rollout replicas
+/// inside each training TP group), or is a multiple of it that spans whole data-parallel
+/// ranks. The compiler accepts exactly these sizes and the runtime lays out exactly these.
+pub fn rollout_tensor_parallel_fits(
+    rollout_tp: usize,
+    actor_tp: usize,
+    data_parallel: usize,
+) -> bool {
+    match (rollout_tp, actor_tp) {
+        (0, _) | (_, 0) => false,
+        (r, t) if r <= t => t.is_multiple_of(r),
+        (r, t) => r.is_multiple_of(t) && data_parallel.is_multiple_of(r / t),
+    }
+}
+
 /// Where scores come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -1020,13 +1020,7 @@ fn rollout_tensor_parallel(
         cfg.actor_rollout_ref.rollout.tensor_model_parallel_size,
     );
     let (t, dp) = (m.tensor_parallel, data_parallel(world, actor));
-    let fits = |r: usize| {
-        if r <= t {
-            t.is_multiple_of(r)
-        } else {
-            r.is_multiple_of(t) && dp.is_multiple_of(r / t)
-        }
-    };
+    let fits = |r: usize| verlc_spec::trainer::rollout_tensor_parallel_fits(r, t, dp);
     if r == t {
         return None;
     }

@@ -20,13 +20,6 @@ use super::verdicts::{self, Verdict};
 const ROLLOUT: &str = "actor_rollout_ref.rollout";
 const ROLLOUT_TP: &str = "actor_rollout_ref.rollout.tensor_model_parallel_size";
 
-/// Whether the user wrote `n`'s value: not a built-in default, and not a value a built-in
-/// `${...}` copied from elsewhere (that key gets its own report where it was written).
-pub(crate) fn user_written(n: &Node, sources: &SourceMap) -> bool {
-    let builtin = |o: &crate::source::Origin| sources.get(o.source).kind == SourceKind::Builtin;
-    !n.origin.as_ref().is_some_and(builtin) && !n.via.as_ref().is_some_and(builtin)
-}
-
 /// The verdict findings of the keys the user changed. `defaults` is the built-in default
 /// tree of the config's flavour ([`crate::load::compose::builtin_tree`]).
 pub fn verdict_diagnostics(
@@ -36,7 +29,11 @@ pub fn verdict_diagnostics(
     defaults: &Node,
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let user_written = |n: &Node| user_written(n, sources);
+    let builtin = |o: &crate::source::Origin| sources.get(o.source).kind == SourceKind::Builtin;
+    // Written by the user: not a built-in default, and not a value a built-in `${...}` copied
+    // from elsewhere (that key gets its own report where it was written).
+    let user_written =
+        |n: &Node| !n.origin.as_ref().is_some_and(builtin) && !n.via.as_ref().is_some_and(builtin);
 
     let name_key = format!("{ROLLOUT}.name");
     if cfg.actor_rollout_ref.rollout.name != RolloutName::Verlc

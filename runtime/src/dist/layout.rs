@@ -160,12 +160,7 @@ impl RankLayout {
             ));
         }
         let join = r > t;
-        let valid = match (r, join) {
-            (0, _) => false,
-            (_, false) => t.is_multiple_of(r) && r != t,
-            (_, true) => r.is_multiple_of(t) && dp.is_multiple_of(r / t),
-        };
-        if !valid {
+        if r == t || !verlc_spec::trainer::rollout_tensor_parallel_fits(r, t, dp) {
             return Err(DistError::Invalid(format!(
                 "rollout tensor parallel {r} does not fit training tensor parallel {t} with data parallel {dp}: it must divide {t}, or be a multiple of it that divides {}",
                 t * dp

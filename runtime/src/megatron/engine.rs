@@ -772,7 +772,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
             }
         };
         let (tp, share) = match &self.rollout {
-            Some(shards) => (active(&shards.tp), Some(shards.share())),
+            Some(shards) => (active(&shards.tp), Some(shards.share.clone())),
             None => (self.groups().and_then(|g| active(&g.tp)), None),
         };
         Ok(RolloutLayout::Sharded(ShardLayout {

@@ -432,14 +432,7 @@ impl MegatronModule {
         if let (Some(ModuleOptimizer::Replicated(_)), Some(dp)) =
             (&self.optimizer, active(&groups.dp))
         {
-            let grads: Vec<Tensor> = self
-                .model
-                .params()
-                .iter()
-                .map(|p| p.tensor.grad())
-                .filter(Tensor::defined)
-                .collect();
-            dp.all_reduce_many(&grads, ReduceOp::Avg)?;
+            dp.all_reduce_many(&self.param_grads(), ReduceOp::Avg)?;
         }
         Ok(())
     }
@@ -498,6 +491,16 @@ impl MegatronModule {
         out
     }
 
+    /// The gradients the parameters have (those without one are left out).
+    fn param_grads(&self) -> Vec<Tensor> {
+        self.model
+            .params()
+            .iter()
+            .map(|p| p.tensor.grad())
+            .filter(Tensor::defined)
+            .collect()
+    }
+
     /// The parameters that are not views of the distributed optimizer's param buffer.
     fn own_storage_params(&self) -> impl Iterator<Item = super::ParamInfo> + '_ {
         let buffer = match &self.optimizer {
@@ -513,13 +516,7 @@ impl MegatronModule {
     /// What gradient offload moves: the parameters' gradients (where they have one) and the
     /// distributed optimizer's grad buffers.
     pub fn offloadable_grads(&self) -> Vec<Tensor> {
-        let mut out: Vec<Tensor> = self
-            .model
-            .params()
-            .into_iter()
-            .map(|p| p.tensor.grad())
-            .filter(Tensor::defined)
-            .collect();
+        let mut out = self.param_grads();
         if let Some(ModuleOptimizer::Distributed(o)) = &self.optimizer {
             out.extend(o.grad_buffers().map(Tensor::shallow_clone));
         }

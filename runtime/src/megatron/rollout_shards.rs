@@ -26,10 +26,9 @@ use super::{MegatronError, ParamInfo, Result};
 pub struct RolloutShards {
     /// The rollout's TP group (size `r`).
     pub tp: ProcessGroup,
-    /// The ranks this one exchanges weight shards and prompts with.
-    pub peers: ProcessGroup,
-    /// True when the rollout TP is larger than training's.
-    pub join: bool,
+    /// How the replicas share the prompts; its peers are also the ranks this one cuts its
+    /// weight shards with.
+    pub share: ReplicaShare,
 }
 
 fn missing(what: &str) -> MegatronError {
@@ -41,24 +40,17 @@ impl RolloutShards {
     /// over the world).
     pub fn new(groups: &ProcessGroups, r: usize) -> Result<Self> {
         let RolloutGroups { tp, peers, join } = groups.layout.rollout_groups(r)?;
-        Ok(RolloutShards {
-            tp: groups
-                .world
-                .split(&tp)?
-                .ok_or_else(|| missing("tensor parallel"))?,
-            peers: groups.world.split(&peers)?.ok_or_else(|| missing("peer"))?,
-            join,
-        })
-    }
-
-    /// How this rank's replica shares out the prompts.
-    pub fn share(&self) -> ReplicaShare {
-        let peers = self.peers.clone();
-        if self.join {
+        let tp = groups
+            .world
+            .split(&tp)?
+            .ok_or_else(|| missing("tensor parallel"))?;
+        let peers = groups.world.split(&peers)?.ok_or_else(|| missing("peer"))?;
+        let share = if join {
             ReplicaShare::Join { peers }
         } else {
             ReplicaShare::Split { peers }
-        }
+        };
+        Ok(RolloutShards { tp, share })
     }
 
     /// This rank's rollout shard of every parameter in `params` (the rank's training shards
@@ -84,9 +76,10 @@ impl RolloutShards {
                             .map_err(MegatronError::Config)?
                             .f_contiguous()?
                     }
-                    ShardSpec::Dim(d) if !self.join => all_gather_dim(&local, &self.peers, d)?,
-                    ShardSpec::Dim(d) => {
-                        let (m, c) = (self.peers.size() as i64, self.peers.rank() as i64);
+                    ShardSpec::Dim(d) => match &self.share {
+                        ReplicaShare::Split { peers } => all_gather_dim(&local, peers, d)?,
+                        ReplicaShare::Join { peers } => {
+                        let (m, c) = (peers.size() as i64, peers.rank() as i64);
                         let len = local.size()[d as usize];
                         if len % m != 0 {
                             return Err(MegatronError::Config(format!(
@@ -95,7 +88,8 @@ impl RolloutShards {
                             )));
                         }
                         local.f_narrow(d, c * (len / m), len / m)?
-                    }
+                        }
+                    },
                 };
                 // Some shards are views of the training tensors (replicated ones, slices);
                 // with those parked while the rollout generates, the rollout needs its own.
