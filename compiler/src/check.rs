@@ -119,7 +119,13 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // replaced by verl's default for the check's own use, and findings about the replaced
     // keys are dropped (the schema error already says what is wrong there).
     // Past a few hundred errors the file is not a verl config: rules would judge defaults.
-    let repaired = if schema_clean || incomplete || schema_diags.len() > MAX_REPAIRS {
+    // So is a tree of more than a hundred thousand values (verl's has about a thousand): its
+    // two repaired copies would only cost memory.
+    let repaired = if schema_clean
+        || incomplete
+        || schema_diags.len() > MAX_REPAIRS
+        || tree.count() > MAX_REPAIR_NODES
+    {
         None
     } else {
         repair(&tree, &schema_diags, defaults(), false).zip(repair(
@@ -135,10 +141,16 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     if schema_clean && !incomplete {
         match serde_json::from_value::<VerlConfig>(tree.to_json()) {
             Ok(c) => config = Some(c),
-            Err(e) => diagnostics.push(Diagnostic::error(
-                codes::SCHEMA_OTHER,
-                format!("config does not match the typed model: {e}"),
-            )),
+            Err(e) => {
+                let floats = floats_for_integers(&tree);
+                if floats.is_empty() {
+                    diagnostics.push(Diagnostic::error(
+                        codes::SCHEMA_OTHER,
+                        format!("config does not match the typed model: {e}"),
+                    ));
+                }
+                diagnostics.extend(floats);
+            }
         }
     }
 
@@ -152,10 +164,28 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     if let Some(p) = model_path {
         match read_model_dims(&p) {
             Ok(m) => model = Some(m),
-            Err(msg) if opts.model_config.is_some() => {
-                diagnostics.push(Diagnostic::error(codes::IO_ERROR, msg))
+            Err(e) => {
+                // Named by the config: point at the key; by `--model-config`: at the file.
+                let at = opts
+                    .model_config
+                    .is_none()
+                    .then(|| {
+                        composed
+                            .root
+                            .get_path(&["actor_rollout_ref", "model", "path"])
+                            .and_then(|n| n.origin.clone())
+                    })
+                    .flatten();
+                let mut d = Diagnostic::error(e.code(), e.to_string())
+                    .with_file(e.file().display().to_string())
+                    .with_primary(at, "the model named here");
+                if opts.model_config.is_none() {
+                    d = d.with_key("actor_rollout_ref.model.path");
+                }
+                diagnostics.push(d.with_help(
+                    "the model-aware rules and `verlc explain` read hidden_size, num_attention_heads, num_key_value_heads, num_hidden_layers and vocab_size from it",
+                ));
             }
-            Err(_) => {}
         }
     }
     let only: Vec<String> = opts.only.iter().map(|s| s.to_ascii_uppercase()).collect();
@@ -170,6 +200,9 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             defaults: baseline.clone(),
         };
         let mut out = rules::run(&ctx, &enabled);
+        if out.iter().any(|d| d.code == codes::SIZE_OVERFLOW) {
+            return out;
+        }
         // What `verlc build` could not bind, reported here at the YAML line (B01x).
         // What verl accepts but verlc's generated trainer cannot bind is a warning here
         // (`verlc check` judges verl validity); `verlc build` keeps it an error.
@@ -207,6 +240,9 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
                 .filter(|d| !about_any(d, &replaced) && other.iter().any(|o| same(d, o))),
         );
     }
+    cap_diagnostics(&mut diagnostics);
+    // Environment values read by `${oc.env:...}` never reach the output (see `redact`).
+    composed.secrets().redact_diagnostics(&mut diagnostics);
     Checked {
         composed,
         baseline,
@@ -214,6 +250,59 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         model,
         diagnostics,
     }
+}
+
+/// JSON Schema counts `64.0` as an integer, verl's typed model (and verlc's) does not: each
+/// such value, at its key and line.
+fn floats_for_integers(tree: &Node) -> Vec<Diagnostic> {
+    fn types(s: &serde_json::Value, out: &mut Vec<String>) {
+        match s.get("type") {
+            Some(serde_json::Value::String(t)) => out.push(t.clone()),
+            Some(serde_json::Value::Array(ts)) => {
+                out.extend(ts.iter().filter_map(|t| t.as_str().map(str::to_owned)))
+            }
+            _ => {}
+        }
+        for branch in s
+            .get("anyOf")
+            .and_then(|a| a.as_array())
+            .into_iter()
+            .flatten()
+        {
+            types(branch, out);
+        }
+    }
+    let mut out = Vec::new();
+    tree.walk(&mut |ptr, node, _| {
+        let Value::Scalar(Scalar::Float(f)) = &node.value else {
+            return;
+        };
+        let segs: Vec<&str> = ptr.split('/').filter(|s| !s.is_empty()).collect();
+        let Some(schema) = schema::schema_at(schema::validation_schema(), &segs) else {
+            return;
+        };
+        let mut ts = Vec::new();
+        types(schema, &mut ts);
+        if ts.iter().any(|t| t == "integer") && !ts.iter().any(|t| t == "number") {
+            let key = segs.join(".");
+            out.push(
+                Diagnostic::error(
+                    codes::SCHEMA_TYPE,
+                    format!(
+                        "`{key}` must be an integer, got float {}",
+                        crate::load::node::format_float(*f)
+                    ),
+                )
+                .with_key(key.clone())
+                .with_primary(node.origin.clone(), "expected an integer")
+                .with_help(format!(
+                    "write it without the fraction: `{key}={}`",
+                    *f as i64
+                )),
+            );
+        }
+    });
+    out
 }
 
 /// `+data.<key>=...` adds a key for a custom dataset class (verl hands the whole `data`
@@ -245,8 +334,38 @@ fn custom_data_keys(diags: &mut [Diagnostic], sources: &crate::source::SourceMap
     keys
 }
 
+/// Most diagnostics one check reports: past them a file is not a config being edited (a
+/// generated file of 450k unknown keys would print 160 MB).
+pub const MAX_DIAGNOSTICS: usize = 1000;
+
+/// Keep the first [`MAX_DIAGNOSTICS`] and say how many more there were (an error, so the
+/// exit status does not change; the schema stage's own count of what it did not build is
+/// added in).
+fn cap_diagnostics(diags: &mut Vec<Diagnostic>) {
+    let is_summary = |d: &Diagnostic| {
+        d.code == codes::YAML_LIMIT
+            && d.primary.is_none()
+            && d.message.contains("more findings not shown")
+    };
+    let mut hidden: usize = diags
+        .iter()
+        .filter(|d| is_summary(d))
+        .filter_map(|d| d.message.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    diags.retain(|d| !is_summary(d));
+    if diags.len() > MAX_DIAGNOSTICS {
+        hidden += diags.len() - MAX_DIAGNOSTICS;
+        diags.truncate(MAX_DIAGNOSTICS);
+    }
+    if hidden > 0 {
+        diags.push(schema::not_shown(hidden));
+    }
+}
+
 /// Most schema errors the check repairs to run the rules anyway.
 const MAX_REPAIRS: usize = 200;
+/// Largest tree (in nodes) the check repairs.
+const MAX_REPAIR_NODES: usize = 100_000;
 
 /// Whether `d` is about one of `keys` (the key itself, inside it, or a section holding it).
 fn about_any(d: &Diagnostic, keys: &[String]) -> bool {
@@ -552,7 +671,8 @@ fn model_dir_from_tree(c: &Composed) -> Option<PathBuf> {
         .get_path(&["actor_rollout_ref", "model", "path"])?
         .as_str()?;
     let local = expand_home(p);
-    if local.join("config.json").is_file() {
+    // Anything there named config.json is read (and a special file refused), not skipped.
+    if local.join("config.json").exists() {
         return Some(local);
     }
     // A Hub id already in the Hub cache (check never downloads; `verlc build` does).
@@ -570,17 +690,106 @@ fn expand_home(p: &str) -> PathBuf {
     }
 }
 
-/// Read the dimensions of a Hugging Face `config.json` (file or directory).
-pub fn read_model_dims(path: &Path) -> Result<ModelDims, String> {
+/// Why a model's `config.json` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelConfigError {
+    #[error("cannot use the model config: {0}")]
+    Read(crate::load::read::ReadError, PathBuf),
+    #[error("{} is not a usable model config.json: {why}", file.display())]
+    Invalid { file: PathBuf, why: String },
+}
+
+impl ModelConfigError {
+    /// An unreadable file is an I/O problem (exit status 2); a file that reads but holds
+    /// impossible values is a config problem.
+    pub fn code(&self) -> Code {
+        match self {
+            ModelConfigError::Read(e, _) => compose::read_error_code(e),
+            ModelConfigError::Invalid { .. } => codes::MODEL_CONFIG_UNUSABLE,
+        }
+    }
+
+    pub fn file(&self) -> &Path {
+        match self {
+            ModelConfigError::Read(_, f) | ModelConfigError::Invalid { file: f, .. } => f,
+        }
+    }
+}
+
+/// Largest sizes a model config may give: a hundred times today's largest models. Past
+/// them the file is not a model (or a typo), and the estimates would be nonsense.
+const MAX_HIDDEN: u64 = 1 << 20;
+const MAX_VOCAB: u64 = 1 << 24;
+const MAX_LAYERS: u64 = 1 << 16;
+const MAX_HEADS: u64 = 1 << 16;
+
+/// Read the dimensions of a Hugging Face `config.json` (file or directory). A multimodal
+/// config (Qwen2.5-VL, Qwen3.5) keeps the language model's sizes under `text_config`.
+pub fn read_model_dims(path: &Path) -> Result<ModelDims, ModelConfigError> {
     let file = if path.is_dir() {
         path.join("config.json")
     } else {
         path.to_path_buf()
     };
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| format!("cannot read model config {}: {e}", file.display()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a usable model config.json: {e}", file.display()))
+    let invalid = |why: String| ModelConfigError::Invalid {
+        file: file.clone(),
+        why,
+    };
+    let text = crate::load::read::read_text(&file, crate::load::read::MAX_SIDE_FILE_BYTES)
+        .map_err(|e| ModelConfigError::Read(e, file.clone()))?;
+    let mut json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| invalid(format!("not JSON: {e}")))?;
+    if json.get("hidden_size").is_none()
+        && let Some(text_config) = json.get("text_config").cloned()
+        && text_config.is_object()
+    {
+        let model_type = json.get("model_type").cloned();
+        json = text_config;
+        if let (Some(t), Some(m)) = (model_type, json.as_object_mut()) {
+            m.entry("model_type").or_insert(t);
+        }
+    }
+    let dims: ModelDims = serde_json::from_value(json).map_err(|e| invalid(e.to_string()))?;
+    validate_dims(&dims).map_err(invalid)?;
+    Ok(dims)
+}
+
+/// Sizes that no model has: zero, beyond the bounds above, heads that do not divide.
+fn validate_dims(m: &ModelDims) -> Result<(), String> {
+    let sizes = [
+        ("hidden_size", Some(m.hidden_size), MAX_HIDDEN),
+        (
+            "num_attention_heads",
+            Some(m.num_attention_heads),
+            MAX_HEADS,
+        ),
+        ("num_key_value_heads", m.num_key_value_heads, MAX_HEADS),
+        ("num_hidden_layers", Some(m.num_hidden_layers), MAX_LAYERS),
+        ("vocab_size", Some(m.vocab_size), MAX_VOCAB),
+        ("intermediate_size", m.intermediate_size, MAX_VOCAB),
+        ("head_dim", m.head_dim, MAX_HIDDEN),
+    ];
+    for (key, value, max) in sizes {
+        match value {
+            Some(0) => return Err(format!("`{key}` is 0")),
+            Some(v) if v > max => return Err(format!("`{key}` is {v}, beyond {max}")),
+            _ => {}
+        }
+    }
+    let kv = m.kv_heads();
+    if !m.num_attention_heads.is_multiple_of(kv) {
+        return Err(format!(
+            "`num_attention_heads` ({}) is not a multiple of `num_key_value_heads` ({kv})",
+            m.num_attention_heads
+        ));
+    }
+    if m.head_dim.is_none() && !m.hidden_size.is_multiple_of(m.num_attention_heads) {
+        return Err(format!(
+            "`hidden_size` ({}) does not divide by `num_attention_heads` ({}) and no `head_dim` is given",
+            m.hidden_size, m.num_attention_heads
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

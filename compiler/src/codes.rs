@@ -1,5 +1,6 @@
 //! Every diagnostic id verlc can emit, in one table so none is ever reused.
 //!
+//! - `U0xx` the command line itself (usage errors, exit status 2)
 //! - `Y0xx` YAML text (syntax, unsupported constructs, limits)
 //! - `H0xx` Hydra composition: defaults lists, overrides, interpolation
 //! - `S0xx` JSON Schema: unknown keys, types, enums, ranges
@@ -8,6 +9,8 @@
 //!   binary does not use, `B01x` errors for combinations it cannot bind
 
 use crate::diag::Code;
+
+pub const USAGE: Code = Code("U001");
 
 pub const YAML_SYNTAX: Code = Code("Y001");
 pub const YAML_DUPLICATE_KEY: Code = Code("Y002");
@@ -39,6 +42,10 @@ pub const SCHEMA_RANGE: Code = Code("S004");
 pub const SCHEMA_REQUIRED: Code = Code("S005");
 pub const SCHEMA_OTHER: Code = Code("S006");
 pub const SCHEMA_UNMODELLED_RELEASE: Code = Code("S007");
+pub const MODEL_CONFIG_UNUSABLE: Code = Code("S008");
+
+/// The rule that checks the derived sizes fit 64-bit arithmetic (`rules`' V053).
+pub const SIZE_OVERFLOW: Code = Code("V053");
 
 pub const BUILD_ROLLOUT_KNOB_UNUSED: Code = Code("B001");
 pub const BUILD_ROLLOUT_ENGINE_REPLACED: Code = Code("B002");
@@ -134,6 +141,10 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
 /// `verlc rule S001`).
 pub const LOAD_CODES: &[(Code, &str)] = &[
     (
+        USAGE,
+        "the command line cannot mean a run: a second config file, an unknown `--only` code, a `--base` that is not a trainer config (exit status 2)",
+    ),
+    (
         YAML_SYNTAX,
         "the file is not valid YAML; nothing after the error is read",
     ),
@@ -151,7 +162,7 @@ pub const LOAD_CODES: &[(Code, &str)] = &[
     ),
     (
         IO_ERROR,
-        "a file or directory cannot be read (usage error, exit status 2)",
+        "a file or directory cannot be read: missing, unreadable, or not a regular file (a FIFO, a device) (exit status 2)",
     ),
     (
         DEFAULTS_SYNTAX,
@@ -241,4 +252,32 @@ pub const LOAD_CODES: &[(Code, &str)] = &[
         SCHEMA_OTHER,
         "the config does not match verl's typed model in another way",
     ),
+    (
+        SCHEMA_UNMODELLED_RELEASE,
+        "the config tree is of a verl release verlc does not model; verl's own keys pass through unchecked",
+    ),
+    (
+        MODEL_CONFIG_UNUSABLE,
+        "the model's config.json (actor_rollout_ref.model.path or --model-config) is not JSON or gives sizes no model has (zero, absurd, heads that do not divide)",
+    ),
 ];
+
+/// The id `code` names (any case), among every code verlc can emit: the load and build
+/// codes above and the rules' (`verlc check --only` refuses any other).
+pub fn known(code: &str) -> Option<Code> {
+    LOAD_CODES
+        .iter()
+        .chain(BUILD_CODES)
+        .map(|(c, _)| *c)
+        .chain(crate::rules::RULES.iter().map(|r| r.code))
+        .find(|c| c.0.eq_ignore_ascii_case(code))
+}
+
+/// Every id, for "did you mean".
+pub fn all() -> impl Iterator<Item = Code> {
+    LOAD_CODES
+        .iter()
+        .chain(BUILD_CODES)
+        .map(|(c, _)| *c)
+        .chain(crate::rules::RULES.iter().map(|r| r.code))
+}

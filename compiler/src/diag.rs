@@ -48,6 +48,9 @@ pub struct Diagnostic {
     pub key_path: Option<String>,
     /// Where the offending value (or key) was written.
     pub primary: Option<Label>,
+    /// The file the problem is about, for problems with no place in a text (a file that
+    /// cannot be read, a model `config.json` that is not usable).
+    pub file: Option<String>,
     /// Other places that take part (the other side of a mismatch).
     pub secondary: Vec<Label>,
     /// How to fix it.
@@ -71,6 +74,7 @@ impl Diagnostic {
             message: message.into(),
             key_path: None,
             primary: None,
+            file: None,
             secondary: Vec::new(),
             help: None,
             notes: Vec::new(),
@@ -84,6 +88,11 @@ impl Diagnostic {
 
     pub fn with_primary(mut self, origin: Option<Origin>, message: impl Into<String>) -> Self {
         self.primary = origin.map(|o| Label::new(o, message));
+        self
+    }
+
+    pub fn with_file(mut self, path: impl Into<String>) -> Self {
+        self.file = Some(path.into());
         self
     }
 
@@ -116,7 +125,7 @@ impl Diagnostic {
                 let (l, c) = src.line_col(label.origin.span.start);
                 (Some(src.name.clone()), Some(l), Some(c))
             }
-            None => (None, None, None),
+            None => (self.file.clone(), None, None),
         };
         JsonDiagnostic {
             code: self.code,

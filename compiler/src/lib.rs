@@ -18,6 +18,7 @@ pub mod diag;
 pub mod explain;
 pub mod load;
 pub mod plan;
+pub mod redact;
 pub mod render;
 pub mod rules;
 pub mod schema;

@@ -96,6 +96,11 @@ fn group<'a>(d: &'a Diagnostic, sources: &'a SourceMap) -> Vec<Group<'a>> {
     {
         title = title.element(Level::NOTE.message(format!("key: {k}")));
     }
+    if d.primary.is_none()
+        && let Some(f) = &d.file
+    {
+        title = title.element(Level::NOTE.message(format!("file: {f}")));
+    }
     for n in &d.notes {
         title = title.element(Level::NOTE.message(n.as_str()));
     }

@@ -84,6 +84,8 @@ impl Source {
 #[derive(Clone, Debug, Default)]
 pub struct SourceMap {
     sources: Vec<Source>,
+    /// Sources by name, so adding one is not a scan of all (100k overrides are 100k sources).
+    by_name: std::collections::HashMap<String, Vec<u32>>,
 }
 
 impl SourceMap {
@@ -93,15 +95,22 @@ impl SourceMap {
 
     pub fn add(&mut self, source: Source) -> SourceId {
         // Files are often loaded more than once (a group file used at two packages).
-        if let Some(i) = self
-            .sources
-            .iter()
-            .position(|s| s.name == source.name && s.kind == source.kind && s.text == source.text)
-        {
-            return SourceId(i as u32);
+        let same = self.by_name.get(&source.name).and_then(|ids| {
+            ids.iter().copied().find(|&i| {
+                let s = &self.sources[i as usize];
+                s.kind == source.kind && s.text == source.text
+            })
+        });
+        if let Some(i) = same {
+            return SourceId(i);
         }
+        let id = self.sources.len() as u32;
+        self.by_name
+            .entry(source.name.clone())
+            .or_default()
+            .push(id);
         self.sources.push(source);
-        SourceId((self.sources.len() - 1) as u32)
+        SourceId(id)
     }
 
     pub fn get(&self, id: SourceId) -> &Source {

@@ -1,9 +1,9 @@
 //! Command-line arguments.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use verlc::load::compose::LoadRequest;
+use verlc::load::compose::{FSDP_BASE, LoadRequest, MEGATRON_BASE};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -64,25 +64,47 @@ pub struct ConfigArgs {
 }
 
 impl ConfigArgs {
-    pub fn request(&self) -> LoadRequest {
+    /// What to compose; a usage error (exit status 2) for arguments that cannot mean a run:
+    /// a second config file, or a `--base` that is not one of verl's trainer configs.
+    pub fn request(&self) -> Result<LoadRequest, String> {
         let mut file = None;
         let mut overrides = Vec::new();
         for a in &self.args {
             let looks_like_file = !a.contains('=') && !a.starts_with('~') && !a.starts_with('+');
-            if file.is_none() && overrides.is_empty() && looks_like_file {
+            if looks_like_file && file.is_none() && overrides.is_empty() {
                 file = Some(PathBuf::from(a));
+            } else if looks_like_file
+                && (a.ends_with(".yaml") || a.ends_with(".yml") || Path::new(a).is_file())
+            {
+                return Err(match &file {
+                    Some(first) => format!(
+                        "`{a}`: verlc reads one config file (`{}` is the first); compose several with a `defaults:` list",
+                        first.display()
+                    ),
+                    None => format!(
+                        "`{a}`: the config file comes first, before the overrides (`key=value`)"
+                    ),
+                });
             } else {
                 overrides.push(a.clone());
             }
         }
-        LoadRequest {
+        if let Some(base) = &self.base {
+            let name = base.trim_end_matches(".yaml");
+            if ![FSDP_BASE, MEGATRON_BASE].contains(&name) {
+                return Err(format!(
+                    "--base `{base}`: the base is one of verl's trainer configs, `{FSDP_BASE}` or `{MEGATRON_BASE}`"
+                ));
+            }
+        }
+        Ok(LoadRequest {
             config_file: file,
             config_dir: self.config_dir.clone(),
             config_name: self.config_name.clone(),
             base: self.base.clone(),
             overrides,
             cwd: std::env::current_dir().unwrap_or_default(),
-        }
+        })
     }
 }
 

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use verlc::check::{CheckOptions, check};
 use verlc::codegen::{self, BuildError, CrateSpec, Event, Paths, Profile, WrittenCrate};
-use verlc::codes;
 use verlc::diag::Severity;
 use verlc::plan::{self, BuildPlan};
 
@@ -71,21 +70,19 @@ fn short_hash(h: &str) -> &str {
     h.get(..19).unwrap_or(h)
 }
 
-/// Copy the binary out of the cache, replacing `out` atomically (it may be running).
+/// Copy the binary out of the cache, replacing `out` atomically (it may be running; a
+/// symlink there is replaced, not followed).
 fn install(binary: &Path, out: &Path) -> std::io::Result<()> {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "trainer".into());
-    let tmp = out.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::copy(binary, &tmp)?;
-    std::fs::rename(&tmp, out)
+    super::output::copy_atomic(binary, out)
 }
 
 /// Check, plan, generate and compile. `Ok(None)` with `--plan` (nothing compiled); `Err` is
 /// the exit code after the problem was printed.
 pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
-    let req = a.config.request();
+    let req = match a.config.request() {
+        Ok(r) => r,
+        Err(msg) => return Err(super::output::usage_error(false, &msg)),
+    };
     let source = match (&req.config_file, &req.config_name) {
         (Some(f), _) => f.display().to_string(),
         (None, Some(n)) => n.clone(),
@@ -109,11 +106,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
         "{}",
         render::human(&checked.diagnostics, &checked.composed.sources, color)
     );
-    if checked
-        .diagnostics
-        .iter()
-        .any(|d| d.code == codes::IO_ERROR && d.primary.is_none())
-    {
+    if super::output::exit_status(&checked.diagnostics) == EXIT_USAGE {
         return Err(EXIT_USAGE);
     }
     let cfg = match &checked.config {

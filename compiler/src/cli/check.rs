@@ -4,14 +4,31 @@ use std::io::IsTerminal;
 
 use verlc::check::{CheckOptions, check};
 use verlc::codes;
-use verlc::diag::Severity;
+use verlc::diag::{Severity, did_you_mean};
 
 use super::args::{CheckArgs, Format};
-use super::{EXIT_ERRORS, EXIT_USAGE};
+use super::output::{exit_status, usage_error};
 use verlc::render;
 
 pub fn run(a: CheckArgs) -> u8 {
-    let req = a.config.request();
+    let json = a.format == Format::Json;
+    let req = match a.config.request() {
+        Ok(r) => r,
+        Err(msg) => return usage_error(json, &msg),
+    };
+    // An unknown id would select no rule and report "ok" for any config.
+    for code in &a.only {
+        if codes::known(code).is_none() {
+            let ids: Vec<&str> = codes::all().map(|c| c.0).collect();
+            let hint = did_you_mean(&code.to_ascii_uppercase(), ids.iter().copied())
+                .map(|s| format!("; did you mean `{s}`?"))
+                .unwrap_or_else(|| "; `verlc rule --list` lists them".into());
+            return usage_error(
+                json,
+                &format!("--only `{code}`: no such diagnostic id{hint}"),
+            );
+        }
+    }
     let opts = CheckOptions {
         model_config: a.model_config.clone(),
         only: a.only.clone(),
@@ -31,28 +48,19 @@ pub fn run(a: CheckArgs) -> u8 {
         }
     }
     if a.print_config {
+        let mut tree = checked.composed.root.to_json();
+        checked.composed.secrets().redact_json(&mut tree);
         println!(
             "{}",
-            serde_json::to_string_pretty(&checked.composed.root.to_json()).unwrap_or_default()
+            serde_json::to_string_pretty(&tree).unwrap_or_default()
         );
     }
-    let io = checked
-        .diagnostics
-        .iter()
-        .any(|d| d.code == codes::IO_ERROR && d.primary.is_none());
-    let failed = checked.has_errors();
-    let quiet = checked.diagnostics.is_empty();
+    let status = exit_status(&checked.diagnostics);
+    if status == 0 && a.format == Format::Human && checked.diagnostics.is_empty() {
+        eprintln!("ok: config is valid");
+    }
     // The process ends here: freeing the trees one node at a time would take a twentieth of
     // the whole check, and the OS reclaims them at once.
     std::mem::forget(checked);
-    if io {
-        EXIT_USAGE
-    } else if failed {
-        EXIT_ERRORS
-    } else {
-        if a.format == Format::Human && quiet {
-            eprintln!("ok: config is valid");
-        }
-        0
-    }
+    status
 }

@@ -9,10 +9,16 @@ use verlc::rules::ModelDims;
 
 use super::EXIT_ERRORS;
 use super::args::{ExplainArgs, Format};
+use super::output::{exit_status, usage_error};
+use verlc::codes;
 use verlc::render;
 
 pub fn run(a: ExplainArgs) -> u8 {
-    let req = a.config.request();
+    let json = a.format == Format::Json;
+    let req = match a.config.request() {
+        Ok(r) => r,
+        Err(msg) => return usage_error(json, &msg),
+    };
     let checked = check(
         &req,
         &CheckOptions {
@@ -20,26 +26,57 @@ pub fn run(a: ExplainArgs) -> u8 {
             only: Vec::new(),
         },
     );
-    let Some(cfg) = checked.config.as_ref() else {
-        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        eprint!(
-            "{}",
-            render::human(&checked.diagnostics, &checked.composed.sources, color)
-        );
-        eprintln!("explain needs a config that passes the schema; fix the errors above");
-        return EXIT_ERRORS;
+    let report_failure = |extra: &str| {
+        if json {
+            println!(
+                "{}",
+                render::json(&checked.diagnostics, &checked.composed.sources)
+            );
+        } else {
+            let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            eprint!(
+                "{}",
+                render::human(&checked.diagnostics, &checked.composed.sources, color)
+            );
+            eprintln!("{extra}");
+        }
     };
+    let Some(cfg) = checked.config.as_ref() else {
+        report_failure("explain needs a config that passes the schema; fix the errors above");
+        return exit_status(&checked.diagnostics).max(EXIT_ERRORS);
+    };
+    // A model config.json that cannot be used is an error, not a silent "no model".
+    if exit_status(&checked.diagnostics) == super::EXIT_USAGE
+        || checked
+            .diagnostics
+            .iter()
+            .any(|d| d.is_error() && d.code == codes::MODEL_CONFIG_UNUSABLE)
+    {
+        report_failure("explain needs the model's config.json to be usable; fix the errors above");
+        return exit_status(&checked.diagnostics);
+    }
     let dims = checked.model.clone().or_else(|| dims_from_flags(&a));
     let e = match explain(cfg, dims.as_ref()) {
         Ok(e) => e,
         Err(overflow) => {
-            eprintln!("error: {overflow}; check the config's sizes");
+            let msg = format!("{overflow}; check the config's sizes");
+            if json {
+                let d = verlc::diag::Diagnostic::error(codes::SIZE_OVERFLOW, msg);
+                println!("{}", render::json(&[d], &checked.composed.sources));
+            } else {
+                eprintln!("error[{}]: {msg}", codes::SIZE_OVERFLOW);
+            }
             return EXIT_ERRORS;
         }
     };
+    let secrets = checked.composed.secrets();
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&e).unwrap_or_default()),
-        Format::Human => print!("{}", human(&e)),
+        Format::Json => {
+            let mut v = serde_json::to_value(&e).unwrap_or_default();
+            secrets.redact_json(&mut v);
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        Format::Human => print!("{}", secrets.redact(&human(&e))),
     }
     if checked.has_errors() {
         eprintln!(

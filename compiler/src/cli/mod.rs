@@ -6,6 +6,7 @@ mod build;
 mod check;
 mod explain;
 mod fetch;
+mod output;
 mod rule;
 mod run;
 mod schema;
@@ -16,9 +17,7 @@ use clap::Parser;
 
 pub use args::{Cli, Command};
 
-/// Exit codes: 0 clean (warnings allowed), 1 config errors, 2 usage or I/O problems.
-pub const EXIT_ERRORS: u8 = 1;
-pub const EXIT_USAGE: u8 = 2;
+pub use output::{EXIT_ERRORS, EXIT_USAGE};
 
 pub fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away

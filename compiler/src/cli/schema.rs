@@ -42,7 +42,7 @@ pub fn run(a: SchemaArgs) -> u8 {
     }
     for (name, content) in schema::all_files() {
         let p = dir.join(&name);
-        if let Err(e) = std::fs::write(&p, content) {
+        if let Err(e) = super::output::write_atomic(&p, content.as_bytes()) {
             eprintln!("error: cannot write {}: {e}", p.display());
             return EXIT_USAGE;
         }

@@ -15,6 +15,7 @@ use indexmap::IndexMap;
 use super::interp;
 use super::node::{Entry, Node, Scalar, Value, split_key};
 use super::overrides::{Override, OverrideKind, parse_override};
+use super::read::{ReadBudget, ReadError};
 use super::repo::{Repo, SearchDir, normalize_group};
 use super::yaml;
 use crate::codes;
@@ -41,6 +42,16 @@ const HYDRA_KEYS: &[&str] = &[
     "runtime",
     "verbose",
 ];
+
+/// Deepest nesting of defaults lists (a config whose defaults name a config whose defaults
+/// ...). verl's tree nests 3 deep; the bound keeps the recursion far from the stack's end.
+pub const MAX_DEFAULTS_DEPTH: usize = 64;
+/// Most configs one composition merges, counting a config each time a defaults list names
+/// it. verl's tree merges about 40; lists that name the same configs several times
+/// (`c1: [c2, c2]`, `c2: [c3, c3]`, ...) grow exponentially, in Hydra too.
+pub const MAX_DEFAULTS_CONFIGS: usize = 5_000;
+/// Most segments of a package or override key (`a.b.c`): the tree's nesting limit.
+pub const MAX_KEY_SEGMENTS: usize = super::yaml::MAX_DEPTH;
 
 /// verl's two trainer configs; the built-in tree provides both.
 pub const FSDP_BASE: &str = "ppo_trainer";
@@ -119,6 +130,36 @@ pub struct Composed {
     pub diagnostics: Vec<Diagnostic>,
     /// Chosen option per defaults-list key (`actor@actor_rollout_ref.actor` -> `dp_actor`).
     pub choices: IndexMap<String, String>,
+    /// Environment variables the config reads with `${oc.env:...}`: their values never
+    /// appear in verlc's output ([`crate::redact`]).
+    pub env_vars: Vec<String>,
+}
+
+impl Composed {
+    /// The values of the environment variables the config reads, to be kept out of output.
+    pub fn secrets(&self) -> crate::redact::Secrets {
+        crate::redact::Secrets::from_env(&self.env_vars)
+    }
+}
+
+/// Every variable named by `oc.env:` in any source (files, overrides, defaults lists; also
+/// those read by `+key`/`~key` overrides on a copy of the tree), plus those `resolved` read
+/// under a name built by another interpolation.
+fn env_vars_named(sources: &SourceMap, resolved: Vec<String>) -> Vec<String> {
+    let mut names = resolved;
+    for (_, src) in sources.iter() {
+        for (i, _) in src.text.match_indices("oc.env:") {
+            let name: String = src.text[i + "oc.env:".len()..]
+                .trim_start()
+                .chars()
+                .take_while(|c| !matches!(c, ',' | '}' | ' ' | '\n' | '\'' | '"'))
+                .collect();
+            if !name.is_empty() && !name.contains("${") && !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
 }
 
 impl Composed {
@@ -138,6 +179,11 @@ pub fn load(req: &LoadRequest) -> Composed {
         choices: IndexMap::new(),
         list_choices: std::collections::HashSet::new(),
         stack: Vec::new(),
+        budget: ReadBudget::default(),
+        fetched: std::collections::HashMap::new(),
+        merged: 0,
+        parsed_nodes: 0,
+        limit_reported: false,
     };
     let mut root = Node::empty_map(None);
 
@@ -160,11 +206,13 @@ pub fn load(req: &LoadRequest) -> Composed {
     let primary = match c.primary(req, &parsed) {
         Some(p) => p,
         None => {
+            let env_vars = env_vars_named(&c.sources, Vec::new());
             return Composed {
                 sources: c.sources,
                 root,
                 diagnostics: c.diags,
                 choices: c.choices,
+                env_vars,
             };
         }
     };
@@ -205,12 +253,15 @@ pub fn load(req: &LoadRequest) -> Composed {
         apply_override(&mut root, o, &mut c.diags);
     }
 
-    c.diags.extend(interp::resolve_all(&mut root));
+    let resolution = interp::resolve(&mut root);
+    c.diags.extend(resolution.diagnostics);
+    let env_vars = env_vars_named(&c.sources, resolution.env_vars);
     Composed {
         sources: c.sources,
         root,
         diagnostics: c.diags,
         choices: c.choices,
+        env_vars,
     }
 }
 
@@ -263,6 +314,37 @@ struct Composer {
     /// Choice keys that selected a list of options; they skip the single-choice check.
     list_choices: std::collections::HashSet<String>,
     stack: Vec<String>,
+    /// What the composition may still read from disk.
+    budget: ReadBudget,
+    /// Each config path is read and parsed once, however often defaults lists name it.
+    fetched: std::collections::HashMap<String, Fetched>,
+    /// Configs merged so far (bounded by [`MAX_DEFAULTS_CONFIGS`]).
+    merged: usize,
+    /// Values parsed from all files so far (bounded by [`yaml::MAX_NODES`] in all, as
+    /// each file is).
+    parsed_nodes: usize,
+    /// A composition limit was reported (once; the rest of the tree is left out).
+    limit_reported: bool,
+}
+
+/// The outcome of looking a config path up in the search path, kept for later requests.
+enum Fetched {
+    Missing,
+    /// Could not be read: reported at each place that asks for it.
+    Unreadable(crate::diag::Code, String),
+    /// Read, but not valid YAML: reported once, where it was parsed.
+    Invalid,
+    Parsed(Node),
+}
+
+/// The diagnostic code of a file that cannot be read: a size limit is a config problem
+/// (`Y004`), text that is not UTF-8 a syntax error, the rest I/O (`Y005`, exit status 2).
+pub fn read_error_code(e: &ReadError) -> crate::diag::Code {
+    match e {
+        ReadError::TooLarge { .. } => codes::YAML_LIMIT,
+        ReadError::NotUtf8 { .. } => codes::YAML_SYNTAX,
+        _ => codes::IO_ERROR,
+    }
 }
 
 impl Composer {
@@ -398,20 +480,23 @@ impl Composer {
         // A usage error (no location): nothing can be composed from a directory that is not
         // there, and nothing else is reported.
         if let Some(d) = req.config_dir.as_ref().filter(|d| !d.is_dir()) {
-            self.diags.push(Diagnostic::error(
-                codes::IO_ERROR,
-                format!("--config-dir {}: no such directory", d.display()),
-            ));
+            self.diags.push(
+                Diagnostic::error(
+                    codes::IO_ERROR,
+                    format!("--config-dir {}: no such directory", d.display()),
+                )
+                .with_file(d.display().to_string()),
+            );
             return None;
         }
         if let Some(file) = &req.config_file {
-            let text = match std::fs::read_to_string(file) {
+            let text = match self.budget.read(file) {
                 Ok(t) => t,
                 Err(e) => {
-                    self.diags.push(Diagnostic::error(
-                        codes::IO_ERROR,
-                        format!("cannot read {}: {e}", file.display()),
-                    ));
+                    self.diags.push(
+                        Diagnostic::error(read_error_code(&e), e.to_string())
+                            .with_file(file.display().to_string()),
+                    );
                     return None;
                 }
             };
@@ -430,13 +515,7 @@ impl Composer {
                 text,
                 SourceKind::File,
             ));
-            let mut node = match yaml::parse(self.sources.get(id), id) {
-                Ok(n) => n,
-                Err(d) => {
-                    self.diags.push(d);
-                    return None;
-                }
-            };
+            let mut node = self.parse(id)?;
             self.take_searchpath(&mut node, &req.cwd, overrides);
             self.repo.push(SearchDir::Builtin);
             let has_defaults = node.as_map().is_some_and(|m| m.contains_key("defaults"));
@@ -545,26 +624,73 @@ impl Composer {
         }
     }
 
-    fn load_config(&mut self, config_path: &str, requested_at: Option<&Origin>) -> Option<Node> {
-        match self.repo.load(config_path) {
-            Some(Ok(src)) => {
-                let id = self.sources.add(src);
-                match yaml::parse(self.sources.get(id), id) {
-                    Ok(n) => Some(n),
-                    Err(d) => {
-                        self.diags.push(d);
-                        None
+    /// Parse a source, within the node budget of the whole composition.
+    fn parse(&mut self, id: crate::source::SourceId) -> Option<Node> {
+        let src = self.sources.get(id);
+        match yaml::parse(src, id) {
+            Ok(n) => {
+                self.parsed_nodes += n.count();
+                if self.parsed_nodes > yaml::MAX_NODES {
+                    if std::mem::replace(&mut self.limit_reported, true) {
+                        return None;
                     }
+                    self.diags.push(
+                        Diagnostic::error(
+                            codes::YAML_LIMIT,
+                            format!(
+                                "the config's files hold more than {} values in all (reading {})",
+                                yaml::MAX_NODES,
+                                src.name
+                            ),
+                        )
+                        .with_file(src.name.clone()),
+                    );
+                    return None;
                 }
+                Some(n)
             }
-            Some(Err(msg)) => {
-                self.diags.push(
-                    Diagnostic::error(codes::IO_ERROR, msg)
-                        .with_primary(requested_at.cloned(), "requested here"),
-                );
+            Err(d) => {
+                self.diags.push(d);
                 None
             }
-            None => {
+        }
+    }
+
+    /// Look `config_path` up once; later requests get the same outcome.
+    fn fetch(&mut self, config_path: &str) -> &Fetched {
+        if !self.fetched.contains_key(config_path) {
+            let fetched = match self.repo.load(config_path, &mut self.budget) {
+                None => Fetched::Missing,
+                Some(Err(e)) => Fetched::Unreadable(read_error_code(&e), e.to_string()),
+                Some(Ok(src)) => {
+                    let id = self.sources.add(src);
+                    match self.parse(id) {
+                        Some(n) => Fetched::Parsed(n),
+                        None => Fetched::Invalid,
+                    }
+                }
+            };
+            self.fetched.insert(config_path.to_owned(), fetched);
+        }
+        &self.fetched[config_path]
+    }
+
+    /// Whether an `optional` entry's config is there (an unreadable file is, and fails).
+    fn exists(&mut self, config_path: &str) -> bool {
+        !matches!(self.fetch(config_path), Fetched::Missing)
+    }
+
+    fn load_config(&mut self, config_path: &str, requested_at: Option<&Origin>) -> Option<Node> {
+        match self.fetch(config_path) {
+            Fetched::Parsed(n) => Some(n.clone()),
+            Fetched::Invalid => None,
+            Fetched::Unreadable(code, msg) => {
+                let d = Diagnostic::error(*code, msg.clone())
+                    .with_primary(requested_at.cloned(), "requested here");
+                self.diags.push(d);
+                None
+            }
+            Fetched::Missing => {
                 let (group, name) = config_path.rsplit_once('/').unwrap_or(("", config_path));
                 let options = self.repo.options(group);
                 let mut d = Diagnostic::error(
@@ -587,7 +713,44 @@ impl Composer {
         }
     }
 
+    /// Whether one more config may be merged at the current depth; the first refusal is
+    /// reported (Y004) and everything the defaults lists name after it is left out.
+    fn within_limits(&mut self, p: &Pending) -> bool {
+        self.merged += 1;
+        let problem = if self.stack.len() >= MAX_DEFAULTS_DEPTH {
+            Some(format!(
+                "defaults lists nest deeper than {MAX_DEFAULTS_DEPTH} levels ({} -> ... -> {})",
+                self.stack.first().map_or("", String::as_str),
+                p.config_path
+            ))
+        } else if split_key(&p.package).len() > MAX_KEY_SEGMENTS {
+            Some(format!(
+                "package `{}` of {} nests deeper than {MAX_KEY_SEGMENTS} levels",
+                p.package, p.config_path
+            ))
+        } else if self.merged > MAX_DEFAULTS_CONFIGS {
+            Some(format!(
+                "defaults lists name more than {MAX_DEFAULTS_CONFIGS} configs in all (a config named several times counts each time)"
+            ))
+        } else {
+            None
+        };
+        let Some(msg) = problem else { return true };
+        if !self.limit_reported {
+            self.limit_reported = true;
+            self.diags.push(
+                Diagnostic::error(codes::YAML_LIMIT, msg)
+                    .with_primary(p.node.origin.clone(), "the limit is reached including this config")
+                    .with_help("defaults lists that include each other repeatedly grow without bound; name each config once"),
+            );
+        }
+        false
+    }
+
     fn compose(&mut self, p: Pending, out: &mut Node) {
+        if self.limit_reported || !self.within_limits(&p) {
+            return;
+        }
         if self.stack.contains(&p.config_path) {
             self.diags.push(
                 Diagnostic::error(
@@ -718,7 +881,7 @@ impl Composer {
                         .map(|(d, _)| d.to_string())
                         .unwrap_or_default();
                     let child_pkg = final_package(&package, pkg.as_deref(), &rel);
-                    if optional && self.repo.load(&config_path).is_none() {
+                    if optional && !self.exists(&config_path) {
                         continue;
                     }
                     if let Some(n) = self.load_config(&config_path, origin.as_ref()) {
@@ -779,7 +942,7 @@ impl Composer {
                     }
                     for name in names {
                         let config_path = format!("{group_path}/{name}");
-                        if optional && self.repo.load(&config_path).is_none() {
+                        if optional && !self.exists(&config_path) {
                             continue;
                         }
                         self.choices.insert(key.clone(), name.clone());
@@ -1134,7 +1297,7 @@ pub fn merge(dest: &mut Node, src: Node) {
     }
     match (dest.as_map_mut(), src.value) {
         (Some(dm), Value::Map(sm)) => {
-            for (k, e) in sm {
+            for (k, e) in *sm {
                 match dm.get_mut(&k) {
                     Some(existing) => {
                         if e.key_origin.is_some() {
@@ -1372,7 +1535,7 @@ fn merge_with(dest: &mut Node, src: Node, strict: bool, o: &Override, path: &[St
     let src_origin = src.origin.clone();
     match (&mut dest.value, src.value) {
         (Value::Map(dm), Value::Map(sm)) => {
-            for (k, e) in sm {
+            for (k, e) in *sm {
                 let mut child_path = path.to_vec();
                 child_path.push(k.clone());
                 match dm.get_mut(&k) {

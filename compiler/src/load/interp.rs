@@ -20,17 +20,46 @@ const MAX_STRING: usize = 1 << 20;
 /// a few hundred; lists that reference each other (`b: [${a}, ${a}]`, `c: [${b}, ${b}]`, ...)
 /// double with every line and would otherwise take minutes and gigabytes.
 pub const MAX_COPIED_NODES: usize = 100_000;
+/// Most bytes of text that interpolations may produce in one resolution, copies of
+/// referenced strings included: 2000 references to one 1 MiB string would be 2 GB.
+pub const MAX_COPIED_BYTES: usize = 16 << 20;
+
+/// What resolving a tree found: its problems, and the environment variables that
+/// `${oc.env:...}` read (their values are secrets to every output; see `crate::redact`).
+#[derive(Debug, Default)]
+pub struct Resolution {
+    pub diagnostics: Vec<Diagnostic>,
+    pub env_vars: Vec<String>,
+}
 
 /// Resolve every interpolation in `root` in place. Problems are collected, not fatal:
 /// an unresolvable string is left as written.
 pub fn resolve_all(root: &mut Node) -> Vec<Diagnostic> {
+    resolve(root).diagnostics
+}
+
+/// [`resolve_all`], also saying which environment variables were read.
+pub fn resolve(root: &mut Node) -> Resolution {
     let mut paths = Vec::new();
     collect(root, &mut Vec::new(), &mut paths);
     let mut r = Resolver::default();
     for p in paths {
         r.resolve_path(root, &p);
     }
-    r.diags
+    Resolution {
+        diagnostics: r.diags,
+        env_vars: r.env_vars,
+    }
+}
+
+/// Bytes of text in a subtree (string values and map keys).
+fn text_bytes(n: &Node) -> usize {
+    match &n.value {
+        Value::Scalar(Scalar::Str(s)) => s.len(),
+        Value::Scalar(_) => 8,
+        Value::Seq(items) => items.iter().map(text_bytes).sum(),
+        Value::Map(m) => m.iter().map(|(k, e)| k.len() + text_bytes(&e.node)).sum(),
+    }
 }
 
 /// OmegaConf's `select` as Hydra uses it for `+key` and `~key`: the value at `path` with
@@ -90,7 +119,7 @@ fn collect(node: &Node, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
     match &node.value {
         Value::Scalar(Scalar::Str(s)) if s.contains("${") => out.push(path.clone()),
         Value::Map(m) => {
-            for (k, e) in m {
+            for (k, e) in m.iter() {
                 path.push(k.clone());
                 collect(&e.node, path, out);
                 path.pop();
@@ -358,6 +387,11 @@ struct Resolver {
     failed: HashSet<Vec<String>>,
     /// Nodes copied in by resolved interpolations so far (bounded by [`MAX_COPIED_NODES`]).
     copied: usize,
+    /// Bytes of text produced so far (bounded by [`MAX_COPIED_BYTES`]).
+    copied_bytes: usize,
+    /// A growth limit was reported; every later interpolation stays as written.
+    over_limit: bool,
+    env_vars: Vec<String>,
 }
 
 impl Resolver {
@@ -373,7 +407,7 @@ impl Resolver {
         else {
             return true;
         };
-        if self.failed.contains(path) {
+        if self.failed.contains(path) || self.over_limit {
             return false;
         }
         let origin = node.origin.clone();
@@ -427,25 +461,14 @@ impl Resolver {
         self.stack.pop();
         match result {
             Ok(mut value) => {
-                let before = self.copied;
                 self.copied = self.copied.saturating_add(value.count());
-                if self.copied > MAX_COPIED_NODES {
+                self.copied_bytes = self.copied_bytes.saturating_add(text_bytes(&value));
+                if self.copied > MAX_COPIED_NODES || self.copied_bytes > MAX_COPIED_BYTES {
                     self.failed.insert(path.to_vec());
-                    // Reported once; every later interpolation stays as written.
-                    if before <= MAX_COPIED_NODES {
-                        self.diags.push(
-                            Diagnostic::error(
-                                codes::YAML_LIMIT,
-                                format!("interpolations copy more than {MAX_COPIED_NODES} values into the config"),
-                            )
-                            .with_key(dotted(path))
-                            .with_primary(origin, "the limit is reached resolving this interpolation")
-                            .with_help("a config whose lists or maps reference each other grows exponentially; give these keys plain values"),
-                        );
-                    }
+                    self.report_growth(path, origin);
                     return false;
                 }
-                value.via = origin.clone();
+                value.via = origin.clone().map(Box::new);
                 if value.origin.is_none() {
                     value.origin = origin;
                 }
@@ -461,8 +484,27 @@ impl Resolver {
         }
     }
 
+    /// Reported once: the interpolations copy too much (exponential growth).
+    fn report_growth(&mut self, path: &[String], origin: Option<Origin>) {
+        if std::mem::replace(&mut self.over_limit, true) {
+            return;
+        }
+        self.diags.push(
+            Diagnostic::error(
+                codes::YAML_LIMIT,
+                format!("interpolations copy more than {MAX_COPIED_NODES} values or {MAX_COPIED_BYTES} bytes of text into the config"),
+            )
+            .with_key(dotted(path))
+            .with_primary(origin, "the limit is reached resolving this interpolation")
+            .with_help("a config whose values reference each other grows exponentially; give these keys plain values"),
+        );
+    }
+
     fn fail(&mut self, path: &[String], d: Diagnostic) {
         self.failed.insert(path.to_vec());
+        if d.code == codes::YAML_LIMIT && self.over_limit {
+            return; // already reported once by `report_growth`
+        }
         self.diags.push(d.with_key(dotted(path)));
     }
 
@@ -490,6 +532,16 @@ impl Resolver {
                         return Err(Box::new(
                             Diagnostic::error(codes::INTERP_SYNTAX, format!("string interpolation builds a value longer than {MAX_STRING} bytes"))
                                 .with_primary(origin.cloned(), "interpolated here"),
+                        ));
+                    }
+                    if self.copied_bytes.saturating_add(out.len()) > MAX_COPIED_BYTES {
+                        self.report_growth(at, origin.cloned());
+                        return Err(Box::new(
+                            Diagnostic::error(
+                                codes::YAML_LIMIT,
+                                "interpolation left unresolved: the growth limit was reached",
+                            )
+                            .with_primary(origin.cloned(), "interpolated here"),
                         ));
                     }
                 }
@@ -541,6 +593,9 @@ impl Resolver {
                         let Some(Node { value: Value::Scalar(Scalar::Str(var)), .. }) = vals.first() else {
                             return Err(Box::new(Diagnostic::error(codes::INTERP_SYNTAX, "`oc.env` needs a variable name").with_primary(origin.cloned(), "here")));
                         };
+                        if !self.env_vars.contains(var) {
+                            self.env_vars.push(var.clone());
+                        }
                         match std::env::var(var) {
                             Ok(v) => Ok(Node::scalar(Scalar::Str(v), origin.cloned())),
                             Err(_) => match vals.get(1) {

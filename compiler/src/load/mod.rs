@@ -1,13 +1,14 @@
 //! Loading a config the way Hydra and OmegaConf do: YAML with spans ([`yaml`]), the
 //! config search path ([`repo`]), `defaults:` composition ([`compose`]), command-line
 //! overrides ([`overrides`]) and `${...}` interpolation ([`interp`]); which verl release a
-//! tree is ([`version`]).
+//! tree is ([`version`]); reading files as untrusted input, within limits ([`read`]).
 
 pub mod compose;
 pub mod interp;
 pub mod node;
 pub mod override_value;
 pub mod overrides;
+pub mod read;
 pub mod repo;
 mod snapshot;
 pub mod version;

@@ -837,7 +837,7 @@ fn to_node(e: Elem, source: SourceId) -> Node {
                     },
                 );
             }
-            Node::new(Value::Map(m), origin)
+            Node::new(Value::Map(Box::new(m)), origin)
         }
     }
 }

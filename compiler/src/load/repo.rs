@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::read::{ReadBudget, ReadError};
 use crate::config::builtin::BUILTIN_FILES;
 use crate::source::{Source, SourceKind};
 
@@ -43,6 +44,19 @@ impl Repo {
                 "cannot search Python package `{pkg}`: verlc only knows verl's own `pkg://verl.trainer.config` (its built-in default tree); use `file://` with a directory instead"
             ));
         }
+        if url.starts_with("structured://") {
+            return Err(format!(
+                "cannot search `{url}`: structured configs live in a Python ConfigStore, which verlc does not run; use `file://` with a directory instead"
+            ));
+        }
+        // Hydra knows `file://`, `pkg://` and `structured://`; a bare path is a file path.
+        if let Some((scheme, _)) = url.split_once("://")
+            && scheme != "file"
+        {
+            return Err(format!(
+                "unknown search path scheme `{scheme}://` in `{url}`: Hydra's are `file://`, `pkg://` and `structured://`"
+            ));
+        }
         let path = url.strip_prefix("file://").unwrap_or(url);
         let p = if Path::new(path).is_absolute() {
             PathBuf::from(path)
@@ -56,8 +70,13 @@ impl Repo {
         Ok(SearchDir::Dir(p))
     }
 
-    /// Load `group/name` (without `.yaml`) from the first search dir that has it.
-    pub fn load(&self, config_path: &str) -> Option<Result<Source, String>> {
+    /// Load `group/name` (without `.yaml`) from the first search dir that has it, reading
+    /// files within `budget`.
+    pub fn load(
+        &self,
+        config_path: &str,
+        budget: &mut ReadBudget,
+    ) -> Option<Result<Source, ReadError>> {
         let rel = format!("{config_path}.yaml");
         for dir in &self.search_path {
             match dir {
@@ -72,9 +91,7 @@ impl Repo {
                 }
                 SearchDir::Dir(d) => {
                     let p = d.join(&rel);
-                    // Read first and ask later: one system call less per file than a
-                    // stat before it, and config trees are read file by file.
-                    match std::fs::read_to_string(&p) {
+                    match budget.read(&p) {
                         Ok(text) => {
                             return Some(Ok(Source::new(
                                 p.display().to_string(),
@@ -82,12 +99,13 @@ impl Repo {
                                 SourceKind::File,
                             )));
                         }
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory
-                            ) || !p.is_file() => {}
-                        Err(e) => return Some(Err(format!("cannot read {}: {e}", p.display()))),
+                        // A directory named `x.yaml` is not a config either (as in Hydra).
+                        Err(ReadError::NotFound { .. })
+                        | Err(ReadError::NotRegular {
+                            kind: "a directory",
+                            ..
+                        }) => {}
+                        Err(e) => return Some(Err(e)),
                     }
                 }
             }

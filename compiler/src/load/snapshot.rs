@@ -47,7 +47,7 @@ pub fn to_node(n: &StaticNode) -> Node {
                     },
                 );
             }
-            Value::Map(m)
+            Value::Map(Box::new(m))
         }
     };
     Node::new(value, None)

@@ -11,7 +11,8 @@ pub const MODELLED: &str = "0.7";
 /// The release of the verl package whose `verl/trainer/config` is `config_dir`: its
 /// `verl/version/version` file (as shipped in verl's repository and wheels).
 pub fn verl_version(config_dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(config_dir.join("../../version/version")).ok()?;
+    // A marker file of a few bytes: anything else there (a FIFO, a huge file) is no release.
+    let text = super::read::read_text(&config_dir.join("../../version/version"), 1024).ok()?;
     let v = text.trim();
     (!v.is_empty() && v.len() < 40).then(|| v.to_owned())
 }

@@ -20,16 +20,59 @@ pub const MAX_NODES: usize = 1_000_000;
 
 /// Parse one YAML document. An empty document is an empty map, as in OmegaConf.
 pub fn parse(source: &Source, id: SourceId) -> Result<Node, Diagnostic> {
-    if let Some(n) = super::yaml_block::parse(&source.text, id) {
+    if let Some(d) = unacceptable_char(source, id) {
+        return Err(d);
+    }
+    let yaml11_breaks = source.text.contains(YAML11_BREAKS);
+    if !yaml11_breaks && let Some(n) = super::yaml_block::parse(&source.text, id) {
         return Ok(n);
     }
-    parse_general(source, id)
+    let mut b = Builder::new(source, id);
+    let node = b.run()?;
+    if yaml11_breaks {
+        b.check_yaml11_breaks()?;
+    }
+    Ok(node)
 }
 
 /// [`parse`] with the general YAML parser only.
+#[cfg(test)]
 fn parse_general(source: &Source, id: SourceId) -> Result<Node, Diagnostic> {
     let mut b = Builder::new(source, id);
     b.run()
+}
+
+/// Characters PyYAML reads as line breaks and YAML 1.2 (saphyr) does not: NEL, LS, PS.
+const YAML11_BREAKS: [char; 3] = ['\u{85}', '\u{2028}', '\u{2029}'];
+
+/// PyYAML's reader refuses any character outside YAML's printable set, wherever it is
+/// (comments and quoted strings too); OmegaConf then fails to load the file.
+fn is_printable(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..)
+}
+
+fn unacceptable_char(source: &Source, id: SourceId) -> Option<Diagnostic> {
+    let text: &str = &source.text;
+    let at = if text.is_ascii() {
+        text.bytes().position(|b| !is_printable(b as char))?
+    } else {
+        text.char_indices().find(|(_, c)| !is_printable(*c))?.0
+    };
+    let c = text[at..].chars().next()?;
+    Some(
+        Diagnostic::error(
+            codes::YAML_SYNTAX,
+            format!(
+                "unacceptable character #x{:04x} in {}: special characters are not allowed",
+                c as u32, source.name
+            ),
+        )
+        .with_primary(
+            Some(Origin::new(id, at..at + c.len_utf8())),
+            "not a printable character",
+        )
+        .with_help("OmegaConf (PyYAML) refuses the whole file; write it as an escape in a double-quoted string (`\"\\x00\"`)"),
+    )
 }
 
 struct Builder<'a> {
@@ -40,6 +83,8 @@ struct Builder<'a> {
     char_bytes: Option<Vec<usize>>,
     anchors: IndexMap<usize, (Node, usize)>,
     nodes: usize,
+    /// Byte spans of quoted scalars, where PyYAML keeps NEL/LS/PS as characters.
+    quoted: Vec<std::ops::Range<usize>>,
 }
 
 impl<'a> Builder<'a> {
@@ -57,7 +102,30 @@ impl<'a> Builder<'a> {
             char_bytes,
             anchors: IndexMap::default(),
             nodes: 0,
+            quoted: Vec::new(),
         }
+    }
+
+    /// A NEL/LS/PS outside a quoted string ends the line for PyYAML but not for saphyr: the
+    /// two would read different configs, so it is refused.
+    fn check_yaml11_breaks(&self) -> Result<(), Diagnostic> {
+        let text: &str = &self.source.text;
+        for (at, c) in text.match_indices(YAML11_BREAKS) {
+            if self.quoted.iter().any(|q| q.start <= at && at < q.end) {
+                continue;
+            }
+            let ch = c.chars().next().map_or(0, |c| c as u32);
+            return Err(Diagnostic::error(
+                codes::YAML_SYNTAX,
+                format!(
+                    "U+{ch:04X} outside a quoted string in {}: OmegaConf (PyYAML, YAML 1.1) reads it as a line break",
+                    self.source.name
+                ),
+            )
+            .with_primary(Some(Origin::new(self.id, at..at + c.len())), "a line break to OmegaConf")
+            .with_help("end the line with a newline, or put the character inside a quoted string"));
+        }
+        Ok(())
     }
 
     fn byte(&self, char_index: usize) -> usize {
@@ -150,7 +218,7 @@ impl<'a> Builder<'a> {
                 self.point(span),
                 codes::YAML_LIMIT,
                 format!(
-                    "{} expands to more than {MAX_NODES} nodes (alias bomb?)",
+                    "{} has more than {MAX_NODES} values (aliases counted as often as they are used)",
                     self.source.name
                 ),
             ));
@@ -171,6 +239,9 @@ impl<'a> Builder<'a> {
             Event::Scalar(text, style, anchor, tag) => {
                 self.count(1, span)?;
                 let origin = self.origin(span);
+                if style != ScalarStyle::Plain {
+                    self.quoted.push(origin.span.clone());
+                }
                 let scalar = match tag {
                     Some(t) if t.handle == "tag:yaml.org,2002:" || t.handle == "!!" => {
                         match t.suffix.as_str() {
@@ -227,7 +298,7 @@ impl<'a> Builder<'a> {
                 };
                 self.count(size, span)?;
                 let mut node = node;
-                node.via = Some(self.origin(span));
+                node.via = Some(Box::new(self.origin(span)));
                 return Ok(node);
             }
             _ => {
@@ -318,7 +389,7 @@ impl<'a> Builder<'a> {
                             "`<<` can only merge mappings",
                         ));
                     };
-                    for (k, e) in m {
+                    for (k, e) in *m {
                         if !merged.iter().any(|(mk, _)| *mk == k) {
                             merged.push((k, e));
                         }
@@ -355,7 +426,10 @@ impl<'a> Builder<'a> {
             }
             map = out;
         }
-        Ok(Node::new(Value::Map(map), Some(self.point(start))))
+        Ok(Node::new(
+            Value::Map(Box::new(map)),
+            Some(self.point(start)),
+        ))
     }
 }
 

@@ -13,7 +13,7 @@
 //! of the repository and on edits of them.
 
 use super::node::{Entry, Map, Node, Scalar, Value};
-use super::yaml::{MAX_DEPTH, resolve_plain};
+use super::yaml::{MAX_DEPTH, MAX_NODES, resolve_plain};
 use crate::source::{Origin, SourceId};
 
 /// The tree of `text`, or `None` when it uses YAML beyond the plain block style.
@@ -31,13 +31,15 @@ pub fn parse(text: &str, id: SourceId) -> Option<Node> {
         id,
         lines,
         pos: 0,
+        nodes: std::cell::Cell::new(0),
     };
     let first = r.lines[0].content;
     if r.starts_item(first) {
         return None;
     }
     let root = r.mapping(0, first, 0)?;
-    (r.pos == r.lines.len()).then_some(root)
+    // Past the node bound the general parser reports it (Y004) at its place.
+    (r.pos == r.lines.len() && !r.over_limit()).then_some(root)
 }
 
 /// A line with something besides spaces and a comment.
@@ -87,11 +89,18 @@ struct Reader<'a> {
     id: SourceId,
     lines: Vec<Line>,
     pos: usize,
+    /// Nodes made so far (every node gets an origin): bounded by [`MAX_NODES`].
+    nodes: std::cell::Cell<usize>,
 }
 
 impl Reader<'_> {
     fn origin(&self, start: usize, end: usize) -> Option<Origin> {
+        self.nodes.set(self.nodes.get() + 1);
         Some(Origin::new(self.id, start..end))
+    }
+
+    fn over_limit(&self) -> bool {
+        self.nodes.get() > MAX_NODES
     }
 
     fn point(&self, at: usize) -> Option<Origin> {
@@ -135,6 +144,9 @@ impl Reader<'_> {
     /// A block mapping whose keys sit at column `col`; the first key starts at `first` on
     /// the current line (after `- ` for a mapping inside a sequence item).
     fn mapping(&mut self, col: usize, first: usize, depth: usize) -> Option<Node> {
+        if self.over_limit() {
+            return None;
+        }
         if depth > MAX_DEPTH {
             return None;
         }
@@ -187,13 +199,16 @@ impl Reader<'_> {
                 _ => break,
             }
         }
-        Some(Node::new(Value::Map(map), self.point(first)))
+        Some(Node::new(Value::Map(Box::new(map)), self.point(first)))
     }
 
     /// A block sequence whose `-` sit at column `col`. Its span starts at the first `-`, or
     /// at the first item when the list is not indented under its key (as YAML's own
     /// parser reports it).
     fn sequence(&mut self, col: usize, depth: usize, indentless: bool) -> Option<Node> {
+        if self.over_limit() {
+            return None;
+        }
         if depth > MAX_DEPTH {
             return None;
         }
@@ -268,7 +283,7 @@ impl Reader<'_> {
                 if self.byte(v + 1) != Some(b'}') {
                     return None;
                 }
-                (Node::new(Value::Map(Map::default()), self.point(v)), v + 2)
+                (Node::new(Value::Map(Box::default()), self.point(v)), v + 2)
             }
             b'\'' | b'"' => {
                 let (s, after) = self.quoted(v, end)?;
@@ -352,6 +367,9 @@ impl Reader<'_> {
             return Some((Node::new(Value::Seq(items), self.point(v)), i + 1));
         }
         loop {
+            if self.over_limit() {
+                return None;
+            }
             let b = self.byte(i)?;
             let (node, after) = match b {
                 b'\'' | b'"' => {

@@ -70,7 +70,7 @@ fn emit_value(n: &Node, indent: usize, out: &mut String) {
                     Value::Map(m) if !m.is_empty() => {
                         // `- k: v` with the rest of the map aligned under `k`.
                         let mut first = true;
-                        for (k, e) in m {
+                        for (k, e) in m.iter() {
                             if first {
                                 out.push(' ');
                                 first = false;

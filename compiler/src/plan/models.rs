@@ -93,8 +93,8 @@ pub fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, 
 
 fn read_config(dir: &Path) -> Result<Value, String> {
     let file = dir.join("config.json");
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let text = crate::load::read::read_text(&file, crate::load::read::MAX_SIDE_FILE_BYTES)
+        .map_err(|e| e.to_string())?;
     serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", file.display()))
 }
 

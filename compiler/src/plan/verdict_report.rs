@@ -32,8 +32,9 @@ pub fn verdict_diagnostics(
     let builtin = |o: &crate::source::Origin| sources.get(o.source).kind == SourceKind::Builtin;
     // Written by the user: not a built-in default, and not a value a built-in `${...}` copied
     // from elsewhere (that key gets its own report where it was written).
-    let user_written =
-        |n: &Node| !n.origin.as_ref().is_some_and(builtin) && !n.via.as_ref().is_some_and(builtin);
+    let user_written = |n: &Node| {
+        !n.origin.as_ref().is_some_and(builtin) && !n.via.as_deref().is_some_and(builtin)
+    };
 
     let name_key = format!("{ROLLOUT}.name");
     if cfg.actor_rollout_ref.rollout.name != RolloutName::Verlc
@@ -169,7 +170,7 @@ pub(crate) fn leaves<'a>(node: &'a Node, key: &str) -> Vec<(String, &'a Node)> {
     fn go<'a>(n: &'a Node, key: String, out: &mut Vec<(String, &'a Node)>) {
         match &n.value {
             Value::Map(m) if !m.is_empty() => {
-                for (k, e) in m {
+                for (k, e) in m.iter() {
                     let child = if key.is_empty() {
                         k.to_string()
                     } else {

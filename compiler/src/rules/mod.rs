@@ -411,6 +411,12 @@ pub static RULES: &[Rule] = &[
         "straight-through KL names (k3+, ...) raise in verl 0.7.0; verlc runs them (warning)"
     ),
     rule!(
+        "V053",
+        "DerivedSizeOverflows",
+        batch::derived_size_overflows,
+        "a size derived from the config (world size, tokens per step, ...) overflows 64-bit arithmetic"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,
@@ -445,7 +451,17 @@ pub static RULES: &[Rule] = &[
 /// Run every rule for which `enabled` holds.
 pub fn run(ctx: &RuleContext, enabled: &dyn Fn(Code) -> bool) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    for r in RULES {
+    // Sizes that overflow would reach the other rules saturated: report only that.
+    if enabled(crate::codes::SIZE_OVERFLOW) {
+        batch::derived_size_overflows::check(ctx, &mut out);
+        if !out.is_empty() {
+            return out;
+        }
+    }
+    for r in RULES
+        .iter()
+        .filter(|r| r.code != crate::codes::SIZE_OVERFLOW)
+    {
         if enabled(r.code) {
             (r.check)(ctx, &mut out);
         }

@@ -963,7 +963,18 @@ fn takes_any_string(m: &Map<String, Value>) -> bool {
 pub fn validate(root: &Node) -> Vec<Diagnostic> {
     let json = root.to_json();
     let mut out = Vec::new();
+    // Findings past the check's report limit are only counted (a generated file of 450k
+    // unknown keys would otherwise build a diagnostic, and a "did you mean", for each).
+    let limit = crate::check::MAX_DIAGNOSTICS;
+    let mut uncounted = 0usize;
     for err in validator::violations(&validator::VALIDATION, &json) {
+        if out.len() >= limit {
+            uncounted += match &err.kind {
+                validator::Violation::AdditionalProperties { unexpected } => unexpected.len(),
+                _ => 1,
+            };
+            continue;
+        }
         let segs = &err.path;
         let key = segs.join(".");
         let node = node_at(root, segs);
@@ -978,6 +989,10 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
                     .map(|p| p.keys().cloned().collect())
                     .unwrap_or_default();
                 for u in unexpected {
+                    if out.len() >= limit {
+                        uncounted += 1;
+                        continue;
+                    }
                     let full = if key.is_empty() {
                         u.clone()
                     } else {
@@ -1112,7 +1127,22 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
         };
         out.push(d);
     }
+    if uncounted > 0 {
+        out.push(not_shown(uncounted));
+    }
     out
+}
+
+/// The one diagnostic that stands for findings past the report limit (an error: each of
+/// them would have been one).
+pub fn not_shown(count: usize) -> Diagnostic {
+    Diagnostic::error(
+        codes::YAML_LIMIT,
+        format!(
+            "{count} more findings not shown: verlc reports at most {}",
+            crate::check::MAX_DIAGNOSTICS
+        ),
+    )
 }
 
 /// The allowed strings of a list's items, when a branch of `schema` is an array of choices

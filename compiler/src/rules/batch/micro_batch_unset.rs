@@ -66,7 +66,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
 /// (`${oc.select:.ppo_micro_batch_size,null}`), else the value.
 fn null_site(ctx: &RuleContext, key: &str) -> Option<crate::source::Origin> {
     let node = ctx.node(key)?;
-    node.via.clone().or_else(|| node.origin.clone())
+    node.via.as_deref().cloned().or_else(|| node.origin.clone())
 }
 
 /// A per-GPU size that divides the per-rank mini-batch of a training role, else 4.
