@@ -237,18 +237,3 @@ impl std::fmt::Display for Scalar {
 pub fn split_key(key: &str) -> Vec<&str> {
     key.split('.').filter(|s| !s.is_empty()).collect()
 }
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn probe() {
-        eprintln!(
-            "Node {} Value {} Scalar {} Origin {} Entry {} Map {}",
-            std::mem::size_of::<super::Node>(),
-            std::mem::size_of::<super::Value>(),
-            std::mem::size_of::<super::Scalar>(),
-            std::mem::size_of::<crate::source::Origin>(),
-            std::mem::size_of::<super::Entry>(),
-            std::mem::size_of::<super::Map>()
-        );
-    }
-}
