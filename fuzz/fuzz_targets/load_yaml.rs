@@ -1,7 +1,8 @@
-//! Arbitrary bytes through verlc's loader: YAML parsing with spans, interpolation on the
-//! parsed tree, the override parser, and composition of the text as a single user config
-//! over the built-in defaults (which applies the overrides and resolves interpolations).
-//! None of it may panic, overflow the stack or run away with memory.
+//! Arbitrary bytes through verlc's check pipeline: YAML parsing with spans, interpolation on
+//! the parsed tree, the override parser, then the whole `verlc check` of the text as a
+//! config file with the overrides (composition over the built-in defaults, schema, typed
+//! model, rules) and both renderings of its diagnostics. None of it may panic, overflow the
+//! stack or run away with memory.
 //!
 //! Input layout: the text (bytes decoded as UTF-8, lossily) up to an optional line
 //! `%%overrides`; each line after it is one command-line override.
@@ -12,7 +13,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use verlc::load::compose::{self, LoadRequest};
+use verlc::check::{CheckOptions, check};
+use verlc::load::compose::LoadRequest;
 use verlc::load::overrides::parse_override;
 use verlc::load::{interp, yaml};
 use verlc::source::{Source, SourceId, SourceKind};
@@ -56,8 +58,8 @@ fuzz_target!(|data: &[u8]| {
         cwd: std::env::temp_dir(),
         ..Default::default()
     };
-    let composed = compose::load(&req);
-    for d in &composed.diagnostics {
-        let _ = d.to_json(&composed.sources);
-    }
+    let checked = check(&req, &CheckOptions::default());
+    let sources = &checked.composed.sources;
+    let _ = verlc::render::json(&checked.diagnostics, sources);
+    let _ = verlc::render::human(&checked.diagnostics, sources, false);
 });
