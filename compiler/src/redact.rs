@@ -30,7 +30,7 @@ impl Secrets {
                 (!v.is_empty() && !short_number).then(|| (v, format!("${{oc.env:{n}}}")))
             })
             .collect();
-        values.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        values.sort_by_key(|v| std::cmp::Reverse(v.0.len()));
         Secrets { values }
     }
 
@@ -143,7 +143,7 @@ mod tests {
             .iter()
             .map(|(n, v)| (v.to_string(), format!("${{oc.env:{n}}}")))
             .collect();
-        values.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        values.sort_by_key(|v| std::cmp::Reverse(v.0.len()));
         Secrets { values }
     }
 
