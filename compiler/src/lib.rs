@@ -1,17 +1,19 @@
 //! verlc: a compiler for verl (Hydra-composed YAML) RL training configs.
 //!
-//! The library takes text in and gives data out: it composes a config the way Hydra does
-//! ([`load`]), checks it against the JSON Schema of the typed model ([`config`], [`schema`])
-//! and against verl's cross-field rules ([`rules`]), and reports problems as
-//! [`diag::Diagnostic`] values. It never prints and never touches libtorch; the CLI
-//! (the `verlc` binary's `cli` module) renders diagnostics and drives code generation.
+//! The front end (package `verlc-front`, library `verlc`): it takes text in and gives data
+//! out. It composes a config the way Hydra does ([`load`]), checks it against the JSON Schema
+//! of the typed model ([`config`], [`schema`]) and against verl's cross-field rules
+//! ([`rules`]), lowers it to the trainer spec ([`plan`]), and reports problems as
+//! [`diag::Diagnostic`] values. It has no network, terminal or process code and never
+//! touches libtorch: generated trainers link it (for their run-time overrides) without the
+//! CLI's dependencies. The `verlc` package (`compiler/cli`) is the command line: argument
+//! parsing, code generation and the cargo driver, Hub downloads, progress display.
 
 // The loader returns a `Diagnostic` as its error (a value the caller renders, not a hot
 // path), which clippy finds large.
 #![allow(clippy::result_large_err)]
 
 pub mod check;
-pub mod codegen;
 pub mod codes;
 pub mod config;
 pub mod diag;

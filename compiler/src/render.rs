@@ -5,6 +5,24 @@ use crate::diag::{Diagnostic, Severity};
 use crate::source::SourceMap;
 use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 
+/// The largest char boundary at or before `i` (clamped to the text).
+fn floor_boundary(text: &str, i: usize) -> usize {
+    let mut i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// The smallest char boundary at or after `i` (clamped to the text).
+fn ceil_boundary(text: &str, i: usize) -> usize {
+    let mut i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
 pub fn human(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
     let renderer = if color {
         Renderer::styled()
@@ -63,18 +81,25 @@ fn group<'a>(d: &'a Diagnostic, sources: &'a SourceMap) -> Vec<Group<'a>> {
         // Hand the renderer only the lines the labels touch, not the whole file: a file
         // with thousands of findings would otherwise be re-scanned for each one.
         let text: &str = &src.text;
-        let lo = labels
-            .iter()
-            .map(|(l, _)| l.origin.span.start)
-            .min()
-            .unwrap_or(0)
-            .min(text.len());
-        let hi = labels
-            .iter()
-            .map(|(l, _)| l.origin.span.end)
-            .max()
-            .unwrap_or(0)
-            .clamp(lo, text.len());
+        // Spans are byte ranges; one that ends inside a character (a one-byte "point" on a
+        // multi-byte one) is widened to whole characters rather than sliced mid-character.
+        let lo = floor_boundary(
+            text,
+            labels
+                .iter()
+                .map(|(l, _)| l.origin.span.start)
+                .min()
+                .unwrap_or(0),
+        );
+        let hi = ceil_boundary(
+            text,
+            labels
+                .iter()
+                .map(|(l, _)| l.origin.span.end)
+                .max()
+                .unwrap_or(0)
+                .max(lo),
+        );
         let win_start = text[..lo].rfind('\n').map_or(0, |i| i + 1);
         let win_end = text[hi..].find('\n').map_or(text.len(), |i| hi + i);
         let window = &text[win_start..win_end];
@@ -82,11 +107,12 @@ fn group<'a>(d: &'a Diagnostic, sources: &'a SourceMap) -> Vec<Group<'a>> {
             .line_start(src.line_col(win_start).0)
             .path(src.name.as_str());
         for (label, kind) in labels {
-            let mut span = label.origin.span.start.clamp(win_start, win_end) - win_start
-                ..label.origin.span.end.clamp(win_start, win_end) - win_start;
-            if span.start == span.end && span.end < window.len() {
-                span.end += 1;
+            let start = floor_boundary(text, label.origin.span.start.clamp(win_start, win_end));
+            let mut end = ceil_boundary(text, label.origin.span.end.clamp(start, win_end));
+            if start == end && end < win_end {
+                end = ceil_boundary(text, end + 1);
             }
+            let span = start - win_start..end - win_start;
             snip = snip.annotation(kind.span(span).label(label.message.as_str()));
         }
         title = title.element(snip);
@@ -113,4 +139,33 @@ fn group<'a>(d: &'a Diagnostic, sources: &'a SourceMap) -> Vec<Group<'a>> {
 pub fn json(diags: &[Diagnostic], sources: &SourceMap) -> String {
     let items: Vec<_> = diags.iter().map(|d| d.to_json(sources)).collect();
     serde_json::to_string_pretty(&items).unwrap_or_else(|_| "[]".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codes;
+    use crate::source::{Origin, Source, SourceKind};
+
+    /// Found by the fuzzer: a one-byte span on a multi-byte character (`�` from a lossy
+    /// decoding) made the window slicing panic.
+    #[test]
+    fn spans_inside_a_character_are_widened_not_sliced() {
+        let mut sources = SourceMap::new();
+        let id = sources.add(Source::new(
+            "t.yaml",
+            "a:\n  \u{fffd}\u{fffd} b: 1\n",
+            SourceKind::File,
+        ));
+        let d = |span: std::ops::Range<usize>| {
+            Diagnostic::error(codes::SCHEMA_REQUIRED, "missing key")
+                .with_primary(Some(Origin::new(id, span)), "here")
+        };
+        for span in [5..6, 6..7, 5..9, 4..4, 7..7] {
+            let out = human(&[d(span.clone())], &sources, false);
+            assert!(out.contains("\u{fffd}\u{fffd} b: 1"), "{span:?}: {out}");
+        }
+        let json = json(&[d(6..7)], &sources);
+        assert!(json.contains("\"line\": 2"), "{json}");
+    }
 }

@@ -211,7 +211,7 @@ fn matrix() -> (Vec<Row>, Vec<Binding>) {
 }
 
 fn checkout() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("..")
 }
 
 fn libtorch_available() -> bool {
@@ -282,6 +282,7 @@ fn build(row: &Row, out: &Path, cache: &Path) -> Result<PathBuf, String> {
     // verlc workspace and a generated crate's (all generated crates share that one copy).
     let ours = [
         "verlc@",
+        "verlc-front@",
         "verlc-spec@",
         "verlc-hub@",
         "verlc-runtime@",

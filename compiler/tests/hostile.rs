@@ -114,7 +114,8 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn quickstart() -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart.yaml");
+    let p =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("../examples/quickstart.yaml");
     std::fs::read_to_string(p).expect("quickstart")
 }
 

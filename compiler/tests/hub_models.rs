@@ -10,7 +10,7 @@ use std::process::Command;
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 
 fn checkout() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("..")
 }
 
 /// verlc with a Hub cache at `cache`, offline unless the test says otherwise.

@@ -36,10 +36,7 @@ use support::{Mirror, VERL_MAIN_REF, verl_main_tree, write};
 const VERL_REF: &str = "v0.7.0";
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).to_path_buf()
 }
 
 fn venv_python() -> PathBuf {

@@ -658,10 +658,11 @@ fn run_job(job: &Job, dir: &Path) -> bool {
                 ..Default::default()
             };
             let checked = check(&req, &CheckOptions::default());
-            // Spans must point into real text (line/column computation).
+            // Spans must point into real text (line/column computation, snippet windows).
             for d in &checked.diagnostics {
                 let _ = d.to_json(&checked.composed.sources);
             }
+            let _ = verlc::render::human(&checked.diagnostics, &checked.composed.sources, false);
             let _ = std::fs::remove_file(&file);
             !checked
                 .diagnostics
@@ -681,7 +682,7 @@ fn sanitize(label: &str) -> String {
 }
 
 fn failure_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/malformed-failures")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("../target/malformed-failures")
 }
 
 fn save_failure(job: &Job) -> PathBuf {

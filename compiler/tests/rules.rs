@@ -22,7 +22,7 @@ use verlc::load::compose::LoadRequest;
 use verlc::rules::RULES;
 
 fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/rules")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("../tests/fixtures/rules")
 }
 
 #[derive(Debug, Default)]

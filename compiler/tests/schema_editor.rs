@@ -87,9 +87,7 @@ fn composed_builtin_trees_validate_against_the_root_schema() {
 
 /// verl's own config tree, when scripts/setup has installed verl into .venv.
 fn verl_config_dir() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()?
-        .join(".venv/lib");
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/lib"));
     let py = std::fs::read_dir(root)
         .ok()?
         .filter_map(Result::ok)

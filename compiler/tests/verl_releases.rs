@@ -17,7 +17,7 @@ use support::{VERL_MAIN_REF, verl_main_tree};
 const NEWER: &str = "0.9.1";
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("..")
 }
 
 fn newer_tree() -> Option<PathBuf> {

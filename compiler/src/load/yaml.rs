@@ -42,6 +42,12 @@ fn parse_general(source: &Source, id: SourceId) -> Result<Node, Diagnostic> {
     b.run()
 }
 
+/// The end of the character that starts at byte `at` (a one-character span).
+pub(crate) fn next_boundary(text: &str, at: usize) -> usize {
+    let at = at.min(text.len());
+    text[at..].chars().next().map_or(at, |c| at + c.len_utf8())
+}
+
 /// Characters PyYAML reads as line breaks and YAML 1.2 (saphyr) does not: NEL, LS, PS.
 const YAML11_BREAKS: [char; 3] = ['\u{85}', '\u{2028}', '\u{2029}'];
 
@@ -143,8 +149,7 @@ impl<'a> Builder<'a> {
 
     fn point(&self, span: Span) -> Origin {
         let start = self.byte(span.start.index());
-        let end = (start + 1).min(self.source.text.len()).max(start);
-        Origin::new(self.id, start..end)
+        Origin::new(self.id, start..next_boundary(&self.source.text, start))
     }
 
     fn err(&self, origin: Origin, code: crate::diag::Code, msg: impl Into<String>) -> Diagnostic {
@@ -157,7 +162,7 @@ impl<'a> Builder<'a> {
             Some(Err(e)) => {
                 let m = e.marker();
                 let at = self.byte(m.index());
-                let end = (at + 1).min(self.source.text.len()).max(at);
+                let end = next_boundary(&self.source.text, at);
                 Err(Diagnostic::error(
                     codes::YAML_SYNTAX,
                     format!("invalid YAML in {}: {}", self.source.name, e.info()),

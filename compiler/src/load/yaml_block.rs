@@ -104,7 +104,7 @@ impl Reader<'_> {
     }
 
     fn point(&self, at: usize) -> Option<Origin> {
-        self.origin(at, (at + 1).min(self.text.len()))
+        self.origin(at, super::yaml::next_boundary(self.text, at))
     }
 
     fn byte(&self, at: usize) -> Option<u8> {

@@ -49,8 +49,6 @@ impl std::fmt::Display for CargoFailure {
 #[derive(Clone, Debug)]
 pub struct Built {
     pub executable: PathBuf,
-    /// Crates compiled (or found fresh) along the way.
-    pub artifacts: usize,
     /// The packages this build compiled (not found fresh), as `name@version`, in cargo's
     /// order: from a warm target directory, only the generated crate.
     pub compiled: Vec<String>,
@@ -185,7 +183,6 @@ pub fn run(
         return executable
             .map(|executable| Built {
                 executable,
-                artifacts,
                 compiled,
             })
             .ok_or(BuildError::NoBinary);

@@ -6,9 +6,9 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::codegen::{self, BuildError, CrateSpec, Event, Paths, Profile, WrittenCrate};
 use indicatif::{ProgressBar, ProgressStyle};
 use verlc::check::{CheckOptions, check};
-use verlc::codegen::{self, BuildError, CrateSpec, Event, Paths, Profile, WrittenCrate};
 use verlc::diag::Severity;
 use verlc::plan::{self, BuildPlan};
 

@@ -76,8 +76,9 @@ impl Paths {
         let checkout = std::env::var_os("VERLC_SOURCE_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
-                let compiler = Path::new(env!("CARGO_MANIFEST_DIR"));
-                compiler.parent().unwrap_or(compiler).to_path_buf()
+                // This crate is `compiler/cli` of the checkout.
+                let cli = Path::new(env!("CARGO_MANIFEST_DIR"));
+                cli.ancestors().nth(2).unwrap_or(cli).to_path_buf()
             });
         let cache = cache
             .or_else(|| std::env::var_os("VERLC_CACHE_DIR").map(PathBuf::from))

@@ -5,19 +5,25 @@ use minijinja::{Environment, Value, context};
 use sha2::{Digest, Sha256};
 
 use super::BuildError;
-use crate::load::node::Node;
-use crate::plan::{BuildPlan, RewardPlan, embed};
+use verlc::load::node::Node;
+use verlc::plan::{BuildPlan, RewardPlan, embed};
 
 const TEMPLATES: &[(&str, &str)] = &[
     (
         "Cargo.toml",
-        include_str!("../../../templates/Cargo.toml.j2"),
+        include_str!("../../../../templates/Cargo.toml.j2"),
     ),
-    ("build.rs", include_str!("../../../templates/build.rs.j2")),
-    ("src/main.rs", include_str!("../../../templates/main.rs.j2")),
+    (
+        "build.rs",
+        include_str!("../../../../templates/build.rs.j2"),
+    ),
+    (
+        "src/main.rs",
+        include_str!("../../../../templates/main.rs.j2"),
+    ),
     (
         "trainer.yaml",
-        include_str!("../../../templates/trainer.yaml.j2"),
+        include_str!("../../../../templates/trainer.yaml.j2"),
     ),
 ];
 
@@ -150,7 +156,7 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     let config_hash = format!("sha256:{hex}");
     let package = format!("verlc-trainer-{}-{}", stem(&spec.source), &hex[..8]);
-    let features: Vec<&str> = if plan.world.device == crate::config::Device::Cuda {
+    let features: Vec<&str> = if plan.world.device == verlc::config::Device::Cuda {
         vec!["cuda"]
     } else {
         vec![]
