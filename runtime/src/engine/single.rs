@@ -14,10 +14,8 @@ use crate::model::lora::{is_adapter, load_adapter};
 use crate::model::pretrained::materialize;
 use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{named_params, single_group};
-use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
-use crate::optim::{
-    LossScaling, LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig,
-};
+use crate::optim::stack;
+use crate::optim::{LossScaling, LrScheduler, Optimizer};
 
 use super::{
     ADAPTER_DIR, Batch, Engine, EngineError, ForwardOptions, HF_DIR, Head, LossFn, Metrics,
@@ -116,35 +114,13 @@ impl<H: Head> SingleEngine<H> {
                         }
                     }
                 }
-                let precision = match settings.param_dtype {
-                    ParamDtype::Fp32 => OptimPrecision::Fp32,
-                    ParamDtype::Bf16 => OptimPrecision::Bf16,
-                    ParamDtype::Fp16 => OptimPrecision::Fp16,
-                };
-                let cfg = OptimizerConfig {
-                    precision,
-                    inner: o.inner,
-                    clip_grad: o.clip_grad,
-                    grad_norm_skip_threshold: f64::INFINITY,
-                    skip_nonfinite_grad_norm: true,
-                    log_num_zeros_in_grad: false,
-                    scaler: (precision == OptimPrecision::Fp16)
-                        .then(ScalerConfig::megatron_dynamic),
-                    offload_fraction: if o.offload { 1.0 } else { o.offload_fraction },
-                };
+                let cfg = stack::optimizer_config(o, stack::precision_of(settings.param_dtype));
                 let mut opt = Optimizer::with_scaling(
                     single_group(named_params(&vs), o.lr, o.weight_decay),
                     cfg,
                     settings.loss_scaling,
                 )?;
-                let sched = match o.scheduler {
-                    SchedulerSettings::Verl(c) => {
-                        LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?)
-                    }
-                    SchedulerSettings::Megatron(c) => {
-                        LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?)
-                    }
-                };
+                let sched = stack::scheduler(&o.scheduler, &mut opt)?;
                 (Some(opt), Some(sched))
             }
         };
@@ -272,15 +248,11 @@ impl<H: Head> Engine for SingleEngine<H> {
                 "this engine is forward-only (no lr scheduler)".into(),
             ));
         };
-        sched.step(1, opt.options_mut());
-        Ok(self.lr())
+        Ok(stack::scheduler_step(sched, opt))
     }
 
     fn lr(&self) -> f64 {
-        self.optimizer
-            .as_ref()
-            .and_then(Optimizer::canonical_lr)
-            .unwrap_or(0.0)
+        stack::current_lr(self.optimizer.as_ref())
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {

@@ -30,13 +30,10 @@ use crate::engine::{
 };
 use crate::model::init::{init_weights, init_weights_where};
 use crate::model::save::{SaveOptions, save_named};
-use crate::model::{CausalLm, ModelConfig, ModelSource, Precision as ParamDtype, ValueModel};
+use crate::model::{CausalLm, ModelConfig, ModelSource, ValueModel};
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
-use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
-use crate::optim::{
-    LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision as OptimPrecision,
-    ScalerConfig,
-};
+use crate::optim::stack;
+use crate::optim::{LrScheduler, NamedParam, ParamGroup};
 use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 
 use super::model::{HeadKind, ParallelModel};
@@ -293,14 +290,6 @@ impl<H: MegatronHead> std::fmt::Debug for MegatronEngine<H> {
     }
 }
 
-fn optim_precision(p: ParamDtype) -> OptimPrecision {
-    match p {
-        ParamDtype::Fp32 => OptimPrecision::Fp32,
-        ParamDtype::Bf16 => OptimPrecision::Bf16,
-        ParamDtype::Fp16 => OptimPrecision::Fp16,
-    }
-}
-
 impl<H: MegatronHead> MegatronEngine<H> {
     /// Builds this rank's part of the model (loaded sharded from its checkpoint, or a
     /// `builtin://` model initialised from `seed` exactly as the single-process engine does),
@@ -349,18 +338,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 None
             }
             Some(o) => {
-                let precision = optim_precision(settings.param_dtype);
-                let cfg = OptimizerConfig {
-                    precision,
-                    inner: o.inner,
-                    clip_grad: o.clip_grad,
-                    grad_norm_skip_threshold: f64::INFINITY,
-                    skip_nonfinite_grad_norm: true,
-                    log_num_zeros_in_grad: false,
-                    scaler: (precision == OptimPrecision::Fp16)
-                        .then(ScalerConfig::megatron_dynamic),
-                    offload_fraction: if o.offload { 1.0 } else { o.offload_fraction },
-                };
+                let cfg = stack::optimizer_config(o, stack::precision_of(settings.param_dtype));
                 let (lr, wd) = (o.lr, o.weight_decay);
                 let min_lr = match o.scheduler {
                     SchedulerSettings::Megatron(c) => c.min_lr,
@@ -387,14 +365,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 let opt = module
                     .inner_optimizer_mut()
                     .ok_or_else(|| EngineError::Config("the optimizer was not built".into()))?;
-                Some(match o.scheduler {
-                    SchedulerSettings::Verl(c) => {
-                        LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?)
-                    }
-                    SchedulerSettings::Megatron(c) => {
-                        LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?)
-                    }
-                })
+                Some(stack::scheduler(&o.scheduler, opt)?)
             }
         };
         let engine = MegatronEngine {
@@ -729,15 +700,11 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
         let opt = self.module.inner_optimizer_mut().ok_or_else(|| {
             EngineError::Config("this engine is forward-only (no optimizer)".into())
         })?;
-        sched.step(1, opt.options_mut());
-        Ok(self.lr())
+        Ok(stack::scheduler_step(sched, opt))
     }
 
     fn lr(&self) -> f64 {
-        self.module
-            .inner_optimizer()
-            .and_then(Optimizer::canonical_lr)
-            .unwrap_or(0.0)
+        stack::current_lr(self.module.inner_optimizer())
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {

@@ -11,6 +11,7 @@
 //! - [`scaler`]: constant and dynamic grad scalers.
 //! - [`clip`]: fp32 grad norm (L2 / inf), clip by total norm, count zeros.
 //! - [`distrib`]: Megatron's distributed optimizer (ZeRO-1) on its contiguous-buffer layout.
+//! - [`stack`]: what every engine builds from the spec's settings (config, scheduler, step).
 pub mod clip;
 pub mod distrib;
 mod inner;
@@ -18,6 +19,7 @@ mod optimizer;
 pub mod param_groups;
 pub mod scaler;
 pub mod sched;
+pub mod stack;
 mod state;
 
 pub use inner::{AdamWConfig, InnerConfig, SgdConfig};

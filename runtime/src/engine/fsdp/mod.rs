@@ -61,14 +61,12 @@ use crate::model::lora::{is_adapter, load_adapter};
 use crate::model::pretrained::materialize;
 use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
 use crate::optim::param_groups::{NamedParam, single_group};
-use crate::optim::sched::{OptimizerParamScheduler, VerlLrScheduler};
-use crate::optim::{
-    LrScheduler, Optimizer, OptimizerConfig, Precision as OptimPrecision, ScalerConfig,
-};
+use crate::optim::stack;
+use crate::optim::{LrScheduler, Optimizer, Precision as OptimPrecision};
 
 use super::{
     ADAPTER_DIR, Batch, Engine, EngineError, EngineSettings, ForwardOptions, HF_DIR, LossFn,
-    Metrics, MicroBatching, Result, SchedulerSettings, StepResult, global_agg_options, save_model,
+    Metrics, MicroBatching, Result, StepResult, global_agg_options, save_model,
 };
 
 pub use head::FsdpHead;
@@ -396,33 +394,17 @@ impl<H: FsdpHead> FsdpEngine<H> {
             .collect();
         // The shards are the fp32 main params for every param dtype; fp16 adds the loss scaler.
         let fp16 = self.settings.engine.param_dtype == ParamDtype::Fp16;
-        let cfg = OptimizerConfig {
-            precision: if fp16 {
-                OptimPrecision::Fp16
-            } else {
-                OptimPrecision::Fp32
-            },
-            inner: o.inner,
-            clip_grad: o.clip_grad,
-            grad_norm_skip_threshold: f64::INFINITY,
-            skip_nonfinite_grad_norm: true,
-            log_num_zeros_in_grad: false,
-            scaler: fp16.then(ScalerConfig::megatron_dynamic),
-            offload_fraction: if o.offload { 1.0 } else { o.offload_fraction },
+        let precision = if fp16 {
+            OptimPrecision::Fp16
+        } else {
+            OptimPrecision::Fp32
         };
         let mut opt = Optimizer::with_scaling(
             single_group(params, o.lr, o.weight_decay),
-            cfg,
+            stack::optimizer_config(&o, precision),
             self.settings.engine.loss_scaling,
         )?;
-        let sched = match o.scheduler {
-            SchedulerSettings::Verl(c) => {
-                LrScheduler::Verl(VerlLrScheduler::new(&c, opt.options_mut())?)
-            }
-            SchedulerSettings::Megatron(c) => {
-                LrScheduler::Megatron(OptimizerParamScheduler::new(c, opt.options_mut())?)
-            }
-        };
+        let sched = stack::scheduler(&o.scheduler, &mut opt)?;
         self.optimizer = Some(opt);
         self.scheduler = Some(sched);
         Ok(())
@@ -753,15 +735,11 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
                 "this engine is forward-only (no lr scheduler)".into(),
             ));
         };
-        sched.step(1, opt.options_mut());
-        Ok(self.lr())
+        Ok(stack::scheduler_step(sched, opt))
     }
 
     fn lr(&self) -> f64 {
-        self.optimizer
-            .as_ref()
-            .and_then(Optimizer::canonical_lr)
-            .unwrap_or(0.0)
+        stack::current_lr(self.optimizer.as_ref())
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {

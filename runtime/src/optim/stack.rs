@@ -1,0 +1,65 @@
+//! What every engine (single, FSDP, Megatron) builds from the spec's optimizer settings,
+//! written once: the optimizer configuration (precision, clipping, loss scaler, the share of
+//! optimizer state kept on the host), the learning-rate scheduler attached to it, and the
+//! scheduler step. Engines own their parameters and buffers and hand them in; the optimizer
+//! logic is not theirs to repeat.
+
+use verlc_spec::optim::{OptimSettings, SchedulerSettings};
+
+use super::sched::{OptimizerParamScheduler, VerlLrScheduler};
+use super::{LrScheduler, OptimError, Optimizer, OptimizerConfig, Precision, ScalerConfig};
+use crate::model::Precision as ParamDtype;
+
+/// The optimizer's precision for a model's parameter dtype.
+pub fn precision_of(dtype: ParamDtype) -> Precision {
+    match dtype {
+        ParamDtype::Fp32 => Precision::Fp32,
+        ParamDtype::Bf16 => Precision::Bf16,
+        ParamDtype::Fp16 => Precision::Fp16,
+    }
+}
+
+/// The share of the parameters whose optimizer state lives on the host: all of them with
+/// `offload` (verl's `optimizer_offload`), else Megatron's `optimizer_offload_fraction`.
+pub fn host_share(o: &OptimSettings) -> f64 {
+    if o.offload { 1.0 } else { o.offload_fraction }
+}
+
+/// Megatron's optimizer configuration for the spec's settings, with main params at
+/// `precision` (fp16 adds the dynamic loss scaler).
+pub fn optimizer_config(o: &OptimSettings, precision: Precision) -> OptimizerConfig {
+    OptimizerConfig {
+        precision,
+        inner: o.inner,
+        clip_grad: o.clip_grad,
+        grad_norm_skip_threshold: f64::INFINITY,
+        skip_nonfinite_grad_norm: true,
+        log_num_zeros_in_grad: false,
+        scaler: (precision == Precision::Fp16).then(ScalerConfig::megatron_dynamic),
+        offload_fraction: host_share(o),
+    }
+}
+
+/// The spec's scheduler, writing its first values into `opt`'s groups.
+pub fn scheduler(s: &SchedulerSettings, opt: &mut Optimizer) -> Result<LrScheduler, OptimError> {
+    Ok(match s {
+        SchedulerSettings::Verl(c) => {
+            LrScheduler::Verl(VerlLrScheduler::new(c, opt.options_mut())?)
+        }
+        SchedulerSettings::Megatron(c) => {
+            LrScheduler::Megatron(OptimizerParamScheduler::new(*c, opt.options_mut())?)
+        }
+    })
+}
+
+/// One scheduler step after an optimizer step (verl steps once per update); the learning
+/// rate after it.
+pub fn scheduler_step(sched: &mut LrScheduler, opt: &mut Optimizer) -> f64 {
+    sched.step(1, opt.options_mut());
+    current_lr(Some(opt))
+}
+
+/// The learning rate verl logs (`actor/lr`): the first group's; 0 without an optimizer.
+pub fn current_lr(opt: Option<&Optimizer>) -> f64 {
+    opt.and_then(Optimizer::canonical_lr).unwrap_or(0.0)
+}
