@@ -234,6 +234,7 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanatio
             checkpointing: cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
             outputs: m.vocab_size,
             sp: crate::rules::facts::actor_sp(cfg),
+            offload: crate::plan::RoleEngine::actor(cfg).offload().0,
         };
         role_memory(cfg, m, &role, seq)
     });
@@ -248,6 +249,7 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanatio
             checkpointing: c.model.enable_gradient_checkpointing.unwrap_or(false),
             outputs: 1,
             sp: crate::rules::facts::critic_sp(cfg),
+            offload: crate::plan::RoleEngine::critic(cfg).offload().0,
         };
         role_memory(cfg, m, &role, seq)
     });
@@ -398,6 +400,9 @@ struct RoleMemory<'a> {
     outputs: u64,
     /// Ulysses degree (FSDP).
     sp: i64,
+    /// Where the role's parameters, gradients and optimizer state live: lowering's rule
+    /// (`plan::RoleEngine::offload`, FSDP2's `offload_policy` included), not a second reading.
+    offload: crate::plan::OffloadFlags,
 }
 
 /// Whether Megatron recomputes whole layers (`recompute_granularity: full`); verl's default
@@ -454,9 +459,7 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
                     .saturating_add(m.embedding_params().max(last))
             };
             let shard = stage / tp;
-            let (po, go, oo) = meg.map_or((false, false, false), |x| {
-                (x.param_offload, x.grad_offload, x.optimizer_offload)
-            });
+            let (po, go, oo) = (r.offload.params, r.offload.grads, r.offload.optimizer);
             let opt = if dist_opt {
                 shard * 12 / dp
             } else {
@@ -478,10 +481,10 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
                 Some(s) if s > 0 => s as u64,
                 _ => world,
             };
-            let (po, oo) = f.map_or((false, false), |x| (x.param_offload, x.optimizer_offload));
+            let (po, go, oo) = (r.offload.params, r.offload.grads, r.offload.optimizer);
             let shard = p.div_ceil(shard_n.max(1));
             place(&mut dev, &mut host, po, |b| &mut b.params_bytes, shard * 4);
-            place(&mut dev, &mut host, po, |b| &mut b.grads_bytes, shard * 4);
+            place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, shard * 4);
             place(
                 &mut dev,
                 &mut host,
@@ -501,14 +504,12 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
     let a = &cfg.actor_rollout_ref.actor;
     let ref_needed = r.outputs > 1 && (cfg.algorithm.use_kl_in_reward || a.use_kl_loss);
     if ref_needed {
-        let rf = &cfg.actor_rollout_ref.reference;
         let shards = match r.strategy {
             Strategy::Megatron => megatron_mp(r.megatron) as u64,
             _ => r.batch.dp_size.max(1) as u64,
         };
         let bytes = p * 2 / shards.max(1);
-        let off = rf.fsdp_config.as_ref().is_some_and(|x| x.param_offload)
-            || rf.megatron.as_ref().is_some_and(|x| x.param_offload);
+        let off = crate::plan::RoleEngine::reference(cfg).offload().0.params;
         place(&mut dev, &mut host, off, |b| &mut b.reference_bytes, bytes);
         assumptions.push("reference policy: bf16 weights, sharded like the actor".into());
     }
@@ -602,6 +603,51 @@ mod tests {
         assert_eq!(e.actor.optimizer_steps_per_iteration, 4.0);
         assert_eq!(e.optimizer_steps_total, Some(400));
         assert!(e.critic.is_none());
+    }
+
+    /// FSDP2's `offload_policy` offloads what the trainer offloads (lowering's rule), the same
+    /// as FSDP1's two offload keys; explain used to ignore it.
+    #[test]
+    fn fsdp2_offload_policy_places_like_the_trainer() {
+        let m = ModelDims {
+            hidden_size: 64,
+            num_attention_heads: 4,
+            num_key_value_heads: Some(2),
+            num_hidden_layers: 2,
+            vocab_size: 1000,
+            intermediate_size: Some(128),
+            tie_word_embeddings: None,
+            head_dim: None,
+            model_type: None,
+            max_position_embeddings: None,
+            attention_bias: None,
+        };
+        let host = |o: &[&str]| {
+            let mut v = vec!["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"];
+            v.extend_from_slice(o);
+            let e = explain(&cfg(&v), Some(&m)).expect("fits");
+            let mem = e.memory.expect("memory");
+            (
+                mem.host.params_bytes,
+                mem.host.grads_bytes,
+                mem.host.optimizer_bytes,
+            )
+        };
+        let policy = host(&[
+            "actor_rollout_ref.actor.strategy=fsdp2",
+            "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+        ]);
+        let keys = host(&[
+            "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+        ]);
+        assert!(policy.0 > 0 && policy.1 > 0 && policy.2 > 0, "{policy:?}");
+        assert_eq!(policy, keys);
+        // Under FSDP1 verl ignores `offload_policy`, and so do the trainer and explain.
+        assert_eq!(
+            host(&["actor_rollout_ref.actor.fsdp_config.offload_policy=true"]),
+            (0, 0, 0)
+        );
     }
 
     #[test]
