@@ -101,19 +101,10 @@ pub fn lower_spec(
     (spec, l.out)
 }
 
+/// The whole spec, section by section (each section's lowering is one function below).
 fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     let arr = &cfg.actor_rollout_ref;
-    let a = &arr.actor;
-    let t = &cfg.trainer;
-    let world = WorldSpec {
-        device: if t.device == Device::Cuda {
-            DeviceKind::Cuda
-        } else {
-            DeviceKind::Cpu
-        },
-        nnodes: l.count("trainer.nnodes", t.nnodes),
-        n_gpus_per_node: l.count("trainer.n_gpus_per_node", t.n_gpus_per_node),
-    };
+    let world = world_spec(cfg, l);
     let n = l.count("actor_rollout_ref.rollout.n", arr.rollout.n);
     let seq_len = usize::try_from(
         cfg.data
@@ -122,34 +113,101 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     )
     .unwrap_or(1)
     .max(1);
+    let roles = Roles { world, n, seq_len };
+    let model_seed = actor_model_seed(cfg);
+    let actor = actor_spec(cfg, &roles, l);
+    let actor_dp = data_parallel(world, &actor.engine);
+    TrainerSpec {
+        binding,
+        strategy: match arr.actor.strategy {
+            Strategy::Fsdp => StrategyName::Fsdp,
+            Strategy::Fsdp2 => StrategyName::Fsdp2,
+            Strategy::Megatron => StrategyName::Megatron,
+        },
+        world,
+        data: data_spec(cfg, l),
+        tokenizer_path: arr
+            .model
+            .tokenizer_path
+            .clone()
+            .unwrap_or_else(|| arr.model.path.clone()),
+        model_seed,
+        reference: reference_spec(cfg, &roles, actor.lora.is_some(), l),
+        critic: critic_spec(cfg, &roles, actor_dp, l),
+        rollout: rollout_spec(cfg, &roles, &actor.engine, l),
+        reward: reward_spec(cfg),
+        reward_manager: reward_manager_spec(cfg, l),
+        reward_model: reward_model_spec(cfg, world, seq_len, model_seed, l),
+        algorithm: algorithm_spec(cfg, l),
+        run: run_spec(cfg, l),
+        actor,
+    }
+}
 
-    let actor_engine = engine_spec(&RoleEngine::actor(cfg), world, l);
-    let actor_dp = data_parallel(world, &actor_engine);
-    let update = actor_settings(cfg, n, (actor_dp, actor_engine.ulysses()), seq_len, l);
-    let model_seed = a
-        .fsdp_config
+/// What every role's lowering shares: the world, `rollout.n` and the longest sequence.
+struct Roles {
+    world: WorldSpec,
+    n: usize,
+    seq_len: usize,
+}
+
+fn world_spec(cfg: &VerlConfig, l: &mut Lowering) -> WorldSpec {
+    let t = &cfg.trainer;
+    WorldSpec {
+        device: if t.device == Device::Cuda {
+            DeviceKind::Cuda
+        } else {
+            DeviceKind::Cpu
+        },
+        nnodes: l.count("trainer.nnodes", t.nnodes),
+        n_gpus_per_node: l.count("trainer.n_gpus_per_node", t.n_gpus_per_node),
+    }
+}
+
+/// The actor's engine seed (the model's initialisation for `builtin://` models).
+fn actor_model_seed(cfg: &VerlConfig) -> u64 {
+    let a = &cfg.actor_rollout_ref.actor;
+    a.fsdp_config
         .as_ref()
         .map(|f| f.seed)
         .filter(|_| a.strategy != Strategy::Megatron)
         .or(a.megatron.as_ref().map(|m| m.seed))
-        .unwrap_or(42) as u64;
-    let actor = ActorSpec {
+        .unwrap_or(42) as u64
+}
+
+fn actor_spec(cfg: &VerlConfig, r: &Roles, l: &mut Lowering) -> ActorSpec {
+    let arr = &cfg.actor_rollout_ref;
+    let a = &arr.actor;
+    let engine = engine_spec(&RoleEngine::actor(cfg), r.world, l);
+    let dp = data_parallel(r.world, &engine);
+    let update = actor_settings(cfg, r.n, (dp, engine.ulysses()), r.seq_len, l);
+    ActorSpec {
         model_path: arr.model.path.clone(),
-        engine: actor_engine,
+        engine,
         optim: optim_spec(
             "actor_rollout_ref.actor.optim",
             &a.optim,
             fsdp_clip(a.strategy, a.grad_clip),
-            actor_engine.optimizer_offload(),
+            engine.optimizer_offload(),
             l,
         ),
         update,
         loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
         lora: lora_spec(cfg, l),
         config_overrides: model_overrides(cfg, l),
-    };
+    }
+}
 
-    let critic = needs_critic(cfg).then(|| {
+fn critic_spec(
+    cfg: &VerlConfig,
+    r: &Roles,
+    actor_dp: usize,
+    l: &mut Lowering,
+) -> Option<CriticSpec> {
+    let (world, n, seq_len) = (r.world, r.n, r.seq_len);
+    let arr = &cfg.actor_rollout_ref;
+    let a = &arr.actor;
+    needs_critic(cfg).then(|| {
         let c = &cfg.critic;
         let engine = engine_spec(&RoleEngine::critic(cfg), world, l);
         let dp = data_parallel(world, &engine);
@@ -193,9 +251,18 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 loss_agg_mode: loss_agg(c.loss_agg_mode),
             },
         }
-    });
+    })
+}
 
-    let reference = needs_reference(cfg).then(|| {
+fn reference_spec(
+    cfg: &VerlConfig,
+    roles: &Roles,
+    actor_without_adapters: bool,
+    l: &mut Lowering,
+) -> Option<ReferenceSpec> {
+    let (world, seq_len) = (roles.world, roles.seq_len);
+    let arr = &cfg.actor_rollout_ref;
+    needs_reference(cfg).then(|| {
         let r = &arr.reference;
         let engine = engine_spec(&RoleEngine::reference(cfg), world, l);
         let dp = data_parallel(world, &engine);
@@ -224,11 +291,20 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 (seq_len, engine.ulysses()),
             ),
             temperature: arr.rollout.temperature,
-            actor_without_adapters: actor.lora.is_some(),
+            actor_without_adapters,
         }
-    });
+    })
+}
 
-    let rollout = RolloutSpec {
+fn rollout_spec(
+    cfg: &VerlConfig,
+    roles: &Roles,
+    actor_engine: &EngineSpec,
+    l: &mut Lowering,
+) -> RolloutSpec {
+    let (world, n) = (roles.world, roles.n);
+    let arr = &cfg.actor_rollout_ref;
+    RolloutSpec {
         train: {
             let r = &arr.rollout;
             sampling(
@@ -265,10 +341,12 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
             _ => None,
         },
         calculate_log_probs: arr.rollout.calculate_log_probs,
-        tensor_parallel: rollout_tensor_parallel(cfg, &actor_engine, world, l),
-    };
+        tensor_parallel: rollout_tensor_parallel(cfg, actor_engine, world, l),
+    }
+}
 
-    let reward = match cfg
+fn reward_spec(cfg: &VerlConfig) -> RewardSpec {
+    match cfg
         .custom_reward_function
         .path
         .as_deref()
@@ -284,12 +362,12 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
                 .unwrap_or_default(),
         },
         None => RewardSpec::Builtin,
-    };
-    let reward_model = reward_model_spec(cfg, world, seq_len, model_seed, l);
-    let reward_manager = reward_manager_spec(cfg, l);
+    }
+}
 
+fn algorithm_spec(cfg: &VerlConfig, l: &mut Lowering) -> AlgorithmSpec {
     let alg = &cfg.algorithm;
-    let algorithm = AlgorithmSpec {
+    AlgorithmSpec {
         estimator: estimator(alg.adv_estimator),
         advantage: sa::AdvantageConfig {
             gamma: alg.gamma,
@@ -311,32 +389,6 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         },
         pf_ppo: pf_ppo_spec(cfg, l),
         rollout_correction: rollout_correction_spec(cfg, l),
-    };
-
-    TrainerSpec {
-        binding,
-        strategy: match a.strategy {
-            Strategy::Fsdp => StrategyName::Fsdp,
-            Strategy::Fsdp2 => StrategyName::Fsdp2,
-            Strategy::Megatron => StrategyName::Megatron,
-        },
-        world,
-        data: data_spec(cfg, l),
-        tokenizer_path: arr
-            .model
-            .tokenizer_path
-            .clone()
-            .unwrap_or_else(|| arr.model.path.clone()),
-        model_seed,
-        actor,
-        reference,
-        critic,
-        rollout,
-        reward,
-        reward_manager,
-        reward_model,
-        algorithm,
-        run: run_spec(cfg, l),
     }
 }
 
