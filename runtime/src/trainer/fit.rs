@@ -169,6 +169,141 @@ fn dtype(d: Dtype) -> ParamDtype {
     }
 }
 
+/// The training set and, when the spec names files, the validation set.
+fn datasets(
+    d: &DataSpec,
+    tokenizer: &Tokenizer,
+) -> Result<(RlDataset, Option<RlDataset>), TrainerError> {
+    let train = RlDataset::load(
+        &d.train_files,
+        tokenizer,
+        &dataset_options(d, d.train_max_samples),
+    )?;
+    let val = if d.val_files.is_empty() {
+        None
+    } else {
+        let mut o = dataset_options(d, d.val_max_samples);
+        o.shuffle = d.validation_shuffle;
+        Some(RlDataset::load(&d.val_files, tokenizer, &o)?)
+    };
+    Ok((train, val))
+}
+
+/// The reward function, started and checked against the data sources it will score: those
+/// the reward model does not (everything without one, validation unless it scores that too).
+fn reward_function(
+    spec: &TrainerSpec,
+    opts: &RunOptions,
+    train: &RlDataset,
+    val: Option<&RlDataset>,
+) -> Result<RewardFn, TrainerError> {
+    let reward = match &spec.reward {
+        RewardSpec::Python {
+            path,
+            name,
+            reward_kwargs,
+        } => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
+            python: opts
+                .reward_python
+                .clone()
+                .unwrap_or_else(PythonSettings::default_python),
+            path: absolute(path),
+            name: name.clone(),
+            reward_kwargs: reward_kwargs.clone(),
+            startup_timeout: opts.reward_startup_timeout,
+            call_timeout: opts.reward_call_timeout,
+        })?)),
+        RewardSpec::Builtin => RewardFn::Builtin,
+    };
+    let rm = spec.reward_model.as_ref();
+    let train_sources = train.items.iter().filter(|_| rm.is_none());
+    let val_sources = val
+        .into_iter()
+        .flat_map(|v| &v.items)
+        .filter(|_| !rm.is_some_and(|m| m.scores_validation));
+    reward.check_sources(
+        train_sources
+            .chain(val_sources)
+            .map(|it| it.sample.data_source.as_str()),
+    )?;
+    Ok(reward)
+}
+
+/// The value model on its engine, when the estimator needs one.
+fn critic_role<R: Roles>(
+    roles: &R,
+    spec: &TrainerSpec,
+    opts: &RunOptions,
+    total_steps: u64,
+) -> Result<Option<Critic<R::Critic>>, TrainerError> {
+    let Some(c) = &spec.critic else {
+        return Ok(None);
+    };
+    let engine = roles.critic(
+        &c.engine,
+        EngineSettings {
+            model_path: c.model_path.clone(),
+            device: opts.device,
+            param_dtype: param_dtype(spec.binding.precision),
+            seed: c.seed,
+            optim: Some(c.optim.resolve(total_steps)),
+            loss_scale_factor: None,
+            loss_scaling: opts.loss_scaling,
+            lora: None,
+            config_overrides: Default::default(),
+            remove_padding: c.engine.remove_padding(),
+        },
+    )?;
+    Ok(Some(Critic::new(engine, c.update.clone())?))
+}
+
+/// The frozen reference policy: its own model, or the actor with its adapters off (LoRA).
+fn reference_policy<R: Roles>(
+    roles: &R,
+    spec: &TrainerSpec,
+    opts: &RunOptions,
+) -> Result<Option<ReferencePolicy<R::Actor>>, TrainerError> {
+    let Some(r) = &spec.reference else {
+        return Ok(None);
+    };
+    if r.actor_without_adapters {
+        return Ok(Some(ReferencePolicy::ActorWithoutAdapters {
+            micro_batch_size: r.micro_batch,
+            max_token_len: r.max_token_len,
+            temperature: r.temperature,
+        }));
+    }
+    let engine = roles.reference(
+        &r.engine,
+        EngineSettings {
+            model_path: r.model_path.clone(),
+            device: opts.device,
+            param_dtype: param_dtype(spec.binding.precision),
+            seed: spec.model_seed,
+            optim: None,
+            loss_scale_factor: None,
+            loss_scaling: opts.loss_scaling,
+            lora: None,
+            config_overrides: spec.actor.config_overrides.clone(),
+            remove_padding: r.engine.remove_padding(),
+        },
+    )?;
+    let mut reference = Reference::new(engine, r.micro_batch, r.temperature)?;
+    reference.max_token_len = r.max_token_len;
+    Ok(Some(ReferencePolicy::Own(reference)))
+}
+
+fn kl_controller(spec: KlControlSpec) -> Result<KlController, TrainerError> {
+    Ok(match spec {
+        KlControlSpec::Adaptive {
+            kl_coef,
+            target_kl,
+            horizon,
+        } => KlController::adaptive(kl_coef, target_kl, horizon)?,
+        KlControlSpec::Fixed { kl_coef } => KlController::fixed(kl_coef),
+    })
+}
+
 impl Trainer<SingleRoles> {
     /// The trainer of a one-process run (the single engine).
     pub fn new(spec: &TrainerSpec, opts: &RunOptions) -> Result<Self, TrainerError> {
@@ -193,61 +328,16 @@ impl<R: Roles> Trainer<R> {
             )));
         }
         let tokenizer = Tokenizer::from_pretrained(&spec.tokenizer_path)?;
-
-        // Data.
+        let (train, val) = datasets(&spec.data, &tokenizer)?;
         let d = &spec.data;
-        let train = RlDataset::load(
-            &d.train_files,
-            &tokenizer,
-            &dataset_options(d, d.train_max_samples),
-        )?;
-        let val = if d.val_files.is_empty() {
-            None
-        } else {
-            let mut o = dataset_options(d, d.val_max_samples);
-            o.shuffle = d.validation_shuffle;
-            Some(RlDataset::load(&d.val_files, &tokenizer, &o)?)
-        };
         let sampler = BatchSampler::new(train.len(), d.batch_size, d.shuffle, d.seed, true)?;
         let total_steps = spec
             .run
             .total_training_steps
             .unwrap_or((sampler.batches_per_epoch() as u64) * spec.run.total_epochs);
+        let reward = reward_function(spec, opts, &train, val.as_ref())?;
 
-        // Reward.
-        let reward = match &spec.reward {
-            RewardSpec::Python {
-                path,
-                name,
-                reward_kwargs,
-            } => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
-                python: opts
-                    .reward_python
-                    .clone()
-                    .unwrap_or_else(PythonSettings::default_python),
-                path: absolute(path),
-                name: name.clone(),
-                reward_kwargs: reward_kwargs.clone(),
-                startup_timeout: opts.reward_startup_timeout,
-                call_timeout: opts.reward_call_timeout,
-            })?)),
-            RewardSpec::Builtin => RewardFn::Builtin,
-        };
-        // The reward function scores what the reward model does not: everything without
-        // one, validation unless the reward model scores it too.
-        let rm = spec.reward_model.as_ref();
-        let train_sources = train.items.iter().filter(|_| rm.is_none());
-        let val_sources = val
-            .iter()
-            .flat_map(|v| &v.items)
-            .filter(|_| !rm.is_some_and(|m| m.scores_validation));
-        reward.check_sources(
-            train_sources
-                .chain(val_sources)
-                .map(|it| it.sample.data_source.as_str()),
-        )?;
-
-        // Models.
+        // Models, in the same order on every rank (their construction is collective).
         let dtype_ = param_dtype(spec.binding.precision);
         let seed = spec.model_seed;
         let a = &spec.actor;
@@ -271,56 +361,9 @@ impl<R: Roles> Trainer<R> {
             world: roles.world().cloned(),
         };
         let mut actor = Actor::new(actor_engine, a.update.clone())?;
-        let critic = match &spec.critic {
-            Some(c) => {
-                let engine = roles.critic(
-                    &c.engine,
-                    EngineSettings {
-                        model_path: c.model_path.clone(),
-                        device: opts.device,
-                        param_dtype: dtype_,
-                        seed: c.seed,
-                        optim: Some(c.optim.resolve(total_steps)),
-                        loss_scale_factor: None,
-                        loss_scaling: opts.loss_scaling,
-                        lora: None,
-                        config_overrides: Default::default(),
-                        remove_padding: c.engine.remove_padding(),
-                    },
-                )?;
-                Some(Critic::new(engine, c.update.clone())?)
-            }
-            None => None,
-        };
-        let reference = match &spec.reference {
-            Some(r) if r.actor_without_adapters => Some(ReferencePolicy::ActorWithoutAdapters {
-                micro_batch_size: r.micro_batch,
-                max_token_len: r.max_token_len,
-                temperature: r.temperature,
-            }),
-            Some(r) => {
-                let engine = roles.reference(
-                    &r.engine,
-                    EngineSettings {
-                        model_path: r.model_path.clone(),
-                        device: opts.device,
-                        param_dtype: dtype_,
-                        seed,
-                        optim: None,
-                        loss_scale_factor: None,
-                        loss_scaling: opts.loss_scaling,
-                        lora: None,
-                        config_overrides: a.config_overrides.clone(),
-                        remove_padding: r.engine.remove_padding(),
-                    },
-                )?;
-                let mut reference = Reference::new(engine, r.micro_batch, r.temperature)?;
-                reference.max_token_len = r.max_token_len;
-                Some(ReferencePolicy::Own(reference))
-            }
-            None => None,
-        };
-        let reward_model = match rm {
+        let critic = critic_role(&roles, spec, opts, total_steps)?;
+        let reference = reference_policy(&roles, spec, opts)?;
+        let reward_model = match &spec.reward_model {
             Some(m) => Some(RewardModel::load(
                 m,
                 m.dtype.map_or(dtype_, dtype),
@@ -333,14 +376,6 @@ impl<R: Roles> Trainer<R> {
         let rollout = RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
 
         let alg = &spec.algorithm;
-        let kl_ctrl = match alg.kl_ctrl {
-            KlControlSpec::Adaptive {
-                kl_coef,
-                target_kl,
-                horizon,
-            } => KlController::adaptive(kl_coef, target_kl, horizon)?,
-            KlControlSpec::Fixed { kl_coef } => KlController::fixed(kl_coef),
-        };
         let stop = StopTokens {
             eos: tokenizer.eos_token_ids.clone(),
             pad: tokenizer.pad_token_id,
@@ -362,7 +397,7 @@ impl<R: Roles> Trainer<R> {
             rollout,
             reward,
             reward_model,
-            kl_ctrl,
+            kl_ctrl: kl_controller(alg.kl_ctrl)?,
             kl_penalty: alg.kl_penalty,
             estimator: alg.estimator,
             adv_cfg: alg.advantage,
@@ -378,23 +413,29 @@ impl<R: Roles> Trainer<R> {
             staged_checkpoint: None,
         };
         trainer.load_checkpoint()?;
-        if !trainer.dp.is_main() {
-            return Ok(trainer);
+        if trainer.dp.is_main() {
+            trainer.start_tracking(opts)?;
         }
-        trainer.tracking = Tracking::new(
+        Ok(trainer)
+    }
+
+    /// The loggers of the main rank (after a resume, they continue at its step).
+    fn start_tracking(&mut self, opts: &RunOptions) -> Result<(), TrainerError> {
+        let spec = &self.spec;
+        self.tracking = Tracking::new(
             &spec.run.loggers,
             &TrackingOptions {
                 project: spec.run.project_name.clone(),
                 experiment: spec.run.experiment_name.clone(),
-                total_steps,
-                resume_from_step: (trainer.global_step > 0).then_some(trainer.global_step),
+                total_steps: self.total_steps,
+                resume_from_step: (self.global_step > 0).then_some(self.global_step),
                 console_lines: opts.console_lines,
                 config: serde_json::to_value(spec).unwrap_or_default(),
                 python: crate::workers::reward::python::PythonSettings::default_python(),
                 tracker_env: Vec::new(),
             },
         )?;
-        Ok(trainer)
+        Ok(())
     }
 
     pub fn global_step(&self) -> u64 {
