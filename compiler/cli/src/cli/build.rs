@@ -163,6 +163,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
     );
     let start = Instant::now();
     let mut progress = Progress::new();
+    progress.planned = codegen::planned_artifacts(&krate, &paths);
     let built = codegen::build(&krate, &paths, profile, &mut |e| progress.event(e));
     progress.finish();
     match built {
@@ -192,6 +193,8 @@ struct Progress {
     start: Instant,
     last_line: Instant,
     artifacts: usize,
+    /// Artifacts the whole build produces (`cargo metadata`), for "N of M".
+    planned: Option<usize>,
 }
 
 impl Progress {
@@ -211,6 +214,7 @@ impl Progress {
             start: Instant::now(),
             last_line: Instant::now(),
             artifacts: 0,
+            planned: None,
         }
     }
 
@@ -219,7 +223,7 @@ impl Progress {
             Event::Artifact(n) => {
                 self.artifacts = n;
                 if let Some(b) = &self.bar {
-                    b.set_prefix(format!("{n} crates"));
+                    b.set_prefix(self.count());
                 }
             }
             Event::Status(line) => {
@@ -239,13 +243,25 @@ impl Progress {
                     self.last_line = Instant::now();
                 } else if self.last_line.elapsed() > Duration::from_secs(15) {
                     eprintln!(
-                        "  … {} crates done, {:.0} s",
-                        self.artifacts,
+                        "  … {} done, {:.0} s",
+                        self.count(),
                         self.start.elapsed().as_secs_f64()
                     );
                     self.last_line = Instant::now();
                 }
             }
+        }
+    }
+
+    /// `12 of 240 crates` (with the plan), else `12 crates`.
+    fn count(&self) -> String {
+        match self.planned {
+            Some(total) => format!(
+                "{} of {} crates",
+                self.artifacts.min(total),
+                total.max(self.artifacts)
+            ),
+            None => format!("{} crates", self.artifacts),
         }
     }
 

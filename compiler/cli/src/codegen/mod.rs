@@ -227,6 +227,62 @@ pub fn cargo_command(krate: &WrittenCrate, paths: &Paths, profile: Profile) -> C
     cmd
 }
 
+/// How many compiler artifacts the build of `krate` produces when nothing is fresh: one per
+/// package of its dependency graph on this host, plus one per build script (cargo reports
+/// each as an artifact, fresh or compiled, so "N of M" counts down to the end). `None` when
+/// `cargo metadata` cannot say (the build itself then reports what is wrong).
+pub fn planned_artifacts(krate: &WrittenCrate, paths: &Paths) -> Option<usize> {
+    let cargo = std::env::var_os("VERLC_CARGO")
+        .or_else(|| std::env::var_os("CARGO"))
+        .unwrap_or_else(|| "cargo".into());
+    let host = Command::new("rustc").arg("-vV").output().ok()?;
+    let host = String::from_utf8_lossy(&host.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))?;
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "metadata",
+        "--format-version",
+        "1",
+        "--filter-platform",
+        &host,
+    ])
+    .arg("--manifest-path")
+    .arg(krate.dir.join("Cargo.toml"));
+    forget_calling_package(&mut cmd);
+    libtorch_env(&mut cmd, &paths.checkout);
+    let out = cmd.output().ok().filter(|o| o.status.success())?;
+    count_artifacts(&serde_json::from_slice(&out.stdout).ok()?)
+}
+
+/// [`planned_artifacts`] of a `cargo metadata` document.
+fn count_artifacts(meta: &serde_json::Value) -> Option<usize> {
+    let with_build_script: std::collections::HashSet<&str> = meta["packages"]
+        .as_array()?
+        .iter()
+        .filter(|p| {
+            p["targets"].as_array().is_some_and(|ts| {
+                ts.iter().any(|t| {
+                    t["kind"]
+                        .as_array()
+                        .is_some_and(|k| k.iter().any(|k| k == "custom-build"))
+                })
+            })
+        })
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    let nodes = meta["resolve"]["nodes"].as_array()?;
+    let scripts = nodes
+        .iter()
+        .filter(|n| {
+            n["id"]
+                .as_str()
+                .is_some_and(|id| with_build_script.contains(id))
+        })
+        .count();
+    Some(nodes.len() + scripts)
+}
+
 /// Drops what cargo set for the package that runs verlc (`cargo run -p verlc`, a test of the
 /// workspace): `CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ... Build scripts that track one of them
 /// (ring's tracks `CARGO_MANIFEST_DIR`) would otherwise see a changed value and rebuild, with
@@ -281,4 +337,24 @@ pub fn build(
         &krate.rendered.package,
         on_event,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_artifacts;
+
+    #[test]
+    fn artifacts_are_packages_plus_build_scripts() {
+        let meta = serde_json::json!({
+            "packages": [
+                {"id": "a", "targets": [{"kind": ["lib"]}, {"kind": ["custom-build"]}]},
+                {"id": "b", "targets": [{"kind": ["proc-macro"]}]},
+                {"id": "unused", "targets": [{"kind": ["lib"]}, {"kind": ["custom-build"]}]},
+                {"id": "trainer", "targets": [{"kind": ["bin"]}, {"kind": ["custom-build"]}]}
+            ],
+            "resolve": {"nodes": [{"id": "a"}, {"id": "b"}, {"id": "trainer"}]}
+        });
+        assert_eq!(count_artifacts(&meta), Some(5));
+        assert_eq!(count_artifacts(&serde_json::json!({})), None);
+    }
 }
