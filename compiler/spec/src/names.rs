@@ -32,6 +32,7 @@ macro_rules! verl_names {
     ) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
         pub enum $name {
             $( $(#[$vmeta])* #[serde(rename = $spelling)] $variant, )+
         }

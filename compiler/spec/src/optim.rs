@@ -80,31 +80,57 @@ impl VerlSchedulerConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// How the learning rate decays after warmup (`optim.lr_decay_style`, Megatron backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum LrDecayStyle {
+    /// No decay.
+    #[serde(rename = "constant")]
     Constant,
+    /// Linear decay to `min_lr` over `lr_decay_steps`.
+    #[serde(rename = "linear")]
     Linear,
+    /// Half-cosine decay to `min_lr` over `lr_decay_steps`.
+    #[serde(rename = "cosine")]
     Cosine,
+    /// Decay proportional to one over the square root of the step.
+    #[serde(rename = "inverse-square-root")]
     InverseSquareRoot,
+    /// Warmup-stable-decay: constant, then a final decay over `lr_wsd_decay_steps`.
     #[serde(rename = "WSD")]
     Wsd,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Shape of the final decay phase of the WSD schedule (Megatron backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum WsdDecayStyle {
+    /// Exponential (halving) decay.
+    #[serde(rename = "exponential")]
     Exponential,
+    /// Linear decay.
+    #[serde(rename = "linear")]
     Linear,
+    /// Half-cosine decay.
+    #[serde(rename = "cosine")]
     Cosine,
+    /// One minus the square root of the decay progress.
+    #[serde(rename = "minus_sqrt")]
     MinusSqrt,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// How weight decay changes over training (Megatron backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum WdIncrStyle {
+    /// Weight decay stays at `weight_decay`.
+    #[serde(rename = "constant")]
     Constant,
+    /// Linear change over training.
+    #[serde(rename = "linear")]
     Linear,
+    /// Cosine change over training.
+    #[serde(rename = "cosine")]
     Cosine,
 }
 

@@ -8,43 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::common::KlEstimator;
 
-/// How advantages are computed from rewards (and values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum AdvEstimator {
-    /// Generalized advantage estimation with the critic's values (PPO).
-    #[serde(rename = "gae")]
-    Gae,
-    /// Score minus the group mean, optionally divided by the group std (GRPO).
-    #[serde(rename = "grpo")]
-    Grpo,
-    /// Discounted token-level returns, whitened over the batch (REINFORCE++).
-    #[serde(rename = "reinforce_plus_plus")]
-    ReinforcePlusPlus,
-    /// Score minus the group mean, whitened over the batch.
-    #[serde(rename = "reinforce_plus_plus_baseline")]
-    ReinforcePlusPlusBaseline,
-    /// Return minus the score of a greedy rollout of the same prompt (ReMax).
-    #[serde(rename = "remax")]
-    Remax,
-    /// Score minus the mean of the other responses of the group (RLOO).
-    #[serde(rename = "rloo")]
-    Rloo,
-    /// Score minus a length-weighted group mean (OPO).
-    #[serde(rename = "opo")]
-    Opo,
-    /// Only the best response of each group gets a (pass@k) advantage.
-    #[serde(rename = "grpo_passk")]
-    GrpoPassk,
-    /// Group-normalised score rescaled by the share of non-zero scores (GPG).
-    #[serde(rename = "gpg")]
-    Gpg,
-    /// Vectorised RLOO (a singleton group gets advantage 0).
-    #[serde(rename = "rloo_vectorized")]
-    RlooVectorized,
-    /// Vectorised GRPO.
-    #[serde(rename = "grpo_vectorized")]
-    GrpoVectorized,
-}
+/// How advantages are computed from rewards (and values): the spec's vocabulary.
+pub use verlc_spec::algo::AdvEstimator;
 
 /// Kind of controller for the in-reward KL coefficient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

@@ -5,6 +5,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// How per-token losses are reduced to one scalar: the spec's vocabulary.
+pub use verlc_spec::algo::LossAggMode;
+
 /// A dictionary that verl passes through unchecked (constructor kwargs, HF config overrides,
 /// engine options). Any keys are accepted.
 pub type OpenDict = serde_json::Map<String, serde_json::Value>;
@@ -41,24 +44,6 @@ pub enum Strategy {
     /// Megatron-core with tensor/pipeline/context/expert parallelism.
     #[serde(rename = "megatron")]
     Megatron,
-}
-
-/// How per-token losses are reduced to one scalar.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum LossAggMode {
-    /// Average over every valid token of the batch.
-    #[serde(rename = "token-mean")]
-    TokenMean,
-    /// Sum over the tokens of each sequence, then average over sequences.
-    #[serde(rename = "seq-mean-token-sum")]
-    SeqMeanTokenSum,
-    /// Average over the tokens of each sequence, then average over sequences.
-    #[serde(rename = "seq-mean-token-mean")]
-    SeqMeanTokenMean,
-    /// Sum over all tokens divided by a constant (`loss_scale_factor`, or the maximum response
-    /// length), as in Dr. GRPO.
-    #[serde(rename = "seq-mean-token-sum-norm")]
-    SeqMeanTokenSumNorm,
 }
 
 /// The estimator of the KL divergence between the policy and the reference policy.

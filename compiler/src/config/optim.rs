@@ -10,6 +10,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+// The schedule vocabulary is the spec's (one enum per concept, verl's spellings there).
+pub use verlc_spec::optim::{
+    LrDecayStyle, WdIncrStyle as WeightDecayIncrStyle, WsdDecayStyle as LrWsdDecayStyle,
+};
+
 use super::common::OpenDict;
 
 /// Learning-rate schedule after warm-up (FSDP backends).
@@ -19,57 +24,6 @@ pub enum LrSchedulerType {
     #[serde(rename = "constant")]
     Constant,
     /// Cosine decay towards `min_lr_ratio` times the peak.
-    #[serde(rename = "cosine")]
-    Cosine,
-}
-
-/// Learning-rate decay after warm-up (Megatron backend).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum LrDecayStyle {
-    /// No decay.
-    #[serde(rename = "constant")]
-    Constant,
-    /// Linear decay to `min_lr` over `lr_decay_steps`.
-    #[serde(rename = "linear")]
-    Linear,
-    /// Half-cosine decay to `min_lr` over `lr_decay_steps`.
-    #[serde(rename = "cosine")]
-    Cosine,
-    /// Decay proportional to one over the square root of the step.
-    #[serde(rename = "inverse-square-root")]
-    InverseSquareRoot,
-    /// Warmup-stable-decay: constant, then a final decay over `lr_wsd_decay_steps`.
-    #[serde(rename = "WSD")]
-    Wsd,
-}
-
-/// Shape of the final decay phase of the WSD schedule (Megatron backend).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum LrWsdDecayStyle {
-    /// Exponential (halving) decay.
-    #[serde(rename = "exponential")]
-    Exponential,
-    /// Linear decay.
-    #[serde(rename = "linear")]
-    Linear,
-    /// Half-cosine decay.
-    #[serde(rename = "cosine")]
-    Cosine,
-    /// One minus the square root of the decay progress.
-    #[serde(rename = "minus_sqrt")]
-    MinusSqrt,
-}
-
-/// How weight decay changes over training (Megatron backend).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum WeightDecayIncrStyle {
-    /// Weight decay stays at `weight_decay`.
-    #[serde(rename = "constant")]
-    Constant,
-    /// Linear change over training.
-    #[serde(rename = "linear")]
-    Linear,
-    /// Cosine change over training.
     #[serde(rename = "cosine")]
     Cosine,
 }

@@ -9,9 +9,7 @@
 
 use verlc_spec::algo as sa;
 use verlc_spec::data::{DataSpec, Truncation as SpecTruncation};
-use verlc_spec::optim::{
-    AdamWConfig, InnerConfig, LrDecayStyle as SpecDecay, SgdConfig, VerlSchedule,
-};
+use verlc_spec::optim::{AdamWConfig, InnerConfig, SgdConfig, VerlSchedule};
 use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
     ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
@@ -23,9 +21,9 @@ use verlc_spec::trainer::{
 
 use crate::codes;
 use crate::config::{
-    AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LossAggMode, LrDecayStyle,
-    LrSchedulerType, OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode,
-    RolloutDtype, SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
+    AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LrDecayStyle, LrSchedulerType,
+    OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode, RolloutDtype,
+    SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
 };
 use crate::config::{BypassLossType, RolloutIsLevel, RsThreshold};
 use crate::diag::Diagnostic;
@@ -248,7 +246,7 @@ fn critic_spec(
                 shuffle: c.shuffle,
                 data_loader_seed: c.data_loader_seed.unwrap_or(a.data_loader_seed) as u64,
                 cliprange_value: c.cliprange_value,
-                loss_agg_mode: loss_agg(c.loss_agg_mode),
+                loss_agg_mode: c.loss_agg_mode,
             },
         }
     })
@@ -368,7 +366,7 @@ fn reward_spec(cfg: &VerlConfig) -> RewardSpec {
 fn algorithm_spec(cfg: &VerlConfig, l: &mut Lowering) -> AlgorithmSpec {
     let alg = &cfg.algorithm;
     AlgorithmSpec {
-        estimator: estimator(alg.adv_estimator),
+        estimator: alg.adv_estimator,
         advantage: sa::AdvantageConfig {
             gamma: alg.gamma,
             lam: alg.lam,
@@ -522,7 +520,7 @@ fn pf_ppo_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<PfPpoSpec> {
     if alg.adv_estimator != AdvEstimator::Gae {
         l.no_effect(
             "algorithm.use_pf_ppo",
-            format!("verl 0.7.0 resamples with PF-PPO only under adv_estimator=gae; with `{}` the switch has no effect", estimator(alg.adv_estimator)),
+            format!("verl 0.7.0 resamples with PF-PPO only under adv_estimator=gae; with `{}` the switch has no effect", alg.adv_estimator),
         );
         return None;
     }
@@ -1260,7 +1258,7 @@ fn actor_settings(
             kl_cov_ratio: pl.kl_cov_ratio,
             ppo_kl_coef: pl.ppo_kl_coef,
         },
-        loss_agg_mode: loss_agg(a.loss_agg_mode),
+        loss_agg_mode: a.loss_agg_mode,
         entropy_coeff: a.entropy_coeff,
         calculate_entropy: a.calculate_entropy,
         use_kl_loss: a.use_kl_loss,
@@ -1329,18 +1327,15 @@ fn optim_spec(
             lr_warmup_steps_ratio: o.lr_warmup_steps_ratio,
             lr_decay_steps: o.lr_decay_steps,
             lr_decay_style: match style {
-                LrDecayStyle::Constant => SpecDecay::Constant,
-                LrDecayStyle::Linear => SpecDecay::Linear,
-                LrDecayStyle::Cosine => SpecDecay::Cosine,
-                LrDecayStyle::InverseSquareRoot => SpecDecay::InverseSquareRoot,
                 LrDecayStyle::Wsd => {
                     l.unsupported(
                         &format!("{key}.lr_decay_style"),
                         "the WSD schedule is not implemented by verlc's trainer",
                         "use constant, linear, cosine or inverse-square-root",
                     );
-                    SpecDecay::Constant
+                    LrDecayStyle::Constant
                 }
+                style => style,
             },
         },
         None => ScheduleSpec::Verl {
@@ -1525,31 +1520,6 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
         project_name: t.project_name.clone(),
         experiment_name: t.experiment_name.clone(),
         loggers,
-    }
-}
-
-fn estimator(e: AdvEstimator) -> sa::AdvEstimator {
-    match e {
-        AdvEstimator::Gae => sa::AdvEstimator::Gae,
-        AdvEstimator::Grpo => sa::AdvEstimator::Grpo,
-        AdvEstimator::GrpoVectorized => sa::AdvEstimator::GrpoVectorized,
-        AdvEstimator::GrpoPassk => sa::AdvEstimator::GrpoPassk,
-        AdvEstimator::ReinforcePlusPlus => sa::AdvEstimator::ReinforcePlusPlus,
-        AdvEstimator::ReinforcePlusPlusBaseline => sa::AdvEstimator::ReinforcePlusPlusBaseline,
-        AdvEstimator::Rloo => sa::AdvEstimator::Rloo,
-        AdvEstimator::RlooVectorized => sa::AdvEstimator::RlooVectorized,
-        AdvEstimator::Opo => sa::AdvEstimator::Opo,
-        AdvEstimator::Remax => sa::AdvEstimator::Remax,
-        AdvEstimator::Gpg => sa::AdvEstimator::Gpg,
-    }
-}
-
-fn loss_agg(m: LossAggMode) -> sa::LossAggMode {
-    match m {
-        LossAggMode::TokenMean => sa::LossAggMode::TokenMean,
-        LossAggMode::SeqMeanTokenSum => sa::LossAggMode::SeqMeanTokenSum,
-        LossAggMode::SeqMeanTokenMean => sa::LossAggMode::SeqMeanTokenMean,
-        LossAggMode::SeqMeanTokenSumNorm => sa::LossAggMode::SeqMeanTokenSumNorm,
     }
 }
 
