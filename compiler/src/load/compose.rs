@@ -967,8 +967,10 @@ impl Composer {
         self.stack.pop();
     }
 
-    /// A group and package gets one entry (Hydra's "Multiple values for ..." and "appears
-    /// more than once"); `override group: option` is how a config changes one.
+    /// Two entries for the same group and package must agree on the option (Hydra's
+    /// "Multiple values for ..."); the same option twice is one entry, as Hydra dedupes it
+    /// (`tests/fixtures/hydra_composition`: `dup_same`, `+db=mysql`). `override group:
+    /// option` is how a config changes one.
     fn check_single_choice(
         &mut self,
         key: &str,
@@ -981,21 +983,7 @@ impl Composer {
             return true;
         }
         let prev = match (self.choices.get(key), names) {
-            (Some(prev), [name]) if !self.list_choices.contains(key) => {
-                if prev == name {
-                    // Hydra builds the list first, then refuses any group twice in it.
-                    self.diags.push(
-                        Diagnostic::error(
-                            codes::DEFAULTS_SYNTAX,
-                            format!("`{key}` appears more than once in the final defaults list"),
-                        )
-                        .with_primary(origin.cloned(), "a second entry for this group and package")
-                        .with_help(
-                            "name each group once; a config included twice brings its groups twice",
-                        ),
-                    );
-                    return false;
-                }
+            (Some(prev), [name]) if prev != name && !self.list_choices.contains(key) => {
                 prev.clone()
             }
             _ => return true,
