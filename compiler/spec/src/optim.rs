@@ -120,11 +120,12 @@ pub enum WsdDecayStyle {
 }
 
 /// How weight decay changes over training (Megatron backend).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum WdIncrStyle {
     /// Weight decay stays at `weight_decay`.
     #[serde(rename = "constant")]
+    #[default]
     Constant,
     /// Linear change over training.
     #[serde(rename = "linear")]

@@ -206,6 +206,11 @@ pub enum ScheduleSpec {
         /// `lr_decay_steps` (`None`: the total).
         lr_decay_steps: Option<i64>,
         lr_decay_style: LrDecayStyle,
+        /// `weight_decay_incr_style`. verl gives Megatron's scheduler start = end =
+        /// `weight_decay` and `total_training_steps` increment steps, so every style keeps
+        /// the decay at `weight_decay`; it is carried so the scheduler runs as verl's does.
+        #[serde(default)]
+        wd_incr_style: WdIncrStyle,
     },
 }
 
@@ -231,6 +236,7 @@ impl OptimSpec {
                 lr_warmup_steps_ratio,
                 lr_decay_steps,
                 lr_decay_style,
+                wd_incr_style,
             } => {
                 let warmup = match lr_warmup_steps {
                     Some(w) if w > 0 => w as f64,
@@ -248,8 +254,8 @@ impl OptimSpec {
                     lr_decay_style,
                     start_wd: self.weight_decay,
                     end_wd: self.weight_decay,
-                    wd_incr_steps: decay,
-                    wd_incr_style: WdIncrStyle::Constant,
+                    wd_incr_steps: (total as f64).max(1.0),
+                    wd_incr_style,
                     wsd_decay_steps: None,
                     lr_wsd_decay_style: None,
                 })

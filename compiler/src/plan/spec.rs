@@ -1337,6 +1337,7 @@ fn optim_spec(
                 }
                 style => style,
             },
+            wd_incr_style: o.weight_decay_incr_style.unwrap_or_default(),
         },
         None => ScheduleSpec::Verl {
             schedule: match o.lr_scheduler_type.or(o.warmup_style) {

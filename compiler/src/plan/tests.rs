@@ -956,10 +956,6 @@ fn unsupported_settings_are_reported_at_their_line_before_any_build() {
             "actor_rollout_ref.actor.optim.optimizer",
         ),
         (
-            "    optim:\n      weight_decay_incr_style: linear\n",
-            "actor_rollout_ref.actor.optim.weight_decay_incr_style",
-        ),
-        (
             "    policy_loss:\n      loss_mode: bypass_mode\n",
             "actor_rollout_ref.actor.policy_loss.loss_mode",
         ),
@@ -1422,4 +1418,26 @@ fn model_config_overrides_lower_for_the_keys_the_loader_applies() {
         "{:?}",
         c.codes()
     );
+}
+
+/// `weight_decay_incr_style` runs as verl runs it: Megatron's scheduler with start = end =
+/// weight_decay over `total_training_steps`, so the decay stays at `weight_decay`.
+#[test]
+fn weight_decay_incr_style_runs_as_verl_does() {
+    let c = case(
+        &with_actor(
+            "    strategy: megatron\n    data_loader_seed: 1\n    optim:\n      weight_decay: 0.05\n      weight_decay_incr_style: linear\n",
+        )
+        .replace("  ref:\n", "  ref:\n    strategy: megatron\n"),
+        &["critic.strategy=megatron"],
+    );
+    assert!(!c.codes().contains(&"B018"), "{:?}", c.codes());
+    let settings = c.lowered.plan.spec.actor.optim.resolve(10);
+    match settings.scheduler {
+        verlc_spec::optim::SchedulerSettings::Megatron(m) => {
+            assert_eq!(m.wd_incr_style, verlc_spec::optim::WdIncrStyle::Linear);
+            assert_eq!((m.start_wd, m.end_wd, m.wd_incr_steps), (0.05, 0.05, 10.0));
+        }
+        other => panic!("expected Megatron's scheduler, got {other:?}"),
+    }
 }

@@ -196,7 +196,7 @@ table! {
     "**.optim.{lr_wsd_decay_steps,lr_wsd_decay_style}" => NoEffect(NONE, "belongs to the WSD schedule (lr_decay_style WSD is refused)"),
     "**.optim.total_training_steps" => NoEffect(NONE, "is overwritten with the run's step count, by verl and by verlc"),
     "**.optim.use_checkpoint_opt_param_scheduler" => NoEffect(NONE, "has no effect: verlc always restores the scheduler from the checkpoint"),
-    "**.optim.weight_decay_incr_style" => Unsupported("changes weight decay over training; verlc keeps it constant"),
+    "**.optim.weight_decay_incr_style" => Implemented("optim schedule (Megatron's weight-decay increment; verl starts and ends it at weight_decay, so the decay is the same for every style)"),
     "**.optim.override_optimizer_config.{optimizer_cpu_offload,optimizer_offload_fraction}" => Implemented("optim.offload_fraction (Megatron's hybrid CPU optimizer)"),
     "**.optim.override_optimizer_config.{use_precision_aware_optimizer,main_grads_dtype,main_params_dtype,exp_avg_dtype,exp_avg_sq_dtype}" => Checked("the precision-aware optimizer with fp32 state: the numbers verlc's fp32 optimizer state gives"),
     "**.optim.override_optimizer_config.**" => Checked("refused except Megatron's hybrid CPU offload and fp32 precision-aware options"),
