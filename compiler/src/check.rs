@@ -84,7 +84,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     if let Some(version) = req
         .config_dir
         .as_deref()
-        .and_then(crate::load::version::verl_version)
+        .and_then(crate::load::version::verl_release)
         .filter(|v| !crate::load::version::is_modelled(v))
         && let Some((note, keys)) = pass_through_unmodelled(
             req,

@@ -70,6 +70,38 @@ fn a_newer_release_passes_through_with_one_warning() {
     }
 }
 
+/// A newer tree copied without its `verl/version/version` file is still recognised as
+/// newer (by its `model_engine/` group): one S007, not thousands of unknown keys.
+#[test]
+fn a_newer_tree_without_its_version_file_is_recognised_by_its_layout() {
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let copy = scratch.path().join("config");
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&dir)
+        .arg(&copy)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    assert!(!copy.join("../../version/version").exists());
+    let d = run(&copy, "ppo_trainer", &[]);
+    assert!(errors(&d).is_empty(), "{:#?}", errors(&d));
+    let notes: Vec<_> = d
+        .iter()
+        .filter(|x| x.code == codes::SCHEMA_UNMODELLED_RELEASE)
+        .collect();
+    assert_eq!(notes.len(), 1);
+    assert!(
+        notes[0].message.contains("model_engine/"),
+        "{}",
+        notes[0].message
+    );
+}
+
 #[test]
 fn what_the_user_writes_is_still_checked_on_a_newer_release() {
     let Some(dir) = newer_tree() else {

@@ -17,6 +17,18 @@ pub fn verl_version(config_dir: &Path) -> Option<String> {
     (!v.is_empty() && v.len() < 40).then(|| v.to_owned())
 }
 
+/// The release of the tree at `config_dir`: its version file ([`verl_version`]), else what
+/// its layout says. A tree copied without `verl/version/version` but holding verl's
+/// `model_engine/` group (added after 0.7.0) is a newer release than the modelled one; the
+/// label names how it was found.
+pub fn verl_release(config_dir: &Path) -> Option<String> {
+    verl_version(config_dir).or_else(|| {
+        config_dir.join("model_engine").is_dir().then(|| {
+            "newer than 0.7.0 (its model_engine/ group; no verl/version/version file)".to_owned()
+        })
+    })
+}
+
 /// Whether verlc models release `version` (`0.7.0`, `0.7.1`, `0.7.0.dev`).
 pub fn is_modelled(version: &str) -> bool {
     version == MODELLED || version.starts_with(&format!("{MODELLED}."))
@@ -34,5 +46,8 @@ mod tests {
         assert!(!is_modelled("0.9.1"));
         assert!(!is_modelled("0.70.0"));
         assert!(!is_modelled("0.6.1"));
+        assert!(!is_modelled(
+            "newer than 0.7.0 (its model_engine/ group; no verl/version/version file)"
+        ));
     }
 }
