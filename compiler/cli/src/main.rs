@@ -1,4 +1,10 @@
-//! `verlc`: check, explain and schema for verl configs (and, later, build/run).
+//! `verlc`, the command line: check, explain, schema, rule, build, run, fetch.
+//!
+//! The layer above the front end (package `verlc-front`, library `verlc`), which it uses for
+//! everything about configs. What only the tool needs lives here: argument parsing and the
+//! exit-status contract ([`cli`]), the generated trainer crate and the cargo driver
+//! ([`codegen`]), Hub downloads (`cli/fetch.rs`), progress display, the allocator. Generated
+//! trainers link the front end, never this crate.
 
 mod cli;
 mod codegen;

@@ -1,5 +1,6 @@
-//! The command-line front end: clap arguments, one file per subcommand, and the one place
-//! diagnostics are rendered ([`render`]).
+//! The subcommands: clap arguments ([`args`]), one file per subcommand, and what they share
+//! at the process edge ([`output`]: exit statuses, usage errors, atomic output files).
+//! Diagnostics are rendered by the front end's `verlc::render`.
 
 mod args;
 mod build;
