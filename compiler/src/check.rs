@@ -44,7 +44,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
     // null and a rule decides which missing values verl would actually read.
     let (mut tree, missing) = unset_mandatory(&composed.root);
-    let mut schema_diags = schema::validate(&tree);
+    let (mut schema_diags, not_built) = schema::validate_counted(&tree);
     // A `???` whose type cannot be null is a value the user must set: say that, not "null".
     for d in &mut schema_diags {
         if let Some(key) = d.key_path.clone().filter(|k| missing.contains(k)) {
@@ -240,7 +240,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
                 .filter(|d| !about_any(d, &replaced) && other.iter().any(|o| same(d, o))),
         );
     }
-    cap_diagnostics(&mut diagnostics);
+    cap_diagnostics(&mut diagnostics, not_built);
     // Environment values read by `${oc.env:...}` never reach the output (see `redact`).
     composed.secrets().redact_diagnostics(&mut diagnostics);
     Checked {
@@ -338,21 +338,11 @@ fn custom_data_keys(diags: &mut [Diagnostic], sources: &crate::source::SourceMap
 /// generated file of 450k unknown keys would print 160 MB).
 pub const MAX_DIAGNOSTICS: usize = 1000;
 
-/// Keep the first [`MAX_DIAGNOSTICS`] and say how many more there were (an error, so the
-/// exit status does not change; the schema stage's own count of what it did not build is
-/// added in).
-fn cap_diagnostics(diags: &mut Vec<Diagnostic>) {
-    let is_summary = |d: &Diagnostic| {
-        d.code == codes::YAML_LIMIT
-            && d.primary.is_none()
-            && d.message.contains("more findings not shown")
-    };
-    let mut hidden: usize = diags
-        .iter()
-        .filter(|d| is_summary(d))
-        .filter_map(|d| d.message.split(' ').next()?.parse::<usize>().ok())
-        .sum();
-    diags.retain(|d| !is_summary(d));
+/// Keep the first [`MAX_DIAGNOSTICS`] and say how many more there were, counting the
+/// findings the schema stage did not build (`not_built`); an error, so the exit status does
+/// not change.
+fn cap_diagnostics(diags: &mut Vec<Diagnostic>, not_built: usize) {
+    let mut hidden = not_built;
     if diags.len() > MAX_DIAGNOSTICS {
         hidden += diags.len() - MAX_DIAGNOSTICS;
         diags.truncate(MAX_DIAGNOSTICS);

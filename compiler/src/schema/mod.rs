@@ -961,6 +961,12 @@ fn takes_any_string(m: &Map<String, Value>) -> bool {
 /// Validate a composed config; each error becomes a diagnostic pointing at the YAML (or
 /// override) text of the offending key or value.
 pub fn validate(root: &Node) -> Vec<Diagnostic> {
+    validate_counted(root).0
+}
+
+/// [`validate`], with the number of findings past the check's report limit that were only
+/// counted, not built.
+pub fn validate_counted(root: &Node) -> (Vec<Diagnostic>, usize) {
     let json = root.to_json();
     let mut out = Vec::new();
     // Findings past the check's report limit are only counted (a generated file of 450k
@@ -1127,10 +1133,7 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
         };
         out.push(d);
     }
-    if uncounted > 0 {
-        out.push(not_shown(uncounted));
-    }
-    out
+    (out, uncounted)
 }
 
 /// The one diagnostic that stands for findings past the report limit (an error: each of
