@@ -87,10 +87,10 @@ impl Tracking {
             }
             seen.push(*b);
             match b {
-                LoggerKind::Console => loggers.push(Box::new(ConsoleLogger::new(
-                    opts.total_steps,
-                    opts.console_lines,
-                ))),
+                LoggerKind::Console => loggers.push(Box::new(
+                    ConsoleLogger::new(opts.total_steps, opts.console_lines)
+                        .resumed_at(opts.resume_from_step.unwrap_or(0)),
+                )),
                 LoggerKind::File => loggers.push(Box::new(FileLogger::open(
                     &FileLogger::default_path(&opts.project, &opts.experiment),
                     opts.resume_from_step,
@@ -160,6 +160,9 @@ pub struct ConsoleLogger {
     lines: bool,
     bar: bool,
     start: std::time::Instant,
+    /// The step the run resumed from (0 for a new run): the rate and ETA count only the
+    /// steps this process ran.
+    resumed: u64,
 }
 
 impl ConsoleLogger {
@@ -169,11 +172,19 @@ impl ConsoleLogger {
             lines,
             bar: std::io::stderr().is_terminal(),
             start: std::time::Instant::now(),
+            resumed: 0,
         }
     }
 
-    /// `[#####-----] 12/60 steps, 3.1 s/step, eta 2m28s`.
-    pub fn bar_text(done: u64, total: u64, elapsed_s: f64) -> String {
+    /// The same logger for a run resumed at `step`.
+    pub fn resumed_at(mut self, step: u64) -> Self {
+        self.resumed = step;
+        self
+    }
+
+    /// `[#####-----] 12/60 steps, 0m37s elapsed, 3.1 s/step, eta 2m28s`: `done` of `total`
+    /// steps, `ran` of them in `elapsed_s` seconds by this process (fewer after a resume).
+    pub fn bar_text(done: u64, total: u64, ran: u64, elapsed_s: f64) -> String {
         let width = 30usize;
         let frac = if total == 0 {
             1.0
@@ -181,18 +192,15 @@ impl ConsoleLogger {
             (done as f64 / total as f64).min(1.0)
         };
         let filled = (frac * width as f64).round() as usize;
-        let per = if done > 0 {
-            elapsed_s / done as f64
-        } else {
-            0.0
-        };
+        let per = if ran > 0 { elapsed_s / ran as f64 } else { 0.0 };
         let eta = per * total.saturating_sub(done) as f64;
+        let mmss = |s: f64| format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64);
         format!(
-            "[{}{}] {done}/{total} steps, {per:.1} s/step, eta {}m{:02}s",
+            "[{}{}] {done}/{total} steps, {} elapsed, {per:.1} s/step, eta {}",
             "#".repeat(filled),
             "-".repeat(width - filled),
-            (eta / 60.0) as u64,
-            (eta % 60.0) as u64
+            mmss(elapsed_s),
+            mmss(eta)
         )
     }
 }
@@ -208,7 +216,12 @@ impl Logger for ConsoleLogger {
         if self.bar && step > 0 {
             eprint!(
                 "{}",
-                Self::bar_text(step, self.total, self.start.elapsed().as_secs_f64())
+                Self::bar_text(
+                    step,
+                    self.total,
+                    step.saturating_sub(self.resumed),
+                    self.start.elapsed().as_secs_f64()
+                )
             );
             let _ = std::io::stderr().flush();
         }
@@ -291,5 +304,29 @@ impl Logger for FileLogger {
             path: self.path.clone(),
             source: e,
         })
+    }
+}
+
+#[cfg(test)]
+mod bar_tests {
+    use super::ConsoleLogger;
+
+    #[test]
+    fn the_bar_shows_elapsed_rate_and_eta_of_this_process() {
+        assert_eq!(
+            ConsoleLogger::bar_text(12, 60, 12, 37.2),
+            format!(
+                "[{}{}] 12/60 steps, 0m37s elapsed, 3.1 s/step, eta 2m28s",
+                "#".repeat(6),
+                "-".repeat(24)
+            )
+        );
+        // Resumed at 50: two steps ran in 10 s, so 5 s/step for the 8 to go.
+        let resumed = ConsoleLogger::bar_text(52, 60, 2, 10.0);
+        assert!(
+            resumed.ends_with("0m10s elapsed, 5.0 s/step, eta 0m40s"),
+            "{resumed}"
+        );
+        assert!(ConsoleLogger::bar_text(0, 0, 0, 0.0).contains("0/0 steps"));
     }
 }
