@@ -100,6 +100,7 @@ fn run_fixture(path: &Path, code: &str) -> (Header, Checked) {
     let header = parse_header(path, &text);
     let req = LoadRequest {
         config_file: Some(path.to_path_buf()),
+        config_text: None,
         config_dir: None,
         config_name: None,
         base: None,
@@ -354,6 +355,7 @@ fn extreme_values_do_not_panic() {
         all.extend(overrides.iter().cloned());
         let req = LoadRequest {
             config_file: None,
+            config_text: None,
             config_dir: None,
             config_name: None,
             base: all

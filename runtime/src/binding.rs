@@ -28,13 +28,12 @@
 //! - then every rank calls [`train`] — the RL loop's entry point.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use verlc::check::{CheckOptions, check};
 use verlc::config::VerlConfig;
 use verlc::diag::Diagnostic;
-use verlc::load::compose::LoadRequest;
+use verlc::load::compose::{ConfigText, LoadRequest};
 use verlc::load::node::{Node, split_key};
 use verlc::plan::{self, Binding, BuildPlan};
 use verlc::source::{Source, SourceKind, SourceMap};
@@ -522,10 +521,14 @@ fn resolve(
             + "\n";
         return Ok(Resolved { yaml, spec });
     }
-    let file = materialize(embedded, info).map_err(Exit::Failed)?;
-    let embedded_plan = embedded_plan(embedded, &file)?;
+    // Diagnostics name the embedded config after the file it was built from.
+    let name = embedded_name(info);
+    let embedded_plan = embedded_plan(embedded, &name)?;
     let req = LoadRequest {
-        config_file: Some(file.clone()),
+        config_text: Some(ConfigText {
+            name,
+            text: embedded.to_owned(),
+        }),
         overrides: overrides.to_vec(),
         cwd: std::env::current_dir().unwrap_or_default(),
         ..LoadRequest::default()
@@ -583,13 +586,9 @@ fn resolve(
 }
 
 /// The plan of the embedded config as built (its bound keys and their values).
-fn embedded_plan(embedded: &str, file: &std::path::Path) -> Result<BuildPlan, Exit> {
+fn embedded_plan(embedded: &str, name: &str) -> Result<BuildPlan, Exit> {
     let mut sources = SourceMap::new();
-    let id = sources.add(Source::new(
-        file.display().to_string(),
-        embedded,
-        SourceKind::File,
-    ));
+    let id = sources.add(Source::new(name, embedded, SourceKind::File));
     let tree = verlc::load::yaml::parse(sources.get(id), id)
         .map_err(|d| Exit::Failed(format!("embedded config: {}", d.message)))?;
     let (tree, _) = verlc::check::unset_mandatory(&tree);
@@ -644,36 +643,14 @@ fn refuse_bound_changes(
     )))
 }
 
-/// Write the embedded config where the loader can read it (and diagnostics can point at it):
-/// `$TMPDIR/verlc-trainer-<hash>/<source stem>.resolved.yaml`.
-fn materialize(embedded: &str, info: &BuildInfo) -> Result<PathBuf, String> {
-    let hash: String = info
-        .config_hash
-        .rsplit(':')
-        .next()
-        .unwrap_or("")
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .take(16)
-        .collect();
-    let dir = std::env::temp_dir().join(format!(
-        "verlc-trainer-{}",
-        if hash.is_empty() { "unknown" } else { &hash }
-    ));
+/// The name diagnostics give the embedded config: `<source stem>.resolved.yaml` (embedded
+/// in this binary), after the config `verlc build` read.
+fn embedded_name(info: &BuildInfo) -> String {
     let stem = std::path::Path::new(info.source)
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("config");
-    let file = dir.join(format!("{stem}.resolved.yaml"));
-    if std::fs::read_to_string(&file).is_ok_and(|t| t == embedded) {
-        return Ok(file);
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    // Ranks may start together: write a private file, then rename it into place.
-    let tmp = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, embedded).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &file).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    Ok(file)
+    format!("{stem}.resolved.yaml (embedded)")
 }
 
 #[cfg(test)]

@@ -110,6 +110,9 @@ pub struct LoadRequest {
     /// config; with one it is a Hydra primary config whose groups also resolve against the
     /// built-in tree.
     pub config_file: Option<PathBuf>,
+    /// A user config given as text instead of a file (a trainer's embedded config): composed
+    /// like `config_file`, with nothing searched beside it. Wins over `config_file`.
+    pub config_text: Option<ConfigText>,
     /// Hydra's `--config-dir` (also `--config-path`).
     pub config_dir: Option<PathBuf>,
     /// Hydra's `--config-name` (default `ppo_trainer`).
@@ -120,6 +123,13 @@ pub struct LoadRequest {
     pub overrides: Vec<String>,
     /// Directory relative `file://` search paths are taken from (Hydra uses the CWD).
     pub cwd: PathBuf,
+}
+
+/// A config in memory: the name diagnostics show for it, and its text.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigText {
+    pub name: String,
+    pub text: String,
 }
 
 #[derive(Debug)]
@@ -489,24 +499,32 @@ impl Composer {
             );
             return None;
         }
-        if let Some(file) = &req.config_file {
-            let text = match self.budget.read(file) {
-                Ok(t) => t,
-                Err(e) => {
-                    self.diags.push(
-                        Diagnostic::error(read_error_code(&e), e.to_string())
-                            .with_file(file.display().to_string()),
-                    );
-                    return None;
-                }
-            };
-            let dir = file.parent().map(|p| {
-                if p.as_os_str().is_empty() {
-                    PathBuf::from(".")
-                } else {
-                    p.to_path_buf()
-                }
-            });
+        // The user's config: a file (its directory is searched first), or text in memory.
+        let given = match (&req.config_text, &req.config_file) {
+            (Some(t), _) => Some((PathBuf::from(&t.name), t.text.clone(), None)),
+            (None, Some(file)) => {
+                let text = match self.budget.read(file) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        self.diags.push(
+                            Diagnostic::error(read_error_code(&e), e.to_string())
+                                .with_file(file.display().to_string()),
+                        );
+                        return None;
+                    }
+                };
+                let dir = file.parent().map(|p| {
+                    if p.as_os_str().is_empty() {
+                        PathBuf::from(".")
+                    } else {
+                        p.to_path_buf()
+                    }
+                });
+                Some((file.clone(), text, dir))
+            }
+            (None, None) => None,
+        };
+        if let Some((file, text, dir)) = given {
             if let Some(d) = req.config_dir.clone().or(dir) {
                 self.repo.push(SearchDir::Dir(d));
             }

@@ -104,6 +104,7 @@ impl ConfigArgs {
             base: self.base.clone(),
             overrides,
             cwd: std::env::current_dir().unwrap_or_default(),
+            ..LoadRequest::default()
         })
     }
 }
