@@ -60,7 +60,7 @@ pub use verlc_spec::binding::{
 
 /// A config key whose value decided the binding; a run-time override that changes it is
 /// refused ("rebuild with verlc").
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct BoundKey {
     /// Dotted key (`actor_rollout_ref.actor.fsdp_config.param_offload`).
     pub key: String,

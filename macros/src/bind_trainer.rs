@@ -15,6 +15,7 @@ const KEYS: &[&str] = &[
     "offload",
     "config",
     "spec",
+    "bound_keys",
     "verlc_version",
     "config_hash",
     "source",
@@ -78,6 +79,7 @@ struct Input {
     offload: Option<Offload>,
     config: Option<Expr>,
     spec: Option<Expr>,
+    bound_keys: Option<Expr>,
     verlc_version: Option<LitStr>,
     config_hash: Option<LitStr>,
     source: Option<LitStr>,
@@ -179,6 +181,7 @@ impl Parse for Input {
                 }
                 "config" => set(&mut out.config, &key, input.parse()?)?,
                 "spec" => set(&mut out.spec, &key, input.parse()?)?,
+                "bound_keys" => set(&mut out.bound_keys, &key, input.parse()?)?,
                 "verlc_version" => set(&mut out.verlc_version, &key, input.parse()?)?,
                 "config_hash" => set(&mut out.config_hash, &key, input.parse()?)?,
                 "source" => set(&mut out.source, &key, input.parse()?)?,
@@ -217,6 +220,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         offload,
         config,
         spec,
+        bound_keys,
         verlc_version,
         config_hash,
         source,
@@ -282,11 +286,14 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let (version, hash, source) = (lit(verlc_version), lit(config_hash), lit(source));
     // The lowered trainer spec (JSON); without it the binary lowers its embedded config.
     let spec = spec.map_or_else(|| quote!(""), |e| quote!(#e));
+    // The keys that decided the binding (JSON), decided by `verlc build`; without them the
+    // binary recovers them by lowering its embedded config.
+    let bound_keys = bound_keys.map_or_else(|| quote!(""), |e| quote!(#e));
     Ok(quote! {
         fn main() -> ::std::process::ExitCode {
             #rt::binding::main::<#s_ty, #p_ty, #o_ty>(
                 #config,
-                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source, spec: #spec },
+                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source, spec: #spec, bound_keys: #bound_keys },
             )
         }
     })

@@ -35,7 +35,7 @@ use verlc::config::VerlConfig;
 use verlc::diag::Diagnostic;
 use verlc::load::compose::{ConfigText, LoadRequest};
 use verlc::load::node::{Node, split_key};
-use verlc::plan::{self, Binding, BuildPlan};
+use verlc::plan::{self, Binding, BoundKey, BuildPlan};
 use verlc::source::{Source, SourceKind, SourceMap};
 use verlc_spec::TrainerSpec;
 use verlc_spec::trainer::DeviceKind;
@@ -224,6 +224,10 @@ pub struct BuildInfo {
     /// The trainer spec `verlc build` lowered from the embedded config (JSON); empty in
     /// hand-written instantiations, which then lower the config themselves.
     pub spec: &'static str,
+    /// The keys whose values decided the binding (JSON list of `plan::BoundKey`), as
+    /// `verlc build` found them; empty in hand-written instantiations (then found by lowering
+    /// the embedded config).
+    pub bound_keys: &'static str,
 }
 
 /// Everything a rank knows before training starts.
@@ -523,7 +527,7 @@ fn resolve(
     }
     // Diagnostics name the embedded config after the file it was built from.
     let name = embedded_name(info);
-    let embedded_plan = embedded_plan(embedded, &name)?;
+    let (bound, device) = embedded_binding(embedded, &name, info)?;
     let req = LoadRequest {
         config_text: Some(ConfigText {
             name,
@@ -540,7 +544,8 @@ fn resolve(
     let related = |k: &str| keys.iter().any(|o| plan::keys_overlap(k, o));
     plan::promote_for_build_where(&mut checked, &related);
     refuse_bound_changes(
-        &embedded_plan,
+        &bound,
+        device,
         &checked.composed.root,
         overrides,
         compiled,
@@ -585,6 +590,24 @@ fn resolve(
     })
 }
 
+/// The keys that decided the binding and the device, as `verlc build` embedded them; a
+/// hand-written instantiation (no embedded spec) lowers its config to find them.
+fn embedded_binding(
+    embedded: &str,
+    name: &str,
+    info: &BuildInfo,
+) -> Result<(Vec<BoundKey>, DeviceKind), Exit> {
+    if !info.bound_keys.is_empty() && !info.spec.is_empty() {
+        let keys: Vec<BoundKey> = serde_json::from_str(info.bound_keys)
+            .map_err(|e| Exit::Failed(format!("embedded bound keys: {e}")))?;
+        let spec: TrainerSpec = serde_json::from_str(info.spec)
+            .map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
+        return Ok((keys, spec.world.device));
+    }
+    let plan = embedded_plan(embedded, name)?;
+    Ok((plan.bound_keys, plan.spec.world.device))
+}
+
 /// The plan of the embedded config as built (its bound keys and their values).
 fn embedded_plan(embedded: &str, name: &str) -> Result<BuildPlan, Exit> {
     let mut sources = SourceMap::new();
@@ -603,7 +626,8 @@ fn embedded_plan(embedded: &str, name: &str) -> Result<BuildPlan, Exit> {
 
 /// Refuse overrides that change a key the binary was compiled for.
 fn refuse_bound_changes(
-    embedded: &BuildPlan,
+    bound: &[BoundKey],
+    device: DeviceKind,
     after: &Node,
     overrides: &[String],
     compiled: &Binding,
@@ -612,7 +636,7 @@ fn refuse_bound_changes(
     let mut refused = Vec::new();
     for text in overrides {
         let key = plan::override_key(text);
-        let changed = embedded.bound_keys.iter().any(|b| {
+        let changed = bound.iter().any(|b| {
             plan::keys_overlap(&b.key, key)
                 && after
                     .get_path(&split_key(&b.key))
@@ -626,7 +650,7 @@ fn refuse_bound_changes(
     if refused.is_empty() {
         return Ok(());
     }
-    let device = match embedded.spec.world.device {
+    let device = match device {
         DeviceKind::Cpu => "cpu",
         DeviceKind::Cuda => "cuda",
     };

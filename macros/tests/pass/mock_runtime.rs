@@ -15,6 +15,7 @@ mod mock {
             pub config_hash: &'static str,
             pub source: &'static str,
             pub spec: &'static str,
+            pub bound_keys: &'static str,
         }
 
         pub fn main<S, P, O>(config: &str, info: BuildInfo) -> ExitCode {
@@ -24,6 +25,7 @@ mod mock {
             assert_eq!(config, "trainer:\n  device: cpu\n");
             assert_eq!((info.verlc_version, info.config_hash, info.source), ("0.1.0", "sha256:00ff", "quickstart.yaml"));
             assert_eq!(info.spec, "{\"binding\": {}}");
+            assert_eq!(info.bound_keys, "[]");
             ExitCode::SUCCESS
         }
     }
@@ -35,6 +37,7 @@ verlc_macros::bind_trainer! {
     offload = [optimizer],
     config = concat!("trainer:\n", "  device: cpu\n"),
     spec = "{\"binding\": {}}",
+    bound_keys = "[]",
     verlc_version = "0.1.0",
     config_hash = "sha256:00ff",
     source = "quickstart.yaml",

@@ -175,7 +175,15 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
         ..common
     };
     let spec_json = serde_json::to_string_pretty(&plan.spec).map_err(BuildError::Spec)? + "\n";
-    let mut files = vec![("trainer.yaml", yaml), ("trainer.spec.json", spec_json)];
+    // The keys whose values decided the binding, decided here once: the trainer refuses a
+    // run-time override that changes one without lowering its config again.
+    let bound_json =
+        serde_json::to_string_pretty(&plan.bound_keys).map_err(BuildError::Spec)? + "\n";
+    let mut files = vec![
+        ("trainer.yaml", yaml),
+        ("trainer.spec.json", spec_json),
+        ("trainer.bound.json", bound_json),
+    ];
     for name in ["Cargo.toml", "build.rs", "src/main.rs"] {
         files.push((name, render(&env, name, &ctx)?));
     }
