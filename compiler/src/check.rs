@@ -684,7 +684,7 @@ fn expand_home(p: &str) -> PathBuf {
 #[derive(Debug, thiserror::Error)]
 pub enum ModelConfigError {
     #[error("cannot use the model config: {0}")]
-    Read(crate::load::read::ReadError, PathBuf),
+    Read(crate::load::read::ReadError),
     #[error("{} is not a usable model config.json: {why}", file.display())]
     Invalid { file: PathBuf, why: String },
 }
@@ -694,14 +694,15 @@ impl ModelConfigError {
     /// impossible values is a config problem.
     pub fn code(&self) -> Code {
         match self {
-            ModelConfigError::Read(e, _) => compose::read_error_code(e),
+            ModelConfigError::Read(e) => compose::read_error_code(e),
             ModelConfigError::Invalid { .. } => codes::MODEL_CONFIG_UNUSABLE,
         }
     }
 
     pub fn file(&self) -> &Path {
         match self {
-            ModelConfigError::Read(_, f) | ModelConfigError::Invalid { file: f, .. } => f,
+            ModelConfigError::Read(e) => e.path(),
+            ModelConfigError::Invalid { file, .. } => file,
         }
     }
 }
@@ -726,7 +727,7 @@ pub fn read_model_dims(path: &Path) -> Result<ModelDims, ModelConfigError> {
         why,
     };
     let text = crate::load::read::read_text(&file, crate::load::read::MAX_SIDE_FILE_BYTES)
-        .map_err(|e| ModelConfigError::Read(e, file.clone()))?;
+        .map_err(ModelConfigError::Read)?;
     let mut json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| invalid(format!("not JSON: {e}")))?;
     if json.get("hidden_size").is_none()

@@ -265,12 +265,7 @@ pub const LOAD_CODES: &[(Code, &str)] = &[
 /// The id `code` names (any case), among every code verlc can emit: the load and build
 /// codes above and the rules' (`verlc check --only` refuses any other).
 pub fn known(code: &str) -> Option<Code> {
-    LOAD_CODES
-        .iter()
-        .chain(BUILD_CODES)
-        .map(|(c, _)| *c)
-        .chain(crate::rules::RULES.iter().map(|r| r.code))
-        .find(|c| c.0.eq_ignore_ascii_case(code))
+    all().find(|c| c.0.eq_ignore_ascii_case(code))
 }
 
 /// Every id, for "did you mean".

@@ -16,9 +16,13 @@ pub const MAX_SIDE_FILE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    /// Nothing at the path (or a directory where a file was looked up).
+    /// Nothing at the path.
     #[error("{} does not exist", path.display())]
     NotFound { path: PathBuf },
+    /// A directory: a search for `x.yaml` passes over it, as Hydra's does.
+    #[error("{} is a directory, not a regular file", path.display())]
+    IsDirectory { path: PathBuf },
+    /// A FIFO, a device or a socket: refused without reading (it could block or never end).
     #[error("{} is {kind}, not a regular file", path.display())]
     NotRegular { path: PathBuf, kind: &'static str },
     #[error("{} is larger than {limit} bytes, the limit for one file", path.display())]
@@ -33,20 +37,21 @@ pub enum ReadError {
 }
 
 impl ReadError {
-    /// A size limit, rather than an I/O problem (the input is too large: a config problem).
-    pub fn is_limit(&self) -> bool {
-        matches!(self, ReadError::TooLarge { .. })
-    }
-
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, ReadError::NotFound { .. })
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            ReadError::NotFound { path }
+            | ReadError::IsDirectory { path }
+            | ReadError::NotRegular { path, .. }
+            | ReadError::TooLarge { path, .. }
+            | ReadError::NotUtf8 { path, .. }
+            | ReadError::Io { path, .. } => path,
+        }
     }
 }
 
 fn kind_of(t: std::fs::FileType) -> &'static str {
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
+    if t.is_fifo() {
         "a FIFO (named pipe)"
     } else if t.is_char_device() {
         "a character device"
@@ -83,6 +88,11 @@ pub fn read_text(path: &Path, limit: u64) -> Result<String, ReadError> {
         path: path.to_owned(),
         source,
     })?;
+    if meta.is_dir() {
+        return Err(ReadError::IsDirectory {
+            path: path.to_owned(),
+        });
+    }
     if !meta.file_type().is_file() {
         return Err(ReadError::NotRegular {
             path: path.to_owned(),
@@ -190,16 +200,8 @@ mod tests {
             "{e}"
         );
         let e = read_text(dir.path(), 1 << 20).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                ReadError::NotRegular {
-                    kind: "a directory",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(e, ReadError::IsDirectory { .. }), "{e}");
+        assert_eq!(e.path(), dir.path());
     }
 
     #[test]
@@ -208,17 +210,19 @@ mod tests {
         let p = dir.path().join("a.yaml");
         std::fs::write(&p, "\u{feff}a: 1\n").unwrap();
         assert_eq!(read_text(&p, 100).unwrap(), "a: 1\n");
-        assert!(read_text(&p, 4).unwrap_err().is_limit());
+        assert!(matches!(
+            read_text(&p, 4).unwrap_err(),
+            ReadError::TooLarge { limit: 4, .. }
+        ));
         std::fs::write(&p, b"a: \xff\n").unwrap();
         assert!(matches!(
             read_text(&p, 100).unwrap_err(),
             ReadError::NotUtf8 { offset: 3, .. }
         ));
-        assert!(
-            read_text(&dir.path().join("none.yaml"), 100)
-                .unwrap_err()
-                .is_not_found()
-        );
+        assert!(matches!(
+            read_text(&dir.path().join("none.yaml"), 100).unwrap_err(),
+            ReadError::NotFound { .. }
+        ));
         let mut budget = ReadBudget { left: 10 };
         std::fs::write(&p, "a: 1234\n").unwrap();
         assert!(budget.read(&p).is_ok());

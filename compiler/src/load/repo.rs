@@ -100,11 +100,7 @@ impl Repo {
                             )));
                         }
                         // A directory named `x.yaml` is not a config either (as in Hydra).
-                        Err(ReadError::NotFound { .. })
-                        | Err(ReadError::NotRegular {
-                            kind: "a directory",
-                            ..
-                        }) => {}
+                        Err(ReadError::NotFound { .. } | ReadError::IsDirectory { .. }) => {}
                         Err(e) => return Some(Err(e)),
                     }
                 }

@@ -101,7 +101,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
             d.severity = Severity::Error;
         }
     }
-    let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let color = super::output::stderr_color();
     eprint!(
         "{}",
         render::human(&checked.diagnostics, &checked.composed.sources, color)

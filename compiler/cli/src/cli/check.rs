@@ -1,7 +1,5 @@
 //! `verlc check`.
 
-use std::io::IsTerminal;
-
 use verlc::check::{CheckOptions, check};
 use verlc::codes;
 use verlc::diag::{Severity, did_you_mean};
@@ -43,7 +41,7 @@ pub fn run(a: CheckArgs) -> u8 {
     match a.format {
         Format::Json => println!("{}", render::json(&checked.diagnostics, sources)),
         Format::Human => {
-            let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            let color = super::output::stderr_color();
             eprint!("{}", render::human(&checked.diagnostics, sources, color));
         }
     }

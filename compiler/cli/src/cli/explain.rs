@@ -1,7 +1,6 @@
 //! `verlc explain`: derived batch arithmetic and a per-rank memory estimate.
 
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 
 use verlc::check::{CheckOptions, check};
 use verlc::explain::{Explanation, MemoryBreakdown, MemoryEstimate, RoleBatch, explain, gib};
@@ -33,7 +32,7 @@ pub fn run(a: ExplainArgs) -> u8 {
                 render::json(&checked.diagnostics, &checked.composed.sources)
             );
         } else {
-            let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            let color = super::output::stderr_color();
             eprint!(
                 "{}",
                 render::human(&checked.diagnostics, &checked.composed.sources, color)

@@ -4,7 +4,7 @@
 //! Exit status: 0 clean (warnings allowed), 1 the config has errors, 2 a usage or I/O
 //! problem (a bad flag, an unreadable or special file, wherever in the composition it is).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use verlc::codes;
@@ -25,6 +25,11 @@ pub fn exit_status(diags: &[Diagnostic]) -> u8 {
     } else {
         0
     }
+}
+
+/// Whether diagnostics on stderr get colour: a terminal, and no `NO_COLOR`.
+pub fn stderr_color() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
 /// Report a usage problem in the requested format (JSON output stays JSON) and return the

@@ -209,10 +209,7 @@ fn rustfmt(text: &str) -> String {
 /// The cargo command building `krate`. `$VERLC_CARGO` replaces the program (e.g. a wrapper
 /// script), else `$CARGO`, else `cargo`.
 pub fn cargo_command(krate: &WrittenCrate, paths: &Paths, profile: Profile) -> Command {
-    let program = std::env::var_os("VERLC_CARGO")
-        .or_else(|| std::env::var_os("CARGO"))
-        .unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(program);
+    let mut cmd = Command::new(cargo_program());
     cmd.arg("build")
         .arg("--manifest-path")
         .arg(krate.dir.join("Cargo.toml"))
@@ -227,19 +224,23 @@ pub fn cargo_command(krate: &WrittenCrate, paths: &Paths, profile: Profile) -> C
     cmd
 }
 
+/// The cargo verlc runs: `$VERLC_CARGO`, else the one running verlc (`$CARGO`), else `cargo`.
+fn cargo_program() -> std::ffi::OsString {
+    std::env::var_os("VERLC_CARGO")
+        .or_else(|| std::env::var_os("CARGO"))
+        .unwrap_or_else(|| "cargo".into())
+}
+
 /// How many compiler artifacts the build of `krate` produces when nothing is fresh: one per
 /// package of its dependency graph on this host, plus one per build script (cargo reports
 /// each as an artifact, fresh or compiled, so "N of M" counts down to the end). `None` when
 /// `cargo metadata` cannot say (the build itself then reports what is wrong).
 pub fn planned_artifacts(krate: &WrittenCrate, paths: &Paths) -> Option<usize> {
-    let cargo = std::env::var_os("VERLC_CARGO")
-        .or_else(|| std::env::var_os("CARGO"))
-        .unwrap_or_else(|| "cargo".into());
     let host = Command::new("rustc").arg("-vV").output().ok()?;
     let host = String::from_utf8_lossy(&host.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))?;
-    let mut cmd = Command::new(cargo);
+    let mut cmd = Command::new(cargo_program());
     cmd.args([
         "metadata",
         "--format-version",
