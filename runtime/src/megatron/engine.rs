@@ -36,10 +36,10 @@ use crate::optim::stack;
 use crate::optim::{LrScheduler, NamedParam, ParamGroup};
 use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 
-use super::model::{HeadKind, ParallelModel};
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
 use super::offload::{OffloadSlot, storage_bytes};
 use super::rollout_shards::RolloutShards;
+use super::stage::{HeadKind, ParallelModel};
 use super::{MegatronError, Result as MResult};
 
 type Result<T, E = EngineError> = std::result::Result<T, E>;

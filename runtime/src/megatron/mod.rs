@@ -2,7 +2,9 @@
 //! parallelism (PP) and data parallelism (DP) with the distributed optimizer, in Megatron's
 //! rank order (`tp-cp-dp-pp`, [`crate::dist::RankLayout::megatron`]).
 //!
-//! - [`model`]: [`ParallelModel`], one (TP rank, PP stage) of the decoder, HF variable names.
+//! - [`stage`]: [`ParallelModel`], one (TP rank, PP stage): [`crate::model::decoder`]'s layers
+//!   over this rank's shards, the vocab-parallel embedding and heads, and decoding with a KV
+//!   cache (what the rollout runs on a Megatron rank, [`crate::rollout::ShardedDecoder`]).
 //! - [`schedule`]: 1F1B and forward-only pipeline schedules over micro-batches.
 //! - [`module`]: [`MegatronModule`], the model with its groups and optimizer: micro-batched
 //!   forward/backward through the schedule, gradient finalisation (tied-embedding sum over
@@ -11,23 +13,21 @@
 //!   actor, critic and reference workers drive), with checkpoints and weight export.
 //! - [`offload`]: parameter and gradient storages parked in host memory between phases.
 //! - [`rollout_shards`]: the rollout's weights at another tensor parallel size.
-//! - `model::decode`: incremental decoding on one (TP rank, PP stage), what the rollout runs
-//!   on a Megatron rank ([`crate::rollout::ShardedDecoder`]).
 //!
 //! The pieces underneath live with their kind: the f/g mappings and the segment-wise backward
-//! in [`crate::dist::mappings`], TP layers and vocab-parallel losses in [`crate::tp`], the
+//! in [`crate::dist::mappings`], TP regions and vocab-parallel losses in [`crate::tp`], the
 //! distributed optimizer in [`crate::optim::distrib`].
 pub mod engine;
-pub mod model;
 pub mod module;
 pub mod offload;
 pub mod rollout_shards;
 pub mod schedule;
+pub mod stage;
 
 pub use engine::{GroupPolicy, MegatronEngine, MegatronHead, MegatronSettings};
-pub use model::{HeadKind, ParallelModel, ParamInfo, Stage, StageInput};
 pub use module::{MegatronModule, MicroBatch, ModuleMemory, ModuleOptimizer, ParallelSettings};
 pub use schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
+pub use stage::{HeadKind, ParallelModel, ParamInfo, Stage, StageInput};
 
 /// Errors of the Megatron stack.
 #[derive(Debug, thiserror::Error)]

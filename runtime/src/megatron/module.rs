@@ -21,8 +21,8 @@ use crate::optim::{
 };
 use crate::tp::shard::{gather_tensor, hf_shard_spec, load_sharded, shard_tensor};
 
-use super::model::{HeadKind, ParallelModel, Stage, StageInput};
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
+use super::stage::{HeadKind, ParallelModel, Stage, StageInput};
 use super::{MegatronError, Result};
 
 /// One micro-batch of sequences, `(rows, T)` each.

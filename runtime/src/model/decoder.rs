@@ -1,5 +1,11 @@
-//! The decoder backbone of the Llama / Qwen2 / Qwen3 family, one struct per block in the order
-//! of Hugging Face's `modeling_qwen2.py`: RMSNorm, MLP, attention, decoder layer, model.
+//! The decoder of the Llama / Qwen2 / Qwen3 family, one struct per block in the order of
+//! Hugging Face's `modeling_qwen2.py`: MLP, attention, decoder layer, model. The same code
+//! serves every engine: the single and FSDP engines and the full-model rollout hold whole
+//! weights; a Megatron rank builds the same layers over its tensor-parallel size (q/k/v and
+//! gate/up split by columns, o and down by rows, local head counts) for its pipeline stage's
+//! layer range ([`crate::megatron::ParallelModel`]) and runs them through other
+//! [`Regions`]. Incremental decoding is [`DecoderLayer::forward_in`] with a [`KvCache`] on
+//! either.
 //!
 //! Constructors register zero-initialised variables under the checkpoint's names
 //! (`model.layers.{i}.self_attn.q_proj.weight` …) and never open files; weights come from
@@ -14,85 +20,31 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::ModelConfig;
 use super::cache::{KvCache, causal_padding_mask, causal_window_mask};
-use super::lora::{LoraAdapter, LoraConfig};
+use super::layers::{Adapters, Regions, Replicated, Split, divide, infallible};
+pub use super::layers::{Linear, RmsNorm};
 use super::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
 use super::rope::{RotaryEmbedding, apply_rotary};
 
-/// `y = x W^T + b` with the weight (out, in) as in PyTorch, plus a LoRA adapter's output when
-/// the layer has one.
-#[derive(Debug)]
-pub struct Linear {
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
-    pub lora: Option<LoraAdapter>,
-}
-
-/// What a model's constructors need to add adapters: the configuration and the model's
-/// on/off switch shared by all of them.
+/// Where a layer is built: its global index (for names), its slot in the KV cache of the
+/// model that holds it, and the tensor-parallel size its weights are split over.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Adapters<'a> {
-    config: &'a LoraConfig,
-    enabled: &'a Arc<AtomicBool>,
+pub(crate) struct LayerPlace<'a> {
+    pub index: usize,
+    pub slot: usize,
+    pub tp: i64,
+    pub adapters: Option<Adapters<'a>>,
 }
 
-impl Linear {
-    pub fn new(p: Path, in_dim: i64, out_dim: i64, bias: bool) -> Self {
-        let weight = p.var("weight", &[out_dim, in_dim], Init::Const(0.0));
-        let bias = bias.then(|| p.var("bias", &[out_dim], Init::Const(0.0)));
-        Linear {
-            weight,
-            bias,
-            lora: None,
-        }
-    }
-
-    /// A linear layer named `name` (`model.layers.0.self_attn.q_proj`) with an adapter when
-    /// the model has adapters that target it.
-    fn adapted(
+impl LayerPlace<'_> {
+    fn linear(
+        &self,
         p: Path,
         name: &str,
-        (in_dim, out_dim, bias): (i64, i64, bool),
-        adapters: Option<Adapters<'_>>,
-    ) -> Self {
-        let lora = adapters
-            .filter(|a| a.config.targets(name))
-            .map(|a| LoraAdapter::new(&p, in_dim, out_dim, a.config, a.enabled.clone()));
-        Linear {
-            lora,
-            ..Linear::new(p, in_dim, out_dim, bias)
-        }
-    }
-
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        let y = x.linear(&self.weight, self.bias.as_ref());
-        match self.lora.as_ref().and_then(|l| l.delta(x)) {
-            Some(d) => y + d,
-            None => y,
-        }
-    }
-}
-
-/// Root-mean-square norm, computed in f32 and cast back before the weight (as transformers).
-#[derive(Debug)]
-pub struct RmsNorm {
-    pub weight: Tensor,
-    eps: f64,
-}
-
-impl RmsNorm {
-    pub fn new(p: Path, dim: i64, eps: f64) -> Self {
-        RmsNorm {
-            weight: p.var("weight", &[dim], Init::Const(1.0)),
-            eps,
-        }
-    }
-
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        let kind = x.kind();
-        let xf = x.to_kind(Kind::Float);
-        let var = xf.square().mean_dim(-1, true, Kind::Float);
-        let normed = xf * (var + self.eps).rsqrt();
-        &self.weight * normed.to_kind(kind)
+        dims: (i64, i64, bool),
+        split: Split,
+    ) -> Result<Linear, String> {
+        let name = format!("model.layers.{}.{name}", self.index);
+        Linear::adapted(p, &name, dims, (split, self.tp), self.adapters)
     }
 }
 
@@ -105,23 +57,22 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn new(cfg: &ModelConfig, p: Path) -> Self {
-        Self::with_adapters(cfg, p, 0, None)
+    fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
+        let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        Ok(Mlp {
+            gate_proj: at.linear(&p / "gate_proj", "mlp.gate_proj", (h, i, b), Split::Columns)?,
+            up_proj: at.linear(&p / "up_proj", "mlp.up_proj", (h, i, b), Split::Columns)?,
+            down_proj: at.linear(&p / "down_proj", "mlp.down_proj", (i, h, b), Split::Rows)?,
+        })
     }
 
-    fn with_adapters(cfg: &ModelConfig, p: Path, layer: usize, ad: Option<Adapters<'_>>) -> Self {
-        let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
-        let name = |n: &str| format!("model.layers.{layer}.mlp.{n}");
-        Mlp {
-            gate_proj: Linear::adapted(&p / "gate_proj", &name("gate_proj"), (h, i, b), ad),
-            up_proj: Linear::adapted(&p / "up_proj", &name("up_proj"), (h, i, b), ad),
-            down_proj: Linear::adapted(&p / "down_proj", &name("down_proj"), (i, h, b), ad),
-        }
+    /// The input of `down_proj` (this rank's part of the intermediate size).
+    fn core(&self, x: &Tensor) -> Tensor {
+        self.gate_proj.forward(x).silu() * self.up_proj.forward(x)
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.down_proj
-            .forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+        self.down_proj.forward(&self.core(x))
     }
 }
 
@@ -134,37 +85,40 @@ pub struct Attention {
     o_proj: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
+    /// This rank's query and key/value heads (all of them without tensor parallelism).
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
-    layer: usize,
+    /// This layer's slot in a [`KvCache`] of the model that holds it.
+    slot: usize,
 }
 
 impl Attention {
-    pub fn new(cfg: &ModelConfig, p: Path, layer: usize) -> Self {
-        Self::with_adapters(cfg, p, layer, None)
-    }
-
-    fn with_adapters(cfg: &ModelConfig, p: Path, layer: usize, ad: Option<Adapters<'_>>) -> Self {
+    fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-        let name = |n: &str| format!("model.layers.{layer}.self_attn.{n}");
         let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
         let norm = |name: &str| {
             cfg.qk_norm()
                 .then(|| RmsNorm::new(&p / name, hd, cfg.rms_norm_eps))
         };
-        Attention {
-            q_proj: Linear::adapted(&p / "q_proj", &name("q_proj"), (h, q, cfg.qkv_bias()), ad),
-            k_proj: Linear::adapted(&p / "k_proj", &name("k_proj"), (h, kv, cfg.qkv_bias()), ad),
-            v_proj: Linear::adapted(&p / "v_proj", &name("v_proj"), (h, kv, cfg.qkv_bias()), ad),
-            o_proj: Linear::adapted(&p / "o_proj", &name("o_proj"), (q, h, cfg.o_bias()), ad),
+        let (qkv_bias, cols) = (cfg.qkv_bias(), Split::Columns);
+        Ok(Attention {
+            q_proj: at.linear(&p / "q_proj", "self_attn.q_proj", (h, q, qkv_bias), cols)?,
+            k_proj: at.linear(&p / "k_proj", "self_attn.k_proj", (h, kv, qkv_bias), cols)?,
+            v_proj: at.linear(&p / "v_proj", "self_attn.v_proj", (h, kv, qkv_bias), cols)?,
+            o_proj: at.linear(
+                &p / "o_proj",
+                "self_attn.o_proj",
+                (q, h, cfg.o_bias()),
+                Split::Rows,
+            )?,
             q_norm: norm("q_norm"),
             k_norm: norm("k_norm"),
-            heads: cfg.num_attention_heads,
-            kv_heads: cfg.kv_heads(),
+            heads: divide(cfg.num_attention_heads, at.tp, "num_attention_heads")?,
+            kv_heads: divide(cfg.kv_heads(), at.tp, "num_key_value_heads")?,
             head_dim: hd,
-            layer,
-        }
+            slot: at.slot,
+        })
     }
 
     /// `x` (B, T, hidden); `mask` (B, 1, T, S) boolean or `None` for plain causal attention
@@ -177,10 +131,23 @@ impl Attention {
         mask: Option<&Tensor>,
         cache: Option<&mut KvCache>,
     ) -> Tensor {
+        self.o_proj.forward(&self.core(x, cos, sin, mask, cache))
+    }
+
+    /// Attention of `x` (B, T, hidden) before the output projection: (B, T, heads * D), this
+    /// rank's heads. With a cache, the new keys and values are appended to this layer's slot.
+    fn core(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
         let [q, k, v] = self.qkv_heads(x, cos, sin);
         let (k, v) = match cache {
-            Some(cache) => cache.update(self.layer, &k, &v),
+            Some(cache) => cache.update(self.slot, &k, &v),
             None => (k, v),
         };
         let y = if t == 1 && self.heads != self.kv_heads {
@@ -195,7 +162,7 @@ impl Attention {
             Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, causal, None, gqa)
         };
         // The folded case's (B, KV, G, D) has the layout of (B, H, T, D).
-        self.merge_heads(&y.reshape([b, self.heads, t, self.head_dim]))
+        self.heads_to_hidden(&y.reshape([b, self.heads, t, self.head_dim]))
     }
 }
 
@@ -238,9 +205,12 @@ impl Attention {
 impl Attention {
     /// Query, key and value heads `(B, n, T, D)` of `x` `(B, T, hidden)` at rotary tables
     /// `cos`, `sin` `(B, 1, T, D)` (packed tokens: `B` = 1).
+    /// Computed in transformers' order (q, then k, then v): in half precision the order of
+    /// the three input-gradient terms changes the rounding of their sum.
     pub(crate) fn qkv_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 3] {
+        let q = self.query_heads(x, cos, sin);
         let [k, v] = self.key_value_heads(x, cos, sin);
-        [self.query_heads(x, cos, sin), k, v]
+        [q, k, v]
     }
 
     /// Query heads (rotated) of `x`; see [`Attention::qkv_heads`].
@@ -264,11 +234,14 @@ impl Attention {
 
     /// The output projection of attention heads `(B, H, M, D)`: `(B, M, hidden)`.
     pub(crate) fn merge_heads(&self, y: &Tensor) -> Tensor {
+        self.o_proj.forward(&self.heads_to_hidden(y))
+    }
+
+    /// Heads `(B, H, M, D)` side by side: `(B, M, H * D)`.
+    fn heads_to_hidden(&self, y: &Tensor) -> Tensor {
         let (b, m) = (y.size()[0], y.size()[2]);
-        self.o_proj.forward(
-            &y.transpose(1, 2)
-                .reshape([b, m, self.heads * self.head_dim]),
-        )
+        y.transpose(1, 2)
+            .reshape([b, m, self.heads * self.head_dim])
     }
 
     /// Query and key/value head counts.
@@ -314,20 +287,17 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    pub fn new(cfg: &ModelConfig, p: Path, layer: usize) -> Self {
-        Self::with_adapters(cfg, p, layer, None)
-    }
-
-    fn with_adapters(cfg: &ModelConfig, p: Path, layer: usize, ad: Option<Adapters<'_>>) -> Self {
+    pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
         let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
-        DecoderLayer {
-            self_attn: Attention::with_adapters(cfg, &p / "self_attn", layer, ad),
-            mlp: Mlp::with_adapters(cfg, &p / "mlp", layer, ad),
+        Ok(DecoderLayer {
+            self_attn: Attention::build(cfg, &p / "self_attn", at)?,
+            mlp: Mlp::build(cfg, &p / "mlp", at)?,
             input_layernorm: RmsNorm::new(&p / "input_layernorm", h, eps),
             post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", h, eps),
-        }
+        })
     }
 
+    /// The layer with whole weights; see [`DecoderLayer::forward_in`].
     pub fn forward(
         &self,
         x: &Tensor,
@@ -336,10 +306,32 @@ impl DecoderLayer {
         mask: Option<&Tensor>,
         cache: Option<&mut KvCache>,
     ) -> Tensor {
-        let h = x + self
-            .self_attn
-            .forward(&self.input_layernorm.forward(x), cos, sin, mask, cache);
-        self.mlp_residual(&h)
+        infallible(self.forward_in(&mut Replicated, x, cos, sin, mask, cache))
+    }
+
+    /// The layer as two segments through `regions`: norm, enter, attention, exit, residual;
+    /// norm, enter, MLP, exit, residual (Megatron's four cuts under tensor parallelism).
+    /// `x` (B, T, hidden) is the residual stream (under sequence parallelism this rank's chunk
+    /// of it); `mask` (B, 1, T, S) or `None` for plain causal attention; with a cache, the
+    /// layer's new keys and values are appended.
+    pub fn forward_in<R: Regions>(
+        &self,
+        regions: &mut R,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, R::Error> {
+        let h0 = regions.cut(x);
+        let a = regions.enter(self.input_layernorm.forward(&h0))?;
+        let attn = regions.exit(
+            &self.self_attn.o_proj,
+            &self.self_attn.core(&a, cos, sin, mask, cache),
+        )?;
+        let h1 = regions.cut(&(&h0 + attn));
+        let m = regions.enter(self.post_attention_layernorm.forward(&h1))?;
+        Ok(&h1 + regions.exit(&self.mlp.down_proj, &self.mlp.core(&m))?)
     }
 
     /// The outputs at positions `[start, start+len)` of `x` (B, T, hidden) only: what a head
@@ -442,8 +434,16 @@ impl Model {
             .zip(switch.as_ref())
             .map(|(config, enabled)| Adapters { config, enabled });
         let layers = (0..cfg.num_hidden_layers as usize)
-            .map(|i| DecoderLayer::with_adapters(cfg, &p / "layers" / i, i, ad))
-            .collect();
+            .map(|i| {
+                let at = LayerPlace {
+                    index: i,
+                    slot: i,
+                    tp: 1,
+                    adapters: ad,
+                };
+                DecoderLayer::build(cfg, &p / "layers" / i, at)
+            })
+            .collect::<Result<_, _>>()?;
         let norm = RmsNorm::new(&p / "norm", cfg.hidden_size, cfg.rms_norm_eps);
         Ok(Model {
             embed_tokens,

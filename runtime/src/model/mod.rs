@@ -2,8 +2,12 @@
 //! checkpoint I/O.
 //!
 //! - [`config`]: `config.json` ([`ModelConfig`]), with HF key names.
-//! - [`decoder`], [`rope`], [`cache`]: the backbone, rotary embeddings (default, linear,
-//!   dynamic, llama3, yarn) and the preallocated KV cache.
+//! - [`decoder`]: the Llama / Qwen2 / Qwen3 decoder, the one every engine and the rollout
+//!   run (whole, or one tensor-parallel rank's shards of a pipeline stage's layers).
+//! - [`layers`]: what architectures share: the (column- or row-split, LoRA-wrapped) linear,
+//!   RMSNorm, and the [`layers::Regions`] a layer crosses at tensor-parallel boundaries.
+//! - [`rope`], [`cache`]: rotary embeddings (default, linear, dynamic, llama3, yarn) and the
+//!   preallocated KV cache.
 //! - [`heads`]: [`CausalLm`] (actor / reference / rollout) and [`ValueModel`] (critic).
 //! - [`load`] / [`save`]: safetensors, single file or sharded with an index; VarStore names
 //!   equal the checkpoint names, so no renaming table exists.
@@ -17,6 +21,7 @@ pub mod config;
 pub mod decoder;
 pub mod heads;
 pub mod init;
+pub mod layers;
 pub mod load;
 pub mod lora;
 pub mod packed;

@@ -1,103 +1,17 @@
-//! Column- and row-parallel linear layers and the vocab-parallel embedding.
+//! The vocab-parallel embedding (and tied output layer) and how a vocabulary is split.
 //!
-//! Variables are registered under the Hugging Face names (`q_proj.weight` …) with this rank's
-//! shape, so a sharded load ([`super::shard`]) fills them by name. The layers compute only
-//! their local part; the mappings around them are the caller's (a column-parallel layer's
-//! input comes from [`copy_to_tp_region`](crate::dist::mappings::copy_to_tp_region), shared by
-//! q/k/v or gate/up the way Megatron fuses them), except for the all-reduce that closes a
-//! row-parallel layer and the embedding, which the layers do themselves.
+//! Column- and row-split linears are [`crate::model::layers::Linear`] with a
+//! [`crate::model::layers::Split`]; the collectives around them are the
+//! [`super::regions`]'. Variables are registered under the Hugging Face names with this rank's
+//! shape, so a sharded load ([`super::shard`]) fills them by name.
 use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
-use super::{Result, divide};
+use super::Result;
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::{
     Tape, reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region,
 };
-
-/// `Y_r = X A_r^T + b_r`: the weight's output features (dim 0) are split over the group;
-/// the output stays split (`gather_output = False`).
-#[derive(Debug)]
-pub struct ColumnParallelLinear {
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
-}
-
-impl ColumnParallelLinear {
-    /// Registers `weight` (out / tp, in) and, if asked, `bias` (out / tp) under `p`.
-    pub fn new(p: Path, in_dim: i64, out_dim: i64, bias: bool, tp_size: i64) -> Result<Self> {
-        let local = divide(
-            out_dim,
-            tp_size,
-            &format!("output features of {}", p.path("weight")),
-        )?;
-        let weight = p.f_var("weight", &[local, in_dim], Init::Const(0.0))?;
-        let bias = bias
-            .then(|| p.f_var("bias", &[local], Init::Const(0.0)))
-            .transpose()?;
-        Ok(ColumnParallelLinear { weight, bias })
-    }
-
-    /// Local output (…, out / tp) of an input replicated over the group.
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
-    }
-}
-
-/// `Y = Σ_r X_r A_r^T + b`: the weight's input features (dim 1) are split; partial outputs
-/// are summed over the group (Megatron's `g`), then the (replicated) bias is added.
-#[derive(Debug)]
-pub struct RowParallelLinear {
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
-}
-
-impl RowParallelLinear {
-    /// Registers `weight` (out, in / tp) and, if asked, `bias` (out) under `p`.
-    pub fn new(p: Path, in_dim: i64, out_dim: i64, bias: bool, tp_size: i64) -> Result<Self> {
-        let local = divide(
-            in_dim,
-            tp_size,
-            &format!("input features of {}", p.path("weight")),
-        )?;
-        let weight = p.f_var("weight", &[out_dim, local], Init::Const(0.0))?;
-        let bias = bias
-            .then(|| p.f_var("bias", &[out_dim], Init::Const(0.0)))
-            .transpose()?;
-        Ok(RowParallelLinear { weight, bias })
-    }
-
-    /// Full output (…, out), replicated over the group, of an input split on its last dim.
-    pub fn forward(&self, x: &Tensor, group: Option<&ProcessGroup>) -> Result<Tensor> {
-        let y = reduce_from_tp_region(&self.partial(x), group)?;
-        Ok(self.add_bias(y))
-    }
-
-    /// Sequence parallelism: the output reduce-scattered along `seq_dim` (this rank's chunk
-    /// of the sequence) instead of all-reduced, then the bias.
-    pub fn forward_sequence_parallel(
-        &self,
-        tape: &mut Tape,
-        x: &Tensor,
-        group: Option<&ProcessGroup>,
-        seq_dim: i64,
-    ) -> Result<Tensor> {
-        let y = reduce_scatter_to_sequence_parallel_region(tape, &self.partial(x), group, seq_dim)?;
-        Ok(self.add_bias(y))
-    }
-
-    /// This rank's partial product (before the reduction and the bias).
-    pub fn partial(&self, x: &Tensor) -> Tensor {
-        x.linear::<&Tensor>(&self.weight, None)
-    }
-
-    fn add_bias(&self, y: Tensor) -> Tensor {
-        match &self.bias {
-            Some(b) => y + b,
-            None => y,
-        }
-    }
-}
 
 /// How a vocabulary of `vocab` entries is split: `padded` rows (a multiple of the group
 /// size, as Megatron pads its vocabulary), `per_rank` each; rank `r` owns token ids

@@ -3,9 +3,11 @@
 //! vocab-parallel losses, and the shard hints that load those slices from (and gather them
 //! back to) Hugging Face checkpoints.
 //!
-//! - [`layers`]: [`ColumnParallelLinear`] (output features split, weight dim 0),
-//!   [`RowParallelLinear`] (input features split, weight dim 1, output all-reduced),
-//!   [`VocabParallelEmbedding`] (vocabulary rows split).
+//! - [`layers`]: [`VocabParallelEmbedding`] (vocabulary rows split). Column- and row-split
+//!   linears are the decoder's own [`crate::model::layers::Linear`].
+//! - [`regions`]: how the one decoder crosses its tensor-parallel boundaries on a rank's
+//!   shards, in training ([`TrainingRegions`], with the tape) and in decoding
+//!   ([`InferenceRegions`]).
 //! - [`cross_entropy`]: log-probs, entropy and cross-entropy from vocab-sharded logits, with
 //!   three small all-reduces per row and never a full-vocabulary gather.
 //! - [`shard`]: which checkpoint tensor is split along which dim ([`shard::ShardSpec`]),
@@ -15,12 +17,14 @@
 //! Megatron's `tp_group=` direction.
 pub mod cross_entropy;
 pub mod layers;
+pub mod regions;
 pub mod shard;
 
 pub use cross_entropy::{
     VocabParallelOutput, vocab_parallel_cross_entropy, vocab_parallel_log_probs,
 };
-pub use layers::{ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, VocabPartition};
+pub use layers::{VocabParallelEmbedding, VocabPartition};
+pub use regions::{InferenceRegions, TrainingRegions};
 pub use shard::{ShardSpec, load_sharded};
 
 use crate::dist::ProcessGroup;
@@ -43,14 +47,4 @@ pub type Result<T, E = TpError> = std::result::Result<T, E>;
 /// (rank, size) of a tensor-parallel group; `(0, 1)` without one.
 pub fn rank_size(group: Option<&ProcessGroup>) -> (i64, i64) {
     group.map_or((0, 1), |g| (g.rank() as i64, g.size() as i64))
-}
-
-/// `n / parts`, or an error naming what does not divide.
-pub fn divide(n: i64, parts: i64, what: &str) -> Result<i64> {
-    if parts <= 0 || n % parts != 0 {
-        return Err(TpError::Config(format!(
-            "{what} ({n}) is not divisible by the tensor-parallel size ({parts})"
-        )));
-    }
-    Ok(n / parts)
 }

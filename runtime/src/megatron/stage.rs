@@ -1,41 +1,43 @@
-//! The Llama / Qwen2 / Qwen3 decoder of [`crate::model`] under tensor and pipeline
-//! parallelism (Megatron's `GPTModel` on `TransformerBlock`), with the same variable names as
-//! the Hugging Face checkpoint so sharded loading and export need no renaming table.
+//! One (TP rank, PP stage) of the model (Megatron's `GPTModel` on `TransformerBlock`): the
+//! layers are [`crate::model::decoder`]'s, built over the TP size for this stage's layer range,
+//! with the same variable names as the Hugging Face checkpoint so sharded loading and export
+//! need no renaming table. This file adds what a stage has around them.
 //!
-//! - Tensor parallelism: q/k/v and gate/up are column-parallel (heads and the intermediate
-//!   size split), o and down row-parallel; the embedding and the output layer are split by
+//! - Tensor parallelism: q/k/v and gate/up are column-split (heads and the intermediate
+//!   size split), o and down row-split; the embedding and the output layer are split by
 //!   vocabulary ([`VocabParallelEmbedding`]), and the log-probs come from
-//!   [`vocab_parallel_log_probs`]. Norms and row-parallel biases are replicated.
+//!   [`vocab_parallel_log_probs`]. Norms and row-split biases are replicated.
 //! - Pipeline parallelism: stage `s` of `pp` holds a contiguous range of layers
 //!   ([`Stage`]); the first stage also holds the embedding, the last the final norm and the
 //!   head. With tied embeddings and several stages the last stage holds its own copy of the
 //!   embedding (`model.embed_tokens.weight` again, Megatron's `shared_embedding`), kept equal
 //!   to the first stage's by summing their gradients over the embedding group.
 //!
-//! A forward runs on one stage and records its cuts on a [`Tape`] (see
-//! [`crate::dist::mappings`]): under tensor parallelism each layer is four segments.
+//! A training forward runs on one stage through [`TrainingRegions`], recording its cuts on a
+//! [`Tape`] (see [`crate::dist::mappings`]): under tensor parallelism each layer is four
+//! segments. Decoding ([`ParallelModel::decode_stage`], the rollout on a Megatron rank) runs
+//! the same layers through [`InferenceRegions`] with a KV cache of this stage's layers and
+//! this rank's key/value heads.
 use std::ops::Range;
 
-use tch::nn::{Path, VarStore};
-use tch::{Kind, Tensor};
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
 
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::{
     Tape, copy_to_tp_region, gather_from_sequence_parallel_region,
     gather_from_sequence_parallel_region_split_grad,
 };
-use crate::model::ModelConfig;
-use crate::model::cache::causal_padding_mask;
-use crate::model::decoder::{Linear, RmsNorm};
+use crate::model::decoder::{DecoderLayer, LayerPlace, Linear, RmsNorm};
 use crate::model::rope::RotaryEmbedding;
+use crate::model::{KvCache, ModelConfig, causal_padding_mask};
+use crate::tp::regions::SEQ_DIM;
 use crate::tp::{
-    ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, VocabParallelOutput,
-    VocabPartition, divide, rank_size, vocab_parallel_log_probs,
+    InferenceRegions, TrainingRegions, VocabParallelEmbedding, VocabParallelOutput, VocabPartition,
+    rank_size, vocab_parallel_log_probs,
 };
 
 use super::{MegatronError, Result};
-
-mod decode;
 
 /// The layers one pipeline stage holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,177 +120,6 @@ fn tp_err(e: crate::tp::TpError) -> MegatronError {
     MegatronError::Tp(e)
 }
 
-/// Grouped-query attention with local heads: q/k/v column-parallel, o row-parallel.
-#[derive(Debug)]
-struct ParallelAttention {
-    q_proj: ColumnParallelLinear,
-    k_proj: ColumnParallelLinear,
-    v_proj: ColumnParallelLinear,
-    o_proj: RowParallelLinear,
-    q_norm: Option<RmsNorm>,
-    k_norm: Option<RmsNorm>,
-    heads: i64,
-    kv_heads: i64,
-    head_dim: i64,
-}
-
-impl ParallelAttention {
-    fn new(cfg: &ModelConfig, p: Path, tp: i64) -> Result<Self> {
-        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-        let heads = divide(cfg.num_attention_heads, tp, "num_attention_heads").map_err(tp_err)?;
-        let kv_heads = divide(cfg.kv_heads(), tp, "num_key_value_heads").map_err(tp_err)?;
-        let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
-        let norm = |name: &str| {
-            cfg.qk_norm()
-                .then(|| RmsNorm::new(&p / name, hd, cfg.rms_norm_eps))
-        };
-        Ok(ParallelAttention {
-            q_proj: ColumnParallelLinear::new(&p / "q_proj", h, q, cfg.qkv_bias(), tp)
-                .map_err(tp_err)?,
-            k_proj: ColumnParallelLinear::new(&p / "k_proj", h, kv, cfg.qkv_bias(), tp)
-                .map_err(tp_err)?,
-            v_proj: ColumnParallelLinear::new(&p / "v_proj", h, kv, cfg.qkv_bias(), tp)
-                .map_err(tp_err)?,
-            o_proj: RowParallelLinear::new(&p / "o_proj", q, h, cfg.o_bias(), tp)
-                .map_err(tp_err)?,
-            q_norm: norm("q_norm"),
-            k_norm: norm("k_norm"),
-            heads,
-            kv_heads,
-            head_dim: hd,
-        })
-    }
-
-    /// `x` replicated over TP (after `f`, or gathered over the sequence); returns the input of
-    /// `o_proj` (this rank's heads).
-    fn core(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mask: Option<&Tensor>) -> Tensor {
-        let [q, k, v] = self.heads_qkv(x, cos, sin);
-        self.attend(&q, &k, &v, mask)
-    }
-
-    /// Attention of query heads `q` (B, heads, T, D) over `k`, `v` (B, kv_heads, S, D);
-    /// `mask` (B, 1, T, S) or `None` for plain causal attention (S = T). Returns (B, T,
-    /// heads * D), the input of `o_proj`.
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Tensor {
-        let (b, t) = (q.size()[0], q.size()[2]);
-        let causal = mask.is_none() && t > 1;
-        let gqa = self.heads != self.kv_heads;
-        let y = Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, None, gqa);
-        y.transpose(1, 2)
-            .reshape([b, t, self.heads * self.head_dim])
-    }
-}
-
-/// SwiGLU with gate/up column-parallel and down row-parallel.
-#[derive(Debug)]
-struct ParallelMlp {
-    gate_proj: ColumnParallelLinear,
-    up_proj: ColumnParallelLinear,
-    down_proj: RowParallelLinear,
-}
-
-impl ParallelMlp {
-    fn new(cfg: &ModelConfig, p: Path, tp: i64) -> Result<Self> {
-        let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
-        Ok(ParallelMlp {
-            gate_proj: ColumnParallelLinear::new(&p / "gate_proj", h, i, b, tp).map_err(tp_err)?,
-            up_proj: ColumnParallelLinear::new(&p / "up_proj", h, i, b, tp).map_err(tp_err)?,
-            down_proj: RowParallelLinear::new(&p / "down_proj", i, h, b, tp).map_err(tp_err)?,
-        })
-    }
-
-    /// The input of `down_proj` (this rank's part of the intermediate size).
-    fn core(&self, x: &Tensor) -> Tensor {
-        self.gate_proj.forward(x).silu() * self.up_proj.forward(x)
-    }
-}
-
-#[derive(Debug)]
-struct ParallelDecoderLayer {
-    self_attn: ParallelAttention,
-    mlp: ParallelMlp,
-    input_layernorm: RmsNorm,
-    post_attention_layernorm: RmsNorm,
-}
-
-impl ParallelDecoderLayer {
-    fn new(cfg: &ModelConfig, p: Path, tp: i64) -> Result<Self> {
-        let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
-        Ok(ParallelDecoderLayer {
-            self_attn: ParallelAttention::new(cfg, &p / "self_attn", tp)?,
-            mlp: ParallelMlp::new(cfg, &p / "mlp", tp)?,
-            input_layernorm: RmsNorm::new(&p / "input_layernorm", h, eps),
-            post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", h, eps),
-        })
-    }
-
-    /// Four segments under TP: `norm -> f`, `attention -> g -> +residual`, `norm -> f`,
-    /// `mlp -> g -> +residual`, with the residual stream cut between them. Under sequence
-    /// parallelism the residual stream holds this rank's chunk of the sequence, `f` becomes an
-    /// all-gather of the sequence and `g` a reduce-scatter.
-    fn forward(
-        &self,
-        tape: &mut Tape,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        par: Par<'_>,
-    ) -> Result<Tensor> {
-        let h0 = par.cut(tape, x);
-        let a = par.enter(tape, &self.input_layernorm.forward(&h0))?;
-        let attn = par.exit(
-            tape,
-            &self.self_attn.o_proj,
-            &self.self_attn.core(&a, cos, sin, mask),
-        )?;
-        let h1 = par.cut(tape, &(&h0 + attn));
-        let m = par.enter(tape, &self.post_attention_layernorm.forward(&h1))?;
-        Ok(&h1 + par.exit(tape, &self.mlp.down_proj, &self.mlp.core(&m))?)
-    }
-}
-
-/// The tensor-parallel group of a forward and whether the sequence is split over it.
-#[derive(Debug, Clone, Copy)]
-struct Par<'a> {
-    tp: Option<&'a ProcessGroup>,
-    sp: bool,
-}
-
-/// Sequence dim of hidden states (B, T, hidden).
-const SEQ_DIM: i64 = 1;
-
-impl Par<'_> {
-    fn cut(&self, tape: &mut Tape, t: &Tensor) -> Tensor {
-        if self.tp.is_some() {
-            tape.cut(t)
-        } else {
-            t.shallow_clone()
-        }
-    }
-
-    /// Into a column-parallel layer: `f`, or the sequence all-gather.
-    fn enter(&self, tape: &mut Tape, x: &Tensor) -> Result<Tensor> {
-        if self.sp {
-            Ok(gather_from_sequence_parallel_region(
-                tape, x, self.tp, SEQ_DIM,
-            )?)
-        } else {
-            Ok(copy_to_tp_region(tape, x, self.tp))
-        }
-    }
-
-    /// Out of a row-parallel layer: `g`, or the sequence reduce-scatter.
-    fn exit(&self, tape: &mut Tape, row: &RowParallelLinear, x: &Tensor) -> Result<Tensor> {
-        if self.sp {
-            row.forward_sequence_parallel(tape, x, self.tp, SEQ_DIM)
-                .map_err(tp_err)
-        } else {
-            row.forward(x, self.tp).map_err(tp_err)
-        }
-    }
-}
-
 /// Input of a stage: token ids on the first stage, the previous stage's hidden states
 /// (a [`Tape::input`] leaf) on the others.
 #[derive(Debug)]
@@ -308,7 +139,7 @@ pub struct ParallelModel {
     sequence_parallel: bool,
     partition: VocabPartition,
     embed: Option<VocabParallelEmbedding>,
-    layers: Vec<ParallelDecoderLayer>,
+    layers: Vec<DecoderLayer>,
     norm: Option<RmsNorm>,
     /// Untied `lm_head`, or the last stage's copy of a tied embedding (`None` when the
     /// embedding on this stage serves as output layer, or for a value head).
@@ -352,7 +183,15 @@ impl ParallelModel {
         let layers = stage
             .layers
             .clone()
-            .map(|i| ParallelDecoderLayer::new(cfg, &model / "layers" / i, tp_size))
+            .map(|i| {
+                let at = LayerPlace {
+                    index: i,
+                    slot: i - stage.layers.start,
+                    tp: tp_size,
+                    adapters: None,
+                };
+                DecoderLayer::build(cfg, &model / "layers" / i, at).map_err(MegatronError::Config)
+            })
             .collect::<Result<Vec<_>>>()?;
         let last = stage.is_last();
         let norm = last.then(|| RmsNorm::new(&model / "norm", cfg.hidden_size, cfg.rms_norm_eps));
@@ -420,13 +259,6 @@ impl ParallelModel {
         self.sequence_parallel
     }
 
-    fn par(&self) -> Par<'_> {
-        Par {
-            tp: self.tp.as_ref(),
-            sp: self.sequence_parallel,
-        }
-    }
-
     pub fn partition(&self) -> &VocabPartition {
         &self.partition
     }
@@ -484,12 +316,12 @@ impl ParallelModel {
         position_ids: &Tensor,
         attention_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let par = self.par();
+        let (tp, sp) = (self.tp.as_ref(), self.sequence_parallel);
         let mut x = match (input, &self.embed) {
-            (StageInput::Ids(ids), Some(embed)) if par.sp => embed
-                .forward_sequence_parallel(tape, ids, par.tp, SEQ_DIM)
+            (StageInput::Ids(ids), Some(embed)) if sp => embed
+                .forward_sequence_parallel(tape, ids, tp, SEQ_DIM)
                 .map_err(tp_err)?,
-            (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, par.tp).map_err(tp_err)?,
+            (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
             (StageInput::Hidden(h), None) => h,
             (StageInput::Ids(_), None) => {
                 return Err(MegatronError::Config(format!(
@@ -506,22 +338,27 @@ impl ParallelModel {
         let t = position_ids.size().get(1).copied().unwrap_or(0);
         let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = attention_mask.map(|m| causal_padding_mask(m, 0, t));
+        let mut regions = TrainingRegions {
+            tape: &mut *tape,
+            tp,
+            sequence_parallel: sp,
+        };
         for layer in &self.layers {
-            x = layer.forward(tape, &x, &cos, &sin, mask.as_ref(), par)?;
+            x = layer
+                .forward_in(&mut regions, &x, &cos, &sin, mask.as_ref(), None)
+                .map_err(tp_err)?;
         }
         let Some(norm) = &self.norm else { return Ok(x) };
         let x = norm.forward(&x);
-        if !par.sp {
+        if !sp {
             return Ok(x);
         }
         // The heads need every position. The vocab-parallel output layer's input gradient is
         // partial on each rank (reduce-scatter backward); the replicated value head's is
         // already whole (the local chunk backward).
         Ok(match self.head_kind {
-            HeadKind::CausalLm => gather_from_sequence_parallel_region(tape, &x, par.tp, SEQ_DIM)?,
-            HeadKind::Value => {
-                gather_from_sequence_parallel_region_split_grad(&x, par.tp, SEQ_DIM)?
-            }
+            HeadKind::CausalLm => gather_from_sequence_parallel_region(tape, &x, tp, SEQ_DIM)?,
+            HeadKind::Value => gather_from_sequence_parallel_region_split_grad(&x, tp, SEQ_DIM)?,
         })
     }
 
@@ -572,6 +409,90 @@ impl ParallelModel {
             MegatronError::Config("values need the value head of the last stage".into())
         })?;
         Ok(score.forward(hidden).squeeze_dim(-1).to_kind(Kind::Float))
+    }
+}
+
+/// Incremental decoding: what the hybrid engine's rollout runs on a Megatron rank, so
+/// generation never needs the full model on one rank. The layers run as in training
+/// (column-split in, row-split out with an all-reduce over the TP group), without a tape and
+/// without sequence parallelism (a decoding step has one position). The last stage's
+/// next-token logits are the vocab-parallel output layer's local columns all-gathered over the
+/// TP group, so every TP rank holds the same full row and chooses the same token from the same
+/// uniform number.
+impl ParallelModel {
+    /// A KV cache for this stage's layers and this rank's key/value heads.
+    pub fn decode_cache(&self, rows: i64, capacity: i64, kind: Kind, device: Device) -> KvCache {
+        let (_, tp) = rank_size(self.tp.as_ref());
+        KvCache::with_dims(
+            self.layers.len(),
+            rows,
+            self.config.kv_heads() / tp,
+            capacity,
+            self.config.head_dim(),
+            kind,
+            device,
+        )
+    }
+
+    /// Runs this stage on `input` (token ids (B, T) on the first stage, the previous stage's
+    /// hidden states on the others) at `position_ids` (B, T), appending to `cache`.
+    /// `attention_mask` (B, past + T) marks real tokens, the cached ones included. Returns
+    /// hidden states (B, T, hidden), after the final norm on the last stage.
+    pub fn decode_stage(
+        &self,
+        input: StageInput<'_>,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let tp = self.tp.as_ref();
+        let mut x = match (input, &self.embed) {
+            (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
+            (StageInput::Hidden(h), None) => h,
+            (StageInput::Ids(_), None) | (StageInput::Hidden(_), Some(_)) => {
+                return Err(MegatronError::Config(format!(
+                    "decoding: stage {} got the wrong kind of input",
+                    self.stage.rank
+                )));
+            }
+        };
+        let t = position_ids.size().get(1).copied().unwrap_or(0);
+        let past = cache.len();
+        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
+        let mask = causal_padding_mask(attention_mask, past, t);
+        let mut regions = InferenceRegions { tp };
+        for layer in &self.layers {
+            x = layer
+                .forward_in(&mut regions, &x, &cos, &sin, Some(&mask), Some(&mut *cache))
+                .map_err(tp_err)?;
+        }
+        cache.advance(t);
+        Ok(match &self.norm {
+            Some(norm) => norm.forward(&x),
+            None => x,
+        })
+    }
+
+    /// Next-token logits (rows, vocab) of final hidden states (rows, hidden): the local
+    /// vocabulary columns gathered over the TP group (the same on every TP rank).
+    pub fn next_token_logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let local = self.output_layer("next-token logits")?.logits(hidden);
+        let Some(tp) = self.tp.as_ref().filter(|g| g.size() > 1) else {
+            return Ok(local.f_narrow(1, 0, self.partition.vocab)?);
+        };
+        let rows = local.size()[0];
+        let per_rank = self.partition.per_rank;
+        let gathered = Tensor::f_empty(
+            [tp.size() as i64, rows, per_rank],
+            (local.kind(), local.device()),
+        )?;
+        tp.all_gather_into(&gathered, &local.f_contiguous()?)?;
+        // (tp, rows, per_rank) -> (rows, tp * per_rank): rank r's columns are token ids
+        // [r * per_rank, (r + 1) * per_rank); the padding columns sit past the vocabulary.
+        Ok(gathered
+            .f_permute([1, 0, 2])?
+            .f_reshape([rows, -1])?
+            .f_narrow(1, 0, self.partition.vocab)?)
     }
 }
 

@@ -1,0 +1,219 @@
+//! The building blocks every architecture shares: the linear layer (whole, or one
+//! tensor-parallel rank's columns or rows, with an optional LoRA adapter), RMSNorm, and the
+//! [`Regions`] a decoder layer passes through at its tensor-parallel boundaries.
+//!
+//! A layer is written once and run three ways by choosing its regions: [`Replicated`] (one
+//! rank holds whole weights: the single and FSDP engines, the full-model rollout),
+//! [`crate::tp::InferenceRegions`] (a Megatron rank's shards without autograd: its rollout) and
+//! [`crate::tp::TrainingRegions`] (a Megatron rank's shards with the tape that reverses the
+//! collectives, optionally sequence-parallel). Without a tensor-parallel group the three
+//! compute the same thing.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use tch::nn::{Init, Path};
+use tch::{Kind, Tensor};
+
+use super::lora::{LoraAdapter, LoraConfig};
+
+/// How a [`Linear`]'s weight is split over the tensor-parallel group (Megatron's column- and
+/// row-parallel linears; `Whole` is neither, or a group of one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Whole,
+    /// Output features (weight dim 0) split: the output stays split.
+    Columns,
+    /// Input features (weight dim 1) split: partial outputs are summed over the group, then
+    /// the (replicated) bias is added.
+    Rows,
+}
+
+/// `y = x W^T + b` with the weight (out, in) as in PyTorch, holding this rank's part of it
+/// (see [`Split`]), plus a LoRA adapter's output when the layer has one.
+#[derive(Debug)]
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub lora: Option<LoraAdapter>,
+    pub split: Split,
+}
+
+/// What a model's constructors need to add adapters: the configuration and the model's
+/// on/off switch shared by all of them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Adapters<'a> {
+    pub config: &'a LoraConfig,
+    pub enabled: &'a Arc<AtomicBool>,
+}
+
+/// `n / parts`, or a message naming what does not divide.
+pub(crate) fn divide(n: i64, parts: i64, what: &str) -> Result<i64, String> {
+    if parts <= 0 || n % parts != 0 {
+        return Err(format!(
+            "{what} ({n}) is not divisible by the tensor-parallel size ({parts})"
+        ));
+    }
+    Ok(n / parts)
+}
+
+impl Linear {
+    /// A whole linear layer under `p`.
+    pub fn new(p: Path, in_dim: i64, out_dim: i64, bias: bool) -> Self {
+        Linear {
+            weight: p.var("weight", &[out_dim, in_dim], Init::Const(0.0)),
+            bias: bias.then(|| p.var("bias", &[out_dim], Init::Const(0.0))),
+            lora: None,
+            split: Split::Whole,
+        }
+    }
+
+    /// This rank's part of an `in_dim -> out_dim` layer split `split` over `tp` ranks: weight
+    /// (out / tp, in) and bias (out / tp) for columns, weight (out, in / tp) and a whole bias
+    /// for rows. A LoRA adapter only on a whole layer (tensor-parallel LoRA is refused when
+    /// the config is checked).
+    pub(crate) fn split(
+        p: Path,
+        (in_dim, out_dim, bias): (i64, i64, bool),
+        split: Split,
+        tp: i64,
+    ) -> Result<Self, String> {
+        let what = |side: &str| format!("{side} features of {}", p.path("weight"));
+        let (rows, cols, bias_len) = match split {
+            Split::Whole => (out_dim, in_dim, out_dim),
+            Split::Columns => {
+                let local = divide(out_dim, tp, &what("output"))?;
+                (local, in_dim, local)
+            }
+            Split::Rows => (out_dim, divide(in_dim, tp, &what("input"))?, out_dim),
+        };
+        let zero = Init::Const(0.0);
+        let weight = p
+            .f_var("weight", &[rows, cols], zero)
+            .map_err(|e| e.to_string())?;
+        let bias = bias
+            .then(|| p.f_var("bias", &[bias_len], zero))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        Ok(Linear {
+            weight,
+            bias,
+            lora: None,
+            split: if tp == 1 { Split::Whole } else { split },
+        })
+    }
+
+    /// [`Linear::split`] named `name` (`model.layers.0.self_attn.q_proj`), with an adapter when
+    /// the model has adapters that target it.
+    pub(crate) fn adapted(
+        p: Path,
+        name: &str,
+        dims: (i64, i64, bool),
+        (split, tp): (Split, i64),
+        adapters: Option<Adapters<'_>>,
+    ) -> Result<Self, String> {
+        let (in_dim, out_dim, _) = dims;
+        let lora = adapters
+            .filter(|a| a.config.targets(name))
+            .map(|a| LoraAdapter::new(&p, in_dim, out_dim, a.config, a.enabled.clone()));
+        if lora.is_some() && tp > 1 {
+            return Err(format!(
+                "LoRA on the tensor-parallel layer {name} is not implemented"
+            ));
+        }
+        Ok(Linear {
+            lora,
+            ..Linear::split(p, dims, split, tp)?
+        })
+    }
+
+    /// The layer on `x`: whole, or this rank's local output of a column-split layer (a
+    /// row-split layer's sum over the group is its regions' [`Regions::exit`]).
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let y = x.linear(&self.weight, self.bias.as_ref());
+        match self.lora.as_ref().and_then(|l| l.delta(x)) {
+            Some(d) => y + d,
+            None => y,
+        }
+    }
+
+    /// This rank's partial product (before the reduction and the bias).
+    pub fn partial(&self, x: &Tensor) -> Tensor {
+        x.linear::<&Tensor>(&self.weight, None)
+    }
+
+    /// `y` plus the bias, if any.
+    pub fn add_bias(&self, y: Tensor) -> Tensor {
+        match &self.bias {
+            Some(b) => y + b,
+            None => y,
+        }
+    }
+}
+
+/// Root-mean-square norm, computed in f32 and cast back before the weight (as transformers).
+#[derive(Debug)]
+pub struct RmsNorm {
+    pub weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(p: Path, dim: i64, eps: f64) -> Self {
+        RmsNorm {
+            weight: p.var("weight", &[dim], Init::Const(1.0)),
+            eps,
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let xf = x.to_kind(Kind::Float);
+        let var = xf.square().mean_dim(-1, true, Kind::Float);
+        let normed = xf * (var + self.eps).rsqrt();
+        &self.weight * normed.to_kind(kind)
+    }
+}
+
+/// The tensor-parallel boundaries of a decoder layer, in Megatron's terms: the residual
+/// stream between segments, `f` into column-split layers, `g` out of row-split ones. A layer
+/// calls these in order (cut, enter, ..., exit, cut, enter, ..., exit); see the module docs
+/// for the three implementations.
+pub trait Regions {
+    type Error;
+    /// The residual stream at a segment boundary (a tape records it there for the backward).
+    fn cut(&mut self, x: &Tensor) -> Tensor {
+        x.shallow_clone()
+    }
+    /// Into column-split layers: `x` replicated over the group (or the sequence gathered).
+    fn enter(&mut self, x: Tensor) -> Result<Tensor, Self::Error>;
+    /// Out of the row-split layer `row` applied to `x`: its whole output (or this rank's chunk
+    /// of the sequence), bias included.
+    fn exit(&mut self, row: &Linear, x: &Tensor) -> Result<Tensor, Self::Error>;
+}
+
+/// Whole weights on one rank: every boundary is the identity and a row layer is a plain
+/// linear (with its adapter).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Replicated;
+
+impl Regions for Replicated {
+    type Error = Infallible;
+
+    fn enter(&mut self, x: Tensor) -> Result<Tensor, Infallible> {
+        Ok(x)
+    }
+
+    fn exit(&mut self, row: &Linear, x: &Tensor) -> Result<Tensor, Infallible> {
+        Ok(row.forward(x))
+    }
+}
+
+/// The value of a computation that cannot fail.
+pub(crate) fn infallible<T>(r: Result<T, Infallible>) -> T {
+    match r {
+        Ok(t) => t,
+        Err(never) => match never {},
+    }
+}

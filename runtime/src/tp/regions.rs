@@ -1,0 +1,83 @@
+//! The [`Regions`] of a Megatron rank: how the one decoder ([`crate::model::decoder`]) crosses
+//! its tensor-parallel boundaries when its weights are this rank's shards.
+//!
+//! - [`TrainingRegions`]: Megatron's `f` / `g` (or, with sequence parallelism, the sequence
+//!   all-gather / reduce-scatter) with the [`Tape`] that reverses them in the backward, and the
+//!   residual stream cut between segments.
+//! - [`InferenceRegions`]: the same values without a tape, for decoding under no-grad (the
+//!   rollout on a Megatron rank).
+use crate::dist::ProcessGroup;
+use crate::dist::mappings::{
+    Tape, copy_to_tp_region, gather_from_sequence_parallel_region, reduce_from_tp_region,
+    reduce_scatter_to_sequence_parallel_region,
+};
+use crate::model::layers::{Linear, Regions};
+use tch::Tensor;
+
+use super::{Result, TpError};
+
+/// Sequence dim of hidden states (B, T, hidden).
+pub const SEQ_DIM: i64 = 1;
+
+/// A training forward on a rank's shards; see the module docs.
+#[derive(Debug)]
+pub struct TrainingRegions<'a> {
+    pub tape: &'a mut Tape,
+    pub tp: Option<&'a ProcessGroup>,
+    /// The residual stream holds this rank's chunk of the sequence.
+    pub sequence_parallel: bool,
+}
+
+impl Regions for TrainingRegions<'_> {
+    type Error = TpError;
+
+    fn cut(&mut self, x: &Tensor) -> Tensor {
+        if self.tp.is_some() {
+            self.tape.cut(x)
+        } else {
+            x.shallow_clone()
+        }
+    }
+
+    fn enter(&mut self, x: Tensor) -> Result<Tensor> {
+        if self.sequence_parallel {
+            Ok(gather_from_sequence_parallel_region(
+                self.tape, &x, self.tp, SEQ_DIM,
+            )?)
+        } else {
+            Ok(copy_to_tp_region(self.tape, &x, self.tp))
+        }
+    }
+
+    fn exit(&mut self, row: &Linear, x: &Tensor) -> Result<Tensor> {
+        let partial = row.partial(x);
+        let y = if self.sequence_parallel {
+            reduce_scatter_to_sequence_parallel_region(self.tape, &partial, self.tp, SEQ_DIM)?
+        } else {
+            reduce_from_tp_region(&partial, self.tp)?
+        };
+        Ok(row.add_bias(y))
+    }
+}
+
+/// A forward without autograd on a rank's shards (decoding); see the module docs.
+#[derive(Debug, Clone, Copy)]
+pub struct InferenceRegions<'a> {
+    pub tp: Option<&'a ProcessGroup>,
+}
+
+impl Regions for InferenceRegions<'_> {
+    type Error = TpError;
+
+    fn enter(&mut self, x: Tensor) -> Result<Tensor> {
+        Ok(x)
+    }
+
+    fn exit(&mut self, row: &Linear, x: &Tensor) -> Result<Tensor> {
+        if row.lora.is_some() {
+            // Adapters exist on whole layers only.
+            return Ok(row.forward(x));
+        }
+        Ok(row.add_bias(reduce_from_tp_region(&row.partial(x), self.tp)?))
+    }
+}
