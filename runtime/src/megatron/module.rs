@@ -14,6 +14,7 @@ use tch::{Device, Kind, Tensor};
 use crate::dist::mappings::Tape;
 use crate::dist::{ProcessGroup, ProcessGroups, ReduceOp};
 use crate::model::ModelConfig;
+use crate::model::decoder::param_shapes;
 use crate::model::load::{Checkpoint, LoadReport};
 use crate::optim::distrib::{DistGroups, DistParam, DistributedOptimizer, LayoutOptions};
 use crate::optim::{
@@ -605,58 +606,18 @@ impl MegatronModule {
 /// Names and full shapes of the parameters stage `stage` holds (HF layout), in model order;
 /// the last stage's copy of a tied embedding is left out.
 pub fn full_shapes(cfg: &ModelConfig, head: HeadKind, stage: &Stage) -> Vec<(String, Vec<i64>)> {
-    let (h, i, v, hd) = (
-        cfg.hidden_size,
-        cfg.intermediate_size,
-        cfg.vocab_size,
-        cfg.head_dim(),
-    );
-    let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
-    let mut out: Vec<(String, Vec<i64>)> = Vec::new();
-    if stage.is_first() {
-        out.push(("model.embed_tokens.weight".into(), vec![v, h]));
-    }
-    for l in stage.layers.clone() {
-        let p = |s: &str| format!("model.layers.{l}.{s}");
-        out.push((p("input_layernorm.weight"), vec![h]));
-        for (name, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
-            out.push((p(&format!("self_attn.{name}.weight")), vec![rows, h]));
-            if cfg.qkv_bias() {
-                out.push((p(&format!("self_attn.{name}.bias")), vec![rows]));
-            }
+    let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+    let last = stage.is_last();
+    let mut out = param_shapes(cfg, stage.layers.clone(), stage.is_first(), last);
+    match head {
+        HeadKind::CausalLm if last && !cfg.tie_word_embeddings => {
+            out.push(("lm_head.weight".into(), vec![v, h]))
         }
-        out.push((p("self_attn.o_proj.weight"), vec![h, q]));
-        if cfg.o_bias() {
-            out.push((p("self_attn.o_proj.bias"), vec![h]));
+        HeadKind::Value if last => {
+            out.push(("score.weight".into(), vec![1, h]));
+            out.push(("score.bias".into(), vec![1]));
         }
-        if cfg.qk_norm() {
-            out.push((p("self_attn.q_norm.weight"), vec![hd]));
-            out.push((p("self_attn.k_norm.weight"), vec![hd]));
-        }
-        out.push((p("post_attention_layernorm.weight"), vec![h]));
-        for name in ["gate_proj", "up_proj"] {
-            out.push((p(&format!("mlp.{name}.weight")), vec![i, h]));
-            if cfg.mlp_bias {
-                out.push((p(&format!("mlp.{name}.bias")), vec![i]));
-            }
-        }
-        out.push((p("mlp.down_proj.weight"), vec![h, i]));
-        if cfg.mlp_bias {
-            out.push((p("mlp.down_proj.bias"), vec![h]));
-        }
-    }
-    if stage.is_last() {
-        out.push(("model.norm.weight".into(), vec![h]));
-        match head {
-            HeadKind::CausalLm if !cfg.tie_word_embeddings => {
-                out.push(("lm_head.weight".into(), vec![v, h]))
-            }
-            HeadKind::CausalLm => {}
-            HeadKind::Value => {
-                out.push(("score.weight".into(), vec![1, h]));
-                out.push(("score.bias".into(), vec![1]));
-            }
-        }
+        HeadKind::CausalLm | HeadKind::Value => {}
     }
     out
 }

@@ -222,15 +222,27 @@ impl ParallelModel {
             (HeadKind::CausalLm, true) => (None, None),
         };
         let rotary = RotaryEmbedding::new(cfg, root.device()).map_err(MegatronError::Config)?;
-        let mut names: Vec<(String, Tensor)> = Vec::new();
+        // Model order: embedding (the last stage's copy of a tied one too), layers in HF
+        // registration order, final norm, head.
         let vars = vs.variables();
-        // Model order: embedding, layers (HF registration order), final norm, head.
-        let mut keys: Vec<&String> = vars.keys().collect();
-        keys.sort_by_key(|k| param_order(k));
-        for k in keys {
-            if let Some(t) = vars.get(k) {
-                names.push((k.clone(), t.shallow_clone()));
-            }
+        let listed = super::module::full_shapes(cfg, head, &stage);
+        const EMBED: &str = "model.embed_tokens.weight";
+        let order = std::iter::once(EMBED).chain(
+            listed
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .filter(|n| *n != EMBED),
+        );
+        let names: Vec<(String, Tensor)> = order
+            .filter_map(|name| Some((name.to_owned(), vars.get(name)?.shallow_clone())))
+            .collect();
+        if names.len() != vars.len() {
+            return Err(MegatronError::Config(format!(
+                "stage {} registered {} variables, its listing names {}",
+                stage.rank,
+                vars.len(),
+                names.len()
+            )));
         }
         Ok(ParallelModel {
             config: cfg.clone(),
@@ -494,41 +506,4 @@ impl ParallelModel {
             .f_reshape([rows, -1])?
             .f_narrow(1, 0, self.partition.vocab)?)
     }
-}
-
-/// Sort key putting variables in model order (embedding, layers by index and HF
-/// registration order, final norm, head).
-fn param_order(name: &str) -> (u8, usize, u8, String) {
-    const LAYER_ORDER: [&str; 11] = [
-        "input_layernorm",
-        "self_attn.q_proj",
-        "self_attn.k_proj",
-        "self_attn.v_proj",
-        "self_attn.o_proj",
-        "self_attn.q_norm",
-        "self_attn.k_norm",
-        "post_attention_layernorm",
-        "mlp.gate_proj",
-        "mlp.up_proj",
-        "mlp.down_proj",
-    ];
-    if let Some(rest) = name.strip_prefix("model.layers.") {
-        let (i, sub) = rest.split_once('.').unwrap_or((rest, ""));
-        let pos = LAYER_ORDER
-            .iter()
-            .position(|m| sub.starts_with(m))
-            .unwrap_or(LAYER_ORDER.len());
-        return (
-            1,
-            i.parse().unwrap_or(usize::MAX),
-            pos as u8,
-            sub.to_owned(),
-        );
-    }
-    let top = match name {
-        "model.embed_tokens.weight" => 0,
-        n if n.starts_with("model.norm") => 2,
-        _ => 3,
-    };
-    (top, 0, 0, name.to_owned())
 }

@@ -25,6 +25,52 @@ pub use super::layers::{Linear, RmsNorm};
 use super::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
 use super::rope::{RotaryEmbedding, apply_rotary};
 
+/// Names and whole (unsplit) shapes of the backbone's variables in model order (Hugging Face
+/// registration order): the embedding when `embedding`, layers `layers`, the final norm when
+/// `final_norm`. What a pipeline stage lists for export and sorts its variables by; a test
+/// holds it equal to what the constructors register.
+pub fn param_shapes(
+    cfg: &ModelConfig,
+    layers: std::ops::Range<usize>,
+    embedding: bool,
+    final_norm: bool,
+) -> Vec<(String, Vec<i64>)> {
+    let (h, i, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim());
+    let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
+    let mut out: Vec<(String, Vec<i64>)> = Vec::new();
+    if embedding {
+        out.push(("model.embed_tokens.weight".into(), vec![cfg.vocab_size, h]));
+    }
+    type Shapes = Vec<(String, Vec<i64>)>;
+    let norm = |out: &mut Shapes, name: String, dim: i64| out.push((name + ".weight", vec![dim]));
+    let linear = |out: &mut Shapes, name: String, (in_dim, out_dim): (i64, i64), bias: bool| {
+        out.push((format!("{name}.weight"), vec![out_dim, in_dim]));
+        if bias {
+            out.push((name + ".bias", vec![out_dim]));
+        }
+    };
+    for l in layers {
+        let n = |part: &str| format!("model.layers.{l}.{part}");
+        norm(&mut out, n("input_layernorm"), h);
+        linear(&mut out, n("self_attn.q_proj"), (h, q), cfg.qkv_bias());
+        linear(&mut out, n("self_attn.k_proj"), (h, kv), cfg.qkv_bias());
+        linear(&mut out, n("self_attn.v_proj"), (h, kv), cfg.qkv_bias());
+        linear(&mut out, n("self_attn.o_proj"), (q, h), cfg.o_bias());
+        if cfg.qk_norm() {
+            norm(&mut out, n("self_attn.q_norm"), hd);
+            norm(&mut out, n("self_attn.k_norm"), hd);
+        }
+        norm(&mut out, n("post_attention_layernorm"), h);
+        linear(&mut out, n("mlp.gate_proj"), (h, i), cfg.mlp_bias);
+        linear(&mut out, n("mlp.up_proj"), (h, i), cfg.mlp_bias);
+        linear(&mut out, n("mlp.down_proj"), (i, h), cfg.mlp_bias);
+    }
+    if final_norm {
+        out.push(("model.norm.weight".into(), vec![h]));
+    }
+    out
+}
+
 /// Where a layer is built: its global index (for names), its slot in the KV cache of the
 /// model that holds it, and the tensor-parallel size its weights are split over.
 #[derive(Debug, Clone, Copy)]

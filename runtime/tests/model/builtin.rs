@@ -79,3 +79,43 @@ fn bad_builtin_addresses_are_explained() {
         .to_string();
     assert!(e.contains("invalid value `abc` for `hidden`"), "{e}");
 }
+
+#[test]
+fn param_shapes_lists_what_the_constructors_register_in_order_of_families() {
+    // The listing a pipeline stage sorts and exports by: every variable the decoder registers,
+    // with its shape, for each family's flags (Qwen2 q/k/v bias, Llama/Qwen3 attention_bias
+    // with o bias, Qwen3 q/k norms, an MLP bias).
+    for (model_type, attention_bias, mlp_bias) in [
+        ("qwen2", None, false),
+        ("llama", Some(true), true),
+        ("qwen3", Some(true), false),
+        ("qwen3", None, false),
+    ] {
+        let mut cfg = ModelSource::parse("builtin://tiny?layers=3&hidden=64")
+            .unwrap()
+            .config()
+            .unwrap();
+        cfg.model_type = model_type.into();
+        cfg.attention_bias = attention_bias;
+        cfg.mlp_bias = mlp_bias;
+        let vs = tch::nn::VarStore::new(Device::Cpu);
+        runtime::model::decoder::Model::new(&cfg, &vs.root() / "model").unwrap();
+        let listed = runtime::model::decoder::param_shapes(&cfg, 0..3, true, true);
+        let vars = vs.variables();
+        assert_eq!(listed.len(), vars.len(), "{model_type}");
+        for (name, shape) in &listed {
+            let t = vars
+                .get(name)
+                .unwrap_or_else(|| panic!("{model_type}: {name}"));
+            assert_eq!(&t.size(), shape, "{model_type}: {name}");
+        }
+        // Registration order within a layer follows transformers: input norm first, the MLP's
+        // down projection last.
+        let layer0: Vec<&str> = listed
+            .iter()
+            .filter_map(|(n, _)| n.strip_prefix("model.layers.0."))
+            .collect();
+        assert_eq!(layer0.first(), Some(&"input_layernorm.weight"));
+        assert!(layer0.last().unwrap().starts_with("mlp.down_proj."));
+    }
+}
