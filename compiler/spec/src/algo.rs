@@ -112,6 +112,13 @@ verl_names! {
         GeoMean => "geo_mean",
         /// Clipped, detached ratio weighting a REINFORCE term (CISPO).
         Cispo => "cispo",
+        /// Truncated ratio weighting a REINFORCE term inside a total-variation trust region
+        /// (DPPO-Binary-TV).
+        DppoTv => "dppo_tv",
+        /// As `dppo_tv` with a binary-KL trust region (DPPO-Binary-KL).
+        DppoKl => "dppo_kl",
+        /// Policy gradient with a quadratic log-ratio penalty (DRO).
+        Dro => "dro",
     }
 }
 
@@ -140,6 +147,9 @@ pub struct PolicyLossConfig {
     pub kl_cov_ratio: f64,
     /// `actor.policy_loss.ppo_kl_coef`.
     pub ppo_kl_coef: f64,
+    /// `actor.policy_loss.dro_beta` (DRO's penalty weight; required by `dro`).
+    #[serde(default)]
+    pub dro_beta: Option<f64>,
 }
 
 impl Default for PolicyLossConfig {
@@ -156,6 +166,7 @@ impl Default for PolicyLossConfig {
             clip_cov_ub: 5.0,
             kl_cov_ratio: 0.0002,
             ppo_kl_coef: 0.1,
+            dro_beta: None,
         }
     }
 }

@@ -39,6 +39,17 @@ pub enum PolicyLossMode {
     /// Clipped, detached ratio weighting a REINFORCE term (CISPO).
     #[serde(rename = "cispo")]
     Cispo,
+    /// Truncated ratio weighting a REINFORCE term, masked where the probability moved more than
+    /// the clip ratios in total variation (DPPO-Binary-TV; verl 0.8+).
+    #[serde(rename = "dppo_tv")]
+    DppoTv,
+    /// As `dppo_tv`, with the binary KL divergence as the trust region (DPPO-Binary-KL; verl
+    /// 0.8+).
+    #[serde(rename = "dppo_kl")]
+    DppoKl,
+    /// Policy gradient with a quadratic log-ratio penalty `dro_beta` (DRO; verl 0.9+).
+    #[serde(rename = "dro")]
+    Dro,
     /// Uses the rollout log-probs as the old policy; selected automatically by rollout
     /// correction's bypass mode.
     #[serde(rename = "bypass_mode")]
@@ -66,6 +77,10 @@ pub struct PolicyLossConfig {
     pub kl_cov_ratio: f64,
     /// KL-Cov: weight of the KL penalty.
     pub ppo_kl_coef: f64,
+    /// DRO: weight of the quadratic log-ratio penalty; must be positive with `loss_mode: dro`
+    /// (verl 0.9+; absent from older trees).
+    #[serde(default)]
+    pub dro_beta: Option<f64>,
 }
 
 /// Mixture-of-experts routing replay mode.

@@ -1212,11 +1212,14 @@ fn actor_settings(
         PolicyLossMode::KlCov => sa::PolicyLossMode::KlCov,
         PolicyLossMode::GeoMean => sa::PolicyLossMode::GeoMean,
         PolicyLossMode::Cispo => sa::PolicyLossMode::Cispo,
+        PolicyLossMode::DppoTv => sa::PolicyLossMode::DppoTv,
+        PolicyLossMode::DppoKl => sa::PolicyLossMode::DppoKl,
+        PolicyLossMode::Dro => sa::PolicyLossMode::Dro,
         PolicyLossMode::BypassMode => {
             l.unsupported(
                 "actor_rollout_ref.actor.policy_loss.loss_mode",
                 "`bypass_mode` (rollout-correction bypass) is not implemented by verlc's trainer",
-                "use one of: vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, cispo",
+                "use one of: vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, cispo, dppo_tv, dppo_kl, dro",
             );
             sa::PolicyLossMode::Vanilla
         }
@@ -1257,6 +1260,7 @@ fn actor_settings(
             clip_cov_ub: pl.clip_cov_ub,
             kl_cov_ratio: pl.kl_cov_ratio,
             ppo_kl_coef: pl.ppo_kl_coef,
+            dro_beta: pl.dro_beta,
         },
         loss_agg_mode: a.loss_agg_mode,
         entropy_coeff: a.entropy_coeff,

@@ -417,6 +417,12 @@ pub static RULES: &[Rule] = &[
         "a size derived from the config (world size, tokens per step, ...) overflows 64-bit arithmetic"
     ),
     rule!(
+        "V054",
+        "DroWithoutBeta",
+        algorithm::dro_without_beta,
+        "the DRO policy loss needs a positive policy_loss.dro_beta"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

@@ -50,7 +50,8 @@ fn policy_loss_mode_names() {
     round_trip(
         PolicyLossMode::ALL,
         &[
-            "vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo",
+            "vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "dppo_tv",
+            "dppo_kl", "dro",
         ],
     );
     assert!("bypass_mode".parse::<PolicyLossMode>().is_err());

@@ -4,14 +4,10 @@
 //! (token, sequence, geometric, explicit lower bound), the veto, and every metric verlc logs.
 
 use runtime::algo::rollout_correction::rollout_correction;
-use tch::{Kind, Tensor};
+use tch::Kind;
 use verlc_spec::trainer::{IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel};
 
-fn tensor(v: &serde_json::Value) -> Tensor {
-    let rows: Vec<Vec<f64>> = serde_json::from_value(v.clone()).expect("matrix");
-    let flat: Vec<f64> = rows.iter().flatten().copied().collect();
-    Tensor::from_slice(&flat).view([rows.len() as i64, -1])
-}
+use crate::support::json_matrix as tensor;
 
 fn spec(cfg: &serde_json::Value) -> RolloutCorrectionSpec {
     let f = |k: &str| cfg.get(k).and_then(serde_json::Value::as_f64);

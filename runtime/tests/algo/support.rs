@@ -10,6 +10,13 @@ pub fn t2(rows: &[&[f64]]) -> Tensor {
     Tensor::from_slice(&flat).view([rows.len() as i64, cols as i64])
 }
 
+/// A 2-D f64 tensor from a JSON list of rows (the verl-function oracle's outputs).
+pub fn json_matrix(v: &serde_json::Value) -> Tensor {
+    let rows: Vec<Vec<f64>> = serde_json::from_value(v.clone()).expect("matrix");
+    let flat: Vec<f64> = rows.iter().flatten().copied().collect();
+    Tensor::from_slice(&flat).view([rows.len() as i64, -1])
+}
+
 /// A 1-D f64 tensor.
 pub fn t1(v: &[f64]) -> Tensor {
     Tensor::from_slice(v)

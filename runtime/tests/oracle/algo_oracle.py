@@ -293,7 +293,8 @@ def case_agg():
 # Policy losses (torch autograd, float64)
 
 CFG = {"clip_low": 0.2, "clip_high": 0.28, "clip_c": 3.0, "tau_pos": 1.0, "tau_neg": 1.05,
-       "clip_cov_ratio": 1.0, "clip_cov_lb": 0.0, "clip_cov_ub": 1.0, "kl_cov_ratio": 0.2, "ppo_kl_coef": 0.1}
+       "clip_cov_ratio": 1.0, "clip_cov_lb": 0.0, "clip_cov_ub": 1.0, "kl_cov_ratio": 0.2, "ppo_kl_coef": 0.1,
+       "dro_beta": 0.7}
 
 
 def pl_vanilla(lp, old, A, m, w, mode, ag):
@@ -409,8 +410,40 @@ def pl_cispo(lp, old, A, m, w, mode, ag):
     return agg(l, m, mode, **ag), met
 
 
+def pl_dppo(divergence):
+    # Binary trust region on p = exp(lp) around p_old; REINFORCE step weighted by the truncated ratio.
+    def fn(lp, old, A, m, w, mode, ag):
+        d = (lp - old).clamp(-20, 20)
+        rho = d.exp()
+        p, p_old = lp.detach().exp(), old.exp()
+        if divergence == "tv":
+            up = (p - p_old) <= CFG["clip_high"]
+            down = (p - p_old) >= -CFG["clip_low"]
+        else:
+            kl = p_old * (old - lp.detach()) + (1 - p_old) * torch.log((1 - p_old + 1e-8) / (1 - p + 1e-8))
+            up = (kl <= CFG["clip_high"]) | (p <= p_old)
+            down = (kl <= CFG["clip_low"]) | (p >= p_old)
+        v = torch.where(A > 0, up, down).double()
+        l = -A * rho.clamp(max=CFG["clip_c"]).detach() * lp * v
+        if w is not None:
+            l = l * w
+        met = {"pg_clipfrac": mmean(1 - v, m), "ppo_kl": mmean(-d, m),
+               "pg_clipfrac_lower": mmean((rho > CFG["clip_c"]).double() * v, m)}
+        return agg(l, m, mode, **ag), met
+    return fn
+
+
+def pl_dro(lp, old, A, m, w, mode, ag):
+    d = lp - old
+    l = -(lp * A - 0.5 * CFG["dro_beta"] * d * d)
+    if w is not None:
+        l = l * w
+    return agg(l, m, mode, **ag), {"ppo_kl": mmean(-d, m)}
+
+
 LOSSES = {"vanilla": pl_vanilla, "gspo": pl_gspo, "sapo": pl_sapo, "gpg": pl_gpg, "clip_cov": pl_clip_cov,
-          "kl_cov": pl_kl_cov, "geo_mean": pl_geo_mean, "cispo": pl_cispo}
+          "kl_cov": pl_kl_cov, "geo_mean": pl_geo_mean, "cispo": pl_cispo,
+          "dppo_tv": pl_dppo("tv"), "dppo_kl": pl_dppo("kl"), "dro": pl_dro}
 
 
 def case_pl():

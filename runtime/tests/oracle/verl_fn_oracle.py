@@ -13,6 +13,11 @@ Writes
 - OUT/bypass.json: verl's compute_policy_loss_bypass_mode (trainer/ppo/core_algos.py, with its
   PPO-clip and REINFORCE losses and agg_loss) on seeded inputs: the loss, its gradient with
   respect to the log-probs, and the metrics, for both loss types and several corrections;
+- OUT/policy_losses_0_9.json: the policy losses verl added after 0.7 (dppo_tv, dppo_kl, dro), run
+  from verl 0.9.1's own core_algos.py (scripts/setup unpacks that release's files under
+  .venv/verl-releases; VERLC_VERL_NEWER_ROOT overrides where) with its agg_loss and
+  masked_mean, for every aggregation mode, local and with global-batch info, with and without
+  rollout weights: loss, gradient with respect to the log-probs, metrics;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -28,14 +33,28 @@ import numpy as np
 import torch
 
 
-def verl_function(relpath, name, namespace):
+def installed_verl():
     spec = importlib.util.find_spec("verl")
     if spec is None or spec.origin is None:
         sys.exit("verl is not installed in this interpreter (run scripts/setup)")
-    path = os.path.join(os.path.dirname(spec.origin), relpath)
+    return os.path.dirname(spec.origin)
+
+
+def newer_verl():
+    here = os.path.dirname(os.path.abspath(__file__))
+    default = os.path.join(here, "../../../.venv/verl-releases/0.9.1/verl")
+    root = os.environ.get("VERLC_VERL_NEWER_ROOT", default)
+    if not os.path.isfile(os.path.join(root, "trainer/ppo/core_algos.py")):
+        sys.exit(f"verl 0.9.1's files are not at {root} (run scripts/setup)")
+    return root
+
+
+def verl_function(relpath, name, namespace, root=None):
+    path = os.path.join(root or installed_verl(), relpath)
     with open(path) as f:
         tree = ast.parse(f.read())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    fn.decorator_list = []  # registries are verl's import-time bookkeeping
     # Annotations stay unevaluated (they name verl's types, which are not imported here).
     flags = __import__("__future__").annotations.compiler_flag
     exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), namespace)
@@ -221,9 +240,73 @@ def bypass(out):
                    "mask": mask.tolist(), "cases": cases}, f)
 
 
+def policy_losses_0_9(out):
+    import types
+
+    typing = __import__("typing")
+    root = newer_verl()
+    vf = {"torch": torch}
+    for name in ["masked_sum", "masked_mean"]:
+        verl_function("utils/torch_functional.py", name, vf, root)
+
+    class AlgoConfig:
+        pass
+
+    ns = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any,
+          "verl_F": types.SimpleNamespace(**vf), "AlgoConfig": AlgoConfig}
+    verl_function("trainer/ppo/core_algos.py", "agg_loss", ns, root)
+    fns = {mode: verl_function("trainer/ppo/core_algos.py", f"compute_policy_loss_{mode}", ns, root)
+           for mode in ["dppo_tv", "dppo_kl", "dro"]}
+
+    gen = torch.Generator().manual_seed(21)
+    rows, width = 6, 8
+    # Probabilities spread over (0, 1) so the trust regions cut on both sides.
+    old = torch.log(torch.rand(rows, width, generator=gen, dtype=torch.float64) * 0.9 + 0.05)
+    lp = old + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.6
+    lp = lp.clamp(max=-1e-3)
+    lp[2, :2] = old[2, :2] + 1.5  # ratios above clip_ratio_c
+    adv = torch.randn(rows, width, generator=gen, dtype=torch.float64)
+    adv[4, 3] = 0.0
+    mask = torch.ones(rows, width, dtype=torch.float64)
+    for i, n in enumerate([8, 6, 3, 0, 7, 5]):
+        mask[i, n:] = 0
+    weights = torch.rand(rows, width, generator=gen, dtype=torch.float64) + 0.5
+    glob = {"dp_size": 2, "batch_num_tokens": 40, "global_batch_size": 10, "loss_scale_factor": 12}
+    settings = {"clip_ratio": 0.2, "clip_ratio_low": 0.1, "clip_ratio_high": 0.15, "clip_ratio_c": 2.5,
+                "dro_beta": 0.4}
+
+    class Config(dict):
+        pass
+
+    cases = []
+    for mode, fn in fns.items():
+        for agg_mode in ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]:
+            for scope, info in [("local", {}), ("global", glob)]:
+                for weighted in [False, True]:
+                    cfg = Config(clip_ratio_c=settings["clip_ratio_c"])
+                    cfg.clip_ratio = settings["clip_ratio"]
+                    cfg.clip_ratio_low = settings["clip_ratio_low"]
+                    cfg.clip_ratio_high = settings["clip_ratio_high"]
+                    cfg.policy_loss = types.SimpleNamespace(dro_beta=settings["dro_beta"])
+                    cfg.global_batch_info = info
+                    x = lp.clone().requires_grad_(True)
+                    loss, metrics = fn(old_log_prob=old, log_prob=x, advantages=adv, response_mask=mask,
+                                       loss_agg_mode=agg_mode, config=cfg,
+                                       rollout_is_weights=weights if weighted else None)
+                    loss.backward()
+                    cases.append({"mode": mode, "agg": agg_mode, "global": scope == "global",
+                                  "weighted": weighted, "loss": loss.item(), "grad": x.grad.tolist(),
+                                  "metrics": {k: float(v) for k, v in metrics.items()}})
+    with open(os.path.join(out, "policy_losses_0_9.json"), "w") as f:
+        json.dump({"old_log_prob": old.tolist(), "log_prob": lp.tolist(), "advantages": adv.tolist(),
+                   "mask": mask.tolist(), "weights": weights.tolist(), "global": glob,
+                   "settings": settings, "cases": cases}, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
     pf_ppo(sys.argv[1])
     dynamic_bsz(sys.argv[1])
     rollout_corr(sys.argv[1])
     bypass(sys.argv[1])
+    policy_losses_0_9(sys.argv[1])

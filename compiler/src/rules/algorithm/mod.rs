@@ -1,6 +1,7 @@
 //! The RL algorithm: advantage estimators, KL control, rollout correction.
 
 pub(crate) mod adaptive_kl_horizon_not_positive;
+pub(crate) mod dro_without_beta;
 pub(crate) mod gae_without_critic;
 pub(crate) mod group_baseline_with_single_response;
 pub(crate) mod pass_at_k_with_single_response;

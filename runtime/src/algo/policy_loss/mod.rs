@@ -8,6 +8,8 @@
 //! ratios (fallback `clip_ratio`), `c = clip_ratio_c`.
 pub mod cispo;
 pub mod clip_cov;
+pub mod dppo;
+pub mod dro;
 pub mod geo_mean;
 pub mod gpg;
 pub mod gspo;
@@ -145,6 +147,13 @@ pub fn compute_policy_loss(
         PolicyLossMode::KlCov => kl_cov::compute(inputs, cfg, agg_mode, agg),
         PolicyLossMode::GeoMean => geo_mean::compute(inputs, cfg),
         PolicyLossMode::Cispo => cispo::compute(inputs, cfg, agg_mode, agg),
+        PolicyLossMode::DppoTv => {
+            dppo::compute(inputs, cfg, dppo::Divergence::TotalVariation, agg_mode, agg)
+        }
+        PolicyLossMode::DppoKl => {
+            dppo::compute(inputs, cfg, dppo::Divergence::BinaryKl, agg_mode, agg)
+        }
+        PolicyLossMode::Dro => dro::compute(inputs, cfg, agg_mode, agg),
     }
 }
 
