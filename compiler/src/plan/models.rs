@@ -10,7 +10,11 @@ use verlc_hub::{HubEnv, ModelLocation, RepoId, hub_id, locate};
 use verlc_spec::TrainerSpec;
 
 /// Model types the trainer's decoder implements.
-const DECODERS: [&str; 3] = ["llama", "qwen2", "qwen3"];
+const DECODERS: [&str; 4] = ["llama", "qwen2", "qwen3", "qwen3_moe"];
+
+/// Model types with mixture-of-experts layers, which the Megatron engines do not run yet
+/// (expert parallelism is not implemented): they train on the FSDP strategy.
+const MOE_DECODERS: [&str; 1] = ["qwen3_moe"];
 
 /// A Hub model the trainer reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,18 +81,43 @@ pub fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, 
         paths.push(("critic.model.path", c.model_path.as_str()));
     }
     let mut out: Vec<(&'static str, String)> = Vec::new();
+    let megatron = spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron;
     for (key, path) in paths {
-        let Some(dir) = (match locate(path, None, env) {
-            Ok(ModelLocation::Builtin) | Err(_) => None,
-            Ok(loc) => loc.dir().map(Path::to_path_buf),
-        }) else {
-            continue;
+        let why = match locate(path, None, env) {
+            Ok(ModelLocation::Builtin) => builtin_arch(path)
+                .filter(|a| megatron && MOE_DECODERS.contains(&a.as_str()))
+                .map(|a| moe_on_megatron(path, &a)),
+            Err(_) => None,
+            Ok(loc) => loc.dir().and_then(|dir| {
+                decoder_problem(dir).or_else(|| {
+                    let cfg = read_config(dir).ok()?;
+                    let model_type = cfg.get("model_type").and_then(Value::as_str)?;
+                    (megatron && MOE_DECODERS.contains(&model_type))
+                        .then(|| moe_on_megatron(&dir.display().to_string(), model_type))
+                })
+            }),
         };
-        if let Some(why) = decoder_problem(&dir).filter(|w| out.iter().all(|(_, o)| o != w)) {
+        if let Some(why) = why.filter(|w| out.iter().all(|(_, o)| o != w)) {
             out.push((key, why));
         }
     }
     out
+}
+
+/// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none).
+fn builtin_arch(uri: &str) -> Option<String> {
+    let query = uri.split_once('?').map_or("", |(_, q)| q);
+    let arch = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("arch="))
+        .unwrap_or("qwen2");
+    Some(arch.to_owned())
+}
+
+fn moe_on_megatron(model: &str, model_type: &str) -> String {
+    format!(
+        "{model} is a mixture-of-experts model (`{model_type}`); verlc runs its experts on the FSDP strategy only (Megatron expert parallelism is not implemented yet)"
+    )
 }
 
 fn read_config(dir: &Path) -> Result<Value, String> {

@@ -3,14 +3,17 @@
 //! sized for the built-in synthetic tasks (quickstart: GRPO on digit reversal, on CPU).
 //!
 //! Parameters (all optional): `layers` (4), `hidden` (128), `heads` (4), `kv_heads` (2),
-//! `intermediate` (384), `max_positions` (256), e.g. `builtin://tiny?layers=2&hidden=64`.
+//! `intermediate` (384), `max_positions` (256), e.g. `builtin://tiny?layers=2&hidden=64`;
+//! `arch` (`qwen2`, or `qwen3`, `qwen3_moe`) picks the family, and for `qwen3_moe` `experts`
+//! (8), `experts_per_tok` (2) and `moe_intermediate` (hidden / 2) size the sparse MLPs
+//! (`builtin://tiny?arch=qwen3_moe`).
 
 use serde_json::{Map, json};
 
 use crate::builtin_uri::BuiltinUri;
 use crate::tokenizer::builtin as tok;
 
-use super::ModelConfig;
+use super::{Arch, ModelConfig, MoeConfig};
 
 /// The names `builtin://` models accept.
 pub const MODELS: &[&str] = &["tiny"];
@@ -31,17 +34,27 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         "kv_heads",
         "intermediate",
         "max_positions",
+        "arch",
+        "experts",
+        "experts_per_tok",
+        "moe_intermediate",
     ])?;
     let hidden: i64 = uri.get("hidden", 128)?;
+    let model_type: String = uri.get("arch", "qwen2".to_owned())?;
+    let moe = if model_type == "qwen3_moe" {
+        MoeConfig {
+            num_experts: uri.get("experts", 8)?,
+            num_experts_per_tok: uri.get("experts_per_tok", 2)?,
+            moe_intermediate_size: uri.get("moe_intermediate", hidden / 2)?,
+            norm_topk_prob: true,
+            ..MoeConfig::default()
+        }
+    } else {
+        MoeConfig::default()
+    };
     let mut extra = Map::new();
-    extra.insert("architectures".into(), json!(["Qwen2ForCausalLM"]));
-    extra.insert("bos_token_id".into(), json!(null));
-    extra.insert("eos_token_id".into(), json!(tok::EOS_ID));
-    extra.insert("pad_token_id".into(), json!(tok::PAD_ID));
-    extra.insert("torch_dtype".into(), json!("float32"));
-    extra.insert("attention_dropout".into(), json!(0.0));
-    let cfg = ModelConfig {
-        model_type: "qwen2".into(),
+    let mut cfg = ModelConfig {
+        model_type,
         vocab_size: tok::vocab_size() as i64,
         hidden_size: hidden,
         intermediate_size: uri.get("intermediate", 3 * hidden)?,
@@ -59,9 +72,18 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         hidden_act: "silu".into(),
         initializer_range: 0.02,
         use_sliding_window: false,
+        moe,
         lora: None,
-        extra,
+        extra: Map::new(),
     };
+    let arch: Arch = cfg.arch()?;
+    extra.insert("architectures".into(), json!([arch.causal_lm_class()]));
+    extra.insert("bos_token_id".into(), json!(null));
+    extra.insert("eos_token_id".into(), json!(tok::EOS_ID));
+    extra.insert("pad_token_id".into(), json!(tok::PAD_ID));
+    extra.insert("torch_dtype".into(), json!("float32"));
+    extra.insert("attention_dropout".into(), json!(0.0));
+    cfg.extra = extra;
     cfg.validate()?;
     Ok(cfg)
 }

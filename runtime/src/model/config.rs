@@ -1,4 +1,4 @@
-//! `config.json` of a Llama / Qwen2 / Qwen3 checkpoint. Field names are the Hugging Face keys;
+//! `config.json` of a Llama / Qwen2 / Qwen3 / Qwen3-MoE checkpoint. Field names are the Hugging Face keys;
 //! keys this crate does not use are kept in `extra` so a saved config round-trips.
 
 use std::path::Path;
@@ -14,6 +14,8 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    /// Qwen3 with sparse mixture-of-experts MLPs ([`MoeConfig`]).
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -23,6 +25,7 @@ impl Arch {
             Arch::Llama => "LlamaForCausalLM",
             Arch::Qwen2 => "Qwen2ForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
+            Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
         }
     }
 
@@ -32,6 +35,7 @@ impl Arch {
             Arch::Llama => "LlamaForTokenClassification",
             Arch::Qwen2 => "Qwen2ForTokenClassification",
             Arch::Qwen3 => "Qwen3ForTokenClassification",
+            Arch::Qwen3Moe => "Qwen3MoeForTokenClassification",
         }
     }
 }
@@ -50,6 +54,49 @@ fn default_act() -> String {
 }
 fn default_max_pos() -> i64 {
     4096
+}
+fn default_sparse_step() -> i64 {
+    1
+}
+
+/// The mixture-of-experts keys of `config.json` (Qwen3-MoE's names); all absent for dense
+/// models. A layer `i` is sparse when `num_experts > 0`, `i` is not in `mlp_only_layers` and
+/// `(i + 1) % decoder_sparse_step == 0`, as transformers decides it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoeConfig {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub num_experts: i64,
+    /// Experts each token is routed to (top-k).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub num_experts_per_tok: i64,
+    /// Intermediate size of each expert's SwiGLU MLP.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub moe_intermediate_size: i64,
+    /// Renormalise the top-k routing weights to sum to one.
+    #[serde(default)]
+    pub norm_topk_prob: bool,
+    #[serde(default = "default_sparse_step")]
+    pub decoder_sparse_step: i64,
+    /// Layers that keep a dense MLP.
+    #[serde(default)]
+    pub mlp_only_layers: Vec<i64>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+impl Default for MoeConfig {
+    fn default() -> Self {
+        MoeConfig {
+            num_experts: 0,
+            num_experts_per_tok: 0,
+            moe_intermediate_size: 0,
+            norm_topk_prob: false,
+            decoder_sparse_step: 1,
+            mlp_only_layers: Vec::new(),
+        }
+    }
 }
 
 /// The model hyper-parameters, as written in `config.json`.
@@ -85,6 +132,9 @@ pub struct ModelConfig {
     pub initializer_range: f64,
     #[serde(default)]
     pub use_sliding_window: bool,
+    /// Mixture-of-experts keys (Qwen3-MoE); defaults for dense models.
+    #[serde(flatten)]
+    pub moe: MoeConfig,
     /// LoRA adapters the model is built with (not part of `config.json`).
     #[serde(skip)]
     pub lora: Option<super::lora::LoraConfig>,
@@ -165,7 +215,46 @@ impl ModelConfig {
             ));
         }
         super::rope::RopeScaling::from_config(self)?;
+        self.validate_moe()
+    }
+
+    /// The expert keys: required and consistent for `qwen3_moe`, absent otherwise.
+    fn validate_moe(&self) -> Result<(), String> {
+        let m = &self.moe;
+        if self.arch()? != Arch::Qwen3Moe {
+            if m.num_experts != 0 {
+                return Err(format!(
+                    "num_experts = {} on model_type `{}`: experts are implemented for qwen3_moe",
+                    m.num_experts, self.model_type
+                ));
+            }
+            return Ok(());
+        }
+        let pos = [
+            ("num_experts", m.num_experts),
+            ("num_experts_per_tok", m.num_experts_per_tok),
+            ("moe_intermediate_size", m.moe_intermediate_size),
+            ("decoder_sparse_step", m.decoder_sparse_step),
+        ];
+        if let Some((k, v)) = pos.iter().find(|(_, v)| *v <= 0) {
+            return Err(format!("{k} must be positive for qwen3_moe, got {v}"));
+        }
+        if m.num_experts_per_tok > m.num_experts {
+            return Err(format!(
+                "num_experts_per_tok ({}) exceeds num_experts ({})",
+                m.num_experts_per_tok, m.num_experts
+            ));
+        }
         Ok(())
+    }
+
+    /// Whether layer `layer` has a sparse mixture-of-experts MLP (see [`MoeConfig`]).
+    pub fn sparse_layer(&self, layer: usize) -> bool {
+        let m = &self.moe;
+        m.num_experts > 0
+            && m.decoder_sparse_step > 0
+            && !m.mlp_only_layers.contains(&(layer as i64))
+            && (layer as i64 + 1) % m.decoder_sparse_step == 0
     }
 
     pub fn arch(&self) -> Result<Arch, String> {
@@ -173,10 +262,21 @@ impl ModelConfig {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
+            "qwen3_moe" => Ok(Arch::Qwen3Moe),
             other => Err(format!(
-                "model_type `{other}` is not supported (llama, qwen2, qwen3)"
+                "model_type `{other}` is not supported (llama, qwen2, qwen3, qwen3_moe)"
             )),
         }
+    }
+
+    /// transformers' embedding `padding_idx`: `pad_token_id` when it names a token of the
+    /// vocabulary, else -1 (none).
+    pub fn padding_idx(&self) -> i64 {
+        self.extra
+            .get("pad_token_id")
+            .and_then(Value::as_i64)
+            .filter(|id| (0..self.vocab_size).contains(id))
+            .unwrap_or(-1)
     }
 
     pub fn kv_heads(&self) -> i64 {
@@ -200,7 +300,7 @@ impl ModelConfig {
 
     /// RMSNorm on per-head queries and keys (Qwen3).
     pub fn qk_norm(&self) -> bool {
-        self.model_type == "qwen3"
+        self.model_type == "qwen3" || self.model_type == "qwen3_moe"
     }
 
     /// Number of parameters of the causal LM (embedding counted once when tied).
@@ -222,9 +322,13 @@ impl ModelConfig {
         if self.qk_norm() {
             attn += 2 * hd;
         }
-        let mlp = 3 * h * i + if self.mlp_bias { 2 * i + h } else { 0 };
-        let layer = attn + mlp + 2 * h;
+        let dense = 3 * h * i + if self.mlp_bias { 2 * i + h } else { 0 };
+        let m = &self.moe;
+        let sparse = m.num_experts * (h + 3 * h * m.moe_intermediate_size);
+        let layers: i64 = (0..self.num_hidden_layers.max(0) as usize)
+            .map(|l| attn + 2 * h + if self.sparse_layer(l) { sparse } else { dense })
+            .sum();
         let head = if self.tie_word_embeddings { 0 } else { v * h };
-        v * h + self.num_hidden_layers * layer + h + head
+        v * h + layers + h + head
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! Constructors register zero-initialised variables under the checkpoint's names
 //! (`model.layers.{i}.self_attn.q_proj.weight` …) and never open files; weights come from
-//! [`super::load`] or [`super::init`]. Differences between the architectures are three flags
-//! of [`ModelConfig`]: `qkv_bias` (Qwen2, or `attention_bias`), `o_bias` and `qk_norm` (Qwen3).
+//! [`super::load`] or [`super::init`]. Differences between the architectures are data of
+//! [`ModelConfig`]: `qkv_bias` (Qwen2, or `attention_bias`), `o_bias`, `qk_norm` (Qwen3 and
+//! Qwen3-MoE) and, for Qwen3-MoE, which layers have a sparse MLP ([`super::moe`]).
 
 use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
@@ -22,6 +23,7 @@ use super::ModelConfig;
 use super::cache::{KvCache, causal_padding_mask, causal_window_mask};
 use super::layers::{Adapters, Regions, Replicated, Split, divide, infallible};
 pub use super::layers::{Linear, RmsNorm};
+use super::moe::SparseMoe;
 use super::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
 use super::rope::{RotaryEmbedding, apply_rotary};
 
@@ -49,6 +51,7 @@ pub fn param_shapes(
             out.push((name + ".bias", vec![out_dim]));
         }
     };
+    let m = &cfg.moe;
     for l in layers {
         let n = |part: &str| format!("model.layers.{l}.{part}");
         norm(&mut out, n("input_layernorm"), h);
@@ -61,9 +64,34 @@ pub fn param_shapes(
             norm(&mut out, n("self_attn.k_norm"), hd);
         }
         norm(&mut out, n("post_attention_layernorm"), h);
-        linear(&mut out, n("mlp.gate_proj"), (h, i), cfg.mlp_bias);
-        linear(&mut out, n("mlp.up_proj"), (h, i), cfg.mlp_bias);
-        linear(&mut out, n("mlp.down_proj"), (i, h), cfg.mlp_bias);
+        if cfg.sparse_layer(l) {
+            linear(&mut out, n("mlp.gate"), (h, m.num_experts), false);
+            let mi = m.moe_intermediate_size;
+            for e in 0..m.num_experts {
+                linear(
+                    &mut out,
+                    n(&format!("mlp.experts.{e}.gate_proj")),
+                    (h, mi),
+                    false,
+                );
+                linear(
+                    &mut out,
+                    n(&format!("mlp.experts.{e}.up_proj")),
+                    (h, mi),
+                    false,
+                );
+                linear(
+                    &mut out,
+                    n(&format!("mlp.experts.{e}.down_proj")),
+                    (mi, h),
+                    false,
+                );
+            }
+        } else {
+            linear(&mut out, n("mlp.gate_proj"), (h, i), cfg.mlp_bias);
+            linear(&mut out, n("mlp.up_proj"), (h, i), cfg.mlp_bias);
+            linear(&mut out, n("mlp.down_proj"), (i, h), cfg.mlp_bias);
+        }
     }
     if final_norm {
         out.push(("model.norm.weight".into(), vec![h]));
@@ -82,7 +110,7 @@ pub(crate) struct LayerPlace<'a> {
 }
 
 impl LayerPlace<'_> {
-    fn linear(
+    pub(crate) fn linear(
         &self,
         p: Path,
         name: &str,
@@ -103,12 +131,24 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
-        let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+    /// The MLP named `prefix` in its layer (`mlp`, or `mlp.experts.3`) of `hidden ->
+    /// intermediate -> hidden`, with biases when `bias`.
+    pub(crate) fn build(
+        p: Path,
+        at: LayerPlace<'_>,
+        prefix: &str,
+        (h, i, b): (i64, i64, bool),
+    ) -> Result<Self, String> {
+        let name = |n: &str| format!("{prefix}.{n}");
         Ok(Mlp {
-            gate_proj: at.linear(&p / "gate_proj", "mlp.gate_proj", (h, i, b), Split::Columns)?,
-            up_proj: at.linear(&p / "up_proj", "mlp.up_proj", (h, i, b), Split::Columns)?,
-            down_proj: at.linear(&p / "down_proj", "mlp.down_proj", (i, h, b), Split::Rows)?,
+            gate_proj: at.linear(
+                &p / "gate_proj",
+                &name("gate_proj"),
+                (h, i, b),
+                Split::Columns,
+            )?,
+            up_proj: at.linear(&p / "up_proj", &name("up_proj"), (h, i, b), Split::Columns)?,
+            down_proj: at.linear(&p / "down_proj", &name("down_proj"), (i, h, b), Split::Rows)?,
         })
     }
 
@@ -119,6 +159,31 @@ impl Mlp {
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
         self.down_proj.forward(&self.core(x))
+    }
+}
+
+/// A layer's MLP: dense SwiGLU, or Qwen3-MoE's sparse experts (see
+/// [`ModelConfig::sparse_layer`]).
+#[derive(Debug)]
+pub enum FeedForward {
+    Dense(Mlp),
+    Sparse(SparseMoe),
+}
+
+impl FeedForward {
+    fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
+        if cfg.sparse_layer(at.index) {
+            return Ok(FeedForward::Sparse(SparseMoe::build(cfg, p, at)?));
+        }
+        let dims = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        Ok(FeedForward::Dense(Mlp::build(p, at, "mlp", dims)?))
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward(x),
+            FeedForward::Sparse(moe) => moe.forward(x),
+        }
     }
 }
 
@@ -327,7 +392,7 @@ impl Attention {
 #[derive(Debug)]
 pub struct DecoderLayer {
     self_attn: Attention,
-    mlp: Mlp,
+    mlp: FeedForward,
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
 }
@@ -337,10 +402,15 @@ impl DecoderLayer {
         let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
         Ok(DecoderLayer {
             self_attn: Attention::build(cfg, &p / "self_attn", at)?,
-            mlp: Mlp::build(cfg, &p / "mlp", at)?,
+            mlp: FeedForward::build(cfg, &p / "mlp", at)?,
             input_layernorm: RmsNorm::new(&p / "input_layernorm", h, eps),
             post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", h, eps),
         })
+    }
+
+    /// The layer's MLP (dense or sparse).
+    pub fn feed_forward(&self) -> &FeedForward {
+        &self.mlp
     }
 
     /// The layer with whole weights; see [`DecoderLayer::forward_in`].
@@ -377,7 +447,12 @@ impl DecoderLayer {
         )?;
         let h1 = regions.cut(&(&h0 + attn));
         let m = regions.enter(self.post_attention_layernorm.forward(&h1))?;
-        Ok(&h1 + regions.exit(&self.mlp.down_proj, &self.mlp.core(&m))?)
+        let out = match &self.mlp {
+            FeedForward::Dense(mlp) => regions.exit(&mlp.down_proj, &mlp.core(&m))?,
+            // Whole experts on every rank (built only without tensor parallelism).
+            FeedForward::Sparse(moe) => moe.forward(&m),
+        };
+        Ok(&h1 + out)
     }
 
     /// The outputs at positions `[start, start+len)` of `x` (B, T, hidden) only: what a head
@@ -456,6 +531,9 @@ impl DecoderLayer {
 #[derive(Debug)]
 pub struct Model {
     pub embed_tokens: Tensor,
+    /// transformers' `padding_idx` (`pad_token_id`): that row of the embedding gets no
+    /// gradient; -1 for none.
+    padding_idx: i64,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     rotary: RotaryEmbedding,
@@ -493,11 +571,22 @@ impl Model {
         let norm = RmsNorm::new(&p / "norm", cfg.hidden_size, cfg.rms_norm_eps);
         Ok(Model {
             embed_tokens,
+            padding_idx: cfg.padding_idx(),
             layers,
             norm,
             rotary,
             adapters: switch,
         })
+    }
+
+    /// Embeddings of `ids` (as transformers' `nn.Embedding` with `padding_idx`).
+    pub fn embed(&self, ids: &Tensor) -> Tensor {
+        Tensor::embedding(&self.embed_tokens, ids, self.padding_idx, false, false)
+    }
+
+    /// [`Model::embed`]'s padding row, -1 for none.
+    pub fn padding_idx(&self) -> i64 {
+        self.padding_idx
     }
 
     /// Switches the LoRA adapters on or off (no-op without adapters): off, the model computes
@@ -541,7 +630,7 @@ impl Model {
     ) -> Tensor {
         let t = input_ids.size()[1];
         let past = cache.as_ref().map_or(0, |c| c.len());
-        let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+        let mut x = self.embed(input_ids);
         let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = match attention_mask {
             Some(m) => Some(causal_padding_mask(m, past, t)),
@@ -572,7 +661,7 @@ impl Model {
     ) -> (Tensor, Tensor, Tensor) {
         let ids = packing.pack(input_ids);
         let pos = packing.pack(position_ids);
-        let x = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
+        let x = self.embed(&ids);
         let (cos, sin) = self.rotary.cos_sin(&pos, x.kind());
         (x, cos, sin)
     }
@@ -618,7 +707,7 @@ impl Model {
                 .forward(input_ids, position_ids, Some(attention_mask), None)
                 .narrow(1, start, len);
         };
-        let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+        let mut x = self.embed(input_ids);
         let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = causal_padding_mask(attention_mask, 0, t);
         for layer in rest {

@@ -24,6 +24,7 @@ pub mod init;
 pub mod layers;
 pub mod load;
 pub mod lora;
+pub mod moe;
 pub mod packed;
 pub mod pretrained;
 pub mod rope;
@@ -32,7 +33,7 @@ pub mod save;
 use std::path::{Path, PathBuf};
 
 pub use cache::{KvCache, causal_padding_mask, position_ids_from_mask};
-pub use config::{Arch, ModelConfig};
+pub use config::{Arch, ModelConfig, MoeConfig};
 pub use heads::{CausalLm, ValueModel};
 pub use load::{Checkpoint, LoadOptions, LoadReport, Shard};
 pub use pretrained::{

@@ -50,7 +50,12 @@ pub(crate) fn engine_settings() -> EngineSettings {
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
         lora: None,
-        config_overrides: Default::default(),
+        // The single engine's embedding follows transformers' `padding_idx` (no gradient to the
+        // pad token's lookups, as verl's FSDP models); Megatron's, as mcore's, has none. Without
+        // a pad_token_id both are plain lookups and the engines compare exactly.
+        config_overrides: [("pad_token_id".to_owned(), serde_json::Value::Null)]
+            .into_iter()
+            .collect(),
         remove_padding: false,
     }
 }

@@ -8,5 +8,6 @@ mod cache;
 mod checkpoint;
 mod errors;
 mod lora;
+mod moe;
 mod parity;
 mod reward;

@@ -7,6 +7,10 @@ Usage:
       save_pretrained in OUTDIR/<arch>/ (Llama sharded with an index) and writes
         OUTDIR/<arch>_ref.safetensors  padded batch inputs and fp32 logits, an unpadded batch
         OUTDIR/<arch>_greedy.json      left-padded prompts and transformers' greedy generate()
+  model_oracle.py grads OUTDIR WEIGHTS
+      Loads the causal LM whose model.safetensors is WEIGHTS and writes OUTDIR/grads.safetensors:
+      a padded batch, the loss -mean of its next-token log-probs, and `grad.<name>` of every
+      parameter (gradient parity).
   model_oracle.py verify DIR KIND INPUTS OUT
       Loads DIR with AutoModelForCausalLM (KIND=causal) or AutoModelForTokenClassification
       (KIND=value), runs the inputs of INPUTS (input_ids, attention_mask, position_ids) and
@@ -39,7 +43,7 @@ torch.set_num_threads(1)
 
 
 def arch_configs():
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
     common = dict(
         vocab_size=128,
@@ -100,6 +104,22 @@ def arch_configs():
                 head_dim=32,
                 rope_theta=10000.0,
                 rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+                tie_word_embeddings=False,
+            ),
+            None,
+        ),
+        # Sparse MLPs in layers 0 and 2 (top-2 of 8 experts, renormalised), a dense one in layer 1.
+        "qwen3_moe": (
+            Qwen3MoeConfig(
+                **{**common, "num_hidden_layers": 3},
+                num_key_value_heads=2,
+                head_dim=32,
+                num_experts=8,
+                num_experts_per_tok=2,
+                moe_intermediate_size=48,
+                norm_topk_prob=True,
+                decoder_sparse_step=1,
+                mlp_only_layers=[1],
                 tie_word_embeddings=False,
             ),
             None,
@@ -182,6 +202,34 @@ def models(out):
             stopped = greedy(model, prompts, 16, eos, 0)
         with open(os.path.join(out, f"{arch}_greedy.json"), "w") as f:
             json.dump({"prompts": prompts, "max_new_tokens": 16, "eos": eos, "pad": 0, "outputs": stopped}, f)
+
+
+def grads(outdir, weights):
+    """The gradient of every parameter of the causal LM whose weights file is WEIGHTS for a fixed
+    loss: the mean log-prob of each row's next tokens on a padded batch (what the actor's update
+    differentiates)."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    path = os.path.dirname(weights)
+    os.makedirs(outdir, exist_ok=True)
+    out = os.path.join(outdir, "grads.safetensors")
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32)
+    model.train()
+    gen = torch.Generator().manual_seed(7)
+    ids, mask, pos = padded_batch(gen, [10, 8, 5], 10)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+    # Predictions from real positions only: how transformers treats a fully masked (left
+    # padding) query row is its own business, and no RL loss reads one.
+    m = (mask[:, 1:] * mask[:, :-1]).float()
+    loss = -(lp * m).sum() / m.sum()
+    loss.backward()
+    tensors = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "loss": loss.detach()}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            tensors["grad." + name] = p.grad.contiguous()
+    save_file(tensors, out)
 
 
 def verify(path, kind, inputs, out):
@@ -397,6 +445,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "models":
         models(sys.argv[2])
+    elif cmd == "grads":
+        grads(sys.argv[2], sys.argv[3])
     elif cmd == "verify":
         verify(*sys.argv[2:6])
     elif cmd == "lora":

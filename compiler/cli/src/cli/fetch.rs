@@ -166,7 +166,7 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
                 )
                 .with_key(key)
                 .with_primary(origin, "model named here")
-                .with_help("name a dense Llama, Qwen2 or Qwen3 checkpoint (mixture-of-experts models are not implemented)"),
+                .with_help("name a Llama, Qwen2, Qwen3 or Qwen3-MoE checkpoint (Qwen3-MoE with `strategy: fsdp` or `fsdp2`)"),
             );
         }
     }

@@ -105,7 +105,7 @@ impl LayerInputs {
                 }
             }
         };
-        let x = Tensor::f_embedding(&model.embed_tokens, &ids, -1, false, false)?;
+        let x = Tensor::f_embedding(&model.embed_tokens, &ids, model.padding_idx(), false, false)?;
         let (cos, sin) = model.rotary().cos_sin(&pos, x.kind());
         Ok((
             x,
@@ -123,7 +123,7 @@ impl LayerInputs {
         Ok(Tensor::f_embedding(
             &model.embed_tokens,
             &self.ids,
-            -1,
+            model.padding_idx(),
             false,
             false,
         )?)

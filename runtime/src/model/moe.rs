@@ -1,0 +1,94 @@
+//! The sparse mixture-of-experts MLP of Qwen3-MoE (transformers' `Qwen3MoeSparseMoeBlock`):
+//! a router (`mlp.gate`, hidden -> experts, no bias) scores every token; softmax in f32, the
+//! top-k experts per token, their weights renormalised to sum to one when `norm_topk_prob`;
+//! each chosen expert (`mlp.experts.{e}`, a SwiGLU MLP of `moe_intermediate_size`) runs on its
+//! tokens and the weighted outputs are summed per token.
+//!
+//! Experts run grouped: the (token, choice) pairs are sorted by expert, so each expert is one
+//! matmul chain over a contiguous block of rows, and experts no token chose do not run (never
+//! a loop of every expert over every token). All steps are differentiable; the router's
+//! gradient reaches it through the routing weights, as in transformers. The load-balancing
+//! auxiliary loss (`output_router_logits`) is not computed here.
+use tch::nn::Path;
+use tch::{Kind, Tensor};
+
+use super::ModelConfig;
+use super::decoder::{LayerPlace, Mlp};
+use super::layers::{Linear, Split};
+
+#[derive(Debug)]
+pub struct SparseMoe {
+    gate: Linear,
+    experts: Vec<Mlp>,
+    top_k: i64,
+    norm_topk_prob: bool,
+}
+
+impl SparseMoe {
+    pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
+        if at.tp > 1 {
+            return Err(format!(
+                "layer {}: mixture-of-experts layers under tensor parallelism are not implemented",
+                at.index
+            ));
+        }
+        let m = &cfg.moe;
+        let h = cfg.hidden_size;
+        let gate = at.linear(
+            &p / "gate",
+            "mlp.gate",
+            (h, m.num_experts, false),
+            Split::Whole,
+        )?;
+        let experts = (0..m.num_experts)
+            .map(|e| {
+                let prefix = format!("mlp.experts.{e}");
+                let dims = (h, m.moe_intermediate_size, false);
+                Mlp::build(&p / "experts" / e, at, &prefix, dims)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(SparseMoe {
+            gate,
+            experts,
+            top_k: m.num_experts_per_tok,
+            norm_topk_prob: m.norm_topk_prob,
+        })
+    }
+
+    /// `x` (…, hidden) -> (…, hidden).
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let shape = x.size();
+        let hidden = shape.last().copied().unwrap_or(0);
+        let flat = x.reshape([-1, hidden]);
+        if flat.size()[0] == 0 {
+            return x.zeros_like();
+        }
+        let probs = self.gate.forward(&flat).softmax(-1, Kind::Float);
+        let (mut weights, chosen) = probs.topk(self.top_k, -1, true, true);
+        if self.norm_topk_prob {
+            weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
+        }
+        let weights = weights.to_kind(x.kind());
+        // Pair j is token j / k's (j % k)-th choice; sorting the pairs by expert makes each
+        // expert's tokens one block.
+        let chosen = chosen.reshape([-1]);
+        let order = chosen.argsort_stable(true, 0, false);
+        let tokens = order.floor_divide_scalar(self.top_k);
+        let rows = flat.index_select(0, &tokens);
+        let counts = chosen.bincount::<Tensor>(None, self.experts.len() as i64);
+        let counts = Vec::<i64>::try_from(&counts).unwrap_or_default();
+        let mut outputs = Vec::with_capacity(self.experts.len());
+        let mut start = 0;
+        for (expert, &n) in self.experts.iter().zip(&counts) {
+            if n > 0 {
+                outputs.push(expert.forward(&rows.narrow(0, start, n)));
+                start += n;
+            }
+        }
+        let expert_out = Tensor::cat(&outputs, 0);
+        let pair_weights = weights.reshape([-1]).index_select(0, &order).unsqueeze(-1);
+        flat.zeros_like()
+            .index_add(0, &tokens, &(expert_out * pair_weights))
+            .reshape(shape)
+    }
+}

@@ -1,0 +1,161 @@
+//! Gradients of every parameter equal transformers' (fp32, <= 1e-4) for each family, Qwen3-MoE
+//! with sparse and dense layers included (its logits, windowed forward and greedy generation are
+//! covered with the other families in parity.rs, cache.rs and the rollout tests); the grouped
+//! expert computation equals the per-token definition; the built-in tiny MoE.
+use runtime::model::decoder::param_shapes;
+use runtime::model::{ModelSource, Precision, from_pretrained};
+use tch::{Device, Kind, Tensor};
+
+use crate::oracle::{self, get};
+
+fn log_prob_loss(logits: &Tensor, ids: &Tensor, mask: &Tensor) -> Tensor {
+    let t = ids.size()[1];
+    let lp = logits
+        .narrow(1, 0, t - 1)
+        .to_kind(Kind::Float)
+        .log_softmax(-1, Kind::Float)
+        .gather(-1, &ids.narrow(1, 1, t - 1).unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    let m = (mask.narrow(1, 1, t - 1) * mask.narrow(1, 0, t - 1)).to_kind(Kind::Float);
+    -(lp * &m).sum(Kind::Float) / m.sum(Kind::Float)
+}
+
+/// Every parameter's gradient equals transformers' for every family (the embedding's
+/// `padding_idx` row included); for Qwen3-MoE, experts no token chose have none, as in torch.
+#[test]
+fn every_parameter_gradient_matches_transformers() {
+    for arch in ["qwen3_moe", "qwen2", "qwen3", "llama"] {
+        let dir = oracle::models().join(arch);
+        let weights = ["model.safetensors", "model.safetensors.index.json"]
+            .map(|f| dir.join(f))
+            .into_iter()
+            .find(|p| p.is_file())
+            .expect("weights");
+        let out = oracle::cached("grads", &[&weights]);
+        let r = oracle::read(&out.join("grads.safetensors"));
+        let m = from_pretrained(dir.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+        let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
+        let logits = m
+            .model
+            .forward(ids, get(&r, "position_ids"), Some(mask), None);
+        let loss = log_prob_loss(&logits, ids, mask);
+        let d = (loss.double_value(&[]) - get(&r, "loss").double_value(&[])).abs();
+        assert!(d <= 1e-5, "{arch}: loss differs by {d}");
+        loss.backward();
+        let vars = m.vs.variables();
+        let (mut compared, mut unused) = (0, 0);
+        for (name, t) in &vars {
+            match r.get(&format!("grad.{name}")) {
+                Some(theirs) => {
+                    let d = oracle::max_abs_diff(&t.grad(), theirs);
+                    assert!(d <= 1e-4, "{arch} {name}: gradient differs by {d}");
+                    compared += 1;
+                }
+                None => {
+                    assert!(
+                        name.contains(".mlp.experts."),
+                        "{arch} {name}: no gradient in transformers"
+                    );
+                    assert!(
+                        !t.grad().defined(),
+                        "{arch} {name}: gradient for an unused expert"
+                    );
+                    unused += 1;
+                }
+            }
+        }
+        assert_eq!(
+            compared,
+            r.keys().filter(|k| k.starts_with("grad.")).count()
+        );
+        assert!(
+            compared > vars.len() / 2,
+            "{arch}: {compared} of {} compared",
+            vars.len()
+        );
+        if arch == "qwen3_moe" {
+            assert!(m.model.config.sparse_layer(0) && !m.model.config.sparse_layer(1));
+        }
+        eprintln!("{arch}: {compared} parameter gradients match ({unused} unused experts)");
+    }
+}
+
+/// The grouped computation (tokens sorted by expert, one block per expert) equals routing
+/// each token through its chosen experts one by one.
+#[test]
+fn grouped_experts_equal_the_per_token_definition() {
+    let cfg = ModelSource::parse(
+        "builtin://tiny?arch=qwen3_moe&layers=1&hidden=64&experts=6&experts_per_tok=3",
+    )
+    .unwrap()
+    .config()
+    .unwrap();
+    let m = from_pretrained(
+        "builtin://tiny?arch=qwen3_moe&layers=1&hidden=64&experts=6&experts_per_tok=3",
+        Device::Cpu,
+        Precision::Fp32,
+        5,
+    )
+    .unwrap();
+    let vars = m.vs.variables();
+    let w = |n: &str| {
+        vars.get(&format!("model.layers.0.mlp.{n}"))
+            .unwrap()
+            .shallow_clone()
+    };
+    let _guard = tch::no_grad_guard();
+    let x = Tensor::randn([2, 5, 64], (Kind::Float, Device::Cpu));
+    let layer = &m.model.model.layers()[0];
+    let got = layer.feed_forward().forward(&x);
+    let flat = x.reshape([-1, 64]);
+    let mut want = Vec::new();
+    for row in 0..flat.size()[0] {
+        let xr = flat.get(row);
+        let probs = xr
+            .linear::<Tensor>(&w("gate.weight"), None)
+            .softmax(-1, Kind::Float);
+        let (p, e) = probs.topk(cfg.moe.num_experts_per_tok, -1, true, true);
+        let p = &p / p.sum(Kind::Float);
+        let mut acc = xr.zeros_like();
+        for j in 0..cfg.moe.num_experts_per_tok {
+            let ex = e.int64_value(&[j]);
+            let f = |n: &str| w(&format!("experts.{ex}.{n}.weight"));
+            let hidden = xr.linear::<Tensor>(&f("gate_proj"), None).silu()
+                * xr.linear::<Tensor>(&f("up_proj"), None);
+            acc += hidden.linear::<Tensor>(&f("down_proj"), None) * p.double_value(&[j]);
+        }
+        want.push(acc);
+    }
+    let want = Tensor::stack(&want, 0).reshape([2, 5, 64]);
+    let d = oracle::max_abs_diff(&got, &want);
+    assert!(
+        d <= 1e-5,
+        "grouped experts differ from per-token routing by {d}"
+    );
+}
+
+#[test]
+fn builtin_tiny_moe_lists_and_counts_its_experts() {
+    let cfg = ModelSource::parse("builtin://tiny?arch=qwen3_moe")
+        .unwrap()
+        .config()
+        .unwrap();
+    assert_eq!(cfg.model_type, "qwen3_moe");
+    assert!(cfg.qk_norm());
+    assert_eq!(cfg.head_dim(), 32);
+    let m = from_pretrained(
+        "builtin://tiny?arch=qwen3_moe",
+        Device::Cpu,
+        Precision::Fp32,
+        0,
+    )
+    .unwrap();
+    let vars = m.vs.variables();
+    let counted: i64 = vars.values().map(|t| t.numel() as i64).sum();
+    assert_eq!(counted, cfg.num_parameters());
+    let listed = param_shapes(&cfg, 0..cfg.num_hidden_layers as usize, true, true);
+    assert_eq!(listed.len(), vars.len());
+    for (name, shape) in &listed {
+        assert_eq!(&vars[name].size(), shape, "{name}");
+    }
+}
