@@ -56,6 +56,10 @@ pub struct RoleBatch {
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryEstimate {
     pub params: u64,
+    /// Parameters one token runs through, when the model has experts (total minus the
+    /// experts it is not routed to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_params: Option<u64>,
     pub device: MemoryBreakdown,
     pub host: MemoryBreakdown,
     pub assumptions: Vec<String>,
@@ -419,8 +423,8 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
     // The actor's output layer is the LM head (or, tied, the embedding); the critic's a
     // value head of `hidden` weights.
     let out_params = if r.outputs > 1 { m.head_params() } else { h };
-    let p = layers
-        .saturating_mul(m.layer_params())
+    let p = m
+        .all_layers_params()
         .saturating_add(m.embedding_params())
         .saturating_add(out_params)
         .saturating_add(h);
@@ -530,8 +534,22 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
     } else {
         assumptions.push("critic: the actor's model dimensions with a value head".into());
     }
+    let active_params = (m.sparse_layers() > 0).then(|| {
+        p.saturating_sub(m.all_layers_params())
+            .saturating_add(m.active_layers_params())
+    });
+    if m.sparse_layers() > 0 {
+        assumptions.push(format!(
+            "mixture of experts: {} of {} layers hold {} experts each (every expert's weights, gradients and optimizer state count; a token runs through {})",
+            m.sparse_layers(),
+            layers,
+            m.moe.num_experts,
+            m.moe.num_experts_per_tok
+        ));
+    }
     MemoryEstimate {
         params: p,
+        active_params,
         device: dev,
         host,
         assumptions,
@@ -621,6 +639,7 @@ mod tests {
             model_type: None,
             max_position_embeddings: None,
             attention_bias: None,
+            moe: Default::default(),
         };
         let host = |o: &[&str]| {
             let mut v = vec!["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"];
@@ -664,6 +683,7 @@ mod tests {
             model_type: None,
             max_position_embeddings: None,
             attention_bias: None,
+            moe: Default::default(),
         };
         let base = [
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
@@ -730,6 +750,47 @@ mod tests {
             .unwrap_or_else(|| panic!("config did not check: {:?}", c.diagnostics))
     }
 
+    #[test]
+    fn qwen3_moe_counts_every_expert_and_the_active_ones() {
+        // Qwen3-30B-A3B's config.json: 30.5B parameters, 3.3B active.
+        let text = include_str!("../../tests/fixtures/models/qwen3_30b_a3b.json");
+        let m: ModelDims = serde_json::from_str(text).expect("config");
+        assert_eq!(m.sparse_layers(), 48);
+        let e = explain(&cfg(&[]), Some(&m)).expect("fits");
+        let mem = e.memory.expect("memory");
+        assert!(
+            (30.3e9..30.7e9).contains(&(mem.params as f64)),
+            "{}",
+            mem.params
+        );
+        let active = mem.active_params.expect("active") as f64;
+        assert!((3.2e9..3.45e9).contains(&active), "{active}");
+        // mlp_only_layers and decoder_sparse_step thin the sparse layers out.
+        let thin: ModelDims = serde_json::from_str(
+            &text
+                .replace(r#""decoder_sparse_step": 1"#, r#""decoder_sparse_step": 2"#)
+                .replace(
+                    r#""mlp_only_layers": []"#,
+                    r#""mlp_only_layers": [1, 2, 1, 99]"#,
+                ),
+        )
+        .expect("config");
+        assert_eq!(thin.sparse_layers(), 23);
+        let dense: ModelDims = serde_json::from_str(include_str!(
+            "../../tests/fixtures/rules/models/qwen2_5_7b.json"
+        ))
+        .expect("config");
+        assert_eq!(dense.sparse_layers(), 0);
+        assert!(
+            explain(&cfg(&[]), Some(&dense))
+                .unwrap()
+                .memory
+                .unwrap()
+                .active_params
+                .is_none()
+        );
+    }
+
     fn qwen2_5(hidden: u64, heads: u64, kv: u64, layers: u64, inter: u64, tied: bool) -> ModelDims {
         ModelDims {
             hidden_size: hidden,
@@ -743,6 +804,7 @@ mod tests {
             model_type: Some("qwen2".into()),
             max_position_embeddings: None,
             attention_bias: None,
+            moe: Default::default(),
         }
     }
 

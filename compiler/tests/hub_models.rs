@@ -146,43 +146,64 @@ fn build_reports_an_unavailable_hub_model_at_its_line_before_compiling() {
     assert!(!dir.path().join("t").exists());
 }
 
-// A mixture-of-experts checkpoint (or any family the trainer's decoder does not implement) is
-// refused by `verlc build` at the key that names it, before compiling: the trainer never finds
-// out at start-up. (Expert-parallel degrees on verlc's dense models only warn, B006.)
+// A family the trainer's decoder does not implement, and a Qwen3-MoE checkpoint on the
+// Megatron strategy (experts run on FSDP only), are refused by `verlc build` at the key that
+// names the model, before compiling: the trainer never finds out at start-up.
 #[test]
-fn build_refuses_a_model_family_the_trainer_does_not_implement() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("qwen3-moe");
-    std::fs::create_dir_all(&model).unwrap();
-    std::fs::write(
-        model.join("config.json"),
-        r#"{"model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
-            "intermediate_size": 128, "num_experts": 8, "num_experts_per_tok": 2}"#,
-    )
-    .unwrap();
-    let quickstart = std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).unwrap();
-    let text = quickstart.replacen(
-        "    path: builtin://tiny?layers=2&hidden=128\n",
-        &format!("    path: {}\n", model.display()),
-        1,
-    );
-    let cfg = dir.path().join("moe.yaml");
-    std::fs::write(&cfg, &text).unwrap();
-    let line = text
-        .lines()
-        .position(|l| l.contains("qwen3-moe"))
-        .map_or(0, |i| i + 1);
-    let (code, _, stderr) = run(verlc(dir.path())
-        .arg("build")
-        .arg(&cfg)
-        .arg("actor_rollout_ref.actor.strategy=fsdp")
-        .arg("-o")
-        .arg(dir.path().join("t"))
-        .env("VERLC_CACHE_DIR", dir.path().join("cache")));
-    assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("error[B018]"), "{stderr}");
-    assert!(stderr.contains("qwen3_moe"), "{stderr}");
-    assert!(stderr.contains(&format!("moe.yaml:{line}:")), "{stderr}");
-    assert!(!stderr.contains("compiling"), "{stderr}");
+fn build_refuses_a_model_the_bound_strategy_does_not_run() {
+    for (example, model_type, strategy, why) in [
+        (
+            "quickstart.yaml",
+            "deepseek_v3",
+            "fsdp",
+            "verlc's models are",
+        ),
+        (
+            "quickstart_megatron.yaml",
+            "qwen3_moe",
+            "megatron",
+            "FSDP strategy only",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("the-model");
+        std::fs::create_dir_all(&model).unwrap();
+        std::fs::write(
+            model.join("config.json"),
+            format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
+                "intermediate_size": 128, "num_experts": 8, "num_experts_per_tok": 2,
+                "moe_intermediate_size": 32}}"#
+            ),
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(checkout().join("examples").join(example)).unwrap();
+        let text = text.replacen(
+            "    path: builtin://tiny?layers=2&hidden=128\n",
+            &format!("    path: {}\n", model.display()),
+            1,
+        );
+        let cfg = dir.path().join("model.yaml");
+        std::fs::write(&cfg, &text).unwrap();
+        let line = text
+            .lines()
+            .position(|l| l.contains("the-model"))
+            .map_or(0, |i| i + 1);
+        let (code, _, stderr) = run(verlc(dir.path())
+            .arg("build")
+            .arg(&cfg)
+            .arg(format!("actor_rollout_ref.actor.strategy={strategy}"))
+            .arg("-o")
+            .arg(dir.path().join("t"))
+            .env("VERLC_CACHE_DIR", dir.path().join("cache")));
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("error[B018]"), "{stderr}");
+        assert!(
+            stderr.contains(model_type) && stderr.contains(why),
+            "{stderr}"
+        );
+        assert!(stderr.contains(&format!("model.yaml:{line}:")), "{stderr}");
+        assert!(!stderr.contains("compiling"), "{stderr}");
+    }
 }

@@ -25,9 +25,16 @@ const PROMPT: i64 = 4;
 const RESP: i64 = 6;
 const MICRO: usize = 2;
 
+/// A tiny Qwen3-MoE: 4 experts, top-2, in both layers.
+const MOE_MODEL: &str = "builtin://tiny?arch=qwen3_moe&layers=2&hidden=32&heads=4&kv_heads=2&intermediate=64&experts=4&experts_per_tok=2&moe_intermediate=16";
+
 fn settings(dtype: Precision, offload: bool) -> EngineSettings {
+    settings_for(MODEL, dtype, offload)
+}
+
+fn settings_for(model: &str, dtype: Precision, offload: bool) -> EngineSettings {
     EngineSettings {
-        model_path: MODEL.into(),
+        model_path: model.into(),
         device: Device::Cpu,
         param_dtype: dtype,
         seed: 11,
@@ -207,7 +214,15 @@ fn shared_left_padding_costs_no_compute_and_changes_no_value() {
 }
 
 fn single_run(dtype: Precision) -> (Vec<f64>, Vec<(String, Tensor)>, SingleEngine<CausalLm>) {
-    let mut e = SingleEngine::<CausalLm>::new(settings(dtype, false)).expect("single engine");
+    single_run_for(MODEL, dtype)
+}
+
+fn single_run_for(
+    model: &str,
+    dtype: Precision,
+) -> (Vec<f64>, Vec<(String, Tensor)>, SingleEngine<CausalLm>) {
+    let mut e =
+        SingleEngine::<CausalLm>::new(settings_for(model, dtype, false)).expect("single engine");
     let batch = full_batch();
     let losses = (0..STEPS)
         .map(|_| train_step(&mut e, &batch, None))
@@ -295,6 +310,29 @@ rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
 // recomputing each layer. The same numbers (the recomputed forward is the same computation);
 // what changes is what lives between forward and backward: every layer's gathered
 // parameters (and activations) instead of one layer's at a time.
+// Experts are parameters like any other: sharded in their layer's unit, gathered for the
+// layer's forward and backward; the grouped expert computation runs on each rank's rows.
+rank_test!(fsdp_moe_matches_single_engine, 2, |pg| {
+    let (ref_losses, ref_w, _) = single_run_for(MOE_MODEL, Precision::Fp32);
+    assert!(
+        ref_losses[STEPS - 1] < ref_losses[0] * 0.8,
+        "the reference does not learn: {ref_losses:?}"
+    );
+    assert!(
+        ref_w
+            .iter()
+            .any(|(n, _)| n.ends_with("mlp.experts.3.down_proj.weight"))
+    );
+    let s = FsdpSettings::new(settings_for(MOE_MODEL, Precision::Fp32, false));
+    let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
+    let batch = my_rows(&pg);
+    let losses: Vec<f64> = (0..STEPS)
+        .map(|_| train_step(&mut e, &batch, Some(&pg)))
+        .collect();
+    assert_close("loss", &losses, &ref_losses, 2e-5);
+    assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
+});
+
 rank_test!(fsdp_without_checkpointing_matches_with_it, 2, |pg| {
     let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
     let (losses, with) = fsdp_run(&pg, Precision::Fp32, false);

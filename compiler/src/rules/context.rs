@@ -86,6 +86,24 @@ pub struct ModelDims {
     /// Biases on the q/k/v projections (Llama's `attention_bias`; Qwen2 always has them).
     #[serde(default)]
     pub attention_bias: Option<bool>,
+    /// Mixture of experts (Qwen3-MoE's keys; absent for dense models).
+    #[serde(flatten)]
+    pub moe: MoeDims,
+}
+
+/// The expert keys of a mixture-of-experts `config.json` (all default for a dense model).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct MoeDims {
+    #[serde(default)]
+    pub num_experts: u64,
+    #[serde(default)]
+    pub num_experts_per_tok: u64,
+    #[serde(default)]
+    pub moe_intermediate_size: u64,
+    #[serde(default)]
+    pub decoder_sparse_step: Option<u64>,
+    #[serde(default)]
+    pub mlp_only_layers: Vec<u64>,
 }
 
 impl ModelDims {
@@ -104,9 +122,84 @@ impl ModelDims {
             .unwrap_or(self.model_type.as_deref() == Some("qwen2"))
     }
 
-    /// Parameters of one decoder layer: attention (with Qwen2's q/k/v biases), SwiGLU MLP and
-    /// the two norms. Saturates instead of overflowing on absurd dimensions.
+    /// Whether layer `layer` has experts (transformers' rule: not in `mlp_only_layers`, and
+    /// every `decoder_sparse_step`-th layer).
+    pub fn sparse_layer(&self, layer: u64) -> bool {
+        let e = &self.moe;
+        let step = e.decoder_sparse_step.unwrap_or(1).max(1);
+        e.num_experts > 0 && !e.mlp_only_layers.contains(&layer) && (layer + 1) % step == 0
+    }
+
+    /// Parameters of the largest decoder layer (a sparse one, when the model has experts):
+    /// attention (with Qwen2's q/k/v biases), MLP and the two norms. Saturates instead of
+    /// overflowing on absurd dimensions.
     pub fn layer_params(&self) -> u64 {
+        self.attention_params()
+            .saturating_add(if self.sparse_layers() > 0 {
+                self.experts_params(self.moe.num_experts)
+            } else {
+                self.dense_mlp_params()
+            })
+    }
+
+    /// How many layers have experts (counted, not enumerated: a config may claim any number of
+    /// layers).
+    pub fn sparse_layers(&self) -> u64 {
+        let e = &self.moe;
+        if e.num_experts == 0 {
+            return 0;
+        }
+        let step = e.decoder_sparse_step.unwrap_or(1).max(1);
+        let mut dense_listed: Vec<u64> = e
+            .mlp_only_layers
+            .iter()
+            .copied()
+            .filter(|&l| l < self.num_hidden_layers && (l + 1) % step == 0)
+            .collect();
+        dense_listed.sort_unstable();
+        dense_listed.dedup();
+        (self.num_hidden_layers / step).saturating_sub(dense_listed.len() as u64)
+    }
+
+    /// Parameters of every decoder layer together.
+    pub fn all_layers_params(&self) -> u64 {
+        self.layers_params(self.moe.num_experts)
+    }
+
+    /// [`ModelDims::all_layers_params`] counting, in sparse layers, only the experts one token
+    /// runs through (`num_experts_per_tok`).
+    pub fn active_layers_params(&self) -> u64 {
+        self.layers_params(self.moe.num_experts_per_tok)
+    }
+
+    fn layers_params(&self, experts: u64) -> u64 {
+        let sparse = self.sparse_layers();
+        let dense = self.num_hidden_layers.saturating_sub(sparse);
+        self.num_hidden_layers
+            .saturating_mul(self.attention_params())
+            .saturating_add(dense.saturating_mul(self.dense_mlp_params()))
+            .saturating_add(sparse.saturating_mul(self.experts_params(experts)))
+    }
+
+    /// SwiGLU MLP of `intermediate_size`.
+    fn dense_mlp_params(&self) -> u64 {
+        let h = self.hidden_size;
+        let inter = self.intermediate_size.unwrap_or(h.saturating_mul(4));
+        h.saturating_mul(inter).saturating_mul(3)
+    }
+
+    /// The router and `experts` SwiGLU experts of `moe_intermediate_size`.
+    fn experts_params(&self, experts: u64) -> u64 {
+        let h = self.hidden_size;
+        let one = h
+            .saturating_mul(self.moe.moe_intermediate_size)
+            .saturating_mul(3);
+        h.saturating_mul(self.moe.num_experts)
+            .saturating_add(experts.saturating_mul(one))
+    }
+
+    /// Attention (with Qwen2's q/k/v biases) and the two norms of one layer.
+    fn attention_params(&self) -> u64 {
         let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
         let h = self.hidden_size;
         let hd = self.head_dim();
@@ -118,10 +211,8 @@ impl ModelDims {
         } else {
             0
         };
-        let inter = self.intermediate_size.unwrap_or(h.saturating_mul(4));
-        let mlp = m(&[3, h, inter]);
         let norms = h.saturating_mul(2);
-        [q, kv, o, bias, mlp, norms]
+        [q, kv, o, bias, norms]
             .iter()
             .fold(0u64, |acc, x| acc.saturating_add(*x))
     }
@@ -140,11 +231,10 @@ impl ModelDims {
         }
     }
 
-    /// Parameter count of a Llama/Qwen-style decoder (embeddings, attention, SwiGLU MLP,
-    /// norms, output layer). Saturates instead of overflowing on absurd dimensions.
+    /// Parameter count of a Llama/Qwen-style decoder (embeddings, attention, SwiGLU MLPs or
+    /// experts, norms, output layer). Saturates instead of overflowing on absurd dimensions.
     pub fn param_count(&self) -> u64 {
-        self.num_hidden_layers
-            .saturating_mul(self.layer_params())
+        self.all_layers_params()
             .saturating_add(self.embedding_params())
             .saturating_add(self.head_params())
             .saturating_add(self.hidden_size)

@@ -99,6 +99,7 @@ fn dims_from_flags(a: &ExplainArgs) -> Option<ModelDims> {
         model_type: None,
         max_position_embeddings: None,
         attention_bias: None,
+        moe: Default::default(),
     })
 }
 
@@ -138,9 +139,12 @@ fn human(e: &Explanation) -> String {
 }
 
 fn memory_table(s: &mut String, role: &str, m: &MemoryEstimate) {
+    let active = m.active_params.map_or(String::new(), |a| {
+        format!(", {:.2}B active per token", a as f64 / 1e9)
+    });
     let _ = writeln!(
         s,
-        "\n{role} memory per rank (estimate, {:.2}B params)",
+        "\n{role} memory per rank (estimate, {:.2}B params{active})",
         m.params as f64 / 1e9
     );
     let _ = writeln!(s, "  {:<14}{:>12}{:>12}", "", "device GiB", "host GiB");
