@@ -127,7 +127,7 @@ impl ModelDims {
     pub fn sparse_layer(&self, layer: u64) -> bool {
         let e = &self.moe;
         let step = e.decoder_sparse_step.unwrap_or(1).max(1);
-        e.num_experts > 0 && !e.mlp_only_layers.contains(&layer) && (layer + 1) % step == 0
+        e.num_experts > 0 && !e.mlp_only_layers.contains(&layer) && (layer + 1).is_multiple_of(step)
     }
 
     /// Parameters of the largest decoder layer (a sparse one, when the model has experts):
@@ -154,7 +154,7 @@ impl ModelDims {
             .mlp_only_layers
             .iter()
             .copied()
-            .filter(|&l| l < self.num_hidden_layers && (l + 1) % step == 0)
+            .filter(|&l| l < self.num_hidden_layers && (l + 1).is_multiple_of(step))
             .collect();
         dense_listed.sort_unstable();
         dense_listed.dedup();
