@@ -56,7 +56,8 @@ pub const BUILD_ROLE_STRATEGY_MISMATCH: Code = Code("B010");
 pub const BUILD_ROLE_PRECISION_MISMATCH: Code = Code("B011");
 pub const BUILD_UNSUPPORTED_BINDING: Code = Code("B012");
 pub const BUILD_OFFLOAD_KEY_IGNORED: Code = Code("B013");
-pub const BUILD_CRITIC_OFFLOAD_MISMATCH: Code = Code("B014");
+// B014 (`CriticOffloadMismatch`) is retired, not to be reused: offload left the binding, so
+// the critic may place its state differently from the actor.
 pub const BUILD_ENGINE_SECTION_MISSING: Code = Code("B015");
 pub const BUILD_REWARD_MODEL_NOT_CLASSIFIER: Code = Code("B016");
 pub const BUILD_DEVICE_UNSUPPORTED: Code = Code("B017");
@@ -97,15 +98,11 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     ),
     (
         BUILD_UNSUPPORTED_BINDING,
-        "a strategy/precision/offload combination the runtime does not support",
+        "a strategy/precision binding, or a role's offload under it, the runtime does not support",
     ),
     (
         BUILD_OFFLOAD_KEY_IGNORED,
         "offload set in the engine section of the other strategy",
-    ),
-    (
-        BUILD_CRITIC_OFFLOAD_MISMATCH,
-        "the critic's offload policy differs from the actor's",
     ),
     (
         BUILD_ENGINE_SECTION_MISSING,

@@ -343,26 +343,15 @@ impl<'a> RoleEngine<'a> {
         (flags, keys)
     }
 
-    /// The keys whose values decide precision and offload under this role's strategy.
+    /// The keys whose values decide the binding (strategy and precision) for this role.
     pub(crate) fn deciding_keys(&self) -> Vec<String> {
         let k = |name: &str| format!("{}.{name}", self.engine_key);
         let mut keys = vec![self.strategy_key.clone()];
         match self.engine {
             Some(Engine::Fsdp(_)) => {
-                keys.extend(
-                    [
-                        "mixed_precision.param_dtype",
-                        "dtype",
-                        "param_offload",
-                        "optimizer_offload",
-                    ]
-                    .map(k),
-                );
-                if self.strategy == Strategy::Fsdp2 {
-                    keys.push(k("offload_policy"));
-                }
+                keys.extend(["mixed_precision.param_dtype", "dtype"].map(k));
             }
-            Some(Engine::Megatron(_)) => keys.extend(["dtype", "optimizer_offload"].map(k)),
+            Some(Engine::Megatron(_)) => keys.push(k("dtype")),
             None => {}
         }
         keys
@@ -410,11 +399,9 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
     let (precision, _) = actor
         .precision()
         .unwrap_or((PrecisionKind::Bf16Mixed, String::new()));
-    let (offload, _) = actor.offload();
     let binding = Binding {
         strategy: actor.strategy_kind(),
         precision,
-        offload,
     };
 
     let a = &cfg.actor_rollout_ref.actor;

@@ -1,16 +1,17 @@
-//! The binding matrix end to end (issue 6): for every strategy × precision × offload in the
-//! support table (`verlc::plan::binding::supported`) that a config can ask for, derive a small
-//! config from the quickstart of its strategy, build the trainer with `verlc build`, run two
-//! training steps and check what came out: the binding in the build report and in the
-//! binary's start-up banner, exit status 0, two steps of metrics in the JSONL file logger and
-//! the step-2 checkpoint.
+//! The binding matrix end to end (issue 6): for every strategy × precision in the support
+//! table (`verlc::plan::binding::supported`), derive a small config from the quickstart of its
+//! strategy, build the trainer with `verlc build`, and run two training steps for every
+//! placement the table supports under it (`supported_offload`), the offload keys given to the
+//! binary as run-time overrides: placement is data of the spec, so one binary runs them all.
+//! Each run checks what came out: the binding in the build report and in the binary's
+//! start-up banner, exit status 0, two steps of metrics in the JSONL file logger and the
+//! step-2 checkpoint.
 //!
-//! Besides the one-rank run of every binding, some bindings run again over two ranks (CPU
-//! processes over Gloo, spawned by the trainer itself): per strategy and precision, the
-//! binding that offloads the most — FSDP data parallel over 2 ranks, Megatron with
-//! tensor parallelism 2. The world size and TP are run-time overrides, so these reuse the
-//! binary of the one-rank run. Runs that the runtime cannot do yet are listed in
-//! [`KNOWN_GAPS`] with the error they must fail with.
+//! Besides the one-rank runs, per binding the placement that offloads the most runs again over
+//! two ranks (CPU processes over Gloo, spawned by the trainer itself): FSDP data parallel over
+//! 2 ranks, Megatron with tensor parallelism 2 (world size and TP are run-time overrides too).
+//! Runs that the runtime cannot do yet are listed in [`KNOWN_GAPS`] with the error they must
+//! fail with.
 //!
 //! Cost: every binding is its own crate and binary, built one after another by `verlc build`
 //! into the workspace's target directory (the runtime is compiled once; a binding costs its
@@ -27,8 +28,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use verlc::plan::Binding;
 use verlc::plan::binding::{self, PrecisionKind, StrategyKind};
+use verlc::plan::{Binding, OffloadFlags};
 
 const ACTOR: &str = "actor_rollout_ref.actor";
 
@@ -63,15 +64,10 @@ fn small_run() -> Vec<String> {
 /// The example and the overrides whose plan is `b`, from the keys `verlc::plan` reads (its
 /// module docs); `None` when no config key selects it. Only the actor's engine section is
 /// set: the quickstarts have neither a critic nor a reference policy (which would have to
-/// agree, B011/B014).
+/// agree, B010/B011).
 fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
-    let o = b.offload;
     match b.strategy {
         StrategyKind::Fsdp => {
-            // `param_offload` moves parameters and their gradients; nothing moves one alone.
-            if o.params != o.grads {
-                return None;
-            }
             let dtype = match b.precision {
                 PrecisionKind::Fp32 => "fp32",
                 PrecisionKind::Bf16Mixed => "bf16",
@@ -80,11 +76,7 @@ fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
             let f = format!("{ACTOR}.fsdp_config");
             Some((
                 "examples/quickstart.yaml",
-                vec![
-                    format!("++{f}.mixed_precision.param_dtype={dtype}"),
-                    format!("{f}.param_offload={}", o.params),
-                    format!("{f}.optimizer_offload={}", o.optimizer),
-                ],
+                vec![format!("++{f}.mixed_precision.param_dtype={dtype}")],
             ))
         }
         StrategyKind::Megatron => {
@@ -97,13 +89,34 @@ fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
             let m = format!("{ACTOR}.megatron");
             Some((
                 "examples/quickstart_megatron.yaml",
-                vec![
-                    format!("{m}.dtype={dtype}"),
-                    format!("{m}.param_offload={}", o.params),
-                    format!("{m}.grad_offload={}", o.grads),
-                    format!("{m}.optimizer_offload={}", o.optimizer),
-                ],
+                vec![format!("{m}.dtype={dtype}")],
             ))
+        }
+    }
+}
+
+/// The run-time overrides that place the actor's state as `o` (`None` when no config key
+/// selects `o` under the strategy).
+fn offload_overrides(strategy: StrategyKind, o: OffloadFlags) -> Option<Vec<String>> {
+    match strategy {
+        StrategyKind::Fsdp => {
+            // `param_offload` moves parameters and their gradients; nothing moves one alone.
+            if o.params != o.grads {
+                return None;
+            }
+            let f = format!("{ACTOR}.fsdp_config");
+            Some(vec![
+                format!("{f}.param_offload={}", o.params),
+                format!("{f}.optimizer_offload={}", o.optimizer),
+            ])
+        }
+        StrategyKind::Megatron => {
+            let m = format!("{ACTOR}.megatron");
+            Some(vec![
+                format!("{m}.param_offload={}", o.params),
+                format!("{m}.grad_offload={}", o.grads),
+                format!("{m}.optimizer_offload={}", o.optimizer),
+            ])
         }
     }
 }
@@ -146,65 +159,79 @@ impl World {
 /// whose one-rank run is a known gap also runs on two data-parallel ranks, so it trains
 /// somewhere.
 struct KnownGap {
-    applies: fn(Binding, World) -> bool,
+    applies: fn(Binding, OffloadFlags, World) -> bool,
     error: &'static str,
 }
 
 /// The known gaps (each reported to the runtime's owners); none today.
 const KNOWN_GAPS: &[KnownGap] = &[];
 
-fn known_gap(b: Binding, w: World) -> Option<&'static KnownGap> {
-    KNOWN_GAPS.iter().find(|g| (g.applies)(b, w))
+fn known_gap(b: Binding, o: OffloadFlags, w: World) -> Option<&'static KnownGap> {
+    KNOWN_GAPS.iter().find(|g| (g.applies)(b, o, w))
 }
 
-/// One binding to build, with its runs.
+/// One binding to build, with its runs (a placement and a world each).
 struct Row {
     binding: Binding,
     example: &'static str,
     overrides: Vec<String>,
-    worlds: Vec<World>,
+    runs: Vec<(OffloadFlags, World)>,
 }
 
-/// Every supported binding a config can ask for, and those no config can ask for.
-fn matrix() -> (Vec<Row>, Vec<Binding>) {
-    let supported: Vec<Binding> = binding::supported()
-        .map(|(strategy, precision, offload)| Binding {
-            strategy,
-            precision,
-            offload,
-        })
-        .collect();
+/// A supported binding or placement that no config key selects.
+#[derive(Clone, Copy)]
+struct Unreachable {
+    binding: Binding,
+    offload: Option<OffloadFlags>,
+}
+
+/// Every supported binding a config can ask for with its placements, and what no config can
+/// ask for.
+fn matrix() -> (Vec<Row>, Vec<Unreachable>) {
     let mut rows = Vec::new();
     let mut unreachable = Vec::new();
-    for &b in &supported {
+    for b in binding::supported() {
         let Some((example, overrides)) = config_for(b) else {
-            unreachable.push(b);
+            unreachable.push(Unreachable {
+                binding: b,
+                offload: None,
+            });
             continue;
         };
-        let mut worlds = vec![World::One];
-        // Per strategy and precision, the binding that offloads the most also runs on 2 ranks.
-        let siblings = supported
+        let placements: Vec<OffloadFlags> = binding::supported_offload(b).collect();
+        let mut runs = Vec::new();
+        for &o in &placements {
+            if offload_overrides(b.strategy, o).is_none() {
+                unreachable.push(Unreachable {
+                    binding: b,
+                    offload: Some(o),
+                });
+                continue;
+            }
+            runs.push((o, World::One));
+            if known_gap(b, o, World::One).is_some() {
+                runs.push((o, World::Dp2));
+            }
+        }
+        // The placement that offloads the most also runs on 2 ranks.
+        let reachable = placements
             .iter()
-            .filter(|c| c.strategy == b.strategy && c.precision == b.precision);
-        let most = siblings.clone().map(|c| c.offload.targets().count()).max();
-        let widest = siblings
-            .clone()
-            .find(|c| Some(c.offload.targets().count()) == most)
-            == Some(&b);
-        if widest {
-            worlds.push(if b.strategy == StrategyKind::Megatron {
-                World::Tp2
-            } else {
-                World::Dp2
-            });
-        } else if known_gap(b, World::One).is_some() {
-            worlds.push(World::Dp2);
+            .filter(|o| offload_overrides(b.strategy, **o).is_some());
+        if let Some(&widest) = reachable.max_by_key(|o| o.targets().count()) {
+            runs.push((
+                widest,
+                if b.strategy == StrategyKind::Megatron {
+                    World::Tp2
+                } else {
+                    World::Dp2
+                },
+            ));
         }
         rows.push(Row {
             binding: b,
             example,
             overrides,
-            worlds,
+            runs,
         });
     }
     (rows, unreachable)
@@ -432,13 +459,21 @@ fn check_outputs(b: Binding, dir: &Path) -> Result<usize, String> {
     Ok(skipped)
 }
 
-/// One run of a built binding: its verdict (`Err` is a failure of the test).
-fn run_row(b: Binding, binary: &Path, world: World, dir: &Path) -> Result<String, String> {
+/// One run of a built binding with placement `o`: its verdict (`Err` is a failure of the
+/// test).
+fn run_row(
+    b: Binding,
+    o: OffloadFlags,
+    binary: &Path,
+    world: World,
+    dir: &Path,
+) -> Result<String, String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let mut args = vec![format!(
         "trainer.default_local_dir={}",
         dir.join("ckpt").display()
     )];
+    args.extend(offload_overrides(b.strategy, o).unwrap_or_default());
     args.extend(world.overrides());
     let (code, stderr) = run_trainer(binary, dir, &args)?;
     let banner = format!(
@@ -454,7 +489,7 @@ fn run_row(b: Binding, binary: &Path, world: World, dir: &Path) -> Result<String
             tail(&stderr, 20)
         ));
     }
-    let gap = known_gap(b, world);
+    let gap = known_gap(b, o, world);
     match (code, gap) {
         (Some(0), _) => {}
         (Some(1), Some(gap)) if stderr.contains(gap.error) => {
@@ -482,6 +517,7 @@ fn run_row(b: Binding, binary: &Path, world: World, dir: &Path) -> Result<String
 
 struct Line {
     binding: Binding,
+    offload: Option<OffloadFlags>,
     world: &'static str,
     verdict: Result<String, String>,
     build_s: f64,
@@ -543,12 +579,13 @@ fn every_supported_binding_builds_and_trains_two_steps() {
     let start = Instant::now();
     let (rows, unreachable) = matrix();
     assert!(
-        rows.iter()
-            .any(|r| r.binding.strategy == StrategyKind::Fsdp && r.worlds.contains(&World::Dp2)),
+        rows.iter().any(|r| r.binding.strategy == StrategyKind::Fsdp
+            && r.runs.iter().any(|(_, w)| *w == World::Dp2)),
         "a 2-rank FSDP run"
     );
     assert!(
-        rows.iter().any(|r| r.worlds.contains(&World::Tp2)),
+        rows.iter()
+            .any(|r| r.runs.iter().any(|(_, w)| *w == World::Tp2)),
         "a Megatron TP=2 run"
     );
     for p in PrecisionKind::ALL {
@@ -588,6 +625,7 @@ fn every_supported_binding_builds_and_trains_two_steps() {
                 Err(e) => {
                     lines.push(Line {
                         binding: row.binding,
+                        offload: None,
                         world: "-",
                         verdict: Err(e),
                         build_s,
@@ -599,21 +637,23 @@ fn every_supported_binding_builds_and_trains_two_steps() {
             if let Err(e) = only_bound_code(row.binding, &binary) {
                 lines.push(Line {
                     binding: row.binding,
+                    offload: None,
                     world: "-",
                     verdict: Err(e),
                     build_s,
                     run_s: None,
                 });
             }
-            for &world in &row.worlds {
+            for (j, &(offload, world)) in row.runs.iter().enumerate() {
                 let dir = work
                     .path()
                     .join(format!("{i:02}"))
-                    .join(format!("run-{world:?}"));
+                    .join(format!("run-{j:02}-{world:?}"));
                 let t = Instant::now();
-                let verdict = run_row(row.binding, &binary, world, &dir);
+                let verdict = run_row(row.binding, offload, &binary, world, &dir);
                 lines.push(Line {
                     binding: row.binding,
+                    offload: Some(offload),
                     world: world.label(),
                     verdict,
                     build_s,
@@ -625,18 +665,22 @@ fn every_supported_binding_builds_and_trains_two_steps() {
         }
     });
 
+    let label = |b: Binding, o: Option<OffloadFlags>| match o {
+        Some(o) => format!("{b}, offload = {}", o.list()),
+        None => b.to_string(),
+    };
     let w = lines
         .iter()
-        .map(|l| l.binding)
-        .chain(unreachable.iter().copied())
-        .map(|b| b.to_string().len())
+        .map(|l| label(l.binding, l.offload))
+        .chain(unreachable.iter().map(|u| label(u.binding, u.offload)))
+        .map(|s| s.len())
         .max()
         .unwrap_or(0);
     let mut report = String::new();
     let _ = writeln!(
         report,
         "{:<w$} {:<9} {:>7} {:>6}  result",
-        "binding", "world", "build s", "run s"
+        "binding, placement", "world", "build s", "run s"
     );
     for l in &lines {
         let verdict = match &l.verdict {
@@ -647,17 +691,17 @@ fn every_supported_binding_builds_and_trains_two_steps() {
         let _ = writeln!(
             report,
             "{:<w$} {:<9} {:>7.1} {:>6}  {verdict}",
-            l.binding.to_string(),
+            label(l.binding, l.offload),
             l.world,
             l.build_s,
             run_s
         );
     }
-    for b in &unreachable {
+    for u in &unreachable {
         let _ = writeln!(
             report,
             "{:<w$} {:<9} {:>7} {:>6}  FAILED: in the support table, but no config key selects it",
-            b.to_string(),
+            label(u.binding, u.offload),
             "-",
             "-",
             "-"
@@ -676,16 +720,20 @@ fn every_supported_binding_builds_and_trains_two_steps() {
     let failures: Vec<String> = lines
         .iter()
         .filter_map(|l| {
-            l.verdict
-                .as_ref()
-                .err()
-                .map(|e| format!("{} on {} rank(s): {e}", l.binding, l.world))
+            l.verdict.as_ref().err().map(|e| {
+                format!(
+                    "{} on {} rank(s): {e}",
+                    label(l.binding, l.offload),
+                    l.world
+                )
+            })
         })
-        .chain(
-            unreachable
-                .iter()
-                .map(|b| format!("{b}: in the support table, but no config key selects it")),
-        )
+        .chain(unreachable.iter().map(|u| {
+            format!(
+                "{}: in the support table, but no config key selects it",
+                label(u.binding, u.offload)
+            )
+        }))
         .collect();
     assert!(
         failures.is_empty(),

@@ -4,15 +4,13 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
-use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, LitStr, Path, Token, bracketed};
+use syn::{Expr, Ident, LitStr, Path, Token};
 
-use crate::binding::{self, OffloadFlags, OffloadTarget, Part, PrecisionKind, StrategyKind};
+use crate::binding::{self, Part, PrecisionKind, StrategyKind};
 
 const KEYS: &[&str] = &[
     "strategy",
     "precision",
-    "offload",
     "config",
     "spec",
     "bound_keys",
@@ -65,18 +63,10 @@ fn unknown(what: &str, found: &Ident, choices: String, hint: Option<&'static str
     syn::Error::new(found.span(), msg)
 }
 
-struct Offload {
-    flags: OffloadFlags,
-    /// Each listed target with its token, for errors.
-    items: Vec<(OffloadTarget, Ident)>,
-    span: Span,
-}
-
 #[derive(Default)]
 struct Input {
     strategy: Option<(StrategyKind, Ident)>,
     precision: Option<(PrecisionKind, Ident)>,
-    offload: Option<Offload>,
     config: Option<Expr>,
     spec: Option<Expr>,
     bound_keys: Option<Expr>,
@@ -138,46 +128,13 @@ impl Parse for Input {
                     set(&mut out.precision, &key, (kind, id))?;
                 }
                 "offload" => {
-                    let content;
-                    let bracket = bracketed!(content in input);
-                    let list: Punctuated<Ident, Token![,]> =
-                        content.parse_terminated(Ident::parse, Token![,])?;
-                    let mut flags = OffloadFlags::NONE;
-                    let mut items = Vec::new();
-                    for id in list {
-                        let t = OffloadTarget::from_name(&id.to_string()).ok_or_else(|| {
-                            let hint = suggestion(
-                                &id.to_string(),
-                                OffloadTarget::ALL.map(OffloadTarget::name),
-                            );
-                            unknown(
-                                "offload target",
-                                &id,
-                                format!(
-                                    "{} (`[]` offloads nothing)",
-                                    names(&OffloadTarget::ALL, OffloadTarget::name)
-                                ),
-                                hint,
-                            )
-                        })?;
-                        if flags.has(t) {
-                            return Err(syn::Error::new(
-                                id.span(),
-                                format!("`{id}` is listed twice"),
-                            ));
-                        }
-                        flags = flags.with(t);
-                        items.push((t, id));
-                    }
-                    set(
-                        &mut out.offload,
-                        &key,
-                        Offload {
-                            flags,
-                            items,
-                            span: bracket.span.join(),
-                        },
-                    )?;
+                    return Err(syn::Error::new(
+                        key.span(),
+                        "`offload` is not part of a binding: where parameters, gradients and \
+                         optimizer state live is each role's engine setting in the config \
+                         (param_offload, grad_offload, optimizer_offload), read at run time\n\
+                         help: remove `offload = [...]`",
+                    ));
                 }
                 "config" => set(&mut out.config, &key, input.parse()?)?,
                 "spec" => set(&mut out.spec, &key, input.parse()?)?,
@@ -217,7 +174,6 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let Input {
         strategy,
         precision,
-        offload,
         config,
         spec,
         bound_keys,
@@ -240,36 +196,21 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
             format!("one of {}", names(&PrecisionKind::ALL, PrecisionKind::name)),
         ));
     }
-    if offload.is_none() {
-        errors.push(missing(
-            "offload",
-            format!(
-                "a list of {}, or `[]`",
-                names(&OffloadTarget::ALL, OffloadTarget::name)
-            ),
-        ));
-    }
     if config.is_none() {
         errors.push(missing(
             "config",
             "the embedded resolved config, e.g. `include_str!(\"../trainer.yaml\")`".into(),
         ));
     }
-    let (Some((s, s_id)), Some((p, p_id)), Some(o), Some(config)) =
-        (strategy, precision, offload, config)
-    else {
+    let (Some((s, s_id)), Some((p, p_id)), Some(config)) = (strategy, precision, config) else {
         return Err(combine(errors));
     };
 
-    if let Err(rej) = binding::validate(s, p, o.flags) {
+    if let Err(rej) = binding::validate(s, p) {
         let span = match rej.part {
             Part::Strategy => s_id.span(),
-            Part::Precision => p_id.span(),
-            Part::Offload(t) => o
-                .items
-                .iter()
-                .find(|(it, _)| *it == t)
-                .map_or(o.span, |(_, id)| id.span()),
+            // Placement rules are the config's (lowering reports them), never a binding's.
+            Part::Precision | Part::Offload(_) => p_id.span(),
         };
         return Err(syn::Error::new(
             span,
@@ -278,10 +219,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     }
 
     let rt = runtime.map_or_else(|| quote!(::runtime), |p| quote!(#p));
-    let (params, grads, optimizer) = (o.flags.params, o.flags.grads, o.flags.optimizer);
     let s_ty = quote_spanned!(s_id.span()=> #rt::binding::#s_id);
     let p_ty = quote_spanned!(p_id.span()=> #rt::binding::#p_id);
-    let o_ty = quote_spanned!(o.span=> #rt::binding::OffloadSet<#params, #grads, #optimizer>);
     let lit = |l: Option<LitStr>| l.map_or_else(|| quote!("unknown"), |l| quote!(#l));
     let (version, hash, source) = (lit(verlc_version), lit(config_hash), lit(source));
     // The lowered trainer spec (JSON); without it the binary lowers its embedded config.
@@ -291,7 +230,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let bound_keys = bound_keys.map_or_else(|| quote!(""), |e| quote!(#e));
     Ok(quote! {
         fn main() -> ::std::process::ExitCode {
-            #rt::binding::main::<#s_ty, #p_ty, #o_ty>(
+            #rt::binding::main::<#s_ty, #p_ty>(
                 #config,
                 #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source, spec: #spec, bound_keys: #bound_keys },
             )
@@ -332,14 +271,14 @@ mod tests {
     #[test]
     fn expands_to_the_generic_entry() {
         let out = expand_str(
-            r#"strategy = Fsdp, precision = Bf16Mixed, offload = [optimizer], config = include_str!("../c.yaml"),
+            r#"strategy = Fsdp, precision = Bf16Mixed, config = include_str!("../c.yaml"),
                verlc_version = "0.1.0", config_hash = "sha256:ab", source = "q.yaml""#,
         );
         let out = out.unwrap_or_else(|e| panic!("{e}"));
         let squashed: String = out.chars().filter(|c| !c.is_whitespace()).collect();
         assert!(
             squashed.contains(
-                "::runtime::binding::main::<::runtime::binding::Fsdp,::runtime::binding::Bf16Mixed,::runtime::binding::OffloadSet<false,false,true>>"
+                "::runtime::binding::main::<::runtime::binding::Fsdp,::runtime::binding::Bf16Mixed>"
             ),
             "{out}"
         );
@@ -351,26 +290,28 @@ mod tests {
     fn every_supported_combination_expands_and_no_other() {
         for s in StrategyKind::ALL {
             for p in PrecisionKind::ALL {
-                for bits in 0u8..8 {
-                    let flags = OffloadFlags {
-                        params: bits & 1 != 0,
-                        grads: bits & 2 != 0,
-                        optimizer: bits & 4 != 0,
-                    };
-                    let list: Vec<&str> = flags.targets().map(OffloadTarget::name).collect();
-                    let src = format!(
-                        "strategy = {}, precision = {}, offload = [{}], config = \"\"",
-                        s.name(),
-                        p.name(),
-                        list.join(", ")
-                    );
-                    assert_eq!(
-                        expand_str(&src).is_ok(),
-                        binding::validate(s, p, flags).is_ok(),
-                        "{src}"
-                    );
-                }
+                let src = format!(
+                    "strategy = {}, precision = {}, config = \"\"",
+                    s.name(),
+                    p.name()
+                );
+                assert_eq!(
+                    expand_str(&src).is_ok(),
+                    binding::validate(s, p).is_ok(),
+                    "{src}"
+                );
             }
         }
+    }
+
+    #[test]
+    fn offload_is_refused_with_where_placement_lives() {
+        let e =
+            expand_str(r#"strategy = Fsdp, precision = Fp32, offload = [optimizer], config = """#)
+                .unwrap_err();
+        assert!(
+            e.contains("not part of a binding") && e.contains("optimizer_offload"),
+            "{e}"
+        );
     }
 }

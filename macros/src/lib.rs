@@ -4,20 +4,20 @@
 
 mod bind_trainer;
 
-/// The strategy/precision/offload vocabulary and support table, shared with `verlc::plan`
+/// The strategy/precision vocabulary and support table, shared with `verlc::plan`
 /// and the runtime through `verlc-spec` (one table, three users).
 use verlc_spec::binding;
 
 use proc_macro::TokenStream;
 
 /// Binds a trainer binary: expands to `fn main()` calling
-/// `runtime::binding::main::<Strategy, Precision, Offload>(config, build_info)`.
+/// `runtime::binding::main::<Strategy, Precision>(config, build_info)`. Offload is not part
+/// of a binding: each role's placement is its engine setting in the config, read at run time.
 ///
 /// ```ignore
 /// verlc_macros::bind_trainer! {
 ///     strategy = Fsdp,                 // Fsdp | Megatron
 ///     precision = Bf16Mixed,           // Fp32 | Bf16Mixed | Fp16Mixed
-///     offload = [optimizer],           // any of params, grads, optimizer; [] for none
 ///     config = include_str!("../trainer.yaml"),
 ///     verlc_version = "0.1.0",         // optional build info
 ///     config_hash = "sha256:…",

@@ -1,15 +1,17 @@
 //! The entry point of verlc-generated trainers.
 //!
 //! A generated `main.rs` is one `verlc_macros::bind_trainer!` call; it expands to
-//! `fn main() { runtime::binding::main::<S, P, O>(EMBEDDED_CONFIG, BuildInfo { .. }) }` with
-//! marker types for the strategy ([`Fsdp`], [`Megatron`]), the precision
-//! ([`Fp32`], [`Bf16Mixed`], [`Fp16Mixed`]) and the offload policy ([`OffloadSet`]). Each
-//! combination is its own monomorphized program; combinations outside verlc's support table
-//! (`verlc_spec::binding`) do not compile, and the strategy marker runs its own engines
-//! ([`Strategy::train`]), so a binary holds no other strategy's engine code. The precision
-//! marker supplies the loss-scaling code ([`Precision::LOSS_SCALER`]): only fp16 binaries link
-//! a grad scaler. Offload has no code of its own to leave out (it decides where buffers live);
-//! the offload marker's flags are checked against the spec's before a rank starts.
+//! `fn main() { runtime::binding::main::<S, P>(EMBEDDED_CONFIG, BuildInfo { .. }) }` with
+//! marker types for the strategy ([`Fsdp`], [`Megatron`]) and the precision
+//! ([`Fp32`], [`Bf16Mixed`], [`Fp16Mixed`]). Each combination is its own monomorphized
+//! program; combinations outside verlc's support table (`verlc_spec::binding`) do not compile,
+//! and the strategy marker runs its own engines ([`Strategy::train`]), so a binary holds no
+//! other strategy's engine code. The precision marker supplies the loss-scaling code
+//! ([`Precision::LOSS_SCALER`]): only fp16 binaries link a grad scaler. Offload is not a marker:
+//! where each role's parameters, gradients and optimizer state live is data of its engine spec
+//! (as PyTorch's `CPUOffload` and Megatron's `optimizer_cpu_offload` are constructor
+//! arguments), so one binary runs every placement and offload keys may be overridden at run
+//! time.
 //!
 //! What runs is the [`TrainerSpec`] `verlc build` lowered and embedded ([`BuildInfo::spec`]);
 //! the runtime takes its typed settings and never re-derives them from verl's config.
@@ -18,8 +20,7 @@
 //! - prints the build info (verlc version, config hash, binding) at start-up;
 //! - `key=value` overrides (Hydra grammar) are checked by the same rules as `verlc check` and
 //!   lowered by the same lowering as `verlc build` into the spec that runs; an override that
-//!   changes a statically bound key (one that decided the strategy, precision, offload or
-//!   device) is refused with "rebuild with verlc";
+//!   changes a statically bound key (one that decided the strategy, precision or device) is refused with "rebuild with verlc";
 //! - `--print-config` / `--print-spec` print the resolved config / the spec and exit;
 //! - ranks: under torchrun/SLURM (`RANK`, `WORLD_SIZE`, … or `SLURM_PROCID`, …) this process
 //!   is one rank; otherwise `trainer.nnodes × trainer.n_gpus_per_node` ranks are spawned on
@@ -43,7 +44,7 @@ use verlc_spec::trainer::DeviceKind;
 use crate::dist::{Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup};
 use crate::optim::LossScaling;
 
-pub use verlc::plan::{OffloadFlags, PrecisionKind, StrategyKind};
+pub use verlc::plan::{PrecisionKind, StrategyKind};
 
 mod sealed {
     pub trait Sealed {}
@@ -86,20 +87,6 @@ pub struct Bf16Mixed;
 /// fp16 compute with dynamic loss scaling; fp32 main weights and optimizer state.
 pub struct Fp16Mixed;
 
-/// What lives in host memory.
-pub trait Offload: sealed::Sealed + Send + Sync + 'static {
-    const FLAGS: OffloadFlags;
-}
-
-/// Offload of parameters, gradients and optimizer state, as `bind_trainer!(offload = [..])`
-/// lists them.
-pub struct OffloadSet<const PARAMS: bool, const GRADS: bool, const OPTIMIZER: bool>;
-pub type NoOffload = OffloadSet<false, false, false>;
-pub type OffloadOptimizer = OffloadSet<false, false, true>;
-/// FSDP's parameter offload (gradients go with the parameters).
-pub type OffloadParams = OffloadSet<true, true, false>;
-pub type OffloadAll = OffloadSet<true, true, true>;
-
 macro_rules! markers {
     (Strategy { $($t:ident;)+ }) => {$(
         impl sealed::Sealed for $t {}
@@ -140,7 +127,11 @@ mod strategies {
         ctx: &RankContext,
         opts: &RunOptions,
     ) -> Result<(), TrainError> {
-        if ctx.dist.world_size == 1 && !spec.binding.offload.params && !spec.binding.offload.grads {
+        let params_offloaded = match &spec.actor.engine {
+            verlc_spec::trainer::EngineSpec::Fsdp(f) => f.param_offload,
+            verlc_spec::trainer::EngineSpec::Megatron(_) => false,
+        };
+        if ctx.dist.world_size == 1 && !params_offloaded {
             return crate::trainer::run(spec, opts).map(|_| ()).map_err(failed);
         }
         let world = super::world_group(ctx)?;
@@ -195,21 +186,11 @@ markers!(Precision::PrecisionKind {
     Fp16Mixed => Fp16Mixed, Half, LINKED;
 });
 
-impl<const P: bool, const G: bool, const O: bool> sealed::Sealed for OffloadSet<P, G, O> {}
-impl<const P: bool, const G: bool, const O: bool> Offload for OffloadSet<P, G, O> {
-    const FLAGS: OffloadFlags = OffloadFlags {
-        params: P,
-        grads: G,
-        optimizer: O,
-    };
-}
-
 /// The binding of a monomorphized trainer as data.
-pub fn binding<S: Strategy, P: Precision, O: Offload>() -> Binding {
+pub fn binding<S: Strategy, P: Precision>() -> Binding {
     Binding {
         strategy: S::KIND,
         precision: P::KIND,
-        offload: O::FLAGS,
     }
 }
 
@@ -252,14 +233,14 @@ pub enum TrainError {
 ///
 /// Called on every rank with the spec the binary embeds (or the one lowered from it with
 /// run-time overrides); `ctx` says where this rank sits. The bound strategy `S` runs its own
-/// engines ([`Strategy::train`]); precision and offload are the binding's (`P`, `O`), which
-/// the spec states as well. Returns `Ok(())` when training finished; the binary exits 0 when
+/// engines ([`Strategy::train`]); precision is the binding's (`P`), which the spec states as
+/// well; placement is the spec's. Returns `Ok(())` when training finished; the binary exits 0 when
 /// every rank did.
-pub fn train<S: Strategy, P: Precision, O: Offload>(
+pub fn train<S: Strategy, P: Precision>(
     spec: &TrainerSpec,
     ctx: &RankContext,
 ) -> Result<(), TrainError> {
-    let compiled = binding::<S, P, O>();
+    let compiled = binding::<S, P>();
     if spec.binding != compiled {
         return Err(TrainError::Trainer(
             format!(
@@ -286,19 +267,16 @@ const EXIT_USAGE: u8 = 2;
 
 /// The binary's `main`: parse the command line, resolve and check the config, launch ranks,
 /// train.
-pub fn main<S: Strategy, P: Precision, O: Offload>(
-    embedded_config: &str,
-    build_info: BuildInfo,
-) -> ExitCode {
+pub fn main<S: Strategy, P: Precision>(embedded_config: &str, build_info: BuildInfo) -> ExitCode {
     const {
         assert!(
-            verlc::plan::binding::validate(S::KIND, P::KIND, O::FLAGS).is_ok(),
-            "unsupported strategy/precision/offload binding (see verlc::plan::binding)"
+            verlc::plan::binding::validate(S::KIND, P::KIND).is_ok(),
+            "unsupported strategy/precision binding (see verlc::plan::binding)"
         )
     };
     crate::host_alloc::keep_freed_memory();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    match run::<S, P, O>(embedded_config, build_info, &args) {
+    match run::<S, P>(embedded_config, build_info, &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Exit::Usage(msg)) => {
             eprint!("{msg}");
@@ -366,12 +344,12 @@ fn override_arg(a: &str) -> Result<String, String> {
     }
 }
 
-fn run<S: Strategy, P: Precision, O: Offload>(
+fn run<S: Strategy, P: Precision>(
     embedded: &str,
     info: BuildInfo,
     raw: &[OsString],
 ) -> Result<(), Exit> {
-    let compiled = binding::<S, P, O>();
+    let compiled = binding::<S, P>();
     let mut args = match <Args as clap::Parser>::try_parse_from(
         std::iter::once(OsString::from("trainer")).chain(raw.iter().cloned()),
     ) {
@@ -487,7 +465,7 @@ fn run<S: Strategy, P: Precision, O: Offload>(
         tch::Device::Cpu
     };
     let ctx = RankContext { dist, device };
-    train::<S, P, O>(&spec, &ctx).map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
+    train::<S, P>(&spec, &ctx).map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
 }
 
 fn banner(info: &BuildInfo, b: &Binding) -> String {
@@ -722,11 +700,8 @@ mod tests {
 
     #[test]
     fn markers_carry_their_kinds() {
-        let b = binding::<Fsdp, Fp16Mixed, OffloadOptimizer>();
-        assert_eq!(
-            b.to_string(),
-            "strategy = Fsdp, precision = Fp16Mixed, offload = [optimizer]"
-        );
+        let b = binding::<Fsdp, Fp16Mixed>();
+        assert_eq!(b.to_string(), "strategy = Fsdp, precision = Fp16Mixed");
         for (linked, kind) in [
             (Fp32::LOSS_SCALER.is_linked(), Fp32::KIND),
             (Bf16Mixed::LOSS_SCALER.is_linked(), Bf16Mixed::KIND),
@@ -735,14 +710,6 @@ mod tests {
             assert_eq!(linked, kind.loss_scaling(), "{kind:?}");
         }
         assert_eq!(Bf16Mixed::COMPUTE, tch::Kind::BFloat16);
-        assert_eq!(
-            OffloadParams::FLAGS,
-            OffloadFlags {
-                params: true,
-                grads: true,
-                optimizer: false
-            }
-        );
         assert_eq!(<Megatron as Strategy>::KIND, StrategyKind::Megatron);
     }
 }

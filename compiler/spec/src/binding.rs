@@ -1,16 +1,24 @@
-//! The vocabulary of a binding (strategy × precision × offload) and the one table of which
-//! combinations verlc's runtime supports.
+//! The vocabulary of a binding (strategy × precision: what a generated binary fixes at compile
+//! time) and of placement (offload: what each role's engine decides at run time), with the one
+//! table of which combinations verlc's runtime supports.
 //!
 //! Three users depend on this one module so the rules cannot drift apart:
-//! - `verlc::plan` reports an unsupported combination at the YAML line (`verlc check`);
-//! - the `verlc-macros` proc-macro (`bind_trainer!`) turns a [`Rejection`] into
+//! - `verlc::plan` reports an unsupported binding or placement at the YAML line (`verlc check`);
+//! - the `verlc-macros` proc-macro (`bind_trainer!`) turns a [`Rejection`] of a binding into
 //!   `compile_error!` at the offending token;
 //! - `runtime::binding::main` asserts [`validate`] in a `const` block, so even a hand-written
-//!   instantiation of an unsupported combination fails to compile.
+//!   instantiation of an unsupported binding fails to compile.
 //!
-//! [`validate`] is therefore a `const fn`.
+//! [`validate`] is therefore a `const fn`. Every strategy × precision is supported today.
 //!
-//! # The rules (each is what the runtime cannot do, and why)
+//! # Why offload is not part of the binding
+//! Where parameters, gradients and optimizer state live is constructor data, as in PyTorch's
+//! `CPUOffload` and Megatron's `optimizer_cpu_offload`: the engines take it from each role's
+//! engine spec, so one binary runs every placement (and the actor and critic may differ), and
+//! `param_offload=true` on the command line needs no rebuild. A type parameter for it would
+//! change no compiled code.
+//!
+//! # The placement rules ([`validate_offload`]; each is what the runtime cannot do, and why)
 //! 1. `Fsdp` offloads gradients together with parameters (PyTorch FSDP's
 //!    `CPUOffload(offload_params=True)`, FSDP2's `CPUOffloadPolicy`): `grads` and `params` are
 //!    either both offloaded or neither.
@@ -101,7 +109,7 @@ impl OffloadTarget {
         OffloadTarget::Optimizer,
     ];
 
-    /// The spelling in `bind_trainer!(offload = [params, grads, optimizer])`.
+    /// The spelling in build reports and diagnostics (`[params, grads, optimizer]`).
     pub const fn name(self) -> &'static str {
         match self {
             OffloadTarget::Params => "params",
@@ -153,7 +161,7 @@ impl OffloadFlags {
         OffloadTarget::ALL.into_iter().filter(move |t| self.has(*t))
     }
 
-    /// `[params, optimizer]`, `[]` for none: the `bind_trainer!` spelling.
+    /// `[params, optimizer]`, `[]` for none.
     pub fn list(self) -> String {
         let names: Vec<&str> = self.targets().map(OffloadTarget::name).collect();
         format!("[{}]", names.join(", "))
@@ -179,8 +187,16 @@ pub struct Rejection {
     pub help: &'static str,
 }
 
-/// Whether the runtime supports this combination (rules in the module docs).
-pub const fn validate(
+/// Whether the runtime supports this binding: every strategy × precision today (the table is
+/// kept so a future gap is one arm here, and the macro and lowering report it).
+pub const fn validate(strategy: StrategyKind, precision: PrecisionKind) -> Result<(), Rejection> {
+    let _ = (strategy, precision);
+    Ok(())
+}
+
+/// Whether the runtime supports this placement of one role's engine under a binding (rules
+/// in the module docs).
+pub const fn validate_offload(
     strategy: StrategyKind,
     precision: PrecisionKind,
     offload: OffloadFlags,
@@ -191,21 +207,21 @@ pub const fn validate(
                 return Err(Rejection {
                     part: Part::Offload(OffloadTarget::Grads),
                     message: "`Fsdp` offloads gradients together with parameters, never on their own",
-                    help: "valid offload for `Fsdp`: `[]`, `[optimizer]`, `[params, grads]` or `[params, grads, optimizer]`",
+                    help: "FSDP offloads `[]`, `[optimizer]`, `[params, grads]` (param_offload) or `[params, grads, optimizer]`",
                 });
             }
             if offload.params && !offload.grads {
                 return Err(Rejection {
                     part: Part::Offload(OffloadTarget::Params),
                     message: "`Fsdp` offloads parameters together with their gradients: `params` needs `grads`",
-                    help: "valid offload for `Fsdp`: `[]`, `[optimizer]`, `[params, grads]` or `[params, grads, optimizer]`",
+                    help: "FSDP offloads `[]`, `[optimizer]`, `[params, grads]` (param_offload) or `[params, grads, optimizer]`",
                 });
             }
             if offload.params && matches!(precision, PrecisionKind::Fp16Mixed) {
                 return Err(Rejection {
                     part: Part::Precision,
                     message: "`Fp16Mixed` cannot be combined with parameter offload under `Fsdp`: fp16 loss scaling unscales and checks gradients on the device, but offloaded FSDP gradients live on the host",
-                    help: "with `Fsdp` and `offload = [params, grads, ..]` use `Fp32` or `Bf16Mixed`; to keep `Fp16Mixed`, offload only `[optimizer]`",
+                    help: "with FSDP parameter offload use fp32 or bf16; to keep fp16, offload only the optimizer (optimizer_offload)",
                 });
             }
             Ok(())
@@ -215,20 +231,28 @@ pub const fn validate(
     }
 }
 
-/// Every supported combination, for tests and docs.
-pub fn supported() -> impl Iterator<Item = (StrategyKind, PrecisionKind, OffloadFlags)> {
-    StrategyKind::ALL.into_iter().flat_map(|s| {
-        PrecisionKind::ALL.into_iter().flat_map(move |p| {
-            (0u8..8)
-                .map(|bits| OffloadFlags {
-                    params: bits & 1 != 0,
-                    grads: bits & 2 != 0,
-                    optimizer: bits & 4 != 0,
-                })
-                .filter(move |o| validate(s, p, *o).is_ok())
-                .map(move |o| (s, p, o))
-        })
+/// Every supported binding, for tests and docs.
+pub fn supported() -> impl Iterator<Item = Binding> {
+    StrategyKind::ALL.into_iter().flat_map(|strategy| {
+        PrecisionKind::ALL
+            .into_iter()
+            .map(move |precision| Binding {
+                strategy,
+                precision,
+            })
+            .filter(|b| b.validate().is_ok())
     })
+}
+
+/// Every placement the runtime supports under `binding`, for tests and docs.
+pub fn supported_offload(binding: Binding) -> impl Iterator<Item = OffloadFlags> {
+    (0u8..8)
+        .map(|bits| OffloadFlags {
+            params: bits & 1 != 0,
+            grads: bits & 2 != 0,
+            optimizer: bits & 4 != 0,
+        })
+        .filter(move |o| validate_offload(binding.strategy, binding.precision, *o).is_ok())
 }
 
 /// What a generated binary binds at compile time.
@@ -236,13 +260,12 @@ pub fn supported() -> impl Iterator<Item = (StrategyKind, PrecisionKind, Offload
 pub struct Binding {
     pub strategy: StrategyKind,
     pub precision: PrecisionKind,
-    pub offload: OffloadFlags,
 }
 
 impl Binding {
     /// Whether the runtime (and the binding macro) accept it.
     pub fn validate(&self) -> Result<(), Rejection> {
-        validate(self.strategy, self.precision, self.offload)
+        validate(self.strategy, self.precision)
     }
 }
 
@@ -250,10 +273,9 @@ impl std::fmt::Display for Binding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "strategy = {}, precision = {}, offload = {}",
+            "strategy = {}, precision = {}",
             self.strategy.name(),
-            self.precision.name(),
-            self.offload.list()
+            self.precision.name()
         )
     }
 }
@@ -300,10 +322,9 @@ impl<'de> serde::Deserialize<'de> for OffloadFlags {
 impl serde::Serialize for Binding {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("Binding", 3)?;
+        let mut st = s.serialize_struct("Binding", 2)?;
         st.serialize_field("strategy", &self.strategy)?;
         st.serialize_field("precision", &self.precision)?;
-        st.serialize_field("offload", &self.offload)?;
         st.end()
     }
 }
@@ -314,13 +335,11 @@ impl<'de> serde::Deserialize<'de> for Binding {
         struct Raw {
             strategy: StrategyKind,
             precision: PrecisionKind,
-            offload: OffloadFlags,
         }
         let r = Raw::deserialize(d)?;
         Ok(Binding {
             strategy: r.strategy,
             precision: r.precision,
-            offload: r.offload,
         })
     }
 }

@@ -5,14 +5,14 @@
 //!   than the actor. One binary binds one engine (`fsdp` and `fsdp2` are one family).
 //! - B011 `RolePrecisionMismatch`: the critic or reference policy computes in another
 //!   precision than the actor. One binary binds one precision.
-//! - B012 `UnsupportedBinding`: the actor's strategy × precision × offload is not in the
-//!   runtime's support table (see [`super::binding`]; e.g. fp16 with FSDP parameter offload).
+//! - B012 `UnsupportedBinding`: the actor's strategy × precision, or the offload of a trained
+//!   role (actor, critic) under it, is not in the runtime's support table (see
+//!   [`super::binding`]; e.g. fp16 with FSDP parameter offload).
 //! - B013 `OffloadKeyIgnored`: offload is switched on in the engine section of the *other*
 //!   strategy (`fsdp_config.param_offload` or `fsdp_config.offload_policy` of a Megatron role,
 //!   `megatron.*_offload` of an FSDP role). It would silently do nothing.
-//! - B014 `CriticOffloadMismatch`: the critic offloads differently from the actor; the offload
-//!   policy is bound once for both trained models. (The reference policy only runs forward
-//!   passes; its `param_offload` stays a run-time choice.)
+//! - (B014, the critic offloading differently from the actor, is retired: placement is each
+//!   role's engine setting, read at run time.)
 //! - B015 `EngineSectionMissing`: a role's strategy has no engine section to read.
 //! - B016 `RewardModelNotClassifier` is reported by `verlc build` once the reward model's
 //!   checkpoint is at hand ([`super::models::reward_model_checkpoint`]).
@@ -25,7 +25,7 @@ use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
 use crate::source::Origin;
 
-use super::binding::Part;
+use super::binding::{Part, validate_offload};
 use super::{BuildPlan, RoleEngine};
 
 fn origin(root: &Node, key: &str) -> Option<Origin> {
@@ -90,58 +90,67 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
     }
 
     if let Err(rej) = plan.binding.validate() {
-        let (flags_keys, precision_key) = (actor.offload().1, actor_precision_key.clone());
+        let primary = match rej.part {
+            Part::Strategy => actor.strategy_key.clone(),
+            Part::Precision | Part::Offload(_) => actor_precision_key.clone(),
+        };
+        out.push(
+            Diagnostic::error(
+                codes::BUILD_UNSUPPORTED_BINDING,
+                format!("unsupported binding: {}", rej.message),
+            )
+            .with_key(primary.clone())
+            .with_primary(origin(root, &primary), "set here")
+            .with_note(format!("the binding would be `{}`", plan.binding))
+            .with_help(rej.help),
+        );
+    }
+
+    // Placement is each trained role's own (the reference policy only runs forward passes).
+    let trained = std::iter::once(&actor).chain(others.iter().filter(|r| r.role == "critic"));
+    for r in trained.filter(|r| r.strategy_kind() == plan.binding.strategy) {
+        let (flags, flag_keys) = r.offload();
+        let Err(rej) = validate_offload(plan.binding.strategy, plan.binding.precision, flags)
+        else {
+            continue;
+        };
         let key_of = |t| {
-            flags_keys
+            flag_keys
                 .iter()
                 .find(|(ft, _)| *ft == t)
                 .map(|(_, k)| k.clone())
         };
+        let precision_key = r
+            .precision()
+            .map_or_else(|| actor_precision_key.clone(), |(_, k)| k);
         let (primary, secondary): (String, Option<String>) = match rej.part {
-            Part::Strategy => (actor.strategy_key.clone(), None),
+            Part::Strategy => (r.strategy_key.clone(), None),
             Part::Precision => (
                 precision_key.clone(),
-                flags_keys.first().map(|(_, k)| k.clone()),
+                flag_keys.first().map(|(_, k)| k.clone()),
             ),
             Part::Offload(t) => (
-                key_of(t).unwrap_or_else(|| actor.engine_key.clone()),
+                key_of(t).unwrap_or_else(|| r.engine_key.clone()),
                 Some(precision_key.clone()),
             ),
         };
         let mut d = Diagnostic::error(
             codes::BUILD_UNSUPPORTED_BINDING,
-            format!("unsupported binding: {}", rej.message),
+            format!("unsupported offload for the {}: {}", r.role, rej.message),
         )
         .with_key(primary.clone())
         .with_primary(origin(root, &primary), "set here")
-        .with_note(format!("the binding would be `{}`", plan.binding))
+        .with_note(format!(
+            "the {} would offload {} under `{}`",
+            r.role,
+            flags.list(),
+            plan.binding
+        ))
         .with_help(rej.help);
         if let Some(s) = secondary {
             d = d.with_secondary(origin(root, &s), "together with this");
         }
         out.push(d);
-    }
-
-    if let Some(critic) = others.iter().find(|r| r.role == "critic")
-        && critic.strategy_kind() == actor.strategy_kind()
-    {
-        let (cf, ck) = critic.offload();
-        if cf != plan.binding.offload {
-            let key = ck
-                .first()
-                .map(|(_, k)| k.clone())
-                .unwrap_or_else(|| critic.engine_key.clone());
-            out.push(
-                Diagnostic::error(
-                    codes::BUILD_CRITIC_OFFLOAD_MISMATCH,
-                    format!("the critic offloads {} but the actor {}; a verlc binary binds one offload policy for both", cf.list(), plan.binding.offload.list()),
-                )
-                .with_key(key.clone())
-                .with_primary(origin(root, &key).or_else(|| origin(root, &critic.engine_key)), "critic offload")
-                .with_secondary(actor.offload().1.first().and_then(|(_, k)| origin(root, k)), "actor offload")
-                .with_help(format!("give `{}` the same param/grad/optimizer offload settings as `{}`", critic.engine_key, actor.engine_key)),
-            );
-        }
     }
 
     if !matches!(cfg.trainer.device, Device::Cpu | Device::Cuda) {

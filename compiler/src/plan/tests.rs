@@ -45,6 +45,23 @@ impl Case {
         self.lowered.plan.binding
     }
 
+    /// Where the actor's engine spec places parameters, gradients and optimizer state.
+    fn actor_offload(&self) -> OffloadFlags {
+        use verlc_spec::trainer::EngineSpec;
+        match &self.lowered.plan.spec.actor.engine {
+            EngineSpec::Fsdp(f) => OffloadFlags {
+                params: f.param_offload,
+                grads: f.param_offload,
+                optimizer: f.optimizer_offload,
+            },
+            EngineSpec::Megatron(m) => OffloadFlags {
+                params: m.param_offload,
+                grads: m.grad_offload,
+                optimizer: m.optimizer_offload,
+            },
+        }
+    }
+
     /// `(code, line)` of every plan diagnostic whose primary label is in the case file.
     fn at_lines(&self) -> Vec<(&'static str, usize)> {
         let name = self.file.display().to_string();
@@ -128,9 +145,9 @@ fn default_fsdp_binds_bf16_without_offload() {
         Binding {
             strategy: S::Fsdp,
             precision: P::Bf16Mixed,
-            offload: OffloadFlags::NONE
         }
     );
+    assert_eq!(c.actor_offload(), OffloadFlags::NONE);
     // Nothing but, on a CPU without native bf16, the B007 cost warning.
     assert!(
         c.lowered.diagnostics.iter().all(|d| d.code.0 == "B007"),
@@ -369,7 +386,7 @@ fn fsdp_offload_flags() {
         &[],
     );
     assert_eq!(
-        c.binding().offload,
+        c.actor_offload(),
         OffloadFlags {
             params: false,
             grads: false,
@@ -381,7 +398,7 @@ fn fsdp_offload_flags() {
         &[],
     );
     assert_eq!(
-        c.binding().offload,
+        c.actor_offload(),
         OffloadFlags {
             params: true,
             grads: true,
@@ -396,7 +413,7 @@ fn fsdp_offload_flags() {
         ],
     );
     assert_eq!(
-        c.binding().offload,
+        c.actor_offload(),
         OffloadFlags {
             params: true,
             grads: true,
@@ -416,11 +433,14 @@ fn fsdp2_offload_policy_offloads_everything() {
         Binding {
             strategy: S::Fsdp,
             precision: P::Bf16Mixed,
-            offload: OffloadFlags {
-                params: true,
-                grads: true,
-                optimizer: true
-            }
+        }
+    );
+    assert_eq!(
+        c.actor_offload(),
+        OffloadFlags {
+            params: true,
+            grads: true,
+            optimizer: true
         }
     );
     assert_eq!(
@@ -438,7 +458,7 @@ fn offload_policy_on_fsdp1_is_an_unused_key_warning_at_its_line() {
         .position(|l| l.contains("offload_policy"))
         .map(|i| i + 1);
     let c = case(&yaml, &[]);
-    assert_eq!(c.binding().offload, OffloadFlags::NONE);
+    assert_eq!(c.actor_offload(), OffloadFlags::NONE);
     assert_eq!(c.at_lines(), vec![("B005", line.unwrap_or(0))]);
 }
 
@@ -461,12 +481,15 @@ fn megatron_precision_and_offload() {
         Binding {
             strategy: S::Megatron,
             precision: P::Fp16Mixed,
-            // Each of Megatron's offload keys binds its own target.
-            offload: OffloadFlags {
-                params: false,
-                grads: true,
-                optimizer: true
-            }
+        }
+    );
+    // Each of Megatron's offload keys places its own target.
+    assert_eq!(
+        c.actor_offload(),
+        OffloadFlags {
+            params: false,
+            grads: true,
+            optimizer: true
         }
     );
     assert_eq!(
@@ -524,7 +547,7 @@ fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
     let d = &c.lowered.diagnostics[0];
     assert_eq!(d.severity, Severity::Error);
     assert!(d.message.contains("Fp16Mixed"), "{}", d.message);
-    assert!(d.help.as_deref().unwrap_or("").contains("Bf16Mixed"));
+    assert!(d.help.as_deref().unwrap_or("").contains("bf16"));
     assert!(
         !d.secondary.is_empty(),
         "points at the param_offload line too"
@@ -566,7 +589,7 @@ fn critic_and_reference_roles() {
 }
 
 #[test]
-fn critic_precision_and_offload_must_match_the_actor() {
+fn critic_precision_must_match_the_actor_and_its_offload_is_its_own() {
     let yaml = format!(
         "{}critic:\n  model:\n    path: builtin://tiny\n    fsdp_config:\n      dtype: float16\n      optimizer_offload: true\n  ppo_micro_batch_size_per_gpu: 16\n",
         BASE.replace("adv_estimator: grpo", "adv_estimator: gae")
@@ -578,7 +601,14 @@ fn critic_precision_and_offload_must_match_the_actor() {
     let c = case(&yaml, &[]);
     let mut got = c.at_lines();
     got.sort();
-    assert_eq!(got, vec![("B011", dtype_line), ("B014", dtype_line + 1)]);
+    assert_eq!(got, vec![("B011", dtype_line)]);
+    let critic = c.lowered.plan.spec.critic.as_ref().expect("critic");
+    assert!(
+        matches!(&critic.engine, verlc_spec::trainer::EngineSpec::Fsdp(f) if f.optimizer_offload),
+        "{:?}",
+        critic.engine
+    );
+    assert_eq!(c.actor_offload(), OffloadFlags::NONE);
 }
 
 #[test]
@@ -752,11 +782,12 @@ fn bound_keys_are_the_deciding_keys() {
     assert!(is_bound(plan, "actor_rollout_ref.actor.strategy"));
     assert!(is_bound(
         plan,
-        "actor_rollout_ref.actor.fsdp_config.param_offload"
-    ));
-    assert!(is_bound(
-        plan,
         "actor_rollout_ref.actor.fsdp_config.mixed_precision"
+    ));
+    // Placement is data of the spec: an override lowers it again, no rebuild.
+    assert!(!is_bound(
+        plan,
+        "actor_rollout_ref.actor.fsdp_config.param_offload"
     ));
     assert!(is_bound(plan, "actor_rollout_ref.ref.strategy"));
     assert!(is_bound(plan, "trainer.device"));
@@ -794,57 +825,33 @@ fn examples_lower_without_errors() {
 
 #[test]
 fn support_table() {
-    let all: Vec<_> = binding::supported().collect();
-    // Megatron: 3 precisions × every subset of {params, grads, optimizer}; Fsdp: 3 × 4 minus
-    // fp16 with params (2).
-    assert_eq!(all.len(), 10 + 24);
-    for (params, grads) in [(true, false), (false, true), (true, true)] {
-        let o = OffloadFlags {
-            params,
-            grads,
-            optimizer: false,
-        };
-        assert!(
-            binding::validate(S::Megatron, P::Fp16Mixed, o).is_ok(),
-            "{o:?}"
-        );
-    }
-    assert!(
-        binding::validate(
-            S::Fsdp,
-            P::Fp16Mixed,
-            OffloadFlags {
-                params: true,
-                grads: true,
-                optimizer: false
-            }
-        )
-        .is_err()
-    );
-    assert!(
-        binding::validate(
-            S::Fsdp,
-            P::Fp16Mixed,
-            OffloadFlags {
-                params: false,
-                grads: false,
-                optimizer: true
-            }
-        )
-        .is_ok()
-    );
-    assert!(
-        binding::validate(
-            S::Fsdp,
-            P::Bf16Mixed,
-            OffloadFlags {
-                params: false,
-                grads: true,
-                optimizer: false
-            }
-        )
-        .is_err()
-    );
+    // Every strategy × precision binds; placement is checked per role.
+    assert_eq!(binding::supported().count(), 6);
+    let count = |strategy, precision| {
+        binding::supported_offload(Binding {
+            strategy,
+            precision,
+        })
+        .count()
+    };
+    // Megatron: every subset of {params, grads, optimizer}; FSDP: params and grads together,
+    // and not with fp16.
+    assert_eq!(count(S::Megatron, P::Fp16Mixed), 8);
+    assert_eq!(count(S::Fsdp, P::Bf16Mixed), 4);
+    assert_eq!(count(S::Fsdp, P::Fp16Mixed), 2);
+    let params = OffloadFlags {
+        params: true,
+        grads: true,
+        optimizer: false,
+    };
+    assert!(binding::validate_offload(S::Fsdp, P::Fp16Mixed, params).is_err());
+    assert!(binding::validate_offload(S::Megatron, P::Fp16Mixed, params).is_ok());
+    let grads_alone = OffloadFlags {
+        params: false,
+        grads: true,
+        optimizer: false,
+    };
+    assert!(binding::validate_offload(S::Fsdp, P::Bf16Mixed, grads_alone).is_err());
 }
 
 #[test]

@@ -152,7 +152,7 @@ table! {
     "actor_rollout_ref.model.override_config.**" => Checked("actor.config_overrides (max_position_embeddings, rope_theta; other keys are refused)"),
 
     // Engine sections of actor, reference and critic: FSDP.
-    "**.fsdp_config.{param_offload,optimizer_offload,offload_policy}" => Implemented("binding.offload and the role's engine spec"),
+    "**.fsdp_config.{param_offload,optimizer_offload,offload_policy}" => Implemented("the role's engine spec (placement, read at run time)"),
     "**.fsdp_config.dtype" => Implemented("binding.precision"),
     "**.fsdp_config.mixed_precision.param_dtype" => Implemented("binding.precision"),
     "**.fsdp_config.mixed_precision.reduce_dtype" => Implemented("engine.reduce_dtype"),
@@ -174,7 +174,7 @@ table! {
     "**.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,sequence_parallel,use_distributed_optimizer}" => Implemented("engine (Megatron)"),
     "**.megatron.{context_parallel_size,virtual_pipeline_model_parallel_size}" => Checked("engine (Megatron): 1 or null only"),
     "**.megatron.{expert_model_parallel_size,expert_tensor_parallel_size}" => Checked("nothing: a B006 warning (verlc's models are dense; a mixture-of-experts config.json is refused at build)"),
-    "**.megatron.{param_offload,grad_offload,optimizer_offload}" => Implemented("binding.offload and the role's engine spec"),
+    "**.megatron.{param_offload,grad_offload,optimizer_offload}" => Implemented("the role's engine spec (placement, read at run time)"),
     "**.megatron.dtype" => Implemented("binding.precision"),
     "actor_rollout_ref.ref.megatron.seed" => NoEffect(NONE, "has no effect: the reference policy holds the actor's initial weights"),
     "**.megatron.seed" => Implemented("model_seed / critic.seed"),

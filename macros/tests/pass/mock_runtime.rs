@@ -1,5 +1,5 @@
 //! A valid binding against a stand-in runtime (`runtime = crate::mock`): the expansion is a
-//! `fn main` that calls `binding::main::<S, P, O>(config, build_info)` with the marker types.
+//! `fn main` that calls `binding::main::<S, P>(config, build_info)` with the marker types.
 
 mod mock {
     pub mod binding {
@@ -8,7 +8,6 @@ mod mock {
 
         pub struct Fsdp;
         pub struct Bf16Mixed;
-        pub struct OffloadSet<const PARAMS: bool, const GRADS: bool, const OPTIMIZER: bool>;
 
         pub struct BuildInfo {
             pub verlc_version: &'static str,
@@ -18,10 +17,9 @@ mod mock {
             pub bound_keys: &'static str,
         }
 
-        pub fn main<S, P, O>(config: &str, info: BuildInfo) -> ExitCode {
+        pub fn main<S, P>(config: &str, info: BuildInfo) -> ExitCode {
             assert!(type_name::<S>().ends_with("binding::Fsdp"));
             assert!(type_name::<P>().ends_with("binding::Bf16Mixed"));
-            assert!(type_name::<O>().ends_with("binding::OffloadSet<false, false, true>"), "{}", type_name::<O>());
             assert_eq!(config, "trainer:\n  device: cpu\n");
             assert_eq!((info.verlc_version, info.config_hash, info.source), ("0.1.0", "sha256:00ff", "quickstart.yaml"));
             assert_eq!(info.spec, "{\"binding\": {}}");
@@ -34,7 +32,6 @@ mod mock {
 verlc_macros::bind_trainer! {
     strategy = Fsdp,
     precision = Bf16Mixed,
-    offload = [optimizer],
     config = concat!("trainer:\n", "  device: cpu\n"),
     spec = "{\"binding\": {}}",
     bound_keys = "[]",

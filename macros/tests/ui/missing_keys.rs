@@ -1,4 +1,3 @@
 verlc_macros::bind_trainer! {
     strategy = Fsdp,
-    offload = [],
 }

@@ -1,6 +1,5 @@
 verlc_macros::bind_trainer! {
     strategy = Fsdp,
     precison = Bf16Mixed,
-    offload = [],
     config = "",
 }

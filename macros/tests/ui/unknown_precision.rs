@@ -1,6 +1,5 @@
 verlc_macros::bind_trainer! {
     strategy = Fsdp,
     precision = Bf16,
-    offload = [],
     config = "",
 }

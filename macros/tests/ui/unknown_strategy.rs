@@ -1,6 +1,5 @@
 verlc_macros::bind_trainer! {
     strategy = Fsdp2,
     precision = Bf16Mixed,
-    offload = [],
     config = "",
 }

@@ -170,7 +170,6 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
         features => features,
         strategy => b.strategy.name(),
         precision => b.precision.name(),
-        offload => b.offload.list(),
         summary => summary(plan),
         ..common
     };

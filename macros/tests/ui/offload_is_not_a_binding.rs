@@ -1,6 +1,6 @@
 verlc_macros::bind_trainer! {
     strategy = Fsdp,
-    precision = Fp16Mixed,
+    precision = Fp32,
     offload = [params, grads],
     config = "",
 }

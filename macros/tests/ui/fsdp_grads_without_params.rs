@@ -1,6 +1,0 @@
-verlc_macros::bind_trainer! {
-    strategy = Fsdp,
-    precision = Bf16Mixed,
-    offload = [grads, optimizer],
-    config = "",
-}

@@ -1,6 +1,0 @@
-verlc_macros::bind_trainer! {
-    strategy = Megatron,
-    precision = Bf16Mixed,
-    offload = [params, cpu],
-    config = "",
-}
