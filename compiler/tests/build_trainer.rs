@@ -154,10 +154,29 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
     assert_eq!(engine("actor", "param_offload"), true, "{stdout}");
     assert_eq!(engine("critic", "optimizer_offload"), true, "{stdout}");
     assert_eq!(engine("critic", "param_offload"), false, "{stdout}");
+    // And trains that way: the actor's optimizer state and the critic's parameters on the host.
+    let work = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(trainer_cmd().current_dir(work.path()).args([
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+        "algorithm.adv_estimator=gae",
+        "critic.ppo_micro_batch_size_per_gpu=16",
+        "critic.model.fsdp_config.param_offload=true",
+        "critic.model.path='builtin://tiny?layers=2&hidden=128'",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[console]",
+    ]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("step:2") && stdout.contains("critic/vf_loss"),
+        "{stdout}"
+    );
     // Restating a bound value is harmless.
     let (code, stdout, stderr) = run(trainer_cmd().args([
         "--check",
-        "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
     ]));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(

@@ -127,10 +127,14 @@ mod strategies {
         ctx: &RankContext,
         opts: &RunOptions,
     ) -> Result<(), TrainError> {
-        let params_offloaded = match &spec.actor.engine {
+        // Parameter offload is the FSDP engine's (the single engine keeps parameters in
+        // place), for the actor or the critic: placement is each role's own.
+        let offloads = |e: &verlc_spec::trainer::EngineSpec| match e {
             verlc_spec::trainer::EngineSpec::Fsdp(f) => f.param_offload,
             verlc_spec::trainer::EngineSpec::Megatron(_) => false,
         };
+        let params_offloaded = offloads(&spec.actor.engine)
+            || spec.critic.as_ref().is_some_and(|c| offloads(&c.engine));
         if ctx.dist.world_size == 1 && !params_offloaded {
             return crate::trainer::run(spec, opts).map(|_| ()).map_err(failed);
         }
