@@ -146,6 +146,7 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
         "algorithm.adv_estimator=gae",
         "critic.ppo_micro_batch_size_per_gpu=16",
         "critic.model.fsdp_config.optimizer_offload=true",
+        "critic.model.path='builtin://tiny?layers=2&hidden=128'",
     ];
     let (code, stdout, stderr) = run(trainer_cmd().arg("--print-spec").args(placed));
     assert_eq!(code, Some(0), "{stderr}");
@@ -172,6 +173,19 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
     assert!(
         stdout.contains("step:2") && stdout.contains("critic/vf_loss"),
         "{stdout}"
+    );
+    // A model the trainer cannot load from this machine is refused before any rank starts, at
+    // its key: here the critic a run-time override adds, with verl's default path.
+    let (code, _, stderr) = run(trainer_cmd().args([
+        "--check",
+        "algorithm.adv_estimator=gae",
+        "critic.ppo_micro_batch_size_per_gpu=16",
+    ]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error[B019]")
+            && stderr.contains("~/models/deepseek-llm-7b-chat` is no directory"),
+        "{stderr}"
     );
     // Restating a bound value is harmless.
     let (code, stdout, stderr) = run(trainer_cmd().args([

@@ -207,3 +207,26 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
         assert!(!stderr.contains("compiling"), "{stderr}");
     }
 }
+
+// A local model path that is no directory (verl's default `~/models/...` paths: `~` is not
+// expanded) is refused by `verlc build` at its key, before compiling.
+#[test]
+fn build_refuses_a_model_path_that_is_no_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).unwrap();
+    let cfg = dir.path().join("missing.yaml");
+    std::fs::write(&cfg, &text).unwrap();
+    let (code, _, stderr) = run(verlc(dir.path())
+        .arg("build")
+        .arg(&cfg)
+        .arg("algorithm.adv_estimator=gae")
+        .arg("critic.ppo_micro_batch_size_per_gpu=16")
+        .arg("-o")
+        .arg(dir.path().join("t"))
+        .env("VERLC_CACHE_DIR", dir.path().join("cache")));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("error[B019]"), "{stderr}");
+    assert!(stderr.contains("no such directory"), "{stderr}");
+    assert!(stderr.contains("critic/critic.yaml:17:"), "{stderr}");
+    assert!(!stderr.contains("compiling"), "{stderr}");
+}

@@ -558,6 +558,34 @@ fn resolve(
         ));
     };
     let plan = plan::lower(config, &checked.composed.root).plan;
+    // Overrides may name other models (or add a role, with verl's default path): the trainer
+    // never downloads, so what it cannot load from this machine is an error before any rank
+    // starts, at the key that names it.
+    let env = verlc_hub::HubEnv::from_env();
+    let problems: Vec<Diagnostic> = plan::models::trainer_model_problems(&plan.spec, &env)
+        .into_iter()
+        .map(|(code, key, why)| {
+            let origin = checked
+                .composed
+                .root
+                .get_path(&split_key(key))
+                .and_then(|n| n.origin.clone());
+            Diagnostic::error(code, why)
+                .with_key(key)
+                .with_primary(origin, "named here")
+                .with_help("name a local checkpoint directory, or fetch the Hub model first (`verlc fetch ID`)")
+        })
+        .collect();
+    if !problems.is_empty() {
+        eprint!(
+            "{}",
+            verlc::render::human(&problems, &checked.composed.sources, false)
+        );
+        return Err(Exit::Failed(format!(
+            "{} model(s) cannot be loaded; nothing was run",
+            problems.len()
+        )));
+    }
     if plan.binding != *compiled {
         return Err(Exit::Failed(format!(
             "the overrides change the binding to `{}` but this binary is `{compiled}`; rebuild with verlc: `verlc build {} {} -o <trainer>`",

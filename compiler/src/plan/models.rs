@@ -24,8 +24,9 @@ pub struct HubModel {
     pub id: RepoId,
 }
 
-/// Each Hub id of `spec` once, in the order actor, tokenizer, reference, critic.
-pub fn hub_models(spec: &TrainerSpec) -> Vec<HubModel> {
+/// Every model and tokenizer path `spec` reads, with the key naming it: actor, tokenizer,
+/// reference, critic, reward model.
+fn model_paths(spec: &TrainerSpec) -> Vec<(&'static str, &str)> {
     let mut paths = vec![
         (
             "actor_rollout_ref.model.path",
@@ -45,10 +46,77 @@ pub fn hub_models(spec: &TrainerSpec) -> Vec<HubModel> {
     if let Some(rm) = &spec.reward_model {
         paths.push(("reward_model.model.path", rm.model_path.as_str()));
     }
+    paths
+}
+
+/// Each Hub id of `spec` once, in the order actor, tokenizer, reference, critic, reward model.
+pub fn hub_models(spec: &TrainerSpec) -> Vec<HubModel> {
     let mut out: Vec<HubModel> = Vec::new();
-    for (key, path) in paths {
+    for (key, path) in model_paths(spec) {
         if let Some(id) = hub_id(path).filter(|id| out.iter().all(|m| &m.id != id)) {
             out.push(HubModel { key, id });
+        }
+    }
+    out
+}
+
+/// The local paths of `spec` (neither `builtin://` nor a Hub id) that are no directory, with
+/// the key naming each: the trainer could not load them. `~` is not expanded, as transformers
+/// does not expand it either (verl's example scripts' `~/models/...` are shell-expanded).
+pub fn missing_local_models(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    for (key, path) in model_paths(spec) {
+        let Ok(ModelLocation::Local(dir)) = locate(path, None, env) else {
+            continue;
+        };
+        if !dir.is_dir() && out.iter().all(|(_, p)| p != path) {
+            out.push((key, path.to_owned()));
+        }
+    }
+    out
+}
+
+/// What keeps the trainer, which never downloads, from loading the models of `spec` from
+/// this machine: a local path that is no directory, a Hub id not in the Hub cache, a family
+/// the trainer does not implement (or not under the bound strategy), a reward model that is
+/// no classifier. With the code and the key naming each: what the trainer checks before it
+/// starts when run-time overrides name models (`verlc build` downloads first, then checks).
+pub fn trainer_model_problems(
+    spec: &TrainerSpec,
+    env: &HubEnv,
+) -> Vec<(crate::diag::Code, &'static str, String)> {
+    use crate::codes::{BUILD_MODEL_UNAVAILABLE, BUILD_UNSUPPORTED_SETTING};
+    let mut out: Vec<(crate::diag::Code, &'static str, String)> = missing_local_models(spec, env)
+        .into_iter()
+        .map(|(key, path)| {
+            (
+                BUILD_MODEL_UNAVAILABLE,
+                key,
+                format!("`{path}` is no directory (a model or tokenizer path must name a checkpoint directory, a Hub id or builtin://)"),
+            )
+        })
+        .collect();
+    for m in hub_models(spec) {
+        if let Err(e) = locate(&m.id.to_string(), None, env) {
+            out.push((
+                BUILD_MODEL_UNAVAILABLE,
+                m.key,
+                format!("the model `{}` is not in the Hub cache: {e}", m.id),
+            ));
+        }
+    }
+    if out.is_empty() {
+        out.extend(
+            decoder_problems(spec, env)
+                .into_iter()
+                .map(|(key, why)| (BUILD_UNSUPPORTED_SETTING, key, why)),
+        );
+        if let Some(why) = reward_model_checkpoint(spec, env) {
+            out.push((
+                crate::codes::BUILD_REWARD_MODEL_NOT_CLASSIFIER,
+                "reward_model.model.path",
+                why,
+            ));
         }
     }
     out
@@ -70,16 +138,12 @@ pub fn reward_model_checkpoint(spec: &TrainerSpec, env: &HubEnv) -> Option<Strin
 /// The policy, reference and critic models whose `config.json` (when at hand) is no decoder
 /// the trainer implements (a mixture-of-experts or another family), with the key naming each.
 pub fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
-    let mut paths = vec![(
-        "actor_rollout_ref.model.path",
-        spec.actor.model_path.as_str(),
-    )];
-    if let Some(r) = &spec.reference {
-        paths.push(("actor_rollout_ref.ref.model.path", r.model_path.as_str()));
-    }
-    if let Some(c) = &spec.critic {
-        paths.push(("critic.model.path", c.model_path.as_str()));
-    }
+    let paths = model_paths(spec).into_iter().filter(|(key, _)| {
+        !matches!(
+            *key,
+            "actor_rollout_ref.model.tokenizer_path" | "reward_model.model.path"
+        )
+    });
     let mut out: Vec<(&'static str, String)> = Vec::new();
     let megatron = spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron;
     for (key, path) in paths {

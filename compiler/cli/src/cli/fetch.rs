@@ -11,7 +11,9 @@ use verlc::codes;
 use verlc::diag::Diagnostic;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::BuildPlan;
-use verlc::plan::models::{decoder_problems, hub_models, reward_model_checkpoint};
+use verlc::plan::models::{
+    decoder_problems, hub_models, missing_local_models, reward_model_checkpoint,
+};
 use verlc_hub::{HubEnv, HubError, RepoId, Snapshot, find_snapshot};
 
 use super::EXIT_USAGE;
@@ -153,6 +155,20 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
                 .with_help(help),
             );
         }
+    }
+    for (key, path) in missing_local_models(&plan.spec, &env) {
+        let origin = root
+            .get_path(&split_key(key))
+            .and_then(|n| n.origin.clone());
+        out.push(
+            Diagnostic::error(
+                codes::BUILD_MODEL_UNAVAILABLE,
+                format!("the model `{path}` cannot be had: no such directory"),
+            )
+            .with_key(key)
+            .with_primary(origin, "this path")
+            .with_help("name a checkpoint directory (`~` is not expanded, as in transformers), a Hub id, or builtin://tiny"),
+        );
     }
     if out.is_empty() {
         for (key, why) in decoder_problems(&plan.spec, &env) {
