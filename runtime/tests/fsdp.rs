@@ -269,7 +269,16 @@ fn fsdp_run(
     dtype: Precision,
     offload: bool,
 ) -> (Vec<f64>, FsdpEngine<CausalLm>) {
-    let mut s = FsdpSettings::new(settings(dtype, offload));
+    fsdp_run_for(pg, MODEL, dtype, offload)
+}
+
+fn fsdp_run_for(
+    pg: &ProcessGroup,
+    model: &str,
+    dtype: Precision,
+    offload: bool,
+) -> (Vec<f64>, FsdpEngine<CausalLm>) {
+    let mut s = FsdpSettings::new(settings_for(model, dtype, offload));
     s.param_offload = offload;
     let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
     let batch = my_rows(pg);
@@ -323,12 +332,7 @@ rank_test!(fsdp_moe_matches_single_engine, 2, |pg| {
             .iter()
             .any(|(n, _)| n.ends_with("mlp.experts.3.down_proj.weight"))
     );
-    let s = FsdpSettings::new(settings_for(MOE_MODEL, Precision::Fp32, false));
-    let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
-    let batch = my_rows(&pg);
-    let losses: Vec<f64> = (0..STEPS)
-        .map(|_| train_step(&mut e, &batch, Some(&pg)))
-        .collect();
+    let (losses, e) = fsdp_run_for(&pg, MOE_MODEL, Precision::Fp32, false);
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
 });

@@ -135,53 +135,53 @@ pub fn run(a: FetchArgs) -> u8 {
 pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic> {
     let env = HubEnv::from_env();
     let mut out = Vec::new();
+    // An error at the line of `key`, labelled `label`.
+    let at = |code, key: &str, message: String, label: &str| {
+        let origin = root
+            .get_path(&split_key(key))
+            .and_then(|n| n.origin.clone());
+        Diagnostic::error(code, message)
+            .with_key(key)
+            .with_primary(origin, label.to_owned())
+    };
     for m in hub_models(&plan.spec) {
         if let Err(e) = fetch(&env, &m.id, None, std::io::stderr().is_terminal()) {
-            let origin = root
-                .get_path(&split_key(m.key))
-                .and_then(|n| n.origin.clone());
             let help = if env.offline {
                 "download it where the network is reachable (`verlc fetch ID`, or `huggingface-cli download ID`) into this Hub cache, or unset HF_HUB_OFFLINE"
             } else {
                 "check the id, the network and HF_TOKEN (gated models), or name a local checkpoint directory"
             };
             out.push(
-                Diagnostic::error(
+                at(
                     codes::BUILD_MODEL_UNAVAILABLE,
+                    m.key,
                     format!("the model `{}` cannot be had: {e}", m.id),
+                    "this Hub id",
                 )
-                .with_key(m.key)
-                .with_primary(origin, "this Hub id")
                 .with_help(help),
             );
         }
     }
     for (key, path) in missing_local_models(&plan.spec, &env) {
-        let origin = root
-            .get_path(&split_key(key))
-            .and_then(|n| n.origin.clone());
         out.push(
-            Diagnostic::error(
+            at(
                 codes::BUILD_MODEL_UNAVAILABLE,
+                key,
                 format!("the model `{path}` cannot be had: no such directory"),
+                "this path",
             )
-            .with_key(key)
-            .with_primary(origin, "this path")
             .with_help("name a checkpoint directory (`~` is not expanded, as in transformers), a Hub id, or builtin://tiny"),
         );
     }
     if out.is_empty() {
         for (key, why) in decoder_problems(&plan.spec, &env) {
-            let origin = root
-                .get_path(&split_key(key))
-                .and_then(|n| n.origin.clone());
             out.push(
-                Diagnostic::error(
+                at(
                     codes::BUILD_UNSUPPORTED_SETTING,
+                    key,
                     format!("the model cannot be built: {why}"),
+                    "model named here",
                 )
-                .with_key(key)
-                .with_primary(origin, "model named here")
                 .with_help("name a Llama, Qwen2, Qwen3 or Qwen3-MoE checkpoint (Qwen3-MoE with `strategy: fsdp` or `fsdp2`)"),
             );
         }
@@ -189,17 +189,13 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
     if out.is_empty()
         && let Some(why) = reward_model_checkpoint(&plan.spec, &env)
     {
-        let key = "reward_model.model.path";
-        let origin = root
-            .get_path(&split_key(key))
-            .and_then(|n| n.origin.clone());
         out.push(
-            Diagnostic::error(
+            at(
                 codes::BUILD_REWARD_MODEL_NOT_CLASSIFIER,
+                "reward_model.model.path",
                 format!("the reward model cannot score: {why}"),
+                "reward model named here",
             )
-            .with_key(key)
-            .with_primary(origin, "reward model named here")
             .with_help("name a `LlamaForSequenceClassification` / `Qwen2ForSequenceClassification` checkpoint with one label (verl's reward models are such checkpoints)"),
         );
     }
