@@ -199,7 +199,27 @@ impl Drop for LaunchedRanks {
 }
 
 /// A TCP port that was free a moment ago on `addr` (the usual launcher race applies).
+///
+/// Chosen below Linux's ephemeral range (32768-60999 by default), as torchrun's 29500 is: a
+/// port the kernel picked with `bind(0)` is one it also hands out as the source port of
+/// outgoing connections, and Gloo's mesh makes many, so between choosing the port and the
+/// rendezvous server binding it another rank's connection could take it (EADDRINUSE).
 pub fn free_port(addr: &str) -> std::io::Result<u16> {
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    // A start that differs between processes and calls; then probe upwards.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = nanos ^ std::process::id().wrapping_mul(2_654_435_761) ^ call.wrapping_mul(40_503);
+    for i in 0..64 {
+        let port = (LOW + (seed.wrapping_add(i * 7_919)) % SPAN) as u16;
+        if TcpListener::bind((addr, port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let l = TcpListener::bind((addr, 0))?;
     Ok(l.local_addr()?.port())
 }
