@@ -14,7 +14,6 @@ use tch::{Device, Kind, Tensor};
 use crate::dist::mappings::Tape;
 use crate::dist::{ProcessGroup, ProcessGroups, ReduceOp};
 use crate::model::ModelConfig;
-use crate::model::decoder::param_shapes;
 use crate::model::load::{Checkpoint, LoadReport};
 use crate::optim::distrib::{DistGroups, DistParam, DistributedOptimizer, LayoutOptions};
 use crate::optim::{
@@ -23,7 +22,7 @@ use crate::optim::{
 use crate::tp::shard::{gather_tensor, hf_shard_spec, load_sharded, shard_tensor};
 
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
-use super::stage::{HeadKind, ParallelModel, Stage, StageInput};
+use super::stage::{HeadKind, ParallelModel, Stage, StageInput, full_shapes};
 use super::{MegatronError, Result};
 
 /// One micro-batch of sequences, `(rows, T)` each.
@@ -601,25 +600,6 @@ impl MegatronModule {
         }
         Ok(out)
     }
-}
-
-/// Names and full shapes of the parameters stage `stage` holds (HF layout), in model order;
-/// the last stage's copy of a tied embedding is left out.
-pub fn full_shapes(cfg: &ModelConfig, head: HeadKind, stage: &Stage) -> Vec<(String, Vec<i64>)> {
-    let (h, v) = (cfg.hidden_size, cfg.vocab_size);
-    let last = stage.is_last();
-    let mut out = param_shapes(cfg, stage.layers.clone(), stage.is_first(), last);
-    match head {
-        HeadKind::CausalLm if last && !cfg.tie_word_embeddings => {
-            out.push(("lm_head.weight".into(), vec![v, h]))
-        }
-        HeadKind::Value if last => {
-            out.push(("score.weight".into(), vec![1, h]));
-            out.push(("score.bias".into(), vec![1]));
-        }
-        HeadKind::CausalLm | HeadKind::Value => {}
-    }
-    out
 }
 
 /// The schedule's view of a module's forward.

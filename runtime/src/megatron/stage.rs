@@ -28,7 +28,7 @@ use crate::dist::mappings::{
     Tape, copy_to_tp_region, gather_from_sequence_parallel_region,
     gather_from_sequence_parallel_region_split_grad,
 };
-use crate::model::decoder::{DecoderLayer, LayerPlace, Linear, RmsNorm};
+use crate::model::decoder::{DecoderLayer, LayerPlace, Linear, RmsNorm, param_shapes};
 use crate::model::rope::RotaryEmbedding;
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
 use crate::tp::regions::SEQ_DIM;
@@ -114,6 +114,25 @@ pub struct ParamInfo {
     /// step): q/k norms (each rank sees its heads) and, under sequence parallelism, the
     /// params applied to sequence chunks (norms, row-parallel biases).
     pub grad_partial_over_tp: bool,
+}
+
+/// Names and full shapes of the parameters stage `stage` holds (HF layout), in model order;
+/// the last stage's copy of a tied embedding is left out.
+pub fn full_shapes(cfg: &ModelConfig, head: HeadKind, stage: &Stage) -> Vec<(String, Vec<i64>)> {
+    let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+    let last = stage.is_last();
+    let mut out = param_shapes(cfg, stage.layers.clone(), stage.is_first(), last);
+    match head {
+        HeadKind::CausalLm if last && !cfg.tie_word_embeddings => {
+            out.push(("lm_head.weight".into(), vec![v, h]))
+        }
+        HeadKind::Value if last => {
+            out.push(("score.weight".into(), vec![1, h]));
+            out.push(("score.bias".into(), vec![1]));
+        }
+        HeadKind::CausalLm | HeadKind::Value => {}
+    }
+    out
 }
 
 fn tp_err(e: crate::tp::TpError) -> MegatronError {
@@ -225,7 +244,7 @@ impl ParallelModel {
         // Model order: embedding (the last stage's copy of a tied one too), layers in HF
         // registration order, final norm, head.
         let vars = vs.variables();
-        let listed = super::module::full_shapes(cfg, head, &stage);
+        let listed = full_shapes(cfg, head, &stage);
         const EMBED: &str = "model.embed_tokens.weight";
         let order = std::iter::once(EMBED).chain(
             listed

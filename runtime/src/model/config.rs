@@ -61,7 +61,8 @@ fn default_sparse_step() -> i64 {
 
 /// The mixture-of-experts keys of `config.json` (Qwen3-MoE's names); all absent for dense
 /// models. A layer `i` is sparse when `num_experts > 0`, `i` is not in `mlp_only_layers` and
-/// `(i + 1) % decoder_sparse_step == 0`, as transformers decides it.
+/// `(i + 1) % decoder_sparse_step == 0`, as transformers decides it. Keys at transformers'
+/// defaults are not written back, so a saved dense config gains none of them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MoeConfig {
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -73,17 +74,21 @@ pub struct MoeConfig {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub moe_intermediate_size: i64,
     /// Renormalise the top-k routing weights to sum to one.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub norm_topk_prob: bool,
-    #[serde(default = "default_sparse_step")]
+    #[serde(default = "default_sparse_step", skip_serializing_if = "is_one")]
     pub decoder_sparse_step: i64,
     /// Layers that keep a dense MLP.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mlp_only_layers: Vec<i64>,
 }
 
 fn is_zero(n: &i64) -> bool {
     *n == 0
+}
+
+fn is_one(n: &i64) -> bool {
+    *n == 1
 }
 
 impl Default for MoeConfig {

@@ -232,21 +232,10 @@ impl Attention {
         })
     }
 
-    /// `x` (B, T, hidden); `mask` (B, 1, T, S) boolean or `None` for plain causal attention
-    /// over exactly the T given positions.
-    pub fn forward(
-        &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        cache: Option<&mut KvCache>,
-    ) -> Tensor {
-        self.o_proj.forward(&self.core(x, cos, sin, mask, cache))
-    }
-
     /// Attention of `x` (B, T, hidden) before the output projection: (B, T, heads * D), this
-    /// rank's heads. With a cache, the new keys and values are appended to this layer's slot.
+    /// rank's heads. `mask` (B, 1, T, S) boolean or `None` for plain causal attention over
+    /// exactly the T given positions; with a cache, the new keys and values are appended to
+    /// this layer's slot.
     fn core(
         &self,
         x: &Tensor,
@@ -315,9 +304,9 @@ impl Attention {
 
 impl Attention {
     /// Query, key and value heads `(B, n, T, D)` of `x` `(B, T, hidden)` at rotary tables
-    /// `cos`, `sin` `(B, 1, T, D)` (packed tokens: `B` = 1).
-    /// Computed in transformers' order (q, then k, then v): in half precision the order of
-    /// the three input-gradient terms changes the rounding of their sum.
+    /// `cos`, `sin` `(B, 1, T, D)` (packed tokens: `B` = 1), computed in transformers' order
+    /// (q, then k, then v): in half precision the order of the three input-gradient terms
+    /// changes the rounding of their sum.
     pub(crate) fn qkv_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 3] {
         let q = self.query_heads(x, cos, sin);
         let [k, v] = self.key_value_heads(x, cos, sin);
@@ -584,9 +573,9 @@ impl Model {
         Tensor::embedding(&self.embed_tokens, ids, self.padding_idx, false, false)
     }
 
-    /// [`Model::embed`]'s padding row, -1 for none.
-    pub fn padding_idx(&self) -> i64 {
-        self.padding_idx
+    /// [`Model::embed`], with libtorch's error as a value (for engines that propagate them).
+    pub fn f_embed(&self, ids: &Tensor) -> Result<Tensor, tch::TchError> {
+        Tensor::f_embedding(&self.embed_tokens, ids, self.padding_idx, false, false)
     }
 
     /// Switches the LoRA adapters on or off (no-op without adapters): off, the model computes

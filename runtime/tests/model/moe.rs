@@ -159,3 +159,30 @@ fn builtin_tiny_moe_lists_and_counts_its_experts() {
         assert_eq!(&vars[name].size(), shape, "{name}");
     }
 }
+
+/// A saved dense config gains no expert keys; a MoE config keeps them through a round trip.
+#[test]
+fn expert_keys_are_written_only_for_moe_models() {
+    let dense = ModelSource::parse("builtin://tiny")
+        .unwrap()
+        .config()
+        .unwrap();
+    let json = serde_json::to_value(&dense).unwrap();
+    for key in [
+        "num_experts",
+        "norm_topk_prob",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+    ] {
+        assert!(json.get(key).is_none(), "{key} in a dense config: {json}");
+    }
+    let mut moe = ModelSource::parse("builtin://tiny?arch=qwen3_moe")
+        .unwrap()
+        .config()
+        .unwrap();
+    moe.moe.mlp_only_layers = vec![1];
+    let back: runtime::model::ModelConfig =
+        serde_json::from_value(serde_json::to_value(&moe).unwrap()).unwrap();
+    assert_eq!(back.moe, moe.moe);
+    assert!(!back.extra.contains_key("num_experts"));
+}

@@ -105,7 +105,7 @@ impl LayerInputs {
                 }
             }
         };
-        let x = Tensor::f_embedding(&model.embed_tokens, &ids, model.padding_idx(), false, false)?;
+        let x = model.f_embed(&ids)?;
         let (cos, sin) = model.rotary().cos_sin(&pos, x.kind());
         Ok((
             x,
@@ -120,13 +120,7 @@ impl LayerInputs {
 
     /// The embedding again (for its backward).
     pub(super) fn embed(&self, model: &Model) -> Result<Tensor> {
-        Ok(Tensor::f_embedding(
-            &model.embed_tokens,
-            &self.ids,
-            model.padding_idx(),
-            false,
-            false,
-        )?)
+        Ok(model.f_embed(&self.ids)?)
     }
 
     /// Layer `i` of `layers` on its input `x`; the last layer returns only the head's window
