@@ -184,7 +184,9 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("error[B019]")
-            && stderr.contains("~/models/deepseek-llm-7b-chat` is no directory"),
+            && stderr.contains(
+                "the model `~/models/deepseek-llm-7b-chat` cannot be had: no such directory"
+            ),
         "{stderr}"
     );
     // Restating a bound value is harmless.

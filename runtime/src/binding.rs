@@ -562,19 +562,9 @@ fn resolve(
     // never downloads, so what it cannot load from this machine is an error before any rank
     // starts, at the key that names it.
     let env = verlc_hub::HubEnv::from_env();
-    let problems: Vec<Diagnostic> = plan::models::trainer_model_problems(&plan.spec, &env)
-        .into_iter()
-        .map(|(code, key, why)| {
-            let origin = checked
-                .composed
-                .root
-                .get_path(&split_key(key))
-                .and_then(|n| n.origin.clone());
-            Diagnostic::error(code, why)
-                .with_key(key)
-                .with_primary(origin, "named here")
-                .with_help("name a local checkpoint directory, or fetch the Hub model first (`verlc fetch ID`)")
-        })
+    let problems: Vec<Diagnostic> = plan::models::model_problems(&plan.spec, &env)
+        .iter()
+        .map(|p| p.diagnostic(&checked.composed.root))
         .collect();
     if !problems.is_empty() {
         eprint!(

@@ -15,7 +15,7 @@
 //!   role's engine setting, read at run time.)
 //! - B015 `EngineSectionMissing`: a role's strategy has no engine section to read.
 //! - B016 `RewardModelNotClassifier` is reported by `verlc build` once the reward model's
-//!   checkpoint is at hand ([`super::models::reward_model_checkpoint`]).
+//!   checkpoint is at hand ([`super::models::model_problems`]).
 //! - B017 `DeviceUnsupported`: `trainer.device` other than `cpu` or `cuda` (libtorch from PyPI
 //!   has no NPU backend).
 

@@ -9,6 +9,9 @@ use serde_json::Value;
 use verlc_hub::{HubEnv, ModelLocation, RepoId, hub_id, locate};
 use verlc_spec::TrainerSpec;
 
+use crate::diag::Diagnostic;
+use crate::load::node::{Node, split_key};
+
 /// Model types the trainer's decoder implements.
 const DECODERS: [&str; 4] = ["llama", "qwen2", "qwen3", "qwen3_moe"];
 
@@ -63,7 +66,7 @@ pub fn hub_models(spec: &TrainerSpec) -> Vec<HubModel> {
 /// The local paths of `spec` (neither `builtin://` nor a Hub id) that are no directory, with
 /// the key naming each: the trainer could not load them. `~` is not expanded, as transformers
 /// does not expand it either (verl's example scripts' `~/models/...` are shell-expanded).
-pub fn missing_local_models(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
+fn missing_local_models(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
     let mut out: Vec<(&'static str, String)> = Vec::new();
     for (key, path) in model_paths(spec) {
         let Ok(ModelLocation::Local(dir)) = locate(path, None, env) else {
@@ -76,48 +79,84 @@ pub fn missing_local_models(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static s
     out
 }
 
-/// What keeps the trainer, which never downloads, from loading the models of `spec` from
-/// this machine: a local path that is no directory, a Hub id not in the Hub cache, a family
-/// the trainer does not implement (or not under the bound strategy), a reward model that is
-/// no classifier. With the code and the key naming each: what the trainer checks before it
-/// starts when run-time overrides name models (`verlc build` downloads first, then checks).
-pub fn trainer_model_problems(
-    spec: &TrainerSpec,
-    env: &HubEnv,
-) -> Vec<(crate::diag::Code, &'static str, String)> {
-    use crate::codes::{BUILD_MODEL_UNAVAILABLE, BUILD_UNSUPPORTED_SETTING};
-    let mut out: Vec<(crate::diag::Code, &'static str, String)> = missing_local_models(spec, env)
+/// One reason a model of a spec cannot be loaded, as the parts of its diagnostic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelProblem {
+    pub code: crate::diag::Code,
+    /// The key that names the model.
+    pub key: &'static str,
+    pub message: String,
+    pub label: &'static str,
+    pub help: &'static str,
+}
+
+impl ModelProblem {
+    /// The error at the line of its key in `root`.
+    pub fn diagnostic(&self, root: &Node) -> Diagnostic {
+        let origin = root
+            .get_path(&split_key(self.key))
+            .and_then(|n| n.origin.clone());
+        Diagnostic::error(self.code, self.message.clone())
+            .with_key(self.key)
+            .with_primary(origin, self.label)
+            .with_help(self.help)
+    }
+}
+
+/// What keeps the models of `spec` from loading on this machine as it is: a local path that is
+/// no directory, a Hub id not in the Hub cache, then (only when every model is at hand) a
+/// family the trainer does not implement, or not under the bound strategy, and a reward model
+/// that is no classifier. `verlc build` reports these after downloading; the trainer, which
+/// never downloads, before any rank starts when run-time overrides name models.
+pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
+    use crate::codes::{
+        BUILD_MODEL_UNAVAILABLE, BUILD_REWARD_MODEL_NOT_CLASSIFIER, BUILD_UNSUPPORTED_SETTING,
+    };
+    let mut out: Vec<ModelProblem> = missing_local_models(spec, env)
         .into_iter()
-        .map(|(key, path)| {
-            (
-                BUILD_MODEL_UNAVAILABLE,
-                key,
-                format!("`{path}` is no directory (a model or tokenizer path must name a checkpoint directory, a Hub id or builtin://)"),
-            )
+        .map(|(key, path)| ModelProblem {
+            code: BUILD_MODEL_UNAVAILABLE,
+            key,
+            message: format!("the model `{path}` cannot be had: no such directory"),
+            label: "this path",
+            help: "name a checkpoint directory (`~` is not expanded, as in transformers), a Hub id, or builtin://tiny",
         })
         .collect();
     for m in hub_models(spec) {
-        if let Err(e) = locate(&m.id.to_string(), None, env) {
-            out.push((
-                BUILD_MODEL_UNAVAILABLE,
-                m.key,
-                format!("the model `{}` is not in the Hub cache: {e}", m.id),
-            ));
+        if let Err(e) = locate(m.id.as_str(), None, env) {
+            out.push(ModelProblem {
+                code: BUILD_MODEL_UNAVAILABLE,
+                key: m.key,
+                message: format!("the model `{}` is not in the Hub cache: {e}", m.id),
+                label: "this Hub id",
+                help: "download it first (`verlc fetch ID`, or `verlc build`, which downloads what it needs)",
+            });
         }
     }
-    if out.is_empty() {
-        out.extend(
-            decoder_problems(spec, env)
-                .into_iter()
-                .map(|(key, why)| (BUILD_UNSUPPORTED_SETTING, key, why)),
-        );
-        if let Some(why) = reward_model_checkpoint(spec, env) {
-            out.push((
-                crate::codes::BUILD_REWARD_MODEL_NOT_CLASSIFIER,
-                "reward_model.model.path",
-                why,
-            ));
-        }
+    if !out.is_empty() {
+        return out;
+    }
+    out.extend(
+        decoder_problems(spec, env)
+            .into_iter()
+            .map(|(key, why)| ModelProblem {
+                code: BUILD_UNSUPPORTED_SETTING,
+                key,
+                message: format!("the model cannot be built: {why}"),
+                label: "model named here",
+                help: "name a Llama, Qwen2, Qwen3 or Qwen3-MoE checkpoint (Qwen3-MoE with `strategy: fsdp` or `fsdp2`)",
+            }),
+    );
+    if out.is_empty()
+        && let Some(why) = reward_model_checkpoint(spec, env)
+    {
+        out.push(ModelProblem {
+            code: BUILD_REWARD_MODEL_NOT_CLASSIFIER,
+            key: "reward_model.model.path",
+            message: format!("the reward model cannot score: {why}"),
+            label: "reward model named here",
+            help: "name a `LlamaForSequenceClassification` / `Qwen2ForSequenceClassification` checkpoint with one label (verl's reward models are such checkpoints)",
+        });
     }
     out
 }
@@ -137,7 +176,7 @@ pub fn reward_model_checkpoint(spec: &TrainerSpec, env: &HubEnv) -> Option<Strin
 
 /// The policy, reference and critic models whose `config.json` (when at hand) is no decoder
 /// the trainer implements (a mixture-of-experts or another family), with the key naming each.
-pub fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
+fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
     let paths = model_paths(spec).into_iter().filter(|(key, _)| {
         !matches!(
             *key,

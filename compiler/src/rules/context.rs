@@ -122,14 +122,6 @@ impl ModelDims {
             .unwrap_or(self.model_type.as_deref() == Some("qwen2"))
     }
 
-    /// Whether layer `layer` has experts (transformers' rule: not in `mlp_only_layers`, and
-    /// every `decoder_sparse_step`-th layer).
-    pub fn sparse_layer(&self, layer: u64) -> bool {
-        let e = &self.moe;
-        let step = e.decoder_sparse_step.unwrap_or(1).max(1);
-        e.num_experts > 0 && !e.mlp_only_layers.contains(&layer) && (layer + 1).is_multiple_of(step)
-    }
-
     /// Parameters of the largest decoder layer (a sparse one, when the model has experts):
     /// attention (with Qwen2's q/k/v biases), MLP and the two norms. Saturates instead of
     /// overflowing on absurd dimensions.
@@ -142,8 +134,9 @@ impl ModelDims {
             })
     }
 
-    /// How many layers have experts (counted, not enumerated: a config may claim any number of
-    /// layers).
+    /// How many layers have experts, by transformers' rule (not in `mlp_only_layers`, and every
+    /// `decoder_sparse_step`-th layer); counted, not enumerated: a config may claim any number
+    /// of layers.
     pub fn sparse_layers(&self) -> u64 {
         let e = &self.moe;
         if e.num_experts == 0 {

@@ -11,9 +11,7 @@ use verlc::codes;
 use verlc::diag::Diagnostic;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::BuildPlan;
-use verlc::plan::models::{
-    decoder_problems, hub_models, missing_local_models, reward_model_checkpoint,
-};
+use verlc::plan::models::{hub_models, model_problems};
 use verlc_hub::{HubEnv, HubError, RepoId, Snapshot, find_snapshot};
 
 use super::EXIT_USAGE;
@@ -135,15 +133,7 @@ pub fn run(a: FetchArgs) -> u8 {
 pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic> {
     let env = HubEnv::from_env();
     let mut out = Vec::new();
-    // An error at the line of `key`, labelled `label`.
-    let at = |code, key: &str, message: String, label: &str| {
-        let origin = root
-            .get_path(&split_key(key))
-            .and_then(|n| n.origin.clone());
-        Diagnostic::error(code, message)
-            .with_key(key)
-            .with_primary(origin, label.to_owned())
-    };
+    let mut failed = Vec::new();
     for m in hub_models(&plan.spec) {
         if let Err(e) = fetch(&env, &m.id, None, std::io::stderr().is_terminal()) {
             let help = if env.offline {
@@ -151,53 +141,28 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
             } else {
                 "check the id, the network and HF_TOKEN (gated models), or name a local checkpoint directory"
             };
+            let origin = root
+                .get_path(&split_key(m.key))
+                .and_then(|n| n.origin.clone());
             out.push(
-                at(
+                Diagnostic::error(
                     codes::BUILD_MODEL_UNAVAILABLE,
-                    m.key,
                     format!("the model `{}` cannot be had: {e}", m.id),
-                    "this Hub id",
                 )
+                .with_key(m.key)
+                .with_primary(origin, "this Hub id")
                 .with_help(help),
             );
+            failed.push(m.key);
         }
     }
-    for (key, path) in missing_local_models(&plan.spec, &env) {
-        out.push(
-            at(
-                codes::BUILD_MODEL_UNAVAILABLE,
-                key,
-                format!("the model `{path}` cannot be had: no such directory"),
-                "this path",
-            )
-            .with_help("name a checkpoint directory (`~` is not expanded, as in transformers), a Hub id, or builtin://tiny"),
-        );
-    }
-    if out.is_empty() {
-        for (key, why) in decoder_problems(&plan.spec, &env) {
-            out.push(
-                at(
-                    codes::BUILD_UNSUPPORTED_SETTING,
-                    key,
-                    format!("the model cannot be built: {why}"),
-                    "model named here",
-                )
-                .with_help("name a Llama, Qwen2, Qwen3 or Qwen3-MoE checkpoint (Qwen3-MoE with `strategy: fsdp` or `fsdp2`)"),
-            );
-        }
-    }
-    if out.is_empty()
-        && let Some(why) = reward_model_checkpoint(&plan.spec, &env)
-    {
-        out.push(
-            at(
-                codes::BUILD_REWARD_MODEL_NOT_CLASSIFIER,
-                "reward_model.model.path",
-                format!("the reward model cannot score: {why}"),
-                "reward model named here",
-            )
-            .with_help("name a `LlamaForSequenceClassification` / `Qwen2ForSequenceClassification` checkpoint with one label (verl's reward models are such checkpoints)"),
-        );
-    }
+    // What is at hand now is checked as the trainer will check it; a failed download is
+    // reported once, above.
+    out.extend(
+        model_problems(&plan.spec, &env)
+            .iter()
+            .filter(|p| !failed.contains(&p.key))
+            .map(|p| p.diagnostic(root)),
+    );
     out
 }
