@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use runtime::ops;
 use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups};
-use runtime::optim::{NamedParam, Optimizer, OptimizerConfig, Precision};
+use runtime::optim::{Dtype, NamedParam, Optimizer, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
 /// Layer shapes shared with peer.py: 4 layers of hidden 1024, ffn 4096 (~50.4M params).
@@ -90,7 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         apply_wd_to_qk_layernorm: false,
     };
     let groups = megatron_param_groups(params, &cfg);
-    let mut opt = Optimizer::new(groups, OptimizerConfig::megatron(Precision::Bf16))?;
+    let mut opt = Optimizer::new(groups, OptimizerConfig::megatron(Dtype::Bf16))?;
     let mut times = Vec::new();
     for i in 0..warmup + steps {
         for (p, g) in model.iter().zip(&grads) {

@@ -12,7 +12,7 @@ use runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, MicroLoss, OptimSettings, SchedulerSettings,
     SingleEngine,
 };
-use runtime::model::{CausalLm, Precision};
+use runtime::model::{CausalLm, Dtype};
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use runtime::optim::{AdamWConfig, InnerConfig, LossScaling};
 use tch::{Device, Kind, Tensor};
@@ -52,7 +52,7 @@ fn main() -> Result<(), Error> {
     let mut engine = SingleEngine::<CausalLm>::new(EngineSettings {
         model_path: model,
         device: Device::Cpu,
-        param_dtype: Precision::Fp32,
+        param_dtype: Dtype::Fp32,
         seed: 0,
         optim: Some(OptimSettings {
             inner: InnerConfig::AdamW(AdamWConfig::default()),

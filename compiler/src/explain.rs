@@ -14,7 +14,8 @@
 
 use serde::Serialize;
 
-use crate::config::{FsdpEngineConfig, MegatronEngineConfig, Strategy, VerlConfig};
+use crate::config::{MegatronEngineConfig, Strategy, VerlConfig};
+use crate::role::{MiniBatch, Role, RoleKind};
 use crate::rules::ModelDims;
 
 #[derive(Debug, Clone, Serialize)]
@@ -107,8 +108,8 @@ pub(crate) fn arithmetic_fits(cfg: &VerlConfig, model: Option<&ModelDims>) -> Re
     let c = &cfg.critic;
     let n = f(cfg.actor_rollout_ref.rollout.n);
     let seq = f(d.max_prompt_length) + f(d.max_response_length);
-    let a_sp = f(crate::rules::facts::actor_sp(cfg));
-    let c_sp = f(crate::rules::facts::critic_sp(cfg));
+    let a_sp = f(Role::actor(cfg).sp);
+    let c_sp = f(Role::critic(cfg).sp);
     let micro = |m: Option<i64>| f(m.unwrap_or(1));
     // Tokens of one micro-batch on one rank, the largest of the ways explain counts them.
     let tokens = [
@@ -208,15 +209,11 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanatio
     let n = cfg.actor_rollout_ref.rollout.n.max(1);
     let responses = cfg.data.train_batch_size * n;
     let seq = cfg.data.max_prompt_length + cfg.data.max_response_length;
-    let actor = actor_batch(cfg, world, n);
-    let critic_enabled = cfg.critic.enable.unwrap_or(matches!(
-        serde_json::to_value(cfg.algorithm.adv_estimator)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .as_deref(),
-        Some("gae")
-    ));
-    let critic = critic_enabled.then(|| critic_batch(cfg, world, n));
+    let [actor_role, reference_role, critic_role] = Role::all(cfg);
+    let actor = trained_batch(cfg, &actor_role, &MiniBatch::actor(cfg), world);
+    let critic = critic_role
+        .runs
+        .then(|| trained_batch(cfg, &critic_role, &MiniBatch::critic(cfg), world));
     let training_steps = cfg.trainer.total_training_steps.filter(|s| *s > 0);
     let optimizer_steps_total =
         training_steps.map(|s| (s as f64 * actor.optimizer_steps_per_iteration).round() as i64);
@@ -227,35 +224,21 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanatio
             cfg.trainer.total_epochs, cfg.data.train_batch_size
         ));
     }
-    let a = &cfg.actor_rollout_ref.actor;
     let memory = model.map(|m| {
         let role = RoleMemory {
-            name: "actor",
-            strategy: a.strategy,
-            fsdp: a.fsdp_config.as_ref(),
-            megatron: a.megatron.as_ref(),
+            role: &actor_role,
             batch: &actor,
-            checkpointing: cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
             outputs: m.vocab_size,
-            sp: crate::rules::facts::actor_sp(cfg),
-            offload: crate::plan::RoleEngine::actor(cfg).offload().0,
         };
-        role_memory(cfg, m, &role, seq)
+        role_memory(cfg, m, &role, &reference_role, seq)
     });
     let critic_memory = model.zip(critic.as_ref()).map(|(m, batch)| {
-        let c = &cfg.critic;
         let role = RoleMemory {
-            name: "critic",
-            strategy: c.strategy,
-            fsdp: c.model.fsdp_config.as_ref(),
-            megatron: c.megatron.as_ref(),
+            role: &critic_role,
             batch,
-            checkpointing: c.model.enable_gradient_checkpointing.unwrap_or(false),
             outputs: 1,
-            sp: crate::rules::facts::critic_sp(cfg),
-            offload: crate::plan::RoleEngine::critic(cfg).offload().0,
         };
-        role_memory(cfg, m, &role, seq)
+        role_memory(cfg, m, &role, &reference_role, seq)
     });
     if model.is_none() {
         notes.push("no model config.json found: pass --model-config PATH (or --hidden-size/--num-layers/…) for a memory estimate".into());
@@ -281,68 +264,45 @@ fn strategy_name(s: &Strategy) -> String {
         .unwrap_or_default()
 }
 
-/// Model-parallel size (tp × pp × cp) of a Megatron engine, 1 for FSDP.
-fn megatron_mp(m: Option<&crate::config::MegatronEngineConfig>) -> i64 {
-    m.map_or(1, |m| {
-        (m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size)
-            .max(1)
-    })
-}
-
-fn actor_batch(cfg: &VerlConfig, world: i64, n: i64) -> RoleBatch {
-    let a = &cfg.actor_rollout_ref.actor;
-    let (dp, sp) = match a.strategy {
-        Strategy::Megatron => (world / megatron_mp(a.megatron.as_ref()), 1),
-        // The Ulysses degree the workers use (the legacy worker reads the role's key, the
-        // engine workers `fsdp_config`'s); data parallel is what is left of the world.
+/// A trained role's batch arithmetic. Data parallel is the world over the role's
+/// model-parallel ranks (Ulysses under FSDP, tensor × pipeline × context under Megatron),
+/// rounded down where a rule reports an inexact split.
+fn trained_batch(cfg: &VerlConfig, role: &Role, batch: &MiniBatch, world: i64) -> RoleBatch {
+    let dp = world / role.model_parallel().unwrap_or(1).max(1);
+    let sp = if role.is_fsdp() { role.sp.max(1) } else { 1 };
+    let (micro, dynamic, max_tokens, epochs) = match role.kind {
+        RoleKind::Critic => {
+            let c = &cfg.critic;
+            (
+                c.ppo_micro_batch_size_per_gpu,
+                c.use_dynamic_bsz,
+                c.ppo_max_token_len_per_gpu,
+                c.ppo_epochs,
+            )
+        }
         _ => {
-            let sp = crate::rules::facts::actor_sp(cfg).max(1);
-            (world / sp, sp)
+            let a = &cfg.actor_rollout_ref.actor;
+            (
+                a.ppo_micro_batch_size_per_gpu,
+                a.use_dynamic_bsz,
+                a.ppo_max_token_len_per_gpu,
+                a.ppo_epochs,
+            )
         }
     };
-    let micro = a
-        .ppo_micro_batch_size_per_gpu
-        .or(a.ppo_micro_batch_size.map(|m| m / dp.max(1)));
+    let micro = micro.or(batch.micro_global.map(|m| m / dp.max(1)));
     role_batch(
-        "actor",
-        strategy_name(&a.strategy),
+        role.name,
+        strategy_name(&role.strategy),
         dp,
         sp,
-        n,
+        batch.n.max(1),
         cfg.data.train_batch_size,
-        a.ppo_mini_batch_size,
-        micro,
-        a.use_dynamic_bsz,
-        a.ppo_max_token_len_per_gpu,
-        a.ppo_epochs,
-    )
-}
-
-fn critic_batch(cfg: &VerlConfig, world: i64, n: i64) -> RoleBatch {
-    let c = &cfg.critic;
-    let (dp, sp) = match c.strategy {
-        Strategy::Megatron => (world / megatron_mp(c.megatron.as_ref()), 1),
-        _ => {
-            let sp = crate::rules::facts::critic_sp(cfg).max(1);
-            (world / sp, sp)
-        }
-    };
-    let micro = c
-        .ppo_micro_batch_size_per_gpu
-        .or(c.ppo_micro_batch_size.map(|m| m / dp.max(1)));
-    let dynamic = c.use_dynamic_bsz;
-    role_batch(
-        "critic",
-        strategy_name(&c.strategy),
-        dp,
-        sp,
-        n,
-        cfg.data.train_batch_size,
-        c.ppo_mini_batch_size,
+        batch.mini,
         micro,
         dynamic,
-        c.ppo_max_token_len_per_gpu,
-        c.ppo_epochs,
+        max_tokens,
+        epochs,
     )
 }
 
@@ -391,22 +351,13 @@ pub fn gib(bytes: u64) -> f64 {
     bytes as f64 / GIB
 }
 
-/// What one trained role's memory depends on.
+/// What one trained role's memory depends on: the role (its layout, checkpointing and
+/// placement: lowering's reading, FSDP2's `offload_policy` included), its batch, and the
+/// width of its output layer (the vocabulary for the actor, 1 for the critic's value head).
 struct RoleMemory<'a> {
-    name: &'static str,
-    strategy: Strategy,
-    fsdp: Option<&'a FsdpEngineConfig>,
-    megatron: Option<&'a MegatronEngineConfig>,
+    role: &'a Role<'a>,
     batch: &'a RoleBatch,
-    /// FSDP's `enable_gradient_checkpointing` (Megatron reads its own recompute settings).
-    checkpointing: bool,
-    /// Width of the output layer: the vocabulary for the actor, 1 for the critic's value head.
     outputs: u64,
-    /// Ulysses degree (FSDP).
-    sp: i64,
-    /// Where the role's parameters, gradients and optimizer state live: lowering's rule
-    /// (`plan::RoleEngine::offload`, FSDP2's `offload_policy` included), not a second reading.
-    offload: crate::plan::OffloadFlags,
 }
 
 /// Whether Megatron recomputes whole layers (`recompute_granularity: full`); verl's default
@@ -417,7 +368,14 @@ fn megatron_recompute(m: Option<&MegatronEngineConfig>) -> bool {
         == Some("full")
 }
 
-fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> MemoryEstimate {
+fn role_memory(
+    cfg: &VerlConfig,
+    m: &ModelDims,
+    r: &RoleMemory,
+    reference: &Role,
+    seq: i64,
+) -> MemoryEstimate {
+    let (offload, _) = r.role.offload();
     let h = m.hidden_size;
     let layers = m.num_hidden_layers;
     // The actor's output layer is the LM head (or, tied, the embedding); the critic's a
@@ -438,9 +396,9 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
         (None, None) => seq as u64,
     };
     let checkpointing;
-    match r.strategy {
+    match r.role.strategy {
         Strategy::Megatron => {
-            let meg = r.megatron;
+            let meg = r.role.megatron;
             checkpointing = megatron_recompute(meg);
             let tp = meg.map_or(1, |x| x.tensor_model_parallel_size.max(1)) as u64;
             let pp = meg.map_or(1, |x| x.pipeline_model_parallel_size.max(1)) as u64;
@@ -463,7 +421,7 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
                     .saturating_add(m.embedding_params().max(last))
             };
             let shard = stage / tp;
-            let (po, go, oo) = (r.offload.params, r.offload.grads, r.offload.optimizer);
+            let (po, go, oo) = (offload.params, offload.grads, offload.optimizer);
             let opt = if dist_opt {
                 shard * 12 / dp
             } else {
@@ -478,14 +436,14 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
                     + logits(micro_tokens, r.outputs.div_ceil(tp.max(1)));
         }
         _ => {
-            checkpointing = r.checkpointing;
-            let f = r.fsdp;
-            let world = r.batch.dp_size.max(1) as u64 * r.sp.max(1) as u64;
+            checkpointing = r.role.gradient_checkpointing.0;
+            let f = r.role.fsdp;
+            let world = r.batch.dp_size.max(1) as u64 * r.role.sp.max(1) as u64;
             let shard_n = match f.map(|x| x.fsdp_size) {
                 Some(s) if s > 0 => s as u64,
                 _ => world,
             };
-            let (po, go, oo) = (r.offload.params, r.offload.grads, r.offload.optimizer);
+            let (po, go, oo) = (offload.params, offload.grads, offload.optimizer);
             let shard = p.div_ceil(shard_n.max(1));
             place(&mut dev, &mut host, po, |b| &mut b.params_bytes, shard * 4);
             place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, shard * 4);
@@ -505,21 +463,20 @@ fn role_memory(cfg: &VerlConfig, m: &ModelDims, r: &RoleMemory, seq: i64) -> Mem
         }
     }
     // The reference policy, if used, holds a bf16 (or sharded) copy for forward passes.
-    let a = &cfg.actor_rollout_ref.actor;
-    let ref_needed = r.outputs > 1 && (cfg.algorithm.use_kl_in_reward || a.use_kl_loss);
+    let ref_needed = r.outputs > 1 && reference.runs;
     if ref_needed {
-        let shards = match r.strategy {
-            Strategy::Megatron => megatron_mp(r.megatron) as u64,
+        let shards = match r.role.strategy {
+            Strategy::Megatron => r.role.model_parallel().unwrap_or(1).max(1) as u64,
             _ => r.batch.dp_size.max(1) as u64,
         };
         let bytes = p * 2 / shards.max(1);
-        let off = crate::plan::RoleEngine::reference(cfg).offload().0.params;
+        let off = reference.offload().0.params;
         place(&mut dev, &mut host, off, |b| &mut b.reference_bytes, bytes);
         assumptions.push("reference policy: bf16 weights, sharded like the actor".into());
     }
     assumptions.push(format!(
         "{} activations for one micro-batch of {micro_tokens} tokens/rank, {}",
-        r.name,
+        r.role.name,
         if checkpointing {
             "layers recomputed in the backward pass"
         } else {

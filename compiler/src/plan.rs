@@ -43,20 +43,15 @@ mod tests;
 
 use serde::Serialize;
 
-use crate::config::{
-    AdvEstimator, Device, EngineDtype, FsdpEngineConfig, KlEstimator, LossAggMode,
-    MegatronEngineConfig, PolicyLossMode, Strategy, TorchDtype, VerlConfig,
-};
+use crate::config::{AdvEstimator, Device, KlEstimator, LossAggMode, PolicyLossMode, VerlConfig};
 use crate::diag::Diagnostic;
 use crate::load::compose::{self, Composed, LoadRequest};
 use crate::load::node::Node;
+use crate::role::{Role, critic_runs, reference_runs};
 use crate::rules::RuleContext;
-use crate::rules::facts;
 
 pub use verdict_report::verdict_diagnostics;
-pub use verlc_spec::binding::{
-    self, Binding, OffloadFlags, OffloadTarget, PrecisionKind, StrategyKind,
-};
+pub use verlc_spec::binding::{self, Binding, Dtype, OffloadFlags, OffloadTarget, StrategyKind};
 
 /// A config key whose value decided the binding; a run-time override that changes it is
 /// refused ("rebuild with verlc").
@@ -147,258 +142,10 @@ impl Lowered {
     }
 }
 
-/// The engine config of one role under its strategy.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Engine<'a> {
-    Fsdp(&'a FsdpEngineConfig),
-    Megatron(&'a MegatronEngineConfig),
-}
-
-/// One role's engine with the dotted key it lives at.
-#[derive(Clone, Debug)]
-pub(crate) struct RoleEngine<'a> {
-    /// `actor`, `critic`, `reference policy`.
-    pub role: &'static str,
-    /// Dotted key of the role's `strategy`.
-    pub strategy_key: String,
-    pub strategy: Strategy,
-    /// Dotted key of the engine section (`actor_rollout_ref.actor.fsdp_config`).
-    pub engine_key: String,
-    /// `None` when the section for the strategy is absent.
-    pub engine: Option<Engine<'a>>,
-    /// The role model's `enable_gradient_checkpointing` and its dotted key (on, with no key,
-    /// for the reference, which runs no backward).
-    pub gradient_checkpointing: (bool, String),
-    /// The role model's `use_remove_padding` (packed micro-batches).
-    pub remove_padding: bool,
-    /// The Ulysses degree the role's worker uses and the key that sets it.
-    pub ulysses: (i64, String),
-}
-
-impl<'a> RoleEngine<'a> {
-    pub(crate) fn actor(cfg: &'a VerlConfig) -> Self {
-        let a = &cfg.actor_rollout_ref.actor;
-        Self::new(
-            "actor",
-            "actor_rollout_ref.actor",
-            a.strategy,
-            a.fsdp_config.as_ref(),
-            "actor_rollout_ref.actor.fsdp_config",
-            a.megatron.as_ref(),
-        )
-        .with_checkpointing(
-            cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
-            "actor_rollout_ref.model.enable_gradient_checkpointing",
-        )
-        .with_packing(
-            cfg.actor_rollout_ref.model.use_remove_padding,
-            (facts::actor_sp(cfg), facts::actor_sp_key(cfg)),
-        )
-    }
-
-    pub(crate) fn reference(cfg: &'a VerlConfig) -> Self {
-        let r = &cfg.actor_rollout_ref.reference;
-        Self::new(
-            "reference policy",
-            "actor_rollout_ref.ref",
-            r.strategy,
-            r.fsdp_config.as_ref(),
-            "actor_rollout_ref.ref.fsdp_config",
-            r.megatron.as_ref(),
-        )
-        // No backward: the model's checkpointing key is the actor's to report, not twice.
-        // It reads the actor's rows: the actor's packing and sequence split.
-        .with_packing(
-            cfg.actor_rollout_ref.model.use_remove_padding,
-            (facts::actor_sp(cfg), facts::actor_sp_key(cfg)),
-        )
-    }
-
-    pub(crate) fn critic(cfg: &'a VerlConfig) -> Self {
-        let c = &cfg.critic;
-        Self::new(
-            "critic",
-            "critic",
-            c.strategy,
-            c.model.fsdp_config.as_ref(),
-            "critic.model.fsdp_config",
-            c.megatron.as_ref(),
-        )
-        // verl's critic default (`critic/dp_critic.yaml`) when the flavour has no such key.
-        .with_checkpointing(
-            c.model.enable_gradient_checkpointing.unwrap_or(true),
-            "critic.model.enable_gradient_checkpointing",
-        )
-        .with_packing(
-            c.model.use_remove_padding.unwrap_or(false),
-            (facts::critic_sp(cfg), facts::critic_sp_key(cfg)),
-        )
-    }
-
-    fn with_checkpointing(mut self, on: bool, key: &str) -> Self {
-        self.gradient_checkpointing = (on, key.to_owned());
-        self
-    }
-
-    fn with_packing(mut self, remove_padding: bool, (sp, key): (i64, &str)) -> Self {
-        self.remove_padding = remove_padding;
-        self.ulysses = (sp, key.to_owned());
-        self
-    }
-
-    fn new(
-        role: &'static str,
-        prefix: &str,
-        strategy: Strategy,
-        fsdp: Option<&'a FsdpEngineConfig>,
-        fsdp_key: &str,
-        megatron: Option<&'a MegatronEngineConfig>,
-    ) -> Self {
-        let (engine_key, engine) = match strategy {
-            Strategy::Fsdp | Strategy::Fsdp2 => (fsdp_key.to_owned(), fsdp.map(Engine::Fsdp)),
-            Strategy::Megatron => (format!("{prefix}.megatron"), megatron.map(Engine::Megatron)),
-        };
-        RoleEngine {
-            role,
-            strategy_key: format!("{prefix}.strategy"),
-            strategy,
-            engine_key,
-            engine,
-            gradient_checkpointing: (true, String::new()),
-            remove_padding: false,
-            ulysses: (1, String::new()),
-        }
-    }
-
-    pub(crate) fn strategy_kind(&self) -> StrategyKind {
-        strategy_kind(self.strategy)
-    }
-
-    /// The precision and the key that decided it.
-    pub(crate) fn precision(&self) -> Option<(PrecisionKind, String)> {
-        match self.engine? {
-            Engine::Fsdp(f) => match f.mixed_precision.as_ref().and_then(|m| m.param_dtype) {
-                Some(d) => Some((
-                    torch_precision(d),
-                    format!("{}.mixed_precision.param_dtype", self.engine_key),
-                )),
-                None => Some((
-                    engine_precision(f.dtype),
-                    format!("{}.dtype", self.engine_key),
-                )),
-            },
-            Engine::Megatron(m) => Some((
-                engine_precision(m.dtype),
-                format!("{}.dtype", self.engine_key),
-            )),
-        }
-    }
-
-    /// The offload flags and, per target, the key that set it (for diagnostics).
-    pub(crate) fn offload(&self) -> (OffloadFlags, Vec<(OffloadTarget, String)>) {
-        let k = |name: &str| format!("{}.{name}", self.engine_key);
-        let mut flags = OffloadFlags::NONE;
-        let mut keys = Vec::new();
-        match self.engine {
-            Some(Engine::Fsdp(f)) => {
-                let policy = f.offload_policy && self.strategy == Strategy::Fsdp2;
-                if f.param_offload || policy {
-                    let key = if f.param_offload {
-                        k("param_offload")
-                    } else {
-                        k("offload_policy")
-                    };
-                    flags = flags.with(OffloadTarget::Params).with(OffloadTarget::Grads);
-                    keys.push((OffloadTarget::Params, key.clone()));
-                    keys.push((OffloadTarget::Grads, key));
-                }
-                if f.optimizer_offload || policy {
-                    let key = if f.optimizer_offload {
-                        k("optimizer_offload")
-                    } else {
-                        k("offload_policy")
-                    };
-                    flags = flags.with(OffloadTarget::Optimizer);
-                    keys.push((OffloadTarget::Optimizer, key));
-                }
-            }
-            Some(Engine::Megatron(m)) => {
-                for (on, target, name) in [
-                    (m.param_offload, OffloadTarget::Params, "param_offload"),
-                    (m.grad_offload, OffloadTarget::Grads, "grad_offload"),
-                    (
-                        m.optimizer_offload,
-                        OffloadTarget::Optimizer,
-                        "optimizer_offload",
-                    ),
-                ] {
-                    if on {
-                        flags = flags.with(target);
-                        keys.push((target, k(name)));
-                    }
-                }
-            }
-            None => {}
-        }
-        (flags, keys)
-    }
-
-    /// The keys whose values decide the binding (strategy and precision) for this role.
-    pub(crate) fn deciding_keys(&self) -> Vec<String> {
-        let k = |name: &str| format!("{}.{name}", self.engine_key);
-        let mut keys = vec![self.strategy_key.clone()];
-        match self.engine {
-            Some(Engine::Fsdp(_)) => {
-                keys.extend(["mixed_precision.param_dtype", "dtype"].map(k));
-            }
-            Some(Engine::Megatron(_)) => keys.push(k("dtype")),
-            None => {}
-        }
-        keys
-    }
-}
-
-pub(crate) fn strategy_kind(s: Strategy) -> StrategyKind {
-    match s {
-        Strategy::Fsdp | Strategy::Fsdp2 => StrategyKind::Fsdp,
-        Strategy::Megatron => StrategyKind::Megatron,
-    }
-}
-
-fn torch_precision(d: TorchDtype) -> PrecisionKind {
-    match d {
-        TorchDtype::Fp32 | TorchDtype::Float32 | TorchDtype::Bits32 => PrecisionKind::Fp32,
-        TorchDtype::Fp16 | TorchDtype::Float16 | TorchDtype::Bits16 => PrecisionKind::Fp16Mixed,
-        TorchDtype::Bf16 | TorchDtype::Bfloat16 => PrecisionKind::Bf16Mixed,
-    }
-}
-
-fn engine_precision(d: EngineDtype) -> PrecisionKind {
-    match d {
-        EngineDtype::Bfloat16 => PrecisionKind::Bf16Mixed,
-        EngineDtype::Float16 => PrecisionKind::Fp16Mixed,
-        EngineDtype::Float32 => PrecisionKind::Fp32,
-    }
-}
-
-/// verl's `need_critic`: `critic.enable` when set, else whether the estimator is GAE.
-pub fn needs_critic(cfg: &VerlConfig) -> bool {
-    cfg.critic
-        .enable
-        .unwrap_or(cfg.algorithm.adv_estimator == AdvEstimator::Gae)
-}
-
-/// verl's `need_reference_policy`: a KL term in the loss or in the reward.
-pub fn needs_reference(cfg: &VerlConfig) -> bool {
-    cfg.algorithm.use_kl_in_reward || cfg.actor_rollout_ref.actor.use_kl_loss
-}
-
 /// Lower a typed config whose tree is `root` (for the origins of diagnostics).
 pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
-    let actor = RoleEngine::actor(cfg);
-    let (precision, _) = actor
-        .precision()
-        .unwrap_or((PrecisionKind::Bf16Mixed, String::new()));
+    let actor = Role::actor(cfg);
+    let (precision, _) = actor.precision().unwrap_or((Dtype::Bf16, String::new()));
     let binding = Binding {
         strategy: actor.strategy_kind(),
         precision,
@@ -408,8 +155,8 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
     let roles = Roles {
         actor: true,
         rollout: true,
-        reference: needs_reference(cfg),
-        critic: needs_critic(cfg),
+        reference: reference_runs(cfg),
+        critic: critic_runs(cfg),
         reward: if cfg.reward_model.enable {
             RewardPlan::Model
         } else {
@@ -441,11 +188,11 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
 
     let mut keys = actor.deciding_keys();
     if roles.critic {
-        keys.extend(RoleEngine::critic(cfg).deciding_keys());
+        keys.extend(Role::critic(cfg).deciding_keys());
     }
     if roles.reference {
-        let r = RoleEngine::reference(cfg);
-        keys.push(r.strategy_key.clone());
+        let r = Role::reference(cfg);
+        keys.push(r.strategy_key());
         if let Some((_, k)) = r.precision() {
             keys.push(k);
         }

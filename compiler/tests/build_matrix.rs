@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use verlc::plan::binding::{self, PrecisionKind, StrategyKind};
+use verlc::plan::binding::{self, Dtype, StrategyKind};
 use verlc::plan::{Binding, OffloadFlags};
 
 const ACTOR: &str = "actor_rollout_ref.actor";
@@ -69,9 +69,9 @@ fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
     match b.strategy {
         StrategyKind::Fsdp => {
             let dtype = match b.precision {
-                PrecisionKind::Fp32 => "fp32",
-                PrecisionKind::Bf16Mixed => "bf16",
-                PrecisionKind::Fp16Mixed => "fp16",
+                Dtype::Fp32 => "fp32",
+                Dtype::Bf16 => "bf16",
+                Dtype::Fp16 => "fp16",
             };
             let f = format!("{ACTOR}.fsdp_config");
             Some((
@@ -82,9 +82,9 @@ fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
         StrategyKind::Megatron => {
             // verl's `megatron.dtype` is bfloat16 or float16; float32 is verlc's extension.
             let dtype = match b.precision {
-                PrecisionKind::Fp32 => "float32",
-                PrecisionKind::Bf16Mixed => "bfloat16",
-                PrecisionKind::Fp16Mixed => "float16",
+                Dtype::Fp32 => "float32",
+                Dtype::Bf16 => "bfloat16",
+                Dtype::Fp16 => "float16",
             };
             let m = format!("{ACTOR}.megatron");
             Some((
@@ -588,7 +588,7 @@ fn every_supported_binding_builds_and_trains_two_steps() {
             .any(|r| r.runs.iter().any(|(_, w)| *w == World::Tp2)),
         "a Megatron TP=2 run"
     );
-    for p in PrecisionKind::ALL {
+    for p in Dtype::ALL {
         assert!(
             rows.iter()
                 .any(|r| r.binding.strategy == StrategyKind::Fsdp && r.binding.precision == p),

@@ -6,7 +6,7 @@ use quote::{quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitStr, Path, Token};
 
-use crate::binding::{self, Part, PrecisionKind, StrategyKind};
+use crate::binding::{self, Dtype, Part, StrategyKind};
 
 const KEYS: &[&str] = &[
     "strategy",
@@ -66,7 +66,7 @@ fn unknown(what: &str, found: &Ident, choices: String, hint: Option<&'static str
 #[derive(Default)]
 struct Input {
     strategy: Option<(StrategyKind, Ident)>,
-    precision: Option<(PrecisionKind, Ident)>,
+    precision: Option<(Dtype, Ident)>,
     config: Option<Expr>,
     spec: Option<Expr>,
     bound_keys: Option<Expr>,
@@ -113,17 +113,9 @@ impl Parse for Input {
                 }
                 "precision" => {
                     let id: Ident = input.parse()?;
-                    let kind = PrecisionKind::from_name(&id.to_string()).ok_or_else(|| {
-                        let hint = suggestion(
-                            &id.to_string(),
-                            PrecisionKind::ALL.map(PrecisionKind::name),
-                        );
-                        unknown(
-                            "precision",
-                            &id,
-                            names(&PrecisionKind::ALL, PrecisionKind::name),
-                            hint,
-                        )
+                    let kind = Dtype::from_marker(&id.to_string()).ok_or_else(|| {
+                        let hint = suggestion(&id.to_string(), Dtype::ALL.map(Dtype::marker));
+                        unknown("precision", &id, names(&Dtype::ALL, Dtype::marker), hint)
                     })?;
                     set(&mut out.precision, &key, (kind, id))?;
                 }
@@ -193,7 +185,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     if precision.is_none() {
         errors.push(missing(
             "precision",
-            format!("one of {}", names(&PrecisionKind::ALL, PrecisionKind::name)),
+            format!("one of {}", names(&Dtype::ALL, Dtype::marker)),
         ));
     }
     if config.is_none() {
@@ -289,11 +281,11 @@ mod tests {
     #[test]
     fn every_supported_combination_expands_and_no_other() {
         for s in StrategyKind::ALL {
-            for p in PrecisionKind::ALL {
+            for p in Dtype::ALL {
                 let src = format!(
                     "strategy = {}, precision = {}, config = \"\"",
                     s.name(),
-                    p.name()
+                    p.marker()
                 );
                 assert_eq!(
                     expand_str(&src).is_ok(),

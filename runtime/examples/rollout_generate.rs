@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use runtime::model::{Precision, from_pretrained};
+use runtime::model::{Dtype, from_pretrained};
 use runtime::rollout::{SamplingParams, StopTokens, generate};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads: i32 = args[4].parse()?;
     let reps: usize = args[5].parse()?;
     tch::set_num_threads(threads);
-    let model = from_pretrained(&args[1], tch::Device::Cpu, Precision::Fp32, 0)?.model;
+    let model = from_pretrained(&args[1], tch::Device::Cpu, Dtype::Fp32, 0)?.model;
     let stop = StopTokens {
         eos: vec![],
         pad: 0,

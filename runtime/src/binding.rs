@@ -44,7 +44,7 @@ use verlc_spec::trainer::DeviceKind;
 use crate::dist::{Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup};
 use crate::optim::LossScaling;
 
-pub use verlc::plan::{PrecisionKind, StrategyKind};
+pub use verlc::plan::{Dtype, StrategyKind};
 
 mod sealed {
     pub trait Sealed {}
@@ -72,7 +72,7 @@ pub struct Megatron;
 
 /// Numerics of training.
 pub trait Precision: sealed::Sealed + Send + Sync + 'static {
-    const KIND: PrecisionKind;
+    const KIND: Dtype;
     /// The dtype forward and backward run in.
     const COMPUTE: tch::Kind;
     /// The grad (loss) scaler code this precision links: fp16's only, so the executables of
@@ -184,10 +184,10 @@ fn world_group(ctx: &RankContext) -> Result<ProcessGroup, TrainError> {
     )?)
 }
 markers!(Strategy { Fsdp; Megatron; });
-markers!(Precision::PrecisionKind {
+markers!(Precision::Dtype {
     Fp32 => Fp32, Float, NONE;
-    Bf16Mixed => Bf16Mixed, BFloat16, NONE;
-    Fp16Mixed => Fp16Mixed, Half, LINKED;
+    Bf16Mixed => Bf16, BFloat16, NONE;
+    Fp16Mixed => Fp16, Half, LINKED;
 });
 
 /// The binding of a monomorphized trainer as data.

@@ -13,7 +13,7 @@ use runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, MicroLoss, OptimSettings, SchedulerSettings,
     SingleEngine, StepResult,
 };
-use runtime::model::{CausalLm, Precision};
+use runtime::model::{CausalLm, Dtype};
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use runtime::optim::{AdamWConfig, GradScaler, InnerConfig};
 use tch::{Device, Kind, Tensor};
@@ -28,11 +28,11 @@ const MICRO: usize = 2;
 /// A tiny Qwen3-MoE: 4 experts, top-2, in both layers.
 const MOE_MODEL: &str = "builtin://tiny?arch=qwen3_moe&layers=2&hidden=32&heads=4&kv_heads=2&intermediate=64&experts=4&experts_per_tok=2&moe_intermediate=16";
 
-fn settings(dtype: Precision, offload: bool) -> EngineSettings {
+fn settings(dtype: Dtype, offload: bool) -> EngineSettings {
     settings_for(MODEL, dtype, offload)
 }
 
-fn settings_for(model: &str, dtype: Precision, offload: bool) -> EngineSettings {
+fn settings_for(model: &str, dtype: Dtype, offload: bool) -> EngineSettings {
     EngineSettings {
         model_path: model.into(),
         device: Device::Cpu,
@@ -196,7 +196,7 @@ fn shared_left_padding_costs_no_compute_and_changes_no_value() {
         [ROWS, PROMPT + RESP]
     );
     assert_eq!(trimmed.get("responses").unwrap().size(), [ROWS, RESP]);
-    let mut e = SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("single");
+    let mut e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("single");
     let fwd = ForwardOptions::default();
     let by_micro_batch = e.infer_batch(&padded, &MICRO.into(), &fwd).expect("infer");
     let got = Tensor::cat(
@@ -213,13 +213,13 @@ fn shared_left_padding_costs_no_compute_and_changes_no_value() {
     assert!(d < 1e-5, "log-probs differ by {d}");
 }
 
-fn single_run(dtype: Precision) -> (Vec<f64>, Vec<(String, Tensor)>, SingleEngine<CausalLm>) {
+fn single_run(dtype: Dtype) -> (Vec<f64>, Vec<(String, Tensor)>, SingleEngine<CausalLm>) {
     single_run_for(MODEL, dtype)
 }
 
 fn single_run_for(
     model: &str,
-    dtype: Precision,
+    dtype: Dtype,
 ) -> (Vec<f64>, Vec<(String, Tensor)>, SingleEngine<CausalLm>) {
     let mut e =
         SingleEngine::<CausalLm>::new(settings_for(model, dtype, false)).expect("single engine");
@@ -264,18 +264,14 @@ fn assert_weights(a: &[(String, Tensor)], b: &[(String, Tensor)], tol: f64) {
     }
 }
 
-fn fsdp_run(
-    pg: &ProcessGroup,
-    dtype: Precision,
-    offload: bool,
-) -> (Vec<f64>, FsdpEngine<CausalLm>) {
+fn fsdp_run(pg: &ProcessGroup, dtype: Dtype, offload: bool) -> (Vec<f64>, FsdpEngine<CausalLm>) {
     fsdp_run_for(pg, MODEL, dtype, offload)
 }
 
 fn fsdp_run_for(
     pg: &ProcessGroup,
     model: &str,
-    dtype: Precision,
+    dtype: Dtype,
     offload: bool,
 ) -> (Vec<f64>, FsdpEngine<CausalLm>) {
     let mut s = FsdpSettings::new(settings_for(model, dtype, offload));
@@ -289,12 +285,12 @@ fn fsdp_run_for(
 }
 
 rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
-    let (ref_losses, ref_w, single) = single_run(Precision::Fp32);
+    let (ref_losses, ref_w, single) = single_run(Dtype::Fp32);
     assert!(
         ref_losses[STEPS - 1] < ref_losses[0] * 0.8,
         "the reference does not learn: {ref_losses:?}"
     );
-    let (losses, mut e) = fsdp_run(&pg, Precision::Fp32, false);
+    let (losses, mut e) = fsdp_run(&pg, Dtype::Fp32, false);
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
     // The module holds no full parameters outside the engine's passes.
@@ -322,7 +318,7 @@ rank_test!(fsdp_fp32_matches_single_engine, 2, |pg| {
 // Experts are parameters like any other: sharded in their layer's unit, gathered for the
 // layer's forward and backward; the grouped expert computation runs on each rank's rows.
 rank_test!(fsdp_moe_matches_single_engine, 2, |pg| {
-    let (ref_losses, ref_w, _) = single_run_for(MOE_MODEL, Precision::Fp32);
+    let (ref_losses, ref_w, _) = single_run_for(MOE_MODEL, Dtype::Fp32);
     assert!(
         ref_losses[STEPS - 1] < ref_losses[0] * 0.8,
         "the reference does not learn: {ref_losses:?}"
@@ -332,15 +328,15 @@ rank_test!(fsdp_moe_matches_single_engine, 2, |pg| {
             .iter()
             .any(|(n, _)| n.ends_with("mlp.experts.3.down_proj.weight"))
     );
-    let (losses, e) = fsdp_run_for(&pg, MOE_MODEL, Precision::Fp32, false);
+    let (losses, e) = fsdp_run_for(&pg, MOE_MODEL, Dtype::Fp32, false);
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
 });
 
 rank_test!(fsdp_without_checkpointing_matches_with_it, 2, |pg| {
-    let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
-    let (losses, with) = fsdp_run(&pg, Precision::Fp32, false);
-    let mut s = FsdpSettings::new(settings(Precision::Fp32, false));
+    let (ref_losses, ref_w, _) = single_run(Dtype::Fp32);
+    let (losses, with) = fsdp_run(&pg, Dtype::Fp32, false);
+    let mut s = FsdpSettings::new(settings(Dtype::Fp32, false));
     s.gradient_checkpointing = false;
     let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
     let batch = my_rows(&pg);
@@ -360,9 +356,9 @@ rank_test!(fsdp_without_checkpointing_matches_with_it, 2, |pg| {
 });
 
 rank_test!(fsdp_hybrid_shard_matches_single_engine, 4, |pg| {
-    let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
+    let (ref_losses, ref_w, _) = single_run(Dtype::Fp32);
     let mut e = FsdpEngine::<CausalLm>::with_mesh(
-        FsdpSettings::new(settings(Precision::Fp32, false)),
+        FsdpSettings::new(settings(Dtype::Fp32, false)),
         pg.clone(),
         2,
     )
@@ -377,8 +373,8 @@ rank_test!(fsdp_hybrid_shard_matches_single_engine, 4, |pg| {
 });
 
 rank_test!(fsdp_bf16_matches_single_engine, 2, |pg| {
-    let (ref_losses, ref_w, _) = single_run(Precision::Bf16);
-    let (losses, e) = fsdp_run(&pg, Precision::Bf16, false);
+    let (ref_losses, ref_w, _) = single_run(Dtype::Bf16);
+    let (losses, e) = fsdp_run(&pg, Dtype::Bf16, false);
     // bf16 differs in where gradients accumulate (the single engine sums micro-batch grads in
     // bf16, FSDP in fp32 after the reduce-scatter); Adam's normalised steps (lr 5e-3) turn
     // that into weight differences of a few steps' size at most.
@@ -387,8 +383,8 @@ rank_test!(fsdp_bf16_matches_single_engine, 2, |pg| {
 });
 
 rank_test!(fsdp_offload_matches_single_engine, 2, |pg| {
-    let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
-    let (losses, e) = fsdp_run(&pg, Precision::Fp32, true);
+    let (ref_losses, ref_w, _) = single_run(Dtype::Fp32);
+    let (losses, e) = fsdp_run(&pg, Dtype::Fp32, true);
     assert!(e.memory().optimizer > 0);
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
@@ -396,11 +392,10 @@ rank_test!(fsdp_offload_matches_single_engine, 2, |pg| {
 
 rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     use runtime::optim::param_groups::{named_params, single_group};
-    use runtime::optim::{Optimizer, OptimizerConfig, Precision as OptimPrecision};
+    use runtime::optim::{Dtype, Optimizer, OptimizerConfig};
     let bytes = |t: &Tensor| if t.defined() { t.numel() as i64 * 4 } else { 0 };
     // World size 1: fp32 params, their grads after a backward, AdamW state.
-    let mut single =
-        SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("single");
+    let mut single = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("single");
     train_step(&mut single, &full_batch(), None);
     let mut loss_fn =
         |mb: &Batch, out: runtime::rollout::LogProbOutput, agg: &runtime::algo::AggOptions| {
@@ -425,7 +420,7 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
         vars.iter().map(bytes).sum::<i64>(),
         vars.iter().map(|v| bytes(&v.grad())).sum::<i64>(),
     );
-    let mut cfg = OptimizerConfig::megatron(OptimPrecision::Fp32);
+    let mut cfg = OptimizerConfig::megatron(Dtype::Fp32);
     cfg.inner = InnerConfig::AdamW(AdamWConfig::default());
     let opt = Optimizer::new(
         single_group(named_params(single.var_store()), 1e-3, 0.0),
@@ -435,11 +430,9 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     let o1 = opt.owned_bytes().1;
     let total1 = p1 + g1 + o1;
     // World size 2.
-    let mut e = FsdpEngine::<CausalLm>::new(
-        FsdpSettings::new(settings(Precision::Fp32, false)),
-        pg.clone(),
-    )
-    .expect("fsdp");
+    let mut e =
+        FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Dtype::Fp32, false)), pg.clone())
+            .expect("fsdp");
     let batch = my_rows(&pg);
     train_step(&mut e, &batch, Some(&pg));
     e.forward_backward(
@@ -476,7 +469,7 @@ rank_test!(
         let half = STEPS / 2;
         let fresh = |group: &ProcessGroup| {
             FsdpEngine::<CausalLm>::new(
-                FsdpSettings::new(settings(Precision::Fp32, false)),
+                FsdpSettings::new(settings(Dtype::Fp32, false)),
                 group.clone(),
             )
             .expect("fsdp")
@@ -526,8 +519,8 @@ rank_test!(
     fsdp_without_reshard_after_forward_matches_single_engine,
     2,
     |pg| {
-        let (ref_losses, ref_w, _) = single_run(Precision::Fp32);
-        let mut s = FsdpSettings::new(settings(Precision::Fp32, false));
+        let (ref_losses, ref_w, _) = single_run(Dtype::Fp32);
+        let mut s = FsdpSettings::new(settings(Dtype::Fp32, false));
         s.reshard_after_forward = false;
         let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
         let batch = my_rows(&pg);
@@ -544,7 +537,7 @@ rank_test!(
 
 rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
     use runtime::model::ValueModel;
-    let mut s = settings(Precision::Fp32, false);
+    let mut s = settings(Dtype::Fp32, false);
     s.optim = None;
     let batch = my_rows(&pg);
     let fwd = ForwardOptions {
@@ -612,11 +605,8 @@ impl Fp16Run {
 }
 
 fn fsdp_fp16(pg: &ProcessGroup) -> FsdpEngine<CausalLm> {
-    FsdpEngine::<CausalLm>::new(
-        FsdpSettings::new(settings(Precision::Fp16, false)),
-        pg.clone(),
-    )
-    .expect("fsdp fp16")
+    FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings(Dtype::Fp16, false)), pg.clone())
+        .expect("fsdp fp16")
 }
 
 fn fsdp_scaler(e: &FsdpEngine<CausalLm>) -> GradScaler {
@@ -649,7 +639,7 @@ fn assert_same_on_all_ranks(pg: &ProcessGroup, what: &str, x: f64) {
 
 rank_test!(fsdp_fp16_matches_single_engine, 2, |pg| {
     let mut single =
-        SingleEngine::<CausalLm>::new(settings(Precision::Fp16, false)).expect("single fp16");
+        SingleEngine::<CausalLm>::new(settings(Dtype::Fp16, false)).expect("single fp16");
     let batch = full_batch();
     let mut want = Fp16Run::default();
     for _ in 0..STEPS {
@@ -685,7 +675,7 @@ rank_test!(fsdp_fp16_matches_single_engine, 2, |pg| {
 /// rank 0's gradient shard only: every rank skips that step, backs off the scale the same way
 /// and keeps its weights; the next step succeeds everywhere.
 fn fp16_overflow_on_one_rank(pg: &ProcessGroup, fsdp_size: i64) {
-    let s = FsdpSettings::new(settings(Precision::Fp16, false));
+    let s = FsdpSettings::new(settings(Dtype::Fp16, false));
     let mut e = FsdpEngine::<CausalLm>::with_mesh(s, pg.clone(), fsdp_size).expect("fsdp fp16");
     let warm = fsdp_fp16_steps(&mut e, pg, 16);
     assert!(
@@ -829,14 +819,14 @@ fn packed_settings(model: &str) -> EngineSettings {
     EngineSettings {
         model_path: model.into(),
         remove_padding: true,
-        ..settings(Precision::Fp32, false)
+        ..settings(Dtype::Fp32, false)
     }
 }
 
 fn padded_run(model: &str, batch: &Batch) -> (Vec<f64>, Vec<(String, Tensor)>) {
     let s = EngineSettings {
         model_path: model.into(),
-        ..settings(Precision::Fp32, false)
+        ..settings(Dtype::Fp32, false)
     };
     let mut e = SingleEngine::<CausalLm>::new(s).expect("single engine");
     let losses = (0..STEPS)
@@ -861,7 +851,7 @@ fn packed_forward_equals_padded_forward_at_every_response_token() {
         temperature: 0.7,
         with_entropy: true,
     };
-    let e = SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("actor");
+    let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("actor");
     let padded = Head::forward(e.module(), &batch, &fwd).expect("padded");
     let packed = e.module().forward_packed(&batch, &fwd).expect("packed");
     let d = masked_max_diff(&padded.log_probs, &packed.log_probs, mask);
@@ -880,7 +870,7 @@ fn packed_forward_equals_padded_forward_at_every_response_token() {
     assert_eq!(outside, 0.0, "outputs predicted by padding must be zero");
     // Gradients of a masked loss agree too.
     let grads = |packed: bool| {
-        let e = SingleEngine::<CausalLm>::new(settings(Precision::Fp32, false)).expect("actor");
+        let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("actor");
         let out = if packed {
             e.module().forward_packed(&batch, &fwd)
         } else {
@@ -899,7 +889,7 @@ fn packed_forward_equals_padded_forward_at_every_response_token() {
     };
     assert_weights(&grads(true), &grads(false), 1e-5);
     // The critic's values.
-    let c = SingleEngine::<ValueModel>::new(settings(Precision::Fp32, false)).expect("critic");
+    let c = SingleEngine::<ValueModel>::new(settings(Dtype::Fp32, false)).expect("critic");
     let padded = Head::forward(c.module(), &batch, &fwd).expect("padded");
     let packed = c.module().forward_packed(&batch, &fwd).expect("packed");
     assert!(masked_max_diff(&padded, &packed, mask) < 1e-5);
@@ -958,7 +948,7 @@ rank_test!(fsdp_ulysses_matches_single_engine, 2, |pg| {
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
     // The critic's values through the same split.
-    let single = SingleEngine::<ValueModel>::new(settings(Precision::Fp32, false)).expect("critic");
+    let single = SingleEngine::<ValueModel>::new(settings(Dtype::Fp32, false)).expect("critic");
     let mut s = FsdpSettings::new(packed_settings(MODEL));
     s.ulysses = 2;
     let mut c = FsdpEngine::<ValueModel>::new(s, pg.clone()).expect("fsdp critic");

@@ -1,4 +1,4 @@
-//! The vocabulary of a binding (strategy × precision: what a generated binary fixes at compile
+//! The vocabulary of a binding (strategy × precision, a [`Dtype`]: what a generated binary fixes at compile
 //! time) and of placement (offload: what each role's engine decides at run time), with the one
 //! table of which combinations verlc's runtime supports.
 //!
@@ -32,6 +32,8 @@
 //!    Parameters and gradients live in host memory between phases and come back to the device
 //!    for the phase that needs them.
 
+pub use crate::dtype::Dtype;
+
 /// The parallel engine the binary is built around.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StrategyKind {
@@ -54,43 +56,6 @@ impl StrategyKind {
 
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.name() == name)
-    }
-}
-
-/// Numerics of training: the compute dtype and whether fp32 main weights and loss scaling
-/// are used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PrecisionKind {
-    /// Everything in fp32.
-    Fp32,
-    /// bf16 compute, fp32 main weights, gradient reductions and optimizer state.
-    Bf16Mixed,
-    /// fp16 compute, fp32 main weights, with dynamic loss scaling.
-    Fp16Mixed,
-}
-
-impl PrecisionKind {
-    pub const ALL: [PrecisionKind; 3] = [
-        PrecisionKind::Fp32,
-        PrecisionKind::Bf16Mixed,
-        PrecisionKind::Fp16Mixed,
-    ];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            PrecisionKind::Fp32 => "Fp32",
-            PrecisionKind::Bf16Mixed => "Bf16Mixed",
-            PrecisionKind::Fp16Mixed => "Fp16Mixed",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// fp16 needs a gradient (loss) scaler; bf16 and fp32 do not.
-    pub const fn loss_scaling(self) -> bool {
-        matches!(self, PrecisionKind::Fp16Mixed)
     }
 }
 
@@ -189,7 +154,7 @@ pub struct Rejection {
 
 /// Whether the runtime supports this binding: every strategy × precision today (the table is
 /// kept so a future gap is one arm here, and the macro and lowering report it).
-pub const fn validate(strategy: StrategyKind, precision: PrecisionKind) -> Result<(), Rejection> {
+pub const fn validate(strategy: StrategyKind, precision: Dtype) -> Result<(), Rejection> {
     let _ = (strategy, precision);
     Ok(())
 }
@@ -198,7 +163,7 @@ pub const fn validate(strategy: StrategyKind, precision: PrecisionKind) -> Resul
 /// in the module docs).
 pub const fn validate_offload(
     strategy: StrategyKind,
-    precision: PrecisionKind,
+    precision: Dtype,
     offload: OffloadFlags,
 ) -> Result<(), Rejection> {
     match strategy {
@@ -217,7 +182,7 @@ pub const fn validate_offload(
                     help: "FSDP offloads `[]`, `[optimizer]`, `[params, grads]` (param_offload) or `[params, grads, optimizer]`",
                 });
             }
-            if offload.params && matches!(precision, PrecisionKind::Fp16Mixed) {
+            if offload.params && matches!(precision, Dtype::Fp16) {
                 return Err(Rejection {
                     part: Part::Precision,
                     message: "`Fp16Mixed` cannot be combined with parameter offload under `Fsdp`: fp16 loss scaling unscales and checks gradients on the device, but offloaded FSDP gradients live on the host",
@@ -234,7 +199,7 @@ pub const fn validate_offload(
 /// Every supported binding, for tests and docs.
 pub fn supported() -> impl Iterator<Item = Binding> {
     StrategyKind::ALL.into_iter().flat_map(|strategy| {
-        PrecisionKind::ALL
+        Dtype::ALL
             .into_iter()
             .map(move |precision| Binding {
                 strategy,
@@ -259,7 +224,7 @@ pub fn supported_offload(binding: Binding) -> impl Iterator<Item = OffloadFlags>
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Binding {
     pub strategy: StrategyKind,
-    pub precision: PrecisionKind,
+    pub precision: Dtype,
 }
 
 impl Binding {
@@ -275,7 +240,7 @@ impl std::fmt::Display for Binding {
             f,
             "strategy = {}, precision = {}",
             self.strategy.name(),
-            self.precision.name()
+            self.precision.marker()
         )
     }
 }
@@ -297,7 +262,7 @@ macro_rules! serde_by_name {
         }
     )+};
 }
-serde_by_name!(StrategyKind => "strategy", PrecisionKind => "precision", OffloadTarget => "offload target");
+serde_by_name!(StrategyKind => "strategy", OffloadTarget => "offload target");
 
 impl serde::Serialize for OffloadFlags {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -324,7 +289,7 @@ impl serde::Serialize for Binding {
         use serde::ser::SerializeStruct;
         let mut st = s.serialize_struct("Binding", 2)?;
         st.serialize_field("strategy", &self.strategy)?;
-        st.serialize_field("precision", &self.precision)?;
+        st.serialize_field("precision", self.precision.marker())?;
         st.end()
     }
 }
@@ -334,12 +299,15 @@ impl<'de> serde::Deserialize<'de> for Binding {
         #[derive(serde::Deserialize)]
         struct Raw {
             strategy: StrategyKind,
-            precision: PrecisionKind,
+            precision: String,
         }
         let r = Raw::deserialize(d)?;
+        let precision = Dtype::from_marker(&r.precision).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown precision `{}`", r.precision))
+        })?;
         Ok(Binding {
             strategy: r.strategy,
-            precision: r.precision,
+            precision,
         })
     }
 }

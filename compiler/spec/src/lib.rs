@@ -5,6 +5,7 @@
 //!   `bind_trainer!` macro and the runtime.
 //! - [`trainer::TrainerSpec`]: the typed settings of a run, produced by the compiler's
 //!   lowering and embedded in the binary; the runtime takes them as they are.
+//! - [`Dtype`]: the one dtype type (parameters, training precision, reductions).
 //! - [`algo`], [`optim`], [`sampling`], [`data`]: the settings types the spec is made of,
 //!   with verl's spellings where verl names them.
 //!
@@ -13,11 +14,13 @@
 pub mod algo;
 pub mod binding;
 pub mod data;
+pub mod dtype;
 pub mod names;
 pub mod optim;
 pub mod sampling;
 pub mod trainer;
 
 pub use binding::Binding;
+pub use dtype::Dtype;
 pub use names::UnknownName;
 pub use trainer::TrainerSpec;

@@ -80,14 +80,7 @@ impl WorldSpec {
     }
 }
 
-/// dtype of a model's weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dtype {
-    Fp32,
-    Bf16,
-    Fp16,
-}
+pub use crate::dtype::Dtype;
 
 /// How one role's engine shards and offloads (its `fsdp_config` or `megatron` section).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

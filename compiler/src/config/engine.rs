@@ -5,10 +5,12 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use verlc_spec::Dtype;
 
 use super::common::OpenDict;
 
-/// Compute dtype of an engine's parameters.
+/// Compute dtype of an engine's parameters, in the spellings the engine section accepts
+/// (the value is a [`Dtype`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum EngineDtype {
     /// bfloat16.
@@ -23,7 +25,8 @@ pub enum EngineDtype {
     Float32,
 }
 
-/// A torch dtype written in one of the spellings verl's precision helper accepts.
+/// A torch dtype written in one of the spellings verl's precision helper accepts (the value
+/// is a [`Dtype`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum TorchDtype {
     /// 32-bit float.
@@ -50,6 +53,28 @@ pub enum TorchDtype {
     /// bfloat16.
     #[serde(rename = "bfloat16")]
     Bfloat16,
+}
+
+impl EngineDtype {
+    /// The dtype this spelling names.
+    pub fn dtype(self) -> Dtype {
+        match self {
+            EngineDtype::Bfloat16 => Dtype::Bf16,
+            EngineDtype::Float16 => Dtype::Fp16,
+            EngineDtype::Float32 => Dtype::Fp32,
+        }
+    }
+}
+
+impl TorchDtype {
+    /// The dtype this spelling names.
+    pub fn dtype(self) -> Dtype {
+        match self {
+            TorchDtype::Fp32 | TorchDtype::Float32 | TorchDtype::Bits32 => Dtype::Fp32,
+            TorchDtype::Fp16 | TorchDtype::Float16 | TorchDtype::Bits16 => Dtype::Fp16,
+            TorchDtype::Bf16 | TorchDtype::Bfloat16 => Dtype::Bf16,
+        }
+    }
 }
 
 /// Which FSDP implementation wraps the model.

@@ -4,6 +4,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use verlc_spec::Dtype;
 
 use super::agent::{AgentLoopConfig, MultiTurnConfig, TraceConfig};
 use super::common::OpenDict;
@@ -61,6 +62,18 @@ pub enum RolloutDtype {
     /// The dtype stored in the model config.
     #[serde(rename = "auto")]
     Auto,
+}
+
+impl RolloutDtype {
+    /// The dtype this spelling names; `None` for `auto` (the model config's).
+    pub fn dtype(self) -> Option<Dtype> {
+        match self {
+            RolloutDtype::Bfloat16 => Some(Dtype::Bf16),
+            RolloutDtype::Float16 | RolloutDtype::Half => Some(Dtype::Fp16),
+            RolloutDtype::Float32 | RolloutDtype::Float => Some(Dtype::Fp32),
+            RolloutDtype::Auto => None,
+        }
+    }
 }
 
 /// Which log-probs the engine returns.

@@ -8,7 +8,8 @@ use crate::config::Device;
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
 
-use super::{Binding, PrecisionKind, RoleEngine};
+use super::{Binding, Dtype};
+use crate::role::Role;
 
 /// This CPU's model name and whether it computes bf16 natively (AVX-512 BF16 or AMX), read
 /// once from `/proc/cpuinfo`; `None` where that cannot be told (another OS).
@@ -42,12 +43,12 @@ pub(super) fn native_bf16() -> Option<bool> {
 /// bf16 matmul is emulated (measured on a 2-core AVX2 EPYC: a quickstart step 25 s in bf16
 /// against 2.8 s in fp32). A warning at the key that chose the precision.
 pub(super) fn bf16_emulated_warning(
-    actor: &RoleEngine,
+    actor: &Role,
     binding: Binding,
     device: Device,
     root: &Node,
 ) -> Option<Diagnostic> {
-    if device != Device::Cpu || binding.precision != PrecisionKind::Bf16Mixed {
+    if device != Device::Cpu || binding.precision != Dtype::Bf16 {
         return None;
     }
     let (cpu, native) = cpu()?;

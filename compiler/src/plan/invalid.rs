@@ -25,8 +25,9 @@ use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
 use crate::source::Origin;
 
+use super::BuildPlan;
 use super::binding::{Part, validate_offload};
-use super::{BuildPlan, RoleEngine};
+use crate::role::{Role, RoleKind};
 
 fn origin(root: &Node, key: &str) -> Option<Origin> {
     root.get_path(&split_key(key))
@@ -35,41 +36,41 @@ fn origin(root: &Node, key: &str) -> Option<Origin> {
 
 pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let actor = RoleEngine::actor(cfg);
+    let actor = Role::actor(cfg);
     let mut others = Vec::new();
     if plan.roles.critic {
-        others.push(RoleEngine::critic(cfg));
+        others.push(Role::critic(cfg));
     }
     if plan.roles.reference {
-        others.push(RoleEngine::reference(cfg));
+        others.push(Role::reference(cfg));
     }
 
     for r in std::iter::once(&actor).chain(&others) {
-        if r.engine.is_none() {
+        if r.engine().is_none() {
             out.push(
-                Diagnostic::error(codes::BUILD_ENGINE_SECTION_MISSING, format!("the {} runs `{}` but has no `{}` section", r.role, strategy_name(r), r.engine_key))
-                    .with_key(r.engine_key.clone())
-                    .with_primary(origin(root, &r.strategy_key), "strategy chosen here")
+                Diagnostic::error(codes::BUILD_ENGINE_SECTION_MISSING, format!("the {} runs `{}` but has no `{}` section", r.name, strategy_name(r), r.engine_key()))
+                    .with_key(r.engine_key())
+                    .with_primary(origin(root, &r.strategy_key()), "strategy chosen here")
                     .with_help("compose the config from the matching verl base (ppo_trainer for FSDP, ppo_megatron_trainer for Megatron) or add the section"),
             );
         }
-        ignored_offload(r, cfg, root, &mut out);
+        ignored_offload(r, root, &mut out);
     }
 
     let (actor_precision, actor_precision_key) = actor
         .precision()
-        .unwrap_or((plan.binding.precision, actor.strategy_key.clone()));
+        .unwrap_or((plan.binding.precision, actor.strategy_key()));
     for r in &others {
         if r.strategy_kind() != actor.strategy_kind() {
             out.push(
                 Diagnostic::error(
                     codes::BUILD_ROLE_STRATEGY_MISMATCH,
-                    format!("the {} runs `{}` but the actor runs `{}`; a verlc binary binds one strategy", r.role, strategy_name(r), strategy_name(&actor)),
+                    format!("the {} runs `{}` but the actor runs `{}`; a verlc binary binds one strategy", r.name, strategy_name(r), strategy_name(&actor)),
                 )
-                .with_key(r.strategy_key.clone())
-                .with_primary(origin(root, &r.strategy_key), format!("{} strategy set here", r.role))
-                .with_secondary(origin(root, &actor.strategy_key), "actor strategy set here")
-                .with_help(format!("set `{}={}`", r.strategy_key, strategy_name(&actor))),
+                .with_key(r.strategy_key())
+                .with_primary(origin(root, &r.strategy_key()), format!("{} strategy set here", r.name))
+                .with_secondary(origin(root, &actor.strategy_key()), "actor strategy set here")
+                .with_help(format!("set `{}={}`", r.strategy_key(), strategy_name(&actor))),
             );
             continue;
         }
@@ -79,10 +80,10 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
             out.push(
                 Diagnostic::error(
                     codes::BUILD_ROLE_PRECISION_MISMATCH,
-                    format!("the {} computes in {} but the actor in {}; a verlc binary binds one precision", r.role, p.name(), actor_precision.name()),
+                    format!("the {} computes in {} but the actor in {}; a verlc binary binds one precision", r.name, p.marker(), actor_precision.marker()),
                 )
                 .with_key(key.clone())
-                .with_primary(origin(root, &key), format!("{} precision set here", r.role))
+                .with_primary(origin(root, &key), format!("{} precision set here", r.name))
                 .with_secondary(origin(root, &actor_precision_key), "actor precision set here")
                 .with_help(format!("make `{key}` match `{actor_precision_key}`")),
             );
@@ -91,7 +92,7 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
 
     if let Err(rej) = plan.binding.validate() {
         let primary = match rej.part {
-            Part::Strategy => actor.strategy_key.clone(),
+            Part::Strategy => actor.strategy_key(),
             Part::Precision | Part::Offload(_) => actor_precision_key.clone(),
         };
         out.push(
@@ -107,7 +108,8 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
     }
 
     // Placement is each trained role's own (the reference policy only runs forward passes).
-    let trained = std::iter::once(&actor).chain(others.iter().filter(|r| r.role == "critic"));
+    let trained =
+        std::iter::once(&actor).chain(others.iter().filter(|r| r.kind == RoleKind::Critic));
     for r in trained.filter(|r| r.strategy_kind() == plan.binding.strategy) {
         let (flags, flag_keys) = r.offload();
         let Err(rej) = validate_offload(plan.binding.strategy, plan.binding.precision, flags)
@@ -124,25 +126,25 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
             .precision()
             .map_or_else(|| actor_precision_key.clone(), |(_, k)| k);
         let (primary, secondary): (String, Option<String>) = match rej.part {
-            Part::Strategy => (r.strategy_key.clone(), None),
+            Part::Strategy => (r.strategy_key(), None),
             Part::Precision => (
                 precision_key.clone(),
                 flag_keys.first().map(|(_, k)| k.clone()),
             ),
             Part::Offload(t) => (
-                key_of(t).unwrap_or_else(|| r.engine_key.clone()),
+                key_of(t).unwrap_or_else(|| r.engine_key()),
                 Some(precision_key.clone()),
             ),
         };
         let mut d = Diagnostic::error(
             codes::BUILD_UNSUPPORTED_BINDING,
-            format!("unsupported offload for the {}: {}", r.role, rej.message),
+            format!("unsupported offload for the {}: {}", r.name, rej.message),
         )
         .with_key(primary.clone())
         .with_primary(origin(root, &primary), "set here")
         .with_note(format!(
             "the {} would offload {} under `{}`",
-            r.role,
+            r.name,
             flags.list(),
             plan.binding
         ))
@@ -167,7 +169,7 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
     out
 }
 
-fn strategy_name(r: &RoleEngine) -> &'static str {
+fn strategy_name(r: &Role) -> &'static str {
     match r.strategy {
         crate::config::Strategy::Fsdp => "fsdp",
         crate::config::Strategy::Fsdp2 => "fsdp2",
@@ -176,33 +178,9 @@ fn strategy_name(r: &RoleEngine) -> &'static str {
 }
 
 /// Offload switched on in the engine section the role's strategy does not read.
-fn ignored_offload(r: &RoleEngine, cfg: &VerlConfig, root: &Node, out: &mut Vec<Diagnostic>) {
-    let (fsdp, fsdp_key, megatron, megatron_key) = match r.role {
-        "actor" => {
-            let a = &cfg.actor_rollout_ref.actor;
-            (
-                a.fsdp_config.as_ref(),
-                "actor_rollout_ref.actor.fsdp_config",
-                a.megatron.as_ref(),
-                "actor_rollout_ref.actor.megatron",
-            )
-        }
-        "critic" => (
-            cfg.critic.model.fsdp_config.as_ref(),
-            "critic.model.fsdp_config",
-            cfg.critic.megatron.as_ref(),
-            "critic.megatron",
-        ),
-        _ => {
-            let x = &cfg.actor_rollout_ref.reference;
-            (
-                x.fsdp_config.as_ref(),
-                "actor_rollout_ref.ref.fsdp_config",
-                x.megatron.as_ref(),
-                "actor_rollout_ref.ref.megatron",
-            )
-        }
-    };
+fn ignored_offload(r: &Role, root: &Node, out: &mut Vec<Diagnostic>) {
+    let (fsdp, fsdp_key, megatron) = (r.fsdp, r.fsdp_key, r.megatron);
+    let megatron_key = format!("{}.megatron", r.prefix);
     let mut set = Vec::new();
     if r.strategy == crate::config::Strategy::Megatron {
         if let Some(f) = fsdp {
@@ -247,14 +225,14 @@ fn ignored_offload(r: &RoleEngine, cfg: &VerlConfig, root: &Node, out: &mut Vec<
                 codes::BUILD_OFFLOAD_KEY_IGNORED,
                 format!(
                     "`{key}` has no effect: the {} runs `{}`, which reads `{}`",
-                    r.role,
+                    r.name,
                     strategy_name(r),
-                    r.engine_key
+                    r.engine_key()
                 ),
             )
             .with_key(key.clone())
             .with_primary(origin(root, &key), "offload switched on here")
-            .with_secondary(origin(root, &r.strategy_key), "strategy chosen here")
+            .with_secondary(origin(root, &r.strategy_key()), "strategy chosen here")
             .with_help(format!("remove it and set `{instead}` instead")),
         );
     }

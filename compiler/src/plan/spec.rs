@@ -22,8 +22,8 @@ use verlc_spec::trainer::{
 use crate::codes;
 use crate::config::{
     AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LrDecayStyle, LrSchedulerType,
-    OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode, RolloutDtype,
-    SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
+    OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode, SamplingConfig,
+    Strategy, TorchDtype, Truncation, VerlConfig,
 };
 use crate::config::{BypassLossType, RolloutIsLevel, RsThreshold};
 use crate::diag::Diagnostic;
@@ -32,7 +32,8 @@ use verlc_spec::trainer::{
     BypassLoss, BypassSpec, IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel,
 };
 
-use super::{Binding, Engine, RoleEngine, needs_critic, needs_reference};
+use super::Binding;
+use crate::role::{Engine, Role, RoleKind, critic_runs, reference_runs};
 
 /// Collects `B018` findings while lowering.
 struct Lowering<'a> {
@@ -176,7 +177,7 @@ fn actor_model_seed(cfg: &VerlConfig) -> u64 {
 fn actor_spec(cfg: &VerlConfig, r: &Roles, l: &mut Lowering) -> ActorSpec {
     let arr = &cfg.actor_rollout_ref;
     let a = &arr.actor;
-    let engine = engine_spec(&RoleEngine::actor(cfg), r.world, l);
+    let engine = engine_spec(&Role::actor(cfg), r.world, l);
     let dp = data_parallel(r.world, &engine);
     let update = actor_settings(cfg, r.n, (dp, engine.ulysses()), r.seq_len, l);
     ActorSpec {
@@ -205,14 +206,14 @@ fn critic_spec(
     let (world, n, seq_len) = (r.world, r.n, r.seq_len);
     let arr = &cfg.actor_rollout_ref;
     let a = &arr.actor;
-    needs_critic(cfg).then(|| {
+    critic_runs(cfg).then(|| {
         let c = &cfg.critic;
-        let engine = engine_spec(&RoleEngine::critic(cfg), world, l);
+        let engine = engine_spec(&Role::critic(cfg), world, l);
         let dp = data_parallel(world, &engine);
         if dp != actor_dp {
             let (key, help) = match c.strategy {
                 Strategy::Megatron => ("critic.megatron.tensor_model_parallel_size", "give critic.megatron the actor's tensor and pipeline parallel sizes"),
-                _ => (crate::rules::facts::critic_sp_key(cfg), "give the critic the actor's ulysses_sequence_parallel_size"),
+                _ => (Role::critic(cfg).sp_key, "give the critic the actor's ulysses_sequence_parallel_size"),
             };
             l.unsupported(
                 key,
@@ -260,9 +261,9 @@ fn reference_spec(
 ) -> Option<ReferenceSpec> {
     let (world, seq_len) = (roles.world, roles.seq_len);
     let arr = &cfg.actor_rollout_ref;
-    needs_reference(cfg).then(|| {
+    reference_runs(cfg).then(|| {
         let r = &arr.reference;
-        let engine = engine_spec(&RoleEngine::reference(cfg), world, l);
+        let engine = engine_spec(&Role::reference(cfg), world, l);
         let dp = data_parallel(world, &engine);
         ReferenceSpec {
             model_path: r
@@ -332,12 +333,7 @@ fn rollout_spec(
                 l,
             )
         },
-        dtype: match arr.rollout.dtype {
-            RolloutDtype::Bfloat16 => Some(Dtype::Bf16),
-            RolloutDtype::Float16 | RolloutDtype::Half => Some(Dtype::Fp16),
-            RolloutDtype::Float32 | RolloutDtype::Float => Some(Dtype::Fp32),
-            _ => None,
-        },
+        dtype: arr.rollout.dtype.dtype(),
         calculate_log_probs: arr.rollout.calculate_log_probs,
         tensor_parallel: rollout_tensor_parallel(cfg, actor_engine, world, l),
     }
@@ -846,12 +842,7 @@ fn reward_model_spec(
     let (input, dtype, micro) = if rm.use_reward_loop {
         // The reward loop sends one `classify` request per response to a vLLM/SGLang server
         // in `reward_model.rollout.dtype`; the micro-batch is verlc's choice.
-        let dtype = match rm.rollout.dtype {
-            RolloutDtype::Bfloat16 => Some(Dtype::Bf16),
-            RolloutDtype::Float16 | RolloutDtype::Half => Some(Dtype::Fp16),
-            RolloutDtype::Float32 | RolloutDtype::Float => Some(Dtype::Fp32),
-            _ => None,
-        };
+        let dtype = rm.rollout.dtype.dtype();
         let input = RewardModelInput::Chat {
             add_special_tokens: true,
             max_length: None,
@@ -900,20 +891,21 @@ fn reward_model_spec(
     })
 }
 
-/// The engine of one role as the runtime applies it. Offload follows [`RoleEngine::offload`]
+/// The engine of one role as the runtime applies it. Offload follows [`Role::offload`]
 /// (FSDP2's `offload_policy` counts only under `fsdp2`).
-fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
+fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
     let (flags, _) = role.offload();
-    match role.engine {
+    let engine_key = role.engine_key();
+    match role.engine() {
         Some(Engine::Megatron(m)) => {
-            let (checkpointing, checkpointing_key) = &role.gradient_checkpointing;
+            let (checkpointing, checkpointing_key) = role.gradient_checkpointing;
             if !checkpointing {
                 l.no_effect(
                     checkpointing_key,
                     format!("`{checkpointing_key}` is read by FSDP engines; the Megatron engine keeps activations for backward, as Megatron does unless `override_transformer_config.recompute_granularity` is set"),
                 );
             }
-            let key = |k: &str| format!("{}.{k}", role.engine_key);
+            let key = |k: &str| format!("{engine_key}.{k}");
             let tp = l.count(
                 &key("tensor_model_parallel_size"),
                 m.tensor_model_parallel_size,
@@ -981,22 +973,22 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
             })
         }
         Some(Engine::Fsdp(f)) => {
-            let (checkpointing, checkpointing_key) = &role.gradient_checkpointing;
+            let (checkpointing, checkpointing_key) = role.gradient_checkpointing;
             if !checkpointing && f.reshard_after_forward && world.size() > 1 {
                 l.no_effect(
                     checkpointing_key,
-                    format!("with `{checkpointing_key}` off the binary keeps each layer's gathered parameters from its forward to its backward (PyTorch FSDP frees and gathers them again), so `{}.reshard_after_forward` frees nothing in between: memory grows by the model's parameters in the compute dtype", role.engine_key),
+                    format!("with `{checkpointing_key}` off the binary keeps each layer's gathered parameters from its forward to its backward (PyTorch FSDP frees and gathers them again), so `{engine_key}.reshard_after_forward` frees nothing in between: memory grows by the model's parameters in the compute dtype"),
                 );
             }
-            let engine_sp_key = format!("{}.ulysses_sequence_parallel_size", role.engine_key);
+            let engine_sp_key = format!("{engine_key}.ulysses_sequence_parallel_size");
             if f.ulysses_sequence_parallel_size > 1
-                && role.role != "reference policy"
-                && role.ulysses.1 != engine_sp_key
-                && role.ulysses.0 != f.ulysses_sequence_parallel_size
+                && role.kind != RoleKind::Reference
+                && role.sp_key != engine_sp_key
+                && role.sp != f.ulysses_sequence_parallel_size
             {
                 l.no_effect(
                     &engine_sp_key,
-                    format!("`{engine_sp_key}` has no effect: verl's legacy workers (trainer.use_legacy_worker_impl) read `{}` instead", role.ulysses.1),
+                    format!("`{engine_sp_key}` has no effect: verl's legacy workers (trainer.use_legacy_worker_impl) read `{}` instead", role.sp_key),
                 );
             }
             EngineSpec::Fsdp(FsdpEngineSpec {
@@ -1004,13 +996,11 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
                 optimizer_offload: flags.optimizer,
                 reshard_after_forward: f.reshard_after_forward,
                 gradient_checkpointing: role.gradient_checkpointing.0,
-                reduce_dtype: match f.mixed_precision.as_ref().and_then(|m| m.reduce_dtype) {
-                    Some(TorchDtype::Bf16 | TorchDtype::Bfloat16) => Dtype::Bf16,
-                    Some(TorchDtype::Fp16 | TorchDtype::Float16 | TorchDtype::Bits16) => {
-                        Dtype::Fp16
-                    }
-                    _ => Dtype::Fp32,
-                },
+                reduce_dtype: f
+                    .mixed_precision
+                    .as_ref()
+                    .and_then(|m| m.reduce_dtype)
+                    .map_or(Dtype::Fp32, TorchDtype::dtype),
                 fsdp_size: f.fsdp_size,
                 remove_padding: role.remove_padding,
                 ulysses: ulysses(role, world, l),
@@ -1032,9 +1022,9 @@ fn engine_spec(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> EngineS
 
 /// A role's Ulysses degree, checked against the world (rules V0xx report the verl-side
 /// conditions: packing on, heads divisible).
-fn ulysses(role: &RoleEngine, world: WorldSpec, l: &mut Lowering) -> usize {
-    let (sp, key) = &role.ulysses;
-    let sp = usize::try_from(*sp).unwrap_or(1).max(1);
+fn ulysses(role: &Role, world: WorldSpec, l: &mut Lowering) -> usize {
+    let (sp, key) = (role.sp, role.sp_key);
+    let sp = usize::try_from(sp).unwrap_or(1).max(1);
     if sp > 1 && !world.size().is_multiple_of(sp) {
         l.unsupported(
             key,

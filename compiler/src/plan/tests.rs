@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::binding::{self, OffloadFlags, PrecisionKind as P, StrategyKind as S};
+use super::binding::{self, Dtype, OffloadFlags, StrategyKind as S};
 use super::*;
 use crate::check::{CheckOptions, Checked, check};
 use crate::codes;
@@ -144,7 +144,7 @@ fn default_fsdp_binds_bf16_without_offload() {
         c.binding(),
         Binding {
             strategy: S::Fsdp,
-            precision: P::Bf16Mixed,
+            precision: Dtype::Bf16,
         }
     );
     assert_eq!(c.actor_offload(), OffloadFlags::NONE);
@@ -200,7 +200,7 @@ fn megatron_float32_binds_fp32() {
             "    ppo_micro_batch_size_per_gpu: 16\n    data_loader_seed: 1\n",
         );
     let c = case(&yaml, &[]);
-    assert_eq!(c.binding().precision, P::Fp32);
+    assert_eq!(c.binding().precision, Dtype::Fp32);
     assert!(
         c.lowered.diagnostics.iter().all(|d| !d.is_error()),
         "{:#?}",
@@ -345,17 +345,17 @@ fn mixed_precision_param_dtype_decides_precision() {
         &with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: fp32\n"),
         &[],
     );
-    assert_eq!(c.binding().precision, P::Fp32);
+    assert_eq!(c.binding().precision, Dtype::Fp32);
     let c = case(
         &with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: bf16\n"),
         &[],
     );
-    assert_eq!(c.binding().precision, P::Bf16Mixed);
+    assert_eq!(c.binding().precision, Dtype::Bf16);
     let c = case(
         &with_actor("    fsdp_config:\n      mixed_precision:\n        param_dtype: float16\n"),
         &[],
     );
-    assert_eq!(c.binding().precision, P::Fp16Mixed);
+    assert_eq!(c.binding().precision, Dtype::Fp16);
     assert!(c.binding().precision.loss_scaling());
 }
 
@@ -365,7 +365,7 @@ fn engine_dtype_decides_precision_without_mixed_precision() {
         &with_actor("    fsdp_config:\n      dtype: float16\n      model_dtype: bf16\n"),
         &[],
     );
-    assert_eq!(c.binding().precision, P::Fp16Mixed);
+    assert_eq!(c.binding().precision, Dtype::Fp16);
     let keys: Vec<&str> = c
         .lowered
         .plan
@@ -432,7 +432,7 @@ fn fsdp2_offload_policy_offloads_everything() {
         c.binding(),
         Binding {
             strategy: S::Fsdp,
-            precision: P::Bf16Mixed,
+            precision: Dtype::Bf16,
         }
     );
     assert_eq!(
@@ -480,7 +480,7 @@ fn megatron_precision_and_offload() {
         c.binding(),
         Binding {
             strategy: S::Megatron,
-            precision: P::Fp16Mixed,
+            precision: Dtype::Fp16,
         }
     );
     // Each of Megatron's offload keys places its own target.
@@ -836,22 +836,22 @@ fn support_table() {
     };
     // Megatron: every subset of {params, grads, optimizer}; FSDP: params and grads together,
     // and not with fp16.
-    assert_eq!(count(S::Megatron, P::Fp16Mixed), 8);
-    assert_eq!(count(S::Fsdp, P::Bf16Mixed), 4);
-    assert_eq!(count(S::Fsdp, P::Fp16Mixed), 2);
+    assert_eq!(count(S::Megatron, Dtype::Fp16), 8);
+    assert_eq!(count(S::Fsdp, Dtype::Bf16), 4);
+    assert_eq!(count(S::Fsdp, Dtype::Fp16), 2);
     let params = OffloadFlags {
         params: true,
         grads: true,
         optimizer: false,
     };
-    assert!(binding::validate_offload(S::Fsdp, P::Fp16Mixed, params).is_err());
-    assert!(binding::validate_offload(S::Megatron, P::Fp16Mixed, params).is_ok());
+    assert!(binding::validate_offload(S::Fsdp, Dtype::Fp16, params).is_err());
+    assert!(binding::validate_offload(S::Megatron, Dtype::Fp16, params).is_ok());
     let grads_alone = OffloadFlags {
         params: false,
         grads: true,
         optimizer: false,
     };
-    assert!(binding::validate_offload(S::Fsdp, P::Bf16Mixed, grads_alone).is_err());
+    assert!(binding::validate_offload(S::Fsdp, Dtype::Bf16, grads_alone).is_err());
 }
 
 #[test]

@@ -12,7 +12,7 @@ use tch::{Device, Tensor};
 use crate::model::load::{Checkpoint, LoadOptions, load_weights};
 use crate::model::lora::{is_adapter, load_adapter};
 use crate::model::pretrained::materialize;
-use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
+use crate::model::{Dtype, ModelConfig, ModelSource, TorchKind};
 use crate::optim::param_groups::{named_params, single_group};
 use crate::optim::stack;
 use crate::optim::{LossScaling, LrScheduler, Optimizer};
@@ -31,7 +31,7 @@ pub struct EngineSettings {
     pub model_path: String,
     pub device: Device,
     /// dtype of the model's parameters (bf16/fp16 train with fp32 main params).
-    pub param_dtype: ParamDtype,
+    pub param_dtype: Dtype,
     /// Seed of the random initialisation (built-in models, fresh value heads).
     pub seed: u64,
     /// `None` builds a forward-only engine (the reference policy).
@@ -114,7 +114,7 @@ impl<H: Head> SingleEngine<H> {
                         }
                     }
                 }
-                let cfg = stack::optimizer_config(o, stack::precision_of(settings.param_dtype));
+                let cfg = stack::optimizer_config(o, settings.param_dtype);
                 let mut opt = Optimizer::with_scaling(
                     single_group(named_params(&vs), o.lr, o.weight_decay),
                     cfg,

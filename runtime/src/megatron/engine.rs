@@ -30,7 +30,7 @@ use crate::engine::{
 };
 use crate::model::init::{init_weights, init_weights_where};
 use crate::model::save::{SaveOptions, save_named};
-use crate::model::{CausalLm, ModelConfig, ModelSource, ValueModel};
+use crate::model::{CausalLm, ModelConfig, ModelSource, TorchKind, ValueModel};
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
 use crate::optim::stack;
 use crate::optim::{LrScheduler, NamedParam, ParamGroup};
@@ -338,7 +338,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 None
             }
             Some(o) => {
-                let cfg = stack::optimizer_config(o, stack::precision_of(settings.param_dtype));
+                let cfg = stack::optimizer_config(o, settings.param_dtype);
                 let (lr, wd) = (o.lr, o.weight_decay);
                 let min_lr = match o.scheduler {
                     SchedulerSettings::Megatron(c) => c.min_lr,

@@ -37,7 +37,7 @@ pub use config::{Arch, ModelConfig, MoeConfig};
 pub use heads::{CausalLm, ValueModel};
 pub use load::{Checkpoint, LoadOptions, LoadReport, Shard};
 pub use pretrained::{
-    LoadedModel, ModelKind, ModelSource, Precision, from_pretrained, reward_from_pretrained,
+    Dtype, LoadedModel, ModelKind, ModelSource, TorchKind, from_pretrained, reward_from_pretrained,
     value_from_pretrained,
 };
 pub use save::{SaveOptions, save_pretrained};

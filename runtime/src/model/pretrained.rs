@@ -76,30 +76,19 @@ pub enum ModelKind {
     Reward,
 }
 
-/// Parameter dtype (verl's `model_dtype` / `param_dtype`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Precision {
-    Fp32,
-    Bf16,
-    Fp16,
+pub use verlc_spec::Dtype;
+
+/// The torch kind of a [`Dtype`] (the one place the runtime maps the two).
+pub trait TorchKind {
+    fn kind(self) -> Kind;
 }
 
-impl Precision {
-    pub fn kind(self) -> Kind {
+impl TorchKind for Dtype {
+    fn kind(self) -> Kind {
         match self {
-            Precision::Fp32 => Kind::Float,
-            Precision::Bf16 => Kind::BFloat16,
-            Precision::Fp16 => Kind::Half,
-        }
-    }
-
-    /// verl's spellings: fp32/float32, bf16/bfloat16, fp16/float16/half.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "fp32" | "float32" | "float" => Some(Precision::Fp32),
-            "bf16" | "bfloat16" => Some(Precision::Bf16),
-            "fp16" | "float16" | "half" => Some(Precision::Fp16),
-            _ => None,
+            Dtype::Fp32 => Kind::Float,
+            Dtype::Bf16 => Kind::BFloat16,
+            Dtype::Fp16 => Kind::Half,
         }
     }
 }
@@ -116,7 +105,7 @@ pub struct LoadedModel<M> {
 fn build<M>(
     path: &str,
     device: Device,
-    precision: Precision,
+    precision: Dtype,
     seed: u64,
     kind: ModelKind,
     new: impl FnOnce(&ModelConfig, &VarStore) -> Result<M, String>,
@@ -189,7 +178,7 @@ pub fn materialize(
 pub fn from_pretrained(
     path: &str,
     device: Device,
-    precision: Precision,
+    precision: Dtype,
     seed: u64,
 ) -> Result<LoadedModel<CausalLm>, ModelError> {
     build(
@@ -207,7 +196,7 @@ pub fn from_pretrained(
 pub fn value_from_pretrained(
     path: &str,
     device: Device,
-    precision: Precision,
+    precision: Dtype,
     seed: u64,
 ) -> Result<LoadedModel<ValueModel>, ModelError> {
     scalar_head(path, device, precision, seed, ModelKind::Value)
@@ -220,7 +209,7 @@ pub fn value_from_pretrained(
 pub fn reward_from_pretrained(
     path: &str,
     device: Device,
-    precision: Precision,
+    precision: Dtype,
     seed: u64,
 ) -> Result<LoadedModel<ValueModel>, ModelError> {
     scalar_head(path, device, precision, seed, ModelKind::Reward)
@@ -230,7 +219,7 @@ pub fn reward_from_pretrained(
 fn scalar_head(
     path: &str,
     device: Device,
-    precision: Precision,
+    precision: Dtype,
     seed: u64,
     kind: ModelKind,
 ) -> Result<LoadedModel<ValueModel>, ModelError> {

@@ -23,7 +23,7 @@ pub mod stack;
 mod state;
 
 pub use inner::{AdamWConfig, InnerConfig, SgdConfig};
-pub use optimizer::{Optimizer, OptimizerConfig, Precision, StepOutcome};
+pub use optimizer::{Dtype, Optimizer, OptimizerConfig, StepOutcome};
 pub use param_groups::{GroupOptions, NamedParam, ParamGroup};
 pub use scaler::{GradScaler, LossScaler, LossScaling, ScalerConfig};
 pub use sched::LrScheduler;

@@ -19,22 +19,15 @@ use super::{OptimError, Result};
 use crate::dist::ProcessGroup;
 use crate::ops;
 
-/// Training precision, which picks the Megatron wrapper.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    /// `FP32Optimizer`: params are the main params; no scaler.
-    Fp32,
-    /// `Float16OptimizerWithFloat16Params` for bf16 models (no scaler unless `loss_scale`).
-    Bf16,
-    /// Same for fp16 models; a scaler is required. fp32 params are stepped in place (FSDP's
-    /// fp32 main shards of an fp16 model).
-    Fp16,
-}
+/// Training precision, which picks the Megatron wrapper: `Fp32` is `FP32Optimizer` (params are
+/// the main params; no scaler); `Bf16` and `Fp16` are `Float16OptimizerWithFloat16Params`
+/// (fp16 requires a scaler, bf16 has none unless `loss_scale`). fp32 params of an fp16 run are
+/// stepped in place (FSDP's fp32 main shards of an fp16 model).
+pub use verlc_spec::Dtype;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct OptimizerConfig {
-    pub precision: Precision,
+    pub precision: Dtype,
     pub inner: InnerConfig,
     /// Global L2 clip threshold; `<= 0` disables clipping (the norm is still computed).
     pub clip_grad: f64,
@@ -52,7 +45,7 @@ pub struct OptimizerConfig {
 impl OptimizerConfig {
     /// Megatron's defaults for a precision: AdamW(0.9, 0.999, 1e-8), clip 1.0, dynamic scaler
     /// for fp16 only, no offload.
-    pub fn megatron(precision: Precision) -> Self {
+    pub fn megatron(precision: Dtype) -> Self {
         OptimizerConfig {
             precision,
             inner: InnerConfig::AdamW(Default::default()),
@@ -60,7 +53,7 @@ impl OptimizerConfig {
             grad_norm_skip_threshold: f64::INFINITY,
             skip_nonfinite_grad_norm: false,
             log_num_zeros_in_grad: false,
-            scaler: (precision == Precision::Fp16).then(ScalerConfig::megatron_dynamic),
+            scaler: (precision == Dtype::Fp16).then(ScalerConfig::megatron_dynamic),
             offload_fraction: 0.0,
         }
     }
@@ -152,12 +145,12 @@ impl Optimizer {
             )));
         }
         match (c.precision, c.scaler) {
-            (Precision::Fp32, Some(_)) => {
+            (Dtype::Fp32, Some(_)) => {
                 return Err(OptimError::Config(
                     "the fp32 optimizer takes no grad scaler".into(),
                 ));
             }
-            (Precision::Fp16, None) => {
+            (Dtype::Fp16, None) => {
                 return Err(OptimError::Config(
                     "fp16 needs a grad scaler (constant or dynamic)".into(),
                 ));
@@ -207,7 +200,7 @@ impl Optimizer {
                         p.name
                     )));
                 }
-                if c.precision == Precision::Fp32 && kind != Kind::Float {
+                if c.precision == Dtype::Fp32 && kind != Kind::Float {
                     return Err(OptimError::Config(format!(
                         "param {} is {kind:?} but the precision is fp32",
                         p.name

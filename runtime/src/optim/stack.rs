@@ -7,17 +7,7 @@
 use verlc_spec::optim::{OptimSettings, SchedulerSettings};
 
 use super::sched::{OptimizerParamScheduler, VerlLrScheduler};
-use super::{LrScheduler, OptimError, Optimizer, OptimizerConfig, Precision, ScalerConfig};
-use crate::model::Precision as ParamDtype;
-
-/// The optimizer's precision for a model's parameter dtype.
-pub fn precision_of(dtype: ParamDtype) -> Precision {
-    match dtype {
-        ParamDtype::Fp32 => Precision::Fp32,
-        ParamDtype::Bf16 => Precision::Bf16,
-        ParamDtype::Fp16 => Precision::Fp16,
-    }
-}
+use super::{Dtype, LrScheduler, OptimError, Optimizer, OptimizerConfig, ScalerConfig};
 
 /// The share of the parameters whose optimizer state lives on the host: all of them with
 /// `offload` (verl's `optimizer_offload`), else Megatron's `optimizer_offload_fraction`.
@@ -27,7 +17,7 @@ pub fn host_share(o: &OptimSettings) -> f64 {
 
 /// Megatron's optimizer configuration for the spec's settings, with main params at
 /// `precision` (fp16 adds the dynamic loss scaler).
-pub fn optimizer_config(o: &OptimSettings, precision: Precision) -> OptimizerConfig {
+pub fn optimizer_config(o: &OptimSettings, precision: Dtype) -> OptimizerConfig {
     OptimizerConfig {
         precision,
         inner: o.inner,
@@ -35,7 +25,7 @@ pub fn optimizer_config(o: &OptimSettings, precision: Precision) -> OptimizerCon
         grad_norm_skip_threshold: f64::INFINITY,
         skip_nonfinite_grad_norm: true,
         log_num_zeros_in_grad: false,
-        scaler: (precision == Precision::Fp16).then(ScalerConfig::megatron_dynamic),
+        scaler: (precision == Dtype::Fp16).then(ScalerConfig::megatron_dynamic),
         offload_fraction: host_share(o),
     }
 }

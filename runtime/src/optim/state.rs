@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use super::inner::{InnerConfig, SlotState};
-use super::optimizer::{Optimizer, Precision, Storage};
+use super::optimizer::{Optimizer, Storage};
 use super::param_groups::GroupOptions;
 use super::sched::LrScheduler;
 use super::{OptimError, Result};
@@ -21,7 +21,7 @@ const FORMAT_VERSION: u32 = 1;
 #[derive(Serialize, Deserialize)]
 struct Meta {
     version: u32,
-    precision: Precision,
+    precision: crate::optim::Dtype,
     inner: InnerConfig,
     groups: Vec<GroupMeta>,
     /// Completed optimizer steps per param (torch keeps one counter per param).

@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use tch::{Kind, Tensor};
 use verlc_spec::TrainerSpec;
-use verlc_spec::binding::PrecisionKind;
 use verlc_spec::data::DataSpec;
-use verlc_spec::trainer::{Dtype, KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec};
+use verlc_spec::trainer::{KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec};
 
 use crate::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
 use crate::algo::rollout_correction::rollout_correction;
@@ -19,7 +18,6 @@ use crate::algo::{
 use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset};
 use crate::engine::{Batch, Engine, EngineSettings, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
-use crate::model::Precision as ParamDtype;
 use crate::model::lora::{LoraConfig, LoraTargets};
 use crate::rng::Rng;
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens, probs_diff};
@@ -152,23 +150,6 @@ fn response_ids(out: &RolloutOutput) -> Result<Vec<Vec<i64>>, TrainerError> {
         .collect())
 }
 
-/// Parameter dtype of the trainable models for a precision binding.
-pub fn param_dtype(p: PrecisionKind) -> ParamDtype {
-    match p {
-        PrecisionKind::Fp32 => ParamDtype::Fp32,
-        PrecisionKind::Bf16Mixed => ParamDtype::Bf16,
-        PrecisionKind::Fp16Mixed => ParamDtype::Fp16,
-    }
-}
-
-fn dtype(d: Dtype) -> ParamDtype {
-    match d {
-        Dtype::Fp32 => ParamDtype::Fp32,
-        Dtype::Bf16 => ParamDtype::Bf16,
-        Dtype::Fp16 => ParamDtype::Fp16,
-    }
-}
-
 /// The training set and, when the spec names files, the validation set.
 fn datasets(
     d: &DataSpec,
@@ -244,7 +225,7 @@ fn critic_role<R: Roles>(
         EngineSettings {
             model_path: c.model_path.clone(),
             device: opts.device,
-            param_dtype: param_dtype(spec.binding.precision),
+            param_dtype: spec.binding.precision,
             seed: c.seed,
             optim: Some(c.optim.resolve(total_steps)),
             loss_scale_factor: None,
@@ -278,7 +259,7 @@ fn reference_policy<R: Roles>(
         EngineSettings {
             model_path: r.model_path.clone(),
             device: opts.device,
-            param_dtype: param_dtype(spec.binding.precision),
+            param_dtype: spec.binding.precision,
             seed: spec.model_seed,
             optim: None,
             loss_scale_factor: None,
@@ -338,7 +319,7 @@ impl<R: Roles> Trainer<R> {
         let reward = reward_function(spec, opts, &train, val.as_ref())?;
 
         // Models, in the same order on every rank (their construction is collective).
-        let dtype_ = param_dtype(spec.binding.precision);
+        let dtype_ = spec.binding.precision;
         let seed = spec.model_seed;
         let a = &spec.actor;
         let actor_engine = roles.actor(
@@ -366,12 +347,12 @@ impl<R: Roles> Trainer<R> {
         let reward_model = match &spec.reward_model {
             Some(m) => Some(RewardModel::load(
                 m,
-                m.dtype.map_or(dtype_, dtype),
+                m.dtype.unwrap_or(dtype_),
                 opts.device,
             )?),
             None => None,
         };
-        let rollout_dtype = spec.rollout.dtype.map_or(dtype_, dtype);
+        let rollout_dtype = spec.rollout.dtype.unwrap_or(dtype_);
         let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
         let rollout = RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
 

@@ -27,7 +27,7 @@ use verlc_spec::TrainerSpec;
 use crate::engine::Metrics;
 use crate::optim::LossScaling;
 
-pub use fit::{Trainer, param_dtype};
+pub use fit::Trainer;
 
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]

@@ -20,7 +20,7 @@ use tch::{Device, Tensor};
 
 use crate::dist::ProcessGroup;
 use crate::megatron::{HeadKind, ParallelModel};
-use crate::model::{CausalLm, ModelConfig, Precision};
+use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
 use crate::rollout::{
     ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout, ShardedDecoder,
     StopTokens, generate, generate_with,
@@ -42,7 +42,7 @@ enum Skeleton {
 pub struct RolloutWorker {
     vs: VarStore,
     model: Skeleton,
-    pub dtype: Precision,
+    pub dtype: Dtype,
     /// Shape of every parameter (what [`RolloutWorker::update_weights`] must receive).
     shapes: BTreeMap<String, Vec<i64>>,
     /// True while weights are bound.
@@ -63,7 +63,7 @@ impl std::fmt::Debug for RolloutWorker {
 impl RolloutWorker {
     /// A model of `config` in `dtype` on `device` without weights; call
     /// [`RolloutWorker::update_weights`] before generating.
-    pub fn new(config: &ModelConfig, dtype: Precision, device: Device) -> Result<Self> {
+    pub fn new(config: &ModelConfig, dtype: Dtype, device: Device) -> Result<Self> {
         let vs = VarStore::new(device);
         let lora = config.lora.clone();
         let plain = ModelConfig {
@@ -75,7 +75,7 @@ impl RolloutWorker {
     }
 
     /// The rollout model for `layout` (what the actor's engine reports).
-    pub fn for_layout(layout: &RolloutLayout, dtype: Precision, device: Device) -> Result<Self> {
+    pub fn for_layout(layout: &RolloutLayout, dtype: Dtype, device: Device) -> Result<Self> {
         match layout {
             RolloutLayout::Full(config) => Self::new(config, dtype, device),
             RolloutLayout::Sharded(shards) => Self::sharded(shards, dtype, device),
@@ -83,7 +83,7 @@ impl RolloutWorker {
     }
 
     /// This rank's shards of the model (a Megatron actor's layout) in `dtype`, without weights.
-    pub fn sharded(layout: &ShardLayout, dtype: Precision, device: Device) -> Result<Self> {
+    pub fn sharded(layout: &ShardLayout, dtype: Dtype, device: Device) -> Result<Self> {
         if layout.config.lora.is_some() {
             return Err(WorkerError::Config(
                 "a sharded (Megatron) rollout does not merge LoRA adapters".into(),
@@ -110,7 +110,7 @@ impl RolloutWorker {
     fn with_skeleton(
         mut vs: VarStore,
         model: Skeleton,
-        dtype: Precision,
+        dtype: Dtype,
         lora: Option<crate::model::lora::LoraConfig>,
     ) -> Result<Self> {
         vs.set_kind(dtype.kind());

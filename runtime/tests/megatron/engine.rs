@@ -8,7 +8,7 @@ use runtime::engine::{
     Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine,
 };
 use runtime::megatron::{GroupPolicy, MegatronEngine, MegatronSettings, ParallelSettings};
-use runtime::model::{CausalLm, Precision, ValueModel};
+use runtime::model::{CausalLm, Dtype, ValueModel};
 use runtime::optim::distrib::LayoutOptions;
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use runtime::optim::{AdamWConfig, InnerConfig};
@@ -28,7 +28,7 @@ pub(crate) fn engine_settings() -> EngineSettings {
     EngineSettings {
         model_path: MODEL.into(),
         device: Device::Cpu,
-        param_dtype: Precision::Fp32,
+        param_dtype: Dtype::Fp32,
         seed: 7,
         optim: Some(OptimSettings {
             inner: InnerConfig::AdamW(AdamWConfig::default()),
@@ -131,7 +131,7 @@ pub(crate) fn megatron_settings(
 /// 16 generated responses with old/ref log-probs and advantages (from the single engine).
 fn batch(single: &mut Actor<SingleEngine<CausalLm>>) -> Batch {
     let cfg = single.engine.model_config().clone();
-    let mut worker = RolloutWorker::new(&cfg, Precision::Fp32, Device::Cpu).unwrap();
+    let mut worker = RolloutWorker::new(&cfg, Dtype::Fp32, Device::Cpu).unwrap();
     worker
         .update_weights(&single.engine.per_tensor_params().unwrap())
         .unwrap();
@@ -275,10 +275,10 @@ pub(crate) fn assert_rollout_matches(
     full: &[(String, Tensor)],
     rollout_tp: Option<usize>,
 ) {
-    let mut whole = RolloutWorker::new(mega.model_config(), Precision::Fp32, Device::Cpu).unwrap();
+    let mut whole = RolloutWorker::new(mega.model_config(), Dtype::Fp32, Device::Cpu).unwrap();
     whole.update_weights(full).unwrap();
     let layout = mega.rollout_layout(rollout_tp).unwrap();
-    let mut sharded = RolloutWorker::for_layout(&layout, Precision::Fp32, Device::Cpu).unwrap();
+    let mut sharded = RolloutWorker::for_layout(&layout, Dtype::Fp32, Device::Cpu).unwrap();
     assert!(sharded.is_sharded());
     sharded
         .update_weights(&mega.rollout_weights().unwrap())
@@ -549,11 +549,7 @@ rank_test!(critic_tp2_sp_and_pp2_match_single_engine, 2, |world| {
 /// distributed optimizer's param buffer, which its fp32 pieces view) and the gradient buffers
 /// leave device storage for host memory, and the run computes exactly what it computes
 /// without offload: log-probs, update metrics, weights, generated tokens.
-fn offload_keeps_the_trajectory(
-    world: &ProcessGroup,
-    dims: (usize, usize, usize),
-    dtype: Precision,
-) {
+fn offload_keeps_the_trajectory(world: &ProcessGroup, dims: (usize, usize, usize), dtype: Dtype) {
     let settings = EngineSettings {
         param_dtype: dtype,
         ..engine_settings()
@@ -690,7 +686,7 @@ rank_test!(
     offload_tp2_moves_weights_and_grads_without_changing_the_run,
     2,
     |world| {
-        offload_keeps_the_trajectory(&world, (2, 1, 1), Precision::Fp32);
+        offload_keeps_the_trajectory(&world, (2, 1, 1), Dtype::Fp32);
     }
 );
 
@@ -698,7 +694,7 @@ rank_test!(
     offload_pp2_bf16_moves_weights_and_grads_without_changing_the_run,
     2,
     |world| {
-        offload_keeps_the_trajectory(&world, (1, 2, 1), Precision::Bf16);
+        offload_keeps_the_trajectory(&world, (1, 2, 1), Dtype::Bf16);
     }
 );
 
@@ -706,6 +702,6 @@ rank_test!(
     offload_dp2_moves_weights_and_grads_without_changing_the_run,
     2,
     |world| {
-        offload_keeps_the_trajectory(&world, (1, 1, 2), Precision::Fp32);
+        offload_keeps_the_trajectory(&world, (1, 1, 2), Dtype::Fp32);
     }
 );

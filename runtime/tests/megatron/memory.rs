@@ -10,7 +10,7 @@
 use runtime::dist::ProcessGroup;
 use runtime::engine::{Batch, Engine, EngineSettings, ForwardOptions, MicroBatching, MicroLoss};
 use runtime::megatron::{MegatronEngine, ModuleMemory};
-use runtime::model::{CausalLm, Precision};
+use runtime::model::{CausalLm, Dtype};
 use runtime::rollout::{SamplingParams, StopTokens};
 use runtime::workers::rollout::RolloutWorker;
 use tch::{Device, Kind, Tensor};
@@ -89,7 +89,7 @@ fn measure(engine: &mut MegatronEngine<CausalLm>) -> Held {
 
     let mut rollout = RolloutWorker::for_layout(
         &engine.rollout_layout(None).unwrap(),
-        Precision::Fp32,
+        Dtype::Fp32,
         Device::Cpu,
     )
     .unwrap();

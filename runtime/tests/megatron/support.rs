@@ -3,7 +3,7 @@ use runtime::builtin_uri::BuiltinUri;
 use runtime::model::init::init_weights;
 use runtime::model::{CausalLm, ModelConfig, position_ids_from_mask};
 use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, named_params};
-use runtime::optim::{NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision};
+use runtime::optim::{Dtype, NamedParam, Optimizer, OptimizerConfig, ParamGroup};
 use runtime::rollout::logprob::log_probs_from_logits;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
@@ -47,7 +47,7 @@ impl Setup {
 
     /// bf16 params, fp32 main params, half of the optimizer state on the host.
     pub fn bf16_offload() -> Self {
-        let mut optim = OptimizerConfig::megatron(Precision::Bf16);
+        let mut optim = OptimizerConfig::megatron(Dtype::Bf16);
         optim.offload_fraction = 0.5;
         Setup {
             kind: Kind::BFloat16,
@@ -108,7 +108,7 @@ pub fn make_groups(params: Vec<NamedParam>) -> Vec<ParamGroup> {
 }
 
 pub fn optim_config() -> OptimizerConfig {
-    OptimizerConfig::megatron(Precision::Fp32)
+    OptimizerConfig::megatron(Dtype::Fp32)
 }
 
 /// Next-token cross-entropy summed over real (input, target) pairs of `rows`, and the pair

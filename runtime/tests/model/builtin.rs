@@ -1,6 +1,6 @@
 //! `builtin://tiny`: a config that needs no files, deterministic seeded initialisation.
 
-use runtime::model::{ModelSource, Precision, from_pretrained};
+use runtime::model::{Dtype, ModelSource, from_pretrained};
 use tch::Device;
 
 #[test]
@@ -17,7 +17,7 @@ fn tiny_is_a_small_qwen2_matching_its_tokenizer() {
     assert!(cfg.tie_word_embeddings);
     let n = cfg.num_parameters();
     assert!((300_000..2_000_000).contains(&n), "{n} parameters");
-    let m = from_pretrained("builtin://tiny", Device::Cpu, Precision::Fp32, 0).unwrap();
+    let m = from_pretrained("builtin://tiny", Device::Cpu, Dtype::Fp32, 0).unwrap();
     let counted: i64 = m.vs.variables().values().map(|t| t.numel() as i64).sum();
     assert_eq!(counted, n);
 }
@@ -27,21 +27,21 @@ fn seeded_init_is_deterministic_and_seed_dependent() {
     let a = from_pretrained(
         "builtin://tiny?layers=2&hidden=64",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         11,
     )
     .unwrap();
     let b = from_pretrained(
         "builtin://tiny?layers=2&hidden=64",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         11,
     )
     .unwrap();
     let c = from_pretrained(
         "builtin://tiny?layers=2&hidden=64",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         12,
     )
     .unwrap();

@@ -1,6 +1,6 @@
 //! Incremental decoding with the KV cache gives the logits of a full recomputation.
 
-use runtime::model::{KvCache, Precision, from_pretrained, position_ids_from_mask};
+use runtime::model::{Dtype, KvCache, from_pretrained, position_ids_from_mask};
 use tch::{Device, Kind, Tensor};
 
 use crate::oracle;
@@ -14,7 +14,7 @@ fn kv_cache_logits_equal_full_recompute() {
         let m = from_pretrained(
             dir.join(arch).to_str().unwrap(),
             Device::Cpu,
-            Precision::Fp32,
+            Dtype::Fp32,
             0,
         )
         .unwrap()
@@ -61,7 +61,7 @@ fn cache_rows_can_be_replicated_for_n_samples() {
     let m = from_pretrained(
         "builtin://tiny?layers=2&hidden=64",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         7,
     )
     .unwrap()

@@ -2,7 +2,7 @@
 //! causal LM and value model) with identical outputs, and we load our own shards back.
 
 use runtime::model::save::{SaveOptions, save_pretrained};
-use runtime::model::{Checkpoint, Precision, from_pretrained, value_from_pretrained};
+use runtime::model::{Checkpoint, Dtype, from_pretrained, value_from_pretrained};
 use tch::{Device, Kind};
 
 use crate::oracle::{self, get};
@@ -14,7 +14,7 @@ fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
         let m = from_pretrained(
             dir.join(arch).to_str().unwrap(),
             Device::Cpu,
-            Precision::Fp32,
+            Dtype::Fp32,
             0,
         )
         .unwrap();
@@ -51,7 +51,7 @@ fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
         );
 
         // And our own loader reads the result back bit for bit.
-        let back = from_pretrained(out.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+        let back = from_pretrained(out.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
         for (name, t) in m.vs.variables() {
             let u = back
                 .vs
@@ -69,7 +69,7 @@ fn value_model_round_trips_through_transformers() {
     let v = value_from_pretrained(
         dir.join("qwen2").to_str().unwrap(),
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         5,
     )
     .unwrap();
@@ -127,7 +127,7 @@ fn bf16_save_keeps_dtype_and_declares_it() {
     let m = from_pretrained(
         "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         1,
     )
     .unwrap();
@@ -141,7 +141,7 @@ fn bf16_save_keeps_dtype_and_declares_it() {
         serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(cfg["torch_dtype"], "bfloat16");
     assert_eq!(cfg["architectures"][0], "Qwen2ForCausalLM");
-    let back = from_pretrained(out.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+    let back = from_pretrained(out.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
     for (name, t) in m.vs.variables() {
         let u = &back.vs.variables()[&name];
         let expected = t.to_kind(Kind::BFloat16).to_kind(Kind::Float);
@@ -252,8 +252,8 @@ fn hub_id_loads_the_cached_snapshot() {
     let env = HubEnv::offline_at(&cache);
     let source = ModelSource::parse_in("tiny-org/qwen2-tiny", &env).unwrap();
     assert_eq!(source, ModelSource::Dir(snap.clone()));
-    let via_hub = from_pretrained(snap.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
-    let direct = from_pretrained(src.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+    let via_hub = from_pretrained(snap.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
+    let direct = from_pretrained(src.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
     for (name, t) in direct.vs.variables() {
         assert!(t.equal(&via_hub.vs.variables()[&name]), "{name}");
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use runtime::model::{Precision, from_pretrained};
+use runtime::model::{Dtype, from_pretrained};
 use tch::{Device, Tensor};
 
 use crate::oracle;
@@ -18,7 +18,7 @@ fn copy_dir(from: &Path, tag: &str) -> PathBuf {
 }
 
 fn load_err(dir: &Path) -> String {
-    match from_pretrained(dir.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0) {
+    match from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0) {
         Ok(_) => panic!("{} loaded although broken", dir.display()),
         Err(e) => e.to_string(),
     }

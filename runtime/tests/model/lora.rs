@@ -15,7 +15,7 @@ use runtime::engine::{
 };
 use runtime::model::lora::{LoraConfig, LoraTargets, is_adapter, merged, save_adapter};
 use runtime::model::save::{SaveOptions, save_named};
-use runtime::model::{CausalLm, Precision, from_pretrained};
+use runtime::model::{CausalLm, Dtype, from_pretrained};
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use runtime::optim::{AdamWConfig, InnerConfig};
 use tch::{Device, Kind, Tensor};
@@ -38,7 +38,7 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
     SingleEngine::new(EngineSettings {
         model_path: base.display().to_string(),
         device: Device::Cpu,
-        param_dtype: Precision::Fp32,
+        param_dtype: Dtype::Fp32,
         seed: 5,
         optim: Some(OptimSettings {
             inner: InnerConfig::AdamW(AdamWConfig::default()),
@@ -237,7 +237,7 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
         let m = from_pretrained(
             merged_dir.to_str().expect("utf-8"),
             Device::Cpu,
-            Precision::Fp32,
+            Dtype::Fp32,
             0,
         )
         .expect("merged checkpoint loads as a plain model");

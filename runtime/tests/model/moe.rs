@@ -3,7 +3,7 @@
 //! covered with the other families in parity.rs, cache.rs and the rollout tests); the grouped
 //! expert computation equals the per-token definition; the built-in tiny MoE.
 use runtime::model::decoder::param_shapes;
-use runtime::model::{ModelSource, Precision, from_pretrained};
+use runtime::model::{Dtype, ModelSource, from_pretrained};
 use tch::{Device, Kind, Tensor};
 
 use crate::oracle::{self, get};
@@ -33,7 +33,7 @@ fn every_parameter_gradient_matches_transformers() {
             .expect("weights");
         let out = oracle::cached("grads", &[&weights]);
         let r = oracle::read(&out.join("grads.safetensors"));
-        let m = from_pretrained(dir.to_str().unwrap(), Device::Cpu, Precision::Fp32, 0).unwrap();
+        let m = from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
         let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
         let logits = m
             .model
@@ -93,7 +93,7 @@ fn grouped_experts_equal_the_per_token_definition() {
     let m = from_pretrained(
         "builtin://tiny?arch=qwen3_moe&layers=1&hidden=64&experts=6&experts_per_tok=3",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         5,
     )
     .unwrap();
@@ -143,13 +143,7 @@ fn builtin_tiny_moe_lists_and_counts_its_experts() {
     assert_eq!(cfg.model_type, "qwen3_moe");
     assert!(cfg.qk_norm());
     assert_eq!(cfg.head_dim(), 32);
-    let m = from_pretrained(
-        "builtin://tiny?arch=qwen3_moe",
-        Device::Cpu,
-        Precision::Fp32,
-        0,
-    )
-    .unwrap();
+    let m = from_pretrained("builtin://tiny?arch=qwen3_moe", Device::Cpu, Dtype::Fp32, 0).unwrap();
     let vars = m.vs.variables();
     let counted: i64 = vars.values().map(|t| t.numel() as i64).sum();
     assert_eq!(counted, cfg.num_parameters());

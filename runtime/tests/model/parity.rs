@@ -3,7 +3,7 @@
 //! embeddings, linear RoPE scaling), Qwen3 (q/k norm, explicit head_dim, GQA 4:1, yarn RoPE)
 //! and Llama with dynamic NTK RoPE beyond max_position_embeddings (no GQA).
 
-use runtime::model::{Precision, from_pretrained};
+use runtime::model::{Dtype, TorchKind, from_pretrained};
 use tch::Device;
 
 use crate::oracle::{self, ARCHS, get};
@@ -15,7 +15,7 @@ fn logits_match_transformers_fp32() {
         let m = from_pretrained(
             dir.join(arch).to_str().unwrap(),
             Device::Cpu,
-            Precision::Fp32,
+            Dtype::Fp32,
             0,
         )
         .unwrap();
@@ -48,7 +48,7 @@ fn half_precisions_stay_close_to_fp32() {
     let dir = oracle::models();
     let r = oracle::read(&dir.join("qwen3_ref.safetensors"));
     let mask = get(&r, "attention_mask");
-    for (p, tol) in [(Precision::Bf16, 0.15), (Precision::Fp16, 0.02)] {
+    for (p, tol) in [(Dtype::Bf16, 0.15), (Dtype::Fp16, 0.02)] {
         let m = from_pretrained(dir.join("qwen3").to_str().unwrap(), Device::Cpu, p, 0).unwrap();
         assert_eq!(m.model.kind(), p.kind());
         let logits = tch::no_grad(|| {
@@ -75,7 +75,7 @@ fn windowed_forward_matches_transformers_and_the_full_backward() {
         let m = from_pretrained(
             dir.join(arch).to_str().unwrap(),
             Device::Cpu,
-            Precision::Fp32,
+            Dtype::Fp32,
             0,
         )
         .unwrap();

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use runtime::model::Precision;
+use runtime::model::Dtype;
 use runtime::tokenizer::{Message, Tokenizer};
 use runtime::workers::reward::{RewardInput, RewardModel};
 use tch::Device;
@@ -73,7 +73,7 @@ fn reward_models_score_as_transformers_sequence_classifiers() {
 
         let rm = RewardModel::load(
             &spec(&path, chat(None, Truncation::Right)),
-            Precision::Fp32,
+            Dtype::Fp32,
             Device::Cpu,
         )
         .expect("load reward model");
@@ -91,7 +91,7 @@ fn reward_models_score_as_transformers_sequence_classifiers() {
 
         let cut = RewardModel::load(
             &spec(&path, chat(Some(9), Truncation::Right)),
-            Precision::Fp32,
+            Dtype::Fp32,
             Device::Cpu,
         )
         .expect("load");
@@ -105,7 +105,7 @@ fn reward_models_score_as_transformers_sequence_classifiers() {
 
         let strict = RewardModel::load(
             &spec(&path, chat(Some(9), Truncation::Error)),
-            Precision::Fp32,
+            Dtype::Fp32,
             Device::Cpu,
         )
         .expect("load");
@@ -149,7 +149,7 @@ fn responses_reach_the_reward_model_as_verl_sends_them() {
         .collect();
     let rm = RewardModel::load(
         &spec(&path, chat(None, Truncation::Right)),
-        Precision::Fp32,
+        Dtype::Fp32,
         Device::Cpu,
     )
     .expect("load");
@@ -163,7 +163,7 @@ fn responses_reach_the_reward_model_as_verl_sends_them() {
     // response ids as they are.
     let tokens = RewardModel::load(
         &spec(&path, RewardModelInput::PolicyTokens),
-        Precision::Fp32,
+        Dtype::Fp32,
         Device::Cpu,
     )
     .expect("load");
@@ -187,7 +187,7 @@ fn a_causal_lm_is_no_reward_model() {
     let lm = oracle::models().join("qwen2");
     let err = RewardModel::load(
         &spec(&lm, RewardModelInput::PolicyTokens),
-        Precision::Fp32,
+        Dtype::Fp32,
         Device::Cpu,
     )
     .unwrap_err()

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use runtime::ops;
 use runtime::optim::{
-    GroupOptions, NamedParam, Optimizer, OptimizerConfig, ParamGroup, Precision, ScalerConfig,
+    Dtype, GroupOptions, NamedParam, Optimizer, OptimizerConfig, ParamGroup, ScalerConfig,
     StepOutcome,
 };
 use tch::{Device, Kind, Tensor};
@@ -45,7 +45,7 @@ fn bf16_run(offload: f64) -> (f64, f64, f64) {
     assert_eq!(params["w1"].kind(), Kind::BFloat16);
     let cfg = OptimizerConfig {
         offload_fraction: offload,
-        ..OptimizerConfig::megatron(Precision::Bf16)
+        ..OptimizerConfig::megatron(Dtype::Bf16)
     };
     let mut opt = Optimizer::new(groups_of(&params, 1e-3), cfg).unwrap();
     let (mut worst_model, mut worst_main, mut worst_norm) = (0f64, 0f64, 0f64);
@@ -119,7 +119,7 @@ fn fp16_opt(w: &Tensor, b: &Tensor, scaler: ScalerConfig) -> Optimizer {
         groups,
         OptimizerConfig {
             scaler: Some(scaler),
-            ..OptimizerConfig::megatron(Precision::Fp16)
+            ..OptimizerConfig::megatron(Dtype::Fp16)
         },
     )
     .unwrap()
@@ -266,7 +266,7 @@ fn grad_norm_skip_threshold_and_zero_count() {
         grad_norm_skip_threshold: 1.0,
         log_num_zeros_in_grad: true,
         scaler: Some(ScalerConfig::Constant { scale: 1.0 }),
-        ..OptimizerConfig::megatron(Precision::Fp16)
+        ..OptimizerConfig::megatron(Dtype::Fp16)
     };
     let mut opt = Optimizer::new(groups, cfg).unwrap();
     set_scaled_grads(&w, &b, 1.0, Some(0.0)); // one zero in b
@@ -294,7 +294,7 @@ fn offload_fraction_is_a_greedy_prefix() {
         }];
         let cfg = OptimizerConfig {
             offload_fraction: fraction,
-            ..OptimizerConfig::megatron(Precision::Bf16)
+            ..OptimizerConfig::megatron(Dtype::Bf16)
         };
         assert_eq!(
             Optimizer::new(groups, cfg).unwrap().offloaded_numel(),
@@ -313,7 +313,7 @@ fn config_errors() {
             options: GroupOptions::new(1.0, 0.0),
         }]
     };
-    let fp32 = OptimizerConfig::megatron(Precision::Fp32);
+    let fp32 = OptimizerConfig::megatron(Dtype::Fp32);
     assert!(
         Optimizer::new(
             g(),
@@ -329,7 +329,7 @@ fn config_errors() {
             g(),
             OptimizerConfig {
                 scaler: None,
-                ..OptimizerConfig::megatron(Precision::Fp16)
+                ..OptimizerConfig::megatron(Dtype::Fp16)
             }
         )
         .is_err()
@@ -386,7 +386,7 @@ fn fp32_params_without_grad_are_skipped() {
         ],
         options: GroupOptions::new(0.1, 0.0),
     }];
-    let mut opt = Optimizer::new(groups, OptimizerConfig::megatron(Precision::Fp32)).unwrap();
+    let mut opt = Optimizer::new(groups, OptimizerConfig::megatron(Dtype::Fp32)).unwrap();
     ops::set_grad(&a, Some(&Tensor::ones([3], (Kind::Float, Device::Cpu)))).unwrap();
     let out = opt.step(None).unwrap();
     assert!(out.update_successful);
@@ -405,8 +405,8 @@ fn bf16_training_tracks_fp32_training() {
     let y = x.matmul(&w_true);
     let w0 = Tensor::randn([16, 1], (Kind::Float, Device::Cpu)) * 0.1;
     let mut losses = vec![];
-    for precision in [Precision::Fp32, Precision::Bf16] {
-        let kind = if precision == Precision::Fp32 {
+    for precision in [Dtype::Fp32, Dtype::Bf16] {
+        let kind = if precision == Dtype::Fp32 {
             Kind::Float
         } else {
             Kind::BFloat16

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use runtime::ops;
 use runtime::optim::{
-    AdamWConfig, GroupOptions, InnerConfig, NamedParam, Optimizer, OptimizerConfig, ParamGroup,
-    Precision, SgdConfig,
+    AdamWConfig, Dtype, GroupOptions, InnerConfig, NamedParam, Optimizer, OptimizerConfig,
+    ParamGroup, SgdConfig,
 };
 use tch::Tensor;
 
@@ -44,7 +44,7 @@ fn build(
         inner,
         clip_grad: 0.0,
         offload_fraction: offload,
-        ..OptimizerConfig::megatron(Precision::Fp32)
+        ..OptimizerConfig::megatron(Dtype::Fp32)
     };
     let opt = Optimizer::new(
         vec![group(&["w1", "w2"], wd[0]), group(&["b1"], wd[1])],

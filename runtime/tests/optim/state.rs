@@ -9,8 +9,8 @@ use runtime::optim::sched::{
     VerlSchedulerConfig, WdIncrStyle,
 };
 use runtime::optim::{
-    GroupOptions, InnerConfig, LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup,
-    Precision, ScalerConfig, SgdConfig,
+    Dtype, GroupOptions, InnerConfig, LrScheduler, NamedParam, Optimizer, OptimizerConfig,
+    ParamGroup, ScalerConfig, SgdConfig,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -84,7 +84,7 @@ fn new_run(setup: Setup, offload: f64) -> Run {
                     hysteresis: 2,
                 }),
                 offload_fraction: offload,
-                ..OptimizerConfig::megatron(Precision::Fp16)
+                ..OptimizerConfig::megatron(Dtype::Fp16)
             },
             Box::new(|g| {
                 let c = MegatronSchedulerConfig {
@@ -108,7 +108,7 @@ fn new_run(setup: Setup, offload: f64) -> Run {
             OptimizerConfig {
                 inner: InnerConfig::Sgd(SgdConfig::default()),
                 offload_fraction: offload,
-                ..OptimizerConfig::megatron(Precision::Bf16)
+                ..OptimizerConfig::megatron(Dtype::Bf16)
             },
             Box::new(|g| {
                 let c = VerlSchedulerConfig {
@@ -289,7 +289,7 @@ fn load_rejects_other_params_and_rules() {
     }];
     let cfg = OptimizerConfig {
         scaler: Some(ScalerConfig::Constant { scale: 1.0 }),
-        ..OptimizerConfig::megatron(Precision::Fp16)
+        ..OptimizerConfig::megatron(Dtype::Fp16)
     };
     let mut o = Optimizer::new(groups, cfg).unwrap();
     let e = o.load(&ckpt).unwrap_err().to_string();

@@ -1,7 +1,7 @@
 //! Batched generation: token-for-token parity with transformers' greedy generate on
 //! left-padded batches, stopping at EOS, verl's output layout, n samples per prompt.
 
-use runtime::model::{Precision, from_pretrained};
+use runtime::model::{Dtype, from_pretrained};
 use runtime::rollout::{SamplingParams, StopTokens, generate, generate_padded};
 use tch::{Device, Kind, Tensor};
 
@@ -18,7 +18,7 @@ fn greedy_matches_transformers_generate() {
         let m = from_pretrained(
             dir.join(arch).to_str().unwrap(),
             Device::Cpu,
-            Precision::Fp32,
+            Dtype::Fp32,
             0,
         )
         .unwrap()
@@ -59,7 +59,7 @@ fn output_layout_follows_verl() {
     let m = from_pretrained(
         "builtin://tiny?layers=2&hidden=64",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         3,
     )
     .unwrap()
@@ -132,7 +132,7 @@ fn ignore_eos_runs_to_the_length_limit() {
     let m = from_pretrained(
         "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         3,
     )
     .unwrap()
@@ -156,7 +156,7 @@ fn bad_prompts_are_rejected_with_their_index() {
     let m = from_pretrained(
         "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         3,
     )
     .unwrap()
@@ -190,7 +190,7 @@ fn prompts_pad_to_a_fixed_width() {
     let m = from_pretrained(
         "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         3,
     )
     .unwrap()
@@ -219,7 +219,7 @@ fn ended_rows_leave_the_batch_without_changing_any_row() {
     let m = from_pretrained(
         "builtin://tiny?layers=2&hidden=64",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         3,
     )
     .unwrap()

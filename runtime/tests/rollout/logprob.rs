@@ -1,7 +1,7 @@
 //! Log-probs of given sequences through the training forward, in micro-batches: they equal
 //! the rollout's decode-time log-probs, and entropy/mismatch metrics are consistent.
 
-use runtime::model::{Precision, from_pretrained};
+use runtime::model::{Dtype, from_pretrained};
 use runtime::rollout::{
     LogProbPath, SamplingParams, SequenceBatch, StopTokens, compute_log_probs, entropy_from_logits,
     generate, probs_diff,
@@ -16,7 +16,7 @@ fn recomputed_log_probs_match_decode_log_probs() {
     let m = from_pretrained(
         dir.join("qwen3").to_str().unwrap(),
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         0,
     )
     .unwrap()
@@ -80,7 +80,7 @@ fn invalid_batches_are_rejected() {
     let m = from_pretrained(
         "builtin://tiny?layers=1&hidden=32&heads=2&kv_heads=1",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         3,
     )
     .unwrap()

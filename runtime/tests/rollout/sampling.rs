@@ -1,7 +1,7 @@
 //! Seeded sampling: reproducible, independent of how prompts are batched, and distributed as
 //! the filtered softmax says.
 
-use runtime::model::{Precision, from_pretrained};
+use runtime::model::{Dtype, from_pretrained};
 use runtime::rng::Rng;
 use runtime::rollout::sampling::{sample, top_k_filter, top_p_filter, uniforms};
 use runtime::rollout::vocab_head::{DecodeHead, HeadLogits};
@@ -12,7 +12,7 @@ fn tiny() -> runtime::model::CausalLm {
     from_pretrained(
         "builtin://tiny?layers=2&hidden=64",
         Device::Cpu,
-        Precision::Fp32,
+        Dtype::Fp32,
         9,
     )
     .unwrap()

@@ -79,7 +79,7 @@ fn config(example: &str, overrides: &[String]) -> TrainerSpec {
     let spec = crate::support::spec_of(example, overrides);
     assert_eq!(
         spec.binding.precision,
-        verlc_spec::binding::PrecisionKind::Fp32,
+        verlc_spec::Dtype::Fp32,
         "{example} binds fp32"
     );
     spec

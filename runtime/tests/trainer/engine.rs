@@ -6,7 +6,7 @@ use runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
 use runtime::engine::{
     Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine,
 };
-use runtime::model::{CausalLm, Precision};
+use runtime::model::{CausalLm, Dtype};
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use runtime::optim::{AdamWConfig, InnerConfig, SgdConfig};
 use runtime::rollout::{SamplingParams, StopTokens};
@@ -43,7 +43,7 @@ fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
     SingleEngine::new(EngineSettings {
         model_path: MODEL.into(),
         device: Device::Cpu,
-        param_dtype: Precision::Fp32,
+        param_dtype: Dtype::Fp32,
         seed: 7,
         optim: trainable.then_some(optim),
         loss_scale_factor: None,
@@ -82,7 +82,7 @@ fn settings(micro: usize, mode: LossAggMode) -> ActorSettings {
 fn batch(actor: &mut Actor<SingleEngine<CausalLm>>) -> Batch {
     let mut worker = runtime::workers::rollout::RolloutWorker::new(
         actor.engine.model_config(),
-        Precision::Fp32,
+        Dtype::Fp32,
         Device::Cpu,
     )
     .expect("rollout");
@@ -293,7 +293,7 @@ fn rollout_binds_weights_without_a_copy_and_releases_them() {
     let actor = engine(true);
     let params = params_of(&actor);
     let cfg = actor.model_config();
-    let mut fp32 = RolloutWorker::new(cfg, Precision::Fp32, Device::Cpu).expect("rollout");
+    let mut fp32 = RolloutWorker::new(cfg, Dtype::Fp32, Device::Cpu).expect("rollout");
     assert_eq!(fp32.weight_bytes(), 0, "a new rollout holds no weights");
     fp32.update_weights(&params).expect("bind");
     let numel: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
@@ -333,7 +333,7 @@ fn rollout_binds_weights_without_a_copy_and_releases_them() {
         "the same weights generate the same responses"
     );
 
-    let mut bf16 = RolloutWorker::new(cfg, Precision::Bf16, Device::Cpu).expect("rollout");
+    let mut bf16 = RolloutWorker::new(cfg, Dtype::Bf16, Device::Cpu).expect("rollout");
     bf16.update_weights(&params).expect("bind");
     assert_eq!(
         bf16.weight_bytes(),
@@ -404,7 +404,7 @@ fn config_overrides_reach_the_model() {
     let settings = |overrides: serde_json::Value| EngineSettings {
         model_path: MODEL.into(),
         device: Device::Cpu,
-        param_dtype: Precision::Fp32,
+        param_dtype: Dtype::Fp32,
         seed: 7,
         optim: None,
         loss_scale_factor: None,

@@ -125,7 +125,7 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
     let e: SingleEngine<runtime::model::CausalLm> = SingleEngine::new(EngineSettings {
         model_path: TINY.trim_matches('\'').into(),
         device: tch::Device::Cpu,
-        param_dtype: runtime::model::Precision::Fp32,
+        param_dtype: runtime::model::Dtype::Fp32,
         seed: 42,
         optim: None,
         loss_scale_factor: None,

@@ -169,7 +169,7 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
         macros_dir => spec.macros_dir.clone(),
         features => features,
         strategy => b.strategy.name(),
-        precision => b.precision.name(),
+        precision => b.precision.marker(),
         summary => summary(plan),
         ..common
     };

@@ -22,8 +22,9 @@
 //! per-rank mini-batch for training roles), or turn on `use_dynamic_bsz` to batch by tokens.
 
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{is_fsdp, micro_pairs, n_gpus, nearest_divisor, train_roles};
+use crate::rules::facts::{micro_pairs, nearest_divisor};
 
 const CODE: Code = Code("V009");
 
@@ -71,17 +72,17 @@ fn null_site(ctx: &RuleContext, key: &str) -> Option<crate::source::Origin> {
 
 /// A per-GPU size that divides the per-rank mini-batch of a training role, else 4.
 fn suggestion(ctx: &RuleContext, prefix: &str) -> i64 {
-    let gpus = n_gpus(ctx.config);
-    train_roles(ctx.config)
+    Role::trained(ctx.config)
         .into_iter()
-        .find(|r| r.prefix == prefix)
-        .and_then(|r| {
-            let dp = if is_fsdp(r.strategy) && !r.engine {
-                (r.sp > 0).then(|| gpus / r.sp)?
+        .find(|(r, _)| r.prefix == prefix)
+        .and_then(|(r, b)| {
+            // The legacy FSDP worker divides without checking; the others need an exact split.
+            let dp = if r.is_fsdp() && !r.engine_worker {
+                (r.sp > 0).then(|| r.world / r.sp)?
             } else {
-                r.dp?
+                r.dp()?
             };
-            let per_rank = r.mini.saturating_mul(r.n) / dp.max(1);
+            let per_rank = b.mini.saturating_mul(b.n) / dp.max(1);
             nearest_divisor(per_rank, 4)
         })
         .unwrap_or(4)

@@ -25,30 +25,31 @@
 //! above).
 
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{gcd, is_fsdp, nearest_multiple, push_unique, train_roles};
+use crate::rules::facts::{gcd, nearest_multiple, push_unique};
 
 const CODE: Code = Code("V007");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    for role in train_roles(ctx.config) {
-        let Some(dp) = role.dp else { continue };
-        let responses = role.mini.saturating_mul(role.n);
+    for (role, batch) in Role::trained(ctx.config) {
+        let Some(dp) = role.dp() else { continue };
+        let responses = batch.mini.saturating_mul(batch.n);
         if dp <= 0 || responses % dp == 0 {
             continue;
         }
         // Below one response per rank the legacy FSDP worker fails outright (V005).
-        if !role.engine && is_fsdp(role.strategy) && responses < dp {
+        if !role.engine_worker && role.is_fsdp() && responses < dp {
             continue;
         }
         let key = format!("{}.ppo_mini_batch_size", role.prefix);
-        let step = dp / gcd(dp, role.n.max(1));
-        let suggestion = nearest_multiple(role.mini, step);
+        let step = dp / gcd(dp, batch.n.max(1));
+        let suggestion = nearest_multiple(batch.mini, step);
         let message = format!(
             "a mini-batch of {responses} responses (ppo_mini_batch_size {} × n {}) does not split evenly over {dp} data-parallel ranks",
-            role.mini, role.n
+            batch.mini, batch.n
         );
-        let d = if role.engine {
+        let d = if role.engine_worker {
             Diagnostic::error(CODE, message)
         } else {
             Diagnostic::warning(CODE, message).with_note(format!(
@@ -60,16 +61,16 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             .with_key(key.clone())
             .with_primary(
                 ctx.origin(&key),
-                format!("{} prompts per mini-batch", role.mini),
+                format!("{} prompts per mini-batch", batch.mini),
             )
             .with_secondary(
                 ctx.origin("trainer.n_gpus_per_node"),
                 "GPUs per node set here",
             );
-        if role.n > 1 {
+        if batch.n > 1 {
             d = d.with_secondary(
-                ctx.origin(role.n_key),
-                format!("{} responses per prompt", role.n),
+                ctx.origin(batch.n_key),
+                format!("{} responses per prompt", batch.n),
             );
         }
         push_unique(

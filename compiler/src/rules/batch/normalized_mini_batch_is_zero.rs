@@ -23,37 +23,37 @@
 //! response per mini-batch; a multiple of the data-parallel size splits evenly.
 
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{gcd, is_fsdp, n_gpus, nearest_multiple, push_unique, train_roles};
+use crate::rules::facts::{gcd, nearest_multiple, push_unique};
 
 const CODE: Code = Code("V005");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let gpus = n_gpus(ctx.config);
-    for role in train_roles(ctx.config) {
-        if role.engine || !is_fsdp(role.strategy) || role.sp <= 0 {
+    for (role, batch) in Role::trained(ctx.config) {
+        if role.engine_worker || !role.is_fsdp() || role.sp <= 0 {
             continue;
         }
-        let dp = gpus / role.sp;
+        let dp = role.world / role.sp;
         if dp <= 0 {
             continue;
         }
-        let responses = role.mini.saturating_mul(role.n);
+        let responses = batch.mini.saturating_mul(batch.n);
         if responses / dp > 0 {
             continue;
         }
         let key = format!("{}.ppo_mini_batch_size", role.prefix);
-        let step = dp / gcd(dp, role.n.max(1));
-        let suggestion = nearest_multiple(role.mini, step);
+        let step = dp / gcd(dp, batch.n.max(1));
+        let suggestion = nearest_multiple(batch.mini, step);
         let mut d = Diagnostic::error(
             CODE,
             format!(
                 "a mini-batch of {responses} responses (ppo_mini_batch_size {} × n {}) over {dp} data-parallel ranks is 0 per rank",
-                role.mini, role.n
+                batch.mini, batch.n
             ),
         )
         .with_key(key.clone())
-        .with_primary(ctx.origin(&key), format!("{} prompts per mini-batch", role.mini))
+        .with_primary(ctx.origin(&key), format!("{} prompts per mini-batch", batch.mini))
         .with_secondary(ctx.origin("trainer.n_gpus_per_node"), "GPUs per node set here");
         if role.sp > 1 {
             d = d.with_secondary(ctx.origin(role.sp_key), "sequence parallel size set here");

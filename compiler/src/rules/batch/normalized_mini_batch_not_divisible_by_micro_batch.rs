@@ -24,27 +24,27 @@
 //! change the mini-batch size.
 
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{is_fsdp, n_gpus, nearest_divisor, push_unique, train_roles};
+use crate::rules::facts::{nearest_divisor, push_unique};
 
 const CODE: Code = Code("V006");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let gpus = n_gpus(ctx.config);
-    for role in train_roles(ctx.config) {
-        if role.engine || !is_fsdp(role.strategy) || role.sp <= 0 {
+    for (role, batch) in Role::trained(ctx.config) {
+        if role.engine_worker || !role.is_fsdp() || role.sp <= 0 {
             continue;
         }
-        let dp = gpus / role.sp;
+        let dp = role.world / role.sp;
         if dp <= 0 {
             continue;
         }
-        let per_rank = role.mini.saturating_mul(role.n) / dp;
+        let per_rank = batch.mini.saturating_mul(batch.n) / dp;
         if per_rank <= 0 {
             continue; // V005
         }
         // The deprecated global size replaces the per-GPU one after division.
-        let (micro, key) = match (role.micro_global, role.micro_per_gpu) {
+        let (micro, key) = match (batch.micro_global, batch.micro_per_gpu) {
             (Some(global), _) => (global / dp, format!("{}.ppo_micro_batch_size", role.prefix)),
             (None, Some(per_gpu)) => (
                 per_gpu,
@@ -62,7 +62,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
                 CODE,
                 format!(
                     "the per-rank mini-batch of {per_rank} responses (ppo_mini_batch_size {} × n {} ÷ {dp} ranks) is not a multiple of the micro-batch {micro}",
-                    role.mini, role.n
+                    batch.mini, batch.n
                 ),
             )
             .with_key(key.clone())

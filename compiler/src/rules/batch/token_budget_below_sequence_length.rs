@@ -27,8 +27,9 @@
 //! common), or raise the sequence-parallel size.
 
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{actor_sp, critic_runs, critic_sp, is_fsdp, reference_runs};
+use crate::rules::facts::{critic_runs, is_fsdp, reference_runs};
 use crate::source::Origin;
 
 const CODE: Code = Code("V012");
@@ -40,23 +41,8 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         .max_prompt_length
         .saturating_add(c.data.max_response_length);
     let a = &c.actor_rollout_ref.actor;
-    let cp_of =
-        |m: Option<&crate::config::MegatronEngineConfig>| m.map_or(1, |m| m.context_parallel_size);
-    let actor_split = if is_fsdp(a.strategy) {
-        actor_sp(c)
-    } else {
-        cp_of(a.megatron.as_ref())
-    };
-    let ref_split = if is_fsdp(a.strategy) {
-        actor_sp(c)
-    } else {
-        cp_of(c.actor_rollout_ref.reference.megatron.as_ref())
-    };
-    let critic_split = if is_fsdp(c.critic.strategy) {
-        critic_sp(c)
-    } else {
-        cp_of(c.critic.megatron.as_ref())
-    };
+    let [actor, reference, critic] = Role::all(c).map(|r| r.sequence_split());
+    let (actor_split, ref_split, critic_split) = (actor, reference, critic);
     let rm = &c.reward_model;
     let rm_split = if is_fsdp(rm.strategy) {
         rm.ulysses_sequence_parallel_size.unwrap_or(1)

@@ -21,13 +21,14 @@
 
 use crate::config::{EngineDtype, Strategy};
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{engine_roles, push_unique};
+use crate::rules::facts::push_unique;
 
 const CODE: Code = Code("V050");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    for role in engine_roles(ctx.config) {
+    for role in Role::all(ctx.config) {
         let megatron = role
             .megatron
             .filter(|_| role.runs && role.strategy == Strategy::Megatron);

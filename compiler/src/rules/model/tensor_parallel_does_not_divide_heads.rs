@@ -24,8 +24,9 @@
 
 use crate::config::Strategy;
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{actor_sp, actor_sp_key, divisors, is_fsdp, n_gpus};
+use crate::rules::facts::{divisors, is_fsdp, n_gpus};
 
 const CODE: Code = Code("V201");
 
@@ -52,9 +53,10 @@ pub(super) fn head_splits(ctx: &RuleContext) -> Vec<(String, i64, &'static str, 
         true,
     ));
     if is_fsdp(a.strategy) {
+        let actor = Role::actor(c);
         v.push((
-            actor_sp_key(c).to_owned(),
-            actor_sp(c),
+            actor.sp_key.to_owned(),
+            actor.sp,
             "Ulysses sequence parallel",
             true,
         ));

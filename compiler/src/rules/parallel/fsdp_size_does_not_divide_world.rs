@@ -23,8 +23,9 @@
 //! all of them.
 
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{divisors, engine_roles, is_fsdp, n_gpus, push_unique};
+use crate::rules::facts::{divisors, n_gpus, push_unique};
 
 const CODE: Code = Code("V046");
 
@@ -34,10 +35,10 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     if world <= 1 {
         return;
     }
-    for role in engine_roles(c) {
+    for role in Role::all(c) {
         let Some(size) = role
             .fsdp
-            .filter(|_| role.runs && is_fsdp(role.strategy))
+            .filter(|_| role.runs && role.is_fsdp())
             .map(|f| f.fsdp_size)
         else {
             continue;

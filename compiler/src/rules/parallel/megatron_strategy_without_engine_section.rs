@@ -22,13 +22,14 @@
 
 use crate::config::Strategy;
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{engine_roles, push_unique};
+use crate::rules::facts::push_unique;
 
 const CODE: Code = Code("V045");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    for role in engine_roles(ctx.config) {
+    for role in Role::all(ctx.config) {
         if !role.runs || role.strategy != Strategy::Megatron || role.megatron.is_some() {
             continue;
         }

@@ -22,40 +22,24 @@
 //! sequence-parallel size of 1.
 
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{actor_sp, actor_sp_key, critic_runs, critic_sp, critic_sp_key, is_fsdp};
 
 const CODE: Code = Code("V020");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
-    if is_fsdp(c.actor_rollout_ref.actor.strategy)
-        && actor_sp(c) > 1
-        && !c.actor_rollout_ref.model.use_remove_padding
-    {
-        push(
-            ctx,
-            out,
+    for (role, key, who) in [
+        (
+            Role::actor(c),
             "actor_rollout_ref.model.use_remove_padding",
-            actor_sp_key(c),
-            actor_sp(c),
             "actor and reference policy",
-        );
-    }
-    let cr = &c.critic;
-    if critic_runs(c)
-        && is_fsdp(cr.strategy)
-        && critic_sp(c) > 1
-        && !cr.model.use_remove_padding.unwrap_or(false)
-    {
-        push(
-            ctx,
-            out,
-            "critic.model.use_remove_padding",
-            critic_sp_key(c),
-            critic_sp(c),
-            "critic",
-        );
+        ),
+        (Role::critic(c), "critic.model.use_remove_padding", "critic"),
+    ] {
+        if role.runs && role.is_fsdp() && role.sp > 1 && !role.remove_padding {
+            push(ctx, out, key, role.sp_key, role.sp, who);
+        }
     }
 }
 

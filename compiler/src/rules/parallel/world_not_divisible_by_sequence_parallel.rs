@@ -20,15 +20,16 @@
 //! Use a sequence-parallel size that divides the GPU count (1, 2, 4 or 8 on 8 GPUs).
 
 use crate::diag::{Code, Diagnostic};
+use crate::role::Role;
 use crate::rules::RuleContext;
-use crate::rules::facts::{is_fsdp, n_gpus, nearest_divisor, push_unique, train_roles};
+use crate::rules::facts::{n_gpus, nearest_divisor, push_unique};
 
 const CODE: Code = Code("V015");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let gpus = n_gpus(ctx.config);
-    for role in train_roles(ctx.config) {
-        if !is_fsdp(role.strategy) || role.sp <= 1 || gpus % role.sp == 0 {
+    for (role, _) in Role::trained(ctx.config) {
+        if !role.is_fsdp() || role.sp <= 1 || gpus % role.sp == 0 {
             continue;
         }
         let suggestion = nearest_divisor(gpus, role.sp).unwrap_or(1);

@@ -59,10 +59,10 @@ use crate::dist::{DistError, ProcessGroup, ReduceOp};
 use crate::model::load::{Checkpoint, LoadOptions, load_weights};
 use crate::model::lora::{is_adapter, load_adapter};
 use crate::model::pretrained::materialize;
-use crate::model::{ModelConfig, ModelSource, Precision as ParamDtype};
+use crate::model::{Dtype, ModelConfig, ModelSource, TorchKind};
 use crate::optim::param_groups::{NamedParam, single_group};
 use crate::optim::stack;
-use crate::optim::{LrScheduler, Optimizer, Precision as OptimPrecision};
+use crate::optim::{LrScheduler, Optimizer};
 
 use super::{
     ADAPTER_DIR, Batch, Engine, EngineError, EngineSettings, ForwardOptions, HF_DIR, LossFn,
@@ -393,12 +393,8 @@ impl<H: FsdpHead> FsdpEngine<H> {
             .map(|u| NamedParam::new(format!("fsdp.{}", u.name()), u.shard().shallow_clone()))
             .collect();
         // The shards are the fp32 main params for every param dtype; fp16 adds the loss scaler.
-        let fp16 = self.settings.engine.param_dtype == ParamDtype::Fp16;
-        let precision = if fp16 {
-            OptimPrecision::Fp16
-        } else {
-            OptimPrecision::Fp32
-        };
+        let fp16 = self.settings.engine.param_dtype == Dtype::Fp16;
+        let precision = if fp16 { Dtype::Fp16 } else { Dtype::Fp32 };
         let mut opt = Optimizer::with_scaling(
             single_group(params, o.lr, o.weight_decay),
             stack::optimizer_config(&o, precision),

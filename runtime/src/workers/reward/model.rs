@@ -21,7 +21,7 @@ use verlc_spec::trainer::{RewardModelInput, RewardModelSpec};
 
 use crate::data::dataset::truncate;
 use crate::model::{
-    LoadedModel, Precision, ValueModel, position_ids_from_mask, reward_from_pretrained,
+    Dtype, LoadedModel, ValueModel, position_ids_from_mask, reward_from_pretrained,
 };
 use crate::tokenizer::{Message, Tokenizer};
 
@@ -57,7 +57,7 @@ impl RewardModel {
     /// Loads the model of `spec` (and its tokenizer when it reads chats) in `precision`.
     pub fn load(
         spec: &RewardModelSpec,
-        precision: Precision,
+        precision: Dtype,
         device: Device,
     ) -> Result<Self, RewardError> {
         if spec.micro_batch == 0 {
