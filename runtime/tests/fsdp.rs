@@ -543,6 +543,7 @@ rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
     let fwd = ForwardOptions {
         temperature: 0.7,
         with_entropy: true,
+        with_sum_pi_squared: false,
     };
     // Reference policy: log-probs and entropy.
     let mut single = SingleEngine::<CausalLm>::new(s.clone()).expect("single");
@@ -850,6 +851,7 @@ fn packed_forward_equals_padded_forward_at_every_response_token() {
     let fwd = ForwardOptions {
         temperature: 0.7,
         with_entropy: true,
+        with_sum_pi_squared: false,
     };
     let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("actor");
     let padded = Head::forward(e.module(), &batch, &fwd).expect("padded");

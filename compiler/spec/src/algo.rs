@@ -44,6 +44,12 @@ verl_names! {
         Remax => "remax",
         /// Group-centred score rescaled by the share of non-zero scores (GPG).
         Gpg => "gpg",
+        /// Reward-to-go minus a per-timestep group baseline weighted by accumulated path
+        /// variance (verl 0.9; needs `actor.calculate_sum_pi_squared`).
+        OptimalTokenBaseline => "optimal_token_baseline",
+        /// `optimal_token_baseline` over each trajectory's own tokens (multi-turn responses
+        /// with tool turns masked out; verl 0.9).
+        TirOptimalTokenBaseline => "tir_optimal_token_baseline",
     }
 }
 
@@ -58,6 +64,14 @@ impl AdvEstimator {
         !matches!(
             self,
             AdvEstimator::Gae | AdvEstimator::ReinforcePlusPlus | AdvEstimator::Remax
+        )
+    }
+
+    /// True for the estimators that read the old policy's `Σ_v π_v²` per token.
+    pub fn needs_sum_pi_squared(self) -> bool {
+        matches!(
+            self,
+            AdvEstimator::OptimalTokenBaseline | AdvEstimator::TirOptimalTokenBaseline
         )
     }
 

@@ -295,6 +295,10 @@ pub struct ActorSettings {
     pub entropy_coeff: f64,
     /// Compute the entropy in the update even when `entropy_coeff` is 0 (for the metric).
     pub calculate_entropy: bool,
+    /// The old-log-prob pass also computes `Σ_v π_v²` per token (verl 0.9's
+    /// `actor.calculate_sum_pi_squared`): the optimal-token-baseline estimators read it.
+    #[serde(default)]
+    pub calculate_sum_pi_squared: bool,
     pub use_kl_loss: bool,
     pub kl_loss_coef: f64,
     pub kl_loss_type: KlEstimator,

@@ -175,6 +175,11 @@ pub struct ActorConfig {
     pub entropy_coeff: f64,
     /// Compute the entropy even when its coefficient is 0 (for metrics).
     pub calculate_entropy: bool,
+    /// The old-log-prob pass also computes `Σ_v π_v²` per token, which the optimal token
+    /// baseline estimators and the `variance_proxy/*` metrics read (verl 0.9+; absent from
+    /// older trees).
+    #[serde(default)]
+    pub calculate_sum_pi_squared: Option<bool>,
     /// Add a KL penalty towards the reference policy to the loss (GRPO style); needs the
     /// reference policy.
     pub use_kl_loss: bool,

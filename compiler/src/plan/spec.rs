@@ -1255,6 +1255,7 @@ fn actor_settings(
         loss_agg_mode: a.loss_agg_mode,
         entropy_coeff: a.entropy_coeff,
         calculate_entropy: a.calculate_entropy,
+        calculate_sum_pi_squared: a.calculate_sum_pi_squared.unwrap_or(false),
         use_kl_loss: a.use_kl_loss,
         kl_loss_coef: a.kl_loss_coef,
         kl_loss_type: kl_estimator(a.kl_loss_type),

@@ -216,7 +216,7 @@ table! {
 
     // actor
     "actor_rollout_ref.actor.{ppo_mini_batch_size,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,use_dynamic_bsz,ppo_max_token_len_per_gpu,ppo_epochs,shuffle,data_loader_seed}" => Implemented("actor.update (per-rank batch arithmetic)"),
-    "actor_rollout_ref.actor.{clip_ratio,clip_ratio_low,clip_ratio_high,clip_ratio_c,tau_pos,tau_neg,loss_agg_mode,entropy_coeff,calculate_entropy,use_kl_loss,kl_loss_coef,kl_loss_type}" => Implemented("actor.update"),
+    "actor_rollout_ref.actor.{clip_ratio,clip_ratio_low,clip_ratio_high,clip_ratio_c,tau_pos,tau_neg,loss_agg_mode,entropy_coeff,calculate_entropy,calculate_sum_pi_squared,use_kl_loss,kl_loss_coef,kl_loss_type}" => Implemented("actor.update"),
     "actor_rollout_ref.actor.policy_loss.loss_mode" => Checked("actor.update.loss_mode (bypass_mode is refused)"),
     "actor_rollout_ref.actor.policy_loss.*" => Implemented("actor.update.policy_loss"),
     "actor_rollout_ref.actor.loss_scale_factor" => Implemented("actor.loss_scale_factor"),

@@ -423,6 +423,12 @@ pub static RULES: &[Rule] = &[
         "the DRO policy loss needs a positive policy_loss.dro_beta"
     ),
     rule!(
+        "V055",
+        "OptimalBaselineWithoutSumPiSquared",
+        algorithm::optimal_baseline_without_sum_pi_squared,
+        "the optimal token baseline estimators need actor.calculate_sum_pi_squared and the old-log-prob pass"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

@@ -26,6 +26,7 @@ pub mod pf_ppo;
 pub mod policy_loss;
 pub mod rollout_correction;
 pub mod value_loss;
+pub mod variance_proxy;
 
 pub use advantage::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, Advantages, GroupIndex, compute_advantage,

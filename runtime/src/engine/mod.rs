@@ -32,7 +32,10 @@ use crate::model::decoder::Model;
 use crate::model::packed::Packing;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
 use crate::rollout::logprob::{entropy_from_logits, log_probs_from_logits};
-use crate::rollout::{LogProbOutput, RolloutLayout, SequenceBatch, response_log_probs};
+use crate::rollout::{
+    LogProbOutput, RolloutLayout, SequenceBatch, TokenStats, response_log_probs,
+    sum_pi_squared_from_logits,
+};
 
 pub use batch::Batch;
 pub use micro::MicroBatching;
@@ -72,6 +75,19 @@ pub struct ForwardOptions {
     pub temperature: f64,
     /// Also compute the token entropy (causal LM only).
     pub with_entropy: bool,
+    /// Also compute `Σ_v π_v²` per token (causal LM only; verl 0.9's
+    /// `calculate_sum_pi_squared`).
+    pub with_sum_pi_squared: bool,
+}
+
+impl ForwardOptions {
+    /// The statistics asked for besides the log-prob.
+    pub fn stats(&self) -> TokenStats {
+        TokenStats {
+            entropy: self.with_entropy,
+            sum_pi_squared: self.with_sum_pi_squared,
+        }
+    }
 }
 
 impl Default for ForwardOptions {
@@ -79,6 +95,7 @@ impl Default for ForwardOptions {
         ForwardOptions {
             temperature: 1.0,
             with_entropy: false,
+            with_sum_pi_squared: false,
         }
     }
 }
@@ -179,7 +196,7 @@ impl Head for CausalLm {
             &seq,
             r,
             opts.temperature,
-            opts.with_entropy,
+            opts.stats(),
         ))
     }
 
@@ -191,7 +208,7 @@ impl Head for CausalLm {
         &self.model
     }
 
-    /// Log-prob, then entropy when asked.
+    /// Log-prob, then entropy and `Σπ²` when asked.
     fn token_columns(
         &self,
         hidden: &Tensor,
@@ -207,6 +224,9 @@ impl Head for CausalLm {
         if opts.with_entropy {
             cols.push(entropy_from_logits(&logits));
         }
+        if opts.with_sum_pi_squared {
+            cols.push(sum_pi_squared_from_logits(&logits));
+        }
         Ok(Tensor::f_stack(&cols, -1)?)
     }
 
@@ -215,13 +235,20 @@ impl Head for CausalLm {
         columns: &Tensor,
         opts: &ForwardOptions,
     ) -> Result<LogProbOutput> {
+        let entropy = if opts.with_entropy {
+            Some(columns.f_select(-1, 1)?)
+        } else {
+            None
+        };
+        let sum_pi_squared = if opts.with_sum_pi_squared {
+            Some(columns.f_select(-1, 1 + i64::from(opts.with_entropy))?)
+        } else {
+            None
+        };
         Ok(LogProbOutput {
             log_probs: columns.f_select(-1, 0)?,
-            entropy: if opts.with_entropy {
-                Some(columns.f_select(-1, 1)?)
-            } else {
-                None
-            },
+            entropy,
+            sum_pi_squared,
         })
     }
 

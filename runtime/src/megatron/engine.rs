@@ -117,32 +117,41 @@ impl MegatronHead for CausalLm {
         let t = ids.size()[1];
         let h = hidden.f_narrow(1, t - r - 1, r)?;
         let labels = ids.f_narrow(1, t - r, r)?;
-        let out = model.log_probs(tape, &h, &labels, opts.temperature, opts.with_entropy)?;
+        let out = model.log_probs(tape, &h, &labels, opts.temperature, opts.stats())?;
         Ok(LogProbOutput {
             log_probs: out.log_probs,
             entropy: out.entropy,
+            sum_pi_squared: out.sum_pi_squared,
         })
     }
 
     fn pack(out: &LogProbOutput) -> MResult<Tensor> {
         let mut planes = vec![out.log_probs.detach()];
         planes.extend(out.entropy.as_ref().map(Tensor::detach));
+        planes.extend(out.sum_pi_squared.as_ref().map(Tensor::detach));
         Ok(Tensor::f_stack(&planes, 0)?.f_to_kind(Kind::Float)?)
     }
 
     fn unpack(t: &Tensor, opts: &ForwardOptions) -> MResult<LogProbOutput> {
+        let entropy = if opts.with_entropy {
+            Some(t.f_get(1)?)
+        } else {
+            None
+        };
+        let sum_pi_squared = if opts.with_sum_pi_squared {
+            Some(t.f_get(1 + i64::from(opts.with_entropy))?)
+        } else {
+            None
+        };
         Ok(LogProbOutput {
             log_probs: t.f_get(0)?,
-            entropy: if opts.with_entropy {
-                Some(t.f_get(1)?)
-            } else {
-                None
-            },
+            entropy,
+            sum_pi_squared,
         })
     }
 
     fn planes(opts: &ForwardOptions) -> i64 {
-        if opts.with_entropy { 2 } else { 1 }
+        1 + opts.stats().count()
     }
 }
 

@@ -31,6 +31,7 @@ use crate::dist::mappings::{
 use crate::model::decoder::{DecoderLayer, LayerPlace, Linear, RmsNorm, param_shapes};
 use crate::model::rope::RotaryEmbedding;
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
+use crate::rollout::TokenStats;
 use crate::tp::regions::SEQ_DIM;
 use crate::tp::{
     InferenceRegions, TrainingRegions, VocabParallelEmbedding, VocabParallelOutput, VocabPartition,
@@ -408,7 +409,7 @@ impl ParallelModel {
         }
     }
 
-    /// Log-probs (and entropy) of `labels` (B, R) from final hidden states (B, R, hidden),
+    /// Log-probs (and the asked statistics) of `labels` (B, R) from final hidden states (B, R, hidden),
     /// divided by `temperature` first: the vocab-parallel head (last stage, causal LM).
     pub fn log_probs(
         &self,
@@ -416,7 +417,7 @@ impl ParallelModel {
         hidden: &Tensor,
         labels: &Tensor,
         temperature: f64,
-        with_entropy: bool,
+        stats: TokenStats,
     ) -> Result<VocabParallelOutput> {
         let out = self.output_layer("log-probs")?;
         let tp = self.tp.as_ref();
@@ -431,7 +432,7 @@ impl ParallelModel {
         if temperature != 1.0 {
             logits /= temperature;
         }
-        vocab_parallel_log_probs(&logits, labels, &self.partition, tp, with_entropy).map_err(tp_err)
+        vocab_parallel_log_probs(&logits, labels, &self.partition, tp, stats).map_err(tp_err)
     }
 
     /// Values (B, R) in f32 from final hidden states (last stage, value head).

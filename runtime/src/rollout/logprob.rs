@@ -18,11 +18,36 @@ pub struct SequenceBatch<'a> {
     pub position_ids: &'a Tensor,
 }
 
-/// Per-token log-probs (N, R) and, if asked, entropies (N, R), both f32.
+/// Per-token log-probs (N, R) and, if asked, entropies and `Σ_v π_v²` (N, R), all f32.
 #[derive(Debug)]
 pub struct LogProbOutput {
     pub log_probs: Tensor,
     pub entropy: Option<Tensor>,
+    /// `Σ_v softmax(logits)_v²` per token (verl 0.9's `calculate_sum_pi_squared`, read by the
+    /// optimal-token-baseline estimators and the variance-proxy metrics).
+    pub sum_pi_squared: Option<Tensor>,
+}
+
+/// Which per-token statistics a forward computes besides the log-prob.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenStats {
+    pub entropy: bool,
+    pub sum_pi_squared: bool,
+}
+
+impl TokenStats {
+    /// Log-probs with or without the entropy.
+    pub fn entropy(on: bool) -> Self {
+        TokenStats {
+            entropy: on,
+            sum_pi_squared: false,
+        }
+    }
+
+    /// The statistics beyond the log-prob, in the order columns and planes carry them.
+    pub fn count(self) -> i64 {
+        i64::from(self.entropy) + i64::from(self.sum_pi_squared)
+    }
 }
 
 /// `log_softmax(logits)[label]` in f32, for logits (…, V) and labels (…).
@@ -41,14 +66,22 @@ pub fn entropy_from_logits(logits: &Tensor) -> Tensor {
     logits.logsumexp(-1, false) - (p * &logits).sum_dim_intlist(-1, false, Kind::Float)
 }
 
-/// Log-probs (and entropy) of the last `response_len` tokens of each row under the model,
-/// through the same forward as training; gradients flow when enabled by the caller.
+/// `Σ_v softmax(logits)_v²` in f32, for logits (…, V).
+pub fn sum_pi_squared_from_logits(logits: &Tensor) -> Tensor {
+    logits
+        .softmax(-1, Kind::Float)
+        .square()
+        .sum_dim_intlist(-1, false, Kind::Float)
+}
+
+/// Log-probs (and the asked statistics) of the last `response_len` tokens of each row under
+/// the model, through the same forward as training; gradients flow when enabled by the caller.
 pub fn response_log_probs(
     model: &CausalLm,
     batch: &SequenceBatch,
     response_len: i64,
     temperature: f64,
-    with_entropy: bool,
+    stats: TokenStats,
 ) -> LogProbOutput {
     let total = batch.input_ids.size()[1];
     let hidden = model.model.forward_window(
@@ -67,7 +100,10 @@ pub fn response_log_probs(
         .narrow(1, total - response_len, response_len);
     LogProbOutput {
         log_probs: log_probs_from_logits(&logits, &labels),
-        entropy: with_entropy.then(|| entropy_from_logits(&logits)),
+        entropy: stats.entropy.then(|| entropy_from_logits(&logits)),
+        sum_pi_squared: stats
+            .sum_pi_squared
+            .then(|| sum_pi_squared_from_logits(&logits)),
     }
 }
 
@@ -105,7 +141,8 @@ pub fn compute_log_probs(
                 attention_mask: &batch.attention_mask.narrow(0, start, len),
                 position_ids: &batch.position_ids.narrow(0, start, len),
             };
-            let out = response_log_probs(model, &mb, response_len, temperature, with_entropy);
+            let stats = TokenStats::entropy(with_entropy);
+            let out = response_log_probs(model, &mb, response_len, temperature, stats);
             lps.push(out.log_probs);
             ents.extend(out.entropy);
             start += len;
@@ -114,6 +151,7 @@ pub fn compute_log_probs(
     Ok(LogProbOutput {
         log_probs: Tensor::cat(&lps, 0),
         entropy: with_entropy.then(|| Tensor::cat(&ents, 0)),
+        sum_pi_squared: None,
     })
 }
 

@@ -23,8 +23,8 @@ pub use engine::{
 };
 pub use logprob::SequenceBatch;
 pub use logprob::{
-    LogProbOutput, ProbsDiff, compute_log_probs, entropy_from_logits, log_probs_from_logits,
-    probs_diff, response_log_probs,
+    LogProbOutput, ProbsDiff, TokenStats, compute_log_probs, entropy_from_logits,
+    log_probs_from_logits, probs_diff, response_log_probs, sum_pi_squared_from_logits,
 };
 pub use params::{LogProbPath, SamplingParams};
 pub use replicas::ReplicaShare;

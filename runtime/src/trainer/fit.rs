@@ -11,6 +11,7 @@ use verlc_spec::trainer::{KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, R
 
 use crate::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
 use crate::algo::rollout_correction::rollout_correction;
+use crate::algo::variance_proxy::{VarianceInputs, variance_proxy_metrics};
 use crate::algo::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator,
     apply_kl_penalty, compute_advantage,
@@ -828,10 +829,12 @@ impl<R: Roles> Trainer<R> {
             batch.insert("old_log_probs", rollout_lp)?;
             None
         } else {
-            let (old_log_probs, entropy) =
-                timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
-            batch.insert("old_log_probs", old_log_probs)?;
-            Some(entropy)
+            let out = timers.time("old_log_prob", || self.actor.compute_log_prob(&batch))?;
+            batch.insert("old_log_probs", out.log_probs)?;
+            if let Some(sq) = out.sum_pi_squared {
+                batch.insert("sum_pi_squared", sq)?;
+            }
+            out.entropy
         };
         if let Some(r) = self.reference.as_mut() {
             let actor = &mut self.actor.engine;
@@ -909,6 +912,15 @@ impl<R: Roles> Trainer<R> {
         if let Some(b) = &baselines {
             inputs = inputs.reward_baselines(b);
         }
+        let old_log_probs = batch.get("old_log_probs")?.shallow_clone();
+        let sum_pi_squared = batch.opt("sum_pi_squared").map(Tensor::shallow_clone);
+        if let Some(sq) = &sum_pi_squared {
+            inputs = inputs.path_variance(&old_log_probs, sq);
+        }
+        let is_weights = batch.opt("rollout_is_weights").map(Tensor::shallow_clone);
+        if let Some(w) = &is_weights {
+            inputs = inputs.rollout_is_weights(w);
+        }
         let adv = compute_advantage(self.estimator, &inputs, &self.adv_cfg)?;
         batch.insert("advantages", adv.advantages)?;
         batch.insert("returns", adv.returns)?;
@@ -938,6 +950,19 @@ impl<R: Roles> Trainer<R> {
         if self.spec.run.critic_warmup <= step {
             let m = timers.time("update_actor", || self.actor.update_policy(&own_rows, step))?;
             metrics.extend(self.dp.mean_metrics(m)?);
+        }
+        if let Some(sq) = batch.opt("sum_pi_squared") {
+            let inputs = VarianceInputs {
+                old_log_probs: batch.get("old_log_probs")?,
+                sum_pi_squared: sq,
+                advantages: batch.get("advantages")?,
+                response_mask: batch.get("response_mask")?,
+                rollout_is_weights: batch.opt("rollout_is_weights"),
+            };
+            let grad_norm = metrics.get("actor/grad_norm").copied();
+            for (k, v) in variance_proxy_metrics(&inputs, grad_norm)? {
+                metrics.insert(k.into(), v);
+            }
         }
         Ok(batch)
     }

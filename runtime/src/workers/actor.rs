@@ -55,12 +55,14 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
         Ok(Actor { engine, settings })
     }
 
-    /// Log-probs `(N, R)` of the responses under the current policy and their entropy
-    /// (verl's `compute_log_prob`: `old_log_probs` and the `actor/entropy` metric).
-    pub fn compute_log_prob(&mut self, batch: &Batch) -> Result<(Tensor, Tensor)> {
+    /// Log-probs `(N, R)` of the responses under the current policy, their entropy and, with
+    /// `calculate_sum_pi_squared`, `Σ_v π_v²` (verl's `compute_log_prob`: `old_log_probs`, the
+    /// `actor/entropy` metric and `sum_pi_squared`).
+    pub fn compute_log_prob(&mut self, batch: &Batch) -> Result<LogProbOutput> {
         let fwd = ForwardOptions {
             temperature: self.settings.temperature,
             with_entropy: true,
+            with_sum_pi_squared: self.settings.calculate_sum_pi_squared,
         };
         let s = &self.settings;
         let micro = micro_batching(
@@ -70,15 +72,22 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
             s.log_prob_max_token_len,
         )?;
         let outs = self.engine.infer_batch(batch, &micro, &fwd)?;
-        let (mut lps, mut ents) = (Vec::new(), Vec::new());
-        for LogProbOutput { log_probs, entropy } in outs {
-            lps.push(log_probs);
-            ents.extend(entropy);
+        let (mut lps, mut ents, mut sq) = (Vec::new(), Vec::new(), Vec::new());
+        for out in outs {
+            lps.push(out.log_probs);
+            ents.extend(out.entropy);
+            sq.extend(out.sum_pi_squared);
         }
-        Ok((
-            micro.restore(&Tensor::f_cat(&lps, 0)?)?,
-            micro.restore(&Tensor::f_cat(&ents, 0)?)?,
-        ))
+        let sum_pi_squared = if fwd.with_sum_pi_squared {
+            Some(micro.restore(&Tensor::f_cat(&sq, 0)?)?)
+        } else {
+            None
+        };
+        Ok(LogProbOutput {
+            log_probs: micro.restore(&Tensor::f_cat(&lps, 0)?)?,
+            entropy: Some(micro.restore(&Tensor::f_cat(&ents, 0)?)?),
+            sum_pi_squared,
+        })
     }
 
     /// `agg(entropy)` over the response mask with the actor's `loss_agg_mode` (the
@@ -108,6 +117,7 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
         let fwd = ForwardOptions {
             temperature: s.temperature,
             with_entropy,
+            with_sum_pi_squared: false,
         };
         let mut lists = MetricLists::default();
         for epoch in 0..s.ppo_epochs {

@@ -38,6 +38,7 @@ impl<E: Engine<Head = CausalLm>> ReferencePolicy<E> {
                 let fwd = ForwardOptions {
                     temperature: *temperature,
                     with_entropy: false,
+                    with_sum_pi_squared: false,
                 };
                 let micro = micro_batching(actor, batch, *micro_batch_size, *max_token_len)?;
                 actor.set_adapters_enabled(false)?;
@@ -82,6 +83,7 @@ impl<E: Engine<Head = CausalLm>> Reference<E> {
         let fwd = ForwardOptions {
             temperature: self.temperature,
             with_entropy: false,
+            with_sum_pi_squared: false,
         };
         let micro = micro_batching(
             &self.engine,

@@ -709,3 +709,79 @@ fn group_index_from_labels_and_tensors() {
     assert_eq!(t, ix);
     assert!(GroupIndex::from_tensor(&t1(&[1.0])).is_err());
 }
+
+/// verl 0.9's optimal token baselines (single- and multi-turn, with and without rollout IS
+/// weights) and its variance-proxy metrics, equal to its own functions run from the 0.9.1 source
+/// on groups of one to four with a strictly longest trajectory, tied longest ones, an empty
+/// response and (multi-turn) masks with holes.
+#[test]
+fn optimal_token_baselines_are_verl_0_9s() {
+    use runtime::algo::variance_proxy::{VarianceInputs, variance_proxy_metrics};
+    let o = oracle::verl_functions("estimators_0_9");
+    let m = |k: &str| crate::support::json_matrix(&o[k]);
+    let ids: Vec<i64> = serde_json::from_value(o["index"].clone()).expect("index");
+    let index = GroupIndex::from_ids(&ids);
+    let (rewards, old, sq, w) = (
+        m("rewards"),
+        m("old_log_probs"),
+        m("sum_pi_squared"),
+        m("rollout_is_weights"),
+    );
+    let cases = o["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let multi = case["form"] == "multi";
+        let weighted = case["weighted"] == true;
+        let what = format!("multi-turn={multi} weighted={weighted}");
+        let mask = m(if multi { "holed_mask" } else { "mask" });
+        let est = if multi {
+            AdvEstimator::TirOptimalTokenBaseline
+        } else {
+            AdvEstimator::OptimalTokenBaseline
+        };
+        let mut inputs = AdvantageInputs::new(&rewards, &mask)
+            .index(&index)
+            .path_variance(&old, &sq);
+        if weighted {
+            inputs = inputs.rollout_is_weights(&w);
+        }
+        let out = compute_advantage(est, &inputs, &AdvantageConfig::default()).unwrap();
+        // verl computes in f32.
+        let want_adv = crate::support::json_matrix(&case["advantages"]);
+        let want_ret = crate::support::json_matrix(&case["returns"]);
+        let d = (&out.advantages - &want_adv).abs().max().double_value(&[]);
+        let r = (&out.returns - &want_ret).abs().max().double_value(&[]);
+        assert!(
+            d < 1e-5 && r < 1e-6,
+            "{what}: advantages differ by {d}, returns by {r}"
+        );
+
+        let x = VarianceInputs {
+            old_log_probs: &old,
+            sum_pi_squared: &sq,
+            advantages: &out.advantages,
+            response_mask: &mask,
+            rollout_is_weights: weighted.then_some(&w),
+        };
+        let grad_norm = o["grad_norm"].as_f64();
+        for (k, v) in variance_proxy_metrics(&x, grad_norm).unwrap() {
+            let want = case["metrics"][k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{what}: no {k}"));
+            assert!(
+                (v - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{what}: {k} {v} vs verl {want}"
+            );
+        }
+    }
+    // Without Σπ² the estimator names what it misses.
+    let mask = m("mask");
+    let inputs = AdvantageInputs::new(&rewards, &mask).index(&index);
+    let err = compute_advantage(
+        AdvEstimator::OptimalTokenBaseline,
+        &inputs,
+        &AdvantageConfig::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("old_log_probs"), "{err}");
+}

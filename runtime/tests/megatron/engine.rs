@@ -76,6 +76,7 @@ fn actor_settings(mini: usize) -> ActorSettings {
         loss_agg_mode: LossAggMode::TokenMean,
         entropy_coeff: 0.01,
         calculate_entropy: true,
+        calculate_sum_pi_squared: true,
         use_kl_loss: true,
         kl_loss_coef: 0.1,
         kl_loss_type: "k3+".parse::<KlEstimator>().unwrap(),
@@ -159,7 +160,7 @@ fn batch(single: &mut Actor<SingleEngine<CausalLm>>) -> Batch {
     b.insert("responses", out.responses).unwrap();
     b.insert("response_mask", out.response_mask.to_kind(Kind::Float))
         .unwrap();
-    let (old, _) = single.compute_log_prob(&b).unwrap();
+    let old = single.compute_log_prob(&b).unwrap().log_probs;
     b.insert("ref_log_prob", (&old - 0.05).detach()).unwrap();
     b.insert("old_log_probs", old).unwrap();
     let r = b.get("responses").unwrap().size()[1];
@@ -210,13 +211,24 @@ fn compare_with_single(
         b.narrow(dp_rank * n, n).unwrap()
     };
     let local = rank_rows(&full);
-    // Forward-only log-probs and entropy (the broadcast path under PP).
-    let (lp_s, ent_s) = single.compute_log_prob(&full).unwrap();
-    let (lp_m, ent_m) = mega.compute_log_prob(&local).unwrap();
-    let (lp_s, ent_s) = (
+    // Forward-only log-probs, entropy and Σπ² (the broadcast path under PP; Σπ² reduced over
+    // the vocabulary split under TP).
+    let out = single.compute_log_prob(&full).unwrap();
+    let (lp_s, ent_s) = (out.log_probs, out.entropy.expect("entropy"));
+    let sq_s = out.sum_pi_squared.expect("sum_pi_squared");
+    let out = mega.compute_log_prob(&local).unwrap();
+    let (lp_m, ent_m) = (out.log_probs, out.entropy.expect("entropy"));
+    let sq_m = out.sum_pi_squared.expect("sum_pi_squared");
+    let (lp_s, ent_s, sq_s) = (
         rank_rows(&Batch::new().with("a", lp_s).unwrap()),
         rank_rows(&Batch::new().with("a", ent_s).unwrap()),
+        rank_rows(&Batch::new().with("a", sq_s).unwrap()),
     );
+    let q = (sq_s.get("a").unwrap() - &sq_m)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(q < 1e-5, "sum_pi_squared differs by {q}");
     let d = (lp_s.get("a").unwrap() - &lp_m)
         .abs()
         .max()
@@ -589,8 +601,8 @@ fn offload_keeps_the_trajectory(world: &ProcessGroup, dims: (usize, usize, usize
         "the parameters and gradient buffers moved, all of them"
     );
     for step in 0..3 {
-        let (a, _) = plain.compute_log_prob(&local).unwrap();
-        let (b, _) = off.compute_log_prob(&local).unwrap();
+        let a = plain.compute_log_prob(&local).unwrap().log_probs;
+        let b = off.compute_log_prob(&local).unwrap().log_probs;
         assert!(a.equal(&b), "step {step}: log-probs");
         parked(&off.engine, "after the log-prob pass");
         let ma = plain.update_policy(&local, step).unwrap();

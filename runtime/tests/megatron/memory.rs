@@ -72,6 +72,7 @@ fn measure(engine: &mut MegatronEngine<CausalLm>) -> Held {
     let fwd = ForwardOptions {
         temperature: 1.0,
         with_entropy: false,
+        with_sum_pi_squared: false,
     };
     let mut loss = |_: &Batch, out: runtime::rollout::LogProbOutput, _: &_| {
         Ok(MicroLoss {

@@ -8,6 +8,7 @@ use runtime::model::ModelConfig;
 use runtime::model::save::{SaveOptions, save_named};
 use runtime::optim::LossScaling;
 use runtime::optim::distrib::LayoutOptions;
+use runtime::rollout::TokenStats;
 use tch::{Device, Kind, Tensor};
 
 use crate::rank_test;
@@ -70,7 +71,13 @@ fn parallel_run(
             let b = &mbs[mb];
             let labels = b.input_ids.narrow(1, 1, LEN - 1);
             let lp = model
-                .log_probs(tape, &hidden.narrow(1, 0, LEN - 1), &labels, 1.0, false)?
+                .log_probs(
+                    tape,
+                    &hidden.narrow(1, 0, LEN - 1),
+                    &labels,
+                    1.0,
+                    TokenStats::default(),
+                )?
                 .log_probs;
             let sum = masked_sum(&lp, b.attention_mask.as_ref().unwrap());
             acc += sum.double_value(&[]);

@@ -1,6 +1,9 @@
 //! Vocab-parallel log-probs, entropy and cross-entropy equal the full-vocabulary computation,
 //! values and gradients, on 2 ranks (vocabulary 37: the last rank's part is padded).
-use runtime::rollout::logprob::{entropy_from_logits, log_probs_from_logits};
+use runtime::rollout::TokenStats;
+use runtime::rollout::logprob::{
+    entropy_from_logits, log_probs_from_logits, sum_pi_squared_from_logits,
+};
 use runtime::tp::shard::{ShardSpec, gather_tensor, shard_tensor};
 use runtime::tp::{VocabPartition, vocab_parallel_cross_entropy, vocab_parallel_log_probs};
 use tch::{Device, Kind, Tensor};
@@ -35,8 +38,20 @@ rank_test!(log_probs_and_entropy_equal_full_vocab, 2, |pg| {
         .transpose(0, 1)
         .reshape([b, t, -1]);
     let local = local.detach().set_requires_grad(true);
-    let out = vocab_parallel_log_probs(&local, &labels, &part, Some(&pg), true).unwrap();
+    let stats = TokenStats {
+        entropy: true,
+        sum_pi_squared: true,
+    };
+    let out = vocab_parallel_log_probs(&local, &labels, &part, Some(&pg), stats).unwrap();
     let entropy = out.entropy.as_ref().unwrap();
+    // Σπ² from the split vocabulary equals the full softmax's.
+    let sq = sum_pi_squared_from_logits(&full);
+    let sq_split = out.sum_pi_squared.as_ref().unwrap();
+    assert!(
+        max_diff(sq_split, &sq) < 1e-6,
+        "sum_pi_squared differs by {}",
+        max_diff(sq_split, &sq)
+    );
     assert!(
         max_diff(&out.log_probs, &lp) < 1e-5,
         "log-probs differ by {}",

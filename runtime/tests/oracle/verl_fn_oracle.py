@@ -18,6 +18,11 @@ Writes
   .venv/verl-releases; VERLC_VERL_NEWER_ROOT overrides where) with its agg_loss and
   masked_mean, for every aggregation mode, local and with global-batch info, with and without
   rollout weights: loss, gradient with respect to the log-probs, metrics;
+- OUT/estimators_0_9.json: the optimal token baseline estimators verl 0.9 added
+  (optimal_token_baseline, tir_optimal_token_baseline) from 0.9.1's core_algos.py, on seeded
+  groups (sizes 1 to 4, a strictly longest trajectory, tied longest ones, an empty response,
+  masks with holes for the multi-turn form), with and without rollout IS weights; and its
+  compute_variance_proxy_metrics (trainer/ppo/metric_utils.py) on the results;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -303,6 +308,71 @@ def policy_losses_0_9(out):
                    "settings": settings, "cases": cases}, f)
 
 
+def estimators_0_9(out):
+    import collections
+    import types
+
+    root = newer_verl()
+    ns = {"torch": torch, "np": np, "defaultdict": collections.defaultdict}
+    otb = verl_function("trainer/ppo/core_algos.py", "compute_optimal_token_baseline_advantage", ns, root)
+    tir = verl_function("trainer/ppo/core_algos.py", "compute_multi_turn_optimal_token_baseline_advantage", ns,
+                        root)
+    vf = {"torch": torch}
+    for name in ["masked_sum", "masked_mean"]:
+        verl_function("utils/torch_functional.py", name, vf, root)
+    mns = {"torch": torch, "verl_F": types.SimpleNamespace(**vf), "DataProto": object}
+    proxy = verl_function("trainer/ppo/metric_utils.py", "compute_variance_proxy_metrics", mns, root)
+
+    gen = torch.Generator().manual_seed(9)
+    rows, width = 11, 7
+    # Groups: 0 (four rows, one strictly longest), 1 (three, two tied longest), 2 (one row),
+    # 3 (three, one of them empty).
+    index = [0, 0, 1, 0, 1, 2, 1, 3, 3, 0, 3]
+    lengths = [5, 3, 6, 7, 6, 4, 2, 0, 5, 2, 3]
+    mask = torch.zeros(rows, width, dtype=torch.float32)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    # Holes (tool turns) for the multi-turn form.
+    holed = mask.clone()
+    holed[0, 1] = 0
+    holed[3, 2:4] = 0
+    holed[8, 0] = 0
+    rewards = torch.zeros(rows, width, dtype=torch.float32)
+    for i, n in enumerate(lengths):
+        if n:
+            rewards[i, n - 1] = float(torch.randint(0, 3, (1,), generator=gen)) - 0.5
+    rewards[2, 1] = 0.25  # a token-level reward inside a response
+    vocab = 5
+    logits = torch.randn(rows, width, vocab, generator=gen)
+    probs = logits.softmax(-1)
+    tokens = torch.randint(0, vocab, (rows, width), generator=gen)
+    old = probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).log()
+    sq = (probs ** 2).sum(-1)
+    is_w = torch.rand(rows, width, generator=gen) + 0.5
+    uid = np.array([f"u{g}" for g in index], dtype=object)
+
+    class Batch:
+        def __init__(self, batch):
+            self.batch = batch
+
+    cases = []
+    for form, fn in [("single", otb), ("multi", tir)]:
+        m = mask if form == "single" else holed
+        for weighted in [False, True]:
+            adv, ret = fn(token_level_rewards=rewards, response_mask=m, index=uid, old_log_probs=old,
+                          sum_pi_squared=sq, rollout_is_weights=is_w if weighted else None)
+            b = {"sum_pi_squared": sq, "old_log_probs": old, "advantages": adv, "response_mask": m}
+            if weighted:
+                b["rollout_is_weights"] = is_w
+            metrics = proxy(Batch(b), gradient_norm=0.75)
+            cases.append({"form": form, "weighted": weighted, "advantages": adv.tolist(),
+                          "returns": ret.tolist(), "metrics": {k: float(v) for k, v in metrics.items()}})
+    with open(os.path.join(out, "estimators_0_9.json"), "w") as f:
+        json.dump({"index": index, "mask": mask.tolist(), "holed_mask": holed.tolist(),
+                   "rewards": rewards.tolist(), "old_log_probs": old.tolist(), "sum_pi_squared": sq.tolist(),
+                   "rollout_is_weights": is_w.tolist(), "grad_norm": 0.75, "cases": cases}, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
     pf_ppo(sys.argv[1])
@@ -310,3 +380,4 @@ if __name__ == "__main__":
     rollout_corr(sys.argv[1])
     bypass(sys.argv[1])
     policy_losses_0_9(sys.argv[1])
+    estimators_0_9(sys.argv[1])

@@ -71,6 +71,7 @@ fn settings(micro: usize, mode: LossAggMode) -> ActorSettings {
         loss_agg_mode: mode,
         entropy_coeff: 0.01,
         calculate_entropy: true,
+        calculate_sum_pi_squared: false,
         use_kl_loss: true,
         kl_loss_coef: 0.1,
         kl_loss_type: "k3+".parse::<KlEstimator>().expect("k3+"),
@@ -114,7 +115,7 @@ fn batch(actor: &mut Actor<SingleEngine<CausalLm>>) -> Batch {
     b.insert("responses", out.responses).expect("insert");
     b.insert("response_mask", out.response_mask.to_kind(Kind::Float))
         .expect("insert");
-    let (old, _) = actor.compute_log_prob(&b).expect("log probs");
+    let old = actor.compute_log_prob(&b).expect("log probs").log_probs;
     b.insert("ref_log_prob", (&old - 0.05).detach())
         .expect("insert");
     b.insert("old_log_probs", old).expect("insert");
@@ -210,8 +211,10 @@ fn dynamic_batch_size_gives_the_fixed_micro_batch_update() {
         dynamic_settings.ppo_max_token_len = Some(30);
         dynamic_settings.log_prob_max_token_len = Some(24);
         let mut dynamic = Actor::new(engine_with(true, sgd()), dynamic_settings).expect("actor");
-        let (lp_fixed, ent_fixed) = fixed.compute_log_prob(&b).expect("log probs");
-        let (lp_dyn, ent_dyn) = dynamic.compute_log_prob(&b).expect("log probs");
+        let out = fixed.compute_log_prob(&b).expect("log probs");
+        let (lp_fixed, ent_fixed) = (out.log_probs, out.entropy.expect("entropy"));
+        let out = dynamic.compute_log_prob(&b).expect("log probs");
+        let (lp_dyn, ent_dyn) = (out.log_probs, out.entropy.expect("entropy"));
         assert!((&lp_fixed - &lp_dyn).abs().max().double_value(&[]) < 1e-6);
         assert!((&ent_fixed - &ent_dyn).abs().max().double_value(&[]) < 1e-6);
         let m_fixed = fixed.update_policy(&b, 1).expect("update");
@@ -253,16 +256,62 @@ fn engine_checkpoint_restores_an_identical_continuation() {
     assert_eq!(m1, m2);
 }
 
+/// With `calculate_sum_pi_squared`, the old-log-prob pass returns `Σ_v π_v²` of the policy's
+/// softmax at every response position (computed here from the model's full logits), for fixed
+/// and token-budget micro-batches; without it, none.
+#[test]
+fn old_log_prob_pass_returns_the_squared_probabilities() {
+    let mut s = settings(8, LossAggMode::TokenMean);
+    let mut plain = Actor::new(engine(true), s.clone()).expect("actor");
+    let b = batch(&mut plain);
+    assert!(
+        plain
+            .compute_log_prob(&b)
+            .expect("log probs")
+            .sum_pi_squared
+            .is_none()
+    );
+    s.calculate_sum_pi_squared = true;
+    for budget in [None, Some(24)] {
+        s.log_prob_max_token_len = budget;
+        let mut actor = Actor::new(engine(true), s.clone()).expect("actor");
+        let out = actor.compute_log_prob(&b).expect("log probs");
+        let got = out.sum_pi_squared.expect("sum_pi_squared");
+        let ids = b.get("input_ids").expect("ids");
+        let (t, r) = (
+            ids.size()[1],
+            b.get("responses").expect("responses").size()[1],
+        );
+        let logits = tch::no_grad(|| {
+            actor.engine.module().forward(
+                ids,
+                b.get("position_ids").expect("positions"),
+                Some(b.get("attention_mask").expect("mask")),
+                None,
+            )
+        });
+        let p = logits.narrow(1, t - r - 1, r).softmax(-1, Kind::Float);
+        let want = (&p * &p).sum_dim_intlist(-1, false, Kind::Float);
+        let d = (&got - &want).abs().max().double_value(&[]);
+        assert!(d < 1e-5, "budget {budget:?}: sum_pi_squared differs by {d}");
+        let (lo, hi) = (got.min().double_value(&[]), got.max().double_value(&[]));
+        assert!(
+            lo > 0.0 && hi <= 1.0,
+            "a sum of squared probabilities is in (0, 1]"
+        );
+    }
+}
+
 #[test]
 fn reference_is_the_initial_policy() {
     let mut actor = Actor::new(engine(true), settings(8, LossAggMode::TokenMean)).expect("actor");
     let b = batch(&mut actor);
-    let (initial, _) = actor.compute_log_prob(&b).expect("log probs");
+    let initial = actor.compute_log_prob(&b).expect("log probs").log_probs;
     let mut reference = Reference::new(engine(false), 5, 1.0).expect("reference");
     let ref_lp = reference.compute_ref_log_prob(&b).expect("ref");
     assert_eq!((&ref_lp - &initial).abs().max().double_value(&[]), 0.0);
     actor.update_policy(&b, 1).expect("update");
-    let (after, _) = actor.compute_log_prob(&b).expect("log probs");
+    let after = actor.compute_log_prob(&b).expect("log probs").log_probs;
     assert!(
         (&after - &initial).abs().max().double_value(&[]) > 1e-4,
         "the actor moved"

@@ -86,3 +86,34 @@ fn ppo_with_a_gae_critic_learns() {
         "no clear rise: first 4 steps {first:.3}, last 4 {last:.3}"
     );
 }
+
+/// verl 0.9's optimal token baseline runs in the loop: the old-log-prob pass computes Σπ²
+/// (`calculate_sum_pi_squared`, a key the 0.7.0 default tree lacks, hence `+`), the estimator
+/// reads it, and the `variance_proxy/*` metrics are logged each step with the update's
+/// gradient norm as the signal strength.
+#[test]
+fn optimal_token_baseline_runs_with_its_variance_metrics() {
+    let dir = scratch("otb_runs");
+    let steps = 3;
+    let cfg = small_grpo(
+        &dir,
+        steps,
+        &with(&[
+            "actor_rollout_ref.rollout.n=4",
+            "algorithm.adv_estimator=optimal_token_baseline",
+            "+actor_rollout_ref.actor.calculate_sum_pi_squared=true",
+        ]),
+    );
+    let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
+    assert_eq!(summary.history.len(), steps as usize);
+    for (step, m) in &summary.history {
+        let signal = m["variance_proxy/proxy1_signal_strength"];
+        let grad = m["actor/grad_norm"];
+        assert!((signal - grad * grad).abs() <= 1e-9 * (1.0 + signal), "step {step}");
+        for k in ["proxy2_total_power", "expected_a_squared", "expected_w"] {
+            let v = m[&format!("variance_proxy/{k}")];
+            assert!(v.is_finite() && v >= 0.0, "step {step}: {k} = {v}");
+        }
+        assert!(m["critic/advantages/max"] > m["critic/advantages/min"], "step {step}");
+    }
+}

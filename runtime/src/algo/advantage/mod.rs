@@ -12,6 +12,7 @@ mod group;
 pub mod grpo;
 pub mod grpo_passk;
 pub mod opo;
+pub mod optimal_token_baseline;
 pub mod reinforce_pp;
 pub mod remax;
 pub mod rloo;
@@ -38,6 +39,11 @@ pub struct AdvantageInputs<'a> {
     pub index: Option<&'a GroupIndex>,
     /// `[batch]` summed reward of the greedy rollout of each prompt (remax).
     pub reward_baselines: Option<&'a Tensor>,
+    /// `[batch, response_len]` old-policy log-probs and `Σ_v π_v²`, and the rollout
+    /// importance weights when rollout correction computed them (the optimal token baselines).
+    pub old_log_probs: Option<&'a Tensor>,
+    pub sum_pi_squared: Option<&'a Tensor>,
+    pub rollout_is_weights: Option<&'a Tensor>,
 }
 
 impl<'a> AdvantageInputs<'a> {
@@ -48,7 +54,22 @@ impl<'a> AdvantageInputs<'a> {
             values: None,
             index: None,
             reward_baselines: None,
+            old_log_probs: None,
+            sum_pi_squared: None,
+            rollout_is_weights: None,
         }
+    }
+
+    /// The old policy's log-probs and `Σ_v π_v²`.
+    pub fn path_variance(mut self, old_log_probs: &'a Tensor, sum_pi_squared: &'a Tensor) -> Self {
+        self.old_log_probs = Some(old_log_probs);
+        self.sum_pi_squared = Some(sum_pi_squared);
+        self
+    }
+
+    pub fn rollout_is_weights(mut self, weights: &'a Tensor) -> Self {
+        self.rollout_is_weights = Some(weights);
+        self
     }
 
     pub fn values(mut self, values: &'a Tensor) -> Self {
@@ -114,6 +135,19 @@ pub fn compute_advantage(
             remax::compute(r, baselines, m)
         }
         AdvEstimator::Gpg => gpg::compute(r, m, index()?),
+        AdvEstimator::OptimalTokenBaseline | AdvEstimator::TirOptimalTokenBaseline => {
+            let missing = |input| AlgoError::MissingInput { what, input };
+            let path = optimal_token_baseline::PathInputs {
+                old_log_probs: inputs.old_log_probs.ok_or(missing("old_log_probs"))?,
+                sum_pi_squared: inputs.sum_pi_squared.ok_or(missing("sum_pi_squared"))?,
+                rollout_is_weights: inputs.rollout_is_weights,
+            };
+            if est == AdvEstimator::OptimalTokenBaseline {
+                optimal_token_baseline::compute(r, m, index()?, &path)
+            } else {
+                optimal_token_baseline::compute_multi_turn(r, m, index()?, &path)
+            }
+        }
     }
 }
 
