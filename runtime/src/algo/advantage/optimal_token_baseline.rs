@@ -76,7 +76,6 @@ fn run(
     // multi-turn form compacted to the row's own tokens (`steps[i]` positions each).
     let mut g = Rows::zeros(n, len);
     let mut w = Rows::zeros(n, len);
-    let mut steps = vec![0usize; n];
     for i in 0..n {
         let mut acc = 0.0;
         for t in (0..len).rev() {
@@ -92,8 +91,10 @@ fn run(
             cum += wt * m.get(i, t);
             w.set(i, t, cum);
         }
-        steps[i] = (0..len).filter(|&t| m.get(i, t) != 0.0).count();
     }
+    let steps: Vec<usize> = (0..n)
+        .map(|i| (0..len).filter(|&t| m.get(i, t) != 0.0).count())
+        .collect();
     // The steps of row i: its positions (single-turn), or its masked positions in order.
     let positions: Vec<Vec<usize>> = (0..n)
         .map(|i| {
