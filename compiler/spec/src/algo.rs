@@ -50,6 +50,9 @@ verl_names! {
         /// `optimal_token_baseline` over each trajectory's own tokens (multi-turn responses
         /// with tool turns masked out; verl 0.9).
         TirOptimalTokenBaseline => "tir_optimal_token_baseline",
+        /// Each reward component normalised within its group (GRPO per component), summed
+        /// with weights and whitened over the batch (GDPO; verl 0.9).
+        Gdpo => "gdpo",
     }
 }
 

@@ -535,6 +535,19 @@ pub struct AlgorithmSpec {
     /// weights and rejection of the old policy against the rollout's own log-probs.
     #[serde(default)]
     pub rollout_correction: Option<RolloutCorrectionSpec>,
+    /// The reward components `gdpo` normalises one by one (`algorithm.gdpo_reward_keys`,
+    /// `gdpo_reward_weights`); set with that estimator only.
+    #[serde(default)]
+    pub gdpo: Option<GdpoSpec>,
+}
+
+/// GDPO's reward components: keys of the reward function's result dict, each normalised
+/// within its group before the weighted sum.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GdpoSpec {
+    pub keys: Vec<String>,
+    /// One weight per key; `None` weighs them equally.
+    pub weights: Option<Vec<f64>>,
 }
 
 /// `algorithm.rollout_correction` with `bypass_mode: false`, applied before the advantages to

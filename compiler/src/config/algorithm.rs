@@ -170,6 +170,13 @@ pub struct AlgorithmConfig {
     pub pf_ppo: PfPpoConfig,
     /// Rollout-vs-training mismatch correction.
     pub rollout_correction: RolloutCorrectionConfig,
+    /// GDPO: the keys of the reward function's result dict normalised one by one (verl 0.9
+    /// dataclass field, absent from the YAML trees: set it with `+algorithm.gdpo_reward_keys`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gdpo_reward_keys: Option<Vec<String>>,
+    /// GDPO: one weight per reward key; null weighs them equally (verl 0.9 dataclass field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gdpo_reward_weights: Option<Vec<f64>>,
     /// DAPO group filtering; absent disables it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter_groups: Option<FilterGroupsConfig>,

@@ -13,7 +13,7 @@ use verlc_spec::optim::{AdamWConfig, InnerConfig, SgdConfig, VerlSchedule};
 use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
     ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
-    EngineSpec, FsdpEngineSpec, KlControlSpec, LoggerKind, LoraSpec, MegatronEngineSpec,
+    EngineSpec, FsdpEngineSpec, GdpoSpec, KlControlSpec, LoggerKind, LoraSpec, MegatronEngineSpec,
     ModuleSelector, OptimSpec, OverlongBufferSpec, PfPpoMethod, PfPpoSpec, ReferenceSpec,
     ResumeSpec, RewardManagerSpec, RewardModelInput, RewardModelSpec, RewardSpec, RolloutSpec,
     RunSpec, ScheduleSpec, StrategyName, TrainerSpec, WorldSpec,
@@ -383,7 +383,38 @@ fn algorithm_spec(cfg: &VerlConfig, l: &mut Lowering) -> AlgorithmSpec {
         },
         pf_ppo: pf_ppo_spec(cfg, l),
         rollout_correction: rollout_correction_spec(cfg, l),
+        gdpo: gdpo_spec(cfg, l),
     }
+}
+
+/// GDPO's reward components (rule V056 reports missing keys and mismatched weights); the keys
+/// have no effect under another estimator.
+fn gdpo_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<GdpoSpec> {
+    let alg = &cfg.algorithm;
+    if alg.adv_estimator != AdvEstimator::Gdpo {
+        for (set, key) in [
+            (alg.gdpo_reward_keys.is_some(), "algorithm.gdpo_reward_keys"),
+            (
+                alg.gdpo_reward_weights.is_some(),
+                "algorithm.gdpo_reward_weights",
+            ),
+        ] {
+            if set {
+                l.no_effect(
+                    key,
+                    format!(
+                        "`{key}` is read by adv_estimator=gdpo only; with `{}` it has no effect",
+                        alg.adv_estimator
+                    ),
+                );
+            }
+        }
+        return None;
+    }
+    Some(GdpoSpec {
+        keys: alg.gdpo_reward_keys.clone().unwrap_or_default(),
+        weights: alg.gdpo_reward_weights.clone(),
+    })
 }
 
 /// Rollout correction (`algorithm.rollout_correction`) as verl 0.7.0's

@@ -107,6 +107,7 @@ table! {
     "algorithm.kl_ctrl.*" => Implemented("algorithm.kl_ctrl"),
     "algorithm.use_pf_ppo" => Implemented("algorithm.pf_ppo (with GAE, as verl; a warning otherwise)"),
     "algorithm.pf_ppo.**" => Implemented("algorithm.pf_ppo"),
+    "algorithm.{gdpo_reward_keys,gdpo_reward_weights}" => Implemented("algorithm.gdpo (with adv_estimator=gdpo; a warning otherwise)"),
     "algorithm.rollout_correction.{bypass_mode,loss_type}" => Checked("actor.update.bypass (needs rollout.calculate_log_probs)"),
     "algorithm.rollout_correction.**" => Checked("algorithm.rollout_correction (decoupled mode: importance weights, rejection, veto)"),
 

@@ -402,7 +402,7 @@ pub static RULES: &[Rule] = &[
         "V051",
         "VectorizedGrpoIgnoresStdFlag",
         algorithm::vectorized_grpo_ignores_std_flag,
-        "verl ignores norm_adv_by_std_in_grpo=false for grpo_vectorized; verlc honours it (warning)"
+        "verl ignores norm_adv_by_std_in_grpo=false for grpo_vectorized and gdpo; verlc honours it (warning)"
     ),
     rule!(
         "V052",
@@ -427,6 +427,12 @@ pub static RULES: &[Rule] = &[
         "OptimalBaselineWithoutSumPiSquared",
         algorithm::optimal_baseline_without_sum_pi_squared,
         "the optimal token baseline estimators need actor.calculate_sum_pi_squared and the old-log-prob pass"
+    ),
+    rule!(
+        "V056",
+        "GdpoRewardKeysInvalid",
+        algorithm::gdpo_reward_keys_invalid,
+        "gdpo needs reward keys the reward function returns, and one weight per key"
     ),
     rule!(
         "V201",

@@ -9,6 +9,7 @@ use verlc_spec::TrainerSpec;
 use verlc_spec::data::DataSpec;
 use verlc_spec::trainer::{KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec};
 
+use crate::algo::advantage::gdpo::Components;
 use crate::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
 use crate::algo::rollout_correction::rollout_correction;
 use crate::algo::variance_proxy::{VarianceInputs, variance_proxy_metrics};
@@ -677,14 +678,19 @@ impl<R: Roles> Trainer<R> {
 
     /// The scores of training responses: the reward model's when there is one (verl's
     /// `rm_scores`), else the reward function's.
+    /// With the reward function, also each response's other outputs (verl's
+    /// `reward_extra_info`); a reward model's scores have none.
     fn train_scores(
         &mut self,
         items: &[&PromptItem],
         out: &RolloutOutput,
-    ) -> Result<Vec<f64>, TrainerError> {
+    ) -> Result<(Vec<f64>, Vec<Score>), TrainerError> {
         match &self.reward_model {
-            Some(rm) => self.model_scores(rm, items, out),
-            None => Ok(self.score(items, out)?.0),
+            Some(rm) => Ok((self.model_scores(rm, items, out)?, Vec::new())),
+            None => {
+                let (values, _, scores) = self.score(items, out)?;
+                Ok((values, scores))
+            }
         }
     }
 
@@ -811,13 +817,18 @@ impl<R: Roles> Trainer<R> {
                 ..params.clone()
             };
             let (_, gout) = timers.time("gen_max", || self.generate(&items, &greedy))?;
-            let scores = self.train_scores(&items, &gout)?;
+            let (scores, _) = self.train_scores(&items, &gout)?;
             let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
             batch.insert("reward_baselines", Tensor::from_slice(&per_row))?;
         }
         self.rollout.release()?;
 
-        let scores = timers.time("reward", || self.train_scores(&items, &out))?;
+        let (scores, details) = timers.time("reward", || self.train_scores(&items, &out))?;
+        if let Some(g) = &self.spec.algorithm.gdpo {
+            for key in &g.keys {
+                batch.insert(&gdpo_column(key), reward_component(key, &details)?)?;
+            }
+        }
         let mask = batch.get("response_mask")?.shallow_clone();
         batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
 
@@ -921,6 +932,24 @@ impl<R: Roles> Trainer<R> {
         if let Some(w) = &is_weights {
             inputs = inputs.rollout_is_weights(w);
         }
+        let gdpo = self.spec.algorithm.gdpo.clone();
+        let components: Vec<Tensor> = match &gdpo {
+            Some(g) => g
+                .keys
+                .iter()
+                .map(|k| Ok(batch.get(&gdpo_column(k))?.shallow_clone()))
+                .collect::<Result<_, TrainerError>>()?,
+            None => Vec::new(),
+        };
+        if let Some(g) = &gdpo {
+            inputs = inputs.components(Components {
+                scores: &components,
+                weights: g.weights.as_deref(),
+            });
+            for (key, values) in g.keys.iter().zip(&components) {
+                metrics.extend(gdpo_metrics(key, values)?);
+            }
+        }
         let adv = compute_advantage(self.estimator, &inputs, &self.adv_cfg)?;
         batch.insert("advantages", adv.advantages)?;
         batch.insert("returns", adv.returns)?;
@@ -943,6 +972,9 @@ impl<R: Roles> Trainer<R> {
         let mut own_rows = self.dp.own_rows(&batch)?;
         own_rows.remove("uid");
         own_rows.remove("reward_baselines");
+        for key in self.spec.algorithm.gdpo.iter().flat_map(|g| &g.keys) {
+            own_rows.remove(&gdpo_column(key));
+        }
         if let Some(c) = self.critic.as_mut() {
             let m = timers.time("update_critic", || c.update_critic(&own_rows, step))?;
             metrics.extend(self.dp.mean_metrics(m)?);
@@ -1062,4 +1094,59 @@ impl<R: Roles> Trainer<R> {
         self.rollout.release()?;
         Ok(validation_metrics(&records, params.n))
     }
+}
+
+/// The batch column of GDPO's reward component `key`.
+fn gdpo_column(key: &str) -> String {
+    format!("gdpo/{key}")
+}
+
+/// GDPO's component `key` of every response (`[N]`, f32), from the reward function's outputs:
+/// a number or a bool (verl takes them as float32); a response without it is an error naming
+/// the keys it has (verl's assertion, at the same point).
+fn reward_component(key: &str, scores: &[Score]) -> Result<Tensor, TrainerError> {
+    let mut values = Vec::with_capacity(scores.len());
+    for s in scores {
+        let v = match s.extra.get(key) {
+            Some(Value::Number(n)) => n.as_f64(),
+            Some(Value::Bool(b)) => Some(f64::from(u8::from(*b))),
+            _ => None,
+        };
+        let Some(v) = v else {
+            let have: Vec<&str> = s.extra.keys().map(String::as_str).collect();
+            return Err(TrainerError::Config(format!(
+                "GDPO reward key `{key}` is not a number in the reward function's result (its other keys: {}); algorithm.gdpo_reward_keys must name keys compute_score returns",
+                if have.is_empty() {
+                    "none".to_owned()
+                } else {
+                    have.join(", ")
+                }
+            )));
+        };
+        values.push(v as f32);
+    }
+    Ok(Tensor::from_slice(&values))
+}
+
+/// verl's `gdpo/{key}/{mean,std,max,min}` over the batch (population std, as numpy's).
+fn gdpo_metrics(key: &str, values: &Tensor) -> Result<Metrics, TrainerError> {
+    let v = Vec::<f64>::try_from(values.f_to_kind(Kind::Double)?)?;
+    let mut m = Metrics::new();
+    if v.is_empty() {
+        return Ok(m);
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+    m.insert(format!("gdpo/{key}/mean"), mean);
+    m.insert(format!("gdpo/{key}/std"), std);
+    m.insert(
+        format!("gdpo/{key}/max"),
+        v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
+    m.insert(
+        format!("gdpo/{key}/min"),
+        v.iter().copied().fold(f64::INFINITY, f64::min),
+    );
+    Ok(m)
 }

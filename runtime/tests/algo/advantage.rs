@@ -785,3 +785,56 @@ fn optimal_token_baselines_are_verl_0_9s() {
     .unwrap_err();
     assert!(err.to_string().contains("old_log_probs"), "{err}");
 }
+
+/// verl 0.9's `gdpo`: two reward components normalised per group, summed with and without
+/// weights and whitened, equal to its own function (which places each component at the
+/// response's last token from the attention mask); and its fallback on the token-level rewards.
+#[test]
+fn gdpo_is_verl_0_9s() {
+    use runtime::algo::advantage::gdpo::Components;
+    let o = oracle::verl_functions("estimators_0_9");
+    let m = |k: &str| crate::support::json_matrix(&o[k]);
+    let ids: Vec<i64> = serde_json::from_value(o["index"].clone()).expect("index");
+    let index = GroupIndex::from_ids(&ids);
+    let (rewards, mask) = (m("rewards"), m("mask"));
+    let comps = &o["gdpo_components"];
+    let scores: Vec<Tensor> = ["format_reward", "accuracy_reward"]
+        .iter()
+        .map(|k| {
+            let v: Vec<f64> = serde_json::from_value(comps[*k].clone()).expect("component");
+            Tensor::from_slice(&v)
+        })
+        .collect();
+    let cases = o["gdpo_cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 3);
+    let cfg = AdvantageConfig::default();
+    for case in cases {
+        let weights: Option<Vec<f64>> = serde_json::from_value(case["weights"].clone()).unwrap();
+        let mut inputs = AdvantageInputs::new(&rewards, &mask).index(&index);
+        if case["fallback"] != true {
+            inputs = inputs.components(Components {
+                scores: &scores,
+                weights: weights.as_deref(),
+            });
+        }
+        let out = compute_advantage(AdvEstimator::Gdpo, &inputs, &cfg).unwrap();
+        let want = crate::support::json_matrix(&case["advantages"]);
+        let d = (&out.advantages - &want).abs().max().double_value(&[]);
+        assert!(d < 1e-5, "weights {weights:?}: advantages differ by {d}");
+        assert_eq!(
+            (&out.advantages - &out.returns)
+                .abs()
+                .max()
+                .double_value(&[]),
+            0.0
+        );
+    }
+    // One weight for two keys is refused, not truncated.
+    let inputs = AdvantageInputs::new(&rewards, &mask)
+        .index(&index)
+        .components(Components {
+            scores: &scores,
+            weights: Some(&[1.0]),
+        });
+    assert!(compute_advantage(AdvEstimator::Gdpo, &inputs, &cfg).is_err());
+}

@@ -22,7 +22,8 @@ Writes
   (optimal_token_baseline, tir_optimal_token_baseline) from 0.9.1's core_algos.py, on seeded
   groups (sizes 1 to 4, a strictly longest trajectory, tied longest ones, an empty response,
   masks with holes for the multi-turn form), with and without rollout IS weights; and its
-  compute_variance_proxy_metrics (trainer/ppo/metric_utils.py) on the results;
+  compute_variance_proxy_metrics (trainer/ppo/metric_utils.py) on the results; and gdpo on two
+  reward components (with and without weights, and its fallback on the token-level rewards);
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -367,8 +368,32 @@ def estimators_0_9(out):
             metrics = proxy(Batch(b), gradient_norm=0.75)
             cases.append({"form": form, "weighted": weighted, "advantages": adv.tolist(),
                           "returns": ret.tolist(), "metrics": {k: float(v) for k, v in metrics.items()}})
+    # GDPO: two reward components placed at each response's last token by verl's function
+    # itself (from the attention mask), with and without weights; and its fallback on the
+    # token-level rewards when no components are given.
+    verl_function("trainer/ppo/core_algos.py", "compute_grpo_outcome_advantage", ns, root)
+    wf = {"torch": torch}
+    for name in ["masked_sum", "masked_mean", "masked_var", "masked_whiten"]:
+        verl_function("utils/torch_functional.py", name, wf, root)
+    ns["verl_F"] = types.SimpleNamespace(**wf)
+    ns["Optional"] = __import__("typing").Optional
+    ns["AlgoConfig"] = object
+    gdpo = verl_function("trainer/ppo/core_algos.py", "compute_gdpo_outcome_advantage", ns, root)
+    prompt = 3
+    attention = torch.cat([torch.ones(rows, prompt), mask], dim=1).long()
+    comps = {"format_reward": [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0],
+             "accuracy_reward": [round(float(torch.rand(1, generator=gen)), 3) for _ in range(rows)]}
+    gdpo_cases = []
+    for weights in [None, [0.3, 1.5]]:
+        cfg = {"gdpo_reward_keys": list(comps), "gdpo_reward_weights": weights}
+        adv, ret = gdpo(token_level_rewards=rewards, response_mask=mask, index=uid, config=cfg,
+                        non_tensor_batch={k: np.array(v) for k, v in comps.items()},
+                        batch={"prompts": torch.zeros(rows, prompt), "attention_mask": attention})
+        gdpo_cases.append({"weights": weights, "advantages": adv.tolist(), "returns": ret.tolist()})
+    adv, _ = gdpo(token_level_rewards=rewards, response_mask=mask, index=uid)
+    gdpo_cases.append({"weights": None, "fallback": True, "advantages": adv.tolist()})
     with open(os.path.join(out, "estimators_0_9.json"), "w") as f:
-        json.dump({"index": index, "mask": mask.tolist(), "holed_mask": holed.tolist(),
+        json.dump({"gdpo_components": comps, "gdpo_cases": gdpo_cases, "index": index, "mask": mask.tolist(), "holed_mask": holed.tolist(),
                    "rewards": rewards.tolist(), "old_log_probs": old.tolist(), "sum_pi_squared": sq.tolist(),
                    "rollout_is_weights": is_w.tolist(), "grad_norm": 0.75, "cases": cases}, f)
 

@@ -109,11 +109,17 @@ fn optimal_token_baseline_runs_with_its_variance_metrics() {
     for (step, m) in &summary.history {
         let signal = m["variance_proxy/proxy1_signal_strength"];
         let grad = m["actor/grad_norm"];
-        assert!((signal - grad * grad).abs() <= 1e-9 * (1.0 + signal), "step {step}");
+        assert!(
+            (signal - grad * grad).abs() <= 1e-9 * (1.0 + signal),
+            "step {step}"
+        );
         for k in ["proxy2_total_power", "expected_a_squared", "expected_w"] {
             let v = m[&format!("variance_proxy/{k}")];
             assert!(v.is_finite() && v >= 0.0, "step {step}: {k} = {v}");
         }
-        assert!(m["critic/advantages/max"] > m["critic/advantages/min"], "step {step}");
+        assert!(
+            m["critic/advantages/max"] > m["critic/advantages/min"],
+            "step {step}"
+        );
     }
 }

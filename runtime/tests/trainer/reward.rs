@@ -299,3 +299,57 @@ fn unknown_data_source_is_reported_up_front() {
         1.0
     );
 }
+
+/// GDPO in the loop: the components come from the Python compute_score's dict (a float and a
+/// bool), get their `gdpo/<key>/*` metrics, and the advantages are whitened (mean 0 over the
+/// batch's tokens). A key the function does not return stops the run naming the keys it has.
+#[test]
+fn gdpo_reads_the_reward_functions_components() {
+    let dir = scratch("trainer_gdpo");
+    let path = format!(
+        "custom_reward_function.path={}",
+        fixture("reward_components.py").display()
+    );
+    let cfg = small_grpo(
+        &dir,
+        2,
+        &[
+            &path,
+            "algorithm.adv_estimator=gdpo",
+            "actor_rollout_ref.rollout.n=4",
+            "+algorithm.gdpo_reward_keys=[accuracy_reward,format_reward]",
+            "+algorithm.gdpo_reward_weights=[1.0,0.5]",
+        ],
+    );
+    let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
+    for (step, m) in &summary.history {
+        for key in ["accuracy_reward", "format_reward"] {
+            let (lo, hi) = (m[&format!("gdpo/{key}/min")], m[&format!("gdpo/{key}/max")]);
+            assert!(
+                (0.0..=1.0).contains(&lo) && lo <= hi && hi <= 1.0,
+                "step {step}: {key}"
+            );
+            assert!(m[&format!("gdpo/{key}/std")] >= 0.0);
+        }
+        assert!(
+            m["critic/advantages/mean"].abs() < 1e-5,
+            "step {step}: whitened"
+        );
+    }
+    let cfg = small_grpo(
+        &dir,
+        1,
+        &[
+            &path,
+            "algorithm.adv_estimator=gdpo",
+            "+algorithm.gdpo_reward_keys=[length_reward]",
+        ],
+    );
+    let err = runtime::trainer::run(&cfg, &quiet())
+        .expect_err("no such component")
+        .to_string();
+    assert!(
+        err.contains("length_reward") && err.contains("accuracy_reward"),
+        "{err}"
+    );
+}

@@ -1,6 +1,7 @@
 //! ## What it checks
 //! A group-baseline estimator (`grpo`, `grpo_vectorized`, `rloo`, `rloo_vectorized`,
-//! `reinforce_plus_plus_baseline`) with one response per prompt (`rollout.n: 1`). A warning:
+//! `reinforce_plus_plus_baseline`, and verl 0.9's `gdpo`, `optimal_token_baseline`,
+//! `tir_optimal_token_baseline`) with one response per prompt (`rollout.n: 1`). A warning:
 //! verl runs it.
 //!
 //! ## Why
@@ -43,6 +44,14 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         ),
         AdvEstimator::Rloo => ("rloo", "the raw score becomes the advantage (no baseline)"),
         AdvEstimator::RlooVectorized => ("rloo_vectorized", "every advantage is zero"),
+        AdvEstimator::Gdpo => (
+            "gdpo",
+            "each raw component is summed and whitened over the batch (no group baseline)",
+        ),
+        AdvEstimator::OptimalTokenBaseline | AdvEstimator::TirOptimalTokenBaseline => (
+            c.algorithm.adv_estimator.as_str(),
+            "the reward-to-go becomes the advantage (no baseline)",
+        ),
         _ => return,
     };
     if n != 1 {

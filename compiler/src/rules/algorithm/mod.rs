@@ -3,6 +3,7 @@
 pub(crate) mod adaptive_kl_horizon_not_positive;
 pub(crate) mod dro_without_beta;
 pub(crate) mod gae_without_critic;
+pub(crate) mod gdpo_reward_keys_invalid;
 pub(crate) mod group_baseline_with_single_response;
 pub(crate) mod optimal_baseline_without_sum_pi_squared;
 pub(crate) mod pass_at_k_with_single_response;

@@ -7,6 +7,7 @@
 //! Estimation runs without autograd, in f64 on the host ([`dense`]), then is cast back.
 pub(crate) mod dense;
 pub mod gae;
+pub mod gdpo;
 pub mod gpg;
 mod group;
 pub mod grpo;
@@ -44,6 +45,9 @@ pub struct AdvantageInputs<'a> {
     pub old_log_probs: Option<&'a Tensor>,
     pub sum_pi_squared: Option<&'a Tensor>,
     pub rollout_is_weights: Option<&'a Tensor>,
+    /// GDPO's reward components (the keys of the reward function's dict, one `[batch]` tensor
+    /// each) and their weights.
+    pub components: Option<gdpo::Components<'a>>,
 }
 
 impl<'a> AdvantageInputs<'a> {
@@ -57,7 +61,13 @@ impl<'a> AdvantageInputs<'a> {
             old_log_probs: None,
             sum_pi_squared: None,
             rollout_is_weights: None,
+            components: None,
         }
+    }
+
+    pub fn components(mut self, components: gdpo::Components<'a>) -> Self {
+        self.components = Some(components);
+        self
     }
 
     /// The old policy's log-probs and `Σ_v π_v²`.
@@ -135,6 +145,7 @@ pub fn compute_advantage(
             remax::compute(r, baselines, m)
         }
         AdvEstimator::Gpg => gpg::compute(r, m, index()?),
+        AdvEstimator::Gdpo => gdpo::compute(r, m, index()?, inputs.components, norm, eps),
         AdvEstimator::OptimalTokenBaseline | AdvEstimator::TirOptimalTokenBaseline => {
             let missing = |input| AlgoError::MissingInput { what, input };
             let path = optimal_token_baseline::PathInputs {
