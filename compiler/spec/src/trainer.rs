@@ -539,6 +539,29 @@ pub struct AlgorithmSpec {
     /// `gdpo_reward_weights`); set with that estimator only.
     #[serde(default)]
     pub gdpo: Option<GdpoSpec>,
+    /// DAPO dynamic sampling (`algorithm.filter_groups`): only prompt groups whose metric
+    /// varies train; the step regenerates until it has `train_batch_size` of them.
+    #[serde(default)]
+    pub filter_groups: Option<FilterGroupsSpec>,
+}
+
+/// `algorithm.filter_groups` as the trainer runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FilterGroupsSpec {
+    pub metric: GroupMetric,
+    /// Generation rounds per step before the run stops (`max_num_gen_batches`); 0 is no limit.
+    pub max_rounds: usize,
+}
+
+/// What decides whether a group varies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupMetric {
+    /// The sequence score before any in-reward KL (`reward`: the reward function's or the
+    /// reward model's).
+    Score,
+    /// A key of the reward function's result dict (`acc`, …).
+    Extra(String),
 }
 
 /// GDPO's reward components: keys of the reward function's result dict, each normalised

@@ -75,9 +75,14 @@ pub struct FilterGroupsConfig {
     /// Per-sample metric whose variance decides whether a group is kept (e.g. `acc`,
     /// `score`, `seq_reward`).
     pub metric: Option<String>,
-    /// Generation batches tried per step before giving up; 0 means no limit.
+    /// Generation batches tried per step before giving up; 0 (the default) means no limit.
     #[schemars(range(min = 0))]
+    #[serde(default)]
     pub max_num_gen_batches: i64,
+    /// Sync DAPO prompt batches pending or generating at once (verl 0.9's v1 trainer; absent
+    /// from older trees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_inflight_gen_batches: Option<i64>,
 }
 
 /// Granularity of rollout importance-sampling weights.

@@ -13,10 +13,10 @@ use verlc_spec::optim::{AdamWConfig, InnerConfig, SgdConfig, VerlSchedule};
 use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
     ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
-    EngineSpec, FsdpEngineSpec, GdpoSpec, KlControlSpec, LoggerKind, LoraSpec, MegatronEngineSpec,
-    ModuleSelector, OptimSpec, OverlongBufferSpec, PfPpoMethod, PfPpoSpec, ReferenceSpec,
-    ResumeSpec, RewardManagerSpec, RewardModelInput, RewardModelSpec, RewardSpec, RolloutSpec,
-    RunSpec, ScheduleSpec, StrategyName, TrainerSpec, WorldSpec,
+    EngineSpec, FilterGroupsSpec, FsdpEngineSpec, GdpoSpec, GroupMetric, KlControlSpec, LoggerKind,
+    LoraSpec, MegatronEngineSpec, ModuleSelector, OptimSpec, OverlongBufferSpec, PfPpoMethod,
+    PfPpoSpec, ReferenceSpec, ResumeSpec, RewardManagerSpec, RewardModelInput, RewardModelSpec,
+    RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName, TrainerSpec, WorldSpec,
 };
 
 use crate::codes;
@@ -384,7 +384,30 @@ fn algorithm_spec(cfg: &VerlConfig, l: &mut Lowering) -> AlgorithmSpec {
         pf_ppo: pf_ppo_spec(cfg, l),
         rollout_correction: rollout_correction_spec(cfg, l),
         gdpo: gdpo_spec(cfg, l),
+        filter_groups: filter_groups_spec(cfg, l),
     }
+}
+
+/// DAPO dynamic sampling (rule V057 reports what verl refuses: no metric, a metric no scorer
+/// returns, a colocated reward model).
+fn filter_groups_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<FilterGroupsSpec> {
+    let f = cfg.algorithm.filter_groups.as_ref().filter(|f| f.enable)?;
+    let metric = match f.metric.as_deref().unwrap_or_default() {
+        // verl 0.9 reads every other name from compute_score's result dict (the DAPO recipe's
+        // `seq_reward` included).
+        "reward" => GroupMetric::Score,
+        other => GroupMetric::Extra(other.to_owned()),
+    };
+    if f.max_inflight_gen_batches.is_some_and(|n| n > 1) {
+        l.no_effect(
+            "algorithm.filter_groups.max_inflight_gen_batches",
+            "verlc generates each refill round after the last one is scored: there are no concurrent generation batches to bound",
+        );
+    }
+    Some(FilterGroupsSpec {
+        metric,
+        max_rounds: usize::try_from(f.max_num_gen_batches).unwrap_or(0),
+    })
 }
 
 /// GDPO's reward components (rule V056 reports missing keys and mismatched weights); the keys

@@ -108,6 +108,8 @@ table! {
     "algorithm.use_pf_ppo" => Implemented("algorithm.pf_ppo (with GAE, as verl; a warning otherwise)"),
     "algorithm.pf_ppo.**" => Implemented("algorithm.pf_ppo"),
     "algorithm.{gdpo_reward_keys,gdpo_reward_weights}" => Implemented("algorithm.gdpo (with adv_estimator=gdpo; a warning otherwise)"),
+    "algorithm.filter_groups.{enable,metric,max_num_gen_batches}" => Implemented("algorithm.filter_groups (DAPO dynamic sampling)"),
+    "algorithm.filter_groups.max_inflight_gen_batches" => Checked("algorithm.filter_groups (one refill round at a time; above 1 a warning)"),
     "algorithm.rollout_correction.{bypass_mode,loss_type}" => Checked("actor.update.bypass (needs rollout.calculate_log_probs)"),
     "algorithm.rollout_correction.**" => Checked("algorithm.rollout_correction (decoupled mode: importance weights, rejection, veto)"),
 

@@ -435,6 +435,12 @@ pub static RULES: &[Rule] = &[
         "gdpo needs reward keys the reward function returns, and one weight per key"
     ),
     rule!(
+        "V057",
+        "FilterGroupsMetricUnavailable",
+        algorithm::filter_groups_metric_unavailable,
+        "group filtering needs a metric that is known when groups are scored"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

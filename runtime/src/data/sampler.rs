@@ -107,6 +107,24 @@ impl BatchSampler {
         }
     }
 
+    /// The next `k` indices in the sampling order, crossing into the next epochs as needed
+    /// (DAPO's refills draw prompts beyond the step's batch: verl's dataloader keeps going).
+    pub fn next_prompts(&mut self, k: usize) -> Vec<usize> {
+        let mut out = Vec::with_capacity(k);
+        while out.len() < k {
+            if self.state.cursor >= self.state.len {
+                self.state.epoch += 1;
+                self.state.cursor = 0;
+                self.order = Self::epoch_order(&self.state);
+            }
+            let take = (k - out.len()).min(self.state.len - self.state.cursor);
+            let start = self.state.cursor;
+            out.extend_from_slice(&self.order[start..start + take]);
+            self.state.cursor += take;
+        }
+        out
+    }
+
     /// The next batch, moving to the next epoch (new permutation) when this one is exhausted.
     pub fn next_batch(&mut self) -> Vec<usize> {
         let s = &self.state;

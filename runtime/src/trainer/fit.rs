@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 use tch::{Kind, Tensor};
 use verlc_spec::TrainerSpec;
 use verlc_spec::data::DataSpec;
-use verlc_spec::trainer::{KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec};
+use verlc_spec::trainer::{
+    FilterGroupsSpec, GroupMetric, KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec,
+};
 
 use crate::algo::advantage::gdpo::Components;
 use crate::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
@@ -786,51 +788,10 @@ impl<R: Roles> Trainer<R> {
         timers: &mut Timers,
         metrics: &mut Metrics,
     ) -> Result<Batch, TrainerError> {
-        // This data-parallel rank's prompts; `offset` makes their group ids global.
-        let own = self.dp.chunk(indices.len())?;
-        let offset = own.start as i64;
-        let items = train.batch(&indices[own]);
-        let mut params = self.train_sampling.clone();
-        params.seed = self.sampling_seed(STREAM_ROLLOUT, self.dp.rank());
-        timers.time("update_weights", || self.load_rollout())?;
-        let (mut batch, out) = timers.time("gen", || self.generate(&items, &params))?;
-        if self.spec.rollout.calculate_log_probs {
-            batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
-        }
-        if self.dp.size() > 1 {
-            // One prompt width on every rank, so that the rows can be gathered.
-            let width = self.dp.max(batch.get("prompts")?.size()[1])?;
-            pad_prompts(&mut batch, width, self.stop.pad)?;
-        }
-        let uids: Vec<i64> = out
-            .prompt_index
-            .iter()
-            .map(|&p| offset + p as i64)
-            .collect();
-        batch.insert("uid", Tensor::from_slice(&uids))?;
-
-        // REMAX baseline: the summed reward of a greedy rollout of each prompt.
-        if self.estimator == AdvEstimator::Remax {
-            let greedy = SamplingParams {
-                do_sample: false,
-                n: 1,
-                ..params.clone()
-            };
-            let (_, gout) = timers.time("gen_max", || self.generate(&items, &greedy))?;
-            let (scores, _) = self.train_scores(&items, &gout)?;
-            let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
-            batch.insert("reward_baselines", Tensor::from_slice(&per_row))?;
-        }
-        self.rollout.release()?;
-
-        let (scores, details) = timers.time("reward", || self.train_scores(&items, &out))?;
-        if let Some(g) = &self.spec.algorithm.gdpo {
-            for key in &g.keys {
-                batch.insert(&gdpo_column(key), reward_component(key, &details)?)?;
-            }
-        }
-        let mask = batch.get("response_mask")?.shallow_clone();
-        batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
+        let mut batch = match self.spec.algorithm.filter_groups.clone() {
+            None => self.rollout_round(train, indices, 0, 0, timers)?,
+            Some(f) => self.dynamic_sampling(train, indices, &f, timers, metrics)?,
+        };
 
         // Bypass mode (verl's apply_bypass_mode): the rollout's log-probs are the old policy
         // and no old-log-prob pass runs.
@@ -999,6 +960,146 @@ impl<R: Roles> Trainer<R> {
         Ok(batch)
     }
 
+    /// One generation round on `indices` (this rank's share): responses, group ids from
+    /// `uid_base`, the ReMax baseline, scores (and GDPO's reward components). `round` > 0 are
+    /// DAPO's refills.
+    fn rollout_round(
+        &mut self,
+        train: &RlDataset,
+        indices: &[usize],
+        uid_base: i64,
+        round: u64,
+        timers: &mut Timers,
+    ) -> Result<Batch, TrainerError> {
+        // This data-parallel rank's prompts; `offset` makes their group ids global.
+        let own = self.dp.chunk(indices.len())?;
+        let offset = uid_base + own.start as i64;
+        let items = train.batch(&indices[own]);
+        let mut params = self.train_sampling.clone();
+        // Refill rounds draw from their own streams; the first is the step's usual one.
+        params.seed = self.sampling_seed(STREAM_ROLLOUT + (round << 8), self.dp.rank());
+        timers.time("update_weights", || self.load_rollout())?;
+        let (mut batch, out) = timers.time("gen", || self.generate(&items, &params))?;
+        if self.spec.rollout.calculate_log_probs {
+            batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
+        }
+        if self.dp.size() > 1 {
+            // One prompt width on every rank, so that the rows can be gathered.
+            let width = self.dp.max(batch.get("prompts")?.size()[1])?;
+            pad_prompts(&mut batch, width, self.stop.pad)?;
+        }
+        let uids: Vec<i64> = out
+            .prompt_index
+            .iter()
+            .map(|&p| offset + p as i64)
+            .collect();
+        batch.insert("uid", Tensor::from_slice(&uids))?;
+
+        // REMAX baseline: the summed reward of a greedy rollout of each prompt.
+        if self.estimator == AdvEstimator::Remax {
+            let greedy = SamplingParams {
+                do_sample: false,
+                n: 1,
+                ..params.clone()
+            };
+            let (_, gout) = timers.time("gen_max", || self.generate(&items, &greedy))?;
+            let (scores, _) = self.train_scores(&items, &gout)?;
+            let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
+            batch.insert("reward_baselines", Tensor::from_slice(&per_row))?;
+        }
+        self.rollout.release()?;
+
+        let (scores, details) = timers.time("reward", || self.train_scores(&items, &out))?;
+        if let Some(g) = &self.spec.algorithm.gdpo {
+            for key in &g.keys {
+                let values = reward_component(key, "GDPO reward key", &details)?;
+                batch.insert(&gdpo_column(key), values)?;
+            }
+        }
+        if let Some(FilterGroupsSpec {
+            metric: GroupMetric::Extra(key),
+            ..
+        }) = &self.spec.algorithm.filter_groups
+        {
+            let values = reward_component(key, "algorithm.filter_groups.metric", &details)?;
+            batch.insert(GROUP_METRIC, values)?;
+        }
+        let mask = batch.get("response_mask")?.shallow_clone();
+        batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
+        Ok(batch)
+    }
+
+    /// DAPO's dynamic sampling (verl 0.9's `algorithm.filter_groups`): prompt groups whose
+    /// metric is the same for every response carry no signal and are dropped; fresh prompts from
+    /// the sampler are generated and scored until `indices.len()` groups remain, then the first
+    /// that many (in generation order) train, split evenly over the data-parallel ranks again.
+    fn dynamic_sampling(
+        &mut self,
+        train: &RlDataset,
+        indices: &[usize],
+        f: &FilterGroupsSpec,
+        timers: &mut Timers,
+        metrics: &mut Metrics,
+    ) -> Result<Batch, TrainerError> {
+        let target = indices.len() as i64;
+        let mut kept: Vec<Batch> = Vec::new();
+        let (mut total, mut evicted, mut uid_base, mut round) = (0i64, 0i64, 0i64, 0u64);
+        let mut prompts = indices.to_vec();
+        loop {
+            let b = self.rollout_round(train, &prompts, uid_base, round, timers)?;
+            uid_base += prompts.len() as i64;
+            round += 1;
+            let (rows, groups, dropped) = varying_groups(&b, &f.metric)?;
+            kept.push(b.select(&rows)?);
+            total += self.dp.sum(groups)?;
+            evicted += self.dp.sum(dropped)?;
+            if total >= target {
+                break;
+            }
+            if f.max_rounds > 0 && round >= f.max_rounds as u64 {
+                return Err(TrainerError::Config(format!(
+                    "algorithm.filter_groups: after {round} generation rounds only {total} of {target} prompt groups have a varying `{}` (max_num_gen_batches={}); the prompts may be too easy or too hard for the policy: raise max_num_gen_batches (0 is no limit) or check the data and reward",
+                    metric_name(&f.metric),
+                    f.max_rounds
+                )));
+            }
+            // The missing groups, rounded up to whole prompts per rank.
+            let per = self.dp.size();
+            let missing = usize::try_from(target - total).unwrap_or(0).div_ceil(per) * per;
+            prompts = self.sampler.next_prompts(missing);
+        }
+        metrics.insert(
+            "training/filter_groups/num_gen_batches".into(),
+            round as f64,
+        );
+        metrics.insert(
+            "training/filter_groups/evicted_samples".into(),
+            evicted as f64,
+        );
+        metrics.insert(
+            "training/filter_groups/discarded_surplus_samples".into(),
+            (total - target) as f64,
+        );
+        // Every rank's kept rows, the first `target` groups of them, this rank's share.
+        let width = kept
+            .iter()
+            .map(|b| b.get("prompts").map(|p| p.size()[1]))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        let width = self.dp.max(width)?;
+        for b in &mut kept {
+            pad_prompts(b, width, self.stop.pad)?;
+        }
+        let local = Batch::cat(&kept)?;
+        let all = self.dp.gather_uneven(&local)?;
+        let first = first_groups(all.get("uid")?, target as usize)?;
+        let mut selected = all.select(&first)?;
+        selected.remove(GROUP_METRIC);
+        self.dp.own_rows(&selected)
+    }
+
     /// `trainer.rollout_data_dir`: one JSONL file per step with input, output, score.
     fn dump_generations(&self, dir: &str, batch: &Batch) -> Result<(), TrainerError> {
         let dir = absolute(dir);
@@ -1101,10 +1202,10 @@ fn gdpo_column(key: &str) -> String {
     format!("gdpo/{key}")
 }
 
-/// GDPO's component `key` of every response (`[N]`, f32), from the reward function's outputs:
-/// a number or a bool (verl takes them as float32); a response without it is an error naming
-/// the keys it has (verl's assertion, at the same point).
-fn reward_component(key: &str, scores: &[Score]) -> Result<Tensor, TrainerError> {
+/// The reward function's output `key` of every response (`[N]`, f32; GDPO's components, DAPO's
+/// group metric): a number or a bool (verl takes them as float32); a response without it is
+/// an error naming the keys it has (verl's assertion, at the same point).
+fn reward_component(key: &str, what: &str, scores: &[Score]) -> Result<Tensor, TrainerError> {
     let mut values = Vec::with_capacity(scores.len());
     for s in scores {
         let v = match s.extra.get(key) {
@@ -1115,7 +1216,7 @@ fn reward_component(key: &str, scores: &[Score]) -> Result<Tensor, TrainerError>
         let Some(v) = v else {
             let have: Vec<&str> = s.extra.keys().map(String::as_str).collect();
             return Err(TrainerError::Config(format!(
-                "GDPO reward key `{key}` is not a number in the reward function's result (its other keys: {}); algorithm.gdpo_reward_keys must name keys compute_score returns",
+                "{what} `{key}` is not a number in the reward function's result (its other keys: {}); it must name a key compute_score returns",
                 if have.is_empty() {
                     "none".to_owned()
                 } else {
@@ -1149,4 +1250,59 @@ fn gdpo_metrics(key: &str, values: &Tensor) -> Result<Metrics, TrainerError> {
         v.iter().copied().fold(f64::INFINITY, f64::min),
     );
     Ok(m)
+}
+
+/// The batch column of DAPO's group metric when it is a key of the reward function's result.
+const GROUP_METRIC: &str = "filter_groups/metric";
+
+fn metric_name(m: &GroupMetric) -> &str {
+    match m {
+        GroupMetric::Score => "reward",
+        GroupMetric::Extra(k) => k,
+    }
+}
+
+/// The rows of `batch`'s groups (by `uid`) whose metric varies, with the numbers of groups
+/// kept and dropped. A group of one response is kept (as verl: no spread to measure).
+fn varying_groups(
+    batch: &Batch,
+    metric: &GroupMetric,
+) -> Result<(Vec<i64>, i64, i64), TrainerError> {
+    let values = match metric {
+        GroupMetric::Score => {
+            batch
+                .get("token_level_scores")?
+                .f_sum_dim_intlist(-1i64, false, Kind::Double)?
+        }
+        GroupMetric::Extra(_) => batch.get(GROUP_METRIC)?.f_to_kind(Kind::Double)?,
+    };
+    let values = Vec::<f64>::try_from(values)?;
+    let uids = Vec::<i64>::try_from(batch.get("uid")?)?;
+    let index = GroupIndex::from_ids(&uids);
+    let (mut rows, mut kept, mut dropped) = (Vec::new(), 0, 0);
+    for members in index.groups() {
+        let first = values[members[0]];
+        let same = members.len() > 1 && members.iter().all(|&i| values[i] == first);
+        if same {
+            dropped += 1;
+        } else {
+            kept += 1;
+            rows.extend(members.iter().map(|&i| i as i64));
+        }
+    }
+    rows.sort_unstable();
+    Ok((rows, kept, dropped))
+}
+
+/// The rows of the first `n` groups of a gathered batch, in row order.
+fn first_groups(uid: &Tensor, n: usize) -> Result<Vec<i64>, TrainerError> {
+    let uids = Vec::<i64>::try_from(uid)?;
+    let index = GroupIndex::from_ids(&uids);
+    let mut rows: Vec<i64> = index
+        .groups()
+        .take(n)
+        .flat_map(|m| m.iter().map(|&i| i as i64))
+        .collect();
+    rows.sort_unstable();
+    Ok(rows)
 }

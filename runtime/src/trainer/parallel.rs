@@ -257,6 +257,42 @@ impl DataParallel {
         Ok(out)
     }
 
+    /// The sum of `v` over the data-parallel group.
+    pub fn sum(&self, v: i64) -> Result<i64, TrainerError> {
+        let Some(g) = &self.group else { return Ok(v) };
+        let t = Tensor::from_slice(&[v]);
+        g.all_reduce(&t, ReduceOp::Sum).map_err(dist)?;
+        Ok(t.int64_value(&[0]))
+    }
+
+    /// Every rank's rows of `batch`, in rank order, when ranks hold different numbers of rows
+    /// (the tensors' other dimensions agree): each is padded with zero rows to the largest
+    /// count for the all-gather, and the padding dropped after.
+    pub fn gather_uneven(&self, batch: &Batch) -> Result<Batch, TrainerError> {
+        if self.group.is_none() {
+            return Ok(batch.shallow_clone());
+        }
+        let rows = batch.rows();
+        let counts = Vec::<i64>::try_from(self.gather_rows(&Tensor::from_slice(&[rows]))?)?;
+        let most = counts.iter().copied().max().unwrap_or(0);
+        let mut padded = Batch::new();
+        let names: Vec<String> = batch.names().map(str::to_owned).collect();
+        for name in &names {
+            let t = batch.get(name)?;
+            let mut shape = t.size();
+            shape[0] = most - rows;
+            let fill = Tensor::f_zeros(shape.as_slice(), (t.kind(), t.device()))?;
+            padded.insert(name, Tensor::f_cat(&[t.shallow_clone(), fill], 0)?)?;
+        }
+        let all = self.gather_batch(&padded)?;
+        let keep: Vec<i64> = counts
+            .iter()
+            .enumerate()
+            .flat_map(|(r, &c)| (0..c).map(move |i| r as i64 * most + i))
+            .collect();
+        Ok(all.select(&keep)?)
+    }
+
     /// This rank's rows of a gathered batch.
     pub fn own_rows(&self, full: &Batch) -> Result<Batch, TrainerError> {
         if self.group.is_none() {

@@ -49,3 +49,34 @@ fn resumes_from_saved_state() {
         "no full batch"
     );
 }
+
+/// Refills (DAPO) take prompts past the step's batch in the same order, into the next epoch's
+/// permutation, and the state a checkpoint saves continues from there.
+#[test]
+fn refills_continue_the_order_across_epochs() {
+    let mut a = BatchSampler::new(10, 4, true, 7, true).unwrap();
+    let mut b = BatchSampler::new(10, 4, true, 7, true).unwrap();
+    // The order of two epochs, prompt by prompt.
+    let epoch0: Vec<usize> = {
+        let mut s = BatchSampler::new(10, 1, true, 7, false).unwrap();
+        (0..20).flat_map(|_| s.next_batch()).collect()
+    };
+    let first = a.next_batch();
+    let extra = a.next_prompts(7);
+    assert_eq!(first, epoch0[..4].to_vec());
+    assert_eq!(
+        extra,
+        epoch0[4..11].to_vec(),
+        "six of epoch 0, then epoch 1's first"
+    );
+    assert_eq!(a.epoch(), 1);
+    let resumed = BatchSampler::resume(a.state().clone(), 10)
+        .unwrap()
+        .next_batch();
+    assert_eq!(resumed, a.next_batch());
+    assert_ne!(
+        b.next_batch(),
+        b.next_prompts(4),
+        "no prompt is drawn twice in an epoch"
+    );
+}

@@ -421,3 +421,36 @@ fn megatron_two_dimensional_layouts_on_four_ranks_match_one_process() {
         assert_resumes_step_3(&job, &ranks[0], &s2, &run_dir, 4);
     }
 }
+
+/// DAPO's dynamic sampling on 2 data-parallel ranks: the ranks keep different numbers of groups
+/// per round (half the prompts score flat, at random places), agree on the refills, and train
+/// on the first `train_batch_size` groups of all ranks, split evenly again: every rank reports
+/// the same metrics, and each step needed a refill.
+#[test]
+fn dynamic_sampling_on_two_ranks_agrees() {
+    let dir = scratch("dist_dapo");
+    let reward = crate::support::repo().join("runtime/tests/trainer/fixtures/reward_dapo.py");
+    let extra = [
+        format!("custom_reward_function.path={}", reward.display()),
+        "actor_rollout_ref.rollout.n=4".into(),
+        "actor_rollout_ref.rollout.do_sample=true".into(),
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4".into(),
+        "+algorithm.filter_groups.enable=true".into(),
+        "+algorithm.filter_groups.metric=reward".into(),
+    ];
+    let job = Job::new("quickstart.yaml", &[], &dir, 2).with(&extra);
+    let ranks = run_ranks(&job, &dir, 2);
+    assert_eq!(without_timing(&ranks[0]), without_timing(&ranks[1]));
+    assert_eq!(ranks[0].len(), 3);
+    for (step, m) in &ranks[0] {
+        assert!(
+            m["training/filter_groups/num_gen_batches"] >= 2.0,
+            "step {step}: {m:?}"
+        );
+        assert!(
+            m["training/filter_groups/evicted_samples"] >= 1.0,
+            "step {step}"
+        );
+        assert!(m.contains_key("actor/pg_loss"), "step {step}");
+    }
+}

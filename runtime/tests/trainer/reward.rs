@@ -353,3 +353,86 @@ fn gdpo_reads_the_reward_functions_components() {
         "{err}"
     );
 }
+
+/// DAPO's dynamic sampling (`algorithm.filter_groups`): with half the prompts scoring the same
+/// for every response, each step drops their groups, refills from the sampler and trains on
+/// exactly `train_batch_size` groups, every one of which varies (read back from the rollout
+/// dump). On a reward that never varies, `max_num_gen_batches` stops the run with the counts.
+#[test]
+fn dynamic_sampling_trains_only_groups_that_vary() {
+    let dir = scratch("trainer_dapo");
+    let path = format!(
+        "custom_reward_function.path={}",
+        fixture("reward_dapo.py").display()
+    );
+    let dump = dir.join("rollouts");
+    let dump_arg = format!("trainer.rollout_data_dir={}", dump.display());
+    for metric in ["reward", "acc"] {
+        let metric_arg = format!("+algorithm.filter_groups.metric={metric}");
+        let cfg = small_grpo(
+            &dir,
+            2,
+            &[
+                &path,
+                &dump_arg,
+                "actor_rollout_ref.rollout.n=4",
+                "+algorithm.filter_groups.enable=true",
+                &metric_arg,
+            ],
+        );
+        let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
+        for (step, m) in &summary.history {
+            let rounds = m["training/filter_groups/num_gen_batches"];
+            let evicted = m["training/filter_groups/evicted_samples"];
+            assert!(
+                rounds >= 2.0 && evicted >= 1.0,
+                "{metric} step {step}: {m:?}"
+            );
+            let text = std::fs::read_to_string(dump.join(format!("{step}.jsonl"))).expect("dump");
+            let rows: Vec<serde_json::Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("json"))
+                .collect();
+            assert_eq!(
+                rows.len(),
+                8 * 4,
+                "{metric} step {step}: train_batch_size x n rows"
+            );
+            let mut groups: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+            for r in &rows {
+                groups
+                    .entry(r["input"].as_str().expect("input").to_owned())
+                    .or_default()
+                    .push(r["score"].as_f64().expect("score"));
+            }
+            assert_eq!(groups.len(), 8, "{metric} step {step}");
+            if metric == "reward" {
+                for (prompt, scores) in &groups {
+                    assert!(
+                        scores.iter().any(|s| *s != scores[0]),
+                        "step {step}: a flat group trained: {prompt} {scores:?}"
+                    );
+                }
+            }
+        }
+    }
+    let cfg = small_grpo(
+        &dir,
+        1,
+        &[
+            &path,
+            "+custom_reward_function.reward_kwargs={constant: true}",
+            "actor_rollout_ref.rollout.n=4",
+            "+algorithm.filter_groups.enable=true",
+            "+algorithm.filter_groups.metric=reward",
+            "+algorithm.filter_groups.max_num_gen_batches=3",
+        ],
+    );
+    let err = runtime::trainer::run(&cfg, &quiet())
+        .expect_err("no group ever varies")
+        .to_string();
+    assert!(
+        err.contains("after 3 generation rounds only 0 of 8"),
+        "{err}"
+    );
+}

@@ -2,6 +2,7 @@
 
 pub(crate) mod adaptive_kl_horizon_not_positive;
 pub(crate) mod dro_without_beta;
+pub(crate) mod filter_groups_metric_unavailable;
 pub(crate) mod gae_without_critic;
 pub(crate) mod gdpo_reward_keys_invalid;
 pub(crate) mod group_baseline_with_single_response;
