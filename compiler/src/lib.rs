@@ -22,6 +22,7 @@ pub mod load;
 pub mod plan;
 pub mod redact;
 pub mod render;
+mod reward;
 mod role;
 pub mod rules;
 pub mod schema;

@@ -47,6 +47,7 @@ use crate::config::{AdvEstimator, Device, KlEstimator, LossAggMode, PolicyLossMo
 use crate::diag::Diagnostic;
 use crate::load::compose::{self, Composed, LoadRequest};
 use crate::load::node::Node;
+use crate::reward::Rewards;
 use crate::role::{Role, critic_runs, reference_runs};
 use crate::rules::RuleContext;
 
@@ -157,15 +158,14 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
         rollout: true,
         reference: reference_runs(cfg),
         critic: critic_runs(cfg),
-        reward: if cfg.reward_model.enable {
-            RewardPlan::Model
-        } else {
-            RewardPlan::Function {
-                custom_path: cfg
-                    .custom_reward_function
-                    .path
-                    .clone()
-                    .filter(|p| !p.is_empty()),
+        reward: {
+            let r = Rewards::of(cfg, root);
+            if r.model.enabled() {
+                RewardPlan::Model
+            } else {
+                RewardPlan::Function {
+                    custom_path: r.function.path.map(str::to_owned),
+                }
             }
         },
     };

@@ -328,3 +328,121 @@ fn verl_mains_examples_check_clean() {
     assert_eq!(composed, 106, "verl main's examples that compose");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// verl 0.7.1+'s `reward` section lowers as verl runs it: the scoring function, manager and
+/// reward model from `reward.*`, and the top-level keys of the 0.7.0 layout, when set, moved
+/// over them as verl's `migrate_legacy_reward_impl` does. A misspelt key under `reward` is an
+/// error.
+#[test]
+fn a_newer_releases_reward_section_lowers() {
+    use verlc::plan::{SpecOutcome, lower_request};
+    use verlc_spec::trainer::{RewardManagerSpec, RewardModelInput, RewardSpec};
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    let req = |extra: &[&str]| LoadRequest {
+        config_dir: Some(dir.clone()),
+        config_name: Some("ppo_trainer".into()),
+        overrides: BASICS
+            .iter()
+            .chain(&[
+                "actor_rollout_ref.rollout.name=verlc",
+                "trainer.device=cpu",
+                "trainer.logger=[console]",
+                "algorithm.adv_estimator=grpo",
+                "actor_rollout_ref.rollout.n=4",
+            ])
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect(),
+        cwd: root(),
+        ..LoadRequest::default()
+    };
+    let spec = |extra: &[&str]| match lower_request(&req(extra)) {
+        SpecOutcome::Ok { spec, .. } => spec,
+        SpecOutcome::Errors(c) => panic!("{extra:?}: {:#?}", errors(&c.diagnostics)),
+    };
+    let python = |s: &verlc_spec::TrainerSpec| match &s.reward {
+        RewardSpec::Python { path, name, .. } => (path.clone(), name.clone()),
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(spec(&[]).reward, RewardSpec::Builtin));
+    let s = spec(&["reward.custom_reward_function.path=my_reward.py"]);
+    assert_eq!(python(&s), ("my_reward.py".into(), "compute_score".into()));
+    // The 0.7.0 keys, set, move over the section's.
+    let s = spec(&[
+        "custom_reward_function.path=old.py",
+        "custom_reward_function.name=score",
+        "reward.custom_reward_function.path=new.py",
+    ]);
+    assert_eq!(python(&s), ("old.py".into(), "score".into()));
+    let s = spec(&[
+        "reward.reward_manager.name=dapo",
+        "+reward.reward_kwargs.max_resp_len=64",
+        "+reward.reward_kwargs.overlong_buffer_cfg={enable: true, len: 16, penalty_factor: 1.0, log: false}",
+    ]);
+    match s.reward_manager {
+        RewardManagerSpec::Dapo {
+            overlong_buffer: Some(b),
+        } => assert_eq!((b.max_resp_len, b.len), (64.0, 16.0)),
+        other => panic!("{other:?}"),
+    }
+    let s = spec(&["reward_model.reward_manager=dapo"]);
+    assert!(matches!(s.reward_manager, RewardManagerSpec::Dapo { .. }));
+    // The reward model of the reward loop.
+    let s = spec(&[
+        "reward.reward_model.enable=true",
+        "reward.reward_model.model_path=my/rm",
+        "reward.reward_model.rollout.name=vllm",
+        "reward.reward_model.rollout.dtype=float32",
+    ]);
+    let rm = s.reward_model.expect("reward model");
+    assert_eq!(rm.model_path, "my/rm");
+    assert_eq!(rm.dtype, Some(verlc_spec::Dtype::Fp32));
+    assert!(matches!(rm.input, RewardModelInput::Chat { .. }));
+    // With a custom function the loop scores with the function alone.
+    let s = spec(&[
+        "reward.reward_model.enable=true",
+        "reward.reward_model.model_path=my/rm",
+        "reward.reward_model.rollout.name=vllm",
+        "reward.custom_reward_function.path=genrm.py",
+    ]);
+    assert!(s.reward_model.is_none());
+    assert_eq!(python(&s).0, "genrm.py");
+    // verl needs the reward model's server engine (`???` in its tree).
+    match lower_request(&req(&[
+        "reward.reward_model.enable=true",
+        "reward.reward_model.model_path=my/rm",
+    ])) {
+        SpecOutcome::Ok { .. } => panic!("the reward model's rollout.name is mandatory"),
+        SpecOutcome::Errors(c) => assert!(
+            c.diagnostics.iter().any(|d| d.is_error()
+                && d.key_path.as_deref() == Some("reward.reward_model.rollout.name")),
+            "{:#?}",
+            errors(&c.diagnostics)
+        ),
+    }
+    // A misspelt key of the section, and a manager verlc does not implement, are refused.
+    for (o, key) in [
+        (
+            "reward.reward_manager.nmae=dapo",
+            "reward.reward_manager.nmae",
+        ),
+        (
+            "reward.reward_manager.name=prime",
+            "reward.reward_manager.name",
+        ),
+    ] {
+        match lower_request(&req(&[o])) {
+            SpecOutcome::Ok { .. } => panic!("{o} must be refused"),
+            SpecOutcome::Errors(c) => assert!(
+                c.diagnostics
+                    .iter()
+                    .any(|d| d.is_error() && d.key_path.as_deref() == Some(key)),
+                "{o}: {:#?}",
+                errors(&c.diagnostics)
+            ),
+        }
+    }
+}

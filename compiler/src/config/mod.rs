@@ -95,6 +95,11 @@ pub struct VerlConfig {
     pub algorithm: AlgorithmConfig,
     /// A user scoring function.
     pub custom_reward_function: CustomRewardFunctionConfig,
+    /// verl 0.7.1+'s home of the reward settings (function, manager, reward model); the
+    /// top-level `custom_reward_function` / `reward_model` / `reward_manager` migrate into it
+    /// when set. Absent from 0.7.0 trees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward: Option<RewardSection>,
     /// The training run.
     pub trainer: TrainerConfig,
     /// Run-wide profiling.

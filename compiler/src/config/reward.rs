@@ -1,4 +1,5 @@
-//! Rewards: the optional reward model, `reward_model` (groups
+//! Rewards: verl 0.7.1+'s `reward` section ([`RewardSection`], group `reward/reward.yaml`), and
+//! the 0.7.0 layout it replaced: the optional reward model, `reward_model` (groups
 //! `reward_model/dp_reward_loop.yaml` and `reward_model/megatron_reward_loop.yaml`), the
 //! reward manager that turns scores into token rewards, `reward_manager`, and the user's
 //! scoring function, `custom_reward_function`. The reward model's own engines and rollout
@@ -188,4 +189,70 @@ pub struct CustomRewardFunctionConfig {
     /// Extra keyword arguments passed to the function.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reward_kwargs: Option<OpenDict>,
+}
+
+/// verl 0.7.1+'s `reward` section (`verl.workers.config.RewardConfig`): the scoring function,
+/// the reward manager and the reward model served by the reward loop. `crate::reward` reads
+/// the settings from here or from the 0.7.0 keys, as verl's migration does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewardSection {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Reward-loop worker processes.
+    #[schemars(range(min = 1))]
+    pub num_workers: i64,
+    /// A user scoring function.
+    pub custom_reward_function: CustomRewardFunctionConfig,
+    /// The reward manager.
+    pub reward_manager: RewardManagerConfig,
+    /// The reward model, served by the reward loop.
+    pub reward_model: RewardSectionModel,
+    /// Code-execution sandbox of the built-in code scorers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_fusion: Option<RewardSandbox>,
+    /// Keyword arguments of the reward manager (DAPO's `max_resp_len`, `overlong_buffer_cfg`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward_kwargs: Option<OpenDict>,
+}
+
+/// `reward.reward_model`: a reward model the reward loop serves (vLLM/SGLang in verl).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewardSectionModel {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Score responses with the reward model.
+    pub enable: bool,
+    /// Give the reward model its own pool of nodes (then it also scores validation).
+    pub enable_resource_pool: bool,
+    /// Accelerators per node of the separate pool.
+    #[schemars(range(min = 0))]
+    pub n_gpus_per_node: i64,
+    /// Nodes of the separate pool.
+    #[schemars(range(min = 0))]
+    pub nnodes: i64,
+    /// Local folder or hub id of the reward model.
+    pub model_path: Option<String>,
+    /// The inference server of the reward model (verl's `RolloutConfig`).
+    pub rollout: OpenDict,
+}
+
+/// `reward.sandbox_fusion`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewardSandbox {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Sandbox endpoint; null disables the sandbox.
+    pub url: Option<String>,
+    /// Concurrent sandbox requests.
+    #[schemars(range(min = 1))]
+    pub max_concurrent: i64,
+    /// Memory limit per execution, in MiB.
+    #[schemars(range(min = 1))]
+    pub memory_limit_mb: i64,
 }

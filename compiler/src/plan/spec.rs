@@ -33,6 +33,7 @@ use verlc_spec::trainer::{
 };
 
 use super::Binding;
+use crate::reward::{LoopModel, Model, Rewards};
 use crate::role::{Engine, Role, RoleKind, critic_runs, reference_runs};
 
 /// Collects `B018` findings while lowering.
@@ -134,9 +135,16 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         reference: reference_spec(cfg, &roles, actor.lora.is_some(), l),
         critic: critic_spec(cfg, &roles, actor_dp, l),
         rollout: rollout_spec(cfg, &roles, &actor.engine, l),
-        reward: reward_spec(cfg),
-        reward_manager: reward_manager_spec(cfg, l),
-        reward_model: reward_model_spec(cfg, world, seq_len, model_seed, l),
+        reward: reward_spec(&Rewards::of(cfg, l.root)),
+        reward_manager: reward_manager_spec(&Rewards::of(cfg, l.root), l),
+        reward_model: reward_model_spec(
+            cfg,
+            &Rewards::of(cfg, l.root),
+            world,
+            seq_len,
+            model_seed,
+            l,
+        ),
         algorithm: algorithm_spec(cfg, l),
         run: run_spec(cfg, l),
         actor,
@@ -339,21 +347,12 @@ fn rollout_spec(
     }
 }
 
-fn reward_spec(cfg: &VerlConfig) -> RewardSpec {
-    match cfg
-        .custom_reward_function
-        .path
-        .as_deref()
-        .filter(|p| !p.is_empty())
-    {
+fn reward_spec(r: &Rewards) -> RewardSpec {
+    match r.function.path {
         Some(path) => RewardSpec::Python {
             path: path.to_owned(),
-            name: cfg.custom_reward_function.name.clone(),
-            reward_kwargs: cfg
-                .custom_reward_function
-                .reward_kwargs
-                .clone()
-                .unwrap_or_default(),
+            name: r.function.name.to_owned(),
+            reward_kwargs: r.function.kwargs.cloned().unwrap_or_default(),
         },
         None => RewardSpec::Builtin,
     }
@@ -714,26 +713,22 @@ fn lora_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<LoraSpec> {
     })
 }
 
-/// The reward manager (`reward_manager.name`, by default the deprecated
-/// `reward_model.reward_manager`) and its keyword arguments (`reward_model.reward_kwargs`, which
-/// verl passes to the manager's constructor, so a key it does not take raises there).
-fn reward_manager_spec(cfg: &VerlConfig, l: &mut Lowering) -> RewardManagerSpec {
-    // `reward_manager.name` defaults to the deprecated key; blame the one that holds the name.
-    let name_key =
-        if cfg.reward_model.reward_manager.as_deref() == Some(cfg.reward_manager.name.as_str()) {
-            "reward_model.reward_manager"
-        } else {
-            "reward_manager.name"
-        };
-    let kwargs = cfg.reward_model.reward_kwargs.clone().unwrap_or_default();
-    let kw_key = |k: &str| format!("reward_model.reward_kwargs.{k}");
-    match cfg.reward_manager.name.as_str() {
+/// The reward manager (`reward_manager.name` or `reward.reward_manager.name`, by default the
+/// deprecated `reward_model.reward_manager`) and its keyword arguments (`reward_model.reward_kwargs`
+/// or `reward.reward_kwargs`, which verl passes to the manager's constructor, so a key it does
+/// not take raises there).
+fn reward_manager_spec(r: &Rewards, l: &mut Lowering) -> RewardManagerSpec {
+    let name_key = r.manager.name_key;
+    let kwargs = r.manager.kwargs.cloned().unwrap_or_default();
+    let kwargs_key = r.manager.kwargs_key;
+    let kw_key = |k: &str| format!("{kwargs_key}.{k}");
+    match r.manager.name {
         "naive" => {
             if let Some(k) = kwargs.keys().next() {
                 l.unsupported(
                     &kw_key(k),
                     format!("verl's naive reward manager takes no `{k}` argument (its constructor raises)"),
-                    "remove reward_model.reward_kwargs, or choose the manager that takes it",
+                    format!("remove {kwargs_key}, or choose the manager that takes it"),
                 );
             }
             RewardManagerSpec::Naive
@@ -812,8 +807,8 @@ fn reward_manager_spec(cfg: &VerlConfig, l: &mut Lowering) -> RewardManagerSpec 
                 None => {
                     l.unsupported(
                         &kw_key("overlong_buffer_cfg"),
-                        "verl's DAPO manager needs `reward_model.reward_kwargs.max_resp_len` (a number) with an overlong buffer",
-                        "set +reward_model.reward_kwargs.max_resp_len to the response length the buffer ends at",
+                        format!("verl's DAPO manager needs `{kwargs_key}.max_resp_len` (a number) with an overlong buffer"),
+                        format!("set +{kwargs_key}.max_resp_len to the response length the buffer ends at"),
                     );
                     len
                 }
@@ -845,7 +840,7 @@ fn reward_manager_spec(cfg: &VerlConfig, l: &mut Lowering) -> RewardManagerSpec 
             l.unsupported(
                 name_key,
                 format!("verlc's trainer implements the `naive` and `dapo` reward managers, not `{other}`"),
-                "use reward_manager.name=naive (or dapo)",
+                format!("use {name_key}=naive (or dapo)"),
             );
             RewardManagerSpec::Naive
         }
@@ -858,20 +853,20 @@ fn reward_manager_spec(cfg: &VerlConfig, l: &mut Lowering) -> RewardManagerSpec 
 /// [`RewardModelInput`]), in dtype and in validation.
 fn reward_model_spec(
     cfg: &VerlConfig,
+    rewards: &Rewards,
     world: WorldSpec,
     seq_len: usize,
     model_seed: u64,
     l: &mut Lowering,
 ) -> Option<RewardModelSpec> {
-    let rm = &cfg.reward_model;
+    let rm = match rewards.model {
+        Model::Legacy(rm) => rm,
+        Model::Loop(m) => return loop_model_spec(rewards, &m, world, seq_len, model_seed, l),
+    };
     if !rm.enable {
         return None;
     }
-    let custom_fn = cfg
-        .custom_reward_function
-        .path
-        .as_deref()
-        .is_some_and(|p| !p.is_empty());
+    let custom_fn = rewards.function.path.is_some();
     if rm.use_reward_loop && custom_fn {
         // verl's reward-loop worker then calls only the custom function (handing it the
         // reward model's server, the generative-RM pattern); the model never scores itself.
@@ -942,6 +937,67 @@ fn reward_model_spec(
         micro_batch: micro,
         seed: model_seed,
         scores_validation: rm.use_reward_loop && rm.enable_resource_pool,
+    })
+}
+
+/// verl 0.7.1+'s reward model (`reward.reward_model`): always the reward loop, which sends each
+/// response, decoded and put in the model's chat template, to a server of the model in
+/// `rollout.dtype`; with a custom reward function the function alone scores (it queries the
+/// model itself, the generative-RM pattern).
+const REWARD_LOOP_TOKENS: i64 = 32768;
+
+fn loop_model_spec(
+    rewards: &Rewards,
+    m: &LoopModel,
+    world: WorldSpec,
+    seq_len: usize,
+    model_seed: u64,
+    l: &mut Lowering,
+) -> Option<RewardModelSpec> {
+    if !m.enable {
+        return None;
+    }
+    if rewards.function.path.is_some() {
+        l.no_effect(
+            m.enable_key,
+            format!("with `{}.path`, verl's reward loop scores with the custom function alone (a generative reward model it queries itself); verlc scores with that function and does not load the reward model", rewards.function.prefix),
+        );
+        return None;
+    }
+    let Some(path) = m.path.filter(|p| !p.is_empty()) else {
+        l.unsupported(
+            m.path_key,
+            "the reward model is on but has no model path",
+            format!(
+                "set `{}` to the reward model's folder or hub id",
+                m.path_key
+            ),
+        );
+        return None;
+    };
+    // The loop's micro-batch is verlc's choice (verl sends one request per response): the
+    // token budget of verl 0.7.0's reward model worker (`forward_max_token_len_per_gpu`).
+    let micro = micro_batch(
+        l,
+        "reward_model.micro_batch_size",
+        None,
+        None,
+        world.size(),
+        true,
+        REWARD_LOOP_TOKENS,
+        seq_len,
+    );
+    Some(RewardModelSpec {
+        model_path: path.to_owned(),
+        input: RewardModelInput::Chat {
+            add_special_tokens: true,
+            max_length: None,
+            truncation: SpecTruncation::Right,
+        },
+        dtype: m.dtype,
+        micro_batch: micro,
+        seed: model_seed,
+        scores_validation: m.resource_pool,
     })
 }
 

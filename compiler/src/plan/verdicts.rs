@@ -99,6 +99,22 @@ table! {
     "custom_reward_function.*" => Implemented("reward (Python function in a side process)"),
     "custom_reward_function.reward_kwargs.**" => Implemented("reward.reward_kwargs"),
 
+    // verl 0.7.1+'s reward section (the top-level keys above migrate into it when set)
+    "reward.custom_reward_function.*" => Implemented("reward (Python function in a side process)"),
+    "reward.custom_reward_function.reward_kwargs.**" => Implemented("reward.reward_kwargs"),
+    "reward.reward_manager.name" => Checked("reward_manager (naive, dapo; others are refused)"),
+    "reward.reward_manager.**" => Unsupported("loads a custom reward manager class; verlc scores with its built-in manager"),
+    "reward.reward_kwargs.**" => Checked("reward_manager (DAPO's max_resp_len and overlong_buffer_cfg; other arguments are refused)"),
+    "reward.reward_model.enable" => Implemented("reward_model (the reward loop's scores replace the reward function's in training)"),
+    "reward.reward_model.model_path" => Implemented("reward_model.model_path"),
+    "reward.reward_model.enable_resource_pool" => Implemented("reward_model.scores_validation"),
+    "reward.reward_model.rollout.dtype" => Implemented("reward_model.dtype"),
+    "reward.reward_model.rollout.**" => NoEffect(ROLLOUT_KNOB, "is a setting of the vLLM/SGLang server verl's reward loop scores with; verlc runs the reward model itself"),
+    "reward.reward_model.{n_gpus_per_node,nnodes}" => NoEffect(CLUSTER, RAY),
+    "reward.num_workers" => NoEffect(CLUSTER, RAY),
+    "reward.sandbox_fusion.url" => Unsupported("points to a code sandbox; verlc's trainer has no sandbox reward"),
+    "reward.sandbox_fusion.**" => NoEffect(NONE, "configures verl's code sandbox, which verlc's trainer does not use"),
+
     // algorithm
     "algorithm.adv_estimator" => Implemented("algorithm.estimator"),
     "algorithm.{gamma,lam,norm_adv_by_std_in_grpo}" => Implemented("algorithm.advantage"),

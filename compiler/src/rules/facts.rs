@@ -90,7 +90,11 @@ pub(crate) fn micro_pairs(c: &VerlConfig) -> Vec<MicroPair> {
             global_name: "micro_batch_size",
             global: rm.micro_batch_size,
             per_gpu: rm.micro_batch_size_per_gpu,
-            exactly_one: rm.enable && !rm.use_dynamic_bsz && !rm.use_reward_loop,
+            // The legacy reward model worker of a 0.7.0 layout (0.7.1+ serves it in the loop).
+            exactly_one: rm.enable
+                && c.reward.is_none()
+                && !rm.use_dynamic_bsz
+                && !rm.use_reward_loop,
             at_least_one: false,
             dynamic_key: "reward_model.use_dynamic_bsz",
         },

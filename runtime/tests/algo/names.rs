@@ -39,6 +39,9 @@ fn adv_estimator_names() {
             "opo",
             "remax",
             "gpg",
+            "optimal_token_baseline",
+            "tir_optimal_token_baseline",
+            "gdpo",
         ],
     );
     let err = "gpro".parse::<AdvEstimator>().unwrap_err();

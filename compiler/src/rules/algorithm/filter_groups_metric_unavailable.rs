@@ -25,6 +25,7 @@
 //! `custom_reward_function.path`; for a reward model, give it its own resource pool.
 
 use crate::diag::{Code, Diagnostic};
+use crate::reward::Rewards;
 use crate::rules::RuleContext;
 
 const CODE: Code = Code("V057");
@@ -54,30 +55,29 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         );
         return;
     }
-    let rm = &c.reward_model;
-    if rm.enable && !rm.enable_resource_pool {
+    let rewards = Rewards::of(c, ctx.root);
+    let (pool, pool_key) = rewards.model.resource_pool();
+    if rewards.model.enabled() && !pool {
+        let on = rewards.model.enable_key();
         out.push(
             Diagnostic::error(CODE, "group filtering judges groups as they are scored, but a reward model on the trainer's devices scores after sampling (verl asserts)")
-                .with_key("reward_model.enable")
-                .with_primary(ctx.origin("reward_model.enable"), "colocated reward model")
+                .with_key(on)
+                .with_primary(ctx.origin(on), "colocated reward model")
                 .with_secondary(ctx.origin(enable), "group filtering on")
-                .with_help("set `reward_model.enable_resource_pool=true`, or score with a reward function"),
+                .with_help(format!("set `{pool_key}=true`, or score with a reward function")),
         );
         return;
     }
     if metric == "reward" {
         return;
     }
-    let custom = !rm.enable
-        && c.custom_reward_function
-            .path
-            .as_deref()
-            .is_some_and(|p| !p.is_empty());
-    let from_builtin = !rm.enable && c.reward_manager.name == "dapo" && metric == "acc";
+    let model_scores = rewards.model_scores();
+    let custom = !model_scores && rewards.function.path.is_some();
+    let from_builtin = !model_scores && rewards.manager.name == "dapo" && metric == "acc";
     if custom || from_builtin {
         return;
     }
-    let source = if rm.enable {
+    let source = if model_scores {
         "a reward model's score has no other keys"
     } else {
         "verlc's built-in scorers return one number"

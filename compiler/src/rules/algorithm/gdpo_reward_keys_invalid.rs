@@ -25,6 +25,7 @@
 
 use crate::config::AdvEstimator;
 use crate::diag::{Code, Diagnostic};
+use crate::reward::Rewards;
 use crate::rules::RuleContext;
 
 const CODE: Code = Code("V056");
@@ -69,26 +70,23 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             )),
         );
     }
-    if c.reward_model.enable {
+    let rewards = Rewards::of(c, ctx.root);
+    if rewards.model_scores() {
+        let on = rewards.model.enable_key();
         out.push(
             Diagnostic::error(CODE, "gdpo reads the components of the reward function's result; a reward model's score has none")
-                .with_key("reward_model.enable")
-                .with_primary(ctx.origin("reward_model.enable"), "reward model on")
+                .with_key(on)
+                .with_primary(ctx.origin(on), "reward model on")
                 .with_secondary(ctx.origin(est), "gdpo chosen here")
                 .with_help("score with a custom reward function that returns a dict with the keys, or pick another estimator"),
         );
         return;
     }
-    let custom = c
-        .custom_reward_function
-        .path
-        .as_deref()
-        .is_some_and(|p| !p.is_empty());
-    if custom {
+    if rewards.function.path.is_some() {
         return;
     }
     // verlc's built-in scorers return a number; the DAPO manager records it as `acc`.
-    let available: &[&str] = if c.reward_manager.name == "dapo" {
+    let available: &[&str] = if rewards.manager.name == "dapo" {
         &["acc"]
     } else {
         &[]

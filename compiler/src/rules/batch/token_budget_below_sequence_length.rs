@@ -86,7 +86,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             critic_split,
         ));
     }
-    if rm.enable && rm.use_dynamic_bsz && !rm.use_reward_loop {
+    if rm.enable && c.reward.is_none() && rm.use_dynamic_bsz && !rm.use_reward_loop {
         budgets.push((
             "reward_model.forward_max_token_len_per_gpu",
             rm.forward_max_token_len_per_gpu,

@@ -36,7 +36,9 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         r.tensor_model_parallel_size,
         r.data_parallel_size,
     );
-    if c.reward_model.enable {
+    // The 0.7.0 layout's reward model server (0.7.1+'s `reward.reward_model.rollout` is not
+    // modelled key by key).
+    if c.reward_model.enable && c.reward.is_none() {
         let rr = &c.reward_model.rollout;
         push(
             ctx,

@@ -23,6 +23,7 @@
 //! Give the value, e.g. `actor_rollout_ref.rollout.name=vllm`.
 
 use crate::diag::{Code, Diagnostic};
+use crate::reward::Rewards;
 use crate::rules::RuleContext;
 use crate::rules::facts::critic_runs;
 
@@ -35,25 +36,31 @@ const STRATEGIES: &str = "`fsdp`, `fsdp2` or `megatron`";
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
     let rm = &c.reward_model;
+    // The legacy reward model's keys matter in a 0.7.0 layout; `reward.reward_model`'s in 0.7.1+.
+    let legacy_rm = rm.enable && c.reward.is_none();
+    let loop_rm = c.reward.is_some() && Rewards::of(c, ctx.root).model.enabled();
     for key in ctx.missing {
         let (needed, choices) = match key.as_str() {
             "actor_rollout_ref.rollout.name" => (true, Some(ENGINES)),
             "actor_rollout_ref.actor.strategy" => (true, Some(STRATEGIES)),
             "critic.strategy" => (critic_runs(c), Some(STRATEGIES)),
-            "reward_model.strategy" => (rm.enable, Some(STRATEGIES)),
+            "reward_model.strategy" => (legacy_rm, Some(STRATEGIES)),
             "reward_model.rollout.name" => (
-                rm.enable && rm.use_reward_loop,
+                legacy_rm && rm.use_reward_loop,
                 Some("`vllm`, `sglang` or `trtllm`"),
             ),
+            "reward.reward_model.rollout.name" => (loop_rm, Some("`vllm`, `sglang` or `trtllm`")),
             k if k.starts_with("actor_rollout_ref.") => (true, None),
             k if k.starts_with("critic.") => (critic_runs(c), None),
-            k if k.starts_with("reward_model.") => (rm.enable, None),
+            k if k.starts_with("reward_model.") => (legacy_rm, None),
+            k if k.starts_with("reward.reward_model.") => (loop_rm, None),
             _ => (false, None),
         };
         let known = choices.is_some()
             || key.starts_with("actor_rollout_ref.")
             || key.starts_with("critic.")
-            || key.starts_with("reward_model.");
+            || key.starts_with("reward_model.")
+            || key.starts_with("reward.reward_model.");
         if !needed && known {
             continue; // verl never reads it in this configuration
         }

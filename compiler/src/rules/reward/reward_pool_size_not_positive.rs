@@ -19,22 +19,27 @@
 //! Give the pool's node and GPU counts, or turn the separate pool off.
 
 use crate::diag::{Code, Diagnostic};
+use crate::reward::{Model, Rewards};
 use crate::rules::RuleContext;
 
 const CODE: Code = Code("V033");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let rm = &ctx.config.reward_model;
-    if !rm.enable_resource_pool {
+    let rewards = Rewards::of(ctx.config, ctx.root);
+    let (on, pool_key) = rewards.model.resource_pool();
+    if !on {
         return;
     }
-    for (key, value, what) in [
-        (
-            "reward_model.n_gpus_per_node",
-            rm.n_gpus_per_node,
-            "GPUs per node",
+    let ((gpus, gpus_key), (nodes, nodes_key)) = match rewards.model {
+        Model::Legacy(rm) => (
+            (rm.n_gpus_per_node, "reward_model.n_gpus_per_node"),
+            (rm.nnodes, "reward_model.nnodes"),
         ),
-        ("reward_model.nnodes", rm.nnodes, "nodes"),
+        Model::Loop(m) => (m.n_gpus_per_node, m.nnodes),
+    };
+    for (key, value, what) in [
+        (gpus_key, gpus, "GPUs per node"),
+        (nodes_key, nodes, "nodes"),
     ] {
         if value > 0 {
             continue;
@@ -46,12 +51,9 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             )
             .with_key(key)
             .with_primary(ctx.origin(key), format!("{value} {what}"))
-            .with_secondary(
-                ctx.origin("reward_model.enable_resource_pool"),
-                "separate pool turned on here",
-            )
+            .with_secondary(ctx.origin(pool_key), "separate pool turned on here")
             .with_help(format!(
-                "set `{key}` to a positive number, or `reward_model.enable_resource_pool=false`"
+                "set `{key}` to a positive number, or `{pool_key}=false`"
             )),
         );
     }

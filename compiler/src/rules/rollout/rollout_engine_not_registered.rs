@@ -29,7 +29,10 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     if c.actor_rollout_ref.rollout.name == RolloutName::Hf {
         push(ctx, out, "actor_rollout_ref.rollout.name");
     }
-    if c.reward_model.enable && c.reward_model.rollout.name == Some(RolloutName::Hf) {
+    if c.reward_model.enable
+        && c.reward.is_none()
+        && c.reward_model.rollout.name == Some(RolloutName::Hf)
+    {
         push(ctx, out, "reward_model.rollout.name");
     }
 }
