@@ -81,11 +81,12 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // A tree of another verl release: verl's own keys that differ pass through.
     let mut unmodelled: Vec<String> = Vec::new();
     let mut baseline = None;
-    if let Some(version) = req
+    let unmodelled_release = req
         .config_dir
         .as_deref()
         .and_then(crate::load::version::verl_release)
-        .filter(|v| !crate::load::version::is_modelled(v))
+        .filter(|v| !crate::load::version::is_modelled(v));
+    if let Some(version) = unmodelled_release.clone()
         && let Some((note, keys)) = pass_through_unmodelled(
             req,
             &version,
@@ -103,6 +104,26 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
                 ..req.clone()
             })
             .root,
+        );
+    }
+    // verl 0.8 removed the legacy per-backend workers (and `trainer.use_legacy_worker_impl`):
+    // a newer tree runs the engine workers, so verl 0.7's rules for the legacy ones do not apply.
+    if unmodelled_release
+        .as_deref()
+        .and_then(crate::load::version::minor_version)
+        .is_some_and(|v| v >= (0, 8))
+        && composed
+            .root
+            .get_path(&["trainer", "use_legacy_worker_impl"])
+            .is_none()
+        && let Some(t) = tree.get_path_mut(&["trainer"]).and_then(Node::as_map_mut)
+    {
+        t.insert(
+            "use_legacy_worker_impl".to_owned(),
+            crate::load::node::Entry {
+                key_origin: None,
+                node: Node::scalar(Scalar::Str("disable".into()), None),
+            },
         );
     }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);

@@ -330,6 +330,16 @@ fn fixture_cases(fixture: &str, prefix: &str, tree: &Path, builtin: bool) -> Vec
         .collect()
 }
 
+/// verl 0.9.0's example calls on verl 0.9.1's tree (unpacked by scripts/setup; none without).
+fn release_cases() -> Vec<Case> {
+    let tree = workspace().join(".venv/verl-releases/0.9.1/verl/trainer/config");
+    if !tree.is_dir() {
+        eprintln!("skipped the 0.9 cases: no verl 0.9.1 tree (run scripts/setup)");
+        return Vec::new();
+    }
+    fixture_cases("verl_examples_0_9_0", "verl 0.9: ", &tree, false)
+}
+
 fn default_cases(verl: &Path) -> Vec<Case> {
     let mut v = vec![
         Case::new("defaults: ppo_trainer", verl, "ppo_trainer", &[]),
@@ -927,6 +937,7 @@ fn world() -> &'static World {
         cases.extend(mirror_cases(&verl));
         cases.extend(main_cases());
         cases.extend(extra_cases(&verl));
+        cases.extend(release_cases());
         let run = start_hydra(&cases);
         let verlc = cases.iter().map(verlc_on_dir).collect();
         let builtin = cases

@@ -29,6 +29,21 @@ pub fn verl_release(config_dir: &Path) -> Option<String> {
     })
 }
 
+/// `(major, minor)` of a release label (`0.9.1` -> `(0, 9)`); a tree recognised only by its
+/// layout (no version file, a `model_engine/` group) is at least 0.8, where that group and the
+/// engine workers became the only ones.
+pub fn minor_version(release: &str) -> Option<(u32, u32)> {
+    if release.starts_with("newer than") {
+        return Some((0, 8));
+    }
+    let mut parts = release.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts
+        .next()?
+        .trim_end_matches(|c: char| !c.is_ascii_digit());
+    Some((major, minor.parse().ok()?))
+}
+
 /// Whether verlc models release `version` (`0.7.0`, `0.7.1`, `0.7.0.dev`).
 pub fn is_modelled(version: &str) -> bool {
     version == MODELLED || version.starts_with(&format!("{MODELLED}."))
@@ -37,6 +52,20 @@ pub fn is_modelled(version: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minor_versions() {
+        assert_eq!(minor_version("0.9.1"), Some((0, 9)));
+        assert_eq!(minor_version("0.8.0.dev"), Some((0, 8)));
+        assert_eq!(minor_version("0.10rc1"), Some((0, 10)));
+        assert_eq!(
+            minor_version(
+                "newer than 0.7.0 (its model_engine/ group; no verl/version/version file)"
+            ),
+            Some((0, 8))
+        );
+        assert_eq!(minor_version("main"), None);
+    }
 
     #[test]
     fn releases_of_the_modelled_minor_version_are_modelled() {

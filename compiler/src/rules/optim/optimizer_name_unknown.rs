@@ -2,7 +2,9 @@
 //! For FSDP roles (the actor, and the critic when it runs) whose `optim.optimizer_impl` is
 //! `torch.optim` (the default), `optim.optimizer` must be a class of `torch.optim`: `AdamW`,
 //! `Adam`, `SGD`, … (names are case-sensitive). Other modules (`bitsandbytes.optim`,
-//! `torchao.optim`, …) are not checked.
+//! `torchao.optim`, …) are not checked, and neither are the roles of the engines verl 0.8+
+//! selects with `model_engine` (VeOmni, MindSpeed, TorchTitan, …: their `strategy` in the
+//! composed tree), whose optimizer names are their own (`adamw`, `adam`).
 //!
 //! ## Why
 //! verl looks the class up by name with `getattr` when it builds the optimizer ("Optimizer '…'
@@ -47,10 +49,16 @@ const TORCH_OPTIM: &[&str] = &[
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
     let a = &c.actor_rollout_ref.actor;
-    if is_fsdp(a.strategy) {
+    // The strategy as composed (a newer tree's engines are not verlc's repaired default).
+    let torch_optim = |prefix: &str| {
+        ctx.node(&format!("{prefix}.strategy"))
+            .and_then(|n| n.as_str())
+            .is_none_or(|s| matches!(s, "fsdp" | "fsdp2"))
+    };
+    if is_fsdp(a.strategy) && torch_optim("actor_rollout_ref.actor") {
         push(ctx, out, "actor_rollout_ref.actor.optim", &a.optim);
     }
-    if critic_runs(c) && is_fsdp(c.critic.strategy) {
+    if critic_runs(c) && is_fsdp(c.critic.strategy) && torch_optim("critic") {
         push(ctx, out, "critic.optim", &c.critic.optim);
     }
 }
