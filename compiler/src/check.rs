@@ -22,8 +22,8 @@ pub struct CheckOptions {
 
 pub struct Checked {
     pub composed: Composed,
-    /// For a tree of a verl release verlc does not model: that tree composed without the
-    /// user's overrides, against which "changed" is judged (verl's own defaults are not
+    /// For a tree of a verl release verlc does not model: that tree composed with only the
+    /// user's config-group choices, against which "changed" is judged (verl's own defaults are not
     /// the user's settings). `None`: verlc's built-in defaults are the baseline.
     pub baseline: Option<Node>,
     /// The typed config, when the tree passed the schema.
@@ -98,9 +98,11 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     {
         diagnostics.push(note);
         unmodelled = keys;
+        // verl's own tree as the user's config groups select it (`model_engine=megatron`
+        // swaps whole sections): what the user did not write is not theirs.
         baseline = Some(
             compose::load(&LoadRequest {
-                overrides: Vec::new(),
+                overrides: group_choices(req),
                 ..req.clone()
             })
             .root,
@@ -219,6 +221,9 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             model: model.as_ref(),
             missing: &missing,
             defaults: baseline.clone(),
+            release: unmodelled_release
+                .as_deref()
+                .and_then(crate::load::version::minor_version),
         };
         let mut out = rules::run(&ctx, &enabled);
         if out.iter().any(|d| d.code == codes::SIZE_OVERFLOW) {
@@ -478,6 +483,24 @@ fn repair_tree(
         keys.push(key);
     }
     Some(keys)
+}
+
+/// The overrides of `req` that choose a config group option (`model_engine=megatron`,
+/// `actor@actor_rollout_ref.actor=dp_actor`): their key names a directory of the config dir.
+fn group_choices(req: &LoadRequest) -> Vec<String> {
+    let Some(dir) = req.config_dir.as_deref() else {
+        return Vec::new();
+    };
+    req.overrides
+        .iter()
+        .filter(|o| {
+            let key = o.split('=').next().unwrap_or_default();
+            let key = key.trim_start_matches(['+', '~']);
+            let group = key.split('@').next().unwrap_or_default();
+            !group.is_empty() && !group.contains('.') && dir.join(group).is_dir()
+        })
+        .cloned()
+        .collect()
 }
 
 /// For a tree of a verl release verlc does not model: the schema findings about verl's own

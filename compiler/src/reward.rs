@@ -11,7 +11,7 @@
 
 use verlc_spec::Dtype;
 
-use crate::config::{OpenDict, RewardModelConfig, RolloutDtype, VerlConfig};
+use crate::config::{OpenDict, RewardModelConfig, RewardSource, RolloutDtype, VerlConfig};
 use crate::load::node::Node;
 
 /// The user's scoring function.
@@ -28,6 +28,10 @@ pub(crate) struct Function<'a> {
 /// The reward manager.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Manager<'a> {
+    /// `reward_manager` or `reward.reward_manager`.
+    pub prefix: &'static str,
+    pub source: RewardSource,
+    pub module_path: Option<&'a str>,
     /// The manager's name (`naive`, `dapo`, …) and the key that set it.
     pub name: &'a str,
     pub name_key: &'static str,
@@ -110,6 +114,9 @@ impl<'a> Rewards<'a> {
             return Rewards {
                 function: legacy_function(cfg),
                 manager: Manager {
+                    prefix: "reward_manager",
+                    source: cfg.reward_manager.source,
+                    module_path: cfg.reward_manager.module.path.as_deref(),
                     name: &cfg.reward_manager.name,
                     // `reward_manager.name` defaults to the deprecated key: blame the one that
                     // holds the name.
@@ -196,6 +203,9 @@ impl<'a> Rewards<'a> {
         Rewards {
             function,
             manager: Manager {
+                prefix: "reward.reward_manager",
+                source: r.reward_manager.source,
+                module_path: r.reward_manager.module.path.as_deref(),
                 name,
                 name_key,
                 kwargs,

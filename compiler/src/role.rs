@@ -146,14 +146,20 @@ impl<'a> Role<'a> {
     pub(crate) fn critic(c: &'a VerlConfig) -> Self {
         let cr = &c.critic;
         let (sp, sp_key) = critic_ulysses(c);
+        // verl 0.8+ moved the critic's FSDP engine from `critic.model.fsdp_config` to
+        // `critic.fsdp`.
+        let (fsdp, fsdp_key) = match &cr.fsdp {
+            Some(f) => (Some(f), "critic.fsdp"),
+            None => (cr.model.fsdp_config.as_ref(), "critic.model.fsdp_config"),
+        };
         Role {
             kind: RoleKind::Critic,
             name: "critic",
             prefix: "critic",
-            fsdp_key: "critic.model.fsdp_config",
+            fsdp_key,
             runs: critic_runs(c),
             strategy: cr.strategy,
-            fsdp: cr.model.fsdp_config.as_ref(),
+            fsdp,
             megatron: cr.megatron.as_ref(),
             // verl's critic default (`critic/dp_critic.yaml`) when the flavour has no such key.
             gradient_checkpointing: (
@@ -413,17 +419,18 @@ fn actor_ulysses(c: &VerlConfig) -> (i64, &'static str) {
 
 fn critic_ulysses(c: &VerlConfig) -> (i64, &'static str) {
     let cr = &c.critic;
+    let (engine, engine_key) = match &cr.fsdp {
+        Some(f) => (Some(f), "critic.fsdp.ulysses_sequence_parallel_size"),
+        None => (
+            cr.model.fsdp_config.as_ref(),
+            "critic.model.fsdp_config.ulysses_sequence_parallel_size",
+        ),
+    };
     ulysses(
         c,
         cr.strategy,
         cr.ulysses_sequence_parallel_size,
-        cr.model
-            .fsdp_config
-            .as_ref()
-            .map(|f| f.ulysses_sequence_parallel_size),
-        (
-            "critic.ulysses_sequence_parallel_size",
-            "critic.model.fsdp_config.ulysses_sequence_parallel_size",
-        ),
+        engine.map(|f| f.ulysses_sequence_parallel_size),
+        ("critic.ulysses_sequence_parallel_size", engine_key),
     )
 }

@@ -454,6 +454,9 @@ pub enum RewardManagerSpec {
     Dapo {
         overlong_buffer: Option<OverlongBufferSpec>,
     },
+    /// verl 0.9's GDPO manager: the naive reward, a plain-number score kept as `acc`, and
+    /// `extra_info.experiment_name` (`trainer.experiment_name`) handed to the scorer.
+    Gdpo { experiment_name: String },
 }
 
 /// `reward_kwargs.overlong_buffer_cfg` with `reward_kwargs.max_resp_len`.

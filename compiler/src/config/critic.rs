@@ -146,6 +146,10 @@ pub struct CriticConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-verlc-flavour" = "fsdp"))]
     pub grad_clip: Option<f64>,
+    /// verl 0.8+: the critic's FSDP engine (`critic.fsdp`; 0.7.0 keeps it at
+    /// `critic.model.fsdp_config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsdp: Option<FsdpEngineConfig>,
 
     /// Megatron only: timeout of collective operations, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -136,7 +136,11 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         critic: critic_spec(cfg, &roles, actor_dp, l),
         rollout: rollout_spec(cfg, &roles, &actor.engine, l),
         reward: reward_spec(&Rewards::of(cfg, l.root)),
-        reward_manager: reward_manager_spec(&Rewards::of(cfg, l.root), l),
+        reward_manager: reward_manager_spec(
+            &Rewards::of(cfg, l.root),
+            &cfg.trainer.experiment_name,
+            l,
+        ),
         reward_model: reward_model_spec(
             cfg,
             &Rewards::of(cfg, l.root),
@@ -242,7 +246,7 @@ fn critic_spec(
         }
         CriticSpec {
             model_path: c.model.path.clone(),
-            seed: c.model.fsdp_config.as_ref().map(|f| f.seed).filter(|_| c.strategy != Strategy::Megatron).or(c.megatron.as_ref().map(|m| m.seed)).unwrap_or(42) as u64,
+            seed: Role::critic(cfg).fsdp.map(|f| f.seed).filter(|_| c.strategy != Strategy::Megatron).or(c.megatron.as_ref().map(|m| m.seed)).unwrap_or(42) as u64,
             engine,
             optim: optim_spec("critic.optim", &c.optim, fsdp_clip(c.strategy, c.grad_clip), engine.optimizer_offload(), l),
             update: CriticSettings {
@@ -717,7 +721,7 @@ fn lora_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<LoraSpec> {
 /// deprecated `reward_model.reward_manager`) and its keyword arguments (`reward_model.reward_kwargs`
 /// or `reward.reward_kwargs`, which verl passes to the manager's constructor, so a key it does
 /// not take raises there).
-fn reward_manager_spec(r: &Rewards, l: &mut Lowering) -> RewardManagerSpec {
+fn reward_manager_spec(r: &Rewards, experiment_name: &str, l: &mut Lowering) -> RewardManagerSpec {
     let name_key = r.manager.name_key;
     let kwargs = r.manager.kwargs.cloned().unwrap_or_default();
     let kwargs_key = r.manager.kwargs_key;
@@ -836,10 +840,22 @@ fn reward_manager_spec(r: &Rewards, l: &mut Lowering) -> RewardManagerSpec {
                 }),
             }
         }
+        "gdpo" => {
+            if let Some(k) = kwargs.keys().next() {
+                l.unsupported(
+                    &kw_key(k),
+                    format!("verl's GDPO reward manager takes no `{k}` argument (its constructor raises)"),
+                    format!("remove {kwargs_key}"),
+                );
+            }
+            RewardManagerSpec::Gdpo {
+                experiment_name: experiment_name.to_owned(),
+            }
+        }
         other => {
             l.unsupported(
                 name_key,
-                format!("verlc's trainer implements the `naive` and `dapo` reward managers, not `{other}`"),
+                format!("verlc's trainer implements the `naive`, `dapo` and `gdpo` reward managers, not `{other}`"),
                 format!("use {name_key}=naive (or dapo)"),
             );
             RewardManagerSpec::Naive

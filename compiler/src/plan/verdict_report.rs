@@ -122,23 +122,9 @@ pub fn verdict_diagnostics(
         );
     }
 
-    for (prefix, fsdp, strategy) in [
-        (
-            "actor_rollout_ref.actor.fsdp_config",
-            cfg.actor_rollout_ref.actor.fsdp_config.as_ref(),
-            cfg.actor_rollout_ref.actor.strategy,
-        ),
-        (
-            "actor_rollout_ref.ref.fsdp_config",
-            cfg.actor_rollout_ref.reference.fsdp_config.as_ref(),
-            cfg.actor_rollout_ref.reference.strategy,
-        ),
-        (
-            "critic.model.fsdp_config",
-            cfg.critic.model.fsdp_config.as_ref(),
-            cfg.critic.strategy,
-        ),
-    ] {
+    for (prefix, fsdp, strategy) in
+        crate::role::Role::all(cfg).map(|r| (r.fsdp_key, r.fsdp, r.strategy))
+    {
         if strategy == Strategy::Fsdp && fsdp.is_some_and(|f| f.offload_policy) {
             let key = format!("{prefix}.offload_policy");
             out.push(

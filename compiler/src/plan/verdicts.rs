@@ -102,7 +102,7 @@ table! {
     // verl 0.7.1+'s reward section (the top-level keys above migrate into it when set)
     "reward.custom_reward_function.*" => Implemented("reward (Python function in a side process)"),
     "reward.custom_reward_function.reward_kwargs.**" => Implemented("reward.reward_kwargs"),
-    "reward.reward_manager.name" => Checked("reward_manager (naive, dapo; others are refused)"),
+    "reward.reward_manager.name" => Checked("reward_manager (naive, dapo, gdpo; others are refused)"),
     "reward.reward_manager.**" => Unsupported("loads a custom reward manager class; verlc scores with its built-in manager"),
     "reward.reward_kwargs.**" => Checked("reward_manager (DAPO's max_resp_len and overlong_buffer_cfg; other arguments are refused)"),
     "reward.reward_model.enable" => Implemented("reward_model (the reward loop's scores replace the reward function's in training)"),
@@ -188,6 +188,22 @@ table! {
     "**.fsdp_config.{use_orig_params,forward_prefetch,forward_only,full_determinism}" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer and is deterministic"),
     "**.fsdp_config.wrap_policy.**" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer"),
     "**.fsdp_config.{entropy_checkpointing,entropy_from_logits_with_chunking}" => NoEffect(NONE, MEMORY),
+    // verl 0.8+ keeps the critic's FSDP engine at `critic.fsdp`.
+    "critic.fsdp.{param_offload,optimizer_offload,offload_policy}" => Implemented("the role's engine spec (placement, read at run time)"),
+    "critic.fsdp.dtype" => Implemented("binding.precision"),
+    "critic.fsdp.mixed_precision.param_dtype" => Implemented("binding.precision"),
+    "critic.fsdp.mixed_precision.reduce_dtype" => Implemented("engine.reduce_dtype"),
+    "critic.fsdp.mixed_precision.**" => NoEffect(NONE, "sets a dtype the binary derives from the bound precision (buffers stay fp32)"),
+    "critic.fsdp.{reshard_after_forward,fsdp_size}" => Implemented("engine (FSDP)"),
+    "critic.fsdp.seed" => Implemented("model_seed / critic.seed"),
+    "critic.fsdp.model_dtype" => Unsupported("keeps the trained weights in another dtype than fp32 master weights; verlc's engines keep fp32 main parameters"),
+    "critic.fsdp.strategy" => Implemented("the role's strategy"),
+    "critic.fsdp.ulysses_sequence_parallel_size" => Implemented("engine.ulysses (FSDP)"),
+    "critic.fsdp.use_remove_padding" => NoEffect(NONE, "is filled in by verl's workers from the model's use_remove_padding, which verlc reads instead"),
+    "critic.fsdp.use_torch_compile" => NoEffect(PYTHON, PY),
+    "critic.fsdp.{use_orig_params,forward_prefetch,forward_only,full_determinism}" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer and is deterministic"),
+    "critic.fsdp.wrap_policy.**" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer"),
+    "critic.fsdp.{entropy_checkpointing,entropy_from_logits_with_chunking}" => NoEffect(NONE, MEMORY),
 
     // Engine sections: Megatron.
     "**.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,sequence_parallel,use_distributed_optimizer}" => Implemented("engine (Megatron)"),

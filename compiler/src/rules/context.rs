@@ -18,6 +18,15 @@ pub struct RuleContext<'a> {
     /// The defaults to compare with when not verlc's built-in tree of the config's flavour
     /// (a tree of another verl release: its own defaults).
     pub defaults: Option<Node>,
+    /// `(major, minor)` of that other release; `None` for the modelled one (0.7).
+    pub release: Option<(u32, u32)>,
+}
+
+impl RuleContext<'_> {
+    /// Whether the config's release is at least `v` (the modelled 0.7 counts as 0.7).
+    pub fn release_at_least(&self, v: (u32, u32)) -> bool {
+        self.release.unwrap_or((0, 7)) >= v
+    }
 }
 
 impl<'a> RuleContext<'a> {

@@ -8,7 +8,8 @@ use tch::{Kind, Tensor};
 use verlc_spec::TrainerSpec;
 use verlc_spec::data::DataSpec;
 use verlc_spec::trainer::{
-    FilterGroupsSpec, GroupMetric, KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec, RewardSpec,
+    FilterGroupsSpec, GroupMetric, KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec,
+    RewardManagerSpec, RewardSpec,
 };
 
 use crate::algo::advantage::gdpo::Components;
@@ -648,11 +649,15 @@ impl<R: Roles> Trainer<R> {
         let mut score_items = Vec::with_capacity(out.prompt_index.len());
         for (ids, &p) in responses.iter().zip(&out.prompt_index) {
             let sample = &items[p].sample;
+            let mut extra_info = sample.extra_info.clone();
+            if let RewardManagerSpec::Gdpo { experiment_name } = &self.spec.reward_manager {
+                extra_info.insert("experiment_name".to_owned(), json!(experiment_name));
+            }
             score_items.push(ScoreItem {
                 data_source: sample.data_source.clone(),
                 solution_str: self.tokenizer.decode(ids, true)?,
                 ground_truth: sample.reward_model.ground_truth.clone(),
-                extra_info: sample.extra_info.clone(),
+                extra_info,
             });
         }
         Ok(score_items)

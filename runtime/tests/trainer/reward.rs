@@ -317,12 +317,20 @@ fn gdpo_reads_the_reward_functions_components() {
             &path,
             "algorithm.adv_estimator=gdpo",
             "actor_rollout_ref.rollout.n=4",
-            "+algorithm.gdpo_reward_keys=[accuracy_reward,format_reward]",
-            "+algorithm.gdpo_reward_weights=[1.0,0.5]",
+            "+algorithm.gdpo_reward_keys=[accuracy_reward,format_reward,tagged]",
+            "+algorithm.gdpo_reward_weights=[1.0,0.5,0.1]",
         ],
     );
+    // verl 0.9's GDPO reward manager (registered from 0.8, so not on this 0.7 tree: set on the
+    // spec as lowering sets it for `reward.reward_manager.name=gdpo`).
+    let mut cfg = cfg;
+    cfg.reward_manager = verlc_spec::trainer::RewardManagerSpec::Gdpo {
+        experiment_name: "gdpo-test".into(),
+    };
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
     for (step, m) in &summary.history {
+        // verl 0.9's GDPO manager passes `extra_info.experiment_name` to the scorer.
+        assert_eq!(m["gdpo/tagged/mean"], 1.0, "step {step}");
         for key in ["accuracy_reward", "format_reward"] {
             let (lo, hi) = (m[&format!("gdpo/{key}/min")], m[&format!("gdpo/{key}/max")]);
             assert!(

@@ -2,7 +2,7 @@
 //! With `algorithm.filter_groups.enable: true`: a `metric` is set, and it can be read when
 //! the groups are judged: `reward` (the sequence score) always, any other name only as a key
 //! of a custom `compute_score`'s result dict (verlc's built-in scorers return one number; the
-//! DAPO manager records it as `acc`). A reward model sharing the trainer's devices
+//! DAPO and GDPO managers record it as `acc`). A reward model sharing the trainer's devices
 //! (`reward_model.enable` without `enable_resource_pool`) scores too late for filtering.
 //!
 //! ## Why
@@ -73,7 +73,8 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     }
     let model_scores = rewards.model_scores();
     let custom = !model_scores && rewards.function.path.is_some();
-    let from_builtin = !model_scores && rewards.manager.name == "dapo" && metric == "acc";
+    let from_builtin =
+        !model_scores && matches!(rewards.manager.name, "dapo" | "gdpo") && metric == "acc";
     if custom || from_builtin {
         return;
     }

@@ -2,7 +2,7 @@
 //! With `algorithm.adv_estimator: gdpo`: `algorithm.gdpo_reward_keys` lists at least one key,
 //! `gdpo_reward_weights` (when set) has one weight per key, and the keys can come from the
 //! reward: a custom `compute_score` that returns a dict (any key), or verlc's built-in scorers,
-//! which return a number (the DAPO manager adds `acc`). A reward model's score has no
+//! which return a number (the DAPO and GDPO managers add `acc`). A reward model's score has no
 //! components.
 //!
 //! ## Why
@@ -85,8 +85,8 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     if rewards.function.path.is_some() {
         return;
     }
-    // verlc's built-in scorers return a number; the DAPO manager records it as `acc`.
-    let available: &[&str] = if rewards.manager.name == "dapo" {
+    // verlc's built-in scorers return a number; the DAPO and GDPO managers record it as `acc`.
+    let available: &[&str] = if matches!(rewards.manager.name, "dapo" | "gdpo") {
         &["acc"]
     } else {
         &[]

@@ -1,6 +1,8 @@
 //! ## What it checks
 //! With `reward_manager.source: register`, `reward_manager.name` must be one of verl's
-//! registered reward managers: `naive`, `batch`, `dapo`, `prime`. (The name copies the
+//! registered reward managers: `naive`, `batch`, `dapo`, `prime` in verl 0.7; from 0.8 (the
+//! reward loop's, with the settings under `reward.reward_manager`) `naive`, `dapo`, `gdpo`,
+//! `remote`. (The name copies the
 //! deprecated `reward_model.reward_manager` by default.) With `source: importlib`,
 //! `reward_manager.module.path` must name the Python file.
 //!
@@ -21,24 +23,35 @@
 
 use crate::config::RewardSource;
 use crate::diag::{Code, Diagnostic, did_you_mean};
+use crate::reward::Rewards;
 use crate::rules::RuleContext;
 
 const CODE: Code = Code("V032");
-const REGISTERED: &[&str] = &["naive", "batch", "dapo", "prime"];
+/// verl 0.7's reward managers (`verl.workers.reward_manager`).
+const REGISTERED_0_7: &[&str] = &["naive", "batch", "dapo", "prime"];
+/// The reward loop's managers, verl 0.8+ (`verl.experimental.reward_loop.reward_manager`).
+const REGISTERED_0_8: &[&str] = &["naive", "dapo", "gdpo", "remote"];
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let rm = &ctx.config.reward_manager;
-    match rm.source {
+    let m = Rewards::of(ctx.config, ctx.root).manager;
+    let registered = if ctx.release_at_least((0, 8)) {
+        REGISTERED_0_8
+    } else {
+        REGISTERED_0_7
+    };
+    match m.source {
         RewardSource::Register => {
-            if REGISTERED.contains(&rm.name.as_str()) {
+            if registered.contains(&m.name) {
                 return;
             }
-            let key = "reward_manager.name";
-            let help = match did_you_mean(&rm.name, REGISTERED.iter().copied()) {
+            let key = m.name_key;
+            let help = match did_you_mean(m.name, registered.iter().copied()) {
                 Some(s) => format!("did you mean `{s}`?"),
                 None => format!(
-                    "use one of {}, or `reward_manager.source=importlib` with `reward_manager.module.path`",
-                    REGISTERED.join(", ")
+                    "use one of {}, or `{}.source=importlib` with `{}.module.path`",
+                    registered.join(", "),
+                    m.prefix,
+                    m.prefix
                 ),
             };
             out.push(
@@ -46,26 +59,30 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
                     CODE,
                     format!(
                         "`{}` is not a registered reward manager (registered: {})",
-                        rm.name,
-                        REGISTERED.join(", ")
+                        m.name,
+                        registered.join(", ")
                     ),
                 )
                 .with_key(key)
-                .with_primary(ctx.origin(key), format!("`{}` set here", rm.name))
+                .with_primary(ctx.origin(key), format!("`{}` set here", m.name))
                 .with_help(help),
             );
         }
         RewardSource::Importlib => {
-            if rm.module.path.is_some() {
+            if m.module_path.is_some() {
                 return;
             }
-            let key = "reward_manager.module.path";
+            let key = format!("{}.module.path", m.prefix);
+            let source = format!("{}.source", m.prefix);
             out.push(
-                Diagnostic::error(CODE, "reward_manager.source is `importlib` but `reward_manager.module.path` is null")
-                    .with_key(key)
-                    .with_primary(ctx.origin(key), "no module path")
-                    .with_secondary(ctx.origin("reward_manager.source"), "importlib chosen here")
-                    .with_help("set `reward_manager.module.path` to the Python file that defines the class named in `reward_manager.name`"),
+                Diagnostic::error(CODE, format!("{source} is `importlib` but `{key}` is null"))
+                    .with_key(key.clone())
+                    .with_primary(ctx.origin(&key), "no module path")
+                    .with_secondary(ctx.origin(&source), "importlib chosen here")
+                    .with_help(format!(
+                        "set `{key}` to the Python file that defines the class named in `{}.name`",
+                        m.prefix
+                    )),
             );
         }
     }

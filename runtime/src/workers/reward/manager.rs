@@ -7,6 +7,8 @@
 //!   `min(-(L - (max_resp_len - len)) / len * penalty_factor, 0)`: nothing up to
 //!   `max_resp_len - len` tokens, then a linear penalty reaching `-penalty_factor` at
 //!   `max_resp_len`. With `log`, `overlong_reward` and `overlong` join the extra info.
+//! - `gdpo` (verl 0.9's `GDPORewardManager`): the score is the reward, and a plain-number
+//!   score is also kept as `acc`; the trainer hands the scorer `extra_info.experiment_name`.
 
 use serde_json::Value;
 use verlc_spec::trainer::RewardManagerSpec;
@@ -16,8 +18,15 @@ use super::Score;
 /// Turns each row's scorer result into its reward in place; `response_lengths[i]` is row
 /// `i`'s response length in tokens (EOS included).
 pub fn apply(manager: &RewardManagerSpec, scores: &mut [Score], response_lengths: &[usize]) {
-    let RewardManagerSpec::Dapo { overlong_buffer } = manager else {
-        return;
+    let overlong_buffer = match manager {
+        RewardManagerSpec::Naive => return,
+        RewardManagerSpec::Gdpo { .. } => {
+            for s in scores.iter_mut().filter(|s| !s.from_dict) {
+                s.extra.insert("acc".to_owned(), number(s.score));
+            }
+            return;
+        }
+        RewardManagerSpec::Dapo { overlong_buffer } => overlong_buffer,
     };
     for (s, &len) in scores.iter_mut().zip(response_lengths) {
         let raw = s.score;
@@ -54,6 +63,19 @@ mod tests {
                 ..Score::default()
             })
             .collect()
+    }
+
+    #[test]
+    fn gdpo_keeps_a_plain_score_as_acc() {
+        let mut s = scores(&[0.5, 1.0]);
+        s[1].from_dict = true;
+        let gdpo = RewardManagerSpec::Gdpo {
+            experiment_name: "x".into(),
+        };
+        apply(&gdpo, &mut s, &[3, 4]);
+        assert_eq!(s[0].extra["acc"], 0.5);
+        assert!(!s[1].extra.contains_key("acc"));
+        assert_eq!((s[0].score, s[1].score), (0.5, 1.0));
     }
 
     #[test]
