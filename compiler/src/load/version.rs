@@ -38,9 +38,11 @@ pub fn minor_version(release: &str) -> Option<(u32, u32)> {
     }
     let mut parts = release.split('.');
     let major = parts.next()?.parse().ok()?;
-    let minor = parts
+    let minor: String = parts
         .next()?
-        .trim_end_matches(|c: char| !c.is_ascii_digit());
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     Some((major, minor.parse().ok()?))
 }
 
