@@ -330,14 +330,25 @@ fn fixture_cases(fixture: &str, prefix: &str, tree: &Path, builtin: bool) -> Vec
         .collect()
 }
 
-/// verl 0.9.0's example calls on verl 0.9.1's tree (unpacked by scripts/setup; none without).
+/// verl 0.8.0's example calls on its own tree and 0.9.0's on verl 0.9.1's (unpacked by
+/// scripts/setup; none without).
 fn release_cases() -> Vec<Case> {
-    let tree = workspace().join(".venv/verl-releases/0.9.1/verl/trainer/config");
-    if !tree.is_dir() {
-        eprintln!("skipped the 0.9 cases: no verl 0.9.1 tree (run scripts/setup)");
-        return Vec::new();
+    let mut out = Vec::new();
+    for (fixture, release, prefix) in [
+        ("verl_examples_0_8_0", "0.8.0", "verl 0.8: "),
+        ("verl_examples_0_9_0", "0.9.1", "verl 0.9: "),
+    ] {
+        let tree = workspace()
+            .join(".venv/verl-releases")
+            .join(release)
+            .join("verl/trainer/config");
+        if !tree.is_dir() {
+            eprintln!("skipped {fixture}: no verl {release} tree (run scripts/setup)");
+            continue;
+        }
+        out.extend(fixture_cases(fixture, prefix, &tree, false));
     }
-    fixture_cases("verl_examples_0_9_0", "verl 0.9: ", &tree, false)
+    out
 }
 
 fn default_cases(verl: &Path) -> Vec<Case> {

@@ -280,6 +280,7 @@ rule_tests! {
     v055_optimal_baseline_without_sum_pi_squared => "V055",
     v056_gdpo_reward_keys_invalid => "V056",
     v057_filter_groups_metric_unavailable => "V057",
+    v058_value_from_later_release => "V058",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",
     v203_rollout_max_model_len_exceeds_model => "V203",

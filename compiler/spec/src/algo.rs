@@ -16,6 +16,8 @@ verl_names! {
         SeqMeanTokenMean => "seq-mean-token-mean",
         /// Sum over all tokens divided by a constant (Dr. GRPO).
         SeqMeanTokenSumNorm => "seq-mean-token-sum-norm",
+        /// Sum over every valid token of the batch (verl 0.9).
+        TokenSum => "token-sum",
     }
 }
 

@@ -441,6 +441,12 @@ pub static RULES: &[Rule] = &[
         "group filtering needs a metric that is known when groups are scored"
     ),
     rule!(
+        "V058",
+        "ValueFromLaterRelease",
+        algorithm::value_from_later_release,
+        "a value verl added after the config tree's release (estimators, losses, aggregation); verlc runs it (warning)"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

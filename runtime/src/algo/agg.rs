@@ -11,6 +11,7 @@
 //! | `seq-mean-token-sum` | `D · Σ_i [Σ_t m > 0] · Σ_t m ℓ / B` |
 //! | `seq-mean-token-mean` | `D · Σ_i [Σ_t m > 0] · (Σ_t m ℓ / (Σ_t m + 1e-8)) / B` |
 //! | `seq-mean-token-sum-norm` | `Σ_{i,t} m ℓ / S`, `S = loss_scale_factor` or `response_len` |
+//! | `token-sum` (verl 0.9) | `D · Σ_{i,t} m ℓ` |
 //!
 //! The factor `D` cancels the gradient averaging of data-parallel engines, so that the global
 //! gradient is the gradient of the global-batch loss. One deliberate difference from verl: a
@@ -124,5 +125,6 @@ pub fn agg_loss(
             }
             Ok(masked_sum(loss_mat, loss_mask)?.f_div_scalar(scale)?)
         }
+        LossAggMode::TokenSum => Ok(masked_sum(loss_mat, loss_mask)?.f_mul_scalar(dp)?),
     }
 }

@@ -69,6 +69,7 @@ fn loss_agg_mode_names() {
             "seq-mean-token-sum",
             "seq-mean-token-mean",
             "seq-mean-token-sum-norm",
+            "token-sum",
         ],
     );
 }

@@ -178,7 +178,7 @@ fn dppo_and_dro_are_verl_0_9s() {
         loss_scale_factor: g["loss_scale_factor"].as_f64(),
     };
     let cases = o["cases"].as_array().expect("cases");
-    assert_eq!(cases.len(), 3 * 4 * 2 * 2);
+    assert_eq!(cases.len(), 3 * 5 * 2 * 2);
     for case in cases {
         let mode: PolicyLossMode = case["mode"].as_str().expect("mode").parse().unwrap();
         let agg_mode: LossAggMode = case["agg"].as_str().expect("agg").parse().unwrap();

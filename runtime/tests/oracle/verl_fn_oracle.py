@@ -16,7 +16,8 @@ Writes
 - OUT/policy_losses_0_9.json: the policy losses verl added after 0.7 (dppo_tv, dppo_kl, dro), run
   from verl 0.9.1's own core_algos.py (scripts/setup unpacks that release's files under
   .venv/verl-releases; VERLC_VERL_NEWER_ROOT overrides where) with its agg_loss and
-  masked_mean, for every aggregation mode, local and with global-batch info, with and without
+  masked_mean, for every aggregation mode (0.9's token-sum included), local and with global-batch
+  info, with and without
   rollout weights: loss, gradient with respect to the log-probs, metrics;
 - OUT/estimators_0_9.json: the optimal token baseline estimators verl 0.9 added
   (optimal_token_baseline, tir_optimal_token_baseline) from 0.9.1's core_algos.py, on seeded
@@ -286,7 +287,8 @@ def policy_losses_0_9(out):
 
     cases = []
     for mode, fn in fns.items():
-        for agg_mode in ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]:
+        for agg_mode in ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+                         "token-sum"]:
             for scope, info in [("local", {}), ("global", glob)]:
                 for weighted in [False, True]:
                     cfg = Config(clip_ratio_c=settings["clip_ratio_c"])

@@ -35,7 +35,8 @@ const CHILD: &str = "examples::example_rank_child";
 const SPEC_ENV: &str = "VERLC_EXAMPLE_SPEC";
 
 /// The layouts the fixtures are composed on: verlc's built-in tree (verl 0.7.0's) for verl
-/// 0.7.0's examples, verl 0.9.1's tree (unpacked by scripts/setup) for 0.9.0's.
+/// 0.7.0's examples; a newer release's own tree (unpacked by scripts/setup), with the `reward`
+/// section of 0.7.1+, for 0.8.0's and 0.9.0's.
 #[derive(Clone, Copy, PartialEq)]
 enum Layout {
     V07,
@@ -421,6 +422,25 @@ fn lower_fixture(
         let implemented = implements_model(&overrides, &base);
         out.implemented += usize::from(implemented);
         overrides.extend(retarget(dir, layout));
+        // A custom reward function of the example (a file of its repository) becomes one that
+        // returns a dict of components (as GDPO and DAPO's filtering read them).
+        let custom = overrides.iter().any(|o| {
+            o.split_once('=').is_some_and(|(k, v)| {
+                k.trim_start_matches('+')
+                    .ends_with("custom_reward_function.path")
+                    && !matches!(v.trim(), "null" | "" | "None")
+            })
+        });
+        if custom {
+            let fixture = repo().join("runtime/tests/trainer/fixtures/reward_components.py");
+            let key = if layout == Layout::V09 {
+                "reward.custom_reward_function"
+            } else {
+                "custom_reward_function"
+            };
+            overrides.push(format!("{key}.path={}", fixture.display()));
+            overrides.push(format!("{key}.name=compute_score"));
+        }
         if overrides
             .iter()
             .any(|o| o.starts_with("actor_rollout_ref.model.lora_adapter_path="))
@@ -466,26 +486,31 @@ fn lower_fixture(
     out
 }
 
-/// verl 0.7.0's examples on verlc's built-in tree and verl 0.9.0's on 0.9.1's tree (when
-/// scripts/setup unpacked it): at least 80% of each release's calls that compose lower to a
+/// verl 0.7.0's examples on verlc's built-in tree, 0.8.0's on its own tree and 0.9.0's on
+/// 0.9.1's (when scripts/setup unpacked them): at least 80% of each release's calls that compose lower to a
 /// spec, and every distinct run among them trains two steps on 2 ranks.
 #[test]
 fn verl_examples_that_build_start_and_train_two_steps() {
     tch::set_num_threads(1);
     let dir = scratch("verl_examples");
     let mut runs: BTreeMap<String, (String, TrainerSpec)> = BTreeMap::new();
-    let tree = repo().join(".venv/verl-releases/0.9.1/verl/trainer/config");
     let mut releases = vec![(
         "0.7.0",
         lower_fixture("verl_examples", None, &dir, &mut runs),
     )];
-    if tree.is_dir() {
-        releases.push((
-            "0.9.0 (on 0.9.1's tree)",
-            lower_fixture("verl_examples_0_9_0", Some(&tree), &dir, &mut runs),
-        ));
-    } else {
-        eprintln!("skipped verl 0.9's examples: no 0.9.1 tree (run scripts/setup)");
+    for (label, fixture, tree) in [
+        ("0.8.0", "verl_examples_0_8_0", "0.8.0"),
+        ("0.9.0 (on 0.9.1's tree)", "verl_examples_0_9_0", "0.9.1"),
+    ] {
+        let tree = repo()
+            .join(".venv/verl-releases")
+            .join(tree)
+            .join("verl/trainer/config");
+        if tree.is_dir() {
+            releases.push((label, lower_fixture(fixture, Some(&tree), &dir, &mut runs)));
+        } else {
+            eprintln!("skipped verl {label}'s examples: no tree (run scripts/setup)");
+        }
     }
     for (release, l) in &releases {
         eprintln!(

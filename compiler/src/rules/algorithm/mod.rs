@@ -11,4 +11,5 @@ pub(crate) mod pass_at_k_with_single_response;
 pub(crate) mod rejection_sampling_option_unknown;
 pub(crate) mod rejection_sampling_threshold_invalid;
 pub(crate) mod straight_through_kl_raises_in_verl;
+pub(crate) mod value_from_later_release;
 pub(crate) mod vectorized_grpo_ignores_std_flag;
