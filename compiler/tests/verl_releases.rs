@@ -172,17 +172,11 @@ fn the_modelled_release_gets_no_pass_through() {
     assert!(errors(&d).is_empty(), "{:#?}", errors(&d));
 }
 
-/// `verlc build` lowers a newer release's tree to a spec: verl's own defaults there are not
-/// the user's settings (no verdict fires on them); a key the user sets still gets its verdict.
-#[test]
-fn a_newer_release_lowers_for_a_build() {
-    use verlc::plan::{SpecOutcome, lower_request};
-    let Some(dir) = newer_tree() else {
-        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
-        return;
-    };
-    let req = |extra: &[&str]| LoadRequest {
-        config_dir: Some(dir.clone()),
+/// A request a user would build on the newer tree: verl's launch-script basics, the built-in
+/// rollout on CPU, GRPO with 4 responses, and `extra`.
+fn build_request(dir: &Path, extra: &[&str]) -> LoadRequest {
+    LoadRequest {
+        config_dir: Some(dir.to_path_buf()),
         config_name: Some("ppo_trainer".into()),
         overrides: BASICS
             .iter()
@@ -198,7 +192,19 @@ fn a_newer_release_lowers_for_a_build() {
             .collect(),
         cwd: root(),
         ..LoadRequest::default()
+    }
+}
+
+/// `verlc build` lowers a newer release's tree to a spec: verl's own defaults there are not
+/// the user's settings (no verdict fires on them); a key the user sets still gets its verdict.
+#[test]
+fn a_newer_release_lowers_for_a_build() {
+    use verlc::plan::{SpecOutcome, lower_request};
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
     };
+    let req = |extra: &[&str]| build_request(&dir, extra);
     match lower_request(&req(&[])) {
         SpecOutcome::Ok { spec, .. } => {
             assert_eq!(spec.actor.update.ppo_epochs, 1, "verl's default epochs");
@@ -341,24 +347,7 @@ fn a_newer_releases_reward_section_lowers() {
         eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
         return;
     };
-    let req = |extra: &[&str]| LoadRequest {
-        config_dir: Some(dir.clone()),
-        config_name: Some("ppo_trainer".into()),
-        overrides: BASICS
-            .iter()
-            .chain(&[
-                "actor_rollout_ref.rollout.name=verlc",
-                "trainer.device=cpu",
-                "trainer.logger=[console]",
-                "algorithm.adv_estimator=grpo",
-                "actor_rollout_ref.rollout.n=4",
-            ])
-            .chain(extra)
-            .map(|s| s.to_string())
-            .collect(),
-        cwd: root(),
-        ..LoadRequest::default()
-    };
+    let req = |extra: &[&str]| build_request(&dir, extra);
     let spec = |extra: &[&str]| match lower_request(&req(extra)) {
         SpecOutcome::Ok { spec, .. } => spec,
         SpecOutcome::Errors(c) => panic!("{extra:?}: {:#?}", errors(&c.diagnostics)),

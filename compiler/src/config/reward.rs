@@ -59,10 +59,14 @@ pub struct RewardModelModelConfig {
     pub fsdp_config: Option<RewardModelFsdpConfig>,
 }
 
-/// Remote code-execution sandbox used by code-scoring reward functions.
+/// Remote code-execution sandbox used by code-scoring reward functions
+/// (`reward_model.sandbox_fusion`, and `reward.sandbox_fusion` in 0.7.1+).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxFusionConfig {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// Sandbox endpoint; null disables the sandbox.
     pub url: Option<String>,
     /// Concurrent sandbox requests.
@@ -211,7 +215,7 @@ pub struct RewardSection {
     pub reward_model: RewardSectionModel,
     /// Code-execution sandbox of the built-in code scorers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox_fusion: Option<RewardSandbox>,
+    pub sandbox_fusion: Option<SandboxFusionConfig>,
     /// Keyword arguments of the reward manager (DAPO's `max_resp_len`, `overlong_buffer_cfg`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reward_kwargs: Option<OpenDict>,
@@ -238,21 +242,4 @@ pub struct RewardSectionModel {
     pub model_path: Option<String>,
     /// The inference server of the reward model (verl's `RolloutConfig`).
     pub rollout: OpenDict,
-}
-
-/// `reward.sandbox_fusion`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RewardSandbox {
-    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
-    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-    /// Sandbox endpoint; null disables the sandbox.
-    pub url: Option<String>,
-    /// Concurrent sandbox requests.
-    #[schemars(range(min = 1))]
-    pub max_concurrent: i64,
-    /// Memory limit per execution, in MiB.
-    #[schemars(range(min = 1))]
-    pub memory_limit_mb: i64,
 }
