@@ -31,10 +31,22 @@ pub fn verl_release(config_dir: &Path) -> Option<String> {
 
 /// `(major, minor)` of a release label (`0.9.1` -> `(0, 9)`); a tree recognised only by its
 /// layout (no version file, a `model_engine/` group) is at least 0.8, where that group and the
-/// engine workers became the only ones.
+/// engine workers became the only ones. A development snapshot before a minor release
+/// (`0.8.0.dev`, verl's main branch) counts as the release before it: what the release changed
+/// may not have landed yet (verl main of January 2026 still loaded 0.7's reward managers).
 pub fn minor_version(release: &str) -> Option<(u32, u32)> {
     if release.starts_with("newer than") {
         return Some((0, 8));
+    }
+    if let Some(base) = release.strip_suffix(".dev")
+        && let Some((major, minor)) = minor_version(base)
+        && base.ends_with(".0")
+    {
+        return Some(if minor > 0 {
+            (major, minor - 1)
+        } else {
+            (major, minor)
+        });
     }
     let mut parts = release.split('.');
     let major = parts.next()?.parse().ok()?;
@@ -58,7 +70,12 @@ mod tests {
     #[test]
     fn minor_versions() {
         assert_eq!(minor_version("0.9.1"), Some((0, 9)));
-        assert_eq!(minor_version("0.8.0.dev"), Some((0, 8)));
+        assert_eq!(
+            minor_version("0.8.0.dev"),
+            Some((0, 7)),
+            "before 0.8's changes"
+        );
+        assert_eq!(minor_version("0.8.1.dev"), Some((0, 8)));
         assert_eq!(minor_version("0.10rc1"), Some((0, 10)));
         assert_eq!(
             minor_version(
