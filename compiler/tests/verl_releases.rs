@@ -530,3 +530,32 @@ fn verl_0_8_examples_check_clean() {
         "calls that compose on 0.8.0's tree (Hydra rejects the other 4: hydra_parity)"
     );
 }
+
+/// An engine of verl 0.8+ that verlc does not implement (`model_engine=veomni`) is refused by
+/// name at the line that chose it, not as a missing FSDP section.
+#[test]
+fn an_engine_verlc_does_not_implement_is_refused_by_name() {
+    use verlc::plan::{SpecOutcome, lower_request};
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    match lower_request(&build_request(&dir, &["model_engine=veomni"])) {
+        SpecOutcome::Ok { .. } => panic!("VeOmni's engine is not verlc's"),
+        SpecOutcome::Errors(c) => {
+            let d: Vec<_> = c.diagnostics.iter().filter(|d| d.is_error()).collect();
+            assert!(
+                d.iter().any(|d| d.code.0 == "B018"
+                    && d.message.contains("`veomni` engine")
+                    && d.primary.is_some()),
+                "{:#?}",
+                errors(&c.diagnostics)
+            );
+            assert!(
+                !d.iter().any(|d| d.code.0 == "B015"),
+                "{:#?}",
+                errors(&c.diagnostics)
+            );
+        }
+    }
+}

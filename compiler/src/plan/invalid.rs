@@ -46,6 +46,9 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
     }
 
     for r in std::iter::once(&actor).chain(&others) {
+        if foreign_engine(r, root).is_some() {
+            continue; // reported once below
+        }
         if r.engine().is_none() {
             out.push(
                 Diagnostic::error(codes::BUILD_ENGINE_SECTION_MISSING, format!("the {} runs `{}` but has no `{}` section", r.name, strategy_name(r), r.engine_key()))
@@ -55,6 +58,35 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
             );
         }
         ignored_offload(r, root, &mut out);
+    }
+
+    // verl 0.8+'s other engines (`model_engine=veomni`, `torchtitan`, …): their strategy from
+    // verl's own files is not one verlc models (the check's copy holds a repaired `fsdp`); one
+    // error for the roles that run it, instead of a missing FSDP section each. No key path: the
+    // key is verl's own, which `verlc check` passes through and would drop findings about; the
+    // message names it and the label points at it.
+    let foreign: Vec<(&Role, &str)> = std::iter::once(&actor)
+        .chain(&others)
+        .filter_map(|r| foreign_engine(r, root).map(|e| (r, e)))
+        .collect();
+    if let Some((first, engine)) = foreign.first() {
+        let (key, at) = match origin(root, "model_engine") {
+            Some(o) => ("model_engine".to_owned(), Some(o)),
+            None => (first.strategy_key(), origin(root, &first.strategy_key())),
+        };
+        let roles: Vec<&str> = foreign.iter().map(|(r, _)| r.name).collect();
+        let roles = match roles.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => roles.join(""),
+        };
+        out.push(
+            Diagnostic::error(
+                codes::BUILD_UNSUPPORTED_SETTING,
+                format!("`{key}`: the {roles} run verl's `{engine}` engine, which verlc's trainer does not implement"),
+            )
+            .with_primary(at, format!("`{engine}` chosen here"))
+            .with_help("verlc trains with FSDP (model_engine=dp: strategy fsdp or fsdp2) or Megatron (model_engine=megatron)"),
+        );
     }
 
     let (actor_precision, actor_precision_key) = actor
@@ -167,6 +199,13 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
         );
     }
     out
+}
+
+/// The engine `r` runs when it is none verlc models (its strategy as composed).
+fn foreign_engine<'t>(r: &Role, root: &'t Node) -> Option<&'t str> {
+    root.get_path(&split_key(&r.strategy_key()))
+        .and_then(Node::as_str)
+        .filter(|s| !matches!(*s, "fsdp" | "fsdp2" | "megatron"))
 }
 
 fn strategy_name(r: &Role) -> &'static str {
