@@ -423,7 +423,8 @@ fn full_config_completes_keys_and_enum_values_from_the_root_schema() {
             "seq-mean-token-mean",
             "seq-mean-token-sum",
             "seq-mean-token-sum-norm",
-            "token-mean"
+            "token-mean",
+            "token-sum"
         ],
         "loss_agg_mode values"
     );

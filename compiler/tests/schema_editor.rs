@@ -219,14 +219,15 @@ fn editor_schema_content() {
             "token-mean",
             "seq-mean-token-sum",
             "seq-mean-token-mean",
-            "seq-mean-token-sum-norm"
+            "seq-mean-token-sum-norm",
+            "token-sum"
         ]
     );
     let descs = agg
         .get("markdownEnumDescriptions")
         .or_else(|| agg.get("enumDescriptions"))
         .and_then(Value::as_array);
-    assert_eq!(descs.map(Vec::len), Some(4));
+    assert_eq!(descs.map(Vec::len), Some(5));
     // No `oneOf` of consts left anywhere, and `defaults:` is accepted at the root.
     let text = schema::pretty(&root);
     assert!(
