@@ -15,7 +15,7 @@
 use serde::Serialize;
 
 use crate::config::{MegatronEngineConfig, Strategy, VerlConfig};
-use crate::role::{MiniBatch, Role, RoleKind};
+use crate::role::{MiniBatch, Role};
 use crate::rules::ModelDims;
 
 #[derive(Debug, Clone, Serialize)]
@@ -270,27 +270,9 @@ fn strategy_name(s: &Strategy) -> String {
 fn trained_batch(cfg: &VerlConfig, role: &Role, batch: &MiniBatch, world: i64) -> RoleBatch {
     let dp = world / role.model_parallel().unwrap_or(1).max(1);
     let sp = if role.is_fsdp() { role.sp.max(1) } else { 1 };
-    let (micro, dynamic, max_tokens, epochs) = match role.kind {
-        RoleKind::Critic => {
-            let c = &cfg.critic;
-            (
-                c.ppo_micro_batch_size_per_gpu,
-                c.use_dynamic_bsz,
-                c.ppo_max_token_len_per_gpu,
-                c.ppo_epochs,
-            )
-        }
-        _ => {
-            let a = &cfg.actor_rollout_ref.actor;
-            (
-                a.ppo_micro_batch_size_per_gpu,
-                a.use_dynamic_bsz,
-                a.ppo_max_token_len_per_gpu,
-                a.ppo_epochs,
-            )
-        }
-    };
-    let micro = micro.or(batch.micro_global.map(|m| m / dp.max(1)));
+    let micro = batch
+        .micro_per_gpu
+        .or(batch.micro_global.map(|m| m / dp.max(1)));
     role_batch(
         role.name,
         strategy_name(&role.strategy),
@@ -300,9 +282,9 @@ fn trained_batch(cfg: &VerlConfig, role: &Role, batch: &MiniBatch, world: i64) -
         cfg.data.train_batch_size,
         batch.mini,
         micro,
-        dynamic,
-        max_tokens,
-        epochs,
+        batch.dynamic,
+        batch.max_tokens,
+        batch.epochs,
     )
 }
 

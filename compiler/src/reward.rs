@@ -153,43 +153,33 @@ impl<'a> Rewards<'a> {
             Some(n) if set("reward_model.reward_manager") => (n, "reward_model.reward_manager"),
             _ => (r.reward_manager.name.as_str(), "reward.reward_manager.name"),
         };
-        let (kwargs, kwargs_key) = if set("reward_model.reward_kwargs") {
-            (legacy.reward_kwargs.as_ref(), "reward_model.reward_kwargs")
-        } else {
-            (r.reward_kwargs.as_ref(), "reward.reward_kwargs")
-        };
+        let (kwargs, kwargs_key) = migrated(
+            root,
+            ("reward_model.reward_kwargs", legacy.reward_kwargs.as_ref()),
+            ("reward.reward_kwargs", r.reward_kwargs.as_ref()),
+        );
         let m = &r.reward_model;
-        let pick = |legacy_key: &'static str, new_key: &'static str, old: bool, new: bool| {
-            if set(legacy_key) {
-                (old, legacy_key)
-            } else {
-                (new, new_key)
-            }
-        };
-        let (enable, enable_key) = pick(
-            "reward_model.enable",
-            "reward.reward_model.enable",
-            legacy.enable,
-            m.enable,
+        let (enable, enable_key) = migrated(
+            root,
+            ("reward_model.enable", legacy.enable),
+            ("reward.reward_model.enable", m.enable),
         );
-        let (resource_pool, resource_pool_key) = pick(
-            "reward_model.enable_resource_pool",
-            "reward.reward_model.enable_resource_pool",
-            legacy.enable_resource_pool,
-            m.enable_resource_pool,
+        let (resource_pool, resource_pool_key) = migrated(
+            root,
+            (
+                "reward_model.enable_resource_pool",
+                legacy.enable_resource_pool,
+            ),
+            (
+                "reward.reward_model.enable_resource_pool",
+                m.enable_resource_pool,
+            ),
         );
-        let count = |legacy_key: &'static str, new_key: &'static str, old: i64, new: i64| {
-            if set(legacy_key) {
-                (old, legacy_key)
-            } else {
-                (new, new_key)
-            }
-        };
-        let (path, path_key) = if set("reward_model.model.path") {
-            (Some(legacy.model.path.as_str()), "reward_model.model.path")
-        } else {
-            (m.model_path.as_deref(), "reward.reward_model.model_path")
-        };
+        let (path, path_key) = migrated(
+            root,
+            ("reward_model.model.path", Some(legacy.model.path.as_str())),
+            ("reward.reward_model.model_path", m.model_path.as_deref()),
+        );
         let dtype = if set("reward_model.rollout.dtype") {
             legacy.rollout.dtype.dtype()
         } else {
@@ -216,17 +206,15 @@ impl<'a> Rewards<'a> {
                 enable_key,
                 resource_pool,
                 resource_pool_key,
-                n_gpus_per_node: count(
-                    "reward_model.n_gpus_per_node",
-                    "reward.reward_model.n_gpus_per_node",
-                    legacy.n_gpus_per_node,
-                    m.n_gpus_per_node,
+                n_gpus_per_node: migrated(
+                    root,
+                    ("reward_model.n_gpus_per_node", legacy.n_gpus_per_node),
+                    ("reward.reward_model.n_gpus_per_node", m.n_gpus_per_node),
                 ),
-                nnodes: count(
-                    "reward_model.nnodes",
-                    "reward.reward_model.nnodes",
-                    legacy.nnodes,
-                    m.nnodes,
+                nnodes: migrated(
+                    root,
+                    ("reward_model.nnodes", legacy.nnodes),
+                    ("reward.reward_model.nnodes", m.nnodes),
                 ),
                 path,
                 path_key,
@@ -243,6 +231,20 @@ fn legacy_function(cfg: &VerlConfig) -> Function<'_> {
         name: &f.name,
         kwargs: f.reward_kwargs.as_ref(),
         prefix: "custom_reward_function",
+    }
+}
+
+/// The top-level key's value when it is set, else the section's (verl's migration), with the
+/// key it came from.
+fn migrated<T>(
+    root: &Node,
+    (legacy_key, old): (&'static str, T),
+    (new_key, new): (&'static str, T),
+) -> (T, &'static str) {
+    if is_set(root, legacy_key) {
+        (old, legacy_key)
+    } else {
+        (new, new_key)
     }
 }
 

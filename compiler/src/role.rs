@@ -39,6 +39,10 @@ pub(crate) struct MiniBatch {
     pub n_key: &'static str,
     pub micro_per_gpu: Option<i64>,
     pub micro_global: Option<i64>,
+    /// `use_dynamic_bsz` and its per-GPU token budget `ppo_max_token_len_per_gpu`.
+    pub dynamic: bool,
+    pub max_tokens: i64,
+    pub epochs: i64,
 }
 
 impl MiniBatch {
@@ -50,6 +54,9 @@ impl MiniBatch {
             n_key: "actor_rollout_ref.rollout.n",
             micro_per_gpu: a.ppo_micro_batch_size_per_gpu,
             micro_global: a.ppo_micro_batch_size,
+            dynamic: a.use_dynamic_bsz,
+            max_tokens: a.ppo_max_token_len_per_gpu,
+            epochs: a.ppo_epochs,
         }
     }
 
@@ -61,6 +68,9 @@ impl MiniBatch {
             n_key: "critic.rollout_n",
             micro_per_gpu: cr.ppo_micro_batch_size_per_gpu,
             micro_global: cr.ppo_micro_batch_size,
+            dynamic: cr.use_dynamic_bsz,
+            max_tokens: cr.ppo_max_token_len_per_gpu,
+            epochs: cr.ppo_epochs,
         }
     }
 }

@@ -104,6 +104,7 @@ pub fn lower_spec(
 /// The whole spec, section by section (each section's lowering is one function below).
 fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     let arr = &cfg.actor_rollout_ref;
+    let rewards = Rewards::of(cfg, l.root);
     let world = world_spec(cfg, l);
     let n = l.count("actor_rollout_ref.rollout.n", arr.rollout.n);
     let seq_len = usize::try_from(
@@ -135,20 +136,9 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         reference: reference_spec(cfg, &roles, actor.lora.is_some(), l),
         critic: critic_spec(cfg, &roles, actor_dp, l),
         rollout: rollout_spec(cfg, &roles, &actor.engine, l),
-        reward: reward_spec(&Rewards::of(cfg, l.root)),
-        reward_manager: reward_manager_spec(
-            &Rewards::of(cfg, l.root),
-            &cfg.trainer.experiment_name,
-            l,
-        ),
-        reward_model: reward_model_spec(
-            cfg,
-            &Rewards::of(cfg, l.root),
-            world,
-            seq_len,
-            model_seed,
-            l,
-        ),
+        reward: reward_spec(&rewards),
+        reward_manager: reward_manager_spec(&rewards, &cfg.trainer.experiment_name, l),
+        reward_model: reward_model_spec(cfg, &rewards, world, seq_len, model_seed, l),
         algorithm: algorithm_spec(cfg, l),
         run: run_spec(cfg, l),
         actor,

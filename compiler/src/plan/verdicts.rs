@@ -188,22 +188,6 @@ table! {
     "**.fsdp_config.{use_orig_params,forward_prefetch,forward_only,full_determinism}" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer and is deterministic"),
     "**.fsdp_config.wrap_policy.**" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer"),
     "**.fsdp_config.{entropy_checkpointing,entropy_from_logits_with_chunking}" => NoEffect(NONE, MEMORY),
-    // verl 0.8+ keeps the critic's FSDP engine at `critic.fsdp`.
-    "critic.fsdp.{param_offload,optimizer_offload,offload_policy}" => Implemented("the role's engine spec (placement, read at run time)"),
-    "critic.fsdp.dtype" => Implemented("binding.precision"),
-    "critic.fsdp.mixed_precision.param_dtype" => Implemented("binding.precision"),
-    "critic.fsdp.mixed_precision.reduce_dtype" => Implemented("engine.reduce_dtype"),
-    "critic.fsdp.mixed_precision.**" => NoEffect(NONE, "sets a dtype the binary derives from the bound precision (buffers stay fp32)"),
-    "critic.fsdp.{reshard_after_forward,fsdp_size}" => Implemented("engine (FSDP)"),
-    "critic.fsdp.seed" => Implemented("model_seed / critic.seed"),
-    "critic.fsdp.model_dtype" => Unsupported("keeps the trained weights in another dtype than fp32 master weights; verlc's engines keep fp32 main parameters"),
-    "critic.fsdp.strategy" => Implemented("the role's strategy"),
-    "critic.fsdp.ulysses_sequence_parallel_size" => Implemented("engine.ulysses (FSDP)"),
-    "critic.fsdp.use_remove_padding" => NoEffect(NONE, "is filled in by verl's workers from the model's use_remove_padding, which verlc reads instead"),
-    "critic.fsdp.use_torch_compile" => NoEffect(PYTHON, PY),
-    "critic.fsdp.{use_orig_params,forward_prefetch,forward_only,full_determinism}" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer and is deterministic"),
-    "critic.fsdp.wrap_policy.**" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer"),
-    "critic.fsdp.{entropy_checkpointing,entropy_from_logits_with_chunking}" => NoEffect(NONE, MEMORY),
 
     // Engine sections: Megatron.
     "**.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,sequence_parallel,use_distributed_optimizer}" => Implemented("engine (Megatron)"),
@@ -302,8 +286,16 @@ pub const ALREADY_SO: &[(&str, &str)] = &[
     ("actor_rollout_ref.rollout.expert_parallel_size", "1"),
 ];
 
+/// Sections verl moved between releases, as (newer prefix, prefix of the entries that serve it):
+/// 0.8+ keeps the critic's FSDP engine at `critic.fsdp`, 0.7.0 at `critic.model.fsdp_config`.
+const MOVED: &[(&str, &str)] = &[("critic.fsdp.", "critic.model.fsdp_config.")];
+
 /// The first entry matching the dotted `key`.
 pub fn verdict(key: &str) -> Option<&'static Entry> {
+    let moved = MOVED
+        .iter()
+        .find_map(|(new, old)| key.strip_prefix(new).map(|rest| format!("{old}{rest}")));
+    let key = moved.as_deref().unwrap_or(key);
     let segs: Vec<&str> = key.split('.').collect();
     TABLE
         .iter()
@@ -334,6 +326,20 @@ fn segment(pattern: &str, key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moved_section_has_the_verdicts_of_its_old_place() {
+        for leaf in [
+            "param_offload",
+            "model_dtype",
+            "mixed_precision.param_dtype",
+            "wrap_policy.x",
+        ] {
+            let new = verdict(&format!("critic.fsdp.{leaf}")).map(|e| e.pattern);
+            let old = verdict(&format!("critic.model.fsdp_config.{leaf}")).map(|e| e.pattern);
+            assert!(new.is_some() && new == old, "{leaf}: {new:?} vs {old:?}");
+        }
+    }
 
     #[test]
     fn patterns() {

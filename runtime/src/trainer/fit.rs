@@ -794,7 +794,7 @@ impl<R: Roles> Trainer<R> {
         metrics: &mut Metrics,
     ) -> Result<Batch, TrainerError> {
         let mut batch = match self.spec.algorithm.filter_groups.clone() {
-            None => self.rollout_round(train, indices, 0, 0, timers)?,
+            None => self.rollout_round(train, indices, 0, 0, false, timers)?,
             Some(f) => self.dynamic_sampling(train, indices, &f, timers, metrics)?,
         };
 
@@ -967,13 +967,15 @@ impl<R: Roles> Trainer<R> {
 
     /// One generation round on `indices` (this rank's share): responses, group ids from
     /// `uid_base`, the ReMax baseline, scores (and GDPO's reward components). `round` > 0 are
-    /// DAPO's refills.
+    /// DAPO's refills. The rollout gets the policy's weights before generating and frees them
+    /// before scoring, unless `held`: the caller loaded them for several rounds.
     fn rollout_round(
         &mut self,
         train: &RlDataset,
         indices: &[usize],
         uid_base: i64,
         round: u64,
+        held: bool,
         timers: &mut Timers,
     ) -> Result<Batch, TrainerError> {
         // This data-parallel rank's prompts; `offset` makes their group ids global.
@@ -983,7 +985,9 @@ impl<R: Roles> Trainer<R> {
         let mut params = self.train_sampling.clone();
         // Refill rounds draw from their own streams; the first is the step's usual one.
         params.seed = self.sampling_seed(STREAM_ROLLOUT + (round << 8), self.dp.rank());
-        timers.time("update_weights", || self.load_rollout())?;
+        if !held {
+            timers.time("update_weights", || self.load_rollout())?;
+        }
         let (mut batch, out) = timers.time("gen", || self.generate(&items, &params))?;
         if self.spec.rollout.calculate_log_probs {
             batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
@@ -1012,7 +1016,9 @@ impl<R: Roles> Trainer<R> {
             let per_row: Vec<f32> = out.prompt_index.iter().map(|&p| scores[p] as f32).collect();
             batch.insert("reward_baselines", Tensor::from_slice(&per_row))?;
         }
-        self.rollout.release()?;
+        if !held {
+            self.rollout.release()?;
+        }
 
         let (scores, details) = timers.time("reward", || self.train_scores(&items, &out))?;
         if let Some(g) = &self.spec.algorithm.gdpo {
@@ -1050,8 +1056,10 @@ impl<R: Roles> Trainer<R> {
         let mut kept: Vec<Batch> = Vec::new();
         let (mut total, mut evicted, mut uid_base, mut round) = (0i64, 0i64, 0i64, 0u64);
         let mut prompts = indices.to_vec();
+        // The weights do not change between rounds: one sync for all of them.
+        timers.time("update_weights", || self.load_rollout())?;
         loop {
-            let b = self.rollout_round(train, &prompts, uid_base, round, timers)?;
+            let b = self.rollout_round(train, &prompts, uid_base, round, true, timers)?;
             uid_base += prompts.len() as i64;
             round += 1;
             let (rows, groups, dropped) = varying_groups(&b, &f.metric)?;
@@ -1073,6 +1081,7 @@ impl<R: Roles> Trainer<R> {
             let missing = usize::try_from(target - total).unwrap_or(0).div_ceil(per) * per;
             prompts = self.sampler.next_prompts(missing);
         }
+        self.rollout.release()?;
         metrics.insert(
             "training/filter_groups/num_gen_batches".into(),
             round as f64,
