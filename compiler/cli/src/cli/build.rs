@@ -162,8 +162,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
         paths.target.display()
     );
     let start = Instant::now();
-    let mut progress = Progress::new();
-    progress.planned = codegen::planned_artifacts(&krate, &paths);
+    let mut progress = Progress::new(Plan::Later(krate.clone(), paths.clone()));
     let built = codegen::build(&krate, &paths, profile, &mut |e| progress.event(e));
     progress.finish();
     match built {
@@ -186,6 +185,39 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
     }
 }
 
+/// The total for "N of M crates": `cargo metadata` costs a few hundred milliseconds, about a
+/// third of a warm build (the trainer crate and a link), so it runs only once cargo compiles
+/// a dependency, in a thread beside the build.
+enum Plan {
+    /// Not asked yet: what to ask about.
+    Later(WrittenCrate, Paths),
+    Asked(std::sync::mpsc::Receiver<Option<usize>>),
+    Known(Option<usize>),
+}
+
+impl Plan {
+    fn ask(&mut self) {
+        if let Plan::Later(krate, paths) = self {
+            let (krate, paths) = (krate.clone(), paths.clone());
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(codegen::planned_artifacts(&krate, &paths)));
+            *self = Plan::Asked(rx);
+        }
+    }
+
+    fn total(&mut self) -> Option<usize> {
+        if let Plan::Asked(rx) = self
+            && let Ok(n) = rx.try_recv()
+        {
+            *self = Plan::Known(n);
+        }
+        match self {
+            Plan::Known(n) => *n,
+            _ => None,
+        }
+    }
+}
+
 /// Progress while cargo runs: a spinner with cargo's current step on a terminal, else a line
 /// per verlc crate compiled and a heartbeat.
 struct Progress {
@@ -193,12 +225,12 @@ struct Progress {
     start: Instant,
     last_line: Instant,
     artifacts: usize,
-    /// Artifacts the whole build produces (`cargo metadata`), for "N of M".
-    planned: Option<usize>,
+    /// Artifacts the whole build produces, for "N of M".
+    plan: Plan,
 }
 
 impl Progress {
-    fn new() -> Self {
+    fn new(plan: Plan) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new_spinner();
             if let Ok(style) =
@@ -214,16 +246,25 @@ impl Progress {
             start: Instant::now(),
             last_line: Instant::now(),
             artifacts: 0,
-            planned: None,
+            plan,
         }
     }
 
     fn event(&mut self, e: Event) {
+        if let Event::Status(line) = &e
+            && line.starts_with("Compiling")
+            && !line.starts_with("Compiling verlc-trainer-")
+        {
+            self.plan.ask();
+        }
         match e {
             Event::Artifact(n) => {
                 self.artifacts = n;
-                if let Some(b) = &self.bar {
-                    b.set_prefix(self.count());
+                if self.bar.is_some() {
+                    let count = self.count();
+                    if let Some(b) = &self.bar {
+                        b.set_prefix(count);
+                    }
                 }
             }
             Event::Status(line) => {
@@ -242,9 +283,9 @@ impl Progress {
                     eprintln!("  {line}");
                     self.last_line = Instant::now();
                 } else if self.last_line.elapsed() > Duration::from_secs(15) {
+                    let count = self.count();
                     eprintln!(
-                        "  … {} done, {:.0} s",
-                        self.count(),
+                        "  … {count} done, {:.0} s",
                         self.start.elapsed().as_secs_f64()
                     );
                     self.last_line = Instant::now();
@@ -254,8 +295,8 @@ impl Progress {
     }
 
     /// `12 of 240 crates` (with the plan), else `12 crates`.
-    fn count(&self) -> String {
-        match self.planned {
+    fn count(&mut self) -> String {
+        match self.plan.total() {
             Some(total) => format!(
                 "{} of {} crates",
                 self.artifacts.min(total),
