@@ -579,6 +579,7 @@ mod tests {
             max_position_embeddings: None,
             attention_bias: None,
             moe: Default::default(),
+            linear: Default::default(),
         };
         let host = |o: &[&str]| {
             let mut v = vec!["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"];
@@ -623,6 +624,7 @@ mod tests {
             max_position_embeddings: None,
             attention_bias: None,
             moe: Default::default(),
+            linear: Default::default(),
         };
         let base = [
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
@@ -690,6 +692,29 @@ mod tests {
     }
 
     #[test]
+    fn qwen3_5_counts_gated_deltanet_and_gated_attention_layers() {
+        // A tiny Qwen3.5 text config; 216336 is transformers 5.19's parameter count of
+        // Qwen3_5ForCausalLM built from it (tests/oracle/qwen3_5_oracle.py's model).
+        let text = r#"{"model_type": "qwen3_5_text", "vocab_size": 128, "hidden_size": 64,
+            "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": false,
+            "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 32,
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "layer_types": ["linear_attention", "full_attention", "linear_attention",
+                            "full_attention"]}"#;
+        let m: ModelDims = serde_json::from_str(text).expect("config");
+        assert_eq!(m.linear_layers(), 2);
+        assert_eq!(m.param_count(), 216_336);
+        // Without layer_types, every fourth layer is full attention.
+        let v: serde_json::Value = serde_json::from_str(text).expect("json");
+        let mut v = v.as_object().expect("object").clone();
+        v.remove("layer_types");
+        v.insert("num_hidden_layers".into(), 8.into());
+        let m: ModelDims = serde_json::from_value(v.into()).expect("config");
+        assert_eq!(m.linear_layers(), 6);
+    }
+
+    #[test]
     fn qwen3_moe_counts_every_expert_and_the_active_ones() {
         // Qwen3-30B-A3B's config.json: 30.5B parameters, 3.3B active.
         let text = include_str!("../../tests/fixtures/models/qwen3_30b_a3b.json");
@@ -744,6 +769,7 @@ mod tests {
             max_position_embeddings: None,
             attention_bias: None,
             moe: Default::default(),
+            linear: Default::default(),
         }
     }
 

@@ -146,23 +146,44 @@ fn build_reports_an_unavailable_hub_model_at_its_line_before_compiling() {
     assert!(!dir.path().join("t").exists());
 }
 
-// A family the trainer's decoder does not implement, and a Qwen3-MoE checkpoint on the
-// Megatron strategy (experts run on FSDP only), are refused by `verlc build` at the key that
-// names the model, before compiling: the trainer never finds out at start-up.
+// A family the trainer's decoder does not implement, a Qwen3-MoE or Qwen3.5 checkpoint on the
+// Megatron strategy (they run on FSDP only), and a Qwen3.5 under Ulysses (its recurrent state
+// runs along the whole sequence) are refused by `verlc build` at the key that names the
+// model, before compiling: the trainer never finds out at start-up.
 #[test]
 fn build_refuses_a_model_the_bound_strategy_does_not_run() {
-    for (example, model_type, strategy, why) in [
+    let ulysses: &[&str] = &[
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    ];
+    for (example, model_type, strategy, extra, why) in [
         (
             "quickstart.yaml",
             "deepseek_v3",
             "fsdp",
+            &[][..],
             "verlc's models are",
         ),
         (
             "quickstart_megatron.yaml",
             "qwen3_moe",
             "megatron",
+            &[],
             "FSDP strategy only",
+        ),
+        (
+            "quickstart_megatron.yaml",
+            "qwen3_5_text",
+            "megatron",
+            &[],
+            "FSDP strategy only",
+        ),
+        (
+            "quickstart.yaml",
+            "qwen3_5_text",
+            "fsdp",
+            ulysses,
+            "Ulysses",
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();
@@ -194,6 +215,7 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
             .arg("build")
             .arg(&cfg)
             .arg(format!("actor_rollout_ref.actor.strategy={strategy}"))
+            .args(extra)
             .arg("-o")
             .arg(dir.path().join("t"))
             .env("VERLC_CACHE_DIR", dir.path().join("cache")));

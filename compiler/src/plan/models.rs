@@ -12,12 +12,24 @@ use verlc_spec::TrainerSpec;
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
 
-/// Model types the trainer's decoder implements.
-const DECODERS: [&str; 4] = ["llama", "qwen2", "qwen3", "qwen3_moe"];
+/// Model types the trainer's decoder implements (`qwen3_5` is Qwen3.5's multimodal config,
+/// whose text model is read; `qwen3_5_text` the causal LM's).
+const DECODERS: [&str; 6] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_text",
+];
 
 /// Model types with mixture-of-experts layers, which the Megatron engines do not run yet
 /// (expert parallelism is not implemented): they train on the FSDP strategy.
 const MOE_DECODERS: [&str; 1] = ["qwen3_moe"];
+
+/// Model types with linear-attention (Gated DeltaNet) layers: their recurrent state runs
+/// along the whole sequence, so they train on the FSDP strategy without Ulysses.
+const LINEAR_ATTENTION_DECODERS: [&str; 2] = ["qwen3_5", "qwen3_5_text"];
 
 /// A Hub model the trainer reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,7 +156,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 key,
                 message: format!("the model cannot be built: {why}"),
                 label: "model named here",
-                help: "name a Llama, Qwen2, Qwen3 or Qwen3-MoE checkpoint (Qwen3-MoE with `strategy: fsdp` or `fsdp2`)",
+                help: "name a Llama, Qwen2, Qwen3, Qwen3-MoE or Qwen3.5 checkpoint (Qwen3-MoE and Qwen3.5 with `strategy: fsdp` or `fsdp2`; Qwen3.5 without Ulysses)",
             }),
     );
     if out.is_empty()
@@ -186,17 +198,17 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
     let mut out: Vec<(&'static str, String)> = Vec::new();
     let megatron = spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron;
     for (key, path) in paths {
+        let ulysses = role_engine(spec, key).map_or(1, |e| e.ulysses());
+        let layout =
+            |name: &str, model_type: &str| layout_problem(name, model_type, megatron, ulysses);
         let why = match locate(path, None, env) {
-            Ok(ModelLocation::Builtin) => builtin_arch(path)
-                .filter(|a| megatron && MOE_DECODERS.contains(&a.as_str()))
-                .map(|a| moe_on_megatron(path, &a)),
+            Ok(ModelLocation::Builtin) => builtin_arch(path).and_then(|a| layout(path, &a)),
             Err(_) => None,
             Ok(loc) => loc.dir().and_then(|dir| {
                 decoder_problem(dir).or_else(|| {
                     let cfg = read_config(dir).ok()?;
                     let model_type = cfg.get("model_type").and_then(Value::as_str)?;
-                    (megatron && MOE_DECODERS.contains(&model_type))
-                        .then(|| moe_on_megatron(&dir.display().to_string(), model_type))
+                    layout(&dir.display().to_string(), model_type)
                 })
             }),
         };
@@ -205,6 +217,38 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
         }
     }
     out
+}
+
+/// The engine of the role whose model `key` names.
+fn role_engine<'a>(
+    spec: &'a TrainerSpec,
+    key: &str,
+) -> Option<&'a verlc_spec::trainer::EngineSpec> {
+    match key {
+        "actor_rollout_ref.model.path" => Some(&spec.actor.engine),
+        "actor_rollout_ref.ref.model.path" => spec.reference.as_ref().map(|r| &r.engine),
+        "critic.model.path" => spec.critic.as_ref().map(|c| &c.engine),
+        _ => None,
+    }
+}
+
+/// Why a model of `model_type` cannot train in this layout (the Megatron strategy, Ulysses
+/// of degree `ulysses`), if it cannot.
+fn layout_problem(model: &str, model_type: &str, megatron: bool, ulysses: usize) -> Option<String> {
+    if megatron && MOE_DECODERS.contains(&model_type) {
+        return Some(moe_on_megatron(model, model_type));
+    }
+    let linear = LINEAR_ATTENTION_DECODERS.contains(&model_type);
+    if linear && megatron {
+        return Some(format!(
+            "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc runs it on the FSDP strategy only"
+        ));
+    }
+    (linear && ulysses > 1).then(|| {
+        format!(
+            "{model} is a Qwen3.5 model (`{model_type}`): its Gated DeltaNet layers carry a state along the whole sequence, which Ulysses (degree {ulysses}) would split"
+        )
+    })
 }
 
 /// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none).

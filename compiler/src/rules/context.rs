@@ -98,6 +98,29 @@ pub struct ModelDims {
     /// Mixture of experts (Qwen3-MoE's keys; absent for dense models).
     #[serde(flatten)]
     pub moe: MoeDims,
+    /// Gated DeltaNet layers (Qwen3.5's keys; absent for other families).
+    #[serde(flatten)]
+    pub linear: LinearDims,
+}
+
+/// The linear-attention keys of a Qwen3.5 `config.json`; absent keys take transformers'
+/// `Qwen3_5TextConfig` defaults when the model is a Qwen3.5.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct LinearDims {
+    #[serde(default)]
+    pub layer_types: Vec<String>,
+    #[serde(default)]
+    pub full_attention_interval: Option<u64>,
+    #[serde(default)]
+    pub linear_conv_kernel_dim: Option<u64>,
+    #[serde(default)]
+    pub linear_key_head_dim: Option<u64>,
+    #[serde(default)]
+    pub linear_value_head_dim: Option<u64>,
+    #[serde(default)]
+    pub linear_num_key_heads: Option<u64>,
+    #[serde(default)]
+    pub linear_num_value_heads: Option<u64>,
 }
 
 /// The expert keys of a mixture-of-experts `config.json` (all default for a dense model).
@@ -135,12 +158,16 @@ impl ModelDims {
     /// attention (with Qwen2's q/k/v biases), MLP and the two norms. Saturates instead of
     /// overflowing on absurd dimensions.
     pub fn layer_params(&self) -> u64 {
-        self.attention_params()
-            .saturating_add(if self.sparse_layers() > 0 {
-                self.experts_params(self.moe.num_experts)
-            } else {
-                self.dense_mlp_params()
-            })
+        let mixer = if self.linear_layers() > 0 {
+            self.attention_params().max(self.linear_params())
+        } else {
+            self.attention_params()
+        };
+        mixer.saturating_add(if self.sparse_layers() > 0 {
+            self.experts_params(self.moe.num_experts)
+        } else {
+            self.dense_mlp_params()
+        })
     }
 
     /// How many layers have experts, by transformers' rule (not in `mlp_only_layers`, and every
@@ -174,11 +201,68 @@ impl ModelDims {
         self.layers_params(self.moe.num_experts_per_tok)
     }
 
+    /// Whether the model is a Qwen3.5 (Gated DeltaNet layers among gated attention).
+    pub fn is_hybrid(&self) -> bool {
+        matches!(self.model_type.as_deref(), Some("qwen3_5" | "qwen3_5_text"))
+    }
+
+    /// How many layers are Gated DeltaNet layers: `layer_types`' count, else every layer but
+    /// each `full_attention_interval`-th (4).
+    pub fn linear_layers(&self) -> u64 {
+        if !self.is_hybrid() {
+            return 0;
+        }
+        let l = &self.linear;
+        if !l.layer_types.is_empty() {
+            let n = l
+                .layer_types
+                .iter()
+                .filter(|t| *t == "linear_attention")
+                .count();
+            return (n as u64).min(self.num_hidden_layers);
+        }
+        let every = l.full_attention_interval.unwrap_or(4).max(1);
+        self.num_hidden_layers - self.num_hidden_layers / every
+    }
+
+    /// One Gated DeltaNet token mixer: q/k/v, z, a and b projections, the convolution,
+    /// `dt_bias` and `A_log`, the gated norm and `out_proj`.
+    fn linear_params(&self) -> u64 {
+        let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
+        let l = &self.linear;
+        let (kd, vd) = (
+            l.linear_key_head_dim.unwrap_or(128),
+            l.linear_value_head_dim.unwrap_or(128),
+        );
+        let (nk, nv) = (
+            l.linear_num_key_heads.unwrap_or(16),
+            l.linear_num_value_heads.unwrap_or(32),
+        );
+        let (key, value) = (m(&[nk, kd]), m(&[nv, vd]));
+        let conv = key.saturating_mul(2).saturating_add(value);
+        let h = self.hidden_size;
+        [
+            m(&[h, conv]),
+            m(&[h, value]),
+            m(&[2, h, nv]),
+            m(&[conv, l.linear_conv_kernel_dim.unwrap_or(4)]),
+            m(&[2, nv]),
+            vd,
+            m(&[value, h]),
+            m(&[2, h]),
+        ]
+        .iter()
+        .fold(0u64, |acc, x| acc.saturating_add(*x))
+    }
+
     fn layers_params(&self, experts: u64) -> u64 {
         let sparse = self.sparse_layers();
         let dense = self.num_hidden_layers.saturating_sub(sparse);
+        let linear = self.linear_layers();
         self.num_hidden_layers
+            .saturating_sub(linear)
             .saturating_mul(self.attention_params())
+            .saturating_add(linear.saturating_mul(self.linear_params()))
             .saturating_add(dense.saturating_mul(self.dense_mlp_params()))
             .saturating_add(sparse.saturating_mul(self.experts_params(experts)))
     }
@@ -205,7 +289,9 @@ impl ModelDims {
         let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
         let h = self.hidden_size;
         let hd = self.head_dim();
-        let q = m(&[h, self.num_attention_heads, hd]);
+        // Qwen3.5's q_proj also yields the output gate; it and Qwen3 norm q and k per head.
+        let gate = if self.is_hybrid() { 2 } else { 1 };
+        let q = m(&[gate, h, self.num_attention_heads, hd]);
         let kv = m(&[2, h, self.kv_heads(), hd]);
         let o = m(&[self.num_attention_heads, hd, h]);
         let bias = if self.qkv_bias() {
@@ -213,7 +299,13 @@ impl ModelDims {
         } else {
             0
         };
-        let norms = h.saturating_mul(2);
+        let qk_norm = matches!(
+            self.model_type.as_deref(),
+            Some("qwen3" | "qwen3_moe" | "qwen3_5" | "qwen3_5_text")
+        );
+        let norms = h
+            .saturating_mul(2)
+            .saturating_add(if qk_norm { 2 * hd } else { 0 });
         [q, kv, o, bias, norms]
             .iter()
             .fold(0u64, |acc, x| acc.saturating_add(*x))

@@ -328,7 +328,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 let _full = H::build(&config, full_vs.root())
                     .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
                 full_vs.set_kind(kind);
-                init_weights(&full_vs, config.initializer_range, settings.seed)?;
+                init_weights(&full_vs, &config, settings.seed)?;
                 let named: Vec<(String, Tensor)> = full_vs.variables().into_iter().collect();
                 module.load_full(&named)?;
             }
@@ -336,7 +336,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 let report = module.load_pretrained(dir, &H::fresh_prefixes())?;
                 let fresh = report.missing;
                 // Fresh (value-head) params are replicated, and the init is seeded by name.
-                init_weights_where(&module.vs, config.initializer_range, settings.seed, |n| {
+                init_weights_where(&module.vs, &config, settings.seed, |n| {
                     fresh.iter().any(|m| m == n)
                 })?;
             }

@@ -183,6 +183,15 @@ impl ParallelModel {
     ) -> Result<Self> {
         let root = vs.root();
         cfg.validate().map_err(MegatronError::Config)?;
+        if cfg.arch().ok() == Some(crate::model::Arch::Qwen3_5) {
+            // Its layers build at TP=1, but the stage's decoding and sharding tables do not
+            // carry the Gated DeltaNet's state or names yet.
+            return Err(MegatronError::Config(
+                "qwen3_5 (Gated DeltaNet) models are not implemented on the Megatron engine; \
+                 use the FSDP engine"
+                    .to_owned(),
+            ));
+        }
         if stage.layers.end > cfg.num_hidden_layers as usize {
             return Err(MegatronError::Config(format!(
                 "stage layers {:?} beyond the model's {}",
@@ -214,7 +223,7 @@ impl ParallelModel {
             })
             .collect::<Result<Vec<_>>>()?;
         let last = stage.is_last();
-        let norm = last.then(|| RmsNorm::new(&model / "norm", cfg.hidden_size, cfg.rms_norm_eps));
+        let norm = last.then(|| RmsNorm::of(cfg, &model / "norm", cfg.hidden_size));
         let (output, score) = match (head, last) {
             (_, false) => (None, None),
             (HeadKind::Value, true) => (
@@ -377,7 +386,7 @@ impl ParallelModel {
         };
         for layer in &self.layers {
             x = layer
-                .forward_in(&mut regions, &x, &cos, &sin, mask.as_ref(), None)
+                .forward_in(&mut regions, &x, &cos, &sin, (mask.as_ref(), None), None)
                 .map_err(tp_err)?;
         }
         let Some(norm) = &self.norm else { return Ok(x) };
@@ -495,7 +504,14 @@ impl ParallelModel {
         let mut regions = InferenceRegions { tp };
         for layer in &self.layers {
             x = layer
-                .forward_in(&mut regions, &x, &cos, &sin, Some(&mask), Some(&mut *cache))
+                .forward_in(
+                    &mut regions,
+                    &x,
+                    &cos,
+                    &sin,
+                    (Some(&mask), None),
+                    Some(&mut *cache),
+                )
                 .map_err(tp_err)?;
         }
         cache.advance(t);

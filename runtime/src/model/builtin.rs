@@ -4,16 +4,17 @@
 //!
 //! Parameters (all optional): `layers` (4), `hidden` (128), `heads` (4), `kv_heads` (2),
 //! `intermediate` (384), `max_positions` (256), e.g. `builtin://tiny?layers=2&hidden=64`;
-//! `arch` (`qwen2`, or `qwen3`, `qwen3_moe`) picks the family, and for `qwen3_moe` `experts`
-//! (8), `experts_per_tok` (2) and `moe_intermediate` (hidden / 2) size the sparse MLPs
-//! (`builtin://tiny?arch=qwen3_moe`).
+//! `arch` (`qwen2`, or `qwen3`, `qwen3_moe`, `qwen3_5`) picks the family, and for `qwen3_moe`
+//! `experts` (8), `experts_per_tok` (2) and `moe_intermediate` (hidden / 2) size the sparse
+//! MLPs (`builtin://tiny?arch=qwen3_moe`). `qwen3_5` is Qwen3.5's text model: with the
+//! default 4 layers, three Gated DeltaNet layers then one gated full-attention layer.
 
 use serde_json::{Map, json};
 
 use crate::builtin_uri::BuiltinUri;
 use crate::tokenizer::builtin as tok;
 
-use super::{Arch, ModelConfig, MoeConfig};
+use super::{Arch, LinearAttentionConfig, ModelConfig, MoeConfig};
 
 /// The names `builtin://` models accept.
 pub const MODELS: &[&str] = &["tiny"];
@@ -73,9 +74,25 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         initializer_range: 0.02,
         use_sliding_window: false,
         moe,
+        partial_rotary_factor: None,
+        linear: LinearAttentionConfig::default(),
         lora: None,
         extra: Map::new(),
     };
+    if cfg.model_type == "qwen3_5" {
+        // The text model, sized so its Gated DeltaNet heads match the attention heads'.
+        cfg.model_type = "qwen3_5_text".into();
+        let head = hidden / cfg.num_attention_heads.max(1);
+        cfg.head_dim = Some(head);
+        cfg.linear = LinearAttentionConfig {
+            linear_key_head_dim: head,
+            linear_value_head_dim: head,
+            linear_num_key_heads: cfg.num_key_value_heads.unwrap_or(2),
+            linear_num_value_heads: cfg.num_attention_heads,
+            ..LinearAttentionConfig::default()
+        };
+        cfg = cfg.normalize()?;
+    }
     let arch: Arch = cfg.arch()?;
     extra.insert("architectures".into(), json!([arch.causal_lm_class()]));
     extra.insert("bos_token_id".into(), json!(null));

@@ -3,21 +3,25 @@
 use tch::{Device, Kind, Tensor};
 
 use super::ModelConfig;
+use super::gated_deltanet::LinearState;
 
-/// Keys and values of every layer, preallocated to `capacity` positions:
-/// `k[l]`, `v[l]` have shape (batch, kv_heads, capacity, head_dim). Positions `[0, len)` are
-/// filled; a forward with a cache writes its new positions at `len` and advances it.
+/// What decoding carries per layer: keys and values of every attention layer, preallocated
+/// to `capacity` positions (`k[l]`, `v[l]` have shape (batch, kv_heads, capacity, head_dim)),
+/// and the recurrent and convolution state of every linear-attention layer (Qwen3.5's Gated
+/// DeltaNet, whose K/V slots hold no positions). Positions `[0, len)` are filled; a forward
+/// with a cache writes its new positions at `len` and advances it.
 #[derive(Debug)]
 pub struct KvCache {
     k: Vec<Tensor>,
     v: Vec<Tensor>,
+    linear: Vec<Option<LinearState>>,
     len: i64,
     capacity: i64,
 }
 
 impl KvCache {
     pub fn new(cfg: &ModelConfig, batch: i64, capacity: i64, kind: Kind, device: Device) -> Self {
-        Self::with_dims(
+        let mut cache = Self::with_dims(
             cfg.num_hidden_layers as usize,
             batch,
             cfg.kv_heads(),
@@ -25,7 +29,19 @@ impl KvCache {
             cfg.head_dim(),
             kind,
             device,
-        )
+        );
+        for l in (0..cache.k.len()).filter(|&l| cfg.linear_layer(l)) {
+            let empty = [batch, cfg.kv_heads(), 0, cfg.head_dim()];
+            cache.k[l] = Tensor::zeros(empty, (kind, device));
+            cache.v[l] = Tensor::zeros(empty, (kind, device));
+            cache.linear[l] = Some(LinearState::zeros(cfg, batch, kind, device));
+        }
+        cache
+    }
+
+    /// The state of linear-attention layer `slot` (`None` for attention layers).
+    pub(crate) fn linear_state(&mut self, slot: usize) -> Option<&mut LinearState> {
+        self.linear.get_mut(slot).and_then(Option::as_mut)
     }
 
     /// A cache of `layers` layers with `kv_heads` heads each (a pipeline stage's layers and a
@@ -47,6 +63,7 @@ impl KvCache {
             v: (0..layers)
                 .map(|_| Tensor::zeros(shape, (kind, device)))
                 .collect(),
+            linear: (0..layers).map(|_| None).collect(),
             len: 0,
             capacity,
         }
@@ -98,6 +115,9 @@ impl KvCache {
         let grow = |t: &Tensor| {
             let rows = t.index_select(0, index);
             let s = rows.size();
+            if s[2] == 0 {
+                return rows; // a linear-attention layer's empty K/V slot
+            }
             let out = Tensor::zeros([s[0], s[1], capacity, s[3]], (rows.kind(), rows.device()));
             out.narrow(2, 0, self.len)
                 .copy_(&rows.narrow(2, 0, self.len));
@@ -106,6 +126,11 @@ impl KvCache {
         KvCache {
             k: self.k.iter().map(grow).collect(),
             v: self.v.iter().map(grow).collect(),
+            linear: self
+                .linear
+                .iter()
+                .map(|s| s.as_ref().map(|s| s.select_rows(index)))
+                .collect(),
             len: self.len,
             capacity,
         }

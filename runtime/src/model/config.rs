@@ -1,5 +1,7 @@
-//! `config.json` of a Llama / Qwen2 / Qwen3 / Qwen3-MoE checkpoint. Field names are the Hugging Face keys;
-//! keys this crate does not use are kept in `extra` so a saved config round-trips.
+//! `config.json` of a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3.5 checkpoint. Field names are
+//! the Hugging Face keys; keys this crate does not use are kept in `extra` so a saved config
+//! round-trips. A Qwen3.5 config of the multimodal model (`qwen3_5` with a `text_config`) is
+//! read as its text model (`qwen3_5_text`); see [`ModelConfig::normalize`].
 
 use std::path::Path;
 
@@ -16,6 +18,9 @@ pub enum Arch {
     Qwen3,
     /// Qwen3 with sparse mixture-of-experts MLPs ([`MoeConfig`]).
     Qwen3Moe,
+    /// Qwen3.5's text model: Gated DeltaNet linear-attention layers interleaved with gated
+    /// full attention ([`LinearAttentionConfig`]), zero-centred RMSNorm, partial rotary.
+    Qwen3_5,
 }
 
 impl Arch {
@@ -26,6 +31,7 @@ impl Arch {
             Arch::Qwen2 => "Qwen2ForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
             Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Arch::Qwen3_5 => "Qwen3_5ForCausalLM",
         }
     }
 
@@ -36,6 +42,7 @@ impl Arch {
             Arch::Qwen2 => "Qwen2ForTokenClassification",
             Arch::Qwen3 => "Qwen3ForTokenClassification",
             Arch::Qwen3Moe => "Qwen3MoeForTokenClassification",
+            Arch::Qwen3_5 => "Qwen3_5ForTokenClassification",
         }
     }
 }
@@ -81,6 +88,43 @@ pub struct MoeConfig {
     /// Layers that keep a dense MLP.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mlp_only_layers: Vec<i64>,
+}
+
+/// The linear-attention keys of Qwen3.5 (`qwen3_5_text`): which layers are Gated DeltaNet
+/// (`layer_types`, else every `full_attention_interval`-th layer is full attention) and the
+/// DeltaNet's sizes. Absent for the other families; [`ModelConfig::normalize`] fills
+/// transformers' defaults for a Qwen3.5 config that omits them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinearAttentionConfig {
+    /// `linear_attention` or `full_attention` per layer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_types: Vec<String>,
+    /// Width of the short causal convolution over q, k and v.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub linear_conv_kernel_dim: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub linear_key_head_dim: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub linear_value_head_dim: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub linear_num_key_heads: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub linear_num_value_heads: i64,
+}
+
+impl LinearAttentionConfig {
+    /// Channels of the convolution: queries, keys and values side by side.
+    pub fn conv_dim(&self) -> i64 {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    pub fn key_dim(&self) -> i64 {
+        self.linear_num_key_heads * self.linear_key_head_dim
+    }
+
+    pub fn value_dim(&self) -> i64 {
+        self.linear_num_value_heads * self.linear_value_head_dim
+    }
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -140,6 +184,13 @@ pub struct ModelConfig {
     /// Mixture-of-experts keys (Qwen3-MoE); defaults for dense models.
     #[serde(flatten)]
     pub moe: MoeConfig,
+    /// Qwen3.5's share of the head dimension that is rotated (`partial_rotary_factor`, top
+    /// level or in `rope_parameters`); `None` rotates all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_factor: Option<f64>,
+    /// Gated DeltaNet keys (Qwen3.5); empty for the other families.
+    #[serde(flatten)]
+    pub linear: LinearAttentionConfig,
     /// LoRA adapters the model is built with (not part of `config.json`).
     #[serde(skip)]
     pub lora: Option<super::lora::LoraConfig>,
@@ -163,6 +214,7 @@ impl ModelConfig {
             }
         }
         let mut cfg: ModelConfig = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        cfg = cfg.normalize()?;
         cfg.lora = self.lora.clone();
         cfg.validate()?;
         Ok(cfg)
@@ -171,15 +223,90 @@ impl ModelConfig {
     /// Reads and checks `config.json`.
     pub fn from_file(path: &Path) -> Result<Self, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        let cfg: ModelConfig = serde_json::from_str(&text).map_err(|e| ModelError::Config {
+        let bad = |msg: String| ModelError::Config {
             file: path.to_owned(),
-            msg: e.to_string(),
-        })?;
+            msg,
+        };
+        let cfg: ModelConfig = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let cfg = cfg.normalize().map_err(bad)?;
         cfg.validate().map_err(|msg| ModelError::Config {
             file: path.to_owned(),
             msg,
         })?;
         Ok(cfg)
+    }
+
+    /// Reads a Qwen3.5 config as transformers does: the multimodal model's `text_config` is
+    /// the config (`qwen3_5` becomes `qwen3_5_text`; the vision keys are not read), and
+    /// `rope_parameters` supplies `rope_theta` and `partial_rotary_factor`; keys a Qwen3.5
+    /// text config leaves out take `Qwen3_5TextConfig`'s defaults. Other families are
+    /// returned unchanged.
+    pub fn normalize(mut self) -> Result<Self, String> {
+        if self.model_type == "qwen3_5" {
+            let Some(text) = self.extra.get("text_config").cloned() else {
+                return Err("model_type `qwen3_5` without a `text_config` object".to_owned());
+            };
+            let top_tie = self.tie_word_embeddings;
+            let mut text: ModelConfig =
+                serde_json::from_value(text).map_err(|e| format!("text_config: {e}"))?;
+            text.model_type = "qwen3_5_text".to_owned();
+            text.tie_word_embeddings |= top_tie;
+            self = text;
+        }
+        if self.model_type != "qwen3_5_text" {
+            return Ok(self);
+        }
+        if let Some(rope) = self.extra.get("rope_parameters").and_then(Value::as_object) {
+            let kind = rope.get("rope_type").and_then(Value::as_str);
+            if let Some(kind) = kind.filter(|k| *k != "default") {
+                return Err(format!(
+                    "rope_parameters.rope_type `{kind}` is not supported for qwen3_5 (default only)"
+                ));
+            }
+            if let Some(theta) = rope.get("rope_theta").and_then(Value::as_f64) {
+                self.rope_theta = theta;
+            }
+            if let Some(f) = rope.get("partial_rotary_factor").and_then(Value::as_f64) {
+                self.partial_rotary_factor = Some(f);
+            }
+        }
+        self.partial_rotary_factor.get_or_insert(0.25);
+        self.head_dim.get_or_insert(256);
+        let l = &mut self.linear;
+        for (v, default) in [
+            (&mut l.linear_conv_kernel_dim, 4),
+            (&mut l.linear_key_head_dim, 128),
+            (&mut l.linear_value_head_dim, 128),
+            (&mut l.linear_num_key_heads, 16),
+            (&mut l.linear_num_value_heads, 32),
+        ] {
+            if *v == 0 {
+                *v = default;
+            }
+        }
+        if l.layer_types.is_empty() {
+            let every = self
+                .extra
+                .get("full_attention_interval")
+                .and_then(Value::as_i64)
+                .unwrap_or(4);
+            if every <= 0 {
+                return Err(format!(
+                    "full_attention_interval must be positive, got {every}"
+                ));
+            }
+            l.layer_types = (0..self.num_hidden_layers.max(0))
+                .map(|i| {
+                    if (i + 1) % every == 0 {
+                        "full_attention"
+                    } else {
+                        "linear_attention"
+                    }
+                    .to_owned()
+                })
+                .collect();
+        }
+        Ok(self)
     }
 
     /// Checks that the family supports this configuration.
@@ -220,7 +347,100 @@ impl ModelConfig {
             ));
         }
         super::rope::RopeScaling::from_config(self)?;
+        self.validate_linear()?;
         self.validate_moe()
+    }
+
+    /// The Qwen3.5 keys: consistent for `qwen3_5_text`, absent otherwise.
+    fn validate_linear(&self) -> Result<(), String> {
+        let l = &self.linear;
+        if self.arch()? != Arch::Qwen3_5 {
+            // transformers writes `layer_types` (all full attention) for Qwen2/Qwen3 too.
+            let linear = l.layer_types.iter().any(|t| t == "linear_attention");
+            let partial = self.partial_rotary_factor.is_some_and(|f| f != 1.0);
+            if linear || partial {
+                return Err(format!(
+                    "linear_attention layers / partial_rotary_factor on model_type `{}`: they \
+                     are implemented for qwen3_5",
+                    self.model_type
+                ));
+            }
+            return Ok(());
+        }
+        if l.layer_types.len() as i64 != self.num_hidden_layers {
+            return Err(format!(
+                "layer_types has {} entries for {} layers",
+                l.layer_types.len(),
+                self.num_hidden_layers
+            ));
+        }
+        if let Some(t) = l
+            .layer_types
+            .iter()
+            .find(|t| !matches!(t.as_str(), "linear_attention" | "full_attention"))
+        {
+            return Err(format!(
+                "layer_types entry `{t}` is not linear_attention or full_attention"
+            ));
+        }
+        let pos = [
+            ("linear_conv_kernel_dim", l.linear_conv_kernel_dim),
+            ("linear_key_head_dim", l.linear_key_head_dim),
+            ("linear_value_head_dim", l.linear_value_head_dim),
+            ("linear_num_key_heads", l.linear_num_key_heads),
+            ("linear_num_value_heads", l.linear_num_value_heads),
+        ];
+        if let Some((k, v)) = pos.iter().find(|(_, v)| *v <= 0) {
+            return Err(format!("{k} must be positive for qwen3_5, got {v}"));
+        }
+        if l.linear_num_value_heads % l.linear_num_key_heads != 0 {
+            return Err(format!(
+                "linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})",
+                l.linear_num_value_heads, l.linear_num_key_heads
+            ));
+        }
+        let f = self.partial_rotary_factor.unwrap_or(1.0);
+        if !(f > 0.0 && f <= 1.0) || self.rotary_dim() % 2 != 0 || self.rotary_dim() == 0 {
+            return Err(format!(
+                "partial_rotary_factor {f} gives a rotary dimension of {} (head_dim {}); it \
+                 must be even and positive",
+                self.rotary_dim(),
+                self.head_dim()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether layer `layer` is a Gated DeltaNet (linear attention) layer.
+    pub fn linear_layer(&self, layer: usize) -> bool {
+        self.linear
+            .layer_types
+            .get(layer)
+            .is_some_and(|t| t == "linear_attention")
+    }
+
+    /// Whether any layer carries a recurrent state instead of (only) keys and values.
+    pub fn has_linear_layers(&self) -> bool {
+        (0..self.num_hidden_layers.max(0) as usize).any(|l| self.linear_layer(l))
+    }
+
+    /// The rotated share of each head: `head_dim * partial_rotary_factor` (all of it
+    /// without the key), as transformers truncates it.
+    pub fn rotary_dim(&self) -> i64 {
+        match self.partial_rotary_factor {
+            Some(f) => (self.head_dim() as f64 * f) as i64,
+            None => self.head_dim(),
+        }
+    }
+
+    /// Qwen3.5's RMSNorm scales by `1 + weight` (weights start at zero) and casts after.
+    pub fn zero_centered_norm(&self) -> bool {
+        self.model_type == "qwen3_5_text"
+    }
+
+    /// Qwen3.5's full attention: `q_proj` also yields a per-head sigmoid gate on the output.
+    pub fn attn_output_gate(&self) -> bool {
+        self.model_type == "qwen3_5_text"
     }
 
     /// The expert keys: required and consistent for `qwen3_moe`, absent otherwise.
@@ -268,8 +488,10 @@ impl ModelConfig {
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
             "qwen3_moe" => Ok(Arch::Qwen3Moe),
+            "qwen3_5_text" => Ok(Arch::Qwen3_5),
             other => Err(format!(
-                "model_type `{other}` is not supported (llama, qwen2, qwen3, qwen3_moe)"
+                "model_type `{other}` is not supported (llama, qwen2, qwen3, qwen3_moe, \
+                 qwen3_5 / qwen3_5_text)"
             )),
         }
     }
@@ -305,7 +527,10 @@ impl ModelConfig {
 
     /// RMSNorm on per-head queries and keys (Qwen3).
     pub fn qk_norm(&self) -> bool {
-        self.model_type == "qwen3" || self.model_type == "qwen3_moe"
+        matches!(
+            self.model_type.as_str(),
+            "qwen3" | "qwen3_moe" | "qwen3_5_text"
+        )
     }
 
     /// Number of parameters of the causal LM (embedding counted once when tied).
@@ -317,7 +542,8 @@ impl ModelConfig {
             self.head_dim(),
         );
         let (q, kv) = (self.num_attention_heads * hd, self.kv_heads() * hd);
-        let mut attn = h * q + 2 * h * kv + q * h;
+        let gate = if self.attn_output_gate() { 2 } else { 1 };
+        let mut attn = gate * h * q + 2 * h * kv + q * h;
         if self.qkv_bias() {
             attn += q + 2 * kv;
         }
@@ -330,8 +556,20 @@ impl ModelConfig {
         let dense = 3 * h * i + if self.mlp_bias { 2 * i + h } else { 0 };
         let m = &self.moe;
         let sparse = m.num_experts * (h + 3 * h * m.moe_intermediate_size);
+        let l = &self.linear;
+        let nv = l.linear_num_value_heads;
+        let linear = h * l.conv_dim()
+            + h * l.value_dim()
+            + 2 * h * nv
+            + l.conv_dim() * l.linear_conv_kernel_dim
+            + 2 * nv
+            + l.linear_value_head_dim
+            + l.value_dim() * h;
         let layers: i64 = (0..self.num_hidden_layers.max(0) as usize)
-            .map(|l| attn + 2 * h + if self.sparse_layer(l) { sparse } else { dense })
+            .map(|l| {
+                let mixer = if self.linear_layer(l) { linear } else { attn };
+                mixer + 2 * h + if self.sparse_layer(l) { sparse } else { dense }
+            })
             .sum();
         let head = if self.tie_word_embeddings { 0 } else { v * h };
         v * h + layers + h + head

@@ -10,8 +10,10 @@
 //! Constructors register zero-initialised variables under the checkpoint's names
 //! (`model.layers.{i}.self_attn.q_proj.weight` …) and never open files; weights come from
 //! [`super::load`] or [`super::init`]. Differences between the architectures are data of
-//! [`ModelConfig`]: `qkv_bias` (Qwen2, or `attention_bias`), `o_bias`, `qk_norm` (Qwen3 and
-//! Qwen3-MoE) and, for Qwen3-MoE, which layers have a sparse MLP ([`super::moe`]).
+//! [`ModelConfig`]: `qkv_bias` (Qwen2, or `attention_bias`), `o_bias`, `qk_norm` (Qwen3,
+//! Qwen3-MoE, Qwen3.5), for Qwen3-MoE which layers have a sparse MLP ([`super::moe`]), and for
+//! Qwen3.5 which layers mix tokens with a Gated DeltaNet ([`super::gated_deltanet`]) instead
+//! of attention, the attention's output gate, partial rotary and zero-centred norms.
 
 use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::ModelConfig;
 use super::cache::{KvCache, causal_padding_mask, causal_window_mask};
+use super::gated_deltanet::GatedDeltaNet;
 use super::layers::{Adapters, Regions, Replicated, Split, divide, infallible};
 pub use super::layers::{Linear, RmsNorm};
 use super::moe::SparseMoe;
@@ -55,13 +58,49 @@ pub fn param_shapes(
     for l in layers {
         let n = |part: &str| format!("model.layers.{l}.{part}");
         norm(&mut out, n("input_layernorm"), h);
-        linear(&mut out, n("self_attn.q_proj"), (h, q), cfg.qkv_bias());
-        linear(&mut out, n("self_attn.k_proj"), (h, kv), cfg.qkv_bias());
-        linear(&mut out, n("self_attn.v_proj"), (h, kv), cfg.qkv_bias());
-        linear(&mut out, n("self_attn.o_proj"), (q, h), cfg.o_bias());
-        if cfg.qk_norm() {
-            norm(&mut out, n("self_attn.q_norm"), hd);
-            norm(&mut out, n("self_attn.k_norm"), hd);
+        if cfg.linear_layer(l) {
+            let la = &cfg.linear;
+            let nv = la.linear_num_value_heads;
+            linear(
+                &mut out,
+                n("linear_attn.in_proj_qkv"),
+                (h, la.conv_dim()),
+                false,
+            );
+            linear(
+                &mut out,
+                n("linear_attn.in_proj_z"),
+                (h, la.value_dim()),
+                false,
+            );
+            linear(&mut out, n("linear_attn.in_proj_b"), (h, nv), false);
+            linear(&mut out, n("linear_attn.in_proj_a"), (h, nv), false);
+            let conv = vec![la.conv_dim(), 1, la.linear_conv_kernel_dim];
+            out.push((n("linear_attn.conv1d.weight"), conv));
+            out.push((n("linear_attn.dt_bias"), vec![nv]));
+            out.push((n("linear_attn.A_log"), vec![nv]));
+            norm(&mut out, n("linear_attn.norm"), la.linear_value_head_dim);
+            linear(
+                &mut out,
+                n("linear_attn.out_proj"),
+                (la.value_dim(), h),
+                false,
+            );
+        } else {
+            let gate = if cfg.attn_output_gate() { 2 } else { 1 };
+            linear(
+                &mut out,
+                n("self_attn.q_proj"),
+                (h, gate * q),
+                cfg.qkv_bias(),
+            );
+            linear(&mut out, n("self_attn.k_proj"), (h, kv), cfg.qkv_bias());
+            linear(&mut out, n("self_attn.v_proj"), (h, kv), cfg.qkv_bias());
+            linear(&mut out, n("self_attn.o_proj"), (q, h), cfg.o_bias());
+            if cfg.qk_norm() {
+                norm(&mut out, n("self_attn.q_norm"), hd);
+                norm(&mut out, n("self_attn.k_norm"), hd);
+            }
         }
         norm(&mut out, n("post_attention_layernorm"), h);
         if cfg.sparse_layer(l) {
@@ -200,6 +239,9 @@ pub struct Attention {
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
+    /// Qwen3.5's output gate: `q_proj` yields each head's query and a gate side by side, and
+    /// the heads' output is scaled by `sigmoid(gate)` before `o_proj`.
+    output_gate: bool,
     /// This layer's slot in a [`KvCache`] of the model that holds it.
     slot: usize,
 }
@@ -208,13 +250,23 @@ impl Attention {
     fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
         let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
-        let norm = |name: &str| {
-            cfg.qk_norm()
-                .then(|| RmsNorm::new(&p / name, hd, cfg.rms_norm_eps))
-        };
+        let norm = |name: &str| cfg.qk_norm().then(|| RmsNorm::of(cfg, &p / name, hd));
         let (qkv_bias, cols) = (cfg.qkv_bias(), Split::Columns);
+        let output_gate = cfg.attn_output_gate();
+        if output_gate && at.tp > 1 {
+            return Err(format!(
+                "layer {}: gated attention under tensor parallelism is not implemented",
+                at.index
+            ));
+        }
+        let q_out = if output_gate { 2 * q } else { q };
         Ok(Attention {
-            q_proj: at.linear(&p / "q_proj", "self_attn.q_proj", (h, q, qkv_bias), cols)?,
+            q_proj: at.linear(
+                &p / "q_proj",
+                "self_attn.q_proj",
+                (h, q_out, qkv_bias),
+                cols,
+            )?,
             k_proj: at.linear(&p / "k_proj", "self_attn.k_proj", (h, kv, qkv_bias), cols)?,
             v_proj: at.linear(&p / "v_proj", "self_attn.v_proj", (h, kv, qkv_bias), cols)?,
             o_proj: at.linear(
@@ -228,6 +280,7 @@ impl Attention {
             heads: divide(cfg.num_attention_heads, at.tp, "num_attention_heads")?,
             kv_heads: divide(cfg.kv_heads(), at.tp, "num_key_value_heads")?,
             head_dim: hd,
+            output_gate,
             slot: at.slot,
         })
     }
@@ -245,7 +298,8 @@ impl Attention {
         cache: Option<&mut KvCache>,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
-        let [q, k, v] = self.qkv_heads(x, cos, sin);
+        let (q, gate) = self.gated_query_heads(x, cos, sin);
+        let [k, v] = self.key_value_heads(x, cos, sin);
         let (k, v) = match cache {
             Some(cache) => cache.update(self.slot, &k, &v),
             None => (k, v),
@@ -262,7 +316,8 @@ impl Attention {
             Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, causal, None, gqa)
         };
         // The folded case's (B, KV, G, D) has the layout of (B, H, T, D).
-        self.heads_to_hidden(&y.reshape([b, self.heads, t, self.head_dim]))
+        let y = self.heads_to_hidden(&y.reshape([b, self.heads, t, self.head_dim]));
+        gated(y, gate)
     }
 }
 
@@ -271,11 +326,7 @@ impl Attention {
     fn heads(&self, x: &Tensor, proj: &Linear, n: i64, norm: &Option<RmsNorm>) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
         let y = proj.forward(x).view([b, t, n, self.head_dim]);
-        let y = match norm {
-            Some(norm) => norm.forward(&y),
-            None => y,
-        };
-        y.transpose(1, 2)
+        normed_heads(y, norm)
     }
 
     /// Attention outputs (B, len, hidden) of the queries at positions `[start, start+len)` of
@@ -290,7 +341,7 @@ impl Attention {
         mask: &Tensor,
     ) -> Tensor {
         let len = x.size()[1] - start;
-        let q = self.query_heads(
+        let (q, gate) = self.gated_query_heads(
             &x.narrow(1, start, len),
             &cos.narrow(2, start, len),
             &sin.narrow(2, start, len),
@@ -298,7 +349,7 @@ impl Attention {
         let [k, v] = self.key_value_heads(x, cos, sin);
         let gqa = self.heads != self.kv_heads;
         let y = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, gqa);
-        self.merge_heads(&y)
+        self.o_proj.forward(&gated(self.heads_to_hidden(&y), gate))
     }
 }
 
@@ -315,11 +366,25 @@ impl Attention {
 
     /// Query heads (rotated) of `x`; see [`Attention::qkv_heads`].
     fn query_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-        apply_rotary(
-            &self.heads(x, &self.q_proj, self.heads, &self.q_norm),
-            cos,
-            sin,
-        )
+        self.gated_query_heads(x, cos, sin).0
+    }
+
+    /// Query heads (rotated) of `x` and, with an output gate, the gate `(B, T, heads * D)`.
+    fn gated_query_heads(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> (Tensor, Option<Tensor>) {
+        if !self.output_gate {
+            let q = self.heads(x, &self.q_proj, self.heads, &self.q_norm);
+            return (apply_rotary(&q, cos, sin), None);
+        }
+        let (b, t, d) = (x.size()[0], x.size()[1], self.head_dim);
+        let both = self.q_proj.forward(x).view([b, t, self.heads, 2 * d]);
+        let q = normed_heads(both.narrow(3, 0, d), &self.q_norm);
+        let gate = both.narrow(3, d, d).reshape([b, t, self.heads * d]);
+        (apply_rotary(&q, cos, sin), Some(gate))
     }
 
     /// Key heads (rotated) and value heads of `x`; see [`Attention::qkv_heads`].
@@ -360,27 +425,64 @@ impl Attention {
         queries: Option<&Tensor>,
         spans: &[AttentionSpan],
     ) -> Tensor {
-        let [q, k, v] = match queries {
-            None => self.qkv_heads(x, cos, sin),
+        let ((q, gate), [k, v]) = match queries {
+            None => (
+                self.gated_query_heads(x, cos, sin),
+                self.key_value_heads(x, cos, sin),
+            ),
             Some(idx) => {
-                let [k, v] = self.key_value_heads(x, cos, sin);
-                let q = self.query_heads(
+                let kv = self.key_value_heads(x, cos, sin);
+                let q = self.gated_query_heads(
                     &x.index_select(1, idx),
                     &cos.index_select(2, idx),
                     &sin.index_select(2, idx),
                 );
-                [q, k, v]
+                (q, kv)
             }
         };
         let y = attend_spans(&q, &k, &v, spans, self.heads != self.kv_heads);
-        self.merge_heads(&y)
+        self.o_proj.forward(&gated(self.heads_to_hidden(&y), gate))
+    }
+}
+
+/// `y` `(B, T, n, D)` through the per-head norm, if any, as `(B, n, T, D)`.
+fn normed_heads(y: Tensor, norm: &Option<RmsNorm>) -> Tensor {
+    let y = match norm {
+        Some(norm) => norm.forward(&y),
+        None => y,
+    };
+    y.transpose(1, 2)
+}
+
+/// Attention output `(B, T, heads * D)` scaled by `sigmoid(gate)` when there is a gate.
+fn gated(y: Tensor, gate: Option<Tensor>) -> Tensor {
+    match gate {
+        Some(g) => y * g.sigmoid(),
+        None => y,
+    }
+}
+
+/// What mixes tokens in a layer: self-attention, or (Qwen3.5) a Gated DeltaNet.
+#[derive(Debug)]
+pub enum Mixer {
+    Attention(Attention),
+    Linear(GatedDeltaNet),
+}
+
+impl Mixer {
+    fn build(cfg: &ModelConfig, p: &Path, at: LayerPlace<'_>) -> Result<Self, String> {
+        Ok(if cfg.linear_layer(at.index) {
+            Mixer::Linear(GatedDeltaNet::build(cfg, p / "linear_attn", at)?)
+        } else {
+            Mixer::Attention(Attention::build(cfg, p / "self_attn", at)?)
+        })
     }
 }
 
 /// Pre-norm residual block: attention then MLP.
 #[derive(Debug)]
 pub struct DecoderLayer {
-    self_attn: Attention,
+    mixer: Mixer,
     mlp: FeedForward,
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
@@ -388,18 +490,23 @@ pub struct DecoderLayer {
 
 impl DecoderLayer {
     pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
-        let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
+        let h = cfg.hidden_size;
         Ok(DecoderLayer {
-            self_attn: Attention::build(cfg, &p / "self_attn", at)?,
+            mixer: Mixer::build(cfg, &p, at)?,
             mlp: FeedForward::build(cfg, &p / "mlp", at)?,
-            input_layernorm: RmsNorm::new(&p / "input_layernorm", h, eps),
-            post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", h, eps),
+            input_layernorm: RmsNorm::of(cfg, &p / "input_layernorm", h),
+            post_attention_layernorm: RmsNorm::of(cfg, &p / "post_attention_layernorm", h),
         })
     }
 
     /// The layer's MLP (dense or sparse).
     pub fn feed_forward(&self) -> &FeedForward {
         &self.mlp
+    }
+
+    /// The layer's token mixer.
+    pub fn mixer(&self) -> &Mixer {
+        &self.mixer
     }
 
     /// The layer with whole weights; see [`DecoderLayer::forward_in`].
@@ -409,31 +516,38 @@ impl DecoderLayer {
         cos: &Tensor,
         sin: &Tensor,
         mask: Option<&Tensor>,
+        valid: Option<&Tensor>,
         cache: Option<&mut KvCache>,
     ) -> Tensor {
-        infallible(self.forward_in(&mut Replicated, x, cos, sin, mask, cache))
+        infallible(self.forward_in(&mut Replicated, x, cos, sin, (mask, valid), cache))
     }
 
     /// The layer as two segments through `regions`: norm, enter, attention, exit, residual;
     /// norm, enter, MLP, exit, residual (Megatron's four cuts under tensor parallelism).
     /// `x` (B, T, hidden) is the residual stream (under sequence parallelism this rank's chunk
-    /// of it); `mask` (B, 1, T, S) or `None` for plain causal attention; with a cache, the
-    /// layer's new keys and values are appended.
+    /// of it); `mask` (B, 1, T, S) or `None` for plain causal attention, and `valid` (B, T)
+    /// the real tokens among the T (a linear-attention layer zeroes the others; `None`: all);
+    /// with a cache, the layer's new keys and values (or its recurrent state) are stored.
     pub fn forward_in<R: Regions>(
         &self,
         regions: &mut R,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        mask: Option<&Tensor>,
+        (mask, valid): (Option<&Tensor>, Option<&Tensor>),
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor, R::Error> {
         let h0 = regions.cut(x);
         let a = regions.enter(self.input_layernorm.forward(&h0))?;
-        let attn = regions.exit(
-            &self.self_attn.o_proj,
-            &self.self_attn.core(&a, cos, sin, mask, cache),
-        )?;
+        let attn = match &self.mixer {
+            Mixer::Attention(at) => {
+                regions.exit(&at.o_proj, &at.core(&a, cos, sin, mask, cache))?
+            }
+            Mixer::Linear(la) => {
+                let state = cache.and_then(|c| c.linear_state(la.slot));
+                regions.exit(&la.out_proj, &la.core(&a, valid, state))?
+            }
+        };
         let h1 = regions.cut(&(&h0 + attn));
         let m = regions.enter(self.post_attention_layernorm.forward(&h1))?;
         let out = match &self.mlp {
@@ -447,6 +561,9 @@ impl DecoderLayer {
     /// The outputs at positions `[start, start+len)` of `x` (B, T, hidden) only: what a head
     /// that reads those positions needs from the last layer (see [`Model::forward_window`]).
     /// `cos`, `sin` cover all T positions; `mask` is [`causal_window_mask`]'s.
+    /// `valid` (B, T) marks the real tokens (for a linear-attention layer, which reads every
+    /// position up to the window's end).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward_window(
         &self,
         x: &Tensor,
@@ -455,6 +572,7 @@ impl DecoderLayer {
         cos: &Tensor,
         sin: &Tensor,
         mask: &Tensor,
+        valid: Option<&Tensor>,
     ) -> Tensor {
         // Positions after the window take no part: neither as queries nor, causally, as keys.
         let end = start + len;
@@ -463,13 +581,15 @@ impl DecoderLayer {
             cos.narrow(2, 0, end),
             sin.narrow(2, 0, end),
         );
-        let attn = self.self_attn.forward_window(
-            &self.input_layernorm.forward(&x),
-            start,
-            &cos,
-            &sin,
-            mask,
-        );
+        let normed = self.input_layernorm.forward(&x);
+        let attn = match &self.mixer {
+            Mixer::Attention(at) => at.forward_window(&normed, start, &cos, &sin, mask),
+            Mixer::Linear(la) => {
+                let valid = valid.map(|v| v.narrow(1, 0, end));
+                la.forward(&normed, valid.as_ref(), None)
+                    .narrow(1, start, len)
+            }
+        };
         let h = x.narrow(1, start, len) + attn;
         self.mlp_residual(&h)
     }
@@ -486,13 +606,17 @@ impl DecoderLayer {
         queries: Option<&Tensor>,
         spans: &[AttentionSpan],
     ) -> Tensor {
-        let attn = self.self_attn.forward_packed(
-            &self.input_layernorm.forward(x),
-            cos,
-            sin,
-            queries,
-            spans,
-        );
+        let normed = self.input_layernorm.forward(x);
+        let attn = match &self.mixer {
+            Mixer::Attention(at) => at.forward_packed(&normed, cos, sin, queries, spans),
+            Mixer::Linear(la) => {
+                let all = la.forward_spans(&normed, spans);
+                match queries {
+                    Some(idx) => all.index_select(1, idx),
+                    None => all,
+                }
+            }
+        };
         let h = match queries {
             Some(idx) => x.index_select(1, idx) + attn,
             None => x + attn,
@@ -501,14 +625,17 @@ impl DecoderLayer {
     }
 
     /// The layer with attention computed by `attend` on the normed input (Ulysses exchanges
-    /// heads there).
+    /// heads there); `None` for a linear-attention layer, whose state runs along the whole
+    /// sequence (engines that split sequences refuse such models when built).
     pub(crate) fn forward_with<E>(
         &self,
         x: &Tensor,
         attend: impl FnOnce(&Attention, &Tensor) -> Result<Tensor, E>,
-    ) -> Result<Tensor, E> {
-        let h = x + attend(&self.self_attn, &self.input_layernorm.forward(x))?;
-        Ok(self.mlp_residual(&h))
+    ) -> Option<Result<Tensor, E>> {
+        let Mixer::Attention(at) = &self.mixer else {
+            return None;
+        };
+        Some(attend(at, &self.input_layernorm.forward(x)).map(|a| self.mlp_residual(&(x + a))))
     }
 
     fn mlp_residual(&self, h: &Tensor) -> Tensor {
@@ -557,7 +684,7 @@ impl Model {
                 DecoderLayer::build(cfg, &p / "layers" / i, at)
             })
             .collect::<Result<_, _>>()?;
-        let norm = RmsNorm::new(&p / "norm", cfg.hidden_size, cfg.rms_norm_eps);
+        let norm = RmsNorm::of(cfg, &p / "norm", cfg.hidden_size);
         Ok(Model {
             embed_tokens,
             padding_idx: cfg.padding_idx(),
@@ -632,8 +759,16 @@ impl Model {
             }
             None => None,
         };
+        let valid = attention_mask.map(|m| m.narrow(1, past, t));
         for layer in &self.layers {
-            x = layer.forward(&x, &cos, &sin, mask.as_ref(), cache.as_deref_mut());
+            x = layer.forward(
+                &x,
+                &cos,
+                &sin,
+                mask.as_ref(),
+                valid.as_ref(),
+                cache.as_deref_mut(),
+            );
         }
         if let Some(c) = cache {
             c.advance(t);
@@ -700,10 +835,18 @@ impl Model {
         let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = causal_padding_mask(attention_mask, 0, t);
         for layer in rest {
-            x = layer.forward(&x, &cos, &sin, Some(&mask), None);
+            x = layer.forward(&x, &cos, &sin, Some(&mask), Some(attention_mask), None);
         }
         let window_mask = causal_window_mask(attention_mask, start, len);
-        let x = last.forward_window(&x, start, len, &cos, &sin, &window_mask);
+        let x = last.forward_window(
+            &x,
+            start,
+            len,
+            &cos,
+            &sin,
+            &window_mask,
+            Some(attention_mask),
+        );
         self.norm.forward(&x)
     }
 }

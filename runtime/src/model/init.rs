@@ -1,5 +1,6 @@
 //! Random initialisation as transformers' `_init_weights` does it (normal(0, initializer_range)
-//! for linear and embedding weights, zero biases, unit norm weights), from a seed and
+//! for linear, convolution and embedding weights, zero biases, unit norm weights; Qwen3.5's
+//! zero-centred norms at zero, its DeltaNet's `dt_bias` at one and `A_log` = log U(0.01, 16)), from a seed and
 //! independent of libtorch's global generator, thread count and device.
 
 use tch::nn::VarStore;
@@ -7,35 +8,47 @@ use tch::{Kind, Tensor};
 
 use crate::rng::Rng;
 
-use super::ModelError;
+use super::{ModelConfig, ModelError};
 
-/// True for the weights of RMSNorm layers (initialised to one).
+/// True for the weights of RMSNorm layers.
 pub fn is_norm_weight(name: &str) -> bool {
     name.ends_with("norm.weight")
 }
 
-/// Initialises every variable of `vs` in place; each variable draws from its own stream
-/// derived from `seed` and its name, so adding a variable does not change the others.
-pub fn init_weights(vs: &VarStore, initializer_range: f64, seed: u64) -> Result<(), ModelError> {
-    init_weights_where(vs, initializer_range, seed, |_| true)
+/// Initialises every variable of `vs` (a model of `cfg`) in place; each variable draws from
+/// its own stream derived from `seed` and its name, so adding a variable does not change the
+/// others.
+pub fn init_weights(vs: &VarStore, cfg: &ModelConfig, seed: u64) -> Result<(), ModelError> {
+    init_weights_where(vs, cfg, seed, |_| true)
 }
 
 /// [`init_weights`] restricted to the variables whose name satisfies `select`.
 pub fn init_weights_where(
     vs: &VarStore,
-    initializer_range: f64,
+    cfg: &ModelConfig,
     seed: u64,
     select: impl Fn(&str) -> bool,
 ) -> Result<(), ModelError> {
+    // Qwen3.5's norms scale by `1 + weight` and start at zero, except the DeltaNet's gated
+    // norm, a plain one.
+    let norm_start = if cfg.zero_centered_norm() { 0.0 } else { 1.0 };
     for (name, var) in vs.variables().into_iter().filter(|(n, _)| select(n)) {
-        let value = if is_norm_weight(&name) {
+        let mut rng = Rng::derive(seed, fnv1a(name.as_bytes()));
+        let value = if name.ends_with("linear_attn.norm.weight") || name.ends_with(".dt_bias") {
             var.ones_like()
+        } else if is_norm_weight(&name) {
+            var.ones_like() * norm_start
+        } else if name.ends_with(".A_log") {
+            // log(A) for A uniform in [0.01, 16], as transformers draws it.
+            let data: Vec<f32> = (0..var.numel())
+                .map(|_| (0.01 + 15.99 * rng.next_f64()).ln() as f32)
+                .collect();
+            Tensor::from_slice(&data).view(var.size().as_slice())
         } else if name.ends_with(".bias") {
             var.zeros_like()
         } else {
-            let mut rng = Rng::derive(seed, fnv1a(name.as_bytes()));
             let data: Vec<f32> = (0..var.numel())
-                .map(|_| (rng.normal() * initializer_range) as f32)
+                .map(|_| (rng.normal() * cfg.initializer_range) as f32)
                 .collect();
             Tensor::from_slice(&data)
                 .view(var.size().as_slice())

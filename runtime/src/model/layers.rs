@@ -152,11 +152,14 @@ impl Linear {
     }
 }
 
-/// Root-mean-square norm, computed in f32 and cast back before the weight (as transformers).
+/// Root-mean-square norm, computed in f32 and cast back before the weight (as transformers'
+/// Llama/Qwen norm); zero-centred (Qwen3.5's), it scales by `1 + weight` in f32 and casts
+/// after.
 #[derive(Debug)]
 pub struct RmsNorm {
     pub weight: Tensor,
     eps: f64,
+    zero_centered: bool,
 }
 
 impl RmsNorm {
@@ -164,6 +167,18 @@ impl RmsNorm {
         RmsNorm {
             weight: p.var("weight", &[dim], Init::Const(1.0)),
             eps,
+            zero_centered: false,
+        }
+    }
+
+    /// The norm a model of `cfg` uses for its layers, q/k and final norm.
+    pub fn of(cfg: &super::ModelConfig, p: Path, dim: i64) -> Self {
+        let zero_centered = cfg.zero_centered_norm();
+        let identity = if zero_centered { 0.0 } else { 1.0 };
+        RmsNorm {
+            weight: p.var("weight", &[dim], Init::Const(identity)),
+            eps: cfg.rms_norm_eps,
+            zero_centered,
         }
     }
 
@@ -172,6 +187,9 @@ impl RmsNorm {
         let xf = x.to_kind(Kind::Float);
         let var = xf.square().mean_dim(-1, true, Kind::Float);
         let normed = xf * (var + self.eps).rsqrt();
+        if self.zero_centered {
+            return (normed * (self.weight.to_kind(Kind::Float) + 1.0)).to_kind(kind);
+        }
         &self.weight * normed.to_kind(kind)
     }
 }

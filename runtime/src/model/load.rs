@@ -174,6 +174,7 @@ pub fn load_weights(
             }
         }
         for (name, view) in st.tensors() {
+            let name = text_model_name(name);
             let Some(var) = vars.get(&name) else {
                 if opts.strict_unexpected && !ignorable(&name) {
                     return Err(ModelError::Unexpected {
@@ -232,9 +233,23 @@ pub fn load_weights(
     Ok(report)
 }
 
-/// Tensors a checkpoint may carry that are never parameters.
+/// Tensors a checkpoint may carry that are never parameters: a tied head, rotary tables, and
+/// the parts of a Qwen3.5 multimodal checkpoint a text model does not have (the vision tower,
+/// multi-token prediction layers).
 fn ignorable(name: &str) -> bool {
-    name == "lm_head.weight" || name.ends_with("rotary_emb.inv_freq")
+    name == "lm_head.weight"
+        || name.ends_with("rotary_emb.inv_freq")
+        || name.starts_with("model.visual.")
+        || name.starts_with("mtp.")
+}
+
+/// A multimodal checkpoint's text-model tensor (`model.language_model.…`, Qwen3.5's
+/// `*ForConditionalGeneration`) under the causal LM's name (`model.…`).
+fn text_model_name(name: String) -> String {
+    match name.strip_prefix("model.language_model.") {
+        Some(rest) => format!("model.{rest}"),
+        None => name,
+    }
 }
 
 fn shard(t: &Tensor, s: Shard) -> Result<Tensor, String> {

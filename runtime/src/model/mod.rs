@@ -19,6 +19,7 @@ pub mod builtin;
 pub mod cache;
 pub mod config;
 pub mod decoder;
+pub mod gated_deltanet;
 pub mod heads;
 pub mod init;
 pub mod layers;
@@ -33,7 +34,7 @@ pub mod save;
 use std::path::{Path, PathBuf};
 
 pub use cache::{KvCache, causal_padding_mask, position_ids_from_mask};
-pub use config::{Arch, ModelConfig, MoeConfig};
+pub use config::{Arch, LinearAttentionConfig, ModelConfig, MoeConfig};
 pub use heads::{CausalLm, ValueModel};
 pub use load::{Checkpoint, LoadOptions, LoadReport, Shard};
 pub use pretrained::{

@@ -145,7 +145,7 @@ pub fn materialize(
 ) -> Result<LoadReport, ModelError> {
     let report = match source {
         ModelSource::Builtin(_) => {
-            init_weights(vs, config.initializer_range, seed)?;
+            init_weights(vs, config, seed)?;
             LoadReport::default()
         }
         ModelSource::Dir(dir) => {
@@ -159,9 +159,7 @@ pub fn materialize(
                 },
             )?;
             let missing = report.missing.clone();
-            init_weights_where(vs, config.initializer_range, seed, |n| {
-                missing.iter().any(|m| m == n)
-            })?;
+            init_weights_where(vs, config, seed, |n| missing.iter().any(|m| m == n))?;
             report
         }
     };

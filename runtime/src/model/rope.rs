@@ -109,7 +109,8 @@ fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
 impl RotaryEmbedding {
     pub fn new(cfg: &ModelConfig, device: Device) -> Result<Self, String> {
         let scaling = RopeScaling::from_config(cfg)?;
-        let (dim, base) = (cfg.head_dim(), cfg.rope_theta);
+        // Qwen3.5 rotates only the first `rotary_dim` features of each head.
+        let (dim, base) = (cfg.rotary_dim(), cfg.rope_theta);
         let mut attention_scaling = 1.0;
         let inv_freq = match &scaling {
             RopeScaling::Default | RopeScaling::Dynamic { .. } => {
@@ -205,7 +206,7 @@ impl RotaryEmbedding {
         }
     }
 
-    /// cos and sin of shape (B, 1, T, head_dim) in `kind`, for positions (B, T).
+    /// cos and sin of shape (B, 1, T, rotary_dim) in `kind`, for positions (B, T).
     pub fn cos_sin(&self, position_ids: &Tensor, kind: Kind) -> (Tensor, Tensor) {
         let inv = self.inv_freq_for(position_ids);
         let freqs = position_ids.to_kind(Kind::Float).unsqueeze(-1) * inv.view([1, 1, -1]);
@@ -222,8 +223,14 @@ impl RotaryEmbedding {
     }
 }
 
-/// `x * cos + rotate_half(x) * sin` for x of shape (B, H, T, D).
+/// `x * cos + rotate_half(x) * sin` for x of shape (B, H, T, D); with tables narrower than
+/// `D` (partial rotary), only the first features rotate and the rest pass through.
 pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let (d, r) = (x.size()[3], cos.size()[3]);
+    if r < d {
+        let rotated = apply_rotary(&x.narrow(3, 0, r), cos, sin);
+        return Tensor::cat(&[&rotated, &x.narrow(3, r, d - r)], 3);
+    }
     let half = x.size()[3] / 2;
     let x1 = x.narrow(3, 0, half);
     let x2 = x.narrow(3, half, half);

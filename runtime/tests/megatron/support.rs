@@ -60,7 +60,7 @@ impl Setup {
 pub fn reference_model(cfg: &ModelConfig, kind: Kind) -> (VarStore, CausalLm) {
     let mut vs = VarStore::new(Device::Cpu);
     let model = CausalLm::new(cfg, vs.root()).unwrap();
-    init_weights(&vs, cfg.initializer_range, SEED).unwrap();
+    init_weights(&vs, cfg, SEED).unwrap();
     vs.set_kind(kind);
     (vs, model)
 }

@@ -10,4 +10,5 @@ mod errors;
 mod lora;
 mod moe;
 mod parity;
+mod qwen3_5;
 mod reward;

@@ -39,8 +39,32 @@ pub fn cached(cmd: &str, inputs: &[&Path]) -> PathBuf {
     cached_with(&script(), cmd, inputs)
 }
 
+/// The transformers 5 packages (Qwen3.5 and the other families transformers 4.57 predates),
+/// installed by scripts/setup beside the venv's transformers 4.57:
+/// `$VERLC_TRANSFORMERS5`, else `.venv/transformers5`.
+pub fn transformers5() -> PathBuf {
+    let dir = std::env::var_os("VERLC_TRANSFORMERS5")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/transformers5"));
+    assert!(
+        dir.join("transformers").is_dir(),
+        "transformers 5 not found at {} — run scripts/setup",
+        dir.display()
+    );
+    dir
+}
+
+/// [`cached_with`] for a script that runs on transformers 5 ([`transformers5`]).
+pub fn cached_transformers5(script: &Path, cmd: &str) -> PathBuf {
+    cached_run(script, cmd, &[], Some(&transformers5()))
+}
+
 /// [`cached`] for another oracle script.
 pub fn cached_with(script: &Path, cmd: &str, inputs: &[&Path]) -> PathBuf {
+    cached_run(script, cmd, inputs, None)
+}
+
+fn cached_run(script: &Path, cmd: &str, inputs: &[&Path], path: Option<&Path>) -> PathBuf {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::read(script)
         .expect("read oracle script")
@@ -63,7 +87,11 @@ pub fn cached_with(script: &Path, cmd: &str, inputs: &[&Path]) -> PathBuf {
         std::thread::current().id()
     ));
     let _ = std::fs::remove_dir_all(&tmp);
-    let status = Command::new(python())
+    let mut command = Command::new(python());
+    if let Some(p) = path {
+        command.env("PYTHONPATH", p);
+    }
+    let status = command
         .arg(script)
         .arg(cmd)
         .arg(&tmp)

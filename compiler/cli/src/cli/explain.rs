@@ -100,6 +100,7 @@ fn dims_from_flags(a: &ExplainArgs) -> Option<ModelDims> {
         max_position_embeddings: None,
         attention_bias: None,
         moe: Default::default(),
+        linear: Default::default(),
     })
 }
 

@@ -32,6 +32,8 @@ pub(super) struct LayerInputs {
 enum Layout {
     Padded {
         mask: Tensor,
+        /// `(B, T)` real tokens (linear-attention layers zero the rest).
+        valid: Tensor,
         /// The window `[start, start+len)` and the last layer's attention mask for it.
         window_start: i64,
         window_len: i64,
@@ -78,6 +80,7 @@ impl LayerInputs {
         let (ids, pos, layout) = if !packed {
             let layout = Layout::Padded {
                 mask: causal_padding_mask(key_valid, 0, t),
+                valid: key_valid.shallow_clone(),
                 window_start: start,
                 window_len: r,
                 window_mask: causal_window_mask(key_valid, start, r),
@@ -134,20 +137,38 @@ impl LayerInputs {
         let (layer, last) = (&layers[i], i + 1 == layers.len());
         let (cos, sin) = (&self.cos, &self.sin);
         Ok(match &self.layout {
-            Layout::Padded { mask, .. } if !last => layer.forward(x, cos, sin, Some(mask), None),
+            Layout::Padded { mask, valid, .. } if !last => {
+                layer.forward(x, cos, sin, Some(mask), Some(valid), None)
+            }
             Layout::Padded {
+                valid,
                 window_start,
                 window_len,
                 window_mask,
                 ..
-            } => layer.forward_window(x, *window_start, *window_len, cos, sin, window_mask),
+            } => layer.forward_window(
+                x,
+                *window_start,
+                *window_len,
+                cos,
+                sin,
+                window_mask,
+                Some(valid),
+            ),
             Layout::Packed { spans, .. } if !last => layer.forward_packed(x, cos, sin, None, spans),
             Layout::Packed { window, .. } => {
                 layer.forward_packed(x, cos, sin, Some(&window.tokens), &window.spans)
             }
-            Layout::Ulysses { spans, shard, .. } => layer.forward_with(x, |attn, normed| {
-                ulysses_attention(attn, normed, cos, sin, spans, &shard.group)
-            })?,
+            Layout::Ulysses { spans, shard, .. } => layer
+                .forward_with(x, |attn, normed| {
+                    ulysses_attention(attn, normed, cos, sin, spans, &shard.group)
+                })
+                .ok_or_else(|| {
+                    FsdpError::Config(format!(
+                        "layer {i} is a Gated DeltaNet layer, which Ulysses sequence \
+                         parallelism cannot split"
+                    ))
+                })??,
         })
     }
 

@@ -1,0 +1,372 @@
+//! Qwen3.5's linear-attention layer, the Gated DeltaNet (transformers'
+//! `Qwen3_5GatedDeltaNet`, whose plain-torch path is the reference this file is tested
+//! against).
+//!
+//! `in_proj_qkv` gives queries, keys and values side by side; a short depthwise causal
+//! convolution (`conv1d`, width `linear_conv_kernel_dim`, SiLU) runs over them; queries and
+//! keys are L2-normalised per head (and queries scaled by `1/sqrt(d_k)`). Each value head
+//! keeps a `d_k x d_v` state `S`; per token, `S` decays by `exp(g)` with
+//! `g = -exp(A_log) * softplus(a + dt_bias)` and takes a delta-rule write of strength
+//! `beta = sigmoid(b)`: `S += k (beta (v - S^T k))^T`; the output `S^T q` goes through an
+//! RMSNorm gated by `silu(z)` and `out_proj`.
+//!
+//! Two forms of the same recurrence: the chunked one (chunks of 64 tokens: within a chunk a
+//! unit-lower-triangular solve condenses the delta-rule updates into matmuls; chunks are
+//! scanned in order) trains and prefills; the recurrent one (token by token) decodes. Both
+//! start from and return the state, so a prefill can hand over to decoding; the cache keeps
+//! the state and the convolution's last inputs ([`LinearState`]). Padding tokens are zeroed
+//! before the layer (as transformers does), so left padding leaves the state untouched.
+use tch::nn::{Init, Path};
+use tch::{Kind, Tensor};
+
+use super::ModelConfig;
+use super::decoder::LayerPlace;
+use super::layers::{Linear, Split};
+use super::packed::AttentionSpan;
+
+/// The longest chunk of the chunked form (that of transformers' and FLA's kernels).
+const CHUNK: i64 = 64;
+const L2_EPS: f64 = 1e-6;
+
+/// What decoding carries for one Gated DeltaNet layer between forwards.
+#[derive(Debug)]
+pub struct LinearState {
+    /// The last `kernel - 1` inputs of the convolution, `(B, conv_dim, kernel - 1)`.
+    pub conv: Tensor,
+    /// `(B, value_heads, d_k, d_v)` in f32.
+    pub recurrent: Tensor,
+}
+
+impl LinearState {
+    /// The zero state (an empty prefix) for `batch` rows.
+    pub fn zeros(cfg: &ModelConfig, batch: i64, kind: Kind, device: tch::Device) -> Self {
+        let l = &cfg.linear;
+        LinearState {
+            conv: Tensor::zeros(
+                [batch, l.conv_dim(), l.linear_conv_kernel_dim - 1],
+                (kind, device),
+            ),
+            recurrent: Tensor::zeros(
+                [
+                    batch,
+                    l.linear_num_value_heads,
+                    l.linear_key_head_dim,
+                    l.linear_value_head_dim,
+                ],
+                (Kind::Float, device),
+            ),
+        }
+    }
+
+    /// Rows `index` of this state.
+    pub fn select_rows(&self, index: &Tensor) -> LinearState {
+        LinearState {
+            conv: self.conv.index_select(0, index),
+            recurrent: self.recurrent.index_select(0, index),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct GatedDeltaNet {
+    in_proj_qkv: Linear,
+    in_proj_z: Linear,
+    in_proj_b: Linear,
+    in_proj_a: Linear,
+    /// `(conv_dim, 1, kernel)`, depthwise, no bias.
+    conv1d: Tensor,
+    dt_bias: Tensor,
+    a_log: Tensor,
+    /// The gated RMSNorm's weight `(d_v,)` (a plain norm: weights start at one).
+    norm: Tensor,
+    pub(crate) out_proj: Linear,
+    key_heads: i64,
+    value_heads: i64,
+    key_dim: i64,
+    value_dim: i64,
+    kernel: i64,
+    eps: f64,
+    /// This layer's slot in a [`super::KvCache`].
+    pub(crate) slot: usize,
+}
+
+impl GatedDeltaNet {
+    pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
+        if at.tp > 1 {
+            return Err(format!(
+                "layer {}: Gated DeltaNet layers under tensor parallelism are not implemented",
+                at.index
+            ));
+        }
+        let l = &cfg.linear;
+        let (h, nv) = (cfg.hidden_size, l.linear_num_value_heads);
+        let whole = |name: &str, dims| {
+            at.linear(
+                &p / name,
+                &format!("linear_attn.{name}"),
+                dims,
+                Split::Whole,
+            )
+        };
+        Ok(GatedDeltaNet {
+            in_proj_qkv: whole("in_proj_qkv", (h, l.conv_dim(), false))?,
+            in_proj_z: whole("in_proj_z", (h, l.value_dim(), false))?,
+            in_proj_b: whole("in_proj_b", (h, nv, false))?,
+            in_proj_a: whole("in_proj_a", (h, nv, false))?,
+            conv1d: (&p / "conv1d").var(
+                "weight",
+                &[l.conv_dim(), 1, l.linear_conv_kernel_dim],
+                Init::Const(0.0),
+            ),
+            dt_bias: p.var("dt_bias", &[nv], Init::Const(1.0)),
+            a_log: p.var("A_log", &[nv], Init::Const(0.0)),
+            norm: (&p / "norm").var("weight", &[l.linear_value_head_dim], Init::Const(1.0)),
+            out_proj: whole("out_proj", (l.value_dim(), h, false))?,
+            key_heads: l.linear_num_key_heads,
+            value_heads: nv,
+            key_dim: l.linear_key_head_dim,
+            value_dim: l.linear_value_head_dim,
+            kernel: l.linear_conv_kernel_dim,
+            eps: cfg.rms_norm_eps,
+            slot: at.slot,
+        })
+    }
+
+    /// The layer's output before `out_proj`: `(B, T, value_heads * d_v)` for `x` `(B, T,
+    /// hidden)`. `valid` `(B, T)` marks real tokens (padding is zeroed first); `state`, when
+    /// given, is the prefix's state and is replaced by the state after `x`.
+    pub fn core(
+        &self,
+        x: &Tensor,
+        valid: Option<&Tensor>,
+        state: Option<&mut LinearState>,
+    ) -> Tensor {
+        let (b, t) = (x.size()[0], x.size()[1]);
+        let x = match valid {
+            Some(m) => x * m.to_kind(x.kind()).unsqueeze(-1),
+            None => x.shallow_clone(),
+        };
+        let mixed = self.in_proj_qkv.forward(&x).transpose(1, 2);
+        let z = self.in_proj_z.forward(&x);
+        let beta = self.in_proj_b.forward(&x).sigmoid();
+        let a = self.in_proj_a.forward(&x);
+        let (mixed, mut state) = match state {
+            Some(s) => (self.conv_with_state(&mixed, &mut s.conv), Some(s)),
+            None => (self.conv(&mixed), None),
+        };
+        let mixed = mixed.silu().transpose(1, 2);
+        let (kd, vd) = (
+            self.key_heads * self.key_dim,
+            self.value_heads * self.value_dim,
+        );
+        let parts = mixed.split_with_sizes([kd, kd, vd], -1);
+        let mut q = parts[0].reshape([b, t, self.key_heads, self.key_dim]);
+        let mut k = parts[1].reshape([b, t, self.key_heads, self.key_dim]);
+        let v = parts[2].reshape([b, t, self.value_heads, self.value_dim]);
+        let g = -self.a_log.to_kind(Kind::Float).exp()
+            * (a.to_kind(Kind::Float) + self.dt_bias.to_kind(Kind::Float)).softplus();
+        let rep = self.value_heads / self.key_heads;
+        if rep > 1 {
+            q = q.repeat_interleave_self_int(rep, 2, None);
+            k = k.repeat_interleave_self_int(rep, 2, None);
+        }
+        let initial = state.as_ref().map(|s| s.recurrent.shallow_clone());
+        let (out, last) = if t == 1 && initial.is_some() {
+            recurrent_gated_delta_rule(&q, &k, &v, &g, &beta, initial.as_ref())
+        } else {
+            chunk_gated_delta_rule(&q, &k, &v, &g, &beta, initial.as_ref())
+        };
+        if let Some(s) = state.as_mut() {
+            s.recurrent = last.detach();
+        }
+        let out = self.gated_norm(&out, &z.reshape([b, t, self.value_heads, self.value_dim]));
+        out.reshape([b, t, vd])
+    }
+
+    /// `core` then `out_proj`.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        valid: Option<&Tensor>,
+        state: Option<&mut LinearState>,
+    ) -> Tensor {
+        self.out_proj.forward(&self.core(x, valid, state))
+    }
+
+    /// Packed tokens `x` `(1, N, hidden)`: each span's keys are one sequence, whose state
+    /// starts empty. The spans run as one batch, right-padded to the longest (padding after a
+    /// sequence cannot reach it); tokens outside every span get zeros.
+    pub fn forward_spans(&self, x: &Tensor, spans: &[AttentionSpan]) -> Tensor {
+        let (n, h) = (x.size()[1], x.size()[2]);
+        let longest = spans.iter().map(|s| s.key.len).max().unwrap_or(0);
+        if longest == 0 {
+            return x.zeros_like();
+        }
+        let (mut packed, mut grid) = (Vec::new(), Vec::new());
+        for (i, s) in spans.iter().enumerate() {
+            for j in 0..s.key.len {
+                packed.push(s.key.offset + j);
+                grid.push(i as i64 * longest + j);
+            }
+        }
+        let device = x.device();
+        let packed = Tensor::from_slice(&packed).to_device(device);
+        let grid = Tensor::from_slice(&grid).to_device(device);
+        let rows = spans.len() as i64;
+        let batch = Tensor::zeros([rows * longest, h], (x.kind(), device))
+            .index_copy(0, &grid, &x.select(0, 0).index_select(0, &packed))
+            .reshape([rows, longest, h]);
+        let y = self
+            .forward(&batch, None, None)
+            .reshape([rows * longest, -1]);
+        let out_dim = y.size()[1];
+        Tensor::zeros([n, out_dim], (y.kind(), device))
+            .index_copy(0, &packed, &y.index_select(0, &grid))
+            .unsqueeze(0)
+    }
+
+    /// Causal depthwise convolution of `x` `(B, C, T)` from an empty prefix.
+    fn conv(&self, x: &Tensor) -> Tensor {
+        let t = x.size()[2];
+        let w = self.conv1d.to_kind(x.kind());
+        x.conv1d(&w, None::<Tensor>, [1], [self.kernel - 1], [1], x.size()[1])
+            .narrow(2, 0, t)
+    }
+
+    /// The convolution continuing after the inputs in `prev` `(B, C, kernel - 1)`, which
+    /// becomes the last `kernel - 1` inputs after `x`.
+    fn conv_with_state(&self, x: &Tensor, prev: &mut Tensor) -> Tensor {
+        let full = Tensor::cat(&[&prev.to_kind(x.kind()), x], 2);
+        let n = full.size()[2];
+        *prev = full
+            .narrow(2, n - (self.kernel - 1), self.kernel - 1)
+            .detach();
+        let w = self.conv1d.to_kind(x.kind());
+        full.conv1d(&w, None::<Tensor>, [1], [0], [1], x.size()[1])
+    }
+
+    /// RMSNorm of `x` `(…, d_v)` in f32, weighted in the input dtype, times `silu(gate)` in
+    /// f32 (transformers' `Qwen3_5RMSNormGated`).
+    fn gated_norm(&self, x: &Tensor, gate: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let xf = x.to_kind(Kind::Float);
+        let var = xf.square().mean_dim(-1, true, Kind::Float);
+        let normed = (xf * (var + self.eps).rsqrt()).to_kind(kind);
+        let y = (&self.norm * normed).to_kind(Kind::Float) * gate.to_kind(Kind::Float).silu();
+        y.to_kind(kind)
+    }
+}
+
+fn l2norm(x: &Tensor) -> Tensor {
+    x * ((x * x).sum_dim_intlist(-1, true, Kind::Float) + L2_EPS).rsqrt()
+}
+
+/// Queries, keys, values, decays and betas as `(B, H, T, …)` f32, with q/k L2-normalised and
+/// q scaled by `1/sqrt(d_k)`.
+fn prepare(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor) -> [Tensor; 5] {
+    let f = |x: &Tensor| x.transpose(1, 2).to_kind(Kind::Float).contiguous();
+    let q = l2norm(&f(q));
+    let k = l2norm(&f(k));
+    let scale = (q.size()[3] as f64).powf(-0.5);
+    [q * scale, k, f(v), f(g), f(beta)]
+}
+
+/// The chunked form: `(out (B, T, H, d_v) in q's dtype, final state (B, H, d_k, d_v))`.
+pub fn chunk_gated_delta_rule(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    initial: Option<&Tensor>,
+) -> (Tensor, Tensor) {
+    let kind = q.kind();
+    let [q, k, v, decay, beta] = prepare(q, k, v, g, beta);
+    let (b, h, t, dk) = (k.size()[0], k.size()[1], k.size()[2], k.size()[3]);
+    let dv = v.size()[3];
+    // Sequences shorter than a chunk run as one chunk of their length rounded up to 8 (the
+    // algebra holds for any chunk length; RL prompts and responses are often short).
+    let chunk = CHUNK.min((t.max(1) + 7) / 8 * 8);
+    let pad = (chunk - t % chunk) % chunk;
+    let pad_seq = |x: &Tensor| x.constant_pad_nd([0, 0, 0, pad]);
+    let (q, k, v) = (pad_seq(&q), pad_seq(&k), pad_seq(&v));
+    let (beta, decay) = (
+        beta.constant_pad_nd([0, pad]),
+        decay.constant_pad_nd([0, pad]),
+    );
+    let n = (t + pad) / chunk;
+    let v_beta = &v * beta.unsqueeze(-1);
+    let k_beta = &k * beta.unsqueeze(-1);
+    let chunks = |x: &Tensor| x.reshape([b, h, n, chunk, x.size()[3]]);
+    let (q, k, k_beta, v_beta) = (chunks(&q), chunks(&k), chunks(&k_beta), chunks(&v_beta));
+    let decay = decay.reshape([b, h, n, chunk]);
+    let device = q.device();
+    let upper = Tensor::ones([chunk, chunk], (Kind::Bool, device)).triu(1);
+    let cum = decay.cumsum(-1, Kind::Float);
+    let pairwise = (cum.unsqueeze(-1) - cum.unsqueeze(-2))
+        .masked_fill(&upper, f64::NEG_INFINITY)
+        .exp();
+    let kt = k.transpose(-1, -2);
+    let system = k_beta.matmul(&kt) * &pairwise;
+    let intra = q.matmul(&kt) * &pairwise;
+    let decayed_k_beta = &k_beta * cum.exp().unsqueeze(-1);
+    // (I + strictly-lower(system)) X = rhs: the diagonal is taken as one.
+    let new_values = system.linalg_solve_triangular(&v_beta, false, true, true);
+    let k_cumdecay = system.linalg_solve_triangular(&decayed_k_beta, false, true, true);
+    let q = &q * cum.exp().unsqueeze(-1);
+    let last = cum.narrow(-1, chunk - 1, 1);
+    let k = &k * (&last - &cum).exp().unsqueeze(-1);
+    let chunk_decay = last.exp().unsqueeze(-1); // (B, H, N, 1, 1)
+    let mut state = match initial {
+        Some(s) => s.to_kind(Kind::Float),
+        None => Tensor::zeros([b, h, dk, dv], (Kind::Float, device)),
+    };
+    let mut outs = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let v_new = new_values.select(2, i) - k_cumdecay.select(2, i).matmul(&state);
+        let inter = q.select(2, i).matmul(&state);
+        outs.push(inter + intra.select(2, i).matmul(&v_new));
+        state = &state * chunk_decay.select(2, i) + k.select(2, i).transpose(-1, -2).matmul(&v_new);
+    }
+    let out = Tensor::stack(&outs, 2)
+        .reshape([b, h, n * chunk, dv])
+        .narrow(2, 0, t)
+        .transpose(1, 2)
+        .contiguous()
+        .to_kind(kind);
+    (out, state)
+}
+
+/// The recurrent form, token by token; the same inputs and outputs as
+/// [`chunk_gated_delta_rule`].
+pub fn recurrent_gated_delta_rule(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    initial: Option<&Tensor>,
+) -> (Tensor, Tensor) {
+    let kind = q.kind();
+    let [q, k, v, decay, beta] = prepare(q, k, v, g, beta);
+    let (b, h, t, dk) = (k.size()[0], k.size()[1], k.size()[2], k.size()[3]);
+    let dv = v.size()[3];
+    let mut state = match initial {
+        Some(s) => s.to_kind(Kind::Float),
+        None => Tensor::zeros([b, h, dk, dv], (Kind::Float, q.device())),
+    };
+    let mut outs = Vec::with_capacity(t as usize);
+    for i in 0..t {
+        let (q_t, k_t, v_t) = (q.select(2, i), k.select(2, i), v.select(2, i));
+        state = &state * decay.select(2, i).exp().unsqueeze(-1).unsqueeze(-1);
+        let kv_mem = (&state * k_t.unsqueeze(-1)).sum_dim_intlist(-2, false, Kind::Float);
+        let delta = (v_t - kv_mem) * beta.select(2, i).unsqueeze(-1);
+        state = &state + k_t.unsqueeze(-1) * delta.unsqueeze(-2);
+        outs.push((&state * q_t.unsqueeze(-1)).sum_dim_intlist(-2, false, Kind::Float));
+    }
+    let out = Tensor::stack(&outs, 2)
+        .transpose(1, 2)
+        .contiguous()
+        .to_kind(kind);
+    (out, state)
+}

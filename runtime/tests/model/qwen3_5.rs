@@ -1,0 +1,229 @@
+//! Qwen3.5's text model (Gated DeltaNet + gated attention) against transformers 5.x's
+//! plain-torch path (tests/oracle/qwen3_5_oracle.py): logits of a left-padded batch longer
+//! than one 64-token chunk and of an unpadded one, every parameter's gradient, greedy
+//! generation token for token through the rollout (KV cache and recurrent state), and the
+//! gated delta rule's chunked and recurrent forms against transformers' and each other.
+//! Plus: the packed layout (`use_remove_padding`) equals the padded one, cached decoding
+//! equals a full recomputation, and the built-in tiny Qwen3.5.
+use std::path::PathBuf;
+
+use runtime::model::gated_deltanet::{chunk_gated_delta_rule, recurrent_gated_delta_rule};
+use runtime::model::packed::Packing;
+use runtime::model::{Dtype, KvCache, ModelSource, from_pretrained, position_ids_from_mask};
+use runtime::rollout::{SamplingParams, StopTokens, generate};
+use tch::{Device, Kind, Tensor};
+
+use crate::oracle::{self, get};
+
+fn oracle_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        oracle::cached_transformers5(&oracle::script_named("qwen3_5_oracle.py"), "models")
+    })
+    .clone()
+}
+
+fn model() -> runtime::model::LoadedModel<runtime::model::CausalLm> {
+    let dir = oracle_dir().join("qwen3_5");
+    from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap()
+}
+
+fn reference() -> std::collections::HashMap<String, Tensor> {
+    oracle::read(&oracle_dir().join("qwen3_5_ref.safetensors"))
+}
+
+#[test]
+fn logits_match_transformers() {
+    let (loaded, r) = (model(), reference());
+    let m = &loaded.model;
+    assert_eq!(
+        m.config.linear.layer_types,
+        [
+            "linear_attention",
+            "full_attention",
+            "linear_attention",
+            "full_attention"
+        ]
+    );
+    assert_eq!(m.config.rotary_dim(), 8);
+    let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
+    let logits = tch::no_grad(|| m.forward(ids, get(&r, "position_ids"), Some(mask), None));
+    let d = oracle::max_abs_diff_masked(&logits, get(&r, "logits"), mask);
+    assert!(d <= 1e-4, "padded logits differ by {d}");
+    let nopad = get(&r, "nopad_input_ids");
+    let pos = Tensor::arange(nopad.size()[1], (Kind::Int64, Device::Cpu))
+        .unsqueeze(0)
+        .expand_as(nopad);
+    let logits = tch::no_grad(|| m.forward(nopad, &pos, None, None));
+    let d = oracle::max_abs_diff(&logits, get(&r, "nopad_logits"));
+    assert!(d <= 1e-4, "unpadded logits differ by {d}");
+}
+
+#[test]
+fn every_parameter_gradient_matches_transformers() {
+    let (loaded, r) = (model(), reference());
+    let m = &loaded.model;
+    let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
+    let logits = m.forward(ids, get(&r, "position_ids"), Some(mask), None);
+    let t = ids.size()[1];
+    let lp = logits
+        .narrow(1, 0, t - 1)
+        .log_softmax(-1, Kind::Float)
+        .gather(-1, &ids.narrow(1, 1, t - 1).unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    let w = (mask.narrow(1, 1, t - 1) * mask.narrow(1, 0, t - 1)).to_kind(Kind::Float);
+    let loss = -(lp * &w).sum(Kind::Float) / w.sum(Kind::Float);
+    let d = (loss.double_value(&[]) - get(&r, "loss").double_value(&[])).abs();
+    assert!(d <= 1e-5, "loss differs by {d}");
+    loss.backward();
+    let vars = loaded.vs.variables();
+    for (name, t) in &vars {
+        let theirs = r
+            .get(&format!("grad.{name}"))
+            .unwrap_or_else(|| panic!("{name}: no gradient in transformers"));
+        let scale = 1.0 + theirs.abs().max().double_value(&[]);
+        let d = oracle::max_abs_diff(&t.grad(), theirs);
+        assert!(d <= 1e-4 * scale, "{name}: gradient differs by {d}");
+    }
+    let listed = r.keys().filter(|k| k.starts_with("grad.")).count();
+    assert_eq!(vars.len(), listed, "every parameter compared");
+}
+
+#[test]
+fn gated_delta_rule_forms_match_transformers_and_each_other() {
+    let r = reference();
+    let g = |k: &str| get(&r, &format!("rule.{k}"));
+    let (q, k, v, decay, beta, s0) = (g("q"), g("k"), g("v"), g("g"), g("beta"), g("s0"));
+    let (chunk, chunk_state) = chunk_gated_delta_rule(q, k, v, decay, beta, Some(s0));
+    let (rec, rec_state) = recurrent_gated_delta_rule(q, k, v, decay, beta, Some(s0));
+    for (name, ours, theirs) in [
+        ("chunked", &chunk, g("chunk")),
+        ("chunked state", &chunk_state, g("chunk_state")),
+        ("recurrent", &rec, g("recurrent")),
+        ("recurrent state", &rec_state, g("recurrent_state")),
+        ("chunked vs recurrent", &chunk, &rec),
+        ("chunked vs recurrent state", &chunk_state, &rec_state),
+    ] {
+        let d = oracle::max_abs_diff(ours, theirs);
+        assert!(d <= 1e-4, "{name}: differs by {d}");
+    }
+    // A chunked prefix handing its state to the rest equals one pass.
+    let cut = 37;
+    let part = |x: &Tensor, from: i64, len: i64| x.narrow(1, from, len);
+    let rest = 100 - cut;
+    let (a, sa) = chunk_gated_delta_rule(
+        &part(q, 0, cut),
+        &part(k, 0, cut),
+        &part(v, 0, cut),
+        &part(decay, 0, cut),
+        &part(beta, 0, cut),
+        Some(s0),
+    );
+    let (b, sb) = chunk_gated_delta_rule(
+        &part(q, cut, rest),
+        &part(k, cut, rest),
+        &part(v, cut, rest),
+        &part(decay, cut, rest),
+        &part(beta, cut, rest),
+        Some(&sa),
+    );
+    let d = oracle::max_abs_diff(&Tensor::cat(&[a, b], 1), &chunk);
+    assert!(d <= 1e-4, "split chunked pass differs by {d}");
+    assert!(oracle::max_abs_diff(&sb, &chunk_state) <= 1e-4);
+}
+
+#[test]
+fn greedy_generation_matches_transformers() {
+    let m = model().model;
+    let spec = oracle::json(&oracle_dir().join("qwen3_5_greedy.json"));
+    let prompts: Vec<Vec<i64>> = serde_json::from_value(spec["prompts"].clone()).unwrap();
+    let expected: Vec<Vec<i64>> = serde_json::from_value(spec["outputs"].clone()).unwrap();
+    let params = SamplingParams::greedy(spec["max_new_tokens"].as_u64().unwrap() as usize);
+    let stop = StopTokens {
+        eos: vec![],
+        pad: 0,
+    };
+    let out = generate(&m, &prompts, &params, &stop).unwrap();
+    let got = Vec::<Vec<i64>>::try_from(&out.responses).unwrap();
+    for (i, want) in expected.iter().enumerate() {
+        assert_eq!(&got[i][..want.len()], want.as_slice(), "prompt {i}");
+    }
+}
+
+#[test]
+fn cached_decoding_and_packing_equal_the_padded_forward() {
+    let m = model().model;
+    tch::manual_seed(5);
+    let (b, p, steps) = (3i64, 9i64, 5i64);
+    let ids = Tensor::randint_low(3, 128, [b, p + steps], (Kind::Int64, Device::Cpu));
+    let mask = Tensor::ones([b, p + steps], (Kind::Int64, Device::Cpu));
+    let _ = mask.get(1).narrow(0, 0, 3).fill_(0);
+    let _ = mask.get(2).narrow(0, 0, 6).fill_(0);
+    let pos = position_ids_from_mask(&mask);
+    let full = tch::no_grad(|| m.forward(&ids, &pos, Some(&mask), None));
+
+    let mut cache = KvCache::new(&m.config, b, p + steps, Kind::Float, Device::Cpu);
+    let mut pieces = vec![tch::no_grad(|| {
+        m.forward(
+            &ids.narrow(1, 0, p),
+            &pos.narrow(1, 0, p),
+            Some(&mask.narrow(1, 0, p)),
+            Some(&mut cache),
+        )
+    })];
+    for t in p..p + steps {
+        pieces.push(tch::no_grad(|| {
+            m.forward(
+                &ids.narrow(1, t, 1),
+                &pos.narrow(1, t, 1),
+                Some(&mask.narrow(1, 0, t + 1)),
+                Some(&mut cache),
+            )
+        }));
+    }
+    let d = oracle::max_abs_diff_masked(&Tensor::cat(&pieces, 1), &full, &mask);
+    assert!(d <= 1e-4, "cached vs full logits differ by {d}");
+
+    // Packed: each row's valid tokens end to end, its own state per sequence.
+    let packing = Packing::new(&mask).unwrap();
+    let window = packing.window(0, p + steps);
+    let hidden = tch::no_grad(|| m.model.forward_packed_window(&ids, &pos, &packing, &window));
+    let padded = tch::no_grad(|| m.model.forward(&ids, &pos, Some(&mask), None));
+    let unpacked = window.unpack(&hidden);
+    let d = oracle::max_abs_diff_masked(&unpacked, &padded, &mask);
+    assert!(d <= 1e-4, "packed vs padded hidden states differ by {d}");
+}
+
+#[test]
+fn builtin_tiny_qwen3_5_builds_and_counts_its_parameters() {
+    let cfg = ModelSource::parse("builtin://tiny?arch=qwen3_5")
+        .unwrap()
+        .config()
+        .unwrap();
+    assert_eq!(cfg.model_type, "qwen3_5_text");
+    assert_eq!(
+        cfg.linear.layer_types,
+        [
+            "linear_attention",
+            "linear_attention",
+            "linear_attention",
+            "full_attention"
+        ]
+    );
+    let m = from_pretrained("builtin://tiny?arch=qwen3_5", Device::Cpu, Dtype::Fp32, 1).unwrap();
+    let n: i64 =
+        m.vs.trainable_variables()
+            .iter()
+            .map(|t| t.numel() as i64)
+            .sum();
+    assert_eq!(n, cfg.num_parameters());
+    let listed = runtime::model::decoder::param_shapes(&cfg, 0..4, true, true);
+    let vars = m.vs.variables();
+    for (name, shape) in &listed {
+        assert_eq!(&vars[name].size(), shape, "{name}");
+    }
+    assert_eq!(
+        listed.len() + usize::from(!cfg.tie_word_embeddings),
+        vars.len()
+    );
+}

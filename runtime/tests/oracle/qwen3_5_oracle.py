@@ -1,0 +1,157 @@
+"""Qwen3.5 references from transformers 5.x's plain-torch path (no flash-linear-attention,
+no causal-conv1d kernels): run with the transformers 5 packages on PYTHONPATH (scripts/setup
+installs them under .venv/transformers5; the project venv keeps transformers 4.57).
+
+  models OUT   a tiny random Qwen3_5ForCausalLM (two Gated DeltaNet and two gated attention
+               layers, norms and DeltaNet parameters drawn away from their initial values) saved
+               in OUT/qwen3_5, with logits of a left-padded batch longer than one 64-token
+               chunk, every parameter's gradient of a log-prob loss, greedy generations, and
+               the gated delta rule's chunked and recurrent forms on random inputs with an
+               initial state.
+"""
+
+import json
+import os
+import sys
+
+import torch
+
+
+def config():
+    from transformers import Qwen3_5TextConfig
+
+    return Qwen3_5TextConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        max_position_embeddings=512,
+    )
+
+
+def padded_batch(gen, lengths, total, vocab=128):
+    ids = torch.zeros(len(lengths), total, dtype=torch.long)
+    mask = torch.zeros(len(lengths), total, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, total - n :] = torch.randint(3, vocab, (n,), generator=gen)
+        mask[i, total - n :] = 1
+    pos = mask.cumsum(-1) - 1
+    pos.masked_fill_(mask == 0, 1)
+    return ids, mask, pos
+
+
+def greedy(model, prompts, max_new, pad):
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=max_new,
+        min_new_tokens=max_new,
+        do_sample=False,
+        num_beams=1,
+        pad_token_id=pad,
+        eos_token_id=None,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+    )
+    return out[:, width:].tolist()
+
+
+def models(out):
+    from safetensors.torch import save_file
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as m
+
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    model = m.Qwen3_5ForCausalLM(config()).to(torch.float32).eval()
+    # Move the parameters that start at an identity (zero-centred norms, the gated norm,
+    # dt_bias) so that a wrong formula cannot hide behind a zero or a one.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("dt_bias"):
+                p.add_(0.1 * torch.randn_like(p))
+            elif name.endswith("conv1d.weight"):
+                p.normal_(0.0, 0.3)
+    path = os.path.join(out, "qwen3_5")
+    model.save_pretrained(path, safe_serialization=True)
+
+    gen = torch.Generator().manual_seed(1)
+    ids, mask, pos = padded_batch(gen, [70, 41, 9], 70)
+    nopad = torch.randint(3, 128, (2, 12), generator=gen)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        nopad_logits = model(input_ids=nopad).logits
+    tensors = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": pos,
+        "logits": logits.contiguous(),
+        "nopad_input_ids": nopad,
+        "nopad_logits": nopad_logits.contiguous(),
+    }
+
+    # Gradients of the mean next-token log-prob over real positions.
+    model.train()
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+    w = (mask[:, 1:] * mask[:, :-1]).float()
+    loss = -(lp * w).sum() / w.sum()
+    loss.backward()
+    tensors["loss"] = loss.detach()
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            tensors["grad." + name] = p.grad.contiguous()
+    model.eval()
+
+    # The two forms of the gated delta rule, from a non-zero state, over 100 tokens.
+    b, t, h, dk, dv = 2, 100, 3, 16, 8
+    q, k = torch.randn(b, t, h, dk, generator=gen), torch.randn(b, t, h, dk, generator=gen)
+    v = torch.randn(b, t, h, dv, generator=gen)
+    g = -torch.rand(b, t, h, generator=gen) * 0.5
+    beta = torch.rand(b, t, h, generator=gen)
+    s0 = torch.randn(b, h, dk, dv, generator=gen) * 0.1
+    chunk, chunk_state = m.torch_chunk_gated_delta_rule(
+        q, k, v, g, beta, initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=True
+    )
+    rec, rec_state = m.torch_recurrent_gated_delta_rule(
+        q, k, v, g, beta, initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=True
+    )
+    tensors.update(
+        {
+            "rule.q": q, "rule.k": k, "rule.v": v, "rule.g": g, "rule.beta": beta, "rule.s0": s0,
+            "rule.chunk": chunk.contiguous(), "rule.chunk_state": chunk_state.contiguous(),
+            "rule.recurrent": rec.contiguous(), "rule.recurrent_state": rec_state.contiguous(),
+        }
+    )
+    save_file(tensors, os.path.join(out, "qwen3_5_ref.safetensors"))
+
+    prompts = [torch.randint(3, 128, (n,), generator=gen).tolist() for n in (6, 3, 9, 1)]
+    with torch.no_grad():
+        outputs = greedy(model, prompts, 16, 0)
+    with open(os.path.join(out, "qwen3_5_greedy.json"), "w") as f:
+        json.dump({"prompts": prompts, "max_new_tokens": 16, "pad": 0, "outputs": outputs}, f)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "models":
+        models(sys.argv[2])
+    else:
+        sys.exit(f"unknown command {sys.argv[1]}")
