@@ -310,9 +310,16 @@ pub fn chunk_gated_delta_rule(
     let system = k_beta.matmul(&kt) * &pairwise;
     let intra = q.matmul(&kt) * &pairwise;
     let decayed_k_beta = &k_beta * cum.exp().unsqueeze(-1);
-    // (I + strictly-lower(system)) X = rhs: the diagonal is taken as one.
-    let new_values = system.linalg_solve_triangular(&v_beta, false, true, true);
-    let k_cumdecay = system.linalg_solve_triangular(&decayed_k_beta, false, true, true);
+    // (I + strictly-lower(system)) X = rhs: the diagonal is taken as one. Both right-hand
+    // sides in one solve (one factor, one backward).
+    let solved = system.linalg_solve_triangular(
+        &Tensor::cat(&[&v_beta, &decayed_k_beta], -1),
+        false,
+        true,
+        true,
+    );
+    let new_values = solved.narrow(-1, 0, dv);
+    let k_cumdecay = solved.narrow(-1, dv, dk);
     let q = &q * cum.exp().unsqueeze(-1);
     let last = cum.narrow(-1, chunk - 1, 1);
     let k = &k * (&last - &cum).exp().unsqueeze(-1);
