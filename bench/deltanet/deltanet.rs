@@ -28,6 +28,8 @@ fn arg(name: &str, default: usize) -> usize {
 fn main() {
     let (steps, warmup, threads) = (arg("--steps", 5), arg("--warmup", 2), arg("--threads", 2));
     tch::set_num_threads(threads as i32);
+    // As a verlc trainer runs (the peer is a default PyTorch process; see bench/train_step).
+    runtime::host_alloc::keep_freed_memory();
     let mut cfg = ModelSource::parse("builtin://tiny?arch=qwen3_5&layers=1")
         .and_then(|s| s.config())
         .expect("config");
