@@ -710,8 +710,32 @@ mod tests {
         let mut v = v.as_object().expect("object").clone();
         v.remove("layer_types");
         v.insert("num_hidden_layers".into(), 8.into());
-        let m: ModelDims = serde_json::from_value(v.into()).expect("config");
+        let m: ModelDims = serde_json::from_value(v.clone().into()).expect("config");
         assert_eq!(m.linear_layers(), 6);
+        // Qwen3.5-MoE: every MLP sparse (8 experts, top-2) plus a shared expert; transformers
+        // counts 378384 parameters, 230928 of them active per token.
+        let mut v = v;
+        v.insert("num_hidden_layers".into(), 4.into());
+        v.insert("model_type".into(), "qwen3_5_moe_text".into());
+        v.remove("intermediate_size");
+        for (k, n) in [
+            ("num_experts", 8),
+            ("num_experts_per_tok", 2),
+            ("moe_intermediate_size", 32),
+            ("shared_expert_intermediate_size", 48),
+        ] {
+            v.insert(k.into(), n.into());
+        }
+        let types = ["linear_attention", "full_attention"].repeat(2);
+        v.insert("layer_types".into(), serde_json::json!(types));
+        let m: ModelDims = serde_json::from_value(v.into()).expect("config");
+        assert_eq!(m.param_count(), 378_384);
+        let active = m
+            .active_layers_params()
+            .saturating_add(m.embedding_params())
+            .saturating_add(m.head_params())
+            .saturating_add(m.hidden_size);
+        assert_eq!(active, 230_928);
     }
 
     #[test]

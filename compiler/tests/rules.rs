@@ -286,6 +286,7 @@ rule_tests! {
     v203_rollout_max_model_len_exceeds_model => "V203",
     v204_sequence_exceeds_model_context => "V204",
     v205_pipeline_does_not_divide_layers => "V205",
+    v206_expert_parallel_does_not_divide_experts => "V206",
 }
 
 #[test]

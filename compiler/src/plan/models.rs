@@ -14,22 +14,25 @@ use crate::load::node::{Node, split_key};
 
 /// Model types the trainer's decoder implements (`qwen3_5` is Qwen3.5's multimodal config,
 /// whose text model is read; `qwen3_5_text` the causal LM's).
-const DECODERS: [&str; 6] = [
+const DECODERS: [&str; 8] = [
     "llama",
     "qwen2",
     "qwen3",
     "qwen3_moe",
     "qwen3_5",
     "qwen3_5_text",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
 ];
 
 /// Model types with mixture-of-experts layers, which the Megatron engines do not run yet
 /// (expert parallelism is not implemented): they train on the FSDP strategy.
-const MOE_DECODERS: [&str; 1] = ["qwen3_moe"];
+const MOE_DECODERS: [&str; 3] = ["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text"];
 
 /// Model types with linear-attention (Gated DeltaNet) layers: their recurrent state runs
 /// along the whole sequence, so they train on the FSDP strategy without Ulysses.
-const LINEAR_ATTENTION_DECODERS: [&str; 2] = ["qwen3_5", "qwen3_5_text"];
+const LINEAR_ATTENTION_DECODERS: [&str; 4] =
+    ["qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"];
 
 /// A Hub model the trainer reads.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -136,6 +136,9 @@ pub struct MoeDims {
     pub decoder_sparse_step: Option<u64>,
     #[serde(default)]
     pub mlp_only_layers: Vec<u64>,
+    /// Qwen3.5-MoE's shared expert width (0: none).
+    #[serde(default)]
+    pub shared_expert_intermediate_size: u64,
 }
 
 impl ModelDims {
@@ -203,7 +206,10 @@ impl ModelDims {
 
     /// Whether the model is a Qwen3.5 (Gated DeltaNet layers among gated attention).
     pub fn is_hybrid(&self) -> bool {
-        matches!(self.model_type.as_deref(), Some("qwen3_5" | "qwen3_5_text"))
+        matches!(
+            self.model_type.as_deref(),
+            Some("qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text")
+        )
     }
 
     /// How many layers are Gated DeltaNet layers: `layer_types`' count, else every layer but
@@ -274,14 +280,22 @@ impl ModelDims {
         h.saturating_mul(inter).saturating_mul(3)
     }
 
-    /// The router and `experts` SwiGLU experts of `moe_intermediate_size`.
+    /// The router, `experts` SwiGLU experts of `moe_intermediate_size` and the shared expert
+    /// with its gate (Qwen3.5-MoE), which every token runs through.
     fn experts_params(&self, experts: u64) -> u64 {
         let h = self.hidden_size;
         let one = h
             .saturating_mul(self.moe.moe_intermediate_size)
             .saturating_mul(3);
+        let si = self.moe.shared_expert_intermediate_size;
+        let shared = if si > 0 {
+            h.saturating_mul(si).saturating_mul(3).saturating_add(h)
+        } else {
+            0
+        };
         h.saturating_mul(self.moe.num_experts)
             .saturating_add(experts.saturating_mul(one))
+            .saturating_add(shared)
     }
 
     /// Attention (with Qwen2's q/k/v biases) and the two norms of one layer.
@@ -301,7 +315,14 @@ impl ModelDims {
         };
         let qk_norm = matches!(
             self.model_type.as_deref(),
-            Some("qwen3" | "qwen3_moe" | "qwen3_5" | "qwen3_5_text")
+            Some(
+                "qwen3"
+                    | "qwen3_moe"
+                    | "qwen3_5"
+                    | "qwen3_5_text"
+                    | "qwen3_5_moe"
+                    | "qwen3_5_moe_text"
+            )
         );
         let norms = h
             .saturating_mul(2)

@@ -476,6 +476,12 @@ pub static RULES: &[Rule] = &[
         model::pipeline_does_not_divide_layers,
         "Megatron's pipeline size must divide the decoder layers"
     ),
+    rule!(
+        "V206",
+        "ExpertParallelDoesNotDivideExperts",
+        model::expert_parallel_does_not_divide_experts,
+        "expert-parallel degrees must divide the experts (expert tensor parallel: their width)"
+    ),
 ];
 
 /// Run every rule for which `enabled` holds.

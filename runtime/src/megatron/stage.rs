@@ -183,7 +183,7 @@ impl ParallelModel {
     ) -> Result<Self> {
         let root = vs.root();
         cfg.validate().map_err(MegatronError::Config)?;
-        if cfg.arch().ok() == Some(crate::model::Arch::Qwen3_5) {
+        if cfg.arch().is_ok_and(crate::model::Arch::is_qwen3_5) {
             // Its layers build at TP=1, but the stage's decoding and sharding tables do not
             // carry the Gated DeltaNet's state or names yet.
             return Err(MegatronError::Config(

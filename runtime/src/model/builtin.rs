@@ -7,7 +7,9 @@
 //! `arch` (`qwen2`, or `qwen3`, `qwen3_moe`, `qwen3_5`) picks the family, and for `qwen3_moe`
 //! `experts` (8), `experts_per_tok` (2) and `moe_intermediate` (hidden / 2) size the sparse
 //! MLPs (`builtin://tiny?arch=qwen3_moe`). `qwen3_5` is Qwen3.5's text model: with the
-//! default 4 layers, three Gated DeltaNet layers then one gated full-attention layer.
+//! default 4 layers, three Gated DeltaNet layers then one gated full-attention layer;
+//! `qwen3_5_moe` the same with every MLP sparse (`experts` and so on) plus a shared expert
+//! of width `moe_intermediate`.
 
 use serde_json::{Map, json};
 
@@ -42,12 +44,17 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     ])?;
     let hidden: i64 = uri.get("hidden", 128)?;
     let model_type: String = uri.get("arch", "qwen2".to_owned())?;
-    let moe = if model_type == "qwen3_moe" {
+    let moe = if model_type == "qwen3_moe" || model_type == "qwen3_5_moe" {
         MoeConfig {
             num_experts: uri.get("experts", 8)?,
             num_experts_per_tok: uri.get("experts_per_tok", 2)?,
             moe_intermediate_size: uri.get("moe_intermediate", hidden / 2)?,
             norm_topk_prob: true,
+            shared_expert_intermediate_size: if model_type == "qwen3_5_moe" {
+                uri.get("moe_intermediate", hidden / 2)?
+            } else {
+                0
+            },
             ..MoeConfig::default()
         }
     } else {
@@ -79,9 +86,9 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         lora: None,
         extra: Map::new(),
     };
-    if cfg.model_type == "qwen3_5" {
+    if cfg.model_type == "qwen3_5" || cfg.model_type == "qwen3_5_moe" {
         // The text model, sized so its Gated DeltaNet heads match the attention heads'.
-        cfg.model_type = "qwen3_5_text".into();
+        cfg.model_type = format!("{}_text", cfg.model_type);
         let head = hidden / cfg.num_attention_heads.max(1);
         cfg.head_dim = Some(head);
         cfg.linear = LinearAttentionConfig {

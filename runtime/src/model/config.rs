@@ -21,6 +21,20 @@ pub enum Arch {
     /// Qwen3.5's text model: Gated DeltaNet linear-attention layers interleaved with gated
     /// full attention ([`LinearAttentionConfig`]), zero-centred RMSNorm, partial rotary.
     Qwen3_5,
+    /// Qwen3.5 with a sparse MLP in every layer: routed experts plus a gated shared expert.
+    Qwen3_5Moe,
+}
+
+impl Arch {
+    /// Qwen3.5's families (Gated DeltaNet layers among gated attention).
+    pub fn is_qwen3_5(self) -> bool {
+        matches!(self, Arch::Qwen3_5 | Arch::Qwen3_5Moe)
+    }
+
+    /// Families with sparse mixture-of-experts MLPs.
+    pub fn has_experts(self) -> bool {
+        matches!(self, Arch::Qwen3Moe | Arch::Qwen3_5Moe)
+    }
 }
 
 impl Arch {
@@ -32,6 +46,7 @@ impl Arch {
             Arch::Qwen3 => "Qwen3ForCausalLM",
             Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
             Arch::Qwen3_5 => "Qwen3_5ForCausalLM",
+            Arch::Qwen3_5Moe => "Qwen3_5MoeForCausalLM",
         }
     }
 
@@ -43,6 +58,7 @@ impl Arch {
             Arch::Qwen3 => "Qwen3ForTokenClassification",
             Arch::Qwen3Moe => "Qwen3MoeForTokenClassification",
             Arch::Qwen3_5 => "Qwen3_5ForTokenClassification",
+            Arch::Qwen3_5Moe => "Qwen3_5MoeForTokenClassification",
         }
     }
 }
@@ -88,6 +104,10 @@ pub struct MoeConfig {
     /// Layers that keep a dense MLP.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mlp_only_layers: Vec<i64>,
+    /// Qwen3.5-MoE's shared expert (a SwiGLU MLP every token runs through, scaled by a
+    /// sigmoid gate) beside the routed ones; 0 for none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shared_expert_intermediate_size: i64,
 }
 
 /// The linear-attention keys of Qwen3.5 (`qwen3_5_text`): which layers are Gated DeltaNet
@@ -144,6 +164,7 @@ impl Default for MoeConfig {
             norm_topk_prob: false,
             decoder_sparse_step: 1,
             mlp_only_layers: Vec::new(),
+            shared_expert_intermediate_size: 0,
         }
     }
 }
@@ -154,6 +175,8 @@ pub struct ModelConfig {
     pub model_type: String,
     pub vocab_size: i64,
     pub hidden_size: i64,
+    /// The dense MLP's width (absent in Qwen3.5-MoE, whose layers are all sparse).
+    #[serde(default)]
     pub intermediate_size: i64,
     pub num_hidden_layers: i64,
     pub num_attention_heads: i64,
@@ -242,19 +265,44 @@ impl ModelConfig {
     /// text config leaves out take `Qwen3_5TextConfig`'s defaults. Other families are
     /// returned unchanged.
     pub fn normalize(mut self) -> Result<Self, String> {
-        if self.model_type == "qwen3_5" {
+        if let Some(text_type) = match self.model_type.as_str() {
+            "qwen3_5" => Some("qwen3_5_text"),
+            "qwen3_5_moe" => Some("qwen3_5_moe_text"),
+            _ => None,
+        } {
             let Some(text) = self.extra.get("text_config").cloned() else {
-                return Err("model_type `qwen3_5` without a `text_config` object".to_owned());
+                return Err(format!(
+                    "model_type `{}` without a `text_config` object",
+                    self.model_type
+                ));
             };
             let top_tie = self.tie_word_embeddings;
             let mut text: ModelConfig =
                 serde_json::from_value(text).map_err(|e| format!("text_config: {e}"))?;
-            text.model_type = "qwen3_5_text".to_owned();
+            text.model_type = text_type.to_owned();
             text.tie_word_embeddings |= top_tie;
             self = text;
         }
-        if self.model_type != "qwen3_5_text" {
+        if !matches!(
+            self.model_type.as_str(),
+            "qwen3_5_text" | "qwen3_5_moe_text"
+        ) {
             return Ok(self);
+        }
+        if self.model_type == "qwen3_5_moe_text" {
+            // Every layer sparse, top-k weights always renormalised (transformers' router).
+            let m = &mut self.moe;
+            m.norm_topk_prob = true;
+            for (v, default) in [
+                (&mut m.num_experts, 256),
+                (&mut m.num_experts_per_tok, 8),
+                (&mut m.moe_intermediate_size, 512),
+                (&mut m.shared_expert_intermediate_size, 512),
+            ] {
+                if *v == 0 {
+                    *v = default;
+                }
+            }
         }
         if let Some(rope) = self.extra.get("rope_parameters").and_then(Value::as_object) {
             let kind = rope.get("rope_type").and_then(Value::as_str);
@@ -324,7 +372,7 @@ impl ModelConfig {
         let pos = [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
-            ("intermediate_size", self.intermediate_size),
+            ("intermediate_size", self.dense_width()),
             ("num_hidden_layers", self.num_hidden_layers),
             ("num_attention_heads", self.num_attention_heads),
             ("num_key_value_heads", self.kv_heads()),
@@ -351,10 +399,17 @@ impl ModelConfig {
         self.validate_moe()
     }
 
-    /// The Qwen3.5 keys: consistent for `qwen3_5_text`, absent otherwise.
+    /// `intermediate_size` where some layer has a dense MLP (1 when none does: the key is
+    /// not needed then).
+    fn dense_width(&self) -> i64 {
+        let dense = (0..self.num_hidden_layers.max(0) as usize).any(|l| !self.sparse_layer(l));
+        if dense { self.intermediate_size } else { 1 }
+    }
+
+    /// The Qwen3.5 keys: consistent for `qwen3_5_text` / `qwen3_5_moe_text`, absent otherwise.
     fn validate_linear(&self) -> Result<(), String> {
         let l = &self.linear;
-        if self.arch()? != Arch::Qwen3_5 {
+        if !self.arch()?.is_qwen3_5() {
             // transformers writes `layer_types` (all full attention) for Qwen2/Qwen3 too.
             let linear = l.layer_types.iter().any(|t| t == "linear_attention");
             let partial = self.partial_rotary_factor.is_some_and(|f| f != 1.0);
@@ -435,25 +490,33 @@ impl ModelConfig {
 
     /// Qwen3.5's RMSNorm scales by `1 + weight` (weights start at zero) and casts after.
     pub fn zero_centered_norm(&self) -> bool {
-        self.model_type == "qwen3_5_text"
+        self.arch().is_ok_and(Arch::is_qwen3_5)
     }
 
     /// Qwen3.5's full attention: `q_proj` also yields a per-head sigmoid gate on the output.
     pub fn attn_output_gate(&self) -> bool {
-        self.model_type == "qwen3_5_text"
+        self.arch().is_ok_and(Arch::is_qwen3_5)
     }
 
     /// The expert keys: required and consistent for `qwen3_moe`, absent otherwise.
     fn validate_moe(&self) -> Result<(), String> {
         let m = &self.moe;
-        if self.arch()? != Arch::Qwen3Moe {
+        let arch = self.arch()?;
+        if !arch.has_experts() {
             if m.num_experts != 0 {
                 return Err(format!(
-                    "num_experts = {} on model_type `{}`: experts are implemented for qwen3_moe",
+                    "num_experts = {} on model_type `{}`: experts are implemented for qwen3_moe \
+                     and qwen3_5_moe",
                     m.num_experts, self.model_type
                 ));
             }
             return Ok(());
+        }
+        if arch == Arch::Qwen3_5Moe && m.shared_expert_intermediate_size <= 0 {
+            return Err(format!(
+                "shared_expert_intermediate_size must be positive for qwen3_5_moe, got {}",
+                m.shared_expert_intermediate_size
+            ));
         }
         let pos = [
             ("num_experts", m.num_experts),
@@ -489,9 +552,10 @@ impl ModelConfig {
             "qwen3" => Ok(Arch::Qwen3),
             "qwen3_moe" => Ok(Arch::Qwen3Moe),
             "qwen3_5_text" => Ok(Arch::Qwen3_5),
+            "qwen3_5_moe_text" => Ok(Arch::Qwen3_5Moe),
             other => Err(format!(
                 "model_type `{other}` is not supported (llama, qwen2, qwen3, qwen3_moe, \
-                 qwen3_5 / qwen3_5_text)"
+                 qwen3_5 / qwen3_5_text, qwen3_5_moe / qwen3_5_moe_text)"
             )),
         }
     }
@@ -529,7 +593,7 @@ impl ModelConfig {
     pub fn qk_norm(&self) -> bool {
         matches!(
             self.model_type.as_str(),
-            "qwen3" | "qwen3_moe" | "qwen3_5_text"
+            "qwen3" | "qwen3_moe" | "qwen3_5_text" | "qwen3_5_moe_text"
         )
     }
 
@@ -555,7 +619,12 @@ impl ModelConfig {
         }
         let dense = 3 * h * i + if self.mlp_bias { 2 * i + h } else { 0 };
         let m = &self.moe;
-        let sparse = m.num_experts * (h + 3 * h * m.moe_intermediate_size);
+        let shared = if m.shared_expert_intermediate_size > 0 {
+            3 * h * m.shared_expert_intermediate_size + h
+        } else {
+            0
+        };
+        let sparse = m.num_experts * (h + 3 * h * m.moe_intermediate_size) + shared;
         let l = &self.linear;
         let nv = l.linear_num_value_heads;
         let linear = h * l.conv_dim()

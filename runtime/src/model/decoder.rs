@@ -126,6 +126,13 @@ pub fn param_shapes(
                     false,
                 );
             }
+            let si = m.shared_expert_intermediate_size;
+            if si > 0 {
+                linear(&mut out, n("mlp.shared_expert.gate_proj"), (h, si), false);
+                linear(&mut out, n("mlp.shared_expert.up_proj"), (h, si), false);
+                linear(&mut out, n("mlp.shared_expert.down_proj"), (si, h), false);
+                linear(&mut out, n("mlp.shared_expert_gate"), (h, 1), false);
+            }
         } else {
             linear(&mut out, n("mlp.gate_proj"), (h, i), cfg.mlp_bias);
             linear(&mut out, n("mlp.up_proj"), (h, i), cfg.mlp_bias);

@@ -9,6 +9,10 @@
 //! a loop of every expert over every token). All steps are differentiable; the router's
 //! gradient reaches it through the routing weights, as in transformers. The load-balancing
 //! auxiliary loss (`output_router_logits`) is not computed here.
+//!
+//! Qwen3.5-MoE adds a shared expert (`mlp.shared_expert`, a SwiGLU MLP of
+//! `shared_expert_intermediate_size` every token runs through) scaled per token by
+//! `sigmoid(mlp.shared_expert_gate(x))`.
 use tch::nn::Path;
 use tch::{Kind, Tensor};
 
@@ -20,6 +24,8 @@ use super::layers::{Linear, Split};
 pub struct SparseMoe {
     gate: Linear,
     experts: Vec<Mlp>,
+    /// Qwen3.5-MoE's shared expert and its gate (hidden -> 1).
+    shared: Option<(Mlp, Linear)>,
     top_k: i64,
     norm_topk_prob: bool,
 }
@@ -47,9 +53,23 @@ impl SparseMoe {
                 Mlp::build(&p / "experts" / e, at, &prefix, dims)
             })
             .collect::<Result<_, _>>()?;
+        let shared = if m.shared_expert_intermediate_size > 0 {
+            let dims = (h, m.shared_expert_intermediate_size, false);
+            let mlp = Mlp::build(&p / "shared_expert", at, "mlp.shared_expert", dims)?;
+            let gate = at.linear(
+                &p / "shared_expert_gate",
+                "mlp.shared_expert_gate",
+                (h, 1, false),
+                Split::Whole,
+            )?;
+            Some((mlp, gate))
+        } else {
+            None
+        };
         Ok(SparseMoe {
             gate,
             experts,
+            shared,
             top_k: m.num_experts_per_tok,
             norm_topk_prob: m.norm_topk_prob,
         })
@@ -87,8 +107,13 @@ impl SparseMoe {
         }
         let expert_out = Tensor::cat(&outputs, 0);
         let pair_weights = weights.reshape([-1]).index_select(0, &order).unsqueeze(-1);
-        flat.zeros_like()
-            .index_add(0, &tokens, &(expert_out * pair_weights))
-            .reshape(shape)
+        let routed = flat
+            .zeros_like()
+            .index_add(0, &tokens, &(expert_out * pair_weights));
+        let out = match &self.shared {
+            Some((mlp, gate)) => routed + gate.forward(&flat).sigmoid() * mlp.forward(&flat),
+            None => routed,
+        };
+        out.reshape(shape)
     }
 }

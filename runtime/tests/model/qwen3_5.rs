@@ -1,4 +1,5 @@
-//! Qwen3.5's text model (Gated DeltaNet + gated attention) against transformers 5.x's
+//! Qwen3.5's text model (Gated DeltaNet + gated attention), dense and MoE (routed experts
+//! plus a gated shared expert), against transformers 5.x's
 //! plain-torch path (tests/oracle/qwen3_5_oracle.py): logits of a left-padded batch longer
 //! than one 64-token chunk and of an unpadded one, every parameter's gradient, greedy
 //! generation token for token through the rollout (KV cache and recurrent state), and the
@@ -23,45 +24,52 @@ fn oracle_dir() -> PathBuf {
     .clone()
 }
 
-fn model() -> runtime::model::LoadedModel<runtime::model::CausalLm> {
-    let dir = oracle_dir().join("qwen3_5");
+/// The oracle's models: dense Qwen3.5 and Qwen3.5-MoE.
+const KINDS: [&str; 2] = ["qwen3_5", "qwen3_5_moe"];
+
+fn model_of(kind: &str) -> runtime::model::LoadedModel<runtime::model::CausalLm> {
+    let dir = oracle_dir().join(kind);
     from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap()
 }
 
-fn reference() -> std::collections::HashMap<String, Tensor> {
-    oracle::read(&oracle_dir().join("qwen3_5_ref.safetensors"))
+fn reference_of(kind: &str) -> std::collections::HashMap<String, Tensor> {
+    oracle::read(&oracle_dir().join(format!("{kind}_ref.safetensors")))
 }
 
 #[test]
 fn logits_match_transformers() {
-    let (loaded, r) = (model(), reference());
-    let m = &loaded.model;
-    assert_eq!(
-        m.config.linear.layer_types,
-        [
-            "linear_attention",
-            "full_attention",
-            "linear_attention",
-            "full_attention"
-        ]
-    );
-    assert_eq!(m.config.rotary_dim(), 8);
-    let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
-    let logits = tch::no_grad(|| m.forward(ids, get(&r, "position_ids"), Some(mask), None));
-    let d = oracle::max_abs_diff_masked(&logits, get(&r, "logits"), mask);
-    assert!(d <= 1e-4, "padded logits differ by {d}");
-    let nopad = get(&r, "nopad_input_ids");
-    let pos = Tensor::arange(nopad.size()[1], (Kind::Int64, Device::Cpu))
-        .unsqueeze(0)
-        .expand_as(nopad);
-    let logits = tch::no_grad(|| m.forward(nopad, &pos, None, None));
-    let d = oracle::max_abs_diff(&logits, get(&r, "nopad_logits"));
-    assert!(d <= 1e-4, "unpadded logits differ by {d}");
+    for kind in KINDS {
+        let (loaded, r) = (model_of(kind), reference_of(kind));
+        let m = &loaded.model;
+        let types = ["linear_attention", "full_attention"].repeat(2);
+        assert_eq!(m.config.linear.layer_types, types);
+        assert_eq!(m.config.rotary_dim(), 8);
+        assert_eq!(m.config.sparse_layer(0), kind == "qwen3_5_moe");
+        let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
+        let logits = tch::no_grad(|| m.forward(ids, get(&r, "position_ids"), Some(mask), None));
+        let d = oracle::max_abs_diff_masked(&logits, get(&r, "logits"), mask);
+        assert!(d <= 1e-4, "{kind}: padded logits differ by {d}");
+        let nopad = get(&r, "nopad_input_ids");
+        let pos = Tensor::arange(nopad.size()[1], (Kind::Int64, Device::Cpu))
+            .unsqueeze(0)
+            .expand_as(nopad);
+        let logits = tch::no_grad(|| m.forward(nopad, &pos, None, None));
+        let d = oracle::max_abs_diff(&logits, get(&r, "nopad_logits"));
+        assert!(d <= 1e-4, "{kind}: unpadded logits differ by {d}");
+    }
 }
 
 #[test]
 fn every_parameter_gradient_matches_transformers() {
-    let (loaded, r) = (model(), reference());
+    for kind in KINDS {
+        gradients_match(kind);
+    }
+}
+
+/// Every parameter's gradient equals transformers' (an expert no token chose has none here
+/// and zeros in transformers' fused expert tensors).
+fn gradients_match(kind: &str) {
+    let (loaded, r) = (model_of(kind), reference_of(kind));
     let m = &loaded.model;
     let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
     let logits = m.forward(ids, get(&r, "position_ids"), Some(mask), None);
@@ -74,24 +82,36 @@ fn every_parameter_gradient_matches_transformers() {
     let w = (mask.narrow(1, 1, t - 1) * mask.narrow(1, 0, t - 1)).to_kind(Kind::Float);
     let loss = -(lp * &w).sum(Kind::Float) / w.sum(Kind::Float);
     let d = (loss.double_value(&[]) - get(&r, "loss").double_value(&[])).abs();
-    assert!(d <= 1e-5, "loss differs by {d}");
+    assert!(d <= 1e-5, "{kind}: loss differs by {d}");
     loss.backward();
     let vars = loaded.vs.variables();
+    let mut unused = 0;
     for (name, t) in &vars {
         let theirs = r
             .get(&format!("grad.{name}"))
-            .unwrap_or_else(|| panic!("{name}: no gradient in transformers"));
+            .unwrap_or_else(|| panic!("{kind} {name}: no gradient in transformers"));
+        let ours = if t.grad().defined() {
+            t.grad()
+        } else {
+            assert!(name.contains(".mlp.experts."), "{kind} {name}: no gradient");
+            unused += 1;
+            t.zeros_like()
+        };
         let scale = 1.0 + theirs.abs().max().double_value(&[]);
-        let d = oracle::max_abs_diff(&t.grad(), theirs);
-        assert!(d <= 1e-4 * scale, "{name}: gradient differs by {d}");
+        let d = oracle::max_abs_diff(&ours, theirs);
+        assert!(d <= 1e-4 * scale, "{kind} {name}: gradient differs by {d}");
     }
     let listed = r.keys().filter(|k| k.starts_with("grad.")).count();
-    assert_eq!(vars.len(), listed, "every parameter compared");
+    assert_eq!(vars.len(), listed, "{kind}: every parameter compared");
+    eprintln!(
+        "{kind}: {} parameter gradients match ({unused} unused experts)",
+        vars.len()
+    );
 }
 
 #[test]
 fn gated_delta_rule_forms_match_transformers_and_each_other() {
-    let r = reference();
+    let r = reference_of("qwen3_5");
     let g = |k: &str| get(&r, &format!("rule.{k}"));
     let (q, k, v, decay, beta, s0) = (g("q"), g("k"), g("v"), g("g"), g("beta"), g("s0"));
     let (chunk, chunk_state) = chunk_gated_delta_rule(q, k, v, decay, beta, Some(s0));
@@ -134,25 +154,27 @@ fn gated_delta_rule_forms_match_transformers_and_each_other() {
 
 #[test]
 fn greedy_generation_matches_transformers() {
-    let m = model().model;
-    let spec = oracle::json(&oracle_dir().join("qwen3_5_greedy.json"));
-    let prompts: Vec<Vec<i64>> = serde_json::from_value(spec["prompts"].clone()).unwrap();
-    let expected: Vec<Vec<i64>> = serde_json::from_value(spec["outputs"].clone()).unwrap();
-    let params = SamplingParams::greedy(spec["max_new_tokens"].as_u64().unwrap() as usize);
-    let stop = StopTokens {
-        eos: vec![],
-        pad: 0,
-    };
-    let out = generate(&m, &prompts, &params, &stop).unwrap();
-    let got = Vec::<Vec<i64>>::try_from(&out.responses).unwrap();
-    for (i, want) in expected.iter().enumerate() {
-        assert_eq!(&got[i][..want.len()], want.as_slice(), "prompt {i}");
+    for kind in KINDS {
+        let m = model_of(kind).model;
+        let spec = oracle::json(&oracle_dir().join(format!("{kind}_greedy.json")));
+        let prompts: Vec<Vec<i64>> = serde_json::from_value(spec["prompts"].clone()).unwrap();
+        let expected: Vec<Vec<i64>> = serde_json::from_value(spec["outputs"].clone()).unwrap();
+        let params = SamplingParams::greedy(spec["max_new_tokens"].as_u64().unwrap() as usize);
+        let stop = StopTokens {
+            eos: vec![],
+            pad: 0,
+        };
+        let out = generate(&m, &prompts, &params, &stop).unwrap();
+        let got = Vec::<Vec<i64>>::try_from(&out.responses).unwrap();
+        for (i, want) in expected.iter().enumerate() {
+            assert_eq!(&got[i][..want.len()], want.as_slice(), "{kind}: prompt {i}");
+        }
     }
 }
 
 #[test]
 fn cached_decoding_and_packing_equal_the_padded_forward() {
-    let m = model().model;
+    let m = model_of("qwen3_5").model;
     tch::manual_seed(5);
     let (b, p, steps) = (3i64, 9i64, 5i64);
     let ids = Tensor::randint_low(3, 128, [b, p + steps], (Kind::Int64, Device::Cpu));
@@ -196,34 +218,31 @@ fn cached_decoding_and_packing_equal_the_padded_forward() {
 
 #[test]
 fn builtin_tiny_qwen3_5_builds_and_counts_its_parameters() {
-    let cfg = ModelSource::parse("builtin://tiny?arch=qwen3_5")
-        .unwrap()
-        .config()
-        .unwrap();
-    assert_eq!(cfg.model_type, "qwen3_5_text");
-    assert_eq!(
-        cfg.linear.layer_types,
-        [
-            "linear_attention",
-            "linear_attention",
-            "linear_attention",
-            "full_attention"
-        ]
-    );
-    let m = from_pretrained("builtin://tiny?arch=qwen3_5", Device::Cpu, Dtype::Fp32, 1).unwrap();
-    let n: i64 =
-        m.vs.trainable_variables()
-            .iter()
-            .map(|t| t.numel() as i64)
-            .sum();
-    assert_eq!(n, cfg.num_parameters());
-    let listed = runtime::model::decoder::param_shapes(&cfg, 0..4, true, true);
-    let vars = m.vs.variables();
-    for (name, shape) in &listed {
-        assert_eq!(&vars[name].size(), shape, "{name}");
+    for (arch, model_type) in [
+        ("qwen3_5", "qwen3_5_text"),
+        ("qwen3_5_moe", "qwen3_5_moe_text"),
+    ] {
+        let uri = format!("builtin://tiny?arch={arch}");
+        let cfg = ModelSource::parse(&uri).unwrap().config().unwrap();
+        assert_eq!(cfg.model_type, model_type);
+        let mut types = vec!["linear_attention"; 3];
+        types.push("full_attention");
+        assert_eq!(cfg.linear.layer_types, types);
+        let m = from_pretrained(&uri, Device::Cpu, Dtype::Fp32, 1).unwrap();
+        let n: i64 =
+            m.vs.trainable_variables()
+                .iter()
+                .map(|t| t.numel() as i64)
+                .sum();
+        assert_eq!(n, cfg.num_parameters(), "{arch}");
+        let listed = runtime::model::decoder::param_shapes(&cfg, 0..4, true, true);
+        let vars = m.vs.variables();
+        for (name, shape) in &listed {
+            assert_eq!(&vars[name].size(), shape, "{arch} {name}");
+        }
+        assert_eq!(
+            listed.len() + usize::from(!cfg.tie_word_embeddings),
+            vars.len()
+        );
     }
-    assert_eq!(
-        listed.len() + usize::from(!cfg.tie_word_embeddings),
-        vars.len()
-    );
 }

@@ -4,10 +4,12 @@ installs them under .venv/transformers5; the project venv keeps transformers 4.5
 
   models OUT   a tiny random Qwen3_5ForCausalLM (two Gated DeltaNet and two gated attention
                layers, norms and DeltaNet parameters drawn away from their initial values) saved
-               in OUT/qwen3_5, with logits of a left-padded batch longer than one 64-token
-               chunk, every parameter's gradient of a log-prob loss, greedy generations, and
-               the gated delta rule's chunked and recurrent forms on random inputs with an
-               initial state.
+               in OUT/qwen3_5, and a Qwen3_5MoeForCausalLM of the same layers with sparse MLPs
+               (8 experts, top-2, a shared expert) in OUT/qwen3_5_moe; for each, logits of a
+               left-padded batch longer than one 64-token chunk, every parameter's gradient of
+               a log-prob loss and greedy generations (OUT/<name>_ref.safetensors,
+               OUT/<name>_greedy.json); and the gated delta rule's chunked and recurrent forms
+               on random inputs with an initial state (in qwen3_5_ref).
 """
 
 import json
@@ -17,9 +19,31 @@ import sys
 import torch
 
 
-def config():
-    from transformers import Qwen3_5TextConfig
+def config(moe=False):
+    from transformers import Qwen3_5MoeTextConfig, Qwen3_5TextConfig
 
+    if moe:
+        return Qwen3_5MoeTextConfig(
+            vocab_size=128,
+            hidden_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=32,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            tie_word_embeddings=False,
+            pad_token_id=0,
+            max_position_embeddings=512,
+        )
     return Qwen3_5TextConfig(
         vocab_size=128,
         hidden_size=64,
@@ -76,12 +100,21 @@ def greedy(model, prompts, max_new, pad):
 
 
 def models(out):
+    os.makedirs(out, exist_ok=True)
+    for kind in ("qwen3_5", "qwen3_5_moe"):
+        one_model(out, kind)
+
+
+def one_model(out, kind):
     from safetensors.torch import save_file
     from transformers.models.qwen3_5 import modeling_qwen3_5 as m
+    from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as mm
 
-    os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
-    model = m.Qwen3_5ForCausalLM(config()).to(torch.float32).eval()
+    if kind == "qwen3_5_moe":
+        model = mm.Qwen3_5MoeForCausalLM(config(moe=True)).to(torch.float32).eval()
+    else:
+        model = m.Qwen3_5ForCausalLM(config()).to(torch.float32).eval()
     # Move the parameters that start at an identity (zero-centred norms, the gated norm,
     # dt_bias) so that a wrong formula cannot hide behind a zero or a one.
     with torch.no_grad():
@@ -90,7 +123,7 @@ def models(out):
                 p.add_(0.1 * torch.randn_like(p))
             elif name.endswith("conv1d.weight"):
                 p.normal_(0.0, 0.3)
-    path = os.path.join(out, "qwen3_5")
+    path = os.path.join(out, kind)
     model.save_pretrained(path, safe_serialization=True)
 
     gen = torch.Generator().manual_seed(1)
@@ -117,10 +150,34 @@ def models(out):
     loss.backward()
     tensors["loss"] = loss.detach()
     for name, p in model.named_parameters():
-        if p.grad is not None:
+        if p.grad is None:
+            continue
+        # transformers 5 holds experts fused ([E, 2I, H] gate and up, [E, H, I] down); the
+        # checkpoint (and verlc) name them per expert.
+        prefix, _, leaf = name.rpartition(".")
+        if leaf == "gate_up_proj":
+            inter = p.shape[1] // 2
+            for e in range(p.shape[0]):
+                tensors[f"grad.{prefix}.{e}.gate_proj.weight"] = p.grad[e, :inter].contiguous()
+                tensors[f"grad.{prefix}.{e}.up_proj.weight"] = p.grad[e, inter:].contiguous()
+        elif leaf == "down_proj" and prefix.endswith(".experts"):
+            for e in range(p.shape[0]):
+                tensors[f"grad.{prefix}.{e}.down_proj.weight"] = p.grad[e].contiguous()
+        else:
             tensors["grad." + name] = p.grad.contiguous()
     model.eval()
+    if kind == "qwen3_5":
+        rule_tensors(gen, m, tensors)
+    save_file(tensors, os.path.join(out, f"{kind}_ref.safetensors"))
 
+    prompts = [torch.randint(3, 128, (n,), generator=gen).tolist() for n in (6, 3, 9, 1)]
+    with torch.no_grad():
+        outputs = greedy(model, prompts, 16, 0)
+    with open(os.path.join(out, f"{kind}_greedy.json"), "w") as f:
+        json.dump({"prompts": prompts, "max_new_tokens": 16, "pad": 0, "outputs": outputs}, f)
+
+
+def rule_tensors(gen, m, tensors):
     # The two forms of the gated delta rule, from a non-zero state, over 100 tokens.
     b, t, h, dk, dv = 2, 100, 3, 16, 8
     q, k = torch.randn(b, t, h, dk, generator=gen), torch.randn(b, t, h, dk, generator=gen)
@@ -141,13 +198,6 @@ def models(out):
             "rule.recurrent": rec.contiguous(), "rule.recurrent_state": rec_state.contiguous(),
         }
     )
-    save_file(tensors, os.path.join(out, "qwen3_5_ref.safetensors"))
-
-    prompts = [torch.randint(3, 128, (n,), generator=gen).tolist() for n in (6, 3, 9, 1)]
-    with torch.no_grad():
-        outputs = greedy(model, prompts, 16, 0)
-    with open(os.path.join(out, "qwen3_5_greedy.json"), "w") as f:
-        json.dump({"prompts": prompts, "max_new_tokens": 16, "pad": 0, "outputs": outputs}, f)
 
 
 if __name__ == "__main__":
