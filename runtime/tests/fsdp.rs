@@ -28,6 +28,12 @@ const MICRO: usize = 2;
 /// A tiny Qwen3-MoE: 4 experts, top-2, in both layers.
 const MOE_MODEL: &str = "builtin://tiny?arch=qwen3_moe&layers=2&hidden=32&heads=4&kv_heads=2&intermediate=64&experts=4&experts_per_tok=2&moe_intermediate=16";
 
+/// A tiny Qwen3.5-MoE: three Gated DeltaNet layers and a gated attention layer, every MLP
+/// sparse (4 experts, top-3, so every expert sees tokens in every step: an expert no token
+/// chose has no gradient on one process, which AdamW skips, while FSDP's flat shard steps it
+/// with a zero gradient, as PyTorch's FSDP does) with a shared expert.
+const QWEN3_5_MODEL: &str = "builtin://tiny?arch=qwen3_5_moe&layers=4&hidden=32&heads=4&kv_heads=2&experts=4&experts_per_tok=3&moe_intermediate=16";
+
 fn settings(dtype: Dtype, offload: bool) -> EngineSettings {
     settings_for(MODEL, dtype, offload)
 }
@@ -331,6 +337,21 @@ rank_test!(fsdp_moe_matches_single_engine, 2, |pg| {
     let (losses, e) = fsdp_run_for(&pg, MOE_MODEL, Dtype::Fp32, false);
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
+});
+
+// Qwen3.5's DeltaNet state and conv run within each rank's own rows; its parameters (conv,
+// A_log, dt_bias, gated norms, shared expert) shard like any other.
+rank_test!(fsdp_qwen3_5_moe_matches_single_engine, 2, |pg| {
+    let (ref_losses, ref_w, _) = single_run_for(QWEN3_5_MODEL, Dtype::Fp32);
+    assert!(
+        ref_losses[STEPS - 1] < ref_losses[0] * 0.8,
+        "the reference does not learn: {ref_losses:?}"
+    );
+    assert!(ref_w.iter().any(|(n, _)| n.ends_with("linear_attn.A_log")));
+    let (losses, e) = fsdp_run_for(&pg, QWEN3_5_MODEL, Dtype::Fp32, false);
+    assert_close("loss", &losses, &ref_losses, 2e-5);
+    // 20 AdamW steps of reduction-order rounding: 2.1e-5 at most (in_proj_a).
+    assert_weights(&e.full_params().expect("gather"), &ref_w, 5e-5);
 });
 
 rank_test!(fsdp_without_checkpointing_matches_with_it, 2, |pg| {
