@@ -1,6 +1,6 @@
 //! What builds runs as written: verl 0.7.0's example launch configs
-//! (`tests/fixtures/verl_examples/overrides.json`), retargeted to the built-in tiny model and
-//! task on 2 CPU ranks, either lower to a spec (what `verlc build` accepts) or are refused
+//! (`tests/fixtures/verl_examples/overrides.json`), retargeted to the built-in tiny model of
+//! the family each names (dense, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE) and task on 2 CPU ranks, either lower to a spec (what `verlc build` accepts) or are refused
 //! with B/V/S diagnostics at the lines that decided them; every spec that lowers starts on 2
 //! rank processes (what a trainer binary runs: `runtime::trainer::run_with` with the strategy's
 //! roles) and trains two steps. Nothing is refused at start-up.
@@ -30,6 +30,40 @@ use crate::support::{quiet, repo, scratch};
 /// Two layers and two key/value heads: pipeline and tensor parallelism of 2 have a layer and
 /// a head each.
 const TINY: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2'";
+/// The tiny models of the families verl's examples train besides dense Qwen2/Qwen3: Qwen3-MoE,
+/// Qwen3.5 (four layers: three Gated DeltaNet, one gated attention) and Qwen3.5-MoE.
+const TINY_QWEN3_MOE: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
+const TINY_QWEN3_5: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5'";
+const TINY_QWEN3_5_MOE: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
+
+/// The tiny model of the family an example's model path names (by its Hub-style name:
+/// `Qwen3.5-35B-A3B` is a Qwen3.5-MoE, `Qwen3-30B-A3B` a Qwen3-MoE); the dense tiny model
+/// for the rest.
+fn tiny_for(overrides: &[String]) -> &'static str {
+    let path = overrides
+        .iter()
+        .find_map(|o| o.strip_prefix("actor_rollout_ref.model.path="))
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
+    match (qwen3_5, is_moe_name(&path)) {
+        (true, true) => TINY_QWEN3_5_MOE,
+        (true, false) => TINY_QWEN3_5,
+        (false, true) if path.contains("qwen3") => TINY_QWEN3_MOE,
+        _ => TINY,
+    }
+}
+
+/// A mixture-of-experts model by name: `moe`, or an active-parameter tag like `A3B`.
+fn is_moe_name(path: &str) -> bool {
+    path.contains("moe")
+        || path.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| {
+            w.len() > 2
+                && w.starts_with('a')
+                && w.ends_with('b')
+                && w[1..w.len() - 1].chars().all(|c| c.is_ascii_digit())
+        })
+}
 const WORLD: usize = 2;
 const CHILD: &str = "examples::example_rank_child";
 const SPEC_ENV: &str = "VERLC_EXAMPLE_SPEC";
@@ -43,7 +77,7 @@ enum Layout {
     V09,
 }
 
-fn retarget(dir: &std::path::Path, layout: Layout) -> Vec<String> {
+fn retarget(dir: &std::path::Path, layout: Layout, policy: &str) -> Vec<String> {
     let mut o: Vec<String> = [
         "trainer.device=cpu",
         "trainer.nnodes=1",
@@ -77,8 +111,8 @@ fn retarget(dir: &std::path::Path, layout: Layout) -> Vec<String> {
     ]
     .map(str::to_owned)
     .to_vec();
-    o.push(format!("actor_rollout_ref.model.path={TINY}"));
-    o.push(format!("critic.model.path={TINY}"));
+    o.push(format!("actor_rollout_ref.model.path={policy}"));
+    o.push(format!("critic.model.path={policy}"));
     if layout == Layout::V09 {
         // 0.7.1+'s reward section (the top-level reward keys are null stubs there).
         o.push("reward.custom_reward_function.path=null".into());
@@ -220,7 +254,9 @@ fn clip_parallel(overrides: &mut [String]) {
 fn signature(s: &TrainerSpec) -> String {
     let engine = |e: &verlc_spec::trainer::EngineSpec| serde_json::to_string(e).unwrap_or_default();
     format!(
-        "{} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {:?} {:?} | {} {}",
+        "{} {} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {:?} {:?} | {} {}",
+        // The model family (its tiny model), so each family's examples run.
+        s.actor.model_path,
         s.binding,
         s.algorithm.estimator,
         s.actor.update.loss_mode,
@@ -306,19 +342,27 @@ struct Lowered {
     refused: BTreeMap<String, Vec<String>>,
 }
 
-/// Whether verlc implements the model an example trains, told from its `model.path` (the
-/// examples name Hub ids or local copies of them): Llama, Qwen2/2.5 and Qwen3 dense, and Qwen3
-/// mixture-of-experts on FSDP. Qwen3.5, Qwen3-Next, vision-language models, DeepSeek-style and
-/// other families are not (yet), nor mixture-of-experts on Megatron.
+/// Whether verlc implements the model an example trains and the engine it trains it with,
+/// told from its `model.path` (the examples name Hub ids or local copies of them) and its
+/// `model_engine`: Llama, Qwen2/2.5 and Qwen3 dense on FSDP and Megatron; Qwen3-MoE, Qwen3.5
+/// and Qwen3.5-MoE on FSDP. Qwen3-Next, vision-language models, DeepSeek-style and other
+/// families are not (yet), nor experts or Gated DeltaNet layers on Megatron, nor the engines
+/// of 0.8+ verlc does not lower (VeOmni, TorchTitan, MindSpeed, AutoModel: one B018 each).
 fn implements_model(overrides: &[String], config_name: &str) -> bool {
+    let foreign_engine = overrides.iter().any(|o| {
+        o.trim_start_matches('+')
+            .strip_prefix("model_engine=")
+            .is_some_and(|e| !matches!(e, "dp" | "fsdp" | "megatron"))
+    });
+    if foreign_engine {
+        return false;
+    }
     let path = overrides
         .iter()
         .find_map(|o| o.strip_prefix("actor_rollout_ref.model.path="))
         .unwrap_or_default()
         .to_ascii_lowercase();
     const NOT: &[&str] = &[
-        "qwen3.5",
-        "qwen3_5",
         "qwen3-next",
         "-vl",
         "_vl",
@@ -342,14 +386,9 @@ fn implements_model(overrides: &[String], config_name: &str) -> bool {
         || overrides
             .iter()
             .any(|o| o == "model_engine=megatron" || o.ends_with("actor.strategy=megatron"));
-    let moe = path.contains("moe")
-        || path.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| {
-            w.len() > 2
-                && w.starts_with('a')
-                && w.ends_with('b')
-                && w[1..w.len() - 1].chars().all(|c| c.is_ascii_digit())
-        });
-    !(megatron && moe)
+    // Experts and Gated DeltaNet layers run on the FSDP strategy only.
+    let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
+    !(megatron && (is_moe_name(&path) || qwen3_5))
 }
 
 /// Lowers every call of `fixture` (composed on `tree`, or verlc's built-in tree), retargeted;
@@ -421,7 +460,8 @@ fn lower_fixture(
         out.accepted += 1;
         let implemented = implements_model(&overrides, &base);
         out.implemented += usize::from(implemented);
-        overrides.extend(retarget(dir, layout));
+        let policy = tiny_for(&overrides);
+        overrides.extend(retarget(dir, layout, policy));
         // A custom reward function of the example (a file of its repository) becomes one that
         // returns a dict of components (as GDPO and DAPO's filtering read them).
         let custom = overrides.iter().any(|o| {
@@ -451,7 +491,29 @@ fn lower_fixture(
             ));
         }
         clip_parallel(&mut overrides);
-        match lower_request(&request(overrides)) {
+        let lowered = match lower_request(&request(overrides)) {
+            // What `verlc build` checks after lowering (and downloading): the model family
+            // under the bound strategy (experts and Gated DeltaNet layers on FSDP only).
+            SpecOutcome::Ok { spec, checked } => {
+                let env = verlc_hub::HubEnv::from_env();
+                let problems = verlc::plan::models::model_problems(&spec, &env);
+                if problems.is_empty() {
+                    SpecOutcome::Ok { spec, checked }
+                } else {
+                    let codes: Vec<String> = problems
+                        .iter()
+                        .map(|p| format!("{} {}", p.code.0, p.key))
+                        .collect();
+                    out.refused
+                        .entry(codes.join(", "))
+                        .or_default()
+                        .push(script.clone());
+                    continue;
+                }
+            }
+            other => other,
+        };
+        match lowered {
             SpecOutcome::Ok { spec, .. } => {
                 out.built += 1;
                 out.implemented_built += usize::from(implemented);
@@ -514,20 +576,29 @@ fn verl_examples_that_build_start_and_train_two_steps() {
     }
     for (release, l) in &releases {
         eprintln!(
-            "verl {release} examples: {} of {} that compose build ({} of the {} whose model verlc implements); refused: {:#?}",
+            "verl {release} examples: {} of {} that compose build ({} of the {} whose model and engine verlc implements); refused: {:#?}",
             l.built, l.accepted, l.implemented_built, l.implemented, l.refused
         );
         // The bar of the Hub/reward-model and verl-releases issues: at least 80% of the calls
         // whose model verlc implements.
         assert!(
             l.implemented_built * 5 >= l.implemented * 4,
-            "only {} of {} of verl {release}'s examples (with models verlc implements) build once retargeted; refused: {:#?}",
+            "only {} of {} of verl {release}'s examples (with models and engines verlc implements) build once retargeted; refused: {:#?}",
             l.implemented_built,
             l.implemented,
             l.refused
         );
     }
     eprintln!("{} distinct runs", runs.len());
+    // Each family the examples train runs on its tiny model.
+    for tiny in [TINY, TINY_QWEN3_MOE, TINY_QWEN3_5, TINY_QWEN3_5_MOE] {
+        let n = runs
+            .values()
+            .filter(|(_, s)| s.actor.model_path == tiny.trim_matches('\''))
+            .count();
+        eprintln!("  {n} runs on {tiny}");
+        assert!(n > 0, "no example runs on {tiny}");
+    }
     // What the 2 ranks run: how many runs split sequences (Ulysses) or the model (Megatron).
     let split = |f: &dyn Fn(&verlc_spec::trainer::EngineSpec) -> bool| {
         runs.values().filter(|(_, s)| f(&s.actor.engine)).count()
