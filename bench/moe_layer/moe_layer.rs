@@ -70,7 +70,12 @@ fn main() {
         }
     }
     times.sort_by(f64::total_cmp);
-    let check = tch::no_grad(|| moe.forward(&x).to_kind(Kind::Double).abs().sum(Kind::Double));
+    let check = tch::no_grad(|| {
+        moe.forward(&x)
+            .to_kind(Kind::Double)
+            .abs()
+            .sum(Kind::Double)
+    });
     println!("threads={}", tch::get_num_threads());
     println!("checksum={:.6}", check.double_value(&[]));
     println!("step_ms={:.3}", times[times.len() / 2] * 1e3);

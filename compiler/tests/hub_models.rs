@@ -146,9 +146,10 @@ fn build_reports_an_unavailable_hub_model_at_its_line_before_compiling() {
     assert!(!dir.path().join("t").exists());
 }
 
-// A family the trainer's decoder does not implement, a Qwen3-MoE or Qwen3.5 checkpoint on the
-// Megatron strategy (they run on FSDP only), and a Qwen3.5 under Ulysses (its recurrent state
-// runs along the whole sequence) are refused by `verlc build` at the key that names the
+// A family the trainer's decoder does not implement, a Qwen3-MoE checkpoint with Megatron
+// expert parallelism (experts are split over TP only), a Qwen3.5 on the Megatron strategy
+// (FSDP only), and a Qwen3.5 under Ulysses (its recurrent state runs along the whole
+// sequence) are refused by `verlc build` at the key that names the
 // model, before compiling: the trainer never finds out at start-up.
 #[test]
 fn build_refuses_a_model_the_bound_strategy_does_not_run() {
@@ -168,8 +169,8 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
             "quickstart_megatron.yaml",
             "qwen3_moe",
             "megatron",
-            &[],
-            "FSDP strategy only",
+            &["actor_rollout_ref.actor.megatron.expert_model_parallel_size=2"],
+            "expert_model_parallel_size = 2 is not implemented",
         ),
         (
             "quickstart_megatron.yaml",

@@ -135,6 +135,14 @@ pub struct MegatronEngineSpec {
     /// Gradient buffers in host memory between phases (verl's `megatron.grad_offload`).
     #[serde(default)]
     pub grad_offload: bool,
+    /// `expert_model_parallel_size`: experts split over this many ranks. The engine runs 1
+    /// (every rank holds every expert, split by tensor parallelism); the build refuses more
+    /// for a mixture-of-experts model.
+    #[serde(default = "one")]
+    pub expert_parallel: usize,
+    /// `expert_tensor_parallel_size` (`None`: Megatron's default, the tensor-parallel size).
+    #[serde(default)]
+    pub expert_tensor_parallel: Option<usize>,
 }
 
 impl EngineSpec {

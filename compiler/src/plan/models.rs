@@ -25,8 +25,8 @@ const DECODERS: [&str; 8] = [
     "qwen3_5_moe_text",
 ];
 
-/// Model types with mixture-of-experts layers, which the Megatron engines do not run yet
-/// (expert parallelism is not implemented): they train on the FSDP strategy.
+/// Model types with mixture-of-experts layers: on the Megatron strategy their experts are
+/// split over tensor parallelism only (expert parallelism is not implemented).
 const MOE_DECODERS: [&str; 3] = ["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text"];
 
 /// Model types with linear-attention (Gated DeltaNet) layers: their recurrent state runs
@@ -159,7 +159,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 key,
                 message: format!("the model cannot be built: {why}"),
                 label: "model named here",
-                help: "name a Llama, Qwen2, Qwen3, Qwen3-MoE or Qwen3.5 checkpoint (Qwen3-MoE and Qwen3.5 with `strategy: fsdp` or `fsdp2`; Qwen3.5 without Ulysses)",
+                help: "name a Llama, Qwen2, Qwen3, Qwen3-MoE or Qwen3.5 checkpoint (Qwen3.5 with `strategy: fsdp` or `fsdp2` and without Ulysses; Qwen3-MoE on Megatron with expert_model_parallel_size 1)",
             }),
     );
     if out.is_empty()
@@ -201,9 +201,19 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
     let mut out: Vec<(&'static str, String)> = Vec::new();
     let megatron = spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron;
     for (key, path) in paths {
-        let ulysses = role_engine(spec, key).map_or(1, |e| e.ulysses());
-        let layout =
-            |name: &str, model_type: &str| layout_problem(name, model_type, megatron, ulysses);
+        let engine = role_engine(spec, key);
+        let ulysses = engine.map_or(1, |e| e.ulysses());
+        let experts = match engine {
+            Some(verlc_spec::trainer::EngineSpec::Megatron(m)) => (
+                m.expert_parallel,
+                m.expert_tensor_parallel,
+                m.tensor_parallel,
+            ),
+            _ => (1, None, 1),
+        };
+        let layout = |name: &str, model_type: &str| {
+            layout_problem(name, model_type, megatron, ulysses, experts)
+        };
         let why = match locate(path, None, env) {
             Ok(ModelLocation::Builtin) => builtin_arch(path).and_then(|a| layout(path, &a)),
             Err(_) => None,
@@ -235,13 +245,28 @@ fn role_engine<'a>(
     }
 }
 
-/// Why a model of `model_type` cannot train in this layout (the Megatron strategy, Ulysses
-/// of degree `ulysses`), if it cannot.
-fn layout_problem(model: &str, model_type: &str, megatron: bool, ulysses: usize) -> Option<String> {
-    if megatron && MOE_DECODERS.contains(&model_type) {
-        return Some(moe_on_megatron(model, model_type));
-    }
+/// Why a model of `model_type` cannot train in this layout (the Megatron strategy with its
+/// `(expert parallel, expert tensor parallel, tensor parallel)` degrees, Ulysses of degree
+/// `ulysses`), if it cannot.
+fn layout_problem(
+    model: &str,
+    model_type: &str,
+    megatron: bool,
+    ulysses: usize,
+    (ep, etp, tp): (usize, Option<usize>, usize),
+) -> Option<String> {
     let linear = LINEAR_ATTENTION_DECODERS.contains(&model_type);
+    if megatron && MOE_DECODERS.contains(&model_type) && !linear {
+        if ep > 1 {
+            let setting = format!("expert_model_parallel_size = {ep}");
+            return Some(moe_on_megatron(model, model_type, &setting));
+        }
+        if let Some(etp) = etp.filter(|e| *e != tp) {
+            let setting = format!("expert_tensor_parallel_size = {etp} with tensor parallel {tp}");
+            return Some(moe_on_megatron(model, model_type, &setting));
+        }
+        return None;
+    }
     if linear && megatron {
         return Some(format!(
             "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc runs it on the FSDP strategy only"
@@ -264,9 +289,9 @@ fn builtin_arch(uri: &str) -> Option<String> {
     Some(arch.to_owned())
 }
 
-fn moe_on_megatron(model: &str, model_type: &str) -> String {
+fn moe_on_megatron(model: &str, model_type: &str, setting: &str) -> String {
     format!(
-        "{model} is a mixture-of-experts model (`{model_type}`); verlc runs its experts on the FSDP strategy only (Megatron expert parallelism is not implemented yet)"
+        "{model} is a mixture-of-experts model (`{model_type}`); verlc's Megatron engine splits its experts over tensor parallelism only (expert tensor parallel = TP, expert parallel 1): {setting} is not implemented"
     )
 }
 

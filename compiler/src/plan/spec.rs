@@ -1040,8 +1040,9 @@ fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
                     "set it to 1",
                 );
             }
-            // Expert parallel degrees place expert layers only: verlc's models are dense (the
-            // build refuses a mixture-of-experts config.json), so they change nothing.
+            // Expert degrees place expert layers only: nothing for a dense model. For a
+            // mixture-of-experts model the build's model check (plan::models) refuses what the
+            // engine cannot honour (expert parallelism > 1, expert TP other than TP).
             for (set, name) in [
                 (
                     m.expert_model_parallel_size > 1,
@@ -1055,7 +1056,7 @@ fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
                 if set {
                     l.no_effect(
                         &key(name),
-                        format!("`{}` has no effect: verlc's models are dense, with no expert layers to place", key(name)),
+                        format!("`{}` places expert layers: a dense model has none (for a mixture-of-experts model, `verlc build` refuses what its engine cannot honour)", key(name)),
                     );
                 }
             }
@@ -1086,6 +1087,10 @@ fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
                 optimizer_offload: flags.optimizer,
                 param_offload: flags.params,
                 grad_offload: flags.grads,
+                expert_parallel: usize::try_from(m.expert_model_parallel_size.max(1)).unwrap_or(1),
+                expert_tensor_parallel: m
+                    .expert_tensor_parallel_size
+                    .and_then(|v| usize::try_from(v).ok()),
             })
         }
         Some(Engine::Fsdp(f)) => {

@@ -326,7 +326,11 @@ impl ParallelModel {
                 || name == "model.norm.weight"
                 || name.ends_with("o_proj.bias")
                 || name.ends_with("down_proj.bias");
-            tp_active && (per_head || (self.sequence_parallel && on_chunks))
+            // A router's logits weigh each rank's partial expert outputs: its weight's
+            // gradient is partial on every TP rank (see `model::moe::SparseMoe::partial`).
+            let router = name.ends_with("mlp.gate.weight")
+                || name.ends_with("mlp.shared_expert_gate.weight");
+            tp_active && (per_head || router || (self.sequence_parallel && on_chunks))
         };
         self.names
             .iter()

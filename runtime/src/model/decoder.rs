@@ -199,12 +199,22 @@ impl Mlp {
     }
 
     /// The input of `down_proj` (this rank's part of the intermediate size).
-    fn core(&self, x: &Tensor) -> Tensor {
+    pub(crate) fn core(&self, x: &Tensor) -> Tensor {
         self.gate_proj.forward(x).silu() * self.up_proj.forward(x)
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
         self.down_proj.forward(&self.core(x))
+    }
+
+    /// This rank's partial output (row-split `down_proj` before the sum over the group).
+    pub(crate) fn partial(&self, x: &Tensor) -> Tensor {
+        self.down_proj.partial(&self.core(x))
+    }
+
+    /// Whether `down_proj` is split by rows (tensor parallelism).
+    pub(crate) fn is_split(&self) -> bool {
+        self.down_proj.split == Split::Rows
     }
 }
 
@@ -559,7 +569,9 @@ impl DecoderLayer {
         let m = regions.enter(self.post_attention_layernorm.forward(&h1))?;
         let out = match &self.mlp {
             FeedForward::Dense(mlp) => regions.exit(&mlp.down_proj, &mlp.core(&m))?,
-            // Whole experts on every rank (built only without tensor parallelism).
+            // Experts split like dense MLPs (Megatron's expert tensor parallelism = TP): the
+            // weighted partial outputs of all experts are reduced once.
+            FeedForward::Sparse(moe) if moe.is_split() => regions.reduce(moe.partial(&m))?,
             FeedForward::Sparse(moe) => moe.forward(&m),
         };
         Ok(&h1 + out)

@@ -209,6 +209,9 @@ pub trait Regions {
     /// Out of the row-split layer `row` applied to `x`: its whole output (or this rank's chunk
     /// of the sequence), bias included.
     fn exit(&mut self, row: &Linear, x: &Tensor) -> Result<Tensor, Self::Error>;
+    /// Out of row-split layers whose partial outputs the caller has combined already (a
+    /// mixture-of-experts block's weighted experts): the sum over the group, without bias.
+    fn reduce(&mut self, partial: Tensor) -> Result<Tensor, Self::Error>;
 }
 
 /// Whole weights on one rank: every boundary is the identity and a row layer is a plain
@@ -225,6 +228,10 @@ impl Regions for Replicated {
 
     fn exit(&mut self, row: &Linear, x: &Tensor) -> Result<Tensor, Infallible> {
         Ok(row.forward(x))
+    }
+
+    fn reduce(&mut self, partial: Tensor) -> Result<Tensor, Infallible> {
+        Ok(partial)
     }
 }
 

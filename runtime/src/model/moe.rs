@@ -32,12 +32,6 @@ pub struct SparseMoe {
 
 impl SparseMoe {
     pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
-        if at.tp > 1 {
-            return Err(format!(
-                "layer {}: mixture-of-experts layers under tensor parallelism are not implemented",
-                at.index
-            ));
-        }
         let m = &cfg.moe;
         let h = cfg.hidden_size;
         let gate = at.linear(
@@ -75,8 +69,28 @@ impl SparseMoe {
         })
     }
 
-    /// `x` (…, hidden) -> (…, hidden).
+    /// Whether the experts are split over a tensor-parallel group (their `down_proj` by
+    /// rows): then [`SparseMoe::partial`] is this rank's share of the output.
+    pub fn is_split(&self) -> bool {
+        self.experts.first().is_some_and(Mlp::is_split)
+    }
+
+    /// `x` (…, hidden) -> (…, hidden), with whole experts.
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.combine(x, Mlp::forward)
+    }
+
+    /// This rank's partial output under tensor parallelism (every expert's row-split
+    /// `down_proj` before the sum over the group): routing is computed on the replicated
+    /// input alike on every rank, so the routed sum of partial outputs sums to the whole.
+    /// The router's (and the shared-expert gate's) weight gradient is then partial per rank
+    /// and summed over the group by the engine.
+    pub fn partial(&self, x: &Tensor) -> Tensor {
+        self.combine(x, Mlp::partial)
+    }
+
+    /// The block with each expert's output given by `expert`.
+    fn combine(&self, x: &Tensor, expert_fn: impl Fn(&Mlp, &Tensor) -> Tensor) -> Tensor {
         let shape = x.size();
         let hidden = shape.last().copied().unwrap_or(0);
         let flat = x.reshape([-1, hidden]);
@@ -99,9 +113,9 @@ impl SparseMoe {
         let counts = Vec::<i64>::try_from(&counts).unwrap_or_default();
         let mut outputs = Vec::with_capacity(self.experts.len());
         let mut start = 0;
-        for (expert, &n) in self.experts.iter().zip(&counts) {
+        for (mlp, &n) in self.experts.iter().zip(&counts) {
             if n > 0 {
-                outputs.push(expert.forward(&rows.narrow(0, start, n)));
+                outputs.push(expert_fn(mlp, &rows.narrow(0, start, n)));
                 start += n;
             }
         }
@@ -111,7 +125,7 @@ impl SparseMoe {
             .zeros_like()
             .index_add(0, &tokens, &(expert_out * pair_weights));
         let out = match &self.shared {
-            Some((mlp, gate)) => routed + gate.forward(&flat).sigmoid() * mlp.forward(&flat),
+            Some((mlp, gate)) => routed + gate.forward(&flat).sigmoid() * expert_fn(mlp, &flat),
             None => routed,
         };
         out.reshape(shape)

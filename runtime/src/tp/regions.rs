@@ -50,13 +50,16 @@ impl Regions for TrainingRegions<'_> {
     }
 
     fn exit(&mut self, row: &Linear, x: &Tensor) -> Result<Tensor> {
-        let partial = row.partial(x);
-        let y = if self.sequence_parallel {
+        let y = self.reduce(row.partial(x))?;
+        Ok(row.add_bias(y))
+    }
+
+    fn reduce(&mut self, partial: Tensor) -> Result<Tensor> {
+        Ok(if self.sequence_parallel {
             reduce_scatter_to_sequence_parallel_region(self.tape, &partial, self.tp, SEQ_DIM)?
         } else {
             reduce_from_tp_region(&partial, self.tp)?
-        };
-        Ok(row.add_bias(y))
+        })
     }
 }
 
@@ -79,5 +82,9 @@ impl Regions for InferenceRegions<'_> {
             return Ok(row.forward(x));
         }
         Ok(row.add_bias(reduce_from_tp_region(&row.partial(x), self.tp)?))
+    }
+
+    fn reduce(&mut self, partial: Tensor) -> Result<Tensor> {
+        Ok(reduce_from_tp_region(&partial, self.tp)?)
     }
 }

@@ -1,4 +1,5 @@
-//! TP=2 (also with sequence parallelism, and on Qwen3's per-head q/k norms), PP=2 and DP=2
+//! TP=2 (also with sequence parallelism, on Qwen3's per-head q/k norms and on Qwen3-MoE's
+//! experts), PP=2 and DP=2
 //! training on 2 Gloo ranks against the single-process model and optimizer: 20 steps of
 //! next-token cross-entropy on a fixed batch; the loss of every step and the final weights
 //! must match.
@@ -202,6 +203,40 @@ rank_test!(tp2_matches_single_process, 2, |world| {
             .iter()
             .any(|p| p.name == "lm_head.weight" && p.tensor.size() == vec![19, 32])
     );
+});
+
+rank_test!(tp2_moe_matches_single_process, 2, |world| {
+    // Qwen3-MoE under TP=2: every expert's gate/up split by columns and down by rows (expert
+    // tensor parallelism = TP, as Megatron's default), the router replicated with its
+    // gradient summed over TP; without and with sequence parallelism.
+    let cfg = tiny_moe_config();
+    for sequence_parallel in [false, true] {
+        let run = parallel_run(
+            &world,
+            (2, 1, 1),
+            &cfg,
+            sequence_parallel,
+            ParallelSettings::default(),
+            2,
+            &Setup::fp32(),
+        );
+        check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
+        let local = run.module.model.params();
+        let expert = local
+            .iter()
+            .find(|p| p.name == "model.layers.0.mlp.experts.3.down_proj.weight")
+            .expect("expert 3 on every TP rank");
+        assert_eq!(
+            expert.tensor.size(),
+            vec![32, 8],
+            "half of its intermediate size"
+        );
+        assert!(
+            local
+                .iter()
+                .any(|p| p.name == "model.layers.1.mlp.gate.weight" && p.grad_partial_over_tp)
+        );
+    }
 });
 
 rank_test!(pp2_matches_single_process, 2, |world| {

@@ -28,6 +28,20 @@ pub fn tiny_config(tied: bool) -> ModelConfig {
     cfg
 }
 
+/// A tiny Qwen3-MoE (2 layers, 4 experts, top-3: every expert gets tokens each step) with
+/// untied embeddings.
+pub fn tiny_moe_config() -> ModelConfig {
+    let uri = BuiltinUri::parse(
+        "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=3&moe_intermediate=16",
+    )
+    .unwrap()
+    .unwrap();
+    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    cfg.tie_word_embeddings = false;
+    cfg.extra.remove("pad_token_id");
+    cfg
+}
+
 pub const SEED: u64 = 1234;
 
 /// Parameter dtype and optimizer of a run (the same on both sides of a comparison).
