@@ -193,15 +193,25 @@ fn compare_with_single(
     dims: (usize, usize, usize),
     sequence_parallel: bool,
 ) -> Actor<MegatronEngine<CausalLm>> {
+    compare_with_single_on(world, dims, sequence_parallel, engine_settings())
+}
+
+/// [`compare_with_single`] for the model and settings of `engine`.
+fn compare_with_single_on(
+    world: &ProcessGroup,
+    dims: (usize, usize, usize),
+    sequence_parallel: bool,
+    engine: EngineSettings,
+) -> Actor<MegatronEngine<CausalLm>> {
     let dp = dims.2;
     let mut single = Actor::new(
-        SingleEngine::new(engine_settings()).unwrap(),
+        SingleEngine::new(engine.clone()).unwrap(),
         actor_settings(16),
     )
     .unwrap();
     let full = batch(&mut single);
     let mut mega = Actor::new(
-        megatron_engine(world, dims, sequence_parallel),
+        megatron_engine_with(world, dims, sequence_parallel, false, engine),
         actor_settings(16 / dp),
     )
     .unwrap();
@@ -412,6 +422,20 @@ rank_test!(actor_tp2_matches_single_engine, 2, |world| {
     world.barrier().unwrap();
     if world.rank() == 0 {
         let _ = std::fs::remove_dir_all(&dir);
+    }
+});
+
+// Qwen3-MoE's experts split over TP (every expert's gate/up by columns, down by rows; the
+// router replicated): log-probs, PPO updates and the sharded rollout, which decodes the MoE
+// layers through the TP group, equal the single engine; with and without sequence parallelism.
+rank_test!(actor_tp2_moe_matches_single_engine, 2, |world| {
+    const MOE_MODEL: &str = "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=3&moe_intermediate=16";
+    for sequence_parallel in [false, true] {
+        let engine = EngineSettings {
+            model_path: MOE_MODEL.into(),
+            ..engine_settings()
+        };
+        compare_with_single_on(&world, (2, 1, 1), sequence_parallel, engine);
     }
 });
 
