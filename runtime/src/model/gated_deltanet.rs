@@ -271,6 +271,14 @@ fn prepare(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor) -> [Te
     [q * scale, k, f(v), f(g), f(beta)]
 }
 
+/// The state a pass starts from: `initial` in f32, or zeros of `shape` `(B, H, d_k, d_v)`.
+fn start_state(initial: Option<&Tensor>, shape: [i64; 4], device: tch::Device) -> Tensor {
+    match initial {
+        Some(s) => s.to_kind(Kind::Float),
+        None => Tensor::zeros(shape, (Kind::Float, device)),
+    }
+}
+
 /// The chunked form: `(out (B, T, H, d_v) in q's dtype, final state (B, H, d_k, d_v))`.
 pub fn chunk_gated_delta_rule(
     q: &Tensor,
@@ -324,10 +332,7 @@ pub fn chunk_gated_delta_rule(
     let last = cum.narrow(-1, chunk - 1, 1);
     let k = &k * (&last - &cum).exp().unsqueeze(-1);
     let chunk_decay = last.exp().unsqueeze(-1); // (B, H, N, 1, 1)
-    let mut state = match initial {
-        Some(s) => s.to_kind(Kind::Float),
-        None => Tensor::zeros([b, h, dk, dv], (Kind::Float, device)),
-    };
+    let mut state = start_state(initial, [b, h, dk, dv], device);
     let mut outs = Vec::with_capacity(n as usize);
     for i in 0..n {
         let v_new = new_values.select(2, i) - k_cumdecay.select(2, i).matmul(&state);
@@ -358,10 +363,7 @@ pub fn recurrent_gated_delta_rule(
     let [q, k, v, decay, beta] = prepare(q, k, v, g, beta);
     let (b, h, t, dk) = (k.size()[0], k.size()[1], k.size()[2], k.size()[3]);
     let dv = v.size()[3];
-    let mut state = match initial {
-        Some(s) => s.to_kind(Kind::Float),
-        None => Tensor::zeros([b, h, dk, dv], (Kind::Float, q.device())),
-    };
+    let mut state = start_state(initial, [b, h, dk, dv], q.device());
     let mut outs = Vec::with_capacity(t as usize);
     for i in 0..t {
         let (q_t, k_t, v_t) = (q.select(2, i), k.select(2, i), v.select(2, i));

@@ -18,36 +18,16 @@ import sys
 
 import torch
 
+# The batch and generation helpers of the transformers-4.57 oracle (same directory).
+from model_oracle import greedy, padded_batch
+
 
 def config(moe=False):
     from transformers import Qwen3_5MoeTextConfig, Qwen3_5TextConfig
 
-    if moe:
-        return Qwen3_5MoeTextConfig(
-            vocab_size=128,
-            hidden_size=64,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,
-            linear_conv_kernel_dim=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=32,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
-            num_experts=8,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=48,
-            tie_word_embeddings=False,
-            pad_token_id=0,
-            max_position_embeddings=512,
-        )
-    return Qwen3_5TextConfig(
+    shared = dict(
         vocab_size=128,
         hidden_size=64,
-        intermediate_size=96,
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -63,41 +43,15 @@ def config(moe=False):
         pad_token_id=0,
         max_position_embeddings=512,
     )
-
-
-def padded_batch(gen, lengths, total, vocab=128):
-    ids = torch.zeros(len(lengths), total, dtype=torch.long)
-    mask = torch.zeros(len(lengths), total, dtype=torch.long)
-    for i, n in enumerate(lengths):
-        ids[i, total - n :] = torch.randint(3, vocab, (n,), generator=gen)
-        mask[i, total - n :] = 1
-    pos = mask.cumsum(-1) - 1
-    pos.masked_fill_(mask == 0, 1)
-    return ids, mask, pos
-
-
-def greedy(model, prompts, max_new, pad):
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        max_new_tokens=max_new,
-        min_new_tokens=max_new,
-        do_sample=False,
-        num_beams=1,
-        pad_token_id=pad,
-        eos_token_id=None,
-        temperature=None,
-        top_p=None,
-        top_k=None,
-    )
-    return out[:, width:].tolist()
-
+    if moe:
+        return Qwen3_5MoeTextConfig(
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            **shared,
+        )
+    return Qwen3_5TextConfig(intermediate_size=96, **shared)
 
 def models(out):
     os.makedirs(out, exist_ok=True)
@@ -172,7 +126,7 @@ def one_model(out, kind):
 
     prompts = [torch.randint(3, 128, (n,), generator=gen).tolist() for n in (6, 3, 9, 1)]
     with torch.no_grad():
-        outputs = greedy(model, prompts, 16, 0)
+        outputs = greedy(model, prompts, 16, None, 0)
     with open(os.path.join(out, f"{kind}_greedy.json"), "w") as f:
         json.dump({"prompts": prompts, "max_new_tokens": 16, "pad": 0, "outputs": outputs}, f)
 
