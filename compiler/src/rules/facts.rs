@@ -103,6 +103,27 @@ pub(crate) fn micro_pairs(c: &VerlConfig) -> Vec<MicroPair> {
 
 /// Push `d` unless a diagnostic with the same code already points at the same place (a
 /// value mirrored into two roles is one mistake).
+/// The trained roles that run on the Megatron strategy, with their engine section's key
+/// prefix: the actor, and the critic when it runs.
+pub(crate) fn megatron_roles(
+    c: &VerlConfig,
+) -> Vec<(&'static str, &crate::config::MegatronEngineConfig)> {
+    let mut roles = Vec::new();
+    let a = &c.actor_rollout_ref.actor;
+    if a.strategy == crate::config::Strategy::Megatron
+        && let Some(m) = &a.megatron
+    {
+        roles.push(("actor_rollout_ref.actor.megatron", m));
+    }
+    if critic_runs(c)
+        && c.critic.strategy == crate::config::Strategy::Megatron
+        && let Some(m) = &c.critic.megatron
+    {
+        roles.push(("critic.megatron", m));
+    }
+    roles
+}
+
 pub(crate) fn push_unique(out: &mut Vec<Diagnostic>, d: Diagnostic) {
     let same = |o: &Diagnostic| {
         o.code == d.code

@@ -25,10 +25,9 @@
 //! ## Fix
 //! Use a degree that divides the expert count (a power of two for 128 experts).
 
-use crate::config::{MegatronEngineConfig, Strategy};
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{critic_runs, divisors};
+use crate::rules::facts::{divisors, megatron_roles};
 
 const CODE: Code = Code("V206");
 
@@ -44,19 +43,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         return;
     }
     let c = ctx.config;
-    let mut megatron: Vec<(&str, &MegatronEngineConfig)> = Vec::new();
-    let a = &c.actor_rollout_ref.actor;
-    if a.strategy == Strategy::Megatron
-        && let Some(m) = &a.megatron
-    {
-        megatron.push(("actor_rollout_ref.actor.megatron", m));
-    }
-    if critic_runs(c)
-        && c.critic.strategy == Strategy::Megatron
-        && let Some(m) = &c.critic.megatron
-    {
-        megatron.push(("critic.megatron", m));
-    }
+    let megatron = megatron_roles(c);
     // (key, degree, what it splits, its size, the size's name)
     let mut splits: Vec<(String, i64, i64, &str)> = Vec::new();
     for (prefix, m) in megatron {

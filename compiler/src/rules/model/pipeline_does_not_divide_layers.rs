@@ -25,10 +25,9 @@
 //! `override_transformer_config.num_layers_in_first_pipeline_stage` /
 //! `num_layers_in_last_pipeline_stage`.
 
-use crate::config::{MegatronEngineConfig, Strategy};
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
-use crate::rules::facts::{critic_runs, divisors};
+use crate::rules::facts::{divisors, megatron_roles};
 
 const CODE: Code = Code("V205");
 
@@ -46,19 +45,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         return;
     }
     let c = ctx.config;
-    let a = &c.actor_rollout_ref.actor;
-    let mut roles: Vec<(&str, &MegatronEngineConfig)> = Vec::new();
-    if a.strategy == Strategy::Megatron
-        && let Some(m) = &a.megatron
-    {
-        roles.push(("actor_rollout_ref.actor.megatron", m));
-    }
-    if critic_runs(c)
-        && c.critic.strategy == Strategy::Megatron
-        && let Some(m) = &c.critic.megatron
-    {
-        roles.push(("critic.megatron", m));
-    }
+    let roles = megatron_roles(c);
     for (prefix, m) in roles {
         let pp = m.pipeline_model_parallel_size;
         let uneven = UNEVEN.iter().any(|k| {
