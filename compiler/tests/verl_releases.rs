@@ -126,6 +126,51 @@ fn what_the_user_writes_is_still_checked_on_a_newer_release() {
     }
 }
 
+/// verl 0.9's v1 trainer and checkpoint-engine keys are typed: a wrong value is an error at
+/// its key, an asynchronous trainer mode is refused by the build (verlc trains synchronously),
+/// and the sync mode (verl's default) builds.
+#[test]
+fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
+    use verlc::plan::{SpecOutcome, lower_request};
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    for (o, code) in [
+        ("trainer.v1.trainer_mode=bogus", "S003"),
+        ("trainer.use_v1=maybe", "S002"),
+        (
+            "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0",
+            "S004",
+        ),
+        ("trainer.v1.separate_async.parameter_sync_step=0", "S004"),
+    ] {
+        let d = run(&dir, "ppo_trainer", &[o]);
+        let key = o.split('=').next().unwrap_or_default();
+        assert!(
+            d.iter()
+                .any(|x| x.is_error() && x.code.0 == code && x.key_path.as_deref() == Some(key)),
+            "{o}: want {code} at its key, got {:#?}",
+            errors(&d)
+        );
+    }
+    let key = "trainer.v1.trainer_mode";
+    match lower_request(&build_request(&dir, &[&format!("{key}=separate_async")])) {
+        SpecOutcome::Ok { .. } => panic!("asynchronous training must be refused"),
+        SpecOutcome::Errors(c) => assert!(
+            c.diagnostics
+                .iter()
+                .any(|d| d.is_error() && d.code.0 == "B018" && d.key_path.as_deref() == Some(key)),
+            "{:#?}",
+            errors(&c.diagnostics)
+        ),
+    }
+    match lower_request(&build_request(&dir, &[&format!("{key}=sync")])) {
+        SpecOutcome::Ok { .. } => {}
+        SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+    }
+}
+
 /// verl 0.9's optimal token baseline on its own tree: with `calculate_sum_pi_squared` (as
 /// `examples/otb_trainer` sets it) the config checks clean; without it, V055 at the tree's line
 /// of the key (verl asserts at the first advantage computation).

@@ -337,4 +337,31 @@ pub struct RolloutConfig {
     /// Let the engine sleep (release memory) between rollouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_sleep_mode: Option<bool>,
+    /// verl 0.9+: how weights reach the rollout engine after an update (replaces
+    /// `update_weights_bucket_megabytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_engine: Option<CheckpointEngineConfig>,
+    /// verl 0.9+: make the engine's generation bit-reproducible (batch-invariant kernels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_determinism: Option<bool>,
+}
+
+/// `rollout.checkpoint_engine` (verl 0.9+).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointEngineConfig {
+    /// Class verl instantiates this node into (Hydra metadata; not used by verlc).
+    #[serde(rename = "_target_", default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Transfer backend: `naive`, `nccl`, `nixl`, `hccl`, or one a custom module registers.
+    pub backend: String,
+    /// Bucket size for streaming weights to the engine, in MiB.
+    #[schemars(range(min = 1))]
+    pub update_weights_bucket_megabytes: i64,
+    /// Keyword arguments of the backend's constructor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_kwargs: Option<super::common::OpenDict>,
+    /// A module imported on every worker first, to register a custom backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_backend_module: Option<String>,
 }

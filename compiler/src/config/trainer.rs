@@ -166,6 +166,66 @@ pub struct TrainerConfig {
     /// HTTP(S) proxy used by the wandb logger.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wandb_proxy: Option<String>,
+    /// verl 0.9+: run the v1 trainer (`trainer.v1`) instead of the legacy Ray trainer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_v1: Option<bool>,
+    /// verl 0.9+: the v1 trainer's mode and the settings of each mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v1: Option<TrainerV1Config>,
+}
+
+/// verl 0.9's v1 trainer: synchronous PPO, or asynchronous (off-policy) with the rollout
+/// colocated or on separate devices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrainerV1Config {
+    /// Which trainer runs.
+    pub trainer_mode: TrainerMode,
+    /// Settings of the synchronous trainer (none so far).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<super::common::OpenDict>,
+    /// Settings of the asynchronous trainer with a colocated rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colocate_async: Option<ColocateAsyncConfig>,
+    /// Settings of the asynchronous trainer with a separate rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub separate_async: Option<SeparateAsyncConfig>,
+}
+
+/// `trainer.v1.trainer_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainerMode {
+    /// Generate, then train on what was generated (what verlc's trainer runs).
+    Sync,
+    /// Rollout and training interleaved on the same devices, training on older samples.
+    ColocateAsync,
+    /// Rollout on its own devices, weights synchronised every `parameter_sync_step` steps.
+    SeparateAsync,
+}
+
+/// `trainer.v1.colocate_async`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ColocateAsyncConfig {
+    /// Batches generated before training starts (fractions in whole generation batches).
+    #[schemars(range(min = 0))]
+    pub num_warmup_batches: f64,
+}
+
+/// `trainer.v1.separate_async`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SeparateAsyncConfig {
+    /// Batches generated before training starts.
+    #[schemars(range(min = 0))]
+    pub num_warmup_batches: f64,
+    /// Training steps between weight synchronisations to the rollout.
+    #[schemars(range(min = 1))]
+    pub parameter_sync_step: i64,
+    /// Lending idle trainer devices to the rollout (`HybridRolloutSwitchConfig`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hybrid_rollout: Option<super::common::OpenDict>,
 }
 
 /// Arguments of `ray.init`; `num_cpus` is typed, anything else is passed through.

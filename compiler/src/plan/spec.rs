@@ -1585,6 +1585,23 @@ fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
 
 fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
     let t = &cfg.trainer;
+    // verl 0.9's asynchronous trainers train on samples of older policies; verlc's trainer is
+    // the synchronous loop.
+    if let Some(v1) = &t.v1
+        && v1.trainer_mode != crate::config::TrainerMode::Sync
+    {
+        l.unsupported(
+            "trainer.v1.trainer_mode",
+            format!(
+                "asynchronous training (`trainer_mode: {}`) is not implemented: verlc's trainer generates, then trains on what it generated",
+                serde_json::to_value(v1.trainer_mode)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ),
+            "set it to sync",
+        );
+    }
     let keep = |v: Option<i64>| v.and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0);
     let mut loggers = Vec::new();
     for b in t.logger.items() {

@@ -152,6 +152,10 @@ table! {
     "trainer.log_val_generations" => NoEffect(NONE, "logs validation generations as tables to wandb-like trackers, which verlc's loggers are not"),
     "trainer.validation_data_dir" => Unsupported("dumps validation generations, which verlc's trainer does not write (rollout_data_dir is supported)"),
     "trainer.{default_hdfs_dir,esi_redundant_time,ray_wait_register_center_timeout,use_legacy_worker_impl,wandb_proxy}" => NoEffect(CLUSTER, RAY),
+    "trainer.use_v1" => NoEffect(NONE, "selects verl's Python trainer class (v1 or legacy); verlc's trainer runs its synchronous loop either way"),
+    "trainer.v1.trainer_mode" => Checked("sync: verlc's trainer loop; colocate_async and separate_async (asynchronous, off-policy training) are refused"),
+    "trainer.v1.sync" => NoEffect(NONE, "holds the synchronous trainer's settings (none so far)"),
+    "trainer.v1.{colocate_async,separate_async}.**" => NoEffect(NONE, "configures an asynchronous trainer mode, which verlc does not run (trainer_mode other than sync is refused)"),
     "ray_kwargs.**" => NoEffect(CLUSTER, RAY),
     "transfer_queue.**" => NoEffect(CLUSTER, RAY),
 
