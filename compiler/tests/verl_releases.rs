@@ -126,9 +126,9 @@ fn what_the_user_writes_is_still_checked_on_a_newer_release() {
     }
 }
 
-/// verl 0.9's v1 trainer and checkpoint-engine keys are typed: a wrong value is an error at
-/// its key, an asynchronous trainer mode is refused by the build (verlc trains synchronously),
-/// and the sync mode (verl's default) builds.
+/// verl 0.9's v1 trainer, checkpoint-engine and `skip` keys are typed: a wrong value is an
+/// error at its key, an asynchronous trainer mode or rollout replay is refused by the build
+/// (verlc trains synchronously on fresh rollouts), and the sync mode (verl's default) builds.
 #[test]
 fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
     use verlc::plan::{SpecOutcome, lower_request};
@@ -144,6 +144,7 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             "S004",
         ),
         ("trainer.v1.separate_async.parameter_sync_step=0", "S004"),
+        ("skip.rollout.action=bogus", "S003"),
     ] {
         let d = run(&dir, "ppo_trainer", &[o]);
         let key = o.split('=').next().unwrap_or_default();
@@ -154,17 +155,24 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             errors(&d)
         );
     }
-    let key = "trainer.v1.trainer_mode";
-    match lower_request(&build_request(&dir, &[&format!("{key}=separate_async")])) {
-        SpecOutcome::Ok { .. } => panic!("asynchronous training must be refused"),
-        SpecOutcome::Errors(c) => assert!(
-            c.diagnostics
-                .iter()
-                .any(|d| d.is_error() && d.code.0 == "B018" && d.key_path.as_deref() == Some(key)),
-            "{:#?}",
-            errors(&c.diagnostics)
-        ),
+    // What the binary cannot honour is refused at build: an asynchronous trainer, replaying
+    // dumped rollouts (0.9's `skip`, which replaced `rollout.skip_rollout`).
+    for (key, value) in [
+        ("trainer.v1.trainer_mode", "separate_async"),
+        ("skip.rollout.enable", "true"),
+    ] {
+        match lower_request(&build_request(&dir, &[&format!("{key}={value}")])) {
+            SpecOutcome::Ok { .. } => panic!("{key}={value} must be refused"),
+            SpecOutcome::Errors(c) => assert!(
+                c.diagnostics.iter().any(|d| d.is_error()
+                    && d.code.0 == "B018"
+                    && d.key_path.as_deref() == Some(key)),
+                "{:#?}",
+                errors(&c.diagnostics)
+            ),
+        }
     }
+    let key = "trainer.v1.trainer_mode";
     match lower_request(&build_request(&dir, &[&format!("{key}=sync")])) {
         SpecOutcome::Ok { .. } => {}
         SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),

@@ -48,6 +48,7 @@ pub mod model;
 pub mod optim;
 pub mod profiler;
 pub mod reference;
+pub mod release_0_9;
 pub mod reward;
 pub mod reward_engine;
 pub mod rollout;
@@ -72,6 +73,7 @@ pub use model::*;
 pub use optim::*;
 pub use profiler::*;
 pub use reference::*;
+pub use release_0_9::*;
 pub use reward::*;
 pub use reward_engine::*;
 pub use rollout::*;
@@ -108,6 +110,14 @@ pub struct VerlConfig {
     pub transfer_queue: TransferQueueConfig,
     /// Ray launch settings.
     pub ray_kwargs: RayKwargs,
+    /// verl 0.9+: replaying cached rollouts instead of generating (replaces
+    /// `rollout.skip_rollout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip: Option<SkipConfig>,
+    /// verl 0.8+: the engine group (`model_engine=megatron`) as the composed tree records it
+    /// (the choice itself selects the engine files at composition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_engine: Option<String>,
 }
 
 /// The policy side of the run. Actor, rollout and reference policy run colocated on the same

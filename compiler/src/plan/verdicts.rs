@@ -158,6 +158,9 @@ table! {
     "trainer.v1.{colocate_async,separate_async}.**" => NoEffect(NONE, "configures an asynchronous trainer mode, which verlc does not run (trainer_mode other than sync is refused)"),
     "ray_kwargs.**" => NoEffect(CLUSTER, RAY),
     "transfer_queue.**" => NoEffect(CLUSTER, RAY),
+    "skip.{rollout,rollout_tq,async_rollout}.enable" => Unsupported("replays dumped rollouts; verlc's trainer generates every step"),
+    "skip.**" => NoEffect(NONE, "configures verl's rollout replay, which verlc's trainer does not do"),
+    "model_engine" => Implemented("the engine group chosen at composition (its files set the role's strategy)"),
 
     // actor_rollout_ref.model
     "actor_rollout_ref.model.{path,tokenizer_path}" => Implemented("actor.model_path, tokenizer_path"),
