@@ -66,6 +66,7 @@ fn main() -> Result<(), Error> {
                 lr_warmup_steps: 0,
                 lr_warmup_steps_ratio: 0.0,
                 total_training_steps: steps as i64,
+                zero_indexed_step: true,
             }),
         }),
         loss_scale_factor: None,

@@ -59,6 +59,7 @@ fn settings_for(model: &str, dtype: Dtype, offload: bool) -> EngineSettings {
                 lr_warmup_steps: 2,
                 lr_warmup_steps_ratio: 0.0,
                 total_training_steps: STEPS as i64,
+                zero_indexed_step: true,
             }),
         }),
         loss_scale_factor: None,

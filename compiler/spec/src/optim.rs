@@ -67,6 +67,14 @@ pub struct VerlSchedulerConfig {
     pub lr_warmup_steps: i64,
     pub lr_warmup_steps_ratio: f64,
     pub total_training_steps: i64,
+    /// `zero_indexed_step` (verl 0.9+, the FSDP engine's cosine schedule): `false` evaluates
+    /// step `t` at `t + 1`. verl's default (and 0.7's only behaviour) is `true`.
+    #[serde(default = "zero_indexed_default")]
+    pub zero_indexed_step: bool,
+}
+
+fn zero_indexed_default() -> bool {
+    true
 }
 
 impl VerlSchedulerConfig {

@@ -118,6 +118,10 @@ fn one() -> usize {
     1
 }
 
+fn zero_indexed_default() -> bool {
+    true
+}
+
 /// Megatron (verl's `McoreEngineConfig`, as the runtime applies it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MegatronEngineSpec {
@@ -197,6 +201,9 @@ pub enum ScheduleSpec {
         /// `lr_warmup_steps`; `<= 0` uses the ratio.
         lr_warmup_steps: i64,
         lr_warmup_steps_ratio: f64,
+        /// `zero_indexed_step` (verl 0.9+; see [`VerlSchedulerConfig`]).
+        #[serde(default = "zero_indexed_default")]
+        zero_indexed_step: bool,
     },
     Megatron {
         init_lr: f64,
@@ -224,11 +231,13 @@ impl OptimSpec {
                 schedule,
                 lr_warmup_steps,
                 lr_warmup_steps_ratio,
+                zero_indexed_step,
             } => SchedulerSettings::Verl(VerlSchedulerConfig {
                 schedule,
                 lr_warmup_steps,
                 lr_warmup_steps_ratio,
                 total_training_steps: total,
+                zero_indexed_step,
             }),
             ScheduleSpec::Megatron {
                 init_lr,

@@ -77,6 +77,11 @@ pub struct OptimConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-verlc-flavour" = "fsdp"))]
     pub num_cycles: Option<f64>,
+    /// FSDP only (verl 0.9+): whether the cosine schedule counts steps from 0 (`true`,
+    /// verl's default) or from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-verlc-flavour" = "fsdp"))]
+    pub zero_indexed_step: Option<bool>,
     /// FSDP only: schedule after warm-up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-verlc-flavour" = "fsdp"))]

@@ -1465,6 +1465,7 @@ fn optim_spec(
             },
             lr_warmup_steps: o.lr_warmup_steps.unwrap_or(-1),
             lr_warmup_steps_ratio: o.lr_warmup_steps_ratio,
+            zero_indexed_step: o.zero_indexed_step.unwrap_or(true),
         },
     };
     OptimSpec {

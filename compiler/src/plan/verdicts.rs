@@ -217,7 +217,7 @@ table! {
     "**.megatron.{override_transformer_config,override_ddp_config,override_mcore_model_config}.**" => Unsupported("overrides Megatron-core's configs, which verlc's Megatron engine does not read"),
 
     // Optimizers.
-    "**.optim.{lr,betas,weight_decay,clip_grad,grad_clip,lr_warmup_steps,lr_warmup_steps_ratio,lr_scheduler_type,warmup_style,min_lr_ratio,num_cycles,lr_warmup_init,min_lr,lr_decay_steps}" => Implemented("optim"),
+    "**.optim.{lr,betas,weight_decay,clip_grad,grad_clip,lr_warmup_steps,lr_warmup_steps_ratio,lr_scheduler_type,warmup_style,min_lr_ratio,num_cycles,zero_indexed_step,lr_warmup_init,min_lr,lr_decay_steps}" => Implemented("optim"),
     "**.optim.{optimizer,optimizer_impl,lr_decay_style}" => Checked("optim (AdamW, SGD; constant, linear, cosine, inverse-square-root)"),
     "**.optim.{lr_wsd_decay_steps,lr_wsd_decay_style}" => NoEffect(NONE, "belongs to the WSD schedule (lr_decay_style WSD is refused)"),
     "**.optim.total_training_steps" => NoEffect(NONE, "is overwritten with the run's step count, by verl and by verlc"),

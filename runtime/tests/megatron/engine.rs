@@ -45,6 +45,7 @@ pub(crate) fn engine_settings() -> EngineSettings {
                 lr_warmup_steps: 0,
                 lr_warmup_steps_ratio: 0.0,
                 total_training_steps: 10,
+                zero_indexed_step: true,
             }),
         }),
         loss_scale_factor: None,

@@ -52,6 +52,7 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
                 lr_warmup_steps: 0,
                 lr_warmup_steps_ratio: 0.0,
                 total_training_steps: 10,
+                zero_indexed_step: true,
             }),
         }),
         loss_scale_factor: None,

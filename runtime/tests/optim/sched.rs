@@ -415,16 +415,27 @@ fn verl_schedules_match_verl() {
             100,
         ),
     ];
-    for (name, schedule, warmup, total) in cases {
+    // verl 0.9.1's `zero_indexed_step: false` (its cosine counts steps from 1).
+    let one_indexed = (
+        "cosine_one_indexed_0_9",
+        VerlSchedule::Cosine {
+            min_lr_ratio: 0.1,
+            num_cycles: 0.5,
+        },
+        5,
+        100,
+    );
+    for (name, schedule, warmup, total) in cases.into_iter().chain([one_indexed]) {
         let want = j[name]
             .as_array()
-            .unwrap_or_else(|| panic!("oracle lacks {name}"));
+            .unwrap_or_else(|| panic!("oracle lacks {name} (scripts/setup unpacks verl 0.9.1)"));
         let mut gs = vec![GroupOptions::new(1e-3, 0.0), GroupOptions::new(5e-4, 0.0)];
         let cfg = VerlSchedulerConfig {
             schedule,
             lr_warmup_steps: warmup,
             lr_warmup_steps_ratio: 0.0,
             total_training_steps: total,
+            zero_indexed_step: name != "cosine_one_indexed_0_9",
         };
         let mut s = VerlLrScheduler::new(&cfg, &mut gs).unwrap();
         for (t, row) in want.iter().enumerate() {
@@ -448,6 +459,7 @@ fn verl_warmup_from_ratio_and_errors() {
         lr_warmup_steps: -1,
         lr_warmup_steps_ratio: 0.1,
         total_training_steps: 95,
+        zero_indexed_step: true,
     };
     assert_eq!(cfg.warmup_steps(), 9);
     let cfg = VerlSchedulerConfig {

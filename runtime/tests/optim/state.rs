@@ -119,6 +119,7 @@ fn new_run(setup: Setup, offload: f64) -> Run {
                     lr_warmup_steps: 3,
                     lr_warmup_steps_ratio: 0.0,
                     total_training_steps: STEPS as i64,
+                    zero_indexed_step: true,
                 };
                 LrScheduler::Verl(VerlLrScheduler::new(&c, g).unwrap())
             }),

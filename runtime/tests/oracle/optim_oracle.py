@@ -152,6 +152,18 @@ def verl_case():
         "cosine_min": lambda o: ns["get_cosine_schedule_with_warmup"](o, num_warmup_steps=5, num_training_steps=100, min_lr_ratio=0.1),
         "cosine_cycles": lambda o: ns["get_cosine_schedule_with_warmup"](o, num_warmup_steps=0, num_training_steps=100, min_lr_ratio=0.05, num_cycles=1.5),
     }
+    # verl 0.9.1's version of the cosine schedule, with its zero_indexed_step (unpacked by
+    # scripts/setup beside the venv's 0.7.0).
+    newer = os.path.join(os.path.dirname(__file__), "..", "..", "..", ".venv", "verl-releases",
+                         "0.9.1", "verl", "utils", "torch_functional.py")
+    if os.path.isfile(newer):
+        tree9 = ast.parse(open(newer).read())
+        mod9 = ast.Module(body=[n for n in tree9.body if isinstance(n, ast.FunctionDef) and n.name in wanted],
+                          type_ignores=[])
+        ns9 = {"math": math, "LambdaLR": LambdaLR, "Optimizer": Optimizer}
+        exec(compile(mod9, newer, "exec"), ns9)
+        cases["cosine_one_indexed_0_9"] = lambda o: ns9["get_cosine_schedule_with_warmup"](
+            o, num_warmup_steps=5, num_training_steps=100, min_lr_ratio=0.1, zero_indexed_step=False)
     for name, make in cases.items():
         p = torch.nn.Parameter(torch.zeros(1))
         o = torch.optim.SGD([{"params": [p], "lr": 1e-3}, {"params": [], "lr": 5e-4}], lr=1e-3)

@@ -38,6 +38,7 @@ fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
             lr_warmup_steps: 0,
             lr_warmup_steps_ratio: 0.0,
             total_training_steps: 10,
+            zero_indexed_step: true,
         }),
     };
     SingleEngine::new(EngineSettings {

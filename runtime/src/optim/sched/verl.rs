@@ -6,9 +6,16 @@ use crate::optim::{GroupOptions, OptimError, Result};
 
 pub use verlc_spec::optim::{VerlSchedule, VerlSchedulerConfig};
 
+fn zero_indexed_default() -> bool {
+    true
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerlLrScheduler {
     schedule: VerlSchedule,
+    /// verl 0.9's `zero_indexed_step` (cosine only): `false` shifts the schedule by one step.
+    #[serde(default = "zero_indexed_default")]
+    zero_indexed_step: bool,
     warmup_steps: i64,
     total_steps: i64,
     /// Each group's lr when the scheduler was created (`initial_lr`).
@@ -29,6 +36,7 @@ impl VerlLrScheduler {
         }
         let s = VerlLrScheduler {
             schedule: config.schedule,
+            zero_indexed_step: config.zero_indexed_step,
             warmup_steps: config.warmup_steps(),
             total_steps: config.total_training_steps,
             base_lrs: groups.iter().map(|g| g.lr).collect(),
@@ -61,6 +69,11 @@ impl VerlLrScheduler {
                 min_lr_ratio,
                 num_cycles,
             } => {
+                let step = if self.zero_indexed_step {
+                    step
+                } else {
+                    step + 1
+                };
                 let coef = (1.0 - min_lr_ratio) * 0.5;
                 let intercept = (1.0 + min_lr_ratio) * 0.5;
                 if step < w {
