@@ -349,10 +349,31 @@ rank_test!(fsdp_qwen3_5_moe_matches_single_engine, 2, |pg| {
         "the reference does not learn: {ref_losses:?}"
     );
     assert!(ref_w.iter().any(|(n, _)| n.ends_with("linear_attn.A_log")));
-    let (losses, e) = fsdp_run_for(&pg, QWEN3_5_MODEL, Dtype::Fp32, false);
+    let (losses, mut e) = fsdp_run_for(&pg, QWEN3_5_MODEL, Dtype::Fp32, false);
     assert_close("loss", &losses, &ref_losses, 2e-5);
     // 20 AdamW steps of reduction-order rounding: 2.1e-5 at most (in_proj_a).
     assert_weights(&e.full_params().expect("gather"), &ref_w, 5e-5);
+    // The sharded checkpoint (DeltaNet parameters, experts, optimizer state) resumes exactly.
+    let dir = std::env::temp_dir().join(format!(
+        "verlc-fsdp-qwen3_5-ckpt-{}",
+        std::os::unix::process::parent_id()
+    ));
+    e.save_checkpoint(&dir).expect("save");
+    let batch = my_rows(&pg);
+    let want: Vec<f64> = (0..3)
+        .map(|_| train_step(&mut e, &batch, Some(&pg)))
+        .collect();
+    let settings = FsdpSettings::new(settings_for(QWEN3_5_MODEL, Dtype::Fp32, false));
+    let mut resumed = FsdpEngine::<CausalLm>::new(settings, pg.clone()).expect("fsdp engine");
+    resumed.load_checkpoint(&dir).expect("load");
+    let got: Vec<f64> = (0..3)
+        .map(|_| train_step(&mut resumed, &batch, Some(&pg)))
+        .collect();
+    assert_eq!(got, want, "resumed losses");
+    pg.barrier().expect("barrier");
+    if pg.rank() == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 });
 
 rank_test!(fsdp_without_checkpointing_matches_with_it, 2, |pg| {
