@@ -21,19 +21,11 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(cfg: &ModelConfig, batch: i64, capacity: i64, kind: Kind, device: Device) -> Self {
-        let mut cache = Self::with_dims(
-            cfg.num_hidden_layers as usize,
-            batch,
-            cfg.kv_heads(),
-            capacity,
-            cfg.head_dim(),
-            kind,
-            device,
-        );
-        for l in (0..cache.k.len()).filter(|&l| cfg.linear_layer(l)) {
-            let empty = [batch, cfg.kv_heads(), 0, cfg.head_dim()];
-            cache.k[l] = Tensor::zeros(empty, (kind, device));
-            cache.v[l] = Tensor::zeros(empty, (kind, device));
+        let layers = cfg.num_hidden_layers as usize;
+        // A linear-attention layer's K/V slot holds no positions; its state is `linear`.
+        let dims = (batch, cfg.kv_heads(), cfg.head_dim(), kind, device);
+        let mut cache = Self::allocate(layers, dims, capacity, |l| cfg.linear_layer(l));
+        for l in (0..layers).filter(|&l| cfg.linear_layer(l)) {
             cache.linear[l] = Some(LinearState::zeros(cfg, batch, kind, device));
         }
         cache
@@ -55,14 +47,25 @@ impl KvCache {
         kind: Kind,
         device: Device,
     ) -> Self {
-        let shape = [batch, kv_heads, capacity, head_dim];
+        let dims = (batch, kv_heads, head_dim, kind, device);
+        Self::allocate(layers, dims, capacity, |_| false)
+    }
+
+    /// Zero keys and values for `layers` layers of `(batch, kv_heads, head_dim, kind, device)`,
+    /// `capacity` positions each except the layers `empty` names (none), and no linear state.
+    fn allocate(
+        layers: usize,
+        (batch, kv_heads, head_dim, kind, device): (i64, i64, i64, Kind, Device),
+        capacity: i64,
+        empty: impl Fn(usize) -> bool,
+    ) -> Self {
+        let slot = |l: usize| {
+            let len = if empty(l) { 0 } else { capacity };
+            Tensor::zeros([batch, kv_heads, len, head_dim], (kind, device))
+        };
         KvCache {
-            k: (0..layers)
-                .map(|_| Tensor::zeros(shape, (kind, device)))
-                .collect(),
-            v: (0..layers)
-                .map(|_| Tensor::zeros(shape, (kind, device)))
-                .collect(),
+            k: (0..layers).map(slot).collect(),
+            v: (0..layers).map(slot).collect(),
             linear: (0..layers).map(|_| None).collect(),
             len: 0,
             capacity,

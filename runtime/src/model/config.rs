@@ -147,6 +147,15 @@ impl LinearAttentionConfig {
     }
 }
 
+/// Each size the config left out (0, serde's default) set to its default.
+fn fill_absent<const N: usize>(sizes: [(&mut i64, i64); N]) {
+    for (v, default) in sizes {
+        if *v == 0 {
+            *v = default;
+        }
+    }
+}
+
 fn is_zero(n: &i64) -> bool {
     *n == 0
 }
@@ -283,26 +292,20 @@ impl ModelConfig {
             text.tie_word_embeddings |= top_tie;
             self = text;
         }
-        if !matches!(
-            self.model_type.as_str(),
-            "qwen3_5_text" | "qwen3_5_moe_text"
-        ) {
+        let arch = self.arch().ok();
+        if !arch.is_some_and(Arch::is_qwen3_5) {
             return Ok(self);
         }
-        if self.model_type == "qwen3_5_moe_text" {
+        if arch == Some(Arch::Qwen3_5Moe) {
             // Every layer sparse, top-k weights always renormalised (transformers' router).
             let m = &mut self.moe;
             m.norm_topk_prob = true;
-            for (v, default) in [
+            fill_absent([
                 (&mut m.num_experts, 256),
                 (&mut m.num_experts_per_tok, 8),
                 (&mut m.moe_intermediate_size, 512),
                 (&mut m.shared_expert_intermediate_size, 512),
-            ] {
-                if *v == 0 {
-                    *v = default;
-                }
-            }
+            ]);
         }
         if let Some(rope) = self.extra.get("rope_parameters").and_then(Value::as_object) {
             let kind = rope.get("rope_type").and_then(Value::as_str);
@@ -321,17 +324,13 @@ impl ModelConfig {
         self.partial_rotary_factor.get_or_insert(0.25);
         self.head_dim.get_or_insert(256);
         let l = &mut self.linear;
-        for (v, default) in [
+        fill_absent([
             (&mut l.linear_conv_kernel_dim, 4),
             (&mut l.linear_key_head_dim, 128),
             (&mut l.linear_value_head_dim, 128),
             (&mut l.linear_num_key_heads, 16),
             (&mut l.linear_num_value_heads, 32),
-        ] {
-            if *v == 0 {
-                *v = default;
-            }
-        }
+        ]);
         if l.layer_types.is_empty() {
             let every = self
                 .extra
@@ -591,10 +590,8 @@ impl ModelConfig {
 
     /// RMSNorm on per-head queries and keys (Qwen3).
     pub fn qk_norm(&self) -> bool {
-        matches!(
-            self.model_type.as_str(),
-            "qwen3" | "qwen3_moe" | "qwen3_5_text" | "qwen3_5_moe_text"
-        )
+        self.arch()
+            .is_ok_and(|a| matches!(a, Arch::Qwen3 | Arch::Qwen3Moe) || a.is_qwen3_5())
     }
 
     /// Number of parameters of the causal LM (embedding counted once when tied).

@@ -674,6 +674,8 @@ pub struct Model {
     rotary: RotaryEmbedding,
     /// The on/off switch of the LoRA adapters (`config.lora`), if any.
     adapters: Option<Arc<AtomicBool>>,
+    /// Whether any layer is a Gated DeltaNet (which reads the mask of real tokens).
+    linear_layers: bool,
 }
 
 impl Model {
@@ -711,6 +713,7 @@ impl Model {
             norm,
             rotary,
             adapters: switch,
+            linear_layers: cfg.has_linear_layers(),
         })
     }
 
@@ -778,7 +781,9 @@ impl Model {
             }
             None => None,
         };
-        let valid = attention_mask.map(|m| m.narrow(1, past, t));
+        let valid = attention_mask
+            .filter(|_| self.linear_layers)
+            .map(|m| m.narrow(1, past, t));
         for layer in &self.layers {
             x = layer.forward(
                 &x,

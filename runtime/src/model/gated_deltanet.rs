@@ -21,7 +21,7 @@ use tch::{Kind, Tensor};
 
 use super::ModelConfig;
 use super::decoder::LayerPlace;
-use super::layers::{Linear, Split};
+use super::layers::{Linear, RmsNorm, Split};
 use super::packed::AttentionSpan;
 
 /// The longest chunk of the chunked form (that of transformers' and FLA's kernels).
@@ -77,15 +77,14 @@ pub struct GatedDeltaNet {
     conv1d: Tensor,
     dt_bias: Tensor,
     a_log: Tensor,
-    /// The gated RMSNorm's weight `(d_v,)` (a plain norm: weights start at one).
-    norm: Tensor,
+    /// The gated RMSNorm's norm `(d_v,)` (a plain one: weights start at one).
+    norm: RmsNorm,
     pub(crate) out_proj: Linear,
     key_heads: i64,
     value_heads: i64,
     key_dim: i64,
     value_dim: i64,
     kernel: i64,
-    eps: f64,
     /// This layer's slot in a [`super::KvCache`].
     pub(crate) slot: usize,
 }
@@ -120,14 +119,13 @@ impl GatedDeltaNet {
             ),
             dt_bias: p.var("dt_bias", &[nv], Init::Const(1.0)),
             a_log: p.var("A_log", &[nv], Init::Const(0.0)),
-            norm: (&p / "norm").var("weight", &[l.linear_value_head_dim], Init::Const(1.0)),
+            norm: RmsNorm::new(&p / "norm", l.linear_value_head_dim, cfg.rms_norm_eps),
             out_proj: whole("out_proj", (l.value_dim(), h, false))?,
             key_heads: l.linear_num_key_heads,
             value_heads: nv,
             key_dim: l.linear_key_head_dim,
             value_dim: l.linear_value_head_dim,
             kernel: l.linear_conv_kernel_dim,
-            eps: cfg.rms_norm_eps,
             slot: at.slot,
         })
     }
@@ -245,15 +243,11 @@ impl GatedDeltaNet {
         full.conv1d(&w, None::<Tensor>, [1], [0], [1], x.size()[1])
     }
 
-    /// RMSNorm of `x` `(…, d_v)` in f32, weighted in the input dtype, times `silu(gate)` in
-    /// f32 (transformers' `Qwen3_5RMSNormGated`).
+    /// The plain RMSNorm of `x` `(…, d_v)` times `silu(gate)` in f32, cast back
+    /// (transformers' `Qwen3_5RMSNormGated`).
     fn gated_norm(&self, x: &Tensor, gate: &Tensor) -> Tensor {
-        let kind = x.kind();
-        let xf = x.to_kind(Kind::Float);
-        let var = xf.square().mean_dim(-1, true, Kind::Float);
-        let normed = (xf * (var + self.eps).rsqrt()).to_kind(kind);
-        let y = (&self.norm * normed).to_kind(Kind::Float) * gate.to_kind(Kind::Float).silu();
-        y.to_kind(kind)
+        let y = self.norm.forward(x).to_kind(Kind::Float) * gate.to_kind(Kind::Float).silu();
+        y.to_kind(x.kind())
     }
 }
 

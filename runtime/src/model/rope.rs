@@ -231,7 +231,7 @@ pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
         let rotated = apply_rotary(&x.narrow(3, 0, r), cos, sin);
         return Tensor::cat(&[&rotated, &x.narrow(3, r, d - r)], 3);
     }
-    let half = x.size()[3] / 2;
+    let half = d / 2;
     let x1 = x.narrow(3, 0, half);
     let x2 = x.narrow(3, half, half);
     let rotated = Tensor::cat(&[&x2.neg(), &x1], 3);
