@@ -11,19 +11,14 @@ use runtime::model::{LinearAttentionConfig, ModelSource};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
+#[path = "../cli.rs"]
+mod cli;
+use cli::{arg, median};
+
 /// Shared with peer.py.
 const HIDDEN: i64 = 1024;
 const BATCH: i64 = 4;
 const TOKENS: i64 = 512;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn main() {
     let (steps, warmup, threads) = (arg("--steps", 5), arg("--warmup", 2), arg("--threads", 2));
@@ -63,7 +58,6 @@ fn main() {
             times.push(dt);
         }
     }
-    times.sort_by(f64::total_cmp);
     println!("threads={}", tch::get_num_threads());
-    println!("step_ms={:.3}", times[times.len() / 2] * 1e3);
+    println!("step_ms={:.3}", median(times) * 1e3);
 }

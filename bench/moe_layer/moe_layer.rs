@@ -11,14 +11,9 @@ use runtime::model::{ModelSource, MoeConfig};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+#[path = "../cli.rs"]
+mod cli;
+use cli::{arg, median};
 
 fn main() {
     let dir = std::env::args().nth(1).expect("usage: moe_layer DIR");
@@ -69,7 +64,6 @@ fn main() {
             times.push(dt);
         }
     }
-    times.sort_by(f64::total_cmp);
     let check = tch::no_grad(|| {
         moe.forward(&x)
             .to_kind(Kind::Double)
@@ -78,5 +72,5 @@ fn main() {
     });
     println!("threads={}", tch::get_num_threads());
     println!("checksum={:.6}", check.double_value(&[]));
-    println!("step_ms={:.3}", times[times.len() / 2] * 1e3);
+    println!("step_ms={:.3}", median(times) * 1e3);
 }

@@ -11,6 +11,10 @@ use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups};
 use runtime::optim::{Dtype, NamedParam, Optimizer, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
+#[path = "../cli.rs"]
+mod cli;
+use cli::{arg, median};
+
 /// Layer shapes shared with peer.py: 4 layers of hidden 1024, ffn 4096 (~50.4M params).
 fn shapes() -> Vec<(String, Vec<i64>)> {
     let (h, f, layers) = (1024i64, 4096i64, 4);
@@ -29,20 +33,6 @@ fn shapes() -> Vec<(String, Vec<i64>)> {
         v.push((format!("{p}.mlp.down.bias"), vec![h]));
     }
     v
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Best-of-5 bandwidth of a 256 MiB fp32 copy (read + write), in bytes per second.

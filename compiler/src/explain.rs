@@ -257,13 +257,6 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanatio
     })
 }
 
-fn strategy_name(s: &Strategy) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
-}
-
 /// A trained role's batch arithmetic. Data parallel is the world over the role's
 /// model-parallel ranks (Ulysses under FSDP, tensor × pipeline × context under Megatron),
 /// rounded down where a rule reports an inexact split.
@@ -275,7 +268,7 @@ fn trained_batch(cfg: &VerlConfig, role: &Role, batch: &MiniBatch, world: i64) -
         .or(batch.micro_global.map(|m| m / dp.max(1)));
     role_batch(
         role.name,
-        strategy_name(&role.strategy),
+        crate::config::common::spelling(&role.strategy),
         dp,
         sp,
         batch.n.max(1),

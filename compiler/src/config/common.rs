@@ -8,6 +8,15 @@ use serde::{Deserialize, Serialize};
 /// How per-token losses are reduced to one scalar: the spec's vocabulary.
 pub use verlc_spec::algo::LossAggMode;
 
+/// How a value of one of the config's enums is spelt in verl's YAML (`"vllm"`,
+/// `"separate_async"`): its serde name; empty for a value that is not a plain string.
+pub fn spelling<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// A dictionary that verl passes through unchecked (constructor kwargs, HF config overrides,
 /// engine options). Any keys are accepted.
 pub type OpenDict = serde_json::Map<String, serde_json::Value>;

@@ -1595,10 +1595,7 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
             "trainer.v1.trainer_mode",
             format!(
                 "asynchronous training (`trainer_mode: {}`) is not implemented: verlc's trainer generates, then trains on what it generated",
-                serde_json::to_value(v1.trainer_mode)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
+                crate::config::common::spelling(&v1.trainer_mode)
             ),
             "set it to sync",
         );
@@ -1613,10 +1610,7 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
             LoggerBackend::Wandb | LoggerBackend::Tracking => LoggerKind::Wandb,
             LoggerBackend::Mlflow => LoggerKind::Mlflow,
             other => {
-                let name = serde_json::to_value(other)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let name = crate::config::common::spelling(&other);
                 l.unsupported(
                     "trainer.logger",
                     format!("logger `{name}` is not implemented by verlc's trainer"),

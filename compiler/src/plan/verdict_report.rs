@@ -42,10 +42,7 @@ pub fn verdict_diagnostics(
             .get_path(&split_key(&name_key))
             .filter(|n| user_written(n))
     {
-        let spelled = serde_json::to_value(cfg.actor_rollout_ref.rollout.name)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let spelled = crate::config::common::spelling(&cfg.actor_rollout_ref.rollout.name);
         out.push(
             Diagnostic::warning(
                 codes::BUILD_ROLLOUT_ENGINE_REPLACED,

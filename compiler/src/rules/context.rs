@@ -313,17 +313,8 @@ impl ModelDims {
         } else {
             0
         };
-        let qk_norm = matches!(
-            self.model_type.as_deref(),
-            Some(
-                "qwen3"
-                    | "qwen3_moe"
-                    | "qwen3_5"
-                    | "qwen3_5_text"
-                    | "qwen3_5_moe"
-                    | "qwen3_5_moe_text"
-            )
-        );
+        let qk_norm =
+            self.is_hybrid() || matches!(self.model_type.as_deref(), Some("qwen3" | "qwen3_moe"));
         let norms = h
             .saturating_mul(2)
             .saturating_add(if qk_norm { 2 * hd } else { 0 });

@@ -35,10 +35,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     {
         return;
     }
-    let engine = serde_json::to_value(r.name)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
+    let engine = crate::config::common::spelling(&r.name);
     let key = "actor_rollout_ref.rollout.pipeline_model_parallel_size";
     let tp = r.tensor_model_parallel_size.saturating_mul(pp);
     out.push(

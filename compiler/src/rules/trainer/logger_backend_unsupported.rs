@@ -39,10 +39,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         } else {
             "trainer.logger".to_owned()
         };
-        let name = serde_json::to_value(backend)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let name = crate::config::common::spelling(&backend);
         let d = match backend {
             LoggerBackend::Console | LoggerBackend::File | LoggerBackend::Tensorboard => continue,
             LoggerBackend::Tracking => Diagnostic::warning(CODE, "logger `tracking` is deprecated in verl; it means `wandb`")
