@@ -65,6 +65,7 @@ pub const BUILD_UNSUPPORTED_SETTING: Code = Code("B018");
 pub const BUILD_NO_EFFECT: Code = Code("B006");
 pub const BUILD_BF16_EMULATED: Code = Code("B007");
 pub const BUILD_MODEL_UNAVAILABLE: Code = Code("B019");
+pub const BUILD_VLLM_ON_CPU: Code = Code("B020");
 
 /// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
 pub const BUILD_CODES: &[(Code, &str)] = &[
@@ -74,7 +75,7 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     ),
     (
         BUILD_ROLLOUT_ENGINE_REPLACED,
-        "the binary generates with its built-in engine, not the one named in rollout.name",
+        "the binary generates with its built-in engine, not the SGLang/TensorRT-LLM/HF engine named in rollout.name",
     ),
     (
         BUILD_PROFILER_UNUSED,
@@ -131,6 +132,10 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     (
         BUILD_MODEL_UNAVAILABLE,
         "a model named by Hugging Face Hub id is neither in the Hub cache nor downloadable",
+    ),
+    (
+        BUILD_VLLM_ON_CPU,
+        "rollout.name=vllm on trainer.device=cpu: vLLM runs, but the built-in engine generates faster there",
     ),
 ];
 

@@ -427,6 +427,62 @@ pub struct RolloutSpec {
     /// actor generates on the whole model and has none.
     #[serde(default)]
     pub tensor_parallel: Option<usize>,
+    /// `rollout.name: vllm`: generate through a vLLM server the trainer starts (`None`: the
+    /// native engine compiled into the binary, `rollout.name: verlc`).
+    #[serde(default)]
+    pub vllm: Option<VllmSpec>,
+}
+
+/// The vLLM server of `rollout.name: vllm` (verl's server mode): how it is launched. Each
+/// field is the rollout key of the same meaning; the runtime turns them into the server's
+/// command line ([`VllmSpec`] keeps verl's names, not vLLM's flags).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VllmSpec {
+    /// `tensor_model_parallel_size`.
+    pub tensor_parallel: usize,
+    /// `data_parallel_size`.
+    pub data_parallel: usize,
+    /// `expert_parallel_size` (> 1: vLLM's `--enable-expert-parallel`).
+    pub expert_parallel: usize,
+    /// `gpu_memory_utilization` (CUDA only; on CPU the KV cache is `VLLM_CPU_KVCACHE_SPACE`).
+    pub gpu_memory_utilization: f64,
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+    /// `max_model_len` (verl's default: prompt + response length).
+    pub max_model_len: usize,
+    pub enable_chunked_prefill: bool,
+    pub enable_prefix_caching: bool,
+    pub enforce_eager: bool,
+    /// `logprobs_mode` (verl: `processed_logprobs`, after temperature).
+    pub logprobs_mode: String,
+    pub disable_log_stats: bool,
+    /// `free_cache_engine` on CUDA: the server sleeps (frees weights and KV cache) while the
+    /// trainer learns; vLLM has no sleep mode on CPU.
+    pub sleep_between_steps: bool,
+    /// `engine_kwargs.vllm`: extra server flags, `--key value` each.
+    pub engine_kwargs: Vec<(String, serde_json::Value)>,
+}
+
+impl Default for VllmSpec {
+    /// verl's rollout defaults (0.7-0.9), for sequences of up to 2048 tokens.
+    fn default() -> Self {
+        VllmSpec {
+            tensor_parallel: 1,
+            data_parallel: 1,
+            expert_parallel: 1,
+            gpu_memory_utilization: 0.5,
+            max_num_seqs: 1024,
+            max_num_batched_tokens: 8192,
+            max_model_len: 2048,
+            enable_chunked_prefill: true,
+            enable_prefix_caching: true,
+            enforce_eager: false,
+            logprobs_mode: "processed_logprobs".into(),
+            disable_log_stats: true,
+            sleep_between_steps: true,
+            engine_kwargs: Vec::new(),
+        }
+    }
 }
 
 /// Whether a rollout at tensor parallel `rollout_tp` can be cut from a Megatron actor at tensor

@@ -16,14 +16,14 @@ use verlc_spec::trainer::{
     EngineSpec, FilterGroupsSpec, FsdpEngineSpec, GdpoSpec, GroupMetric, KlControlSpec, LoggerKind,
     LoraSpec, MegatronEngineSpec, ModuleSelector, OptimSpec, OverlongBufferSpec, PfPpoMethod,
     PfPpoSpec, ReferenceSpec, ResumeSpec, RewardManagerSpec, RewardModelInput, RewardModelSpec,
-    RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName, TrainerSpec, WorldSpec,
+    RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName, TrainerSpec, VllmSpec, WorldSpec,
 };
 
 use crate::codes;
 use crate::config::{
     AdvEstimator, Device, KlCtrlType, KlEstimator, LoggerBackend, LrDecayStyle, LrSchedulerType,
-    OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode, SamplingConfig,
-    Strategy, TorchDtype, Truncation, VerlConfig,
+    OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode, RolloutName,
+    SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
 };
 use crate::config::{BypassLossType, RolloutIsLevel, RsThreshold};
 use crate::diag::Diagnostic;
@@ -337,7 +337,50 @@ fn rollout_spec(
         },
         dtype: arr.rollout.dtype.dtype(),
         calculate_log_probs: arr.rollout.calculate_log_probs,
-        tensor_parallel: rollout_tensor_parallel(cfg, actor_engine, world, l),
+        tensor_parallel: match arr.rollout.name {
+            // vLLM lays out its own tensor parallelism, apart from the actor's.
+            RolloutName::Vllm => None,
+            _ => rollout_tensor_parallel(cfg, actor_engine, world, l),
+        },
+        vllm: (arr.rollout.name == RolloutName::Vllm).then(|| vllm_spec(cfg, l)),
+    }
+}
+
+/// The vLLM server of `rollout.name: vllm`, from the rollout keys verl's server reads.
+fn vllm_spec(cfg: &VerlConfig, l: &mut Lowering) -> VllmSpec {
+    let r = &cfg.actor_rollout_ref.rollout;
+    let key = |k: &str| format!("actor_rollout_ref.rollout.{k}");
+    let max_model_len = match r.max_model_len {
+        Some(v) => l.count(&key("max_model_len"), v),
+        None => usize::try_from(r.prompt_length.max(0) + r.response_length.max(0)).unwrap_or(1),
+    };
+    let engine_kwargs = r
+        .engine_kwargs
+        .get("vllm")
+        .and_then(serde_json::Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    VllmSpec {
+        tensor_parallel: l.count(
+            &key("tensor_model_parallel_size"),
+            r.tensor_model_parallel_size,
+        ),
+        data_parallel: l.count(&key("data_parallel_size"), r.data_parallel_size),
+        expert_parallel: l.count(&key("expert_parallel_size"), r.expert_parallel_size),
+        gpu_memory_utilization: r.gpu_memory_utilization,
+        max_num_seqs: l.count(&key("max_num_seqs"), r.max_num_seqs),
+        max_num_batched_tokens: l.count(&key("max_num_batched_tokens"), r.max_num_batched_tokens),
+        max_model_len,
+        enable_chunked_prefill: r.enable_chunked_prefill,
+        enable_prefix_caching: r.enable_prefix_caching,
+        enforce_eager: r.enforce_eager,
+        logprobs_mode: r.logprobs_mode.as_ref().map_or_else(
+            || "processed_logprobs".to_owned(),
+            crate::config::common::spelling,
+        ),
+        disable_log_stats: r.disable_log_stats,
+        sleep_between_steps: r.free_cache_engine,
+        engine_kwargs,
     }
 }
 

@@ -5,12 +5,14 @@
 //! default of the same flavour and was written in a user file or an override. Unchanged
 //! defaults are never reported, so a config copied from verl stays quiet until someone tunes,
 //! say, vLLM's `gpu_memory_utilization`. Two keys have their own report:
-//! - B002 `RolloutEngineReplaced`: `rollout.name` names an external engine (any value but
-//!   `verlc`, written by the user); the binary uses its built-in one.
+//! - B002 `RolloutEngineReplaced`: `rollout.name` names an external engine the binary does not
+//!   run (`sglang`, `trtllm`, `hf`, written by the user); it uses its built-in one. `vllm` is
+//!   run: the rollout keys its server reads ([`VLLM_KEYS`]) are then honoured, and on a CPU
+//!   device B020 says the built-in engine is faster there.
 //! - B005: FSDP2's `offload_policy` on an FSDP1 engine, which verl ignores too.
 
 use crate::codes;
-use crate::config::{RolloutName, Strategy, VerlConfig};
+use crate::config::{Device, RolloutName, Strategy, VerlConfig};
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, Value, split_key};
 use crate::source::{SourceKind, SourceMap};
@@ -19,6 +21,60 @@ use super::verdicts::{self, Verdict};
 
 const ROLLOUT: &str = "actor_rollout_ref.rollout";
 const ROLLOUT_TP: &str = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+
+/// The rollout keys (under `actor_rollout_ref.rollout.`) that become the vLLM server's
+/// settings with `rollout.name: vllm` (the runtime's `rollout::vllm::flags`).
+pub const VLLM_KEYS: &[&str] = &[
+    "tensor_model_parallel_size",
+    "data_parallel_size",
+    "expert_parallel_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "enforce_eager",
+    "logprobs_mode",
+    "disable_log_stats",
+    "skip_tokenizer_init",
+    "load_format",
+    "engine_kwargs.vllm.*",
+];
+
+/// vLLM keys that only act on a GPU, with why (reported on `trainer.device=cpu`).
+const VLLM_GPU_ONLY: &[(&str, &str)] = &[
+    (
+        "gpu_memory_utilization",
+        "sizes vLLM's KV cache on a GPU; on CPU vLLM takes VLLM_CPU_KVCACHE_SPACE (GiB; verlc sets 1 unless the environment does)",
+    ),
+    (
+        "free_cache_engine",
+        "puts vLLM to sleep between generations on a GPU; vLLM has no sleep mode on CPU, so its server keeps its weights and KV cache",
+    ),
+    (
+        "enable_sleep_mode",
+        "is vLLM's GPU sleep mode, which it does not support on CPU",
+    ),
+];
+
+/// `key`'s verdict when vLLM runs the rollout: `None` for keys it does not concern.
+fn vllm_verdict(key: &str, cpu: bool) -> Option<Verdict> {
+    let rest = key.strip_prefix("actor_rollout_ref.rollout.")?;
+    if let Some((_, why)) = VLLM_GPU_ONLY.iter().find(|(k, _)| *k == rest) {
+        return Some(if cpu {
+            Verdict::NoEffect(codes::BUILD_ROLLOUT_KNOB_UNUSED, why)
+        } else {
+            Verdict::Implemented("rollout.vllm")
+        });
+    }
+    VLLM_KEYS
+        .iter()
+        .any(|k| match k.strip_suffix(".*") {
+            Some(prefix) => rest.starts_with(prefix) && rest.len() > prefix.len(),
+            None => *k == rest,
+        })
+        .then_some(Verdict::Implemented("rollout.vllm (the server's settings)"))
+}
 
 /// The verdict findings of the keys the user changed. `defaults` is the built-in default
 /// tree of the config's flavour ([`crate::load::compose::builtin_tree`]).
@@ -37,10 +93,32 @@ pub fn verdict_diagnostics(
     };
 
     let name_key = format!("{ROLLOUT}.name");
-    if cfg.actor_rollout_ref.rollout.name != RolloutName::Verlc
+    let vllm = cfg.actor_rollout_ref.rollout.name == RolloutName::Vllm;
+    let cpu = cfg.trainer.device == Device::Cpu;
+    if vllm
+        && cpu
         && let Some(node) = root
             .get_path(&split_key(&name_key))
             .filter(|n| user_written(n))
+    {
+        out.push(
+            Diagnostic::warning(
+                codes::BUILD_VLLM_ON_CPU,
+                "vLLM generates on CPU, but slower than verlc's built-in engine (bench/rollout_generate: about 2.5x the time at Qwen2.5-0.5B's width, plus the server's start)",
+            )
+            .with_key(name_key.clone())
+            .with_primary(node.origin.clone(), "`vllm` chosen here")
+            .with_help(format!(
+                "set `{name_key}=verlc` for the faster built-in engine on CPU; keep `vllm` to check a run that will use it on GPUs"
+            )),
+        );
+    }
+    if !matches!(
+        cfg.actor_rollout_ref.rollout.name,
+        RolloutName::Verlc | RolloutName::Vllm
+    ) && let Some(node) = root
+        .get_path(&split_key(&name_key))
+        .filter(|n| user_written(n))
     {
         let spelled = crate::config::common::spelling(&cfg.actor_rollout_ref.rollout.name);
         out.push(
@@ -87,7 +165,9 @@ pub fn verdict_diagnostics(
             "critic.model.use_remove_padding" => cfg.critic.strategy == Strategy::Megatron,
             _ => false,
         };
-        let verdict = if megatron_packing {
+        let verdict = if let Some(v) = vllm.then(|| vllm_verdict(&key, cpu)).flatten() {
+            Some(v)
+        } else if megatron_packing {
             Some(Verdict::NoEffect(
                 codes::BUILD_NO_EFFECT,
                 "has no effect on the Megatron strategy: verlc's Megatron engine computes padded micro-batches (the same numbers, with the padding's compute)",

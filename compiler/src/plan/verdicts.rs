@@ -258,7 +258,7 @@ table! {
     "actor_rollout_ref.rollout.val_kwargs.*" => Implemented("rollout.val"),
     "actor_rollout_ref.rollout.{log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz,log_prob_max_token_len_per_gpu}" => Implemented("actor.update.log_prob_micro_batch_size"),
     "actor_rollout_ref.rollout.{dtype,calculate_log_probs}" => Implemented("rollout"),
-    "actor_rollout_ref.rollout.name" => NoEffect(codes::BUILD_ROLLOUT_ENGINE_REPLACED, "names an external engine; the binary generates with its built-in one"),
+    "actor_rollout_ref.rollout.name" => Checked("rollout.vllm (`vllm` runs vLLM's server, `verlc` the built-in engine; `sglang`/`trtllm`/`hf` get the built-in engine, B002)"),
     "actor_rollout_ref.rollout.multi_turn.enable" => Unsupported("turns on multi-turn rollouts with tools, which verlc's rollout does not implement"),
     "actor_rollout_ref.rollout.**" => NoEffect(ROLLOUT_KNOB, VLLM),
 

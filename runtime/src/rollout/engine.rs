@@ -164,58 +164,144 @@ pub fn generate_streams<D: Decoder>(
             .collect::<Result<_, _>>()
     })?;
     let cat = |f: fn(&Chunk) -> &Tensor| Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0);
-    let prompts_t = cat(|c| &c.prompts);
-    let prompt_mask = cat(|c| &c.prompt_mask);
-    let responses = cat(|c| &c.responses);
-    let mut log_probs = cat(|c| &c.log_probs);
-    let (n, r) = (params.n, params.max_new_tokens as i64);
-    let response_mask = response_mask(&responses, &stop.eos, params.ignore_eos);
-    let input_ids = Tensor::cat(&[&prompts_t, &responses], 1);
-    let attention_mask = Tensor::cat(&[&prompt_mask, &response_mask], 1);
-    let prompt_pos = position_ids_from_mask(&prompt_mask);
-    let valid = prompt_mask.sum_dim_intlist(1, true, Kind::Int64);
-    let resp_pos = valid + Tensor::arange(r, (Kind::Int64, responses.device())).unsqueeze(0);
-    let position_ids = Tensor::cat(&[&prompt_pos, &resp_pos], 1);
-    if params.log_prob_path == LogProbPath::Recompute {
-        let batch = SequenceBatch {
-            input_ids: &input_ids,
-            attention_mask: &attention_mask,
-            position_ids: &position_ids,
-        };
-        let temperature = if params.is_greedy() {
-            1.0
-        } else {
-            params.temperature
-        };
-        log_probs =
-            model.recompute_log_probs(&batch, r, temperature, params.log_prob_micro_batch)?;
+    let rows = Rows {
+        prompts: cat(|c| &c.prompts),
+        prompt_mask: cat(|c| &c.prompt_mask),
+        responses: cat(|c| &c.responses),
+        log_probs: cat(|c| &c.log_probs),
+    };
+    let decoded_rows = parts.iter().map(|c| c.decoded_rows).sum();
+    let recompute = (params.log_prob_path == LogProbPath::Recompute).then_some(model);
+    rows.finish(prompts.len(), params, stop, decoded_rows, recompute)
+}
+
+/// A generated batch before its masks: left-padded prompts with their mask, right-padded
+/// responses and their log-probs, `n` rows per prompt.
+struct Rows {
+    prompts: Tensor,
+    prompt_mask: Tensor,
+    responses: Tensor,
+    log_probs: Tensor,
+}
+
+impl Rows {
+    /// verl's layout of the batch: masks up to the first EOS, positions, and (with
+    /// `recompute`) the log-probs of the training forward instead of the decoding pass's.
+    fn finish<D: Decoder>(
+        self,
+        prompt_count: usize,
+        params: &SamplingParams,
+        stop: &StopTokens,
+        decoded_rows: usize,
+        recompute: Option<&D>,
+    ) -> Result<RolloutOutput, RolloutError> {
+        let Rows {
+            prompts: prompts_t,
+            prompt_mask,
+            responses,
+            mut log_probs,
+        } = self;
+        let (n, r) = (params.n, params.max_new_tokens as i64);
+        let response_mask = response_mask(&responses, &stop.eos, params.ignore_eos);
+        let input_ids = Tensor::cat(&[&prompts_t, &responses], 1);
+        let attention_mask = Tensor::cat(&[&prompt_mask, &response_mask], 1);
+        let prompt_pos = position_ids_from_mask(&prompt_mask);
+        let valid = prompt_mask.sum_dim_intlist(1, true, Kind::Int64);
+        let resp_pos = valid + Tensor::arange(r, (Kind::Int64, responses.device())).unsqueeze(0);
+        let position_ids = Tensor::cat(&[&prompt_pos, &resp_pos], 1);
+        if let Some(model) = recompute {
+            let batch = SequenceBatch {
+                input_ids: &input_ids,
+                attention_mask: &attention_mask,
+                position_ids: &position_ids,
+            };
+            let temperature = if params.is_greedy() {
+                1.0
+            } else {
+                params.temperature
+            };
+            log_probs =
+                model.recompute_log_probs(&batch, r, temperature, params.log_prob_micro_batch)?;
+        }
+        let log_probs = log_probs * response_mask.to_kind(Kind::Float);
+        let lengths = Vec::<i64>::try_from(response_mask.sum_dim_intlist(1, false, Kind::Int64))?;
+        let ends = Vec::<i64>::try_from(
+            Tensor::isin(
+                &responses,
+                &Tensor::from_slice(&stop.eos).to_device(responses.device()),
+                false,
+                false,
+            )
+            .logical_and(&response_mask.to_kind(Kind::Bool))
+            .any_dim(1, false)
+            .to_kind(Kind::Int64),
+        )?;
+        Ok(RolloutOutput {
+            prompts: prompts_t,
+            responses,
+            input_ids,
+            attention_mask,
+            position_ids,
+            response_mask,
+            rollout_log_probs: log_probs,
+            response_lengths: lengths.iter().map(|&l| l as usize).collect(),
+            finished: ends.iter().map(|&e| e != 0 && !params.ignore_eos).collect(),
+            prompt_index: (0..prompt_count * n).map(|i| i / n).collect(),
+            decoded_rows,
+        })
     }
-    let log_probs = log_probs * response_mask.to_kind(Kind::Float);
-    let lengths = Vec::<i64>::try_from(response_mask.sum_dim_intlist(1, false, Kind::Int64))?;
-    let ends = Vec::<i64>::try_from(
-        Tensor::isin(
-            &responses,
-            &Tensor::from_slice(&stop.eos).to_device(responses.device()),
-            false,
-            false,
-        )
-        .logical_and(&response_mask.to_kind(Kind::Bool))
-        .any_dim(1, false)
-        .to_kind(Kind::Int64),
-    )?;
-    Ok(RolloutOutput {
-        prompts: prompts_t,
-        responses,
-        input_ids,
-        attention_mask,
-        position_ids,
-        response_mask,
-        rollout_log_probs: log_probs,
-        response_lengths: lengths.iter().map(|&l| l as usize).collect(),
-        finished: ends.iter().map(|&e| e != 0 && !params.ignore_eos).collect(),
-        prompt_index: (0..prompts.len() * n).map(|i| i / n).collect(),
-        decoded_rows: parts.iter().map(|c| c.decoded_rows).sum(),
-    })
+}
+
+/// The batch of an external engine (vLLM) in verl's layout: `responses[k]` and
+/// `log_probs[k]` are row `k`'s generated tokens and their log-probs, `params.n` rows per
+/// prompt in prompt order; prompts are left-padded to `prompt_width` (`None`: the longest).
+pub fn from_token_rows(
+    prompts: &[Vec<i64>],
+    responses: &[Vec<i64>],
+    log_probs: &[Vec<f32>],
+    params: &SamplingParams,
+    stop: &StopTokens,
+    prompt_width: Option<usize>,
+) -> Result<RolloutOutput, RolloutError> {
+    let n = params.n;
+    if responses.len() != prompts.len() * n || log_probs.len() != responses.len() {
+        return Err(RolloutError::Batch(format!(
+            "{} responses and {} log-prob rows for {} prompts x n = {n}",
+            responses.len(),
+            log_probs.len(),
+            prompts.len()
+        )));
+    }
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
+    let width = prompt_width.unwrap_or(longest).max(longest) as i64;
+    let repeated: Vec<Vec<i64>> = prompts
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p.clone(), n))
+        .collect();
+    let (ids, mask) = left_pad(&repeated, width, stop.pad, Device::Cpu);
+    let r = params.max_new_tokens;
+    let mut tokens = vec![stop.pad; responses.len() * r];
+    let mut logp = vec![0f32; responses.len() * r];
+    for (k, (row, lp)) in responses.iter().zip(log_probs).enumerate() {
+        if row.len() > r || lp.len() != row.len() {
+            return Err(RolloutError::Batch(format!(
+                "row {k}: {} tokens with {} log-probs for a response length of {r}",
+                row.len(),
+                lp.len()
+            )));
+        }
+        tokens[k * r..k * r + row.len()].copy_from_slice(row);
+        logp[k * r..k * r + lp.len()].copy_from_slice(lp);
+    }
+    let shape = [responses.len() as i64, r as i64];
+    let rows = Rows {
+        prompts: ids,
+        prompt_mask: mask,
+        responses: Tensor::from_slice(&tokens).view(shape),
+        log_probs: Tensor::from_slice(&logp).view(shape),
+    };
+    let generated = responses.iter().map(Vec::len).sum();
+    rows.finish::<CausalLm>(prompts.len(), params, stop, generated, None)
 }
 
 /// 1 up to and including the first EOS of each row, 0 after it.

@@ -14,12 +14,13 @@ pub mod logprob;
 pub mod params;
 pub mod replicas;
 pub mod sampling;
+pub mod vllm;
 pub mod vocab_head;
 
 pub use decoder::{Decoder, RolloutLayout, ShardLayout, ShardedDecoder};
 pub use engine::{
-    PromptStream, RolloutOutput, StopTokens, generate, generate_padded, generate_streams,
-    generate_with,
+    PromptStream, RolloutOutput, StopTokens, from_token_rows, generate, generate_padded,
+    generate_streams, generate_with,
 };
 pub use logprob::SequenceBatch;
 pub use logprob::{

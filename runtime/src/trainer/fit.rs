@@ -358,8 +358,21 @@ impl<R: Roles> Trainer<R> {
             None => None,
         };
         let rollout_dtype = spec.rollout.dtype.unwrap_or(dtype_);
-        let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
-        let rollout = RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
+        let rollout = match &spec.rollout.vllm {
+            // vLLM takes the whole model by name from the main rank (no sharded layout).
+            Some(vllm) => RolloutWorker::vllm(
+                actor.engine.model_config(),
+                rollout_dtype,
+                vllm.clone(),
+                seed,
+                opts.device,
+                roles.world().cloned(),
+            )?,
+            None => {
+                let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
+                RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?
+            }
+        };
 
         let alg = &spec.algorithm;
         let stop = StopTokens {
@@ -557,7 +570,11 @@ impl<R: Roles> Trainer<R> {
     /// sharded FSDP engines; a Megatron rank's own shards); [`RolloutWorker::release`] drops
     /// them after generating.
     fn load_rollout(&mut self) -> Result<(), TrainerError> {
-        let params = self.actor.engine.rollout_weights()?;
+        let params = if self.rollout.vllm_rollout().is_some() {
+            self.actor.engine.per_tensor_params()?
+        } else {
+            self.actor.engine.rollout_weights()?
+        };
         self.rollout.update_weights(&params)?;
         Ok(())
     }

@@ -21,9 +21,10 @@ use tch::{Device, Tensor};
 use crate::dist::ProcessGroup;
 use crate::megatron::{HeadKind, ParallelModel};
 use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
+use crate::rollout::vllm::{VllmRollout, VllmSpec};
 use crate::rollout::{
-    ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout, ShardedDecoder,
-    StopTokens, generate, generate_with,
+    PromptStream, ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout,
+    ShardedDecoder, StopTokens, generate, generate_with,
 };
 
 use super::{Result, WorkerError};
@@ -36,6 +37,8 @@ enum Skeleton {
         pp: Option<ProcessGroup>,
         share: Option<ReplicaShare>,
     },
+    /// `rollout.name: vllm`: a vLLM server generates; the worker holds no weights.
+    Vllm(Box<VllmRollout>),
 }
 
 /// The generator of the hybrid engine.
@@ -107,6 +110,32 @@ impl RolloutWorker {
         Self::with_skeleton(vs, skeleton, dtype, None)
     }
 
+    /// The vLLM rollout of `config` (`rollout.name: vllm`): its server starts at the first
+    /// [`RolloutWorker::update_weights`], on the group's rank 0 (the whole process when
+    /// `group` is `None`); every rank generates through it.
+    pub fn vllm(
+        config: &ModelConfig,
+        dtype: Dtype,
+        spec: VllmSpec,
+        seed: u64,
+        device: Device,
+        group: Option<ProcessGroup>,
+    ) -> Result<Self> {
+        let plain = ModelConfig {
+            lora: None,
+            ..config.clone()
+        };
+        let rollout = VllmRollout::new(&plain, dtype, spec, seed, device.is_cuda(), group);
+        Ok(RolloutWorker {
+            vs: VarStore::new(device),
+            model: Skeleton::Vllm(Box::new(rollout)),
+            dtype,
+            shapes: BTreeMap::new(),
+            loaded: false,
+            lora: config.lora.clone(),
+        })
+    }
+
     fn with_skeleton(
         mut vs: VarStore,
         model: Skeleton,
@@ -148,6 +177,12 @@ impl RolloutWorker {
             }
             None => params,
         };
+        if let Skeleton::Vllm(v) = &mut self.model {
+            v.update_weights(params)
+                .map_err(|e| WorkerError::Config(e.to_string()))?;
+            self.loaded = true;
+            return Ok(());
+        }
         if params.len() != self.shapes.len() {
             return Err(WorkerError::Config(format!(
                 "weight sync: the trainer sent {} tensors, the rollout model has {}",
@@ -183,6 +218,11 @@ impl RolloutWorker {
     /// next [`RolloutWorker::update_weights`].
     pub fn release(&mut self) -> Result<()> {
         if !self.loaded {
+            return Ok(());
+        }
+        if matches!(self.model, Skeleton::Vllm(_)) {
+            // The server keeps its weights (vLLM has no sleep mode on CPU; the trainer's
+            // memory is not shared with it).
             return Ok(());
         }
         let (kind, device) = (self.dtype.kind(), self.vs.device());
@@ -222,6 +262,10 @@ impl RolloutWorker {
         }
         Ok(match &self.model {
             Skeleton::Full(model) => generate(model, prompts, params, stop)?,
+            Skeleton::Vllm(v) => {
+                let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
+                v.generate(prompts, &streams, params, stop, None)?
+            }
             Skeleton::Sharded { model, pp, share } => {
                 let decoder = ShardedDecoder {
                     model,
@@ -239,7 +283,15 @@ impl RolloutWorker {
     pub fn model(&self) -> Option<&CausalLm> {
         match &self.model {
             Skeleton::Full(m) => Some(m),
-            Skeleton::Sharded { .. } => None,
+            Skeleton::Sharded { .. } | Skeleton::Vllm(_) => None,
+        }
+    }
+
+    /// The vLLM rollout, when `rollout.name` is `vllm`.
+    pub fn vllm_rollout(&self) -> Option<&VllmRollout> {
+        match &self.model {
+            Skeleton::Vllm(v) => Some(v),
+            _ => None,
         }
     }
 

@@ -28,6 +28,10 @@ Usage:
       TEMPLATE in OUTDIR/rm_<arch>/, and writes OUTDIR/rm_<arch>.json: conversations ending
       with the assistant's response, their apply_chat_template() text and ids, and the
       sequence-classification score of each (one padded batch), also of the ids cut to 9.
+  model_oracle.py vllm OUTDIR
+      Two tiny Qwen2 checkpoints of one shape (head dimension 32, which vLLM's CPU attention
+      needs), OUTDIR/vllm_a/ and OUTDIR/vllm_b/ (other weights: the hybrid engine's update), and
+      OUTDIR/vllm_greedy.json: prompts and transformers' greedy generate() for each.
   model_oracle.py tokenizer OUTDIR TEMPLATE...
       Trains a tiny byte-level BPE tokenizer with the `tokenizers` package, wraps it in
       PreTrainedTokenizerFast with each chat TEMPLATE, saves OUTDIR/tok<i>/ and writes
@@ -202,6 +206,39 @@ def models(out):
             stopped = greedy(model, prompts, 16, eos, 0)
         with open(os.path.join(out, f"{arch}_greedy.json"), "w") as f:
             json.dump({"prompts": prompts, "max_new_tokens": 16, "eos": eos, "pad": 0, "outputs": stopped}, f)
+
+
+def vllm_models(out):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=128,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        initializer_range=0.15,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+    )
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 128, (n,), generator=gen).tolist() for n in (6, 3, 9, 1, 12)]
+    result = {"prompts": prompts, "max_new_tokens": 16, "pad": 0}
+    for tag, seed in (("a", 0), ("b", 1)):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(cfg).eval()
+        model.save_pretrained(os.path.join(out, f"vllm_{tag}"), safe_serialization=True)
+        with torch.no_grad():
+            free = greedy(model, prompts, 16, None, 0)
+            eos = free[0][4]
+            result[f"eos_{tag}"] = eos
+            result[f"outputs_{tag}"] = greedy(model, prompts, 16, eos, 0)
+    with open(os.path.join(out, "vllm_greedy.json"), "w") as f:
+        json.dump(result, f)
 
 
 def grads(outdir, weights):
@@ -453,6 +490,8 @@ if __name__ == "__main__":
         lora(*sys.argv[2:6])
     elif cmd == "reward":
         reward(sys.argv[2], sys.argv[3])
+    elif cmd == "vllm":
+        vllm_models(sys.argv[2])
     elif cmd == "tokenizer":
         tokenizer(sys.argv[2], sys.argv[3:])
     else:

@@ -6,3 +6,4 @@ mod oracle;
 mod engine;
 mod logprob;
 mod sampling;
+mod vllm;

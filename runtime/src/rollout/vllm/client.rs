@@ -1,0 +1,530 @@
+//! The trainer's side of the vLLM rollout: weight sync and generation through the server.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tch::Tensor;
+
+use crate::dist::ProcessGroup;
+use crate::model::{Dtype, ModelConfig, SaveOptions, TorchKind};
+use crate::rng::Rng;
+use crate::rollout::engine::{RolloutOutput, StopTokens, from_token_rows};
+use crate::rollout::{PromptStream, SamplingParams};
+
+use super::server::{Launch, VllmServer};
+use super::{VllmError, VllmSpec, http};
+
+/// Where the time of the last sync and generation went (verl's `timing_s/*`).
+#[derive(Debug, Clone, Default)]
+pub struct VllmTimings {
+    /// Writing the weights and reloading them into the server (the first sync: starting it).
+    pub update_weights: Duration,
+    /// Server start-up, on the sync that started it.
+    pub startup: Option<Duration>,
+}
+
+/// The vLLM rollout of one rank.
+pub struct VllmRollout {
+    config: ModelConfig,
+    dtype: Dtype,
+    spec: VllmSpec,
+    seed: u64,
+    cuda: bool,
+    /// The world group when there are several ranks: rank 0 runs the server.
+    group: Option<ProcessGroup>,
+    /// Rank 0's server (behind a lock: generation reads its exit status through `&self`).
+    server: std::sync::Mutex<Option<VllmServer>>,
+    /// The server's address, once every rank knows it.
+    addr: Option<SocketAddr>,
+    /// The directory the weights are written to (shared memory where there is some).
+    dir: PathBuf,
+    python: String,
+    /// A port to try first (else `$VERLC_VLLM_PORT`, else a free one).
+    port: Option<u16>,
+    request_timeout: Duration,
+    startup_timeout: Duration,
+    pub timings: VllmTimings,
+}
+
+impl std::fmt::Debug for VllmRollout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VllmRollout")
+            .field("addr", &self.addr)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `<pid>` for the process's first rollout, `<pid>-<k>` for later ones (tests start several).
+fn instance_tag() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pid = std::process::id();
+    if k == 0 {
+        pid.to_string()
+    } else {
+        format!("{pid}-{k}")
+    }
+}
+
+fn env_secs(name: &str, default: u64) -> Duration {
+    let secs = std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(default);
+    Duration::from_secs(secs.max(1))
+}
+
+impl VllmRollout {
+    /// A rollout that starts its server at the first [`VllmRollout::update_weights`].
+    pub fn new(
+        config: &ModelConfig,
+        dtype: Dtype,
+        spec: VllmSpec,
+        seed: u64,
+        cuda: bool,
+        group: Option<ProcessGroup>,
+    ) -> Self {
+        let shm = PathBuf::from("/dev/shm");
+        let base = if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        };
+        VllmRollout {
+            config: config.clone(),
+            dtype,
+            spec,
+            seed,
+            cuda,
+            group,
+            server: std::sync::Mutex::new(None),
+            addr: None,
+            dir: base.join(format!("verlc-vllm-{}", instance_tag())),
+            python: super::default_python(),
+            port: std::env::var("VERLC_VLLM_PORT")
+                .ok()
+                .and_then(|p| p.parse().ok()),
+            request_timeout: env_secs("VERLC_VLLM_REQUEST_TIMEOUT_S", 1800),
+            startup_timeout: env_secs("VERLC_VLLM_STARTUP_TIMEOUT_S", 600),
+            timings: VllmTimings::default(),
+        }
+    }
+
+    /// Asks the server to listen on `port` when it is free (a taken port falls back to a free
+    /// one, with a notice).
+    pub fn prefer_port(&mut self, port: u16) {
+        self.port = Some(port);
+    }
+
+    /// Runs the server with `python` instead of [`super::default_python`].
+    pub fn set_python(&mut self, python: String) {
+        self.python = python;
+    }
+
+    /// The server's address, once it serves.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    fn is_main(&self) -> bool {
+        self.group.as_ref().is_none_or(|g| g.rank() == 0)
+    }
+
+    /// The server's process id (on the main rank, once started).
+    pub fn server_pid(&self) -> Option<u32> {
+        self.lock_server().as_ref().map(VllmServer::pid)
+    }
+
+    fn lock_server(&self) -> std::sync::MutexGuard<'_, Option<VllmServer>> {
+        self.server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hands `params` (full tensors by Hugging Face name; only the main rank's are read) to
+    /// the server: written as `model.safetensors`, then reloaded in place; the first call
+    /// starts the server on them. Collective over the group: every rank returns once the
+    /// server serves the new weights.
+    pub fn update_weights(&mut self, params: &[(String, Tensor)]) -> Result<(), VllmError> {
+        let t0 = Instant::now();
+        let mut startup = None;
+        let outcome = if self.is_main() {
+            self.sync_main(params, &mut startup)
+        } else {
+            Ok(0)
+        };
+        // Rank 0 says whether it worked (the port, or -1) so no rank waits on a dead server.
+        let port = match &outcome {
+            Ok(p) => i64::from(*p),
+            Err(_) => -1,
+        };
+        let port = self.broadcast(port)?;
+        outcome?;
+        if port < 0 {
+            return Err(VllmError::Remote(
+                "its weight sync failed (rank 0 reports why)".into(),
+            ));
+        }
+        self.addr = Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port as u16)));
+        self.timings = VllmTimings {
+            update_weights: t0.elapsed(),
+            startup,
+        };
+        Ok(())
+    }
+
+    fn broadcast(&self, v: i64) -> Result<i64, VllmError> {
+        let Some(g) = &self.group else { return Ok(v) };
+        let t = Tensor::from_slice(&[v]).to_device(g.device());
+        g.broadcast(&t, 0)
+            .map_err(|e| VllmError::Remote(format!("broadcasting the server's port: {e}")))?;
+        Ok(t.int64_value(&[0]))
+    }
+
+    fn sync_main(
+        &mut self,
+        params: &[(String, Tensor)],
+        startup: &mut Option<Duration>,
+    ) -> Result<u16, VllmError> {
+        let arch = self
+            .config
+            .arch()
+            .map_err(VllmError::Model)?
+            .causal_lm_class();
+        let opts = SaveOptions {
+            dtype: Some(self.dtype.kind()),
+            ..SaveOptions::default()
+        };
+        // vLLM 0.32's in-place reload breaks a tied LM head: the head keeps the weights the
+        // server started with (seen on CPU with Qwen2). So vLLM gets the model untied, with
+        // the head an explicit copy of the embedding: the same logits, reloaded as a whole.
+        let mut config = self.config.clone();
+        let mut untied: Vec<(String, Tensor)>;
+        let params = if config.tie_word_embeddings {
+            config.tie_word_embeddings = false;
+            untied = params
+                .iter()
+                .filter(|(n, _)| n != "lm_head.weight")
+                .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                .collect();
+            let embed = params
+                .iter()
+                .find(|(n, _)| n.ends_with("embed_tokens.weight"))
+                .ok_or_else(|| {
+                    VllmError::Model("a tied model without `embed_tokens.weight`".into())
+                })?;
+            untied.push(("lm_head.weight".into(), embed.1.shallow_clone()));
+            untied.as_slice()
+        } else {
+            params
+        };
+        crate::model::save::save_named(params, &config, arch, &self.dir, &opts)
+            .map_err(|e| VllmError::Model(format!("writing the weights for vLLM: {e}")))?;
+        let running = self.lock_server().as_ref().map(|s| s.addr);
+        match running {
+            None => {
+                let launch = Launch {
+                    python: self.python.clone(),
+                    model_dir: self.dir.clone(),
+                    flags: super::flags(&self.spec, self.dtype, self.seed, self.cuda),
+                    env: kv_cache_env(),
+                    port: self.port,
+                    startup_timeout: self.startup_timeout,
+                    log: std::env::temp_dir().join(format!(
+                        "{}.log",
+                        self.dir.file_name().map_or_else(
+                            || "verlc-vllm".into(),
+                            |n| n.to_string_lossy().into_owned()
+                        )
+                    )),
+                };
+                let server = VllmServer::start(&launch)?;
+                *startup = Some(server.startup);
+                let port = server.addr.port();
+                *self.lock_server() = Some(server);
+                Ok(port)
+            }
+            Some(addr) => {
+                let dir = self.dir.display().to_string();
+                self.post(
+                    addr,
+                    "/collective_rpc",
+                    &json!({"method": "reload_weights", "kwargs": {"weights_path": dir}}),
+                )?;
+                // Otherwise prompts that share a prefix with earlier ones are served from the
+                // old weights' KV blocks.
+                self.post(addr, "/reset_prefix_cache", &json!({}))?;
+                Ok(addr.port())
+            }
+        }
+    }
+
+    /// A POST to the server; a refused request or a dead server is an error naming what it
+    /// said.
+    fn post(&self, addr: SocketAddr, path: &str, body: &Value) -> Result<Value, VllmError> {
+        let answer = http::request(addr, "POST", path, Some(body), self.request_timeout);
+        self.answer(path, answer)
+    }
+
+    fn answer(
+        &self,
+        path: &str,
+        answer: std::io::Result<http::Response>,
+    ) -> Result<Value, VllmError> {
+        let r = match answer {
+            Ok(r) => r,
+            Err(e) => return Err(self.failure(path, e)),
+        };
+        if r.status != 200 {
+            return Err(VllmError::Refused {
+                path: path.into(),
+                status: r.status,
+                body: r.body.chars().take(2000).collect(),
+            });
+        }
+        if r.body.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&r.body).map_err(|e| VllmError::Protocol {
+            path: path.into(),
+            msg: format!("{e}: {}", r.body.chars().take(300).collect::<String>()),
+        })
+    }
+
+    /// The error for a request that got no answer: the server's exit (with its log) when it
+    /// died, else the I/O error.
+    fn failure(&self, path: &str, e: std::io::Error) -> VllmError {
+        if let Some(server) = self.lock_server().as_mut()
+            && let Some(status) = server.exited()
+        {
+            return VllmError::Exited {
+                when: format!("during {path}"),
+                status,
+                log: server.log.clone(),
+                tail: server.tail(30),
+            };
+        }
+        let timed_out = matches!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        );
+        VllmError::Io {
+            what: if timed_out {
+                format!(
+                    "the vLLM server did not answer {path} within {} s ($VERLC_VLLM_REQUEST_TIMEOUT_S)",
+                    self.request_timeout.as_secs()
+                )
+            } else {
+                format!("the vLLM server did not answer {path}")
+            },
+            source: e,
+        }
+    }
+
+    /// Generates `params.n` responses per prompt; `streams[i]` is prompt `i`'s sampling stream
+    /// (its request seed), `prompt_width` the left-padding width of the output.
+    pub fn generate(
+        &self,
+        prompts: &[Vec<i64>],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+        prompt_width: Option<usize>,
+    ) -> Result<RolloutOutput, crate::rollout::RolloutError> {
+        params
+            .validate()
+            .map_err(crate::rollout::RolloutError::Params)?;
+        let addr = self.addr.ok_or_else(|| {
+            crate::rollout::RolloutError::Batch(
+                "the vLLM rollout has no weights yet (update_weights first)".into(),
+            )
+        })?;
+        let bodies: Vec<Value> = prompts
+            .iter()
+            .zip(streams)
+            .map(|(p, s)| request_body(p, s, params, stop))
+            .collect();
+        // One request per prompt, all in flight at once: vLLM batches them continuously.
+        let timeout = self.request_timeout;
+        let answers: Vec<std::io::Result<http::Response>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = bodies
+                .iter()
+                .map(|b| {
+                    scope.spawn(move || {
+                        http::request(addr, "POST", "/v1/completions", Some(b), timeout)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(std::io::Error::other("request thread panicked")))
+                })
+                .collect()
+        });
+        let (mut tokens, mut logps) = (Vec::new(), Vec::new());
+        for answer in answers {
+            let v = self
+                .answer("/v1/completions", answer)
+                .map_err(|e| crate::rollout::RolloutError::Batch(e.to_string()))?;
+            let rows = parse_choices(&v, params.n).map_err(|msg| {
+                crate::rollout::RolloutError::Batch(format!(
+                    "the vLLM server's completion is not what verlc expects: {msg}"
+                ))
+            })?;
+            for (t, l) in rows {
+                tokens.push(t);
+                logps.push(l);
+            }
+        }
+        from_token_rows(prompts, &tokens, &logps, params, stop, prompt_width)
+    }
+}
+
+impl Drop for VllmRollout {
+    /// Stops the server, then frees the weights it read (shared memory outlives processes).
+    fn drop(&mut self) {
+        drop(self.lock_server().take());
+        if self.is_main() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// `VLLM_CPU_KVCACHE_SPACE` (GiB of KV cache on CPU): the user's, else 1 GiB, which holds
+/// about a million tokens of a small model; vLLM's own default is 4 GiB.
+fn kv_cache_env() -> Vec<(String, String)> {
+    match std::env::var("VLLM_CPU_KVCACHE_SPACE") {
+        Ok(_) => Vec::new(),
+        Err(_) => vec![("VLLM_CPU_KVCACHE_SPACE".into(), "1".into())],
+    }
+}
+
+/// The request seed of a prompt's stream: its `n` samples follow from it (vLLM seeds each
+/// of a request's samples from the request's seed).
+fn request_seed(s: &PromptStream) -> u64 {
+    // Within i64 range: vLLM's seed is a signed integer.
+    Rng::derive(s.seed, s.index).next_u64() >> 1
+}
+
+/// The `/v1/completions` body of one prompt.
+fn request_body(
+    prompt: &[i64],
+    stream: &PromptStream,
+    params: &SamplingParams,
+    stop: &StopTokens,
+) -> Value {
+    let greedy = params.is_greedy();
+    let mut body = json!({
+        "model": "verlc-policy",
+        "prompt": prompt,
+        "n": params.n,
+        "max_tokens": params.max_new_tokens,
+        "temperature": if greedy { 0.0 } else { params.temperature },
+        "top_p": if greedy { 1.0 } else { params.top_p },
+        "top_k": if greedy || params.top_k <= 0 { -1 } else { params.top_k },
+        "logprobs": 0,
+        "return_tokens_as_token_ids": true,
+        // The stop set is exactly `stop.eos` (the trainer's tokenizer's), as on the native
+        // engine: vLLM's own EOS (the checkpoint's) is ignored, `stop_token_ids` stop.
+        "ignore_eos": true,
+        "skip_special_tokens": false,
+        "seed": request_seed(stream),
+    });
+    if !params.ignore_eos && !stop.eos.is_empty() {
+        body["stop_token_ids"] = json!(stop.eos);
+    }
+    body
+}
+
+/// Token ids and log-probs of each choice, in sample order.
+fn parse_choices(v: &Value, n: usize) -> Result<Vec<(Vec<i64>, Vec<f32>)>, String> {
+    let choices = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .ok_or("no `choices`")?;
+    if choices.len() != n {
+        return Err(format!("{} choices for n = {n}", choices.len()));
+    }
+    let mut rows: Vec<(usize, Vec<i64>, Vec<f32>)> = Vec::with_capacity(n);
+    for c in choices {
+        let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let lp = c.get("logprobs").ok_or("a choice without `logprobs`")?;
+        let tokens = lp
+            .get("tokens")
+            .and_then(Value::as_array)
+            .ok_or("a choice without `logprobs.tokens`")?;
+        let ids = tokens
+            .iter()
+            .map(|t| {
+                t.as_str()
+                    .and_then(|s| s.strip_prefix("token_id:"))
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .ok_or_else(|| format!("token {t} is not `token_id:<id>`"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let logps = lp
+            .get("token_logprobs")
+            .and_then(Value::as_array)
+            .ok_or("a choice without `logprobs.token_logprobs`")?
+            .iter()
+            // vLLM writes -inf as a very negative number or null; both mean "impossible".
+            .map(|x| x.as_f64().map_or(f32::NEG_INFINITY, |f| f as f32))
+            .collect::<Vec<f32>>();
+        if logps.len() != ids.len() {
+            return Err(format!(
+                "{} tokens with {} log-probs",
+                ids.len(),
+                logps.len()
+            ));
+        }
+        rows.push((index, ids, logps));
+    }
+    rows.sort_by_key(|r| r.0);
+    Ok(rows.into_iter().map(|(_, t, l)| (t, l)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_choices_in_index_order() {
+        let v = json!({"choices": [
+            {"index": 1, "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-0.5]}},
+            {"index": 0, "logprobs": {"tokens": ["token_id:7", "token_id:1"], "token_logprobs": [-1.0, null]}},
+        ]});
+        let rows = parse_choices(&v, 2).unwrap();
+        assert_eq!(rows[0].0, vec![7, 1]);
+        assert_eq!(rows[0].1[1], f32::NEG_INFINITY);
+        assert_eq!(rows[1], (vec![5], vec![-0.5]));
+        assert!(parse_choices(&v, 3).unwrap_err().contains("2 choices"));
+        let bad = json!({"choices": [{"index": 0, "logprobs": {"tokens": ["x"], "token_logprobs": [0.0]}}]});
+        assert!(parse_choices(&bad, 1).unwrap_err().contains("token_id"));
+    }
+
+    #[test]
+    fn greedy_requests_ask_for_argmax_and_stop_ids() {
+        let s = PromptStream { seed: 1, index: 2 };
+        let stop = StopTokens {
+            eos: vec![1, 2],
+            pad: 0,
+        };
+        let b = request_body(&[5, 6], &s, &SamplingParams::greedy(8), &stop);
+        assert_eq!(b["temperature"], json!(0.0));
+        assert_eq!(b["top_k"], json!(-1));
+        assert_eq!(b["stop_token_ids"], json!([1, 2]));
+        assert_eq!(b["max_tokens"], json!(8));
+        let other = request_body(
+            &[5, 6],
+            &PromptStream { seed: 1, index: 3 },
+            &SamplingParams::greedy(8),
+            &stop,
+        );
+        assert_ne!(b["seed"], other["seed"]);
+    }
+}

@@ -1,0 +1,211 @@
+//! The vLLM server process: started as the trainer's child in a process group of its own (vLLM
+//! forks engine-core workers; stopping the group stops them all), its output kept in a log
+//! file whose last lines every error quotes, and stopped on drop, on the trainer's death
+//! (`PR_SET_PDEATHSIG`) and on SIGINT/SIGTERM/SIGHUP ([`super::reaper`]).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{VllmError, http, reaper};
+
+/// How to launch the server.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The interpreter that imports `vllm`.
+    pub python: String,
+    /// `--model`: a directory in Hugging Face layout.
+    pub model_dir: PathBuf,
+    /// Server flags after `--model DIR --host --port` (see [`super::flags`]).
+    pub flags: Vec<String>,
+    /// Extra environment (`VLLM_CPU_KVCACHE_SPACE`, ...).
+    pub env: Vec<(String, String)>,
+    /// A port to try first (`$VERLC_VLLM_PORT`); taken or absent: a free one.
+    pub port: Option<u16>,
+    /// Longest wait for `/health` after the start.
+    pub startup_timeout: Duration,
+    /// Where the server's stdout and stderr go.
+    pub log: PathBuf,
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct VllmServer {
+    child: Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+    /// Time from spawn to a healthy `/health`.
+    pub startup: Duration,
+}
+
+/// How often a start is retried when the chosen port was taken between choosing and binding.
+const PORT_ATTEMPTS: usize = 3;
+
+impl VllmServer {
+    /// Starts the server and waits until it answers `/health`.
+    pub fn start(launch: &Launch) -> Result<VllmServer, VllmError> {
+        let mut last = None;
+        for attempt in 0..PORT_ATTEMPTS {
+            let wanted = if attempt == 0 { launch.port } else { None };
+            let port = choose_port(wanted)?;
+            match Self::start_on(launch, port) {
+                Err(VllmError::PortTaken { port }) => last = Some(VllmError::PortTaken { port }),
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or(VllmError::PortTaken { port: 0 }))
+    }
+
+    fn start_on(launch: &Launch, port: u16) -> Result<VllmServer, VllmError> {
+        let log = std::fs::File::create(&launch.log).map_err(|e| VllmError::Io {
+            what: format!("creating the vLLM log {}", launch.log.display()),
+            source: e,
+        })?;
+        let log_err = log.try_clone().map_err(|e| VllmError::Io {
+            what: "duplicating the log handle".into(),
+            source: e,
+        })?;
+        let mut cmd = Command::new(&launch.python);
+        cmd.args(["-m", "vllm.entrypoints.openai.api_server", "--model"])
+            .arg(&launch.model_dir)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(&launch.flags)
+            // `/collective_rpc` (weight reload) and `/reset_prefix_cache` are dev-mode routes.
+            .env("VLLM_SERVER_DEV_MODE", "1")
+            .env("VLLM_NO_USAGE_STATS", "1")
+            .env("VLLM_LOGGING_COLOR", "0")
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; it only asks the kernel to kill this child when
+        // the trainer thread that spawned it dies (no orphan server after a SIGKILL).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let spawned = Instant::now();
+        let child = cmd.spawn().map_err(|e| VllmError::Spawn {
+            python: launch.python.clone(),
+            source: e,
+        })?;
+        reaper::register(child.id() as i32);
+        let mut server = VllmServer {
+            child,
+            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            log: launch.log.clone(),
+            startup: Duration::ZERO,
+        };
+        let deadline = spawned + launch.startup_timeout;
+        loop {
+            if let Some(status) = server.child.try_wait().ok().flatten() {
+                let tail = log_tail(&server.log, 30);
+                if tail.contains("Address already in use") || tail.contains("[Errno 98]") {
+                    return Err(VllmError::PortTaken { port });
+                }
+                return Err(VllmError::Exited {
+                    when: "while starting".into(),
+                    status: status.to_string(),
+                    log: server.log.clone(),
+                    tail,
+                });
+            }
+            let healthy =
+                http::request(server.addr, "GET", "/health", None, Duration::from_secs(5))
+                    .is_ok_and(|r| r.status == 200);
+            if healthy {
+                server.startup = spawned.elapsed();
+                return Ok(server);
+            }
+            if Instant::now() >= deadline {
+                return Err(VllmError::StartTimeout {
+                    secs: launch.startup_timeout.as_secs(),
+                    log: server.log.clone(),
+                    tail: log_tail(&server.log, 30),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `Some(reason)` when the server process has ended.
+    pub fn exited(&mut self) -> Option<String> {
+        self.child.try_wait().ok().flatten().map(|s| s.to_string())
+    }
+
+    /// The last `n` lines of the server's log.
+    pub fn tail(&self, n: usize) -> String {
+        log_tail(&self.log, n)
+    }
+
+    /// Stops the server and every process it started: SIGTERM to its group, SIGKILL after
+    /// a grace period.
+    pub fn stop(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: signals a process group this struct created; no memory is touched.
+        unsafe { libc::kill(-pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The engine-core workers may outlive the API process: the group goes either way.
+        // SAFETY: as above.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let _ = self.child.wait();
+        reaper::unregister(pid);
+    }
+}
+
+impl Drop for VllmServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `wanted` when it is free to bind on loopback, else a port the kernel picks.
+fn choose_port(wanted: Option<u16>) -> Result<u16, VllmError> {
+    if let Some(p) = wanted {
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok() {
+            return Ok(p);
+        }
+        eprintln!("verlc: port {p} ($VERLC_VLLM_PORT) is in use; the vLLM server takes a free one");
+    }
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| VllmError::Io {
+        what: "finding a free port for the vLLM server".into(),
+        source: e,
+    })?;
+    l.local_addr().map(|a| a.port()).map_err(|e| VllmError::Io {
+        what: "finding a free port for the vLLM server".into(),
+        source: e,
+    })
+}
+
+/// The last `n` lines of a log file (empty when unreadable).
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let Ok(f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let mut lines = VecDeque::with_capacity(n);
+    for line in BufReader::new(f).lines().map_while(Result::ok) {
+        if lines.len() == n {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+    Vec::from(lines).join("\n")
+}

