@@ -9,7 +9,10 @@ the full length), with the same torch thread count on both sides, on two shapes:
   2 threads. transformers: generate(num_return_sequences=8), which prefills every sample;
   verlc prefills each prompt once and copies its cache to the samples, as a trainer's
   rollout with `rollout.n` does. Decoding is bound by the 151936-wide output layer on both
-  sides.
+  sides. vLLM (the CPU build scripts/setup installs, .venv/bin/python-vllm) is the second peer
+  here, as `rollout.name: vllm` runs it: its OpenAI server on the same checkpoint (fp32,
+  eager, token ids in and out), the 8 prompts sent at once with n = 8, after one warm-up
+  request; its start-up (about 30-50 s) is reported apart, not timed.
 
 Usage: bench.py OUR_BINARY
 Environment: VERLC_BENCH_SHAPES (comma-separated names; all by default).
@@ -38,9 +41,73 @@ SHAPES = {
                     num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                     rope_theta=1000000.0),
         # One timed run a side (about a minute each here); verlc's driver warms up once anyway.
-        lengths=[256] * 8, new=128, n=8, threads=2, reps=1, warmup=False,
+        lengths=[256] * 8, new=128, n=8, threads=2, reps=1, warmup=False, vllm=True,
     ),
 }
+
+
+def vllm_time(model_dir, prompts, new, n, threads):
+    """Seconds vLLM's server takes for the batch (and its start-up), as verlc's rollout
+    sends it: one completion request per prompt, all in flight."""
+    import signal
+    import socket
+    import threading
+    import urllib.request
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    python = os.path.join(root, ".venv", "bin", "python-vllm")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", VLLM_SERVER_DEV_MODE="1",
+               VLLM_NO_USAGE_STATS="1", OMP_NUM_THREADS=str(threads))
+    log = tempfile.NamedTemporaryFile(prefix="bench-vllm-", suffix=".log", delete=False)
+    t0 = time.perf_counter()
+    server = subprocess.Popen(
+        [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--host", "127.0.0.1",
+         "--port", str(port), "--dtype", "float32", "--enforce-eager", "--skip-tokenizer-init",
+         "--max-model-len", str(max(len(p) for p in prompts) + new), "--served-model-name", "m"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def post(body):
+        req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=3600) as r:
+            return json.load(r)
+
+    try:
+        while True:
+            if server.poll() is not None:
+                sys.exit(f"vLLM server exited; see {log.name}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        startup = time.perf_counter() - t0
+        post({"model": "m", "prompt": prompts[0][:8], "max_tokens": 4})
+        outs = [None] * len(prompts)
+
+        def one(i):
+            outs[i] = post({"model": "m", "prompt": prompts[i], "n": n, "max_tokens": new, "min_tokens": new,
+                            "temperature": 1.0, "top_p": 1.0, "top_k": -1, "ignore_eos": True, "logprobs": 0,
+                            "return_tokens_as_token_ids": True, "seed": i})
+
+        t = time.perf_counter()
+        threads_ = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+        for th in threads_:
+            th.start()
+        for th in threads_:
+            th.join()
+        dt = time.perf_counter() - t
+        for o in outs:
+            assert len(o["choices"]) == n and all(len(c["logprobs"]["tokens"]) == new for c in o["choices"]), o
+        return dt, startup
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def run_shape(ours_bin, name, shape):
@@ -91,6 +158,7 @@ def run_shape(ours_bin, name, shape):
             assert r["tokens"] == rows * new, r
             ours.extend(r["times"])
             peer.append(peer_once(rep + 1))
+        served = vllm_time(d, prompts, new, n, threads) if shape.get("vllm") else None
     o, p = statistics.median(ours), statistics.median(peer)
     tok = rows * new
     print(
@@ -98,14 +166,21 @@ def run_shape(ours_bin, name, shape):
         f"transformers generate {p * 1e3:.1f} ms ({tok / p:.0f} tok/s)",
         file=sys.stderr,
     )
-    return {"name": f"rollout_generate/{name}", "ours": o * 1e3, "peer": p * 1e3, "unit": "ms",
-            "speedup": p / o, "threads": threads}
+    results = [{"name": f"rollout_generate/{name}", "ours": o * 1e3, "peer": p * 1e3, "unit": "ms",
+                "speedup": p / o, "threads": threads}]
+    if served is not None:
+        v, startup = served
+        print(f"{name}, threads={threads}: vLLM {v * 1e3:.1f} ms ({tok / v:.0f} tok/s; start-up {startup:.1f} s)",
+              file=sys.stderr)
+        results.append({"name": f"rollout_generate/{name} vs vllm", "ours": o * 1e3, "peer": v * 1e3,
+                        "unit": "ms", "speedup": v / o, "threads": threads, "peer_startup_s": startup})
+    return results
 
 
 def main(ours_bin):
     wanted = os.environ.get("VERLC_BENCH_SHAPES")
     names = wanted.split(",") if wanted else list(SHAPES)
-    results = [run_shape(ours_bin, name, SHAPES[name]) for name in names]
+    results = [r for name in names for r in run_shape(ours_bin, name, SHAPES[name])]
     print(json.dumps(results))
 
 

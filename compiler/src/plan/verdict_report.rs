@@ -31,7 +31,6 @@ pub const VLLM_KEYS: &[&str] = &[
     "max_num_seqs",
     "max_num_batched_tokens",
     "max_model_len",
-    "enable_chunked_prefill",
     "enable_prefix_caching",
     "enforce_eager",
     "logprobs_mode",

@@ -220,9 +220,11 @@ impl RolloutWorker {
         if !self.loaded {
             return Ok(());
         }
-        if matches!(self.model, Skeleton::Vllm(_)) {
-            // The server keeps its weights (vLLM has no sleep mode on CPU; the trainer's
-            // memory is not shared with it).
+        if let Skeleton::Vllm(v) = &mut self.model {
+            // On CUDA with `free_cache_engine` the server sleeps (frees its weights and KV
+            // cache) until the next sync; vLLM has no sleep mode on CPU, where it keeps them.
+            v.sleep().map_err(|e| WorkerError::Config(e.to_string()))?;
+            self.loaded = false;
             return Ok(());
         }
         let (kind, device) = (self.dtype.kind(), self.vs.device());

@@ -20,6 +20,15 @@ pub fn run(a: RunArgs) -> u8 {
     );
     let mut cmd = Command::new(&compiled.binary);
     cmd.args(&a.binary_args);
+    // `rollout.name: vllm` finds the checkout's vLLM (`scripts/setup --vllm`) without an
+    // activated venv; an explicit $VERLC_VLLM_PYTHON wins.
+    if std::env::var_os("VERLC_VLLM_PYTHON").is_none_or(|v| v.is_empty()) {
+        let checkout = crate::codegen::Paths::from_env(None, None).checkout;
+        let vllm = checkout.join(".venv/bin/python-vllm");
+        if vllm.is_file() {
+            cmd.env("VERLC_VLLM_PYTHON", vllm);
+        }
+    }
     exec(cmd)
 }
 

@@ -45,6 +45,8 @@ pub struct VllmRollout {
     port: Option<u16>,
     request_timeout: Duration,
     startup_timeout: Duration,
+    /// True while the server sleeps ([`VllmRollout::sleep`]).
+    asleep: bool,
     pub timings: VllmTimings,
 }
 
@@ -109,6 +111,7 @@ impl VllmRollout {
                 .and_then(|p| p.parse().ok()),
             request_timeout: env_secs("VERLC_VLLM_REQUEST_TIMEOUT_S", 1800),
             startup_timeout: env_secs("VERLC_VLLM_STARTUP_TIMEOUT_S", 600),
+            asleep: false,
             timings: VllmTimings::default(),
         }
     }
@@ -230,7 +233,7 @@ impl VllmRollout {
                     python: self.python.clone(),
                     model_dir: self.dir.clone(),
                     flags: super::flags(&self.spec, self.dtype, self.seed, self.cuda),
-                    env: kv_cache_env(),
+                    env: server_env(),
                     port: self.port,
                     startup_timeout: self.startup_timeout,
                     log: std::env::temp_dir().join(format!(
@@ -248,6 +251,11 @@ impl VllmRollout {
                 Ok(port)
             }
             Some(addr) => {
+                if self.asleep {
+                    // Weights back in place first; the reload then overwrites them.
+                    self.post(addr, "/wake_up", &json!({}))?;
+                    self.asleep = false;
+                }
                 let dir = self.dir.display().to_string();
                 self.post(
                     addr,
@@ -260,6 +268,26 @@ impl VllmRollout {
                 Ok(addr.port())
             }
         }
+    }
+
+    /// After generating: on CUDA with `free_cache_engine` (`--enable-sleep-mode`) the server
+    /// sleeps at level 1 (weights offloaded, KV cache freed) until the next
+    /// [`VllmRollout::update_weights`] wakes it; otherwise nothing (vLLM has no sleep mode on
+    /// CPU). Collective like the sync: only the main rank talks to the server.
+    pub fn sleep(&mut self) -> Result<(), VllmError> {
+        if !(self.cuda && self.spec.sleep_between_steps) || self.addr.is_none() {
+            return Ok(());
+        }
+        // Every rank has finished its requests before the server sleeps.
+        self.broadcast(0)?;
+        if self.asleep || !self.is_main() {
+            return Ok(());
+        }
+        if let Some(addr) = self.addr {
+            self.post(addr, "/sleep?level=1", &json!({}))?;
+            self.asleep = true;
+        }
+        Ok(())
     }
 
     /// A POST to the server; a refused request or a dead server is an error naming what it
@@ -395,13 +423,20 @@ impl Drop for VllmRollout {
     }
 }
 
-/// `VLLM_CPU_KVCACHE_SPACE` (GiB of KV cache on CPU): the user's, else 1 GiB, which holds
-/// about a million tokens of a small model; vLLM's own default is 4 GiB.
-fn kv_cache_env() -> Vec<(String, String)> {
-    match std::env::var("VLLM_CPU_KVCACHE_SPACE") {
-        Ok(_) => Vec::new(),
-        Err(_) => vec![("VLLM_CPU_KVCACHE_SPACE".into(), "1".into())],
-    }
+/// The server's environment where the user's has none: `VLLM_CPU_KVCACHE_SPACE` (GiB of KV
+/// cache on CPU) 1, about a million tokens of a small model (vLLM's default is 4 GiB); and
+/// `OMP_NUM_THREADS` every core, since the trainer waits while the server generates (vLLM
+/// otherwise drops to one thread).
+fn server_env() -> Vec<(String, String)> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    [
+        ("VLLM_CPU_KVCACHE_SPACE", "1".to_owned()),
+        ("OMP_NUM_THREADS", cores.to_string()),
+    ]
+    .into_iter()
+    .filter(|(k, _)| std::env::var_os(k).is_none())
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }
 
 /// The request seed of a prompt's stream: its `n` samples follow from it (vLLM seeds each
@@ -441,8 +476,11 @@ fn request_body(
     body
 }
 
+/// One generated row: token ids and their log-probs.
+type Row = (Vec<i64>, Vec<f32>);
+
 /// Token ids and log-probs of each choice, in sample order.
-fn parse_choices(v: &Value, n: usize) -> Result<Vec<(Vec<i64>, Vec<f32>)>, String> {
+fn parse_choices(v: &Value, n: usize) -> Result<Vec<Row>, String> {
     let choices = v
         .get("choices")
         .and_then(Value::as_array)
