@@ -727,10 +727,10 @@ fn reward_models_lower_as_verl_runs_them() {
 }
 
 #[test]
-fn vllm_knobs_warn_only_when_changed_with_their_line() {
+fn vllm_keys_are_honoured_or_warned_at_their_line() {
     let yaml = BASE.replace(
         "    name: verlc\n",
-        "    name: vllm\n    gpu_memory_utilization: 0.7\n    enforce_eager: false\n    engine_kwargs:\n      vllm:\n        swap_space: 4\n",
+        "    name: vllm\n    gpu_memory_utilization: 0.7\n    enforce_eager: false\n    max_num_seqs: 64\n    engine_kwargs:\n      vllm:\n        swap_space: 4\n",
     );
     let line = |needle: &str| {
         yaml.lines()
@@ -740,14 +740,28 @@ fn vllm_knobs_warn_only_when_changed_with_their_line() {
     let c = case(&yaml, &["trainer.ray_wait_register_center_timeout=30"]);
     let mut got = c.at_lines();
     got.sort();
-    // enforce_eager: false is verl's default: not reported.
+    // vLLM runs: its keys become the server's flags (max_num_seqs, engine_kwargs.vllm.*);
+    // gpu_memory_utilization cannot act on a CPU device; B020 says the built-in engine is
+    // faster there. enforce_eager: false is verl's default: not reported.
     assert_eq!(
         got,
         vec![
             ("B001", line("gpu_memory_utilization")),
-            ("B001", line("swap_space")),
-            ("B002", line("name: vllm"))
+            ("B020", line("name: vllm"))
         ]
+    );
+    let vllm = c
+        .lowered
+        .plan
+        .spec
+        .rollout
+        .vllm
+        .as_ref()
+        .expect("rollout.vllm");
+    assert_eq!(vllm.max_num_seqs, 64);
+    assert_eq!(
+        vllm.engine_kwargs,
+        vec![("swap_space".to_owned(), serde_json::json!(4))]
     );
     let from_override = c
         .lowered
@@ -758,7 +772,24 @@ fn vllm_knobs_warn_only_when_changed_with_their_line() {
     // `verlc check` reports the same verdicts (every key that has no effect is reported).
     let mut check_codes = c.check_codes();
     check_codes.sort();
-    assert_eq!(check_codes, vec!["B001", "B001", "B002", "B005"]);
+    assert_eq!(check_codes, vec!["B001", "B005", "B020"]);
+
+    // An engine the binary does not run: the built-in one generates, every vLLM/SGLang knob
+    // is reported.
+    let sglang = yaml.replace("name: vllm", "name: sglang");
+    let c = case(&sglang, &[]);
+    let mut got = c.at_lines();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("B001", line("gpu_memory_utilization")),
+            ("B001", line("max_num_seqs")),
+            ("B001", line("swap_space")),
+            ("B002", line("name: vllm"))
+        ]
+    );
+    assert!(c.lowered.plan.spec.rollout.vllm.is_none());
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! roles) and trains two steps. Nothing is refused at start-up.
 //!
 //! Retargeting keeps each example's algorithm, losses, optimizer, schedule, engine and
-//! offload choices, and replaces what this machine cannot have: the model and data (built-in),
+//! offload choices, and replaces what this machine cannot have: the rollout engine (the
+//! built-in one, see `retarget`), the model and data (built-in),
 //! the device and world (2 CPU ranks, parallel degrees clipped to fit them), batch sizes,
 //! the step count, paths (checkpoints, custom reward files) and the logger (console; wandb and
 //! MLflow, which verl's examples name, are tested with their SDKs in `logging.rs`). Examples that differ only in values that do not change
@@ -98,6 +99,10 @@ fn retarget(dir: &std::path::Path, layout: Layout, policy: &str) -> Vec<String> 
         "data.truncation=left",
         "data.train_max_samples=-1",
         "data.val_max_samples=-1",
+        // The built-in engine generates: the tiny models' heads (16 wide) are below what
+        // vLLM's CPU attention takes, and its rollout has its own tests
+        // (runtime/tests/rollout/vllm.rs, trainer/vllm.rs) on one server each.
+        "actor_rollout_ref.rollout.name=verlc",
         "actor_rollout_ref.rollout.response_length=4",
         "actor_rollout_ref.rollout.prompt_length=32",
         "actor_rollout_ref.rollout.max_model_len=null",

@@ -13,3 +13,4 @@ mod logging;
 mod resume;
 mod reward;
 mod support;
+mod vllm;

@@ -399,14 +399,17 @@ impl VllmRollout {
             let v = self
                 .answer("/v1/completions", answer)
                 .map_err(|e| crate::rollout::RolloutError::Batch(e.to_string()))?;
-            let rows = parse_choices(&v, params.n).map_err(|msg| {
+            let asked = if params.is_greedy() { 1 } else { params.n };
+            let rows = parse_choices(&v, asked).map_err(|msg| {
                 crate::rollout::RolloutError::Batch(format!(
                     "the vLLM server's completion is not what verlc expects: {msg}"
                 ))
             })?;
             for (t, l) in rows {
-                tokens.push(t);
-                logps.push(l);
+                for _ in 0..params.n / asked {
+                    tokens.push(t.clone());
+                    logps.push(l.clone());
+                }
             }
         }
         from_token_rows(prompts, &tokens, &logps, params, stop, prompt_width)
@@ -457,7 +460,8 @@ fn request_body(
     let mut body = json!({
         "model": "verlc-policy",
         "prompt": prompt,
-        "n": params.n,
+        // vLLM refuses n > 1 when greedy; the n greedy samples are one, repeated.
+        "n": if greedy { 1 } else { params.n },
         "max_tokens": params.max_new_tokens,
         "temperature": if greedy { 0.0 } else { params.temperature },
         "top_p": if greedy { 1.0 } else { params.top_p },

