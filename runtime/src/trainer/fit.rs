@@ -590,6 +590,7 @@ impl<R: Roles> Trainer<R> {
             self.tracking.log(self.global_step, &m)?;
             summary.history.push((self.global_step, m));
             if self.spec.run.val_only {
+                self.rollout.finish()?;
                 self.tracking.finish();
                 return Ok(summary);
             }
@@ -602,6 +603,7 @@ impl<R: Roles> Trainer<R> {
             summary.history.push((self.global_step, metrics));
         }
         summary.last_step = self.global_step;
+        self.rollout.finish()?;
         self.tracking.finish();
         Ok(summary)
     }

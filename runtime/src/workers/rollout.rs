@@ -236,6 +236,17 @@ impl RolloutWorker {
         Ok(())
     }
 
+    /// The end of a run, on every rank: a vLLM rollout waits until every rank is done with
+    /// the main rank's server (which stops when the main rank's worker drops), so a rank
+    /// that finishes first does not take it from the others.
+    pub fn finish(&mut self) -> Result<()> {
+        if let Skeleton::Vllm(v) = &mut self.model {
+            v.barrier()
+                .map_err(|e| WorkerError::Config(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// True while weights are bound.
     pub fn is_loaded(&self) -> bool {
         self.loaded

@@ -179,6 +179,11 @@ impl VllmRollout {
         Ok(())
     }
 
+    /// Returns once every rank of the group has called it (no-op in one process).
+    pub fn barrier(&self) -> Result<(), VllmError> {
+        self.broadcast(0).map(drop)
+    }
+
     fn broadcast(&self, v: i64) -> Result<i64, VllmError> {
         let Some(g) = &self.group else { return Ok(v) };
         let t = Tensor::from_slice(&[v]).to_device(g.device());
