@@ -66,7 +66,9 @@ def vllm_time(model_dir, prompts, new, n, threads):
     server = subprocess.Popen(
         [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--host", "127.0.0.1",
          "--port", str(port), "--dtype", "float32", "--enforce-eager", "--skip-tokenizer-init",
-         "--max-model-len", str(max(len(p) for p in prompts) + new), "--served-model-name", "m"],
+         "--max-model-len", str(max(len(p) for p in prompts) + new), "--served-model-name", "m",
+         # As verlc's rollout runs it on CPU: seeded requests fail a chunked prefill there.
+         "--no-enable-chunked-prefill"],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
 

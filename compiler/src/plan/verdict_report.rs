@@ -103,7 +103,7 @@ pub fn verdict_diagnostics(
         out.push(
             Diagnostic::warning(
                 codes::BUILD_VLLM_ON_CPU,
-                "vLLM generates on CPU, but slower than verlc's built-in engine (bench/rollout_generate: about 2.5x the time at Qwen2.5-0.5B's width, plus the server's start)",
+                "vLLM generates on CPU, but slower than verlc's built-in engine (bench/rollout_generate: about 2.3x the time at Qwen2.5-0.5B's width, plus about 30 s for the server to start)",
             )
             .with_key(name_key.clone())
             .with_primary(node.origin.clone(), "`vllm` chosen here")
