@@ -13,6 +13,7 @@ pub mod megatron;
 pub mod model;
 pub mod ops;
 pub mod optim;
+pub mod pyproc;
 pub mod rng;
 pub mod rollout;
 pub mod tokenizer;

@@ -8,6 +8,7 @@
 //! (right-padded to the response length), `input_ids`, `attention_mask`, `position_ids`,
 //! `response_mask` and `rollout_log_probs`.
 
+pub mod agent;
 pub mod decoder;
 pub mod engine;
 pub mod logprob;

@@ -114,6 +114,19 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     Ok(Value::from_safe_string(out))
 }
 
+/// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it (`", "` and `": "`
+/// separators, keys in order).
+pub fn python_json(value: &Json) -> String {
+    let mut out = String::new();
+    PyJson {
+        indent: None,
+        sort_keys: false,
+        ascii: false,
+    }
+    .write(value, 0, &mut out);
+    out
+}
+
 /// Python `json.dumps` formatting.
 struct PyJson {
     indent: Option<usize>,

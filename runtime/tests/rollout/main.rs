@@ -3,7 +3,9 @@
 #[path = "../oracle/run.rs"]
 mod oracle;
 
+mod agent;
 mod engine;
 mod logprob;
 mod sampling;
+mod tools;
 mod vllm;

@@ -10,21 +10,17 @@
 //! of its stderr; a call that takes longer than the timeout kills the process. The user's
 //! prints go to this process's stderr, prefixed `[reward]`.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader, Write};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::pyproc::{JsonLinesProcess, ProcError};
+
 use super::{RewardError, Score, ScoreItem};
 
 const SERVER: &str = include_str!("server.py");
-const STDERR_TAIL: usize = 40;
 
 /// How to start the reward server.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,21 +60,15 @@ impl PythonSettings {
 /// A running reward server.
 pub struct PythonRewardFn {
     settings: PythonSettings,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    stderr_tail: Arc<Mutex<VecDeque<String>>>,
-    stderr_thread: Option<JoinHandle<()>>,
+    server: JsonLinesProcess,
     next_id: u64,
-    /// Set when the server is gone; every later call fails with it.
-    dead: Option<String>,
 }
 
 impl std::fmt::Debug for PythonRewardFn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PythonRewardFn")
             .field("settings", &self.settings)
-            .field("dead", &self.dead)
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -94,60 +84,30 @@ impl PythonRewardFn {
             });
         }
         let kwargs = Value::Object(settings.reward_kwargs.clone()).to_string();
-        let mut child = Command::new(&settings.python)
-            .arg("-u")
-            .arg("-c")
-            .arg(SERVER)
-            .arg(&settings.path)
-            .arg(&settings.name)
-            .arg(kwargs)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| RewardError::Spawn {
-                python: settings.python.clone(),
-                source,
-            })?;
-        let stdin = child.stdin.take();
-        let (tx, rx) = channel();
-        if let Some(out) = child.stdout.take() {
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let stderr_thread = child.stderr.take().map(|err| {
-            let tail = Arc::clone(&tail);
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines() {
-                    let Ok(line) = line else { break };
-                    eprintln!("[reward] {line}");
-                    if let Ok(mut t) = tail.lock() {
-                        if t.len() == STDERR_TAIL {
-                            t.pop_front();
-                        }
-                        t.push_back(line);
-                    }
-                }
-            })
-        });
+        let args = [
+            settings.path.display().to_string(),
+            settings.name.clone(),
+            kwargs,
+        ];
+        let server = JsonLinesProcess::spawn(&settings.python, SERVER, &args, "reward").map_err(
+            |e| match e {
+                ProcError::Spawn { python, message } => RewardError::Spawn {
+                    python,
+                    source: std::io::Error::other(message),
+                },
+                other => RewardError::Other(other.to_string()),
+            },
+        )?;
         let mut server = PythonRewardFn {
             settings,
-            child,
-            stdin,
-            lines: rx,
-            stderr_tail: tail,
-            stderr_thread,
+            server,
             next_id: 0,
-            dead: None,
         };
-        let ready = server.read_reply(server.settings.startup_timeout, "importing the module")?;
+        let timeout = server.settings.startup_timeout;
+        let ready = server
+            .server
+            .read(timeout, "importing the module")
+            .map_err(|e| server.error_of(e))?;
         match ready.get("ready") {
             Some(Value::Bool(true)) => Ok(server),
             _ => {
@@ -156,7 +116,7 @@ impl PythonRewardFn {
                     .and_then(Value::as_str)
                     .unwrap_or("no reason given")
                     .to_owned();
-                server.stop();
+                server.server.stop();
                 Err(server.error(format!("failed to load:\n{}", tb.trim_end())))
             }
         }
@@ -170,78 +130,27 @@ impl PythonRewardFn {
         }
     }
 
-    fn stop(&mut self) {
-        self.stdin = None;
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(t) = self.stderr_thread.take() {
-            let _ = t.join();
-        }
-    }
-
-    fn tail(&self) -> String {
-        let lines: Vec<String> = self
-            .stderr_tail
-            .lock()
-            .map(|t| t.iter().cloned().collect())
-            .unwrap_or_default();
-        if lines.is_empty() {
-            String::new()
-        } else {
-            format!("; its last stderr lines:\n{}", lines.join("\n"))
-        }
-    }
-
-    /// The next protocol line, or an error when the server exits or `timeout` passes.
-    fn read_reply(
-        &mut self,
-        timeout: Duration,
-        what: &str,
-    ) -> Result<Map<String, Value>, RewardError> {
-        match self.lines.recv_timeout(timeout) {
-            Ok(line) => match serde_json::from_str::<Value>(&line) {
-                Ok(Value::Object(m)) => Ok(m),
-                _ => {
-                    let msg = format!("sent a line that is not protocol JSON: {line:?}");
-                    self.dead = Some(msg.clone());
-                    self.stop();
-                    Err(self.error(msg))
-                }
+    /// The reward error of a failed wait on the server.
+    fn error_of(&self, e: ProcError) -> RewardError {
+        match e {
+            ProcError::Timeout { seconds, what } => RewardError::Timeout {
+                path: self.settings.path.display().to_string(),
+                name: self.settings.name.clone(),
+                seconds,
+                what,
             },
-            Err(RecvTimeoutError::Timeout) => {
-                self.dead = Some(format!("timed out while {what}"));
-                self.stop();
-                Err(RewardError::Timeout {
-                    path: self.settings.path.display().to_string(),
-                    name: self.settings.name.clone(),
-                    seconds: timeout.as_secs_f64(),
-                    what: what.to_owned(),
-                })
+            ProcError::Exited { status, what, tail } => self.error(format!(
+                "the reward process exited ({status}) while {what}{tail}"
+            )),
+            ProcError::Dead(why) => {
+                self.error(format!("the reward process is no longer running ({why})"))
             }
-            Err(RecvTimeoutError::Disconnected) => {
-                self.stdin = None;
-                let status = match self.child.wait() {
-                    Ok(s) => s.to_string(),
-                    Err(e) => format!("unknown status ({e})"),
-                };
-                if let Some(t) = self.stderr_thread.take() {
-                    let _ = t.join();
-                }
-                let msg = format!(
-                    "the reward process exited ({status}) while {what}{}",
-                    self.tail()
-                );
-                self.dead = Some(msg.clone());
-                Err(self.error(msg))
-            }
+            other => self.error(other.to_string()),
         }
     }
 
     /// Scores `items` in one request.
     pub fn score(&mut self, items: &[ScoreItem]) -> Result<Vec<Score>, RewardError> {
-        if let Some(why) = &self.dead {
-            return Err(self.error(format!("the reward process is no longer running ({why})")));
-        }
         self.next_id += 1;
         let id = self.next_id;
         let req = json!({
@@ -253,14 +162,11 @@ impl PythonRewardFn {
                 "extra_info": Value::Object(it.extra_info.clone()),
             })).collect::<Vec<_>>(),
         });
-        let sent = match self.stdin.as_mut() {
-            Some(stdin) => writeln!(stdin, "{req}").and_then(|_| stdin.flush()),
-            None => Err(std::io::Error::other("stdin closed")),
-        };
-        // A failed write means the process is gone; read_reply reports how it ended.
-        let _ = sent;
         let what = format!("scoring {} responses", items.len());
-        let reply = self.read_reply(self.settings.call_timeout, &what)?;
+        let reply = self
+            .server
+            .request(&req, self.settings.call_timeout, &what)
+            .map_err(|e| self.error_of(e))?;
         if reply.get("id").and_then(Value::as_u64) != Some(id) {
             return Err(self.error(format!(
                 "answered request {:?}, expected {id}",
@@ -311,14 +217,5 @@ impl PythonRewardFn {
                 })
             })
             .collect()
-    }
-}
-
-impl Drop for PythonRewardFn {
-    fn drop(&mut self) {
-        // Closing stdin ends the server's loop; kill covers a server stuck in user code.
-        self.stdin = None;
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -1,0 +1,297 @@
+# verlc tool host: runs verl-style tools for the agent loop, over JSON lines on stdin/stdout.
+# argv: <tool_config_path or ""> <function_tool_path or "">
+# Protocol (one JSON object per line):
+#   host -> {"ready": true, "schemas": [OpenAI function tool schemas], "names": [...]}
+#         | {"ready": false, "error": "traceback"}                                  once
+#   client -> {"id": N, "calls": [{"name", "arguments": JSON text, "create_kwargs": {...}}]}
+#   host -> {"id": N, "results": [{"text": str, "reward": float | null}]}
+# The calls of one request run concurrently. A tool that raises gets verl's text
+# "Error executing tool '<name>': <exception>"; the host itself only fails on protocol errors.
+# The tools' prints go to stderr; stdout carries only the protocol.
+#
+# Tool classes follow verl's BaseTool (create / execute / release, `verl.tools.base_tool`);
+# where verl is installed but its package root cannot be imported (it imports Ray), its
+# `verl.tools` and `verl.utils` modules are loaded without it, and where verl is absent a
+# small compatible `verl.tools.base_tool` / `verl.tools.schemas` is provided.
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import traceback
+import types
+import uuid
+
+
+def bare_package(name, path):
+    mod = types.ModuleType(name)
+    mod.__path__ = [path]
+    sys.modules[name] = mod
+    return mod
+
+
+def compat_modules():
+    """verl's tool interface without verl's package root, or a stand-in without verl."""
+    try:
+        import verl.tools.base_tool  # noqa: F401
+
+        return
+    except Exception:
+        pass
+    for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
+        del sys.modules[k]
+    spec = importlib.util.find_spec("verl")
+    if spec is not None and spec.submodule_search_locations:
+        root = list(spec.submodule_search_locations)[0]
+        bare_package("verl", root)
+        bare_package("verl.utils", os.path.join(root, "utils"))
+        bare_package("verl.tools", os.path.join(root, "tools"))
+        trace = types.ModuleType("verl.utils.rollout_trace")
+        trace.rollout_trace_op = lambda f: f
+        sys.modules["verl.utils.rollout_trace"] = trace
+        try:
+            import verl.tools.base_tool  # noqa: F401
+            import verl.tools.schemas  # noqa: F401
+
+            return
+        except Exception:
+            for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
+                del sys.modules[k]
+    standin()
+
+
+def standin():
+    class _Obj:
+        def __init__(self, d):
+            for k, v in d.items():
+                setattr(self, k, _Obj(v) if isinstance(v, dict) else v)
+            self._d = d
+
+        def model_dump(self, **_):
+            return self._d
+
+    class OpenAIFunctionToolSchema(_Obj):
+        @classmethod
+        def model_validate(cls, d):
+            return cls(d)
+
+    class ToolResponse:
+        def __init__(self, text=None, image=None, video=None):
+            self.text, self.image, self.video = text, image, video
+
+    class BaseTool:
+        def __init__(self, config, tool_schema):
+            self.config = config
+            self.tool_schema = tool_schema
+            self.name = tool_schema.function.name
+
+        def get_openai_tool_schema(self):
+            return self.tool_schema
+
+        async def create(self, instance_id=None, **kwargs):
+            return (instance_id or str(uuid.uuid4())), ToolResponse()
+
+        async def execute(self, instance_id, parameters, **kwargs):
+            return ToolResponse(text="Updated the tool state."), 0.0, {}
+
+        async def calc_reward(self, instance_id, **kwargs):
+            return 0.0
+
+        async def release(self, instance_id, **kwargs):
+            return None
+
+    bare_package("verl", "")
+    bare_package("verl.tools", "")
+    schemas = types.ModuleType("verl.tools.schemas")
+    schemas.OpenAIFunctionToolSchema = OpenAIFunctionToolSchema
+    schemas.ToolResponse = ToolResponse
+    base = types.ModuleType("verl.tools.base_tool")
+    base.BaseTool = BaseTool
+    base.OpenAIFunctionToolSchema = OpenAIFunctionToolSchema
+    base.ToolResponse = ToolResponse
+    sys.modules["verl.tools.schemas"] = schemas
+    sys.modules["verl.tools.base_tool"] = base
+
+
+def schema_dict(schema):
+    if isinstance(schema, dict):
+        return schema
+    try:
+        return schema.model_dump(exclude_unset=True, exclude_none=True)
+    except TypeError:
+        return schema.model_dump()
+
+
+class FunctionTool:
+    def __init__(self, name, fn, schema):
+        self.name, self.fn, self.schema = name, fn, schema
+
+
+def load_yaml_tools(path):
+    import yaml
+
+    with open(path) as f:
+        cfg = yaml.safe_load(f) or {}
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    tools = {}
+    for item in cfg.get("tools") or []:
+        module_name, _, class_name = item["class_name"].rpartition(".")
+        module = importlib.import_module(module_name)
+        cls = getattr(module, class_name)
+        config = dict(item.get("config") or {})
+        schema = item.get("tool_schema")
+        schema_obj = OpenAIFunctionToolSchema.model_validate(schema) if schema else None
+        tool = cls(config=config, tool_schema=schema_obj)
+        tools[tool.name] = tool
+    return tools
+
+
+def function_tool_module():
+    """`verl.tools.function_tool` as verl 0.9 has it (`@function_tool`, `@function_tool("name")`,
+    `@function_tool(schema=...)`): verl's own where it imports, else this stand-in, which
+    infers the schema the same way (transformers' get_json_schema: type hints and a Google
+    docstring)."""
+    try:
+        from verl.tools import function_tool as real
+
+        if hasattr(real, "FUNCTION_TOOL_REGISTRY"):
+            return real.FUNCTION_TOOL_REGISTRY
+    except Exception:
+        pass
+    registry = {}
+
+    def function_tool(name=None, *, schema=None):
+        def make(override):
+            def decorator(fn):
+                tool_name = override or fn.__name__
+                if schema is not None:
+                    built = schema_dict(schema)
+                else:
+                    from transformers.utils import get_json_schema
+
+                    built = get_json_schema(fn)
+                    built["function"]["name"] = tool_name
+                registry[tool_name] = FunctionTool(tool_name, fn, built)
+                return fn
+
+            return decorator
+
+        if callable(name) and schema is None:
+            return make(None)(name)
+        return make(name)
+
+    mod = types.ModuleType("verl.tools.function_tool")
+    mod.function_tool = function_tool
+    mod.FUNCTION_TOOL_REGISTRY = registry
+    sys.modules["verl.tools.function_tool"] = mod
+    return registry
+
+
+def load_function_tools(path):
+    """The functions of the file registered with `@function_tool`."""
+    registry = function_tool_module()
+    before = set(registry)
+    spec = importlib.util.spec_from_file_location("verlc_function_tools", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec.loader.exec_module(module)
+    tools = {}
+    for name in registry:
+        if name in before:
+            continue
+        entry = registry[name]
+        schema = getattr(entry, "tool_schema", None) or getattr(entry, "schema", None)
+        tools[name] = FunctionTool(name, entry.fn, schema_dict(schema))
+    return tools
+
+
+def text_of(resp):
+    if resp is None:
+        return ""
+    if isinstance(resp, str):
+        return resp
+    if isinstance(resp, dict):
+        return json.dumps(resp, ensure_ascii=False)
+    text = getattr(resp, "text", None)
+    return text if text is not None else ("" if hasattr(resp, "text") else str(resp))
+
+
+async def call_one(tools, call):
+    name = call["name"]
+    tool = tools.get(name)
+    if tool is None:
+        return {"text": f"Unknown function '{name}'. Available tools: {list(tools)}", "reward": 0.0}
+    try:
+        args = json.loads(call["arguments"])
+    except Exception as e:
+        return {"text": f"Invalid JSON in arguments for '{name}': {e}", "reward": 0.0}
+    try:
+        if isinstance(tool, FunctionTool):
+            res = tool.fn(**args) if isinstance(args, dict) else tool.fn(args)
+            if inspect.isawaitable(res):
+                res = await res
+            reward = None
+            if isinstance(res, tuple):
+                reward = res[1] if len(res) > 1 else None
+                res = res[0]
+            return {"text": text_of(res), "reward": 0.0 if reward is None else float(reward)}
+        instance_id, _ = await tool.create(create_kwargs=call.get("create_kwargs") or {})
+        try:
+            resp, reward, _metrics = await tool.execute(instance_id, args)
+        finally:
+            await tool.release(instance_id)
+        return {"text": text_of(resp), "reward": None if reward is None else float(reward)}
+    except BaseException as e:  # noqa: BLE001 - the model sees what went wrong, as in verl
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return {"text": f"Error executing tool '{name}': {e}", "reward": 0.0}
+
+
+def main():
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(obj):
+        proto.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        proto.flush()
+
+    config_path, function_path = sys.argv[1], sys.argv[2]
+    try:
+        compat_modules()
+        tools = {}
+        if config_path:
+            tools.update(load_yaml_tools(config_path))
+        if function_path:
+            for name, t in load_function_tools(function_path).items():
+                if name in tools:
+                    raise ValueError(f"tool {name!r} is declared twice (tool config and function tools)")
+                tools[name] = t
+        schemas = [
+            schema_dict(t.schema if isinstance(t, FunctionTool) else t.get_openai_tool_schema())
+            for t in tools.values()
+        ]
+    except BaseException:
+        send({"ready": False, "error": traceback.format_exc()})
+        return 1
+    send({"ready": True, "schemas": schemas, "names": list(tools)})
+    async def run_all(calls):
+        return await asyncio.gather(*(call_one(tools, c) for c in calls))
+
+    # One loop for the host's life: tools may keep connections or tasks on it.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        results = loop.run_until_complete(run_all(req["calls"]))
+        send({"id": req["id"], "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

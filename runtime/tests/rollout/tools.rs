@@ -1,0 +1,181 @@
+//! Tools in the Python host: verl's own `Gsm8kTool` (the installed verl 0.7.0, loaded without
+//! its Ray-importing package root) from a tool config, `@function_tool` functions, and every
+//! way a call can fail: an exception, a hang past the timeout, a crash; each gives the call
+//! verl's error text and the next round runs on a fresh host.
+
+use std::time::Duration;
+
+use runtime::rollout::agent::tools::{PythonTools, ToolSettings};
+use runtime::rollout::agent::{FunctionCall, ToolRunner};
+use serde_json::json;
+
+use crate::oracle;
+
+const TOOL_CONFIG: &str = r#"tools:
+  - class_name: verl.tools.gsm8k_tool.Gsm8kTool
+    config:
+      type: native
+    tool_schema:
+      type: function
+      function:
+        name: calc_gsm8k_reward
+        description: A tool for calculating the reward of gsm8k
+        parameters:
+          type: object
+          properties:
+            answer:
+              type: string
+              description: The model's answer, digits
+          required: ["answer"]
+"#;
+
+const FUNCTIONS: &str = r#"import os, time
+from verl.tools.function_tool import function_tool
+
+@function_tool
+def add(a: int, b: int) -> str:
+    """Add two integers.
+
+    Args:
+        a: the first
+        b: the second
+    """
+    return str(a + b)
+
+@function_tool("boom")
+def explode(x: str) -> str:
+    """Raise.
+
+    Args:
+        x: anything
+    """
+    raise RuntimeError("kaboom " + x)
+
+@function_tool
+def sleepy(seconds: float) -> str:
+    """Sleep.
+
+    Args:
+        seconds: how long
+    """
+    time.sleep(seconds)
+    return "awake"
+
+@function_tool
+def crash(code: int) -> str:
+    """Exit the process.
+
+    Args:
+        code: exit status
+    """
+    os._exit(code)
+"#;
+
+fn call(name: &str, args: serde_json::Value) -> FunctionCall {
+    FunctionCall {
+        name: name.into(),
+        arguments: args.to_string(),
+    }
+}
+
+#[test]
+fn tools_run_and_every_failure_is_a_clear_outcome() {
+    let dir = oracle::scratch("tool_host");
+    std::fs::write(dir.join("tools.yaml"), TOOL_CONFIG).unwrap();
+    std::fs::write(dir.join("functions.py"), FUNCTIONS).unwrap();
+    let mut tools = PythonTools::start(ToolSettings {
+        python: oracle::python().display().to_string(),
+        tool_config: Some(dir.join("tools.yaml")),
+        function_tools: Some(dir.join("functions.py")),
+        startup_timeout: Duration::from_secs(60),
+        call_timeout: Duration::from_secs(5),
+    })
+    .unwrap();
+    assert_eq!(
+        tools.names(),
+        ["calc_gsm8k_reward", "add", "boom", "sleepy", "crash"]
+    );
+    let add = &tools.schemas()[1]["function"];
+    assert_eq!(
+        add["parameters"]["properties"]["a"]["type"],
+        json!("integer")
+    );
+    tools.tools_kwargs = vec![
+        serde_json::from_value(
+            json!({"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "72"}}}),
+        )
+        .unwrap(),
+    ];
+    let out = tools.run(&[
+        (0, call("calc_gsm8k_reward", json!({"answer": "72"}))),
+        (0, call("calc_gsm8k_reward", json!({"answer": "71"}))),
+        (0, call("add", json!({"a": 2, "b": 3}))),
+        (0, call("boom", json!({"x": "y"}))),
+        (0, call("nope", json!({}))),
+    ]);
+    let texts: Vec<&str> = out.iter().map(|o| o.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        vec![
+            "Current parsed answer='72' reward=1.0",
+            "Current parsed answer='71' reward=0.0",
+            "5",
+            "Error executing tool 'boom': kaboom y",
+            "Unknown function 'nope'. Available tools: ['calc_gsm8k_reward', 'add', 'boom', 'sleepy', 'crash']",
+        ]
+    );
+    // Gsm8kTool's step reward: 0 when the answer improved on a fresh instance, -0.05 not.
+    assert_eq!(out[0].reward, Some(0.0));
+    assert_eq!(out[1].reward, Some(-0.05));
+
+    // A hang past the timeout: the call fails with a message that says so; a fresh host
+    // answers the next round.
+    let t = std::time::Instant::now();
+    let out = tools.run(&[(0, call("sleepy", json!({"seconds": 60})))]);
+    assert!(t.elapsed() < Duration::from_secs(30));
+    assert!(
+        out[0]
+            .text
+            .starts_with("Error executing tool 'sleepy': timed out after 5 s"),
+        "{}",
+        out[0].text
+    );
+    assert_eq!(
+        tools.run(&[(0, call("add", json!({"a": 1, "b": 1})))])[0].text,
+        "2"
+    );
+
+    // A crash: the same.
+    let out = tools.run(&[(0, call("crash", json!({"code": 3})))]);
+    assert!(
+        out[0]
+            .text
+            .contains("Error executing tool 'crash': the process exited (exit status: 3)"),
+        "{}",
+        out[0].text
+    );
+    assert_eq!(
+        tools.run(&[(0, call("add", json!({"a": 2, "b": 2})))])[0].text,
+        "4"
+    );
+}
+
+#[test]
+fn a_tool_config_that_does_not_load_is_an_error_with_the_traceback() {
+    let dir = oracle::scratch("tool_host_bad");
+    std::fs::write(
+        dir.join("tools.yaml"),
+        "tools:\n  - class_name: no_such_module.Tool\n    config: {type: native}\n",
+    )
+    .unwrap();
+    let err = PythonTools::start(ToolSettings {
+        python: oracle::python().display().to_string(),
+        tool_config: Some(dir.join("tools.yaml")),
+        function_tools: None,
+        startup_timeout: Duration::from_secs(60),
+        call_timeout: Duration::from_secs(5),
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("No module named 'no_such_module'"), "{err}");
+}
