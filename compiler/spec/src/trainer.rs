@@ -431,6 +431,33 @@ pub struct RolloutSpec {
     /// native engine compiled into the binary, `rollout.name: verlc`).
     #[serde(default)]
     pub vllm: Option<VllmSpec>,
+    /// `rollout.multi_turn` with the tool agent loop (`None`: one turn per sample).
+    #[serde(default)]
+    pub multi_turn: Option<MultiTurnSpec>,
+}
+
+/// verl's tool agent loop (`rollout.multi_turn`, `rollout.agent`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MultiTurnSpec {
+    /// 0: no limit.
+    pub max_assistant_turns: usize,
+    /// Tool rounds; 0: no limit.
+    pub max_user_turns: usize,
+    pub max_parallel_calls: usize,
+    /// Characters.
+    pub max_tool_response_length: usize,
+    /// `left` (keep the end), `right` (keep the start) or `middle` (verl 0.8+'s meanings).
+    pub tool_response_truncate_side: String,
+    pub tool_config_path: Option<String>,
+    pub function_tool_path: Option<String>,
+    /// The agent loop of a sample without an `agent_name` column (`single_turn_agent` or
+    /// `tool_agent`).
+    pub default_agent_loop: String,
+    /// `rollout.prompt_length` (a turn generates up to `prompt + response - stream` tokens).
+    pub prompt_length: usize,
+    /// `data.apply_chat_template_kwargs`.
+    #[serde(default)]
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The vLLM server of `rollout.name: vllm` (verl's server mode): how it is launched. Each

@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 /// Which side of an over-long tool response is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum TruncateSide {
-    /// Keep the beginning.
+    /// Keep the end (verl 0.8+; verl 0.7 kept the beginning under this name).
     #[serde(rename = "left")]
     Left,
-    /// Keep the end.
+    /// Keep the beginning (verl 0.8+; verl 0.7 kept the end under this name).
     #[serde(rename = "right")]
     Right,
     /// Keep the beginning and the end, cut the middle.
@@ -81,6 +81,9 @@ pub struct MultiTurnConfig {
     /// Repeat each multi-turn rollout this many times; null means once.
     #[schemars(range(min = 1))]
     pub num_repeat_rollouts: Option<i64>,
+    /// verl 0.9+: a Python file whose `@function_tool` functions are tools too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_tool_path: Option<String>,
 }
 
 /// A user-provided asynchronous generation server.

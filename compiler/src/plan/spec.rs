@@ -14,9 +14,10 @@ use verlc_spec::sampling::{LogProbPath, SamplingParams};
 use verlc_spec::trainer::{
     ActorSettings, ActorSpec, AlgorithmSpec, CriticSettings, CriticSpec, DeviceKind, Dtype,
     EngineSpec, FilterGroupsSpec, FsdpEngineSpec, GdpoSpec, GroupMetric, KlControlSpec, LoggerKind,
-    LoraSpec, MegatronEngineSpec, ModuleSelector, OptimSpec, OverlongBufferSpec, PfPpoMethod,
-    PfPpoSpec, ReferenceSpec, ResumeSpec, RewardManagerSpec, RewardModelInput, RewardModelSpec,
-    RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName, TrainerSpec, VllmSpec, WorldSpec,
+    LoraSpec, MegatronEngineSpec, ModuleSelector, MultiTurnSpec, OptimSpec, OverlongBufferSpec,
+    PfPpoMethod, PfPpoSpec, ReferenceSpec, ResumeSpec, RewardManagerSpec, RewardModelInput,
+    RewardModelSpec, RewardSpec, RolloutSpec, RunSpec, ScheduleSpec, StrategyName, TrainerSpec,
+    VllmSpec, WorldSpec,
 };
 
 use crate::codes;
@@ -343,7 +344,101 @@ fn rollout_spec(
             _ => rollout_tensor_parallel(cfg, actor_engine, world, l),
         },
         vllm: (arr.rollout.name == RolloutName::Vllm).then(|| vllm_spec(cfg, l)),
+        multi_turn: multi_turn_spec(cfg, actor_engine, l),
     }
+}
+
+const MULTI_TURN: &str = "actor_rollout_ref.rollout.multi_turn";
+const AGENT: &str = "actor_rollout_ref.rollout.agent";
+
+/// verl's tool agent loop, when `multi_turn.enable` or the default agent loop asks for it.
+fn multi_turn_spec(
+    cfg: &VerlConfig,
+    actor_engine: &EngineSpec,
+    l: &mut Lowering,
+) -> Option<MultiTurnSpec> {
+    let r = &cfg.actor_rollout_ref.rollout;
+    let (mt, agent) = (&r.multi_turn, &r.agent);
+    let loops = ["single_turn_agent", "tool_agent"];
+    if !loops.contains(&agent.default_agent_loop.as_str()) {
+        l.unsupported(
+            &format!("{AGENT}.default_agent_loop"),
+            format!(
+                "agent loop `{}` is not one verlc runs (it runs {})",
+                agent.default_agent_loop,
+                loops.join(" and ")
+            ),
+            "use `tool_agent` (tools) or `single_turn_agent`",
+        );
+    }
+    if !mt.enable && agent.default_agent_loop != "tool_agent" {
+        return None;
+    }
+    let key = |k: &str| format!("{MULTI_TURN}.{k}");
+    if mt.format != crate::config::ToolCallFormat::Hermes {
+        l.unsupported(
+            &key("format"),
+            "verlc parses tool calls in the `hermes` format only",
+            "set `format: hermes` (Qwen models' format)",
+        );
+    }
+    if mt.interaction_config_path.is_some() {
+        l.unsupported(
+            &key("interaction_config_path"),
+            "interactions (a scripted user between turns) are not implemented (verl 0.9 removed them too)",
+            "remove it",
+        );
+    }
+    if agent.agent_loop_config_path.is_some() {
+        l.unsupported(
+            &format!("{AGENT}.agent_loop_config_path"),
+            "custom agent loops are Python classes; verlc runs `tool_agent` and `single_turn_agent`",
+            "remove it",
+        );
+    }
+    if r.name == RolloutName::Vllm {
+        l.unsupported(
+            &key("enable"),
+            "the tool agent loop runs on verlc's built-in rollout; the vLLM rollout generates single turns",
+            "set `actor_rollout_ref.rollout.name=verlc` for tool rollouts",
+        );
+    }
+    if matches!(actor_engine, EngineSpec::Megatron(_)) {
+        l.unsupported(
+            &key("enable"),
+            "the tool agent loop runs with the FSDP strategy (a Megatron rollout decodes across its tensor-parallel ranks, which would have to agree on every tool's answer)",
+            "use `actor_rollout_ref.actor.strategy=fsdp` for tool rollouts",
+        );
+    }
+    let side = crate::config::common::spelling(&mt.tool_response_truncate_side);
+    if side != "middle" {
+        let origin = l.origin(&key("tool_response_truncate_side"));
+        let keeps = if side == "left" { "end" } else { "start" };
+        l.out.push(
+            Diagnostic::warning(
+                codes::BUILD_NO_EFFECT,
+                format!("`tool_response_truncate_side: {side}` keeps the {keeps} of a long tool response, as in verl 0.8+ (verl 0.7 kept the other side under this name)"),
+            )
+            .with_key(key("tool_response_truncate_side"))
+            .with_primary(origin, "set here"),
+        );
+    }
+    let opt = |l: &mut Lowering, k: &str, v: Option<i64>| match v {
+        None | Some(0) => 0,
+        Some(v) => l.count(&key(k), v),
+    };
+    Some(MultiTurnSpec {
+        max_assistant_turns: opt(l, "max_assistant_turns", mt.max_assistant_turns),
+        max_user_turns: opt(l, "max_user_turns", mt.max_user_turns),
+        max_parallel_calls: l.count(&key("max_parallel_calls"), mt.max_parallel_calls),
+        max_tool_response_length: usize::try_from(mt.max_tool_response_length).unwrap_or(0),
+        tool_response_truncate_side: side,
+        tool_config_path: mt.tool_config_path.clone(),
+        function_tool_path: mt.function_tool_path.clone(),
+        default_agent_loop: agent.default_agent_loop.clone(),
+        prompt_length: usize::try_from(r.prompt_length.max(0)).unwrap_or(0),
+        chat_template_kwargs: cfg.data.apply_chat_template_kwargs.clone(),
+    })
 }
 
 /// The vLLM server of `rollout.name: vllm`, from the rollout keys verl's server reads.

@@ -47,6 +47,10 @@ pub struct RolloutOutput {
     /// Rows run through the model after the prefill, summed over steps: rows that ended
     /// leave the batch, so this is near the response tokens generated, not rows x length.
     pub decoded_rows: usize,
+    /// Per row, with the tool agent loop: verl's `num_turns` (empty for single turns).
+    pub num_turns: Vec<usize>,
+    /// Per row, with the tool agent loop: the rewards its tool calls returned.
+    pub tool_rewards: Vec<Vec<f64>>,
 }
 
 /// Generates `params.n` responses for each prompt, left-padding prompts to the longest.
@@ -248,6 +252,8 @@ impl Rows {
             finished: ends.iter().map(|&e| e != 0 && !params.ignore_eos).collect(),
             prompt_index: (0..prompt_count * n).map(|i| i / n).collect(),
             decoded_rows,
+            num_turns: Vec::new(),
+            tool_rewards: Vec::new(),
         })
     }
 }
@@ -302,6 +308,73 @@ pub fn from_token_rows(
     };
     let generated = responses.iter().map(Vec::len).sum();
     rows.finish::<CausalLm>(prompts.len(), params, stop, generated, None)
+}
+
+/// Multi-turn trajectories in verl's layout: row `k` is `prompts[k]` (left-padded to the
+/// longest) then `responses[k]` (every turn, right-padded to `response_length`), attended up
+/// to its end, with `loss_masks[k]` as the response mask (0 on tool tokens) and the
+/// log-probs of generated tokens.
+pub fn from_trajectory_rows(
+    prompts: &[Vec<i64>],
+    responses: &[Vec<i64>],
+    loss_masks: &[Vec<i64>],
+    log_probs: &[Vec<f32>],
+    response_length: usize,
+    stop: &StopTokens,
+) -> Result<RolloutOutput, RolloutError> {
+    let rows = prompts.len();
+    if [responses.len(), loss_masks.len(), log_probs.len()] != [rows; 3] {
+        return Err(RolloutError::Batch(
+            "trajectory rows, masks and log-probs differ in number".into(),
+        ));
+    }
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(1) as i64;
+    let (prompts_t, prompt_mask) = left_pad(prompts, width, stop.pad, Device::Cpu);
+    let r = response_length;
+    let mut tokens = vec![stop.pad; rows * r];
+    let mut valid = vec![0i64; rows * r];
+    let mut loss = vec![0i64; rows * r];
+    let mut logp = vec![0f32; rows * r];
+    for k in 0..rows {
+        let n = responses[k].len();
+        if n > r || loss_masks[k].len() != n || log_probs[k].len() != n {
+            return Err(RolloutError::Batch(format!(
+                "trajectory {k}: {n} tokens, {} mask entries, {} log-probs, response length {r}",
+                loss_masks[k].len(),
+                log_probs[k].len()
+            )));
+        }
+        tokens[k * r..k * r + n].copy_from_slice(&responses[k]);
+        loss[k * r..k * r + n].copy_from_slice(&loss_masks[k]);
+        logp[k * r..k * r + n].copy_from_slice(&log_probs[k]);
+        valid[k * r..k * r + n].fill(1);
+    }
+    let shape = [rows as i64, r as i64];
+    let responses_t = Tensor::from_slice(&tokens).view(shape);
+    let valid_t = Tensor::from_slice(&valid).view(shape);
+    let prompt_pos = position_ids_from_mask(&prompt_mask);
+    let count = prompt_mask.sum_dim_intlist(1, true, Kind::Int64);
+    let resp_pos = count + Tensor::arange(r as i64, (Kind::Int64, Device::Cpu)).unsqueeze(0);
+    let response_mask = Tensor::from_slice(&loss).view(shape);
+    Ok(RolloutOutput {
+        input_ids: Tensor::cat(&[&prompts_t, &responses_t], 1),
+        attention_mask: Tensor::cat(&[&prompt_mask, &valid_t], 1),
+        position_ids: Tensor::cat(&[&prompt_pos, &resp_pos], 1),
+        rollout_log_probs: Tensor::from_slice(&logp).view(shape)
+            * response_mask.to_kind(Kind::Float),
+        response_mask,
+        prompts: prompts_t,
+        responses: responses_t,
+        response_lengths: responses.iter().map(Vec::len).collect(),
+        finished: responses
+            .iter()
+            .map(|row| row.last().is_some_and(|t| stop.eos.contains(t)))
+            .collect(),
+        prompt_index: (0..rows).collect(),
+        decoded_rows: responses.iter().map(Vec::len).sum(),
+        num_turns: Vec::new(),
+        tool_rewards: Vec::new(),
+    })
 }
 
 /// 1 up to and including the first EOS of each row, 0 after it.

@@ -20,8 +20,8 @@ pub mod vocab_head;
 
 pub use decoder::{Decoder, RolloutLayout, ShardLayout, ShardedDecoder};
 pub use engine::{
-    PromptStream, RolloutOutput, StopTokens, from_token_rows, generate, generate_padded,
-    generate_streams, generate_with,
+    PromptStream, RolloutOutput, StopTokens, from_token_rows, from_trajectory_rows, generate,
+    generate_padded, generate_streams, generate_with,
 };
 pub use logprob::SequenceBatch;
 pub use logprob::{

@@ -219,6 +219,8 @@ fn unpack(
         finished: finished.iter().map(|&f| f != 0).collect(),
         prompt_index: prompt_index.iter().map(|&i| i as usize).collect(),
         decoded_rows,
+        num_turns: Vec::new(),
+        tool_rewards: Vec::new(),
     })
 }
 
@@ -245,6 +247,8 @@ fn rows_of(
         finished: out.finished[range.clone()].to_vec(),
         prompt_index: out.prompt_index[range].iter().map(|&i| i - first).collect(),
         decoded_rows: out.decoded_rows,
+        num_turns: Vec::new(),
+        tool_rewards: Vec::new(),
     })
 }
 

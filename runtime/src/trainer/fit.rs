@@ -67,6 +67,8 @@ pub struct Trainer<R: Roles = SingleRoles> {
     /// Names the temporary checkpoint directory all ranks write into (rank 0's pid).
     ckpt_tag: u64,
     rollout: RolloutWorker,
+    /// `rollout.multi_turn`: the agent loop and its tools.
+    agent: Option<super::agent::AgentRollout>,
     reward: RewardFn,
     /// Scores training responses instead of `reward` when set.
     reward_model: Option<RewardModel>,
@@ -374,6 +376,16 @@ impl<R: Roles> Trainer<R> {
             }
         };
 
+        let agent = match &spec.rollout.multi_turn {
+            Some(mt) => Some(super::agent::AgentRollout::start(
+                mt,
+                opts.reward_python
+                    .clone()
+                    .unwrap_or_else(crate::workers::reward::python::PythonSettings::default_python),
+                &actor.engine.model_config().model_type,
+            )?),
+            None => None,
+        };
         let alg = &spec.algorithm;
         let stop = StopTokens {
             eos: tokenizer.eos_token_ids.clone(),
@@ -394,6 +406,7 @@ impl<R: Roles> Trainer<R> {
             dp,
             ckpt_tag,
             rollout,
+            agent,
             reward,
             reward_model,
             kl_ctrl: kl_controller(alg.kl_ctrl)?,
@@ -626,9 +639,20 @@ impl<R: Roles> Trainer<R> {
         items: &[&PromptItem],
         params: &SamplingParams,
     ) -> Result<(Batch, RolloutOutput), TrainerError> {
-        let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
-        let out = self.rollout.generate(&prompts, params, &self.stop)?;
+        let out = match &self.agent {
+            Some(agent) => {
+                agent.generate(&self.rollout, &self.tokenizer, items, params, &self.stop)?
+            }
+            None => {
+                let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
+                self.rollout.generate(&prompts, params, &self.stop)?
+            }
+        };
         let mut b = Batch::new();
+        if !out.num_turns.is_empty() {
+            let turns: Vec<f64> = out.num_turns.iter().map(|&t| t as f64).collect();
+            b.insert(super::metrics::NUM_TURNS, Tensor::from_slice(&turns))?;
+        }
         b.insert("prompts", out.prompts.shallow_clone())?;
         b.insert("responses", out.responses.shallow_clone())?;
         b.insert("input_ids", out.input_ids.shallow_clone())?;
@@ -666,9 +690,15 @@ impl<R: Roles> Trainer<R> {
     ) -> Result<Vec<ScoreItem>, TrainerError> {
         let responses = response_ids(out)?;
         let mut score_items = Vec::with_capacity(out.prompt_index.len());
-        for (ids, &p) in responses.iter().zip(&out.prompt_index) {
+        for (row, (ids, &p)) in responses.iter().zip(&out.prompt_index).enumerate() {
             let sample = &items[p].sample;
             let mut extra_info = sample.extra_info.clone();
+            // What verl's reward loop adds for agent-loop rollouts.
+            if let Some(turns) = out.num_turns.get(row) {
+                extra_info.insert("num_turns".to_owned(), json!(turns));
+                extra_info.insert("tool_rewards".to_owned(), json!(out.tool_rewards[row]));
+                extra_info.insert("turn_scores".to_owned(), json!([]));
+            }
             if let RewardManagerSpec::Gdpo { experiment_name } = &self.spec.reward_manager {
                 extra_info.insert("experiment_name".to_owned(), json!(experiment_name));
             }

@@ -60,6 +60,9 @@ fn var(v: &[f64]) -> f64 {
     v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64
 }
 
+/// The batch column of each row's `num_turns` (the tool agent loop's; verl's `__num_turns__`).
+pub const NUM_TURNS: &str = "__num_turns__";
+
 /// verl's `compute_data_metrics`.
 pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerError> {
     let mut m = Metrics::new();
@@ -93,7 +96,12 @@ pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerE
         );
     }
     let response_len = batch.get("responses")?.size()[1] as f64;
-    let lengths = to_vec(&mask.f_sum_dim_intlist(-1i64, false, Kind::Double)?)?;
+    // Lengths count every response token the model attends (verl reads the attention mask):
+    // with tool rounds, the tool tokens too, which the response mask leaves out of the loss.
+    let attn = batch.get("attention_mask")?;
+    let responses_attended =
+        attn.f_narrow(1, attn.size()[1] - response_len as i64, response_len as i64)?;
+    let lengths = to_vec(&responses_attended.f_sum_dim_intlist(-1i64, false, Kind::Double)?)?;
     stats("response_length", &lengths, &mut m);
     let clip = |ls: &[f64], max: f64| {
         ls.iter().filter(|&&l| l == max).count() as f64 / ls.len().max(1) as f64
@@ -112,7 +120,9 @@ pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerE
         "response/aborted_ratio".into(),
         1.0 - kept.len() as f64 / lengths.len().max(1) as f64,
     );
-    let attn = batch.get("attention_mask")?;
+    if let Some(turns) = batch.opt(NUM_TURNS) {
+        stats("num_turns", &to_vec(turns)?, &mut m);
+    }
     let total = attn.size()[1];
     let prompt_width = total - response_len as i64;
     let prompt_lengths = to_vec(&attn.f_narrow(1, 0, prompt_width)?.f_sum_dim_intlist(

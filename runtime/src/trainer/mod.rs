@@ -14,6 +14,7 @@
 //!
 //! Entry point: [`run`] (also what `runtime::binding::train` calls for one rank).
 
+pub mod agent;
 pub mod checkpoint;
 mod fit;
 pub mod metrics;

@@ -292,6 +292,39 @@ impl RolloutWorker {
         })
     }
 
+    /// Generates with each prompt's sampling stream given (`streams[i]` for `prompts[i]`):
+    /// the agent loop's turns, whose samples keep their streams as the batch shrinks. The
+    /// whole-model and vLLM rollouts.
+    pub fn generate_streams(
+        &self,
+        prompts: &[Vec<i64>],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+    ) -> Result<RolloutOutput> {
+        if !self.loaded {
+            return Err(WorkerError::Config(
+                "the rollout model has no weights (update_weights first)".into(),
+            ));
+        }
+        Ok(match &self.model {
+            Skeleton::Full(model) => crate::rollout::generate_streams(
+                model.as_ref(),
+                prompts,
+                streams,
+                params,
+                stop,
+                None,
+            )?,
+            Skeleton::Vllm(v) => v.generate(prompts, streams, params, stop, None)?,
+            Skeleton::Sharded { .. } => {
+                return Err(WorkerError::Config(
+                    "a sharded (Megatron) rollout does not run the agent loop".into(),
+                ));
+            }
+        })
+    }
+
     /// The whole model, unless the rollout is sharded.
     pub fn model(&self) -> Option<&CausalLm> {
         match &self.model {

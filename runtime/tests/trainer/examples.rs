@@ -125,6 +125,15 @@ fn retarget(dir: &std::path::Path, layout: Layout, policy: &str) -> Vec<String> 
     } else {
         o.push(format!("reward_model.model.path={TINY}"));
     }
+    // Tools that call a network service (verl's retool recipe: SandboxFusion) run as a local
+    // equivalent: the same tool name and arguments, a subprocess instead of the service.
+    o.push("actor_rollout_ref.rollout.multi_turn.tool_config_path=null".into());
+    o.push(format!(
+        "++actor_rollout_ref.rollout.multi_turn.function_tool_path={}",
+        crate::support::repo()
+            .join("tests/fixtures/tools/local_code.py")
+            .display()
+    ));
     o.push("actor_rollout_ref.model.tokenizer_path=null".into());
     o.push(format!(
         "trainer.default_local_dir={}",

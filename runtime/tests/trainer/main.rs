@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod agent;
 mod checkpoint;
 mod distributed;
 mod engine;

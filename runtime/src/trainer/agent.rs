@@ -1,0 +1,275 @@
+//! The trainer's side of `rollout.multi_turn`: each of a batch's `prompt × n` rows runs the
+//! agent loop its sample names (`agent_name` column, else `rollout.agent.default_agent_loop`):
+//! `tool_agent` offers the tools and runs turns until verl's loop would stop,
+//! `single_turn_agent` generates once without tools. The built-in rollout generates every
+//! turn; each row keeps its own sampling stream, so its turns do not depend on which other
+//! rows are still going.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use verlc_spec::trainer::MultiTurnSpec;
+
+use crate::data::PromptItem;
+use crate::rng::Rng;
+use crate::rollout::agent::tools::{PythonTools, ToolSettings};
+use crate::rollout::agent::{
+    self, ContextTokens, FunctionCall, GeneratedTurn, ToolOutcome, ToolRunner, TruncateSide,
+    TurnGenerator, TurnLimits,
+};
+use crate::rollout::{PromptStream, RolloutOutput, SamplingParams, StopTokens};
+use crate::tokenizer::Tokenizer;
+use crate::workers::rollout::RolloutWorker;
+
+use super::TrainerError;
+
+/// The agent loop of a run and its tools.
+pub struct AgentRollout {
+    spec: MultiTurnSpec,
+    tools: Mutex<Option<PythonTools>>,
+    schemas: Vec<Value>,
+    model_type: String,
+}
+
+impl std::fmt::Debug for AgentRollout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentRollout")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+fn config(e: impl std::fmt::Display) -> TrainerError {
+    TrainerError::Config(e.to_string())
+}
+
+impl AgentRollout {
+    /// Loads the tools of `spec` with `python` (the reward functions' interpreter).
+    pub fn start(
+        spec: &MultiTurnSpec,
+        python: String,
+        model_type: &str,
+    ) -> Result<Self, TrainerError> {
+        let has_tools = spec.tool_config_path.is_some() || spec.function_tool_path.is_some();
+        let tools = if has_tools {
+            let secs = |var: &str, default: u64| {
+                Duration::from_secs(
+                    std::env::var(var)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(default),
+                )
+            };
+            Some(
+                PythonTools::start(ToolSettings {
+                    python,
+                    tool_config: spec.tool_config_path.as_ref().map(Into::into),
+                    function_tools: spec.function_tool_path.as_ref().map(Into::into),
+                    startup_timeout: secs("VERLC_TOOL_STARTUP_TIMEOUT_S", 120),
+                    call_timeout: secs("VERLC_TOOL_TIMEOUT_S", 60),
+                })
+                .map_err(config)?,
+            )
+        } else {
+            None
+        };
+        let schemas = tools
+            .as_ref()
+            .map(|t| t.schemas().to_vec())
+            .unwrap_or_default();
+        Ok(AgentRollout {
+            spec: spec.clone(),
+            tools: Mutex::new(tools),
+            schemas,
+            model_type: model_type.to_owned(),
+        })
+    }
+
+    fn limits(&self, params: &SamplingParams, tool: bool) -> TurnLimits {
+        let s = &self.spec;
+        TurnLimits {
+            prompt_length: s.prompt_length,
+            response_length: params.max_new_tokens,
+            max_assistant_turns: if tool { s.max_assistant_turns } else { 1 },
+            max_user_turns: s.max_user_turns,
+            max_parallel_calls: s.max_parallel_calls,
+            max_tool_response_length: s.max_tool_response_length,
+            truncate_side: TruncateSide::parse(&s.tool_response_truncate_side),
+        }
+    }
+
+    /// Generates `params.n` trajectories per item.
+    pub fn generate(
+        &self,
+        rollout: &RolloutWorker,
+        tokenizer: &Tokenizer,
+        items: &[&PromptItem],
+        params: &SamplingParams,
+        stop: &StopTokens,
+    ) -> Result<RolloutOutput, TrainerError> {
+        let n = params.n;
+        let rows = items.len() * n;
+        let uses_tools = |row: usize| {
+            let sample = &items[row / n].sample;
+            let name = sample
+                .row
+                .get("agent_name")
+                .and_then(Value::as_str)
+                .unwrap_or(&self.spec.default_agent_loop);
+            name == "tool_agent"
+        };
+        let mut prompts = vec![Vec::new(); rows];
+        let mut responses = vec![Vec::new(); rows];
+        let mut masks = vec![Vec::new(); rows];
+        let mut log_probs = vec![Vec::new(); rows];
+        let mut num_turns = vec![0; rows];
+        let mut tool_rewards = vec![Vec::new(); rows];
+        for tool in [true, false] {
+            let group: Vec<usize> = (0..rows).filter(|&r| uses_tools(r) == tool).collect();
+            if group.is_empty() {
+                continue;
+            }
+            let schemas: &[Value] = if tool { &self.schemas } else { &[] };
+            let tokens = ContextTokens::new(
+                tokenizer,
+                &self.model_type,
+                schemas,
+                &self.spec.chat_template_kwargs,
+            )
+            .map_err(config)?;
+            let conversations: Vec<_> = group
+                .iter()
+                .map(|&r| items[r / n].sample.prompt.clone())
+                .collect();
+            let mut generator = NativeTurns {
+                rollout,
+                params: SamplingParams {
+                    n: 1,
+                    ..params.clone()
+                },
+                stop,
+                rows: group.clone(),
+                round: 0,
+            };
+            let mut guard = self.tools.lock().unwrap_or_else(|p| p.into_inner());
+            let mut runner = Runner {
+                tools: guard.as_mut(),
+                kwargs: group
+                    .iter()
+                    .map(|&r| {
+                        items[r / n]
+                            .sample
+                            .extra_info
+                            .get("tools_kwargs")
+                            .and_then(Value::as_object)
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .collect(),
+            };
+            let done = agent::run(
+                &conversations,
+                &tokens,
+                tokenizer,
+                &self.limits(params, tool),
+                &mut generator,
+                &mut runner,
+            )
+            .map_err(config)?;
+            for (&r, t) in group.iter().zip(done) {
+                prompts[r] = t.prompt_ids;
+                responses[r] = t.response_ids;
+                masks[r] = t.response_mask;
+                log_probs[r] = t.response_log_probs;
+                num_turns[r] = t.num_turns;
+                tool_rewards[r] = t.tool_rewards;
+            }
+        }
+        let mut out = crate::rollout::from_trajectory_rows(
+            &prompts,
+            &responses,
+            &masks,
+            &log_probs,
+            params.max_new_tokens,
+            stop,
+        )
+        .map_err(config)?;
+        out.prompt_index = (0..rows).map(|r| r / n).collect();
+        out.num_turns = num_turns;
+        out.tool_rewards = tool_rewards;
+        Ok(out)
+    }
+}
+
+/// Turns from the built-in rollout: one batched generation per round, every row with its own
+/// sampling stream (the step's seed, the round, the row).
+struct NativeTurns<'a> {
+    rollout: &'a RolloutWorker,
+    params: SamplingParams,
+    stop: &'a StopTokens,
+    /// The batch row of each of the loop's samples.
+    rows: Vec<usize>,
+    round: u64,
+}
+
+impl TurnGenerator for NativeTurns<'_> {
+    fn next_turns(
+        &mut self,
+        samples: &[usize],
+        streams: &[Vec<i64>],
+        max_tokens: &[usize],
+    ) -> Result<Vec<GeneratedTurn>, String> {
+        let seed = Rng::derive(self.params.seed, self.round).next_u64();
+        self.round += 1;
+        let sampling: Vec<PromptStream> = samples
+            .iter()
+            .map(|&s| PromptStream {
+                seed,
+                index: self.rows[s] as u64,
+            })
+            .collect();
+        let params = SamplingParams {
+            max_new_tokens: max_tokens.iter().copied().max().unwrap_or(1),
+            ..self.params.clone()
+        };
+        let out = self
+            .rollout
+            .generate_streams(streams, &sampling, &params, self.stop)
+            .map_err(|e| e.to_string())?;
+        let ids = Vec::<Vec<i64>>::try_from(&out.responses).map_err(|e| e.to_string())?;
+        let lps = Vec::<Vec<f32>>::try_from(&out.rollout_log_probs).map_err(|e| e.to_string())?;
+        Ok(ids
+            .into_iter()
+            .zip(lps)
+            .zip(out.response_lengths.iter().zip(max_tokens))
+            .map(|((mut t, mut l), (&len, &max))| {
+                let keep = len.min(max);
+                t.truncate(keep);
+                l.truncate(keep);
+                (t, l)
+            })
+            .collect())
+    }
+}
+
+/// The run's tools (none configured: every call is an unknown tool, as in verl).
+struct Runner<'a> {
+    tools: Option<&'a mut PythonTools>,
+    kwargs: Vec<Map<String, Value>>,
+}
+
+impl ToolRunner for Runner<'_> {
+    fn run(&mut self, calls: &[(usize, FunctionCall)]) -> Vec<ToolOutcome> {
+        match self.tools.as_deref_mut() {
+            Some(t) => {
+                t.tools_kwargs = self.kwargs.clone();
+                t.run(calls)
+            }
+            None => calls
+                .iter()
+                .map(|(_, c)| agent::unknown_tool(&c.name, &[]))
+                .collect(),
+        }
+    }
+}
