@@ -396,13 +396,6 @@ fn multi_turn_spec(
             "remove it",
         );
     }
-    if r.name == RolloutName::Vllm {
-        l.unsupported(
-            &key("enable"),
-            "the tool agent loop runs on verlc's built-in rollout; the vLLM rollout generates single turns",
-            "set `actor_rollout_ref.rollout.name=verlc` for tool rollouts",
-        );
-    }
     if matches!(actor_engine, EngineSpec::Megatron(_)) {
         l.unsupported(
             &key("enable"),

@@ -1479,3 +1479,70 @@ fn weight_decay_incr_style_runs_as_verl_does() {
         other => panic!("expected Megatron's scheduler, got {other:?}"),
     }
 }
+
+#[test]
+fn multi_turn_lowers_to_the_tool_agent_loop_or_is_refused_at_its_key() {
+    let c = case(
+        BASE,
+        &[
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path=tools.yaml",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        ],
+    );
+    assert!(!c.lowered.has_errors(), "{:?}", c.codes());
+    let mt = c
+        .lowered
+        .plan
+        .spec
+        .rollout
+        .multi_turn
+        .as_ref()
+        .expect("multi_turn");
+    assert_eq!(mt.max_assistant_turns, 3);
+    assert_eq!(mt.max_user_turns, 0, "null: no limit");
+    assert_eq!(mt.tool_config_path.as_deref(), Some("tools.yaml"));
+    assert_eq!(mt.tool_response_truncate_side, "middle");
+    // Off by default: single turns, no agent loop.
+    assert!(
+        case(BASE, &[])
+            .lowered
+            .plan
+            .spec
+            .rollout
+            .multi_turn
+            .is_none()
+    );
+    // What the loop cannot honour is refused at its key; a left/right side says its meaning.
+    let c = case(
+        BASE,
+        &[
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.format=gpt-oss",
+            "actor_rollout_ref.rollout.multi_turn.interaction_config_path=i.yaml",
+            "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=left",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent",
+        ],
+    );
+    let keys: Vec<String> = c
+        .lowered
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .filter_map(|d| d.key_path.clone())
+        .collect();
+    for k in [
+        "actor_rollout_ref.rollout.multi_turn.format",
+        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+        "actor_rollout_ref.rollout.agent.default_agent_loop",
+    ] {
+        assert!(keys.iter().any(|x| x == k), "{k} not refused: {keys:?}");
+    }
+    assert!(
+        c.lowered
+            .diagnostics
+            .iter()
+            .any(|d| !d.is_error() && d.message.contains("keeps the end of a long tool response"))
+    );
+}
