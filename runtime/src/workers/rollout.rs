@@ -24,7 +24,7 @@ use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
 use crate::rollout::vllm::{VllmRollout, VllmSpec};
 use crate::rollout::{
     PromptStream, ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout,
-    ShardedDecoder, StopTokens, generate, generate_with,
+    ShardedDecoder, StopTokens, generate_with,
 };
 
 use super::{Result, WorkerError};
@@ -261,6 +261,16 @@ impl RolloutWorker {
             .sum()
     }
 
+    fn require_weights(&self) -> Result<()> {
+        if self.loaded {
+            Ok(())
+        } else {
+            Err(WorkerError::Config(
+                "the rollout model has no weights (update_weights first)".into(),
+            ))
+        }
+    }
+
     /// Generates `params.n` responses per prompt.
     pub fn generate(
         &self,
@@ -268,33 +278,24 @@ impl RolloutWorker {
         params: &SamplingParams,
         stop: &StopTokens,
     ) -> Result<RolloutOutput> {
-        if !self.loaded {
-            return Err(WorkerError::Config(
-                "the rollout model has no weights (update_weights first)".into(),
-            ));
-        }
-        Ok(match &self.model {
-            Skeleton::Full(model) => generate(model, prompts, params, stop)?,
-            Skeleton::Vllm(v) => {
-                let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
-                v.generate(prompts, &streams, params, stop, None)?
-            }
-            Skeleton::Sharded { model, pp, share } => {
-                let decoder = ShardedDecoder {
-                    model,
-                    pp: pp.as_ref(),
-                };
-                match share {
-                    Some(share) => share.generate(&decoder, prompts, params, stop)?,
-                    None => generate_with(&decoder, prompts, params, stop, None)?,
-                }
-            }
+        let Skeleton::Sharded { model, pp, share } = &self.model else {
+            let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
+            return self.generate_streams(prompts, &streams, params, stop);
+        };
+        self.require_weights()?;
+        let decoder = ShardedDecoder {
+            model,
+            pp: pp.as_ref(),
+        };
+        Ok(match share {
+            Some(share) => share.generate(&decoder, prompts, params, stop)?,
+            None => generate_with(&decoder, prompts, params, stop, None)?,
         })
     }
 
-    /// Generates with each prompt's sampling stream given (`streams[i]` for `prompts[i]`):
-    /// the agent loop's turns, whose samples keep their streams as the batch shrinks. The
-    /// whole-model and vLLM rollouts.
+    /// Generates with each prompt's sampling stream given (`streams[i]` for `prompts[i]`;
+    /// the agent loop's turns keep a row's stream as the batch shrinks). The whole-model and
+    /// vLLM rollouts.
     pub fn generate_streams(
         &self,
         prompts: &[Vec<i64>],
@@ -302,11 +303,7 @@ impl RolloutWorker {
         params: &SamplingParams,
         stop: &StopTokens,
     ) -> Result<RolloutOutput> {
-        if !self.loaded {
-            return Err(WorkerError::Config(
-                "the rollout model has no weights (update_weights first)".into(),
-            ));
-        }
+        self.require_weights()?;
         Ok(match &self.model {
             Skeleton::Full(model) => crate::rollout::generate_streams(
                 model.as_ref(),
@@ -319,7 +316,7 @@ impl RolloutWorker {
             Skeleton::Vllm(v) => v.generate(prompts, streams, params, stop, None)?,
             Skeleton::Sharded { .. } => {
                 return Err(WorkerError::Config(
-                    "a sharded (Megatron) rollout does not run the agent loop".into(),
+                    "a sharded (Megatron) rollout generates whole batches only".into(),
                 ));
             }
         })
