@@ -253,3 +253,53 @@ fn build_refuses_a_model_path_that_is_no_directory() {
     assert!(stderr.contains("critic/critic.yaml:17:"), "{stderr}");
     assert!(!stderr.contains("compiling"), "{stderr}");
 }
+
+// vLLM's CPU attention serves heads of 32 or more only (a narrower head fails its first
+// request): `rollout.name=vllm` with such a policy on a CPU device is refused by `verlc build`
+// at `rollout.name`, for a builtin model and a checkpoint directory alike; 32 wide passes.
+#[test]
+fn build_refuses_vllm_on_cpu_with_heads_narrower_than_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("narrow");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(
+        model.join("config.json"),
+        r#"{"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
+            "intermediate_size": 128}"#,
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(checkout().join("examples/quickstart.yaml")).unwrap();
+    let text = text.replace("    name: verlc\n", "    name: vllm\n");
+    let cfg = dir.path().join("vllm.yaml");
+    std::fs::write(&cfg, &text).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("name: vllm"))
+        .map_or(0, |i| i + 1);
+    for (path, head) in [
+        ("builtin://tiny?layers=2&hidden=64&heads=4".to_owned(), 16),
+        (model.display().to_string(), 16),
+    ] {
+        let (code, _, stderr) = run(verlc(dir.path())
+            .arg("build")
+            .arg(&cfg)
+            .arg(format!("actor_rollout_ref.model.path='{path}'"))
+            .arg("-o")
+            .arg(dir.path().join("t"))
+            .env("VERLC_CACHE_DIR", dir.path().join("cache")));
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("error[B018]"), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "head dimension of at least 32; `{path}` has {head}"
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains(&format!("vllm.yaml:{line}:")), "{stderr}");
+        assert!(!stderr.contains("compiling"), "{stderr}");
+    }
+    // The quickstart's model (32 wide) passes `verlc check`'s model stage too.
+    let (code, _, stderr) = run(verlc(dir.path()).arg("check").arg(&cfg));
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -163,6 +163,17 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             }),
     );
     if out.is_empty()
+        && let Some(why) = vllm_cpu_problem(spec, env)
+    {
+        out.push(ModelProblem {
+            code: BUILD_UNSUPPORTED_SETTING,
+            key: "actor_rollout_ref.rollout.name",
+            message: why,
+            label: "vLLM chosen here",
+            help: "set `actor_rollout_ref.rollout.name=verlc` (the built-in engine has no such limit), or train a model with heads of 32 or more",
+        });
+    }
+    if out.is_empty()
         && let Some(why) = reward_model_checkpoint(spec, env)
     {
         out.push(ModelProblem {
@@ -187,6 +198,38 @@ pub fn reward_model_checkpoint(spec: &TrainerSpec, env: &HubEnv) -> Option<Strin
         loc => loc.dir()?.to_path_buf(),
     };
     classifier_problem(&dir)
+}
+
+/// vLLM's CPU attention kernel serves heads of 32 or more only (a narrower head fails the
+/// first request): why the policy cannot generate with `rollout.name: vllm` on a CPU device.
+fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
+    if spec.rollout.vllm.is_none() || spec.world.device != verlc_spec::trainer::DeviceKind::Cpu {
+        return None;
+    }
+    let path = spec.actor.model_path.as_str();
+    let head = match locate(path, None, env).ok()? {
+        ModelLocation::Builtin => {
+            let query = path.split_once('?').map_or("", |(_, q)| q);
+            let param = |name: &str, default: i64| {
+                query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(default)
+            };
+            param("hidden", 128) / param("heads", 4).max(1)
+        }
+        loc => {
+            let cfg = read_config(loc.dir()?).ok()?;
+            let cfg = cfg.get("text_config").unwrap_or(&cfg);
+            let get = |k: &str| cfg.get(k).and_then(Value::as_i64);
+            get("head_dim")
+                .or_else(|| Some(get("hidden_size")? / get("num_attention_heads")?.max(1)))?
+        }
+    };
+    (head < 32).then(|| {
+        format!("vLLM's CPU attention needs a head dimension of at least 32; `{path}` has {head}")
+    })
 }
 
 /// The policy, reference and critic models whose `config.json` (when at hand) is no decoder
