@@ -4,6 +4,10 @@
 //! - `digit_reversal`: "reverse 40213" -> "31204". Parameters `min_digits` (2), `max_digits` (5).
 //! - `arithmetic`: "compute 12+34" -> "46" (`+`, `-` with a non-negative result, `*`).
 //!   Parameters `max_operand` (99), `ops` (`+-*`, any subset).
+//! - `code_lookup`, the tool task: "what is the answer of 472" -> the number's 3-digit code,
+//!   which only the `lookup` tool knows ([`lookup_code`]; `examples/tools/code_lookup.py` is
+//!   that tool, `examples/tool_lookup.yaml` the run). Rows carry verl's per-sample tool
+//!   arguments, `extra_info.tools_kwargs = {lookup: {create_kwargs: {number}}}`.
 //!
 //! `size` defaults to 8192 (train) / 256 (test); the test split is generated first and
 //! excluded from the train split, so the two never share a prompt. Rows are
@@ -18,7 +22,13 @@ use crate::builtin_uri::BuiltinUri;
 use crate::rng::Rng;
 
 /// Task names.
-pub const TASKS: &[&str] = &["digit_reversal", "arithmetic"];
+pub const TASKS: &[&str] = &["digit_reversal", "arithmetic", "code_lookup"];
+
+/// The secret code of `number` in the `code_lookup` task: 3 digits no rule over the digits
+/// gives away (the tool in `examples/tools/code_lookup.py` computes the same).
+pub fn lookup_code(number: u64) -> String {
+    format!("{:03}", (number * 7919 + 104_729) % 1000)
+}
 
 /// The `data_source` of a task's rows.
 pub fn data_source(task: &str) -> String {
@@ -67,6 +77,10 @@ fn generator(uri: &BuiltinUri) -> Result<Gen, String> {
                 (format!("compute {a}{op}{b}"), r.to_string())
             }))
         }
+        "code_lookup" => Ok(Box::new(move |rng| {
+            let n = rng.range(100, 999) as u64;
+            (format!("what is the answer of {n}"), lookup_code(n))
+        })),
         other => Err(format!(
             "unknown builtin dataset `{other}` (known: {})",
             TASKS.join(", ")
@@ -157,12 +171,17 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
         .into_iter()
         .enumerate()
         .map(|(i, (prompt, answer))| {
+            let mut extra = json!({"split": split, "index": i});
+            if uri.name == "code_lookup" {
+                let number = prompt.rsplit(' ').next().unwrap_or_default();
+                extra["tools_kwargs"] = json!({"lookup": {"create_kwargs": {"number": number}}});
+            }
             let row = json!({
                 "data_source": data_source(&uri.name),
                 "prompt": [{"role": "user", "content": prompt}],
                 "ability": ability,
                 "reward_model": {"style": "rule", "ground_truth": answer},
-                "extra_info": {"split": split, "index": i},
+                "extra_info": extra,
             });
             match row {
                 Value::Object(m) => m,
@@ -182,10 +201,24 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
 /// `digit_fraction` is the share of ASCII digits in the response, `length_match` is
 /// `1 - |len(r) - len(g)| / max(len(r), len(g))`, and `position_match` the share of positions
 /// of the longer string where both agree.
+///
+/// `code_lookup` scores the answer after the last tool round (the text after the last
+/// `assistant` header), and a response that called the tool earns 0.2 more (below 1), the
+/// usual format credit of tool-use recipes, so that calling pays before copying is learnt.
 pub fn compute_score(data_source: &str, response: &str, ground_truth: &str) -> Option<f64> {
     let task = data_source.strip_prefix("builtin/")?;
     if !TASKS.contains(&task) {
         return None;
+    }
+    if task == "code_lookup" {
+        let called = response.contains("<tool_call>");
+        let answer = response.rsplit("assistant\n").next().unwrap_or(response);
+        let base = compute_score("builtin/digit_reversal", answer, ground_truth)?;
+        return Some(if base >= 1.0 {
+            1.0
+        } else {
+            base + if called { 0.2 } else { 0.0 }
+        });
     }
     let r: Vec<char> = response.trim().chars().collect();
     let g: Vec<char> = ground_truth.chars().collect();

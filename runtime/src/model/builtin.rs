@@ -9,7 +9,9 @@
 //! MLPs (`builtin://tiny?arch=qwen3_moe`). `qwen3_5` is Qwen3.5's text model: with the
 //! default 4 layers, three Gated DeltaNet layers then one gated full-attention layer;
 //! `qwen3_5_moe` the same with every MLP sparse (`experts` and so on) plus a shared expert
-//! of width `moe_intermediate`.
+//! of width `moe_intermediate`. `tools` (`tools=lookup`, a comma list) adds one token per tool
+//! to the vocabulary: its whole argument-less `hermes` call (the tool task of
+//! `examples/tool_lookup.yaml`).
 
 use serde_json::{Map, json};
 
@@ -41,7 +43,9 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         "experts",
         "experts_per_tok",
         "moe_intermediate",
+        "tools",
     ])?;
+    let tools: String = uri.get("tools", String::new())?;
     let hidden: i64 = uri.get("hidden", 128)?;
     let model_type: String = uri.get("arch", "qwen2".to_owned())?;
     let moe = if model_type == "qwen3_moe" || model_type == "qwen3_5_moe" {
@@ -63,7 +67,7 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     let mut extra = Map::new();
     let mut cfg = ModelConfig {
         model_type,
-        vocab_size: tok::vocab_size() as i64,
+        vocab_size: (tok::vocab_size() + tok::tool_call_tokens(&tools).len()) as i64,
         hidden_size: hidden,
         intermediate_size: uri.get("intermediate", 3 * hidden)?,
         num_hidden_layers: uri.get("layers", 4)?,

@@ -48,10 +48,28 @@ pub fn vocab_size() -> usize {
     SPECIAL.len() + 10 + PUNCT.len() + WORDS.len()
 }
 
+/// The tokens `builtin://tiny?tools=a,b` adds after the vocabulary: one per tool, the whole
+/// argument-less `hermes` call of that tool (so a tiny model calls a tool with one token).
+pub fn tool_call_tokens(tools: &str) -> Vec<String> {
+    tools
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(|t| format!("<tool_call>{{\"name\": \"{t}\", \"arguments\": {{}}}}</tool_call>"))
+        .collect()
+}
+
 /// The `tokenizer.json` document (WordLevel model, isolating split, fusing decoder).
 pub fn tokenizer_json() -> Value {
+    tokenizer_json_with(&[])
+}
+
+/// [`tokenizer_json`] with `extra` tokens after the vocabulary ([`tool_call_tokens`]), added
+/// as non-special whole-text tokens (decoding keeps them, as the call parser needs).
+pub fn tokenizer_json_with(extra: &[String]) -> Value {
+    let base = vocab_size();
     let vocab: serde_json::Map<String, Value> = vocab()
         .into_iter()
+        .chain(extra.iter().cloned())
         .enumerate()
         .map(|(i, t)| (t, json!(i)))
         .collect();
@@ -63,6 +81,10 @@ pub fn tokenizer_json() -> Value {
             json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
                    "normalized": false, "special": true})
         })
+        .chain(extra.iter().enumerate().map(|(i, t)| {
+            json!({"id": base + i, "content": t, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": false})
+        }))
         .collect();
     json!({
         "version": "1.0",

@@ -106,8 +106,14 @@ impl Tokenizer {
                         msg: "unknown builtin tokenizer".into(),
                     });
                 }
+                let tools: String =
+                    uri.get("tools", String::new())
+                        .map_err(|msg| TokenizerError::Source {
+                            path: path.into(),
+                            msg,
+                        })?;
                 Self::from_json(
-                    &builtin::tokenizer_json(),
+                    &builtin::tokenizer_json_with(&builtin::tool_call_tokens(&tools)),
                     builtin::tokenizer_config_json(),
                     None,
                     &GenerationConfig::from_json(&builtin::generation_config_json()),

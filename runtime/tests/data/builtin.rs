@@ -160,3 +160,58 @@ fn bad_addresses() {
             .is_err()
     );
 }
+
+/// The tool task: answers only the tool knows, the tool's per-sample arguments in
+/// `extra_info.tools_kwargs`, and the tiny model's one-token call that the hermes parser reads.
+#[test]
+fn code_lookup_rows_rewards_and_the_one_token_call() {
+    use runtime::data::builtin::lookup_code;
+    let train = samples("builtin://code_lookup?split=train&size=600");
+    let test = samples("builtin://code_lookup?split=test&size=128");
+    let prompts = |s: &[Sample]| -> HashSet<String> {
+        s.iter()
+            .map(|x| x.prompt[0].content.as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(prompts(&train).is_disjoint(&prompts(&test)));
+    for s in train.iter().take(20) {
+        let text = s.prompt[0].content.as_str().unwrap();
+        let number: u64 = text.rsplit(' ').next().unwrap().parse().unwrap();
+        assert_eq!(s.reward_model.ground_truth, lookup_code(number));
+        assert_eq!(
+            s.extra_info["tools_kwargs"]["lookup"]["create_kwargs"]["number"],
+            serde_json::json!(number.to_string())
+        );
+    }
+    assert_eq!(
+        lookup_code(472),
+        format!("{:03}", (472 * 7919 + 104_729) % 1000)
+    );
+    // The answer after the tool round counts; calling earns 0.2 below a right answer.
+    let call = "<tool_call>{\"name\": \"lookup\", \"arguments\": {}}</tool_call>";
+    let ds = "builtin/code_lookup";
+    let after = |answer: &str| format!("{call}\n<unk>\n581\nassistant\n{answer}");
+    assert_eq!(compute_score(ds, &after("581"), "581"), Some(1.0));
+    let wrong_called = compute_score(ds, &after("123"), "581").unwrap();
+    let wrong_plain = compute_score(ds, "123", "581").unwrap();
+    assert!((wrong_called - wrong_plain - 0.2).abs() < 1e-9);
+    assert_eq!(compute_score(ds, "581", "581"), Some(1.0));
+
+    let tok = Tokenizer::from_pretrained("builtin://tiny?tools=lookup").unwrap();
+    let plain = Tokenizer::from_pretrained("builtin://tiny").unwrap();
+    assert_eq!(tok.vocab_size(), plain.vocab_size() + 1);
+    let ids = tok.encode(call, false).unwrap();
+    assert_eq!(ids, vec![plain.vocab_size() as i64]);
+    let text = tok.decode(&ids, false).unwrap();
+    let parsed = runtime::rollout::agent::hermes::parse(&text);
+    assert_eq!(parsed.calls.len(), 1);
+    assert_eq!(
+        (
+            parsed.calls[0].name.as_str(),
+            parsed.calls[0].arguments.as_str()
+        ),
+        ("lookup", "{}")
+    );
+    // The call survives the reward's decoding (it is not a special token).
+    assert_eq!(tok.decode(&ids, true).unwrap(), call);
+}

@@ -136,6 +136,8 @@ def load_yaml_tools(path):
         cfg = yaml.safe_load(f) or {}
     from verl.tools.schemas import OpenAIFunctionToolSchema
 
+    # Tool modules beside their config import by name (as on verl's PYTHONPATH).
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     tools = {}
     for item in cfg.get("tools") or []:
         module_name, _, class_name = item["class_name"].rpartition(".")
