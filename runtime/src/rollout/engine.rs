@@ -259,55 +259,42 @@ impl Rows {
 }
 
 /// The batch of an external engine (vLLM) in verl's layout: `responses[k]` and
-/// `log_probs[k]` are row `k`'s generated tokens and their log-probs, `params.n` rows per
-/// prompt in prompt order; prompts are left-padded to `prompt_width` (`None`: the longest).
+/// `log_probs[k]` are row `k`'s generated tokens (ending at its stop token, which the engine
+/// stops at) and their log-probs, `params.n` rows per prompt in prompt order; every generated
+/// token is the model's, so it is [`from_trajectory_rows`] with the whole row in the mask.
 pub fn from_token_rows(
     prompts: &[Vec<i64>],
     responses: &[Vec<i64>],
     log_probs: &[Vec<f32>],
     params: &SamplingParams,
     stop: &StopTokens,
-    prompt_width: Option<usize>,
 ) -> Result<RolloutOutput, RolloutError> {
     let n = params.n;
-    if responses.len() != prompts.len() * n || log_probs.len() != responses.len() {
+    if responses.len() != prompts.len() * n {
         return Err(RolloutError::Batch(format!(
-            "{} responses and {} log-prob rows for {} prompts x n = {n}",
+            "{} responses for {} prompts x n = {n}",
             responses.len(),
-            log_probs.len(),
             prompts.len()
         )));
     }
-    let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
-    let width = prompt_width.unwrap_or(longest).max(longest) as i64;
     let repeated: Vec<Vec<i64>> = prompts
         .iter()
         .flat_map(|p| std::iter::repeat_n(p.clone(), n))
         .collect();
-    let (ids, mask) = left_pad(&repeated, width, stop.pad, Device::Cpu);
-    let r = params.max_new_tokens;
-    let mut tokens = vec![stop.pad; responses.len() * r];
-    let mut logp = vec![0f32; responses.len() * r];
-    for (k, (row, lp)) in responses.iter().zip(log_probs).enumerate() {
-        if row.len() > r || lp.len() != row.len() {
-            return Err(RolloutError::Batch(format!(
-                "row {k}: {} tokens with {} log-probs for a response length of {r}",
-                row.len(),
-                lp.len()
-            )));
-        }
-        tokens[k * r..k * r + row.len()].copy_from_slice(row);
-        logp[k * r..k * r + lp.len()].copy_from_slice(lp);
+    let masks: Vec<Vec<i64>> = responses.iter().map(|r| vec![1; r.len()]).collect();
+    let mut out = from_trajectory_rows(
+        &repeated,
+        responses,
+        &masks,
+        log_probs,
+        params.max_new_tokens,
+        stop,
+    )?;
+    out.prompt_index = (0..responses.len()).map(|k| k / n).collect();
+    if params.ignore_eos {
+        out.finished.fill(false);
     }
-    let shape = [responses.len() as i64, r as i64];
-    let rows = Rows {
-        prompts: ids,
-        prompt_mask: mask,
-        responses: Tensor::from_slice(&tokens).view(shape),
-        log_probs: Tensor::from_slice(&logp).view(shape),
-    };
-    let generated = responses.iter().map(Vec::len).sum();
-    rows.finish::<CausalLm>(prompts.len(), params, stop, generated, None)
+    Ok(out)
 }
 
 /// Multi-turn trajectories in verl's layout: row `k` is `prompts[k]` (left-padded to the

@@ -6,9 +6,8 @@
 //! rows are still going.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use verlc_spec::trainer::MultiTurnSpec;
 
 use crate::data::PromptItem;
@@ -22,7 +21,7 @@ use crate::rollout::{PromptStream, RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
 use crate::workers::rollout::RolloutWorker;
 
-use super::TrainerError;
+use super::{RunOptions, TrainerError};
 
 /// The agent loop of a run and its tools.
 pub struct AgentRollout {
@@ -45,29 +44,21 @@ fn config(e: impl std::fmt::Display) -> TrainerError {
 }
 
 impl AgentRollout {
-    /// Loads the tools of `spec` with `python` (the reward functions' interpreter).
+    /// Loads the tools of `spec` with the interpreter and timeouts of `opts`.
     pub fn start(
         spec: &MultiTurnSpec,
-        python: String,
+        opts: &RunOptions,
         model_type: &str,
     ) -> Result<Self, TrainerError> {
         let has_tools = spec.tool_config_path.is_some() || spec.function_tool_path.is_some();
         let tools = if has_tools {
-            let secs = |var: &str, default: u64| {
-                Duration::from_secs(
-                    std::env::var(var)
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(default),
-                )
-            };
             Some(
                 PythonTools::start(ToolSettings {
-                    python,
+                    python: opts.python(),
                     tool_config: spec.tool_config_path.as_ref().map(Into::into),
                     function_tools: spec.function_tool_path.as_ref().map(Into::into),
-                    startup_timeout: secs("VERLC_TOOL_STARTUP_TIMEOUT_S", 120),
-                    call_timeout: secs("VERLC_TOOL_TIMEOUT_S", 60),
+                    startup_timeout: opts.tool_startup_timeout,
+                    call_timeout: opts.tool_call_timeout,
                 })
                 .map_err(config)?,
             )
@@ -153,9 +144,9 @@ impl AgentRollout {
                 round: 0,
             };
             let mut guard = self.tools.lock().unwrap_or_else(|p| p.into_inner());
-            let mut runner = Runner {
-                tools: guard.as_mut(),
-                kwargs: group
+            if let Some(tools) = guard.as_mut() {
+                // Each sample's `tools_kwargs`, indexed as the loop numbers its samples.
+                tools.tools_kwargs = group
                     .iter()
                     .map(|&r| {
                         items[r / n]
@@ -166,8 +157,9 @@ impl AgentRollout {
                             .cloned()
                             .unwrap_or_default()
                     })
-                    .collect(),
-            };
+                    .collect();
+            }
+            let mut runner = Runner(guard.as_mut());
             let done = agent::run(
                 &conversations,
                 &tokens,
@@ -254,18 +246,12 @@ impl TurnGenerator for NativeTurns<'_> {
 }
 
 /// The run's tools (none configured: every call is an unknown tool, as in verl).
-struct Runner<'a> {
-    tools: Option<&'a mut PythonTools>,
-    kwargs: Vec<Map<String, Value>>,
-}
+struct Runner<'a>(Option<&'a mut PythonTools>);
 
 impl ToolRunner for Runner<'_> {
     fn run(&mut self, calls: &[(usize, FunctionCall)]) -> Vec<ToolOutcome> {
-        match self.tools.as_deref_mut() {
-            Some(t) => {
-                t.tools_kwargs = self.kwargs.clone();
-                t.run(calls)
-            }
+        match self.0.as_deref_mut() {
+            Some(t) => t.run(calls),
             None => calls
                 .iter()
                 .map(|(_, c)| agent::unknown_tool(&c.name, &[]))

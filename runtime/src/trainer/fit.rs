@@ -191,10 +191,7 @@ fn reward_function(
             name,
             reward_kwargs,
         } => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
-            python: opts
-                .reward_python
-                .clone()
-                .unwrap_or_else(PythonSettings::default_python),
+            python: opts.python(),
             path: absolute(path),
             name: name.clone(),
             reward_kwargs: reward_kwargs.clone(),
@@ -379,9 +376,7 @@ impl<R: Roles> Trainer<R> {
         let agent = match &spec.rollout.multi_turn {
             Some(mt) => Some(super::agent::AgentRollout::start(
                 mt,
-                opts.reward_python
-                    .clone()
-                    .unwrap_or_else(crate::workers::reward::python::PythonSettings::default_python),
+                opts,
                 &actor.engine.model_config().model_type,
             )?),
             None => None,

@@ -70,6 +70,11 @@ pub struct RunOptions {
     pub reward_startup_timeout: Duration,
     /// Longest wait for one batch of scores (`$VERLC_REWARD_TIMEOUT_S`, default 600 s).
     pub reward_call_timeout: Duration,
+    /// Longest wait for `rollout.multi_turn`'s tools to load
+    /// (`$VERLC_TOOL_STARTUP_TIMEOUT_S`, default 120 s).
+    pub tool_startup_timeout: Duration,
+    /// Longest wait for one round of tool calls (`$VERLC_TOOL_TIMEOUT_S`, default 60 s).
+    pub tool_call_timeout: Duration,
     /// Print verl's console lines (the `console` logger).
     pub console_lines: bool,
     /// The grad scaler code the engines may use: a trainer binary passes its precision's
@@ -87,19 +92,33 @@ impl RunOptions {
     /// The default options with `loss_scaling` (a binary that calls this instead of
     /// [`Default::default`] links only the scaler code it names).
     pub fn new(loss_scaling: LossScaling) -> Self {
-        let call = std::env::var("VERLC_REWARD_TIMEOUT_S")
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .filter(|s| *s > 0.0)
-            .unwrap_or(600.0);
+        // A positive number of seconds from the environment, else `default`.
+        let seconds = |var: &str, default: f64| {
+            let s = std::env::var(var)
+                .ok()
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|s| *s > 0.0)
+                .unwrap_or(default);
+            Duration::from_secs_f64(s)
+        };
         RunOptions {
             device: Device::Cpu,
             reward_python: None,
             reward_startup_timeout: Duration::from_secs(120),
-            reward_call_timeout: Duration::from_secs_f64(call),
+            reward_call_timeout: seconds("VERLC_REWARD_TIMEOUT_S", 600.0),
+            tool_startup_timeout: seconds("VERLC_TOOL_STARTUP_TIMEOUT_S", 120.0),
+            tool_call_timeout: seconds("VERLC_TOOL_TIMEOUT_S", 60.0),
             console_lines: true,
             loss_scaling,
         }
+    }
+
+    /// The interpreter of reward functions and tools: `reward_python`, else
+    /// [`PythonSettings::default_python`](crate::workers::reward::python::PythonSettings::default_python).
+    pub fn python(&self) -> String {
+        self.reward_python
+            .clone()
+            .unwrap_or_else(crate::workers::reward::python::PythonSettings::default_python)
     }
 }
 

@@ -313,7 +313,7 @@ impl RolloutWorker {
                 stop,
                 None,
             )?,
-            Skeleton::Vllm(v) => v.generate(prompts, streams, params, stop, None)?,
+            Skeleton::Vllm(v) => v.generate(prompts, streams, params, stop)?,
             Skeleton::Sharded { .. } => {
                 return Err(WorkerError::Config(
                     "a sharded (Megatron) rollout generates whole batches only".into(),

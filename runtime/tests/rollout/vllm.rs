@@ -99,9 +99,7 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
             pad: 0,
         };
         let greedy = SamplingParams::greedy(max_new);
-        let served = vllm
-            .generate(&prompts, &streams, &greedy, &stop, None)
-            .unwrap();
+        let served = vllm.generate(&prompts, &streams, &greedy, &stop).unwrap();
         let native = generate(model, &prompts, &greedy, &stop).unwrap();
         assert_eq!(rows(&served), want, "weights {tag}: vLLM vs transformers");
         assert_eq!(rows(&native), want, "weights {tag}: native vs transformers");
@@ -133,9 +131,7 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
         eos: vec![spec["eos_b"].as_i64().unwrap()],
         pad: 0,
     };
-    let out = vllm
-        .generate(&prompts, &streams, &sampled, &stop, None)
-        .unwrap();
+    let out = vllm.generate(&prompts, &streams, &sampled, &stop).unwrap();
     assert_eq!(out.responses.size()[0], prompts.len() as i64 * 4);
     let distinct: std::collections::HashSet<Vec<i64>> = rows(&out).into_iter().collect();
     assert!(
@@ -155,9 +151,7 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
         .double_value(&[]);
     assert!(gap < 2e-3, "vLLM vs trainer log-probs: max gap {gap}");
     // The same seeds give the same samples.
-    let again = vllm
-        .generate(&prompts, &streams, &sampled, &stop, None)
-        .unwrap();
+    let again = vllm.generate(&prompts, &streams, &sampled, &stop).unwrap();
     assert!(
         again.responses.equal(&out.responses),
         "seeded requests repeat"
@@ -168,7 +162,7 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
     unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
     std::thread::sleep(std::time::Duration::from_millis(500));
     let err = vllm
-        .generate(&prompts, &streams, &SamplingParams::greedy(4), &stop, None)
+        .generate(&prompts, &streams, &SamplingParams::greedy(4), &stop)
         .unwrap_err()
         .to_string();
     assert!(err.contains("vLLM server exited"), "{err}");

@@ -2,7 +2,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tch::Tensor;
@@ -15,15 +15,6 @@ use crate::rollout::{PromptStream, SamplingParams};
 
 use super::server::{Launch, VllmServer};
 use super::{VllmError, VllmSpec, http};
-
-/// Where the time of the last sync and generation went (verl's `timing_s/*`).
-#[derive(Debug, Clone, Default)]
-pub struct VllmTimings {
-    /// Writing the weights and reloading them into the server (the first sync: starting it).
-    pub update_weights: Duration,
-    /// Server start-up, on the sync that started it.
-    pub startup: Option<Duration>,
-}
 
 /// The vLLM rollout of one rank.
 pub struct VllmRollout {
@@ -47,7 +38,6 @@ pub struct VllmRollout {
     startup_timeout: Duration,
     /// True while the server sleeps ([`VllmRollout::sleep`]).
     asleep: bool,
-    pub timings: VllmTimings,
 }
 
 impl std::fmt::Debug for VllmRollout {
@@ -112,7 +102,6 @@ impl VllmRollout {
             request_timeout: env_secs("VERLC_VLLM_REQUEST_TIMEOUT_S", 1800),
             startup_timeout: env_secs("VERLC_VLLM_STARTUP_TIMEOUT_S", 600),
             asleep: false,
-            timings: VllmTimings::default(),
         }
     }
 
@@ -152,10 +141,8 @@ impl VllmRollout {
     /// starts the server on them. Collective over the group: every rank returns once the
     /// server serves the new weights.
     pub fn update_weights(&mut self, params: &[(String, Tensor)]) -> Result<(), VllmError> {
-        let t0 = Instant::now();
-        let mut startup = None;
         let outcome = if self.is_main() {
-            self.sync_main(params, &mut startup)
+            self.sync_main(params)
         } else {
             Ok(0)
         };
@@ -172,10 +159,6 @@ impl VllmRollout {
             ));
         }
         self.addr = Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port as u16)));
-        self.timings = VllmTimings {
-            update_weights: t0.elapsed(),
-            startup,
-        };
         Ok(())
     }
 
@@ -192,11 +175,7 @@ impl VllmRollout {
         Ok(t.int64_value(&[0]))
     }
 
-    fn sync_main(
-        &mut self,
-        params: &[(String, Tensor)],
-        startup: &mut Option<Duration>,
-    ) -> Result<u16, VllmError> {
+    fn sync_main(&mut self, params: &[(String, Tensor)]) -> Result<u16, VllmError> {
         let arch = self
             .config
             .arch()
@@ -250,7 +229,6 @@ impl VllmRollout {
                     )),
                 };
                 let server = VllmServer::start(&launch)?;
-                *startup = Some(server.startup);
                 let port = server.addr.port();
                 *self.lock_server() = Some(server);
                 Ok(port)
@@ -358,14 +336,13 @@ impl VllmRollout {
     }
 
     /// Generates `params.n` responses per prompt; `streams[i]` is prompt `i`'s sampling stream
-    /// (its request seed), `prompt_width` the left-padding width of the output.
+    /// (its request seed).
     pub fn generate(
         &self,
         prompts: &[Vec<i64>],
         streams: &[PromptStream],
         params: &SamplingParams,
         stop: &StopTokens,
-        prompt_width: Option<usize>,
     ) -> Result<RolloutOutput, crate::rollout::RolloutError> {
         params
             .validate()
@@ -417,7 +394,7 @@ impl VllmRollout {
                 }
             }
         }
-        from_token_rows(prompts, &tokens, &logps, params, stop, prompt_width)
+        from_token_rows(prompts, &tokens, &logps, params, stop)
     }
 }
 

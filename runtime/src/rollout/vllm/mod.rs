@@ -16,7 +16,7 @@ pub mod server;
 
 use std::path::PathBuf;
 
-pub use client::{VllmRollout, VllmTimings};
+pub use client::VllmRollout;
 pub use server::{Launch, VllmServer};
 pub use verlc_spec::trainer::VllmSpec;
 

@@ -38,8 +38,6 @@ pub struct VllmServer {
     child: Child,
     pub addr: SocketAddr,
     pub log: PathBuf,
-    /// Time from spawn to a healthy `/health`.
-    pub startup: Duration,
 }
 
 /// How often a start is retried when the chosen port was taken between choosing and binding.
@@ -101,7 +99,6 @@ impl VllmServer {
             child,
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
             log: launch.log.clone(),
-            startup: Duration::ZERO,
         };
         let deadline = spawned + launch.startup_timeout;
         loop {
@@ -121,7 +118,6 @@ impl VllmServer {
                 http::request(server.addr, "GET", "/health", None, Duration::from_secs(5))
                     .is_ok_and(|r| r.status == 200);
             if healthy {
-                server.startup = spawned.elapsed();
                 return Ok(server);
             }
             if Instant::now() >= deadline {
