@@ -144,14 +144,35 @@ impl JsonLinesProcess {
         e
     }
 
-    /// The next line as a JSON object, within `timeout` (`what` names the wait in errors).
+    /// The next line as a JSON object, within `timeout` (`what` names the wait in errors);
+    /// a process that does not answer in time is killed.
     pub fn read(&mut self, timeout: Duration, what: &str) -> Result<Map<String, Value>, ProcError> {
+        match self.poll(timeout, what)? {
+            Some(m) => Ok(m),
+            None => {
+                self.stop();
+                let e = ProcError::Timeout {
+                    seconds: timeout.as_secs_f64(),
+                    what: what.to_owned(),
+                };
+                Err(self.fail(e))
+            }
+        }
+    }
+
+    /// The next line as a JSON object if one comes within `wait` (`None` otherwise; the
+    /// process keeps running).
+    pub fn poll(
+        &mut self,
+        wait: Duration,
+        what: &str,
+    ) -> Result<Option<Map<String, Value>>, ProcError> {
         if let Some(why) = &self.dead {
             return Err(ProcError::Dead(why.to_string()));
         }
-        match self.lines.recv_timeout(timeout) {
+        match self.lines.recv_timeout(wait) {
             Ok(line) => match serde_json::from_str::<Value>(&line) {
-                Ok(Value::Object(m)) => Ok(m),
+                Ok(Value::Object(m)) => Ok(Some(m)),
                 _ => {
                     self.stop();
                     let e = ProcError::Protocol(format!(
@@ -160,14 +181,7 @@ impl JsonLinesProcess {
                     Err(self.fail(e))
                 }
             },
-            Err(RecvTimeoutError::Timeout) => {
-                self.stop();
-                let e = ProcError::Timeout {
-                    seconds: timeout.as_secs_f64(),
-                    what: what.to_owned(),
-                };
-                Err(self.fail(e))
-            }
+            Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => {
                 self.stdin = None;
                 let status = match self.child.wait() {
@@ -187,6 +201,18 @@ impl JsonLinesProcess {
         }
     }
 
+    /// Sends `message` as one line without waiting for a reply.
+    pub fn send(&mut self, message: &Value) -> Result<(), ProcError> {
+        if let Some(why) = &self.dead {
+            return Err(ProcError::Dead(why.to_string()));
+        }
+        if let Some(stdin) = self.stdin.as_mut() {
+            // A failed write means the process is gone; the next read reports how it ended.
+            let _ = writeln!(stdin, "{message}").and_then(|_| stdin.flush());
+        }
+        Ok(())
+    }
+
     /// Sends `request` as one line and reads the reply.
     pub fn request(
         &mut self,
@@ -194,13 +220,7 @@ impl JsonLinesProcess {
         timeout: Duration,
         what: &str,
     ) -> Result<Map<String, Value>, ProcError> {
-        if let Some(why) = &self.dead {
-            return Err(ProcError::Dead(why.to_string()));
-        }
-        if let Some(stdin) = self.stdin.as_mut() {
-            // A failed write means the process is gone; `read` reports how it ended.
-            let _ = writeln!(stdin, "{request}").and_then(|_| stdin.flush());
-        }
+        self.send(request)?;
         self.read(timeout, what)
     }
 }

@@ -448,6 +448,9 @@ pub struct MultiTurnSpec {
     pub max_tool_response_length: usize,
     /// `left` (keep the end), `right` (keep the start) or `middle` (verl 0.8+'s meanings).
     pub tool_response_truncate_side: String,
+    /// `multi_turn.format`: verl's name of the tool-call format (`hermes`, `qwen3_coder`).
+    #[serde(default = "hermes")]
+    pub format: String,
     pub tool_config_path: Option<String>,
     pub function_tool_path: Option<String>,
     /// The agent loop of a sample without an `agent_name` column (`single_turn_agent` or
@@ -458,6 +461,10 @@ pub struct MultiTurnSpec {
     /// `data.apply_chat_template_kwargs`.
     #[serde(default)]
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+fn hermes() -> String {
+    "hermes".into()
 }
 
 /// The vLLM server of `rollout.name: vllm` (verl's server mode): how it is launched. Each

@@ -33,15 +33,55 @@ pub enum TokenizationSanityCheckMode {
     IgnoreStrippable,
 }
 
-/// Tool-call syntax the model emits.
+/// Tool-call syntax the model emits: a name of verl's tool-parser registry (0.7 has `hermes`
+/// and `gpt-oss`; 0.8 adds `qwen3_coder` and `gemma4`, 0.9 `glm`, `seed`, `minimax`, `kimi`
+/// and `deepseek_v4`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum ToolCallFormat {
-    /// Hermes-style `<tool_call>` JSON blocks.
+    /// Hermes-style `<tool_call>` JSON blocks (Qwen2.5, Qwen3).
     #[serde(rename = "hermes")]
     Hermes,
     /// The gpt-oss (harmony) format.
     #[serde(rename = "gpt-oss")]
     GptOss,
+    /// XML-style `<function=...>` calls in `<tool_call>` blocks (Qwen3-Coder, Qwen3.5).
+    #[serde(rename = "qwen3_coder")]
+    Qwen3Coder,
+    /// Gemma 4's call tokens.
+    #[serde(rename = "gemma4")]
+    Gemma4,
+    /// GLM's `<arg_key>`/`<arg_value>` calls.
+    #[serde(rename = "glm")]
+    Glm,
+    /// Seed-OSS's format.
+    #[serde(rename = "seed")]
+    Seed,
+    /// MiniMax's format.
+    #[serde(rename = "minimax")]
+    Minimax,
+    /// Kimi's format.
+    #[serde(rename = "kimi")]
+    Kimi,
+    /// DeepSeek-V4's format.
+    #[serde(rename = "deepseek_v4")]
+    DeepseekV4,
+}
+
+impl ToolCallFormat {
+    /// verl's registry name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolCallFormat::Hermes => "hermes",
+            ToolCallFormat::GptOss => "gpt-oss",
+            ToolCallFormat::Qwen3Coder => "qwen3_coder",
+            ToolCallFormat::Gemma4 => "gemma4",
+            ToolCallFormat::Glm => "glm",
+            ToolCallFormat::Seed => "seed",
+            ToolCallFormat::Minimax => "minimax",
+            ToolCallFormat::Kimi => "kimi",
+            ToolCallFormat::DeepseekV4 => "deepseek_v4",
+        }
+    }
 }
 
 /// Multi-turn generation with tool calls and interactions.

@@ -375,11 +375,15 @@ fn multi_turn_spec(
         return None;
     }
     let key = |k: &str| format!("{MULTI_TURN}.{k}");
-    if mt.format != crate::config::ToolCallFormat::Hermes {
+    use crate::config::ToolCallFormat as F;
+    if !matches!(mt.format, F::Hermes | F::Qwen3Coder) {
         l.unsupported(
             &key("format"),
-            "verlc parses tool calls in the `hermes` format only",
-            "set `format: hermes` (Qwen models' format)",
+            format!(
+                "verlc parses tool calls in the `hermes` and `qwen3_coder` formats, not `{}` (the formats of the model families it implements)",
+                mt.format.name()
+            ),
+            "set `format: hermes` (Qwen2.5, Qwen3) or `qwen3_coder` (Qwen3.5)",
         );
     }
     if mt.interaction_config_path.is_some() {
@@ -426,6 +430,7 @@ fn multi_turn_spec(
         max_parallel_calls: l.count(&key("max_parallel_calls"), mt.max_parallel_calls),
         max_tool_response_length: usize::try_from(mt.max_tool_response_length).unwrap_or(0),
         tool_response_truncate_side: side,
+        format: mt.format.name().to_owned(),
         tool_config_path: mt.tool_config_path.clone(),
         function_tool_path: mt.function_tool_path.clone(),
         default_agent_loop: agent.default_agent_loop.clone(),

@@ -49,6 +49,9 @@ pub struct RolloutOutput {
     pub decoded_rows: usize,
     /// Per row, with the tool agent loop: verl's `num_turns` (empty for single turns).
     pub num_turns: Vec<usize>,
+    /// Per row, with the tool agent loop: its tool calls, and how many of them failed.
+    pub tool_calls: Vec<usize>,
+    pub tool_failures: Vec<usize>,
     /// Per row, with the tool agent loop: the rewards its tool calls returned.
     pub tool_rewards: Vec<Vec<f64>>,
 }
@@ -253,6 +256,8 @@ impl Rows {
             prompt_index: (0..prompt_count * n).map(|i| i / n).collect(),
             decoded_rows,
             num_turns: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_failures: Vec::new(),
             tool_rewards: Vec::new(),
         })
     }
@@ -360,6 +365,8 @@ pub fn from_trajectory_rows(
         prompt_index: (0..rows).collect(),
         decoded_rows: responses.iter().map(Vec::len).sum(),
         num_turns: Vec::new(),
+        tool_calls: Vec::new(),
+        tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
     })
 }

@@ -220,6 +220,8 @@ fn unpack(
         prompt_index: prompt_index.iter().map(|&i| i as usize).collect(),
         decoded_rows,
         num_turns: Vec::new(),
+        tool_calls: Vec::new(),
+        tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
     })
 }
@@ -248,6 +250,8 @@ fn rows_of(
         prompt_index: out.prompt_index[range].iter().map(|&i| i - first).collect(),
         decoded_rows: out.decoded_rows,
         num_turns: Vec::new(),
+        tool_calls: Vec::new(),
+        tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
     })
 }

@@ -1,9 +1,10 @@
 //! The trainer's side of `rollout.multi_turn`: each of a batch's `prompt × n` rows runs the
 //! agent loop its sample names (`agent_name` column, else `rollout.agent.default_agent_loop`):
 //! `tool_agent` offers the tools and runs turns until verl's loop would stop,
-//! `single_turn_agent` generates once without tools. The built-in rollout generates every
-//! turn; each row keeps its own sampling stream, so its turns do not depend on which other
-//! rows are still going.
+//! `single_turn_agent` generates once without tools. The rollout (built-in or vLLM) generates
+//! every turn; each row samples its turn `k` from its own stream (the step's seed, `k`, the
+//! row), so its turns do not depend on which other rows share a generation, and rows whose
+//! tools are slow do not hold the others.
 
 use std::sync::Mutex;
 
@@ -14,8 +15,8 @@ use crate::data::PromptItem;
 use crate::rng::Rng;
 use crate::rollout::agent::tools::{PythonTools, ToolSettings};
 use crate::rollout::agent::{
-    self, ContextTokens, FunctionCall, GeneratedTurn, ToolOutcome, ToolRunner, TruncateSide,
-    TurnGenerator, TurnLimits,
+    self, ContextTokens, FunctionCall, GeneratedTurn, ToolCallFormat, ToolOutcome, ToolRunner,
+    TruncateSide, TurnGenerator, TurnLimits,
 };
 use crate::rollout::{PromptStream, RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
@@ -28,6 +29,7 @@ pub struct AgentRollout {
     spec: MultiTurnSpec,
     tools: Mutex<Option<PythonTools>>,
     schemas: Vec<Value>,
+    format: ToolCallFormat,
     model_type: String,
 }
 
@@ -69,10 +71,18 @@ impl AgentRollout {
             .as_ref()
             .map(|t| t.schemas().to_vec())
             .unwrap_or_default();
+        let format = ToolCallFormat::from_name(&spec.format).ok_or_else(|| {
+            config(format!(
+                "tool-call format `{}` is not one verlc parses ({})",
+                spec.format,
+                ToolCallFormat::NAMES.join(", ")
+            ))
+        })?;
         Ok(AgentRollout {
             spec: spec.clone(),
             tools: Mutex::new(tools),
             schemas,
+            format,
             model_type: model_type.to_owned(),
         })
     }
@@ -87,6 +97,12 @@ impl AgentRollout {
             max_parallel_calls: s.max_parallel_calls,
             max_tool_response_length: s.max_tool_response_length,
             truncate_side: TruncateSide::parse(&s.tool_response_truncate_side),
+            format: self.format,
+            tool_schemas: if tool {
+                self.schemas.clone()
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -115,6 +131,8 @@ impl AgentRollout {
         let mut masks = vec![Vec::new(); rows];
         let mut log_probs = vec![Vec::new(); rows];
         let mut num_turns = vec![0; rows];
+        let mut tool_calls = vec![0; rows];
+        let mut tool_failures = vec![0; rows];
         let mut tool_rewards = vec![Vec::new(); rows];
         for tool in [true, false] {
             let group: Vec<usize> = (0..rows).filter(|&r| uses_tools(r) == tool).collect();
@@ -141,7 +159,7 @@ impl AgentRollout {
                 },
                 stop,
                 rows: group.clone(),
-                round: 0,
+                turns: vec![0; group.len()],
             };
             let mut guard = self.tools.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(tools) = guard.as_mut() {
@@ -159,7 +177,10 @@ impl AgentRollout {
                     })
                     .collect();
             }
-            let mut runner = Runner(guard.as_mut());
+            let mut runner = Runner {
+                tools: guard.as_mut(),
+                unanswered: Vec::new(),
+            };
             let done = agent::run(
                 &conversations,
                 &tokens,
@@ -175,6 +196,8 @@ impl AgentRollout {
                 masks[r] = t.response_mask;
                 log_probs[r] = t.response_log_probs;
                 num_turns[r] = t.num_turns;
+                tool_calls[r] = t.tool_calls;
+                tool_failures[r] = t.tool_failures;
                 tool_rewards[r] = t.tool_rewards;
             }
         }
@@ -189,20 +212,23 @@ impl AgentRollout {
         .map_err(config)?;
         out.prompt_index = (0..rows).map(|r| r / n).collect();
         out.num_turns = num_turns;
+        out.tool_calls = tool_calls;
+        out.tool_failures = tool_failures;
         out.tool_rewards = tool_rewards;
         Ok(out)
     }
 }
 
-/// Turns from the built-in rollout: one batched generation per round, every row with its own
-/// sampling stream (the step's seed, the round, the row).
+/// Turns from the rollout: the ready rows in one batched generation, each row's turn `k`
+/// sampled from its own stream (the step's seed and `k`, the row).
 struct NativeTurns<'a> {
     rollout: &'a RolloutWorker,
     params: SamplingParams,
     stop: &'a StopTokens,
     /// The batch row of each of the loop's samples.
     rows: Vec<usize>,
-    round: u64,
+    /// Turns generated so far, per sample.
+    turns: Vec<u64>,
 }
 
 impl TurnGenerator for NativeTurns<'_> {
@@ -212,13 +238,15 @@ impl TurnGenerator for NativeTurns<'_> {
         streams: &[Vec<i64>],
         max_tokens: &[usize],
     ) -> Result<Vec<GeneratedTurn>, String> {
-        let seed = Rng::derive(self.params.seed, self.round).next_u64();
-        self.round += 1;
         let sampling: Vec<PromptStream> = samples
             .iter()
-            .map(|&s| PromptStream {
-                seed,
-                index: self.rows[s] as u64,
+            .map(|&s| {
+                let turn = self.turns[s];
+                self.turns[s] += 1;
+                PromptStream {
+                    seed: Rng::derive(self.params.seed, turn).next_u64(),
+                    index: self.rows[s] as u64,
+                }
             })
             .collect();
         let params = SamplingParams {
@@ -246,16 +274,30 @@ impl TurnGenerator for NativeTurns<'_> {
 }
 
 /// The run's tools (none configured: every call is an unknown tool, as in verl).
-struct Runner<'a>(Option<&'a mut PythonTools>);
+struct Runner<'a> {
+    tools: Option<&'a mut PythonTools>,
+    unanswered: Vec<(usize, Vec<ToolOutcome>)>,
+}
 
 impl ToolRunner for Runner<'_> {
-    fn run(&mut self, calls: &[(usize, FunctionCall)]) -> Vec<ToolOutcome> {
-        match self.0.as_deref_mut() {
-            Some(t) => t.run(calls),
-            None => calls
-                .iter()
-                .map(|(_, c)| agent::unknown_tool(&c.name, &[]))
-                .collect(),
+    fn submit(&mut self, sample: usize, calls: Vec<FunctionCall>) {
+        match self.tools.as_deref_mut() {
+            Some(t) => t.submit(sample, calls),
+            None => self.unanswered.push((
+                sample,
+                calls
+                    .iter()
+                    .map(|c| agent::unknown_tool(&c.name, &[]))
+                    .collect(),
+            )),
         }
+    }
+
+    fn finished(&mut self, wait: bool) -> Vec<(usize, Vec<ToolOutcome>)> {
+        let mut out = std::mem::take(&mut self.unanswered);
+        if let Some(t) = self.tools.as_deref_mut() {
+            out.extend(t.finished(wait && out.is_empty()));
+        }
+        out
     }
 }

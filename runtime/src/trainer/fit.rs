@@ -644,9 +644,15 @@ impl<R: Roles> Trainer<R> {
             }
         };
         let mut b = Batch::new();
-        if !out.num_turns.is_empty() {
-            let turns: Vec<f64> = out.num_turns.iter().map(|&t| t as f64).collect();
-            b.insert(super::metrics::NUM_TURNS, Tensor::from_slice(&turns))?;
+        for (column, counts) in [
+            (super::metrics::NUM_TURNS, &out.num_turns),
+            (super::metrics::TOOL_CALLS, &out.tool_calls),
+            (super::metrics::TOOL_FAILURES, &out.tool_failures),
+        ] {
+            if !counts.is_empty() {
+                let v: Vec<f64> = counts.iter().map(|&t| t as f64).collect();
+                b.insert(column, Tensor::from_slice(&v))?;
+            }
         }
         b.insert("prompts", out.prompts.shallow_clone())?;
         b.insert("responses", out.responses.shallow_clone())?;

@@ -62,6 +62,9 @@ fn var(v: &[f64]) -> f64 {
 
 /// The batch column of each row's `num_turns` (the tool agent loop's; verl's `__num_turns__`).
 pub const NUM_TURNS: &str = "__num_turns__";
+/// The batch columns of each row's tool calls and failed calls (the tool agent loop's).
+pub const TOOL_CALLS: &str = "__tool_calls__";
+pub const TOOL_FAILURES: &str = "__tool_failures__";
 
 /// verl's `compute_data_metrics`.
 pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerError> {
@@ -122,6 +125,26 @@ pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerE
     );
     if let Some(turns) = batch.opt(NUM_TURNS) {
         stats("num_turns", &to_vec(turns)?, &mut m);
+    }
+    // Tool use: calls per sample, the share of samples that called, and the share of calls
+    // that failed (unknown tool, bad arguments, an exception, a timeout, a crash).
+    if let (Some(calls), Some(failures)) = (batch.opt(TOOL_CALLS), batch.opt(TOOL_FAILURES)) {
+        let (calls, failures) = (to_vec(calls)?, to_vec(failures)?);
+        stats("tool_calls", &calls, &mut m);
+        let callers = calls.iter().filter(|&&c| c > 0.0).count();
+        m.insert(
+            "tool_calls/sample_ratio".into(),
+            callers as f64 / calls.len().max(1) as f64,
+        );
+        let total: f64 = calls.iter().sum();
+        m.insert(
+            "tool_calls/failure_ratio".into(),
+            if total > 0.0 {
+                failures.iter().sum::<f64>() / total
+            } else {
+                0.0
+            },
+        );
     }
     let total = attn.size()[1];
     let prompt_width = total - response_len as i64;

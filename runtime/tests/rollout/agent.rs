@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use runtime::rollout::agent::{
-    self, FunctionCall, GeneratedTurn, ToolOutcome, ToolRunner, TruncateSide, TurnGenerator,
-    TurnLimits,
+    self, FunctionCall, GeneratedTurn, ToolCallFormat, ToolOutcome, ToolRunner, TruncateSide,
+    TurnGenerator, TurnLimits,
 };
 use runtime::tokenizer::{Message, Tokenizer};
 use serde_json::Value;
@@ -34,6 +34,8 @@ struct Script {
     next: HashMap<usize, usize>,
     /// The `max_tokens` of every request, per sample.
     budgets: HashMap<usize, Vec<usize>>,
+    /// The samples of each generation, in order.
+    batches: Vec<Vec<usize>>,
 }
 
 impl Script {
@@ -42,6 +44,7 @@ impl Script {
             turns: turns.into_iter().enumerate().collect(),
             next: HashMap::new(),
             budgets: HashMap::new(),
+            batches: Vec::new(),
         }
     }
 }
@@ -53,6 +56,7 @@ impl TurnGenerator for Script {
         _streams: &[Vec<i64>],
         max_tokens: &[usize],
     ) -> Result<Vec<GeneratedTurn>, String> {
+        self.batches.push(samples.to_vec());
         Ok(samples
             .iter()
             .zip(max_tokens)
@@ -71,28 +75,60 @@ impl TurnGenerator for Script {
     }
 }
 
-/// Answers each call with the next scripted text of its sample; records the calls.
+/// Answers each call with the next scripted text of its sample; records the calls. A
+/// sample's turn is answered after `delay[sample]` further `finished` calls (a slow tool).
 struct Tools {
     answers: HashMap<usize, Vec<String>>,
     calls: Vec<(usize, FunctionCall)>,
+    delay: HashMap<usize, usize>,
+    /// Submitted turns: (sample, outcomes, `finished` calls left before they are answered).
+    running: Vec<(usize, Vec<ToolOutcome>, usize)>,
+}
+
+impl Tools {
+    fn new(answers: HashMap<usize, Vec<String>>) -> Tools {
+        Tools {
+            answers,
+            calls: Vec::new(),
+            delay: HashMap::new(),
+            running: Vec::new(),
+        }
+    }
 }
 
 impl ToolRunner for Tools {
-    fn run(&mut self, calls: &[(usize, FunctionCall)]) -> Vec<ToolOutcome> {
-        self.calls.extend(calls.iter().cloned());
-        calls
+    fn submit(&mut self, sample: usize, calls: Vec<FunctionCall>) {
+        self.calls.extend(calls.iter().map(|c| (sample, c.clone())));
+        let outcomes = calls
             .iter()
-            .map(|(s, c)| {
+            .map(|c| {
                 if c.name != "calc" {
                     return agent::unknown_tool(&c.name, &["calc".to_owned()]);
                 }
-                let list = self.answers.get_mut(s).expect("a scripted sample");
+                let list = self.answers.get_mut(&sample).expect("a scripted sample");
                 ToolOutcome {
                     text: list.remove(0),
                     reward: Some(0.5),
+                    failed: false,
                 }
             })
-            .collect()
+            .collect();
+        let wait = self.delay.get(&sample).copied().unwrap_or(0);
+        self.running.push((sample, outcomes, wait));
+    }
+
+    fn finished(&mut self, _wait: bool) -> Vec<(usize, Vec<ToolOutcome>)> {
+        let mut out = Vec::new();
+        self.running.retain_mut(|(sample, outcomes, wait)| {
+            if *wait == 0 {
+                out.push((*sample, std::mem::take(outcomes)));
+                false
+            } else {
+                *wait -= 1;
+                true
+            }
+        });
+        out
     }
 }
 
@@ -105,6 +141,8 @@ fn limits(response_length: usize) -> TurnLimits {
         max_parallel_calls: 2,
         max_tool_response_length: 256,
         truncate_side: TruncateSide::Middle,
+        format: ToolCallFormat::Hermes,
+        tool_schemas: Vec::new(),
     }
 }
 
@@ -135,8 +173,8 @@ fn token_layout_equals_verls_continuous_token_builder() {
             .map(|c| c["turn_ids"].as_array().unwrap().iter().map(ids).collect())
             .collect(),
     );
-    let mut tools = Tools {
-        answers: cases
+    let mut tools = Tools::new(
+        cases
             .iter()
             .enumerate()
             .map(|(i, c)| {
@@ -145,8 +183,7 @@ fn token_layout_equals_verls_continuous_token_builder() {
                 (i, rounds.concat())
             })
             .collect(),
-        calls: Vec::new(),
-    };
+    );
     let out = agent::run(
         &prompts,
         &tokens,
@@ -210,10 +247,10 @@ fn run_one(
             .map(|t| tok.encode(t, false).unwrap())
             .collect(),
     ]);
-    let mut tools = Tools {
-        answers: HashMap::from([(0, answers.iter().map(|s| s.to_string()).collect())]),
-        calls: Vec::new(),
-    };
+    let mut tools = Tools::new(HashMap::from([(
+        0,
+        answers.iter().map(|s| s.to_string()).collect(),
+    )]));
     let prompt = vec![Message::user("Compute.")];
     let mut out = agent::run(&[prompt], &tokens, tok, limits, &mut script, &mut tools).unwrap();
     let budgets = script.budgets.remove(&0).unwrap_or_default();
@@ -270,4 +307,81 @@ fn turn_limits_budget_and_truncation_follow_verl() {
     let (t, calls, _) = run_one(&tok, &limits(5), &[CALL], &[]);
     assert_eq!((t.response_ids.len(), calls.len()), (5, 0));
     assert_eq!(t.response_mask, vec![1; 5]);
+}
+
+#[test]
+fn a_slow_tool_holds_only_its_own_trajectory() {
+    let (tok, _) = cases();
+    let schema: Vec<Value> = Vec::new();
+    let tokens =
+        agent::ContextTokens::new(&tok, "qwen2", &schema, &serde_json::Map::new()).unwrap();
+    let turns = |tok: &Tokenizer| -> Vec<Vec<i64>> {
+        [CALL, CALL, CALL, "done<|im_end|>"]
+            .iter()
+            .map(|t| tok.encode(t, false).unwrap())
+            .collect()
+    };
+    let prompts = vec![vec![Message::user("Slow.")], vec![Message::user("Fast.")]];
+    let answers = || HashMap::from([(0, vec!["s".to_string(); 3]), (1, vec!["f".to_string(); 3])]);
+    let run = |delay: usize| {
+        let mut script = Script::new(vec![turns(&tok), turns(&tok)]);
+        let mut tools = Tools::new(answers());
+        tools.delay.insert(0, delay);
+        let out = agent::run(
+            &prompts,
+            &tokens,
+            &tok,
+            &limits(2048),
+            &mut script,
+            &mut tools,
+        )
+        .unwrap();
+        (out, script.batches)
+    };
+    let (together, batches) = run(0);
+    assert_eq!(
+        batches,
+        vec![vec![0, 1]; 4],
+        "equal tools: one batch per turn"
+    );
+    // Sample 0's tool answers only after three more collections: sample 1 runs all its turns
+    // meanwhile, and neither trajectory changes.
+    let (apart, batches) = run(3);
+    assert_eq!(batches[0], vec![0, 1]);
+    let fast_alone = batches.iter().filter(|b| b.as_slice() == [1]).count();
+    assert_eq!(
+        fast_alone, 3,
+        "the fast sample's later turns ran alone: {batches:?}"
+    );
+    assert_eq!(apart, together);
+}
+
+#[test]
+fn tool_call_formats_parse_as_verls_parsers() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle");
+    let out = oracle::cached_with(&dir.join("parser_oracle.py"), "parsers", &[]);
+    let data = oracle::json(&out.join("parsers.json"));
+    let tools: Vec<Value> = serde_json::from_value(data["tools"].clone()).unwrap();
+    let cases = data["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 20);
+    for c in cases {
+        let format = ToolCallFormat::from_name(c["format"].as_str().unwrap()).unwrap();
+        let text = c["text"].as_str().unwrap();
+        let got = format.parse(text, &tools);
+        let want: Vec<FunctionCall> = c["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| FunctionCall {
+                name: k["name"].as_str().unwrap().into(),
+                arguments: k["arguments"].as_str().unwrap().into(),
+            })
+            .collect();
+        assert_eq!(got.calls, want, "{format:?} calls of {text:?}");
+        assert_eq!(
+            got.content,
+            c["content"].as_str().unwrap(),
+            "{format:?} content of {text:?}"
+        );
+    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use runtime::rollout::agent::tools::{PythonTools, ToolSettings};
 use runtime::rollout::agent::{FunctionCall, ToolRunner};
 use serde_json::json;
+use std::time::Instant;
 
 use crate::oracle;
 
@@ -128,11 +129,31 @@ fn tools_run_and_every_failure_is_a_clear_outcome() {
     assert_eq!(out[0].reward, Some(0.0));
     assert_eq!(out[1].reward, Some(-0.05));
 
-    // A hang past the timeout: the call fails with a message that says so; a fresh host
-    // answers the next round.
-    let t = std::time::Instant::now();
+    // Turns run concurrently and are collected as they finish: a slow call holds only its
+    // own turn.
+    let t = Instant::now();
+    tools.submit(0, vec![call("sleepy", json!({"seconds": 2}))]);
+    tools.submit(1, vec![call("add", json!({"a": 20, "b": 22}))]);
+    let first = tools.finished(true);
+    let first_at = t.elapsed();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!((first[0].0, first[0].1[0].text.as_str()), (1, "42"));
+    assert!(first_at < Duration::from_millis(1500), "{first_at:?}");
+    assert!(
+        tools.finished(false).is_empty(),
+        "the slow turn is still running"
+    );
+    let second = tools.finished(true);
+    assert_eq!((second[0].0, second[0].1[0].text.as_str()), (0, "awake"));
+    assert!(t.elapsed() >= Duration::from_secs(2));
+    assert!(!second[0].1[0].failed);
+
+    // A hang past the timeout: the host answers that call with a message that says so, and
+    // keeps serving (the stuck function's thread is abandoned).
+    let t = Instant::now();
     let out = tools.run(&[(0, call("sleepy", json!({"seconds": 60})))]);
     assert!(t.elapsed() < Duration::from_secs(30));
+    assert!(out[0].failed);
     assert!(
         out[0]
             .text
@@ -145,7 +166,7 @@ fn tools_run_and_every_failure_is_a_clear_outcome() {
         "2"
     );
 
-    // A crash: the same.
+    // A crash: the calls in flight fail saying so, and a fresh host answers the next round.
     let out = tools.run(&[(0, call("crash", json!({"code": 3})))]);
     assert!(
         out[0]

@@ -1,6 +1,6 @@
 //! The trainer with `rollout.multi_turn` (verl's tool agent loop) on the quickstart: the tools
-//! load in their host, every rollout row runs the loop, verl's `num_turns/*` metrics are
-//! logged, and the run trains. (A fresh tiny model emits no tool calls; the loop's turns,
+//! load in their host, every rollout row runs the loop, verl's `num_turns/*` metrics and the
+//! tool-use ones are logged, and the run trains. (A fresh tiny model emits no tool calls; the loop's turns,
 //! parsing, tool execution and masks are tested against verl in tests/rollout/agent.rs.)
 
 use crate::support::{quickstart, quiet, repo, scratch, series};
@@ -39,5 +39,19 @@ fn the_tool_agent_loop_runs_in_training() {
     let turns = series(&summary.history, "num_turns/mean");
     assert_eq!(turns.len(), 2, "num_turns is logged every step");
     assert!(turns.iter().all(|&t| t >= 2.0), "{turns:?}");
+    // Tool-use metrics every step: calls per sample, the share of samples that called, and the
+    // share of calls that failed.
+    for name in [
+        "tool_calls/mean",
+        "tool_calls/sample_ratio",
+        "tool_calls/failure_ratio",
+    ] {
+        let v = series(&summary.history, name);
+        assert_eq!(v.len(), 2, "{name} is logged every step");
+        assert!(
+            v.iter().all(|x| x.is_finite() && *x >= 0.0),
+            "{name}: {v:?}"
+        );
+    }
     assert_eq!(series(&summary.history, "actor/pg_loss").len(), 2);
 }

@@ -1,18 +1,21 @@
 //! Multi-turn rollouts with tools (`rollout.multi_turn`, verl's `tool_agent` loop): the loop
-//! ([`turns`]), the `hermes` call format ([`hermes`]), how tool rounds become tokens
+//! ([`turns`]), the call formats ([`format`]: [`hermes`], [`qwen3_coder`]), how tool rounds become tokens
 //! ([`context`], verl 0.9's continuous-token layout), the truncation of tool responses
 //! ([`truncate`]) and the tools themselves, in a Python helper process ([`tools`]).
 
 pub mod context;
+pub mod format;
 pub mod hermes;
+pub mod qwen3_coder;
 pub mod tools;
 pub mod truncate;
 pub mod turns;
 
 pub use context::{ContextDelta, ContextError, ContextTokens};
+pub use format::ToolCallFormat;
 pub use hermes::{FunctionCall, ParsedTurn};
 pub use truncate::TruncateSide;
 pub use turns::{
-    AgentError, GeneratedTurn, ToolOutcome, ToolRunner, Trajectory, TurnGenerator, TurnLimits, run,
-    tool_failed, unknown_tool,
+    AgentError, GeneratedTurn, Immediate, ToolOutcome, ToolRunner, Trajectory, TurnGenerator,
+    TurnLimits, run, tool_failed, unknown_tool,
 };

@@ -1,19 +1,24 @@
 # verlc tool host: runs verl-style tools for the agent loop, over JSON lines on stdin/stdout.
-# argv: <tool_config_path or ""> <function_tool_path or "">
+# argv: <tool_config_path or ""> <function_tool_path or ""> <seconds a call may take>
 # Protocol (one JSON object per line):
 #   host -> {"ready": true, "schemas": [OpenAI function tool schemas], "names": [...]}
 #         | {"ready": false, "error": "traceback"}                                  once
 #   client -> {"id": N, "calls": [{"name", "arguments": JSON text, "create_kwargs": {...}}]}
-#   host -> {"id": N, "results": [{"text": str, "reward": float | null}]}
-# The calls of one request run concurrently. A tool that raises gets verl's text
-# "Error executing tool '<name>': <exception>"; the host itself only fails on protocol errors.
-# The tools' prints go to stderr; stdout carries only the protocol.
+#   host -> {"id": N, "results": [{"text": str, "reward": float | null, "failed": bool}]}
+# Requests run concurrently and are answered as each finishes (in any order); the calls of
+# one request run concurrently too. A tool that raises, or runs past the time a call may
+# take, gets verl's text "Error executing tool '<name>': <why>" (a synchronous function runs
+# on a worker thread, which is abandoned when it overruns; a coroutine is cancelled). The host
+# itself only fails on protocol errors. The tools' prints go to stderr; stdout carries only
+# the protocol.
 #
 # Tool classes follow verl's BaseTool (create / execute / release, `verl.tools.base_tool`);
 # where verl is installed but its package root cannot be imported (it imports Ray), its
 # `verl.tools` and `verl.utils` modules are loaded without it, and where verl is absent a
 # small compatible `verl.tools.base_tool` / `verl.tools.schemas` is provided.
 import asyncio
+import concurrent.futures
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -221,35 +226,55 @@ def text_of(resp):
     return text if text is not None else ("" if hasattr(resp, "text") else str(resp))
 
 
-async def call_one(tools, call):
+def failure(name, why):
+    return {"text": f"Error executing tool '{name}': {why}", "reward": 0.0, "failed": True}
+
+
+async def call_one(tools, call, pool):
     name = call["name"]
     tool = tools.get(name)
     if tool is None:
-        return {"text": f"Unknown function '{name}'. Available tools: {list(tools)}", "reward": 0.0}
+        return {
+            "text": f"Unknown function '{name}'. Available tools: {list(tools)}",
+            "reward": 0.0,
+            "failed": True,
+        }
     try:
         args = json.loads(call["arguments"])
     except Exception as e:
-        return {"text": f"Invalid JSON in arguments for '{name}': {e}", "reward": 0.0}
-    try:
-        if isinstance(tool, FunctionTool):
-            res = tool.fn(**args) if isinstance(args, dict) else tool.fn(args)
+        return {"text": f"Invalid JSON in arguments for '{name}': {e}", "reward": 0.0, "failed": True}
+    if isinstance(tool, FunctionTool):
+        loop = asyncio.get_running_loop()
+        if inspect.iscoroutinefunction(tool.fn):
+            res = await (tool.fn(**args) if isinstance(args, dict) else tool.fn(args))
+        else:
+            job = functools.partial(tool.fn, **args) if isinstance(args, dict) else functools.partial(tool.fn, args)
+            res = await loop.run_in_executor(pool, job)
             if inspect.isawaitable(res):
                 res = await res
-            reward = None
-            if isinstance(res, tuple):
-                reward = res[1] if len(res) > 1 else None
-                res = res[0]
-            return {"text": text_of(res), "reward": 0.0 if reward is None else float(reward)}
-        instance_id, _ = await tool.create(create_kwargs=call.get("create_kwargs") or {})
-        try:
-            resp, reward, _metrics = await tool.execute(instance_id, args)
-        finally:
-            await tool.release(instance_id)
-        return {"text": text_of(resp), "reward": None if reward is None else float(reward)}
+        reward = None
+        if isinstance(res, tuple):
+            reward = res[1] if len(res) > 1 else None
+            res = res[0]
+        return {"text": text_of(res), "reward": 0.0 if reward is None else float(reward), "failed": False}
+    instance_id, _ = await tool.create(create_kwargs=call.get("create_kwargs") or {})
+    try:
+        resp, reward, _metrics = await tool.execute(instance_id, args)
+    finally:
+        await tool.release(instance_id)
+    return {"text": text_of(resp), "reward": None if reward is None else float(reward), "failed": False}
+
+
+async def guarded(tools, call, pool, timeout):
+    name = call["name"]
+    try:
+        return await asyncio.wait_for(call_one(tools, call, pool), timeout)
+    except asyncio.TimeoutError:
+        return failure(name, f"timed out after {timeout:g} s")
     except BaseException as e:  # noqa: BLE001 - the model sees what went wrong, as in verl
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        return {"text": f"Error executing tool '{name}': {e}", "reward": 0.0}
+        return failure(name, e)
 
 
 def main():
@@ -262,6 +287,7 @@ def main():
         proto.flush()
 
     config_path, function_path = sys.argv[1], sys.argv[2]
+    timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
     try:
         compat_modules()
         tools = {}
@@ -280,19 +306,33 @@ def main():
         send({"ready": False, "error": traceback.format_exc()})
         return 1
     send({"ready": True, "schemas": schemas, "names": list(tools)})
-    async def run_all(calls):
-        return await asyncio.gather(*(call_one(tools, c) for c in calls))
+    # Synchronous tools run here; threads that overrun their time are left behind, so the
+    # pool is wide.
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="tool")
 
-    # One loop for the host's life: tools may keep connections or tasks on it.
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        results = loop.run_until_complete(run_all(req["calls"]))
+    async def answer(req):
+        results = await asyncio.gather(*(guarded(tools, c, pool, timeout) for c in req["calls"]))
         send({"id": req["id"], "results": results})
-    return 0
+
+    async def serve():
+        # One loop for the host's life: tools may keep connections or tasks on it.
+        loop = asyncio.get_running_loop()
+        running = set()
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            if not line.strip():
+                continue
+            task = loop.create_task(answer(json.loads(line)))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        if running:
+            await asyncio.gather(*running)
+
+    asyncio.run(serve())
+    # Abandoned tool threads must not keep the process alive.
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,12 @@
 //! append their responses (truncated) as tool messages, and go on unless they would exceed the
 //! budget (then the round's tokens are dropped; the tools ran and their rewards count).
 //!
-//! All live trajectories generate their next turn together (one batched generation), and a
-//! round's tool calls of every trajectory run together, so a batch of trajectories advances
-//! turn by turn.
+//! Trajectories interleave: every trajectory that is ready (its prompt, or its tool results
+//! appended) generates its next turn in one batched generation, its calls start in the tool
+//! runner, and the loop goes on with whichever trajectories' calls have finished, so a slow
+//! tool holds only its own trajectory. The generator must make a trajectory's turn
+//! independent of which others share its batch (the built-in rollout seeds each by sample
+//! and turn).
 
 use serde_json::json;
 
@@ -15,10 +18,11 @@ use crate::tokenizer::Tokenizer;
 use crate::tokenizer::chat::Message;
 
 use super::context::{ContextError, ContextTokens};
-use super::hermes::{self, FunctionCall};
+use super::format::ToolCallFormat;
+use super::hermes::FunctionCall;
 use super::truncate::{TruncateSide, truncate};
 
-/// `rollout.multi_turn` settings the loop reads.
+/// The `rollout.multi_turn` settings (and offered tools) the loop reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnLimits {
     /// `rollout.prompt_length` (P) and `response_length` (R): a turn may generate up to
@@ -32,6 +36,11 @@ pub struct TurnLimits {
     pub max_parallel_calls: usize,
     pub max_tool_response_length: usize,
     pub truncate_side: TruncateSide,
+    /// `multi_turn.format`.
+    pub format: ToolCallFormat,
+    /// The offered tools' OpenAI function schemas (the XML call format types arguments by
+    /// them).
+    pub tool_schemas: Vec<serde_json::Value>,
 }
 
 /// A generated turn: its token ids and their log-probs.
@@ -54,13 +63,45 @@ pub trait TurnGenerator {
 pub struct ToolOutcome {
     pub text: String,
     pub reward: Option<f64>,
+    /// The call did not run to an answer (unknown tool, bad arguments, an exception, a
+    /// timeout, a crash); `text` says why.
+    pub failed: bool,
 }
 
-/// Runs tool calls.
+/// Runs tool calls, each turn's calls while other trajectories go on.
 pub trait ToolRunner {
-    /// The outcome of each `(trajectory, call)`, in order. A failing call is an outcome with
-    /// the error's text, not an error (verl shows the model what went wrong).
-    fn run(&mut self, calls: &[(usize, FunctionCall)]) -> Vec<ToolOutcome>;
+    /// Starts the calls of one turn of trajectory `sample`.
+    fn submit(&mut self, sample: usize, calls: Vec<FunctionCall>);
+    /// Turns whose calls have all finished: `(sample, outcome of each call in order)`. With
+    /// `wait`, blocks until at least one has (when any is running). A failing call is an
+    /// outcome with the error's text, not an error (verl shows the model what went wrong).
+    fn finished(&mut self, wait: bool) -> Vec<(usize, Vec<ToolOutcome>)>;
+}
+
+/// A runner that answers each call as it is submitted, with `answer(sample, call)`.
+pub struct Immediate<F> {
+    answer: F,
+    done: Vec<(usize, Vec<ToolOutcome>)>,
+}
+
+impl<F: FnMut(usize, &FunctionCall) -> ToolOutcome> Immediate<F> {
+    pub fn new(answer: F) -> Self {
+        Immediate {
+            answer,
+            done: Vec::new(),
+        }
+    }
+}
+
+impl<F: FnMut(usize, &FunctionCall) -> ToolOutcome> ToolRunner for Immediate<F> {
+    fn submit(&mut self, sample: usize, calls: Vec<FunctionCall>) {
+        let out = calls.iter().map(|c| (self.answer)(sample, c)).collect();
+        self.done.push((sample, out));
+    }
+
+    fn finished(&mut self, _wait: bool) -> Vec<(usize, Vec<ToolOutcome>)> {
+        std::mem::take(&mut self.done)
+    }
 }
 
 /// One finished trajectory.
@@ -78,6 +119,8 @@ pub struct Trajectory {
     /// verl's `num_turns`: user + assistant turns + 1 (the prompt).
     pub num_turns: usize,
     pub tool_calls: usize,
+    /// Calls whose outcome was a failure.
+    pub tool_failures: usize,
     pub tool_rewards: Vec<f64>,
 }
 
@@ -100,8 +143,8 @@ struct Live {
     assistant_turns: usize,
     user_turns: usize,
     tool_calls: usize,
+    tool_failures: usize,
     tool_rewards: Vec<f64>,
-    done: bool,
 }
 
 /// Runs the loop for each conversation in `prompts`.
@@ -129,106 +172,30 @@ pub fn run(
                 assistant_turns: 0,
                 user_turns: 0,
                 tool_calls: 0,
+                tool_failures: 0,
                 tool_rewards: Vec::new(),
-                done: false,
             })
         })
         .collect::<Result<_, AgentError>>()?;
-    loop {
-        let active: Vec<usize> = (0..live.len()).filter(|&i| !live[i].done).collect();
-        if active.is_empty() {
-            break;
+    // Trajectories that generate next; those whose calls are running are in the runner.
+    let mut ready: Vec<usize> = (0..live.len()).collect();
+    let mut running = 0usize;
+    while !ready.is_empty() || running > 0 {
+        if !ready.is_empty() {
+            let active = std::mem::take(&mut ready);
+            running += generate_turns(&active, &mut live, tokenizer, limits, generator, tools)?;
         }
-        let streams: Vec<Vec<i64>> = active.iter().map(|&i| live[i].stream.clone()).collect();
-        let budgets: Vec<usize> = active
-            .iter()
-            .map(|&i| {
-                let room = (limits.prompt_length + r).saturating_sub(live[i].stream.len());
-                r.min(room).max(1)
-            })
-            .collect();
-        let turns = generator
-            .next_turns(&active, &streams, &budgets)
-            .map_err(AgentError::Generate)?;
-        // The calls of this round, by trajectory.
-        let mut round: Vec<(usize, FunctionCall)> = Vec::new();
-        for (&i, (ids, lps)) in active.iter().zip(turns) {
-            let t = &mut live[i];
-            t.assistant_turns += 1;
-            t.stream.extend_from_slice(&ids);
-            t.mask.extend(std::iter::repeat_n(1, ids.len()));
-            t.log_probs.extend(
-                lps.iter()
-                    .copied()
-                    .chain(std::iter::repeat(0.0))
-                    .take(ids.len()),
-            );
-            let over_turns =
-                limits.max_assistant_turns > 0 && t.assistant_turns >= limits.max_assistant_turns;
-            let over_rounds = limits.max_user_turns > 0 && t.user_turns >= limits.max_user_turns;
-            if t.mask.len() >= r || over_turns || over_rounds {
-                t.done = true;
-                continue;
-            }
-            let text = tokenizer
-                .decode(&ids, false)
-                .map_err(|e| AgentError::Decode {
-                    sample: i,
-                    msg: e.to_string(),
-                })?;
-            let calls = hermes::parse(&text).calls;
-            if calls.is_empty() {
-                t.done = true;
-                continue;
-            }
-            round.extend(
-                calls
-                    .into_iter()
-                    .take(limits.max_parallel_calls.max(1))
-                    .map(|c| (i, c)),
-            );
-        }
-        if round.is_empty() {
+        if running == 0 {
             continue;
         }
-        let outcomes = tools.run(&round);
-        let mut by_trajectory: Vec<(usize, Vec<Message>)> = Vec::new();
-        for ((i, _), outcome) in round.iter().zip(outcomes) {
-            let t = &mut live[*i];
-            t.tool_calls += 1;
-            if let Some(reward) = outcome.reward {
-                t.tool_rewards.push(reward);
-            }
-            let text = truncate(
-                &outcome.text,
-                limits.max_tool_response_length,
-                limits.truncate_side,
-            );
-            let message = Message {
-                role: "tool".into(),
-                content: json!(text),
-                extra: serde_json::Map::new(),
-            };
-            match by_trajectory.last_mut() {
-                Some((j, msgs)) if j == i => msgs.push(message),
-                _ => by_trajectory.push((*i, vec![message])),
+        // Block only when nothing can generate meanwhile.
+        for (i, outcomes) in tools.finished(ready.is_empty()) {
+            running = running.saturating_sub(1);
+            if append_tool_round(&mut live[i], i, outcomes, tokens, limits)? {
+                ready.push(i);
             }
         }
-        for (i, messages) in by_trajectory {
-            let t = &mut live[i];
-            let delta = tokens
-                .tool_round(t.stream.last().copied(), &messages)
-                .map_err(|source| AgentError::Context { sample: i, source })?;
-            let added = delta.inserted.len() + delta.tools.len();
-            if t.mask.len() + added >= r {
-                t.done = true;
-                continue;
-            }
-            t.stream.extend(delta.inserted.iter().chain(&delta.tools));
-            t.mask.extend(std::iter::repeat_n(0, added));
-            t.log_probs.extend(std::iter::repeat_n(0.0, added));
-            t.user_turns += 1;
-        }
+        ready.sort_unstable();
     }
     Ok(live
         .into_iter()
@@ -243,10 +210,114 @@ pub fn run(
                 user_turns: t.user_turns,
                 num_turns: t.assistant_turns + t.user_turns + 1,
                 tool_calls: t.tool_calls,
+                tool_failures: t.tool_failures,
                 tool_rewards: t.tool_rewards,
             }
         })
         .collect())
+}
+
+/// Generates the next turn of each trajectory of `active`; ends those that stop and submits
+/// the calls of the rest. Returns how many turns' calls started.
+fn generate_turns(
+    active: &[usize],
+    live: &mut [Live],
+    tokenizer: &Tokenizer,
+    limits: &TurnLimits,
+    generator: &mut dyn TurnGenerator,
+    tools: &mut dyn ToolRunner,
+) -> Result<usize, AgentError> {
+    let r = limits.response_length;
+    let streams: Vec<Vec<i64>> = active.iter().map(|&i| live[i].stream.clone()).collect();
+    let budgets: Vec<usize> = active
+        .iter()
+        .map(|&i| {
+            let room = (limits.prompt_length + r).saturating_sub(live[i].stream.len());
+            r.min(room).max(1)
+        })
+        .collect();
+    let turns = generator
+        .next_turns(active, &streams, &budgets)
+        .map_err(AgentError::Generate)?;
+    let mut started = 0;
+    for (&i, (ids, lps)) in active.iter().zip(turns) {
+        let t = &mut live[i];
+        t.assistant_turns += 1;
+        t.stream.extend_from_slice(&ids);
+        t.mask.extend(std::iter::repeat_n(1, ids.len()));
+        t.log_probs.extend(
+            lps.iter()
+                .copied()
+                .chain(std::iter::repeat(0.0))
+                .take(ids.len()),
+        );
+        let over_turns =
+            limits.max_assistant_turns > 0 && t.assistant_turns >= limits.max_assistant_turns;
+        let over_rounds = limits.max_user_turns > 0 && t.user_turns >= limits.max_user_turns;
+        if t.mask.len() >= r || over_turns || over_rounds {
+            continue;
+        }
+        let text = tokenizer
+            .decode(&ids, false)
+            .map_err(|e| AgentError::Decode {
+                sample: i,
+                msg: e.to_string(),
+            })?;
+        let calls: Vec<FunctionCall> = limits
+            .format
+            .parse(&text, &limits.tool_schemas)
+            .calls
+            .into_iter()
+            .take(limits.max_parallel_calls.max(1))
+            .collect();
+        if calls.is_empty() {
+            continue;
+        }
+        tools.submit(i, calls);
+        started += 1;
+    }
+    Ok(started)
+}
+
+/// Appends one turn's tool responses to trajectory `t` (sample `i`); false when it ends
+/// instead (they would not fit in the response; the tools ran and their rewards count).
+fn append_tool_round(
+    t: &mut Live,
+    i: usize,
+    outcomes: Vec<ToolOutcome>,
+    tokens: &ContextTokens<'_>,
+    limits: &TurnLimits,
+) -> Result<bool, AgentError> {
+    let mut messages = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        t.tool_calls += 1;
+        t.tool_failures += usize::from(outcome.failed);
+        if let Some(reward) = outcome.reward {
+            t.tool_rewards.push(reward);
+        }
+        let text = truncate(
+            &outcome.text,
+            limits.max_tool_response_length,
+            limits.truncate_side,
+        );
+        messages.push(Message {
+            role: "tool".into(),
+            content: json!(text),
+            extra: serde_json::Map::new(),
+        });
+    }
+    let delta = tokens
+        .tool_round(t.stream.last().copied(), &messages)
+        .map_err(|source| AgentError::Context { sample: i, source })?;
+    let added = delta.inserted.len() + delta.tools.len();
+    if t.mask.len() + added >= limits.response_length {
+        return Ok(false);
+    }
+    t.stream.extend(delta.inserted.iter().chain(&delta.tools));
+    t.mask.extend(std::iter::repeat_n(0, added));
+    t.log_probs.extend(std::iter::repeat_n(0.0, added));
+    t.user_turns += 1;
+    Ok(true)
 }
 
 /// verl's error texts for calls a runner cannot make: an unknown tool name.
@@ -258,6 +329,7 @@ pub fn unknown_tool(name: &str, available: &[String]) -> ToolOutcome {
             list.join(", ")
         ),
         reward: Some(0.0),
+        failed: true,
     }
 }
 
@@ -266,5 +338,6 @@ pub fn tool_failed(name: &str, error: &str) -> ToolOutcome {
     ToolOutcome {
         text: format!("Error executing tool '{name}': {error}"),
         reward: Some(0.0),
+        failed: true,
     }
 }
