@@ -453,6 +453,9 @@ pub struct MultiTurnSpec {
     pub format: String,
     pub tool_config_path: Option<String>,
     pub function_tool_path: Option<String>,
+    /// verl 0.7's `interaction_config_path`: interactions answer turns without calls.
+    #[serde(default)]
+    pub interaction_config_path: Option<String>,
     /// The agent loop of a sample without an `agent_name` column (`single_turn_agent` or
     /// `tool_agent`).
     pub default_agent_loop: String,

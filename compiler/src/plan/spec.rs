@@ -386,13 +386,6 @@ fn multi_turn_spec(
             "set `format: hermes` (Qwen2.5, Qwen3) or `qwen3_coder` (Qwen3.5)",
         );
     }
-    if mt.interaction_config_path.is_some() {
-        l.unsupported(
-            &key("interaction_config_path"),
-            "interactions (a scripted user between turns) are not implemented (verl 0.9 removed them too)",
-            "remove it",
-        );
-    }
     if agent.agent_loop_config_path.is_some() {
         l.unsupported(
             &format!("{AGENT}.agent_loop_config_path"),
@@ -433,6 +426,7 @@ fn multi_turn_spec(
         format: mt.format.name().to_owned(),
         tool_config_path: mt.tool_config_path.clone(),
         function_tool_path: mt.function_tool_path.clone(),
+        interaction_config_path: mt.interaction_config_path.clone(),
         default_agent_loop: agent.default_agent_loop.clone(),
         prompt_length: usize::try_from(r.prompt_length.max(0)).unwrap_or(0),
         chat_template_kwargs: cfg.data.apply_chat_template_kwargs.clone(),

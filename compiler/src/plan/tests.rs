@@ -1504,6 +1504,19 @@ fn multi_turn_lowers_to_the_tool_agent_loop_or_is_refused_at_its_key() {
     assert_eq!(mt.max_user_turns, 0, "null: no limit");
     assert_eq!(mt.tool_config_path.as_deref(), Some("tools.yaml"));
     assert_eq!(mt.tool_response_truncate_side, "middle");
+    assert_eq!(mt.format, "hermes");
+    // The XML format of Qwen3.5, and verl 0.7's interactions, lower.
+    let c = case(
+        BASE,
+        &[
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.format=qwen3_coder",
+            "actor_rollout_ref.rollout.multi_turn.interaction_config_path=i.yaml",
+        ],
+    );
+    let mt = c.lowered.plan.spec.rollout.multi_turn.expect("lowered");
+    assert_eq!(mt.format, "qwen3_coder");
+    assert_eq!(mt.interaction_config_path.as_deref(), Some("i.yaml"));
     // Off by default: single turns, no agent loop.
     assert!(
         case(BASE, &[])
@@ -1520,7 +1533,6 @@ fn multi_turn_lowers_to_the_tool_agent_loop_or_is_refused_at_its_key() {
         &[
             "actor_rollout_ref.rollout.multi_turn.enable=true",
             "actor_rollout_ref.rollout.multi_turn.format=gpt-oss",
-            "actor_rollout_ref.rollout.multi_turn.interaction_config_path=i.yaml",
             "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=left",
             "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent",
         ],
@@ -1534,7 +1546,6 @@ fn multi_turn_lowers_to_the_tool_agent_loop_or_is_refused_at_its_key() {
         .collect();
     for k in [
         "actor_rollout_ref.rollout.multi_turn.format",
-        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
         "actor_rollout_ref.rollout.agent.default_agent_loop",
     ] {
         assert!(keys.iter().any(|x| x == k), "{k} not refused: {keys:?}");

@@ -9,6 +9,10 @@
 //!   that tool, `examples/tool_lookup.yaml` the run). Rows carry verl's per-sample tool
 //!   arguments, `extra_info.tools_kwargs = {lookup: {create_kwargs: {number}}}`.
 //!
+//! `interaction=<name>` (any task) gives each row verl's interaction arguments,
+//! `extra_info.interaction_kwargs = {name, query, ground_truth}` (what verl's GSM8K
+//! multi-turn preprocessing writes), for `rollout.multi_turn.interaction_config_path`.
+//!
 //! `size` defaults to 8192 (train) / 256 (test); the test split is generated first and
 //! excluded from the train split, so the two never share a prompt. Rows are
 //! `data_source = "builtin/<task>"`, `prompt = [{role: user, content}]`, `ability`,
@@ -132,6 +136,7 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
         "max_digits",
         "max_operand",
         "ops",
+        "interaction",
     ];
     uri.check_keys(&known)?;
     let split: String = uri.get("split", "train".to_owned())?;
@@ -162,6 +167,7 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
         let exclude: HashSet<String> = test.into_iter().map(|(p, _)| p).collect();
         examples(uri, "train", uri.get("size", 8192)?, seed, &exclude, true)?
     };
+    let interaction: String = uri.get("interaction", String::new())?;
     let ability = if uri.name == "arithmetic" {
         "math"
     } else {
@@ -175,6 +181,10 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
             if uri.name == "code_lookup" {
                 let number = prompt.rsplit(' ').next().unwrap_or_default();
                 extra["tools_kwargs"] = json!({"lookup": {"create_kwargs": {"number": number}}});
+            }
+            if !interaction.is_empty() {
+                extra["interaction_kwargs"] =
+                    json!({"name": interaction, "query": prompt, "ground_truth": answer});
             }
             let row = json!({
                 "data_source": data_source(&uri.name),

@@ -54,6 +54,8 @@ pub struct RolloutOutput {
     pub tool_failures: Vec<usize>,
     /// Per row, with the tool agent loop: the rewards its tool calls returned.
     pub tool_rewards: Vec<Vec<f64>>,
+    /// Per row, with an interaction: the rewards of its replies (verl's `turn_scores`).
+    pub turn_scores: Vec<Vec<f64>>,
 }
 
 /// Generates `params.n` responses for each prompt, left-padding prompts to the longest.
@@ -259,6 +261,7 @@ impl Rows {
             tool_calls: Vec::new(),
             tool_failures: Vec::new(),
             tool_rewards: Vec::new(),
+            turn_scores: Vec::new(),
         })
     }
 }
@@ -368,6 +371,7 @@ pub fn from_trajectory_rows(
         tool_calls: Vec::new(),
         tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
+        turn_scores: Vec::new(),
     })
 }
 

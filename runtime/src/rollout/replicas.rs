@@ -223,6 +223,7 @@ fn unpack(
         tool_calls: Vec::new(),
         tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
+        turn_scores: Vec::new(),
     })
 }
 
@@ -253,6 +254,7 @@ fn rows_of(
         tool_calls: Vec::new(),
         tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
+        turn_scores: Vec::new(),
     })
 }
 

@@ -15,11 +15,12 @@ use crate::data::PromptItem;
 use crate::rng::Rng;
 use crate::rollout::agent::tools::{PythonTools, ToolSettings};
 use crate::rollout::agent::{
-    self, ContextTokens, FunctionCall, GeneratedTurn, ToolCallFormat, ToolOutcome, ToolRunner,
+    self, Answer, ContextTokens, FunctionCall, GeneratedTurn, ToolCallFormat, ToolRunner,
     TruncateSide, TurnGenerator, TurnLimits,
 };
 use crate::rollout::{PromptStream, RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
+use crate::tokenizer::chat::Message;
 use crate::workers::rollout::RolloutWorker;
 
 use super::{RunOptions, TrainerError};
@@ -52,13 +53,16 @@ impl AgentRollout {
         opts: &RunOptions,
         model_type: &str,
     ) -> Result<Self, TrainerError> {
-        let has_tools = spec.tool_config_path.is_some() || spec.function_tool_path.is_some();
+        let has_tools = spec.tool_config_path.is_some()
+            || spec.function_tool_path.is_some()
+            || spec.interaction_config_path.is_some();
         let tools = if has_tools {
             Some(
                 PythonTools::start(ToolSettings {
                     python: opts.python(),
                     tool_config: spec.tool_config_path.as_ref().map(Into::into),
                     function_tools: spec.function_tool_path.as_ref().map(Into::into),
+                    interaction_config: spec.interaction_config_path.as_ref().map(Into::into),
                     startup_timeout: opts.tool_startup_timeout,
                     call_timeout: opts.tool_call_timeout,
                 })
@@ -103,6 +107,7 @@ impl AgentRollout {
             } else {
                 Vec::new()
             },
+            interaction: tool && s.interaction_config_path.is_some(),
         }
     }
 
@@ -134,6 +139,7 @@ impl AgentRollout {
         let mut tool_calls = vec![0; rows];
         let mut tool_failures = vec![0; rows];
         let mut tool_rewards = vec![Vec::new(); rows];
+        let mut turn_scores = vec![Vec::new(); rows];
         for tool in [true, false] {
             let group: Vec<usize> = (0..rows).filter(|&r| uses_tools(r) == tool).collect();
             if group.is_empty() {
@@ -163,19 +169,26 @@ impl AgentRollout {
             };
             let mut guard = self.tools.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(tools) = guard.as_mut() {
-                // Each sample's `tools_kwargs`, indexed as the loop numbers its samples.
-                tools.tools_kwargs = group
-                    .iter()
-                    .map(|&r| {
-                        items[r / n]
-                            .sample
-                            .extra_info
-                            .get("tools_kwargs")
-                            .and_then(Value::as_object)
-                            .cloned()
-                            .unwrap_or_default()
-                    })
-                    .collect();
+                // Each sample's `tools_kwargs` and `interaction_kwargs`, indexed as the loop
+                // numbers its samples.
+                let extra = |r: usize, key: &str| {
+                    items[r / n]
+                        .sample
+                        .extra_info
+                        .get(key)
+                        .and_then(Value::as_object)
+                        .cloned()
+                };
+                tools.begin_batch(
+                    group
+                        .iter()
+                        .map(|&r| extra(r, "tools_kwargs").unwrap_or_default())
+                        .collect(),
+                    group
+                        .iter()
+                        .map(|&r| extra(r, "interaction_kwargs"))
+                        .collect(),
+                );
             }
             let mut runner = Runner {
                 tools: guard.as_mut(),
@@ -199,6 +212,7 @@ impl AgentRollout {
                 tool_calls[r] = t.tool_calls;
                 tool_failures[r] = t.tool_failures;
                 tool_rewards[r] = t.tool_rewards;
+                turn_scores[r] = t.turn_scores;
             }
         }
         let mut out = crate::rollout::from_trajectory_rows(
@@ -215,6 +229,7 @@ impl AgentRollout {
         out.tool_calls = tool_calls;
         out.tool_failures = tool_failures;
         out.tool_rewards = tool_rewards;
+        out.turn_scores = turn_scores;
         Ok(out)
     }
 }
@@ -276,7 +291,7 @@ impl TurnGenerator for NativeTurns<'_> {
 /// The run's tools (none configured: every call is an unknown tool, as in verl).
 struct Runner<'a> {
     tools: Option<&'a mut PythonTools>,
-    unanswered: Vec<(usize, Vec<ToolOutcome>)>,
+    unanswered: Vec<(usize, Answer)>,
 }
 
 impl ToolRunner for Runner<'_> {
@@ -285,15 +300,27 @@ impl ToolRunner for Runner<'_> {
             Some(t) => t.submit(sample, calls),
             None => self.unanswered.push((
                 sample,
-                calls
-                    .iter()
-                    .map(|c| agent::unknown_tool(&c.name, &[]))
-                    .collect(),
+                Answer::Tools(
+                    calls
+                        .iter()
+                        .map(|c| agent::unknown_tool(&c.name, &[]))
+                        .collect(),
+                ),
             )),
         }
     }
 
-    fn finished(&mut self, wait: bool) -> Vec<(usize, Vec<ToolOutcome>)> {
+    fn submit_reply(&mut self, sample: usize, messages: &[Message]) {
+        match self.tools.as_deref_mut() {
+            Some(t) => t.submit_reply(sample, messages),
+            None => self.unanswered.push((
+                sample,
+                Answer::User(Err("no interaction is configured".into())),
+            )),
+        }
+    }
+
+    fn finished(&mut self, wait: bool) -> Vec<(usize, Answer)> {
         let mut out = std::mem::take(&mut self.unanswered);
         if let Some(t) = self.tools.as_deref_mut() {
             out.extend(t.finished(wait && out.is_empty()));

@@ -698,7 +698,8 @@ impl<R: Roles> Trainer<R> {
             if let Some(turns) = out.num_turns.get(row) {
                 extra_info.insert("num_turns".to_owned(), json!(turns));
                 extra_info.insert("tool_rewards".to_owned(), json!(out.tool_rewards[row]));
-                extra_info.insert("turn_scores".to_owned(), json!([]));
+                let scores = out.turn_scores.get(row).cloned().unwrap_or_default();
+                extra_info.insert("turn_scores".to_owned(), json!(scores));
             }
             if let RewardManagerSpec::Gdpo { experiment_name } = &self.spec.reward_manager {
                 extra_info.insert("experiment_name".to_owned(), json!(experiment_name));

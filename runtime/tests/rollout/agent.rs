@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use runtime::rollout::agent::{
-    self, FunctionCall, GeneratedTurn, ToolCallFormat, ToolOutcome, ToolRunner, TruncateSide,
-    TurnGenerator, TurnLimits,
+    self, Answer, FunctionCall, GeneratedTurn, ToolCallFormat, ToolOutcome, ToolRunner,
+    TruncateSide, TurnGenerator, TurnLimits, UserReply,
 };
 use runtime::tokenizer::{Message, Tokenizer};
 use serde_json::Value;
@@ -81,8 +81,11 @@ struct Tools {
     answers: HashMap<usize, Vec<String>>,
     calls: Vec<(usize, FunctionCall)>,
     delay: HashMap<usize, usize>,
-    /// Submitted turns: (sample, outcomes, `finished` calls left before they are answered).
-    running: Vec<(usize, Vec<ToolOutcome>, usize)>,
+    /// Submitted turns: (sample, answer, `finished` calls left before they are answered).
+    running: Vec<(usize, Answer, usize)>,
+    /// The interaction's replies per sample, in order, and the conversations it was shown.
+    replies: HashMap<usize, Vec<UserReply>>,
+    shown: Vec<Vec<Message>>,
 }
 
 impl Tools {
@@ -92,6 +95,8 @@ impl Tools {
             calls: Vec::new(),
             delay: HashMap::new(),
             running: Vec::new(),
+            replies: HashMap::new(),
+            shown: Vec::new(),
         }
     }
 }
@@ -114,14 +119,23 @@ impl ToolRunner for Tools {
             })
             .collect();
         let wait = self.delay.get(&sample).copied().unwrap_or(0);
-        self.running.push((sample, outcomes, wait));
+        self.running.push((sample, Answer::Tools(outcomes), wait));
     }
 
-    fn finished(&mut self, _wait: bool) -> Vec<(usize, Vec<ToolOutcome>)> {
+    fn submit_reply(&mut self, sample: usize, messages: &[Message]) {
+        self.shown.push(messages.to_vec());
+        let reply = match self.replies.get_mut(&sample) {
+            Some(list) if !list.is_empty() => Ok(list.remove(0)),
+            _ => Err("no scripted reply".to_owned()),
+        };
+        self.running.push((sample, Answer::User(reply), 0));
+    }
+
+    fn finished(&mut self, _wait: bool) -> Vec<(usize, Answer)> {
         let mut out = Vec::new();
-        self.running.retain_mut(|(sample, outcomes, wait)| {
+        self.running.retain_mut(|(sample, answer, wait)| {
             if *wait == 0 {
-                out.push((*sample, std::mem::take(outcomes)));
+                out.push((*sample, answer.clone()));
                 false
             } else {
                 *wait -= 1;
@@ -143,6 +157,7 @@ fn limits(response_length: usize) -> TurnLimits {
         truncate_side: TruncateSide::Middle,
         format: ToolCallFormat::Hermes,
         tool_schemas: Vec::new(),
+        interaction: false,
     }
 }
 
@@ -384,4 +399,102 @@ fn tool_call_formats_parse_as_verls_parsers() {
             "{format:?} content of {text:?}"
         );
     }
+}
+
+#[test]
+fn an_interaction_answers_turns_without_calls_until_it_ends_the_conversation() {
+    let (tok, _) = cases();
+    let schema: Vec<Value> = Vec::new();
+    let tokens =
+        agent::ContextTokens::new(&tok, "qwen2", &schema, &serde_json::Map::new()).unwrap();
+    let reply = |text: &str, reward: f64, terminate: bool| UserReply {
+        text: text.into(),
+        reward: Some(reward),
+        terminate,
+    };
+    let run = |limits: &TurnLimits| {
+        let mut script = Script::new(vec![
+            [
+                CALL,
+                "It is 4.<|im_end|>",
+                "It is 5.<|im_end|>",
+                "unused<|im_end|>",
+            ]
+            .iter()
+            .map(|t| tok.encode(t, false).unwrap())
+            .collect(),
+        ]);
+        let mut tools = Tools::new(HashMap::from([(0, vec!["2".to_string()])]));
+        tools.replies.insert(
+            0,
+            vec![
+                reply("Wrong, try again.", 0.0, false),
+                reply("Right!", 1.0, true),
+            ],
+        );
+        let prompt = vec![Message::user("What is 2+3?")];
+        let out = agent::run(&[prompt], &tokens, &tok, limits, &mut script, &mut tools).unwrap();
+        (out.into_iter().next().unwrap(), tools.shown)
+    };
+    let with = TurnLimits {
+        interaction: true,
+        ..limits(2048)
+    };
+    let (t, shown) = run(&with);
+    // A tool round, a wrong answer the interaction rejects, a right one that ends it: the
+    // tool round and both replies are user turns.
+    assert_eq!((t.assistant_turns, t.user_turns, t.num_turns), (3, 3, 7));
+    assert_eq!(t.turn_scores, vec![0.0, 1.0]);
+    assert_eq!(t.tool_rewards, vec![0.5]);
+    // What the interaction read: the conversation, assistant turns without special tokens.
+    let last: Vec<(String, String)> = shown[1]
+        .iter()
+        .map(|m| {
+            (
+                m.role.clone(),
+                m.content.as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = last.iter().map(|(r, c)| (r.as_str(), c.as_str())).collect();
+    assert_eq!(
+        pairs,
+        vec![
+            ("user", "What is 2+3?"),
+            (
+                "assistant",
+                "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"1\"}}\n</tool_call>"
+            ),
+            ("tool", "2"),
+            ("assistant", "It is 4."),
+            ("user", "Wrong, try again."),
+            ("assistant", "It is 5."),
+        ]
+    );
+    // The user turn is in the response, out of the loss, as ChatML renders it.
+    let text = tok.decode(&t.response_ids, false).unwrap();
+    assert!(
+        text.contains("It is 4.<|im_end|>\n<|im_start|>user\nWrong, try again.<|im_end|>\n<|im_start|>assistant\nIt is 5.<|im_end|>\n<|im_start|>user\nRight!<|im_end|>\n<|im_start|>assistant\n"),
+        "{text}"
+    );
+    let generated: Vec<i64> = t
+        .response_ids
+        .iter()
+        .zip(&t.response_mask)
+        .filter(|(_, m)| **m == 1)
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(
+        tok.decode(&generated, false).unwrap(),
+        format!("{CALL}It is 4.<|im_end|>It is 5.<|im_end|>")
+    );
+    // max_user_turns counts the interaction's turns too.
+    let (t, _) = run(&TurnLimits {
+        max_user_turns: 2,
+        ..with
+    });
+    assert_eq!((t.assistant_turns, t.user_turns), (3, 2));
+    // Without an interaction a turn without a call ends the trajectory.
+    let (t, shown) = run(&limits(2048));
+    assert_eq!((t.assistant_turns, t.user_turns, shown.len()), (2, 1, 0));
 }

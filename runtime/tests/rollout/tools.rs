@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use runtime::rollout::agent::tools::{PythonTools, ToolSettings};
-use runtime::rollout::agent::{FunctionCall, ToolRunner};
+use runtime::rollout::agent::{Answer, FunctionCall, ToolOutcome, ToolRunner, UserReply};
+use runtime::tokenizer::Message;
 use serde_json::json;
 use std::time::Instant;
 
@@ -72,6 +73,16 @@ def crash(code: int) -> str:
     os._exit(code)
 "#;
 
+/// The tool outcomes of finished turns.
+fn outcomes(done: Vec<(usize, Answer)>) -> Vec<(usize, Vec<ToolOutcome>)> {
+    done.into_iter()
+        .map(|(s, a)| match a {
+            Answer::Tools(o) => (s, o),
+            other => panic!("not a tool answer: {other:?}"),
+        })
+        .collect()
+}
+
 fn call(name: &str, args: serde_json::Value) -> FunctionCall {
     FunctionCall {
         name: name.into(),
@@ -88,6 +99,7 @@ fn tools_run_and_every_failure_is_a_clear_outcome() {
         python: oracle::python().display().to_string(),
         tool_config: Some(dir.join("tools.yaml")),
         function_tools: Some(dir.join("functions.py")),
+        interaction_config: None,
         startup_timeout: Duration::from_secs(60),
         call_timeout: Duration::from_secs(5),
     })
@@ -101,12 +113,15 @@ fn tools_run_and_every_failure_is_a_clear_outcome() {
         add["parameters"]["properties"]["a"]["type"],
         json!("integer")
     );
-    tools.tools_kwargs = vec![
-        serde_json::from_value(
-            json!({"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "72"}}}),
-        )
-        .unwrap(),
-    ];
+    tools.begin_batch(
+        vec![
+            serde_json::from_value(
+                json!({"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "72"}}}),
+            )
+            .unwrap(),
+        ],
+        vec![None],
+    );
     let out = tools.run(&[
         (0, call("calc_gsm8k_reward", json!({"answer": "72"}))),
         (0, call("calc_gsm8k_reward", json!({"answer": "71"}))),
@@ -134,7 +149,7 @@ fn tools_run_and_every_failure_is_a_clear_outcome() {
     let t = Instant::now();
     tools.submit(0, vec![call("sleepy", json!({"seconds": 2}))]);
     tools.submit(1, vec![call("add", json!({"a": 20, "b": 22}))]);
-    let first = tools.finished(true);
+    let first = outcomes(tools.finished(true));
     let first_at = t.elapsed();
     assert_eq!(first.len(), 1, "{first:?}");
     assert_eq!((first[0].0, first[0].1[0].text.as_str()), (1, "42"));
@@ -143,7 +158,7 @@ fn tools_run_and_every_failure_is_a_clear_outcome() {
         tools.finished(false).is_empty(),
         "the slow turn is still running"
     );
-    let second = tools.finished(true);
+    let second = outcomes(tools.finished(true));
     assert_eq!((second[0].0, second[0].1[0].text.as_str()), (0, "awake"));
     assert!(t.elapsed() >= Duration::from_secs(2));
     assert!(!second[0].1[0].failed);
@@ -193,10 +208,82 @@ fn a_tool_config_that_does_not_load_is_an_error_with_the_traceback() {
         python: oracle::python().display().to_string(),
         tool_config: Some(dir.join("tools.yaml")),
         function_tools: None,
+        interaction_config: None,
         startup_timeout: Duration::from_secs(60),
         call_timeout: Duration::from_secs(5),
     })
     .unwrap_err()
     .to_string();
     assert!(err.contains("No module named 'no_such_module'"), "{err}");
+}
+
+/// verl 0.7's own GSM8K interaction (a scripted user that checks the last assistant answer)
+/// from an interaction config: started on first use with the sample's `interaction_kwargs`,
+/// it rejects a wrong answer and ends the conversation on the right one; a sample without
+/// `interaction_kwargs`, and an interaction that raises, are errors that say so.
+#[test]
+fn verls_gsm8k_interaction_answers_in_the_host() {
+    let dir = oracle::scratch("tool_host_interaction");
+    std::fs::write(
+        dir.join("interaction.yaml"),
+        "interaction:\n  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n    config: {}\n  - name: broken\n    class_name: broken_interaction.Broken\n    config: {}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("broken_interaction.py"),
+        "class Broken:\n    def __init__(self, config):\n        pass\n    async def start_interaction(self, instance_id, **kw):\n        return instance_id\n    async def generate_response(self, instance_id, messages, **kw):\n        raise RuntimeError('no reply today')\n",
+    )
+    .unwrap();
+    let mut tools = PythonTools::start(ToolSettings {
+        python: oracle::python().display().to_string(),
+        tool_config: None,
+        function_tools: None,
+        interaction_config: Some(dir.join("interaction.yaml")),
+        startup_timeout: Duration::from_secs(60),
+        call_timeout: Duration::from_secs(5),
+    })
+    .unwrap();
+    assert_eq!(tools.interactions(), ["gsm8k", "broken"]);
+    let kwargs = |name: &str| {
+        serde_json::from_value(json!({"name": name, "query": "q", "ground_truth": "72"})).ok()
+    };
+    tools.begin_batch(
+        vec![Default::default(); 4],
+        vec![kwargs("gsm8k"), kwargs("gsm8k"), None, kwargs("broken")],
+    );
+    let conversation = |answer: &str| vec![Message::user("q"), Message::assistant(answer)];
+    tools.submit_reply(0, &conversation("The answer is #### 71"));
+    tools.submit_reply(1, &conversation("The answer is #### 72"));
+    tools.submit_reply(2, &conversation("#### 72"));
+    tools.submit_reply(3, &conversation("#### 72"));
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        got.extend(tools.finished(true));
+    }
+    got.sort_by_key(|(s, _)| *s);
+    let reply = |i: usize| match &got[i].1 {
+        Answer::User(r) => r.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        reply(0),
+        Ok(UserReply {
+            text: "Your response is incorrect! You need to reflect on your answer and try again."
+                .into(),
+            reward: Some(0.0),
+            terminate: false,
+        })
+    );
+    assert_eq!(
+        reply(1),
+        Ok(UserReply {
+            text: "Your response is correct!".into(),
+            reward: Some(1.0),
+            terminate: true,
+        })
+    );
+    let e = reply(2).unwrap_err();
+    assert!(e.contains("no `extra_info.interaction_kwargs`"), "{e}");
+    let e = reply(3).unwrap_err();
+    assert!(e.contains("RuntimeError: no reply today"), "{e}");
 }

@@ -172,6 +172,45 @@ fn retarget(dir: &std::path::Path, layout: Layout, policy: &str) -> Vec<String> 
     o
 }
 
+/// The tools and interactions of an example that names their configs: verl's own GSM8K tool
+/// and GSM8K interaction run as they are (both are offline; the data then carries the
+/// interaction's arguments); the Search-R1 example's retrieval service becomes a local
+/// corpus. Others keep `retarget`'s local code interpreter.
+fn tools_for(overrides: &[String]) -> Vec<String> {
+    const TOOLS: &str = "actor_rollout_ref.rollout.multi_turn.tool_config_path=";
+    const INTERACTION: &str = "actor_rollout_ref.rollout.multi_turn.interaction_config_path=";
+    let fixtures = repo().join("tests/fixtures/tools");
+    let mut out = Vec::new();
+    match overrides.iter().find_map(|o| o.strip_prefix(TOOLS)) {
+        Some(p) if p.ends_with("gsm8k_tool_config.yaml") => {
+            out.push(format!(
+                "{TOOLS}{}",
+                fixtures.join("gsm8k_tool.yaml").display()
+            ));
+            out.push("++actor_rollout_ref.rollout.multi_turn.function_tool_path=null".into());
+        }
+        Some(p) if p.ends_with("search_tool_config.yaml") => out.push(format!(
+            "++actor_rollout_ref.rollout.multi_turn.function_tool_path={}",
+            fixtures.join("local_search.py").display()
+        )),
+        _ => {}
+    }
+    if let Some(p) = overrides.iter().find_map(|o| o.strip_prefix(INTERACTION))
+        && p.ends_with("gsm8k_interaction_config.yaml")
+    {
+        out.push(format!(
+            "{INTERACTION}{}",
+            fixtures.join("gsm8k_interaction.yaml").display()
+        ));
+        for (key, split, size) in [("train_files", "train", 64), ("val_files", "test", 8)] {
+            out.push(format!(
+                "data.{key}='builtin://digit_reversal?split={split}&size={size}&interaction=gsm8k'"
+            ));
+        }
+    }
+    out
+}
+
 /// A PEFT adapter for the tiny model (what an example's `lora_adapter_path` names is a
 /// directory saved by an earlier LoRA run), written by verlc's own LoRA engine.
 fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
@@ -267,8 +306,18 @@ fn clip_parallel(overrides: &mut [String]) {
 /// What the run depends on once retargeted: the binding and the algorithm's switches.
 fn signature(s: &TrainerSpec) -> String {
     let engine = |e: &verlc_spec::trainer::EngineSpec| serde_json::to_string(e).unwrap_or_default();
+    let tools = s.rollout.multi_turn.as_ref().map(|m| {
+        (
+            &m.tool_config_path,
+            &m.function_tool_path,
+            &m.format,
+            m.max_assistant_turns,
+            m.max_user_turns,
+            &m.interaction_config_path,
+        )
+    });
     format!(
-        "{} {} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {:?} {:?} | {} {}",
+        "{} {} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {:?} {:?} | {} {} | tools={:?}",
         // The model family (its tiny model), so each family's examples run.
         s.actor.model_path,
         s.binding,
@@ -289,6 +338,7 @@ fn signature(s: &TrainerSpec) -> String {
         s.actor.optim.schedule,
         engine(&s.actor.engine),
         s.rollout.train.do_sample,
+        tools,
     )
 }
 
@@ -411,6 +461,83 @@ fn implements_model(overrides: &[String], config_name: &str) -> bool {
     !(megatron && (qwen3_5 || (is_moe_name(&path) && expert_parallel)))
 }
 
+/// The calls of `fixture`: each script, the config it composes and its overrides. The calls
+/// that compose an example config dir (verl 0.7.0's `examples/sglang_multiturn/config`,
+/// kept in `skipped.json`) compose the trainer config it extends, with the dir's settings
+/// (`example_configs.json`) ahead of the script's own overrides, as Hydra applies them.
+fn example_calls(fixture: &str) -> Vec<(String, String, Vec<String>)> {
+    let dir = repo().join("tests/fixtures").join(fixture);
+    let read = |name: &str| -> Value {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .map(|t| serde_json::from_str(&t).expect("fixture json"))
+            .unwrap_or(Value::Null)
+    };
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut calls = Vec::new();
+    for case in read("overrides.json").as_array().expect("overrides.json") {
+        if !case["config_dir"].is_null() {
+            continue;
+        }
+        let base = case["config_name"]
+            .as_str()
+            .unwrap_or("ppo_trainer")
+            .trim_end_matches(".yaml")
+            .to_owned();
+        calls.push((
+            case["script"].as_str().unwrap_or_default().to_owned(),
+            base,
+            strings(&case["overrides"]),
+        ));
+    }
+    let configs = read("example_configs.json");
+    for case in read("skipped.json").as_array().into_iter().flatten() {
+        let (Some(config_dir), Some(name)) =
+            (case["config_dir"].as_str(), case["config_name"].as_str())
+        else {
+            continue;
+        };
+        let config = &configs[format!("{config_dir}/{name}")];
+        let Some(base) = config["extends"].as_str() else {
+            continue;
+        };
+        let mut overrides = strings(&config["settings"]);
+        overrides.extend(strings(&case["overrides"]));
+        calls.push((
+            case["script"].as_str().unwrap_or_default().to_owned(),
+            base.to_owned(),
+            overrides,
+        ));
+    }
+    calls
+}
+
+/// Drops an override that sets a key again to a value the capture made up for an environment
+/// variable the script reads (`dummy_<name>`, see the fixture's README; verl's own scripts
+/// expect the user to set it): the script's own earlier value of the key stands.
+fn drop_made_up_repeats(overrides: &mut Vec<String>) {
+    let made_up = |v: &str| {
+        v.strip_prefix("dummy_")
+            .is_some_and(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    overrides.retain(|o| {
+        let Some((key, value)) = o.split_once('=') else {
+            return true;
+        };
+        let key = key.trim_start_matches('+').to_owned();
+        let repeat = seen.contains(&key);
+        seen.insert(key);
+        !(repeat && made_up(value.trim()))
+    });
+}
+
 /// Lowers every call of `fixture` (composed on `tree`, or verlc's built-in tree), retargeted;
 /// adds each distinct run to `runs`.
 fn lower_fixture(
@@ -424,31 +551,9 @@ fn lower_fixture(
     } else {
         Layout::V07
     };
-    let text = std::fs::read_to_string(
-        repo()
-            .join("tests/fixtures")
-            .join(fixture)
-            .join("overrides.json"),
-    )
-    .expect("fixture");
-    let cases: Vec<Value> = serde_json::from_str(&text).expect("fixture json");
     let mut out = Lowered::default();
-    for case in &cases {
-        if !case["config_dir"].is_null() {
-            continue;
-        }
-        let script = case["script"].as_str().unwrap_or_default().to_owned();
-        let base = case["config_name"]
-            .as_str()
-            .unwrap_or("ppo_trainer")
-            .trim_end_matches(".yaml")
-            .to_owned();
-        let mut overrides: Vec<String> = case["overrides"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str().map(str::to_owned))
-            .collect();
+    for (script, base, mut overrides) in example_calls(fixture) {
+        drop_made_up_repeats(&mut overrides);
         let request = |overrides: Vec<String>| match tree {
             Some(t) => LoadRequest {
                 config_dir: Some(t.to_path_buf()),
@@ -481,7 +586,9 @@ fn lower_fixture(
         let implemented = implements_model(&overrides, &base);
         out.implemented += usize::from(implemented);
         let policy = tiny_for(&overrides);
+        let tools = tools_for(&overrides);
         overrides.extend(retarget(dir, layout, policy));
+        overrides.extend(tools);
         // A custom reward function of the example (a file of its repository) becomes one that
         // returns a dict of components (as GDPO and DAPO's filtering read them).
         let custom = overrides.iter().any(|o| {

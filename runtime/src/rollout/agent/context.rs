@@ -14,6 +14,7 @@ use crate::tokenizer::{Tokenizer, TokenizerError};
 const SYNTHETIC_SYSTEM: &str = "continuous token synthetic system";
 const SYNTHETIC_USER: &str = "continuous token synthetic user";
 const SYNTHETIC_TOOL: &str = "continuous_token_tool";
+const SYNTHETIC_ASSISTANT: &str = "continuous token synthetic assistant";
 
 /// How turns join: verl's builder of the model type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +46,8 @@ pub struct ContextTokens<'a> {
     kwargs: Map<String, Value>,
 }
 
-/// The tokens a tool round adds: `inserted` (the junction's) then `tools`.
+/// The tokens a tool round (or a user turn) adds: `inserted` (the junction's) then `tools`
+/// (the rendered messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextDelta {
     pub inserted: Vec<i64>,
@@ -132,13 +134,41 @@ impl<'a> ContextTokens<'a> {
             Message::user(SYNTHETIC_USER),
             assistant,
         ];
+        self.after(last, prefix, tool_messages)
+    }
+
+    /// The tokens an interaction's `user` message adds after a stream whose last token is
+    /// `last`, ending with the next turn's generation prompt (verl 0.7 renders it alone,
+    /// without the system prompt; after a synthetic exchange here, which is the same on
+    /// templates whose turns render independently).
+    pub fn user_turn(
+        &self,
+        last: Option<i64>,
+        user: &Message,
+    ) -> Result<ContextDelta, ContextError> {
+        let prefix = vec![
+            Message::system(SYNTHETIC_SYSTEM),
+            Message::user(SYNTHETIC_USER),
+            Message::assistant(SYNTHETIC_ASSISTANT),
+        ];
+        self.after(last, prefix, std::slice::from_ref(user))
+    }
+
+    /// The tokens `messages` add after `prefix` (rendered with the generation prompt), with the
+    /// junction after `last`.
+    fn after(
+        &self,
+        last: Option<i64>,
+        prefix: Vec<Message>,
+        messages: &[Message],
+    ) -> Result<ContextDelta, ContextError> {
         let before = self.tokenizer.encode_chat(&prefix, false, &self.kwargs)?;
         let mut all = prefix;
-        all.extend_from_slice(tool_messages);
+        all.extend_from_slice(messages);
         let after = self.tokenizer.encode_chat(&all, true, &self.kwargs)?;
         if after.get(..before.len()) != Some(before.as_slice()) {
             return Err(ContextError::NotAppendOnly {
-                roles: tool_messages.iter().map(|m| m.role.clone()).collect(),
+                roles: messages.iter().map(|m| m.role.clone()).collect(),
             });
         }
         let inserted = match self.junction {

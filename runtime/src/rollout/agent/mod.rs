@@ -16,6 +16,6 @@ pub use format::ToolCallFormat;
 pub use hermes::{FunctionCall, ParsedTurn};
 pub use truncate::TruncateSide;
 pub use turns::{
-    AgentError, GeneratedTurn, Immediate, ToolOutcome, ToolRunner, Trajectory, TurnGenerator,
-    TurnLimits, run, tool_failed, unknown_tool,
+    AgentError, Answer, GeneratedTurn, Immediate, ToolOutcome, ToolRunner, Trajectory,
+    TurnGenerator, TurnLimits, UserReply, run, tool_failed, unknown_tool,
 };

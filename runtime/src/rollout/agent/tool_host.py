@@ -1,10 +1,18 @@
 # verlc tool host: runs verl-style tools for the agent loop, over JSON lines on stdin/stdout.
 # argv: <tool_config_path or ""> <function_tool_path or ""> <seconds a call may take>
+#       <interaction_config_path or "">
 # Protocol (one JSON object per line):
-#   host -> {"ready": true, "schemas": [OpenAI function tool schemas], "names": [...]}
+#   host -> {"ready": true, "schemas": [OpenAI function tool schemas], "names": [...],
+#            "interactions": [...]}
 #         | {"ready": false, "error": "traceback"}                                  once
 #   client -> {"id": N, "calls": [{"name", "arguments": JSON text, "create_kwargs": {...}}]}
 #   host -> {"id": N, "results": [{"text": str, "reward": float | null, "failed": bool}]}
+#   client -> {"id": N, "respond": {"instance": str, "messages": [...], "kwargs": {...}}}
+#   host -> {"id": N, "user": {"text": str, "reward": float | null, "terminate": bool}}
+#         | {"id": N, "user": {"error": "traceback"}}
+# `respond` asks the interaction named by kwargs["name"] (verl 0.7's BaseInteraction: a
+# scripted user) for its answer to the conversation so far, starting the instance with the
+# kwargs the first time.
 # Requests run concurrently and are answered as each finishes (in any order); the calls of
 # one request run concurrently too. A tool that raises, or runs past the time a call may
 # take, gets verl's text "Error executing tool '<name>': <why>" (a synchronous function runs
@@ -156,6 +164,30 @@ def load_yaml_tools(path):
     return tools
 
 
+def load_interactions(path):
+    """verl 0.7's interaction config: `interaction: [{name?, class_name, config}]`; a missing
+    name is the class name without its `Interaction` suffix, lower-cased."""
+    import yaml
+
+    with open(path) as f:
+        cfg = yaml.safe_load(f) or {}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    out = {}
+    for item in cfg.get("interaction") or []:
+        module_name, _, class_name = item["class_name"].rpartition(".")
+        cls = getattr(importlib.import_module(module_name), class_name)
+        config = dict(item.get("config") or {})
+        name = item.get("name")
+        if name is None:
+            name = class_name[: -len("Interaction")] if class_name.endswith("Interaction") else class_name
+            name = name.lower()
+        if name in out:
+            raise ValueError(f"interaction {name!r} is declared twice")
+        config["name"] = name
+        out[name] = cls(config=config)
+    return out
+
+
 def function_tool_module():
     """`verl.tools.function_tool` as verl 0.9 has it (`@function_tool`, `@function_tool("name")`,
     `@function_tool(schema=...)`): verl's own where it imports, else this stand-in, which
@@ -265,6 +297,25 @@ async def call_one(tools, call, pool):
     return {"text": text_of(resp), "reward": None if reward is None else float(reward), "failed": False}
 
 
+async def respond(interactions, started, req):
+    try:
+        kwargs = dict(req.get("kwargs") or {})
+        name = kwargs.get("name")
+        if name not in interactions:
+            raise ValueError(f"interaction {name!r} is not in the interaction config (it has {list(interactions)})")
+        interaction = interactions[name]
+        instance = req["instance"]
+        if instance not in started:
+            await interaction.start_interaction(instance, **kwargs)
+            started.add(instance)
+        terminate, text, reward, _metrics = await interaction.generate_response(instance, req["messages"], **kwargs)
+        return {"text": str(text), "reward": None if reward is None else float(reward), "terminate": bool(terminate)}
+    except BaseException as e:  # noqa: BLE001 - reported to the trainer, which stops the run
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return {"error": traceback.format_exc()}
+
+
 async def guarded(tools, call, pool, timeout):
     name = call["name"]
     try:
@@ -288,8 +339,10 @@ def main():
 
     config_path, function_path = sys.argv[1], sys.argv[2]
     timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
+    interaction_path = sys.argv[4] if len(sys.argv) > 4 else ""
     try:
         compat_modules()
+        interactions = load_interactions(interaction_path) if interaction_path else {}
         tools = {}
         if config_path:
             tools.update(load_yaml_tools(config_path))
@@ -305,12 +358,16 @@ def main():
     except BaseException:
         send({"ready": False, "error": traceback.format_exc()})
         return 1
-    send({"ready": True, "schemas": schemas, "names": list(tools)})
+    send({"ready": True, "schemas": schemas, "names": list(tools), "interactions": list(interactions)})
+    started = set()
     # Synchronous tools run here; threads that overrun their time are left behind, so the
     # pool is wide.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="tool")
 
     async def answer(req):
+        if "respond" in req:
+            send({"id": req["id"], "user": await respond(interactions, started, req["respond"])})
+            return
         results = await asyncio.gather(*(guarded(tools, c, pool, timeout) for c in req["calls"]))
         send({"id": req["id"], "results": results})
 

@@ -1,12 +1,13 @@
 //! The tools of `rollout.multi_turn` in a Python helper process (`tool_host.py`, the protocol
-//! at its top): verl's BaseTool classes from `tool_config_path` and `@function_tool` functions
-//! from `function_tool_path`. Each turn's calls are one request; requests run concurrently in
-//! the host and are collected as they finish, so the agent loop goes on with the trajectories
-//! whose tools answered. A call that raises or runs past the call timeout gets verl's error
-//! text (the model sees it) from the host; a host that crashes, or stops answering altogether
-//! (a tool that blocks its event loop), is restarted, and the calls it had get
-//! `Error executing tool '<name>': ...` saying so, so one bad tool call ends neither the batch
-//! nor the run.
+//! at its top): verl's BaseTool classes from `tool_config_path`, `@function_tool` functions
+//! from `function_tool_path`, and verl 0.7's interactions (a scripted user) from
+//! `interaction_config_path`. Each turn's calls are one request, as is each interaction reply;
+//! requests run concurrently in the host and are collected as they finish, so the agent loop
+//! goes on with the trajectories that were answered. A call that raises or runs past the call
+//! timeout gets verl's error text (the model sees it) from the host; a host that crashes, or
+//! stops answering altogether (a tool that blocks its event loop), is restarted, and the calls
+//! it had get `Error executing tool '<name>': ...` saying so, so one bad tool call ends neither
+//! the batch nor the run. An interaction that fails is an error of the run (as in verl).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,9 +16,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use crate::pyproc::{JsonLinesProcess, ProcError};
+use crate::tokenizer::chat::Message;
 
 use super::hermes::FunctionCall;
-use super::turns::{ToolOutcome, ToolRunner, tool_failed, unknown_tool};
+use super::turns::{Answer, ToolOutcome, ToolRunner, UserReply, tool_failed, unknown_tool};
 
 const HOST: &str = include_str!("tool_host.py");
 
@@ -29,6 +31,8 @@ pub struct ToolSettings {
     pub tool_config: Option<PathBuf>,
     /// `multi_turn.function_tool_path`.
     pub function_tools: Option<PathBuf>,
+    /// `multi_turn.interaction_config_path`.
+    pub interaction_config: Option<PathBuf>,
     /// Longest wait for the tools to load.
     pub startup_timeout: Duration,
     /// Longest time one call may take.
@@ -49,25 +53,39 @@ pub struct PythonTools {
     settings: ToolSettings,
     host: JsonLinesProcess,
     names: Vec<String>,
+    interactions: Vec<String>,
     schemas: Vec<Value>,
     next_id: u64,
     /// Requests the host has not answered, by id.
     pending: BTreeMap<u64, Pending>,
-    /// Turns answered without the host (every call to an unknown tool).
-    answered: Vec<(usize, Vec<ToolOutcome>)>,
-    /// Per sample: `tools_kwargs` (`{tool: {"create_kwargs": {...}}}`), set per batch.
-    pub tools_kwargs: Vec<Map<String, Value>>,
+    /// Turns answered without the host (every call to an unknown tool, a sample without
+    /// interaction arguments).
+    answered: Vec<(usize, Answer)>,
+    /// Batches begun (interaction instances are named by batch and sample).
+    batch: u64,
+    /// Per sample of the batch: `tools_kwargs` (`{tool: {"create_kwargs": {...}}}`).
+    tools_kwargs: Vec<Map<String, Value>>,
+    /// Per sample of the batch: `interaction_kwargs` (`{name, ...}`), if it has them.
+    interaction_kwargs: Vec<Option<Map<String, Value>>>,
 }
 
-/// One turn's calls in the host.
+/// One request in the host.
 struct Pending {
     sample: usize,
-    calls: Vec<FunctionCall>,
-    /// The outcomes so far: unknown tools answered; the rest filled by the reply.
-    outcomes: Vec<ToolOutcome>,
-    /// Indices of the calls sent to the host.
-    sent: Vec<usize>,
     deadline: Instant,
+    work: Work,
+}
+
+enum Work {
+    /// A turn's calls: the outcomes so far (unknown tools answered), and the indices of the
+    /// calls sent.
+    Calls {
+        calls: Vec<FunctionCall>,
+        outcomes: Vec<ToolOutcome>,
+        sent: Vec<usize>,
+    },
+    /// An interaction's reply.
+    Reply,
 }
 
 /// Beyond a call's own timeout (which the host enforces), how long the host may take to
@@ -81,6 +99,7 @@ impl std::fmt::Debug for PythonTools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PythonTools")
             .field("names", &self.names)
+            .field("interactions", &self.interactions)
             .finish_non_exhaustive()
     }
 }
@@ -91,25 +110,44 @@ fn arg(p: &Option<PathBuf>) -> String {
         .unwrap_or_default()
 }
 
+fn strings(ready: &Map<String, Value>, key: &str) -> Vec<String> {
+    ready
+        .get(key)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl PythonTools {
     /// Starts the host and loads the tools.
     pub fn start(settings: ToolSettings) -> Result<Self, ToolError> {
-        let (host, names, schemas) = Self::launch(&settings)?;
+        let (host, ready) = Self::launch(&settings)?;
         Ok(PythonTools {
             settings,
             host,
-            names,
-            schemas,
+            names: strings(&ready, "names"),
+            interactions: strings(&ready, "interactions"),
+            schemas: ready
+                .get("schemas")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
             next_id: 0,
             pending: BTreeMap::new(),
             answered: Vec::new(),
+            batch: 0,
             tools_kwargs: Vec::new(),
+            interaction_kwargs: Vec::new(),
         })
     }
 
     fn launch(
         settings: &ToolSettings,
-    ) -> Result<(JsonLinesProcess, Vec<String>, Vec<Value>), ToolError> {
+    ) -> Result<(JsonLinesProcess, Map<String, Value>), ToolError> {
         let host_err = |what: &str| {
             let what = what.to_owned();
             move |source| ToolError::Host { what, source }
@@ -118,6 +156,7 @@ impl PythonTools {
             arg(&settings.tool_config),
             arg(&settings.function_tools),
             settings.call_timeout.as_secs_f64().to_string(),
+            arg(&settings.interaction_config),
         ];
         let mut host = JsonLinesProcess::spawn(&settings.python, HOST, &args, "tool")
             .map_err(host_err("starting"))?;
@@ -131,21 +170,7 @@ impl PythonTools {
                 .unwrap_or("no reason given");
             return Err(ToolError::Load(tb.trim_end().to_owned()));
         }
-        let names = ready
-            .get("names")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let schemas = ready
-            .get("schemas")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        Ok((host, names, schemas))
+        Ok((host, ready))
     }
 
     /// The tools' OpenAI function schemas (what the chat template offers the model).
@@ -158,6 +183,23 @@ impl PythonTools {
         &self.names
     }
 
+    /// The interactions' names.
+    pub fn interactions(&self) -> &[String] {
+        &self.interactions
+    }
+
+    /// Starts a batch whose sample `i` has the tool arguments `tools_kwargs[i]` and the
+    /// interaction arguments `interaction_kwargs[i]`.
+    pub fn begin_batch(
+        &mut self,
+        tools_kwargs: Vec<Map<String, Value>>,
+        interaction_kwargs: Vec<Option<Map<String, Value>>>,
+    ) {
+        self.batch += 1;
+        self.tools_kwargs = tools_kwargs;
+        self.interaction_kwargs = interaction_kwargs;
+    }
+
     fn create_kwargs(&self, sample: usize, tool: &str) -> Value {
         self.tools_kwargs
             .get(sample)
@@ -166,9 +208,7 @@ impl PythonTools {
             .cloned()
             .unwrap_or_else(|| json!({}))
     }
-}
 
-impl PythonTools {
     /// Runs `calls` (of any samples) and waits for all of them: each sample's calls as one
     /// turn, outcomes in the order of `calls`.
     pub fn run(&mut self, calls: &[(usize, FunctionCall)]) -> Vec<ToolOutcome> {
@@ -188,7 +228,11 @@ impl PythonTools {
             if done.is_empty() {
                 break;
             }
-            by_sample.extend(done);
+            for (sample, answer) in done {
+                if let Answer::Tools(outcomes) = answer {
+                    by_sample.insert(sample, outcomes);
+                }
+            }
         }
         let mut out = vec![tool_failed("", "no answer"); calls.len()];
         for (sample, ks) in turns {
@@ -202,55 +246,100 @@ impl PythonTools {
         out
     }
 
+    fn send(&mut self, sample: usize, mut request: Value, work: Work) {
+        self.next_id += 1;
+        let id = self.next_id;
+        request["id"] = json!(id);
+        // A host that is gone shows when its replies are awaited.
+        let _ = self.host.send(&request);
+        self.pending.insert(
+            id,
+            Pending {
+                sample,
+                deadline: Instant::now() + self.settings.call_timeout + HOST_GRACE,
+                work,
+            },
+        );
+    }
+
     /// Takes the host's answer `reply` for its pending request.
-    fn take_reply(&mut self, reply: Map<String, Value>) -> Option<(usize, Vec<ToolOutcome>)> {
+    fn take_reply(&mut self, reply: Map<String, Value>) -> Option<(usize, Answer)> {
         let id = reply.get("id").and_then(Value::as_u64)?;
-        let mut p = self.pending.remove(&id)?;
-        let results = reply
-            .get("results")
-            .and_then(Value::as_array)
-            .filter(|a| a.len() == p.sent.len());
-        match results {
-            Some(results) => {
-                for (&k, r) in p.sent.iter().zip(results) {
-                    p.outcomes[k] = ToolOutcome {
-                        text: r
+        let p = self.pending.remove(&id)?;
+        let answer = match p.work {
+            Work::Calls {
+                calls,
+                mut outcomes,
+                sent,
+            } => {
+                let results = reply
+                    .get("results")
+                    .and_then(Value::as_array)
+                    .filter(|a| a.len() == sent.len());
+                for (i, &k) in sent.iter().enumerate() {
+                    outcomes[k] = match results.map(|r| &r[i]) {
+                        Some(r) => ToolOutcome {
+                            text: r
+                                .get("text")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                            reward: r.get("reward").and_then(Value::as_f64),
+                            failed: r.get("failed").and_then(Value::as_bool).unwrap_or(false),
+                        },
+                        None => {
+                            tool_failed(&calls[k].name, "the tool process answered out of protocol")
+                        }
+                    };
+                }
+                Answer::Tools(outcomes)
+            }
+            Work::Reply => {
+                let user = reply.get("user");
+                let error = user.and_then(|u| u.get("error")).and_then(Value::as_str);
+                Answer::User(match (user, error) {
+                    (_, Some(tb)) => Err(format!("the interaction failed:\n{}", tb.trim_end())),
+                    (Some(u), None) => Ok(UserReply {
+                        text: u
                             .get("text")
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_owned(),
-                        reward: r.get("reward").and_then(Value::as_f64),
-                        failed: r.get("failed").and_then(Value::as_bool).unwrap_or(false),
-                    };
-                }
+                        reward: u.get("reward").and_then(Value::as_f64),
+                        terminate: u.get("terminate").and_then(Value::as_bool).unwrap_or(true),
+                    }),
+                    (None, None) => Err("the tool process answered out of protocol".into()),
+                })
             }
-            None => {
-                for &k in &p.sent {
-                    p.outcomes[k] = tool_failed(
-                        &p.calls[k].name,
-                        "the tool process answered out of protocol",
-                    );
-                }
-            }
-        }
-        Some((p.sample, p.outcomes))
+        };
+        Some((p.sample, answer))
     }
 
-    /// Fails every pending call with `why`, and starts a fresh host for what comes next.
-    fn restart(&mut self, why: &str) -> Vec<(usize, Vec<ToolOutcome>)> {
+    /// Fails every pending request with `why`, and starts a fresh host for what comes next.
+    fn restart(&mut self, why: &str) -> Vec<(usize, Answer)> {
         eprintln!("verlc: the tool process failed ({why}); restarting it");
         let failed = std::mem::take(&mut self.pending)
             .into_values()
-            .map(|mut p| {
-                for &k in &p.sent {
-                    p.outcomes[k] = tool_failed(&p.calls[k].name, why);
-                }
-                (p.sample, p.outcomes)
+            .map(|p| {
+                let answer = match p.work {
+                    Work::Calls {
+                        calls,
+                        mut outcomes,
+                        sent,
+                    } => {
+                        for &k in &sent {
+                            outcomes[k] = tool_failed(&calls[k].name, why);
+                        }
+                        Answer::Tools(outcomes)
+                    }
+                    Work::Reply => Answer::User(Err(format!("the interaction failed: {why}"))),
+                };
+                (p.sample, answer)
             })
             .collect();
         self.host.stop();
         match Self::launch(&self.settings) {
-            Ok((host, _, _)) => self.host = host,
+            Ok((host, _)) => self.host = host,
             Err(e) => eprintln!("verlc: the tool process did not restart: {e}"),
         }
         failed
@@ -268,34 +357,48 @@ impl ToolRunner for PythonTools {
             .filter(|&k| self.names.contains(&calls[k].name))
             .collect();
         if sent.is_empty() {
-            self.answered.push((sample, outcomes));
+            self.answered.push((sample, Answer::Tools(outcomes)));
             return;
         }
-        self.next_id += 1;
-        let id = self.next_id;
         let request = json!({
-            "id": id,
             "calls": sent.iter().map(|&k| {
                 let c = &calls[k];
                 json!({"name": c.name, "arguments": c.arguments,
                        "create_kwargs": self.create_kwargs(sample, &c.name)})
             }).collect::<Vec<_>>(),
         });
-        // A host that is gone shows when its replies are awaited.
-        let _ = self.host.send(&request);
-        self.pending.insert(
-            id,
-            Pending {
-                sample,
+        self.send(
+            sample,
+            request,
+            Work::Calls {
                 calls,
                 outcomes,
                 sent,
-                deadline: Instant::now() + self.settings.call_timeout + HOST_GRACE,
             },
         );
     }
 
-    fn finished(&mut self, wait: bool) -> Vec<(usize, Vec<ToolOutcome>)> {
+    fn submit_reply(&mut self, sample: usize, messages: &[Message]) {
+        let Some(kwargs) = self.interaction_kwargs.get(sample).cloned().flatten() else {
+            self.answered.push((
+                sample,
+                Answer::User(Err(
+                    "the sample has no `extra_info.interaction_kwargs` (verl needs them, with the interaction's `name`, when `interaction_config_path` is set)".into(),
+                )),
+            ));
+            return;
+        };
+        let request = json!({
+            "respond": {
+                "instance": format!("verlc-{}-{sample}", self.batch),
+                "messages": messages,
+                "kwargs": kwargs,
+            }
+        });
+        self.send(sample, request, Work::Reply);
+    }
+
+    fn finished(&mut self, wait: bool) -> Vec<(usize, Answer)> {
         let mut out = std::mem::take(&mut self.answered);
         let mut first_wait = wait && out.is_empty();
         while !self.pending.is_empty() {
@@ -313,10 +416,7 @@ impl ToolRunner for PythonTools {
             } else {
                 GATHER
             };
-            let what = format!(
-                "running {} tool call(s)",
-                self.pending.values().map(|p| p.sent.len()).sum::<usize>()
-            );
+            let what = format!("running {} request(s)", self.pending.len());
             match self.host.poll(patience, &what) {
                 Ok(Some(reply)) => {
                     if let Some(turn) = self.take_reply(reply) {

@@ -5,6 +5,12 @@
 //! append their responses (truncated) as tool messages, and go on unless they would exceed the
 //! budget (then the round's tokens are dropped; the tools ran and their rewards count).
 //!
+//! With an interaction (verl 0.7's `interaction_config_path`), a turn without a call is
+//! answered by the interaction as a user message instead of ending the trajectory (it ends
+//! when the interaction says so, or at a limit); the loop then keeps the conversation as
+//! messages too (the assistant turns decoded without special tokens), which is what the
+//! interaction reads. Its rewards are the trajectory's `turn_scores`.
+//!
 //! Trajectories interleave: every trajectory that is ready (its prompt, or its tool results
 //! appended) generates its next turn in one batched generation, its calls start in the tool
 //! runner, and the loop goes on with whichever trajectories' calls have finished, so a slow
@@ -41,6 +47,8 @@ pub struct TurnLimits {
     /// The offered tools' OpenAI function schemas (the XML call format types arguments by
     /// them).
     pub tool_schemas: Vec<serde_json::Value>,
+    /// An interaction answers turns without calls.
+    pub interaction: bool,
 }
 
 /// A generated turn: its token ids and their log-probs.
@@ -68,20 +76,43 @@ pub struct ToolOutcome {
     pub failed: bool,
 }
 
-/// Runs tool calls, each turn's calls while other trajectories go on.
+/// An interaction's answer to a turn without calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserReply {
+    /// The user message.
+    pub text: String,
+    pub reward: Option<f64>,
+    /// The conversation ends here.
+    pub terminate: bool,
+}
+
+/// What the environment answered a trajectory's turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The outcome of each call of the turn, in order. A failing call is an outcome with the
+    /// error's text, not an error (verl shows the model what went wrong).
+    Tools(Vec<ToolOutcome>),
+    /// The interaction's reply; an error when the interaction failed (which ends the run, as
+    /// in verl).
+    User(Result<UserReply, String>),
+}
+
+/// Runs tool calls and interactions, each trajectory's while other trajectories go on.
 pub trait ToolRunner {
     /// Starts the calls of one turn of trajectory `sample`.
     fn submit(&mut self, sample: usize, calls: Vec<FunctionCall>);
-    /// Turns whose calls have all finished: `(sample, outcome of each call in order)`. With
-    /// `wait`, blocks until at least one has (when any is running). A failing call is an
-    /// outcome with the error's text, not an error (verl shows the model what went wrong).
-    fn finished(&mut self, wait: bool) -> Vec<(usize, Vec<ToolOutcome>)>;
+    /// Asks the interaction of trajectory `sample` to answer the conversation `messages`.
+    fn submit_reply(&mut self, sample: usize, messages: &[Message]);
+    /// Turns that have been answered. With `wait`, blocks until at least one has (when any
+    /// is running).
+    fn finished(&mut self, wait: bool) -> Vec<(usize, Answer)>;
 }
 
-/// A runner that answers each call as it is submitted, with `answer(sample, call)`.
+/// A runner that answers each call as it is submitted, with `answer(sample, call)`; it has no
+/// interaction.
 pub struct Immediate<F> {
     answer: F,
-    done: Vec<(usize, Vec<ToolOutcome>)>,
+    done: Vec<(usize, Answer)>,
 }
 
 impl<F: FnMut(usize, &FunctionCall) -> ToolOutcome> Immediate<F> {
@@ -96,10 +127,17 @@ impl<F: FnMut(usize, &FunctionCall) -> ToolOutcome> Immediate<F> {
 impl<F: FnMut(usize, &FunctionCall) -> ToolOutcome> ToolRunner for Immediate<F> {
     fn submit(&mut self, sample: usize, calls: Vec<FunctionCall>) {
         let out = calls.iter().map(|c| (self.answer)(sample, c)).collect();
-        self.done.push((sample, out));
+        self.done.push((sample, Answer::Tools(out)));
     }
 
-    fn finished(&mut self, _wait: bool) -> Vec<(usize, Vec<ToolOutcome>)> {
+    fn submit_reply(&mut self, sample: usize, _messages: &[Message]) {
+        self.done.push((
+            sample,
+            Answer::User(Err("no interaction is configured".into())),
+        ));
+    }
+
+    fn finished(&mut self, _wait: bool) -> Vec<(usize, Answer)> {
         std::mem::take(&mut self.done)
     }
 }
@@ -122,6 +160,8 @@ pub struct Trajectory {
     /// Calls whose outcome was a failure.
     pub tool_failures: usize,
     pub tool_rewards: Vec<f64>,
+    /// The interaction's rewards, one per reply that had one.
+    pub turn_scores: Vec<f64>,
 }
 
 /// Errors of the loop.
@@ -133,6 +173,8 @@ pub enum AgentError {
     Context { sample: usize, source: ContextError },
     #[error("sample {sample}: {msg}")]
     Decode { sample: usize, msg: String },
+    #[error("sample {sample}: {msg}")]
+    Interaction { sample: usize, msg: String },
 }
 
 struct Live {
@@ -145,6 +187,9 @@ struct Live {
     tool_calls: usize,
     tool_failures: usize,
     tool_rewards: Vec<f64>,
+    turn_scores: Vec<f64>,
+    /// The conversation as messages (kept with an interaction, which reads it).
+    messages: Vec<Message>,
 }
 
 /// Runs the loop for each conversation in `prompts`.
@@ -174,6 +219,12 @@ pub fn run(
                 tool_calls: 0,
                 tool_failures: 0,
                 tool_rewards: Vec::new(),
+                turn_scores: Vec::new(),
+                messages: if limits.interaction {
+                    messages.clone()
+                } else {
+                    Vec::new()
+                },
             })
         })
         .collect::<Result<_, AgentError>>()?;
@@ -189,9 +240,15 @@ pub fn run(
             continue;
         }
         // Block only when nothing can generate meanwhile.
-        for (i, outcomes) in tools.finished(ready.is_empty()) {
+        for (i, answer) in tools.finished(ready.is_empty()) {
             running = running.saturating_sub(1);
-            if append_tool_round(&mut live[i], i, outcomes, tokens, limits)? {
+            let Some(t) = live.get_mut(i) else { continue };
+            let go_on = match answer {
+                Answer::Tools(outcomes) => append_tool_round(t, i, outcomes, tokens, limits)?,
+                Answer::User(Ok(reply)) => append_user_turn(t, i, reply, tokens)?,
+                Answer::User(Err(msg)) => return Err(AgentError::Interaction { sample: i, msg }),
+            };
+            if go_on {
                 ready.push(i);
             }
         }
@@ -212,6 +269,7 @@ pub fn run(
                 tool_calls: t.tool_calls,
                 tool_failures: t.tool_failures,
                 tool_rewards: t.tool_rewards,
+                turn_scores: t.turn_scores,
             }
         })
         .collect())
@@ -270,10 +328,22 @@ fn generate_turns(
             .into_iter()
             .take(limits.max_parallel_calls.max(1))
             .collect();
-        if calls.is_empty() {
+        if limits.interaction {
+            let said = tokenizer
+                .decode(&ids, true)
+                .map_err(|e| AgentError::Decode {
+                    sample: i,
+                    msg: e.to_string(),
+                })?;
+            t.messages.push(Message::assistant(&said));
+        }
+        if !calls.is_empty() {
+            tools.submit(i, calls);
+        } else if limits.interaction {
+            tools.submit_reply(i, &t.messages);
+        } else {
             continue;
         }
-        tools.submit(i, calls);
         started += 1;
     }
     Ok(started)
@@ -306,6 +376,9 @@ fn append_tool_round(
             extra: serde_json::Map::new(),
         });
     }
+    if limits.interaction {
+        t.messages.extend(messages.iter().cloned());
+    }
     let delta = tokens
         .tool_round(t.stream.last().copied(), &messages)
         .map_err(|source| AgentError::Context { sample: i, source })?;
@@ -318,6 +391,31 @@ fn append_tool_round(
     t.log_probs.extend(std::iter::repeat_n(0.0, added));
     t.user_turns += 1;
     Ok(true)
+}
+
+/// Appends an interaction's reply to trajectory `t` (sample `i`) as a user turn (verl 0.7
+/// appends it whatever its length: the response is cut to the budget at the end); false when
+/// the interaction ended the conversation.
+fn append_user_turn(
+    t: &mut Live,
+    i: usize,
+    reply: UserReply,
+    tokens: &ContextTokens<'_>,
+) -> Result<bool, AgentError> {
+    let message = Message::user(&reply.text);
+    let delta = tokens
+        .user_turn(t.stream.last().copied(), &message)
+        .map_err(|source| AgentError::Context { sample: i, source })?;
+    let added = delta.inserted.len() + delta.tools.len();
+    t.stream.extend(delta.inserted.iter().chain(&delta.tools));
+    t.mask.extend(std::iter::repeat_n(0, added));
+    t.log_probs.extend(std::iter::repeat_n(0.0, added));
+    t.user_turns += 1;
+    t.messages.push(message);
+    if let Some(r) = reply.reward {
+        t.turn_scores.push(r);
+    }
+    Ok(!reply.terminate)
 }
 
 /// verl's error texts for calls a runner cannot make: an unknown tool name.
