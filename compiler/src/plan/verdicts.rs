@@ -262,7 +262,7 @@ table! {
     "actor_rollout_ref.rollout.multi_turn.{enable,max_assistant_turns,max_user_turns,max_parallel_calls,max_tool_response_length,tool_response_truncate_side,tool_config_path,function_tool_path}" => Implemented("rollout.multi_turn (the tool agent loop)"),
     "actor_rollout_ref.rollout.multi_turn.format" => Implemented("rollout.multi_turn (hermes, qwen3_coder)"),
     "actor_rollout_ref.rollout.multi_turn.interaction_config_path" => Implemented("rollout.multi_turn (verl 0.7 interactions, in the tool host)"),
-    "actor_rollout_ref.rollout.multi_turn.{use_inference_chat_template,tokenization_sanity_check_mode,num_repeat_rollouts}" => NoEffect(NONE, "is not read by verl 0.9's agent loop either: turns are appended as tokens (verl's continuous-token layout) and never re-tokenised"),
+    "actor_rollout_ref.rollout.multi_turn.{use_inference_chat_template,tokenization_sanity_check_mode,num_repeat_rollouts}" => NoEffect(NONE, "is read by no code path of verl 0.7 or 0.9 either (only by `AsyncRolloutRequest` in verl/workers/rollout/schemas.py, which nothing constructs): turns are appended as tokens and never re-tokenised"),
     "actor_rollout_ref.rollout.agent.default_agent_loop" => Checked("rollout.multi_turn.default_agent_loop (single_turn_agent, tool_agent)"),
     "actor_rollout_ref.rollout.agent.agent_loop_config_path" => Unsupported("registers Python agent loops; verlc runs tool_agent and single_turn_agent"),
     "actor_rollout_ref.rollout.agent.num_workers" => NoEffect(NONE, "sizes verl's agent-loop worker pool; verlc's loop advances every trajectory of a rank's batch together and runs each round's tool calls concurrently"),

@@ -1,5 +1,6 @@
 //! What builds runs as written: verl 0.7.0's example launch configs
-//! (`tests/fixtures/verl_examples/overrides.json`), retargeted to the built-in tiny model of
+//! (`tests/fixtures/verl_examples/overrides.json`, and the `sglang_multiturn` scripts that
+//! compose that example dir's configs, from `skipped.json` + `example_configs.json`), retargeted to the built-in tiny model of
 //! the family each names (dense, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE) and task on 2 CPU ranks, either lower to a spec (what `verlc build` accepts) or are refused
 //! with B/V/S diagnostics at the lines that decided them; every spec that lowers starts on 2
 //! rank processes (what a trainer binary runs: `runtime::trainer::run_with` with the strategy's
@@ -9,7 +10,8 @@
 //! offload choices, and replaces what this machine cannot have: the rollout engine (the
 //! built-in one, see `retarget`), the model and data (built-in),
 //! the device and world (2 CPU ranks, parallel degrees clipped to fit them), batch sizes,
-//! the step count, paths (checkpoints, custom reward files) and the logger (console; wandb and
+//! the step count, paths (checkpoints, custom reward files), tools that need a network service
+//! (local stand-ins; verl's own offline GSM8K tool and interaction run as they are) and the logger (console; wandb and
 //! MLflow, which verl's examples name, are tested with their SDKs in `logging.rs`). Examples that differ only in values that do not change
 //! what the trainer does are run once (one spec per distinct algorithm × binding).
 

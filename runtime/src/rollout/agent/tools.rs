@@ -110,6 +110,14 @@ fn arg(p: &Option<PathBuf>) -> String {
         .unwrap_or_default()
 }
 
+/// A reply's `text` (empty when missing).
+fn text_field(v: &Value) -> String {
+    v.get("text")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
 fn strings(ready: &Map<String, Value>, key: &str) -> Vec<String> {
     ready
         .get(key)
@@ -279,11 +287,7 @@ impl PythonTools {
                 for (i, &k) in sent.iter().enumerate() {
                     outcomes[k] = match results.map(|r| &r[i]) {
                         Some(r) => ToolOutcome {
-                            text: r
-                                .get("text")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_owned(),
+                            text: text_field(r),
                             reward: r.get("reward").and_then(Value::as_f64),
                             failed: r.get("failed").and_then(Value::as_bool).unwrap_or(false),
                         },
@@ -300,11 +304,7 @@ impl PythonTools {
                 Answer::User(match (user, error) {
                     (_, Some(tb)) => Err(format!("the interaction failed:\n{}", tb.trim_end())),
                     (Some(u), None) => Ok(UserReply {
-                        text: u
-                            .get("text")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
+                        text: text_field(u),
                         reward: u.get("reward").and_then(Value::as_f64),
                         terminate: u.get("terminate").and_then(Value::as_bool).unwrap_or(true),
                     }),
