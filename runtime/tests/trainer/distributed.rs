@@ -294,17 +294,25 @@ fn assert_resumes_step_3(
     assert_matches(&uninterrupted[2..], &resumed[0], 1e-9, "resumed step 3");
 }
 
+/// Megatron at TP=2 with a Qwen3-MoE actor (its experts split over the tensor-parallel ranks,
+/// Megatron's default expert layout) and a dense critic: every step matches one process, and a
+/// run resumed from its step-2 checkpoint repeats step 3 exactly.
 #[test]
 fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     let dir = scratch("dist_megatron");
+    let moe = "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=2&moe_intermediate=32'".to_owned();
     let tp2 = [
         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2".to_owned(),
         "critic.megatron.tensor_model_parallel_size=2".to_owned(),
+        moe.clone(),
     ];
     let one_cfg = config(
         "quickstart_megatron.yaml",
-        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1).overrides,
+        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1)
+            .with(std::slice::from_ref(&moe))
+            .overrides,
     );
+    assert!(one_cfg.actor.model_path.contains("qwen3_moe"));
     // The reference is the Megatron engine in one process (its parameter groups differ from
     // the single engine's: no weight decay on biases and norms).
     let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })

@@ -112,6 +112,9 @@ fn retarget(dir: &std::path::Path, layout: Layout, policy: &str) -> Vec<String> 
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.data_parallel_size=1",
         "actor_rollout_ref.rollout.pipeline_model_parallel_size=1",
+        // The engines' expert parallelism spans a replica's tensor × data ranks (V018): with
+        // those at 1, so is it.
+        "actor_rollout_ref.rollout.expert_parallel_size=1",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "critic.ppo_mini_batch_size=4",
         "custom_reward_function.path=null",
