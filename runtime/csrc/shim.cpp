@@ -171,6 +171,40 @@ struct SequenceAllToAll : public torch::autograd::Function<SequenceAllToAll> {
   }
 };
 
+// Rows of `x` (dim 0) in blocks of `send[r]` rows to rank r; the blocks received, `recv[r]`
+// rows from rank r, joined in rank order.
+at::Tensor all_to_all_rows(vlc_pg* pg, const at::Tensor& x, const std::vector<int64_t>& send,
+                           const std::vector<int64_t>& recv) {
+  int64_t rows = 0;
+  for (auto n : recv) rows += n;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape[0] = rows;
+  auto input = x.contiguous();
+  auto output = at::empty(shape, input.options());
+  auto out_splits = recv;
+  auto in_splits = send;
+  wait_work(pg, pg->backend->alltoall_base(output, input, out_splits, in_splits,
+                                           c10d::AllToAllOptions()), 0);
+  return output;
+}
+
+// Expert parallelism's token exchange with uneven blocks; its gradient is the exchange back.
+struct RowsAllToAll : public torch::autograd::Function<RowsAllToAll> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t pg,
+                            std::vector<int64_t> send, std::vector<int64_t> recv) {
+    ctx->saved_data["pg"] = pg;
+    ctx->saved_data["send"] = send;
+    ctx->saved_data["recv"] = recv;
+    return all_to_all_rows(reinterpret_cast<vlc_pg*>(pg), x, send, recv);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto send = ctx->saved_data["send"].toIntVector();
+    auto recv = ctx->saved_data["recv"].toIntVector();
+    auto g = all_to_all_rows(pg_of(ctx), grads[0], recv, send);
+    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 // Every rank's `x` joined along `dim` in rank order. The gradient is this rank's slice of the
 // incoming one: every rank computes the same function of the gathered tensor, so each keeps
 // the part that flows back to its own input.
@@ -511,6 +545,21 @@ char* vlc_sp_all_to_all(vlc_pg* pg, void* x, int64_t scatter_dim, int64_t gather
                 " of size ", T(x).size(scatter_dim), " does not split over ", pg->size, " ranks");
     *out = new at::Tensor(
         SequenceAllToAll::apply(T(x), reinterpret_cast<int64_t>(pg), scatter_dim, gather_dim));
+  });
+}
+
+// Differentiable exchange of row blocks (see RowsAllToAll): `n` counts per array; `*out` as
+// in vlc_sp_all_to_all.
+char* vlc_ep_all_to_all(vlc_pg* pg, void* x, const int64_t* send, const int64_t* recv, int64_t n,
+                        void** out) {
+  return guarded([&] {
+    TORCH_CHECK(n == pg->size, "all_to_all: ", n, " blocks for ", pg->size, " ranks");
+    std::vector<int64_t> s(send, send + n), r(recv, recv + n);
+    int64_t total = 0;
+    for (auto v : s) total += v;
+    TORCH_CHECK(total == T(x).size(0), "all_to_all: blocks of ", total, " rows for ",
+                T(x).size(0), " rows");
+    *out = new at::Tensor(RowsAllToAll::apply(T(x), reinterpret_cast<int64_t>(pg), s, r));
   });
 }
 

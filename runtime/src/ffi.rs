@@ -102,6 +102,14 @@ unsafe extern "C" {
         gather_dim: i64,
         out: *mut TensorPtr,
     ) -> *mut c_char;
+    pub fn vlc_ep_all_to_all(
+        pg: *mut vlc_pg,
+        x: TensorPtr,
+        send: *const i64,
+        recv: *const i64,
+        n: i64,
+        out: *mut TensorPtr,
+    ) -> *mut c_char;
     pub fn vlc_sp_gather_same(
         pg: *mut vlc_pg,
         x: TensorPtr,

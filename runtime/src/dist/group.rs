@@ -444,6 +444,36 @@ impl ProcessGroup {
         Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
     }
 
+    /// Expert parallelism's exchange, differentiable: the rows of `x` (dim 0) in blocks of
+    /// `send[r]` rows, block r to rank r; the result joins the blocks received, `recv[r]`
+    /// rows from rank r, in rank order (every rank's `send` must match its peers' `recv`).
+    /// Its gradient is the exchange back. The group must outlive the autograd graph.
+    pub fn all_to_all_rows(&self, x: &Tensor, send: &[i64], recv: &[i64]) -> Result<Tensor> {
+        if send.len() != self.size() || recv.len() != self.size() {
+            return Err(DistError::Invalid(format!(
+                "all_to_all: {} send and {} receive blocks for {} ranks",
+                send.len(),
+                recv.len(),
+                self.size()
+            )));
+        }
+        let mut out: ffi::TensorPtr = std::ptr::null_mut();
+        // SAFETY: `x` and both slices outlive the call; on success `out` is a new `at::Tensor*`
+        // we own.
+        let err = unsafe {
+            ffi::vlc_ep_all_to_all(
+                self.raw(),
+                ffi::tptr(x),
+                send.as_ptr(),
+                recv.as_ptr(),
+                send.len() as i64,
+                &mut out,
+            )
+        };
+        self.check("all_to_all", err)?;
+        Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+    }
+
     /// Every rank's `x` joined along `dim` in rank order, differentiable for a function every
     /// rank computes alike from the result: the gradient is this rank's slice of the incoming
     /// one. Every rank's `x` must have the same shape.

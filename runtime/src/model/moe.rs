@@ -10,37 +10,87 @@
 //! gradient reaches it through the routing weights, as in transformers. The load-balancing
 //! auxiliary loss (`output_router_logits`) is not computed here.
 //!
+//! Under expert parallelism (Megatron's `expert_model_parallel_size`) a rank holds a
+//! contiguous range of the experts ([`SparseMoe::standalone`] with a range, then
+//! [`SparseMoe::set_expert_group`]); each rank routes its own tokens, the (token, choice)
+//! pairs travel to the ranks of their experts and back with differentiable all-to-alls
+//! ([`crate::dist::ProcessGroup::all_to_all_rows`]), and the weighted combination stays with
+//! the token. An expert's weight gradient then holds the contributions of every rank of the
+//! group's tokens; the router's only its own rank's.
+//!
 //! Qwen3.5-MoE adds a shared expert (`mlp.shared_expert`, a SwiGLU MLP of
 //! `shared_expert_intermediate_size` every token runs through) scaled per token by
 //! `sigmoid(mlp.shared_expert_gate(x))`.
+use std::ops::Range;
+
 use tch::nn::Path;
 use tch::{Kind, Tensor};
 
 use super::ModelConfig;
 use super::decoder::{LayerPlace, Mlp};
 use super::layers::{Linear, Split};
+use crate::dist::{DistError, ProcessGroup};
 
 #[derive(Debug)]
 pub struct SparseMoe {
     gate: Linear,
+    /// The experts this rank holds: `first..first + experts.len()` of `num_experts`.
     experts: Vec<Mlp>,
+    first: i64,
+    num_experts: i64,
     /// Qwen3.5-MoE's shared expert and its gate (hidden -> 1).
     shared: Option<(Mlp, Linear)>,
     top_k: i64,
     norm_topk_prob: bool,
+    /// The expert-parallel group (each rank holds an equal, consecutive range of experts).
+    ep: Option<ProcessGroup>,
 }
 
 impl SparseMoe {
     pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
+        Self::build_range(cfg, p, at, 0..cfg.moe.num_experts)
+    }
+
+    /// Layer `layer`'s block of `cfg` holding experts `experts` (all of them for one rank;
+    /// a range of equal size per rank under expert parallelism), parameters named as in the
+    /// checkpoint (`model.layers.{layer}.mlp.experts.{e}...`, `e` the global index).
+    pub fn standalone(
+        cfg: &ModelConfig,
+        p: Path,
+        layer: usize,
+        experts: Range<i64>,
+    ) -> Result<Self, String> {
+        let at = LayerPlace {
+            index: layer,
+            slot: 0,
+            tp: 1,
+            adapters: None,
+        };
+        Self::build_range(cfg, p, at, experts)
+    }
+
+    fn build_range(
+        cfg: &ModelConfig,
+        p: Path,
+        at: LayerPlace<'_>,
+        range: Range<i64>,
+    ) -> Result<Self, String> {
         let m = &cfg.moe;
         let h = cfg.hidden_size;
+        if range.start < 0 || range.end > m.num_experts || range.is_empty() {
+            return Err(format!(
+                "experts {range:?} are not a range of the model's {}",
+                m.num_experts
+            ));
+        }
         let gate = at.linear(
             &p / "gate",
             "mlp.gate",
             (h, m.num_experts, false),
             Split::Whole,
         )?;
-        let experts = (0..m.num_experts)
+        let first = range.start;
+        let experts = range
             .map(|e| {
                 let prefix = format!("mlp.experts.{e}");
                 let dims = (h, m.moe_intermediate_size, false);
@@ -63,10 +113,32 @@ impl SparseMoe {
         Ok(SparseMoe {
             gate,
             experts,
+            first,
+            num_experts: m.num_experts,
             shared,
             top_k: m.num_experts_per_tok,
             norm_topk_prob: m.norm_topk_prob,
+            ep: None,
         })
+    }
+
+    /// Splits the experts over `group`: this rank must hold range `rank * E/size..` of equal
+    /// size `E/size` ([`SparseMoe::standalone`]). The group must outlive the block's graphs.
+    pub fn set_expert_group(&mut self, group: ProcessGroup) -> Result<(), String> {
+        let local = self.experts.len() as i64;
+        let (size, rank) = (group.size() as i64, group.rank() as i64);
+        if local * size != self.num_experts || self.first != rank * local {
+            return Err(format!(
+                "rank {rank} of {size} holds experts {}..{} of {}: expert parallelism needs range {}..{}",
+                self.first,
+                self.first + local,
+                self.num_experts,
+                rank * self.num_experts / size.max(1),
+                (rank + 1) * self.num_experts / size.max(1),
+            ));
+        }
+        self.ep = (size > 1).then_some(group);
+        Ok(())
     }
 
     /// Whether the experts are split over a tensor-parallel group (their `down_proj` by
@@ -75,9 +147,21 @@ impl SparseMoe {
         self.experts.first().is_some_and(Mlp::is_split)
     }
 
-    /// `x` (…, hidden) -> (…, hidden), with whole experts.
+    /// `x` (…, hidden) -> (…, hidden), with whole experts (exchanged over the expert-parallel
+    /// group when there is one; a failing exchange panics, see [`SparseMoe::try_forward`]).
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.combine(x, Mlp::forward)
+        match self.try_forward(x) {
+            Ok(y) => y,
+            Err(e) => panic!("expert-parallel exchange failed: {e}"),
+        }
+    }
+
+    /// [`SparseMoe::forward`], with the expert-parallel exchange's error.
+    pub fn try_forward(&self, x: &Tensor) -> Result<Tensor, DistError> {
+        match &self.ep {
+            Some(ep) => self.combine_parallel(x, ep),
+            None => Ok(self.combine(x, Mlp::forward)),
+        }
     }
 
     /// This rank's partial output under tensor parallelism (every expert's row-split
@@ -89,7 +173,68 @@ impl SparseMoe {
         self.combine(x, Mlp::partial)
     }
 
-    /// The block with each expert's output given by `expert`.
+    /// Each token's routing: its top-k weights (renormalised when `norm_topk_prob`) in `x`'s
+    /// kind, and the experts chosen, flattened to one (token, choice) pair per row.
+    fn route(&self, flat: &Tensor) -> (Tensor, Tensor) {
+        let probs = self.gate.forward(flat).softmax(-1, Kind::Float);
+        let (mut weights, chosen) = probs.topk(self.top_k, -1, true, true);
+        if self.norm_topk_prob {
+            weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
+        }
+        (weights.to_kind(flat.kind()), chosen.reshape([-1]))
+    }
+
+    /// Pair j is token j / k's (j % k)-th choice; sorting the pairs by expert makes each
+    /// expert's tokens one block. Returns the order and each sorted pair's token.
+    fn sort_pairs(&self, chosen: &Tensor) -> (Tensor, Tensor) {
+        let order = chosen.argsort_stable(true, 0, false);
+        let tokens = order.floor_divide_scalar(self.top_k);
+        (order, tokens)
+    }
+
+    /// The block's output from each sorted pair's expert output: weighted, summed per token,
+    /// plus the shared expert.
+    fn finish(
+        &self,
+        flat: &Tensor,
+        (order, tokens): (&Tensor, &Tensor),
+        weights: &Tensor,
+        expert_out: &Tensor,
+        expert_fn: impl Fn(&Mlp, &Tensor) -> Tensor,
+    ) -> Tensor {
+        let pair_weights = weights.reshape([-1]).index_select(0, order).unsqueeze(-1);
+        let routed = flat
+            .zeros_like()
+            .index_add(0, tokens, &(expert_out * pair_weights));
+        match &self.shared {
+            Some((mlp, gate)) => routed + gate.forward(flat).sigmoid() * expert_fn(mlp, flat),
+            None => routed,
+        }
+    }
+
+    /// The experts on their blocks of `rows` (`sizes[e]` rows each, in expert order).
+    fn run_experts(
+        &self,
+        rows: &Tensor,
+        sizes: &[i64],
+        expert_fn: &impl Fn(&Mlp, &Tensor) -> Tensor,
+    ) -> Tensor {
+        let mut outputs = Vec::with_capacity(self.experts.len());
+        let mut start = 0;
+        for (mlp, &n) in self.experts.iter().zip(sizes) {
+            if n > 0 {
+                outputs.push(expert_fn(mlp, &rows.narrow(0, start, n)));
+                start += n;
+            }
+        }
+        if outputs.is_empty() {
+            rows.zeros_like()
+        } else {
+            Tensor::cat(&outputs, 0)
+        }
+    }
+
+    /// The block with each expert's output given by `expert`, every expert on this rank.
     fn combine(&self, x: &Tensor, expert_fn: impl Fn(&Mlp, &Tensor) -> Tensor) -> Tensor {
         let shape = x.size();
         let hidden = shape.last().copied().unwrap_or(0);
@@ -97,37 +242,77 @@ impl SparseMoe {
         if flat.size()[0] == 0 {
             return x.zeros_like();
         }
-        let probs = self.gate.forward(&flat).softmax(-1, Kind::Float);
-        let (mut weights, chosen) = probs.topk(self.top_k, -1, true, true);
-        if self.norm_topk_prob {
-            weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
-        }
-        let weights = weights.to_kind(x.kind());
-        // Pair j is token j / k's (j % k)-th choice; sorting the pairs by expert makes each
-        // expert's tokens one block.
-        let chosen = chosen.reshape([-1]);
-        let order = chosen.argsort_stable(true, 0, false);
-        let tokens = order.floor_divide_scalar(self.top_k);
+        let (weights, chosen) = self.route(&flat);
+        let (order, tokens) = self.sort_pairs(&chosen);
         let rows = flat.index_select(0, &tokens);
-        let counts = chosen.bincount::<Tensor>(None, self.experts.len() as i64);
+        let counts = chosen.bincount::<Tensor>(None, self.num_experts);
         let counts = Vec::<i64>::try_from(&counts).unwrap_or_default();
-        let mut outputs = Vec::with_capacity(self.experts.len());
-        let mut start = 0;
-        for (mlp, &n) in self.experts.iter().zip(&counts) {
-            if n > 0 {
-                outputs.push(expert_fn(mlp, &rows.narrow(0, start, n)));
-                start += n;
-            }
-        }
-        let expert_out = Tensor::cat(&outputs, 0);
-        let pair_weights = weights.reshape([-1]).index_select(0, &order).unsqueeze(-1);
-        let routed = flat
-            .zeros_like()
-            .index_add(0, &tokens, &(expert_out * pair_weights));
-        let out = match &self.shared {
-            Some((mlp, gate)) => routed + gate.forward(&flat).sigmoid() * expert_fn(mlp, &flat),
-            None => routed,
+        let expert_out = self.run_experts(&rows, &counts, &expert_fn);
+        self.finish(&flat, (&order, &tokens), &weights, &expert_out, expert_fn)
+            .reshape(shape)
+    }
+
+    /// The block under expert parallelism (see the module's doc). Every rank of the group
+    /// must call it (a rank without tokens too: it still serves the others).
+    fn combine_parallel(&self, x: &Tensor, ep: &ProcessGroup) -> Result<Tensor, DistError> {
+        let bad = |e: tch::TchError| DistError::Invalid(e.to_string());
+        let shape = x.size();
+        let hidden = shape.last().copied().unwrap_or(0);
+        let flat = x.reshape([-1, hidden]);
+        let (weights, chosen) = self.route(&flat);
+        let (order, tokens) = self.sort_pairs(&chosen);
+        let rows = flat.index_select(0, &tokens);
+        // Pairs per expert on every rank of the group: what each sends and receives.
+        let counts = chosen
+            .bincount::<Tensor>(None, self.num_experts)
+            .to_kind(Kind::Int64)
+            .contiguous();
+        let size = ep.size();
+        let all = Tensor::zeros([size as i64, self.num_experts], (Kind::Int64, x.device()));
+        ep.all_gather_into(&all, &counts)?;
+        let all = Vec::<Vec<i64>>::try_from(&all).map_err(bad)?;
+        let local = self.experts.len();
+        let me = ep.rank();
+        let to = |src: &[i64], rank: usize| -> i64 {
+            src[rank * local..(rank + 1) * local].iter().sum()
         };
-        out.reshape(shape)
+        let send: Vec<i64> = (0..size).map(|r| to(&all[me], r)).collect();
+        let recv: Vec<i64> = (0..size).map(|s| to(&all[s], me)).collect();
+        let received = ep.all_to_all_rows(&rows, &send, &recv)?;
+        // Received: per source rank, its pairs for this rank's experts in expert order.
+        // Regroup them by expert, run each expert once, and put the rows back in place.
+        let mut starts = Vec::with_capacity(size);
+        let mut at = 0;
+        for &n in &recv {
+            starts.push(at);
+            at += n;
+        }
+        let mut index: Vec<i64> = Vec::with_capacity(at as usize);
+        let mut sizes = Vec::with_capacity(local);
+        let mine = me * local;
+        for e in 0..local {
+            let mut n = 0;
+            for (s, src) in all.iter().enumerate() {
+                let before: i64 = src[mine..mine + e].iter().sum();
+                let count = src[mine + e];
+                index.extend(starts[s] + before..starts[s] + before + count);
+                n += count;
+            }
+            sizes.push(n);
+        }
+        let index = Tensor::from_slice(&index).to_device(x.device());
+        let grouped = received.index_select(0, &index);
+        let done = self.run_experts(&grouped, &sizes, &Mlp::forward);
+        let in_place = done.zeros_like().index_add(0, &index, &done);
+        let expert_out = ep.all_to_all_rows(&in_place, &recv, &send)?;
+        Ok(self
+            .finish(
+                &flat,
+                (&order, &tokens),
+                &weights,
+                &expert_out,
+                Mlp::forward,
+            )
+            .reshape(shape))
     }
 }

@@ -1,10 +1,12 @@
 //! Tests of the Megatron stack: `runtime::optim::distrib` (buffer layout golden table),
 //! `runtime::dist::mappings` and `runtime::tp` (2 Gloo ranks), and `runtime::megatron`
-//! (TP=2, PP=2, DP=2 training against the single-process model).
+//! (TP=2, PP=2, DP=2 training against the single-process model), and expert parallelism at the
+//! MoE block (`runtime::model::moe` over 2 ranks).
 #[path = "../common/mod.rs"]
 mod common;
 
 mod engine;
+mod expert_parallel;
 mod layout;
 mod mappings;
 mod memory;

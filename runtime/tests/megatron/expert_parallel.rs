@@ -1,0 +1,142 @@
+//! Expert parallelism at the block (2 Gloo ranks): a Qwen3-MoE sparse block whose 4 experts
+//! are split 2 and 2 over the ranks, each rank routing its own (uneven, or no) tokens through
+//! the all-to-all exchange, gives the outputs, input gradients, router gradients and expert
+//! gradients of the whole block in one process (experts' gradients holding both ranks'
+//! tokens' contributions, the router's its own rank's).
+
+use runtime::model::moe::SparseMoe;
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::rank_test;
+use crate::support::{max_diff, tiny_moe_config};
+
+const TOL: f64 = 1e-5;
+
+/// Tokens of rank `rank` in round `round`, the same on every rank that computes them.
+fn tokens(rank: usize, round: usize, hidden: i64) -> Tensor {
+    let n = [[5, 7], [6, 0]][round][rank];
+    tch::manual_seed(100 + (10 * round + rank) as i64);
+    Tensor::randn([n, hidden], (Kind::Float, Device::Cpu))
+}
+
+/// A fixed projection of the output, so each rank's loss weighs its tokens differently.
+fn loss(y: &Tensor, rank: usize, round: usize) -> Tensor {
+    tch::manual_seed(200 + (10 * round + rank) as i64);
+    let w = Tensor::randn(y.size(), (Kind::Float, Device::Cpu));
+    (y * w).sum(Kind::Float)
+}
+
+fn seeded_block(experts: std::ops::Range<i64>) -> (VarStore, SparseMoe) {
+    let cfg = tiny_moe_config();
+    let vs = VarStore::new(Device::Cpu);
+    let block = SparseMoe::standalone(&cfg, vs.root(), 0, experts).expect("block");
+    // Every parameter from a stream of its own name: the same values on both sides.
+    for (name, mut t) in vs.variables() {
+        let seed = name
+            .bytes()
+            .fold(7i64, |h, b| h.wrapping_mul(31).wrapping_add(b as i64));
+        tch::manual_seed(seed);
+        tch::no_grad(|| {
+            t.copy_(&(Tensor::randn(t.size(), (Kind::Float, Device::Cpu)) * 0.2));
+        });
+        let _ = t.set_requires_grad(true);
+    }
+    (vs, block)
+}
+
+fn grads(vs: &VarStore) -> Vec<(String, Tensor)> {
+    let mut out: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .map(|(n, t)| {
+            let g = t.grad();
+            // No gradient yet (nothing reached it): zero.
+            let g = if g.defined() {
+                g.copy()
+            } else {
+                t.zeros_like()
+            };
+            (n, g)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+rank_test!(expert_parallel_block_matches_one_process, 2, |world| {
+    let rank = world.rank();
+    let hidden = tiny_moe_config().hidden_size;
+    let (ep_vs, mut ep_block) = seeded_block(2 * rank as i64..2 * rank as i64 + 2);
+    ep_block
+        .set_expert_group(world.clone())
+        .expect("expert group");
+    // A rank's range must be its own share.
+    let (_, mut wrong) = seeded_block(0..2);
+    if rank == 1 {
+        assert!(wrong.set_expert_group(world.clone()).is_err());
+    }
+    for round in 0..2 {
+        for (_, mut t) in ep_vs.variables() {
+            t.zero_grad();
+        }
+        // Expert parallel: this rank's tokens.
+        let x = tokens(rank, round, hidden).set_requires_grad(true);
+        let y = ep_block.try_forward(&x).expect("exchange");
+        loss(&y, rank, round).backward();
+        let ep_grads = grads(&ep_vs);
+
+        // One process, every expert: this rank's loss alone (outputs, input and router
+        // gradients), and both ranks' losses (expert gradients).
+        let (full_vs, full) = seeded_block(0..4);
+        let x_ref = tokens(rank, round, hidden).set_requires_grad(true);
+        let y_ref = full.forward(&x_ref);
+        assert_eq!(y.size(), y_ref.size());
+        if y.numel() > 0 {
+            assert!(max_diff(&y, &y_ref) < TOL, "round {round}: outputs differ");
+        }
+        // (A rank without tokens has no loss to back-propagate in one process; in the
+        // expert-parallel run it still joins the exchange, forward and backward.)
+        if x.numel() > 0 {
+            loss(&y_ref, rank, round).backward();
+            assert!(
+                max_diff(&x.grad(), &x_ref.grad()) < TOL,
+                "round {round}: input grads"
+            );
+        }
+        let own = grads(&full_vs);
+        let other = tokens(1 - rank, round, hidden);
+        if other.numel() > 0 {
+            loss(&full.forward(&other), 1 - rank, round).backward();
+        }
+        let both = grads(&full_vs);
+        for (name, g) in &ep_grads {
+            let (reference, what) = if name.starts_with("gate.") {
+                (&own, "its own tokens")
+            } else {
+                (&both, "both ranks' tokens")
+            };
+            let want = &reference
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("{name} is not a parameter of the whole block"))
+                .1;
+            let d = max_diff(g, want);
+            assert!(d < TOL, "round {round}, {name} (from {what}): {d}");
+        }
+        // Experts held: this rank's two, by their global names.
+        let held: Vec<&str> = ep_grads
+            .iter()
+            .filter(|(n, _)| n.ends_with("down_proj.weight"))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let first = 2 * rank;
+        assert_eq!(
+            held,
+            vec![
+                format!("experts.{first}.down_proj.weight"),
+                format!("experts.{}.down_proj.weight", first + 1)
+            ]
+        );
+    }
+});
