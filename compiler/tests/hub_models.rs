@@ -148,8 +148,8 @@ fn build_reports_an_unavailable_hub_model_at_its_line_before_compiling() {
 
 // A family the trainer's decoder does not implement, a Qwen3-MoE checkpoint with Megatron
 // expert parallelism (experts are split over TP only), a Qwen3.5 on the Megatron strategy
-// (FSDP only), and a Qwen3.5 under Ulysses (its recurrent state runs along the whole
-// sequence) are refused by `verlc build` at the key that names the
+// (FSDP only), and a Qwen3.5 under a Ulysses degree that does not divide its Gated DeltaNet
+// heads (3 key heads here; Ulysses splits them as it splits attention heads) are refused by `verlc build` at the key that names the
 // model, before compiling: the trainer never finds out at start-up.
 #[test]
 fn build_refuses_a_model_the_bound_strategy_does_not_run() {
@@ -184,7 +184,7 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
             "qwen3_5_text",
             "fsdp",
             ulysses,
-            "Ulysses",
+            "Ulysses of degree 2 must divide both",
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();
@@ -196,7 +196,8 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
                 r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
                 "intermediate_size": 128, "num_experts": 8, "num_experts_per_tok": 2,
-                "moe_intermediate_size": 32}}"#
+                "moe_intermediate_size": 32, "linear_num_key_heads": 3,
+                "linear_num_value_heads": 6}}"#
             ),
         )
         .unwrap();

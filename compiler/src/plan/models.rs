@@ -30,7 +30,8 @@ const DECODERS: [&str; 8] = [
 const MOE_DECODERS: [&str; 3] = ["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text"];
 
 /// Model types with linear-attention (Gated DeltaNet) layers: their recurrent state runs
-/// along the whole sequence, so they train on the FSDP strategy without Ulysses.
+/// along the whole sequence; they train on the FSDP strategy, under Ulysses on a share of the
+/// heads.
 const LINEAR_ATTENTION_DECODERS: [&str; 4] =
     ["qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"];
 
@@ -159,7 +160,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 key,
                 message: format!("the model cannot be built: {why}"),
                 label: "model named here",
-                help: "name a Llama, Qwen2, Qwen3, Qwen3-MoE or Qwen3.5 checkpoint (Qwen3.5 with `strategy: fsdp` or `fsdp2` and without Ulysses; Qwen3-MoE on Megatron with expert_model_parallel_size 1)",
+                help: "name a Llama, Qwen2, Qwen3, Qwen3-MoE or Qwen3.5 checkpoint (Qwen3.5 with `strategy: fsdp` or `fsdp2`; Qwen3-MoE on Megatron with expert_model_parallel_size 1)",
             }),
     );
     if out.is_empty()
@@ -254,17 +255,19 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
             ),
             _ => (1, None, 1),
         };
-        let layout = |name: &str, model_type: &str| {
-            layout_problem(name, model_type, megatron, ulysses, experts)
+        let layout = |name: &str, model_type: &str, linear_heads: Option<(i64, i64)>| {
+            layout_problem(name, model_type, megatron, (ulysses, linear_heads), experts)
         };
         let why = match locate(path, None, env) {
-            Ok(ModelLocation::Builtin) => builtin_arch(path).and_then(|a| layout(path, &a)),
+            Ok(ModelLocation::Builtin) => {
+                builtin_arch(path).and_then(|a| layout(path, &a, builtin_linear_heads(path)))
+            }
             Err(_) => None,
             Ok(loc) => loc.dir().and_then(|dir| {
                 decoder_problem(dir).or_else(|| {
                     let cfg = read_config(dir).ok()?;
                     let model_type = cfg.get("model_type").and_then(Value::as_str)?;
-                    layout(&dir.display().to_string(), model_type)
+                    layout(&dir.display().to_string(), model_type, linear_heads(&cfg))
                 })
             }),
         };
@@ -290,12 +293,13 @@ fn role_engine<'a>(
 
 /// Why a model of `model_type` cannot train in this layout (the Megatron strategy with its
 /// `(expert parallel, expert tensor parallel, tensor parallel)` degrees, Ulysses of degree
-/// `ulysses`), if it cannot.
+/// `ulysses`, which splits a Gated DeltaNet's `(key, value)` heads `linear_heads`), if it
+/// cannot.
 fn layout_problem(
     model: &str,
     model_type: &str,
     megatron: bool,
-    ulysses: usize,
+    (ulysses, linear_heads): (usize, Option<(i64, i64)>),
     (ep, etp, tp): (usize, Option<usize>, usize),
 ) -> Option<String> {
     let linear = LINEAR_ATTENTION_DECODERS.contains(&model_type);
@@ -315,11 +319,35 @@ fn layout_problem(
             "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc runs it on the FSDP strategy only"
         ));
     }
-    (linear && ulysses > 1).then(|| {
-        format!(
-            "{model} is a Qwen3.5 model (`{model_type}`): its Gated DeltaNet layers carry a state along the whole sequence, which Ulysses (degree {ulysses}) would split"
-        )
-    })
+    // Under Ulysses a Gated DeltaNet layer runs whole sequences on a share of its heads, as
+    // attention does: the key and the value heads must split evenly.
+    let u = ulysses as i64;
+    match linear_heads {
+        Some((k, v)) if linear && u > 1 && (k % u != 0 || v % u != 0) => Some(format!(
+            "{model} is a Qwen3.5 model (`{model_type}`) whose Gated DeltaNet layers have {k} key and {v} value heads: Ulysses of degree {ulysses} must divide both (each rank runs whole sequences on a share of the heads)"
+        )),
+        _ => None,
+    }
+}
+
+/// The Gated DeltaNet `(key, value)` head counts of a `config.json` (or its `text_config`).
+fn linear_heads(cfg: &Value) -> Option<(i64, i64)> {
+    let text = cfg.get("text_config").unwrap_or(cfg);
+    let get = |k: &str| text.get(k).and_then(Value::as_i64);
+    Some((get("linear_num_key_heads")?, get("linear_num_value_heads")?))
+}
+
+/// The Gated DeltaNet heads of a `builtin://tiny` Qwen3.5 model: key heads = its `kv_heads`
+/// (2), value heads = its `heads` (4), as the runtime's built-in config sets them.
+fn builtin_linear_heads(uri: &str) -> Option<(i64, i64)> {
+    let query = uri.split_once('?').map_or("", |(_, q)| q);
+    let get = |k: &str, default: i64| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+            .map_or(Some(default), |v| v.parse().ok())
+    };
+    Some((get("kv_heads", 2)?, get("heads", 4)?))
 }
 
 /// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none).

@@ -374,16 +374,17 @@ impl Attention {
     /// Query, key and value heads `(B, n, T, D)` of `x` `(B, T, hidden)` at rotary tables
     /// `cos`, `sin` `(B, 1, T, D)` (packed tokens: `B` = 1), computed in transformers' order
     /// (q, then k, then v): in half precision the order of the three input-gradient terms
-    /// changes the rounding of their sum.
-    pub(crate) fn qkv_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 3] {
-        let q = self.query_heads(x, cos, sin);
+    /// changes the rounding of their sum. With Qwen3.5's output gate, also the gate
+    /// `(B, T, heads * D)` of the same tokens (for [`Attention::merge_gated_heads`]).
+    pub(crate) fn gated_qkv_heads(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> ([Tensor; 3], Option<Tensor>) {
+        let (q, gate) = self.gated_query_heads(x, cos, sin);
         let [k, v] = self.key_value_heads(x, cos, sin);
-        [q, k, v]
-    }
-
-    /// Query heads (rotated) of `x`; see [`Attention::qkv_heads`].
-    fn query_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-        self.gated_query_heads(x, cos, sin).0
+        ([q, k, v], gate)
     }
 
     /// Query heads (rotated) of `x` and, with an output gate, the gate `(B, T, heads * D)`.
@@ -404,7 +405,7 @@ impl Attention {
         (apply_rotary(&q, cos, sin), Some(gate))
     }
 
-    /// Key heads (rotated) and value heads of `x`; see [`Attention::qkv_heads`].
+    /// Key heads (rotated) and value heads of `x`; see [`Attention::gated_qkv_heads`].
     fn key_value_heads(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> [Tensor; 2] {
         let k = apply_rotary(
             &self.heads(x, &self.k_proj, self.kv_heads, &self.k_norm),
@@ -414,9 +415,10 @@ impl Attention {
         [k, self.heads(x, &self.v_proj, self.kv_heads, &None)]
     }
 
-    /// The output projection of attention heads `(B, H, M, D)`: `(B, M, hidden)`.
-    pub(crate) fn merge_heads(&self, y: &Tensor) -> Tensor {
-        self.o_proj.forward(&self.heads_to_hidden(y))
+    /// The output projection of attention heads `(B, H, M, D)`, scaled by the output gate
+    /// `(B, M, H * D)` when there is one: `(B, M, hidden)`.
+    pub(crate) fn merge_gated_heads(&self, y: &Tensor, gate: Option<Tensor>) -> Tensor {
+        self.o_proj.forward(&gated(self.heads_to_hidden(y), gate))
     }
 
     /// Heads `(B, H, M, D)` side by side: `(B, M, H * D)`.
@@ -643,18 +645,20 @@ impl DecoderLayer {
         self.mlp_residual(&h)
     }
 
-    /// The layer with attention computed by `attend` on the normed input (Ulysses exchanges
-    /// heads there); `None` for a linear-attention layer, whose state runs along the whole
-    /// sequence (engines that split sequences refuse such models when built).
+    /// The layer with its token mixer computed on the normed input by `attend` (attention)
+    /// or `linear` (a Gated DeltaNet layer): Ulysses exchanges heads there.
     pub(crate) fn forward_with<E>(
         &self,
         x: &Tensor,
         attend: impl FnOnce(&Attention, &Tensor) -> Result<Tensor, E>,
-    ) -> Option<Result<Tensor, E>> {
-        let Mixer::Attention(at) = &self.mixer else {
-            return None;
+        linear: impl FnOnce(&GatedDeltaNet, &Tensor) -> Result<Tensor, E>,
+    ) -> Result<Tensor, E> {
+        let normed = self.input_layernorm.forward(x);
+        let mixed = match &self.mixer {
+            Mixer::Attention(at) => attend(at, &normed)?,
+            Mixer::Linear(la) => linear(la, &normed)?,
         };
-        Some(attend(at, &self.input_layernorm.forward(x)).map(|a| self.mlp_residual(&(x + a))))
+        Ok(self.mlp_residual(&(x + mixed)))
     }
 
     fn mlp_residual(&self, h: &Tensor) -> Tensor {

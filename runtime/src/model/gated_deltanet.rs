@@ -28,6 +28,31 @@ use super::packed::AttentionSpan;
 const CHUNK: i64 = 64;
 const L2_EPS: f64 = 1e-6;
 
+/// The per-token projections of a Gated DeltaNet layer's input: `mixed` (queries, keys and
+/// values, before the convolution), `z` (the output gate), `b` and `a` (the write strength's
+/// and decay's inputs), each `(B, T, ·)`.
+#[derive(Debug)]
+pub struct Projected {
+    pub mixed: Tensor,
+    pub z: Tensor,
+    pub b: Tensor,
+    pub a: Tensor,
+}
+
+/// Which heads a computation covers: part `part` of `parts` equal parts of the key heads and
+/// of the value heads (value part `i` reads key part `i`: each key head serves a run of
+/// consecutive value heads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadSlice {
+    pub part: i64,
+    pub parts: i64,
+}
+
+impl HeadSlice {
+    /// Every head.
+    pub const ALL: HeadSlice = HeadSlice { part: 0, parts: 1 };
+}
+
 /// What decoding carries for one Gated DeltaNet layer between forwards.
 #[derive(Debug)]
 pub struct LinearState {
@@ -130,6 +155,21 @@ impl GatedDeltaNet {
         })
     }
 
+    /// The per-token projections of `x` `(B, T, hidden)` (padding zeroed first when `valid`
+    /// `(B, T)` is given).
+    pub fn project(&self, x: &Tensor, valid: Option<&Tensor>) -> Projected {
+        let x = match valid {
+            Some(m) => x * m.to_kind(x.kind()).unsqueeze(-1),
+            None => x.shallow_clone(),
+        };
+        Projected {
+            mixed: self.in_proj_qkv.forward(&x),
+            z: self.in_proj_z.forward(&x),
+            b: self.in_proj_b.forward(&x),
+            a: self.in_proj_a.forward(&x),
+        }
+    }
+
     /// The layer's output before `out_proj`: `(B, T, value_heads * d_v)` for `x` `(B, T,
     /// hidden)`. `valid` `(B, T)` marks real tokens (padding is zeroed first); `state`, when
     /// given, is the prefix's state and is replaced by the state after `x`.
@@ -139,30 +179,31 @@ impl GatedDeltaNet {
         valid: Option<&Tensor>,
         state: Option<&mut LinearState>,
     ) -> Tensor {
-        let (b, t) = (x.size()[0], x.size()[1]);
-        let x = match valid {
-            Some(m) => x * m.to_kind(x.kind()).unsqueeze(-1),
-            None => x.shallow_clone(),
-        };
-        let mixed = self.in_proj_qkv.forward(&x).transpose(1, 2);
-        let z = self.in_proj_z.forward(&x);
-        let beta = self.in_proj_b.forward(&x).sigmoid();
-        let a = self.in_proj_a.forward(&x);
+        self.mix(&self.project(x, valid), HeadSlice::ALL, state)
+    }
+
+    /// The recurrence over the projections `p` of heads `heads` (their channels only, in
+    /// the order of [`Projected::heads`]): convolution, delta rule and gated norm;
+    /// `(B, T, local value heads * d_v)`.
+    pub fn mix(&self, p: &Projected, heads: HeadSlice, state: Option<&mut LinearState>) -> Tensor {
+        let (b, t) = (p.mixed.size()[0], p.mixed.size()[1]);
+        let (kh, vh) = (self.key_heads / heads.parts, self.value_heads / heads.parts);
+        let mixed = p.mixed.transpose(1, 2);
+        let beta = p.b.sigmoid();
         let (mixed, mut state) = match state {
             Some(s) => (self.conv_with_state(&mixed, &mut s.conv), Some(s)),
-            None => (self.conv(&mixed), None),
+            None => (self.conv(&mixed, heads), None),
         };
         let mixed = mixed.silu().transpose(1, 2);
-        let (kd, vd) = (
-            self.key_heads * self.key_dim,
-            self.value_heads * self.value_dim,
-        );
+        let (kd, vd) = (kh * self.key_dim, vh * self.value_dim);
         let parts = mixed.split_with_sizes([kd, kd, vd], -1);
-        let mut q = parts[0].reshape([b, t, self.key_heads, self.key_dim]);
-        let mut k = parts[1].reshape([b, t, self.key_heads, self.key_dim]);
-        let v = parts[2].reshape([b, t, self.value_heads, self.value_dim]);
-        let g = -self.a_log.to_kind(Kind::Float).exp()
-            * (a.to_kind(Kind::Float) + self.dt_bias.to_kind(Kind::Float)).softplus();
+        let mut q = parts[0].reshape([b, t, kh, self.key_dim]);
+        let mut k = parts[1].reshape([b, t, kh, self.key_dim]);
+        let v = parts[2].reshape([b, t, vh, self.value_dim]);
+        let value = heads.part * vh;
+        let a_log = self.a_log.narrow(0, value, vh).to_kind(Kind::Float);
+        let dt_bias = self.dt_bias.narrow(0, value, vh).to_kind(Kind::Float);
+        let g = -a_log.exp() * (p.a.to_kind(Kind::Float) + dt_bias).softplus();
         let rep = self.value_heads / self.key_heads;
         if rep > 1 {
             q = q.repeat_interleave_self_int(rep, 2, None);
@@ -177,7 +218,7 @@ impl GatedDeltaNet {
         if let Some(s) = state.as_mut() {
             s.recurrent = last.detach();
         }
-        let out = self.gated_norm(&out, &z.reshape([b, t, self.value_heads, self.value_dim]));
+        let out = self.gated_norm(&out, &p.z.reshape([b, t, vh, self.value_dim]));
         out.reshape([b, t, vd])
     }
 
@@ -192,13 +233,23 @@ impl GatedDeltaNet {
     }
 
     /// Packed tokens `x` `(1, N, hidden)`: each span's keys are one sequence, whose state
-    /// starts empty. The spans run as one batch, right-padded to the longest (padding after a
-    /// sequence cannot reach it); tokens outside every span get zeros.
+    /// starts empty. Tokens outside every span get zeros.
     pub fn forward_spans(&self, x: &Tensor, spans: &[AttentionSpan]) -> Tensor {
-        let (n, h) = (x.size()[1], x.size()[2]);
+        let p = self.project(x, None);
+        self.out_proj
+            .forward(&self.mix_spans(&p, HeadSlice::ALL, spans))
+    }
+
+    /// [`GatedDeltaNet::mix`] over packed projections `p` `(1, N, ·)`, each span one sequence
+    /// from an empty state: the spans run as one batch, right-padded to the longest (padding
+    /// after a sequence cannot reach it); tokens outside every span get zeros.
+    pub fn mix_spans(&self, p: &Projected, heads: HeadSlice, spans: &[AttentionSpan]) -> Tensor {
+        let n = p.mixed.size()[1];
+        let out_dim = self.value_heads / heads.parts * self.value_dim;
+        let device = p.mixed.device();
         let longest = spans.iter().map(|s| s.key.len).max().unwrap_or(0);
         if longest == 0 {
-            return x.zeros_like();
+            return Tensor::zeros([1, n, out_dim], (p.mixed.kind(), device));
         }
         let (mut packed, mut grid) = (Vec::new(), Vec::new());
         for (i, s) in spans.iter().enumerate() {
@@ -207,26 +258,46 @@ impl GatedDeltaNet {
                 grid.push(i as i64 * longest + j);
             }
         }
-        let device = x.device();
         let packed = Tensor::from_slice(&packed).to_device(device);
         let grid = Tensor::from_slice(&grid).to_device(device);
         let rows = spans.len() as i64;
-        let batch = Tensor::zeros([rows * longest, h], (x.kind(), device))
-            .index_copy(0, &grid, &x.select(0, 0).index_select(0, &packed))
-            .reshape([rows, longest, h]);
+        let batch = |t: &Tensor| {
+            let c = t.size()[2];
+            Tensor::zeros([rows * longest, c], (t.kind(), device))
+                .index_copy(0, &grid, &t.select(0, 0).index_select(0, &packed))
+                .reshape([rows, longest, c])
+        };
+        let batched = Projected {
+            mixed: batch(&p.mixed),
+            z: batch(&p.z),
+            b: batch(&p.b),
+            a: batch(&p.a),
+        };
         let y = self
-            .forward(&batch, None, None)
-            .reshape([rows * longest, -1]);
-        let out_dim = y.size()[1];
+            .mix(&batched, heads, None)
+            .reshape([rows * longest, out_dim]);
         Tensor::zeros([n, out_dim], (y.kind(), device))
             .index_copy(0, &packed, &y.index_select(0, &grid))
             .unsqueeze(0)
     }
 
-    /// Causal depthwise convolution of `x` `(B, C, T)` from an empty prefix.
-    fn conv(&self, x: &Tensor) -> Tensor {
+    /// Key and value heads (in that order) per part when the heads split into `parts`
+    /// equal parts (key heads and value heads each); `None` when they do not.
+    pub fn heads_per_part(&self, parts: i64) -> Option<(i64, i64)> {
+        (parts > 0 && self.key_heads % parts == 0 && self.value_heads % parts == 0)
+            .then(|| (self.key_heads / parts, self.value_heads / parts))
+    }
+
+    /// Causal depthwise convolution of `x` `(B, C, T)` (the channels of `heads`) from an
+    /// empty prefix.
+    fn conv(&self, x: &Tensor, heads: HeadSlice) -> Tensor {
         let t = x.size()[2];
-        let w = self.conv1d.to_kind(x.kind());
+        let w = if heads.parts == 1 {
+            self.conv1d.to_kind(x.kind())
+        } else {
+            let index = self.channels(heads).to_device(x.device());
+            self.conv1d.index_select(0, &index).to_kind(x.kind())
+        };
         x.conv1d(&w, None::<Tensor>, [1], [self.kernel - 1], [1], x.size()[1])
             .narrow(2, 0, t)
     }
@@ -241,6 +312,35 @@ impl GatedDeltaNet {
             .detach();
         let w = self.conv1d.to_kind(x.kind());
         full.conv1d(&w, None::<Tensor>, [1], [0], [1], x.size()[1])
+    }
+
+    /// The channels of `in_proj_qkv`'s output (and the convolution) that belong to `heads`:
+    /// their queries, keys and values, in that order.
+    fn channels(&self, heads: HeadSlice) -> Tensor {
+        let (kh, vh) = (self.key_heads / heads.parts, self.value_heads / heads.parts);
+        let (kd, vd) = (self.key_dim, self.value_dim);
+        let key_block = self.key_heads * kd;
+        let q = heads.part * kh * kd..(heads.part + 1) * kh * kd;
+        let k = key_block + q.start..key_block + q.end;
+        let v0 = 2 * key_block + heads.part * vh * vd;
+        let index: Vec<i64> = q.chain(k).chain(v0..v0 + vh * vd).collect();
+        Tensor::from_slice(&index)
+    }
+
+    /// The projections' channels of `heads`, each tensor's last dimension cut to them
+    /// (what a rank of a head-split layer mixes).
+    pub fn select_heads(&self, p: &Projected, heads: HeadSlice) -> Projected {
+        let device = p.mixed.device();
+        let vh = self.value_heads / heads.parts;
+        let z0 = heads.part * vh * self.value_dim;
+        Projected {
+            mixed: p
+                .mixed
+                .index_select(-1, &self.channels(heads).to_device(device)),
+            z: p.z.narrow(-1, z0, vh * self.value_dim),
+            b: p.b.narrow(-1, heads.part * vh, vh),
+            a: p.a.narrow(-1, heads.part * vh, vh),
+        }
     }
 
     /// The plain RMSNorm of `x` `(…, d_v)` times `silu(gate)` in f32, cast back

@@ -15,6 +15,7 @@ use tch::Tensor;
 use crate::dist::ProcessGroup;
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
 use crate::model::decoder::{Attention, DecoderLayer, Model};
+use crate::model::gated_deltanet::{GatedDeltaNet, HeadSlice, Projected};
 use crate::model::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
 
 use super::head::{self, FsdpHead};
@@ -159,16 +160,11 @@ impl LayerInputs {
             Layout::Packed { window, .. } => {
                 layer.forward_packed(x, cos, sin, Some(&window.tokens), &window.spans)
             }
-            Layout::Ulysses { spans, shard, .. } => layer
-                .forward_with(x, |attn, normed| {
-                    ulysses_attention(attn, normed, cos, sin, spans, &shard.group)
-                })
-                .ok_or_else(|| {
-                    FsdpError::Config(format!(
-                        "layer {i} is a Gated DeltaNet layer, which Ulysses sequence \
-                         parallelism cannot split"
-                    ))
-                })??,
+            Layout::Ulysses { spans, shard, .. } => layer.forward_with(
+                x,
+                |attn, normed| ulysses_attention(attn, normed, cos, sin, spans, &shard.group),
+                |la, normed| ulysses_linear_attention(la, normed, spans, &shard.group),
+            )?,
         })
     }
 
@@ -284,7 +280,9 @@ fn ulysses_attention(
     spans: &[AttentionSpan],
     group: &ProcessGroup,
 ) -> Result<Tensor> {
-    let [q, k, v] = attn.qkv_heads(x, cos, sin);
+    // Qwen3.5's output gate is per token and head: it stays on the shard, applied after the
+    // exchange back.
+    let ([q, k, v], gate) = attn.gated_qkv_heads(x, cos, sin);
     let (h, kv) = attn.head_counts();
     let p = group.size() as i64;
     // Key/value heads that do not split over the group are repeated to one per query head.
@@ -321,5 +319,53 @@ fn ulysses_attention(
     let y = group
         .all_to_all_differentiable(&y, 2, 1)
         .map_err(FsdpError::from)?;
-    Ok(attn.merge_heads(&y))
+    Ok(attn.merge_gated_heads(&y, gate))
+}
+
+/// A Gated DeltaNet layer on this rank's sequence shard `x` `(1, n, hidden)` under Ulysses:
+/// the shard's projections (per token) are exchanged for a share of the heads over the whole
+/// packed sequence (one all-to-all), the recurrence runs per sequence on those heads, and the
+/// heads' outputs are exchanged back (another) before `out_proj`: the same split of work as
+/// [`ulysses_attention`], with the key and value heads split evenly over the group.
+fn ulysses_linear_attention(
+    la: &GatedDeltaNet,
+    x: &Tensor,
+    spans: &[AttentionSpan],
+    group: &ProcessGroup,
+) -> Result<Tensor> {
+    let p = group.size() as i64;
+    if la.heads_per_part(p).is_none() {
+        return Err(FsdpError::Config(format!(
+            "Ulysses of degree {p} does not divide the Gated DeltaNet's key and value heads"
+        ))
+        .into());
+    }
+    let proj = la.project(x, None);
+    // Destination-major: rank j's channels of every projection side by side.
+    let mut widths = [0i64; 4];
+    let mut parts = Vec::with_capacity(p as usize);
+    for j in 0..p {
+        let mine = la.select_heads(&proj, HeadSlice { part: j, parts: p });
+        let pieces = [mine.mixed, mine.z, mine.b, mine.a];
+        for (w, t) in widths.iter_mut().zip(&pieces) {
+            *w = t.size()[2];
+        }
+        parts.push(Tensor::f_cat(&pieces, 2)?);
+    }
+    let full = group
+        .all_to_all_differentiable(&Tensor::f_cat(&parts, 2)?, 2, 1)
+        .map_err(FsdpError::from)?;
+    let pieces = full.f_split_with_sizes(widths, 2)?;
+    let [mixed, z, b, a] = <[Tensor; 4]>::try_from(pieces)
+        .map_err(|_| FsdpError::Config("projections split into the wrong parts".into()))
+        .map_err(EngineError::from)?;
+    let heads = HeadSlice {
+        part: group.rank() as i64,
+        parts: p,
+    };
+    let y = la.mix_spans(&Projected { mixed, z, b, a }, heads, spans);
+    let y = group
+        .all_to_all_differentiable(&y, 1, 2)
+        .map_err(FsdpError::from)?;
+    Ok(la.out_proj.forward(&y))
 }
