@@ -247,11 +247,12 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         out
     };
     if let Some(cfg) = &config {
-        // Nothing about the keys of another verl release that passed through unchecked.
+        // Nothing about the keys of another verl release that passed through unchecked, except
+        // that a key the release moved or dropped is set (V059).
         diagnostics.extend(
             judge(cfg)
                 .into_iter()
-                .filter(|d| !about_any(d, &unmodelled)),
+                .filter(|d| d.code.0 == "V059" || !about_any(d, &unmodelled)),
         );
     } else if let Some(((a, replaced), (b, _))) = repaired {
         // Findings that change when the replaced values change depend on them: only those

@@ -19,6 +19,7 @@ pub mod config;
 pub mod diag;
 pub mod explain;
 pub mod load;
+pub mod migrate;
 pub mod plan;
 pub mod redact;
 pub mod render;

@@ -10,6 +10,8 @@
 //! - `# overrides: a.b=1 c=d` command-line overrides;
 //! - `# model: models/x.json` a model `config.json` for model-aware rules (relative to the
 //!   fixture directory);
+//! - `# tree: 0.9.1` composes on that verl release's own config tree (unpacked by
+//!   scripts/setup into `.venv/verl-releases/`) instead of verlc's built-in one;
 //! - `# expect: key=<dotted key> line=<n> [file=override:<i>|builtin:<path>] [severity=error|warning]`
 //!   one expected diagnostic (`file` defaults to the fixture itself, `severity` to error).
 
@@ -29,6 +31,7 @@ fn fixture_dir() -> PathBuf {
 struct Header {
     overrides: Vec<String>,
     model: Option<PathBuf>,
+    tree: Option<PathBuf>,
     expect: Vec<Expected>,
 }
 
@@ -53,6 +56,18 @@ fn parse_header(path: &Path, text: &str) -> Header {
                 .extend(rest.split_whitespace().map(String::from));
         } else if let Some(rest) = comment.strip_prefix("model:") {
             h.model = Some(fixture_dir().join(rest.trim()));
+        } else if let Some(rest) = comment.strip_prefix("tree:") {
+            let tree = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+                .join(".venv/verl-releases")
+                .join(rest.trim())
+                .join("verl/trainer/config");
+            assert!(
+                tree.is_dir(),
+                "{}: no tree {} (scripts/setup)",
+                path.display(),
+                tree.display()
+            );
+            h.tree = Some(tree);
         } else if let Some(rest) = comment.strip_prefix("expect:") {
             let mut e = Expected {
                 key: String::new(),
@@ -101,7 +116,7 @@ fn run_fixture(path: &Path, code: &str) -> (Header, Checked) {
     let req = LoadRequest {
         config_file: Some(path.to_path_buf()),
         config_text: None,
-        config_dir: None,
+        config_dir: header.tree.clone(),
         config_name: None,
         base: None,
         overrides: header.overrides.clone(),
@@ -281,6 +296,7 @@ rule_tests! {
     v056_gdpo_reward_keys_invalid => "V056",
     v057_filter_groups_metric_unavailable => "V057",
     v058_value_from_later_release => "V058",
+    v059_key_moved_in_newer_release => "V059",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",
     v203_rollout_max_model_len_exceeds_model => "V203",

@@ -612,3 +612,145 @@ fn an_engine_verlc_does_not_implement_is_refused_by_name() {
         }
     }
 }
+
+/// `verlc migrate --write` on a config file written for verl 0.7.0 (reward keys at the top
+/// level, the rollout's weight-sync bucket and skip switch, a dropped trainer key): on 0.9.1's
+/// tree the original is refused at the moved keys' lines (V059, and H011 for an override,
+/// naming the new key), the rewritten file checks clean, and composes to the same values at
+/// their new keys.
+#[test]
+fn verlc_migrate_rewrites_a_0_7_config_that_then_checks_clean_on_0_9() {
+    let Some(tree) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("grpo.yaml");
+    let original = "\
+# my run
+actor_rollout_ref:
+  rollout:
+    update_weights_bucket_megabytes: 256   # bucket
+    skip_rollout: false
+custom_reward_function:
+  path: my_reward.py
+  name: score
+trainer:
+  use_legacy_worker_impl: auto
+  total_epochs: 2
+";
+    std::fs::write(&file, original).unwrap();
+    let check_file = || {
+        let req = LoadRequest {
+            config_file: Some(file.clone()),
+            config_dir: Some(tree.clone()),
+            overrides: BASICS.iter().map(|s| s.to_string()).collect(),
+            cwd: dir.path().to_path_buf(),
+            ..LoadRequest::default()
+        };
+        check(&req, &CheckOptions::default())
+    };
+    let before = check_file();
+    let v059: Vec<(String, usize)> = before
+        .diagnostics
+        .iter()
+        .filter(|d| d.code.0 == "V059")
+        .map(|d| {
+            let line = d.primary.as_ref().map(|l| &l.origin).map_or(0, |o| {
+                before
+                    .composed
+                    .sources
+                    .get(o.source)
+                    .line_col(o.span.start)
+                    .0
+            });
+            (d.key_path.clone().unwrap_or_default(), line)
+        })
+        .collect();
+    assert_eq!(
+        v059,
+        vec![
+            ("custom_reward_function.path".into(), 7),
+            ("custom_reward_function.name".into(), 8),
+            (
+                "actor_rollout_ref.rollout.update_weights_bucket_megabytes".into(),
+                4
+            ),
+            ("actor_rollout_ref.rollout.skip_rollout".into(), 5),
+            ("trainer.use_legacy_worker_impl".into(), 10),
+        ]
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_verlc"))
+        .arg("migrate")
+        .arg(&file)
+        .arg("--write")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("dropped grpo.yaml:10")
+            || stdout.contains("grpo.yaml:10: trainer.use_legacy_worker_impl"),
+        "{stdout}"
+    );
+    let after = check_file();
+    assert!(
+        after.diagnostics.iter().all(|d| d.code.0 != "V059"),
+        "{:?}",
+        after.diagnostics
+    );
+    assert!(
+        errors(&after.diagnostics).is_empty(),
+        "{:?}",
+        errors(&after.diagnostics)
+    );
+    let root = &after.composed.root;
+    let get = |k: &str| {
+        root.get_path(&k.split('.').collect::<Vec<_>>())
+            .map(|n| n.to_json())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        get("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"),
+        serde_json::json!(256)
+    );
+    assert_eq!(get("skip.rollout.enable"), serde_json::json!(false));
+    assert_eq!(
+        get("reward.custom_reward_function.path"),
+        serde_json::json!("my_reward.py")
+    );
+    assert_eq!(
+        get("reward.custom_reward_function.name"),
+        serde_json::json!("score")
+    );
+    assert_eq!(get("trainer.total_epochs"), serde_json::json!(2));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("# my run\n"), "{text}");
+    assert!(
+        text.contains("update_weights_bucket_megabytes: 256   # bucket"),
+        "{text}"
+    );
+    // An override of a moved key names its new place.
+    let req = LoadRequest {
+        config_dir: Some(tree.clone()),
+        overrides: BASICS
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["actor_rollout_ref.rollout.skip_rollout=true".to_owned()])
+            .collect(),
+        cwd: dir.path().to_path_buf(),
+        ..LoadRequest::default()
+    };
+    let d = check(&req, &CheckOptions::default()).diagnostics;
+    let h011 = d.iter().find(|d| d.code.0 == "H011").expect("H011");
+    assert!(
+        h011.help
+            .as_deref()
+            .is_some_and(|h| h.contains("skip.rollout.enable")),
+        "{h011:?}"
+    );
+}

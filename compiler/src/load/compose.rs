@@ -1667,6 +1667,16 @@ fn absent_key_among(o: &Override, siblings: &[&str], path: &[&str]) -> Diagnosti
     )
     .with_key(o.key.clone())
     .with_primary(Some(o.key_origin.clone()), "not in the config");
+    // A key of verl 0.7.0 on a newer release's tree: where it went.
+    if let Some((m, to)) = crate::migrate::destination(&o.key) {
+        return d.with_help(match to {
+            Some(to) => format!(
+                "verl {} moved it to `{to}`; `verlc migrate` rewrites the config",
+                m.release
+            ),
+            None => format!("verl {} dropped it: {}", m.release, m.note),
+        });
+    }
     match did_you_mean(last, siblings.iter().copied()) {
         Some(s) => {
             let mut fixed: Vec<&str> = path[..path.len().saturating_sub(1)].to_vec();

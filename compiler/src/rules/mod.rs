@@ -447,6 +447,12 @@ pub static RULES: &[Rule] = &[
         "a value verl added after the config tree's release (estimators, losses, aggregation); verlc runs it (warning)"
     ),
     rule!(
+        "V059",
+        "KeyMovedInNewerRelease",
+        deprecated::key_moved_in_newer_release,
+        "a key verl moved or dropped after 0.7.0 is set on a newer release's tree"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

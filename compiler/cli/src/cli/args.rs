@@ -26,6 +26,9 @@ pub enum Command {
     Schema(SchemaArgs),
     /// Describe a diagnostic id (`verlc rule V012`) or list them all.
     Rule(RuleArgs),
+    /// Rewrite a config (file and overrides) written for verl 0.7.0 into 0.9.1's layout: moved
+    /// keys at their new place, dropped keys reported; prints a diff (`--write` to apply).
+    Migrate(MigrateArgs),
     /// Build the specialized training binary for a config.
     Build(BuildArgs),
     /// Build (cached) and run the training binary: `verlc run CONFIG [overrides] [-- args]`.
@@ -171,6 +174,23 @@ pub struct SchemaArgs {
     /// Exit 1 if the schemas in DIR differ from what this verlc generates.
     #[arg(long)]
     pub check: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MigrateArgs {
+    /// The config file (`.yaml`) and/or Hydra overrides (`key=value`).
+    #[arg(value_name = "CONFIG|OVERRIDE")]
+    pub args: Vec<String>,
+    /// The release whose layout to write (verl 0.9.1 is the one verlc migrates to).
+    #[arg(long, value_name = "VERSION", default_value = "0.9.1")]
+    pub to: String,
+    /// Rewrite the file in place instead of printing the diff.
+    #[arg(long)]
+    pub write: bool,
+    /// The primary config the overrides compose on (`ppo_megatron_trainer` becomes
+    /// `ppo_trainer` with `model_engine=megatron`).
+    #[arg(long, alias = "config-name", value_name = "NAME")]
+    pub base: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -7,6 +7,7 @@ mod build;
 mod check;
 mod explain;
 mod fetch;
+mod migrate;
 mod output;
 mod rule;
 mod run;
@@ -43,6 +44,7 @@ pub fn main() -> ExitCode {
         Command::Explain(a) => explain::run(a),
         Command::Schema(a) => schema::run(a),
         Command::Rule(a) => rule::run(a),
+        Command::Migrate(a) => migrate::run(a),
         Command::Build(a) => build::run(a),
         Command::Run(a) => run::run(a),
         Command::Fetch(a) => fetch::run(a),

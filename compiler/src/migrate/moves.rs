@@ -1,0 +1,167 @@
+//! The keys verl moved or dropped between 0.7.0 and 0.9.1, from the releases' own config
+//! trees (`verl/trainer/config` of each release; see shared/reference/verl_releases.md).
+
+/// Where a 0.7.0 key went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Move {
+    /// The key (or, ending in `.*`, every key under it) in the 0.7.0 layout.
+    pub from: &'static str,
+    /// Its place in the newer layout (`.*` moves the subtree); `None`: dropped.
+    pub to: Option<&'static str>,
+    /// The release that made the change.
+    pub release: &'static str,
+    /// For a dropped key: why, or what replaces it.
+    pub note: &'static str,
+}
+
+const fn moved(from: &'static str, to: &'static str, release: &'static str) -> Move {
+    Move {
+        from,
+        to: Some(to),
+        release,
+        note: "",
+    }
+}
+
+const fn dropped(from: &'static str, release: &'static str, note: &'static str) -> Move {
+    Move {
+        from,
+        to: None,
+        release,
+        note,
+    }
+}
+
+/// Every move, most specific first (the first match of a key wins).
+pub static MOVES: &[Move] = &[
+    moved(
+        "custom_reward_function.path",
+        "reward.custom_reward_function.path",
+        "0.7.1",
+    ),
+    moved(
+        "custom_reward_function.name",
+        "reward.custom_reward_function.name",
+        "0.7.1",
+    ),
+    moved("reward_model.enable", "reward.reward_model.enable", "0.7.1"),
+    moved(
+        "reward_model.enable_resource_pool",
+        "reward.reward_model.enable_resource_pool",
+        "0.7.1",
+    ),
+    moved(
+        "reward_model.n_gpus_per_node",
+        "reward.reward_model.n_gpus_per_node",
+        "0.7.1",
+    ),
+    moved("reward_model.nnodes", "reward.reward_model.nnodes", "0.7.1"),
+    moved(
+        "reward_model.model.path",
+        "reward.reward_model.model_path",
+        "0.7.1",
+    ),
+    moved(
+        "reward_model.reward_manager",
+        "reward.reward_manager.name",
+        "0.7.1",
+    ),
+    moved(
+        "reward_model.reward_loop_source",
+        "reward.reward_manager.source",
+        "0.7.1",
+    ),
+    moved(
+        "reward_model.reward_loop_module_path",
+        "reward.reward_manager.module.path",
+        "0.7.1",
+    ),
+    moved(
+        "reward_model.reward_loop_class_name",
+        "reward.reward_manager.module.name",
+        "0.7.1",
+    ),
+    moved("reward_model.sandbox_fusion.*", "sandbox_fusion.*", "0.7.1"),
+    moved(
+        "reward_model.rollout.*",
+        "reward.reward_model.rollout.*",
+        "0.7.1",
+    ),
+    dropped(
+        "reward_model.*",
+        "0.7.1",
+        "the reward model runs as a rollout server (`reward.reward_model.rollout`); the FSDP/Megatron reward-model worker's settings have no place there",
+    ),
+    moved(
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
+        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+        "0.9.0",
+    ),
+    moved(
+        "actor_rollout_ref.rollout.skip_rollout",
+        "skip.rollout.enable",
+        "0.9.0",
+    ),
+    moved(
+        "actor_rollout_ref.rollout.skip_dump_dir",
+        "skip.rollout.dump_dir",
+        "0.9.0",
+    ),
+    dropped(
+        "trainer.use_legacy_worker_impl",
+        "0.8.0",
+        "the legacy workers are gone",
+    ),
+    dropped(
+        "algorithm.rollout_correction.rollout_rs_threshold_lower",
+        "0.9.0",
+        "rejection sampling takes its bounds from `rollout_rs_threshold`",
+    ),
+    dropped(
+        "algorithm.rollout_correction.rollout_token_veto_threshold",
+        "0.9.0",
+        "the token veto was removed",
+    ),
+    dropped(
+        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+        "0.9.0",
+        "interactions were removed from the agent loop",
+    ),
+];
+
+impl Move {
+    /// Whether verl fails at start-up when a newer tree gets the old key: its section becomes a
+    /// dataclass there, which has no such field. The top-level `reward_model` and
+    /// `custom_reward_function` stay as legacy stubs in 0.7.1+, and `trainer` is a plain
+    /// mapping verl reads key by key (an unknown key is ignored).
+    pub fn fatal(&self) -> bool {
+        !["reward_model.", "custom_reward_function.", "trainer."]
+            .iter()
+            .any(|p| self.from.starts_with(p))
+    }
+}
+
+/// The move that applies to `key` (a dotted path), and the key's place after it (`None`:
+/// dropped).
+pub fn destination(key: &str) -> Option<(&'static Move, Option<String>)> {
+    MOVES.iter().find_map(|m| {
+        let to = match m.from.strip_suffix(".*") {
+            Some(prefix) => {
+                let rest = key.strip_prefix(prefix)?.strip_prefix('.')?;
+                m.to.map(|t| format!("{}.{rest}", t.trim_end_matches(".*")))
+            }
+            None if key == m.from => m.to.map(str::to_owned),
+            None => return None,
+        };
+        Some((m, to))
+    })
+}
+
+/// Whether `key` is, or holds, keys that moved (a section to descend into).
+pub fn holds_moves(key: &str) -> bool {
+    MOVES.iter().any(|m| {
+        m.from
+            .strip_prefix(key)
+            .is_some_and(|rest| rest.starts_with('.'))
+    })
+}
