@@ -248,11 +248,21 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     };
     if let Some(cfg) = &config {
         // Nothing about the keys of another verl release that passed through unchecked, except
-        // that a key the release moved or dropped is set (V059).
+        // that a key the release moved or dropped is set (V059), and what `verlc build` makes
+        // of a key the user wrote there (a verdict, e.g. `distillation.enabled` refused).
+        let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
+        let written_by_user = |d: &Diagnostic| {
+            d.code.0.starts_with('B')
+                && d.primary.as_ref().is_some_and(|l| {
+                    let src = composed.sources.get(l.origin.source);
+                    src.kind == crate::source::SourceKind::Override
+                        || Some(&src.name) == user_file.as_ref()
+                })
+        };
         diagnostics.extend(
             judge(cfg)
                 .into_iter()
-                .filter(|d| d.code.0 == "V059" || !about_any(d, &unmodelled)),
+                .filter(|d| d.code.0 == "V059" || written_by_user(d) || !about_any(d, &unmodelled)),
         );
     } else if let Some(((a, replaced), (b, _))) = repaired {
         // Findings that change when the replaced values change depend on them: only those

@@ -288,6 +288,23 @@ fn a_newer_release_lowers_for_a_build() {
         }
         SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
     }
+    // On-policy distillation (0.9's `distillation` section, which verlc does not run) is
+    // refused at the switch, not built into a run without its teacher.
+    match lower_request(&req(&[
+        "distillation.enabled=True",
+        "distillation.teacher_models.teacher_model.model_path=Qwen/Qwen3-32B",
+    ])) {
+        SpecOutcome::Ok { .. } => panic!("distillation must not build"),
+        SpecOutcome::Errors(c) => {
+            let refused: Vec<(&str, Option<&str>)> = c
+                .diagnostics
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|d| (d.code.0, d.key_path.as_deref()))
+                .collect();
+            assert_eq!(refused, vec![("B018", Some("distillation.enabled"))]);
+        }
+    }
 }
 
 /// verl main's config tree (and its version file) at the fixture's ref, from a verl git mirror

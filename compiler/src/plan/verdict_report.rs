@@ -85,11 +85,11 @@ pub fn verdict_diagnostics(
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let builtin = |o: &crate::source::Origin| sources.get(o.source).kind == SourceKind::Builtin;
-    // Written by the user: not a built-in default, and not a value a built-in `${...}` copied
-    // from elsewhere (that key gets its own report where it was written).
-    let user_written = |n: &Node| {
-        !n.origin.as_ref().is_some_and(builtin) && !n.via.as_deref().is_some_and(builtin)
-    };
+    // Written by the user: not a built-in default, and not a value a `${...}` copied from
+    // elsewhere (that key gets its own report where it was written; in a newer release's
+    // tree verl's own files copy the user's values around, e.g. the distillation teacher's
+    // inference settings from the rollout's).
+    let user_written = |n: &Node| !n.origin.as_ref().is_some_and(builtin) && n.via.is_none();
 
     let name_key = format!("{ROLLOUT}.name");
     let vllm = cfg.actor_rollout_ref.rollout.name == RolloutName::Vllm;
