@@ -142,20 +142,26 @@ class FunctionTool:
         self.name, self.fn, self.schema = name, fn, schema
 
 
-def load_yaml_tools(path):
+def yaml_classes(path, section):
+    """The `section` list of a YAML config as (item, class) pairs: each item's `class_name`
+    imported (modules beside the config import by name, as on verl's PYTHONPATH)."""
     import yaml
 
     with open(path) as f:
         cfg = yaml.safe_load(f) or {}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    out = []
+    for item in cfg.get(section) or []:
+        module_name, _, class_name = item["class_name"].rpartition(".")
+        out.append((item, getattr(importlib.import_module(module_name), class_name)))
+    return out
+
+
+def load_yaml_tools(path):
     from verl.tools.schemas import OpenAIFunctionToolSchema
 
-    # Tool modules beside their config import by name (as on verl's PYTHONPATH).
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     tools = {}
-    for item in cfg.get("tools") or []:
-        module_name, _, class_name = item["class_name"].rpartition(".")
-        module = importlib.import_module(module_name)
-        cls = getattr(module, class_name)
+    for item, cls in yaml_classes(path, "tools"):
         config = dict(item.get("config") or {})
         schema = item.get("tool_schema")
         schema_obj = OpenAIFunctionToolSchema.model_validate(schema) if schema else None
@@ -167,15 +173,9 @@ def load_yaml_tools(path):
 def load_interactions(path):
     """verl 0.7's interaction config: `interaction: [{name?, class_name, config}]`; a missing
     name is the class name without its `Interaction` suffix, lower-cased."""
-    import yaml
-
-    with open(path) as f:
-        cfg = yaml.safe_load(f) or {}
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     out = {}
-    for item in cfg.get("interaction") or []:
-        module_name, _, class_name = item["class_name"].rpartition(".")
-        cls = getattr(importlib.import_module(module_name), class_name)
+    for item, cls in yaml_classes(path, "interaction"):
+        class_name = cls.__name__
         config = dict(item.get("config") or {})
         name = item.get("name")
         if name is None:

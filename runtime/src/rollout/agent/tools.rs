@@ -88,6 +88,30 @@ enum Work {
     Reply,
 }
 
+impl Work {
+    /// The answer to the request: each sent call's outcome from `outcome(i, sent, call)`
+    /// (`i` its index among the `sent` calls), or the interaction's `reply`.
+    fn answer(
+        self,
+        outcome: impl Fn(usize, usize, &FunctionCall) -> ToolOutcome,
+        reply: impl FnOnce() -> Result<UserReply, String>,
+    ) -> Answer {
+        match self {
+            Work::Calls {
+                calls,
+                mut outcomes,
+                sent,
+            } => {
+                for (i, &k) in sent.iter().enumerate() {
+                    outcomes[k] = outcome(i, sent.len(), &calls[k]);
+                }
+                Answer::Tools(outcomes)
+            }
+            Work::Reply => Answer::User(reply()),
+        }
+    }
+}
+
 /// Beyond a call's own timeout (which the host enforces), how long the host may take to
 /// answer before it is taken for stuck.
 const HOST_GRACE: Duration = Duration::from_secs(10);
@@ -274,45 +298,34 @@ impl PythonTools {
     fn take_reply(&mut self, reply: Map<String, Value>) -> Option<(usize, Answer)> {
         let id = reply.get("id").and_then(Value::as_u64)?;
         let p = self.pending.remove(&id)?;
-        let answer = match p.work {
-            Work::Calls {
-                calls,
-                mut outcomes,
-                sent,
-            } => {
-                let results = reply
-                    .get("results")
-                    .and_then(Value::as_array)
-                    .filter(|a| a.len() == sent.len());
-                for (i, &k) in sent.iter().enumerate() {
-                    outcomes[k] = match results.map(|r| &r[i]) {
-                        Some(r) => ToolOutcome {
-                            text: text_field(r),
-                            reward: r.get("reward").and_then(Value::as_f64),
-                            failed: r.get("failed").and_then(Value::as_bool).unwrap_or(false),
-                        },
-                        None => {
-                            tool_failed(&calls[k].name, "the tool process answered out of protocol")
-                        }
-                    };
-                }
-                Answer::Tools(outcomes)
-            }
-            Work::Reply => {
-                let user = reply.get("user");
-                let error = user.and_then(|u| u.get("error")).and_then(Value::as_str);
-                Answer::User(match (user, error) {
-                    (_, Some(tb)) => Err(format!("the interaction failed:\n{}", tb.trim_end())),
-                    (Some(u), None) => Ok(UserReply {
-                        text: text_field(u),
-                        reward: u.get("reward").and_then(Value::as_f64),
-                        terminate: u.get("terminate").and_then(Value::as_bool).unwrap_or(true),
-                    }),
-                    (None, None) => Err("the tool process answered out of protocol".into()),
-                })
+        let results = reply.get("results").and_then(Value::as_array);
+        let outcome = |i: usize, sent: usize, call: &FunctionCall| match results
+            .filter(|a| a.len() == sent)
+            .map(|a| &a[i])
+        {
+            Some(r) => ToolOutcome {
+                text: text_field(r),
+                reward: r.get("reward").and_then(Value::as_f64),
+                failed: r.get("failed").and_then(Value::as_bool).unwrap_or(false),
+            },
+            None => tool_failed(&call.name, "the tool process answered out of protocol"),
+        };
+        let user = || {
+            let user = reply.get("user");
+            match (
+                user,
+                user.and_then(|u| u.get("error")).and_then(Value::as_str),
+            ) {
+                (_, Some(tb)) => Err(format!("the interaction failed:\n{}", tb.trim_end())),
+                (Some(u), None) => Ok(UserReply {
+                    text: text_field(u),
+                    reward: u.get("reward").and_then(Value::as_f64),
+                    terminate: u.get("terminate").and_then(Value::as_bool).unwrap_or(true),
+                }),
+                (None, None) => Err("the tool process answered out of protocol".into()),
             }
         };
-        Some((p.sample, answer))
+        Some((p.sample, p.work.answer(outcome, user)))
     }
 
     /// Fails every pending request with `why`, and starts a fresh host for what comes next.
@@ -321,19 +334,10 @@ impl PythonTools {
         let failed = std::mem::take(&mut self.pending)
             .into_values()
             .map(|p| {
-                let answer = match p.work {
-                    Work::Calls {
-                        calls,
-                        mut outcomes,
-                        sent,
-                    } => {
-                        for &k in &sent {
-                            outcomes[k] = tool_failed(&calls[k].name, why);
-                        }
-                        Answer::Tools(outcomes)
-                    }
-                    Work::Reply => Answer::User(Err(format!("the interaction failed: {why}"))),
-                };
+                let answer = p.work.answer(
+                    |_, _, call| tool_failed(&call.name, why),
+                    || Err(format!("the interaction failed: {why}")),
+                );
                 (p.sample, answer)
             })
             .collect();
