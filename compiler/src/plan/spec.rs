@@ -393,12 +393,21 @@ fn multi_turn_spec(
             "remove it",
         );
     }
-    if matches!(actor_engine, EngineSpec::Megatron(_)) {
-        l.unsupported(
-            &key("enable"),
-            "the tool agent loop runs with the FSDP strategy (a Megatron rollout decodes across its tensor-parallel ranks, which would have to agree on every tool's answer)",
-            "use `actor_rollout_ref.actor.strategy=fsdp` for tool rollouts",
-        );
+    // A Megatron rollout replica that spans ranks (tensor or pipeline parallel) decodes in
+    // lockstep, and its ranks would have to agree on every tool's answer and timing; one rank
+    // per replica (TP = PP = 1, rollout TP 1) runs the loop as FSDP does.
+    if let EngineSpec::Megatron(m) = actor_engine {
+        let rollout_tp = r.tensor_model_parallel_size.max(1);
+        if m.tensor_parallel * m.pipeline_parallel > 1 || rollout_tp > 1 {
+            l.unsupported(
+                &key("enable"),
+                format!(
+                    "the tool agent loop runs on one rank per rollout replica: this Megatron actor has tensor parallel {} x pipeline parallel {} (rollout tensor parallel {rollout_tp}), whose ranks decode together and would have to agree on every tool's answer",
+                    m.tensor_parallel, m.pipeline_parallel
+                ),
+                "use tensor and pipeline parallel 1 (data parallelism only), or the FSDP strategy, for tool rollouts",
+            );
+        }
     }
     let side = crate::config::common::spelling(&mt.tool_response_truncate_side);
     if side != "middle" {

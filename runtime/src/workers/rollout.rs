@@ -295,7 +295,7 @@ impl RolloutWorker {
 
     /// Generates with each prompt's sampling stream given (`streams[i]` for `prompts[i]`;
     /// the agent loop's turns keep a row's stream as the batch shrinks). The whole-model and
-    /// vLLM rollouts.
+    /// vLLM rollouts, and a Megatron rank's own replica.
     pub fn generate_streams(
         &self,
         prompts: &[Vec<i64>],
@@ -314,9 +314,23 @@ impl RolloutWorker {
                 None,
             )?,
             Skeleton::Vllm(v) => v.generate(prompts, streams, params, stop)?,
-            Skeleton::Sharded { .. } => {
+            // A replica of this rank's own (and its tensor/pipeline peers', which must call
+            // alike): the streams are generated as given.
+            Skeleton::Sharded {
+                model,
+                pp,
+                share: None,
+            } => {
+                let decoder = ShardedDecoder {
+                    model,
+                    pp: pp.as_ref(),
+                };
+                crate::rollout::generate_streams(&decoder, prompts, streams, params, stop, None)?
+            }
+            // A replica shared with other data-parallel ranks gathers whole batches.
+            Skeleton::Sharded { share: Some(_), .. } => {
                 return Err(WorkerError::Config(
-                    "a sharded (Megatron) rollout generates whole batches only".into(),
+                    "a rollout replica shared by several data-parallel ranks generates whole batches only".into(),
                 ));
             }
         })
