@@ -393,19 +393,23 @@ fn multi_turn_spec(
             "remove it",
         );
     }
-    // A Megatron rollout replica that spans ranks (tensor or pipeline parallel) decodes in
-    // lockstep, and its ranks would have to agree on every tool's answer and timing; one rank
-    // per replica (TP = PP = 1, rollout TP 1) runs the loop as FSDP does.
+    // A Megatron rollout replica spans its tensor and pipeline ranks, which decode in
+    // lockstep: its leader runs the tools and hands every answer to the others. A replica
+    // that gathers several data-parallel ranks' prompts (rollout tensor parallelism other than
+    // the actor's), or a vLLM server shared by the replica's ranks, cannot be kept in step.
     if let EngineSpec::Megatron(m) = actor_engine {
-        let rollout_tp = r.tensor_model_parallel_size.max(1);
-        if m.tensor_parallel * m.pipeline_parallel > 1 || rollout_tp > 1 {
+        let rollout_tp = usize::try_from(r.tensor_model_parallel_size.max(1)).unwrap_or(1);
+        let spans = m.tensor_parallel * m.pipeline_parallel > 1;
+        let vllm = r.name == crate::config::RolloutName::Vllm;
+        if rollout_tp != m.tensor_parallel.max(1) || (vllm && spans) {
             l.unsupported(
                 &key("enable"),
                 format!(
-                    "the tool agent loop runs on one rank per rollout replica: this Megatron actor has tensor parallel {} x pipeline parallel {} (rollout tensor parallel {rollout_tp}), whose ranks decode together and would have to agree on every tool's answer",
-                    m.tensor_parallel, m.pipeline_parallel
+                    "the tool agent loop needs each rollout replica to be one Megatron model-parallel group (rollout tensor parallel {rollout_tp} = the actor's {}){}",
+                    m.tensor_parallel,
+                    if vllm && spans { ", generating with the built-in engine when it spans ranks" } else { "" }
                 ),
-                "use tensor and pipeline parallel 1 (data parallelism only), or the FSDP strategy, for tool rollouts",
+                "set actor_rollout_ref.rollout.tensor_model_parallel_size to the actor's tensor parallel size (and rollout.name=verlc with tensor or pipeline parallelism)",
             );
         }
     }

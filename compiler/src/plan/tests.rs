@@ -1556,26 +1556,44 @@ fn multi_turn_lowers_to_the_tool_agent_loop_or_is_refused_at_its_key() {
             .iter()
             .any(|d| !d.is_error() && d.message.contains("keeps the end of a long tool response"))
     );
-    // On Megatron: one rank per rollout replica lowers; a replica across ranks is refused.
+    // On Megatron: a replica that is the actor's model-parallel group lowers (TP=1, and TP=2
+    // with rollout TP=2); a replica that regroups data-parallel ranks is refused.
     let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
         .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
-    let megatron = |tp: usize| {
+    let megatron = |tp: usize, rollout_tp: usize| {
         let o = [
             "actor_rollout_ref.rollout.multi_turn.enable=true".to_owned(),
             "trainer.n_gpus_per_node=2".to_owned(),
             format!("actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp}"),
             format!("actor_rollout_ref.ref.megatron.tensor_model_parallel_size={tp}"),
-            format!("actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"),
+            format!("actor_rollout_ref.rollout.tensor_model_parallel_size={rollout_tp}"),
         ];
         let o: Vec<&str> = o.iter().map(String::as_str).collect();
         case(&yaml, &o)
     };
-    assert!(megatron(1).lowered.plan.spec.rollout.multi_turn.is_some());
-    let c = megatron(2);
+    assert!(
+        megatron(1, 1)
+            .lowered
+            .plan
+            .spec
+            .rollout
+            .multi_turn
+            .is_some()
+    );
+    assert!(
+        megatron(2, 2)
+            .lowered
+            .plan
+            .spec
+            .rollout
+            .multi_turn
+            .is_some()
+    );
+    let c = megatron(1, 2);
     assert!(
         c.lowered.diagnostics.iter().any(|d| d.is_error()
             && d.key_path.as_deref() == Some("actor_rollout_ref.rollout.multi_turn.enable")
-            && d.message.contains("one rank per rollout replica")),
+            && d.message.contains("one Megatron model-parallel group")),
         "{:#?}",
         c.lowered.diagnostics
     );

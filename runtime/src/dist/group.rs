@@ -506,6 +506,24 @@ impl ProcessGroup {
         Ok((view(output)?, view(input)?))
     }
 
+    /// `text` of group rank `root` on every rank (`text` is read on the root only): its
+    /// length, then its bytes.
+    pub fn broadcast_text(&self, text: &str, root: usize) -> Result<String> {
+        let bad = |e: tch::TchError| DistError::Invalid(format!("broadcast_text: {e}"));
+        let mine = self.rank() == root;
+        let len = Tensor::from_slice(&[if mine { text.len() as i64 } else { 0 }]);
+        self.broadcast(&len, root)?;
+        let n = len.f_int64_value(&[0]).map_err(bad)?;
+        let bytes = if mine {
+            Tensor::from_slice(text.as_bytes())
+        } else {
+            Tensor::zeros([n], (tch::Kind::Uint8, tch::Device::Cpu))
+        };
+        self.broadcast(&bytes, root)?;
+        let v = Vec::<u8>::try_from(&bytes).map_err(bad)?;
+        String::from_utf8(v).map_err(|e| DistError::Invalid(format!("broadcast_text: {e}")))
+    }
+
     /// Copies `t` from group rank `root` into `t` on every other rank.
     pub fn broadcast(&self, t: &Tensor, root: usize) -> Result<()> {
         self.broadcast_many(std::slice::from_ref(t), root)

@@ -47,33 +47,51 @@ fn config(e: impl std::fmt::Display) -> TrainerError {
 }
 
 impl AgentRollout {
-    /// Loads the tools of `spec` with the interpreter and timeouts of `opts`.
+    /// Loads the tools of `spec` with the interpreter and timeouts of `opts`. When the
+    /// rollout's replica spans ranks (Megatron tensor/pipeline parallelism), only its leader
+    /// runs the tools and the others learn their schemas from it (collective over the
+    /// replica).
     pub fn start(
         spec: &MultiTurnSpec,
         opts: &RunOptions,
         model_type: &str,
+        rollout: &RolloutWorker,
     ) -> Result<Self, TrainerError> {
         let has_tools = spec.tool_config_path.is_some()
             || spec.function_tool_path.is_some()
             || spec.interaction_config_path.is_some();
-        let tools = if has_tools {
-            Some(
-                PythonTools::start(ToolSettings {
-                    python: opts.python(),
-                    tool_config: spec.tool_config_path.as_ref().map(Into::into),
-                    function_tools: spec.function_tool_path.as_ref().map(Into::into),
-                    interaction_config: spec.interaction_config_path.as_ref().map(Into::into),
-                    startup_timeout: opts.tool_startup_timeout,
-                    call_timeout: opts.tool_call_timeout,
-                })
-                .map_err(config)?,
-            )
+        let leader = rollout.leads_replica();
+        let tools = if has_tools && leader {
+            PythonTools::start(ToolSettings {
+                python: opts.python(),
+                tool_config: spec.tool_config_path.as_ref().map(Into::into),
+                function_tools: spec.function_tool_path.as_ref().map(Into::into),
+                interaction_config: spec.interaction_config_path.as_ref().map(Into::into),
+                startup_timeout: opts.tool_startup_timeout,
+                call_timeout: opts.tool_call_timeout,
+            })
+            .map(Some)
         } else {
-            None
+            Ok(None)
         };
-        let schemas = tools
-            .as_ref()
-            .map(|t| t.schemas().to_vec())
+        // The leader's outcome (its schemas, or why its tools did not load) on every rank of
+        // the replica, so that no rank waits for a leader that failed.
+        let said = match &tools {
+            Ok(t) => {
+                serde_json::json!({"schemas": t.as_ref().map(|t| t.schemas().to_vec()).unwrap_or_default()})
+            }
+            Err(e) => serde_json::json!({"error": e.to_string()}),
+        };
+        let heard: Value = serde_json::from_str(&rollout.share_with_replica(&said.to_string())?)
+            .map_err(config)?;
+        if let Some(e) = heard.get("error").and_then(Value::as_str) {
+            return Err(TrainerError::Config(e.to_owned()));
+        }
+        let tools = tools.map_err(config)?;
+        let schemas: Vec<Value> = heard
+            .get("schemas")
+            .and_then(Value::as_array)
+            .cloned()
             .unwrap_or_default();
         let format = ToolCallFormat::from_name(&spec.format).ok_or_else(|| {
             config(format!(
@@ -193,6 +211,8 @@ impl AgentRollout {
             let mut runner = Runner {
                 tools: guard.as_mut(),
                 unanswered: Vec::new(),
+                replica: rollout,
+                failure: None,
             };
             let done = agent::run(
                 &conversations,
@@ -288,10 +308,14 @@ impl TurnGenerator for NativeTurns<'_> {
     }
 }
 
-/// The run's tools (none configured: every call is an unknown tool, as in verl).
+/// The run's tools (none configured: every call is an unknown tool, as in verl). When the
+/// rollout's replica spans ranks, its leader runs them and hands each collection of answers
+/// to the other ranks, which run the same loop in lockstep (same tokens, same answers).
 struct Runner<'a> {
     tools: Option<&'a mut PythonTools>,
     unanswered: Vec<(usize, Answer)>,
+    replica: &'a RolloutWorker,
+    failure: Option<String>,
 }
 
 impl ToolRunner for Runner<'_> {
@@ -321,10 +345,37 @@ impl ToolRunner for Runner<'_> {
     }
 
     fn finished(&mut self, wait: bool) -> Vec<(usize, Answer)> {
-        let mut out = std::mem::take(&mut self.unanswered);
-        if let Some(t) = self.tools.as_deref_mut() {
+        let leader = self.replica.leads_replica();
+        let mut out = if leader {
+            std::mem::take(&mut self.unanswered)
+        } else {
+            Vec::new()
+        };
+        if leader && let Some(t) = self.tools.as_deref_mut() {
             out.extend(t.finished(wait && out.is_empty()));
         }
-        out
+        if !self.replica.is_sharded() {
+            return out;
+        }
+        self.unanswered.clear();
+        let said = serde_json::to_string(&out).unwrap_or_else(|_| "[]".into());
+        match self
+            .replica
+            .share_with_replica(&said)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(answers) => answers,
+            Err(e) => {
+                self.failure = Some(format!(
+                    "the tools' answers could not be shared across the rollout replica: {e}"
+                ));
+                Vec::new()
+            }
+        }
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.failure.take()
     }
 }

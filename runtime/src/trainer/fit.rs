@@ -378,6 +378,7 @@ impl<R: Roles> Trainer<R> {
                 mt,
                 opts,
                 &actor.engine.model_config().model_type,
+                &rollout,
             )?),
             None => None,
         };

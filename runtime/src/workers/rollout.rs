@@ -352,6 +352,41 @@ impl RolloutWorker {
         }
     }
 
+    /// Whether this rank leads its rollout replica: the one rank that runs the agent loop's
+    /// tools when a replica spans ranks (a Megatron rank with tensor rank 0 on the first
+    /// pipeline stage); every rank of an unsharded rollout.
+    pub fn leads_replica(&self) -> bool {
+        match &self.model {
+            Skeleton::Sharded { model, pp, .. } => {
+                model.tp().is_none_or(|g| g.rank() == 0)
+                    && pp.as_ref().is_none_or(|g| g.rank() == 0)
+            }
+            _ => true,
+        }
+    }
+
+    /// The leader's `text` ([`RolloutWorker::leads_replica`]) on every rank of this rank's
+    /// rollout replica (collective over it; `text` is read on the leader only): over the
+    /// pipeline stages' tensor-rank-0 ranks, then over each stage's tensor group. Unsharded:
+    /// `text` itself.
+    pub fn share_with_replica(&self, text: &str) -> Result<String> {
+        let Skeleton::Sharded { model, pp, .. } = &self.model else {
+            return Ok(text.to_owned());
+        };
+        let dist = |e: crate::dist::DistError| WorkerError::Config(e.to_string());
+        let mut text = text.to_owned();
+        let tp = model.tp().filter(|g| g.size() > 1);
+        if tp.is_none_or(|g| g.rank() == 0)
+            && let Some(pp) = pp.as_ref().filter(|g| g.size() > 1)
+        {
+            text = pp.broadcast_text(&text, 0).map_err(dist)?;
+        }
+        if let Some(tp) = tp {
+            text = tp.broadcast_text(&text, 0).map_err(dist)?;
+        }
+        Ok(text)
+    }
+
     /// True when this rank holds only its shards of the model.
     pub fn is_sharded(&self) -> bool {
         matches!(self.model, Skeleton::Sharded { .. })

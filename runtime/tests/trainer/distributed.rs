@@ -345,6 +345,48 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
+/// The tool agent loop on Megatron at TP=2: the rollout replica is both ranks, which decode
+/// in lockstep; the leader (tensor rank 0) runs the tools and hands every answer to the other,
+/// so both ranks run the same trajectories and report the same metrics.
+#[test]
+fn megatron_tensor_parallel_tool_rollouts_agree_on_both_ranks() {
+    let dir = scratch("dist_megatron_tools");
+    let root = crate::support::repo();
+    // The built-in tool task: the lookup call is one token, which a fresh model samples now
+    // and then, so tools run from the first step.
+    let model = "'builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&tools=lookup'";
+    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2"), 2).with(&[
+        format!("actor_rollout_ref.model.path={model}"),
+        format!("critic.model.path={model}"),
+        "data.train_files='builtin://code_lookup?split=train&size=64'".into(),
+        "data.val_files='builtin://code_lookup?split=test&size=8'".into(),
+        "data.max_response_length=24".into(),
+        "actor_rollout_ref.rollout.do_sample=true".into(),
+        "actor_rollout_ref.rollout.n=4".into(),
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8".into(),
+        "critic.ppo_mini_batch_size=8".into(),
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2".into(),
+        "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2".into(),
+        "critic.megatron.tensor_model_parallel_size=2".into(),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2".into(),
+        "actor_rollout_ref.rollout.multi_turn.enable=true".into(),
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2".into(),
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent".into(),
+        format!(
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path={}",
+            root.join("examples/tools/code_lookup.yaml").display()
+        ),
+    ]);
+    let ranks = run_ranks(&job, &dir.join("tp2"), 2);
+    assert_eq!(
+        without_timing(&ranks[0]),
+        without_timing(&ranks[1]),
+        "ranks report different metrics"
+    );
+    let calls: f64 = ranks[0].iter().map(|(_, m)| m["tool_calls/mean"]).sum();
+    assert!(calls > 0.0, "no tool call ran: {:?}", ranks[0]);
+}
+
 /// Tensor-parallel size, pipeline-parallel size, sequence parallelism, distributed optimizer.
 type Layout = (usize, usize, bool, bool);
 

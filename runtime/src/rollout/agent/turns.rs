@@ -67,7 +67,7 @@ pub trait TurnGenerator {
 }
 
 /// What a tool call gave.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolOutcome {
     pub text: String,
     pub reward: Option<f64>,
@@ -77,7 +77,7 @@ pub struct ToolOutcome {
 }
 
 /// An interaction's answer to a turn without calls.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct UserReply {
     /// The user message.
     pub text: String,
@@ -87,7 +87,7 @@ pub struct UserReply {
 }
 
 /// What the environment answered a trajectory's turn.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Answer {
     /// The outcome of each call of the turn, in order. A failing call is an outcome with the
     /// error's text, not an error (verl shows the model what went wrong).
@@ -106,6 +106,11 @@ pub trait ToolRunner {
     /// Turns that have been answered. With `wait`, blocks until at least one has (when any
     /// is running).
     fn finished(&mut self, wait: bool) -> Vec<(usize, Answer)>;
+    /// Why the runner cannot go on (its answers cannot be delivered), if so: the loop stops
+    /// with it.
+    fn failure(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// A runner that answers each call as it is submitted, with `answer(sample, call)`; it has no
@@ -175,6 +180,8 @@ pub enum AgentError {
     Decode { sample: usize, msg: String },
     #[error("sample {sample}: {msg}")]
     Interaction { sample: usize, msg: String },
+    #[error("tools: {0}")]
+    Tools(String),
 }
 
 struct Live {
@@ -240,7 +247,11 @@ pub fn run(
             continue;
         }
         // Block only when nothing can generate meanwhile.
-        for (i, answer) in tools.finished(ready.is_empty()) {
+        let answers = tools.finished(ready.is_empty());
+        if let Some(why) = tools.failure() {
+            return Err(AgentError::Tools(why));
+        }
+        for (i, answer) in answers {
             running = running.saturating_sub(1);
             let Some(t) = live.get_mut(i) else { continue };
             let go_on = match answer {
