@@ -2,6 +2,9 @@
 //! built from it.
 use super::{DistError, ProcessGroup, Result};
 
+/// Ranks split into groups (each group's global ranks, increasing).
+pub type Partition = Vec<Vec<usize>>;
+
 /// A grid of `tp * pp * dp` ranks. `order` lists the dimensions from fastest- to
 /// slowest-varying, like Megatron's `"tp-cp-ep-dp-pp"` (default here: `tp-dp-pp`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +77,33 @@ impl RankLayout {
             stride *= s;
         }
         rank
+    }
+
+    /// Megatron's expert layout of this grid (`tp-cp-ep-dp-pp`): the data-parallel dimension
+    /// split into `ep` expert-parallel ranks (fastest) times `dp / ep`. Returns the
+    /// expert-parallel groups (consecutive data-parallel ranks with the same other
+    /// coordinates, which hold different experts) and the expert-data-parallel groups (the
+    /// ranks holding the same experts).
+    pub fn expert_groups(&self, ep: usize) -> Result<(Partition, Partition)> {
+        let dp = self.size("dp");
+        if ep == 0 || !dp.is_multiple_of(ep) {
+            return Err(DistError::Invalid(format!(
+                "expert parallel size {ep} does not divide the data-parallel size {dp}"
+            )));
+        }
+        let dims: Vec<(&str, usize)> = self
+            .dims
+            .iter()
+            .flat_map(|(n, s)| {
+                if n == "dp" {
+                    vec![("ep", ep), ("edp", dp / ep)]
+                } else {
+                    vec![(n.as_str(), *s)]
+                }
+            })
+            .collect();
+        let split = RankLayout::with_order(&dims)?;
+        Ok((split.groups(&["ep"])?, split.groups(&["edp"])?))
     }
 
     /// Megatron's embedding groups: the first and last pipeline stage of every pipeline
@@ -218,12 +248,29 @@ pub struct ProcessGroups {
     /// First and last pipeline stage (tied embedding and output layer); `None` on middle
     /// stages and when there is a single stage.
     pub embedding: Option<ProcessGroup>,
+    /// Expert parallelism ([`RankLayout::expert_groups`]): the ranks that split the experts,
+    /// and the ranks that hold the same experts; `None` without it.
+    pub experts: Option<ExpertGroups>,
     pub layout: RankLayout,
+}
+
+/// The process groups of Megatron's expert parallelism.
+#[derive(Debug, Clone)]
+pub struct ExpertGroups {
+    /// The ranks that split the experts (each holds `experts / ep`).
+    pub ep: ProcessGroup,
+    /// The ranks that hold the same experts (their gradients are averaged there).
+    pub expert_dp: ProcessGroup,
 }
 
 impl ProcessGroups {
     /// Creates the TP, PP, DP and TP x PP groups of `layout` over `world` (collective).
     pub fn new(world: &ProcessGroup, layout: &RankLayout) -> Result<Self> {
+        Self::with_experts(world, layout, 1)
+    }
+
+    /// [`ProcessGroups::new`] plus the expert-parallel groups of degree `ep` (none for 1).
+    pub fn with_experts(world: &ProcessGroup, layout: &RankLayout, ep: usize) -> Result<Self> {
         if layout.world_size() != world.size() {
             return Err(DistError::Invalid(format!(
                 "layout has {} ranks but the world group has {}",
@@ -241,12 +288,27 @@ impl ProcessGroups {
         } else {
             None
         };
+        let experts = if ep > 1 {
+            let (ep_groups, edp_groups) = layout.expert_groups(ep)?;
+            let split = |groups: &[Vec<usize>], what: &str| -> Result<ProcessGroup> {
+                world.split(groups)?.ok_or_else(|| {
+                    DistError::Invalid(format!("rank {} is in no {what} group", world.rank()))
+                })
+            };
+            Some(ExpertGroups {
+                ep: split(&ep_groups, "expert-parallel")?,
+                expert_dp: split(&edp_groups, "expert-data-parallel")?,
+            })
+        } else {
+            None
+        };
         Ok(ProcessGroups {
             tp: make(&["tp"])?,
             pp: make(&["pp"])?,
             dp: make(&["dp"])?,
             mp: make(&["tp", "pp"])?,
             embedding,
+            experts,
             layout: layout.clone(),
             world: world.clone(),
         })
@@ -299,6 +361,24 @@ mod tests {
         assert_eq!(
             g.peers,
             vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
+        );
+    }
+
+    #[test]
+    fn expert_groups_split_data_parallel_ranks_as_megatron_does() {
+        // TP 2 x DP 4, EP 2: data-parallel ranks of TP rank 0 are 0, 2, 4, 6; consecutive
+        // pairs split the experts, ranks two apart in data-parallel order hold the same ones.
+        let (ep, edp) = RankLayout::megatron(2, 1, 1, 4)
+            .unwrap()
+            .expert_groups(2)
+            .unwrap();
+        assert_eq!(ep, vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]);
+        assert_eq!(edp, vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
+        assert!(
+            RankLayout::megatron(1, 1, 1, 4)
+                .unwrap()
+                .expert_groups(3)
+                .is_err()
         );
     }
 

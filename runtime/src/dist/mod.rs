@@ -18,7 +18,7 @@ mod store;
 pub use env::DistEnv;
 pub use group::{Backend, GlooDevice, InitOptions, ProcessGroup, ReduceOp};
 pub use launch::{LaunchedRanks, LocalLauncher, free_port};
-pub use layout::{ProcessGroups, RankLayout, RolloutGroups};
+pub use layout::{ExpertGroups, ProcessGroups, RankLayout, RolloutGroups};
 pub use store::Store;
 
 use std::time::Duration;

@@ -130,7 +130,12 @@ impl MegatronModule {
         };
         let mut vs = VarStore::new(device);
         let tp = groups.as_ref().and_then(|g| active(&g.tp).cloned());
-        let model = ParallelModel::new(cfg, &vs, head, stage, tp, sequence_parallel)?;
+        let experts = groups
+            .as_ref()
+            .and_then(|g| g.experts.as_ref())
+            .map(|e| e.ep.clone());
+        let model =
+            ParallelModel::with_experts(cfg, &vs, head, stage, tp, sequence_parallel, experts)?;
         vs.set_kind(kind);
         Ok(MegatronModule {
             vs,
@@ -237,6 +242,17 @@ impl MegatronModule {
         settings: ParallelSettings,
         scaling: LossScaling,
     ) -> Result<()> {
+        if self.groups.as_ref().is_some_and(|g| g.experts.is_some())
+            && (settings.use_distributed_optimizer || config.clip_grad > 0.0)
+        {
+            // The distributed optimizer would shard experts over the data-parallel group, and
+            // the grad norm would count only this rank's experts.
+            return Err(MegatronError::Config(
+                "expert parallelism runs with the replicated optimizer and without gradient \
+                 clipping so far"
+                    .into(),
+            ));
+        }
         let params = self.dist_params();
         let opt = if settings.use_distributed_optimizer {
             let groups = DistGroups {
@@ -432,7 +448,33 @@ impl MegatronModule {
         if let (Some(ModuleOptimizer::Replicated(_)), Some(dp)) =
             (&self.optimizer, active(&groups.dp))
         {
-            dp.all_reduce_many(&self.param_grads(), ReduceOp::Avg)?;
+            match &groups.experts {
+                None => dp.all_reduce_many(&self.param_grads(), ReduceOp::Avg)?,
+                Some(experts) => {
+                    // An expert's gradient already holds the contributions of every token of
+                    // its expert-parallel group (they came through the exchange): summed over
+                    // the ranks that hold the same expert, it covers every data-parallel
+                    // rank's tokens, and 1/DP makes it the average dense gradients get.
+                    let (mut dense, mut expert) = (Vec::new(), Vec::new());
+                    for (name, g) in self.named_grads()? {
+                        if is_expert_param(&name) {
+                            expert.push(g);
+                        } else {
+                            dense.push(g);
+                        }
+                    }
+                    dp.all_reduce_many(&dense, ReduceOp::Avg)?;
+                    if !expert.is_empty() {
+                        if experts.expert_dp.size() > 1 {
+                            experts.expert_dp.all_reduce_many(&expert, ReduceOp::Sum)?;
+                        }
+                        let scale = 1.0 / dp.size() as f64;
+                        for g in &expert {
+                            let _ = g.shallow_clone().f_mul_scalar_(scale)?;
+                        }
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -492,6 +534,35 @@ impl MegatronModule {
     }
 
     /// The gradients the parameters have (those without one are left out).
+    /// The expert-parallel group and the rank of it that holds the expert parameter `name`
+    /// (`None` for a parameter every rank holds, or without expert parallelism).
+    fn expert_owner(&self, name: &str) -> Option<(&ProcessGroup, usize)> {
+        let ep = &self.groups.as_ref()?.experts.as_ref()?.ep;
+        let rest = name.split(".mlp.experts.").nth(1)?;
+        let e: i64 = rest.split('.').next()?.parse().ok()?;
+        let local = self.model.config.moe.num_experts / ep.size() as i64;
+        Some((ep, usize::try_from(e / local.max(1)).ok()?))
+    }
+
+    /// Every parameter's gradient by name: the defined ones, and an expert's always (a zero
+    /// one when none of its group's tokens chose it), so that the ranks that hold the same
+    /// experts reduce the same list.
+    fn named_grads(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        for p in self.model.params() {
+            let g = p.tensor.grad();
+            if g.defined() {
+                out.push((p.name, g));
+            } else if is_expert_param(&p.name) {
+                let z = p.tensor.f_zeros_like()?;
+                crate::ops::set_grad(&p.tensor, Some(&z))
+                    .map_err(crate::optim::OptimError::from)?;
+                out.push((p.name, p.tensor.grad()));
+            }
+        }
+        Ok(out)
+    }
+
     fn param_grads(&self) -> Vec<Tensor> {
         self.model
             .params()
@@ -574,6 +645,17 @@ impl MegatronModule {
             let shapes = full_shapes(cfg, self.model.head_kind, &stage);
             let mut tensors = Vec::with_capacity(shapes.len());
             for (name, shape) in &shapes {
+                // An expert another rank of the expert-parallel group holds: its copy,
+                // broadcast by that rank (every rank of the group lists the same names).
+                if s == self.model.stage.rank
+                    && let Some((ep, owner)) = self.expert_owner(name)
+                    && owner != ep.rank()
+                {
+                    let t = Tensor::f_zeros(shape.as_slice(), (kind, device))?;
+                    ep.broadcast(&t, owner)?;
+                    tensors.push(t);
+                    continue;
+                }
                 let t = if s == self.model.stage.rank {
                     let local = mine.get(name).ok_or_else(|| {
                         MegatronError::Config(format!("stage {s} lacks `{name}`"))
@@ -591,6 +673,11 @@ impl MegatronModule {
                 } else {
                     Tensor::f_zeros(shape.as_slice(), (kind, device))?
                 };
+                if s == self.model.stage.rank
+                    && let Some((ep, _)) = self.expert_owner(name)
+                {
+                    ep.broadcast(&t, ep.rank())?;
+                }
                 tensors.push(t);
             }
             if let Some(pp) = pipe_group {
@@ -600,6 +687,11 @@ impl MegatronModule {
         }
         Ok(out)
     }
+}
+
+/// Whether a parameter belongs to a routed expert (split over the expert-parallel group).
+fn is_expert_param(name: &str) -> bool {
+    name.contains(".mlp.experts.")
 }
 
 /// The schedule's view of a module's forward.

@@ -181,6 +181,20 @@ impl ParallelModel {
         tp: Option<ProcessGroup>,
         sequence_parallel: bool,
     ) -> Result<Self> {
+        Self::with_experts(cfg, vs, head, stage, tp, sequence_parallel, None)
+    }
+
+    /// [`ParallelModel::new`] with the mixture-of-experts layers' experts split over the
+    /// expert-parallel group `experts` (this rank holds its consecutive share).
+    pub fn with_experts(
+        cfg: &ModelConfig,
+        vs: &VarStore,
+        head: HeadKind,
+        stage: Stage,
+        tp: Option<ProcessGroup>,
+        sequence_parallel: bool,
+        experts: Option<ProcessGroup>,
+    ) -> Result<Self> {
         let root = vs.root();
         cfg.validate().map_err(MegatronError::Config)?;
         if cfg.arch().is_ok_and(crate::model::Arch::is_qwen3_5) {
@@ -218,6 +232,7 @@ impl ParallelModel {
                     slot: i - stage.layers.start,
                     tp: tp_size,
                     adapters: None,
+                    experts: experts.as_ref(),
                 };
                 DecoderLayer::build(cfg, &model / "layers" / i, at).map_err(MegatronError::Config)
             })

@@ -153,6 +153,9 @@ pub(crate) struct LayerPlace<'a> {
     pub slot: usize,
     pub tp: i64,
     pub adapters: Option<Adapters<'a>>,
+    /// The expert-parallel group that splits a mixture-of-experts layer's experts (`None`:
+    /// this rank holds them all).
+    pub experts: Option<&'a crate::dist::ProcessGroup>,
 }
 
 impl LayerPlace<'_> {
@@ -229,7 +232,30 @@ pub enum FeedForward {
 impl FeedForward {
     fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
         if cfg.sparse_layer(at.index) {
-            return Ok(FeedForward::Sparse(SparseMoe::build(cfg, p, at)?));
+            let moe = match at.experts.filter(|g| g.size() > 1) {
+                Some(ep) => {
+                    let (size, rank) = (ep.size() as i64, ep.rank() as i64);
+                    let e = cfg.moe.num_experts;
+                    if e % size != 0 {
+                        return Err(format!(
+                            "expert parallel size {size} does not divide the {e} experts"
+                        ));
+                    }
+                    if at.tp > 1 {
+                        return Err(
+                            "expert parallelism together with tensor parallelism is not implemented"
+                                .into(),
+                        );
+                    }
+                    let local = e / size;
+                    let mut moe =
+                        SparseMoe::build_range(cfg, p, at, rank * local..(rank + 1) * local)?;
+                    moe.set_expert_group(ep.clone())?;
+                    moe
+                }
+                None => SparseMoe::build(cfg, p, at)?,
+            };
+            return Ok(FeedForward::Sparse(moe));
         }
         let dims = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
         Ok(FeedForward::Dense(Mlp::build(p, at, "mlp", dims)?))
@@ -705,6 +731,7 @@ impl Model {
                     slot: i,
                     tp: 1,
                     adapters: ad,
+                    experts: None,
                 };
                 DecoderLayer::build(cfg, &p / "layers" / i, at)
             })

@@ -65,11 +65,12 @@ impl SparseMoe {
             slot: 0,
             tp: 1,
             adapters: None,
+            experts: None,
         };
         Self::build_range(cfg, p, at, experts)
     }
 
-    fn build_range(
+    pub(crate) fn build_range(
         cfg: &ModelConfig,
         p: Path,
         at: LayerPlace<'_>,
