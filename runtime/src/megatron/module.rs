@@ -242,14 +242,17 @@ impl MegatronModule {
         settings: ParallelSettings,
         scaling: LossScaling,
     ) -> Result<()> {
-        if self.groups.as_ref().is_some_and(|g| g.experts.is_some())
-            && (settings.use_distributed_optimizer || config.clip_grad > 0.0)
-        {
-            // The distributed optimizer would shard experts over the data-parallel group, and
-            // the grad norm would count only this rank's experts.
+        let experts = self
+            .groups
+            .as_ref()
+            .and_then(|g| g.experts.as_ref())
+            .map(|e| e.ep.clone());
+        if experts.is_some() && settings.use_distributed_optimizer {
+            // It would shard the experts over the data-parallel group, whose ranks hold
+            // different ones.
             return Err(MegatronError::Config(
-                "expert parallelism runs with the replicated optimizer and without gradient \
-                 clipping so far"
+                "expert parallelism runs with the replicated optimizer so far \
+                 (use_distributed_optimizer: false)"
                     .into(),
             ));
         }
@@ -277,11 +280,12 @@ impl MegatronModule {
                     in_grad_norm: p.in_grad_norm,
                 })
                 .collect();
-            ModuleOptimizer::Replicated(Optimizer::with_scaling(
-                make_groups(named),
-                config,
-                scaling,
-            )?)
+            let mut o = Optimizer::with_scaling(make_groups(named), config, scaling)?;
+            if let Some(ep) = experts {
+                // Each expert's gradient is on one rank of the group: the norm sums them there.
+                o.set_local_params(ep, is_expert_param);
+            }
+            ModuleOptimizer::Replicated(o)
         };
         self.optimizer = Some(opt);
         Ok(())

@@ -108,6 +108,16 @@ pub struct Optimizer {
     pub(crate) groups: Vec<GroupData>,
     pub(crate) options: Vec<GroupOptions>,
     pub(crate) scaler: Option<Box<dyn LossScaler>>,
+    /// Parameters that differ over a group of ranks which hold the same copies of the others
+    /// (Megatron's experts over the expert-parallel group): their squared norms are summed
+    /// over it before the norm's usual reduction.
+    pub(crate) local_params: Option<LocalParams>,
+}
+
+/// See [`Optimizer::set_local_params`].
+pub(crate) struct LocalParams {
+    pub(crate) group: ProcessGroup,
+    pub(crate) is_local: fn(&str) -> bool,
 }
 
 /// (device, offloaded, aliased, in_norm) of a chunk.
@@ -239,6 +249,7 @@ impl Optimizer {
             groups: data,
             options,
             scaler,
+            local_params: None,
         })
     }
 
@@ -549,9 +560,58 @@ impl Optimizer {
         out
     }
 
-    /// Global fp32 grad norm over the grads counted in the norm, reduced over `mp_group`.
+    /// Global fp32 grad norm over the grads counted in the norm, reduced over `mp_group`
+    /// (with [`Optimizer::set_local_params`], the L2 norm's squares of those parameters summed
+    /// over their group first).
     pub fn grad_norm(&self, norm: NormType, mp_group: Option<&ProcessGroup>) -> Result<f64> {
-        clip::grad_norm_fp32(&self.main_grads(true), norm, mp_group)
+        let Some(local) = self.local_params.as_ref().filter(|_| norm == NormType::L2) else {
+            return clip::grad_norm_fp32(&self.main_grads(true), norm, mp_group);
+        };
+        let (shared, own) = self.main_grads_split(local.is_local);
+        let sq = |grads: &[Tensor], group: Option<&ProcessGroup>| -> Result<f64> {
+            Ok(clip::grad_norm_fp32(grads, NormType::L2, group)?.powi(2))
+        };
+        let total = sq(&shared, None)? + sq(&own, Some(&local.group))?;
+        let t = Tensor::from_slice(&[total as f32]);
+        if let Some(g) = mp_group {
+            g.all_reduce(&t, crate::dist::ReduceOp::Sum)?;
+        }
+        Ok(f64::from(t.f_double_value(&[0])? as f32).sqrt())
+    }
+
+    /// Parameters whose name `is_local` are held by one rank of `group` each (the others
+    /// hold the same copies of every other parameter): the grad norm counts each once.
+    pub fn set_local_params(&mut self, group: ProcessGroup, is_local: fn(&str) -> bool) {
+        self.local_params = Some(LocalParams { group, is_local });
+    }
+
+    /// The grads counted in the norm, per parameter, split by `is_local` of its name:
+    /// (the others, the local ones).
+    fn main_grads_split(&self, is_local: fn(&str) -> bool) -> (Vec<Tensor>, Vec<Tensor>) {
+        let (mut shared, mut own) = (Vec::new(), Vec::new());
+        for g in &self.groups {
+            for c in g.chunks.iter().filter(|c| c.in_norm) {
+                let per_param: Vec<(usize, Tensor)> = match &c.storage {
+                    Storage::Flat { members, .. } => members
+                        .iter()
+                        .map(|m| (m.param, m.grad.shallow_clone()))
+                        .collect(),
+                    Storage::Aliased { members } => members
+                        .iter()
+                        .map(|&i| (i, g.params[i].tensor.grad()))
+                        .filter(|(_, t)| t.defined())
+                        .collect(),
+                };
+                for (i, t) in per_param {
+                    if is_local(&g.params[i].name) {
+                        own.push(t);
+                    } else {
+                        shared.push(t);
+                    }
+                }
+            }
+        }
+        (shared, own)
     }
 
     /// Zero elements in the grads counted in the norm, summed over `mp_group`.

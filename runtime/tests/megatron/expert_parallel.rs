@@ -145,8 +145,8 @@ rank_test!(expert_parallel_block_matches_one_process, 2, |world| {
 // the 4 experts; tokens reach their experts through the exchange; expert gradients averaged
 // as dense ones are): 20 steps of next-token cross-entropy follow the single-process model
 // and optimizer, loss by loss, and the gathered final weights (every expert, from its rank)
-// match. Replicated optimizer without gradient clipping: what the module runs with experts
-// so far.
+// match, with gradient clipping (the norm counts every expert once). Replicated optimizer:
+// what the module runs with experts so far.
 rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
@@ -157,8 +157,8 @@ rank_test!(
         use runtime::rollout::TokenStats;
 
         use crate::support::{
-            Setup, batch, full_weights, make_groups, masked_sum, reference_model, reference_run,
-            token_count,
+            Setup, batch, full_weights, make_groups, masked_sum, reference_model,
+            reference_run_with_norms, token_count,
         };
 
         const STEPS: usize = 20;
@@ -196,7 +196,7 @@ rank_test!(
         );
         let (vs, _) = reference_model(&cfg, Kind::Float);
         m.load_full(&full_weights(&vs)).unwrap();
-        // The distributed optimizer and clipping are refused with experts, not run wrongly.
+        // The distributed optimizer is refused with experts, not run wrongly.
         assert!(
             m.build_optimizer(
                 setup.optim,
@@ -227,7 +227,7 @@ rank_test!(
             position_ids: part(&pos),
             attention_mask: Some(part(&mask)),
         };
-        let mut losses = Vec::new();
+        let (mut losses, mut norms) = (Vec::new(), Vec::new());
         for _ in 0..STEPS {
             m.zero_grad().unwrap();
             let mut acc = 0.0;
@@ -255,10 +255,20 @@ rank_test!(
             let t = Tensor::from_slice(&[acc]);
             world.all_reduce(&t, ReduceOp::Sum).unwrap();
             losses.push(t.double_value(&[0]) / n);
-            assert!(m.step().unwrap().update_successful);
+            let out = m.step().unwrap();
+            assert!(out.update_successful);
+            norms.push(out.grad_norm.unwrap_or(f64::NAN));
         }
         let weights = m.full_params().unwrap();
-        let (ref_losses, ref_weights) = reference_run(&cfg, STEPS, ROWS, LEN, &setup);
+        let (ref_losses, ref_weights, ref_norms) =
+            reference_run_with_norms(&cfg, STEPS, ROWS, LEN, &setup);
+        // The norm the clipping used: every expert once, as in one process.
+        for (i, (a, b)) in norms.iter().zip(&ref_norms).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * b.abs(),
+                "step {i}: grad norm {a} vs {b}"
+            );
+        }
         assert!(
             ref_losses[STEPS - 1] < ref_losses[0] * 0.9,
             "{ref_losses:?}"

@@ -149,11 +149,23 @@ pub fn reference_run(
     len: i64,
     setup: &Setup,
 ) -> (Vec<f64>, Vec<(String, Tensor)>) {
+    let (losses, weights, _) = reference_run_with_norms(cfg, steps, rows, len, setup);
+    (losses, weights)
+}
+
+/// [`reference_run`] and the grad norm of every step.
+pub fn reference_run_with_norms(
+    cfg: &ModelConfig,
+    steps: usize,
+    rows: i64,
+    len: i64,
+    setup: &Setup,
+) -> (Vec<f64>, Vec<(String, Tensor)>, Vec<f64>) {
     let (vs, model) = reference_model(cfg, setup.kind);
     let mut opt = Optimizer::new(make_groups(named_params(&vs)), setup.optim).unwrap();
     let (ids, mask, pos) = batch(cfg, rows, len);
     let n = token_count(&mask);
-    let mut losses = Vec::new();
+    let (mut losses, mut norms) = (Vec::new(), Vec::new());
     for _ in 0..steps {
         opt.zero_grad().unwrap();
         let logits = model.forward(&ids, &pos, Some(&mask), None);
@@ -163,6 +175,7 @@ pub fn reference_run(
         loss.backward();
         let out = opt.step(None).unwrap();
         assert!(out.update_successful);
+        norms.push(out.grad_norm.unwrap_or(f64::NAN));
     }
-    (losses, full_weights(&vs))
+    (losses, full_weights(&vs), norms)
 }
