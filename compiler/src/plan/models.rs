@@ -247,13 +247,17 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
     for (key, path) in paths {
         let engine = role_engine(spec, key);
         let ulysses = engine.map_or(1, |e| e.ulysses());
+        let world = spec.world.nnodes.max(1) * spec.world.n_gpus_per_node.max(1);
         let experts = match engine {
-            Some(verlc_spec::trainer::EngineSpec::Megatron(m)) => (
-                m.expert_parallel,
-                m.expert_tensor_parallel,
-                m.tensor_parallel,
-            ),
-            _ => (1, None, 1),
+            Some(verlc_spec::trainer::EngineSpec::Megatron(m)) => ExpertLayout {
+                ep: m.expert_parallel,
+                etp: m.expert_tensor_parallel,
+                tp: m.tensor_parallel,
+                dp: world / (m.tensor_parallel * m.pipeline_parallel).max(1),
+                distributed_optimizer: m.use_distributed_optimizer,
+                rollout_tp: spec.rollout.tensor_parallel,
+            },
+            _ => ExpertLayout::default(),
         };
         let layout = |name: &str, model_type: &str, linear_heads: Option<(i64, i64)>| {
             layout_problem(name, model_type, megatron, (ulysses, linear_heads), experts)
@@ -300,17 +304,40 @@ fn layout_problem(
     model_type: &str,
     megatron: bool,
     (ulysses, linear_heads): (usize, Option<(i64, i64)>),
-    (ep, etp, tp): (usize, Option<usize>, usize),
+    x: ExpertLayout,
 ) -> Option<String> {
     let linear = LINEAR_ATTENTION_DECODERS.contains(&model_type);
     if megatron && MOE_DECODERS.contains(&model_type) && !linear {
-        if ep > 1 {
-            let setting = format!("expert_model_parallel_size = {ep}");
-            return Some(moe_on_megatron(model, model_type, &setting));
-        }
-        if let Some(etp) = etp.filter(|e| *e != tp) {
+        let (ep, tp) = (x.ep, x.tp);
+        if let Some(etp) = x.etp.filter(|e| *e != tp) {
             let setting = format!("expert_tensor_parallel_size = {etp} with tensor parallel {tp}");
             return Some(moe_on_megatron(model, model_type, &setting));
+        }
+        if ep > 1 {
+            // Expert parallelism: experts split over consecutive data-parallel ranks, tokens
+            // exchanged with all-to-alls, the replicated optimizer (its norm counts each
+            // expert once), the rollout holding every expert.
+            let why = if tp > 1 {
+                Some(format!("together with tensor parallel {tp}"))
+            } else if !x.dp.is_multiple_of(ep) {
+                Some(format!(
+                    "over {} data-parallel ranks (it must divide them)",
+                    x.dp
+                ))
+            } else if x.distributed_optimizer {
+                Some("with the distributed optimizer (set use_distributed_optimizer: false)".into())
+            } else if x.rollout_tp.is_some_and(|r| r != tp) {
+                Some("with a rollout tensor parallel size other than the actor's".into())
+            } else {
+                None
+            };
+            return why.map(|w| {
+                moe_on_megatron(
+                    model,
+                    model_type,
+                    &format!("expert_model_parallel_size = {ep} {w}"),
+                )
+            });
         }
         return None;
     }
@@ -360,9 +387,34 @@ fn builtin_arch(uri: &str) -> Option<String> {
     Some(arch.to_owned())
 }
 
+/// How a Megatron role places a mixture-of-experts model's experts.
+#[derive(Debug, Clone, Copy)]
+struct ExpertLayout {
+    ep: usize,
+    etp: Option<usize>,
+    tp: usize,
+    /// Data-parallel ranks (the world over TP x PP).
+    dp: usize,
+    distributed_optimizer: bool,
+    rollout_tp: Option<usize>,
+}
+
+impl Default for ExpertLayout {
+    fn default() -> Self {
+        ExpertLayout {
+            ep: 1,
+            etp: None,
+            tp: 1,
+            dp: 1,
+            distributed_optimizer: false,
+            rollout_tp: None,
+        }
+    }
+}
+
 fn moe_on_megatron(model: &str, model_type: &str, setting: &str) -> String {
     format!(
-        "{model} is a mixture-of-experts model (`{model_type}`); verlc's Megatron engine splits its experts over tensor parallelism only (expert tensor parallel = TP, expert parallel 1): {setting} is not implemented"
+        "{model} is a mixture-of-experts model (`{model_type}`); verlc's Megatron engine splits its experts over tensor parallelism (expert tensor parallel = TP), or over data-parallel ranks without tensor parallelism: {setting} is not implemented"
     )
 }
 

@@ -237,7 +237,10 @@ impl MegatronSettings {
             Some(w) => {
                 let layout = RankLayout::megatron(tp, 1, pp, world_size / (tp * pp))
                     .map_err(MegatronError::from)?;
-                Some(ProcessGroups::new(w, &layout).map_err(MegatronError::from)?)
+                Some(
+                    ProcessGroups::with_experts(w, &layout, spec.expert_parallel.max(1))
+                        .map_err(MegatronError::from)?,
+                )
             }
             None if tp * pp > 1 => {
                 return Err(bad(format!(
@@ -774,7 +777,8 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
             });
         }
         self.with_params(|e| {
-            e.module
+            let own: Vec<(String, Tensor)> = e
+                .module
                 .model
                 .params()
                 .into_iter()
@@ -786,7 +790,9 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
                     };
                     Ok((p.name, t))
                 })
-                .collect()
+                .collect::<Result<_>>()?;
+            // The rollout model holds every expert: the others' come from their ranks.
+            Ok(e.module.with_all_experts(own)?)
         })
     }
 

@@ -538,6 +538,36 @@ impl MegatronModule {
     }
 
     /// The gradients the parameters have (those without one are left out).
+    /// `own` (this rank's parameters by name) with every other rank's experts of this stage
+    /// added, each broadcast over the expert-parallel group by the rank that holds it
+    /// (collective over it); `own` unchanged without expert parallelism.
+    pub fn with_all_experts(&self, own: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>> {
+        if self.groups.as_ref().is_none_or(|g| g.experts.is_none()) {
+            return Ok(own);
+        }
+        let cfg = &self.model.config;
+        let (kind, device) = (self.model.kind(), self.model.device());
+        let mut out = own;
+        for (name, shape) in full_shapes(cfg, self.model.head_kind, &self.model.stage) {
+            let Some((ep, owner)) = self.expert_owner(&name) else {
+                continue;
+            };
+            if owner == ep.rank() {
+                let t = out
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, t)| t.shallow_clone())
+                    .ok_or_else(|| MegatronError::Config(format!("this rank lacks `{name}`")))?;
+                ep.broadcast(&t.f_contiguous()?, owner)?;
+            } else {
+                let t = Tensor::f_zeros(shape.as_slice(), (kind, device))?;
+                ep.broadcast(&t, owner)?;
+                out.push((name, t));
+            }
+        }
+        Ok(out)
+    }
+
     /// The expert-parallel group and the rank of it that holds the expert parameter `name`
     /// (`None` for a parameter every rank holds, or without expert parallelism).
     fn expert_owner(&self, name: &str) -> Option<(&ProcessGroup, usize)> {

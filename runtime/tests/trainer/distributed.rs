@@ -351,6 +351,45 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
+/// Megatron with expert parallelism 2 (TP 1, 2 data-parallel ranks, each holding half of a
+/// Qwen3-MoE actor's experts; the replicated optimizer, whose grad norm counts each expert
+/// once; the rollout model gets every expert from its rank): every step matches the
+/// one-process run, and a run resumed from its step-2 checkpoint repeats step 3 exactly.
+/// Every token takes all 4 experts (a top-k near-tie would flip under the other reduction
+/// order); the tokens still travel to both ranks' experts.
+#[test]
+fn megatron_expert_parallel_matches_one_process_and_resumes_exactly() {
+    let dir = scratch("dist_megatron_ep");
+    let moe = [
+        "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=4&moe_intermediate=32'".to_owned(),
+        "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false".to_owned(),
+        "actor_rollout_ref.ref.megatron.use_distributed_optimizer=false".to_owned(),
+    ];
+    let one_cfg = config(
+        "quickstart_megatron.yaml",
+        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1)
+            .with(&moe)
+            .overrides,
+    );
+    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
+        .expect("one-process run");
+    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("ep2"), 2)
+        .with(&moe)
+        .with(&[
+            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2".into(),
+            "actor_rollout_ref.ref.megatron.expert_model_parallel_size=2".into(),
+            "trainer.save_freq=2".into(),
+        ]);
+    let spec = config(job.example, &job.overrides);
+    assert!(
+        matches!(&spec.actor.engine, verlc_spec::trainer::EngineSpec::Megatron(m) if m.expert_parallel == 2)
+    );
+    let ranks = run_ranks(&job, &dir.join("ep2"), 2);
+    assert_matches(&one.history, &ranks[0], 2e-3, "Megatron EP=2");
+    let s2 = step_dir(&dir.join("ep2").join("ckpt"), 2);
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
+}
+
 /// The tool agent loop on Megatron at TP=2: the rollout replica is both ranks, which decode
 /// in lockstep; the leader (tensor rank 0) runs the tools and hands every answer to the other,
 /// so both ranks run the same trajectories and report the same metrics.

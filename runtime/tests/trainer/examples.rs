@@ -414,7 +414,9 @@ struct Lowered {
 /// Whether verlc implements the model an example trains and the engine it trains it with,
 /// told from its `model.path` (the examples name Hub ids or local copies of them) and its
 /// `model_engine`: Llama, Qwen2/2.5 and Qwen3 dense on FSDP and Megatron; Qwen3-MoE on FSDP
-/// and on Megatron without expert parallelism; Qwen3.5 and Qwen3.5-MoE on FSDP. Qwen3-Next,
+/// and on Megatron (its expert parallelism needs TP 1 and the replicated optimizer, which
+/// verl's examples do not use: they count as not implemented); Qwen3.5 and Qwen3.5-MoE on
+/// FSDP. Qwen3-Next,
 /// vision-language models, DeepSeek-style and other families are not (yet), nor expert
 /// parallelism or Gated DeltaNet layers on Megatron, nor the engines
 /// of 0.8+ verlc does not lower (VeOmni, TorchTitan, MindSpeed, AutoModel: one B018 each).
