@@ -210,6 +210,10 @@ pub struct MegatronSettings {
     pub param_offload: bool,
     /// verl's `megatron.grad_offload`: gradient buffers in host memory between phases.
     pub grad_offload: bool,
+    /// `expert_model_parallel_size`: the experts of a mixture-of-experts model split over that
+    /// many data-parallel ranks (the engine builds the groups once it knows the model has
+    /// experts; a dense model ignores it, as Megatron does).
+    pub expert_parallel: usize,
 }
 
 impl MegatronSettings {
@@ -237,10 +241,7 @@ impl MegatronSettings {
             Some(w) => {
                 let layout = RankLayout::megatron(tp, 1, pp, world_size / (tp * pp))
                     .map_err(MegatronError::from)?;
-                Some(
-                    ProcessGroups::with_experts(w, &layout, spec.expert_parallel.max(1))
-                        .map_err(MegatronError::from)?,
-                )
+                Some(ProcessGroups::new(w, &layout).map_err(MegatronError::from)?)
             }
             None if tp * pp > 1 => {
                 return Err(bad(format!(
@@ -260,6 +261,7 @@ impl MegatronSettings {
             sequence_parallel: spec.sequence_parallel && tp > 1,
             param_offload: spec.param_offload,
             grad_offload: spec.grad_offload,
+            expert_parallel: spec.expert_parallel.max(1),
         })
     }
 }
@@ -314,10 +316,19 @@ impl<H: MegatronHead> MegatronEngine<H> {
             .with_overrides(&settings.config_overrides)
             .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         let kind = settings.param_dtype.kind();
+        // A mixture-of-experts model with expert parallelism gets the expert groups (collective
+        // over the world; every rank loads the same config).
+        let groups = match &megatron.groups {
+            Some(g) if megatron.expert_parallel > 1 && config.moe.num_experts > 0 => Some(
+                ProcessGroups::with_experts(&g.world, &g.layout, megatron.expert_parallel)
+                    .map_err(MegatronError::from)?,
+            ),
+            other => other.clone(),
+        };
         let mut module = MegatronModule::with_sequence_parallel(
             &config,
             H::KIND,
-            megatron.groups.clone(),
+            groups,
             settings.device,
             kind,
             megatron.sequence_parallel,

@@ -127,6 +127,7 @@ pub(crate) fn megatron_settings(
         sequence_parallel,
         param_offload: offload,
         grad_offload: offload,
+        expert_parallel: 1,
     }
 }
 
