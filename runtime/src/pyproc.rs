@@ -1,5 +1,6 @@
 //! A long-lived Python helper process spoken to over JSON lines: one JSON object per line on
-//! its stdin and stdout (the script moves the user's prints to stderr), stderr relayed with a
+//! its stdin and stdout (`pyproc_channel.py`, run ahead of every helper script, gives it
+//! `protocol_sender()`, which moves the user's prints to stderr), stderr relayed with a
 //! prefix and its last lines kept for error messages. Every wait is bounded: a reply that does
 //! not come within its timeout kills the process; a process that exits is reported with its
 //! status and last stderr lines; afterwards every request fails with the first reason.
@@ -16,6 +17,9 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 const STDERR_TAIL: usize = 40;
+
+/// The helper's side of the protocol, run ahead of its script.
+const CHANNEL: &str = include_str!("pyproc_channel.py");
 
 /// Why a request got no reply.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -56,7 +60,8 @@ impl std::fmt::Debug for JsonLinesProcess {
 }
 
 impl JsonLinesProcess {
-    /// Runs `python -u -c script args...`; its stderr lines are printed as `[tag] line`.
+    /// Runs `python -u -c script args...` (with `pyproc_channel.py` ahead of `script`); its
+    /// stderr lines are printed as `[tag] line`.
     pub fn spawn(
         python: &str,
         script: &str,
@@ -66,7 +71,7 @@ impl JsonLinesProcess {
         let mut child = Command::new(python)
             .arg("-u")
             .arg("-c")
-            .arg(script)
+            .arg(format!("{CHANNEL}{script}"))
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

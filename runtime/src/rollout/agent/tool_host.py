@@ -329,13 +329,7 @@ async def guarded(tools, call, pool, timeout):
 
 
 def main():
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def send(obj):
-        proto.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        proto.flush()
+    send = protocol_sender(ensure_ascii=False)  # noqa: F821 - defined by pyproc_channel.py, put ahead of this script
 
     config_path, function_path = sys.argv[1], sys.argv[2]
     timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0

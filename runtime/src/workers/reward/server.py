@@ -48,13 +48,7 @@ def normalize(res):
 
 
 def main():
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def send(obj):
-        proto.write(json.dumps(obj, allow_nan=False) + "\n")
-        proto.flush()
+    send = protocol_sender(allow_nan=False)  # noqa: F821 - defined by pyproc_channel.py, put ahead of this script
 
     path, name = sys.argv[1], sys.argv[2]
     kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
