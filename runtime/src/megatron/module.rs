@@ -665,13 +665,16 @@ impl MegatronModule {
         let stages = pipe_group.map_or(1, ProcessGroup::size);
         let layers = usize::try_from(cfg.num_hidden_layers)
             .map_err(|_| MegatronError::Config("negative layer count".into()))?;
-        let mine: std::collections::HashMap<String, Tensor> = self
+        // This rank's parameters, and the other expert-parallel ranks' experts of its stage.
+        let own: Vec<(String, Tensor)> = self
             .model
             .params()
             .into_iter()
             .filter(|p| !p.output_copy)
             .map(|p| (p.name, p.tensor))
             .collect();
+        let mine: std::collections::HashMap<String, Tensor> =
+            self.with_all_experts(own)?.into_iter().collect();
         let (kind, device) = (self.model.kind(), self.model.device());
         let mut out = Vec::new();
         for s in 0..stages {
@@ -679,17 +682,6 @@ impl MegatronModule {
             let shapes = full_shapes(cfg, self.model.head_kind, &stage);
             let mut tensors = Vec::with_capacity(shapes.len());
             for (name, shape) in &shapes {
-                // An expert another rank of the expert-parallel group holds: its copy,
-                // broadcast by that rank (every rank of the group lists the same names).
-                if s == self.model.stage.rank
-                    && let Some((ep, owner)) = self.expert_owner(name)
-                    && owner != ep.rank()
-                {
-                    let t = Tensor::f_zeros(shape.as_slice(), (kind, device))?;
-                    ep.broadcast(&t, owner)?;
-                    tensors.push(t);
-                    continue;
-                }
                 let t = if s == self.model.stage.rank {
                     let local = mine.get(name).ok_or_else(|| {
                         MegatronError::Config(format!("stage {s} lacks `{name}`"))
@@ -707,11 +699,6 @@ impl MegatronModule {
                 } else {
                     Tensor::f_zeros(shape.as_slice(), (kind, device))?
                 };
-                if s == self.model.stage.rank
-                    && let Some((ep, _)) = self.expert_owner(name)
-                {
-                    ep.broadcast(&t, ep.rank())?;
-                }
                 tensors.push(t);
             }
             if let Some(pp) = pipe_group {
