@@ -137,29 +137,28 @@ fn entries(lines: &[&str]) -> Vec<Entry> {
     out
 }
 
-/// The value of a moved key as YAML lines for a key at `indent`: the inline value, or the
-/// child lines re-indented.
-fn value_lines(lines: &[&str], e: &Entry, indent: usize) -> (String, Vec<String>) {
-    let children: Vec<&str> = lines[e.start + 1..=e.end].to_vec();
-    let child_indent = children
+/// The child lines of the block `(start, end)` re-indented under a key at `indent` (their
+/// relative indentation kept).
+fn child_lines(lines: &[&str], (start, end): (usize, usize), indent: usize) -> Vec<String> {
+    let children = &lines[start + 1..=end];
+    let shallowest = children
         .iter()
         .filter(|l| !blank_or_comment(l))
         .map(|l| l.len() - l.trim_start().len())
         .min()
-        .unwrap_or(e.indent + 2);
+        .unwrap_or(0);
     let pad = " ".repeat(indent + 2);
-    let body = children
+    children
         .iter()
         .map(|l| {
             if l.trim().is_empty() {
                 String::new()
             } else {
-                let cut = (l.len() - l.trim_start().len()).min(child_indent);
+                let cut = (l.len() - l.trim_start().len()).min(shallowest);
                 format!("{pad}{}", &l[cut..])
             }
         })
-        .collect();
-    (e.inline.clone(), body)
+        .collect()
 }
 
 /// A key to write: its path segments under the anchor, inline value and child lines.
@@ -201,7 +200,7 @@ pub fn migrate_file(text: &str) -> Result<FileMigration, MigrateError> {
     }
     let mut changes = Vec::new();
     let mut removed = vec![false; lines.len()];
-    let mut inserts: Vec<(String, Insert, usize)> = Vec::new();
+    let mut inserts: Vec<(String, Insert, &Entry)> = Vec::new();
     let mut skip_until = None;
     for e in &all {
         if skip_until.is_some_and(|end| e.start <= end) {
@@ -238,7 +237,7 @@ pub fn migrate_file(text: &str) -> Result<FileMigration, MigrateError> {
                     inline: e.inline.clone(),
                     source: (e.start, e.end),
                 },
-                e.start + 1,
+                e,
             ));
         }
     }
@@ -265,14 +264,11 @@ pub fn migrate_file(text: &str) -> Result<FileMigration, MigrateError> {
     // Where each new key goes: under the deepest section the file keeps.
     let kept: Vec<&Entry> = all.iter().filter(|e| !removed[e.start]).collect();
     let mut by_anchor: BTreeMap<Option<usize>, Vec<Insert>> = BTreeMap::new();
-    for (to, mut ins, line) in inserts {
+    for (to, mut ins, moved) in inserts {
         if let Some(existing) = kept.iter().find(|e| e.path == to) {
             return Err(MigrateError::Conflict {
-                line,
-                from: changes
-                    .iter()
-                    .find(|c| c.line == line)
-                    .map_or_else(String::new, |c| c.from.clone()),
+                line: moved.start + 1,
+                from: moved.path.clone(),
                 to,
                 existing: existing.start + 1,
             });
@@ -389,17 +385,13 @@ fn render_tree(lines: &[&str], inserts: &[Insert], indent: usize) -> Vec<String>
         let depth = ins.rest.len() - 1;
         let key_indent = indent + 2 * depth;
         let leaf = &ins.rest[depth];
-        let entry = Entry {
-            path: String::new(),
-            indent: 0,
-            start: ins.source.0,
-            end: ins.source.1,
-            inline: ins.inline.clone(),
-        };
-        let (inline, children) = value_lines(lines, &entry, key_indent);
-        let sep = if inline.is_empty() { "" } else { " " };
-        out.push(format!("{}{leaf}:{sep}{inline}", " ".repeat(key_indent)));
-        out.extend(children);
+        let sep = if ins.inline.is_empty() { "" } else { " " };
+        out.push(format!(
+            "{}{leaf}:{sep}{}",
+            " ".repeat(key_indent),
+            ins.inline
+        ));
+        out.extend(child_lines(lines, ins.source, key_indent));
     }
     out
 }
