@@ -143,30 +143,26 @@ rank_test!(expert_parallel_block_matches_one_process, 2, |world| {
 
 // The Megatron module with expert parallelism 2 over 2 data-parallel ranks (each holds 2 of
 // the 4 experts; tokens reach their experts through the exchange; expert gradients averaged
-// as dense ones are): 20 steps of next-token cross-entropy follow the single-process model
-// and optimizer, loss by loss, and the gathered final weights (every expert, from its rank)
-// match, with gradient clipping (the norm counts every expert once). Replicated optimizer:
-// what the module runs with experts so far.
+// as dense ones are): 20 steps, every one clipped (below the gradients' norm), follow the
+// single-process model and optimizer, loss by loss and grad norm by grad norm (the norm counts
+// every expert once), and the gathered final weights (every expert, from its rank) match.
+// Replicated optimizer: what the module runs with experts so far.
 rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
     |world| {
-        use runtime::dist::{ProcessGroups, RankLayout, ReduceOp};
-        use runtime::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
+        use runtime::dist::{ProcessGroups, RankLayout};
+        use runtime::megatron::{HeadKind, MegatronModule, ParallelSettings};
         use runtime::optim::LossScaling;
-        use runtime::rollout::TokenStats;
 
+        use crate::parity::{LEN, ROWS, STEPS, train_steps};
         use crate::support::{
-            Setup, batch, full_weights, make_groups, masked_sum, reference_model,
-            reference_run_with_norms, token_count,
+            Setup, full_weights, make_groups, reference_model, reference_run_with_norms,
         };
 
-        const STEPS: usize = 20;
-        const ROWS: i64 = 8;
-        const LEN: i64 = 10;
         let cfg = tiny_moe_config();
         let mut setup = Setup::fp32();
-        setup.optim.clip_grad = 0.0;
+        setup.optim.clip_grad = 0.05;
         let layout = RankLayout::megatron(1, 1, 1, 2).unwrap();
         let groups = ProcessGroups::with_experts(&world, &layout, 2).unwrap();
         let mut m = MegatronModule::new(
@@ -217,48 +213,7 @@ rank_test!(
         )
         .unwrap();
 
-        let (ids, mask, pos) = batch(&cfg, ROWS, LEN);
-        let n = token_count(&mask);
-        let (dp_rank, dp_size) = m.dp_rank_size();
-        let rows = ROWS / dp_size as i64;
-        let part = |t: &Tensor| t.narrow(0, dp_rank as i64 * rows, rows);
-        let mb = MicroBatch {
-            input_ids: part(&ids),
-            position_ids: part(&pos),
-            attention_mask: Some(part(&mask)),
-        };
-        let (mut losses, mut norms) = (Vec::new(), Vec::new());
-        for _ in 0..STEPS {
-            m.zero_grad().unwrap();
-            let mut acc = 0.0;
-            let mbs = [MicroBatch {
-                input_ids: mb.input_ids.shallow_clone(),
-                position_ids: mb.position_ids.shallow_clone(),
-                attention_mask: mb.attention_mask.as_ref().map(Tensor::shallow_clone),
-            }];
-            m.forward_backward(&mbs, &mut |_, model, tape, hidden| {
-                let labels = mbs[0].input_ids.narrow(1, 1, LEN - 1);
-                let lp = model
-                    .log_probs(
-                        tape,
-                        &hidden.narrow(1, 0, LEN - 1),
-                        &labels,
-                        1.0,
-                        TokenStats::default(),
-                    )?
-                    .log_probs;
-                let sum = masked_sum(&lp, mbs[0].attention_mask.as_ref().unwrap());
-                acc += sum.double_value(&[]);
-                Ok(sum * (dp_size as f64 / n))
-            })
-            .unwrap();
-            let t = Tensor::from_slice(&[acc]);
-            world.all_reduce(&t, ReduceOp::Sum).unwrap();
-            losses.push(t.double_value(&[0]) / n);
-            let out = m.step().unwrap();
-            assert!(out.update_successful);
-            norms.push(out.grad_norm.unwrap_or(f64::NAN));
-        }
+        let (losses, norms) = train_steps(&world, &mut m, &cfg, 1, 1);
         let weights = m.full_params().unwrap();
         let (ref_losses, ref_weights, ref_norms) =
             reference_run_with_norms(&cfg, STEPS, ROWS, LEN, &setup);
@@ -269,6 +224,10 @@ rank_test!(
                 "step {i}: grad norm {a} vs {b}"
             );
         }
+        assert!(
+            ref_norms.iter().all(|n| *n > setup.optim.clip_grad),
+            "every step is clipped: {ref_norms:?}"
+        );
         assert!(
             ref_losses[STEPS - 1] < ref_losses[0] * 0.9,
             "{ref_losses:?}"

@@ -15,9 +15,9 @@ use tch::{Device, Kind, Tensor};
 use crate::rank_test;
 use crate::support::*;
 
-const STEPS: usize = 20;
-const ROWS: i64 = 8;
-const LEN: i64 = 10;
+pub(crate) const STEPS: usize = 20;
+pub(crate) const ROWS: i64 = 8;
+pub(crate) const LEN: i64 = 10;
 
 struct Run {
     losses: Vec<f64>,
@@ -50,6 +50,24 @@ fn parallel_run(
     m.build_optimizer(setup.optim, make_groups, settings, LossScaling::LINKED)
         .unwrap();
 
+    let (losses, _) = train_steps(world, &mut m, cfg, tp, num_mb);
+    let weights = m.full_params().unwrap();
+    Run {
+        losses,
+        weights,
+        module: m,
+    }
+}
+
+/// [`STEPS`] steps of next-token cross-entropy on this rank's share of the fixed batch in
+/// `num_mb` micro-batches (the global mean loss); returns every step's loss and grad norm.
+pub(crate) fn train_steps(
+    world: &ProcessGroup,
+    m: &mut MegatronModule,
+    cfg: &ModelConfig,
+    tp: usize,
+    num_mb: i64,
+) -> (Vec<f64>, Vec<f64>) {
     let (ids, mask, pos) = batch(cfg, ROWS, LEN);
     let n = token_count(&mask);
     let (dp_rank, dp_size) = m.dp_rank_size();
@@ -64,7 +82,7 @@ fn parallel_run(
             attention_mask: Some(mask.narrow(0, i * per_mb, per_mb)),
         })
         .collect();
-    let mut losses = Vec::new();
+    let (mut losses, mut norms) = (Vec::new(), Vec::new());
     for _ in 0..STEPS {
         m.zero_grad().unwrap();
         let mut acc = 0.0;
@@ -93,13 +111,9 @@ fn parallel_run(
         let out = m.step().unwrap();
         assert!(out.update_successful);
         assert!(out.grad_norm.is_some_and(f64::is_finite));
+        norms.push(out.grad_norm.unwrap_or(f64::NAN));
     }
-    let weights = m.full_params().unwrap();
-    Run {
-        losses,
-        weights,
-        module: m,
-    }
+    (losses, norms)
 }
 
 /// Relative tolerance of the losses and absolute tolerance of the final weights.
