@@ -354,7 +354,7 @@ impl ToolRunner for Runner<'_> {
         if leader && let Some(t) = self.tools.as_deref_mut() {
             out.extend(t.finished(wait && out.is_empty()));
         }
-        if !self.replica.is_sharded() {
+        if !self.replica.replica_spans_ranks() {
             return out;
         }
         self.unanswered.clear();

@@ -352,32 +352,42 @@ impl RolloutWorker {
         }
     }
 
-    /// Whether this rank leads its rollout replica: the one rank that runs the agent loop's
-    /// tools when a replica spans ranks (a Megatron rank with tensor rank 0 on the first
-    /// pipeline stage); every rank of an unsharded rollout.
-    pub fn leads_replica(&self) -> bool {
+    /// This rank's rollout replica's tensor and pipeline groups, where they span ranks.
+    fn replica_groups(&self) -> (Option<&ProcessGroup>, Option<&ProcessGroup>) {
         match &self.model {
-            Skeleton::Sharded { model, pp, .. } => {
-                model.tp().is_none_or(|g| g.rank() == 0)
-                    && pp.as_ref().is_none_or(|g| g.rank() == 0)
-            }
-            _ => true,
+            Skeleton::Sharded { model, pp, .. } => (
+                model.tp().filter(|g| g.size() > 1),
+                pp.as_ref().filter(|g| g.size() > 1),
+            ),
+            _ => (None, None),
         }
+    }
+
+    /// Whether this rank's rollout replica spans several ranks (Megatron tensor or pipeline
+    /// parallelism), which decode in lockstep.
+    pub fn replica_spans_ranks(&self) -> bool {
+        let (tp, pp) = self.replica_groups();
+        tp.is_some() || pp.is_some()
+    }
+
+    /// Whether this rank leads its rollout replica: the one rank that runs the agent loop's
+    /// tools when a replica spans ranks (tensor rank 0 on the first pipeline stage); every
+    /// rank of a replica of one.
+    pub fn leads_replica(&self) -> bool {
+        let (tp, pp) = self.replica_groups();
+        tp.is_none_or(|g| g.rank() == 0) && pp.is_none_or(|g| g.rank() == 0)
     }
 
     /// The leader's `text` ([`RolloutWorker::leads_replica`]) on every rank of this rank's
     /// rollout replica (collective over it; `text` is read on the leader only): over the
-    /// pipeline stages' tensor-rank-0 ranks, then over each stage's tensor group. Unsharded:
-    /// `text` itself.
+    /// pipeline stages' tensor-rank-0 ranks, then over each stage's tensor group. A replica
+    /// of one: `text` itself.
     pub fn share_with_replica(&self, text: &str) -> Result<String> {
-        let Skeleton::Sharded { model, pp, .. } = &self.model else {
-            return Ok(text.to_owned());
-        };
         let dist = |e: crate::dist::DistError| WorkerError::Config(e.to_string());
+        let (tp, pp) = self.replica_groups();
         let mut text = text.to_owned();
-        let tp = model.tp().filter(|g| g.size() > 1);
         if tp.is_none_or(|g| g.rank() == 0)
-            && let Some(pp) = pp.as_ref().filter(|g| g.size() > 1)
+            && let Some(pp) = pp
         {
             text = pp.broadcast_text(&text, 0).map_err(dist)?;
         }
