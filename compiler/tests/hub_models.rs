@@ -147,10 +147,11 @@ fn build_reports_an_unavailable_hub_model_at_its_line_before_compiling() {
 }
 
 // A family the trainer's decoder does not implement, a Qwen3-MoE checkpoint with Megatron
-// expert parallelism over more ranks than its data-parallel size, a Qwen3.5 on the Megatron strategy
-// (FSDP only), and a Qwen3.5 under a Ulysses degree that does not divide its Gated DeltaNet
-// heads (3 key heads here; Ulysses splits them as it splits attention heads) are refused by `verlc build` at the key that names the
-// model, before compiling: the trainer never finds out at start-up.
+// expert parallelism over more ranks than its data-parallel size, a Qwen3.5 on the Megatron
+// strategy (FSDP only), and a Qwen3.5 under a Ulysses degree that does not divide its Gated
+// DeltaNet heads (3 key heads here; Ulysses splits them as it splits attention heads) are
+// refused by `verlc build` at the key that names the model, before compiling: the trainer
+// never finds out at start-up.
 #[test]
 fn build_refuses_a_model_the_bound_strategy_does_not_run() {
     let ulysses: &[&str] = &[
