@@ -147,6 +147,9 @@ pub struct MegatronEngineSpec {
     /// `expert_tensor_parallel_size` (`None`: Megatron's default, the tensor-parallel size).
     #[serde(default)]
     pub expert_tensor_parallel: Option<usize>,
+    /// `context_parallel_size`: each sequence split over this many ranks.
+    #[serde(default = "one")]
+    pub context_parallel: usize,
 }
 
 impl EngineSpec {

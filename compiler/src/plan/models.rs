@@ -253,7 +253,8 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                 ep: m.expert_parallel,
                 etp: m.expert_tensor_parallel,
                 tp: m.tensor_parallel,
-                dp: world / (m.tensor_parallel * m.pipeline_parallel).max(1),
+                cp: m.context_parallel,
+                dp: world / (m.tensor_parallel * m.pipeline_parallel * m.context_parallel).max(1),
                 distributed_optimizer: m.use_distributed_optimizer,
                 rollout_tp: spec.rollout.tensor_parallel,
             },
@@ -307,6 +308,13 @@ fn layout_problem(
     x: ExpertLayout,
 ) -> Option<String> {
     let linear = LINEAR_ATTENTION_DECODERS.contains(&model_type);
+    if megatron && x.cp > 1 && x.rollout_tp.is_some_and(|r| r != x.tp) {
+        // The rollout's regrouping of ranks at another TP size assumes context parallel 1.
+        return Some(format!(
+            "context parallel {} with a rollout tensor parallel size other than the actor's ({}) is not implemented",
+            x.cp, x.tp
+        ));
+    }
     if megatron && MOE_DECODERS.contains(&model_type) && !linear {
         let (ep, tp) = (x.ep, x.tp);
         if let Some(etp) = x.etp.filter(|e| *e != tp) {
@@ -319,6 +327,8 @@ fn layout_problem(
             // expert once), the rollout holding every expert.
             let why = if tp > 1 {
                 Some(format!("together with tensor parallel {tp}"))
+            } else if x.cp > 1 {
+                Some(format!("together with context parallel {}", x.cp))
             } else if !x.dp.is_multiple_of(ep) {
                 Some(format!(
                     "over {} data-parallel ranks (it must divide them)",
@@ -393,7 +403,8 @@ struct ExpertLayout {
     ep: usize,
     etp: Option<usize>,
     tp: usize,
-    /// Data-parallel ranks (the world over TP x PP).
+    cp: usize,
+    /// Data-parallel ranks (the world over TP x CP x PP).
     dp: usize,
     distributed_optimizer: bool,
     rollout_tp: Option<usize>,
@@ -405,6 +416,7 @@ impl Default for ExpertLayout {
             ep: 1,
             etp: None,
             tp: 1,
+            cp: 1,
             dp: 1,
             distributed_optimizer: false,
             rollout_tp: None,

@@ -1173,16 +1173,10 @@ fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
                 &key("pipeline_model_parallel_size"),
                 m.pipeline_model_parallel_size,
             );
-            if m.context_parallel_size != 1 {
-                l.unsupported(
-                    &key("context_parallel_size"),
-                    format!(
-                        "context parallelism ({}) is not implemented by verlc's Megatron engine",
-                        m.context_parallel_size
-                    ),
-                    "set it to 1",
-                );
-            }
+            // What context parallelism cannot run with is refused by the model check
+            // (plan::models: linear-attention layers, expert parallelism) and the rollout's
+            // (another tensor parallel size).
+            let cp = l.count(&key("context_parallel_size"), m.context_parallel_size);
             // Expert degrees place expert layers only: nothing for a dense model. For a
             // mixture-of-experts model the build's model check (plan::models) refuses what the
             // engine cannot honour (expert parallelism > 1, expert TP other than TP).
@@ -1212,14 +1206,17 @@ fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
                     "set it to null",
                 );
             }
-            if !world.size().is_multiple_of(tp.saturating_mul(pp)) {
+            if !world
+                .size()
+                .is_multiple_of(tp.saturating_mul(pp).saturating_mul(cp))
+            {
                 l.unsupported(
                     &key("tensor_model_parallel_size"),
                     format!(
-                        "{} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}",
+                        "{} ranks cannot hold tensor parallel {tp} × context parallel {cp} × pipeline parallel {pp}",
                         world.size()
                     ),
-                    "make trainer.nnodes × n_gpus_per_node a multiple of TP × PP",
+                    "make trainer.nnodes × n_gpus_per_node a multiple of TP × CP × PP",
                 );
             }
             EngineSpec::Megatron(MegatronEngineSpec {
@@ -1234,6 +1231,7 @@ fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
                 expert_tensor_parallel: m
                     .expert_tensor_parallel_size
                     .and_then(|v| usize::try_from(v).ok()),
+                context_parallel: cp,
             })
         }
         Some(Engine::Fsdp(f)) => {

@@ -18,8 +18,7 @@ impl RankLayout {
     }
 
     /// Megatron's rank order `tp-cp-dp-pp` (its default `tp-cp-ep-dp-pp` without experts):
-    /// TP ranks are adjacent, pipeline stages are farthest apart. Context parallelism is rank
-    /// arithmetic only for now (no `cp` group is created by [`ProcessGroups`]).
+    /// TP ranks are adjacent, pipeline stages are farthest apart.
     pub fn megatron(tp: usize, cp: usize, pp: usize, dp: usize) -> Result<Self> {
         Self::with_order(&[("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)])
     }
@@ -243,6 +242,9 @@ pub struct ProcessGroups {
     pub tp: ProcessGroup,
     pub pp: ProcessGroup,
     pub dp: ProcessGroup,
+    /// Context-parallel group (ranks splitting the same sequences; their data is the same,
+    /// their gradients are summed); `None` for context parallel 1.
+    pub cp: Option<ProcessGroup>,
     /// Model-parallel group (TP x PP): where found-inf and grad norms are reduced.
     pub mp: ProcessGroup,
     /// First and last pipeline stage (tied embedding and output layer); `None` on middle
@@ -302,7 +304,13 @@ impl ProcessGroups {
         } else {
             None
         };
+        let cp = if layout.size("cp") > 1 {
+            Some(make(&["cp"])?)
+        } else {
+            None
+        };
         Ok(ProcessGroups {
+            cp,
             tp: make(&["tp"])?,
             pp: make(&["pp"])?,
             dp: make(&["dp"])?,

@@ -115,9 +115,14 @@ impl MegatronHead for CausalLm {
             .get("input_ids")
             .map_err(|e| MegatronError::Config(e.to_string()))?;
         let t = ids.size()[1];
-        let h = hidden.f_narrow(1, t - r - 1, r)?;
-        let labels = ids.f_narrow(1, t - r, r)?;
-        let out = model.log_probs(tape, &h, &labels, opts.temperature, opts.stats())?;
+        let out = model.next_token_log_probs(
+            tape,
+            hidden,
+            ids,
+            (t - r - 1, r),
+            opts.temperature,
+            opts.stats(),
+        )?;
         Ok(LogProbOutput {
             log_probs: out.log_probs,
             entropy: out.entropy,
@@ -171,7 +176,7 @@ impl MegatronHead for ValueModel {
             .get("input_ids")
             .map_err(|e| MegatronError::Config(e.to_string()))?
             .size()[1];
-        model.values(&hidden.f_narrow(1, t - r - 1, r)?)
+        model.values_at(hidden, (t - r - 1, r))
     }
 
     fn pack(out: &Tensor) -> MResult<Tensor> {
@@ -228,25 +233,26 @@ impl MegatronSettings {
     ) -> Result<Self> {
         let bad = |m: String| EngineError::Config(m);
         let (tp, pp) = (spec.tensor_parallel.max(1), spec.pipeline_parallel.max(1));
+        let cp = spec.context_parallel.max(1);
         let world_size = world.map_or(1, ProcessGroup::size);
-        if tp
-            .checked_mul(pp)
-            .is_none_or(|mp| !world_size.is_multiple_of(mp))
-        {
+        let model_parallel = tp.checked_mul(pp).and_then(|n| n.checked_mul(cp));
+        if model_parallel.is_none_or(|mp| !world_size.is_multiple_of(mp)) {
             return Err(bad(format!(
-                "{world_size} ranks cannot hold tensor parallel {tp} × pipeline parallel {pp}"
+                "{world_size} ranks cannot hold tensor parallel {tp} × context parallel {cp} × \
+                 pipeline parallel {pp}"
             )));
         }
+        let mp = model_parallel.unwrap_or(1);
         let groups = match world {
             Some(w) => {
-                let layout = RankLayout::megatron(tp, 1, pp, world_size / (tp * pp))
+                let layout = RankLayout::megatron(tp, cp, pp, world_size / mp)
                     .map_err(MegatronError::from)?;
                 Some(ProcessGroups::new(w, &layout).map_err(MegatronError::from)?)
             }
-            None if tp * pp > 1 => {
+            None if mp > 1 => {
                 return Err(bad(format!(
-                    "tensor parallel {tp} × pipeline parallel {pp} needs {} ranks",
-                    tp * pp
+                    "tensor parallel {tp} × context parallel {cp} × pipeline parallel {pp} \
+                     needs {mp} ranks"
                 )));
             }
             None => None,

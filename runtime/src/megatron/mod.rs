@@ -1,6 +1,7 @@
 //! Megatron-style training of the decoder family: tensor parallelism (TP), pipeline
 //! parallelism (PP) and data parallelism (DP) with the distributed optimizer, in Megatron's
-//! rank order (`tp-cp-dp-pp`, [`crate::dist::RankLayout::megatron`]).
+//! rank order (`tp-cp-dp-pp`, [`crate::dist::RankLayout::megatron`]), with context parallelism (CP)
+//! splitting sequences.
 //!
 //! - [`stage`]: [`ParallelModel`], one (TP rank, PP stage): [`crate::model::decoder`]'s layers
 //!   over this rank's shards, the vocab-parallel embedding and heads, and decoding with a KV
@@ -11,12 +12,14 @@
 //!   the embedding group, DP reduction), the optimizer step, and export of full weights.
 //! - [`engine`]: [`MegatronEngine`], the [`crate::engine::Engine`] interface over it (what the
 //!   actor, critic and reference workers drive), with checkpoints and weight export.
+//! - [`context`]: context parallelism (sequences split over a CP group, load-balanced).
 //! - [`offload`]: parameter and gradient storages parked in host memory between phases.
 //! - [`rollout_shards`]: the rollout's weights at another tensor parallel size.
 //!
 //! The pieces underneath live with their kind: the f/g mappings and the segment-wise backward
 //! in [`crate::dist::mappings`], TP regions and vocab-parallel losses in [`crate::tp`], the
 //! distributed optimizer in [`crate::optim::distrib`].
+pub mod context;
 pub mod engine;
 pub mod module;
 pub mod offload;

@@ -21,6 +21,7 @@ use crate::optim::{
 };
 use crate::tp::shard::{gather_tensor, hf_shard_spec, load_sharded, shard_tensor};
 
+use super::context::ContextParallel;
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
 use super::stage::{HeadKind, ParallelModel, Stage, StageInput, full_shapes};
 use super::{MegatronError, Result};
@@ -134,8 +135,13 @@ impl MegatronModule {
             .as_ref()
             .and_then(|g| g.experts.as_ref())
             .map(|e| e.ep.clone());
-        let model =
+        let mut model =
             ParallelModel::with_experts(cfg, &vs, head, stage, tp, sequence_parallel, experts)?;
+        let cp = groups
+            .as_ref()
+            .and_then(|g| g.cp.as_ref())
+            .and_then(ContextParallel::new);
+        model.set_context_parallel(cp)?;
         vs.set_kind(kind);
         Ok(MegatronModule {
             vs,
@@ -256,8 +262,18 @@ impl MegatronModule {
                     .into(),
             ));
         }
-        let params = self.dist_params();
+        let mut params = self.dist_params();
         let opt = if settings.use_distributed_optimizer {
+            // Its norm sums every rank's shard over the world: context-parallel ranks hold
+            // the same shards (the state is split over DP only), so one of them counts.
+            let cp_rank = self
+                .groups
+                .as_ref()
+                .and_then(|g| g.cp.as_ref())
+                .map_or(0, ProcessGroup::rank);
+            for p in &mut params {
+                p.in_grad_norm &= cp_rank == 0;
+            }
             let groups = DistGroups {
                 dp: self.dp().cloned(),
                 stats: self.groups.as_ref().and_then(|g| active(&g.world).cloned()),
@@ -321,7 +337,7 @@ impl MegatronModule {
     pub fn forward_backward(&mut self, mbs: &[MicroBatch], loss: &mut HeadFn<'_>) -> Result<()> {
         let scale = self.loss_scale();
         let pipe = self.pipeline();
-        let padded = self.pad_for_sequence_parallel(mbs)?;
+        let padded = self.pad_sequences(mbs)?;
         let mbs = padded.as_deref().unwrap_or(mbs);
         let mut step = Step {
             model: &self.model,
@@ -340,7 +356,7 @@ impl MegatronModule {
         out_shape: &dyn Fn(usize) -> Vec<i64>,
         head: &mut HeadFn<'_>,
     ) -> Result<Vec<Tensor>> {
-        let padded = self.pad_for_sequence_parallel(mbs)?;
+        let padded = self.pad_sequences(mbs)?;
         let mbs = padded.as_deref().unwrap_or(mbs);
         let pipe = self.pipeline();
         let device = self.model.device();
@@ -378,11 +394,12 @@ impl MegatronModule {
         Ok(result)
     }
 
-    /// Under sequence parallelism, the micro-batches padded on the right to a multiple of
-    /// the TP size (padding masked out; positions of real tokens unchanged), else `None`.
-    fn pad_for_sequence_parallel(&self, mbs: &[MicroBatch]) -> Result<Option<Vec<MicroBatch>>> {
-        let w = self.tp().map_or(1, ProcessGroup::size) as i64;
-        if !self.model.sequence_parallel()
+    /// Under sequence or context parallelism, the micro-batches padded on the right to a
+    /// multiple of [`ParallelModel::sequence_granule`] (padding masked out; positions of real
+    /// tokens unchanged), else `None`.
+    fn pad_sequences(&self, mbs: &[MicroBatch]) -> Result<Option<Vec<MicroBatch>>> {
+        let w = self.model.sequence_granule();
+        if w == 1
             || mbs
                 .iter()
                 .all(|m| m.input_ids.size().get(1).is_some_and(|t| t % w == 0))
@@ -435,6 +452,12 @@ impl MegatronModule {
             };
             emb.all_reduce(&g, ReduceOp::Sum)?;
             crate::ops::set_grad(&p.tensor, Some(&g)).map_err(crate::optim::OptimError::from)?;
+        }
+        if let Some(cp) = groups.cp.as_ref().filter(|g| g.size() > 1) {
+            // Each rank's backward reached its own positions (and, through the gathered keys
+            // and values, the others' queries' use of them): the sum is the whole gradient.
+            // Every parameter takes part, so the ranks reduce the same list.
+            cp.all_reduce_many(&self.all_param_grads()?, ReduceOp::Sum)?;
         }
         if let Some(tp) = active(&groups.tp) {
             let partial: Vec<Tensor> = self
@@ -597,6 +620,20 @@ impl MegatronModule {
         Ok(out)
     }
 
+    /// Every parameter's gradient, a zero one set where there was none.
+    fn all_param_grads(&self) -> Result<Vec<Tensor>> {
+        let mut out = Vec::new();
+        for p in self.model.params() {
+            if !p.tensor.grad().defined() {
+                let z = p.tensor.f_zeros_like()?;
+                crate::ops::set_grad(&p.tensor, Some(&z))
+                    .map_err(crate::optim::OptimError::from)?;
+            }
+            out.push(p.tensor.grad());
+        }
+        Ok(out)
+    }
+
     fn param_grads(&self) -> Vec<Tensor> {
         self.model
             .params()
@@ -727,13 +764,12 @@ impl StageStep for Step<'_, '_> {
     fn activation(&self, mb: usize) -> ActivationSpec {
         let size = self.mbs.get(mb).map_or(vec![0, 0], |m| m.input_ids.size());
         let dim = |i: usize| size.get(i).copied().unwrap_or(0);
-        let seq_parts = if self.model.sequence_parallel() {
-            self.model.tp().map_or(1, ProcessGroup::size) as i64
-        } else {
-            1
-        };
         ActivationSpec {
-            shape: vec![dim(0), dim(1) / seq_parts, self.model.config.hidden_size],
+            shape: vec![
+                dim(0),
+                dim(1) / self.model.sequence_parts(),
+                self.model.config.hidden_size,
+            ],
             kind: self.model.kind(),
             device: self.model.device(),
         }

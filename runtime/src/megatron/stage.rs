@@ -38,6 +38,7 @@ use crate::tp::{
     rank_size, vocab_parallel_log_probs,
 };
 
+use super::context::ContextParallel;
 use super::{MegatronError, Result};
 
 /// The layers one pipeline stage holds.
@@ -157,6 +158,8 @@ pub struct ParallelModel {
     tp: Option<ProcessGroup>,
     /// Megatron's sequence parallelism (only with a TP group).
     sequence_parallel: bool,
+    /// Context parallelism: this rank holds `1 / CP` of each sequence's positions.
+    cp: Option<ContextParallel>,
     partition: VocabPartition,
     embed: Option<VocabParallelEmbedding>,
     layers: Vec<DecoderLayer>,
@@ -293,6 +296,7 @@ impl ParallelModel {
             head_kind: head,
             stage,
             sequence_parallel: sequence_parallel && tp.as_ref().is_some_and(|g| g.size() > 1),
+            cp: None,
             tp,
             partition,
             embed,
@@ -307,6 +311,46 @@ impl ParallelModel {
 
     pub fn tp(&self) -> Option<&ProcessGroup> {
         self.tp.as_ref()
+    }
+
+    /// Splits each sequence over the context-parallel group `cp` (see
+    /// [`super::context`]); the model's layers must all be attention layers.
+    pub fn set_context_parallel(&mut self, cp: Option<ContextParallel>) -> Result<()> {
+        if cp.is_some()
+            && (0..self.config.num_hidden_layers as usize).any(|l| self.config.linear_layer(l))
+        {
+            return Err(MegatronError::Config(
+                "context parallelism splits attention layers only; this model has linear-attention layers".into(),
+            ));
+        }
+        self.cp = cp;
+        Ok(())
+    }
+
+    pub fn context_parallel(&self) -> Option<&ContextParallel> {
+        self.cp.as_ref()
+    }
+
+    /// How many positions a stage's input and output hold per position of the sequence:
+    /// the sequence is split over the TP group (sequence parallelism) and the CP group.
+    pub fn sequence_parts(&self) -> i64 {
+        let tp = if self.sequence_parallel {
+            self.tp.as_ref().map_or(1, ProcessGroup::size)
+        } else {
+            1
+        };
+        (tp * self.cp.as_ref().map_or(1, ContextParallel::size)) as i64
+    }
+
+    /// What a micro-batch's length must be a multiple of: the TP size under sequence
+    /// parallelism, times two chunks per rank under context parallelism.
+    pub fn sequence_granule(&self) -> i64 {
+        let tp = if self.sequence_parallel {
+            self.tp.as_ref().map_or(1, ProcessGroup::size) as i64
+        } else {
+            1
+        };
+        tp * self.cp.as_ref().map_or(1, ContextParallel::granule)
     }
 
     /// Whether the sequence is split over the TP group between the tensor-parallel layers
@@ -376,7 +420,17 @@ impl ParallelModel {
         position_ids: &Tensor,
         attention_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let (tp, sp) = (self.tp.as_ref(), self.sequence_parallel);
+        let (tp, sp, cp) = (self.tp.as_ref(), self.sequence_parallel, self.cp.as_ref());
+        // Under context parallelism the stage runs on this rank's positions (the hidden
+        // states between stages hold only those already).
+        let local_ids;
+        let input = match (input, cp) {
+            (StageInput::Ids(ids), Some(cp)) => {
+                local_ids = cp.local(ids, 1)?;
+                StageInput::Ids(&local_ids)
+            }
+            (input, _) => input,
+        };
         let mut x = match (input, &self.embed) {
             (StageInput::Ids(ids), Some(embed)) if sp => embed
                 .forward_sequence_parallel(tape, ids, tp, SEQ_DIM)
@@ -395,13 +449,26 @@ impl ParallelModel {
                 ));
             }
         };
-        let t = position_ids.size().get(1).copied().unwrap_or(0);
-        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
-        let mask = attention_mask.map(|m| causal_padding_mask(m, 0, t));
+        let (positions, mask) = match cp {
+            None => {
+                let t = position_ids.size().get(1).copied().unwrap_or(0);
+                let mask = attention_mask.map(|m| causal_padding_mask(m, 0, t));
+                (position_ids.shallow_clone(), mask)
+            }
+            Some(cp) => {
+                let valid = match attention_mask {
+                    Some(m) => m.shallow_clone(),
+                    None => position_ids.f_ones_like()?,
+                };
+                (cp.local(position_ids, 1)?, Some(cp.attention_mask(&valid)?))
+            }
+        };
+        let (cos, sin) = self.rotary.cos_sin(&positions, x.kind());
         let mut regions = TrainingRegions {
             tape: &mut *tape,
             tp,
             sequence_parallel: sp,
+            cp: cp.map(ContextParallel::group),
         };
         for layer in &self.layers {
             x = layer
@@ -461,6 +528,54 @@ impl ParallelModel {
             logits /= temperature;
         }
         vocab_parallel_log_probs(&logits, labels, &self.partition, tp, stats).map_err(tp_err)
+    }
+
+    /// Log-probs of the tokens `ids[:, from + 1 .. from + 1 + len]` from the last stage's final
+    /// hidden states (see [`forward_stage`](Self::forward_stage)) at positions
+    /// `[from, from + len)`: (B, len). `ids` (B, T) are the micro-batch's tokens; the hidden
+    /// states may carry right padding, and under context parallelism hold this rank's
+    /// positions only (the log-probs of all of them are computed and gathered; see
+    /// [`super::context`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn next_token_log_probs(
+        &self,
+        tape: &mut Tape,
+        hidden: &Tensor,
+        ids: &Tensor,
+        (from, len): (i64, i64),
+        temperature: f64,
+        stats: TokenStats,
+    ) -> Result<VocabParallelOutput> {
+        let Some(cp) = &self.cp else {
+            let labels = ids.f_narrow(1, from + 1, len)?;
+            let h = hidden.f_narrow(1, from, len)?;
+            return self.log_probs(tape, &h, &labels, temperature, stats);
+        };
+        let size = ids.size();
+        let (rows, t) = (size[0], size.get(1).copied().unwrap_or(0));
+        let padded = hidden.size().get(1).copied().unwrap_or(0) * cp.size() as i64;
+        // Position i's label is token i + 1; past the last token (cut off below) a zero.
+        let fill = Tensor::f_zeros([rows, padded - t + 1], (ids.kind(), ids.device()))?;
+        let labels = Tensor::f_cat(&[ids.f_narrow(1, 1, t - 1)?, fill], 1)?;
+        let out = self.log_probs(tape, hidden, &cp.local(&labels, 1)?, temperature, stats)?;
+        let whole = |x: Tensor| -> Result<Tensor> { Ok(cp.gather(&x, 1)?.f_narrow(1, from, len)?) };
+        Ok(VocabParallelOutput {
+            log_probs: whole(out.log_probs)?,
+            entropy: out.entropy.map(whole).transpose()?,
+            sum_pi_squared: out.sum_pi_squared.map(whole).transpose()?,
+        })
+    }
+
+    /// Values (B, len) in f32 at positions `[from, from + len)` of the last stage's final
+    /// hidden states (under context parallelism computed on this rank's positions and
+    /// gathered; see [`next_token_log_probs`](Self::next_token_log_probs)).
+    pub fn values_at(&self, hidden: &Tensor, (from, len): (i64, i64)) -> Result<Tensor> {
+        match &self.cp {
+            None => self.values(&hidden.f_narrow(1, from, len)?),
+            Some(cp) => Ok(cp
+                .gather(&self.values(hidden)?, 1)?
+                .f_narrow(1, from, len)?),
+        }
     }
 
     /// Values (B, R) in f32 from final hidden states (last stage, value head).

@@ -332,20 +332,21 @@ impl Attention {
     /// rank's heads. `mask` (B, 1, T, S) boolean or `None` for plain causal attention over
     /// exactly the T given positions; with a cache, the new keys and values are appended to
     /// this layer's slot.
-    fn core(
+    fn core<R: Regions>(
         &self,
+        regions: &mut R,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
         mask: Option<&Tensor>,
         cache: Option<&mut KvCache>,
-    ) -> Tensor {
+    ) -> Result<Tensor, R::Error> {
         let (b, t) = (x.size()[0], x.size()[1]);
         let (q, gate) = self.gated_query_heads(x, cos, sin);
         let [k, v] = self.key_value_heads(x, cos, sin);
         let (k, v) = match cache {
             Some(cache) => cache.update(self.slot, &k, &v),
-            None => (k, v),
+            None => regions.keys_values(k, v)?,
         };
         let y = if t == 1 && self.heads != self.kv_heads {
             // One query per sequence: fold each group of query heads that share a KV head into
@@ -360,7 +361,7 @@ impl Attention {
         };
         // The folded case's (B, KV, G, D) has the layout of (B, H, T, D).
         let y = self.heads_to_hidden(&y.reshape([b, self.heads, t, self.head_dim]));
-        gated(y, gate)
+        Ok(gated(y, gate))
     }
 }
 
@@ -586,7 +587,8 @@ impl DecoderLayer {
         let a = regions.enter(self.input_layernorm.forward(&h0))?;
         let attn = match &self.mixer {
             Mixer::Attention(at) => {
-                regions.exit(&at.o_proj, &at.core(&a, cos, sin, mask, cache))?
+                let y = at.core(regions, &a, cos, sin, mask, cache)?;
+                regions.exit(&at.o_proj, &y)?
             }
             Mixer::Linear(la) => {
                 let state = cache.and_then(|c| c.linear_state(la.slot));

@@ -212,6 +212,13 @@ pub trait Regions {
     /// Out of row-split layers whose partial outputs the caller has combined already (a
     /// mixture-of-experts block's weighted experts): the sum over the group, without bias.
     fn reduce(&mut self, partial: Tensor) -> Result<Tensor, Self::Error>;
+    /// An attention layer's keys and values `(B, kv_heads, T, D)` of this rank's positions,
+    /// extended to every key its queries attend to: under context parallelism the positions
+    /// of all ranks of the group (gathered, their gradient reduce-scattered back); else
+    /// unchanged.
+    fn keys_values(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor), Self::Error> {
+        Ok((k, v))
+    }
 }
 
 /// Whole weights on one rank: every boundary is the identity and a row layer is a plain

@@ -26,13 +26,20 @@ pub struct TrainingRegions<'a> {
     pub tp: Option<&'a ProcessGroup>,
     /// The residual stream holds this rank's chunk of the sequence.
     pub sequence_parallel: bool,
+    /// Context parallelism (a group of more than one rank, else `None`): the sequence is
+    /// split over it and attention gathers every rank's keys and values
+    /// (see [`crate::megatron::context`]).
+    pub cp: Option<&'a ProcessGroup>,
 }
+
+/// Dim of the positions in attention's keys and values (B, heads, T, D).
+const KV_SEQ_DIM: i64 = 2;
 
 impl Regions for TrainingRegions<'_> {
     type Error = TpError;
 
     fn cut(&mut self, x: &Tensor) -> Tensor {
-        if self.tp.is_some() {
+        if self.tp.is_some() || self.cp.is_some() {
             self.tape.cut(x)
         } else {
             x.shallow_clone()
@@ -40,6 +47,11 @@ impl Regions for TrainingRegions<'_> {
     }
 
     fn enter(&mut self, x: Tensor) -> Result<Tensor> {
+        if self.tp.is_none() && self.cp.is_some() {
+            // The gathered keys' backward is a cut of its own: the segment it ends must not
+            // share a node (the norm) with the queries' backward, which runs first.
+            return Ok(self.tape.cut(&x));
+        }
         if self.sequence_parallel {
             Ok(gather_from_sequence_parallel_region(
                 self.tape, &x, self.tp, SEQ_DIM,
@@ -60,6 +72,16 @@ impl Regions for TrainingRegions<'_> {
         } else {
             reduce_from_tp_region(&partial, self.tp)?
         })
+    }
+
+    fn keys_values(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+        if self.cp.is_none() {
+            return Ok((k, v));
+        }
+        Ok((
+            gather_from_sequence_parallel_region(self.tape, &k, self.cp, KV_SEQ_DIM)?,
+            gather_from_sequence_parallel_region(self.tape, &v, self.cp, KV_SEQ_DIM)?,
+        ))
     }
 }
 

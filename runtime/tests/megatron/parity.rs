@@ -19,6 +19,19 @@ pub(crate) const STEPS: usize = 20;
 pub(crate) const ROWS: i64 = 8;
 pub(crate) const LEN: i64 = 10;
 
+/// Tensor, context, pipeline and data parallel sizes.
+#[derive(Clone, Copy)]
+struct Grid {
+    tp: usize,
+    cp: usize,
+    pp: usize,
+    dp: usize,
+}
+
+const fn grid(tp: usize, pp: usize, dp: usize) -> Grid {
+    Grid { tp, cp: 1, pp, dp }
+}
+
 struct Run {
     losses: Vec<f64>,
     weights: Vec<(String, Tensor)>,
@@ -27,14 +40,14 @@ struct Run {
 
 fn parallel_run(
     world: &ProcessGroup,
-    (tp, pp, dp): (usize, usize, usize),
+    Grid { tp, cp, pp, dp }: Grid,
     cfg: &ModelConfig,
     sequence_parallel: bool,
     settings: ParallelSettings,
     num_mb: i64,
     setup: &Setup,
 ) -> Run {
-    let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
+    let layout = RankLayout::megatron(tp, cp, pp, dp).unwrap();
     let groups = ProcessGroups::new(world, &layout).unwrap();
     let mut m = MegatronModule::with_sequence_parallel(
         cfg,
@@ -50,7 +63,7 @@ fn parallel_run(
     m.build_optimizer(setup.optim, make_groups, settings, LossScaling::LINKED)
         .unwrap();
 
-    let (losses, _) = train_steps(world, &mut m, cfg, tp, num_mb);
+    let (losses, _) = train_steps(world, &mut m, cfg, tp * cp, num_mb);
     let weights = m.full_params().unwrap();
     Run {
         losses,
@@ -61,11 +74,12 @@ fn parallel_run(
 
 /// [`STEPS`] steps of next-token cross-entropy on this rank's share of the fixed batch in
 /// `num_mb` micro-batches (the global mean loss); returns every step's loss and grad norm.
+/// `copies`: how many ranks compute each loss (the TP and CP ranks of a data-parallel rank).
 pub(crate) fn train_steps(
     world: &ProcessGroup,
     m: &mut MegatronModule,
     cfg: &ModelConfig,
-    tp: usize,
+    copies: usize,
     num_mb: i64,
 ) -> (Vec<f64>, Vec<f64>) {
     let (ids, mask, pos) = batch(cfg, ROWS, LEN);
@@ -88,12 +102,12 @@ pub(crate) fn train_steps(
         let mut acc = 0.0;
         m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {
             let b = &mbs[mb];
-            let labels = b.input_ids.narrow(1, 1, LEN - 1);
             let lp = model
-                .log_probs(
+                .next_token_log_probs(
                     tape,
-                    &hidden.narrow(1, 0, LEN - 1),
-                    &labels,
+                    hidden,
+                    &b.input_ids,
+                    (0, LEN - 1),
                     1.0,
                     TokenStats::default(),
                 )?
@@ -104,10 +118,10 @@ pub(crate) fn train_steps(
             Ok(sum * (dp_size as f64 / n))
         })
         .unwrap();
-        // Global loss: the last stage's sums over DP (TP ranks hold copies).
+        // Global loss: the last stage's sums over DP (TP and CP ranks hold copies).
         let t = Tensor::from_slice(&[if m.model.stage.is_last() { acc } else { 0.0 }]);
         world.all_reduce(&t, ReduceOp::Sum).unwrap();
-        losses.push(t.double_value(&[0]) / tp as f64 / n);
+        losses.push(t.double_value(&[0]) / copies as f64 / n);
         let out = m.step().unwrap();
         assert!(out.update_successful);
         assert!(out.grad_norm.is_some_and(f64::is_finite));
@@ -174,7 +188,7 @@ rank_test!(tp2_matches_single_process, 2, |world| {
     let cfg = tiny_config(false);
     let run = parallel_run(
         &world,
-        (2, 1, 1),
+        grid(2, 1, 1),
         &cfg,
         false,
         ParallelSettings::default(),
@@ -227,7 +241,7 @@ rank_test!(tp2_moe_matches_single_process, 2, |world| {
     for sequence_parallel in [false, true] {
         let run = parallel_run(
             &world,
-            (2, 1, 1),
+            grid(2, 1, 1),
             &cfg,
             sequence_parallel,
             ParallelSettings::default(),
@@ -261,7 +275,15 @@ rank_test!(pp2_matches_single_process, 2, |world| {
         layout: LayoutOptions::default(),
     };
     let cfg = tiny_config(true);
-    let run = parallel_run(&world, (1, 2, 1), &cfg, false, settings, 4, &Setup::fp32());
+    let run = parallel_run(
+        &world,
+        grid(1, 2, 1),
+        &cfg,
+        false,
+        settings,
+        4,
+        &Setup::fp32(),
+    );
     assert_eq!(
         run.module.model.stage.layers,
         world.rank()..world.rank() + 1
@@ -279,7 +301,15 @@ rank_test!(dp2_matches_single_process, 2, |world| {
         },
     };
     let cfg = tiny_config(true);
-    let run = parallel_run(&world, (1, 1, 2), &cfg, false, settings, 2, &Setup::fp32());
+    let run = parallel_run(
+        &world,
+        grid(1, 1, 2),
+        &cfg,
+        false,
+        settings,
+        2,
+        &Setup::fp32(),
+    );
     let opt = match run.module.optimizer() {
         Some(runtime::megatron::ModuleOptimizer::Distributed(o)) => o,
         _ => panic!("expected the distributed optimizer"),
@@ -306,7 +336,7 @@ rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
     };
     let setup = Setup::bf16_offload();
     let cfg = tiny_config(true);
-    let run = parallel_run(&world, (1, 1, 2), &cfg, false, settings, 2, &setup);
+    let run = parallel_run(&world, grid(1, 1, 2), &cfg, false, settings, 2, &setup);
     let inner = run.module.inner_optimizer().unwrap();
     assert!(inner.offloaded_numel() > 0, "nothing offloaded");
     assert!(run.weights.iter().all(|(_, t)| t.kind() == Kind::BFloat16));
@@ -345,7 +375,15 @@ rank_test!(
             use_distributed_optimizer: true,
             layout: LayoutOptions::default(),
         };
-        let run = parallel_run(&world, (2, 1, 1), &cfg, true, settings, 2, &Setup::fp32());
+        let run = parallel_run(
+            &world,
+            grid(2, 1, 1),
+            &cfg,
+            true,
+            settings,
+            2,
+            &Setup::fp32(),
+        );
         assert!(run.module.model.sequence_parallel());
         let partial: Vec<String> = run
             .module
@@ -362,3 +400,76 @@ rank_test!(
         check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
     }
 );
+
+rank_test!(cp2_matches_single_process, 2, |world| {
+    // Context parallelism: each sequence (10 positions, padded to 12) in four chunks, rank 0
+    // holding the first and last, rank 1 the middle two; keys and values gathered in every
+    // layer, gradients summed over the group. Tied embeddings, distributed optimizer; then
+    // Qwen3-MoE (per-token routing on each rank's positions) with the replicated one.
+    let settings = ParallelSettings {
+        use_distributed_optimizer: true,
+        layout: LayoutOptions::default(),
+    };
+    let cp2 = Grid {
+        tp: 1,
+        cp: 2,
+        pp: 1,
+        dp: 1,
+    };
+    let cfg = tiny_config(true);
+    let run = parallel_run(&world, cp2, &cfg, false, settings, 2, &Setup::fp32());
+    assert!(run.module.model.context_parallel().is_some());
+    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
+    let cfg = tiny_moe_config();
+    let run = parallel_run(
+        &world,
+        cp2,
+        &cfg,
+        false,
+        ParallelSettings::default(),
+        2,
+        &Setup::fp32(),
+    );
+    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
+});
+
+rank_test!(tp2_cp2_matches_single_process, 4, |world| {
+    // TP=2 x CP=2 on 4 ranks with sequence parallelism (Qwen3's per-head norms): each CP
+    // rank's positions split again over TP between the tensor-parallel layers (10 positions
+    // padded to 16).
+    let mut cfg = tiny_config(true);
+    cfg.model_type = "qwen3".into();
+    let settings = ParallelSettings {
+        use_distributed_optimizer: true,
+        layout: LayoutOptions::default(),
+    };
+    let g = Grid {
+        tp: 2,
+        cp: 2,
+        pp: 1,
+        dp: 1,
+    };
+    let run = parallel_run(&world, g, &cfg, true, settings, 2, &Setup::fp32());
+    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
+});
+
+rank_test!(cp2_pp2_matches_single_process, 4, |world| {
+    // CP=2 x PP=2: stages exchange each rank's positions only.
+    let cfg = tiny_config(false);
+    let g = Grid {
+        tp: 1,
+        cp: 2,
+        pp: 2,
+        dp: 1,
+    };
+    let run = parallel_run(
+        &world,
+        g,
+        &cfg,
+        false,
+        ParallelSettings::default(),
+        4,
+        &Setup::fp32(),
+    );
+    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
+});
