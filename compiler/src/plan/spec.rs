@@ -1349,7 +1349,11 @@ fn rollout_tensor_parallel(
 fn data_parallel(world: WorldSpec, engine: &EngineSpec) -> usize {
     match engine {
         EngineSpec::Megatron(m) => {
-            (world.size() / m.tensor_parallel.saturating_mul(m.pipeline_parallel).max(1)).max(1)
+            let model_parallel = m
+                .tensor_parallel
+                .saturating_mul(m.pipeline_parallel)
+                .saturating_mul(m.context_parallel);
+            (world.size() / model_parallel.max(1)).max(1)
         }
         EngineSpec::Fsdp(f) => (world.size() / f.ulysses.max(1)).max(1),
     }

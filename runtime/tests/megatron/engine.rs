@@ -104,7 +104,8 @@ fn megatron_engine_with(
     MegatronEngine::new(engine, settings).unwrap()
 }
 
-/// The Megatron settings of these tests: `(tp, pp, dp)` over `world` (`None`: one process),
+/// The Megatron settings of these tests: `(tp, pp, dp)` over `world` (`None`: one process;
+/// context parallel over the ranks left),
 /// the distributed optimizer, one parameter group (as the single engine), parameter and
 /// gradient offload both on or both off.
 pub(crate) fn megatron_settings(
@@ -114,7 +115,9 @@ pub(crate) fn megatron_settings(
     offload: bool,
 ) -> MegatronSettings {
     let groups = world.map(|w| {
-        let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
+        // The ranks `tp * pp * dp` leave over split sequences (context parallelism).
+        let cp = w.size() / (tp * pp * dp);
+        let layout = RankLayout::megatron(tp, cp, pp, dp).unwrap();
         ProcessGroups::new(w, &layout).unwrap()
     });
     MegatronSettings {
@@ -443,6 +446,18 @@ rank_test!(actor_tp2_moe_matches_single_engine, 2, |world| {
 
 rank_test!(actor_pp2_matches_single_engine, 2, |world| {
     compare_with_single(&world, (1, 2, 1), false);
+});
+
+rank_test!(actor_cp2_matches_single_engine, 2, |world| {
+    // Context parallel 2 (the two ranks split each sequence).
+    let mega = compare_with_single(&world, (1, 1, 1), false);
+    assert!(
+        mega.engine
+            .megatron_module()
+            .model
+            .context_parallel()
+            .is_some()
+    );
 });
 
 rank_test!(actor_dp2_matches_single_engine, 2, |world| {
