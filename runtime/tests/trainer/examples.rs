@@ -251,8 +251,8 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// The example's parallel degrees clipped to the 2 ranks: each at most 2, and a role's
-/// tensor × pipeline parallelism at most the world (pipeline stages give way to tensor
-/// parallelism when an example asks for both). The rollout's own degrees were set above.
+/// context × tensor × pipeline parallelism at most the world (tensor parallelism gives way to
+/// context parallelism, pipeline stages to both, when an example asks for several). The rollout's own degrees were set above.
 fn clip_parallel(overrides: &mut [String]) {
     const DEGREES: [&str; 5] = [
         "tensor_model_parallel_size",
@@ -276,12 +276,13 @@ fn clip_parallel(overrides: &mut [String]) {
             .map(|(prefix, ..)| prefix)
             .collect()
     };
-    // Tensor parallelism first, then context, then pipeline parallelism: each keeps its degree
-    // (at most 2) only when the role's earlier ones left room in the 2 ranks.
+    // Context parallelism first (the examples that set it set tensor parallelism too, which
+    // most other examples exercise), then tensor, then pipeline parallelism: each keeps its
+    // degree (at most 2) only when the role's earlier ones left room in the 2 ranks.
     let mut taken: Vec<String> = Vec::new();
     for name in [
-        "tensor_model_parallel_size",
         "context_parallel_size",
+        "tensor_model_parallel_size",
         "pipeline_model_parallel_size",
     ] {
         for o in overrides.iter_mut() {
