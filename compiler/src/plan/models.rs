@@ -325,9 +325,7 @@ fn layout_problem(
             // Expert parallelism: experts split over consecutive data-parallel ranks, tokens
             // exchanged with all-to-alls, the replicated optimizer (its norm counts each
             // expert once), the rollout holding every expert.
-            let why = if tp > 1 {
-                Some(format!("together with tensor parallel {tp}"))
-            } else if x.cp > 1 {
+            let why = if x.cp > 1 {
                 Some(format!("together with context parallel {}", x.cp))
             } else if !x.dp.is_multiple_of(ep) {
                 Some(format!(
@@ -426,7 +424,7 @@ impl Default for ExpertLayout {
 
 fn moe_on_megatron(model: &str, model_type: &str, setting: &str) -> String {
     format!(
-        "{model} is a mixture-of-experts model (`{model_type}`); verlc's Megatron engine splits its experts over tensor parallelism (expert tensor parallel = TP), or over data-parallel ranks without tensor parallelism: {setting} is not implemented"
+        "{model} is a mixture-of-experts model (`{model_type}`); verlc's Megatron engine splits its experts over tensor parallelism (expert tensor parallel = TP) and over data-parallel ranks (expert parallelism): {setting} is not implemented"
     )
 }
 

@@ -562,19 +562,28 @@ impl MegatronModule {
 
     /// The gradients the parameters have (those without one are left out).
     /// `own` (this rank's parameters by name) with every other rank's experts of this stage
-    /// added, each broadcast over the expert-parallel group by the rank that holds it
-    /// (collective over it); `own` unchanged without expert parallelism.
+    /// added (this rank's tensor-parallel slices of them), each broadcast over the
+    /// expert-parallel group by the rank that holds it (collective over it); `own` unchanged
+    /// without expert parallelism.
     pub fn with_all_experts(&self, own: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>> {
         if self.groups.as_ref().is_none_or(|g| g.experts.is_none()) {
             return Ok(own);
         }
         let cfg = &self.model.config;
         let (kind, device) = (self.model.kind(), self.model.device());
+        let (_, tp_size) = crate::tp::rank_size(self.tp());
         let mut out = own;
-        for (name, shape) in full_shapes(cfg, self.model.head_kind, &self.model.stage) {
+        for (name, mut shape) in full_shapes(cfg, self.model.head_kind, &self.model.stage) {
             let Some((ep, owner)) = self.expert_owner(&name) else {
                 continue;
             };
+            // The expert-parallel group shares this rank's tensor-parallel rank: what travels
+            // is this rank's slice of each expert.
+            if let crate::tp::ShardSpec::Dim(d) = hf_shard_spec(&name)
+                && let Some(len) = usize::try_from(d).ok().and_then(|d| shape.get_mut(d))
+            {
+                *len /= tp_size;
+            }
             if owner == ep.rank() {
                 let t = out
                     .iter()

@@ -241,12 +241,6 @@ impl FeedForward {
                             "expert parallel size {size} does not divide the {e} experts"
                         ));
                     }
-                    if at.tp > 1 {
-                        return Err(
-                            "expert parallelism together with tensor parallelism is not implemented"
-                                .into(),
-                        );
-                    }
                     let local = e / size;
                     let mut moe =
                         SparseMoe::build_range(cfg, p, at, rank * local..(rank + 1) * local)?;
@@ -599,10 +593,7 @@ impl DecoderLayer {
         let m = regions.enter(self.post_attention_layernorm.forward(&h1))?;
         let out = match &self.mlp {
             FeedForward::Dense(mlp) => regions.exit(&mlp.down_proj, &mlp.core(&m))?,
-            // Experts split like dense MLPs (Megatron's expert tensor parallelism = TP): the
-            // weighted partial outputs of all experts are reduced once.
-            FeedForward::Sparse(moe) if moe.is_split() => regions.reduce(moe.partial(&m))?,
-            FeedForward::Sparse(moe) => moe.forward(&m),
+            FeedForward::Sparse(moe) => regions.experts(moe, &m)?,
         };
         Ok(&h1 + out)
     }

@@ -10,6 +10,8 @@
 //! compute the same thing.
 
 use std::convert::Infallible;
+
+use super::moe::SparseMoe;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -219,6 +221,10 @@ pub trait Regions {
     fn keys_values(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor), Self::Error> {
         Ok((k, v))
     }
+    /// A mixture-of-experts block on `x`: its whole output (experts split over tensor
+    /// parallelism reduced like a row layer; experts split over an expert-parallel group
+    /// exchanged with it).
+    fn experts(&mut self, moe: &SparseMoe, x: &Tensor) -> Result<Tensor, Self::Error>;
 }
 
 /// Whole weights on one rank: every boundary is the identity and a row layer is a plain
@@ -239,6 +245,10 @@ impl Regions for Replicated {
 
     fn reduce(&mut self, partial: Tensor) -> Result<Tensor, Infallible> {
         Ok(partial)
+    }
+
+    fn experts(&mut self, moe: &SparseMoe, x: &Tensor) -> Result<Tensor, Infallible> {
+        Ok(moe.forward(x))
     }
 }
 

@@ -148,19 +148,22 @@ impl SparseMoe {
         self.experts.first().is_some_and(Mlp::is_split)
     }
 
-    /// `x` (…, hidden) -> (…, hidden), with whole experts (exchanged over the expert-parallel
-    /// group when there is one; a failing exchange panics, see [`SparseMoe::try_forward`]).
+    /// `x` (…, hidden) -> (…, hidden) on one rank that holds every expert (a block split over
+    /// an expert-parallel group runs through [`SparseMoe::try_forward`], which exchanges
+    /// tokens and can fail).
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        match self.try_forward(x) {
-            Ok(y) => y,
-            Err(e) => panic!("expert-parallel exchange failed: {e}"),
-        }
+        debug_assert!(
+            self.ep.is_none(),
+            "an expert-parallel block takes try_forward"
+        );
+        self.combine(x, Mlp::forward)
     }
 
-    /// [`SparseMoe::forward`], with the expert-parallel exchange's error.
+    /// `x` (…, hidden) -> (…, hidden), exchanged over the expert-parallel group when there is
+    /// one (whose failure is the error).
     pub fn try_forward(&self, x: &Tensor) -> Result<Tensor, DistError> {
         match &self.ep {
-            Some(ep) => self.combine_parallel(x, ep),
+            Some(ep) => self.combine_parallel(x, ep, &Mlp::forward),
             None => Ok(self.combine(x, Mlp::forward)),
         }
     }
@@ -169,9 +172,14 @@ impl SparseMoe {
     /// `down_proj` before the sum over the group): routing is computed on the replicated
     /// input alike on every rank, so the routed sum of partial outputs sums to the whole.
     /// The router's (and the shared-expert gate's) weight gradient is then partial per rank
-    /// and summed over the group by the engine.
-    pub fn partial(&self, x: &Tensor) -> Tensor {
-        self.combine(x, Mlp::partial)
+    /// and summed over the group by the engine. With an expert-parallel group as well (its
+    /// ranks share this rank's tensor-parallel rank), the tokens are exchanged as in
+    /// [`SparseMoe::try_forward`] and each rank's experts give their partial outputs.
+    pub fn try_partial(&self, x: &Tensor) -> Result<Tensor, DistError> {
+        match &self.ep {
+            Some(ep) => self.combine_parallel(x, ep, &Mlp::partial),
+            None => Ok(self.combine(x, Mlp::partial)),
+        }
     }
 
     /// Each token's routing: its top-k weights (renormalised when `norm_topk_prob`) in `x`'s
@@ -255,7 +263,12 @@ impl SparseMoe {
 
     /// The block under expert parallelism (see the module's doc). Every rank of the group
     /// must call it (a rank without tokens too: it still serves the others).
-    fn combine_parallel(&self, x: &Tensor, ep: &ProcessGroup) -> Result<Tensor, DistError> {
+    fn combine_parallel(
+        &self,
+        x: &Tensor,
+        ep: &ProcessGroup,
+        expert_fn: &impl Fn(&Mlp, &Tensor) -> Tensor,
+    ) -> Result<Tensor, DistError> {
         let bad = |e: tch::TchError| DistError::Invalid(e.to_string());
         let shape = x.size();
         let hidden = shape.last().copied().unwrap_or(0);
@@ -303,17 +316,11 @@ impl SparseMoe {
         }
         let index = Tensor::from_slice(&index).to_device(x.device());
         let grouped = received.index_select(0, &index);
-        let done = self.run_experts(&grouped, &sizes, &Mlp::forward);
+        let done = self.run_experts(&grouped, &sizes, expert_fn);
         let in_place = done.zeros_like().index_add(0, &index, &done);
         let expert_out = ep.all_to_all_rows(&in_place, &recv, &send)?;
         Ok(self
-            .finish(
-                &flat,
-                (&order, &tokens),
-                &weights,
-                &expert_out,
-                Mlp::forward,
-            )
+            .finish(&flat, (&order, &tokens), &weights, &expert_out, expert_fn)
             .reshape(shape))
     }
 }

@@ -12,6 +12,7 @@ use crate::dist::mappings::{
     reduce_scatter_to_sequence_parallel_region,
 };
 use crate::model::layers::{Linear, Regions};
+use crate::model::moe::SparseMoe;
 use tch::Tensor;
 
 use super::{Result, TpError};
@@ -74,6 +75,10 @@ impl Regions for TrainingRegions<'_> {
         })
     }
 
+    fn experts(&mut self, moe: &SparseMoe, x: &Tensor) -> Result<Tensor> {
+        split_experts(self, moe, x)
+    }
+
     fn keys_values(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
         if self.cp.is_none() {
             return Ok((k, v));
@@ -108,5 +113,24 @@ impl Regions for InferenceRegions<'_> {
 
     fn reduce(&mut self, partial: Tensor) -> Result<Tensor> {
         Ok(reduce_from_tp_region(&partial, self.tp)?)
+    }
+
+    fn experts(&mut self, moe: &SparseMoe, x: &Tensor) -> Result<Tensor> {
+        split_experts(self, moe, x)
+    }
+}
+
+/// A mixture-of-experts block on a Megatron rank: experts split like dense MLPs (Megatron's
+/// expert tensor parallelism = TP) give this rank's weighted partial outputs of all experts,
+/// reduced once over the group; an expert-parallel group exchanges tokens inside the block.
+fn split_experts<R: Regions<Error = TpError>>(
+    regions: &mut R,
+    moe: &SparseMoe,
+    x: &Tensor,
+) -> Result<Tensor> {
+    if moe.is_split() {
+        regions.reduce(moe.try_partial(x)?)
+    } else {
+        Ok(moe.try_forward(x)?)
     }
 }

@@ -4,6 +4,7 @@
 //! gradients of the whole block in one process (experts' gradients holding both ranks'
 //! tokens' contributions, the router's its own rank's).
 
+use runtime::dist::ProcessGroup;
 use runtime::model::moe::SparseMoe;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
@@ -151,98 +152,128 @@ rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
     |world| {
-        use runtime::dist::{ProcessGroups, RankLayout};
-        use runtime::megatron::{HeadKind, MegatronModule, ParallelSettings};
-        use runtime::optim::LossScaling;
+        ep_module_matches_one_process(&world, 1, false);
+    }
+);
 
-        use crate::parity::{LEN, ROWS, STEPS, train_steps};
-        use crate::support::{
-            Setup, full_weights, make_groups, reference_model, reference_run_with_norms,
-        };
+// Tensor parallel 2 x expert parallel 2 on 4 ranks (2 data-parallel ranks of 2 tensor ranks):
+// each expert's weights split over TP as dense MLPs are, the experts split over the EP group
+// of each tensor rank; tokens exchanged among the ranks of one tensor rank, their partial
+// outputs reduced over TP after the exchange back. Without and with sequence parallelism.
+rank_test!(
+    megatron_module_with_tensor_and_expert_parallelism_matches_one_process,
+    4,
+    |world| {
+        ep_module_matches_one_process(&world, 2, false);
+        ep_module_matches_one_process(&world, 2, true);
+    }
+);
 
-        let cfg = tiny_moe_config();
-        let mut setup = Setup::fp32();
-        setup.optim.clip_grad = 0.05;
-        let layout = RankLayout::megatron(1, 1, 1, 2).unwrap();
-        let groups = ProcessGroups::with_experts(&world, &layout, 2).unwrap();
-        let mut m = MegatronModule::new(
-            &cfg,
-            HeadKind::CausalLm,
-            Some(groups),
-            Device::Cpu,
-            Kind::Float,
-        )
-        .unwrap();
-        let local: Vec<String> = m
-            .model
-            .params()
-            .into_iter()
-            .map(|p| p.name)
-            .filter(|n| {
-                n.starts_with("model.layers.0.mlp.experts.") && n.ends_with("down_proj.weight")
-            })
-            .collect();
-        let first = 2 * world.rank();
-        assert_eq!(
-            local,
-            vec![
+/// Expert parallel 2 over the data-parallel ranks left by tensor parallel `tp` on `world`.
+fn ep_module_matches_one_process(world: &ProcessGroup, tp: usize, sequence_parallel: bool) {
+    use runtime::dist::{ProcessGroups, RankLayout};
+    use runtime::megatron::{HeadKind, MegatronModule, ParallelSettings};
+    use runtime::optim::LossScaling;
+
+    use crate::parity::{LEN, ROWS, STEPS, train_steps};
+    use crate::support::{
+        Setup, full_weights, make_groups, reference_model, reference_run_with_norms,
+    };
+
+    let cfg = tiny_moe_config();
+    let mut setup = Setup::fp32();
+    setup.optim.clip_grad = 0.05;
+    let dp = world.size() / tp;
+    let layout = RankLayout::megatron(tp, 1, 1, dp).unwrap();
+    let groups = ProcessGroups::with_experts(world, &layout, 2).unwrap();
+    let ep_rank = groups.experts.as_ref().unwrap().ep.rank();
+    let mut m = MegatronModule::with_sequence_parallel(
+        &cfg,
+        HeadKind::CausalLm,
+        Some(groups),
+        Device::Cpu,
+        Kind::Float,
+        sequence_parallel,
+    )
+    .unwrap();
+    let local: Vec<(String, Vec<i64>)> = m
+        .model
+        .params()
+        .into_iter()
+        .filter(|p| {
+            p.name.starts_with("model.layers.0.mlp.experts.")
+                && p.name.ends_with("down_proj.weight")
+        })
+        .map(|p| (p.name, p.tensor.size()))
+        .collect();
+    let first = 2 * ep_rank;
+    // Two experts per rank, each down_proj (hidden, moe_intermediate) split by rows over TP.
+    let width = cfg.moe.moe_intermediate_size / tp as i64;
+    assert_eq!(
+        local,
+        vec![
+            (
                 format!("model.layers.0.mlp.experts.{first}.down_proj.weight"),
-                format!("model.layers.0.mlp.experts.{}.down_proj.weight", first + 1)
-            ]
-        );
-        let (vs, _) = reference_model(&cfg, Kind::Float);
-        m.load_full(&full_weights(&vs)).unwrap();
-        // The distributed optimizer is refused with experts, not run wrongly.
-        assert!(
-            m.build_optimizer(
-                setup.optim,
-                make_groups,
-                ParallelSettings {
-                    use_distributed_optimizer: true,
-                    ..Default::default()
-                },
-                LossScaling::LINKED
+                vec![cfg.hidden_size, width]
+            ),
+            (
+                format!("model.layers.0.mlp.experts.{}.down_proj.weight", first + 1),
+                vec![cfg.hidden_size, width]
             )
-            .is_err()
-        );
+        ]
+    );
+    let (vs, _) = reference_model(&cfg, Kind::Float);
+    m.load_full(&full_weights(&vs)).unwrap();
+    // The distributed optimizer is refused with experts, not run wrongly.
+    assert!(
         m.build_optimizer(
             setup.optim,
             make_groups,
-            ParallelSettings::default(),
-            LossScaling::LINKED,
+            ParallelSettings {
+                use_distributed_optimizer: true,
+                ..Default::default()
+            },
+            LossScaling::LINKED
         )
-        .unwrap();
+        .is_err()
+    );
+    m.build_optimizer(
+        setup.optim,
+        make_groups,
+        ParallelSettings::default(),
+        LossScaling::LINKED,
+    )
+    .unwrap();
 
-        let (losses, norms) = train_steps(&world, &mut m, &cfg, 1, 1);
-        let weights = m.full_params().unwrap();
-        let (ref_losses, ref_weights, ref_norms) =
-            reference_run_with_norms(&cfg, STEPS, ROWS, LEN, &setup);
-        // The norm the clipping used: every expert once, as in one process.
-        for (i, (a, b)) in norms.iter().zip(&ref_norms).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-4 * b.abs(),
-                "step {i}: grad norm {a} vs {b}"
-            );
-        }
+    let (losses, norms) = train_steps(world, &mut m, &cfg, tp, 1);
+    let weights = m.full_params().unwrap();
+    let (ref_losses, ref_weights, ref_norms) =
+        reference_run_with_norms(&cfg, STEPS, ROWS, LEN, &setup);
+    // The norm the clipping used: every expert once, as in one process.
+    for (i, (a, b)) in norms.iter().zip(&ref_norms).enumerate() {
         assert!(
-            ref_norms.iter().all(|n| *n > setup.optim.clip_grad),
-            "every step is clipped: {ref_norms:?}"
+            (a - b).abs() <= 1e-4 * b.abs(),
+            "step {i}: grad norm {a} vs {b}"
         );
-        assert!(
-            ref_losses[STEPS - 1] < ref_losses[0] * 0.9,
-            "{ref_losses:?}"
-        );
-        for (i, (a, b)) in losses.iter().zip(&ref_losses).enumerate() {
-            assert!(
-                (a - b).abs() <= 5e-5 * b.abs().max(1.0),
-                "step {i}: loss {a} vs {b}"
-            );
-        }
-        assert_eq!(weights.len(), ref_weights.len());
-        for (name, w) in &ref_weights {
-            let (_, got) = weights.iter().find(|(n, _)| n == name).unwrap();
-            let d = max_diff(got, w);
-            assert!(d < 1e-4, "{name}: {d}");
-        }
     }
-);
+    assert!(
+        ref_norms.iter().all(|n| *n > setup.optim.clip_grad),
+        "every step is clipped: {ref_norms:?}"
+    );
+    assert!(
+        ref_losses[STEPS - 1] < ref_losses[0] * 0.9,
+        "{ref_losses:?}"
+    );
+    for (i, (a, b)) in losses.iter().zip(&ref_losses).enumerate() {
+        assert!(
+            (a - b).abs() <= 5e-5 * b.abs().max(1.0),
+            "step {i}: loss {a} vs {b}"
+        );
+    }
+    assert_eq!(weights.len(), ref_weights.len());
+    for (name, w) in &ref_weights {
+        let (_, got) = weights.iter().find(|(n, _)| n == name).unwrap();
+        let d = max_diff(got, w);
+        assert!(d < 1e-4, "{name}: {d}");
+    }
+}

@@ -390,6 +390,52 @@ fn megatron_expert_parallel_matches_one_process_and_resumes_exactly() {
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
+/// Megatron with tensor parallel 2 x expert parallel 2 on 4 ranks (2 data-parallel ranks):
+/// each expert split over TP, the experts over the EP group of each tensor rank; the rollout
+/// (TP 2) gets every expert's tensor slice from its rank. Every step matches the one-process
+/// run, and a run resumed from its step-2 checkpoint repeats step 3 exactly.
+#[test]
+fn megatron_tensor_and_expert_parallel_matches_one_process_and_resumes_exactly() {
+    let dir = scratch("dist_megatron_tp_ep");
+    let moe = [
+        "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=4&moe_intermediate=32'".to_owned(),
+        "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false".to_owned(),
+        "actor_rollout_ref.ref.megatron.use_distributed_optimizer=false".to_owned(),
+    ];
+    let one_cfg = config(
+        "quickstart_megatron.yaml",
+        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1)
+            .with(&moe)
+            .overrides,
+    );
+    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
+        .expect("one-process run");
+    let mut parallel: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .iter()
+        .flat_map(|role| {
+            [
+                format!("{role}.megatron.tensor_model_parallel_size=2"),
+                format!("{role}.megatron.expert_model_parallel_size=2"),
+            ]
+        })
+        .collect();
+    parallel.extend([
+        "critic.megatron.tensor_model_parallel_size=2".into(),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2".into(),
+        "trainer.save_freq=2".into(),
+    ]);
+    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2ep2"), 4)
+        .with(&moe)
+        .with(&parallel);
+    let spec = config(job.example, &job.overrides);
+    assert!(matches!(&spec.actor.engine,
+        verlc_spec::trainer::EngineSpec::Megatron(m) if m.expert_parallel == 2 && m.tensor_parallel == 2));
+    let ranks = run_ranks(&job, &dir.join("tp2ep2"), 4);
+    assert_matches(&one.history, &ranks[0], 2e-3, "Megatron TP=2 x EP=2");
+    let s2 = step_dir(&dir.join("tp2ep2").join("ckpt"), 2);
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 4);
+}
+
 /// Megatron with context parallelism 2 on 2 ranks (one data-parallel rank): the actor, the
 /// reference and the critic split every sequence in load-balanced chunks and gather keys and
 /// values in each layer; each CP rank decodes the same prompts with the same seed. Every step
