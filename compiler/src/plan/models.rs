@@ -255,7 +255,6 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                 tp: m.tensor_parallel,
                 cp: m.context_parallel,
                 dp: world / (m.tensor_parallel * m.pipeline_parallel * m.context_parallel).max(1),
-                distributed_optimizer: m.use_distributed_optimizer,
                 rollout_tp: spec.rollout.tensor_parallel,
             },
             _ => ExpertLayout::default(),
@@ -323,8 +322,9 @@ fn layout_problem(
         }
         if ep > 1 {
             // Expert parallelism: experts split over consecutive data-parallel ranks, tokens
-            // exchanged with all-to-alls, the replicated optimizer (its norm counts each
-            // expert once), the rollout holding every expert.
+            // exchanged with all-to-alls, either optimizer (the distributed one shards the
+            // experts' state over expert-DP; the norm counts each expert once), the rollout
+            // holding every expert.
             let why = if x.cp > 1 {
                 Some(format!("together with context parallel {}", x.cp))
             } else if !x.dp.is_multiple_of(ep) {
@@ -332,8 +332,6 @@ fn layout_problem(
                     "over {} data-parallel ranks (it must divide them)",
                     x.dp
                 ))
-            } else if x.distributed_optimizer {
-                Some("with the distributed optimizer (set use_distributed_optimizer: false)".into())
             } else if x.rollout_tp.is_some_and(|r| r != tp) {
                 Some("with a rollout tensor parallel size other than the actor's".into())
             } else {
@@ -404,7 +402,6 @@ struct ExpertLayout {
     cp: usize,
     /// Data-parallel ranks (the world over TP x CP x PP).
     dp: usize,
-    distributed_optimizer: bool,
     rollout_tp: Option<usize>,
 }
 
@@ -416,7 +413,6 @@ impl Default for ExpertLayout {
             tp: 1,
             cp: 1,
             dp: 1,
-            distributed_optimizer: false,
             rollout_tp: None,
         }
     }

@@ -201,7 +201,7 @@ table! {
     "**.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,sequence_parallel,use_distributed_optimizer}" => Implemented("engine (Megatron)"),
     "**.megatron.context_parallel_size" => Implemented("engine.context_parallel (Megatron): sequences split in load-balanced chunks, keys and values all-gathered; refused with linear-attention models, expert parallelism or another rollout TP (B018)"),
     "**.megatron.virtual_pipeline_model_parallel_size" => Checked("engine (Megatron): 1 or null only"),
-    "**.megatron.{expert_model_parallel_size,expert_tensor_parallel_size}" => Checked("a dense model: nothing (a B006 warning); a mixture-of-experts model: experts split over tensor parallelism (expert TP = TP); expert parallelism > 1 or another expert TP is refused at build (B018); V206 against the model's experts"),
+    "**.megatron.{expert_model_parallel_size,expert_tensor_parallel_size}" => Checked("a dense model: nothing (a B006 warning); a mixture-of-experts model: experts split over tensor parallelism (expert TP = TP) and over expert-parallel ranks (engine.expert_parallel); another expert TP, or expert parallelism with context parallelism or another rollout TP, is refused at build (B018); V206 against the model's experts"),
     "**.megatron.{param_offload,grad_offload,optimizer_offload}" => Implemented("the role's engine spec (placement, read at run time)"),
     "**.megatron.dtype" => Implemented("binding.precision"),
     "actor_rollout_ref.ref.megatron.seed" => NoEffect(NONE, "has no effect: the reference policy holds the actor's initial weights"),

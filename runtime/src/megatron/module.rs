@@ -15,7 +15,9 @@ use crate::dist::mappings::Tape;
 use crate::dist::{ProcessGroup, ProcessGroups, ReduceOp};
 use crate::model::ModelConfig;
 use crate::model::load::{Checkpoint, LoadReport};
-use crate::optim::distrib::{DistGroups, DistParam, DistributedOptimizer, LayoutOptions};
+use crate::optim::distrib::{
+    DistGroups, DistParam, DistributedOptimizer, ExpertSharding, LayoutOptions,
+};
 use crate::optim::{
     LossScaling, LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome,
 };
@@ -248,20 +250,8 @@ impl MegatronModule {
         settings: ParallelSettings,
         scaling: LossScaling,
     ) -> Result<()> {
-        let experts = self
-            .groups
-            .as_ref()
-            .and_then(|g| g.experts.as_ref())
-            .map(|e| e.ep.clone());
-        if experts.is_some() && settings.use_distributed_optimizer {
-            // It would shard the experts over the data-parallel group, whose ranks hold
-            // different ones.
-            return Err(MegatronError::Config(
-                "expert parallelism runs with the replicated optimizer so far \
-                 (use_distributed_optimizer: false)"
-                    .into(),
-            ));
-        }
+        let expert_groups = self.groups.as_ref().and_then(|g| g.experts.clone());
+        let experts = expert_groups.as_ref().map(|e| e.ep.clone());
         let mut params = self.dist_params();
         let opt = if settings.use_distributed_optimizer {
             // Its norm sums every rank's shard over the world: context-parallel ranks hold
@@ -277,6 +267,11 @@ impl MegatronModule {
             let groups = DistGroups {
                 dp: self.dp().cloned(),
                 stats: self.groups.as_ref().and_then(|g| active(&g.world).cloned()),
+                // The experts' state is sharded over the ranks that hold the same experts.
+                experts: expert_groups.map(|e| ExpertSharding {
+                    group: e.expert_dp,
+                    is_expert: is_expert_param,
+                }),
             };
             ModuleOptimizer::Distributed(DistributedOptimizer::new(
                 params,
@@ -555,7 +550,7 @@ impl MegatronModule {
     pub fn offloadable_params(&self) -> Vec<Tensor> {
         let mut out: Vec<Tensor> = self.own_storage_params().map(|p| p.tensor).collect();
         if let Some(ModuleOptimizer::Distributed(o)) = &self.optimizer {
-            out.push(o.param_buffer().shallow_clone());
+            out.extend(o.param_buffers().map(Tensor::shallow_clone));
         }
         out
     }

@@ -147,30 +147,42 @@ rank_test!(expert_parallel_block_matches_one_process, 2, |world| {
 // as dense ones are): 20 steps, every one clipped (below the gradients' norm), follow the
 // single-process model and optimizer, loss by loss and grad norm by grad norm (the norm counts
 // every expert once), and the gathered final weights (every expert, from its rank) match.
-// Replicated optimizer: what the module runs with experts so far.
+// With the replicated optimizer, then the distributed one (the experts' state in a buffer of
+// their own; with EP = DP each rank owns its experts' state whole).
 rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(&world, 1, false);
+        ep_module_matches_one_process(&world, 1, false, false);
+        ep_module_matches_one_process(&world, 1, false, true);
     }
 );
 
 // Tensor parallel 2 x expert parallel 2 on 4 ranks (2 data-parallel ranks of 2 tensor ranks):
 // each expert's weights split over TP as dense MLPs are, the experts split over the EP group
 // of each tensor rank; tokens exchanged among the ranks of one tensor rank, their partial
-// outputs reduced over TP after the exchange back. Without and with sequence parallelism.
+// outputs reduced over TP after the exchange back. Without sequence parallelism and the
+// replicated optimizer, then with both sequence parallelism and the distributed optimizer.
+// Then EP 2 over 4 data-parallel ranks with the distributed optimizer: the experts' state
+// sharded over the 2 ranks that hold the same experts, the dense state over all 4.
 rank_test!(
     megatron_module_with_tensor_and_expert_parallelism_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, 2, false);
-        ep_module_matches_one_process(&world, 2, true);
+        ep_module_matches_one_process(&world, 2, false, false);
+        ep_module_matches_one_process(&world, 2, true, true);
+        ep_module_matches_one_process(&world, 1, false, true);
     }
 );
 
-/// Expert parallel 2 over the data-parallel ranks left by tensor parallel `tp` on `world`.
-fn ep_module_matches_one_process(world: &ProcessGroup, tp: usize, sequence_parallel: bool) {
+/// Expert parallel 2 over the data-parallel ranks left by tensor parallel `tp` on `world`,
+/// with the distributed optimizer or the replicated one.
+fn ep_module_matches_one_process(
+    world: &ProcessGroup,
+    tp: usize,
+    sequence_parallel: bool,
+    distributed: bool,
+) {
     use runtime::dist::{ProcessGroups, RankLayout};
     use runtime::megatron::{HeadKind, MegatronModule, ParallelSettings};
     use runtime::optim::LossScaling;
@@ -224,26 +236,40 @@ fn ep_module_matches_one_process(world: &ProcessGroup, tp: usize, sequence_paral
     );
     let (vs, _) = reference_model(&cfg, Kind::Float);
     m.load_full(&full_weights(&vs)).unwrap();
-    // The distributed optimizer is refused with experts, not run wrongly.
-    assert!(
-        m.build_optimizer(
-            setup.optim,
-            make_groups,
-            ParallelSettings {
-                use_distributed_optimizer: true,
-                ..Default::default()
-            },
-            LossScaling::LINKED
-        )
-        .is_err()
-    );
     m.build_optimizer(
         setup.optim,
         make_groups,
-        ParallelSettings::default(),
+        ParallelSettings {
+            use_distributed_optimizer: distributed,
+            ..Default::default()
+        },
         LossScaling::LINKED,
     )
     .unwrap();
+    if distributed {
+        let Some(runtime::megatron::ModuleOptimizer::Distributed(o)) = m.optimizer() else {
+            panic!("expected the distributed optimizer");
+        };
+        // Expert state is held once per expert-DP group, dense state once per DP group.
+        let owned = o.owned_main_params();
+        let expert_numel: usize = owned
+            .iter()
+            .filter(|(n, ..)| n.contains(".mlp.experts."))
+            .map(|(_, r, _)| r.len())
+            .sum();
+        let local_expert_numel: usize = m
+            .model
+            .params()
+            .iter()
+            .filter(|p| p.name.contains(".mlp.experts."))
+            .map(|p| p.tensor.numel())
+            .sum();
+        let expert_dp = dp / 2;
+        assert!(
+            expert_numel * expert_dp <= local_expert_numel + 64 * expert_dp,
+            "{expert_numel} expert elements owned of {local_expert_numel} over {expert_dp}"
+        );
+    }
 
     let (losses, norms) = train_steps(world, &mut m, &cfg, tp, 1);
     let weights = m.full_params().unwrap();

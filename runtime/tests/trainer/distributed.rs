@@ -352,18 +352,17 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
 }
 
 /// Megatron with expert parallelism 2 (TP 1, 2 data-parallel ranks, each holding half of a
-/// Qwen3-MoE actor's experts; the replicated optimizer, whose grad norm counts each expert
-/// once; the rollout model gets every expert from its rank): every step matches the
-/// one-process run, and a run resumed from its step-2 checkpoint repeats step 3 exactly.
-/// Every token takes all 4 experts (a top-k near-tie would flip under the other reduction
-/// order); the tokens still travel to both ranks' experts.
+/// Qwen3-MoE actor's experts; the distributed optimizer, verl's default, its experts' state in
+/// a buffer of their own and its grad norm counting each expert once; the rollout model gets
+/// every expert from its rank): every step matches the one-process run, and a run resumed
+/// from its step-2 checkpoint repeats step 3 exactly. Every token takes all 4 experts (a
+/// top-k near-tie would flip under the other reduction order); the tokens still travel to
+/// both ranks' experts.
 #[test]
 fn megatron_expert_parallel_matches_one_process_and_resumes_exactly() {
     let dir = scratch("dist_megatron_ep");
     let moe = [
         "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=4&moe_intermediate=32'".to_owned(),
-        "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false".to_owned(),
-        "actor_rollout_ref.ref.megatron.use_distributed_optimizer=false".to_owned(),
     ];
     let one_cfg = config(
         "quickstart_megatron.yaml",
