@@ -123,7 +123,7 @@ fn zero_indexed_default() -> bool {
 }
 
 /// Megatron (verl's `McoreEngineConfig`, as the runtime applies it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MegatronEngineSpec {
     pub tensor_parallel: usize,
     pub pipeline_parallel: usize,
@@ -150,6 +150,24 @@ pub struct MegatronEngineSpec {
     /// `context_parallel_size`: each sequence split over this many ranks.
     #[serde(default = "one")]
     pub context_parallel: usize,
+    /// The mixture-of-experts router's settings from `override_transformer_config`.
+    #[serde(default)]
+    pub router: RouterSpec,
+}
+
+/// What Megatron's router does beyond routing, from `override_transformer_config`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouterSpec {
+    /// `moe_router_load_balancing_type` is `aux_loss` (or its per-sequence form, the same on
+    /// verl's packed micro-batches); verl sets `none`.
+    pub load_balancing: bool,
+    /// `moe_aux_loss_coeff` (`None`: the model's `router_aux_loss_coef`, which Megatron's
+    /// bridge copies).
+    pub load_balancing_coeff: Option<f64>,
+    /// `moe_z_loss_coeff` (0: unset).
+    pub z_loss_coeff: f64,
+    /// `moe_router_dtype: fp32`.
+    pub fp32: bool,
 }
 
 impl EngineSpec {

@@ -1598,3 +1598,74 @@ fn multi_turn_lowers_to_the_tool_agent_loop_or_is_refused_at_its_key() {
         c.lowered.diagnostics
     );
 }
+
+/// Megatron's router settings from `override_transformer_config`: z-loss and the
+/// load-balancing loss (only with a load-balancing type; its coefficient alone warns, as verl
+/// sets the type to `none`), the fp32 router; an unimplemented type and an updated expert bias
+/// are refused at their keys.
+#[test]
+fn megatron_router_settings_lower_from_override_transformer_config() {
+    use verlc_spec::trainer::EngineSpec;
+    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
+        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let otc = "actor_rollout_ref.actor.megatron.override_transformer_config";
+    let router = |c: &Case| match &c.lowered.plan.spec.actor.engine {
+        EngineSpec::Megatron(m) => m.router,
+        EngineSpec::Fsdp(_) => panic!("expected Megatron"),
+    };
+    let at = |c: &Case, code: &str, leaf: &str| {
+        c.lowered
+            .diagnostics
+            .iter()
+            .filter(|d| d.code.0 == code && d.key_path.as_deref() == Some(&format!("{otc}.{leaf}")))
+            .count()
+    };
+    let c = case(
+        &yaml,
+        &[
+            &format!("+{otc}.moe_z_loss_coeff=0.001"),
+            &format!("+{otc}.moe_aux_loss_coeff=0.01"),
+            &format!("+{otc}.moe_router_dtype=fp32"),
+        ],
+    );
+    let r = router(&c);
+    assert!(!r.load_balancing && r.fp32 && r.z_loss_coeff == 0.001);
+    assert_eq!(
+        at(&c, "B006", "moe_aux_loss_coeff"),
+        1,
+        "{:#?}",
+        c.lowered.diagnostics
+    );
+    let c = case(
+        &yaml,
+        &[
+            &format!("+{otc}.moe_router_load_balancing_type=aux_loss"),
+            &format!("+{otc}.moe_aux_loss_coeff=0.01"),
+        ],
+    );
+    let r = router(&c);
+    assert!(r.load_balancing && r.load_balancing_coeff == Some(0.01));
+    assert!(
+        c.lowered.diagnostics.iter().all(|d| !d.is_error()),
+        "{:#?}",
+        c.lowered.diagnostics
+    );
+    let c = case(
+        &yaml,
+        &[
+            &format!("+{otc}.moe_router_load_balancing_type=sinkhorn"),
+            &format!("+{otc}.moe_router_enable_expert_bias=true"),
+        ],
+    );
+    assert_eq!(at(&c, "B018", "moe_router_load_balancing_type"), 1);
+    assert_eq!(at(&c, "B018", "moe_router_enable_expert_bias"), 1);
+    // A bias that is never updated stays zero: accepted.
+    let c = case(
+        &yaml,
+        &[
+            &format!("+{otc}.moe_router_enable_expert_bias=true"),
+            &format!("+{otc}.moe_router_bias_update_rate=0"),
+        ],
+    );
+    assert_eq!(at(&c, "B018", "moe_router_enable_expert_bias"), 0);
+}

@@ -87,14 +87,50 @@ struct Cut {
 }
 
 /// The cuts of one forward pass (one micro-batch on one pipeline stage); see the module docs.
-#[derive(Debug, Default)]
+/// It also carries the side losses of the pass (a mixture-of-experts router's load-balancing
+/// and z-losses, which Megatron adds to the gradient without changing the reported loss):
+/// they are back-propagated with the root, each with gradient [`Tape::set_side_scale`].
+#[derive(Debug)]
 pub struct Tape {
     cuts: Vec<Cut>,
+    side: Vec<Tensor>,
+    side_values: Vec<[f64; 2]>,
+    side_scale: f64,
+}
+
+impl Default for Tape {
+    fn default() -> Self {
+        Tape {
+            cuts: Vec::new(),
+            side: Vec::new(),
+            side_values: Vec::new(),
+            side_scale: 1.0,
+        }
+    }
 }
 
 impl Tape {
     pub fn new() -> Self {
         Tape::default()
+    }
+
+    /// A loss term to back-propagate with the root (scaled by the side scale); `values` are
+    /// what it reports (see [`Tape::side_values`]).
+    pub fn add_side_loss(&mut self, loss: Tensor, values: [f64; 2]) {
+        if loss.requires_grad() {
+            self.side.push(loss);
+        }
+        self.side_values.push(values);
+    }
+
+    /// The gradient the side losses get (e.g. `1 / micro-batches`, times the loss scale).
+    pub fn set_side_scale(&mut self, scale: f64) {
+        self.side_scale = scale;
+    }
+
+    /// The values of the side losses recorded so far, in order.
+    pub fn side_values(&self) -> &[[f64; 2]] {
+        &self.side_values
     }
 
     /// Number of recorded cuts.
@@ -137,12 +173,20 @@ impl Tape {
     /// gradients accumulate in their `.grad`. The tape is emptied.
     pub fn backward(&mut self, root: &Tensor, grad: Option<&Tensor>) -> Result<()> {
         let err = torch("backward");
+        let (mut roots, mut grads) = (Vec::new(), Vec::new());
         if root.requires_grad() {
-            let g = match grad {
+            grads.push(match grad {
                 Some(g) => g.shallow_clone(),
                 None => root.ones_like(),
-            };
-            ops::backward(&[root.shallow_clone()], &[g], false).map_err(autograd)?;
+            });
+            roots.push(root.shallow_clone());
+        }
+        for side in std::mem::take(&mut self.side) {
+            grads.push(side.f_full_like(self.side_scale).map_err(&err)?);
+            roots.push(side);
+        }
+        if !roots.is_empty() {
+            ops::backward(&roots, &grads, false).map_err(autograd)?;
         }
         while let Some(cut) = self.cuts.pop() {
             let g = cut.leaf.grad();

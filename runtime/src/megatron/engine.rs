@@ -29,6 +29,7 @@ use crate::engine::{
     MicroBatching, SchedulerSettings, StepResult, global_agg_options,
 };
 use crate::model::init::{init_weights, init_weights_where};
+use crate::model::moe::RouterLossCoeffs;
 use crate::model::save::{SaveOptions, save_named};
 use crate::model::{CausalLm, ModelConfig, ModelSource, TorchKind, ValueModel};
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
@@ -219,6 +220,8 @@ pub struct MegatronSettings {
     /// many data-parallel ranks (the engine builds the groups once it knows the model has
     /// experts; a dense model ignores it, as Megatron does).
     pub expert_parallel: usize,
+    /// What Megatron's router adds: its losses' coefficients and its dtype.
+    pub router: verlc_spec::trainer::RouterSpec,
 }
 
 impl MegatronSettings {
@@ -268,11 +271,15 @@ impl MegatronSettings {
             param_offload: spec.param_offload,
             grad_offload: spec.grad_offload,
             expert_parallel: spec.expert_parallel.max(1),
+            router: spec.router,
         })
     }
 }
 
 const OPTIM_DIR: &str = "optim";
+
+/// transformers' default `router_aux_loss_coef` for Qwen MoE configs that leave it out.
+const DEFAULT_ROUTER_AUX_LOSS_COEF: f64 = 0.001;
 
 /// The Megatron engine; see the module docs.
 pub struct MegatronEngine<H: MegatronHead> {
@@ -339,6 +346,22 @@ impl<H: MegatronHead> MegatronEngine<H> {
             kind,
             megatron.sequence_parallel,
         )?;
+        // Megatron's bridge takes the load-balancing coefficient from the model's config.
+        let r = &megatron.router;
+        let model_coeff = config
+            .extra
+            .get("router_aux_loss_coef")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(DEFAULT_ROUTER_AUX_LOSS_COEF);
+        let coeffs = RouterLossCoeffs {
+            load_balancing: if r.load_balancing {
+                r.load_balancing_coeff.unwrap_or(model_coeff)
+            } else {
+                0.0
+            },
+            z: r.z_loss_coeff,
+        };
+        module.model.set_router(coeffs, r.fp32);
         match &source {
             ModelSource::Builtin(_) => {
                 // Initialised from the seed on the whole model, as the single engine does, so
@@ -563,6 +586,44 @@ impl<H: MegatronHead> MegatronEngine<H> {
         })
     }
 
+    /// The router losses' means over the model's mixture-of-experts layers and the
+    /// micro-batches, without coefficients (`{role}/moe_load_balancing_loss`,
+    /// `{role}/moe_z_loss`, for those with a coefficient), into every micro-batch's metrics
+    /// (which the workers average). Collective over the context-parallel group (each rank has
+    /// its share of every value) and the pipeline (each stage its layers).
+    fn add_router_metrics(&self, metrics: &mut [Metrics]) -> Result<()> {
+        let Some(coeffs) = self.module.model.router_losses() else {
+            return Ok(());
+        };
+        let values = self.module.router_values();
+        let sums = Tensor::from_slice(&[
+            values.iter().map(|v| v[0]).sum::<f64>(),
+            values.iter().map(|v| v[1]).sum::<f64>(),
+        ]);
+        if let Some(cp) = self.groups().and_then(|g| g.cp.as_ref()) {
+            cp.all_reduce(&sums, ReduceOp::Sum)
+                .map_err(MegatronError::from)?;
+        }
+        let totals = Tensor::cat(&[sums, Tensor::from_slice(&[values.len() as f64])], 0);
+        if let Some(pp) = self.pp() {
+            pp.all_reduce(&totals, ReduceOp::Sum)
+                .map_err(MegatronError::from)?;
+        }
+        let t = Vec::<f64>::try_from(&totals)
+            .map_err(|e| EngineError::Config(format!("router metrics: {e}")))?;
+        let n = t.get(2).copied().unwrap_or(0.0).max(1.0);
+        let role = H::KIND.metric_role();
+        for m in metrics.iter_mut() {
+            if coeffs.load_balancing != 0.0 {
+                m.insert(format!("{role}/moe_load_balancing_loss"), t[0] / n);
+            }
+            if coeffs.z != 0.0 {
+                m.insert(format!("{role}/moe_z_loss"), t[1] / n);
+            }
+        }
+        Ok(())
+    }
+
     /// Sends the last stage's metrics to every stage of the pipeline.
     fn broadcast_metrics(&self, metrics: Vec<Metrics>) -> Result<Vec<Metrics>> {
         let Some(pp) = self.pp() else {
@@ -689,6 +750,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
                 return Err(failure.take().unwrap_or_else(|| e.into()));
             }
         }
+        self.add_router_metrics(&mut metrics)?;
         self.broadcast_metrics(metrics)
     }
 

@@ -88,6 +88,9 @@ pub struct MegatronModule {
     pub model: ParallelModel,
     groups: Option<ProcessGroups>,
     optimizer: Option<ModuleOptimizer>,
+    /// `[load balancing, z]` of every mixture-of-experts layer of this stage, per
+    /// micro-batch, from the last [`MegatronModule::forward_backward`] (this rank's shares).
+    router_values: Vec<[f64; 2]>,
 }
 
 impl std::fmt::Debug for MegatronModule {
@@ -150,6 +153,7 @@ impl MegatronModule {
             model,
             groups,
             optimizer: None,
+            router_values: Vec::new(),
         })
     }
 
@@ -334,13 +338,25 @@ impl MegatronModule {
         let pipe = self.pipeline();
         let padded = self.pad_sequences(mbs)?;
         let mbs = padded.as_deref().unwrap_or(mbs);
+        let mut values = Vec::new();
         let mut step = Step {
             model: &self.model,
             mbs,
             head: loss,
             scale,
+            router_values: &mut values,
         };
-        forward_backward_1f1b(&pipe, &mut step, mbs.len())
+        let out = forward_backward_1f1b(&pipe, &mut step, mbs.len());
+        self.router_values = values;
+        out
+    }
+
+    /// The router losses' values of the last [`forward_backward`](Self::forward_backward):
+    /// `[load balancing, z]` per mixture-of-experts layer of this stage and micro-batch,
+    /// without coefficients (this rank's shares under context parallelism; empty when the
+    /// model adds none).
+    pub fn router_values(&self) -> &[[f64; 2]] {
+        &self.router_values
     }
 
     /// Forward only (no gradients): `head` maps the last stage's hidden states of each
@@ -363,11 +379,13 @@ impl MegatronModule {
                     outs.push(out.f_to_kind(Kind::Float)?.f_contiguous()?);
                     Ok(out)
                 };
+            let mut unused = Vec::new();
             let mut step = Step {
                 model: &self.model,
                 mbs,
                 head: &mut collect,
                 scale: 1.0,
+                router_values: &mut unused,
             };
             tch::no_grad(|| forward_only(&pipe, &mut step, mbs.len()))?;
         }
@@ -762,6 +780,8 @@ struct Step<'a, 'b> {
     mbs: &'a [MicroBatch],
     head: &'a mut HeadFn<'b>,
     scale: f64,
+    /// Where the router losses' values of each forward go.
+    router_values: &'a mut Vec<[f64; 2]>,
 }
 
 impl StageStep for Step<'_, '_> {
@@ -788,9 +808,13 @@ impl StageStep for Step<'_, '_> {
             Some(h) => StageInput::Hidden(h),
             None => StageInput::Ids(&m.input_ids),
         };
+        // Router losses reach the gradient as Megatron's auxiliary-loss scaler adds them:
+        // `1 / micro-batches` of each (times the loss scale), beside the normalised loss.
+        tape.set_side_scale(self.scale / self.mbs.len().max(1) as f64);
         let hidden =
             self.model
                 .forward_stage(tape, input, &m.position_ids, m.attention_mask.as_ref())?;
+        self.router_values.extend_from_slice(tape.side_values());
         if !self.model.stage.is_last() {
             return Ok(hidden);
         }

@@ -29,6 +29,7 @@ use crate::dist::mappings::{
     gather_from_sequence_parallel_region_split_grad,
 };
 use crate::model::decoder::{DecoderLayer, LayerPlace, Linear, RmsNorm, param_shapes};
+use crate::model::moe::RouterLossCoeffs;
 use crate::model::rope::RotaryEmbedding;
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
 use crate::rollout::TokenStats;
@@ -100,6 +101,16 @@ pub enum HeadKind {
     Value,
 }
 
+impl HeadKind {
+    /// The prefix of the metrics of the role that trains this head.
+    pub fn metric_role(self) -> &'static str {
+        match self {
+            HeadKind::CausalLm => "actor",
+            HeadKind::Value => "critic",
+        }
+    }
+}
+
 /// How a parameter is distributed, for the optimizer and the export.
 #[derive(Debug)]
 pub struct ParamInfo {
@@ -160,6 +171,8 @@ pub struct ParallelModel {
     sequence_parallel: bool,
     /// Context parallelism: this rank holds `1 / CP` of each sequence's positions.
     cp: Option<ContextParallel>,
+    /// The router losses of the mixture-of-experts layers (`None`: none).
+    router: Option<RouterLossCoeffs>,
     partition: VocabPartition,
     embed: Option<VocabParallelEmbedding>,
     layers: Vec<DecoderLayer>,
@@ -297,6 +310,7 @@ impl ParallelModel {
             stage,
             sequence_parallel: sequence_parallel && tp.as_ref().is_some_and(|g| g.size() > 1),
             cp: None,
+            router: None,
             tp,
             partition,
             embed,
@@ -325,6 +339,23 @@ impl ParallelModel {
         }
         self.cp = cp;
         Ok(())
+    }
+
+    /// Adds the router's load-balancing and z-losses (Megatron's `aux_loss` load balancing
+    /// with `moe_aux_loss_coeff`, `moe_z_loss_coeff`) to the gradient of training passes, and
+    /// computes router logits in fp32 when `fp32_router` (`moe_router_dtype: fp32`).
+    pub fn set_router(&mut self, coeffs: RouterLossCoeffs, fp32_router: bool) {
+        self.router = coeffs.any().then_some(coeffs);
+        for layer in &mut self.layers {
+            if let Some(moe) = layer.sparse_moe_mut() {
+                moe.set_fp32_router(fp32_router);
+            }
+        }
+    }
+
+    /// Whether training passes add router losses ([`ParallelModel::set_router`]).
+    pub fn router_losses(&self) -> Option<RouterLossCoeffs> {
+        self.router
     }
 
     pub fn context_parallel(&self) -> Option<&ContextParallel> {
@@ -449,18 +480,25 @@ impl ParallelModel {
                 ));
             }
         };
-        let (positions, mask) = match cp {
+        // Positions, the attention mask, and this rank's real tokens (what the router's
+        // losses count).
+        let (positions, mask, valid) = match cp {
             None => {
                 let t = position_ids.size().get(1).copied().unwrap_or(0);
                 let mask = attention_mask.map(|m| causal_padding_mask(m, 0, t));
-                (position_ids.shallow_clone(), mask)
+                let valid = attention_mask.map(Tensor::shallow_clone);
+                (position_ids.shallow_clone(), mask, valid)
             }
             Some(cp) => {
                 let valid = match attention_mask {
                     Some(m) => m.shallow_clone(),
                     None => position_ids.f_ones_like()?,
                 };
-                (cp.local(position_ids, 1)?, Some(cp.attention_mask(&valid)?))
+                (
+                    cp.local(position_ids, 1)?,
+                    Some(cp.attention_mask(&valid)?),
+                    Some(cp.local(&valid, 1)?),
+                )
             }
         };
         let (cos, sin) = self.rotary.cos_sin(&positions, x.kind());
@@ -469,10 +507,12 @@ impl ParallelModel {
             tp,
             sequence_parallel: sp,
             cp: cp.map(ContextParallel::group),
+            router: self.router,
         };
         for layer in &self.layers {
+            let masks = (mask.as_ref(), valid.as_ref());
             x = layer
-                .forward_in(&mut regions, &x, &cos, &sin, (mask.as_ref(), None), None)
+                .forward_in(&mut regions, &x, &cos, &sin, masks, None)
                 .map_err(tp_err)?;
         }
         let Some(norm) = &self.norm else { return Ok(x) };

@@ -544,6 +544,14 @@ impl DecoderLayer {
         &self.mlp
     }
 
+    /// The layer's mixture-of-experts block, if its MLP is one.
+    pub fn sparse_moe_mut(&mut self) -> Option<&mut SparseMoe> {
+        match &mut self.mlp {
+            FeedForward::Sparse(moe) => Some(moe),
+            FeedForward::Dense(_) => None,
+        }
+    }
+
     /// The layer's token mixer.
     pub fn mixer(&self) -> &Mixer {
         &self.mixer
@@ -593,7 +601,7 @@ impl DecoderLayer {
         let m = regions.enter(self.post_attention_layernorm.forward(&h1))?;
         let out = match &self.mlp {
             FeedForward::Dense(mlp) => regions.exit(&mlp.down_proj, &mlp.core(&m))?,
-            FeedForward::Sparse(moe) => regions.experts(moe, &m)?,
+            FeedForward::Sparse(moe) => regions.experts(moe, &m, valid)?,
         };
         Ok(&h1 + out)
     }

@@ -224,7 +224,14 @@ pub trait Regions {
     /// A mixture-of-experts block on `x`: its whole output (experts split over tensor
     /// parallelism reduced like a row layer; experts split over an expert-parallel group
     /// exchanged with it).
-    fn experts(&mut self, moe: &SparseMoe, x: &Tensor) -> Result<Tensor, Self::Error>;
+    /// `valid` marks the real tokens of `x` (without its hidden dim; `None`: all), which
+    /// the router's losses count.
+    fn experts(
+        &mut self,
+        moe: &SparseMoe,
+        x: &Tensor,
+        valid: Option<&Tensor>,
+    ) -> Result<Tensor, Self::Error>;
 }
 
 /// Whole weights on one rank: every boundary is the identity and a row layer is a plain
@@ -247,7 +254,12 @@ impl Regions for Replicated {
         Ok(partial)
     }
 
-    fn experts(&mut self, moe: &SparseMoe, x: &Tensor) -> Result<Tensor, Infallible> {
+    fn experts(
+        &mut self,
+        moe: &SparseMoe,
+        x: &Tensor,
+        _valid: Option<&Tensor>,
+    ) -> Result<Tensor, Infallible> {
         Ok(moe.forward(x))
     }
 }

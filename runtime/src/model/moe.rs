@@ -7,8 +7,9 @@
 //! Experts run grouped: the (token, choice) pairs are sorted by expert, so each expert is one
 //! matmul chain over a contiguous block of rows, and experts no token chose do not run (never
 //! a loop of every expert over every token). All steps are differentiable; the router's
-//! gradient reaches it through the routing weights, as in transformers. The load-balancing
-//! auxiliary loss (`output_router_logits`) is not computed here.
+//! gradient reaches it through the routing weights, as in transformers. The router's
+//! load-balancing and z-losses, which Megatron adds to the gradient when configured, are
+//! [`SparseMoe::router_losses`] (verl's FSDP path never adds transformers' auxiliary loss).
 //!
 //! Under expert parallelism (Megatron's `expert_model_parallel_size`) a rank holds a
 //! contiguous range of the experts ([`SparseMoe::standalone`] with a range, then
@@ -31,6 +32,21 @@ use super::decoder::{LayerPlace, Mlp};
 use super::layers::{Linear, Split};
 use crate::dist::{DistError, ProcessGroup};
 
+/// The coefficients of the router losses Megatron adds to the gradient (see
+/// [`SparseMoe::router_losses`]): `moe_aux_loss_coeff` when the load-balancing type is
+/// `aux_loss`, and `moe_z_loss_coeff`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RouterLossCoeffs {
+    pub load_balancing: f64,
+    pub z: f64,
+}
+
+impl RouterLossCoeffs {
+    pub fn any(&self) -> bool {
+        self.load_balancing != 0.0 || self.z != 0.0
+    }
+}
+
 #[derive(Debug)]
 pub struct SparseMoe {
     gate: Linear,
@@ -44,6 +60,8 @@ pub struct SparseMoe {
     norm_topk_prob: bool,
     /// The expert-parallel group (each rank holds an equal, consecutive range of experts).
     ep: Option<ProcessGroup>,
+    /// Router logits in fp32 ([`SparseMoe::set_fp32_router`]).
+    fp32_router: bool,
 }
 
 impl SparseMoe {
@@ -120,6 +138,7 @@ impl SparseMoe {
             top_k: m.num_experts_per_tok,
             norm_topk_prob: m.norm_topk_prob,
             ep: None,
+            fp32_router: false,
         })
     }
 
@@ -182,10 +201,78 @@ impl SparseMoe {
         }
     }
 
+    /// Computes the router's logits in fp32 (Megatron's `moe_router_dtype: fp32`): input and
+    /// weight cast up, so bf16 runs route on fp32 scores.
+    pub fn set_fp32_router(&mut self, on: bool) {
+        self.fp32_router = on;
+    }
+
+    /// The router's logits `(tokens, experts)` of `flat` `(tokens, hidden)`.
+    fn router_logits(&self, flat: &Tensor) -> Tensor {
+        if self.fp32_router && flat.kind() != Kind::Float {
+            let w = self.gate.weight.to_kind(Kind::Float);
+            return flat.to_kind(Kind::Float).matmul(&w.tr());
+        }
+        self.gate.forward(flat)
+    }
+
+    /// This rank's share of the router's load-balancing loss and z-loss for `x` (…, hidden)
+    /// over its real tokens (`valid`, 1 for real, the shape of `x` without hidden; `None`:
+    /// all), as Megatron's `aux_loss` load balancing and `moe_z_loss_coeff` compute them,
+    /// without their coefficients:
+    /// - load balancing: `E / (k T²) Σ_e S_e C_e`, with `S_e` this rank's sum of the fp32
+    ///   softmax of expert `e` over its tokens, `C_e` the tokens that chose `e` among their
+    ///   top-k and `T` the tokens, both counted over the `group` (the context-parallel ranks
+    ///   that split the sequences; `None`: this rank's tokens only), so the shares of the
+    ///   group sum to the loss of all its tokens and its gradient is their sum;
+    /// - z-loss: `Σ logsumexp(logits)² / T` over this rank's tokens, shared the same way.
+    ///
+    /// Counts are not differentiable (as in Megatron); both terms are differentiable in the
+    /// router's scores.
+    pub fn router_losses(
+        &self,
+        x: &Tensor,
+        valid: Option<&Tensor>,
+        group: Option<&ProcessGroup>,
+    ) -> Result<(Tensor, Tensor), DistError> {
+        let bad = |e: tch::TchError| DistError::Invalid(e.to_string());
+        let hidden = x.size().last().copied().unwrap_or(0);
+        let flat = x.reshape([-1, hidden]);
+        let logits = self.router_logits(&flat).to_kind(Kind::Float);
+        let real = match valid {
+            Some(v) => v.reshape([-1]).to_kind(Kind::Float),
+            None => Tensor::ones([flat.size()[0]], (Kind::Float, x.device())),
+        };
+        let probs = logits.softmax(-1, Kind::Float);
+        let (_, chosen) = probs.topk(self.top_k, -1, true, true);
+        let picks = Tensor::zeros_like(&probs).scatter_value(-1, &chosen, 1.0) * real.unsqueeze(-1);
+        // [C_1..C_E, T], summed over the group.
+        let counts = Tensor::cat(
+            &[
+                picks.sum_dim_intlist(0, false, Kind::Float),
+                real.sum(Kind::Float).reshape([1]),
+            ],
+            0,
+        )
+        .detach()
+        .contiguous();
+        if let Some(g) = group.filter(|g| g.size() > 1) {
+            g.all_reduce(&counts, crate::dist::ReduceOp::Sum)?;
+        }
+        let total = counts.f_get(self.num_experts).map_err(bad)?.clamp_min(1.0);
+        let c = counts.narrow(0, 0, self.num_experts);
+        let s = (&probs * real.unsqueeze(-1)).sum_dim_intlist(0, false, Kind::Float);
+        let balance = (s * c).sum(Kind::Float) * (self.num_experts as f64 / self.top_k as f64)
+            / total.square();
+        let lse = logits.logsumexp([-1], false);
+        let z = (lse.square() * &real).sum(Kind::Float) / total;
+        Ok((balance, z))
+    }
+
     /// Each token's routing: its top-k weights (renormalised when `norm_topk_prob`) in `x`'s
     /// kind, and the experts chosen, flattened to one (token, choice) pair per row.
     fn route(&self, flat: &Tensor) -> (Tensor, Tensor) {
-        let probs = self.gate.forward(flat).softmax(-1, Kind::Float);
+        let probs = self.router_logits(flat).softmax(-1, Kind::Float);
         let (mut weights, chosen) = probs.topk(self.top_k, -1, true, true);
         if self.norm_topk_prob {
             weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);

@@ -12,7 +12,7 @@ use crate::dist::mappings::{
     reduce_scatter_to_sequence_parallel_region,
 };
 use crate::model::layers::{Linear, Regions};
-use crate::model::moe::SparseMoe;
+use crate::model::moe::{RouterLossCoeffs, SparseMoe};
 use tch::Tensor;
 
 use super::{Result, TpError};
@@ -31,6 +31,8 @@ pub struct TrainingRegions<'a> {
     /// split over it and attention gathers every rank's keys and values
     /// (see [`crate::megatron::context`]).
     pub cp: Option<&'a ProcessGroup>,
+    /// The router losses added to the gradient of mixture-of-experts layers (`None`: none).
+    pub router: Option<RouterLossCoeffs>,
 }
 
 /// Dim of the positions in attention's keys and values (B, heads, T, D).
@@ -75,8 +77,19 @@ impl Regions for TrainingRegions<'_> {
         })
     }
 
-    fn experts(&mut self, moe: &SparseMoe, x: &Tensor) -> Result<Tensor> {
-        split_experts(self, moe, x)
+    fn experts(&mut self, moe: &SparseMoe, x: &Tensor, valid: Option<&Tensor>) -> Result<Tensor> {
+        let out = split_experts(self, moe, x)?;
+        if let Some(c) = self.router.filter(|c| c.any() && x.requires_grad()) {
+            let (balance, z) = moe.router_losses(x, valid, self.cp)?;
+            // Every tensor rank routes the same tokens, and what the losses reach (the
+            // router's weight, this segment's input) has its gradient summed over TP: each
+            // rank adds 1/TP of them.
+            let tp = self.tp.map_or(1, ProcessGroup::size) as f64;
+            let term = (&balance * c.load_balancing + &z * c.z) / tp;
+            let values = [balance.f_double_value(&[])?, z.f_double_value(&[])?];
+            self.tape.add_side_loss(term, values);
+        }
+        Ok(out)
     }
 
     fn keys_values(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
@@ -115,7 +128,7 @@ impl Regions for InferenceRegions<'_> {
         Ok(reduce_from_tp_region(&partial, self.tp)?)
     }
 
-    fn experts(&mut self, moe: &SparseMoe, x: &Tensor) -> Result<Tensor> {
+    fn experts(&mut self, moe: &SparseMoe, x: &Tensor, _valid: Option<&Tensor>) -> Result<Tensor> {
         split_experts(self, moe, x)
     }
 }

@@ -131,6 +131,7 @@ pub(crate) fn megatron_settings(
         param_offload: offload,
         grad_offload: offload,
         expert_parallel: 1,
+        router: Default::default(),
     }
 }
 

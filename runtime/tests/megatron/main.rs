@@ -13,5 +13,6 @@ mod memory;
 mod parallel_state;
 mod parity;
 mod rollout_reshard;
+mod router_losses;
 mod support;
 mod vocab_parallel;

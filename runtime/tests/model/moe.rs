@@ -180,3 +180,55 @@ fn expert_keys_are_written_only_for_moe_models() {
     assert_eq!(back.moe, moe.moe);
     assert!(!back.extra.contains_key("num_experts"));
 }
+
+/// The router's load-balancing loss and z-loss (what Megatron adds when configured) against
+/// transformers' Qwen3-MoE on the same router logits and padding: transformers' auxiliary loss
+/// for one MoE layer is top-k times Megatron's (`E Σ f_e P_e` with `f_e` summing to k there,
+/// to 1 in Megatron); the z-loss is the mean squared logsumexp over real tokens. A gate of the
+/// identity on hidden = experts makes the block's input its logits.
+#[test]
+fn router_losses_match_transformers() {
+    use runtime::builtin_uri::BuiltinUri;
+    use runtime::model::moe::SparseMoe;
+
+    let out = oracle::cached("router_losses", &[]);
+    let r = oracle::read(&out.join("router.safetensors"));
+    let (logits, mask) = (get(&r, "logits"), get(&r, "attention_mask"));
+    let uri = BuiltinUri::parse(
+        "builtin://tiny?layers=1&hidden=8&heads=2&kv_heads=2&arch=qwen3_moe&experts=8&experts_per_tok=2&moe_intermediate=4",
+    )
+    .unwrap()
+    .unwrap();
+    let cfg = runtime::model::builtin::config(&uri).unwrap();
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let block = SparseMoe::standalone(&cfg, vs.root(), 0, 0..8).unwrap();
+    tch::no_grad(|| {
+        vs.variables()["gate.weight"]
+            .shallow_clone()
+            .copy_(&Tensor::eye(8, (Kind::Float, Device::Cpu)))
+    });
+    let x = logits.shallow_clone().set_requires_grad(true);
+    let (balance, z) = block.router_losses(&x, Some(mask), None).unwrap();
+    let top_k = 2.0;
+    let theirs = get(&r, "balance").double_value(&[0]);
+    let d = (balance.double_value(&[]) * top_k - theirs).abs();
+    assert!(
+        d <= 1e-6 * theirs.abs().max(1.0),
+        "load balancing: {} x {top_k} vs {theirs}",
+        balance.double_value(&[])
+    );
+    let dz = (z.double_value(&[]) - get(&r, "z").double_value(&[0])).abs();
+    assert!(dz <= 1e-5, "z-loss differs by {dz}");
+    // Both reach the router's scores; padding tokens get no gradient.
+    (&balance + &z).backward();
+    let g = x.grad();
+    assert!(g.abs().sum(Kind::Float).double_value(&[]) > 0.0);
+    assert_eq!(
+        g.narrow(1, 0, 2)
+            .get(0)
+            .abs()
+            .sum(Kind::Float)
+            .double_value(&[]),
+        0.0
+    );
+}

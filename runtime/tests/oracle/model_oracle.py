@@ -269,6 +269,27 @@ def grads(outdir, weights):
     save_file(tensors, out)
 
 
+def router_losses(outdir):
+    """Router logits of a padded batch (2 rows of 6 tokens, 8 experts) and what transformers'
+    Qwen3-MoE computes from them: `load_balancing_loss_func` with top-2 and the attention mask
+    (one MoE layer), and the z-loss (mean squared logsumexp over the real tokens)."""
+    from safetensors.torch import save_file
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+
+    os.makedirs(outdir, exist_ok=True)
+    gen = torch.Generator().manual_seed(11)
+    experts, top_k = 8, 2
+    logits = torch.randn(2, 6, experts, generator=gen) * 2.0
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    balance = load_balancing_loss_func((logits.reshape(-1, experts),), experts, top_k, mask)
+    real = mask.reshape(-1).bool()
+    z = torch.logsumexp(logits.reshape(-1, experts)[real], -1).square().mean()
+    save_file(
+        {"logits": logits.contiguous(), "attention_mask": mask, "balance": balance.reshape(1), "z": z.reshape(1)},
+        os.path.join(outdir, "router.safetensors"),
+    )
+
+
 def verify(path, kind, inputs, out):
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
@@ -484,6 +505,8 @@ if __name__ == "__main__":
         models(sys.argv[2])
     elif cmd == "grads":
         grads(sys.argv[2], sys.argv[3])
+    elif cmd == "router_losses":
+        router_losses(sys.argv[2])
     elif cmd == "verify":
         verify(*sys.argv[2:6])
     elif cmd == "lora":

@@ -435,32 +435,42 @@ fn megatron_tensor_and_expert_parallel_matches_one_process_and_resumes_exactly()
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 4);
 }
 
-/// Megatron with context parallelism 2 on 2 ranks (one data-parallel rank): the actor, the
-/// reference and the critic split every sequence in load-balanced chunks and gather keys and
-/// values in each layer; each CP rank decodes the same prompts with the same seed. Every step
-/// matches the one-process run, and a run resumed from its step-2 checkpoint repeats step 3
-/// exactly.
+/// Megatron with context parallelism 2 on 2 ranks (one data-parallel rank): the actor (a
+/// Qwen3-MoE with Megatron's router load-balancing loss and z-loss), the reference and the
+/// critic split every sequence in load-balanced chunks and gather keys and values in each
+/// layer; each CP rank decodes the same prompts with the same seed. Every step matches the
+/// one-process run (the router losses' metrics too), and a run resumed from its step-2
+/// checkpoint repeats step 3 exactly.
 #[test]
 fn megatron_context_parallel_matches_one_process_and_resumes_exactly() {
     let dir = scratch("dist_megatron_cp");
+    let otc = "actor_rollout_ref.actor.megatron.override_transformer_config";
+    let moe = [
+        "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=2&moe_intermediate=32'".to_owned(),
+        format!("+{otc}.moe_router_load_balancing_type=aux_loss"),
+        format!("+{otc}.moe_aux_loss_coeff=0.01"),
+        format!("+{otc}.moe_z_loss_coeff=0.001"),
+    ];
     let one_cfg = config(
         "quickstart_megatron.yaml",
-        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1).overrides,
+        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1)
+            .with(&moe)
+            .overrides,
     );
     let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
         .expect("one-process run");
+    for key in ["actor/moe_load_balancing_loss", "actor/moe_z_loss"] {
+        let v = one.history[0].1.get(key).copied();
+        assert!(v.is_some_and(|v| v > 0.0), "{key}: {v:?}");
+    }
     let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("cp2"), 2)
+        .with(&moe)
         .with(&[
             "actor_rollout_ref.actor.megatron.context_parallel_size=2".into(),
             "actor_rollout_ref.ref.megatron.context_parallel_size=2".into(),
             "critic.megatron.context_parallel_size=2".into(),
             "trainer.save_freq=2".into(),
-        ])
-        .with(
-            &std::env::var("CPX")
-                .map(|v| v.split(' ').map(|s| s.to_owned()).collect::<Vec<_>>())
-                .unwrap_or_default(),
-        );
+        ]);
     let spec = config(job.example, &job.overrides);
     for engine in [&spec.actor.engine, &spec.critic.as_ref().unwrap().engine] {
         assert!(
