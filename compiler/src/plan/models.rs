@@ -348,8 +348,16 @@ fn layout_problem(
         return None;
     }
     if linear && megatron {
-        return Some(format!(
-            "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc runs it on the FSDP strategy only"
+        // The Gated DeltaNet and gated attention layers run whole on each rank: data and
+        // pipeline parallelism only.
+        let split = [
+            ("tensor parallel", x.tp),
+            ("context parallel", x.cp),
+            ("expert parallel", x.ep),
+            ("rollout tensor parallel", x.rollout_tp.unwrap_or(x.tp)),
+        ];
+        return split.iter().find(|(_, n)| *n > 1).map(|(what, n)| format!(
+            "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc's Megatron engine runs it with data and pipeline parallelism: {what} {n} is not implemented"
         ));
     }
     // Under Ulysses a Gated DeltaNet layer runs whole sequences on a share of its heads, as

@@ -213,15 +213,6 @@ impl ParallelModel {
     ) -> Result<Self> {
         let root = vs.root();
         cfg.validate().map_err(MegatronError::Config)?;
-        if cfg.arch().is_ok_and(crate::model::Arch::is_qwen3_5) {
-            // Its layers build at TP=1, but the stage's decoding and sharding tables do not
-            // carry the Gated DeltaNet's state or names yet.
-            return Err(MegatronError::Config(
-                "qwen3_5 (Gated DeltaNet) models are not implemented on the Megatron engine; \
-                 use the FSDP engine"
-                    .to_owned(),
-            ));
-        }
         if stage.layers.end > cfg.num_hidden_layers as usize {
             return Err(MegatronError::Config(format!(
                 "stage layers {:?} beyond the model's {}",
@@ -635,15 +626,14 @@ impl ParallelModel {
 /// TP group, so every TP rank holds the same full row and chooses the same token from the same
 /// uniform number.
 impl ParallelModel {
-    /// A KV cache for this stage's layers and this rank's key/value heads.
+    /// A KV cache for this stage's layers and this rank's key/value heads (with the
+    /// recurrent and convolution state of its linear-attention layers).
     pub fn decode_cache(&self, rows: i64, capacity: i64, kind: Kind, device: Device) -> KvCache {
         let (_, tp) = rank_size(self.tp.as_ref());
-        KvCache::with_dims(
-            self.layers.len(),
-            rows,
-            self.config.kv_heads() / tp,
-            capacity,
-            self.config.head_dim(),
+        KvCache::for_layers(
+            &self.config,
+            self.stage.layers.clone(),
+            (rows, self.config.kv_heads() / tp, capacity),
             kind,
             device,
         )
@@ -675,6 +665,8 @@ impl ParallelModel {
         let past = cache.len();
         let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = causal_padding_mask(attention_mask, past, t);
+        // The new tokens' real ones: a linear-attention layer keeps padding out of its state.
+        let valid = attention_mask.f_narrow(1, past, t)?;
         let mut regions = InferenceRegions { tp };
         for layer in &self.layers {
             x = layer
@@ -683,7 +675,7 @@ impl ParallelModel {
                     &x,
                     &cos,
                     &sin,
-                    (Some(&mask), None),
+                    (Some(&mask), Some(&valid)),
                     Some(&mut *cache),
                 )
                 .map_err(tp_err)?;

@@ -36,19 +36,24 @@ impl KvCache {
         self.linear.get_mut(slot).and_then(Option::as_mut)
     }
 
-    /// A cache of `layers` layers with `kv_heads` heads each (a pipeline stage's layers and a
-    /// tensor-parallel rank's heads).
-    pub fn with_dims(
-        layers: usize,
-        batch: i64,
-        kv_heads: i64,
-        capacity: i64,
-        head_dim: i64,
+    /// A cache for the model's layers `layers` (a pipeline stage's) with `kv_heads` key/value
+    /// heads per attention layer (a tensor-parallel rank's), each linear-attention layer with
+    /// its recurrent and convolution state instead.
+    pub fn for_layers(
+        cfg: &ModelConfig,
+        layers: std::ops::Range<usize>,
+        (batch, kv_heads, capacity): (i64, i64, i64),
         kind: Kind,
         device: Device,
     ) -> Self {
-        let dims = (batch, kv_heads, head_dim, kind, device);
-        Self::allocate(layers, dims, capacity, |_| false)
+        let start = layers.start;
+        let dims = (batch, kv_heads, cfg.head_dim(), kind, device);
+        let linear = |slot: usize| cfg.linear_layer(start + slot);
+        let mut cache = Self::allocate(layers.len(), dims, capacity, linear);
+        for slot in (0..layers.len()).filter(|&s| linear(s)) {
+            cache.linear[slot] = Some(LinearState::zeros(cfg, batch, kind, device));
+        }
+        cache
     }
 
     /// Zero keys and values for `layers` layers of `(batch, kv_heads, head_dim, kind, device)`,

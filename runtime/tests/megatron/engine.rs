@@ -445,6 +445,17 @@ rank_test!(actor_tp2_moe_matches_single_engine, 2, |world| {
     }
 });
 
+// Qwen3.5 (Gated DeltaNet layers 0-2, gated attention layer 3) over two pipeline stages:
+// log-probs, PPO updates and the sharded rollout, whose stages carry the DeltaNet layers'
+// recurrent and convolution states, equal the single engine.
+rank_test!(actor_qwen3_5_pp2_matches_single_engine, 2, |world| {
+    let engine = EngineSettings {
+        model_path: "builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5".into(),
+        ..engine_settings()
+    };
+    compare_with_single_on(&world, (1, 2, 1), false, engine);
+});
+
 rank_test!(actor_pp2_matches_single_engine, 2, |world| {
     compare_with_single(&world, (1, 2, 1), false);
 });

@@ -42,6 +42,20 @@ pub fn tiny_moe_config() -> ModelConfig {
     cfg
 }
 
+/// A tiny Qwen3.5 (`moe`: Qwen3.5-MoE): layers 0-2 Gated DeltaNet, layer 3 gated attention.
+pub fn tiny_qwen3_5_config(moe: bool) -> ModelConfig {
+    let uri = if moe {
+        "builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5_moe&experts=4&experts_per_tok=4&moe_intermediate=16"
+    } else {
+        "builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5"
+    };
+    let uri = BuiltinUri::parse(uri).unwrap().unwrap();
+    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    cfg.tie_word_embeddings = false;
+    cfg.extra.remove("pad_token_id");
+    cfg
+}
+
 pub const SEED: u64 = 1234;
 
 /// Parameter dtype and optimizer of a run (the same on both sides of a comparison).
