@@ -348,16 +348,26 @@ fn layout_problem(
         return None;
     }
     if linear && megatron {
-        // The Gated DeltaNet and gated attention layers run whole on each rank: data and
-        // pipeline parallelism only.
-        let split = [
-            ("tensor parallel", x.tp),
-            ("context parallel", x.cp),
-            ("expert parallel", x.ep),
-            ("rollout tensor parallel", x.rollout_tp.unwrap_or(x.tp)),
-        ];
-        return split.iter().find(|(_, n)| *n > 1).map(|(what, n)| format!(
-            "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc's Megatron engine runs it with data and pipeline parallelism: {what} {n} is not implemented"
+        // Data, pipeline and tensor parallelism (a DeltaNet layer split by heads as attention
+        // is, for training and for the rollout).
+        let why = if x.cp > 1 {
+            Some(format!("context parallel {}", x.cp))
+        } else if x.ep > 1 {
+            Some(format!("expert parallel {}", x.ep))
+        } else if let Some((n, (k, v))) = linear_heads.and_then(|heads| {
+            [x.tp, x.rollout_tp.unwrap_or(x.tp)]
+                .into_iter()
+                .map(|n| (n, heads))
+                .find(|(n, (k, v))| k % *n as i64 != 0 || v % *n as i64 != 0)
+        }) {
+            Some(format!(
+                "tensor parallel {n} over its Gated DeltaNet layers' {k} key and {v} value heads (it must divide both)"
+            ))
+        } else {
+            None
+        };
+        return why.map(|w| format!(
+            "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc's Megatron engine runs it with data, pipeline and tensor parallelism: {w} is not implemented"
         ));
     }
     // Under Ulysses a Gated DeltaNet layer runs whole sequences on a share of its heads, as

@@ -849,10 +849,9 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
     fn rollout_weights(&self) -> Result<Vec<(String, Tensor)>> {
         let copy = self.offload_params.is_on();
         if let Some(shards) = &self.rollout {
-            let vocab = self.config.vocab_size;
             return self.with_params(|e| {
                 let params = e.module.model.params();
-                Ok(shards.reshard(params, e.module.model.tp(), vocab, copy)?)
+                Ok(shards.reshard(params, e.module.model.tp(), &e.config, copy)?)
             });
         }
         self.with_params(|e| {

@@ -21,7 +21,7 @@ use crate::optim::distrib::{
 use crate::optim::{
     LossScaling, LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome,
 };
-use crate::tp::shard::{gather_tensor, hf_shard_spec, load_sharded, shard_tensor};
+use crate::tp::shard::{gather_tensor, load_sharded, model_shard_spec, shard_tensor};
 
 use super::context::ContextParallel;
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
@@ -186,7 +186,7 @@ impl MegatronModule {
         let mut seen = 0usize;
         for (name, full) in named {
             let Some(var) = vars.get(name) else { continue };
-            let part = shard_tensor(full, hf_shard_spec(name), rank, size)
+            let part = shard_tensor(full, model_shard_spec(&self.model.config, name), rank, size)
                 .map_err(MegatronError::Config)?;
             if part.size() != var.size() {
                 return Err(MegatronError::Config(format!(
@@ -214,7 +214,9 @@ impl MegatronModule {
     pub fn load_pretrained(&mut self, dir: &Path, allow_missing: &[String]) -> Result<LoadReport> {
         let (rank, size) = crate::tp::rank_size(self.tp());
         let ckpt = Checkpoint::open(dir)?;
-        let report = load_sharded(&self.vs, &ckpt, &hf_shard_spec, rank, size, allow_missing)?;
+        let cfg = self.model.config.clone();
+        let spec = move |name: &str| model_shard_spec(&cfg, name);
+        let report = load_sharded(&self.vs, &ckpt, &spec, rank, size, allow_missing)?;
         self.reload_main_params()?;
         Ok(report)
     }
@@ -592,7 +594,7 @@ impl MegatronModule {
             };
             // The expert-parallel group shares this rank's tensor-parallel rank: what travels
             // is this rank's slice of each expert.
-            if let crate::tp::ShardSpec::Dim(d) = hf_shard_spec(&name)
+            if let crate::tp::ShardSpec::Dim(d) = model_shard_spec(cfg, &name)
                 && let Some(len) = usize::try_from(d).ok().and_then(|d| shape.get_mut(d))
             {
                 *len /= tp_size;
@@ -745,8 +747,12 @@ impl MegatronModule {
                     let local = mine.get(name).ok_or_else(|| {
                         MegatronError::Config(format!("stage {s} lacks `{name}`"))
                     })?;
-                    let full =
-                        gather_tensor(&local.detach(), hf_shard_spec(name), tp, cfg.vocab_size)?;
+                    let full = gather_tensor(
+                        &local.detach(),
+                        model_shard_spec(cfg, name),
+                        tp,
+                        cfg.vocab_size,
+                    )?;
                     // Replicated parameters (norms; everything without TP) come back as views
                     // of the live parameter: copy them, so what the caller keeps does not move
                     // with later updates.

@@ -16,8 +16,9 @@ use tch::Tensor;
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::all_gather_dim;
 use crate::dist::{ProcessGroups, RolloutGroups};
+use crate::model::ModelConfig;
 use crate::rollout::ReplicaShare;
-use crate::tp::shard::{ShardSpec, gather_tensor, hf_shard_spec, shard_tensor};
+use crate::tp::shard::{ShardSpec, gather_tensor, model_shard_spec, shard_tensor};
 
 use super::{MegatronError, ParamInfo, Result};
 
@@ -60,21 +61,48 @@ impl RolloutShards {
         &self,
         params: Vec<ParamInfo>,
         train_tp: Option<&ProcessGroup>,
-        vocab: i64,
+        cfg: &ModelConfig,
         copy: bool,
     ) -> Result<Vec<(String, Tensor)>> {
+        let vocab = cfg.vocab_size;
         let (rank, size) = (self.tp.rank() as i64, self.tp.size() as i64);
         params
             .into_iter()
             .map(|p| {
                 let local = p.tensor.detach();
-                let shard = match hf_shard_spec(&p.name) {
+                let shard = match model_shard_spec(cfg, &p.name) {
                     ShardSpec::Replicated => local,
                     ShardSpec::Vocab => {
                         let full = gather_tensor(&local, ShardSpec::Vocab, train_tp, vocab)?;
                         shard_tensor(&full, ShardSpec::Vocab, rank, size)
                             .map_err(MegatronError::Config)?
                             .f_contiguous()?
+                    }
+                    // Section by section, as a dim-0 split each: the peers' parts of every
+                    // section joined, or this rank's part of every section cut.
+                    ShardSpec::Sections(sizes) => {
+                        let train = train_tp.map_or(1, ProcessGroup::size) as i64;
+                        let mut parts = Vec::with_capacity(sizes.len());
+                        let mut start = 0;
+                        for n in sizes {
+                            let mine = local.f_narrow(0, start, n / train)?;
+                            start += n / train;
+                            parts.push(match &self.share {
+                                ReplicaShare::Split { peers } => all_gather_dim(&mine, peers, 0)?,
+                                ReplicaShare::Join { peers } => {
+                                    let (m, c) = (peers.size() as i64, peers.rank() as i64);
+                                    let len = n / train;
+                                    if len % m != 0 {
+                                        return Err(MegatronError::Config(format!(
+                                            "`{}`: a section of {len} channels cannot be split {m} ways for the rollout",
+                                            p.name
+                                        )));
+                                    }
+                                    mine.f_narrow(0, c * (len / m), len / m)?
+                                }
+                            });
+                        }
+                        Tensor::f_cat(&parts, 0)?
                     }
                     ShardSpec::Dim(d) => match &self.share {
                         ReplicaShare::Split { peers } => all_gather_dim(&local, peers, d)?,

@@ -402,7 +402,10 @@ impl ParallelModel {
             && self.head_kind == HeadKind::CausalLm;
         let tp_active = self.tp.as_ref().is_some_and(|g| g.size() > 1);
         let partial = |name: &str| {
-            let per_head = name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight");
+            // Per-head norms see this rank's heads only (a DeltaNet's gated norm too).
+            let per_head = name.ends_with("q_norm.weight")
+                || name.ends_with("k_norm.weight")
+                || name.ends_with("linear_attn.norm.weight");
             let on_chunks = name.ends_with("layernorm.weight")
                 || name == "model.norm.weight"
                 || name.ends_with("o_proj.bias")
@@ -417,7 +420,7 @@ impl ParallelModel {
             .iter()
             .map(|(name, t)| {
                 let is_embed = name == "model.embed_tokens.weight";
-                let spec = crate::tp::shard::hf_shard_spec(name);
+                let spec = crate::tp::shard::model_shard_spec(&self.config, name);
                 ParamInfo {
                     name: name.clone(),
                     tensor: t.shallow_clone(),
@@ -633,7 +636,7 @@ impl ParallelModel {
         KvCache::for_layers(
             &self.config,
             self.stage.layers.clone(),
-            (rows, self.config.kv_heads() / tp, capacity),
+            (rows, tp, capacity),
             kind,
             device,
         )

@@ -36,22 +36,28 @@ impl KvCache {
         self.linear.get_mut(slot).and_then(Option::as_mut)
     }
 
-    /// A cache for the model's layers `layers` (a pipeline stage's) with `kv_heads` key/value
-    /// heads per attention layer (a tensor-parallel rank's), each linear-attention layer with
-    /// its recurrent and convolution state instead.
+    /// A cache for the model's layers `layers` (a pipeline stage's) holding one of `tp` equal
+    /// parts of each layer's heads (a tensor-parallel rank's): keys and values of attention
+    /// layers, the recurrent and convolution state of linear-attention layers.
     pub fn for_layers(
         cfg: &ModelConfig,
         layers: std::ops::Range<usize>,
-        (batch, kv_heads, capacity): (i64, i64, i64),
+        (batch, tp, capacity): (i64, i64, i64),
         kind: Kind,
         device: Device,
     ) -> Self {
         let start = layers.start;
-        let dims = (batch, kv_heads, cfg.head_dim(), kind, device);
+        let dims = (
+            batch,
+            cfg.kv_heads() / tp.max(1),
+            cfg.head_dim(),
+            kind,
+            device,
+        );
         let linear = |slot: usize| cfg.linear_layer(start + slot);
         let mut cache = Self::allocate(layers.len(), dims, capacity, linear);
         for slot in (0..layers.len()).filter(|&s| linear(s)) {
-            cache.linear[slot] = Some(LinearState::zeros(cfg, batch, kind, device));
+            cache.linear[slot] = Some(LinearState::zeros_part(cfg, batch, tp, kind, device));
         }
         cache
     }

@@ -289,13 +289,9 @@ impl Attention {
         let (q, kv) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
         let norm = |name: &str| cfg.qk_norm().then(|| RmsNorm::of(cfg, &p / name, hd));
         let (qkv_bias, cols) = (cfg.qkv_bias(), Split::Columns);
+        // With Qwen3.5's output gate, `q_proj` holds each head's query and gate side by side:
+        // split by rows over tensor parallelism, a rank gets whole heads with their gates.
         let output_gate = cfg.attn_output_gate();
-        if output_gate && at.tp > 1 {
-            return Err(format!(
-                "layer {}: gated attention under tensor parallelism is not implemented",
-                at.index
-            ));
-        }
         let q_out = if output_gate { 2 * q } else { q };
         Ok(Attention {
             q_proj: at.linear(

@@ -65,16 +65,28 @@ pub struct LinearState {
 impl LinearState {
     /// The zero state (an empty prefix) for `batch` rows.
     pub fn zeros(cfg: &ModelConfig, batch: i64, kind: Kind, device: tch::Device) -> Self {
+        Self::zeros_part(cfg, batch, 1, kind, device)
+    }
+
+    /// The zero state of one of `parts` equal head parts (a tensor-parallel rank's heads).
+    pub fn zeros_part(
+        cfg: &ModelConfig,
+        batch: i64,
+        parts: i64,
+        kind: Kind,
+        device: tch::Device,
+    ) -> Self {
         let l = &cfg.linear;
+        let parts = parts.max(1);
         LinearState {
             conv: Tensor::zeros(
-                [batch, l.conv_dim(), l.linear_conv_kernel_dim - 1],
+                [batch, l.conv_dim() / parts, l.linear_conv_kernel_dim - 1],
                 (kind, device),
             ),
             recurrent: Tensor::zeros(
                 [
                     batch,
-                    l.linear_num_value_heads,
+                    l.linear_num_value_heads / parts,
                     l.linear_key_head_dim,
                     l.linear_value_head_dim,
                 ],
@@ -115,38 +127,55 @@ pub struct GatedDeltaNet {
 }
 
 impl GatedDeltaNet {
+    /// Under tensor parallelism (`at.tp` ranks) the layer holds its rank's share of the key
+    /// and value heads, as attention does: the rows of its projections (query, key and value
+    /// channels each, [`crate::tp::ShardSpec::Sections`]), convolution channels and decay
+    /// parameters of those heads, and `out_proj` split by rows; the norm is replicated.
     pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
-        if at.tp > 1 {
-            return Err(format!(
-                "layer {}: Gated DeltaNet layers under tensor parallelism are not implemented",
-                at.index
-            ));
-        }
         let l = &cfg.linear;
-        let (h, nv) = (cfg.hidden_size, l.linear_num_value_heads);
-        let whole = |name: &str, dims| {
-            at.linear(
-                &p / name,
-                &format!("linear_attn.{name}"),
-                dims,
-                Split::Whole,
-            )
+        let tp = at.tp.max(1);
+        let heads = |n: i64, what: &str| {
+            if n % tp == 0 {
+                Ok(n / tp)
+            } else {
+                Err(format!(
+                    "layer {}: {n} linear-attention {what} heads cannot be split over tensor parallel {tp}",
+                    at.index
+                ))
+            }
         };
+        let (kh, nv) = (
+            heads(l.linear_num_key_heads, "key")?,
+            heads(l.linear_num_value_heads, "value")?,
+        );
+        let h = cfg.hidden_size;
+        let linear = |name: &str, dims, split| {
+            at.linear(&p / name, &format!("linear_attn.{name}"), dims, split)
+        };
+        let conv_dim = l.conv_dim() / tp;
         Ok(GatedDeltaNet {
-            in_proj_qkv: whole("in_proj_qkv", (h, l.conv_dim(), false))?,
-            in_proj_z: whole("in_proj_z", (h, l.value_dim(), false))?,
-            in_proj_b: whole("in_proj_b", (h, nv, false))?,
-            in_proj_a: whole("in_proj_a", (h, nv, false))?,
+            in_proj_qkv: linear("in_proj_qkv", (h, l.conv_dim(), false), Split::Columns)?,
+            in_proj_z: linear("in_proj_z", (h, l.value_dim(), false), Split::Columns)?,
+            in_proj_b: linear(
+                "in_proj_b",
+                (h, l.linear_num_value_heads, false),
+                Split::Columns,
+            )?,
+            in_proj_a: linear(
+                "in_proj_a",
+                (h, l.linear_num_value_heads, false),
+                Split::Columns,
+            )?,
             conv1d: (&p / "conv1d").var(
                 "weight",
-                &[l.conv_dim(), 1, l.linear_conv_kernel_dim],
+                &[conv_dim, 1, l.linear_conv_kernel_dim],
                 Init::Const(0.0),
             ),
             dt_bias: p.var("dt_bias", &[nv], Init::Const(1.0)),
             a_log: p.var("A_log", &[nv], Init::Const(0.0)),
             norm: RmsNorm::new(&p / "norm", l.linear_value_head_dim, cfg.rms_norm_eps),
-            out_proj: whole("out_proj", (l.value_dim(), h, false))?,
-            key_heads: l.linear_num_key_heads,
+            out_proj: linear("out_proj", (l.value_dim(), h, false), Split::Rows)?,
+            key_heads: kh,
             value_heads: nv,
             key_dim: l.linear_key_head_dim,
             value_dim: l.linear_value_head_dim,

@@ -26,12 +26,26 @@ pub enum ShardSpec {
     Dim(i64),
     /// Split by vocabulary rows (dim 0), the last part padded with zero rows.
     Vocab,
+    /// Dim 0 made of consecutive sections of these sizes, each split into equal parts; a
+    /// rank holds its part of every section, in order (a Gated DeltaNet's fused q/k/v
+    /// projection and convolution channels).
+    Sections([i64; 3]),
 }
 
-/// The split of a Llama / Qwen2 / Qwen3 checkpoint tensor under Megatron's layout.
+/// The split of a Llama / Qwen2 / Qwen3 / Qwen3-MoE checkpoint tensor under Megatron's layout
+/// (a Gated DeltaNet's fused projections need the model's sizes: [`model_shard_spec`]).
 pub fn hf_shard_spec(name: &str) -> ShardSpec {
-    const COLUMN: [&str; 5] = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"];
-    const ROW: [&str; 2] = ["o_proj", "down_proj"];
+    const COLUMN: [&str; 8] = [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "gate_proj",
+        "up_proj",
+        "in_proj_z",
+        "in_proj_b",
+        "in_proj_a",
+    ];
+    const ROW: [&str; 3] = ["o_proj", "down_proj", "out_proj"];
     let Some((module, leaf)) = name.rsplit_once('.') else {
         return ShardSpec::Replicated;
     };
@@ -40,8 +54,23 @@ pub fn hf_shard_spec(name: &str) -> ShardSpec {
         ("embed_tokens" | "lm_head", "weight") => ShardSpec::Vocab,
         (l, _) if COLUMN.contains(&l) => ShardSpec::Dim(0),
         (l, "weight") if ROW.contains(&l) => ShardSpec::Dim(1),
+        // A DeltaNet's per-value-head decay parameters.
+        ("linear_attn", "dt_bias" | "A_log") => ShardSpec::Dim(0),
         _ => ShardSpec::Replicated,
     }
+}
+
+/// [`hf_shard_spec`] with the model's sizes: a Gated DeltaNet's `in_proj_qkv` and `conv1d`
+/// hold the query, key and value channels one after the other, split head-wise each.
+pub fn model_shard_spec(cfg: &crate::model::ModelConfig, name: &str) -> ShardSpec {
+    let fused = name.ends_with("linear_attn.in_proj_qkv.weight")
+        || name.ends_with("linear_attn.conv1d.weight");
+    if fused {
+        let l = &cfg.linear;
+        let key = l.linear_num_key_heads * l.linear_key_head_dim;
+        return ShardSpec::Sections([key, key, l.value_dim()]);
+    }
+    hf_shard_spec(name)
 }
 
 /// This rank's part of a full tensor.
@@ -60,6 +89,27 @@ pub fn shard_tensor(
     };
     match spec {
         ShardSpec::Replicated => Ok(full.shallow_clone()),
+        ShardSpec::Sections(sizes) => {
+            let (_, len) = part(0)?;
+            if sizes.iter().sum::<i64>() != len {
+                return Err(format!(
+                    "sections {sizes:?} do not make dim 0 of size {len}"
+                ));
+            }
+            let mut parts = Vec::with_capacity(3);
+            let mut start = 0;
+            for n in sizes {
+                if n % size != 0 {
+                    return Err(format!("a section of {n} cannot be split {size} ways"));
+                }
+                parts.push(
+                    full.f_narrow(0, start + rank * (n / size), n / size)
+                        .map_err(|e| e.to_string())?,
+                );
+                start += n;
+            }
+            Tensor::f_cat(&parts, 0).map_err(|e| e.to_string())
+        }
         ShardSpec::Dim(dim) => {
             let (d, len) = part(dim)?;
             if len % size != 0 {
@@ -103,6 +153,18 @@ pub fn gather_tensor(
         ShardSpec::Replicated => local.shallow_clone(),
         ShardSpec::Dim(d) => all_gather_dim(local, g, d)?,
         ShardSpec::Vocab => all_gather_dim(local, g, 0)?.f_narrow(0, 0, full_len)?,
+        ShardSpec::Sections(sizes) => {
+            // Each rank holds its part of every section: gather section by section.
+            let w = g.size() as i64;
+            let mut full = Vec::with_capacity(3);
+            let mut start = 0;
+            for n in sizes {
+                let mine = local.f_narrow(0, start, n / w)?;
+                full.push(all_gather_dim(&mine, g, 0)?);
+                start += n / w;
+            }
+            Tensor::f_cat(&full, 0)?
+        }
     })
 }
 

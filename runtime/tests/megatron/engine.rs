@@ -445,15 +445,24 @@ rank_test!(actor_tp2_moe_matches_single_engine, 2, |world| {
     }
 });
 
-// Qwen3.5 (Gated DeltaNet layers 0-2, gated attention layer 3) over two pipeline stages:
-// log-probs, PPO updates and the sharded rollout, whose stages carry the DeltaNet layers'
-// recurrent and convolution states, equal the single engine.
-rank_test!(actor_qwen3_5_pp2_matches_single_engine, 2, |world| {
+// Qwen3.5 (Gated DeltaNet layers 0-2, gated attention layer 3) over two pipeline stages,
+// then over two tensor ranks: log-probs, PPO updates and the sharded rollout, whose stages
+// (or tensor ranks, each with its heads' share) carry the DeltaNet layers' recurrent and
+// convolution states, equal the single engine.
+rank_test!(actor_qwen3_5_pp2_and_tp2_match_single_engine, 2, |world| {
     let engine = EngineSettings {
         model_path: "builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5".into(),
         ..engine_settings()
     };
-    compare_with_single_on(&world, (1, 2, 1), false, engine);
+    compare_with_single_on(&world, (1, 2, 1), false, engine.clone());
+    let mut tp2 = compare_with_single_on(&world, (2, 1, 1), false, engine.clone());
+    // The rollout at tensor parallel 1 joins both ranks' parts of every fused q/k/v section;
+    // from data parallel 2 at rollout tensor parallel 2, each rank cuts its part of them.
+    let full = tp2.engine.per_tensor_params().unwrap();
+    assert_rollout_matches(&mut tp2.engine, &full, Some(1));
+    let mut dp2 = compare_with_single_on(&world, (1, 1, 2), false, engine);
+    let full = dp2.engine.per_tensor_params().unwrap();
+    assert_rollout_matches(&mut dp2.engine, &full, Some(2));
 });
 
 rank_test!(actor_pp2_matches_single_engine, 2, |world| {

@@ -512,3 +512,52 @@ rank_test!(qwen3_5_pp2_and_dp2_match_single_process, 2, |world| {
     };
     check_against_reference(&run, &cfg, &Setup::fp32(), tol);
 });
+
+rank_test!(qwen3_5_tp2_matches_single_process, 2, |world| {
+    // Qwen3.5 under TP=2: each Gated DeltaNet layer holds one of its two key heads and its
+    // value heads (the fused q/k/v projection and convolution split section by section),
+    // `out_proj` split by rows, the gated norm's gradient summed over TP; the gated attention
+    // layer's `q_proj` split with each head's gate. Without and with sequence parallelism,
+    // then the MoE variant (its experts split over TP) with the distributed optimizer.
+    let cfg = tiny_qwen3_5_config(false);
+    for sequence_parallel in [false, true] {
+        let run = parallel_run(
+            &world,
+            grid(2, 1, 1),
+            &cfg,
+            sequence_parallel,
+            ParallelSettings::default(),
+            2,
+            &Setup::fp32(),
+        );
+        check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
+        let qkv = run
+            .module
+            .model
+            .params()
+            .into_iter()
+            .find(|p| p.name == "model.layers.0.linear_attn.in_proj_qkv.weight")
+            .unwrap();
+        let l = &cfg.linear;
+        assert_eq!(qkv.tensor.size(), vec![l.conv_dim() / 2, cfg.hidden_size]);
+    }
+    let settings = ParallelSettings {
+        use_distributed_optimizer: true,
+        layout: LayoutOptions::default(),
+    };
+    let cfg = tiny_qwen3_5_config(true);
+    let run = parallel_run(
+        &world,
+        grid(2, 1, 1),
+        &cfg,
+        true,
+        settings,
+        2,
+        &Setup::fp32(),
+    );
+    let tol = Tolerance {
+        loss: 5e-5,
+        weight: 5e-4,
+    };
+    check_against_reference(&run, &cfg, &Setup::fp32(), tol);
+});
