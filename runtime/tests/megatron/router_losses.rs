@@ -106,19 +106,12 @@ rank_test!(
             moved > 1e-3,
             "the router losses do not move the router ({moved})"
         );
-        let cp2 = run(
-            &world,
-            Some(RankLayout::megatron(1, 2, 1, 1).unwrap()),
-            false,
-            COEFFS,
-        );
-        assert_follows("CP=2", &cp2, &one);
-        let tp2 = run(
-            &world,
-            Some(RankLayout::megatron(2, 1, 1, 1).unwrap()),
-            true,
-            COEFFS,
-        );
-        assert_follows("TP=2 with sequence parallelism", &tp2, &one);
+        for (what, (tp, cp), sp) in [
+            ("CP=2", (1, 2), false),
+            ("TP=2 with sequence parallelism", (2, 1), true),
+        ] {
+            let layout = RankLayout::megatron(tp, cp, 1, 1).unwrap();
+            assert_follows(what, &run(&world, Some(layout), sp, COEFFS), &one);
+        }
     }
 );

@@ -351,65 +351,71 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
-/// Megatron with expert parallelism 2 (TP 1, 2 data-parallel ranks, each holding half of a
-/// Qwen3-MoE actor's experts; the distributed optimizer, verl's default, its experts' state in
-/// a buffer of their own and its grad norm counting each expert once; the rollout model gets
-/// every expert from its rank): every step matches the one-process run, and a run resumed
-/// from its step-2 checkpoint repeats step 3 exactly. Every token takes all 4 experts (a
-/// top-k near-tie would flip under the other reduction order); the tokens still travel to
-/// both ranks' experts.
-#[test]
-fn megatron_expert_parallel_matches_one_process_and_resumes_exactly() {
-    let dir = scratch("dist_megatron_ep");
-    let moe = [
-        "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=4&moe_intermediate=32'".to_owned(),
-    ];
+/// A tiny Qwen3-MoE actor whose every token takes all 4 experts (a top-k near-tie would flip
+/// under another reduction order); the tokens still travel to every rank's experts.
+const MOE_ACTOR: &str = "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=4&moe_intermediate=32'";
+
+/// The Megatron quickstart with `shared` overrides in one process, then on `world` ranks with
+/// `layout` overrides too (a checkpoint every 2 steps): every step must match the one-process
+/// run, and a run resumed from the step-2 checkpoint repeat step 3 exactly. `spec_ok` checks
+/// the layout reached the spec. Returns the one-process history.
+fn megatron_layout_matches_one_process(
+    name: &str,
+    (shared, layout): (&[String], &[String]),
+    world: usize,
+    spec_ok: impl Fn(&verlc_spec::trainer::MegatronEngineSpec) -> bool,
+) -> Vec<(u64, Metrics)> {
+    let dir = scratch(&format!("dist_megatron_{name}"));
+    let example = "quickstart_megatron.yaml";
     let one_cfg = config(
-        "quickstart_megatron.yaml",
-        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1)
-            .with(&moe)
+        example,
+        &Job::new(example, MEGATRON, &dir.join("one"), 1)
+            .with(shared)
             .overrides,
     );
     let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
         .expect("one-process run");
-    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("ep2"), 2)
-        .with(&moe)
-        .with(&[
-            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2".into(),
-            "actor_rollout_ref.ref.megatron.expert_model_parallel_size=2".into(),
-            "trainer.save_freq=2".into(),
-        ]);
+    let job = Job::new(example, MEGATRON, &dir.join(name), world)
+        .with(shared)
+        .with(layout)
+        .with(&["trainer.save_freq=2".into()]);
     let spec = config(job.example, &job.overrides);
     assert!(
-        matches!(&spec.actor.engine, verlc_spec::trainer::EngineSpec::Megatron(m) if m.expert_parallel == 2)
+        matches!(&spec.actor.engine, verlc_spec::trainer::EngineSpec::Megatron(m) if spec_ok(m)),
+        "{name}: {:?}",
+        spec.actor.engine
     );
-    let ranks = run_ranks(&job, &dir.join("ep2"), 2);
-    assert_matches(&one.history, &ranks[0], 2e-3, "Megatron EP=2");
-    let s2 = step_dir(&dir.join("ep2").join("ckpt"), 2);
-    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
+    let ranks = run_ranks(&job, &dir.join(name), world);
+    assert_matches(&one.history, &ranks[0], 2e-3, name);
+    let s2 = step_dir(&dir.join(name).join("ckpt"), 2);
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, world);
+    one.history
+}
+
+/// Megatron with expert parallelism 2 (TP 1, 2 data-parallel ranks, each holding half of a
+/// Qwen3-MoE actor's experts; the distributed optimizer, verl's default, its experts' state in
+/// a buffer of their own and its grad norm counting each expert once; the rollout model gets
+/// every expert from its rank).
+#[test]
+fn megatron_expert_parallel_matches_one_process_and_resumes_exactly() {
+    let ep2 = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .map(|role| format!("{role}.megatron.expert_model_parallel_size=2"));
+    megatron_layout_matches_one_process("ep2", (&[MOE_ACTOR.into()], &ep2), 2, |m| {
+        m.expert_parallel == 2
+    });
 }
 
 /// Megatron with tensor parallel 2 x expert parallel 2 on 4 ranks (2 data-parallel ranks):
 /// each expert split over TP, the experts over the EP group of each tensor rank; the rollout
-/// (TP 2) gets every expert's tensor slice from its rank. Every step matches the one-process
-/// run, and a run resumed from its step-2 checkpoint repeats step 3 exactly.
+/// (TP 2) gets every expert's tensor slice from its rank. The replicated optimizer.
 #[test]
 fn megatron_tensor_and_expert_parallel_matches_one_process_and_resumes_exactly() {
-    let dir = scratch("dist_megatron_tp_ep");
-    let moe = [
-        "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=4&moe_intermediate=32'".to_owned(),
+    let shared = [
+        MOE_ACTOR.to_owned(),
         "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false".to_owned(),
         "actor_rollout_ref.ref.megatron.use_distributed_optimizer=false".to_owned(),
     ];
-    let one_cfg = config(
-        "quickstart_megatron.yaml",
-        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1)
-            .with(&moe)
-            .overrides,
-    );
-    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
-        .expect("one-process run");
-    let mut parallel: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+    let mut layout: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
         .iter()
         .flat_map(|role| {
             [
@@ -418,69 +424,37 @@ fn megatron_tensor_and_expert_parallel_matches_one_process_and_resumes_exactly()
             ]
         })
         .collect();
-    parallel.extend([
+    layout.extend([
         "critic.megatron.tensor_model_parallel_size=2".into(),
         "actor_rollout_ref.rollout.tensor_model_parallel_size=2".into(),
-        "trainer.save_freq=2".into(),
     ]);
-    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2ep2"), 4)
-        .with(&moe)
-        .with(&parallel);
-    let spec = config(job.example, &job.overrides);
-    assert!(matches!(&spec.actor.engine,
-        verlc_spec::trainer::EngineSpec::Megatron(m) if m.expert_parallel == 2 && m.tensor_parallel == 2));
-    let ranks = run_ranks(&job, &dir.join("tp2ep2"), 4);
-    assert_matches(&one.history, &ranks[0], 2e-3, "Megatron TP=2 x EP=2");
-    let s2 = step_dir(&dir.join("tp2ep2").join("ckpt"), 2);
-    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 4);
+    megatron_layout_matches_one_process("tp2ep2", (&shared, &layout), 4, |m| {
+        m.expert_parallel == 2 && m.tensor_parallel == 2
+    });
 }
 
 /// Megatron with context parallelism 2 on 2 ranks (one data-parallel rank): the actor (a
 /// Qwen3-MoE with Megatron's router load-balancing loss and z-loss), the reference and the
 /// critic split every sequence in load-balanced chunks and gather keys and values in each
-/// layer; each CP rank decodes the same prompts with the same seed. Every step matches the
-/// one-process run (the router losses' metrics too), and a run resumed from its step-2
-/// checkpoint repeats step 3 exactly.
+/// layer; each CP rank decodes the same prompts with the same seed. The router losses'
+/// metrics match too.
 #[test]
 fn megatron_context_parallel_matches_one_process_and_resumes_exactly() {
-    let dir = scratch("dist_megatron_cp");
     let otc = "actor_rollout_ref.actor.megatron.override_transformer_config";
-    let moe = [
+    let shared = [
         "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=2&moe_intermediate=32'".to_owned(),
         format!("+{otc}.moe_router_load_balancing_type=aux_loss"),
         format!("+{otc}.moe_aux_loss_coeff=0.01"),
         format!("+{otc}.moe_z_loss_coeff=0.001"),
     ];
-    let one_cfg = config(
-        "quickstart_megatron.yaml",
-        &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1)
-            .with(&moe)
-            .overrides,
-    );
-    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
-        .expect("one-process run");
+    let cp2 = ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"]
+        .map(|role| format!("{role}.megatron.context_parallel_size=2"));
+    let one =
+        megatron_layout_matches_one_process("cp2", (&shared, &cp2), 2, |m| m.context_parallel == 2);
     for key in ["actor/moe_load_balancing_loss", "actor/moe_z_loss"] {
-        let v = one.history[0].1.get(key).copied();
+        let v = one[0].1.get(key).copied();
         assert!(v.is_some_and(|v| v > 0.0), "{key}: {v:?}");
     }
-    let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("cp2"), 2)
-        .with(&moe)
-        .with(&[
-            "actor_rollout_ref.actor.megatron.context_parallel_size=2".into(),
-            "actor_rollout_ref.ref.megatron.context_parallel_size=2".into(),
-            "critic.megatron.context_parallel_size=2".into(),
-            "trainer.save_freq=2".into(),
-        ]);
-    let spec = config(job.example, &job.overrides);
-    for engine in [&spec.actor.engine, &spec.critic.as_ref().unwrap().engine] {
-        assert!(
-            matches!(engine, verlc_spec::trainer::EngineSpec::Megatron(m) if m.context_parallel == 2)
-        );
-    }
-    let ranks = run_ranks(&job, &dir.join("cp2"), 2);
-    assert_matches(&one.history, &ranks[0], 2e-3, "Megatron CP=2");
-    let s2 = step_dir(&dir.join("cp2").join("ckpt"), 2);
-    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
 /// The tool agent loop on Megatron at TP=2: the rollout replica is both ranks, which decode
