@@ -499,18 +499,7 @@ rank_test!(qwen3_5_pp2_and_dp2_match_single_process, 2, |world| {
         &Setup::fp32(),
     );
     check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
-    let settings = distributed_optimizer();
-    let cfg = tiny_qwen3_5_config(true);
-    let run = parallel_run(
-        &world,
-        grid(1, 1, 2),
-        &cfg,
-        false,
-        settings,
-        2,
-        &Setup::fp32(),
-    );
-    check_against_reference(&run, &cfg, &Setup::fp32(), MOE_DRIFT);
+    qwen3_5_moe_matches_single_process(&world, grid(1, 1, 2), false);
 });
 
 rank_test!(qwen3_5_tp2_matches_single_process, 2, |world| {
@@ -541,16 +530,21 @@ rank_test!(qwen3_5_tp2_matches_single_process, 2, |world| {
         let l = &cfg.linear;
         assert_eq!(qkv.tensor.size(), vec![l.conv_dim() / 2, cfg.hidden_size]);
     }
-    let settings = distributed_optimizer();
+    qwen3_5_moe_matches_single_process(&world, grid(2, 1, 1), true);
+});
+
+/// The tiny Qwen3.5-MoE over `g` with the distributed optimizer, against one process.
+fn qwen3_5_moe_matches_single_process(world: &ProcessGroup, g: Grid, sequence_parallel: bool) {
     let cfg = tiny_qwen3_5_config(true);
+    let settings = distributed_optimizer();
     let run = parallel_run(
-        &world,
-        grid(2, 1, 1),
+        world,
+        g,
         &cfg,
-        true,
+        sequence_parallel,
         settings,
         2,
         &Setup::fp32(),
     );
     check_against_reference(&run, &cfg, &Setup::fp32(), MOE_DRIFT);
-});
+}
