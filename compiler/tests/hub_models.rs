@@ -147,9 +147,9 @@ fn build_reports_an_unavailable_hub_model_at_its_line_before_compiling() {
 }
 
 // A family the trainer's decoder does not implement, a Qwen3-MoE checkpoint with Megatron
-// expert parallelism over more ranks than its data-parallel size, a Qwen3.5 on the Megatron
-// strategy (FSDP only), and a Qwen3.5 under a Ulysses degree that does not divide its Gated
-// DeltaNet heads (3 key heads here; Ulysses splits them as it splits attention heads) are
+// expert parallelism over more ranks than its data-parallel size, a Qwen3.5 under a Megatron
+// tensor parallel degree or a Ulysses degree that does not divide its Gated DeltaNet heads (3
+// key heads here; both split them as they split attention heads) are
 // refused by `verlc build` at the key that names the model, before compiling: the trainer
 // never finds out at start-up.
 #[test]
@@ -177,8 +177,11 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
             "quickstart_megatron.yaml",
             "qwen3_5_text",
             "megatron",
-            &[],
-            "FSDP strategy only",
+            &[
+                "trainer.n_gpus_per_node=2",
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            ],
+            "tensor parallel 2 over its Gated DeltaNet layers' 3 key and 6 value heads",
         ),
         (
             "quickstart.yaml",
