@@ -203,7 +203,8 @@ impl PolicyLossConfig {
 }
 
 /// One KL estimator (the math, without verl's aliases).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum KlKind {
     /// `Δ`.
     K1,

@@ -47,6 +47,51 @@ pub struct TrainerSpec {
     pub reward_model: Option<RewardModelSpec>,
     pub algorithm: AlgorithmSpec,
     pub run: RunSpec,
+    /// verl 0.9's on-policy distillation: the teachers that score each response (the
+    /// actor's loss term is `actor.update.distillation`).
+    #[serde(default)]
+    pub distillation: Option<DistillationSpec>,
+}
+
+/// The teachers of on-policy distillation (`distillation.teacher_models`): forward-only models
+/// that give the log-prob of every sampled response token, as the reference does but at
+/// temperature 1 (verl's teacher server scores at 1 whatever the rollout's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DistillationSpec {
+    /// One teacher for every row, or one per value of the rows' `data_source`
+    /// (`teacher_key`).
+    pub teachers: Vec<TeacherSpec>,
+    /// The engine the teachers run on (the reference's settings).
+    pub engine: EngineSpec,
+    /// Rows per log-prob micro-batch (the reference's).
+    pub micro_batch: usize,
+    #[serde(default)]
+    pub max_token_len: Option<usize>,
+}
+
+/// One teacher.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeacherSpec {
+    /// The `data_source` value of the rows it scores (`None`: every row).
+    pub key: Option<String>,
+    pub model_path: String,
+}
+
+/// The actor's distillation term (`distillation.distillation_loss`, verl 0.9's
+/// `distillation_ppo_loss`): per response token `d` = the estimator of the student's against
+/// the teacher's log-prob, clamped to `±loss_max_clamp`; aggregated as the actor's loss
+/// (`use_policy_gradient: false`), or a vanilla PPO-clip term with advantages `-d`; added to
+/// the task's PPO loss times `coef` (or alone, when `use_task_rewards` is false).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DistillationLossSpec {
+    pub estimator: crate::algo::KlKind,
+    pub use_task_rewards: bool,
+    /// `distillation_loss_coef` (1 when `use_task_rewards` is false).
+    pub coef: f64,
+    pub loss_max_clamp: Option<f64>,
+    pub use_policy_gradient: bool,
+    pub clip_ratio_low: f64,
+    pub clip_ratio_high: f64,
 }
 
 /// verl's `strategy` spellings.
@@ -342,6 +387,9 @@ pub struct ActorSettings {
     pub kl_loss_type: KlEstimator,
     /// Logits are divided by the rollout temperature (verl's `meta_info.temperature`).
     pub temperature: f64,
+    /// On-policy distillation's loss term (the batch carries `teacher_log_prob`).
+    #[serde(default)]
+    pub distillation: Option<DistillationLossSpec>,
 }
 
 /// The critic's update (`critic.*`), per data-parallel rank, in responses.

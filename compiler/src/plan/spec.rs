@@ -38,8 +38,8 @@ use crate::reward::{LoopModel, Model, Rewards};
 use crate::role::{Engine, Role, RoleKind, critic_runs, reference_runs};
 
 /// Collects `B018` findings while lowering.
-struct Lowering<'a> {
-    root: &'a Node,
+pub(super) struct Lowering<'a> {
+    pub(super) root: &'a Node,
     out: Vec<Diagnostic>,
 }
 
@@ -52,7 +52,12 @@ impl Lowering<'_> {
     }
 
     /// `key`'s value cannot be honoured by the binary.
-    fn unsupported(&mut self, key: &str, message: impl Into<String>, help: impl Into<String>) {
+    pub(super) fn unsupported(
+        &mut self,
+        key: &str,
+        message: impl Into<String>,
+        help: impl Into<String>,
+    ) {
         let origin = self.origin(key);
         self.out.push(
             Diagnostic::error(codes::BUILD_UNSUPPORTED_SETTING, message)
@@ -63,7 +68,7 @@ impl Lowering<'_> {
     }
 
     /// `key` is set but has no effect in this binary (`B006`, a warning in check and build).
-    fn no_effect(&mut self, key: &str, message: impl Into<String>) {
+    pub(super) fn no_effect(&mut self, key: &str, message: impl Into<String>) {
         let origin = self.origin(key);
         self.out.push(
             Diagnostic::warning(codes::BUILD_NO_EFFECT, message)
@@ -117,8 +122,13 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     .max(1);
     let roles = Roles { world, n, seq_len };
     let model_seed = actor_model_seed(cfg);
-    let actor = actor_spec(cfg, &roles, l);
+    let mut actor = actor_spec(cfg, &roles, l);
     let actor_dp = data_parallel(world, &actor.engine);
+    let reference = reference_spec(cfg, &roles, actor.lora.is_some(), l);
+    let distillation = super::distillation::lower(cfg, &roles, reference.as_ref(), l);
+    if let Some((_, loss)) = &distillation {
+        actor.update.distillation = Some(*loss);
+    }
     TrainerSpec {
         binding,
         strategy: match arr.actor.strategy {
@@ -134,7 +144,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
             .clone()
             .unwrap_or_else(|| arr.model.path.clone()),
         model_seed,
-        reference: reference_spec(cfg, &roles, actor.lora.is_some(), l),
+        reference,
         critic: critic_spec(cfg, &roles, actor_dp, l),
         rollout: rollout_spec(cfg, &roles, &actor.engine, l),
         reward: reward_spec(&rewards),
@@ -142,15 +152,16 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         reward_model: reward_model_spec(cfg, &rewards, world, seq_len, model_seed, l),
         algorithm: algorithm_spec(cfg, l),
         run: run_spec(cfg, l),
+        distillation: distillation.map(|(teachers, _)| teachers),
         actor,
     }
 }
 
 /// What every role's lowering shares: the world, `rollout.n` and the longest sequence.
-struct Roles {
-    world: WorldSpec,
-    n: usize,
-    seq_len: usize,
+pub(super) struct Roles {
+    pub(super) world: WorldSpec,
+    pub(super) n: usize,
+    pub(super) seq_len: usize,
 }
 
 fn world_spec(cfg: &VerlConfig, l: &mut Lowering) -> WorldSpec {
@@ -1152,7 +1163,7 @@ fn loop_model_spec(
 
 /// The engine of one role as the runtime applies it. Offload follows [`Role::offload`]
 /// (FSDP2's `offload_policy` counts only under `fsdp2`).
-fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
+pub(super) fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> EngineSpec {
     let (flags, _) = role.offload();
     let engine_key = role.engine_key();
     match role.engine() {
@@ -1597,6 +1608,7 @@ fn actor_settings(
         kl_loss_coef: a.kl_loss_coef,
         kl_loss_type: kl_estimator(a.kl_loss_type),
         temperature: r.temperature,
+        distillation: None,
     }
 }
 

@@ -160,7 +160,7 @@ table! {
     "transfer_queue.**" => NoEffect(CLUSTER, RAY),
     "skip.{rollout,rollout_tq,async_rollout}.enable" => Unsupported("replays dumped rollouts; verlc's trainer generates every step"),
     "skip.**" => NoEffect(NONE, "configures verl's rollout replay, which verlc's trainer does not do"),
-    "distillation.enabled" => Unsupported("turns on verl 0.9's on-policy distillation (a teacher model's log-probs in the loss), which verlc's trainer does not implement"),
+    "distillation.enabled" => Implemented("spec.distillation (teachers) and actor.update.distillation (the loss term); the section's values are checked by the lowering (plan::distillation)"),
     "model_engine" => Implemented("the engine group chosen at composition (its files set the role's strategy)"),
 
     // actor_rollout_ref.model

@@ -18,6 +18,7 @@
 pub mod advantage;
 pub mod agg;
 mod check;
+pub mod distillation;
 pub mod entropy;
 pub mod kl;
 pub mod kl_ctrl;

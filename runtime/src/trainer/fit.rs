@@ -36,6 +36,7 @@ use crate::workers::reward::{
     token_level_scores,
 };
 use crate::workers::rollout::RolloutWorker;
+use crate::workers::teacher::{TEACHER_COLUMN, Teachers};
 
 use super::checkpoint::{self, TrainerState};
 use super::metrics::{
@@ -63,6 +64,8 @@ pub struct Trainer<R: Roles = SingleRoles> {
     actor: Actor<R::Actor>,
     critic: Option<Critic<R::Critic>>,
     reference: Option<ReferencePolicy<R::Actor>>,
+    /// On-policy distillation's teachers (`teacher_log_prob` for the actor's loss).
+    teachers: Option<Teachers<R::Actor>>,
     dp: DataParallel,
     /// Names the temporary checkpoint directory all ranks write into (rank 0's pid).
     ckpt_tag: u64,
@@ -242,6 +245,50 @@ fn critic_role<R: Roles>(
     Ok(Some(Critic::new(engine, c.update.clone())?))
 }
 
+/// A forward-only causal-LM engine of `model_path` on `engine` (the reference's, a teacher's).
+fn frozen_engine<R: Roles>(
+    roles: &R,
+    spec: &TrainerSpec,
+    opts: &RunOptions,
+    engine: &verlc_spec::trainer::EngineSpec,
+    model_path: &str,
+) -> Result<R::Actor, TrainerError> {
+    roles.reference(
+        engine,
+        EngineSettings {
+            model_path: model_path.to_owned(),
+            device: opts.device,
+            param_dtype: spec.binding.precision,
+            seed: spec.model_seed,
+            optim: None,
+            loss_scale_factor: None,
+            loss_scaling: opts.loss_scaling,
+            lora: None,
+            config_overrides: spec.actor.config_overrides.clone(),
+            remove_padding: engine.remove_padding(),
+        },
+    )
+}
+
+/// On-policy distillation's teachers, each a frozen engine scoring at temperature 1.
+fn distillation_teachers<R: Roles>(
+    roles: &R,
+    spec: &TrainerSpec,
+    opts: &RunOptions,
+) -> Result<Option<Teachers<R::Actor>>, TrainerError> {
+    let Some(d) = &spec.distillation else {
+        return Ok(None);
+    };
+    let mut teachers = Vec::with_capacity(d.teachers.len());
+    for t in &d.teachers {
+        let engine = frozen_engine(roles, spec, opts, &d.engine, &t.model_path)?;
+        let mut scorer = Reference::new(engine, d.micro_batch, 1.0)?;
+        scorer.max_token_len = d.max_token_len;
+        teachers.push((t.key.clone(), scorer));
+    }
+    Ok(Some(Teachers::new(teachers)?))
+}
+
 /// The frozen reference policy: its own model, or the actor with its adapters off (LoRA).
 fn reference_policy<R: Roles>(
     roles: &R,
@@ -258,21 +305,7 @@ fn reference_policy<R: Roles>(
             temperature: r.temperature,
         }));
     }
-    let engine = roles.reference(
-        &r.engine,
-        EngineSettings {
-            model_path: r.model_path.clone(),
-            device: opts.device,
-            param_dtype: spec.binding.precision,
-            seed: spec.model_seed,
-            optim: None,
-            loss_scale_factor: None,
-            loss_scaling: opts.loss_scaling,
-            lora: None,
-            config_overrides: spec.actor.config_overrides.clone(),
-            remove_padding: r.engine.remove_padding(),
-        },
-    )?;
+    let engine = frozen_engine(roles, spec, opts, &r.engine, &r.model_path)?;
     let mut reference = Reference::new(engine, r.micro_batch, r.temperature)?;
     reference.max_token_len = r.max_token_len;
     Ok(Some(ReferencePolicy::Own(reference)))
@@ -348,6 +381,7 @@ impl<R: Roles> Trainer<R> {
         let mut actor = Actor::new(actor_engine, a.update.clone())?;
         let critic = critic_role(&roles, spec, opts, total_steps)?;
         let reference = reference_policy(&roles, spec, opts)?;
+        let teachers = distillation_teachers(&roles, spec, opts)?;
         let reward_model = match &spec.reward_model {
             Some(m) => Some(RewardModel::load(
                 m,
@@ -399,6 +433,7 @@ impl<R: Roles> Trainer<R> {
             actor,
             critic,
             reference,
+            teachers,
             dp,
             ckpt_tag,
             rollout,
@@ -870,6 +905,10 @@ impl<R: Roles> Trainer<R> {
             let ref_lp = timers.time("ref", || r.compute_ref_log_prob(actor, &batch))?;
             batch.insert("ref_log_prob", ref_lp)?;
         }
+        if let Some(t) = self.teachers.as_mut() {
+            let lp = timers.time("teacher", || t.compute_log_prob(&batch))?;
+            batch.insert("teacher_log_prob", lp)?;
+        }
         if let Some(c) = self.critic.as_mut() {
             let values = timers.time("values", || c.compute_values(&batch))?;
             batch.insert("values", values)?;
@@ -1055,6 +1094,14 @@ impl<R: Roles> Trainer<R> {
             .map(|&p| offset + p as i64)
             .collect();
         batch.insert("uid", Tensor::from_slice(&uids))?;
+        if let Some(t) = self.teachers.as_ref().filter(|t| t.routed()) {
+            let which = out
+                .prompt_index
+                .iter()
+                .map(|&p| t.route(&items[p].sample.data_source))
+                .collect::<Result<Vec<i64>, _>>()?;
+            batch.insert(TEACHER_COLUMN, Tensor::from_slice(&which))?;
+        }
 
         // REMAX baseline: the summed reward of a greedy rollout of each prompt.
         if self.estimator == AdvEstimator::Remax {

@@ -14,6 +14,7 @@
 
 use tch::{Kind, Tensor};
 
+use crate::algo::distillation::{DistillationInputs, distillation_term};
 use crate::algo::kl::kl_penalty;
 use crate::algo::rollout_correction::bypass_policy_loss;
 use crate::algo::{AggOptions, PolicyLossInputs, agg_loss, compute_policy_loss};
@@ -38,6 +39,7 @@ const ADDITIVE: &[&str] = &[
     "actor/kl_loss",
     "actor/entropy_loss",
     "actor/loss",
+    "actor/distillation/loss",
 ];
 
 impl<E: Engine<Head = CausalLm>> Actor<E> {
@@ -147,11 +149,54 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
     }
 }
 
-/// The loss of one micro-batch and its metrics.
+/// The loss of one micro-batch and its metrics: the task's PPO loss, and with on-policy
+/// distillation its term (verl 0.9's `distillation_ppo_loss`: added times its coefficient;
+/// the task's loss is left out when `use_task_rewards` is off, and not computed at all when
+/// the distillation term is supervised too).
 fn micro_loss(
     s: &ActorSettings,
     mb: &Batch,
     out: LogProbOutput,
+    agg: &AggOptions,
+) -> crate::engine::Result<MicroLoss> {
+    let Some(dist) = &s.distillation else {
+        return task_loss(s, mb, &out, agg);
+    };
+    let inputs = DistillationInputs {
+        log_prob: &out.log_probs,
+        teacher_log_prob: mb.get("teacher_log_prob")?,
+        old_log_prob: mb.get("old_log_probs")?,
+        response_mask: mb.get("response_mask")?,
+        rollout_is_weights: mb.opt("rollout_is_weights"),
+    };
+    let term = distillation_term(dist, &inputs, s.loss_agg_mode, agg)?;
+    let mut micro = if dist.use_task_rewards || dist.use_policy_gradient {
+        task_loss(s, mb, &out, agg)?
+    } else {
+        MicroLoss {
+            loss: term.loss.f_zeros_like()?,
+            metrics: Metrics::new(),
+        }
+    };
+    if !dist.use_task_rewards {
+        micro.loss = micro.loss.f_zeros_like()?;
+    }
+    let value = |t: &Tensor| -> crate::engine::Result<f64> {
+        Ok(t.f_detach()?.f_to_kind(Kind::Double)?.f_double_value(&[])?)
+    };
+    micro
+        .metrics
+        .insert("actor/distillation/loss".into(), value(&term.loss)?);
+    micro.metrics.extend(term.metrics);
+    micro.loss = micro.loss.f_add(&term.loss.f_mul_scalar(dist.coef)?)?;
+    Ok(micro)
+}
+
+/// The task's loss of one micro-batch (policy loss, entropy bonus, KL loss) and its metrics.
+fn task_loss(
+    s: &ActorSettings,
+    mb: &Batch,
+    out: &LogProbOutput,
     agg: &AggOptions,
 ) -> crate::engine::Result<MicroLoss> {
     let mask = mb.get("response_mask")?;

@@ -19,6 +19,7 @@ pub mod critic;
 pub mod reference;
 pub mod reward;
 pub mod rollout;
+pub mod teacher;
 
 use tch::{Kind, Tensor};
 
@@ -94,10 +95,14 @@ pub(crate) fn micro_batching<E: Engine>(
 pub(crate) fn combine_micro(micro: &[Metrics], additive: &[&str]) -> Metrics {
     let mut lists = MetricLists::default();
     let mut sums = Metrics::new();
+    let mut extremes = Metrics::new();
     for m in micro {
         for (k, v) in m {
             if additive.contains(&k.as_str()) {
                 *sums.entry(k.clone()).or_insert(0.0) += v;
+            } else if let Some(pick) = extreme(k) {
+                let e = extremes.entry(k.clone()).or_insert(*v);
+                *e = pick(*e, *v);
             } else {
                 lists.push(k, *v);
             }
@@ -105,7 +110,17 @@ pub(crate) fn combine_micro(micro: &[Metrics], additive: &[&str]) -> Metrics {
     }
     let mut out = lists.reduce();
     out.extend(sums);
+    out.extend(extremes);
     out
+}
+
+/// Metrics verl reduces over micro-batches by their minimum or maximum.
+fn extreme(key: &str) -> Option<fn(f64, f64) -> f64> {
+    match key {
+        "actor/distillation/loss_min" => Some(f64::min),
+        "actor/distillation/loss_max" => Some(f64::max),
+        _ => None,
+    }
 }
 
 /// A scalar tensor as f64.

@@ -6,6 +6,7 @@ mod common;
 
 mod advantage;
 mod agg;
+mod distillation;
 mod dynamic_bsz;
 mod entropy;
 mod kl;

@@ -82,6 +82,7 @@ fn actor_settings(mini: usize) -> ActorSettings {
         kl_loss_coef: 0.1,
         kl_loss_type: "k3+".parse::<KlEstimator>().unwrap(),
         temperature: 1.0,
+        distillation: None,
     }
 }
 

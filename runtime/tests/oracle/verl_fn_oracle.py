@@ -25,6 +25,9 @@ Writes
   masks with holes for the multi-turn form), with and without rollout IS weights; and its
   compute_variance_proxy_metrics (trainer/ppo/metric_utils.py) on the results; and gdpo on two
   reward components (with and without weights, and its fallback on the token-level rewards);
+- OUT/distillation_0_9.json: verl 0.9.1's on-policy distillation term (distillation_loss with
+  the k1/abs/k2/k3 estimators, supervised and as a policy gradient, clamped or not) on seeded
+  student, teacher and old log-probs: loss, gradient with respect to the student's, metrics;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -400,6 +403,90 @@ def estimators_0_9(out):
                    "rollout_is_weights": is_w.tolist(), "grad_norm": 0.75, "cases": cases}, f)
 
 
+def distillation_0_9(out):
+    """verl 0.9.1's on-policy distillation term (trainer/distillation/losses.py's
+    distillation_loss with the single-sample estimators, run from the unpacked tree with
+    verl's own kl_penalty, agg_loss and compute_policy_loss_vanilla): loss, gradient with
+    respect to the student's log-probs, and metrics, per estimator, supervised and as a
+    policy gradient, with and without the max clamp, for several aggregations."""
+    import enum
+    import types
+
+    typing = __import__("typing")
+    root = newer_verl()
+    vf = {"torch": torch}
+    for name in ["masked_sum", "masked_mean"]:
+        verl_function("utils/torch_functional.py", name, vf, root)
+
+    class AlgoConfig:
+        pass
+
+    core = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any,
+            "verl_F": types.SimpleNamespace(**vf), "AlgoConfig": AlgoConfig}
+    for name in ["agg_loss", "kl_penalty_forward", "kl_penalty", "compute_policy_loss_vanilla"]:
+        verl_function("trainer/ppo/core_algos.py", name, core, root)
+
+    class AggregationType(enum.Enum):
+        MEAN = "mean"
+        SUM = "sum"
+        MIN = "min"
+        MAX = "max"
+
+    class Metric:
+        def __init__(self, aggregation, value):
+            self.value = float(value)
+
+    ns = {"torch": torch, "Any": typing.Any, "Metric": Metric, "AggregationType": AggregationType,
+          "kl_penalty": core["kl_penalty"], "agg_loss": core["agg_loss"],
+          "no_padding_2_padding": lambda x, data: x,
+          "get_policy_loss_fn": lambda mode: core["compute_policy_loss_vanilla"]}
+    estimator = verl_function("trainer/distillation/losses.py",
+                              "compute_distillation_loss_reverse_kl_estimator", ns, root)
+    ns["get_distillation_loss_fn"] = lambda mode: estimator
+    verl_function("trainer/distillation/losses.py", "compute_distillation_loss_range", ns, root)
+    loss_fn = verl_function("trainer/distillation/losses.py", "distillation_loss", ns, root)
+
+    class Config(dict):
+        def __getattr__(self, k):
+            return self[k]
+
+    gen = torch.Generator().manual_seed(33)
+    rows, width = 5, 7
+    old = torch.log(torch.rand(rows, width, generator=gen, dtype=torch.float64) * 0.9 + 0.05)
+    student = (old + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.3).clamp(max=-1e-3)
+    teacher = (old + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 2.0).clamp(max=-1e-3)
+    teacher[1, 2] = student[1, 2] - 30.0  # beyond k3's clamps and a loss_max_clamp of 10
+    mask = torch.ones(rows, width, dtype=torch.float64)
+    for i, n in enumerate([7, 5, 2, 7, 4]):
+        mask[i, n:] = 0
+    glob = {"dp_size": 2, "batch_num_tokens": 30, "global_batch_size": 8}
+    cases = []
+    for mode in ["k1", "abs", "k2", "k3"]:
+        for use_pg in [False, True]:
+            if mode == "k1" and not use_pg:
+                continue  # verl rejects the supervised k1
+            for clamp in [None, 10.0]:
+                for agg_mode in ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]:
+                    loss_cfg = Config(loss_mode=mode, loss_max_clamp=clamp, use_policy_gradient=use_pg,
+                                      policy_loss_mode="vanilla", clip_ratio=0.2, clip_ratio_low=0.15,
+                                      clip_ratio_high=0.25, global_batch_info={})
+                    actor_cfg = types.SimpleNamespace(loss_agg_mode=agg_mode, global_batch_info={},
+                                                      loss_scale_factor=None)
+                    dist_cfg = types.SimpleNamespace(distillation_loss=loss_cfg)
+                    x = student.clone().requires_grad_(True)
+                    data = {"response_mask": mask, "teacher_logprobs": teacher.unsqueeze(-1),
+                            "old_log_probs": old, **glob}
+                    loss, metrics = loss_fn(actor_cfg, dist_cfg, {"log_probs": x}, data)
+                    loss.backward()
+                    cases.append({"mode": mode, "pg": use_pg, "clamp": clamp, "agg": agg_mode,
+                                  "loss": loss.item(), "grad": x.grad.tolist(),
+                                  "metrics": {k: (v.value if isinstance(v, Metric) else float(v))
+                                              for k, v in metrics.items()}})
+    with open(os.path.join(out, "distillation_0_9.json"), "w") as f:
+        json.dump({"old_log_prob": old.tolist(), "log_prob": student.tolist(), "teacher_log_prob": teacher.tolist(),
+                   "mask": mask.tolist(), "global": glob, "cases": cases}, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
     pf_ppo(sys.argv[1])
@@ -408,3 +495,4 @@ if __name__ == "__main__":
     bypass(sys.argv[1])
     policy_losses_0_9(sys.argv[1])
     estimators_0_9(sys.argv[1])
+    distillation_0_9(sys.argv[1])

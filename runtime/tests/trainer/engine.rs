@@ -77,6 +77,7 @@ fn settings(micro: usize, mode: LossAggMode) -> ActorSettings {
         kl_loss_coef: 0.1,
         kl_loss_type: "k3+".parse::<KlEstimator>().expect("k3+"),
         temperature: 1.0,
+        distillation: None,
     }
 }
 

@@ -1,0 +1,227 @@
+//! Lowering of verl 0.9's `distillation` section (on-policy distillation): the teachers the
+//! trainer loads (forward-only, on the reference's engine settings) and the actor's loss term.
+//!
+//! The section is read from the composed tree rather than typed: verl's own file fills the
+//! teacher's `inference` settings from the rollout's by interpolation, which typed checking
+//! would report as the user's. What verl itself raises at start-up (an unregistered loss mode,
+//! `k1` without the policy gradient, a policy loss other than `vanilla`, a teacher without a
+//! model, duplicate keys) is an error at its key here, as is what verlc does not implement
+//! (the top-k forward KL, routing by another field than `data_source`).
+use serde_json::Value;
+use verlc_spec::algo::KlKind;
+use verlc_spec::trainer::{DistillationLossSpec, DistillationSpec, ReferenceSpec, TeacherSpec};
+
+use super::spec::{Lowering, Roles, engine_spec};
+use crate::config::VerlConfig;
+use crate::role::Role;
+
+/// The estimators verl 0.9 registers for distillation (its `kl_penalty` names, no `full` and no
+/// `+` forms), and the top-k forward KL.
+const ESTIMATORS: &[&str] = &["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"];
+const TOP_K: &str = "forward_kl_topk";
+
+/// The teachers and the actor's loss term, when `distillation.enabled`.
+pub(super) fn lower(
+    cfg: &VerlConfig,
+    roles: &Roles,
+    reference: Option<&ReferenceSpec>,
+    l: &mut Lowering,
+) -> Option<(DistillationSpec, DistillationLossSpec)> {
+    let section = l.root.get_path(&["distillation"])?.to_json();
+    if section.get("enabled").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    let loss = loss_spec(&section, l)?;
+    let teachers = teachers(&section, l)?;
+    // The teachers run forward-only like the reference, on its engine settings.
+    let (engine, micro_batch, max_token_len) = match reference.filter(|r| !r.actor_without_adapters)
+    {
+        Some(r) => (r.engine, r.micro_batch, r.max_token_len),
+        None => {
+            let engine = engine_spec(&Role::reference(cfg), roles.world, l);
+            let micro = cfg
+                .actor_rollout_ref
+                .reference
+                .log_prob_micro_batch_size_per_gpu
+                .and_then(|m| usize::try_from(m).ok())
+                .filter(|m| *m > 0)
+                .unwrap_or(1);
+            (engine, micro, None)
+        }
+    };
+    // The teacher pool is verl's own Ray resource; verlc's teachers share the trainer's ranks.
+    for (key, default) in [("n_gpus_per_node", 8), ("nnodes", 0)] {
+        if section
+            .get(key)
+            .and_then(Value::as_i64)
+            .is_some_and(|v| v != default)
+        {
+            l.no_effect(
+                &format!("distillation.{key}"),
+                format!("`distillation.{key}` sizes verl's separate teacher pool; verlc's teachers run on the trainer's own ranks"),
+            );
+        }
+    }
+    Some((
+        DistillationSpec {
+            teachers,
+            engine,
+            micro_batch,
+            max_token_len,
+        },
+        loss,
+    ))
+}
+
+fn loss_spec(section: &Value, l: &mut Lowering) -> Option<DistillationLossSpec> {
+    let key = |leaf: &str| format!("distillation.distillation_loss.{leaf}");
+    let loss = section
+        .get("distillation_loss")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let get = |leaf: &str| loss.get(leaf).filter(|v| !v.is_null());
+    let number = |leaf: &str| get(leaf).and_then(Value::as_f64);
+    let flag = |leaf: &str, default: bool| get(leaf).and_then(Value::as_bool).unwrap_or(default);
+    let mode = get("loss_mode")
+        .and_then(Value::as_str)
+        .unwrap_or("k3")
+        .to_owned();
+    let use_policy_gradient = flag("use_policy_gradient", false);
+    let use_task_rewards = flag("use_task_rewards", true);
+    let mut ok = true;
+    let estimator = if mode == TOP_K {
+        l.unsupported(
+            &key("loss_mode"),
+            "the top-k forward KL (`forward_kl_topk`: the teacher's top-k log-probs against the student's at the same tokens) is not implemented by verlc's trainer",
+            format!("use one of the single-sample estimators: {}", ESTIMATORS.join(", ")),
+        );
+        None
+    } else if ESTIMATORS.contains(&mode.as_str()) {
+        KlKind::from_verl_name(&mode)
+    } else {
+        l.unsupported(
+            &key("loss_mode"),
+            format!("`{mode}` is not a distillation loss verl registers (verl raises at start-up)"),
+            format!("use one of {}, {TOP_K}", ESTIMATORS.join(", ")),
+        );
+        None
+    };
+    if estimator == Some(KlKind::K1) && !use_policy_gradient {
+        l.unsupported(
+            &key("loss_mode"),
+            format!("`{mode}` as a supervised loss has no useful gradient; verl raises unless `use_policy_gradient` is true"),
+            "set distillation.distillation_loss.use_policy_gradient=true, or use k3",
+        );
+        ok = false;
+    }
+    let policy = get("policy_loss_mode")
+        .and_then(Value::as_str)
+        .unwrap_or("vanilla");
+    if policy != "vanilla" {
+        l.unsupported(
+            &key("policy_loss_mode"),
+            format!(
+                "verl's distillation runs the `vanilla` policy loss only (it raises for `{policy}`)"
+            ),
+            "set it to vanilla",
+        );
+        ok = false;
+    }
+    if get("log_prob_min_clamp").is_some() && estimator.is_some() {
+        l.no_effect(
+            &key("log_prob_min_clamp"),
+            format!("verl clamps log-probs for the top-k loss only; `{mode}` reads none"),
+        );
+    }
+    if get("topk").and_then(Value::as_i64).is_some_and(|k| k != 32) && estimator.is_some() {
+        l.no_effect(
+            &key("topk"),
+            format!("the teacher's top-k is read by `{TOP_K}` only; `{mode}` uses the sampled token's log-prob"),
+        );
+    }
+    let clip = number("clip_ratio").unwrap_or(0.2);
+    let spec = DistillationLossSpec {
+        estimator: estimator?,
+        use_task_rewards,
+        coef: if use_task_rewards {
+            number("distillation_loss_coef").unwrap_or(1.0)
+        } else {
+            1.0
+        },
+        loss_max_clamp: number("loss_max_clamp"),
+        use_policy_gradient,
+        clip_ratio_low: number("clip_ratio_low").unwrap_or(clip),
+        clip_ratio_high: number("clip_ratio_high").unwrap_or(clip),
+    };
+    ok.then_some(spec)
+}
+
+/// verl's teacher resolution: one entry scores every row; with several, the default
+/// `teacher_model` entry is dropped and each other needs a model and a distinct `key` (a
+/// `data_source` value).
+fn teachers(section: &Value, l: &mut Lowering) -> Option<Vec<TeacherSpec>> {
+    let Some(entries) = section.get("teacher_models").and_then(Value::as_object) else {
+        l.unsupported(
+            "distillation.teacher_models",
+            "distillation needs a teacher (`distillation.teacher_models`)",
+            "set distillation.teacher_models.teacher_model.model_path",
+        );
+        return None;
+    };
+    let several = entries.len() > 1;
+    let teacher_key = section
+        .get("teacher_key")
+        .and_then(Value::as_str)
+        .unwrap_or("data_source");
+    if several && teacher_key != "data_source" {
+        l.unsupported(
+            "distillation.teacher_key",
+            format!("verlc routes rows to teachers by their `data_source`; `{teacher_key}` is not carried to the trainer"),
+            "set distillation.teacher_key=data_source",
+        );
+        return None;
+    }
+    let mut out: Vec<TeacherSpec> = Vec::new();
+    let mut ok = true;
+    for (name, entry) in entries {
+        if several && name == "teacher_model" {
+            continue; // verl pops the default entry when others are given
+        }
+        let at = |leaf: &str| format!("distillation.teacher_models.{name}.{leaf}");
+        let text = |leaf: &str| entry.get(leaf).and_then(Value::as_str).map(str::to_owned);
+        let Some(model_path) = text("model_path") else {
+            l.unsupported(
+                &at("model_path"),
+                format!("teacher `{name}` has no model (verl raises)"),
+                "set its model_path to the teacher's directory or Hub id (it must share the actor's tokenizer)",
+            );
+            ok = false;
+            continue;
+        };
+        let key = if several {
+            let Some(key) = text("key") else {
+                l.unsupported(
+                    &at("key"),
+                    format!("with several teachers each needs the `data_source` it scores; `{name}` has none (verl raises)"),
+                    "set its key",
+                );
+                ok = false;
+                continue;
+            };
+            if out.iter().any(|t| t.key.as_deref() == Some(key.as_str())) {
+                l.unsupported(
+                    &at("key"),
+                    format!("two teachers score `{key}` (verl raises)"),
+                    "give each teacher its own key",
+                );
+                ok = false;
+                continue;
+            }
+            Some(key)
+        } else {
+            None
+        };
+        out.push(TeacherSpec { key, model_path });
+    }
+    (ok && !out.is_empty()).then_some(out)
+}

@@ -1,0 +1,78 @@
+//! On-policy distillation's teachers (verl 0.9's `distillation.teacher_models`): frozen
+//! models that score each response token the actor sampled, as the reference does but at
+//! temperature 1 (verl's teacher server scores at 1 whatever the rollout's temperature).
+//! With several teachers each scores the rows of its `data_source`; every teacher runs over
+//! the whole batch (its forward is collective on a sharded engine, so every rank runs it
+//! alike) and each row keeps its own teacher's log-probs.
+
+use tch::{Kind, Tensor};
+
+use crate::engine::{Batch, Engine};
+use crate::model::CausalLm;
+
+use super::reference::Reference;
+use super::{Result, WorkerError};
+
+/// The batch column that names each row's teacher (an index into [`Teachers`]).
+pub const TEACHER_COLUMN: &str = "teacher";
+
+/// The teachers, each with the `data_source` it scores (`None`: every row).
+#[derive(Debug)]
+pub struct Teachers<E: Engine<Head = CausalLm>> {
+    teachers: Vec<(Option<String>, Reference<E>)>,
+}
+
+impl<E: Engine<Head = CausalLm>> Teachers<E> {
+    pub fn new(teachers: Vec<(Option<String>, Reference<E>)>) -> Result<Self> {
+        if teachers.is_empty() {
+            return Err(WorkerError::Config("distillation needs a teacher".into()));
+        }
+        Ok(Teachers { teachers })
+    }
+
+    /// Whether rows are routed (several teachers).
+    pub fn routed(&self) -> bool {
+        self.teachers.len() > 1
+    }
+
+    /// The teacher of a row from `data_source`; an error names a source no teacher scores
+    /// (verl's teacher manager fails on it too).
+    pub fn route(&self, data_source: &str) -> Result<i64> {
+        if !self.routed() {
+            return Ok(0);
+        }
+        self.teachers
+            .iter()
+            .position(|(key, _)| key.as_deref() == Some(data_source))
+            .map(|i| i as i64)
+            .ok_or_else(|| {
+                let keys: Vec<&str> = self
+                    .teachers
+                    .iter()
+                    .filter_map(|(k, _)| k.as_deref())
+                    .collect();
+                WorkerError::Config(format!(
+                    "no distillation teacher scores data_source `{data_source}` (teachers: {})",
+                    keys.join(", ")
+                ))
+            })
+    }
+
+    /// `teacher_log_prob` `(N, R)`: each row's teacher's log-probs of its response tokens.
+    pub fn compute_log_prob(&mut self, batch: &Batch) -> Result<Tensor> {
+        if !self.routed() {
+            return self.teachers[0].1.compute_ref_log_prob(batch);
+        }
+        let which = batch.get(TEACHER_COLUMN)?.f_to_kind(Kind::Int64)?;
+        let mut out: Option<Tensor> = None;
+        for (i, (_, teacher)) in self.teachers.iter_mut().enumerate() {
+            let lp = teacher.compute_ref_log_prob(batch)?;
+            let mine = which.f_eq(i as i64)?.f_unsqueeze(-1)?;
+            out = Some(match out {
+                None => lp.f_mul(&mine.f_to_kind(lp.kind())?)?,
+                Some(acc) => acc.f_where_self(&mine.f_logical_not()?, &lp)?,
+            });
+        }
+        out.ok_or_else(|| WorkerError::Config("distillation needs a teacher".into()))
+    }
+}
