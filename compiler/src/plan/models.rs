@@ -44,7 +44,7 @@ pub struct HubModel {
 }
 
 /// Every model and tokenizer path `spec` reads, with the key naming it: actor, tokenizer,
-/// reference, critic, reward model.
+/// reference, critic, reward model, distillation teachers.
 fn model_paths(spec: &TrainerSpec) -> Vec<(&'static str, &str)> {
     let mut paths = vec![
         (
@@ -64,6 +64,9 @@ fn model_paths(spec: &TrainerSpec) -> Vec<(&'static str, &str)> {
     }
     if let Some(rm) = &spec.reward_model {
         paths.push(("reward_model.model.path", rm.model_path.as_str()));
+    }
+    for t in spec.distillation.iter().flat_map(|d| &d.teachers) {
+        paths.push(("distillation.teacher_models", t.model_path.as_str()));
     }
     paths
 }

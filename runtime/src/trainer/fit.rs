@@ -382,6 +382,13 @@ impl<R: Roles> Trainer<R> {
         let critic = critic_role(&roles, spec, opts, total_steps)?;
         let reference = reference_policy(&roles, spec, opts)?;
         let teachers = distillation_teachers(&roles, spec, opts)?;
+        // Several teachers: every training row's data_source must have one (now, not at the
+        // first batch that holds it).
+        if let Some(t) = teachers.as_ref().filter(|t| t.routed()) {
+            for item in &train.items {
+                t.route(&item.sample.data_source)?;
+            }
+        }
         let reward_model = match &spec.reward_model {
             Some(m) => Some(RewardModel::load(
                 m,

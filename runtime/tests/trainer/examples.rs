@@ -323,7 +323,7 @@ fn signature(s: &TrainerSpec) -> String {
         )
     });
     format!(
-        "{} {} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {:?} {:?} | {} {} | tools={:?}",
+        "{} {} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {:?} {:?} | {} {} | tools={:?} | distillation={:?} teachers={:?}",
         // The model family (its tiny model), so each family's examples run.
         s.actor.model_path,
         s.binding,
@@ -345,6 +345,8 @@ fn signature(s: &TrainerSpec) -> String {
         engine(&s.actor.engine),
         s.rollout.train.do_sample,
         tools,
+        s.actor.update.distillation,
+        s.distillation.as_ref().map(|d| d.teachers.len()),
     )
 }
 
@@ -624,6 +626,37 @@ fn lower_fixture(
                 "actor_rollout_ref.model.lora_adapter_path={}",
                 tiny_adapter(dir).display()
             ));
+        }
+        // Distillation teachers: the family's tiny model too (same vocabulary).
+        let teachers: Vec<String> = overrides
+            .iter()
+            .filter_map(|o| {
+                let (key, _) = o.split_once('=')?;
+                key.ends_with(".model_path")
+                    .then_some(())
+                    .filter(|_| {
+                        key.trim_start_matches('+')
+                            .starts_with("distillation.teacher_models.")
+                    })
+                    .map(|_| {
+                        let key = key.trim_start_matches('+');
+                        format!("++{key}={}", tiny_for(&overrides))
+                    })
+            })
+            .collect();
+        overrides.extend(teachers);
+        // Several teachers route rows by `data_source`: the first scores the built-in task's.
+        if let Some(first) = overrides.iter_mut().find(|o| {
+            o.split_once('=').is_some_and(|(k, _)| {
+                let k = k.trim_start_matches('+');
+                k.starts_with("distillation.teacher_models.") && k.ends_with(".key")
+            })
+        }) {
+            let key = first
+                .split_once('=')
+                .map(|(k, _)| k.to_owned())
+                .unwrap_or_default();
+            *first = format!("{key}=builtin/digit_reversal");
         }
         clip_parallel(&mut overrides);
         let lowered = match lower_request(&request(overrides)) {
