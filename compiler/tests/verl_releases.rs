@@ -288,23 +288,59 @@ fn a_newer_release_lowers_for_a_build() {
         }
         SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
     }
-    // On-policy distillation (0.9's `distillation` section, which verlc does not run) is
-    // refused at the switch, not built into a run without its teacher.
+    // On-policy distillation (0.9's `distillation` section) lowers to its teachers and the
+    // actor's loss term; what verl raises at start-up, or verlc does not run, is refused at
+    // its key.
+    let teacher = "distillation.teacher_models.teacher_model.model_path=Qwen/Qwen3-32B";
     match lower_request(&req(&[
         "distillation.enabled=True",
-        "distillation.teacher_models.teacher_model.model_path=Qwen/Qwen3-32B",
+        teacher,
+        "distillation.distillation_loss.loss_max_clamp=10.0",
     ])) {
-        SpecOutcome::Ok { .. } => panic!("distillation must not build"),
-        SpecOutcome::Errors(c) => {
-            let refused: Vec<(&str, Option<&str>)> = c
+        SpecOutcome::Ok { spec, .. } => {
+            let d = spec.distillation.expect("teachers");
+            assert_eq!(d.teachers.len(), 1);
+            assert_eq!(d.teachers[0].key, None, "one teacher scores every row");
+            assert_eq!(d.teachers[0].model_path, "Qwen/Qwen3-32B");
+            let loss = spec.actor.update.distillation.expect("loss term");
+            assert_eq!(
+                loss.estimator,
+                verlc_spec::algo::KlKind::K3,
+                "verl's default mode"
+            );
+            assert!(loss.use_task_rewards && !loss.use_policy_gradient);
+            assert_eq!(loss.loss_max_clamp, Some(10.0));
+        }
+        SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+    }
+    let refused = |extra: &[&str]| -> Vec<Option<String>> {
+        let mut all = vec!["distillation.enabled=True", teacher];
+        all.extend(extra);
+        match lower_request(&req(&all)) {
+            SpecOutcome::Ok { .. } => panic!("{extra:?} must not build"),
+            SpecOutcome::Errors(c) => c
                 .diagnostics
                 .iter()
-                .filter(|d| d.is_error())
-                .map(|d| (d.code.0, d.key_path.as_deref()))
-                .collect();
-            assert_eq!(refused, vec![("B018", Some("distillation.enabled"))]);
+                .filter(|d| d.is_error() && d.code.0 == "B018")
+                .map(|d| d.key_path.clone())
+                .collect(),
         }
-    }
+    };
+    let mode = Some("distillation.distillation_loss.loss_mode".to_owned());
+    // k1 as a supervised loss (verl raises), the top-k forward KL (not implemented).
+    assert_eq!(
+        refused(&["distillation.distillation_loss.loss_mode=k1"]),
+        vec![mode.clone()]
+    );
+    assert_eq!(
+        refused(&["distillation.distillation_loss.loss_mode=forward_kl_topk"]),
+        vec![mode]
+    );
+    // Several teachers: the default entry is dropped, each other needs its key.
+    assert_eq!(
+        refused(&["+distillation.teacher_models.math.model_path=Qwen/Qwen3-8B"]),
+        vec![Some("distillation.teacher_models.math.key".to_owned())]
+    );
 }
 
 /// verl main's config tree (and its version file) at the fixture's ref, from a verl git mirror
