@@ -34,6 +34,7 @@ pub mod embed;
 mod host;
 mod invalid;
 pub mod models;
+mod rejection;
 mod rollout_fit;
 pub mod spec;
 mod verdict_report;

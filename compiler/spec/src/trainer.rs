@@ -757,7 +757,7 @@ pub struct GdpoSpec {
 
 /// `algorithm.rollout_correction` with `bypass_mode: false`, applied before the advantages to
 /// rows whose rollout log-probs the rollout returned (`rollout.calculate_log_probs`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RolloutCorrectionSpec {
     /// `rollout_is`: truncated importance weights per token or per sequence.
     pub is_level: Option<IsLevel>,
@@ -769,11 +769,40 @@ pub struct RolloutCorrectionSpec {
     pub rejection: Option<RejectionSpec>,
     /// `rollout_token_veto_threshold`: a sequence with a token ratio below it is rejected.
     pub veto_threshold: Option<f64>,
+    /// verl 0.9's rejection criteria (`rollout_rs: "token_k1,seq_max_k2"`): a token is kept
+    /// when it passes every one.
+    #[serde(default)]
+    pub criteria: Vec<RsCriterion>,
+}
+
+/// One of verl 0.9's rejection options (`{token,seq_sum,seq_mean,seq_max}_{k1,k2,k3}`) with
+/// its bounds. The statistic is the estimator of `l = clamp(log π_train − log π_rollout, ±20)`
+/// per token (`k1 = −l`, `k2 = ½l²`, `k3 = eˡ − 1 − l`), or its sum, mean or maximum over the
+/// sequence; `k1` is kept in `[ln lower, ln upper]`, the others at or below `upper`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RsCriterion {
+    /// The option as verl names it (its metrics carry it).
+    pub name: String,
+    pub aggregate: RsAggregate,
+    pub estimator: crate::algo::KlKind,
+    /// `k1` only.
+    pub lower: Option<f64>,
+    pub upper: f64,
+}
+
+/// How a rejection option aggregates its token statistic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RsAggregate {
+    Token,
+    SeqSum,
+    SeqMean,
+    SeqMax,
 }
 
 /// The bypass-mode policy loss: the correction of [`RolloutCorrectionSpec`] computed per
 /// micro-batch between the current policy and the rollout's, then `loss`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BypassSpec {
     pub correction: RolloutCorrectionSpec,
     pub loss: BypassLoss,

@@ -596,13 +596,17 @@ fn rollout_correction_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<Rollout
         return None;
     }
     let spec = correction_settings(cfg, l)?;
-    if spec.is_level.is_none() && spec.rejection.is_none() && spec.veto_threshold.is_none() {
+    if spec.is_level.is_none()
+        && spec.rejection.is_none()
+        && spec.criteria.is_empty()
+        && spec.veto_threshold.is_none()
+    {
         return None;
     }
     if !cfg.actor_rollout_ref.rollout.calculate_log_probs {
         let k = if spec.is_level.is_some() {
             "rollout_is"
-        } else if spec.rejection.is_some() {
+        } else if spec.rejection.is_some() || !spec.criteria.is_empty() {
             "rollout_rs"
         } else {
             "rollout_token_veto_threshold"
@@ -653,8 +657,16 @@ fn bypass_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<BypassSpec> {
 fn correction_settings(cfg: &VerlConfig, l: &mut Lowering) -> Option<RolloutCorrectionSpec> {
     let rc = &cfg.algorithm.rollout_correction;
     let key = |k: &str| format!("algorithm.rollout_correction.{k}");
+    let mut criteria = Vec::new();
     let rejection = match rc.rollout_rs.as_deref() {
         None => None,
+        // verl 0.9's options (`token_k1,seq_max_k2`); the two grammars share no name.
+        Some(options)
+            if !matches!(options, "token" | "sequence" | "geometric") && options.contains('_') =>
+        {
+            criteria = super::rejection::criteria(options, rc.rollout_rs_threshold.as_ref(), l)?;
+            None
+        }
         Some(level) => {
             let level = match level {
                 "token" => RsLevel::Token,
@@ -704,6 +716,7 @@ fn correction_settings(cfg: &VerlConfig, l: &mut Lowering) -> Option<RolloutCorr
         is_batch_normalize: rc.rollout_is_batch_normalize,
         rejection,
         veto_threshold: rc.rollout_token_veto_threshold,
+        criteria,
     })
 }
 

@@ -1366,7 +1366,7 @@ fn rollout_correction_lowers_in_decoupled_mode() {
     );
     let spec = &c.lowered.plan.spec;
     assert!(spec.algorithm.rollout_correction.is_none());
-    let b = spec.actor.update.bypass.expect("bypass");
+    let b = spec.actor.update.bypass.clone().expect("bypass");
     assert_eq!(b.loss, verlc_spec::trainer::BypassLoss::Reinforce);
     assert_eq!(b.correction.is_level, Some(IsLevel::Token));
     // What verl raises on: refused at the key.
@@ -1668,4 +1668,72 @@ fn megatron_router_settings_lower_from_override_transformer_config() {
         ],
     );
     assert_eq!(at(&c, "B018", "moe_router_enable_expert_bias"), 0);
+}
+
+/// verl 0.9's rejection options lower to criteria: duplicates dropped, one threshold per option
+/// or one shared, `k1`'s `lower_upper` or a bare upper bound (its reciprocal the lower); what
+/// verl's parser raises on is refused at the threshold or the option.
+#[test]
+fn rejection_options_of_verl_0_9_lower_to_criteria() {
+    use verlc_spec::algo::KlKind;
+    use verlc_spec::trainer::RsAggregate;
+    let lower = |rs: &str, threshold: &str| {
+        case(
+            BASE,
+            &[
+                "actor_rollout_ref.rollout.calculate_log_probs=true",
+                &format!("algorithm.rollout_correction.rollout_rs='{rs}'"),
+                &format!("algorithm.rollout_correction.rollout_rs_threshold='{threshold}'"),
+            ],
+        )
+    };
+    let c = lower("token_k1, seq_max_k2,token_k1", "0.6_1.6,2.5");
+    let rc = c
+        .lowered
+        .plan
+        .spec
+        .algorithm
+        .rollout_correction
+        .expect("correction");
+    let got: Vec<_> = rc
+        .criteria
+        .iter()
+        .map(|c| (c.name.as_str(), c.aggregate, c.estimator, c.lower, c.upper))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("token_k1", RsAggregate::Token, KlKind::K1, Some(0.6), 1.6),
+            ("seq_max_k2", RsAggregate::SeqMax, KlKind::K2, None, 2.5),
+        ]
+    );
+    let c = lower("seq_sum_k1,seq_mean_k3", "2.0");
+    let rc = c
+        .lowered
+        .plan
+        .spec
+        .algorithm
+        .rollout_correction
+        .expect("correction");
+    assert_eq!(rc.criteria[0].lower, Some(0.5));
+    assert_eq!((rc.criteria[1].lower, rc.criteria[1].upper), (None, 2.0));
+    let threshold = Some("algorithm.rollout_correction.rollout_rs_threshold");
+    let option = Some("algorithm.rollout_correction.rollout_rs");
+    for (rs, t, key) in [
+        ("token_k2", "0.5_2.0", threshold),
+        ("token_k1,token_k2,token_k3", "1.5,2.0", threshold),
+        ("token_k1", "2.0_0.5", threshold),
+        ("seq_max_k1", "2.0", option),
+        ("token_kl", "2.0", option),
+    ] {
+        let c = lower(rs, t);
+        assert!(
+            c.lowered
+                .diagnostics
+                .iter()
+                .any(|d| d.code.0 == "B018" && d.key_path.as_deref() == key),
+            "{rs} {t}: {:?}",
+            c.codes()
+        );
+    }
 }

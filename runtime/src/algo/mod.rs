@@ -25,6 +25,7 @@ pub mod kl_ctrl;
 pub mod masked;
 pub mod pf_ppo;
 pub mod policy_loss;
+pub mod rejection;
 pub mod rollout_correction;
 pub mod value_loss;
 pub mod variance_proxy;

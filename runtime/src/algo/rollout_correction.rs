@@ -217,6 +217,15 @@ pub fn rollout_correction(
         new_mask = mask.f_mul(&keep)?;
     }
 
+    if !spec.criteria.is_empty() {
+        // verl 0.9's options, from the same ratio and the original mask.
+        let (keep, m) = super::rejection::rejection_mask(&log_ratio, &mask, &spec.criteria)?;
+        for (k, v) in m {
+            put(&k, v);
+        }
+        new_mask = new_mask.f_mul(&keep)?;
+    }
+
     match spec.veto_threshold {
         Some(t) => {
             let catastrophic = log_ratio.f_lt(t.ln())?.f_logical_and(&mask.f_gt(0.0)?)?;

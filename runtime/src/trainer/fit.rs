@@ -965,7 +965,7 @@ impl<R: Roles> Trainer<R> {
         // weights for the policy loss, rejected tokens out of the response mask.
         let mut mask = mask;
         if let (Some(rc), Some(rollout_lp)) = (
-            self.spec.algorithm.rollout_correction,
+            self.spec.algorithm.rollout_correction.clone(),
             batch.opt("rollout_log_probs").map(Tensor::shallow_clone),
         ) {
             let c = rollout_correction(batch.get("old_log_probs")?, &rollout_lp, &mask, &rc)?;

@@ -15,6 +15,7 @@ mod names;
 mod oracle;
 mod pf_ppo;
 mod policy_loss;
+mod rejection;
 mod rollout_correction;
 mod support;
 mod value_loss;

@@ -38,6 +38,7 @@ fn spec(cfg: &serde_json::Value) -> RolloutCorrectionSpec {
             }
         }),
         veto_threshold: f("rollout_token_veto_threshold"),
+        criteria: Vec::new(),
     }
 }
 

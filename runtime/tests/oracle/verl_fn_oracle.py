@@ -28,6 +28,8 @@ Writes
 - OUT/distillation_0_9.json: verl 0.9.1's on-policy distillation term (distillation_loss with
   the k1/abs/k2/k3 estimators, supervised and as a policy gradient, clamped or not) on seeded
   student, teacher and old log-probs: loss, gradient with respect to the student's, metrics;
+- OUT/rejection_0_9.json: verl 0.9.1's rejection sampling (its rollout_rs options, one and
+  several, with their threshold forms) on seeded log-ratios: parsed bounds, new mask, metrics;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -487,6 +489,62 @@ def distillation_0_9(out):
                    "mask": mask.tolist(), "global": glob, "cases": cases}, f)
 
 
+def rejection_0_9(out):
+    """verl 0.9.1's rejection sampling (trainer/ppo/rollout_corr_helper.py's
+    compute_rollout_rejection_mask with its threshold parser and compute_rs_metrics, run from
+    the unpacked tree) on seeded log-ratios with outliers and a row without valid tokens: for
+    each option list, the parsed bounds, the new mask and every metric."""
+    import math
+    import types
+
+    typing = __import__("typing")
+    root = newer_verl()
+    vf = {"torch": torch}
+    for name in ["masked_sum", "masked_mean"]:
+        verl_function("utils/torch_functional.py", name, vf, root)
+    path = os.path.join(root, "trainer/ppo/rollout_corr_helper.py")
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    consts = {}
+    wanted = ("SUPPORTED_ROLLOUT_RS_OPTIONS", "TOKEN_LEVEL_ROLLOUT_RS_OPTIONS", "SAFETY_BOUND")
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id in wanted for t in targets):
+            exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), {"torch": torch}, consts)
+    ns = {"torch": torch, "math": math, "Optional": typing.Optional, "Any": typing.Any,
+          "verl_F": types.SimpleNamespace(**vf), **consts}
+    parse = verl_function("trainer/ppo/rollout_corr_helper.py", "_parse_rollout_rs_thresholds", ns, root)
+    verl_function("trainer/ppo/rollout_corr_helper.py", "compute_rs_metrics", ns, root)
+    reject = verl_function("trainer/ppo/rollout_corr_helper.py", "compute_rollout_rejection_mask", ns, root)
+
+    gen = torch.Generator().manual_seed(17)
+    rows, width = 6, 9
+    log_ratio = torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.4
+    log_ratio[1, 3] = 3.0
+    log_ratio[2, 0] = -25.0  # beyond the safety bound
+    log_ratio[4, :] *= 0.05
+    mask = torch.ones(rows, width, dtype=torch.float64)
+    for i, n in enumerate([9, 7, 5, 0, 9, 3]):
+        mask[i, n:] = 0
+    cases = []
+    for options, threshold in [
+        ("token_k1", "0.6_1.6"), ("token_k1", 1.5), ("token_k2", "0.5"), ("token_k3", 0.3),
+        ("seq_sum_k1", 2.0), ("seq_sum_k2", "1.0"), ("seq_sum_k3", 1.5), ("seq_mean_k1", "0.8_1.1"),
+        ("seq_mean_k2", 0.2), ("seq_mean_k3", 0.01), ("seq_max_k2", "2.5"), ("seq_max_k3", 1.0),
+        ("token_k1,seq_max_k2", "0.6_1.6,2.5"), (" seq_mean_k1, token_k3 ,seq_mean_k1", "0.5_2.0, 0.3"),
+    ]:
+        names = []
+        for o in [p.strip() for p in options.split(",") if p.strip()]:
+            if o not in names:
+                names.append(o)
+        bounds = parse(names, threshold)
+        new_mask, metrics = reject(log_ratio, mask, rollout_rs=options, rollout_rs_threshold=threshold)
+        cases.append({"options": names, "bounds": [[bounds[n]["lower"], bounds[n]["upper"]] for n in names],
+                      "mask": new_mask.tolist(), "metrics": {k: float(v) for k, v in metrics.items()}})
+    with open(os.path.join(out, "rejection_0_9.json"), "w") as f:
+        json.dump({"log_ratio": log_ratio.tolist(), "mask": mask.tolist(), "cases": cases}, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
     pf_ppo(sys.argv[1])
@@ -496,3 +554,4 @@ if __name__ == "__main__":
     policy_losses_0_9(sys.argv[1])
     estimators_0_9(sys.argv[1])
     distillation_0_9(sys.argv[1])
+    rejection_0_9(sys.argv[1])
