@@ -94,9 +94,7 @@ pub(super) fn criteria(
             .or(specs.first())
             .map(String::as_str)
             .unwrap_or("");
-        let Some((aggregate, estimator)) = option(name) else {
-            return None;
-        };
+        let (aggregate, estimator) = option(name)?;
         let bad = |l: &mut Lowering, why: String| {
             l.unsupported(
                 THRESHOLD_KEY,
