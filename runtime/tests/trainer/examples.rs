@@ -309,9 +309,28 @@ fn clip_parallel(overrides: &mut [String]) {
     }
 }
 
-/// What the run depends on once retargeted: the binding and the algorithm's switches.
+/// What the run depends on once retargeted: the binding and the algorithm's switches, and the
+/// engine's layout. Left out, as the suite covers them elsewhere (tests/optim, fsdp.rs and the
+/// Megatron offload tests): the optimizer and its schedule, offload, resharding, activation
+/// checkpointing and the reduce dtype.
 fn signature(s: &TrainerSpec) -> String {
-    let engine = |e: &verlc_spec::trainer::EngineSpec| serde_json::to_string(e).unwrap_or_default();
+    let engine = |e: &verlc_spec::trainer::EngineSpec| {
+        let mut v = serde_json::to_value(e).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            for k in [
+                "param_offload",
+                "optimizer_offload",
+                "grad_offload",
+                "reshard_after_forward",
+                "gradient_checkpointing",
+                "reduce_dtype",
+                "fsdp_size",
+            ] {
+                m.remove(k);
+            }
+        }
+        v.to_string()
+    };
     let tools = s.rollout.multi_turn.as_ref().map(|m| {
         (
             &m.tool_config_path,
@@ -323,7 +342,7 @@ fn signature(s: &TrainerSpec) -> String {
         )
     });
     format!(
-        "{} {} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {:?} {:?} | {} {} | tools={:?} | distillation={:?} teachers={:?}",
+        "{} {} | {:?} {:?} {:?} kl_loss={} kl_in_reward={} {:?} | critic={} ref={} rm={:?} lora={:?} | {} {} | tools={:?} | distillation={:?} teachers={:?}",
         // The model family (its tiny model), so each family's examples run.
         s.actor.model_path,
         s.binding,
@@ -340,8 +359,6 @@ fn signature(s: &TrainerSpec) -> String {
             .lora
             .as_ref()
             .map(|l| (&l.target_modules, l.adapter_path.is_some())),
-        (s.actor.optim.inner, s.actor.optim.offload_fraction),
-        s.actor.optim.schedule,
         engine(&s.actor.engine),
         s.rollout.train.do_sample,
         tools,
