@@ -245,6 +245,9 @@ pub struct ProcessGroups {
     /// Context-parallel group (ranks splitting the same sequences; their data is the same,
     /// their gradients are summed); `None` for context parallel 1.
     pub cp: Option<ProcessGroup>,
+    /// Data x context parallel (Megatron's `dp_cp` group: what the distributed optimizer
+    /// shards over under context parallelism); `None` for context parallel 1.
+    pub dp_cp: Option<ProcessGroup>,
     /// Model-parallel group (TP x PP): where found-inf and grad norms are reduced.
     pub mp: ProcessGroup,
     /// First and last pipeline stage (tied embedding and output layer); `None` on middle
@@ -304,13 +307,14 @@ impl ProcessGroups {
         } else {
             None
         };
-        let cp = if layout.size("cp") > 1 {
-            Some(make(&["cp"])?)
+        let (cp, dp_cp) = if layout.size("cp") > 1 {
+            (Some(make(&["cp"])?), Some(make(&["cp", "dp"])?))
         } else {
-            None
+            (None, None)
         };
         Ok(ProcessGroups {
             cp,
+            dp_cp,
             tp: make(&["tp"])?,
             pp: make(&["pp"])?,
             dp: make(&["dp"])?,

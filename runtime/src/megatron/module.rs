@@ -258,20 +258,16 @@ impl MegatronModule {
     ) -> Result<()> {
         let expert_groups = self.groups.as_ref().and_then(|g| g.experts.clone());
         let experts = expert_groups.as_ref().map(|e| e.ep.clone());
-        let mut params = self.dist_params();
+        let params = self.dist_params();
         let opt = if settings.use_distributed_optimizer {
-            // Its norm sums every rank's shard over the world: context-parallel ranks hold
-            // the same shards (the state is split over DP only), so one of them counts.
-            let cp_rank = self
-                .groups
-                .as_ref()
-                .and_then(|g| g.cp.as_ref())
-                .map_or(0, ProcessGroup::rank);
-            for p in &mut params {
-                p.in_grad_norm &= cp_rank == 0;
-            }
+            // Under context parallelism the state is sharded over DP x CP, as Megatron's
+            // `dp_cp` group does: the reduce-scatter there sums the CP ranks' partial
+            // gradients and averages over the DP replicas.
+            let dp_cp = self.groups.as_ref().and_then(|g| g.dp_cp.clone());
+            let replicas = dp_cp.as_ref().map(|_| self.dp_rank_size().1);
             let groups = DistGroups {
-                dp: self.dp().cloned(),
+                replicas,
+                dp: dp_cp.or_else(|| self.dp().cloned()),
                 stats: self.groups.as_ref().and_then(|g| active(&g.world).cloned()),
                 // The experts' state is sharded over the ranks that hold the same experts.
                 experts: expert_groups.map(|e| ExpertSharding {
@@ -468,10 +464,13 @@ impl MegatronModule {
             emb.all_reduce(&g, ReduceOp::Sum)?;
             crate::ops::set_grad(&p.tensor, Some(&g)).map_err(crate::optim::OptimError::from)?;
         }
-        if let Some(cp) = groups.cp.as_ref().filter(|g| g.size() > 1) {
+        if let (Some(cp), Some(ModuleOptimizer::Replicated(_))) =
+            (groups.cp.as_ref().filter(|g| g.size() > 1), &self.optimizer)
+        {
             // Each rank's backward reached its own positions (and, through the gathered keys
             // and values, the others' queries' use of them): the sum is the whole gradient.
-            // Every parameter takes part, so the ranks reduce the same list.
+            // Every parameter takes part, so the ranks reduce the same list. (The distributed
+            // optimizer sums them in its reduce-scatter over DP x CP.)
             cp.all_reduce_many(&self.all_param_grads()?, ReduceOp::Sum)?;
         }
         if let Some(tp) = active(&groups.tp) {

@@ -432,6 +432,22 @@ rank_test!(cp2_matches_single_process, 2, |world| {
     let cfg = tiny_config(true);
     let run = parallel_run(&world, cp2, &cfg, false, settings, 2, &Setup::fp32());
     assert!(run.module.model.context_parallel().is_some());
+    // The optimizer's state is split over DP x CP (Megatron's dp_cp group): half per rank.
+    let Some(runtime::megatron::ModuleOptimizer::Distributed(opt)) = run.module.optimizer() else {
+        panic!("expected the distributed optimizer");
+    };
+    let total: usize = run
+        .module
+        .model
+        .params()
+        .iter()
+        .map(|p| p.tensor.numel())
+        .sum();
+    assert!(
+        opt.owned_numel() * 2 <= total + 64,
+        "{} of {total}",
+        opt.owned_numel()
+    );
     check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
     let cfg = tiny_moe_config();
     let run = parallel_run(

@@ -61,6 +61,10 @@ pub struct DistGroups {
     pub stats: Option<ProcessGroup>,
     /// Expert parallelism: where the experts' params are sharded instead of `dp`.
     pub experts: Option<ExpertSharding>,
+    /// The data-parallel replicas gradients are averaged over when `dp` holds more ranks
+    /// than that (under context parallelism it is DP x CP, whose CP ranks' gradients are
+    /// parts of one replica's and are summed); `None`: `dp`'s size.
+    pub replicas: Option<usize>,
 }
 
 /// The expert params' sharding (see the module docs).
@@ -337,7 +341,7 @@ impl DistributedOptimizer {
             )));
         }
         let dp_size = groups.dp.as_ref().map_or(1, ProcessGroup::size);
-        let scale = 1.0 / dp_size as f64;
+        let scale = 1.0 / groups.replicas.unwrap_or(dp_size).max(1) as f64;
         let is_expert = |p: &DistParam| {
             groups
                 .experts
