@@ -395,20 +395,44 @@ fn role_memory(
                     .saturating_mul(m.layer_params())
                     .saturating_add(m.embedding_params().max(last))
             };
-            let shard = stage / tp;
+            let cp = meg.map_or(1, |x| x.context_parallel_size.max(1)) as u64;
+            let ep = meg.map_or(1, |x| x.expert_model_parallel_size.max(1)) as u64;
+            let ep = if m.sparse_layers() > 0 { ep } else { 1 };
+            // The stage's routed experts split over EP (each also over TP, expert TP = TP);
+            // the distributed optimizer shards their state over the ranks that hold the same
+            // experts (DP / EP), the rest over DP x CP.
+            let experts_here = m.routed_expert_params().saturating_mul(layers_here) / layers.max(1);
+            let dense_shard = stage.saturating_sub(experts_here) / tp;
+            let expert_shard = experts_here / (tp * ep);
+            let shard = dense_shard + expert_shard;
             let (po, go, oo) = (offload.params, offload.grads, offload.optimizer);
-            let opt = if dist_opt {
-                shard * 12 / dp
+            let opt = if dist_opt && ep > 1 {
+                dense_shard * 12 / (dp * cp) + expert_shard * 12 * ep / dp
+            } else if dist_opt {
+                shard * 12 / (dp * cp)
             } else {
                 shard * 12
             };
             place(&mut dev, &mut host, po, |b| &mut b.params_bytes, shard * 2);
             place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, shard * 4);
             place(&mut dev, &mut host, oo, |b| &mut b.optimizer_bytes, opt);
-            assumptions.push(format!("Megatron: bf16 params and fp32 main grads of the busiest pipeline stage ({layers_here} of {layers} layers plus the embedding or output layer) over tp={tp}; fp32 main params + 2 Adam moments{}", if dist_opt { format!(" sharded over dp={dp} (distributed optimizer)") } else { String::new() }));
-            dev.activations_bytes =
-                activations(micro_tokens / tp.max(1), h, layers_here, checkpointing)
-                    + logits(micro_tokens, r.outputs.div_ceil(tp.max(1)));
+            assumptions.push(format!("Megatron: bf16 params and fp32 main grads of the busiest pipeline stage ({layers_here} of {layers} layers plus the embedding or output layer) over tp={tp}; fp32 main params + 2 Adam moments{}", if dist_opt { format!(" sharded over dp={dp}{} (distributed optimizer)", if cp > 1 { format!(" x cp={cp}") } else { String::new() }) } else { String::new() }));
+            if experts_here > 0 {
+                assumptions.push(format!(
+                    "experts: {:.2} GiB of the {:.2} GiB of bf16 params per rank ({} routed experts per layer over ep={ep} x tp={tp})",
+                    (expert_shard * 2) as f64 / GIB,
+                    (shard * 2) as f64 / GIB,
+                    m.moe.num_experts
+                ));
+            }
+            if cp > 1 {
+                assumptions.push(format!(
+                    "context parallel {cp}: each rank's activations cover 1/{cp} of each sequence"
+                ));
+            }
+            let local_tokens = micro_tokens / (tp * cp).max(1);
+            dev.activations_bytes = activations(local_tokens, h, layers_here, checkpointing)
+                + logits(micro_tokens / cp, r.outputs.div_ceil(tp.max(1)));
         }
         _ => {
             checkpointing = r.role.gradient_checkpointing.0;
@@ -472,7 +496,7 @@ fn role_memory(
     });
     if m.sparse_layers() > 0 {
         assumptions.push(format!(
-            "mixture of experts: {} of {} layers hold {} experts each (every expert's weights, gradients and optimizer state count; a token runs through {})",
+            "mixture of experts: {} of {} layers hold {} experts each; a token runs through {}",
             m.sparse_layers(),
             layers,
             m.moe.num_experts,
@@ -860,6 +884,40 @@ mod tests {
             34 * 1024 * 3584 * 7 + 2048 * 76_032 * 8
         );
         assert!(mem.assumptions.iter().any(|a| a.contains("no recompute")));
+    }
+
+    /// Expert parallelism divides the routed experts' params and grads per rank (the rest
+    /// stays), their optimizer state stays 1/DP; context parallelism divides the activations
+    /// and shards the distributed optimizer over DP x CP.
+    #[test]
+    fn megatron_memory_splits_experts_over_ep_and_sequences_over_cp() {
+        let m: ModelDims = serde_json::from_str(include_str!(
+            "../../tests/fixtures/models/qwen3_30b_a3b.json"
+        ))
+        .expect("config");
+        let memory = |extra: &[&str]| {
+            let mut o = vec![
+                "trainer.n_gpus_per_node=8",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            ];
+            o.extend(extra);
+            let c = cfg_on("ppo_megatron_trainer", &o);
+            explain(&c, Some(&m)).expect("fits").memory.expect("memory")
+        };
+        let one = memory(&[]);
+        let ep8 = memory(&["actor_rollout_ref.actor.megatron.expert_model_parallel_size=8"]);
+        let experts = m.routed_expert_params() * 2;
+        assert_eq!(
+            one.device.params_bytes - ep8.device.params_bytes,
+            experts - experts / 8
+        );
+        assert_eq!(one.device.optimizer_bytes, ep8.device.optimizer_bytes);
+        assert!(ep8.assumptions.iter().any(|a| a.contains("over ep=8")));
+        let cp2 = memory(&["actor_rollout_ref.actor.megatron.context_parallel_size=2"]);
+        assert!(cp2.device.activations_bytes * 2 <= one.device.activations_bytes + 8);
+        assert_eq!(cp2.device.params_bytes, one.device.params_bytes);
+        // dp 4 x cp 2 shards the state as dp 8 did.
+        assert_eq!(cp2.device.optimizer_bytes, one.device.optimizer_bytes);
     }
 
     /// GAE runs a critic: its batch and its memory (the actor's dimensions, value head).

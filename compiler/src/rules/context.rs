@@ -193,6 +193,14 @@ impl ModelDims {
         (self.num_hidden_layers / step).saturating_sub(dense_listed.len() as u64)
     }
 
+    /// Parameters of the routed experts of every sparse layer (what expert parallelism
+    /// splits; the router and a shared expert are not among them).
+    pub fn routed_expert_params(&self) -> u64 {
+        self.experts_params(self.moe.num_experts)
+            .saturating_sub(self.experts_params(0))
+            .saturating_mul(self.sparse_layers())
+    }
+
     /// Parameters of every decoder layer together.
     pub fn all_layers_params(&self) -> u64 {
         self.layers_params(self.moe.num_experts)
