@@ -153,8 +153,8 @@ rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(&world, 1, false, false);
-        ep_module_matches_one_process(&world, 1, false, true);
+        ep_module_matches_one_process(&world, (1, 1), false, false);
+        ep_module_matches_one_process(&world, (1, 1), false, true);
     }
 );
 
@@ -164,13 +164,15 @@ rank_test!(
 // outputs reduced over TP after the exchange back; with sequence parallelism and the
 // distributed optimizer (without either: the 4-rank trainer test, trainer/distributed.rs).
 // Then EP 2 over 4 data-parallel ranks with the distributed optimizer: the experts' state
-// sharded over the 2 ranks that hold the same experts, the dense state over all 4.
+// sharded over the 2 ranks that hold the same experts, the dense state over all 4; and EP 2 on
+// each of 2 pipeline stages (each stage's experts split over its 2 data-parallel ranks).
 rank_test!(
     megatron_module_with_tensor_and_expert_parallelism_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, 2, true, true);
-        ep_module_matches_one_process(&world, 1, false, true);
+        ep_module_matches_one_process(&world, (2, 1), true, true);
+        ep_module_matches_one_process(&world, (1, 1), false, true);
+        ep_module_matches_one_process(&world, (1, 2), false, true);
     }
 );
 
@@ -178,7 +180,7 @@ rank_test!(
 /// with the distributed optimizer or the replicated one.
 fn ep_module_matches_one_process(
     world: &ProcessGroup,
-    tp: usize,
+    (tp, pp): (usize, usize),
     sequence_parallel: bool,
     distributed: bool,
 ) {
@@ -194,8 +196,8 @@ fn ep_module_matches_one_process(
     let cfg = tiny_moe_config();
     let mut setup = Setup::fp32();
     setup.optim.clip_grad = 0.05;
-    let dp = world.size() / tp;
-    let layout = RankLayout::megatron(tp, 1, 1, dp).unwrap();
+    let dp = world.size() / (tp * pp);
+    let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
     let groups = ProcessGroups::with_experts(world, &layout, 2).unwrap();
     let ep_rank = groups.experts.as_ref().unwrap().ep.rank();
     let mut m = MegatronModule::with_sequence_parallel(
@@ -207,12 +209,15 @@ fn ep_module_matches_one_process(
         sequence_parallel,
     )
     .unwrap();
+    // The first layer of this rank's pipeline stage.
+    let layer = m.model.stage.layers.start;
     let local: Vec<(String, Vec<i64>)> = m
         .model
         .params()
         .into_iter()
         .filter(|p| {
-            p.name.starts_with("model.layers.0.mlp.experts.")
+            p.name
+                .starts_with(&format!("model.layers.{layer}.mlp.experts."))
                 && p.name.ends_with("down_proj.weight")
         })
         .map(|p| (p.name, p.tensor.size()))
@@ -224,11 +229,14 @@ fn ep_module_matches_one_process(
         local,
         vec![
             (
-                format!("model.layers.0.mlp.experts.{first}.down_proj.weight"),
+                format!("model.layers.{layer}.mlp.experts.{first}.down_proj.weight"),
                 vec![cfg.hidden_size, width]
             ),
             (
-                format!("model.layers.0.mlp.experts.{}.down_proj.weight", first + 1),
+                format!(
+                    "model.layers.{layer}.mlp.experts.{}.down_proj.weight",
+                    first + 1
+                ),
                 vec![cfg.hidden_size, width]
             )
         ]
