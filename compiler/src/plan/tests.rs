@@ -1687,36 +1687,37 @@ fn rejection_options_of_verl_0_9_lower_to_criteria() {
             ],
         )
     };
-    let c = lower("token_k1, seq_max_k2,token_k1", "0.6_1.6,2.5");
-    let rc = c
-        .lowered
-        .plan
-        .spec
-        .algorithm
-        .rollout_correction
-        .expect("correction");
-    let got: Vec<_> = rc
-        .criteria
-        .iter()
-        .map(|c| (c.name.as_str(), c.aggregate, c.estimator, c.lower, c.upper))
+    let criteria = |rs: &str, threshold: &str| {
+        let c = lower(rs, threshold);
+        let rc = c.lowered.plan.spec.algorithm.rollout_correction;
+        rc.expect("correction").criteria
+    };
+    let got: Vec<_> = criteria("token_k1, seq_max_k2,token_k1", "0.6_1.6,2.5")
+        .into_iter()
+        .map(|c| (c.name, c.aggregate, c.estimator, c.lower, c.upper))
         .collect();
     assert_eq!(
         got,
         vec![
-            ("token_k1", RsAggregate::Token, KlKind::K1, Some(0.6), 1.6),
-            ("seq_max_k2", RsAggregate::SeqMax, KlKind::K2, None, 2.5),
+            (
+                "token_k1".to_owned(),
+                RsAggregate::Token,
+                KlKind::K1,
+                Some(0.6),
+                1.6
+            ),
+            (
+                "seq_max_k2".to_owned(),
+                RsAggregate::SeqMax,
+                KlKind::K2,
+                None,
+                2.5
+            ),
         ]
     );
-    let c = lower("seq_sum_k1,seq_mean_k3", "2.0");
-    let rc = c
-        .lowered
-        .plan
-        .spec
-        .algorithm
-        .rollout_correction
-        .expect("correction");
-    assert_eq!(rc.criteria[0].lower, Some(0.5));
-    assert_eq!((rc.criteria[1].lower, rc.criteria[1].upper), (None, 2.0));
+    let shared = criteria("seq_sum_k1,seq_mean_k3", "2.0");
+    assert_eq!(shared[0].lower, Some(0.5));
+    assert_eq!((shared[1].lower, shared[1].upper), (None, 2.0));
     let threshold = Some("algorithm.rollout_correction.rollout_rs_threshold");
     let option = Some("algorithm.rollout_correction.rollout_rs");
     for (rs, t, key) in [

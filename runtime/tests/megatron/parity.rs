@@ -198,6 +198,22 @@ fn check_against_reference(run: &Run, cfg: &ModelConfig, setup: &Setup, tol: Tol
     );
 }
 
+/// [`parallel_run`] in fp32 on `g`, checked against the single-process run within `tol`.
+fn fp32_matches(
+    world: &ProcessGroup,
+    g: Grid,
+    cfg: &ModelConfig,
+    sequence_parallel: bool,
+    settings: ParallelSettings,
+    num_mb: i64,
+    tol: Tolerance,
+) -> Run {
+    let setup = Setup::fp32();
+    let run = parallel_run(world, g, cfg, sequence_parallel, settings, num_mb, &setup);
+    check_against_reference(&run, cfg, &setup, tol);
+    run
+}
+
 rank_test!(tp2_matches_single_process, 2, |world| {
     // Replicated optimizer (grad norm over the TP group, duplicates counted once), untied
     // output layer; then export to HF format and load it back sharded.
@@ -430,7 +446,7 @@ rank_test!(cp2_matches_single_process, 2, |world| {
         dp: 1,
     };
     let cfg = tiny_config(true);
-    let run = parallel_run(&world, cp2, &cfg, false, settings, 2, &Setup::fp32());
+    let run = fp32_matches(&world, cp2, &cfg, false, settings, 2, FP32);
     assert!(run.module.model.context_parallel().is_some());
     // The optimizer's state is split over DP x CP (Megatron's dp_cp group): half per rank.
     let Some(runtime::megatron::ModuleOptimizer::Distributed(opt)) = run.module.optimizer() else {
@@ -448,18 +464,16 @@ rank_test!(cp2_matches_single_process, 2, |world| {
         "{} of {total}",
         opt.owned_numel()
     );
-    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
     let cfg = tiny_moe_config();
-    let run = parallel_run(
+    fp32_matches(
         &world,
         cp2,
         &cfg,
         false,
         ParallelSettings::default(),
         2,
-        &Setup::fp32(),
+        FP32,
     );
-    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
 });
 
 rank_test!(tp2_cp2_matches_single_process, 4, |world| {
@@ -475,8 +489,7 @@ rank_test!(tp2_cp2_matches_single_process, 4, |world| {
         pp: 1,
         dp: 1,
     };
-    let run = parallel_run(&world, g, &cfg, true, settings, 2, &Setup::fp32());
-    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
+    fp32_matches(&world, g, &cfg, true, settings, 2, FP32);
 });
 
 rank_test!(qwen3_5_pp2_and_dp2_match_single_process, 2, |world| {
@@ -484,16 +497,16 @@ rank_test!(qwen3_5_pp2_and_dp2_match_single_process, 2, |world| {
     // each rank): two pipeline stages (DeltaNet layers 0-1, then layer 2 and the attention
     // layer), then the MoE variant over two data-parallel ranks with the distributed optimizer.
     let cfg = tiny_qwen3_5_config(false);
-    let run = parallel_run(
+    let pp2 = grid(1, 2, 1);
+    fp32_matches(
         &world,
-        grid(1, 2, 1),
+        pp2,
         &cfg,
         false,
         ParallelSettings::default(),
         4,
-        &Setup::fp32(),
+        FP32,
     );
-    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
     qwen3_5_moe_matches_single_process(&world, grid(1, 1, 2), false);
 });
 
@@ -505,27 +518,24 @@ rank_test!(qwen3_5_tp2_matches_single_process, 2, |world| {
     // variant (its experts split over TP) with the distributed optimizer.
     // (TP=2 without sequence parallelism runs in the engine test, engine.rs.)
     let cfg = tiny_qwen3_5_config(false);
-    {
-        let run = parallel_run(
-            &world,
-            grid(2, 1, 1),
-            &cfg,
-            true,
-            ParallelSettings::default(),
-            2,
-            &Setup::fp32(),
-        );
-        check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
-        let qkv = run
-            .module
-            .model
-            .params()
-            .into_iter()
-            .find(|p| p.name == "model.layers.0.linear_attn.in_proj_qkv.weight")
-            .unwrap();
-        let l = &cfg.linear;
-        assert_eq!(qkv.tensor.size(), vec![l.conv_dim() / 2, cfg.hidden_size]);
-    }
+    let run = fp32_matches(
+        &world,
+        grid(2, 1, 1),
+        &cfg,
+        true,
+        ParallelSettings::default(),
+        2,
+        FP32,
+    );
+    let qkv = run
+        .module
+        .model
+        .params()
+        .into_iter()
+        .find(|p| p.name == "model.layers.0.linear_attn.in_proj_qkv.weight")
+        .unwrap();
+    let l = &cfg.linear;
+    assert_eq!(qkv.tensor.size(), vec![l.conv_dim() / 2, cfg.hidden_size]);
     qwen3_5_moe_matches_single_process(&world, grid(2, 1, 1), true);
 });
 
@@ -533,14 +543,5 @@ rank_test!(qwen3_5_tp2_matches_single_process, 2, |world| {
 fn qwen3_5_moe_matches_single_process(world: &ProcessGroup, g: Grid, sequence_parallel: bool) {
     let cfg = tiny_qwen3_5_config(true);
     let settings = distributed_optimizer();
-    let run = parallel_run(
-        world,
-        g,
-        &cfg,
-        sequence_parallel,
-        settings,
-        2,
-        &Setup::fp32(),
-    );
-    check_against_reference(&run, &cfg, &Setup::fp32(), MOE_DRIFT);
+    fp32_matches(world, g, &cfg, sequence_parallel, settings, 2, MOE_DRIFT);
 }

@@ -73,6 +73,15 @@ def verl_function(relpath, name, namespace, root=None):
     return namespace[name]
 
 
+def masked_fns(root):
+    """verl's masked_sum and masked_mean (utils/torch_functional.py of the tree at root, None:
+    the installed verl), as the namespace its code reaches through `verl_F`."""
+    vf = {"torch": torch}
+    for name in ["masked_sum", "masked_mean"]:
+        verl_function("utils/torch_functional.py", name, vf, root)
+    return vf
+
+
 class Batch(dict):
     batch_size = None
 
@@ -149,9 +158,7 @@ def correction_functions():
     import types
 
     typing = __import__("typing")
-    vf = {"torch": torch}
-    for name in ["masked_sum", "masked_mean"]:
-        verl_function("utils/torch_functional.py", name, vf)
+    vf = masked_fns(None)
     proto = types.SimpleNamespace(from_dict=lambda tensors: types.SimpleNamespace(batch=tensors))
     ns = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any,
           "verl_F": types.SimpleNamespace(**vf), "DataProto": proto, "SAFETY_BOUND": 20.0}
@@ -257,9 +264,7 @@ def policy_losses_0_9(out):
 
     typing = __import__("typing")
     root = newer_verl()
-    vf = {"torch": torch}
-    for name in ["masked_sum", "masked_mean"]:
-        verl_function("utils/torch_functional.py", name, vf, root)
+    vf = masked_fns(root)
 
     class AlgoConfig:
         pass
@@ -325,9 +330,7 @@ def estimators_0_9(out):
     otb = verl_function("trainer/ppo/core_algos.py", "compute_optimal_token_baseline_advantage", ns, root)
     tir = verl_function("trainer/ppo/core_algos.py", "compute_multi_turn_optimal_token_baseline_advantage", ns,
                         root)
-    vf = {"torch": torch}
-    for name in ["masked_sum", "masked_mean"]:
-        verl_function("utils/torch_functional.py", name, vf, root)
+    vf = masked_fns(root)
     mns = {"torch": torch, "verl_F": types.SimpleNamespace(**vf), "DataProto": object}
     proxy = verl_function("trainer/ppo/metric_utils.py", "compute_variance_proxy_metrics", mns, root)
 
@@ -416,9 +419,7 @@ def distillation_0_9(out):
 
     typing = __import__("typing")
     root = newer_verl()
-    vf = {"torch": torch}
-    for name in ["masked_sum", "masked_mean"]:
-        verl_function("utils/torch_functional.py", name, vf, root)
+    vf = masked_fns(root)
 
     class AlgoConfig:
         pass
@@ -499,9 +500,7 @@ def rejection_0_9(out):
 
     typing = __import__("typing")
     root = newer_verl()
-    vf = {"torch": torch}
-    for name in ["masked_sum", "masked_mean"]:
-        verl_function("utils/torch_functional.py", name, vf, root)
+    vf = masked_fns(root)
     path = os.path.join(root, "trainer/ppo/rollout_corr_helper.py")
     with open(path) as f:
         tree = ast.parse(f.read())
