@@ -336,6 +336,11 @@ fn a_newer_release_lowers_for_a_build() {
         refused(&["distillation.distillation_loss.loss_mode=forward_kl_topk"]),
         vec![mode]
     );
+    // A misspelt field (verl's dataclass conversion raises) is refused at its line.
+    assert_eq!(
+        refused(&["+distillation.distillation_loss.loss_mod=k3"]),
+        vec![Some("distillation.distillation_loss.loss_mod".to_owned())]
+    );
     // Several teachers: the default entry is dropped, each other needs its key.
     assert_eq!(
         refused(&["+distillation.teacher_models.math.model_path=Qwen/Qwen3-8B"]),

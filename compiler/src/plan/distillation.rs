@@ -31,6 +31,9 @@ pub(super) fn lower(
     if section.get("enabled").and_then(Value::as_bool) != Some(true) {
         return None;
     }
+    if !known_keys(&section, l) {
+        return None;
+    }
     let loss = loss_spec(&section, l)?;
     let teachers = teachers(&section, l)?;
     // The teachers run forward-only like the reference, on its engine settings.
@@ -71,6 +74,90 @@ pub(super) fn lower(
         },
         loss,
     ))
+}
+
+/// The fields of verl 0.9.1's `DistillationConfig`, `DistillationLossConfig` and
+/// `DistillationTeacherModelConfig` (`verl/workers/config/distillation.py`): anything else
+/// makes verl's conversion of the section to its dataclasses fail.
+const SECTION_KEYS: &[&str] = &[
+    "_target_",
+    "enabled",
+    "distillation_loss",
+    "n_gpus_per_node",
+    "nnodes",
+    "teacher_models",
+    "teacher_key",
+];
+const LOSS_KEYS: &[&str] = &[
+    "_target_",
+    "loss_mode",
+    "topk",
+    "use_task_rewards",
+    "distillation_loss_coef",
+    "loss_max_clamp",
+    "log_prob_min_clamp",
+    "use_policy_gradient",
+    "policy_loss_mode",
+    "clip_ratio",
+    "clip_ratio_low",
+    "clip_ratio_high",
+    "use_chunked_topk",
+    "chunked_topk_chunk_size",
+    "global_batch_info",
+    "loss_settings",
+];
+const TEACHER_KEYS: &[&str] = &["_target_", "key", "model_path", "num_replicas", "inference"];
+
+/// Whether every key of the section is one of verl's; each other is refused at its line.
+fn known_keys(section: &Value, l: &mut Lowering) -> bool {
+    let mut ok = true;
+    let mut check = |at: &str, node: Option<&Value>, known: &[&str], l: &mut Lowering| {
+        for key in node
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|m| m.keys())
+        {
+            if !known.contains(&key.as_str()) {
+                l.unsupported(
+                    &format!("{at}.{key}"),
+                    format!(
+                        "`{key}` is not a field of verl 0.9's `{at}` (verl's dataclass raises)"
+                    ),
+                    format!(
+                        "use one of {}",
+                        known
+                            .iter()
+                            .filter(|k| !k.starts_with('_'))
+                            .copied()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+                ok = false;
+            }
+        }
+    };
+    check("distillation", Some(section), SECTION_KEYS, l);
+    check(
+        "distillation.distillation_loss",
+        section.get("distillation_loss"),
+        LOSS_KEYS,
+        l,
+    );
+    for (name, entry) in section
+        .get("teacher_models")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        check(
+            &format!("distillation.teacher_models.{name}"),
+            Some(entry),
+            TEACHER_KEYS,
+            l,
+        );
+    }
+    ok
 }
 
 fn loss_spec(section: &Value, l: &mut Lowering) -> Option<DistillationLossSpec> {
