@@ -128,7 +128,7 @@ fn optimal_token_baseline_runs_with_its_variance_metrics() {
 /// learns from a wider teacher of the same vocabulary, in both of verl's forms. Supervised
 /// (`k3` reverse KL on the student's own samples, back-propagated through its log-probs) and as
 /// a policy gradient (`k1` as a negative reward, the examples' default): the distillation loss
-/// falls clearly over the run.
+/// falls clearly over the run. The Megatron engine's teachers score as well.
 #[test]
 fn on_policy_distillation_pulls_the_student_to_its_teacher() {
     use verlc_spec::algo::KlKind;
@@ -184,4 +184,41 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
         let expected = if use_policy_gradient { 7 } else { 4 };
         assert_eq!(keys.count(), expected, "{:?}", summary.history[0].1.keys());
     }
+    // The Megatron engine scores with its teacher too (one process, a few steps).
+    let dir = scratch("distillation_megatron");
+    let mut cfg = crate::support::spec_of(
+        "quickstart_megatron.yaml",
+        &[
+            format!("trainer.default_local_dir={}", dir.join("ckpt").display()),
+            "trainer.total_training_steps=3".into(),
+            "trainer.val_before_train=false".into(),
+            "trainer.test_freq=-1".into(),
+            "trainer.logger=[]".into(),
+            "data.train_batch_size=8".into(),
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8".into(),
+        ],
+    );
+    cfg.distillation = Some(DistillationSpec {
+        teachers: vec![TeacherSpec {
+            key: None,
+            model_path: "builtin://tiny?layers=2&hidden=64".into(),
+        }],
+        engine: cfg.actor.engine,
+        micro_batch: 64,
+        max_token_len: None,
+    });
+    cfg.actor.update.distillation = Some(DistillationLossSpec {
+        estimator: KlKind::K3,
+        use_task_rewards: true,
+        coef: 0.5,
+        loss_max_clamp: None,
+        use_policy_gradient: false,
+        clip_ratio_low: 0.2,
+        clip_ratio_high: 0.2,
+    });
+    let roles = runtime::trainer::parallel::MegatronRoles { world: None };
+    let summary = runtime::trainer::run_with(&cfg, &quiet(), roles).expect("Megatron run");
+    let loss = series(&summary.history, "actor/distillation/loss");
+    assert_eq!(loss.len(), 3);
+    assert!(loss.iter().all(|v| v.is_finite() && *v > 0.0), "{loss:?}");
 }
