@@ -137,6 +137,12 @@ fn with_actor(extra: &str) -> String {
     )
 }
 
+/// [`BASE`] with a Megatron actor and reference computing in fp32.
+fn megatron_fp32() -> String {
+    with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
+        .replace("  ref:\n", "  ref:\n    strategy: megatron\n")
+}
+
 #[test]
 fn default_fsdp_binds_bf16_without_offload() {
     let c = case(BASE, &[]);
@@ -193,12 +199,10 @@ fn bf16_on_a_cpu_without_native_bf16_warns() {
 /// `megatron.dtype: float32`, verlc's extension, binds Fp32 (V050 says verl refuses it).
 #[test]
 fn megatron_float32_binds_fp32() {
-    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
-        .replace("  ref:\n", "  ref:\n    strategy: megatron\n")
-        .replace(
-            "    ppo_micro_batch_size_per_gpu: 16\n",
-            "    ppo_micro_batch_size_per_gpu: 16\n    data_loader_seed: 1\n",
-        );
+    let yaml = megatron_fp32().replace(
+        "    ppo_micro_batch_size_per_gpu: 16\n",
+        "    ppo_micro_batch_size_per_gpu: 16\n    data_loader_seed: 1\n",
+    );
     let c = case(&yaml, &[]);
     assert_eq!(c.binding().precision, Dtype::Fp32);
     assert!(
@@ -213,8 +217,7 @@ fn megatron_float32_binds_fp32() {
 /// the default stays quiet.
 #[test]
 fn packing_on_megatron_warns_only_when_changed() {
-    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
-        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let yaml = megatron_fp32();
     let key = "actor_rollout_ref.model.use_remove_padding";
     let (on, off) = (format!("{key}=true"), format!("{key}=false"));
     let about = |c: &Case| {
@@ -231,8 +234,7 @@ fn packing_on_megatron_warns_only_when_changed() {
 
 #[test]
 fn rollout_tensor_parallel_runs_as_written_on_a_megatron_actor() {
-    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
-        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let yaml = megatron_fp32();
     let key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
     let about = |c: &Case| {
         c.lowered
@@ -294,8 +296,7 @@ fn rollout_tensor_parallel_runs_as_written_on_a_megatron_actor() {
 fn rollout_tensor_parallel_must_split_the_model() {
     // Qwen2.5-7B: 28 attention heads, 4 key/value heads, intermediate 18944. A TP 8 actor's
     // rollout at TP 2 splits them; at 8 the actor itself could not hold them (V201/V202).
-    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
-        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let yaml = megatron_fp32();
     let key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
     let dir = std::env::temp_dir().join(format!("verlc-plan-fit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -1558,8 +1559,7 @@ fn multi_turn_lowers_to_the_tool_agent_loop_or_is_refused_at_its_key() {
     );
     // On Megatron: a replica that is the actor's model-parallel group lowers (TP=1, and TP=2
     // with rollout TP=2); a replica that regroups data-parallel ranks is refused.
-    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
-        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let yaml = megatron_fp32();
     let megatron = |tp: usize, rollout_tp: usize| {
         let o = [
             "actor_rollout_ref.rollout.multi_turn.enable=true".to_owned(),
@@ -1606,8 +1606,7 @@ fn multi_turn_lowers_to_the_tool_agent_loop_or_is_refused_at_its_key() {
 #[test]
 fn megatron_router_settings_lower_from_override_transformer_config() {
     use verlc_spec::trainer::EngineSpec;
-    let yaml = with_actor("    strategy: megatron\n    megatron:\n      dtype: float32\n")
-        .replace("  ref:\n", "  ref:\n    strategy: megatron\n");
+    let yaml = megatron_fp32();
     let otc = "actor_rollout_ref.actor.megatron.override_transformer_config";
     let router = |c: &Case| match &c.lowered.plan.spec.actor.engine {
         EngineSpec::Megatron(m) => m.router,

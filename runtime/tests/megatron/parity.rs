@@ -218,16 +218,15 @@ rank_test!(tp2_matches_single_process, 2, |world| {
     // Replicated optimizer (grad norm over the TP group, duplicates counted once), untied
     // output layer; then export to HF format and load it back sharded.
     let cfg = tiny_config(false);
-    let run = parallel_run(
+    let run = fp32_matches(
         &world,
         grid(2, 1, 1),
         &cfg,
         false,
         ParallelSettings::default(),
         2,
-        &Setup::fp32(),
+        FP32,
     );
-    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
     // One directory for both ranks (their process ids differ; the rendezvous port does not).
     let port = std::env::var("MASTER_PORT").unwrap();
     let dir = std::env::temp_dir().join(format!("verlc-megatron-tp2-export-{port}"));
@@ -271,16 +270,15 @@ rank_test!(tp2_moe_matches_single_process, 2, |world| {
     // gradient summed over TP; without and with sequence parallelism.
     let cfg = tiny_moe_config();
     for sequence_parallel in [false, true] {
-        let run = parallel_run(
+        let run = fp32_matches(
             &world,
             grid(2, 1, 1),
             &cfg,
             sequence_parallel,
             ParallelSettings::default(),
             2,
-            &Setup::fp32(),
+            FP32,
         );
-        check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
         let local = run.module.model.params();
         let expert = local
             .iter()
@@ -302,25 +300,13 @@ rank_test!(tp2_moe_matches_single_process, 2, |world| {
 rank_test!(pp2_matches_single_process, 2, |world| {
     // Tied embeddings across stages (shared embedding summed over the embedding group),
     // 1F1B over 4 micro-batches, distributed optimizer with one DP rank.
-    let settings = ParallelSettings {
-        use_distributed_optimizer: true,
-        layout: LayoutOptions::default(),
-    };
+    let settings = distributed_optimizer();
     let cfg = tiny_config(true);
-    let run = parallel_run(
-        &world,
-        grid(1, 2, 1),
-        &cfg,
-        false,
-        settings,
-        4,
-        &Setup::fp32(),
-    );
+    let run = fp32_matches(&world, grid(1, 2, 1), &cfg, false, settings, 4, FP32);
     assert_eq!(
         run.module.model.stage.layers,
         world.rank()..world.rank() + 1
     );
-    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
 });
 
 rank_test!(dp2_matches_single_process, 2, |world| {
@@ -333,15 +319,7 @@ rank_test!(dp2_matches_single_process, 2, |world| {
         },
     };
     let cfg = tiny_config(true);
-    let run = parallel_run(
-        &world,
-        grid(1, 1, 2),
-        &cfg,
-        false,
-        settings,
-        2,
-        &Setup::fp32(),
-    );
+    let run = fp32_matches(&world, grid(1, 1, 2), &cfg, false, settings, 2, FP32);
     let opt = match run.module.optimizer() {
         Some(runtime::megatron::ModuleOptimizer::Distributed(o)) => o,
         _ => panic!("expected the distributed optimizer"),
@@ -355,17 +333,13 @@ rank_test!(dp2_matches_single_process, 2, |world| {
         .map(|p| p.tensor.numel())
         .sum();
     assert!(opt.owned_numel() < total, "state is not sharded");
-    check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
 });
 
 rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
     // bf16 params with fp32 main params; half of the optimizer (by elements, greedy over this
     // rank's pieces) on the host. Compared with the single-process bf16 run: rounding of the
     // bf16 forward differs with the micro-batch split, so the tolerance is bf16's.
-    let settings = ParallelSettings {
-        use_distributed_optimizer: true,
-        layout: LayoutOptions::default(),
-    };
+    let settings = distributed_optimizer();
     let setup = Setup::bf16_offload();
     let cfg = tiny_config(true);
     let run = parallel_run(&world, grid(1, 1, 2), &cfg, false, settings, 2, &setup);
@@ -403,19 +377,8 @@ rank_test!(
         // sequence parallelism: norms and the residual stream on half the sequence each.
         let mut cfg = tiny_config(true);
         cfg.model_type = "qwen3".into();
-        let settings = ParallelSettings {
-            use_distributed_optimizer: true,
-            layout: LayoutOptions::default(),
-        };
-        let run = parallel_run(
-            &world,
-            grid(2, 1, 1),
-            &cfg,
-            true,
-            settings,
-            2,
-            &Setup::fp32(),
-        );
+        let settings = distributed_optimizer();
+        let run = fp32_matches(&world, grid(2, 1, 1), &cfg, true, settings, 2, FP32);
         assert!(run.module.model.sequence_parallel());
         let partial: Vec<String> = run
             .module
@@ -429,7 +392,6 @@ rank_test!(
             partial.iter().any(|n| n.ends_with("q_norm.weight"))
                 && partial.contains(&"model.norm.weight".to_owned())
         );
-        check_against_reference(&run, &cfg, &Setup::fp32(), FP32);
     }
 );
 

@@ -82,6 +82,20 @@ def masked_fns(root):
     return vf
 
 
+def core_algos_namespace(root):
+    """What functions of trainer/ppo/core_algos.py (of the tree at root) reach at module level:
+    torch, typing names, verl_F's masked helpers and a stand-in AlgoConfig class."""
+    import types
+
+    typing = __import__("typing")
+
+    class AlgoConfig:
+        pass
+
+    return {"torch": torch, "Optional": typing.Optional, "Any": typing.Any,
+            "verl_F": types.SimpleNamespace(**masked_fns(root)), "AlgoConfig": AlgoConfig}
+
+
 class Batch(dict):
     batch_size = None
 
@@ -262,15 +276,8 @@ def bypass(out):
 def policy_losses_0_9(out):
     import types
 
-    typing = __import__("typing")
     root = newer_verl()
-    vf = masked_fns(root)
-
-    class AlgoConfig:
-        pass
-
-    ns = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any,
-          "verl_F": types.SimpleNamespace(**vf), "AlgoConfig": AlgoConfig}
+    ns = core_algos_namespace(root)
     verl_function("trainer/ppo/core_algos.py", "agg_loss", ns, root)
     fns = {mode: verl_function("trainer/ppo/core_algos.py", f"compute_policy_loss_{mode}", ns, root)
            for mode in ["dppo_tv", "dppo_kl", "dro"]}
@@ -419,13 +426,7 @@ def distillation_0_9(out):
 
     typing = __import__("typing")
     root = newer_verl()
-    vf = masked_fns(root)
-
-    class AlgoConfig:
-        pass
-
-    core = {"torch": torch, "Optional": typing.Optional, "Any": typing.Any,
-            "verl_F": types.SimpleNamespace(**vf), "AlgoConfig": AlgoConfig}
+    core = core_algos_namespace(root)
     for name in ["agg_loss", "kl_penalty_forward", "kl_penalty", "compute_policy_loss_vanilla"]:
         verl_function("trainer/ppo/core_algos.py", name, core, root)
 

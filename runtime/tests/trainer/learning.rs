@@ -132,7 +132,7 @@ fn optimal_token_baseline_runs_with_its_variance_metrics() {
 #[test]
 fn on_policy_distillation_pulls_the_student_to_its_teacher() {
     use verlc_spec::algo::KlKind;
-    use verlc_spec::trainer::{DistillationLossSpec, DistillationSpec, TeacherSpec};
+    use verlc_spec::trainer::DistillationLossSpec;
 
     for (estimator, use_policy_gradient) in [(KlKind::K3, false), (KlKind::K1, true)] {
         let dir = scratch(&format!("distillation_{estimator:?}"));
@@ -149,24 +149,18 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
                 "actor_rollout_ref.actor.optim.lr=5e-3",
             ]),
         );
-        cfg.distillation = Some(DistillationSpec {
-            teachers: vec![TeacherSpec {
-                key: None,
-                model_path: "builtin://tiny?layers=2&hidden=64".into(),
-            }],
-            engine: cfg.actor.engine,
-            micro_batch: 64,
-            max_token_len: None,
-        });
-        cfg.actor.update.distillation = Some(DistillationLossSpec {
-            estimator,
-            use_task_rewards: false,
-            coef: 1.0,
-            loss_max_clamp: Some(10.0),
-            use_policy_gradient,
-            clip_ratio_low: 0.2,
-            clip_ratio_high: 0.2,
-        });
+        with_teacher(
+            &mut cfg,
+            DistillationLossSpec {
+                estimator,
+                use_task_rewards: false,
+                coef: 1.0,
+                loss_max_clamp: Some(10.0),
+                use_policy_gradient,
+                clip_ratio_low: 0.2,
+                clip_ratio_high: 0.2,
+            },
+        );
         let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
         // The mean |d| per token: comparable across forms (k1's d has either sign).
         let loss = series(&summary.history, "actor/distillation/abs_loss");
@@ -198,6 +192,32 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
             "actor_rollout_ref.actor.ppo_mini_batch_size=8".into(),
         ],
     );
+    with_teacher(
+        &mut cfg,
+        DistillationLossSpec {
+            estimator: KlKind::K3,
+            use_task_rewards: true,
+            coef: 0.5,
+            loss_max_clamp: None,
+            use_policy_gradient: false,
+            clip_ratio_low: 0.2,
+            clip_ratio_high: 0.2,
+        },
+    );
+    let roles = runtime::trainer::parallel::MegatronRoles { world: None };
+    let summary = runtime::trainer::run_with(&cfg, &quiet(), roles).expect("Megatron run");
+    let loss = series(&summary.history, "actor/distillation/loss");
+    assert_eq!(loss.len(), 3);
+    assert!(loss.iter().all(|v| v.is_finite() && *v > 0.0), "{loss:?}");
+}
+
+/// On-policy distillation from a wider tiny teacher of the same vocabulary, on the actor's
+/// engine settings, with the loss term `loss`.
+fn with_teacher(
+    cfg: &mut verlc_spec::TrainerSpec,
+    loss: verlc_spec::trainer::DistillationLossSpec,
+) {
+    use verlc_spec::trainer::{DistillationSpec, TeacherSpec};
     cfg.distillation = Some(DistillationSpec {
         teachers: vec![TeacherSpec {
             key: None,
@@ -207,18 +227,5 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
         micro_batch: 64,
         max_token_len: None,
     });
-    cfg.actor.update.distillation = Some(DistillationLossSpec {
-        estimator: KlKind::K3,
-        use_task_rewards: true,
-        coef: 0.5,
-        loss_max_clamp: None,
-        use_policy_gradient: false,
-        clip_ratio_low: 0.2,
-        clip_ratio_high: 0.2,
-    });
-    let roles = runtime::trainer::parallel::MegatronRoles { world: None };
-    let summary = runtime::trainer::run_with(&cfg, &quiet(), roles).expect("Megatron run");
-    let loss = series(&summary.history, "actor/distillation/loss");
-    assert_eq!(loss.len(), 3);
-    assert!(loss.iter().all(|v| v.is_finite() && *v > 0.0), "{loss:?}");
+    cfg.actor.update.distillation = Some(loss);
 }
