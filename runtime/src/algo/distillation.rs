@@ -11,7 +11,7 @@ use super::agg::{AggOptions, LossAggMode, agg_loss};
 use super::kl::kl_value;
 use super::masked::masked_mean;
 use super::policy_loss::{PolicyLossConfig, PolicyLossInputs, vanilla};
-use super::{AlgoError, Result};
+use super::{AlgoError, Result, item};
 
 pub use verlc_spec::trainer::DistillationLossSpec;
 
@@ -50,22 +50,21 @@ pub fn distillation_term(
     let mask = inputs.response_mask;
     let d = kl_value(spec.estimator, inputs.log_prob, inputs.teacher_log_prob)?;
     let mut metrics = Vec::new();
-    let value = |t: &Tensor| -> Result<f64> { Ok(t.f_to_kind(Kind::Double)?.f_double_value(&[])?) };
     let detached = d.f_detach()?;
     metrics.push((
         "actor/distillation/abs_loss".to_owned(),
-        value(&masked_mean(&detached.f_abs()?, mask)?)?,
+        item(&masked_mean(&detached.f_abs()?, mask)?)?,
     ));
     let valid = mask.f_to_kind(Kind::Bool)?;
     if valid.f_any()?.f_int64_value(&[])? != 0 {
         let picked = detached.f_masked_select(&valid)?;
         metrics.push((
             "actor/distillation/loss_min".to_owned(),
-            value(&picked.f_min()?)?,
+            item(&picked.f_min()?)?,
         ));
         metrics.push((
             "actor/distillation/loss_max".to_owned(),
-            value(&picked.f_max()?)?,
+            item(&picked.f_max()?)?,
         ));
     }
     let d = match spec.loss_max_clamp {

@@ -42,6 +42,11 @@ pub use policy_loss::{
 };
 pub use value_loss::{ValueLoss, compute_value_loss};
 
+/// A one-element tensor's value as `f64` (for metrics), whatever its dtype.
+pub(crate) fn item(t: &tch::Tensor) -> Result<f64> {
+    Ok(t.f_to_kind(tch::Kind::Double)?.f_double_value(&[])?)
+}
+
 /// Errors of the algorithm functions: bad shapes or inputs (the caller's data), invalid
 /// parameters (the config), or libtorch failures.
 #[derive(Debug, thiserror::Error)]

@@ -7,16 +7,12 @@
 use tch::{Kind, Tensor};
 
 use super::masked::{masked_mean, masked_mean_dim, masked_sum_dim};
-use super::{AlgoError, KlKind};
+use super::{AlgoError, KlKind, item};
 
 pub use verlc_spec::trainer::{RsAggregate, RsCriterion};
 
 /// verl's `SAFETY_BOUND` on the log-ratio.
 const SAFETY_BOUND: f64 = 20.0;
-
-fn item(t: &Tensor) -> Result<f64, AlgoError> {
-    Ok(t.f_to_kind(Kind::Double)?.f_double_value(&[])?)
-}
 
 /// The kept tokens (`1`/`0`, the dtype of `log_ratio`, padding included as kept: multiply by the
 /// mask) and the metrics, named as verl's (without the `rollout_corr/` prefix).

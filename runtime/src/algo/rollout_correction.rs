@@ -27,7 +27,7 @@ use verlc_spec::trainer::{BypassLoss, BypassSpec, IsLevel, RolloutCorrectionSpec
 use super::masked::{masked_mean, masked_mean_dim, masked_sum_dim};
 use super::{
     AggOptions, AlgoError, LossAggMode, PolicyLossConfig, PolicyLossInputs, PolicyLossMode,
-    agg_loss, compute_policy_loss,
+    agg_loss, compute_policy_loss, item,
 };
 
 const SAFETY_BOUND: f64 = 20.0;
@@ -40,10 +40,6 @@ pub struct RolloutCorrection {
     /// The response mask with rejected tokens removed.
     pub response_mask: Tensor,
     pub metrics: BTreeMap<String, f64>,
-}
-
-fn item(t: &Tensor) -> Result<f64, AlgoError> {
-    Ok(t.f_double_value(&[])?)
 }
 
 /// Per-token or per-sequence ratio weights `exp(clamp(·, ±20))` broadcast to (N, R), and the
