@@ -9,6 +9,7 @@ use verlc_spec::trainer::{RsAggregate, RsCriterion};
 
 use super::spec::Lowering;
 use crate::config::algorithm::RsThreshold;
+use crate::load::interp::py_float;
 
 const KEY: &str = "algorithm.rollout_correction.rollout_rs";
 const THRESHOLD_KEY: &str = "algorithm.rollout_correction.rollout_rs_threshold";
@@ -68,7 +69,8 @@ pub(super) fn criteria(
             );
             return None;
         }
-        Some(RsThreshold::Number(x)) => vec![python_float(*x)],
+        // verl splits `str(x)` of a number.
+        Some(RsThreshold::Number(x)) => vec![py_float(*x)],
         Some(RsThreshold::Text(t)) => t
             .split(',')
             .map(str::trim)
@@ -165,13 +167,4 @@ pub(super) fn criteria(
         });
     }
     Some(out)
-}
-
-/// `str(x)` of a Python float (what verl splits when the threshold is a number).
-fn python_float(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e16 {
-        format!("{x:.1}")
-    } else {
-        format!("{x}")
-    }
 }
