@@ -181,15 +181,17 @@ fn micro_loss(
     if !dist.use_task_rewards {
         micro.loss = micro.loss.f_zeros_like()?;
     }
-    let value = |t: &Tensor| -> crate::engine::Result<f64> {
-        Ok(t.f_detach()?.f_to_kind(Kind::Double)?.f_double_value(&[])?)
-    };
     micro
         .metrics
-        .insert("actor/distillation/loss".into(), value(&term.loss)?);
+        .insert("actor/distillation/loss".into(), metric(&term.loss)?);
     micro.metrics.extend(term.metrics);
     micro.loss = micro.loss.f_add(&term.loss.f_mul_scalar(dist.coef)?)?;
     Ok(micro)
+}
+
+/// A loss's value for the metrics.
+fn metric(t: &Tensor) -> crate::engine::Result<f64> {
+    Ok(t.f_detach()?.f_to_kind(Kind::Double)?.f_double_value(&[])?)
 }
 
 /// The task's loss of one micro-batch (policy loss, entropy bonus, KL loss) and its metrics.
@@ -224,14 +226,11 @@ fn task_loss(
             pg.loss
         }
     };
-    let value = |t: &Tensor| -> crate::engine::Result<f64> {
-        Ok(t.f_detach()?.f_to_kind(Kind::Double)?.f_double_value(&[])?)
-    };
-    metrics.insert("actor/pg_loss".into(), value(&pg)?);
+    metrics.insert("actor/pg_loss".into(), metric(&pg)?);
     let mut loss = pg;
     if let Some(entropy) = &out.entropy {
         let ent = agg_loss(entropy, mask, s.loss_agg_mode, agg)?;
-        metrics.insert("actor/entropy_loss".into(), value(&ent)?);
+        metrics.insert("actor/entropy_loss".into(), metric(&ent)?);
         if s.entropy_coeff != 0.0 {
             loss = loss.f_sub(&ent.f_mul_scalar(s.entropy_coeff)?)?;
         }
@@ -240,10 +239,10 @@ fn task_loss(
         let ref_lp = mb.get("ref_log_prob")?;
         let kld = kl_penalty(log_prob, ref_lp, s.kl_loss_type)?;
         let kl = agg_loss(&kld, mask, s.loss_agg_mode, agg)?;
-        metrics.insert("actor/kl_loss".into(), value(&kl)?);
+        metrics.insert("actor/kl_loss".into(), metric(&kl)?);
         metrics.insert("actor/kl_coef".into(), s.kl_loss_coef);
         loss = loss.f_add(&kl.f_mul_scalar(s.kl_loss_coef)?)?;
     }
-    metrics.insert("actor/loss".into(), value(&loss)?);
+    metrics.insert("actor/loss".into(), metric(&loss)?);
     Ok(MicroLoss { loss, metrics })
 }
