@@ -101,6 +101,7 @@ impl ContextParallel {
     /// function of the whole, see the module docs).
     pub fn gather(&self, x: &Tensor, dim: i64) -> Result<Tensor> {
         let t = len_at(x, dim)? * self.size() as i64;
+        self.check_len(t)?;
         let all = gather_from_sequence_parallel_region_split_grad(x, Some(&self.group), dim)?;
         // Inverse of the gathered order: sequence position p sits at gathered index inv[p].
         let mut inv = vec![0i64; usize::try_from(t).unwrap_or(0)];
