@@ -10,6 +10,7 @@ use verlc::check::{CheckOptions, check};
 use verlc::codes;
 use verlc::diag::Diagnostic;
 use verlc::load::compose::LoadRequest;
+use verlc_spec::trainer::DistillationMode;
 
 mod support;
 use support::{VERL_MAIN_REF, verl_main_tree};
@@ -304,8 +305,8 @@ fn a_newer_release_lowers_for_a_build() {
             assert_eq!(d.teachers[0].model_path, "Qwen/Qwen3-32B");
             let loss = spec.actor.update.distillation.expect("loss term");
             assert_eq!(
-                loss.estimator,
-                verlc_spec::algo::KlKind::K3,
+                loss.mode,
+                DistillationMode::Estimator(verlc_spec::algo::KlKind::K3),
                 "verl's default mode"
             );
             assert!(loss.use_task_rewards && !loss.use_policy_gradient);
@@ -326,16 +327,37 @@ fn a_newer_release_lowers_for_a_build() {
                 .collect(),
         }
     };
-    let mode = Some("distillation.distillation_loss.loss_mode".to_owned());
-    // k1 as a supervised loss (verl raises), the top-k forward KL (not implemented).
+    // The top-k forward KL with verl's default k (32) and the example's clamp.
+    match lower_request(&req(&[
+        "distillation.enabled=True",
+        teacher,
+        "distillation.distillation_loss.loss_mode=forward_kl_topk",
+        "distillation.distillation_loss.log_prob_min_clamp=-10.0",
+    ])) {
+        SpecOutcome::Ok { spec, .. } => assert_eq!(
+            spec.actor.update.distillation.expect("loss term").mode,
+            DistillationMode::ForwardKlTopk {
+                topk: 32,
+                log_prob_min_clamp: Some(-10.0)
+            }
+        ),
+        SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+    }
+    // k1 as a supervised loss and a top-k loss without k (verl raises for both) or below 1.
     assert_eq!(
         refused(&["distillation.distillation_loss.loss_mode=k1"]),
-        vec![mode.clone()]
+        vec![Some("distillation.distillation_loss.loss_mode".to_owned())]
     );
-    assert_eq!(
-        refused(&["distillation.distillation_loss.loss_mode=forward_kl_topk"]),
-        vec![mode]
-    );
+    let topk = Some("distillation.distillation_loss.topk".to_owned());
+    for k in ["null", "0"] {
+        assert_eq!(
+            refused(&[
+                "distillation.distillation_loss.loss_mode=forward_kl_topk",
+                &format!("distillation.distillation_loss.topk={k}"),
+            ]),
+            vec![topk.clone()]
+        );
+    }
     // A misspelt field (verl's dataclass conversion raises) is refused at its line.
     assert_eq!(
         refused(&["+distillation.distillation_loss.loss_mod=k3"]),

@@ -587,6 +587,7 @@ rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
         temperature: 0.7,
         with_entropy: true,
         with_sum_pi_squared: false,
+        ..ForwardOptions::default()
     };
     // Reference policy: log-probs and entropy.
     let mut single = SingleEngine::<CausalLm>::new(s.clone()).expect("single");
@@ -895,6 +896,7 @@ fn packed_forward_equals_padded_forward_at_every_response_token() {
         temperature: 0.7,
         with_entropy: true,
         with_sum_pi_squared: false,
+        ..ForwardOptions::default()
     };
     let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("actor");
     let padded = Head::forward(e.module(), &batch, &fwd).expect("padded");
@@ -1042,3 +1044,120 @@ rank_test!(
         assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
     }
 );
+
+// The teacher's top-k and the student's top-k KL of on-policy distillation's
+// `forward_kl_topk` at every response token: the same from the padded forward, the packed
+// one (`use_remove_padding`), the FSDP engine's packed forward on this rank's rows, and its
+// Ulysses split (the teacher's lists follow each rank's share of the tokens); the gradient of
+// the packed KL is the padded one's.
+rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
+    use runtime::algo::topk_kl::TopKKl;
+    use runtime::engine::Head;
+    use runtime::rollout::topk::{
+        TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopK, TopKOutput, TopKTargets,
+    };
+    const K: i64 = 4;
+    let mut batch = ragged_batch();
+    let mask = batch.get("response_mask").unwrap().shallow_clone();
+    let valid = mask.to_kind(Kind::Bool).unsqueeze(-1);
+    // A teacher of its own weights (another seed), scoring at temperature 1.
+    let teacher = SingleEngine::<CausalLm>::new(EngineSettings {
+        seed: 99,
+        optim: None,
+        ..settings(Dtype::Fp32, false)
+    })
+    .expect("teacher");
+    let own = ForwardOptions {
+        topk: TopK::Own(K),
+        ..ForwardOptions::default()
+    };
+    let own_of = |out: runtime::rollout::LogProbOutput| match out.topk {
+        Some(TopKOutput::Own(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    let padded_teacher = own_of(Head::forward(teacher.module(), &batch, &own).expect("teacher"));
+    let packed_teacher = own_of(
+        teacher
+            .module()
+            .forward_packed(&batch, &own)
+            .expect("teacher packed"),
+    );
+    let kept = |t: &Tensor| t.masked_select(&valid);
+    assert!(kept(&padded_teacher.ids).equal(&kept(&packed_teacher.ids)));
+    assert!(masked_max_diff(&padded_teacher.log_probs, &packed_teacher.log_probs, &valid) < 1e-5);
+    let TopKTargets { ids, log_probs } = padded_teacher;
+    batch.insert(TEACHER_TOPK_IDS, ids).unwrap();
+    batch.insert(TEACHER_TOPK_LOG_PROBS, log_probs).unwrap();
+
+    let kl = ForwardOptions {
+        temperature: 0.7,
+        topk: TopK::KlToTeacher {
+            k: K,
+            log_prob_min_clamp: Some(-4.0),
+        },
+        ..ForwardOptions::default()
+    };
+    let kl_of = |out: runtime::rollout::LogProbOutput| match out.topk {
+        Some(TopKOutput::Kl(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    let columns = |kl: &TopKKl| kl.columns().unwrap();
+    // Padded and packed on one process, values and gradients.
+    let run = |packed: bool| {
+        let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("student");
+        let out = if packed {
+            e.module().forward_packed(&batch, &kl)
+        } else {
+            Head::forward(e.module(), &batch, &kl)
+        }
+        .expect("forward");
+        let out = kl_of(out);
+        (&out.loss * &mask).sum(Kind::Float).backward();
+        let mut g: Vec<(String, Tensor)> = e
+            .var_store()
+            .variables()
+            .into_iter()
+            .map(|(n, v)| (n, v.grad()))
+            .collect();
+        g.sort_by(|a, b| a.0.cmp(&b.0));
+        (columns(&out).detach(), g)
+    };
+    let (want, want_grads) = run(false);
+    let (packed, packed_grads) = run(true);
+    assert!(masked_max_diff(&want, &packed, &valid) < 1e-5);
+    assert_weights(&packed_grads, &want_grads, 1e-5);
+    assert!(want.select(-1, 0).sum(Kind::Float).double_value(&[]) > 0.0);
+
+    // The FSDP engine: packed over both ranks' rows, then Ulysses over both ranks.
+    for ulysses in [1, 2] {
+        let mut s = FsdpSettings::new(packed_settings(MODEL));
+        s.ulysses = ulysses;
+        let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp");
+        let dp = e.data_group().clone();
+        let local = ROWS / dp.size() as i64;
+        let first = dp.rank() as i64 * local;
+        let rows = batch.narrow(first, local).expect("rows");
+        let outs = e.infer_batch(&rows, &MICRO.into(), &kl).expect("infer");
+        let got: Vec<Tensor> = outs.into_iter().map(|o| columns(&kl_of(o))).collect();
+        let got = Tensor::cat(&got, 0);
+        let d = masked_max_diff(
+            &got,
+            &want.narrow(0, first, local),
+            &valid.narrow(0, first, local),
+        );
+        assert!(
+            d < 1e-5,
+            "Ulysses {ulysses}: top-k KL columns differ by {d}"
+        );
+        let outs = e
+            .infer_batch(&rows, &MICRO.into(), &own)
+            .expect("teacher infer");
+        let ids: Vec<Tensor> = outs.into_iter().map(|o| own_of(o).ids).collect();
+        let ids = Tensor::cat(&ids, 0);
+        // The student's own top-k on its layout equals the single engine's.
+        let single = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("single");
+        let whole = own_of(Head::forward(single.module(), &rows, &own).expect("own"));
+        let v = valid.narrow(0, first, local);
+        assert!(ids.masked_select(&v).equal(&whole.ids.masked_select(&v)));
+    }
+});

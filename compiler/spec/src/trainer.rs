@@ -78,13 +78,13 @@ pub struct TeacherSpec {
 }
 
 /// The actor's distillation term (`distillation.distillation_loss`, verl 0.9's
-/// `distillation_ppo_loss`): per response token `d` = the estimator of the student's against
-/// the teacher's log-prob, clamped to `±loss_max_clamp`; aggregated as the actor's loss
-/// (`use_policy_gradient: false`), or a vanilla PPO-clip term with advantages `-d`; added to
-/// the task's PPO loss times `coef` (or alone, when `use_task_rewards` is false).
+/// `distillation_ppo_loss`): per response token `d` (see [`DistillationMode`]), clamped to
+/// `±loss_max_clamp`; aggregated as the actor's loss (`use_policy_gradient: false`), or a
+/// vanilla PPO-clip term with advantages `-d`; added to the task's PPO loss times `coef` (or
+/// alone, when `use_task_rewards` is false).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DistillationLossSpec {
-    pub estimator: crate::algo::KlKind,
+    pub mode: DistillationMode,
     pub use_task_rewards: bool,
     /// `distillation_loss_coef` (1 when `use_task_rewards` is false).
     pub coef: f64,
@@ -92,6 +92,22 @@ pub struct DistillationLossSpec {
     pub use_policy_gradient: bool,
     pub clip_ratio_low: f64,
     pub clip_ratio_high: f64,
+}
+
+/// How the per-token distillation loss `d` is measured (`loss_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DistillationMode {
+    /// A single-sample estimator of the student's against the teacher's log-prob of the
+    /// sampled token (`k1`, `abs`, `k2`, `k3` and their aliases).
+    Estimator(crate::algo::KlKind),
+    /// `forward_kl_topk`: `Σ_i q_i (log q_i − log p_i)` over the teacher's `topk` most likely
+    /// tokens at each position (`q` the teacher's, `p` the student's probabilities there),
+    /// both log-probs clamped below at `log_prob_min_clamp`, then clamped at 0.
+    ForwardKlTopk {
+        topk: i64,
+        log_prob_min_clamp: Option<f64>,
+    },
 }
 
 /// verl's `strategy` spellings.

@@ -6,10 +6,12 @@
 //! would report as the user's. What verl itself raises at start-up (an unregistered loss mode,
 //! `k1` without the policy gradient, a policy loss other than `vanilla`, a teacher without a
 //! model, duplicate keys) is an error at its key here, as is what verlc does not implement
-//! (the top-k forward KL, routing by another field than `data_source`).
+//! (routing by another field than `data_source`).
 use serde_json::Value;
 use verlc_spec::algo::KlKind;
-use verlc_spec::trainer::{DistillationLossSpec, DistillationSpec, ReferenceSpec, TeacherSpec};
+use verlc_spec::trainer::{
+    DistillationLossSpec, DistillationMode, DistillationSpec, ReferenceSpec, TeacherSpec,
+};
 
 use super::spec::{Lowering, Roles, engine_spec};
 use crate::config::VerlConfig;
@@ -177,11 +179,6 @@ fn loss_spec(section: &Value, l: &mut Lowering) -> Option<DistillationLossSpec> 
     let use_task_rewards = flag("use_task_rewards", true);
     let mut ok = true;
     let estimator = if mode == TOP_K {
-        l.unsupported(
-            &key("loss_mode"),
-            "the top-k forward KL (`forward_kl_topk`: the teacher's top-k log-probs against the student's at the same tokens) is not implemented by verlc's trainer",
-            format!("use one of the single-sample estimators: {}", ESTIMATORS.join(", ")),
-        );
         None
     } else if ESTIMATORS.contains(&mode.as_str()) {
         KlKind::from_verl_name(&mode)
@@ -191,7 +188,14 @@ fn loss_spec(section: &Value, l: &mut Lowering) -> Option<DistillationLossSpec> 
             format!("`{mode}` is not a distillation loss verl registers (verl raises at start-up)"),
             format!("use one of {}, {TOP_K}", ESTIMATORS.join(", ")),
         );
-        None
+        return None;
+    };
+    let mode_spec = match estimator {
+        Some(e) => DistillationMode::Estimator(e),
+        None => DistillationMode::ForwardKlTopk {
+            topk: topk(get("topk"), l)?,
+            log_prob_min_clamp: number("log_prob_min_clamp"),
+        },
     };
     if estimator == Some(KlKind::K1) && !use_policy_gradient {
         l.unsupported(
@@ -200,6 +204,12 @@ fn loss_spec(section: &Value, l: &mut Lowering) -> Option<DistillationLossSpec> 
             "set distillation.distillation_loss.use_policy_gradient=true, or use k3",
         );
         ok = false;
+    }
+    if estimator.is_none() && flag("use_chunked_topk", false) {
+        l.no_effect(
+            &key("use_chunked_topk"),
+            "verlc computes the student's log-softmax over the vocabulary whole (the values are those of the chunked form; its memory saving is not implemented)",
+        );
     }
     let policy = get("policy_loss_mode")
         .and_then(Value::as_str)
@@ -228,7 +238,7 @@ fn loss_spec(section: &Value, l: &mut Lowering) -> Option<DistillationLossSpec> 
     }
     let clip = number("clip_ratio").unwrap_or(0.2);
     let spec = DistillationLossSpec {
-        estimator: estimator?,
+        mode: mode_spec,
         use_task_rewards,
         coef: if use_task_rewards {
             number("distillation_loss_coef").unwrap_or(1.0)
@@ -241,6 +251,31 @@ fn loss_spec(section: &Value, l: &mut Lowering) -> Option<DistillationLossSpec> 
         clip_ratio_high: number("clip_ratio_high").unwrap_or(clip),
     };
     ok.then_some(spec)
+}
+
+/// `topk` of the top-k loss: verl raises without one (the teacher's `_validate_topk_logprobs`),
+/// and `torch.topk` fails for a count below one.
+fn topk(value: Option<&Value>, l: &mut Lowering) -> Option<i64> {
+    let at = "distillation.distillation_loss.topk";
+    match value.and_then(Value::as_i64) {
+        Some(k) if k >= 1 => Some(k),
+        Some(k) => {
+            l.unsupported(
+                at,
+                format!("the top-k loss needs at least one token per position, got {k}"),
+                "set topk to a positive count (verl's default is 32)",
+            );
+            None
+        }
+        None => {
+            l.unsupported(
+                at,
+                "`forward_kl_topk` needs `topk` (verl raises: topk must be specified)",
+                "set topk, e.g. 32",
+            );
+            None
+        }
+    }
 }
 
 /// verl's teacher resolution: one entry scores every row; with several, the default

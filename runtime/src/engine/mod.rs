@@ -32,9 +32,11 @@ use crate::model::decoder::Model;
 use crate::model::packed::Packing;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
 use crate::rollout::logprob::{entropy_from_logits, log_probs_from_logits};
+use crate::rollout::topk::{
+    TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopK, TopKTargets, topk_columns, topk_output,
+};
 use crate::rollout::{
-    LogProbOutput, RolloutLayout, SequenceBatch, TokenStats, response_log_probs,
-    sum_pi_squared_from_logits,
+    LogProbOutput, RolloutLayout, SequenceBatch, TokenStats, sum_pi_squared_from_logits,
 };
 
 pub use batch::Batch;
@@ -78,6 +80,8 @@ pub struct ForwardOptions {
     /// Also compute `Σ_v π_v²` per token (causal LM only; verl 0.9's
     /// `calculate_sum_pi_squared`).
     pub with_sum_pi_squared: bool,
+    /// The top-k output of on-policy distillation's `forward_kl_topk` (causal LM only).
+    pub topk: TopK,
 }
 
 impl ForwardOptions {
@@ -96,6 +100,7 @@ impl Default for ForwardOptions {
             temperature: 1.0,
             with_entropy: false,
             with_sum_pi_squared: false,
+            topk: TopK::Off,
         }
     }
 }
@@ -113,11 +118,14 @@ pub trait Head: Sized {
     /// The decoder the head sits on.
     fn backbone(&self) -> &Model;
     /// Per-token outputs `(1, M, C)` of normed final hidden states `(1, M, hidden)` of tokens
-    /// that predict `labels` `(1, M)`: the packed form of the head's output.
+    /// that predict `labels` `(1, M)`: the packed form of the head's output. `targets` are the
+    /// teacher's top-k at the same tokens when the forward computes the top-k KL
+    /// ([`ForwardOptions::topk`]).
     fn token_columns(
         &self,
         hidden: &Tensor,
         labels: &Tensor,
+        targets: Option<&TopKTargets>,
         opts: &ForwardOptions,
     ) -> Result<Tensor>;
     /// The output from [`Head::token_columns`] scattered to the response grid `(N, R, C)`.
@@ -137,7 +145,15 @@ pub trait Head: Sized {
             &packing,
             &window,
         );
-        let columns = self.token_columns(&hidden, &window.labels(seq.input_ids), opts)?;
+        let targets = topk_targets(batch, opts)?
+            .map(|t| t.pack(&window.dest))
+            .transpose()?;
+        let columns = self.token_columns(
+            &hidden,
+            &window.labels(seq.input_ids),
+            targets.as_ref(),
+            opts,
+        )?;
         self.output_from_columns(&window.unpack(&columns), opts)
     }
     /// Variable-name prefixes a checkpoint of the base model may lack (the fresh value head).
@@ -157,6 +173,17 @@ pub(crate) fn lengths(batch: &Batch) -> Result<(i64, i64)> {
         )));
     }
     Ok((t, r))
+}
+
+/// The teacher's top-k on the response grid `(N, R, K)`, when `opts` asks for the top-k KL.
+pub(crate) fn topk_targets(batch: &Batch, opts: &ForwardOptions) -> Result<Option<TopKTargets>> {
+    if !matches!(opts.topk, TopK::KlToTeacher { .. }) {
+        return Ok(None);
+    }
+    Ok(Some(TopKTargets {
+        ids: batch.get(TEACHER_TOPK_IDS)?.f_to_kind(tch::Kind::Int64)?,
+        log_probs: batch.get(TEACHER_TOPK_LOG_PROBS)?.shallow_clone(),
+    }))
 }
 
 fn sequences(batch: &Batch) -> Result<(SequenceBatch<'_>, i64)> {
@@ -191,13 +218,18 @@ impl Head for CausalLm {
     fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
         let (seq, r) = sequences(batch)?;
         check_temperature(opts.temperature)?;
-        Ok(response_log_probs(
-            self,
-            &seq,
+        let t = seq.input_ids.size()[1];
+        let hidden = self.model.forward_window(
+            seq.input_ids,
+            seq.position_ids,
+            seq.attention_mask,
+            t - r - 1,
             r,
-            opts.temperature,
-            opts.stats(),
-        ))
+        );
+        let labels = seq.input_ids.f_narrow(1, t - r, r)?;
+        let targets = topk_targets(batch, opts)?;
+        let columns = self.token_columns(&hidden, &labels, targets.as_ref(), opts)?;
+        self.output_from_columns(&columns, opts)
     }
 
     fn architecture(cfg: &ModelConfig) -> Result<&'static str, String> {
@@ -208,11 +240,12 @@ impl Head for CausalLm {
         &self.model
     }
 
-    /// Log-prob, then entropy and `Σπ²` when asked.
+    /// Log-prob, then entropy and `Σπ²` when asked, then the top-k's columns.
     fn token_columns(
         &self,
         hidden: &Tensor,
         labels: &Tensor,
+        targets: Option<&TopKTargets>,
         opts: &ForwardOptions,
     ) -> Result<Tensor> {
         check_temperature(opts.temperature)?;
@@ -227,7 +260,11 @@ impl Head for CausalLm {
         if opts.with_sum_pi_squared {
             cols.push(sum_pi_squared_from_logits(&logits));
         }
-        Ok(Tensor::f_stack(&cols, -1)?)
+        let stats = Tensor::f_stack(&cols, -1)?;
+        match topk_columns(&logits, opts.topk, targets)? {
+            Some(topk) => Ok(Tensor::f_cat(&[stats, topk], -1)?),
+            None => Ok(stats),
+        }
     }
 
     fn output_from_columns(
@@ -245,10 +282,16 @@ impl Head for CausalLm {
         } else {
             None
         };
+        let stats = 1 + opts.stats().count();
+        let topk = topk_output(
+            &columns.f_narrow(-1, stats, opts.topk.columns())?,
+            opts.topk,
+        )?;
         Ok(LogProbOutput {
             log_probs: columns.f_select(-1, 0)?,
             entropy,
             sum_pi_squared,
+            topk,
         })
     }
 
@@ -280,7 +323,13 @@ impl Head for ValueModel {
     }
 
     /// The value.
-    fn token_columns(&self, hidden: &Tensor, _: &Tensor, _: &ForwardOptions) -> Result<Tensor> {
+    fn token_columns(
+        &self,
+        hidden: &Tensor,
+        _: &Tensor,
+        _: Option<&TopKTargets>,
+        _: &ForwardOptions,
+    ) -> Result<Tensor> {
         Ok(self.score().forward(hidden).f_to_kind(tch::Kind::Float)?)
     }
 

@@ -26,7 +26,7 @@ use crate::dist::mappings::Tape;
 use crate::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use crate::engine::{
     Batch, Engine, EngineError, EngineSettings, ForwardOptions, Head, LossFn, Metrics,
-    MicroBatching, SchedulerSettings, StepResult, global_agg_options,
+    MicroBatching, SchedulerSettings, StepResult, global_agg_options, topk_targets,
 };
 use crate::model::init::{init_weights, init_weights_where};
 use crate::model::moe::RouterLossCoeffs;
@@ -35,6 +35,7 @@ use crate::model::{CausalLm, ModelConfig, ModelSource, TorchKind, ValueModel};
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
 use crate::optim::stack;
 use crate::optim::{LrScheduler, NamedParam, ParamGroup};
+use crate::rollout::topk::topk_output;
 use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
@@ -116,6 +117,8 @@ impl MegatronHead for CausalLm {
             .get("input_ids")
             .map_err(|e| MegatronError::Config(e.to_string()))?;
         let t = ids.size()[1];
+        let targets =
+            topk_targets(batch, opts).map_err(|e| MegatronError::Config(e.to_string()))?;
         let out = model.next_token_log_probs(
             tape,
             hidden,
@@ -123,11 +126,16 @@ impl MegatronHead for CausalLm {
             (t - r - 1, r),
             opts.temperature,
             opts.stats(),
+            (opts.topk, targets.as_ref()),
         )?;
         Ok(LogProbOutput {
             log_probs: out.log_probs,
             entropy: out.entropy,
             sum_pi_squared: out.sum_pi_squared,
+            topk: match out.topk {
+                Some(columns) => topk_output(&columns, opts.topk)?,
+                None => None,
+            },
         })
     }
 
@@ -135,6 +143,9 @@ impl MegatronHead for CausalLm {
         let mut planes = vec![out.log_probs.detach()];
         planes.extend(out.entropy.as_ref().map(Tensor::detach));
         planes.extend(out.sum_pi_squared.as_ref().map(Tensor::detach));
+        if let Some(topk) = &out.topk {
+            planes.extend(topk.columns()?.detach().f_unbind(-1)?);
+        }
         Ok(Tensor::f_stack(&planes, 0)?.f_to_kind(Kind::Float)?)
     }
 
@@ -149,15 +160,20 @@ impl MegatronHead for CausalLm {
         } else {
             None
         };
+        let stats = 1 + opts.stats().count();
+        let columns = t
+            .f_narrow(0, stats, opts.topk.columns())?
+            .f_permute([1, 2, 0])?;
         Ok(LogProbOutput {
             log_probs: t.f_get(0)?,
             entropy,
             sum_pi_squared,
+            topk: topk_output(&columns, opts.topk)?,
         })
     }
 
     fn planes(opts: &ForwardOptions) -> i64 {
-        1 + opts.stats().count()
+        1 + opts.stats().count() + opts.topk.columns()
     }
 }
 

@@ -45,6 +45,8 @@ pub enum MegatronError {
     Optim(#[from] crate::optim::OptimError),
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Algo(#[from] crate::algo::AlgoError),
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
 }

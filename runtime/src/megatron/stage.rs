@@ -33,6 +33,7 @@ use crate::model::moe::RouterLossCoeffs;
 use crate::model::rope::RotaryEmbedding;
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
 use crate::rollout::TokenStats;
+use crate::rollout::topk::{TopK, TopKTargets};
 use crate::tp::regions::SEQ_DIM;
 use crate::tp::{
     InferenceRegions, TrainingRegions, VocabParallelEmbedding, VocabParallelOutput, VocabPartition,
@@ -540,6 +541,7 @@ impl ParallelModel {
 
     /// Log-probs (and the asked statistics) of `labels` (B, R) from final hidden states (B, R, hidden),
     /// divided by `temperature` first: the vocab-parallel head (last stage, causal LM).
+    #[allow(clippy::too_many_arguments)]
     pub fn log_probs(
         &self,
         tape: &mut Tape,
@@ -547,6 +549,8 @@ impl ParallelModel {
         labels: &Tensor,
         temperature: f64,
         stats: TokenStats,
+        topk: TopK,
+        targets: Option<&TopKTargets>,
     ) -> Result<VocabParallelOutput> {
         let out = self.output_layer("log-probs")?;
         let tp = self.tp.as_ref();
@@ -561,7 +565,8 @@ impl ParallelModel {
         if temperature != 1.0 {
             logits /= temperature;
         }
-        vocab_parallel_log_probs(&logits, labels, &self.partition, tp, stats).map_err(tp_err)
+        vocab_parallel_log_probs(&logits, labels, &self.partition, tp, stats, topk, targets)
+            .map_err(tp_err)
     }
 
     /// Log-probs of the tokens `ids[:, from + 1 .. from + 1 + len]` from the last stage's final
@@ -569,7 +574,7 @@ impl ParallelModel {
     /// `[from, from + len)`: (B, len). `ids` (B, T) are the micro-batch's tokens; the hidden
     /// states may carry right padding, and under context parallelism hold this rank's
     /// positions only (the log-probs of all of them are computed and gathered; see
-    /// [`super::context`]).
+    /// [`super::context`]). `targets` (B, len, K): the teacher's top-k at those positions.
     #[allow(clippy::too_many_arguments)]
     pub fn next_token_log_probs(
         &self,
@@ -579,11 +584,12 @@ impl ParallelModel {
         (from, len): (i64, i64),
         temperature: f64,
         stats: TokenStats,
+        (topk, targets): (TopK, Option<&TopKTargets>),
     ) -> Result<VocabParallelOutput> {
         let Some(cp) = &self.cp else {
             let labels = ids.f_narrow(1, from + 1, len)?;
             let h = hidden.f_narrow(1, from, len)?;
-            return self.log_probs(tape, &h, &labels, temperature, stats);
+            return self.log_probs(tape, &h, &labels, temperature, stats, topk, targets);
         };
         let size = ids.size();
         let (rows, t) = (size[0], size.get(1).copied().unwrap_or(0));
@@ -591,12 +597,39 @@ impl ParallelModel {
         // Position i's label is token i + 1; past the last token (cut off below) a zero.
         let fill = Tensor::f_zeros([rows, padded - t + 1], (ids.kind(), ids.device()))?;
         let labels = Tensor::f_cat(&[ids.f_narrow(1, 1, t - 1)?, fill], 1)?;
-        let out = self.log_probs(tape, hidden, &cp.local(&labels, 1)?, temperature, stats)?;
+        // The teacher's lists placed at their positions of the padded sequence, then split
+        // like the labels.
+        let targets = match targets {
+            Some(tg) => {
+                let place = |x: &Tensor| -> Result<Tensor> {
+                    let k = x.size().last().copied().unwrap_or(0);
+                    let before = Tensor::f_zeros([rows, from, k], (x.kind(), x.device()))?;
+                    let after =
+                        Tensor::f_zeros([rows, padded - from - len, k], (x.kind(), x.device()))?;
+                    cp.local(&Tensor::f_cat(&[&before, x, &after], 1)?, 1)
+                };
+                Some(TopKTargets {
+                    ids: place(&tg.ids)?,
+                    log_probs: place(&tg.log_probs)?,
+                })
+            }
+            None => None,
+        };
+        let out = self.log_probs(
+            tape,
+            hidden,
+            &cp.local(&labels, 1)?,
+            temperature,
+            stats,
+            topk,
+            targets.as_ref(),
+        )?;
         let whole = |x: Tensor| -> Result<Tensor> { Ok(cp.gather(&x, 1)?.f_narrow(1, from, len)?) };
         Ok(VocabParallelOutput {
             log_probs: whole(out.log_probs)?,
             entropy: out.entropy.map(whole).transpose()?,
             sum_pi_squared: out.sum_pi_squared.map(whole).transpose()?,
+            topk: out.topk.map(whole).transpose()?,
         })
     }
 

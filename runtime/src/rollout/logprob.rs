@@ -26,6 +26,8 @@ pub struct LogProbOutput {
     /// `Σ_v softmax(logits)_v²` per token (verl 0.9's `calculate_sum_pi_squared`, read by the
     /// optimal-token-baseline estimators and the variance-proxy metrics).
     pub sum_pi_squared: Option<Tensor>,
+    /// The top-k output of on-policy distillation's `forward_kl_topk`, when asked.
+    pub topk: Option<super::topk::TopKOutput>,
 }
 
 /// Which per-token statistics a forward computes besides the log-prob.
@@ -104,6 +106,7 @@ pub fn response_log_probs(
         sum_pi_squared: stats
             .sum_pi_squared
             .then(|| sum_pi_squared_from_logits(&logits)),
+        topk: None,
     }
 }
 
@@ -152,6 +155,7 @@ pub fn compute_log_probs(
         log_probs: Tensor::cat(&lps, 0),
         entropy: with_entropy.then(|| Tensor::cat(&ents, 0)),
         sum_pi_squared: None,
+        topk: None,
     })
 }
 

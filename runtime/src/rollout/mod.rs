@@ -15,6 +15,7 @@ pub mod logprob;
 pub mod params;
 pub mod replicas;
 pub mod sampling;
+pub mod topk;
 pub mod vllm;
 pub mod vocab_head;
 

@@ -15,9 +15,11 @@
 use tch::{Kind, Tensor};
 
 use super::{Result, TpError, VocabPartition};
+use crate::algo::topk_kl::{MassAt, forward_kl_topk};
 use crate::dist::ProcessGroup;
-use crate::dist::mappings::{max_over, reduce_many_from_tp_region};
+use crate::dist::mappings::{all_gather_dim, max_over, reduce_many_from_tp_region};
 use crate::rollout::TokenStats;
+use crate::rollout::topk::{TopK, TopKTargets, check_k, check_targets};
 
 /// Per-token log-probs (and the asked statistics) in f32.
 #[derive(Debug)]
@@ -25,17 +27,23 @@ pub struct VocabParallelOutput {
     pub log_probs: Tensor,
     pub entropy: Option<Tensor>,
     pub sum_pi_squared: Option<Tensor>,
+    /// The top-k's per-token columns ([`TopK::columns`]), when asked.
+    pub topk: Option<Tensor>,
 }
 
 /// `log_softmax(logits)[labels]` (and the entropy of the softmax) from this rank's logits
 /// (…, per_rank) of `partition`, labels (…) holding global token ids. Padding columns of
-/// the last rank are dropped first. Divide by the temperature before calling.
+/// the last rank are dropped first. Divide by the temperature before calling. `topk` adds the
+/// top-k output (`targets`: the teacher's top-k at the same tokens, global ids), see
+/// [`vocab_parallel_topk`].
 pub fn vocab_parallel_log_probs(
     logits: &Tensor,
     labels: &Tensor,
     partition: &VocabPartition,
     group: Option<&ProcessGroup>,
     stats: TokenStats,
+    topk: TopK,
+    targets: Option<&TopKTargets>,
 ) -> Result<VocabParallelOutput> {
     let l = logits
         .f_narrow(-1, 0, partition.valid())?
@@ -80,11 +88,106 @@ pub fn vocab_parallel_log_probs(
         Some(q) => Some(q.f_div(&s.f_square()?)?),
         None => None,
     };
+    let topk = vocab_parallel_topk(&l, &lse, partition, group, topk, targets)?;
     Ok(VocabParallelOutput {
         log_probs: picked - lse,
         entropy,
         sum_pi_squared,
+        topk,
     })
+}
+
+/// The top-k columns from this rank's valid logits `l` (…, valid) in f32 and the global
+/// log-sum-exp `lse` (…): the global top-k (each rank's top candidates all-gathered, the best
+/// `k` kept), and for the KL the student's log-probs at the teacher's ids, each summed from
+/// its owner with an identity backward, so autograd gives Megatron's gradient
+/// `m_A p_j − q_j [j ∈ A]` on each rank's own logits. Masses are verl's Megatron ones
+/// (after the clamp).
+fn vocab_parallel_topk(
+    l: &Tensor,
+    lse: &Tensor,
+    partition: &VocabPartition,
+    group: Option<&ProcessGroup>,
+    topk: TopK,
+    targets: Option<&TopKTargets>,
+) -> Result<Option<Tensor>> {
+    let Some(k) = topk.k() else {
+        return Ok(None);
+    };
+    check_k(k, partition.vocab)?;
+    let lse = lse.f_unsqueeze(-1)?;
+    let (own, own_ids) = global_topk(&(l.f_detach()? - &lse), partition, group, k)?;
+    match topk {
+        TopK::Off => Ok(None),
+        TopK::Own(_) => Ok(Some(Tensor::f_cat(
+            &[own_ids.f_to_kind(Kind::Float)?, own],
+            -1,
+        )?)),
+        TopK::KlToTeacher {
+            log_prob_min_clamp, ..
+        } => {
+            let t = targets.ok_or_else(|| {
+                TpError::Config("the top-k distillation loss needs the teacher's top-k".into())
+            })?;
+            let tokens = &l.size()[..l.dim() - 1];
+            check_targets(t, tokens, k, partition.vocab)?;
+            let start = partition.start();
+            let outside = t
+                .ids
+                .f_lt(start)?
+                .f_logical_or(&t.ids.f_ge(start + partition.valid())?)?;
+            let local = (&t.ids - start).f_masked_fill(&outside, 0)?;
+            let picked = l
+                .f_gather(-1, &local, false)?
+                .f_masked_fill(&outside, 0.0)?;
+            let picked = reduce_many_from_tp_region(&[picked], group)?
+                .pop()
+                .ok_or_else(|| TpError::Config("no reduced top-k log-probs".into()))?;
+            let kl = forward_kl_topk(
+                &(picked - &lse),
+                &t.log_probs,
+                &t.ids,
+                &own_ids,
+                log_prob_min_clamp,
+                MassAt::AfterClamp,
+            )?;
+            Ok(Some(kl.columns()?))
+        }
+    }
+}
+
+/// The `k` largest of the vocabulary-split `values` (…, valid) and their global ids: each
+/// rank's best `min(k, per_rank)` (padding as −∞, so every rank sends the same count),
+/// all-gathered and cut to `k`. No gradient.
+fn global_topk(
+    values: &Tensor,
+    partition: &VocabPartition,
+    group: Option<&ProcessGroup>,
+    k: i64,
+) -> Result<(Tensor, Tensor)> {
+    let Some(g) = group.filter(|g| g.size() > 1) else {
+        return Ok(values.f_topk(k, -1, true, true)?);
+    };
+    let missing = partition.per_rank - values.size().last().copied().unwrap_or(0);
+    let values = if missing > 0 {
+        let mut shape = values.size();
+        if let Some(last) = shape.last_mut() {
+            *last = missing;
+        }
+        let pad = Tensor::f_full(
+            &shape[..],
+            f64::NEG_INFINITY,
+            (values.kind(), values.device()),
+        )?;
+        Tensor::f_cat(&[values, &pad], -1)?
+    } else {
+        values.shallow_clone()
+    };
+    let (v, i) = values.f_topk(k.min(partition.per_rank), -1, true, true)?;
+    let all_v = all_gather_dim(&v, g, -1)?;
+    let all_i = all_gather_dim(&(i + partition.start()), g, -1)?;
+    let (best, at) = all_v.f_topk(k, -1, true, true)?;
+    Ok((best, all_i.f_gather(-1, &at, false)?))
 }
 
 /// Cross-entropy loss per token, `-log p(label)`, from vocab-split logits.
@@ -94,9 +197,15 @@ pub fn vocab_parallel_cross_entropy(
     partition: &VocabPartition,
     group: Option<&ProcessGroup>,
 ) -> Result<Tensor> {
-    Ok(
-        vocab_parallel_log_probs(logits, labels, partition, group, TokenStats::default())?
-            .log_probs
-            .f_neg()?,
-    )
+    Ok(vocab_parallel_log_probs(
+        logits,
+        labels,
+        partition,
+        group,
+        TokenStats::default(),
+        TopK::Off,
+        None,
+    )?
+    .log_probs
+    .f_neg()?)
 }

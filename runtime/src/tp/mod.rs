@@ -38,6 +38,8 @@ pub enum TpError {
     Dist(#[from] crate::dist::DistError),
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Algo(#[from] crate::algo::AlgoError),
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
 }

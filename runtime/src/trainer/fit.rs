@@ -37,6 +37,7 @@ use crate::workers::reward::{
 };
 use crate::workers::rollout::RolloutWorker;
 use crate::workers::teacher::{TEACHER_COLUMN, Teachers};
+use verlc_spec::trainer::DistillationMode;
 
 use super::checkpoint::{self, TrainerState};
 use super::metrics::{
@@ -64,8 +65,11 @@ pub struct Trainer<R: Roles = SingleRoles> {
     actor: Actor<R::Actor>,
     critic: Option<Critic<R::Critic>>,
     reference: Option<ReferencePolicy<R::Actor>>,
-    /// On-policy distillation's teachers (`teacher_log_prob` for the actor's loss).
+    /// On-policy distillation's teachers (`teacher_log_prob`, or their top-k, for the actor's
+    /// loss).
     teachers: Option<Teachers<R::Actor>>,
+    /// The `k` of the top-k distillation loss (the teachers give their top-k).
+    teacher_topk: Option<i64>,
     dp: DataParallel,
     /// Names the temporary checkpoint directory all ranks write into (rank 0's pid).
     ckpt_tag: u64,
@@ -441,6 +445,10 @@ impl<R: Roles> Trainer<R> {
             critic,
             reference,
             teachers,
+            teacher_topk: match spec.actor.update.distillation.map(|d| d.mode) {
+                Some(DistillationMode::ForwardKlTopk { topk, .. }) => Some(topk),
+                _ => None,
+            },
             dp,
             ckpt_tag,
             rollout,
@@ -913,8 +921,8 @@ impl<R: Roles> Trainer<R> {
             batch.insert("ref_log_prob", ref_lp)?;
         }
         if let Some(t) = self.teachers.as_mut() {
-            let lp = timers.time("teacher", || t.compute_log_prob(&batch))?;
-            batch.insert("teacher_log_prob", lp)?;
+            let topk = self.teacher_topk;
+            timers.time("teacher", || t.score(&mut batch, topk))?;
         }
         if let Some(c) = self.critic.as_mut() {
             let values = timers.time("values", || c.compute_values(&batch))?;

@@ -14,13 +14,14 @@
 
 use tch::{Kind, Tensor};
 
-use crate::algo::distillation::{DistillationInputs, distillation_term};
+use crate::algo::distillation::{DistillationInputs, DistillationMode, Teacher, distillation_term};
 use crate::algo::kl::kl_penalty;
 use crate::algo::rollout_correction::bypass_policy_loss;
 use crate::algo::{AggOptions, PolicyLossInputs, agg_loss, compute_policy_loss};
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
 use crate::model::CausalLm;
 use crate::rollout::LogProbOutput;
+use crate::rollout::topk::{TopK, TopKOutput};
 
 use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, micro_batching, scalar};
 
@@ -65,6 +66,7 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
             temperature: self.settings.temperature,
             with_entropy: true,
             with_sum_pi_squared: self.settings.calculate_sum_pi_squared,
+            topk: TopK::Off,
         };
         let s = &self.settings;
         let micro = micro_batching(
@@ -89,6 +91,7 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
             log_probs: micro.restore(&Tensor::f_cat(&lps, 0)?)?,
             entropy: Some(micro.restore(&Tensor::f_cat(&ents, 0)?)?),
             sum_pi_squared,
+            topk: None,
         })
     }
 
@@ -120,6 +123,7 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
             temperature: s.temperature,
             with_entropy,
             with_sum_pi_squared: false,
+            topk: student_topk(&s),
         };
         let mut lists = MetricLists::default();
         for epoch in 0..s.ppo_epochs {
@@ -162,9 +166,13 @@ fn micro_loss(
     let Some(dist) = &s.distillation else {
         return task_loss(s, mb, &out, agg);
     };
+    let teacher = match &out.topk {
+        Some(TopKOutput::Kl(kl)) => Teacher::TopK(kl),
+        _ => Teacher::LogProb(mb.get("teacher_log_prob")?),
+    };
     let inputs = DistillationInputs {
         log_prob: &out.log_probs,
-        teacher_log_prob: mb.get("teacher_log_prob")?,
+        teacher,
         old_log_prob: mb.get("old_log_probs")?,
         response_mask: mb.get("response_mask")?,
         rollout_is_weights: mb.opt("rollout_is_weights"),
@@ -187,6 +195,22 @@ fn micro_loss(
     micro.metrics.extend(term.metrics);
     micro.loss = micro.loss.f_add(&term.loss.f_mul_scalar(dist.coef)?)?;
     Ok(micro)
+}
+
+/// What the actor's training forward computes for the top-k distillation loss: its KL against
+/// the teacher's top-k (the batch's `teacher_topk_*`), at the rollout temperature like the
+/// log-probs (verl's logits processor sees the temperature-scaled logits).
+fn student_topk(s: &ActorSettings) -> TopK {
+    match s.distillation.map(|d| d.mode) {
+        Some(DistillationMode::ForwardKlTopk {
+            topk,
+            log_prob_min_clamp,
+        }) => TopK::KlToTeacher {
+            k: topk,
+            log_prob_min_clamp,
+        },
+        _ => TopK::Off,
+    }
 }
 
 /// A loss's value for the metrics.

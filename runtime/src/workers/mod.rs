@@ -117,8 +117,12 @@ pub(crate) fn combine_micro(micro: &[Metrics], additive: &[&str]) -> Metrics {
 /// Metrics verl reduces over micro-batches by their minimum or maximum.
 fn extreme(key: &str) -> Option<fn(f64, f64) -> f64> {
     match key {
-        "actor/distillation/loss_min" => Some(f64::min),
-        "actor/distillation/loss_max" => Some(f64::max),
+        "actor/distillation/loss_min"
+        | "actor/distillation/student_mass_min"
+        | "actor/distillation/teacher_mass_min" => Some(f64::min),
+        "actor/distillation/loss_max"
+        | "actor/distillation/student_mass_max"
+        | "actor/distillation/teacher_mass_max" => Some(f64::max),
         _ => None,
     }
 }

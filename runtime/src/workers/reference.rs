@@ -8,6 +8,7 @@ use tch::Tensor;
 
 use crate::engine::{Batch, Engine, ForwardOptions};
 use crate::model::CausalLm;
+use crate::rollout::topk::{TopK, TopKOutput, TopKTargets};
 
 use super::{Result, WorkerError, micro_batching};
 
@@ -39,6 +40,7 @@ impl<E: Engine<Head = CausalLm>> ReferencePolicy<E> {
                     temperature: *temperature,
                     with_entropy: false,
                     with_sum_pi_squared: false,
+                    topk: TopK::Off,
                 };
                 let micro = micro_batching(actor, batch, *micro_batch_size, *max_token_len)?;
                 actor.set_adapters_enabled(false)?;
@@ -80,19 +82,53 @@ impl<E: Engine<Head = CausalLm>> Reference<E> {
 
     /// `ref_log_prob` `(N, R)` (verl's `compute_ref_log_prob`).
     pub fn compute_ref_log_prob(&mut self, batch: &Batch) -> Result<Tensor> {
-        let fwd = ForwardOptions {
+        let fwd = self.options(TopK::Off);
+        let micro = self.micro_batching(batch)?;
+        let outs = self.engine.infer_batch(batch, &micro, &fwd)?;
+        let lps: Vec<Tensor> = outs.into_iter().map(|o| o.log_probs).collect();
+        Ok(micro.restore(&Tensor::f_cat(&lps, 0)?)?)
+    }
+
+    /// The model's own `k` most likely tokens at every response position: ids and log-probs
+    /// `(N, R, k)` (a teacher's side of the top-k distillation loss).
+    pub fn compute_topk(&mut self, batch: &Batch, k: i64) -> Result<TopKTargets> {
+        let fwd = self.options(TopK::Own(k));
+        let micro = self.micro_batching(batch)?;
+        let (mut ids, mut lps) = (Vec::new(), Vec::new());
+        for out in self.engine.infer_batch(batch, &micro, &fwd)? {
+            match out.topk {
+                Some(TopKOutput::Own(t)) => {
+                    ids.push(t.ids);
+                    lps.push(t.log_probs);
+                }
+                _ => {
+                    return Err(WorkerError::Config(
+                        "the teacher's forward returned no top-k".into(),
+                    ));
+                }
+            }
+        }
+        Ok(TopKTargets {
+            ids: micro.restore(&Tensor::f_cat(&ids, 0)?)?,
+            log_probs: micro.restore(&Tensor::f_cat(&lps, 0)?)?,
+        })
+    }
+
+    fn options(&self, topk: TopK) -> ForwardOptions {
+        ForwardOptions {
             temperature: self.temperature,
             with_entropy: false,
             with_sum_pi_squared: false,
-        };
-        let micro = micro_batching(
+            topk,
+        }
+    }
+
+    fn micro_batching(&self, batch: &Batch) -> Result<crate::engine::MicroBatching> {
+        micro_batching(
             &self.engine,
             batch,
             self.micro_batch_size,
             self.max_token_len,
-        )?;
-        let outs = self.engine.infer_batch(batch, &micro, &fwd)?;
-        let lps: Vec<Tensor> = outs.into_iter().map(|o| o.log_probs).collect();
-        Ok(micro.restore(&Tensor::f_cat(&lps, 0)?)?)
+        )
     }
 }

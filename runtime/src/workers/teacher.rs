@@ -3,12 +3,15 @@
 //! temperature 1 (verl's teacher server scores at 1 whatever the rollout's temperature).
 //! With several teachers each scores the rows of its `data_source`; every teacher runs over
 //! the whole batch (its forward is collective on a sharded engine, so every rank runs it
-//! alike) and each row keeps its own teacher's log-probs.
+//! alike) and each row keeps its own teacher's log-probs. For the top-k loss a teacher gives
+//! its own top-k at every response position instead (verl's teacher server: prompt log-probs
+//! with `k` alternatives).
 
 use tch::{Kind, Tensor};
 
 use crate::engine::{Batch, Engine};
 use crate::model::CausalLm;
+use crate::rollout::topk::{TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopKTargets};
 
 use super::reference::Reference;
 use super::{Result, WorkerError};
@@ -58,21 +61,50 @@ impl<E: Engine<Head = CausalLm>> Teachers<E> {
             })
     }
 
-    /// `teacher_log_prob` `(N, R)`: each row's teacher's log-probs of its response tokens.
-    pub fn compute_log_prob(&mut self, batch: &Batch) -> Result<Tensor> {
-        if !self.routed() {
-            return self.teachers[0].1.compute_ref_log_prob(batch);
-        }
-        let which = batch.get(TEACHER_COLUMN)?.f_to_kind(Kind::Int64)?;
-        let mut out: Option<Tensor> = None;
+    /// What the actor's loss reads from the teachers, into `batch`: `teacher_log_prob`
+    /// `(N, R)` (each row's teacher's log-probs of its response tokens), or with `topk` the
+    /// teacher's top-k ids and log-probs `(N, R, k)` ([`TEACHER_TOPK_IDS`],
+    /// [`TEACHER_TOPK_LOG_PROBS`]).
+    pub fn score(&mut self, batch: &mut Batch, topk: Option<i64>) -> Result<()> {
+        let which = if self.routed() {
+            Some(batch.get(TEACHER_COLUMN)?.f_to_kind(Kind::Int64)?)
+        } else {
+            None
+        };
+        let mut lps: Option<Tensor> = None;
+        let mut ids: Option<Tensor> = None;
         for (i, (_, teacher)) in self.teachers.iter_mut().enumerate() {
-            let lp = teacher.compute_ref_log_prob(batch)?;
-            let mine = which.f_eq(i as i64)?.f_unsqueeze(-1)?;
-            out = Some(match out {
-                None => lp.f_mul(&mine.f_to_kind(lp.kind())?)?,
-                Some(acc) => acc.f_where_self(&mine.f_logical_not()?, &lp)?,
-            });
+            let (lp, id) = match topk {
+                Some(k) => {
+                    let TopKTargets { ids, log_probs } = teacher.compute_topk(batch, k)?;
+                    (log_probs, Some(ids))
+                }
+                None => (teacher.compute_ref_log_prob(batch)?, None),
+            };
+            // Rows keep their own teacher's values.
+            let pick = |acc: Option<Tensor>, new: Tensor| -> Result<Tensor> {
+                let (Some(acc), Some(which)) = (acc, which.as_ref()) else {
+                    return Ok(new);
+                };
+                let mut mine = which.f_eq(i as i64)?;
+                while mine.dim() < new.dim() {
+                    mine = mine.f_unsqueeze(-1)?;
+                }
+                Ok(new.f_where_self(&mine, &acc)?)
+            };
+            lps = Some(pick(lps.take(), lp)?);
+            if let Some(id) = id {
+                ids = Some(pick(ids.take(), id)?);
+            }
         }
-        out.ok_or_else(|| WorkerError::Config("distillation needs a teacher".into()))
+        let lps = lps.ok_or_else(|| WorkerError::Config("distillation needs a teacher".into()))?;
+        match ids {
+            Some(ids) => {
+                batch.insert(TEACHER_TOPK_IDS, ids)?;
+                batch.insert(TEACHER_TOPK_LOG_PROBS, lps)?;
+            }
+            None => batch.insert("teacher_log_prob", lps)?,
+        }
+        Ok(())
     }
 }

@@ -780,3 +780,108 @@ rank_test!(
         offload_keeps_the_trajectory(&world, (1, 1, 2), Dtype::Fp32);
     }
 );
+
+/// On-policy distillation's top-k forward KL through the Megatron engine against the single
+/// engine, at tensor parallel 2 (the vocabulary split: each rank's top candidates gathered,
+/// the student's log-probs at the teacher's ids summed from their owners), context parallel 2
+/// (the teacher's lists split with the sequence) and pipeline parallel 2 (the teacher's
+/// top-k broadcast from the last stage): the teacher's top-k (a Megatron reference engine
+/// of its own weights), then 3 PPO updates with the term beside the task's loss give the same
+/// loss metrics, gradient norms and weights.
+fn compare_topk_distillation(world: &ProcessGroup, dims: (usize, usize, usize)) {
+    use runtime::algo::distillation::{DistillationLossSpec, DistillationMode};
+    use runtime::rollout::topk::{TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS};
+    use runtime::workers::reference::Reference;
+    const K: i64 = 5;
+    let mut settings = actor_settings(16);
+    settings.distillation = Some(DistillationLossSpec {
+        mode: DistillationMode::ForwardKlTopk {
+            topk: K,
+            log_prob_min_clamp: Some(-10.0),
+        },
+        use_task_rewards: true,
+        coef: 0.5,
+        loss_max_clamp: Some(10.0),
+        use_policy_gradient: false,
+        clip_ratio_low: 0.2,
+        clip_ratio_high: 0.2,
+    });
+    let mut single = Actor::new(
+        SingleEngine::new(engine_settings()).unwrap(),
+        settings.clone(),
+    )
+    .unwrap();
+    let mut full = batch(&mut single);
+    let teacher_settings = EngineSettings {
+        seed: 99,
+        optim: None,
+        ..engine_settings()
+    };
+    let mut teacher = Reference::new(
+        SingleEngine::<CausalLm>::new(teacher_settings.clone()).unwrap(),
+        4,
+        1.0,
+    )
+    .unwrap();
+    let want = teacher.compute_topk(&full, K).unwrap();
+    let mut mega_teacher = Reference::new(
+        megatron_engine_with(world, dims, false, false, teacher_settings),
+        4,
+        1.0,
+    )
+    .unwrap();
+    let got = mega_teacher.compute_topk(&full, K).unwrap();
+    let mask = full
+        .get("response_mask")
+        .unwrap()
+        .to_kind(Kind::Bool)
+        .unsqueeze(-1);
+    assert!(
+        got.ids
+            .masked_select(&mask)
+            .equal(&want.ids.masked_select(&mask)),
+        "{dims:?}: the teacher's top-k ids differ"
+    );
+    let d = ((&got.log_probs - &want.log_probs) * &mask)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(
+        d < 1e-5,
+        "{dims:?}: the teacher's top-k log-probs differ by {d}"
+    );
+    full.insert(TEACHER_TOPK_IDS, want.ids).unwrap();
+    full.insert(TEACHER_TOPK_LOG_PROBS, want.log_probs).unwrap();
+    let mut mega = Actor::new(megatron_engine(world, dims, false), settings).unwrap();
+    for step in 1..=3 {
+        let ms = single.update_policy(&full, step).unwrap();
+        let mm = mega.update_policy(&full, step).unwrap();
+        for key in [
+            "actor/grad_norm",
+            "actor/pg_loss",
+            "actor/distillation/loss",
+            "actor/distillation/loss_max",
+            "actor/distillation/overlap_ratio",
+            "actor/distillation/teacher_mass",
+        ] {
+            let (a, b) = (ms[key], mm[key]);
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                "{dims:?} step {step}: {key} {a} vs {b}"
+            );
+        }
+        assert!(ms["actor/distillation/loss"] > 0.0);
+    }
+    let d = max_param_diff(
+        &single.engine.per_tensor_params().unwrap(),
+        &mega.engine.per_tensor_params().unwrap(),
+    );
+    assert!(d < 1e-4, "{dims:?}: weights differ by {d}");
+}
+
+rank_test!(actor_topk_distillation_matches_single_engine, 2, |world| {
+    // Tensor, context (the ranks left over), then pipeline parallel 2.
+    for dims in [(2, 1, 1), (1, 1, 1), (1, 2, 1)] {
+        compare_topk_distillation(&world, dims);
+    }
+});

@@ -73,6 +73,7 @@ fn measure(engine: &mut MegatronEngine<CausalLm>) -> Held {
         temperature: 1.0,
         with_entropy: false,
         with_sum_pi_squared: false,
+        ..ForwardOptions::default()
     };
     let mut loss = |_: &Batch, out: runtime::rollout::LogProbOutput, _: &_| {
         Ok(MicroLoss {

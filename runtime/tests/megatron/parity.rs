@@ -10,6 +10,7 @@ use runtime::model::save::{SaveOptions, save_named};
 use runtime::optim::LossScaling;
 use runtime::optim::distrib::LayoutOptions;
 use runtime::rollout::TokenStats;
+use runtime::rollout::topk::TopK;
 use tch::{Device, Kind, Tensor};
 
 use crate::rank_test;
@@ -110,6 +111,7 @@ pub(crate) fn train_steps(
                     (0, LEN - 1),
                     1.0,
                     TokenStats::default(),
+                    (TopK::Off, None),
                 )?
                 .log_probs;
             let sum = masked_sum(&lp, b.attention_mask.as_ref().unwrap());

@@ -170,6 +170,7 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
             temperature: 1.0,
             with_entropy: false,
             with_sum_pi_squared: false,
+            ..ForwardOptions::default()
         };
         let mut lp = None;
         e.forward_backward(&b, &3.into(), &fwd, &mut |_, out, _| {

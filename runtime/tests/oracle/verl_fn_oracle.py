@@ -28,6 +28,9 @@ Writes
 - OUT/distillation_0_9.json: verl 0.9.1's on-policy distillation term (distillation_loss with
   the k1/abs/k2/k3 estimators, supervised and as a policy gradient, clamped or not) on seeded
   student, teacher and old log-probs: loss, gradient with respect to the student's, metrics;
+- OUT/distillation_topk_0_9.json: verl 0.9.1's top-k forward KL (its FSDP logits processor, then
+  distillation_loss) on seeded student logits and a teacher's top-k: loss, gradient with respect
+  to the logits, metrics, supervised and as a policy gradient, clamped or not;
 - OUT/rejection_0_9.json: verl 0.9.1's rejection sampling (its rollout_rs options, one and
   several, with their threshold forms) on seeded log-ratios: parsed bounds, new mask, metrics;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
@@ -415,17 +418,27 @@ def estimators_0_9(out):
                    "rollout_is_weights": is_w.tolist(), "grad_norm": 0.75, "cases": cases}, f)
 
 
-def distillation_0_9(out):
-    """verl 0.9.1's on-policy distillation term (trainer/distillation/losses.py's
-    distillation_loss with the single-sample estimators, run from the unpacked tree with
-    verl's own kl_penalty, agg_loss and compute_policy_loss_vanilla): loss, gradient with
-    respect to the student's log-probs, and metrics, per estimator, supervised and as a
-    policy gradient, with and without the max clamp, for several aggregations."""
+class Metric:
+    """verl's utils.metric.Metric, its value as a float."""
+
+    def __init__(self, aggregation, value):
+        self.value = float(value)
+
+
+class Config(dict):
+    """A dataclass config stand-in: fields read as attributes."""
+
+    def __getattr__(self, k):
+        return self[k]
+
+
+def distillation_namespace(root):
+    """The module namespace of trainer/distillation/losses.py (of the tree at root) with
+    verl's own agg_loss, kl_penalty and vanilla PPO loss; get_distillation_loss_fn is set by
+    the caller to the loss mode's function."""
     import enum
-    import types
 
     typing = __import__("typing")
-    root = newer_verl()
     core = core_algos_namespace(root)
     for name in ["agg_loss", "kl_penalty_forward", "kl_penalty", "compute_policy_loss_vanilla"]:
         verl_function("trainer/ppo/core_algos.py", name, core, root)
@@ -436,23 +449,33 @@ def distillation_0_9(out):
         MIN = "min"
         MAX = "max"
 
-    class Metric:
-        def __init__(self, aggregation, value):
-            self.value = float(value)
-
     ns = {"torch": torch, "Any": typing.Any, "Metric": Metric, "AggregationType": AggregationType,
           "kl_penalty": core["kl_penalty"], "agg_loss": core["agg_loss"],
           "no_padding_2_padding": lambda x, data: x,
           "get_policy_loss_fn": lambda mode: core["compute_policy_loss_vanilla"]}
+    verl_function("trainer/distillation/losses.py", "compute_distillation_loss_range", ns, root)
+    verl_function("trainer/distillation/losses.py", "distillation_loss", ns, root)
+    return ns
+
+
+def metric_values(metrics):
+    return {k: (v.value if isinstance(v, Metric) else float(v)) for k, v in metrics.items()}
+
+
+def distillation_0_9(out):
+    """verl 0.9.1's on-policy distillation term (trainer/distillation/losses.py's
+    distillation_loss with the single-sample estimators, run from the unpacked tree with
+    verl's own kl_penalty, agg_loss and compute_policy_loss_vanilla): loss, gradient with
+    respect to the student's log-probs, and metrics, per estimator, supervised and as a
+    policy gradient, with and without the max clamp, for several aggregations."""
+    import types
+
+    root = newer_verl()
+    ns = distillation_namespace(root)
     estimator = verl_function("trainer/distillation/losses.py",
                               "compute_distillation_loss_reverse_kl_estimator", ns, root)
     ns["get_distillation_loss_fn"] = lambda mode: estimator
-    verl_function("trainer/distillation/losses.py", "compute_distillation_loss_range", ns, root)
-    loss_fn = verl_function("trainer/distillation/losses.py", "distillation_loss", ns, root)
-
-    class Config(dict):
-        def __getattr__(self, k):
-            return self[k]
+    loss_fn = ns["distillation_loss"]
 
     gen = torch.Generator().manual_seed(33)
     rows, width = 5, 7
@@ -484,11 +507,81 @@ def distillation_0_9(out):
                     loss.backward()
                     cases.append({"mode": mode, "pg": use_pg, "clamp": clamp, "agg": agg_mode,
                                   "loss": loss.item(), "grad": x.grad.tolist(),
-                                  "metrics": {k: (v.value if isinstance(v, Metric) else float(v))
-                                              for k, v in metrics.items()}})
+                                  "metrics": metric_values(metrics)})
     with open(os.path.join(out, "distillation_0_9.json"), "w") as f:
         json.dump({"old_log_prob": old.tolist(), "log_prob": student.tolist(), "teacher_log_prob": teacher.tolist(),
                    "mask": mask.tolist(), "global": glob, "cases": cases}, f)
+
+
+def distillation_topk_0_9(out):
+    """verl 0.9.1's top-k forward KL (loss_mode forward_kl_topk): the FSDP logits processor
+    (trainer/distillation/fsdp/losses.py's compute_forward_kl_topk and kl_divergence) on seeded
+    student logits against a teacher's top-k (torch.topk of its log-softmax: how its vLLM
+    server ranks prompt log-probs), then losses.py's compute_forward_kl_topk and
+    distillation_loss: loss, gradient with respect to the student's logits, metrics;
+    supervised and as a policy gradient, with and without the log-prob and loss clamps."""
+    import types
+
+    root = newer_verl()
+    ns = distillation_namespace(root)
+    topk_fn = verl_function("trainer/distillation/losses.py", "compute_forward_kl_topk", ns, root)
+    ns["get_distillation_loss_fn"] = lambda mode: topk_fn
+    loss_fn = ns["distillation_loss"]
+    fsdp = {"torch": torch, "F": torch.nn.functional,
+            "get_ulysses_sequence_parallel_world_size": lambda: 1, "slice_input_tensor": None}
+    verl_function("trainer/distillation/fsdp/losses.py", "kl_divergence", fsdp, root)
+    processor = verl_function("trainer/distillation/fsdp/losses.py", "compute_forward_kl_topk", fsdp, root)
+
+    gen = torch.Generator().manual_seed(41)
+    rows, width, vocab, k = 4, 6, 23, 5
+    student = torch.randn(rows, width, vocab, generator=gen, dtype=torch.float64) * 2.0
+    teacher_logits = torch.randn(rows, width, vocab, generator=gen, dtype=torch.float64) * 3.0
+    teacher_lps, teacher_ids = torch.log_softmax(teacher_logits, -1).topk(k, dim=-1)
+    labels = torch.randint(vocab, (rows, width), generator=gen)
+    old = torch.log_softmax(student + torch.randn(rows, width, vocab, generator=gen,
+                                                  dtype=torch.float64) * 0.2, -1)
+    old = old.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    mask = torch.ones(rows, width, dtype=torch.float64)
+    for i, n in enumerate([6, 4, 1, 5]):
+        mask[i, n:] = 0
+    offsets = torch.arange(0, rows * width + 1, width)
+
+    def nested(x):
+        return torch.nested.nested_tensor_from_jagged(x.reshape(rows * width, k), offsets)
+
+    glob = {"dp_size": 2, "batch_num_tokens": 24, "global_batch_size": 6}
+    cases = []
+    for use_pg in [False, True]:
+        for lp_clamp in [None, -3.0]:
+            for agg_mode in ["token-mean", "seq-mean-token-sum"]:
+                max_clamp = 1.5 if lp_clamp is None else None
+                loss_cfg = Config(loss_mode="forward_kl_topk", topk=k, loss_max_clamp=max_clamp,
+                                  log_prob_min_clamp=lp_clamp, use_chunked_topk=False,
+                                  use_policy_gradient=use_pg, policy_loss_mode="vanilla",
+                                  clip_ratio=0.2, clip_ratio_low=0.15, clip_ratio_high=0.25,
+                                  global_batch_info={})
+                actor_cfg = types.SimpleNamespace(loss_agg_mode=agg_mode, global_batch_info={},
+                                                  loss_scale_factor=None)
+                dist_cfg = types.SimpleNamespace(distillation_loss=loss_cfg)
+                x = student.clone().requires_grad_(True)
+                outputs = processor(student_logits=x.reshape(1, rows * width, vocab),
+                                    teacher_topk_log_probs=nested(teacher_lps),
+                                    teacher_topk_ids=nested(teacher_ids), config=dist_cfg,
+                                    data_format="thd")
+                model_output = {name: v.reshape(rows, width) for name, v in outputs.items()}
+                model_output["log_probs"] = torch.log_softmax(x, -1).gather(
+                    -1, labels.unsqueeze(-1)).squeeze(-1)
+                data = {"response_mask": mask, "old_log_probs": old, **glob}
+                loss, metrics = loss_fn(actor_cfg, dist_cfg, model_output, data)
+                loss.backward()
+                cases.append({"pg": use_pg, "log_prob_min_clamp": lp_clamp, "loss_max_clamp": max_clamp,
+                              "agg": agg_mode, "loss": loss.item(), "grad": x.grad.tolist(),
+                              "metrics": metric_values(metrics)})
+    with open(os.path.join(out, "distillation_topk_0_9.json"), "w") as f:
+        json.dump({"student_logits": student.tolist(), "teacher_ids": teacher_ids.tolist(),
+                   "teacher_log_probs": teacher_lps.tolist(), "labels": labels.tolist(),
+                   "old_log_prob": old.tolist(), "mask": mask.tolist(), "global": glob,
+                   "topk": k, "cases": cases}, f)
 
 
 def rejection_0_9(out):
@@ -554,4 +647,5 @@ if __name__ == "__main__":
     policy_losses_0_9(sys.argv[1])
     estimators_0_9(sys.argv[1])
     distillation_0_9(sys.argv[1])
+    distillation_topk_0_9(sys.argv[1])
     rejection_0_9(sys.argv[1])

@@ -125,17 +125,26 @@ fn optimal_token_baseline_runs_with_its_variance_metrics() {
 }
 
 /// On-policy distillation alone (verl 0.9's `use_task_rewards: false`): a fresh tiny student
-/// learns from a wider teacher of the same vocabulary, in both of verl's forms. Supervised
-/// (`k3` reverse KL on the student's own samples, back-propagated through its log-probs) and as
-/// a policy gradient (`k1` as a negative reward, the examples' default): the distillation loss
-/// falls clearly over the run. The Megatron engine's teachers score as well.
+/// learns from a wider teacher of the same vocabulary, in verl's forms. Supervised (`k3`
+/// reverse KL on the student's own samples, back-propagated through its log-probs; the top-k
+/// forward KL against the teacher's 8 most likely tokens at each position) and as a policy
+/// gradient (`k1` as a negative reward, the examples' default): the distillation loss falls
+/// clearly over the run. The Megatron engine's teachers score as well.
 #[test]
 fn on_policy_distillation_pulls_the_student_to_its_teacher() {
     use verlc_spec::algo::KlKind;
-    use verlc_spec::trainer::DistillationLossSpec;
+    use verlc_spec::trainer::{DistillationLossSpec, DistillationMode};
 
-    for (estimator, use_policy_gradient) in [(KlKind::K3, false), (KlKind::K1, true)] {
-        let dir = scratch(&format!("distillation_{estimator:?}"));
+    let top_k = DistillationMode::ForwardKlTopk {
+        topk: 8,
+        log_prob_min_clamp: Some(-10.0),
+    };
+    for (name, mode, use_policy_gradient) in [
+        ("k3", DistillationMode::Estimator(KlKind::K3), false),
+        ("k1_pg", DistillationMode::Estimator(KlKind::K1), true),
+        ("topk", top_k, false),
+    ] {
+        let dir = scratch(&format!("distillation_{name}"));
         let steps = 20;
         let mut cfg = small_grpo(
             &dir,
@@ -152,7 +161,7 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
         with_teacher(
             &mut cfg,
             DistillationLossSpec {
-                estimator,
+                mode,
                 use_task_rewards: false,
                 coef: 1.0,
                 loss_max_clamp: Some(10.0),
@@ -162,21 +171,39 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
             },
         );
         let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
-        // The mean |d| per token: comparable across forms (k1's d has either sign).
-        let loss = series(&summary.history, "actor/distillation/abs_loss");
-        eprintln!("{estimator:?} pg={use_policy_gradient}: {loss:.3?}");
+        // The estimators' mean |d| per token (comparable across forms: k1's d has either
+        // sign); the top-k KL is never negative.
+        let metric = match mode {
+            DistillationMode::Estimator(_) => "actor/distillation/abs_loss",
+            DistillationMode::ForwardKlTopk { .. } => "actor/distillation/loss",
+        };
+        let loss = series(&summary.history, metric);
+        eprintln!("{mode:?} pg={use_policy_gradient}: {loss:.3?}");
         assert_eq!(loss.len(), steps as usize);
         let (first, last) = (mean(&loss[..3]), mean(&loss[loss.len() - 3..]));
         assert!(
             last < 0.7 * first,
-            "{estimator:?}: no clear fall: first 3 steps {first:.3}, last 3 {last:.3}"
+            "{mode:?}: no clear fall: first 3 steps {first:.3}, last 3 {last:.3}"
         );
         let keys = summary.history[0]
             .1
             .keys()
             .filter(|k| k.starts_with("actor/distillation/"));
-        let expected = if use_policy_gradient { 7 } else { 4 };
+        // abs_loss or the masses and overlap, loss_min/max, loss; the PG form's clip metrics.
+        let expected = match (mode, use_policy_gradient) {
+            (DistillationMode::ForwardKlTopk { .. }, _) => 11,
+            (_, true) => 7,
+            (_, false) => 4,
+        };
         assert_eq!(keys.count(), expected, "{:?}", summary.history[0].1.keys());
+        if let DistillationMode::ForwardKlTopk { .. } = mode {
+            // The student's top-k comes to hold more of the teacher's.
+            let overlap = series(&summary.history, "actor/distillation/overlap_ratio");
+            assert!(
+                mean(&overlap[overlap.len() - 3..]) > mean(&overlap[..3]),
+                "{overlap:.3?}"
+            );
+        }
     }
     // The Megatron engine scores with its teacher too (one process, a few steps).
     let dir = scratch("distillation_megatron");
@@ -195,7 +222,7 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
     with_teacher(
         &mut cfg,
         DistillationLossSpec {
-            estimator: KlKind::K3,
+            mode: top_k,
             use_task_rewards: true,
             coef: 0.5,
             loss_max_clamp: None,
@@ -209,6 +236,11 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
     let loss = series(&summary.history, "actor/distillation/loss");
     assert_eq!(loss.len(), 3);
     assert!(loss.iter().all(|v| v.is_finite() && *v > 0.0), "{loss:?}");
+    let mass = series(&summary.history, "actor/distillation/teacher_mass");
+    assert!(
+        mass.iter().all(|m| *m > 0.0 && *m <= 1.0 + 1e-6),
+        "{mass:?}"
+    );
 }
 
 /// On-policy distillation from a wider tiny teacher of the same vocabulary, on the actor's

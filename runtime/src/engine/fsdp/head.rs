@@ -5,7 +5,7 @@
 
 use tch::Tensor;
 
-use crate::engine::{Batch, EngineError, ForwardOptions, Head, Result, lengths};
+use crate::engine::{Batch, EngineError, ForwardOptions, Head, Result, lengths, topk_targets};
 use crate::model::{CausalLm, ValueModel};
 
 /// A head the FSDP engine can run segment by segment.
@@ -32,7 +32,8 @@ pub trait FsdpHead: Head {
             }
         }
         let labels = batch.get("input_ids")?.f_narrow(1, t - r, r)?;
-        let columns = self.token_columns(hidden, &labels, opts)?;
+        let targets = topk_targets(batch, opts)?;
+        let columns = self.token_columns(hidden, &labels, targets.as_ref(), opts)?;
         self.output_from_columns(&columns, opts)
     }
 }

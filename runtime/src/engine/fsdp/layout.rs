@@ -13,10 +13,12 @@
 use tch::Tensor;
 
 use crate::dist::ProcessGroup;
+use crate::engine::topk_targets;
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
 use crate::model::decoder::{Attention, DecoderLayer, Model};
 use crate::model::gated_deltanet::{GatedDeltaNet, HeadSlice, Projected};
 use crate::model::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
+use crate::rollout::topk::TopKTargets;
 
 use super::head::{self, FsdpHead};
 use super::{Batch, EngineError, ForwardOptions, FsdpError, Result};
@@ -181,18 +183,35 @@ impl LayerInputs {
             Layout::Padded { .. } => module.output_from_window(&hidden, mb, fwd),
             Layout::Packed { window, .. } => {
                 let labels = window.labels(mb.get("input_ids")?);
-                let columns = module.token_columns(&hidden, &labels, fwd)?;
+                let targets = packed_targets(mb, fwd, window)?;
+                let columns = module.token_columns(&hidden, &labels, targets.as_ref(), fwd)?;
                 module.output_from_columns(&window.unpack(&columns), fwd)
             }
             Layout::Ulysses { window, shard, .. } => {
                 let labels = window.labels(mb.get("input_ids")?);
                 let mine = hidden.f_index_select(1, &shard.local_window)?;
                 let my_labels = shard.my_labels(&labels)?;
-                let columns = module.token_columns(&mine, &my_labels, fwd)?;
+                let my_targets = match packed_targets(mb, fwd, window)? {
+                    Some(t) => Some(t.narrow(1, shard.mine.0, shard.mine.1)?),
+                    None => None,
+                };
+                let columns = module.token_columns(&mine, &my_labels, my_targets.as_ref(), fwd)?;
                 let all = shard.gather(&columns)?;
                 module.output_from_columns(&window.unpack(&all), fwd)
             }
         }
+    }
+}
+
+/// The teacher's top-k at the window's tokens `(1, M, K)`, when the forward needs them.
+fn packed_targets(
+    mb: &Batch,
+    fwd: &ForwardOptions,
+    window: &PackedWindow,
+) -> Result<Option<TopKTargets>> {
+    match topk_targets(mb, fwd)? {
+        Some(t) => Ok(Some(t.pack(&window.dest)?)),
+        None => Ok(None),
     }
 }
 
