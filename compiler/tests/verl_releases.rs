@@ -343,6 +343,33 @@ fn a_newer_release_lowers_for_a_build() {
         ),
         SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
     }
+    // What `verlc build` checks once the models are at hand: a k beyond the vocabulary of the
+    // student or a teacher (here the built-in tiny model's 38 tokens) is refused at `topk`.
+    let tiny = "'builtin://tiny?layers=2&hidden=32'";
+    for (k, refused) in [(38, false), (39, true)] {
+        let request = req(&[
+            "distillation.enabled=True",
+            &format!("actor_rollout_ref.model.path={tiny}"),
+            &format!("distillation.teacher_models.teacher_model.model_path={tiny}"),
+            "distillation.distillation_loss.loss_mode=forward_kl_topk",
+            &format!("distillation.distillation_loss.topk={k}"),
+        ]);
+        let SpecOutcome::Ok { spec, .. } = lower_request(&request) else {
+            panic!("topk={k} must lower");
+        };
+        let problems = verlc::plan::models::model_problems(&spec, &verlc_hub::HubEnv::from_env());
+        let keys: Vec<&str> = problems.iter().map(|p| p.key).collect();
+        if refused {
+            assert_eq!(keys, ["distillation.distillation_loss.topk"], "topk={k}");
+            assert!(
+                problems[0].message.contains("vocabulary of 38"),
+                "{}",
+                problems[0].message
+            );
+        } else {
+            assert!(keys.is_empty(), "topk={k}: {keys:?}");
+        }
+    }
     // k1 as a supervised loss and a top-k loss without k (verl raises for both) or below 1.
     assert_eq!(
         refused(&["distillation.distillation_loss.loss_mode=k1"]),

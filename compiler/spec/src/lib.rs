@@ -13,6 +13,7 @@
 
 pub mod algo;
 pub mod binding;
+pub mod builtin;
 pub mod data;
 pub mod dtype;
 pub mod names;

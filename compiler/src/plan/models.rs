@@ -178,6 +178,17 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
         });
     }
     if out.is_empty()
+        && let Some(why) = topk_problem(spec, env)
+    {
+        out.push(ModelProblem {
+            code: BUILD_UNSUPPORTED_SETTING,
+            key: "distillation.distillation_loss.topk",
+            message: why,
+            label: "top-k set here",
+            help: "set topk to at most the vocabulary size (verl's default is 32)",
+        });
+    }
+    if out.is_empty()
         && let Some(why) = reward_model_checkpoint(spec, env)
     {
         out.push(ModelProblem {
@@ -202,6 +213,32 @@ pub fn reward_model_checkpoint(spec: &TrainerSpec, env: &HubEnv) -> Option<Strin
         loc => loc.dir()?.to_path_buf(),
     };
     classifier_problem(&dir)
+}
+
+/// Why the top-k distillation loss cannot run: a `k` beyond the vocabulary of the student or a
+/// teacher (their `config.json`, when at hand; `builtin://` models' own size).
+fn topk_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
+    let verlc_spec::trainer::DistillationMode::ForwardKlTopk { topk, .. } =
+        spec.actor.update.distillation?.mode
+    else {
+        return None;
+    };
+    let teachers = spec.distillation.iter().flat_map(|d| &d.teachers);
+    let paths = std::iter::once(spec.actor.model_path.as_str())
+        .chain(teachers.map(|t| t.model_path.as_str()));
+    paths.into_iter().find_map(|path| {
+        let vocab = match locate(path, None, env).ok()? {
+            ModelLocation::Builtin => verlc_spec::builtin::tiny_vocab(path),
+            loc => {
+                let cfg = read_config(loc.dir()?).ok()?;
+                let cfg = cfg.get("text_config").unwrap_or(&cfg);
+                cfg.get("vocab_size").and_then(Value::as_i64)?
+            }
+        };
+        (topk > vocab).then(|| {
+            format!("the top-k loss compares each position's {topk} most likely tokens, but `{path}` has a vocabulary of {vocab}")
+        })
+    })
 }
 
 /// vLLM's CPU attention kernel serves heads of 32 or more only (a narrower head fails the

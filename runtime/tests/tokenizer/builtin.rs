@@ -7,6 +7,19 @@ use serde_json::Map;
 fn builtin_prompts_are_short_and_round_trip() {
     let tok = Tokenizer::from_pretrained("builtin://tiny").unwrap();
     assert_eq!(tok.vocab_size(), builtin::vocab_size());
+    // The compiler's copy of the size (it has no tokenizer), tools adding one token each.
+    assert_eq!(
+        builtin::vocab_size() as i64,
+        verlc_spec::builtin::tiny_vocab("builtin://tiny")
+    );
+    let with_tools = "builtin://tiny?tools=calc,lookup";
+    let uri = runtime::builtin_uri::BuiltinUri::parse(with_tools)
+        .expect("a builtin address")
+        .expect("well formed");
+    assert_eq!(
+        runtime::model::builtin::config(&uri).map(|m| m.vocab_size),
+        Ok(verlc_spec::builtin::tiny_vocab(with_tools))
+    );
     assert_eq!(tok.eos_token_ids, vec![builtin::EOS_ID]);
     assert_eq!(tok.pad_token_id, builtin::PAD_ID);
     let msgs = [Message::user("reverse 40213")];
