@@ -395,6 +395,51 @@ fn a_newer_release_lowers_for_a_build() {
         refused(&["+distillation.teacher_models.math.model_path=Qwen/Qwen3-8B"]),
         vec![Some("distillation.teacher_models.math.key".to_owned())]
     );
+    // Rollout correction runs as the release computes it: on 0.9's tree with 0.8's metrics,
+    // IcePop's `"lower_upper"` giving both bounds; on verlc's built-in (0.7) tree a number keeps
+    // 0.7's form, a string (a 0.8 value, V060's warning) runs as 0.8 does.
+    use verlc_spec::trainer::CorrectionForm;
+    let correction = |spec: &verlc_spec::TrainerSpec| {
+        let c = spec
+            .algorithm
+            .rollout_correction
+            .clone()
+            .expect("correction");
+        (c.is_threshold, c.is_threshold_lower, c.form)
+    };
+    let is = [
+        "algorithm.rollout_correction.rollout_is=token",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+    ];
+    for (threshold, want) in [
+        ("0.5_4.0", (4.0, Some(0.5), CorrectionForm::Verl08)),
+        ("3.0", (3.0, None, CorrectionForm::Verl08)),
+    ] {
+        let t = format!("algorithm.rollout_correction.rollout_is_threshold={threshold}");
+        match lower_request(&req(&[is[0], is[1], &t])) {
+            SpecOutcome::Ok { spec, .. } => assert_eq!(correction(&spec), want, "{threshold}"),
+            SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+        }
+    }
+    for (threshold, want) in [
+        ("2.5", (2.5, None, CorrectionForm::Verl07)),
+        ("'0.5_4.0'", (4.0, Some(0.5), CorrectionForm::Verl08)),
+    ] {
+        let request = LoadRequest {
+            config_file: Some(root().join("examples/quickstart.yaml")),
+            overrides: vec![
+                is[0].into(),
+                is[1].into(),
+                format!("algorithm.rollout_correction.rollout_is_threshold={threshold}"),
+            ],
+            cwd: root(),
+            ..LoadRequest::default()
+        };
+        match lower_request(&request) {
+            SpecOutcome::Ok { spec, .. } => assert_eq!(correction(&spec), want, "{threshold}"),
+            SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+        }
+    }
 }
 
 /// verl main's config tree (and its version file) at the fixture's ref, from a verl git mirror

@@ -777,8 +777,12 @@ pub struct GdpoSpec {
 pub struct RolloutCorrectionSpec {
     /// `rollout_is`: truncated importance weights per token or per sequence.
     pub is_level: Option<IsLevel>,
-    /// `rollout_is_threshold`.
+    /// `rollout_is_threshold`: the truncation bound, or IcePop's upper bound.
     pub is_threshold: f64,
+    /// IcePop's lower bound (`rollout_is_threshold: "lower_upper"`, verl 0.8+): weights outside
+    /// `[lower, upper]` are zeroed instead of truncated.
+    #[serde(default)]
+    pub is_threshold_lower: Option<f64>,
     /// `rollout_is_batch_normalize`.
     pub is_batch_normalize: bool,
     /// `rollout_rs` with its `[lower, upper]` bounds on the ratio.
@@ -789,6 +793,22 @@ pub struct RolloutCorrectionSpec {
     /// when it passes every one.
     #[serde(default)]
     pub criteria: Vec<RsCriterion>,
+    /// Which release's correction this is: its metrics (and whether the veto exists).
+    #[serde(default)]
+    pub form: CorrectionForm,
+}
+
+/// verl changed what rollout correction reports in 0.8.0: the importance-weight metrics are
+/// taken from the applied (truncated or IcePop) weights, their out-of-range fractions from the
+/// raw ones, with per-sequence statistics; the veto and its metrics are gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CorrectionForm {
+    /// verl 0.7's: metrics of the untruncated weights, veto metrics always.
+    #[default]
+    Verl07,
+    /// verl 0.8 and later.
+    Verl08,
 }
 
 /// One of verl 0.9's rejection options (`{token,seq_sum,seq_mean,seq_max}_{k1,k2,k3}`) with

@@ -107,14 +107,53 @@ pub enum BypassLossType {
     Reinforce,
 }
 
-/// A rejection-sampling threshold: a number, or a string spec such as `lower_upper` bounds.
+/// A bound on the importance ratio: a number, or a string spec such as `lower_upper` bounds
+/// (verl 0.8+; rejection sampling's per-option lists too).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
-pub enum RsThreshold {
+pub enum RatioThreshold {
     /// Upper bound on the importance ratio.
     Number(f64),
     /// Textual threshold specification.
     Text(String),
+}
+
+impl RatioThreshold {
+    /// verl 0.8's reading of `rollout_is_threshold` (`_parse_rollout_is_threshold`):
+    /// `(upper, lower)`, IcePop when a lower bound is given, or what verl raises.
+    // The negated comparisons also refuse NaN, which verl's checks let through; it has no use.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    pub fn importance_bounds(&self) -> Result<(f64, Option<f64>), String> {
+        let number = |s: &str| s.trim().parse::<f64>().ok();
+        let (upper, lower) = match self {
+            RatioThreshold::Number(x) => (*x, None),
+            RatioThreshold::Text(t) => {
+                let spec = t.trim();
+                if spec.is_empty() {
+                    return Err("rollout_is_threshold must not be an empty string".into());
+                }
+                let parsed = match spec.split_once('_') {
+                    Some((lo, hi)) => number(hi).zip(number(lo)).map(|(hi, lo)| (hi, Some(lo))),
+                    None => number(spec).map(|hi| (hi, None)),
+                };
+                parsed.ok_or_else(|| format!("Invalid rollout_is_threshold '{t}'"))?
+            }
+        };
+        if !(upper > 0.0) {
+            return Err(format!(
+                "rollout_is_threshold upper bound must be positive, got {upper}"
+            ));
+        }
+        match lower {
+            Some(lo) if !(lo > 0.0) => Err(format!(
+                "rollout_is_threshold lower bound must be positive, got {lo}"
+            )),
+            Some(lo) if lo > upper => Err(format!(
+                "rollout_is_threshold lower bound must be <= upper bound, got {lo} > {upper}"
+            )),
+            _ => Ok((upper, lower)),
+        }
+    }
 }
 
 /// Correction for the mismatch between the rollout engine's and the trainer's
@@ -124,14 +163,14 @@ pub enum RsThreshold {
 pub struct RolloutCorrectionConfig {
     /// Importance-weight granularity; null disables importance weighting.
     pub rollout_is: Option<RolloutIsLevel>,
-    /// Upper truncation of the importance weights.
-    #[schemars(extend("exclusiveMinimum" = 0))]
-    pub rollout_is_threshold: f64,
+    /// Upper truncation of the importance weights; since verl 0.8 also `"lower_upper"`
+    /// (IcePop: weights outside the bounds are zeroed).
+    pub rollout_is_threshold: RatioThreshold,
     /// Rejection-sampling level (`token`, `sequence`, `geometric`, or a comma list of
     /// estimator options); null disables rejection sampling.
     pub rollout_rs: Option<String>,
     /// Upper rejection bound; null reuses `rollout_is_threshold`.
-    pub rollout_rs_threshold: Option<RsThreshold>,
+    pub rollout_rs_threshold: Option<RatioThreshold>,
     /// Lower rejection bound; null uses the reciprocal of the upper bound.
     pub rollout_rs_threshold_lower: Option<f64>,
     /// Reject a whole sequence when any token's ratio falls below this; null disables.

@@ -8,7 +8,7 @@ use verlc_spec::algo::KlKind;
 use verlc_spec::trainer::{RsAggregate, RsCriterion};
 
 use super::spec::Lowering;
-use crate::config::algorithm::RsThreshold;
+use crate::config::algorithm::RatioThreshold;
 use crate::load::interp::py_float;
 
 const KEY: &str = "algorithm.rollout_correction.rollout_rs";
@@ -35,7 +35,7 @@ fn option(name: &str) -> Option<(RsAggregate, KlKind)> {
 
 pub(super) fn criteria(
     options: &str,
-    threshold: Option<&RsThreshold>,
+    threshold: Option<&RatioThreshold>,
     l: &mut Lowering,
 ) -> Option<Vec<RsCriterion>> {
     let mut names: Vec<&str> = Vec::new();
@@ -70,8 +70,8 @@ pub(super) fn criteria(
             return None;
         }
         // verl splits `str(x)` of a number.
-        Some(RsThreshold::Number(x)) => vec![py_float(*x)],
-        Some(RsThreshold::Text(t)) => t
+        Some(RatioThreshold::Number(x)) => vec![py_float(*x)],
+        Some(RatioThreshold::Text(t)) => t
             .split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())

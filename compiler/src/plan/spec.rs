@@ -26,11 +26,11 @@ use crate::config::{
     OneOrMany, OptimConfig, PfPpoReweightMethod, PolicyLossMode, ResumeMode, RolloutName,
     SamplingConfig, Strategy, TorchDtype, Truncation, VerlConfig,
 };
-use crate::config::{BypassLossType, RolloutIsLevel, RsThreshold};
+use crate::config::{BypassLossType, RatioThreshold, RolloutIsLevel};
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
 use verlc_spec::trainer::{
-    BypassLoss, BypassSpec, IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel,
+    BypassLoss, BypassSpec, CorrectionForm, IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel,
 };
 
 use super::Binding;
@@ -682,7 +682,7 @@ fn correction_settings(cfg: &VerlConfig, l: &mut Lowering) -> Option<RolloutCorr
                 }
             };
             let upper = match &rc.rollout_rs_threshold {
-                Some(RsThreshold::Number(x)) if *x > 0.0 => *x,
+                Some(RatioThreshold::Number(x)) if *x > 0.0 => *x,
                 Some(other) => {
                     l.unsupported(
                         &key("rollout_rs_threshold"),
@@ -707,16 +707,49 @@ fn correction_settings(cfg: &VerlConfig, l: &mut Lowering) -> Option<RolloutCorr
             })
         }
     };
+    // verl 0.8 dropped the veto from the tree along with 0.7's metrics; a string threshold
+    // (IcePop's bounds among them) exists only since then.
+    let newer_tree = l
+        .root
+        .get_path(&[
+            "algorithm",
+            "rollout_correction",
+            "rollout_token_veto_threshold",
+        ])
+        .is_none();
+    let form = if newer_tree || matches!(rc.rollout_is_threshold, RatioThreshold::Text(_)) {
+        CorrectionForm::Verl08
+    } else {
+        CorrectionForm::Verl07
+    };
+    let (is_threshold, is_threshold_lower) = if rc.rollout_is.is_some() {
+        match rc.rollout_is_threshold.importance_bounds() {
+            Ok(bounds) => bounds,
+            Err(why) => {
+                l.unsupported(
+                    &key("rollout_is_threshold"),
+                    format!("{why} (verl raises)"),
+                    "give the truncation bound (e.g. 2.0), or IcePop's bounds lower first (e.g. \"0.5_4.0\")",
+                );
+                return None;
+            }
+        }
+    } else {
+        // Read by nothing without importance weights.
+        (2.0, None)
+    };
     Some(RolloutCorrectionSpec {
         is_level: rc.rollout_is.map(|l| match l {
             RolloutIsLevel::Token => IsLevel::Token,
             RolloutIsLevel::Sequence => IsLevel::Sequence,
         }),
-        is_threshold: rc.rollout_is_threshold,
+        is_threshold,
+        is_threshold_lower,
         is_batch_normalize: rc.rollout_is_batch_normalize,
         rejection,
         veto_threshold: rc.rollout_token_veto_threshold,
         criteria,
+        form,
     })
 }
 

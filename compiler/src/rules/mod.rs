@@ -453,6 +453,12 @@ pub static RULES: &[Rule] = &[
         "a key verl moved or dropped after 0.7.0 is set on a newer release's tree"
     ),
     rule!(
+        "V060",
+        "ImportanceThresholdInvalid",
+        algorithm::importance_threshold_invalid,
+        "rollout_correction.rollout_is_threshold is not a positive bound (or IcePop's lower_upper)"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

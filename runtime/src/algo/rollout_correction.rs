@@ -1,11 +1,12 @@
-//! Rollout correction in verl 0.7.0's decoupled mode (`algorithm.rollout_correction`,
+//! Rollout correction in verl's decoupled mode (`algorithm.rollout_correction`,
 //! `compute_rollout_correction_and_rejection_mask`): the rollout engine's log-probs differ from
 //! the trainer's (another kernel, another precision), so with `log_ratio = old − rollout`:
 //!
 //! - importance weights (`rollout_is`): `exp(clamp(log_ratio, ±20))` per token, or per
 //!   sequence of the summed log-ratio, zero outside the response, truncated at
-//!   `rollout_is_threshold` and optionally divided by their masked mean (`batch_normalize`);
-//!   the actor's policy loss multiplies by them;
+//!   `rollout_is_threshold` (or, verl 0.8+'s IcePop, zeroed outside `"lower_upper"`) and
+//!   optionally divided by their masked mean (`batch_normalize`); the actor's policy loss
+//!   multiplies by them;
 //! - rejection (`rollout_rs`): tokens (or whole sequences, by the product or the geometric mean
 //!   of their ratios) whose ratio leaves `[lower, upper]` leave the response mask;
 //! - veto (`rollout_token_veto_threshold`): a sequence with any token ratio below the threshold
@@ -14,15 +15,20 @@
 //! In bypass mode ([`bypass_policy_loss`]) the same correction runs per micro-batch between the
 //! current policy and the rollout's, inside verl's `bypass_mode` policy loss.
 //!
-//! The metrics are verl's batch-level ones (`rollout_corr/…`): the weights' mean, max, min, std,
-//! effective sample size and out-of-range fractions before truncation, the rejected token and
-//! sequence fractions, the veto fractions (not verl's per-sequence `rollout_is_seq_*`, its
-//! rejection ratio statistics or its off-policy KL/perplexity diagnostics).
+//! The metrics are verl's (`rollout_corr/…`), as the release computes them
+//! ([`CorrectionForm`]): 0.7's weights' mean, max, min, std, effective sample size and
+//! out-of-range fractions before truncation, the rejected token and sequence fractions, the
+//! veto fractions (not its per-sequence `rollout_is_seq_*`); 0.8+'s every importance-weight
+//! metric (the applied weights' statistics, the raw weights' out-of-range fractions, the
+//! per-sequence `rollout_is_seq_*`, IcePop's `rollout_is_oob_ratio`). Neither release's
+//! off-policy KL/perplexity diagnostics.
 
 use std::collections::BTreeMap;
 
 use tch::{Kind, Tensor};
-use verlc_spec::trainer::{BypassLoss, BypassSpec, IsLevel, RolloutCorrectionSpec, RsLevel};
+use verlc_spec::trainer::{
+    BypassLoss, BypassSpec, CorrectionForm, IsLevel, RolloutCorrectionSpec, RsLevel,
+};
 
 use super::masked::{masked_mean, masked_mean_dim, masked_sum_dim};
 use super::{
@@ -131,6 +137,101 @@ fn is_metrics(
     Ok(out)
 }
 
+/// verl 0.8+'s `compute_is_metrics`: statistics of the applied weights `w` (truncated, or
+/// IcePop's zeroed), out-of-range fractions of the raw weights `raw` (the lower bound IcePop's,
+/// else `1 / upper`), std and effective sample size of `w` clamped to `[0, upper]`, and the
+/// per-sequence means' statistics.
+fn is_metrics_0_8(
+    (w, raw): (&Tensor, &Tensor),
+    log_ratio: &Tensor,
+    mask: &Tensor,
+    level: IsLevel,
+    (upper, lower): (f64, Option<f64>),
+) -> Result<Vec<(&'static str, f64)>, AlgoError> {
+    let lower = lower.unwrap_or(1.0 / upper);
+    let frac = |t: Tensor| -> Result<f64, AlgoError> {
+        item(&masked_mean(&t.f_to_kind(Kind::Float)?, mask)?)
+    };
+    let share = |t: Tensor| -> Result<f64, AlgoError> {
+        item(&t.f_to_kind(Kind::Float)?.f_mean(Kind::Float)?)
+    };
+    let mut out = Vec::new();
+    match level {
+        IsLevel::Sequence => {
+            let seq = masked_sum_dim(log_ratio, mask, -1)?;
+            out.push((
+                "rollout_is_max",
+                item(&seq.f_max()?.f_clamp_max(SAFETY_BOUND)?.f_exp()?)?,
+            ));
+            out.push(("rollout_is_min", item(&seq.f_min()?.f_exp()?)?));
+            out.push(("rollout_is_mean", item(&masked_mean(w, mask)?)?));
+            out.push((
+                "rollout_is_ratio_fraction_high",
+                share(seq.f_gt(upper.ln())?)?,
+            ));
+            out.push((
+                "rollout_is_ratio_fraction_low",
+                share(seq.f_lt(lower.ln())?)?,
+            ));
+        }
+        IsLevel::Token => {
+            out.push(("rollout_is_mean", item(&masked_mean(w, mask)?)?));
+            out.push(("rollout_is_ratio_fraction_high", frac(raw.f_gt(upper)?)?));
+            out.push(("rollout_is_ratio_fraction_low", frac(raw.f_lt(lower)?)?));
+            let valid = mask.f_gt(0.0)?;
+            out.push((
+                "rollout_is_max",
+                item(&w.f_masked_select(&valid)?.f_max()?)?,
+            ));
+            out.push((
+                "rollout_is_min",
+                item(&w.f_masked_select(&valid)?.f_min()?)?,
+            ));
+        }
+    }
+    let clamped = w.f_clamp(0.0, upper)?;
+    let mean = masked_mean(&clamped, mask)?;
+    let std = if item(&mask.f_sum(Kind::Float)?)? > 1.0 {
+        let var = item(&masked_mean(&clamped.f_square()?, mask)?)? - item(&mean)?.powi(2);
+        var.max(0.0).sqrt()
+    } else {
+        0.0
+    };
+    out.push(("rollout_is_std", std));
+    let normalized = clamped.f_div(&mean.f_add_scalar(1e-8)?)?;
+    out.push((
+        "rollout_is_eff_sample_size",
+        1.0 / item(&masked_mean(&normalized.f_square()?, mask)?)?,
+    ));
+    let seq_mean = masked_mean_dim(w, mask, -1)?;
+    let rows = seq_mean.numel();
+    out.push(("rollout_is_seq_mean", item(&seq_mean.f_mean(Kind::Float)?)?));
+    out.push((
+        "rollout_is_seq_std",
+        if rows > 1 {
+            item(&seq_mean.f_std(true)?)?
+        } else {
+            0.0
+        },
+    ));
+    out.push(("rollout_is_seq_max", item(&seq_mean.f_max()?)?));
+    out.push(("rollout_is_seq_min", item(&seq_mean.f_min()?)?));
+    out.push((
+        "rollout_is_seq_max_deviation",
+        item(&seq_mean.f_sub_scalar(1.0)?.f_abs()?.f_max()?)?,
+    ));
+    let raw_seq_mean = masked_mean_dim(raw, mask, -1)?;
+    out.push((
+        "rollout_is_seq_fraction_high",
+        share(raw_seq_mean.f_gt(upper)?)?,
+    ));
+    out.push((
+        "rollout_is_seq_fraction_low",
+        share(raw_seq_mean.f_lt(lower)?)?,
+    ));
+    Ok(out)
+}
+
 /// Applies `spec` to a batch's `old_log_probs`, `rollout_log_probs` and `response_mask`.
 pub fn rollout_correction(
     old_log_prob: &Tensor,
@@ -156,11 +257,36 @@ pub fn rollout_correction(
         None => None,
         Some(level) => {
             let per_sequence = (level == IsLevel::Sequence).then_some(false);
-            let w = ratio_weights(&log_ratio, &mask, per_sequence)?.f_mul(&mask)?;
-            for (k, v) in is_metrics(&w, &log_ratio, &mask, level, spec.is_threshold)? {
+            let raw = ratio_weights(&log_ratio, &mask, per_sequence)?.f_mul(&mask)?;
+            let upper = spec.is_threshold;
+            let mut w = match spec.is_threshold_lower {
+                None => raw.f_clamp_max(upper)?,
+                // IcePop: weights outside the bounds drop to zero.
+                Some(lower) => {
+                    let kept = raw.f_ge(lower)?.f_logical_and(&raw.f_le(upper)?)?;
+                    raw.f_where_self(&kept, &raw.f_zeros_like()?)?
+                }
+            };
+            let metrics = match spec.form {
+                CorrectionForm::Verl07 => is_metrics(&raw, &log_ratio, &mask, level, upper)?,
+                CorrectionForm::Verl08 => is_metrics_0_8(
+                    (&w, &raw),
+                    &log_ratio,
+                    &mask,
+                    level,
+                    (upper, spec.is_threshold_lower),
+                )?,
+            };
+            for (k, v) in metrics {
                 put(k, v);
             }
-            let mut w = w.f_clamp_max(spec.is_threshold)?;
+            if let Some(lower) = spec.is_threshold_lower {
+                let out = raw.f_lt(lower)?.f_logical_or(&raw.f_gt(upper)?)?;
+                put(
+                    "rollout_is_oob_ratio",
+                    item(&masked_mean(&out.f_to_kind(Kind::Float)?, &mask)?)?,
+                );
+            }
             if spec.is_batch_normalize {
                 let mean = match level {
                     IsLevel::Token => item(&masked_mean(&w, &mask)?)?,
@@ -236,6 +362,8 @@ pub fn rollout_correction(
             );
             new_mask = new_mask.f_mul(&any.f_logical_not()?.f_to_kind(Kind::Float)?)?;
         }
+        // verl 0.8 dropped the veto, and its metrics with it.
+        None if spec.form == CorrectionForm::Verl08 => {}
         None => {
             put("rollout_is_veto_fraction", 0.0);
             put("rollout_is_catastrophic_token_fraction", 0.0);

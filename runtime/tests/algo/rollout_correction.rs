@@ -1,11 +1,16 @@
 //! Rollout correction (decoupled mode) equals verl 0.7.0's own
 //! `compute_rollout_correction_and_rejection_mask` (run from the installed source by
 //! verl_fn_oracle.py): importance weights (token, sequence, batch-normalised), rejection masks
-//! (token, sequence, geometric, explicit lower bound), the veto, and every metric verlc logs.
+//! (token, sequence, geometric, explicit lower bound), the veto, and every metric verlc logs;
+//! and verl 0.9.1's, with IcePop's bounds and 0.8's metrics.
 
 use runtime::algo::rollout_correction::rollout_correction;
+use serde_json::json;
 use tch::Kind;
-use verlc_spec::trainer::{IsLevel, RejectionSpec, RolloutCorrectionSpec, RsLevel};
+use verlc_spec::trainer::{
+    CorrectionForm, IsLevel, RejectionSpec, RolloutCorrectionSpec, RsAggregate, RsCriterion,
+    RsLevel,
+};
 
 use crate::support::json_matrix as tensor;
 
@@ -37,8 +42,83 @@ fn spec(cfg: &serde_json::Value) -> RolloutCorrectionSpec {
                 lower: f("rollout_rs_threshold_lower").unwrap_or(1.0 / upper),
             }
         }),
+        is_threshold_lower: None,
         veto_threshold: f("rollout_token_veto_threshold"),
         criteria: Vec::new(),
+        form: CorrectionForm::Verl07,
+    }
+}
+
+/// The spec of a verl 0.9 oracle case: the threshold as a number or a string (`"lower_upper"`:
+/// IcePop), and the one rejection option the cases use.
+fn spec_0_9(cfg: &serde_json::Value) -> RolloutCorrectionSpec {
+    let mut s = spec(&json!({
+        "rollout_is": cfg["rollout_is"],
+        "rollout_is_batch_normalize": cfg.get("rollout_is_batch_normalize"),
+    }));
+    let (upper, lower) = match &cfg["rollout_is_threshold"] {
+        serde_json::Value::String(t) => match t.split_once('_') {
+            Some((lo, hi)) => (hi.parse().unwrap(), Some(lo.parse().unwrap())),
+            None => (t.parse().unwrap(), None),
+        },
+        v => (v.as_f64().unwrap(), None),
+    };
+    s.is_threshold = upper;
+    s.is_threshold_lower = lower;
+    s.form = CorrectionForm::Verl08;
+    if let Some(option) = cfg.get("rollout_rs").and_then(serde_json::Value::as_str) {
+        assert_eq!(
+            (option, &cfg["rollout_rs_threshold"]),
+            ("token_k1", &json!("0.3_3.0"))
+        );
+        s.criteria = vec![RsCriterion {
+            name: option.into(),
+            aggregate: RsAggregate::Token,
+            estimator: verlc_spec::algo::KlKind::K1,
+            lower: Some(0.3),
+            upper: 3.0,
+        }];
+    }
+    s
+}
+
+/// Rollout correction as verl 0.9.1 computes it (its own function run from the unpacked tree):
+/// truncated weights from a number and a numeric string, IcePop's zeroed weights from
+/// `"lower_upper"`, per token and per sequence, batch-normalised, with a rejection option
+/// beside; weights and mask, and exactly verl's metrics (0.8's: the applied weights'
+/// statistics, the raw weights' fractions, `rollout_is_seq_*`, `rollout_is_oob_ratio`, no
+/// veto).
+#[test]
+fn rollout_correction_is_verl_0_9s() {
+    let o = crate::oracle::verl_functions("rollout_corr_0_9");
+    let (old, rollout, mask) = (tensor(&o["old"]), tensor(&o["rollout"]), tensor(&o["mask"]));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * (1.0 + b.abs());
+    let cases = o["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 7);
+    for case in cases {
+        let cfg = &case["config"];
+        let c = rollout_correction(&old, &rollout, &mask.to_kind(Kind::Float), &spec_0_9(cfg))
+            .expect("correction");
+        let w = c.weights.as_ref().expect("weights");
+        let d = (w.to_kind(Kind::Double) - tensor(&case["weights"]))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(d < 1e-5, "{cfg}: weights differ by {d}");
+        let d = (c.response_mask.to_kind(Kind::Double) - tensor(&case["mask"]))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert_eq!(d, 0.0, "{cfg}: masks differ");
+        let theirs = case["metrics"].as_object().expect("metrics");
+        let ours: Vec<&String> = c.metrics.keys().collect();
+        let mut want: Vec<&String> = theirs.keys().collect();
+        want.sort();
+        assert_eq!(ours, want, "{cfg}: metric names");
+        for (k, v) in &c.metrics {
+            let t = theirs[k].as_f64().unwrap();
+            assert!(close(*v, t), "{cfg}: {k} = {v}, verl {t}");
+        }
     }
 }
 

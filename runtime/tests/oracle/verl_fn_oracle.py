@@ -33,6 +33,9 @@ Writes
   to the logits, metrics, supervised and as a policy gradient, clamped or not;
 - OUT/rejection_0_9.json: verl 0.9.1's rejection sampling (its rollout_rs options, one and
   several, with their threshold forms) on seeded log-ratios: parsed bounds, new mask, metrics;
+- OUT/rollout_corr_0_9.json: verl 0.9.1's rollout correction (truncated and IcePop importance
+  weights per token and per sequence, with a rejection option) on seeded log-probs: weights,
+  mask, metrics;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -584,11 +587,10 @@ def distillation_topk_0_9(out):
                    "topk": k, "cases": cases}, f)
 
 
-def rejection_0_9(out):
-    """verl 0.9.1's rejection sampling (trainer/ppo/rollout_corr_helper.py's
-    compute_rollout_rejection_mask with its threshold parser and compute_rs_metrics, run from
-    the unpacked tree) on seeded log-ratios with outliers and a row without valid tokens: for
-    each option list, the parsed bounds, the new mask and every metric."""
+def correction_namespace_0_9():
+    """trainer/ppo/rollout_corr_helper.py of verl 0.9.1's tree: its constants, threshold
+    parsers, importance-weight and rejection functions and the combined entry point, with
+    that tree's masked helpers (the off-policy diagnostics left out: verlc does not log them)."""
     import math
     import types
 
@@ -604,11 +606,67 @@ def rejection_0_9(out):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         if any(isinstance(t, ast.Name) and t.id in wanted for t in targets):
             exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), {"torch": torch}, consts)
+    proto = types.SimpleNamespace(from_dict=lambda tensors: types.SimpleNamespace(batch=tensors))
     ns = {"torch": torch, "math": math, "Optional": typing.Optional, "Any": typing.Any,
-          "verl_F": types.SimpleNamespace(**vf), **consts}
-    parse = verl_function("trainer/ppo/rollout_corr_helper.py", "_parse_rollout_rs_thresholds", ns, root)
-    verl_function("trainer/ppo/rollout_corr_helper.py", "compute_rs_metrics", ns, root)
-    reject = verl_function("trainer/ppo/rollout_corr_helper.py", "compute_rollout_rejection_mask", ns, root)
+          "verl_F": types.SimpleNamespace(**vf), "DataProto": proto,
+          "compute_offpolicy_metrics": lambda **kw: {}, **consts}
+    for name in ["_parse_rollout_rs_thresholds", "compute_rs_metrics", "compute_rollout_rejection_mask",
+                 "_parse_rollout_is_threshold", "compute_is_metrics", "compute_rollout_correction_weights",
+                 "compute_rollout_correction_and_rejection_mask"]:
+        verl_function("trainer/ppo/rollout_corr_helper.py", name, ns, root)
+    return ns
+
+
+def rollout_corr_0_9(out):
+    """verl 0.9.1's rollout correction (compute_rollout_correction_and_rejection_mask, run from
+    the unpacked tree) on the 0.7 oracle's seeded log-probs: truncated (number and numeric
+    string) and IcePop importance weights per token and per sequence, batch-normalised or not,
+    with a 0.9 rejection option beside them: weights, mask and every metric."""
+    fn = correction_namespace_0_9()["compute_rollout_correction_and_rejection_mask"]
+    gen = torch.Generator().manual_seed(3)
+    rows, width = 10, 7
+    rollout = -torch.rand(rows, width, generator=gen, dtype=torch.float64) * 3
+    old = rollout + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.3
+    old[2, 1] = rollout[2, 1] - 6.0  # far below IcePop's lower bound
+    old[5, 3] = rollout[5, 3] + 2.5  # far above the upper
+    mask = torch.ones(rows, width, dtype=torch.float64)
+    for i in range(rows):
+        mask[i, 2 + (i % 5):] = 0
+    configs = [
+        {"rollout_is": "token", "rollout_is_threshold": 2.0},
+        {"rollout_is": "token", "rollout_is_threshold": "1.5"},
+        {"rollout_is": "token", "rollout_is_threshold": "0.8_1.25"},
+        {"rollout_is": "token", "rollout_is_threshold": "0.5_2.0", "rollout_is_batch_normalize": True},
+        {"rollout_is": "sequence", "rollout_is_threshold": 3.0, "rollout_is_batch_normalize": True},
+        {"rollout_is": "sequence", "rollout_is_threshold": "0.6_1.8"},
+        {"rollout_is": "token", "rollout_is_threshold": "0.5_4.0", "rollout_rs": "token_k1",
+         "rollout_rs_threshold": "0.3_3.0"},
+    ]
+    cases = []
+    for cfg in configs:
+        kw = {"rollout_is": None, "rollout_rs": None, "rollout_rs_threshold": None, **cfg}
+        weights, new_mask, metrics = fn(old_log_prob=old, rollout_log_prob=rollout, response_mask=mask, **kw)
+        cases.append({
+            "config": cfg,
+            "weights": None if weights is None else weights.batch["rollout_is_weights"].tolist(),
+            "mask": new_mask.tolist(),
+            "metrics": {k: float(v) for k, v in metrics.items()},
+        })
+    with open(os.path.join(out, "rollout_corr_0_9.json"), "w") as f:
+        json.dump({"old": old.tolist(), "rollout": rollout.tolist(), "mask": mask.tolist(), "cases": cases}, f)
+
+
+def rejection_0_9(out):
+    """verl 0.9.1's rejection sampling (trainer/ppo/rollout_corr_helper.py's
+    compute_rollout_rejection_mask with its threshold parser and compute_rs_metrics, run from
+    the unpacked tree) on seeded log-ratios with outliers and a row without valid tokens: for
+    each option list, the parsed bounds, the new mask and every metric."""
+    import math
+    import types
+
+    ns = correction_namespace_0_9()
+    parse = ns["_parse_rollout_rs_thresholds"]
+    reject = ns["compute_rollout_rejection_mask"]
 
     gen = torch.Generator().manual_seed(17)
     rows, width = 6, 9
@@ -649,3 +707,4 @@ if __name__ == "__main__":
     distillation_0_9(sys.argv[1])
     distillation_topk_0_9(sys.argv[1])
     rejection_0_9(sys.argv[1])
+    rollout_corr_0_9(sys.argv[1])

@@ -446,6 +446,33 @@ fn rollout_correction_runs_in_the_trainer() {
         "{last:?}"
     );
     assert!(last.get("actor/pg_loss").is_some_and(|m| m.is_finite()));
+
+    // IcePop (verl 0.8+'s `"lower_upper"`): weights outside the band are zeroed, verl 0.8's
+    // metrics (its out-of-band ratio and per-sequence statistics) are logged, 0.7's veto's not.
+    let spec = crate::support::small_grpo(
+        &dir.join("icepop"),
+        2,
+        &[
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is_threshold='0.9_1.1'",
+        ],
+    );
+    let c = spec
+        .algorithm
+        .rollout_correction
+        .as_ref()
+        .expect("correction");
+    assert_eq!((c.is_threshold, c.is_threshold_lower), (1.1, Some(0.9)));
+    let summary = runtime::trainer::run(&spec, &crate::support::quiet()).expect("IcePop run");
+    let last = &summary.history.last().expect("a step").1;
+    assert!(
+        last.get("rollout_corr/rollout_is_oob_ratio")
+            .is_some_and(|r| (0.0..0.5).contains(r)),
+        "{last:?}"
+    );
+    assert!(last.contains_key("rollout_corr/rollout_is_seq_mean"));
+    assert!(!last.contains_key("rollout_corr/rollout_is_veto_fraction"));
 }
 
 /// `model.override_config` reaches the model before it is built, and a value the model cannot

@@ -6,6 +6,7 @@ pub(crate) mod filter_groups_metric_unavailable;
 pub(crate) mod gae_without_critic;
 pub(crate) mod gdpo_reward_keys_invalid;
 pub(crate) mod group_baseline_with_single_response;
+pub(crate) mod importance_threshold_invalid;
 pub(crate) mod optimal_baseline_without_sum_pi_squared;
 pub(crate) mod pass_at_k_with_single_response;
 pub(crate) mod rejection_sampling_option_unknown;

@@ -21,7 +21,7 @@
 //! ## Fix
 //! Give a threshold, e.g. `rollout_rs_threshold: 2.0`.
 
-use crate::config::RsThreshold;
+use crate::config::RatioThreshold;
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
 
@@ -48,17 +48,17 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     }
     let problem = match &rc.rollout_rs_threshold {
         None => Some("rejection sampling is on but `rollout_rs_threshold` is null".to_owned()),
-        Some(RsThreshold::Number(x)) if *x <= 0.0 => {
+        Some(RatioThreshold::Number(x)) if *x <= 0.0 => {
             Some(format!("`rollout_rs_threshold` must be positive, got {x}"))
         }
-        Some(RsThreshold::Number(_)) => None,
-        Some(RsThreshold::Text(t)) if level => match t.trim().parse::<f64>() {
+        Some(RatioThreshold::Number(_)) => None,
+        Some(RatioThreshold::Text(t)) if level => match t.trim().parse::<f64>() {
             Ok(x) if x > 0.0 => None,
             _ => Some(format!(
                 "`rollout_rs_threshold` must be a positive number for rollout_rs `{rs}`, got `{t}`"
             )),
         },
-        Some(RsThreshold::Text(t)) => text_problem(t, &options),
+        Some(RatioThreshold::Text(t)) => text_problem(t, &options),
     };
     let Some(message) = problem else { return };
     out.push(
