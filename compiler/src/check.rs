@@ -96,7 +96,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             defaults(),
         )
     {
-        diagnostics.push(note);
+        diagnostics.extend(note);
         unmodelled = keys;
         // verl's own tree as the user's config groups select it (`model_engine=megatron`
         // swaps whole sections): what the user did not write is not theirs.
@@ -514,10 +514,13 @@ fn group_choices(req: &LoadRequest) -> Vec<String> {
         .collect()
 }
 
-/// For a tree of a verl release verlc does not model: the schema findings about verl's own
-/// files (not the user's config file, not an override), and keys the release dropped, are
-/// taken out of `schema_diags`; `tree` (the check's copy) gets verlc's defaults in their
-/// place, and one `S007` warning lists them. Keys the user writes are still checked.
+/// For a tree of a verl release verlc does not model key by key: the schema findings about
+/// verl's own files (not the user's config file, not an override), and keys the release
+/// dropped, are taken out of `schema_diags`; `tree` (the check's copy) gets verlc's defaults
+/// in their place. Those keys' values (verl's and the user's) are then checked against the
+/// release's leaf table ([`crate::load::release_table`]: type errors go back into
+/// `schema_diags`); keys no table holds pass through, listed by one `S007` warning. Returns
+/// the warning (none when the table holds every key) and all the keys taken out.
 fn pass_through_unmodelled(
     req: &LoadRequest,
     version: &str,
@@ -525,7 +528,7 @@ fn pass_through_unmodelled(
     tree: &mut Node,
     sources: &crate::source::SourceMap,
     defaults: &Node,
-) -> Option<(Diagnostic, Vec<String>)> {
+) -> Option<(Option<Diagnostic>, Vec<String>)> {
     let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
     let from_verl = |d: &Diagnostic| {
         if d.code == codes::SCHEMA_REQUIRED {
@@ -551,15 +554,35 @@ fn pass_through_unmodelled(
     if verl.is_empty() {
         return None;
     }
+    let before = tree.clone();
     let keys = repair_tree(tree, &verl, defaults, false)?;
-    let shown: Vec<&str> = keys.iter().take(12).map(String::as_str).collect();
-    let more = keys.len().saturating_sub(shown.len());
+    // The release's own table types these keys (verl's values and the user's alike); what it
+    // does not hold passes through, said once.
+    let unchecked: Vec<String> = match crate::load::release_table::for_release(version) {
+        Some(table) => keys
+            .iter()
+            .filter(
+                |k| match before.get_path(&crate::load::node::split_key(k)) {
+                    Some(node) => !table.check(k, node, schema_diags),
+                    // A key of verlc's model this release does not have: nothing to check.
+                    None => false,
+                },
+            )
+            .cloned()
+            .collect(),
+        None => keys.clone(),
+    };
+    if unchecked.is_empty() {
+        return Some((None, keys));
+    }
+    let shown: Vec<&str> = unchecked.iter().take(12).map(String::as_str).collect();
+    let more = unchecked.len().saturating_sub(shown.len());
     let mut d = Diagnostic::warning(
         codes::SCHEMA_UNMODELLED_RELEASE,
         format!(
             "this config tree is verl {version}; verlc models verl {}: {} key(s) of verl's own files differ from it and pass unchecked",
             crate::load::version::MODELLED,
-            keys.len()
+            unchecked.len()
         ),
     )
     .with_help(format!(
@@ -575,7 +598,7 @@ fn pass_through_unmodelled(
             String::new()
         }
     ));
-    Some((d, keys))
+    Some((Some(d), keys))
 }
 
 /// Another valid-looking value of the same type: integers and floats moved, booleans flipped,

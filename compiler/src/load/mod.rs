@@ -9,6 +9,7 @@ pub mod node;
 pub mod override_value;
 pub mod overrides;
 pub mod read;
+pub mod release_table;
 pub mod repo;
 mod snapshot;
 pub mod version;

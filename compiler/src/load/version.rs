@@ -1,7 +1,8 @@
 //! Which verl release a config tree belongs to. verlc's schema and rules model verl 0.7; a
 //! tree of another release (found through `--config-dir`) has keys verlc does not know, and
-//! lacks some it does: `verlc check` then passes verl's own keys through unchecked and says
-//! so once (see `check`), while keys the user writes are still checked.
+//! lacks some it does: `verlc check` then types those keys from the release's leaf table
+//! ([`super::release_table`], 0.8.0 and 0.9.x), and passes through, saying so once, only
+//! what no table holds (a later release's keys).
 
 use std::path::Path;
 
