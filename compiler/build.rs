@@ -3,7 +3,9 @@
 //! - the validation schema (`schemas/verl.validation.json`), types in
 //!   `src/schema/validator.rs`;
 //! - the composed built-in default trees (`defaults/composed.json`), types in
-//!   `src/load/snapshot.rs`.
+//!   `src/load/snapshot.rs`;
+//! - the leaf tables of verl releases (`releases/verl-*.json`, from
+//!   `scripts/release_leaves.py`), read by `src/load/release_table.rs`.
 //!
 //! `tests/schema_fresh.rs` keeps both files equal to what the sources generate.
 
@@ -49,7 +51,43 @@ fn main() {
         out.push_str(";\n");
     }
     write(&Path::new(&out_dir).join("builtin_trees.rs"), &out);
+
+    // Each release's leaves sorted by key, their types as a bit mask (release_table.rs).
+    let mut out = String::from("pub static RELEASE_TABLES: &[(&str, &[(&str, u8)])] = &[\n");
+    for release in RELEASES {
+        let table = read_json(&Path::new(&manifest).join(format!("releases/verl-{release}.json")));
+        let mut leaves: Vec<(&String, u8)> = table["leaves"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                let mask = v
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(|t| LEAF_TYPES.iter().position(|n| *n == t).map_or(0, |i| 1u8 << i))
+                    .fold(0, |m, b| m | b);
+                (k, mask)
+            })
+            .collect();
+        leaves.sort();
+        let _ = write!(out, "    ({release:?}, &[");
+        for (k, mask) in leaves {
+            let _ = write!(out, "({k:?}, {mask}),");
+        }
+        out.push_str("]),\n");
+    }
+    out.push_str("];\n");
+    write(&Path::new(&out_dir).join("release_tables.rs"), &out);
 }
+
+/// The releases with a committed leaf table.
+const RELEASES: &[&str] = &["0.8.0", "0.9.1"];
+/// A leaf type's bit is its index here (release_table.rs reads the same order).
+const LEAF_TYPES: &[&str] = &[
+    "any", "null", "boolean", "integer", "number", "string", "array", "object",
+];
 
 fn read_json(path: &Path) -> Value {
     println!("cargo:rerun-if-changed={}", path.display());

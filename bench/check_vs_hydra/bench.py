@@ -1,10 +1,12 @@
-"""Time `verlc check` and Hydra's compose+resolve on the same tree and overrides.
+"""Time `verlc check` and Hydra's compose+resolve on the same tree and overrides: verl 0.7.0's
+tree (the installed verl), and verl 0.9.1's (unpacked by scripts/setup), where verlc also
+types the keys its 0.7 model lacks from the release's leaf table.
 
 Both sides run as whole processes (a user types one command either way), in REPS rounds of
 5 runs of verlc then one of Hydra, so a busy moment of a shared machine slows both sides
 alike while each side still runs as a user repeats it (a Python process between two checks
 leaves the caches cold for the next one); the median wall time of each side is reported.
-Prints one JSON result line last.
+Prints the JSON results (a list) as the last line.
 """
 import json
 import os
@@ -16,7 +18,11 @@ import time
 
 REPS = int(os.environ.get("BENCH_REPS", "20"))
 verlc = sys.argv[1]
-config_dir = os.path.join(sysconfig.get_paths()["purelib"], "verl", "trainer", "config")
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+trees = [
+    ("check_vs_hydra", os.path.join(sysconfig.get_paths()["purelib"], "verl", "trainer", "config")),
+    ("check_vs_hydra/0.9.1", os.path.join(root, ".venv", "verl-releases", "0.9.1", "verl", "trainer", "config")),
+]
 overrides = [
     "algorithm.adv_estimator=grpo",
     "data.train_batch_size=1024",
@@ -61,13 +67,18 @@ def timed(cmd):
     return elapsed
 
 
-ours_cmd = [verlc, "check", "--config-dir", config_dir, *overrides]
-peer_cmd = [sys.executable, "-c", HYDRA, config_dir, *overrides]
-ours_times, peer_times = [], []
-for _ in range(REPS):
-    ours_times.extend(timed(ours_cmd) for _ in range(5))
-    peer_times.append(timed(peer_cmd))
-ours = statistics.median(ours_times)
-peer = statistics.median(peer_times)
-print(f"verlc check: {ours * 1e3:.1f} ms, hydra compose+resolve: {peer * 1e3:.1f} ms", file=sys.stderr)
-print(json.dumps({"name": "check_vs_hydra", "ours": ours * 1e3, "peer": peer * 1e3, "unit": "ms", "speedup": peer / ours}))
+results = []
+for name, config_dir in trees:
+    if not os.path.isdir(config_dir):
+        sys.exit(f"{config_dir} is missing (run scripts/setup)")
+    ours_cmd = [verlc, "check", "--config-dir", config_dir, *overrides]
+    peer_cmd = [sys.executable, "-c", HYDRA, config_dir, *overrides]
+    ours_times, peer_times = [], []
+    for _ in range(REPS):
+        ours_times.extend(timed(ours_cmd) for _ in range(5))
+        peer_times.append(timed(peer_cmd))
+    ours = statistics.median(ours_times)
+    peer = statistics.median(peer_times)
+    print(f"{name}: verlc check: {ours * 1e3:.1f} ms, hydra compose+resolve: {peer * 1e3:.1f} ms", file=sys.stderr)
+    results.append({"name": name, "ours": ours * 1e3, "peer": peer * 1e3, "unit": "ms", "speedup": peer / ours})
+print(json.dumps(results))

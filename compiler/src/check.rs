@@ -44,7 +44,22 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
     // null and a rule decides which missing values verl would actually read.
     let (mut tree, missing) = unset_mandatory(&composed.root);
-    let (mut schema_diags, not_built) = schema::validate_counted(&tree);
+    // On a newer release's tree, findings in verl's own files pass through (see
+    // `pass_through_unmodelled`): no "did you mean" is searched for them.
+    let newer_release = req
+        .config_dir
+        .as_deref()
+        .and_then(crate::load::version::verl_release)
+        .filter(|v| !crate::load::version::is_modelled(v));
+    let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
+    let suggest = |o: Option<&crate::source::Origin>| {
+        newer_release.is_none()
+            || o.is_none_or(|o| {
+                let src = composed.sources.get(o.source);
+                src.kind != crate::source::SourceKind::File || Some(&src.name) == user_file.as_ref()
+            })
+    };
+    let (mut schema_diags, not_built) = schema::validate_counted_with(&tree, &suggest);
     // A `???` whose type cannot be null is a value the user must set: say that, not "null".
     for d in &mut schema_diags {
         if let Some(key) = d.key_path.clone().filter(|k| missing.contains(k)) {
@@ -81,11 +96,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // A tree of another verl release: verl's own keys that differ pass through.
     let mut unmodelled: Vec<String> = Vec::new();
     let mut baseline = None;
-    let unmodelled_release = req
-        .config_dir
-        .as_deref()
-        .and_then(crate::load::version::verl_release)
-        .filter(|v| !crate::load::version::is_modelled(v));
+    let unmodelled_release = newer_release;
     if let Some(version) = unmodelled_release.clone()
         && let Some((note, keys)) = pass_through_unmodelled(
             req,

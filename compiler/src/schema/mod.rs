@@ -967,6 +967,16 @@ pub fn validate(root: &Node) -> Vec<Diagnostic> {
 /// [`validate`], with the number of findings past the check's report limit that were only
 /// counted, not built.
 pub fn validate_counted(root: &Node) -> (Vec<Diagnostic>, usize) {
+    validate_counted_with(root, &|_| true)
+}
+
+/// [`validate_counted`], computing "did you mean" for an unknown key only where `suggest`
+/// says its origin's findings are kept (a newer release's own files are passed through, and
+/// their hundreds of unknown keys would each cost a search of their siblings).
+pub fn validate_counted_with(
+    root: &Node,
+    suggest: &dyn Fn(Option<&crate::source::Origin>) -> bool,
+) -> (Vec<Diagnostic>, usize) {
     let json = root.to_json();
     let mut out = Vec::new();
     // Findings past the check's report limit are only counted (a generated file of 450k
@@ -1013,7 +1023,11 @@ pub fn validate_counted(root: &Node) -> (Vec<Diagnostic>, usize) {
                         format!("unknown key `{full}`"),
                     )
                     .with_key(full.clone())
-                    .with_primary(key_origin, "not a key of this section");
+                    .with_primary(key_origin.clone(), "not a key of this section");
+                    if !suggest(key_origin.as_ref()) {
+                        out.push(d);
+                        continue;
+                    }
                     d = match did_you_mean(u, known.iter().map(String::as_str)) {
                         Some(s) => d.with_help(format!("did you mean `{s}`?")),
                         None if known.is_empty() => d,
