@@ -66,7 +66,12 @@ fn main() {
                     .into_iter()
                     .flatten()
                     .filter_map(Value::as_str)
-                    .map(|t| LEAF_TYPES.iter().position(|n| *n == t).map_or(0, |i| 1u8 << i))
+                    .map(|t| {
+                        LEAF_TYPES
+                            .iter()
+                            .position(|n| *n == t)
+                            .map_or(0, |i| 1u8 << i)
+                    })
                     .fold(0, |m, b| m | b);
                 (k, mask)
             })

@@ -461,11 +461,25 @@ fn a_newer_release_lowers_for_a_build() {
             vec![topk.clone()]
         );
     }
-    // A misspelt field (verl's dataclass conversion raises) is refused at its line.
+    // A misspelt field (verl's dataclass conversion raises) is refused at its line, with the
+    // field it resembles.
     assert_eq!(
         refused(&["+distillation.distillation_loss.loss_mod=k3"]),
         vec![Some("distillation.distillation_loss.loss_mod".to_owned())]
     );
+    let SpecOutcome::Errors(c) = lower_request(&req(&[
+        "distillation.enabled=True",
+        teacher,
+        "+distillation.distillation_loss.loss_mod=k3",
+    ])) else {
+        panic!("a misspelt field must not build");
+    };
+    let help: Vec<_> = c
+        .diagnostics
+        .iter()
+        .filter_map(|d| d.help.as_deref())
+        .collect();
+    assert!(help.contains(&"did you mean `loss_mode`?"), "{help:?}");
     // Several teachers: the default entry is dropped, each other needs its key.
     assert_eq!(
         refused(&["+distillation.teacher_models.math.model_path=Qwen/Qwen3-8B"]),

@@ -171,7 +171,10 @@ impl ReleaseTable {
     /// of configs by name, as `distillation.teacher_models.<name>`).
     fn types(&self, key: &str) -> Option<Vec<LeafType>> {
         variants(key).find_map(|k| {
-            let i = self.leaves.binary_search_by(|(l, _)| l.cmp(&k.as_str())).ok()?;
+            let i = self
+                .leaves
+                .binary_search_by(|(l, _)| l.cmp(&k.as_str()))
+                .ok()?;
             Some(LeafType::of_mask(self.leaves[i].1))
         })
     }
@@ -181,7 +184,9 @@ impl ReleaseTable {
         variants(key).any(|k| {
             let prefix = format!("{k}.");
             let i = self.leaves.partition_point(|(l, _)| *l < prefix.as_str());
-            self.leaves.get(i).is_some_and(|(l, _)| l.starts_with(&prefix))
+            self.leaves
+                .get(i)
+                .is_some_and(|(l, _)| l.starts_with(&prefix))
         })
     }
 

@@ -120,20 +120,17 @@ fn known_keys(section: &Value, l: &mut Lowering) -> bool {
             .flat_map(|m| m.keys())
         {
             if !known.contains(&key.as_str()) {
+                let fields = known.iter().filter(|k| !k.starts_with('_')).copied();
+                let help = match crate::diag::did_you_mean(key, fields.clone()) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => format!("use one of {}", fields.collect::<Vec<_>>().join(", ")),
+                };
                 l.unsupported(
                     &format!("{at}.{key}"),
                     format!(
                         "`{key}` is not a field of verl 0.9's `{at}` (verl's dataclass raises)"
                     ),
-                    format!(
-                        "use one of {}",
-                        known
-                            .iter()
-                            .filter(|k| !k.starts_with('_'))
-                            .copied()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                    help,
                 );
                 ok = false;
             }
