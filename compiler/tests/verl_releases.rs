@@ -46,6 +46,33 @@ fn run(dir: &Path, name: &str, extra: &[&str]) -> Vec<Diagnostic> {
     check(&req, &CheckOptions::default()).diagnostics
 }
 
+/// A copy of the config tree `from` at `to` (`cp -r`).
+fn copy_tree(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(
+        status.success(),
+        "cp -r {} {}",
+        from.display(),
+        to.display()
+    );
+}
+
+/// No error and exactly one S007 (keys passed through): its message.
+fn one_pass_through(d: &[Diagnostic]) -> String {
+    assert!(errors(d).is_empty(), "{:#?}", errors(d));
+    let notes: Vec<_> = d
+        .iter()
+        .filter(|x| x.code == codes::SCHEMA_UNMODELLED_RELEASE)
+        .collect();
+    assert_eq!(notes.len(), 1, "one S007");
+    notes[0].message.clone()
+}
+
 fn errors(d: &[Diagnostic]) -> Vec<String> {
     d.iter()
         .filter(|x| x.is_error())
@@ -85,21 +112,9 @@ fn a_tabled_release_checks_clean_and_an_untabled_one_passes_through_once() {
     std::fs::create_dir_all(verl.join("version")).unwrap();
     std::fs::write(verl.join("version/version"), "0.10.0\n").unwrap();
     let copy = verl.join("trainer/config");
-    let status = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(&dir)
-        .arg(&copy)
-        .status()
-        .expect("cp");
-    assert!(status.success());
-    let d = run(&copy, "ppo_trainer", &[]);
-    assert!(errors(&d).is_empty(), "{:#?}", errors(&d));
-    let notes: Vec<_> = d
-        .iter()
-        .filter(|x| x.code == codes::SCHEMA_UNMODELLED_RELEASE)
-        .collect();
-    assert_eq!(notes.len(), 1, "one S007");
-    assert!(notes[0].message.contains("0.10.0"), "{}", notes[0].message);
+    copy_tree(&dir, &copy);
+    let note = one_pass_through(&run(&copy, "ppo_trainer", &[]));
+    assert!(note.contains("0.10.0"), "{note}");
 }
 
 /// Values of keys only the release's table types are checked, the user's and verl's alike:
@@ -157,26 +172,10 @@ fn a_newer_tree_without_its_version_file_is_recognised_by_its_layout() {
     };
     let scratch = tempfile::tempdir().expect("tempdir");
     let copy = scratch.path().join("config");
-    let status = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(&dir)
-        .arg(&copy)
-        .status()
-        .expect("cp");
-    assert!(status.success());
+    copy_tree(&dir, &copy);
     assert!(!copy.join("../../version/version").exists());
-    let d = run(&copy, "ppo_trainer", &[]);
-    assert!(errors(&d).is_empty(), "{:#?}", errors(&d));
-    let notes: Vec<_> = d
-        .iter()
-        .filter(|x| x.code == codes::SCHEMA_UNMODELLED_RELEASE)
-        .collect();
-    assert_eq!(notes.len(), 1);
-    assert!(
-        notes[0].message.contains("model_engine/"),
-        "{}",
-        notes[0].message
-    );
+    let note = one_pass_through(&run(&copy, "ppo_trainer", &[]));
+    assert!(note.contains("model_engine/"), "{note}");
 }
 
 #[test]

@@ -880,6 +880,18 @@ fn padded_run(model: &str, batch: &Batch) -> (Vec<f64>, Vec<(String, Tensor)>) {
     (losses, e.per_tensor_params().expect("params"))
 }
 
+/// Every parameter's gradient of a single engine, by name.
+fn param_grads(e: &SingleEngine<CausalLm>) -> Vec<(String, Tensor)> {
+    let mut g: Vec<(String, Tensor)> = e
+        .var_store()
+        .variables()
+        .into_iter()
+        .map(|(n, v)| (n, v.grad()))
+        .collect();
+    g.sort_by(|a, b| a.0.cmp(&b.0));
+    g
+}
+
 fn masked_max_diff(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
     ((a - b) * mask).abs().max().double_value(&[])
 }
@@ -925,14 +937,7 @@ fn packed_forward_equals_padded_forward_at_every_response_token() {
         }
         .expect("forward");
         (out.log_probs * mask).sum(Kind::Float).backward();
-        let mut g: Vec<(String, Tensor)> = e
-            .var_store()
-            .variables()
-            .into_iter()
-            .map(|(n, v)| (n, v.grad()))
-            .collect();
-        g.sort_by(|a, b| a.0.cmp(&b.0));
-        g
+        param_grads(&e)
     };
     assert_weights(&grads(true), &grads(false), 1e-5);
     // The critic's values.
@@ -1113,14 +1118,7 @@ rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
         .expect("forward");
         let out = kl_of(out);
         (&out.loss * &mask).sum(Kind::Float).backward();
-        let mut g: Vec<(String, Tensor)> = e
-            .var_store()
-            .variables()
-            .into_iter()
-            .map(|(n, v)| (n, v.grad()))
-            .collect();
-        g.sort_by(|a, b| a.0.cmp(&b.0));
-        (columns(&out).detach(), g)
+        (columns(&out).detach(), param_grads(&e))
     };
     let (want, want_grads) = run(false);
     let (packed, packed_grads) = run(true);

@@ -69,102 +69,39 @@ fn ratio_weights(
     Ok(lr.f_clamp(-SAFETY_BOUND, SAFETY_BOUND)?.f_exp()?)
 }
 
-/// verl's `compute_is_metrics` (the batch-level ones; not its `rollout_is_seq_*`) of the
-/// untruncated weights `w`.
+/// verl's `compute_is_metrics` as the release computes it. 0.7: the batch-level statistics of
+/// the untruncated weights `raw` (std and effective sample size clamped to
+/// `[1 / upper, upper]`; not its `rollout_is_seq_*`). 0.8+: those of the applied weights `w`
+/// (truncated, or IcePop's zeroed; clamped to `[0, upper]`), the out-of-range fractions of
+/// `raw` (the lower bound IcePop's, else `1 / upper`), and the per-sequence means' statistics.
 fn is_metrics(
-    w: &Tensor,
-    log_ratio: &Tensor,
-    mask: &Tensor,
-    level: IsLevel,
-    threshold: f64,
-) -> Result<Vec<(&'static str, f64)>, AlgoError> {
-    let lower = 1.0 / threshold;
-    let frac = |t: Tensor| -> Result<f64, AlgoError> {
-        item(&masked_mean(&t.f_to_kind(Kind::Float)?, mask)?)
-    };
-    let mut out = vec![("rollout_is_mean", item(&masked_mean(w, mask)?)?)];
-    match level {
-        IsLevel::Sequence => {
-            // Over the per-sequence log-ratios (N, 1), unmasked, as verl.
-            let seq = masked_sum_dim(log_ratio, mask, -1)?;
-            out.push((
-                "rollout_is_max",
-                item(&seq.f_max()?.f_clamp_max(SAFETY_BOUND)?.f_exp()?)?,
-            ));
-            out.push(("rollout_is_min", item(&seq.f_min()?.f_exp()?)?));
-            let n = seq.numel() as f64;
-            let high = item(
-                &seq.f_gt(threshold.ln())?
-                    .f_to_kind(Kind::Float)?
-                    .f_sum(Kind::Float)?,
-            )?;
-            let low = item(
-                &seq.f_lt(lower.ln())?
-                    .f_to_kind(Kind::Float)?
-                    .f_sum(Kind::Float)?,
-            )?;
-            out.push(("rollout_is_ratio_fraction_high", high / n));
-            out.push(("rollout_is_ratio_fraction_low", low / n));
-        }
-        IsLevel::Token => {
-            out.push(("rollout_is_ratio_fraction_high", frac(w.f_gt(threshold)?)?));
-            out.push(("rollout_is_ratio_fraction_low", frac(w.f_lt(lower)?)?));
-            let valid = mask.f_gt(0.0)?;
-            out.push((
-                "rollout_is_max",
-                item(&w.f_masked_select(&valid)?.f_max()?)?,
-            ));
-            out.push((
-                "rollout_is_min",
-                item(&w.f_masked_select(&valid)?.f_min()?)?,
-            ));
-        }
-    }
-    let clamped = w.f_clamp(lower, threshold)?;
-    let mean = masked_mean(&clamped, mask)?;
-    let std = if item(&mask.f_sum(Kind::Float)?)? > 1.0 {
-        let var = item(&masked_mean(&clamped.f_square()?, mask)?)? - item(&mean)?.powi(2);
-        var.max(0.0).sqrt()
-    } else {
-        0.0
-    };
-    out.push(("rollout_is_std", std));
-    let normalized = clamped.f_div(&mean.f_add_scalar(1e-8)?)?;
-    out.push((
-        "rollout_is_eff_sample_size",
-        1.0 / item(&masked_mean(&normalized.f_square()?, mask)?)?,
-    ));
-    Ok(out)
-}
-
-/// verl 0.8+'s `compute_is_metrics`: statistics of the applied weights `w` (truncated, or
-/// IcePop's zeroed), out-of-range fractions of the raw weights `raw` (the lower bound IcePop's,
-/// else `1 / upper`), std and effective sample size of `w` clamped to `[0, upper]`, and the
-/// per-sequence means' statistics.
-fn is_metrics_0_8(
     (w, raw): (&Tensor, &Tensor),
     log_ratio: &Tensor,
     mask: &Tensor,
     level: IsLevel,
     (upper, lower): (f64, Option<f64>),
+    form: CorrectionForm,
 ) -> Result<Vec<(&'static str, f64)>, AlgoError> {
+    let newer = form == CorrectionForm::Verl08;
     let lower = lower.unwrap_or(1.0 / upper);
+    // What the statistics describe.
+    let stats = if newer { w } else { raw };
     let frac = |t: Tensor| -> Result<f64, AlgoError> {
         item(&masked_mean(&t.f_to_kind(Kind::Float)?, mask)?)
     };
     let share = |t: Tensor| -> Result<f64, AlgoError> {
         item(&t.f_to_kind(Kind::Float)?.f_mean(Kind::Float)?)
     };
-    let mut out = Vec::new();
+    let mut out = vec![("rollout_is_mean", item(&masked_mean(stats, mask)?)?)];
     match level {
         IsLevel::Sequence => {
+            // Over the per-sequence log-ratios (N,), unmasked, as verl.
             let seq = masked_sum_dim(log_ratio, mask, -1)?;
             out.push((
                 "rollout_is_max",
                 item(&seq.f_max()?.f_clamp_max(SAFETY_BOUND)?.f_exp()?)?,
             ));
             out.push(("rollout_is_min", item(&seq.f_min()?.f_exp()?)?));
-            out.push(("rollout_is_mean", item(&masked_mean(w, mask)?)?));
             out.push((
                 "rollout_is_ratio_fraction_high",
                 share(seq.f_gt(upper.ln())?)?,
@@ -175,21 +112,15 @@ fn is_metrics_0_8(
             ));
         }
         IsLevel::Token => {
-            out.push(("rollout_is_mean", item(&masked_mean(w, mask)?)?));
             out.push(("rollout_is_ratio_fraction_high", frac(raw.f_gt(upper)?)?));
             out.push(("rollout_is_ratio_fraction_low", frac(raw.f_lt(lower)?)?));
             let valid = mask.f_gt(0.0)?;
-            out.push((
-                "rollout_is_max",
-                item(&w.f_masked_select(&valid)?.f_max()?)?,
-            ));
-            out.push((
-                "rollout_is_min",
-                item(&w.f_masked_select(&valid)?.f_min()?)?,
-            ));
+            let kept = stats.f_masked_select(&valid)?;
+            out.push(("rollout_is_max", item(&kept.f_max()?)?));
+            out.push(("rollout_is_min", item(&kept.f_min()?)?));
         }
     }
-    let clamped = w.f_clamp(0.0, upper)?;
+    let clamped = stats.f_clamp(if newer { 0.0 } else { lower }, upper)?;
     let mean = masked_mean(&clamped, mask)?;
     let std = if item(&mask.f_sum(Kind::Float)?)? > 1.0 {
         let var = item(&masked_mean(&clamped.f_square()?, mask)?)? - item(&mean)?.powi(2);
@@ -203,6 +134,9 @@ fn is_metrics_0_8(
         "rollout_is_eff_sample_size",
         1.0 / item(&masked_mean(&normalized.f_square()?, mask)?)?,
     ));
+    if !newer {
+        return Ok(out);
+    }
     let seq_mean = masked_mean_dim(w, mask, -1)?;
     let rows = seq_mean.numel();
     out.push(("rollout_is_seq_mean", item(&seq_mean.f_mean(Kind::Float)?)?));
@@ -220,6 +154,7 @@ fn is_metrics_0_8(
         "rollout_is_seq_max_deviation",
         item(&seq_mean.f_sub_scalar(1.0)?.f_abs()?.f_max()?)?,
     ));
+    // From the raw means: a mean of truncated weights never exceeds the bound.
     let raw_seq_mean = masked_mean_dim(raw, mask, -1)?;
     out.push((
         "rollout_is_seq_fraction_high",
@@ -267,16 +202,14 @@ pub fn rollout_correction(
                     raw.f_where_self(&kept, &raw.f_zeros_like()?)?
                 }
             };
-            let metrics = match spec.form {
-                CorrectionForm::Verl07 => is_metrics(&raw, &log_ratio, &mask, level, upper)?,
-                CorrectionForm::Verl08 => is_metrics_0_8(
-                    (&w, &raw),
-                    &log_ratio,
-                    &mask,
-                    level,
-                    (upper, spec.is_threshold_lower),
-                )?,
-            };
+            let metrics = is_metrics(
+                (&w, &raw),
+                &log_ratio,
+                &mask,
+                level,
+                (upper, spec.is_threshold_lower),
+                spec.form,
+            )?;
             for (k, v) in metrics {
                 put(k, v);
             }

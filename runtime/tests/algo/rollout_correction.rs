@@ -14,6 +14,14 @@ use verlc_spec::trainer::{
 
 use crate::support::json_matrix as tensor;
 
+/// The largest difference of `t` from the oracle's matrix `want`.
+fn max_diff(t: &tch::Tensor, want: &serde_json::Value) -> f64 {
+    (t.to_kind(Kind::Double) - tensor(want))
+        .abs()
+        .max()
+        .double_value(&[])
+}
+
 fn spec(cfg: &serde_json::Value) -> RolloutCorrectionSpec {
     let f = |k: &str| cfg.get(k).and_then(serde_json::Value::as_f64);
     let s = |k: &str| cfg.get(k).and_then(serde_json::Value::as_str);
@@ -100,16 +108,15 @@ fn rollout_correction_is_verl_0_9s() {
         let c = rollout_correction(&old, &rollout, &mask.to_kind(Kind::Float), &spec_0_9(cfg))
             .expect("correction");
         let w = c.weights.as_ref().expect("weights");
-        let d = (w.to_kind(Kind::Double) - tensor(&case["weights"]))
-            .abs()
-            .max()
-            .double_value(&[]);
-        assert!(d < 1e-5, "{cfg}: weights differ by {d}");
-        let d = (c.response_mask.to_kind(Kind::Double) - tensor(&case["mask"]))
-            .abs()
-            .max()
-            .double_value(&[]);
-        assert_eq!(d, 0.0, "{cfg}: masks differ");
+        assert!(
+            max_diff(w, &case["weights"]) < 1e-5,
+            "{cfg}: weights differ"
+        );
+        assert_eq!(
+            max_diff(&c.response_mask, &case["mask"]),
+            0.0,
+            "{cfg}: masks differ"
+        );
         let theirs = case["metrics"].as_object().expect("metrics");
         let ours: Vec<&String> = c.metrics.keys().collect();
         let mut want: Vec<&String> = theirs.keys().collect();
@@ -134,10 +141,7 @@ fn rollout_correction_is_verls() {
         match (&c.weights, case["weights"].is_null()) {
             (None, true) => {}
             (Some(w), false) => {
-                let d = (w.to_kind(Kind::Double) - tensor(&case["weights"]))
-                    .abs()
-                    .max()
-                    .double_value(&[]);
+                let d = max_diff(w, &case["weights"]);
                 assert!(d < 1e-5, "{cfg}: weights differ by {d}");
             }
             (w, _) => panic!(
@@ -146,11 +150,11 @@ fn rollout_correction_is_verls() {
                 !case["weights"].is_null()
             ),
         }
-        let d = (c.response_mask.to_kind(Kind::Double) - tensor(&case["mask"]))
-            .abs()
-            .max()
-            .double_value(&[]);
-        assert_eq!(d, 0.0, "{cfg}: masks differ");
+        assert_eq!(
+            max_diff(&c.response_mask, &case["mask"]),
+            0.0,
+            "{cfg}: masks differ"
+        );
         let theirs = case["metrics"].as_object().expect("metrics");
         assert!(!c.metrics.is_empty());
         for (k, v) in &c.metrics {

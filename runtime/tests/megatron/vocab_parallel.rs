@@ -11,6 +11,24 @@ use tch::{Device, Kind, Tensor};
 use crate::rank_test;
 use crate::support::max_diff;
 
+/// This rank's vocabulary columns' gradient of `local` gathered into the whole `(b, t, v)`.
+fn whole_grad(
+    local: &Tensor,
+    part: &VocabPartition,
+    pg: &runtime::dist::ProcessGroup,
+    [b, t, v]: [i64; 3],
+) -> Tensor {
+    let cols = local
+        .grad()
+        .view([-1, part.per_rank])
+        .transpose(0, 1)
+        .contiguous();
+    gather_tensor(&cols, ShardSpec::Vocab, Some(pg), v)
+        .unwrap()
+        .transpose(0, 1)
+        .reshape([b, t, v])
+}
+
 rank_test!(log_probs_and_entropy_equal_full_vocab, 2, |pg| {
     tch::manual_seed(3);
     let (b, t, v) = (3, 5, 37);
@@ -75,15 +93,7 @@ rank_test!(log_probs_and_entropy_equal_full_vocab, 2, |pg| {
         .sum(Kind::Float)
         .backward();
     // Each rank's gradient is exactly its slice of the full gradient (padding gets none).
-    let cols = local
-        .grad()
-        .view([-1, part.per_rank])
-        .transpose(0, 1)
-        .contiguous();
-    let grad = gather_tensor(&cols, ShardSpec::Vocab, Some(&pg), v)
-        .unwrap()
-        .transpose(0, 1)
-        .reshape([b, t, v]);
+    let grad = whole_grad(&local, &part, &pg, [b, t, v]);
     assert!(
         max_diff(&grad, &full_grad) < 1e-5,
         "grads differ by {}",
@@ -204,15 +214,7 @@ rank_test!(topk_equals_full_vocab, 2, |pg| {
         "the clamp must change the teacher's mass for this check to mean anything"
     );
     (&kl.loss * &w).sum(Kind::Float).backward();
-    let cols = local
-        .grad()
-        .view([-1, part.per_rank])
-        .transpose(0, 1)
-        .contiguous();
-    let grad = gather_tensor(&cols, ShardSpec::Vocab, Some(&pg), v)
-        .unwrap()
-        .transpose(0, 1)
-        .reshape([b, t, v]);
+    let grad = whole_grad(&local, &part, &pg, [b, t, v]);
     let full_grad = full_leaf.grad();
     assert!(
         max_diff(&grad, &full_grad) < 1e-5,

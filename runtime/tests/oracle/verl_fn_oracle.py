@@ -189,27 +189,24 @@ def correction_functions():
     return ns
 
 
-def rollout_corr(out):
-    fn = correction_functions()["compute_rollout_correction_and_rejection_mask"]
+def correction_inputs():
+    """Seeded old and rollout log-probs with outliers, and a ragged response mask."""
     gen = torch.Generator().manual_seed(3)
     rows, width = 10, 7
     rollout = -torch.rand(rows, width, generator=gen, dtype=torch.float64) * 3
     old = rollout + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.3
-    old[2, 1] = rollout[2, 1] - 6.0  # catastrophic token
+    old[2, 1] = rollout[2, 1] - 6.0  # catastrophic token (far below IcePop's lower bound)
     old[5, 3] = rollout[5, 3] + 2.5  # large ratio
     mask = torch.ones(rows, width, dtype=torch.float64)
     for i in range(rows):
         mask[i, 2 + (i % 5):] = 0
-    configs = [
-        {"rollout_is": "token", "rollout_is_threshold": 2.0},
-        {"rollout_is": "sequence", "rollout_is_threshold": 3.0, "rollout_is_batch_normalize": True},
-        {"rollout_is": "token", "rollout_is_threshold": 1.5, "rollout_is_batch_normalize": True},
-        {"rollout_rs": "token", "rollout_rs_threshold": 2.0},
-        {"rollout_rs": "sequence", "rollout_rs_threshold": 2.5, "rollout_rs_threshold_lower": 0.2},
-        {"rollout_rs": "geometric", "rollout_rs_threshold": 1.3},
-        {"rollout_token_veto_threshold": 0.01},
-        {"rollout_is": "token", "rollout_rs": "token", "rollout_rs_threshold": 2.0, "rollout_token_veto_threshold": 0.05},
-    ]
+    return old, rollout, mask
+
+
+def correction_cases(fn, configs, path):
+    """`fn` (a compute_rollout_correction_and_rejection_mask) on correction_inputs() per
+    config: weights, mask and metrics, written to `path` with the inputs."""
+    old, rollout, mask = correction_inputs()
     cases = []
     for cfg in configs:
         kw = {"rollout_is": None, "rollout_rs": None, "rollout_rs_threshold": None, **cfg}
@@ -220,8 +217,21 @@ def rollout_corr(out):
             "mask": new_mask.tolist(),
             "metrics": {k: float(v) for k, v in metrics.items()},
         })
-    with open(os.path.join(out, "rollout_corr.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump({"old": old.tolist(), "rollout": rollout.tolist(), "mask": mask.tolist(), "cases": cases}, f)
+
+
+def rollout_corr(out):
+    correction_cases(correction_functions()["compute_rollout_correction_and_rejection_mask"], [
+        {"rollout_is": "token", "rollout_is_threshold": 2.0},
+        {"rollout_is": "sequence", "rollout_is_threshold": 3.0, "rollout_is_batch_normalize": True},
+        {"rollout_is": "token", "rollout_is_threshold": 1.5, "rollout_is_batch_normalize": True},
+        {"rollout_rs": "token", "rollout_rs_threshold": 2.0},
+        {"rollout_rs": "sequence", "rollout_rs_threshold": 2.5, "rollout_rs_threshold_lower": 0.2},
+        {"rollout_rs": "geometric", "rollout_rs_threshold": 1.3},
+        {"rollout_token_veto_threshold": 0.01},
+        {"rollout_is": "token", "rollout_rs": "token", "rollout_rs_threshold": 2.0, "rollout_token_veto_threshold": 0.05},
+    ], os.path.join(out, "rollout_corr.json"))
 
 
 def bypass(out):
@@ -622,17 +632,7 @@ def rollout_corr_0_9(out):
     the unpacked tree) on the 0.7 oracle's seeded log-probs: truncated (number and numeric
     string) and IcePop importance weights per token and per sequence, batch-normalised or not,
     with a 0.9 rejection option beside them: weights, mask and every metric."""
-    fn = correction_namespace_0_9()["compute_rollout_correction_and_rejection_mask"]
-    gen = torch.Generator().manual_seed(3)
-    rows, width = 10, 7
-    rollout = -torch.rand(rows, width, generator=gen, dtype=torch.float64) * 3
-    old = rollout + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.3
-    old[2, 1] = rollout[2, 1] - 6.0  # far below IcePop's lower bound
-    old[5, 3] = rollout[5, 3] + 2.5  # far above the upper
-    mask = torch.ones(rows, width, dtype=torch.float64)
-    for i in range(rows):
-        mask[i, 2 + (i % 5):] = 0
-    configs = [
+    correction_cases(correction_namespace_0_9()["compute_rollout_correction_and_rejection_mask"], [
         {"rollout_is": "token", "rollout_is_threshold": 2.0},
         {"rollout_is": "token", "rollout_is_threshold": "1.5"},
         {"rollout_is": "token", "rollout_is_threshold": "0.8_1.25"},
@@ -641,19 +641,7 @@ def rollout_corr_0_9(out):
         {"rollout_is": "sequence", "rollout_is_threshold": "0.6_1.8"},
         {"rollout_is": "token", "rollout_is_threshold": "0.5_4.0", "rollout_rs": "token_k1",
          "rollout_rs_threshold": "0.3_3.0"},
-    ]
-    cases = []
-    for cfg in configs:
-        kw = {"rollout_is": None, "rollout_rs": None, "rollout_rs_threshold": None, **cfg}
-        weights, new_mask, metrics = fn(old_log_prob=old, rollout_log_prob=rollout, response_mask=mask, **kw)
-        cases.append({
-            "config": cfg,
-            "weights": None if weights is None else weights.batch["rollout_is_weights"].tolist(),
-            "mask": new_mask.tolist(),
-            "metrics": {k: float(v) for k, v in metrics.items()},
-        })
-    with open(os.path.join(out, "rollout_corr_0_9.json"), "w") as f:
-        json.dump({"old": old.tolist(), "rollout": rollout.tolist(), "mask": mask.tolist(), "cases": cases}, f)
+    ], os.path.join(out, "rollout_corr_0_9.json"))
 
 
 def rejection_0_9(out):
