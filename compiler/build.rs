@@ -53,7 +53,11 @@ fn main() {
     write(&Path::new(&out_dir).join("builtin_trees.rs"), &out);
 
     // Each release's leaves sorted by key, their types as a bit mask (release_table.rs).
-    let mut out = String::from("pub static RELEASE_TABLES: &[(&str, &[(&str, u8)])] = &[\n");
+    let mut out = String::from(
+        "/// (release, its leaves and their type bits, its dicts of configs by name).\n\
+         pub type Table = (&'static str, &'static [(&'static str, u8)], &'static [&'static str]);\n\
+         pub static RELEASE_TABLES: &[Table] = &[\n",
+    );
     for release in RELEASES {
         let table = read_json(&Path::new(&manifest).join(format!("releases/verl-{release}.json")));
         let mut leaves: Vec<(&String, u8)> = table["leaves"]
@@ -77,11 +81,18 @@ fn main() {
             })
             .collect();
         leaves.sort();
+        // The dicts of configs by name (their entries' leaves are under `<dict>.*`).
+        let mut dicts: Vec<&str> = leaves
+            .iter()
+            .filter_map(|(k, _)| k.find(".*.").map(|i| &k[..i]))
+            .collect();
+        dicts.sort();
+        dicts.dedup();
         let _ = write!(out, "    ({release:?}, &[");
-        for (k, mask) in leaves {
+        for (k, mask) in &leaves {
             let _ = write!(out, "({k:?}, {mask}),");
         }
-        out.push_str("]),\n");
+        let _ = writeln!(out, "], &{dicts:?}),");
     }
     out.push_str("];\n");
     write(&Path::new(&out_dir).join("release_tables.rs"), &out);

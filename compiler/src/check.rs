@@ -39,18 +39,25 @@ impl Checked {
 }
 
 pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
-    let composed = compose::load(req);
+    let newer_release = req
+        .config_dir
+        .as_deref()
+        .and_then(crate::load::version::verl_release)
+        .filter(|v| !crate::load::version::is_modelled(v));
+    // A newer release's tree is composed twice (the second time as verl ships it, the
+    // baseline below): the second composition starts from the files the first one parsed.
+    let (composed, mut files) = if newer_release.is_some() {
+        let (c, f) = compose::load_keeping_files(req);
+        (c, Some(f))
+    } else {
+        (compose::load(req), None)
+    };
     let mut diagnostics = composed.diagnostics.clone();
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
     // null and a rule decides which missing values verl would actually read.
     let (mut tree, missing) = unset_mandatory(&composed.root);
     // On a newer release's tree, findings in verl's own files pass through (see
     // `pass_through_unmodelled`): no "did you mean" is searched for them.
-    let newer_release = req
-        .config_dir
-        .as_deref()
-        .and_then(crate::load::version::verl_release)
-        .filter(|v| !crate::load::version::is_modelled(v));
     let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
     let suggest = |o: Option<&crate::source::Origin>| {
         newer_release.is_none()
@@ -111,11 +118,15 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         unmodelled = keys;
         // verl's own tree as the user's config groups select it (`model_engine=megatron`
         // swaps whole sections): what the user did not write is not theirs.
+        let baseline_req = LoadRequest {
+            overrides: group_choices(req),
+            ..req.clone()
+        };
         baseline = Some(
-            compose::load(&LoadRequest {
-                overrides: group_choices(req),
-                ..req.clone()
-            })
+            match files.take() {
+                Some(f) => compose::load_with_files(&baseline_req, f),
+                None => compose::load(&baseline_req),
+            }
             .root,
         );
     }

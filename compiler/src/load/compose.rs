@@ -179,9 +179,34 @@ impl Composed {
 }
 
 pub fn load(req: &LoadRequest) -> Composed {
+    load_from(req, FileCache::default(), false).0
+}
+
+/// The files one composition read and parsed (with the sources their origins point into),
+/// for another composition of the same search path to start from instead of reading and
+/// parsing them again.
+#[derive(Default)]
+pub struct FileCache {
+    sources: SourceMap,
+    fetched: std::collections::HashMap<String, Fetched>,
+}
+
+/// [`load`], also keeping the files it read for [`load_with_files`].
+pub fn load_keeping_files(req: &LoadRequest) -> (Composed, FileCache) {
+    let (composed, files) = load_from(req, FileCache::default(), true);
+    (composed, files.unwrap_or_default())
+}
+
+/// [`load`] starting from the files another composition read (`files`): what it parsed is
+/// not read again. The composed sources include those files' (origins stay valid).
+pub fn load_with_files(req: &LoadRequest, files: FileCache) -> Composed {
+    load_from(req, files, false).0
+}
+
+fn load_from(req: &LoadRequest, files: FileCache, keep: bool) -> (Composed, Option<FileCache>) {
     let mut c = Composer {
         repo: Repo::default(),
-        sources: SourceMap::new(),
+        sources: files.sources,
         diags: Vec::new(),
         group_overrides: IndexMap::new(),
         group_deletions: IndexMap::new(),
@@ -190,7 +215,7 @@ pub fn load(req: &LoadRequest) -> Composed {
         list_choices: std::collections::HashSet::new(),
         stack: Vec::new(),
         budget: ReadBudget::default(),
-        fetched: std::collections::HashMap::new(),
+        fetched: files.fetched,
         merged: 0,
         parsed_nodes: 0,
         limit_reported: false,
@@ -217,13 +242,14 @@ pub fn load(req: &LoadRequest) -> Composed {
         Some(p) => p,
         None => {
             let env_vars = env_vars_named(&c.sources, Vec::new());
-            return Composed {
+            let composed = Composed {
                 sources: c.sources,
                 root,
                 diagnostics: c.diags,
                 choices: c.choices,
                 env_vars,
             };
+            return (composed, None);
         }
     };
 
@@ -266,13 +292,18 @@ pub fn load(req: &LoadRequest) -> Composed {
     let resolution = interp::resolve(&mut root);
     c.diags.extend(resolution.diagnostics);
     let env_vars = env_vars_named(&c.sources, resolution.env_vars);
-    Composed {
+    let files = keep.then(|| FileCache {
+        sources: c.sources.clone(),
+        fetched: std::mem::take(&mut c.fetched),
+    });
+    let composed = Composed {
         sources: c.sources,
         root,
         diagnostics: c.diags,
         choices: c.choices,
         env_vars,
-    }
+    };
+    (composed, files)
 }
 
 /// A parsed defaults-list entry.
@@ -338,6 +369,7 @@ struct Composer {
 }
 
 /// The outcome of looking a config path up in the search path, kept for later requests.
+#[derive(Clone)]
 enum Fetched {
     Missing,
     /// Could not be read: reported at each place that asks for it.

@@ -20,6 +20,8 @@ include!(concat!(env!("OUT_DIR"), "/release_tables.rs"));
 pub struct ReleaseTable {
     pub release: &'static str,
     leaves: &'static [(&'static str, u8)],
+    /// The dicts of configs by name: an entry's leaves are listed under `<dict>.*`.
+    dicts: &'static [&'static str],
 }
 
 /// A type a leaf's value may take, as verl's config machinery (OmegaConf) converts values:
@@ -103,25 +105,18 @@ pub fn for_release(version: &str) -> Option<ReleaseTable> {
         return None;
     }
     let minor = crate::load::version::minor_version(version)?;
-    let exact = RELEASE_TABLES.iter().find(|(r, _)| *r == version);
+    let exact = RELEASE_TABLES.iter().find(|(r, ..)| *r == version);
     let same_minor = RELEASE_TABLES
         .iter()
         .rev()
-        .find(|(r, _)| crate::load::version::minor_version(r) == Some(minor));
+        .find(|(r, ..)| crate::load::version::minor_version(r) == Some(minor));
     exact
         .or(same_minor)
-        .map(|(release, leaves)| ReleaseTable { release, leaves })
-}
-
-/// `key`, then `key` with each one of its segments as `*`.
-fn variants(key: &str) -> impl Iterator<Item = String> + '_ {
-    let segments: Vec<&str> = key.split('.').collect();
-    let n = segments.len();
-    std::iter::once(key.to_owned()).chain((0..n).map(move |i| {
-        let mut s = segments.clone();
-        s[i] = "*";
-        s.join(".")
-    }))
+        .map(|(release, leaves, dicts)| ReleaseTable {
+            release,
+            leaves,
+            dicts,
+        })
 }
 
 impl ReleaseTable {
@@ -167,27 +162,40 @@ impl ReleaseTable {
         }
     }
 
-    /// The types of `key`: its own entry, else one where a segment is `*` (an entry of a dict
-    /// of configs by name, as `distillation.teacher_models.<name>`).
+    /// `key` as the table lists it: itself, or with the entry name after a dict of configs
+    /// replaced by `*` (`distillation.teacher_models.math.key` is listed as
+    /// `distillation.teacher_models.*.key`).
+    fn listed<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
+        for dict in self.dicts {
+            if let Some(rest) = key.strip_prefix(dict).and_then(|r| r.strip_prefix('.')) {
+                let tail = rest.split_once('.').map_or("", |(_, t)| t);
+                return if tail.is_empty() {
+                    format!("{dict}.*").into()
+                } else {
+                    format!("{dict}.*.{tail}").into()
+                };
+            }
+        }
+        key.into()
+    }
+
+    /// The types of `key`, when the table lists it.
     fn types(&self, key: &str) -> Option<Vec<LeafType>> {
-        variants(key).find_map(|k| {
-            let i = self
-                .leaves
-                .binary_search_by(|(l, _)| l.cmp(&k.as_str()))
-                .ok()?;
-            Some(LeafType::of_mask(self.leaves[i].1))
-        })
+        let key = self.listed(key);
+        let i = self
+            .leaves
+            .binary_search_by(|(l, _)| (*l).cmp(key.as_ref()))
+            .ok()?;
+        Some(LeafType::of_mask(self.leaves[i].1))
     }
 
     /// Whether the table holds keys below `key` (a section of the release).
     fn has_below(&self, key: &str) -> bool {
-        variants(key).any(|k| {
-            let prefix = format!("{k}.");
-            let i = self.leaves.partition_point(|(l, _)| *l < prefix.as_str());
-            self.leaves
-                .get(i)
-                .is_some_and(|(l, _)| l.starts_with(&prefix))
-        })
+        let prefix = format!("{}.", self.listed(key));
+        let i = self.leaves.partition_point(|(l, _)| *l < prefix.as_str());
+        self.leaves
+            .get(i)
+            .is_some_and(|(l, _)| l.starts_with(&prefix))
     }
 
     fn type_error(&self, key: &str, node: &Node, types: &[LeafType]) -> Diagnostic {

@@ -995,15 +995,12 @@ pub fn validate_counted_with(
         let key = segs.join(".");
         let node = node_at(root, segs);
         let origin = node.and_then(|n| n.origin.clone());
-        let schema_here = schema_at(validation_schema(), segs);
+        // The schema's own JSON (parsed once, on the first finding that needs it).
+        let schema_here = || schema_at(validation_schema(), segs);
         use validator::Violation as K;
         let d = match &err.kind {
             K::AdditionalProperties { unexpected } => {
-                let known: Vec<String> = schema_here
-                    .and_then(|s| s.get("properties"))
-                    .and_then(Value::as_object)
-                    .map(|p| p.keys().cloned().collect())
-                    .unwrap_or_default();
+                let mut known: Option<Vec<String>> = None;
                 for u in unexpected {
                     if out.len() >= limit {
                         uncounted += 1;
@@ -1028,13 +1025,20 @@ pub fn validate_counted_with(
                         out.push(d);
                         continue;
                     }
+                    let known = known.get_or_insert_with(|| {
+                        schema_here()
+                            .and_then(|s| s.get("properties"))
+                            .and_then(Value::as_object)
+                            .map(|p| p.keys().cloned().collect())
+                            .unwrap_or_default()
+                    });
                     d = match did_you_mean(u, known.iter().map(String::as_str)) {
                         Some(s) => d.with_help(format!("did you mean `{s}`?")),
                         None if known.is_empty() => d,
                         None => d.with_help(format!(
                             "`{}` accepts: {}",
                             if key.is_empty() { "<root>" } else { &key },
-                            short_list(&known)
+                            short_list(known)
                         )),
                     };
                     out.push(d);
@@ -1102,12 +1106,13 @@ pub fn validate_counted_with(
                 .with_primary(origin, format!("expected {expected}"))
             }
             K::AnyOf
-                if let (Some(items), Some(choices)) =
-                    (err.instance.as_array(), schema_here.and_then(item_choices))
-                    && let Some(bad) = items
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .find(|i| !choices.iter().any(|c| c == i)) =>
+                if let (Some(items), Some(choices)) = (
+                    err.instance.as_array(),
+                    schema_here().and_then(item_choices),
+                ) && let Some(bad) = items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .find(|i| !choices.iter().any(|c| c == i)) =>
             {
                 // A list of choices (`trainer.logger: [console, wandb]`): name the item.
                 let mut d = Diagnostic::error(
@@ -1126,7 +1131,7 @@ pub fn validate_counted_with(
             }
             K::AnyOf => {
                 // Mostly `Option<T>`: report against the non-null branch.
-                let expected = schema_here
+                let expected = schema_here()
                     .map(describe_schema)
                     .unwrap_or_else(|| "a valid value".into());
                 Diagnostic::error(
