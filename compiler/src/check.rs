@@ -28,6 +28,9 @@ pub struct Checked {
     pub baseline: Option<Node>,
     /// The typed config, when the tree passed the schema.
     pub config: Option<VerlConfig>,
+    /// The verl release the config was judged against: the config dir's (its version file,
+    /// else its layout), else verlc's built-in tree's.
+    pub release: String,
     pub model: Option<ModelDims>,
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -39,11 +42,14 @@ impl Checked {
 }
 
 pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
-    let newer_release = req
+    let tree_release = req
         .config_dir
         .as_deref()
-        .and_then(crate::load::version::verl_release)
-        .filter(|v| !crate::load::version::is_modelled(v));
+        .and_then(crate::load::version::verl_release);
+    let release = tree_release
+        .clone()
+        .unwrap_or_else(|| format!("{}, verlc's built-in tree", crate::load::version::BUILTIN));
+    let newer_release = tree_release.filter(|v| !crate::load::version::is_modelled(v));
     // A newer release's tree is composed twice (the second time as verl ships it, the
     // baseline below): the second composition starts from the files the first one parsed.
     let (composed, mut files) = if newer_release.is_some() {
@@ -306,6 +312,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         composed,
         baseline,
         config,
+        release,
         model,
         diagnostics,
     }

@@ -137,6 +137,7 @@ impl Diagnostic {
             column,
             help: self.help.clone(),
             notes: self.notes.clone(),
+            release: None,
         }
     }
 }
@@ -154,6 +155,9 @@ pub struct JsonDiagnostic {
     pub help: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The verl release the check judged against (`verlc check`'s output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
 }
 
 /// Closest candidate for a "did you mean" hint (Jaro-Winkler, like cargo and clap).

@@ -24,6 +24,40 @@ fn ceil_boundary(text: &str, i: usize) -> usize {
 }
 
 pub fn human(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
+    human_judged(diags, sources, color, None)
+}
+
+/// [`human`] for a check: its summary line names the verl release it judged against.
+pub fn human_checked(checked: &crate::check::Checked, color: bool) -> String {
+    human_judged(
+        &checked.diagnostics,
+        &checked.composed.sources,
+        color,
+        Some(&checked.release),
+    )
+}
+
+/// [`json`] for a check: each diagnostic carries the verl release it judged against
+/// (`"release"`).
+pub fn json_checked(checked: &crate::check::Checked) -> String {
+    let items: Vec<_> = checked
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let mut v = d.to_json(&checked.composed.sources);
+            v.release = Some(checked.release.clone());
+            v
+        })
+        .collect();
+    serde_json::to_string_pretty(&items).unwrap_or_else(|_| "[]".into())
+}
+
+fn human_judged(
+    diags: &[Diagnostic],
+    sources: &SourceMap,
+    color: bool,
+    release: Option<&str>,
+) -> String {
     let renderer = if color {
         Renderer::styled()
     } else {
@@ -38,7 +72,7 @@ pub fn human(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
     let warnings = diags.len() - errors;
     if errors > 0 || warnings > 0 {
         out.push_str(&format!(
-            "{}: {} error{}, {} warning{}\n",
+            "{}: {} error{}, {} warning{}{}\n",
             if errors > 0 {
                 "check failed"
             } else {
@@ -47,7 +81,8 @@ pub fn human(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
             errors,
             if errors == 1 { "" } else { "s" },
             warnings,
-            if warnings == 1 { "" } else { "s" }
+            if warnings == 1 { "" } else { "s" },
+            release.map_or(String::new(), |r| format!(" (judged against verl {r})"))
         ));
     }
     out

@@ -9,6 +9,9 @@ use std::path::Path;
 /// The verl release verlc models (its schema, defaults and rules).
 pub const MODELLED: &str = "0.7";
 
+/// The release of verlc's built-in tree (the default when no `--config-dir` is given).
+pub const BUILTIN: &str = "0.7.0";
+
 /// The release of the verl package whose `verl/trainer/config` is `config_dir`: its
 /// `verl/version/version` file (as shipped in verl's repository and wheels).
 pub fn verl_version(config_dir: &Path) -> Option<String> {

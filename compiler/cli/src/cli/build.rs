@@ -102,10 +102,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
         }
     }
     let color = super::output::stderr_color();
-    eprint!(
-        "{}",
-        render::human(&checked.diagnostics, &checked.composed.sources, color)
-    );
+    eprint!("{}", render::human_checked(&checked, color));
     if super::output::exit_status(&checked.diagnostics) == EXIT_USAGE {
         return Err(EXIT_USAGE);
     }

@@ -37,12 +37,11 @@ pub fn run(a: CheckArgs) -> u8 {
             d.severity = Severity::Error;
         }
     }
-    let sources = &checked.composed.sources;
     match a.format {
-        Format::Json => println!("{}", render::json(&checked.diagnostics, sources)),
+        Format::Json => println!("{}", render::json_checked(&checked)),
         Format::Human => {
             let color = super::output::stderr_color();
-            eprint!("{}", render::human(&checked.diagnostics, sources, color));
+            eprint!("{}", render::human_checked(&checked, color));
         }
     }
     if a.print_config {

@@ -27,16 +27,10 @@ pub fn run(a: ExplainArgs) -> u8 {
     );
     let report_failure = |extra: &str| {
         if json {
-            println!(
-                "{}",
-                render::json(&checked.diagnostics, &checked.composed.sources)
-            );
+            println!("{}", render::json_checked(&checked));
         } else {
             let color = super::output::stderr_color();
-            eprint!(
-                "{}",
-                render::human(&checked.diagnostics, &checked.composed.sources, color)
-            );
+            eprint!("{}", render::human_checked(&checked, color));
             eprintln!("{extra}");
         }
     };
