@@ -543,6 +543,15 @@ fn group_choices(req: &LoadRequest) -> Vec<String> {
         .collect()
 }
 
+/// The `strategy` values of the engines verl 0.8 and later ship beside FSDP and Megatron.
+const NEWER_ENGINE_STRATEGIES: &[&str] = &[
+    "veomni",
+    "torchtitan",
+    "automodel",
+    "mindspeed",
+    "mindspeed_megatron",
+];
+
 /// For a tree of a verl release verlc does not model key by key: the schema findings about
 /// verl's own files (not the user's config file, not an override), and keys the release
 /// dropped, are taken out of `schema_diags`; `tree` (the check's copy) gets verlc's defaults
@@ -559,8 +568,23 @@ fn pass_through_unmodelled(
     defaults: &Node,
 ) -> Option<(Option<Diagnostic>, Vec<String>)> {
     let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
+    // The strategies of the engines verl 0.8 added (`model_engine=veomni` sets them in verl's
+    // own files; users also write them by hand): valid for the release, refused by the build.
+    let newer_engine = |d: &Diagnostic| {
+        d.code == codes::SCHEMA_ENUM
+            && crate::load::version::minor_version(version).is_some_and(|v| v >= (0, 8))
+            && d.key_path
+                .as_deref()
+                .is_some_and(|k| k.ends_with(".strategy"))
+            && d.primary.as_ref().is_some_and(|l| {
+                let text = sources.get(l.origin.source).text.get(l.origin.span.clone());
+                text.is_some_and(|t| {
+                    NEWER_ENGINE_STRATEGIES.contains(&t.trim().trim_matches(['"', '\'']))
+                })
+            })
+    };
     let from_verl = |d: &Diagnostic| {
-        if d.code == codes::SCHEMA_REQUIRED {
+        if d.code == codes::SCHEMA_REQUIRED || newer_engine(d) {
             return true;
         }
         let schema_code = [
