@@ -248,7 +248,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             sources: &composed.sources,
             model: model.as_ref(),
             missing: &missing,
-            defaults: baseline.clone(),
+            defaults: baseline.as_ref(),
             release: unmodelled_release
                 .as_deref()
                 .and_then(crate::load::version::minor_version),
@@ -607,24 +607,29 @@ fn pass_through_unmodelled(
     if verl.is_empty() {
         return None;
     }
-    let before = tree.clone();
+    // The release's own table types these keys (verl's values and the user's alike, read
+    // before the repair below replaces them); what it does not hold passes through, said once.
+    let table = crate::load::release_table::for_release(version);
+    let mut unchecked: Vec<String> = Vec::new();
+    if let Some(table) = &table {
+        let mut seen = std::collections::HashSet::new();
+        for k in verl.iter().filter_map(|d| d.key_path.as_deref()) {
+            if !seen.insert(k) {
+                continue;
+            }
+            // A key of verlc's model this release does not have: nothing to check.
+            let known = tree
+                .get_path(&crate::load::node::split_key(k))
+                .is_none_or(|node| table.check(k, node, schema_diags));
+            if !known {
+                unchecked.push(k.to_owned());
+            }
+        }
+    }
     let keys = repair_tree(tree, &verl, defaults, false)?;
-    // The release's own table types these keys (verl's values and the user's alike); what it
-    // does not hold passes through, said once.
-    let unchecked: Vec<String> = match crate::load::release_table::for_release(version) {
-        Some(table) => keys
-            .iter()
-            .filter(
-                |k| match before.get_path(&crate::load::node::split_key(k)) {
-                    Some(node) => !table.check(k, node, schema_diags),
-                    // A key of verlc's model this release does not have: nothing to check.
-                    None => false,
-                },
-            )
-            .cloned()
-            .collect(),
-        None => keys.clone(),
-    };
+    if table.is_none() {
+        unchecked = keys.clone();
+    }
     if unchecked.is_empty() {
         return Some((None, keys));
     }

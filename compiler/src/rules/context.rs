@@ -17,7 +17,7 @@ pub struct RuleContext<'a> {
     pub missing: &'a [String],
     /// The defaults to compare with when not verlc's built-in tree of the config's flavour
     /// (a tree of another verl release: its own defaults).
-    pub defaults: Option<Node>,
+    pub defaults: Option<&'a Node>,
     /// `(major, minor)` of that other release; `None` for the modelled one (0.7).
     pub release: Option<(u32, u32)>,
 }
@@ -66,7 +66,6 @@ impl<'a> RuleContext<'a> {
     pub fn default_tree(&self) -> Option<&Node> {
         Some(
             self.defaults
-                .as_ref()
                 .unwrap_or_else(|| crate::load::compose::builtin_tree(self.config.flavour())),
         )
     }
