@@ -128,13 +128,10 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             overrides: group_choices(req),
             ..req.clone()
         };
-        baseline = Some(
-            match files.take() {
-                Some(f) => compose::load_with_files(&baseline_req, f),
-                None => compose::load(&baseline_req),
-            }
-            .root,
-        );
+        baseline = Some(match files.take() {
+            Some(f) => compose::load_tree_with_files(&baseline_req, f),
+            None => compose::load(&baseline_req).root,
+        });
     }
     // verl 0.8 removed the legacy per-backend workers (and `trainer.use_legacy_worker_impl`):
     // a newer tree runs the engine workers, so verl 0.7's rules for the legacy ones do not apply.

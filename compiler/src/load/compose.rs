@@ -197,13 +197,16 @@ pub fn load_keeping_files(req: &LoadRequest) -> (Composed, FileCache) {
     (composed, files.unwrap_or_default())
 }
 
-/// [`load`] starting from the files another composition read (`files`): what it parsed is
-/// not read again. The composed sources include those files' (origins stay valid).
-pub fn load_with_files(req: &LoadRequest, files: FileCache) -> Composed {
-    load_from(req, files, false).0
+/// The tree [`load`] composes, starting from the files another composition read (`files`):
+/// what it parsed is not read again (a second view of the same search path, e.g. verl's tree
+/// as shipped beside the user's; its diagnostics and sources are not kept).
+pub fn load_tree_with_files(req: &LoadRequest, files: FileCache) -> Node {
+    load_from(req, files, false).0.root
 }
 
 fn load_from(req: &LoadRequest, files: FileCache, keep: bool) -> (Composed, Option<FileCache>) {
+    // A second composition (started from another's files) only serves its tree.
+    let tree_only = !files.fetched.is_empty();
     let mut c = Composer {
         repo: Repo::default(),
         sources: files.sources,
@@ -291,7 +294,11 @@ fn load_from(req: &LoadRequest, files: FileCache, keep: bool) -> (Composed, Opti
 
     let resolution = interp::resolve(&mut root);
     c.diags.extend(resolution.diagnostics);
-    let env_vars = env_vars_named(&c.sources, resolution.env_vars);
+    let env_vars = if tree_only {
+        Vec::new()
+    } else {
+        env_vars_named(&c.sources, resolution.env_vars)
+    };
     let files = keep.then(|| FileCache {
         sources: c.sources.clone(),
         fetched: std::mem::take(&mut c.fetched),
