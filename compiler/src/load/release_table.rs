@@ -59,6 +59,7 @@ impl LeafType {
             .map(|(_, t)| *t)
             .collect()
     }
+
     fn name(self) -> &'static str {
         match self {
             LeafType::Any => "anything",
@@ -227,5 +228,94 @@ impl ReleaseTable {
             "verl {}'s type for this key (its dataclass annotation or default)",
             self.release
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INTEGER: u8 = 1 << 3;
+    const STRING_OR_NULL: u8 = (1 << 5) | (1 << 1);
+    const BOOLEAN: u8 = 1 << 2;
+
+    fn table() -> ReleaseTable {
+        ReleaseTable {
+            release: "test",
+            leaves: &[
+                ("a.seed", INTEGER),
+                ("a.teachers.*.flag", BOOLEAN),
+                ("a.teachers.*.path", STRING_OR_NULL),
+            ],
+            dicts: &["a.teachers"],
+        }
+    }
+
+    fn node(json: serde_json::Value) -> Node {
+        use serde_json::Value as J;
+        let value = match json {
+            J::Null => Value::Scalar(Scalar::Null),
+            J::Bool(b) => Value::Scalar(Scalar::Bool(b)),
+            J::Number(n) => match n.as_i64() {
+                Some(i) => Value::Scalar(Scalar::Int(i)),
+                None => Value::Scalar(Scalar::Float(n.as_f64().unwrap_or(f64::NAN))),
+            },
+            J::String(s) => Value::Scalar(Scalar::Str(s)),
+            J::Array(items) => Value::Seq(items.into_iter().map(node).collect()),
+            J::Object(m) => {
+                let mut out = Node::empty_map(None);
+                if let Some(map) = out.as_map_mut() {
+                    for (k, v) in m {
+                        map.insert(
+                            k,
+                            crate::load::node::Entry {
+                                key_origin: None,
+                                node: node(v),
+                            },
+                        );
+                    }
+                }
+                return out;
+            }
+        };
+        Node::new(value, None)
+    }
+
+    #[test]
+    fn values_are_checked_leniently_by_type() {
+        let t = table();
+        let mut out = Vec::new();
+        for ok in [
+            serde_json::json!(7),
+            serde_json::json!("7"),
+            serde_json::json!("${x}"),
+        ] {
+            assert!(t.check("a.seed", &node(ok.clone()), &mut out), "{ok}");
+            assert!(out.is_empty(), "{ok}: {out:?}");
+        }
+        assert!(t.check("a.seed", &node(serde_json::json!(1.5)), &mut out));
+        assert!(t.check("a.seed", &node(serde_json::json!("abc")), &mut out));
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out[1].message.contains("must be an integer, got string"));
+    }
+
+    #[test]
+    fn entries_of_a_dict_of_configs_take_its_listed_leaves() {
+        let t = table();
+        let mut out = Vec::new();
+        let entry = node(serde_json::json!({"flag": "yes", "path": null, "_target_": "x.Y"}));
+        assert!(t.check("a.teachers.math", &entry, &mut out));
+        assert!(out.is_empty(), "{out:?}");
+        let bad = node(serde_json::json!({"flag": "maybe"}));
+        assert!(t.check("a.teachers.code", &bad, &mut out));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].key_path.as_deref(), Some("a.teachers.code.flag"));
+        // A key the release does not have passes through (the caller says so).
+        assert!(!t.check(
+            "a.teachers.math.extra",
+            &node(serde_json::json!(1)),
+            &mut out
+        ));
+        assert!(!t.check("b", &node(serde_json::json!(1)), &mut out));
     }
 }
