@@ -880,6 +880,24 @@ fn padded_run(model: &str, batch: &Batch) -> (Vec<f64>, Vec<(String, Tensor)>) {
     (losses, e.per_tensor_params().expect("params"))
 }
 
+/// A fresh single engine (the tests' settings) and its forward of `batch`, packed
+/// (`use_remove_padding`) or padded.
+fn fresh_forward(
+    batch: &Batch,
+    fwd: &ForwardOptions,
+    packed: bool,
+) -> (SingleEngine<CausalLm>, runtime::rollout::LogProbOutput) {
+    use runtime::engine::Head;
+    let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("engine");
+    let out = if packed {
+        e.module().forward_packed(batch, fwd)
+    } else {
+        Head::forward(e.module(), batch, fwd)
+    }
+    .expect("forward");
+    (e, out)
+}
+
 /// Every parameter's gradient of a single engine, by name.
 fn param_grads(e: &SingleEngine<CausalLm>) -> Vec<(String, Tensor)> {
     let mut g: Vec<(String, Tensor)> = e
@@ -929,13 +947,7 @@ fn packed_forward_equals_padded_forward_at_every_response_token() {
     assert_eq!(outside, 0.0, "outputs predicted by padding must be zero");
     // Gradients of a masked loss agree too.
     let grads = |packed: bool| {
-        let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("actor");
-        let out = if packed {
-            e.module().forward_packed(&batch, &fwd)
-        } else {
-            Head::forward(e.module(), &batch, &fwd)
-        }
-        .expect("forward");
+        let (e, out) = fresh_forward(&batch, &fwd, packed);
         (out.log_probs * mask).sum(Kind::Float).backward();
         param_grads(&e)
     };
@@ -1109,13 +1121,7 @@ rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
     let columns = |kl: &TopKKl| kl.columns().unwrap();
     // Padded and packed on one process, values and gradients.
     let run = |packed: bool| {
-        let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("student");
-        let out = if packed {
-            e.module().forward_packed(&batch, &kl)
-        } else {
-            Head::forward(e.module(), &batch, &kl)
-        }
-        .expect("forward");
+        let (e, out) = fresh_forward(&batch, &kl, packed);
         let out = kl_of(out);
         (&out.loss * &mask).sum(Kind::Float).backward();
         (columns(&out).detach(), param_grads(&e))

@@ -322,18 +322,8 @@ rank_test!(dp2_matches_single_process, 2, |world| {
     };
     let cfg = tiny_config(true);
     let run = fp32_matches(&world, grid(1, 1, 2), &cfg, false, settings, 2, FP32);
-    let opt = match run.module.optimizer() {
-        Some(runtime::megatron::ModuleOptimizer::Distributed(o)) => o,
-        _ => panic!("expected the distributed optimizer"),
-    };
+    let (opt, total) = distributed_state(&run.module);
     assert!(opt.layout().buckets.len() > 1);
-    let total: usize = run
-        .module
-        .model
-        .params()
-        .iter()
-        .map(|p| p.tensor.numel())
-        .sum();
     assert!(opt.owned_numel() < total, "state is not sharded");
 });
 
@@ -413,16 +403,7 @@ rank_test!(cp2_matches_single_process, 2, |world| {
     let run = fp32_matches(&world, cp2, &cfg, false, settings, 2, FP32);
     assert!(run.module.model.context_parallel().is_some());
     // The optimizer's state is split over DP x CP (Megatron's dp_cp group): half per rank.
-    let Some(runtime::megatron::ModuleOptimizer::Distributed(opt)) = run.module.optimizer() else {
-        panic!("expected the distributed optimizer");
-    };
-    let total: usize = run
-        .module
-        .model
-        .params()
-        .iter()
-        .map(|p| p.tensor.numel())
-        .sum();
+    let (opt, total) = distributed_state(&run.module);
     assert!(
         opt.owned_numel() * 2 <= total + 64,
         "{} of {total}",

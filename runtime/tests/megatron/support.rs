@@ -193,3 +193,15 @@ pub fn reference_run_with_norms(
     }
     (losses, full_weights(&vs), norms)
 }
+
+/// The module's distributed optimizer and the number of parameter elements this rank holds
+/// (what its owned state is compared with); panics when the module has another optimizer.
+pub fn distributed_state(
+    m: &runtime::megatron::MegatronModule,
+) -> (&runtime::optim::distrib::DistributedOptimizer, usize) {
+    let Some(runtime::megatron::ModuleOptimizer::Distributed(opt)) = m.optimizer() else {
+        panic!("expected the distributed optimizer");
+    };
+    let total = m.model.params().iter().map(|p| p.tensor.numel()).sum();
+    (opt, total)
+}
