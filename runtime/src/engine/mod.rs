@@ -31,7 +31,7 @@ use crate::algo::AggOptions;
 use crate::model::decoder::Model;
 use crate::model::packed::Packing;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
-use crate::rollout::logprob::{entropy_from_logits, log_probs_from_logits};
+use crate::rollout::logprob::{entropy_from_logits, log_probs_from_logits, response_window};
 use crate::rollout::topk::{
     TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopK, TopKTargets, topk_columns, topk_output,
 };
@@ -218,15 +218,7 @@ impl Head for CausalLm {
     fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
         let (seq, r) = sequences(batch)?;
         check_temperature(opts.temperature)?;
-        let t = seq.input_ids.size()[1];
-        let hidden = self.model.forward_window(
-            seq.input_ids,
-            seq.position_ids,
-            seq.attention_mask,
-            t - r - 1,
-            r,
-        );
-        let labels = seq.input_ids.f_narrow(1, t - r, r)?;
+        let (hidden, labels) = response_window(self, &seq, r);
         let targets = topk_targets(batch, opts)?;
         let columns = self.token_columns(&hidden, &labels, targets.as_ref(), opts)?;
         self.output_from_columns(&columns, opts)

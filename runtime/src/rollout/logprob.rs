@@ -85,21 +85,11 @@ pub fn response_log_probs(
     temperature: f64,
     stats: TokenStats,
 ) -> LogProbOutput {
-    let total = batch.input_ids.size()[1];
-    let hidden = model.model.forward_window(
-        batch.input_ids,
-        batch.position_ids,
-        batch.attention_mask,
-        total - response_len - 1,
-        response_len,
-    );
+    let (hidden, labels) = response_window(model, batch, response_len);
     let mut logits = model.logits(&hidden);
     if temperature != 1.0 {
         logits /= temperature;
     }
-    let labels = batch
-        .input_ids
-        .narrow(1, total - response_len, response_len);
     LogProbOutput {
         log_probs: log_probs_from_logits(&logits, &labels),
         entropy: stats.entropy.then(|| entropy_from_logits(&logits)),
@@ -108,6 +98,27 @@ pub fn response_log_probs(
             .then(|| sum_pi_squared_from_logits(&logits)),
         topk: None,
     }
+}
+
+/// The final hidden states `(N, R, hidden)` of the positions that predict the last
+/// `response_len` tokens of each row, and those tokens `(N, R)`.
+pub fn response_window(
+    model: &CausalLm,
+    batch: &SequenceBatch,
+    response_len: i64,
+) -> (Tensor, Tensor) {
+    let total = batch.input_ids.size()[1];
+    let hidden = model.model.forward_window(
+        batch.input_ids,
+        batch.position_ids,
+        batch.attention_mask,
+        total - response_len - 1,
+        response_len,
+    );
+    let labels = batch
+        .input_ids
+        .narrow(1, total - response_len, response_len);
+    (hidden, labels)
 }
 
 /// [`response_log_probs`] without gradients, `micro_batch` rows at a time.

@@ -249,31 +249,6 @@ fn critic_role<R: Roles>(
     Ok(Some(Critic::new(engine, c.update.clone())?))
 }
 
-/// A forward-only causal-LM engine of `model_path` on `engine` (the reference's, a teacher's).
-fn frozen_engine<R: Roles>(
-    roles: &R,
-    spec: &TrainerSpec,
-    opts: &RunOptions,
-    engine: &verlc_spec::trainer::EngineSpec,
-    model_path: &str,
-) -> Result<R::Actor, TrainerError> {
-    roles.reference(
-        engine,
-        EngineSettings {
-            model_path: model_path.to_owned(),
-            device: opts.device,
-            param_dtype: spec.binding.precision,
-            seed: spec.model_seed,
-            optim: None,
-            loss_scale_factor: None,
-            loss_scaling: opts.loss_scaling,
-            lora: None,
-            config_overrides: spec.actor.config_overrides.clone(),
-            remove_padding: engine.remove_padding(),
-        },
-    )
-}
-
 /// On-policy distillation's teachers, each a frozen engine scoring at temperature 1.
 fn distillation_teachers<R: Roles>(
     roles: &R,
@@ -285,9 +260,8 @@ fn distillation_teachers<R: Roles>(
     };
     let mut teachers = Vec::with_capacity(d.teachers.len());
     for t in &d.teachers {
-        let engine = frozen_engine(roles, spec, opts, &d.engine, &t.model_path)?;
-        let mut scorer = Reference::new(engine, d.micro_batch, 1.0)?;
-        scorer.max_token_len = d.max_token_len;
+        let batching = (d.micro_batch, d.max_token_len, 1.0);
+        let scorer = frozen_reference(roles, spec, opts, (&d.engine, &t.model_path), batching)?;
         teachers.push((t.key.clone(), scorer));
     }
     Ok(Some(Teachers::new(teachers)?))
@@ -309,10 +283,38 @@ fn reference_policy<R: Roles>(
             temperature: r.temperature,
         }));
     }
-    let engine = frozen_engine(roles, spec, opts, &r.engine, &r.model_path)?;
-    let mut reference = Reference::new(engine, r.micro_batch, r.temperature)?;
-    reference.max_token_len = r.max_token_len;
+    let batching = (r.micro_batch, r.max_token_len, r.temperature);
+    let reference = frozen_reference(roles, spec, opts, (&r.engine, &r.model_path), batching)?;
     Ok(Some(ReferencePolicy::Own(reference)))
+}
+
+/// A forward-only causal-LM scorer of `model_path` on `engine` (the reference, a teacher),
+/// in micro-batches of `micro_batch` rows (or a token budget), at `temperature`.
+fn frozen_reference<R: Roles>(
+    roles: &R,
+    spec: &TrainerSpec,
+    opts: &RunOptions,
+    (engine, model_path): (&verlc_spec::trainer::EngineSpec, &str),
+    (micro_batch, max_token_len, temperature): (usize, Option<usize>, f64),
+) -> Result<Reference<R::Actor>, TrainerError> {
+    let engine = roles.reference(
+        engine,
+        EngineSettings {
+            model_path: model_path.to_owned(),
+            device: opts.device,
+            param_dtype: spec.binding.precision,
+            seed: spec.model_seed,
+            optim: None,
+            loss_scale_factor: None,
+            loss_scaling: opts.loss_scaling,
+            lora: None,
+            config_overrides: spec.actor.config_overrides.clone(),
+            remove_padding: engine.remove_padding(),
+        },
+    )?;
+    let mut reference = Reference::new(engine, micro_batch, temperature)?;
+    reference.max_token_len = max_token_len;
+    Ok(reference)
 }
 
 fn kl_controller(spec: KlControlSpec) -> Result<KlController, TrainerError> {
