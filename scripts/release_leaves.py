@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Derive a verl release's leaf table from its own files: every key of the flattened trees verl
-generates (`verl/trainer/config/_generated_*.yaml`: the PPO trainer on each engine) with the
-types its value may take.
+"""Derive a verl release's leaf table from its own files: every key of the trees verl
+generates (`verl/trainer/config/_generated_*.yaml`) and of each trainer composed with every
+`model_engine` option, with the types its value may take.
 
 A key's types come from the dataclass verl converts its section into (the section's
 `_target_`, its field's annotation: `Optional[int]` is an integer or null), else from verl's
-default (a boolean, a number, a string, a list, a map; null says nothing). verlc's checker reads
-the table for the keys of a release it does not model key by key (see compiler/src/check.rs):
-their values are checked by type instead of passing through.
+default (a boolean, a number, a string, a list, a map; a null default says nothing, and a key
+nothing types is "any"; compiler/src/load/leaf_types.rs lists the type names). verlc's
+checker reads the table for the keys of a release it does not model key by key (see
+compiler/src/check.rs): their values are checked by type instead of passing through.
 
     release_leaves.py TREE_ROOT VERSION OUT.json
 
@@ -23,8 +24,6 @@ import sys
 
 import yaml
 
-# The types a leaf may list; "any" marks a key the release has but nothing types.
-TYPES = ("boolean", "integer", "number", "string", "array", "object", "null", "any")
 
 
 def dataclass_fields(verl_root):
