@@ -572,13 +572,10 @@ fn pass_through_unmodelled(
             && crate::load::version::minor_version(version).is_some_and(|v| v >= (0, 8))
             && d.key_path
                 .as_deref()
-                .is_some_and(|k| k.ends_with(".strategy"))
-            && d.primary.as_ref().is_some_and(|l| {
-                let text = sources.get(l.origin.source).text.get(l.origin.span.clone());
-                text.is_some_and(|t| {
-                    NEWER_ENGINE_STRATEGIES.contains(&t.trim().trim_matches(['"', '\'']))
-                })
-            })
+                .filter(|k| k.ends_with(".strategy"))
+                .and_then(|k| tree.get_path(&crate::load::node::split_key(k)))
+                .and_then(Node::as_str)
+                .is_some_and(|v| NEWER_ENGINE_STRATEGIES.contains(&v))
     };
     let from_verl = |d: &Diagnostic| {
         if d.code == codes::SCHEMA_REQUIRED || newer_engine(d) {

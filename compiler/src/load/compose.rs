@@ -179,7 +179,7 @@ impl Composed {
 }
 
 pub fn load(req: &LoadRequest) -> Composed {
-    load_from(req, FileCache::default(), false).0
+    load_from(req, FileCache::default(), Serves::Composed).0
 }
 
 /// The files one composition read and parsed (with the sources their origins point into),
@@ -191,9 +191,9 @@ pub struct FileCache {
     fetched: std::collections::HashMap<String, Fetched>,
 }
 
-/// [`load`], also keeping the files it read for [`load_with_files`].
+/// [`load`], also keeping the files it read for [`load_tree_with_files`].
 pub fn load_keeping_files(req: &LoadRequest) -> (Composed, FileCache) {
-    let (composed, files) = load_from(req, FileCache::default(), true);
+    let (composed, files) = load_from(req, FileCache::default(), Serves::ComposedAndFiles);
     (composed, files.unwrap_or_default())
 }
 
@@ -201,12 +201,21 @@ pub fn load_keeping_files(req: &LoadRequest) -> (Composed, FileCache) {
 /// what it parsed is not read again (a second view of the same search path, e.g. verl's tree
 /// as shipped beside the user's; its diagnostics and sources are not kept).
 pub fn load_tree_with_files(req: &LoadRequest, files: FileCache) -> Node {
-    load_from(req, files, false).0.root
+    load_from(req, files, Serves::TreeOnly).0.root
 }
 
-fn load_from(req: &LoadRequest, files: FileCache, keep: bool) -> (Composed, Option<FileCache>) {
-    // A second composition (started from another's files) only serves its tree.
-    let tree_only = !files.fetched.is_empty();
+/// What a composition's caller takes from it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Serves {
+    /// The whole [`Composed`].
+    Composed,
+    /// It and the files read ([`FileCache`]).
+    ComposedAndFiles,
+    /// The tree alone: nothing only diagnostics need (the environment variables) is collected.
+    TreeOnly,
+}
+
+fn load_from(req: &LoadRequest, files: FileCache, serves: Serves) -> (Composed, Option<FileCache>) {
     let mut c = Composer {
         repo: Repo::default(),
         sources: files.sources,
@@ -294,12 +303,12 @@ fn load_from(req: &LoadRequest, files: FileCache, keep: bool) -> (Composed, Opti
 
     let resolution = interp::resolve(&mut root);
     c.diags.extend(resolution.diagnostics);
-    let env_vars = if tree_only {
+    let env_vars = if serves == Serves::TreeOnly {
         Vec::new()
     } else {
         env_vars_named(&c.sources, resolution.env_vars)
     };
-    let files = keep.then(|| FileCache {
+    let files = (serves == Serves::ComposedAndFiles).then(|| FileCache {
         sources: c.sources.clone(),
         fetched: std::mem::take(&mut c.fetched),
     });
