@@ -5,7 +5,9 @@
 //! - the composed built-in default trees (`defaults/composed.json`), types in
 //!   `src/load/snapshot.rs`;
 //! - the leaf tables of verl releases (`releases/verl-*.json`, from
-//!   `scripts/release_leaves.py`), read by `src/load/release_table.rs`.
+//!   `scripts/release_leaves.py`), read by `src/load/release_table.rs`;
+//! - the built-in trees of newer releases (`releases/verl-<release>/`, from
+//!   `scripts/builtin_tree.py`), embedded as files for `src/config/builtin.rs`.
 //!
 //! `tests/schema_fresh.rs` keeps both files equal to what the sources generate.
 
@@ -97,6 +99,48 @@ fn main() {
     }
     out.push_str("];\n");
     write(&Path::new(&out_dir).join("release_tables.rs"), &out);
+
+    // The built-in trees of newer releases (`releases/verl-<release>/`, from
+    // `scripts/builtin_tree.py`): each file embedded under its path in the tree.
+    let mut out = String::from("pub static RELEASE_TREES: &[(&str, &[(&str, &str)])] = &[\n");
+    for release in BUILTIN_RELEASE_TREES {
+        let root = Path::new(&manifest).join(format!("releases/verl-{release}"));
+        println!("cargo:rerun-if-changed={}", root.display());
+        let mut files = Vec::new();
+        yaml_files(&root, &root, &mut files);
+        files.sort();
+        let _ = writeln!(out, "    ({release:?}, &[");
+        for (rel, path) in &files {
+            println!("cargo:rerun-if-changed={path}");
+            let _ = writeln!(out, "        ({rel:?}, include_str!({path:?})),");
+        }
+        out.push_str("    ]),\n");
+    }
+    out.push_str("];\n");
+    write(&Path::new(&out_dir).join("release_trees.rs"), &out);
+}
+
+/// The releases whose config tree verlc embeds besides its own 0.7.0 tree (`defaults/`).
+const BUILTIN_RELEASE_TREES: &[&str] = &["0.9.1"];
+
+/// Every `.yaml` file under `dir` as (path relative to `root` with `/`, absolute path).
+fn yaml_files(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+    let entries = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            println!("cargo:rerun-if-changed={}", path.display());
+            yaml_files(root, &path, out);
+        } else if path.extension().is_some_and(|e| e == "yaml") {
+            let rel = path.strip_prefix(root).unwrap_or(&path);
+            let rel: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            out.push((rel.join("/"), path.display().to_string()));
+        }
+    }
 }
 
 /// The releases with a committed leaf table.

@@ -31,6 +31,8 @@ pub struct Checked {
     /// The verl release the config was judged against: the config dir's (its version file,
     /// else its layout), else verlc's built-in tree's.
     pub release: String,
+    /// The release's version (`0.9.1`; for a tree known by its layout alone, what is known).
+    pub release_version: String,
     pub model: Option<ModelDims>,
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -42,14 +44,18 @@ impl Checked {
 }
 
 pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
-    let tree_release = req
+    // The release judged against: the config dir's (its version file, else its layout), else
+    // that of the built-in tree its missing configs come from.
+    let dir_release = req
         .config_dir
         .as_deref()
         .and_then(crate::load::version::verl_release);
-    let release = tree_release
-        .clone()
-        .unwrap_or_else(|| format!("{}, verlc's built-in tree", crate::load::version::BUILTIN));
-    let newer_release = tree_release.filter(|v| !crate::load::version::is_modelled(v));
+    let release = dir_release.clone().unwrap_or_else(|| {
+        format!("{}, verlc's built-in tree", req.builtin.version())
+    });
+    let tree_release = dir_release.unwrap_or_else(|| req.builtin.version().to_owned());
+    let newer_release =
+        Some(tree_release.clone()).filter(|v| !crate::load::version::is_modelled(v));
     // A newer release's tree is composed twice (the second time as verl ships it, the
     // baseline below): the second composition starts from the files the first one parsed.
     let (composed, mut files) = if newer_release.is_some() {
@@ -67,10 +73,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
     let suggest = |o: Option<&crate::source::Origin>| {
         newer_release.is_none()
-            || o.is_none_or(|o| {
-                let src = composed.sources.get(o.source);
-                src.kind != crate::source::SourceKind::File || Some(&src.name) == user_file.as_ref()
-            })
+            || o.is_none_or(|o| !is_verl_file(composed.sources.get(o.source), &user_file))
     };
     let (mut schema_diags, not_built) = schema::validate_counted_with(&tree, &suggest);
     // A `???` whose type cannot be null is a value the user must set: say that, not "null".
@@ -123,8 +126,13 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         diagnostics.extend(note);
         unmodelled = keys;
         // verl's own tree as the user's config groups select it (`model_engine=megatron`
-        // swaps whole sections): what the user did not write is not theirs.
+        // swaps whole sections): what the user did not write is not theirs. A plain config
+        // file's baseline is the base it was merged over, without the file.
         let baseline_req = LoadRequest {
+            config_file: None,
+            config_text: None,
+            config_name: composed.base.clone().or_else(|| req.config_name.clone()),
+            base: None,
             overrides: group_choices(req),
             ..req.clone()
         };
@@ -310,6 +318,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         baseline,
         config,
         release,
+        release_version: tree_release,
         model,
         diagnostics,
     }
@@ -485,7 +494,13 @@ fn repair_tree(
         let key = d.key_path.clone()?;
         let path = crate::load::node::split_key(&key);
         let (parent_path, last) = path.split_last().map(|(l, p)| (p, *l))?;
-        let parent = tree.get_path_mut(parent_path)?.as_map_mut()?;
+        // A key inside a section an earlier repair removed (a newer release's section that
+        // copies a bad value, `distillation.*.prompt_length`) is gone already.
+        let Some(parent) = tree.get_path_mut(parent_path) else {
+            keys.push(key);
+            continue;
+        };
+        let parent = parent.as_map_mut()?;
         match defaults.get_path(&path) {
             Some(v) => {
                 let v = if perturbed {
@@ -525,8 +540,12 @@ fn repair_tree(
 /// The overrides of `req` that choose a config group option (`model_engine=megatron`,
 /// `actor@actor_rollout_ref.actor=dp_actor`): their key names a directory of the config dir.
 fn group_choices(req: &LoadRequest) -> Vec<String> {
-    let Some(dir) = req.config_dir.as_deref() else {
-        return Vec::new();
+    let is_group = |group: &str| match req.config_dir.as_deref() {
+        Some(dir) => dir.join(group).is_dir(),
+        None => {
+            let prefix = format!("{group}/");
+            req.builtin.files().iter().any(|(p, _)| p.starts_with(&prefix))
+        }
     };
     req.overrides
         .iter()
@@ -534,10 +553,20 @@ fn group_choices(req: &LoadRequest) -> Vec<String> {
             let key = o.split('=').next().unwrap_or_default();
             let key = key.trim_start_matches(['+', '~']);
             let group = key.split('@').next().unwrap_or_default();
-            !group.is_empty() && !group.contains('.') && dir.join(group).is_dir()
+            !group.is_empty() && !group.contains('.') && is_group(group)
         })
         .cloned()
         .collect()
+}
+
+/// Whether `src` is one of verl's own config files (of a `--config-dir` tree or a built-in
+/// one), not the user's config file or an override.
+fn is_verl_file(src: &crate::source::Source, user_file: &Option<String>) -> bool {
+    match src.kind {
+        crate::source::SourceKind::Builtin => true,
+        crate::source::SourceKind::File => Some(&src.name) != user_file.as_ref(),
+        crate::source::SourceKind::Override => false,
+    }
 }
 
 /// The `strategy` values of the engines verl 0.8 and later ship beside FSDP and Megatron.
@@ -589,10 +618,9 @@ fn pass_through_unmodelled(
         ]
         .contains(&d.code);
         schema_code
-            && d.primary.as_ref().is_some_and(|l| {
-                let src = sources.get(l.origin.source);
-                src.kind == crate::source::SourceKind::File && Some(&src.name) != user_file.as_ref()
-            })
+            && d.primary
+                .as_ref()
+                .is_some_and(|l| is_verl_file(sources.get(l.origin.source), &user_file))
     };
     let (verl, user): (Vec<Diagnostic>, Vec<Diagnostic>) = std::mem::take(schema_diags)
         .into_iter()

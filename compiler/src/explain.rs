@@ -550,6 +550,7 @@ mod tests {
         let c = check(
             &LoadRequest {
                 overrides: o,
+                builtin: crate::load::version::BuiltinRelease::V0_7_0,
                 ..Default::default()
             },
             &CheckOptions::default(),
@@ -700,6 +701,7 @@ mod tests {
             &LoadRequest {
                 base: Some(base.into()),
                 overrides: o,
+                builtin: crate::load::version::BuiltinRelease::V0_7_0,
                 ..Default::default()
             },
             &CheckOptions::default(),

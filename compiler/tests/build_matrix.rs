@@ -266,6 +266,7 @@ fn build(row: &Row, out: &Path, cache: &Path) -> Result<PathBuf, String> {
     let res = Command::new(env!("CARGO_BIN_EXE_verlc"))
         .current_dir(checkout())
         .env("NO_COLOR", "1")
+        .env("VERLC_PYTHON", "")
         .arg("build")
         .arg(row.example)
         .args(small_run())

@@ -16,7 +16,10 @@ fn checkout() -> PathBuf {
 
 fn verlc() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_verlc"));
-    cmd.current_dir(checkout()).env("NO_COLOR", "1");
+    // The user's path: the newest release's built-in tree (no Python's verl decides).
+    cmd.current_dir(checkout())
+        .env("NO_COLOR", "1")
+        .env("VERLC_PYTHON", "");
     cmd
 }
 
@@ -109,15 +112,27 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
         "{stderr}"
     );
 
-    // A run-time override is checked by verlc's rules (V006: per-rank mini-batch vs micro-batch).
+    // A run-time override is checked by verlc's rules (V002: a mini-batch beyond the step),
+    // against the release the binary was built for.
     let (code, stdout, stderr) = run(trainer_cmd().args([
         "--print-config",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=7",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1000",
     ]));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stdout.is_empty());
     assert!(
-        stderr.contains("error[V006]") && stderr.contains("not a multiple of the micro-batch"),
+        stderr.contains("error[V002]") && stderr.contains("more than the 64 prompts"),
+        "{stderr}"
+    );
+    // A key verl 0.9 moved is named with where it went: the binary judges against the release
+    // it was built for (0.9.1), not verlc's 0.7.0 tree.
+    let (code, _, stderr) = run(trainer_cmd().args([
+        "--print-config",
+        "actor_rollout_ref.rollout.skip_rollout=true",
+    ]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error[H011]") && stderr.contains("moved it to `skip.rollout.enable`"),
         "{stderr}"
     );
 
@@ -145,7 +160,8 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
         "actor_rollout_ref.actor.fsdp_config.param_offload=true",
         "algorithm.adv_estimator=gae",
         "critic.ppo_micro_batch_size_per_gpu=16",
-        "critic.model.fsdp_config.optimizer_offload=true",
+        "critic.fsdp.optimizer_offload=true",
+        "+critic.fsdp.mixed_precision.param_dtype=fp32",
         "critic.model.path='builtin://tiny?layers=2&hidden=128'",
     ];
     let (code, stdout, stderr) = run(trainer_cmd().arg("--print-spec").args(placed));
@@ -161,7 +177,8 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
         "algorithm.adv_estimator=gae",
         "critic.ppo_micro_batch_size_per_gpu=16",
-        "critic.model.fsdp_config.param_offload=true",
+        "critic.fsdp.param_offload=true",
+        "+critic.fsdp.mixed_precision.param_dtype=fp32",
         "critic.model.path='builtin://tiny?layers=2&hidden=128'",
         "trainer.total_training_steps=2",
         "trainer.val_before_train=false",
@@ -180,6 +197,7 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
         "--check",
         "algorithm.adv_estimator=gae",
         "critic.ppo_micro_batch_size_per_gpu=16",
+        "+critic.fsdp.mixed_precision.param_dtype=fp32",
     ]));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(

@@ -18,6 +18,7 @@ fn verlc(cache: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_verlc"));
     cmd.current_dir(checkout())
         .env("NO_COLOR", "1")
+        .env("VERLC_PYTHON", "")
         .env("HF_HUB_CACHE", cache)
         .env("HF_HUB_OFFLINE", "1")
         .env_remove("HF_ENDPOINT")
@@ -249,13 +250,14 @@ fn build_refuses_a_model_path_that_is_no_directory() {
         .arg(&cfg)
         .arg("algorithm.adv_estimator=gae")
         .arg("critic.ppo_micro_batch_size_per_gpu=16")
+        .arg("+critic.fsdp.mixed_precision.param_dtype=fp32")
         .arg("-o")
         .arg(dir.path().join("t"))
         .env("VERLC_CACHE_DIR", dir.path().join("cache")));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("error[B019]"), "{stderr}");
     assert!(stderr.contains("no such directory"), "{stderr}");
-    assert!(stderr.contains("critic/critic.yaml:17:"), "{stderr}");
+    assert!(stderr.contains("<verl 0.9.1>/model/hf_model.yaml:3:"), "{stderr}");
     assert!(!stderr.contains("compiling"), "{stderr}");
 }
 

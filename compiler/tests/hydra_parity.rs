@@ -206,6 +206,7 @@ fn verlc_on_dir(c: &Case) -> Outcome {
         config_name: Some(c.config_name.clone()),
         overrides: c.overrides.clone(),
         cwd: c.cwd.clone().unwrap_or_default(),
+        builtin: verlc::load::version::BuiltinRelease::V0_7_0,
         ..Default::default()
     })
 }
@@ -219,6 +220,7 @@ fn verlc_on_builtin(c: &Case, verl: &Path) -> Outcome {
         return run_verlc(&LoadRequest {
             config_name: Some(c.config_name.clone()),
             overrides: c.overrides.clone(),
+            builtin: verlc::load::version::BuiltinRelease::V0_7_0,
             ..Default::default()
         });
     }
@@ -229,6 +231,7 @@ fn verlc_on_builtin(c: &Case, verl: &Path) -> Outcome {
         config_name: Some(c.config_name.clone()),
         overrides: c.overrides.clone(),
         cwd: elsewhere,
+        builtin: verlc::load::version::BuiltinRelease::V0_7_0,
         ..Default::default()
     })
 }

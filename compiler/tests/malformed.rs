@@ -655,6 +655,7 @@ fn run_job(job: &Job, dir: &Path) -> bool {
                 config_file: Some(file.clone()),
                 overrides: overrides.clone(),
                 cwd: dir.to_path_buf(),
+                builtin: verlc::load::version::BuiltinRelease::V0_7_0,
                 ..Default::default()
             };
             let checked = check(&req, &CheckOptions::default());
@@ -976,6 +977,7 @@ fn check_file(name: &str, text: &str) -> verlc::check::Checked {
         &LoadRequest {
             config_file: Some(file),
             cwd: dir.clone(),
+            builtin: verlc::load::version::BuiltinRelease::V0_7_0,
             ..Default::default()
         },
         &CheckOptions::default(),

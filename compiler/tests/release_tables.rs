@@ -66,3 +66,64 @@ fn committed_release_tables_are_fresh() {
     }
     eprintln!("{checked} release table(s) fresh");
 }
+
+/// The text of every file under `dir`, by path relative to it.
+fn files_under(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+                out.insert(rel, std::fs::read_to_string(&p).unwrap_or_default());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The built-in tree of verl 0.9.1 (`compiler/releases/verl-0.9.1/`, verlc's default without
+/// `--config-dir`) is what `scripts/builtin_tree.py` derives from the release's own files;
+/// `VERLC_UPDATE_RELEASES=1` rewrites it.
+#[test]
+fn committed_builtin_release_trees_are_fresh() {
+    let root = workspace();
+    let python = root.join(".venv/bin/python");
+    let update = std::env::var("VERLC_UPDATE_RELEASES").is_ok_and(|v| v == "1");
+    let release = "0.9.1";
+    let tree = root.join(".venv/verl-releases").join(release);
+    if !tree.join("verl/trainer/config").is_dir() || !python.is_file() {
+        eprintln!("skipped verl {release}: no tree or venv (run scripts/setup)");
+        return;
+    }
+    let committed = root.join(format!("compiler/releases/verl-{release}"));
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let fresh = scratch.path().join("tree");
+    let target = if update { &committed } else { &fresh };
+    let status = std::process::Command::new(&python)
+        .arg(root.join("scripts/builtin_tree.py"))
+        .arg(&tree)
+        .arg(release)
+        .arg(target)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run scripts/builtin_tree.py");
+    assert!(status.success(), "builtin_tree.py failed for {release}");
+    if update {
+        return;
+    }
+    let (want, have) = (files_under(&fresh), files_under(&committed));
+    let differ: Vec<&String> = want
+        .keys()
+        .chain(have.keys())
+        .filter(|k| want.get(*k) != have.get(*k))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "compiler/releases/verl-{release}/ is stale (files that differ: {differ:?}); rerun with VERLC_UPDATE_RELEASES=1"
+    );
+    assert!(want.len() > 40, "{} files", want.len());
+}

@@ -121,6 +121,7 @@ fn run_fixture(path: &Path, code: &str) -> (Header, Checked) {
         base: None,
         overrides: header.overrides.clone(),
         cwd: fixture_dir(),
+        builtin: verlc::load::version::BuiltinRelease::V0_7_0,
     };
     let opts = CheckOptions {
         model_config: header.model.clone(),
@@ -387,6 +388,7 @@ fn extreme_values_do_not_panic() {
                 .then(|| "ppo_megatron_trainer".to_owned()),
             overrides: all,
             cwd: fixture_dir(),
+            builtin: verlc::load::version::BuiltinRelease::V0_7_0,
         };
         let opts = CheckOptions {
             model_config: Some(fixture_dir().join("models/extreme.json")),

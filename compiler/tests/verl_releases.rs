@@ -10,6 +10,7 @@ use verlc::check::{CheckOptions, check};
 use verlc::codes;
 use verlc::diag::Diagnostic;
 use verlc::load::compose::LoadRequest;
+use verlc::load::version::BuiltinRelease;
 use verlc_spec::trainer::DistillationMode;
 
 mod support;
@@ -510,9 +511,12 @@ fn a_newer_release_lowers_for_a_build() {
             SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
         }
     }
-    for (threshold, want) in [
-        ("2.5", (2.5, None, CorrectionForm::Verl07)),
-        ("'0.5_4.0'", (4.0, Some(0.5), CorrectionForm::Verl08)),
+    // On the built-in trees: 0.7.0's keeps 0.7's form for a number; 0.9.1's (the default)
+    // takes 0.8's.
+    for (builtin, threshold, want) in [
+        (BuiltinRelease::V0_7_0, "2.5", (2.5, None, CorrectionForm::Verl07)),
+        (BuiltinRelease::V0_7_0, "'0.5_4.0'", (4.0, Some(0.5), CorrectionForm::Verl08)),
+        (BuiltinRelease::V0_9_1, "2.5", (2.5, None, CorrectionForm::Verl08)),
     ] {
         let request = LoadRequest {
             config_file: Some(root().join("examples/quickstart.yaml")),
@@ -522,6 +526,7 @@ fn a_newer_release_lowers_for_a_build() {
                 format!("algorithm.rollout_correction.rollout_is_threshold={threshold}"),
             ],
             cwd: root(),
+            builtin,
             ..LoadRequest::default()
         };
         match lower_request(&request) {
@@ -1007,4 +1012,104 @@ trainer:
             .is_some_and(|h| h.contains("skip.rollout.enable")),
         "{h011:?}"
     );
+}
+
+/// verlc's built-in 0.9.1 tree (the default without `--config-dir`, derived from verl's files by
+/// scripts/builtin_tree.py) composes every example call of verl 0.9.0 into the tree verl 0.9.1's
+/// own files give, with the same findings: the built-in default judges as verl's tree does.
+#[test]
+fn the_builtin_newest_tree_is_verls_own() {
+    let Some(dir) = newer_tree() else {
+        eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
+        return;
+    };
+    assert_eq!(BuiltinRelease::default().version(), NEWER);
+    let path = root().join("tests/fixtures/verl_examples_0_9_0/overrides.json");
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json");
+    let summary = |req: &LoadRequest| {
+        let c = check(req, &CheckOptions::default());
+        let mut codes: Vec<(String, Option<String>)> = c
+            .diagnostics
+            .iter()
+            .map(|d| (d.code.0.to_owned(), d.key_path.clone()))
+            .collect();
+        codes.sort();
+        (c.composed.root.to_json(), codes, c.release)
+    };
+    let mut compared = 0;
+    for case in &cases {
+        let script = case["script"].as_str().expect("script");
+        let overrides: Vec<String> = case["overrides"]
+            .as_array()
+            .expect("overrides")
+            .iter()
+            .filter_map(|o| o.as_str().map(str::to_owned))
+            .collect();
+        let name = case["config_name"].as_str().unwrap_or("ppo_trainer");
+        let on_dir = LoadRequest {
+            config_dir: Some(dir.clone()),
+            config_name: Some(name.into()),
+            overrides: overrides.clone(),
+            cwd: root(),
+            ..LoadRequest::default()
+        };
+        let builtin = LoadRequest {
+            config_dir: None,
+            ..on_dir.clone()
+        };
+        let (tree_a, codes_a, release_a) = summary(&on_dir);
+        let (tree_b, codes_b, release_b) = summary(&builtin);
+        assert_eq!(release_a, NEWER);
+        assert_eq!(release_b, format!("{NEWER}, verlc's built-in tree"));
+        assert!(tree_a == tree_b, "{script}: the built-in tree composes differently");
+        assert_eq!(codes_a, codes_b, "{script}: different findings");
+        compared += 1;
+    }
+    assert!(compared >= 80, "{compared} calls compared");
+}
+
+/// A plain config file on the built-in 0.9.1 tree: what the user wrote is judged against
+/// verl's defaults, not against itself (a vLLM-only key set in the file is reported).
+#[test]
+fn a_plain_file_on_the_builtin_newest_tree_is_judged_against_the_base() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("run.yaml");
+    let text = std::fs::read_to_string(root().join("examples/quickstart.yaml"))
+        .expect("quickstart")
+        .replace(
+            "  rollout:\n    name: verlc\n",
+            "  rollout:\n    name: verlc\n    free_cache_engine: false\n",
+        );
+    std::fs::write(&file, text).expect("write");
+    let req = LoadRequest {
+        config_file: Some(file),
+        cwd: root(),
+        ..LoadRequest::default()
+    };
+    let c = check(&req, &CheckOptions::default());
+    assert_eq!(c.release, format!("{NEWER}, verlc's built-in tree"));
+    assert!(
+        c.diagnostics.iter().any(|d| d.code.0 == "B001"
+            && d.key_path.as_deref() == Some("actor_rollout_ref.rollout.free_cache_engine")),
+        "{:#?}",
+        errors(&c.diagnostics)
+    );
+    // The quickstart itself lowers on it as on 0.7.0's tree (0.9's defaults aside).
+    use verlc::plan::{SpecOutcome, lower_request};
+    let plan = |builtin| {
+        match lower_request(&LoadRequest {
+            config_file: Some(root().join("examples/quickstart.yaml")),
+            cwd: root(),
+            builtin,
+            ..LoadRequest::default()
+        }) {
+            SpecOutcome::Ok { spec, .. } => *spec,
+            SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+        }
+    };
+    let (new, old) = (plan(BuiltinRelease::V0_9_1), plan(BuiltinRelease::V0_7_0));
+    assert_eq!(new.actor, old.actor);
+    assert_eq!(new.algorithm, old.algorithm);
+    assert_eq!(new.data, old.data);
 }

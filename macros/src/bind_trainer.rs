@@ -17,6 +17,7 @@ const KEYS: &[&str] = &[
     "verlc_version",
     "config_hash",
     "source",
+    "verl_release",
     "runtime",
 ];
 
@@ -73,6 +74,7 @@ struct Input {
     verlc_version: Option<LitStr>,
     config_hash: Option<LitStr>,
     source: Option<LitStr>,
+    verl_release: Option<LitStr>,
     runtime: Option<Path>,
 }
 
@@ -134,6 +136,7 @@ impl Parse for Input {
                 "verlc_version" => set(&mut out.verlc_version, &key, input.parse()?)?,
                 "config_hash" => set(&mut out.config_hash, &key, input.parse()?)?,
                 "source" => set(&mut out.source, &key, input.parse()?)?,
+                "verl_release" => set(&mut out.verl_release, &key, input.parse()?)?,
                 "runtime" => set(&mut out.runtime, &key, input.parse()?)?,
                 other => {
                     let mut msg = format!(
@@ -172,6 +175,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         verlc_version,
         config_hash,
         source,
+        verl_release,
         runtime,
     } = syn::parse2(input)?;
 
@@ -220,11 +224,14 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     // The keys that decided the binding (JSON), decided by `verlc build`; without them the
     // binary recovers them by lowering its embedded config.
     let bound_keys = bound_keys.map_or_else(|| quote!(""), |e| quote!(#e));
+    // The verl release the config was composed and judged against (run-time overrides are
+    // judged against it too); empty: the runtime's default.
+    let verl_release = verl_release.map_or_else(|| quote!(""), |l| quote!(#l));
     Ok(quote! {
         fn main() -> ::std::process::ExitCode {
             #rt::binding::main::<#s_ty, #p_ty>(
                 #config,
-                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source, spec: #spec, bound_keys: #bound_keys },
+                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source, spec: #spec, bound_keys: #bound_keys, verl_release: #verl_release },
             )
         }
     })

@@ -35,6 +35,7 @@ use verlc::check::{CheckOptions, check};
 use verlc::config::VerlConfig;
 use verlc::diag::Diagnostic;
 use verlc::load::compose::{ConfigText, LoadRequest};
+use verlc::load::version::BuiltinRelease;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::{self, Binding, BoundKey, BuildPlan};
 use verlc::source::{Source, SourceKind, SourceMap};
@@ -213,6 +214,9 @@ pub struct BuildInfo {
     /// `verlc build` found them; empty in hand-written instantiations (then found by lowering
     /// the embedded config).
     pub bound_keys: &'static str,
+    /// The verl release `verlc build` judged the config against (`0.9.1`): run-time overrides
+    /// are judged against the same one. Empty in hand-written instantiations (the newest).
+    pub verl_release: &'static str,
 }
 
 /// Everything a rank knows before training starts.
@@ -517,6 +521,9 @@ fn resolve(
         }),
         overrides: overrides.to_vec(),
         cwd: std::env::current_dir().unwrap_or_default(),
+        // The built-in tree of the build's release (of its minor version for a release verlc
+        // carries no tree of: a `--config-dir` tree's), else the newest.
+        builtin: BuiltinRelease::of_installed(info.verl_release).unwrap_or_default(),
         ..LoadRequest::default()
     };
     let mut checked = check(&req, &CheckOptions::default());

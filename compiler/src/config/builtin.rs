@@ -107,6 +107,17 @@ pub static BUILTIN_FILES: &[(&str, &str)] = &[
     ),
 ];
 
+include!(concat!(env!("OUT_DIR"), "/release_trees.rs"));
+
+/// The files of the built-in tree of `release` (as `compiler/releases/verl-<release>/` holds
+/// them, embedded by build.rs); none for a release verlc carries no tree of.
+pub fn release_tree(release: &str) -> &'static [(&'static str, &'static str)] {
+    RELEASE_TREES
+        .iter()
+        .find(|(r, _)| *r == release)
+        .map_or(&[], |(_, files)| *files)
+}
+
 /// The text of the built-in file at `path` (relative, with `.yaml`), if there is one.
 pub fn builtin_file(path: &str) -> Option<&'static str> {
     BUILTIN_FILES

@@ -17,6 +17,7 @@ use super::node::{Entry, Node, Scalar, Value, split_key};
 use super::overrides::{Override, OverrideKind, parse_override};
 use super::read::{ReadBudget, ReadError};
 use super::repo::{Repo, SearchDir, normalize_group};
+use super::version::BuiltinRelease;
 use super::yaml;
 use crate::codes;
 use crate::diag::{Diagnostic, did_you_mean};
@@ -57,7 +58,8 @@ pub const MAX_KEY_SEGMENTS: usize = super::yaml::MAX_DEPTH;
 pub const FSDP_BASE: &str = "ppo_trainer";
 pub const MEGATRON_BASE: &str = "ppo_megatron_trainer";
 
-/// verlc's built-in tree of one flavour (no overrides), once per process, without origins:
+/// verlc's built-in 0.7.0 tree (the release its typed model and schema are of) of one
+/// flavour (no overrides), once per process, without origins:
 /// only its values are for use. Release builds copy it from the committed snapshot
 /// ([`super::snapshot`]); debug builds compose it.
 pub fn builtin_tree(flavour: crate::config::Flavour) -> &'static Node {
@@ -84,6 +86,7 @@ pub(crate) fn composed_builtin_tree(flavour: crate::config::Flavour) -> Node {
     };
     let mut root = load(&LoadRequest {
         base: Some(base.into()),
+        builtin: BuiltinRelease::V0_7_0,
         ..LoadRequest::default()
     })
     .root;
@@ -123,6 +126,9 @@ pub struct LoadRequest {
     pub overrides: Vec<String>,
     /// Directory relative `file://` search paths are taken from (Hydra uses the CWD).
     pub cwd: PathBuf,
+    /// Whose tree verl's own configs come from when `config_dir` does not hold them (the
+    /// base of a plain file, `pkg://verl.trainer.config`); the newest release by default.
+    pub builtin: BuiltinRelease,
 }
 
 /// A config in memory: the name diagnostics show for it, and its text.
@@ -140,6 +146,9 @@ pub struct Composed {
     pub diagnostics: Vec<Diagnostic>,
     /// Chosen option per defaults-list key (`actor@actor_rollout_ref.actor` -> `dp_actor`).
     pub choices: IndexMap<String, String>,
+    /// The base config a plain config file (one without `defaults:`) was merged over
+    /// (`ppo_trainer`, `ppo_megatron_trainer`); `None` for a primary config.
+    pub base: Option<String>,
     /// Environment variables the config reads with `${oc.env:...}`: their values never
     /// appear in verlc's output ([`crate::redact`]).
     pub env_vars: Vec<String>,
@@ -218,6 +227,8 @@ enum Serves {
 fn load_from(req: &LoadRequest, files: FileCache, serves: Serves) -> (Composed, Option<FileCache>) {
     let mut c = Composer {
         repo: Repo::default(),
+        builtin: req.builtin,
+        base: None,
         sources: files.sources,
         diags: Vec::new(),
         group_overrides: IndexMap::new(),
@@ -259,6 +270,7 @@ fn load_from(req: &LoadRequest, files: FileCache, serves: Serves) -> (Composed, 
                 root,
                 diagnostics: c.diags,
                 choices: c.choices,
+                base: c.base,
                 env_vars,
             };
             return (composed, None);
@@ -317,6 +329,7 @@ fn load_from(req: &LoadRequest, files: FileCache, serves: Serves) -> (Composed, 
         root,
         diagnostics: c.diags,
         choices: c.choices,
+        base: c.base,
         env_vars,
     };
     (composed, files)
@@ -361,6 +374,10 @@ struct Pending {
 
 struct Composer {
     repo: Repo,
+    /// The release whose built-in tree the search path holds (verl's `pkg://` tree).
+    builtin: BuiltinRelease,
+    /// The base a plain config file (no `defaults:`) was merged over.
+    base: Option<String>,
     sources: SourceMap,
     diags: Vec<Diagnostic>,
     group_overrides: IndexMap<String, (Override, bool)>,
@@ -583,7 +600,7 @@ impl Composer {
             ));
             let mut node = self.parse(id)?;
             self.take_searchpath(&mut node, &req.cwd, overrides);
-            self.repo.push(SearchDir::Builtin);
+            self.repo.push(SearchDir::Builtin(self.builtin));
             let has_defaults = node.as_map().is_some_and(|m| m.contains_key("defaults"));
             if !has_defaults {
                 // A plain file: merged over the built-in base (its own `_self_` last).
@@ -591,6 +608,7 @@ impl Composer {
                     .base
                     .clone()
                     .unwrap_or_else(|| pick_base(&node, overrides).to_string());
+                self.base = Some(base.clone());
                 let base_origin = Origin::new(id, 0..0);
                 let defaults = Node::new(
                     Value::Seq(vec![
@@ -631,7 +649,7 @@ impl Composer {
         let name = name.trim_end_matches(".yaml").to_string();
         match &req.config_dir {
             Some(d) => self.repo.push(SearchDir::Dir(d.clone())),
-            None => self.repo.push(SearchDir::Builtin),
+            None => self.repo.push(SearchDir::Builtin(self.builtin)),
         }
         let mut node = self.load_config(&name, None)?;
         self.take_searchpath(&mut node, &req.cwd, overrides);
@@ -679,7 +697,7 @@ impl Composer {
         };
         for item in items {
             let Some(url) = item.as_str() else { continue };
-            match Repo::search_dir_from_url(url, cwd) {
+            match Repo::search_dir_from_url(url, cwd, self.builtin) {
                 Ok(dir) => self.repo.push(dir),
                 Err(msg) => self.diags.push(
                     Diagnostic::error(codes::CONFIG_NOT_FOUND, msg)

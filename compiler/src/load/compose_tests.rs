@@ -49,6 +49,7 @@ fn run_in(dir: &Path, overrides: &[&str]) -> (serde_json::Value, Vec<Code>) {
         config_dir: Some(dir.to_path_buf()),
         config_name: Some("main".into()),
         overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        builtin: crate::load::version::BuiltinRelease::V0_7_0,
         ..Default::default()
     });
     let errors = c
@@ -179,6 +180,7 @@ fn compose_fixture(name: &str, overrides: &[&str]) -> super::Composed {
         config_dir: Some(composition_tree()),
         config_name: Some(name.into()),
         overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        builtin: crate::load::version::BuiltinRelease::V0_7_0,
         ..Default::default()
     })
 }

@@ -5,17 +5,28 @@
 use std::path::{Path, PathBuf};
 
 use super::read::{ReadBudget, ReadError};
-use crate::config::builtin::BUILTIN_FILES;
+use super::version::BuiltinRelease;
 use crate::source::{Source, SourceKind};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum SearchDir {
     Dir(PathBuf),
-    Builtin,
+    /// The built-in tree of a release.
+    Builtin(BuiltinRelease),
 }
 
 /// Display prefix of built-in files in diagnostics.
 pub const BUILTIN_PREFIX: &str = "<verlc defaults>";
+
+/// The name diagnostics give a built-in file: `<verlc defaults>/actor/actor.yaml` for verlc's
+/// own 0.7.0 tree, `<verl 0.9.1>/actor/actor.yaml` for a release's derived one.
+pub fn builtin_name(release: BuiltinRelease, rel: &str) -> String {
+    if release == BuiltinRelease::V0_7_0 {
+        format!("{BUILTIN_PREFIX}/{rel}")
+    } else {
+        format!("<verl {}>/{rel}", release.version())
+    }
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct Repo {
@@ -33,12 +44,17 @@ impl Repo {
         }
     }
 
-    /// Interpret a `hydra.searchpath` entry (`pkg://a.b`, `file://dir`, or a bare path).
-    pub fn search_dir_from_url(url: &str, cwd: &Path) -> Result<SearchDir, String> {
+    /// Interpret a `hydra.searchpath` entry (`pkg://a.b`, `file://dir`, or a bare path);
+    /// verl's own tree is the built-in one of `builtin`'s release.
+    pub fn search_dir_from_url(
+        url: &str,
+        cwd: &Path,
+        builtin: BuiltinRelease,
+    ) -> Result<SearchDir, String> {
         if let Some(pkg) = url.strip_prefix("pkg://") {
             let pkg = pkg.trim_end_matches('/');
             if pkg == "verl.trainer.config" || pkg == "verl/trainer/config" {
-                return Ok(SearchDir::Builtin);
+                return Ok(SearchDir::Builtin(builtin));
             }
             return Err(format!(
                 "cannot search Python package `{pkg}`: verlc only knows verl's own `pkg://verl.trainer.config` (its built-in default tree); use `file://` with a directory instead"
@@ -65,7 +81,7 @@ impl Repo {
         };
         // Run outside a verl checkout, `file://verl/trainer/config` means verl's tree: ours.
         if !p.is_dir() && path.trim_end_matches('/').ends_with("verl/trainer/config") {
-            return Ok(SearchDir::Builtin);
+            return Ok(SearchDir::Builtin(builtin));
         }
         Ok(SearchDir::Dir(p))
     }
@@ -80,10 +96,10 @@ impl Repo {
         let rel = format!("{config_path}.yaml");
         for dir in &self.search_path {
             match dir {
-                SearchDir::Builtin => {
-                    if let Some((_, text)) = BUILTIN_FILES.iter().find(|(p, _)| *p == rel) {
+                SearchDir::Builtin(release) => {
+                    if let Some((_, text)) = release.files().iter().find(|(p, _)| *p == rel) {
                         return Some(Ok(Source::new(
-                            format!("{BUILTIN_PREFIX}/{rel}"),
+                            builtin_name(*release, &rel),
                             *text,
                             SourceKind::Builtin,
                         )));
@@ -115,7 +131,9 @@ impl Repo {
         }
         let prefix = format!("{group}/");
         self.search_path.iter().any(|dir| match dir {
-            SearchDir::Builtin => BUILTIN_FILES.iter().any(|(p, _)| p.starts_with(&prefix)),
+            SearchDir::Builtin(release) => {
+                release.files().iter().any(|(p, _)| p.starts_with(&prefix))
+            }
             SearchDir::Dir(d) => d.join(group).is_dir(),
         })
     }
@@ -130,8 +148,8 @@ impl Repo {
         let mut out: Vec<String> = Vec::new();
         for dir in &self.search_path {
             match dir {
-                SearchDir::Builtin => {
-                    for (p, _) in BUILTIN_FILES {
+                SearchDir::Builtin(release) => {
+                    for (p, _) in release.files() {
                         if let Some(rest) = p.strip_prefix(&prefix)
                             && let Some(name) = rest.strip_suffix(".yaml")
                             && !name.contains('/')

@@ -9,8 +9,69 @@ use std::path::Path;
 /// The verl release verlc models (its schema, defaults and rules).
 pub const MODELLED: &str = "0.7";
 
-/// The release of verlc's built-in tree (the default when no `--config-dir` is given).
-pub const BUILTIN: &str = "0.7.0";
+/// A verl release whose config tree verlc carries, composed when no `--config-dir` is
+/// given: 0.7.0's is verlc's own mirror of it (`compiler/defaults/`, the release verlc's
+/// schema models key by key); newer ones are derived from the release's files by
+/// `scripts/builtin_tree.py` (`compiler/releases/verl-<release>/`) and judged as a tree of
+/// that release given with `--config-dir` is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BuiltinRelease {
+    V0_7_0,
+    /// The newest supported release: the default.
+    #[default]
+    V0_9_1,
+}
+
+impl BuiltinRelease {
+    pub const ALL: [BuiltinRelease; 2] = [BuiltinRelease::V0_7_0, BuiltinRelease::V0_9_1];
+
+    /// Its version (`0.9.1`).
+    pub fn version(self) -> &'static str {
+        match self {
+            BuiltinRelease::V0_7_0 => "0.7.0",
+            BuiltinRelease::V0_9_1 => "0.9.1",
+        }
+    }
+
+    /// Its files as (path relative to the tree, text), sorted by path.
+    pub fn files(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            BuiltinRelease::V0_7_0 => crate::config::BUILTIN_FILES,
+            BuiltinRelease::V0_9_1 => crate::config::builtin::release_tree("0.9.1"),
+        }
+    }
+
+    /// Whether verlc's schema models this release key by key (see [`is_modelled`]).
+    pub fn is_modelled(self) -> bool {
+        is_modelled(self.version())
+    }
+
+    /// The built-in tree `--verl-version` names: a release (`0.9.1`) or its minor version
+    /// (`0.9`). Anything else is refused with the releases there are.
+    pub fn parse(version: &str) -> Result<BuiltinRelease, String> {
+        let v = version.trim();
+        let v = v.strip_prefix('v').unwrap_or(v);
+        Self::ALL
+            .into_iter()
+            .find(|r| r.version() == v || r.version().rsplit_once('.').is_some_and(|(m, _)| m == v))
+            .ok_or_else(|| {
+                format!(
+                    "verlc has no built-in tree of verl {version}: it carries {}; for another release give its tree with `--config-dir <site-packages>/verl/trainer/config`",
+                    Self::ALL.map(BuiltinRelease::version).join(" and ")
+                )
+            })
+    }
+
+    /// The built-in tree of an installed verl's release: the one of the same minor version
+    /// (verl 0.7.1 gets 0.7.0's tree, whose reward section 0.7.1 kept as legacy stubs), else
+    /// none.
+    pub fn of_installed(version: &str) -> Option<BuiltinRelease> {
+        let minor = minor_version(version)?;
+        Self::ALL
+            .into_iter()
+            .find(|r| minor_version(r.version()) == Some(minor))
+    }
+}
 
 /// The release of the verl package whose `verl/trainer/config` is `config_dir`: its
 /// `verl/version/version` file (as shipped in verl's repository and wheels).

@@ -107,6 +107,7 @@ pub static MOVES: &[Move] = &[
         "skip.rollout.dump_dir",
         "0.9.0",
     ),
+    moved("critic.model.fsdp_config.*", "critic.fsdp.*", "0.8.0"),
     dropped(
         "trainer.use_legacy_worker_impl",
         "0.8.0",

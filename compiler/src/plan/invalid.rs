@@ -117,7 +117,7 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
                 .with_key(key.clone())
                 .with_primary(origin(root, &key), format!("{} precision set here", r.name))
                 .with_secondary(origin(root, &actor_precision_key), "actor precision set here")
-                .with_help(format!("make `{key}` match `{actor_precision_key}`")),
+                .with_help(precision_help(&key, &actor_precision_key, actor_precision)),
             );
         }
     }
@@ -274,5 +274,25 @@ fn ignored_offload(r: &Role, root: &Node, out: &mut Vec<Diagnostic>) {
             .with_secondary(origin(root, &r.strategy_key()), "strategy chosen here")
             .with_help(format!("remove it and set `{instead}` instead")),
         );
+    }
+}
+
+/// How to make a role compute like the actor. An FSDP engine without `mixed_precision` computes
+/// in its `dtype`, which verl limits to half precisions: fp32 (or a precision that differs from
+/// the `dtype`) goes in `mixed_precision.param_dtype`, a key verl's tree leaves out (`+` on the
+/// command line).
+fn precision_help(key: &str, actor_key: &str, actor: crate::plan::Dtype) -> String {
+    match key.strip_suffix(".dtype") {
+        Some(engine) if !key.ends_with("megatron.dtype") => {
+            let value = match actor {
+                crate::plan::Dtype::Fp32 => "fp32",
+                crate::plan::Dtype::Bf16 => "bf16",
+                crate::plan::Dtype::Fp16 => "fp16",
+            };
+            format!(
+                "set `{engine}.mixed_precision.param_dtype: {value}` as `{actor_key}` is (on the command line `+{engine}.mixed_precision.param_dtype={value}`: verl's tree does not have the key)"
+            )
+        }
+        _ => format!("make `{key}` match `{actor_key}`"),
     }
 }

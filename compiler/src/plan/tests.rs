@@ -25,6 +25,7 @@ fn case(yaml: &str, overrides: &[&str]) -> Case {
         config_file: Some(file.clone()),
         overrides: overrides.iter().map(|s| s.to_string()).collect(),
         cwd: dir,
+        builtin: crate::load::version::BuiltinRelease::V0_7_0,
         ..LoadRequest::default()
     };
     let checked = check(&req, &CheckOptions::default());
@@ -315,6 +316,7 @@ fn rollout_tensor_parallel_must_split_the_model() {
             ]
             .to_vec(),
             cwd: dir.clone(),
+            builtin: crate::load::version::BuiltinRelease::V0_7_0,
             ..LoadRequest::default()
         };
         let opts = CheckOptions {
@@ -534,6 +536,7 @@ fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
         &LoadRequest {
             config_file: Some(c.file.clone()),
             cwd: std::env::temp_dir(),
+            builtin: crate::load::version::BuiltinRelease::V0_7_0,
             ..LoadRequest::default()
         },
         &CheckOptions::default(),
@@ -842,6 +845,7 @@ fn examples_lower_without_errors() {
         let req = LoadRequest {
             config_file: Some(root.join(name)),
             cwd: root.clone(),
+            builtin: crate::load::version::BuiltinRelease::V0_7_0,
             ..LoadRequest::default()
         };
         let checked = check(&req, &CheckOptions::default());
@@ -909,6 +913,7 @@ fn embedded_config_reloads_to_the_same_tree() {
         let req = LoadRequest {
             config_file: Some(root.join(name)),
             cwd: root.clone(),
+            builtin: crate::load::version::BuiltinRelease::V0_7_0,
             ..LoadRequest::default()
         };
         let checked = check(&req, &CheckOptions::default());
@@ -936,6 +941,7 @@ fn every_leaf_of_both_trees_has_a_verdict() {
     for base in [compose::FSDP_BASE, compose::MEGATRON_BASE] {
         let root = compose::load(&LoadRequest {
             base: Some(base.to_owned()),
+            builtin: crate::load::version::BuiltinRelease::V0_7_0,
             ..LoadRequest::default()
         })
         .root;

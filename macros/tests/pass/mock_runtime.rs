@@ -15,6 +15,7 @@ mod mock {
             pub source: &'static str,
             pub spec: &'static str,
             pub bound_keys: &'static str,
+            pub verl_release: &'static str,
         }
 
         pub fn main<S, P>(config: &str, info: BuildInfo) -> ExitCode {
@@ -24,6 +25,7 @@ mod mock {
             assert_eq!((info.verlc_version, info.config_hash, info.source), ("0.1.0", "sha256:00ff", "quickstart.yaml"));
             assert_eq!(info.spec, "{\"binding\": {}}");
             assert_eq!(info.bound_keys, "[]");
+            assert_eq!(info.verl_release, "0.9.1");
             ExitCode::SUCCESS
         }
     }
@@ -38,5 +40,6 @@ verlc_macros::bind_trainer! {
     verlc_version = "0.1.0",
     config_hash = "sha256:00ff",
     source = "quickstart.yaml",
+    verl_release = "0.9.1",
     runtime = crate::mock,
 }

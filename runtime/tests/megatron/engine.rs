@@ -503,6 +503,7 @@ rank_test!(settings_from_the_quickstart_megatron_config, 2, |world| {
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2".into(),
         ],
         cwd: repo(),
+        builtin: verlc::load::version::BuiltinRelease::V0_7_0,
         ..LoadRequest::default()
     };
     let spec = match verlc::plan::lower_request(&req) {

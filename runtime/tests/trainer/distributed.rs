@@ -55,6 +55,7 @@ const FSDP: &[&str] = &[
     "critic.ppo_micro_batch_size_per_gpu=2",
     "critic.optim.lr=1e-3",
     "critic.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2'",
+    "+critic.model.fsdp_config.mixed_precision.param_dtype=fp32",
 ];
 
 /// FSDP with LoRA: GRPO with the KL loss, whose reference is the actor with its adapters off.

@@ -67,6 +67,7 @@ fn ppo_with_a_gae_critic_learns() {
             "critic.ppo_micro_batch_size_per_gpu=16",
             "critic.optim.lr=2e-3",
             "critic.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2'",
+            "+critic.model.fsdp_config.mixed_precision.param_dtype=fp32",
         ]),
     );
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");

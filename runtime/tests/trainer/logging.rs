@@ -182,6 +182,7 @@ fn unsupported_backends_never_reach_the_trainer() {
             config_file: Some(crate::support::repo().join("examples/quickstart.yaml")),
             overrides: vec![format!("trainer.logger=[console,{b}]")],
             cwd: crate::support::repo(),
+            builtin: verlc::load::version::BuiltinRelease::V0_7_0,
             ..Default::default()
         };
         match verlc::plan::lower_request(&req) {

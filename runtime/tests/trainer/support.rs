@@ -30,6 +30,7 @@ pub fn spec_of(example: &str, overrides: &[String]) -> TrainerSpec {
         config_file: Some(repo().join("examples").join(example)),
         overrides: overrides.to_vec(),
         cwd: repo(),
+        builtin: verlc::load::version::BuiltinRelease::V0_7_0,
         ..LoadRequest::default()
     };
     match lower_request(&req) {

@@ -64,6 +64,11 @@ pub struct ConfigArgs {
     /// Built-in base for a file without `defaults:` (ppo_trainer or ppo_megatron_trainer).
     #[arg(long, value_name = "NAME")]
     pub base: Option<String>,
+    /// The verl release whose built-in tree the config composes with when no `--config-dir`
+    /// holds it: 0.9.1 or 0.7.0 (default: the release of the verl installed in the active
+    /// Python, `$VERLC_PYTHON` else `python3`, when verlc carries it; else 0.9.1).
+    #[arg(long, value_name = "VERSION")]
+    pub verl_version: Option<String>,
 }
 
 impl ConfigArgs {
@@ -100,6 +105,11 @@ impl ConfigArgs {
                 ));
             }
         }
+        let (builtin, note) =
+            super::release::choose(self.verl_version.as_deref(), self.config_dir.is_some())?;
+        if let Some(note) = note {
+            eprintln!("{note}");
+        }
         Ok(LoadRequest {
             config_file: file,
             config_dir: self.config_dir.clone(),
@@ -107,7 +117,8 @@ impl ConfigArgs {
             base: self.base.clone(),
             overrides,
             cwd: std::env::current_dir().unwrap_or_default(),
-            ..LoadRequest::default()
+            builtin,
+            config_text: None,
         })
     }
 }

@@ -28,8 +28,12 @@ pub(super) struct Compiled {
 
 pub fn run(a: BuildArgs) -> u8 {
     let compiled = match compile(&a.compile) {
-        Ok(Some(c)) => c,
-        Ok(None) => {
+        Ok(Compile::Built(c)) => c,
+        Ok(Compile::Planned(plan)) => {
+            if a.json {
+                let j = serde_json::json!({ "plan": plan });
+                println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
+            }
             return 0;
         }
         Err(code) => return code,
@@ -76,9 +80,15 @@ fn install(binary: &Path, out: &Path) -> std::io::Result<()> {
     super::output::copy_atomic(binary, out)
 }
 
-/// Check, plan, generate and compile. `Ok(None)` with `--plan` (nothing compiled); `Err` is
-/// the exit code after the problem was printed.
-pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
+/// What [`compile`] got to: the binary, or with `--plan` only the plan.
+pub(super) enum Compile {
+    Built(Box<Compiled>),
+    Planned(Box<BuildPlan>),
+}
+
+/// Check, plan, generate and compile (with `--plan`, stop at the plan); `Err` is the exit
+/// code after the problem was printed.
+pub(super) fn compile(a: &CompileArgs) -> Result<Compile, u8> {
     let req = match a.config.request() {
         Ok(r) => r,
         Err(msg) => return Err(super::output::usage_error(false, &msg)),
@@ -119,7 +129,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
         codegen::render::summary(&plan).replace('\n', "\n      ")
     );
     if a.plan {
-        return Ok(None);
+        return Ok(Compile::Planned(Box::new(plan)));
     }
     // Models named by Hub id: in the Hub cache before the trainer exists (it never downloads).
     let missing = super::fetch::models_for_build(&plan, &checked.composed.root);
@@ -139,6 +149,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
         source: source.clone(),
         runtime_dir: String::new(),
         macros_dir: String::new(),
+        verl_release: checked.release_version.clone(),
     };
     let krate = match codegen::write_crate(spec, &paths) {
         Ok(k) => k,
@@ -163,13 +174,13 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Option<Compiled>, u8> {
     let built = codegen::build(&krate, &paths, profile, &mut |e| progress.event(e));
     progress.finish();
     match built {
-        Ok(b) => Ok(Some(Compiled {
+        Ok(b) => Ok(Compile::Built(Box::new(Compiled {
             binary: b.executable,
             compiled: b.compiled,
             plan,
             krate,
             seconds: start.elapsed().as_secs_f64(),
-        })),
+        }))),
         Err(BuildError::Cargo(f)) => {
             eprintln!("error: cargo failed to build the trainer for {source}\n{f}");
             eprintln!("note: the generated crate is {}", krate.dir.display());

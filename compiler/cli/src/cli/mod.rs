@@ -9,6 +9,7 @@ mod explain;
 mod fetch;
 mod migrate;
 mod output;
+mod release;
 mod rule;
 mod run;
 mod schema;

@@ -5,12 +5,12 @@ use std::process::Command;
 
 use super::EXIT_USAGE;
 use super::args::RunArgs;
-use super::build::compile;
+use super::build::{Compile, compile};
 
 pub fn run(a: RunArgs) -> u8 {
     let compiled = match compile(&a.compile) {
-        Ok(Some(c)) => c,
-        Ok(None) => return 0,
+        Ok(Compile::Built(c)) => c,
+        Ok(Compile::Planned(_)) => return 0,
         Err(code) => return code,
     };
     eprintln!(

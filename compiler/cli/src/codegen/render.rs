@@ -39,6 +39,8 @@ pub struct CrateSpec<'a> {
     pub runtime_dir: String,
     /// Directory of the `macros` crate (`verlc-macros`).
     pub macros_dir: String,
+    /// The verl release the config was judged against (`0.9.1`; `Checked::release_version`).
+    pub verl_release: String,
 }
 
 /// The rendered crate: relative path -> contents.
@@ -171,6 +173,7 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
         strategy => b.strategy.name(),
         precision => b.precision.marker(),
         summary => summary(plan),
+        verl_release => spec.verl_release.clone(),
         ..common
     };
     let spec_json = serde_json::to_string_pretty(&plan.spec).map_err(BuildError::Spec)? + "\n";

@@ -1,0 +1,108 @@
+//! Which verl release `verlc check` judges a config against when no `--config-dir` holds its
+//! tree: `--verl-version`, else the verl installed in the active Python (`$VERLC_PYTHON`, else
+//! `python3`), else the newest release verlc carries (0.9.1). Runs the built binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .canonicalize()
+        .expect("workspace")
+}
+
+/// `verlc check examples/quickstart.yaml ARGS` with `env`: (exit status, stderr).
+fn check(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_verlc"));
+    cmd.current_dir(root())
+        .env("NO_COLOR", "1")
+        .env_remove("VERLC_PYTHON")
+        .env_remove("PYTHONPATH")
+        .args(["check", "examples/quickstart.yaml"])
+        .args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run verlc");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn without_flags_or_a_python_verl_the_newest_release_judges() {
+    let (status, err) = check(&[], &[("VERLC_PYTHON", "")]);
+    assert_eq!(status, 0, "{err}");
+    assert!(
+        err.contains("(judged against verl 0.9.1, verlc's built-in tree)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn verl_version_selects_a_built_in_tree_and_refuses_one_verlc_lacks() {
+    for (flag, want) in [("0.7.0", "0.7.0"), ("0.9.1", "0.9.1"), ("0.7", "0.7.0")] {
+        let (status, err) = check(&["--verl-version", flag], &[]);
+        assert_eq!(status, 0, "{err}");
+        assert!(
+            err.contains(&format!("judged against verl {want}, verlc's built-in tree")),
+            "{flag}: {err}"
+        );
+    }
+    let (status, err) = check(&["--verl-version", "0.8.0"], &[]);
+    assert_eq!(status, 2, "{err}");
+    assert!(
+        err.contains("no built-in tree of verl 0.8.0") && err.contains("0.7.0 and 0.9.1"),
+        "{err}"
+    );
+}
+
+/// A Python whose `verl` package (found on its path, not imported) is a given release.
+fn python_with_verl(dir: &Path, version: &str) -> String {
+    let pkg = dir.join("verl");
+    std::fs::create_dir_all(pkg.join("version")).expect("mkdir");
+    std::fs::create_dir_all(pkg.join("trainer/config")).expect("mkdir");
+    // Importing it would fail: the probe must only locate it.
+    std::fs::write(pkg.join("__init__.py"), "raise ImportError('not importable')\n")
+        .expect("write");
+    std::fs::write(pkg.join("version/version"), format!("{version}\n")).expect("write");
+    dir.display().to_string()
+}
+
+#[test]
+fn the_active_pythons_verl_picks_the_tree() {
+    let python = if Path::new("/usr/bin/python3").is_file() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let scratch = tempfile::tempdir().expect("tempdir");
+    // verl 0.7.0 installed: its release's built-in tree.
+    let seven = scratch.path().join("seven");
+    let path = python_with_verl(&seven, "0.7.0");
+    let (status, err) = check(&[], &[("VERLC_PYTHON", python), ("PYTHONPATH", &path)]);
+    assert_eq!(status, 0, "{err}");
+    assert!(err.contains("judged against verl 0.7.0, verlc's built-in tree"), "{err}");
+    // A flag wins over the environment.
+    let (_, err) = check(
+        &["--verl-version", "0.9.1"],
+        &[("VERLC_PYTHON", python), ("PYTHONPATH", &path)],
+    );
+    assert!(err.contains("judged against verl 0.9.1"), "{err}");
+    // A release verlc carries no tree of: the nearest one, said with where the exact tree is.
+    let nine = scratch.path().join("nine");
+    let path = python_with_verl(&nine, "0.9.0");
+    let (status, err) = check(&[], &[("VERLC_PYTHON", python), ("PYTHONPATH", &path)]);
+    assert_eq!(status, 0, "{err}");
+    assert!(
+        err.contains("the active Python has verl 0.9.0")
+            && err.contains(&format!("--config-dir {}", nine.join("verl/trainer/config").display()))
+            && err.contains("judged against verl 0.9.1, verlc's built-in tree"),
+        "{err}"
+    );
+    // A Python that is not there: the newest.
+    let (status, err) = check(&[], &[("VERLC_PYTHON", "/nonexistent/python")]);
+    assert_eq!(status, 0, "{err}");
+    assert!(err.contains("judged against verl 0.9.1"), "{err}");
+}
