@@ -266,8 +266,9 @@ fn build(row: &Row, out: &Path, cache: &Path) -> Result<PathBuf, String> {
     let res = Command::new(env!("CARGO_BIN_EXE_verlc"))
         .current_dir(checkout())
         .env("NO_COLOR", "1")
-        .env("VERLC_PYTHON", "")
         .arg("build")
+        // The matrix offloads gradients, which only verl 0.7's Megatron engine can say.
+        .args(["--verl-version", "0.7.0"])
         .arg(row.example)
         .args(small_run())
         .args(&row.overrides)

@@ -124,6 +124,21 @@ pub static MOVES: &[Move] = &[
         "the token veto was removed",
     ),
     dropped(
+        "actor_rollout_ref.actor.megatron.grad_offload",
+        "0.9.0",
+        "verl's Megatron engine no longer offloads gradients by themselves",
+    ),
+    dropped(
+        "actor_rollout_ref.ref.megatron.grad_offload",
+        "0.9.0",
+        "verl's Megatron engine no longer offloads gradients by themselves",
+    ),
+    dropped(
+        "critic.megatron.grad_offload",
+        "0.9.0",
+        "verl's Megatron engine no longer offloads gradients by themselves",
+    ),
+    dropped(
         "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
         "0.9.0",
         "interactions were removed from the agent loop",
