@@ -125,8 +125,8 @@ const BUILTIN_RELEASE_TREES: &[&str] = &["0.9.1"];
 
 /// Every `.yaml` file under `dir` as (path relative to `root` with `/`, absolute path).
 fn yaml_files(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-    let entries = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+    let entries =
+        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {

@@ -50,9 +50,9 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         .config_dir
         .as_deref()
         .and_then(crate::load::version::verl_release);
-    let release = dir_release.clone().unwrap_or_else(|| {
-        format!("{}, verlc's built-in tree", req.builtin.version())
-    });
+    let release = dir_release
+        .clone()
+        .unwrap_or_else(|| format!("{}, verlc's built-in tree", req.builtin.version()));
     let tree_release = dir_release.unwrap_or_else(|| req.builtin.version().to_owned());
     let newer_release =
         Some(tree_release.clone()).filter(|v| !crate::load::version::is_modelled(v));
@@ -544,7 +544,10 @@ fn group_choices(req: &LoadRequest) -> Vec<String> {
         Some(dir) => dir.join(group).is_dir(),
         None => {
             let prefix = format!("{group}/");
-            req.builtin.files().iter().any(|(p, _)| p.starts_with(&prefix))
+            req.builtin
+                .files()
+                .iter()
+                .any(|(p, _)| p.starts_with(&prefix))
         }
     };
     req.overrides

@@ -257,7 +257,10 @@ fn build_refuses_a_model_path_that_is_no_directory() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("error[B019]"), "{stderr}");
     assert!(stderr.contains("no such directory"), "{stderr}");
-    assert!(stderr.contains("<verl 0.9.1>/model/hf_model.yaml:3:"), "{stderr}");
+    assert!(
+        stderr.contains("<verl 0.9.1>/model/hf_model.yaml:3:"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("compiling"), "{stderr}");
 }
 

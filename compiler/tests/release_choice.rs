@@ -46,7 +46,9 @@ fn verl_version_selects_a_built_in_tree_and_refuses_one_verlc_lacks() {
         let (status, err) = check(&["--verl-version", flag], &[]);
         assert_eq!(status, 0, "{err}");
         assert!(
-            err.contains(&format!("judged against verl {want}, verlc's built-in tree")),
+            err.contains(&format!(
+                "judged against verl {want}, verlc's built-in tree"
+            )),
             "{flag}: {err}"
         );
     }
@@ -64,8 +66,11 @@ fn python_with_verl(dir: &Path, version: &str) -> String {
     std::fs::create_dir_all(pkg.join("version")).expect("mkdir");
     std::fs::create_dir_all(pkg.join("trainer/config")).expect("mkdir");
     // Importing it would fail: the probe must only locate it.
-    std::fs::write(pkg.join("__init__.py"), "raise ImportError('not importable')\n")
-        .expect("write");
+    std::fs::write(
+        pkg.join("__init__.py"),
+        "raise ImportError('not importable')\n",
+    )
+    .expect("write");
     std::fs::write(pkg.join("version/version"), format!("{version}\n")).expect("write");
     dir.display().to_string()
 }
@@ -83,7 +88,10 @@ fn the_active_pythons_verl_picks_the_tree() {
     let path = python_with_verl(&seven, "0.7.0");
     let (status, err) = check(&[], &[("VERLC_PYTHON", python), ("PYTHONPATH", &path)]);
     assert_eq!(status, 0, "{err}");
-    assert!(err.contains("judged against verl 0.7.0, verlc's built-in tree"), "{err}");
+    assert!(
+        err.contains("judged against verl 0.7.0, verlc's built-in tree"),
+        "{err}"
+    );
     // A flag wins over the environment.
     let (_, err) = check(
         &["--verl-version", "0.9.1"],
@@ -97,7 +105,10 @@ fn the_active_pythons_verl_picks_the_tree() {
     assert_eq!(status, 0, "{err}");
     assert!(
         err.contains("the active Python has verl 0.9.0")
-            && err.contains(&format!("--config-dir {}", nine.join("verl/trainer/config").display()))
+            && err.contains(&format!(
+                "--config-dir {}",
+                nine.join("verl/trainer/config").display()
+            ))
             && err.contains("judged against verl 0.9.1, verlc's built-in tree"),
         "{err}"
     );

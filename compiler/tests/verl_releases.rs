@@ -514,9 +514,21 @@ fn a_newer_release_lowers_for_a_build() {
     // On the built-in trees: 0.7.0's keeps 0.7's form for a number; 0.9.1's (the default)
     // takes 0.8's.
     for (builtin, threshold, want) in [
-        (BuiltinRelease::V0_7_0, "2.5", (2.5, None, CorrectionForm::Verl07)),
-        (BuiltinRelease::V0_7_0, "'0.5_4.0'", (4.0, Some(0.5), CorrectionForm::Verl08)),
-        (BuiltinRelease::V0_9_1, "2.5", (2.5, None, CorrectionForm::Verl08)),
+        (
+            BuiltinRelease::V0_7_0,
+            "2.5",
+            (2.5, None, CorrectionForm::Verl07),
+        ),
+        (
+            BuiltinRelease::V0_7_0,
+            "'0.5_4.0'",
+            (4.0, Some(0.5), CorrectionForm::Verl08),
+        ),
+        (
+            BuiltinRelease::V0_9_1,
+            "2.5",
+            (2.5, None, CorrectionForm::Verl08),
+        ),
     ] {
         let request = LoadRequest {
             config_file: Some(root().join("examples/quickstart.yaml")),
@@ -1062,7 +1074,10 @@ fn the_builtin_newest_tree_is_verls_own() {
         let (tree_b, codes_b, release_b) = summary(&builtin);
         assert_eq!(release_a, NEWER);
         assert_eq!(release_b, format!("{NEWER}, verlc's built-in tree"));
-        assert!(tree_a == tree_b, "{script}: the built-in tree composes differently");
+        assert!(
+            tree_a == tree_b,
+            "{script}: the built-in tree composes differently"
+        );
         assert_eq!(codes_a, codes_b, "{script}: different findings");
         compared += 1;
     }
@@ -1097,16 +1112,14 @@ fn a_plain_file_on_the_builtin_newest_tree_is_judged_against_the_base() {
     );
     // The quickstart itself lowers on it as on 0.7.0's tree (0.9's defaults aside).
     use verlc::plan::{SpecOutcome, lower_request};
-    let plan = |builtin| {
-        match lower_request(&LoadRequest {
-            config_file: Some(root().join("examples/quickstart.yaml")),
-            cwd: root(),
-            builtin,
-            ..LoadRequest::default()
-        }) {
-            SpecOutcome::Ok { spec, .. } => *spec,
-            SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
-        }
+    let plan = |builtin| match lower_request(&LoadRequest {
+        config_file: Some(root().join("examples/quickstart.yaml")),
+        cwd: root(),
+        builtin,
+        ..LoadRequest::default()
+    }) {
+        SpecOutcome::Ok { spec, .. } => *spec,
+        SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
     };
     let (new, old) = (plan(BuiltinRelease::V0_9_1), plan(BuiltinRelease::V0_7_0));
     assert_eq!(new.actor, old.actor);

@@ -54,7 +54,10 @@ pub fn run(a: CheckArgs) -> u8 {
     }
     let status = exit_status(&checked.diagnostics);
     if status == 0 && a.format == Format::Human && checked.diagnostics.is_empty() {
-        eprintln!("ok: config is valid (judged against verl {})", checked.release);
+        eprintln!(
+            "ok: config is valid (judged against verl {})",
+            checked.release
+        );
     }
     // The process ends here: freeing the trees one node at a time would take a twentieth of
     // the whole check, and the OS reclaims them at once.

@@ -11,7 +11,10 @@ use verlc::load::version::{BuiltinRelease, verl_version};
 
 /// The built-in tree to compose with, and a note for the user when the choice is not exact
 /// (the active Python's verl is a release verlc carries no tree of).
-pub fn choose(flag: Option<&str>, config_dir: bool) -> Result<(BuiltinRelease, Option<String>), String> {
+pub fn choose(
+    flag: Option<&str>,
+    config_dir: bool,
+) -> Result<(BuiltinRelease, Option<String>), String> {
     if let Some(v) = flag {
         return BuiltinRelease::parse(v).map(|r| (r, None));
     }
@@ -22,25 +25,27 @@ pub fn choose(flag: Option<&str>, config_dir: bool) -> Result<(BuiltinRelease, O
     let Some(installed) = installed_verl() else {
         return Ok((BuiltinRelease::default(), None));
     };
-    Ok(match BuiltinRelease::ALL
-        .into_iter()
-        .find(|r| r.version() == installed.version)
-    {
-        Some(exact) => (exact, None),
-        None => {
-            let near = BuiltinRelease::of_installed(&installed.version).unwrap_or_default();
-            let tree = installed.package.join("trainer/config");
-            (
-                near,
-                Some(format!(
-                    "note: the active Python has verl {}; verlc carries no tree of that release and judges against its built-in {} (for the exact tree: `--config-dir {}`)",
-                    installed.version,
-                    near.version(),
-                    tree.display()
-                )),
-            )
-        }
-    })
+    Ok(
+        match BuiltinRelease::ALL
+            .into_iter()
+            .find(|r| r.version() == installed.version)
+        {
+            Some(exact) => (exact, None),
+            None => {
+                let near = BuiltinRelease::of_installed(&installed.version).unwrap_or_default();
+                let tree = installed.package.join("trainer/config");
+                (
+                    near,
+                    Some(format!(
+                        "note: the active Python has verl {}; verlc carries no tree of that release and judges against its built-in {} (for the exact tree: `--config-dir {}`)",
+                        installed.version,
+                        near.version(),
+                        tree.display()
+                    )),
+                )
+            }
+        },
+    )
 }
 
 /// A verl package found in a Python environment.
