@@ -319,3 +319,38 @@ fn editor_schema_accepts_interpolations_and_rejects_typos() {
         );
     }
 }
+
+/// The default release's tree (verl 0.9.1, both trainers, and with the Megatron engine) is
+/// what an editor sees a config of that release as: every key it has validates against the
+/// root editor schema, and a typo inside a section only 0.9 has is still refused.
+#[test]
+fn the_newest_release_tree_validates_against_the_editor_schema() {
+    use verlc::load::compose::{self, LoadRequest};
+    let v = validator(&schema::root_editor_schema());
+    for (base, overrides) in [
+        (compose::FSDP_BASE, vec![]),
+        (compose::MEGATRON_BASE, vec![]),
+        (compose::FSDP_BASE, vec!["model_engine=megatron".to_owned()]),
+    ] {
+        let c = compose::load(&LoadRequest {
+            config_name: Some(base.into()),
+            overrides: overrides.clone(),
+            ..LoadRequest::default()
+        });
+        assert!(!c.has_errors(), "{base} {overrides:?}: {:?}", c.diagnostics);
+        let tree = c.root.to_json();
+        let errs = errors(&v, &tree);
+        assert!(
+            errs.is_empty(),
+            "{base} {overrides:?}:\n{}",
+            errs.join("\n")
+        );
+    }
+    let typo = serde_json::json!({"distillation": {"enabld": true}});
+    assert!(
+        !errors(&v, &typo).is_empty(),
+        "a typo in `distillation` passes"
+    );
+    let ok = serde_json::json!({"distillation": {"enabled": true}});
+    assert!(errors(&v, &ok).is_empty(), "{:?}", errors(&v, &ok));
+}

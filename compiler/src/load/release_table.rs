@@ -167,6 +167,20 @@ impl ReleaseTable {
         }
     }
 
+    /// Every leaf the table lists (`<dict>.*` for an entry of a dict of configs) with the
+    /// names of its types (`integer`, `null`, `any`, ...).
+    pub fn leaves(&self) -> impl Iterator<Item = (&'static str, Vec<&'static str>)> + '_ {
+        self.leaves.iter().map(|(k, mask)| {
+            let names = LEAF_TYPES
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, n)| *n)
+                .collect();
+            (*k, names)
+        })
+    }
+
     /// `key` as the table lists it: itself, or with the entry name after a dict of configs
     /// replaced by `*` (`distillation.teacher_models.math.key` is listed as
     /// `distillation.teacher_models.*.key`).

@@ -20,6 +20,7 @@
 
 #[cfg(test)]
 mod keywords;
+mod release_keys;
 mod validator;
 
 use std::sync::OnceLock;
@@ -427,6 +428,7 @@ pub fn root_editor_schema() -> Value {
     for d in flavour_defaults() {
         inject_defaults(&mut s, d);
     }
+    release_keys::add_newest_release_keys(&mut s);
     mark_deprecated(&mut s, &mut Vec::new(), &[""]);
     editorize_root(&mut s);
     if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {

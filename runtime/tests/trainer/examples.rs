@@ -604,10 +604,12 @@ fn lower_fixture(
                 cwd: repo(),
                 ..LoadRequest::default()
             },
+            // verl 0.7.0's calls on verlc's built-in tree of that release.
             None => LoadRequest {
                 base: Some(base.clone()),
                 overrides,
                 cwd: repo(),
+                builtin: verlc::load::version::BuiltinRelease::V0_7_0,
                 ..LoadRequest::default()
             },
         };
