@@ -56,13 +56,21 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     let tree_release = dir_release.unwrap_or_else(|| req.builtin.version().to_owned());
     let newer_release =
         Some(tree_release.clone()).filter(|v| !crate::load::version::is_modelled(v));
-    // A newer release's tree is composed twice (the second time as verl ships it, the
-    // baseline below): the second composition starts from the files the first one parsed.
-    let (composed, mut files) = if newer_release.is_some() {
-        let (c, f) = compose::load_keeping_files(req);
-        (c, Some(f))
-    } else {
-        (compose::load(req), None)
+    // A newer release's tree is also composed as verl ships it with the user's group choices
+    // (the baseline below): without a config file of the user's, that is the first composition
+    // before its value overrides; with one, a second composition without the file, which
+    // starts from the files the first one parsed.
+    let user_config = req.config_file.is_some() || req.config_text.is_some();
+    let (composed, mut files, mut early_baseline) = match (&newer_release, user_config) {
+        (None, _) => (compose::load(req), None, None),
+        (Some(_), false) => {
+            let (c, b) = compose::load_with_baseline(req);
+            (c, None, Some(b))
+        }
+        (Some(_), true) => {
+            let (c, f) = compose::load_keeping_files(req);
+            (c, Some(f), None)
+        }
     };
     let mut diagnostics = composed.diagnostics.clone();
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
@@ -136,9 +144,10 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             overrides: group_choices(req),
             ..req.clone()
         };
-        baseline = Some(match files.take() {
-            Some(f) => compose::load_tree_with_files(&baseline_req, f),
-            None => compose::load(&baseline_req).root,
+        baseline = Some(match (early_baseline.take(), files.take()) {
+            (Some(b), _) => b,
+            (None, Some(f)) => compose::load_tree_with_files(&baseline_req, f),
+            (None, None) => compose::load(&baseline_req).root,
         });
     }
     // verl 0.8 removed the legacy per-backend workers (and `trainer.use_legacy_worker_impl`):

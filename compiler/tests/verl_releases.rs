@@ -1126,3 +1126,70 @@ fn a_plain_file_on_the_builtin_newest_tree_is_judged_against_the_base() {
     assert_eq!(new.algorithm, old.algorithm);
     assert_eq!(new.data, old.data);
 }
+
+/// The baseline a newer release's tree is judged against (verl's tree with the user's group
+/// choices, before any value override) is derived from the full composition's interpolations
+/// where they read nothing an override changed (`compose::load_with_baseline`): on every example
+/// call of verl 0.8.0 and 0.9.0 it equals the tree composed afresh with the group overrides alone.
+#[test]
+fn the_derived_baseline_equals_a_fresh_composition() {
+    use verlc::load::compose;
+    let mut compared = 0;
+    for (fixture, release) in [
+        ("verl_examples_0_9_0", NEWER),
+        ("verl_examples_0_8_0", "0.8.0"),
+    ] {
+        let dir = root().join(format!(".venv/verl-releases/{release}/verl/trainer/config"));
+        if !dir.is_dir() {
+            eprintln!("skipped verl {release}: no tree (run scripts/setup)");
+            continue;
+        }
+        let path = root().join(format!("tests/fixtures/{fixture}/overrides.json"));
+        let cases: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json");
+        for case in &cases {
+            let overrides: Vec<String> = case["overrides"]
+                .as_array()
+                .expect("overrides")
+                .iter()
+                .filter_map(|o| o.as_str().map(str::to_owned))
+                .collect();
+            let req = LoadRequest {
+                config_dir: Some(dir.clone()),
+                config_name: Some(case["config_name"].as_str().unwrap_or("ppo_trainer").into()),
+                overrides: overrides.clone(),
+                cwd: root(),
+                ..LoadRequest::default()
+            };
+            let (composed, derived) = compose::load_with_baseline(&req);
+            if composed.has_errors() {
+                continue;
+            }
+            let groups: Vec<String> = overrides
+                .iter()
+                .filter(|o| {
+                    let key = o.split('=').next().unwrap_or_default();
+                    let group = key
+                        .trim_start_matches(['+', '~'])
+                        .split('@')
+                        .next()
+                        .unwrap_or("");
+                    !group.is_empty() && !group.contains('.') && dir.join(group).is_dir()
+                })
+                .cloned()
+                .collect();
+            let fresh = compose::load(&LoadRequest {
+                overrides: groups,
+                ..req.clone()
+            })
+            .root;
+            assert!(
+                derived.to_json() == fresh.to_json(),
+                "{}: the derived baseline differs",
+                case["script"]
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared == 0 || compared > 100, "{compared} calls compared");
+}

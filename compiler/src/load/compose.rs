@@ -191,6 +191,16 @@ pub fn load(req: &LoadRequest) -> Composed {
     load_from(req, FileCache::default(), Serves::Composed).0
 }
 
+/// [`load`], and the tree the same composition gives without the value overrides (`key=v`,
+/// `+key=v`, `~key`): the configs as the defaults lists and the group overrides select them,
+/// resolved. For a request without a config file of the user's, that is verl's tree as
+/// shipped with the user's group choices, what "changed" is judged against on a newer
+/// release's tree (see `check`).
+pub fn load_with_baseline(req: &LoadRequest) -> (Composed, Node) {
+    let (composed, _, baseline) = load_from(req, FileCache::default(), Serves::ComposedAndBaseline);
+    (composed, baseline.unwrap_or_else(|| Node::empty_map(None)))
+}
+
 /// The files one composition read and parsed (with the sources their origins point into),
 /// for another composition of the same search path to start from instead of reading and
 /// parsing them again.
@@ -202,7 +212,7 @@ pub struct FileCache {
 
 /// [`load`], also keeping the files it read for [`load_tree_with_files`].
 pub fn load_keeping_files(req: &LoadRequest) -> (Composed, FileCache) {
-    let (composed, files) = load_from(req, FileCache::default(), Serves::ComposedAndFiles);
+    let (composed, files, _) = load_from(req, FileCache::default(), Serves::ComposedAndFiles);
     (composed, files.unwrap_or_default())
 }
 
@@ -222,9 +232,15 @@ enum Serves {
     ComposedAndFiles,
     /// The tree alone: nothing only diagnostics need (the environment variables) is collected.
     TreeOnly,
+    /// The whole [`Composed`] and the tree before the value overrides ([`load_with_baseline`]).
+    ComposedAndBaseline,
 }
 
-fn load_from(req: &LoadRequest, files: FileCache, serves: Serves) -> (Composed, Option<FileCache>) {
+fn load_from(
+    req: &LoadRequest,
+    files: FileCache,
+    serves: Serves,
+) -> (Composed, Option<FileCache>, Option<Node>) {
     let mut c = Composer {
         repo: Repo::default(),
         builtin: req.builtin,
@@ -273,7 +289,7 @@ fn load_from(req: &LoadRequest, files: FileCache, serves: Serves) -> (Composed, 
                 base: c.base,
                 env_vars,
             };
-            return (composed, None);
+            return (composed, None, None);
         }
     };
 
@@ -309,12 +325,18 @@ fn load_from(req: &LoadRequest, files: FileCache, serves: Serves) -> (Composed, 
         }
     }
 
+    let before = (serves == Serves::ComposedAndBaseline).then(|| root.clone());
     for o in &value_overrides {
         apply_override(&mut root, o, &mut c.diags);
     }
 
-    let resolution = interp::resolve(&mut root);
-    c.diags.extend(resolution.diagnostics);
+    let mut parsed = interp::ParsedInterpolations::default();
+    let resolution = interp::resolve_parsing(&mut root, &mut parsed);
+    let baseline = before.map(|mut b| {
+        // Its findings are the composition's own, already reported.
+        let _ = interp::resolve_parsing(&mut b, &mut parsed);
+        b
+    });
     let env_vars = if serves == Serves::TreeOnly {
         Vec::new()
     } else {
@@ -332,7 +354,7 @@ fn load_from(req: &LoadRequest, files: FileCache, serves: Serves) -> (Composed, 
         base: c.base,
         env_vars,
     };
-    (composed, files)
+    (composed, files, baseline)
 }
 
 /// A parsed defaults-list entry.

@@ -40,12 +40,26 @@ pub fn resolve_all(root: &mut Node) -> Vec<Diagnostic> {
 
 /// [`resolve_all`], also saying which environment variables were read.
 pub fn resolve(root: &mut Node) -> Resolution {
+    resolve_parsing(root, &mut ParsedInterpolations::default())
+}
+
+/// Interpolation strings already parsed, for resolving trees that share most of them (a
+/// config and the same config before its overrides).
+#[derive(Default)]
+pub struct ParsedInterpolations(std::collections::HashMap<String, std::rc::Rc<[Piece]>>);
+
+/// [`resolve`], parsing each interpolation string once across calls that share `parsed`.
+pub fn resolve_parsing(root: &mut Node, parsed: &mut ParsedInterpolations) -> Resolution {
     let mut paths = Vec::new();
     collect(root, &mut Vec::new(), &mut paths);
-    let mut r = Resolver::default();
+    let mut r = Resolver {
+        parsed: std::mem::take(&mut parsed.0),
+        ..Resolver::default()
+    };
     for p in paths {
         r.resolve_path(root, &p);
     }
+    parsed.0 = std::mem::take(&mut r.parsed);
     Resolution {
         diagnostics: r.diags,
         env_vars: r.env_vars,
@@ -91,7 +105,7 @@ struct RawSelect<'a> {
 fn select_raw<'a>(root: &'a Node, path: &[&str]) -> RawSelect<'a> {
     let mut cur = root;
     for seg in path {
-        if cur.as_str().is_some_and(|s| s.contains("${")) {
+        if cur.as_str().is_some_and(has_interpolation) {
             return RawSelect {
                 node: None,
                 needs_resolution: true,
@@ -115,25 +129,44 @@ fn select_raw<'a>(root: &'a Node, path: &[&str]) -> RawSelect<'a> {
     }
 }
 
-fn collect(node: &Node, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+fn collect<'a>(
+    node: &'a Node,
+    path: &mut Vec<std::borrow::Cow<'a, str>>,
+    out: &mut Vec<Vec<String>>,
+) {
     match &node.value {
-        Value::Scalar(Scalar::Str(s)) if s.contains("${") => out.push(path.clone()),
+        Value::Scalar(Scalar::Str(s)) if has_interpolation(s) => {
+            out.push(path.iter().map(|p| p.to_string()).collect())
+        }
         Value::Map(m) => {
             for (k, e) in m.iter() {
-                path.push(k.clone());
+                path.push(k.as_str().into());
                 collect(&e.node, path, out);
                 path.pop();
             }
         }
         Value::Seq(items) => {
             for (i, n) in items.iter().enumerate() {
-                path.push(i.to_string());
+                path.push(i.to_string().into());
                 collect(n, path, out);
                 path.pop();
             }
         }
         _ => {}
     }
+}
+
+/// Whether `s` holds `${` (most strings hold no `$` at all: one byte scan).
+pub(crate) fn has_interpolation(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(p) = b[from..].iter().position(|&c| c == b'$') {
+        if b.get(from + p + 1) == Some(&b'{') {
+            return true;
+        }
+        from += p + 1;
+    }
+    false
 }
 
 fn get<'a>(root: &'a Node, path: &[String]) -> Option<&'a Node> {
@@ -158,13 +191,13 @@ fn dotted(path: &[String]) -> String {
 
 /// One piece of an interpolated string.
 #[derive(Debug, Clone, PartialEq)]
-enum Piece {
+pub enum Piece {
     Text(String),
     Interp(Expr),
 }
 
 #[derive(Debug, Clone, PartialEq)]
-enum Expr {
+pub enum Expr {
     Key(String),
     Resolver { name: String, args: Vec<Vec<Piece>> },
 }
@@ -184,6 +217,16 @@ fn parse_pieces_at(s: &str, depth: usize) -> Result<Vec<Piece>, String> {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
+        // Plain text up to the next `$` or `\\` goes over in one piece.
+        let next = b[i..]
+            .iter()
+            .position(|&c| c == b'$' || c == b'\\')
+            .map_or(b.len(), |p| i + p);
+        if next > i {
+            text.push_str(&s[i..next]);
+            i = next;
+            continue;
+        }
         if b[i] == b'\\' && s[i + 1..].starts_with("${") {
             text.push_str("${");
             i += 3;
@@ -198,9 +241,9 @@ fn parse_pieces_at(s: &str, depth: usize) -> Result<Vec<Piece>, String> {
             i = end + 1;
             continue;
         }
-        let c = s[i..].chars().next().unwrap_or(' ');
-        text.push(c);
-        i += c.len_utf8();
+        // A `$` or `\\` that starts nothing.
+        text.push(char::from(b[i]));
+        i += 1;
     }
     if !text.is_empty() {
         out.push(Piece::Text(text));
@@ -392,6 +435,8 @@ struct Resolver {
     /// A growth limit was reported; every later interpolation stays as written.
     over_limit: bool,
     env_vars: Vec<String>,
+    /// Interpolation strings parsed so far ([`ParsedInterpolations`]).
+    parsed: std::collections::HashMap<String, std::rc::Rc<[Piece]>>,
 }
 
 impl Resolver {
@@ -402,7 +447,7 @@ impl Resolver {
         };
         let Some(s) = node
             .as_str()
-            .filter(|s| s.contains("${"))
+            .filter(|s| has_interpolation(s))
             .map(str::to_string)
         else {
             return true;
@@ -446,7 +491,15 @@ impl Resolver {
             );
             return false;
         }
-        let pieces = match parse_pieces(&s) {
+        let parsed = match self.parsed.get(&s) {
+            Some(p) => Ok(p.clone()),
+            None => parse_pieces(&s).map(|p| {
+                let p: std::rc::Rc<[Piece]> = p.into();
+                self.parsed.insert(s.clone(), p.clone());
+                p
+            }),
+        };
+        let pieces = match parsed {
             Ok(p) => p,
             Err(msg) => {
                 self.fail(
@@ -656,7 +709,7 @@ impl Resolver {
             let prefix = &target[..i];
             match get(root, prefix) {
                 None => return Ok(None),
-                Some(n) if n.as_str().is_some_and(|s| s.contains("${")) => {
+                Some(n) if n.as_str().is_some_and(has_interpolation) => {
                     if !self.resolve_path(root, prefix) {
                         return Err(Box::new(
                             Diagnostic::error(
@@ -675,7 +728,9 @@ impl Resolver {
         if let Some(n) = get(root, &target)
             && !matches!(n.value, Value::Scalar(_))
         {
-            collect(n, &mut target.clone(), &mut inner);
+            let mut at: Vec<std::borrow::Cow<str>> =
+                target.iter().map(|t| t.as_str().into()).collect();
+            collect(n, &mut at, &mut inner);
         }
         for p in inner {
             // A copy must not carry interpolations that could not be resolved: copied

@@ -842,9 +842,45 @@ fn to_node(e: Elem, source: SourceId) -> Node {
     }
 }
 
+/// `a.b_c.0.d-e`: segments that are identifiers (a letter or `_`, then letters, digits, `_`,
+/// `-`) or unsigned integers, the first an identifier.
+fn is_dotted_key(word: &str) -> bool {
+    let mut segments = word.split('.');
+    let ident = |s: &str| {
+        let mut b = s.bytes();
+        b.next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+            && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    };
+    segments.next().is_some_and(ident)
+        && segments.all(|s| ident(s) || (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit())))
+}
+
 /// Type a bare word the way the override grammar types a primitive (`1` int, `1e-6`
 /// float, `true` bool, `null`, else a string); words that do not lex stay strings.
 pub fn type_primitive(word: &str) -> Scalar {
+    // The words verl's interpolations pass most (`null`, `true`, a small count) without
+    // running the lexer; the lexer agrees on each.
+    if word.eq_ignore_ascii_case("null") {
+        return Scalar::Null;
+    }
+    if word.eq_ignore_ascii_case("true") || word.eq_ignore_ascii_case("false") {
+        return Scalar::Bool(word.eq_ignore_ascii_case("true"));
+    }
+    // A key (`actor_rollout_ref.rollout.n`, as `oc.select` names one): identifiers (and
+    // indices) joined by dots, a string to the lexer unless it spells a float (`inf`, `nan`).
+    if is_dotted_key(word) && !word.eq_ignore_ascii_case("inf") && !word.eq_ignore_ascii_case("nan")
+    {
+        return Scalar::Str(word.to_string());
+    }
+    if !word.is_empty()
+        && word.len() < 18
+        && word.bytes().all(|b| b.is_ascii_digit())
+        && (word == "0" || !word.starts_with('0'))
+        && let Ok(i) = word.parse::<i64>()
+    {
+        return Scalar::Int(i);
+    }
     match lex(word, 0) {
         Ok(toks) if !toks.is_empty() && toks.iter().all(|t| is_primitive_tok(t.kind, true)) => {
             make_primitive(word, &toks).unwrap_or_else(|_| Scalar::Str(word.to_string()))
@@ -866,6 +902,55 @@ mod tests {
 
     fn err(t: &str) -> String {
         parse_value(t, 0, SourceId(0)).expect_err(t).1
+    }
+
+    #[test]
+    fn the_fast_words_type_as_the_lexer_does() {
+        for w in [
+            "null",
+            "NULL",
+            "Null",
+            "true",
+            "True",
+            "FALSE",
+            "false",
+            "0",
+            "7",
+            "42",
+            "123456789",
+            "007",
+            "1_000",
+            "-3",
+            "inf",
+            "NaN",
+            "Inf",
+            "a.b",
+            "global_profiler.tool",
+            "a.0.b",
+            "x-y.z",
+            "_a",
+            "a1.b2",
+            "a..b",
+            "a.",
+            ".a",
+            "a.-b",
+            "1a",
+            "a.1e5",
+            "abc",
+            "actor_rollout_ref.rollout.n",
+            "None",
+        ] {
+            let fast = type_primitive(w);
+            let lexed = match lex(w, 0) {
+                Ok(toks)
+                    if !toks.is_empty() && toks.iter().all(|t| is_primitive_tok(t.kind, true)) =>
+                {
+                    make_primitive(w, &toks).unwrap_or_else(|_| Scalar::Str(w.to_string()))
+                }
+                _ => Scalar::Str(w.to_string()),
+            };
+            assert_eq!(format!("{fast:?}"), format!("{lexed:?}"), "{w}");
+        }
     }
 
     #[test]

@@ -23,7 +23,8 @@ pub fn parse(source: &Source, id: SourceId) -> Result<Node, Diagnostic> {
     if let Some(d) = unacceptable_char(source, id) {
         return Err(d);
     }
-    let yaml11_breaks = source.text.contains(YAML11_BREAKS);
+    // ASCII text (verl's files are) has none: the check costs a byte scan, not a char search.
+    let yaml11_breaks = !source.text.is_ascii() && source.text.contains(YAML11_BREAKS);
     if !yaml11_breaks && let Some(n) = super::yaml_block::parse(&source.text, id) {
         return Ok(n);
     }
@@ -57,8 +58,21 @@ fn is_printable(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..)
 }
 
+/// Whether every byte is printable ASCII or a tab/line break: whole chunks at a time (no early
+/// exit inside one), which the compiler vectorizes.
+fn all_printable_ascii(text: &[u8]) -> bool {
+    text.chunks(64).all(|chunk| {
+        chunk.iter().fold(true, |ok, &b| {
+            ok & ((0x20..0x7f).contains(&b) | (b == b'\t') | (b == b'\n') | (b == b'\r'))
+        })
+    })
+}
+
 fn unacceptable_char(source: &Source, id: SourceId) -> Option<Diagnostic> {
     let text: &str = &source.text;
+    if all_printable_ascii(text.as_bytes()) {
+        return None;
+    }
     let at = if text.is_ascii() {
         text.bytes().position(|b| !is_printable(b as char))?
     } else {

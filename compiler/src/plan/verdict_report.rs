@@ -14,7 +14,7 @@
 use crate::codes;
 use crate::config::{Device, RolloutName, Strategy, VerlConfig};
 use crate::diag::Diagnostic;
-use crate::load::node::{Node, Value, split_key};
+use crate::load::node::{Node, Scalar, Value, split_key};
 use crate::source::{SourceKind, SourceMap};
 
 use super::verdicts::{self, Verdict};
@@ -133,12 +133,11 @@ pub fn verdict_diagnostics(
         );
     }
 
-    for (key, leaf) in leaves(root, "") {
+    for (key, leaf) in written_changes(root, defaults, &user_written) {
         if key == name_key
             || key == "defaults"
             || key.starts_with("defaults.")
             || key.starts_with("hydra.")
-            || !user_written(leaf)
         {
             continue;
         }
@@ -147,11 +146,9 @@ pub fn verdict_diagnostics(
             continue;
         }
         let value = leaf.to_json();
-        let default = defaults.get_path(&split_key(&key)).map(Node::to_json);
-        if default.as_ref() == Some(&value)
-            || verdicts::ALREADY_SO
-                .iter()
-                .any(|(k, v)| *k == key && value.to_string().as_str() == *v)
+        if verdicts::ALREADY_SO
+            .iter()
+            .any(|(k, v)| *k == key && value.to_string().as_str() == *v)
         {
             continue;
         }
@@ -226,7 +223,58 @@ fn origin(root: &Node, key: &str) -> Option<crate::source::Origin> {
         .and_then(|n| n.origin.clone())
 }
 
+/// The leaves (scalars, lists, empty maps) under `root` that `written` accepts and whose value
+/// differs from the same key's in `defaults`, with their dotted keys. The two trees are walked
+/// together: a config is mostly defaults, whose keys are never spelled out.
+fn written_changes<'a>(
+    root: &'a Node,
+    defaults: &Node,
+    written: &dyn Fn(&Node) -> bool,
+) -> Vec<(String, &'a Node)> {
+    fn go<'a>(
+        n: &'a Node,
+        default: Option<&Node>,
+        key: &mut String,
+        written: &dyn Fn(&Node) -> bool,
+        out: &mut Vec<(String, &'a Node)>,
+    ) {
+        match &n.value {
+            Value::Map(m) if !m.is_empty() => {
+                for (k, e) in m.iter() {
+                    let len = key.len();
+                    if !key.is_empty() {
+                        key.push('.');
+                    }
+                    key.push_str(k);
+                    go(&e.node, default.and_then(|d| d.child(k)), key, written, out);
+                    key.truncate(len);
+                }
+            }
+            _ => {
+                if written(n) && !default.is_some_and(|d| same_value(d, n)) {
+                    out.push((key.clone(), n));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(root, Some(defaults), &mut String::new(), written, &mut out);
+    out
+}
+
+/// Whether two values are equal as JSON (origins aside; `1` and `1.0` differ, as there).
+fn same_value(a: &Node, b: &Node) -> bool {
+    match (&a.value, &b.value) {
+        (Value::Scalar(Scalar::Float(x)), Value::Scalar(Scalar::Float(y))) => {
+            x == y || (x.is_nan() && y.is_nan())
+        }
+        (Value::Scalar(x), Value::Scalar(y)) => x == y,
+        _ => a.to_json() == b.to_json(),
+    }
+}
+
 /// Every scalar, list and empty map under `node`, with its dotted key.
+#[cfg(test)]
 pub(crate) fn leaves<'a>(node: &'a Node, key: &str) -> Vec<(String, &'a Node)> {
     let mut out = Vec::new();
     fn go<'a>(n: &'a Node, key: String, out: &mut Vec<(String, &'a Node)>) {
