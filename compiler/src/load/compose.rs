@@ -332,6 +332,7 @@ fn load_from(
 
     let mut parsed = interp::ParsedInterpolations::default();
     let resolution = interp::resolve_parsing(&mut root, &mut parsed);
+    c.diags.extend(resolution.diagnostics);
     let baseline = before.map(|mut b| {
         // Its findings are the composition's own, already reported.
         let _ = interp::resolve_parsing(&mut b, &mut parsed);
