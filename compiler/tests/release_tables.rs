@@ -18,18 +18,33 @@ fn leaves(text: &str) -> serde_json::Map<String, serde_json::Value> {
         .expect("a table has leaves")
 }
 
+/// Whether the committed files are to be rewritten rather than compared.
+fn updating() -> bool {
+    std::env::var("VERLC_UPDATE_RELEASES").is_ok_and(|v| v == "1")
+}
+
+/// The venv's Python and the unpacked package of verl `release` (scripts/setup), if both are
+/// there (else said on stderr).
+fn python_and_release(release: &str) -> Option<(PathBuf, PathBuf)> {
+    let root = workspace();
+    let python = root.join(".venv/bin/python");
+    let tree = root.join(".venv/verl-releases").join(release);
+    if !tree.join("verl/trainer/config").is_dir() || !python.is_file() {
+        eprintln!("skipped verl {release}: no tree or venv (run scripts/setup)");
+        return None;
+    }
+    Some((python, tree))
+}
+
 #[test]
 fn committed_release_tables_are_fresh() {
     let root = workspace();
-    let python = root.join(".venv/bin/python");
-    let update = std::env::var("VERLC_UPDATE_RELEASES").is_ok_and(|v| v == "1");
+    let update = updating();
     let mut checked = 0;
     for release in ["0.8.0", "0.9.1"] {
-        let tree = root.join(".venv/verl-releases").join(release);
-        if !tree.join("verl/trainer/config").is_dir() || !python.is_file() {
-            eprintln!("skipped verl {release}: no tree or venv (run scripts/setup)");
+        let Some((python, tree)) = python_and_release(release) else {
             continue;
-        }
+        };
         let committed = root.join(format!("compiler/releases/verl-{release}.json"));
         let scratch = tempfile::tempdir().expect("tempdir");
         let fresh = scratch.path().join("table.json");
@@ -91,14 +106,11 @@ fn files_under(dir: &Path) -> std::collections::BTreeMap<String, String> {
 #[test]
 fn committed_builtin_release_trees_are_fresh() {
     let root = workspace();
-    let python = root.join(".venv/bin/python");
-    let update = std::env::var("VERLC_UPDATE_RELEASES").is_ok_and(|v| v == "1");
+    let update = updating();
     let release = "0.9.1";
-    let tree = root.join(".venv/verl-releases").join(release);
-    if !tree.join("verl/trainer/config").is_dir() || !python.is_file() {
-        eprintln!("skipped verl {release}: no tree or venv (run scripts/setup)");
+    let Some((python, tree)) = python_and_release(release) else {
         return;
-    }
+    };
     let committed = root.join(format!("compiler/releases/verl-{release}"));
     let scratch = tempfile::tempdir().expect("tempdir");
     let fresh = scratch.path().join("tree");

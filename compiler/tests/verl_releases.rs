@@ -752,30 +752,58 @@ const RELEASE_0_8_KNOWN: &[(&str, &[&str], &str)] = &[
 /// `verlc check --config-dir <release tree>` on a release's captured example calls: every call
 /// that composes (tests/hydra_parity.rs holds composition to Hydra's) checks without errors,
 /// apart from `known`. Returns how many composed.
-fn examples_check_clean(fixture: &str, tree: &Path, known: &[(&str, &[&str], &str)]) -> usize {
+/// One launch call of a release's example scripts (a captured fixture).
+struct ExampleCall {
+    script: String,
+    /// The request Hydra was given, on the config tree `tree`.
+    config_name: String,
+    overrides: Vec<String>,
+}
+
+impl ExampleCall {
+    fn request(&self, tree: &Path) -> LoadRequest {
+        LoadRequest {
+            config_dir: Some(tree.to_path_buf()),
+            config_name: Some(self.config_name.clone()),
+            overrides: self.overrides.clone(),
+            cwd: root(),
+            ..LoadRequest::default()
+        }
+    }
+}
+
+/// The calls of `tests/fixtures/<fixture>/overrides.json`.
+fn example_calls(fixture: &str) -> Vec<ExampleCall> {
     let path = root()
         .join("tests/fixtures")
         .join(fixture)
         .join("overrides.json");
     let cases: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json");
+    cases
+        .iter()
+        .map(|case| ExampleCall {
+            script: case["script"].as_str().expect("script").to_owned(),
+            config_name: case["config_name"]
+                .as_str()
+                .unwrap_or("ppo_trainer")
+                .to_owned(),
+            overrides: case["overrides"]
+                .as_array()
+                .expect("overrides")
+                .iter()
+                .filter_map(|o| o.as_str().map(str::to_owned))
+                .collect(),
+        })
+        .collect()
+}
+
+fn examples_check_clean(fixture: &str, tree: &Path, known: &[(&str, &[&str], &str)]) -> usize {
     let (mut composed, mut clean) = (0, 0);
     let (mut unexpected, mut passed_through) = (Vec::new(), Vec::new());
-    for case in &cases {
-        let script = case["script"].as_str().expect("script");
-        let overrides: Vec<String> = case["overrides"]
-            .as_array()
-            .expect("overrides")
-            .iter()
-            .filter_map(|o| o.as_str().map(str::to_owned))
-            .collect();
-        let req = LoadRequest {
-            config_dir: Some(tree.to_path_buf()),
-            config_name: Some(case["config_name"].as_str().unwrap_or("ppo_trainer").into()),
-            overrides,
-            cwd: root(),
-            ..LoadRequest::default()
-        };
+    for call in example_calls(fixture) {
+        let script = call.script.as_str();
+        let req = call.request(tree);
         let d = check(&req, &CheckOptions::default()).diagnostics;
         let codes: Vec<&str> = d
             .iter()
@@ -1036,9 +1064,6 @@ fn the_builtin_newest_tree_is_verls_own() {
         return;
     };
     assert_eq!(BuiltinRelease::default().version(), NEWER);
-    let path = root().join("tests/fixtures/verl_examples_0_9_0/overrides.json");
-    let cases: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json");
     let summary = |req: &LoadRequest| {
         let c = check(req, &CheckOptions::default());
         let mut codes: Vec<(String, Option<String>)> = c
@@ -1050,22 +1075,9 @@ fn the_builtin_newest_tree_is_verls_own() {
         (c.composed.root.to_json(), codes, c.release)
     };
     let mut compared = 0;
-    for case in &cases {
-        let script = case["script"].as_str().expect("script");
-        let overrides: Vec<String> = case["overrides"]
-            .as_array()
-            .expect("overrides")
-            .iter()
-            .filter_map(|o| o.as_str().map(str::to_owned))
-            .collect();
-        let name = case["config_name"].as_str().unwrap_or("ppo_trainer");
-        let on_dir = LoadRequest {
-            config_dir: Some(dir.clone()),
-            config_name: Some(name.into()),
-            overrides: overrides.clone(),
-            cwd: root(),
-            ..LoadRequest::default()
-        };
+    for call in example_calls("verl_examples_0_9_0") {
+        let script = &call.script;
+        let on_dir = call.request(&dir);
         let builtin = LoadRequest {
             config_dir: None,
             ..on_dir.clone()
@@ -1144,28 +1156,14 @@ fn the_derived_baseline_equals_a_fresh_composition() {
             eprintln!("skipped verl {release}: no tree (run scripts/setup)");
             continue;
         }
-        let path = root().join(format!("tests/fixtures/{fixture}/overrides.json"));
-        let cases: Vec<serde_json::Value> =
-            serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json");
-        for case in &cases {
-            let overrides: Vec<String> = case["overrides"]
-                .as_array()
-                .expect("overrides")
-                .iter()
-                .filter_map(|o| o.as_str().map(str::to_owned))
-                .collect();
-            let req = LoadRequest {
-                config_dir: Some(dir.clone()),
-                config_name: Some(case["config_name"].as_str().unwrap_or("ppo_trainer").into()),
-                overrides: overrides.clone(),
-                cwd: root(),
-                ..LoadRequest::default()
-            };
+        for call in example_calls(fixture) {
+            let req = call.request(&dir);
             let (composed, derived) = compose::load_with_baseline(&req);
             if composed.has_errors() {
                 continue;
             }
-            let groups: Vec<String> = overrides
+            let groups: Vec<String> = call
+                .overrides
                 .iter()
                 .filter(|o| {
                     let key = o.split('=').next().unwrap_or_default();
@@ -1186,7 +1184,7 @@ fn the_derived_baseline_equals_a_fresh_composition() {
             assert!(
                 derived.to_json() == fresh.to_json(),
                 "{}: the derived baseline differs",
-                case["script"]
+                call.script
             );
             compared += 1;
         }
