@@ -117,3 +117,27 @@ fn the_active_pythons_verl_picks_the_tree() {
     assert_eq!(status, 0, "{err}");
     assert!(err.contains("judged against verl 0.9.1"), "{err}");
 }
+
+#[test]
+fn explain_names_the_release_too() {
+    for (args, want) in [
+        (
+            vec![],
+            "verl release               0.9.1, verlc's built-in tree",
+        ),
+        (
+            vec!["--verl-version", "0.7.0"],
+            "verl release               0.7.0, verlc's built-in tree",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_verlc"))
+            .current_dir(root())
+            .env("VERLC_PYTHON", "")
+            .args(["explain", "examples/quickstart.yaml"])
+            .args(&args)
+            .output()
+            .expect("run verlc");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout.lines().next(), Some(want), "{stdout}");
+    }
+}

@@ -66,10 +66,16 @@ pub fn run(a: ExplainArgs) -> u8 {
     match a.format {
         Format::Json => {
             let mut v = serde_json::to_value(&e).unwrap_or_default();
+            if let Some(m) = v.as_object_mut() {
+                m.insert("release".into(), checked.release.clone().into());
+            }
             secrets.redact_json(&mut v);
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         }
-        Format::Human => print!("{}", secrets.redact(&human(&e))),
+        Format::Human => {
+            let release = format!("verl release               {}\n", checked.release);
+            print!("{}", secrets.redact(&(release + &human(&e))))
+        }
     }
     if checked.has_errors() {
         eprintln!(
