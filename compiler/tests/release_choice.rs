@@ -1,6 +1,7 @@
 //! Which verl release `verlc check` judges a config against when no `--config-dir` holds its
 //! tree: `--verl-version`, else the verl installed in the active Python (`$VERLC_PYTHON`, else
-//! `python3`), else the newest release verlc carries (0.9.1). Runs the built binary.
+//! the active virtualenv's, else `python3`), else the newest release verlc carries (0.9.1).
+//! Runs the built binary.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +18,7 @@ fn check(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     cmd.current_dir(root())
         .env("NO_COLOR", "1")
         .env_remove("VERLC_PYTHON")
+        .env_remove("VIRTUAL_ENV")
         .env_remove("PYTHONPATH")
         .args(["check", "examples/quickstart.yaml"])
         .args(args);
@@ -58,6 +60,19 @@ fn verl_version_selects_a_built_in_tree_and_refuses_one_verlc_lacks() {
         err.contains("no built-in tree of verl 0.8.0") && err.contains("0.7.0 and 0.9.1"),
         "{err}"
     );
+}
+
+/// `python` as a path (`python3` looked up on PATH).
+fn python_path(python: &str) -> PathBuf {
+    if python.contains('/') {
+        return PathBuf::from(python);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(python))
+        .find(|p| p.is_file())
+        .expect("python3 on PATH")
 }
 
 /// A Python whose `verl` package (found on its path, not imported) is a given release.
@@ -110,6 +125,23 @@ fn the_active_pythons_verl_picks_the_tree() {
                 nine.join("verl/trainer/config").display()
             ))
             && err.contains("judged against verl 0.9.1, verlc's built-in tree"),
+        "{err}"
+    );
+    // The active virtualenv's Python, when VERLC_PYTHON does not name one.
+    let venv = scratch.path().join("venv");
+    std::fs::create_dir_all(venv.join("bin")).expect("mkdir");
+    std::os::unix::fs::symlink(python_path(python), venv.join("bin/python")).expect("symlink");
+    let path = python_with_verl(&scratch.path().join("seven-again"), "0.7.0");
+    let (status, err) = check(
+        &[],
+        &[
+            ("VIRTUAL_ENV", &venv.display().to_string()),
+            ("PYTHONPATH", &path),
+        ],
+    );
+    assert_eq!(status, 0, "{err}");
+    assert!(
+        err.contains("judged against verl 0.7.0, verlc's built-in tree"),
         "{err}"
     );
     // A Python that is not there: the newest.

@@ -66,7 +66,8 @@ pub struct ConfigArgs {
     pub base: Option<String>,
     /// The verl release whose built-in tree the config composes with when no `--config-dir`
     /// holds it: 0.9.1 or 0.7.0 (default: the release of the verl installed in the active
-    /// Python, `$VERLC_PYTHON` else `python3`, when verlc carries it; else 0.9.1).
+    /// Python, `$VERLC_PYTHON` else the active virtualenv's else `python3`, when verlc carries it;
+    /// else 0.9.1).
     #[arg(long, value_name = "VERSION")]
     pub verl_version: Option<String>,
 }

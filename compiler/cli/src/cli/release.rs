@@ -1,6 +1,7 @@
 //! Which built-in verl tree a config without `--config-dir` composes against: `--verl-version`
 //! when given, else the release of the verl installed in the active Python (as Hydra would
-//! find `pkg://verl.trainer.config` there), else the newest release verlc carries. A config
+//! find `pkg://verl.trainer.config` there; see [`installed_verl`]), else the newest release
+//! verlc carries. A config
 //! dir's own release (its `verl/version/version`) is found by the front end and wins over all.
 
 use std::path::PathBuf;
@@ -59,13 +60,18 @@ struct Installed {
 /// verl's: the package metadata and its location only).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The verl in `$VERLC_PYTHON` (an empty value: look in none), else in `python3` on PATH:
-/// where the package is (found without importing it), and its release.
+/// The verl of the active Python, the interpreter a trainer runs reward functions with too:
+/// `$VERLC_PYTHON` (an empty value: look in none), else the active virtualenv's, else
+/// `python3` on PATH. Where the package is (found without importing it), and its release.
 fn installed_verl() -> Option<Installed> {
+    let venv = std::env::var_os("VIRTUAL_ENV")
+        .filter(|v| !v.is_empty())
+        .map(|v| PathBuf::from(v).join("bin/python"))
+        .filter(|p| p.is_file());
     let python = match std::env::var_os("VERLC_PYTHON") {
         Some(p) if p.is_empty() => return None,
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from("python3"),
+        None => venv.unwrap_or_else(|| PathBuf::from("python3")),
     };
     let mut child = Command::new(python)
         .args([
