@@ -795,34 +795,45 @@ fn mandatory_help(key: &str, schema: &Option<serde_json::Value>) -> String {
 
 /// The tree with every `???` replaced by null, and the dotted keys that held one.
 pub fn unset_mandatory(root: &Node) -> (Node, Vec<String>) {
-    fn go(n: &mut Node, path: &mut Vec<String>, out: &mut Vec<String>) {
+    // Found on the original with borrowed keys (a tree has a thousand keys and few `???`),
+    // then set on the copy.
+    fn find<'a>(
+        n: &'a Node,
+        path: &mut Vec<std::borrow::Cow<'a, str>>,
+        out: &mut Vec<Vec<String>>,
+    ) {
         if n.is_missing() {
-            out.push(path.join("."));
-            n.value = Value::Scalar(Scalar::Null);
+            out.push(path.iter().map(|p| p.to_string()).collect());
             return;
         }
-        match &mut n.value {
+        match &n.value {
             Value::Map(m) => {
-                for (k, e) in m.iter_mut() {
-                    path.push(k.clone());
-                    go(&mut e.node, path, out);
+                for (k, e) in m.iter() {
+                    path.push(k.as_str().into());
+                    find(&e.node, path, out);
                     path.pop();
                 }
             }
             Value::Seq(items) => {
-                for (i, c) in items.iter_mut().enumerate() {
-                    path.push(i.to_string());
-                    go(c, path, out);
+                for (i, c) in items.iter().enumerate() {
+                    path.push(i.to_string().into());
+                    find(c, path, out);
                     path.pop();
                 }
             }
             Value::Scalar(_) => {}
         }
     }
+    let mut found = Vec::new();
+    find(root, &mut Vec::new(), &mut found);
     let mut tree = root.clone();
-    let mut missing = Vec::new();
-    go(&mut tree, &mut Vec::new(), &mut missing);
-    (tree, missing)
+    for path in &found {
+        let segments: Vec<&str> = path.iter().map(String::as_str).collect();
+        if let Some(n) = tree.get_path_mut(&segments) {
+            n.value = Value::Scalar(Scalar::Null);
+        }
+    }
+    (tree, found.iter().map(|p| p.join(".")).collect())
 }
 
 fn model_dir_from_tree(c: &Composed) -> Option<PathBuf> {

@@ -129,16 +129,28 @@ impl ReleaseTable {
     /// the release's types refuse (at the value's origin), pushed to `out`. Returns whether the
     /// table knows every key of the subtree (a key it does not hold still passes through).
     pub fn check(&self, key: &str, node: &Node, out: &mut Vec<Diagnostic>) -> bool {
-        let children = |out: &mut Vec<Diagnostic>| match &node.value {
-            Value::Map(m) => m
-                .iter()
-                // Hydra's metadata (`_target_`): the class verl builds, not a setting.
-                .filter(|(k, _)| !k.starts_with('_'))
+        self.check_at(&mut key.to_owned(), node, out)
+    }
+
+    /// [`Self::check`] with the key in a buffer the subtree's keys are built in.
+    fn check_at(&self, key: &mut String, node: &Node, out: &mut Vec<Diagnostic>) -> bool {
+        let children = |key: &mut String, out: &mut Vec<Diagnostic>| match &node.value {
+            Value::Map(m) => {
                 // Every child is checked (each may add an error), then whether all were known.
-                .map(|(k, e)| self.check(&format!("{key}.{k}"), &e.node, out))
-                .collect::<Vec<bool>>()
-                .into_iter()
-                .all(|known| known),
+                let mut all_known = true;
+                for (k, e) in m.iter() {
+                    // Hydra's metadata (`_target_`): the class verl builds, not a setting.
+                    if k.starts_with('_') {
+                        continue;
+                    }
+                    let len = key.len();
+                    key.push('.');
+                    key.push_str(k);
+                    all_known &= self.check_at(key, &e.node, out);
+                    key.truncate(len);
+                }
+                all_known
+            }
             _ => true,
         };
         if key
@@ -157,11 +169,13 @@ impl ReleaseTable {
             // others are free.
             Some(_) => {
                 if self.has_below(key) {
-                    children(out);
+                    children(key, out);
                 }
                 true
             }
-            None if matches!(node.value, Value::Map(_)) && self.has_below(key) => children(out),
+            None if matches!(node.value, Value::Map(_)) && self.has_below(key) => {
+                children(key, out)
+            }
             // A key the release's files do not have.
             None => false,
         }
@@ -210,11 +224,15 @@ impl ReleaseTable {
 
     /// Whether the table holds keys below `key` (a section of the release).
     fn has_below(&self, key: &str) -> bool {
-        let prefix = format!("{}.", self.listed(key));
-        let i = self.leaves.partition_point(|(l, _)| *l < prefix.as_str());
-        self.leaves
-            .get(i)
-            .is_some_and(|(l, _)| l.starts_with(&prefix))
+        let key = self.listed(key);
+        let key = key.as_ref();
+        // The leaves starting with `key` follow it in order; one of them continues with `.`
+        // (others may continue with a smaller byte, `-`, first).
+        let i = self.leaves.partition_point(|(l, _)| *l < key);
+        self.leaves[i..]
+            .iter()
+            .take_while(|(l, _)| l.starts_with(key))
+            .any(|(l, _)| l.as_bytes().get(key.len()) == Some(&b'.'))
     }
 
     fn type_error(&self, key: &str, node: &Node, types: &[LeafType]) -> Diagnostic {
