@@ -134,20 +134,25 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         diagnostics.extend(note);
         unmodelled = keys;
         // verl's own tree as the user's config groups select it (`model_engine=megatron`
-        // swaps whole sections): what the user did not write is not theirs. A plain config
-        // file's baseline is the base it was merged over, without the file.
-        let baseline_req = LoadRequest {
-            config_file: None,
-            config_text: None,
-            config_name: composed.base.clone().or_else(|| req.config_name.clone()),
-            base: None,
-            overrides: group_choices(req),
-            ..req.clone()
-        };
-        baseline = Some(match (early_baseline.take(), files.take()) {
-            (Some(b), _) => b,
-            (None, Some(f)) => compose::load_tree_with_files(&baseline_req, f),
-            (None, None) => compose::load(&baseline_req).root,
+        // swaps whole sections): what the user did not write is not theirs.
+        baseline = Some(match early_baseline.take() {
+            Some(b) => b,
+            None => {
+                // Composed again: a plain config file's baseline is the base it was merged
+                // over, without the file.
+                let baseline_req = LoadRequest {
+                    config_file: None,
+                    config_text: None,
+                    config_name: composed.base.clone().or_else(|| req.config_name.clone()),
+                    base: None,
+                    overrides: group_choices(req),
+                    ..req.clone()
+                };
+                match files.take() {
+                    Some(f) => compose::load_tree_with_files(&baseline_req, f),
+                    None => compose::load(&baseline_req).root,
+                }
+            }
         });
     }
     // verl 0.8 removed the legacy per-backend workers (and `trainer.use_legacy_worker_impl`):
@@ -549,23 +554,18 @@ fn repair_tree(
 /// The overrides of `req` that choose a config group option (`model_engine=megatron`,
 /// `actor@actor_rollout_ref.actor=dp_actor`): their key names a directory of the config dir.
 fn group_choices(req: &LoadRequest) -> Vec<String> {
-    let is_group = |group: &str| match req.config_dir.as_deref() {
-        Some(dir) => dir.join(group).is_dir(),
-        None => {
-            let prefix = format!("{group}/");
-            req.builtin
-                .files()
-                .iter()
-                .any(|(p, _)| p.starts_with(&prefix))
-        }
-    };
+    // The tree's groups: the config dir's, else the built-in tree's.
+    let repo = crate::load::repo::Repo::new(vec![match &req.config_dir {
+        Some(dir) => crate::load::repo::SearchDir::Dir(dir.clone()),
+        None => crate::load::repo::SearchDir::Builtin(req.builtin),
+    }]);
     req.overrides
         .iter()
         .filter(|o| {
             let key = o.split('=').next().unwrap_or_default();
             let key = key.trim_start_matches(['+', '~']);
             let group = key.split('@').next().unwrap_or_default();
-            !group.is_empty() && !group.contains('.') && is_group(group)
+            !group.is_empty() && !group.contains('.') && repo.group_exists(group)
         })
         .cloned()
         .collect()
@@ -795,37 +795,7 @@ fn mandatory_help(key: &str, schema: &Option<serde_json::Value>) -> String {
 
 /// The tree with every `???` replaced by null, and the dotted keys that held one.
 pub fn unset_mandatory(root: &Node) -> (Node, Vec<String>) {
-    // Found on the original with borrowed keys (a tree has a thousand keys and few `???`),
-    // then set on the copy.
-    fn find<'a>(
-        n: &'a Node,
-        path: &mut Vec<std::borrow::Cow<'a, str>>,
-        out: &mut Vec<Vec<String>>,
-    ) {
-        if n.is_missing() {
-            out.push(path.iter().map(|p| p.to_string()).collect());
-            return;
-        }
-        match &n.value {
-            Value::Map(m) => {
-                for (k, e) in m.iter() {
-                    path.push(k.as_str().into());
-                    find(&e.node, path, out);
-                    path.pop();
-                }
-            }
-            Value::Seq(items) => {
-                for (i, c) in items.iter().enumerate() {
-                    path.push(i.to_string().into());
-                    find(c, path, out);
-                    path.pop();
-                }
-            }
-            Value::Scalar(_) => {}
-        }
-    }
-    let mut found = Vec::new();
-    find(root, &mut Vec::new(), &mut found);
+    let found = root.paths_where(&Node::is_missing);
     let mut tree = root.clone();
     for path in &found {
         let segments: Vec<&str> = path.iter().map(String::as_str).collect();

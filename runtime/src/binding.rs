@@ -523,7 +523,7 @@ fn resolve(
         cwd: std::env::current_dir().unwrap_or_default(),
         // The built-in tree of the build's release (of its minor version for a release verlc
         // carries no tree of: a `--config-dir` tree's), else the newest.
-        builtin: BuiltinRelease::of_installed(info.verl_release).unwrap_or_default(),
+        builtin: BuiltinRelease::same_minor(info.verl_release).unwrap_or_default(),
         ..LoadRequest::default()
     };
     let mut checked = check(&req, &CheckOptions::default());

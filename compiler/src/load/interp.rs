@@ -50,8 +50,7 @@ pub struct ParsedInterpolations(std::collections::HashMap<String, std::rc::Rc<[P
 
 /// [`resolve`], parsing each interpolation string once across calls that share `parsed`.
 pub fn resolve_parsing(root: &mut Node, parsed: &mut ParsedInterpolations) -> Resolution {
-    let mut paths = Vec::new();
-    collect(root, &mut Vec::new(), &mut paths);
+    let paths = collect(root);
     let mut r = Resolver {
         parsed: std::mem::take(&mut parsed.0),
         ..Resolver::default()
@@ -121,39 +120,15 @@ fn select_raw<'a>(root: &'a Node, path: &[&str]) -> RawSelect<'a> {
             }
         }
     }
-    let mut inner = Vec::new();
-    collect(cur, &mut Vec::new(), &mut inner);
     RawSelect {
         node: Some(cur),
-        needs_resolution: !inner.is_empty(),
+        needs_resolution: !collect(cur).is_empty(),
     }
 }
 
-fn collect<'a>(
-    node: &'a Node,
-    path: &mut Vec<std::borrow::Cow<'a, str>>,
-    out: &mut Vec<Vec<String>>,
-) {
-    match &node.value {
-        Value::Scalar(Scalar::Str(s)) if has_interpolation(s) => {
-            out.push(path.iter().map(|p| p.to_string()).collect())
-        }
-        Value::Map(m) => {
-            for (k, e) in m.iter() {
-                path.push(k.as_str().into());
-                collect(&e.node, path, out);
-                path.pop();
-            }
-        }
-        Value::Seq(items) => {
-            for (i, n) in items.iter().enumerate() {
-                path.push(i.to_string().into());
-                collect(n, path, out);
-                path.pop();
-            }
-        }
-        _ => {}
-    }
+/// The paths of the interpolated strings under `node`.
+fn collect(node: &Node) -> Vec<Vec<String>> {
+    node.paths_where(&|n| n.as_str().is_some_and(has_interpolation))
 }
 
 /// Whether `s` holds `${` (most strings hold no `$` at all: one byte scan).
@@ -191,13 +166,13 @@ fn dotted(path: &[String]) -> String {
 
 /// One piece of an interpolated string.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Piece {
+enum Piece {
     Text(String),
     Interp(Expr),
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Expr {
+enum Expr {
     Key(String),
     Resolver { name: String, args: Vec<Vec<Piece>> },
 }
@@ -728,9 +703,10 @@ impl Resolver {
         if let Some(n) = get(root, &target)
             && !matches!(n.value, Value::Scalar(_))
         {
-            let mut at: Vec<std::borrow::Cow<str>> =
-                target.iter().map(|t| t.as_str().into()).collect();
-            collect(n, &mut at, &mut inner);
+            inner = collect(n)
+                .into_iter()
+                .map(|p| target.iter().cloned().chain(p).collect::<Vec<String>>())
+                .collect();
         }
         for p in inner {
             // A copy must not carry interpolations that could not be resolved: copied

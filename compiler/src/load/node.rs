@@ -171,6 +171,43 @@ impl Node {
         }
     }
 
+    /// The paths (keys, list items by index) of the nodes under this one that `hit` accepts,
+    /// without descending into those. Keys are borrowed during the walk: only the hits' paths
+    /// are copied (a config has a thousand keys and few hits).
+    pub fn paths_where(&self, hit: &dyn Fn(&Node) -> bool) -> Vec<Vec<String>> {
+        fn go<'a>(
+            n: &'a Node,
+            hit: &dyn Fn(&Node) -> bool,
+            path: &mut Vec<std::borrow::Cow<'a, str>>,
+            out: &mut Vec<Vec<String>>,
+        ) {
+            if hit(n) {
+                out.push(path.iter().map(|p| p.to_string()).collect());
+                return;
+            }
+            match &n.value {
+                Value::Map(m) => {
+                    for (k, e) in m.iter() {
+                        path.push(k.as_str().into());
+                        go(&e.node, hit, path, out);
+                        path.pop();
+                    }
+                }
+                Value::Seq(items) => {
+                    for (i, c) in items.iter().enumerate() {
+                        path.push(i.to_string().into());
+                        go(c, hit, path, out);
+                        path.pop();
+                    }
+                }
+                Value::Scalar(_) => {}
+            }
+        }
+        let mut out = Vec::new();
+        go(self, hit, &mut Vec::new(), &mut out);
+        out
+    }
+
     /// Visit every node with its JSON pointer (`/actor_rollout_ref/actor/optim/lr`).
     pub fn walk(&self, f: &mut dyn FnMut(&str, &Node, Option<&Origin>)) {
         fn go(

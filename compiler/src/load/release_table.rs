@@ -25,6 +25,15 @@ pub struct ReleaseTable {
     dicts: &'static [&'static str],
 }
 
+/// The names (`LEAF_TYPES`) of the types whose bits are set in `mask`.
+fn type_names(mask: u8) -> impl Iterator<Item = &'static str> {
+    LEAF_TYPES
+        .iter()
+        .enumerate()
+        .filter(move |(i, _)| mask & (1 << i) != 0)
+        .map(|(_, n)| *n)
+}
+
 /// A type a leaf's value may take, as verl's config machinery (OmegaConf) converts values:
 /// numbers and booleans from strings, anything scalar into a string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,12 +51,7 @@ enum LeafType {
 impl LeafType {
     /// The types whose bits are set in `mask` (bit `i`: `LEAF_TYPES[i]`).
     fn of_mask(mask: u8) -> Vec<LeafType> {
-        LEAF_TYPES
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| mask & (1 << i) != 0)
-            .filter_map(|(_, name)| Self::parse(name))
-            .collect()
+        type_names(mask).filter_map(Self::parse).collect()
     }
 
     fn parse(name: &str) -> Option<Self> {
@@ -184,15 +188,9 @@ impl ReleaseTable {
     /// Every leaf the table lists (`<dict>.*` for an entry of a dict of configs) with the
     /// names of its types (`integer`, `null`, `any`, ...).
     pub fn leaves(&self) -> impl Iterator<Item = (&'static str, Vec<&'static str>)> + '_ {
-        self.leaves.iter().map(|(k, mask)| {
-            let names = LEAF_TYPES
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| mask & (1 << i) != 0)
-                .map(|(_, n)| *n)
-                .collect();
-            (*k, names)
-        })
+        self.leaves
+            .iter()
+            .map(|(k, mask)| (*k, type_names(*mask).collect()))
     }
 
     /// `key` as the table lists it: itself, or with the entry name after a dict of configs

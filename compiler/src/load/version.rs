@@ -62,10 +62,10 @@ impl BuiltinRelease {
             })
     }
 
-    /// The built-in tree of an installed verl's release: the one of the same minor version
-    /// (verl 0.7.1 gets 0.7.0's tree, whose reward section 0.7.1 kept as legacy stubs), else
-    /// none.
-    pub fn of_installed(version: &str) -> Option<BuiltinRelease> {
+    /// The built-in tree of the same minor version as release `version` (an installed verl's,
+    /// or the one a trainer was built for: verl 0.9.0 gets 0.9.1's tree, 0.7.1 gets 0.7.0's,
+    /// whose reward section 0.7.1 kept as legacy stubs), else none.
+    pub fn same_minor(version: &str) -> Option<BuiltinRelease> {
         let minor = minor_version(version)?;
         Self::ALL
             .into_iter()

@@ -33,7 +33,7 @@ pub fn choose(
         {
             Some(exact) => (exact, None),
             None => {
-                let near = BuiltinRelease::of_installed(&installed.version).unwrap_or_default();
+                let near = BuiltinRelease::same_minor(&installed.version).unwrap_or_default();
                 let tree = installed.package.join("trainer/config");
                 (
                     near,
