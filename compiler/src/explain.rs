@@ -398,16 +398,21 @@ fn role_memory(
             let cp = meg.map_or(1, |x| x.context_parallel_size.max(1)) as u64;
             let ep = meg.map_or(1, |x| x.expert_model_parallel_size.max(1)) as u64;
             let ep = if m.sparse_layers() > 0 { ep } else { 1 };
-            // The stage's routed experts split over EP (each also over TP, expert TP = TP);
-            // the distributed optimizer shards their state over the ranks that hold the same
-            // experts (DP / EP), the rest over DP x CP.
+            // The stage's routed experts split over EP, each also over TP (expert TP = TP) or
+            // whole (expert TP 1); the distributed optimizer shards their state over the ranks
+            // that hold the same experts (DP / EP, or TP x DP / EP with whole experts), the
+            // rest over DP x CP.
+            let etp = meg
+                .and_then(|x| x.expert_tensor_parallel_size)
+                .map_or(tp, |e| (e.max(1) as u64).min(tp));
             let experts_here = m.routed_expert_params().saturating_mul(layers_here) / layers.max(1);
             let dense_shard = stage.saturating_sub(experts_here) / tp;
-            let expert_shard = experts_here / (tp * ep);
+            let expert_shard = experts_here / (etp * ep);
             let shard = dense_shard + expert_shard;
             let (po, go, oo) = (offload.params, offload.grads, offload.optimizer);
+            let expert_dp = (dp * tp / etp / ep).max(1);
             let opt = if dist_opt && ep > 1 {
-                dense_shard * 12 / (dp * cp) + expert_shard * 12 * ep / dp
+                dense_shard * 12 / (dp * cp) + expert_shard * 12 / expert_dp
             } else if dist_opt {
                 shard * 12 / (dp * cp)
             } else {
@@ -419,7 +424,7 @@ fn role_memory(
             assumptions.push(format!("Megatron: bf16 params and fp32 main grads of the busiest pipeline stage ({layers_here} of {layers} layers plus the embedding or output layer) over tp={tp}; fp32 main params + 2 Adam moments{}", if dist_opt { format!(" sharded over dp={dp}{} (distributed optimizer)", if cp > 1 { format!(" x cp={cp}") } else { String::new() }) } else { String::new() }));
             if experts_here > 0 {
                 assumptions.push(format!(
-                    "experts: {:.2} GiB of the {:.2} GiB of bf16 params per rank ({} routed experts per layer over ep={ep} x tp={tp})",
+                    "experts: {:.2} GiB of the {:.2} GiB of bf16 params per rank ({} routed experts per layer over ep={ep} x expert tp={etp})",
                     (expert_shard * 2) as f64 / GIB,
                     (shard * 2) as f64 / GIB,
                     m.moe.num_experts

@@ -148,7 +148,8 @@ fn build_reports_an_unavailable_hub_model_at_its_line_before_compiling() {
 }
 
 // A family the trainer's decoder does not implement, a Qwen3-MoE checkpoint with Megatron
-// expert parallelism over more ranks than its data-parallel size, a Qwen3.5 under a Megatron
+// expert parallelism over more ranks than its data-parallel size (or, with whole experts,
+// than its tensor x data-parallel ranks), a Qwen3.5 under a Megatron
 // tensor parallel degree or a Ulysses degree that does not divide its Gated DeltaNet heads (3
 // key heads here; both split them as they split attention heads) are
 // refused by `verlc build` at the key that names the model, before compiling: the trainer
@@ -173,6 +174,18 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
             "megatron",
             &["actor_rollout_ref.actor.megatron.expert_model_parallel_size=2"],
             "expert_model_parallel_size = 2 over 1 data-parallel ranks",
+        ),
+        (
+            "quickstart_megatron.yaml",
+            "qwen3_moe",
+            "megatron",
+            &[
+                "trainer.n_gpus_per_node=2",
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1",
+                "actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
+            ],
+            "expert_model_parallel_size = 4 over 2 tensor x data-parallel ranks",
         ),
         (
             "quickstart_megatron.yaml",

@@ -26,12 +26,12 @@ const DECODERS: [&str; 8] = [
 ];
 
 /// Model types with mixture-of-experts layers: on the Megatron strategy their experts are
-/// split over tensor parallelism only (expert parallelism is not implemented).
+/// placed as [`expert_layout_problem`] says.
 const MOE_DECODERS: [&str; 3] = ["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text"];
 
 /// Model types with linear-attention (Gated DeltaNet) layers: their recurrent state runs
-/// along the whole sequence; they train on the FSDP strategy, under Ulysses on a share of the
-/// heads.
+/// along the whole sequence; they train on FSDP (under Ulysses on a share of the heads) and on
+/// Megatron without context parallelism.
 const LINEAR_ATTENTION_DECODERS: [&str; 4] =
     ["qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"];
 
@@ -354,46 +354,19 @@ fn layout_problem(
             x.cp, x.tp
         ));
     }
-    if megatron && MOE_DECODERS.contains(&model_type) && !linear {
-        let (ep, tp) = (x.ep, x.tp);
-        if let Some(etp) = x.etp.filter(|e| *e != tp) {
-            let setting = format!("expert_tensor_parallel_size = {etp} with tensor parallel {tp}");
-            return Some(moe_on_megatron(model, model_type, &setting));
+    if megatron && MOE_DECODERS.contains(&model_type) {
+        if let Some(why) = expert_layout_problem(x) {
+            return Some(moe_on_megatron(model, model_type, &why));
         }
-        if ep > 1 {
-            // Expert parallelism: experts split over consecutive data-parallel ranks, tokens
-            // exchanged with all-to-alls, either optimizer (the distributed one shards the
-            // experts' state over expert-DP; the norm counts each expert once), the rollout
-            // holding every expert.
-            let why = if x.cp > 1 {
-                Some(format!("together with context parallel {}", x.cp))
-            } else if !x.dp.is_multiple_of(ep) {
-                Some(format!(
-                    "over {} data-parallel ranks (it must divide them)",
-                    x.dp
-                ))
-            } else if x.rollout_tp.is_some_and(|r| r != tp) {
-                Some("with a rollout tensor parallel size other than the actor's".into())
-            } else {
-                None
-            };
-            return why.map(|w| {
-                moe_on_megatron(
-                    model,
-                    model_type,
-                    &format!("expert_model_parallel_size = {ep} {w}"),
-                )
-            });
+        if !linear {
+            return None;
         }
-        return None;
     }
     if linear && megatron {
         // Data, pipeline and tensor parallelism (a DeltaNet layer split by heads as attention
         // is, for training and for the rollout).
         let why = if x.cp > 1 {
             Some(format!("context parallel {}", x.cp))
-        } else if x.ep > 1 {
-            Some(format!("expert parallel {}", x.ep))
         } else if let Some((n, (k, v))) = linear_heads.and_then(|heads| {
             [x.tp, x.rollout_tp.unwrap_or(x.tp)]
                 .into_iter()
@@ -478,8 +451,63 @@ impl Default for ExpertLayout {
 
 fn moe_on_megatron(model: &str, model_type: &str, setting: &str) -> String {
     format!(
-        "{model} is a mixture-of-experts model (`{model_type}`); verlc's Megatron engine splits its experts over tensor parallelism (expert tensor parallel = TP) and over data-parallel ranks (expert parallelism): {setting} is not implemented"
+        "{model} is a mixture-of-experts model (`{model_type}`); verlc's Megatron engine splits each expert over tensor parallelism (expert tensor parallel = TP) or keeps it whole (expert tensor parallel 1), and the experts over expert-parallel ranks: {setting} is not implemented"
     )
+}
+
+/// Which expert placement of a Megatron role the engine cannot honour, if any:
+/// - experts split over TP (`expert_tensor_parallel_size` unset or = TP): expert parallelism
+///   over consecutive data-parallel ranks of each tensor rank (it must divide DP), without
+///   context parallelism, with the rollout at the actor's TP (which takes every expert's
+///   slice from its rank);
+/// - whole experts (expert TP 1 under TP > 1, verl's MoE examples' layout): each tensor rank
+///   routes its share of the tokens; expert parallelism over consecutive ranks of the
+///   tensor x data-parallel grid (it must divide it), without context parallelism; the
+///   rollout at any TP (it cuts every whole expert to its own split).
+///
+/// Either way tokens are exchanged with all-to-alls, either optimizer takes the experts (the
+/// distributed one shards their state over the ranks holding the same experts; the norm
+/// counts each expert once).
+fn expert_layout_problem(x: ExpertLayout) -> Option<String> {
+    let (ep, tp) = (x.ep, x.tp);
+    let etp = x.etp.unwrap_or(tp);
+    if etp != tp && etp != 1 {
+        return Some(format!(
+            "expert_tensor_parallel_size = {etp} with tensor parallel {tp} (it must be 1 or {tp})"
+        ));
+    }
+    if etp != tp {
+        // Whole experts under tensor parallelism.
+        return if x.cp > 1 {
+            Some(format!(
+                "expert_tensor_parallel_size = 1 with tensor parallel {tp} and context parallel {}",
+                x.cp
+            ))
+        } else if !(tp * x.dp).is_multiple_of(ep) {
+            Some(format!(
+                "expert_model_parallel_size = {ep} over {} tensor x data-parallel ranks (with expert_tensor_parallel_size = 1 it must divide them)",
+                tp * x.dp
+            ))
+        } else {
+            None
+        };
+    }
+    if ep <= 1 {
+        return None;
+    }
+    let why = if x.cp > 1 {
+        Some(format!("together with context parallel {}", x.cp))
+    } else if !x.dp.is_multiple_of(ep) {
+        Some(format!(
+            "over {} data-parallel ranks (it must divide them)",
+            x.dp
+        ))
+    } else if x.rollout_tp.is_some_and(|r| r != tp) {
+        Some("with a rollout tensor parallel size other than the actor's (expert_tensor_parallel_size = 1 allows one)".into())
+    } else {
+        None
+    };
+    why.map(|w| format!("expert_model_parallel_size = {ep} {w}"))
 }
 
 fn read_config(dir: &Path) -> Result<Value, String> {

@@ -78,27 +78,49 @@ impl RankLayout {
         rank
     }
 
-    /// Megatron's expert layout of this grid (`tp-cp-ep-dp-pp`): the data-parallel dimension
-    /// split into `ep` expert-parallel ranks (fastest) times `dp / ep`. Returns the
-    /// expert-parallel groups (consecutive data-parallel ranks with the same other
-    /// coordinates, which hold different experts) and the expert-data-parallel groups (the
-    /// ranks holding the same experts).
-    pub fn expert_groups(&self, ep: usize) -> Result<(Partition, Partition)> {
+    /// Megatron's expert layout of this grid: the expert-parallel groups (ranks that hold
+    /// different experts) and the expert-data-parallel groups (ranks that hold the same ones).
+    ///
+    /// - Experts split over tensor parallelism (`expert_tensor_parallel_size` = TP, Megatron's
+    ///   `tp-cp-ep-dp-pp`): the data-parallel dimension split into `ep` expert-parallel ranks
+    ///   (fastest) times `dp / ep`; an expert-parallel group is consecutive data-parallel ranks
+    ///   of one tensor rank.
+    /// - Whole experts (`expert_tensor_parallel_size` 1, Megatron's expert order `tp-ep-dp-pp`
+    ///   with expert TP 1): the tensor and data-parallel ranks of a pipeline stage together
+    ///   split into `ep` (fastest) times `tp * dp / ep`, so an expert-parallel group is `ep`
+    ///   consecutive ranks (the tensor group itself when `ep` = TP). Needs context parallel 1.
+    pub fn expert_groups(&self, ep: usize, split_over_tp: bool) -> Result<(Partition, Partition)> {
         let dp = self.size("dp");
-        if ep == 0 || !dp.is_multiple_of(ep) {
+        let folded = if split_over_tp {
+            dp
+        } else {
+            if self.size("cp") > 1 {
+                return Err(DistError::Invalid(
+                    "whole experts (expert tensor parallel 1) with context parallelism".into(),
+                ));
+            }
+            self.size("tp") * dp
+        };
+        if ep == 0 || !folded.is_multiple_of(ep) {
+            let what = if split_over_tp {
+                "data-parallel size"
+            } else {
+                "tensor x data-parallel size"
+            };
             return Err(DistError::Invalid(format!(
-                "expert parallel size {ep} does not divide the data-parallel size {dp}"
+                "expert parallel size {ep} does not divide the {what} {folded}"
             )));
         }
         let dims: Vec<(&str, usize)> = self
             .dims
             .iter()
-            .flat_map(|(n, s)| {
-                if n == "dp" {
-                    vec![("ep", ep), ("edp", dp / ep)]
-                } else {
-                    vec![(n.as_str(), *s)]
-                }
+            .flat_map(|(n, s)| match n.as_str() {
+                "dp" if split_over_tp => vec![("ep", ep), ("edp", dp / ep)],
+                // Whole experts: the tensor dim (fastest) and the data dim (after cp, of size
+                // 1 here) fold into one run of `tp * dp` ranks.
+                "tp" if !split_over_tp => vec![("ep", ep), ("edp", folded / ep)],
+                "dp" | "cp" if !split_over_tp => vec![],
+                _ => vec![(n.as_str(), *s)],
             })
             .collect();
         let split = RankLayout::with_order(&dims)?;
@@ -256,6 +278,10 @@ pub struct ProcessGroups {
     /// Expert parallelism ([`RankLayout::expert_groups`]): the ranks that split the experts,
     /// and the ranks that hold the same experts; `None` without it.
     pub experts: Option<ExpertGroups>,
+    /// Whether a mixture-of-experts model's experts are split over the tensor-parallel group
+    /// (Megatron's `expert_tensor_parallel_size` = TP, the default) or whole on each rank
+    /// (expert tensor parallel 1: each tensor rank routes its share of the tokens).
+    pub experts_split_over_tp: bool,
     pub layout: RankLayout,
 }
 
@@ -271,11 +297,19 @@ pub struct ExpertGroups {
 impl ProcessGroups {
     /// Creates the TP, PP, DP and TP x PP groups of `layout` over `world` (collective).
     pub fn new(world: &ProcessGroup, layout: &RankLayout) -> Result<Self> {
-        Self::with_experts(world, layout, 1)
+        Self::with_experts(world, layout, 1, true)
     }
 
-    /// [`ProcessGroups::new`] plus the expert-parallel groups of degree `ep` (none for 1).
-    pub fn with_experts(world: &ProcessGroup, layout: &RankLayout, ep: usize) -> Result<Self> {
+    /// [`ProcessGroups::new`] plus the expert-parallel groups of degree `ep` (none for 1),
+    /// with each expert split over the tensor-parallel group (`split_over_tp`: Megatron's
+    /// `expert_tensor_parallel_size` = TP) or whole (expert tensor parallel 1); see
+    /// [`RankLayout::expert_groups`].
+    pub fn with_experts(
+        world: &ProcessGroup,
+        layout: &RankLayout,
+        ep: usize,
+        split_over_tp: bool,
+    ) -> Result<Self> {
         if layout.world_size() != world.size() {
             return Err(DistError::Invalid(format!(
                 "layout has {} ranks but the world group has {}",
@@ -294,7 +328,7 @@ impl ProcessGroups {
             None
         };
         let experts = if ep > 1 {
-            let (ep_groups, edp_groups) = layout.expert_groups(ep)?;
+            let (ep_groups, edp_groups) = layout.expert_groups(ep, split_over_tp)?;
             let split = |groups: &[Vec<usize>], what: &str| -> Result<ProcessGroup> {
                 world.split(groups)?.ok_or_else(|| {
                     DistError::Invalid(format!("rank {} is in no {what} group", world.rank()))
@@ -321,6 +355,7 @@ impl ProcessGroups {
             mp: make(&["tp", "pp"])?,
             embedding,
             experts,
+            experts_split_over_tp: split_over_tp,
             layout: layout.clone(),
             world: world.clone(),
         })
@@ -382,15 +417,38 @@ mod tests {
         // pairs split the experts, ranks two apart in data-parallel order hold the same ones.
         let (ep, edp) = RankLayout::megatron(2, 1, 1, 4)
             .unwrap()
-            .expert_groups(2)
+            .expert_groups(2, true)
             .unwrap();
         assert_eq!(ep, vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]);
         assert_eq!(edp, vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
         assert!(
             RankLayout::megatron(1, 1, 1, 4)
                 .unwrap()
-                .expert_groups(3)
+                .expert_groups(3, true)
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn whole_experts_split_over_tensor_and_data_parallel_ranks_together() {
+        // TP 2 x DP 2 x PP 2 with expert TP 1: each stage's 4 ranks fold into EP 2 x EDP 2,
+        // an expert-parallel group being a tensor group.
+        let l = RankLayout::megatron(2, 1, 2, 2).unwrap();
+        let (ep, edp) = l.expert_groups(2, false).unwrap();
+        assert_eq!(ep, vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]);
+        assert_eq!(edp, vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]);
+        // EP 4 spans both data-parallel replicas of a stage.
+        let (ep, edp) = l.expert_groups(4, false).unwrap();
+        assert_eq!(ep, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+        assert_eq!(edp.len(), 8);
+        // EP 8 does not divide a stage's 4 ranks.
+        assert!(l.expert_groups(8, false).is_err());
+        assert!(
+            RankLayout::megatron(2, 2, 1, 1)
+                .unwrap()
+                .expert_groups(2, false)
+                .is_err(),
+            "context parallelism"
         );
     }
 

@@ -41,7 +41,7 @@ use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
 use super::offload::{OffloadSlot, storage_bytes};
 use super::rollout_shards::RolloutShards;
-use super::stage::{HeadKind, ParallelModel};
+use super::stage::{HeadKind, ParallelModel, is_routed_expert_param};
 use super::{MegatronError, Result as MResult};
 
 type Result<T, E = EngineError> = std::result::Result<T, E>;
@@ -236,6 +236,10 @@ pub struct MegatronSettings {
     /// many data-parallel ranks (the engine builds the groups once it knows the model has
     /// experts; a dense model ignores it, as Megatron does).
     pub expert_parallel: usize,
+    /// `expert_tensor_parallel_size`: whether each expert is split over the tensor-parallel
+    /// group (`true`: Megatron's default, ETP = TP) or whole on every rank (ETP 1; `verlc
+    /// build` refuses any other size).
+    pub experts_split_over_tp: bool,
     /// What Megatron's router adds: its losses' coefficients and its dtype.
     pub router: verlc_spec::trainer::RouterSpec,
 }
@@ -287,6 +291,7 @@ impl MegatronSettings {
             param_offload: spec.param_offload,
             grad_offload: spec.grad_offload,
             expert_parallel: spec.expert_parallel.max(1),
+            experts_split_over_tp: spec.expert_tensor_parallel.is_none_or(|e| e == tp) || tp == 1,
             router: spec.router,
         })
     }
@@ -345,13 +350,22 @@ impl<H: MegatronHead> MegatronEngine<H> {
             .with_overrides(&settings.config_overrides)
             .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
         let kind = settings.param_dtype.kind();
-        // A mixture-of-experts model with expert parallelism gets the expert groups (collective
-        // over the world; every rank loads the same config).
+        // A mixture-of-experts model with expert parallelism, or with whole experts under
+        // tensor parallelism, gets the expert groups (collective over the world; every rank
+        // loads the same config).
+        let whole = !megatron.experts_split_over_tp;
         let groups = match &megatron.groups {
-            Some(g) if megatron.expert_parallel > 1 && config.moe.num_experts > 0 => Some(
-                ProcessGroups::with_experts(&g.world, &g.layout, megatron.expert_parallel)
+            Some(g) if (megatron.expert_parallel > 1 || whole) && config.moe.num_experts > 0 => {
+                Some(
+                    ProcessGroups::with_experts(
+                        &g.world,
+                        &g.layout,
+                        megatron.expert_parallel,
+                        !whole,
+                    )
                     .map_err(MegatronError::from)?,
-            ),
+                )
+            }
             other => other.clone(),
         };
         let mut module = MegatronModule::with_sequence_parallel(
@@ -866,8 +880,21 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
         let copy = self.offload_params.is_on();
         if let Some(shards) = &self.rollout {
             return self.with_params(|e| {
-                let params = e.module.model.params();
-                Ok(shards.reshard(params, e.module.model.tp(), &e.config, copy)?)
+                let model = &e.module.model;
+                if model.experts_split_over_tp() {
+                    return Ok(shards.reshard(model.params(), model.tp(), &e.config, copy)?);
+                }
+                // Whole experts: every expert (the others' from their ranks) cut to this
+                // rank's rollout shard; the rest resharded from the training shards.
+                let (experts, rest): (Vec<_>, Vec<_>) = model
+                    .params()
+                    .into_iter()
+                    .partition(|p| is_routed_expert_param(&p.name));
+                let mut out = shards.reshard(rest, model.tp(), &e.config, copy)?;
+                let own = experts.into_iter().map(|p| (p.name, p.tensor)).collect();
+                let all = e.module.with_all_experts(own)?;
+                out.extend(shards.cut_whole(all, &e.config, copy)?);
+                Ok(out)
             });
         }
         self.with_params(|e| {
@@ -885,8 +912,10 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
                     Ok((p.name, t))
                 })
                 .collect::<Result<_>>()?;
-            // The rollout model holds every expert: the others' come from their ranks.
-            Ok(e.module.with_all_experts(own)?)
+            // The rollout model holds every expert, split over TP like a dense MLP: the
+            // others' come from their ranks, whole ones are cut to this rank's slice.
+            let all = e.module.with_all_experts(own)?;
+            Ok(e.module.split_whole_experts(all)?)
         })
     }
 

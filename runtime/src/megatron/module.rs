@@ -25,7 +25,10 @@ use crate::tp::shard::{gather_tensor, load_sharded, model_shard_spec, shard_tens
 
 use super::context::ContextParallel;
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
-use super::stage::{HeadKind, ParallelModel, Stage, StageInput, full_shapes};
+use super::stage::{
+    ExpertPlacement, HeadKind, ParallelModel, Stage, StageInput, full_shapes,
+    is_routed_expert_param,
+};
 use super::{MegatronError, Result};
 
 /// One micro-batch of sequences, `(rows, T)` each.
@@ -136,10 +139,13 @@ impl MegatronModule {
         };
         let mut vs = VarStore::new(device);
         let tp = groups.as_ref().and_then(|g| active(&g.tp).cloned());
-        let experts = groups
-            .as_ref()
-            .and_then(|g| g.experts.as_ref())
-            .map(|e| e.ep.clone());
+        let experts = ExpertPlacement {
+            group: groups
+                .as_ref()
+                .and_then(|g| g.experts.as_ref())
+                .map(|e| e.ep.clone()),
+            split_over_tp: groups.as_ref().is_none_or(|g| g.experts_split_over_tp),
+        };
         let mut model =
             ParallelModel::with_experts(cfg, &vs, head, stage, tp, sequence_parallel, experts)?;
         let cp = groups
@@ -186,7 +192,7 @@ impl MegatronModule {
         let mut seen = 0usize;
         for (name, full) in named {
             let Some(var) = vars.get(name) else { continue };
-            let part = shard_tensor(full, model_shard_spec(&self.model.config, name), rank, size)
+            let part = shard_tensor(full, self.model.shard_spec(name), rank, size)
                 .map_err(MegatronError::Config)?;
             if part.size() != var.size() {
                 return Err(MegatronError::Config(format!(
@@ -214,8 +220,8 @@ impl MegatronModule {
     pub fn load_pretrained(&mut self, dir: &Path, allow_missing: &[String]) -> Result<LoadReport> {
         let (rank, size) = crate::tp::rank_size(self.tp());
         let ckpt = Checkpoint::open(dir)?;
-        let cfg = self.model.config.clone();
-        let spec = move |name: &str| model_shard_spec(&cfg, name);
+        let model = &self.model;
+        let spec = move |name: &str| model.shard_spec(name);
         let report = load_sharded(&self.vs, &ckpt, &spec, rank, size, allow_missing)?;
         self.reload_main_params()?;
         Ok(report)
@@ -238,7 +244,8 @@ impl MegatronModule {
             .params()
             .into_iter()
             .map(|p| DistParam {
-                in_grad_norm: (p.tensor_parallel || tp_rank == 0) && !p.output_copy,
+                in_grad_norm: (p.tensor_parallel || p.differs_over_tp || tp_rank == 0)
+                    && !p.output_copy,
                 name: p.name,
                 tensor: p.tensor.set_requires_grad(true),
                 shared_embedding: p.shared_embedding,
@@ -296,7 +303,16 @@ impl MegatronModule {
             let mut o = Optimizer::with_scaling(make_groups(named), config, scaling)?;
             if let Some(ep) = experts {
                 // Each expert's gradient is on one rank of the group: the norm sums them there.
-                o.set_local_params(ep, is_expert_param);
+                // Whole experts (expert TP 1) on a group that spans tensor ranks: every
+                // tensor rank then has the whole sum, which the model-parallel reduction
+                // adds TP times.
+                let tp = self.tp().map_or(1, ProcessGroup::size);
+                let share = if self.model.experts_split_over_tp() {
+                    1.0
+                } else {
+                    1.0 / tp as f64
+                };
+                o.set_local_params(ep, is_expert_param, share);
             }
             ModuleOptimizer::Replicated(o)
         };
@@ -591,9 +607,10 @@ impl MegatronModule {
             let Some((ep, owner)) = self.expert_owner(&name) else {
                 continue;
             };
-            // The expert-parallel group shares this rank's tensor-parallel rank: what travels
-            // is this rank's slice of each expert.
-            if let crate::tp::ShardSpec::Dim(d) = model_shard_spec(cfg, &name)
+            // Experts split over TP: the expert-parallel group shares this rank's
+            // tensor-parallel rank, and what travels is this rank's slice of each expert.
+            // Whole experts travel whole.
+            if let crate::tp::ShardSpec::Dim(d) = self.model.shard_spec(&name)
                 && let Some(len) = usize::try_from(d).ok().and_then(|d| shape.get_mut(d))
             {
                 *len /= tp_size;
@@ -612,6 +629,30 @@ impl MegatronModule {
             }
         }
         Ok(out)
+    }
+
+    /// `named` with whole experts (expert tensor parallel 1) cut to this rank's
+    /// tensor-parallel slice, as a model whose experts are split like dense MLPs (the
+    /// rollout's) holds them; everything else unchanged.
+    pub fn split_whole_experts(
+        &self,
+        named: Vec<(String, Tensor)>,
+    ) -> Result<Vec<(String, Tensor)>> {
+        let Some(tp) = self.tp().filter(|_| !self.model.experts_split_over_tp()) else {
+            return Ok(named);
+        };
+        let (rank, size) = (tp.rank() as i64, tp.size() as i64);
+        named
+            .into_iter()
+            .map(|(name, t)| {
+                if !is_routed_expert_param(&name) {
+                    return Ok((name, t));
+                }
+                let spec = model_shard_spec(&self.model.config, &name);
+                let part = shard_tensor(&t, spec, rank, size).map_err(MegatronError::Config)?;
+                Ok((name, part.f_contiguous()?))
+            })
+            .collect()
     }
 
     /// The expert-parallel group and the rank of it that holds the expert parameter `name`
@@ -748,7 +789,7 @@ impl MegatronModule {
                     })?;
                     let full = gather_tensor(
                         &local.detach(),
-                        model_shard_spec(cfg, name),
+                        self.model.shard_spec(name),
                         tp,
                         cfg.vocab_size,
                     )?;
@@ -776,7 +817,7 @@ impl MegatronModule {
 
 /// Whether a parameter belongs to a routed expert (split over the expert-parallel group).
 fn is_expert_param(name: &str) -> bool {
-    name.contains(".mlp.experts.")
+    is_routed_expert_param(name)
 }
 
 /// The schedule's view of a module's forward.

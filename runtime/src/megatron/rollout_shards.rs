@@ -126,4 +126,25 @@ impl RolloutShards {
             })
             .collect()
     }
+
+    /// This rank's rollout shard of whole tensors `named` (whole experts, expert tensor
+    /// parallel 1: the rollout's model splits them as dense MLPs), cut by name.
+    pub fn cut_whole(
+        &self,
+        named: Vec<(String, Tensor)>,
+        cfg: &ModelConfig,
+        copy: bool,
+    ) -> Result<Vec<(String, Tensor)>> {
+        let (rank, size) = (self.tp.rank() as i64, self.tp.size() as i64);
+        named
+            .into_iter()
+            .map(|(name, t)| {
+                let shard = shard_tensor(&t.detach(), model_shard_spec(cfg, &name), rank, size)
+                    .map_err(MegatronError::Config)?
+                    .f_contiguous()?;
+                let shard = if copy { shard.f_detach_copy()? } else { shard };
+                Ok((name, shard))
+            })
+            .collect()
+    }
 }

@@ -128,6 +128,30 @@ pub struct ParamInfo {
     /// step): q/k norms (each rank sees its heads) and, under sequence parallelism, the
     /// params applied to sequence chunks (norms, row-parallel biases).
     pub grad_partial_over_tp: bool,
+    /// Not split over TP, yet different on the TP ranks: whole experts (expert tensor
+    /// parallel 1) split over an expert-parallel group that spans tensor ranks. Each rank's
+    /// copy counts in the grad norm.
+    pub differs_over_tp: bool,
+}
+
+/// Where a mixture-of-experts model's routed experts live on a Megatron rank.
+#[derive(Debug, Clone)]
+pub struct ExpertPlacement {
+    /// The expert-parallel group over which the experts are split (`None`: all on this rank).
+    pub group: Option<ProcessGroup>,
+    /// Each expert's MLP split over the tensor-parallel group (Megatron's expert tensor
+    /// parallelism = TP), or whole (expert TP 1: each tensor rank routes its share of the
+    /// tokens, see [`crate::model::moe::SparseMoe::try_share`]).
+    pub split_over_tp: bool,
+}
+
+impl Default for ExpertPlacement {
+    fn default() -> Self {
+        ExpertPlacement {
+            group: None,
+            split_over_tp: true,
+        }
+    }
 }
 
 /// Names and full shapes of the parameters stage `stage` holds (HF layout), in model order;
@@ -184,6 +208,16 @@ pub struct ParallelModel {
     score: Option<Linear>,
     rotary: RotaryEmbedding,
     names: Vec<(String, Tensor)>,
+    /// See [`ExpertPlacement::split_over_tp`].
+    experts_split_over_tp: bool,
+    /// The experts are split over an expert-parallel group of more than one rank.
+    expert_parallel: bool,
+}
+
+/// Whether a parameter belongs to a routed expert (`…mlp.experts.{e}…`; not the shared
+/// expert).
+pub fn is_routed_expert_param(name: &str) -> bool {
+    name.contains(".mlp.experts.")
 }
 
 impl ParallelModel {
@@ -198,11 +232,12 @@ impl ParallelModel {
         tp: Option<ProcessGroup>,
         sequence_parallel: bool,
     ) -> Result<Self> {
-        Self::with_experts(cfg, vs, head, stage, tp, sequence_parallel, None)
+        let experts = ExpertPlacement::default();
+        Self::with_experts(cfg, vs, head, stage, tp, sequence_parallel, experts)
     }
 
-    /// [`ParallelModel::new`] with the mixture-of-experts layers' experts split over the
-    /// expert-parallel group `experts` (this rank holds its consecutive share).
+    /// [`ParallelModel::new`] with the mixture-of-experts layers' experts placed as `experts`
+    /// says (over an expert-parallel group this rank holds its consecutive share).
     pub fn with_experts(
         cfg: &ModelConfig,
         vs: &VarStore,
@@ -210,7 +245,7 @@ impl ParallelModel {
         stage: Stage,
         tp: Option<ProcessGroup>,
         sequence_parallel: bool,
-        experts: Option<ProcessGroup>,
+        experts: ExpertPlacement,
     ) -> Result<Self> {
         let root = vs.root();
         cfg.validate().map_err(MegatronError::Config)?;
@@ -240,7 +275,8 @@ impl ParallelModel {
                     slot: i - stage.layers.start,
                     tp: tp_size,
                     adapters: None,
-                    experts: experts.as_ref(),
+                    experts: experts.group.as_ref(),
+                    expert_tp: if experts.split_over_tp { tp_size } else { 1 },
                 };
                 DecoderLayer::build(cfg, &model / "layers" / i, at).map_err(MegatronError::Config)
             })
@@ -312,11 +348,29 @@ impl ParallelModel {
             score,
             rotary,
             names,
+            experts_split_over_tp: experts.split_over_tp,
+            expert_parallel: experts.group.as_ref().is_some_and(|g| g.size() > 1),
         })
     }
 
     pub fn tp(&self) -> Option<&ProcessGroup> {
         self.tp.as_ref()
+    }
+
+    /// How parameter `name` is split over the tensor-parallel group on this rank (the
+    /// model's [`crate::tp::shard::model_shard_spec`], except whole experts under expert
+    /// tensor parallelism 1, which are not split).
+    pub fn shard_spec(&self, name: &str) -> crate::tp::ShardSpec {
+        if !self.experts_split_over_tp && is_routed_expert_param(name) {
+            return crate::tp::ShardSpec::Replicated;
+        }
+        crate::tp::shard::model_shard_spec(&self.config, name)
+    }
+
+    /// Whether the routed experts are split over the tensor-parallel group (see
+    /// [`ExpertPlacement::split_over_tp`]).
+    pub fn experts_split_over_tp(&self) -> bool {
+        self.experts_split_over_tp
     }
 
     /// Splits each sequence over the context-parallel group `cp` (see
@@ -415,13 +469,29 @@ impl ParallelModel {
             // gradient is partial on every TP rank (see `model::moe::SparseMoe::partial`).
             let router = name.ends_with("mlp.gate.weight")
                 || name.ends_with("mlp.shared_expert_gate.weight");
-            tp_active && (per_head || router || (self.sequence_parallel && on_chunks))
+            // Whole experts every tensor rank holds see that rank's share of the tokens
+            // (`SparseMoe::try_share`); under expert parallelism the ranks that hold the same
+            // experts sum them instead (the engine's expert-DP reduction).
+            let replicated_whole_expert = !self.experts_split_over_tp
+                && !self.expert_parallel
+                && is_routed_expert_param(name);
+            tp_active
+                && (per_head
+                    || router
+                    || replicated_whole_expert
+                    || (self.sequence_parallel && on_chunks))
+        };
+        let differs_over_tp = |name: &str| {
+            tp_active
+                && !self.experts_split_over_tp
+                && self.expert_parallel
+                && is_routed_expert_param(name)
         };
         self.names
             .iter()
             .map(|(name, t)| {
                 let is_embed = name == "model.embed_tokens.weight";
-                let spec = crate::tp::shard::model_shard_spec(&self.config, name);
+                let spec = self.shard_spec(name);
                 ParamInfo {
                     name: name.clone(),
                     tensor: t.shallow_clone(),
@@ -430,6 +500,7 @@ impl ParallelModel {
                     output_copy: tied_pp && is_embed && !self.stage.is_first(),
                     is_embedding_or_output: is_embed || name == "lm_head.weight",
                     grad_partial_over_tp: partial(name),
+                    differs_over_tp: differs_over_tp(name),
                 }
             })
             .collect()

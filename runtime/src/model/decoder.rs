@@ -156,6 +156,9 @@ pub(crate) struct LayerPlace<'a> {
     /// The expert-parallel group that splits a mixture-of-experts layer's experts (`None`:
     /// this rank holds them all).
     pub experts: Option<&'a crate::dist::ProcessGroup>,
+    /// The tensor-parallel size the routed experts' MLPs are split over: `tp` (Megatron's
+    /// default expert tensor parallelism) or 1 (whole experts).
+    pub expert_tp: i64,
 }
 
 impl LayerPlace<'_> {
@@ -729,6 +732,7 @@ impl Model {
                     tp: 1,
                     adapters: ad,
                     experts: None,
+                    expert_tp: 1,
                 };
                 DecoderLayer::build(cfg, &p / "layers" / i, at)
             })

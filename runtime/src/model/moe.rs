@@ -84,6 +84,7 @@ impl SparseMoe {
             tp: 1,
             adapters: None,
             experts: None,
+            expert_tp: 1,
         };
         Self::build_range(cfg, p, at, experts)
     }
@@ -109,11 +110,15 @@ impl SparseMoe {
             Split::Whole,
         )?;
         let first = range.start;
+        let expert_at = LayerPlace {
+            tp: at.expert_tp,
+            ..at
+        };
         let experts = range
             .map(|e| {
                 let prefix = format!("mlp.experts.{e}");
                 let dims = (h, m.moe_intermediate_size, false);
-                Mlp::build(&p / "experts" / e, at, &prefix, dims)
+                Mlp::build(&p / "experts" / e, expert_at, &prefix, dims)
             })
             .collect::<Result<_, _>>()?;
         let shared = if m.shared_expert_intermediate_size > 0 {
@@ -288,20 +293,26 @@ impl SparseMoe {
         (order, tokens)
     }
 
-    /// The block's output from each sorted pair's expert output: weighted, summed per token,
-    /// plus the shared expert.
-    fn finish(
-        &self,
+    /// The routed experts' part of the block from each sorted pair's expert output: weighted
+    /// and summed per token (`flat`'s rows).
+    fn weigh(
         flat: &Tensor,
         (order, tokens): (&Tensor, &Tensor),
         weights: &Tensor,
         expert_out: &Tensor,
-        expert_fn: impl Fn(&Mlp, &Tensor) -> Tensor,
     ) -> Tensor {
         let pair_weights = weights.reshape([-1]).index_select(0, order).unsqueeze(-1);
-        let routed = flat
-            .zeros_like()
-            .index_add(0, tokens, &(expert_out * pair_weights));
+        flat.zeros_like()
+            .index_add(0, tokens, &(expert_out * pair_weights))
+    }
+
+    /// `routed` plus the shared expert on `flat` (its output given by `expert_fn`), if any.
+    fn with_shared(
+        &self,
+        flat: &Tensor,
+        routed: Tensor,
+        expert_fn: impl Fn(&Mlp, &Tensor) -> Tensor,
+    ) -> Tensor {
         match &self.shared {
             Some((mlp, gate)) => routed + gate.forward(flat).sigmoid() * expert_fn(mlp, flat),
             None => routed,
@@ -338,14 +349,20 @@ impl SparseMoe {
         if flat.size()[0] == 0 {
             return x.zeros_like();
         }
-        let (weights, chosen) = self.route(&flat);
+        let routed = self.routed(&flat, &expert_fn);
+        self.with_shared(&flat, routed, expert_fn).reshape(shape)
+    }
+
+    /// The routed experts' part of the block on `flat` (tokens, hidden), every expert on
+    /// this rank.
+    fn routed(&self, flat: &Tensor, expert_fn: &impl Fn(&Mlp, &Tensor) -> Tensor) -> Tensor {
+        let (weights, chosen) = self.route(flat);
         let (order, tokens) = self.sort_pairs(&chosen);
         let rows = flat.index_select(0, &tokens);
         let counts = chosen.bincount::<Tensor>(None, self.num_experts);
         let counts = Vec::<i64>::try_from(&counts).unwrap_or_default();
-        let expert_out = self.run_experts(&rows, &counts, &expert_fn);
-        self.finish(&flat, (&order, &tokens), &weights, &expert_out, expert_fn)
-            .reshape(shape)
+        let expert_out = self.run_experts(&rows, &counts, expert_fn);
+        Self::weigh(flat, (&order, &tokens), &weights, &expert_out)
     }
 
     /// The block under expert parallelism (see the module's doc). Every rank of the group
@@ -356,11 +373,50 @@ impl SparseMoe {
         ep: &ProcessGroup,
         expert_fn: &impl Fn(&Mlp, &Tensor) -> Tensor,
     ) -> Result<Tensor, DistError> {
-        let bad = |e: tch::TchError| DistError::Invalid(e.to_string());
         let shape = x.size();
         let hidden = shape.last().copied().unwrap_or(0);
         let flat = x.reshape([-1, hidden]);
-        let (weights, chosen) = self.route(&flat);
+        let routed = self.routed_parallel(&flat, ep, expert_fn)?;
+        Ok(self.with_shared(&flat, routed, expert_fn).reshape(shape))
+    }
+
+    /// This rank's share of the block when the tokens `x` (…, hidden), the same on every rank
+    /// of a tensor-parallel group of `size`, meet whole experts (Megatron's expert tensor
+    /// parallelism 1): the tokens split into `size` consecutive runs, this rank (`rank`)
+    /// routes its run to its experts (through the expert-parallel group's exchange when there
+    /// is one; every rank of it must call) and places their output at those tokens, zeros
+    /// elsewhere; a shared expert split over the group adds its partial output on every
+    /// token. The sum over the group is the block's output. The experts' and the router's
+    /// weight gradients are then this rank's tokens' (summed over the group, or over the
+    /// ranks that hold the same experts, by the engine).
+    pub fn try_share(&self, x: &Tensor, rank: i64, size: i64) -> Result<Tensor, DistError> {
+        let shape = x.size();
+        let hidden = shape.last().copied().unwrap_or(0);
+        let flat = x.reshape([-1, hidden]);
+        let n = flat.size()[0];
+        let (start, end) = (n * rank / size.max(1), n * (rank + 1) / size.max(1));
+        let mine = flat.narrow(0, start, end - start);
+        let routed = match &self.ep {
+            Some(ep) => self.routed_parallel(&mine, ep, &Mlp::forward)?,
+            None if end > start => self.routed(&mine, &Mlp::forward),
+            None => mine.zeros_like(),
+        };
+        let zeros = |rows: i64| Tensor::zeros([rows, hidden], (flat.kind(), flat.device()));
+        let placed = Tensor::cat(&[zeros(start), routed, zeros(n - end)], 0);
+        Ok(self.with_shared(&flat, placed, Mlp::partial).reshape(shape))
+    }
+
+    /// The routed experts' part of the block on this rank's `flat` (tokens, hidden) under
+    /// expert parallelism.
+    fn routed_parallel(
+        &self,
+        flat: &Tensor,
+        ep: &ProcessGroup,
+        expert_fn: &impl Fn(&Mlp, &Tensor) -> Tensor,
+    ) -> Result<Tensor, DistError> {
+        let bad = |e: tch::TchError| DistError::Invalid(e.to_string());
+        let device = flat.device();
+        let (weights, chosen) = self.route(flat);
         let (order, tokens) = self.sort_pairs(&chosen);
         let rows = flat.index_select(0, &tokens);
         // Pairs per expert on every rank of the group: what each sends and receives.
@@ -369,7 +425,7 @@ impl SparseMoe {
             .to_kind(Kind::Int64)
             .contiguous();
         let size = ep.size();
-        let all = Tensor::zeros([size as i64, self.num_experts], (Kind::Int64, x.device()));
+        let all = Tensor::zeros([size as i64, self.num_experts], (Kind::Int64, device));
         ep.all_gather_into(&all, &counts)?;
         let all = Vec::<Vec<i64>>::try_from(&all).map_err(bad)?;
         let local = self.experts.len();
@@ -401,13 +457,11 @@ impl SparseMoe {
             }
             sizes.push(n);
         }
-        let index = Tensor::from_slice(&index).to_device(x.device());
+        let index = Tensor::from_slice(&index).to_device(device);
         let grouped = received.index_select(0, &index);
         let done = self.run_experts(&grouped, &sizes, expert_fn);
         let in_place = done.zeros_like().index_add(0, &index, &done);
         let expert_out = ep.all_to_all_rows(&in_place, &recv, &send)?;
-        Ok(self
-            .finish(&flat, (&order, &tokens), &weights, &expert_out, expert_fn)
-            .reshape(shape))
+        Ok(Self::weigh(flat, (&order, &tokens), &weights, &expert_out))
     }
 }

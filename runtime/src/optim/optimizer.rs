@@ -118,6 +118,7 @@ pub struct Optimizer {
 pub(crate) struct LocalParams {
     pub(crate) group: ProcessGroup,
     pub(crate) is_local: fn(&str) -> bool,
+    pub(crate) share: f64,
 }
 
 /// (device, offloaded, aliased, in_norm) of a chunk.
@@ -571,7 +572,7 @@ impl Optimizer {
         let sq = |grads: &[Tensor], group: Option<&ProcessGroup>| -> Result<f64> {
             Ok(clip::grad_norm_fp32(grads, NormType::L2, group)?.powi(2))
         };
-        let total = sq(&shared, None)? + sq(&own, Some(&local.group))?;
+        let total = sq(&shared, None)? + local.share * sq(&own, Some(&local.group))?;
         let t = Tensor::from_slice(&[total as f32]);
         if let Some(g) = mp_group {
             g.all_reduce(&t, crate::dist::ReduceOp::Sum)?;
@@ -580,9 +581,20 @@ impl Optimizer {
     }
 
     /// Parameters whose name `is_local` are held by one rank of `group` each (the others
-    /// hold the same copies of every other parameter): the grad norm counts each once.
-    pub fn set_local_params(&mut self, group: ProcessGroup, is_local: fn(&str) -> bool) {
-        self.local_params = Some(LocalParams { group, is_local });
+    /// hold the same copies of every other parameter): the grad norm counts each once. Their
+    /// squares summed over `group` enter the model-parallel reduction times `share` (1, or
+    /// `1/n` when `n` ranks of that reduction each hold the group's whole sum).
+    pub fn set_local_params(
+        &mut self,
+        group: ProcessGroup,
+        is_local: fn(&str) -> bool,
+        share: f64,
+    ) {
+        self.local_params = Some(LocalParams {
+            group,
+            is_local,
+            share,
+        });
     }
 
     /// The grads counted in the norm, per parameter, split by `is_local` of its name:

@@ -78,7 +78,8 @@ impl Regions for TrainingRegions<'_> {
     }
 
     fn experts(&mut self, moe: &SparseMoe, x: &Tensor, valid: Option<&Tensor>) -> Result<Tensor> {
-        let out = split_experts(self, moe, x)?;
+        let tp = self.tp;
+        let out = split_experts(self, moe, x, tp)?;
         if let Some(c) = self.router.filter(|c| c.any() && x.requires_grad()) {
             let (balance, z) = moe.router_losses(x, valid, self.cp)?;
             // Every tensor rank routes the same tokens, and what the losses reach (the
@@ -129,21 +130,27 @@ impl Regions for InferenceRegions<'_> {
     }
 
     fn experts(&mut self, moe: &SparseMoe, x: &Tensor, _valid: Option<&Tensor>) -> Result<Tensor> {
-        split_experts(self, moe, x)
+        let tp = self.tp;
+        split_experts(self, moe, x, tp)
     }
 }
 
-/// A mixture-of-experts block on a Megatron rank: experts split like dense MLPs (Megatron's
-/// expert tensor parallelism = TP) give this rank's weighted partial outputs of all experts,
-/// reduced once over the group; an expert-parallel group exchanges tokens inside the block.
+/// A mixture-of-experts block on a Megatron rank of the tensor-parallel group `tp`: experts
+/// split like dense MLPs (Megatron's expert tensor parallelism = TP) give this rank's weighted
+/// partial outputs of all experts, reduced once over the group; whole experts under TP > 1
+/// (expert TP 1) give this rank's share of the tokens, reduced the same way; an
+/// expert-parallel group exchanges tokens inside the block.
 fn split_experts<R: Regions<Error = TpError>>(
     regions: &mut R,
     moe: &SparseMoe,
     x: &Tensor,
+    tp: Option<&ProcessGroup>,
 ) -> Result<Tensor> {
     if moe.is_split() {
-        regions.reduce(moe.try_partial(x)?)
-    } else {
-        Ok(moe.try_forward(x)?)
+        return regions.reduce(moe.try_partial(x)?);
+    }
+    match tp.filter(|g| g.size() > 1) {
+        Some(g) => regions.reduce(moe.try_share(x, g.rank() as i64, g.size() as i64)?),
+        None => Ok(moe.try_forward(x)?),
     }
 }

@@ -132,6 +132,7 @@ pub(crate) fn megatron_settings(
         param_offload: offload,
         grad_offload: offload,
         expert_parallel: 1,
+        experts_split_over_tp: true,
         router: Default::default(),
     }
 }

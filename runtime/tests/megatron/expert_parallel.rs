@@ -153,8 +153,8 @@ rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(&world, (1, 1), false, false);
-        ep_module_matches_one_process(&world, (1, 1), false, true);
+        ep_module_matches_one_process(&world, (1, 1), SPLIT_EP2, false, false);
+        ep_module_matches_one_process(&world, (1, 1), SPLIT_EP2, false, true);
     }
 );
 
@@ -170,17 +170,63 @@ rank_test!(
     megatron_module_with_tensor_and_expert_parallelism_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, (2, 1), true, true);
-        ep_module_matches_one_process(&world, (1, 1), false, true);
-        ep_module_matches_one_process(&world, (1, 2), false, true);
+        ep_module_matches_one_process(&world, (2, 1), SPLIT_EP2, true, true);
+        ep_module_matches_one_process(&world, (1, 1), SPLIT_EP2, false, true);
+        ep_module_matches_one_process(&world, (1, 2), SPLIT_EP2, false, true);
     }
 );
 
-/// Expert parallel 2 over the data-parallel ranks left by tensor parallel `tp` on `world`,
-/// with the distributed optimizer or the replicated one.
+// Whole experts under tensor parallel 2 (Megatron's `expert_tensor_parallel_size: 1`, verl's
+// MoE examples' layout), on 2 ranks: with expert parallel 2 the experts split over the tensor
+// group itself (each tensor rank routes its half of the tokens, exchanged with the other),
+// with sequence parallelism and either optimizer; with expert parallel 1 every rank holds
+// every expert whole, its share of the tokens' gradient summed over TP (without sequence
+// parallelism, the replicated optimizer; with both, the distributed one).
+rank_test!(
+    megatron_module_with_whole_experts_under_tensor_parallelism_matches_one_process,
+    2,
+    |world| {
+        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP2, true, false);
+        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP1, false, false);
+        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP1, true, true);
+    }
+);
+
+// Whole experts on 4 ranks: TP 2 x DP 2 with EP 2 (each tensor group one expert-parallel
+// group; the ranks two apart hold the same experts) and EP 4 (one group over both data-parallel
+// replicas), with the distributed optimizer; and TP 2 x PP 2 with EP 2 and the replicated one.
+rank_test!(
+    megatron_module_with_whole_experts_over_tensor_and_data_ranks_matches_one_process,
+    4,
+    |world| {
+        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(&world, (2, 1), Experts { ep: 4, whole: true }, true, true);
+        ep_module_matches_one_process(&world, (2, 2), WHOLE_EP2, true, false);
+    }
+);
+
+/// How the test lays out the experts: expert parallel `ep`, each expert split over TP or
+/// `whole` (expert tensor parallel 1).
+#[derive(Clone, Copy)]
+struct Experts {
+    ep: usize,
+    whole: bool,
+}
+
+const SPLIT_EP2: Experts = Experts {
+    ep: 2,
+    whole: false,
+};
+const WHOLE_EP2: Experts = Experts { ep: 2, whole: true };
+const WHOLE_EP1: Experts = Experts { ep: 1, whole: true };
+
+/// The experts laid out as `experts` over the ranks left by tensor parallel `tp` and pipeline
+/// parallel `pp` on `world`, with the distributed optimizer or the replicated one.
 fn ep_module_matches_one_process(
     world: &ProcessGroup,
     (tp, pp): (usize, usize),
+    experts: Experts,
     sequence_parallel: bool,
     distributed: bool,
 ) {
@@ -198,8 +244,8 @@ fn ep_module_matches_one_process(
     setup.optim.clip_grad = 0.05;
     let dp = world.size() / (tp * pp);
     let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
-    let groups = ProcessGroups::with_experts(world, &layout, 2).unwrap();
-    let ep_rank = groups.experts.as_ref().unwrap().ep.rank();
+    let groups = ProcessGroups::with_experts(world, &layout, experts.ep, !experts.whole).unwrap();
+    let ep_rank = groups.experts.as_ref().map_or(0, |e| e.ep.rank());
     let mut m = MegatronModule::with_sequence_parallel(
         &cfg,
         HeadKind::CausalLm,
@@ -222,25 +268,24 @@ fn ep_module_matches_one_process(
         })
         .map(|p| (p.name, p.tensor.size()))
         .collect();
-    let first = 2 * ep_rank;
-    // Two experts per rank, each down_proj (hidden, moe_intermediate) split by rows over TP.
-    let width = cfg.moe.moe_intermediate_size / tp as i64;
-    assert_eq!(
-        local,
-        vec![
+    // 4 / EP experts per rank, each down_proj (hidden, moe_intermediate) split by rows over
+    // TP, or whole.
+    let per_rank = 4 / experts.ep as i64;
+    let first = per_rank * ep_rank as i64;
+    let width = if experts.whole {
+        cfg.moe.moe_intermediate_size
+    } else {
+        cfg.moe.moe_intermediate_size / tp as i64
+    };
+    let expected: Vec<(String, Vec<i64>)> = (first..first + per_rank)
+        .map(|e| {
             (
-                format!("model.layers.{layer}.mlp.experts.{first}.down_proj.weight"),
-                vec![cfg.hidden_size, width]
-            ),
-            (
-                format!(
-                    "model.layers.{layer}.mlp.experts.{}.down_proj.weight",
-                    first + 1
-                ),
-                vec![cfg.hidden_size, width]
+                format!("model.layers.{layer}.mlp.experts.{e}.down_proj.weight"),
+                vec![cfg.hidden_size, width],
             )
-        ]
-    );
+        })
+        .collect();
+    assert_eq!(local, expected);
     let (vs, _) = reference_model(&cfg, Kind::Float);
     m.load_full(&full_weights(&vs)).unwrap();
     m.build_optimizer(
@@ -271,7 +316,13 @@ fn ep_module_matches_one_process(
             .filter(|p| p.name.contains(".mlp.experts."))
             .map(|p| p.tensor.numel())
             .sum();
-        let expert_dp = dp / 2;
+        // The ranks that hold the same experts (with whole experts and no expert
+        // parallelism, experts are dense parameters, sharded over DP).
+        let expert_dp = match (experts.whole, experts.ep) {
+            (true, 1) => dp,
+            (true, ep) => tp * dp / ep,
+            (false, ep) => dp / ep,
+        };
         assert!(
             expert_numel * expert_dp <= local_expert_numel + 64 * expert_dp,
             "{expert_numel} expert elements owned of {local_expert_numel} over {expert_dp}"

@@ -434,6 +434,34 @@ fn megatron_tensor_and_expert_parallel_matches_one_process_and_resumes_exactly()
     });
 }
 
+/// Megatron with tensor parallel 2 and whole experts (`expert_tensor_parallel_size: 1`, the
+/// layout of verl's MoE examples) split over expert parallel 2, which is the tensor group, on
+/// 2 ranks: each tensor rank routes its half of the tokens (sequence parallelism) to the
+/// experts' ranks; the distributed optimizer; the rollout at TP 1 holds every expert whole
+/// (the other rank's from it), the rollout at TP 2 its slice of each (cut from the whole).
+#[test]
+fn megatron_whole_experts_under_tensor_parallel_match_one_process_and_resume_exactly() {
+    let mut layout: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .iter()
+        .flat_map(|role| {
+            [
+                format!("{role}.megatron.tensor_model_parallel_size=2"),
+                format!("{role}.megatron.expert_model_parallel_size=2"),
+                format!("{role}.megatron.expert_tensor_parallel_size=1"),
+            ]
+        })
+        .collect();
+    layout.push("critic.megatron.tensor_model_parallel_size=2".into());
+    layout.push("actor_rollout_ref.rollout.tensor_model_parallel_size=1".into());
+    let whole = |m: &verlc_spec::trainer::MegatronEngineSpec| {
+        m.expert_parallel == 2 && m.tensor_parallel == 2 && m.expert_tensor_parallel == Some(1)
+    };
+    megatron_layout_matches_one_process("tp2etp1", (&[MOE_ACTOR.into()], &layout), 2, whole);
+    layout.pop();
+    layout.push("actor_rollout_ref.rollout.tensor_model_parallel_size=2".into());
+    megatron_layout_matches_one_process("tp2etp1r2", (&[MOE_ACTOR.into()], &layout), 2, whole);
+}
+
 /// Megatron with context parallelism 2 on 2 ranks (one data-parallel rank): the actor (a
 /// Qwen3-MoE with Megatron's router load-balancing loss and z-loss), the reference and the
 /// critic split every sequence in load-balanced chunks and gather keys and values in each

@@ -448,13 +448,11 @@ struct Lowered {
 
 /// Whether verlc implements the model an example trains and the engine it trains it with,
 /// told from its `model.path` (the examples name Hub ids or local copies of them) and its
-/// `model_engine`: Llama, Qwen2/2.5 and Qwen3 dense on FSDP and Megatron; Qwen3-MoE on FSDP
-/// and on Megatron (its expert parallelism needs TP 1 and the replicated optimizer, which
-/// verl's examples do not use: they count as not implemented); Qwen3.5 and Qwen3.5-MoE on
-/// FSDP. Qwen3-Next,
-/// vision-language models, DeepSeek-style and other families are not (yet), nor expert
-/// parallelism or Gated DeltaNet layers on Megatron, nor the engines
-/// of 0.8+ verlc does not lower (VeOmni, TorchTitan, MindSpeed, AutoModel: one B018 each).
+/// `model_engine`: Llama, Qwen2/2.5 and Qwen3 dense, Qwen3-MoE, Qwen3.5 and Qwen3.5-MoE on
+/// FSDP and on Megatron (experts split over TP or whole, over expert-parallel ranks; Gated
+/// DeltaNet layers without context parallelism). Qwen3-Next, vision-language models,
+/// DeepSeek-style and other families are not (yet), nor the engines of 0.8+ verlc does not
+/// lower (VeOmni, TorchTitan, MindSpeed, AutoModel: one B018 each).
 fn implements_model(overrides: &[String], config_name: &str) -> bool {
     let foreign_engine = overrides.iter().any(|o| {
         o.trim_start_matches('+')
@@ -493,14 +491,13 @@ fn implements_model(overrides: &[String], config_name: &str) -> bool {
         || overrides
             .iter()
             .any(|o| o == "model_engine=megatron" || o.ends_with("actor.strategy=megatron"));
-    // Gated DeltaNet layers run on the FSDP strategy only; experts on Megatron without expert
-    // parallelism (split over tensor parallelism).
+    // Gated DeltaNet layers run on Megatron without context parallelism.
     let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
-    let expert_parallel = overrides.iter().any(|o| {
-        o.strip_prefix("actor_rollout_ref.actor.megatron.expert_model_parallel_size=")
+    let context_parallel = overrides.iter().any(|o| {
+        o.strip_prefix("actor_rollout_ref.actor.megatron.context_parallel_size=")
             .is_some_and(|v| v.trim() != "1")
     });
-    !(megatron && (qwen3_5 || (is_moe_name(&path) && expert_parallel)))
+    !(megatron && qwen3_5 && context_parallel)
 }
 
 /// The calls of `fixture`: each script, the config it composes and its overrides. The calls
