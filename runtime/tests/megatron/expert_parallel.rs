@@ -10,7 +10,7 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
 use crate::rank_test;
-use crate::support::{max_diff, tiny_moe_config};
+use crate::support::{max_diff, tiny_moe_config, tiny_qwen3_5_config};
 
 const TOL: f64 = 1e-5;
 
@@ -153,8 +153,8 @@ rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(&world, (1, 1), SPLIT_EP2, false, false);
-        ep_module_matches_one_process(&world, (1, 1), SPLIT_EP2, false, true);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (1, 1), SPLIT_EP2, false, false);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (1, 1), SPLIT_EP2, false, true);
     }
 );
 
@@ -170,9 +170,9 @@ rank_test!(
     megatron_module_with_tensor_and_expert_parallelism_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, (2, 1), SPLIT_EP2, true, true);
-        ep_module_matches_one_process(&world, (1, 1), SPLIT_EP2, false, true);
-        ep_module_matches_one_process(&world, (1, 2), SPLIT_EP2, false, true);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), SPLIT_EP2, true, true);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (1, 1), SPLIT_EP2, false, true);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (1, 2), SPLIT_EP2, false, true);
     }
 );
 
@@ -181,15 +181,21 @@ rank_test!(
 // group itself (each tensor rank routes its half of the tokens, exchanged with the other),
 // with sequence parallelism and either optimizer; with expert parallel 1 every rank holds
 // every expert whole, its share of the tokens' gradient summed over TP (without sequence
-// parallelism, the replicated optimizer; with both, the distributed one).
+// parallelism, the replicated optimizer; with both, the distributed one). Then a Qwen3.5-MoE
+// with whole experts under TP 2 and with expert parallel 2 over data-parallel ranks.
 rank_test!(
     megatron_module_with_whole_experts_under_tensor_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP2, true, false);
-        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP2, true, true);
-        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP1, false, false);
-        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP1, true, true);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP2, true, false);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP1, false, false);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP1, true, true);
+        // Qwen3.5-MoE: Gated DeltaNet layers split by heads, whole experts over the tensor
+        // group, the shared expert split like a dense MLP.
+        let qwen3_5 = tiny_qwen3_5_config(true);
+        ep_module_matches_one_process(&world, &qwen3_5, (2, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(&world, &qwen3_5, (1, 1), SPLIT_EP2, false, false);
     }
 );
 
@@ -200,9 +206,16 @@ rank_test!(
     megatron_module_with_whole_experts_over_tensor_and_data_ranks_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, (2, 1), WHOLE_EP2, true, true);
-        ep_module_matches_one_process(&world, (2, 1), Experts { ep: 4, whole: true }, true, true);
-        ep_module_matches_one_process(&world, (2, 2), WHOLE_EP2, true, false);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(
+            &world,
+            &tiny_moe_config(),
+            (2, 1),
+            Experts { ep: 4, whole: true },
+            true,
+            true,
+        );
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 2), WHOLE_EP2, true, false);
     }
 );
 
@@ -225,6 +238,7 @@ const WHOLE_EP1: Experts = Experts { ep: 1, whole: true };
 /// parallel `pp` on `world`, with the distributed optimizer or the replicated one.
 fn ep_module_matches_one_process(
     world: &ProcessGroup,
+    cfg: &runtime::model::ModelConfig,
     (tp, pp): (usize, usize),
     experts: Experts,
     sequence_parallel: bool,
@@ -239,7 +253,7 @@ fn ep_module_matches_one_process(
         Setup, full_weights, make_groups, reference_model, reference_run_with_norms,
     };
 
-    let cfg = tiny_moe_config();
+    let cfg = cfg.clone();
     let mut setup = Setup::fp32();
     setup.optim.clip_grad = 0.05;
     let dp = world.size() / (tp * pp);
