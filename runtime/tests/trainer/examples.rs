@@ -254,10 +254,11 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
 /// context × tensor × pipeline parallelism at most the world (tensor parallelism gives way to
 /// context parallelism, pipeline stages to both, when an example asks for several). The rollout's own degrees were set above.
 fn clip_parallel(overrides: &mut [String]) {
-    const DEGREES: [&str; 5] = [
+    const DEGREES: [&str; 6] = [
         "tensor_model_parallel_size",
         "pipeline_model_parallel_size",
         "context_parallel_size",
+        "expert_tensor_parallel_size",
         "expert_model_parallel_size",
         "ulysses_sequence_parallel_size",
     ];
@@ -301,7 +302,9 @@ fn clip_parallel(overrides: &mut [String]) {
         if let Some((prefix, n, v)) = degree(o).filter(|(_, n, _)| {
             matches!(
                 *n,
-                "expert_model_parallel_size" | "ulysses_sequence_parallel_size"
+                "expert_model_parallel_size"
+                    | "expert_tensor_parallel_size"
+                    | "ulysses_sequence_parallel_size"
             )
         }) {
             *o = format!("{prefix}{n}={}", v.min(WORLD));
@@ -803,14 +806,26 @@ fn verl_examples_that_build_start_and_train_two_steps() {
     let split = |f: &dyn Fn(&verlc_spec::trainer::EngineSpec) -> bool| {
         runs.values().filter(|(_, s)| f(&s.actor.engine)).count()
     };
+    let moe = |s: &TrainerSpec| s.actor.model_path.contains("experts=");
+    let whole_experts = runs
+        .values()
+        .filter(|(_, s)| {
+            moe(s)
+                && matches!(&s.actor.engine, verlc_spec::trainer::EngineSpec::Megatron(m)
+                    if m.tensor_parallel > 1 && m.expert_tensor_parallel == Some(1))
+        })
+        .count();
     eprintln!(
-        "on 2 ranks: {} runs with Ulysses, {} with packing, {} Megatron runs with tensor or pipeline parallelism",
+        "on 2 ranks: {} runs with Ulysses, {} with packing, {} Megatron runs with tensor or pipeline parallelism ({} of them mixture-of-experts with whole experts, expert TP 1)",
         split(&|e| e.ulysses() > 1),
         split(&|e| e.remove_padding()),
         split(
             &|e| matches!(e, verlc_spec::trainer::EngineSpec::Megatron(m) if m.tensor_parallel * m.pipeline_parallel > 1)
         ),
+        whole_experts,
     );
+    // verl's MoE examples on Megatron keep each expert whole under tensor parallelism.
+    assert!(whole_experts > 0, "no example runs whole experts under TP");
     let mut failed = Vec::new();
     for (i, (sig, (script, spec))) in runs.iter().enumerate() {
         if let Err(e) = train_two_steps(spec, &dir, i) {
