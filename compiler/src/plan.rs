@@ -48,7 +48,7 @@ use serde::Serialize;
 use crate::config::{AdvEstimator, Device, KlEstimator, LossAggMode, PolicyLossMode, VerlConfig};
 use crate::diag::Diagnostic;
 use crate::load::compose::{self, Composed, LoadRequest};
-use crate::load::node::Node;
+use crate::load::node::{Node, split_key};
 use crate::reward::Rewards;
 use crate::role::{Role, critic_runs, reference_runs};
 use crate::rules::RuleContext;
@@ -235,6 +235,7 @@ pub fn check_diagnostics(
 ) -> Vec<Diagnostic> {
     let lowered = lower(ctx.config, ctx.root);
     let mut out = lowered.diagnostics;
+    drop_expert_degrees_no_effect(&mut out, ctx.model, ctx.root);
     if let Some(model) = ctx.model {
         out.extend(rollout_fit::rollout_fit(
             &lowered.plan.spec,
@@ -251,6 +252,38 @@ pub fn check_diagnostics(
         ));
     }
     out.into_iter().filter(|d| enabled(d.code)).collect()
+}
+
+/// Lowering warns that the expert degrees place expert layers a dense model lacks (`B006`);
+/// a model with experts (the policy's `config.json` at hand, or a role's `builtin://` model)
+/// makes them count (their layout is checked at build, [`models`]), so the warning goes.
+fn drop_expert_degrees_no_effect(
+    diagnostics: &mut Vec<Diagnostic>,
+    model: Option<&crate::rules::ModelDims>,
+    root: &Node,
+) {
+    let policy_has_experts = model.is_some_and(|m| m.moe.num_experts > 0);
+    let builtin_has_experts = |key: &str| {
+        let path = if key.starts_with("critic.") {
+            "critic.model.path"
+        } else {
+            "actor_rollout_ref.model.path"
+        };
+        root.get_path(&split_key(path))
+            .and_then(Node::as_str)
+            .and_then(models::builtin_has_experts)
+            .unwrap_or(false)
+    };
+    diagnostics.retain(|d| {
+        let Some(key) = d.key_path.as_deref() else {
+            return true;
+        };
+        let expert_degree = key.ends_with(".expert_model_parallel_size")
+            || key.ends_with(".expert_tensor_parallel_size");
+        let experts =
+            (policy_has_experts && !key.starts_with("critic.")) || builtin_has_experts(key);
+        d.code != crate::codes::BUILD_NO_EFFECT || !expert_degree || !experts
+    });
 }
 
 /// `verlc check` reports the plan's findings as warnings (what verl accepts but a verlc
@@ -274,6 +307,11 @@ pub fn promote_for_build_where(
         &checked.composed,
         checked.baseline.as_ref(),
         verdict_for,
+    );
+    drop_expert_degrees_no_effect(
+        &mut lowered.diagnostics,
+        checked.model.as_ref(),
+        &checked.composed.root,
     );
     if let Some(model) = &checked.model {
         lowered.diagnostics.extend(rollout_fit::rollout_fit(

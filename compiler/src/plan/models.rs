@@ -14,7 +14,7 @@ use crate::load::node::{Node, split_key};
 
 /// Model types the trainer's decoder implements (`qwen3_5` is Qwen3.5's multimodal config,
 /// whose text model is read; `qwen3_5_text` the causal LM's).
-const DECODERS: [&str; 8] = [
+const DECODERS: [&str; 9] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -23,17 +23,23 @@ const DECODERS: [&str; 8] = [
     "qwen3_5_text",
     "qwen3_5_moe",
     "qwen3_5_moe_text",
+    "qwen3_next",
 ];
 
 /// Model types with mixture-of-experts layers: on the Megatron strategy their experts are
 /// placed as [`expert_layout_problem`] says.
-const MOE_DECODERS: [&str; 3] = ["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text"];
+const MOE_DECODERS: [&str; 4] = ["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"];
 
 /// Model types with linear-attention (Gated DeltaNet) layers: their recurrent state runs
 /// along the whole sequence; they train on FSDP (under Ulysses on a share of the heads) and on
 /// Megatron without context parallelism.
-const LINEAR_ATTENTION_DECODERS: [&str; 4] =
-    ["qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"];
+const LINEAR_ATTENTION_DECODERS: [&str; 5] = [
+    "qwen3_5",
+    "qwen3_5_text",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
+    "qwen3_next",
+];
 
 /// A Hub model the trainer reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,7 +169,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 key,
                 message: format!("the model cannot be built: {why}"),
                 label: "model named here",
-                help: "name a Llama, Qwen2, Qwen3, Qwen3-MoE or Qwen3.5 checkpoint (Qwen3.5 with `strategy: fsdp` or `fsdp2`; Qwen3-MoE on Megatron with expert_model_parallel_size 1)",
+                help: "name a Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen3.5 or Qwen3-Next checkpoint, in a layout the message names as implemented",
             }),
     );
     if out.is_empty()
@@ -412,6 +418,13 @@ fn builtin_linear_heads(uri: &str) -> Option<(i64, i64)> {
             .map_or(Some(default), |v| v.parse().ok())
     };
     Some((get("kv_heads", 2)?, get("heads", 4)?))
+}
+
+/// Whether the `builtin://` model `uri` has mixture-of-experts layers (`None`: not a
+/// built-in model).
+pub(crate) fn builtin_has_experts(uri: &str) -> Option<bool> {
+    uri.starts_with("builtin://")
+        .then(|| builtin_arch(uri).is_some_and(|a| MOE_DECODERS.contains(&a.as_str())))
 }
 
 /// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none).

@@ -1743,3 +1743,23 @@ fn rejection_options_of_verl_0_9_lower_to_criteria() {
         );
     }
 }
+
+#[test]
+fn expert_degrees_warn_only_for_a_dense_model() {
+    let ep = [
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2",
+    ];
+    let warned = |c: &Case| {
+        c.checked.diagnostics.iter().any(|d| {
+            d.code == codes::BUILD_NO_EFFECT
+                && d.key_path.as_deref()
+                    == Some("actor_rollout_ref.actor.megatron.expert_model_parallel_size")
+        })
+    };
+    let dense = case(&megatron_fp32(), &ep);
+    assert!(warned(&dense), "{:#?}", dense.checked.diagnostics);
+    let moe_path = "actor_rollout_ref.model.path='builtin://tiny?arch=qwen3_moe'";
+    let moe = case(&megatron_fp32(), &[ep[0], ep[1], moe_path]);
+    assert!(!warned(&moe), "{:#?}", moe.checked.diagnostics);
+}

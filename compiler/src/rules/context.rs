@@ -211,11 +211,12 @@ impl ModelDims {
         self.layers_params(self.moe.num_experts_per_tok)
     }
 
-    /// Whether the model is a Qwen3.5 (Gated DeltaNet layers among gated attention).
+    /// Whether the model is a Qwen3.5 or a Qwen3-Next (Gated DeltaNet layers among gated
+    /// attention).
     pub fn is_hybrid(&self) -> bool {
         matches!(
             self.model_type.as_deref(),
-            Some("qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text")
+            Some("qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next")
         )
     }
 

@@ -9,7 +9,8 @@
 //! MLPs (`builtin://tiny?arch=qwen3_moe`). `qwen3_5` is Qwen3.5's text model: with the
 //! default 4 layers, three Gated DeltaNet layers then one gated full-attention layer;
 //! `qwen3_5_moe` the same with every MLP sparse (`experts` and so on) plus a shared expert
-//! of width `moe_intermediate`. `tools` (`tools=lookup`, a comma list) adds one token per tool
+//! of width `moe_intermediate`; `qwen3_next` Qwen3-Next, the layers of `qwen3_5_moe` (its
+//! checkpoints store the DeltaNet projections fused). `tools` (`tools=lookup`, a comma list) adds one token per tool
 //! to the vocabulary: its whole argument-less `hermes` call (the tool task of
 //! `examples/tool_lookup.yaml`).
 
@@ -48,13 +49,14 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     let tools: String = uri.get("tools", String::new())?;
     let hidden: i64 = uri.get("hidden", 128)?;
     let model_type: String = uri.get("arch", "qwen2".to_owned())?;
-    let moe = if model_type == "qwen3_moe" || model_type == "qwen3_5_moe" {
+    let shared = matches!(model_type.as_str(), "qwen3_5_moe" | "qwen3_next");
+    let moe = if model_type == "qwen3_moe" || shared {
         MoeConfig {
             num_experts: uri.get("experts", 8)?,
             num_experts_per_tok: uri.get("experts_per_tok", 2)?,
             moe_intermediate_size: uri.get("moe_intermediate", hidden / 2)?,
             norm_topk_prob: true,
-            shared_expert_intermediate_size: if model_type == "qwen3_5_moe" {
+            shared_expert_intermediate_size: if shared {
                 uri.get("moe_intermediate", hidden / 2)?
             } else {
                 0
@@ -90,9 +92,14 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         lora: None,
         extra: Map::new(),
     };
-    if cfg.model_type == "qwen3_5" || cfg.model_type == "qwen3_5_moe" {
+    if matches!(
+        cfg.model_type.as_str(),
+        "qwen3_5" | "qwen3_5_moe" | "qwen3_next"
+    ) {
         // The text model, sized so its Gated DeltaNet heads match the attention heads'.
-        cfg.model_type = format!("{}_text", cfg.model_type);
+        if cfg.model_type != "qwen3_next" {
+            cfg.model_type = format!("{}_text", cfg.model_type);
+        }
         let head = hidden / cfg.num_attention_heads.max(1);
         cfg.head_dim = Some(head);
         cfg.linear = LinearAttentionConfig {

@@ -23,17 +23,22 @@ pub enum Arch {
     Qwen3_5,
     /// Qwen3.5 with a sparse MLP in every layer: routed experts plus a gated shared expert.
     Qwen3_5Moe,
+    /// Qwen3-Next: Qwen3.5-MoE's layers (its DeltaNet projections stored fused, see
+    /// [`super::qwen3_next`]), sparse layers placed as Qwen3-MoE's (`decoder_sparse_step`,
+    /// `mlp_only_layers`, dense ones of `intermediate_size`), `norm_topk_prob` as configured.
+    Qwen3Next,
 }
 
 impl Arch {
-    /// Qwen3.5's families (Gated DeltaNet layers among gated attention).
+    /// Qwen3.5's families and Qwen3-Next, which shares their layers (Gated DeltaNet layers
+    /// among gated attention).
     pub fn is_qwen3_5(self) -> bool {
-        matches!(self, Arch::Qwen3_5 | Arch::Qwen3_5Moe)
+        matches!(self, Arch::Qwen3_5 | Arch::Qwen3_5Moe | Arch::Qwen3Next)
     }
 
     /// Families with sparse mixture-of-experts MLPs.
     pub fn has_experts(self) -> bool {
-        matches!(self, Arch::Qwen3Moe | Arch::Qwen3_5Moe)
+        matches!(self, Arch::Qwen3Moe | Arch::Qwen3_5Moe | Arch::Qwen3Next)
     }
 }
 
@@ -47,6 +52,7 @@ impl Arch {
             Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
             Arch::Qwen3_5 => "Qwen3_5ForCausalLM",
             Arch::Qwen3_5Moe => "Qwen3_5MoeForCausalLM",
+            Arch::Qwen3Next => "Qwen3NextForCausalLM",
         }
     }
 
@@ -59,6 +65,7 @@ impl Arch {
             Arch::Qwen3Moe => "Qwen3MoeForTokenClassification",
             Arch::Qwen3_5 => "Qwen3_5ForTokenClassification",
             Arch::Qwen3_5Moe => "Qwen3_5MoeForTokenClassification",
+            Arch::Qwen3Next => "Qwen3NextForTokenClassification",
         }
     }
 }
@@ -259,7 +266,15 @@ impl ModelConfig {
             file: path.to_owned(),
             msg,
         };
-        let cfg: ModelConfig = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let mut raw: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if let Some(obj) = raw.as_object_mut()
+            && obj.get("model_type").and_then(Value::as_str) == Some("qwen3_next")
+        {
+            // `Qwen3NextConfig` renormalises the top-k weights unless told otherwise (the
+            // field's own default, false, is Qwen3-MoE's).
+            obj.entry("norm_topk_prob").or_insert(Value::Bool(true));
+        }
+        let cfg: ModelConfig = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
         let cfg = cfg.normalize().map_err(bad)?;
         cfg.validate().map_err(|msg| ModelError::Config {
             file: path.to_owned(),
@@ -303,6 +318,17 @@ impl ModelConfig {
             fill_absent([
                 (&mut m.num_experts, 256),
                 (&mut m.num_experts_per_tok, 8),
+                (&mut m.moe_intermediate_size, 512),
+                (&mut m.shared_expert_intermediate_size, 512),
+            ]);
+        }
+        if arch == Some(Arch::Qwen3Next) {
+            // `Qwen3NextConfig`'s defaults (its router renormalises as `norm_topk_prob` says;
+            // an absent one is true, set where the file is read).
+            let m = &mut self.moe;
+            fill_absent([
+                (&mut m.num_experts, 512),
+                (&mut m.num_experts_per_tok, 10),
                 (&mut m.moe_intermediate_size, 512),
                 (&mut m.shared_expert_intermediate_size, 512),
             ]);
@@ -511,10 +537,12 @@ impl ModelConfig {
             }
             return Ok(());
         }
-        if arch == Arch::Qwen3_5Moe && m.shared_expert_intermediate_size <= 0 {
+        if matches!(arch, Arch::Qwen3_5Moe | Arch::Qwen3Next)
+            && m.shared_expert_intermediate_size <= 0
+        {
             return Err(format!(
-                "shared_expert_intermediate_size must be positive for qwen3_5_moe, got {}",
-                m.shared_expert_intermediate_size
+                "shared_expert_intermediate_size must be positive for {}, got {}",
+                self.model_type, m.shared_expert_intermediate_size
             ));
         }
         let pos = [
@@ -552,9 +580,10 @@ impl ModelConfig {
             "qwen3_moe" => Ok(Arch::Qwen3Moe),
             "qwen3_5_text" => Ok(Arch::Qwen3_5),
             "qwen3_5_moe_text" => Ok(Arch::Qwen3_5Moe),
+            "qwen3_next" => Ok(Arch::Qwen3Next),
             other => Err(format!(
                 "model_type `{other}` is not supported (llama, qwen2, qwen3, qwen3_moe, \
-                 qwen3_5 / qwen3_5_text, qwen3_5_moe / qwen3_5_moe_text)"
+                 qwen3_5 / qwen3_5_text, qwen3_5_moe / qwen3_5_moe_text, qwen3_next)"
             )),
         }
     }

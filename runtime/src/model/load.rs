@@ -11,6 +11,7 @@ use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
 use super::ModelError;
+use super::qwen3_next::FusedProjections;
 
 pub const SINGLE_FILE: &str = "model.safetensors";
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
@@ -24,27 +25,56 @@ pub struct Checkpoint {
     pub files: Vec<PathBuf>,
     /// Tensor name -> position in `files`, from the index (empty for a single file).
     weight_map: BTreeMap<String, usize>,
+    /// Tensors stored fused that the model holds split (Qwen3-Next's, read from the
+    /// directory's `config.json`).
+    fused: Option<FusedProjections>,
 }
 
 impl Checkpoint {
     /// Finds the weights in `dir` (the index wins over a single file when both exist).
     pub fn open(dir: &Path) -> Result<Self, ModelError> {
         let index = dir.join(INDEX_FILE);
-        if index.is_file() {
-            return Self::from_index(dir, index);
-        }
-        let single = dir.join(SINGLE_FILE);
-        if single.is_file() {
-            return Ok(Checkpoint {
+        let mut ckpt = if index.is_file() {
+            Self::from_index(dir, index)?
+        } else {
+            let single = dir.join(SINGLE_FILE);
+            if !single.is_file() {
+                return Err(ModelError::NoWeights {
+                    dir: dir.to_owned(),
+                });
+            }
+            Checkpoint {
                 dir: dir.to_owned(),
                 index: None,
                 files: vec![single],
                 weight_map: BTreeMap::new(),
-            });
+                fused: None,
+            }
+        };
+        let config = dir.join("config.json");
+        if config.is_file() {
+            let cfg = super::ModelConfig::from_file(&config)?;
+            ckpt.fused = FusedProjections::of(&cfg);
         }
-        Err(ModelError::NoWeights {
-            dir: dir.to_owned(),
-        })
+        Ok(ckpt)
+    }
+
+    /// The tensors the model holds for checkpoint tensor `name` (`t`, read from `file`):
+    /// itself, or the parts of a fused one.
+    pub fn held(
+        &self,
+        file: &Path,
+        name: String,
+        t: Tensor,
+    ) -> Result<Vec<(String, Tensor)>, ModelError> {
+        match &self.fused {
+            None => Ok(vec![(name, t)]),
+            Some(f) => f.split(&name, &t).map_err(|msg| ModelError::Shard {
+                file: file.to_owned(),
+                tensor: name,
+                msg,
+            }),
+        }
     }
 
     fn from_index(dir: &Path, index: PathBuf) -> Result<Self, ModelError> {
@@ -89,6 +119,7 @@ impl Checkpoint {
             index: Some(index),
             files,
             weight_map,
+            fused: None,
         })
     }
 }
@@ -175,7 +206,7 @@ pub fn load_weights(
         }
         for (name, view) in st.tensors() {
             let name = text_model_name(name);
-            let Some(var) = vars.get(&name) else {
+            if !vars.contains_key(&name) && ckpt.fused.is_none() {
                 if opts.strict_unexpected && !ignorable(&name) {
                     return Err(ModelError::Unexpected {
                         file: file.clone(),
@@ -184,33 +215,45 @@ pub fn load_weights(
                 }
                 report.unexpected.push(name);
                 continue;
-            };
+            }
             let kind = kind_of(view.dtype()).ok_or_else(|| ModelError::Dtype {
                 file: file.clone(),
                 tensor: name.clone(),
                 dtype: format!("{:?}", view.dtype()),
             })?;
             let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-            let src = Tensor::f_from_data_size(view.data(), &shape, kind)?;
-            let src = match opts.shard.and_then(|f| f(&name)) {
-                Some(s) => shard(&src, s).map_err(|msg| ModelError::Shard {
-                    file: file.clone(),
-                    tensor: name.clone(),
-                    msg,
-                })?,
-                None => src,
-            };
-            if src.size() != var.size() {
-                return Err(ModelError::ShapeMismatch {
-                    file: file.clone(),
-                    tensor: name,
-                    expected: var.size(),
-                    found: shape,
-                });
+            let stored = Tensor::f_from_data_size(view.data(), &shape, kind)?;
+            for (name, src) in ckpt.held(file, name, stored)? {
+                let Some(var) = vars.get(&name) else {
+                    if opts.strict_unexpected && !ignorable(&name) {
+                        return Err(ModelError::Unexpected {
+                            file: file.clone(),
+                            tensor: name,
+                        });
+                    }
+                    report.unexpected.push(name);
+                    continue;
+                };
+                let src = match opts.shard.and_then(|f| f(&name)) {
+                    Some(s) => shard(&src, s).map_err(|msg| ModelError::Shard {
+                        file: file.clone(),
+                        tensor: name.clone(),
+                        msg,
+                    })?,
+                    None => src,
+                };
+                if src.size() != var.size() {
+                    return Err(ModelError::ShapeMismatch {
+                        file: file.clone(),
+                        tensor: name,
+                        expected: var.size(),
+                        found: src.size(),
+                    });
+                }
+                tch::no_grad(|| var.shallow_clone().f_copy_(&src))?;
+                seen.insert(name);
+                report.loaded += 1;
             }
-            tch::no_grad(|| var.shallow_clone().f_copy_(&src))?;
-            seen.insert(name);
-            report.loaded += 1;
         }
     }
     // LoRA adapters are never part of a base checkpoint (they load from their own directory).
@@ -245,7 +288,7 @@ fn ignorable(name: &str) -> bool {
 
 /// A multimodal checkpoint's text-model tensor (`model.language_model.…`, Qwen3.5's
 /// `*ForConditionalGeneration`) under the causal LM's name (`model.…`).
-fn text_model_name(name: String) -> String {
+pub(crate) fn text_model_name(name: String) -> String {
     match name.strip_prefix("model.language_model.") {
         Some(rest) => format!("model.{rest}"),
         None => name,

@@ -10,7 +10,8 @@
 //!   preallocated KV cache.
 //! - [`heads`]: [`CausalLm`] (actor / reference / rollout) and [`ValueModel`] (critic).
 //! - [`load`] / [`save`]: safetensors, single file or sharded with an index; VarStore names
-//!   equal the checkpoint names, so no renaming table exists.
+//!   equal the checkpoint names, so no renaming table exists (Qwen3-Next's fused DeltaNet
+//!   projections are split on load and fused on save: [`qwen3_next`]).
 //! - [`init`]: transformers-style random initialisation from a seed; [`builtin`]: the
 //!   `builtin://tiny` model that needs no files.
 //! - [`pretrained`]: `from_pretrained`-style entry points used by the trainer.
@@ -28,6 +29,7 @@ pub mod lora;
 pub mod moe;
 pub mod packed;
 pub mod pretrained;
+pub mod qwen3_next;
 pub mod rope;
 pub mod save;
 

@@ -108,6 +108,19 @@ pub fn save_named(
 ) -> Result<(), ModelError> {
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     remove_old_weights(dir)?;
+    // Qwen3-Next stores its DeltaNet projections fused (see `model::qwen3_next`).
+    let fused;
+    let named = match super::qwen3_next::FusedProjections::of(config) {
+        Some(f) => {
+            let held = named.iter().map(|(n, t)| (n.clone(), t.shallow_clone()));
+            fused = f.fuse(held.collect()).map_err(|msg| ModelError::Config {
+                file: dir.join("config.json"),
+                msg,
+            })?;
+            fused.as_slice()
+        }
+        None => named,
+    };
     let mut sorted: Vec<&(String, Tensor)> = named.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     let saved_kind = opts.dtype.unwrap_or_else(|| {

@@ -197,10 +197,7 @@ pub fn load_sharded(
             msg: e.to_string(),
         })?;
         for (name, view) in st.tensors() {
-            let Some(var) = vars.get(&name) else {
-                report.unexpected.push(name);
-                continue;
-            };
+            let name = crate::model::load::text_model_name(name);
             let kind =
                 crate::model::load::kind_of(view.dtype()).ok_or_else(|| ModelError::Dtype {
                     file: file.clone(),
@@ -208,25 +205,32 @@ pub fn load_sharded(
                     dtype: format!("{:?}", view.dtype()),
                 })?;
             let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-            let full = Tensor::f_from_data_size(view.data(), &shape, kind)?;
-            let part =
-                shard_tensor(&full, spec(&name), rank, size).map_err(|msg| ModelError::Shard {
-                    file: file.clone(),
-                    tensor: name.clone(),
-                    msg,
+            let stored = Tensor::f_from_data_size(view.data(), &shape, kind)?;
+            for (name, full) in ckpt.held(file, name, stored)? {
+                let Some(var) = vars.get(&name) else {
+                    report.unexpected.push(name);
+                    continue;
+                };
+                let part = shard_tensor(&full, spec(&name), rank, size).map_err(|msg| {
+                    ModelError::Shard {
+                        file: file.clone(),
+                        tensor: name.clone(),
+                        msg,
+                    }
                 })?;
-            if part.size() != var.size() {
-                return Err(ModelError::ShapeMismatch {
-                    file: file.clone(),
-                    tensor: name,
-                    expected: var.size(),
-                    found: part.size(),
+                if part.size() != var.size() {
+                    return Err(ModelError::ShapeMismatch {
+                        file: file.clone(),
+                        tensor: name,
+                        expected: var.size(),
+                        found: part.size(),
+                    }
+                    .into());
                 }
-                .into());
+                tch::no_grad(|| var.shallow_clone().f_copy_(&part))?;
+                seen.insert(name);
+                report.loaded += 1;
             }
-            tch::no_grad(|| var.shallow_clone().f_copy_(&part))?;
-            seen.insert(name);
-            report.loaded += 1;
         }
     }
     let mut missing: Vec<&String> = vars.keys().filter(|n| !seen.contains(*n)).collect();

@@ -5,7 +5,8 @@
 //! generation token for token through the rollout (KV cache and recurrent state), and the
 //! gated delta rule's chunked and recurrent forms against transformers' and each other.
 //! Plus: the packed layout (`use_remove_padding`) equals the padded one, cached decoding
-//! equals a full recomputation, and the built-in tiny Qwen3.5.
+//! equals a full recomputation, the built-in tiny Qwen3.5, and Qwen3-Next (the same layers,
+//! its DeltaNet projections stored fused) loaded and saved back as transformers wrote it.
 use std::path::PathBuf;
 
 use runtime::model::gated_deltanet::{chunk_gated_delta_rule, recurrent_gated_delta_rule};
@@ -24,8 +25,9 @@ fn oracle_dir() -> PathBuf {
     .clone()
 }
 
-/// The oracle's models: dense Qwen3.5 and Qwen3.5-MoE.
-const KINDS: [&str; 2] = ["qwen3_5", "qwen3_5_moe"];
+/// The oracle's models: dense Qwen3.5, Qwen3.5-MoE and Qwen3-Next (Qwen3.5-MoE's layers with
+/// fused DeltaNet projections in its checkpoint, a dense layer, no top-k renormalisation).
+const KINDS: [&str; 3] = ["qwen3_5", "qwen3_5_moe", "qwen3_next"];
 
 fn model_of(kind: &str) -> runtime::model::LoadedModel<runtime::model::CausalLm> {
     let dir = oracle_dir().join(kind);
@@ -44,7 +46,11 @@ fn logits_match_transformers() {
         let types = ["linear_attention", "full_attention"].repeat(2);
         assert_eq!(m.config.linear.layer_types, types);
         assert_eq!(m.config.rotary_dim(), 8);
-        assert_eq!(m.config.sparse_layer(0), kind == "qwen3_5_moe");
+        assert_eq!(m.config.sparse_layer(0), kind != "qwen3_5");
+        if kind == "qwen3_next" {
+            assert!(!m.config.sparse_layer(1), "mlp_only_layers");
+            assert!(!m.config.moe.norm_topk_prob);
+        }
         let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
         let logits = tch::no_grad(|| m.forward(ids, get(&r, "position_ids"), Some(mask), None));
         let d = oracle::max_abs_diff_masked(&logits, get(&r, "logits"), mask);
@@ -107,6 +113,53 @@ fn gradients_match(kind: &str) {
         "{kind}: {} parameter gradients match ({unused} unused experts)",
         vars.len()
     );
+}
+
+/// A Qwen3-Next checkpoint loads into split projections and saves back fused: the same
+/// tensors, by name and value, as transformers wrote.
+#[test]
+fn qwen3_next_checkpoint_saves_back_as_transformers_wrote_it() {
+    use runtime::model::save::{SaveOptions, save_pretrained};
+    let loaded = model_of("qwen3_next");
+    let names: Vec<String> = loaded.vs.variables().into_keys().collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.ends_with("linear_attn.in_proj_qkv.weight"))
+    );
+    assert!(!names.iter().any(|n| n.contains("in_proj_qkvz")));
+    let out = oracle::scratch("save-qwen3-next");
+    let class = runtime::model::Arch::Qwen3Next.causal_lm_class();
+    save_pretrained(
+        &loaded.vs,
+        &loaded.model.config,
+        class,
+        &out,
+        &SaveOptions::default(),
+    )
+    .unwrap();
+    let theirs = oracle::read(&oracle_dir().join("qwen3_next").join("model.safetensors"));
+    let ours = oracle::read(&out.join("model.safetensors"));
+    let mut names: Vec<&String> = ours.keys().collect();
+    names.sort();
+    let mut expected: Vec<&String> = theirs.keys().collect();
+    expected.sort();
+    assert_eq!(names, expected);
+    assert!(
+        names
+            .iter()
+            .any(|n| n.ends_with("linear_attn.in_proj_qkvz.weight"))
+    );
+    for (name, t) in &ours {
+        let d = oracle::max_abs_diff(t, &theirs[name]);
+        assert!(d == 0.0, "{name}: differs by {d}");
+    }
+    // And reloads to the same model.
+    let again = from_pretrained(out.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
+    for (name, t) in loaded.vs.variables() {
+        let d = oracle::max_abs_diff(&t, &again.vs.variables()[&name]);
+        assert!(d == 0.0, "{name}: reloads differently by {d}");
+    }
 }
 
 #[test]

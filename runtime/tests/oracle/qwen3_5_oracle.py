@@ -5,7 +5,10 @@ installs them under .venv/transformers5; the project venv keeps transformers 4.5
   models OUT   a tiny random Qwen3_5ForCausalLM (two Gated DeltaNet and two gated attention
                layers, norms and DeltaNet parameters drawn away from their initial values) saved
                in OUT/qwen3_5, and a Qwen3_5MoeForCausalLM of the same layers with sparse MLPs
-               (8 experts, top-2, a shared expert) in OUT/qwen3_5_moe; for each, logits of a
+               (8 experts, top-2, a shared expert) in OUT/qwen3_5_moe, and a
+               Qwen3NextForCausalLM of the same layers (its DeltaNet projections stored fused,
+               layer 1 a dense MLP, top-k weights not renormalised) in OUT/qwen3_next; for
+               each, logits of a
                left-padded batch longer than one 64-token chunk, every parameter's gradient of
                a log-prob loss and greedy generations (OUT/<name>_ref.safetensors,
                OUT/<name>_greedy.json); and the gated delta rule's chunked and recurrent forms
@@ -22,8 +25,8 @@ import torch
 from model_oracle import greedy, padded_batch
 
 
-def config(moe=False):
-    from transformers import Qwen3_5MoeTextConfig, Qwen3_5TextConfig
+def config(moe=False, next_=False):
+    from transformers import Qwen3_5MoeTextConfig, Qwen3_5TextConfig, Qwen3NextConfig
 
     shared = dict(
         vocab_size=128,
@@ -43,6 +46,18 @@ def config(moe=False):
         pad_token_id=0,
         max_position_embeddings=512,
     )
+    if next_:
+        return Qwen3NextConfig(
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            intermediate_size=96,
+            mlp_only_layers=[1],
+            norm_topk_prob=False,
+            partial_rotary_factor=0.25,
+            **shared,
+        )
     if moe:
         return Qwen3_5MoeTextConfig(
             num_experts=8,
@@ -55,17 +70,38 @@ def config(moe=False):
 
 def models(out):
     os.makedirs(out, exist_ok=True)
-    for kind in ("qwen3_5", "qwen3_5_moe"):
+    for kind in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):
         one_model(out, kind)
+
+
+def split_fused(name, g, cfg):
+    """Qwen3-Next's fused DeltaNet projections (rows grouped by key head: q, k, the value
+    heads' v and z; then b and a) as the separate ones verlc holds, by name."""
+    nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv, r = cfg.linear_key_head_dim, cfg.linear_value_head_dim, nv // nk
+    h = g.shape[-1]
+    if name.endswith("in_proj_qkvz.weight"):
+        pre = name[: -len("in_proj_qkvz.weight")]
+        q, k, v, z = torch.split(g.view(nk, 2 * dk + 2 * r * dv, h), [dk, dk, r * dv, r * dv], 1)
+        qkv = torch.cat([q.reshape(-1, h), k.reshape(-1, h), v.reshape(-1, h)])
+        return {pre + "in_proj_qkv.weight": qkv, pre + "in_proj_z.weight": z.reshape(-1, h)}
+    if name.endswith("in_proj_ba.weight"):
+        pre = name[: -len("in_proj_ba.weight")]
+        b, a = torch.split(g.view(nk, 2 * r, h), [r, r], 1)
+        return {pre + "in_proj_b.weight": b.reshape(-1, h), pre + "in_proj_a.weight": a.reshape(-1, h)}
+    return {name: g}
 
 
 def one_model(out, kind):
     from safetensors.torch import save_file
     from transformers.models.qwen3_5 import modeling_qwen3_5 as m
     from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as mm
+    from transformers.models.qwen3_next import modeling_qwen3_next as mn
 
     torch.manual_seed(0)
-    if kind == "qwen3_5_moe":
+    if kind == "qwen3_next":
+        model = mn.Qwen3NextForCausalLM(config(next_=True)).to(torch.float32).eval()
+    elif kind == "qwen3_5_moe":
         model = mm.Qwen3_5MoeForCausalLM(config(moe=True)).to(torch.float32).eval()
     else:
         model = m.Qwen3_5ForCausalLM(config()).to(torch.float32).eval()
@@ -118,7 +154,8 @@ def one_model(out, kind):
             for e in range(p.shape[0]):
                 tensors[f"grad.{prefix}.{e}.down_proj.weight"] = p.grad[e].contiguous()
         else:
-            tensors["grad." + name] = p.grad.contiguous()
+            for held, g in split_fused(name, p.grad, model.config).items():
+                tensors["grad." + held] = g.contiguous()
     model.eval()
     if kind == "qwen3_5":
         rule_tensors(gen, m, tensors)

@@ -38,14 +38,16 @@ const COMMON: &[&str] = &[
 ];
 
 /// FSDP: PPO with a GAE critic, the in-reward KL penalty (reference model) and PF-PPO's
-/// resampling (the same draw on every rank); the actor is a tiny Qwen3.5-MoE (Gated DeltaNet
-/// and gated attention layers, routed experts and a shared expert), sharded like any model.
+/// resampling (the same draw on every rank); the actor is a tiny Qwen3-Next (Qwen3.5-MoE's
+/// Gated DeltaNet and gated attention layers, routed experts and a shared expert), sharded
+/// like any model, its checkpoints written with the fused DeltaNet projections of its
+/// family and resumed from them.
 /// Every token takes all 4 experts: the sharded reductions round in another order than one
 /// process, and with top-2 of 4 a near-tie flips some token's experts by step 2 (metrics
 /// then move by about 1%, beyond what this comparison allows; Qwen3-MoE at top-2 happens to
 /// stay within it).
 const FSDP: &[&str] = &[
-    "actor_rollout_ref.model.path='builtin://tiny?layers=4&hidden=64&heads=4&kv_heads=2&arch=qwen3_5_moe&experts=4&experts_per_tok=4&moe_intermediate=32'",
+    "actor_rollout_ref.model.path='builtin://tiny?layers=4&hidden=64&heads=4&kv_heads=2&arch=qwen3_next&experts=4&experts_per_tok=4&moe_intermediate=32'",
     "algorithm.adv_estimator=gae",
     "algorithm.use_pf_ppo=true",
     "algorithm.pf_ppo.reweight_method=pow",

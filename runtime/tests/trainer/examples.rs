@@ -34,10 +34,12 @@ use crate::support::{quiet, repo, scratch};
 /// a head each.
 const TINY: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2'";
 /// The tiny models of the families verl's examples train besides dense Qwen2/Qwen3: Qwen3-MoE,
-/// Qwen3.5 (four layers: three Gated DeltaNet, one gated attention) and Qwen3.5-MoE.
+/// Qwen3.5 (four layers: three Gated DeltaNet, one gated attention), Qwen3.5-MoE and
+/// Qwen3-Next.
 const TINY_QWEN3_MOE: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
 const TINY_QWEN3_5: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5'";
 const TINY_QWEN3_5_MOE: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
+const TINY_QWEN3_NEXT: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_next&experts=4&experts_per_tok=2&moe_intermediate=16'";
 
 /// The tiny model of the family an example's model path names (by its Hub-style name:
 /// `Qwen3.5-35B-A3B` is a Qwen3.5-MoE, `Qwen3-30B-A3B` a Qwen3-MoE); the dense tiny model
@@ -48,6 +50,9 @@ fn tiny_for(overrides: &[String]) -> &'static str {
         .find_map(|o| o.strip_prefix("actor_rollout_ref.model.path="))
         .unwrap_or_default()
         .to_ascii_lowercase();
+    if path.contains("qwen3-next") || path.contains("qwen3_next") {
+        return TINY_QWEN3_NEXT;
+    }
     let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
     match (qwen3_5, is_moe_name(&path)) {
         (true, true) => TINY_QWEN3_5_MOE,
@@ -451,9 +456,9 @@ struct Lowered {
 
 /// Whether verlc implements the model an example trains and the engine it trains it with,
 /// told from its `model.path` (the examples name Hub ids or local copies of them) and its
-/// `model_engine`: Llama, Qwen2/2.5 and Qwen3 dense, Qwen3-MoE, Qwen3.5 and Qwen3.5-MoE on
-/// FSDP and on Megatron (experts split over TP or whole, over expert-parallel ranks; Gated
-/// DeltaNet layers without context parallelism). Qwen3-Next, vision-language models,
+/// `model_engine`: Llama, Qwen2/2.5 and Qwen3 dense, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE and
+/// Qwen3-Next on FSDP and on Megatron (experts split over TP or whole, over expert-parallel
+/// ranks; Gated DeltaNet layers without context parallelism). Vision-language models,
 /// DeepSeek-style and other families are not (yet), nor the engines of 0.8+ verlc does not
 /// lower (VeOmni, TorchTitan, MindSpeed, AutoModel: one B018 each).
 fn implements_model(overrides: &[String], config_name: &str) -> bool {
@@ -471,7 +476,6 @@ fn implements_model(overrides: &[String], config_name: &str) -> bool {
         .unwrap_or_default()
         .to_ascii_lowercase();
     const NOT: &[&str] = &[
-        "qwen3-next",
         "-vl",
         "_vl",
         "minicpm",
@@ -495,7 +499,9 @@ fn implements_model(overrides: &[String], config_name: &str) -> bool {
             .iter()
             .any(|o| o == "model_engine=megatron" || o.ends_with("actor.strategy=megatron"));
     // Gated DeltaNet layers run on Megatron without context parallelism.
-    let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
+    let qwen3_5 = ["qwen3.5", "qwen3_5", "qwen3-next", "qwen3_next"]
+        .iter()
+        .any(|n| path.contains(n));
     let context_parallel = overrides.iter().any(|o| {
         o.strip_prefix("actor_rollout_ref.actor.megatron.context_parallel_size=")
             .is_some_and(|v| v.trim() != "1")
