@@ -369,11 +369,10 @@ fn layout_problem(
         }
     }
     if linear && megatron {
-        // Data, pipeline and tensor parallelism (a DeltaNet layer split by heads as attention
-        // is, for training and for the rollout).
-        let why = if x.cp > 1 {
-            Some(format!("context parallel {}", x.cp))
-        } else if let Some((n, (k, v))) = linear_heads.and_then(|heads| {
+        // Data, pipeline, tensor parallelism (a DeltaNet layer split by heads as attention
+        // is, for training and for the rollout) and context parallelism (each DeltaNet layer
+        // gathers whole sequences).
+        let why = if let Some((n, (k, v))) = linear_heads.and_then(|heads| {
             [x.tp, x.rollout_tp.unwrap_or(x.tp)]
                 .into_iter()
                 .map(|n| (n, heads))
@@ -386,7 +385,7 @@ fn layout_problem(
             None
         };
         return why.map(|w| format!(
-            "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc's Megatron engine runs it with data, pipeline and tensor parallelism: {w} is not implemented"
+            "{model} is a Qwen3.5 model (`{model_type}`, Gated DeltaNet layers); verlc's Megatron engine runs it with data, pipeline, tensor and context parallelism: {w} is not implemented"
         ));
     }
     // Under Ulysses a Gated DeltaNet layer runs whole sequences on a share of its heads, as

@@ -199,7 +199,7 @@ table! {
 
     // Engine sections: Megatron.
     "**.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,sequence_parallel,use_distributed_optimizer}" => Implemented("engine (Megatron)"),
-    "**.megatron.context_parallel_size" => Implemented("engine.context_parallel (Megatron): sequences split in load-balanced chunks, keys and values all-gathered; refused with linear-attention models, expert parallelism or another rollout TP (B018)"),
+    "**.megatron.context_parallel_size" => Implemented("engine.context_parallel (Megatron): sequences split in load-balanced chunks, keys and values all-gathered, a Gated DeltaNet layer's input gathered into whole sequences; refused with expert parallelism, whole experts or another rollout TP (B018)"),
     "**.megatron.virtual_pipeline_model_parallel_size" => Checked("engine (Megatron): 1 or null only"),
     "**.megatron.{expert_model_parallel_size,expert_tensor_parallel_size}" => Checked("a dense model: nothing (a B006 warning); a mixture-of-experts model: each expert split over tensor parallelism (expert TP = TP) or whole (expert TP 1: each tensor rank routes its share of the tokens), the experts over expert-parallel ranks (engine.expert_parallel; with whole experts over the tensor x data-parallel ranks); another expert TP, expert parallelism or whole experts with context parallelism, or split experts under expert parallelism with another rollout TP, are refused at build (B018); V206 against the model's experts"),
     "**.megatron.{param_offload,grad_offload,optimizer_offload}" => Implemented("the role's engine spec (placement, read at run time)"),

@@ -8,7 +8,14 @@
 //! - **Attention**: each layer's keys and values are all-gathered over the group (their
 //!   gradients reduce-scattered back; [`crate::tp::TrainingRegions::keys_values`]), and the
 //!   local queries attend to them under a mask built from true positions
-//!   ([`ContextParallel::attention_mask`]). Everything else in a layer is per token.
+//!   ([`ContextParallel::attention_mask`]).
+//! - **Gated DeltaNet layers** (a recurrence along the sequence): the layer's input is
+//!   all-gathered into sequence order, every rank runs the whole recurrence and keeps its own
+//!   positions' outputs (the input's gradient reduce-scattered back;
+//!   [`crate::tp::TrainingRegions::whole_sequences`]). Its parameters' gradients on a rank
+//!   are those of its own positions' outputs, and the group's sum is the whole gradient, as
+//!   for every other parameter. These layers' activations are not split (each rank holds
+//!   whole sequences there); everything else in a layer is per token.
 //! - **Heads**: log-probs and values are computed on the local positions and gathered into
 //!   sequence order with a backward that keeps the local slice ([`ContextParallel::gather`]),
 //!   so every rank computes the same loss and its backward reaches its own positions only;
@@ -91,9 +98,27 @@ impl ContextParallel {
 
     /// The positions of the gathered order (every rank's local positions, rank by rank).
     fn gathered_positions(&self, t: i64) -> Vec<i64> {
-        (0..self.size())
-            .flat_map(|r| Self::positions(t, r, self.size()))
+        Self::gathered_order(t, self.size())
+    }
+
+    /// The sequence positions of the gathered order of `size` ranks (each rank's local
+    /// positions, rank by rank).
+    fn gathered_order(t: i64, size: usize) -> Vec<i64> {
+        (0..size)
+            .flat_map(|r| Self::positions(t, r, size))
             .collect()
+    }
+
+    /// Where each sequence position (of `t`) sits in the gathered order of `size` ranks: the
+    /// index that puts gathered values in sequence order.
+    pub fn sequence_order(t: i64, size: usize) -> Vec<i64> {
+        let mut inv = vec![0i64; usize::try_from(t).unwrap_or(0)];
+        for (i, p) in Self::gathered_order(t, size).into_iter().enumerate() {
+            if let Some(slot) = usize::try_from(p).ok().and_then(|p| inv.get_mut(p)) {
+                *slot = i as i64;
+            }
+        }
+        inv
     }
 
     /// Local values along `dim` (`t / CP` of them) gathered into sequence order (`t`); the
@@ -103,11 +128,7 @@ impl ContextParallel {
         let t = len_at(x, dim)? * self.size() as i64;
         self.check_len(t)?;
         let all = gather_from_sequence_parallel_region_split_grad(x, Some(&self.group), dim)?;
-        // Inverse of the gathered order: sequence position p sits at gathered index inv[p].
-        let mut inv = vec![0i64; usize::try_from(t).unwrap_or(0)];
-        for (i, p) in self.gathered_positions(t).into_iter().enumerate() {
-            inv[p as usize] = i as i64;
-        }
+        let inv = Self::sequence_order(t, self.size());
         Ok(all.f_index_select(dim, &Self::index(inv, x.device())?)?)
     }
 

@@ -376,13 +376,6 @@ impl ParallelModel {
     /// Splits each sequence over the context-parallel group `cp` (see
     /// [`super::context`]); the model's layers must all be attention layers.
     pub fn set_context_parallel(&mut self, cp: Option<ContextParallel>) -> Result<()> {
-        if cp.is_some()
-            && (0..self.config.num_hidden_layers as usize).any(|l| self.config.linear_layer(l))
-        {
-            return Err(MegatronError::Config(
-                "context parallelism splits attention layers only; this model has linear-attention layers".into(),
-            ));
-        }
         self.cp = cp;
         Ok(())
     }

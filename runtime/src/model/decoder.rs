@@ -592,8 +592,12 @@ impl DecoderLayer {
                 regions.exit(&at.o_proj, &y)?
             }
             Mixer::Linear(la) => {
+                // The recurrence runs along whole sequences (under context parallelism every
+                // rank computes all of it and keeps its own positions).
                 let state = cache.and_then(|c| c.linear_state(la.slot));
-                regions.exit(&la.out_proj, &la.core(&a, valid, state))?
+                let (whole, whole_valid) = regions.whole_sequences(a, valid)?;
+                let y = regions.own_positions(la.core(&whole, whole_valid.as_ref(), state))?;
+                regions.exit(&la.out_proj, &y)?
             }
         };
         let h1 = regions.cut(&(&h0 + attn));

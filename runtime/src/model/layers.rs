@@ -221,6 +221,21 @@ pub trait Regions {
     fn keys_values(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor), Self::Error> {
         Ok((k, v))
     }
+    /// A recurrent (Gated DeltaNet) layer's input `x` (B, T, hidden) and real-token mask
+    /// `valid` (B, T) over whole sequences: under context parallelism every rank's positions
+    /// gathered into sequence order (the gradient of `x` reduced back to the ranks); else
+    /// unchanged. [`Regions::own_positions`] takes the layer's output back to this rank's.
+    fn whole_sequences(
+        &mut self,
+        x: Tensor,
+        valid: Option<&Tensor>,
+    ) -> Result<(Tensor, Option<Tensor>), Self::Error> {
+        Ok((x, valid.map(Tensor::shallow_clone)))
+    }
+    /// This rank's positions of `y` (B, T, ·), computed over [`Regions::whole_sequences`].
+    fn own_positions(&mut self, y: Tensor) -> Result<Tensor, Self::Error> {
+        Ok(y)
+    }
     /// A mixture-of-experts block on `x`: its whole output (experts split over tensor
     /// parallelism reduced like a row layer; experts split over an expert-parallel group
     /// exchanged with it).

@@ -8,9 +8,10 @@
 //!   rollout on a Megatron rank).
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::{
-    Tape, copy_to_tp_region, gather_from_sequence_parallel_region, reduce_from_tp_region,
-    reduce_scatter_to_sequence_parallel_region,
+    Tape, all_gather_dim, copy_to_tp_region, gather_from_sequence_parallel_region,
+    reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region,
 };
+use crate::megatron::context::ContextParallel;
 use crate::model::layers::{Linear, Regions};
 use crate::model::moe::{RouterLossCoeffs, SparseMoe};
 use tch::Tensor;
@@ -91,6 +92,40 @@ impl Regions for TrainingRegions<'_> {
             self.tape.add_side_loss(term, values);
         }
         Ok(out)
+    }
+
+    fn whole_sequences(
+        &mut self,
+        x: Tensor,
+        valid: Option<&Tensor>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let Some(cp) = self.cp else {
+            return Ok((x, valid.map(Tensor::shallow_clone)));
+        };
+        let order = |t: i64| -> Result<Tensor> {
+            let inv = ContextParallel::sequence_order(t, cp.size());
+            Ok(Tensor::from_slice(&inv).f_to_device(x.device())?)
+        };
+        let all = gather_from_sequence_parallel_region(self.tape, &x, Some(cp), SEQ_DIM)?;
+        let t = all.size().get(1).copied().unwrap_or(0);
+        let all = all.f_index_select(SEQ_DIM, &order(t)?)?;
+        let valid = match valid {
+            // The mask needs no gradient: a plain gather.
+            Some(v) => {
+                let v = all_gather_dim(&v.f_contiguous()?, cp, 1)?;
+                Some(v.f_index_select(1, &order(t)?)?)
+            }
+            None => None,
+        };
+        Ok((all, valid))
+    }
+
+    fn own_positions(&mut self, y: Tensor) -> Result<Tensor> {
+        let Some(cp) = self.cp else { return Ok(y) };
+        let t = y.size().get(1).copied().unwrap_or(0);
+        let own = ContextParallel::positions(t, cp.rank(), cp.size());
+        let own = Tensor::from_slice(&own).f_to_device(y.device())?;
+        Ok(y.f_index_select(SEQ_DIM, &own)?)
     }
 
     fn keys_values(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {

@@ -151,6 +151,16 @@ const MOE_DRIFT: Tolerance = Tolerance {
     weight: 5e-4,
 };
 
+/// Qwen3.5 under context parallelism: a Gated DeltaNet's `A_log` gradient is about 1e-10 on
+/// these tiny models, so the order its parts are summed in (the CP ranks' shares, then the
+/// group) moves it by half its size, and Adam's normalised steps turn that into weight moves
+/// of its learning rate's order over 20 steps. Every gradient of one step matches
+/// (`qwen3_5_cp2_gradients_equal_one_process`); the losses keep the fp32 bound.
+const A_LOG_DRIFT: Tolerance = Tolerance {
+    loss: 5e-5,
+    weight: 2e-3,
+};
+
 /// The distributed optimizer with the default layout.
 fn distributed_optimizer() -> ParallelSettings {
     ParallelSettings {
@@ -419,12 +429,24 @@ rank_test!(cp2_matches_single_process, 2, |world| {
         2,
         FP32,
     );
+    // Qwen3.5: each Gated DeltaNet layer gathers its input into sequence order, runs the
+    // whole recurrence on both ranks and keeps its own positions.
+    let cfg = tiny_qwen3_5_config(false);
+    fp32_matches(
+        &world,
+        cp2,
+        &cfg,
+        false,
+        distributed_optimizer(),
+        2,
+        A_LOG_DRIFT,
+    );
 });
 
 rank_test!(tp2_cp2_matches_single_process, 4, |world| {
     // TP=2 x CP=2 on 4 ranks with sequence parallelism (Qwen3's per-head norms): each CP
     // rank's positions split again over TP between the tensor-parallel layers (10 positions
-    // padded to 16).
+    // padded to 16); then Qwen3.5-MoE.
     let mut cfg = tiny_config(true);
     cfg.model_type = "qwen3".into();
     let settings = distributed_optimizer();
@@ -435,6 +457,17 @@ rank_test!(tp2_cp2_matches_single_process, 4, |world| {
         dp: 1,
     };
     fp32_matches(&world, g, &cfg, true, settings, 2, FP32);
+    // Qwen3.5-MoE: DeltaNet heads split over TP, sequences over CP, experts over TP.
+    let cfg = tiny_qwen3_5_config(true);
+    fp32_matches(
+        &world,
+        g,
+        &cfg,
+        true,
+        distributed_optimizer(),
+        2,
+        A_LOG_DRIFT,
+    );
 });
 
 rank_test!(qwen3_5_pp2_and_dp2_match_single_process, 2, |world| {
@@ -490,3 +523,71 @@ fn qwen3_5_moe_matches_single_process(world: &ProcessGroup, g: Grid, sequence_pa
     let settings = distributed_optimizer();
     fp32_matches(world, g, &cfg, sequence_parallel, settings, 2, MOE_DRIFT);
 }
+
+rank_test!(qwen3_5_cp2_gradients_equal_one_process, 2, |world| {
+    // One forward and backward of a Qwen3.5 under context parallel 2 (every Gated DeltaNet
+    // layer gathering whole sequences, each rank keeping its positions' outputs): after the
+    // gradients are summed over the group, every parameter's equals the single process's.
+    let cfg = tiny_qwen3_5_config(false);
+    let layout = RankLayout::megatron(1, 2, 1, 1).unwrap();
+    let groups = ProcessGroups::new(&world, &layout).unwrap();
+    let mut m = MegatronModule::with_sequence_parallel(
+        &cfg,
+        HeadKind::CausalLm,
+        Some(groups),
+        Device::Cpu,
+        Kind::Float,
+        false,
+    )
+    .unwrap();
+    let (vs, model) = reference_model(&cfg, Kind::Float);
+    m.load_full(&full_weights(&vs)).unwrap();
+    // The replicated optimizer: its gradient finalisation sums the group's gradients.
+    let settings = ParallelSettings::default();
+    m.build_optimizer(optim_config(), make_groups, settings, LossScaling::LINKED)
+        .unwrap();
+    let (ids, mask, pos) = batch(&cfg, ROWS, LEN);
+    let n = token_count(&mask);
+    let mbs = vec![MicroBatch {
+        input_ids: ids.shallow_clone(),
+        position_ids: pos.shallow_clone(),
+        attention_mask: Some(mask.shallow_clone()),
+    }];
+    m.zero_grad().unwrap();
+    m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {
+        let b = &mbs[mb];
+        let lp = model
+            .next_token_log_probs(
+                tape,
+                hidden,
+                &b.input_ids,
+                (0, LEN - 1),
+                1.0,
+                TokenStats::default(),
+                (TopK::Off, None),
+            )?
+            .log_probs;
+        Ok(masked_sum(&lp, b.attention_mask.as_ref().unwrap()) * (1.0 / n))
+    })
+    .unwrap();
+    m.finalize_grads().unwrap();
+    let logits = model.forward(&ids, &pos, Some(&mask), None);
+    let lp = runtime::rollout::logprob::log_probs_from_logits(
+        &logits.narrow(1, 0, LEN - 1),
+        &ids.narrow(1, 1, LEN - 1),
+    );
+    (masked_sum(&lp, &mask) / n).backward();
+    let reference = vs.variables();
+    let params = m.model.params();
+    assert_eq!(params.len(), reference.len());
+    for p in params {
+        let theirs = reference[&p.name].grad();
+        let d = max_diff(&p.tensor.grad(), &theirs);
+        let scale = theirs.abs().max().double_value(&[]);
+        assert!(
+            d <= 1e-5 * scale + 1e-9,
+            "{}: gradient differs by {d:e} (largest {scale:e})",
+            p.name
+        );
+    }
+});

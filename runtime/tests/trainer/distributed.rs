@@ -488,6 +488,19 @@ fn megatron_context_parallel_matches_one_process_and_resumes_exactly() {
     }
 }
 
+/// Megatron with context parallelism 2 on a tiny Qwen3.5 (three Gated DeltaNet layers, each
+/// gathering whole sequences and keeping its rank's positions, and a gated attention layer
+/// gathering keys and values): matches one process and resumes exactly.
+#[test]
+fn megatron_context_parallel_qwen3_5_matches_one_process_and_resumes_exactly() {
+    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=4&hidden=64&heads=4&kv_heads=2&arch=qwen3_5'".to_owned()];
+    let cp2 = ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"]
+        .map(|role| format!("{role}.megatron.context_parallel_size=2"));
+    megatron_layout_matches_one_process("cp2_qwen3_5", (&shared, &cp2), 2, |m| {
+        m.context_parallel == 2
+    });
+}
+
 /// The tool agent loop on Megatron at TP=2: the rollout replica is both ranks, which decode
 /// in lockstep; the leader (tensor rank 0) runs the tools and hands every answer to the other,
 /// so both ranks run the same trajectories and report the same metrics.

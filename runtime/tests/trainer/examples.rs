@@ -458,10 +458,10 @@ struct Lowered {
 /// told from its `model.path` (the examples name Hub ids or local copies of them) and its
 /// `model_engine`: Llama, Qwen2/2.5 and Qwen3 dense, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE and
 /// Qwen3-Next on FSDP and on Megatron (experts split over TP or whole, over expert-parallel
-/// ranks; Gated DeltaNet layers without context parallelism). Vision-language models,
+/// ranks; Gated DeltaNet layers under any of its layouts). Vision-language models,
 /// DeepSeek-style and other families are not (yet), nor the engines of 0.8+ verlc does not
 /// lower (VeOmni, TorchTitan, MindSpeed, AutoModel: one B018 each).
-fn implements_model(overrides: &[String], config_name: &str) -> bool {
+fn implements_model(overrides: &[String]) -> bool {
     let foreign_engine = overrides.iter().any(|o| {
         o.trim_start_matches('+')
             .strip_prefix("model_engine=")
@@ -494,19 +494,7 @@ fn implements_model(overrides: &[String], config_name: &str) -> bool {
     if NOT.iter().any(|n| path.contains(n)) {
         return false;
     }
-    let megatron = config_name.starts_with("ppo_megatron")
-        || overrides
-            .iter()
-            .any(|o| o == "model_engine=megatron" || o.ends_with("actor.strategy=megatron"));
-    // Gated DeltaNet layers run on Megatron without context parallelism.
-    let qwen3_5 = ["qwen3.5", "qwen3_5", "qwen3-next", "qwen3_next"]
-        .iter()
-        .any(|n| path.contains(n));
-    let context_parallel = overrides.iter().any(|o| {
-        o.strip_prefix("actor_rollout_ref.actor.megatron.context_parallel_size=")
-            .is_some_and(|v| v.trim() != "1")
-    });
-    !(megatron && qwen3_5 && context_parallel)
+    true
 }
 
 /// The calls of `fixture`: each script, the config it composes and its overrides. The calls
@@ -633,7 +621,7 @@ fn lower_fixture(
             continue;
         }
         out.accepted += 1;
-        let implemented = implements_model(&overrides, &base);
+        let implemented = implements_model(&overrides);
         out.implemented += usize::from(implemented);
         let policy = tiny_for(&overrides);
         let tools = tools_for(&overrides);
