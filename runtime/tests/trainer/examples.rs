@@ -257,7 +257,9 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
 
 /// The example's parallel degrees clipped to the 2 ranks: each at most 2, and a role's
 /// context × tensor × pipeline parallelism at most the world (tensor parallelism gives way to
-/// context parallelism, pipeline stages to both, when an example asks for several). The rollout's own degrees were set above.
+/// context parallelism, pipeline stages to both, when an example asks for several), and
+/// expert parallelism at most the ranks that layout leaves it. The rollout's own degrees
+/// were set above.
 fn clip_parallel(overrides: &mut [String]) {
     const DEGREES: [&str; 6] = [
         "tensor_model_parallel_size",
@@ -307,12 +309,37 @@ fn clip_parallel(overrides: &mut [String]) {
         if let Some((prefix, n, v)) = degree(o).filter(|(_, n, _)| {
             matches!(
                 *n,
-                "expert_model_parallel_size"
-                    | "expert_tensor_parallel_size"
-                    | "ulysses_sequence_parallel_size"
+                "expert_tensor_parallel_size" | "ulysses_sequence_parallel_size"
             )
         }) {
             *o = format!("{prefix}{n}={}", v.min(WORLD));
+        }
+    }
+    // Expert parallelism within what the role's clipped layout leaves it, as in the example's
+    // own layout: the data-parallel ranks, or with whole experts (expert TP 1 under TP) the
+    // tensor x data-parallel ranks.
+    let clipped: Vec<(String, &str, usize)> = overrides.iter().filter_map(|o| degree(o)).collect();
+    let of = |prefix: &str, name: &str| {
+        clipped
+            .iter()
+            .find(|(p, n, _)| p == prefix && *n == name)
+            .map(|(.., v)| *v)
+    };
+    for o in overrides.iter_mut() {
+        if let Some((prefix, n, v)) =
+            degree(o).filter(|(_, n, _)| *n == "expert_model_parallel_size")
+        {
+            let tp = of(&prefix, "tensor_model_parallel_size")
+                .unwrap_or(1)
+                .max(1);
+            let pp = of(&prefix, "pipeline_model_parallel_size")
+                .unwrap_or(1)
+                .max(1);
+            let cp = of(&prefix, "context_parallel_size").unwrap_or(1).max(1);
+            let dp = (WORLD / (tp * pp * cp)).max(1);
+            let whole = tp > 1 && of(&prefix, "expert_tensor_parallel_size") == Some(1);
+            let room = if whole { tp * dp } else { dp };
+            *o = format!("{prefix}{n}={}", v.min(room));
         }
     }
 }
