@@ -217,13 +217,15 @@ impl GatedDeltaNet {
     pub fn mix(&self, p: &Projected, heads: HeadSlice, state: Option<&mut LinearState>) -> Tensor {
         let (b, t) = (p.mixed.size()[0], p.mixed.size()[1]);
         let (kh, vh) = (self.key_heads / heads.parts, self.value_heads / heads.parts);
-        let mixed = p.mixed.transpose(1, 2);
         let beta = p.b.sigmoid();
         let (mixed, mut state) = match state {
-            Some(s) => (self.conv_with_state(&mixed, &mut s.conv), Some(s)),
-            None => (self.conv(&mixed, heads), None),
+            Some(s) => {
+                let y = self.conv_with_state(&p.mixed.transpose(1, 2), &mut s.conv);
+                (y.transpose(1, 2), Some(s))
+            }
+            None => (self.conv(&p.mixed, heads), None),
         };
-        let mixed = mixed.silu().transpose(1, 2);
+        let mixed = mixed.silu();
         let (kd, vd) = (kh * self.key_dim, vh * self.value_dim);
         let parts = mixed.split_with_sizes([kd, kd, vd], -1);
         let mut q = parts[0].reshape([b, t, kh, self.key_dim]);
@@ -317,18 +319,26 @@ impl GatedDeltaNet {
             .then(|| (self.key_heads / parts, self.value_heads / parts))
     }
 
-    /// Causal depthwise convolution of `x` `(B, C, T)` (the channels of `heads`) from an
-    /// empty prefix.
+    /// Causal depthwise convolution of `x` `(B, T, C)` (the channels of `heads`) from an
+    /// empty prefix, in that layout: `y[t] = sum_j w[j] * x[t - (kernel - 1) + j]` per
+    /// channel, as `kernel` shifted products (cheaper, forward and backward, than a
+    /// depthwise `conv1d` with its transposes at these widths).
     fn conv(&self, x: &Tensor, heads: HeadSlice) -> Tensor {
-        let t = x.size()[2];
+        let t = x.size()[1];
         let w = if heads.parts == 1 {
-            self.conv1d.to_kind(x.kind())
+            self.conv1d.shallow_clone()
         } else {
             let index = self.channels(heads).to_device(x.device());
-            self.conv1d.index_select(0, &index).to_kind(x.kind())
+            self.conv1d.index_select(0, &index)
         };
-        x.conv1d(&w, None::<Tensor>, [1], [self.kernel - 1], [1], x.size()[1])
-            .narrow(2, 0, t)
+        // (C, 1, kernel) -> (kernel, C): tap j of every channel.
+        let taps = w.to_kind(x.kind()).squeeze_dim(1).transpose(0, 1);
+        let padded = x.constant_pad_nd([0, 0, self.kernel - 1, 0]);
+        let mut y = padded.narrow(1, 0, t) * taps.get(0);
+        for j in 1..self.kernel {
+            y = y + padded.narrow(1, j, t) * taps.get(j);
+        }
+        y
     }
 
     /// The convolution continuing after the inputs in `prev` `(B, C, kernel - 1)`, which
@@ -457,11 +467,20 @@ pub fn chunk_gated_delta_rule(
     let chunk_decay = last.exp().unsqueeze(-1); // (B, H, N, 1, 1)
     let mut state = start_state(initial, [b, h, dk, dv], device);
     let mut outs = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let v_new = new_values.select(2, i) - k_cumdecay.select(2, i).matmul(&state);
-        let inter = q.select(2, i).matmul(&state);
-        outs.push(inter + intra.select(2, i).matmul(&v_new));
-        state = &state * chunk_decay.select(2, i) + k.select(2, i).transpose(-1, -2).matmul(&v_new);
+    // Chunks as views of one unbind each: its backward stacks the chunks' gradients once
+    // (a `select` per chunk would write a whole zero tensor per chunk).
+    let (new_values, k_cumdecay) = (new_values.unbind(2), k_cumdecay.unbind(2));
+    let (q, intra, k, chunk_decay) = (
+        q.unbind(2),
+        intra.unbind(2),
+        k.unbind(2),
+        chunk_decay.unbind(2),
+    );
+    for i in 0..n as usize {
+        let v_new = &new_values[i] - k_cumdecay[i].matmul(&state);
+        let inter = q[i].matmul(&state);
+        outs.push(inter + intra[i].matmul(&v_new));
+        state = &state * &chunk_decay[i] + k[i].transpose(-1, -2).matmul(&v_new);
     }
     let out = Tensor::stack(&outs, 2)
         .reshape([b, h, n * chunk, dv])
