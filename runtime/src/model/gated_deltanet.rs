@@ -336,7 +336,7 @@ impl GatedDeltaNet {
         let padded = x.constant_pad_nd([0, 0, self.kernel - 1, 0]);
         let mut y = padded.narrow(1, 0, t) * taps.get(0);
         for j in 1..self.kernel {
-            y = y + padded.narrow(1, j, t) * taps.get(j);
+            y += padded.narrow(1, j, t) * taps.get(j);
         }
         y
     }

@@ -207,13 +207,8 @@ pub fn load_weights(
         for (name, view) in st.tensors() {
             let name = text_model_name(name);
             if !vars.contains_key(&name) && ckpt.fused.is_none() {
-                if opts.strict_unexpected && !ignorable(&name) {
-                    return Err(ModelError::Unexpected {
-                        file: file.clone(),
-                        tensor: name,
-                    });
-                }
-                report.unexpected.push(name);
+                // Skipped unread (a multimodal checkpoint's vision tower, say).
+                unexpected(name, file, opts, &mut report)?;
                 continue;
             }
             let kind = kind_of(view.dtype()).ok_or_else(|| ModelError::Dtype {
@@ -225,13 +220,7 @@ pub fn load_weights(
             let stored = Tensor::f_from_data_size(view.data(), &shape, kind)?;
             for (name, src) in ckpt.held(file, name, stored)? {
                 let Some(var) = vars.get(&name) else {
-                    if opts.strict_unexpected && !ignorable(&name) {
-                        return Err(ModelError::Unexpected {
-                            file: file.clone(),
-                            tensor: name,
-                        });
-                    }
-                    report.unexpected.push(name);
+                    unexpected(name, file, opts, &mut report)?;
                     continue;
                 };
                 let src = match opts.shard.and_then(|f| f(&name)) {
@@ -274,6 +263,24 @@ pub fn load_weights(
     }
     report.missing = allowed.into_iter().cloned().collect();
     Ok(report)
+}
+
+/// A checkpoint tensor the model has no variable for: an error under
+/// [`LoadOptions::strict_unexpected`] (unless [`ignorable`]), else listed in the report.
+fn unexpected(
+    name: String,
+    file: &Path,
+    opts: &LoadOptions,
+    report: &mut LoadReport,
+) -> Result<(), ModelError> {
+    if opts.strict_unexpected && !ignorable(&name) {
+        return Err(ModelError::Unexpected {
+            file: file.to_owned(),
+            tensor: name,
+        });
+    }
+    report.unexpected.push(name);
+    Ok(())
 }
 
 /// Tensors a checkpoint may carry that are never parameters: a tied head, rotary tables, and

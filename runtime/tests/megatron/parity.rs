@@ -102,19 +102,7 @@ pub(crate) fn train_steps(
         m.zero_grad().unwrap();
         let mut acc = 0.0;
         m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {
-            let b = &mbs[mb];
-            let lp = model
-                .next_token_log_probs(
-                    tape,
-                    hidden,
-                    &b.input_ids,
-                    (0, LEN - 1),
-                    1.0,
-                    TokenStats::default(),
-                    (TopK::Off, None),
-                )?
-                .log_probs;
-            let sum = masked_sum(&lp, b.attention_mask.as_ref().unwrap());
+            let sum = log_prob_sum(model, tape, hidden, &mbs[mb])?;
             acc += sum.double_value(&[]);
             // The micro-batch's share of the global mean, times DP (gradients are averaged).
             Ok(sum * (dp_size as f64 / n))
@@ -130,6 +118,28 @@ pub(crate) fn train_steps(
         norms.push(out.grad_norm.unwrap_or(f64::NAN));
     }
     (losses, norms)
+}
+
+/// The sum of micro-batch `b`'s next-token log-probs over its real tokens, from the last
+/// stage's `hidden` states.
+fn log_prob_sum(
+    model: &runtime::megatron::ParallelModel,
+    tape: &mut runtime::dist::mappings::Tape,
+    hidden: &Tensor,
+    b: &MicroBatch,
+) -> runtime::megatron::Result<Tensor> {
+    let lp = model
+        .next_token_log_probs(
+            tape,
+            hidden,
+            &b.input_ids,
+            (0, LEN - 1),
+            1.0,
+            TokenStats::default(),
+            (TopK::Off, None),
+        )?
+        .log_probs;
+    Ok(masked_sum(&lp, b.attention_mask.as_ref().unwrap()))
 }
 
 /// Relative tolerance of the losses and absolute tolerance of the final weights.
@@ -555,19 +565,7 @@ rank_test!(qwen3_5_cp2_gradients_equal_one_process, 2, |world| {
     }];
     m.zero_grad().unwrap();
     m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {
-        let b = &mbs[mb];
-        let lp = model
-            .next_token_log_probs(
-                tape,
-                hidden,
-                &b.input_ids,
-                (0, LEN - 1),
-                1.0,
-                TokenStats::default(),
-                (TopK::Off, None),
-            )?
-            .log_probs;
-        Ok(masked_sum(&lp, b.attention_mask.as_ref().unwrap()) * (1.0 / n))
+        Ok(log_prob_sum(model, tape, hidden, &mbs[mb])? * (1.0 / n))
     })
     .unwrap();
     m.finalize_grads().unwrap();
