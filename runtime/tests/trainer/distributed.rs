@@ -501,6 +501,22 @@ fn megatron_context_parallel_qwen3_5_matches_one_process_and_resumes_exactly() {
     });
 }
 
+/// Megatron with tensor parallel 2 on a tiny Qwen3-Next (its DeltaNet heads and experts split
+/// over TP): checkpoints are written with its fused DeltaNet projections, and the resumed run
+/// loads each rank's shards from them.
+#[test]
+fn megatron_tensor_parallel_qwen3_next_matches_one_process_and_resumes_exactly() {
+    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=4&hidden=64&heads=4&kv_heads=2&arch=qwen3_next&experts=4&experts_per_tok=4&moe_intermediate=32'".to_owned()];
+    let tp2: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"]
+        .iter()
+        .map(|role| format!("{role}.megatron.tensor_model_parallel_size=2"))
+        .chain(["actor_rollout_ref.rollout.tensor_model_parallel_size=2".to_owned()])
+        .collect();
+    megatron_layout_matches_one_process("tp2_qwen3_next", (&shared, &tp2), 2, |m| {
+        m.tensor_parallel == 2
+    });
+}
+
 /// The tool agent loop on Megatron at TP=2: the rollout replica is both ranks, which decode
 /// in lockstep; the leader (tensor rank 0) runs the tools and hands every answer to the other,
 /// so both ranks run the same trajectories and report the same metrics.
