@@ -19,6 +19,10 @@
 //! the token. An expert's weight gradient then holds the contributions of every rank of the
 //! group's tokens; the router's only its own rank's.
 //!
+//! Under Megatron's tensor parallelism an expert is split like a dense MLP (expert tensor
+//! parallel = TP: [`SparseMoe::try_partial`]) or kept whole (expert tensor parallel 1:
+//! [`SparseMoe::try_share`], each tensor rank routing its share of the replicated tokens).
+//!
 //! Qwen3.5-MoE adds a shared expert (`mlp.shared_expert`, a SwiGLU MLP of
 //! `shared_expert_intermediate_size` every token runs through) scaled per token by
 //! `sigmoid(mlp.shared_expert_gate(x))`.
