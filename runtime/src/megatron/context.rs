@@ -6,13 +6,13 @@
 //!   `r` holds chunks `r` and `2 * CP - 1 - r`. Under a causal mask the early chunks attend to
 //!   few keys and the late ones to many; pairing them gives every rank the same work.
 //! - **Attention**: each layer's keys and values are all-gathered over the group (their
-//!   gradients reduce-scattered back; [`crate::tp::TrainingRegions::keys_values`]), and the
+//!   gradients reduce-scattered back; [`crate::model::layers::Regions::keys_values`] of [`crate::tp::TrainingRegions`]), and the
 //!   local queries attend to them under a mask built from true positions
 //!   ([`ContextParallel::attention_mask`]).
 //! - **Gated DeltaNet layers** (a recurrence along the sequence): the layer's input is
 //!   all-gathered into sequence order, every rank runs the whole recurrence and keeps its own
 //!   positions' outputs (the input's gradient reduce-scattered back;
-//!   [`crate::tp::TrainingRegions::whole_sequences`]). Its parameters' gradients on a rank
+//!   [`crate::model::layers::Regions::whole_sequences`] of [`crate::tp::TrainingRegions`]). Its parameters' gradients on a rank
 //!   are those of its own positions' outputs, and the group's sum is the whole gradient, as
 //!   for every other parameter. These layers' activations are not split (each rank holds
 //!   whole sequences there); everything else in a layer is per token.
@@ -133,7 +133,7 @@ impl ContextParallel {
     }
 
     /// The attention mask `(B, 1, T / CP, T)` of this rank's queries over the keys in gathered
-    /// order (what [`crate::tp::TrainingRegions::keys_values`] yields): a key is seen when it
+    /// order (what [`crate::model::layers::Regions::keys_values`] of [`crate::tp::TrainingRegions`] yields): a key is seen when it
     /// is a real token (`valid` (B, T), 1 for real) at or before the query, and every query
     /// sees itself (so padded rows stay finite, as [`crate::model::causal_padding_mask`]).
     pub fn attention_mask(&self, valid: &Tensor) -> Result<Tensor> {

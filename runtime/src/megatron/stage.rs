@@ -459,7 +459,7 @@ impl ParallelModel {
                 || name.ends_with("o_proj.bias")
                 || name.ends_with("down_proj.bias");
             // A router's logits weigh each rank's partial expert outputs: its weight's
-            // gradient is partial on every TP rank (see `model::moe::SparseMoe::partial`).
+            // gradient is partial on every TP rank (see `model::moe::SparseMoe::try_partial`).
             let router = name.ends_with("mlp.gate.weight")
                 || name.ends_with("mlp.shared_expert_gate.weight");
             // Whole experts every tensor rank holds see that rank's share of the tokens

@@ -212,7 +212,7 @@ impl GatedDeltaNet {
     }
 
     /// The recurrence over the projections `p` of heads `heads` (their channels only, in
-    /// the order of [`Projected::heads`]): convolution, delta rule and gated norm;
+    /// the order of [`GatedDeltaNet::select_heads`]): convolution, delta rule and gated norm;
     /// `(B, T, local value heads * d_v)`.
     pub fn mix(&self, p: &Projected, heads: HeadSlice, state: Option<&mut LinearState>) -> Tensor {
         let (b, t) = (p.mixed.size()[0], p.mixed.size()[1]);

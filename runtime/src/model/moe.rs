@@ -171,7 +171,7 @@ impl SparseMoe {
     }
 
     /// Whether the experts are split over a tensor-parallel group (their `down_proj` by
-    /// rows): then [`SparseMoe::partial`] is this rank's share of the output.
+    /// rows): then [`SparseMoe::try_partial`] is this rank's share of the output.
     pub fn is_split(&self) -> bool {
         self.experts.first().is_some_and(Mlp::is_split)
     }
