@@ -236,6 +236,49 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
     assert!(stdout.contains("total_training_steps: 7"), "{stdout}");
 }
 
+/// A trainer built from another release's tree (`--config-dir`, verl 0.8.0's, which verlc
+/// has no built-in tree of) carries it: its run-time overrides are judged against 0.8.0, whose
+/// `rollout.skip` section verl 0.9 moved to the `skip` group.
+#[test]
+fn a_config_dir_trainer_judges_its_overrides_against_that_tree() {
+    let tree = checkout().join(".venv/verl-releases/0.8.0/verl/trainer/config");
+    if !libtorch_available() || !tree.is_dir() {
+        eprintln!("skipped: no libtorch or no verl 0.8.0 tree (run scripts/setup)");
+        return;
+    }
+    let out_dir = tempfile::tempdir().expect("temp dir");
+    let trainer = out_dir.path().join("trainer");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test");
+    let (code, _, stderr) = run(verlc()
+        .args(["build", "examples/quickstart.yaml", "--config-dir"])
+        .arg(&tree)
+        .arg("-o")
+        .arg(&trainer)
+        .env("VERLC_PYTHON", "")
+        .env("VERLC_CACHE_DIR", &cache)
+        .env("VERLC_TARGET_DIR", workspace_target()));
+    assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
+    let run_trainer = |args: &[&str]| {
+        let mut c = Command::new(&trainer);
+        c.current_dir(out_dir.path()).args(args);
+        run(&mut c)
+    };
+    // 0.8.0's key is the trainer's too (on 0.9.1's tree it is an error: moved).
+    let (code, stdout, stderr) = run_trainer(&[
+        "--print-config",
+        "actor_rollout_ref.rollout.skip.enable=false",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("adv_estimator: grpo"), "{stdout}");
+    // A key verl added in 0.9.0 is not in this trainer's tree.
+    let (code, _, stderr) = run_trainer(&["--check", "trainer.use_v1=false"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error[H011]") && stderr.contains("trainer.use_v1"),
+        "{stderr}"
+    );
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write config");

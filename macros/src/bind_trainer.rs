@@ -18,6 +18,7 @@ const KEYS: &[&str] = &[
     "config_hash",
     "source",
     "verl_release",
+    "verl_tree",
     "runtime",
 ];
 
@@ -75,6 +76,7 @@ struct Input {
     config_hash: Option<LitStr>,
     source: Option<LitStr>,
     verl_release: Option<LitStr>,
+    verl_tree: Option<Expr>,
     runtime: Option<Path>,
 }
 
@@ -137,6 +139,7 @@ impl Parse for Input {
                 "config_hash" => set(&mut out.config_hash, &key, input.parse()?)?,
                 "source" => set(&mut out.source, &key, input.parse()?)?,
                 "verl_release" => set(&mut out.verl_release, &key, input.parse()?)?,
+                "verl_tree" => set(&mut out.verl_tree, &key, input.parse()?)?,
                 "runtime" => set(&mut out.runtime, &key, input.parse()?)?,
                 other => {
                     let mut msg = format!(
@@ -176,6 +179,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         config_hash,
         source,
         verl_release,
+        verl_tree,
         runtime,
     } = syn::parse2(input)?;
 
@@ -227,11 +231,14 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     // The verl release the config was composed and judged against (run-time overrides are
     // judged against it too); empty: the runtime's default.
     let verl_release = verl_release.map_or_else(|| quote!(""), |l| quote!(#l));
+    // The `--config-dir` tree the config was judged against (JSON), carried so run-time
+    // overrides are judged against it too; empty for verlc's built-in trees.
+    let verl_tree = verl_tree.map_or_else(|| quote!(""), |e| quote!(#e));
     Ok(quote! {
         fn main() -> ::std::process::ExitCode {
             #rt::binding::main::<#s_ty, #p_ty>(
                 #config,
-                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source, spec: #spec, bound_keys: #bound_keys, verl_release: #verl_release },
+                #rt::binding::BuildInfo { verlc_version: #version, config_hash: #hash, source: #source, spec: #spec, bound_keys: #bound_keys, verl_release: #verl_release, verl_tree: #verl_tree },
             )
         }
     })

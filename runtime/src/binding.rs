@@ -217,6 +217,10 @@ pub struct BuildInfo {
     /// The verl release `verlc build` judged the config against (`0.9.1`): run-time overrides
     /// are judged against the same one. Empty in hand-written instantiations (the newest).
     pub verl_release: &'static str,
+    /// The `--config-dir` tree the config was built from (a
+    /// [`verlc::load::carried_tree::CarriedTree`] as JSON): run-time overrides are composed
+    /// and judged against it. Empty when the build used verlc's built-in tree.
+    pub verl_tree: &'static str,
 }
 
 /// Everything a rank knows before training starts.
@@ -521,8 +525,9 @@ fn resolve(
         }),
         overrides: overrides.to_vec(),
         cwd: std::env::current_dir().unwrap_or_default(),
-        // The built-in tree of the build's release (of its minor version for a release verlc
-        // carries no tree of: a `--config-dir` tree's), else the newest.
+        // The tree the build was judged against: the `--config-dir` tree it carries, else
+        // the built-in tree of its release.
+        config_dir: carried_tree(info)?,
         builtin: BuiltinRelease::same_minor(info.verl_release).unwrap_or_default(),
         ..LoadRequest::default()
     };
@@ -676,6 +681,25 @@ fn refuse_bound_changes(
 
 /// The name diagnostics give the embedded config: `<source stem>.resolved.yaml` (embedded
 /// in this binary), after the config `verlc build` read.
+/// The `--config-dir` tree the binary carries, written out (once per tree, under the
+/// system's temporary directory) for composition; `None` when it was built on verlc's
+/// built-in tree.
+fn carried_tree(info: &BuildInfo) -> Result<Option<std::path::PathBuf>, Exit> {
+    if info.verl_tree.trim().is_empty() {
+        return Ok(None);
+    }
+    let tree: verlc::load::carried_tree::CarriedTree = serde_json::from_str(info.verl_tree)
+        .map_err(|e| Exit::Failed(format!("the embedded verl config tree: {e}")))?;
+    // Named by its content, so every rank (and every run) of this binary shares one copy.
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    info.verl_tree.hash(&mut h);
+    let root = std::env::temp_dir().join(format!("verlc-verl-tree-{:016x}", h.finish()));
+    tree.materialize(&root)
+        .map(Some)
+        .map_err(|e| Exit::Failed(format!("writing the embedded verl config tree: {e}")))
+}
+
 fn embedded_name(info: &BuildInfo) -> String {
     let stem = std::path::Path::new(info.source)
         .file_stem()

@@ -3,6 +3,7 @@
 //! overrides ([`overrides`]) and `${...}` interpolation ([`interp`]); which verl release a
 //! tree is ([`version`]); reading files as untrusted input, within limits ([`read`]).
 
+pub mod carried_tree;
 pub mod compose;
 pub mod interp;
 pub mod node;

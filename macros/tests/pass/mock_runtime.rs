@@ -16,6 +16,7 @@ mod mock {
             pub spec: &'static str,
             pub bound_keys: &'static str,
             pub verl_release: &'static str,
+            pub verl_tree: &'static str,
         }
 
         pub fn main<S, P>(config: &str, info: BuildInfo) -> ExitCode {
@@ -26,6 +27,7 @@ mod mock {
             assert_eq!(info.spec, "{\"binding\": {}}");
             assert_eq!(info.bound_keys, "[]");
             assert_eq!(info.verl_release, "0.9.1");
+            assert_eq!(info.verl_tree, "{\"files\": {}}");
             ExitCode::SUCCESS
         }
     }
@@ -41,5 +43,6 @@ verlc_macros::bind_trainer! {
     config_hash = "sha256:00ff",
     source = "quickstart.yaml",
     verl_release = "0.9.1",
+    verl_tree = "{\"files\": {}}",
     runtime = crate::mock,
 }

@@ -143,6 +143,20 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Compile, u8> {
     }
 
     let paths = Paths::from_env(a.cache_dir.clone(), a.target_dir.clone());
+    // A `--config-dir` tree goes into the trainer, whose run-time overrides are then judged
+    // against it (verlc's built-in trees are in every trainer already).
+    let verl_tree = match &req.config_dir {
+        Some(dir) => match verlc::load::carried_tree::CarriedTree::read(dir)
+            .and_then(|t| serde_json::to_string(&t).map_err(|e| e.to_string()))
+        {
+            Ok(json) => json,
+            Err(e) => {
+                eprintln!("error: reading the config dir {}: {e}", dir.display());
+                return Err(EXIT_ERRORS);
+            }
+        },
+        None => String::new(),
+    };
     let spec = CrateSpec {
         plan: &plan,
         root: &checked.composed.root,
@@ -150,6 +164,7 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Compile, u8> {
         runtime_dir: String::new(),
         macros_dir: String::new(),
         verl_release: checked.release_version.clone(),
+        verl_tree,
     };
     let krate = match codegen::write_crate(spec, &paths) {
         Ok(k) => k,

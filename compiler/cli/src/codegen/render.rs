@@ -41,6 +41,9 @@ pub struct CrateSpec<'a> {
     pub macros_dir: String,
     /// The verl release the config was judged against (`0.9.1`; `Checked::release_version`).
     pub verl_release: String,
+    /// The `--config-dir` tree it was judged against, carried into the trainer
+    /// (`verl_tree.json`, a `CarriedTree`); empty on verlc's built-in tree.
+    pub verl_tree: String,
 }
 
 /// The rendered crate: relative path -> contents.
@@ -185,6 +188,7 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
         ("trainer.yaml", yaml),
         ("trainer.spec.json", spec_json),
         ("trainer.bound.json", bound_json),
+        ("verl_tree.json", spec.verl_tree.clone()),
     ];
     for name in ["Cargo.toml", "build.rs", "src/main.rs"] {
         files.push((name, render(&env, name, &ctx)?));
