@@ -116,7 +116,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // verlc's defaults of the config's flavour, composed at most once: the repairs below
     // put them in place of values the schema refused.
     let builtin = std::cell::OnceCell::new();
-    let defaults = || builtin.get_or_init(|| builtin_defaults(&composed.root));
+    let defaults = || *builtin.get_or_init(|| builtin_defaults(&composed.root));
     // A tree of another verl release: verl's own keys that differ pass through.
     let mut unmodelled: Vec<String> = Vec::new();
     let mut baseline = None;
@@ -450,9 +450,9 @@ fn about_any(d: &Diagnostic, keys: &[String]) -> bool {
         .is_some_and(|k| keys.iter().any(|r| plan::keys_overlap(k, r)))
 }
 
-/// verlc's built-in defaults of `root`'s flavour (Megatron when the actor says so), with
-/// `???` unset as the check's tree has them.
-fn builtin_defaults(root: &Node) -> Node {
+/// verlc's built-in defaults of `root`'s flavour (Megatron when the actor says so), as
+/// composed (a repair unsets the `???` of what it takes from them).
+fn builtin_defaults(root: &Node) -> &'static Node {
     let megatron = root
         .get_path(&["actor_rollout_ref", "actor", "strategy"])
         .and_then(Node::as_str)
@@ -462,7 +462,7 @@ fn builtin_defaults(root: &Node) -> Node {
     } else {
         crate::config::Flavour::Fsdp
     };
-    unset_mandatory(compose::builtin_tree(flavour)).0
+    compose::builtin_tree(flavour)
 }
 
 /// Composition errors after which the tree lacks whole parts.
@@ -517,16 +517,18 @@ fn repair_tree(
         let parent = parent.as_map_mut()?;
         match defaults.get_path(&path) {
             Some(v) => {
+                // The defaults' `???` is "not set" here too (see `unset_mandatory`).
+                let v = unset_mandatory(v).0;
                 let v = if perturbed {
                     perturb(
-                        v,
+                        &v,
                         schema::schema_at(
                             schema::validation_schema(),
                             &crate::load::node::split_key(&key),
                         ),
                     )
                 } else {
-                    v.clone()
+                    v
                 };
                 match parent.get_mut(last) {
                     Some(e) => e.node = v,
