@@ -173,7 +173,7 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
             "qwen3_moe",
             "megatron",
             &["actor_rollout_ref.actor.megatron.expert_model_parallel_size=2"],
-            "expert_model_parallel_size = 2 over 1 data-parallel ranks",
+            "expert_model_parallel_size = 2 over 1 context x data-parallel ranks",
         ),
         (
             "quickstart_megatron.yaml",
@@ -185,7 +185,7 @@ fn build_refuses_a_model_the_bound_strategy_does_not_run() {
                 "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1",
                 "actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
             ],
-            "expert_model_parallel_size = 4 over 2 tensor x data-parallel ranks",
+            "expert_model_parallel_size = 4 over 2 tensor x context x data-parallel ranks",
         ),
         (
             "quickstart_megatron.yaml",

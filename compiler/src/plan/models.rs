@@ -469,17 +469,17 @@ fn moe_on_megatron(model: &str, model_type: &str, setting: &str) -> String {
 
 /// Which expert placement of a Megatron role the engine cannot honour, if any:
 /// - experts split over TP (`expert_tensor_parallel_size` unset or = TP): expert parallelism
-///   over consecutive data-parallel ranks of each tensor rank (it must divide DP), without
-///   context parallelism, with the rollout at the actor's TP (which takes every expert's
-///   slice from its rank);
+///   over the context x data-parallel ranks of each tensor rank (it must divide them), with
+///   the rollout at the actor's TP (which takes every expert's slice from its rank);
 /// - whole experts (expert TP 1 under TP > 1, verl's MoE examples' layout): each tensor rank
 ///   routes its share of the tokens; expert parallelism over consecutive ranks of the
-///   tensor x data-parallel grid (it must divide it), without context parallelism; the
-///   rollout at any TP (it cuts every whole expert to its own split).
+///   tensor x context x data grid (it must divide it); the rollout at any TP (it cuts every
+///   whole expert to its own split).
 ///
 /// Either way tokens are exchanged with all-to-alls, either optimizer takes the experts (the
 /// distributed one shards their state over the ranks holding the same experts; the norm
-/// counts each expert once).
+/// counts each expert once), and context parallelism folds into the expert grid as
+/// Megatron's does.
 fn expert_layout_problem(x: ExpertLayout) -> Option<String> {
     let (ep, tp) = (x.ep, x.tp);
     let etp = x.etp.unwrap_or(tp);
@@ -488,38 +488,24 @@ fn expert_layout_problem(x: ExpertLayout) -> Option<String> {
             "expert_tensor_parallel_size = {etp} with tensor parallel {tp} (it must be 1 or {tp})"
         ));
     }
-    if etp != tp {
-        // Whole experts under tensor parallelism.
-        return if x.cp > 1 {
-            Some(format!(
-                "expert_tensor_parallel_size = 1 with tensor parallel {tp} and context parallel {}",
-                x.cp
-            ))
-        } else if !(tp * x.dp).is_multiple_of(ep) {
-            Some(format!(
-                "expert_model_parallel_size = {ep} over {} tensor x data-parallel ranks (with expert_tensor_parallel_size = 1 it must divide them)",
-                tp * x.dp
-            ))
+    let whole = etp != tp;
+    let room = if whole { tp * x.cp * x.dp } else { x.cp * x.dp };
+    if !room.is_multiple_of(ep.max(1)) {
+        let ranks = if whole {
+            "tensor x context x data-parallel"
         } else {
-            None
+            "context x data-parallel"
         };
+        return Some(format!(
+            "expert_model_parallel_size = {ep} over {room} {ranks} ranks (it must divide them)"
+        ));
     }
-    if ep <= 1 {
-        return None;
+    if ep > 1 && !whole && x.rollout_tp.is_some_and(|r| r != tp) {
+        return Some(format!(
+            "expert_model_parallel_size = {ep} with a rollout tensor parallel size other than the actor's (expert_tensor_parallel_size = 1 allows one)"
+        ));
     }
-    let why = if x.cp > 1 {
-        Some(format!("together with context parallel {}", x.cp))
-    } else if !x.dp.is_multiple_of(ep) {
-        Some(format!(
-            "over {} data-parallel ranks (it must divide them)",
-            x.dp
-        ))
-    } else if x.rollout_tp.is_some_and(|r| r != tp) {
-        Some("with a rollout tensor parallel size other than the actor's (expert_tensor_parallel_size = 1 allows one)".into())
-    } else {
-        None
-    };
-    why.map(|w| format!("expert_model_parallel_size = {ep} {w}"))
+    None
 }
 
 fn read_config(dir: &Path) -> Result<Value, String> {

@@ -80,49 +80,47 @@ impl RankLayout {
 
     /// Megatron's expert layout of this grid: the expert-parallel groups (ranks that hold
     /// different experts) and the expert-data-parallel groups (ranks that hold the same ones).
+    /// Megatron lays experts out over the ranks of a pipeline stage in the order
+    /// `etp-ep-edp`, context parallelism folded in:
     ///
-    /// - Experts split over tensor parallelism (`expert_tensor_parallel_size` = TP, Megatron's
-    ///   `tp-cp-ep-dp-pp`): the data-parallel dimension split into `ep` expert-parallel ranks
-    ///   (fastest) times `dp / ep`; an expert-parallel group is consecutive data-parallel ranks
-    ///   of one tensor rank.
-    /// - Whole experts (`expert_tensor_parallel_size` 1, Megatron's expert order `tp-ep-dp-pp`
-    ///   with expert TP 1): the tensor and data-parallel ranks of a pipeline stage together
-    ///   split into `ep` (fastest) times `tp * dp / ep`, so an expert-parallel group is `ep`
-    ///   consecutive ranks (the tensor group itself when `ep` = TP). Needs context parallel 1.
+    /// - Experts split over tensor parallelism (`expert_tensor_parallel_size` = TP): the
+    ///   context and data-parallel ranks of one tensor rank (`cp * dp`, context fastest) split
+    ///   into `ep` expert-parallel ranks (fastest) times the rest.
+    /// - Whole experts (`expert_tensor_parallel_size` 1): the tensor, context and data-parallel
+    ///   ranks of a stage together (`tp * cp * dp`) split the same way, so an expert-parallel
+    ///   group is `ep` consecutive ranks (the tensor group itself when `ep` = TP).
     pub fn expert_groups(&self, ep: usize, split_over_tp: bool) -> Result<(Partition, Partition)> {
-        let dp = self.size("dp");
-        let folded = if split_over_tp {
-            dp
-        } else {
-            if self.size("cp") > 1 {
-                return Err(DistError::Invalid(
-                    "whole experts (expert tensor parallel 1) with context parallelism".into(),
-                ));
-            }
-            self.size("tp") * dp
-        };
+        let (tp, cp, dp) = (self.size("tp"), self.size("cp"), self.size("dp"));
+        let folded = if split_over_tp { cp * dp } else { tp * cp * dp };
         if ep == 0 || !folded.is_multiple_of(ep) {
             let what = if split_over_tp {
-                "data-parallel size"
+                "context x data-parallel size"
             } else {
-                "tensor x data-parallel size"
+                "tensor x context x data-parallel size"
             };
             return Err(DistError::Invalid(format!(
                 "expert parallel size {ep} does not divide the {what} {folded}"
             )));
         }
-        let dims: Vec<(&str, usize)> = self
-            .dims
-            .iter()
-            .flat_map(|(n, s)| match n.as_str() {
-                "dp" if split_over_tp => vec![("ep", ep), ("edp", dp / ep)],
-                // Whole experts: the tensor dim (fastest) and the data dim (after cp, of size
-                // 1 here) fold into one run of `tp * dp` ranks.
-                "tp" if !split_over_tp => vec![("ep", ep), ("edp", folded / ep)],
-                "dp" | "cp" if !split_over_tp => vec![],
-                _ => vec![(n.as_str(), *s)],
-            })
-            .collect();
+        let folds = |n: &str| {
+            if split_over_tp {
+                matches!(n, "cp" | "dp")
+            } else {
+                matches!(n, "tp" | "cp" | "dp")
+            }
+        };
+        // The folded dims are adjacent in Megatron's order: the first of them becomes
+        // (ep, edp), the others go.
+        let mut dims: Vec<(&str, usize)> = Vec::new();
+        let mut placed = false;
+        for (n, s) in &self.dims {
+            if !folds(n) {
+                dims.push((n.as_str(), *s));
+            } else if !placed {
+                dims.extend([("ep", ep), ("edp", folded / ep)]);
+                placed = true;
+            }
+        }
         let split = RankLayout::with_order(&dims)?;
         Ok((split.groups(&["ep"])?, split.groups(&["edp"])?))
     }
@@ -443,13 +441,14 @@ mod tests {
         assert_eq!(edp.len(), 8);
         // EP 8 does not divide a stage's 4 ranks.
         assert!(l.expert_groups(8, false).is_err());
-        assert!(
-            RankLayout::megatron(2, 2, 1, 1)
-                .unwrap()
-                .expert_groups(2, false)
-                .is_err(),
-            "context parallelism"
-        );
+        // Context parallelism folds in: TP 2 x CP 2, whole experts over EP 2 are the tensor
+        // groups; split experts over EP 2 are the context groups of each tensor rank.
+        let l = RankLayout::megatron(2, 2, 1, 1).unwrap();
+        let (ep, _) = l.expert_groups(2, false).unwrap();
+        assert_eq!(ep, vec![vec![0, 1], vec![2, 3]]);
+        let (ep, edp) = l.expert_groups(2, true).unwrap();
+        assert_eq!(ep, vec![vec![0, 2], vec![1, 3]]);
+        assert_eq!(edp, vec![vec![0], vec![1], vec![2], vec![3]]);
     }
 
     #[test]

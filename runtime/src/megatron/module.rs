@@ -486,8 +486,16 @@ impl MegatronModule {
             // Each rank's backward reached its own positions (and, through the gathered keys
             // and values, the others' queries' use of them): the sum is the whole gradient.
             // Every parameter takes part, so the ranks reduce the same list. (The distributed
-            // optimizer sums them in its reduce-scatter over DP x CP.)
-            cp.all_reduce_many(&self.all_param_grads()?, ReduceOp::Sum)?;
+            // optimizer sums them in its reduce-scatter over DP x CP.) Experts split over an
+            // expert-parallel group, which spans context ranks, hold different experts there:
+            // their gradients already hold the group's tokens and are summed over the ranks
+            // that hold the same experts below.
+            let mut grads = self.all_param_grads_named()?;
+            if groups.experts.is_some() {
+                grads.retain(|(name, _)| !is_expert_param(name));
+            }
+            let grads: Vec<Tensor> = grads.into_iter().map(|(_, g)| g).collect();
+            cp.all_reduce_many(&grads, ReduceOp::Sum)?;
         }
         if let Some(tp) = active(&groups.tp) {
             let partial: Vec<Tensor> = self
@@ -684,8 +692,8 @@ impl MegatronModule {
         Ok(out)
     }
 
-    /// Every parameter's gradient, a zero one set where there was none.
-    fn all_param_grads(&self) -> Result<Vec<Tensor>> {
+    /// Every parameter's gradient by name, a zero one set where there was none.
+    fn all_param_grads_named(&self) -> Result<Vec<(String, Tensor)>> {
         let mut out = Vec::new();
         for p in self.model.params() {
             if !p.tensor.grad().defined() {
@@ -693,7 +701,7 @@ impl MegatronModule {
                 crate::ops::set_grad(&p.tensor, Some(&z))
                     .map_err(crate::optim::OptimError::from)?;
             }
-            out.push(p.tensor.grad());
+            out.push((p.name, p.tensor.grad()));
         }
         Ok(out)
     }

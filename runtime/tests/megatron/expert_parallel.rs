@@ -153,8 +153,22 @@ rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (1, 1), SPLIT_EP2, false, false);
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (1, 1), SPLIT_EP2, false, true);
+        ep_module_matches_one_process(
+            &world,
+            &tiny_moe_config(),
+            (1, 1, 1),
+            SPLIT_EP2,
+            false,
+            false,
+        );
+        ep_module_matches_one_process(
+            &world,
+            &tiny_moe_config(),
+            (1, 1, 1),
+            SPLIT_EP2,
+            false,
+            true,
+        );
     }
 );
 
@@ -170,9 +184,23 @@ rank_test!(
     megatron_module_with_tensor_and_expert_parallelism_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), SPLIT_EP2, true, true);
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (1, 1), SPLIT_EP2, false, true);
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (1, 2), SPLIT_EP2, false, true);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1, 1), SPLIT_EP2, true, true);
+        ep_module_matches_one_process(
+            &world,
+            &tiny_moe_config(),
+            (1, 1, 1),
+            SPLIT_EP2,
+            false,
+            true,
+        );
+        ep_module_matches_one_process(
+            &world,
+            &tiny_moe_config(),
+            (1, 1, 2),
+            SPLIT_EP2,
+            false,
+            true,
+        );
     }
 );
 
@@ -187,15 +215,29 @@ rank_test!(
     megatron_module_with_whole_experts_under_tensor_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP2, true, false);
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP2, true, true);
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP1, false, false);
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP1, true, true);
+        ep_module_matches_one_process(
+            &world,
+            &tiny_moe_config(),
+            (2, 1, 1),
+            WHOLE_EP2,
+            true,
+            false,
+        );
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(
+            &world,
+            &tiny_moe_config(),
+            (2, 1, 1),
+            WHOLE_EP1,
+            false,
+            false,
+        );
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1, 1), WHOLE_EP1, true, true);
         // Qwen3.5-MoE: Gated DeltaNet layers split by heads, whole experts over the tensor
         // group, the shared expert split like a dense MLP.
         let qwen3_5 = tiny_qwen3_5_config(true);
-        ep_module_matches_one_process(&world, &qwen3_5, (2, 1), WHOLE_EP2, true, true);
-        ep_module_matches_one_process(&world, &qwen3_5, (1, 1), SPLIT_EP2, false, false);
+        ep_module_matches_one_process(&world, &qwen3_5, (2, 1, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(&world, &qwen3_5, (1, 1, 1), SPLIT_EP2, false, false);
     }
 );
 
@@ -206,16 +248,50 @@ rank_test!(
     megatron_module_with_whole_experts_over_tensor_and_data_ranks_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1, 1), WHOLE_EP2, true, true);
         ep_module_matches_one_process(
             &world,
             &tiny_moe_config(),
-            (2, 1),
+            (2, 1, 1),
             Experts { ep: 4, whole: true },
             true,
             true,
         );
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 2), WHOLE_EP2, true, false);
+        ep_module_matches_one_process(
+            &world,
+            &tiny_moe_config(),
+            (2, 1, 2),
+            WHOLE_EP2,
+            true,
+            false,
+        );
+    }
+);
+
+// Expert parallelism with context parallelism (Megatron folds the context ranks into the
+// expert grid): on 2 ranks, CP 2 with EP 2 over the context group (each rank routes its
+// positions' tokens to the other's experts), with either optimizer; the context ranks' sum of
+// gradients leaves the experts out (each holds others).
+rank_test!(
+    megatron_module_with_expert_and_context_parallelism_matches_one_process,
+    2,
+    |world| {
+        let cfg = tiny_moe_config();
+        ep_module_matches_one_process(&world, &cfg, (1, 2, 1), SPLIT_EP2, false, false);
+        ep_module_matches_one_process(&world, &cfg, (1, 2, 1), SPLIT_EP2, false, true);
+    }
+);
+
+// On 4 ranks, TP 2 x CP 2: whole experts over EP 2 (the tensor group) with sequence
+// parallelism and the distributed optimizer, and experts split over TP with EP 2 over the
+// context ranks, the replicated optimizer.
+rank_test!(
+    megatron_module_with_tensor_expert_and_context_parallelism_matches_one_process,
+    4,
+    |world| {
+        let cfg = tiny_moe_config();
+        ep_module_matches_one_process(&world, &cfg, (2, 2, 1), WHOLE_EP2, true, true);
+        ep_module_matches_one_process(&world, &cfg, (2, 2, 1), SPLIT_EP2, true, false);
     }
 );
 
@@ -239,7 +315,7 @@ const WHOLE_EP1: Experts = Experts { ep: 1, whole: true };
 fn ep_module_matches_one_process(
     world: &ProcessGroup,
     cfg: &runtime::model::ModelConfig,
-    (tp, pp): (usize, usize),
+    (tp, cp, pp): (usize, usize, usize),
     experts: Experts,
     sequence_parallel: bool,
     distributed: bool,
@@ -256,8 +332,8 @@ fn ep_module_matches_one_process(
     let cfg = cfg.clone();
     let mut setup = Setup::fp32();
     setup.optim.clip_grad = 0.05;
-    let dp = world.size() / (tp * pp);
-    let layout = RankLayout::megatron(tp, 1, pp, dp).unwrap();
+    let dp = world.size() / (tp * cp * pp);
+    let layout = RankLayout::megatron(tp, cp, pp, dp).unwrap();
     let groups = ProcessGroups::with_experts(world, &layout, experts.ep, !experts.whole).unwrap();
     let ep_rank = groups.experts.as_ref().map_or(0, |e| e.ep.rank());
     let mut m = MegatronModule::with_sequence_parallel(
@@ -331,11 +407,11 @@ fn ep_module_matches_one_process(
             .map(|p| p.tensor.numel())
             .sum();
         // The ranks that hold the same experts (with whole experts and no expert
-        // parallelism, experts are dense parameters, sharded over DP).
+        // parallelism, experts are dense parameters, sharded over DP x CP).
         let expert_dp = match (experts.whole, experts.ep) {
-            (true, 1) => dp,
-            (true, ep) => tp * dp / ep,
-            (false, ep) => dp / ep,
+            (true, 1) => cp * dp,
+            (true, ep) => tp * cp * dp / ep,
+            (false, ep) => cp * dp / ep,
         };
         assert!(
             expert_numel * expert_dp <= local_expert_numel + 64 * expert_dp,
@@ -343,7 +419,7 @@ fn ep_module_matches_one_process(
         );
     }
 
-    let (losses, norms) = train_steps(world, &mut m, &cfg, tp, 1);
+    let (losses, norms) = train_steps(world, &mut m, &cfg, tp * cp, 1);
     let weights = m.full_params().unwrap();
     let (ref_losses, ref_weights, ref_norms) =
         reference_run_with_norms(&cfg, STEPS, ROWS, LEN, &setup);

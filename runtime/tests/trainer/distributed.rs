@@ -488,6 +488,25 @@ fn megatron_context_parallel_matches_one_process_and_resumes_exactly() {
     }
 }
 
+/// Megatron with context parallelism 2 and expert parallelism 2 on 2 ranks: the expert-parallel
+/// group is the context group (each rank routes its positions' tokens to the other's experts).
+#[test]
+fn megatron_context_and_expert_parallel_match_one_process_and_resume_exactly() {
+    let layout: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .iter()
+        .flat_map(|role| {
+            [
+                format!("{role}.megatron.context_parallel_size=2"),
+                format!("{role}.megatron.expert_model_parallel_size=2"),
+            ]
+        })
+        .chain(["critic.megatron.context_parallel_size=2".to_owned()])
+        .collect();
+    megatron_layout_matches_one_process("cp2ep2", (&[MOE_ACTOR.into()], &layout), 2, |m| {
+        m.context_parallel == 2 && m.expert_parallel == 2
+    });
+}
+
 /// Megatron with context parallelism 2 on a tiny Qwen3.5 (three Gated DeltaNet layers, each
 /// gathering whole sequences and keeping its rank's positions, and a gated attention layer
 /// gathering keys and values): matches one process and resumes exactly.

@@ -316,8 +316,8 @@ fn clip_parallel(overrides: &mut [String]) {
         }
     }
     // Expert parallelism within what the role's clipped layout leaves it, as in the example's
-    // own layout: the data-parallel ranks, or with whole experts (expert TP 1 under TP) the
-    // tensor x data-parallel ranks.
+    // own layout: the context x data-parallel ranks, or with whole experts (expert TP 1 under
+    // TP) the tensor x context x data-parallel ranks.
     let clipped: Vec<(String, &str, usize)> = overrides.iter().filter_map(|o| degree(o)).collect();
     let of = |prefix: &str, name: &str| {
         clipped
@@ -338,7 +338,7 @@ fn clip_parallel(overrides: &mut [String]) {
             let cp = of(&prefix, "context_parallel_size").unwrap_or(1).max(1);
             let dp = (WORLD / (tp * pp * cp)).max(1);
             let whole = tp > 1 && of(&prefix, "expert_tensor_parallel_size") == Some(1);
-            let room = if whole { tp * dp } else { dp };
+            let room = if whole { tp * cp * dp } else { cp * dp };
             *o = format!("{prefix}{n}={}", v.min(room));
         }
     }
