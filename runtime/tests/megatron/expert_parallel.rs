@@ -153,22 +153,11 @@ rank_test!(
     megatron_module_with_expert_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(
-            &world,
-            &tiny_moe_config(),
-            (1, 1, 1),
-            SPLIT_EP2,
-            false,
-            false,
-        );
-        ep_module_matches_one_process(
-            &world,
-            &tiny_moe_config(),
-            (1, 1, 1),
-            SPLIT_EP2,
-            false,
-            true,
-        );
+        let cases = [
+            ((1, 1, 1), SPLIT_EP2, false, false),
+            ((1, 1, 1), SPLIT_EP2, false, true),
+        ];
+        moe_cases(&world, &tiny_moe_config(), &cases);
     }
 );
 
@@ -184,23 +173,12 @@ rank_test!(
     megatron_module_with_tensor_and_expert_parallelism_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1, 1), SPLIT_EP2, true, true);
-        ep_module_matches_one_process(
-            &world,
-            &tiny_moe_config(),
-            (1, 1, 1),
-            SPLIT_EP2,
-            false,
-            true,
-        );
-        ep_module_matches_one_process(
-            &world,
-            &tiny_moe_config(),
-            (1, 1, 2),
-            SPLIT_EP2,
-            false,
-            true,
-        );
+        let cases = [
+            ((2, 1, 1), SPLIT_EP2, true, true),
+            ((1, 1, 1), SPLIT_EP2, false, true),
+            ((1, 1, 2), SPLIT_EP2, false, true),
+        ];
+        moe_cases(&world, &tiny_moe_config(), &cases);
     }
 );
 
@@ -215,29 +193,20 @@ rank_test!(
     megatron_module_with_whole_experts_under_tensor_parallelism_matches_one_process,
     2,
     |world| {
-        ep_module_matches_one_process(
-            &world,
-            &tiny_moe_config(),
-            (2, 1, 1),
-            WHOLE_EP2,
-            true,
-            false,
-        );
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1, 1), WHOLE_EP2, true, true);
-        ep_module_matches_one_process(
-            &world,
-            &tiny_moe_config(),
-            (2, 1, 1),
-            WHOLE_EP1,
-            false,
-            false,
-        );
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1, 1), WHOLE_EP1, true, true);
+        let cases = [
+            ((2, 1, 1), WHOLE_EP2, true, false),
+            ((2, 1, 1), WHOLE_EP2, true, true),
+            ((2, 1, 1), WHOLE_EP1, false, false),
+            ((2, 1, 1), WHOLE_EP1, true, true),
+        ];
+        moe_cases(&world, &tiny_moe_config(), &cases);
         // Qwen3.5-MoE: Gated DeltaNet layers split by heads, whole experts over the tensor
         // group, the shared expert split like a dense MLP.
-        let qwen3_5 = tiny_qwen3_5_config(true);
-        ep_module_matches_one_process(&world, &qwen3_5, (2, 1, 1), WHOLE_EP2, true, true);
-        ep_module_matches_one_process(&world, &qwen3_5, (1, 1, 1), SPLIT_EP2, false, false);
+        let cases = [
+            ((2, 1, 1), WHOLE_EP2, true, true),
+            ((1, 1, 1), SPLIT_EP2, false, false),
+        ];
+        moe_cases(&world, &tiny_qwen3_5_config(true), &cases);
     }
 );
 
@@ -248,23 +217,12 @@ rank_test!(
     megatron_module_with_whole_experts_over_tensor_and_data_ranks_matches_one_process,
     4,
     |world| {
-        ep_module_matches_one_process(&world, &tiny_moe_config(), (2, 1, 1), WHOLE_EP2, true, true);
-        ep_module_matches_one_process(
-            &world,
-            &tiny_moe_config(),
-            (2, 1, 1),
-            Experts { ep: 4, whole: true },
-            true,
-            true,
-        );
-        ep_module_matches_one_process(
-            &world,
-            &tiny_moe_config(),
-            (2, 1, 2),
-            WHOLE_EP2,
-            true,
-            false,
-        );
+        let cases = [
+            ((2, 1, 1), WHOLE_EP2, true, true),
+            ((2, 1, 1), Experts { ep: 4, whole: true }, true, true),
+            ((2, 1, 2), WHOLE_EP2, true, false),
+        ];
+        moe_cases(&world, &tiny_moe_config(), &cases);
     }
 );
 
@@ -276,9 +234,11 @@ rank_test!(
     megatron_module_with_expert_and_context_parallelism_matches_one_process,
     2,
     |world| {
-        let cfg = tiny_moe_config();
-        ep_module_matches_one_process(&world, &cfg, (1, 2, 1), SPLIT_EP2, false, false);
-        ep_module_matches_one_process(&world, &cfg, (1, 2, 1), SPLIT_EP2, false, true);
+        let cases = [
+            ((1, 2, 1), SPLIT_EP2, false, false),
+            ((1, 2, 1), SPLIT_EP2, false, true),
+        ];
+        moe_cases(&world, &tiny_moe_config(), &cases);
     }
 );
 
@@ -289,11 +249,23 @@ rank_test!(
     megatron_module_with_tensor_expert_and_context_parallelism_matches_one_process,
     4,
     |world| {
-        let cfg = tiny_moe_config();
-        ep_module_matches_one_process(&world, &cfg, (2, 2, 1), WHOLE_EP2, true, true);
-        ep_module_matches_one_process(&world, &cfg, (2, 2, 1), SPLIT_EP2, true, false);
+        let cases = [
+            ((2, 2, 1), WHOLE_EP2, true, true),
+            ((2, 2, 1), SPLIT_EP2, true, false),
+        ];
+        moe_cases(&world, &tiny_moe_config(), &cases);
     }
 );
+
+/// One layout of [`ep_module_matches_one_process`]: (tensor, context, pipeline) parallel
+/// sizes, the experts' placement, sequence parallelism, the distributed optimizer.
+type Case = ((usize, usize, usize), Experts, bool, bool);
+
+fn moe_cases(world: &ProcessGroup, cfg: &runtime::model::ModelConfig, cases: &[Case]) {
+    for &(grid, experts, sequence_parallel, distributed) in cases {
+        ep_module_matches_one_process(world, cfg, grid, experts, sequence_parallel, distributed);
+    }
+}
 
 /// How the test lays out the experts: expert parallel `ep`, each expert split over TP or
 /// `whole` (expert tensor parallel 1).
