@@ -51,22 +51,37 @@ fn workspace_target() -> PathBuf {
         .unwrap_or_else(|| checkout().join("target"))
 }
 
+/// `verlc build <args> -o <temp dir>/trainer` with the build cache the tests share (a stable
+/// cache keeps the generated crate fresh between runs); asserts it built. Returns the temp
+/// dir (alive as long as the caller keeps it), the trainer and the build's stderr.
+fn build_trainer(
+    args: impl IntoIterator<Item = impl AsRef<std::ffi::OsStr>>,
+) -> (tempfile::TempDir, PathBuf, String) {
+    let out_dir = tempfile::tempdir().expect("temp dir");
+    let trainer = out_dir.path().join("trainer");
+    let (code, _, stderr) = run(verlc()
+        .arg("build")
+        .args(args)
+        .arg("-o")
+        .arg(&trainer)
+        .env("VERLC_CACHE_DIR", build_cache())
+        .env("VERLC_TARGET_DIR", workspace_target()));
+    assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
+    (out_dir, trainer, stderr)
+}
+
+/// The build cache the trainer tests share.
+fn build_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test")
+}
+
 #[test]
 fn quickstart_trainer_checks_its_run_time_overrides() {
     if !libtorch_available() {
         eprintln!("skipped: no libtorch (run scripts/setup, or set LIBTORCH)");
         return;
     }
-    let out_dir = tempfile::tempdir().expect("temp dir");
-    let trainer = out_dir.path().join("trainer");
-    // A stable cache keeps the generated crate fresh between runs of this test.
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test");
-    let (code, _, stderr) = run(verlc()
-        .args(["build", "examples/quickstart.yaml", "-o"])
-        .arg(&trainer)
-        .env("VERLC_CACHE_DIR", &cache)
-        .env("VERLC_TARGET_DIR", workspace_target()));
-    assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
+    let (out_dir, trainer, stderr) = build_trainer(["examples/quickstart.yaml"]);
     assert!(
         stderr.contains("(strategy = Fsdp, precision = Fp32; config"),
         "{stderr}"
@@ -230,7 +245,7 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
             "--print-config",
             "trainer.total_training_steps=7",
         ])
-        .env("VERLC_CACHE_DIR", &cache)
+        .env("VERLC_CACHE_DIR", build_cache())
         .env("VERLC_TARGET_DIR", workspace_target()));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("total_training_steps: 7"), "{stdout}");
@@ -246,18 +261,9 @@ fn a_config_dir_trainer_judges_its_overrides_against_that_tree() {
         eprintln!("skipped: no libtorch or no verl 0.8.0 tree (run scripts/setup)");
         return;
     }
-    let out_dir = tempfile::tempdir().expect("temp dir");
-    let trainer = out_dir.path().join("trainer");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test");
-    let (code, _, stderr) = run(verlc()
-        .args(["build", "examples/quickstart.yaml", "--config-dir"])
-        .arg(&tree)
-        .arg("-o")
-        .arg(&trainer)
-        .env("VERLC_PYTHON", "")
-        .env("VERLC_CACHE_DIR", &cache)
-        .env("VERLC_TARGET_DIR", workspace_target()));
-    assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
+    let quickstart = std::ffi::OsStr::new("examples/quickstart.yaml");
+    let config_dir = std::ffi::OsStr::new("--config-dir");
+    let (out_dir, trainer, _) = build_trainer([quickstart, config_dir, tree.as_os_str()]);
     let run_trainer = |args: &[&str]| {
         let mut c = Command::new(&trainer);
         c.current_dir(out_dir.path()).args(args);
@@ -376,15 +382,7 @@ fn torchrun_two_nodes_run_the_tensor_and_data_parallel_layout() {
         eprintln!("skipped: no torchrun in .venv (run scripts/setup)");
         return;
     }
-    let out_dir = tempfile::tempdir().expect("temp dir");
-    let trainer = out_dir.path().join("trainer");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test");
-    let (code, _, stderr) = run(verlc()
-        .args(["build", "examples/quickstart_megatron.yaml", "-o"])
-        .arg(&trainer)
-        .env("VERLC_CACHE_DIR", &cache)
-        .env("VERLC_TARGET_DIR", workspace_target()));
-    assert_eq!(code, Some(0), "verlc build failed:\n{stderr}");
+    let (out_dir, trainer, _) = build_trainer(["examples/quickstart_megatron.yaml"]);
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -679,8 +679,6 @@ fn refuse_bound_changes(
     )))
 }
 
-/// The name diagnostics give the embedded config: `<source stem>.resolved.yaml` (embedded
-/// in this binary), after the config `verlc build` read.
 /// The `--config-dir` tree the binary carries, written out (once per tree, under the
 /// system's temporary directory) for composition; `None` when it was built on verlc's
 /// built-in tree.
@@ -700,6 +698,8 @@ fn carried_tree(info: &BuildInfo) -> Result<Option<std::path::PathBuf>, Exit> {
         .map_err(|e| Exit::Failed(format!("writing the embedded verl config tree: {e}")))
 }
 
+/// The name diagnostics give the embedded config: `<source stem>.resolved.yaml` (embedded
+/// in this binary), after the config `verlc build` read.
 fn embedded_name(info: &BuildInfo) -> String {
     let stem = std::path::Path::new(info.source)
         .file_stem()

@@ -30,10 +30,11 @@ const DECODERS: [&str; 9] = [
 /// placed as [`expert_layout_problem`] says.
 const MOE_DECODERS: [&str; 4] = ["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"];
 
-/// Model types with linear-attention (Gated DeltaNet) layers: their recurrent state runs
-/// along the whole sequence; they train on FSDP (under Ulysses on a share of the heads) and on
-/// Megatron without context parallelism.
-const LINEAR_ATTENTION_DECODERS: [&str; 5] = [
+/// Model types with linear-attention (Gated DeltaNet) layers among gated attention (Qwen3.5's
+/// and Qwen3-Next): their recurrent state runs along the whole sequence; under Ulysses they
+/// run whole sequences on a share of the heads, under context parallelism each DeltaNet layer
+/// gathers whole sequences.
+pub(crate) const LINEAR_ATTENTION_DECODERS: [&str; 5] = [
     "qwen3_5",
     "qwen3_5_text",
     "qwen3_5_moe",

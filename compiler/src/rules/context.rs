@@ -214,10 +214,9 @@ impl ModelDims {
     /// Whether the model is a Qwen3.5 or a Qwen3-Next (Gated DeltaNet layers among gated
     /// attention).
     pub fn is_hybrid(&self) -> bool {
-        matches!(
-            self.model_type.as_deref(),
-            Some("qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next")
-        )
+        self.model_type
+            .as_deref()
+            .is_some_and(|t| crate::plan::models::LINEAR_ATTENTION_DECODERS.contains(&t))
     }
 
     /// How many layers are Gated DeltaNet layers: `layer_types`' count, else every layer but

@@ -98,38 +98,32 @@ impl ContextParallel {
 
     /// The positions of the gathered order (every rank's local positions, rank by rank).
     fn gathered_positions(&self, t: i64) -> Vec<i64> {
-        Self::gathered_order(t, self.size())
-    }
-
-    /// The sequence positions of the gathered order of `size` ranks (each rank's local
-    /// positions, rank by rank).
-    fn gathered_order(t: i64, size: usize) -> Vec<i64> {
-        (0..size)
-            .flat_map(|r| Self::positions(t, r, size))
+        (0..self.size())
+            .flat_map(|r| Self::positions(t, r, self.size()))
             .collect()
     }
 
-    /// Where each sequence position (of `t`) sits in the gathered order of `size` ranks: the
-    /// index that puts gathered values in sequence order.
-    pub fn sequence_order(t: i64, size: usize) -> Vec<i64> {
+    /// `all`, every rank's positions gathered along `dim` rank by rank (`t` of them, a
+    /// multiple of [`granule`](Self::granule)), in sequence order.
+    pub fn in_sequence_order(&self, all: &Tensor, dim: i64) -> Result<Tensor> {
+        let t = len_at(all, dim)?;
+        self.check_len(t)?;
+        // Sequence position p sits at gathered index inv[p].
         let mut inv = vec![0i64; usize::try_from(t).unwrap_or(0)];
-        for (i, p) in Self::gathered_order(t, size).into_iter().enumerate() {
+        for (i, p) in self.gathered_positions(t).into_iter().enumerate() {
             if let Some(slot) = usize::try_from(p).ok().and_then(|p| inv.get_mut(p)) {
                 *slot = i as i64;
             }
         }
-        inv
+        Ok(all.f_index_select(dim, &Self::index(inv, all.device())?)?)
     }
 
     /// Local values along `dim` (`t / CP` of them) gathered into sequence order (`t`); the
     /// gradient of the result reaches only this rank's positions (each rank computes the same
     /// function of the whole, see the module docs).
     pub fn gather(&self, x: &Tensor, dim: i64) -> Result<Tensor> {
-        let t = len_at(x, dim)? * self.size() as i64;
-        self.check_len(t)?;
         let all = gather_from_sequence_parallel_region_split_grad(x, Some(&self.group), dim)?;
-        let inv = Self::sequence_order(t, self.size());
-        Ok(all.f_index_select(dim, &Self::index(inv, x.device())?)?)
+        self.in_sequence_order(&all, dim)
     }
 
     /// The attention mask `(B, 1, T / CP, T)` of this rank's queries over the keys in gathered

@@ -40,7 +40,7 @@ use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
 use super::offload::{OffloadSlot, storage_bytes};
-use super::rollout_shards::RolloutShards;
+use super::rollout_shards::{RolloutShards, cut_whole_experts};
 use super::stage::{HeadKind, ParallelModel, is_routed_expert_param};
 use super::{MegatronError, Result as MResult};
 
@@ -893,7 +893,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
                 let mut out = shards.reshard(rest, model.tp(), &e.config, copy)?;
                 let own = experts.into_iter().map(|p| (p.name, p.tensor)).collect();
                 let all = e.module.with_all_experts(own)?;
-                out.extend(shards.cut_whole(all, &e.config, copy)?);
+                out.extend(cut_whole_experts(all, &e.config, &shards.tp, copy)?);
                 Ok(out)
             });
         }
@@ -913,9 +913,14 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
                 })
                 .collect::<Result<_>>()?;
             // The rollout model holds every expert, split over TP like a dense MLP: the
-            // others' come from their ranks, whole ones are cut to this rank's slice.
+            // others' come from their ranks, whole ones are cut to this rank's slice (`own`
+            // is a copy already where one is needed).
             let all = e.module.with_all_experts(own)?;
-            Ok(e.module.split_whole_experts(all)?)
+            let model = &e.module.model;
+            match model.tp().filter(|_| !model.experts_split_over_tp()) {
+                Some(tp) => Ok(cut_whole_experts(all, &e.config, tp, false)?),
+                None => Ok(all),
+            }
         })
     }
 

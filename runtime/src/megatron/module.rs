@@ -21,7 +21,7 @@ use crate::optim::distrib::{
 use crate::optim::{
     LossScaling, LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome,
 };
-use crate::tp::shard::{gather_tensor, load_sharded, model_shard_spec, shard_tensor};
+use crate::tp::shard::{gather_tensor, load_sharded, shard_tensor};
 
 use super::context::ContextParallel;
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
@@ -152,7 +152,7 @@ impl MegatronModule {
             .as_ref()
             .and_then(|g| g.cp.as_ref())
             .and_then(ContextParallel::new);
-        model.set_context_parallel(cp)?;
+        model.set_context_parallel(cp);
         vs.set_kind(kind);
         Ok(MegatronModule {
             vs,
@@ -279,7 +279,7 @@ impl MegatronModule {
                 // The experts' state is sharded over the ranks that hold the same experts.
                 experts: expert_groups.map(|e| ExpertSharding {
                     group: e.expert_dp,
-                    is_expert: is_expert_param,
+                    is_expert: is_routed_expert_param,
                 }),
             };
             ModuleOptimizer::Distributed(DistributedOptimizer::new(
@@ -312,7 +312,7 @@ impl MegatronModule {
                 } else {
                     1.0 / tp as f64
                 };
-                o.set_local_params(ep, is_expert_param, share);
+                o.set_local_params(ep, is_routed_expert_param, share);
             }
             ModuleOptimizer::Replicated(o)
         };
@@ -492,7 +492,7 @@ impl MegatronModule {
             // that hold the same experts below.
             let mut grads = self.all_param_grads_named()?;
             if groups.experts.is_some() {
-                grads.retain(|(name, _)| !is_expert_param(name));
+                grads.retain(|(name, _)| !is_routed_expert_param(name));
             }
             let grads: Vec<Tensor> = grads.into_iter().map(|(_, g)| g).collect();
             cp.all_reduce_many(&grads, ReduceOp::Sum)?;
@@ -522,7 +522,7 @@ impl MegatronModule {
                     // rank's tokens, and 1/DP makes it the average dense gradients get.
                     let (mut dense, mut expert) = (Vec::new(), Vec::new());
                     for (name, g) in self.named_grads()? {
-                        if is_expert_param(&name) {
+                        if is_routed_expert_param(&name) {
                             expert.push(g);
                         } else {
                             dense.push(g);
@@ -639,30 +639,6 @@ impl MegatronModule {
         Ok(out)
     }
 
-    /// `named` with whole experts (expert tensor parallel 1) cut to this rank's
-    /// tensor-parallel slice, as a model whose experts are split like dense MLPs (the
-    /// rollout's) holds them; everything else unchanged.
-    pub fn split_whole_experts(
-        &self,
-        named: Vec<(String, Tensor)>,
-    ) -> Result<Vec<(String, Tensor)>> {
-        let Some(tp) = self.tp().filter(|_| !self.model.experts_split_over_tp()) else {
-            return Ok(named);
-        };
-        let (rank, size) = (tp.rank() as i64, tp.size() as i64);
-        named
-            .into_iter()
-            .map(|(name, t)| {
-                if !is_routed_expert_param(&name) {
-                    return Ok((name, t));
-                }
-                let spec = model_shard_spec(&self.model.config, &name);
-                let part = shard_tensor(&t, spec, rank, size).map_err(MegatronError::Config)?;
-                Ok((name, part.f_contiguous()?))
-            })
-            .collect()
-    }
-
     /// The expert-parallel group and the rank of it that holds the expert parameter `name`
     /// (`None` for a parameter every rank holds, or without expert parallelism).
     fn expert_owner(&self, name: &str) -> Option<(&ProcessGroup, usize)> {
@@ -682,7 +658,7 @@ impl MegatronModule {
             let g = p.tensor.grad();
             if g.defined() {
                 out.push((p.name, g));
-            } else if is_expert_param(&p.name) {
+            } else if is_routed_expert_param(&p.name) {
                 let z = p.tensor.f_zeros_like()?;
                 crate::ops::set_grad(&p.tensor, Some(&z))
                     .map_err(crate::optim::OptimError::from)?;
@@ -821,11 +797,6 @@ impl MegatronModule {
         }
         Ok(out)
     }
-}
-
-/// Whether a parameter belongs to a routed expert (split over the expert-parallel group).
-fn is_expert_param(name: &str) -> bool {
-    is_routed_expert_param(name)
 }
 
 /// The schedule's view of a module's forward.

@@ -126,25 +126,29 @@ impl RolloutShards {
             })
             .collect()
     }
+}
 
-    /// This rank's rollout shard of whole tensors `named` (whole experts, expert tensor
-    /// parallel 1: the rollout's model splits them as dense MLPs), cut by name.
-    pub fn cut_whole(
-        &self,
-        named: Vec<(String, Tensor)>,
-        cfg: &ModelConfig,
-        copy: bool,
-    ) -> Result<Vec<(String, Tensor)>> {
-        let (rank, size) = (self.tp.rank() as i64, self.tp.size() as i64);
-        named
-            .into_iter()
-            .map(|(name, t)| {
-                let shard = shard_tensor(&t.detach(), model_shard_spec(cfg, &name), rank, size)
-                    .map_err(MegatronError::Config)?
-                    .f_contiguous()?;
-                let shard = if copy { shard.f_detach_copy()? } else { shard };
-                Ok((name, shard))
-            })
-            .collect()
-    }
+/// `named` with every routed expert, held whole (expert tensor parallel 1), cut to part `rank`
+/// of `tp` as a model whose experts are split like dense MLPs (the rollout's) holds it; the
+/// other tensors unchanged. `copy`: the cut parts do not share storage with `named`.
+pub fn cut_whole_experts(
+    named: Vec<(String, Tensor)>,
+    cfg: &ModelConfig,
+    tp: &ProcessGroup,
+    copy: bool,
+) -> Result<Vec<(String, Tensor)>> {
+    let (rank, size) = (tp.rank() as i64, tp.size() as i64);
+    named
+        .into_iter()
+        .map(|(name, t)| {
+            if !super::stage::is_routed_expert_param(&name) {
+                return Ok((name, t));
+            }
+            let part = shard_tensor(&t.detach(), model_shard_spec(cfg, &name), rank, size)
+                .map_err(MegatronError::Config)?
+                .f_contiguous()?;
+            let part = if copy { part.f_detach_copy()? } else { part };
+            Ok((name, part))
+        })
+        .collect()
 }

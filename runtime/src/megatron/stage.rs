@@ -373,11 +373,9 @@ impl ParallelModel {
         self.experts_split_over_tp
     }
 
-    /// Splits each sequence over the context-parallel group `cp` (see
-    /// [`super::context`]); the model's layers must all be attention layers.
-    pub fn set_context_parallel(&mut self, cp: Option<ContextParallel>) -> Result<()> {
+    /// Splits each sequence over the context-parallel group `cp` (see [`super::context`]).
+    pub fn set_context_parallel(&mut self, cp: Option<ContextParallel>) {
         self.cp = cp;
-        Ok(())
     }
 
     /// Adds the router's load-balancing and z-losses (Megatron's `aux_loss` load balancing
@@ -565,7 +563,7 @@ impl ParallelModel {
             tape: &mut *tape,
             tp,
             sequence_parallel: sp,
-            cp: cp.map(ContextParallel::group),
+            cp,
             router: self.router,
         };
         for layer in &self.layers {

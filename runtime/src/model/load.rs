@@ -51,12 +51,23 @@ impl Checkpoint {
                 fused: None,
             }
         };
+        // Only a Qwen3-Next checkpoint stores tensors otherwise than the model holds them;
+        // its config's head sizes place their rows (other configs are not parsed here).
         let config = dir.join("config.json");
-        if config.is_file() {
-            let cfg = super::ModelConfig::from_file(&config)?;
-            ckpt.fused = FusedProjections::of(&cfg);
+        let model_type = std::fs::read_to_string(&config)
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|v| v.get("model_type")?.as_str().map(str::to_owned));
+        if model_type.as_deref() == Some("qwen3_next") {
+            ckpt.fused = FusedProjections::of(&super::ModelConfig::from_file(&config)?);
         }
         Ok(ckpt)
+    }
+
+    /// Whether checkpoint tensor `name` is held under its own name (else it is read only to
+    /// be split into the held ones, [`Checkpoint::held`]).
+    pub fn stored_whole(&self, name: &str) -> bool {
+        self.fused.is_none() || !FusedProjections::is_fused(name)
     }
 
     /// The tensors the model holds for checkpoint tensor `name` (`t`, read from `file`):
@@ -206,7 +217,7 @@ pub fn load_weights(
         }
         for (name, view) in st.tensors() {
             let name = text_model_name(name);
-            if !vars.contains_key(&name) && ckpt.fused.is_none() {
+            if !vars.contains_key(&name) && ckpt.stored_whole(&name) {
                 // Skipped unread (a multimodal checkpoint's vision tower, say).
                 unexpected(name, file, opts, &mut report)?;
                 continue;

@@ -54,6 +54,11 @@ impl FusedProjections {
         self.value_heads / self.key_heads
     }
 
+    /// Whether checkpoint tensor `name` is one of the fused projections.
+    pub fn is_fused(name: &str) -> bool {
+        name.ends_with(QKVZ) || name.ends_with(BA)
+    }
+
     /// The held tensors of checkpoint tensor `name` (itself when it is not fused).
     pub fn split(&self, name: &str, t: &Tensor) -> Result<Vec<(String, Tensor)>, String> {
         let (nk, r, dk, dv) = (self.key_heads, self.per_key(), self.key_dim, self.value_dim);
@@ -98,7 +103,7 @@ impl FusedProjections {
 
     /// `named` (held tensors) in the checkpoint's layout: each layer's four projections
     /// fused into two, in place of the first of them; everything else unchanged.
-    pub fn fuse(&self, named: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>, String> {
+    pub fn fuse(&self, named: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, String> {
         let (nk, r, dk, dv) = (self.key_heads, self.per_key(), self.key_dim, self.value_dim);
         let find = |prefix: &str, leaf: &str| -> Result<Tensor, String> {
             let want = format!("{prefix}{leaf}");
@@ -110,7 +115,7 @@ impl FusedProjections {
         };
         let hidden = |t: &Tensor| t.size().last().copied().unwrap_or(0);
         let mut out = Vec::with_capacity(named.len());
-        for (name, t) in &named {
+        for (name, t) in named {
             if let Some(prefix) = name.strip_suffix(QKV) {
                 let (z, h) = (find(prefix, Z)?, hidden(t));
                 let per_key = |x: &Tensor, rows: i64| x.reshape([nk, rows, h]);

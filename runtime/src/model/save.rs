@@ -112,8 +112,7 @@ pub fn save_named(
     let fused;
     let named = match super::qwen3_next::FusedProjections::of(config) {
         Some(f) => {
-            let held = named.iter().map(|(n, t)| (n.clone(), t.shallow_clone()));
-            fused = f.fuse(held.collect()).map_err(|msg| ModelError::Config {
+            fused = f.fuse(named).map_err(|msg| ModelError::Config {
                 file: dir.join("config.json"),
                 msg,
             })?;

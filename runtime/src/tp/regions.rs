@@ -8,8 +8,8 @@
 //!   rollout on a Megatron rank).
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::{
-    Tape, all_gather_dim, copy_to_tp_region, gather_from_sequence_parallel_region,
-    reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region,
+    Tape, copy_to_tp_region, gather_from_sequence_parallel_region, reduce_from_tp_region,
+    reduce_scatter_to_sequence_parallel_region,
 };
 use crate::megatron::context::ContextParallel;
 use crate::model::layers::{Linear, Regions};
@@ -31,9 +31,14 @@ pub struct TrainingRegions<'a> {
     /// Context parallelism (a group of more than one rank, else `None`): the sequence is
     /// split over it and attention gathers every rank's keys and values
     /// (see [`crate::megatron::context`]).
-    pub cp: Option<&'a ProcessGroup>,
+    pub cp: Option<&'a ContextParallel>,
     /// The router losses added to the gradient of mixture-of-experts layers (`None`: none).
     pub router: Option<RouterLossCoeffs>,
+}
+
+/// A context-parallel layout's error (a sequence length it cannot split) as this module's.
+fn cp_err(e: crate::megatron::MegatronError) -> TpError {
+    TpError::Config(e.to_string())
 }
 
 /// Dim of the positions in attention's keys and values (B, heads, T, D).
@@ -82,7 +87,7 @@ impl Regions for TrainingRegions<'_> {
         let tp = self.tp;
         let out = split_experts(self, moe, x, tp)?;
         if let Some(c) = self.router.filter(|c| c.any() && x.requires_grad()) {
-            let (balance, z) = moe.router_losses(x, valid, self.cp)?;
+            let (balance, z) = moe.router_losses(x, valid, self.cp.map(ContextParallel::group))?;
             // Every tensor rank routes the same tokens, and what the losses reach (the
             // router's weight, this segment's input) has its gradient summed over TP: each
             // rank adds 1/TP of them.
@@ -102,39 +107,27 @@ impl Regions for TrainingRegions<'_> {
         let Some(cp) = self.cp else {
             return Ok((x, valid.map(Tensor::shallow_clone)));
         };
-        let order = |t: i64| -> Result<Tensor> {
-            let inv = ContextParallel::sequence_order(t, cp.size());
-            Ok(Tensor::from_slice(&inv).f_to_device(x.device())?)
-        };
-        let all = gather_from_sequence_parallel_region(self.tape, &x, Some(cp), SEQ_DIM)?;
-        let t = all.size().get(1).copied().unwrap_or(0);
-        let all = all.f_index_select(SEQ_DIM, &order(t)?)?;
-        let valid = match valid {
-            // The mask needs no gradient: a plain gather.
-            Some(v) => {
-                let v = all_gather_dim(&v.f_contiguous()?, cp, 1)?;
-                Some(v.f_index_select(1, &order(t)?)?)
-            }
-            None => None,
-        };
+        let all = gather_from_sequence_parallel_region(self.tape, &x, Some(cp.group()), SEQ_DIM)?;
+        let all = cp.in_sequence_order(&all, SEQ_DIM).map_err(cp_err)?;
+        // The mask needs no gradient.
+        let valid = valid.map(|v| cp.gather(v, 1)).transpose().map_err(cp_err)?;
         Ok((all, valid))
     }
 
     fn own_positions(&mut self, y: Tensor) -> Result<Tensor> {
-        let Some(cp) = self.cp else { return Ok(y) };
-        let t = y.size().get(1).copied().unwrap_or(0);
-        let own = ContextParallel::positions(t, cp.rank(), cp.size());
-        let own = Tensor::from_slice(&own).f_to_device(y.device())?;
-        Ok(y.f_index_select(SEQ_DIM, &own)?)
+        match self.cp {
+            Some(cp) => cp.local(&y, SEQ_DIM).map_err(cp_err),
+            None => Ok(y),
+        }
     }
 
     fn keys_values(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
-        if self.cp.is_none() {
+        let Some(cp) = self.cp.map(ContextParallel::group) else {
             return Ok((k, v));
-        }
+        };
         Ok((
-            gather_from_sequence_parallel_region(self.tape, &k, self.cp, KV_SEQ_DIM)?,
-            gather_from_sequence_parallel_region(self.tape, &v, self.cp, KV_SEQ_DIM)?,
+            gather_from_sequence_parallel_region(self.tape, &k, Some(cp), KV_SEQ_DIM)?,
+            gather_from_sequence_parallel_region(self.tape, &v, Some(cp), KV_SEQ_DIM)?,
         ))
     }
 }

@@ -198,6 +198,11 @@ pub fn load_sharded(
         })?;
         for (name, view) in st.tensors() {
             let name = crate::model::load::text_model_name(name);
+            if !vars.contains_key(&name) && ckpt.stored_whole(&name) {
+                // Skipped unread (a multimodal checkpoint's vision tower, say).
+                report.unexpected.push(name);
+                continue;
+            }
             let kind =
                 crate::model::load::kind_of(view.dtype()).ok_or_else(|| ModelError::Dtype {
                     file: file.clone(),
