@@ -53,6 +53,7 @@ fn main() -> Result<(), Error> {
         model_path: model,
         device: Device::Cpu,
         param_dtype: Dtype::Fp32,
+        main_dtype: Dtype::Fp32,
         seed: 0,
         optim: Some(OptimSettings {
             inner: InnerConfig::AdamW(AdamWConfig::default()),

@@ -5,8 +5,8 @@
 //!
 //! Batch semantics follow verl (reference/verl.md §2.4): `ppo_mini_batch_size` counts
 //! prompts globally and is multiplied by `rollout.n`; `*_micro_batch_size_per_gpu` counts
-//! responses per rank. Memory is an estimate: mixed-precision FSDP keeps fp32 sharded
-//! params, fp32 grads and two fp32 AdamW moments; Megatron keeps bf16 params and fp32 main
+//! responses per rank. Memory is an estimate: mixed-precision FSDP keeps sharded params,
+//! grads and two AdamW moments in fp32 (in bf16 with `model_dtype: bf16`); Megatron keeps bf16 params and fp32 main
 //! grads per model-parallel shard, and the distributed optimizer shards fp32 main params and
 //! moments over data-parallel ranks too. Activations use the per-layer estimate of
 //! Korthikanti et al. (34·s·b·h bytes with flash attention), 2·s·b·h per layer under full
@@ -15,6 +15,7 @@
 use serde::Serialize;
 
 use crate::config::{MegatronEngineConfig, Strategy, VerlConfig};
+use crate::plan::Dtype;
 use crate::role::{MiniBatch, Role};
 use crate::rules::ModelDims;
 
@@ -449,19 +450,24 @@ fn role_memory(
             };
             let (po, go, oo) = (offload.params, offload.grads, offload.optimizer);
             let shard = p.div_ceil(shard_n.max(1));
-            place(&mut dev, &mut host, po, |b| &mut b.params_bytes, shard * 4);
-            place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, shard * 4);
+            // The shards, their gradients and AdamW's moments share the main dtype
+            // (`model_dtype`: fp32, or bf16 stepped in place).
+            let main = f.map_or(Dtype::Fp32, |x| x.model_dtype.dtype());
+            let e = if main == Dtype::Fp32 { 4 } else { 2 };
+            place(&mut dev, &mut host, po, |b| &mut b.params_bytes, shard * e);
+            place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, shard * e);
             place(
                 &mut dev,
                 &mut host,
                 oo,
                 |b| &mut b.optimizer_bytes,
-                shard * 8,
+                shard * e * 2,
             );
             // One gathered unit (a decoder layer) in bf16 while it runs, plus the prefetched
             // next one.
             dev.params_bytes += m.layer_params() * 2 * 2;
-            assumptions.push(format!("FSDP full shard over {shard_n} ranks: fp32 params, fp32 grads, 2 fp32 AdamW moments per shard; bf16 compute with one layer gathered (plus prefetch)"));
+            let main = main.name();
+            assumptions.push(format!("FSDP full shard over {shard_n} ranks: {main} params, {main} grads, 2 {main} AdamW moments per shard (model_dtype); bf16 compute with one layer gathered (plus prefetch)"));
             dev.activations_bytes = activations(micro_tokens, h, layers, checkpointing)
                 + logits(micro_tokens, r.outputs);
         }
@@ -686,6 +692,54 @@ mod tests {
             (480_000_000..510_000_000).contains(&a.params),
             "{}",
             a.params
+        );
+    }
+
+    #[test]
+    fn bf16_model_dtype_halves_the_fsdp_shards_grads_and_moments() {
+        let m = ModelDims {
+            hidden_size: 896,
+            num_attention_heads: 14,
+            num_key_value_heads: Some(2),
+            num_hidden_layers: 24,
+            vocab_size: 151936,
+            intermediate_size: Some(4864),
+            tie_word_embeddings: Some(true),
+            head_dim: None,
+            model_type: None,
+            max_position_embeddings: None,
+            attention_bias: None,
+            moe: Default::default(),
+            linear: Default::default(),
+        };
+        let base = [
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "algorithm.adv_estimator=grpo",
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "data.train_batch_size=8",
+        ];
+        let memory = |extra: &[&str]| {
+            explain(&cfg(&[&base[..], extra].concat()), Some(&m))
+                .expect("fits")
+                .memory
+                .expect("a memory estimate")
+        };
+        let fp32 = memory(&[]);
+        let bf16 = memory(&["actor_rollout_ref.actor.fsdp_config.model_dtype=bf16"]);
+        let gathered = m.layer_params() * 2 * 2;
+        assert_eq!(
+            2 * (bf16.device.params_bytes - gathered),
+            fp32.device.params_bytes - gathered
+        );
+        assert_eq!(2 * bf16.device.grads_bytes, fp32.device.grads_bytes);
+        assert_eq!(2 * bf16.device.optimizer_bytes, fp32.device.optimizer_bytes);
+        assert!(
+            bf16.assumptions
+                .iter()
+                .any(|a| a.contains("bf16 params, bf16 grads")),
+            "{:?}",
+            bf16.assumptions
         );
     }
 

@@ -68,11 +68,7 @@ fn small_run() -> Vec<String> {
 fn config_for(b: Binding) -> Option<(&'static str, Vec<String>)> {
     match b.strategy {
         StrategyKind::Fsdp => {
-            let dtype = match b.precision {
-                Dtype::Fp32 => "fp32",
-                Dtype::Bf16 => "bf16",
-                Dtype::Fp16 => "fp16",
-            };
+            let dtype = b.precision.name();
             let f = format!("{ACTOR}.fsdp_config");
             Some((
                 "examples/quickstart.yaml",

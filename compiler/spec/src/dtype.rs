@@ -33,6 +33,15 @@ impl Dtype {
         }
     }
 
+    /// verl's short spelling (`fp32`, `bf16`, `fp16`), for messages and help.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::Fp32 => "fp32",
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp16 => "fp16",
+        }
+    }
+
     /// fp16 needs a gradient (loss) scaler; bf16 and fp32 do not.
     pub const fn loss_scaling(self) -> bool {
         matches!(self, Dtype::Fp16)

@@ -173,6 +173,15 @@ pub struct FsdpEngineSpec {
     /// Ulysses sequence-parallel degree (`ulysses_sequence_parallel_size`); 1 is off.
     #[serde(default = "one")]
     pub ulysses: usize,
+    /// dtype of the parameter shards the optimizer steps (`model_dtype`): fp32 main shards,
+    /// or bf16 ones with bf16 optimizer state when the model trains in bf16 (a torch
+    /// optimizer over a bf16 model, as verl's FSDP engine runs `model_dtype: bf16`).
+    #[serde(default = "fp32")]
+    pub main_dtype: Dtype,
+}
+
+fn fp32() -> Dtype {
+    Dtype::Fp32
 }
 
 fn one() -> usize {
@@ -244,6 +253,15 @@ impl EngineSpec {
     /// computes padded batches).
     pub fn remove_padding(&self) -> bool {
         matches!(self, EngineSpec::Fsdp(f) if f.remove_padding)
+    }
+
+    /// dtype of the parameters the optimizer steps (FSDP's `model_dtype`; Megatron's main
+    /// params are fp32).
+    pub fn main_dtype(&self) -> Dtype {
+        match self {
+            EngineSpec::Fsdp(f) => f.main_dtype,
+            EngineSpec::Megatron(_) => Dtype::Fp32,
+        }
     }
 
     /// The Ulysses sequence-parallel degree (1 for Megatron).

@@ -284,11 +284,7 @@ fn ignored_offload(r: &Role, root: &Node, out: &mut Vec<Diagnostic>) {
 fn precision_help(key: &str, actor_key: &str, actor: crate::plan::Dtype) -> String {
     match key.strip_suffix(".dtype") {
         Some(engine) if !key.ends_with("megatron.dtype") => {
-            let value = match actor {
-                crate::plan::Dtype::Fp32 => "fp32",
-                crate::plan::Dtype::Bf16 => "bf16",
-                crate::plan::Dtype::Fp16 => "fp16",
-            };
+            let value = actor.name();
             format!(
                 "set `{engine}.mixed_precision.param_dtype: {value}` as `{actor_key}` is (on the command line `+{engine}.mixed_precision.param_dtype={value}`: verl's tree does not have the key)"
             )

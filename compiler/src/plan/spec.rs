@@ -1324,6 +1324,7 @@ pub(super) fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> En
                 fsdp_size: f.fsdp_size,
                 remove_padding: role.remove_padding,
                 ulysses: ulysses(role, world, l),
+                main_dtype: main_dtype(role, f.model_dtype.dtype(), l),
             })
         }
         // B015 reports the missing section; a default keeps lowering total.
@@ -1336,7 +1337,38 @@ pub(super) fn engine_spec(role: &Role, world: WorldSpec, l: &mut Lowering) -> En
             fsdp_size: -1,
             remove_padding: role.remove_padding,
             ulysses: 1,
+            main_dtype: Dtype::Fp32,
         }),
+    }
+}
+
+/// The dtype an FSDP role's optimizer steps its shards in (`model_dtype`): fp32, or the
+/// compute dtype bf16 (verl then loads, shards and steps the model in bf16). A frozen
+/// reference keeps fp32 (its verdict says `model_dtype` has no effect there).
+fn main_dtype(role: &Role, model_dtype: Dtype, l: &mut Lowering) -> Dtype {
+    if role.kind == RoleKind::Reference || model_dtype == Dtype::Fp32 {
+        return Dtype::Fp32;
+    }
+    let key = format!("{}.model_dtype", role.engine_key());
+    let compute = role.precision().map_or(Dtype::Bf16, |(d, _)| d);
+    match (model_dtype, compute) {
+        (Dtype::Bf16, Dtype::Bf16) => Dtype::Bf16,
+        (Dtype::Fp16, _) => {
+            l.unsupported(
+                &key,
+                "`model_dtype: fp16` trains fp16 weights without fp32 main weights; verlc's engines keep fp32 main weights under fp16 compute (dynamic loss scaling)",
+                "use model_dtype fp32 with fp16 compute, or bf16 weights with bf16 compute",
+            );
+            Dtype::Fp32
+        }
+        (_, compute) => {
+            l.unsupported(
+                &key,
+                format!("`model_dtype: {}` with {} compute: verlc trains bf16 weights only with bf16 compute", model_dtype.name(), compute.name()),
+                "set mixed_precision.param_dtype (or dtype) to bf16, or model_dtype to fp32",
+            );
+            Dtype::Fp32
+        }
     }
 }
 

@@ -382,6 +382,40 @@ fn engine_dtype_decides_precision_without_mixed_precision() {
     );
 }
 
+/// `model_dtype: bf16` under bf16 compute trains bf16 shards (verl's FSDP engine loads and
+/// steps the model in bf16); fp16, or bf16 under fp32 compute, is refused at its line.
+#[test]
+fn model_dtype_sets_the_main_dtype_or_is_refused_at_its_line() {
+    use verlc_spec::trainer::EngineSpec;
+    let main = |c: &Case| match &c.lowered.plan.spec.actor.engine {
+        EngineSpec::Fsdp(f) => f.main_dtype,
+        EngineSpec::Megatron(_) => panic!("an FSDP actor"),
+    };
+    let ok = case(
+        &with_actor("    fsdp_config:\n      model_dtype: bfloat16\n"),
+        &[],
+    );
+    assert_eq!(ok.binding().precision, Dtype::Bf16);
+    assert_eq!(main(&ok), Dtype::Bf16);
+    assert!(!ok.codes().contains(&"B018"), "{:?}", ok.codes());
+    assert_eq!(main(&case(BASE, &[])), Dtype::Fp32);
+    for (dtype, compute) in [("fp16", "bf16"), ("bf16", "fp32")] {
+        let c = case(
+            &with_actor(&format!(
+                "    fsdp_config:\n      model_dtype: {dtype}\n      mixed_precision:\n        param_dtype: {compute}\n"
+            )),
+            &[],
+        );
+        let refused: Vec<_> = c
+            .at_lines()
+            .into_iter()
+            .filter(|(code, _)| *code == "B018")
+            .collect();
+        assert_eq!(refused, vec![("B018", 14)], "{dtype} under {compute}");
+        assert_eq!(main(&c), Dtype::Fp32);
+    }
+}
+
 #[test]
 fn fsdp_offload_flags() {
     let c = case(

@@ -32,6 +32,10 @@ pub struct EngineSettings {
     pub device: Device,
     /// dtype of the model's parameters (bf16/fp16 train with fp32 main params).
     pub param_dtype: Dtype,
+    /// dtype of the parameters the optimizer steps: fp32 main params, or `param_dtype` itself
+    /// (bf16 only: the model's bf16 parameters stepped in place with bf16 optimizer state,
+    /// as a torch optimizer over a bf16 model; verl's FSDP `model_dtype: bf16`).
+    pub main_dtype: Dtype,
     /// Seed of the random initialisation (built-in models, fresh value heads).
     pub seed: u64,
     /// `None` builds a forward-only engine (the reference policy).
@@ -114,7 +118,7 @@ impl<H: Head> SingleEngine<H> {
                         }
                     }
                 }
-                let cfg = stack::optimizer_config(o, settings.param_dtype);
+                let cfg = stack::optimizer_config(o, settings.param_dtype, settings.main_dtype)?;
                 let mut opt = Optimizer::with_scaling(
                     single_group(named_params(&vs), o.lr, o.weight_decay),
                     cfg,

@@ -31,7 +31,7 @@ use crate::engine::{
 use crate::model::init::{init_weights, init_weights_where};
 use crate::model::moe::RouterLossCoeffs;
 use crate::model::save::{SaveOptions, save_named};
-use crate::model::{CausalLm, ModelConfig, ModelSource, TorchKind, ValueModel};
+use crate::model::{CausalLm, Dtype, ModelConfig, ModelSource, TorchKind, ValueModel};
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
 use crate::optim::stack;
 use crate::optim::{LrScheduler, NamedParam, ParamGroup};
@@ -420,7 +420,15 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 None
             }
             Some(o) => {
-                let cfg = stack::optimizer_config(o, settings.param_dtype);
+                // Megatron keeps fp32 main params (its optimizers' design); lowering gives
+                // no other main dtype to a Megatron role.
+                if settings.main_dtype != Dtype::Fp32 {
+                    return Err(EngineError::Config(format!(
+                        "the Megatron engine keeps fp32 main params, not {}",
+                        settings.main_dtype.name()
+                    )));
+                }
+                let cfg = stack::optimizer_config(o, settings.param_dtype, Dtype::Fp32)?;
                 let (lr, wd) = (o.lr, o.weight_decay);
                 let min_lr = match o.scheduler {
                     SchedulerSettings::Megatron(c) => c.min_lr,

@@ -40,6 +40,11 @@ pub struct OptimizerConfig {
     /// Fraction (by element count, greedy over params in group order) whose main params and
     /// optimizer state live on the host (Megatron's `optimizer_offload_fraction`).
     pub offload_fraction: f64,
+    /// bf16 params are their own main params: stepped in place with state in bf16, as a torch
+    /// optimizer steps a bf16 model (verl's FSDP `model_dtype: bf16`), instead of Megatron's
+    /// fp32 copies. Host-offloaded state stays in bf16 too.
+    #[serde(default)]
+    pub keep_param_dtype: bool,
 }
 
 impl OptimizerConfig {
@@ -55,6 +60,7 @@ impl OptimizerConfig {
             log_num_zeros_in_grad: false,
             scaler: (precision == Dtype::Fp16).then(ScalerConfig::megatron_dynamic),
             offload_fraction: 0.0,
+            keep_param_dtype: false,
         }
     }
 }
@@ -121,8 +127,18 @@ pub(crate) struct LocalParams {
     pub(crate) share: f64,
 }
 
-/// (device, offloaded, aliased, in_norm) of a chunk.
-type ChunkKey = (Device, bool, bool, bool);
+/// (device, offloaded, aliased, in_norm, main kind) of a chunk.
+type ChunkKey = (Device, bool, bool, bool, Kind);
+
+/// Where a chunk's main params live and what they are.
+struct ChunkPlace {
+    device: Device,
+    offloaded: bool,
+    aliased: bool,
+    in_norm: bool,
+    /// dtype of its main params and state (fp32, or bf16 with `keep_param_dtype`).
+    kind: Kind,
+}
 
 /// Elements from one stream of a flat chunk to the next: the length rounded up to whole
 /// pages, plus 37 pages, so no two streams share their alignment to a large power of two.
@@ -164,6 +180,11 @@ impl Optimizer {
             (Dtype::Fp16, None) => {
                 return Err(OptimError::Config(
                     "fp16 needs a grad scaler (constant or dynamic)".into(),
+                ));
+            }
+            (Dtype::Fp16, _) if c.keep_param_dtype => {
+                return Err(OptimError::Config(
+                    "fp16 params need fp32 main params (keep_param_dtype is for bf16)".into(),
                 ));
             }
             _ => {}
@@ -221,13 +242,18 @@ impl Optimizer {
                 if offload {
                     offloaded += p.tensor.numel() as i64;
                 }
-                let aliased = !offload && kind == Kind::Float;
+                let main_kind = if c.keep_param_dtype {
+                    kind
+                } else {
+                    Kind::Float
+                };
+                let aliased = !offload && kind == main_kind;
                 let device = if offload {
                     Device::Cpu
                 } else {
                     p.tensor.device()
                 };
-                let key = (device, offload, aliased, p.in_grad_norm);
+                let key = (device, offload, aliased, p.in_grad_norm, main_kind);
                 match plan.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, v)) => v.push(i),
                     None => plan.push((key, vec![i])),
@@ -238,10 +264,15 @@ impl Optimizer {
                 });
             }
             let mut chunks = Vec::with_capacity(plan.len());
-            for ((device, offloaded, aliased, in_norm), members) in plan {
-                chunks.push(Self::make_chunk(
-                    &c.inner, &params, device, offloaded, aliased, in_norm, members,
-                )?);
+            for ((device, offloaded, aliased, in_norm, kind), members) in plan {
+                let place = ChunkPlace {
+                    device,
+                    offloaded,
+                    aliased,
+                    in_norm,
+                    kind,
+                };
+                chunks.push(Self::make_chunk(&c.inner, &params, place, members)?);
             }
             data.push(GroupData { params, chunks });
         }
@@ -257,12 +288,16 @@ impl Optimizer {
     fn make_chunk(
         cfg: &InnerConfig,
         params: &[ModelParam],
-        device: Device,
-        offloaded: bool,
-        aliased: bool,
-        in_norm: bool,
+        place: ChunkPlace,
         members: Vec<usize>,
     ) -> Result<Chunk> {
+        let ChunkPlace {
+            device,
+            offloaded,
+            aliased,
+            in_norm,
+            kind,
+        } = place;
         if aliased {
             let slots = members
                 .iter()
@@ -287,7 +322,7 @@ impl Optimizer {
         let adam = matches!(cfg, InnerConfig::AdamW(_));
         let streams = if adam { 4 } else { 2 };
         let stride = stream_stride(total);
-        let mut arena = Tensor::f_zeros([stride * streams], (Kind::Float, device))?;
+        let mut arena = Tensor::f_zeros([stride * streams], (kind, device))?;
         // Host buffers serving a GPU model are pinned, so D2H / H2D copies run at full speed.
         if let Some(gpu) = members
             .iter()
@@ -680,7 +715,7 @@ impl Optimizer {
     /// inner optimizer's state (moments, momentum), as `(main_and_grads, state)`. Aliased fp32
     /// params are the model's, not counted.
     pub fn owned_bytes(&self) -> (i64, i64) {
-        let bytes = |t: &Tensor| if t.defined() { t.numel() as i64 * 4 } else { 0 };
+        let bytes = crate::ops::tensor_bytes;
         let (mut main_bytes, mut state) = (0i64, 0i64);
         for c in self.chunks() {
             if let Storage::Flat { main, grad, .. } = &c.storage {

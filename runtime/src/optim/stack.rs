@@ -15,11 +15,25 @@ pub fn host_share(o: &OptimSettings) -> f64 {
     if o.offload { 1.0 } else { o.offload_fraction }
 }
 
-/// Megatron's optimizer configuration for the spec's settings, with main params at
-/// `precision` (fp16 adds the dynamic loss scaler).
-pub fn optimizer_config(o: &OptimSettings, precision: Dtype) -> OptimizerConfig {
-    OptimizerConfig {
+/// Megatron's optimizer configuration for the spec's settings, for model params at
+/// `precision` (fp16 adds the dynamic loss scaler) stepped as `main` params: fp32 (copies of
+/// bf16/fp16 params), or `precision` itself (bf16 only: stepped in place, state in bf16).
+pub fn optimizer_config(
+    o: &OptimSettings,
+    precision: Dtype,
+    main: Dtype,
+) -> Result<OptimizerConfig, OptimError> {
+    let keep_param_dtype = main != Dtype::Fp32;
+    if keep_param_dtype && (main != precision || main == Dtype::Fp16) {
+        return Err(OptimError::Config(format!(
+            "{} main params with {} model params: only fp32 main params, or bf16 params stepped in place, are implemented",
+            main.name(),
+            precision.name()
+        )));
+    }
+    Ok(OptimizerConfig {
         precision,
+        keep_param_dtype,
         inner: o.inner,
         clip_grad: o.clip_grad,
         grad_norm_skip_threshold: f64::INFINITY,
@@ -27,7 +41,7 @@ pub fn optimizer_config(o: &OptimSettings, precision: Dtype) -> OptimizerConfig 
         log_num_zeros_in_grad: false,
         scaler: (precision == Dtype::Fp16).then(ScalerConfig::megatron_dynamic),
         offload_fraction: host_share(o),
-    }
+    })
 }
 
 /// The spec's scheduler, writing its first values into `opt`'s groups.

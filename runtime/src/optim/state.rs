@@ -119,6 +119,27 @@ impl Optimizer {
         out
     }
 
+    /// One state tensor of a model param by name (`exp_avg`, `exp_avg_sq` or
+    /// `momentum_buffer`), as a view shaped like the param; None if there is none.
+    pub fn state_tensor(&self, name: &str, key: &str) -> Option<Tensor> {
+        (0..self.groups.len()).find_map(|g| {
+            let e = self.entries(g).into_iter().find(|e| e.name == name)?;
+            let slot = match (&self.groups[g].chunks[e.chunk].slots[e.slot], key) {
+                (SlotState::Adam { exp_avg, .. }, "exp_avg") => exp_avg,
+                (SlotState::Adam { exp_avg_sq, .. }, "exp_avg_sq") => exp_avg_sq,
+                (
+                    SlotState::Sgd {
+                        momentum_buffer: Some(b),
+                        ..
+                    },
+                    "momentum_buffer",
+                ) => b,
+                _ => return None,
+            };
+            member_view(slot, e.offset, &e.main).ok()
+        })
+    }
+
     /// Writes the optimizer (and `scheduler`) state to `path` atomically (temp file + rename).
     pub fn save(&self, path: &Path, scheduler: Option<&LrScheduler>) -> Result<()> {
         let ck = |message: String| OptimError::Checkpoint {

@@ -29,6 +29,7 @@ pub(crate) fn engine_settings() -> EngineSettings {
         model_path: MODEL.into(),
         device: Device::Cpu,
         param_dtype: Dtype::Fp32,
+        main_dtype: Dtype::Fp32,
         seed: 7,
         optim: Some(OptimSettings {
             inner: InnerConfig::AdamW(AdamWConfig::default()),
@@ -629,6 +630,7 @@ rank_test!(critic_tp2_sp_and_pp2_match_single_engine, 2, |world| {
 fn offload_keeps_the_trajectory(world: &ProcessGroup, dims: (usize, usize, usize), dtype: Dtype) {
     let settings = EngineSettings {
         param_dtype: dtype,
+        main_dtype: Dtype::Fp32,
         ..engine_settings()
     };
     let mut single = Actor::new(
@@ -735,6 +737,7 @@ fn offload_keeps_the_trajectory(world: &ProcessGroup, dims: (usize, usize, usize
             true,
             EngineSettings {
                 param_dtype: dtype,
+                main_dtype: Dtype::Fp32,
                 ..engine_settings()
             },
         ),

@@ -39,6 +39,7 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
         model_path: base.display().to_string(),
         device: Device::Cpu,
         param_dtype: Dtype::Fp32,
+        main_dtype: Dtype::Fp32,
         seed: 5,
         optim: Some(OptimSettings {
             inner: InnerConfig::AdamW(AdamWConfig::default()),

@@ -8,6 +8,8 @@ compare. Cases:
   sgd     100-step SGD(momentum) trajectory, same layout
   clip    torch.nn.utils.clip_grad_norm_ (L2 clipping, L2 no-op, inf norm)
   bf16    Megatron-style bf16 step with an fp32 master (reference for the mixed optimizer)
+  bf16_params  torch's fused AdamW stepping bf16 params in place, state in bf16 (what a bf16
+          model under verl's FSDP `model_dtype: bf16` trains with), after clip_grad_norm_
   verl    verl's constant / cosine LambdaLR schedules, from verl's own source
 """
 import ast
@@ -129,6 +131,34 @@ def bf16_case():
         json.dump({"grad_norms": norms}, f)
 
 
+def bf16_params_case():
+    """No master copy: the bf16 params are the optimizer's params, stepped by fused AdamW with
+    bf16 moments. clip_grad_norm_ reports the (bf16) grad norm; max_norm inf leaves the grads
+    as they are, so the step itself is compared bit for bit."""
+    g = torch.Generator().manual_seed(12)
+    ps = {n: torch.nn.Parameter(torch.randn(s, generator=g).bfloat16()) for n, s in SHAPES.items()}
+    opt = torch.optim.AdamW(
+        [{"params": [ps[n] for n in GROUPS[0]], "weight_decay": 0.1},
+         {"params": [ps[n] for n in GROUPS[1]], "weight_decay": 0.0}],
+        lr=1e-3, betas=(0.9, 0.999), eps=1e-8, fused=True)
+    tensors = {f"init.{n}": p.detach().clone() for n, p in ps.items()}
+    norms = []
+    for t in range(50):
+        grads = {n: (torch.randn(s, generator=g) * 0.05).bfloat16() for n, s in SHAPES.items()}
+        tensors.update({f"grad.{t}.{n}": gr for n, gr in grads.items()})
+        for n, p in ps.items():
+            p.grad = grads[n].clone()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(list(ps.values()), math.inf)))
+        opt.step()
+        for n, p in ps.items():
+            tensors[f"model.{t}.{n}"] = p.detach().clone()
+            tensors[f"exp_avg_sq.{t}.{n}"] = opt.state[p]["exp_avg_sq"].clone()
+    assert all(opt.state[p]["exp_avg"].dtype == torch.bfloat16 for p in ps.values())
+    save_file(tensors, os.path.join(OUT, "bf16_params.safetensors"))
+    with open(os.path.join(OUT, "bf16_params.json"), "w") as f:
+        json.dump({"grad_norms": norms}, f)
+
+
 def verl_case():
     """Runs verl's own schedule functions (extracted from its source: importing verl needs ray)."""
     import importlib.util
@@ -182,6 +212,7 @@ save_traj("adamw", adamw, 1)
 save_traj("sgd", sgd, 2)
 clip_case()
 bf16_case()
+bf16_params_case()
 verl_case()
 with open(os.path.join(OUT, "done"), "w") as f:
     f.write("ok")

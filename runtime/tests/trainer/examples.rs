@@ -241,6 +241,7 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
         model_path: TINY.trim_matches('\'').into(),
         device: tch::Device::Cpu,
         param_dtype: runtime::model::Dtype::Fp32,
+        main_dtype: runtime::model::Dtype::Fp32,
         seed: 42,
         optim: None,
         loss_scale_factor: None,

@@ -2,7 +2,7 @@
 //! §3.3) on c10d.
 //!
 //! The model is split into flat-parameter units ([`FlatUnit`]): one per decoder layer and a
-//! root unit (embeddings, final norm, head). Each rank keeps a 1/N fp32 shard of every unit;
+//! root unit (embeddings, final norm, head). Each rank keeps a 1/N shard of every unit;
 //! the optimizer ([`crate::optim::Optimizer`]; the shards are its main params, stepped in
 //! place) steps only the shards, with the grad norm reduced over the group.
 //!
@@ -29,10 +29,11 @@
 //! forward keeps each layer's autograd graph (and its gathered parameters) instead, and the
 //! backward runs those graphs: no recomputation.
 //!
-//! Mixed precision: the shards are fp32 (the main params); parameters are gathered in the
-//! engine's param dtype (bf16/fp16 compute with fp32 main shards); gradients are reduced in
+//! Mixed precision: the shards are the main params, fp32 unless the engine's `main_dtype` is
+//! bf16 (verl's `model_dtype: bf16`: bf16 shards and bf16 optimizer state under bf16 compute);
+//! parameters are gathered in the engine's param dtype; gradients are reduced in
 //! `reduce_dtype` (fp32 unless `mixed_precision.reduce_dtype` says otherwise) and accumulated
-//! in fp32 in the shards' `.grad`.
+//! in the shards' dtype in their `.grad`.
 //! fp16 adds dynamic loss scaling (PyTorch's `ShardedGradScaler`, with the optimizer's
 //! Megatron scaler, [`ScalerConfig::megatron_dynamic`], as the single engine): the loss is
 //! multiplied by the scale before backward; the optimizer unscales the shard gradients,
@@ -71,7 +72,7 @@ use super::{
 
 pub use head::FsdpHead;
 use layout::LayerInputs;
-pub use unit::{FlatUnit, UnitSet};
+pub use unit::{FlatUnit, ShardPlace, UnitSet};
 
 /// Errors of the FSDP machinery (collectives, sharding).
 #[derive(Debug, thiserror::Error)]
@@ -134,15 +135,9 @@ impl FsdpSettings {
         engine: EngineSettings,
         spec: &verlc_spec::trainer::FsdpEngineSpec,
     ) -> (Self, i64) {
-        use verlc_spec::trainer::Dtype;
-        let reduce_dtype = match spec.reduce_dtype {
-            Dtype::Bf16 => Kind::BFloat16,
-            Dtype::Fp16 => Kind::Half,
-            Dtype::Fp32 => Kind::Float,
-        };
         let settings = FsdpSettings {
+            reduce_dtype: spec.reduce_dtype.kind(),
             engine,
-            reduce_dtype,
             param_offload: spec.param_offload,
             reshard_after_forward: spec.reshard_after_forward,
             gradient_checkpointing: spec.gradient_checkpointing,
@@ -156,9 +151,9 @@ impl FsdpSettings {
 /// transient full parameters gathered at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MemoryReport {
-    /// Parameter shards (fp32).
+    /// Parameter shards (in the main dtype).
     pub params: i64,
-    /// Gradient shards (fp32; 0 when released).
+    /// Gradient shards (in the main dtype; 0 when released).
     pub grads: i64,
     /// Optimizer main copies (offload) and state.
     pub optimizer: i64,
@@ -309,11 +304,21 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let mut vs = vs;
         vs.set_kind(es.param_dtype.kind());
         materialize(&vs, &source, &config, es.seed, H::fresh_prefixes())?;
-        let (rank, world) = (group.rank(), group.size());
-        let shard_device = if settings.param_offload {
-            Device::Cpu
-        } else {
-            es.device
+        let ranks = (group.rank(), group.size());
+        if es.main_dtype != Dtype::Fp32 && es.main_dtype != es.param_dtype {
+            return Err(EngineError::Config(format!(
+                "{} parameter shards under {} compute: the shards are fp32, or in the compute dtype",
+                es.main_dtype.name(),
+                es.param_dtype.name()
+            )));
+        }
+        let shard = ShardPlace {
+            device: if settings.param_offload {
+                Device::Cpu
+            } else {
+                es.device
+            },
+            kind: es.main_dtype.kind(),
         };
         let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
         vars.sort_by(|a, b| a.0.cmp(&b.0));
@@ -329,7 +334,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
         // Under LoRA only the adapters train: the root and each layer's base weights are
         // frozen units, each layer's adapters a unit of their own.
         let lora = config.lora.is_some();
-        let root = FlatUnit::new("root", root_vars, rank, world, shard_device, !lora)?;
+        let root = FlatUnit::new("root", root_vars, ranks, shard, !lora)?;
         let layers = per_layer
             .into_iter()
             .enumerate()
@@ -337,24 +342,10 @@ impl<H: FsdpHead> FsdpEngine<H> {
                 let name = format!("model.layers.{i}");
                 let (adapters, base): (Vec<_>, Vec<_>) =
                     v.into_iter().partition(|(n, _)| lora && is_adapter(n));
-                let mut units = vec![FlatUnit::new(
-                    &name,
-                    base,
-                    rank,
-                    world,
-                    shard_device,
-                    !lora,
-                )?];
+                let mut units = vec![FlatUnit::new(&name, base, ranks, shard, !lora)?];
                 if !adapters.is_empty() {
                     let name = format!("{name}.lora");
-                    units.push(FlatUnit::new(
-                        &name,
-                        adapters,
-                        rank,
-                        world,
-                        shard_device,
-                        true,
-                    )?);
+                    units.push(FlatUnit::new(&name, adapters, ranks, shard, true)?);
                 }
                 Ok(UnitSet(units))
             })
@@ -392,13 +383,17 @@ impl<H: FsdpHead> FsdpEngine<H> {
             .filter(|u| u.trainable())
             .map(|u| NamedParam::new(format!("fsdp.{}", u.name()), u.shard().shallow_clone()))
             .collect();
-        // The shards are the fp32 main params for every param dtype; fp16 adds the loss scaler.
-        let fp16 = self.settings.engine.param_dtype == Dtype::Fp16;
-        let precision = if fp16 { Dtype::Fp16 } else { Dtype::Fp32 };
+        // The shards are the main params: fp32 for every compute dtype (fp16 adds the loss
+        // scaler), or bf16 ones stepped in place (`model_dtype: bf16`).
+        let es = &self.settings.engine;
+        let precision = match (es.param_dtype, es.main_dtype) {
+            (Dtype::Fp16, _) => Dtype::Fp16,
+            (_, main) => main,
+        };
         let mut opt = Optimizer::with_scaling(
             single_group(params, o.lr, o.weight_decay),
-            stack::optimizer_config(&o, precision),
-            self.settings.engine.loss_scaling,
+            stack::optimizer_config(&o, precision, es.main_dtype)?,
+            es.loss_scaling,
         )?;
         let sched = stack::scheduler(&o.scheduler, &mut opt)?;
         self.optimizer = Some(opt);

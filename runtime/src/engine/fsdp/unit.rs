@@ -1,7 +1,7 @@
 //! [`FlatUnit`]: one FSDP unit (a decoder layer, or the root: embeddings, final norm, head).
 //!
-//! The unit's parameters are flattened, in a fixed order, into one fp32 vector padded to a
-//! multiple of the group size; each rank keeps its contiguous 1/N slice (the *shard*) as a leaf
+//! The unit's parameters are flattened, in a fixed order, into one vector of the main dtype
+//! (fp32, or bf16 for a model trained in bf16) padded to a multiple of the group size; each rank keeps its contiguous 1/N slice (the *shard*) as a leaf
 //! tensor the optimizer steps. The module's own parameter tensors own no memory except while
 //! the unit is gathered: [`FlatUnit::gather`] all-gathers the shards in the compute dtype and
 //! points each parameter at its view of the full buffer (`param.data = view`, as FSDP1 does);
@@ -21,6 +21,13 @@ use crate::ops;
 
 use super::FsdpError;
 
+/// Where a unit's shard lives and its dtype (the main dtype the optimizer steps).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShardPlace {
+    pub device: Device,
+    pub kind: Kind,
+}
+
 /// One parameter of a unit: the module's tensor and its place in the flat vector.
 struct Member {
     name: String,
@@ -39,7 +46,8 @@ pub struct FlatUnit {
     /// Elements per rank (the padded vector has `shard_len * world` elements).
     shard_len: i64,
     world: i64,
-    /// This rank's fp32 slice (leaf, requires grad; `.grad` holds the reduced gradient).
+    /// This rank's slice in the main dtype (leaf, requires grad; `.grad` holds the reduced
+    /// gradient, in the same dtype).
     shard: Tensor,
     /// The full flat buffer in the compute dtype while the unit is gathered.
     gathered: Option<Tensor>,
@@ -66,16 +74,19 @@ fn torch(e: tch::TchError) -> FsdpError {
 
 impl FlatUnit {
     /// Builds the unit from the module's (full, initialised) parameters `vars` and frees them.
-    /// `rank`/`world` place this rank's slice; the shard lives on `shard_device`. A unit that
-    /// is not `trainable` is frozen (see the module docs).
+    /// `rank`/`world` place this rank's slice; the shard lives on `place.device` in
+    /// `place.kind`. A unit that is not `trainable` is frozen (see the module docs).
     pub fn new(
         name: &str,
         vars: Vec<(String, Tensor)>,
-        rank: usize,
-        world: usize,
-        shard_device: Device,
+        (rank, world): (usize, usize),
+        place: ShardPlace,
         trainable: bool,
     ) -> Result<Self, FsdpError> {
+        let ShardPlace {
+            device: shard_device,
+            kind: main_kind,
+        } = place;
         let Some(first) = vars.first() else {
             return Err(FsdpError::Config(format!(
                 "FSDP unit `{name}` has no parameters"
@@ -107,13 +118,13 @@ impl FlatUnit {
         let shard = tch::no_grad(|| -> Result<Tensor, tch::TchError> {
             let parts: Vec<Tensor> = members
                 .iter()
-                .map(|m| m.var.f_detach()?.f_reshape([-1])?.f_to_kind(Kind::Float))
+                .map(|m| m.var.f_detach()?.f_reshape([-1])?.f_to_kind(main_kind))
                 .collect::<Result<_, _>>()?;
             let mut flat = Tensor::f_cat(&parts, 0)?;
             let pad = shard_len * world_i - offset;
             if pad > 0 {
                 flat = Tensor::f_cat(
-                    &[flat, Tensor::f_zeros([pad], (Kind::Float, compute_device))?],
+                    &[flat, Tensor::f_zeros([pad], (main_kind, compute_device))?],
                     0,
                 )?;
             }
@@ -263,13 +274,13 @@ impl FlatUnit {
             }
             parts.push(
                 t.f_reshape([-1])
-                    .and_then(|t| t.f_to_kind(Kind::Float))
+                    .and_then(|t| t.f_to_kind(self.shard.kind()))
                     .map_err(torch)?,
             );
         }
         let pad = self.shard_len * self.world - self.numel;
         if pad > 0 {
-            parts.push(Tensor::f_zeros([pad], (Kind::Float, Device::Cpu)).map_err(torch)?);
+            parts.push(Tensor::f_zeros([pad], (self.shard.kind(), Device::Cpu)).map_err(torch)?);
         }
         tch::no_grad(|| -> Result<(), tch::TchError> {
             let parts: Vec<Tensor> = parts
@@ -321,7 +332,7 @@ impl FlatUnit {
         group.reduce_scatter(&out, &flat, ReduceOp::Sum)?;
         drop(flat);
         let out = out
-            .f_to_kind(Kind::Float)
+            .f_to_kind(self.shard.kind())
             .and_then(|t| t.f_to_device(self.shard.device()))
             .map_err(torch)?;
         let current = self.shard.grad();
