@@ -175,6 +175,10 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             },
         );
     }
+    // verl's VeOmni engine: the check's copy holds the FSDP role it equals (`crate::veomni`).
+    if unmodelled_release.is_some() {
+        crate::veomni::as_fsdp(&mut tree, &composed.root, defaults());
+    }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
     // A composition that failed (unreadable file, missing config or group option) leaves
     // parts of the tree out: the keys it misses are follow-ons, not findings.
@@ -620,8 +624,15 @@ fn pass_through_unmodelled(
                 .and_then(Node::as_str)
                 .is_some_and(|v| NEWER_ENGINE_STRATEGIES.contains(&v))
     };
+    // VeOmni's optimizer keys hold VeOmni's values (`adamw`, a `linear` schedule): the release
+    // table types them, lowering refuses what FSDP cannot run (`crate::veomni`).
+    let veomni_value = |d: &Diagnostic| {
+        d.key_path
+            .as_deref()
+            .is_some_and(|k| crate::veomni::holds_veomni_value(tree, k))
+    };
     let from_verl = |d: &Diagnostic| {
-        if d.code == codes::SCHEMA_REQUIRED || newer_engine(d) {
+        if d.code == codes::SCHEMA_REQUIRED || newer_engine(d) || veomni_value(d) {
             return true;
         }
         let schema_code = [

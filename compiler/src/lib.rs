@@ -28,3 +28,4 @@ mod role;
 pub mod rules;
 pub mod schema;
 pub mod source;
+pub mod veomni;

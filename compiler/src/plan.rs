@@ -37,6 +37,7 @@ pub mod models;
 mod rejection;
 mod rollout_fit;
 pub mod spec;
+mod veomni;
 mod verdict_report;
 pub mod verdicts;
 

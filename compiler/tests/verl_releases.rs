@@ -872,31 +872,115 @@ fn verl_0_8_examples_check_clean() {
     );
 }
 
-/// An engine of verl 0.8+ that verlc does not implement (`model_engine=veomni`) is refused by
-/// name at the line that chose it, not as a missing FSDP section.
+/// verl's VeOmni engine (`model_engine=veomni`) builds as the FSDP role it equals: its
+/// offload, Ulysses degree, shard groups (counted in data-parallel ranks) and precision
+/// (`mixed_precision: false` trains bf16 shards with bf16 reductions) land in the FSDP engine
+/// spec, its cosine schedule with `lr_min` in FSDP's cosine; what FSDP cannot express is refused
+/// at the key that asked for it. An engine verlc does not lower (`torchtitan`) is refused by name
+/// at the line that chose it, not as a missing FSDP section.
 #[test]
-fn an_engine_verlc_does_not_implement_is_refused_by_name() {
-    use verlc::plan::{SpecOutcome, lower_request};
+fn veomni_builds_as_fsdp_and_other_engines_are_refused_by_name() {
+    use verlc::plan::{Dtype, SpecOutcome, lower_request};
+    use verlc_spec::optim::VerlSchedule;
+    use verlc_spec::trainer::{EngineSpec, ScheduleSpec};
     let Some(dir) = newer_tree() else {
         eprintln!("skipped: no verl {NEWER} tree (run scripts/setup)");
         return;
     };
-    // Chosen through the engine group, or (a verl example does) a role's strategy by hand:
-    // valid for verl 0.9 (`verlc check` passes it), refused by the build at its line.
-    for choice in [
-        &["model_engine=veomni"][..],
-        &[
-            "actor_rollout_ref.ref.strategy=veomni",
-            "actor_rollout_ref.actor.use_kl_loss=True",
-        ],
+    let veomni = [
+        "model_engine=veomni",
+        "trainer.n_gpus_per_node=8",
+        "actor_rollout_ref.actor.veomni.param_offload=True",
+        "actor_rollout_ref.actor.veomni.ulysses_parallel_size=2",
+        "actor_rollout_ref.actor.veomni.fsdp_size=2",
+        "actor_rollout_ref.actor.veomni.mixed_precision=False",
+        "actor_rollout_ref.actor.optim.lr=1e-5",
+        "actor_rollout_ref.actor.optim.lr_min=1e-6",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1",
+        "actor_rollout_ref.model.use_remove_padding=True",
+    ];
+    match lower_request(&build_request(&dir, &veomni)) {
+        SpecOutcome::Ok { spec, .. } => {
+            let EngineSpec::Fsdp(f) = &spec.actor.engine else {
+                panic!("VeOmni runs as FSDP: {:?}", spec.actor.engine);
+            };
+            assert!(f.param_offload && !f.optimizer_offload);
+            assert_eq!(f.ulysses, 2);
+            assert_eq!(f.fsdp_size, 4, "2 data-parallel ranks x 2 Ulysses ranks");
+            assert_eq!((f.main_dtype, f.reduce_dtype), (Dtype::Bf16, Dtype::Bf16));
+            assert_eq!(spec.binding.precision, Dtype::Bf16);
+            let o = &spec.actor.optim;
+            assert_eq!(o.lr, 1e-5);
+            match o.schedule {
+                ScheduleSpec::Verl {
+                    schedule: VerlSchedule::Cosine {
+                        min_lr_ratio,
+                        num_cycles,
+                    },
+                    lr_warmup_steps,
+                    lr_warmup_steps_ratio,
+                    zero_indexed_step,
+                } => {
+                    assert!((min_lr_ratio - 0.1).abs() < 1e-12, "{min_lr_ratio}");
+                    assert_eq!(num_cycles, 0.5);
+                    assert_eq!((lr_warmup_steps, lr_warmup_steps_ratio), (-1, 0.1));
+                    assert!(zero_indexed_step);
+                }
+                other => panic!("VeOmni's default schedule is cosine: {other:?}"),
+            }
+        }
+        SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+    }
+    // What FSDP cannot express: refused at the key, on the user's line.
+    for (set, key) in [
+        (
+            "actor_rollout_ref.actor.veomni.expert_parallel_size=2",
+            "actor_rollout_ref.actor.veomni.expert_parallel_size",
+        ),
+        (
+            "actor_rollout_ref.actor.optim.optimizer=muon",
+            "actor_rollout_ref.actor.optim.optimizer",
+        ),
+        (
+            "actor_rollout_ref.actor.optim.lr_scheduler_type=linear",
+            "actor_rollout_ref.actor.optim.lr_scheduler_type",
+        ),
+        (
+            "actor_rollout_ref.actor.optim.lr_decay_ratio=0.5",
+            "actor_rollout_ref.actor.optim.lr_decay_ratio",
+        ),
     ] {
-        match lower_request(&build_request(&dir, choice)) {
-            SpecOutcome::Ok { .. } => panic!("{choice:?}: VeOmni's engine is not verlc's"),
+        match lower_request(&build_request(&dir, &["model_engine=veomni", set])) {
+            SpecOutcome::Ok { .. } => panic!("{set}: FSDP cannot run it"),
             SpecOutcome::Errors(c) => {
                 let d: Vec<_> = c.diagnostics.iter().filter(|d| d.is_error()).collect();
                 assert!(
                     d.iter().any(|d| d.code.0 == "B018"
-                        && d.message.contains("`veomni` engine")
+                        && d.key_path.as_deref() == Some(key)
+                        && d.primary.is_some()),
+                    "{set}: {:#?}",
+                    errors(&c.diagnostics)
+                );
+                assert_eq!(d.len(), 1, "{set}: {:#?}", errors(&c.diagnostics));
+            }
+        }
+    }
+    // Chosen through the engine group, or (as a verl example does) a role's strategy by hand:
+    // valid for verl 0.9 (`verlc check` passes it), refused by the build at its line.
+    for choice in [
+        &["model_engine=torchtitan"][..],
+        &[
+            "actor_rollout_ref.ref.strategy=torchtitan",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+        ],
+    ] {
+        match lower_request(&build_request(&dir, choice)) {
+            SpecOutcome::Ok { .. } => panic!("{choice:?}: torchtitan's engine is not verlc's"),
+            SpecOutcome::Errors(c) => {
+                let d: Vec<_> = c.diagnostics.iter().filter(|d| d.is_error()).collect();
+                assert!(
+                    d.iter().any(|d| d.code.0 == "B018"
+                        && d.message.contains("`torchtitan` engine")
                         && d.primary.is_some()),
                     "{choice:?}: {:#?}",
                     errors(&c.diagnostics)

@@ -60,7 +60,9 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
         ignored_offload(r, root, &mut out);
     }
 
-    // verl 0.8+'s other engines (`model_engine=veomni`, `torchtitan`, …): their strategy from
+    out.extend(super::veomni::refusals(root, plan));
+
+    // verl 0.8+'s other engines (`model_engine=torchtitan`, `automodel`, …): their strategy from
     // verl's own files is not one verlc models (the check's copy holds a repaired `fsdp`); one
     // error for the roles that run it, instead of a missing FSDP section each. No key path: the
     // key is verl's own, which `verlc check` passes through and would drop findings about; the
@@ -202,10 +204,12 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
 }
 
 /// The engine `r` runs when it is none verlc models (its strategy as composed).
+/// The engine of another family a role runs (VeOmni's runs as the FSDP role it equals:
+/// [`crate::veomni`], with its own refusals in [`super::veomni`]).
 fn foreign_engine<'t>(r: &Role, root: &'t Node) -> Option<&'t str> {
     root.get_path(&split_key(&r.strategy_key()))
         .and_then(Node::as_str)
-        .filter(|s| !matches!(*s, "fsdp" | "fsdp2" | "megatron"))
+        .filter(|s| !matches!(*s, "fsdp" | "fsdp2" | "megatron" | crate::veomni::STRATEGY))
 }
 
 fn strategy_name(r: &Role) -> &'static str {

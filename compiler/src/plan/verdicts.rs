@@ -197,6 +197,17 @@ table! {
     "**.fsdp_config.wrap_policy.**" => NoEffect(NONE, "is an FSDP wrapping detail; the binary's engine shards per decoder layer"),
     "**.fsdp_config.{entropy_checkpointing,entropy_from_logits_with_chunking}" => NoEffect(NONE, MEMORY),
 
+    // Engine sections: VeOmni (`model_engine=veomni`), run as the FSDP role it equals
+    // (`crate::veomni`; refusals in `plan::veomni`).
+    "**.veomni.{param_offload,optimizer_offload,enable_fsdp_offload,fsdp_size,ulysses_parallel_size,mixed_precision,seed,full_determinism,forward_only,entropy_from_logits_with_chunking,entropy_checkpointing,strategy}" => Implemented("the role's FSDP engine spec (crate::veomni: fsdp_size counts data-parallel ranks and shards over their Ulysses ranks too; mixed_precision false trains bf16 shards, bf16 optimizer state and bf16 reductions)"),
+    "**.veomni.{expert_parallel_size,attn_implementation,qat_implementation}" => Checked("expert_parallel_size 1, an exact attention, qat_implementation none (plan::veomni refuses the others, B018)"),
+    "**.veomni.{moe_implementation,cross_entropy_loss_implementation,rms_norm_implementation,swiglu_mlp_implementation,rotary_pos_emb_implementation,rms_norm_gated_implementation,causal_conv1d_implementation,chunk_gated_delta_rule_implementation,load_balancing_loss_implementation,dsa_indexer_implementation,dsa_attention_implementation,mhc_implementation}" => NoEffect(NONE, "selects a VeOmni kernel; verlc's models compute the same numbers"),
+    "**.veomni.use_torch_compile" => NoEffect(PYTHON, PY),
+    "**.veomni.{init_device,forward_prefetch,basic_modules,activation_gpu_limit,enable_reentrant,enable_full_shard,enable_async_activation_offload,activation_offload_modules,activation_offload_host_cache_limit_gb}" => NoEffect(NONE, "is a VeOmni memory or wrapping detail (enable_full_shard is not read by its FSDP2 path: it always shards fully); the numbers are the same"),
+    "**.veomni.{ckpt_manager,load_checkpoint_path,force_use_huggingface}" => NoEffect(NONE, "is not read by verl's VeOmni engine"),
+    "**.optim.lr_min" => Implemented("optim's min_lr_ratio = lr_min / lr (VeOmni's cosine schedule, crate::veomni)"),
+    "**.optim.{lr_start,lr_decay_ratio}" => Checked("VeOmni's defaults only, 0 and 1.0 (plan::veomni refuses others, B018)"),
+
     // Engine sections: Megatron.
     "**.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,sequence_parallel,use_distributed_optimizer}" => Implemented("engine (Megatron)"),
     "**.megatron.context_parallel_size" => Implemented("engine.context_parallel (Megatron): sequences split in load-balanced chunks, keys and values all-gathered, a Gated DeltaNet layer's input gathered into whole sequences, experts exchanged over expert-parallel groups that span context ranks; refused with another rollout TP (B018)"),
@@ -239,7 +250,7 @@ table! {
     "reward_model.ulysses_sequence_parallel_size" => NoEffect(NONE, RM),
     "**.ulysses_sequence_parallel_size" => Implemented("engine.ulysses (FSDP; the legacy workers' role-level key)"),
     "**.load_weight" => Unsupported("skips loading the model's weights; verlc always loads them"),
-    "**.router_replay.mode" => Unsupported("replays MoE routing; verlc's models are dense"),
+    "**.router_replay.mode" => Unsupported("replays the rollout's expert choices in training; verlc's trainer routes every forward pass itself"),
     "**.router_replay.**" => NoEffect(NONE, "belongs to MoE router replay (router_replay.mode is refused)"),
     "**.use_remove_padding" => Implemented("engine.remove_padding (FSDP strategy)"),
     "**.{strategy,rollout_n}" => Implemented("binding.strategy / per-rank batch arithmetic"),
