@@ -913,10 +913,11 @@ fn veomni_builds_as_fsdp_and_other_engines_are_refused_by_name() {
             assert_eq!(o.lr, 1e-5);
             match o.schedule {
                 ScheduleSpec::Verl {
-                    schedule: VerlSchedule::Cosine {
-                        min_lr_ratio,
-                        num_cycles,
-                    },
+                    schedule:
+                        VerlSchedule::Cosine {
+                            min_lr_ratio,
+                            num_cycles,
+                        },
                     lr_warmup_steps,
                     lr_warmup_steps_ratio,
                     zero_indexed_step,
