@@ -66,17 +66,29 @@ pub const GROUPS: &[Group] = &[
     Group {
         name: "optim",
         paths: &["actor_rollout_ref.actor.optim"],
-        defaults: GroupDefaults::Files(&["optim/fsdp.yaml", "optim/megatron.yaml"]),
-        about: "an `optim/` group file (FSDP or Megatron optimizer), mounted at `actor.optim` and `critic.optim`",
+        defaults: GroupDefaults::Files(&[
+            "optim/fsdp.yaml",
+            "optim/megatron.yaml",
+            "optim/veomni.yaml",
+            "optim/torchtitan.yaml",
+        ]),
+        about: "an `optim/` group file (FSDP, Megatron, VeOmni or torchtitan optimizer), mounted at `actor.optim` and `critic.optim`",
     },
     Group {
         name: "engine",
         paths: &[
             "actor_rollout_ref.actor.fsdp_config",
             "actor_rollout_ref.actor.megatron",
+            "actor_rollout_ref.actor.veomni",
+            "actor_rollout_ref.actor.torchtitan",
         ],
-        defaults: GroupDefaults::Files(&["engine/fsdp.yaml", "engine/megatron.yaml"]),
-        about: "an `engine/` group file (FSDP or Megatron engine), mounted at `fsdp_config` or `megatron` of a role",
+        defaults: GroupDefaults::Files(&[
+            "engine/fsdp.yaml",
+            "engine/megatron.yaml",
+            "engine/veomni.yaml",
+            "engine/torchtitan.yaml",
+        ]),
+        about: "an `engine/` group file (FSDP, Megatron, VeOmni or torchtitan engine), mounted at `fsdp_config`, `megatron`, `veomni` or `torchtitan` of a role",
     },
     Group {
         name: "actor",
@@ -137,6 +149,18 @@ pub const GROUPS: &[Group] = &[
         paths: &["trainer"],
         defaults: GroupDefaults::Tree,
         about: "a file holding the `trainer` section",
+    },
+    Group {
+        name: "reward",
+        paths: &["reward"],
+        defaults: GroupDefaults::Files(&["reward/reward.yaml"]),
+        about: "verl's `reward/` group file (verl 0.7.1+), mounted at `reward`",
+    },
+    Group {
+        name: "distillation",
+        paths: &["distillation"],
+        defaults: GroupDefaults::Files(&["distillation/distillation.yaml"]),
+        about: "verl's `distillation/` group file (verl 0.9+), mounted at `distillation`",
     },
 ];
 
@@ -408,8 +432,14 @@ fn flavour_defaults() -> &'static [Value; 2] {
 }
 
 /// One built-in file as JSON, without its `defaults:` list.
+/// A built-in group file as JSON: verlc's defaults (verl 0.7.0's layout), else the newest
+/// built-in release's file of that name.
 fn builtin_file_json(path: &str) -> Option<Value> {
-    let (_, text) = BUILTIN_FILES.iter().find(|(p, _)| *p == path)?;
+    let newest = crate::load::version::BuiltinRelease::default().files();
+    let (_, text) = BUILTIN_FILES
+        .iter()
+        .chain(newest)
+        .find(|(p, _)| *p == path)?;
     let src = Source::new(
         format!("<verlc defaults>/{path}"),
         *text,
@@ -456,9 +486,12 @@ pub fn root_editor_schema() -> Value {
 }
 
 /// Editor schema of one group file (e.g. an `optim/*.yaml`); `None` for an unknown name.
+/// Like the root schema, it holds the newest built-in release's keys (VeOmni's engine and
+/// optimizer keys, `reward`, `distillation`, ...) beside the typed model's.
 pub fn group_editor_schema(name: &str) -> Option<Value> {
     let g = GROUPS.iter().find(|g| g.name == name)?;
-    let full = generated();
+    let mut full = generated();
+    release_keys::add_newest_release_keys(&mut full);
     let mut s: Option<Value> = None;
     for path in g.paths {
         let sub = schema_at(&full, &crate::load::node::split_key(path))?.clone();
@@ -614,6 +647,29 @@ fn union(a: Value, b: Value) -> Value {
                     "enumDescriptions".into(),
                     json!(all.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>()),
                 );
+            }
+            Value::Object(a)
+        }
+        // A value the other kind of file sets for a key this one lists (VeOmni's `strategy:
+        // veomni` beside FSDP's enum): one more enum member, so completion keeps the list.
+        (Value::Object(mut a), Value::Object(b))
+            if a.contains_key("enum")
+                && !b.contains_key("enum")
+                && b.get("default").is_some_and(Value::is_string) =>
+        {
+            if let (Some(Value::Array(values)), Some(d)) = (a.get_mut("enum"), b.get("default"))
+                && !values.contains(d)
+            {
+                let at = values
+                    .iter()
+                    .position(Value::is_null)
+                    .unwrap_or(values.len());
+                values.insert(at, d.clone());
+                for k in ["enumDescriptions", "markdownEnumDescriptions"] {
+                    if let Some(Value::Array(descs)) = a.get_mut(k) {
+                        descs.insert(at.min(descs.len()), json!(""));
+                    }
+                }
             }
             Value::Object(a)
         }

@@ -55,14 +55,21 @@ fn target_paths(tree: &Value, at: &mut Vec<String>, out: &mut Vec<Vec<String>>) 
     }
 }
 
-/// Both flavours of the release's built-in tree, composed and resolved (FSDP first).
+/// Both flavours of the release's built-in tree, composed and resolved (FSDP first), then the
+/// FSDP flavour on VeOmni's and torchtitan's engines (their sections' defaults).
 fn release_defaults(release: BuiltinRelease) -> Vec<Value> {
-    [compose::FSDP_BASE, compose::MEGATRON_BASE]
+    let flavours = [compose::FSDP_BASE, compose::MEGATRON_BASE].map(|b| (b, None));
+    let engines = ["veomni", "torchtitan"].map(|e| (compose::FSDP_BASE, Some(e)));
+    flavours
         .into_iter()
-        .map(|base| {
+        .chain(engines)
+        .map(|(base, engine)| {
             compose::load(&LoadRequest {
                 base: Some(base.into()),
                 builtin: release,
+                overrides: engine
+                    .map(|e| vec![format!("model_engine={e}")])
+                    .unwrap_or_default(),
                 ..LoadRequest::default()
             })
             .root
