@@ -638,9 +638,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn fsdp_memory_halves_with_twice_the_ranks() {
-        let m = ModelDims {
+    /// Qwen2.5-0.5B's dimensions (about 494M parameters).
+    fn qwen2_5_0_5b() -> ModelDims {
+        ModelDims {
             hidden_size: 896,
             num_attention_heads: 14,
             num_key_value_heads: Some(2),
@@ -654,7 +654,12 @@ mod tests {
             attention_bias: None,
             moe: Default::default(),
             linear: Default::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn fsdp_memory_halves_with_twice_the_ranks() {
+        let m = qwen2_5_0_5b();
         let base = [
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
             "algorithm.adv_estimator=grpo",
@@ -697,21 +702,7 @@ mod tests {
 
     #[test]
     fn bf16_model_dtype_halves_the_fsdp_shards_grads_and_moments() {
-        let m = ModelDims {
-            hidden_size: 896,
-            num_attention_heads: 14,
-            num_key_value_heads: Some(2),
-            num_hidden_layers: 24,
-            vocab_size: 151936,
-            intermediate_size: Some(4864),
-            tie_word_embeddings: Some(true),
-            head_dim: None,
-            model_type: None,
-            max_position_embeddings: None,
-            attention_bias: None,
-            moe: Default::default(),
-            linear: Default::default(),
-        };
+        let m = qwen2_5_0_5b();
         let base = [
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
             "algorithm.adv_estimator=grpo",

@@ -25,23 +25,49 @@ fn groups_of(params: &HashMap<String, Tensor>, lr: f64) -> Vec<ParamGroup> {
     vec![g(&["w1", "w2"], 0.1), g(&["b1"], 0.0)]
 }
 
-fn bf16_run(offload: f64) -> (f64, f64, f64) {
-    let o = oracle::tensors("bf16");
-    let norms: Vec<f64> = oracle::json("bf16")["grad_norms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    let params: HashMap<String, Tensor> = NAMES
+/// The oracle's initial params (`init.<name>`), as fresh leaves that require grad.
+fn initial_params(o: &HashMap<String, Tensor>) -> HashMap<String, Tensor> {
+    NAMES
         .iter()
         .map(|n| {
             (
                 n.to_string(),
-                get(&o, &format!("init.{n}")).copy().set_requires_grad(true),
+                get(o, &format!("init.{n}")).copy().set_requires_grad(true),
             )
         })
-        .collect();
+        .collect()
+}
+
+fn grad_norms(case: &str) -> Vec<f64> {
+    oracle::json(case)["grad_norms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+/// One step with the oracle's grads of step `t`; the grad norm's relative difference from
+/// the oracle's.
+fn oracle_step(
+    opt: &mut Optimizer,
+    params: &HashMap<String, Tensor>,
+    o: &HashMap<String, Tensor>,
+    t: usize,
+    want_norm: f64,
+) -> f64 {
+    for n in NAMES {
+        ops::set_grad(&params[n], Some(get(o, &format!("grad.{t}.{n}")))).unwrap();
+    }
+    let out = opt.step(None).unwrap();
+    assert!(out.update_successful);
+    (out.grad_norm.unwrap() - want_norm).abs() / want_norm
+}
+
+fn bf16_run(offload: f64) -> (f64, f64, f64) {
+    let o = oracle::tensors("bf16");
+    let norms = grad_norms("bf16");
+    let params = initial_params(&o);
     assert_eq!(params["w1"].kind(), Kind::BFloat16);
     let cfg = OptimizerConfig {
         offload_fraction: offload,
@@ -50,13 +76,7 @@ fn bf16_run(offload: f64) -> (f64, f64, f64) {
     let mut opt = Optimizer::new(groups_of(&params, 1e-3), cfg).unwrap();
     let (mut worst_model, mut worst_main, mut worst_norm) = (0f64, 0f64, 0f64);
     for (t, want_norm) in norms.iter().enumerate() {
-        for n in NAMES {
-            ops::set_grad(&params[n], Some(get(&o, &format!("grad.{t}.{n}")))).unwrap();
-        }
-        let out = opt.step(None).unwrap();
-        assert!(out.update_successful);
-        let norm = out.grad_norm.unwrap();
-        worst_norm = worst_norm.max((norm - want_norm).abs() / want_norm);
+        worst_norm = worst_norm.max(oracle_step(&mut opt, &params, &o, t, *want_norm));
         for n in NAMES {
             assert!(
                 !params[n].grad().defined(),
@@ -104,22 +124,9 @@ fn bf16_with_host_offload_matches_reference() {
 #[test]
 fn bf16_params_in_place_match_torch_adamw_on_bf16_params() {
     let o = oracle::tensors("bf16_params");
-    let norms: Vec<f64> = oracle::json("bf16_params")["grad_norms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
+    let norms = grad_norms("bf16_params");
     for offload in [0.0, 1.0] {
-        let params: HashMap<String, Tensor> = NAMES
-            .iter()
-            .map(|n| {
-                (
-                    n.to_string(),
-                    get(&o, &format!("init.{n}")).copy().set_requires_grad(true),
-                )
-            })
-            .collect();
+        let params = initial_params(&o);
         let cfg = OptimizerConfig {
             offload_fraction: offload,
             keep_param_dtype: true,
@@ -137,13 +144,7 @@ fn bf16_params_in_place_match_torch_adamw_on_bf16_params() {
         );
         let mut worst_norm = 0f64;
         for (t, want_norm) in norms.iter().enumerate() {
-            for n in NAMES {
-                ops::set_grad(&params[n], Some(get(&o, &format!("grad.{t}.{n}")))).unwrap();
-            }
-            let out = opt.step(None).unwrap();
-            assert!(out.update_successful);
-            let norm = out.grad_norm.unwrap();
-            worst_norm = worst_norm.max((norm - want_norm).abs() / want_norm);
+            worst_norm = worst_norm.max(oracle_step(&mut opt, &params, &o, t, *want_norm));
             for n in NAMES {
                 assert_eq!(params[n].kind(), Kind::BFloat16);
                 let want = get(&o, &format!("model.{t}.{n}"));
