@@ -81,14 +81,16 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
             Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
             _ => roles.join(""),
         };
-        out.push(
-            Diagnostic::error(
-                codes::BUILD_UNSUPPORTED_SETTING,
-                format!("`{key}`: the {roles} run verl's `{engine}` engine, which verlc's trainer does not implement"),
-            )
-            .with_primary(at, format!("`{engine}` chosen here"))
-            .with_help("verlc trains with FSDP (model_engine=dp: strategy fsdp or fsdp2) or Megatron (model_engine=megatron)"),
-        );
+        let mut d = Diagnostic::error(
+            codes::BUILD_UNSUPPORTED_SETTING,
+            format!("`{key}`: the {roles} run verl's `{engine}` engine, which verlc's trainer does not implement"),
+        )
+        .with_primary(at, format!("`{engine}` chosen here"))
+        .with_help("verlc trains with FSDP (model_engine=dp: strategy fsdp or fsdp2), Megatron (model_engine=megatron) or VeOmni's settings on FSDP (model_engine=veomni)");
+        if let Some(why) = foreign_engine_differs(engine) {
+            d.notes.push(why.to_owned());
+        }
+        out.push(d);
     }
 
     let (actor_precision, actor_precision_key) = actor
@@ -204,6 +206,23 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
 }
 
 /// The engine `r` runs when it is none verlc models (its strategy as composed).
+/// Why an engine verl ships does not lower onto verlc's FSDP engine (shared/reference/
+/// veomni.md §5), where that is known.
+fn foreign_engine_differs(engine: &str) -> Option<&'static str> {
+    Some(match engine {
+        "torchtitan" => {
+            "verl's torchtitan engine trains torchtitan's own models and passes neither `optim.clip_grad` (it clips at torchtitan's max_norm) nor the run's step count (its decay follows torchtitan's own horizon, its warmup counts from step 1): FSDP with the same keys would train other numbers"
+        }
+        "automodel" => {
+            "verl's NeMo Automodel engine starts its warmup at `init_lr_ratio` x lr (0.1 by default), builds its optimizer through NeMo, and may run TransformerEngine layers or FP8: FSDP with the same keys would train other numbers"
+        }
+        "mindspeed" | "mindspeed_megatron" => {
+            "MindSpeed is Megatron for Ascend NPUs (torch_npu), which libtorch from PyPI cannot drive"
+        }
+        _ => return None,
+    })
+}
+
 /// The engine of another family a role runs (VeOmni's runs as the FSDP role it equals:
 /// [`crate::veomni`], with its own refusals in [`super::veomni`]).
 fn foreign_engine<'t>(r: &Role, root: &'t Node) -> Option<&'t str> {
