@@ -451,8 +451,13 @@ fn role_memory(
             let (po, go, oo) = (offload.params, offload.grads, offload.optimizer);
             let shard = p.div_ceil(shard_n.max(1));
             // The shards, their gradients and AdamW's moments share the main dtype
-            // (`model_dtype`: fp32, or bf16 stepped in place).
-            let main = f.map_or(Dtype::Fp32, |x| x.model_dtype.dtype());
+            // (`model_dtype`: fp32, or bf16 stepped in place under bf16 compute; lowering
+            // refuses the other combinations, whose runs would keep fp32).
+            let compute = r.role.precision().map(|(d, _)| d);
+            let main = match f.map(|x| x.model_dtype.dtype()) {
+                Some(Dtype::Bf16) if compute == Some(Dtype::Bf16) => Dtype::Bf16,
+                _ => Dtype::Fp32,
+            };
             let e = if main == Dtype::Fp32 { 4 } else { 2 };
             place(&mut dev, &mut host, po, |b| &mut b.params_bytes, shard * e);
             place(&mut dev, &mut host, go, |b| &mut b.grads_bytes, shard * e);

@@ -13,7 +13,8 @@
 //!   covers the data-parallel size).
 //! - `mixed_precision: true` (the file's default) is FSDP's default: fp32 shards, bf16 compute,
 //!   fp32 gradient reductions. `false` trains everything in bf16: bf16 shards and optimizer
-//!   state (`model_dtype: bf16`), bf16 compute and bf16 reduce-scatters.
+//!   state (`model_dtype: bf16`), bf16 compute and bf16 reduce-scatters (verl 0.9+; before, verl
+//!   never passed the key on, and lowering warns that it has no effect).
 //! - the optimizer `adamw` is torch's AdamW (VeOmni's others are refused by lowering); VeOmni's cosine schedule is verl's FSDP cosine with
 //!   `min_lr_ratio = lr_min / lr` (half a cycle, zero-indexed steps); its constant schedule is
 //!   FSDP's. VeOmni's engine never reads `lr_warmup_steps` (only the ratio), so the rewritten
@@ -23,6 +24,8 @@
 //! linear schedule, `lr_start`, `lr_decay_ratio`) is refused at its key by lowering
 //! (`plan::veomni`); keys without a numeric effect have verdicts of their own.
 
+use crate::codes;
+use crate::diag::Diagnostic;
 use crate::load::node::{Entry, Node, Scalar, Value, split_key};
 
 /// The roles verl runs on an engine of their own: (prefix, the typed copy's FSDP section,
@@ -46,11 +49,17 @@ const ROLES: [(&str, &str, &str, bool); 3] = [
 /// The `strategy` value of a VeOmni role.
 pub const STRATEGY: &str = "veomni";
 
-/// Whether the role at `prefix` of `root` runs verl's VeOmni engine.
+/// Whether the role at `prefix` of `root` runs verl's VeOmni engine: its strategy and its
+/// `veomni` section (a `strategy: veomni` without the section is no config verl can start:
+/// its VeOmni engine reads the section's keys, and build refuses it by name).
 pub fn runs_veomni(root: &Node, prefix: &str) -> bool {
     root.get_path(&split_key(&format!("{prefix}.strategy")))
         .and_then(Node::as_str)
         == Some(STRATEGY)
+        && root
+            .get_path(&split_key(&format!("{prefix}.veomni")))
+            .and_then(Node::as_map)
+            .is_some()
 }
 
 /// Whether `key` is an optimizer key whose values are VeOmni's, not FSDP's (`optimizer`,
@@ -70,7 +79,17 @@ pub fn holds_veomni_value(root: &Node, key: &str) -> bool {
 /// defaults where verl's files differ) into its FSDP equivalent, reading the role's settings
 /// from `composed` (the tree as written); `defaults` (verlc's FSDP tree) fills what VeOmni
 /// does not set. Values keep the origins of the keys they come from.
-pub fn as_fsdp(tree: &mut Node, composed: &Node, defaults: &Node) {
+/// Returns warnings about VeOmni keys the role's release ignores.
+pub fn as_fsdp(
+    tree: &mut Node,
+    composed: &Node,
+    defaults: &Node,
+    release: Option<(u32, u32)>,
+) -> Vec<Diagnostic> {
+    // verl before 0.9 passed `mixed_precision` to VeOmni under a name VeOmni drops (fixed in
+    // verl 0.9.0): its VeOmni runs trained with mixed precision whatever the key said.
+    let honours_mixed_precision = release.is_none_or(|v| v >= (0, 9));
+    let mut warnings = Vec::new();
     let world = int(composed, "trainer.nnodes")
         .unwrap_or(1)
         .saturating_mul(int(composed, "trainer.n_gpus_per_node").unwrap_or(1));
@@ -113,7 +132,19 @@ pub fn as_fsdp(tree: &mut Node, composed: &Node, defaults: &Node) {
         }
         set.push(("strategy", Node::scalar(Scalar::Str("fsdp2".into()), None)));
         // `mixed_precision: false`: no mixed-precision policy at all, the model in bf16.
-        if let Some(n) = at("mixed_precision").filter(|n| as_bool(n) == Some(false)) {
+        let mixed_off = at("mixed_precision").filter(|n| as_bool(n) == Some(false));
+        if let Some(n) = mixed_off.filter(|_| !honours_mixed_precision) {
+            let key = format!("{engine}.mixed_precision");
+            warnings.push(
+                Diagnostic::warning(
+                    codes::BUILD_NO_EFFECT,
+                    format!("`{key}: false` has no effect before verl 0.9: verl passed it to VeOmni under a name VeOmni drops, so the role trains with mixed precision (fp32 weights, bf16 compute), as verlc's trainer does"),
+                )
+                .with_key(key)
+                .with_primary(n.origin.clone(), "has no effect"),
+            );
+        }
+        if let Some(n) = mixed_off.filter(|_| honours_mixed_precision) {
             let bf16 = || Node::scalar(Scalar::Str("bf16".into()), n.origin.clone());
             set.push(("model_dtype", bf16()));
             let mut mp = Node::empty_map(n.origin.clone());
@@ -153,6 +184,7 @@ pub fn as_fsdp(tree: &mut Node, composed: &Node, defaults: &Node) {
             optim_as_fsdp(tree, composed, &format!("{prefix}.optim"));
         }
     }
+    warnings
 }
 
 /// VeOmni's optimizer keys in FSDP's terms (see the module docs). Values VeOmni has and FSDP
@@ -209,8 +241,14 @@ fn optim_as_fsdp(tree: &mut Node, composed: &Node, key: &str) {
         "lr_warmup_steps",
         Node::scalar(Scalar::Int(-1), origin("lr_warmup_steps")),
     );
+    // VeOmni's engine never reads `override_optimizer_config` (lowering warns when it is set).
     if let Some(m) = optim.as_map_mut() {
-        for k in ["lr_min", "lr_start", "lr_decay_ratio"] {
+        for k in [
+            "lr_min",
+            "lr_start",
+            "lr_decay_ratio",
+            "override_optimizer_config",
+        ] {
             m.swap_remove(k);
         }
     }

@@ -950,6 +950,11 @@ fn veomni_builds_as_fsdp_and_other_engines_are_refused_by_name() {
             "actor_rollout_ref.actor.optim.lr_decay_ratio=0.5",
             "actor_rollout_ref.actor.optim.lr_decay_ratio",
         ),
+        // verl's VeOmni engine applies no adapters.
+        (
+            "actor_rollout_ref.model.lora_rank=8",
+            "actor_rollout_ref.model.lora_rank",
+        ),
     ] {
         match lower_request(&build_request(&dir, &["model_engine=veomni", set])) {
             SpecOutcome::Ok { .. } => panic!("{set}: FSDP cannot run it"),
@@ -968,20 +973,32 @@ fn veomni_builds_as_fsdp_and_other_engines_are_refused_by_name() {
     }
     // Chosen through the engine group, or (as a verl example does) a role's strategy by hand:
     // valid for verl 0.9 (`verlc check` passes it), refused by the build at its line.
-    for choice in [
-        &["model_engine=torchtitan"][..],
-        &[
-            "actor_rollout_ref.ref.strategy=torchtitan",
-            "actor_rollout_ref.actor.use_kl_loss=True",
-        ],
+    // (`strategy: veomni` by hand on a role without a `veomni` section is no VeOmni config
+    // verl can start either: refused by name too.)
+    for (choice, engine) in [
+        (&["model_engine=torchtitan"][..], "torchtitan"),
+        (
+            &[
+                "actor_rollout_ref.ref.strategy=torchtitan",
+                "actor_rollout_ref.actor.use_kl_loss=True",
+            ],
+            "torchtitan",
+        ),
+        (
+            &[
+                "actor_rollout_ref.ref.strategy=veomni",
+                "actor_rollout_ref.actor.use_kl_loss=True",
+            ],
+            "veomni",
+        ),
     ] {
         match lower_request(&build_request(&dir, choice)) {
-            SpecOutcome::Ok { .. } => panic!("{choice:?}: torchtitan's engine is not verlc's"),
+            SpecOutcome::Ok { .. } => panic!("{choice:?}: {engine}'s engine is not verlc's"),
             SpecOutcome::Errors(c) => {
                 let d: Vec<_> = c.diagnostics.iter().filter(|d| d.is_error()).collect();
                 assert!(
                     d.iter().any(|d| d.code.0 == "B018"
-                        && d.message.contains("`torchtitan` engine")
+                        && d.message.contains(&format!("`{engine}` engine"))
                         && d.primary.is_some()),
                     "{choice:?}: {:#?}",
                     errors(&c.diagnostics)

@@ -6,11 +6,18 @@
 // - Every fallible function returns `char*`: NULL on success, otherwise a malloc'd message that
 //   the caller releases with `vlc_free_error`. No C++ exception ever crosses the boundary.
 // - Timeouts are milliseconds; a non-positive value means "the group's default".
+#include <cmath>
 #include <ATen/ATen.h>
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcdiv.h>
+#include <ATen/ops/_foreach_addcmul.h>
 #include <ATen/ops/_foreach_copy.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_lerp.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/_foreach_sqrt.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
 #include <c10/util/Exception.h>
@@ -455,6 +462,37 @@ char* vlc_fused_adamw(void* const* params, void* const* grads, void* const* exp_
     at::_fused_adamw_(p, g, m, v, none, s, lr, beta1, beta2, weight_decay, eps,
                       /*amsgrad=*/false, maximize != 0, optional_tensor(grad_scale),
                       optional_tensor(found_inf));
+  });
+}
+
+// torch.optim.AdamW's default (foreach) step, `_multi_tensor_adam` with decoupled weight decay,
+// op by op: each op rounds to the tensors' dtype, which for bf16 params and state is what a
+// torch optimizer over a bf16 model computes (the fused kernel rounds once per element).
+// `steps` holds each tensor's step count, already incremented; bias corrections are taken on
+// the host in double, as torch does for non-capturable steps.
+char* vlc_foreach_adamw(void* const* params, void* const* grads, void* const* exp_avgs,
+                        void* const* exp_avg_sqs, const double* steps, size_t n, double lr,
+                        double beta1, double beta2, double weight_decay, double eps) {
+  return guarded([&] {
+    auto p = tensor_list(params, n);
+    auto g = tensor_list(grads, n);
+    auto m = tensor_list(exp_avgs, n);
+    auto v = tensor_list(exp_avg_sqs, n);
+    if (weight_decay != 0.0) at::_foreach_mul_(p, at::Scalar(1.0 - lr * weight_decay));
+    at::_foreach_lerp_(m, g, at::Scalar(1.0 - beta1));
+    at::_foreach_mul_(v, at::Scalar(beta2));
+    at::_foreach_addcmul_(v, g, g, at::Scalar(1.0 - beta2));
+    std::vector<at::Scalar> step_size, bc2_sqrt;
+    for (size_t i = 0; i < n; ++i) {
+      double bc1 = 1.0 - std::pow(beta1, steps[i]);
+      double bc2 = 1.0 - std::pow(beta2, steps[i]);
+      step_size.emplace_back((lr / bc1) * -1.0);
+      bc2_sqrt.emplace_back(std::pow(bc2, 0.5));
+    }
+    auto denom = at::_foreach_sqrt(v);
+    at::_foreach_div_(denom, bc2_sqrt);
+    at::_foreach_add_(denom, at::Scalar(eps));
+    at::_foreach_addcdiv_(p, m, denom, step_size);
   });
 }
 

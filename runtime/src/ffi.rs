@@ -191,6 +191,19 @@ unsafe extern "C" {
         n: usize,
         non_blocking: c_int,
     ) -> *mut c_char;
+    pub fn vlc_foreach_adamw(
+        params: *const TensorPtr,
+        grads: *const TensorPtr,
+        exp_avgs: *const TensorPtr,
+        exp_avg_sqs: *const TensorPtr,
+        steps: *const f64,
+        n: usize,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        weight_decay: f64,
+        eps: f64,
+    ) -> *mut c_char;
     pub fn vlc_foreach_mul_scalar(tensors: *const TensorPtr, n: usize, s: f64) -> *mut c_char;
     pub fn vlc_foreach_mul_tensor(
         tensors: *const TensorPtr,

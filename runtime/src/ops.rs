@@ -175,6 +175,56 @@ pub fn non_finite_check_and_unscale(
     check("non_finite_check_and_unscale", err)
 }
 
+/// torch.optim.AdamW's default (foreach) step over lists on one device: the ops of
+/// `_multi_tensor_adam` one after another, each rounding to the tensors' dtype (for bf16
+/// params and state, what torch computes for a bf16 model; `fused_adamw` rounds once).
+/// `steps` are the step counts after this step's increment. `maximize` is not supported.
+pub fn foreach_adamw(
+    params: &[Tensor],
+    grads: &[Tensor],
+    exp_avgs: &[Tensor],
+    exp_avg_sqs: &[Tensor],
+    steps: &[f64],
+    args: AdamWArgs,
+) -> Result<()> {
+    same_len(
+        "foreach_adamw",
+        &[
+            params.len(),
+            grads.len(),
+            exp_avgs.len(),
+            exp_avg_sqs.len(),
+            steps.len(),
+        ],
+    )?;
+    if params.is_empty() {
+        return Ok(());
+    }
+    let (p, g, m, v) = (
+        ffi::tptrs(params),
+        ffi::tptrs(grads),
+        ffi::tptrs(exp_avgs),
+        ffi::tptrs(exp_avg_sqs),
+    );
+    // SAFETY: every tensor and `steps` outlive the call; lists have equal length.
+    let err = unsafe {
+        ffi::vlc_foreach_adamw(
+            p.as_ptr(),
+            g.as_ptr(),
+            m.as_ptr(),
+            v.as_ptr(),
+            steps.as_ptr(),
+            p.len(),
+            args.lr,
+            args.beta1,
+            args.beta2,
+            args.weight_decay,
+            args.eps,
+        )
+    };
+    check("foreach_adamw", err)
+}
+
 /// `torch._foreach_norm(ts, ord, dtype=float32)`: one fp32 scalar per tensor.
 pub fn foreach_norm(ts: &[Tensor], ord: f64) -> Result<Vec<Tensor>> {
     if ts.is_empty() {

@@ -205,7 +205,6 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
     out
 }
 
-/// The engine `r` runs when it is none verlc models (its strategy as composed).
 /// Why an engine verl ships does not lower onto verlc's FSDP engine (shared/reference/
 /// veomni.md §5), where that is known.
 fn foreign_engine_differs(engine: &str) -> Option<&'static str> {
@@ -223,12 +222,16 @@ fn foreign_engine_differs(engine: &str) -> Option<&'static str> {
     })
 }
 
-/// The engine of another family a role runs (VeOmni's runs as the FSDP role it equals:
-/// [`crate::veomni`], with its own refusals in [`super::veomni`]).
+/// The engine `r` runs when it is none verlc models or lowers (its strategy as composed;
+/// VeOmni's, with its section, runs as the FSDP role it equals: [`crate::veomni`], with its own
+/// refusals in [`super::veomni`]).
 fn foreign_engine<'t>(r: &Role, root: &'t Node) -> Option<&'t str> {
+    if crate::veomni::runs_veomni(root, r.prefix) {
+        return None;
+    }
     root.get_path(&split_key(&r.strategy_key()))
         .and_then(Node::as_str)
-        .filter(|s| !matches!(*s, "fsdp" | "fsdp2" | "megatron" | crate::veomni::STRATEGY))
+        .filter(|s| !matches!(*s, "fsdp" | "fsdp2" | "megatron"))
 }
 
 fn strategy_name(r: &Role) -> &'static str {

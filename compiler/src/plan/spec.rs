@@ -194,6 +194,16 @@ fn actor_spec(cfg: &VerlConfig, r: &Roles, l: &mut Lowering) -> ActorSpec {
     let engine = engine_spec(&Role::actor(cfg), r.world, l);
     let dp = data_parallel(r.world, &engine);
     let update = actor_settings(cfg, r.n, (dp, engine.ulysses()), r.seq_len, l);
+    let lora = lora_spec(cfg, l);
+    // verl casts LoRA adapters to the base model's dtype only from 0.9 (before, PEFT kept them
+    // fp32 beside bf16 base weights); verlc does not hold the release here: refused.
+    if lora.is_some() && engine.main_dtype() != Dtype::Fp32 {
+        l.unsupported(
+            "actor_rollout_ref.actor.fsdp_config.model_dtype",
+            "`model_dtype: bf16` with LoRA: verl trains the adapters in fp32 before 0.9 and in bf16 from 0.9; verlc trains LoRA with fp32 main weights only",
+            "use model_dtype fp32 with LoRA",
+        );
+    }
     ActorSpec {
         model_path: arr.model.path.clone(),
         engine,
@@ -206,7 +216,7 @@ fn actor_spec(cfg: &VerlConfig, r: &Roles, l: &mut Lowering) -> ActorSpec {
         ),
         update,
         loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
-        lora: lora_spec(cfg, l),
+        lora,
         config_overrides: model_overrides(cfg, l),
     }
 }

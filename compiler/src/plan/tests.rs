@@ -414,6 +414,17 @@ fn model_dtype_sets_the_main_dtype_or_is_refused_at_its_line() {
         assert_eq!(refused, vec![("B018", 14)], "{dtype} under {compute}");
         assert_eq!(main(&c), Dtype::Fp32);
     }
+    // LoRA's adapter dtype under bf16 weights differs between verl releases: refused.
+    let lora = case(
+        &with_actor("    fsdp_config:\n      model_dtype: bf16\n"),
+        &["actor_rollout_ref.model.lora_rank=8"],
+    );
+    let refused: Vec<_> = lora
+        .at_lines()
+        .into_iter()
+        .filter(|(code, _)| *code == "B018")
+        .collect();
+    assert_eq!(refused, vec![("B018", 14)], "{:?}", lora.codes());
 }
 
 #[test]

@@ -16,20 +16,43 @@ use super::BuildPlan;
 pub(super) fn refusals(root: &Node, plan: &BuildPlan) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let roles = [
-        ("actor_rollout_ref.actor", true, true),
-        ("actor_rollout_ref.ref", plan.roles.reference, false),
-        ("critic", plan.roles.critic, true),
+        (
+            "actor_rollout_ref.actor",
+            true,
+            Some("actor_rollout_ref.model"),
+        ),
+        ("actor_rollout_ref.ref", plan.roles.reference, None),
+        ("critic", plan.roles.critic, Some("critic.model")),
     ];
-    for (prefix, runs, trained) in roles {
+    for (prefix, runs, trained_model) in roles {
         if !runs || !runs_veomni(root, prefix) {
             continue;
         }
         engine(root, &format!("{prefix}.veomni"), &mut out);
-        if trained {
+        if let Some(model) = trained_model {
             optim(root, &format!("{prefix}.optim"), &mut out);
+            lora(root, model, &mut out);
         }
     }
     out
+}
+
+/// verl's VeOmni engine applies no LoRA adapters (it trains the full model, or fails on the
+/// adapter paths), while verlc's FSDP engine would train adapters: refused.
+fn lora(root: &Node, model: &str, out: &mut Vec<Diagnostic>) {
+    let at = Keys { root, key: model };
+    for leaf in ["lora_rank", "lora.rank"] {
+        if let Some((k, n)) = at.get(leaf)
+            && num(n).is_some_and(|r| r > 0.0)
+        {
+            out.push(refuse(
+                &k,
+                n,
+                "verl's VeOmni engine applies no LoRA adapters (its LoRA support is unimplemented); verlc's FSDP engine would train adapters instead of the model",
+                "set the rank to 0 under model_engine=veomni, or train LoRA with model_engine=dp",
+            ));
+        }
+    }
 }
 
 fn engine(root: &Node, key: &str, out: &mut Vec<Diagnostic>) {
@@ -95,6 +118,16 @@ fn optim(root: &Node, key: &str, out: &mut Vec<Diagnostic>) {
         if let Some(why) = why {
             out.push(refuse(k, n, why, "use cosine (with lr_min) or constant"));
         }
+    }
+    if let (Some((k, n)), Some(lr)) = (at.get("lr_min"), at.get("lr").and_then(|(_, n)| num(n)))
+        && num(n).is_some_and(|m| m > 0.0 && (lr <= 0.0 || m > lr))
+    {
+        out.push(refuse(
+            &k,
+            n,
+            "an lr_min above lr (or lr 0) is no decay FSDP's cosine expresses: VeOmni ramps up to lr_min (or divides by lr)",
+            "set lr_min at most lr",
+        ));
     }
     if let Some((k, n)) = at.get("lr_start")
         && num(n).is_some_and(|v| v != 0.0)

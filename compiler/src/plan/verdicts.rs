@@ -187,7 +187,7 @@ table! {
     "**.fsdp_config.{reshard_after_forward,fsdp_size}" => Implemented("engine (FSDP)"),
     "actor_rollout_ref.ref.fsdp_config.{seed,model_dtype}" => NoEffect(NONE, "has no effect: the reference policy holds the actor's initial weights in the bound precision"),
     "**.fsdp_config.seed" => Implemented("model_seed / critic.seed"),
-    "**.fsdp_config.model_dtype" => Checked("engine.main_dtype (FSDP): fp32 main shards, or bf16 shards and bf16 optimizer state under bf16 compute; fp16, or bf16 under another compute dtype, is refused (B018)"),
+    "**.fsdp_config.model_dtype" => Checked("engine.main_dtype (FSDP): fp32 main shards, or bf16 shards and bf16 optimizer state (torch's default AdamW, op by op) under bf16 compute; fp16, bf16 under another compute dtype, or bf16 with LoRA, is refused (B018)"),
     "**.fsdp_config.strategy" => Implemented("the role's strategy"),
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size" => NoEffect(NONE, "has no effect: the reference policy reads the actor's rows with the actor's Ulysses degree"),
     "**.fsdp_config.ulysses_sequence_parallel_size" => Implemented("engine.ulysses (FSDP)"),

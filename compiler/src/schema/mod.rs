@@ -431,9 +431,8 @@ fn flavour_defaults() -> &'static [Value; 2] {
     })
 }
 
-/// One built-in file as JSON, without its `defaults:` list.
-/// A built-in group file as JSON: verlc's defaults (verl 0.7.0's layout), else the newest
-/// built-in release's file of that name.
+/// A built-in group file as JSON, without its `defaults:` list: verlc's defaults (verl
+/// 0.7.0's layout), else the newest built-in release's file of that name.
 fn builtin_file_json(path: &str) -> Option<Value> {
     let newest = crate::load::version::BuiltinRelease::default().files();
     let (_, text) = BUILTIN_FILES

@@ -30,7 +30,7 @@ pub struct EngineSettings {
     /// A Hugging Face checkpoint directory or `builtin://tiny…`.
     pub model_path: String,
     pub device: Device,
-    /// dtype of the model's parameters (bf16/fp16 train with fp32 main params).
+    /// dtype of the model's parameters (the compute dtype).
     pub param_dtype: Dtype,
     /// dtype of the parameters the optimizer steps: fp32 main params, or `param_dtype` itself
     /// (bf16 only: the model's bf16 parameters stepped in place with bf16 optimizer state,

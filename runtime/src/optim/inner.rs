@@ -1,5 +1,6 @@
-//! The inner update rules (torch `AdamW(fused=True)` and `SGD(fused=True)` semantics) over
-//! lists of fp32 main params, with their state.
+//! The inner update rules (torch `AdamW(fused=True)` and `SGD(fused=True)` semantics; AdamW
+//! also op by op, as torch's default AdamW steps bf16 params) over lists of main params, with
+//! their state.
 use tch::{Device, Kind, Tensor};
 
 use super::Result;
@@ -66,14 +67,24 @@ impl SlotState {
     }
 }
 
-/// One update of `params` (fp32, one device) with `grads`, lr and weight decay of the group.
+/// How an AdamW step rounds: torch's fused kernel (once per element; the step verlc takes on
+/// fp32 main params), or op by op as torch's default AdamW does (each op rounds to the params'
+/// dtype: what a torch optimizer over bf16 params computes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AdamRounding {
+    Fused,
+    PerOp,
+}
+
+/// One update of `params` (one device, one dtype) with `grads`, lr and weight decay of the
+/// group.
 pub(crate) fn step_slots(
     cfg: &InnerConfig,
     params: &[Tensor],
     grads: &[Tensor],
     states: &mut [&mut SlotState],
-    lr: f64,
-    weight_decay: f64,
+    (lr, weight_decay): (f64, f64),
+    rounding: AdamRounding,
 ) -> Result<()> {
     if params.is_empty() {
         return Ok(());
@@ -107,7 +118,18 @@ pub(crate) fn step_slots(
                 eps: a.eps,
                 maximize: false,
             };
-            ops::fused_adamw(params, grads, &m, &v, &s, args, None, None)?;
+            match rounding {
+                AdamRounding::Fused => {
+                    ops::fused_adamw(params, grads, &m, &v, &s, args, None, None)?
+                }
+                AdamRounding::PerOp => {
+                    let steps: Vec<f64> = s
+                        .iter()
+                        .map(|t| t.f_double_value(&[]))
+                        .collect::<std::result::Result<_, _>>()?;
+                    ops::foreach_adamw(params, grads, &m, &v, &steps, args)?;
+                }
+            }
         }
         InnerConfig::Sgd(c) => {
             let args = SgdArgs {

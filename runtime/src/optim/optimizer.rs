@@ -1,11 +1,12 @@
 //! [`Optimizer`]: Megatron's `Float16OptimizerWithFloat16Params` / `FP32Optimizer` step,
 //! as driven by `ChainedOptimizer.step()`, with `HybridDeviceOptimizer`-style host offload.
 //!
-//! Main params are grouped into *chunks*, one per (param group, placement):
-//! - a **flat** chunk holds fp32 copies of its params in one contiguous buffer on one device,
-//!   with a matching fp32 grad buffer: bf16/fp16 params, and any param whose optimizer is
-//!   offloaded to the host;
-//! - an **aliased** chunk is the fp32 model params themselves (no copy), stepped in place.
+//! Main params are grouped into *chunks*, one per (param group, placement, main dtype):
+//! - a **flat** chunk holds copies of its params in one contiguous buffer on one device, with a
+//!   matching grad buffer, in the main dtype (fp32; bf16 with `keep_param_dtype`): bf16/fp16
+//!   params, and any param whose optimizer is offloaded to the host;
+//! - an **aliased** chunk is the model params themselves (no copy), stepped in place: fp32
+//!   params, or bf16 ones with `keep_param_dtype`.
 //!
 //! A flat chunk is stepped with one fused-kernel call over its whole buffer.
 use serde::{Deserialize, Serialize};
@@ -40,9 +41,9 @@ pub struct OptimizerConfig {
     /// Fraction (by element count, greedy over params in group order) whose main params and
     /// optimizer state live on the host (Megatron's `optimizer_offload_fraction`).
     pub offload_fraction: f64,
-    /// bf16 params are their own main params: stepped in place with state in bf16, as a torch
-    /// optimizer steps a bf16 model (verl's FSDP `model_dtype: bf16`), instead of Megatron's
-    /// fp32 copies. Host-offloaded state stays in bf16 too.
+    /// bf16 params are their own main params: stepped in place with state in bf16, as torch's
+    /// default AdamW (foreach, op by op) steps a bf16 model (verl's FSDP `model_dtype: bf16`),
+    /// instead of Megatron's fp32 copies. Host-offloaded state stays in bf16 too.
     #[serde(default)]
     pub keep_param_dtype: bool,
 }
@@ -143,7 +144,7 @@ struct ChunkPlace {
 /// Elements from one stream of a flat chunk to the next: the length rounded up to whole
 /// pages, plus 37 pages, so no two streams share their alignment to a large power of two.
 fn stream_stride(len: i64) -> i64 {
-    const PAGE: i64 = 1024; // fp32 elements in 4 KiB
+    const PAGE: i64 = 1024; // 4 KiB of fp32 elements (2 KiB of bf16 ones: still page-granular shifts)
     (len + PAGE - 1) / PAGE * PAGE + 37 * PAGE
 }
 
@@ -669,6 +670,13 @@ impl Optimizer {
     /// Inner step of every chunk with its group's lr / weight decay, then copy back.
     pub fn step_with_ready_grads(&mut self) -> Result<()> {
         let cfg = self.config.inner;
+        // bf16 params stepped in place follow torch's default AdamW op by op (see
+        // `keep_param_dtype`); fp32 main params take the fused kernel.
+        let rounding = if self.config.keep_param_dtype {
+            inner::AdamRounding::PerOp
+        } else {
+            inner::AdamRounding::Fused
+        };
         for (g, opts) in self.groups.iter_mut().zip(&self.options) {
             for c in &mut g.chunks {
                 match &c.storage {
@@ -679,8 +687,8 @@ impl Optimizer {
                             std::slice::from_ref(main),
                             std::slice::from_ref(grad),
                             &mut states,
-                            opts.lr,
-                            opts.weight_decay,
+                            (opts.lr, opts.weight_decay),
+                            rounding,
                         )?;
                     }
                     Storage::Aliased { members } => {
@@ -701,8 +709,8 @@ impl Optimizer {
                             &params,
                             &grads,
                             &mut states,
-                            opts.lr,
-                            opts.weight_decay,
+                            (opts.lr, opts.weight_decay),
+                            rounding,
                         )?;
                     }
                 }
@@ -711,9 +719,9 @@ impl Optimizer {
         self.copy_main_params_to_model_params()
     }
 
-    /// Bytes this optimizer owns: fp32 main copies (flat chunks) and their grads, and the
-    /// inner optimizer's state (moments, momentum), as `(main_and_grads, state)`. Aliased fp32
-    /// params are the model's, not counted.
+    /// Bytes this optimizer owns: main copies (flat chunks) and their grads, and the inner
+    /// optimizer's state (moments, momentum), as `(main_and_grads, state)`. Aliased params are
+    /// the model's, not counted.
     pub fn owned_bytes(&self) -> (i64, i64) {
         let bytes = crate::ops::tensor_bytes;
         let (mut main_bytes, mut state) = (0i64, 0i64);

@@ -8,8 +8,8 @@ compare. Cases:
   sgd     100-step SGD(momentum) trajectory, same layout
   clip    torch.nn.utils.clip_grad_norm_ (L2 clipping, L2 no-op, inf norm)
   bf16    Megatron-style bf16 step with an fp32 master (reference for the mixed optimizer)
-  bf16_params  torch's fused AdamW stepping bf16 params in place, state in bf16 (what a bf16
-          model under verl's FSDP `model_dtype: bf16` trains with), after clip_grad_norm_
+  bf16_params  torch's default AdamW stepping bf16 params in place, state in bf16 (what a
+          bf16 model under verl's FSDP `model_dtype: bf16` trains with)
   verl    verl's constant / cosine LambdaLR schedules, from verl's own source
 """
 import ast
@@ -132,7 +132,8 @@ def bf16_case():
 
 
 def bf16_params_case():
-    """No master copy: the bf16 params are the optimizer's params, stepped by fused AdamW with
+    """No master copy: the bf16 params are the optimizer's params, stepped by torch's default
+    AdamW (what verl builds: no `fused`; the for-loop/foreach ops, each rounding to bf16) with
     bf16 moments. clip_grad_norm_ reports the (bf16) grad norm; max_norm inf leaves the grads
     as they are, so the step itself is compared bit for bit."""
     g = torch.Generator().manual_seed(12)
@@ -140,7 +141,7 @@ def bf16_params_case():
     opt = torch.optim.AdamW(
         [{"params": [ps[n] for n in GROUPS[0]], "weight_decay": 0.1},
          {"params": [ps[n] for n in GROUPS[1]], "weight_decay": 0.0}],
-        lr=1e-3, betas=(0.9, 0.999), eps=1e-8, fused=True)
+        lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
     tensors = {f"init.{n}": p.detach().clone() for n, p in ps.items()}
     norms = []
     for t in range(50):

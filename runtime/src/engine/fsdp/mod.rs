@@ -699,14 +699,27 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
 
     fn optimizer_step(&mut self) -> Result<StepResult> {
         if let Some(rep) = &self.replicate {
-            // HYBRID_SHARD: sum the accumulated shard gradients over the replicas (pre-divided).
+            // HYBRID_SHARD: sum the accumulated shard gradients over the replicas (pre-divided),
+            // in the reduce dtype as PyTorch's HSDP does (bf16 shards' grads summed in fp32).
+            let reduce = self.settings.reduce_dtype;
             let grads: Vec<Tensor> = self
                 .units()
                 .map(|u| u.shard().grad())
                 .filter(Tensor::defined)
                 .collect();
-            rep.all_reduce_many(&grads, ReduceOp::Sum)
+            let wide: Vec<Tensor> = grads
+                .iter()
+                .map(|g| g.f_to_kind(reduce))
+                .collect::<Result<_, _>>()
                 .map_err(FsdpError::from)?;
+            rep.all_reduce_many(&wide, ReduceOp::Sum)
+                .map_err(FsdpError::from)?;
+            for (g, w) in grads.iter().zip(&wide) {
+                // A no-op view when the kinds agree (`to_kind` returned the same tensor).
+                if g.kind() != reduce {
+                    tch::no_grad(|| g.shallow_clone().f_copy_(w)).map_err(FsdpError::from)?;
+                }
+            }
         }
         // Found-inf over every data-parallel rank (shard and replicate groups), so all skip the
         // same steps and keep the same loss scale; the norm over one copy of the shards.
