@@ -445,6 +445,35 @@ rank_test!(fsdp_bf16_matches_single_engine, 2, |pg| {
     assert_weights(&e.full_params().expect("gather"), &ref_w, 5e-2);
 });
 
+/// Settings of a model trained in bf16 (`model_dtype: bf16`): bf16 compute and main dtype.
+fn bf16_main(offload: bool) -> EngineSettings {
+    EngineSettings {
+        main_dtype: Dtype::Bf16,
+        ..settings(Dtype::Bf16, offload)
+    }
+}
+
+/// The single engine trained in bf16 for STEPS steps: (initial weights, losses, weights).
+#[allow(clippy::type_complexity)]
+fn single_bf16_main_run() -> (Vec<(String, Tensor)>, Vec<f64>, Vec<(String, Tensor)>) {
+    let mut single = SingleEngine::<CausalLm>::new(bf16_main(false)).expect("single engine");
+    let init: Vec<(String, Tensor)> = (single.per_tensor_params().expect("params"))
+        .into_iter()
+        .map(|(n, t)| (n, t.copy()))
+        .collect();
+    let batch = full_batch();
+    let losses: Vec<f64> = (0..STEPS)
+        .map(|_| train_step(&mut single, &batch, None))
+        .collect();
+    assert!(
+        losses[STEPS - 1] < losses[0] * 0.8,
+        "the reference does not learn: {losses:?}"
+    );
+    let w = single.per_tensor_params().expect("params");
+    assert!(w.iter().all(|(_, t)| t.kind() == Kind::BFloat16));
+    (init, losses, w)
+}
+
 // `model_dtype: bf16` (verl's FSDP engine loads, shards and steps the model in bf16): bf16
 // shards and bf16 optimizer state, half the bytes of fp32 main shards, trained like the single
 // engine's bf16 parameters stepped in place (losses within the mixed bf16 test's tolerance:
@@ -454,25 +483,7 @@ rank_test!(
     fsdp_bf16_shards_match_single_engine_and_resume_exactly,
     2,
     |pg| {
-        let bf16_main = |offload| EngineSettings {
-            main_dtype: Dtype::Bf16,
-            ..settings(Dtype::Bf16, offload)
-        };
-        let mut single = SingleEngine::<CausalLm>::new(bf16_main(false)).expect("single engine");
-        let init: Vec<(String, Tensor)> = (single.per_tensor_params().expect("params"))
-            .into_iter()
-            .map(|(n, t)| (n, t.copy()))
-            .collect();
-        let batch = full_batch();
-        let ref_losses: Vec<f64> = (0..STEPS)
-            .map(|_| train_step(&mut single, &batch, None))
-            .collect();
-        assert!(
-            ref_losses[STEPS - 1] < ref_losses[0] * 0.8,
-            "the reference does not learn: {ref_losses:?}"
-        );
-        let ref_w = single.per_tensor_params().expect("params");
-        assert!(ref_w.iter().all(|(_, t)| t.kind() == Kind::BFloat16));
+        let (init, ref_losses, ref_w) = single_bf16_main_run();
         let rows = my_rows(&pg);
         for offload in [false, true] {
             let mut s = FsdpSettings::new(bf16_main(offload));
@@ -530,6 +541,28 @@ rank_test!(
                 let _ = std::fs::remove_dir_all(&dir);
             }
         }
+    }
+);
+
+// Hybrid sharding with bf16 shards: the replicas' gradient sum runs in the reduce dtype (fp32),
+// as PyTorch's HSDP does; the run follows the single engine as the full-shard one does.
+rank_test!(
+    fsdp_bf16_shards_under_hybrid_sharding_match_single_engine,
+    4,
+    |pg| {
+        let (init, ref_losses, ref_w) = single_bf16_main_run();
+        let mut e =
+            FsdpEngine::<CausalLm>::with_mesh(FsdpSettings::new(bf16_main(false)), pg.clone(), 2)
+                .expect("hybrid fsdp");
+        assert_eq!((e.dp_size(), e.group().size()), (4, 2));
+        let batch = my_rows(&pg);
+        let losses: Vec<f64> = (0..STEPS)
+            .map(|_| train_step(&mut e, &batch, Some(&pg)))
+            .collect();
+        assert_close("loss", &losses, &ref_losses, 2e-2);
+        let drift = update_drift(&e.full_params().expect("gather"), &ref_w, &init);
+        eprintln!("bf16 shards, HSDP 2 x 2: |fsdp - single| / |single's update| = {drift:.4}");
+        assert!(drift < 0.05, "the two runs moved apart: {drift}");
     }
 );
 
