@@ -178,12 +178,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // verl's VeOmni engine: the check's copy holds the FSDP role it equals (`crate::veomni`).
     if let Some(version) = unmodelled_release.as_deref() {
         let minor = crate::load::version::minor_version(version);
-        diagnostics.extend(crate::veomni::as_fsdp(
-            &mut tree,
-            &composed.root,
-            defaults(),
-            minor,
-        ));
+        diagnostics.extend(crate::veomni::as_fsdp(&mut tree, &composed.root, minor));
     }
     let schema_clean = !schema_diags.iter().any(Diagnostic::is_error);
     // A composition that failed (unreadable file, missing config or group option) leaves

@@ -75,17 +75,13 @@ pub fn holds_veomni_value(root: &Node, key: &str) -> bool {
     })
 }
 
-/// Rewrites every VeOmni role of `tree` (the check's typed copy, repaired to verlc's FSDP
-/// defaults where verl's files differ) into its FSDP equivalent, reading the role's settings
-/// from `composed` (the tree as written); `defaults` (verlc's FSDP tree) fills what VeOmni
-/// does not set. Values keep the origins of the keys they come from.
-/// Returns warnings about VeOmni keys the role's release ignores.
-pub fn as_fsdp(
-    tree: &mut Node,
-    composed: &Node,
-    defaults: &Node,
-    release: Option<(u32, u32)>,
-) -> Vec<Diagnostic> {
+/// Rewrites every VeOmni role of `tree` (the check's typed copy, repaired to verlc's defaults
+/// where verl's files differ) into its FSDP equivalent, reading the role's settings from
+/// `composed` (the tree as written); verlc's FSDP tree fills what VeOmni does not set (also
+/// beside a Megatron actor, whose defaults hold no FSDP sections: the mismatch is then B010's
+/// to report). Values keep the origins of the keys they come from. Returns warnings about
+/// VeOmni keys the role's release ignores.
+pub fn as_fsdp(tree: &mut Node, composed: &Node, release: Option<(u32, u32)>) -> Vec<Diagnostic> {
     // verl before 0.9 passed `mixed_precision` to VeOmni under a name VeOmni drops (fixed in
     // verl 0.9.0): its VeOmni runs trained with mixed precision whatever the key said.
     let honours_mixed_precision = release.is_none_or(|v| v >= (0, 9));
@@ -154,6 +150,8 @@ pub fn as_fsdp(
             set.push(("mixed_precision", mp));
         }
         let fsdp_path = split_key(fsdp_key);
+        // Built (once per process) only for a config with a VeOmni role.
+        let defaults = crate::load::compose::builtin_tree(crate::config::Flavour::Fsdp);
         if tree.get_path(&fsdp_path).and_then(Node::as_map).is_none()
             && let Some(d) = defaults.get_path(&split_key(default_key))
             && let Some((last, parent)) = fsdp_path.split_last()
