@@ -970,6 +970,32 @@ mod tests {
         c
     }
 
+    /// A key of an enclosing section written one level too deep is pointed at its place
+    /// (verl's SAPO scripts write the actor's `tau_pos` under `policy_loss`).
+    #[test]
+    fn an_unknown_key_of_an_enclosing_section_is_pointed_at_its_place() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let req = LoadRequest {
+            config_file: Some(root.join("examples/quickstart.yaml")),
+            overrides: vec!["+actor_rollout_ref.actor.policy_loss.tau_pos=1.0".into()],
+            cwd: root,
+            ..LoadRequest::default()
+        };
+        let checked = check(&req, &CheckOptions::default());
+        let d = checked
+            .diagnostics
+            .iter()
+            .find(|d| d.code == codes::SCHEMA_UNKNOWN_KEY)
+            .expect("an unknown key");
+        assert_eq!(
+            d.help.as_deref(),
+            Some(
+                "`tau_pos` is a key of an enclosing section: did you mean `actor_rollout_ref.actor.tau_pos`?"
+            ),
+            "{d:?}"
+        );
+    }
+
     #[test]
     fn schema_errors_do_not_hide_semantic_findings() {
         let qs = Some("examples/quickstart.yaml");

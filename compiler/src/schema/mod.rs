@@ -1089,10 +1089,22 @@ pub fn validate_counted_with(
                             .map(|p| p.keys().cloned().collect())
                             .unwrap_or_default()
                     });
-                    d = match did_you_mean(u, known.iter().map(String::as_str)) {
-                        Some(s) => d.with_help(format!("did you mean `{s}`?")),
-                        None if known.is_empty() => d,
-                        None => d.with_help(format!(
+                    // A key of an enclosing section written one level too deep (verl's SAPO
+                    // scripts put the actor's `tau_pos` under `policy_loss`).
+                    let above = (1..segs.len()).rev().find_map(|n| {
+                        schema_at(validation_schema(), &segs[..n])
+                            .and_then(|s| s.get("properties"))
+                            .and_then(Value::as_object)
+                            .filter(|p| p.contains_key(u.as_str()))
+                            .map(|_| format!("{}.{u}", segs[..n].join(".")))
+                    });
+                    d = match (did_you_mean(u, known.iter().map(String::as_str)), above) {
+                        (Some(s), _) => d.with_help(format!("did you mean `{s}`?")),
+                        (None, Some(up)) => d.with_help(format!(
+                            "`{u}` is a key of an enclosing section: did you mean `{up}`?"
+                        )),
+                        (None, None) if known.is_empty() => d,
+                        (None, None) => d.with_help(format!(
                             "`{}` accepts: {}",
                             if key.is_empty() { "<root>" } else { &key },
                             short_list(known)
