@@ -117,10 +117,10 @@ pub fn as_fsdp(tree: &mut Node, composed: &Node, release: Option<(u32, u32)>) ->
         }
         if let Some(n) = at("fsdp_size") {
             let ulysses = at("ulysses_parallel_size")
-                .and_then(as_int)
+                .and_then(Node::as_i64)
                 .unwrap_or(1)
                 .max(1);
-            let size = shard_group(as_int(n).unwrap_or(-1), ulysses, world);
+            let size = shard_group(n.as_i64().unwrap_or(-1), ulysses, world);
             set.push((
                 "fsdp_size",
                 Node::scalar(Scalar::Int(size), n.origin.clone()),
@@ -128,7 +128,7 @@ pub fn as_fsdp(tree: &mut Node, composed: &Node, release: Option<(u32, u32)>) ->
         }
         set.push(("strategy", Node::scalar(Scalar::Str("fsdp2".into()), None)));
         // `mixed_precision: false`: no mixed-precision policy at all, the model in bf16.
-        let mixed_off = at("mixed_precision").filter(|n| as_bool(n) == Some(false));
+        let mixed_off = at("mixed_precision").filter(|n| n.as_bool() == Some(false));
         if let Some(n) = mixed_off.filter(|_| !honours_mixed_precision) {
             let key = format!("{engine}.mixed_precision");
             warnings.push(
@@ -190,8 +190,8 @@ pub fn as_fsdp(tree: &mut Node, composed: &Node, release: Option<(u32, u32)>) ->
 /// defaults.
 fn optim_as_fsdp(tree: &mut Node, composed: &Node, key: &str) {
     let at = |k: &str| composed.get_path(&split_key(&format!("{key}.{k}")));
-    let lr = at("lr").and_then(as_float);
-    let lr_min = at("lr_min").and_then(as_float).unwrap_or(0.0);
+    let lr = at("lr").and_then(Node::as_f64);
+    let lr_min = at("lr_min").and_then(Node::as_f64).unwrap_or(0.0);
     let min_ratio = match lr {
         Some(lr) if lr > 0.0 => lr_min / lr,
         _ => 0.0,
@@ -264,29 +264,7 @@ pub fn shard_group(fsdp_size: i64, ulysses: i64, world: i64) -> i64 {
 }
 
 fn int(root: &Node, key: &str) -> Option<i64> {
-    root.get_path(&split_key(key)).and_then(as_int)
-}
-
-fn as_int(n: &Node) -> Option<i64> {
-    match n.value {
-        Value::Scalar(Scalar::Int(i)) => Some(i),
-        _ => None,
-    }
-}
-
-fn as_float(n: &Node) -> Option<f64> {
-    match n.value {
-        Value::Scalar(Scalar::Int(i)) => Some(i as f64),
-        Value::Scalar(Scalar::Float(f)) => Some(f),
-        _ => None,
-    }
-}
-
-pub(crate) fn as_bool(n: &Node) -> Option<bool> {
-    match n.value {
-        Value::Scalar(Scalar::Bool(b)) => Some(b),
-        _ => None,
-    }
+    root.get_path(&split_key(key)).and_then(Node::as_i64)
 }
 
 /// The map at `key`, created (with its parents) where missing.

@@ -27,6 +27,27 @@ fn same_len(op: &'static str, lens: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// The pointer lists of an Adam step's params, grads and two moments, after checking that
+/// they (and `steps` step counters) have one entry per param; `None` when there are none.
+fn adam_ptrs(
+    op: &'static str,
+    lists: [&[Tensor]; 4],
+    steps: usize,
+) -> Result<Option<[Vec<ffi::TensorPtr>; 4]>> {
+    let [params, grads, exp_avgs, exp_avg_sqs] = lists;
+    same_len(
+        op,
+        &[
+            params.len(),
+            grads.len(),
+            exp_avgs.len(),
+            exp_avg_sqs.len(),
+            steps,
+        ],
+    )?;
+    Ok((!params.is_empty()).then(|| lists.map(ffi::tptrs)))
+}
+
 fn opt_ptr(t: Option<&Tensor>) -> ffi::TensorPtr {
     t.map_or(std::ptr::null_mut(), ffi::tptr)
 }
@@ -57,26 +78,11 @@ pub fn fused_adamw(
     grad_scale: Option<&Tensor>,
     found_inf: Option<&Tensor>,
 ) -> Result<()> {
-    same_len(
-        "fused_adamw",
-        &[
-            params.len(),
-            grads.len(),
-            exp_avgs.len(),
-            exp_avg_sqs.len(),
-            steps.len(),
-        ],
-    )?;
-    if params.is_empty() {
+    let lists = [params, grads, exp_avgs, exp_avg_sqs];
+    let Some([p, g, m, v]) = adam_ptrs("fused_adamw", lists, steps.len())? else {
         return Ok(());
-    }
-    let (p, g, m, v, s) = (
-        ffi::tptrs(params),
-        ffi::tptrs(grads),
-        ffi::tptrs(exp_avgs),
-        ffi::tptrs(exp_avg_sqs),
-        ffi::tptrs(steps),
-    );
+    };
+    let s = ffi::tptrs(steps);
     // SAFETY: every tensor outlives the call; lists have equal length.
     let err = unsafe {
         ffi::vlc_fused_adamw(
@@ -178,7 +184,7 @@ pub fn non_finite_check_and_unscale(
 /// torch.optim.AdamW's default (foreach) step over lists on one device: the ops of
 /// `_multi_tensor_adam` one after another, each rounding to the tensors' dtype (for bf16
 /// params and state, what torch computes for a bf16 model; `fused_adamw` rounds once).
-/// `steps` are the step counts after this step's increment. `maximize` is not supported.
+/// `steps` are the step counts after this step's increment. `maximize` is refused.
 pub fn foreach_adamw(
     params: &[Tensor],
     grads: &[Tensor],
@@ -187,25 +193,16 @@ pub fn foreach_adamw(
     steps: &[f64],
     args: AdamWArgs,
 ) -> Result<()> {
-    same_len(
-        "foreach_adamw",
-        &[
-            params.len(),
-            grads.len(),
-            exp_avgs.len(),
-            exp_avg_sqs.len(),
-            steps.len(),
-        ],
-    )?;
-    if params.is_empty() {
-        return Ok(());
+    if args.maximize {
+        return Err(OpError {
+            op: "foreach_adamw",
+            message: "maximize is not supported".into(),
+        });
     }
-    let (p, g, m, v) = (
-        ffi::tptrs(params),
-        ffi::tptrs(grads),
-        ffi::tptrs(exp_avgs),
-        ffi::tptrs(exp_avg_sqs),
-    );
+    let lists = [params, grads, exp_avgs, exp_avg_sqs];
+    let Some([p, g, m, v]) = adam_ptrs("foreach_adamw", lists, steps.len())? else {
+        return Ok(());
+    };
     // SAFETY: every tensor and `steps` outlive the call; lists have equal length.
     let err = unsafe {
         ffi::vlc_foreach_adamw(

@@ -291,6 +291,34 @@ fn update_drift(a: &[(String, Tensor)], b: &[(String, Tensor)], init: &[(String,
     (apart / moved).sqrt()
 }
 
+/// Saves `e`'s sharded checkpoint, takes 3 more steps, and checks that a fresh engine of
+/// `settings` loaded from the checkpoint takes the same 3 steps exactly.
+fn assert_resumes_exactly(
+    pg: &ProcessGroup,
+    e: &mut FsdpEngine<CausalLm>,
+    settings: EngineSettings,
+    tag: &str,
+) {
+    let dir = std::env::temp_dir().join(format!(
+        "verlc-fsdp-{tag}-ckpt-{}",
+        std::os::unix::process::parent_id()
+    ));
+    e.save_checkpoint(&dir).expect("save");
+    let rows = my_rows(pg);
+    let want: Vec<f64> = (0..3).map(|_| train_step(e, &rows, Some(pg))).collect();
+    let mut resumed =
+        FsdpEngine::<CausalLm>::new(FsdpSettings::new(settings), pg.clone()).expect("fsdp engine");
+    resumed.load_checkpoint(&dir).expect("load");
+    let got: Vec<f64> = (0..3)
+        .map(|_| train_step(&mut resumed, &rows, Some(pg)))
+        .collect();
+    assert_eq!(got, want, "resumed losses");
+    pg.barrier().expect("barrier");
+    if pg.rank() == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 fn fsdp_run(pg: &ProcessGroup, dtype: Dtype, offload: bool) -> (Vec<f64>, FsdpEngine<CausalLm>) {
     fsdp_run_for(pg, MODEL, dtype, offload)
 }
@@ -374,26 +402,8 @@ rank_test!(fsdp_qwen3_5_moe_matches_single_engine, 2, |pg| {
     // 20 AdamW steps of reduction-order rounding: 2.1e-5 at most (in_proj_a).
     assert_weights(&e.full_params().expect("gather"), &ref_w, 5e-5);
     // The sharded checkpoint (DeltaNet parameters, experts, optimizer state) resumes exactly.
-    let dir = std::env::temp_dir().join(format!(
-        "verlc-fsdp-qwen3_5-ckpt-{}",
-        std::os::unix::process::parent_id()
-    ));
-    e.save_checkpoint(&dir).expect("save");
-    let batch = my_rows(&pg);
-    let want: Vec<f64> = (0..3)
-        .map(|_| train_step(&mut e, &batch, Some(&pg)))
-        .collect();
-    let settings = FsdpSettings::new(settings_for(QWEN3_5_MODEL, Dtype::Fp32, false));
-    let mut resumed = FsdpEngine::<CausalLm>::new(settings, pg.clone()).expect("fsdp engine");
-    resumed.load_checkpoint(&dir).expect("load");
-    let got: Vec<f64> = (0..3)
-        .map(|_| train_step(&mut resumed, &batch, Some(&pg)))
-        .collect();
-    assert_eq!(got, want, "resumed losses");
-    pg.barrier().expect("barrier");
-    if pg.rank() == 0 {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    let settings = settings_for(QWEN3_5_MODEL, Dtype::Fp32, false);
+    assert_resumes_exactly(&pg, &mut e, settings, "qwen3_5");
 });
 
 rank_test!(fsdp_without_checkpointing_matches_with_it, 2, |pg| {
@@ -517,28 +527,8 @@ rank_test!(
                 "{} bytes of optimizer state for {numel} bf16 elements (offload {offload})",
                 m.optimizer
             );
-            if offload {
-                continue;
-            }
-            let dir = std::env::temp_dir().join(format!(
-                "verlc-fsdp-bf16-shards-ckpt-{}",
-                std::os::unix::process::parent_id()
-            ));
-            e.save_checkpoint(&dir).expect("save");
-            let want: Vec<f64> = (0..3)
-                .map(|_| train_step(&mut e, &rows, Some(&pg)))
-                .collect();
-            let mut resumed =
-                FsdpEngine::<CausalLm>::new(FsdpSettings::new(bf16_main(false)), pg.clone())
-                    .expect("fsdp engine");
-            resumed.load_checkpoint(&dir).expect("load");
-            let got: Vec<f64> = (0..3)
-                .map(|_| train_step(&mut resumed, &rows, Some(&pg)))
-                .collect();
-            assert_eq!(got, want, "resumed losses");
-            pg.barrier().expect("barrier");
-            if pg.rank() == 0 {
-                let _ = std::fs::remove_dir_all(&dir);
+            if !offload {
+                assert_resumes_exactly(&pg, &mut e, bf16_main(false), "bf16-shards");
             }
         }
     }

@@ -94,6 +94,29 @@ impl Node {
         }
     }
 
+    pub fn as_bool(&self) -> Option<bool> {
+        match self.value {
+            Value::Scalar(Scalar::Bool(b)) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn as_i64(&self) -> Option<i64> {
+        match self.value {
+            Value::Scalar(Scalar::Int(i)) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// A number as a float (an integer too, as YAML writes `lr: 1`).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self.value {
+            Value::Scalar(Scalar::Int(i)) => Some(i as f64),
+            Value::Scalar(Scalar::Float(f)) => Some(f),
+            _ => None,
+        }
+    }
+
     pub fn is_null(&self) -> bool {
         matches!(self.value, Value::Scalar(Scalar::Null))
     }

@@ -7,7 +7,7 @@
 
 use crate::codes;
 use crate::diag::Diagnostic;
-use crate::load::node::{Node, Scalar, Value, split_key};
+use crate::load::node::{Node, split_key};
 use crate::veomni::runs_veomni;
 
 use super::BuildPlan;
@@ -43,7 +43,7 @@ fn lora(root: &Node, model: &str, out: &mut Vec<Diagnostic>) {
     let at = Keys { root, key: model };
     for leaf in ["lora_rank", "lora.rank"] {
         if let Some((k, n)) = at.get(leaf)
-            && num(n).is_some_and(|r| r > 0.0)
+            && n.as_f64().is_some_and(|r| r > 0.0)
         {
             out.push(refuse(
                 &k,
@@ -58,7 +58,7 @@ fn lora(root: &Node, model: &str, out: &mut Vec<Diagnostic>) {
 fn engine(root: &Node, key: &str, out: &mut Vec<Diagnostic>) {
     let at = Keys { root, key };
     if let Some((k, n)) = at.get("expert_parallel_size")
-        && num(n).is_some_and(|ep| ep > 1.0)
+        && n.as_f64().is_some_and(|ep| ep > 1.0)
     {
         out.push(refuse(
             &k,
@@ -119,8 +119,8 @@ fn optim(root: &Node, key: &str, out: &mut Vec<Diagnostic>) {
             out.push(refuse(k, n, why, "use cosine (with lr_min) or constant"));
         }
     }
-    if let (Some((k, n)), Some(lr)) = (at.get("lr_min"), at.get("lr").and_then(|(_, n)| num(n)))
-        && num(n).is_some_and(|m| m > 0.0 && (lr <= 0.0 || m > lr))
+    if let (Some((k, n)), Some(lr)) = (at.get("lr_min"), at.get("lr").and_then(|(_, n)| n.as_f64()))
+        && n.as_f64().is_some_and(|m| m > 0.0 && (lr <= 0.0 || m > lr))
     {
         out.push(refuse(
             &k,
@@ -130,7 +130,7 @@ fn optim(root: &Node, key: &str, out: &mut Vec<Diagnostic>) {
         ));
     }
     if let Some((k, n)) = at.get("lr_start")
-        && num(n).is_some_and(|v| v != 0.0)
+        && n.as_f64().is_some_and(|v| v != 0.0)
     {
         out.push(refuse(
             &k,
@@ -142,7 +142,7 @@ fn optim(root: &Node, key: &str, out: &mut Vec<Diagnostic>) {
     let cosine = schedule.as_ref().and_then(|(_, n)| n.as_str()) == Some("cosine");
     if let Some((k, n)) = at.get("lr_decay_ratio")
         && cosine
-        && num(n).is_some_and(|v| v != 1.0)
+        && n.as_f64().is_some_and(|v| v != 1.0)
     {
         out.push(refuse(
             &k,
@@ -152,7 +152,7 @@ fn optim(root: &Node, key: &str, out: &mut Vec<Diagnostic>) {
         ));
     }
     if let Some((k, n)) = at.get("lr_warmup_steps")
-        && num(n).is_some_and(|v| v > 0.0)
+        && n.as_f64().is_some_and(|v| v > 0.0)
     {
         out.push(ignored(
             &k,
@@ -182,14 +182,6 @@ impl<'a> Keys<'a> {
         let key = format!("{}.{leaf}", self.key);
         let node = self.root.get_path(&split_key(&key))?;
         Some((key, node))
-    }
-}
-
-fn num(n: &Node) -> Option<f64> {
-    match n.value {
-        Value::Scalar(Scalar::Int(i)) => Some(i as f64),
-        Value::Scalar(Scalar::Float(f)) => Some(f),
-        _ => None,
     }
 }
 

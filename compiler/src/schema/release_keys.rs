@@ -16,7 +16,7 @@ pub(super) fn add_newest_release_keys(schema: &mut Value) {
     let Some(table) = crate::load::release_table::for_release(release.version()) else {
         return;
     };
-    let defaults = release_defaults(release);
+    let defaults = newest_release_defaults();
     let note = format!(
         "verl {} (typed from the release's own files)",
         release.version()
@@ -27,12 +27,12 @@ pub(super) fn add_newest_release_keys(schema: &mut Value) {
         if path.iter().any(|p| p.starts_with('_')) {
             continue;
         }
-        let default = lookup(&defaults, &path);
+        let default = lookup(defaults, &path);
         insert(schema, &path, &types, default, &note);
     }
     // The class each section of the release's tree names (also in sections the model has).
     let mut targets = Vec::new();
-    for tree in &defaults {
+    for tree in defaults {
         target_paths(tree, &mut Vec::new(), &mut targets);
     }
     for path in targets {
@@ -53,6 +53,13 @@ fn target_paths(tree: &Value, at: &mut Vec<String>, out: &mut Vec<Vec<String>>) 
         }
         at.pop();
     }
+}
+
+/// [`release_defaults`] of the newest built-in release, composed once per process (the root
+/// schema and every group schema read them).
+fn newest_release_defaults() -> &'static [Value] {
+    static DEFAULTS: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
+    DEFAULTS.get_or_init(|| release_defaults(BuiltinRelease::default()))
 }
 
 /// Both flavours of the release's built-in tree, composed and resolved (FSDP first), then the
