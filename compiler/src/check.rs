@@ -214,7 +214,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
 
     let mut config = None;
     if schema_clean && !incomplete {
-        match serde_json::from_value::<VerlConfig>(tree.to_json()) {
+        match crate::load::node_de::from_node::<VerlConfig>(&tree) {
             Ok(c) => config = Some(c),
             Err(e) => {
                 let floats = floats_for_integers(&tree);
@@ -497,7 +497,7 @@ fn repair(
     if schema::validate(&fixed).iter().any(Diagnostic::is_error) {
         return None;
     }
-    let cfg = serde_json::from_value::<VerlConfig>(fixed.to_json()).ok()?;
+    let cfg = crate::load::node_de::from_node::<VerlConfig>(&fixed).ok()?;
     Some((cfg, keys))
 }
 

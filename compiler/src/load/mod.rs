@@ -7,6 +7,7 @@ pub mod carried_tree;
 pub mod compose;
 pub mod interp;
 pub mod node;
+pub mod node_de;
 pub mod override_value;
 pub mod overrides;
 pub mod read;

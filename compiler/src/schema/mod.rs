@@ -33,6 +33,7 @@ use crate::config::{BUILTIN_FILES, DEPRECATED_KEYS, Flavour, VerlConfig};
 use crate::diag::{Diagnostic, did_you_mean};
 use crate::load::compose;
 use crate::load::node::Node;
+use crate::schema::validator::Instance;
 use crate::load::yaml;
 use crate::source::{Source, SourceId, SourceKind};
 
@@ -1034,13 +1035,12 @@ pub fn validate_counted_with(
     root: &Node,
     suggest: &dyn Fn(Option<&crate::source::Origin>) -> bool,
 ) -> (Vec<Diagnostic>, usize) {
-    let json = root.to_json();
     let mut out = Vec::new();
     // Findings past the check's report limit are only counted (a generated file of 450k
     // unknown keys would otherwise build a diagnostic, and a "did you mean", for each).
     let limit = crate::check::MAX_DIAGNOSTICS;
     let mut uncounted = 0usize;
-    for err in validator::violations(&validator::VALIDATION, &json) {
+    for err in validator::violations(&validator::VALIDATION, root) {
         if out.len() >= limit {
             uncounted += match &err.kind {
                 validator::Violation::AdditionalProperties { unexpected } => unexpected.len(),
@@ -1116,7 +1116,7 @@ pub fn validate_counted_with(
             }
             K::Enum { options } => {
                 let opts: Vec<String> = options.iter().map(|o| o.to_string()).collect();
-                let got = err.instance.to_string();
+                let got = err.instance.to_json().to_string();
                 let plain: Vec<String> = opts
                     .iter()
                     .map(|o| o.trim_matches('"').to_string())
@@ -1148,7 +1148,7 @@ pub fn validate_counted_with(
                 };
                 Diagnostic::error(
                     codes::SCHEMA_RANGE,
-                    format!("`{key}` must be {rel} {limit}, got {}", err.instance),
+                    format!("`{key}` must be {rel} {limit}, got {}", err.instance.to_json()),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("must be {rel} {limit}"))
@@ -1169,18 +1169,18 @@ pub fn validate_counted_with(
                 let expected = type_names(expected);
                 Diagnostic::error(
                     codes::SCHEMA_TYPE,
-                    format!("`{key}` must be {expected}, got {}", describe(err.instance)),
+                    format!("`{key}` must be {expected}, got {}", describe(&err.instance.to_json())),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("expected {expected}"))
             }
             K::AnyOf
                 if let (Some(items), Some(choices)) = (
-                    err.instance.as_array(),
+                    err.instance.items(),
                     schema_here().and_then(item_choices),
                 ) && let Some(bad) = items
                     .iter()
-                    .filter_map(Value::as_str)
+                    .filter_map(Node::as_str)
                     .find(|i| !choices.iter().any(|c| c == i)) =>
             {
                 // A list of choices (`trainer.logger: [console, wandb]`): name the item.
@@ -1205,7 +1205,7 @@ pub fn validate_counted_with(
                     .unwrap_or_else(|| "a valid value".into());
                 Diagnostic::error(
                     codes::SCHEMA_TYPE,
-                    format!("`{key}` must be {expected}, got {}", describe(err.instance)),
+                    format!("`{key}` must be {expected}, got {}", describe(&err.instance.to_json())),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("expected {expected}"))
@@ -1213,7 +1213,7 @@ pub fn validate_counted_with(
             K::Const { .. } | K::Not | K::MinItems { .. } | K::MaxItems { .. } => {
                 Diagnostic::error(
                     codes::SCHEMA_OTHER,
-                    format!("`{key}`: {}", other_message(&err.kind, err.instance)),
+                    format!("`{key}`: {}", other_message(&err.kind, &err.instance.to_json())),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, "here")

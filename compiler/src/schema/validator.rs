@@ -12,6 +12,8 @@ use std::cmp::Ordering;
 
 use serde_json::{Map, Number, Value};
 
+use crate::load::node::{Node, Scalar, Value as NodeValue, format_float};
+
 include!(concat!(env!("OUT_DIR"), "/validation_schema.rs"));
 
 /// Keywords that only describe a value.
@@ -147,16 +149,154 @@ pub enum Violation {
 
 /// One violation at one place of the instance.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Violated<'i> {
+pub struct Violated<'i, I: ?Sized = Value> {
     /// Key path (object keys and list indices as strings).
     pub path: Vec<String>,
-    pub instance: &'i Value,
+    pub instance: &'i I,
     pub kind: Violation,
+}
+
+/// A JSON value as the validator reads it: `serde_json`'s, or the composed config tree itself
+/// (`verlc check` validates the tree it composed without copying it into JSON first).
+pub trait Instance {
+    /// The [`Schema::types`] bits the value matches. 2020-12: a number with a zero fractional
+    /// part is an integer (`1.0` too), and every integer is a number.
+    fn type_bits(&self) -> u8;
+    /// Numeric order against a literal; `None` for a value that is not a number.
+    fn compare(&self, lit: Lit) -> Option<Ordering>;
+    /// JSON Schema equality with a literal: numbers by value (`1 == 1.0`).
+    fn equal(&self, lit: Lit) -> bool;
+    fn items(&self) -> Option<&[Self]>
+    where
+        Self: Sized;
+    fn entries(&self) -> Option<impl Iterator<Item = (&str, &Self)>>;
+    fn has_key(&self, key: &str) -> bool;
+}
+
+impl Instance for Value {
+    fn type_bits(&self) -> u8 {
+        match self {
+            Value::Null => 1,
+            Value::Bool(_) => 2,
+            Value::Number(n) => {
+                let integer =
+                    n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0);
+                if integer { 4 | 8 } else { 8 }
+            }
+            Value::String(_) => 16,
+            Value::Array(_) => 32,
+            Value::Object(_) => 64,
+        }
+    }
+
+    fn compare(&self, lit: Lit) -> Option<Ordering> {
+        match self {
+            Value::Number(n) => compare(n, lit),
+            _ => None,
+        }
+    }
+
+    fn equal(&self, lit: Lit) -> bool {
+        match (lit, self) {
+            (Lit::Null, Value::Null) => true,
+            (Lit::Bool(a), Value::Bool(b)) => a == *b,
+            (Lit::Str(a), Value::String(b)) => a == b,
+            (Lit::Int(_) | Lit::Uint(_) | Lit::Float(_), Value::Number(_)) => {
+                self.compare(lit) == Some(Ordering::Equal)
+            }
+            _ => false,
+        }
+    }
+
+    fn items(&self) -> Option<&[Value]> {
+        self.as_array().map(Vec::as_slice)
+    }
+
+    fn entries(&self) -> Option<impl Iterator<Item = (&str, &Value)>> {
+        self.as_object()
+            .map(|m: &Map<String, Value>| m.iter().map(|(k, v)| (k.as_str(), v)))
+    }
+
+    fn has_key(&self, key: &str) -> bool {
+        self.as_object().is_some_and(|m| m.contains_key(key))
+    }
+}
+
+/// The tree as `Node::to_json` would write it: a non-finite float (`.inf`) is a string.
+impl Instance for Node {
+    fn type_bits(&self) -> u8 {
+        match &self.value {
+            NodeValue::Scalar(Scalar::Null) => 1,
+            NodeValue::Scalar(Scalar::Bool(_)) => 2,
+            NodeValue::Scalar(Scalar::Int(_)) => 4 | 8,
+            NodeValue::Scalar(Scalar::Float(f)) if !f.is_finite() => 16,
+            NodeValue::Scalar(Scalar::Float(f)) => {
+                if f.fract() == 0.0 {
+                    4 | 8
+                } else {
+                    8
+                }
+            }
+            NodeValue::Scalar(Scalar::Str(_)) => 16,
+            NodeValue::Seq(_) => 32,
+            NodeValue::Map(_) => 64,
+        }
+    }
+
+    fn compare(&self, lit: Lit) -> Option<Ordering> {
+        match (&self.value, lit) {
+            (NodeValue::Scalar(Scalar::Int(x)), Lit::Int(l)) => Some(x.cmp(&l)),
+            (NodeValue::Scalar(Scalar::Int(x)), Lit::Uint(l)) => Some(match u64::try_from(*x) {
+                Ok(x) => x.cmp(&l),
+                // Negative, so below any u64.
+                Err(_) => Ordering::Less,
+            }),
+            (NodeValue::Scalar(Scalar::Int(x)), Lit::Float(l)) => (*x as f64).partial_cmp(&l),
+            (NodeValue::Scalar(Scalar::Float(f)), _) if f.is_finite() => match lit {
+                Lit::Int(l) => f.partial_cmp(&(l as f64)),
+                Lit::Uint(l) => f.partial_cmp(&(l as f64)),
+                Lit::Float(l) => f.partial_cmp(&l),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn equal(&self, lit: Lit) -> bool {
+        match (lit, &self.value) {
+            (Lit::Null, NodeValue::Scalar(Scalar::Null)) => true,
+            (Lit::Bool(a), NodeValue::Scalar(Scalar::Bool(b))) => a == *b,
+            (Lit::Str(a), NodeValue::Scalar(Scalar::Str(b))) => a == b,
+            (Lit::Str(a), NodeValue::Scalar(Scalar::Float(f))) if !f.is_finite() => {
+                a == format_float(*f)
+            }
+            (Lit::Int(_) | Lit::Uint(_) | Lit::Float(_), _) => {
+                self.compare(lit) == Some(Ordering::Equal)
+            }
+            _ => false,
+        }
+    }
+
+    fn items(&self) -> Option<&[Node]> {
+        match &self.value {
+            NodeValue::Seq(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    fn entries(&self) -> Option<impl Iterator<Item = (&str, &Node)>> {
+        self.as_map()
+            .map(|m| m.iter().map(|(k, e)| (k.as_str(), &e.node)))
+    }
+
+    fn has_key(&self, key: &str) -> bool {
+        self.as_map().is_some_and(|m| m.contains_key(key))
+    }
 }
 
 /// Every violation of `schema` by `instance`. Like JSON Schema itself, each keyword is
 /// judged on its own: a wrong type can also break an `enum` beside it.
-pub fn violations<'i>(schema: &'static Schema, instance: &'i Value) -> Vec<Violated<'i>> {
+pub fn violations<'i, I: Instance>(schema: &'static Schema, instance: &'i I) -> Vec<Violated<'i, I>> {
     let mut out = Vec::new();
     let mut path = Vec::new();
     eval(schema, instance, &mut path, &mut out);
@@ -164,17 +304,17 @@ pub fn violations<'i>(schema: &'static Schema, instance: &'i Value) -> Vec<Viola
 }
 
 /// Whether `instance` satisfies `schema`.
-pub fn is_valid(schema: &'static Schema, instance: &Value) -> bool {
+pub fn is_valid<I: Instance>(schema: &'static Schema, instance: &I) -> bool {
     let mut out = Vec::new();
     eval(schema, instance, &mut Vec::new(), &mut out);
     out.is_empty()
 }
 
-fn eval<'i>(
+fn eval<'i, I: Instance>(
     s: &'static Schema,
-    inst: &'i Value,
+    inst: &'i I,
     path: &mut Vec<String>,
-    out: &mut Vec<Violated<'i>>,
+    out: &mut Vec<Violated<'i, I>>,
 ) {
     let mut push = |kind| {
         out.push(Violated {
@@ -183,7 +323,7 @@ fn eval<'i>(
             kind,
         })
     };
-    if s.types != 0 && s.types & type_bits(inst) == 0 {
+    if s.types != 0 && s.types & inst.type_bits() == 0 {
         let expected = (0..TYPE_NAMES.len())
             .filter(|i| s.types & (1 << i) != 0)
             .map(|i| TYPE_NAMES[i])
@@ -191,33 +331,31 @@ fn eval<'i>(
         push(Violation::Type { expected });
     }
     if let Some(options) = s.options
-        && !options.iter().any(|o| equal(*o, inst))
+        && !options.iter().any(|o| inst.equal(*o))
     {
         push(Violation::Enum { options });
     }
     if let Some(c) = s.constant
-        && !equal(c, inst)
+        && !inst.equal(c)
     {
         push(Violation::Const { expected: c });
     }
-    if let Value::Number(n) = inst {
-        let check = |bound: Option<Lit>, bad: fn(Ordering) -> bool| {
-            bound.filter(|l| compare(n, *l).is_some_and(bad))
-        };
-        if let Some(limit) = check(s.minimum, Ordering::is_lt) {
-            push(Violation::Minimum { limit });
-        }
-        if let Some(limit) = check(s.exclusive_minimum, Ordering::is_le) {
-            push(Violation::ExclusiveMinimum { limit });
-        }
-        if let Some(limit) = check(s.maximum, Ordering::is_gt) {
-            push(Violation::Maximum { limit });
-        }
-        if let Some(limit) = check(s.exclusive_maximum, Ordering::is_ge) {
-            push(Violation::ExclusiveMaximum { limit });
-        }
+    let check =
+        |bound: Option<Lit>, bad: fn(Ordering) -> bool| bound.filter(|l| inst.compare(*l).is_some_and(bad));
+    if let Some(limit) = check(s.minimum, Ordering::is_lt) {
+        push(Violation::Minimum { limit });
     }
-    if let Value::Array(items) = inst {
+    if let Some(limit) = check(s.exclusive_minimum, Ordering::is_le) {
+        push(Violation::ExclusiveMinimum { limit });
+    }
+    if let Some(limit) = check(s.maximum, Ordering::is_gt) {
+        push(Violation::Maximum { limit });
+    }
+    if let Some(limit) = check(s.exclusive_maximum, Ordering::is_ge) {
+        push(Violation::ExclusiveMaximum { limit });
+    }
+    let items = inst.items();
+    if let Some(items) = items {
         if let Some(l) = s.min_items
             && (items.len() as u64) < l
         {
@@ -237,30 +375,26 @@ fn eval<'i>(
     {
         push(Violation::Not);
     }
-    match inst {
-        Value::Object(m) => object(s, m, inst, path, out),
-        Value::Array(items) => {
-            if let Some(item_schema) = s.items {
-                for (i, item) in items.iter().enumerate() {
-                    path.push(i.to_string());
-                    eval(item_schema, item, path, out);
-                    path.pop();
-                }
-            }
+    if let Some(entries) = inst.entries() {
+        object(s, entries, inst, path, out);
+    } else if let (Some(items), Some(item_schema)) = (items, s.items) {
+        for (i, item) in items.iter().enumerate() {
+            path.push(i.to_string());
+            eval(item_schema, item, path, out);
+            path.pop();
         }
-        _ => {}
     }
 }
 
-fn object<'i>(
+fn object<'i, I: Instance>(
     s: &'static Schema,
-    m: &'i Map<String, Value>,
-    inst: &'i Value,
+    entries: impl Iterator<Item = (&'i str, &'i I)>,
+    inst: &'i I,
     path: &mut Vec<String>,
-    out: &mut Vec<Violated<'i>>,
+    out: &mut Vec<Violated<'i, I>>,
 ) {
     for p in s.required {
-        if !m.contains_key(*p) {
+        if !inst.has_key(p) {
             out.push(Violated {
                 path: path.clone(),
                 instance: inst,
@@ -269,22 +403,19 @@ fn object<'i>(
         }
     }
     let mut unexpected = Vec::new();
-    for (k, v) in m {
-        let sub = match s
-            .properties
-            .binary_search_by(|(name, _)| (*name).cmp(k.as_str()))
-        {
+    for (k, v) in entries {
+        let sub = match s.properties.binary_search_by(|(name, _)| (*name).cmp(k)) {
             Ok(i) => &s.properties[i].1,
             Err(_) => match s.additional {
                 Additional::Forbidden => {
-                    unexpected.push(k.clone());
+                    unexpected.push(k.to_owned());
                     continue;
                 }
                 Additional::Schema(sub) => sub,
                 Additional::Any => continue,
             },
         };
-        path.push(k.clone());
+        path.push(k.to_owned());
         eval(sub, v, path, out);
         path.pop();
     }
@@ -297,38 +428,9 @@ fn object<'i>(
     }
 }
 
-/// The [`Schema::types`] bits `v` matches. 2020-12: a number with a zero fractional part is
-/// an integer (`1.0` too), and every integer is a number.
-fn type_bits(v: &Value) -> u8 {
-    match v {
-        Value::Null => 1,
-        Value::Bool(_) => 2,
-        Value::Number(n) => {
-            let integer = n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0);
-            if integer { 4 | 8 } else { 8 }
-        }
-        Value::String(_) => 16,
-        Value::Array(_) => 32,
-        Value::Object(_) => 64,
-    }
-}
-
-/// JSON Schema equality of a schema literal and a value: numbers by value (`1 == 1.0`).
-fn equal(lit: Lit, v: &Value) -> bool {
-    match (lit, v) {
-        (Lit::Null, Value::Null) => true,
-        (Lit::Bool(a), Value::Bool(b)) => a == *b,
-        (Lit::Str(a), Value::String(b)) => a == b,
-        (Lit::Int(_) | Lit::Uint(_) | Lit::Float(_), Value::Number(n)) => {
-            compare(n, lit) == Some(Ordering::Equal)
-        }
-        _ => false,
-    }
-}
-
 /// Numeric order of a value against a literal, exact between integers (no rounding through
 /// f64 for large values).
-fn compare(n: &Number, lit: Lit) -> Option<Ordering> {
+pub fn compare(n: &Number, lit: Lit) -> Option<Ordering> {
     match lit {
         Lit::Int(l) => match (n.as_i64(), n.as_u64()) {
             (Some(x), _) => Some(x.cmp(&l)),

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use std::cmp::Ordering;
 
 use super::*;
+use crate::load::node::{Node, Scalar, Value as NodeValue};
 use crate::config::Flavour;
 
 use super::super::keywords::ASSERTIONS;
@@ -234,8 +235,8 @@ fn numbers_compare_by_value_and_exactly() {
         _ => unreachable!(),
     };
     assert_eq!(compare(&n(json!(1.0)), Lit::Int(1)), Some(Ordering::Equal));
-    assert!(equal(Lit::Int(1), &json!(1.0)));
-    assert!(!equal(Lit::Str("1"), &json!(1)));
+    assert!(json!(1.0).equal(Lit::Int(1)));
+    assert!(!json!(1).equal(Lit::Str("1")));
     // Exact at the edges of i64/u64, where f64 would round.
     assert_eq!(
         compare(&n(json!(9223372036854775808u64)), Lit::Int(i64::MAX)),
@@ -257,6 +258,91 @@ fn numbers_compare_by_value_and_exactly() {
         compare(&n(json!(0.5)), Lit::Int(0)),
         Some(Ordering::Greater)
     );
-    assert_eq!(type_bits(&json!(2.0)), 4 | 8);
-    assert_eq!(type_bits(&json!(2.5)), 8);
+    assert_eq!(json!(2.0).type_bits(), 4 | 8);
+    assert_eq!(json!(2.5).type_bits(), 8);
+}
+
+/// The composed tree as the validator's instance: what `Node::to_json` makes of it.
+fn node_of(v: &Value) -> Option<Node> {
+    let scalar = |s| Some(Node::scalar(s, None));
+    match v {
+        Value::Null => scalar(Scalar::Null),
+        Value::Bool(b) => scalar(Scalar::Bool(*b)),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => scalar(Scalar::Int(i)),
+            // Above i64: no YAML integer verlc reads.
+            _ if n.is_u64() => None,
+            (None, Some(f)) => scalar(Scalar::Float(f)),
+            _ => None,
+        },
+        Value::String(s) => scalar(Scalar::Str(s.clone())),
+        Value::Array(items) => Some(Node::new(
+            NodeValue::Seq(items.iter().map(node_of).collect::<Option<_>>()?),
+            None,
+        )),
+        Value::Object(m) => {
+            let mut out = Node::empty_map(None);
+            let map = out.as_map_mut()?;
+            for (k, v) in m {
+                map.insert(
+                    k.clone(),
+                    crate::load::node::Entry {
+                        key_origin: None,
+                        node: node_of(v)?,
+                    },
+                );
+            }
+            Some(out)
+        }
+    }
+}
+
+fn ours_on_tree(node: &Node) -> Vec<Finding> {
+    let mut v: Vec<Finding> = violations(&VALIDATION, node)
+        .into_iter()
+        .map(|e| {
+            let detail = match &e.kind {
+                Violation::AdditionalProperties { unexpected } => unexpected.join(","),
+                Violation::Required { property } => property.to_string(),
+                Violation::Type { expected } => expected.join(","),
+                _ => String::new(),
+            };
+            (e.path.join("/"), keyword(&e.kind), detail)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_tree_validates_as_its_json_does() {
+    // Every broken variant of both default trees, as a tree and as JSON.
+    let values = replacements();
+    let mut compared = 0;
+    for flavour in [Flavour::Fsdp, Flavour::Megatron] {
+        let doc = crate::schema::builtin_defaults(flavour);
+        let mut all = Vec::new();
+        paths(&doc, &mut Vec::new(), &mut all);
+        for (i, path) in all.iter().enumerate() {
+            let mut d = doc.clone();
+            if let Some(slot) = at_mut(&mut d, path) {
+                *slot = values[i % values.len()].clone();
+            }
+            let Some(node) = node_of(&d) else { continue };
+            assert_eq!(node.to_json(), d);
+            assert_eq!(ours_on_tree(&node), ours(&d), "at {}", path.join("."));
+            compared += 1;
+        }
+    }
+    assert!(compared > 500, "only {compared} trees compared");
+    // A non-finite float is a string to JSON (`to_json` writes `inf`): so it is here.
+    let inf = Node::scalar(Scalar::Float(f64::INFINITY), None);
+    assert_eq!(inf.type_bits(), 16);
+    assert!(inf.equal(Lit::Str("inf")));
+    assert_eq!(inf.compare(Lit::Int(0)), None);
+    assert_eq!(inf.to_json(), json!("inf"));
+    let third = Node::scalar(Scalar::Float(2.5), None);
+    assert_eq!(third.compare(Lit::Int(3)), Some(Ordering::Less));
+    assert_eq!(Node::scalar(Scalar::Int(-1), None).compare(Lit::Uint(0)), Some(Ordering::Less));
+    assert!(Node::scalar(Scalar::Int(2), None).equal(Lit::Float(2.0)));
 }

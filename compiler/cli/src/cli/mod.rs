@@ -46,9 +46,19 @@ pub fn main() -> ExitCode {
         Command::Schema(a) => schema::run(a),
         Command::Rule(a) => rule::run(a),
         Command::Migrate(a) => migrate::run(a),
-        Command::Build(a) => build::run(a),
-        Command::Run(a) => run::run(a),
-        Command::Fetch(a) => fetch::run(a),
+        // These run for minutes and free as they go: the system allocator reuses what they free.
+        Command::Build(a) => {
+            crate::arena::close();
+            build::run(a)
+        }
+        Command::Run(a) => {
+            crate::arena::close();
+            run::run(a)
+        }
+        Command::Fetch(a) => {
+            crate::arena::close();
+            fetch::run(a)
+        }
     };
     ExitCode::from(code)
 }
