@@ -254,6 +254,7 @@ fn load_from(
         list_choices: std::collections::HashSet::new(),
         stack: Vec::new(),
         budget: ReadBudget::default(),
+        keep_parsed: serves == Serves::ComposedAndFiles,
         fetched: files.fetched,
         merged: 0,
         parsed_nodes: 0,
@@ -415,6 +416,9 @@ struct Composer {
     budget: ReadBudget,
     /// Each config path is read and parsed once, however often defaults lists name it.
     fetched: std::collections::HashMap<String, Fetched>,
+    /// Whether `fetched` keeps every parsed node (for a later composition of the same files),
+    /// else the first use takes it.
+    keep_parsed: bool,
     /// Configs merged so far (bounded by [`MAX_DEFAULTS_CONFIGS`]).
     merged: usize,
     /// Values parsed from all files so far (bounded by [`yaml::MAX_NODES`] in all, as
@@ -432,7 +436,9 @@ enum Fetched {
     Unreadable(crate::diag::Code, String),
     /// Read, but not valid YAML: reported once, where it was parsed.
     Invalid,
-    Parsed(Node),
+    Parsed(Node, crate::source::SourceId),
+    /// Parsed, and the node moved into the tree (see [`Composer::load_config`]).
+    Merged(crate::source::SourceId),
 }
 
 /// The diagnostic code of a file that cannot be read: a size limit is a config problem
@@ -772,7 +778,7 @@ impl Composer {
                 Some(Ok(src)) => {
                     let id = self.sources.add(src);
                     match self.parse(id) {
-                        Some(n) => Fetched::Parsed(n),
+                        Some(n) => Fetched::Parsed(n, id),
                         None => Fetched::Invalid,
                     }
                 }
@@ -788,8 +794,30 @@ impl Composer {
     }
 
     fn load_config(&mut self, config_path: &str, requested_at: Option<&Origin>) -> Option<Node> {
+        let keep = self.keep_parsed;
+        self.fetch(config_path);
+        // Most configs are merged once: the parsed node moves into the tree instead of being
+        // copied, and the few a defaults list names again (verl's `engine/fsdp` serves actor,
+        // ref and critic) are parsed again from their kept text. A composition whose files
+        // another one reuses keeps every node.
+        if let Some(slot) = self.fetched.get_mut(config_path) {
+            match slot {
+                Fetched::Parsed(n, _) if keep => return Some(n.clone()),
+                Fetched::Parsed(_, id) => {
+                    let id = *id;
+                    if let Fetched::Parsed(n, _) = std::mem::replace(slot, Fetched::Merged(id)) {
+                        return Some(n);
+                    }
+                }
+                // It parsed before, so it parses again (its values were counted then).
+                Fetched::Merged(id) => {
+                    return yaml::parse(self.sources.get(*id), *id).ok();
+                }
+                _ => {}
+            }
+        }
         match self.fetch(config_path) {
-            Fetched::Parsed(n) => Some(n.clone()),
+            Fetched::Parsed(..) | Fetched::Merged(_) => None,
             Fetched::Invalid => None,
             Fetched::Unreadable(code, msg) => {
                 let d = Diagnostic::error(*code, msg.clone())
