@@ -144,7 +144,7 @@ fn yaml_files(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
 }
 
 /// The releases with a committed leaf table.
-const RELEASES: &[&str] = &["0.8.0", "0.9.1"];
+const RELEASES: &[&str] = &["0.7.1", "0.8.0", "0.9.1"];
 
 fn read_json(path: &Path) -> Value {
     println!("cargo:rerun-if-changed={}", path.display());

@@ -41,7 +41,7 @@ fn committed_release_tables_are_fresh() {
     let root = workspace();
     let update = updating();
     let mut checked = 0;
-    for release in ["0.8.0", "0.9.1"] {
+    for release in ["0.7.1", "0.8.0", "0.9.1"] {
         let Some((python, tree)) = python_and_release(release) else {
             continue;
         };

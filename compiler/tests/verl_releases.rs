@@ -81,12 +81,14 @@ fn errors(d: &[Diagnostic]) -> Vec<String> {
         .collect()
 }
 
-/// A release verlc holds a leaf table for (verl 0.8.0, 0.9.1) checks clean on its own tree:
-/// the keys its 0.7 model does not know are typed from verl's own files, none passes through
-/// unchecked (no S007); a later release without a table still passes through, said once.
+/// A release verlc holds a leaf table for (verl 0.7.1, 0.8.0, 0.9.1) checks clean on its own
+/// tree: the keys its 0.7.0 model does not know are typed from verl's own files, none passes
+/// through unchecked (no S007); a later release without a table still passes through, said
+/// once. 0.7.1 is not judged by the 0.7.0 model: it rewrote the reward section (verlc's 0.7.0
+/// schema found 63 errors in its own tree).
 #[test]
 fn a_tabled_release_checks_clean_and_an_untabled_one_passes_through_once() {
-    for release in ["0.8.0", NEWER] {
+    for release in ["0.7.1", "0.8.0", NEWER] {
         let dir = root().join(format!(".venv/verl-releases/{release}/verl/trainer/config"));
         if !dir.is_dir() {
             eprintln!("skipped verl {release}: no tree (run scripts/setup)");
@@ -931,6 +933,32 @@ fn veomni_builds_as_fsdp_and_other_engines_are_refused_by_name() {
             }
         }
         SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+    }
+    // verl 0.7.1 added the engine: the same lowering on its tree, on the engine workers it
+    // needs there (V061; fp32 shards: its VeOmni engine did not pass `mixed_precision` on).
+    let v071 = root().join(".venv/verl-releases/0.7.1/verl/trainer/config");
+    if v071.is_dir() {
+        let mut on_071 = veomni[..8].to_vec();
+        on_071.push("trainer.use_legacy_worker_impl=disable");
+        match lower_request(&build_request(&v071, &on_071)) {
+            SpecOutcome::Ok { spec, .. } => {
+                let EngineSpec::Fsdp(f) = &spec.actor.engine else {
+                    panic!("0.7.1: VeOmni runs as FSDP: {:?}", spec.actor.engine);
+                };
+                assert_eq!((f.ulysses, f.fsdp_size), (2, 4));
+                assert_eq!(f.main_dtype, Dtype::Fp32);
+                assert!(matches!(
+                    spec.actor.optim.schedule,
+                    ScheduleSpec::Verl {
+                        schedule: VerlSchedule::Cosine { .. },
+                        ..
+                    }
+                ));
+            }
+            SpecOutcome::Errors(c) => panic!("0.7.1: {:#?}", errors(&c.diagnostics)),
+        }
+    } else {
+        eprintln!("skipped verl 0.7.1: no tree (run scripts/setup)");
     }
     // What FSDP cannot express: refused at the key, on the user's line.
     for (set, key) in [

@@ -1,13 +1,15 @@
 //! Which verl release a config tree belongs to. verlc's schema and rules model verl 0.7; a
 //! tree of another release (found through `--config-dir`) has keys verlc does not know, and
 //! lacks some it does: `verlc check` then types those keys from the release's leaf table
-//! ([`super::release_table`], 0.8.0 and 0.9.x), and passes through, saying so once, only
-//! what no table holds (a later release's keys).
+//! ([`super::release_table`], 0.7.1, 0.8.0 and 0.9.x), and passes through, saying so once,
+//! only what no table holds (a later release's keys).
 
 use std::path::Path;
 
-/// The verl release verlc models (its schema, defaults and rules).
-pub const MODELLED: &str = "0.7";
+/// The verl release verlc models (its schema, defaults and rules). Not its whole minor
+/// version: 0.7.1 rewrote the reward section and added the `model_engine` group, so its tree is
+/// judged as a newer release's is (its own leaf table).
+pub const MODELLED: &str = "0.7.0";
 
 /// A verl release whose config tree verlc carries, composed when no `--config-dir` is
 /// given: 0.7.0's is verlc's own mirror of it (`compiler/defaults/`, the release verlc's
@@ -123,7 +125,8 @@ pub fn minor_version(release: &str) -> Option<(u32, u32)> {
     Some((major, minor.parse().ok()?))
 }
 
-/// Whether verlc models release `version` (`0.7.0`, `0.7.1`, `0.7.0.dev`).
+/// Whether verlc models release `version` (`0.7.0`, and its development or post builds
+/// `0.7.0.dev`, `0.7.0.post1`).
 pub fn is_modelled(version: &str) -> bool {
     version == MODELLED || version.starts_with(&format!("{MODELLED}."))
 }
@@ -152,9 +155,11 @@ mod tests {
     }
 
     #[test]
-    fn releases_of_the_modelled_minor_version_are_modelled() {
+    fn only_the_modelled_release_is_modelled() {
         assert!(is_modelled("0.7.0"));
-        assert!(is_modelled("0.7.1"));
+        assert!(is_modelled("0.7.0.post1"));
+        // Its reward section and engines are 0.8's: judged from its own leaf table.
+        assert!(!is_modelled("0.7.1"));
         assert!(!is_modelled("0.8.0.dev"));
         assert!(!is_modelled("0.9.1"));
         assert!(!is_modelled("0.70.0"));

@@ -459,6 +459,12 @@ pub static RULES: &[Rule] = &[
         "rollout_correction.rollout_is_threshold is not a positive bound (or IcePop's lower_upper)"
     ),
     rule!(
+        "V061",
+        "EngineNeedsEngineWorkers",
+        trainer::engine_needs_engine_workers,
+        "verl 0.7.1 runs VeOmni and torchtitan only in its engine workers"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,
