@@ -164,9 +164,9 @@ unsafe impl GlobalAlloc for Arena {
         if self.owns(p) {
             // The latest allocation gives its space back; any other stays until exit.
             let end = p as usize + layout.size();
-            let _ = self
-                .next
-                .compare_exchange(end, p as usize, Ordering::Relaxed, Ordering::Relaxed);
+            let _ =
+                self.next
+                    .compare_exchange(end, p as usize, Ordering::Relaxed, Ordering::Relaxed);
             return;
         }
         // SAFETY: not the arena's, so the system allocator's, with the caller's layout.

@@ -10,8 +10,8 @@ use std::borrow::Cow;
 
 use serde::de::value::StrDeserializer;
 use serde::de::{
-    self, DeserializeOwned, DeserializeSeed, Deserializer, EnumAccess, IntoDeserializer,
-    MapAccess, SeqAccess, Unexpected, VariantAccess, Visitor,
+    self, DeserializeOwned, DeserializeSeed, Deserializer, EnumAccess, IntoDeserializer, MapAccess,
+    SeqAccess, Unexpected, VariantAccess, Visitor,
 };
 use serde_json::Error;
 
@@ -56,9 +56,7 @@ impl<'de> Deserializer<'de> for NodeDeserializer<'_> {
             Value::Scalar(Scalar::Float(f)) => visitor.visit_string(format_float(*f)),
             Value::Scalar(Scalar::Str(s)) => visitor.visit_str(s),
             Value::Seq(items) => {
-                let mut seq = Items {
-                    iter: items.iter(),
-                };
+                let mut seq = Items { iter: items.iter() };
                 let out = visitor.visit_seq(&mut seq)?;
                 match seq.iter.len() {
                     0 => Ok(out),
@@ -181,7 +179,8 @@ impl<'de> MapAccess<'de> for Entries<'_> {
             return Ok(None);
         };
         self.value = Some(&entry.node);
-        seed.deserialize(StrDeserializer::<Error>::new(key)).map(Some)
+        seed.deserialize(StrDeserializer::<Error>::new(key))
+            .map(Some)
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
@@ -263,7 +262,12 @@ mod tests {
     use crate::config::{Flavour, VerlConfig};
 
     /// Both ways of typing a tree, compared by outcome: the value (as JSON) or the message.
-    fn both(node: &Node) -> (Result<serde_json::Value, String>, Result<serde_json::Value, String>) {
+    fn both(
+        node: &Node,
+    ) -> (
+        Result<serde_json::Value, String>,
+        Result<serde_json::Value, String>,
+    ) {
         let direct = from_node::<VerlConfig>(node)
             .map(|c| serde_json::to_value(c).unwrap())
             .map_err(|e| e.to_string());
@@ -328,7 +332,10 @@ mod tests {
                 }
             }
         }
-        assert!(typed > 100 && refused > 100, "{typed} typed, {refused} refused");
+        assert!(
+            typed > 100 && refused > 100,
+            "{typed} typed, {refused} refused"
+        );
     }
 
     #[test]

@@ -33,8 +33,8 @@ use crate::config::{BUILTIN_FILES, DEPRECATED_KEYS, Flavour, VerlConfig};
 use crate::diag::{Diagnostic, did_you_mean};
 use crate::load::compose;
 use crate::load::node::Node;
-use crate::schema::validator::Instance;
 use crate::load::yaml;
+use crate::schema::validator::Instance;
 use crate::source::{Source, SourceId, SourceKind};
 
 /// A group schema: the schema of the node a group file is merged into.
@@ -1148,7 +1148,10 @@ pub fn validate_counted_with(
                 };
                 Diagnostic::error(
                     codes::SCHEMA_RANGE,
-                    format!("`{key}` must be {rel} {limit}, got {}", err.instance.to_json()),
+                    format!(
+                        "`{key}` must be {rel} {limit}, got {}",
+                        err.instance.to_json()
+                    ),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("must be {rel} {limit}"))
@@ -1169,19 +1172,21 @@ pub fn validate_counted_with(
                 let expected = type_names(expected);
                 Diagnostic::error(
                     codes::SCHEMA_TYPE,
-                    format!("`{key}` must be {expected}, got {}", describe(&err.instance.to_json())),
+                    format!(
+                        "`{key}` must be {expected}, got {}",
+                        describe(&err.instance.to_json())
+                    ),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("expected {expected}"))
             }
             K::AnyOf
-                if let (Some(items), Some(choices)) = (
-                    err.instance.items(),
-                    schema_here().and_then(item_choices),
-                ) && let Some(bad) = items
-                    .iter()
-                    .filter_map(Node::as_str)
-                    .find(|i| !choices.iter().any(|c| c == i)) =>
+                if let (Some(items), Some(choices)) =
+                    (err.instance.items(), schema_here().and_then(item_choices))
+                    && let Some(bad) = items
+                        .iter()
+                        .filter_map(Node::as_str)
+                        .find(|i| !choices.iter().any(|c| c == i)) =>
             {
                 // A list of choices (`trainer.logger: [console, wandb]`): name the item.
                 let mut d = Diagnostic::error(
@@ -1205,7 +1210,10 @@ pub fn validate_counted_with(
                     .unwrap_or_else(|| "a valid value".into());
                 Diagnostic::error(
                     codes::SCHEMA_TYPE,
-                    format!("`{key}` must be {expected}, got {}", describe(&err.instance.to_json())),
+                    format!(
+                        "`{key}` must be {expected}, got {}",
+                        describe(&err.instance.to_json())
+                    ),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, format!("expected {expected}"))
@@ -1213,7 +1221,10 @@ pub fn validate_counted_with(
             K::Const { .. } | K::Not | K::MinItems { .. } | K::MaxItems { .. } => {
                 Diagnostic::error(
                     codes::SCHEMA_OTHER,
-                    format!("`{key}`: {}", other_message(&err.kind, &err.instance.to_json())),
+                    format!(
+                        "`{key}`: {}",
+                        other_message(&err.kind, &err.instance.to_json())
+                    ),
                 )
                 .with_key(key.clone())
                 .with_primary(origin, "here")

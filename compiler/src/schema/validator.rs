@@ -296,7 +296,10 @@ impl Instance for Node {
 
 /// Every violation of `schema` by `instance`. Like JSON Schema itself, each keyword is
 /// judged on its own: a wrong type can also break an `enum` beside it.
-pub fn violations<'i, I: Instance>(schema: &'static Schema, instance: &'i I) -> Vec<Violated<'i, I>> {
+pub fn violations<'i, I: Instance>(
+    schema: &'static Schema,
+    instance: &'i I,
+) -> Vec<Violated<'i, I>> {
     let mut out = Vec::new();
     let mut path = Vec::new();
     eval(schema, instance, &mut path, &mut out);
@@ -340,8 +343,9 @@ fn eval<'i, I: Instance>(
     {
         push(Violation::Const { expected: c });
     }
-    let check =
-        |bound: Option<Lit>, bad: fn(Ordering) -> bool| bound.filter(|l| inst.compare(*l).is_some_and(bad));
+    let check = |bound: Option<Lit>, bad: fn(Ordering) -> bool| {
+        bound.filter(|l| inst.compare(*l).is_some_and(bad))
+    };
     if let Some(limit) = check(s.minimum, Ordering::is_lt) {
         push(Violation::Minimum { limit });
     }

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use std::cmp::Ordering;
 
 use super::*;
-use crate::load::node::{Node, Scalar, Value as NodeValue};
 use crate::config::Flavour;
+use crate::load::node::{Node, Scalar, Value as NodeValue};
 
 use super::super::keywords::ASSERTIONS;
 
@@ -343,6 +343,9 @@ fn the_tree_validates_as_its_json_does() {
     assert_eq!(inf.to_json(), json!("inf"));
     let third = Node::scalar(Scalar::Float(2.5), None);
     assert_eq!(third.compare(Lit::Int(3)), Some(Ordering::Less));
-    assert_eq!(Node::scalar(Scalar::Int(-1), None).compare(Lit::Uint(0)), Some(Ordering::Less));
+    assert_eq!(
+        Node::scalar(Scalar::Int(-1), None).compare(Lit::Uint(0)),
+        Some(Ordering::Less)
+    );
     assert!(Node::scalar(Scalar::Int(2), None).equal(Lit::Float(2.0)));
 }
