@@ -333,11 +333,12 @@ fn fixture_cases(fixture: &str, prefix: &str, tree: &Path, builtin: bool) -> Vec
         .collect()
 }
 
-/// verl 0.8.0's example calls on its own tree and 0.9.0's on verl 0.9.1's (unpacked by
-/// scripts/setup; none without).
+/// verl 0.7.1's and 0.8.0's example calls on their own trees and 0.9.0's on verl 0.9.1's
+/// (unpacked by scripts/setup; none without).
 fn release_cases() -> Vec<Case> {
     let mut out = Vec::new();
     for (fixture, release, prefix) in [
+        ("verl_examples_0_7_1", "0.7.1", "verl 0.7.1: "),
         ("verl_examples_0_8_0", "0.8.0", "verl 0.8: "),
         ("verl_examples_0_9_0", "0.9.1", "verl 0.9: "),
     ] {

@@ -19,6 +19,10 @@ pub struct RefModelOverride {
     /// Path or hub id of a different reference model; null uses the actor's model.
     #[serde(default)]
     pub path: Option<String>,
+    /// Not read by verl: its reference worker builds with `actor_rollout_ref.model`'s
+    /// `override_config` (verl's Qwen2.5-VL TensorRT-LLM example sets it anyway).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub override_config: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// The frozen reference policy: batch sizes of its log-prob pass and its engine.

@@ -267,6 +267,7 @@ table! {
     // reference
     "actor_rollout_ref.ref.{log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz,log_prob_max_token_len_per_gpu}" => Implemented("reference.micro_batch"),
     "actor_rollout_ref.ref.model.path" => Implemented("reference.model_path"),
+    "actor_rollout_ref.ref.model.override_config.**" => NoEffect(NONE, "has no effect: verl's reference worker reads only `ref.model.path` and builds with actor_rollout_ref.model's override_config, as verlc does"),
 
     // rollout
     "actor_rollout_ref.rollout.{n,temperature,top_k,top_p,do_sample,response_length,ignore_eos}" => Implemented("rollout.train"),

@@ -1,6 +1,6 @@
 //! ## What it checks
 //! With `reward_manager.source: register`, `reward_manager.name` must be one of verl's
-//! registered reward managers: `naive`, `batch`, `dapo`, `prime` in verl 0.7; from 0.8 (the
+//! registered reward managers: `naive`, `batch`, `dapo`, `prime` in verl 0.7.0; from 0.7.1 (the
 //! reward loop's, with the settings under `reward.reward_manager`) `naive`, `dapo`, `gdpo`,
 //! `remote`. (The name copies the
 //! deprecated `reward_model.reward_manager` by default.) With `source: importlib`,
@@ -27,17 +27,19 @@ use crate::reward::Rewards;
 use crate::rules::RuleContext;
 
 const CODE: Code = Code("V032");
-/// verl 0.7's reward managers (`verl.workers.reward_manager`).
-const REGISTERED_0_7: &[&str] = &["naive", "batch", "dapo", "prime"];
-/// The reward loop's managers, verl 0.8+ (`verl.experimental.reward_loop.reward_manager`).
-const REGISTERED_0_8: &[&str] = &["naive", "dapo", "gdpo", "remote"];
+/// verl 0.7.0's reward managers (`verl.workers.reward_manager`).
+const REGISTERED_0_7_0: &[&str] = &["naive", "batch", "dapo", "prime"];
+/// The reward loop's managers, which verl loads from 0.7.1 on
+/// (`verl.experimental.reward_loop.reward_manager`).
+const REWARD_LOOP: &[&str] = &["naive", "dapo", "gdpo", "remote"];
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let m = Rewards::of(ctx.config, ctx.root).manager;
-    let registered = if ctx.release_at_least((0, 8)) {
-        REGISTERED_0_8
+    // Any tree newer than the modelled 0.7.0.
+    let registered = if ctx.release.is_some() {
+        REWARD_LOOP
     } else {
-        REGISTERED_0_7
+        REGISTERED_0_7_0
     };
     match m.source {
         RewardSource::Register => {
