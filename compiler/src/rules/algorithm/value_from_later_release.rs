@@ -28,7 +28,11 @@ const CODE: Code = Code("V058");
 
 /// `(key, value, release that added it)`.
 const LATER: &[(&str, &str, (u32, u32, u32))] = &[
-    ("algorithm.adv_estimator", "optimal_token_baseline", (0, 7, 1)),
+    (
+        "algorithm.adv_estimator",
+        "optimal_token_baseline",
+        (0, 7, 1),
+    ),
     (
         "algorithm.adv_estimator",
         "tir_optimal_token_baseline",
@@ -50,7 +54,11 @@ const LATER: &[(&str, &str, (u32, u32, u32))] = &[
         "dro",
         (0, 9, 0),
     ),
-    ("actor_rollout_ref.actor.loss_agg_mode", "token-sum", (0, 9, 0)),
+    (
+        "actor_rollout_ref.actor.loss_agg_mode",
+        "token-sum",
+        (0, 9, 0),
+    ),
     ("critic.loss_agg_mode", "token-sum", (0, 9, 0)),
 ];
 
