@@ -859,8 +859,9 @@ fn verl_0_9_examples_check_clean() {
     assert_eq!(composed, 61, "calls that compose on 0.9.1's tree");
 }
 
-/// What `verlc check` still reports on verl 0.7.1's example calls on its own tree: problems
-/// verl 0.7.1 itself hits at start-up, or artifacts of how the command lines were captured.
+/// What `verlc check` still reports on verl 0.7.1's example calls on its own tree, besides the
+/// [`MAIN_KNOWN`] its scripts share with verl main's of that time: problems verl 0.7.1 itself
+/// hits at start-up.
 const RELEASE_0_7_1_KNOWN: &[(&str, &[&str], &str)] = &[
     (
         "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh",
@@ -872,40 +873,11 @@ const RELEASE_0_7_1_KNOWN: &[(&str, &[&str], &str)] = &[
         &["S001", "V018"],
         "appends rollout.moe_tensor_parallel_size, which verl 0.7.1's RolloutConfig does not have (its dataclass conversion rejects it), and sets expert parallel 2 with tensor parallel 4 × data parallel 1 (RolloutConfig.__post_init__ asserts expert_parallel_size == TP × DP)",
     ),
-    (
-        "examples/rollout_correction/run_with_rollout_corr.sh",
-        &["V006"],
-        "mini-batch 32 x n 1 / 8 ranks = 4 per rank, micro-batch 8: verl's fsdp_workers asserts the same",
-    ),
-    (
-        "examples/rollout_correction/run_with_rollout_corr_multi_rs.sh",
-        &["V006"],
-        "as run_with_rollout_corr.sh",
-    ),
-    (
-        "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh",
-        &["V043"],
-        "a data path the script reads from the environment, captured as a dummy",
-    ),
-    (
-        "examples/router_replay/run_qwen30_a3b_megatron_sglang.sh",
-        &["V043", "V043"],
-        "data paths from the environment, captured empty",
-    ),
-    (
-        "examples/router_replay/run_qwen30_a3b_megatron_vllm.sh",
-        &["V043", "V043"],
-        "data paths from the environment, captured empty",
-    ),
-    (
-        "examples/tuning/70b/qwen2-70b_grpo_32_h20_fsdp_vllm.sh",
-        &["V043"],
-        "a data path the script reads from the environment, captured as a dummy",
-    ),
 ];
 
 /// The same for verl 0.7.1's example calls on its own tree (the release that rewrote the
-/// reward section and added `model_engine`), apart from [`RELEASE_0_7_1_KNOWN`].
+/// reward section and added `model_engine`), apart from [`MAIN_KNOWN`] and
+/// [`RELEASE_0_7_1_KNOWN`].
 #[test]
 fn verl_0_7_1_examples_check_clean() {
     let dir = root().join(".venv/verl-releases/0.7.1/verl/trainer/config");
@@ -913,7 +885,8 @@ fn verl_0_7_1_examples_check_clean() {
         eprintln!("skipped: no verl 0.7.1 tree (run scripts/setup)");
         return;
     }
-    let composed = examples_check_clean("verl_examples_0_7_1", &dir, RELEASE_0_7_1_KNOWN);
+    let known: Vec<_> = [MAIN_KNOWN, RELEASE_0_7_1_KNOWN].concat();
+    let composed = examples_check_clean("verl_examples_0_7_1", &dir, &known);
     assert_eq!(
         composed, 122,
         "calls that compose on 0.7.1's tree (Hydra rejects the other 5: hydra_parity)"
