@@ -10,11 +10,11 @@
 //!
 //! Each thread bumps through a chunk of its own ([`CHUNK`] bytes, taken from the shared region
 //! with one atomic step), so an allocation is a few plain instructions (with an atomic step per
-//! allocation and free, the bump was the check's hottest function; chunks took 3-4% off). Bounds: allocations above [`LARGE`] and everything once
-//! the arena's [`CAPACITY`] is used go to the system allocator, and commands that run long
-//! (`build`, `run`, `fetch`) call [`close`] first, so memory they free is really reused. A free
-//! inside the arena gives the space back only when it is its thread's latest allocation (a
-//! vector growing at the end grows in place).
+//! allocation and free, the bump was the check's hottest function; chunks took 3-4% off).
+//! Bounds: allocations above [`LARGE`] and everything once the arena's [`CAPACITY`] is used go
+//! to the system allocator, and commands that run long (`build`, `run`, `fetch`) call [`close`]
+//! first, so memory they free is really reused. A free inside the arena gives the space back
+//! only when it is its thread's latest allocation (a vector growing at the end grows in place).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
