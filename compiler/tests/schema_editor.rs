@@ -306,6 +306,16 @@ fn editor_schema_content() {
         optim["properties"]["lr"]["default"],
         serde_json::json!(1e-3)
     );
+    // A key the group's files set differently has no one default: the description says which
+    // file sets what (FSDP's optimizer is constant, VeOmni's cosine).
+    let schedule = &optim["properties"]["lr_scheduler_type"];
+    assert!(schedule.get("default").is_none(), "{schedule}");
+    let said = schedule["description"].as_str().unwrap_or("");
+    assert!(
+        said.contains("`constant` in optim/fsdp.yaml")
+            && said.contains("`cosine` in optim/veomni.yaml"),
+        "{said}"
+    );
     // In a group file a renamed key points at its replacement by its name in that file.
     let ws = optim["properties"]["warmup_style"]["description"]
         .as_str()

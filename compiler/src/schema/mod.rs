@@ -503,11 +503,14 @@ pub fn group_editor_schema(name: &str) -> Option<Value> {
     let mut s = s?;
     match g.defaults {
         GroupDefaults::Files(files) => {
-            for f in files {
-                if let Some(d) = builtin_file_json(f) {
-                    inject_defaults(&mut s, &d);
-                }
+            let defaults: Vec<(&str, Value)> = files
+                .iter()
+                .filter_map(|f| Some((*f, builtin_file_json(f)?)))
+                .collect();
+            for (_, d) in &defaults {
+                inject_defaults(&mut s, d);
             }
+            mark_differing_defaults(&mut s, &defaults);
         }
         GroupDefaults::Tree => {
             for d in flavour_defaults() {
@@ -779,6 +782,79 @@ fn inject_defaults(schema: &mut Value, defaults: &Value) {
             m.entry("default").or_insert_with(|| dv.clone());
         }
     }
+}
+
+/// Keys the group's files set to different values (optim `lr_scheduler_type`: `constant` in
+/// FSDP's file, `cosine` in VeOmni's): no `default`, which would be one file's; the description
+/// says which file sets what.
+fn mark_differing_defaults(schema: &mut Value, files: &[(&str, Value)]) {
+    fn leaves(v: &Value, at: &mut Vec<String>, out: &mut Vec<(Vec<String>, Value)>) {
+        match v {
+            Value::Object(m) => {
+                for (k, c) in m {
+                    at.push(k.clone());
+                    leaves(c, at, out);
+                    at.pop();
+                }
+            }
+            Value::String(s) if s == "???" => {}
+            _ => out.push((at.clone(), v.clone())),
+        }
+    }
+    let mut by_key: Vec<(Vec<String>, Vec<(&str, Value)>)> = Vec::new();
+    for (file, d) in files {
+        let mut found = Vec::new();
+        leaves(d, &mut Vec::new(), &mut found);
+        for (path, value) in found {
+            match by_key.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, seen)) => seen.push((file, value)),
+                None => by_key.push((path, vec![(file, value)])),
+            }
+        }
+    }
+    for (path, seen) in by_key {
+        if seen.iter().all(|(_, v)| *v == seen[0].1) {
+            continue;
+        }
+        let Some(m) = property_mut(schema, &path) else {
+            continue;
+        };
+        m.remove("default");
+        let by_file: Vec<String> = seen
+            .iter()
+            .map(|(f, v)| match v.as_str() {
+                Some(text) => format!("`{text}` in {f}"),
+                None => format!("`{v}` in {f}"),
+            })
+            .collect();
+        let note = format!("Default by file: {}.", by_file.join(", "));
+        for k in ["description", "markdownDescription"] {
+            let text = match m.get(k).and_then(Value::as_str) {
+                Some(d) if !d.is_empty() => format!("{d} {note}"),
+                _ => note.clone(),
+            };
+            m.insert(k.into(), Value::String(text));
+        }
+    }
+}
+
+/// The schema of the property at `path` (through `properties`, and into the object branch of
+/// an optional section's `anyOf`).
+fn property_mut<'a>(schema: &'a mut Value, path: &[String]) -> Option<&'a mut Map<String, Value>> {
+    let Some((first, rest)) = path.split_first() else {
+        return schema.as_object_mut();
+    };
+    let node = if schema.get("properties").is_some() {
+        schema
+    } else {
+        schema
+            .get_mut("anyOf")?
+            .as_array_mut()?
+            .iter_mut()
+            .find(|b| b.get("properties").is_some())?
+    };
+    let child = node.get_mut("properties")?.get_mut(first.as_str())?;
+    property_mut(child, rest)
 }
 
 /// Deprecated keys (from [`DEPRECATED_KEYS`], matched at every mount path, or marked
