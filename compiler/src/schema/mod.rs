@@ -801,7 +801,9 @@ fn mark_differing_defaults(schema: &mut Value, files: &[(&str, Value)]) {
             _ => out.push((at.clone(), v.clone())),
         }
     }
-    let mut by_key: Vec<(Vec<String>, Vec<(&str, Value)>)> = Vec::new();
+    // Each key with the value each file sets it to.
+    type ByFile<'f> = Vec<(&'f str, Value)>;
+    let mut by_key: Vec<(Vec<String>, ByFile)> = Vec::new();
     for (file, d) in files {
         let mut found = Vec::new();
         leaves(d, &mut Vec::new(), &mut found);
