@@ -314,7 +314,7 @@ mod tests {
             assert!(std::slice::from_raw_parts(v, 32).iter().all(|b| *b == 0));
             // More than a chunk (still below the large bound): a chunk of its own size.
             let big = a.alloc(layout(CHUNK + 10, 4096));
-            assert!(a.owns(big) && big as usize % 4096 == 0);
+            assert!(a.owns(big) && (big as usize).is_multiple_of(4096));
             big.add(CHUNK + 9).write(1);
             let after = a.alloc(layout(8, 8));
             assert!(after as usize >= big as usize + CHUNK + 10);
