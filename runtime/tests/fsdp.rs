@@ -428,19 +428,21 @@ rank_test!(fsdp_without_checkpointing_matches_with_it, 2, |pg| {
     assert_eq!(e.module().model.embed_tokens.numel(), 0);
 });
 
+/// STEPS steps of the engine over 4 ranks sharded in groups of 2 (HSDP: 2 replicas).
+fn hsdp_run(pg: &ProcessGroup, settings: EngineSettings) -> (Vec<f64>, FsdpEngine<CausalLm>) {
+    let mut e = FsdpEngine::<CausalLm>::with_mesh(FsdpSettings::new(settings), pg.clone(), 2)
+        .expect("hybrid fsdp");
+    assert_eq!((e.dp_size(), e.group().size()), (4, 2));
+    let batch = my_rows(pg);
+    let losses = (0..STEPS)
+        .map(|_| train_step(&mut e, &batch, Some(pg)))
+        .collect();
+    (losses, e)
+}
+
 rank_test!(fsdp_hybrid_shard_matches_single_engine, 4, |pg| {
     let (ref_losses, ref_w, _) = single_run(Dtype::Fp32);
-    let mut e = FsdpEngine::<CausalLm>::with_mesh(
-        FsdpSettings::new(settings(Dtype::Fp32, false)),
-        pg.clone(),
-        2,
-    )
-    .expect("hybrid fsdp");
-    assert_eq!((e.dp_size(), e.group().size()), (4, 2));
-    let batch = my_rows(&pg);
-    let losses: Vec<f64> = (0..STEPS)
-        .map(|_| train_step(&mut e, &batch, Some(&pg)))
-        .collect();
+    let (losses, e) = hsdp_run(&pg, settings(Dtype::Fp32, false));
     assert_close("loss", &losses, &ref_losses, 2e-5);
     assert_weights(&e.full_params().expect("gather"), &ref_w, 2e-5);
 });
@@ -541,14 +543,7 @@ rank_test!(
     4,
     |pg| {
         let (init, ref_losses, ref_w) = single_bf16_main_run();
-        let mut e =
-            FsdpEngine::<CausalLm>::with_mesh(FsdpSettings::new(bf16_main(false)), pg.clone(), 2)
-                .expect("hybrid fsdp");
-        assert_eq!((e.dp_size(), e.group().size()), (4, 2));
-        let batch = my_rows(&pg);
-        let losses: Vec<f64> = (0..STEPS)
-            .map(|_| train_step(&mut e, &batch, Some(&pg)))
-            .collect();
+        let (losses, e) = hsdp_run(&pg, bf16_main(false));
         assert_close("loss", &losses, &ref_losses, 2e-2);
         let drift = update_drift(&e.full_params().expect("gather"), &ref_w, &init);
         eprintln!("bf16 shards, HSDP 2 x 2: |fsdp - single| / |single's update| = {drift:.4}");

@@ -794,30 +794,23 @@ impl Composer {
     }
 
     fn load_config(&mut self, config_path: &str, requested_at: Option<&Origin>) -> Option<Node> {
-        let keep = self.keep_parsed;
         self.fetch(config_path);
         // Most configs are merged once: the parsed node moves into the tree instead of being
         // copied, and the few a defaults list names again (verl's `engine/fsdp` serves actor,
         // ref and critic) are parsed again from their kept text. A composition whose files
         // another one reuses keeps every node.
-        if let Some(slot) = self.fetched.get_mut(config_path) {
-            match slot {
-                Fetched::Parsed(n, _) if keep => return Some(n.clone()),
-                Fetched::Parsed(_, id) => {
-                    let id = *id;
-                    if let Fetched::Parsed(n, _) = std::mem::replace(slot, Fetched::Merged(id)) {
-                        return Some(n);
-                    }
+        let slot = self.fetched.get_mut(config_path)?;
+        match slot {
+            Fetched::Parsed(n, _) if self.keep_parsed => Some(n.clone()),
+            Fetched::Parsed(_, id) => {
+                let merged = Fetched::Merged(*id);
+                match std::mem::replace(slot, merged) {
+                    Fetched::Parsed(n, _) => Some(n),
+                    _ => None,
                 }
-                // It parsed before, so it parses again (its values were counted then).
-                Fetched::Merged(id) => {
-                    return yaml::parse(self.sources.get(*id), *id).ok();
-                }
-                _ => {}
             }
-        }
-        match self.fetch(config_path) {
-            Fetched::Parsed(..) | Fetched::Merged(_) => None,
+            // It parsed before, so it parses again (its values were counted then).
+            Fetched::Merged(id) => yaml::parse(self.sources.get(*id), *id).ok(),
             Fetched::Invalid => None,
             Fetched::Unreadable(code, msg) => {
                 let d = Diagnostic::error(*code, msg.clone())

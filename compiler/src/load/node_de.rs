@@ -222,23 +222,11 @@ impl<'de> VariantAccess<'de> for Variant<'_> {
     }
 
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, Error> {
-        match self.content {
-            Some(n) => seed.deserialize(NodeDeserializer(n)),
-            None => Err(de::Error::invalid_type(
-                Unexpected::UnitVariant,
-                &"newtype variant",
-            )),
-        }
+        seed.deserialize(NodeDeserializer(self.content("newtype variant")?))
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, Error> {
-        match self.content {
-            Some(n) => NodeDeserializer(n).deserialize_any(visitor),
-            None => Err(de::Error::invalid_type(
-                Unexpected::UnitVariant,
-                &"tuple variant",
-            )),
-        }
+        NodeDeserializer(self.content("tuple variant")?).deserialize_any(visitor)
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -246,13 +234,16 @@ impl<'de> VariantAccess<'de> for Variant<'_> {
         _fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        match self.content {
-            Some(n) => NodeDeserializer(n).deserialize_any(visitor),
-            None => Err(de::Error::invalid_type(
-                Unexpected::UnitVariant,
-                &"struct variant",
-            )),
-        }
+        NodeDeserializer(self.content("struct variant")?).deserialize_any(visitor)
+    }
+}
+
+impl<'a> Variant<'a> {
+    /// The variant's content; a variant written as a bare name has none, serde_json's error
+    /// where a `kind` of variant with content was asked for.
+    fn content(&self, kind: &'static str) -> Result<&'a Node, Error> {
+        self.content
+            .ok_or_else(|| de::Error::invalid_type(Unexpected::UnitVariant, &kind))
     }
 }
 

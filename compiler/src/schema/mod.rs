@@ -801,17 +801,13 @@ fn mark_differing_defaults(schema: &mut Value, files: &[(&str, Value)]) {
             _ => out.push((at.clone(), v.clone())),
         }
     }
-    // Each key with the value each file sets it to.
-    type ByFile<'f> = Vec<(&'f str, Value)>;
-    let mut by_key: Vec<(Vec<String>, ByFile)> = Vec::new();
+    // Each key (in file order) with the value each file sets it to.
+    let mut by_key = indexmap::IndexMap::<Vec<String>, Vec<(&str, Value)>>::new();
     for (file, d) in files {
         let mut found = Vec::new();
         leaves(d, &mut Vec::new(), &mut found);
         for (path, value) in found {
-            match by_key.iter_mut().find(|(p, _)| *p == path) {
-                Some((_, seen)) => seen.push((file, value)),
-                None => by_key.push((path, vec![(file, value)])),
-            }
+            by_key.entry(path).or_default().push((file, value));
         }
     }
     for (path, seen) in by_key {
@@ -846,16 +842,9 @@ fn property_mut<'a>(schema: &'a mut Value, path: &[String]) -> Option<&'a mut Ma
     let Some((first, rest)) = path.split_first() else {
         return schema.as_object_mut();
     };
-    let node = if schema.get("properties").is_some() {
-        schema
-    } else {
-        schema
-            .get_mut("anyOf")?
-            .as_array_mut()?
-            .iter_mut()
-            .find(|b| b.get("properties").is_some())?
-    };
-    let child = node.get_mut("properties")?.get_mut(first.as_str())?;
+    let child = object_branch_mut(schema)
+        .get_mut("properties")?
+        .get_mut(first.as_str())?;
     property_mut(child, rest)
 }
 
@@ -1128,8 +1117,9 @@ pub fn validate_counted_with(
         }
         let segs = &err.path;
         let key = segs.join(".");
-        let node = node_at(root, segs);
-        let origin = node.and_then(|n| n.origin.clone());
+        // The validator walked the tree itself: the instance is the node at `segs`.
+        let node = err.instance;
+        let origin = node.origin.clone();
         // The schema's own JSON (parsed once, on the first finding that needs it).
         let schema_here = || schema_at(validation_schema(), segs);
         use validator::Violation as K;
@@ -1147,7 +1137,7 @@ pub fn validate_counted_with(
                         format!("{key}.{u}")
                     };
                     let key_origin = node
-                        .and_then(|n| n.as_map())
+                        .as_map()
                         .and_then(|m| m.get(u))
                         .and_then(|e| e.key_origin.clone().or(e.node.origin.clone()));
                     let mut d = Diagnostic::error(
@@ -1372,14 +1362,6 @@ fn short_list(keys: &[String]) -> String {
     }
 }
 
-fn node_at<'a>(root: &'a Node, segs: &[String]) -> Option<&'a Node> {
-    let mut cur = root;
-    for s in segs {
-        cur = cur.child(s)?;
-    }
-    Some(cur)
-}
-
 /// The (inlined) schema object governing a key path.
 pub fn schema_at<'a, S: AsRef<str>>(schema: &'a Value, segs: &[S]) -> Option<&'a Value> {
     let mut cur = schema;
@@ -1394,17 +1376,30 @@ pub fn schema_at<'a, S: AsRef<str>>(schema: &'a Value, segs: &[S]) -> Option<&'a
 }
 
 fn object_branch(s: &Value) -> &Value {
+    match object_branch_index(s) {
+        Some(i) => &s["anyOf"][i],
+        None => s,
+    }
+}
+
+/// [`object_branch`], to change it.
+fn object_branch_mut(s: &mut Value) -> &mut Value {
+    match object_branch_index(s) {
+        Some(i) => &mut s["anyOf"][i],
+        None => s,
+    }
+}
+
+/// Which `anyOf` branch of a schema without `properties` of its own has them (an optional
+/// section's object branch).
+fn object_branch_index(s: &Value) -> Option<usize> {
     if s.get("properties").is_some() {
-        return s;
+        return None;
     }
-    if let Some(b) = s
-        .get("anyOf")
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().find(|b| b.get("properties").is_some()))
-    {
-        return b;
-    }
-    s
+    s.get("anyOf")?
+        .as_array()?
+        .iter()
+        .position(|b| b.get("properties").is_some())
 }
 
 /// The message of a violation the schema rarely produces (`const`, `not`, item counts).
