@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/shim.cpp");
+    println!("cargo:rerun-if-changed=csrc/kernels.h");
+    println!("cargo:rerun-if-changed=csrc/gated_delta_rule.cpp");
+    println!("cargo:rerun-if-changed=csrc/causal_conv.cpp");
     println!("cargo:rerun-if-env-changed=GLOO_INCLUDE");
     println!("cargo:rerun-if-env-changed=VERLC_CUDA_INCLUDE");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -32,7 +35,6 @@ fn main() {
     let mut build = cc::Build::new();
     build
         .cpp(true)
-        .file("csrc/shim.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
@@ -57,7 +59,19 @@ fn main() {
             build.include(dir);
         }
     }
+    // The numeric kernels are optimised whatever the profile: at -O0 (the dev profile) their
+    // loops would be several times slower, and every test's model would pay it.
+    // Linked after the shim, which calls them (cc's own link line would come first).
+    let mut kernels = build.clone();
+    kernels
+        .file("csrc/gated_delta_rule.cpp")
+        .file("csrc/causal_conv.cpp")
+        .opt_level(3)
+        .cargo_metadata(false);
+    kernels.compile("verlc_kernels");
+    build.file("csrc/shim.cpp");
     build.compile("verlc_shim");
+    println!("cargo:rustc-link-lib=static=verlc_kernels");
 
     println!("cargo:rustc-link-search=native={}", lib.display());
     if cuda {

@@ -1,9 +1,10 @@
 //! Benchmark: forward + backward of one Qwen3.5 Gated DeltaNet layer (runtime's
-//! `model::gated_deltanet`, chunked form) on a Qwen3.5-shaped layer, fp32, CPU. Prints
+//! `model::gated_deltanet`, chunked form) on a Qwen3.5-shaped layer, CPU, in fp32 or (with
+//! `--bf16`) with bf16 weights and activations, as mixed-precision training runs it. Prints
 //! `key=value` lines; bench/deltanet/run compares them with transformers' torch path
-//! (peer.py) on the same shapes, tokens and threads.
+//! (peer.py) on the same shapes, dtype, tokens and threads.
 //!
-//! Usage: deltanet [--steps N] [--warmup N] [--threads N]
+//! Usage: deltanet [--steps N] [--warmup N] [--threads N] [--bf16]
 use std::time::Instant;
 
 use runtime::model::decoder::{Mixer, Model};
@@ -38,15 +39,22 @@ fn main() {
         linear_num_value_heads: 16,
     };
     cfg.validate().expect("valid");
-    let vs = VarStore::new(Device::Cpu);
+    let kind = if std::env::args().any(|a| a == "--bf16") {
+        Kind::BFloat16
+    } else {
+        Kind::Float
+    };
+    let mut vs = VarStore::new(Device::Cpu);
     let model = Model::new(&cfg, &vs.root() / "model").expect("model");
     runtime::model::init::init_weights(&vs, &cfg, 0).expect("init");
+    if kind == Kind::BFloat16 {
+        vs.bfloat16();
+    }
     let Mixer::Linear(layer) = model.layers()[0].mixer() else {
         panic!("layer 0 is not a Gated DeltaNet");
     };
     tch::manual_seed(0);
-    let x =
-        Tensor::randn([BATCH, TOKENS, HIDDEN], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    let x = Tensor::randn([BATCH, TOKENS, HIDDEN], (kind, Device::Cpu)).set_requires_grad(true);
     let mut times = Vec::new();
     for i in 0..warmup + steps {
         let t = Instant::now();

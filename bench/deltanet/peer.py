@@ -1,7 +1,8 @@
 """Peer of bench/deltanet: transformers 5's Qwen3_5GatedDeltaNet (its plain-torch path, what
 runs without the flash-linear-attention and causal-conv1d kernels, as on CPU) on the same
 shapes, forward + backward. Run with .venv/transformers5 on PYTHONPATH. Prints key=value lines.
-Usage: peer.py [--steps N] [--warmup N] [--threads N]"""
+With --bf16 the layer's weights and input are bf16 (its recurrence still runs in fp32, as
+transformers writes it). Usage: peer.py [--steps N] [--warmup N] [--threads N] [--bf16]"""
 import sys
 import time
 
@@ -25,8 +26,9 @@ def main():
                             linear_conv_kernel_dim=4, linear_key_head_dim=64, linear_value_head_dim=64,
                             linear_num_key_heads=8, linear_num_value_heads=16)
     torch.manual_seed(0)
-    layer = Qwen3_5GatedDeltaNet(cfg, 0).float()
-    x = torch.randn(BATCH, TOKENS, HIDDEN, requires_grad=True)
+    dtype = torch.bfloat16 if "--bf16" in sys.argv else torch.float32
+    layer = Qwen3_5GatedDeltaNet(cfg, 0).to(dtype)
+    x = torch.randn(BATCH, TOKENS, HIDDEN, dtype=dtype, requires_grad=True)
     times = []
     for i in range(warmup + steps):
         t = time.perf_counter()

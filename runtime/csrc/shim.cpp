@@ -34,6 +34,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "kernels.h"
+
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -606,6 +608,28 @@ char* vlc_sp_gather_same(vlc_pg* pg, void* x, int64_t dim, void** out) {
   return guarded([&] {
     *out = new at::Tensor(GatherSame::apply(T(x), reinterpret_cast<int64_t>(pg), dim));
   });
+}
+
+// Whether the CPU kernels of kernels.h can run in this process (1) or not (0).
+int vlc_have_cpu_kernels(void) {
+  return vlc_kernels::have_blas() ? 1 : 0;
+}
+
+// The chunked gated delta rule (kernels.h); `*out` and `*last` receive new tensors the caller
+// owns.
+char* vlc_chunk_gated_delta_rule(void* q, void* k, void* v, void* g, void* beta, void* initial,
+                                 int64_t chunk, double scale, void** out, void** last) {
+  return guarded([&] {
+    auto r = vlc_kernels::chunk_gated_delta_rule(T(q), T(k), T(v), T(g), T(beta), T(initial),
+                                                 chunk, scale);
+    *out = new at::Tensor(r[0]);
+    *last = new at::Tensor(r[1]);
+  });
+}
+
+// The causal depthwise convolution (kernels.h); `*out` as above.
+char* vlc_causal_conv(void* x, void* w, void** out) {
+  return guarded([&] { *out = new at::Tensor(vlc_kernels::causal_conv(T(x), T(w))); });
 }
 
 }  // extern "C"

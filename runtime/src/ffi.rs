@@ -211,6 +211,21 @@ unsafe extern "C" {
         scalar: TensorPtr,
     ) -> *mut c_char;
     pub fn vlc_tensor_set_grad(tensor: TensorPtr, grad: TensorPtr) -> *mut c_char;
+    pub fn vlc_have_cpu_kernels() -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn vlc_chunk_gated_delta_rule(
+        q: TensorPtr,
+        k: TensorPtr,
+        v: TensorPtr,
+        g: TensorPtr,
+        beta: TensorPtr,
+        initial: TensorPtr,
+        chunk: i64,
+        scale: f64,
+        out: *mut TensorPtr,
+        last: *mut TensorPtr,
+    ) -> *mut c_char;
+    pub fn vlc_causal_conv(x: TensorPtr, w: TensorPtr, out: *mut TensorPtr) -> *mut c_char;
     pub fn vlc_autograd_backward(
         tensors: *const TensorPtr,
         grads: *const TensorPtr,

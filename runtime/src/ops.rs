@@ -1,5 +1,6 @@
-//! Safe wrappers over the fused and foreach kernels that tch does not bind, and
-//! [`tensor_bytes`], the one measure of a tensor's memory the memory reports use.
+//! Safe wrappers over the fused and foreach kernels that tch does not bind, the runtime's own
+//! CPU kernels (`csrc/kernels.h`), and [`tensor_bytes`], the one measure of a tensor's memory
+//! the memory reports use.
 use tch::Tensor;
 
 use crate::ffi;
@@ -61,6 +62,64 @@ pub struct AdamWArgs {
     pub weight_decay: f64,
     pub eps: f64,
     pub maximize: bool,
+}
+
+/// Whether the runtime's CPU kernels can run here (they call the BLAS libtorch links).
+pub fn have_cpu_kernels() -> bool {
+    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // SAFETY: no arguments; reads whether a symbol resolved.
+    *HAVE.get_or_init(|| unsafe { ffi::vlc_have_cpu_kernels() } != 0)
+}
+
+/// The chunked gated delta rule as one differentiable CPU operation (`csrc/kernels.h`): `q`,
+/// `k` `(B, T, H_k, d_k)` and `v` `(B, T, H_v, d_v)` with contiguous rows, log decays `g`
+/// and `beta` `(B, T, H_v)`, `initial` `(B, H_v, d_k, d_v)` contiguous, all f32; value head
+/// h reads key head `h / (H_v / H_k)`; queries and keys are L2-normalised inside, queries
+/// then scaled by `scale`. Returns `(out (B, T, H_v, d_v), final state)`.
+pub fn chunk_gated_delta_rule(
+    [q, k, v, g, beta]: [&Tensor; 5],
+    initial: &Tensor,
+    chunk: i64,
+    scale: f64,
+) -> Result<(Tensor, Tensor)> {
+    let (mut out, mut last): (ffi::TensorPtr, ffi::TensorPtr) =
+        (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: every tensor outlives the call; on success both outputs are new `at::Tensor*`
+    // we own.
+    let err = unsafe {
+        ffi::vlc_chunk_gated_delta_rule(
+            ffi::tptr(q),
+            ffi::tptr(k),
+            ffi::tptr(v),
+            ffi::tptr(g),
+            ffi::tptr(beta),
+            ffi::tptr(initial),
+            chunk,
+            scale,
+            &mut out,
+            &mut last,
+        )
+    };
+    check("chunk_gated_delta_rule", err)?;
+    // SAFETY: both pointers were just created by the shim and are owned by nobody else.
+    Ok(unsafe {
+        (
+            Tensor::from_ptr(out as *mut torch_sys::C_tensor),
+            Tensor::from_ptr(last as *mut torch_sys::C_tensor),
+        )
+    })
+}
+
+/// The short causal depthwise convolution as one differentiable CPU operation
+/// (`csrc/kernels.h`): `x` `(B, T, C)` f32 or bf16, taps `w` `(C, kernel)`; returns
+/// `y[b, t, c] = sum_j w[c, j] x[b, t - (kernel - 1) + j, c]` (zeros before the start) in f32.
+pub fn causal_conv(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let mut out: ffi::TensorPtr = std::ptr::null_mut();
+    // SAFETY: both tensors outlive the call; on success `out` is a new `at::Tensor*` we own.
+    let err = unsafe { ffi::vlc_causal_conv(ffi::tptr(x), ffi::tptr(w), &mut out) };
+    check("causal_conv", err)?;
+    // SAFETY: just created by the shim, owned by nobody else.
+    Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
 }
 
 /// `torch._fused_adamw_`: decoupled-weight-decay Adam over lists on one device and dtype.

@@ -228,18 +228,13 @@ impl GatedDeltaNet {
         let mixed = mixed.silu();
         let (kd, vd) = (kh * self.key_dim, vh * self.value_dim);
         let parts = mixed.split_with_sizes([kd, kd, vd], -1);
-        let mut q = parts[0].reshape([b, t, kh, self.key_dim]);
-        let mut k = parts[1].reshape([b, t, kh, self.key_dim]);
+        let q = parts[0].reshape([b, t, kh, self.key_dim]);
+        let k = parts[1].reshape([b, t, kh, self.key_dim]);
         let v = parts[2].reshape([b, t, vh, self.value_dim]);
         let value = heads.part * vh;
         let a_log = self.a_log.narrow(0, value, vh).to_kind(Kind::Float);
         let dt_bias = self.dt_bias.narrow(0, value, vh).to_kind(Kind::Float);
         let g = -a_log.exp() * (p.a.to_kind(Kind::Float) + dt_bias).softplus();
-        let rep = self.value_heads / self.key_heads;
-        if rep > 1 {
-            q = q.repeat_interleave_self_int(rep, 2, None);
-            k = k.repeat_interleave_self_int(rep, 2, None);
-        }
         let initial = state.as_ref().map(|s| s.recurrent.shallow_clone());
         let (out, last) = if t == 1 && initial.is_some() {
             recurrent_gated_delta_rule(&q, &k, &v, &g, &beta, initial.as_ref())
@@ -249,7 +244,10 @@ impl GatedDeltaNet {
         if let Some(s) = state.as_mut() {
             s.recurrent = last.detach();
         }
-        let out = self.gated_norm(&out, &p.z.reshape([b, t, vh, self.value_dim]));
+        let out = self.gated_norm(
+            &out.to_kind(p.mixed.kind()),
+            &p.z.reshape([b, t, vh, self.value_dim]),
+        );
         out.reshape([b, t, vd])
     }
 
@@ -320,25 +318,15 @@ impl GatedDeltaNet {
     }
 
     /// Causal depthwise convolution of `x` `(B, T, C)` (the channels of `heads`) from an
-    /// empty prefix, in that layout: `y[t] = sum_j w[j] * x[t - (kernel - 1) + j]` per
-    /// channel, as `kernel` shifted products (cheaper, forward and backward, than a
-    /// depthwise `conv1d` with its transposes at these widths).
+    /// empty prefix, in f32 ([`causal_conv`]).
     fn conv(&self, x: &Tensor, heads: HeadSlice) -> Tensor {
-        let t = x.size()[1];
         let w = if heads.parts == 1 {
             self.conv1d.shallow_clone()
         } else {
             let index = self.channels(heads).to_device(x.device());
             self.conv1d.index_select(0, &index)
         };
-        // (C, 1, kernel) -> (kernel, C): tap j of every channel.
-        let taps = w.to_kind(x.kind()).squeeze_dim(1).transpose(0, 1);
-        let padded = x.constant_pad_nd([0, 0, self.kernel - 1, 0]);
-        let mut y = padded.narrow(1, 0, t) * taps.get(0);
-        for j in 1..self.kernel {
-            y += padded.narrow(1, j, t) * taps.get(j);
-        }
-        y
+        causal_conv(x, &w)
     }
 
     /// The convolution continuing after the inputs in `prev` `(B, C, kernel - 1)`, which
@@ -390,18 +378,62 @@ impl GatedDeltaNet {
     }
 }
 
+/// The Gated DeltaNet's causal depthwise convolution of `x` `(B, T, C)` with `w`
+/// `(C, 1, kernel)` from an empty prefix, in that layout and in f32 (what the recurrence reads,
+/// whatever the weights' dtype): `y[t] = sum_j w[j] * x[t - (kernel - 1) + j]` per channel. On
+/// CPU one fused operation (`csrc/causal_conv.cpp`), elsewhere
+/// [`causal_conv_tensor_ops`].
+pub fn causal_conv(x: &Tensor, w: &Tensor) -> Tensor {
+    if x.device() == tch::Device::Cpu && crate::ops::have_cpu_kernels() {
+        let x = match x.kind() {
+            Kind::BFloat16 | Kind::Float => x.shallow_clone(),
+            _ => x.to_kind(Kind::Float),
+        };
+        // Refused only for inputs outside its contract, which the lines above rule out.
+        if let Ok(y) = crate::ops::causal_conv(&x, &w.squeeze_dim(1)) {
+            return y;
+        }
+    }
+    causal_conv_tensor_ops(x, w)
+}
+
+/// [`causal_conv`] as `kernel` shifted products (cheaper, forward and backward, than a
+/// depthwise `conv1d` with its transposes at these widths), on any device.
+pub fn causal_conv_tensor_ops(x: &Tensor, w: &Tensor) -> Tensor {
+    let (t, kernel) = (x.size()[1], w.size()[2]);
+    let x = x.to_kind(Kind::Float);
+    // (C, 1, kernel) -> (kernel, C): tap j of every channel.
+    let taps = w.to_kind(Kind::Float).squeeze_dim(1).transpose(0, 1);
+    let padded = x.constant_pad_nd([0, 0, kernel - 1, 0]);
+    let mut y = padded.narrow(1, 0, t) * taps.get(0);
+    for j in 1..kernel {
+        y += padded.narrow(1, j, t) * taps.get(j);
+    }
+    y
+}
+
 fn l2norm(x: &Tensor) -> Tensor {
     x * ((x * x).sum_dim_intlist(-1, true, Kind::Float) + L2_EPS).rsqrt()
 }
 
-/// Queries, keys, values, decays and betas as `(B, H, T, …)` f32, with q/k L2-normalised and
-/// q scaled by `1/sqrt(d_k)`.
+/// Queries, keys, values, decays and betas as `(B, H, T, …)` f32, with q/k L2-normalised,
+/// q scaled by `1/sqrt(d_k)`, and each key head repeated for the value heads that read it.
 fn prepare(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor) -> [Tensor; 5] {
+    let rep = v.size()[2] / q.size()[2];
+    let heads = |x: &Tensor| match rep {
+        1 => x.shallow_clone(),
+        _ => x.repeat_interleave_self_int(rep, 2, None),
+    };
     let f = |x: &Tensor| x.transpose(1, 2).to_kind(Kind::Float).contiguous();
-    let q = l2norm(&f(q));
-    let k = l2norm(&f(k));
-    let scale = (q.size()[3] as f64).powf(-0.5);
+    let q = l2norm(&f(&heads(q)));
+    let k = l2norm(&f(&heads(k)));
+    let scale = query_scale(q.size()[3]);
     [q * scale, k, f(v), f(g), f(beta)]
+}
+
+/// What queries are scaled by after their normalisation: `1/sqrt(d_k)`.
+fn query_scale(key_dim: i64) -> f64 {
+    (key_dim as f64).powf(-0.5)
 }
 
 /// The state a pass starts from: `initial` in f32, or zeros of `shape` `(B, H, d_k, d_v)`.
@@ -412,8 +444,78 @@ fn start_state(initial: Option<&Tensor>, shape: [i64; 4], device: tch::Device) -
     }
 }
 
-/// The chunked form: `(out (B, T, H, d_v) in q's dtype, final state (B, H, d_k, d_v))`.
+/// The chunked form: `(out (B, T, H, d_v) in q's dtype, final state (B, H, d_k, d_v))` for
+/// queries and keys `(B, T, H_k, d_k)` (value head h reads key head `h / (H / H_k)`), values
+/// `(B, T, H, d_v)`, log decays `g` and write strengths `beta` `(B, T, H)`. On CPU it runs as
+/// one fused operation (`csrc/gated_delta_rule.cpp`), elsewhere as tensor ops
+/// ([`chunk_gated_delta_rule_tensor_ops`]); both compute the same.
 pub fn chunk_gated_delta_rule(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    initial: Option<&Tensor>,
+) -> (Tensor, Tensor) {
+    if q.device() == tch::Device::Cpu
+        && crate::ops::have_cpu_kernels()
+        && let Some(r) = chunked_fused(q, k, v, g, beta, initial)
+    {
+        return r;
+    }
+    chunk_gated_delta_rule_tensor_ops(q, k, v, g, beta, initial)
+}
+
+/// The chunk length for `t` tokens: sequences shorter than a chunk run as one chunk of their
+/// length rounded up to 8 (the algebra holds for any chunk length; RL prompts and responses
+/// are often short).
+fn chunk_len(t: i64) -> i64 {
+    CHUNK.min((t.max(1) + 7) / 8 * 8)
+}
+
+/// The CPU kernel's pass; `None` only if it refused its inputs, which this builds to its
+/// contract (f32, rows contiguous).
+fn chunked_fused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    initial: Option<&Tensor>,
+) -> Option<(Tensor, Tensor)> {
+    let kind = q.kind();
+    let f32_rows = |x: &Tensor| {
+        let x = x.to_kind(Kind::Float);
+        if x.stride().last() == Some(&1) {
+            x
+        } else {
+            x.contiguous()
+        }
+    };
+    let [b, t, _, dk] = q.size()[..] else {
+        return None;
+    };
+    let (h, dv) = (v.size()[2], v.size()[3]);
+    let state = start_state(initial, [b, h, dk, dv], q.device()).contiguous();
+    let (out, last) = crate::ops::chunk_gated_delta_rule(
+        [
+            &f32_rows(q),
+            &f32_rows(k),
+            &f32_rows(v),
+            &g.to_kind(Kind::Float),
+            &beta.to_kind(Kind::Float),
+        ],
+        &state,
+        chunk_len(t),
+        query_scale(dk),
+    )
+    .ok()?;
+    Some((out.to_kind(kind), last))
+}
+
+/// [`chunk_gated_delta_rule`] by tensor ops on any device (what the CPU kernel is tested
+/// against).
+pub fn chunk_gated_delta_rule_tensor_ops(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -425,22 +527,49 @@ pub fn chunk_gated_delta_rule(
     let [q, k, v, decay, beta] = prepare(q, k, v, g, beta);
     let (b, h, t, dk) = (k.size()[0], k.size()[1], k.size()[2], k.size()[3]);
     let dv = v.size()[3];
-    // Sequences shorter than a chunk run as one chunk of their length rounded up to 8 (the
-    // algebra holds for any chunk length; RL prompts and responses are often short).
-    let chunk = CHUNK.min((t.max(1) + 7) / 8 * 8);
+    let chunk = chunk_len(t);
     let pad = (chunk - t % chunk) % chunk;
     let pad_seq = |x: &Tensor| x.constant_pad_nd([0, 0, 0, pad]);
-    let (q, k, v) = (pad_seq(&q), pad_seq(&k), pad_seq(&v));
-    let (beta, decay) = (
-        beta.constant_pad_nd([0, pad]),
-        decay.constant_pad_nd([0, pad]),
-    );
-    let n = (t + pad) / chunk;
-    let v_beta = &v * beta.unsqueeze(-1);
-    let k_beta = &k * beta.unsqueeze(-1);
-    let chunks = |x: &Tensor| x.reshape([b, h, n, chunk, x.size()[3]]);
-    let (q, k, k_beta, v_beta) = (chunks(&q), chunks(&k), chunks(&k_beta), chunks(&v_beta));
-    let decay = decay.reshape([b, h, n, chunk]);
+    let input = Chunked {
+        q: pad_seq(&q),
+        k: pad_seq(&k),
+        v: pad_seq(&v),
+        decay: decay.constant_pad_nd([0, pad]),
+        beta: beta.constant_pad_nd([0, pad]),
+        chunk,
+    };
+    let state = start_state(initial, [b, h, dk, dv], q.device());
+    let (out, state) = chunks_by_tensor_ops(&input, state);
+    let out = out
+        .narrow(2, 0, t)
+        .transpose(1, 2)
+        .contiguous()
+        .to_kind(kind);
+    (out, state)
+}
+
+/// The inputs of the chunked form: [`prepare`]d, padded to whole chunks.
+struct Chunked {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    decay: Tensor,
+    beta: Tensor,
+    chunk: i64,
+}
+
+/// The chunks by tensor ops (every chunk of every head batched): `(out (B, H, T', d_v),
+/// final state)`.
+fn chunks_by_tensor_ops(x: &Chunked, mut state: Tensor) -> (Tensor, Tensor) {
+    let (b, h, dk) = (x.k.size()[0], x.k.size()[1], x.k.size()[3]);
+    let dv = x.v.size()[3];
+    let chunk = x.chunk;
+    let n = x.k.size()[2] / chunk;
+    let v_beta = &x.v * x.beta.unsqueeze(-1);
+    let k_beta = &x.k * x.beta.unsqueeze(-1);
+    let chunks = |y: &Tensor| y.reshape([b, h, n, chunk, y.size()[3]]);
+    let (q, k, k_beta, v_beta) = (chunks(&x.q), chunks(&x.k), chunks(&k_beta), chunks(&v_beta));
+    let decay = x.decay.reshape([b, h, n, chunk]);
     let device = q.device();
     let upper = Tensor::ones([chunk, chunk], (Kind::Bool, device)).triu(1);
     let cum = decay.cumsum(-1, Kind::Float);
@@ -465,7 +594,6 @@ pub fn chunk_gated_delta_rule(
     let last = cum.narrow(-1, chunk - 1, 1);
     let k = &k * (&last - &cum).exp().unsqueeze(-1);
     let chunk_decay = last.exp().unsqueeze(-1); // (B, H, N, 1, 1)
-    let mut state = start_state(initial, [b, h, dk, dv], device);
     let mut outs = Vec::with_capacity(n as usize);
     // Chunks as views of one unbind each: its backward stacks the chunks' gradients once
     // (a `select` per chunk would write a whole zero tensor per chunk).
@@ -482,12 +610,7 @@ pub fn chunk_gated_delta_rule(
         outs.push(inter + intra[i].matmul(&v_new));
         state = &state * &chunk_decay[i] + k[i].transpose(-1, -2).matmul(&v_new);
     }
-    let out = Tensor::stack(&outs, 2)
-        .reshape([b, h, n * chunk, dv])
-        .narrow(2, 0, t)
-        .transpose(1, 2)
-        .contiguous()
-        .to_kind(kind);
+    let out = Tensor::stack(&outs, 2).reshape([b, h, n * chunk, dv]);
     (out, state)
 }
 

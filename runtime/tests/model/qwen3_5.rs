@@ -9,7 +9,10 @@
 //! its DeltaNet projections stored fused) loaded and saved back as transformers wrote it.
 use std::path::PathBuf;
 
-use runtime::model::gated_deltanet::{chunk_gated_delta_rule, recurrent_gated_delta_rule};
+use runtime::model::gated_deltanet::{
+    causal_conv, causal_conv_tensor_ops, chunk_gated_delta_rule, chunk_gated_delta_rule_tensor_ops,
+    recurrent_gated_delta_rule,
+};
 use runtime::model::packed::Packing;
 use runtime::model::{Dtype, KvCache, ModelSource, from_pretrained, position_ids_from_mask};
 use runtime::rollout::{SamplingParams, StopTokens, generate};
@@ -203,6 +206,113 @@ fn gated_delta_rule_forms_match_transformers_and_each_other() {
     let d = oracle::max_abs_diff(&Tensor::cat(&[a, b], 1), &chunk);
     assert!(d <= 1e-4, "split chunked pass differs by {d}");
     assert!(oracle::max_abs_diff(&sb, &chunk_state) <= 1e-4);
+}
+
+/// The CPU kernel of the chunked form against its tensor-op form: outputs, final states and
+/// the gradients of every input (a loss reading both outputs), over lengths that fill whole
+/// chunks, leave a padded tail, or fit in one short chunk; key heads shared by two value
+/// heads; queries, keys and values read as strided views of one projection, as the layer
+/// passes them; with and without a starting state.
+#[test]
+fn gated_delta_rule_cpu_kernel_equals_the_tensor_ops_with_gradients() {
+    assert!(
+        runtime::ops::have_cpu_kernels(),
+        "libtorch's BLAS was not found"
+    );
+    tch::manual_seed(11);
+    let f = (Kind::Float, Device::Cpu);
+    type Rule =
+        fn(&Tensor, &Tensor, &Tensor, &Tensor, &Tensor, Option<&Tensor>) -> (Tensor, Tensor);
+    for (b, t, hk, h, dk, dv, with_state) in [
+        (2i64, 128i64, 3i64, 3i64, 16i64, 24i64, true),
+        (1, 100, 1, 2, 32, 32, true),
+        (3, 5, 2, 4, 8, 16, false),
+        (2, 70, 2, 2, 16, 16, false),
+    ] {
+        let leaf = |x: Tensor| x.set_requires_grad(true);
+        let mixed = leaf(Tensor::randn([b, t, 2 * hk * dk + h * dv], f));
+        let parts = mixed.split_with_sizes([hk * dk, hk * dk, h * dv], -1);
+        let q = parts[0].reshape([b, t, hk, dk]);
+        let k = parts[1].reshape([b, t, hk, dk]);
+        let v = parts[2].reshape([b, t, h, dv]);
+        let g = leaf(-Tensor::rand([b, t, h], f) * 0.5);
+        let beta = leaf(Tensor::rand([b, t, h], f));
+        let s0 = leaf(Tensor::randn([b, h, dk, dv], f) * 0.1);
+        let (w_out, w_state) = (
+            Tensor::randn([b, t, h, dv], f),
+            Tensor::randn([b, h, dk, dv], f),
+        );
+        let run = |rule: Rule| {
+            let (out, state) = rule(&q, &k, &v, &g, &beta, with_state.then_some(&s0));
+            let loss = (&out * &w_out).sum(Kind::Float) + (&state * &w_state).sum(Kind::Float);
+            let inputs: Vec<&Tensor> = if with_state {
+                vec![&mixed, &g, &beta, &s0]
+            } else {
+                vec![&mixed, &g, &beta]
+            };
+            let grads = Tensor::run_backward(&[loss], &inputs, false, false);
+            (out.detach(), state.detach(), grads)
+        };
+        let (out, state, grads) = run(chunk_gated_delta_rule);
+        let (want_out, want_state, want_grads) = run(chunk_gated_delta_rule_tensor_ops);
+        let at = format!("(B, T, H_k, H, d_k, d_v) = {:?}", (b, t, hk, h, dk, dv));
+        let d = oracle::max_abs_diff(&out, &want_out);
+        assert!(d <= 1e-4, "{at}: outputs differ by {d}");
+        let d = oracle::max_abs_diff(&state, &want_state);
+        assert!(d <= 1e-4, "{at}: final states differ by {d}");
+        for (name, (ours, want)) in ["q, k, v", "g", "beta", "s0"]
+            .iter()
+            .zip(grads.iter().zip(&want_grads))
+        {
+            let scale = want.abs().max().double_value(&[]).max(1.0);
+            let d = oracle::max_abs_diff(ours, want) / scale;
+            assert!(
+                d <= 1e-4,
+                "{at}: gradient of {name} differs by {d} (relative)"
+            );
+        }
+    }
+}
+
+/// The CPU kernel of the causal convolution against its shifted products: output and the
+/// gradients of input and taps, for f32 and bf16 inputs (bf16 weights too), sequences
+/// shorter and longer than the kernel.
+#[test]
+fn causal_conv_cpu_kernel_equals_the_tensor_ops_with_gradients() {
+    tch::manual_seed(12);
+    for (kind, tol) in [(Kind::Float, 1e-5), (Kind::BFloat16, 2e-2)] {
+        for (b, t, c, kernel) in [(2i64, 9i64, 40i64, 4i64), (1, 2, 24, 4), (3, 17, 8, 2)] {
+            let x = Tensor::randn([b, t, c], (kind, Device::Cpu)).set_requires_grad(true);
+            let w = Tensor::randn([c, 1, kernel], (kind, Device::Cpu)).set_requires_grad(true);
+            let dy = Tensor::randn([b, t, c], (Kind::Float, Device::Cpu));
+            let run = |conv: fn(&Tensor, &Tensor) -> Tensor| {
+                let y = conv(&x, &w);
+                assert_eq!(y.kind(), Kind::Float);
+                let grads =
+                    Tensor::run_backward(&[(&y * &dy).sum(Kind::Float)], &[&x, &w], false, false);
+                (y.detach(), grads)
+            };
+            let (y, grads) = run(causal_conv);
+            let (want, want_grads) = run(causal_conv_tensor_ops);
+            let at = format!("{kind:?} (B, T, C, kernel) = {:?}", (b, t, c, kernel));
+            let d = oracle::max_abs_diff(&y, &want);
+            assert!(d <= tol, "{at}: outputs differ by {d}");
+            for (name, (ours, theirs)) in ["x", "w"].iter().zip(grads.iter().zip(&want_grads)) {
+                assert_eq!(ours.kind(), kind, "{at}: gradient of {name} dtype");
+                let scale = theirs
+                    .abs()
+                    .max()
+                    .to_kind(Kind::Float)
+                    .double_value(&[])
+                    .max(1.0);
+                let d = oracle::max_abs_diff(ours, theirs) / scale;
+                assert!(
+                    d <= tol,
+                    "{at}: gradient of {name} differs by {d} (relative)"
+                );
+            }
+        }
+    }
 }
 
 #[test]
