@@ -4,7 +4,8 @@
 // products over (B, T, C): each a full pass over the activations, forward and again twice in
 // the backward (the input's and the taps' gradients), plus a zero-filled buffer per slice.
 // Here each output reads its `kernel` inputs once; the input may be bf16 (read directly), the
-// output is f32 (what the recurrence reads).
+// output is f32 (what the recurrence reads). Threads split the channels, so each owns its
+// taps' gradient and none needs a reduction.
 #include "kernels.h"
 
 #include <ATen/Parallel.h>
@@ -12,7 +13,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <thread>
 #include <vector>
 
 namespace vlc_kernels {
@@ -24,23 +24,6 @@ using torch::autograd::variable_list;
 template <typename T>
 inline float as_float(T x) {
   return static_cast<float>(x);
-}
-
-// `f(c0, c1)` over channel ranges split across libtorch's thread count (each thread owns its
-// channels, so the taps' gradient needs no reduction across threads).
-template <typename F>
-void parallel_channels(int64_t channels, const F& f) {
-  const int64_t n = std::min<int64_t>(std::max(at::get_num_threads(), 1), channels / 16 + 1);
-  if (n <= 1) {
-    f(0, channels);
-    return;
-  }
-  std::vector<std::thread> team;
-  for (int64_t i = 1; i < n; ++i) {
-    team.emplace_back([&f, i, n, channels] { f(channels * i / n, channels * (i + 1) / n); });
-  }
-  f(0, channels / n);
-  for (auto& t : team) t.join();
 }
 
 // y[b, t, c] = sum_j w[c, j] x[b, t - (K - 1) + j, c], x zero before t = 0.
@@ -111,12 +94,12 @@ struct CausalConv : public torch::autograd::Function<CausalConv> {
     float* yp = y.data_ptr<float>();
     if (xc.scalar_type() == at::kBFloat16) {
       const auto* xp = xc.data_ptr<at::BFloat16>();
-      parallel_channels(C, [&](int64_t c0, int64_t c1) {
+      parallel_ranges(C, 16, [&](int64_t c0, int64_t c1) {
         conv_forward(xp, wp, yp, B, L, C, K, c0, c1);
       });
     } else {
       const float* xp = xc.data_ptr<float>();
-      parallel_channels(C, [&](int64_t c0, int64_t c1) {
+      parallel_ranges(C, 16, [&](int64_t c0, int64_t c1) {
         conv_forward(xp, wp, yp, B, L, C, K, c0, c1);
       });
     }
@@ -137,13 +120,13 @@ struct CausalConv : public torch::autograd::Function<CausalConv> {
     if (x.scalar_type() == at::kBFloat16) {
       const auto* xp = x.data_ptr<at::BFloat16>();
       auto* dxp = dx.data_ptr<at::BFloat16>();
-      parallel_channels(C, [&](int64_t c0, int64_t c1) {
+      parallel_ranges(C, 16, [&](int64_t c0, int64_t c1) {
         conv_backward(xp, wp, gp, dxp, dwp, B, L, C, K, c0, c1);
       });
     } else {
       const float* xp = x.data_ptr<float>();
       float* dxp = dx.data_ptr<float>();
-      parallel_channels(C, [&](int64_t c0, int64_t c1) {
+      parallel_ranges(C, 16, [&](int64_t c0, int64_t c1) {
         conv_backward(xp, wp, gp, dxp, dwp, B, L, C, K, c0, c1);
       });
     }

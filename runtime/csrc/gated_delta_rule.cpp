@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 // MKL's (and any reference BLAS's) Fortran entry point, exported by libtorch_cpu. Weak: a
@@ -72,26 +71,6 @@ float dot(const float* a, const float* b, int64_t n) {
   float s = 0.f;
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
-}
-
-// `f(begin, end)` over [0, rows) split evenly across libtorch's thread count. Not
-// at::parallel_for: with an OpenMP libtorch that template expands to `#pragma omp parallel`
-// in the caller, and this file is compiled without OpenMP (a second runtime beside torch's),
-// so it would run serially.
-template <typename F>
-void parallel_rows(int64_t rows, const F& f) {
-  const int64_t n = std::min<int64_t>(std::max(at::get_num_threads(), 1), rows);
-  if (n <= 1) {
-    f(0, rows);
-    return;
-  }
-  std::vector<std::thread> team;
-  team.reserve(n - 1);
-  for (int64_t i = 1; i < n; ++i) {
-    team.emplace_back([&f, i, n, rows] { f(rows * i / n, rows * (i + 1) / n); });
-  }
-  f(0, rows / n);
-  for (auto& t : team) t.join();
 }
 
 struct Dims {
@@ -479,7 +458,7 @@ struct ChunkGatedDeltaRule : public torch::autograd::Function<ChunkGatedDeltaRul
     const float* init = initial.data_ptr<float>();
     const Rows4 o = rows4(out);
     float *l = last.data_ptr<float>(), *st = states.data_ptr<float>();
-    parallel_rows(pr.units(), [&](int64_t begin, int64_t end) {
+    parallel_ranges(pr.units(), 1, [&](int64_t begin, int64_t end) {
       forward_units(pr, init, o, l, st, begin, end);
     });
     ctx->save_for_backward({q, k, v, g, beta});
@@ -509,7 +488,7 @@ struct ChunkGatedDeltaRule : public torch::autograd::Function<ChunkGatedDeltaRul
     const float* st = states.data_ptr<float>();
     const Rows4 d_out = rows4(dout);
     const float* d_last = dlast.defined() ? dlast.data_ptr<float>() : nullptr;
-    parallel_rows(pr.units(), [&](int64_t begin, int64_t end) {
+    parallel_ranges(pr.units(), 1, [&](int64_t begin, int64_t end) {
       backward_units(pr, st, d_out, d_last, gr, begin, end);
     });
     return {dq, dk, dv, dg, dbeta, dinit, at::Tensor(), at::Tensor()};

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <thread>
 #include <vector>
 
 // The kernels' loops are compiled twice, for the baseline x86-64 and for AVX2 with FMA
@@ -16,6 +19,27 @@
 #endif
 
 namespace vlc_kernels {
+
+// `f(begin, end)` over [0, n) split evenly across libtorch's thread count, at least `grain`
+// items a part. Not at::parallel_for: with an OpenMP libtorch that template expands to
+// `#pragma omp parallel` in the caller, and these files are compiled without OpenMP (a second
+// runtime beside torch's), so it would run serially.
+template <typename F>
+void parallel_ranges(int64_t n, int64_t grain, const F& f) {
+  const int64_t parts =
+      std::min<int64_t>(std::max(at::get_num_threads(), 1), std::max<int64_t>(n / grain, 1));
+  if (parts <= 1) {
+    f(0, n);
+    return;
+  }
+  std::vector<std::thread> team;
+  team.reserve(parts - 1);
+  for (int64_t i = 1; i < parts; ++i) {
+    team.emplace_back([&f, i, parts, n] { f(n * i / parts, n * (i + 1) / parts); });
+  }
+  f(0, n / parts);
+  for (auto& t : team) t.join();
+}
 
 // Whether the kernels below can run: they call the BLAS that libtorch links (MKL's `sgemm_`);
 // a libtorch without one leaves the caller to its tensor-op path.
