@@ -14,6 +14,7 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/kernels.h");
     println!("cargo:rerun-if-changed=csrc/gated_delta_rule.cpp");
     println!("cargo:rerun-if-changed=csrc/causal_conv.cpp");
+    println!("cargo:rerun-if-changed=csrc/gated_norm.cpp");
     println!("cargo:rerun-if-env-changed=GLOO_INCLUDE");
     println!("cargo:rerun-if-env-changed=VERLC_CUDA_INCLUDE");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -61,12 +62,15 @@ fn main() {
     }
     // The numeric kernels are optimised whatever the profile: at -O0 (the dev profile) their
     // loops would be several times slower, and every test's model would pay it.
-    // Linked after the shim, which calls them (cc's own link line would come first).
+    // Linked after the shim, which calls them (cc's own link line would come first). OpenMP:
+    // their parallel loops run on libtorch's team (see csrc/kernels.h).
     let mut kernels = build.clone();
     kernels
         .file("csrc/gated_delta_rule.cpp")
         .file("csrc/causal_conv.cpp")
+        .file("csrc/gated_norm.cpp")
         .opt_level(3)
+        .flag("-fopenmp")
         .cargo_metadata(false);
     kernels.compile("verlc_kernels");
     build.file("csrc/shim.cpp");

@@ -67,11 +67,6 @@ struct SerialBlas {
 
 constexpr float kL2Eps = 1e-6f;
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 struct Dims {
   int64_t c, dk, dv;
@@ -300,7 +295,7 @@ VLC_VECTOR_CLONES void backward_units(const Problem& pr, const float* states, co
   std::vector<float> qn(tp * K), kn(tp * K), rq(tp), rk(tp), dqn(tp * K), dkn(tp * K),
       v(C * V), g(C), beta(C), d_o(C * V), ds(K * V), dsp(K * V), dx(C * LX), dr(C * LX),
       dqg(C * K), dm(C * C), dkd(C * K), da(C * C), dpq(2 * C * C), acc(2 * C * K),
-      gsum(C * C), dcum(C);
+      gsum(C * C), dcum(C), colsum(C), ones(C, 1.f);
   for (int64_t u = begin; u < end; ++u) {
     const int64_t b = u / pr.key_heads, kh = u % pr.key_heads;
     normalised(pr, b, kh, qn, kn, rq, rk);
@@ -383,13 +378,13 @@ VLC_VECTOR_CLONES void backward_units(const Problem& pr, const float* states, co
           dcum[r] = dot(&dqg[r * K], &ch.qg[r * K], K) - dot(&dkd[r * K], &ch.kd[r * K], K) +
                     dot(&dr[r * LX + V], &ch.kbg[r * K], K);
         }
+        // Row sums minus column sums of gsum (zero above the diagonal; the diagonal cancels).
+        std::fill(colsum.begin(), colsum.end(), 0.f);
         for (int r = 0; r < C; ++r) {
-          for (int c = 0; c < r; ++c) {
-            const float e = gsum[r * C + c];
-            dcum[r] += e;
-            dcum[c] -= e;
-          }
+          dcum[r] += dot(&gsum[r * C], ones.data(), C);
+          for (int c = 0; c < C; ++c) colsum[c] += gsum[r * C + c];
         }
+        for (int c = 0; c < C; ++c) dcum[c] -= colsum[c];
         dcum[C - 1] += dcl;
         // Per token: dV = beta dVb, dbeta = dKb . K + dVb . V, dg = reversed cumsum of dcum.
         float total = 0.f;

@@ -632,4 +632,12 @@ char* vlc_causal_conv(void* x, void* w, void** out) {
   return guarded([&] { *out = new at::Tensor(vlc_kernels::causal_conv(T(x), T(w))); });
 }
 
+// The gated output norm (kernels.h); `out_bf16` picks a bf16 output over f32; `*out` as above.
+char* vlc_gated_rms_norm(void* x, void* s, void* w, double eps, int out_bf16, void** out) {
+  return guarded([&] {
+    *out = new at::Tensor(vlc_kernels::gated_rms_norm(
+        T(x), T(s), T(w), eps, out_bf16 != 0 ? at::kBFloat16 : at::kFloat));
+  });
+}
+
 }  // extern "C"

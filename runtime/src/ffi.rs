@@ -226,6 +226,14 @@ unsafe extern "C" {
         last: *mut TensorPtr,
     ) -> *mut c_char;
     pub fn vlc_causal_conv(x: TensorPtr, w: TensorPtr, out: *mut TensorPtr) -> *mut c_char;
+    pub fn vlc_gated_rms_norm(
+        x: TensorPtr,
+        s: TensorPtr,
+        w: TensorPtr,
+        eps: f64,
+        out_bf16: c_int,
+        out: *mut TensorPtr,
+    ) -> *mut c_char;
     pub fn vlc_autograd_backward(
         tensors: *const TensorPtr,
         grads: *const TensorPtr,

@@ -122,6 +122,33 @@ pub fn causal_conv(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
 }
 
+/// The Gated DeltaNet's gated output norm as one differentiable CPU operation
+/// (`csrc/kernels.h`): `w * x / sqrt(mean(x^2) + eps) * s` over the last dimension, `x` and
+/// `s` f32 of one shape, `w` `(d,)`; the result in bf16 when `bf16_out`, else f32.
+pub fn gated_rms_norm(
+    x: &Tensor,
+    s: &Tensor,
+    w: &Tensor,
+    eps: f64,
+    bf16_out: bool,
+) -> Result<Tensor> {
+    let mut out: ffi::TensorPtr = std::ptr::null_mut();
+    // SAFETY: the tensors outlive the call; on success `out` is a new `at::Tensor*` we own.
+    let err = unsafe {
+        ffi::vlc_gated_rms_norm(
+            ffi::tptr(x),
+            ffi::tptr(s),
+            ffi::tptr(w),
+            eps,
+            bf16_out as i32,
+            &mut out,
+        )
+    };
+    check("gated_rms_norm", err)?;
+    // SAFETY: just created by the shim, owned by nobody else.
+    Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+}
+
 /// `torch._fused_adamw_`: decoupled-weight-decay Adam over lists on one device and dtype.
 /// `steps` are fp32 scalars already incremented for this step (torch increments them first).
 /// With `found_inf` (a 1-element fp32 tensor) set to non-zero the kernel leaves everything

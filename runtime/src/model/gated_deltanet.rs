@@ -244,9 +244,11 @@ impl GatedDeltaNet {
         if let Some(s) = state.as_mut() {
             s.recurrent = last.detach();
         }
-        let out = self.gated_norm(
-            &out.to_kind(p.mixed.kind()),
+        let out = gated_rms_norm(
+            &out,
             &p.z.reshape([b, t, vh, self.value_dim]),
+            &self.norm,
+            p.mixed.kind(),
         );
         out.reshape([b, t, vd])
     }
@@ -369,13 +371,33 @@ impl GatedDeltaNet {
             a: p.a.narrow(-1, heads.part * vh, vh),
         }
     }
+}
 
-    /// The plain RMSNorm of `x` `(…, d_v)` times `silu(gate)` in f32, cast back
-    /// (transformers' `Qwen3_5RMSNormGated`).
-    fn gated_norm(&self, x: &Tensor, gate: &Tensor) -> Tensor {
-        let y = self.norm.forward(x).to_kind(Kind::Float) * gate.to_kind(Kind::Float).silu();
-        y.to_kind(x.kind())
+/// The layer's output norm: the plain RMSNorm `norm` of `x` `(…, d_v)` times `silu(gate)`,
+/// in `kind` (transformers' `Qwen3_5RMSNormGated`). On CPU one fused operation
+/// (`csrc/gated_norm.cpp`, all in f32, rounded to `kind` once), elsewhere
+/// [`gated_rms_norm_tensor_ops`].
+pub fn gated_rms_norm(x: &Tensor, gate: &Tensor, norm: &RmsNorm, kind: Kind) -> Tensor {
+    if x.device() == tch::Device::Cpu
+        && crate::ops::have_cpu_kernels()
+        && matches!(kind, Kind::Float | Kind::BFloat16)
+    {
+        let s = gate.to_kind(Kind::Float).silu();
+        let bf16 = kind == Kind::BFloat16;
+        let x = x.to_kind(Kind::Float);
+        // Refused only for inputs outside its contract, which the lines above rule out.
+        if let Ok(y) = crate::ops::gated_rms_norm(&x, &s, &norm.weight, norm.eps(), bf16) {
+            return y;
+        }
     }
+    gated_rms_norm_tensor_ops(x, gate, norm, kind)
+}
+
+/// [`gated_rms_norm`] as transformers computes it: the norm in f32 cast to `kind` and scaled
+/// by the weights there, times `silu(gate)` in f32, cast to `kind`.
+pub fn gated_rms_norm_tensor_ops(x: &Tensor, gate: &Tensor, norm: &RmsNorm, kind: Kind) -> Tensor {
+    let y = norm.forward(&x.to_kind(kind)).to_kind(Kind::Float) * gate.to_kind(Kind::Float).silu();
+    y.to_kind(kind)
 }
 
 /// The Gated DeltaNet's causal depthwise convolution of `x` `(B, T, C)` with `w`

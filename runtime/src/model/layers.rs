@@ -184,6 +184,11 @@ impl RmsNorm {
         }
     }
 
+    /// The epsilon added to the mean square.
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
         let xf = x.to_kind(Kind::Float);

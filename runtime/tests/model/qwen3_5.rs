@@ -11,8 +11,9 @@ use std::path::PathBuf;
 
 use runtime::model::gated_deltanet::{
     causal_conv, causal_conv_tensor_ops, chunk_gated_delta_rule, chunk_gated_delta_rule_tensor_ops,
-    recurrent_gated_delta_rule,
+    gated_rms_norm, gated_rms_norm_tensor_ops, recurrent_gated_delta_rule,
 };
+use runtime::model::layers::RmsNorm;
 use runtime::model::packed::Packing;
 use runtime::model::{Dtype, KvCache, ModelSource, from_pretrained, position_ids_from_mask};
 use runtime::rollout::{SamplingParams, StopTokens, generate};
@@ -311,6 +312,61 @@ fn causal_conv_cpu_kernel_equals_the_tensor_ops_with_gradients() {
                     "{at}: gradient of {name} differs by {d} (relative)"
                 );
             }
+        }
+    }
+}
+
+/// The CPU kernel of the gated output norm against transformers' order of operations: output
+/// and the gradients of input, gate and weights, with an f32 output and a bf16 one (bf16
+/// weights; the kernel rounds once where the tensor ops round twice, hence the tolerance).
+#[test]
+fn gated_norm_cpu_kernel_equals_the_tensor_ops_with_gradients() {
+    tch::manual_seed(13);
+    for (kind, tol) in [(Kind::Float, 1e-5), (Kind::BFloat16, 2e-2)] {
+        let mut vs = tch::nn::VarStore::new(Device::Cpu);
+        let norm = RmsNorm::new(vs.root() / "norm", 16, 1e-6);
+        tch::no_grad(|| {
+            norm.weight
+                .shallow_clone()
+                .copy_(&(Tensor::rand([16], (Kind::Float, Device::Cpu)) + 0.5));
+        });
+        if kind == Kind::BFloat16 {
+            vs.bfloat16();
+        }
+        let x = Tensor::randn([3, 5, 2, 16], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let z = Tensor::randn([3, 5, 2, 16], (kind, Device::Cpu)).set_requires_grad(true);
+        let dy = Tensor::randn([3, 5, 2, 16], (Kind::Float, Device::Cpu));
+        let run = |f: fn(&Tensor, &Tensor, &RmsNorm, Kind) -> Tensor| {
+            let y = f(&x, &z, &norm, kind);
+            assert_eq!(y.kind(), kind);
+            let loss = (y.to_kind(Kind::Float) * &dy).sum(Kind::Float);
+            let grads = Tensor::run_backward(&[loss], &[&x, &z, &norm.weight], false, false);
+            (y.detach(), grads)
+        };
+        let (y, grads) = run(gated_rms_norm);
+        let (want, want_grads) = run(gated_rms_norm_tensor_ops);
+        let d = oracle::max_abs_diff(&y, &want);
+        assert!(d <= tol * 4.0, "{kind:?}: outputs differ by {d}");
+        for (name, (ours, theirs)) in ["x", "gate", "weight"]
+            .iter()
+            .zip(grads.iter().zip(&want_grads))
+        {
+            assert_eq!(
+                ours.kind(),
+                theirs.kind(),
+                "{kind:?}: gradient of {name} dtype"
+            );
+            let scale = theirs
+                .abs()
+                .max()
+                .to_kind(Kind::Float)
+                .double_value(&[])
+                .max(1.0);
+            let d = oracle::max_abs_diff(ours, theirs) / scale;
+            assert!(
+                d <= tol,
+                "{kind:?}: gradient of {name} differs by {d} (relative)"
+            );
         }
     }
 }
