@@ -1,4 +1,5 @@
-// The chunked gated delta rule on CPU, forward and backward, one head at a time.
+// The chunked gated delta rule on CPU, forward and backward, one (batch row, key head) at a
+// time with the value heads that read that key head.
 //
 // The tensor-op form (runtime/src/model/gated_deltanet.rs) runs every chunk of every head as a
 // batch of small tensors: ~40 autograd nodes, each pass over (B, H, T, d) arrays written and
@@ -66,7 +67,6 @@ struct SerialBlas {
 };
 
 constexpr float kL2Eps = 1e-6f;
-
 
 struct Dims {
   int64_t c, dk, dv;
