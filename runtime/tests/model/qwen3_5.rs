@@ -261,17 +261,8 @@ fn gated_delta_rule_cpu_kernel_equals_the_tensor_ops_with_gradients() {
         assert!(d <= 1e-4, "{at}: outputs differ by {d}");
         let d = oracle::max_abs_diff(&state, &want_state);
         assert!(d <= 1e-4, "{at}: final states differ by {d}");
-        for (name, (ours, want)) in ["q, k, v", "g", "beta", "s0"]
-            .iter()
-            .zip(grads.iter().zip(&want_grads))
-        {
-            let scale = want.abs().max().double_value(&[]).max(1.0);
-            let d = oracle::max_abs_diff(ours, want) / scale;
-            assert!(
-                d <= 1e-4,
-                "{at}: gradient of {name} differs by {d} (relative)"
-            );
-        }
+        let names = ["q, k, v", "g", "beta", "s0"];
+        assert_gradients_close(&at, &names[..grads.len()], &grads, &want_grads, 1e-4);
     }
 }
 
@@ -298,20 +289,7 @@ fn causal_conv_cpu_kernel_equals_the_tensor_ops_with_gradients() {
             let at = format!("{kind:?} (B, T, C, kernel) = {:?}", (b, t, c, kernel));
             let d = oracle::max_abs_diff(&y, &want);
             assert!(d <= tol, "{at}: outputs differ by {d}");
-            for (name, (ours, theirs)) in ["x", "w"].iter().zip(grads.iter().zip(&want_grads)) {
-                assert_eq!(ours.kind(), kind, "{at}: gradient of {name} dtype");
-                let scale = theirs
-                    .abs()
-                    .max()
-                    .to_kind(Kind::Float)
-                    .double_value(&[])
-                    .max(1.0);
-                let d = oracle::max_abs_diff(ours, theirs) / scale;
-                assert!(
-                    d <= tol,
-                    "{at}: gradient of {name} differs by {d} (relative)"
-                );
-            }
+            assert_gradients_close(&at, &["x", "w"], &grads, &want_grads, tol);
         }
     }
 }
@@ -347,27 +325,28 @@ fn gated_norm_cpu_kernel_equals_the_tensor_ops_with_gradients() {
         let (want, want_grads) = run(gated_rms_norm_tensor_ops);
         let d = oracle::max_abs_diff(&y, &want);
         assert!(d <= tol * 4.0, "{kind:?}: outputs differ by {d}");
-        for (name, (ours, theirs)) in ["x", "gate", "weight"]
-            .iter()
-            .zip(grads.iter().zip(&want_grads))
-        {
-            assert_eq!(
-                ours.kind(),
-                theirs.kind(),
-                "{kind:?}: gradient of {name} dtype"
-            );
-            let scale = theirs
-                .abs()
-                .max()
-                .to_kind(Kind::Float)
-                .double_value(&[])
-                .max(1.0);
-            let d = oracle::max_abs_diff(ours, theirs) / scale;
-            assert!(
-                d <= tol,
-                "{kind:?}: gradient of {name} differs by {d} (relative)"
-            );
-        }
+        let at = format!("{kind:?}");
+        assert_gradients_close(&at, &["x", "gate", "weight"], &grads, &want_grads, tol);
+    }
+}
+
+/// Each gradient in `ours` equals its twin in `want` (same dtype) within `tol` of the
+/// larger of 1 and the reference's largest magnitude.
+fn assert_gradients_close(at: &str, names: &[&str], ours: &[Tensor], want: &[Tensor], tol: f64) {
+    assert_eq!(ours.len(), want.len(), "{at}: gradient counts");
+    for ((name, ours), want) in names.iter().zip(ours).zip(want) {
+        assert_eq!(ours.kind(), want.kind(), "{at}: gradient of {name} dtype");
+        let scale = want
+            .abs()
+            .max()
+            .to_kind(Kind::Float)
+            .double_value(&[])
+            .max(1.0);
+        let d = oracle::max_abs_diff(ours, want) / scale;
+        assert!(
+            d <= tol,
+            "{at}: gradient of {name} differs by {d} (relative)"
+        );
     }
 }
 
