@@ -1,7 +1,7 @@
 //! The trainer's side of the vLLM rollout: weight sync and generation through the server.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -217,7 +217,7 @@ impl VllmRollout {
                     python: self.python.clone(),
                     model_dir: self.dir.clone(),
                     flags: super::flags(&self.spec, self.dtype, self.seed, self.cuda),
-                    env: server_env(),
+                    env: server_env(&self.dir),
                     port: self.port,
                     startup_timeout: self.startup_timeout,
                     log: std::env::temp_dir().join(format!(
@@ -411,12 +411,19 @@ impl Drop for VllmRollout {
 /// The server's environment where the user's has none: `VLLM_CPU_KVCACHE_SPACE` (GiB of KV
 /// cache on CPU) 1, about a million tokens of a small model (vLLM's default is 4 GiB); and
 /// `OMP_NUM_THREADS` every core, since the trainer waits while the server generates (vLLM
-/// otherwise drops to one thread).
-fn server_env() -> Vec<(String, String)> {
+/// otherwise drops to one thread); `TORCHINDUCTOR_CACHE_DIR` inside the server's `dir`.
+fn server_env(dir: &Path) -> Vec<(String, String)> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     [
         ("VLLM_CPU_KVCACHE_SPACE", "1".to_owned()),
         ("OMP_NUM_THREADS", cores.to_string()),
+        // Its own torch.compile cache (vLLM's sampler compiles a C++ kernel at the first
+        // request even in eager mode): in the shared default, two servers starting together on
+        // one machine write the same file and one can load it half-written ("file too short").
+        (
+            "TORCHINDUCTOR_CACHE_DIR",
+            dir.join("inductor-cache").display().to_string(),
+        ),
     ]
     .into_iter()
     .filter(|(k, _)| std::env::var_os(k).is_none())
