@@ -8,7 +8,6 @@
 // taps' gradient and none needs a reduction.
 #include "kernels.h"
 
-#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <torch/csrc/autograd/custom_function.h>
 

@@ -15,7 +15,6 @@
 //   O = Qg S + M Vn,  S' = exp(cum_last) S + Kd^T Vn.
 #include "kernels.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -78,11 +77,11 @@ struct Dims {
 // `x` = T rhs = [U | W] (C x (d_v + d_k)).
 struct Chunk {
   int64_t c, dk, dv;
-  std::vector<float> cum, ecum, edecay, kbq, kbg, gam, pm, t, rhs, x, vn, qg, kd;
+  std::vector<float> cum, ecum, edecay, kbq, gam, pm, t, rhs, x, vn, qg, kd;
   float cl = 0.f, ecl = 1.f;
 
   explicit Chunk(const Dims& d)
-      : c(d.c), dk(d.dk), dv(d.dv), cum(c), ecum(c), edecay(c), kbq(2 * c * dk), kbg(c * dk),
+      : c(d.c), dk(d.dk), dv(d.dv), cum(c), ecum(c), edecay(c), kbq(2 * c * dk),
         gam(c * c), pm(2 * c * c), t(c * c), rhs(c * (dv + dk)), x(c * (dv + dk)), vn(c * dv),
         qg(c * dk), kd(c * dk) {}
 
@@ -91,6 +90,8 @@ struct Chunk {
   const float* kb() const { return kbq.data(); }
   const float* u() const { return x.data(); }
   const float* w() const { return x.data() + dv; }
+  // Row r of Kbg, the right part of `rhs`.
+  const float* kbg(int r) const { return rhs.data() + r * (dv + dk) + dv; }
 
   VLC_VECTOR_CLONES void compute(const float* q, const float* k, const float* v, const float* g,
                const float* beta, const float* s) {
@@ -121,7 +122,6 @@ struct Chunk {
       for (int j = 0; j < K; ++j) {
         const float kij = k[i * K + j];
         kb[i * K + j] = bi * kij;
-        kbg[i * K + j] = bi * kij * ei;
         rhs[i * LX + V + j] = bi * kij * ei;
         qg[i * K + j] = q[i * K + j] * ei;
         kd[i * K + j] = kij * di;
@@ -376,7 +376,7 @@ VLC_VECTOR_CLONES void backward_units(const Problem& pr, const float* states, co
         }
         for (int r = 0; r < C; ++r) {
           dcum[r] = dot(&dqg[r * K], &ch.qg[r * K], K) - dot(&dkd[r * K], &ch.kd[r * K], K) +
-                    dot(&dr[r * LX + V], &ch.kbg[r * K], K);
+                    dot(&dr[r * LX + V], ch.kbg(r), K);
         }
         // Row sums minus column sums of gsum (zero above the diagonal; the diagonal cancels).
         std::fill(colsum.begin(), colsum.end(), 0.f);

@@ -258,6 +258,16 @@ pub fn tptr(t: &tch::Tensor) -> TensorPtr {
     t.as_ptr() as TensorPtr
 }
 
+/// Takes ownership of an `at::Tensor*` the shim returned.
+///
+/// # Safety
+/// `p` is a tensor the shim just created (an `out` argument after a successful call), owned
+/// by nobody else.
+pub unsafe fn take_tensor(p: TensorPtr) -> tch::Tensor {
+    // SAFETY: per this function's contract.
+    unsafe { tch::Tensor::from_ptr(p as *mut torch_sys::C_tensor) }
+}
+
 /// Pointers of a list of tensors, borrowed for one shim call.
 pub fn tptrs<'a, I: IntoIterator<Item = &'a tch::Tensor>>(ts: I) -> Vec<TensorPtr> {
     ts.into_iter().map(tptr).collect()

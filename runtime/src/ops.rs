@@ -102,12 +102,7 @@ pub fn chunk_gated_delta_rule(
     };
     check("chunk_gated_delta_rule", err)?;
     // SAFETY: both pointers were just created by the shim and are owned by nobody else.
-    Ok(unsafe {
-        (
-            Tensor::from_ptr(out as *mut torch_sys::C_tensor),
-            Tensor::from_ptr(last as *mut torch_sys::C_tensor),
-        )
-    })
+    Ok(unsafe { (ffi::take_tensor(out), ffi::take_tensor(last)) })
 }
 
 /// The short causal depthwise convolution as one differentiable CPU operation
@@ -119,7 +114,7 @@ pub fn causal_conv(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let err = unsafe { ffi::vlc_causal_conv(ffi::tptr(x), ffi::tptr(w), &mut out) };
     check("causal_conv", err)?;
     // SAFETY: just created by the shim, owned by nobody else.
-    Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+    Ok(unsafe { ffi::take_tensor(out) })
 }
 
 /// The Gated DeltaNet's gated output norm as one differentiable CPU operation
@@ -146,7 +141,7 @@ pub fn gated_rms_norm(
     };
     check("gated_rms_norm", err)?;
     // SAFETY: just created by the shim, owned by nobody else.
-    Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+    Ok(unsafe { ffi::take_tensor(out) })
 }
 
 /// `torch._fused_adamw_`: decoupled-weight-decay Adam over lists on one device and dtype.
@@ -321,7 +316,7 @@ pub fn foreach_norm(ts: &[Tensor], ord: f64) -> Result<Vec<Tensor>> {
     // SAFETY: each pointer is a `new at::Tensor` handed over to tch, which frees it on drop.
     Ok(out
         .into_iter()
-        .map(|t| unsafe { Tensor::from_ptr(t as *mut torch_sys::C_tensor) })
+        .map(|t| unsafe { ffi::take_tensor(t) })
         .collect())
 }
 

@@ -441,7 +441,7 @@ impl ProcessGroup {
             ffi::vlc_sp_all_to_all(self.raw(), ffi::tptr(x), scatter_dim, gather_dim, &mut out)
         };
         self.check("all_to_all", err)?;
-        Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+        Ok(unsafe { ffi::take_tensor(out) })
     }
 
     /// Expert parallelism's exchange, differentiable: the rows of `x` (dim 0) in blocks of
@@ -471,7 +471,7 @@ impl ProcessGroup {
             )
         };
         self.check("all_to_all", err)?;
-        Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+        Ok(unsafe { ffi::take_tensor(out) })
     }
 
     /// Every rank's `x` joined along `dim` in rank order, differentiable for a function every
@@ -482,7 +482,7 @@ impl ProcessGroup {
         // SAFETY: as in `all_to_all_differentiable`.
         let err = unsafe { ffi::vlc_sp_gather_same(self.raw(), ffi::tptr(x), dim, &mut out) };
         self.check("all_gather", err)?;
-        Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+        Ok(unsafe { ffi::take_tensor(out) })
     }
 
     /// 1-D views of a contiguous output and input (c10d wants flat buffers).

@@ -552,46 +552,17 @@ pub fn chunk_gated_delta_rule_tensor_ops(
     let chunk = chunk_len(t);
     let pad = (chunk - t % chunk) % chunk;
     let pad_seq = |x: &Tensor| x.constant_pad_nd([0, 0, 0, pad]);
-    let input = Chunked {
-        q: pad_seq(&q),
-        k: pad_seq(&k),
-        v: pad_seq(&v),
-        decay: decay.constant_pad_nd([0, pad]),
-        beta: beta.constant_pad_nd([0, pad]),
-        chunk,
-    };
-    let state = start_state(initial, [b, h, dk, dv], q.device());
-    let (out, state) = chunks_by_tensor_ops(&input, state);
-    let out = out
-        .narrow(2, 0, t)
-        .transpose(1, 2)
-        .contiguous()
-        .to_kind(kind);
-    (out, state)
-}
-
-/// The inputs of the chunked form: [`prepare`]d, padded to whole chunks.
-struct Chunked {
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    decay: Tensor,
-    beta: Tensor,
-    chunk: i64,
-}
-
-/// The chunks by tensor ops (every chunk of every head batched): `(out (B, H, T', d_v),
-/// final state)`.
-fn chunks_by_tensor_ops(x: &Chunked, mut state: Tensor) -> (Tensor, Tensor) {
-    let (b, h, dk) = (x.k.size()[0], x.k.size()[1], x.k.size()[3]);
-    let dv = x.v.size()[3];
-    let chunk = x.chunk;
-    let n = x.k.size()[2] / chunk;
-    let v_beta = &x.v * x.beta.unsqueeze(-1);
-    let k_beta = &x.k * x.beta.unsqueeze(-1);
-    let chunks = |y: &Tensor| y.reshape([b, h, n, chunk, y.size()[3]]);
-    let (q, k, k_beta, v_beta) = (chunks(&x.q), chunks(&x.k), chunks(&k_beta), chunks(&v_beta));
-    let decay = x.decay.reshape([b, h, n, chunk]);
+    let (q, k, v) = (pad_seq(&q), pad_seq(&k), pad_seq(&v));
+    let (beta, decay) = (
+        beta.constant_pad_nd([0, pad]),
+        decay.constant_pad_nd([0, pad]),
+    );
+    let n = (t + pad) / chunk;
+    let v_beta = &v * beta.unsqueeze(-1);
+    let k_beta = &k * beta.unsqueeze(-1);
+    let chunks = |x: &Tensor| x.reshape([b, h, n, chunk, x.size()[3]]);
+    let (q, k, k_beta, v_beta) = (chunks(&q), chunks(&k), chunks(&k_beta), chunks(&v_beta));
+    let decay = decay.reshape([b, h, n, chunk]);
     let device = q.device();
     let upper = Tensor::ones([chunk, chunk], (Kind::Bool, device)).triu(1);
     let cum = decay.cumsum(-1, Kind::Float);
@@ -616,6 +587,7 @@ fn chunks_by_tensor_ops(x: &Chunked, mut state: Tensor) -> (Tensor, Tensor) {
     let last = cum.narrow(-1, chunk - 1, 1);
     let k = &k * (&last - &cum).exp().unsqueeze(-1);
     let chunk_decay = last.exp().unsqueeze(-1); // (B, H, N, 1, 1)
+    let mut state = start_state(initial, [b, h, dk, dv], device);
     let mut outs = Vec::with_capacity(n as usize);
     // Chunks as views of one unbind each: its backward stacks the chunks' gradients once
     // (a `select` per chunk would write a whole zero tensor per chunk).
@@ -632,7 +604,12 @@ fn chunks_by_tensor_ops(x: &Chunked, mut state: Tensor) -> (Tensor, Tensor) {
         outs.push(inter + intra[i].matmul(&v_new));
         state = &state * &chunk_decay[i] + k[i].transpose(-1, -2).matmul(&v_new);
     }
-    let out = Tensor::stack(&outs, 2).reshape([b, h, n * chunk, dv]);
+    let out = Tensor::stack(&outs, 2)
+        .reshape([b, h, n * chunk, dv])
+        .narrow(2, 0, t)
+        .transpose(1, 2)
+        .contiguous()
+        .to_kind(kind);
     (out, state)
 }
 
