@@ -5,9 +5,11 @@ outputs), as the values Hydra reads from it (OmegaConf's YAML loader, so `1e-6` 
 written back as plain YAML without verl's comments. A file's `# @package` directive, which
 Hydra reads from the header, is kept.
 
-    builtin_tree.py TREE_ROOT VERSION OUT_DIR
+    builtin_tree.py TREE_ROOT VERSION OUT_DIR [--dir REL]
 
-TREE_ROOT is the unpacked release (its `verl/` package). OUT_DIR is replaced. The output is
+TREE_ROOT is the unpacked release (its `verl/` package) or a checkout of verl's repository.
+`--dir` derives another config directory of it the same way (an example's `config/`, for the
+test fixtures) instead of `verl/trainer/config`. OUT_DIR is replaced. The output is
 deterministic, so the committed tree can be compared with a fresh run
 (compiler/tests/release_tables.rs); compiler/build.rs embeds it (compiler/src/config/builtin.rs).
 """
@@ -44,8 +46,14 @@ def header_package(text):
 
 
 def main():
-    root, version, out = sys.argv[1], sys.argv[2], sys.argv[3]
-    tree = os.path.join(root, "verl", "trainer", "config")
+    args = sys.argv[1:]
+    rel_dir = os.path.join("verl", "trainer", "config")
+    if "--dir" in args:
+        i = args.index("--dir")
+        rel_dir = args[i + 1]
+        del args[i : i + 2]
+    root, version, out = args
+    tree = os.path.join(root, rel_dir)
     with open(os.path.join(root, "verl", "version", "version"), encoding="utf-8") as f:
         found = f.read().strip()
     if found != version:
@@ -62,7 +70,7 @@ def main():
         with open(os.path.join(tree, rel), encoding="utf-8") as f:
             text = f.read()
         data = yaml.load(text, Loader=get_yaml_loader())
-        lines = [f"# verl {version}'s verl/trainer/config/{rel}, derived by scripts/builtin_tree.py."]
+        lines = [f"# verl {version}'s {rel_dir}/{rel}, derived by scripts/builtin_tree.py."]
         package = header_package(text)
         if package:
             lines.append(package)

@@ -571,7 +571,7 @@ fn only_bound_code(b: Binding, binary: &Path) -> Result<(), String> {
 #[test]
 fn every_supported_binding_builds_and_trains_two_steps() {
     if !libtorch_available() {
-        eprintln!("skipped: no libtorch (run scripts/setup, or set LIBTORCH)");
+        testkit::missing_data("no libtorch (scripts/setup installs torch, or set LIBTORCH)");
         return;
     }
     let start = Instant::now();

@@ -78,7 +78,7 @@ fn build_cache() -> PathBuf {
 #[test]
 fn quickstart_trainer_checks_its_run_time_overrides() {
     if !libtorch_available() {
-        eprintln!("skipped: no libtorch (run scripts/setup, or set LIBTORCH)");
+        testkit::missing_data("no libtorch (scripts/setup installs torch, or set LIBTORCH)");
         return;
     }
     let (out_dir, trainer, stderr) = build_trainer(["examples/quickstart.yaml"]);
@@ -258,7 +258,7 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
 fn a_config_dir_trainer_judges_its_overrides_against_that_tree() {
     let tree = checkout().join(".venv/verl-releases/0.8.0/verl/trainer/config");
     if !libtorch_available() || !tree.is_dir() {
-        eprintln!("skipped: no libtorch or no verl 0.8.0 tree (run scripts/setup)");
+        testkit::missing_data("no libtorch or no verl 0.8.0 tree (scripts/setup)");
         return;
     }
     let quickstart = std::ffi::OsStr::new("examples/quickstart.yaml");
@@ -379,7 +379,7 @@ fn unsupported_binding_is_reported_at_its_line_by_check_and_build() {
 fn torchrun_two_nodes_run_the_tensor_and_data_parallel_layout() {
     let torchrun = checkout().join(".venv/bin/torchrun");
     if !libtorch_available() || !torchrun.is_file() {
-        eprintln!("skipped: no torchrun in .venv (run scripts/setup)");
+        testkit::missing_data("no torchrun in .venv (scripts/setup installs torch)");
         return;
     }
     let (out_dir, trainer, _) = build_trainer(["examples/quickstart_megatron.yaml"]);

@@ -17,12 +17,11 @@
 //! from a directory without verl, where that search path falls back to the built-in tree.
 //! Our own composition tree (tests/fixtures/hydra_composition) covers the defaults-list
 //! features verl does not use. verl main's example command lines
-//! (tests/fixtures/verl_examples_main) are composed on verl main's own tree when a mirror has
-//! it (`main_cases`). `VERLC_PARITY_EXTRA=cases.json` adds cases for exploring.
+//! (tests/fixtures/verl_examples_main) are composed on verl main's own tree
+//! (tests/fixtures/verl_trees/main). `VERLC_PARITY_EXTRA=cases.json` adds cases for exploring.
 //!
 //! Needs `.venv` with hydra-core, omegaconf and verl 0.7.0's config files: `scripts/setup`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -31,13 +30,7 @@ use serde_json::{Value, json};
 use verlc::load::compose::{LoadRequest, load};
 
 mod support;
-use support::{Mirror, VERL_MAIN_REF, verl_main_tree, write};
-
-const VERL_REF: &str = "v0.7.0";
-
-fn workspace() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).to_path_buf()
-}
+use support::{VERL_MAIN_REF, verl_0_7_0_examples_root, verl_main_tree, workspace, write};
 
 fn venv_python() -> PathBuf {
     let py = workspace().join(".venv/bin/python");
@@ -342,14 +335,9 @@ fn release_cases() -> Vec<Case> {
         ("verl_examples_0_8_0", "0.8.0", "verl 0.8: "),
         ("verl_examples_0_9_0", "0.9.1", "verl 0.9: "),
     ] {
-        let tree = workspace()
-            .join(".venv/verl-releases")
-            .join(release)
-            .join("verl/trainer/config");
-        if !tree.is_dir() {
-            eprintln!("skipped {fixture}: no verl {release} tree (run scripts/setup)");
+        let Some(tree) = support::release_tree(release) else {
             continue;
-        }
+        };
         out.extend(fixture_cases(fixture, prefix, &tree, false));
     }
     out
@@ -836,41 +824,34 @@ fn composition_cases() -> Vec<Case> {
         .collect()
 }
 
-/// verl's example config dirs (they extend verl's tree), materialized from a verl git
-/// mirror when one is available; CI has none.
-fn mirror_cases(verl: &Path) -> Vec<Case> {
-    let mirror = Mirror::from_env();
-    if mirror
-        .git(&["rev-parse", "--verify", "--quiet", VERL_REF])
-        .is_none()
-    {
-        eprintln!(
-            "note: no verl mirror at {}; example config dirs are not composed",
-            mirror.repo
-        );
-        return Vec::new();
-    }
+/// verl 0.7.0's example config dirs (they extend verl's tree through `hydra.searchpath`), from
+/// the fixture that carries them (tests/fixtures/verl_trees/0.7.0-examples), with the command
+/// lines of the scripts that use them (tests/fixtures/verl_examples/skipped.json).
+fn example_dir_cases(verl: &Path) -> Vec<Case> {
     let path = workspace().join("tests/fixtures/verl_examples/skipped.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Vec::new();
-    };
+    let text = std::fs::read_to_string(&path).expect("read skipped.json");
     let list: Vec<Value> = serde_json::from_str(&text).expect("skipped.json is JSON");
-    let root = scratch().join("mirror");
+    // The example dirs next to a link to verl's tree, as `file://verl/trainer/config`
+    // expects relative to the working directory (a repository checkout's root).
+    let root = scratch().join("example-dirs");
     link_verl_tree(&root, verl);
-    let mut materialized = BTreeMap::new();
+    let fixture = verl_0_7_0_examples_root();
     let mut out = Vec::new();
     for e in &list {
         let Some(dir) = e["config_dir"].as_str() else {
             continue;
         };
-        if !materialized.contains_key(dir) {
-            // A dir the mirror lacks leaves nothing to compose: Hydra and verlc reject alike.
-            let _ = mirror.materialize(VERL_REF, dir, &[], &root);
-            materialized.insert(dir.to_string(), ());
+        let link = root.join(dir);
+        if !link.exists() {
+            std::fs::create_dir_all(link.parent().expect("a parent")).expect("mkdir");
+            let tmp = link.with_extension(format!("tmp{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(fixture.join(dir), &tmp).expect("symlink the example dir");
+            let _ = std::fs::rename(&tmp, &link);
         }
         let mut c = Case::new(
-            format!("mirror: {}", e["script"].as_str().unwrap_or("?")),
-            &root.join(dir),
+            format!("example dir: {}", e["script"].as_str().unwrap_or("?")),
+            &link,
             e["config_name"].as_str().unwrap_or("ppo_trainer"),
             &[],
         );
@@ -884,22 +865,23 @@ fn mirror_cases(verl: &Path) -> Vec<Case> {
         c.builtin = true;
         out.push(c);
     }
+    assert!(
+        out.len() >= 14,
+        "the example-dir calls of verl 0.7.0 are loaded"
+    );
     out
 }
 
 /// verl main's example command lines (tests/fixtures/verl_examples_main) composed on verl
-/// main's own config tree, materialized from a verl git mirror (`VERL_REPO`) at the ref the
-/// fixture was captured from. That tree is verl's and is not on PyPI, so CI (no mirror)
-/// skips these cases; a mirror-less run says so.
+/// main's own config tree at the ref the fixture was captured from
+/// (tests/fixtures/verl_trees/main).
 fn main_cases() -> Vec<Case> {
-    let Some(tree) = verl_main_tree(&scratch().join("verl-main")) else {
-        eprintln!(
-            "note: no verl mirror with {VERL_MAIN_REF} at {}; verl main's examples are not composed",
-            Mirror::from_env().repo
-        );
-        return Vec::new();
-    };
-    fixture_cases("verl_examples_main", "verl main: ", &tree, false)
+    fixture_cases(
+        "verl_examples_main",
+        "verl main: ",
+        &verl_main_tree(),
+        false,
+    )
 }
 
 /// More cases from a JSON file (`VERLC_PARITY_EXTRA`), for exploring beyond the fixed set:
@@ -949,7 +931,7 @@ fn world() -> &'static World {
         cases.extend(override_edge_cases(&verl));
         cases.extend(searchpath_cases(&verl));
         cases.extend(composition_cases());
-        cases.extend(mirror_cases(&verl));
+        cases.extend(example_dir_cases(&verl));
         cases.extend(main_cases());
         cases.extend(extra_cases(&verl));
         cases.extend(release_cases());
@@ -989,8 +971,8 @@ fn verl_tree_composes_like_hydra() {
         w.cases.len(),
         failures.len()
     );
-    // verl main's examples, when a mirror was at hand: most compose (a tree that failed to
-    // materialize would make Hydra and verlc agree on rejecting every one).
+    // verl main's examples: most compose (a tree that failed to load would make Hydra and
+    // verlc agree on rejecting every one).
     let main: Vec<bool> = w
         .cases
         .iter()
@@ -998,14 +980,15 @@ fn verl_tree_composes_like_hydra() {
         .filter(|(c, _)| c.name.starts_with("verl main: "))
         .map(|(_, h)| h.ok)
         .collect();
-    if !main.is_empty() {
-        let ok = main.iter().filter(|o| **o).count();
-        eprintln!(
-            "verl main ({VERL_MAIN_REF}): Hydra accepts {ok} of {} example command lines",
-            main.len()
-        );
-        assert!(ok * 4 >= main.len() * 3, "verl main's tree did not compose");
-    }
+    let ok = main.iter().filter(|o| **o).count();
+    eprintln!(
+        "verl main ({VERL_MAIN_REF}): Hydra accepts {ok} of {} example command lines",
+        main.len()
+    );
+    assert!(
+        !main.is_empty() && ok * 4 >= main.len() * 3,
+        "verl main's tree did not compose"
+    );
     assert!(
         failures.is_empty(),
         "verlc and Hydra disagree on {} of {} cases:\n{}",

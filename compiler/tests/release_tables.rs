@@ -30,7 +30,9 @@ fn python_and_release(release: &str) -> Option<(PathBuf, PathBuf)> {
     let python = root.join(".venv/bin/python");
     let tree = root.join(".venv/verl-releases").join(release);
     if !tree.join("verl/trainer/config").is_dir() || !python.is_file() {
-        eprintln!("skipped verl {release}: no tree or venv (run scripts/setup)");
+        testkit::missing_data(format!(
+            "no verl {release} tree or no venv (scripts/setup unpacks and creates them)"
+        ));
         return None;
     }
     Some((python, tree))

@@ -12,7 +12,7 @@ test can run these cases on a fresh clone. The files themselves are not kept.
 
 Usage:
     python3 tests/hydra/extract_example_configs.py \
-        --repo /work/.mirror/verl-project+verl/repo --ref v0.7.0 \
+        --repo <verl git dir> --ref v0.7.0 \
         --out tests/fixtures/verl_examples
 """
 

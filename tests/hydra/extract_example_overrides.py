@@ -17,7 +17,7 @@ reason, so the CI fixture holds only the scripts' arguments and none of verl's f
 
 Usage (needs a clone or mirror of verl; read-only, no work tree needed):
     python3 tests/hydra/extract_example_overrides.py \
-        --repo /work/.mirror/volcengine+verl/repo --ref v0.7.0 \
+        --repo <verl git dir> --ref v0.7.0 \
         --out tests/fixtures/verl_examples
 """
 
@@ -280,7 +280,7 @@ def cases_of_script(script, text, ref, tmp, stub_dir, prelude):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repo", default="/work/.mirror/volcengine+verl/repo", help="verl git dir (bare is fine)")
+    ap.add_argument("--repo", required=True, help="a verl git repository (a bare mirror is fine)")
     ap.add_argument("--ref", default="v0.7.0")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "fixtures" / "verl_examples"))
     ap.add_argument("--only", help="substring filter on script paths (for debugging)")

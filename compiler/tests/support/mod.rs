@@ -1,63 +1,44 @@
-//! Shared by the integration tests that read verl's own files from a verl git mirror
-//! (`VERL_REPO`, default [`DEFAULT_MIRROR`]); CI has no mirror and those cases skip.
+//! Shared by the integration tests that read verl trees the repository carries as fixtures
+//! (`tests/fixtures/verl_trees/`, derived from verl's repository by `scripts/builtin_tree.py`:
+//! verl's values without its comments) or that `scripts/setup` unpacks from verl's wheels.
 // Each test crate uses a part of it.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-pub const DEFAULT_MIRROR: &str = "/work/.mirror/volcengine+verl/repo";
 
 /// The commit of verl's main branch whose example scripts tests/fixtures/verl_examples_main
-/// holds.
+/// holds, and whose config tree tests/fixtures/verl_trees/main is.
 pub const VERL_MAIN_REF: &str = "b178a3cd56f58b2d502255daba591e92833930a7";
 
-/// A verl git repository (no work tree needed).
-pub struct Mirror {
-    pub repo: String,
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).to_path_buf()
 }
 
-impl Mirror {
-    pub fn from_env() -> Mirror {
-        Mirror {
-            repo: std::env::var("VERL_REPO").unwrap_or_else(|_| DEFAULT_MIRROR.to_string()),
-        }
-    }
-
-    /// `git -C <repo> <args>`, if it succeeded.
-    pub fn git(&self, args: &[&str]) -> Option<Output> {
-        Command::new("git")
-            .arg("-C")
-            .arg(&self.repo)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-    }
-
-    /// Writes the YAML files under `dir` at `git_ref`, and the `extra` files, below `root` at
-    /// their repository paths. `None` when the mirror lacks `dir` at that ref.
-    pub fn materialize(&self, git_ref: &str, dir: &str, extra: &[&str], root: &Path) -> Option<()> {
-        let files = self.git(&["ls-tree", "-r", "--name-only", git_ref, dir])?;
-        let files = String::from_utf8_lossy(&files.stdout).to_string();
-        for f in files
-            .lines()
-            .filter(|f| f.ends_with(".yaml"))
-            .chain(extra.iter().copied())
-        {
-            let text = self.git(&["show", &format!("{git_ref}:{f}")])?.stdout;
-            write(&root.join(f), &String::from_utf8_lossy(&text));
-        }
-        Some(())
-    }
+/// verl main's config tree at [`VERL_MAIN_REF`] (with its `verl/version/version`).
+pub fn verl_main_tree() -> PathBuf {
+    workspace().join("tests/fixtures/verl_trees/main/verl/trainer/config")
 }
 
-/// verl main's config tree and its version file at [`VERL_MAIN_REF`], below `root`; the
-/// config dir, or `None` without a mirror that has that commit.
-pub fn verl_main_tree(root: &Path) -> Option<PathBuf> {
-    let tree = "verl/trainer/config";
-    Mirror::from_env().materialize(VERL_MAIN_REF, tree, &["verl/version/version"], root)?;
-    Some(root.join(tree))
+/// A root holding verl 0.7.0's example config dirs at their repository paths
+/// (`examples/sglang_multiturn/config`), which extend verl's tree through `hydra.searchpath`.
+pub fn verl_0_7_0_examples_root() -> PathBuf {
+    workspace().join("tests/fixtures/verl_trees/0.7.0-examples")
+}
+
+/// The config tree of verl `release` that `scripts/setup` unpacks from its wheel into
+/// `.venv/verl-releases/`, or `None` (recorded as missing data) where it is absent.
+pub fn release_tree(release: &str) -> Option<PathBuf> {
+    let d = workspace().join(format!(".venv/verl-releases/{release}/verl/trainer/config"));
+    if d.is_dir() {
+        Some(d)
+    } else {
+        testkit::missing_data(format!(
+            "no verl {release} tree at {} (scripts/setup unpacks it)",
+            d.display()
+        ));
+        None
+    }
 }
 
 /// Write through a temporary file and a rename, so a concurrent run never reads half a file.
@@ -68,4 +49,23 @@ pub fn write(path: &Path, text: &str) {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&tmp, text).expect("write file");
     std::fs::rename(&tmp, path).expect("rename file");
+}
+
+/// Copies the directory `from` to `to` (`cp -r`; `to` must not exist).
+pub fn copy_tree(from: &Path, to: &Path) {
+    if let Some(p) = to.parent() {
+        std::fs::create_dir_all(p).expect("create dirs");
+    }
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(
+        status.success(),
+        "cp -r {} {}",
+        from.display(),
+        to.display()
+    );
 }

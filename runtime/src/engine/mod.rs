@@ -412,6 +412,11 @@ pub trait Engine {
     /// collective on sharded engines).
     fn per_tensor_params(&self) -> Result<Vec<(String, Tensor)>>;
 
+    /// Overwrites every parameter from full tensors by checkpoint name (what
+    /// [`Engine::per_tensor_params`] returns), and the optimizer's main copies of them; the
+    /// optimizer's moments and the schedule are kept. Every parameter must be given.
+    fn load_params(&mut self, named: &[(String, Tensor)]) -> Result<()>;
+
     /// The hybrid engine's rollout model on this rank, for the rollout's tensor parallel size
     /// (`None`: the engine's own layout): the whole model by default, where the size changes
     /// nothing. Collective on engines that build groups for it; call it once, on every rank,

@@ -316,4 +316,26 @@ impl<H: Head> Engine for SingleEngine<H> {
             .map(|(n, t)| (n, t.detach()))
             .collect())
     }
+
+    fn load_params(&mut self, named: &[(String, Tensor)]) -> Result<()> {
+        let given: std::collections::HashMap<&str, &Tensor> =
+            named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        for (name, var) in self.sorted_params() {
+            let src = given
+                .get(name.as_str())
+                .ok_or_else(|| EngineError::Config(format!("no tensor given for `{name}`")))?;
+            if src.size() != var.size() {
+                return Err(EngineError::Config(format!(
+                    "`{name}`: given shape {:?}, the model's {:?}",
+                    src.size(),
+                    var.size()
+                )));
+            }
+            tch::no_grad(|| var.shallow_clone().f_copy_(src))?;
+        }
+        if let Some(opt) = self.optimizer.as_mut() {
+            opt.reload_model_params()?;
+        }
+        Ok(())
+    }
 }

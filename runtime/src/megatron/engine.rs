@@ -851,6 +851,13 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
         self.with_params(|e| Ok(e.module.full_params()?))
     }
 
+    fn load_params(&mut self, named: &[(String, Tensor)]) -> Result<()> {
+        self.bring_params()?;
+        self.module.load_full(named)?;
+        self.park_params()?;
+        Ok(())
+    }
+
     /// This rank's stage at the rollout's TP size: training's groups, or (another size) the
     /// groups of [`RolloutShards`], built here.
     fn rollout_layout(&mut self, tensor_parallel: Option<usize>) -> Result<RolloutLayout> {

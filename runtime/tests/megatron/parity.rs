@@ -1,8 +1,8 @@
 //! TP=2 (also with sequence parallelism, on Qwen3's per-head q/k norms and on Qwen3-MoE's
 //! experts), PP=2 and DP=2
 //! training on 2 Gloo ranks against the single-process model and optimizer: 20 steps of
-//! next-token cross-entropy on a fixed batch; the loss of every step and the final weights
-//! must match.
+//! next-token cross-entropy on a fixed batch, in lockstep (support.rs' `lockstep`: each step
+//! from the same weights, its loss, grad norm and updated weights must match).
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use runtime::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
 use runtime::model::ModelConfig;
@@ -34,20 +34,19 @@ const fn grid(tp: usize, pp: usize, dp: usize) -> Grid {
 }
 
 struct Run {
-    losses: Vec<f64>,
     weights: Vec<(String, Tensor)>,
     module: MegatronModule,
 }
 
-fn parallel_run(
+/// The module over `g` with the reference's starting weights and its optimizer.
+fn parallel_module(
     world: &ProcessGroup,
     Grid { tp, cp, pp, dp }: Grid,
     cfg: &ModelConfig,
     sequence_parallel: bool,
     settings: ParallelSettings,
-    num_mb: i64,
     setup: &Setup,
-) -> Run {
+) -> MegatronModule {
     let layout = RankLayout::megatron(tp, cp, pp, dp).unwrap();
     let groups = ProcessGroups::new(world, &layout).unwrap();
     let mut m = MegatronModule::with_sequence_parallel(
@@ -63,19 +62,87 @@ fn parallel_run(
     m.load_full(&full_weights(&vs)).unwrap();
     m.build_optimizer(setup.optim, make_groups, settings, LossScaling::LINKED)
         .unwrap();
+    m
+}
 
-    let (losses, _) = train_steps(world, &mut m, cfg, tp * cp, num_mb);
-    let weights = m.full_params().unwrap();
-    Run {
-        losses,
-        weights,
-        module: m,
+/// A Megatron module training on this rank's share of the fixed batch in `num_mb`
+/// micro-batches (the global mean loss), as one side of a [`lockstep`].
+pub(crate) struct Parallel<'a> {
+    world: &'a ProcessGroup,
+    pub(crate) module: &'a mut MegatronModule,
+    mbs: Vec<MicroBatch>,
+    n: f64,
+    /// How many ranks compute each loss (the TP and CP ranks of a data-parallel rank).
+    copies: usize,
+}
+
+impl<'a> Parallel<'a> {
+    pub(crate) fn new(
+        world: &'a ProcessGroup,
+        module: &'a mut MegatronModule,
+        cfg: &ModelConfig,
+        copies: usize,
+        num_mb: i64,
+    ) -> Parallel<'a> {
+        let (ids, mask, pos) = batch(cfg, ROWS, LEN);
+        let n = token_count(&mask);
+        let (dp_rank, dp_size) = module.dp_rank_size();
+        let local = ROWS / dp_size as i64;
+        let rows = |t: &Tensor| t.narrow(0, dp_rank as i64 * local, local);
+        let (ids, mask, pos) = (rows(&ids), rows(&mask), rows(&pos));
+        let per_mb = local / num_mb;
+        let mbs = (0..num_mb)
+            .map(|i| MicroBatch {
+                input_ids: ids.narrow(0, i * per_mb, per_mb),
+                position_ids: pos.narrow(0, i * per_mb, per_mb),
+                attention_mask: Some(mask.narrow(0, i * per_mb, per_mb)),
+            })
+            .collect();
+        Parallel {
+            world,
+            module,
+            mbs,
+            n,
+            copies,
+        }
     }
 }
 
-/// [`STEPS`] steps of next-token cross-entropy on this rank's share of the fixed batch in
-/// `num_mb` micro-batches (the global mean loss); returns every step's loss and grad norm.
-/// `copies`: how many ranks compute each loss (the TP and CP ranks of a data-parallel rank).
+impl Stepper for Parallel<'_> {
+    fn step(&mut self) -> (f64, f64) {
+        let (_, dp_size) = self.module.dp_rank_size();
+        let (mbs, n) = (&self.mbs, self.n);
+        self.module.zero_grad().unwrap();
+        let mut acc = 0.0;
+        self.module
+            .forward_backward(mbs, &mut |mb, model, tape, hidden| {
+                let sum = log_prob_sum(model, tape, hidden, &mbs[mb])?;
+                acc += sum.double_value(&[]);
+                // The micro-batch's share of the global mean, times DP (gradients are averaged).
+                Ok(sum * (dp_size as f64 / n))
+            })
+            .unwrap();
+        // Global loss: the last stage's sums over DP (TP and CP ranks hold copies).
+        let last = self.module.model.stage.is_last();
+        let t = Tensor::from_slice(&[if last { acc } else { 0.0 }]);
+        self.world.all_reduce(&t, ReduceOp::Sum).unwrap();
+        let loss = t.double_value(&[0]) / self.copies as f64 / n;
+        let out = self.module.step().unwrap();
+        assert!(out.update_successful);
+        assert!(out.grad_norm.is_some_and(f64::is_finite));
+        (loss, out.grad_norm.unwrap_or(f64::NAN))
+    }
+
+    fn weights(&self) -> Vec<(String, Tensor)> {
+        self.module.full_params().unwrap()
+    }
+
+    fn load(&mut self, weights: &[(String, Tensor)]) {
+        self.module.load_full(weights).unwrap();
+    }
+}
+
+/// [`STEPS`] free-running steps (no reference beside them): every step's loss and grad norm.
 pub(crate) fn train_steps(
     world: &ProcessGroup,
     m: &mut MegatronModule,
@@ -83,41 +150,8 @@ pub(crate) fn train_steps(
     copies: usize,
     num_mb: i64,
 ) -> (Vec<f64>, Vec<f64>) {
-    let (ids, mask, pos) = batch(cfg, ROWS, LEN);
-    let n = token_count(&mask);
-    let (dp_rank, dp_size) = m.dp_rank_size();
-    let local = ROWS / dp_size as i64;
-    let rows = |t: &Tensor| t.narrow(0, dp_rank as i64 * local, local);
-    let (ids, mask, pos) = (rows(&ids), rows(&mask), rows(&pos));
-    let per_mb = local / num_mb;
-    let mbs: Vec<MicroBatch> = (0..num_mb)
-        .map(|i| MicroBatch {
-            input_ids: ids.narrow(0, i * per_mb, per_mb),
-            position_ids: pos.narrow(0, i * per_mb, per_mb),
-            attention_mask: Some(mask.narrow(0, i * per_mb, per_mb)),
-        })
-        .collect();
-    let (mut losses, mut norms) = (Vec::new(), Vec::new());
-    for _ in 0..STEPS {
-        m.zero_grad().unwrap();
-        let mut acc = 0.0;
-        m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {
-            let sum = log_prob_sum(model, tape, hidden, &mbs[mb])?;
-            acc += sum.double_value(&[]);
-            // The micro-batch's share of the global mean, times DP (gradients are averaged).
-            Ok(sum * (dp_size as f64 / n))
-        })
-        .unwrap();
-        // Global loss: the last stage's sums over DP (TP and CP ranks hold copies).
-        let t = Tensor::from_slice(&[if m.model.stage.is_last() { acc } else { 0.0 }]);
-        world.all_reduce(&t, ReduceOp::Sum).unwrap();
-        losses.push(t.double_value(&[0]) / copies as f64 / n);
-        let out = m.step().unwrap();
-        assert!(out.update_successful);
-        assert!(out.grad_norm.is_some_and(f64::is_finite));
-        norms.push(out.grad_norm.unwrap_or(f64::NAN));
-    }
-    (losses, norms)
+    let mut p = Parallel::new(world, m, cfg, copies, num_mb);
+    (0..STEPS).map(|_| p.step()).unzip()
 }
 
 /// The sum of micro-batch `b`'s next-token log-probs over its real tokens, from the last
@@ -142,35 +176,6 @@ fn log_prob_sum(
     Ok(masked_sum(&lp, b.attention_mask.as_ref().unwrap()))
 }
 
-/// Relative tolerance of the losses and absolute tolerance of the final weights.
-struct Tolerance {
-    loss: f64,
-    weight: f64,
-}
-
-const FP32: Tolerance = Tolerance {
-    loss: 5e-5,
-    weight: 1e-4,
-};
-
-/// Qwen3.5-MoE's weights drift from the whole-batch reference by up to 2e-4 (the DeltaNet
-/// A_log) whenever the batch is cut into micro-batches, on one stage as on two: Adam moves
-/// weights by lr per step on gradients of rounding size. The losses hold 5e-5.
-const MOE_DRIFT: Tolerance = Tolerance {
-    loss: 5e-5,
-    weight: 5e-4,
-};
-
-/// Qwen3.5 under context parallelism: a Gated DeltaNet's `A_log` gradient is about 1e-10 on
-/// these tiny models, so the order its parts are summed in (the CP ranks' shares, then the
-/// group) moves it by half its size, and Adam's normalised steps turn that into weight moves
-/// of its learning rate's order over 20 steps. Every gradient of one step matches
-/// (`qwen3_5_cp2_gradients_equal_one_process`); the losses keep the fp32 bound.
-const A_LOG_DRIFT: Tolerance = Tolerance {
-    loss: 5e-5,
-    weight: 2e-3,
-};
-
 /// The distributed optimizer with the default layout.
 fn distributed_optimizer() -> ParallelSettings {
     ParallelSettings {
@@ -179,48 +184,8 @@ fn distributed_optimizer() -> ParallelSettings {
     }
 }
 
-fn check_against_reference(run: &Run, cfg: &ModelConfig, setup: &Setup, tol: Tolerance) {
-    let (ref_losses, ref_weights) = reference_run(cfg, STEPS, ROWS, LEN, setup);
-    assert!(
-        ref_losses[STEPS - 1] < ref_losses[0] * 0.9,
-        "the reference does not learn: {ref_losses:?}"
-    );
-    for (i, (a, b)) in run.losses.iter().zip(&ref_losses).enumerate() {
-        assert!(
-            (a - b).abs() <= tol.loss * b.abs().max(1.0),
-            "step {i}: loss {a} vs single-process {b}"
-        );
-    }
-    let mut names: Vec<&String> = run.weights.iter().map(|(n, _)| n).collect();
-    names.sort();
-    let mut ref_names: Vec<&String> = ref_weights.iter().map(|(n, _)| n).collect();
-    ref_names.sort();
-    assert_eq!(names, ref_names);
-    let mut worst = (0.0, String::new());
-    for (name, w) in &ref_weights {
-        let (_, got) = run.weights.iter().find(|(n, _)| n == name).unwrap();
-        assert_eq!(got.size(), w.size(), "{name}");
-        let d = max_diff(got, w);
-        if d > worst.0 {
-            worst = (d, name.clone());
-        }
-    }
-    eprintln!(
-        "final losses {:?} / {:?}; worst weight diff {:e} ({})",
-        run.losses.last(),
-        ref_losses.last(),
-        worst.0,
-        worst.1
-    );
-    assert!(
-        worst.0 < tol.weight,
-        "final weights differ by {:e} in {}",
-        worst.0,
-        worst.1
-    );
-}
-
-/// [`parallel_run`] in fp32 on `g`, checked against the single-process run within `tol`.
+/// The module over `g` in fp32, in [`lockstep`] with the single-process model for
+/// [`STEPS`] steps (which must learn); the module's final weights (the reference's).
 fn fp32_matches(
     world: &ProcessGroup,
     g: Grid,
@@ -228,12 +193,18 @@ fn fp32_matches(
     sequence_parallel: bool,
     settings: ParallelSettings,
     num_mb: i64,
-    tol: Tolerance,
 ) -> Run {
     let setup = Setup::fp32();
-    let run = parallel_run(world, g, cfg, sequence_parallel, settings, num_mb, &setup);
-    check_against_reference(&run, cfg, &setup, tol);
-    run
+    let mut module = parallel_module(world, g, cfg, sequence_parallel, settings, &setup);
+    let mut reference = Reference::new(cfg, ROWS, LEN, &setup);
+    let mut parallel = Parallel::new(world, &mut module, cfg, g.tp * g.cp, num_mb);
+    let want = lockstep(&mut reference, &mut parallel, STEPS, 1e-5).losses;
+    assert!(
+        want[STEPS - 1] < want[0] * 0.9,
+        "the reference does not learn: {want:?}"
+    );
+    let weights = module.full_params().unwrap();
+    Run { weights, module }
 }
 
 rank_test!(tp2_matches_single_process, 2, |world| {
@@ -247,7 +218,6 @@ rank_test!(tp2_matches_single_process, 2, |world| {
         false,
         ParallelSettings::default(),
         2,
-        FP32,
     );
     // One directory for both ranks (their process ids differ; the rendezvous port does not).
     let port = std::env::var("MASTER_PORT").unwrap();
@@ -299,7 +269,6 @@ rank_test!(tp2_moe_matches_single_process, 2, |world| {
             sequence_parallel,
             ParallelSettings::default(),
             2,
-            FP32,
         );
         let local = run.module.model.params();
         let expert = local
@@ -324,7 +293,7 @@ rank_test!(pp2_matches_single_process, 2, |world| {
     // 1F1B over 4 micro-batches, distributed optimizer with one DP rank.
     let settings = distributed_optimizer();
     let cfg = tiny_config(true);
-    let run = fp32_matches(&world, grid(1, 2, 1), &cfg, false, settings, 4, FP32);
+    let run = fp32_matches(&world, grid(1, 2, 1), &cfg, false, settings, 4);
     assert_eq!(
         run.module.model.stage.layers,
         world.rank()..world.rank() + 1
@@ -341,7 +310,7 @@ rank_test!(dp2_matches_single_process, 2, |world| {
         },
     };
     let cfg = tiny_config(true);
-    let run = fp32_matches(&world, grid(1, 1, 2), &cfg, false, settings, 2, FP32);
+    let run = fp32_matches(&world, grid(1, 1, 2), &cfg, false, settings, 2);
     let (opt, total) = distributed_state(&run.module);
     assert!(opt.layout().buckets.len() > 1);
     assert!(opt.owned_numel() < total, "state is not sharded");
@@ -354,17 +323,19 @@ rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
     let settings = distributed_optimizer();
     let setup = Setup::bf16_offload();
     let cfg = tiny_config(true);
-    let run = parallel_run(&world, grid(1, 1, 2), &cfg, false, settings, 2, &setup);
-    let inner = run.module.inner_optimizer().unwrap();
+    let mut module = parallel_module(&world, grid(1, 1, 2), &cfg, false, settings, &setup);
+    let (losses, _) = train_steps(&world, &mut module, &cfg, 1, 2);
+    let inner = module.inner_optimizer().unwrap();
     assert!(inner.offloaded_numel() > 0, "nothing offloaded");
-    assert!(run.weights.iter().all(|(_, t)| t.kind() == Kind::BFloat16));
+    let weights = module.full_params().unwrap();
+    assert!(weights.iter().all(|(_, t)| t.kind() == Kind::BFloat16));
     // Adam moves weights whose gradients are rounding noise (k_proj biases) by up to lr per
     // step in either direction, so bf16 weights are compared by the relative norm of the whole
     // difference, not element-wise. For scale: the single-process bf16 run itself, with the
     // batch in 4 micro-batches instead of 1, ends 1.0e-2 away (relative norm) from itself.
     let (ref_losses, ref_weights) = reference_run(&cfg, STEPS, ROWS, LEN, &setup);
     assert!(ref_losses[STEPS - 1] < ref_losses[0] * 0.9);
-    for (i, (a, b)) in run.losses.iter().zip(&ref_losses).enumerate() {
+    for (i, (a, b)) in losses.iter().zip(&ref_losses).enumerate() {
         assert!(
             (a - b).abs() <= 1e-2 * b,
             "step {i}: loss {a} vs single-process {b}"
@@ -372,7 +343,7 @@ rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
     }
     let (mut diff, mut norm) = (0.0, 0.0);
     for (name, w) in &ref_weights {
-        let (_, got) = run.weights.iter().find(|(n, _)| n == name).unwrap();
+        let (_, got) = weights.iter().find(|(n, _)| n == name).unwrap();
         let (got, w) = (got.to_kind(Kind::Double), w.to_kind(Kind::Double));
         diff += (&got - &w).square().sum(Kind::Double).double_value(&[]);
         norm += w.square().sum(Kind::Double).double_value(&[]);
@@ -390,7 +361,7 @@ rank_test!(
         let mut cfg = tiny_config(true);
         cfg.model_type = "qwen3".into();
         let settings = distributed_optimizer();
-        let run = fp32_matches(&world, grid(2, 1, 1), &cfg, true, settings, 2, FP32);
+        let run = fp32_matches(&world, grid(2, 1, 1), &cfg, true, settings, 2);
         assert!(run.module.model.sequence_parallel());
         let partial: Vec<String> = run
             .module
@@ -420,7 +391,7 @@ rank_test!(cp2_matches_single_process, 2, |world| {
         dp: 1,
     };
     let cfg = tiny_config(true);
-    let run = fp32_matches(&world, cp2, &cfg, false, settings, 2, FP32);
+    let run = fp32_matches(&world, cp2, &cfg, false, settings, 2);
     assert!(run.module.model.context_parallel().is_some());
     // The optimizer's state is split over DP x CP (Megatron's dp_cp group): half per rank.
     let (opt, total) = distributed_state(&run.module);
@@ -430,27 +401,11 @@ rank_test!(cp2_matches_single_process, 2, |world| {
         opt.owned_numel()
     );
     let cfg = tiny_moe_config();
-    fp32_matches(
-        &world,
-        cp2,
-        &cfg,
-        false,
-        ParallelSettings::default(),
-        2,
-        FP32,
-    );
+    fp32_matches(&world, cp2, &cfg, false, ParallelSettings::default(), 2);
     // Qwen3.5: each Gated DeltaNet layer gathers its input into sequence order, runs the
     // whole recurrence on both ranks and keeps its own positions.
     let cfg = tiny_qwen3_5_config(false);
-    fp32_matches(
-        &world,
-        cp2,
-        &cfg,
-        false,
-        distributed_optimizer(),
-        2,
-        A_LOG_DRIFT,
-    );
+    fp32_matches(&world, cp2, &cfg, false, distributed_optimizer(), 2);
 });
 
 rank_test!(tp2_cp2_matches_single_process, 4, |world| {
@@ -466,18 +421,10 @@ rank_test!(tp2_cp2_matches_single_process, 4, |world| {
         pp: 1,
         dp: 1,
     };
-    fp32_matches(&world, g, &cfg, true, settings, 2, FP32);
+    fp32_matches(&world, g, &cfg, true, settings, 2);
     // Qwen3.5-MoE: DeltaNet heads split over TP, sequences over CP, experts over TP.
     let cfg = tiny_qwen3_5_config(true);
-    fp32_matches(
-        &world,
-        g,
-        &cfg,
-        true,
-        distributed_optimizer(),
-        2,
-        A_LOG_DRIFT,
-    );
+    fp32_matches(&world, g, &cfg, true, distributed_optimizer(), 2);
 });
 
 rank_test!(qwen3_5_pp2_and_dp2_match_single_process, 2, |world| {
@@ -486,15 +433,7 @@ rank_test!(qwen3_5_pp2_and_dp2_match_single_process, 2, |world| {
     // layer), then the MoE variant over two data-parallel ranks with the distributed optimizer.
     let cfg = tiny_qwen3_5_config(false);
     let pp2 = grid(1, 2, 1);
-    fp32_matches(
-        &world,
-        pp2,
-        &cfg,
-        false,
-        ParallelSettings::default(),
-        4,
-        FP32,
-    );
+    fp32_matches(&world, pp2, &cfg, false, ParallelSettings::default(), 4);
     qwen3_5_moe_matches_single_process(&world, grid(1, 1, 2), false);
 });
 
@@ -513,7 +452,6 @@ rank_test!(qwen3_5_tp2_matches_single_process, 2, |world| {
         true,
         ParallelSettings::default(),
         2,
-        FP32,
     );
     let qkv = run
         .module
@@ -531,7 +469,7 @@ rank_test!(qwen3_5_tp2_matches_single_process, 2, |world| {
 fn qwen3_5_moe_matches_single_process(world: &ProcessGroup, g: Grid, sequence_parallel: bool) {
     let cfg = tiny_qwen3_5_config(true);
     let settings = distributed_optimizer();
-    fp32_matches(world, g, &cfg, sequence_parallel, settings, 2, MOE_DRIFT);
+    fp32_matches(world, g, &cfg, sequence_parallel, settings, 2);
 }
 
 rank_test!(qwen3_5_cp2_gradients_equal_one_process, 2, |world| {

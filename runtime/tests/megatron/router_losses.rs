@@ -1,18 +1,18 @@
 //! The router's load-balancing and z-losses (Megatron's `aux_loss` load balancing and
 //! `moe_z_loss_coeff`, added to the gradient only) on a Qwen3-MoE: under context parallelism 2
 //! and under tensor parallelism 2 with sequence parallelism, training follows the one-process
-//! module with the same losses step by step (reported losses, grad norms, final weights), and
-//! the losses move the weights (the run without them ends elsewhere).
+//! module step by step in lockstep (losses, grad norms, updated weights), and the losses move
+//! the weights (the run without them ends elsewhere).
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
 use runtime::megatron::{HeadKind, MegatronModule, ParallelSettings};
 use runtime::model::moe::RouterLossCoeffs;
 use runtime::optim::LossScaling;
 use tch::{Device, Kind, Tensor};
 
-use crate::parity::train_steps;
+use crate::parity::{Parallel, STEPS, train_steps};
 use crate::rank_test;
 use crate::support::{
-    Setup, full_weights, make_groups, max_diff, reference_model, tiny_moe_config,
+    Setup, full_weights, lockstep, make_groups, max_diff, reference_model, tiny_moe_config,
 };
 
 const COEFFS: RouterLossCoeffs = RouterLossCoeffs {
@@ -20,13 +20,14 @@ const COEFFS: RouterLossCoeffs = RouterLossCoeffs {
     z: 0.05,
 };
 
-/// Losses, grad norms and final weights of `layout` (`None`: one process) over `world`.
-fn run(
+/// The Qwen3-MoE module of `layout` (`None`: one process) over `world` with the router's
+/// losses `coeffs`, its optimizer built, and how many ranks compute each of its losses.
+fn module(
     world: &ProcessGroup,
     layout: Option<RankLayout>,
     sequence_parallel: bool,
     coeffs: RouterLossCoeffs,
-) -> (Vec<f64>, Vec<f64>, Vec<(String, Tensor)>) {
+) -> (MegatronModule, usize) {
     let cfg = tiny_moe_config();
     let setup = Setup::fp32();
     let copies = layout
@@ -52,66 +53,47 @@ fn run(
         LossScaling::LINKED,
     )
     .unwrap();
-    let (losses, norms) = train_steps(world, &mut m, &cfg, copies, 2);
-    if coeffs.any() {
-        assert_eq!(
-            m.router_values().len(),
-            2 * 2,
-            "one value per MoE layer (2) and micro-batch (2)"
-        );
-    }
-    (losses, norms, m.full_params().unwrap())
+    (m, copies)
 }
 
-fn assert_follows(
-    what: &str,
-    (losses, norms, weights): &(Vec<f64>, Vec<f64>, Vec<(String, Tensor)>),
-    (ref_losses, ref_norms, ref_weights): &(Vec<f64>, Vec<f64>, Vec<(String, Tensor)>),
-) {
-    for (i, ((a, b), (na, nb))) in losses
-        .iter()
-        .zip(ref_losses)
-        .zip(norms.iter().zip(ref_norms))
-        .enumerate()
-    {
-        assert!(
-            (a - b).abs() <= 5e-5 * b.abs().max(1.0),
-            "{what} step {i}: loss {a} vs {b}"
-        );
-        assert!(
-            (na - nb).abs() <= 1e-4 * nb.abs().max(1.0),
-            "{what} step {i}: norm {na} vs {nb}"
-        );
-    }
-    for (name, w) in ref_weights {
-        let (_, got) = weights.iter().find(|(n, _)| n == name).unwrap();
-        let d = max_diff(got, w);
-        assert!(d < 1e-4, "{what} {name}: {d}");
-    }
+/// The final weights of [`STEPS`] free-running steps in one process.
+fn one_process_weights(world: &ProcessGroup, coeffs: RouterLossCoeffs) -> Vec<(String, Tensor)> {
+    let (mut m, copies) = module(world, None, false, coeffs);
+    train_steps(world, &mut m, &tiny_moe_config(), copies, 2);
+    m.full_params().unwrap()
 }
 
 rank_test!(
     router_losses_follow_one_process_under_cp_and_tp,
     2,
     |world| {
-        let one = run(&world, None, false, COEFFS);
-        let without = run(&world, None, false, RouterLossCoeffs::default());
-        let moved = one
-            .2
+        let with = one_process_weights(&world, COEFFS);
+        let without = one_process_weights(&world, RouterLossCoeffs::default());
+        let moved = with
             .iter()
             .filter(|(n, _)| n.ends_with("mlp.gate.weight"))
-            .map(|(n, w)| max_diff(w, &without.2.iter().find(|(m, _)| m == n).unwrap().1))
+            .map(|(n, w)| max_diff(w, &without.iter().find(|(m, _)| m == n).unwrap().1))
             .fold(0.0, f64::max);
         assert!(
             moved > 1e-3,
             "the router losses do not move the router ({moved})"
         );
+        let cfg = tiny_moe_config();
         for (what, (tp, cp), sp) in [
             ("CP=2", (1, 2), false),
             ("TP=2 with sequence parallelism", (2, 1), true),
         ] {
+            let (mut one, one_copies) = module(&world, None, false, COEFFS);
             let layout = RankLayout::megatron(tp, cp, 1, 1).unwrap();
-            assert_follows(what, &run(&world, Some(layout), sp, COEFFS), &one);
+            let (mut m, copies) = module(&world, Some(layout), sp, COEFFS);
+            let mut reference = Parallel::new(&world, &mut one, &cfg, one_copies, 2);
+            let mut parallel = Parallel::new(&world, &mut m, &cfg, copies, 2);
+            lockstep(&mut reference, &mut parallel, STEPS, 1e-5);
+            assert_eq!(
+                m.router_values().len(),
+                2 * 2,
+                "{what}: one value per MoE layer (2) and micro-batch (2)"
+            );
         }
     }
 );

@@ -796,7 +796,9 @@ fn verl_examples_that_build_start_and_train_two_steps() {
         if tree.is_dir() {
             releases.push((label, lower_fixture(fixture, Some(&tree), &dir, &mut runs)));
         } else {
-            eprintln!("skipped verl {label}'s examples: no tree (run scripts/setup)");
+            testkit::missing_data(format!(
+                "no verl tree for {label}'s examples (scripts/setup unpacks it)"
+            ));
         }
     }
     for (release, l) in &releases {

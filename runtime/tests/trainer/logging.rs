@@ -108,8 +108,8 @@ fn tensorboard_reads_our_event_files() {
     );
 
     let Some(python) = tensorboard_python() else {
-        eprintln!(
-            "skipping the TensorBoard loader check: no python with `tensorboard` (set VERLC_TB_PYTHON)"
+        testkit::missing_data(
+            "no python with `tensorboard` for the loader check (scripts/setup installs it in .venv; or set VERLC_TB_PYTHON)",
         );
         return;
     };

@@ -196,9 +196,13 @@ pub struct MigrateArgs {
     /// The release whose layout to write (verl 0.9.1 is the one verlc migrates to).
     #[arg(long, value_name = "VERSION", default_value = "0.9.1")]
     pub to: String,
-    /// Rewrite the file in place instead of printing the diff.
+    /// Rewrite the file in place instead of printing the diff (a symlink's target is rewritten,
+    /// atomically).
     #[arg(long)]
     pub write: bool,
+    /// `json`: one object with the diff, the overrides as a list and every change.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
     /// The primary config the overrides compose on (`ppo_megatron_trainer` becomes
     /// `ppo_trainer` with `model_engine=megatron`).
     #[arg(long, alias = "config-name", value_name = "NAME")]

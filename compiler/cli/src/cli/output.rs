@@ -66,6 +66,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     written
 }
 
+/// Rewrite the user's file at `path` in place, atomically, keeping its permissions: a symlink
+/// is followed and its target rewritten (the link stays a link). Anything but a regular file
+/// at the end of the links is refused.
+pub fn rewrite_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let target = std::fs::canonicalize(path)?;
+    let meta = std::fs::metadata(&target)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", target.display()),
+        ));
+    }
+    write_atomic(&target, bytes)?;
+    std::fs::set_permissions(&target, meta.permissions())
+}
+
 /// Copy `from` to `to` atomically (as [`write_atomic`]), keeping its permissions.
 pub fn copy_atomic(from: &Path, to: &Path) -> std::io::Result<()> {
     let tmp = temp_beside(to)?;

@@ -230,11 +230,11 @@ mod tests {
         let reg = "registry+https://github.com/rust-lang/crates.io-index#tch@0.26.0";
         assert_eq!(package_name(reg), "tch@0.26.0");
         assert_eq!(
-            package_name("path+file:///work/main/runtime#verlc-runtime@0.1.0"),
+            package_name("path+file:///home/user/verlc/runtime#verlc-runtime@0.1.0"),
             "verlc-runtime@0.1.0"
         );
         assert_eq!(
-            package_name("path+file:///work/main/macros#0.1.0"),
+            package_name("path+file:///home/user/verlc/macros#0.1.0"),
             "macros@0.1.0"
         );
         assert_eq!(

@@ -1,8 +1,9 @@
 //! ## What it checks
 //! With `reward_manager.source: register`, `reward_manager.name` must be one of verl's
-//! registered reward managers: `naive`, `batch`, `dapo`, `prime` in verl 0.7.0; from 0.7.1 (the
-//! reward loop's, with the settings under `reward.reward_manager`) `naive`, `dapo`, `gdpo`,
-//! `remote`. (The name copies the
+//! registered reward managers: `naive`, `batch`, `dapo`, `prime` where the tree has the top-level
+//! `reward_manager` (verl 0.7.0, and verl's main branch before 0.7.1's reward section); the
+//! reward loop's `naive`, `dapo`, `gdpo`, `remote` where the settings are under
+//! `reward.reward_manager` (0.7.1 on). (The name copies the
 //! deprecated `reward_model.reward_manager` by default.) With `source: importlib`,
 //! `reward_manager.module.path` must name the Python file.
 //!
@@ -35,11 +36,13 @@ const REWARD_LOOP: &[&str] = &["naive", "dapo", "gdpo", "remote"];
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let m = Rewards::of(ctx.config, ctx.root).manager;
-    // Any tree newer than the modelled 0.7.0.
-    let registered = if ctx.release.is_some() {
-        REWARD_LOOP
-    } else {
+    // The registry follows the layout verl loads the manager from: the top-level
+    // `reward_manager` is read by `verl.workers.reward_manager` (0.7.0, and verl's main branch
+    // until the reward section arrived), `reward.reward_manager` by the reward loop.
+    let registered = if m.prefix == "reward_manager" {
         REGISTERED_0_7_0
+    } else {
+        REWARD_LOOP
     };
     match m.source {
         RewardSource::Register => {

@@ -844,6 +844,21 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         self.full_params()
     }
 
+    fn load_params(&mut self, named: &[(String, Tensor)]) -> Result<()> {
+        let given: std::collections::HashMap<&str, &Tensor> =
+            named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let get = |name: &str| given.get(name).map(|t| t.shallow_clone());
+        let rank = self.group.rank();
+        self.root.load_full(rank, &get)?;
+        for u in &mut self.layers {
+            u.load_full(rank, &get)?;
+        }
+        if let Some(opt) = self.optimizer.as_mut() {
+            opt.reload_model_params()?;
+        }
+        Ok(())
+    }
+
     fn dp_size(&self) -> usize {
         self.dp.size()
     }
