@@ -120,8 +120,9 @@ fn main() {
     write(&Path::new(&out_dir).join("release_trees.rs"), &out);
 }
 
-/// The releases whose config tree verlc embeds besides its own 0.7.0 tree (`defaults/`).
-const BUILTIN_RELEASE_TREES: &[&str] = &["0.9.1"];
+/// The releases whose config tree verlc embeds besides its own 0.7.0 tree (`defaults/`):
+/// every release it carries (`--verl-version`), each judged with its own leaf table.
+const BUILTIN_RELEASE_TREES: &[&str] = RELEASES;
 
 /// Every `.yaml` file under `dir` as (path relative to `root` with `/`, absolute path).
 fn yaml_files(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
@@ -144,7 +145,7 @@ fn yaml_files(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
 }
 
 /// The releases with a committed leaf table.
-const RELEASES: &[&str] = &["0.7.1", "0.8.0", "0.9.1"];
+const RELEASES: &[&str] = &["0.7.1", "0.8.0", "0.9.0", "0.9.1"];
 
 fn read_json(path: &Path) -> Value {
     println!("cargo:rerun-if-changed={}", path.display());

@@ -46,10 +46,13 @@ impl Checked {
 pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
     // The release judged against: the config dir's (its version file, else its layout), else
     // that of the built-in tree its missing configs come from.
+    // A config dir that is no verl tree itself (an example's `config/`) is judged by the tree
+    // its search path reaches.
     let dir_release = req
         .config_dir
         .as_deref()
-        .and_then(crate::load::version::verl_release);
+        .and_then(crate::load::version::verl_release)
+        .or_else(|| crate::load::version::searchpath_release(req));
     let release = dir_release
         .clone()
         .unwrap_or_else(|| format!("{}, verlc's built-in tree", req.builtin.version()));
@@ -275,7 +278,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             defaults: baseline.as_ref(),
             release: unmodelled_release
                 .as_deref()
-                .and_then(crate::load::version::minor_version),
+                .and_then(crate::load::version::release_triple),
         };
         let mut out = rules::run(&ctx, &enabled);
         if out.iter().any(|d| d.code == codes::SIZE_OVERFLOW) {
@@ -683,11 +686,24 @@ fn pass_through_unmodelled(
     }
     let shown: Vec<&str> = unchecked.iter().take(12).map(String::as_str).collect();
     let more = unchecked.len().saturating_sub(shown.len());
+    let judged = match &table {
+        Some(t) => format!(
+            "verlc checked its keys against verl {}'s leaf table",
+            t.release
+        ),
+        None => format!(
+            "verlc has no leaf table for it (it carries {})",
+            crate::load::release_table::RELEASE_TABLES
+                .iter()
+                .map(|(r, ..)| *r)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     let mut d = Diagnostic::warning(
         codes::SCHEMA_UNMODELLED_RELEASE,
         format!(
-            "this config tree is verl {version}; verlc models verl {}: {} key(s) of verl's own files differ from it and pass unchecked",
-            crate::load::version::MODELLED,
+            "this config tree is verl {version}; {judged}: {} key(s) of verl's own files are in no table and pass unchecked",
             unchecked.len()
         ),
     )

@@ -333,6 +333,7 @@ fn release_cases() -> Vec<Case> {
     for (fixture, release, prefix) in [
         ("verl_examples_0_7_1", "0.7.1", "verl 0.7.1: "),
         ("verl_examples_0_8_0", "0.8.0", "verl 0.8: "),
+        ("verl_examples_0_9_0", "0.9.0", "verl 0.9.0: "),
         ("verl_examples_0_9_0", "0.9.1", "verl 0.9: "),
     ] {
         let Some(tree) = support::release_tree(release) else {

@@ -38,12 +38,16 @@ fn python_and_release(release: &str) -> Option<(PathBuf, PathBuf)> {
     Some((python, tree))
 }
 
+/// Every release verlc carries besides the 0.7.0 it models: each has its leaf table
+/// (`compiler/releases/verl-<release>.json`) and built-in tree (`compiler/releases/verl-<release>/`).
+const CARRIED: &[&str] = &["0.7.1", "0.8.0", "0.9.0", "0.9.1"];
+
 #[test]
 fn committed_release_tables_are_fresh() {
     let root = workspace();
     let update = updating();
     let mut checked = 0;
-    for release in ["0.7.1", "0.8.0", "0.9.1"] {
+    for &release in CARRIED {
         let Some((python, tree)) = python_and_release(release) else {
             continue;
         };
@@ -102,42 +106,102 @@ fn files_under(dir: &Path) -> std::collections::BTreeMap<String, String> {
     out
 }
 
-/// The built-in tree of verl 0.9.1 (`compiler/releases/verl-0.9.1/`, verlc's default without
-/// `--config-dir`) is what `scripts/builtin_tree.py` derives from the release's own files;
-/// `VERLC_UPDATE_RELEASES=1` rewrites it.
+/// The built-in trees of the carried releases (`compiler/releases/verl-<release>/`, composed
+/// with `--verl-version`; 0.9.1's is the default without `--config-dir`) are what
+/// `scripts/builtin_tree.py` derives from each release's own files; `VERLC_UPDATE_RELEASES=1`
+/// rewrites them.
 #[test]
 fn committed_builtin_release_trees_are_fresh() {
     let root = workspace();
     let update = updating();
-    let release = "0.9.1";
-    let Some((python, tree)) = python_and_release(release) else {
-        return;
-    };
-    let committed = root.join(format!("compiler/releases/verl-{release}"));
-    let scratch = tempfile::tempdir().expect("tempdir");
-    let fresh = scratch.path().join("tree");
-    let target = if update { &committed } else { &fresh };
-    let status = std::process::Command::new(&python)
-        .arg(root.join("scripts/builtin_tree.py"))
-        .arg(&tree)
-        .arg(release)
-        .arg(target)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("run scripts/builtin_tree.py");
-    assert!(status.success(), "builtin_tree.py failed for {release}");
-    if update {
+    for &release in CARRIED {
+        let Some((python, tree)) = python_and_release(release) else {
+            continue;
+        };
+        let committed = root.join(format!("compiler/releases/verl-{release}"));
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let fresh = scratch.path().join("tree");
+        let target = if update { &committed } else { &fresh };
+        let status = std::process::Command::new(&python)
+            .arg(root.join("scripts/builtin_tree.py"))
+            .arg(&tree)
+            .arg(release)
+            .arg(target)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run scripts/builtin_tree.py");
+        assert!(status.success(), "builtin_tree.py failed for {release}");
+        if update {
+            continue;
+        }
+        let (want, have) = (files_under(&fresh), files_under(&committed));
+        let differ: Vec<&String> = want
+            .keys()
+            .chain(have.keys())
+            .filter(|k| want.get(*k) != have.get(*k))
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "compiler/releases/verl-{release}/ is stale (files that differ: {differ:?}); rerun with VERLC_UPDATE_RELEASES=1"
+        );
+    }
+}
+
+/// Releases whose trees differ are told apart: every release `scripts/setup` unpacks is
+/// carried (its own built-in tree and leaf table, not a neighbour's), and where two carried
+/// releases' trees differ, their tables differ too. (verl 0.9.0 was once judged with 0.9.1's
+/// table: 0.9.1 had dropped keys 0.9.0's own examples set.)
+#[test]
+fn releases_whose_trees_differ_have_tables_that_differ() {
+    use verlc::load::release_table::for_release;
+    use verlc::load::version::BuiltinRelease;
+    let root = workspace();
+    let unpacked: Vec<String> = std::fs::read_dir(root.join(".venv/verl-releases"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if unpacked.is_empty() {
+        testkit::missing_data("no verl release trees in .venv/verl-releases (scripts/setup)");
         return;
     }
-    let (want, have) = (files_under(&fresh), files_under(&committed));
-    let differ: Vec<&String> = want
-        .keys()
-        .chain(have.keys())
-        .filter(|k| want.get(*k) != have.get(*k))
-        .collect();
-    assert!(
-        differ.is_empty(),
-        "compiler/releases/verl-{release}/ is stale (files that differ: {differ:?}); rerun with VERLC_UPDATE_RELEASES=1"
-    );
-    assert!(want.len() > 40, "{} files", want.len());
+    for release in &unpacked {
+        assert!(
+            CARRIED.contains(&release.as_str()),
+            "scripts/setup unpacks verl {release}, which verlc does not carry (add its table and tree)"
+        );
+    }
+    for &release in CARRIED {
+        let table = for_release(release).unwrap_or_else(|| panic!("no table for {release}"));
+        assert_eq!(
+            table.release, release,
+            "verl {release} is read with another's table"
+        );
+        let builtin = BuiltinRelease::parse(release).expect("a built-in tree");
+        assert_eq!(builtin.version(), release);
+    }
+    for pair in CARRIED.windows(2) {
+        let pair: [&str; 2] = [pair[0], pair[1]];
+        let trees = pair.map(|r| files_under(&root.join(format!("compiler/releases/verl-{r}"))));
+        let strip = |m: &std::collections::BTreeMap<String, String>| -> Vec<(String, String)> {
+            // The header line names the release; the rest is the tree.
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.lines().skip(1).collect::<Vec<_>>().join("\n")))
+                .collect()
+        };
+        if strip(&trees[0]) != strip(&trees[1]) {
+            let tables = pair.map(|r| {
+                std::fs::read_to_string(root.join(format!("compiler/releases/verl-{r}.json")))
+                    .expect("table")
+            });
+            assert_ne!(
+                leaves(&tables[0]),
+                leaves(&tables[1]),
+                "verl {} and {} have different trees but the same leaf table",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
 }

@@ -573,8 +573,8 @@ fn verl_mains_examples_check_clean() {
 
 /// verl 0.7.1+'s `reward` section lowers as verl runs it: the scoring function, manager and
 /// reward model from `reward.*`, and the top-level keys of the 0.7.0 layout, when set, moved
-/// over them as verl's `migrate_legacy_reward_impl` does. A misspelt key under `reward` is an
-/// error.
+/// over them as 0.7.1 and 0.8's `migrate_legacy_reward_impl` does (an error on 0.9, which no
+/// longer calls it). A misspelt key under `reward` is an error.
 #[test]
 fn a_newer_releases_reward_section_lowers() {
     use verlc::plan::{SpecOutcome, lower_request};
@@ -594,13 +594,37 @@ fn a_newer_releases_reward_section_lowers() {
     assert!(matches!(spec(&[]).reward, RewardSpec::Builtin));
     let s = spec(&["reward.custom_reward_function.path=my_reward.py"]);
     assert_eq!(python(&s), ("my_reward.py".into(), "compute_score".into()));
-    // The 0.7.0 keys, set, move over the section's.
-    let s = spec(&[
+    // The 0.7.0 keys, set, move over the section's where verl moves them (0.7.1 and 0.8's
+    // main_ppo), and are errors on 0.9, whose main_ppo never reads them.
+    if let Some(eight) = release_tree("0.8.0") {
+        let on_eight = |extra: &[&str]| match lower_request(&build_request(&eight, extra)) {
+            SpecOutcome::Ok { spec, .. } => spec,
+            SpecOutcome::Errors(c) => panic!("{extra:?}: {:#?}", errors(&c.diagnostics)),
+        };
+        let s = on_eight(&[
+            "custom_reward_function.path=old.py",
+            "custom_reward_function.name=score",
+            "reward.custom_reward_function.path=new.py",
+        ]);
+        assert_eq!(python(&s), ("old.py".into(), "score".into()));
+        let s = on_eight(&["reward_model.reward_manager=dapo"]);
+        assert!(matches!(s.reward_manager, RewardManagerSpec::Dapo { .. }));
+    }
+    for legacy in [
         "custom_reward_function.path=old.py",
-        "custom_reward_function.name=score",
-        "reward.custom_reward_function.path=new.py",
-    ]);
-    assert_eq!(python(&s), ("old.py".into(), "score".into()));
+        "reward_model.reward_manager=dapo",
+    ] {
+        match lower_request(&req(&[legacy])) {
+            SpecOutcome::Ok { .. } => panic!("{legacy}: verl 0.9 ignores it"),
+            SpecOutcome::Errors(c) => assert!(
+                c.diagnostics
+                    .iter()
+                    .any(|d| d.is_error() && d.code.0 == "V059"),
+                "{legacy}: {:#?}",
+                errors(&c.diagnostics)
+            ),
+        }
+    }
     let s = spec(&[
         "reward.reward_manager.name=dapo",
         "+reward.reward_kwargs.max_resp_len=64",
@@ -612,8 +636,6 @@ fn a_newer_releases_reward_section_lowers() {
         } => assert_eq!((b.max_resp_len, b.len), (64.0, 16.0)),
         other => panic!("{other:?}"),
     }
-    let s = spec(&["reward_model.reward_manager=dapo"]);
-    assert!(matches!(s.reward_manager, RewardManagerSpec::Dapo { .. }));
     // The reward model of the reward loop.
     let s = spec(&[
         "reward.reward_model.enable=true",
@@ -688,6 +710,28 @@ const RELEASE_0_9_KNOWN: &[(&str, &[&str], &str)] = &[
         "examples/grpo_trainer/run_qwen3_vl_30b_a3b_fsdp.sh",
         &["S003"],
         "rollout.name=dummy_infer_backend is not in verl 0.9.1's rollout registry (get_rollout_class asserts)",
+    ),
+];
+
+/// What `verlc check` reports besides [`RELEASE_0_9_KNOWN`] on verl 0.9.0's example calls on
+/// 0.9.0's own tree, where the scripts that set keys 0.9.1 dropped compose too.
+const RELEASE_0_9_0_KNOWN: &[(&str, &[&str], &str)] = &[
+    (
+        "examples/grpo_trainer/run_hy_v3_megatron.sh",
+        &["V059"; 6],
+        "sets reward_model.reward_manager and reward_model.reward_kwargs.*: verl 0.9.0's main_ppo no longer moves the 0.7 reward keys over `reward` (migrate_legacy_reward_impl is called by the fully-async entry point only), so the run would use the naive manager without the overlong buffer",
+    ),
+    (
+        "examples/grpo_trainer/run_nemotron_nano_v3_30b_a3b_megatron.sh",
+        &["V059"; 6],
+        "as run_hy_v3_megatron.sh",
+    ),
+    (
+        "examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh",
+        &[
+            "S001", "V018", "V059", "V059", "V059", "V059", "V059", "V059",
+        ],
+        "as run_hy_v3_megatron.sh, and appends rollout.moe_tensor_parallel_size, which verl 0.9's RolloutConfig does not have, with expert parallel 2 against tensor parallel 4 × data parallel 1 (RolloutConfig.__post_init__ asserts)",
     ),
 ];
 
@@ -831,6 +875,23 @@ fn verl_0_9_examples_check_clean() {
     };
     let composed = examples_check_clean("verl_examples_0_9_0", &dir, RELEASE_0_9_KNOWN);
     assert_eq!(composed, 61, "calls that compose on 0.9.1's tree");
+}
+
+/// A user on verl 0.9.0: `verlc check --config-dir <0.9.0's own tree>` on its example calls,
+/// judged as 0.9.0 (its own leaf table: `megatron.grad_offload`, which 0.9.1 dropped, is a key
+/// of this release). Every call that composes checks without errors, apart from
+/// [`RELEASE_0_9_KNOWN`].
+#[test]
+fn verl_0_9_0_examples_check_clean_on_their_own_tree() {
+    let Some(dir) = release_tree("0.9.0") else {
+        return;
+    };
+    let known = [RELEASE_0_9_KNOWN, RELEASE_0_9_0_KNOWN].concat();
+    let composed = examples_check_clean("verl_examples_0_9_0", &dir, &known);
+    assert_eq!(
+        composed, 82,
+        "calls that compose on 0.9.0's tree (as with Hydra)"
+    );
 }
 
 /// What `verlc check` still reports on verl 0.7.1's example calls on its own tree, besides the

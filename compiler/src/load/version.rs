@@ -19,18 +19,31 @@ pub const MODELLED: &str = "0.7.0";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum BuiltinRelease {
     V0_7_0,
+    V0_7_1,
+    V0_8_0,
+    V0_9_0,
     /// The newest supported release: the default.
     #[default]
     V0_9_1,
 }
 
 impl BuiltinRelease {
-    pub const ALL: [BuiltinRelease; 2] = [BuiltinRelease::V0_7_0, BuiltinRelease::V0_9_1];
+    /// Every carried release, oldest first.
+    pub const ALL: [BuiltinRelease; 5] = [
+        BuiltinRelease::V0_7_0,
+        BuiltinRelease::V0_7_1,
+        BuiltinRelease::V0_8_0,
+        BuiltinRelease::V0_9_0,
+        BuiltinRelease::V0_9_1,
+    ];
 
     /// Its version (`0.9.1`).
     pub fn version(self) -> &'static str {
         match self {
             BuiltinRelease::V0_7_0 => "0.7.0",
+            BuiltinRelease::V0_7_1 => "0.7.1",
+            BuiltinRelease::V0_8_0 => "0.8.0",
+            BuiltinRelease::V0_9_0 => "0.9.0",
             BuiltinRelease::V0_9_1 => "0.9.1",
         }
     }
@@ -39,7 +52,7 @@ impl BuiltinRelease {
     pub fn files(self) -> &'static [(&'static str, &'static str)] {
         match self {
             BuiltinRelease::V0_7_0 => crate::config::BUILTIN_FILES,
-            BuiltinRelease::V0_9_1 => crate::config::builtin::release_tree("0.9.1"),
+            other => crate::config::builtin::release_tree(other.version()),
         }
     }
 
@@ -49,28 +62,34 @@ impl BuiltinRelease {
     }
 
     /// The built-in tree `--verl-version` names: a release (`0.9.1`) or its minor version
-    /// (`0.9`). Anything else is refused with the releases there are.
+    /// (`0.9`: the newest of it). Anything else is refused with the releases there are.
     pub fn parse(version: &str) -> Result<BuiltinRelease, String> {
         let v = version.trim();
         let v = v.strip_prefix('v').unwrap_or(v);
-        Self::ALL
+        let exact = Self::ALL.into_iter().find(|r| r.version() == v);
+        let newest_of_minor = Self::ALL
             .into_iter()
-            .find(|r| r.version() == v || r.version().rsplit_once('.').is_some_and(|(m, _)| m == v))
-            .ok_or_else(|| {
-                format!(
-                    "verlc has no built-in tree of verl {version}: it carries {}; for another release give its tree with `--config-dir <site-packages>/verl/trainer/config`",
-                    Self::ALL.map(BuiltinRelease::version).join(" and ")
-                )
-            })
+            .rev()
+            .find(|r| r.version().rsplit_once('.').is_some_and(|(m, _)| m == v));
+        exact.or(newest_of_minor).ok_or_else(|| {
+            format!(
+                "verlc has no built-in tree of verl {version}: it carries {}; for another release give its tree with `--config-dir <site-packages>/verl/trainer/config`",
+                Self::ALL.map(BuiltinRelease::version).join(", ")
+            )
+        })
     }
 
-    /// The built-in tree of the same minor version as release `version` (an installed verl's,
-    /// or the one a trainer was built for: verl 0.9.0 gets 0.9.1's tree, 0.7.1 gets 0.7.0's,
-    /// whose reward section 0.7.1 kept as legacy stubs), else none.
+    /// The built-in tree of release `version` (an installed verl's, or the one a trainer was
+    /// built for): that release's own, else the newest of the same minor version (a later
+    /// patch release, a `.post` build), else none.
     pub fn same_minor(version: &str) -> Option<BuiltinRelease> {
+        if let Some(exact) = Self::ALL.into_iter().find(|r| r.version() == version) {
+            return Some(exact);
+        }
         let minor = minor_version(version)?;
         Self::ALL
             .into_iter()
+            .rev()
             .find(|r| minor_version(r.version()) == Some(minor))
     }
 }
@@ -93,6 +112,47 @@ pub fn verl_release(config_dir: &Path) -> Option<String> {
         config_dir.join("model_engine").is_dir().then(|| {
             "newer than 0.7.0 (its model_engine/ group; no verl/version/version file)".to_owned()
         })
+    })
+}
+
+/// The release of the tree a config's `hydra.searchpath` reaches, for a primary config whose
+/// own directory is no verl tree (an example's `config/` dir that extends verl's tree): the
+/// first entry that resolves to a directory with a release (its version file, else its
+/// layout), or to verl's package (`pkg://verl.trainer.config`, or a `file://` path to a verl
+/// tree that is not there: the built-in tree, whose release the caller chose as the active
+/// Python's verl). `None` where the config names no search path. The primary is read as
+/// composition reads it (bounded); a file that cannot be read or parsed says nothing here,
+/// composition reports it.
+pub fn searchpath_release(req: &super::compose::LoadRequest) -> Option<String> {
+    use super::repo::{Repo, SearchDir};
+    let primary = match (&req.config_file, &req.config_dir) {
+        (Some(f), _) => f.clone(),
+        (None, Some(dir)) => {
+            let name = req.config_name.as_deref().unwrap_or("ppo_trainer");
+            dir.join(format!("{}.yaml", name.trim_end_matches(".yaml")))
+        }
+        (None, None) => return None,
+    };
+    let text = super::read::read_text(&primary, super::read::MAX_CONFIG_FILE_BYTES).ok()?;
+    // Most configs name no search path: a text scan, not a second parse of the file.
+    if !text.contains("searchpath") {
+        return None;
+    }
+    let source = crate::source::Source::new(
+        primary.display().to_string(),
+        super::read::strip_bom(text),
+        crate::source::SourceKind::File,
+    );
+    let node = super::yaml::parse(&source, crate::source::SourceId(0)).ok()?;
+    let list = node.child("hydra")?.child("searchpath")?;
+    let super::node::Value::Seq(items) = &list.value else {
+        return None;
+    };
+    items.iter().filter_map(|i| i.as_str()).find_map(|url| {
+        match Repo::search_dir_from_url(url, &req.cwd, req.builtin).ok()? {
+            SearchDir::Dir(dir) => verl_release(&dir),
+            SearchDir::Builtin(release) => Some(release.version().to_owned()),
+        }
     })
 }
 
@@ -125,6 +185,28 @@ pub fn minor_version(release: &str) -> Option<(u32, u32)> {
     Some((major, minor.parse().ok()?))
 }
 
+/// `(major, minor, patch)` of a release label (`0.9.1`, `0.9.1.post1` -> `(0, 9, 1)`); a
+/// development snapshot before a release (`0.8.0.dev`) is the last patch of the release before
+/// it (`(0, 7, u32::MAX)`: after every 0.7.x, before 0.8.0); a tree recognised only by its
+/// layout is 0.8.0 (see [`minor_version`]).
+pub fn release_triple(release: &str) -> Option<(u32, u32, u32)> {
+    let (major, minor) = minor_version(release)?;
+    if release.starts_with("newer than") {
+        return Some((major, minor, 0));
+    }
+    if release.ends_with(".dev") && release.trim_end_matches(".dev").ends_with(".0") {
+        return Some((major, minor, u32::MAX));
+    }
+    let patch: String = release
+        .split('.')
+        .nth(2)
+        .unwrap_or("0")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some((major, minor, patch.parse().unwrap_or(0)))
+}
+
 /// Whether verlc models release `version` (`0.7.0`, and its development or post builds
 /// `0.7.0.dev`, `0.7.0.post1`).
 pub fn is_modelled(version: &str) -> bool {
@@ -152,6 +234,20 @@ mod tests {
             Some((0, 8))
         );
         assert_eq!(minor_version("main"), None);
+    }
+
+    #[test]
+    fn release_triples() {
+        assert_eq!(release_triple("0.9.1"), Some((0, 9, 1)));
+        assert_eq!(release_triple("0.9.0"), Some((0, 9, 0)));
+        assert_eq!(release_triple("0.9.1.post1"), Some((0, 9, 1)));
+        assert_eq!(release_triple("0.8.0.dev"), Some((0, 7, u32::MAX)));
+        assert_eq!(release_triple("0.10.0.dev"), Some((0, 9, u32::MAX)));
+        assert_eq!(release_triple("0.10rc1"), Some((0, 10, 0)));
+        assert!(release_triple("0.9.0") < release_triple("0.9.1"));
+        assert!(release_triple("0.8.0.dev") < release_triple("0.8.0"));
+        assert!(release_triple("0.8.0.dev") > release_triple("0.7.1"));
+        assert_eq!(release_triple("main"), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The keys verl moved or dropped between 0.7.0 and 0.9.1, from the releases' own config
-//! trees (`verl/trainer/config` of each release; see shared/reference/verl_releases.md).
+//! trees and config dataclasses (`verl/trainer/config`, `verl/workers/config` of each release),
+//! each with the release (to the patch) whose tree no longer has it.
 
 /// Where a 0.7.0 key went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +82,19 @@ pub static MOVES: &[Move] = &[
         "reward.reward_manager.module.name",
         "0.7.1",
     ),
-    moved("reward_model.sandbox_fusion.*", "sandbox_fusion.*", "0.7.1"),
+    moved(
+        "reward_model.sandbox_fusion.*",
+        "reward.sandbox_fusion.*",
+        "0.7.1",
+    ),
+    moved("sandbox_fusion.*", "reward.sandbox_fusion.*", "0.7.1"),
+    moved(
+        "reward_model.reward_kwargs.*",
+        "reward.reward_kwargs.*",
+        "0.7.1",
+    ),
+    moved("reward_model.num_workers", "reward.num_workers", "0.7.1"),
+    moved("reward_manager.*", "reward.reward_manager.*", "0.7.1"),
     moved(
         "reward_model.rollout.*",
         "reward.reward_model.rollout.*",
@@ -95,7 +108,7 @@ pub static MOVES: &[Move] = &[
     moved(
         "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
-        "0.9.0",
+        "0.7.1",
     ),
     moved(
         "actor_rollout_ref.rollout.skip_rollout",
@@ -107,6 +120,12 @@ pub static MOVES: &[Move] = &[
         "skip.rollout.dump_dir",
         "0.9.0",
     ),
+    // 0.8's place of the same switch.
+    moved(
+        "actor_rollout_ref.rollout.skip.*",
+        "skip.rollout.*",
+        "0.9.0",
+    ),
     moved("critic.model.fsdp_config.*", "critic.fsdp.*", "0.8.0"),
     dropped(
         "trainer.use_legacy_worker_impl",
@@ -115,45 +134,55 @@ pub static MOVES: &[Move] = &[
     ),
     dropped(
         "algorithm.rollout_correction.rollout_rs_threshold_lower",
-        "0.9.0",
+        "0.7.1",
         "rejection sampling takes its bounds from `rollout_rs_threshold`",
     ),
     dropped(
         "algorithm.rollout_correction.rollout_token_veto_threshold",
-        "0.9.0",
+        "0.7.1",
         "the token veto was removed",
     ),
     dropped(
         "actor_rollout_ref.actor.megatron.grad_offload",
-        "0.9.0",
+        "0.9.1",
         "verl's Megatron engine no longer offloads gradients by themselves",
     ),
     dropped(
         "actor_rollout_ref.ref.megatron.grad_offload",
-        "0.9.0",
+        "0.9.1",
         "verl's Megatron engine no longer offloads gradients by themselves",
     ),
     dropped(
         "critic.megatron.grad_offload",
-        "0.9.0",
+        "0.9.1",
         "verl's Megatron engine no longer offloads gradients by themselves",
     ),
     dropped(
         "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
-        "0.9.0",
+        "0.8.0",
         "interactions were removed from the agent loop",
     ),
 ];
 
 impl Move {
-    /// Whether verl fails at start-up when a newer tree gets the old key: its section becomes a
-    /// dataclass there, which has no such field. The top-level `reward_model` and
-    /// `custom_reward_function` stay as legacy stubs in 0.7.1+, and `trainer` is a plain
-    /// mapping verl reads key by key (an unknown key is ignored).
-    pub fn fatal(&self) -> bool {
-        !["reward_model.", "custom_reward_function.", "trainer."]
-            .iter()
-            .any(|p| self.from.starts_with(p))
+    /// Whether the old key on a tree of `release` is an error: verl fails at start-up where
+    /// its section became a dataclass without the field; the top-level `reward_model`,
+    /// `custom_reward_function` and `sandbox_fusion` stay as legacy stubs from 0.7.1, which
+    /// 0.7.1 and 0.8 move over `reward` at start-up but 0.9 no longer reads (its `main_ppo`
+    /// dropped that migration: the run would silently use the defaults); `trainer` is a plain
+    /// mapping verl reads key by key (an unknown key is ignored: a warning).
+    pub fn fatal(&self, release: (u32, u32, u32)) -> bool {
+        if self.from.starts_with("trainer.") {
+            return false;
+        }
+        let legacy_stub = [
+            "reward_model.",
+            "custom_reward_function.",
+            "sandbox_fusion.",
+        ]
+        .iter()
+        .any(|p| self.from.starts_with(p));
+        !legacy_stub || release >= (0, 9, 0)
     }
 }
 

@@ -18,14 +18,28 @@ pub struct RuleContext<'a> {
     /// The defaults to compare with when not verlc's built-in tree of the config's flavour
     /// (a tree of another verl release: its own defaults).
     pub defaults: Option<&'a Node>,
-    /// `(major, minor)` of that other release; `None` for the modelled one (0.7).
-    pub release: Option<(u32, u32)>,
+    /// `(major, minor, patch)` of that other release ([`crate::load::version::release_triple`]);
+    /// `None` for the modelled one (0.7.0).
+    pub release: Option<(u32, u32, u32)>,
 }
 
 impl RuleContext<'_> {
     /// Whether the config's release is at least `v` (the modelled 0.7 counts as 0.7).
     pub fn release_at_least(&self, v: (u32, u32)) -> bool {
-        self.release.unwrap_or((0, 7)) >= v
+        self.release.map_or((0, 7), |(a, b, _)| (a, b)) >= v
+    }
+
+    /// `(major, minor, patch)` of the config's release (the modelled one is 0.7.0).
+    pub fn release_triple(&self) -> (u32, u32, u32) {
+        self.release.unwrap_or((0, 7, 0))
+    }
+
+    /// The config's release as text (`0.9.0`; a development snapshot: the release it follows).
+    pub fn release_label(&self) -> String {
+        match self.release_triple() {
+            (a, b, u32::MAX) => format!("{a}.{b} (a development snapshot after it)"),
+            (a, b, c) => format!("{a}.{b}.{c}"),
+        }
     }
 }
 

@@ -787,7 +787,7 @@ fn verl_examples_that_build_start_and_train_two_steps() {
     )];
     for (label, fixture, tree) in [
         ("0.8.0", "verl_examples_0_8_0", "0.8.0"),
-        ("0.9.0 (on 0.9.1's tree)", "verl_examples_0_9_0", "0.9.1"),
+        ("0.9.0", "verl_examples_0_9_0", "0.9.0"),
     ] {
         let tree = repo()
             .join(".venv/verl-releases")

@@ -107,7 +107,7 @@ impl ConfigArgs {
             }
         }
         let (builtin, note) =
-            super::release::choose(self.verl_version.as_deref(), self.config_dir.is_some())?;
+            super::release::choose(self.verl_version.as_deref(), self.config_dir.as_deref())?;
         if let Some(note) = note {
             eprintln!("{note}");
         }

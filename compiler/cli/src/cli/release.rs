@@ -1,10 +1,12 @@
-//! Which built-in verl tree a config without `--config-dir` composes against: `--verl-version`
-//! when given, else the release of the verl installed in the active Python (as Hydra would
-//! find `pkg://verl.trainer.config` there; see [`installed_verl`]), else the newest release
-//! verlc carries. A config
-//! dir's own release (its `verl/version/version`) is found by the front end and wins over all.
+//! Which built-in verl tree a config composes against where it reaches verl's own tree
+//! (no `--config-dir`, or one that is no verl tree itself, such as an example's `config/`
+//! that extends `pkg://verl.trainer.config`): `--verl-version` when given, else the release of
+//! the verl installed in the active Python (as Hydra would find `pkg://verl.trainer.config`
+//! there; see [`installed_verl`]), else the newest release verlc carries. A config dir's own
+//! release (its `verl/version/version`, or the tree its search path names) is found by the
+//! front end and wins over all.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,13 +16,13 @@ use verlc::load::version::{BuiltinRelease, verl_version};
 /// (the active Python's verl is a release verlc carries no tree of).
 pub fn choose(
     flag: Option<&str>,
-    config_dir: bool,
+    config_dir: Option<&Path>,
 ) -> Result<(BuiltinRelease, Option<String>), String> {
     if let Some(v) = flag {
         return BuiltinRelease::parse(v).map(|r| (r, None));
     }
-    if config_dir {
-        // The tree's own release decides; the built-in one only backs `pkg://` entries.
+    if config_dir.is_some_and(|d| verlc::load::version::verl_release(d).is_some()) {
+        // A verl tree's own release decides (no Python is asked: `check` stays a few ms).
         return Ok((BuiltinRelease::default(), None));
     }
     let Some(installed) = installed_verl() else {

@@ -2,8 +2,8 @@
 //! A value verl added after the release the config tree belongs to: the estimators
 //! `optimal_token_baseline`, `tir_optimal_token_baseline`, `gdpo` and the policy losses
 //! `dppo_tv`, `dppo_kl` (verl 0.7.1), the policy loss `dro` and the loss aggregation `token-sum`
-//! (0.9.0), on an older tree (verlc's built-in one is verl 0.7.0's). A warning: verlc runs them
-//! as the newer verl does.
+//! (0.9.0), on an older tree (the built-in 0.7.0 one, `--verl-version 0.7.x`, or a config dir
+//! of that release). An error: `check` answers whether the judged release starts.
 //!
 //! ## Why
 //! verl looks these names up in its registries when the trainer starts (or, for the
@@ -18,8 +18,8 @@
 //! ```
 //!
 //! ## Fix
-//! Keep it for verlc (or move the config to the newer verl's tree), or pick a value the release
-//! knows.
+//! Pick a value the release knows, or move the config to the newer release (`verlc migrate`,
+//! then check it against that release).
 
 use crate::diag::{Code, Diagnostic};
 use crate::rules::RuleContext;
@@ -63,20 +63,13 @@ const LATER: &[(&str, &str, (u32, u32, u32))] = &[
 ];
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    // The modelled release is 0.7.0; a tree of another 0.7 release is a later patch (0.7.1).
-    let release = match ctx.release {
-        None => (0, 7, 0),
-        Some((0, 7)) => (0, 7, 1),
-        Some((major, minor)) => (major, minor, 0),
-    };
+    let release = ctx.release_triple();
     for &(key, value, since) in LATER {
         if release >= since || ctx.node(key).and_then(|n| n.as_str()) != Some(value) {
             continue;
         }
-        let (have, added) = (
-            format!("{}.{}", release.0, release.1),
-            format!("{}.{}.{}", since.0, since.1, since.2),
-        );
+        let have = ctx.release_label();
+        let added = format!("{}.{}.{}", since.0, since.1, since.2);
         // The critic's copy of the actor's value is one mistake, reported at the actor's.
         if key == "critic.loss_agg_mode"
             && ctx.origin(key) == ctx.origin("actor_rollout_ref.actor.loss_agg_mode")
@@ -84,13 +77,13 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             continue;
         }
         out.push(
-            Diagnostic::warning(
+            Diagnostic::error(
                 CODE,
-                format!("`{value}` arrived in verl {added}; this config tree is verl {have}, which raises on it (verlc runs it as verl {added} does)"),
+                format!("`{value}` arrived in verl {added}; this config tree is verl {have}, which raises on it at start-up"),
             )
             .with_key(key)
             .with_primary(ctx.origin(key), format!("`{value}` set here"))
-            .with_help(format!("keep it for verlc or verl {added}+, or choose a value verl {have} has")),
+            .with_help(format!("choose a value verl {have} has, or move the config to verl {added}+ (`verlc migrate`, then `--verl-version {added}` or that release's `--config-dir`)")),
         );
     }
 }

@@ -9,8 +9,12 @@
 //! ## Why
 //! A key the newer tree no longer has makes verl fail at start-up when it turns the section
 //! into its dataclass (an unknown field): an error. A key the newer tree keeps as a legacy
-//! stub (the top-level `reward_model` and `custom_reward_function` of 0.7.1+), or one in the
-//! plain `trainer` mapping (ignored), is a warning. Either way the value belongs at its new key.
+//! stub (the top-level `reward_model`, `custom_reward_function` and `sandbox_fusion` of 0.7.1+)
+//! is a warning on 0.7.1 and 0.8, which move it over `reward` at start-up, and an error from
+//! 0.9.0, which never reads it (the run would silently use the default). A key of the plain
+//! `trainer` mapping (ignored) is a warning. Either way the value belongs at its new key. Each
+//! move is dated to the patch release whose tree dropped the key (`megatron.grad_offload`:
+//! 0.9.1; verl 0.9.0 still reads it).
 //!
 //! ## Example
 //! ```yaml
@@ -32,11 +36,6 @@ use crate::rules::RuleContext;
 
 const CODE: Code = Code("V059");
 
-fn minor(release: &str) -> (u32, u32) {
-    let mut it = release.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (it.next().unwrap_or(0), it.next().unwrap_or(0))
-}
-
 /// Every path under `node` (its leaves, dotted, after `prefix`) with its node.
 fn leaves<'a>(node: &'a Node, prefix: &str, out: &mut Vec<(String, &'a Node)>) {
     match node.as_map() {
@@ -54,7 +53,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     let Some(release) = ctx.release else { return };
     let mut seen: Vec<String> = Vec::new();
     for m in MOVES {
-        if release < minor(m.release) {
+        if Some(release) < crate::load::version::release_triple(m.release) {
             continue;
         }
         let base = m.from.trim_end_matches(".*");
@@ -72,6 +71,17 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             if node.is_null() || node.via.is_some() || seen.contains(&path) {
                 continue;
             }
+            // A key this release's own tree sets is one of its keys (verl's main branch kept
+            // the top-level `reward_manager` after 0.7.1): only the stubs it leaves null, and
+            // keys it lacks, are the 0.7.0 layout's.
+            let segs: Vec<&str> = path.split('.').collect();
+            if ctx
+                .defaults
+                .and_then(|d| d.get_path(&segs))
+                .is_some_and(|d| !d.is_null())
+            {
+                continue;
+            }
             // The move that decides this key (a more specific one may come first).
             let Some((decisive, to)) = destination(&path) else {
                 continue;
@@ -82,7 +92,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
             // The newer trees hold none of these keys but the legacy reward stubs, which are
             // null there: a value is the user's.
             seen.push(path.clone());
-            let (what, help) = match &to {
+            let (mut what, help) = match &to {
                 Some(to) => (
                     format!("moved to `{to}` in verl {}", m.release),
                     format!("set `{to}` instead; `verlc migrate` rewrites the config"),
@@ -92,7 +102,17 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
                     format!("remove `{path}`; `verlc migrate` does"),
                 ),
             };
-            let d = if !m.fatal() {
+            let fatal = m.fatal(release);
+            if fatal
+                && m.from.split('.').next().is_some_and(|top| {
+                    ["reward_model", "custom_reward_function", "sandbox_fusion"].contains(&top)
+                })
+            {
+                what.push_str(
+                    " (verl 0.9 keeps the old key as a stub it never reads: the run would use the default instead)",
+                );
+            }
+            let d = if !fatal {
                 Diagnostic::warning(
                     CODE,
                     format!("`{path}` belongs to verl 0.7.0's layout: {what}"),

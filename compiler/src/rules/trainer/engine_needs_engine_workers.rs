@@ -31,7 +31,7 @@ const ENGINE_ONLY: [&str; 2] = ["veomni", "torchtitan"];
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
     // 0.7.0 has neither engine (its schema refuses the names); 0.8 has no legacy workers.
-    if ctx.release != Some((0, 7)) {
+    if ctx.release.map(|(a, b, _)| (a, b)) != Some((0, 7)) {
         return;
     }
     let c = ctx.config;
