@@ -3,7 +3,7 @@
 //! steps) and a per-rank memory estimate for the actor under its strategy, precision and
 //! offload settings.
 //!
-//! Batch semantics follow verl (reference/verl.md §2.4): `ppo_mini_batch_size` counts
+//! Batch semantics follow verl (docs/check.md): `ppo_mini_batch_size` counts
 //! prompts globally and is multiplied by `rollout.n`; `*_micro_batch_size_per_gpu` counts
 //! responses per rank. Memory is an estimate: mixed-precision FSDP keeps sharded params,
 //! grads and two AdamW moments in fp32 (in bf16 with `model_dtype: bf16`); Megatron keeps bf16 params and fp32 main

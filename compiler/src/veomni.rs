@@ -2,7 +2,7 @@
 //!
 //! verl's VeOmni engine is an FSDP2 engine with its own config sections: `<role>.veomni`
 //! (engine) and VeOmni's optimizer keys in `<role>.optim`. Where its semantics are FSDP's
-//! (shared/reference/veomni.md), the check's typed copy of such a role is rewritten into the
+//! (docs/parallelism.md), the check's typed copy of such a role is rewritten into the
 //! FSDP role verl would have run with the same numbers, so rules, lowering and the trainer see
 //! one engine:
 //! - `param_offload`, `optimizer_offload`, `seed`, `full_determinism`, `forward_only` and the

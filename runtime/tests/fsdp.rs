@@ -1,4 +1,4 @@
-//! The FSDP engine on 2 Gloo ranks against the single-process engine: 20 steps of a masked
+//! The FSDP engine on 2 Gloo ranks against the single-process engine: steps of a masked
 //! token-mean NLL on a fixed batch (each rank trains on its half of the rows, the single engine
 //! on all of them), in lockstep (`lockstep`: each step from the same weights, the same loss,
 //! grad norm and updated weights); sharded state is half of the single engine's; offload and the sharded checkpoint keep the trajectory. fp16: the same skipped
@@ -20,6 +20,9 @@ use tch::{Device, Kind, Tensor};
 
 const MODEL: &str = "builtin://tiny?layers=3&hidden=32&heads=4&kv_heads=2&intermediate=64";
 const STEPS: usize = 20;
+/// Steps of a [`lockstep`] comparison: each is checked from the same weights, so a few cover
+/// what many would (the warm-up, the schedule's decay, Adam's moments building up).
+const LOCKSTEP_STEPS: usize = 10;
 const ROWS: i64 = 8;
 const PROMPT: i64 = 4;
 const RESP: i64 = 6;
@@ -486,11 +489,11 @@ fn fsdp_matches_single<E: Engine<Head = CausalLm>>(
             rows: &rows,
             group: Some(pg),
         },
-        STEPS,
+        LOCKSTEP_STEPS,
         1e-5,
     );
     assert!(
-        want[STEPS - 1] < want[0] * 0.8,
+        want[LOCKSTEP_STEPS - 1] < want[0] * 0.9,
         "the reference does not learn: {want:?}"
     );
     (want, got, single)
@@ -1164,7 +1167,7 @@ fn packed_matches_padded<C: Engine<Head = CausalLm>>(
             rows,
             group,
         },
-        STEPS,
+        LOCKSTEP_STEPS,
         1e-5,
     );
 }

@@ -1,4 +1,4 @@
-//! The algorithm vocabulary (verl.md §4): advantage estimators, policy losses, loss
+//! The algorithm vocabulary (docs/algorithms.md): advantage estimators, policy losses, loss
 //! aggregation and KL estimators, with verl's spellings, and the parameters they read.
 
 use std::str::FromStr;

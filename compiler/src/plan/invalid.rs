@@ -205,8 +205,8 @@ pub(super) fn check(cfg: &VerlConfig, root: &Node, plan: &BuildPlan) -> Vec<Diag
     out
 }
 
-/// Why an engine verl ships does not lower onto verlc's FSDP engine (shared/reference/
-/// veomni.md §5), where that is known.
+/// Why an engine verl ships does not lower onto verlc's FSDP engine (docs/parallelism.md),
+/// where that is known.
 fn foreign_engine_differs(engine: &str) -> Option<&'static str> {
     Some(match engine {
         "torchtitan" => {

@@ -444,7 +444,7 @@ pub static RULES: &[Rule] = &[
         "V058",
         "ValueFromLaterRelease",
         algorithm::value_from_later_release,
-        "a value verl added after the config tree's release (estimators, losses, aggregation); verlc runs it (warning)"
+        "a value verl added after the config tree's release (estimators, losses, aggregation): that release raises at start-up"
     ),
     rule!(
         "V059",

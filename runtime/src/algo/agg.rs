@@ -1,4 +1,4 @@
-//! `loss_agg_mode` (verl.md §4.3): how a `[batch, response_len]` loss matrix becomes the scalar
+//! `loss_agg_mode` (docs/algorithms.md): how a `[batch, response_len]` loss matrix becomes the scalar
 //! that is back-propagated.
 //!
 //! With `D = dp_size`, `N = batch_num_tokens` (global valid tokens; the local `Σm` if not

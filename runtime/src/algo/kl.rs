@@ -1,4 +1,4 @@
-//! KL estimators (verl.md §4.4), used for the in-reward KL penalty (`algorithm.kl_penalty`) and
+//! KL estimators (docs/algorithms.md), used for the in-reward KL penalty (`algorithm.kl_penalty`) and
 //! the actor's KL loss (`actor.kl_loss_type`). With `Δ = log π − log π_ref` per token:
 //!
 //! | kind | verl names | value |
@@ -15,8 +15,8 @@
 //! [`KlEstimator`] allows any forward/backward pair; the `+` names use k2 as backward.
 //!
 //! verl itself raises NotImplementedError for `full` (it only gets token log-probs) and, at the
-//! commit of the reference, also for the `+` names (the suffix is not stripped before the
-//! forward estimator is chosen); verlc implements both as documented.
+//! commit verlc's 0.7 model was read from, also for the `+` names (the suffix is not stripped
+//! before the forward estimator is chosen); verlc implements both as documented.
 use tch::{Kind, Tensor};
 
 use super::agg::{AggOptions, LossAggMode, agg_loss};

@@ -1,5 +1,5 @@
 //! The in-reward KL penalty (`algorithm.use_kl_in_reward`) and its coefficient controllers
-//! (`algorithm.kl_ctrl`), verl.md §4.4:
+//! (`algorithm.kl_ctrl`), docs/algorithms.md:
 //!
 //! `KL_{i,t} = kl_penalty(old_log_probs, ref_log_prob)·m`; `r_{i,t} = score_{i,t} − β·KL_{i,t}`;
 //! `current_kl = mean_i(masked_mean_t KL)`; then the controller updates β: fixed keeps

@@ -1,11 +1,11 @@
-//! verl's RL algorithm math (shared/reference/verl.md §4), on tch tensors shaped like verl's:
+//! verl's RL algorithm math (docs/algorithms.md), on tch tensors shaped like verl's:
 //! `[batch, response_len]` with a `response_mask` of the same shape.
 //!
-//! - [`advantage`]: every advantage estimator of §4.1 (`algorithm.adv_estimator`).
-//! - [`policy_loss`]: every policy loss of §4.2 (`actor.policy_loss.loss_mode`) and the metrics
+//! - [`advantage`]: every advantage estimator verl registers (`algorithm.adv_estimator`).
+//! - [`policy_loss`]: every policy loss verl registers (`actor.policy_loss.loss_mode`) and the metrics
 //!   verl logs for it (`actor/pg_clipfrac`, `actor/ppo_kl`, `actor/pg_clipfrac_lower`).
-//! - [`agg`]: `loss_agg_mode` (§4.3), with verl's global-batch normalisations.
-//! - [`kl`]: the KL estimators of §4.4, including the straight-through `"+"` variants.
+//! - [`agg`]: `loss_agg_mode`, with verl's global-batch normalisations.
+//! - [`kl`]: verl's KL estimators, including the straight-through `"+"` variants.
 //! - [`kl_ctrl`]: fixed and adaptive KL controllers and the in-reward KL penalty.
 //! - [`value_loss`]: the critic's clipped value loss.
 //! - [`entropy`]: entropy from logits and the entropy term of the actor loss.

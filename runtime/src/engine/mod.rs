@@ -1,4 +1,4 @@
-//! The training engine interface (verl's `BaseEngine`, shared/reference/verl.md §3.2),
+//! The training engine interface (verl's `BaseEngine`; docs/training-loop.md),
 //! adapted: an engine owns one model (a [`Head`] on the decoder), its optimizer and its
 //! lr scheduler, and runs forward/backward over micro-batches for the worker roles.
 //!

@@ -1,4 +1,4 @@
-//! Metric loggers behind `trainer.logger` (verl's `Tracking`, shared/reference/verl.md §7.3):
+//! Metric loggers behind `trainer.logger` (verl's `Tracking`; docs/build-and-run.md):
 //!
 //! - `console`: verl's `step:N - key:value - …` lines on stdout, and a progress bar on stderr
 //!   when it is a terminal ([`ConsoleLogger`]).

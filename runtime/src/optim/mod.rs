@@ -1,4 +1,4 @@
-//! The optimizer stack, to Megatron-core semantics (shared/reference/megatron_optimizer.md):
+//! The optimizer stack, to Megatron-core semantics (docs/optimizer.md):
 //! fp32 main params for bf16/fp16 models, loss scaling, found-inf reduced over the
 //! model-parallel group, skip on overflow, global fp32 grad norm and clipping, zero counting,
 //! fused AdamW / SGD, copy back, optional host offload of a fraction of the optimizer, and

@@ -1,4 +1,4 @@
-//! Checkpoints in verl's layout (shared/reference/verl.md §7.1), written atomically:
+//! Checkpoints in verl's layout (docs/training-loop.md), written atomically:
 //!
 //! ```text
 //! {trainer.default_local_dir}/

@@ -1,4 +1,4 @@
-//! verl's step metrics (shared/reference/verl.md §5.1): data metrics
+//! verl's step metrics (docs/training-loop.md): data metrics
 //! (`compute_data_metrics`), timing (`timing_s/*`, `timing_per_token_ms/*`), throughput
 //! (`perf/*`) and validation (`val-core/…`, `val-aux/…`).
 

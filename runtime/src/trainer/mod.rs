@@ -1,4 +1,4 @@
-//! The RL training loop: verl's `RayPPOTrainer.fit()` (shared/reference/verl.md §5) in one
+//! The RL training loop: verl's `RayPPOTrainer.fit()` (docs/training-loop.md) in one
 //! process, over the engine interface and the worker roles.
 //!
 //! One step, in verl's order: generate (the rollout worker, `rollout.n` samples per prompt)

@@ -1,4 +1,4 @@
-//! The worker roles of verl's PPO loop (shared/reference/verl.md §3.1), on top of an
+//! The worker roles of verl's PPO loop (docs/training-loop.md), on top of an
 //! [`crate::engine::Engine`]:
 //!
 //! - [`actor`]: old log-probs and entropy; the PPO update (epochs × mini-batches ×

@@ -296,7 +296,7 @@ fn ep_module_matches_one_process(
     use runtime::megatron::{HeadKind, MegatronModule, ParallelSettings};
     use runtime::optim::LossScaling;
 
-    use crate::parity::{LEN, Parallel, ROWS, STEPS};
+    use crate::parity::{LEN, LOCKSTEP_STEPS, Parallel, ROWS};
     use crate::support::{Reference, Setup, full_weights, lockstep, make_groups, reference_model};
 
     let cfg = cfg.clone();
@@ -392,11 +392,15 @@ fn ep_module_matches_one_process(
     // In lockstep with one process; the norm the clipping used counts every expert once.
     let mut reference = Reference::new(&cfg, ROWS, LEN, &setup);
     let mut parallel = Parallel::new(world, &mut m, &cfg, tp * cp, 1);
-    let t = lockstep(&mut reference, &mut parallel, STEPS, 1e-5);
+    let t = lockstep(&mut reference, &mut parallel, LOCKSTEP_STEPS, 1e-5);
     assert!(
         t.norms.iter().all(|n| *n > setup.optim.clip_grad),
         "every step is clipped: {:?}",
         t.norms
     );
-    assert!(t.losses[STEPS - 1] < t.losses[0] * 0.9, "{:?}", t.losses);
+    assert!(
+        t.losses[LOCKSTEP_STEPS - 1] < t.losses[0] * 0.9,
+        "{:?}",
+        t.losses
+    );
 }

@@ -1,5 +1,5 @@
-//! The distributed-optimizer buffer layout against the golden table of
-//! shared/reference/megatron_optimizer.md §6.2 (produced by Megatron's own code).
+//! The distributed-optimizer buffer layout (docs/optimizer.md) against golden cases computed
+//! by Megatron's own layout code.
 use runtime::optim::distrib::{LayoutOptions, OwnedRange, ParamIndex, ParamLayout, ParamSpec};
 
 fn spec(numel: usize) -> ParamSpec {

@@ -1,6 +1,6 @@
 //! TP=2 (also with sequence parallelism, on Qwen3's per-head q/k norms and on Qwen3-MoE's
 //! experts), PP=2 and DP=2
-//! training on 2 Gloo ranks against the single-process model and optimizer: 20 steps of
+//! training on 2 Gloo ranks against the single-process model and optimizer: 10 steps of
 //! next-token cross-entropy on a fixed batch, in lockstep (support.rs' `lockstep`: each step
 //! from the same weights, its loss, grad norm and updated weights must match).
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
@@ -17,6 +17,9 @@ use crate::rank_test;
 use crate::support::*;
 
 pub(crate) const STEPS: usize = 20;
+/// Steps of a [`lockstep`] comparison: each is checked from the same weights, so a few cover
+/// what many would (Adam's moments building up, the clipping of every step).
+pub(crate) const LOCKSTEP_STEPS: usize = 10;
 pub(crate) const ROWS: i64 = 8;
 pub(crate) const LEN: i64 = 10;
 
@@ -198,9 +201,9 @@ fn fp32_matches(
     let mut module = parallel_module(world, g, cfg, sequence_parallel, settings, &setup);
     let mut reference = Reference::new(cfg, ROWS, LEN, &setup);
     let mut parallel = Parallel::new(world, &mut module, cfg, g.tp * g.cp, num_mb);
-    let want = lockstep(&mut reference, &mut parallel, STEPS, 1e-5).losses;
+    let want = lockstep(&mut reference, &mut parallel, LOCKSTEP_STEPS, 1e-5).losses;
     assert!(
-        want[STEPS - 1] < want[0] * 0.9,
+        want[LOCKSTEP_STEPS - 1] < want[0] * 0.9,
         "the reference does not learn: {want:?}"
     );
     let weights = module.full_params().unwrap();

@@ -9,7 +9,7 @@ use runtime::model::moe::RouterLossCoeffs;
 use runtime::optim::LossScaling;
 use tch::{Device, Kind, Tensor};
 
-use crate::parity::{Parallel, STEPS, train_steps};
+use crate::parity::{LOCKSTEP_STEPS, Parallel, train_steps};
 use crate::rank_test;
 use crate::support::{
     Setup, full_weights, lockstep, make_groups, max_diff, reference_model, tiny_moe_config,
@@ -88,7 +88,7 @@ rank_test!(
             let (mut m, copies) = module(&world, Some(layout), sp, COEFFS);
             let mut reference = Parallel::new(&world, &mut one, &cfg, one_copies, 2);
             let mut parallel = Parallel::new(&world, &mut m, &cfg, copies, 2);
-            lockstep(&mut reference, &mut parallel, STEPS, 1e-5);
+            lockstep(&mut reference, &mut parallel, LOCKSTEP_STEPS, 1e-5);
             assert_eq!(
                 m.router_values().len(),
                 2 * 2,

@@ -1,4 +1,4 @@
-//! Grad scalers against the golden sequences of megatron_optimizer.md §4.
+//! Grad scalers (docs/optimizer.md) against sequences recorded from Megatron's own class.
 use runtime::optim::{GradScaler, ScalerConfig};
 
 fn dynamic(initial: f64, min: f64, interval: u64, hysteresis: i64) -> GradScaler {

@@ -1,5 +1,6 @@
-//! Schedulers: Megatron's OptimizerParamScheduler against the formula table and golden values
-//! of megatron_optimizer.md §8 at every step; verl's LambdaLR schedules against verl's code.
+//! Schedulers: Megatron's OptimizerParamScheduler against its formulas (docs/optimizer.md) and
+//! values recorded from Megatron's class at every step; verl's LambdaLR schedules against
+//! verl's code.
 use runtime::optim::GroupOptions;
 use runtime::optim::sched::{
     LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedule,

@@ -3,7 +3,7 @@ KL estimators, KL controller, value loss, entropy).
 
 Usage: algo_oracle.py OUTDIR
 Writes OUTDIR/<group>.safetensors (inputs and expected values, float64) and OUTDIR/<group>.json
-(parameters and scalars). Written from the formulas of shared/reference/verl.md §4 (not from
+(parameters and scalars). Written from the formulas in docs/algorithms.md (not from
 verl's code): advantages with plain Python loops over floats, losses with torch autograd in
 float64 so that the Rust tests can compare values *and* gradients. Groups:
   adv     every advantage estimator on one seeded batch (groups of 4, 3, 2 and 1)

@@ -418,56 +418,92 @@ fn signature(s: &TrainerSpec) -> String {
     )
 }
 
-/// One rank of the 2-rank run whose spec is the JSON file `$VERLC_EXAMPLE_SPEC`: trains it and
-/// writes the last step it reached next to the spec.
+/// One rank of the 2-rank runs whose specs are the JSON files listed (one per line) in
+/// `$VERLC_EXAMPLE_SPEC`: trains them one after another on one process group (each run its
+/// own trainer, seeds and groups; the processes and their libtorch start once per batch) and
+/// writes the last step each reached next to its spec.
 #[test]
 fn example_rank_child() {
-    let Ok(file) = std::env::var(SPEC_ENV) else {
+    let Ok(list) = std::env::var(SPEC_ENV) else {
         return;
     };
-    let file = PathBuf::from(file);
     tch::set_num_threads(1);
-    let spec: TrainerSpec =
-        serde_json::from_str(&std::fs::read_to_string(&file).expect("spec")).expect("spec json");
     let world = ProcessGroup::init_from_env(&InitOptions {
         timeout: Duration::from_secs(120),
         ..InitOptions::default()
     })
     .expect("init process group");
     let rank = world.rank();
-    let summary = match spec.binding.strategy {
-        StrategyKind::Megatron => {
-            runtime::trainer::run_with(&spec, &quiet(), MegatronRoles { world: Some(world) })
+    let files = std::fs::read_to_string(&list).expect("spec list");
+    for file in files.lines().map(PathBuf::from) {
+        let spec: TrainerSpec =
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("spec")).expect("spec json");
+        let summary = match spec.binding.strategy {
+            StrategyKind::Megatron => runtime::trainer::run_with(
+                &spec,
+                &quiet(),
+                MegatronRoles {
+                    world: Some(world.clone()),
+                },
+            ),
+            _ => runtime::trainer::run_with(
+                &spec,
+                &quiet(),
+                FsdpRoles {
+                    world: world.clone(),
+                },
+            ),
         }
-        _ => runtime::trainer::run_with(&spec, &quiet(), FsdpRoles { world }),
+        .unwrap_or_else(|e| panic!("{}: the run does not train: {e}", file.display()));
+        std::fs::write(
+            file.with_extension(format!("rank{rank}")),
+            summary.last_step.to_string(),
+        )
+        .expect("write result");
     }
-    .expect("the run trains");
-    std::fs::write(
-        file.with_extension(format!("rank{rank}")),
-        summary.last_step.to_string(),
-    )
-    .expect("write result");
 }
 
-/// Trains `spec` for its two steps on 2 rank processes.
-fn train_two_steps(spec: &TrainerSpec, dir: &std::path::Path, i: usize) -> Result<(), String> {
-    let file = dir.join(format!("spec{i}.json"));
-    std::fs::write(
-        &file,
-        serde_json::to_string(spec).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| e.to_string())?;
-    spawn_ranks(CHILD, WORLD, &[(SPEC_ENV, file.display().to_string())])
-        .wait(Some(Duration::from_secs(240)))
-        .map_err(|e| e.to_string())?;
-    for rank in 0..WORLD {
-        let step = std::fs::read_to_string(file.with_extension(format!("rank{rank}")))
-            .map_err(|e| format!("rank {rank}: {e}"))?;
-        if step.trim() != "2" {
-            return Err(format!("rank {rank} trained to step {step}"));
+/// Runs per pair of rank processes: enough to spread their start-up (libtorch, Gloo) over
+/// many runs, few enough that one failure leaves most of the others' results.
+const RUNS_PER_LAUNCH: usize = 8;
+
+/// Trains every spec of `runs` for its two steps on 2 rank processes, a batch of
+/// [`RUNS_PER_LAUNCH`] runs per launch; the runs that did not reach step 2, with why.
+fn train_two_steps_each(runs: &[(String, &TrainerSpec)], dir: &std::path::Path) -> Vec<String> {
+    let mut failed = Vec::new();
+    for (batch_no, batch) in runs.chunks(RUNS_PER_LAUNCH).enumerate() {
+        let mut files = Vec::new();
+        for (i, (_, spec)) in batch.iter().enumerate() {
+            let file = dir.join(format!("spec{batch_no}-{i}.json"));
+            let written = serde_json::to_string(spec)
+                .map_err(|e| e.to_string())
+                .and_then(|t| std::fs::write(&file, t).map_err(|e| e.to_string()));
+            if let Err(e) = written {
+                failed.push(format!("{}: {e}", batch[i].0));
+            }
+            files.push(file);
+        }
+        let list = dir.join(format!("specs{batch_no}.txt"));
+        let text: String = files.iter().map(|f| format!("{}\n", f.display())).collect();
+        std::fs::write(&list, text).expect("write the spec list");
+        let launch = spawn_ranks(CHILD, WORLD, &[(SPEC_ENV, list.display().to_string())])
+            .wait(Some(Duration::from_secs(120 * batch.len() as u64)))
+            .map_err(|e| e.to_string());
+        for ((what, _), file) in batch.iter().zip(&files) {
+            let reached: Vec<String> = (0..WORLD)
+                .map(|rank| {
+                    std::fs::read_to_string(file.with_extension(format!("rank{rank}")))
+                        .map(|s| s.trim().to_owned())
+                        .unwrap_or_else(|_| "none".to_owned())
+                })
+                .collect();
+            if reached.iter().any(|r| r != "2") {
+                let why = launch.as_ref().err().cloned().unwrap_or_default();
+                failed.push(format!("{what}: ranks reached steps {reached:?} {why}"));
+            }
         }
     }
-    Ok(())
+    failed
 }
 
 /// What lowering made of one release's example calls.
@@ -850,12 +886,11 @@ fn verl_examples_that_build_start_and_train_two_steps() {
     );
     // verl's MoE examples on Megatron keep each expert whole under tensor parallelism.
     assert!(whole_experts > 0, "no example runs whole experts under TP");
-    let mut failed = Vec::new();
-    for (i, (sig, (script, spec))) in runs.iter().enumerate() {
-        if let Err(e) = train_two_steps(spec, &dir, i) {
-            failed.push(format!("{script} [{sig}]: {e}"));
-        }
-    }
+    let runs: Vec<(String, &TrainerSpec)> = runs
+        .iter()
+        .map(|(sig, (script, spec))| (format!("{script} [{sig}]"), spec))
+        .collect();
+    let failed = train_two_steps_each(&runs, &dir);
     assert!(
         failed.is_empty(),
         "refused or failed at start-up after building:\n{}",

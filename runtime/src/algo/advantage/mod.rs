@@ -1,4 +1,4 @@
-//! Advantage estimators (verl.md §4.1, `algorithm.adv_estimator`). Every estimator takes
+//! Advantage estimators (docs/algorithms.md, `algorithm.adv_estimator`). Every estimator takes
 //! `token_level_rewards` and `response_mask` (`[batch, response_len]`) and returns advantages
 //! and returns of the same shape, kind and device as the rewards. Outcome estimators use the
 //! per-sequence score `s_i = Σ_t r_{i,t}` and broadcast a scalar per sequence over its valid

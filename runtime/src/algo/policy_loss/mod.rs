@@ -1,4 +1,4 @@
-//! Policy losses (verl.md §4.2, `actor.policy_loss.loss_mode`) and the metrics verl logs with
+//! Policy losses (docs/algorithms.md, `actor.policy_loss.loss_mode`) and the metrics verl logs with
 //! them. Every loss takes the current `log_prob` (differentiable), `old_log_prob`,
 //! `advantages` and `response_mask` (all `[batch, response_len]`) and optional rollout
 //! importance weights `w`, multiplied into the per-token loss (geo_mean: their per-sequence

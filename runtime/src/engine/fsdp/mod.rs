@@ -1,5 +1,5 @@
-//! [`FsdpEngine`]: fully sharded data parallel (verl's FSDP engine, shared/reference/verl.md
-//! §3.3) on c10d.
+//! [`FsdpEngine`]: fully sharded data parallel (verl's FSDP engine; docs/parallelism.md) on
+//! c10d.
 //!
 //! The model is split into flat-parameter units ([`FlatUnit`]): one per decoder layer and a
 //! root unit (embeddings, final norm, head). Each rank keeps a 1/N shard of every unit;

@@ -1,5 +1,5 @@
 //! Megatron's contiguous-buffer layout for the distributed optimizer (pure arithmetic;
-//! shared/reference/megatron_optimizer.md §6.1–6.2, `_compute_per_buffer_param_layout` and
+//! docs/optimizer.md; Megatron's `_compute_per_buffer_param_layout` and
 //! `_build_model_gbuf_param_range_map`).
 //!
 //! Params are placed in reverse order (the order backward produces their gradients), each

@@ -1,6 +1,6 @@
 //! Megatron's `DistributedOptimizer` (ZeRO-1): main params and optimizer state sharded over
 //! the data-parallel ranks, on the contiguous-buffer [`layout`] of
-//! shared/reference/megatron_optimizer.md §6.
+//! docs/optimizer.md.
 //!
 //! One step ([`DistributedOptimizer::step`]):
 //! 1. the model grads are copied into the fp32 grad buffer (zeros where a param has none and

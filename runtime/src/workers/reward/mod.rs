@@ -1,7 +1,7 @@
 //! Rewards: a score per response, written at its last valid token (verl's
 //! `NaiveRewardManager`).
 //!
-//! The scorer is chosen as verl's `load_reward_manager` does (shared/reference/verl.md §6.2):
+//! The scorer is chosen as verl's `load_reward_manager` does (docs/rewards.md):
 //! `custom_reward_function.path` set → the user's Python function, served by a long-lived
 //! subprocess ([`python`]); otherwise the built-in rule scorers chosen by `data_source`
 //! ([`rules`]: GSM8K, boxed MATH answers, verlc's synthetic tasks).
