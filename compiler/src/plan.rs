@@ -146,8 +146,18 @@ impl Lowered {
     }
 }
 
-/// Lower a typed config whose tree is `root` (for the origins of diagnostics).
-pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
+/// The algorithm semantics of the verl release `label` a config was judged against
+/// (`Checked::release_version`): the modelled 0.7.0's where the label says nothing.
+pub fn algo_release(label: &str) -> verlc_spec::algo::AlgoRelease {
+    crate::load::version::release_triple(label)
+        .map_or(verlc_spec::algo::AlgoRelease::V0_7_0, |(a, b, c)| {
+            verlc_spec::algo::AlgoRelease(a, b, c)
+        })
+}
+
+/// Lower a typed config whose tree is `root` (for the origins of diagnostics), judged against
+/// the release whose algorithm functions the run follows.
+pub fn lower(cfg: &VerlConfig, root: &Node, release: verlc_spec::algo::AlgoRelease) -> Lowered {
     let actor = Role::actor(cfg);
     let (precision, _) = actor.precision().unwrap_or((Dtype::Bf16, String::new()));
     let binding = Binding {
@@ -211,7 +221,7 @@ pub fn lower(cfg: &VerlConfig, root: &Node) -> Lowered {
         })
         .collect();
 
-    let (spec, mut spec_diagnostics) = spec::lower_spec(cfg, root, binding);
+    let (spec, mut spec_diagnostics) = spec::lower_spec(cfg, root, binding, release);
     if let Some(d) = host::bf16_emulated_warning(&actor, binding, t.device, root) {
         spec_diagnostics.push(d);
     }
@@ -234,7 +244,8 @@ pub fn check_diagnostics(
     ctx: &RuleContext,
     enabled: &dyn Fn(crate::diag::Code) -> bool,
 ) -> Vec<Diagnostic> {
-    let lowered = lower(ctx.config, ctx.root);
+    let (a, b, c) = ctx.release_triple();
+    let lowered = lower(ctx.config, ctx.root, verlc_spec::algo::AlgoRelease(a, b, c));
     let mut out = lowered.diagnostics;
     drop_expert_degrees_no_effect(&mut out, ctx.model, ctx.root);
     if let Some(model) = ctx.model {
@@ -307,6 +318,7 @@ pub fn promote_for_build_where(
         cfg,
         &checked.composed,
         checked.baseline.as_ref(),
+        algo_release(&checked.release_version),
         verdict_for,
     );
     drop_expert_degrees_no_effect(
@@ -328,9 +340,13 @@ pub fn promote_for_build_where(
 }
 
 /// Lower and collect everything `verlc build` reports: the plan's errors plus the verdicts
-/// of the keys the user changed.
-pub fn lower_for_build(cfg: &VerlConfig, composed: &Composed) -> Lowered {
-    lower_for_build_where(cfg, composed, None, &|_| true)
+/// of the keys the user changed (the config judged against `release`).
+pub fn lower_for_build(
+    cfg: &VerlConfig,
+    composed: &Composed,
+    release: verlc_spec::algo::AlgoRelease,
+) -> Lowered {
+    lower_for_build_where(cfg, composed, None, release, &|_| true)
 }
 
 /// [`lower_for_build`] keeping only the verdicts of the keys `verdict_for` accepts.
@@ -338,9 +354,10 @@ fn lower_for_build_where(
     cfg: &VerlConfig,
     composed: &Composed,
     baseline: Option<&Node>,
+    release: verlc_spec::algo::AlgoRelease,
     verdict_for: &dyn Fn(&str) -> bool,
 ) -> Lowered {
-    let mut lowered = lower(cfg, &composed.root);
+    let mut lowered = lower(cfg, &composed.root, release);
     // What "not changed" means for the unused-key warnings.
     let defaults = baseline.unwrap_or_else(|| compose::builtin_tree(cfg.flavour()));
     let verdicts = verdict_diagnostics(cfg, &composed.root, &composed.sources, defaults);
@@ -393,7 +410,8 @@ pub fn lower_request(req: &LoadRequest) -> SpecOutcome {
     promote_for_build(&mut checked);
     match checked.config.as_ref().filter(|_| !checked.has_errors()) {
         Some(cfg) => {
-            let spec = lower(cfg, &checked.composed.root).plan.spec;
+            let release = algo_release(&checked.release_version);
+            let spec = lower(cfg, &checked.composed.root, release).plan.spec;
             SpecOutcome::Ok {
                 spec: Box::new(spec),
                 checked: Box::new(checked),

@@ -569,7 +569,8 @@ fn resolve(
             "the config did not pass the schema; nothing was run".into(),
         ));
     };
-    let plan = plan::lower(config, &checked.composed.root).plan;
+    let release = plan::algo_release(&checked.release_version);
+    let plan = plan::lower(config, &checked.composed.root, release).plan;
     // Overrides may name other models (or add a role, with verl's default path): the trainer
     // never downloads, so what it cannot load from this machine is an error before any rank
     // starts, at the key that names it.
@@ -616,12 +617,12 @@ fn embedded_binding(
             .map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
         return Ok((keys, spec.world.device));
     }
-    let plan = embedded_plan(embedded, name)?;
+    let plan = embedded_plan(embedded, name, info.verl_release)?;
     Ok((plan.bound_keys, plan.spec.world.device))
 }
 
 /// The plan of the embedded config as built (its bound keys and their values).
-fn embedded_plan(embedded: &str, name: &str) -> Result<BuildPlan, Exit> {
+fn embedded_plan(embedded: &str, name: &str, release: &str) -> Result<BuildPlan, Exit> {
     let mut sources = SourceMap::new();
     let id = sources.add(Source::new(name, embedded, SourceKind::File));
     let tree = verlc::load::yaml::parse(sources.get(id), id)
@@ -633,7 +634,7 @@ fn embedded_plan(embedded: &str, name: &str) -> Result<BuildPlan, Exit> {
     }
     let cfg: VerlConfig =
         serde_json::from_value(json).map_err(|e| Exit::Failed(format!("embedded config: {e}")))?;
-    Ok(plan::lower(&cfg, &tree).plan)
+    Ok(plan::lower(&cfg, &tree, plan::algo_release(release)).plan)
 }
 
 /// Refuse overrides that change a key the binary was compiled for.

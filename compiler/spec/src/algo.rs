@@ -86,6 +86,58 @@ impl AdvEstimator {
     }
 }
 
+/// The verl release whose algorithm functions a run follows. A few of verl's functions
+/// changed their results between releases (docs/algorithms.md, "Per release"); a run computes
+/// what the release its config was judged against computes. `(major, minor, patch)`; the
+/// newest carried release (0.9.1) where none is given.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct AlgoRelease(pub u32, pub u32, pub u32);
+
+impl Default for AlgoRelease {
+    fn default() -> Self {
+        AlgoRelease::NEWEST
+    }
+}
+
+impl AlgoRelease {
+    pub const NEWEST: AlgoRelease = AlgoRelease(0, 9, 1);
+    pub const V0_7_0: AlgoRelease = AlgoRelease(0, 7, 0);
+
+    /// `seq-mean-token-sum-norm` sums each non-empty sequence's losses over the global batch's
+    /// non-empty sequences and scales by the data-parallel size before the constant (0.7.1 on);
+    /// before, the whole sum over the constant. From the same release `agg_loss` refuses a
+    /// data-parallel size above 1 without the global batch's counts.
+    pub fn seq_sum_norm_over_batch(self) -> bool {
+        self >= AlgoRelease(0, 7, 1)
+    }
+
+    /// `grpo_vectorized`'s group std: the two-pass unbiased variance, no floor (0.8.0 on); before,
+    /// the one-pass variance floored at ε.
+    pub fn grpo_vectorized_two_pass(self) -> bool {
+        self >= AlgoRelease(0, 8, 0)
+    }
+
+    /// REINFORCE++'s returns: the running return carries across masked positions and the returns
+    /// are masked (0.9.0 on); before, the running return restarts after a masked token.
+    pub fn reinforce_pp_carries_over_masks(self) -> bool {
+        self >= AlgoRelease(0, 9, 0)
+    }
+
+    /// GSPO aggregates with the configured `loss_agg_mode` (0.9.1 on); before, always
+    /// `seq-mean-token-mean`.
+    pub fn gspo_uses_configured_agg(self) -> bool {
+        self >= AlgoRelease(0, 9, 1)
+    }
+}
+
+impl std::fmt::Display for AlgoRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
 /// The `algorithm` parameters the estimators read.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AdvantageConfig {
@@ -96,8 +148,11 @@ pub struct AdvantageConfig {
     /// Divide by the group std (`algorithm.norm_adv_by_std_in_grpo`; grpo, grpo_vectorized,
     /// grpo_passk).
     pub norm_adv_by_std_in_grpo: bool,
-    /// ε added to the group std (verl's 1e-6; also the variance floor of grpo_vectorized).
+    /// ε added to the group std (verl's 1e-6; before 0.8, also grpo_vectorized's variance floor).
     pub epsilon: f64,
+    /// Whose estimators these are (see [`AlgoRelease`]).
+    #[serde(default)]
+    pub release: AlgoRelease,
 }
 
 impl Default for AdvantageConfig {
@@ -107,6 +162,7 @@ impl Default for AdvantageConfig {
             lam: 1.0,
             norm_adv_by_std_in_grpo: true,
             epsilon: 1e-6,
+            release: AlgoRelease::NEWEST,
         }
     }
 }
@@ -169,6 +225,9 @@ pub struct PolicyLossConfig {
     /// `actor.policy_loss.dro_beta` (DRO's penalty weight; required by `dro`).
     #[serde(default)]
     pub dro_beta: Option<f64>,
+    /// Whose losses and aggregation these are (see [`AlgoRelease`]).
+    #[serde(default)]
+    pub release: AlgoRelease,
 }
 
 impl Default for PolicyLossConfig {
@@ -186,6 +245,7 @@ impl Default for PolicyLossConfig {
             kl_cov_ratio: 0.0002,
             ppo_kl_coef: 0.1,
             dro_beta: None,
+            release: AlgoRelease::NEWEST,
         }
     }
 }

@@ -444,6 +444,9 @@ pub struct CriticSettings {
     pub data_loader_seed: u64,
     pub cliprange_value: f64,
     pub loss_agg_mode: LossAggMode,
+    /// Whose aggregation the value loss follows (see [`crate::algo::AlgoRelease`]).
+    #[serde(default)]
+    pub release: crate::algo::AlgoRelease,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

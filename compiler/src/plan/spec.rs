@@ -41,6 +41,8 @@ use crate::role::{Engine, Role, RoleKind, critic_runs, reference_runs};
 pub(super) struct Lowering<'a> {
     pub(super) root: &'a Node,
     out: Vec<Diagnostic>,
+    /// The release the config was judged against: whose algorithm functions the run follows.
+    release: sa::AlgoRelease,
 }
 
 impl Lowering<'_> {
@@ -98,10 +100,12 @@ pub fn lower_spec(
     cfg: &VerlConfig,
     root: &Node,
     binding: Binding,
+    release: sa::AlgoRelease,
 ) -> (TrainerSpec, Vec<Diagnostic>) {
     let mut l = Lowering {
         root,
         out: Vec::new(),
+        release,
     };
     let spec = build(cfg, binding, &mut l);
     (spec, l.out)
@@ -272,6 +276,7 @@ fn critic_spec(
                 data_loader_seed: c.data_loader_seed.unwrap_or(a.data_loader_seed) as u64,
                 cliprange_value: c.cliprange_value,
                 loss_agg_mode: c.loss_agg_mode,
+                release: l.release,
             },
         }
     })
@@ -525,6 +530,7 @@ fn algorithm_spec(cfg: &VerlConfig, l: &mut Lowering) -> AlgorithmSpec {
             lam: alg.lam,
             norm_adv_by_std_in_grpo: alg.norm_adv_by_std_in_grpo,
             epsilon: 1e-6,
+            release: l.release,
         },
         kl_in_reward: alg.use_kl_in_reward,
         kl_penalty: kl_estimator(alg.kl_penalty),
@@ -1687,6 +1693,7 @@ fn actor_settings(
             kl_cov_ratio: pl.kl_cov_ratio,
             ppo_kl_coef: pl.ppo_kl_coef,
             dro_beta: pl.dro_beta,
+            release: l.release,
         },
         loss_agg_mode: a.loss_agg_mode,
         entropy_coeff: a.entropy_coeff,

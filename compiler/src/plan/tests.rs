@@ -33,7 +33,11 @@ fn case(yaml: &str, overrides: &[&str]) -> Case {
         Some(c) => c.clone(),
         None => panic!("config did not type-check: {:#?}", checked.diagnostics),
     };
-    let lowered = lower_for_build(&cfg, &checked.composed);
+    let lowered = lower_for_build(
+        &cfg,
+        &checked.composed,
+        algo_release(&checked.release_version),
+    );
     Case {
         checked,
         lowered,
@@ -898,7 +902,11 @@ fn examples_lower_without_errors() {
             .config
             .as_ref()
             .unwrap_or_else(|| panic!("{name}: {:#?}", checked.diagnostics));
-        let lowered = lower_for_build(cfg, &checked.composed);
+        let lowered = lower_for_build(
+            cfg,
+            &checked.composed,
+            algo_release(&checked.release_version),
+        );
         assert!(!lowered.has_errors(), "{name}: {:#?}", lowered.diagnostics);
         assert!(lowered.plan.binding.validate().is_ok());
     }
@@ -973,7 +981,8 @@ fn embedded_config_reloads_to_the_same_tree() {
             c.lowered.plan,
             lower(
                 c.checked.config.as_ref().expect("typed"),
-                &checked.composed.root
+                &checked.composed.root,
+                algo_release(&checked.release_version),
             )
             .plan,
             "{name}"

@@ -10,8 +10,13 @@
 //! | `token-mean` | `D · Σ_{i,t} m ℓ / N` |
 //! | `seq-mean-token-sum` | `D · Σ_i [Σ_t m > 0] · Σ_t m ℓ / B` |
 //! | `seq-mean-token-mean` | `D · Σ_i [Σ_t m > 0] · (Σ_t m ℓ / (Σ_t m + 1e-8)) / B` |
-//! | `seq-mean-token-sum-norm` | `Σ_{i,t} m ℓ / S`, `S = loss_scale_factor` or `response_len` |
+//! | `seq-mean-token-sum-norm` (verl 0.7.1 on) | `D · Σ_i [Σ_t m > 0] · Σ_t m ℓ / B / S` |
+//! | `seq-mean-token-sum-norm` (verl 0.7.0) | `Σ_{i,t} m ℓ / S` |
 //! | `token-sum` (verl 0.9) | `D · Σ_{i,t} m ℓ` |
+//!
+//! `S = loss_scale_factor`, else `response_len`. Which release's form runs is
+//! [`AggOptions::release`]; from 0.7.1, with `D > 1` and valid tokens but no global counts
+//! (`N` for `token-mean`, `B` for the `seq-mean-*` modes), verl raises, and so does this.
 //!
 //! The factor `D` cancels the gradient averaging of data-parallel engines, so that the global
 //! gradient is the gradient of the global-batch loss. One deliberate difference from verl: a
@@ -22,7 +27,7 @@ use tch::{Kind, Tensor};
 use super::masked::{MEAN_EPS, masked_sum, masked_sum_dim};
 use super::{AlgoError, Result, check};
 
-pub use verlc_spec::algo::LossAggMode;
+pub use verlc_spec::algo::{AlgoRelease, LossAggMode};
 
 /// The global-batch information of verl's `global_batch_info`; all `None` with `dp_size = 1`
 /// (the default) is verl's legacy, purely local normalisation.
@@ -36,6 +41,8 @@ pub struct AggOptions {
     pub global_batch_size: Option<f64>,
     /// Constant normaliser of `seq-mean-token-sum-norm`; the response length if `None`.
     pub loss_scale_factor: Option<f64>,
+    /// Whose aggregation this is (the newest release's by default).
+    pub release: AlgoRelease,
 }
 
 impl Default for AggOptions {
@@ -45,6 +52,7 @@ impl Default for AggOptions {
             batch_num_tokens: None,
             global_batch_size: None,
             loss_scale_factor: None,
+            release: AlgoRelease::NEWEST,
         }
     }
 }
@@ -88,6 +96,30 @@ pub fn agg_loss(
     opts.validate()?;
     let kind = check::floating(loss_mat, "loss_mat")?;
     let dp = opts.dp_size as f64;
+    if opts.dp_size > 1 && opts.release.seq_sum_norm_over_batch() {
+        // verl 0.7.1 on: a data-parallel loss needs the global batch's counts.
+        let missing = match mode {
+            LossAggMode::TokenMean => opts
+                .batch_num_tokens
+                .is_none()
+                .then_some("batch_num_tokens"),
+            LossAggMode::SeqMeanTokenSum
+            | LossAggMode::SeqMeanTokenMean
+            | LossAggMode::SeqMeanTokenSumNorm => opts
+                .global_batch_size
+                .is_none()
+                .then_some("global_batch_size"),
+            LossAggMode::TokenSum => None,
+        };
+        let has_tokens = loss_mask.f_sum(Kind::Float)?.double_value(&[]) > 0.0;
+        if let Some(what) = missing.filter(|_| has_tokens) {
+            return Err(AlgoError::Config(format!(
+                "{} over {} data-parallel ranks needs the global batch's {what}",
+                mode.as_str(),
+                opts.dp_size
+            )));
+        }
+    }
     match mode {
         LossAggMode::TokenMean => {
             let total = masked_sum(loss_mat, loss_mask)?;
@@ -98,6 +130,16 @@ pub fn agg_loss(
                 )?)?,
             };
             Ok(loss.f_mul_scalar(dp)?)
+        }
+        LossAggMode::SeqMeanTokenSumNorm if opts.release.seq_sum_norm_over_batch() => {
+            let scale = opts.loss_scale_factor.unwrap_or(len as f64);
+            if scale <= 0.0 {
+                return Err(AlgoError::Data(
+                    "seq-mean-token-sum-norm over an empty response dimension".into(),
+                ));
+            }
+            let per_batch = agg_loss(loss_mat, loss_mask, LossAggMode::SeqMeanTokenSum, opts)?;
+            Ok(per_batch.f_div_scalar(scale)?)
         }
         LossAggMode::SeqMeanTokenSum | LossAggMode::SeqMeanTokenMean => {
             let tokens =

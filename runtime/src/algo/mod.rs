@@ -35,7 +35,7 @@ pub mod variance_proxy;
 pub use advantage::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, Advantages, GroupIndex, compute_advantage,
 };
-pub use agg::{AggOptions, LossAggMode, agg_loss};
+pub use agg::{AggOptions, AlgoRelease, LossAggMode, agg_loss};
 pub use kl::{KlEstimator, KlKind, kl_penalty};
 pub use kl_ctrl::{KlController, KlPenalty, apply_kl_penalty};
 pub use policy_loss::{

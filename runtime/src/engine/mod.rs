@@ -487,10 +487,12 @@ pub fn global_agg_options(
 ) -> Result<AggOptions> {
     let tokens = batch.num_tokens()?;
     let seqs = batch.num_nonempty()?;
+    // The release's semantics are the worker's to set (its loss settings carry them).
     Ok(AggOptions {
         dp_size,
         batch_num_tokens: (tokens > 0.0).then_some(tokens),
         global_batch_size: (seqs > 0.0).then_some(seqs),
         loss_scale_factor,
+        ..AggOptions::default()
     })
 }

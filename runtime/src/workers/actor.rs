@@ -102,7 +102,10 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
             entropy,
             response_mask,
             self.settings.loss_agg_mode,
-            &AggOptions::default(),
+            &AggOptions {
+                release: self.settings.policy_loss.release,
+                ..AggOptions::default()
+            },
         )?;
         scalar(&agg)
     }
@@ -163,6 +166,11 @@ fn micro_loss(
     out: LogProbOutput,
     agg: &AggOptions,
 ) -> crate::engine::Result<MicroLoss> {
+    // Every term aggregates as the release the config was judged against does.
+    let agg = &AggOptions {
+        release: s.policy_loss.release,
+        ..*agg
+    };
     let Some(dist) = &s.distillation else {
         return task_loss(s, mb, &out, agg);
     };

@@ -79,7 +79,10 @@ impl<E: Engine<Head = ValueModel>> Critic<E> {
                         mask,
                         s.cliprange_value,
                         s.loss_agg_mode,
-                        agg,
+                        &AggOptions {
+                            release: s.release,
+                            ..*agg
+                        },
                     )?;
                     let mut metrics = Metrics::new();
                     let f = |t: &Tensor| {

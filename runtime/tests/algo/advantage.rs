@@ -1,4 +1,5 @@
 //! Advantage estimators: the oracle batch, hand-derived cases and properties.
+use runtime::algo::AlgoRelease;
 use runtime::algo::advantage::{self, gae, gpg, grpo, grpo_passk, opo, rloo};
 use runtime::algo::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, AlgoError, GroupIndex, compute_advantage,
@@ -45,11 +46,14 @@ fn run(est: AdvEstimator, rewards: &str, norm: bool) -> advantage::Advantages {
     } else {
         o.meta["gamma"].as_f64().unwrap()
     };
+    // The oracle writes the 0.7 forms (reinforce_plus_plus's restarting returns, the floored
+    // grpo_vectorized std); each release's own forms are release_semantics.rs's.
     let cfg = AdvantageConfig {
         gamma,
         lam: o.meta["lam"].as_f64().unwrap(),
         norm_adv_by_std_in_grpo: norm,
         epsilon: 1e-6,
+        release: runtime::algo::AlgoRelease::V0_7_0,
     };
     compute_advantage(est, &inputs, &cfg).unwrap()
 }
@@ -216,13 +220,17 @@ fn grpo_singleton_and_constant_groups() {
     let a = grpo::advantages(&scores, &ix, true, 1e-6);
     assert_near(a[0], 3.0 / (1.0 + 1e-6), 1e-15, "singleton");
     assert_eq!(&a[1..], &[0.0, 0.0]);
-    let v = grpo::advantages_vectorized(&scores, &ix, true, 1e-6);
+    let v = grpo::advantages_vectorized(&scores, &ix, true, 1e-6, AlgoRelease::V0_7_0);
     assert_near(v[0], 3.0 / (1.0 + 1e-6), 1e-15, "singleton (vectorized)");
     assert_eq!(&v[1..], &[0.0, 0.0]);
-    // Where the one-pass variance is below ε the floor changes the result:
+    // Where the one-pass variance is below ε verl 0.7's floor changes the result:
     // {0, 1e-4}: var = 5e-9 < 1e-6 → σ = 1e-3; A = ±5e-5/(1e-3 + 1e-6) = ±0.04995...
-    let v = grpo::advantages_vectorized(&[0.0, 1e-4], &GroupIndex::from_ids(&[0, 0]), true, 1e-6);
+    let pair = GroupIndex::from_ids(&[0, 0]);
+    let v = grpo::advantages_vectorized(&[0.0, 1e-4], &pair, true, 1e-6, AlgoRelease::V0_7_0);
     assert_near(v[1], 5e-5 / (1e-3 + 1e-6), 1e-6, "variance floor");
+    // verl 0.8 on: no floor, σ = sqrt(5e-9) ≈ 7.07e-5; A = 5e-5/(7.07e-5 + 1e-6) ≈ 0.6972.
+    let v = grpo::advantages_vectorized(&[0.0, 1e-4], &pair, true, 1e-6, AlgoRelease::NEWEST);
+    assert_near(v[1], 5e-5 / (5e-9f64.sqrt() + 1e-6), 1e-9, "no floor");
 }
 
 #[test]
@@ -340,9 +348,14 @@ fn reinforce_plus_plus_resets_after_eos() {
     // G_0 = 1 + 0.75 = 1.75: the reward after EOS does not leak backwards.
     let r = t2(&[&[1.0, 1.0, 1.0, 5.0], &[0.0, 0.0, 1.0, 0.0]]);
     let m = t2(&[&[1.0, 1.0, 1.0, 0.0], &[1.0, 1.0, 1.0, 1.0]]);
-    let out = advantage::reinforce_pp::compute(&r, &m, 0.5).unwrap();
+    let old =
+        advantage::reinforce_pp::compute(&r, &m, 0.5, runtime::algo::AlgoRelease::V0_7_0).unwrap();
+    assert_eq!(&to_vec(&old.returns)[..4], &[1.75, 1.5, 1.0, 5.0]);
+    // verl 0.9 masks the returns too: the padding's own return is 0.
+    let out =
+        advantage::reinforce_pp::compute(&r, &m, 0.5, runtime::algo::AlgoRelease::NEWEST).unwrap();
     let g = to_vec(&out.returns);
-    assert_eq!(&g[..4], &[1.75, 1.5, 1.0, 5.0]);
+    assert_eq!(&g[..4], &[1.75, 1.5, 1.0, 0.0]);
     // Advantages are whitened over the valid tokens and zero elsewhere.
     let a = to_vec(&out.advantages);
     assert_eq!(a[3], 0.0);

@@ -1,5 +1,5 @@
 //! loss_agg_mode: oracle values, hand-derived values and the data-parallel properties.
-use runtime::algo::{AggOptions, AlgoError, LossAggMode, agg_loss};
+use runtime::algo::{AggOptions, AlgoError, AlgoRelease, LossAggMode, agg_loss};
 use tch::{Kind, Tensor};
 
 use crate::oracle;
@@ -12,6 +12,15 @@ const MODES: [LossAggMode; 4] = [
     LossAggMode::SeqMeanTokenSumNorm,
 ];
 
+/// Local normalisation as verl 0.7.0 aggregates (the oracle's formulas are 0.7's; 0.9.1's
+/// own functions are release_semantics.rs's).
+fn local_0_7() -> AggOptions {
+    AggOptions {
+        release: AlgoRelease::V0_7_0,
+        ..AggOptions::default()
+    }
+}
+
 fn global(meta: &serde_json::Value) -> AggOptions {
     let g = &meta["global"];
     AggOptions {
@@ -19,6 +28,7 @@ fn global(meta: &serde_json::Value) -> AggOptions {
         batch_num_tokens: g["n_tok"].as_f64(),
         global_batch_size: g["gbs"].as_f64(),
         loss_scale_factor: g["scale"].as_f64(),
+        release: AlgoRelease::V0_7_0,
     }
 }
 
@@ -27,10 +37,7 @@ fn agg_modes_match_oracle() {
     let o = oracle::load("agg");
     let (loss, mask) = (o.get("loss"), o.get("mask"));
     for mode in MODES {
-        for (scope, opts) in [
-            ("local", AggOptions::default()),
-            ("global", global(&o.meta)),
-        ] {
+        for (scope, opts) in [("local", local_0_7()), ("global", global(&o.meta))] {
             let got = scalar(&agg_loss(loss, mask, mode, &opts).unwrap());
             assert_near(
                 got,
@@ -57,9 +64,19 @@ fn agg_modes_hand_derived() {
     let mask = t2(&[&[1.0, 1.0, 0.0, 0.0], &[1.0, 0.0, 0.0, 0.0], &[0.0; 4]]);
     let want = [7.0 / 3.0, 3.5, 2.75, 1.75];
     for (mode, w) in MODES.into_iter().zip(want) {
-        let got = scalar(&agg_loss(&loss, &mask, mode, &AggOptions::default()).unwrap());
+        let got = scalar(&agg_loss(&loss, &mask, mode, &local_0_7()).unwrap());
         assert_near(got, w, 1e-8, mode.as_str());
     }
+    // verl 0.7.1 on: seq-mean-token-sum-norm is the per-sequence sum over the non-empty
+    // sequences, over S: 7/2/4 = 0.875.
+    let got = agg_loss(
+        &loss,
+        &mask,
+        LossAggMode::SeqMeanTokenSumNorm,
+        &AggOptions::default(),
+    )
+    .unwrap();
+    assert_near(scalar(&got), 0.875, 1e-12, "seq-mean-token-sum-norm (0.9)");
     // With global info: D = 2, N = 14, B = 4, S = 10:
     // token-mean 2·7/14 = 1; seq-sum 2·7/4 = 3.5; seq-mean 2·5.5/4 = 2.75; sum-norm 7/10 = 0.7.
     let opts = AggOptions {
@@ -67,16 +84,30 @@ fn agg_modes_hand_derived() {
         batch_num_tokens: Some(14.0),
         global_batch_size: Some(4.0),
         loss_scale_factor: Some(10.0),
+        release: AlgoRelease::V0_7_0,
     };
     for (mode, w) in MODES.into_iter().zip([1.0, 3.5, 2.75, 0.7]) {
         let got = scalar(&agg_loss(&loss, &mask, mode, &opts).unwrap());
         assert_near(got, w, 1e-8, &format!("{mode} global"));
     }
+    // verl 0.7.1 on: 2·7/4/10 = 0.35.
+    let newer = AggOptions {
+        release: AlgoRelease::NEWEST,
+        ..opts
+    };
+    let got = agg_loss(&loss, &mask, LossAggMode::SeqMeanTokenSumNorm, &newer).unwrap();
+    assert_near(
+        scalar(&got),
+        0.35,
+        1e-12,
+        "seq-mean-token-sum-norm global (0.9)",
+    );
 }
 
 /// With verl's global-batch information, averaging the per-rank losses over D ranks (what
 /// data-parallel gradient averaging does) gives the loss of the whole batch: the ×D factor
-/// cancels the averaging. `seq-mean-token-sum-norm` has no ×D, so the average is 1/D of it.
+/// cancels the averaging. verl 0.7.0's `seq-mean-token-sum-norm` has no ×D, so there the
+/// average is 1/D of it; from 0.7.1 it is the whole batch's too.
 #[test]
 fn global_batch_info_makes_data_parallel_average_equal_the_full_batch() {
     let _rng = rng_lock();
@@ -94,34 +125,42 @@ fn global_batch_info_makes_data_parallel_average_equal_the_full_batch() {
             .sum(Kind::Double),
     );
     let d = 2;
-    let opts = AggOptions {
-        dp_size: d,
-        batch_num_tokens: Some(n_tok),
-        global_batch_size: Some(n_seq),
-        loss_scale_factor: Some(5.0),
-    };
-    for mode in MODES {
-        let full = scalar(&agg_loss(&loss, &mask, mode, &AggOptions::default()).unwrap());
-        let ranks: f64 = (0..d as i64)
-            .map(|r| {
-                scalar(
-                    &agg_loss(
-                        &loss.narrow(0, 4 * r, 4),
-                        &mask.narrow(0, 4 * r, 4),
-                        mode,
-                        &opts,
-                    )
-                    .unwrap(),
-                )
-            })
-            .sum::<f64>()
-            / d as f64;
-        let want = if mode == LossAggMode::SeqMeanTokenSumNorm {
-            full / d as f64
-        } else {
-            full
+    for release in [AlgoRelease::V0_7_0, AlgoRelease::NEWEST] {
+        let opts = AggOptions {
+            dp_size: d,
+            batch_num_tokens: Some(n_tok),
+            global_batch_size: Some(n_seq),
+            loss_scale_factor: Some(5.0),
+            release,
         };
-        assert_near(ranks, want, 1e-12, mode.as_str());
+        let whole = AggOptions {
+            release,
+            ..AggOptions::default()
+        };
+        for mode in MODES {
+            let full = scalar(&agg_loss(&loss, &mask, mode, &whole).unwrap());
+            let ranks: f64 = (0..d as i64)
+                .map(|r| {
+                    scalar(
+                        &agg_loss(
+                            &loss.narrow(0, 4 * r, 4),
+                            &mask.narrow(0, 4 * r, 4),
+                            mode,
+                            &opts,
+                        )
+                        .unwrap(),
+                    )
+                })
+                .sum::<f64>()
+                / d as f64;
+            let want =
+                if mode == LossAggMode::SeqMeanTokenSumNorm && !release.seq_sum_norm_over_batch() {
+                    full / d as f64
+                } else {
+                    full
+                };
+            assert_near(ranks, want, 1e-12, &format!("{mode} {release}"));
+        }
     }
 }
 

@@ -70,6 +70,7 @@ fn global_batch(g: &serde_json::Value) -> AggOptions {
         batch_num_tokens: g["batch_num_tokens"].as_f64(),
         global_batch_size: g["global_batch_size"].as_f64(),
         loss_scale_factor: None,
+        release: runtime::algo::AlgoRelease::NEWEST,
     }
 }
 

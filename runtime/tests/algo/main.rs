@@ -16,6 +16,7 @@ mod oracle;
 mod pf_ppo;
 mod policy_loss;
 mod rejection;
+mod release_semantics;
 mod rollout_correction;
 mod support;
 mod value_loss;

@@ -33,6 +33,7 @@ fn oracle_cfg(meta: &serde_json::Value) -> PolicyLossConfig {
         kl_cov_ratio: f("kl_cov_ratio"),
         ppo_kl_coef: f("ppo_kl_coef"),
         dro_beta: Some(f("dro_beta")),
+        release: runtime::algo::AlgoRelease::V0_7_0,
     }
 }
 
@@ -46,6 +47,7 @@ fn check_against_oracle(mode: PolicyLossMode) {
         batch_num_tokens: g["n_tok"].as_f64(),
         global_batch_size: g["gbs"].as_f64(),
         loss_scale_factor: g["scale"].as_f64(),
+        release: runtime::algo::AlgoRelease::V0_7_0,
     };
     for agg_mode in MODES {
         for (scope, agg) in [("local", AggOptions::default()), ("global", global)] {
@@ -176,6 +178,7 @@ fn dppo_and_dro_are_verl_0_9s() {
         batch_num_tokens: g["batch_num_tokens"].as_f64(),
         global_batch_size: g["global_batch_size"].as_f64(),
         loss_scale_factor: g["loss_scale_factor"].as_f64(),
+        release: runtime::algo::AlgoRelease::NEWEST,
     };
     let cases = o["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), 3 * 5 * 2 * 2);
@@ -197,21 +200,9 @@ fn dppo_and_dro_are_verl_0_9s() {
             inputs = inputs.rollout_is_weights(&w);
         }
         let out = compute_policy_loss(mode, &inputs, &cfg, agg_mode, &agg).unwrap();
-        // verl 0.9 changed `seq-mean-token-sum-norm`: the token sum is also divided by the
-        // number of sequences (times dp), where 0.7 (which verlc models) sums over the batch.
-        // Pinned here so the difference stays known until the lowering follows the release.
-        let factor = match (agg_mode, case["global"] == true) {
-            (LossAggMode::SeqMeanTokenSumNorm, true) => {
-                global.dp_size as f64 / global.global_batch_size.unwrap()
-            }
-            (LossAggMode::SeqMeanTokenSumNorm, false) => {
-                let rows = mask.sum_dim_intlist(-1, false, Kind::Double).gt(0.0);
-                1.0 / rows.sum(Kind::Double).double_value(&[])
-            }
-            _ => 1.0,
-        };
-        let loss = &out.loss * factor;
-        assert_near(scalar(&loss), case["loss"].as_f64().unwrap(), 1e-10, &what);
+        // The default release is 0.9.1's, whose `seq-mean-token-sum-norm` these are.
+        let loss = &out.loss;
+        assert_near(scalar(loss), case["loss"].as_f64().unwrap(), 1e-10, &what);
         loss.backward();
         assert_close(
             &lp.grad(),
@@ -379,9 +370,10 @@ fn gspo_uses_the_sequence_ratio_with_token_gradients() {
     let (a, m) = (t2(&[&[1.0, 1.0]]), t2(&[&[1.0, 1.0]]));
     let cfg = PolicyLossConfig {
         clip_ratio_high: Some(0.28),
+        release: runtime::algo::AlgoRelease::V0_7_0,
         ..PolicyLossConfig::default()
     };
-    // The configured agg mode is ignored (always seq-mean-token-mean).
+    // Before verl 0.9.1 the configured agg mode is ignored (always seq-mean-token-mean).
     let out = compute_policy_loss(
         PolicyLossMode::Gspo,
         &PolicyLossInputs::new(&old, &lp, &a, &m),
@@ -394,6 +386,21 @@ fn gspo_uses_the_sequence_ratio_with_token_gradients() {
     assert_near(scalar(&out.loss), -r, 1e-7, "loss");
     out.loss.backward();
     assert_close(&lp.grad(), &t2(&[&[-r / 2.0, -r / 2.0]]), 1e-7, "grad");
+    // From 0.9.1 it is honoured: seq-mean-token-sum gives the sequence's sum, −2ρ̃.
+    let lp = leaf(&t2(&[&[-0.9, -1.7]]));
+    let newer = PolicyLossConfig {
+        release: runtime::algo::AlgoRelease::NEWEST,
+        ..cfg
+    };
+    let out = compute_policy_loss(
+        PolicyLossMode::Gspo,
+        &PolicyLossInputs::new(&old, &lp, &a, &m),
+        &newer,
+        LossAggMode::SeqMeanTokenSum,
+        &AggOptions::default(),
+    )
+    .unwrap();
+    assert_near(scalar(&out.loss), -2.0 * r, 1e-7, "loss (0.9.1)");
 }
 
 #[test]

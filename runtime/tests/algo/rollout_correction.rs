@@ -191,6 +191,7 @@ fn bypass_policy_loss_is_verls() {
         batch_num_tokens: Some(mask.sum(Kind::Float).double_value(&[])),
         global_batch_size: Some(mask.size()[0] as f64),
         loss_scale_factor: None,
+        release: runtime::algo::AlgoRelease::V0_7_0,
     };
     let cases = o["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), 4);

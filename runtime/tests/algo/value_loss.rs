@@ -21,9 +21,15 @@ fn value_loss_matches_oracle() {
         batch_num_tokens: g["n_tok"].as_f64(),
         global_batch_size: g["gbs"].as_f64(),
         loss_scale_factor: g["scale"].as_f64(),
+        release: runtime::algo::AlgoRelease::V0_7_0,
     };
     for mode in MODES {
-        for (scope, agg) in [("local", AggOptions::default()), ("global", global)] {
+        // The oracle's formulas are verl 0.7.0's.
+        let local = AggOptions {
+            release: runtime::algo::AlgoRelease::V0_7_0,
+            ..AggOptions::default()
+        };
+        for (scope, agg) in [("local", local), ("global", global)] {
             let v = leaf(o.get("vpreds"));
             let out = compute_value_loss(
                 &v,

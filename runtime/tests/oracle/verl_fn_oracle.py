@@ -36,6 +36,12 @@ Writes
 - OUT/rollout_corr_0_9.json: verl 0.9.1's rollout correction (truncated and IcePop importance
   weights per token and per sequence, with a rejection option) on seeded log-probs: weights,
   mask, metrics;
+- OUT/release_semantics.json: the four functions whose results changed between releases, run
+  from verl 0.7.0's (installed) and 0.9.1's own core_algos.py on the same inputs (masks with
+  holes, an empty row, singleton groups, near-equal scores): agg_loss's seq-mean-token-sum-norm
+  (local, and with global-batch info over 2 data-parallel ranks), the gspo policy loss under each
+  aggregation mode (loss and gradient), reinforce_plus_plus's advantages and returns, and
+  grpo_vectorized's advantages;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -684,8 +690,104 @@ def rejection_0_9(out):
         json.dump({"log_ratio": log_ratio.tolist(), "mask": mask.tolist(), "cases": cases}, f)
 
 
+def groupwise_namespace(root):
+    """verl's group statistics (utils/groupwise.py of the tree at root): as_torch_index and
+    group_mean_std with what they reach, on the CPU."""
+    typing = __import__("typing")
+    ns = {"torch": torch, "np": np, "os": os, "Any": typing.Any, "Optional": typing.Optional,
+          "get_device_name": lambda: "cpu", "get_torch_device": lambda: torch.device("cpu")}
+    path = os.path.join(root, "utils/groupwise.py")
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    flags = __import__("__future__").annotations.compiler_flag
+    exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), ns)
+    return ns
+
+
+def release_semantics(out):
+    import types
+
+    gen = torch.Generator().manual_seed(31)
+    rows, width = 6, 5
+    loss_mat = torch.randn(rows, width, generator=gen, dtype=torch.float64)
+    # Holes inside responses, a row without valid tokens, full rows.
+    mask = torch.tensor([[1, 1, 0, 1, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1],
+                         [0, 1, 1, 0, 1], [1, 1, 1, 0, 0]], dtype=torch.float64)
+    rewards = torch.zeros(rows, width, dtype=torch.float64)
+    rewards[0, 3], rewards[1, 0], rewards[3, 4], rewards[4, 4], rewards[5, 2] = 1.0, 2.0, 1.0, -1.0, 0.5
+    rewards[4, 0] = 0.25  # a reward on a masked position
+    old = torch.log(torch.rand(rows, width, generator=gen, dtype=torch.float64) * 0.9 + 0.05)
+    lp = old + torch.randn(rows, width, generator=gen, dtype=torch.float64) * 0.3
+    adv = torch.randn(rows, width, generator=gen, dtype=torch.float64)
+    # Groups: two pairs of near-equal scores, a group of three, a singleton.
+    scores = torch.tensor([1.0, 1.001, 0.5, 0.5 + 1e-4, 2.0, -1.0, 0.3, 7.0], dtype=torch.float32)
+    index = np.array(["a", "a", "b", "b", "c", "c", "c", "d"], dtype=object)
+    glob = {"dp_size": 2, "global_batch_size": 10, "batch_num_tokens": 30, "loss_scale_factor": 4}
+
+    class Config(dict):
+        pass
+
+    result = {}
+    for label, root in [("0.7.0", installed_verl()), ("0.9.1", newer_verl())]:
+        ns = core_algos_namespace(root)
+        ns["np"] = np
+        ns["ActorConfig"] = Config
+        vf = masked_fns(root)
+        for name in ["masked_var", "masked_whiten"]:
+            verl_function("utils/torch_functional.py", name, vf, root)
+        ns["verl_F"] = types.SimpleNamespace(**vf)
+        g = groupwise_namespace(root)
+        ns["as_torch_index"], ns["group_mean_std"] = g["as_torch_index"], g["group_mean_std"]
+        agg = verl_function("trainer/ppo/core_algos.py", "agg_loss", ns, root)
+        gspo = verl_function("trainer/ppo/core_algos.py", "compute_policy_loss_gspo", ns, root)
+        rpp = verl_function("trainer/ppo/core_algos.py", "compute_reinforce_plus_plus_outcome_advantage", ns, root)
+        grpo_v = verl_function("trainer/ppo/core_algos.py", "compute_grpo_vectorized_outcome_advantage", ns, root)
+        params = set(__import__("inspect").signature(agg).parameters)
+        norm = {}
+        for scope, info in [("local", {}), ("global", glob)]:
+            kwargs = {}
+            if "global_batch_info" in params:
+                kwargs["global_batch_info"] = info
+            elif info:
+                kwargs.update({k: v for k, v in info.items() if k in params})
+            if "loss_scale_factor" in params:
+                kwargs.setdefault("loss_scale_factor", info.get("loss_scale_factor"))
+            try:
+                norm[scope] = agg(loss_mat, mask, "seq-mean-token-sum-norm", **kwargs).item()
+            except Exception as e:  # noqa: BLE001 (a release that refuses the call)
+                norm[scope] = f"{type(e).__name__}: {e}"
+        gspo_cases = {}
+        for mode in ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]:
+            cfg = Config()
+            cfg.clip_ratio, cfg.clip_ratio_low, cfg.clip_ratio_high = 0.2, 0.2, 0.2
+            cfg.global_batch_info = {}
+            cfg.loss_scale_factor = None
+            x = lp.clone().requires_grad_(True)
+            loss, _ = gspo(old_log_prob=old, log_prob=x, advantages=adv, response_mask=mask,
+                           loss_agg_mode=mode, config=cfg)
+            loss.backward()
+            gspo_cases[mode] = {"loss": loss.item(), "grad": x.grad.tolist()}
+        rpp_cfg = types.SimpleNamespace(gamma=1.0)
+        rpp_cfg.get = lambda k, d=None: getattr(rpp_cfg, k, d)
+        a, r = rpp(token_level_rewards=rewards, response_mask=mask, config=rpp_cfg)
+        token_scores = torch.zeros(len(scores), 2, dtype=torch.float32)
+        token_scores[:, 1] = scores
+        v_adv, _ = grpo_v(token_level_rewards=token_scores, response_mask=torch.ones(len(scores), 2),
+                          index=index, epsilon=1e-6, norm_adv_by_std_in_grpo=True)
+        result[label] = {"seq_sum_norm": norm, "gspo": gspo_cases,
+                         "rpp_advantages": a.tolist(), "rpp_returns": r.tolist(),
+                         "grpo_vectorized": v_adv[:, 1].tolist()}
+    with open(os.path.join(out, "release_semantics.json"), "w") as f:
+        json.dump({"loss_mat": loss_mat.tolist(), "mask": mask.tolist(), "rewards": rewards.tolist(),
+                   "old_log_prob": old.tolist(), "log_prob": lp.tolist(), "advantages": adv.tolist(),
+                   "scores": scores.tolist(), "groups": [ord(c) - ord("a") for c in index],
+                   "global": glob, "releases": result}, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
+    release_semantics(sys.argv[1])
     pf_ppo(sys.argv[1])
     dynamic_bsz(sys.argv[1])
     rollout_corr(sys.argv[1])

@@ -437,7 +437,8 @@ fn example_rank_child() {
     let files = std::fs::read_to_string(&list).expect("spec list");
     for file in files.lines().map(PathBuf::from) {
         let spec: TrainerSpec =
-            serde_json::from_str(&std::fs::read_to_string(&file).expect("spec")).expect("spec json");
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("spec"))
+                .expect("spec json");
         let summary = match spec.binding.strategy {
             StrategyKind::Megatron => runtime::trainer::run_with(
                 &spec,

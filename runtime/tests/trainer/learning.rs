@@ -1,7 +1,7 @@
 //! The trainer learns: GRPO on digit reversal (the quickstart's recipe, shortened) and PPO
 //! with a GAE critic raise the mean score clearly from a fresh tiny model.
 
-use crate::support::{mean, quiet, scratch, series, small_grpo};
+use crate::support::{mean, quiet, scratch, series, small_grpo, small_grpo_on};
 
 /// The quickstart's task and recipe at test size (fewer samples, higher lr): 3-digit reversal,
 /// 2-layer model, entropy bonus.
@@ -96,14 +96,16 @@ fn ppo_with_a_gae_critic_learns() {
 fn optimal_token_baseline_runs_with_its_variance_metrics() {
     let dir = scratch("otb_runs");
     let steps = 3;
-    let cfg = small_grpo(
+    // A 0.7.1 estimator: on the newest release's tree.
+    let cfg = small_grpo_on(
         &dir,
         steps,
         &with(&[
             "actor_rollout_ref.rollout.n=4",
             "algorithm.adv_estimator=optimal_token_baseline",
-            "+actor_rollout_ref.actor.calculate_sum_pi_squared=true",
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=true",
         ]),
+        verlc::load::version::BuiltinRelease::V0_9_1,
     );
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
     assert_eq!(summary.history.len(), steps as usize);

@@ -10,7 +10,7 @@ use runtime::workers::reward::rules::{default_compute_score, gsm8k, math_boxed, 
 use runtime::workers::reward::{PythonRewardFn, PythonSettings, RewardError, ScoreItem};
 use serde_json::{Map, Value, json};
 
-use crate::support::{quiet, repo, scratch, small_grpo};
+use crate::support::{quiet, repo, scratch, small_grpo, small_grpo_on};
 
 fn fixture(name: &str) -> PathBuf {
     repo().join("runtime/tests/trainer/fixtures").join(name)
@@ -307,26 +307,27 @@ fn unknown_data_source_is_reported_up_front() {
 fn gdpo_reads_the_reward_functions_components() {
     let dir = scratch("trainer_gdpo");
     let path = format!(
-        "custom_reward_function.path={}",
+        "reward.custom_reward_function.path={}",
         fixture("reward_components.py").display()
     );
-    let cfg = small_grpo(
+    // GDPO (verl 0.7.1's estimator, 0.8's reward manager): on the newest release's tree.
+    let cfg = small_grpo_on(
         &dir,
         2,
         &[
             &path,
             "algorithm.adv_estimator=gdpo",
+            "reward.reward_manager.name=gdpo",
             "actor_rollout_ref.rollout.n=4",
             "+algorithm.gdpo_reward_keys=[accuracy_reward,format_reward,tagged]",
             "+algorithm.gdpo_reward_weights=[1.0,0.5,0.1]",
         ],
+        verlc::load::version::BuiltinRelease::V0_9_1,
     );
-    // verl 0.9's GDPO reward manager (registered from 0.8, so not on this 0.7 tree: set on the
-    // spec as lowering sets it for `reward.reward_manager.name=gdpo`).
-    let mut cfg = cfg;
-    cfg.reward_manager = verlc_spec::trainer::RewardManagerSpec::Gdpo {
-        experiment_name: "gdpo-test".into(),
-    };
+    assert!(matches!(
+        cfg.reward_manager,
+        verlc_spec::trainer::RewardManagerSpec::Gdpo { .. }
+    ));
     let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
     for (step, m) in &summary.history {
         // verl 0.9's GDPO manager passes `extra_info.experiment_name` to the scorer.
@@ -344,14 +345,16 @@ fn gdpo_reads_the_reward_functions_components() {
             "step {step}: whitened"
         );
     }
-    let cfg = small_grpo(
+    let cfg = small_grpo_on(
         &dir,
         1,
         &[
             &path,
             "algorithm.adv_estimator=gdpo",
+            "reward.reward_manager.name=gdpo",
             "+algorithm.gdpo_reward_keys=[length_reward]",
         ],
+        verlc::load::version::BuiltinRelease::V0_9_1,
     );
     let err = runtime::trainer::run(&cfg, &quiet())
         .expect_err("no such component")

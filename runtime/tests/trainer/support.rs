@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use runtime::engine::Metrics;
 use runtime::trainer::RunOptions;
 use verlc::load::compose::LoadRequest;
+use verlc::load::version::BuiltinRelease;
 use verlc::plan::{SpecOutcome, lower_request};
 use verlc_spec::TrainerSpec;
 
@@ -24,13 +25,19 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// The trainer spec of `examples/<example>` with `overrides`, lowered as `verlc build` does.
+/// The trainer spec of `examples/<example>` with `overrides`, lowered as `verlc build` does on
+/// verl 0.7.0's tree.
 pub fn spec_of(example: &str, overrides: &[String]) -> TrainerSpec {
+    spec_on(example, overrides, BuiltinRelease::V0_7_0)
+}
+
+/// [`spec_of`] on the built-in tree of `release` (a feature of a later release).
+pub fn spec_on(example: &str, overrides: &[String], release: BuiltinRelease) -> TrainerSpec {
     let req = LoadRequest {
         config_file: Some(repo().join("examples").join(example)),
         overrides: overrides.to_vec(),
         cwd: repo(),
-        builtin: verlc::load::version::BuiltinRelease::V0_7_0,
+        builtin: release,
         ..LoadRequest::default()
     };
     match lower_request(&req) {
@@ -65,6 +72,16 @@ pub fn quiet() -> RunOptions {
 
 /// A small, fast GRPO run of the quickstart in `dir` (checkpoints and logs there).
 pub fn small_grpo(dir: &Path, steps: u64, extra: &[&str]) -> TrainerSpec {
+    small_grpo_on(dir, steps, extra, BuiltinRelease::V0_7_0)
+}
+
+/// [`small_grpo`] on the built-in tree of `release`.
+pub fn small_grpo_on(
+    dir: &Path,
+    steps: u64,
+    extra: &[&str],
+    release: BuiltinRelease,
+) -> TrainerSpec {
     let ckpt = format!("trainer.default_local_dir={}", dir.join("ckpt").display());
     let steps = format!("trainer.total_training_steps={steps}");
     let mut o = vec![
@@ -80,7 +97,8 @@ pub fn small_grpo(dir: &Path, steps: u64, extra: &[&str]) -> TrainerSpec {
     o.push(&ckpt);
     o.push(&steps);
     o.extend_from_slice(extra);
-    quickstart(&o)
+    let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+    spec_on("quickstart.yaml", &o, release)
 }
 
 /// The value of metric `name` at each logged step that has it.

@@ -123,7 +123,8 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Compile, u8> {
             return Err(EXIT_ERRORS);
         }
     };
-    let plan = plan::lower(cfg, &checked.composed.root).plan;
+    let release = plan::algo_release(&checked.release_version);
+    let plan = plan::lower(cfg, &checked.composed.root, release).plan;
     eprintln!(
         "plan: {}",
         codegen::render::summary(&plan).replace('\n', "\n      ")

@@ -130,9 +130,11 @@ pub fn compute_advantage(
             gae::compute(r, values, m, cfg.gamma, cfg.lam)
         }
         AdvEstimator::Grpo => grpo::compute(r, m, index()?, norm, eps),
-        AdvEstimator::GrpoVectorized => grpo::compute_vectorized(r, m, index()?, norm, eps),
+        AdvEstimator::GrpoVectorized => {
+            grpo::compute_vectorized(r, m, index()?, norm, eps, cfg.release)
+        }
         AdvEstimator::GrpoPassk => grpo_passk::compute(r, m, index()?, norm, eps),
-        AdvEstimator::ReinforcePlusPlus => reinforce_pp::compute(r, m, cfg.gamma),
+        AdvEstimator::ReinforcePlusPlus => reinforce_pp::compute(r, m, cfg.gamma, cfg.release),
         AdvEstimator::ReinforcePlusPlusBaseline => reinforce_pp::compute_baseline(r, m, index()?),
         AdvEstimator::Rloo => rloo::compute(r, m, index()?),
         AdvEstimator::RlooVectorized => rloo::compute_vectorized(r, m, index()?),

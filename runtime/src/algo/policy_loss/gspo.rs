@@ -2,8 +2,9 @@
 //!
 //! Sequence ratio `s_i = exp(Σ_t mΔ / max(Σ_t m, 1))`; per token
 //! `log ρ̃ = log π_θ − sg(log π_θ) + sg(log s_i)`, clamped at 10 — the value of `s_i` with the
-//! gradient of each token's own log-prob. `ℓ = max(−Aρ̃, −A·clip(ρ̃, 1−ε_l, 1+ε_h))`, always
-//! aggregated with `seq-mean-token-mean`. Metrics: `pg_clipfrac = mean_m[ℓ2 > ℓ1]`,
+//! gradient of each token's own log-prob. `ℓ = max(−Aρ̃, −A·clip(ρ̃, 1−ε_l, 1+ε_h))`,
+//! aggregated with the configured `loss_agg_mode` (verl 0.9.1 on; `seq-mean-token-mean`
+//! before). Metrics: `pg_clipfrac = mean_m[ℓ2 > ℓ1]`,
 //! `ppo_kl = mean_m(−Δ)` (Δ unclamped), `pg_clipfrac_lower = 0`.
 use tch::{Kind, Tensor};
 
@@ -16,6 +17,7 @@ use crate::algo::agg::{AggOptions, LossAggMode, agg_loss};
 pub fn compute(
     inputs: &PolicyLossInputs<'_>,
     cfg: &PolicyLossConfig,
+    agg_mode: LossAggMode,
     agg: &AggOptions,
 ) -> Result<PolicyLoss> {
     inputs.validate()?;
@@ -39,7 +41,12 @@ pub fn compute(
     let loss1 = neg_adv.f_mul(&ratio)?;
     let loss2 = neg_adv.f_mul(&ratio.f_clamp(1.0 - cfg.clip_low(), 1.0 + cfg.clip_high())?)?;
     let pg_losses = inputs.weighted(loss1.f_maximum(&loss2)?)?;
-    let loss = agg_loss(&pg_losses, &mask, LossAggMode::SeqMeanTokenMean, agg)?;
+    let mode = if cfg.release.gspo_uses_configured_agg() {
+        agg_mode
+    } else {
+        LossAggMode::SeqMeanTokenMean
+    };
+    let loss = agg_loss(&pg_losses, &mask, mode, agg)?;
 
     let pg_clipfrac = fraction(&loss2.f_gt_tensor(&loss1)?, &mask)?;
     let ppo_kl = detached_mean(&neg_kl.f_neg()?, &mask)?;

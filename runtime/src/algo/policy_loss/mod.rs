@@ -129,8 +129,8 @@ pub struct PolicyLoss {
 }
 
 /// Computes policy loss `mode`. `agg_mode`/`agg` are `actor.loss_agg_mode` and the global-batch
-/// information; gspo and sapo always aggregate with `seq-mean-token-mean`, geo_mean with a
-/// plain mean over sequences.
+/// information; sapo always aggregates with `seq-mean-token-mean` (gspo too before verl 0.9.1),
+/// geo_mean with a plain mean over sequences. The aggregation follows `cfg.release`.
 pub fn compute_policy_loss(
     mode: PolicyLossMode,
     inputs: &PolicyLossInputs<'_>,
@@ -138,9 +138,13 @@ pub fn compute_policy_loss(
     agg_mode: LossAggMode,
     agg: &AggOptions,
 ) -> Result<PolicyLoss> {
+    let agg = &AggOptions {
+        release: cfg.release,
+        ..*agg
+    };
     match mode {
         PolicyLossMode::Vanilla => vanilla::compute(inputs, cfg, agg_mode, agg),
-        PolicyLossMode::Gspo => gspo::compute(inputs, cfg, agg),
+        PolicyLossMode::Gspo => gspo::compute(inputs, cfg, agg_mode, agg),
         PolicyLossMode::Sapo => sapo::compute(inputs, cfg, agg),
         PolicyLossMode::Gpg => gpg::compute(inputs, agg_mode, agg),
         PolicyLossMode::ClipCov => clip_cov::compute(inputs, cfg, agg_mode, agg),
