@@ -465,6 +465,12 @@ pub static RULES: &[Rule] = &[
         "verl 0.7.1 runs VeOmni and torchtitan only in its engine workers"
     ),
     rule!(
+        "V062",
+        "NameNotInReleaseRegistry",
+        rollout::name_not_in_release_registry,
+        "a checkpoint-engine backend or tool-call parser the judged release has not registered"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,
