@@ -84,6 +84,15 @@ def main():
     tests = binaries(sys.stdin)
     tests.sort(key=lambda t: -EXPECTED.get(t["name"], 5))
     cargo = os.environ.get("CARGO", "cargo")
+    # What cargo puts on the library path of the tests it runs: the toolchain's own libraries
+    # (a proc-macro crate's unit tests link libstd dynamically) and the target's deps.
+    sysroot = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True).stdout.strip()
+    host = subprocess.run(["rustc", "--print", "host-tuple"], capture_output=True, text=True).stdout.strip()
+    lib_dirs = [os.path.join(sysroot, "lib", "rustlib", host, "lib"), os.path.join(sysroot, "lib")]
+    if tests:
+        lib_dirs.append(os.path.dirname(tests[0]["exe"]))
+    if os.environ.get("LD_LIBRARY_PATH"):
+        lib_dirs.append(os.environ["LD_LIBRARY_PATH"])
     queue = list(tests)
     lock = threading.Lock()
     failed = []
@@ -93,6 +102,7 @@ def main():
         env["CARGO"] = cargo
         env["CARGO_MANIFEST_DIR"] = t["dir"]
         env["CARGO_PKG_NAME"] = package_name(t["package"])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(lib_dirs)
         start = time.time()
         p = subprocess.run(
             [t["exe"], *args],

@@ -326,6 +326,39 @@ fn fixture_cases(fixture: &str, prefix: &str, tree: &Path, builtin: bool) -> Vec
         .collect()
 }
 
+/// verl 0.7.0's example calls as `verlc migrate --to 0.9.1` prints them (its JSON output: the
+/// same arguments as the shell-quoted lines, hostile.rs checks the quoting), composed on verl
+/// 0.9.1's tree: what a user pastes after moving to 0.9.1.
+fn migrated_cases() -> Vec<Case> {
+    let Some(tree) = support::release_tree("0.9.1") else {
+        return Vec::new();
+    };
+    fixture_cases("verl_examples", "migrated to 0.9.1: ", &tree, false)
+        .into_iter()
+        .map(|mut c| {
+            let out = Command::new(env!("CARGO_BIN_EXE_verlc"))
+                .args(["migrate", "--format", "json", "--"])
+                .args(&c.overrides)
+                .output()
+                .expect("run verlc migrate");
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "{}: verlc migrate printed no JSON ({e}): {}",
+                    c.name,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+            c.overrides = v["overrides"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o.as_str().map(str::to_string))
+                .collect();
+            c
+        })
+        .collect()
+}
+
 /// verl 0.7.1's and 0.8.0's example calls on their own trees and 0.9.0's on verl 0.9.1's
 /// (unpacked by scripts/setup; none without).
 fn release_cases() -> Vec<Case> {
@@ -936,6 +969,7 @@ fn world() -> &'static World {
         cases.extend(main_cases());
         cases.extend(extra_cases(&verl));
         cases.extend(release_cases());
+        cases.extend(migrated_cases());
         let run = start_hydra(&cases);
         let verlc = cases.iter().map(verlc_on_dir).collect();
         let builtin = cases
@@ -986,6 +1020,38 @@ fn verl_tree_composes_like_hydra() {
         "verl main ({VERL_MAIN_REF}): Hydra accepts {ok} of {} example command lines",
         main.len()
     );
+    // verl 0.7.0's calls that compose on 0.7.0's tree compose on 0.9.1's as `verlc migrate`
+    // rewrites them.
+    let on_0_7: std::collections::HashMap<&str, bool> = w
+        .cases
+        .iter()
+        .zip(&w.hydra)
+        .filter(|(c, _)| !c.name.contains(": "))
+        .map(|(c, h)| (c.name.as_str(), h.ok))
+        .collect();
+    let migrated_of = |c: &Case| -> bool {
+        c.name
+            .strip_prefix("migrated to 0.9.1: ")
+            .is_some_and(|orig| on_0_7.get(orig).copied() == Some(true))
+    };
+    let migrated: Vec<&String> = w
+        .cases
+        .iter()
+        .zip(&w.hydra)
+        .filter(|(c, h)| migrated_of(c) && !h.ok)
+        .map(|(c, _)| &c.name)
+        .collect();
+    let total = w.cases.iter().filter(|c| migrated_of(c)).count();
+    if total > 0 {
+        eprintln!(
+            "verl 0.7.0's calls migrated to 0.9.1: Hydra composes {} of {total}; not: {migrated:#?}",
+            total - migrated.len()
+        );
+        assert!(
+            (total - migrated.len()) * 100 >= total * 98,
+            "migrated calls that do not compose on 0.9.1: {migrated:#?}"
+        );
+    }
     assert!(
         !main.is_empty() && ok * 4 >= main.len() * 3,
         "verl main's tree did not compose"

@@ -2,7 +2,7 @@
 //! optimizer kernels ([`ops`]) and a Megatron-core optimizer stack ([`optim`]).
 pub mod algo;
 pub mod binding;
-pub mod builtin_uri;
+pub use verlc_spec::builtin_uri;
 pub mod data;
 pub mod dist;
 pub mod engine;

@@ -1,5 +1,89 @@
 //! Facts of the built-in tiny models (`builtin://tiny?…`) that the compiler needs without the
-//! runtime's tokenizer: the vocabulary size (the runtime's tokenizer tests that it agrees).
+//! runtime: the vocabulary size (the runtime's tokenizer tests that it agrees), the parameters
+//! and families the runtime builds (its `model::builtin` reads these lists), and a check of an
+//! address against them, so `verlc check` refuses what the trainer could not build.
+
+use crate::builtin_uri::BuiltinUri;
+
+/// The `builtin://` models there are.
+pub const BUILTIN_MODELS: &[&str] = &["tiny"];
+
+/// The parameters `builtin://tiny` takes.
+pub const TINY_PARAMS: &[&str] = &[
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "intermediate",
+    "max_positions",
+    "arch",
+    "experts",
+    "experts_per_tok",
+    "moe_intermediate",
+    "tools",
+];
+
+/// The families `builtin://tiny?arch=` builds, by Hugging Face `model_type` (Qwen3.5's name
+/// gives its causal LM).
+pub const TINY_ARCHS: &[&str] = &[
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_next",
+];
+
+/// The integer parameters of `builtin://tiny`, each at least 1.
+const TINY_COUNTS: &[&str] = &[
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "intermediate",
+    "max_positions",
+    "experts",
+    "experts_per_tok",
+    "moe_intermediate",
+];
+
+/// Why the model address `path` cannot be built: `None` when it is no `builtin://` address or
+/// a good one. The same name, parameters, families and value kinds the runtime accepts.
+pub fn model_problem(path: &str) -> Option<String> {
+    let uri = match BuiltinUri::parse(path)? {
+        Ok(u) => u,
+        Err(e) => return Some(e),
+    };
+    if !BUILTIN_MODELS.contains(&uri.name.as_str()) {
+        return Some(format!(
+            "`{path}`: no built-in model `{}` (there is {})",
+            uri.name,
+            BUILTIN_MODELS.join(", ")
+        ));
+    }
+    if let Err(e) = uri.check_keys(TINY_PARAMS) {
+        return Some(e);
+    }
+    if let Some(arch) = uri.params.get("arch")
+        && !TINY_ARCHS.contains(&arch.as_str())
+    {
+        return Some(format!(
+            "`{path}`: the tiny model has no family `{arch}` (it builds {})",
+            TINY_ARCHS.join(", ")
+        ));
+    }
+    for key in TINY_COUNTS {
+        if let Some(v) = uri.params.get(*key)
+            && !v.parse::<i64>().is_ok_and(|n| n >= 1)
+        {
+            return Some(format!(
+                "`{path}`: `{key}` must be a whole number of at least 1, not `{v}`"
+            ));
+        }
+    }
+    None
+}
 
 /// Tokens of the built-in tokenizer: specials, digits, punctuation and words.
 pub const TINY_VOCAB: i64 = 38;

@@ -14,6 +14,7 @@
 pub mod algo;
 pub mod binding;
 pub mod builtin;
+pub mod builtin_uri;
 pub mod data;
 pub mod dtype;
 pub mod names;

@@ -220,6 +220,28 @@ impl ReleaseTable {
         Some(LeafType::of_mask(self.leaves[i].1))
     }
 
+    /// Whether the release's tree has `key`, as a leaf or a section.
+    pub fn holds(&self, key: &str) -> bool {
+        self.types(key).is_some() || self.has_below(key)
+    }
+
+    /// Whether `key` lies inside a free-form map of the release (a leaf typed as a map with
+    /// nothing listed below it, such as `rollout.engine_kwargs.sglang`): any key may be added.
+    pub fn in_free_map(&self, key: &str) -> bool {
+        let mut at = key;
+        while let Some((parent, _)) = at.rsplit_once('.') {
+            if self
+                .types(parent)
+                .is_some_and(|t| t.contains(&LeafType::Object))
+                && !self.has_below(parent)
+            {
+                return true;
+            }
+            at = parent;
+        }
+        false
+    }
+
     /// Whether the table holds keys below `key` (a section of the release).
     fn has_below(&self, key: &str) -> bool {
         let key = self.listed(key);

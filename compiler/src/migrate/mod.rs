@@ -398,6 +398,34 @@ fn render_tree(lines: &[&str], inserts: &[Insert], indent: usize) -> Vec<String>
 
 /// Overrides rewritten: each `key=value` (with `+`, `++` or `~`) at its new key; dropped keys
 /// are left out. Returns the new list and the changes.
+/// The overrides `migrated` (already moved to their new keys) as Hydra needs them on the tree
+/// of `release`: `+key=v` where that tree has the key now (Hydra refuses to add what exists),
+/// and `+key=v` for a plain `key=v` the tree no longer lists inside a free-form map (an
+/// engine's `engine_kwargs`, where a missing key must be added). Unchanged where the release
+/// has no leaf table.
+pub fn fit_to_release(migrated: Vec<String>, release: &str) -> Vec<String> {
+    let Some(table) = crate::load::release_table::for_release(release) else {
+        return migrated;
+    };
+    migrated
+        .into_iter()
+        .map(|o| {
+            let Some((lhs, value)) = o.split_once('=') else {
+                return o;
+            };
+            if lhs.starts_with("++") || lhs.starts_with('~') || lhs.contains('@') {
+                return o;
+            }
+            match lhs.strip_prefix('+') {
+                Some(key) if table.holds(key) => format!("{key}={value}"),
+                Some(_) => o,
+                None if !table.holds(lhs) && table.in_free_map(lhs) => format!("+{o}"),
+                None => o,
+            }
+        })
+        .collect()
+}
+
 pub fn migrate_overrides(overrides: &[String]) -> (Vec<String>, Vec<Change>) {
     let mut out = Vec::new();
     let mut changes = Vec::new();

@@ -157,6 +157,16 @@ pub static MOVES: &[Move] = &[
         "0.9.1",
         "verl's Megatron engine no longer offloads gradients by themselves",
     ),
+    moved(
+        "actor_rollout_ref.actor.router_replay.*",
+        "actor_rollout_ref.actor.megatron.router_replay.*",
+        "0.9.1",
+    ),
+    moved(
+        "actor_rollout_ref.ref.router_replay.*",
+        "actor_rollout_ref.ref.megatron.router_replay.*",
+        "0.9.1",
+    ),
     dropped(
         "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
         "0.8.0",

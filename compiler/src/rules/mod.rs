@@ -471,6 +471,12 @@ pub static RULES: &[Rule] = &[
         "a checkpoint-engine backend or tool-call parser the judged release has not registered"
     ),
     rule!(
+        "V063",
+        "BuiltinModelInvalid",
+        model::builtin_model_invalid,
+        "a builtin:// model address the trainer cannot build (name, parameters, family)"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

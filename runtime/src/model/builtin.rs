@@ -22,7 +22,7 @@ use crate::tokenizer::builtin as tok;
 use super::{Arch, LinearAttentionConfig, ModelConfig, MoeConfig};
 
 /// The names `builtin://` models accept.
-pub const MODELS: &[&str] = &["tiny"];
+pub use verlc_spec::builtin::BUILTIN_MODELS as MODELS;
 
 /// The config of a built-in model.
 pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
@@ -33,19 +33,7 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
             MODELS.join(", ")
         ));
     }
-    uri.check_keys(&[
-        "layers",
-        "hidden",
-        "heads",
-        "kv_heads",
-        "intermediate",
-        "max_positions",
-        "arch",
-        "experts",
-        "experts_per_tok",
-        "moe_intermediate",
-        "tools",
-    ])?;
+    uri.check_keys(verlc_spec::builtin::TINY_PARAMS)?;
     let tools: String = uri.get("tools", String::new())?;
     let hidden: i64 = uri.get("hidden", 128)?;
     let model_type: String = uri.get("arch", "qwen2".to_owned())?;

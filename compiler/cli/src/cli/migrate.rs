@@ -70,7 +70,8 @@ pub fn run(a: MigrateArgs) -> u8 {
     {
         return status;
     }
-    let (mut new_overrides, override_changes) = migrate::migrate_overrides(&overrides);
+    let (new_overrides, override_changes) = migrate::migrate_overrides(&overrides);
+    let mut new_overrides = migrate::fit_to_release(new_overrides, &a.to);
     report.changes.extend(
         override_changes
             .into_iter()

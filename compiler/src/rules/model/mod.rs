@@ -1,6 +1,7 @@
 //! The model: options that depend on the backend, and (`V2xx`) checks against the model's
 //! `config.json` dimensions.
 
+pub(crate) mod builtin_model_invalid;
 pub(crate) mod expert_parallel_does_not_divide_experts;
 pub(crate) mod mbridge_required;
 pub(crate) mod megatron_float32_extension;
