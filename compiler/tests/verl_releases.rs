@@ -115,7 +115,7 @@ fn keys_of_the_release_table_are_typed() {
         ),
         (
             "critic.loss_scale_factor=[1]",
-            Some("must be an integer or null"),
+            Some("must be null or an integer"),
         ),
         (
             "actor_rollout_ref.actor.fsdp_config.qat.enable=maybe",

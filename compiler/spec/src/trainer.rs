@@ -444,6 +444,10 @@ pub struct CriticSettings {
     pub data_loader_seed: u64,
     pub cliprange_value: f64,
     pub loss_agg_mode: LossAggMode,
+    /// Normaliser of `seq-mean-token-sum-norm` (`critic.loss_scale_factor`); response length
+    /// if None.
+    #[serde(default)]
+    pub loss_scale_factor: Option<f64>,
     /// Whose aggregation the value loss follows (see [`crate::algo::AlgoRelease`]).
     #[serde(default)]
     pub release: crate::algo::AlgoRelease,

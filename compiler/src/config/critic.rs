@@ -124,6 +124,12 @@ pub struct CriticConfig {
     pub cliprange_value: f64,
     /// Reduction of per-token value losses; mirrors the actor.
     pub loss_agg_mode: LossAggMode,
+    /// Constant divisor for `seq-mean-token-sum-norm`; null uses the response length. verl's
+    /// tree copies the actor's (verl 0.9+; absent from older trees, whose value loss divides
+    /// by the response length).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub loss_scale_factor: Option<i64>,
     /// Checkpoint contents.
     pub checkpoint: CheckpointConfig,
     /// Profiling of this role.

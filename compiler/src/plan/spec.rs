@@ -276,6 +276,7 @@ fn critic_spec(
                 data_loader_seed: c.data_loader_seed.unwrap_or(a.data_loader_seed) as u64,
                 cliprange_value: c.cliprange_value,
                 loss_agg_mode: c.loss_agg_mode,
+                loss_scale_factor: c.loss_scale_factor.map(|f| f as f64),
                 release: l.release,
             },
         }

@@ -16,6 +16,15 @@ struct Case {
 }
 
 fn case(yaml: &str, overrides: &[&str]) -> Case {
+    case_on(
+        yaml,
+        overrides,
+        crate::load::version::BuiltinRelease::V0_7_0,
+    )
+}
+
+/// [`case`] composed on a carried release's built-in tree.
+fn case_on(yaml: &str, overrides: &[&str], release: crate::load::version::BuiltinRelease) -> Case {
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!("verlc-plan-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -25,7 +34,7 @@ fn case(yaml: &str, overrides: &[&str]) -> Case {
         config_file: Some(file.clone()),
         overrides: overrides.iter().map(|s| s.to_string()).collect(),
         cwd: dir,
-        builtin: crate::load::version::BuiltinRelease::V0_7_0,
+        builtin: release,
         ..LoadRequest::default()
     };
     let checked = check(&req, &CheckOptions::default());
@@ -608,6 +617,34 @@ fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
 }
 
 #[test]
+fn the_value_loss_takes_the_critics_loss_scale_factor_where_the_release_has_one() {
+    use crate::load::version::BuiltinRelease;
+    let gae = BASE.replace("adv_estimator: grpo", "adv_estimator: gae");
+    let critic = [
+        "critic.model.path=builtin://tiny",
+        "critic.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.actor.loss_scale_factor=64",
+    ];
+    let factor = |c: &Case| {
+        c.lowered
+            .plan
+            .spec
+            .critic
+            .as_ref()
+            .map(|c| c.update.loss_scale_factor)
+    };
+    // verl 0.9.1's critic copies the actor's factor; 0.7.0's value loss has none.
+    let c = case_on(&gae, &critic, BuiltinRelease::V0_9_1);
+    assert_eq!(factor(&c), Some(Some(64.0)), "{:#?}", c.lowered.diagnostics);
+    let mut own = critic.to_vec();
+    own.push("critic.loss_scale_factor=8");
+    let c = case_on(&gae, &own, BuiltinRelease::V0_9_1);
+    assert_eq!(factor(&c), Some(Some(8.0)));
+    let c = case(&gae, &critic);
+    assert_eq!(factor(&c), Some(None));
+}
+
+#[test]
 fn critic_and_reference_roles() {
     let c = case(
         &BASE.replace("adv_estimator: grpo", "adv_estimator: gae"),
@@ -991,27 +1028,46 @@ fn embedded_config_reloads_to_the_same_tree() {
 }
 
 #[test]
-fn every_leaf_of_both_trees_has_a_verdict() {
-    for base in [compose::FSDP_BASE, compose::MEGATRON_BASE] {
-        let root = compose::load(&LoadRequest {
-            base: Some(base.to_owned()),
-            builtin: crate::load::version::BuiltinRelease::V0_7_0,
-            ..LoadRequest::default()
-        })
-        .root;
-        let leaves = verdict_report::leaves(&root, "");
-        assert!(leaves.len() > 500, "{base}: only {} leaves", leaves.len());
-        let missing: Vec<&String> = leaves
-            .iter()
-            .map(|(k, _)| k)
-            .filter(|k| k.as_str() != "defaults" && verdicts::verdict(k).is_none())
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "{base}: {} leaves without a verdict: {missing:#?}",
-            missing.len()
-        );
+fn every_leaf_of_every_carried_release_has_a_verdict() {
+    use crate::load::version::BuiltinRelease;
+    let mut missing: Vec<String> = Vec::new();
+    for release in BuiltinRelease::ALL {
+        for base in [compose::FSDP_BASE, compose::MEGATRON_BASE] {
+            let root = compose::load(&LoadRequest {
+                base: Some(base.to_owned()),
+                builtin: release,
+                ..LoadRequest::default()
+            })
+            .root;
+            let leaves = verdict_report::leaves(&root, "");
+            assert!(
+                leaves.len() > 500,
+                "{} {base}: only {} leaves",
+                release.version(),
+                leaves.len()
+            );
+            for (k, _) in &leaves {
+                if k.as_str() != "defaults" && verdicts::verdict(k).is_none() {
+                    missing.push(format!("{} {base}: {k}", release.version()));
+                }
+            }
+        }
+        // The leaf table holds what the two bases do not compose: the other engines'
+        // sections (`model_engine=veomni`, `torchtitan`, ...).
+        let Some(table) = crate::load::release_table::for_release(release.version()) else {
+            continue;
+        };
+        for (k, _) in table.leaves() {
+            if verdicts::verdict(k).is_none() {
+                missing.push(format!("{} leaf table: {k}", release.version()));
+            }
+        }
     }
+    assert!(
+        missing.is_empty(),
+        "{} leaves without a verdict: {missing:#?}",
+        missing.len()
+    );
 }
 
 /// Severity and line of a diagnostic.
@@ -1037,6 +1093,47 @@ fn finding(c: &Case, code: &str, key: &str) -> (At, At) {
             .and_then(at)
     };
     (find(&c.checked.diagnostics), find(&c.lowered.diagnostics))
+}
+
+/// Settings of verl 0.7.1 to 0.9.1 that change what training computes and that a verlc
+/// trainer does not do: a warning from `check` (verl runs them), an error from `build`.
+#[test]
+fn newer_settings_that_change_training_are_build_errors_at_their_key() {
+    use crate::load::version::BuiltinRelease;
+    let megatron = megatron_fp32();
+    for (yaml, o) in [
+        (BASE, "actor_rollout_ref.actor.fsdp_config.qat.enable=true"),
+        (BASE, "actor_rollout_ref.model.mtp.enable=true"),
+        (BASE, "actor_rollout_ref.rollout.quantization=fp8"),
+        (BASE, "actor_rollout_ref.rollout.over_sample_rate=0.1"),
+        (BASE, "trainer.checkpoint_callback_class=my.hooks.Upload"),
+        (
+            megatron.as_str(),
+            "actor_rollout_ref.actor.optim.exp_avg_dtype=bf16",
+        ),
+        (
+            megatron.as_str(),
+            "actor_rollout_ref.actor.megatron.dynamic_context_parallel=true",
+        ),
+        (
+            megatron.as_str(),
+            "actor_rollout_ref.actor.megatron.use_megatron_fsdp=true",
+        ),
+    ] {
+        let key = o.split('=').next().unwrap_or_default();
+        let c = case_on(yaml, &[o], BuiltinRelease::V0_9_1);
+        let (in_check, in_build) = finding(&c, "B018", key);
+        assert!(
+            in_check.is_some_and(|(s, _)| s == Severity::Warning),
+            "{o}: {:#?}",
+            c.checked.diagnostics
+        );
+        assert!(
+            in_build.is_some_and(|(s, _)| s == Severity::Error),
+            "{o}: {:#?}",
+            c.lowered.diagnostics
+        );
+    }
 }
 
 #[test]

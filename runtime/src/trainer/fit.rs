@@ -240,7 +240,7 @@ fn critic_role<R: Roles>(
             main_dtype: c.engine.main_dtype(),
             seed: c.seed,
             optim: Some(c.optim.resolve(total_steps)),
-            loss_scale_factor: None,
+            loss_scale_factor: c.update.loss_scale_factor,
             loss_scaling: opts.loss_scaling,
             lora: None,
             config_overrides: Default::default(),

@@ -544,6 +544,7 @@ fn critic_settings() -> CriticSettings {
         data_loader_seed: 1,
         cliprange_value: 0.05,
         loss_agg_mode: LossAggMode::TokenMean,
+        loss_scale_factor: None,
         release: Default::default(),
     }
 }
