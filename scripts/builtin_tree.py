@@ -70,10 +70,10 @@ def main():
         with open(os.path.join(tree, rel), encoding="utf-8") as f:
             text = f.read()
         data = yaml.load(text, Loader=get_yaml_loader())
-        lines = [f"# verl {version}'s {rel_dir}/{rel}, derived by scripts/builtin_tree.py."]
+        # Hydra reads a `# @package` directive only as the file's first line.
         package = header_package(text)
-        if package:
-            lines.append(package)
+        lines = [package] if package else []
+        lines.append(f"# verl {version}'s {rel_dir}/{rel}, derived by scripts/builtin_tree.py.")
         body = ""
         if data is not None:
             body = yaml.dump(

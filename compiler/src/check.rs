@@ -594,6 +594,7 @@ fn is_verl_file(src: &crate::source::Source, user_file: &Option<String>) -> bool
 /// The `strategy` values of the engines verl 0.8 and later ship beside FSDP and Megatron.
 const NEWER_ENGINE_STRATEGIES: &[&str] = &[
     "veomni",
+    "fsdp_turbo",
     "torchtitan",
     "automodel",
     "mindspeed",

@@ -215,6 +215,9 @@ fn foreign_engine_differs(engine: &str) -> Option<&'static str> {
         "automodel" => {
             "verl's NeMo Automodel engine starts its warmup at `init_lr_ratio` x lr (0.1 by default), builds its optimizer through NeMo, and may run TransformerEngine layers or FP8: FSDP with the same keys would train other numbers"
         }
+        "fsdp_turbo" => {
+            "verl's fsdp_turbo engine wraps the model with the FSDP-Turbo package (its own tensor, expert and context parallel plan from `turbo_config`, fused modules): verlc's FSDP engine would shard and compute differently"
+        }
         "mindspeed" | "mindspeed_megatron" => {
             "MindSpeed is Megatron for Ascend NPUs (torch_npu), which libtorch from PyPI cannot drive"
         }

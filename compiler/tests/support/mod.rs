@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// The commit of verl's main branch whose example scripts tests/fixtures/verl_examples_main
 /// holds, and whose config tree tests/fixtures/verl_trees/main is.
-pub const VERL_MAIN_REF: &str = "b178a3cd56f58b2d502255daba591e92833930a7";
+pub const VERL_MAIN_REF: &str = "1dda039b9c6311889a9c9a26040677e1254814f9";
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
