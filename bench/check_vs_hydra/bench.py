@@ -1,6 +1,6 @@
 """Time `verlc check` and Hydra's compose+resolve on the same tree and overrides: verl 0.7.0's
-tree (the installed verl), and verl 0.9.1's (unpacked by scripts/setup), where verlc also
-types the keys its 0.7 model lacks from the release's leaf table.
+tree (the installed verl), and each newer carried release's (unpacked by scripts/setup), where
+verlc also types the keys its 0.7 model lacks from the release's leaf table.
 
 Both sides run as whole processes (a user types one command either way), in REPS rounds of
 5 runs of verlc then one of Hydra, so a busy moment of a shared machine slows both sides
@@ -21,7 +21,9 @@ verlc = sys.argv[1]
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 trees = [
     ("check_vs_hydra", os.path.join(sysconfig.get_paths()["purelib"], "verl", "trainer", "config")),
-    ("check_vs_hydra/0.9.1", os.path.join(root, ".venv", "verl-releases", "0.9.1", "verl", "trainer", "config")),
+] + [
+    (f"check_vs_hydra/{r}", os.path.join(root, ".venv", "verl-releases", r, "verl", "trainer", "config"))
+    for r in ("0.7.1", "0.8.0", "0.9.0", "0.9.1")
 ]
 overrides = [
     "algorithm.adv_estimator=grpo",
