@@ -23,18 +23,6 @@ pub const TINY_PARAMS: &[&str] = &[
     "tools",
 ];
 
-/// The families `builtin://tiny?arch=` builds, by Hugging Face `model_type` (Qwen3.5's name
-/// gives its causal LM).
-pub const TINY_ARCHS: &[&str] = &[
-    "llama",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "qwen3_next",
-];
-
 /// The integer parameters of `builtin://tiny`, each at least 1.
 const TINY_COUNTS: &[&str] = &[
     "layers",
@@ -66,11 +54,11 @@ pub fn model_problem(path: &str) -> Option<String> {
         return Some(e);
     }
     if let Some(arch) = uri.params.get("arch")
-        && !TINY_ARCHS.contains(&arch.as_str())
+        && !crate::families::tiny_archs().contains(&arch.as_str())
     {
         return Some(format!(
             "`{path}`: the tiny model has no family `{arch}` (it builds {})",
-            TINY_ARCHS.join(", ")
+            crate::families::tiny_archs().join(", ")
         ));
     }
     for key in TINY_COUNTS {

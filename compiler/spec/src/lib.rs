@@ -6,6 +6,7 @@
 //! - [`trainer::TrainerSpec`]: the typed settings of a run, produced by the compiler's
 //!   lowering and embedded in the binary; the runtime takes them as they are.
 //! - [`Dtype`]: the one dtype type (parameters, training precision, reductions).
+//! - [`families`]: the model families verlc trains, one row each.
 //! - [`algo`], [`optim`], [`sampling`], [`data`]: the settings types the spec is made of,
 //!   with verl's spellings where verl names them.
 //!
@@ -17,6 +18,7 @@ pub mod builtin;
 pub mod builtin_uri;
 pub mod data;
 pub mod dtype;
+pub mod families;
 pub mod names;
 pub mod optim;
 pub mod sampling;

@@ -12,35 +12,19 @@ use verlc_spec::TrainerSpec;
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
 
-/// Model types the trainer's decoder implements (`qwen3_5` is Qwen3.5's multimodal config,
-/// whose text model is read; `qwen3_5_text` the causal LM's).
-const DECODERS: [&str; 9] = [
-    "llama",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "qwen3_5",
-    "qwen3_5_text",
-    "qwen3_5_moe",
-    "qwen3_5_moe_text",
-    "qwen3_next",
-];
+/// Whether a checkpoint of `model_type` has mixture-of-experts layers: on the Megatron strategy
+/// their experts are placed as [`expert_layout_problem`] says.
+fn has_experts(model_type: &str) -> bool {
+    verlc_spec::families::of_checkpoint(model_type).is_some_and(|r| r.experts)
+}
 
-/// Model types with mixture-of-experts layers: on the Megatron strategy their experts are
-/// placed as [`expert_layout_problem`] says.
-const MOE_DECODERS: [&str; 4] = ["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"];
-
-/// Model types with linear-attention (Gated DeltaNet) layers among gated attention (Qwen3.5's
-/// and Qwen3-Next): their recurrent state runs along the whole sequence; under Ulysses they
-/// run whole sequences on a share of the heads, under context parallelism each DeltaNet layer
-/// gathers whole sequences.
-pub(crate) const LINEAR_ATTENTION_DECODERS: [&str; 5] = [
-    "qwen3_5",
-    "qwen3_5_text",
-    "qwen3_5_moe",
-    "qwen3_5_moe_text",
-    "qwen3_next",
-];
+/// Whether a checkpoint of `model_type` has linear-attention (Gated DeltaNet) layers among
+/// gated attention (Qwen3.5's and Qwen3-Next): their recurrent state runs along the whole
+/// sequence; under Ulysses they run whole sequences on a share of the heads, under context
+/// parallelism each DeltaNet layer gathers whole sequences.
+pub(crate) fn has_linear_attention(model_type: &str) -> bool {
+    verlc_spec::families::of_checkpoint(model_type).is_some_and(|r| r.linear_attention)
+}
 
 /// A Hub model the trainer reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -353,7 +337,7 @@ fn layout_problem(
     (ulysses, linear_heads): (usize, Option<(i64, i64)>),
     x: ExpertLayout,
 ) -> Option<String> {
-    let linear = LINEAR_ATTENTION_DECODERS.contains(&model_type);
+    let linear = has_linear_attention(model_type);
     if megatron && x.cp > 1 && x.rollout_tp.is_some_and(|r| r != x.tp) {
         // The rollout's regrouping of ranks at another TP size assumes context parallel 1.
         return Some(format!(
@@ -361,7 +345,7 @@ fn layout_problem(
             x.cp, x.tp
         ));
     }
-    if megatron && MOE_DECODERS.contains(&model_type) {
+    if megatron && has_experts(model_type) {
         if let Some(why) = expert_layout_problem(x) {
             return Some(moe_on_megatron(model, model_type, &why));
         }
@@ -424,7 +408,7 @@ fn builtin_linear_heads(uri: &str) -> Option<(i64, i64)> {
 /// built-in model).
 pub(crate) fn builtin_has_experts(uri: &str) -> Option<bool> {
     uri.starts_with("builtin://")
-        .then(|| builtin_arch(uri).is_some_and(|a| MOE_DECODERS.contains(&a.as_str())))
+        .then(|| builtin_arch(uri).is_some_and(|a| has_experts(&a)))
 }
 
 /// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none).
@@ -522,13 +506,15 @@ fn decoder_problem(dir: &Path) -> Option<String> {
         Err(e) => return Some(e),
     };
     let model_type = cfg.get("model_type").and_then(Value::as_str).unwrap_or("");
-    (!DECODERS.contains(&model_type)).then(|| {
-        format!(
-            "{} has model_type `{model_type}`; verlc's models are {}",
-            dir.join("config.json").display(),
-            DECODERS.join(", ")
-        )
-    })
+    verlc_spec::families::of_checkpoint(model_type)
+        .is_none()
+        .then(|| {
+            format!(
+                "{} has model_type `{model_type}`; verlc's models are {}",
+                dir.join("config.json").display(),
+                verlc_spec::families::checkpoint_model_types().join(", ")
+            )
+        })
 }
 
 fn classifier_problem(dir: &Path) -> Option<String> {

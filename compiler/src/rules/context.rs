@@ -164,10 +164,16 @@ impl ModelDims {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
-    /// Whether the q/k/v projections carry biases.
+    /// The model's family (a row of the spec's model table).
+    fn family(&self) -> Option<&'static verlc_spec::families::FamilyRow> {
+        self.model_type
+            .as_deref()
+            .and_then(verlc_spec::families::of_checkpoint)
+    }
+
+    /// Whether the q/k/v projections carry biases (always in Qwen2, as transformers builds it).
     pub fn qkv_bias(&self) -> bool {
-        self.attention_bias
-            .unwrap_or(self.model_type.as_deref() == Some("qwen2"))
+        self.family().is_some_and(|f| f.qkv_bias) || self.attention_bias.unwrap_or(false)
     }
 
     /// Parameters of the largest decoder layer (a sparse one, when the model has experts):
@@ -230,7 +236,7 @@ impl ModelDims {
     pub fn is_hybrid(&self) -> bool {
         self.model_type
             .as_deref()
-            .is_some_and(|t| crate::plan::models::LINEAR_ATTENTION_DECODERS.contains(&t))
+            .is_some_and(crate::plan::models::has_linear_attention)
     }
 
     /// How many layers are Gated DeltaNet layers: `layer_types`' count, else every layer but
@@ -334,8 +340,7 @@ impl ModelDims {
         } else {
             0
         };
-        let qk_norm =
-            self.is_hybrid() || matches!(self.model_type.as_deref(), Some("qwen3" | "qwen3_moe"));
+        let qk_norm = self.family().is_some_and(|f| f.qk_norm);
         let norms = h
             .saturating_mul(2)
             .saturating_add(if qk_norm { 2 * hd } else { 0 });

@@ -37,8 +37,9 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     let tools: String = uri.get("tools", String::new())?;
     let hidden: i64 = uri.get("hidden", 128)?;
     let model_type: String = uri.get("arch", "qwen2".to_owned())?;
-    let shared = matches!(model_type.as_str(), "qwen3_5_moe" | "qwen3_next");
-    let moe = if model_type == "qwen3_moe" || shared {
+    let row = verlc_spec::families::of_checkpoint(&model_type);
+    let shared = row.is_some_and(|r| r.shared_expert);
+    let moe = if row.is_some_and(|r| r.experts) {
         MoeConfig {
             num_experts: uri.get("experts", 8)?,
             num_experts_per_tok: uri.get("experts_per_tok", 2)?,
@@ -80,14 +81,11 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         lora: None,
         extra: Map::new(),
     };
-    if matches!(
-        cfg.model_type.as_str(),
-        "qwen3_5" | "qwen3_5_moe" | "qwen3_next"
-    ) {
+    if let Some(row) =
+        verlc_spec::families::of_checkpoint(&cfg.model_type).filter(|r| r.linear_attention)
+    {
         // The text model, sized so its Gated DeltaNet heads match the attention heads'.
-        if cfg.model_type != "qwen3_next" {
-            cfg.model_type = format!("{}_text", cfg.model_type);
-        }
+        cfg.model_type = row.model_type.to_owned();
         let head = hidden / cfg.num_attention_heads.max(1);
         cfg.head_dim = Some(head);
         cfg.linear = LinearAttentionConfig {

@@ -10,65 +10,9 @@ use serde_json::{Map, Value};
 
 use super::ModelError;
 
-/// The architectures of the decoder family, from `model_type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    Llama,
-    Qwen2,
-    Qwen3,
-    /// Qwen3 with sparse mixture-of-experts MLPs ([`MoeConfig`]).
-    Qwen3Moe,
-    /// Qwen3.5's text model: Gated DeltaNet linear-attention layers interleaved with gated
-    /// full attention ([`LinearAttentionConfig`]), zero-centred RMSNorm, partial rotary.
-    Qwen3_5,
-    /// Qwen3.5 with a sparse MLP in every layer: routed experts plus a gated shared expert.
-    Qwen3_5Moe,
-    /// Qwen3-Next: Qwen3.5-MoE's layers (its DeltaNet projections stored fused, see
-    /// [`super::qwen3_next`]), sparse layers placed as Qwen3-MoE's (`decoder_sparse_step`,
-    /// `mlp_only_layers`, dense ones of `intermediate_size`), `norm_topk_prob` as configured.
-    Qwen3Next,
-}
-
-impl Arch {
-    /// Qwen3.5's families and Qwen3-Next, which shares their layers (Gated DeltaNet layers
-    /// among gated attention).
-    pub fn is_qwen3_5(self) -> bool {
-        matches!(self, Arch::Qwen3_5 | Arch::Qwen3_5Moe | Arch::Qwen3Next)
-    }
-
-    /// Families with sparse mixture-of-experts MLPs.
-    pub fn has_experts(self) -> bool {
-        matches!(self, Arch::Qwen3Moe | Arch::Qwen3_5Moe | Arch::Qwen3Next)
-    }
-}
-
-impl Arch {
-    /// The `architectures` entry transformers expects for the causal LM.
-    pub fn causal_lm_class(self) -> &'static str {
-        match self {
-            Arch::Llama => "LlamaForCausalLM",
-            Arch::Qwen2 => "Qwen2ForCausalLM",
-            Arch::Qwen3 => "Qwen3ForCausalLM",
-            Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
-            Arch::Qwen3_5 => "Qwen3_5ForCausalLM",
-            Arch::Qwen3_5Moe => "Qwen3_5MoeForCausalLM",
-            Arch::Qwen3Next => "Qwen3NextForCausalLM",
-        }
-    }
-
-    /// The `architectures` entry for the value model (token classification, one label).
-    pub fn value_class(self) -> &'static str {
-        match self {
-            Arch::Llama => "LlamaForTokenClassification",
-            Arch::Qwen2 => "Qwen2ForTokenClassification",
-            Arch::Qwen3 => "Qwen3ForTokenClassification",
-            Arch::Qwen3Moe => "Qwen3MoeForTokenClassification",
-            Arch::Qwen3_5 => "Qwen3_5ForTokenClassification",
-            Arch::Qwen3_5Moe => "Qwen3_5MoeForTokenClassification",
-            Arch::Qwen3Next => "Qwen3NextForTokenClassification",
-        }
-    }
-}
+/// The decoder family of a `model_type`: a row of the spec's model table
+/// ([`verlc_spec::families`]).
+pub use verlc_spec::families::Family as Arch;
 
 fn default_rope_theta() -> f64 {
     10000.0
@@ -289,11 +233,10 @@ impl ModelConfig {
     /// text config leaves out take `Qwen3_5TextConfig`'s defaults. Other families are
     /// returned unchanged.
     pub fn normalize(mut self) -> Result<Self, String> {
-        if let Some(text_type) = match self.model_type.as_str() {
-            "qwen3_5" => Some("qwen3_5_text"),
-            "qwen3_5_moe" => Some("qwen3_5_moe_text"),
-            _ => None,
-        } {
+        if let Some(text_type) = verlc_spec::families::of_checkpoint(&self.model_type)
+            .filter(|r| r.wrapper_model_type == Some(self.model_type.as_str()))
+            .map(|r| r.model_type)
+        {
             let Some(text) = self.extra.get("text_config").cloned() else {
                 return Err(format!(
                     "model_type `{}` without a `text_config` object",
@@ -572,20 +515,16 @@ impl ModelConfig {
             && (layer as i64 + 1) % m.decoder_sparse_step == 0
     }
 
+    /// The family of this (text) config; a multimodal wrapper is read through
+    /// [`ModelConfig::normalize`] first.
     pub fn arch(&self) -> Result<Arch, String> {
-        match self.model_type.as_str() {
-            "llama" => Ok(Arch::Llama),
-            "qwen2" => Ok(Arch::Qwen2),
-            "qwen3" => Ok(Arch::Qwen3),
-            "qwen3_moe" => Ok(Arch::Qwen3Moe),
-            "qwen3_5_text" => Ok(Arch::Qwen3_5),
-            "qwen3_5_moe_text" => Ok(Arch::Qwen3_5Moe),
-            "qwen3_next" => Ok(Arch::Qwen3Next),
-            other => Err(format!(
-                "model_type `{other}` is not supported (llama, qwen2, qwen3, qwen3_moe, \
-                 qwen3_5 / qwen3_5_text, qwen3_5_moe / qwen3_5_moe_text, qwen3_next)"
-            )),
-        }
+        Arch::from_model_type(&self.model_type).ok_or_else(|| {
+            format!(
+                "model_type `{}` is not supported ({})",
+                self.model_type,
+                verlc_spec::families::checkpoint_model_types().join(", ")
+            )
+        })
     }
 
     /// transformers' embedding `padding_idx`: `pad_token_id` when it names a token of the
@@ -609,18 +548,17 @@ impl ModelConfig {
 
     /// Bias on q/k/v projections: always for Qwen2, `attention_bias` otherwise.
     pub fn qkv_bias(&self) -> bool {
-        self.model_type == "qwen2" || self.attention_bias.unwrap_or(false)
+        self.arch().is_ok_and(|a| a.row().qkv_bias) || self.attention_bias.unwrap_or(false)
     }
 
     /// Bias on the output projection (`attention_bias` of Llama and Qwen3; never for Qwen2).
     pub fn o_bias(&self) -> bool {
-        self.model_type != "qwen2" && self.attention_bias.unwrap_or(false)
+        !self.arch().is_ok_and(|a| a.row().qkv_bias) && self.attention_bias.unwrap_or(false)
     }
 
     /// RMSNorm on per-head queries and keys (Qwen3).
     pub fn qk_norm(&self) -> bool {
-        self.arch()
-            .is_ok_and(|a| matches!(a, Arch::Qwen3 | Arch::Qwen3Moe) || a.is_qwen3_5())
+        self.arch().is_ok_and(Arch::qk_norm)
     }
 
     /// Number of parameters of the causal LM (embedding counted once when tied).

@@ -52,7 +52,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
                     .with_primary(origin, "this address")
                     .with_help(format!(
                         "`builtin://tiny` builds {} (`arch=`), with {}",
-                        verlc_spec::builtin::TINY_ARCHS.join(", "),
+                        verlc_spec::families::tiny_archs().join(", "),
                         verlc_spec::builtin::TINY_PARAMS.join(", ")
                     )),
             );

@@ -63,8 +63,7 @@ impl<'a> ContextTokens<'a> {
         tools: &[Value],
         chat_kwargs: &Map<String, Value>,
     ) -> Result<Self, ContextError> {
-        let chatml = matches!(model_type, "qwen2" | "qwen3" | "qwen3_moe")
-            || model_type.starts_with("qwen3_5");
+        let chatml = verlc_spec::families::of_checkpoint(model_type).is_some_and(|f| f.chatml);
         let junction = if chatml {
             let newline = tokenizer.encode("\n", false)?;
             let im_end = tokenizer.token_to_id("<|im_end|>");

@@ -1,0 +1,249 @@
+//! The model families verlc trains: one row each, read by the checks (which `model_type`s
+//! exist, which have experts or linear-attention layers), `builtin://tiny` (the `arch=` names)
+//! and the runtime's model loader (the family of a `config.json`, transformers' class names).
+//! A new family is a row here and its family file in the runtime's model folder.
+
+/// A family, by the causal LM's architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Llama,
+    Qwen2,
+    Qwen3,
+    /// Qwen3 with sparse mixture-of-experts MLPs.
+    Qwen3Moe,
+    /// Qwen3.5's text model: Gated DeltaNet linear-attention layers interleaved with gated
+    /// full attention, zero-centred RMSNorm, partial rotary.
+    Qwen3_5,
+    /// Qwen3.5 with a sparse MLP in every layer: routed experts plus a gated shared expert.
+    Qwen3_5Moe,
+    /// Qwen3-Next: Qwen3.5-MoE's layers (DeltaNet projections stored fused), sparse layers
+    /// placed as Qwen3-MoE's.
+    Qwen3Next,
+}
+
+/// What is known of a family without loading a model.
+#[derive(Debug)]
+pub struct FamilyRow {
+    pub family: Family,
+    /// What users call it.
+    pub name: &'static str,
+    /// The causal LM's `model_type` (for a multimodal checkpoint, its text model's).
+    pub model_type: &'static str,
+    /// The `model_type` of a checkpoint whose `text_config` holds this family's text model
+    /// (Qwen3.5's are multimodal checkpoints).
+    pub wrapper_model_type: Option<&'static str>,
+    /// transformers' class of the causal LM (`architectures`).
+    pub causal_lm_class: &'static str,
+    /// transformers' class of the value model (token classification, one label).
+    pub value_class: &'static str,
+    /// Sparse mixture-of-experts MLPs.
+    pub experts: bool,
+    /// A gated shared expert beside the routed ones.
+    pub shared_expert: bool,
+    /// Gated DeltaNet (linear-attention) layers among gated attention.
+    pub linear_attention: bool,
+    /// RMSNorm on per-head queries and keys.
+    pub qk_norm: bool,
+    /// The q/k/v projections always carry biases and the output projection never does
+    /// (Qwen2); the others follow the config's `attention_bias` for all four.
+    pub qkv_bias: bool,
+    /// Its chat template is ChatML (`<|im_start|>`/`<|im_end|>` turns), whose turn junction
+    /// the tool agent loop inserts between turns.
+    pub chatml: bool,
+    /// Its name in `builtin://tiny?arch=`.
+    pub tiny_arch: &'static str,
+}
+
+/// Every family, one row each.
+pub static FAMILIES: &[FamilyRow] = &[
+    FamilyRow {
+        family: Family::Llama,
+        name: "Llama",
+        model_type: "llama",
+        wrapper_model_type: None,
+        causal_lm_class: "LlamaForCausalLM",
+        value_class: "LlamaForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: false,
+        qkv_bias: false,
+        chatml: false,
+        tiny_arch: "llama",
+    },
+    FamilyRow {
+        family: Family::Qwen2,
+        name: "Qwen2",
+        model_type: "qwen2",
+        wrapper_model_type: None,
+        causal_lm_class: "Qwen2ForCausalLM",
+        value_class: "Qwen2ForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: false,
+        qkv_bias: true,
+        chatml: true,
+        tiny_arch: "qwen2",
+    },
+    FamilyRow {
+        family: Family::Qwen3,
+        name: "Qwen3",
+        model_type: "qwen3",
+        wrapper_model_type: None,
+        causal_lm_class: "Qwen3ForCausalLM",
+        value_class: "Qwen3ForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: true,
+        qkv_bias: false,
+        chatml: true,
+        tiny_arch: "qwen3",
+    },
+    FamilyRow {
+        family: Family::Qwen3Moe,
+        name: "Qwen3-MoE",
+        model_type: "qwen3_moe",
+        wrapper_model_type: None,
+        causal_lm_class: "Qwen3MoeForCausalLM",
+        value_class: "Qwen3MoeForTokenClassification",
+        experts: true,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: true,
+        qkv_bias: false,
+        chatml: true,
+        tiny_arch: "qwen3_moe",
+    },
+    FamilyRow {
+        family: Family::Qwen3_5,
+        name: "Qwen3.5",
+        model_type: "qwen3_5_text",
+        wrapper_model_type: Some("qwen3_5"),
+        causal_lm_class: "Qwen3_5ForCausalLM",
+        value_class: "Qwen3_5ForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: true,
+        qk_norm: true,
+        qkv_bias: false,
+        chatml: true,
+        tiny_arch: "qwen3_5",
+    },
+    FamilyRow {
+        family: Family::Qwen3_5Moe,
+        name: "Qwen3.5-MoE",
+        model_type: "qwen3_5_moe_text",
+        wrapper_model_type: Some("qwen3_5_moe"),
+        causal_lm_class: "Qwen3_5MoeForCausalLM",
+        value_class: "Qwen3_5MoeForTokenClassification",
+        experts: true,
+        shared_expert: true,
+        linear_attention: true,
+        qk_norm: true,
+        qkv_bias: false,
+        chatml: true,
+        tiny_arch: "qwen3_5_moe",
+    },
+    FamilyRow {
+        family: Family::Qwen3Next,
+        name: "Qwen3-Next",
+        model_type: "qwen3_next",
+        wrapper_model_type: None,
+        causal_lm_class: "Qwen3NextForCausalLM",
+        value_class: "Qwen3NextForTokenClassification",
+        experts: true,
+        shared_expert: true,
+        linear_attention: true,
+        qk_norm: true,
+        qkv_bias: false,
+        chatml: true,
+        tiny_arch: "qwen3_next",
+    },
+];
+
+impl Family {
+    /// Its row of [`FAMILIES`].
+    pub fn row(self) -> &'static FamilyRow {
+        FAMILIES
+            .iter()
+            .find(|r| r.family == self)
+            .unwrap_or(&FAMILIES[0])
+    }
+
+    /// The family of a causal LM's `model_type` (a text model's; see [`of_checkpoint`] for the
+    /// type a checkpoint's `config.json` may carry).
+    pub fn from_model_type(model_type: &str) -> Option<Family> {
+        FAMILIES
+            .iter()
+            .find(|r| r.model_type == model_type)
+            .map(|r| r.family)
+    }
+
+    /// Families with sparse mixture-of-experts MLPs.
+    pub fn has_experts(self) -> bool {
+        self.row().experts
+    }
+
+    /// Qwen3.5's families and Qwen3-Next, which shares their layers (Gated DeltaNet layers
+    /// among gated attention).
+    pub fn is_qwen3_5(self) -> bool {
+        self.row().linear_attention
+    }
+
+    pub fn causal_lm_class(self) -> &'static str {
+        self.row().causal_lm_class
+    }
+
+    pub fn value_class(self) -> &'static str {
+        self.row().value_class
+    }
+
+    pub fn qk_norm(self) -> bool {
+        self.row().qk_norm
+    }
+}
+
+/// The family of a checkpoint's `model_type` (its own, or a multimodal wrapper's whose
+/// `text_config` holds the family's text model).
+pub fn of_checkpoint(model_type: &str) -> Option<&'static FamilyRow> {
+    FAMILIES
+        .iter()
+        .find(|r| r.model_type == model_type || r.wrapper_model_type == Some(model_type))
+}
+
+/// Every `model_type` a checkpoint of a family may carry, text models' first.
+pub fn checkpoint_model_types() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = FAMILIES.iter().map(|r| r.model_type).collect();
+    out.extend(FAMILIES.iter().filter_map(|r| r.wrapper_model_type));
+    out
+}
+
+/// The `arch=` names `builtin://tiny` takes.
+pub fn tiny_archs() -> Vec<&'static str> {
+    FAMILIES.iter().map(|r| r.tiny_arch).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_family_has_one_row_and_distinct_names() {
+        for (i, r) in FAMILIES.iter().enumerate() {
+            assert_eq!(r.family.row().model_type, r.model_type);
+            for other in &FAMILIES[i + 1..] {
+                assert_ne!(r.family, other.family);
+                assert_ne!(r.model_type, other.model_type);
+                assert_ne!(r.tiny_arch, other.tiny_arch);
+            }
+        }
+        assert_eq!(
+            of_checkpoint("qwen3_5").map(|r| r.family),
+            Some(Family::Qwen3_5)
+        );
+        assert_eq!(Family::from_model_type("qwen3_5"), None);
+        assert!(of_checkpoint("gemma3").is_none());
+    }
+}
