@@ -418,6 +418,15 @@ fn run<S: Strategy, P: Precision>(
 
     let world = spec.world.size();
     let cuda = spec.world.device == DeviceKind::Cuda;
+    // Before any rank allocates a model: the weights are there, and CPU ranks' models fit
+    // (the ranks this process launches skip what it checked).
+    if !launched {
+        let available = (!cuda)
+            .then(crate::trainer::preflight::host_available_bytes)
+            .flatten();
+        crate::trainer::preflight::check(&spec, available)
+            .map_err(|e| Exit::Failed(e.to_string()))?;
+    }
     if cuda {
         let local = env
             .as_ref()

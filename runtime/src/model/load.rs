@@ -64,6 +64,47 @@ impl Checkpoint {
         Ok(ckpt)
     }
 
+    /// Every tensor's name and shape, from the files' headers alone (no tensor data is read):
+    /// what a run can check before it allocates a model.
+    pub fn tensor_shapes(&self) -> Result<Vec<(String, Vec<u64>)>, ModelError> {
+        /// Larger headers than safetensors itself accepts are not headers.
+        const MAX_HEADER: u64 = 100 << 20;
+        let mut out = Vec::new();
+        for file in &self.files {
+            use std::io::Read as _;
+            let corrupt = |msg: String| ModelError::Corrupt {
+                file: file.clone(),
+                tensor: None,
+                msg,
+            };
+            let mut f = std::fs::File::open(file).map_err(|e| ModelError::io(file, e))?;
+            let mut len = [0u8; 8];
+            f.read_exact(&mut len)
+                .map_err(|e| corrupt(format!("no header length: {e}")))?;
+            let len = u64::from_le_bytes(len);
+            if len > MAX_HEADER {
+                return Err(corrupt(format!("a header of {len} bytes")));
+            }
+            let mut header = vec![0u8; len as usize];
+            f.read_exact(&mut header)
+                .map_err(|e| corrupt(format!("header shorter than its length {len}: {e}")))?;
+            let json: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
+                .map_err(|e| corrupt(format!("header is not a JSON object: {e}")))?;
+            for (name, entry) in json {
+                if name == "__metadata__" {
+                    continue;
+                }
+                let shape = entry
+                    .get("shape")
+                    .and_then(serde_json::Value::as_array)
+                    .and_then(|dims| dims.iter().map(serde_json::Value::as_u64).collect())
+                    .ok_or_else(|| corrupt(format!("`{name}` has no shape")))?;
+                out.push((name, shape));
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether checkpoint tensor `name` is held under its own name (else it is read only to
     /// be split into the held ones, [`Checkpoint::held`]).
     pub fn stored_whole(&self, name: &str) -> bool {

@@ -19,6 +19,7 @@ pub mod checkpoint;
 mod fit;
 pub mod metrics;
 pub mod parallel;
+pub mod preflight;
 
 use std::time::Duration;
 

@@ -11,6 +11,7 @@ mod engine;
 mod examples;
 mod learning;
 mod logging;
+mod preflight;
 mod resume;
 mod reward;
 mod support;
