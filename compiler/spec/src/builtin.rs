@@ -6,7 +6,19 @@
 use crate::builtin_uri::BuiltinUri;
 
 /// The `builtin://` models there are.
-pub const BUILTIN_MODELS: &[&str] = &["tiny"];
+pub const BUILTIN_MODELS: &[&str] = &["tiny", "scaled"];
+
+/// The parameters `builtin://scaled` (a scaled-down stand-in of a model directory's config)
+/// takes.
+pub const SCALED_PARAMS: &[&str] = &[
+    "from",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "intermediate",
+    "experts",
+];
 
 /// The parameters `builtin://tiny` takes.
 pub const TINY_PARAMS: &[&str] = &[
@@ -50,7 +62,17 @@ pub fn model_problem(path: &str) -> Option<String> {
             BUILTIN_MODELS.join(", ")
         ));
     }
-    if let Err(e) = uri.check_keys(TINY_PARAMS) {
+    if uri.name == "scaled" {
+        if let Err(e) = uri.check_keys(SCALED_PARAMS) {
+            return Some(e);
+        }
+        let from = uri.params.get("from").map_or("", String::as_str);
+        if !std::path::Path::new(from).join("config.json").is_file() {
+            return Some(format!(
+                "`{path}`: `from` must name a model directory with a config.json (got `{from}`)"
+            ));
+        }
+    } else if let Err(e) = uri.check_keys(TINY_PARAMS) {
         return Some(e);
     }
     if let Some(arch) = uri.params.get("arch")

@@ -26,6 +26,9 @@ pub use verlc_spec::builtin::BUILTIN_MODELS as MODELS;
 
 /// The config of a built-in model.
 pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
+    if uri.name == "scaled" {
+        return scaled(uri);
+    }
     if uri.name != "tiny" {
         return Err(format!(
             "unknown builtin model `{}` (known: {})",
@@ -106,5 +109,79 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     extra.insert("attention_dropout".into(), json!(0.0));
     cfg.extra = extra;
     cfg.validate()?;
+    Ok(cfg)
+}
+
+/// `builtin://scaled?from=DIR`: a stand-in for the model whose `config.json` is in `DIR`, of
+/// the same family, vocabulary, special token ids, rotary settings and embedding tying, scaled
+/// down to `layers` (2; at least one of each layer kind: a Gated DeltaNet and a full-attention
+/// layer, a dense and a sparse MLP where the model mixes them), `hidden` (64), `heads` (4),
+/// `kv_heads` (2, or `heads` when the model has as many key/value heads as query heads),
+/// `intermediate` (2 x hidden) and `experts` (4, or the top-k when it is larger). Randomly
+/// initialised like `tiny`; what `verlc smoke` runs a user's model as.
+fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
+    uri.check_keys(verlc_spec::builtin::SCALED_PARAMS)?;
+    let from: String = uri.get("from", String::new())?;
+    if from.is_empty() {
+        return Err("`builtin://scaled` needs `from=<model dir>`".to_owned());
+    }
+    let file = std::path::Path::new(&from).join("config.json");
+    let orig = ModelConfig::from_file(&file)
+        .map_err(|e| e.to_string())?
+        .normalize()?;
+    let arch = orig.arch()?;
+    let hidden: i64 = uri.get("hidden", 64)?;
+    let heads: i64 = uri.get("heads", 4)?;
+    let mha = orig.kv_heads() == orig.num_attention_heads;
+    let kv_heads: i64 = uri.get("kv_heads", if mha { heads } else { 2.min(heads) })?;
+    let head = hidden / heads.max(1);
+    let mut cfg = orig.clone();
+    cfg.hidden_size = hidden;
+    cfg.num_attention_heads = heads;
+    cfg.num_key_value_heads = Some(kv_heads);
+    cfg.head_dim = Some(head);
+    cfg.intermediate_size = if orig.intermediate_size > 0 {
+        uri.get("intermediate", 2 * hidden)?
+    } else {
+        0
+    };
+    cfg.num_hidden_layers = uri.get("layers", 2)?;
+    cfg.lora = None;
+    if orig.moe.num_experts > 0 {
+        let top_k = orig.moe.num_experts_per_tok;
+        let experts: i64 = uri.get("experts", 4.max(top_k).min(orig.moe.num_experts))?;
+        cfg.moe.num_experts = experts;
+        cfg.moe.moe_intermediate_size = hidden;
+        if orig.moe.shared_expert_intermediate_size > 0 {
+            cfg.moe.shared_expert_intermediate_size = hidden;
+        }
+        // A dense layer and a sparse one when the model has both kinds.
+        let mixed = !orig.moe.mlp_only_layers.is_empty() || orig.moe.decoder_sparse_step > 1;
+        cfg.moe.decoder_sparse_step = 1;
+        cfg.moe.mlp_only_layers = if mixed { vec![0] } else { Vec::new() };
+        if mixed && cfg.intermediate_size == 0 {
+            cfg.intermediate_size = 2 * hidden;
+        }
+    }
+    if arch.is_qwen3_5() {
+        // One Gated DeltaNet layer then one gated full-attention layer (repeated).
+        cfg.linear.layer_types = (0..cfg.num_hidden_layers)
+            .map(|i| {
+                if i % 2 == 1 {
+                    "full_attention"
+                } else {
+                    "linear_attention"
+                }
+                .to_owned()
+            })
+            .collect();
+        cfg.linear.linear_key_head_dim = head;
+        cfg.linear.linear_value_head_dim = head;
+        cfg.linear.linear_num_key_heads = kv_heads;
+        cfg.linear.linear_num_value_heads = heads;
+        cfg.extra.remove("full_attention_interval");
+    }
+    cfg.validate()
+        .map_err(|e| format!("{}: scaled down: {e}", file.display()))?;
     Ok(cfg)
 }

@@ -33,6 +33,11 @@ pub enum Command {
     Build(BuildArgs),
     /// Build (cached) and run the training binary: `verlc run CONFIG [overrides] [-- args]`.
     Run(RunArgs),
+    /// Run the config's own run for a few steps on this machine's CPUs before it gets GPUs:
+    /// its data, tokenizer, chat template, reward and algorithm as written, the model by a
+    /// scaled-down stand-in of the same family, 2 CPU ranks, small batches; then a checkpoint
+    /// save and a resume. Exit 0: it ran; 1: problems found; 2: usage.
+    Smoke(SmokeArgs),
     /// Download a model by Hugging Face Hub id into the Hub cache (as `huggingface-cli
     /// download` does); prints its snapshot directory.
     Fetch(FetchArgs),
@@ -265,4 +270,20 @@ pub struct RunArgs {
     /// Arguments for the trainer binary, after `--` (e.g. `-- --nproc-per-node 2`).
     #[arg(last = true, value_name = "BINARY_ARGS")]
     pub binary_args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct SmokeArgs {
+    #[command(flatten)]
+    pub compile: CompileArgs,
+    /// Training steps to run before the checkpoint (one more runs after resuming it).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub steps: u64,
+    /// Where the stand-in run writes its checkpoints and logs (default: a fresh temporary
+    /// directory, removed afterwards).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Output format of the report.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
 }

@@ -13,6 +13,7 @@ mod release;
 mod rule;
 mod run;
 mod schema;
+mod smoke;
 
 use std::process::ExitCode;
 
@@ -54,6 +55,10 @@ pub fn main() -> ExitCode {
         Command::Run(a) => {
             crate::arena::close();
             run::run(a)
+        }
+        Command::Smoke(a) => {
+            crate::arena::close();
+            smoke::run(a)
         }
         Command::Fetch(a) => {
             crate::arena::close();

@@ -1,0 +1,434 @@
+//! `verlc smoke CONFIG [OVERRIDES...]`: the user's own run, end to end, on this machine's CPUs
+//! before it gets GPUs.
+//!
+//! Kept as written: the data files, prompt key, chat template and truncation, the tokenizer of
+//! `model.path`, the reward function and manager, tools, the algorithm, losses and optimizer.
+//! Substituted, and printed: the model by `builtin://scaled?from=<its dir>` (a random
+//! initialisation of its own `config.json` scaled down, vocabulary and special tokens kept;
+//! only `config.json` and the tokenizer files are read), the GPUs by 2 CPU ranks, the batch by
+//! 4 prompts with at most 2 responses each and micro-batches of 1, responses by 16 tokens, the
+//! rollout engine by the built-in one, parallel degrees by at most 2. The run trains `--steps`
+//! steps, validates and saves a checkpoint at the last, then resumes from it for one more step.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use verlc::check::{CheckOptions, check};
+use verlc::load::node::{Node, split_key};
+use verlc::render;
+use verlc_hub::{HubEnv, locate};
+
+use super::args::{Format, SmokeArgs};
+use super::build::{Compile, compile};
+use super::output::{exit_status, usage_error};
+use super::{EXIT_ERRORS, EXIT_USAGE};
+
+/// One setting the smoke run replaces, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Substitution {
+    key: String,
+    /// The value as written (`None`: unset).
+    was: Option<String>,
+    value: String,
+    why: &'static str,
+}
+
+/// What the substitutions are built from: the composed config.
+struct Plan<'a> {
+    root: &'a Node,
+    subs: Vec<Substitution>,
+}
+
+impl Plan<'_> {
+    fn get(&self, key: &str) -> Option<&Node> {
+        self.root.get_path(&split_key(key))
+    }
+
+    fn text(&self, key: &str) -> Option<String> {
+        let n = self.get(key)?;
+        if n.is_null() {
+            return None;
+        }
+        n.as_str()
+            .map(str::to_owned)
+            .or_else(|| n.as_i64().map(|i| i.to_string()))
+            .or_else(|| n.as_bool().map(|b| b.to_string()))
+            .or_else(|| Some(n.to_json().to_string()))
+    }
+
+    /// Sets `key` when the config tree has it (a release without the key keeps its own).
+    fn set(&mut self, key: &str, value: impl Into<String>, why: &'static str) {
+        if self.get(key).is_none() {
+            return;
+        }
+        let value = value.into();
+        let was = self.text(key);
+        let same = match &was {
+            // `["console"]` as composed is `[console]` as an override.
+            Some(w) => w.replace('"', "") == value,
+            None => value == "null",
+        };
+        if same {
+            return;
+        }
+        self.subs.push(Substitution {
+            key: key.to_owned(),
+            was,
+            value,
+            why,
+        });
+    }
+
+    /// Lowers an integer setting to at most `max` (where it is set above it).
+    fn clip(&mut self, key: &str, max: i64, why: &'static str) {
+        if let Some(v) = self.get(key).and_then(Node::as_i64)
+            && v > max
+        {
+            self.set(key, max.to_string(), why);
+        }
+    }
+}
+
+/// The local directory holding `path`'s `config.json` (a directory, or a Hub id in the Hub
+/// cache); `Ok(None)` for `builtin://` models.
+fn model_dir(path: &str) -> Result<Option<PathBuf>, String> {
+    let loc = locate(path, None, &HubEnv::from_env()).map_err(|e| e.to_string())?;
+    let Some(dir) = loc.dir() else {
+        return Ok(None);
+    };
+    if !dir.join("config.json").is_file() {
+        return Err(format!(
+            "`{path}`: no config.json in {} (smoke reads a model's config.json and tokenizer files, not its weights; `verlc fetch` downloads them)",
+            dir.display()
+        ));
+    }
+    Ok(Some(dir.to_path_buf()))
+}
+
+const MODEL: &str = "a random initialisation of its own config.json, scaled down (family, vocabulary and special tokens kept)";
+const TOKENIZER: &str = "the model's own tokenizer and chat template, kept";
+
+/// The overrides that turn the config into a run this machine can do in a minute.
+fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitution>, Vec<String>> {
+    let mut p = Plan {
+        root,
+        subs: Vec::new(),
+    };
+    let mut problems = Vec::new();
+    // Models: the policy, its critic and a reward model, each by a stand-in of its family.
+    for (path_key, tokenizer_key) in [
+        (
+            "actor_rollout_ref.model.path",
+            Some("actor_rollout_ref.model.tokenizer_path"),
+        ),
+        ("critic.model.path", Some("critic.model.tokenizer_path")),
+        ("reward_model.model.path", None),
+        ("reward.reward_model.model_path", None),
+    ] {
+        let Some(path) = p.text(path_key) else {
+            continue;
+        };
+        match model_dir(&path) {
+            Ok(Some(dir)) => {
+                let shown = dir.display().to_string();
+                p.set(path_key, format!("builtin://scaled?from={shown}"), MODEL);
+                if let Some(t) = tokenizer_key
+                    && p.text(t).is_none()
+                {
+                    p.set(t, shown, TOKENIZER);
+                }
+            }
+            Ok(None) => {}
+            // A critic or reward model that is off may name anything.
+            Err(e) if path_key == "actor_rollout_ref.model.path" => problems.push(e),
+            Err(_) => {}
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    // The machine: 2 CPU ranks.
+    const RANKS: &str = "2 CPU ranks stand in for the GPUs";
+    p.set("trainer.device", "cpu", RANKS);
+    p.set("trainer.nnodes", "1", RANKS);
+    p.set("trainer.n_gpus_per_node", "2", RANKS);
+    // The schedule: a few steps, a validation and a checkpoint at the last.
+    const SCHEDULE: &str = "a few steps, validated and saved at the last";
+    p.set("trainer.total_training_steps", steps.to_string(), SCHEDULE);
+    p.set("trainer.total_epochs", "1", SCHEDULE);
+    p.set("trainer.test_freq", steps.to_string(), SCHEDULE);
+    p.set("trainer.save_freq", steps.to_string(), SCHEDULE);
+    p.set("trainer.val_before_train", "false", SCHEDULE);
+    p.set("trainer.resume_mode", "disable", SCHEDULE);
+    p.set(
+        "trainer.logger",
+        "[console]",
+        "console only (no tracker account needed)",
+    );
+    let ckpt = work.join("ckpt").display().to_string();
+    p.set(
+        "trainer.default_local_dir",
+        ckpt,
+        "checkpoints in the smoke run's own directory",
+    );
+    for k in ["trainer.rollout_data_dir", "trainer.validation_data_dir"] {
+        if p.text(k).is_some() {
+            p.set(k, "null", "no dumps from a stand-in model");
+        }
+    }
+    // The batch: 4 prompts, at most 2 responses each, micro-batches of 1 response.
+    const BATCH: &str = "a batch small enough for CPU ranks, every divisibility rule kept";
+    p.set("data.train_batch_size", "4", BATCH);
+    p.set("data.gen_batch_size", "4", BATCH);
+    p.set("data.val_batch_size", "null", BATCH);
+    p.set("data.val_max_samples", "4", BATCH);
+    p.clip("actor_rollout_ref.rollout.n", 2, BATCH);
+    for role in ["actor_rollout_ref.actor", "critic"] {
+        p.set(&format!("{role}.ppo_mini_batch_size"), "2", BATCH);
+        p.set(&format!("{role}.ppo_micro_batch_size_per_gpu"), "1", BATCH);
+        p.set(&format!("{role}.ppo_micro_batch_size"), "null", BATCH);
+    }
+    p.set("critic.forward_micro_batch_size_per_gpu", "1", BATCH);
+    p.set("critic.forward_micro_batch_size", "null", BATCH);
+    for role in ["actor_rollout_ref.rollout", "actor_rollout_ref.ref"] {
+        p.set(
+            &format!("{role}.log_prob_micro_batch_size_per_gpu"),
+            "1",
+            BATCH,
+        );
+        p.set(&format!("{role}.log_prob_micro_batch_size"), "null", BATCH);
+    }
+    p.set("reward_model.micro_batch_size_per_gpu", "1", BATCH);
+    p.set("reward_model.micro_batch_size", "null", BATCH);
+    // Responses: 16 tokens (prompts keep their length, filter and truncation).
+    const LENGTH: &str = "short responses (prompts keep their length, filter and truncation)";
+    p.clip("data.max_response_length", 16, LENGTH);
+    p.clip("actor_rollout_ref.rollout.response_length", 16, LENGTH);
+    p.clip(
+        "actor_rollout_ref.rollout.val_kwargs.response_length",
+        16,
+        LENGTH,
+    );
+    // Generation: the built-in engine, one replica per rank.
+    const ENGINE: &str = "the built-in rollout engine (vLLM/SGLang need GPUs)";
+    p.set("actor_rollout_ref.rollout.name", "verlc", ENGINE);
+    for k in [
+        "tensor_model_parallel_size",
+        "data_parallel_size",
+        "pipeline_model_parallel_size",
+        "expert_parallel_size",
+    ] {
+        p.clip(&format!("actor_rollout_ref.rollout.{k}"), 1, ENGINE);
+    }
+    p.set("actor_rollout_ref.rollout.max_model_len", "null", ENGINE);
+    // Parallel degrees: the first the config uses stays at 2, the others go to 1.
+    const PARALLEL: &str = "2 ranks: the first parallel degree the config uses kept at 2";
+    for role in ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"] {
+        let mut kept = false;
+        for k in [
+            "megatron.tensor_model_parallel_size",
+            "megatron.pipeline_model_parallel_size",
+            "megatron.context_parallel_size",
+            "megatron.expert_model_parallel_size",
+            "ulysses_sequence_parallel_size",
+            "fsdp_config.ulysses_sequence_parallel_size",
+        ] {
+            let key = format!("{role}.{k}");
+            match p.get(&key).and_then(Node::as_i64) {
+                Some(v) if v > 1 && !kept => {
+                    p.clip(&key, 2, PARALLEL);
+                    kept = true;
+                }
+                Some(v) if v > 1 => p.set(&key, "1", PARALLEL),
+                _ => {}
+            }
+        }
+        p.set(
+            &format!("{role}.megatron.virtual_pipeline_model_parallel_size"),
+            "null",
+            PARALLEL,
+        );
+        p.set(
+            &format!("{role}.megatron.expert_tensor_parallel_size"),
+            "null",
+            PARALLEL,
+        );
+    }
+    Ok(p.subs)
+}
+
+/// The override that makes `s` (a key the tree has): a value that is more than a word, a
+/// number or a list is quoted, as Hydra's grammar needs for `=`, `?` and `&` in a path.
+fn override_of(s: &Substitution) -> String {
+    let v = &s.value;
+    let plain = v.starts_with('[')
+        || v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if plain {
+        format!("{}={v}", s.key)
+    } else {
+        let escaped = v.replace('\\', "\\\\").replace('\'', "\\'");
+        format!("{}='{escaped}'", s.key)
+    }
+}
+
+/// One run of the trainer binary, with its outcome.
+#[derive(Debug, serde::Serialize)]
+struct Phase {
+    name: &'static str,
+    ok: bool,
+    seconds: f64,
+    status: Option<i32>,
+}
+
+fn run_phase(binary: &Path, name: &'static str, args: &[String]) -> Phase {
+    eprintln!("smoke: {name}");
+    let start = Instant::now();
+    // The trainer's console lines go to stderr: stdout holds the report alone.
+    let status = Command::new(binary)
+        .args(args)
+        .stdout(std::io::stderr())
+        .status();
+    let seconds = start.elapsed().as_secs_f64();
+    match status {
+        Ok(s) => Phase {
+            name,
+            ok: s.success(),
+            seconds,
+            status: s.code(),
+        },
+        Err(e) => {
+            eprintln!("error: cannot run the trainer {}: {e}", binary.display());
+            Phase {
+                name,
+                ok: false,
+                seconds,
+                status: None,
+            }
+        }
+    }
+}
+
+pub fn run(a: SmokeArgs) -> u8 {
+    let json = a.format == Format::Json;
+    let req = match a.compile.config.request() {
+        Ok(r) => r,
+        Err(msg) => return usage_error(json, &msg),
+    };
+    // The run as written first: what `check` finds is found without building anything.
+    let checked = check(
+        &req,
+        &CheckOptions {
+            model_config: a.compile.model_config.clone(),
+            only: Vec::new(),
+        },
+    );
+    if checked.has_errors() || checked.config.is_none() {
+        let color = super::output::stderr_color();
+        if json {
+            println!("{}", render::json_checked(&checked));
+        } else {
+            eprint!("{}", render::human_checked(&checked, color));
+            eprintln!("error: smoke needs a config `verlc check` passes; fix the errors above");
+        }
+        return exit_status(&checked.diagnostics).max(EXIT_ERRORS);
+    }
+    let (work, temporary) = match &a.work_dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("verlc-smoke-{}", std::process::id())),
+            true,
+        ),
+    };
+    if let Err(e) = std::fs::create_dir_all(&work) {
+        eprintln!("error: cannot create {}: {e}", work.display());
+        return EXIT_USAGE;
+    }
+    let code = smoke(&a, &checked.composed.root, &work, json);
+    if temporary {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    code
+}
+
+fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
+    let subs = match substitutions(root, a.steps, work) {
+        Ok(s) => s,
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("error: {p}");
+            }
+            if json {
+                let j = serde_json::json!({"ok": false, "problems": problems});
+                println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
+            }
+            return EXIT_ERRORS;
+        }
+    };
+    if !json {
+        eprintln!("smoke: substituted for this machine");
+        for s in &subs {
+            eprintln!(
+                "  {} = {}  (was {}; {})",
+                s.key,
+                s.value,
+                s.was.as_deref().unwrap_or("unset"),
+                s.why
+            );
+        }
+    }
+    let mut compile_args = a.compile.clone();
+    compile_args
+        .config
+        .args
+        .extend(subs.iter().map(override_of));
+    let compiled = match compile(&compile_args) {
+        Ok(Compile::Built(c)) => c,
+        Ok(Compile::Planned(_)) => return 0,
+        Err(code) => return code,
+    };
+    let steps = a.steps;
+    let mut phases = vec![run_phase(&compiled.binary, "train, validate and save", &[])];
+    if phases[0].ok {
+        // Resume from the saved step and train one more.
+        phases.push(run_phase(
+            &compiled.binary,
+            "resume from the checkpoint and train a step",
+            &[
+                format!("trainer.total_training_steps={}", steps + 1),
+                "trainer.resume_mode=auto".to_owned(),
+                format!("trainer.save_freq={}", steps + 1),
+                format!("trainer.test_freq={}", steps + 1),
+            ],
+        ));
+    }
+    let ok = phases.iter().all(|p| p.ok);
+    if json {
+        let j = serde_json::json!({
+            "ok": ok,
+            "substituted": subs,
+            "phases": phases,
+        });
+        println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
+    } else {
+        eprintln!("smoke: report");
+        for p in &phases {
+            eprintln!(
+                "  {}: {} ({:.1} s)",
+                p.name,
+                if p.ok { "ok" } else { "FAILED" },
+                p.seconds
+            );
+        }
+        eprintln!(
+            "smoke: {}",
+            if ok {
+                "the run trained, validated, saved and resumed on CPU with the substitutions above"
+            } else {
+                "problems found: see the trainer's messages above"
+            }
+        );
+    }
+    if ok { 0 } else { EXIT_ERRORS }
+}
