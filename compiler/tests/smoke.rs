@@ -59,6 +59,110 @@ json.dump({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
     assert!(status.success(), "writing the model dir failed");
 }
 
+/// verl's gsm8k preprocess layout (`examples/data_preprocess/gsm8k.py`) in parquet: 40 train
+/// and 8 test rows; variants with another data source and with string prompts; reward files.
+fn data_dir(python: &Path, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = r##"
+import sys, pyarrow as pa, pyarrow.parquet as pq
+out = sys.argv[1]
+def row(i, source="openai/gsm8k", chat=True):
+    q = f"What is {i} plus {i}? Let's think step by step and output the final answer after {chr(35) * 4}."
+    prompt = [{"role": "user", "content": q}] if chat else q
+    return {"data_source": source, "prompt": prompt, "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+            "extra_info": {"split": "train", "index": i}}
+pq.write_table(pa.Table.from_pylist([row(i) for i in range(40)]), f"{out}/train.parquet")
+pq.write_table(pa.Table.from_pylist([row(i) for i in range(8)]), f"{out}/test.parquet")
+pq.write_table(pa.Table.from_pylist([row(i, source="my_task") for i in range(40)]), f"{out}/other_source.parquet")
+pq.write_table(pa.Table.from_pylist([row(i, chat=False) for i in range(40)]), f"{out}/string_prompt.parquet")
+sig = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+open(f"{out}/reward_ok.py", "w").write(sig + "    return float(ground_truth in solution_str)\n")
+open(f"{out}/reward_raises.py", "w").write(sig + "    return int(solution_str.split(chr(35) * 4)[1])\n")
+open(f"{out}/reward_text.py", "w").write(sig + "    return 'good'\n")
+"##;
+    let status = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .status()
+        .expect("run python");
+    assert!(status.success(), "writing the data failed");
+}
+
+/// A GRPO run as verl's gsm8k example writes it (8 GPUs, vLLM, batch 256 x 5), on `data`.
+fn grpo_config(dir: &Path, data: &Path, model: &Path) -> PathBuf {
+    let text = format!(
+        "data:
+  train_files: {d}/train.parquet
+  val_files: {d}/test.parquet
+  train_batch_size: 256
+  max_prompt_length: 512
+  max_response_length: 1024
+  filter_overlong_prompts: true
+  truncation: error
+actor_rollout_ref:
+  model:
+    path: {m}
+    use_remove_padding: true
+  actor:
+    optim:
+      lr: 1.0e-6
+    ppo_mini_batch_size: 64
+    ppo_micro_batch_size_per_gpu: 8
+    use_kl_loss: true
+  rollout:
+    name: vllm
+    n: 5
+    tensor_model_parallel_size: 2
+    log_prob_micro_batch_size_per_gpu: 32
+  ref:
+    log_prob_micro_batch_size_per_gpu: 32
+custom_reward_function:
+  path: {d}/reward_ok.py
+algorithm:
+  adv_estimator: grpo
+trainer:
+  n_gpus_per_node: 8
+  logger: [console, wandb]
+  total_epochs: 15
+  save_freq: 20
+  test_freq: 5
+",
+        d = data.display(),
+        m = model.display()
+    );
+    let file = dir.join("grpo.yaml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn smoke_config(config: &Path, extra: &[String]) -> (Option<i32>, String, String) {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| checkout().join("target"));
+    let out = Command::new(env!("CARGO_BIN_EXE_verlc"))
+        .current_dir(checkout())
+        .env("NO_COLOR", "1")
+        .env("VERLC_PYTHON", "")
+        .env(
+            "VERLC_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test"),
+        )
+        .env("VERLC_TARGET_DIR", target)
+        .arg("smoke")
+        .arg(config)
+        .args(["--verl-version", "0.7.0", "--format", "json"])
+        .args(extra)
+        .output()
+        .expect("run verlc smoke");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 fn smoke(model: &Path, extra: &[&str]) -> (Option<i32>, String, String) {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -147,4 +251,93 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("no config.json"), "{stderr}");
     assert!(!stderr.contains("compiling"), "{stderr}");
+}
+
+/// One good run written as verl's gsm8k example, and broken runs made from it: each exits 1
+/// with its cause (the key, the file and row, the function) in the message.
+#[test]
+fn broken_runs_are_reported_with_their_cause() {
+    let Some(python) = python() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (model, data) = (tmp.path().join("model"), tmp.path().join("data"));
+    model_dir(&python, &model, true);
+    data_dir(&python, &data);
+    let config = grpo_config(tmp.path(), &data, &model);
+    let (code, stdout, stderr) = smoke_config(&config, &[]);
+    assert_eq!(code, Some(0), "the good run: {stderr}");
+    assert!(stdout.contains("\"ok\": true"), "{stdout}");
+
+    // Model directories with one thing wrong in their config.json.
+    let with_config = |name: &str, key: &str, value: serde_json::Value| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(model.join(f), dir.join(f)).unwrap();
+        }
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap())
+                .unwrap();
+        cfg[key] = value;
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        dir
+    };
+    let bad_eos = with_config("bad_eos", "eos_token_id", 99_999.into());
+    let small_vocab = with_config("small_vocab", "vocab_size", 100.into());
+    let d = data.display();
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("custom_reward_function.path={d}/reward_raises.py"),
+            "reward_raises.py: raised an exception",
+        ),
+        (
+            format!("custom_reward_function.path={d}/reward_text.py"),
+            "reward_text.py",
+        ),
+        (
+            format!("custom_reward_function.path={d}/missing.py"),
+            "missing.py: no such file (custom_reward_function.path)",
+        ),
+        (
+            "data.prompt_key=question".into(),
+            "no column `question` (data.prompt_key)",
+        ),
+        (
+            format!("data.train_files={d}/string_prompt.parquet"),
+            "row 0: column `prompt` is a string",
+        ),
+        (
+            "data.max_prompt_length=8 data.filter_overlong_prompts=false".into(),
+            "longer than max_prompt_length = 8",
+        ),
+        (
+            format!("data.train_files={d}/other_source.parquet custom_reward_function.path=null"),
+            "data_source=\"my_task\"",
+        ),
+        (
+            format!("data.train_files={d}/missing.parquet"),
+            "missing.parquet",
+        ),
+        (
+            format!("actor_rollout_ref.model.path={}", bad_eos.display()),
+            "`eos_token_id` 99999 is outside its vocabulary",
+        ),
+        (
+            format!("actor_rollout_ref.model.path={}", small_vocab.display()),
+            "outside the vocabulary (100)",
+        ),
+        (
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16".into(),
+            "\"V006\"",
+        ),
+    ];
+    for (overrides, cause) in &cases {
+        let extra: Vec<String> = overrides.split(' ').map(str::to_owned).collect();
+        // Check's findings are in the JSON report, the trainer's on stderr.
+        let (code, stdout, stderr) = smoke_config(&config, &extra);
+        let all = format!("{stdout}{stderr}");
+        assert_eq!(code, Some(1), "{overrides}: {all}");
+        assert!(all.contains(cause), "{overrides}: no `{cause}` in\n{all}");
+    }
 }

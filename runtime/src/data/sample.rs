@@ -38,8 +38,16 @@ impl Sample {
         reward_fn_key: &str,
         row_no: usize,
     ) -> Result<Self, String> {
-        let prompt = match row.get(prompt_key) {
-            Some(Value::String(s)) => vec![Message::user(s)],
+        let prompt: Vec<Message> = match row.get(prompt_key) {
+            // verl passes the column to the chat template as the conversation: a string is
+            // rendered character by character, a prompt no one meant to train on.
+            Some(Value::String(_)) => {
+                return Err(format!(
+                    "column `{prompt_key}` is a string; verl reads it as the list of chat messages \
+                     (`[{{\"role\": \"user\", \"content\": ...}}]`, as verl's examples/data_preprocess \
+                     scripts write it) and would render a string one character per message"
+                ));
+            }
             Some(v @ Value::Array(_)) => serde_json::from_value(v.clone()).map_err(|e| {
                 format!("column `{prompt_key}` is not a list of {{role, content}} messages: {e}")
             })?,

@@ -33,6 +33,15 @@ pub enum PreflightError {
         source: Box<crate::model::ModelError>,
     },
     #[error(
+        "`{key}` ({path}): its config.json's `eos_token_id` {eos} is outside its vocabulary of {vocab}: generation would never stop on it"
+    )]
+    EosOutsideVocabulary {
+        key: &'static str,
+        path: String,
+        eos: i64,
+        vocab: i64,
+    },
+    #[error(
         "this run needs at least {need_gib:.1} GiB of host memory for its models ({parts}), and this machine has {available_gib:.1} GiB available: the ranks would be killed while loading. `verlc explain` estimates the whole per-rank need; to fit, train a smaller model (`actor_rollout_ref.model.path`), train adapters only (`actor_rollout_ref.model.lora_rank`), or run on GPUs"
     )]
     Memory {
@@ -121,7 +130,24 @@ pub fn check(spec: &TrainerSpec, available_bytes: Option<u64>) -> Result<(), Pre
             path: n.path.clone(),
             source: Box::new(source),
         };
-        let dir: PathBuf = match ModelSource::parse(&n.path).map_err(weights)? {
+        let source = ModelSource::parse(&n.path).map_err(weights)?;
+        let config = source.config().map_err(weights)?;
+        let eos = match config.extra.get("eos_token_id") {
+            Some(serde_json::Value::Array(ids)) => {
+                ids.iter().filter_map(serde_json::Value::as_i64).collect()
+            }
+            Some(v) => v.as_i64().into_iter().collect(),
+            None => Vec::new(),
+        };
+        if let Some(&bad) = eos.iter().find(|&&id| id < 0 || id >= config.vocab_size) {
+            return Err(PreflightError::EosOutsideVocabulary {
+                key: n.key,
+                path: n.path.clone(),
+                eos: bad,
+                vocab: config.vocab_size,
+            });
+        }
+        let dir: PathBuf = match source {
             ModelSource::Builtin(_) => continue,
             ModelSource::Dir(dir) => dir,
         };

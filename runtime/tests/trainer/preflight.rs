@@ -27,6 +27,11 @@ fn header_only(dir: &Path, shapes: &[(&str, &[u64])]) {
 
 const GIB: u64 = 1 << 30;
 
+/// A Qwen2-7B-shaped `config.json`.
+const CONFIG: &str = r#"{"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+  "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+  "num_key_value_heads": 4, "eos_token_id": 151645}"#;
+
 #[test]
 fn missing_weights_and_models_too_large_for_the_host_stop_before_loading() {
     let dir = scratch("preflight");
@@ -37,7 +42,7 @@ fn missing_weights_and_models_too_large_for_the_host_stop_before_loading() {
     // A directory with a config and no weights.
     let empty = dir.join("no_weights");
     std::fs::create_dir_all(&empty).unwrap();
-    std::fs::write(empty.join("config.json"), "{}").unwrap();
+    std::fs::write(empty.join("config.json"), CONFIG).unwrap();
     spec.actor.model_path = empty.display().to_string();
     let e = check(&spec, None).unwrap_err();
     assert!(
@@ -55,6 +60,8 @@ fn missing_weights_and_models_too_large_for_the_host_stop_before_loading() {
     // A 7B-parameter checkpoint (headers only) on a host with 24 GiB available: refused with
     // both numbers; with enough memory it passes without reading a tensor.
     let big = dir.join("seven_b");
+    std::fs::create_dir_all(&big).unwrap();
+    std::fs::write(big.join("config.json"), CONFIG).unwrap();
     header_only(
         &big,
         &[
@@ -75,6 +82,7 @@ fn missing_weights_and_models_too_large_for_the_host_stop_before_loading() {
     // A header cut short is a corrupt file, named.
     let cut = dir.join("cut");
     std::fs::create_dir_all(&cut).unwrap();
+    std::fs::write(cut.join("config.json"), CONFIG).unwrap();
     std::fs::write(cut.join("model.safetensors"), 4096u64.to_le_bytes()).unwrap();
     spec.actor.model_path = cut.display().to_string();
     let e = check(&spec, None).unwrap_err().to_string();
