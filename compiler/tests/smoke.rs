@@ -137,7 +137,9 @@ trainer:
     file
 }
 
-fn smoke_config(config: &Path, extra: &[String]) -> (Option<i32>, String, String) {
+/// `verlc smoke --format json ARGS` (trainers built in the test target): exit code, stdout,
+/// stderr.
+fn verlc_smoke(args: &[String]) -> (Option<i32>, String, String) {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| checkout().join("target"));
@@ -150,10 +152,8 @@ fn smoke_config(config: &Path, extra: &[String]) -> (Option<i32>, String, String
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test"),
         )
         .env("VERLC_TARGET_DIR", target)
-        .arg("smoke")
-        .arg(config)
-        .args(["--verl-version", "0.7.0", "--format", "json"])
-        .args(extra)
+        .args(["smoke", "--format", "json"])
+        .args(args)
         .output()
         .expect("run verlc smoke");
     (
@@ -163,29 +163,25 @@ fn smoke_config(config: &Path, extra: &[String]) -> (Option<i32>, String, String
     )
 }
 
+/// The smoke run of `config` on verl 0.7.0's tree with `extra` overrides.
+fn smoke_config(config: &Path, extra: &[String]) -> (Option<i32>, String, String) {
+    let mut args = vec![
+        config.display().to_string(),
+        "--verl-version".into(),
+        "0.7.0".into(),
+    ];
+    args.extend_from_slice(extra);
+    verlc_smoke(&args)
+}
+
+/// The smoke run of the quickstart with its model at `model`.
 fn smoke(model: &Path, extra: &[&str]) -> (Option<i32>, String, String) {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| checkout().join("target"));
-    let out = Command::new(env!("CARGO_BIN_EXE_verlc"))
-        .current_dir(checkout())
-        .env("NO_COLOR", "1")
-        .env("VERLC_PYTHON", "")
-        .env(
-            "VERLC_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test"),
-        )
-        .env("VERLC_TARGET_DIR", target)
-        .args(["smoke", "examples/quickstart.yaml", "--format", "json"])
-        .arg(format!("actor_rollout_ref.model.path={}", model.display()))
-        .args(extra)
-        .output()
-        .expect("run verlc smoke");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut args = vec![
+        "examples/quickstart.yaml".to_owned(),
+        format!("actor_rollout_ref.model.path={}", model.display()),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    verlc_smoke(&args)
 }
 
 #[test]

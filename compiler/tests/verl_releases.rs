@@ -1293,6 +1293,38 @@ fn the_builtin_newest_tree_is_verls_own() {
         return;
     };
     assert_eq!(BuiltinRelease::default().version(), NEWER);
+    let compared = judged_alike(
+        "verl_examples_0_9_0",
+        &dir,
+        BuiltinRelease::default(),
+        NEWER,
+    );
+    assert!(compared >= 80, "{compared} calls compared");
+}
+
+/// `--verl-version X` (verlc's built-in tree of X) judges each of release X's own example calls
+/// as `--config-dir <X's tree>` does: the same composed tree, the same findings, the same
+/// release named.
+#[test]
+fn each_release_judges_its_examples_on_its_built_in_tree_as_on_its_own() {
+    for (fixture, release) in [
+        ("verl_examples_0_7_1", BuiltinRelease::V0_7_1),
+        ("verl_examples_0_8_0", BuiltinRelease::V0_8_0),
+        ("verl_examples_0_9_0", BuiltinRelease::V0_9_0),
+    ] {
+        let version = release.version();
+        let Some(dir) = release_tree(version) else {
+            continue;
+        };
+        let compared = judged_alike(fixture, &dir, release, version);
+        assert!(compared >= 70, "{version}: {compared} calls compared");
+    }
+}
+
+/// Checks each call of `fixture` on the tree `dir` (of release `version`) and on verlc's
+/// built-in tree of `release`: the same composed tree and findings, each naming its release.
+/// Returns how many calls were compared.
+fn judged_alike(fixture: &str, dir: &Path, release: BuiltinRelease, version: &str) -> usize {
     let summary = |req: &LoadRequest| {
         let c = check(req, &CheckOptions::default());
         let mut codes: Vec<(String, Option<String>)> = c
@@ -1304,77 +1336,30 @@ fn the_builtin_newest_tree_is_verls_own() {
         (c.composed.root.to_json(), codes, c.release)
     };
     let mut compared = 0;
-    for call in example_calls("verl_examples_0_9_0") {
+    for call in example_calls(fixture) {
         let script = &call.script;
-        let on_dir = call.request(&dir);
+        let on_dir = call.request(dir);
         let builtin = LoadRequest {
             config_dir: None,
+            builtin: release,
             ..on_dir.clone()
         };
         let (tree_a, codes_a, release_a) = summary(&on_dir);
         let (tree_b, codes_b, release_b) = summary(&builtin);
-        assert_eq!(release_a, NEWER);
-        assert_eq!(release_b, format!("{NEWER}, verlc's built-in tree"));
+        assert_eq!(release_a, version, "{script}");
+        assert_eq!(
+            release_b,
+            format!("{version}, verlc's built-in tree"),
+            "{script}"
+        );
         assert!(
             tree_a == tree_b,
-            "{script}: the built-in tree composes differently"
+            "{version} {script}: the built-in tree composes differently"
         );
-        assert_eq!(codes_a, codes_b, "{script}: different findings");
+        assert_eq!(codes_a, codes_b, "{version} {script}: different findings");
         compared += 1;
     }
-    assert!(compared >= 80, "{compared} calls compared");
-}
-
-/// `--verl-version X` (verlc's built-in tree of X) judges each of release X's own example calls
-/// as `--config-dir <X's tree>` does: the same composed tree, the same findings, the same
-/// release named.
-#[test]
-fn each_release_judges_its_examples_on_its_built_in_tree_as_on_its_own() {
-    let summary = |req: &LoadRequest| {
-        let c = check(req, &CheckOptions::default());
-        let mut codes: Vec<(String, Option<String>)> = c
-            .diagnostics
-            .iter()
-            .map(|d| (d.code.0.to_owned(), d.key_path.clone()))
-            .collect();
-        codes.sort();
-        (c.composed.root.to_json(), codes, c.release)
-    };
-    for (fixture, release) in [
-        ("verl_examples_0_7_1", BuiltinRelease::V0_7_1),
-        ("verl_examples_0_8_0", BuiltinRelease::V0_8_0),
-        ("verl_examples_0_9_0", BuiltinRelease::V0_9_0),
-    ] {
-        let version = release.version();
-        let Some(dir) = release_tree(version) else {
-            continue;
-        };
-        let mut compared = 0;
-        for call in example_calls(fixture) {
-            let script = &call.script;
-            let on_dir = call.request(&dir);
-            let builtin = LoadRequest {
-                config_dir: None,
-                builtin: release,
-                ..on_dir.clone()
-            };
-            let (tree_a, codes_a, release_a) = summary(&on_dir);
-            let (tree_b, codes_b, release_b) = summary(&builtin);
-            assert_eq!(release_a, version, "{script}");
-            assert_eq!(
-                release_b,
-                format!("{version}, verlc's built-in tree"),
-                "{script}"
-            );
-            assert!(
-                tree_a == tree_b,
-                "{version} {script}: the built-in tree composes differently"
-            );
-            assert_eq!(codes_a, codes_b, "{version} {script}: different findings");
-            compared += 1;
-        }
-        assert!(compared >= 70, "{version}: {compared} calls compared");
-    }
+    compared
 }
 
 /// A plain config file on the built-in 0.9.1 tree: what the user wrote is judged against
