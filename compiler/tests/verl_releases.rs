@@ -651,15 +651,27 @@ fn a_newer_releases_reward_section_lowers() {
     assert_eq!(rm.model_path, "my/rm");
     assert_eq!(rm.dtype, Some(verlc_spec::Dtype::Fp32));
     assert!(matches!(rm.input, RewardModelInput::Chat { .. }));
-    // With a custom function the loop scores with the function alone.
-    let s = spec(&[
+    // With a custom function verl serves the model to it (a generative reward model), which
+    // verlc cannot: refused at the switch.
+    match lower_request(&req(&[
         "reward.reward_model.enable=true",
         "reward.reward_model.model_path=my/rm",
         "reward.reward_model.rollout.name=vllm",
         "reward.custom_reward_function.path=genrm.py",
-    ]);
-    assert!(s.reward_model.is_none());
-    assert_eq!(python(&s).0, "genrm.py");
+    ])) {
+        SpecOutcome::Ok { .. } => panic!("a generative reward model must not build"),
+        SpecOutcome::Errors(c) => assert!(
+            c.diagnostics.iter().any(
+                |d| d.is_error() && d.key_path.as_deref() == Some("reward.reward_model.enable")
+            ),
+            "{:#?}",
+            errors(&c.diagnostics)
+        ),
+    }
+    assert_eq!(
+        python(&spec(&["reward.custom_reward_function.path=genrm.py"])).0,
+        "genrm.py"
+    );
     // verl needs the reward model's server engine (`???` in its tree).
     match lower_request(&req(&[
         "reward.reward_model.enable=true",

@@ -1091,12 +1091,7 @@ fn reward_model_spec(
     }
     let custom_fn = rewards.function.path.is_some();
     if rm.use_reward_loop && custom_fn {
-        // verl's reward-loop worker then calls only the custom function (handing it the
-        // reward model's server, the generative-RM pattern); the model never scores itself.
-        l.no_effect(
-            "reward_model.enable",
-            "with `use_reward_loop` and `custom_reward_function.path`, verl's reward loop scores with the custom function alone (a generative reward model it queries itself); verlc scores with that function and does not load the reward model",
-        );
+        generative_reward_model(l, "reward_model.enable", "custom_reward_function");
         return None;
     }
     let per_rank = |l: &mut Lowering| {
@@ -1169,6 +1164,18 @@ fn reward_model_spec(
 /// model itself, the generative-RM pattern).
 const REWARD_LOOP_TOKENS: i64 = 32768;
 
+/// The reward model on beside a custom reward function: verl's reward loop then serves the
+/// model behind its reward router and scores with the function alone, which queries the model
+/// itself (the generative-reward-model pattern of verl's FAPO examples). verlc serves no model
+/// to Python, so the function's queries would fail mid-run: refused at the switch.
+fn generative_reward_model(l: &mut Lowering, enable_key: &str, function: &str) {
+    l.unsupported(
+        enable_key,
+        format!("with the reward model on and `{function}.path` set, verl's reward loop serves the reward model to your function through its reward router (a generative reward model) and scores with the function alone; verlc's trainer serves no model to Python"),
+        format!("set `{enable_key}=false` if your function does not query the reward model, or unset `{function}.path` to score with the reward model itself"),
+    );
+}
+
 fn loop_model_spec(
     rewards: &Rewards,
     m: &LoopModel,
@@ -1181,10 +1188,7 @@ fn loop_model_spec(
         return None;
     }
     if rewards.function.path.is_some() {
-        l.no_effect(
-            m.enable_key,
-            format!("with `{}.path`, verl's reward loop scores with the custom function alone (a generative reward model it queries itself); verlc scores with that function and does not load the reward model", rewards.function.prefix),
-        );
+        generative_reward_model(l, m.enable_key, rewards.function.prefix);
         return None;
     }
     let Some(path) = m.path.filter(|p| !p.is_empty()) else {

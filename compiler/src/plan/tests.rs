@@ -807,13 +807,23 @@ fn reward_models_lower_as_verl_runs_them() {
         c.codes()
     );
 
-    // The reward loop with a custom function scores with the function alone.
+    // The reward loop with a custom function: verl serves the model to the function (a
+    // generative reward model), which verlc cannot; refused at the switch.
     let (spec, c) = rm(&[
         "reward_model.enable=true",
         "custom_reward_function.path=reward.py",
     ]);
     assert!(spec.is_none());
-    assert!(c.codes().contains(&"B006"), "{:?}", c.codes());
+    let d = c
+        .lowered
+        .diagnostics
+        .iter()
+        .find(|d| d.code.0 == "B018" && d.key_path.as_deref() == Some("reward_model.enable"));
+    assert!(
+        d.is_some_and(|d| d.is_error()),
+        "{:#?}",
+        c.lowered.diagnostics
+    );
 }
 
 #[test]
