@@ -137,6 +137,25 @@ trainer:
     file
 }
 
+/// The Hub cache the smoke runs see (offline).
+fn hub_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("smoke-hub")
+}
+
+/// `dir`'s files as the Hub cache holds a snapshot of `org/name` (no weights in it).
+fn cache_as_hub_model(dir: &Path, name: &str) {
+    const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+    let repo = hub_cache().join(format!("models--org--{name}"));
+    let snap = repo.join("snapshots").join(COMMIT);
+    let _ = std::fs::remove_dir_all(&repo);
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(dir.join(f), snap.join(f)).unwrap();
+    }
+    std::fs::write(repo.join("refs/main"), COMMIT).unwrap();
+}
+
 /// `verlc smoke --format json ARGS` (trainers built in the test target): exit code, stdout,
 /// stderr.
 fn verlc_smoke(args: &[String]) -> (Option<i32>, String, String) {
@@ -152,6 +171,9 @@ fn verlc_smoke(args: &[String]) -> (Option<i32>, String, String) {
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("verlc-build-test"),
         )
         .env("VERLC_TARGET_DIR", target)
+        .env("HF_HUB_CACHE", hub_cache())
+        .env("HF_HUB_OFFLINE", "1")
+        .env_remove("HF_ENDPOINT")
         .args(["smoke", "--format", "json"])
         .args(args)
         .output()
@@ -230,6 +252,20 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
         .and_then(|s| s.parse().ok())
         .expect("an entropy metric");
     assert!(entropy > 100f64.ln(), "entropy {entropy}");
+
+    // The same model by Hub id, its configs and tokenizer in the Hub cache and no weights.
+    cache_as_hub_model(&good, "qwen7b-smoke");
+    let mut args = vec![
+        "examples/quickstart.yaml".to_owned(),
+        "actor_rollout_ref.model.path=org/qwen7b-smoke".to_owned(),
+    ];
+    args.push("--steps=1".to_owned());
+    let (code, stdout, stderr) = verlc_smoke(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("builtin://scaled?from=") && stdout.contains("models--org--qwen7b-smoke"),
+        "{stdout}"
+    );
 
     // A tokenizer without a chat template: the data's chat prompts cannot be rendered.
     let no_chat = tmp.path().join("no_chat");

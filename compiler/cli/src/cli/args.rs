@@ -51,6 +51,10 @@ pub struct FetchArgs {
     /// Branch, tag or commit hash (default: main).
     #[arg(long, value_name = "REV")]
     pub revision: Option<String>,
+    /// Only the configs, tokenizer files and chat templates, no weights: what `verlc smoke`
+    /// reads of a model.
+    #[arg(long)]
+    pub no_weights: bool,
 }
 
 /// How to find and compose the config (shared by check and explain).

@@ -43,6 +43,15 @@ fn wanted(file: &str) -> bool {
             .any(|ext| file.ends_with(ext))
 }
 
+/// What of a model repository to download.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Files {
+    /// Everything a load reads: configs, tokenizer files, chat templates and the weights.
+    All,
+    /// Configs, tokenizer files and chat templates (a `verlc smoke` stand-in's needs).
+    NoWeights,
+}
+
 /// The snapshot of `id` at `revision` (default `main`): from the cache, or downloaded into it
 /// (with a progress bar per file when `progress`).
 pub fn fetch(
@@ -50,6 +59,7 @@ pub fn fetch(
     id: &RepoId,
     revision: Option<&str>,
     progress: bool,
+    which: Files,
 ) -> Result<Snapshot, FetchError> {
     match find_snapshot(env, id, revision) {
         Ok(s) => return Ok(s),
@@ -81,8 +91,9 @@ pub fn fetch(
         .iter()
         .map(|s| s.rfilename.as_str())
         .filter(|f| wanted(f))
+        .filter(|f| which == Files::All || !f.contains(".safetensors"))
         .collect();
-    if !files.iter().any(|f| f.ends_with(".safetensors")) {
+    if which == Files::All && !files.iter().any(|f| f.ends_with(".safetensors")) {
         return Err(FetchError::NoSafetensors {
             id: id.to_string(),
             files: info
@@ -115,6 +126,11 @@ pub fn run(a: FetchArgs) -> u8 {
         &id,
         a.revision.as_deref(),
         std::io::stderr().is_terminal(),
+        if a.no_weights {
+            Files::NoWeights
+        } else {
+            Files::All
+        },
     ) {
         Ok(s) => {
             println!("{}", s.dir.display());
@@ -135,7 +151,13 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
     let mut out = Vec::new();
     let mut failed = Vec::new();
     for m in hub_models(&plan.spec) {
-        if let Err(e) = fetch(&env, &m.id, None, std::io::stderr().is_terminal()) {
+        if let Err(e) = fetch(
+            &env,
+            &m.id,
+            None,
+            std::io::stderr().is_terminal(),
+            Files::All,
+        ) {
             let help = if env.offline {
                 "download it where the network is reachable (`verlc fetch ID`, or `huggingface-cli download ID`) into this Hub cache, or unset HF_HUB_OFFLINE"
             } else {

@@ -91,9 +91,18 @@ impl Plan<'_> {
 }
 
 /// The local directory holding `path`'s `config.json` (a directory, or a Hub id in the Hub
-/// cache); `Ok(None)` for `builtin://` models.
+/// cache, whose configs and tokenizer files are fetched when missing, not its weights);
+/// `Ok(None)` for `builtin://` models.
 fn model_dir(path: &str) -> Result<Option<PathBuf>, String> {
-    let loc = locate(path, None, &HubEnv::from_env()).map_err(|e| e.to_string())?;
+    let env = HubEnv::from_env();
+    if let Some(id) = verlc_hub::hub_id(path)
+        && verlc_hub::find_snapshot(&env, &id, None).is_err()
+        && !env.offline
+    {
+        super::fetch::fetch(&env, &id, None, false, super::fetch::Files::NoWeights)
+            .map_err(|e| e.to_string())?;
+    }
+    let loc = locate(path, None, &env).map_err(|e| e.to_string())?;
     let Some(dir) = loc.dir() else {
         return Ok(None);
     };
