@@ -236,6 +236,13 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
         good.display().to_string()
     );
     assert_eq!(value("trainer.n_gpus_per_node"), "2");
+    let exercised = report["exercised"].as_array().unwrap();
+    assert!(
+        exercised
+            .iter()
+            .any(|e| e.as_str().is_some_and(|e| e.contains("estimator Grpo"))),
+        "{exercised:?}"
+    );
     let phases = report["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 2, "{phases:?}");
     assert!(phases.iter().all(|p| p["ok"] == true), "{phases:?}");

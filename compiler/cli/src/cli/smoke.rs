@@ -282,6 +282,75 @@ fn override_of(s: &Substitution) -> String {
     }
 }
 
+/// The code paths the smoke run takes, from the spec it built: what a passing smoke run has
+/// exercised of the config.
+fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
+    let s = &plan.spec;
+    let u = &s.actor.update;
+    let mut out = vec![
+        format!("engine: {}", plan.binding),
+        format!(
+            "advantage estimator {:?}, policy loss {:?} aggregated {:?}",
+            s.algorithm.estimator, u.loss_mode, u.loss_agg_mode
+        ),
+    ];
+    if u.use_kl_loss {
+        out.push(format!(
+            "KL loss {} x {} against the reference policy",
+            u.kl_loss_type, u.kl_loss_coef
+        ));
+    }
+    if s.algorithm.kl_in_reward {
+        out.push(format!("KL in the reward ({})", s.algorithm.kl_penalty));
+    }
+    if u.entropy_coeff != 0.0 {
+        out.push(format!("entropy bonus x {}", u.entropy_coeff));
+    }
+    if s.critic.is_some() {
+        out.push("critic (value model and its update)".into());
+    }
+    if s.actor.lora.is_some() {
+        out.push("LoRA adapters".into());
+    }
+    if u.ppo_max_token_len.is_some() {
+        out.push("dynamic batch size (token budgets)".into());
+    }
+    if s.actor.engine.remove_padding() {
+        out.push("packed sequences (remove padding)".into());
+    }
+    if s.actor.engine.ulysses() > 1 {
+        out.push(format!(
+            "Ulysses sequence parallel {}",
+            s.actor.engine.ulysses()
+        ));
+    }
+    if s.algorithm.filter_groups.is_some() {
+        out.push("dynamic sampling (filter groups and regenerate)".into());
+    }
+    if s.algorithm.rollout_correction.is_some() {
+        out.push("rollout correction".into());
+    }
+    if u.distillation.is_some() {
+        out.push("distillation from teachers".into());
+    }
+    if s.rollout.multi_turn.is_some() {
+        out.push("multi-turn rollout with tools (the tool agent loop)".into());
+    }
+    out.push(match &s.reward {
+        verlc_spec::trainer::RewardSpec::Builtin => {
+            "reward: verl's default scorer by data_source".to_owned()
+        }
+        verlc_spec::trainer::RewardSpec::Python { path, name, .. } => {
+            format!("reward: `{name}` of {path} (your Python, in its host)")
+        }
+    });
+    if s.reward_model.is_some() {
+        out.push("reward model (a stand-in of its family)".into());
+    }
+    out.push("validation, checkpoint save and resume".into());
+    out
+}
+
 /// One run of the trainer binary, with its outcome.
 #[derive(Debug, serde::Serialize)]
 struct Phase {
@@ -397,6 +466,7 @@ fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
         Ok(Compile::Planned(_)) => return 0,
         Err(code) => return code,
     };
+    let paths = exercised(&compiled.plan);
     let steps = a.steps;
     let mut phases = vec![run_phase(&compiled.binary, "train, validate and save", &[])];
     if phases[0].ok {
@@ -416,12 +486,17 @@ fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
     if json {
         let j = serde_json::json!({
             "ok": ok,
+            "exercised": paths,
             "substituted": subs,
             "phases": phases,
         });
         println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
     } else {
         eprintln!("smoke: report");
+        eprintln!("  exercised:");
+        for p in &paths {
+            eprintln!("    {p}");
+        }
         for p in &phases {
             eprintln!(
                 "  {}: {} ({:.1} s)",
