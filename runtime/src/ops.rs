@@ -65,10 +65,16 @@ pub struct AdamWArgs {
 }
 
 /// Whether the runtime's CPU kernels can run here (they call the BLAS libtorch links).
+///
+/// `VERLC_CPU_KERNELS=0` turns them off: every layer then runs its tensor-op form, the
+/// reference the kernels are tested against (for telling a kernel's numerics from a model's).
 pub fn have_cpu_kernels() -> bool {
     static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    // SAFETY: no arguments; reads whether a symbol resolved.
-    *HAVE.get_or_init(|| unsafe { ffi::vlc_have_cpu_kernels() } != 0)
+    *HAVE.get_or_init(|| {
+        let off = std::env::var("VERLC_CPU_KERNELS").is_ok_and(|v| v == "0");
+        // SAFETY: no arguments; reads whether a symbol resolved.
+        !off && unsafe { ffi::vlc_have_cpu_kernels() } != 0
+    })
 }
 
 /// The chunked gated delta rule as one differentiable CPU operation (`csrc/kernels.h`): `q`,
