@@ -66,7 +66,7 @@ pub struct AdamWArgs {
 
 /// Whether the runtime's CPU kernels can run here (they call the BLAS libtorch links).
 ///
-/// `VERLC_CPU_KERNELS=0` turns them off: every layer then runs its tensor-op form, the
+/// `VERLC_CPU_KERNELS=0` turns them off: the Gated DeltaNet then runs its tensor-op form, the
 /// reference the kernels are tested against (for telling a kernel's numerics from a model's).
 pub fn have_cpu_kernels() -> bool {
     static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
