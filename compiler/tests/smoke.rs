@@ -274,6 +274,22 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
         "{stdout}"
     );
 
+    // A Qwen3-MoE 30B-A3B config (128 experts, top-8, a vocabulary padded past the
+    // tokenizer's): the stand-in keeps 8 experts and ends its vocabulary at the tokenizer's, so
+    // no padding id is sampled.
+    let moe = tmp.path().join("moe");
+    std::fs::create_dir_all(&moe).unwrap();
+    std::fs::copy(
+        checkout().join("tests/fixtures/models/qwen3_30b_a3b.json"),
+        moe.join("config.json"),
+    )
+    .unwrap();
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(good.join(f), moe.join(f)).unwrap();
+    }
+    let (code, _, stderr) = smoke(&moe, &["--steps=1"]);
+    assert_eq!(code, Some(0), "{stderr}");
+
     // A tokenizer without a chat template: the data's chat prompts cannot be rendered.
     let no_chat = tmp.path().join("no_chat");
     model_dir(&python, &no_chat, false);

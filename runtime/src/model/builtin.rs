@@ -113,7 +113,8 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
 }
 
 /// `builtin://scaled?from=DIR`: a stand-in for the model whose `config.json` is in `DIR`, of
-/// the same family, vocabulary, special token ids, rotary settings and embedding tying, scaled
+/// the same family, vocabulary (up to the last id of `DIR`'s tokenizer: a checkpoint's padding
+/// rows are dropped), special token ids, rotary settings and embedding tying, scaled
 /// down to `layers` (2; at least one of each layer kind: a Gated DeltaNet and a full-attention
 /// layer, a dense and a sparse MLP where the model mixes them), `hidden` (64), `heads` (4),
 /// `kv_heads` (2, or `heads` when the model has as many key/value heads as query heads),
@@ -147,6 +148,14 @@ fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     };
     cfg.num_hidden_layers = uri.get("layers", 2)?;
     cfg.lora = None;
+    // Checkpoints pad their vocabulary past the tokenizer's (Qwen2.5: 152,064 rows for 151,665
+    // tokens); a trained model never samples the padding, a random stand-in would, and no
+    // tokenizer decodes it. So the stand-in's vocabulary ends where its tokenizer's does (a
+    // tokenizer larger than the config keeps the config's size, and its error).
+    if let Ok(tok) = crate::tokenizer::Tokenizer::from_dir(std::path::Path::new(&from)) {
+        let used = i64::try_from(tok.vocab_size()).unwrap_or(i64::MAX);
+        cfg.vocab_size = cfg.vocab_size.min(used);
+    }
     if orig.moe.num_experts > 0 {
         let top_k = orig.moe.num_experts_per_tok;
         let experts: i64 = uri.get("experts", 4.max(top_k).min(orig.moe.num_experts))?;
