@@ -1080,6 +1080,22 @@ fn every_leaf_of_every_carried_release_has_a_verdict() {
     );
 }
 
+/// `key` (set by `o`) gets B018 as a warning from `check` (verl runs it) and as an error from
+/// the build (the binary cannot).
+fn warned_then_refused(c: &Case, o: &str, key: &str) {
+    let (in_check, in_build) = finding(c, "B018", key);
+    assert!(
+        in_check.is_some_and(|(s, _)| s == Severity::Warning),
+        "{o}: {:#?}",
+        c.checked.diagnostics
+    );
+    assert!(
+        in_build.is_some_and(|(s, _)| s == Severity::Error),
+        "{o}: {:#?}",
+        c.lowered.diagnostics
+    );
+}
+
 /// Severity and line of a diagnostic.
 type At = Option<(Severity, usize)>;
 
@@ -1132,17 +1148,7 @@ fn newer_settings_that_change_training_are_build_errors_at_their_key() {
     ] {
         let key = o.split('=').next().unwrap_or_default();
         let c = case_on(yaml, &[o], BuiltinRelease::V0_9_1);
-        let (in_check, in_build) = finding(&c, "B018", key);
-        assert!(
-            in_check.is_some_and(|(s, _)| s == Severity::Warning),
-            "{o}: {:#?}",
-            c.checked.diagnostics
-        );
-        assert!(
-            in_build.is_some_and(|(s, _)| s == Severity::Error),
-            "{o}: {:#?}",
-            c.lowered.diagnostics
-        );
+        warned_then_refused(&c, o, key);
     }
 }
 
@@ -1213,17 +1219,7 @@ fn unsupported_settings_are_reported_at_their_line_before_any_build() {
             );
             continue;
         }
-        let (in_check, in_build) = finding(&c, "B018", key);
-        assert!(
-            in_check.is_some_and(|(s, _)| s == Severity::Warning),
-            "{o}: {:#?}",
-            c.checked.diagnostics
-        );
-        assert!(
-            in_build.is_some_and(|(s, _)| s == Severity::Error),
-            "{o}: {:#?}",
-            c.lowered.diagnostics
-        );
+        warned_then_refused(&c, o, key);
     }
 }
 
