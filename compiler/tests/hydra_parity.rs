@@ -20,6 +20,11 @@
 //! (tests/fixtures/verl_examples_main) are composed on verl main's own tree
 //! (tests/fixtures/verl_trees/main). `VERLC_PARITY_EXTRA=cases.json` adds cases for exploring.
 //!
+//! Hydra's answers are remembered in tests/hydra/answers.json, keyed by everything Hydra read
+//! (see `memo`): a case whose inputs and verlc outcome match a remembered answer is settled
+//! without composing it again; Hydra composes every other case. `VERLC_HYDRA_RECORD=1`
+//! composes all of them and rewrites the file.
+//!
 //! Needs `.venv` with hydra-core, omegaconf and verl 0.7.0's config files: `scripts/setup`.
 
 use std::path::{Path, PathBuf};
@@ -29,6 +34,8 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 use verlc::load::compose::{LoadRequest, load};
 
+#[path = "hydra_parity/memo.rs"]
+mod memo;
 mod support;
 use support::{VERL_MAIN_REF, verl_0_7_0_examples_root, verl_main_tree, workspace, write};
 
@@ -956,6 +963,39 @@ struct World {
 
 /// All cases with Hydra's and verlc's answers, computed once for both tests; verlc runs
 /// while the Python processes work.
+/// Hydra's outcome for a case whose remembered answer matches verlc's outcome: the same
+/// verdict and, when accepted, the same tree (by digest), which is then verlc's tree.
+fn remembered(a: &memo::Answer, verlc: &Outcome) -> Option<Outcome> {
+    if a.ok != verlc.ok {
+        return None;
+    }
+    if a.ok && a.digest != verlc.config.as_ref().map(memo::tree_digest) {
+        return None;
+    }
+    Some(Outcome {
+        ok: a.ok,
+        error: a.error.clone(),
+        config: if a.ok { verlc.config.clone() } else { None },
+    })
+}
+
+/// What is remembered of Hydra's outcome: its error without this checkout's path.
+fn answer_of(h: &Outcome) -> memo::Answer {
+    let raw = workspace().display().to_string();
+    let root = workspace()
+        .canonicalize()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| raw.clone());
+    memo::Answer {
+        ok: h.ok,
+        error: h
+            .error
+            .as_ref()
+            .map(|e| e.replace(&raw, "<checkout>").replace(&root, "<checkout>")),
+        digest: h.config.as_ref().filter(|_| h.ok).map(memo::tree_digest),
+    }
+}
+
 fn world() -> &'static World {
     static W: OnceLock<World> = OnceLock::new();
     W.get_or_init(|| {
@@ -970,13 +1010,71 @@ fn world() -> &'static World {
         cases.extend(extra_cases(&verl));
         cases.extend(release_cases());
         cases.extend(migrated_cases());
-        let run = start_hydra(&cases);
-        let verlc = cases.iter().map(verlc_on_dir).collect();
+        let verlc: Vec<Outcome> = cases.iter().map(verlc_on_dir).collect();
+        // Hydra's remembered answers settle the cases whose inputs and verlc outcome are
+        // unchanged (see `memo`); Hydra composes the rest, beside verlc's built-in runs.
+        let site = verl.ancestors().nth(3).map(Path::to_path_buf);
+        let mut keys = memo::Keys::new(&workspace(), site.as_deref(), &verl);
+        let case_keys: Vec<String> = cases
+            .iter()
+            .map(|c| {
+                keys.key(
+                    &c.config_dir,
+                    &c.config_name,
+                    &c.overrides,
+                    c.cwd.as_deref(),
+                )
+            })
+            .collect();
+        let store_path = memo::store_path(&workspace());
+        let record = std::env::var_os("VERLC_HYDRA_RECORD").is_some();
+        let store = if record {
+            Default::default()
+        } else {
+            memo::load(&store_path)
+        };
+        let mut hydra: Vec<Option<Outcome>> = case_keys
+            .iter()
+            .zip(&verlc)
+            .map(|(k, v)| remembered(store.get(k)?, v))
+            .collect();
+        let live: Vec<Case> = cases
+            .iter()
+            .zip(&hydra)
+            .filter(|(_, h)| h.is_none())
+            .map(|(c, _)| c.clone())
+            .collect();
+        let run = start_hydra(&live);
         let builtin = cases
             .iter()
             .map(|c| c.builtin.then(|| verlc_on_builtin(c, &verl)))
             .collect();
-        let hydra = finish_hydra(run);
+        let mut composed = finish_hydra(run).into_iter();
+        for h in hydra.iter_mut().filter(|h| h.is_none()) {
+            *h = composed.next();
+        }
+        let hydra: Vec<Outcome> = hydra
+            .into_iter()
+            .map(|h| h.expect("every case has Hydra's answer"))
+            .collect();
+        eprintln!(
+            "Hydra composed {} of {} cases; the others were settled by its remembered answers ({})",
+            live.len(),
+            cases.len(),
+            store_path.display()
+        );
+        if record {
+            let answers = case_keys
+                .iter()
+                .zip(&hydra)
+                .map(|(k, h)| (k.clone(), answer_of(h)))
+                .collect();
+            memo::save(&store_path, &answers);
+        } else if !live.is_empty() {
+            eprintln!(
+                "  (VERLC_HYDRA_RECORD=1 cargo test -p verlc --test hydra_parity remembers them)"
+            );
+        }
         World {
             cases,
             hydra,
