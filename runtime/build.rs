@@ -43,6 +43,9 @@ fn main() {
         .define("USE_C10D_GLOO", None)
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
+        // No debug info, whatever the profile: the same archives then serve the workspace
+        // (line tables) and generated trainers (none), see `ShimCache`.
+        .debug(false)
         .warnings(false);
     if let Some(gloo) = env::var_os("GLOO_INCLUDE") {
         build.include(gloo);
@@ -83,12 +86,21 @@ fn main() {
         .opt_level(3)
         .flag("-fopenmp")
         .cargo_metadata(false);
-    let kernels = std::thread::spawn(move || kernels.compile("verlc_kernels"));
-    build.file("csrc/shim.cpp");
-    build.compile("verlc_shim");
-    if kernels.join().is_err() {
-        panic!("compiling the C++ kernels failed (see the compiler's output above)");
+    let cache = ShimCache::new(&out, &manifest, &include, &lib, cuda, &abi);
+    if !cache.as_ref().is_some_and(|c| c.restore(&out)) {
+        let kernels = std::thread::spawn(move || kernels.compile("verlc_kernels"));
+        build.file("csrc/shim.cpp");
+        build.cargo_metadata(false).compile("verlc_shim");
+        if kernels.join().is_err() {
+            panic!("compiling the C++ kernels failed (see the compiler's output above)");
+        }
+        if let Some(c) = &cache {
+            c.store(&out);
+        }
     }
+    println!("cargo:rustc-link-lib=static=verlc_shim");
+    println!("cargo:rustc-link-search=native={}", out.display());
+    println!("cargo:rustc-link-lib=stdc++");
     println!("cargo:rustc-link-lib=static=verlc_kernels");
 
     println!("cargo:rustc-link-search=native={}", lib.display());
@@ -128,4 +140,125 @@ fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
     .map(|d| nvidia.join(d))
     .filter(|d| d.is_dir())
     .collect()
+}
+
+/// The C++ archives of earlier builds in the same target directory, by what they were built
+/// from. Cargo compiles this package once per place it is built from (the workspace, and once
+/// more for generated trainers, whose path to it differs), and each time this script would
+/// recompile the same C++ (over a minute of CPU): the archives are kept in
+/// `<target>/<profile>/.verlc-shim-cache/<key>/` and copied when every input is the same (the
+/// sources, libtorch, the flags, the compiler and cc's environment). `VERLC_SHIM_CACHE=0`
+/// turns it off.
+struct ShimCache {
+    dir: PathBuf,
+    /// Everything the archives depend on, as text: compared in full on a hit.
+    inputs: String,
+}
+
+const ARCHIVES: [&str; 2] = ["libverlc_shim.a", "libverlc_kernels.a"];
+
+impl ShimCache {
+    fn new(
+        out: &Path,
+        manifest: &Path,
+        include: &Path,
+        lib: &Path,
+        cuda: bool,
+        abi: &str,
+    ) -> Option<ShimCache> {
+        // cc says these itself when it prints cargo metadata, which it does not here.
+        for var in [
+            "VERLC_SHIM_CACHE",
+            "CXX",
+            "CXXFLAGS",
+            "AR",
+            "CRATE_CC_NO_DEFAULTS",
+        ] {
+            println!("cargo:rerun-if-env-changed={var}");
+        }
+        if env::var("VERLC_SHIM_CACHE").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        // OUT_DIR is <target>/<profile>/build/<package>-<hash>/out.
+        let build_dir = out.ancestors().nth(2)?;
+        if build_dir.file_name()? != "build" {
+            return None;
+        }
+        let profile_dir = build_dir.parent()?;
+        use std::hash::{Hash, Hasher};
+        let mut inputs = String::new();
+        let digest = |bytes: &[u8]| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut h);
+            format!("{:016x}:{}", h.finish(), bytes.len())
+        };
+        let mut sources: Vec<PathBuf> = std::fs::read_dir(manifest.join("csrc"))
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        sources.sort();
+        for f in sources {
+            let bytes = std::fs::read(&f).ok()?;
+            inputs.push_str(&format!("{} {}\n", f.display(), digest(&bytes)));
+        }
+        let torch_lib = std::fs::metadata(lib.join("libtorch_cpu.so")).ok()?;
+        inputs.push_str(&format!(
+            "libtorch {} {} {:?}\ninclude {}\ncuda {cuda} abi {abi}\n",
+            lib.display(),
+            torch_lib.len(),
+            torch_lib.modified().ok()?,
+            include.display()
+        ));
+        for var in [
+            "TARGET",
+            "HOST",
+            "OPT_LEVEL",
+            "CXX",
+            "CXXFLAGS",
+            "AR",
+            "CRATE_CC_NO_DEFAULTS",
+            "GLOO_INCLUDE",
+            "VERLC_CUDA_INCLUDE",
+        ] {
+            inputs.push_str(&format!("{var}={:?}\n", env::var(var).ok()));
+        }
+        let compiler = env::var("CXX").unwrap_or_else(|_| "c++".to_owned());
+        let version = std::process::Command::new(&compiler)
+            .arg("--version")
+            .output()
+            .ok()?;
+        inputs.push_str(&String::from_utf8_lossy(&version.stdout));
+        let key = digest(inputs.as_bytes()).replace(':', "-");
+        Some(ShimCache {
+            dir: profile_dir.join(".verlc-shim-cache").join(key),
+            inputs,
+        })
+    }
+
+    /// Copies the cached archives into `out`; false when there are none for these inputs.
+    fn restore(&self, out: &Path) -> bool {
+        let same =
+            std::fs::read_to_string(self.dir.join("inputs.txt")).is_ok_and(|t| t == self.inputs);
+        same && ARCHIVES
+            .iter()
+            .all(|a| std::fs::copy(self.dir.join(a), out.join(a)).is_ok())
+    }
+
+    /// Keeps the archives just built (best effort: a failure only costs the next build time).
+    fn store(&self, out: &Path) {
+        let Some(parent) = self.dir.parent() else {
+            return;
+        };
+        let staging = parent.join(format!(".staging-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        let staged = std::fs::create_dir_all(&staging).is_ok()
+            && ARCHIVES
+                .iter()
+                .all(|a| std::fs::copy(out.join(a), staging.join(a)).is_ok())
+            && std::fs::write(staging.join("inputs.txt"), &self.inputs).is_ok();
+        if !staged || std::fs::rename(&staging, &self.dir).is_err() {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+    }
 }

@@ -77,6 +77,10 @@ fn short_hash(h: &str) -> &str {
 /// Copy the binary out of the cache, replacing `out` atomically (it may be running; a
 /// symlink there is replaced, not followed).
 fn install(binary: &Path, out: &Path) -> std::io::Result<()> {
+    // `-o dist/trainer` in a fresh checkout: the directory is made, as cargo's `--out-dir` does.
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
     super::output::copy_atomic(binary, out)
 }
 
