@@ -55,49 +55,15 @@ fn main() {
     }
     write(&Path::new(&out_dir).join("builtin_trees.rs"), &out);
 
-    // Each release's leaves sorted by key, their types as a bit mask (release_table.rs).
+    // Each release's leaves sorted by key, their types as a bit mask (release_table.rs): the
+    // PPO trainer's tables, and those of verl's SFT trainer (`verl-<release>.sft.json`, 0.7.0's
+    // too: verlc's own 0.7.0 model is the PPO trainer's).
     let mut out = String::from(
         "/// (release, its leaves and their type bits, its dicts of configs by name).\n\
-         pub type Table = (&'static str, &'static [(&'static str, u8)], &'static [&'static str]);\n\
-         pub static RELEASE_TABLES: &[Table] = &[\n",
+         pub type Table = (&'static str, &'static [(&'static str, u8)], &'static [&'static str]);\n",
     );
-    for release in RELEASES {
-        let table = read_json(&Path::new(&manifest).join(format!("releases/verl-{release}.json")));
-        let mut leaves: Vec<(&String, u8)> = table["leaves"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| {
-                let mask = v
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(|t| {
-                        LEAF_TYPES
-                            .iter()
-                            .position(|n| *n == t)
-                            .map_or(0, |i| 1u8 << i)
-                    })
-                    .fold(0, |m, b| m | b);
-                (k, mask)
-            })
-            .collect();
-        leaves.sort();
-        // The dicts of configs by name (their entries' leaves are under `<dict>.*`).
-        let mut dicts: Vec<&str> = leaves
-            .iter()
-            .filter_map(|(k, _)| k.find(".*.").map(|i| &k[..i]))
-            .collect();
-        dicts.sort();
-        dicts.dedup();
-        let _ = write!(out, "    ({release:?}, &[");
-        for (k, mask) in &leaves {
-            let _ = write!(out, "({k:?}, {mask}),");
-        }
-        let _ = writeln!(out, "], &{dicts:?}),");
-    }
-    out.push_str("];\n");
+    tables(&manifest, "RELEASE_TABLES", RELEASES, "json", &mut out);
+    tables(&manifest, "SFT_TABLES", SFT_RELEASES, "sft.json", &mut out);
     write(&Path::new(&out_dir).join("release_tables.rs"), &out);
 
     // The built-in trees of newer releases (`releases/verl-<release>/`, from
@@ -146,6 +112,51 @@ fn yaml_files(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
 
 /// The releases with a committed leaf table.
 const RELEASES: &[&str] = &["0.7.1", "0.8.0", "0.9.0", "0.9.1"];
+
+/// The releases with a committed leaf table of the SFT trainer.
+const SFT_RELEASES: &[&str] = &["0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1"];
+
+/// `pub static NAME: &[Table]` from `releases/verl-<release>.<ext>` of each release.
+fn tables(manifest: &str, name: &str, releases: &[&str], ext: &str, out: &mut String) {
+    let _ = writeln!(out, "pub static {name}: &[Table] = &[");
+    for release in releases {
+        let table = read_json(&Path::new(manifest).join(format!("releases/verl-{release}.{ext}")));
+        let mut leaves: Vec<(&String, u8)> = table["leaves"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                let mask = v
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(|t| {
+                        LEAF_TYPES
+                            .iter()
+                            .position(|n| *n == t)
+                            .map_or(0, |i| 1u8 << i)
+                    })
+                    .fold(0, |m, b| m | b);
+                (k, mask)
+            })
+            .collect();
+        leaves.sort();
+        // The dicts of configs by name (their entries' leaves are under `<dict>.*`).
+        let mut dicts: Vec<&str> = leaves
+            .iter()
+            .filter_map(|(k, _)| k.find(".*.").map(|i| &k[..i]))
+            .collect();
+        dicts.sort();
+        dicts.dedup();
+        let _ = write!(out, "    ({release:?}, &[");
+        for (k, mask) in &leaves {
+            let _ = write!(out, "({k:?}, {mask}),");
+        }
+        let _ = writeln!(out, "], &{dicts:?}),");
+    }
+    out.push_str("];\n");
+}
 
 fn read_json(path: &Path) -> Value {
     println!("cargo:rerun-if-changed={}", path.display());

@@ -10,9 +10,11 @@ nothing types is "any"; compiler/src/load/leaf_types.rs lists the type names). v
 checker reads the table for the keys of a release it does not model key by key (see
 compiler/src/check.rs): their values are checked by type instead of passing through.
 
-    release_leaves.py TREE_ROOT VERSION OUT.json
+    release_leaves.py TREE_ROOT VERSION OUT.json [--sft]
 
-TREE_ROOT is the unpacked release (its `verl/` package). The output is deterministic (sorted
+TREE_ROOT is the unpacked release (its `verl/` package). With `--sft` the table is that of
+verl's SFT trainer instead: `sft_trainer_engine` composed with each option of its `engine`
+group (and the `optim` option of the same name): `compiler/releases/verl-<release>.sft.json`. The output is deterministic (sorted
 keys), so the committed tables can be compared with a fresh run
 (compiler/tests/release_tables.rs).
 """
@@ -218,24 +220,51 @@ def compositions(config):
     return out
 
 
-def compose(config, base, engine):
-    """The tree Hydra composes for `base` (with `model_engine=engine`), interpolations kept."""
+def sft_compositions(config):
+    """(config name, group overrides) of verl's SFT trainer: the engine-based config with each
+    option of its `engine` group (and the `optim` option of the same name, where there is
+    one). 0.7.0's legacy `sft_trainer` (`fsdp_sft_trainer`, gone in 0.7.1) is not tabled."""
+    out = []
+    if os.path.isfile(os.path.join(config, "sft_trainer_engine.yaml")):
+        engines = sorted(n[:-5] for n in os.listdir(os.path.join(config, "engine")) if n.endswith(".yaml"))
+        for e in engines:
+            overrides = [f"engine={e}"]
+            if os.path.isfile(os.path.join(config, "optim", f"{e}.yaml")):
+                overrides.append(f"optim={e}")
+            out.append(("sft_trainer_engine", overrides))
+    return out
+
+
+def compose(config, base, engine=None, overrides=None):
+    """The tree Hydra composes for `base` (with `model_engine=engine`, or the given group
+    overrides), interpolations kept."""
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     GlobalHydra.instance().clear()
+    if overrides is None:
+        overrides = [f"model_engine={engine}"] if engine else []
     with initialize_config_dir(config_dir=os.path.abspath(config), version_base=None):
-        cfg = hydra_compose(config_name=base, overrides=[f"model_engine={engine}"] if engine else [])
+        cfg = hydra_compose(config_name=base, overrides=overrides)
     return OmegaConf.to_container(cfg, resolve=False)
 
 
 def main():
-    root, version, dest = sys.argv[1], sys.argv[2], sys.argv[3]
+    args = [a for a in sys.argv[1:] if a != "--sft"]
+    sft = "--sft" in sys.argv[1:]
+    root, version, dest = args[0], args[1], args[2]
     verl_root = os.path.join(root, "verl")
     config = os.path.join(verl_root, "trainer/config")
     classes = dataclass_fields(verl_root)
     out = {}
+    if sft:
+        composed = []
+        for base, overrides in sft_compositions(config):
+            leaves(compose(config, base, overrides=overrides), "", {}, classes, out)
+            composed.append(" ".join([base] + overrides))
+        write_table(dest, version, composed, out)
+        return
     names = sorted(n for n in os.listdir(config) if n.startswith("_generated_") and n.endswith(".yaml"))
     for name in names:
         with open(os.path.join(config, name), encoding="utf-8") as f:
@@ -247,9 +276,13 @@ def main():
     for base, engine in compositions(config):
         leaves(compose(config, base, engine), "", {}, classes, out)
         composed.append(f"{base} model_engine={engine}" if engine else base)
+    write_table(dest, version, names + composed, out)
+
+
+def write_table(dest, version, sources, out):
     table = {
         "release": version,
-        "sources": names + composed,
+        "sources": sources,
         "leaves": {k: out[k] for k in sorted(out)},
     }
     with open(dest, "w", encoding="utf-8") as f:

@@ -26,8 +26,12 @@ pub struct Checked {
     /// user's config-group choices, against which "changed" is judged (verl's own defaults are not
     /// the user's settings). `None`: verlc's built-in defaults are the baseline.
     pub baseline: Option<Node>,
-    /// The typed config, when the tree passed the schema.
+    /// The typed config, when the tree passed the schema (a PPO config).
     pub config: Option<VerlConfig>,
+    /// Which of verl's trainers the config is for.
+    pub kind: crate::sft::ConfigKind,
+    /// The values of an SFT config, when its keys and types passed (see [`crate::sft`]).
+    pub sft: Option<crate::sft::SftConfig>,
     /// The verl release the config was judged against: the config dir's (its version file,
     /// else its layout), else verlc's built-in tree's.
     pub release: String,
@@ -76,6 +80,17 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         }
     };
     let mut diagnostics = composed.diagnostics.clone();
+    let kind = crate::sft::kind_of(&composed.root);
+    if kind != crate::sft::ConfigKind::Ppo {
+        let user_file = req.config_file.as_ref().map(|f| f.display().to_string());
+        return check_sft(
+            composed,
+            diagnostics,
+            kind,
+            (release, tree_release),
+            user_file,
+        );
+    }
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
     // null and a rule decides which missing values verl would actually read.
     let (mut tree, missing) = unset_mandatory(&composed.root);
@@ -339,9 +354,54 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
         composed,
         baseline,
         config,
+        kind,
+        sft: None,
         release,
         release_version: tree_release,
         model,
+        diagnostics,
+    }
+}
+
+/// The check of a config of verl's SFT trainer (see [`crate::sft`]): its keys and types
+/// against the release's SFT table, then the SFT rules. 0.7.0's legacy config is named, not
+/// checked.
+fn check_sft(
+    composed: Composed,
+    mut diagnostics: Vec<Diagnostic>,
+    kind: crate::sft::ConfigKind,
+    (release, tree_release): (String, String),
+    user_file: Option<String>,
+) -> Checked {
+    let mut sft = None;
+    if kind == crate::sft::ConfigKind::LegacySft {
+        diagnostics.push(
+            Diagnostic::warning(
+                codes::SCHEMA_UNMODELLED_RELEASE,
+                "this is verl 0.7.0's legacy SFT config (`sft_trainer`, run by `fsdp_sft_trainer`); verlc does not check it",
+            )
+            .with_help(
+                "verl removed that trainer in 0.7.1; its successor `sft_trainer_engine` (`python -m verl.trainer.sft_trainer`) is checked",
+            ),
+        );
+    } else if !composed.has_errors() {
+        let users = |o: Option<&crate::source::Origin>| {
+            o.is_some_and(|o| !is_verl_file(composed.sources.get(o.source), &user_file))
+        };
+        let checked = crate::sft::check(&composed.root, &tree_release, &users);
+        diagnostics.extend(checked.diagnostics);
+        sft = checked.config;
+    }
+    composed.secrets().redact_diagnostics(&mut diagnostics);
+    Checked {
+        composed,
+        baseline: None,
+        config: None,
+        kind,
+        sft,
+        release,
+        release_version: tree_release,
+        model: None,
         diagnostics,
     }
 }

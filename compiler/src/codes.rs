@@ -5,6 +5,7 @@
 //! - `H0xx` Hydra composition: defaults lists, overrides, interpolation
 //! - `S0xx` JSON Schema: unknown keys, types, enums, ranges
 //! - `V0xx`/`V1xx` semantic rules of verl (see `rules/`), `V2xx` model-aware rules
+//! - `F0xx` rules of verl's SFT trainer (see `sft/rules/`, registered there)
 //! - `B0xx` what `verlc build` binds (see `plan`): `B00x` warnings for keys the generated
 //!   binary does not use, `B01x` errors for combinations it cannot bind
 
@@ -66,6 +67,7 @@ pub const BUILD_NO_EFFECT: Code = Code("B006");
 pub const BUILD_BF16_EMULATED: Code = Code("B007");
 pub const BUILD_MODEL_UNAVAILABLE: Code = Code("B019");
 pub const BUILD_VLLM_ON_CPU: Code = Code("B020");
+pub const BUILD_SFT_NOT_BUILT: Code = Code("B021");
 
 /// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
 pub const BUILD_CODES: &[(Code, &str)] = &[
@@ -136,6 +138,10 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     (
         BUILD_VLLM_ON_CPU,
         "rollout.name=vllm on trainer.device=cpu: vLLM runs, but the built-in engine generates faster there",
+    ),
+    (
+        BUILD_SFT_NOT_BUILT,
+        "a config of verl's SFT trainer: checked and explained, not yet built into a trainer",
     ),
 ];
 

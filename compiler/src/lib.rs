@@ -27,5 +27,6 @@ mod reward;
 mod role;
 pub mod rules;
 pub mod schema;
+pub mod sft;
 pub mod source;
 pub mod veomni;

@@ -305,12 +305,30 @@ pub fn promote_for_build(checked: &mut crate::check::Checked) {
     promote_for_build_where(checked, &|_| true);
 }
 
+/// The build's refusal of an SFT config (B021), at the config it names.
+fn sft_not_built(checked: &crate::check::Checked) -> crate::diag::Diagnostic {
+    let origin = ["data", "model", "engine"]
+        .iter()
+        .find_map(|k| checked.composed.root.child(k))
+        .and_then(|n| n.origin.clone());
+    crate::diag::Diagnostic::error(
+        crate::codes::BUILD_SFT_NOT_BUILT,
+        "this is a config of verl's SFT trainer; verlc checks and explains it, but does not build an SFT trainer yet",
+    )
+    .with_primary(origin, "verl's SFT trainer config")
+    .with_help("`verlc check` and `verlc explain` judge it; train it with `python -m verl.trainer.sft_trainer` for now")
+}
+
 /// [`promote_for_build`] keeping only the verdicts of the keys `verdict_for` accepts (a
 /// trainer's run-time overrides: its embedded config was judged when it was built).
 pub fn promote_for_build_where(
     checked: &mut crate::check::Checked,
     verdict_for: &dyn Fn(&str) -> bool,
 ) {
+    if checked.kind != crate::sft::ConfigKind::Ppo {
+        checked.diagnostics.push(sft_not_built(checked));
+        return;
+    }
     let Some(cfg) = checked.config.as_ref() else {
         return;
     };

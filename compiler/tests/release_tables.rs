@@ -38,29 +38,66 @@ fn python_and_release(release: &str) -> Option<(PathBuf, PathBuf)> {
     Some((python, tree))
 }
 
+/// The venv's Python and its site-packages, which hold verl 0.7.0 (scripts/setup installs it).
+fn venv_verl_0_7_0() -> Option<(PathBuf, PathBuf)> {
+    let root = workspace();
+    let python = root.join(".venv/bin/python");
+    let site = std::fs::read_dir(root.join(".venv/lib"))
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("site-packages"))
+        .find(|p| p.join("verl/trainer/config/sft_trainer_engine.yaml").is_file());
+    match site {
+        Some(site) if python.is_file() => Some((python, site)),
+        _ => {
+            testkit::missing_data("no venv with verl 0.7.0 (scripts/setup installs it)");
+            None
+        }
+    }
+}
+
 /// Every release verlc carries besides the 0.7.0 it models: each has its leaf table
 /// (`compiler/releases/verl-<release>.json`) and built-in tree (`compiler/releases/verl-<release>/`).
 const CARRIED: &[&str] = &["0.7.1", "0.8.0", "0.9.0", "0.9.1"];
 
 #[test]
 fn committed_release_tables_are_fresh() {
+    let mut jobs: Vec<(String, &str)> = CARRIED
+        .iter()
+        .map(|r| (r.to_string(), "json"))
+        .collect();
+    // verl's SFT trainer's tables: every carried release's, and 0.7.0's (the venv's verl).
+    jobs.extend(CARRIED.iter().map(|r| (r.to_string(), "sft.json")));
+    jobs.push(("0.7.0".into(), "sft.json"));
+    tables_are_fresh(&jobs);
+}
+
+fn tables_are_fresh(jobs: &[(String, &str)]) {
     let root = workspace();
     let update = updating();
     let mut checked = 0;
-    for &release in CARRIED {
-        let Some((python, tree)) = python_and_release(release) else {
+    for (release, ext) in jobs {
+        let release = release.as_str();
+        let found = if release == "0.7.0" {
+            venv_verl_0_7_0()
+        } else {
+            python_and_release(release)
+        };
+        let Some((python, tree)) = found else {
             continue;
         };
-        let committed = root.join(format!("compiler/releases/verl-{release}.json"));
+        let committed = root.join(format!("compiler/releases/verl-{release}.{ext}"));
         let scratch = tempfile::tempdir().expect("tempdir");
         let fresh = scratch.path().join("table.json");
-        let status = std::process::Command::new(&python)
-            .arg(root.join("scripts/release_leaves.py"))
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(root.join("scripts/release_leaves.py"))
             .arg(&tree)
             .arg(release)
-            .arg(&fresh)
-            .status()
-            .expect("run scripts/release_leaves.py");
+            .arg(&fresh);
+        if *ext == "sft.json" {
+            cmd.arg("--sft");
+        }
+        let status = cmd.status().expect("run scripts/release_leaves.py");
         assert!(status.success(), "release_leaves.py failed for {release}");
         let (want, have) = (
             std::fs::read_to_string(&fresh).expect("fresh table"),
@@ -79,7 +116,7 @@ fn committed_release_tables_are_fresh() {
                 .take(20)
                 .collect();
             panic!(
-                "compiler/releases/verl-{release}.json is stale (keys that differ: {differ:?}); \
+                "compiler/releases/verl-{release}.{ext} is stale (keys that differ: {differ:?}); \
                  rerun with VERLC_UPDATE_RELEASES=1"
             );
         }

@@ -15,10 +15,15 @@ on verl's own config dir go to `overrides.json`; the rest (other entry points, e
 config dirs that extend verl's tree via `hydra.searchpath`) go to `skipped.json` with a
 reason, so the CI fixture holds only the scripts' arguments and none of verl's files.
 
+With `--trainer sft` the same is done for verl's SFT trainer: calls of
+`-m verl.trainer.sft_trainer` (or `sft_trainer_ray`) composing `sft_trainer_engine`.
+
 Usage (needs a clone or mirror of verl; read-only, no work tree needed):
     python3 tests/hydra/extract_example_overrides.py \
         --repo <verl git dir> --ref v0.7.0 \
         --out tests/fixtures/verl_examples
+    python3 tests/hydra/extract_example_overrides.py --trainer sft --only examples/sft \
+        --repo <verl git dir> --ref v0.9.0 --out tests/fixtures/verl_sft_examples_0_9_0
 """
 
 import argparse
@@ -32,11 +37,22 @@ import tempfile
 from pathlib import Path
 
 MAIN_MODULE = "verl.trainer.main_ppo"
+# Other modules that run the same trainer and config.
+ALSO_MAIN = ()
 # main_ppo's @hydra.main(config_path="config", config_name="ppo_trainer").
 DEFAULT_CONFIG_NAME = "ppo_trainer"
 MODULE_DIR = "verl/trainer"
 VERL_CONFIG_DIR = "verl/trainer/config"
 IN_SCOPE_CONFIGS = {"ppo_trainer", "ppo_megatron_trainer"}
+
+
+def use_sft_trainer():
+    """Record verl's SFT trainer's calls instead of main_ppo's."""
+    global MAIN_MODULE, ALSO_MAIN, DEFAULT_CONFIG_NAME, IN_SCOPE_CONFIGS
+    MAIN_MODULE = "verl.trainer.sft_trainer"
+    ALSO_MAIN = ("verl.trainer.sft_trainer_ray",)
+    DEFAULT_CONFIG_NAME = "sft_trainer_engine"
+    IN_SCOPE_CONFIGS = {"sft_trainer_engine"}
 # Where the sandbox's repository root appears in recorded paths.
 FAKE_ROOT = "/workspace/verl"
 FAKE_HOME = "/home/user"
@@ -238,7 +254,7 @@ def cases_of_script(script, text, ref, tmp, stub_dir, prelude):
         if "-m" in argv:
             k = argv.index("-m")
             if k + 1 < len(argv):
-                if argv[k + 1] == MAIN_MODULE:
+                if argv[k + 1] == MAIN_MODULE or argv[k + 1] in ALSO_MAIN:
                     mains.append(argv[k + 2:])
                 elif argv[k + 1].startswith("verl."):
                     other_entry.append(argv[k + 1])
@@ -272,7 +288,7 @@ def cases_of_script(script, text, ref, tmp, stub_dir, prelude):
                 dict(case, reason=f"composes the example config dir `{config_dir}` (extends verl's tree via hydra.searchpath); its YAML files are verl's, so it is kept out of the CI fixture")
             )
         elif name.removesuffix(".yaml") not in IN_SCOPE_CONFIGS:
-            skipped.append(dict(case, reason=f"config `{name}` is not ppo_trainer/ppo_megatron_trainer"))
+            skipped.append(dict(case, reason=f"config `{name}` is not {'/'.join(sorted(IN_SCOPE_CONFIGS))}"))
         else:
             cases.append(case)
     return cases, skipped
@@ -285,7 +301,10 @@ def main():
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "fixtures" / "verl_examples"))
     ap.add_argument("--only", help="substring filter on script paths (for debugging)")
     ap.add_argument("--verbose", action="store_true", help="print the tail of each script's stderr")
+    ap.add_argument("--trainer", choices=["ppo", "sft"], default="ppo", help="whose calls to record")
     args = ap.parse_args()
+    if args.trainer == "sft":
+        use_sft_trainer()
     global VERBOSE
     VERBOSE = args.verbose
 

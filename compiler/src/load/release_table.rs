@@ -109,13 +109,23 @@ impl LeafType {
 /// The table for release `version` (`0.9.1`): its own, else the newest of the same minor
 /// release (a 0.9.0 tree is read with 0.9.1's: a patch release changes no key).
 pub fn for_release(version: &str) -> Option<ReleaseTable> {
+    lookup(RELEASE_TABLES, version)
+}
+
+/// The table of verl's SFT trainer (`sft_trainer_engine`) for release `version`, chosen as
+/// [`for_release`] chooses.
+pub fn sft_for_release(version: &str) -> Option<ReleaseTable> {
+    lookup(SFT_TABLES, version)
+}
+
+fn lookup(tables: &'static [Table], version: &str) -> Option<ReleaseTable> {
     // A tree recognised by its layout alone could be any later release.
     if version.starts_with("newer than") {
         return None;
     }
     let minor = crate::load::version::minor_version(version)?;
-    let exact = RELEASE_TABLES.iter().find(|(r, ..)| *r == version);
-    let same_minor = RELEASE_TABLES
+    let exact = tables.iter().find(|(r, ..)| *r == version);
+    let same_minor = tables
         .iter()
         .rev()
         .find(|(r, ..)| crate::load::version::minor_version(r) == Some(minor));
@@ -242,8 +252,15 @@ impl ReleaseTable {
         false
     }
 
+    /// Whether verl takes the map at `key` whole (its dataclass field is a dict: keys beyond
+    /// those listed below it are the user's to add).
+    pub fn takes_whole(&self, key: &str) -> bool {
+        self.types(key)
+            .is_some_and(|t| t.contains(&LeafType::Object))
+    }
+
     /// Whether the table holds keys below `key` (a section of the release).
-    fn has_below(&self, key: &str) -> bool {
+    pub fn has_below(&self, key: &str) -> bool {
         let key = self.listed(key);
         let key = key.as_ref();
         // The leaves starting with `key` follow it in order; one of them continues with `.`

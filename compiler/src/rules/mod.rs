@@ -55,7 +55,7 @@ impl Rule {
 }
 
 /// The leading `//!` block of a source file, at compile time.
-const fn leading_doc(src: &'static str) -> &'static str {
+pub(crate) const fn leading_doc(src: &'static str) -> &'static str {
     let bytes = src.as_bytes();
     let mut end = 0;
     let mut line_start = 0;

@@ -34,6 +34,9 @@ pub fn run(a: ExplainArgs) -> u8 {
             eprintln!("{extra}");
         }
     };
+    if let Some(sft) = checked.sft.as_ref() {
+        return explain_sft(sft, &checked, json);
+    }
     let Some(cfg) = checked.config.as_ref() else {
         report_failure("explain needs a config that passes the schema; fix the errors above");
         return exit_status(&checked.diagnostics).max(EXIT_ERRORS);
@@ -76,6 +79,33 @@ pub fn run(a: ExplainArgs) -> u8 {
             let release = format!("verl release               {}\n", checked.release);
             print!("{}", secrets.redact(&(release + &human(&e))))
         }
+    }
+    if checked.has_errors() {
+        eprintln!(
+            "note: `verlc check` reports {} error(s) for this config",
+            checked.diagnostics.iter().filter(|d| d.is_error()).count()
+        );
+    }
+    0
+}
+
+/// The arithmetic of an SFT config (verl's SFT trainer).
+fn explain_sft(sft: &verlc::sft::SftConfig, checked: &verlc::check::Checked, json: bool) -> u8 {
+    let e = verlc::sft::explain::explain(sft);
+    let secrets = checked.composed.secrets();
+    if json {
+        let mut v = serde_json::to_value(&e).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("release".into(), checked.release.clone().into());
+        }
+        secrets.redact_json(&mut v);
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        let release = format!("{:<27}{}\n", "verl release", checked.release);
+        print!(
+            "{}",
+            secrets.redact(&(release + &verlc::sft::explain::human(&e)))
+        );
     }
     if checked.has_errors() {
         eprintln!(

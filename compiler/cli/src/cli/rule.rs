@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use verlc::{codes, rules};
+use verlc::{codes, rules, sft};
 
 use super::args::RuleArgs;
 
@@ -17,12 +17,33 @@ pub fn run(a: RuleArgs) -> u8 {
         for r in rules::RULES {
             let _ = writeln!(out, "{}  {:<52} {}", r.code, r.name, r.summary);
         }
+        for r in sft::rules::SFT_RULES {
+            let _ = writeln!(out, "{}  {:<52} {}", r.code, r.name, r.summary);
+        }
         for (c, summary) in codes::BUILD_CODES {
             let _ = writeln!(out, "{c}  {:<52} {summary}", "(verlc build)");
         }
         return 0;
     }
     let code = a.code.unwrap_or_default();
+    if let Some(r) = sft::rules::find(&code) {
+        let text: String = r
+            .doc
+            .lines()
+            .map(|l| l.strip_prefix("//!").unwrap_or(l))
+            .map(|l| l.strip_prefix(' ').unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let _ = writeln!(
+            out,
+            "# {} {} (verl's SFT trainer)\n\n{}\n\n{}",
+            r.code,
+            r.name,
+            r.summary,
+            text.trim_end()
+        );
+        return 0;
+    }
     match rules::find(&code) {
         Some(r) => {
             let _ = writeln!(

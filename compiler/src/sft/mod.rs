@@ -1,0 +1,102 @@
+//! verl's SFT trainer (`python -m verl.trainer.sft_trainer`, config `sft_trainer_engine`): the
+//! second kind of primary config verlc checks beside the PPO trainer's.
+//!
+//! A composed tree is an SFT config when its top level has the SFT trainer's sections (`model`,
+//! `engine`, `optim` at the top, no `actor_rollout_ref`). Its keys and their types are judged
+//! against the release's SFT leaf table (`compiler/releases/verl-<release>.sft.json`, derived
+//! from verl's own files by `scripts/release_leaves.py --sft`; [`keys`]), then verl's SFT
+//! rules run on the values ([`rules`], ids `F0xx`), and `verlc explain` derives the batch
+//! arithmetic ([`explain`]). `verlc build` does not generate an SFT trainer yet: it refuses
+//! the config with that reason (B021).
+
+pub mod config;
+pub mod explain;
+pub mod keys;
+pub mod rules;
+
+use crate::diag::Diagnostic;
+use crate::load::node::Node;
+
+pub use config::SftConfig;
+
+/// verl's config of the engine-based SFT trainer (every release).
+pub const CONFIG_NAME: &str = "sft_trainer_engine";
+/// verl 0.7.0's legacy SFT config (`fsdp_sft_trainer`), removed in 0.7.1.
+pub const LEGACY_CONFIG_NAME: &str = "sft_trainer";
+
+/// Which trainer a composed config is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ConfigKind {
+    /// verl's PPO trainer (`main_ppo`): `ppo_trainer`, `ppo_megatron_trainer`.
+    #[default]
+    Ppo,
+    /// verl's engine-based SFT trainer (`sft_trainer`): `sft_trainer_engine`.
+    Sft,
+    /// verl 0.7.0's legacy `fsdp_sft_trainer` (`sft_trainer.yaml`).
+    LegacySft,
+}
+
+/// The kind of a composed tree, told from its top-level sections.
+pub fn kind_of(root: &Node) -> ConfigKind {
+    let has = |k: &str| root.child(k).is_some();
+    if has("actor_rollout_ref") {
+        return ConfigKind::Ppo;
+    }
+    if has("engine") && has("optim") && has("model") && has("data") {
+        return ConfigKind::Sft;
+    }
+    // 0.7.0's legacy tree: `model.partial_pretrain`, the optimizer and `ulysses_*` at the top.
+    if root.get_path(&["model", "partial_pretrain"]).is_some() && has("optim") {
+        return ConfigKind::LegacySft;
+    }
+    ConfigKind::Ppo
+}
+
+/// What checking an SFT config found: its typed view (when its values have the types verl
+/// reads) and the diagnostics of the keys and the rules.
+pub struct SftCheck {
+    pub config: Option<SftConfig>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Checks a composed SFT tree of verl `release` (`0.9.1`): keys and types against the
+/// release's table (what `users` says the user wrote), then the rules.
+pub fn check(
+    root: &Node,
+    release: &str,
+    users: &dyn Fn(Option<&crate::source::Origin>) -> bool,
+) -> SftCheck {
+    let mut diagnostics = Vec::new();
+    let typed_ok = keys::check(root, release, users, &mut diagnostics);
+    let config = if typed_ok {
+        match SftConfig::from_tree(root) {
+            Ok(mut c) => {
+                c.world_stated = ["nnodes", "n_gpus_per_node"].iter().any(|k| {
+                    users(
+                        root.get_path(&["trainer", k])
+                            .and_then(|n| n.origin.as_ref()),
+                    )
+                });
+                Some(c)
+            }
+            Err(d) => {
+                diagnostics.push(*d);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if let Some(cfg) = &config {
+        let ctx = rules::SftContext {
+            config: cfg,
+            root,
+            release,
+        };
+        rules::run(&ctx, &mut diagnostics);
+    }
+    SftCheck {
+        config,
+        diagnostics,
+    }
+}
