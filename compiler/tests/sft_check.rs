@@ -45,11 +45,7 @@ fn show(d: &[Diagnostic]) -> String {
 
 #[test]
 fn every_carried_releases_sft_config_checks_clean() {
-    // 0.7.0's tree is verlc's own model of the PPO trainer, without the SFT files.
-    for release in BuiltinRelease::ALL
-        .into_iter()
-        .filter(|r| *r != BuiltinRelease::V0_7_0)
-    {
+    for release in BuiltinRelease::ALL {
         let c = sft(release, &[]);
         assert_eq!(c.kind, ConfigKind::Sft, "{release:?}");
         assert!(

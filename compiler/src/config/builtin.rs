@@ -1,7 +1,9 @@
 //! verlc's built-in default tree (`compiler/defaults/`), embedded in the binary.
 //!
 //! The files mirror the group layout of verl 0.7.0's `verl/trainer/config/` for everything
-//! the two PPO entry configs (`ppo_trainer.yaml`, `ppo_megatron_trainer.yaml`) compose: the
+//! the two PPO entry configs (`ppo_trainer.yaml`, `ppo_megatron_trainer.yaml`) and the SFT
+//! trainer's (`sft_trainer_engine.yaml`, its profiler and VeOmni options derived from verl's
+//! files by `scripts/builtin_tree.py`) compose: the
 //! same file names, `defaults:` lists, keys, default values and interpolations, so composing
 //! a short user config gives the tree verl would. Like verl, the tree leaves
 //! `actor_rollout_ref.rollout.name` mandatory (`???`); verlc's own engine is `verlc`.
@@ -49,6 +51,10 @@ pub static BUILTIN_FILES: &[(&str, &str)] = &[
         include_str!("../../defaults/engine/megatron.yaml"),
     ),
     (
+        "engine/veomni.yaml",
+        include_str!("../../defaults/engine/veomni.yaml"),
+    ),
+    (
         "model/hf_model.yaml",
         include_str!("../../defaults/model/hf_model.yaml"),
     ),
@@ -61,12 +67,20 @@ pub static BUILTIN_FILES: &[(&str, &str)] = &[
         include_str!("../../defaults/optim/megatron.yaml"),
     ),
     (
+        "optim/veomni.yaml",
+        include_str!("../../defaults/optim/veomni.yaml"),
+    ),
+    (
         "ppo_megatron_trainer.yaml",
         include_str!("../../defaults/ppo_megatron_trainer.yaml"),
     ),
     (
         "ppo_trainer.yaml",
         include_str!("../../defaults/ppo_trainer.yaml"),
+    ),
+    (
+        "profiler/profiler.yaml",
+        include_str!("../../defaults/profiler/profiler.yaml"),
     ),
     (
         "ref/dp_ref.yaml",
@@ -104,6 +118,10 @@ pub static BUILTIN_FILES: &[(&str, &str)] = &[
     (
         "rollout/rollout.yaml",
         include_str!("../../defaults/rollout/rollout.yaml"),
+    ),
+    (
+        "sft_trainer_engine.yaml",
+        include_str!("../../defaults/sft_trainer_engine.yaml"),
     ),
 ];
 
