@@ -46,7 +46,10 @@ fn venv_verl_0_7_0() -> Option<(PathBuf, PathBuf)> {
         .ok()?
         .flatten()
         .map(|e| e.path().join("site-packages"))
-        .find(|p| p.join("verl/trainer/config/sft_trainer_engine.yaml").is_file());
+        .find(|p| {
+            p.join("verl/trainer/config/sft_trainer_engine.yaml")
+                .is_file()
+        });
     match site {
         Some(site) if python.is_file() => Some((python, site)),
         _ => {
@@ -62,10 +65,7 @@ const CARRIED: &[&str] = &["0.7.1", "0.8.0", "0.9.0", "0.9.1"];
 
 #[test]
 fn committed_release_tables_are_fresh() {
-    let mut jobs: Vec<(String, &str)> = CARRIED
-        .iter()
-        .map(|r| (r.to_string(), "json"))
-        .collect();
+    let mut jobs: Vec<(String, &str)> = CARRIED.iter().map(|r| (r.to_string(), "json")).collect();
     // verl's SFT trainer's tables: every carried release's, and 0.7.0's (the venv's verl).
     jobs.extend(CARRIED.iter().map(|r| (r.to_string(), "sft.json")));
     jobs.push(("0.7.0".into(), "sft.json"));
