@@ -375,6 +375,9 @@ fn release_cases() -> Vec<Case> {
         ("verl_examples_0_8_0", "0.8.0", "verl 0.8: "),
         ("verl_examples_0_9_0", "0.9.0", "verl 0.9.0: "),
         ("verl_examples_0_9_0", "0.9.1", "verl 0.9: "),
+        // verl's SFT trainer's calls (`sft_trainer_engine`).
+        ("verl_sft_examples_0_9_0", "0.9.0", "verl 0.9.0 SFT: "),
+        ("verl_sft_examples_0_9_0", "0.9.1", "verl 0.9 SFT: "),
     ] {
         let Some(tree) = support::release_tree(release) else {
             continue;
@@ -386,6 +389,23 @@ fn release_cases() -> Vec<Case> {
 
 fn default_cases(verl: &Path) -> Vec<Case> {
     let mut v = vec![
+        // verlc's built-in 0.7.0 tree carries the SFT trainer's config too.
+        Case::new(
+            "defaults: sft_trainer_engine",
+            verl,
+            "sft_trainer_engine",
+            &[],
+        ),
+        Case::new(
+            "defaults: sft_trainer_engine on megatron",
+            verl,
+            "sft_trainer_engine",
+            &[
+                "engine=megatron",
+                "optim=megatron",
+                "data.train_batch_size=64",
+            ],
+        ),
         Case::new("defaults: ppo_trainer", verl, "ppo_trainer", &[]),
         Case::new(
             "defaults: ppo_megatron_trainer",
@@ -413,6 +433,13 @@ fn default_cases(verl: &Path) -> Vec<Case> {
         ),
     ];
     v.iter_mut().for_each(|c| c.builtin = true);
+    // 0.7.0's legacy SFT config: verl's tree only (verlc names it, and does not carry it).
+    v.push(Case::new(
+        "defaults: sft_trainer (0.7.0's legacy SFT config)",
+        verl,
+        "sft_trainer",
+        &[],
+    ));
     v
 }
 

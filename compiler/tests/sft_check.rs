@@ -331,7 +331,7 @@ const KNOWN_SCRIPT_PROBLEMS: &[&str] = &[
 ];
 
 #[test]
-fn explain_derives_verls_arithmetic_and_build_refuses_with_the_reason() {
+fn explain_derives_verls_arithmetic_and_build_and_smoke_refuse_with_the_reason() {
     let verlc = env!("CARGO_BIN_EXE_verlc");
     let out = Command::new(verlc)
         .args([
@@ -387,4 +387,14 @@ fn explain_derives_verls_arithmetic_and_build_refuses_with_the_reason() {
         stderr.contains("B021") && stderr.contains("SFT trainer"),
         "{stderr}"
     );
+    // `verlc smoke` too, before building anything.
+    let out = Command::new(verlc)
+        .args(["smoke", "--verl-version", "0.9.1"])
+        .args(["--config-name", "sft_trainer_engine"])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run verlc");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("B021"), "{stderr}");
 }

@@ -395,13 +395,29 @@ pub fn run(a: SmokeArgs) -> u8 {
         Err(msg) => return usage_error(json, &msg),
     };
     // The run as written first: what `check` finds is found without building anything.
-    let checked = check(
+    let mut checked = check(
         &req,
         &CheckOptions {
             model_config: a.compile.model_config.clone(),
             only: Vec::new(),
         },
     );
+    if checked.kind != verlc::sft::ConfigKind::Ppo {
+        // What `verlc build` says of it (B021), with the check's findings.
+        verlc::plan::promote_for_build(&mut checked);
+        if json {
+            println!("{}", render::json_checked(&checked));
+        } else {
+            eprint!(
+                "{}",
+                render::human_checked(&checked, super::output::stderr_color())
+            );
+            eprintln!(
+                "error: smoke runs verl's PPO trainer; an SFT config is checked (`verlc check`), not yet run"
+            );
+        }
+        return EXIT_ERRORS;
+    }
     if checked.has_errors() || checked.config.is_none() {
         let color = super::output::stderr_color();
         if json {
