@@ -226,6 +226,32 @@ fn each_mistake_is_reported_at_its_key() {
 }
 
 #[test]
+fn verl_0_7_0_cuts_an_uneven_batch_into_larger_micro_batches() {
+    let c = sft(
+        BuiltinRelease::V0_7_0,
+        &[
+            "data.train_batch_size=48",
+            "data.micro_batch_size_per_gpu=5",
+            "data.use_dynamic_bsz=false",
+            "trainer.n_gpus_per_node=1",
+        ],
+    );
+    let d = c
+        .diagnostics
+        .iter()
+        .find(|d| d.code.0 == "F002")
+        .expect("F002");
+    assert!(!d.is_error(), "0.7.0 trains it: {}", d.message);
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.contains("9 pieces of up to 6")),
+        "{:?}",
+        d.help
+    );
+}
+
+#[test]
 fn accepted_forms_are_not_reported() {
     for overrides in [
         &[

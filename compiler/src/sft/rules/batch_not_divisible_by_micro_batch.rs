@@ -7,7 +7,9 @@
 //!
 //! ## Why
 //! verl splits a rank's batch into micro-batches of `micro_batch_size_per_gpu` and, from 0.7.1
-//! on, asserts that they come out whole; 0.7.0 drops the samples of the last, partial one.
+//! on, asserts that they come out whole. 0.7.0 instead cuts the batch into
+//! `per-rank batch // micro_batch_size_per_gpu` pieces, each then larger than the micro-batch
+//! size the run was sized for.
 //!
 //! ## Example
 //! ```yaml
@@ -40,12 +42,18 @@ pub(super) fn check(ctx: &SftContext, out: &mut Vec<Diagnostic>) {
         "a rank's batch ({per_rank} = {} // {dp}) does not split into micro-batches of {}",
         c.train_batch_size, c.micro_batch_size_per_gpu
     );
+    let pieces = per_rank / c.micro_batch_size_per_gpu;
     let d = if ctx.release != "0.7.0" {
         Diagnostic::error(Code("F002"), message)
             .with_help("verl asserts that the micro-batches come out whole")
+    } else if pieces == 0 {
+        Diagnostic::error(Code("F002"), message)
+            .with_help("verl 0.7.0 cuts the batch into no micro-batch at all")
     } else {
-        Diagnostic::warning(Code("F002"), message)
-            .with_help("verl 0.7.0 drops the samples of the last, partial micro-batch")
+        Diagnostic::warning(Code("F002"), message).with_help(format!(
+            "verl 0.7.0 cuts it into {pieces} pieces of up to {} samples, more than the micro-batch size",
+            (per_rank + pieces - 1) / pieces
+        ))
     };
     out.push(
         d.with_key(key)
