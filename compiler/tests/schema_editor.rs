@@ -402,3 +402,31 @@ fn the_newest_release_tree_validates_against_the_editor_schema() {
     let ok = serde_json::json!({"distillation": {"enabled": true}});
     assert!(errors(&v, &ok).is_empty(), "{:?}", errors(&v, &ok));
 }
+
+/// The SFT trainer's editor schema (`schemas/verl-sft.schema.json`): verl's own SFT config
+/// validates against it on every carried release's tree with the newest release's keys, a typo
+/// is flagged, and keys complete with verl's defaults.
+#[test]
+fn the_sft_schema_takes_verls_sft_config_and_flags_typos() {
+    let s = schema::sft_editor_schema();
+    let v = validator(&s);
+    for overrides in [vec![], vec!["engine=megatron", "optim=megatron"]] {
+        let composed = verlc::load::compose::load(&verlc::load::compose::LoadRequest {
+            config_name: Some("sft_trainer_engine".into()),
+            overrides: overrides.iter().map(|o| o.to_string()).collect(),
+            ..Default::default()
+        });
+        assert!(!composed.has_errors(), "{overrides:?}");
+        let errs = errors(&v, &composed.root.to_json());
+        assert!(errs.is_empty(), "{overrides:?}:\n  {}", errs.join("\n  "));
+    }
+    let typo = serde_json::json!({"data": {"train_batch_sise": 8}});
+    assert!(!errors(&v, &typo).is_empty(), "a misspelt key passes");
+    let wrong_type = serde_json::json!({"data": {"train_batch_size": "many"}});
+    assert!(
+        !errors(&v, &wrong_type).is_empty(),
+        "a string batch size passes"
+    );
+    let messages = &s["properties"]["data"]["properties"]["messages_key"];
+    assert_eq!(messages["default"], "messages", "{messages}");
+}

@@ -167,6 +167,24 @@ pub const GROUPS: &[Group] = &[
 
 /// Name of the root schema file.
 pub const ROOT_FILE: &str = "verl.schema.json";
+/// The editor schema of verl's SFT trainer config ([`sft_editor_schema`]).
+pub const SFT_FILE: &str = "verl-sft.schema.json";
+
+/// The editor schema of verl's SFT trainer config (`sft_trainer_engine`), with its `$id`.
+pub fn sft_editor_schema() -> Value {
+    let mut s = release_keys::sft_editor_schema();
+    if let Some(m) = s.as_object_mut() {
+        m.insert(
+            "$schema".into(),
+            json!("https://json-schema.org/draft/2020-12/schema"),
+        );
+        m.insert(
+            "$id".into(),
+            json!(format!("https://verlc.dev/schemas/{SFT_FILE}")),
+        );
+    }
+    s
+}
 
 /// Every schema file verlc ships, as (file name, pretty JSON text ending in a newline):
 /// the root schema first, then one per [`GROUPS`] entry.
@@ -177,6 +195,7 @@ pub fn all_files() -> Vec<(String, String)> {
             out.push((format!("{}.schema.json", g.name), pretty(&s)));
         }
     }
+    out.push((SFT_FILE.to_string(), pretty(&sft_editor_schema())));
     out.push((
         VALIDATION_FILE.to_string(),
         pretty(&validator::without_annotations(&generated())),
