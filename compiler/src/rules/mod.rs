@@ -28,8 +28,9 @@ mod reward;
 mod rollout;
 mod trainer;
 
-/// A registered rule.
-pub struct Rule {
+/// A registered rule. `F` is what it checks: a PPO config ([`RuleContext`]) by default; verl's
+/// SFT trainer's rules check an SFT config (`crate::sft::rules`).
+pub struct Rule<F = fn(&RuleContext, &mut Vec<Diagnostic>)> {
     pub code: Code,
     /// The mistake it catches, in ruff's style (`MicroBatchExceedsMiniBatch`).
     pub name: &'static str,
@@ -38,10 +39,10 @@ pub struct Rule {
     /// The rule's documentation: the `//!` block at the top of its file, markers included
     /// (see [`Rule::doc_text`]).
     pub doc: &'static str,
-    pub check: fn(&RuleContext, &mut Vec<Diagnostic>),
+    pub check: F,
 }
 
-impl Rule {
+impl<F> Rule<F> {
     /// The documentation as Markdown, without the `//!` markers.
     pub fn doc_text(&self) -> String {
         let mut out = String::new();

@@ -45,6 +45,16 @@ impl SftEngine {
         self.strategy == "megatron"
     }
 
+    /// Ranks one sequence is split over for the token budget: Ulysses under FSDP (Megatron's
+    /// budget is per rank).
+    pub fn sequence_parallel(&self) -> i64 {
+        if self.is_megatron() {
+            1
+        } else {
+            self.ulysses.max(1)
+        }
+    }
+
     /// Ranks that hold one copy of the data: Ulysses groups under FSDP, the model-parallel
     /// grid (TP × PP × CP) under Megatron; `None` for the other engines (VeOmni, TorchTitan,
     /// AutoModel), whose layouts verlc does not derive.
@@ -123,8 +133,8 @@ impl SftConfig {
             max_length: r.int_or("data.max_length", 1024)?,
             pad_mode: r.string_or("data.pad_mode", "no_padding"),
             truncation: r.string_or("data.truncation", "error"),
-            train_files: r.files("data.train_files"),
-            val_files: r.files("data.val_files"),
+            train_files: r.strings("data.train_files"),
+            val_files: r.strings("data.val_files"),
             model_path: r.string_or("model.path", ""),
             use_remove_padding: r.bool_or("model.use_remove_padding", true),
             lora_rank: r.int_or("model.lora_rank", 0)?,
@@ -148,6 +158,13 @@ impl SftConfig {
     /// Ranks of the run: `trainer.nnodes × trainer.n_gpus_per_node`.
     pub fn world(&self) -> i64 {
         self.nnodes.saturating_mul(self.n_gpus_per_node)
+    }
+
+    /// A rank's token budget per micro-batch under dynamic batching: `max_token_len_per_gpu`
+    /// times the ranks a sequence is split over.
+    pub fn token_budget(&self) -> i64 {
+        self.max_token_len_per_gpu
+            .saturating_mul(self.engine.sequence_parallel())
     }
 
     /// Data-parallel ranks: the world over the ranks that share one batch; `None` when the
@@ -220,10 +237,6 @@ impl Reader<'_> {
             Some(Value::Scalar(Scalar::Str(s))) => vec![s.clone()],
             _ => Vec::new(),
         }
-    }
-
-    fn files(&self, key: &str) -> Vec<String> {
-        self.strings(key)
     }
 
     fn ints(&self, key: &str) -> Vec<i64> {

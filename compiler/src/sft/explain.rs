@@ -37,11 +37,6 @@ pub fn explain(c: &SftConfig) -> SftExplanation {
     let dp = c.data_parallel().filter(|d| *d > 0);
     let samples_per_rank = dp.map(|dp| c.train_batch_size / dp);
     let samples_per_step = dp.zip(samples_per_rank).map(|(d, n)| n.saturating_mul(d));
-    let sp = if c.engine.is_megatron() {
-        1
-    } else {
-        c.engine.ulysses.max(1)
-    };
     SftExplanation {
         trainer: "verl's SFT trainer (sft_trainer_engine)",
         world_size: c.world_stated.then(|| c.world()),
@@ -53,9 +48,7 @@ pub fn explain(c: &SftConfig) -> SftExplanation {
         micro_batches_per_step: samples_per_rank
             .filter(|_| !c.use_dynamic_bsz && c.micro_batch_size_per_gpu > 0)
             .map(|n| n / c.micro_batch_size_per_gpu),
-        token_budget_per_micro_batch: c
-            .use_dynamic_bsz
-            .then(|| c.max_token_len_per_gpu.saturating_mul(sp)),
+        token_budget_per_micro_batch: c.use_dynamic_bsz.then(|| c.token_budget()),
         max_tokens_per_step: samples_per_step
             .unwrap_or(c.train_batch_size)
             .saturating_mul(c.max_length),

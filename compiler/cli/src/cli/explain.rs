@@ -65,47 +65,46 @@ pub fn run(a: ExplainArgs) -> u8 {
             return EXIT_ERRORS;
         }
     };
-    let secrets = checked.composed.secrets();
-    match a.format {
-        Format::Json => {
-            let mut v = serde_json::to_value(&e).unwrap_or_default();
-            if let Some(m) = v.as_object_mut() {
-                m.insert("release".into(), checked.release.clone().into());
-            }
-            secrets.redact_json(&mut v);
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-        }
-        Format::Human => {
-            let release = format!("verl release               {}\n", checked.release);
-            print!("{}", secrets.redact(&(release + &human(&e))))
-        }
-    }
-    if checked.has_errors() {
-        eprintln!(
-            "note: `verlc check` reports {} error(s) for this config",
-            checked.diagnostics.iter().filter(|d| d.is_error()).count()
-        );
-    }
-    0
+    print_explanation(
+        &checked,
+        json,
+        serde_json::to_value(&e).unwrap_or_default(),
+        human(&e),
+    )
 }
 
 /// The arithmetic of an SFT config (verl's SFT trainer).
 fn explain_sft(sft: &verlc::sft::SftConfig, checked: &verlc::check::Checked, json: bool) -> u8 {
     let e = verlc::sft::explain::explain(sft);
+    print_explanation(
+        checked,
+        json,
+        serde_json::to_value(&e).unwrap_or_default(),
+        verlc::sft::explain::human(&e),
+    )
+}
+
+/// Prints an explanation (`value` as JSON, or `text` after the release line), secrets
+/// redacted, and notes the check's errors.
+fn print_explanation(
+    checked: &verlc::check::Checked,
+    json: bool,
+    mut value: serde_json::Value,
+    text: String,
+) -> u8 {
     let secrets = checked.composed.secrets();
     if json {
-        let mut v = serde_json::to_value(&e).unwrap_or_default();
-        if let Some(m) = v.as_object_mut() {
+        if let Some(m) = value.as_object_mut() {
             m.insert("release".into(), checked.release.clone().into());
         }
-        secrets.redact_json(&mut v);
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    } else {
-        let release = format!("{:<27}{}\n", "verl release", checked.release);
-        print!(
+        secrets.redact_json(&mut value);
+        println!(
             "{}",
-            secrets.redact(&(release + &verlc::sft::explain::human(&e)))
+            serde_json::to_string_pretty(&value).unwrap_or_default()
         );
+    } else {
+        let release = format!("verl release               {}\n", checked.release);
+        print!("{}", secrets.redact(&(release + &text)));
     }
     if checked.has_errors() {
         eprintln!(

@@ -27,20 +27,13 @@ pub fn run(a: RuleArgs) -> u8 {
     }
     let code = a.code.unwrap_or_default();
     if let Some(r) = sft::rules::find(&code) {
-        let text: String = r
-            .doc
-            .lines()
-            .map(|l| l.strip_prefix("//!").unwrap_or(l))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l))
-            .collect::<Vec<_>>()
-            .join("\n");
         let _ = writeln!(
             out,
             "# {} {} (verl's SFT trainer)\n\n{}\n\n{}",
             r.code,
             r.name,
             r.summary,
-            text.trim_end()
+            r.doc_text().trim_end()
         );
         return 0;
     }

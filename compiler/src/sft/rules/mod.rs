@@ -40,28 +40,16 @@ impl SftContext<'_> {
 
     /// Whether the release is at least `minor` (`(0, 8)`).
     pub fn at_least(&self, minor: (u32, u32)) -> bool {
-        let mut parts = self
-            .release
-            .split('.')
-            .map(|p| p.parse::<u32>().unwrap_or(0));
-        let have = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        have >= minor
+        crate::load::version::minor_version(self.release).is_some_and(|v| v >= minor)
     }
 }
 
-/// A registered SFT rule.
-pub struct SftRule {
-    pub code: Code,
-    pub name: &'static str,
-    pub summary: &'static str,
-    /// The `//!` block at the top of its file.
-    pub doc: &'static str,
-    pub check: fn(&SftContext, &mut Vec<Diagnostic>),
-}
+/// A registered SFT rule (its documentation, id and name as a PPO rule's).
+pub type SftRule = crate::rules::Rule<fn(&SftContext, &mut Vec<Diagnostic>)>;
 
 macro_rules! rule {
     ($code:literal, $name:literal, $file:ident, $summary:literal) => {
-        SftRule {
+        crate::rules::Rule {
             code: Code($code),
             name: $name,
             summary: $summary,

@@ -25,12 +25,7 @@ pub(super) fn check(ctx: &SftContext, out: &mut Vec<Diagnostic>) {
     if !c.use_dynamic_bsz {
         return;
     }
-    let sp = if c.engine.is_megatron() {
-        1
-    } else {
-        c.engine.ulysses.max(1)
-    };
-    let budget = c.max_token_len_per_gpu.saturating_mul(sp);
+    let budget = c.token_budget();
     if budget >= c.max_length {
         return;
     }
