@@ -141,39 +141,59 @@ fn vllm_rollout_on_two_ranks_trains_as_the_built_in_engine() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// The API server's pid, from its log line `Started server process [PID]`.
-fn server_pid(log: &Path) -> Option<i32> {
-    let text = std::fs::read_to_string(log).ok()?;
-    let line = text
-        .lines()
-        .find(|l| l.contains("Started server process ["))?;
-    let start = line.find('[')? + 1;
-    line[start..].split(']').next()?.parse().ok()
+/// `(pid, parent pid, process group)` of every process, from `/proc/*/stat`.
+fn processes() -> Vec<(i32, i32, i32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace().skip(1);
+        let ppid = rest.next()?.parse().ok()?;
+        let pgrp = rest.next()?.parse().ok()?;
+        Some((pid, ppid, pgrp))
+    })
+    .collect()
 }
 
+/// The trainer interrupted while its server starts, once the server's process group holds
+/// its engine process besides the API server (an engine core is what a careless stop leaves
+/// behind): the whole group must be gone soon after the trainer.
 #[test]
 fn an_interrupted_trainer_stops_its_vllm_server() {
     let dir = scratch("vllm_interrupted");
     let jobdir = job(&dir, &overrides(&dir, 1000, 1, "vllm"));
     let mut ranks = spawn_ranks(CHILD, 1, &env(&jobdir));
-    let child = ranks.pid(0).expect("rank pid");
-    let log = std::env::temp_dir().join(format!("verlc-vllm-{child}.log"));
+    let child = ranks.pid(0).expect("rank pid") as i32;
     let deadline = Instant::now() + Duration::from_secs(400);
-    let pid = loop {
-        if let Some(pid) = server_pid(&log) {
-            break pid;
+    // The server leads its own process group (the trainer starts it so); wait until that
+    // group holds a second process.
+    let group = loop {
+        let all = processes();
+        let server = all
+            .iter()
+            .find(|&&(pid, ppid, pgrp)| ppid == child && pgrp == pid)
+            .map(|p| p.0);
+        if let Some(g) = server
+            && all.iter().filter(|p| p.2 == g).count() >= 2
+        {
+            break g;
         }
         assert!(
             ranks.try_status(0).expect("status").is_none(),
             "the trainer ended before its server started"
         );
-        assert!(Instant::now() < deadline, "no vLLM server within 400 s");
-        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            Instant::now() < deadline,
+            "no vLLM engine process within 400 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     };
-    // Let it generate for a moment, then interrupt the trainer as Ctrl-C would.
-    std::thread::sleep(Duration::from_secs(3));
+    // Interrupt the trainer as Ctrl-C would.
     // SAFETY: signals the rank process this test spawned.
-    unsafe { libc::kill(child as i32, libc::SIGINT) };
+    unsafe { libc::kill(child, libc::SIGINT) };
     let deadline = Instant::now() + Duration::from_secs(30);
     while ranks.try_status(0).expect("status").is_none() {
         assert!(Instant::now() < deadline, "the trainer ignored SIGINT");
@@ -181,10 +201,10 @@ fn an_interrupted_trainer_stops_its_vllm_server() {
     }
     let deadline = Instant::now() + Duration::from_secs(15);
     // SAFETY: signal 0 only asks whether any process of the server's group exists.
-    while unsafe { libc::kill(-pid, 0) } == 0 {
+    while unsafe { libc::kill(-group, 0) } == 0 {
         assert!(
             Instant::now() < deadline,
-            "processes of the vLLM server (group {pid}) outlived the trainer"
+            "processes of the vLLM server (group {group}) outlived the trainer"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
