@@ -36,7 +36,6 @@ EXPECTED = {
     "model": 60,
     "fsdp": 50,
     "build_trainer": 47,
-    "ui": 36,
     "release_tables": 30,
     "hostile": 24,
     "cache_layout": 21,
