@@ -130,6 +130,25 @@ impl AlgoRelease {
     pub fn gspo_uses_configured_agg(self) -> bool {
         self >= AlgoRelease(0, 9, 1)
     }
+
+    /// The SFT dataset (no_padding) refuses a conversation longer than `max_length` under
+    /// `truncation: error` (0.7.1 on); before, it kept the first `max_length` tokens whatever
+    /// `truncation` said.
+    pub fn sft_overlong_is_error(self) -> bool {
+        self >= AlgoRelease(0, 7, 1)
+    }
+
+    /// The SFT dataset renders a message the chat template refuses alone (one that needs a
+    /// user turn first) after an empty user turn, and cuts that turn's tokens off (0.7.1 on).
+    pub fn sft_lone_message_fallback(self) -> bool {
+        self >= AlgoRelease(0, 7, 1)
+    }
+
+    /// The SFT dataset measures the system and generation prompts with
+    /// `apply_chat_template_kwargs` (0.8.0 on); before, with none.
+    pub fn sft_prompts_with_kwargs(self) -> bool {
+        self >= AlgoRelease(0, 8, 0)
+    }
 }
 
 impl std::fmt::Display for AlgoRelease {

@@ -8,6 +8,7 @@
 //! - [`dataset`]: [`RlDataset`] (tokenization, truncation, `filter_overlong_prompts`, max samples).
 //! - [`sampler`]: [`BatchSampler`] with a serializable [`SamplerState`].
 //! - [`builtin`]: the synthetic tasks and their rule rewards ([`builtin::compute_score`]).
+//! - [`sft`]: [`SftDataset`], verl's multi-turn SFT conversations with their loss masks.
 
 pub mod builtin;
 pub mod dataset;
@@ -15,12 +16,14 @@ pub mod files;
 pub mod parquet;
 pub mod sample;
 pub mod sampler;
+pub mod sft;
 
 use std::path::PathBuf;
 
 pub use dataset::{DatasetOptions, PromptItem, RlDataset, Truncation};
 pub use sample::{RewardSpec, Sample};
 pub use sampler::{BatchSampler, SamplerState};
+pub use sft::{SftDataset, SftExample, SftOptions};
 
 /// Errors of dataset reading and preparation; file errors name the file, row errors the row.
 #[derive(Debug, thiserror::Error)]

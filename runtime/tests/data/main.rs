@@ -7,6 +7,7 @@ mod builtin;
 mod dataset;
 mod parquet;
 mod sampler;
+mod sft;
 
 use std::path::PathBuf;
 

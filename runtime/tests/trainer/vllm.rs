@@ -60,6 +60,10 @@ fn vllm_rank_child() {
     let Ok(dir) = std::env::var(DIR_ENV) else {
         return;
     };
+    // Ctrl-C's default action, as in a terminal: a test run started as a background job
+    // inherits SIGINT ignored, and the trainer keeps an ignored signal ignored.
+    // SAFETY: sets the disposition of one signal before any thread of this run starts.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     let dir = PathBuf::from(dir);
     let overrides: Vec<String> = std::fs::read_to_string(dir.join("overrides"))
         .expect("job file")
