@@ -1,7 +1,10 @@
 //! The vLLM server process: started as the trainer's child in a process group of its own (vLLM
 //! forks engine-core workers; stopping the group stops them all), its output kept in a log
-//! file whose last lines every error quotes, and stopped on drop, on the trainer's death
-//! (`PR_SET_PDEATHSIG`) and on SIGINT/SIGTERM/SIGHUP ([`super::reaper`]).
+//! file whose last lines every error quotes, and stopped on drop, on SIGINT/SIGTERM/SIGHUP
+//! ([`super::reaper`]), and on the trainer's death however it dies: the server's stdin is a pipe
+//! whose only writer is the trainer, and a thread started before vLLM is imported ends the whole
+//! group when that pipe closes ([`WATCHDOG`]). (A parent-death signal to the API process alone
+//! left its engine core running after a `kill -9` of the trainer.)
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
@@ -32,10 +35,30 @@ pub struct Launch {
     pub log: PathBuf,
 }
 
+/// What the server runs (`python -c WATCHDOG <vLLM's api_server flags>`): a thread that waits
+/// for its stdin to close, then kills the server's process group, and then vLLM's OpenAI API
+/// server as `python -m` would run it.
+pub const WATCHDOG: &str = "\
+import os, signal, sys, threading
+def _watch():
+    try:
+        while sys.stdin.buffer.read(65536):
+            pass
+    except Exception:
+        pass
+    os.killpg(0, signal.SIGKILL)
+threading.Thread(target=_watch, daemon=True).start()
+import runpy
+runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__', alter_sys=True)
+";
+
 /// A running server.
 #[derive(Debug)]
 pub struct VllmServer {
     child: Child,
+    /// The write end of the server's stdin: closed when the trainer ends, which ends the server
+    /// ([`WATCHDOG`]). Never written.
+    _lifeline: Option<std::process::ChildStdin>,
     pub addr: SocketAddr,
     pub log: PathBuf,
 }
@@ -68,7 +91,7 @@ impl VllmServer {
             source: e,
         })?;
         let mut cmd = Command::new(&launch.python);
-        cmd.args(["-m", "vllm.entrypoints.openai.api_server", "--model"])
+        cmd.args(["-c", WATCHDOG, "--model"])
             .arg(&launch.model_dir)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(&launch.flags)
@@ -77,26 +100,20 @@ impl VllmServer {
             .env("VLLM_NO_USAGE_STATS", "1")
             .env("VLLM_LOGGING_COLOR", "0")
             .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe; it only asks the kernel to kill this child when
-        // the trainer thread that spawned it dies (no orphan server after a SIGKILL).
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
         let spawned = Instant::now();
-        let child = cmd.spawn().map_err(|e| VllmError::Spawn {
+        let mut child = cmd.spawn().map_err(|e| VllmError::Spawn {
             python: launch.python.clone(),
             source: e,
         })?;
         reaper::register(child.id() as i32);
+        let _lifeline = child.stdin.take();
         let mut server = VllmServer {
             child,
+            _lifeline,
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
             log: launch.log.clone(),
         };
