@@ -13,6 +13,7 @@
 //! - [`pf_ppo`]: PF-PPO's score-weighted resampling of the batch.
 //! - [`rollout_correction`]: importance weights and rejection against the rollout's log-probs.
 //! - [`distillation`], [`topk_kl`]: on-policy distillation's loss term and its top-k forward KL.
+//! - [`sft_loss`]: the supervised fine-tuning loss on a packed batch.
 //!
 //! Names (`AdvEstimator`, `PolicyLossMode`, `LossAggMode`, `KlEstimator`) parse and print verl's
 //! exact spellings, so config values map one to one.
@@ -28,6 +29,7 @@ pub mod pf_ppo;
 pub mod policy_loss;
 pub mod rejection;
 pub mod rollout_correction;
+pub mod sft_loss;
 pub mod topk_kl;
 pub mod value_loss;
 pub mod variance_proxy;

@@ -18,5 +18,6 @@ mod policy_loss;
 mod rejection;
 mod release_semantics;
 mod rollout_correction;
+mod sft_loss;
 mod support;
 mod value_loss;

@@ -785,6 +785,44 @@ def release_semantics(out):
                    "global": glob, "releases": result}, f)
 
 
+def sft_loss_0_9(out):
+    """verl 0.9.1's sft_loss (workers/utils/losses.py, no_padding) on packed batches of jagged
+    nested tensors: loss and gradient with respect to the flat log-probs, for several data-parallel
+    sizes and global token counts (a micro-batch's share of a larger step)."""
+    import types
+
+    root = newer_verl()
+
+    class PadMode:
+        NO_PADDING = "no_padding"
+
+    tu = types.SimpleNamespace(get_non_tensor_data=lambda data, key, default: data.get(key, default))
+    ns = {"torch": torch, "tu": tu, "DatasetPadMode": PadMode, "masked_sum": masked_fns(root)["masked_sum"]}
+    fn = verl_function("workers/utils/losses.py", "sft_loss", ns, root)
+    gen = torch.Generator().manual_seed(17)
+    cases = []
+    for lengths, dp, extra in [([5, 3, 7], 1, 0), ([5, 3, 7], 2, 9), ([4], 4, 3), ([2, 6, 1, 5], 2, 0)]:
+        total = sum(lengths)
+        log_probs = -torch.rand(total, generator=gen, dtype=torch.float64) * 3
+        # Masks in runs, like assistant turns; a sample's first token never trains.
+        mask = (torch.rand(total, generator=gen) > 0.4).to(torch.int64)
+        offsets = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int64)
+        for o in offsets[:-1]:
+            mask[o] = 0
+        batch_num_tokens = int(mask.sum()) + extra
+        flat = log_probs.clone().requires_grad_(True)
+        nested_lp = torch.nested.nested_tensor_from_jagged(flat, offsets)
+        nested_mask = torch.nested.nested_tensor_from_jagged(mask, offsets)
+        data = {"dp_size": dp, "batch_num_tokens": batch_num_tokens, "loss_mask": nested_mask, "pad_mode": "no_padding"}
+        loss, _ = fn(None, {"log_probs": nested_lp}, data)
+        loss.backward()
+        cases.append({"lengths": lengths, "dp_size": dp, "batch_num_tokens": batch_num_tokens,
+                      "log_probs": log_probs.tolist(), "loss_mask": mask.tolist(),
+                      "loss": float(loss.detach()), "grad": flat.grad.tolist()})
+    with open(os.path.join(out, "sft_loss_0_9.json"), "w") as f:
+        json.dump(cases, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
     release_semantics(sys.argv[1])
@@ -798,3 +836,4 @@ if __name__ == "__main__":
     distillation_topk_0_9(sys.argv[1])
     rejection_0_9(sys.argv[1])
     rollout_corr_0_9(sys.argv[1])
+    sft_loss_0_9(sys.argv[1])

@@ -1,0 +1,33 @@
+//! verl's supervised fine-tuning loss (`sft_loss`, no_padding mode) on a packed batch: the
+//! micro-batch's samples laid end to end in one dimension, as verl's jagged tensors hold them.
+
+use tch::{Kind, Tensor};
+
+/// Minus the log-probabilities over the loss mask, summed, over the global step's loss tokens,
+/// times the data-parallel size (the gradient all-reduce averages over ranks, so the step's
+/// gradient is that of the token mean over every rank and micro-batch).
+///
+/// `log_probs[t]` is the log-probability of the token after position `t` in the packed batch, so
+/// the mask is shifted one token left to line up (`loss_mask[t + 1]` weighs `log_probs[t]`),
+/// across sample boundaries and wrapping at the end as verl's `torch.roll` does: a sample's
+/// first token never trains (it is never an assistant reply's), which keeps the log-probability
+/// of the next sample's first token out of the loss. `batch_num_tokens` counts the step's loss
+/// tokens on every rank.
+pub fn sft_loss(
+    log_probs: &Tensor,
+    loss_mask: &Tensor,
+    batch_num_tokens: f64,
+    dp_size: usize,
+) -> Tensor {
+    let mask = loss_mask.roll([-1], [0]).to_kind(log_probs.kind());
+    (log_probs * mask).sum(log_probs.kind()).neg() / batch_num_tokens * dp_size as f64
+}
+
+/// The loss tokens of a packed batch's mask (verl's `batch_num_tokens` sums this over the step's
+/// micro-batches and ranks).
+pub fn loss_tokens(loss_mask: &Tensor) -> f64 {
+    loss_mask
+        .to_kind(Kind::Double)
+        .sum(Kind::Double)
+        .double_value(&[])
+}
