@@ -4,7 +4,6 @@
 
 use serde_json::{Map, Value};
 
-use crate::rng::Rng;
 use crate::tokenizer::Tokenizer;
 
 use super::{DataError, Sample, files};
@@ -91,27 +90,7 @@ impl RlDataset {
         tokenizer: &Tokenizer,
         opts: &DatasetOptions,
     ) -> Result<Self, DataError> {
-        let mut rows: Vec<(String, usize, Map<String, Value>)> = Vec::new();
-        for f in files {
-            rows.extend(
-                files::read_rows(f)?
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, r)| (f.clone(), i, r)),
-            );
-        }
-        if let Some(n) = opts.max_samples.filter(|n| *n < rows.len()) {
-            let mut idx: Vec<usize> = (0..rows.len()).collect();
-            if opts.shuffle {
-                Rng::new(opts.seed).shuffle(&mut idx);
-            }
-            idx.truncate(n);
-            idx.sort_unstable();
-            let mut keep = vec![false; rows.len()];
-            idx.iter().for_each(|&i| keep[i] = true);
-            let mut k = keep.into_iter();
-            rows.retain(|_| k.next().unwrap_or(false));
-        }
+        let rows = files::read_sampled(files, opts.max_samples, opts.shuffle, opts.seed)?;
         let mut items = Vec::with_capacity(rows.len());
         let mut filtered = 0;
         for (source, row, map) in rows {

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::builtin_uri::BuiltinUri;
+use crate::rng::Rng;
 
 use super::{DataError, builtin, parquet};
 
@@ -23,6 +24,41 @@ pub fn read_rows(address: &str) -> Result<Vec<Map<String, Value>>, DataError> {
             file: path.to_owned(),
         }),
     }
+}
+
+/// One row of [`read_sampled`]: its file (or address), its number there, its columns.
+pub type SourcedRow = (String, usize, Map<String, Value>);
+
+/// The rows of every address in `files`, in order, cut to `max_samples` (`None`: all) as verl's
+/// datasets do: the first rows, or with `shuffle` a seeded random choice kept in file order.
+pub fn read_sampled(
+    files: &[String],
+    max_samples: Option<usize>,
+    shuffle: bool,
+    seed: u64,
+) -> Result<Vec<SourcedRow>, DataError> {
+    let mut rows: Vec<SourcedRow> = Vec::new();
+    for f in files {
+        rows.extend(
+            read_rows(f)?
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (f.clone(), i, r)),
+        );
+    }
+    if let Some(n) = max_samples.filter(|n| *n < rows.len()) {
+        let mut idx: Vec<usize> = (0..rows.len()).collect();
+        if shuffle {
+            Rng::new(seed).shuffle(&mut idx);
+        }
+        idx.truncate(n);
+        idx.sort_unstable();
+        let mut keep = vec![false; rows.len()];
+        idx.iter().for_each(|&i| keep[i] = true);
+        let mut k = keep.into_iter();
+        rows.retain(|_| k.next().unwrap_or(false));
+    }
+    Ok(rows)
 }
 
 fn read_json(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {

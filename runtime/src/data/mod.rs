@@ -62,6 +62,8 @@ pub enum DataError {
         row: usize,
         source: crate::tokenizer::TokenizerError,
     },
+    #[error("measuring the chat template's system and generation prompts: {0}")]
+    ChatPrompts(crate::tokenizer::TokenizerError),
     #[error("dataset is empty{0}")]
     Empty(String),
     #[error("sampler state: {0}")]

@@ -19,7 +19,6 @@
 
 use serde_json::{Map, Value};
 
-use crate::rng::Rng;
 use crate::tokenizer::{Message, Tokenizer, TokenizerError};
 
 use super::{DataError, files};
@@ -268,32 +267,8 @@ pub struct SftDataset {
 impl SftDataset {
     /// Reads, concatenates and tokenizes every file of `files` in order.
     pub fn load(files: &[String], tok: &Tokenizer, opts: &SftOptions) -> Result<Self, DataError> {
-        let mut rows: Vec<(String, usize, Map<String, Value>)> = Vec::new();
-        for f in files {
-            rows.extend(
-                files::read_rows(f)?
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, r)| (f.clone(), i, r)),
-            );
-        }
-        if let Some(n) = opts.max_samples.filter(|n| *n < rows.len()) {
-            let mut idx: Vec<usize> = (0..rows.len()).collect();
-            if opts.shuffle {
-                Rng::new(opts.seed).shuffle(&mut idx);
-            }
-            idx.truncate(n);
-            idx.sort_unstable();
-            let mut keep = vec![false; rows.len()];
-            idx.iter().for_each(|&i| keep[i] = true);
-            let mut k = keep.into_iter();
-            rows.retain(|_| k.next().unwrap_or(false));
-        }
-        let prompts = ChatPrompts::for_options(tok, opts).map_err(|e| DataError::Row {
-            file: files.join(", "),
-            row: 0,
-            msg: format!("measuring the chat template's system and generation prompts: {e}"),
-        })?;
+        let rows = files::read_sampled(files, opts.max_samples, opts.shuffle, opts.seed)?;
+        let prompts = ChatPrompts::for_options(tok, opts).map_err(DataError::ChatPrompts)?;
         let mut out = SftDataset {
             examples: Vec::with_capacity(rows.len()),
             prompts,

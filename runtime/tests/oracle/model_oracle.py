@@ -470,11 +470,12 @@ def reward(out, template_path):
             )
 
 
-def tokenizer(out, templates):
+def chat_tokenizers(out, templates):
+    """{"tok<i>": tokenizer}: bpe_tokenizer() with the i-th chat template, each saved in OUT/tok<i>."""
     from transformers import PreTrainedTokenizerFast
 
     tok = bpe_tokenizer()
-    results = []
+    tokenizers = {}
     for i, template_path in enumerate(templates):
         with open(template_path) as f:
             template = f.read()
@@ -482,8 +483,14 @@ def tokenizer(out, templates):
             tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None, bos_token=None
         )
         fast.chat_template = template
-        d = os.path.join(out, f"tok{i}")
-        fast.save_pretrained(d)
+        fast.save_pretrained(os.path.join(out, f"tok{i}"))
+        tokenizers[f"tok{i}"] = fast
+    return tokenizers
+
+
+def tokenizer(out, templates):
+    results = []
+    for name, fast in chat_tokenizers(out, templates).items():
         for j, conv in enumerate(CONVERSATIONS):
             kw = dict(conv.get("kwargs", {}))
             if "tools" in conv:
@@ -494,7 +501,7 @@ def tokenizer(out, templates):
             ids = fast.apply_chat_template(
                 conv["messages"], tokenize=True, add_generation_prompt=conv["add_generation_prompt"], **kw
             )
-            results.append({"tokenizer": f"tok{i}", "case": j, **conv, "text": text, "ids": ids})
+            results.append({"tokenizer": name, "case": j, **conv, "text": text, "ids": ids})
     with open(os.path.join(out, "chat.json"), "w") as f:
         json.dump(results, f, ensure_ascii=False)
 

@@ -4,7 +4,8 @@ Usage: sft_data_oracle.py sft OUT MODEL_ORACLE TEMPLATE...
 (MODEL_ORACLE is model_oracle.py, whose tokenizer this script trains: named so that the test's
 cache of this output changes with it.)
 Writes
-- OUT/tok<i>: a byte-level BPE tokenizer (model_oracle.py's) with the i-th chat template;
+- OUT/tok<i>: a byte-level BPE tokenizer with the i-th chat template (model_oracle.py's
+  chat_tokenizers, as the chat-template tests use);
 - OUT/<name>.parquet: conversations in verl's SFT layout (a `messages` column; `tools` and
   `enable_thinking` columns in some files), written with pyarrow;
 - OUT/expected.json: for every verl release below, tokenizer, file and dataset option set, what
@@ -39,7 +40,7 @@ from torch.utils.data import Dataset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from model_oracle import bpe_tokenizer  # noqa: E402
+from model_oracle import chat_tokenizers  # noqa: E402
 
 
 def release_roots():
@@ -237,21 +238,8 @@ OPTIONS = {
 
 
 def main(out, templates):
-    from transformers import PreTrainedTokenizerFast
-
     os.makedirs(out, exist_ok=True)
-    tok = bpe_tokenizer()
-    tokenizers = {}
-    for i, template_path in enumerate(templates):
-        with open(template_path) as f:
-            template = f.read()
-        fast = PreTrainedTokenizerFast(
-            tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None, bos_token=None
-        )
-        fast.chat_template = template
-        d = os.path.join(out, f"tok{i}")
-        fast.save_pretrained(d)
-        tokenizers[f"tok{i}"] = fast
+    tokenizers = chat_tokenizers(out, templates)
     files = write_files(out)
     logging.disable(logging.WARNING)
     results = []
