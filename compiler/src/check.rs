@@ -389,7 +389,24 @@ fn check_sft(
             o.is_some_and(|o| !is_verl_file(composed.sources.get(o.source), &user_file))
         };
         let checked = crate::sft::check(&composed.root, &tree_release, &users);
+        let valid = !checked.diagnostics.iter().any(Diagnostic::is_error);
         diagnostics.extend(checked.diagnostics);
+        // What verl accepts but a verlc trainer cannot honour: warnings here, errors for
+        // `verlc build` (`plan::promote_for_build`). Only of a config verl would run.
+        if let Some(cfg) = checked.config.as_ref().filter(|_| valid) {
+            diagnostics.extend(
+                crate::sft::lower::build_diagnostics(cfg, &composed.root, &tree_release, &users)
+                    .into_iter()
+                    .map(|mut d| {
+                        if d.is_error() {
+                            d.severity = crate::diag::Severity::Warning;
+                            d.notes
+                                .push("valid for verl; `verlc build` rejects it".into());
+                        }
+                        d
+                    }),
+            );
+        }
         sft = checked.config;
     }
     composed.secrets().redact_diagnostics(&mut diagnostics);

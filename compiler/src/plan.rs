@@ -326,6 +326,14 @@ pub fn promote_for_build_where(
     verdict_for: &dyn Fn(&str) -> bool,
 ) {
     if checked.kind != crate::sft::ConfigKind::Ppo {
+        // The check reported what the trainer cannot honour as warnings; for a build they
+        // are errors again.
+        for d in &mut checked.diagnostics {
+            if d.code == crate::codes::BUILD_UNSUPPORTED_SETTING {
+                d.severity = crate::diag::Severity::Error;
+                d.notes.retain(|n| !n.contains("`verlc build` rejects it"));
+            }
+        }
         checked.diagnostics.push(sft_not_built(checked));
         return;
     }

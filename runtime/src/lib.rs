@@ -16,6 +16,7 @@ pub mod optim;
 pub mod pyproc;
 pub mod rng;
 pub mod rollout;
+pub mod sft;
 pub mod tokenizer;
 pub mod tp;
 pub mod trainer;

@@ -7,6 +7,7 @@
 //!   lowering and embedded in the binary; the runtime takes them as they are.
 //! - [`Dtype`]: the one dtype type (parameters, training precision, reductions).
 //! - [`families`]: the model families verlc trains, one row each.
+//! - [`sft::SftSpec`]: the settings of a supervised fine-tuning run (verl's SFT trainer).
 //! - [`algo`], [`optim`], [`sampling`], [`data`]: the settings types the spec is made of,
 //!   with verl's spellings where verl names them.
 //!
@@ -22,6 +23,7 @@ pub mod families;
 pub mod names;
 pub mod optim;
 pub mod sampling;
+pub mod sft;
 pub mod trainer;
 
 pub use binding::Binding;

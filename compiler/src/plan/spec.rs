@@ -38,14 +38,28 @@ use crate::reward::{LoopModel, Model, Rewards};
 use crate::role::{Engine, Role, RoleKind, critic_runs, reference_runs};
 
 /// Collects `B018` findings while lowering.
-pub(super) struct Lowering<'a> {
+pub(crate) struct Lowering<'a> {
     pub(super) root: &'a Node,
     out: Vec<Diagnostic>,
     /// The release the config was judged against: whose algorithm functions the run follows.
     release: sa::AlgoRelease,
 }
 
-impl Lowering<'_> {
+impl<'a> Lowering<'a> {
+    /// A lowering of the tree `root` judged against `release`.
+    pub(crate) fn new(root: &'a Node, release: sa::AlgoRelease) -> Self {
+        Lowering {
+            root,
+            out: Vec::new(),
+            release,
+        }
+    }
+
+    /// What lowering found.
+    pub(crate) fn into_diagnostics(self) -> Vec<Diagnostic> {
+        self.out
+    }
+
     /// Where `key`'s value was written.
     fn origin(&self, key: &str) -> Option<crate::source::Origin> {
         self.root
@@ -54,7 +68,7 @@ impl Lowering<'_> {
     }
 
     /// `key`'s value cannot be honoured by the binary.
-    pub(super) fn unsupported(
+    pub(crate) fn unsupported(
         &mut self,
         key: &str,
         message: impl Into<String>,
@@ -70,7 +84,7 @@ impl Lowering<'_> {
     }
 
     /// `key` is set but has no effect in this binary (`B006`, a warning in check and build).
-    pub(super) fn no_effect(&mut self, key: &str, message: impl Into<String>) {
+    pub(crate) fn no_effect(&mut self, key: &str, message: impl Into<String>) {
         let origin = self.origin(key);
         self.out.push(
             Diagnostic::warning(codes::BUILD_NO_EFFECT, message)
@@ -839,13 +853,44 @@ fn model_overrides(
 /// the rank is positive or an adapter path is given; its reference policy is then the actor
 /// without adapters, so the reference's own engine settings have no effect.
 fn lora_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<LoraSpec> {
-    let m = &cfg.actor_rollout_ref.model;
+    let megatron = cfg.actor_rollout_ref.actor.strategy == Strategy::Megatron;
+    let spec = model_lora(
+        &cfg.actor_rollout_ref.model,
+        "actor_rollout_ref.model",
+        megatron,
+        l,
+    )?;
+    for (key, offload) in [(
+        "actor_rollout_ref.ref.fsdp_config.param_offload",
+        cfg.actor_rollout_ref
+            .reference
+            .fsdp_config
+            .as_ref()
+            .is_some_and(|f| f.param_offload),
+    )] {
+        if offload {
+            l.no_effect(key, "with LoRA the reference policy is the actor with its adapters off (verl's ref_in_actor); it has no engine to offload");
+        }
+    }
+    Some(spec)
+}
+
+/// The LoRA adapters of a model section (`prefix` is its dotted key: the RL actor's
+/// `actor_rollout_ref.model`, the SFT trainer's `model`); `None` without `lora_rank` or an
+/// adapter path.
+pub(crate) fn model_lora(
+    m: &crate::config::HfModelConfig,
+    prefix: &str,
+    megatron: bool,
+    l: &mut Lowering,
+) -> Option<LoraSpec> {
     if m.lora_rank <= 0 && m.lora_adapter_path.is_none() {
         return None;
     }
-    if cfg.actor_rollout_ref.actor.strategy == Strategy::Megatron {
+    let key = |name: &str| format!("{prefix}.{name}");
+    if megatron {
         l.unsupported(
-            "actor_rollout_ref.model.lora_rank",
+            &key("lora_rank"),
             "LoRA with the Megatron strategy is not implemented in verlc's trainer (FSDP only)",
             "use the FSDP strategy for LoRA, or train full weights",
         );
@@ -873,15 +918,10 @@ fn lora_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<LoraSpec> {
         };
     // Unset, PEFT takes its per-architecture default, q_proj and v_proj for Llama and Qwen.
     let peft_default = ModuleSelector::Names(vec!["q_proj".into(), "v_proj".into()]);
-    let target_modules = selector(
-        l,
-        "actor_rollout_ref.model.target_modules",
-        &m.target_modules,
-        peft_default,
-    );
+    let target_modules = selector(l, &key("target_modules"), &m.target_modules, peft_default);
     let exclude_modules = selector(
         l,
-        "actor_rollout_ref.model.exclude_modules",
+        &key("exclude_modules"),
         &m.exclude_modules,
         ModuleSelector::Names(Vec::new()),
     );
@@ -891,29 +931,17 @@ fn lora_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<LoraSpec> {
             || !dir.join("adapter_model.safetensors").is_file()
         {
             l.unsupported(
-                "actor_rollout_ref.model.lora_adapter_path",
+                &key("lora_adapter_path"),
                 format!("no PEFT adapter at `{p}` (adapter_config.json and adapter_model.safetensors)"),
                 "point lora_adapter_path at a directory saved by PEFT's save_pretrained (or verl's lora_adapter/)",
             );
         }
     } else if m.lora_alpha <= 0 {
         l.unsupported(
-            "actor_rollout_ref.model.lora_alpha",
+            &key("lora_alpha"),
             format!("lora_alpha must be positive, got {}", m.lora_alpha),
             "set a positive lora_alpha",
         );
-    }
-    for (key, offload) in [(
-        "actor_rollout_ref.ref.fsdp_config.param_offload",
-        cfg.actor_rollout_ref
-            .reference
-            .fsdp_config
-            .as_ref()
-            .is_some_and(|f| f.param_offload),
-    )] {
-        if offload {
-            l.no_effect(key, "with LoRA the reference policy is the actor with its adapters off (verl's ref_in_actor); it has no engine to offload");
-        }
     }
     Some(LoraSpec {
         rank: usize::try_from(m.lora_rank).unwrap_or(0),
@@ -1719,7 +1747,7 @@ fn fsdp_clip(strategy: Strategy, grad_clip: Option<f64>) -> Option<f64> {
 
 /// The optimizer of `optim` (`key` is its dotted path); `role_clip` is the FSDP role's
 /// `grad_clip`, which takes precedence over `optim`'s.
-fn optim_spec(
+pub(crate) fn optim_spec(
     key: &str,
     o: &OptimConfig,
     role_clip: Option<f64>,

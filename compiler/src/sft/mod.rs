@@ -12,6 +12,7 @@
 pub mod config;
 pub mod explain;
 pub mod keys;
+pub mod lower;
 pub mod rules;
 
 use crate::diag::Diagnostic;

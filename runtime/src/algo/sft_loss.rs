@@ -31,3 +31,23 @@ pub fn loss_tokens(loss_mask: &Tensor) -> f64 {
         .sum(Kind::Double)
         .double_value(&[])
 }
+
+/// [`sft_loss`] on rows: `log_probs` and `mask` `(N, R)` on the grid of each row's tokens
+/// after the first (the mask already shifted onto the tokens it weighs), normalised by the
+/// step's loss tokens over every rank (`agg.batch_num_tokens`) times the data-parallel size.
+pub fn sft_loss_rows(
+    log_probs: &Tensor,
+    mask: &Tensor,
+    agg: &crate::algo::AggOptions,
+) -> Result<Tensor, tch::TchError> {
+    let tokens = agg.batch_num_tokens.unwrap_or(0.0);
+    let masked = (log_probs * mask.f_to_kind(log_probs.kind())?).f_sum(log_probs.kind())?;
+    if tokens <= 0.0 {
+        // No assistant token in the whole step: nothing to learn; a zero that keeps the graph.
+        return masked.f_mul_scalar(0.0);
+    }
+    masked
+        .f_neg()?
+        .f_div_scalar(tokens)?
+        .f_mul_scalar(agg.dp_size as f64)
+}

@@ -16,7 +16,9 @@
 //! `size` defaults to 8192 (train) / 256 (test); the test split is generated first and
 //! excluded from the train split, so the two never share a prompt. Rows are
 //! `data_source = "builtin/<task>"`, `prompt = [{role: user, content}]`, `ability`,
-//! `reward_model = {style: rule, ground_truth}`, `extra_info = {split, index}`.
+//! `reward_model = {style: rule, ground_truth}`, `extra_info = {split, index}`, and for
+//! supervised fine-tuning the solved conversation, `messages = [{role: user, content},
+//! {role: assistant, content: ground_truth}]` (verl's SFT `messages_key`).
 
 use std::collections::HashSet;
 
@@ -189,6 +191,10 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
             let row = json!({
                 "data_source": data_source(&uri.name),
                 "prompt": [{"role": "user", "content": prompt}],
+                "messages": [
+                    {"role": "user", "content": prompt},
+                    {"role": "assistant", "content": answer},
+                ],
                 "ability": ability,
                 "reward_model": {"style": "rule", "ground_truth": answer},
                 "extra_info": extra,

@@ -109,7 +109,7 @@ fn bad(msg: impl Into<String>) -> TrainerError {
     TrainerError::Config(msg.into())
 }
 
-fn absolute(p: &str) -> PathBuf {
+pub(crate) fn absolute(p: &str) -> PathBuf {
     let path = PathBuf::from(p);
     if path.is_absolute() {
         path
@@ -133,7 +133,7 @@ fn dataset_options(d: &DataSpec, max_samples: Option<usize>) -> DatasetOptions {
 }
 
 /// The model's LoRA configuration of the spec's; an adapter directory brings its own.
-fn lora_config(l: &LoraSpec) -> Result<LoraConfig, TrainerError> {
+pub(crate) fn lora_config(l: &LoraSpec) -> Result<LoraConfig, TrainerError> {
     if let Some(dir) = &l.adapter_path {
         return LoraConfig::from_adapter_dir(&absolute(dir))
             .map_err(|e| bad(format!("actor_rollout_ref.model.lora_adapter_path: {e}")));

@@ -30,6 +30,7 @@ use crate::engine::Metrics;
 use crate::optim::LossScaling;
 
 pub use fit::Trainer;
+pub(crate) use fit::{absolute, lora_config};
 
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]

@@ -14,5 +14,6 @@ mod logging;
 mod preflight;
 mod resume;
 mod reward;
+mod sft;
 mod support;
 mod vllm;

@@ -1,0 +1,349 @@
+//! The SFT trainer (verl's `sft_trainer`) end to end: a config of verl's `sft_trainer_engine`
+//! tree lowered as `verlc build` lowers it, trained on the built-in tiny model from the
+//! built-in digit-reversal conversations (`messages` column), on one process and on two Gloo
+//! ranks; its loss against verl's `sft_loss` (itself checked against verl's function in
+//! `tests/algo/sft_loss.rs`), its validation, checkpoints and resume.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use runtime::data::sft::SftDataset;
+use runtime::dist::{InitOptions, ProcessGroup};
+use runtime::engine::{
+    Engine, EngineSettings, ForwardOptions, Metrics, MicroBatching, SingleEngine,
+};
+use runtime::model::CausalLm;
+use runtime::tokenizer::Tokenizer;
+use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
+use tch::{Kind, Tensor};
+use verlc::check::{CheckOptions, check};
+use verlc::load::compose::LoadRequest;
+use verlc::load::version::BuiltinRelease;
+use verlc_spec::binding::StrategyKind;
+use verlc_spec::sft::SftSpec;
+
+use crate::common::spawn_ranks;
+use crate::support::{quiet, scratch};
+
+const TINY: &str = "builtin://tiny?layers=2&hidden=64";
+
+/// A small run: 3-digit reversal conversations, 32 per step in micro-batches of 8.
+fn overrides(dir: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
+    let mut o: Vec<String> = [
+        format!("model.path='{TINY}'"),
+        "data.train_files='builtin://digit_reversal?split=train&min_digits=3&max_digits=3&size=512'".into(),
+        "data.val_files='builtin://digit_reversal?split=test&min_digits=3&max_digits=3&size=64'".into(),
+        "data.train_batch_size=32".into(),
+        "data.micro_batch_size_per_gpu=8".into(),
+        "data.use_dynamic_bsz=false".into(),
+        "data.max_length=32".into(),
+        "engine.dtype=float32".into(),
+        "optim.lr=3e-3".into(),
+        "optim.weight_decay=0.0".into(),
+        "trainer.device=cpu".into(),
+        "trainer.n_gpus_per_node=1".into(),
+        "trainer.logger=[]".into(),
+        format!("trainer.total_training_steps={steps}"),
+        "trainer.test_freq=-1".into(),
+        "trainer.save_freq=-1".into(),
+        format!("trainer.default_local_dir={}", dir.join("ckpt").display()),
+    ]
+    .into();
+    o.extend(extra.iter().map(|s| s.to_string()));
+    o
+}
+
+/// The spec `verlc build` lowers from verl 0.9.1's SFT tree with `overrides`; no lowering error.
+fn spec(overrides: &[String]) -> SftSpec {
+    let checked = check(
+        &LoadRequest {
+            config_name: Some("sft_trainer_engine".into()),
+            overrides: overrides.to_vec(),
+            builtin: BuiltinRelease::V0_9_1,
+            ..Default::default()
+        },
+        &CheckOptions::default(),
+    );
+    let errors: Vec<String> = checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| format!("{} {}", d.code, d.message))
+        .collect();
+    assert!(errors.is_empty(), "check errors: {errors:#?}");
+    let cfg = checked.sft.as_ref().expect("typed SFT config");
+    let (spec, diagnostics) = verlc::sft::lower::lower(
+        cfg,
+        &checked.composed.root,
+        verlc::plan::algo_release(&checked.release_version),
+    );
+    let errors: Vec<String> = diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| format!("{} {}", d.code, d.message))
+        .collect();
+    assert!(errors.is_empty(), "lowering errors: {errors:#?}");
+    spec
+}
+
+fn metric(h: &[(u64, Metrics)], step: u64, key: &str) -> f64 {
+    h.iter()
+        .find(|(s, _)| *s == step)
+        .and_then(|(_, m)| m.get(key).copied())
+        .unwrap_or_else(|| panic!("no {key} at step {step}"))
+}
+
+/// The first step's loss is verl's `sft_loss` of the model's log-probabilities over the step's
+/// conversations packed end to end, with the step's loss tokens; micro-batches, packing and
+/// the trainer's shifted mask change nothing.
+#[test]
+fn sft_step_loss_is_verls_sft_loss_of_the_packed_batch() {
+    tch::set_num_threads(1);
+    let dir = scratch("sft_loss");
+    let s = spec(&overrides(&dir, 1, &[]));
+    let tok = Tokenizer::from_pretrained(&s.model.tokenizer_path).expect("tokenizer");
+    let data = SftDataset::load(
+        &s.data.train_files,
+        &tok,
+        &runtime::sft::dataset_options(&s, s.data.train_max_samples),
+    )
+    .expect("dataset");
+    // The trainer's first batch: the first permutation of the sampler it builds.
+    let mut sampler =
+        runtime::data::BatchSampler::new(data.len(), 32, true, s.run.seed, true).expect("sampler");
+    let rows = sampler.next_batch();
+    // The same model the trainer starts from, by its seed.
+    let mut engine: SingleEngine<CausalLm> = SingleEngine::new(EngineSettings {
+        model_path: s.model.path.clone(),
+        device: tch::Device::Cpu,
+        param_dtype: s.binding.precision,
+        main_dtype: verlc_spec::Dtype::Fp32,
+        seed: s.model.seed,
+        optim: None,
+        loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::NONE,
+        lora: None,
+        config_overrides: Default::default(),
+        remove_padding: false,
+    })
+    .expect("engine");
+    // Packed as verl's no_padding batch: log_probs[t] predicts the token after t.
+    let mut log_probs = Vec::new();
+    let mut masks = Vec::new();
+    for &i in &rows {
+        let ex = &data.examples[i];
+        let batch = runtime::sft::collate(&[ex], tok.pad_token_id).expect("collate");
+        let out = engine
+            .infer_batch(&batch, &MicroBatching::Rows(1), &ForwardOptions::default())
+            .expect("forward");
+        // Row grid: log p(token t | < t) for t >= 1; verl's packed tensor puts it at t - 1
+        // and the sample's last position predicts the next sample's first token.
+        let lp = out[0].log_probs.reshape([-1]);
+        log_probs.push(Tensor::cat(
+            &[lp, Tensor::zeros([1], (Kind::Float, tch::Device::Cpu))],
+            0,
+        ));
+        let m: Vec<f32> = ex
+            .loss_mask
+            .iter()
+            .map(|b| f32::from(u8::from(*b)))
+            .collect();
+        masks.push(Tensor::from_slice(&m));
+    }
+    let log_probs = Tensor::cat(&log_probs, 0);
+    let mask = Tensor::cat(&masks, 0);
+    let tokens = runtime::algo::sft_loss::loss_tokens(&mask);
+    let want = runtime::algo::sft_loss::sft_loss(&log_probs, &mask, tokens, 1).double_value(&[]);
+    let got = runtime::sft::run(&s, &quiet()).expect("one SFT step");
+    let loss = metric(&got.history, 1, "train/loss");
+    assert!(
+        (loss - want).abs() <= 1e-5 * want.abs(),
+        "train/loss {loss}, verl's sft_loss {want}"
+    );
+    assert!(metric(&got.history, 1, "train/global_tokens") > 0.0);
+    // Dynamic batch size and fixed micro-batches without packing give the same step.
+    for extra in [
+        &["data.use_dynamic_bsz=true", "data.max_token_len_per_gpu=64"][..],
+        &["model.use_remove_padding=false"][..],
+    ] {
+        let other = runtime::sft::run(
+            &spec(&overrides(&scratch("sft_loss_b"), 1, extra)),
+            &quiet(),
+        )
+        .expect("one SFT step");
+        let l = metric(&other.history, 1, "train/loss");
+        let g = metric(&other.history, 1, "train/grad_norm");
+        let g0 = metric(&got.history, 1, "train/grad_norm");
+        assert!(
+            (l - loss).abs() <= 1e-5 * loss,
+            "{extra:?}: loss {l} vs {loss}"
+        );
+        assert!(
+            (g - g0).abs() <= 1e-4 * g0,
+            "{extra:?}: grad norm {g} vs {g0}"
+        );
+    }
+}
+
+/// The tiny model learns to reverse digits from conversations: validation loss below half its
+/// first value; the last checkpoint is a Hugging Face model directory with the tokenizer.
+#[test]
+fn sft_learns_digit_reversal_and_saves_a_hugging_face_model() {
+    tch::set_num_threads(1);
+    let dir = scratch("sft_learns");
+    let s = spec(&overrides(&dir, 80, &["trainer.test_freq=5"]));
+    let run = runtime::sft::run(&s, &quiet()).expect("SFT run");
+    assert_eq!(run.last_step, 80);
+    let val: Vec<(u64, f64)> = run
+        .history
+        .iter()
+        .filter_map(|(s, m)| m.get("val/loss").map(|v| (*s, *v)))
+        .collect();
+    eprintln!("validation loss by step: {val:?}");
+    let (first, last) = (val[0].1, val[val.len() - 1].1);
+    assert!(last < 0.5 * first, "validation loss by step: {val:?}");
+    let hf = dir.join("ckpt/global_step_80/huggingface");
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        assert!(hf.join(f).is_file(), "no {f} in {}", hf.display());
+    }
+    let tracker = std::fs::read_to_string(dir.join("ckpt/latest_checkpointed_iteration.txt"))
+        .expect("tracker");
+    assert_eq!(tracker.trim(), "80");
+}
+
+/// A run stopped after its step-3 checkpoint and resumed (`resume_mode: auto`) trains steps 4
+/// to 6 exactly as the uninterrupted run.
+#[test]
+fn sft_resume_continues_exactly() {
+    tch::set_num_threads(1);
+    let dir = scratch("sft_resume");
+    let whole = runtime::sft::run(
+        &spec(&overrides(&dir.join("whole"), 6, &["trainer.save_freq=3"])),
+        &quiet(),
+    )
+    .expect("whole run");
+    let part = dir.join("part");
+    runtime::sft::run(&spec(&overrides(&part, 3, &[])), &quiet()).expect("first part");
+    let resumed = runtime::sft::run(&spec(&overrides(&part, 6, &[])), &quiet()).expect("resume");
+    assert_eq!(resumed.resumed_from, 3);
+    for step in 4..=6 {
+        for key in ["train/loss", "train/grad_norm"] {
+            assert_eq!(
+                metric(&whole.history, step, key),
+                metric(&resumed.history, step, key),
+                "step {step} {key}"
+            );
+        }
+    }
+}
+
+const CHILD: &str = "sft::sft_rank_child";
+const SPEC_ENV: &str = "VERLC_SFT_SPEC";
+
+/// One rank of the two-rank run whose spec is the JSON file `$VERLC_SFT_SPEC`.
+#[test]
+fn sft_rank_child() {
+    let Ok(file) = std::env::var(SPEC_ENV) else {
+        return;
+    };
+    tch::set_num_threads(1);
+    let spec: SftSpec =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("spec")).expect("spec json");
+    let world = ProcessGroup::init_from_env(&InitOptions {
+        timeout: Duration::from_secs(120),
+        ..InitOptions::default()
+    })
+    .expect("init process group");
+    let rank = world.rank();
+    let run = match spec.binding.strategy {
+        StrategyKind::Megatron => {
+            runtime::sft::run_with(&spec, &quiet(), MegatronRoles { world: Some(world) })
+        }
+        _ => runtime::sft::run_with(&spec, &quiet(), FsdpRoles { world }),
+    }
+    .expect("SFT rank");
+    let json = serde_json::to_string(&run.history).expect("json");
+    std::fs::write(
+        PathBuf::from(&file).with_extension(format!("rank{rank}")),
+        json,
+    )
+    .expect("write history");
+}
+
+/// Runs `spec` on two rank processes; each rank's history.
+fn two_ranks(spec: &SftSpec, dir: &Path) -> Vec<Vec<(u64, Metrics)>> {
+    std::fs::create_dir_all(dir).expect("dir");
+    let file = dir.join("spec.json");
+    std::fs::write(&file, serde_json::to_string(spec).expect("json")).expect("write");
+    spawn_ranks(CHILD, 2, &[(SPEC_ENV, file.display().to_string())])
+        .wait(Some(Duration::from_secs(300)))
+        .expect("both ranks train");
+    (0..2)
+        .map(|rank| {
+            let text = std::fs::read_to_string(file.with_extension(format!("rank{rank}")))
+                .expect("rank history");
+            serde_json::from_str(&text).expect("history json")
+        })
+        .collect()
+}
+
+/// Two ranks train the step one process trains: the same loss and grad norm at the first step
+/// (same weights), close at the second, and the checkpoint of the last. FSDP splits the batch
+/// over data-parallel ranks; Megatron with tensor parallelism 2 splits the model.
+#[test]
+fn sft_on_two_ranks_matches_one_process() {
+    tch::set_num_threads(1);
+    let dir = scratch("sft_two_ranks");
+    let one = runtime::sft::run(&spec(&overrides(&dir.join("one"), 2, &[])), &quiet())
+        .expect("one process");
+    let fsdp = spec(&overrides(
+        &dir.join("fsdp"),
+        2,
+        &[
+            "trainer.n_gpus_per_node=2",
+            "data.micro_batch_size_per_gpu=4",
+        ],
+    ));
+    assert_eq!(fsdp.data_parallel(), 2);
+    let megatron = spec(&overrides(
+        &dir.join("megatron"),
+        2,
+        &[
+            "engine=megatron",
+            "optim=megatron",
+            "engine.dtype=float32",
+            "engine.tensor_model_parallel_size=2",
+            "optim.lr=3e-3",
+            "optim.weight_decay=0.0",
+            "optim.clip_grad=1.0",
+            "trainer.n_gpus_per_node=2",
+        ],
+    ));
+    assert_eq!(megatron.binding.strategy, StrategyKind::Megatron);
+    assert_eq!(megatron.data_parallel(), 1);
+    for (name, s) in [("fsdp", &fsdp), ("megatron", &megatron)] {
+        for (rank, two) in two_ranks(s, &dir.join(format!("{name}-job")))
+            .iter()
+            .enumerate()
+        {
+            for key in ["train/loss", "train/grad_norm", "train/global_tokens"] {
+                let (a, b) = (metric(&one.history, 1, key), metric(two, 1, key));
+                assert!(
+                    (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+                    "{name} rank {rank} step 1 {key}: one process {a}, two ranks {b}"
+                );
+            }
+            let (a, b) = (
+                metric(&one.history, 2, "train/loss"),
+                metric(two, 2, "train/loss"),
+            );
+            assert!((a - b).abs() <= 1e-3 * a, "{name} step 2 loss: {a} vs {b}");
+        }
+        assert!(
+            dir.join(name)
+                .join("ckpt/global_step_2/huggingface/model.safetensors")
+                .is_file(),
+            "{name}: no checkpoint"
+        );
+    }
+}
