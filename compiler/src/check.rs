@@ -89,6 +89,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             kind,
             (release, tree_release),
             user_file,
+            req.config_text.is_some(),
         );
     }
     // `???` is "not set yet": verl fails only when it reads such a key, so the schema sees
@@ -372,6 +373,7 @@ fn check_sft(
     kind: crate::sft::ConfigKind,
     (release, tree_release): (String, String),
     user_file: Option<String>,
+    embedded: bool,
 ) -> Checked {
     let mut sft = None;
     if kind == crate::sft::ConfigKind::LegacySft {
@@ -388,7 +390,9 @@ fn check_sft(
         let users = |o: Option<&crate::source::Origin>| {
             o.is_some_and(|o| !is_verl_file(composed.sources.get(o.source), &user_file))
         };
-        let checked = crate::sft::check(&composed.root, &tree_release, &users);
+        // A trainer binary's embedded config: its world is the one the binary launches.
+        let world_stated = embedded;
+        let checked = crate::sft::check(&composed.root, &tree_release, &users, world_stated);
         let valid = !checked.diagnostics.iter().any(Diagnostic::is_error);
         diagnostics.extend(checked.diagnostics);
         // What verl accepts but a verlc trainer cannot honour: warnings here, errors for

@@ -67,7 +67,7 @@ pub const BUILD_NO_EFFECT: Code = Code("B006");
 pub const BUILD_BF16_EMULATED: Code = Code("B007");
 pub const BUILD_MODEL_UNAVAILABLE: Code = Code("B019");
 pub const BUILD_VLLM_ON_CPU: Code = Code("B020");
-pub const BUILD_SFT_NOT_BUILT: Code = Code("B021");
+// B021 (`SftNotBuilt`) is retired, not to be reused: `verlc build` builds SFT trainers.
 
 /// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
 pub const BUILD_CODES: &[(Code, &str)] = &[
@@ -138,10 +138,6 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     (
         BUILD_VLLM_ON_CPU,
         "rollout.name=vllm on trainer.device=cpu: vLLM runs, but the built-in engine generates faster there",
-    ),
-    (
-        BUILD_SFT_NOT_BUILT,
-        "a config of verl's SFT trainer: checked and explained, not yet built into a trainer",
     ),
 ];
 

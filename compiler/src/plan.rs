@@ -131,6 +131,84 @@ pub struct BuildPlan {
     pub spec: verlc_spec::TrainerSpec,
 }
 
+/// The plan of an SFT config (verl's `sft_trainer`): its binding, the keys that decided it
+/// and the spec the trainer runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct SftPlan {
+    pub binding: Binding,
+    pub bound_keys: Vec<BoundKey>,
+    pub spec: verlc_spec::sft::SftSpec,
+}
+
+/// What `verlc build` generates a trainer for: verl's RL loop or its SFT loop.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum Planned {
+    Rl(Box<BuildPlan>),
+    Sft(Box<SftPlan>),
+}
+
+/// The key of the embedded spec document that marks an SFT trainer's spec (an RL trainer's is
+/// the `TrainerSpec` itself).
+pub const SFT_SPEC_KEY: &str = "sft";
+
+impl Planned {
+    pub fn binding(&self) -> Binding {
+        match self {
+            Planned::Rl(p) => p.binding,
+            Planned::Sft(p) => p.binding,
+        }
+    }
+
+    pub fn bound_keys(&self) -> &[BoundKey] {
+        match self {
+            Planned::Rl(p) => &p.bound_keys,
+            Planned::Sft(p) => &p.bound_keys,
+        }
+    }
+
+    /// Whether the trainer runs on CUDA devices.
+    pub fn cuda(&self) -> bool {
+        match self {
+            Planned::Rl(p) => p.world.device == Device::Cuda,
+            Planned::Sft(p) => p.spec.world.device == verlc_spec::trainer::DeviceKind::Cuda,
+        }
+    }
+
+    /// The spec document a trainer embeds: the RL `TrainerSpec`, or `{"sft": SftSpec}`.
+    pub fn spec_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        match self {
+            Planned::Rl(p) => serde_json::to_value(&p.spec),
+            Planned::Sft(p) => {
+                Ok(serde_json::json!({ SFT_SPEC_KEY: serde_json::to_value(&p.spec)? }))
+            }
+        }
+    }
+}
+
+/// The SFT plan of a checked SFT config whose keys and types passed; the diagnostics of what
+/// the trainer cannot honour are the check's (see [`promote_for_build`]).
+pub fn sft_plan(checked: &crate::check::Checked) -> Option<SftPlan> {
+    let cfg = checked.sft.as_ref()?;
+    let root = &checked.composed.root;
+    let (spec, _) = crate::sft::lower::lower(cfg, root, algo_release(&checked.release_version));
+    let bound_keys = crate::sft::lower::BOUND_KEYS
+        .iter()
+        .filter_map(|k| {
+            let node = root.get_path(&split_key(k))?;
+            Some(BoundKey {
+                key: (*k).to_owned(),
+                value: node.to_json(),
+            })
+        })
+        .collect();
+    Some(SftPlan {
+        binding: spec.binding,
+        bound_keys,
+        spec,
+    })
+}
+
 /// A plan and the problems found while lowering.
 #[derive(Clone, Debug)]
 pub struct Lowered {
@@ -305,20 +383,6 @@ pub fn promote_for_build(checked: &mut crate::check::Checked) {
     promote_for_build_where(checked, &|_| true);
 }
 
-/// The build's refusal of an SFT config (B021), at the config it names.
-fn sft_not_built(checked: &crate::check::Checked) -> crate::diag::Diagnostic {
-    let origin = ["data", "model", "engine"]
-        .iter()
-        .find_map(|k| checked.composed.root.child(k))
-        .and_then(|n| n.origin.clone());
-    crate::diag::Diagnostic::error(
-        crate::codes::BUILD_SFT_NOT_BUILT,
-        "this is a config of verl's SFT trainer; verlc checks and explains it, but does not build an SFT trainer yet",
-    )
-    .with_primary(origin, "verl's SFT trainer config")
-    .with_help("`verlc check` and `verlc explain` judge it; train it with `python -m verl.trainer.sft_trainer` for now")
-}
-
 /// [`promote_for_build`] keeping only the verdicts of the keys `verdict_for` accepts (a
 /// trainer's run-time overrides: its embedded config was judged when it was built).
 pub fn promote_for_build_where(
@@ -334,7 +398,6 @@ pub fn promote_for_build_where(
                 d.notes.retain(|n| !n.contains("`verlc build` rejects it"));
             }
         }
-        checked.diagnostics.push(sft_not_built(checked));
         return;
     }
     let Some(cfg) = checked.config.as_ref() else {

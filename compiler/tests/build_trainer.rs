@@ -251,6 +251,59 @@ fn quickstart_trainer_checks_its_run_time_overrides() {
     assert!(stdout.contains("total_training_steps: 7"), "{stdout}");
 }
 
+/// An SFT config (verl's `sft_trainer_engine`) builds into an SFT trainer: its spec is the
+/// SFT spec, its run-time overrides are checked by the SFT rules and lowered the same way, a
+/// bound key needs a rebuild, and it trains, validates and saves a Hugging Face model.
+#[test]
+fn sft_trainer_builds_checks_its_overrides_and_trains() {
+    if !libtorch_available() {
+        testkit::missing_data("no libtorch (scripts/setup installs torch, or set LIBTORCH)");
+        return;
+    }
+    let (out_dir, trainer, stderr) = build_trainer(["examples/digits_sft.yaml"]);
+    assert!(
+        stderr.contains("Supervised fine-tuning") && stderr.contains("precision = Fp32; config"),
+        "{stderr}"
+    );
+    let trainer_cmd = || {
+        let mut c = Command::new(&trainer);
+        c.current_dir(out_dir.path());
+        c
+    };
+    let (code, stdout, stderr) = run(trainer_cmd().args(["--print-spec", "optim.lr=1e-4"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    let spec: serde_json::Value = serde_json::from_str(&stdout).expect("spec json");
+    assert_eq!(spec["sft"]["model"]["optim"]["lr"], 1e-4, "{stdout}");
+    assert_eq!(spec["sft"]["batching"]["global_batch"], 32, "{stdout}");
+    // The SFT rules judge overrides (F008: Ulysses groups that do not divide the ranks).
+    let (code, _, stderr) =
+        run(trainer_cmd().args(["--check", "engine.ulysses_sequence_parallel_size=2"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("error[F008]"), "{stderr}");
+    // What the trainer cannot honour is refused before anything runs.
+    let (code, _, stderr) = run(trainer_cmd().args(["--check", "engine.strategy=torchtitan"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    let (code, _, stderr) = run(trainer_cmd().args(["--check", "engine.dtype=bfloat16"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("rebuild with verlc"), "{stderr}");
+    let work = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(trainer_cmd().current_dir(work.path()).args([
+        "trainer.total_training_steps=3",
+        "trainer.test_freq=3",
+        "trainer.n_gpus_per_node=2",
+        "data.micro_batch_size_per_gpu=8",
+    ]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("step:3") && stdout.contains("train/loss") && stdout.contains("val/loss"),
+        "{stdout}"
+    );
+    let hf = work
+        .path()
+        .join("checkpoints/digits-sft/tiny/global_step_3/huggingface");
+    assert!(hf.join("model.safetensors").is_file(), "{}", hf.display());
+}
+
 /// A trainer built from another release's tree (`--config-dir`, verl 0.8.0's, which verlc
 /// has no built-in tree of) carries it: its run-time overrides are judged against 0.8.0, whose
 /// `rollout.skip` section verl 0.9 moved to the `skip` group.

@@ -40,7 +40,8 @@ use verlc::load::version::BuiltinRelease;
 use verlc::plan::{self, Binding, BoundKey, BuildPlan};
 use verlc::source::{Source, SourceKind, SourceMap};
 use verlc_spec::TrainerSpec;
-use verlc_spec::trainer::DeviceKind;
+use verlc_spec::sft::SftSpec;
+use verlc_spec::trainer::{DeviceKind, WorldSpec};
 
 use crate::dist::{Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup};
 use crate::optim::LossScaling;
@@ -60,6 +61,13 @@ pub trait Strategy: sealed::Sealed + Send + Sync + 'static {
     /// The RL loop of one rank on this strategy's engines.
     fn train(
         spec: &TrainerSpec,
+        ctx: &RankContext,
+        opts: &crate::trainer::RunOptions,
+    ) -> Result<(), TrainError>;
+
+    /// The SFT loop of one rank on this strategy's engines.
+    fn train_sft(
+        spec: &SftSpec,
         ctx: &RankContext,
         opts: &crate::trainer::RunOptions,
     ) -> Result<(), TrainError>;
@@ -95,6 +103,9 @@ macro_rules! markers {
             const KIND: StrategyKind = StrategyKind::$t;
             fn train(spec: &TrainerSpec, ctx: &RankContext, opts: &crate::trainer::RunOptions) -> Result<(), TrainError> {
                 strategies::$t(spec, ctx, opts)
+            }
+            fn train_sft(spec: &SftSpec, ctx: &RankContext, opts: &crate::trainer::RunOptions) -> Result<(), TrainError> {
+                strategies::sft::$t(spec, ctx, opts)
             }
         }
     )+};
@@ -160,6 +171,45 @@ mod strategies {
         crate::trainer::run_with(spec, opts, MegatronRoles { world })
             .map(|_| ())
             .map_err(failed)
+    }
+
+    /// The SFT loop on each strategy's engines, as the RL loop's above.
+    pub(super) mod sft {
+        use super::super::{RankContext, SftSpec, TrainError};
+        use super::failed;
+        use crate::trainer::RunOptions;
+        use crate::trainer::parallel::{FsdpRoles, MegatronRoles};
+
+        pub(in super::super) fn Fsdp(
+            spec: &SftSpec,
+            ctx: &RankContext,
+            opts: &RunOptions,
+        ) -> Result<(), TrainError> {
+            let offloads = matches!(&spec.model.engine,
+                verlc_spec::trainer::EngineSpec::Fsdp(f) if f.param_offload);
+            if ctx.dist.world_size == 1 && !offloads {
+                return crate::sft::run(spec, opts).map(|_| ()).map_err(failed);
+            }
+            let world = super::super::world_group(ctx)?;
+            crate::sft::run_with(spec, opts, FsdpRoles { world })
+                .map(|_| ())
+                .map_err(failed)
+        }
+
+        pub(in super::super) fn Megatron(
+            spec: &SftSpec,
+            ctx: &RankContext,
+            opts: &RunOptions,
+        ) -> Result<(), TrainError> {
+            let world = if ctx.dist.world_size == 1 {
+                None
+            } else {
+                Some(super::super::world_group(ctx)?)
+            };
+            crate::sft::run_with(spec, opts, MegatronRoles { world })
+                .map(|_| ())
+                .map_err(failed)
+        }
     }
 }
 
@@ -268,6 +318,65 @@ pub fn train<S: Strategy, P: Precision>(
         ..crate::trainer::RunOptions::new(P::LOSS_SCALER)
     };
     S::train(spec, ctx, &opts)
+}
+
+/// The SFT loop of one rank (see [`train`]).
+pub fn train_sft<S: Strategy, P: Precision>(
+    spec: &SftSpec,
+    ctx: &RankContext,
+) -> Result<(), TrainError> {
+    let compiled = binding::<S, P>();
+    if spec.binding != compiled {
+        return Err(TrainError::Trainer(
+            format!(
+                "the spec binds `{}` but this binary is `{compiled}`",
+                spec.binding
+            )
+            .into(),
+        ));
+    }
+    let opts = crate::trainer::RunOptions {
+        device: ctx.device,
+        console_lines: ctx.dist.rank == 0,
+        ..crate::trainer::RunOptions::new(P::LOSS_SCALER)
+    };
+    S::train_sft(spec, ctx, &opts)
+}
+
+/// What a trainer binary runs: verl's RL loop or its SFT loop, with their specs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workload {
+    Rl(Box<TrainerSpec>),
+    Sft(Box<SftSpec>),
+}
+
+impl Workload {
+    /// The spec document a binary embeds (`verlc::plan::Planned::spec_json`).
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        let v: serde_json::Value = serde_json::from_str(text)?;
+        match v.get(verlc::plan::SFT_SPEC_KEY) {
+            Some(sft) => Ok(Workload::Sft(Box::new(serde_json::from_value(
+                sft.clone(),
+            )?))),
+            None => Ok(Workload::Rl(Box::new(serde_json::from_value(v)?))),
+        }
+    }
+
+    pub fn world(&self) -> WorldSpec {
+        match self {
+            Workload::Rl(s) => s.world,
+            Workload::Sft(s) => s.world,
+        }
+    }
+
+    fn to_json_pretty(&self) -> Result<String, serde_json::Error> {
+        match self {
+            Workload::Rl(s) => serde_json::to_string_pretty(s),
+            Workload::Sft(s) => serde_json::to_string_pretty(
+                &serde_json::json!({ verlc::plan::SFT_SPEC_KEY: serde_json::to_value(s)? }),
+            ),
+        }
+    }
 }
 
 /// Set in ranks spawned by this binary's own launcher (they stay quiet at start-up).
@@ -403,7 +512,8 @@ fn run<S: Strategy, P: Precision>(
     }
     let spec = resolved.spec;
     if args.print_spec {
-        let text = serde_json::to_string_pretty(&spec)
+        let text = spec
+            .to_json_pretty()
             .map_err(|e| Exit::Failed(format!("cannot print the spec: {e}")))?;
         println!("{text}");
         return Err(Exit::Done);
@@ -411,26 +521,26 @@ fn run<S: Strategy, P: Precision>(
     if args.check_only {
         println!(
             "ok: config is valid for this binary ({compiled}); {} rank(s)",
-            spec.world.size()
+            spec.world().size()
         );
         return Err(Exit::Done);
     }
 
-    let world = spec.world.size();
-    let cuda = spec.world.device == DeviceKind::Cuda;
+    let spec_world = spec.world();
+    let world = spec_world.size();
+    let cuda = spec_world.device == DeviceKind::Cuda;
     // Before any rank allocates a model: the weights are there, and CPU ranks' models fit
     // (the ranks this process launches skip what it checked).
-    if !launched {
+    if let (false, Workload::Rl(rl)) = (launched, &spec) {
         let available = (!cuda)
             .then(crate::trainer::preflight::host_available_bytes)
             .flatten();
-        crate::trainer::preflight::check(&spec, available)
-            .map_err(|e| Exit::Failed(e.to_string()))?;
+        crate::trainer::preflight::check(rl, available).map_err(|e| Exit::Failed(e.to_string()))?;
     }
     if cuda {
         let local = env
             .as_ref()
-            .map_or(spec.world.n_gpus_per_node, |e| e.local_world_size);
+            .map_or(spec_world.n_gpus_per_node, |e| e.local_world_size);
         let found = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
         if found < local {
             return Err(Exit::Failed(format!(
@@ -445,16 +555,16 @@ fn run<S: Strategy, P: Precision>(
                 return Err(Exit::Failed(format!(
                     "the launcher started WORLD_SIZE={} ranks, but trainer.nnodes × trainer.n_gpus_per_node = {} × {} = {world}; \
                      pass `trainer.nnodes=… trainer.n_gpus_per_node=…` matching the launch so the batch rules are checked for it",
-                    env.world_size, spec.world.nnodes, spec.world.n_gpus_per_node
+                    env.world_size, spec_world.nnodes, spec_world.n_gpus_per_node
                 )));
             }
             env
         }
         None if world == 1 => DistEnv::single(),
-        None if spec.world.nnodes > 1 => {
+        None if spec_world.nnodes > 1 => {
             return Err(Exit::Failed(format!(
                 "trainer.nnodes={} needs a launcher on every node (torchrun or srun) that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT",
-                spec.world.nnodes
+                spec_world.nnodes
             )));
         }
         None => {
@@ -486,7 +596,11 @@ fn run<S: Strategy, P: Precision>(
         tch::Device::Cpu
     };
     let ctx = RankContext { dist, device };
-    train::<S, P>(&spec, &ctx).map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
+    match &spec {
+        Workload::Rl(rl) => train::<S, P>(rl, &ctx),
+        Workload::Sft(sft) => train_sft::<S, P>(sft, &ctx),
+    }
+    .map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
 }
 
 fn banner(info: &BuildInfo, b: &Binding) -> String {
@@ -500,7 +614,7 @@ fn banner(info: &BuildInfo, b: &Binding) -> String {
 struct Resolved {
     /// The resolved config (for `--print-config`).
     yaml: String,
-    spec: TrainerSpec,
+    spec: Workload,
 }
 
 /// The spec this run executes: the embedded one as built, or, with overrides, the embedded
@@ -514,7 +628,7 @@ fn resolve(
     quiet: bool,
 ) -> Result<Resolved, Exit> {
     if overrides.is_empty() && !info.spec.is_empty() {
-        let spec: TrainerSpec = serde_json::from_str(info.spec)
+        let spec = Workload::from_json(info.spec)
             .map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
         let yaml = embedded
             .lines()
@@ -573,6 +687,25 @@ fn resolve(
             "the config has {n} error(s); nothing was run"
         )));
     }
+    if checked.kind == verlc::sft::ConfigKind::Sft {
+        let Some(sft) = plan::sft_plan(&checked) else {
+            return Err(Exit::Failed(
+                "the config did not pass its checks; nothing was run".into(),
+            ));
+        };
+        if sft.binding != *compiled {
+            return Err(Exit::Failed(format!(
+                "the overrides change the binding to `{}` but this binary is `{compiled}`; rebuild with verlc: `verlc build {} {} -o <trainer>`",
+                sft.binding,
+                info.source,
+                overrides.join(" ")
+            )));
+        }
+        return Ok(Resolved {
+            yaml: plan::embed::to_yaml(&checked.composed.root),
+            spec: Workload::Sft(Box::new(sft.spec)),
+        });
+    }
     let Some(config) = checked.config.as_ref() else {
         return Err(Exit::Failed(
             "the config did not pass the schema; nothing was run".into(),
@@ -608,7 +741,7 @@ fn resolve(
     }
     Ok(Resolved {
         yaml: plan::embed::to_yaml(&checked.composed.root),
-        spec: plan.spec,
+        spec: Workload::Rl(Box::new(plan.spec)),
     })
 }
 
@@ -622,9 +755,9 @@ fn embedded_binding(
     if !info.bound_keys.is_empty() && !info.spec.is_empty() {
         let keys: Vec<BoundKey> = serde_json::from_str(info.bound_keys)
             .map_err(|e| Exit::Failed(format!("embedded bound keys: {e}")))?;
-        let spec: TrainerSpec = serde_json::from_str(info.spec)
+        let spec = Workload::from_json(info.spec)
             .map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
-        return Ok((keys, spec.world.device));
+        return Ok((keys, spec.world().device));
     }
     let plan = embedded_plan(embedded, name, info.verl_release)?;
     Ok((plan.bound_keys, plan.spec.world.device))

@@ -27,6 +27,15 @@ use crate::source::Origin;
 
 use super::config::{Frequency, SftConfig};
 
+/// The keys whose values decide an SFT trainer's binding and device: a run-time override that
+/// changes one needs a rebuild.
+pub const BOUND_KEYS: &[&str] = &[
+    "engine.strategy",
+    "engine.dtype",
+    "engine.mixed_precision.param_dtype",
+    "trainer.device",
+];
+
 /// Keys the SFT trainer has no use for here, with why (`B006` when the user set them).
 const NO_EFFECT: &[(&str, &str)] = &[
     (

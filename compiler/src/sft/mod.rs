@@ -61,23 +61,27 @@ pub struct SftCheck {
 }
 
 /// Checks a composed SFT tree of verl `release` (`0.9.1`): keys and types against the
-/// release's table (what `users` says the user wrote), then the rules.
+/// release's table (what `users` says the user wrote), then the rules. `world_stated`: the
+/// world is known whoever wrote it (a trainer binary launches `trainer.nnodes ×
+/// n_gpus_per_node` ranks), else only when the user wrote it (torchrun decides verl's).
 pub fn check(
     root: &Node,
     release: &str,
     users: &dyn Fn(Option<&crate::source::Origin>) -> bool,
+    world_stated: bool,
 ) -> SftCheck {
     let mut diagnostics = Vec::new();
     let typed_ok = keys::check(root, release, users, &mut diagnostics);
     let config = if typed_ok {
         match SftConfig::from_tree(root) {
             Ok(mut c) => {
-                c.world_stated = ["nnodes", "n_gpus_per_node"].iter().any(|k| {
-                    users(
-                        root.get_path(&["trainer", k])
-                            .and_then(|n| n.origin.as_ref()),
-                    )
-                });
+                c.world_stated = world_stated
+                    || ["nnodes", "n_gpus_per_node"].iter().any(|k| {
+                        users(
+                            root.get_path(&["trainer", k])
+                                .and_then(|n| n.origin.as_ref()),
+                        )
+                    });
                 Some(c)
             }
             Err(d) => {

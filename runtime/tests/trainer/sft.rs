@@ -209,6 +209,32 @@ fn sft_learns_digit_reversal_and_saves_a_hugging_face_model() {
     let tracker = std::fs::read_to_string(dir.join("ckpt/latest_checkpointed_iteration.txt"))
         .expect("tracker");
     assert_eq!(tracker.trim(), "80");
+    // The quickstart's GRPO starting from that model scores above the same run from scratch
+    // (its validation before training, on the held-out numbers).
+    let score = |model: &str| {
+        let path = format!("actor_rollout_ref.model.path='{model}'");
+        let spec = crate::support::small_grpo(
+            &dir.join("grpo"),
+            1,
+            &[
+                &path,
+                "trainer.val_only=true",
+                "trainer.val_before_train=true",
+                "data.val_max_samples=64",
+            ],
+        );
+        let run = runtime::trainer::run(&spec, &quiet()).expect("GRPO validation");
+        metric(
+            &run.history,
+            0,
+            "val-core/builtin/digit_reversal/reward/mean@1",
+        )
+    };
+    let (tuned, scratch_score) = (score(&hf.display().to_string()), score(TINY));
+    assert!(
+        tuned > scratch_score + 0.2,
+        "GRPO validation score from the SFT model {tuned}, from scratch {scratch_score}"
+    );
 }
 
 /// A run stopped after its step-3 checkpoint and resumed (`resume_mode: auto`) trains steps 4

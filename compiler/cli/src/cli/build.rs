@@ -10,7 +10,7 @@ use crate::codegen::{self, BuildError, CrateSpec, Event, Paths, Profile, Written
 use indicatif::{ProgressBar, ProgressStyle};
 use verlc::check::{CheckOptions, check};
 use verlc::diag::Severity;
-use verlc::plan::{self, BuildPlan};
+use verlc::plan::{self, Planned};
 
 use super::args::{BuildArgs, CompileArgs};
 use super::{EXIT_ERRORS, EXIT_USAGE};
@@ -21,7 +21,7 @@ pub(super) struct Compiled {
     pub binary: PathBuf,
     /// Packages compiled by this build (`name@version`), not found fresh.
     pub compiled: Vec<String>,
-    pub plan: BuildPlan,
+    pub plan: Planned,
     pub krate: WrittenCrate,
     pub seconds: f64,
 }
@@ -63,7 +63,7 @@ pub fn run(a: BuildArgs) -> u8 {
         "built {} in {:.1} s ({}; config {}; {n} crate{} compiled)",
         out.display(),
         compiled.seconds,
-        compiled.plan.binding,
+        compiled.plan.binding(),
         short_hash(&compiled.krate.rendered.config_hash),
         if n == 1 { "" } else { "s" }
     );
@@ -87,7 +87,7 @@ fn install(binary: &Path, out: &Path) -> std::io::Result<()> {
 /// What [`compile`] got to: the binary, or with `--plan` only the plan.
 pub(super) enum Compile {
     Built(Box<Compiled>),
-    Planned(Box<BuildPlan>),
+    Planned(Box<Planned>),
 }
 
 /// Check, plan, generate and compile (with `--plan`, stop at the plan); `Err` is the exit
@@ -120,15 +120,28 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Compile, u8> {
     if super::output::exit_status(&checked.diagnostics) == EXIT_USAGE {
         return Err(EXIT_USAGE);
     }
-    let cfg = match &checked.config {
-        Some(c) if !checked.has_errors() => c,
-        _ => {
+    if checked.has_errors() {
+        eprintln!("error: not building {source}: the config has errors");
+        return Err(EXIT_ERRORS);
+    }
+    let plan = if checked.kind == verlc::sft::ConfigKind::Sft {
+        match plan::sft_plan(&checked) {
+            Some(p) => Planned::Sft(Box::new(p)),
+            None => {
+                eprintln!("error: not building {source}: the config has errors");
+                return Err(EXIT_ERRORS);
+            }
+        }
+    } else {
+        let Some(cfg) = checked.config.as_ref() else {
             eprintln!("error: not building {source}: the config has errors");
             return Err(EXIT_ERRORS);
-        }
+        };
+        let release = plan::algo_release(&checked.release_version);
+        Planned::Rl(Box::new(
+            plan::lower(cfg, &checked.composed.root, release).plan,
+        ))
     };
-    let release = plan::algo_release(&checked.release_version);
-    let plan = plan::lower(cfg, &checked.composed.root, release).plan;
     eprintln!(
         "plan: {}",
         codegen::render::summary(&plan).replace('\n', "\n      ")
@@ -137,14 +150,16 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Compile, u8> {
         return Ok(Compile::Planned(Box::new(plan)));
     }
     // Models named by Hub id: in the Hub cache before the trainer exists (it never downloads).
-    let missing = super::fetch::models_for_build(&plan, &checked.composed.root);
-    if !missing.is_empty() {
-        eprint!(
-            "{}",
-            render::human(&missing, &checked.composed.sources, color)
-        );
-        eprintln!("error: not building {source}: a model is unavailable");
-        return Err(EXIT_ERRORS);
+    if let Planned::Rl(rl) = &plan {
+        let missing = super::fetch::models_for_build(rl, &checked.composed.root);
+        if !missing.is_empty() {
+            eprint!(
+                "{}",
+                render::human(&missing, &checked.composed.sources, color)
+            );
+            eprintln!("error: not building {source}: a model is unavailable");
+            return Err(EXIT_ERRORS);
+        }
     }
 
     let paths = Paths::from_env(a.cache_dir.clone(), a.target_dir.clone());

@@ -403,7 +403,7 @@ pub fn run(a: SmokeArgs) -> u8 {
         },
     );
     if checked.kind != verlc::sft::ConfigKind::Ppo {
-        // What `verlc build` says of it (B021), with the check's findings.
+        // Its check's findings, as `verlc build` reports them.
         verlc::plan::promote_for_build(&mut checked);
         if json {
             println!("{}", render::json_checked(&checked));
@@ -413,7 +413,7 @@ pub fn run(a: SmokeArgs) -> u8 {
                 render::human_checked(&checked, super::output::stderr_color())
             );
             eprintln!(
-                "error: smoke runs verl's PPO trainer; an SFT config is checked (`verlc check`), not yet run"
+                "error: smoke runs verl's PPO trainer; an SFT config is checked (`verlc check`) and trained (`verlc run`), not yet smoke-tested"
             );
         }
         return EXIT_ERRORS;
@@ -482,7 +482,12 @@ fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
         Ok(Compile::Planned(_)) => return 0,
         Err(code) => return code,
     };
-    let paths = exercised(&compiled.plan);
+    let verlc::plan::Planned::Rl(plan) = &compiled.plan else {
+        // SFT configs are answered above, before anything is built.
+        eprintln!("error: smoke runs verl's PPO trainer");
+        return EXIT_USAGE;
+    };
+    let paths = exercised(plan);
     let steps = a.steps;
     let mut phases = vec![run_phase(&compiled.binary, "train, validate and save", &[])];
     if phases[0].ok {

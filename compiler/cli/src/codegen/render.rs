@@ -6,7 +6,7 @@ use sha2::{Digest, Sha256};
 
 use super::BuildError;
 use verlc::load::node::Node;
-use verlc::plan::{BuildPlan, RewardPlan, embed};
+use verlc::plan::{BuildPlan, Planned, RewardPlan, SftPlan, embed};
 
 const TEMPLATES: &[(&str, &str)] = &[
     (
@@ -30,7 +30,7 @@ const TEMPLATES: &[(&str, &str)] = &[
 /// What goes into the templates besides the plan.
 #[derive(Clone, Debug)]
 pub struct CrateSpec<'a> {
-    pub plan: &'a BuildPlan,
+    pub plan: &'a Planned,
     /// The resolved config tree (embedded as `trainer.yaml`).
     pub root: &'a Node,
     /// The config as the user named it (`examples/quickstart.yaml`).
@@ -112,7 +112,33 @@ fn stem(source: &str) -> String {
 }
 
 /// One paragraph about the plan, for the generated `main.rs` docs.
-pub fn summary(plan: &BuildPlan) -> String {
+pub fn summary(plan: &Planned) -> String {
+    match plan {
+        Planned::Rl(p) => rl_summary(p),
+        Planned::Sft(p) => sft_summary(p),
+    }
+}
+
+fn sft_summary(plan: &SftPlan) -> String {
+    let s = &plan.spec;
+    let batching = match s.batching.token_budget {
+        Some(t) => format!("micro-batches of up to {t} tokens"),
+        None => format!("micro-batches of {} conversations", s.batching.micro_batch),
+    };
+    format!(
+        "Binding: {}.\nSupervised fine-tuning (verl's sft_trainer): {} conversations a step, {batching}.\nRanks: {} node(s) × {} on {}.",
+        plan.binding,
+        s.batching.global_batch,
+        s.world.nnodes,
+        s.world.n_gpus_per_node,
+        match s.world.device {
+            verlc_spec::trainer::DeviceKind::Cpu => "cpu",
+            verlc_spec::trainer::DeviceKind::Cuda => "cuda",
+        },
+    )
+}
+
+fn rl_summary(plan: &BuildPlan) -> String {
     let mut roles = vec!["actor", "rollout"];
     if plan.roles.reference {
         roles.push("reference policy");
@@ -145,7 +171,7 @@ pub fn summary(plan: &BuildPlan) -> String {
 pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
     let env = env()?;
     let plan = spec.plan;
-    let b = plan.binding;
+    let b = plan.binding();
     let common = context! {
         verlc_version => env!("CARGO_PKG_VERSION"),
         source => spec.source.clone(),
@@ -161,11 +187,7 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     let config_hash = format!("sha256:{hex}");
     let package = format!("verlc-trainer-{}-{}", stem(&spec.source), &hex[..8]);
-    let features: Vec<&str> = if plan.world.device == verlc::config::Device::Cuda {
-        vec!["cuda"]
-    } else {
-        vec![]
-    };
+    let features: Vec<&str> = if plan.cuda() { vec!["cuda"] } else { vec![] };
 
     let ctx = context! {
         package => package.clone(),
@@ -179,11 +201,13 @@ pub fn render_crate(spec: &CrateSpec) -> Result<Rendered, BuildError> {
         verl_release => spec.verl_release.clone(),
         ..common
     };
-    let spec_json = serde_json::to_string_pretty(&plan.spec).map_err(BuildError::Spec)? + "\n";
+    let spec_json = serde_json::to_string_pretty(&plan.spec_json().map_err(BuildError::Spec)?)
+        .map_err(BuildError::Spec)?
+        + "\n";
     // The keys whose values decided the binding, decided here once: the trainer refuses a
     // run-time override that changes one without lowering its config again.
     let bound_json =
-        serde_json::to_string_pretty(&plan.bound_keys).map_err(BuildError::Spec)? + "\n";
+        serde_json::to_string_pretty(plan.bound_keys()).map_err(BuildError::Spec)? + "\n";
     let mut files = vec![
         ("trainer.yaml", yaml),
         ("trainer.spec.json", spec_json),
