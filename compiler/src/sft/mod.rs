@@ -6,8 +6,8 @@
 //! against the release's SFT leaf table (`compiler/releases/verl-<release>.sft.json`, derived
 //! from verl's own files by `scripts/release_leaves.py --sft`; [`keys`]), then verl's SFT
 //! rules run on the values ([`rules`], ids `F0xx`), and `verlc explain` derives the batch
-//! arithmetic ([`explain`]). `verlc build` does not generate an SFT trainer yet: it refuses
-//! the config with that reason (B021).
+//! arithmetic ([`explain`]), and [`lower`] turns it into the SFT trainer's spec for `verlc
+//! build` (with the verdicts of the keys the trainer does not read or cannot honour).
 
 pub mod config;
 pub mod explain;
