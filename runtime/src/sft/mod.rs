@@ -8,7 +8,7 @@
 //! scheduler step → validation (`test_freq`, and after the last step when there is validation
 //! data) → checkpoint (`save_freq`, and after the last step) → metrics with verl's names
 //! (`train/loss`, `train/grad_norm`, `train/lr`, `train/global_tokens`,
-//! `train/total_tokens(B)`, `val/loss`).
+//! `train/total_tokens(B)`, `val/loss`; and `timing_s/step`, the step's wall time).
 //!
 //! The loss is verl's `sft_loss`: minus the log-probabilities of the assistant replies' tokens,
 //! summed and divided by the step's loss tokens over every rank (so the update is the token
@@ -236,6 +236,7 @@ impl<R: Roles> SftTrainer<R> {
         while self.global_step < self.total_steps {
             self.global_step += 1;
             let step = self.global_step;
+            let started = std::time::Instant::now();
             let mut metrics = self.train_step()?;
             let last = step >= self.total_steps;
             let validate = (last && self.val.is_some())
@@ -247,6 +248,9 @@ impl<R: Roles> SftTrainer<R> {
             if save {
                 self.save_checkpoint()?;
             }
+            // verlc's addition (verl's SFT trainer logs no step time), named as the RL
+            // trainer's.
+            metrics.insert("timing_s/step".into(), started.elapsed().as_secs_f64());
             if self.dp.is_main() {
                 self.tracking.log(step, &metrics)?;
             }
