@@ -396,3 +396,57 @@ fn broken_runs_are_reported_with_their_cause() {
         assert!(all.contains(cause), "{overrides}: no `{cause}` in\n{all}");
     }
 }
+
+/// An SFT run of verl's `sft_trainer_engine` on a 7B-shaped model without weights and a
+/// `messages` parquet smokes on CPU (a scaled stand-in of the model, its own tokenizer and chat
+/// template, the file's conversations); a file whose rows lack the messages column is reported
+/// with the file and row.
+#[test]
+fn an_sft_run_smokes_on_cpu_and_bad_conversations_are_reported() {
+    let Some(python) = python() else { return };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("smoke-sft");
+    let _ = std::fs::remove_dir_all(&dir);
+    let model = dir.join("model");
+    model_dir(&python, &model, true);
+    let script = r#"
+import sys, pyarrow as pa, pyarrow.parquet as pq
+out = sys.argv[1]
+def conv(i):
+    return [{"role": "user", "content": f"reverse the digits {i}"},
+            {"role": "assistant", "content": str(i)[::-1]}]
+pq.write_table(pa.Table.from_pylist([{"messages": conv(1000 + i)} for i in range(32)]), f"{out}/train.parquet")
+pq.write_table(pa.Table.from_pylist([{"messages": conv(2000 + i)} for i in range(8)]), f"{out}/test.parquet")
+pq.write_table(pa.Table.from_pylist([{"conversation": conv(i)} for i in range(32)]), f"{out}/wrong_column.parquet")
+"#;
+    let status = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(&dir)
+        .status()
+        .expect("run python");
+    assert!(status.success(), "writing the data failed");
+    let args = |train: &str| -> Vec<String> {
+        vec![
+            "--config-name".into(),
+            "sft_trainer_engine".into(),
+            "--verl-version".into(),
+            "0.9.1".into(),
+            format!("model.path={}", model.display()),
+            format!("data.train_files={}", dir.join(train).display()),
+            format!("data.val_files={}", dir.join("test.parquet").display()),
+            "optim.lr=1e-4".into(),
+        ]
+    };
+    let (code, stdout, stderr) = verlc_smoke(&args("train.parquet"));
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("json report");
+    assert_eq!(report["ok"], true, "{stdout}");
+    let subs = report["substituted"].to_string();
+    assert!(subs.contains("builtin://scaled?from="), "{subs}");
+    let (code, _, stderr) = verlc_smoke(&args("wrong_column.parquet"));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("wrong_column.parquet") && stderr.contains("messages"),
+        "{stderr}"
+    );
+}

@@ -9,6 +9,8 @@
 //! 4 prompts with at most 2 responses each and micro-batches of 1, responses by 16 tokens, the
 //! rollout engine by the built-in one, parallel degrees by at most 2. The run trains `--steps`
 //! steps, validates and saves a checkpoint at the last, then resumes from it for one more step.
+//! A config of verl's SFT trainer is smoke-run the same way (its `model`, `engine` and `data`
+//! keys: 4 conversations a step in micro-batches of 1).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -132,6 +134,8 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
             Some("actor_rollout_ref.model.tokenizer_path"),
         ),
         ("critic.model.path", Some("critic.model.tokenizer_path")),
+        // verl's SFT trainer.
+        ("model.path", Some("model.tokenizer_path")),
         ("reward_model.model.path", None),
         ("reward.reward_model.model_path", None),
     ] {
@@ -150,7 +154,9 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
             }
             Ok(None) => {}
             // A critic or reward model that is off may name anything.
-            Err(e) if path_key == "actor_rollout_ref.model.path" => problems.push(e),
+            Err(e) if matches!(path_key, "actor_rollout_ref.model.path" | "model.path") => {
+                problems.push(e)
+            }
             Err(_) => {}
         }
     }
@@ -166,7 +172,15 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
     const SCHEDULE: &str = "a few steps, validated and saved at the last";
     p.set("trainer.total_training_steps", steps.to_string(), SCHEDULE);
     p.set("trainer.total_epochs", "1", SCHEDULE);
-    p.set("trainer.test_freq", steps.to_string(), SCHEDULE);
+    if p.text("data.val_files").is_some() {
+        p.set("trainer.test_freq", steps.to_string(), SCHEDULE);
+    } else {
+        p.set(
+            "trainer.test_freq",
+            "-1",
+            "no validation files to validate on",
+        );
+    }
     p.set("trainer.save_freq", steps.to_string(), SCHEDULE);
     p.set("trainer.val_before_train", "false", SCHEDULE);
     p.set("trainer.resume_mode", "disable", SCHEDULE);
@@ -210,6 +224,9 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
     }
     p.set("reward_model.micro_batch_size_per_gpu", "1", BATCH);
     p.set("reward_model.micro_batch_size", "null", BATCH);
+    // verl's SFT trainer: 4 conversations a step in micro-batches of 1 (its token budget, its
+    // length limit and its truncation kept).
+    p.set("data.micro_batch_size_per_gpu", "1", BATCH);
     // Responses: 16 tokens (prompts keep their length, filter and truncation).
     const LENGTH: &str = "short responses (prompts keep their length, filter and truncation)";
     p.clip("data.max_response_length", 16, LENGTH);
@@ -231,8 +248,32 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
         p.clip(&format!("actor_rollout_ref.rollout.{k}"), 1, ENGINE);
     }
     p.set("actor_rollout_ref.rollout.max_model_len", "null", ENGINE);
-    // Parallel degrees: the first the config uses stays at 2, the others go to 1.
+    // Parallel degrees: the first the config uses stays at 2, the others go to 1 (the SFT
+    // trainer's engine section is `engine`).
     const PARALLEL: &str = "2 ranks: the first parallel degree the config uses kept at 2";
+    let mut kept = false;
+    for k in [
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+        "ulysses_sequence_parallel_size",
+    ] {
+        let key = format!("engine.{k}");
+        match p.get(&key).and_then(Node::as_i64) {
+            Some(v) if v > 1 && !kept => {
+                p.clip(&key, 2, PARALLEL);
+                kept = true;
+            }
+            Some(v) if v > 1 => p.set(&key, "1", PARALLEL),
+            _ => {}
+        }
+    }
+    p.set(
+        "engine.virtual_pipeline_model_parallel_size",
+        "null",
+        PARALLEL,
+    );
     for role in ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"] {
         let mut kept = false;
         for k in [
@@ -352,6 +393,30 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
 }
 
 /// One run of the trainer binary, with its outcome.
+/// [`exercised`] of an SFT run.
+fn exercised_sft(plan: &verlc::plan::SftPlan) -> Vec<String> {
+    let s = &plan.spec;
+    let mut out = vec![
+        format!("engine: {}", plan.binding),
+        format!(
+            "supervised fine-tuning on `{}` conversations: chat template per message, loss on the assistant's tokens",
+            s.data.messages_key
+        ),
+        match s.batching.token_budget {
+            Some(t) => format!("dynamic micro-batches under {t} tokens"),
+            None => format!("micro-batches of {} conversations", s.batching.micro_batch),
+        },
+    ];
+    if s.model.lora.is_some() {
+        out.push("LoRA adapters".into());
+    }
+    if !s.data.val_files.is_empty() {
+        out.push("validation loss".into());
+    }
+    out.push("checkpoint with a Hugging Face model, and resume".into());
+    out
+}
+
 #[derive(Debug, serde::Serialize)]
 struct Phase {
     name: &'static str,
@@ -402,7 +467,7 @@ pub fn run(a: SmokeArgs) -> u8 {
             only: Vec::new(),
         },
     );
-    if checked.kind != verlc::sft::ConfigKind::Ppo {
+    if checked.kind == verlc::sft::ConfigKind::LegacySft {
         // Its check's findings, as `verlc build` reports them.
         verlc::plan::promote_for_build(&mut checked);
         if json {
@@ -413,12 +478,13 @@ pub fn run(a: SmokeArgs) -> u8 {
                 render::human_checked(&checked, super::output::stderr_color())
             );
             eprintln!(
-                "error: smoke runs verl's PPO trainer; an SFT config is checked (`verlc check`) and trained (`verlc run`), not yet smoke-tested"
+                "error: verl 0.7.0's legacy SFT config (`fsdp_sft_trainer`) is recognised, not checked or run; its successor `sft_trainer_engine` is"
             );
         }
         return EXIT_ERRORS;
     }
-    if checked.has_errors() || checked.config.is_none() {
+    let typed = checked.config.is_some() || checked.sft.is_some();
+    if checked.has_errors() || !typed {
         let color = super::output::stderr_color();
         if json {
             println!("{}", render::json_checked(&checked));
@@ -482,12 +548,10 @@ fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
         Ok(Compile::Planned(_)) => return 0,
         Err(code) => return code,
     };
-    let verlc::plan::Planned::Rl(plan) = &compiled.plan else {
-        // SFT configs are answered above, before anything is built.
-        eprintln!("error: smoke runs verl's PPO trainer");
-        return EXIT_USAGE;
+    let paths = match &compiled.plan {
+        verlc::plan::Planned::Rl(plan) => exercised(plan),
+        verlc::plan::Planned::Sft(plan) => exercised_sft(plan),
     };
-    let paths = exercised(plan);
     let steps = a.steps;
     let mut phases = vec![run_phase(&compiled.binary, "train, validate and save", &[])];
     if phases[0].ok {
