@@ -400,6 +400,17 @@ fn keys_the_sft_trainer_does_not_honour_are_reported_at_their_line() {
             "B018",
             "optim.optimizer",
         ),
+        (&["trainer.seed=7"][..], "B006", "trainer.seed"),
+        (
+            &["engine.forward_only=true"][..],
+            "B018",
+            "engine.forward_only",
+        ),
+        (
+            &["engine=megatron", "optim=megatron", "model.lora.rank=8"][..],
+            "B018",
+            "model.lora.rank",
+        ),
     ] {
         let c = sft(BuiltinRelease::V0_9_1, overrides);
         let found: Vec<&Diagnostic> = c

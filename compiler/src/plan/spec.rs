@@ -1487,7 +1487,7 @@ fn rollout_tensor_parallel(
 /// Megatron's router settings from `override_transformer_config` (verl sets the
 /// load-balancing type to `none`; the user's keys override it). What changes routing beyond
 /// these is refused at its key; kernel and dispatch choices are B006 warnings (verdicts).
-fn router_spec(
+pub(crate) fn router_spec(
     key: &dyn Fn(&str) -> String,
     otc: &crate::config::common::OpenDict,
     l: &mut Lowering,

@@ -22,7 +22,7 @@ use crate::config::{FsdpEngineConfig, HfModelConfig, MegatronEngineConfig, Optim
 use crate::diag::Diagnostic;
 use crate::load::node::{Node, split_key};
 use crate::plan::Binding;
-use crate::plan::spec::{Lowering, model_lora, optim_spec};
+use crate::plan::spec::{Lowering, model_lora, optim_spec, router_spec};
 use crate::source::Origin;
 
 use super::config::{Frequency, SftConfig};
@@ -96,6 +96,14 @@ const NO_EFFECT: &[(&str, &str)] = &[
         "trainer.balance_batch",
         "verl's SFT trainer does not read it",
     ),
+    (
+        "trainer.seed",
+        "verl's SFT trainer does not read it (its sampler's seed is 0; the model's is `engine.seed`)",
+    ),
+    (
+        "engine.pad_to_length_bucket",
+        "micro-batches are packed or padded to their longest row",
+    ),
     ("trainer.profile_interval", "verlc does not profile"),
     ("profiler", "verlc does not profile"),
 ];
@@ -131,6 +139,11 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "engine.pad_to_length",
         "micro-batches are packed or padded to their longest row",
+    ),
+    ("engine.forward_only", "the SFT trainer trains its model"),
+    (
+        "model.lora.rank",
+        "LoRA on the Megatron engine is not implemented (FSDP's `model.lora_rank` is)",
     ),
     (
         "trainer.default_hdfs_dir",
@@ -418,7 +431,11 @@ fn engine(
                     .expert_tensor_parallel_size
                     .and_then(|v| usize::try_from(v).ok()),
                 context_parallel: usize::try_from(m.context_parallel_size.max(1)).unwrap_or(1),
-                router: Default::default(),
+                router: router_spec(
+                    &|leaf| format!("engine.{leaf}"),
+                    &m.override_transformer_config,
+                    l,
+                ),
             };
             (
                 StrategyName::Megatron,
