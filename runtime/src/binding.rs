@@ -302,22 +302,26 @@ pub fn train<S: Strategy, P: Precision>(
     spec: &TrainerSpec,
     ctx: &RankContext,
 ) -> Result<(), TrainError> {
+    let opts = rank_options::<S, P>(spec.binding, ctx)?;
+    S::train(spec, ctx, &opts)
+}
+
+/// This rank's run options, once the spec's binding is the binary's.
+fn rank_options<S: Strategy, P: Precision>(
+    spec_binding: Binding,
+    ctx: &RankContext,
+) -> Result<crate::trainer::RunOptions, TrainError> {
     let compiled = binding::<S, P>();
-    if spec.binding != compiled {
+    if spec_binding != compiled {
         return Err(TrainError::Trainer(
-            format!(
-                "the spec binds `{}` but this binary is `{compiled}`",
-                spec.binding
-            )
-            .into(),
+            format!("the spec binds `{spec_binding}` but this binary is `{compiled}`").into(),
         ));
     }
-    let opts = crate::trainer::RunOptions {
+    Ok(crate::trainer::RunOptions {
         device: ctx.device,
         console_lines: ctx.dist.rank == 0,
         ..crate::trainer::RunOptions::new(P::LOSS_SCALER)
-    };
-    S::train(spec, ctx, &opts)
+    })
 }
 
 /// The SFT loop of one rank (see [`train`]).
@@ -325,21 +329,7 @@ pub fn train_sft<S: Strategy, P: Precision>(
     spec: &SftSpec,
     ctx: &RankContext,
 ) -> Result<(), TrainError> {
-    let compiled = binding::<S, P>();
-    if spec.binding != compiled {
-        return Err(TrainError::Trainer(
-            format!(
-                "the spec binds `{}` but this binary is `{compiled}`",
-                spec.binding
-            )
-            .into(),
-        ));
-    }
-    let opts = crate::trainer::RunOptions {
-        device: ctx.device,
-        console_lines: ctx.dist.rank == 0,
-        ..crate::trainer::RunOptions::new(P::LOSS_SCALER)
-    };
+    let opts = rank_options::<S, P>(spec.binding, ctx)?;
     S::train_sft(spec, ctx, &opts)
 }
 

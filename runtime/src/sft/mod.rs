@@ -30,7 +30,6 @@ use std::path::PathBuf;
 
 use tch::{Kind, Tensor};
 use verlc_spec::sft::SftSpec;
-use verlc_spec::trainer::ResumeSpec;
 
 use crate::algo::AggOptions;
 use crate::data::BatchSampler;
@@ -342,14 +341,7 @@ impl<R: Roles> SftTrainer<R> {
             let rows: Vec<&SftExample> =
                 mine.map(|i| &val.examples[b * global_batch + i]).collect();
             let batch = collate(&rows, self.tokenizer.pad_token_id)?;
-            let micro = match self.spec.batching.token_budget {
-                None => MicroBatching::Rows(self.spec.batching.micro_batch),
-                Some(budget) => MicroBatching::Parts(dynamic_parts(
-                    &collate::row_lengths(&rows),
-                    budget,
-                    |n| self.engine.max_over_ranks(n),
-                )?),
-            };
+            let micro = self.micro_batching(&rows)?;
             let outs = self
                 .engine
                 .infer_batch(&batch, &micro, &ForwardOptions::default())?;
@@ -381,29 +373,12 @@ impl<R: Roles> SftTrainer<R> {
         Ok((m["a"] * n, m["b"] * n))
     }
 
-    /// The checkpoint to resume from, per `trainer.resume_mode`.
-    fn resume_dir(&self) -> Result<Option<PathBuf>, TrainerError> {
-        match &self.spec.run.resume {
-            ResumeSpec::Disable => Ok(None),
-            ResumeSpec::Auto => Ok(checkpoint::read_tracker(&self.ckpt_root)?
-                .map(|s| checkpoint::step_dir(&self.ckpt_root, s))),
-            ResumeSpec::Path { path } => {
-                if !path.contains("global_step_") {
-                    return Err(bad(format!(
-                        "trainer.resume_from_path must point to a global_step_N directory, got `{path}`"
-                    )));
-                }
-                Ok(Some(crate::trainer::absolute(path)))
-            }
-        }
-    }
-
     fn load_checkpoint(&mut self) -> Result<(), TrainerError> {
         if self.dp.is_main() {
             checkpoint::remove_leftovers(&self.ckpt_root)?;
         }
         self.dp.barrier()?;
-        let Some(dir) = self.resume_dir()? else {
+        let Some(dir) = checkpoint::resume_dir(&self.spec.run.resume, &self.ckpt_root)? else {
             return Ok(());
         };
         if !dir.is_dir() {

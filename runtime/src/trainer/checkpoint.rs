@@ -46,6 +46,33 @@ fn io(path: &Path, e: std::io::Error) -> TrainerError {
     }
 }
 
+/// The checkpoint to resume from under `root`, per `trainer.resume_mode` (the RL and the SFT
+/// trainer alike): none, the tracker's latest, or `resume_from_path`.
+pub fn resume_dir(
+    resume: &verlc_spec::trainer::ResumeSpec,
+    root: &Path,
+) -> Result<Option<PathBuf>, TrainerError> {
+    use verlc_spec::trainer::ResumeSpec;
+    let bad = |msg: String| TrainerError::Config(msg);
+    match resume {
+        ResumeSpec::Disable => Ok(None),
+        ResumeSpec::Auto => Ok(read_tracker(root)?.map(|s| step_dir(root, s))),
+        ResumeSpec::Path { path } => {
+            if path.is_empty() {
+                return Err(bad(
+                    "trainer.resume_mode=resume_path needs trainer.resume_from_path".into(),
+                ));
+            }
+            if !path.contains("global_step_") {
+                return Err(bad(format!(
+                    "trainer.resume_from_path must point to a global_step_N directory, got `{path}`"
+                )));
+            }
+            Ok(Some(super::absolute(path)))
+        }
+    }
+}
+
 /// `global_step_{N}` under `root`.
 pub fn step_dir(root: &Path, step: u64) -> PathBuf {
     root.join(format!("{STEP_PREFIX}{step}"))

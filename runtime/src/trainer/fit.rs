@@ -8,8 +8,8 @@ use tch::{Kind, Tensor};
 use verlc_spec::TrainerSpec;
 use verlc_spec::data::DataSpec;
 use verlc_spec::trainer::{
-    FilterGroupsSpec, GroupMetric, KlControlSpec, LoraSpec, ModuleSelector, ResumeSpec,
-    RewardManagerSpec, RewardSpec,
+    FilterGroupsSpec, GroupMetric, KlControlSpec, LoraSpec, ModuleSelector, RewardManagerSpec,
+    RewardSpec,
 };
 
 use crate::algo::advantage::gdpo::Components;
@@ -511,24 +511,7 @@ impl<R: Roles> Trainer<R> {
 
     /// The checkpoint to resume from, per `trainer.resume_mode`.
     fn resume_dir(&self) -> Result<Option<PathBuf>, TrainerError> {
-        match &self.spec.run.resume {
-            ResumeSpec::Disable => Ok(None),
-            ResumeSpec::Auto => Ok(checkpoint::read_tracker(&self.ckpt_root)?
-                .map(|s| checkpoint::step_dir(&self.ckpt_root, s))),
-            ResumeSpec::Path { path } => {
-                let p = Some(path.as_str())
-                    .filter(|p| !p.is_empty())
-                    .ok_or_else(|| {
-                        bad("trainer.resume_mode=resume_path needs trainer.resume_from_path")
-                    })?;
-                if !p.contains("global_step_") {
-                    return Err(bad(format!(
-                        "trainer.resume_from_path must point to a global_step_N directory, got `{p}`"
-                    )));
-                }
-                Ok(Some(absolute(p)))
-            }
-        }
+        checkpoint::resume_dir(&self.spec.run.resume, &self.ckpt_root)
     }
 
     fn load_checkpoint(&mut self) -> Result<(), TrainerError> {
