@@ -396,7 +396,7 @@ fn check_sft(
         let valid = !checked.diagnostics.iter().any(Diagnostic::is_error);
         diagnostics.extend(checked.diagnostics);
         // What verl accepts but a verlc trainer cannot honour: warnings here, errors for
-        // `verlc build` (`plan::promote_for_build`). Only of a config verl would run.
+        // `verlc build` (`crate::compile`). Only of a config verl would run.
         if let Some(cfg) = checked.config.as_ref().filter(|_| valid) {
             diagnostics.extend(
                 crate::sft::lower::build_diagnostics(cfg, &composed.root, &tree_release, &users)
@@ -509,9 +509,7 @@ fn custom_data_keys(diags: &mut [Diagnostic], sources: &crate::source::SourceMap
     keys
 }
 
-/// Most diagnostics one check reports: past them a file is not a config being edited (a
-/// generated file of 450k unknown keys would print 160 MB).
-pub const MAX_DIAGNOSTICS: usize = 1000;
+pub use crate::diag::MAX_DIAGNOSTICS;
 
 /// Keep the first [`MAX_DIAGNOSTICS`] and say how many more there were, counting the
 /// findings the schema stage did not build (`not_built`); an error, so the exit status does

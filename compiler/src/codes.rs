@@ -265,18 +265,3 @@ pub const LOAD_CODES: &[(Code, &str)] = &[
         "the model's config.json (actor_rollout_ref.model.path or --model-config) is not JSON or gives sizes no model has (zero, absurd, heads that do not divide)",
     ),
 ];
-
-/// The id `code` names (any case), among every code verlc can emit: the load and build
-/// codes above and the rules' (`verlc check --only` refuses any other).
-pub fn known(code: &str) -> Option<Code> {
-    all().find(|c| c.0.eq_ignore_ascii_case(code))
-}
-
-/// Every id, for "did you mean".
-pub fn all() -> impl Iterator<Item = Code> {
-    LOAD_CODES
-        .iter()
-        .chain(BUILD_CODES)
-        .map(|(c, _)| *c)
-        .chain(crate::rules::RULES.iter().map(|r| r.code))
-}

@@ -5,6 +5,10 @@ use serde::Serialize;
 
 use crate::source::{Origin, SourceMap};
 
+/// Most diagnostics one check reports: past them a file is not a config being edited (a
+/// generated file of 450k unknown keys would print 160 MB).
+pub const MAX_DIAGNOSTICS: usize = 1000;
+
 /// A stable diagnostic id such as `V012`. All ids are listed in [`crate::codes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]

@@ -15,6 +15,7 @@
 
 pub mod check;
 pub mod codes;
+pub mod compile;
 pub mod config;
 pub mod diag;
 pub mod explain;

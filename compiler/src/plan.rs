@@ -48,7 +48,7 @@ use serde::Serialize;
 
 use crate::config::{AdvEstimator, Device, KlEstimator, LossAggMode, PolicyLossMode, VerlConfig};
 use crate::diag::Diagnostic;
-use crate::load::compose::{self, Composed, LoadRequest};
+use crate::load::compose::{self, Composed};
 use crate::load::node::{Node, split_key};
 use crate::reward::Rewards;
 use crate::role::{Role, critic_runs, reference_runs};
@@ -186,29 +186,6 @@ impl Planned {
     }
 }
 
-/// The SFT plan of a checked SFT config whose keys and types passed; the diagnostics of what
-/// the trainer cannot honour are the check's (see [`promote_for_build`]).
-pub fn sft_plan(checked: &crate::check::Checked) -> Option<SftPlan> {
-    let cfg = checked.sft.as_ref()?;
-    let root = &checked.composed.root;
-    let (spec, _) = crate::sft::lower::lower(cfg, root, algo_release(&checked.release_version));
-    let bound_keys = crate::sft::lower::BOUND_KEYS
-        .iter()
-        .filter_map(|k| {
-            let node = root.get_path(&split_key(k))?;
-            Some(BoundKey {
-                key: (*k).to_owned(),
-                value: node.to_json(),
-            })
-        })
-        .collect();
-    Some(SftPlan {
-        binding: spec.binding,
-        bound_keys,
-        spec,
-    })
-}
-
 /// A plan and the problems found while lowering.
 #[derive(Clone, Debug)]
 pub struct Lowered {
@@ -235,7 +212,11 @@ pub fn algo_release(label: &str) -> verlc_spec::algo::AlgoRelease {
 
 /// Lower a typed config whose tree is `root` (for the origins of diagnostics), judged against
 /// the release whose algorithm functions the run follows.
-pub fn lower(cfg: &VerlConfig, root: &Node, release: verlc_spec::algo::AlgoRelease) -> Lowered {
+pub(crate) fn lower(
+    cfg: &VerlConfig,
+    root: &Node,
+    release: verlc_spec::algo::AlgoRelease,
+) -> Lowered {
     let actor = Role::actor(cfg);
     let (precision, _) = actor.precision().unwrap_or((Dtype::Bf16, String::new()));
     let binding = Binding {
@@ -376,61 +357,33 @@ fn drop_expert_degrees_no_effect(
     });
 }
 
-/// `verlc check` reports the plan's findings as warnings (what verl accepts but a verlc
-/// binary cannot bind); a build needs them as errors. Replace them in `checked` with the
-/// build's view: the plan's errors and the verdicts (unsupported values are errors).
-pub fn promote_for_build(checked: &mut crate::check::Checked) {
-    promote_for_build_where(checked, &|_| true);
-}
-
-/// [`promote_for_build`] keeping only the verdicts of the keys `verdict_for` accepts (a
-/// trainer's run-time overrides: its embedded config was judged when it was built).
-pub fn promote_for_build_where(
-    checked: &mut crate::check::Checked,
+/// What `verlc build` reports of a checked RL config beyond the check's own rules: the plan's
+/// errors, the verdicts of the keys the user changed that `verdict_for` accepts, and whether
+/// the rollout fits the model (`crate::compile` puts them in place of the check's view).
+pub(crate) fn build_findings(
+    cfg: &VerlConfig,
+    composed: &Composed,
+    baseline: Option<&Node>,
+    model: Option<&crate::rules::ModelDims>,
+    release: verlc_spec::algo::AlgoRelease,
     verdict_for: &dyn Fn(&str) -> bool,
-) {
-    if checked.kind != crate::sft::ConfigKind::Ppo {
-        // The check reported what the trainer cannot honour as warnings; for a build they
-        // are errors again.
-        for d in &mut checked.diagnostics {
-            if d.code == crate::codes::BUILD_UNSUPPORTED_SETTING {
-                d.severity = crate::diag::Severity::Error;
-                d.notes.retain(|n| !n.contains("`verlc build` rejects it"));
-            }
-        }
-        return;
-    }
-    let Some(cfg) = checked.config.as_ref() else {
-        return;
-    };
-    let mut lowered = lower_for_build_where(
-        cfg,
-        &checked.composed,
-        checked.baseline.as_ref(),
-        algo_release(&checked.release_version),
-        verdict_for,
-    );
-    drop_expert_degrees_no_effect(
-        &mut lowered.diagnostics,
-        checked.model.as_ref(),
-        &checked.composed.root,
-    );
-    if let Some(model) = &checked.model {
+) -> Vec<Diagnostic> {
+    let mut lowered = lower_for_build_where(cfg, composed, baseline, release, verdict_for);
+    drop_expert_degrees_no_effect(&mut lowered.diagnostics, model, &composed.root);
+    if let Some(model) = model {
         lowered.diagnostics.extend(rollout_fit::rollout_fit(
             &lowered.plan.spec,
             model,
-            &checked.composed.root,
+            &composed.root,
         ));
     }
-    let is_plan_code =
-        |c: crate::diag::Code| crate::codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
-    checked.diagnostics.retain(|d| !is_plan_code(d.code));
-    checked.diagnostics.extend(lowered.diagnostics);
+    lowered.diagnostics
 }
 
 /// Lower and collect everything `verlc build` reports: the plan's errors plus the verdicts
 /// of the keys the user changed (the config judged against `release`).
-pub fn lower_for_build(
+#[cfg(test)]
+pub(crate) fn lower_for_build(
     cfg: &VerlConfig,
     composed: &Composed,
     release: verlc_spec::algo::AlgoRelease,
@@ -479,33 +432,4 @@ pub fn override_key(text: &str) -> &str {
         .split(['=', '@'])
         .next()
         .unwrap_or("")
-}
-
-/// What a checked config lowers to, or why it does not.
-pub enum SpecOutcome {
-    /// The spec, with the warnings of the check.
-    Ok {
-        spec: Box<verlc_spec::TrainerSpec>,
-        checked: Box<crate::check::Checked>,
-    },
-    /// The config has errors (the build's view: what the binary cannot bind are errors).
-    Errors(Box<crate::check::Checked>),
-}
-
-/// Compose, check and lower `req` as `verlc build` does (without the unused-key warnings):
-/// the one path from a config to the [`verlc_spec::TrainerSpec`] a trainer runs.
-pub fn lower_request(req: &LoadRequest) -> SpecOutcome {
-    let mut checked = crate::check::check(req, &crate::check::CheckOptions::default());
-    promote_for_build(&mut checked);
-    match checked.config.as_ref().filter(|_| !checked.has_errors()) {
-        Some(cfg) => {
-            let release = algo_release(&checked.release_version);
-            let spec = lower(cfg, &checked.composed.root, release).plan.spec;
-            SpecOutcome::Ok {
-                spec: Box::new(spec),
-                checked: Box::new(checked),
-            }
-        }
-        None => SpecOutcome::Errors(Box::new(checked)),
-    }
 }

@@ -17,16 +17,17 @@ fn workspace() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).to_path_buf()
 }
 
+fn request(release: BuiltinRelease, overrides: &[&str]) -> LoadRequest {
+    LoadRequest {
+        config_name: Some("sft_trainer_engine".into()),
+        overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        builtin: release,
+        ..Default::default()
+    }
+}
+
 fn sft(release: BuiltinRelease, overrides: &[&str]) -> Checked {
-    check(
-        &LoadRequest {
-            config_name: Some("sft_trainer_engine".into()),
-            overrides: overrides.iter().map(|s| s.to_string()).collect(),
-            builtin: release,
-            ..Default::default()
-        },
-        &CheckOptions::default(),
-    )
+    check(&request(release, overrides), &CheckOptions::default())
 }
 
 fn show(d: &[Diagnostic]) -> String {
@@ -426,9 +427,15 @@ fn keys_the_sft_trainer_does_not_honour_are_reported_at_their_line() {
         );
         assert!(d.primary.is_some(), "{overrides:?}: no line");
         // The build refuses what it cannot honour.
-        let mut built = c;
-        verlc::plan::promote_for_build(&mut built);
+        let built = verlc::compile::compile(
+            &request(BuiltinRelease::V0_9_1, overrides),
+            &CheckOptions::default(),
+            verlc::compile::Mode::Build {
+                deny_warnings: false,
+            },
+        );
         let after = built
+            .checked
             .diagnostics
             .iter()
             .find(|d| d.code.0 == code && d.key_path.as_deref() == Some(key))

@@ -188,7 +188,7 @@ fn what_the_user_writes_is_still_checked_on_a_newer_release() {
 /// (verlc trains synchronously on fresh rollouts), and the sync mode (verl's default) builds.
 #[test]
 fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
-    use verlc::plan::{SpecOutcome, lower_request};
+    use verlc::compile::{SpecOutcome, lower_request};
     let Some(dir) = newer_tree() else {
         return;
     };
@@ -307,7 +307,7 @@ fn build_request(dir: &Path, extra: &[&str]) -> LoadRequest {
 /// the user's settings (no verdict fires on them); a key the user sets still gets its verdict.
 #[test]
 fn a_newer_release_lowers_for_a_build() {
-    use verlc::plan::{SpecOutcome, lower_request};
+    use verlc::compile::{SpecOutcome, lower_request};
     let Some(dir) = newer_tree() else {
         return;
     };
@@ -581,7 +581,7 @@ fn verl_mains_examples_check_clean() {
 /// longer calls it). A misspelt key under `reward` is an error.
 #[test]
 fn a_newer_releases_reward_section_lowers() {
-    use verlc::plan::{SpecOutcome, lower_request};
+    use verlc::compile::{SpecOutcome, lower_request};
     use verlc_spec::trainer::{RewardManagerSpec, RewardModelInput, RewardSpec};
     let Some(dir) = newer_tree() else {
         return;
@@ -999,7 +999,8 @@ fn verl_0_8_examples_check_clean() {
 /// at the line that chose it, not as a missing FSDP section.
 #[test]
 fn veomni_builds_as_fsdp_and_other_engines_are_refused_by_name() {
-    use verlc::plan::{Dtype, SpecOutcome, lower_request};
+    use verlc::compile::{SpecOutcome, lower_request};
+    use verlc::plan::Dtype;
     use verlc_spec::optim::VerlSchedule;
     use verlc_spec::trainer::{EngineSpec, ScheduleSpec};
     let Some(dir) = newer_tree() else {
@@ -1401,7 +1402,7 @@ fn a_plain_file_on_the_builtin_newest_tree_is_judged_against_the_base() {
         errors(&c.diagnostics)
     );
     // The quickstart itself lowers on it as on 0.7.0's tree (0.9's defaults aside).
-    use verlc::plan::{SpecOutcome, lower_request};
+    use verlc::compile::{SpecOutcome, lower_request};
     let plan = |builtin| match lower_request(&LoadRequest {
         config_file: Some(root().join("examples/quickstart.yaml")),
         cwd: root(),

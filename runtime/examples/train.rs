@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use verlc::compile::{SpecOutcome, lower_request};
 use verlc::load::compose::LoadRequest;
-use verlc::plan::{SpecOutcome, lower_request};
 
 fn main() -> ExitCode {
     runtime::host_alloc::keep_freed_memory();

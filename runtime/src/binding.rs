@@ -16,7 +16,7 @@
 //! What runs is the [`TrainerSpec`] `verlc build` lowered and embedded ([`BuildInfo::spec`]);
 //! the runtime takes its typed settings and never re-derives them from verl's config.
 //!
-//! [`main`] is the binary's command line (clap):
+//! [`main`] is the binary's command line ([`args`]):
 //! - prints the build info (verlc version, config hash, binding) at start-up;
 //! - `key=value` overrides (Hydra grammar) are checked by the same rules as `verlc check` and
 //!   lowered by the same lowering as `verlc build` into the spec that runs; an override that
@@ -28,17 +28,18 @@
 //!   `trainer.device=cpu` they are CPU processes talking over Gloo;
 //! - then every rank calls [`train`] — the RL loop's entry point.
 
+mod args;
+
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use verlc::check::{CheckOptions, check};
-use verlc::config::VerlConfig;
+use verlc::check::CheckOptions;
+use verlc::compile::{Mode, compile};
 use verlc::diag::Diagnostic;
 use verlc::load::compose::{ConfigText, LoadRequest};
 use verlc::load::node::{Node, split_key};
 use verlc::load::version::BuiltinRelease;
-use verlc::plan::{self, Binding, BoundKey, BuildPlan};
-use verlc::source::{Source, SourceKind, SourceMap};
+use verlc::plan::{self, Binding, BoundKey, Planned};
 use verlc_spec::TrainerSpec;
 use verlc_spec::sft::SftSpec;
 use verlc_spec::trainer::{DeviceKind, WorldSpec};
@@ -412,64 +413,19 @@ enum Exit {
     Done,
 }
 
-/// The trainer's command line.
-#[derive(Debug, Default, PartialEq, clap::Parser)]
-#[command(
-    name = "trainer",
-    about = "Runs the RL training this binary was built for (`verlc build`).",
-    long_about = "Runs the RL training this binary was built for (`verlc build`). KEY=VALUE overrides use \
-Hydra's grammar (key=value, +key=value, ++key=value, ~key), are checked like `verlc check` and \
-lowered like `verlc build`.",
-    after_help = "ranks: torchrun/SLURM environments (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are honoured; \
-otherwise trainer.n_gpus_per_node local ranks are spawned (CPU processes over Gloo on trainer.device=cpu).",
-    disable_version_flag = true
-)]
-struct Args {
-    /// Print the build info and exit.
-    #[arg(short = 'V', long)]
-    version: bool,
-    /// Print the resolved config (after overrides) and exit.
-    #[arg(long)]
-    print_config: bool,
-    /// Print the trainer spec this run executes (JSON) and exit.
-    #[arg(long)]
-    print_spec: bool,
-    /// Check the overrides and exit.
-    #[arg(long = "check")]
-    check_only: bool,
-    /// Spawn N local ranks (sets trainer.n_gpus_per_node=N).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    nproc_per_node: Option<u32>,
-    /// Config overrides.
-    #[arg(value_name = "KEY=VALUE", value_parser = override_arg)]
-    overrides: Vec<String>,
-}
-
-fn override_arg(a: &str) -> Result<String, String> {
-    if a.contains('=') || a.starts_with('~') {
-        Ok(a.to_owned())
-    } else {
-        Err(format!(
-            "`{a}` is neither an option nor a KEY=VALUE override"
-        ))
-    }
-}
-
 fn run<S: Strategy, P: Precision>(
     embedded: &str,
     info: BuildInfo,
     raw: &[OsString],
 ) -> Result<(), Exit> {
     let compiled = binding::<S, P>();
-    let mut args = match <Args as clap::Parser>::try_parse_from(
-        std::iter::once(OsString::from("trainer")).chain(raw.iter().cloned()),
-    ) {
+    let mut args = match args::parse(raw) {
         Ok(a) => a,
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) => {
-            print!("{e}");
+        Err(args::Stop::Help(text)) => {
+            print!("{text}");
             return Err(Exit::Done);
         }
-        Err(e) => return Err(Exit::Usage(e.to_string())),
+        Err(args::Stop::Usage(text)) => return Err(Exit::Usage(text)),
     };
     let launched = std::env::var_os(LAUNCHED_ENV).is_some();
     let env = DistEnv::from_env().map_err(|e| Exit::Failed(e.to_string()))?;
@@ -644,12 +600,10 @@ fn resolve(
         builtin: BuiltinRelease::same_minor(info.verl_release).unwrap_or_default(),
         ..LoadRequest::default()
     };
-    let mut checked = check(&req, &CheckOptions::default());
     // What this binary cannot run are errors here, not `check`'s warnings. The embedded
     // config's verdicts were reported by `verlc build`; only the overridden keys' count now.
-    let keys: Vec<&str> = overrides.iter().map(|o| plan::override_key(o)).collect();
-    let related = |k: &str| keys.iter().any(|o| plan::keys_overlap(k, o));
-    plan::promote_for_build_where(&mut checked, &related);
+    let out = compile(&req, &CheckOptions::default(), Mode::Overrides(overrides));
+    let checked = &out.checked;
     refuse_bound_changes(
         &bound,
         device,
@@ -677,62 +631,45 @@ fn resolve(
             "the config has {n} error(s); nothing was run"
         )));
     }
-    if checked.kind == verlc::sft::ConfigKind::Sft {
-        let Some(sft) = plan::sft_plan(&checked) else {
-            return Err(Exit::Failed(
-                "the config did not pass its checks; nothing was run".into(),
-            ));
-        };
-        if sft.binding != *compiled {
-            return Err(Exit::Failed(format!(
-                "the overrides change the binding to `{}` but this binary is `{compiled}`; rebuild with verlc: `verlc build {} {} -o <trainer>`",
-                sft.binding,
-                info.source,
-                overrides.join(" ")
-            )));
-        }
-        return Ok(Resolved {
-            yaml: plan::embed::to_yaml(&checked.composed.root),
-            spec: Workload::Sft(Box::new(sft.spec)),
-        });
-    }
-    let Some(config) = checked.config.as_ref() else {
+    let Some(planned) = out.planned else {
         return Err(Exit::Failed(
-            "the config did not pass the schema; nothing was run".into(),
+            "the config did not pass its checks; nothing was run".into(),
         ));
     };
-    let release = plan::algo_release(&checked.release_version);
-    let plan = plan::lower(config, &checked.composed.root, release).plan;
-    // Overrides may name other models (or add a role, with verl's default path): the trainer
-    // never downloads, so what it cannot load from this machine is an error before any rank
-    // starts, at the key that names it.
-    let env = verlc_hub::HubEnv::from_env();
-    let problems: Vec<Diagnostic> = plan::models::model_problems(&plan.spec, &env)
-        .iter()
-        .map(|p| p.diagnostic(&checked.composed.root))
-        .collect();
-    if !problems.is_empty() {
-        eprint!(
-            "{}",
-            verlc::render::human(&problems, &checked.composed.sources, false)
-        );
-        return Err(Exit::Failed(format!(
-            "{} model(s) cannot be loaded; nothing was run",
-            problems.len()
-        )));
+    if let Planned::Rl(plan) = &planned {
+        // Overrides may name other models (or add a role, with verl's default path): the
+        // trainer never downloads, so what it cannot load from this machine is an error
+        // before any rank starts, at the key that names it.
+        let env = verlc_hub::HubEnv::from_env();
+        let problems: Vec<Diagnostic> = plan::models::model_problems(&plan.spec, &env)
+            .iter()
+            .map(|p| p.diagnostic(&checked.composed.root))
+            .collect();
+        if !problems.is_empty() {
+            eprint!(
+                "{}",
+                verlc::render::human(&problems, &checked.composed.sources, false)
+            );
+            return Err(Exit::Failed(format!(
+                "{} model(s) cannot be loaded; nothing was run",
+                problems.len()
+            )));
+        }
     }
-    if plan.binding != *compiled {
+    if planned.binding() != *compiled {
         return Err(Exit::Failed(format!(
             "the overrides change the binding to `{}` but this binary is `{compiled}`; rebuild with verlc: `verlc build {} {} -o <trainer>`",
-            plan.binding,
+            planned.binding(),
             info.source,
             overrides.join(" ")
         )));
     }
-    Ok(Resolved {
-        yaml: plan::embed::to_yaml(&checked.composed.root),
-        spec: Workload::Rl(Box::new(plan.spec)),
-    })
+    let yaml = plan::embed::to_yaml(&checked.composed.root);
+    let spec = match planned {
+        Planned::Rl(plan) => Workload::Rl(Box::new(plan.spec)),
+        Planned::Sft(plan) => Workload::Sft(Box::new(plan.spec)),
+    };
+    Ok(Resolved { yaml, spec })
 }
 
 /// The keys that decided the binding and the device, as `verlc build` embedded them; a
@@ -749,24 +686,48 @@ fn embedded_binding(
             .map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
         return Ok((keys, spec.world().device));
     }
-    let plan = embedded_plan(embedded, name, info.verl_release)?;
-    Ok((plan.bound_keys, plan.spec.world.device))
+    let planned = embedded_plan(embedded, name, info)?;
+    let device = if planned.cuda() {
+        DeviceKind::Cuda
+    } else {
+        DeviceKind::Cpu
+    };
+    Ok((planned.bound_keys().to_vec(), device))
 }
 
-/// The plan of the embedded config as built (its bound keys and their values).
-fn embedded_plan(embedded: &str, name: &str, release: &str) -> Result<BuildPlan, Exit> {
-    let mut sources = SourceMap::new();
-    let id = sources.add(Source::new(name, embedded, SourceKind::File));
-    let tree = verlc::load::yaml::parse(sources.get(id), id)
-        .map_err(|d| Exit::Failed(format!("embedded config: {}", d.message)))?;
-    let (tree, _) = verlc::check::unset_mandatory(&tree);
-    let mut json = tree.to_json();
-    if let Some(m) = json.as_object_mut() {
-        m.remove("defaults");
-    }
-    let cfg: VerlConfig =
-        serde_json::from_value(json).map_err(|e| Exit::Failed(format!("embedded config: {e}")))?;
-    Ok(plan::lower(&cfg, &tree, plan::algo_release(release)).plan)
+/// The plan of the embedded config as `verlc build` makes it (its bound keys and their
+/// values), for a hand-written instantiation that embeds no spec.
+fn embedded_plan(embedded: &str, name: &str, info: &BuildInfo) -> Result<Planned, Exit> {
+    let req = LoadRequest {
+        config_text: Some(ConfigText {
+            name: name.to_owned(),
+            text: embedded.to_owned(),
+        }),
+        cwd: std::env::current_dir().unwrap_or_default(),
+        config_dir: carried_tree(info)?,
+        builtin: BuiltinRelease::same_minor(info.verl_release).unwrap_or_default(),
+        ..LoadRequest::default()
+    };
+    let out = compile(
+        &req,
+        &CheckOptions::default(),
+        Mode::Build {
+            deny_warnings: false,
+        },
+    );
+    out.planned.ok_or_else(|| {
+        let errors: Vec<Diagnostic> = out
+            .checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .cloned()
+            .collect();
+        Exit::Failed(format!(
+            "the embedded config does not build:\n{}",
+            verlc::render::human(&errors, &out.checked.composed.sources, false)
+        ))
+    })
 }
 
 /// Refuse overrides that change a key the binary was compiled for.
@@ -844,45 +805,6 @@ fn embedded_name(info: &BuildInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(a: &[&str]) -> Result<Args, String> {
-        <Args as clap::Parser>::try_parse_from(std::iter::once("trainer").chain(a.iter().copied()))
-            .map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn command_line() {
-        let a = args(&[
-            "--print-config",
-            "--nproc-per-node",
-            "2",
-            "a.b=1",
-            "+c=2",
-            "~d",
-        ])
-        .ok();
-        assert_eq!(
-            a,
-            Some(Args {
-                version: false,
-                print_config: true,
-                print_spec: false,
-                check_only: false,
-                nproc_per_node: Some(2),
-                overrides: vec!["a.b=1".into(), "+c=2".into(), "~d".into()]
-            })
-        );
-        assert_eq!(
-            args(&["--nproc-per-node=3"])
-                .ok()
-                .and_then(|a| a.nproc_per_node),
-            Some(3)
-        );
-        assert!(args(&["--nproc-per-node", "0"]).is_err());
-        assert!(args(&["--frobnicate"]).is_err());
-        assert!(args(&["stray"]).is_err_and(|e| e.contains("neither an option nor a KEY=VALUE")));
-        assert!(args(&["trainer.test_freq=-1"]).is_ok());
-    }
 
     #[test]
     fn markers_carry_their_kinds() {

@@ -9,7 +9,7 @@ pub mod engine;
 pub(crate) mod ffi;
 pub mod host_alloc;
 pub mod logging;
-pub mod megatron;
+pub mod logits;
 pub mod model;
 pub mod ops;
 pub mod optim;

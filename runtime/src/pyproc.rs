@@ -40,6 +40,23 @@ pub enum ProcError {
     Dead(String),
 }
 
+/// The interpreter helper processes run on by default: `$VERLC_PYTHON`, else
+/// `$VIRTUAL_ENV/bin/python`, else `python3`.
+pub fn default_python() -> String {
+    if let Ok(p) = std::env::var("VERLC_PYTHON")
+        && !p.is_empty()
+    {
+        return p;
+    }
+    if let Ok(v) = std::env::var("VIRTUAL_ENV") {
+        let p = std::path::PathBuf::from(v).join("bin").join("python");
+        if p.is_file() {
+            return p.display().to_string();
+        }
+    }
+    "python3".to_owned()
+}
+
 /// A running helper.
 pub struct JsonLinesProcess {
     child: Child,

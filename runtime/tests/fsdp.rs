@@ -143,7 +143,7 @@ fn backward<E: Engine<Head = CausalLm>>(
     group: Option<&ProcessGroup>,
 ) -> f64 {
     let mut loss_fn =
-        |mb: &Batch, out: runtime::rollout::LogProbOutput, agg: &runtime::algo::AggOptions| {
+        |mb: &Batch, out: runtime::logits::LogProbOutput, agg: &runtime::algo::AggOptions| {
             let m = mb.get("response_mask")?;
             let n = agg.batch_num_tokens.unwrap_or(1.0);
             let loss = -(out.log_probs * m).sum(Kind::Float) * (agg.dp_size as f64 / n);
@@ -715,7 +715,7 @@ rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
     let mut single = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("single");
     train_step(&mut single, &full_batch(), None);
     let mut loss_fn =
-        |mb: &Batch, out: runtime::rollout::LogProbOutput, agg: &runtime::algo::AggOptions| {
+        |mb: &Batch, out: runtime::logits::LogProbOutput, agg: &runtime::algo::AggOptions| {
             let m = mb.get("response_mask")?;
             let loss = -(out.log_probs * m).sum(Kind::Float)
                 * (agg.dp_size as f64 / agg.batch_num_tokens.unwrap_or(1.0));
@@ -1178,7 +1178,7 @@ fn fresh_forward(
     batch: &Batch,
     fwd: &ForwardOptions,
     packed: bool,
-) -> (SingleEngine<CausalLm>, runtime::rollout::LogProbOutput) {
+) -> (SingleEngine<CausalLm>, runtime::logits::LogProbOutput) {
     use runtime::engine::Head;
     let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("engine");
     let out = if packed {
@@ -1337,7 +1337,7 @@ rank_test!(
 rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
     use runtime::algo::topk_kl::TopKKl;
     use runtime::engine::Head;
-    use runtime::rollout::topk::{
+    use runtime::logits::topk::{
         TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopK, TopKOutput, TopKTargets,
     };
     const K: i64 = 4;
@@ -1355,7 +1355,7 @@ rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
         topk: TopK::Own(K),
         ..ForwardOptions::default()
     };
-    let own_of = |out: runtime::rollout::LogProbOutput| match out.topk {
+    let own_of = |out: runtime::logits::LogProbOutput| match out.topk {
         Some(TopKOutput::Own(t)) => t,
         other => panic!("{other:?}"),
     };
@@ -1381,7 +1381,7 @@ rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
         },
         ..ForwardOptions::default()
     };
-    let kl_of = |out: runtime::rollout::LogProbOutput| match out.topk {
+    let kl_of = |out: runtime::logits::LogProbOutput| match out.topk {
         Some(TopKOutput::Kl(t)) => t,
         other => panic!("{other:?}"),
     };

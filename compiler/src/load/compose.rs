@@ -1778,7 +1778,7 @@ fn absent_key_among(o: &Override, siblings: &[&str], path: &[&str]) -> Diagnosti
     .with_key(o.key.clone())
     .with_primary(Some(o.key_origin.clone()), "not in the config");
     // A key of verl 0.7.0 on a newer release's tree: where it went.
-    if let Some((m, to)) = crate::migrate::destination(&o.key) {
+    if let Some((m, to)) = super::moves::destination(&o.key) {
         return d.with_help(match to {
             Some(to) => format!(
                 "verl {} moved it to `{to}`; `verlc migrate` rewrites the config",

@@ -6,6 +6,7 @@
 pub mod carried_tree;
 pub mod compose;
 pub mod interp;
+pub mod moves;
 pub mod node;
 pub mod node_de;
 pub mod override_value;

@@ -8,11 +8,9 @@
 //! The file must be block-style YAML (what verl's configs and users' files are); a moved key
 //! inside a flow mapping (`{...}`) is an error that names its line.
 
-pub mod moves;
-
 use std::collections::BTreeMap;
 
-pub use moves::{MOVES, Move, destination};
+pub use crate::load::moves::{self, MOVES, Move, destination};
 
 /// What happened to one key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,6 +6,11 @@ use super::*;
 use crate::check::{CheckOptions, Checked, check};
 use crate::codes;
 use crate::diag::{Diagnostic, Severity};
+use crate::load::compose::LoadRequest;
+
+const BUILD: crate::compile::Mode<'static> = crate::compile::Mode::Build {
+    deny_warnings: false,
+};
 
 /// A YAML config written to a fresh temp file, checked like `verlc check` and lowered like
 /// `verlc build`.
@@ -336,9 +341,8 @@ fn rollout_tensor_parallel_must_split_the_model() {
             model_config: Some(model.clone()),
             ..CheckOptions::default()
         };
-        let mut checked = check(&req, &opts);
-        crate::plan::promote_for_build(&mut checked);
-        checked
+        crate::compile::compile(&req, &opts, BUILD)
+            .checked
             .diagnostics
             .iter()
             .filter(|d| d.key_path.as_deref() == Some(key) && d.code.0 == "B018")
@@ -590,7 +594,7 @@ fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
             .filter(|d| d.code.0 == "B012")
             .all(|d| !d.is_error())
     );
-    let mut promoted = check(
+    let promoted = crate::compile::compile(
         &LoadRequest {
             config_file: Some(c.file.clone()),
             cwd: std::env::temp_dir(),
@@ -598,8 +602,9 @@ fn fp16_with_fsdp_param_offload_is_rejected_at_the_precision_line() {
             ..LoadRequest::default()
         },
         &CheckOptions::default(),
-    );
-    promote_for_build(&mut promoted);
+        BUILD,
+    )
+    .checked;
     let b012: Vec<_> = promoted
         .diagnostics
         .iter()

@@ -234,9 +234,9 @@ impl ModelDims {
     /// Whether the model is a Qwen3.5 or a Qwen3-Next (Gated DeltaNet layers among gated
     /// attention).
     pub fn is_hybrid(&self) -> bool {
-        self.model_type
-            .as_deref()
-            .is_some_and(crate::plan::models::has_linear_attention)
+        self.model_type.as_deref().is_some_and(|t| {
+            verlc_spec::families::of_checkpoint(t).is_some_and(|r| r.linear_attention)
+        })
     }
 
     /// How many layers are Gated DeltaNet layers: `layer_types`' count, else every layer but

@@ -18,6 +18,8 @@ pub(crate) mod facts;
 
 mod algorithm;
 mod batch;
+pub use batch::arithmetic::Overflow;
+pub(crate) use batch::arithmetic::arithmetic_fits;
 mod data;
 mod deprecated;
 mod model;
@@ -534,6 +536,21 @@ pub fn run(ctx: &RuleContext, enabled: &dyn Fn(Code) -> bool) -> Vec<Diagnostic>
         }
     }
     out
+}
+
+/// The id `code` names (any case), among every code verlc can emit: the load and build
+/// codes ([`crate::codes`]) and the rules' (`verlc check --only` refuses any other).
+pub fn known_code(code: &str) -> Option<Code> {
+    all_codes().find(|c| c.0.eq_ignore_ascii_case(code))
+}
+
+/// Every id, for "did you mean".
+pub fn all_codes() -> impl Iterator<Item = Code> {
+    crate::codes::LOAD_CODES
+        .iter()
+        .chain(crate::codes::BUILD_CODES)
+        .map(|(c, _)| *c)
+        .chain(RULES.iter().map(|r| r.code))
 }
 
 /// A rule by id (`V012`) or by name (`TokenBudgetBelowSequenceLength`), ignoring case.

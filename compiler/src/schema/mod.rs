@@ -1124,7 +1124,7 @@ pub fn validate_counted_with(
     let mut out = Vec::new();
     // Findings past the check's report limit are only counted (a generated file of 450k
     // unknown keys would otherwise build a diagnostic, and a "did you mean", for each).
-    let limit = crate::check::MAX_DIAGNOSTICS;
+    let limit = crate::diag::MAX_DIAGNOSTICS;
     let mut uncounted = 0usize;
     for err in validator::violations(&validator::VALIDATION, root) {
         if out.len() >= limit {
@@ -1329,7 +1329,7 @@ pub fn not_shown(count: usize) -> Diagnostic {
         codes::YAML_LIMIT,
         format!(
             "{count} more findings not shown: verlc reports at most {}",
-            crate::check::MAX_DIAGNOSTICS
+            crate::diag::MAX_DIAGNOSTICS
         ),
     )
 }

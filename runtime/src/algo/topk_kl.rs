@@ -45,7 +45,7 @@ pub fn forward_kl_topk(
     log_prob_min_clamp: Option<f64>,
     mass_at: MassAt,
 ) -> Result<TopKKl> {
-    let kind = crate::rollout::topk::at_least_f32(student.kind());
+    let kind = at_least_f32(student.kind());
     let student = student.f_to_kind(kind)?;
     let teacher = teacher.f_to_kind(kind)?;
     let mass = |lp: &Tensor| -> Result<Tensor> {
@@ -115,4 +115,13 @@ impl TopKKl {
 
     /// Columns [`TopKKl::columns`] carries.
     pub const COLUMNS: i64 = 5;
+}
+
+/// f32, or f64 when given (the parity tests' precision).
+pub fn at_least_f32(kind: tch::Kind) -> tch::Kind {
+    if kind == tch::Kind::Double {
+        tch::Kind::Double
+    } else {
+        tch::Kind::Float
+    }
 }

@@ -18,6 +18,8 @@
 
 pub mod batch;
 pub mod fsdp;
+pub mod hybrid;
+pub mod megatron;
 pub mod micro;
 pub mod single;
 
@@ -28,16 +30,15 @@ use tch::Tensor;
 use tch::nn::Path as VarPath;
 
 use crate::algo::AggOptions;
+use crate::logits::logprob::{entropy_from_logits, log_probs_from_logits, response_window};
+use crate::logits::topk::{
+    TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopK, TopKTargets, topk_columns, topk_output,
+};
+use crate::logits::{LogProbOutput, SequenceBatch, TokenStats, sum_pi_squared_from_logits};
 use crate::model::decoder::Model;
 use crate::model::packed::Packing;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
-use crate::rollout::logprob::{entropy_from_logits, log_probs_from_logits, response_window};
-use crate::rollout::topk::{
-    TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopK, TopKTargets, topk_columns, topk_output,
-};
-use crate::rollout::{
-    LogProbOutput, RolloutLayout, SequenceBatch, TokenStats, sum_pi_squared_from_logits,
-};
+use hybrid::RolloutLayout;
 
 pub use batch::Batch;
 pub use micro::MicroBatching;

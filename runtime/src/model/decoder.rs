@@ -3,7 +3,7 @@
 //! serves every engine: the single and FSDP engines and the full-model rollout hold whole
 //! weights; a Megatron rank builds the same layers over its tensor-parallel size (q/k/v and
 //! gate/up split by columns, o and down by rows, local head counts) for its pipeline stage's
-//! layer range ([`crate::megatron::ParallelModel`]) and runs them through other
+//! layer range ([`crate::engine::megatron::ParallelModel`]) and runs them through other
 //! [`Regions`]. Incremental decoding is [`DecoderLayer::forward_in`] with a [`KvCache`] on
 //! either.
 //!

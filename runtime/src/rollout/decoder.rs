@@ -12,12 +12,14 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::dist::ProcessGroup;
-use crate::megatron::{ParallelModel, StageInput};
+pub use crate::engine::hybrid::{RolloutLayout, ShardLayout};
+use crate::engine::megatron::{ParallelModel, StageInput};
 use crate::model::{CausalLm, KvCache, ModelConfig};
 
-use super::logprob::{SequenceBatch, compute_log_probs};
+use super::logprob::compute_log_probs;
 use super::vocab_head::{DecodeHead, HeadLogits};
 use super::{RolloutError, SamplingParams};
+use crate::logits::SequenceBatch;
 
 /// A model the generation loop can decode with; see the module docs.
 pub trait Decoder {
@@ -241,37 +243,5 @@ impl Decoder for ShardedDecoder<'_> {
              takes them while decoding (LogProbPath::Decode)"
                 .into(),
         ))
-    }
-}
-
-/// What the hybrid engine's rollout model looks like on this rank: the whole model, or the
-/// rank's shards of it (what [`crate::engine::Engine::rollout_layout`] reports).
-#[derive(Debug, Clone)]
-pub enum RolloutLayout {
-    Full(ModelConfig),
-    Sharded(ShardLayout),
-}
-
-/// One Megatron rank's part of the rollout model: its pipeline stage's layers and its
-/// tensor-parallel slice of the rollout's TP group (training's, or another size: then `share`
-/// says how the replicas split the data-parallel ranks' prompts).
-#[derive(Debug, Clone)]
-pub struct ShardLayout {
-    pub config: ModelConfig,
-    pub stage: crate::megatron::Stage,
-    /// The rollout's tensor-parallel group (`None`: one rank).
-    pub tp: Option<ProcessGroup>,
-    pub pp: Option<ProcessGroup>,
-    /// `None` when a rollout replica is one data-parallel rank's model (rollout TP = training
-    /// TP).
-    pub share: Option<super::replicas::ReplicaShare>,
-}
-
-impl RolloutLayout {
-    pub fn config(&self) -> &ModelConfig {
-        match self {
-            RolloutLayout::Full(c) => c,
-            RolloutLayout::Sharded(s) => &s.config,
-        }
     }
 }

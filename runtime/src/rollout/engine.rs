@@ -10,9 +10,9 @@ use crate::model::{CausalLm, position_ids_from_mask};
 use crate::rng::Rng;
 
 use super::decoder::Decoder;
-use super::logprob::SequenceBatch;
 use super::sampling::uniforms;
 use super::{LogProbPath, RolloutError, SamplingParams};
+use crate::logits::SequenceBatch;
 
 /// Token ids that end a response, and the id used for padding.
 #[derive(Debug, Clone, PartialEq, Eq)]

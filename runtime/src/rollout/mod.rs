@@ -2,7 +2,8 @@
 //! ([`engine`]) on a [`Decoder`] ([`decoder`]: a whole [`crate::model::CausalLm`], or one
 //! Megatron rank's shards decoding with its TP/PP peers), logits processing and seeded sampling
 //! ([`sampling`]; on CPU from vocabulary-major logits, [`vocab_head`]), and log-probs /
-//! entropy of given sequences in micro-batches through the training forward ([`logprob`]).
+//! entropy of given sequences in micro-batches through the training forward ([`logprob`], on
+//! [`crate::logits`]).
 //!
 //! Output layout follows verl's rollout `DataProto`: `prompts` (left-padded), `responses`
 //! (right-padded to the response length), `input_ids`, `attention_mask`, `position_ids`,
@@ -15,7 +16,6 @@ pub mod logprob;
 pub mod params;
 pub mod replicas;
 pub mod sampling;
-pub mod topk;
 pub mod vllm;
 pub mod vocab_head;
 
@@ -24,11 +24,7 @@ pub use engine::{
     PromptStream, RolloutOutput, StopTokens, from_token_rows, from_trajectory_rows, generate,
     generate_padded, generate_streams, generate_with,
 };
-pub use logprob::SequenceBatch;
-pub use logprob::{
-    LogProbOutput, ProbsDiff, TokenStats, compute_log_probs, entropy_from_logits,
-    log_probs_from_logits, probs_diff, response_log_probs, sum_pi_squared_from_logits,
-};
+pub use logprob::compute_log_probs;
 pub use params::{LogProbPath, SamplingParams};
 pub use replicas::ReplicaShare;
 

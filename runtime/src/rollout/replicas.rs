@@ -17,20 +17,11 @@ use tch::{Device, Kind, Tensor};
 
 use crate::dist::ProcessGroup;
 
+pub use crate::engine::hybrid::ReplicaShare;
+
 use super::decoder::Decoder;
 use super::engine::{PromptStream, RolloutOutput, StopTokens, generate_streams};
 use super::{RolloutError, SamplingParams};
-
-/// How this rank's rollout replica shares prompts with the others; see the module docs.
-#[derive(Debug, Clone)]
-pub enum ReplicaShare {
-    /// This rank's rollout-TP peers in the other replicas of its training TP group, in
-    /// replica order (this replica's index is the rank in it).
-    Split { peers: ProcessGroup },
-    /// The ranks of this replica with this rank's training TP rank, one per data-parallel
-    /// rank, in data-parallel order.
-    Join { peers: ProcessGroup },
-}
 
 fn dist(e: impl std::fmt::Display) -> RolloutError {
     RolloutError::Batch(format!("rollout replicas: {e}"))

@@ -39,7 +39,7 @@ use crate::engine::{
     micro::dynamic_parts,
 };
 use crate::logging::{Tracking, TrackingOptions};
-use crate::rollout::LogProbOutput;
+use crate::logits::LogProbOutput;
 use crate::tokenizer::Tokenizer;
 use crate::trainer::checkpoint::{self, TrainerState};
 use crate::trainer::parallel::{DataParallel, Roles, SingleRoles};

@@ -15,6 +15,7 @@
 //!
 //! Layers never create groups: the group is an argument (`None` is a single rank), as in
 //! Megatron's `tp_group=` direction.
+pub mod context;
 pub mod cross_entropy;
 pub mod layers;
 pub mod regions;
@@ -34,6 +35,9 @@ use crate::dist::ProcessGroup;
 pub enum TpError {
     #[error("tensor parallelism: {0}")]
     Config(String),
+    /// A sequence a context-parallel layout cannot split.
+    #[error("context parallelism: {0}")]
+    Context(String),
     #[error(transparent)]
     Dist(#[from] crate::dist::DistError),
     #[error(transparent)]

@@ -6,12 +6,12 @@
 //!   residual stream cut between segments.
 //! - [`InferenceRegions`]: the same values without a tape, for decoding under no-grad (the
 //!   rollout on a Megatron rank).
+use super::context::ContextParallel;
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::{
     Tape, copy_to_tp_region, gather_from_sequence_parallel_region, reduce_from_tp_region,
     reduce_scatter_to_sequence_parallel_region,
 };
-use crate::megatron::context::ContextParallel;
 use crate::model::layers::{Linear, Regions};
 use crate::model::moe::{RouterLossCoeffs, SparseMoe};
 use tch::Tensor;
@@ -30,15 +30,10 @@ pub struct TrainingRegions<'a> {
     pub sequence_parallel: bool,
     /// Context parallelism (a group of more than one rank, else `None`): the sequence is
     /// split over it and attention gathers every rank's keys and values
-    /// (see [`crate::megatron::context`]).
+    /// (see [`super::context`]).
     pub cp: Option<&'a ContextParallel>,
     /// The router losses added to the gradient of mixture-of-experts layers (`None`: none).
     pub router: Option<RouterLossCoeffs>,
-}
-
-/// A context-parallel layout's error (a sequence length it cannot split) as this module's.
-fn cp_err(e: crate::megatron::MegatronError) -> TpError {
-    TpError::Config(e.to_string())
 }
 
 /// Dim of the positions in attention's keys and values (B, heads, T, D).
@@ -108,15 +103,15 @@ impl Regions for TrainingRegions<'_> {
             return Ok((x, valid.map(Tensor::shallow_clone)));
         };
         let all = gather_from_sequence_parallel_region(self.tape, &x, Some(cp.group()), SEQ_DIM)?;
-        let all = cp.in_sequence_order(&all, SEQ_DIM).map_err(cp_err)?;
+        let all = cp.in_sequence_order(&all, SEQ_DIM)?;
         // The mask needs no gradient.
-        let valid = valid.map(|v| cp.gather(v, 1)).transpose().map_err(cp_err)?;
+        let valid = valid.map(|v| cp.gather(v, 1)).transpose()?;
         Ok((all, valid))
     }
 
     fn own_positions(&mut self, y: Tensor) -> Result<Tensor> {
         match self.cp {
-            Some(cp) => cp.local(&y, SEQ_DIM).map_err(cp_err),
+            Some(cp) => cp.local(&y, SEQ_DIM),
             None => Ok(y),
         }
     }

@@ -23,9 +23,10 @@ use crate::algo::{
 use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset};
 use crate::engine::{Batch, Engine, EngineSettings, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
+use crate::logits::probs_diff;
 use crate::model::lora::{LoraConfig, LoraTargets};
 use crate::rng::Rng;
-use crate::rollout::{RolloutOutput, SamplingParams, StopTokens, probs_diff};
+use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
 use crate::workers::actor::Actor;
 use crate::workers::critic::Critic;

@@ -17,8 +17,8 @@ use verlc_spec::trainer::EngineSpec;
 
 use crate::dist::{ProcessGroup, ReduceOp};
 use crate::engine::fsdp::{FsdpEngine, FsdpSettings};
+use crate::engine::megatron::{MegatronEngine, MegatronSettings};
 use crate::engine::{Batch, Engine, EngineSettings, Metrics, SingleEngine};
-use crate::megatron::{MegatronEngine, MegatronSettings};
 use crate::model::{CausalLm, ValueModel};
 
 use super::TrainerError;
@@ -136,7 +136,7 @@ pub struct MegatronRoles {
 }
 
 impl MegatronRoles {
-    fn build<H: crate::megatron::MegatronHead>(
+    fn build<H: crate::engine::megatron::MegatronHead>(
         &self,
         s: EngineSettings,
         engine: &EngineSpec,

@@ -19,9 +19,9 @@ use crate::algo::kl::kl_penalty;
 use crate::algo::rollout_correction::bypass_policy_loss;
 use crate::algo::{AggOptions, PolicyLossInputs, agg_loss, compute_policy_loss};
 use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroLoss};
+use crate::logits::LogProbOutput;
+use crate::logits::topk::{TopK, TopKOutput};
 use crate::model::CausalLm;
-use crate::rollout::LogProbOutput;
-use crate::rollout::topk::{TopK, TopKOutput};
 
 use super::{MetricLists, Result, WorkerError, combine_micro, epoch_rows, micro_batching, scalar};
 

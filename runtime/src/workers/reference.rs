@@ -7,8 +7,8 @@
 use tch::Tensor;
 
 use crate::engine::{Batch, Engine, ForwardOptions};
+use crate::logits::topk::{TopK, TopKOutput, TopKTargets};
 use crate::model::CausalLm;
-use crate::rollout::topk::{TopK, TopKOutput, TopKTargets};
 
 use super::{Result, WorkerError, micro_batching};
 

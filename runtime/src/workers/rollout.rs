@@ -19,7 +19,7 @@ use tch::nn::VarStore;
 use tch::{Device, Tensor};
 
 use crate::dist::ProcessGroup;
-use crate::megatron::{HeadKind, ParallelModel};
+use crate::engine::megatron::{HeadKind, ParallelModel};
 use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
 use crate::rollout::vllm::{VllmRollout, VllmSpec};
 use crate::rollout::{

@@ -10,8 +10,8 @@
 use tch::{Kind, Tensor};
 
 use crate::engine::{Batch, Engine};
+use crate::logits::topk::{TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopKTargets};
 use crate::model::CausalLm;
-use crate::rollout::topk::{TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopKTargets};
 
 use super::reference::Reference;
 use super::{Result, WorkerError};

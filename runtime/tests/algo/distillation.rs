@@ -8,7 +8,7 @@ use runtime::algo::distillation::{
 };
 use runtime::algo::topk_kl::TopKKl;
 use runtime::algo::{AggOptions, KlKind, LossAggMode};
-use runtime::rollout::topk::{TopK, TopKTargets, topk_columns};
+use runtime::logits::topk::{TopK, TopKTargets, topk_columns};
 use tch::{Kind, Tensor};
 
 use crate::oracle;

@@ -4,10 +4,10 @@
 //! weights load at another layout (pipeline parallel 2, one process).
 use runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
+use runtime::engine::megatron::{GroupPolicy, MegatronEngine, MegatronSettings, ParallelSettings};
 use runtime::engine::{
     Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine,
 };
-use runtime::megatron::{GroupPolicy, MegatronEngine, MegatronSettings, ParallelSettings};
 use runtime::model::{CausalLm, Dtype, ValueModel};
 use runtime::optim::distrib::LayoutOptions;
 use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
@@ -507,9 +507,9 @@ rank_test!(settings_from_the_quickstart_megatron_config, 2, |world| {
         builtin: verlc::load::version::BuiltinRelease::V0_7_0,
         ..LoadRequest::default()
     };
-    let spec = match verlc::plan::lower_request(&req) {
-        verlc::plan::SpecOutcome::Ok { spec, .. } => *spec,
-        verlc::plan::SpecOutcome::Errors(_) => panic!("verlc build rejects the example"),
+    let spec = match verlc::compile::lower_request(&req) {
+        verlc::compile::SpecOutcome::Ok { spec, .. } => *spec,
+        verlc::compile::SpecOutcome::Errors(_) => panic!("verlc build rejects the example"),
     };
     let verlc_spec::trainer::EngineSpec::Megatron(m) = spec.actor.engine else {
         panic!("not a Megatron spec")
@@ -808,7 +808,7 @@ rank_test!(
 /// loss metrics, gradient norms and weights.
 fn compare_topk_distillation(world: &ProcessGroup, dims: (usize, usize, usize)) {
     use runtime::algo::distillation::{DistillationLossSpec, DistillationMode};
-    use runtime::rollout::topk::{TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS};
+    use runtime::logits::topk::{TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS};
     use runtime::workers::reference::Reference;
     const K: i64 = 5;
     let mut settings = actor_settings(16);

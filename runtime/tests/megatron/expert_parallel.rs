@@ -293,7 +293,7 @@ fn ep_module_matches_one_process(
     distributed: bool,
 ) {
     use runtime::dist::{ProcessGroups, RankLayout};
-    use runtime::megatron::{HeadKind, MegatronModule, ParallelSettings};
+    use runtime::engine::megatron::{HeadKind, MegatronModule, ParallelSettings};
     use runtime::optim::LossScaling;
 
     use crate::parity::{LEN, LOCKSTEP_STEPS, Parallel, ROWS};
@@ -359,7 +359,7 @@ fn ep_module_matches_one_process(
     )
     .unwrap();
     if distributed {
-        let Some(runtime::megatron::ModuleOptimizer::Distributed(o)) = m.optimizer() else {
+        let Some(runtime::engine::megatron::ModuleOptimizer::Distributed(o)) = m.optimizer() else {
             panic!("expected the distributed optimizer");
         };
         // Expert state is held once per expert-DP group, dense state once per DP group.

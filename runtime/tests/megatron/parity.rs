@@ -4,13 +4,13 @@
 //! next-token cross-entropy on a fixed batch, in lockstep (support.rs' `lockstep`: each step
 //! from the same weights, its loss, grad norm and updated weights must match).
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
-use runtime::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
+use runtime::engine::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
+use runtime::logits::TokenStats;
+use runtime::logits::topk::TopK;
 use runtime::model::ModelConfig;
 use runtime::model::save::{SaveOptions, save_named};
 use runtime::optim::LossScaling;
 use runtime::optim::distrib::LayoutOptions;
-use runtime::rollout::TokenStats;
-use runtime::rollout::topk::TopK;
 use tch::{Device, Kind, Tensor};
 
 use crate::rank_test;
@@ -160,11 +160,11 @@ pub(crate) fn train_steps(
 /// The sum of micro-batch `b`'s next-token log-probs over its real tokens, from the last
 /// stage's `hidden` states.
 fn log_prob_sum(
-    model: &runtime::megatron::ParallelModel,
+    model: &runtime::engine::megatron::ParallelModel,
     tape: &mut runtime::dist::mappings::Tape,
     hidden: &Tensor,
     b: &MicroBatch,
-) -> runtime::megatron::Result<Tensor> {
+) -> runtime::engine::megatron::Result<Tensor> {
     let lp = model
         .next_token_log_probs(
             tape,
@@ -511,7 +511,7 @@ rank_test!(qwen3_5_cp2_gradients_equal_one_process, 2, |world| {
     .unwrap();
     m.finalize_grads().unwrap();
     let logits = model.forward(&ids, &pos, Some(&mask), None);
-    let lp = runtime::rollout::logprob::log_probs_from_logits(
+    let lp = runtime::logits::logprob::log_probs_from_logits(
         &logits.narrow(1, 0, LEN - 1),
         &ids.narrow(1, 1, LEN - 1),
     );

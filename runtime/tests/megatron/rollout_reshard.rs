@@ -4,7 +4,7 @@
 //! with parameter offload. Each rank's rollout generates what the whole model generates for
 //! that rank's prompts and seed: the same tokens, masks and positions, the same log-probs.
 use runtime::dist::ProcessGroup;
-use runtime::megatron::MegatronEngine;
+use runtime::engine::megatron::MegatronEngine;
 use runtime::model::CausalLm;
 
 use crate::engine::{assert_rollout_matches, engine_settings, megatron_settings};

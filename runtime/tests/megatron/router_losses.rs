@@ -4,7 +4,7 @@
 //! module step by step in lockstep (losses, grad norms, updated weights), and the losses move
 //! the weights (the run without them ends elsewhere).
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
-use runtime::megatron::{HeadKind, MegatronModule, ParallelSettings};
+use runtime::engine::megatron::{HeadKind, MegatronModule, ParallelSettings};
 use runtime::model::moe::RouterLossCoeffs;
 use runtime::optim::LossScaling;
 use tch::{Device, Kind, Tensor};

@@ -1,10 +1,10 @@
 //! Shared pieces: a tiny model, its single-process reference training run, batches.
 use runtime::builtin_uri::BuiltinUri;
+use runtime::logits::logprob::log_probs_from_logits;
 use runtime::model::init::init_weights;
 use runtime::model::{CausalLm, ModelConfig, position_ids_from_mask};
 use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, named_params};
 use runtime::optim::{Dtype, NamedParam, Optimizer, OptimizerConfig, ParamGroup};
-use runtime::rollout::logprob::log_probs_from_logits;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
@@ -343,9 +343,9 @@ fn signal_mask(grads: &[(String, Tensor)], weights: &[(String, Tensor)]) -> Vec<
 /// The module's distributed optimizer and the number of parameter elements this rank holds
 /// (what its owned state is compared with); panics when the module has another optimizer.
 pub fn distributed_state(
-    m: &runtime::megatron::MegatronModule,
+    m: &runtime::engine::megatron::MegatronModule,
 ) -> (&runtime::optim::distrib::DistributedOptimizer, usize) {
-    let Some(runtime::megatron::ModuleOptimizer::Distributed(opt)) = m.optimizer() else {
+    let Some(runtime::engine::megatron::ModuleOptimizer::Distributed(opt)) = m.optimizer() else {
         panic!("expected the distributed optimizer");
     };
     let total = m.model.params().iter().map(|p| p.tensor.numel()).sum();

@@ -1,7 +1,7 @@
 //! Vocab-parallel log-probs, entropy and cross-entropy equal the full-vocabulary computation,
 //! values and gradients, on 2 ranks (vocabulary 37: the last rank's part is padded).
-use runtime::rollout::TokenStats;
-use runtime::rollout::logprob::{
+use runtime::logits::TokenStats;
+use runtime::logits::logprob::{
     entropy_from_logits, log_probs_from_logits, sum_pi_squared_from_logits,
 };
 use runtime::tp::shard::{ShardSpec, gather_tensor, shard_tensor};
@@ -66,7 +66,7 @@ rank_test!(log_probs_and_entropy_equal_full_vocab, 2, |pg| {
         &part,
         Some(&pg),
         stats,
-        runtime::rollout::topk::TopK::Off,
+        runtime::logits::topk::TopK::Off,
         None,
     )
     .unwrap();
@@ -114,7 +114,7 @@ rank_test!(log_probs_and_entropy_equal_full_vocab, 2, |pg| {
 // clamp), checked against the same formula on the whole vocabulary.
 rank_test!(topk_equals_full_vocab, 2, |pg| {
     use runtime::algo::topk_kl::{MassAt, TopKKl, forward_kl_topk};
-    use runtime::rollout::topk::{TopK, TopKOutput, TopKTargets, topk_columns, topk_output};
+    use runtime::logits::topk::{TopK, TopKOutput, TopKTargets, topk_columns, topk_output};
     tch::manual_seed(4);
     let (b, t, v, k) = (3, 5, 37, 6);
     let clamp = Some(-3.0);

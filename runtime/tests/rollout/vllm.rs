@@ -7,11 +7,10 @@
 use std::net::TcpListener;
 use std::path::Path;
 
+use runtime::logits::SequenceBatch;
 use runtime::model::{Dtype, from_pretrained};
 use runtime::rollout::vllm::{VllmRollout, VllmSpec};
-use runtime::rollout::{
-    PromptStream, SamplingParams, SequenceBatch, StopTokens, compute_log_probs, generate,
-};
+use runtime::rollout::{PromptStream, SamplingParams, StopTokens, compute_log_probs, generate};
 use tch::{Device, Kind, Tensor};
 
 use crate::oracle;

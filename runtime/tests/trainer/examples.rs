@@ -22,8 +22,8 @@ use std::time::Duration;
 use runtime::dist::{InitOptions, ProcessGroup};
 use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use serde_json::Value;
+use verlc::compile::{SpecOutcome, lower_request};
 use verlc::load::compose::LoadRequest;
-use verlc::plan::{SpecOutcome, lower_request};
 use verlc_spec::TrainerSpec;
 use verlc_spec::binding::StrategyKind;
 

@@ -185,8 +185,8 @@ fn unsupported_backends_never_reach_the_trainer() {
             builtin: verlc::load::version::BuiltinRelease::V0_7_0,
             ..Default::default()
         };
-        match verlc::plan::lower_request(&req) {
-            verlc::plan::SpecOutcome::Errors(checked) => {
+        match verlc::compile::lower_request(&req) {
+            verlc::compile::SpecOutcome::Errors(checked) => {
                 let d = checked
                     .diagnostics
                     .iter()
@@ -196,7 +196,7 @@ fn unsupported_backends_never_reach_the_trainer() {
                 assert!(d.primary.is_some(), "no YAML line");
                 assert!(d.message.contains(b), "{}", d.message);
             }
-            verlc::plan::SpecOutcome::Ok { .. } => panic!("logger {b} lowered to a spec"),
+            verlc::compile::SpecOutcome::Ok { .. } => panic!("logger {b} lowered to a spec"),
         }
     }
 }

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use runtime::engine::Metrics;
 use runtime::trainer::RunOptions;
+use verlc::compile::{SpecOutcome, lower_request};
 use verlc::load::compose::LoadRequest;
 use verlc::load::version::BuiltinRelease;
-use verlc::plan::{SpecOutcome, lower_request};
 use verlc_spec::TrainerSpec;
 
 /// The repository root.

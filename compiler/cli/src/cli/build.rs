@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::codegen::{self, BuildError, CrateSpec, Event, Paths, Profile, WrittenCrate};
 use indicatif::{ProgressBar, ProgressStyle};
-use verlc::check::{CheckOptions, check};
-use verlc::diag::Severity;
-use verlc::plan::{self, Planned};
+use verlc::check::CheckOptions;
+use verlc::plan::Planned;
 
 use super::args::{BuildArgs, CompileArgs};
 use super::{EXIT_ERRORS, EXIT_USAGE};
@@ -106,41 +105,24 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Compile, u8> {
         model_config: a.model_config.clone(),
         only: Vec::new(),
     };
-    let mut checked = check(&req, &opts);
     // What `check` reports as warnings (valid for verl) are errors for a build, and the keys
     // the binary will not use are reported too.
-    plan::promote_for_build(&mut checked);
-    if a.deny_warnings {
-        for d in &mut checked.diagnostics {
-            d.severity = Severity::Error;
-        }
-    }
+    let compiled = verlc::compile::compile(
+        &req,
+        &opts,
+        verlc::compile::Mode::Build {
+            deny_warnings: a.deny_warnings,
+        },
+    );
+    let checked = &compiled.checked;
     let color = super::output::stderr_color();
-    eprint!("{}", render::human_checked(&checked, color));
+    eprint!("{}", render::human_checked(checked, color));
     if super::output::exit_status(&checked.diagnostics) == EXIT_USAGE {
         return Err(EXIT_USAGE);
     }
-    if checked.has_errors() {
+    let Some(plan) = compiled.planned else {
         eprintln!("error: not building {source}: the config has errors");
         return Err(EXIT_ERRORS);
-    }
-    let plan = if checked.kind == verlc::sft::ConfigKind::Sft {
-        match plan::sft_plan(&checked) {
-            Some(p) => Planned::Sft(Box::new(p)),
-            None => {
-                eprintln!("error: not building {source}: the config has errors");
-                return Err(EXIT_ERRORS);
-            }
-        }
-    } else {
-        let Some(cfg) = checked.config.as_ref() else {
-            eprintln!("error: not building {source}: the config has errors");
-            return Err(EXIT_ERRORS);
-        };
-        let release = plan::algo_release(&checked.release_version);
-        Planned::Rl(Box::new(
-            plan::lower(cfg, &checked.composed.root, release).plan,
-        ))
     };
     eprintln!(
         "plan: {}",

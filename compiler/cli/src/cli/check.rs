@@ -1,7 +1,6 @@
 //! `verlc check`.
 
 use verlc::check::{CheckOptions, check};
-use verlc::codes;
 use verlc::diag::{Severity, did_you_mean};
 
 use super::args::{CheckArgs, Format};
@@ -16,8 +15,8 @@ pub fn run(a: CheckArgs) -> u8 {
     };
     // An unknown id would select no rule and report "ok" for any config.
     for code in &a.only {
-        if codes::known(code).is_none() {
-            let ids: Vec<&str> = codes::all().map(|c| c.0).collect();
+        if verlc::rules::known_code(code).is_none() {
+            let ids: Vec<&str> = verlc::rules::all_codes().map(|c| c.0).collect();
             let hint = did_you_mean(&code.to_ascii_uppercase(), ids.iter().copied())
                 .map(|s| format!("; did you mean `{s}`?"))
                 .unwrap_or_else(|| "; `verlc rule --list` lists them".into());

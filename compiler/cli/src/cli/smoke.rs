@@ -460,16 +460,21 @@ pub fn run(a: SmokeArgs) -> u8 {
         Err(msg) => return usage_error(json, &msg),
     };
     // The run as written first: what `check` finds is found without building anything.
-    let mut checked = check(
-        &req,
-        &CheckOptions {
-            model_config: a.compile.model_config.clone(),
-            only: Vec::new(),
-        },
-    );
+    let opts = CheckOptions {
+        model_config: a.compile.model_config.clone(),
+        only: Vec::new(),
+    };
+    let checked = check(&req, &opts);
     if checked.kind == verlc::sft::ConfigKind::LegacySft {
-        // Its check's findings, as `verlc build` reports them.
-        verlc::plan::promote_for_build(&mut checked);
+        // Its findings, as `verlc build` reports them.
+        let checked = verlc::compile::compile(
+            &req,
+            &opts,
+            verlc::compile::Mode::Build {
+                deny_warnings: false,
+            },
+        )
+        .checked;
         if json {
             println!("{}", render::json_checked(&checked));
         } else {

@@ -26,7 +26,7 @@ use crate::diag::Diagnostic;
 use crate::rules::RuleContext;
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    let Err(overflow) = crate::explain::arithmetic_fits(ctx.config, ctx.model) else {
+    let Err(overflow) = super::arithmetic::arithmetic_fits(ctx.config, ctx.model) else {
         return;
     };
     out.push(

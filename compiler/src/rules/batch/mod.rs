@@ -1,5 +1,6 @@
 //! Batch arithmetic: train, mini and micro batch sizes, dynamic batching budgets.
 
+pub(crate) mod arithmetic;
 pub(crate) mod derived_size_overflows;
 pub(crate) mod dynamic_batching_mismatch;
 pub(crate) mod engine_worker_needs_per_gpu_micro_batch;

@@ -30,8 +30,8 @@
 //! `verlc migrate CONFIG [OVERRIDES]` rewrites a file and its overrides.
 
 use crate::diag::{Code, Diagnostic};
+use crate::load::moves::{MOVES, destination};
 use crate::load::node::Node;
-use crate::migrate::{MOVES, destination};
 use crate::rules::RuleContext;
 
 const CODE: Code = Code("V059");

@@ -14,11 +14,11 @@ use tch::Tensor;
 
 use crate::dist::ProcessGroup;
 use crate::engine::topk_targets;
+use crate::logits::topk::TopKTargets;
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
 use crate::model::decoder::{Attention, DecoderLayer, Model};
 use crate::model::gated_deltanet::{GatedDeltaNet, HeadSlice, Projected};
 use crate::model::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
-use crate::rollout::topk::TopKTargets;
 
 use super::head::{self, FsdpHead};
 use super::{Batch, EngineError, ForwardOptions, FsdpError, Result};

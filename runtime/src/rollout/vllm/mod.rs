@@ -81,7 +81,7 @@ pub fn default_python() -> String {
     {
         return p;
     }
-    let python = crate::workers::reward::python::PythonSettings::default_python();
+    let python = crate::pyproc::default_python();
     let beside = std::path::Path::new(&python).with_file_name("python-vllm");
     if beside.is_file() {
         return beside.display().to_string();

@@ -40,20 +40,9 @@ pub struct PythonSettings {
 }
 
 impl PythonSettings {
-    /// The default interpreter: `$VERLC_PYTHON`, else `$VIRTUAL_ENV/bin/python`, else `python3`.
+    /// The default interpreter ([`crate::pyproc::default_python`]).
     pub fn default_python() -> String {
-        if let Ok(p) = std::env::var("VERLC_PYTHON")
-            && !p.is_empty()
-        {
-            return p;
-        }
-        if let Ok(v) = std::env::var("VIRTUAL_ENV") {
-            let p = PathBuf::from(v).join("bin").join("python");
-            if p.is_file() {
-                return p.display().to_string();
-            }
-        }
-        "python3".to_owned()
+        crate::pyproc::default_python()
     }
 }
 

@@ -28,20 +28,20 @@ use crate::dist::mappings::{
     Tape, copy_to_tp_region, gather_from_sequence_parallel_region,
     gather_from_sequence_parallel_region_split_grad,
 };
+use crate::logits::TokenStats;
+use crate::logits::topk::{TopK, TopKTargets};
 use crate::model::decoder::{DecoderLayer, LayerPlace, Linear, RmsNorm, param_shapes};
 use crate::model::moe::RouterLossCoeffs;
 use crate::model::rope::RotaryEmbedding;
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
-use crate::rollout::TokenStats;
-use crate::rollout::topk::{TopK, TopKTargets};
 use crate::tp::regions::SEQ_DIM;
 use crate::tp::{
     InferenceRegions, TrainingRegions, VocabParallelEmbedding, VocabParallelOutput, VocabPartition,
     rank_size, vocab_parallel_log_probs,
 };
 
-use super::context::ContextParallel;
 use super::{MegatronError, Result};
+use crate::tp::context::ContextParallel;
 
 /// The layers one pipeline stage holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -668,7 +668,7 @@ impl ParallelModel {
                     let before = Tensor::f_zeros([rows, from, k], (x.kind(), x.device()))?;
                     let after =
                         Tensor::f_zeros([rows, padded - from - len, k], (x.kind(), x.device()))?;
-                    cp.local(&Tensor::f_cat(&[&before, x, &after], 1)?, 1)
+                    Ok(cp.local(&Tensor::f_cat(&[&before, x, &after], 1)?, 1)?)
                 };
                 Some(TopKTargets {
                     ids: place(&tg.ids)?,

@@ -16,8 +16,8 @@ use tch::Tensor;
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::all_gather_dim;
 use crate::dist::{ProcessGroups, RolloutGroups};
+use crate::engine::hybrid::ReplicaShare;
 use crate::model::ModelConfig;
-use crate::rollout::ReplicaShare;
 use crate::tp::shard::{ShardSpec, gather_tensor, model_shard_spec, shard_tensor};
 
 use super::{MegatronError, ParamInfo, Result};

@@ -23,13 +23,13 @@ use crate::optim::{
 };
 use crate::tp::shard::{gather_tensor, load_sharded, shard_tensor};
 
-use super::context::ContextParallel;
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
 use super::stage::{
     ExpertPlacement, HeadKind, ParallelModel, Stage, StageInput, full_shapes,
     is_routed_expert_param,
 };
 use super::{MegatronError, Result};
+use crate::tp::context::ContextParallel;
 
 /// One micro-batch of sequences, `(rows, T)` each.
 #[derive(Debug)]

@@ -7,6 +7,7 @@
 //! columns like the log-prob's ([`TopK::columns`]).
 use tch::{Kind, Tensor};
 
+pub use crate::algo::topk_kl::at_least_f32;
 use crate::algo::topk_kl::{MassAt, TopKKl, forward_kl_topk};
 use crate::algo::{AlgoError, Result};
 
@@ -168,15 +169,6 @@ pub fn topk_output(columns: &Tensor, topk: TopK) -> Result<Option<TopKOutput>> {
         })),
         TopK::KlToTeacher { .. } => Some(TopKOutput::Kl(TopKKl::from_columns(columns)?)),
     })
-}
-
-/// f32, or f64 when given (the parity tests' precision).
-pub fn at_least_f32(kind: Kind) -> Kind {
-    if kind == Kind::Double {
-        Kind::Double
-    } else {
-        Kind::Float
-    }
 }
 
 /// `k` fits the vocabulary, and ids survive the f32 columns exactly.

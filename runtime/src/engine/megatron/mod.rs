@@ -12,14 +12,13 @@
 //!   the embedding group, DP reduction), the optimizer step, and export of full weights.
 //! - [`engine`]: [`MegatronEngine`], the [`crate::engine::Engine`] interface over it (what the
 //!   actor, critic and reference workers drive), with checkpoints and weight export.
-//! - [`context`]: context parallelism (sequences split over a CP group, load-balanced).
+//! - context parallelism (sequences split over a CP group, load-balanced): [`crate::tp::context`].
 //! - [`offload`]: parameter and gradient storages parked in host memory between phases.
 //! - [`rollout_shards`]: the rollout's weights at another tensor parallel size.
 //!
 //! The pieces underneath live with their kind: the f/g mappings and the segment-wise backward
 //! in [`crate::dist::mappings`], TP regions and vocab-parallel losses in [`crate::tp`], the
 //! distributed optimizer in [`crate::optim::distrib`].
-pub mod context;
 pub mod engine;
 pub mod module;
 pub mod offload;

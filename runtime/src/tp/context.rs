@@ -29,7 +29,7 @@ use tch::{Device, Kind, Tensor};
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::gather_from_sequence_parallel_region_split_grad;
 
-use super::{MegatronError, Result};
+use super::{Result, TpError};
 
 /// This rank's place in a context-parallel group of more than one rank.
 #[derive(Debug, Clone)]
@@ -71,7 +71,7 @@ impl ContextParallel {
 
     fn check_len(&self, t: i64) -> Result<()> {
         if t % self.granule() != 0 {
-            return Err(MegatronError::Config(format!(
+            return Err(TpError::Context(format!(
                 "context parallel {}: a sequence of {t} positions is not a multiple of {}",
                 self.size(),
                 self.granule()
@@ -154,7 +154,7 @@ fn len_at(x: &Tensor, dim: i64) -> Result<i64> {
         .ok()
         .and_then(|d| x.size().get(d).copied())
         .ok_or_else(|| {
-            MegatronError::Config(format!("no dim {dim} in a tensor of shape {:?}", x.size()))
+            TpError::Context(format!("no dim {dim} in a tensor of shape {:?}", x.size()))
         })
 }
 

@@ -24,10 +24,13 @@ use tch::{Device, Kind, Tensor};
 use crate::algo::AggOptions;
 use crate::dist::mappings::Tape;
 use crate::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
+use crate::engine::hybrid::{RolloutLayout, ShardLayout};
 use crate::engine::{
     Batch, Engine, EngineError, EngineSettings, ForwardOptions, Head, LossFn, Metrics,
     MicroBatching, SchedulerSettings, StepResult, global_agg_options, topk_targets,
 };
+use crate::logits::LogProbOutput;
+use crate::logits::topk::topk_output;
 use crate::model::init::{init_weights, init_weights_where};
 use crate::model::moe::RouterLossCoeffs;
 use crate::model::save::{SaveOptions, save_named};
@@ -35,8 +38,6 @@ use crate::model::{CausalLm, Dtype, ModelConfig, ModelSource, TorchKind, ValueMo
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
 use crate::optim::stack;
 use crate::optim::{LrScheduler, NamedParam, ParamGroup};
-use crate::rollout::topk::topk_output;
-use crate::rollout::{LogProbOutput, RolloutLayout, ShardLayout};
 
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
 use super::offload::{OffloadSlot, storage_bytes};
