@@ -7,6 +7,9 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
     Llama,
+    /// Mistral (Mistral-Nemo): Llama's layers with an explicit `head_dim`; its
+    /// `sliding_window`, when set, applies to every layer.
+    Mistral,
     Qwen2,
     Qwen3,
     /// Qwen3 with sparse mixture-of-experts MLPs.
@@ -47,6 +50,9 @@ pub struct FamilyRow {
     /// The q/k/v projections always carry biases and the output projection never does
     /// (Qwen2); the others follow the config's `attention_bias` for all four.
     pub qkv_bias: bool,
+    /// The config's `sliding_window`, unless null, limits every layer's attention (Mistral);
+    /// the others apply it only under `use_sliding_window`.
+    pub sliding_window_unless_null: bool,
     /// Its chat template is ChatML (`<|im_start|>`/`<|im_end|>` turns), whose turn junction
     /// the tool agent loop inserts between turns.
     pub chatml: bool,
@@ -68,8 +74,25 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: false,
         qkv_bias: false,
+        sliding_window_unless_null: false,
         chatml: false,
         tiny_arch: "llama",
+    },
+    FamilyRow {
+        family: Family::Mistral,
+        name: "Mistral",
+        model_type: "mistral",
+        wrapper_model_type: None,
+        causal_lm_class: "MistralForCausalLM",
+        value_class: "MistralForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: false,
+        qkv_bias: false,
+        sliding_window_unless_null: true,
+        chatml: false,
+        tiny_arch: "mistral",
     },
     FamilyRow {
         family: Family::Qwen2,
@@ -83,6 +106,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: false,
         qkv_bias: true,
+        sliding_window_unless_null: false,
         chatml: true,
         tiny_arch: "qwen2",
     },
@@ -98,6 +122,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: true,
         qkv_bias: false,
+        sliding_window_unless_null: false,
         chatml: true,
         tiny_arch: "qwen3",
     },
@@ -113,6 +138,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: true,
         qkv_bias: false,
+        sliding_window_unless_null: false,
         chatml: true,
         tiny_arch: "qwen3_moe",
     },
@@ -128,6 +154,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: true,
         qk_norm: true,
         qkv_bias: false,
+        sliding_window_unless_null: false,
         chatml: true,
         tiny_arch: "qwen3_5",
     },
@@ -143,6 +170,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: true,
         qk_norm: true,
         qkv_bias: false,
+        sliding_window_unless_null: false,
         chatml: true,
         tiny_arch: "qwen3_5_moe",
     },
@@ -158,6 +186,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: true,
         qk_norm: true,
         qkv_bias: false,
+        sliding_window_unless_null: false,
         chatml: true,
         tiny_arch: "qwen3_next",
     },

@@ -97,7 +97,7 @@ pub struct ModelProblem {
     pub key: &'static str,
     pub message: String,
     pub label: &'static str,
-    pub help: &'static str,
+    pub help: String,
 }
 
 impl ModelProblem {
@@ -109,7 +109,7 @@ impl ModelProblem {
         Diagnostic::error(self.code, self.message.clone())
             .with_key(self.key)
             .with_primary(origin, self.label)
-            .with_help(self.help)
+            .with_help(self.help.clone())
     }
 }
 
@@ -129,7 +129,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             key,
             message: format!("the model `{path}` cannot be had: no such directory"),
             label: "this path",
-            help: "name a checkpoint directory (`~` is not expanded, as in transformers), a Hub id, or builtin://tiny",
+            help: "name a checkpoint directory (`~` is not expanded, as in transformers), a Hub id, or builtin://tiny".into(),
         })
         .collect();
     for m in hub_models(spec) {
@@ -139,7 +139,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 key: m.key,
                 message: format!("the model `{}` is not in the Hub cache: {e}", m.id),
                 label: "this Hub id",
-                help: "download it first (`verlc fetch ID`, or `verlc build`, which downloads what it needs)",
+                help: "download it first (`verlc fetch ID`, or `verlc build`, which downloads what it needs)".into(),
             });
         }
     }
@@ -154,7 +154,14 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 key,
                 message: format!("the model cannot be built: {why}"),
                 label: "model named here",
-                help: "name a Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen3.5 or Qwen3-Next checkpoint, in a layout the message names as implemented",
+                help: format!(
+                    "name a checkpoint of a family verlc implements ({}), in a layout the message names as implemented",
+                    verlc_spec::families::FAMILIES
+                        .iter()
+                        .map(|r| r.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             }),
     );
     if out.is_empty()
@@ -165,7 +172,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             key: "actor_rollout_ref.rollout.name",
             message: why,
             label: "vLLM chosen here",
-            help: "set `actor_rollout_ref.rollout.name=verlc` (the built-in engine has no such limit), or train a model with heads of 32 or more",
+            help: "set `actor_rollout_ref.rollout.name=verlc` (the built-in engine has no such limit), or train a model with heads of 32 or more".into(),
         });
     }
     if out.is_empty()
@@ -176,7 +183,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             key: "distillation.distillation_loss.topk",
             message: why,
             label: "top-k set here",
-            help: "set topk to at most the vocabulary size (verl's default is 32)",
+            help: "set topk to at most the vocabulary size (verl's default is 32)".into(),
         });
     }
     if out.is_empty()
@@ -187,7 +194,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             key: "reward_model.model.path",
             message: format!("the reward model cannot score: {why}"),
             label: "reward model named here",
-            help: "name a `LlamaForSequenceClassification` / `Qwen2ForSequenceClassification` checkpoint with one label (verl's reward models are such checkpoints)",
+            help: "name a `LlamaForSequenceClassification` / `Qwen2ForSequenceClassification` checkpoint with one label (verl's reward models are such checkpoints)".into(),
         });
     }
     out

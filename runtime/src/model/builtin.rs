@@ -4,7 +4,7 @@
 //!
 //! Parameters (all optional): `layers` (4), `hidden` (128), `heads` (4), `kv_heads` (2),
 //! `intermediate` (384), `max_positions` (256), e.g. `builtin://tiny?layers=2&hidden=64`;
-//! `arch` (`qwen2`, or `qwen3`, `qwen3_moe`, `qwen3_5`) picks the family, and for `qwen3_moe`
+//! `arch` (`qwen2`, or any other `tiny_arch` of `verlc_spec::families`) picks the family, and for `qwen3_moe`
 //! `experts` (8), `experts_per_tok` (2) and `moe_intermediate` (hidden / 2) size the sparse
 //! MLPs (`builtin://tiny?arch=qwen3_moe`). `qwen3_5` is Qwen3.5's text model: with the
 //! default 4 layers, three Gated DeltaNet layers then one gated full-attention layer;

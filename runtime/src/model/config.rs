@@ -327,7 +327,18 @@ impl ModelConfig {
 
     /// Checks that the family supports this configuration.
     pub fn validate(&self) -> Result<(), String> {
-        self.arch()?;
+        let arch = self.arch()?;
+        if let Some(w) = self
+            .extra
+            .get("sliding_window")
+            .and_then(Value::as_i64)
+            .filter(|w| arch.row().sliding_window_unless_null && *w < self.max_position_embeddings)
+        {
+            return Err(format!(
+                "sliding_window = {w} limits attention to a window shorter than max_position_embeddings ({}), which is not supported (a null sliding_window is)",
+                self.max_position_embeddings
+            ));
+        }
         if self.hidden_act != "silu" {
             return Err(format!(
                 "hidden_act `{}` is not supported (only silu)",

@@ -24,7 +24,7 @@ fn log_prob_loss(logits: &Tensor, ids: &Tensor, mask: &Tensor) -> Tensor {
 /// `padding_idx` row included); for Qwen3-MoE, experts no token chose have none, as in torch.
 #[test]
 fn every_parameter_gradient_matches_transformers() {
-    for arch in ["qwen3_moe", "qwen2", "qwen3", "llama"] {
+    for arch in ["qwen3_moe", "qwen2", "qwen3", "llama", "mistral"] {
         let dir = oracle::models().join(arch);
         let weights = ["model.safetensors", "model.safetensors.index.json"]
             .map(|f| dir.join(f))

@@ -47,7 +47,7 @@ torch.set_num_threads(1)
 
 
 def arch_configs():
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
     common = dict(
         vocab_size=128,
@@ -80,6 +80,18 @@ def arch_configs():
                 tie_word_embeddings=False,
             ),
             "12KB",
+        ),
+        # Mistral-Nemo's shape: an explicit head_dim wider than hidden / heads, no sliding window.
+        "mistral": (
+            MistralConfig(
+                **common,
+                num_key_value_heads=2,
+                head_dim=32,
+                rope_theta=1e6,
+                sliding_window=None,
+                tie_word_embeddings=False,
+            ),
+            None,
         ),
         "qwen2": (
             Qwen2Config(

@@ -164,9 +164,16 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
 }
 
 /// Checkpoints with logits references.
-pub const ARCHS: [&str; 5] = ["llama", "qwen2", "qwen3", "llama_dynamic", "qwen3_moe"];
+pub const ARCHS: [&str; 6] = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "llama_dynamic",
+    "qwen3_moe",
+];
 /// Checkpoints with greedy-generation references.
-pub const GEN_ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "qwen3_moe"];
+pub const GEN_ARCHS: [&str; 5] = ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe"];
 
 /// A fresh scratch directory for one test.
 pub fn scratch(tag: &str) -> PathBuf {

@@ -39,6 +39,7 @@ const TINY: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2'";
 const TINY_QWEN3_MOE: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen3_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
 const TINY_QWEN3_5: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5'";
 const TINY_QWEN3_5_MOE: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
+const TINY_MISTRAL: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=mistral'";
 const TINY_QWEN3_NEXT: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_next&experts=4&experts_per_tok=2&moe_intermediate=16'";
 
 /// The tiny model of the family an example's model path names (by its Hub-style name:
@@ -52,6 +53,9 @@ fn tiny_for(overrides: &[String]) -> &'static str {
         .to_ascii_lowercase();
     if path.contains("qwen3-next") || path.contains("qwen3_next") {
         return TINY_QWEN3_NEXT;
+    }
+    if path.contains("mistral") {
+        return TINY_MISTRAL;
     }
     let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
     match (qwen3_5, is_moe_name(&path)) {

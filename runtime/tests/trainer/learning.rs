@@ -264,3 +264,32 @@ fn with_teacher(
     });
     cfg.actor.update.distillation = Some(loss);
 }
+
+/// Every family of the model table trains the quickstart on its tiny model (two steps on one
+/// process): a new family's row is enough for `builtin://tiny?arch=` and the whole trainer.
+#[test]
+fn every_family_trains_the_quickstart_on_its_tiny_model() {
+    for row in verlc_spec::families::FAMILIES {
+        let dir = scratch(&format!("family_{}", row.tiny_arch));
+        let model = format!(
+            "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch={}'",
+            row.tiny_arch
+        );
+        let cfg = small_grpo(&dir, 2, &[model.as_str()]);
+        let summary =
+            runtime::trainer::run(&cfg, &quiet()).unwrap_or_else(|e| panic!("{}: {e}", row.name));
+        let losses = series(&summary.history, "actor/pg_loss");
+        assert_eq!(losses.len(), 2, "{}: {:?}", row.name, summary.history);
+        assert!(
+            losses.iter().all(|l| l.is_finite()),
+            "{}: pg_loss {losses:?}",
+            row.name
+        );
+        let norms = series(&summary.history, "actor/grad_norm");
+        assert!(
+            norms.iter().all(|n| n.is_finite() && *n > 0.0),
+            "{}: grad_norm {norms:?}",
+            row.name
+        );
+    }
+}
