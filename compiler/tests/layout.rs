@@ -173,6 +173,28 @@ fn runtime_modules_import_only_lower_layers() {
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
+/// Only the safe wrappers call the C++ shim: the kernels' (`ops.rs`) and the collectives'
+/// (`dist/`). Everything else goes through them.
+#[test]
+fn only_the_safe_wrappers_call_the_shim() {
+    let src = checkout().join("runtime/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut callers: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            crate_references(&production_text(&text)).contains("ffi")
+        })
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    callers.retain(|f| f != "ops.rs" && !f.starts_with("dist/"));
+    assert!(
+        callers.is_empty(),
+        "modules calling the shim directly: {callers:?}"
+    );
+}
+
 #[test]
 fn the_reference_scanner_sees_paths_and_groups() {
     let refs =

@@ -382,11 +382,37 @@ pub fn backward(roots: &[Tensor], grads: &[Tensor], keep_graph: bool) -> Result<
 }
 
 /// Bytes of `t`'s elements (0 for an undefined tensor): what it holds, however its storage is
-/// placed (see `megatron::offload::storage_bytes` for the storage itself).
+/// placed (see [`storage_bytes`] for the storage itself).
 pub fn tensor_bytes(t: &Tensor) -> i64 {
     if t.defined() {
         t.numel() as i64 * t.kind().elt_size_in_bytes() as i64
     } else {
         0
     }
+}
+
+/// Bytes of `t`'s storage now (0 for an undefined tensor, or one whose storage was freed).
+pub fn storage_bytes(t: &Tensor) -> usize {
+    if !t.defined() {
+        return 0;
+    }
+    // SAFETY: the tensor outlives the call; the shim only reads the storage size.
+    unsafe { ffi::vlc_storage_nbytes(ffi::tptr(t)) }
+}
+
+/// Releases the memory of `t`'s storage (torch's `untyped_storage().resize_(0)`): every view
+/// of it keeps its handle and has no data until [`alloc_storage`] gives it memory again.
+pub fn free_storage(t: &Tensor) -> Result<()> {
+    // SAFETY: `t` outlives the call; the shim resizes its storage to zero bytes.
+    check("free_storage", unsafe {
+        ffi::vlc_storage_free(ffi::tptr(t))
+    })
+}
+
+/// Gives `t`'s storage `nbytes` of fresh, uninitialised memory (after [`free_storage`]).
+pub fn alloc_storage(t: &Tensor, nbytes: usize) -> Result<()> {
+    // SAFETY: `t` outlives the call; the shim resizes its storage to `nbytes`.
+    check("alloc_storage", unsafe {
+        ffi::vlc_storage_alloc(ffi::tptr(t), nbytes)
+    })
 }

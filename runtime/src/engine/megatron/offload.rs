@@ -14,19 +14,11 @@ use std::cell::RefCell;
 use tch::{Device, Tensor};
 
 use super::{MegatronError, Result};
-use crate::ffi;
 
-/// Bytes of `t`'s storage now (0 while parked or undefined).
-pub fn storage_bytes(t: &Tensor) -> usize {
-    if !t.defined() {
-        return 0;
-    }
-    // SAFETY: the tensor outlives the call; the shim only reads the storage size.
-    unsafe { ffi::vlc_storage_nbytes(ffi::tptr(t)) }
-}
+pub use crate::ops::storage_bytes;
 
-fn shim(op: &str, err: *mut std::ffi::c_char) -> Result<()> {
-    ffi::take_error(err).map_err(|e| MegatronError::Config(format!("offload ({op}): {e}")))
+fn shim(op: &str, r: crate::ops::Result<()>) -> Result<()> {
+    r.map_err(|e| MegatronError::Config(format!("offload ({op}): {e}")))
 }
 
 /// Tensors whose device storage was freed, with their contents in host memory.
@@ -57,9 +49,8 @@ impl Parked {
                 d => Tensor::f_empty(t.size(), (t.kind(), Device::Cpu))?.f_pin_memory(d)?,
             };
             tch::no_grad(|| host.shallow_clone().f_copy_(&t))?;
-            // SAFETY: `t` outlives the call; its storage's memory is released and every view
-            // of it is left without data until `restore`.
-            shim("free", unsafe { ffi::vlc_storage_free(ffi::tptr(&t)) })?;
+            // Every view of `t` is left without data until `restore`.
+            shim("free", crate::ops::free_storage(&t))?;
             items.push((t, host, nbytes));
         }
         Ok(Parked { items })
@@ -68,10 +59,7 @@ impl Parked {
     /// Gives every parked storage its memory back and copies the contents in.
     pub fn restore(self) -> Result<()> {
         for (t, host, nbytes) in self.items {
-            // SAFETY: `t` outlives the call; the storage gets `nbytes` of fresh memory.
-            shim("alloc", unsafe {
-                ffi::vlc_storage_alloc(ffi::tptr(&t), nbytes)
-            })?;
+            shim("alloc", crate::ops::alloc_storage(&t, nbytes))?;
             tch::no_grad(|| t.shallow_clone().f_copy_(&host))?;
         }
         Ok(())
