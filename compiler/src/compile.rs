@@ -15,7 +15,7 @@ use crate::codes;
 use crate::diag::Severity;
 use crate::load::compose::LoadRequest;
 use crate::load::node::split_key;
-use crate::plan::{self, BoundKey, Planned, SftPlan};
+use crate::plan::{self, BoundKey, BuildPlan, Planned, SftPlan};
 use crate::sft::ConfigKind;
 
 /// Who is compiling, which decides which findings count as errors.
@@ -47,65 +47,66 @@ impl Compiled {
 /// Compose, check and lower `req` (see the module docs).
 pub fn compile(req: &LoadRequest, opts: &CheckOptions, mode: Mode<'_>) -> Compiled {
     let mut checked = check(req, opts);
-    match mode {
+    let rl_plan = match mode {
         Mode::Build { deny_warnings } => {
-            promote_for_build(&mut checked, &|_| true);
+            let plan = promote_for_build(&mut checked, &|_| true);
             if deny_warnings {
                 for d in &mut checked.diagnostics {
                     d.severity = Severity::Error;
                 }
             }
+            plan
         }
         Mode::Overrides(overrides) => {
             let keys: Vec<&str> = overrides.iter().map(|o| plan::override_key(o)).collect();
             promote_for_build(&mut checked, &|k| {
                 keys.iter().any(|o| plan::keys_overlap(k, o))
-            });
+            })
         }
-    }
-    let planned = (!checked.has_errors()).then(|| planned(&checked)).flatten();
+    };
+    let planned = if checked.has_errors() {
+        None
+    } else {
+        match checked.kind {
+            ConfigKind::Ppo => rl_plan.map(|p| Planned::Rl(Box::new(p))),
+            ConfigKind::Sft => sft_planned(&checked),
+            ConfigKind::LegacySft => None,
+        }
+    };
     Compiled { checked, planned }
 }
 
-/// The plan of a checked config without errors.
-fn planned(checked: &Checked) -> Option<Planned> {
+/// The plan of a checked SFT config without errors.
+fn sft_planned(checked: &Checked) -> Option<Planned> {
+    let cfg = checked.sft.as_ref()?;
+    let root = &checked.composed.root;
     let release = plan::algo_release(&checked.release_version);
-    match checked.kind {
-        ConfigKind::Ppo => {
-            let cfg = checked.config.as_ref()?;
-            Some(Planned::Rl(Box::new(
-                plan::lower(cfg, &checked.composed.root, release).plan,
-            )))
-        }
-        ConfigKind::Sft => {
-            let cfg = checked.sft.as_ref()?;
-            let root = &checked.composed.root;
-            let (spec, _) = crate::sft::lower::lower(cfg, root, release);
-            let bound_keys = crate::sft::lower::BOUND_KEYS
-                .iter()
-                .filter_map(|k| {
-                    let node = root.get_path(&split_key(k))?;
-                    Some(BoundKey {
-                        key: (*k).to_owned(),
-                        value: node.to_json(),
-                    })
-                })
-                .collect();
-            Some(Planned::Sft(Box::new(SftPlan {
-                binding: spec.binding,
-                bound_keys,
-                spec,
-            })))
-        }
-        ConfigKind::LegacySft => None,
-    }
+    let (spec, _) = crate::sft::lower::lower(cfg, root, release);
+    let bound_keys = crate::sft::lower::BOUND_KEYS
+        .iter()
+        .filter_map(|k| {
+            let node = root.get_path(&split_key(k))?;
+            Some(BoundKey {
+                key: (*k).to_owned(),
+                value: node.to_json(),
+            })
+        })
+        .collect();
+    Some(Planned::Sft(Box::new(SftPlan {
+        binding: spec.binding,
+        bound_keys,
+        spec,
+    })))
 }
 
 /// `verlc check` reports the plan's findings as warnings (what verl accepts but a verlc
 /// binary cannot bind); a build needs them as errors. Replace them in `checked` with the
 /// build's view: the plan's errors and the verdicts of the keys `verdict_for` accepts
-/// (unsupported values are errors).
-fn promote_for_build(checked: &mut Checked, verdict_for: &dyn Fn(&str) -> bool) {
+/// (unsupported values are errors). An RL config's plan comes back with them (lowered once).
+fn promote_for_build(
+    checked: &mut Checked,
+    verdict_for: &dyn Fn(&str) -> bool,
+) -> Option<BuildPlan> {
     if checked.kind != ConfigKind::Ppo {
         // The check reported what the trainer cannot honour as warnings; for a build they
         // are errors again.
@@ -115,12 +116,10 @@ fn promote_for_build(checked: &mut Checked, verdict_for: &dyn Fn(&str) -> bool) 
                 d.notes.retain(|n| !n.contains("`verlc build` rejects it"));
             }
         }
-        return;
+        return None;
     }
-    let Some(cfg) = checked.config.as_ref() else {
-        return;
-    };
-    let findings = plan::build_findings(
+    let cfg = checked.config.as_ref()?;
+    let lowered = plan::lower_for_build_with_findings(
         cfg,
         &checked.composed,
         checked.baseline.as_ref(),
@@ -130,7 +129,8 @@ fn promote_for_build(checked: &mut Checked, verdict_for: &dyn Fn(&str) -> bool) 
     );
     let is_plan_code = |c: crate::diag::Code| codes::BUILD_CODES.iter().any(|(b, _)| *b == c);
     checked.diagnostics.retain(|d| !is_plan_code(d.code));
-    checked.diagnostics.extend(findings);
+    checked.diagnostics.extend(lowered.diagnostics);
+    Some(lowered.plan)
 }
 
 /// What a request compiles to for verl's RL trainer (a test's and an example's view of

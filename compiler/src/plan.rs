@@ -357,17 +357,18 @@ fn drop_expert_degrees_no_effect(
     });
 }
 
-/// What `verlc build` reports of a checked RL config beyond the check's own rules: the plan's
-/// errors, the verdicts of the keys the user changed that `verdict_for` accepts, and whether
-/// the rollout fits the model (`crate::compile` puts them in place of the check's view).
-pub(crate) fn build_findings(
+/// The plan of a checked RL config with what `verlc build` reports beyond the check's own
+/// rules: the plan's errors, the verdicts of the keys the user changed that `verdict_for`
+/// accepts, and whether the rollout fits the model (`crate::compile` puts them in place of the
+/// check's view and keeps the plan).
+pub(crate) fn lower_for_build_with_findings(
     cfg: &VerlConfig,
     composed: &Composed,
     baseline: Option<&Node>,
     model: Option<&crate::rules::ModelDims>,
     release: verlc_spec::algo::AlgoRelease,
     verdict_for: &dyn Fn(&str) -> bool,
-) -> Vec<Diagnostic> {
+) -> Lowered {
     let mut lowered = lower_for_build_where(cfg, composed, baseline, release, verdict_for);
     drop_expert_degrees_no_effect(&mut lowered.diagnostics, model, &composed.root);
     if let Some(model) = model {
@@ -377,7 +378,7 @@ pub(crate) fn build_findings(
             &composed.root,
         ));
     }
-    lowered.diagnostics
+    lowered
 }
 
 /// Lower and collect everything `verlc build` reports: the plan's errors plus the verdicts

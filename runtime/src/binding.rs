@@ -584,22 +584,8 @@ fn resolve(
             + "\n";
         return Ok(Resolved { yaml, spec });
     }
-    // Diagnostics name the embedded config after the file it was built from.
-    let name = embedded_name(info);
-    let (bound, device) = embedded_binding(embedded, &name, info)?;
-    let req = LoadRequest {
-        config_text: Some(ConfigText {
-            name,
-            text: embedded.to_owned(),
-        }),
-        overrides: overrides.to_vec(),
-        cwd: std::env::current_dir().unwrap_or_default(),
-        // The tree the build was judged against: the `--config-dir` tree it carries, else
-        // the built-in tree of its release.
-        config_dir: carried_tree(info)?,
-        builtin: BuiltinRelease::same_minor(info.verl_release).unwrap_or_default(),
-        ..LoadRequest::default()
-    };
+    let (bound, device) = embedded_binding(embedded, info)?;
+    let req = embedded_request(embedded, info, overrides)?;
     // What this binary cannot run are errors here, not `check`'s warnings. The embedded
     // config's verdicts were reported by `verlc build`; only the overridden keys' count now.
     let out = compile(&req, &CheckOptions::default(), Mode::Overrides(overrides));
@@ -672,13 +658,30 @@ fn resolve(
     Ok(Resolved { yaml, spec })
 }
 
+/// The embedded config with `overrides`, composed as the build composed it: named after the
+/// file it was built from (for diagnostics), on the tree the build was judged against (the
+/// `--config-dir` tree the binary carries, else the built-in tree of its release).
+fn embedded_request(
+    embedded: &str,
+    info: &BuildInfo,
+    overrides: &[String],
+) -> Result<LoadRequest, Exit> {
+    Ok(LoadRequest {
+        config_text: Some(ConfigText {
+            name: embedded_name(info),
+            text: embedded.to_owned(),
+        }),
+        overrides: overrides.to_vec(),
+        cwd: std::env::current_dir().unwrap_or_default(),
+        config_dir: carried_tree(info)?,
+        builtin: BuiltinRelease::same_minor(info.verl_release).unwrap_or_default(),
+        ..LoadRequest::default()
+    })
+}
+
 /// The keys that decided the binding and the device, as `verlc build` embedded them; a
 /// hand-written instantiation (no embedded spec) lowers its config to find them.
-fn embedded_binding(
-    embedded: &str,
-    name: &str,
-    info: &BuildInfo,
-) -> Result<(Vec<BoundKey>, DeviceKind), Exit> {
+fn embedded_binding(embedded: &str, info: &BuildInfo) -> Result<(Vec<BoundKey>, DeviceKind), Exit> {
     if !info.bound_keys.is_empty() && !info.spec.is_empty() {
         let keys: Vec<BoundKey> = serde_json::from_str(info.bound_keys)
             .map_err(|e| Exit::Failed(format!("embedded bound keys: {e}")))?;
@@ -686,7 +689,7 @@ fn embedded_binding(
             .map_err(|e| Exit::Failed(format!("embedded trainer spec: {e}")))?;
         return Ok((keys, spec.world().device));
     }
-    let planned = embedded_plan(embedded, name, info)?;
+    let planned = embedded_plan(embedded, info)?;
     let device = if planned.cuda() {
         DeviceKind::Cuda
     } else {
@@ -697,19 +700,9 @@ fn embedded_binding(
 
 /// The plan of the embedded config as `verlc build` makes it (its bound keys and their
 /// values), for a hand-written instantiation that embeds no spec.
-fn embedded_plan(embedded: &str, name: &str, info: &BuildInfo) -> Result<Planned, Exit> {
-    let req = LoadRequest {
-        config_text: Some(ConfigText {
-            name: name.to_owned(),
-            text: embedded.to_owned(),
-        }),
-        cwd: std::env::current_dir().unwrap_or_default(),
-        config_dir: carried_tree(info)?,
-        builtin: BuiltinRelease::same_minor(info.verl_release).unwrap_or_default(),
-        ..LoadRequest::default()
-    };
+fn embedded_plan(embedded: &str, info: &BuildInfo) -> Result<Planned, Exit> {
     let out = compile(
-        &req,
+        &embedded_request(embedded, info, &[])?,
         &CheckOptions::default(),
         Mode::Build {
             deny_warnings: false,

@@ -17,7 +17,7 @@ use runtime::tokenizer::Tokenizer;
 use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use tch::{Kind, Tensor};
 use verlc::check::CheckOptions;
-use verlc::compile::{Mode, compile};
+use verlc::compile::{Compiled, Mode, compile};
 use verlc::load::compose::LoadRequest;
 use verlc::load::version::BuiltinRelease;
 use verlc::plan::Planned;
@@ -57,25 +57,28 @@ fn overrides(dir: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
 
 /// The spec `verlc build` lowers from verl 0.9.1's SFT tree with `overrides`; no lowering error.
 fn spec(overrides: &[String]) -> SftSpec {
-    let compiled = compile(
-        &LoadRequest {
-            config_name: Some("sft_trainer_engine".into()),
-            overrides: overrides.to_vec(),
-            builtin: BuiltinRelease::V0_9_1,
-            ..Default::default()
-        },
-        &CheckOptions::default(),
-        BUILD,
-    );
+    let compiled = compile_sft(BuiltinRelease::V0_9_1, overrides.to_vec());
     match compiled.planned {
         Some(Planned::Sft(p)) => p.spec,
         _ => panic!("errors: {:#?}", errors(&compiled.checked.diagnostics)),
     }
 }
 
-const BUILD: Mode<'static> = Mode::Build {
-    deny_warnings: false,
-};
+/// verl's SFT config of `release`'s tree with `overrides`, compiled as `verlc build` does.
+fn compile_sft(release: BuiltinRelease, overrides: Vec<String>) -> Compiled {
+    compile(
+        &LoadRequest {
+            config_name: Some("sft_trainer_engine".into()),
+            overrides,
+            builtin: release,
+            ..Default::default()
+        },
+        &CheckOptions::default(),
+        Mode::Build {
+            deny_warnings: false,
+        },
+    )
+}
 
 fn errors(diagnostics: &[verlc::diag::Diagnostic]) -> Vec<String> {
     diagnostics
@@ -516,15 +519,9 @@ fn verls_sft_examples_train_two_steps_on_two_ranks() {
             ));
             continue;
         }
-        let compiled = compile(
-            &LoadRequest {
-                config_name: Some("sft_trainer_engine".into()),
-                overrides: retarget(&overrides, &dir.join(format!("run{i}"))),
-                builtin: BuiltinRelease::V0_9_0,
-                ..Default::default()
-            },
-            &CheckOptions::default(),
-            BUILD,
+        let compiled = compile_sft(
+            BuiltinRelease::V0_9_0,
+            retarget(&overrides, &dir.join(format!("run{i}"))),
         );
         // What verl fails on too is skipped; what only verlc cannot honour (B018) fails.
         let (refused, failing): (Vec<_>, Vec<_>) = compiled

@@ -40,10 +40,11 @@ use crate::optim::stack;
 use crate::optim::{LrScheduler, NamedParam, ParamGroup};
 
 use super::module::{MegatronModule, MicroBatch, ParallelSettings};
-use super::offload::{OffloadSlot, storage_bytes};
+use super::offload::OffloadSlot;
 use super::rollout_shards::{RolloutShards, cut_whole_experts};
 use super::stage::{HeadKind, ParallelModel, is_routed_expert_param};
 use super::{MegatronError, Result as MResult};
+use crate::ops::storage_bytes;
 
 type Result<T, E = EngineError> = std::result::Result<T, E>;
 

@@ -15,7 +15,7 @@ use tch::{Device, Tensor};
 
 use super::{MegatronError, Result};
 
-pub use crate::ops::storage_bytes;
+use crate::ops::storage_bytes;
 
 fn shim(op: &str, r: crate::ops::Result<()>) -> Result<()> {
     r.map_err(|e| MegatronError::Config(format!("offload ({op}): {e}")))
