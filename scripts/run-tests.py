@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -125,6 +126,7 @@ def main():
     lock = threading.Condition()
     running_groups = set()
     failed = []
+    costs = []
 
     def run(t):
         env = dict(os.environ)
@@ -133,19 +135,29 @@ def main():
         env["CARGO_PKG_NAME"] = package_name(t["package"])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(lib_dirs)
         start = time.time()
-        p = subprocess.run(
-            [t["exe"], *t["filters"], *args],
-            cwd=t["dir"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+        # Output to a file, not a pipe: the job is reaped with wait4, whose resource usage
+        # counts the CPU of the job and of every process it waited for (rank processes,
+        # Python peers, vLLM servers), what the job costs the machine.
+        with tempfile.TemporaryFile() as out:
+            p = subprocess.Popen(
+                [t["exe"], *t["filters"], *args],
+                cwd=t["dir"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            text = out.read().decode("utf-8", "replace")
         took = time.time() - start
+        cpu = usage.ru_utime + usage.ru_stime
         label = f"{package_name(t['package'])}::{t['label']} ({t['kind']})"
         with lock:
-            sys.stdout.write(f"\n     Running {label} [{took:.1f} s]\n")
-            sys.stdout.write(p.stdout.decode("utf-8", "replace"))
+            costs.append((cpu, took, label))
+            sys.stdout.write(f"\n     Running {label} [{took:.1f} s, {cpu:.1f} s of CPU]\n")
+            sys.stdout.write(text)
             sys.stdout.flush()
             if p.returncode != 0:
                 failed.append(f"{label}: exit status {p.returncode}")
@@ -178,6 +190,12 @@ def main():
         th.start()
     for th in threads:
         th.join()
+    # Where the machine's time went, for CI's budget (docs/testing.md).
+    print("\njobs by CPU time (s of CPU, s of wall):")
+    for cpu, took, label in sorted(costs, reverse=True):
+        if cpu >= 1:
+            print(f"  {cpu:7.1f} {took:7.1f}  {label}")
+    print(f"  {sum(c for c, _, _ in costs):7.1f} in all")
     if failed:
         print("\nfailed test binaries:\n  " + "\n  ".join(failed))
         return 1

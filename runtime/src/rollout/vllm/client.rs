@@ -220,6 +220,7 @@ impl VllmRollout {
                     env: server_env(
                         &self.dir,
                         !self.cuda && self.spec.tensor_parallel * self.spec.data_parallel == 1,
+                        !self.cuda && self.spec.enforce_eager,
                     ),
                     port: self.port,
                     startup_timeout: self.startup_timeout,
@@ -417,10 +418,15 @@ impl Drop for VllmRollout {
 /// otherwise drops to one thread); `TORCHINDUCTOR_CACHE_DIR` inside the server's `dir`. A
 /// server of one CPU worker (`one_cpu_worker`) runs its model in the engine's process
 /// (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, vLLM's in-process executor): one Python process
-/// fewer to start, some 10 s of a 40 s start on a 2-core machine, the same tokens.
-fn server_env(dir: &Path, one_cpu_worker: bool) -> Vec<(String, String)> {
+/// fewer to start, some 10 s of a 40 s start on a 2-core machine, the same tokens. An eager
+/// server on CPU (`eager_cpu`) runs without torch.compile at all (`TORCHDYNAMO_DISABLE`):
+/// `enforce_eager` stops vLLM compiling the model, but its sampler's helpers (the logprob
+/// ranks, top-k/top-p) still compile a C++ kernel with g++ at the first request, ~15 s of CPU
+/// on a 2-core EPYC at every fresh start and a C++ compiler the machine must have.
+fn server_env(dir: &Path, one_cpu_worker: bool, eager_cpu: bool) -> Vec<(String, String)> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let in_process = one_cpu_worker.then(|| ("VLLM_ENABLE_V1_MULTIPROCESSING", "0".to_owned()));
+    let no_compile = eager_cpu.then(|| ("TORCHDYNAMO_DISABLE", "1".to_owned()));
     [
         ("VLLM_CPU_KVCACHE_SPACE", "1".to_owned()),
         ("OMP_NUM_THREADS", cores.to_string()),
@@ -434,6 +440,7 @@ fn server_env(dir: &Path, one_cpu_worker: bool) -> Vec<(String, String)> {
     ]
     .into_iter()
     .chain(in_process)
+    .chain(no_compile)
     .filter(|(k, _)| std::env::var_os(k).is_none())
     .map(|(k, v)| (k.to_owned(), v))
     .collect()
