@@ -18,6 +18,9 @@ use serde_json::{Map, Value};
 
 const STDERR_TAIL: usize = 40;
 
+/// How long a stopped helper's stderr may take to reach its end.
+const STDERR_DRAIN: Duration = Duration::from_secs(2);
+
 /// The helper's side of the protocol, run ahead of its script.
 const CHANNEL: &str = include_str!("pyproc_channel.py");
 
@@ -140,9 +143,23 @@ impl JsonLinesProcess {
     /// Kills the process (a helper stuck in user code included) and reaps it.
     pub fn stop(&mut self) {
         self.stdin = None;
-        let _ = self.child.kill();
+        kill_tree(&mut self.child);
         let _ = self.child.wait();
-        if let Some(t) = self.stderr_thread.take() {
+        self.join_stderr();
+    }
+
+    /// Waits, a bounded time, for the stderr relay to see the end of the stream: a process
+    /// the helper left behind that still holds the pipe must not hang the trainer (its lines
+    /// then stop being relayed).
+    fn join_stderr(&mut self) {
+        let Some(t) = self.stderr_thread.take() else {
+            return;
+        };
+        let deadline = std::time::Instant::now() + STDERR_DRAIN;
+        while !t.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if t.is_finished() {
             let _ = t.join();
         }
     }
@@ -210,9 +227,7 @@ impl JsonLinesProcess {
                     Ok(s) => s.to_string(),
                     Err(e) => format!("unknown status ({e})"),
                 };
-                if let Some(t) = self.stderr_thread.take() {
-                    let _ = t.join();
-                }
+                self.join_stderr();
                 let e = ProcError::Exited {
                     status,
                     what: what.to_owned(),
@@ -251,7 +266,45 @@ impl Drop for JsonLinesProcess {
     fn drop(&mut self) {
         // Closing stdin ends the helper's loop; kill covers one stuck in user code.
         self.stdin = None;
-        let _ = self.child.kill();
+        kill_tree(&mut self.child);
         let _ = self.child.wait();
     }
+}
+
+/// Kills `child` and every process under it. The interpreter may be a wrapper (a shell
+/// script, `conda run`, `time`) whose Python is a grandchild: killing only the direct child
+/// would leave a helper stuck in user code running, holding the pipes.
+fn kill_tree(child: &mut Child) {
+    let mut pending = vec![child.id()];
+    let mut below = Vec::new();
+    while let Some(pid) = pending.pop() {
+        for kid in children_of(pid) {
+            below.push(kid);
+            pending.push(kid);
+        }
+    }
+    for pid in below {
+        if let Ok(pid) = libc::pid_t::try_from(pid) {
+            // SAFETY: sends a signal; no memory is touched.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    let _ = child.kill();
+}
+
+/// The processes `pid`'s threads started (Linux's `/proc/<pid>/task/<tid>/children`; empty
+/// elsewhere).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }

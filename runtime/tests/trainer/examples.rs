@@ -367,7 +367,10 @@ fn clip_topk(overrides: &mut [String]) {
 /// What the run depends on once retargeted: the binding and the algorithm's switches, and the
 /// engine's layout. Left out, as the suite covers them elsewhere (tests/optim, fsdp.rs and the
 /// Megatron offload tests): the optimizer and its schedule, offload, resharding, activation
-/// checkpointing and the reduce dtype.
+/// checkpointing and the reduce dtype. Coefficients count by whether they switch a term on,
+/// not by their values: the KL controller only where the reward carries the KL penalty (it is
+/// unused otherwise), the router's auxiliary losses by whether they are on, the reward model's
+/// input by its kind.
 fn signature(s: &TrainerSpec) -> String {
     let engine = |e: &verlc_spec::trainer::EngineSpec| {
         let mut v = serde_json::to_value(e).unwrap_or_default();
@@ -383,9 +386,33 @@ fn signature(s: &TrainerSpec) -> String {
             ] {
                 m.remove(k);
             }
+            if let Some(r) = m.get_mut("router") {
+                let on = |k: &str| r[k].as_f64().is_some_and(|c| c > 0.0);
+                *r = serde_json::json!({
+                    "load_balancing": r["load_balancing"],
+                    "aux_loss": on("load_balancing_coeff"),
+                    "z_loss": on("z_loss_coeff"),
+                    "fp32": r["fp32"],
+                });
+            }
         }
         v.to_string()
     };
+    let kl_ctrl = s
+        .algorithm
+        .kl_in_reward
+        .then_some(match s.algorithm.kl_ctrl {
+            verlc_spec::trainer::KlControlSpec::Fixed { .. } => "fixed",
+            verlc_spec::trainer::KlControlSpec::Adaptive { .. } => "adaptive",
+        });
+    // The variant's name: `Chat { .. }` -> `Chat`.
+    let rm = s.reward_model.as_ref().map(|m| {
+        let text = format!("{:?}", m.input);
+        text.split([' ', '{', '('])
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    });
     let tools = s.rollout.multi_turn.as_ref().map(|m| {
         (
             &m.tool_config_path,
@@ -406,10 +433,10 @@ fn signature(s: &TrainerSpec) -> String {
         s.actor.update.loss_agg_mode,
         s.actor.update.use_kl_loss,
         s.algorithm.kl_in_reward,
-        s.algorithm.kl_ctrl,
+        kl_ctrl,
         s.critic.is_some(),
         s.reference.is_some(),
-        s.reward_model.as_ref().map(|m| &m.input),
+        rm,
         s.actor
             .lora
             .as_ref()

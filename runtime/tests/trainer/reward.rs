@@ -190,6 +190,60 @@ fn hanging_reward_function_times_out() {
     );
 }
 
+/// The interpreter may be a wrapper whose Python is a grandchild (a shell script, `conda run`):
+/// a reward function stuck in user code still ends with the timeout, and its Python with it.
+#[test]
+fn a_hanging_reward_function_behind_a_wrapper_interpreter_is_killed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("reward_hang_wrapper");
+    let wrapper = dir.join("python-wrapper");
+    // No `exec`: the shell stays the direct child, Python runs under it.
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\n{} \"$@\"\n", PythonSettings::default_python()),
+    )
+    .expect("write the wrapper");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+        .expect("make the wrapper executable");
+    // A copy of its own, so that only this test's Python runs it.
+    let hang = dir.join("reward_hang_behind_wrapper.py");
+    std::fs::copy(fixture("reward_hang.py"), &hang).expect("copy the fixture");
+    let mut s = settings("reward_hang.py", Duration::from_secs(2));
+    s.python = wrapper.display().to_string();
+    s.path = hang.clone();
+    let mut f = PythonRewardFn::start(s).expect("server starts");
+    let t = Instant::now();
+    let err = f
+        .score(&[item("x", "anything", json!("1"), 1)])
+        .expect_err("times out");
+    assert!(matches!(err, RewardError::Timeout { .. }), "{err}");
+    drop(f);
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
+    // The Python under the wrapper is gone too.
+    let hang = hang.display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|c| String::from_utf8_lossy(&c).contains(&hang));
+        if !alive {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hung reward function's Python still runs"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn trainer_fails_cleanly_on_a_crashing_reward_function() {
     let dir = scratch("trainer_reward_crash");
