@@ -2,6 +2,8 @@
 //! with sparse and dense layers included (its logits, windowed forward and greedy generation are
 //! covered with the other families in parity.rs, cache.rs and the rollout tests); the grouped
 //! expert computation equals the per-token definition; the built-in tiny MoE.
+use std::path::PathBuf;
+
 use runtime::model::decoder::param_shapes;
 use runtime::model::{Dtype, ModelSource, from_pretrained};
 use tch::{Device, Kind, Tensor};
@@ -24,15 +26,25 @@ fn log_prob_loss(logits: &Tensor, ids: &Tensor, mask: &Tensor) -> Tensor {
 /// `padding_idx` row included); for Qwen3-MoE, experts no token chose have none, as in torch.
 #[test]
 fn every_parameter_gradient_matches_transformers() {
-    for arch in ["qwen3_moe", "qwen2", "qwen3", "llama", "mistral"] {
+    let archs = ["qwen3_moe", "qwen2", "qwen3", "llama", "mistral"];
+    let weights: Vec<PathBuf> = archs
+        .iter()
+        .map(|arch| {
+            let dir = oracle::models().join(arch);
+            ["model.safetensors", "model.safetensors.index.json"]
+                .map(|f| dir.join(f))
+                .into_iter()
+                .find(|p| p.is_file())
+                .expect("weights")
+        })
+        .collect();
+    let out = oracle::cached(
+        "grads",
+        &weights.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+    );
+    for (i, arch) in archs.into_iter().enumerate() {
         let dir = oracle::models().join(arch);
-        let weights = ["model.safetensors", "model.safetensors.index.json"]
-            .map(|f| dir.join(f))
-            .into_iter()
-            .find(|p| p.is_file())
-            .expect("weights");
-        let out = oracle::cached("grads", &[&weights]);
-        let r = oracle::read(&out.join("grads.safetensors"));
+        let r = oracle::read(&out.join(format!("grads-{i}.safetensors")));
         let m = from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
         let (ids, mask) = (get(&r, "input_ids"), get(&r, "attention_mask"));
         let logits = m

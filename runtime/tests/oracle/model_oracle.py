@@ -253,16 +253,21 @@ def vllm_models(out):
         json.dump(result, f)
 
 
-def grads(outdir, weights):
-    """The gradient of every parameter of the causal LM whose weights file is WEIGHTS for a fixed
-    loss: the mean log-prob of each row's next tokens on a padded batch (what the actor's update
-    differentiates)."""
+def grads(outdir, *weights):
+    """For the causal LM of each weights file (one process for all: importing transformers costs
+    more than a tiny model's backward), the gradient of every parameter for a fixed loss: the
+    mean log-prob of each row's next tokens on a padded batch (what the actor's update
+    differentiates), in `grads-<i>.safetensors` for the i-th file."""
+    os.makedirs(outdir, exist_ok=True)
+    for i, w in enumerate(weights):
+        grads_of(w, os.path.join(outdir, f"grads-{i}.safetensors"))
+
+
+def grads_of(weights, out):
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
     path = os.path.dirname(weights)
-    os.makedirs(outdir, exist_ok=True)
-    out = os.path.join(outdir, "grads.safetensors")
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32)
     model.train()
     gen = torch.Generator().manual_seed(7)
@@ -523,7 +528,7 @@ if __name__ == "__main__":
     if cmd == "models":
         models(sys.argv[2])
     elif cmd == "grads":
-        grads(sys.argv[2], sys.argv[3])
+        grads(sys.argv[2], *sys.argv[3:])
     elif cmd == "router_losses":
         router_losses(sys.argv[2])
     elif cmd == "verify":
