@@ -236,6 +236,13 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
         good.display().to_string()
     );
     assert_eq!(value("trainer.n_gpus_per_node"), "2");
+    // GRPO without a critic or a reward model: their sections' settings are not reported.
+    let keys: Vec<&str> = subs.iter().filter_map(|s| s["key"].as_str()).collect();
+    assert!(
+        keys.iter()
+            .all(|k| !k.starts_with("critic.") && !k.starts_with("reward_model.")),
+        "{keys:?}"
+    );
     let exercised = report["exercised"].as_array().unwrap();
     assert!(
         exercised

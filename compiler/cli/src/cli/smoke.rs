@@ -323,6 +323,27 @@ fn override_of(s: &Substitution) -> String {
     }
 }
 
+/// Whether `key` belongs to a role the planned run has: `critic.*`, `reward_model.*` and
+/// `actor_rollout_ref.ref.*` only when it trains a critic, scores with a reward model or keeps a
+/// reference policy.
+fn role_in_use(plan: &verlc::plan::Planned, key: &str) -> bool {
+    let verlc::plan::Planned::Rl(plan) = plan else {
+        return true;
+    };
+    let s = &plan.spec;
+    let under = |prefix: &str| key.starts_with(prefix);
+    if under("critic.") {
+        return s.critic.is_some();
+    }
+    if under("reward_model.") {
+        return s.reward_model.is_some();
+    }
+    if under("actor_rollout_ref.ref.") {
+        return s.reference.is_some();
+    }
+    true
+}
+
 /// The code paths the smoke run takes, from the spec it built: what a passing smoke run has
 /// exercised of the config.
 fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
@@ -531,28 +552,41 @@ fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
             return EXIT_ERRORS;
         }
     };
-    if !json {
-        eprintln!("smoke: substituted for this machine");
-        for s in &subs {
-            eprintln!(
-                "  {} = {}  (was {}; {})",
-                s.key,
-                s.value,
-                s.was.as_deref().unwrap_or("unset"),
-                s.why
-            );
-        }
-    }
     let mut compile_args = a.compile.clone();
     compile_args
         .config
         .args
         .extend(subs.iter().map(override_of));
+    let print = |subs: &[Substitution]| {
+        if !json {
+            eprintln!("smoke: substituted for this machine");
+            for s in subs {
+                eprintln!(
+                    "  {} = {}  (was {}; {})",
+                    s.key,
+                    s.value,
+                    s.was.as_deref().unwrap_or("unset"),
+                    s.why
+                );
+            }
+        }
+    };
     let compiled = match compile(&compile_args) {
         Ok(Compile::Built(c)) => c,
         Ok(Compile::Planned(_)) => return 0,
-        Err(code) => return code,
+        Err(code) => {
+            // All of them: they may explain what the config's checks said.
+            print(&subs);
+            return code;
+        }
     };
+    // The substitutions of the roles the run has: a GRPO config's tree still holds a critic
+    // section, whose batch sizes were set too, but no critic trains.
+    let subs: Vec<Substitution> = subs
+        .into_iter()
+        .filter(|s| role_in_use(&compiled.plan, &s.key))
+        .collect();
+    print(&subs);
     let paths = match &compiled.plan {
         verlc::plan::Planned::Rl(plan) => exercised(plan),
         verlc::plan::Planned::Sft(plan) => exercised_sft(plan),
