@@ -143,9 +143,10 @@ def main():
         env["CARGO_PKG_NAME"] = package_name(t["package"])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(lib_dirs)
         start = time.time()
-        # Output to a file, not a pipe: the job is reaped with wait4, whose resource usage
-        # counts the CPU of the job and of every process it waited for (rank processes,
-        # Python peers, vLLM servers), what the job costs the machine.
+        # The job is reaped with wait4, whose resource usage counts the CPU of the job and of
+        # every process it waited for (rank processes, Python peers, vLLM servers): what the
+        # job costs the machine. Its output goes to a file, as nothing reads a pipe while
+        # wait4 blocks (a job writing more than a pipe holds would stall).
         with tempfile.TemporaryFile() as out:
             p = subprocess.Popen(
                 [t["exe"], *t["filters"], *args],
@@ -156,7 +157,7 @@ def main():
                 stderr=subprocess.STDOUT,
             )
             _, status, usage = os.wait4(p.pid, 0)
-            p.returncode = os.waitstatus_to_exitcode(status)
+            code = os.waitstatus_to_exitcode(status)
             out.seek(0)
             text = out.read().decode("utf-8", "replace")
         took = time.time() - start
@@ -167,8 +168,8 @@ def main():
             sys.stdout.write(f"\n     Running {label} [{took:.1f} s, {cpu:.1f} s of CPU]\n")
             sys.stdout.write(text)
             sys.stdout.flush()
-            if p.returncode != 0:
-                failed.append(f"{label}: exit status {p.returncode}")
+            if code != 0:
+                failed.append(f"{label}: exit status {code}")
 
     def lane():
         while True:
