@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/shim.cpp");
+    println!("cargo:rerun-if-changed=csrc/gloo_pacing.cpp");
     println!("cargo:rerun-if-changed=csrc/kernels.h");
     println!("cargo:rerun-if-changed=csrc/gated_delta_rule.cpp");
     println!("cargo:rerun-if-changed=csrc/causal_conv.cpp");
@@ -90,6 +91,7 @@ fn main() {
     if !cache.as_ref().is_some_and(|c| c.restore(&out)) {
         let kernels = std::thread::spawn(move || kernels.compile("verlc_kernels"));
         build.file("csrc/shim.cpp");
+        build.file("csrc/gloo_pacing.cpp");
         build.cargo_metadata(false).compile("verlc_shim");
         if kernels.join().is_err() {
             panic!("compiling the C++ kernels failed (see the compiler's output above)");

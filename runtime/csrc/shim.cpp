@@ -36,6 +36,9 @@
 
 #include "kernels.h"
 
+// csrc/gloo_pacing.cpp
+extern "C" void vlc_gloo_pacing_arm(void);
+
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -307,6 +310,7 @@ char* vlc_store_set_timeout(vlc_store* s, int64_t timeout_ms) {
 // With both NULL the device binds the address this host's name resolves to, else loopback.
 char* vlc_pg_gloo_new(const vlc_store* store, int rank, int size, int64_t timeout_ms,
                       const char* iface, const char* hostname, int threads, vlc_pg** out) {
+  vlc_gloo_pacing_arm();
   return guarded([&] {
     auto opts = c10d::ProcessGroupGloo::Options::create(ms(timeout_ms));
     if (iface != nullptr) {

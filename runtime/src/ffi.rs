@@ -67,6 +67,7 @@ unsafe extern "C" {
         out: *mut *mut vlc_pg,
     ) -> *mut c_char;
     pub fn vlc_has_nccl() -> c_int;
+    pub fn vlc_gloo_pacing_stats(waits: *mut u64, yields: *mut u64);
     pub fn vlc_pg_nccl_new(
         store: *const vlc_store,
         rank: c_int,

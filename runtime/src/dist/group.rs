@@ -41,6 +41,28 @@ impl Backend {
     }
 }
 
+/// What the pacing of Gloo's event-loop threads did in this process (`csrc/gloo_pacing.cpp`):
+/// a loop thread that woke for a socket it could not read yet (another thread held the pair)
+/// yields before waiting again, instead of spinning on the CPU that thread needs.
+/// `VERLC_GLOO_PACING=0` turns the yielding off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GlooPacing {
+    /// epoll waits of Gloo loop threads seen (zero would mean the pacing is not linked in).
+    pub waits: u64,
+    /// Of those, the ones that yielded first.
+    pub yields: u64,
+}
+
+impl GlooPacing {
+    /// The process's totals so far.
+    pub fn now() -> GlooPacing {
+        let (mut waits, mut yields) = (0, 0);
+        // SAFETY: two out-pointers to live u64s.
+        unsafe { ffi::vlc_gloo_pacing_stats(&mut waits, &mut yields) };
+        GlooPacing { waits, yields }
+    }
+}
+
 /// Reduction of [`ProcessGroup::all_reduce`] / [`ProcessGroup::reduce_scatter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {

@@ -16,7 +16,7 @@ pub mod mappings;
 mod store;
 
 pub use env::DistEnv;
-pub use group::{Backend, GlooDevice, InitOptions, ProcessGroup, ReduceOp};
+pub use group::{Backend, GlooDevice, GlooPacing, InitOptions, ProcessGroup, ReduceOp};
 pub use launch::{LaunchedRanks, LocalLauncher, free_port};
 pub use layout::{ExpertGroups, ProcessGroups, RankLayout, RolloutGroups};
 pub use store::Store;

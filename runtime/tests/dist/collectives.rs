@@ -114,3 +114,21 @@ rank_test!(broadcast_send_recv_barrier, 2, |pg| {
     assert_eq!(pg.size(), 2);
     assert_eq!(pg.global_ranks(), &[0, 1]);
 });
+
+// Gloo's event-loop threads go through the pacing in csrc/gloo_pacing.cpp: the executable's
+// epoll_wait is the one libtorch's Gloo calls (if linking ever stopped exporting it, the loop
+// would spin again where ranks outnumber cores, and nothing else would say so).
+rank_test!(gloo_event_loops_wait_through_the_pacing, 2, |pg| {
+    let before = runtime::dist::GlooPacing::now();
+    let t = Tensor::ones([1 << 16], (Kind::Float, tch::Device::Cpu));
+    for _ in 0..20 {
+        pg.all_reduce(&t, ReduceOp::Sum).unwrap();
+    }
+    assert_eq!(vals(&t.narrow(0, 0, 1)), vec![f64::powi(2.0, 20)]);
+    let after = runtime::dist::GlooPacing::now();
+    assert!(
+        after.waits > before.waits,
+        "no epoll wait of a Gloo loop thread went through the pacing: {after:?}"
+    );
+    assert!(after.yields <= after.waits);
+});
