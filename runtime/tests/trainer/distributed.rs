@@ -370,14 +370,12 @@ fn megatron_layout_matches_one_process(
 ) -> Vec<(u64, Metrics)> {
     let dir = scratch(&format!("dist_megatron_{name}"));
     let example = "quickstart_megatron.yaml";
-    let one_cfg = config(
+    let one = one_process_history(
         example,
         &Job::new(example, MEGATRON, &dir.join("one"), 1)
             .with(shared)
             .overrides,
     );
-    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
-        .expect("one-process run");
     let job = Job::new(example, MEGATRON, &dir.join(name), world)
         .with(shared)
         .with(layout)
@@ -389,10 +387,49 @@ fn megatron_layout_matches_one_process(
         spec.actor.engine
     );
     let ranks = run_ranks(&job, &dir.join(name), world);
-    assert_matches(&one.history, &ranks[0], 2e-3, name);
+    assert_matches(&one, &ranks[0], 2e-3, name);
     let s2 = step_dir(&dir.join(name).join("ckpt"), 2);
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir, world);
-    one.history
+    one
+}
+
+type History = Vec<(u64, Metrics)>;
+
+/// The metric history of `example` with `overrides` in one Megatron process. Several layouts
+/// compare with the same one-process run (the MoE actor's, under EP, TP with whole experts and
+/// CP x EP): it trains once per test process, the first test to need it training it while the
+/// others wait. Keyed by the overrides less the checkpoint directory (the one-process runs save
+/// nothing).
+fn one_process_history(example: &str, overrides: &[String]) -> History {
+    use std::sync::{Arc, Mutex, OnceLock};
+    static RUNS: Mutex<Vec<(String, Arc<OnceLock<History>>)>> = Mutex::new(Vec::new());
+    let key: Vec<&str> = overrides
+        .iter()
+        .map(String::as_str)
+        .filter(|o| !o.starts_with("trainer.default_local_dir="))
+        .collect();
+    let key = format!("{example} {}", key.join(" "));
+    let slot = {
+        let mut runs = RUNS.lock().unwrap_or_else(|e| e.into_inner());
+        match runs.iter().find(|(k, _)| *k == key) {
+            Some((_, slot)) => slot.clone(),
+            None => {
+                let slot = Arc::new(OnceLock::new());
+                runs.push((key, slot.clone()));
+                slot
+            }
+        }
+    };
+    slot.get_or_init(|| {
+        runtime::trainer::run_with(
+            &config(example, overrides),
+            &quiet(),
+            MegatronRoles { world: None },
+        )
+        .expect("one-process run")
+        .history
+    })
+    .clone()
 }
 
 /// Megatron with expert parallelism 2 (TP 1, 2 data-parallel ranks, each holding half of a
