@@ -33,8 +33,8 @@ use crate::workers::critic::Critic;
 use crate::workers::reference::{Reference, ReferencePolicy};
 use crate::workers::reward::manager;
 use crate::workers::reward::{
-    PythonRewardFn, PythonSettings, RewardFn, RewardInput, RewardModel, Score, ScoreItem,
-    token_level_scores,
+    PythonRewardFn, PythonSettings, RewardError, RewardFn, RewardInput, RewardModel, Score,
+    ScoreItem, token_level_scores,
 };
 use crate::workers::rollout::RolloutWorker;
 use crate::workers::teacher::{TEACHER_COLUMN, Teachers};
@@ -710,7 +710,10 @@ impl<R: Roles> Trainer<R> {
         out: &RolloutOutput,
     ) -> Result<Scored, TrainerError> {
         let score_items = self.score_items(items, out)?;
-        let mut scores = self.reward.score(&score_items)?;
+        let mut scores = self
+            .reward
+            .score(&score_items)
+            .map_err(|e| on_sample(e, items, out, &score_items))?;
         manager::apply(
             &self.spec.reward_manager,
             &mut scores,
@@ -1422,4 +1425,36 @@ fn first_groups(uid: &Tensor, n: usize) -> Result<Vec<i64>, TrainerError> {
         .collect();
     rows.sort_unstable();
     Ok(rows)
+}
+
+/// A reward error that names one response, with the data file and row of its prompt and what
+/// was scored (a user's reward code fails on some responses only: the sample is the clue).
+fn on_sample(
+    e: RewardError,
+    items: &[&PromptItem],
+    out: &RolloutOutput,
+    scored: &[ScoreItem],
+) -> TrainerError {
+    let RewardError::Sample { index, source } = e else {
+        return e.into();
+    };
+    let (Some(it), Some(prompt)) = (
+        scored.get(index),
+        out.prompt_index.get(index).and_then(|&p| items.get(p)),
+    ) else {
+        return (*source).into();
+    };
+    const SHOWN: usize = 300;
+    let mut response: String = it.solution_str.chars().take(SHOWN).collect();
+    if it.solution_str.chars().nth(SHOWN).is_some() {
+        response.push_str("...");
+    }
+    TrainerError::RewardSample {
+        file: prompt.source.clone(),
+        row: prompt.row,
+        data_source: it.data_source.clone(),
+        ground_truth: it.ground_truth.to_string(),
+        response,
+        source,
+    }
 }

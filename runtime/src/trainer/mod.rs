@@ -47,6 +47,19 @@ pub enum TrainerError {
     Worker(#[from] crate::workers::WorkerError),
     #[error(transparent)]
     Reward(#[from] crate::workers::reward::RewardError),
+    /// A reward error on one response: where its prompt came from and what was scored.
+    #[error(
+        "{file}: row {row}: scoring the response to this prompt (data_source={data_source:?}, ground_truth={ground_truth}, response {response:?}): {source}"
+    )]
+    RewardSample {
+        file: String,
+        row: usize,
+        data_source: String,
+        ground_truth: String,
+        /// The decoded response, at most 300 characters of it.
+        response: String,
+        source: Box<crate::workers::reward::RewardError>,
+    },
     #[error(transparent)]
     Algo(#[from] crate::algo::AlgoError),
     #[error(transparent)]

@@ -126,10 +126,18 @@ fn crashing_and_raising_reward_functions_give_clear_errors() {
         f.score(&[item("x", "fine", json!("1"), 1)]).expect("ok")[0].score,
         0.0
     );
+    // The error names the response it was raised on (the second here).
     let err = f
-        .score(&[item("x", "please raise", json!("1"), 1)])
-        .expect_err("raises")
-        .to_string();
+        .score(&[
+            item("x", "fine", json!("1"), 1),
+            item("x", "please raise", json!("1"), 1),
+        ])
+        .expect_err("raises");
+    assert!(
+        matches!(err, RewardError::Sample { index: 1, .. }),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(
         err.contains("ZeroDivisionError") && err.contains("raised an exception"),
         "{err}"

@@ -54,6 +54,12 @@ pub enum RewardError {
         python: String,
         source: std::io::Error,
     },
+    /// `source` concerns one response: the `index`-th of the items scored.
+    #[error("{source}")]
+    Sample {
+        index: usize,
+        source: Box<RewardError>,
+    },
     #[error("reward: {0}")]
     Other(String),
     #[error("libtorch: {0}")]
@@ -95,7 +101,8 @@ impl RewardFn {
         match self {
             RewardFn::Builtin => items
                 .iter()
-                .map(|it| {
+                .enumerate()
+                .map(|(index, it)| {
                     rules::default_compute_score(
                         &it.data_source,
                         &it.solution_str,
@@ -104,6 +111,10 @@ impl RewardFn {
                     .map(|score| Score {
                         score,
                         ..Score::default()
+                    })
+                    .map_err(|e| RewardError::Sample {
+                        index,
+                        source: Box::new(e),
                     })
                 })
                 .collect(),

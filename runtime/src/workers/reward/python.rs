@@ -163,7 +163,14 @@ impl PythonRewardFn {
             )));
         }
         if let Some(tb) = reply.get("error").and_then(Value::as_str) {
-            return Err(self.error(format!("raised an exception:\n{}", tb.trim_end())));
+            let err = self.error(format!("raised an exception:\n{}", tb.trim_end()));
+            return Err(match reply.get("item").and_then(Value::as_u64) {
+                Some(i) => RewardError::Sample {
+                    index: usize::try_from(i).unwrap_or(usize::MAX),
+                    source: Box::new(err),
+                },
+                None => err,
+            });
         }
         let results = reply
             .get("results")
@@ -179,7 +186,8 @@ impl PythonRewardFn {
         results
             .iter()
             .zip(items)
-            .map(|(r, it)| {
+            .enumerate()
+            .map(|(index, (r, it))| {
                 let score = match r.get("score").and_then(Value::as_f64) {
                     Some(s) => s,
                     None => {
@@ -187,10 +195,13 @@ impl PythonRewardFn {
                             .get("bad")
                             .and_then(Value::as_str)
                             .unwrap_or("a non-number");
-                        return Err(self.error(format!(
-                            "returned {bad} for data_source={:?}; scores must be finite numbers",
-                            it.data_source
-                        )));
+                        return Err(RewardError::Sample {
+                            index,
+                            source: Box::new(self.error(format!(
+                                "returned {bad} for data_source={:?}; scores must be finite numbers",
+                                it.data_source
+                            ))),
+                        });
                     }
                 };
                 let extra: BTreeMap<String, Value> = r

@@ -5,7 +5,7 @@
 #   client -> {"id": N, "items": [{"data_source", "solution_str", "ground_truth", "extra_info"}]}
 #   server -> {"id": N, "results": [{"score": float | null, "bad": repr | null, "extra": {...},
 #                                     "dict": whether the function returned a dict}]}
-#           | {"id": N, "error": "traceback"}
+#           | {"id": N, "error": "traceback", "item": index of the item that raised | null}
 # The user's prints go to stderr; stdout carries only the protocol.
 import asyncio
 import importlib.util
@@ -39,9 +39,15 @@ def normalize(res):
         score = res["score"]
     elif isinstance(res, (int, float, bool)):
         score = res
+    elif isinstance(res, (str, bytes)):
+        # verl would fail writing text into the reward tensor: a bad score, said as such.
+        return {"score": None, "bad": repr(res), "extra": extra}
     else:
         score = res[0]
-    score = float(score)
+    try:
+        score = float(score)
+    except (TypeError, ValueError):
+        return {"score": None, "bad": repr(res), "extra": extra}
     if not math.isfinite(score):
         return {"score": None, "bad": repr(score), "extra": extra}
     return {"score": score, "bad": None, "extra": extra, "dict": isinstance(res, dict)}
@@ -71,9 +77,10 @@ def main():
         if not line.strip():
             continue
         req = json.loads(line)
+        item = None
         try:
             results = []
-            for it in req["items"]:
+            for item, it in enumerate(req["items"]):
                 res = fn(
                     data_source=it["data_source"],
                     solution_str=it["solution_str"],
@@ -84,9 +91,10 @@ def main():
                 if inspect.isawaitable(res):
                     res = asyncio.run(res)
                 results.append(normalize(res))
+            item = None
             send({"id": req["id"], "results": results})
         except BaseException:
-            send({"id": req["id"], "error": traceback.format_exc()})
+            send({"id": req["id"], "error": traceback.format_exc(), "item": item})
     return 0
 
 
