@@ -65,16 +65,17 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
     .expect("LoRA engine")
 }
 
-fn peft(base: &Path, adapter: &Path, inputs: &Path, out: &Path) -> HashMap<String, Tensor> {
+/// PEFT's results for each (base model, adapter, inputs, output file), in one Python process.
+fn peft(jobs: &[[&Path; 4]]) -> Vec<HashMap<String, Tensor>> {
     let status = Command::new(oracle::python())
         .arg(oracle::script())
         .arg("lora")
-        .args([base, adapter, inputs, out])
+        .args(jobs.iter().flatten())
         .env("OMP_NUM_THREADS", "1")
         .status()
         .expect("run the PEFT oracle");
     assert!(status.success(), "PEFT oracle failed: {status}");
-    oracle::read(out)
+    jobs.iter().map(|[.., out]| oracle::read(out)).collect()
 }
 
 fn adapters(e: &SingleEngine<CausalLm>) -> Vec<(String, Tensor)> {
@@ -91,10 +92,12 @@ fn adapters(e: &SingleEngine<CausalLm>) -> Vec<(String, Tensor)> {
 #[test]
 fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
     let dir = oracle::models();
+    // Both models' engines and inputs first, then PEFT on both in one process.
+    let mut cases = Vec::new();
     for arch in ["qwen2", "llama"] {
         let base = dir.join(arch);
         let scratch = oracle::scratch(&format!("lora-{arch}"));
-        let mut e = engine(&base);
+        let e = engine(&base);
 
         // PEFT's init leaves B at zero; give it values so the adapters change the output.
         let names: Vec<String> = adapters(&e).into_iter().map(|(n, _)| n).collect();
@@ -160,13 +163,32 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
             &inputs,
         )
         .expect("write inputs");
-        let want = peft(
-            &base,
-            &adapter_dir,
-            &inputs,
-            &scratch.join("peft.safetensors"),
-        );
-
+        let out = scratch.join("peft.safetensors");
+        cases.push((
+            arch,
+            base,
+            adapter_dir,
+            inputs,
+            out,
+            e,
+            b,
+            base_weight,
+            scratch,
+        ));
+    }
+    let jobs: Vec<[&Path; 4]> = cases
+        .iter()
+        .map(|(_, base, adapter, inputs, out, ..)| {
+            [
+                base.as_path(),
+                adapter.as_path(),
+                inputs.as_path(),
+                out.as_path(),
+            ]
+        })
+        .collect();
+    let wants = peft(&jobs);
+    for ((arch, _, _, _, _, mut e, b, base_weight, scratch), want) in cases.into_iter().zip(wants) {
         let fwd = ForwardOptions {
             temperature: 1.0,
             with_entropy: false,

@@ -531,10 +531,13 @@ if __name__ == "__main__":
         grads(sys.argv[2], *sys.argv[3:])
     elif cmd == "router_losses":
         router_losses(sys.argv[2])
-    elif cmd == "verify":
-        verify(*sys.argv[2:6])
-    elif cmd == "lora":
-        lora(*sys.argv[2:6])
+    elif cmd in ("verify", "lora"):
+        # Groups of four arguments, one per model: one interpreter start for all of them.
+        args = sys.argv[2:]
+        if not args or len(args) % 4:
+            sys.exit(f"{cmd}: arguments come in groups of four, got {len(args)}")
+        for i in range(0, len(args), 4):
+            (verify if cmd == "verify" else lora)(*args[i : i + 4])
     elif cmd == "reward":
         reward(sys.argv[2], sys.argv[3])
     elif cmd == "vllm":

@@ -117,19 +117,27 @@ pub fn models() -> PathBuf {
 
 /// Runs `verify` on a saved directory and returns the tensors it wrote.
 pub fn verify(dir: &Path, kind: &str, inputs: &Path) -> HashMap<String, Tensor> {
-    let out = dir.join(format!("verify-{kind}.safetensors"));
-    let status = Command::new(python())
-        .arg(script())
-        .args(["verify"])
-        .arg(dir)
-        .arg(kind)
-        .arg(inputs)
-        .arg(&out)
+    verify_many(&[(dir, kind, inputs)]).remove(0)
+}
+
+/// [`verify`] for several directories in one Python process (each start imports torch and
+/// transformers: seconds of CPU).
+pub fn verify_many(jobs: &[(&Path, &str, &Path)]) -> Vec<HashMap<String, Tensor>> {
+    let outs: Vec<PathBuf> = jobs
+        .iter()
+        .map(|(dir, kind, _)| dir.join(format!("verify-{kind}.safetensors")))
+        .collect();
+    let mut command = Command::new(python());
+    command.arg(script()).arg("verify");
+    for ((dir, kind, inputs), out) in jobs.iter().zip(&outs) {
+        command.arg(dir).arg(kind).arg(inputs).arg(out);
+    }
+    let status = command
         .env("OMP_NUM_THREADS", "1")
         .status()
         .unwrap_or_else(|e| panic!("running the oracle (run scripts/setup first): {e}"));
     assert!(status.success(), "oracle verify failed: {status}");
-    read(&out)
+    outs.iter().map(|o| read(o)).collect()
 }
 
 pub fn read(path: &Path) -> HashMap<String, Tensor> {
