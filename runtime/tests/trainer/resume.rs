@@ -15,9 +15,10 @@ use serde_json::Value;
 use crate::support::{is_timing, quiet, scratch, small_grpo};
 
 const CHILD_ENV: &str = "RESUME_CHILD_DIR";
-// Enough steps that the child is still training when the first checkpoint appears (an fp32
-// step of the tiny model takes milliseconds).
-const STEPS: u64 = 30;
+// Enough steps that the child is still training when the first checkpoint appears: after the
+// step-2 checkpoint, 14 more steps with checkpoints and validations (seconds on one thread)
+// against a poll every 20 ms.
+const STEPS: u64 = 16;
 
 fn config(dir: &Path) -> verlc_spec::TrainerSpec {
     small_grpo(
