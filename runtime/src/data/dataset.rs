@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::tokenizer::Tokenizer;
 
-use super::{DataError, Sample, files};
+use super::{DataError, RowProblems, Sample, files};
 
 pub use verlc_spec::data::Truncation;
 
@@ -93,33 +93,46 @@ impl RlDataset {
         let rows = files::read_sampled(files, opts.max_samples, opts.shuffle, opts.seed)?;
         let mut items = Vec::with_capacity(rows.len());
         let mut filtered = 0;
+        // Every row is prepared (as a good load does) and every bad one counted, so one run
+        // reports all of a file's problems, not the first.
+        let mut problems = RowProblems::default();
         for (source, row, map) in rows {
-            let sample = Sample::from_row(map, &opts.prompt_key, &opts.reward_fn_key, row)
-                .map_err(|msg| DataError::Row {
-                    file: source.clone(),
-                    row,
-                    msg,
-                })?;
-            let ids = tokenizer
-                .encode_chat(&sample.prompt, true, &opts.chat_template_kwargs)
-                .map_err(|e| DataError::Tokenize {
-                    file: source.clone(),
-                    row,
-                    source: e,
-                })?;
+            let sample = match Sample::from_row(map, &opts.prompt_key, &opts.reward_fn_key, row) {
+                Ok(s) => s,
+                Err(msg) => {
+                    problems.push(DataError::Row {
+                        file: source,
+                        row,
+                        msg,
+                    });
+                    continue;
+                }
+            };
+            let ids = match tokenizer.encode_chat(&sample.prompt, true, &opts.chat_template_kwargs)
+            {
+                Ok(ids) => ids,
+                Err(e) => {
+                    problems.push(DataError::Tokenize {
+                        file: source,
+                        row,
+                        source: e,
+                    });
+                    continue;
+                }
+            };
             if opts.filter_overlong_prompts && ids.len() > opts.max_prompt_length {
                 filtered += 1;
                 continue;
             }
-            let input_ids =
-                truncate(&ids, opts.max_prompt_length, opts.truncation).ok_or_else(|| {
-                    DataError::TooLong {
-                        file: source.clone(),
-                        row,
-                        len: ids.len(),
-                        max: opts.max_prompt_length,
-                    }
-                })?;
+            let Some(input_ids) = truncate(&ids, opts.max_prompt_length, opts.truncation) else {
+                problems.push(DataError::TooLong {
+                    file: source,
+                    row,
+                    len: ids.len(),
+                    max: opts.max_prompt_length,
+                });
+                continue;
+            };
             items.push(PromptItem {
                 sample,
                 input_ids,
@@ -127,6 +140,7 @@ impl RlDataset {
                 row,
             });
         }
+        problems.into_result()?;
         if items.is_empty() {
             let why = if filtered > 0 {
                 format!(": all {filtered} prompts exceed max_prompt_length")

@@ -25,6 +25,68 @@ pub use sample::{RewardSpec, Sample};
 pub use sampler::{BatchSampler, SamplerState};
 pub use sft::{SftDataset, SftExample, SftOptions};
 
+/// The bad rows of a dataset, found in one pass over every row: each distinct problem (a row
+/// error's message in one file; too long; not tokenizable) once, at its first row, with the
+/// number of other rows that have it. At most [`RowProblems::SHOWN`] problems are listed.
+#[derive(Debug, Default)]
+pub struct RowProblems {
+    /// (first occurrence, how many more rows have the same problem, its kind).
+    groups: Vec<(DataError, usize, String)>,
+    /// Problems beyond the listed ones, rows counted.
+    unlisted: usize,
+}
+
+impl RowProblems {
+    pub const SHOWN: usize = 10;
+
+    /// Adds a row's problem.
+    pub fn push(&mut self, e: DataError) {
+        let kind = match &e {
+            DataError::Row { file, msg, .. } => format!("{file}\0row\0{msg}"),
+            DataError::TooLong { file, .. } => format!("{file}\0too long"),
+            DataError::Tokenize { file, source, .. } => format!("{file}\0tokenize\0{source}"),
+            other => other.to_string(),
+        };
+        if let Some(g) = self.groups.iter_mut().find(|g| g.2 == kind) {
+            g.1 += 1;
+        } else if self.groups.len() < Self::SHOWN {
+            self.groups.push((e, 0, kind));
+        } else {
+            self.unlisted += 1;
+        }
+    }
+
+    /// Rows with a problem.
+    pub fn rows(&self) -> usize {
+        self.groups.iter().map(|g| 1 + g.1).sum::<usize>() + self.unlisted
+    }
+
+    /// No problem: `Ok`; one: that error as it is; more: [`DataError::Rows`].
+    pub fn into_result(mut self) -> Result<(), DataError> {
+        match (self.groups.len(), self.rows()) {
+            (0, _) => Ok(()),
+            (1, 1) => Err(self.groups.remove(0).0),
+            _ => Err(DataError::Rows(self)),
+        }
+    }
+}
+
+impl std::fmt::Display for RowProblems {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} rows cannot be used:", self.rows())?;
+        for (e, same, _) in &self.groups {
+            write!(f, "\n  {e}")?;
+            if *same > 0 {
+                write!(f, " (and {same} more rows like it)")?;
+            }
+        }
+        if self.unlisted > 0 {
+            write!(f, "\n  and {} rows with other problems", self.unlisted)?;
+        }
+        Ok(())
+    }
+}
+
 /// Errors of dataset reading and preparation; file errors name the file, row errors the row.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -62,6 +124,10 @@ pub enum DataError {
         row: usize,
         source: crate::tokenizer::TokenizerError,
     },
+    /// Several rows cannot be used: the first of each kind of problem, with how many rows share
+    /// it (see [`RowProblems`]).
+    #[error("{0}")]
+    Rows(RowProblems),
     #[error("measuring the chat template's system and generation prompts: {0}")]
     ChatPrompts(crate::tokenizer::TokenizerError),
     #[error("dataset is empty{0}")]

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::tokenizer::{Message, Tokenizer, TokenizerError};
 
-use super::{DataError, files};
+use super::{DataError, RowProblems, files};
 
 pub use verlc_spec::algo::AlgoRelease;
 pub use verlc_spec::data::Truncation;
@@ -275,16 +275,24 @@ impl SftDataset {
             mismatched: 0,
             turns_without_prompt: 0,
         };
+        // Every row is encoded and every bad one counted (RowProblems), as for RL data.
+        let mut problems = RowProblems::default();
         for (source, row, map) in rows {
             let bad = |msg: String| DataError::Row {
                 file: source.clone(),
                 row,
                 msg,
             };
-            let conv = Conversation::from_row(map, opts).map_err(&bad)?;
-            let enc = conv
-                .encode(tok, &out.prompts, opts)
-                .map_err(|e| bad(e.to_string()))?;
+            let enc = match Conversation::from_row(map, opts).and_then(|conv| {
+                conv.encode(tok, &out.prompts, opts)
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok(enc) => enc,
+                Err(msg) => {
+                    problems.push(bad(msg));
+                    continue;
+                }
+            };
             out.mismatched += usize::from(enc.mismatched);
             out.turns_without_prompt += enc.turns_without_prompt;
             out.examples.push(SftExample {
@@ -294,6 +302,7 @@ impl SftDataset {
                 row,
             });
         }
+        problems.into_result()?;
         if out.examples.is_empty() {
             return Err(DataError::Empty(String::new()));
         }

@@ -56,6 +56,17 @@ fn overlong_prompts_error_filter_or_truncate() {
     .unwrap();
     assert!(filtered.filtered >= 1);
     assert_eq!(filtered.len() + filtered.filtered, 7);
+    // The error counted every prompt the filter drops, not only the first.
+    if filtered.filtered > 1 {
+        let n = filtered.filtered;
+        assert!(
+            e.contains(&format!("{n} rows cannot be used"))
+                && e.contains(&format!("(and {} more rows like it)", n - 1)),
+            "{e}"
+        );
+    } else {
+        assert!(!e.contains("rows cannot be used"), "{e}");
+    }
     assert!(filtered.items.iter().all(|it| it.input_ids.len() <= 40));
     let long = filtered.items.iter().find(|it| it.sample.index == 7);
     assert!(long.is_none(), "the 280-character prompt is dropped");
@@ -131,4 +142,45 @@ fn max_samples_subsets() {
     };
     assert_eq!(a.len(), 3);
     assert_eq!(idx(&a), idx(&b), "seeded subset is reproducible");
+}
+
+/// One load reports every bad row: each kind of problem at its first row, with how many more
+/// rows share it, in file and row order.
+#[test]
+fn every_bad_row_is_reported_in_one_error() {
+    let tok = Tokenizer::from_pretrained("builtin://tiny").unwrap();
+    let dir = std::env::temp_dir().join(format!("verlc-bad-rows-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mixed.jsonl");
+    let chat = |s: &str| serde_json::json!([{"role": "user", "content": s}]);
+    let rows = [
+        serde_json::json!({"prompt": chat("fine"), "data_source": "x"}),
+        serde_json::json!({"prompt": "plain text", "data_source": "x"}),
+        serde_json::json!({"prompt": chat("no source")}),
+        serde_json::json!({"prompt": "more plain text", "data_source": "x"}),
+        serde_json::json!({"prompt": chat("fine too"), "data_source": "x"}),
+    ];
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    let e = RlDataset::load(
+        &[file.display().to_string()],
+        &tok,
+        &DatasetOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("3 rows cannot be used:"), "{e}");
+    let lines: Vec<&str> = e.lines().skip(1).collect();
+    assert_eq!(lines.len(), 2, "{e}");
+    assert!(
+        lines[0].contains("mixed.jsonl: row 1:")
+            && lines[0].contains("`prompt`")
+            && lines[0].ends_with("(and 1 more rows like it)"),
+        "{e}"
+    );
+    assert!(
+        lines[1].contains("mixed.jsonl: row 2:") && lines[1].contains("no column `data_source`"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
