@@ -309,6 +309,29 @@ impl SftDataset {
         Ok(out)
     }
 
+    /// What the encoding noticed that a user should hear before training on `key`'s files
+    /// (verl trains the same way, silently).
+    pub fn warnings(&self, key: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.turns_without_prompt > 0 {
+            out.push(format!(
+                "{key}: {} assistant turn(s) do not start with the chat template's generation prompt \
+                 (template arguments such as `enable_thinking: false` add to that prompt what a lone \
+                 assistant message does not render); verl masks as many of their first tokens as the \
+                 prompt has, so the start of those replies is not trained on, here as in verl",
+                self.turns_without_prompt
+            ));
+        }
+        if self.mismatched > 0 {
+            out.push(format!(
+                "{key}: {} conversation(s) tokenize differently message by message than as a whole; \
+                 they train on the message-by-message tokens (data.ignore_input_ids_mismatch=true)",
+                self.mismatched
+            ));
+        }
+        out
+    }
+
     pub fn len(&self) -> usize {
         self.examples.len()
     }

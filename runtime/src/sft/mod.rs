@@ -197,6 +197,17 @@ impl<R: Roles> SftTrainer<R> {
         };
         trainer.load_checkpoint()?;
         if trainer.dp.is_main() {
+            let val = trainer.val.as_ref().map(|v| v.warnings("data.val_files"));
+            for w in trainer
+                .train
+                .warnings("data.train_files")
+                .into_iter()
+                .chain(val.into_iter().flatten())
+            {
+                eprintln!("warning: {w}");
+            }
+        }
+        if trainer.dp.is_main() {
             trainer.tracking = Tracking::new(
                 &spec.run.loggers,
                 &TrackingOptions {

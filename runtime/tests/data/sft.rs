@@ -186,6 +186,13 @@ fn the_dataset_loads_rows_in_order_and_names_the_row_it_refuses() {
         ds.mismatched, 1,
         "two tool answers in a row render as one turn"
     );
+    assert!(
+        ds.warnings("data.train_files")
+            .iter()
+            .any(|w| w.starts_with("data.train_files: 1 conversation(s) tokenize differently")),
+        "{:?}",
+        ds.warnings("data.train_files")
+    );
     assert_eq!(ds.examples[4].source, tools);
     assert_eq!(ds.examples[4].row, 0);
     assert!(
@@ -220,5 +227,12 @@ fn the_dataset_loads_rows_in_order_and_names_the_row_it_refuses() {
     assert_eq!(
         ds.turns_without_prompt, 5,
         "every assistant turn of plain.parquet"
+    );
+    // The trainer says so before it trains.
+    let w = ds.warnings("data.train_files");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("data.train_files: 5 assistant turn(s)") && w[0].contains("masks"),
+        "{w:?}"
     );
 }
