@@ -206,8 +206,6 @@ impl<R: Roles> SftTrainer<R> {
             {
                 eprintln!("warning: {w}");
             }
-        }
-        if trainer.dp.is_main() {
             trainer.tracking = Tracking::new(
                 &spec.run.loggers,
                 &TrackingOptions {

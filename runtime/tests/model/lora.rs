@@ -6,7 +6,7 @@
 //! `merge_and_unload()` model, and load in verlc as a plain checkpoint.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use runtime::engine::{
@@ -89,6 +89,21 @@ fn adapters(e: &SingleEngine<CausalLm>) -> Vec<(String, Tensor)> {
     v
 }
 
+/// One model's side of the PEFT comparison, prepared before PEFT runs.
+struct Case {
+    arch: &'static str,
+    base: PathBuf,
+    adapter: PathBuf,
+    inputs: PathBuf,
+    /// Where PEFT writes its results.
+    out: PathBuf,
+    engine: SingleEngine<CausalLm>,
+    batch: Batch,
+    /// `model.layers.0.self_attn.q_proj.weight` before training (it must not move).
+    base_weight: Tensor,
+    scratch: PathBuf,
+}
+
 #[test]
 fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
     let dir = oracle::models();
@@ -163,32 +178,32 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
             &inputs,
         )
         .expect("write inputs");
-        let out = scratch.join("peft.safetensors");
-        cases.push((
+        cases.push(Case {
             arch,
+            out: scratch.join("peft.safetensors"),
             base,
-            adapter_dir,
+            adapter: adapter_dir,
             inputs,
-            out,
-            e,
-            b,
+            engine: e,
+            batch: b,
             base_weight,
             scratch,
-        ));
+        });
     }
     let jobs: Vec<[&Path; 4]> = cases
         .iter()
-        .map(|(_, base, adapter, inputs, out, ..)| {
-            [
-                base.as_path(),
-                adapter.as_path(),
-                inputs.as_path(),
-                out.as_path(),
-            ]
-        })
+        .map(|c| [&*c.base, &*c.adapter, &*c.inputs, &*c.out])
         .collect();
     let wants = peft(&jobs);
-    for ((arch, _, _, _, _, mut e, b, base_weight, scratch), want) in cases.into_iter().zip(wants) {
+    for (case, want) in cases.into_iter().zip(wants) {
+        let Case {
+            arch,
+            engine: mut e,
+            batch: b,
+            base_weight,
+            scratch,
+            ..
+        } = case;
         let fwd = ForwardOptions {
             temperature: 1.0,
             with_entropy: false,

@@ -367,12 +367,12 @@ fn clip_topk(overrides: &mut [String]) {
 }
 
 /// What a run is made of once retargeted, feature by feature: the layout (model family,
-/// binding, engine layout) and the algorithm's switches. Left out, as the suite covers them elsewhere (tests/optim, fsdp.rs and the
-/// Megatron offload tests): the optimizer and its schedule, offload, resharding, activation
-/// checkpointing and the reduce dtype. Coefficients count by whether they switch a term on,
-/// not by their values: the KL controller only where the reward carries the KL penalty (it is
-/// unused otherwise), the router's auxiliary losses by whether they are on, the reward model's
-/// input by its kind.
+/// binding, engine layout) and the algorithm's switches. Left out, as the suite covers them
+/// elsewhere (tests/optim, fsdp.rs and the Megatron offload tests): the optimizer and its
+/// schedule, offload, resharding, activation checkpointing and the reduce dtype. Coefficients
+/// count by whether they switch a term on, not by their values: the KL controller only where
+/// the reward carries the KL penalty (it is unused otherwise), the router's auxiliary losses by
+/// whether they are on, the reward model's input by its kind.
 fn features(s: &TrainerSpec) -> Vec<(&'static str, String)> {
     let engine = |e: &verlc_spec::trainer::EngineSpec| {
         let mut v = serde_json::to_value(e).unwrap_or_default();
