@@ -29,6 +29,7 @@
 //! Lowering also produces the trainer spec the binary runs ([`spec`]); the resolved config is
 //! embedded in the binary as YAML ([`embed`]).
 
+mod asynchronous;
 mod distillation;
 pub mod embed;
 mod host;

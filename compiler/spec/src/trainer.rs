@@ -976,4 +976,33 @@ pub struct RunSpec {
     pub project_name: String,
     pub experiment_name: String,
     pub loggers: Vec<LoggerKind>,
+    /// verl 0.9's asynchronous trainer (`trainer.v1.trainer_mode: colocate_async`); `None`:
+    /// the synchronous loop.
+    #[serde(default)]
+    pub asynchronous: Option<AsyncSpec>,
+}
+
+/// The replay-buffer loop of verl 0.9's `colocate_async` trainer: a rollout beside the trainer
+/// on the same rank generates queued prompt groups with the newest published weights while the
+/// trainer updates; each step queues one batch and trains on the oldest finished groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AsyncSpec {
+    /// Prompts queued before the first step (`num_warmup_batches` × `train_batch_size`, in
+    /// whole `gen_batch_size` chunks, as verl 0.9.1 rounds it).
+    pub warmup_prompts: usize,
+    /// `trainer.v1.sampler.max_off_policy_threshold`: the versions a trained group may span
+    /// (`None`: unbounded, verl 0.9.1's null).
+    pub max_off_policy_threshold: Option<u64>,
+    /// `trainer.v1.sampler.max_off_policy_strategy`.
+    pub strategy: OffPolicyStrategy,
+}
+
+/// What happens to prompt groups older than the threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OffPolicyStrategy {
+    /// Evicted and replaced by fresh prompts.
+    Drop,
+    /// Sampling waits for in-flight groups at the threshold to finish.
+    Wait,
 }

@@ -147,7 +147,7 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
     if let Some((_, loss)) = &distillation {
         actor.update.distillation = Some(*loss);
     }
-    TrainerSpec {
+    let spec = TrainerSpec {
         binding,
         strategy: match arr.actor.strategy {
             Strategy::Fsdp => StrategyName::Fsdp,
@@ -172,7 +172,9 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         run: run_spec(cfg, l),
         distillation: distillation.map(|(teachers, _)| teachers),
         actor,
-    }
+    };
+    super::asynchronous::check_support(&spec, l);
+    spec
 }
 
 /// What every role's lowering shares: the world, `rollout.n` and the longest sequence.
@@ -1942,20 +1944,6 @@ fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
 
 fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
     let t = &cfg.trainer;
-    // verl 0.9's asynchronous trainers train on samples of older policies; verlc's trainer is
-    // the synchronous loop.
-    if let Some(v1) = &t.v1
-        && v1.trainer_mode != crate::config::TrainerMode::Sync
-    {
-        l.unsupported(
-            "trainer.v1.trainer_mode",
-            format!(
-                "asynchronous training (`trainer_mode: {}`) is not implemented: verlc's trainer generates, then trains on what it generated",
-                crate::config::common::spelling(&v1.trainer_mode)
-            ),
-            "set it to sync",
-        );
-    }
     let keep = |v: Option<i64>| v.and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0);
     let mut loggers = Vec::new();
     for b in t.logger.items() {
@@ -2005,6 +1993,7 @@ fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {
         project_name: t.project_name.clone(),
         experiment_name: t.experiment_name.clone(),
         loggers,
+        asynchronous: super::asynchronous::lower(cfg, l),
     }
 }
 

@@ -51,6 +51,9 @@ use super::{RunOptions, RunSummary, TrainerError};
 type Scored = (Vec<f64>, Vec<ScoreItem>, Vec<Score>);
 
 /// Stream ids of the seeded generators (so no two uses share a stream).
+#[path = "colocate.rs"]
+mod colocate;
+
 const STREAM_ROLLOUT: u64 = 1;
 const STREAM_VAL: u64 = 2;
 const STREAM_PF_PPO: u64 = 3;
@@ -95,6 +98,8 @@ pub struct Trainer<R: Roles = SingleRoles> {
     total_steps: u64,
     /// A checkpoint written this step, committed once the step's metrics are logged.
     staged_checkpoint: Option<u64>,
+    /// `trainer_mode: colocate_async`: the replay buffer and the rollout thread.
+    colocated: Option<colocate::Colocated>,
 }
 
 impl<R: Roles> std::fmt::Debug for Trainer<R> {
@@ -438,6 +443,14 @@ impl<R: Roles> Trainer<R> {
             eos: tokenizer.eos_token_ids.clone(),
             pad: tokenizer.pad_token_id,
         };
+        let colocated = match spec.run.asynchronous {
+            Some(a) => {
+                let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
+                let worker = RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
+                Some(colocate::Colocated::new(a, worker, stop.clone())?)
+            }
+            None => None,
+        };
         let ckpt_root = absolute(&spec.run.checkpoint_dir);
         let ckpt_tag = dp.broadcast_from_main(i64::from(std::process::id()))? as u64;
 
@@ -475,6 +488,7 @@ impl<R: Roles> Trainer<R> {
             resumed_from: 0,
             total_steps,
             staged_checkpoint: None,
+            colocated,
         };
         trainer.load_checkpoint()?;
         if trainer.dp.is_main() {
@@ -659,10 +673,15 @@ impl<R: Roles> Trainer<R> {
     /// The sampling seed of `stream` at this step; data-parallel ranks draw from their own
     /// streams (rank 0's is the one-process stream).
     fn sampling_seed(&self, stream: u64, dp_rank: usize) -> u64 {
+        self.sampling_seed_at(stream, dp_rank, self.global_step)
+    }
+
+    /// [`Trainer::sampling_seed`] of another step (the asynchronous loop queues ahead).
+    fn sampling_seed_at(&self, stream: u64, dp_rank: usize, step: u64) -> u64 {
         let rank = (dp_rank as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
         Rng::derive(
             self.seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ rank,
-            self.global_step,
+            step,
         )
         .next_u64()
     }
@@ -683,24 +702,7 @@ impl<R: Roles> Trainer<R> {
                 self.rollout.generate(&prompts, params, &self.stop)?
             }
         };
-        let mut b = Batch::new();
-        for (column, counts) in [
-            (super::metrics::NUM_TURNS, &out.num_turns),
-            (super::metrics::TOOL_CALLS, &out.tool_calls),
-            (super::metrics::TOOL_FAILURES, &out.tool_failures),
-        ] {
-            if !counts.is_empty() {
-                let v: Vec<f64> = counts.iter().map(|&t| t as f64).collect();
-                b.insert(column, Tensor::from_slice(&v))?;
-            }
-        }
-        b.insert("prompts", out.prompts.shallow_clone())?;
-        b.insert("responses", out.responses.shallow_clone())?;
-        b.insert("input_ids", out.input_ids.shallow_clone())?;
-        b.insert("attention_mask", out.attention_mask.shallow_clone())?;
-        b.insert("position_ids", out.position_ids.shallow_clone())?;
-        b.insert("response_mask", out.response_mask.f_to_kind(Kind::Float)?)?;
-        Ok((b, out))
+        Ok((rollout_batch(&out)?, out))
     }
 
     /// Decodes the responses and scores them.
@@ -833,7 +835,12 @@ impl<R: Roles> Trainer<R> {
         let mut metrics = Metrics::new();
         let step_start = std::time::Instant::now();
 
-        let indices = self.sampler.next_batch();
+        // The asynchronous loop draws its prompts as it queues them.
+        let indices = if self.colocated.is_some() {
+            Vec::new()
+        } else {
+            self.sampler.next_batch()
+        };
         let epoch = self.sampler.epoch();
         let train = std::mem::replace(
             &mut self.train,
@@ -845,6 +852,9 @@ impl<R: Roles> Trainer<R> {
         let result = self.step_inner(&train, &indices, step, &mut timers, &mut metrics);
         self.train = train;
         let batch = result?;
+        if self.colocated.is_some() {
+            timers.time("update_weights", || self.colocated_step_end(step))?;
+        }
         timers
             .0
             .insert("step".into(), step_start.elapsed().as_secs_f64());
@@ -888,6 +898,7 @@ impl<R: Roles> Trainer<R> {
         metrics: &mut Metrics,
     ) -> Result<Batch, TrainerError> {
         let mut batch = match self.spec.algorithm.filter_groups.clone() {
+            _ if self.colocated.is_some() => self.colocated_batch(train, step, timers, metrics)?,
             None => self.rollout_round(train, indices, 0, 0, false, timers)?,
             Some(f) => self.dynamic_sampling(train, indices, &f, timers, metrics)?,
         };
@@ -1087,27 +1098,10 @@ impl<R: Roles> Trainer<R> {
             timers.time("update_weights", || self.load_rollout())?;
         }
         let (mut batch, out) = timers.time("gen", || self.generate(&items, &params))?;
-        if self.spec.rollout.calculate_log_probs {
-            batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
-        }
         if self.dp.size() > 1 {
             // One prompt width on every rank, so that the rows can be gathered.
             let width = self.dp.max(batch.get("prompts")?.size()[1])?;
             pad_prompts(&mut batch, width, self.stop.pad)?;
-        }
-        let uids: Vec<i64> = out
-            .prompt_index
-            .iter()
-            .map(|&p| offset + p as i64)
-            .collect();
-        batch.insert("uid", Tensor::from_slice(&uids))?;
-        if let Some(t) = self.teachers.as_ref().filter(|t| t.routed()) {
-            let which = out
-                .prompt_index
-                .iter()
-                .map(|&p| t.route(&items[p].sample.data_source))
-                .collect::<Result<Vec<i64>, _>>()?;
-            batch.insert(TEACHER_COLUMN, Tensor::from_slice(&which))?;
         }
 
         // REMAX baseline: the summed reward of a greedy rollout of each prompt.
@@ -1125,8 +1119,39 @@ impl<R: Roles> Trainer<R> {
         if !held {
             self.rollout.release()?;
         }
+        let uids: Vec<i64> = out
+            .prompt_index
+            .iter()
+            .map(|&p| offset + p as i64)
+            .collect();
+        self.label_generated(&items, &mut batch, &out, &uids, timers)?;
+        Ok(batch)
+    }
 
-        let (scores, details) = timers.time("reward", || self.train_scores(&items, &out))?;
+    /// What a generated batch carries besides the rollout's tensors: the rollout's
+    /// log-probs, each row's group id (`uids`, one per row), the teacher a row goes to, and
+    /// its scores (with GDPO's and the group filter's reward components).
+    fn label_generated(
+        &mut self,
+        items: &[&PromptItem],
+        batch: &mut Batch,
+        out: &RolloutOutput,
+        uids: &[i64],
+        timers: &mut Timers,
+    ) -> Result<(), TrainerError> {
+        if self.spec.rollout.calculate_log_probs {
+            batch.insert("rollout_log_probs", out.rollout_log_probs.shallow_clone())?;
+        }
+        batch.insert("uid", Tensor::from_slice(uids))?;
+        if let Some(t) = self.teachers.as_ref().filter(|t| t.routed()) {
+            let which = out
+                .prompt_index
+                .iter()
+                .map(|&p| t.route(&items[p].sample.data_source))
+                .collect::<Result<Vec<i64>, _>>()?;
+            batch.insert(TEACHER_COLUMN, Tensor::from_slice(&which))?;
+        }
+        let (scores, details) = timers.time("reward", || self.train_scores(items, out))?;
         if let Some(g) = &self.spec.algorithm.gdpo {
             for key in &g.keys {
                 let values = reward_component(key, "GDPO reward key", &details)?;
@@ -1143,7 +1168,7 @@ impl<R: Roles> Trainer<R> {
         }
         let mask = batch.get("response_mask")?.shallow_clone();
         batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
-        Ok(batch)
+        Ok(())
     }
 
     /// DAPO's dynamic sampling (verl 0.9's `algorithm.filter_groups`): prompt groups whose
@@ -1457,4 +1482,27 @@ fn on_sample(
         response,
         source,
     }
+}
+
+/// The batch of a generation (verl's repeat + union): sequences, masks and the agent loop's
+/// per-row counts.
+pub(super) fn rollout_batch(out: &RolloutOutput) -> Result<Batch, TrainerError> {
+    let mut b = Batch::new();
+    for (column, counts) in [
+        (super::metrics::NUM_TURNS, &out.num_turns),
+        (super::metrics::TOOL_CALLS, &out.tool_calls),
+        (super::metrics::TOOL_FAILURES, &out.tool_failures),
+    ] {
+        if !counts.is_empty() {
+            let v: Vec<f64> = counts.iter().map(|&t| t as f64).collect();
+            b.insert(column, Tensor::from_slice(&v))?;
+        }
+    }
+    b.insert("prompts", out.prompts.shallow_clone())?;
+    b.insert("responses", out.responses.shallow_clone())?;
+    b.insert("input_ids", out.input_ids.shallow_clone())?;
+    b.insert("attention_mask", out.attention_mask.shallow_clone())?;
+    b.insert("position_ids", out.position_ids.shallow_clone())?;
+    b.insert("response_mask", out.response_mask.f_to_kind(Kind::Float)?)?;
+    Ok(b)
 }

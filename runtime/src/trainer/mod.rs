@@ -15,11 +15,13 @@
 //! Entry point: [`run`] (also what `runtime::binding::train` calls for one rank).
 
 pub mod agent;
+pub mod background;
 pub mod checkpoint;
 mod fit;
 pub mod metrics;
 pub mod parallel;
 pub mod preflight;
+pub mod replay;
 
 use std::time::Duration;
 

@@ -12,6 +12,7 @@ mod examples;
 mod learning;
 mod logging;
 mod preflight;
+mod replay;
 mod resume;
 mod reward;
 mod sft;

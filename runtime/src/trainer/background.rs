@@ -1,0 +1,209 @@
+//! A rollout that runs beside the trainer (verl 0.9's `colocate_async`): a thread of this rank
+//! with its own rollout model and its own copy of the policy's weights, generating queued
+//! prompt batches in order while the trainer thread updates.
+//!
+//! Weights are published by version (the number of updates they hold) into a one-slot
+//! mailbox; before each batch the thread takes the newest, so a batch is generated wholly with
+//! one version (no partial rollouts) and that version comes back with it. The published
+//! tensors are copies: the trainer updates its own in place while the thread still decodes.
+//!
+//! The thread stops when the handle drops (after the batch it is on) and a panic in it comes
+//! back as an error, never a hang: the trainer's wait ends when the channel closes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tch::Tensor;
+
+use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
+use crate::workers::rollout::RolloutWorker;
+
+use super::TrainerError;
+
+/// One batch to generate: prompt token ids and the sampling settings (its seed included).
+#[derive(Debug)]
+pub struct Job {
+    pub id: u64,
+    pub prompts: Vec<Vec<i64>>,
+    pub params: SamplingParams,
+}
+
+/// A generated batch, with the weights version it was generated with.
+#[derive(Debug)]
+pub struct Generated {
+    pub id: u64,
+    pub version: u64,
+    pub output: RolloutOutput,
+    /// Seconds the thread spent generating it.
+    pub seconds: f64,
+}
+
+struct Published {
+    version: u64,
+    params: Vec<(String, Tensor)>,
+}
+
+// Tensors moved between the threads are owned by one side at a time (the mailbox hands a
+// copy over); libtorch's tensors are safe to use from any one thread.
+type Mailbox = Arc<Mutex<Option<Published>>>;
+
+/// The handle the trainer holds.
+pub struct BackgroundRollout {
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Result<Generated, String>>,
+    mailbox: Mailbox,
+    /// Set when the handle drops: the thread skips the batches still queued.
+    cancel: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// Jobs sent and not yet received back.
+    in_flight: usize,
+}
+
+impl std::fmt::Debug for BackgroundRollout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundRollout")
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackgroundRollout {
+    /// Starts the thread with `worker` (a rollout model without weights); publish weights
+    /// before the first job.
+    pub fn start(worker: RolloutWorker, stop: StopTokens) -> Result<Self, TrainerError> {
+        let (jobs, job_rx) = channel::<Job>();
+        let (done_tx, done) = channel();
+        let mailbox: Mailbox = Arc::new(Mutex::new(None));
+        let slot = Arc::clone(&mailbox);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::clone(&cancel);
+        let thread = std::thread::Builder::new()
+            .name("verlc-rollout".into())
+            .spawn(move || serve(worker, stop, job_rx, done_tx, slot, cancelled))
+            .map_err(|e| TrainerError::Config(format!("starting the rollout thread: {e}")))?;
+        Ok(BackgroundRollout {
+            jobs: Some(jobs),
+            done,
+            mailbox,
+            cancel,
+            thread: Some(thread),
+            in_flight: 0,
+        })
+    }
+
+    /// Makes `params` (the policy after `version` updates; copied here) the weights of the
+    /// next batch the thread starts.
+    pub fn publish(&self, version: u64, params: &[(String, Tensor)]) -> Result<(), TrainerError> {
+        let params = tch::no_grad(|| {
+            params
+                .iter()
+                .map(|(n, t)| Ok((n.clone(), t.f_detach_copy()?)))
+                .collect::<Result<Vec<_>, tch::TchError>>()
+        })?;
+        let mut slot = self
+            .mailbox
+            .lock()
+            .map_err(|_| TrainerError::Config("the rollout thread failed".into()))?;
+        *slot = Some(Published { version, params });
+        Ok(())
+    }
+
+    /// Queues a batch.
+    pub fn submit(&mut self, job: Job) -> Result<(), TrainerError> {
+        let sent = self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok());
+        if !sent {
+            return Err(self.failure());
+        }
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Batches queued or generating.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Blocks until the next batch is generated (they come back in queue order).
+    pub fn take_generated(&mut self) -> Result<Generated, TrainerError> {
+        if self.in_flight == 0 {
+            return Err(TrainerError::Config(
+                "waiting for a generated batch with none queued".into(),
+            ));
+        }
+        match self.done.recv() {
+            Ok(Ok(g)) => {
+                self.in_flight -= 1;
+                Ok(g)
+            }
+            Ok(Err(msg)) => Err(TrainerError::Config(format!("background rollout: {msg}"))),
+            Err(_) => Err(self.failure()),
+        }
+    }
+
+    /// Why the thread is gone.
+    fn failure(&mut self) -> TrainerError {
+        self.jobs = None;
+        let why = match self.thread.take().map(JoinHandle::join) {
+            Some(Err(panic)) => panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "it panicked".into()),
+            _ => "it stopped".into(),
+        };
+        TrainerError::Config(format!("the background rollout thread ended: {why}"))
+    }
+}
+
+impl Drop for BackgroundRollout {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread after its current batch.
+        self.cancel.store(true, Ordering::Relaxed);
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(
+    mut worker: RolloutWorker,
+    stop: StopTokens,
+    jobs: Receiver<Job>,
+    done: Sender<Result<Generated, String>>,
+    mailbox: Mailbox,
+    cancel: Arc<AtomicBool>,
+) {
+    let mut version = None;
+    while let Ok(job) = jobs.recv() {
+        if cancel.load(Ordering::Relaxed) {
+            return;
+        }
+        let result = (|| -> Result<Generated, String> {
+            let newest = mailbox.lock().map_err(|e| e.to_string())?.take();
+            if let Some(p) = newest {
+                worker
+                    .update_weights(&p.params)
+                    .map_err(|e| e.to_string())?;
+                version = Some(p.version);
+            }
+            let version = version.ok_or("no weights were published before the first batch")?;
+            let start = Instant::now();
+            let output = tch::no_grad(|| worker.generate(&job.prompts, &job.params, &stop))
+                .map_err(|e| e.to_string())?;
+            Ok(Generated {
+                id: job.id,
+                version,
+                output,
+                seconds: start.elapsed().as_secs_f64(),
+            })
+        })();
+        let failed = result.is_err();
+        if done.send(result).is_err() || failed {
+            return;
+        }
+    }
+}
