@@ -28,11 +28,19 @@ import yaml
 
 
 
+# Sections verl hands whole, as keyword arguments, to a class that is not a dataclass (no
+# `_target_`): the constructor's annotations type their leaves. verl 0.9's `trainer.v1.sampler`
+# goes to its replay buffer (`_build_replay_buffer` in trainer/ppo/v1/trainer_base.py), whose
+# `max_off_policy_threshold` is `int` in 0.9.0 and `int | None` in 0.9.1.
+SECTION_CONSTRUCTORS = {"trainer.v1.sampler": "ReplayBuffer"}
+
+
 def dataclass_fields(verl_root):
     """Class name -> {field: annotation source}, following base classes by name, for the
     dataclasses of verl's config modules (read as source: importing verl needs ray)."""
     classes = {}
-    for sub in ["workers/config", "trainer/config", "utils", "workers/rollout", "experimental"]:
+    for sub in ["workers/config", "trainer/config", "utils", "workers/rollout", "experimental",
+                "trainer/ppo/v1"]:
         top = os.path.join(verl_root, sub)
         for dirpath, _, files in os.walk(top):
             for name in sorted(files):
@@ -53,6 +61,13 @@ def dataclass_fields(verl_root):
                             fields[item.target.id] = ast.unparse(item.annotation)
                     bases = [ast.unparse(b).split(".")[-1] for b in node.bases]
                     classes.setdefault(node.name, (fields, bases))
+                    if node.name in SECTION_CONSTRUCTORS.values():
+                        init = next((f for f in node.body if isinstance(f, ast.FunctionDef)
+                                     and f.name == "__init__"), None)
+                        params = {a.arg: ast.unparse(a.annotation)
+                                  for a in (init.args.args + init.args.kwonlyargs if init else [])
+                                  if a.annotation is not None}
+                        classes.setdefault(f"{node.name}.__init__", (params, []))
 
     def resolved(name, seen=()):
         if name not in classes or name in seen:
@@ -178,8 +193,12 @@ def leaves(node, prefix, target_fields, classes, out):
         ann = fields.get(key) or target_fields.get(key)
         types = annotation_types(ann) if ann else None
         if isinstance(value, dict) and value:
-            # A map of settings: its own leaves (a dataclass field of a nested config too).
-            leaves(value, path, nested_class(ann, classes), classes, out)
+            # A map of settings: its own leaves (a dataclass field of a nested config too, or
+            # a constructor's keyword arguments).
+            inner = nested_class(ann, classes)
+            if not inner and path in SECTION_CONSTRUCTORS:
+                inner = classes.get(f"{SECTION_CONSTRUCTORS[path]}.__init__", {})
+            leaves(value, path, inner, classes, out)
             # A dict of configs by name (`teacher_models: dict[str, ...TeacherModelConfig]`):
             # any name's entry takes the leaves of the ones verl ships, under `*`.
             entry = re.fullmatch(r"(?:dict|Dict)\[str,\s*(\w+)\]", (ann or "").strip())

@@ -184,8 +184,9 @@ fn what_the_user_writes_is_still_checked_on_a_newer_release() {
 }
 
 /// verl 0.9's v1 trainer, checkpoint-engine and `skip` keys are typed: a wrong value is an
-/// error at its key, an asynchronous trainer mode or rollout replay is refused by the build
-/// (verlc trains synchronously on fresh rollouts), and the sync mode (verl's default) builds.
+/// error at its key, `separate_async` and rollout replay are refused by the build, the sync
+/// mode (verl's default) builds the synchronous loop and `colocate_async` the replay-buffer
+/// loop with the sampler's bound.
 #[test]
 fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
     use verlc::compile::{SpecOutcome, lower_request};
@@ -230,10 +231,79 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
     }
     let key = "trainer.v1.trainer_mode";
     match lower_request(&build_request(&dir, &[&format!("{key}=sync")])) {
-        SpecOutcome::Ok { .. } => {}
+        SpecOutcome::Ok { spec, .. } => assert_eq!(spec.run.asynchronous, None),
         SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
     }
+    // colocate_async builds into the replay-buffer loop with verl's defaults (one warm-up batch
+    // of 8 prompts here, threshold 8, drop) and the sampler's settings.
+    use verlc_spec::trainer::{AsyncSpec, OffPolicyStrategy};
+    for (extra, want) in [
+        (
+            vec![],
+            AsyncSpec {
+                warmup_prompts: 8,
+                max_off_policy_threshold: Some(8),
+                strategy: OffPolicyStrategy::Drop,
+            },
+        ),
+        (
+            vec![
+                "trainer.v1.colocate_async.num_warmup_batches=1.5",
+                "trainer.v1.sampler.max_off_policy_threshold=null",
+                "trainer.v1.sampler.max_off_policy_strategy=wait",
+                "data.gen_batch_size=4",
+            ],
+            AsyncSpec {
+                warmup_prompts: 12,
+                max_off_policy_threshold: None,
+                strategy: OffPolicyStrategy::Wait,
+            },
+        ),
+    ] {
+        let mut o = ONE_RANK_ASYNC.to_vec();
+        o.extend(extra);
+        match lower_request(&build_request(&dir, &o)) {
+            SpecOutcome::Ok { spec, .. } => assert_eq!(spec.run.asynchronous, Some(want)),
+            SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
+        }
+    }
+    // What the asynchronous loop does not run yet, and a threshold verl asserts on, are errors
+    // at their keys.
+    for (extra, key) in [
+        (
+            "trainer.v1.sampler.max_off_policy_threshold=0",
+            "trainer.v1.sampler.max_off_policy_threshold",
+        ),
+        ("trainer.n_gpus_per_node=2", "trainer.n_gpus_per_node"),
+        (
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.name",
+        ),
+        ("algorithm.adv_estimator=remax", "algorithm.adv_estimator"),
+    ] {
+        let mut o = ONE_RANK_ASYNC.to_vec();
+        o.push(extra);
+        match lower_request(&build_request(&dir, &o)) {
+            SpecOutcome::Ok { .. } => panic!("{extra} must be refused with colocate_async"),
+            SpecOutcome::Errors(c) => assert!(
+                c.diagnostics.iter().any(|d| d.is_error()
+                    && d.code.0 == "B018"
+                    && d.key_path.as_deref() == Some(key)),
+                "{extra}: {:#?}",
+                errors(&c.diagnostics)
+            ),
+        }
+    }
 }
+
+/// `colocate_async` on one rank with a small batch.
+const ONE_RANK_ASYNC: &[&str] = &[
+    "trainer.v1.trainer_mode=colocate_async",
+    "trainer.n_gpus_per_node=1",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+];
 
 /// verl 0.9's optimal token baseline on its own tree: with `calculate_sum_pi_squared` (as
 /// `examples/otb_trainer` sets it) the config checks clean; without it, V055 at the tree's line

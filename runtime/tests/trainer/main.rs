@@ -5,6 +5,7 @@
 mod common;
 
 mod agent;
+mod asynchronous;
 mod checkpoint;
 mod distributed;
 mod engine;
