@@ -274,7 +274,10 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             "trainer.v1.sampler.max_off_policy_threshold=0",
             "trainer.v1.sampler.max_off_policy_threshold",
         ),
-        ("trainer.n_gpus_per_node=2", "trainer.n_gpus_per_node"),
+        (
+            "actor_rollout_ref.actor.strategy=megatron",
+            "actor_rollout_ref.actor.strategy",
+        ),
         (
             "actor_rollout_ref.rollout.name=vllm",
             "actor_rollout_ref.rollout.name",

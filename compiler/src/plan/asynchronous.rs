@@ -2,7 +2,7 @@
 //! buffer's bound (`trainer.v1.sampler`).
 //!
 //! `sync` is the synchronous loop. `colocate_async` lowers to [`AsyncSpec`]: the runtime's
-//! replay-buffer loop with a rollout beside the trainer on the same rank. What that loop does not
+//! replay-buffer loop with a rollout thread beside the trainer in every rank. What that loop does not
 //! run yet is an error at the key that asks for it (see [`check_support`]); `separate_async` (a
 //! rollout pool apart from the trainer ranks) is refused at the mode.
 //!
@@ -105,14 +105,6 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
             help,
         );
     };
-    if spec.world.size() > 1 {
-        refuse(
-            l,
-            "trainer.n_gpus_per_node",
-            "an asynchronous run on more than one rank",
-            "run colocate_async on one process (nnodes × n_gpus_per_node = 1), or use trainer_mode: sync",
-        );
-    }
     if spec.strategy == StrategyName::Megatron {
         refuse(
             l,

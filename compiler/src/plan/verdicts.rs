@@ -156,7 +156,7 @@ table! {
     "trainer.validation_data_dir" => Unsupported("dumps validation generations, which verlc's trainer does not write (rollout_data_dir is supported)"),
     "trainer.{default_hdfs_dir,esi_redundant_time,ray_wait_register_center_timeout,use_legacy_worker_impl,wandb_proxy}" => NoEffect(CLUSTER, RAY),
     "trainer.use_v1" => NoEffect(NONE, "selects verl's Python trainer class (v1 or legacy); verlc's trainer runs its synchronous loop either way"),
-    "trainer.v1.trainer_mode" => Checked("run.asynchronous: sync (the synchronous loop) and colocate_async (the replay-buffer loop, a rollout beside the trainer on one process, plan::asynchronous); separate_async is refused"),
+    "trainer.v1.trainer_mode" => Checked("run.asynchronous: sync (the synchronous loop) and colocate_async (the replay-buffer loop with a rollout thread beside the trainer, plan::asynchronous); separate_async is refused"),
     "trainer.checkpoint_callback_class" => Unsupported("runs a Python class after each checkpoint save; verlc's trainer runs no Python hooks"),
     "trainer.v1.sampler.custom_sampler.{name,path}" => Unsupported("plugs a Python replay buffer into verl's v1 trainer; verlc's trainer draws its own batches"),
     "trainer.v1.sampler.sync_refill_failed_groups" => Unsupported("replaces groups that produced no trajectory with fresh prompts; verlc's trainer does not refill them"),

@@ -1,4 +1,4 @@
-//! verl 0.9's `colocate_async` trainer on one rank: a rollout thread beside the trainer
+//! verl 0.9's `colocate_async` trainer: in every rank a rollout thread beside the trainer
 //! ([`BackgroundRollout`]) generates queued prompt batches with the newest published weights
 //! while the trainer updates, and the trainer samples its batches from the replay buffer
 //! ([`ReplayBuffer`]) instead of generating them itself.
@@ -29,23 +29,29 @@ use crate::data::RlDataset;
 use crate::engine::{Batch, Engine, Metrics};
 use crate::workers::rollout::RolloutWorker;
 
-use super::super::background::{BackgroundRollout, Generated, Job};
+use super::super::background::{BackgroundRollout, Job};
 use super::super::parallel::{Roles, pad_prompts};
 use super::super::replay::{Feed, OffPolicyBound, OffPolicyStrategy, ReplayBuffer, Sampled};
 use super::{STREAM_ROLLOUT, Trainer, TrainerError, rollout_batch};
 
-/// Where a group's rows are: the queued batch and the prompt's place in it.
+/// The column that carries the weights version a row was generated with, until the batch is
+/// assembled.
+const VERSION: &str = "_rollout_version";
+
+/// Where a group's rows are: the queued batch.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     job: u64,
 }
 
-/// A queued batch: its prompts, their group ids and, once generated and scored, its rows.
+/// A queued batch: its prompts, their group ids, the prompts this rank generates and, once
+/// generated and scored, this rank's rows (none when its share was empty).
 #[derive(Debug)]
 struct Queued {
     indices: Vec<usize>,
     uids: Vec<u64>,
-    generated: Option<(Batch, u64)>,
+    own: std::ops::Range<usize>,
+    generated: Option<Option<Batch>>,
 }
 
 /// Everything of the loop but the buffer (which [`ReplayBuffer::sample`] borrows apart).
@@ -53,6 +59,11 @@ struct Queued {
 struct Queue {
     rollout: BackgroundRollout,
     jobs: BTreeMap<u64, Queued>,
+    /// Queued batches not yet generated, in queue order (the rollout thread's order).
+    pending: VecDeque<u64>,
+    /// A generated batch of this rank without rows: the columns a rank with none of the
+    /// sampled groups contributes.
+    empty: Option<Batch>,
     /// Dataset indices drawn from the sampler, not yet queued.
     prompts: VecDeque<usize>,
     next_job: u64,
@@ -92,6 +103,8 @@ impl Colocated {
             queue: Queue {
                 rollout: BackgroundRollout::start(worker, trainer_stop)?,
                 jobs: BTreeMap::new(),
+                pending: VecDeque::new(),
+                empty: None,
                 prompts: VecDeque::new(),
                 next_job: 0,
                 queued_at: (0, 0),
@@ -109,7 +122,9 @@ impl<R: Roles> Trainer<R> {
         q.rollout.publish(version, &params)
     }
 
-    /// Queues `count` prompts at `step` as one batch.
+    /// Queues `count` prompts at `step` as one batch; this rank generates its share of them
+    /// (the data-parallel ranks split a batch into contiguous shares, as the synchronous step
+    /// does).
     fn queue_prompts(
         &mut self,
         q: &mut Queue,
@@ -132,33 +147,41 @@ impl<R: Roles> Trainer<R> {
         };
         q.queued_at = (step, seq + 1);
         let mut params = self.train_sampling.clone();
-        params.seed = self.sampling_seed_at(STREAM_ROLLOUT + (seq << 8), 0, step);
-        let prompts = train
-            .batch(&indices)
+        let rank = self.dp.rank();
+        params.seed = self.sampling_seed_at(STREAM_ROLLOUT + (seq << 8), rank, step);
+        let size = self.dp.size();
+        let own = rank * count / size..(rank + 1) * count / size;
+        let prompts: Vec<Vec<i64>> = train
+            .batch(&indices[own.clone()])
             .iter()
             .map(|it| it.input_ids.clone())
             .collect();
         let id = q.next_job;
         q.next_job += 1;
         let uids = (0..count).map(|_| buffer.submit(step)).collect();
-        q.rollout.submit(Job {
-            id,
-            prompts,
-            params,
-        })?;
+        if !prompts.is_empty() {
+            q.rollout.submit(Job {
+                id,
+                prompts,
+                params,
+            })?;
+        }
+        q.pending.push_back(id);
         q.jobs.insert(
             id,
             Queued {
                 indices,
                 uids,
+                own,
                 generated: None,
             },
         );
         Ok(())
     }
 
-    /// Takes the next generated batch from the thread, scores it and marks its groups
-    /// finished.
+    /// Waits for the oldest queued batch, scores this rank's share of it and marks its groups
+    /// finished. Every rank finishes the same batch at the same call, so the buffers of the
+    /// data-parallel ranks stay equal without a collective.
     fn receive(
         &mut self,
         q: &mut Queue,
@@ -166,29 +189,44 @@ impl<R: Roles> Trainer<R> {
         train: &RlDataset,
         timers: &mut super::Timers,
     ) -> Result<(), TrainerError> {
-        let Generated {
-            id,
-            version,
-            output,
-            seconds,
-        } = q.rollout.take_generated()?;
-        q.generating += seconds;
-        let Some(job) = q.jobs.get_mut(&id) else {
+        let Some(id) = q.pending.pop_front() else {
+            return Err(TrainerError::Config(
+                "the replay buffer waits for groups, but no batch is queued".into(),
+            ));
+        };
+        let Some(job) = q.jobs.get(&id) else {
             return Err(TrainerError::Config(format!(
-                "the rollout thread returned batch {id}, which was never queued"
+                "queued batch {id} is unknown"
             )));
         };
-        let items = train.batch(&job.indices);
-        let uids: Vec<i64> = output
-            .prompt_index
-            .iter()
-            .map(|&p| job.uids[p] as i64)
-            .collect();
-        let group_uids = job.uids.clone();
-        let mut batch = rollout_batch(&output)?;
-        self.label_generated(&items, &mut batch, &output, &uids, timers)?;
+        let (indices, own, group_uids) = (job.indices.clone(), job.own.clone(), job.uids.clone());
+        let local = if own.is_empty() {
+            None
+        } else {
+            let g = q.rollout.take_generated()?;
+            if g.id != id {
+                return Err(TrainerError::Config(format!(
+                    "the rollout thread returned batch {} while batch {id} was due",
+                    g.id
+                )));
+            }
+            q.generating += g.seconds;
+            let items = train.batch(&indices[own.clone()]);
+            let uids: Vec<i64> = g
+                .output
+                .prompt_index
+                .iter()
+                .map(|&p| group_uids[own.start + p] as i64)
+                .collect();
+            let mut batch = rollout_batch(&g.output)?;
+            self.label_generated(&items, &mut batch, &g.output, &uids, timers)?;
+            let rows = batch.rows() as usize;
+            batch.insert(VERSION, Tensor::from_slice(&vec![g.version as i64; rows]))?;
+            q.empty = Some(batch.select(&[])?);
+            Some(batch)
+        };
         if let Some(job) = q.jobs.get_mut(&id) {
-            job.generated = Some((batch, version));
+            job.generated = Some(local);
         }
         for uid in group_uids {
             buffer.finish(uid, Slot { job: id });
@@ -278,7 +316,9 @@ impl<R: Roles> Trainer<R> {
         Ok(batch)
     }
 
-    /// The sampled groups' rows, oldest first, as one batch; and verl's staleness metrics.
+    /// The sampled groups' rows as one batch (every rank's, gathered, then this rank's even
+    /// share of them, as the synchronous step's ranks hold theirs), and verl's staleness
+    /// metrics.
     fn assemble(
         &mut self,
         q: &mut Queue,
@@ -287,7 +327,6 @@ impl<R: Roles> Trainer<R> {
         metrics: &mut Metrics,
     ) -> Result<Batch, TrainerError> {
         let mut pieces: Vec<Batch> = Vec::new();
-        let mut staleness = Vec::with_capacity(sampled.len());
         let mut i = 0;
         while i < sampled.len() {
             // Runs of groups from one queued batch come out together.
@@ -297,10 +336,14 @@ impl<R: Roles> Trainer<R> {
                 uids.push(sampled[i].uid as i64);
                 i += 1;
             }
-            let Some((batch, version)) = q.jobs.get(&job).and_then(|j| j.generated.as_ref()) else {
-                return Err(TrainerError::Config(format!(
-                    "sampled groups of batch {job}, which has not been generated"
-                )));
+            let batch = match q.jobs.get(&job).and_then(|j| j.generated.as_ref()) {
+                Some(Some(b)) => b,
+                Some(None) => continue,
+                None => {
+                    return Err(TrainerError::Config(format!(
+                        "sampled groups of batch {job}, which has not been generated"
+                    )));
+                }
             };
             let row_uids = Vec::<i64>::try_from(batch.get("uid")?)?;
             let rows: Vec<i64> = row_uids
@@ -310,23 +353,31 @@ impl<R: Roles> Trainer<R> {
                 .map(|(r, _)| r as i64)
                 .collect();
             pieces.push(batch.select(&rows)?);
-            staleness.extend(std::iter::repeat_n(
-                (step - 1).saturating_sub(*version) as f64,
-                uids.len(),
-            ));
         }
-        let width = pieces
-            .iter()
-            .map(|b| b.get("prompts").map(|p| p.size()[1]))
-            .collect::<Result<Vec<i64>, _>>()?
-            .into_iter()
-            .max()
-            .unwrap_or(0);
+        if pieces.is_empty() {
+            let Some(empty) = &q.empty else {
+                return Err(TrainerError::Config(
+                    "this rank has generated nothing yet: queue batches of at least as many prompts as data-parallel ranks".into(),
+                ));
+            };
+            pieces.push(empty.shallow_clone());
+        }
+        let mut width = 0;
+        for piece in &pieces {
+            width = width.max(piece.get("prompts")?.size()[1]);
+        }
+        let width = self.dp.max(width)?;
         for piece in &mut pieces {
             pad_prompts(piece, width, self.stop.pad)?;
         }
-        let batch = concat(&pieces)?;
+        let mut full = self.dp.gather_uneven(&concat(&pieces)?)?;
+        let versions = Vec::<i64>::try_from(full.get(VERSION)?)?;
+        full.remove(VERSION);
 
+        let staleness: Vec<f64> = versions
+            .iter()
+            .map(|&v| (step as i64 - 1 - v) as f64)
+            .collect();
         let n = staleness.len().max(1) as f64;
         let (lo, hi, mean) = (
             staleness.iter().copied().fold(f64::INFINITY, f64::min),
@@ -343,7 +394,7 @@ impl<R: Roles> Trainer<R> {
             metrics.insert(format!("{p}/{name}/max"), hi);
             metrics.insert(format!("{p}/{name}/min"), lo);
         }
-        Ok(batch)
+        self.dp.own_rows(&full)
     }
 
     /// After the update: the rollout thread generates with the new weights from its next batch

@@ -84,8 +84,14 @@ const MEGATRON: &[&str] = &[
 
 /// The spec of the job, in fp32 (both quickstarts train in fp32): these tests compare rank
 /// layouts with one process, in the precision where 2e-3 agreement is meaningful.
+/// Overrides of verl 0.9's v1 trainer compose with that release's tree.
 fn config(example: &str, overrides: &[String]) -> TrainerSpec {
-    let spec = crate::support::spec_of(example, overrides);
+    let release = if overrides.iter().any(|o| o.starts_with("trainer.v1.")) {
+        verlc::load::version::BuiltinRelease::V0_9_1
+    } else {
+        verlc::load::version::BuiltinRelease::V0_7_0
+    };
+    let spec = crate::support::spec_on(example, overrides, release);
     assert_eq!(
         spec.binding.precision,
         verlc_spec::Dtype::Fp32,
@@ -731,4 +737,59 @@ fn dynamic_sampling_on_two_ranks_agrees() {
         );
         assert!(m.contains_key("actor/pg_loss"), "step {step}");
     }
+}
+
+/// verl 0.9's `colocate_async` on 2 data-parallel ranks: each rank's rollout thread generates
+/// its share of every queued batch, the ranks' replay buffers agree without a collective, and
+/// the sampled groups are gathered and split evenly again. On policy (threshold 1, `wait`, no
+/// warm-up, sampled rollouts) the run is the synchronous 2-rank run, step for step; every rank
+/// reports the same metrics.
+#[test]
+fn colocate_async_on_two_ranks_is_the_synchronous_run_on_policy() {
+    let dir = scratch("dist_async");
+    let sampled = [
+        "actor_rollout_ref.rollout.n=4".to_string(),
+        "actor_rollout_ref.rollout.do_sample=true".into(),
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4".into(),
+    ];
+    let on_policy = [
+        "trainer.v1.trainer_mode=colocate_async".to_string(),
+        "trainer.v1.colocate_async.num_warmup_batches=0".into(),
+        "trainer.v1.sampler.max_off_policy_threshold=1".into(),
+        "trainer.v1.sampler.max_off_policy_strategy=wait".into(),
+    ];
+    let sync = Job::new("quickstart.yaml", &[], &dir.join("sync"), 2).with(&sampled);
+    let sync = run_ranks(&sync, &dir.join("sync"), 2);
+    let colocated = Job::new("quickstart.yaml", &[], &dir.join("async"), 2)
+        .with(&sampled)
+        .with(&on_policy);
+    let colocated = run_ranks(&colocated, &dir.join("async"), 2);
+    assert_eq!(without_timing(&colocated[0]), without_timing(&colocated[1]));
+    for (s, a) in sync[0].iter().zip(&colocated[0]) {
+        for key in ["critic/score/mean", "actor/pg_loss", "actor/grad_norm"] {
+            assert_eq!(s.1[key], a.1[key], "step {}: {key}", s.0);
+        }
+        assert_eq!(a.1["training/off_policy/trajectory_staleness/max"], 0.0);
+    }
+    assert_eq!(colocated[0].len(), 3);
+
+    // Off policy (a warm-up batch of 12 prompts: 6 per rank, threshold 2, drop): the ranks
+    // still agree, and no trained group is older than the bound allows.
+    let off_policy = [
+        "trainer.v1.trainer_mode=colocate_async".to_string(),
+        "trainer.v1.colocate_async.num_warmup_batches=1.5".into(),
+        "data.gen_batch_size=4".into(),
+        "trainer.v1.sampler.max_off_policy_threshold=2".into(),
+    ];
+    let stale = Job::new("quickstart.yaml", &[], &dir.join("stale"), 2)
+        .with(&sampled)
+        .with(&off_policy);
+    let stale = run_ranks(&stale, &dir.join("stale"), 2);
+    assert_eq!(without_timing(&stale[0]), without_timing(&stale[1]));
+    let worst: Vec<f64> = stale[0]
+        .iter()
+        .map(|(_, m)| m["training/off_policy/trajectory_staleness/max"])
+        .collect();
+    assert!(worst.iter().all(|&s| s <= 1.0), "{worst:?}");
+    assert!(worst.contains(&1.0), "{worst:?}");
 }
