@@ -61,18 +61,6 @@ fn colocate_async_trains_nothing_older_than_the_bound() {
         ],
     );
     let staleness = series(&h, "training/off_policy/trajectory_staleness/max");
-    eprintln!("staleness {staleness:?}");
-    for (step, m) in &h {
-        eprintln!(
-            "{step}: {:?}",
-            m.iter()
-                .filter(|(k, _)| k.contains("off_policy")
-                    || k.contains("replay")
-                    || k.contains("timing_s/gen")
-                    || k.contains("async"))
-                .collect::<Vec<_>>()
-        );
-    }
     assert_eq!(staleness.len(), steps as usize);
     assert!(
         staleness.iter().all(|&s| s <= (k - 1) as f64),
@@ -82,6 +70,10 @@ fn colocate_async_trains_nothing_older_than_the_bound() {
         staleness.iter().any(|&s| s > 0.0),
         "warm-up makes some groups older: {staleness:?}"
     );
+    // Two warm-up batches against a threshold of 2: groups queued at step 1 and still
+    // untrained at step 3 are evicted (and refilled).
+    let evicted = series(&h, "training/off_policy/evicted_samples");
+    assert!(!evicted.is_empty(), "nothing was evicted");
 }
 
 /// A checkpoint of the asynchronous loop resumes: the run continues from the saved step with
