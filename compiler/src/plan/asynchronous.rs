@@ -129,14 +129,6 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
             "use trainer_mode: sync for multi-turn rollouts",
         );
     }
-    if spec.algorithm.filter_groups.is_some() {
-        refuse(
-            l,
-            "algorithm.filter_groups.enable",
-            "dynamic sampling (filter_groups)",
-            "use trainer_mode: sync with filter_groups",
-        );
-    }
     if spec.algorithm.estimator == AdvEstimator::Remax {
         refuse(
             l,

@@ -32,7 +32,7 @@ use crate::workers::rollout::RolloutWorker;
 use super::super::background::{BackgroundRollout, Job};
 use super::super::parallel::{Roles, pad_prompts};
 use super::super::replay::{Feed, OffPolicyBound, OffPolicyStrategy, ReplayBuffer, Sampled};
-use super::{STREAM_ROLLOUT, Trainer, TrainerError, rollout_batch};
+use super::{GROUP_METRIC, STREAM_ROLLOUT, Trainer, TrainerError, flat_groups, rollout_batch};
 
 /// The column that carries the weights version a row was generated with, until the batch is
 /// assembled.
@@ -225,11 +225,32 @@ impl<R: Roles> Trainer<R> {
             q.empty = Some(batch.select(&[])?);
             Some(batch)
         };
+        // DAPO's filter: the groups whose metric is the same for every response, from every
+        // rank's share (a mask over the batch's groups, the largest over the ranks).
+        let mut flat = vec![false; group_uids.len()];
+        if let (Some(f), Some(batch)) = (&self.spec.algorithm.filter_groups, local.as_ref()) {
+            for uid in flat_groups(batch, &f.metric)? {
+                if let Some(i) = group_uids.iter().position(|&u| u as i64 == uid) {
+                    flat[i] = true;
+                }
+            }
+        }
+        if self.spec.algorithm.filter_groups.is_some() && self.dp.size() > 1 {
+            let mask: Vec<i64> = flat.iter().map(|&f| i64::from(f)).collect();
+            let all = self.dp.gather_rows(&Tensor::from_slice(&mask))?;
+            let any = all
+                .f_view([self.dp.size() as i64, mask.len() as i64])?
+                .f_amax(0, false)?;
+            flat = Vec::<i64>::try_from(any)?.iter().map(|&m| m > 0).collect();
+        }
         if let Some(job) = q.jobs.get_mut(&id) {
             job.generated = Some(local);
         }
-        for uid in group_uids {
+        for (&uid, &flat) in group_uids.iter().zip(&flat) {
             buffer.finish(uid, Slot { job: id });
+            if flat {
+                buffer.filter(uid);
+            }
         }
         Ok(())
     }
@@ -283,6 +304,7 @@ impl<R: Roles> Trainer<R> {
             train,
             step,
             timers,
+            refilled: 0,
             error: None,
         };
         let sampled = c.buffer.sample(step, batch_size, &mut feed, metrics);
@@ -370,9 +392,10 @@ impl<R: Roles> Trainer<R> {
         for piece in &mut pieces {
             pad_prompts(piece, width, self.stop.pad)?;
         }
-        let mut full = self.dp.gather_uneven(&concat(&pieces)?)?;
+        let mut full = self.dp.gather_uneven(&Batch::cat(&pieces)?)?;
         let versions = Vec::<i64>::try_from(full.get(VERSION)?)?;
         full.remove(VERSION);
+        full.remove(GROUP_METRIC);
 
         let staleness: Vec<f64> = versions
             .iter()
@@ -409,22 +432,6 @@ impl<R: Roles> Trainer<R> {
     }
 }
 
-/// The rows of `pieces`, one after another (the same columns and widths).
-fn concat(pieces: &[Batch]) -> Result<Batch, TrainerError> {
-    let Some(first) = pieces.first() else {
-        return Err(TrainerError::Config("sampled no groups".into()));
-    };
-    let mut out = Batch::new();
-    for name in first.names() {
-        let parts = pieces
-            .iter()
-            .map(|b| b.get(name).map(Tensor::shallow_clone))
-            .collect::<Result<Vec<_>, _>>()?;
-        out.insert(name, Tensor::f_cat(&parts, 0)?)?;
-    }
-    Ok(out)
-}
-
 /// The buffer's view of the trainer while it samples: refills queue prompts, waits take the
 /// next generated batch.
 struct Feeding<'a, R: Roles> {
@@ -433,6 +440,8 @@ struct Feeding<'a, R: Roles> {
     train: &'a RlDataset,
     step: u64,
     timers: &'a mut super::Timers,
+    /// Prompts refilled during this sampling.
+    refilled: usize,
     /// The trainer's error behind a failed feed (the buffer carries only its text).
     error: Option<TrainerError>,
 }
@@ -449,6 +458,28 @@ impl<R: Roles> Feeding<'_, R> {
 
 impl<R: Roles> Feed<Slot> for Feeding<'_, R> {
     fn refill(&mut self, buffer: &mut ReplayBuffer<Slot>, count: usize) -> Result<(), String> {
+        // A filter that drops every group would refill forever: `max_num_gen_batches` bounds
+        // the refills of one step to that many batches (verl's asynchronous sampler has no
+        // bound and keeps generating).
+        self.refilled += count;
+        let batch = self.trainer.spec.data.batch_size;
+        if let Some(f) = self
+            .trainer
+            .spec
+            .algorithm
+            .filter_groups
+            .as_ref()
+            .filter(|f| f.max_rounds > 0 && self.refilled > f.max_rounds * batch)
+        {
+            let e = TrainerError::Config(format!(
+                "algorithm.filter_groups: step {} refilled {} prompts (more than max_num_gen_batches={} batches of {batch}) and still has too few groups whose `{}` varies; the prompts may be too easy or too hard for the policy: raise max_num_gen_batches (0 is no limit) or check the data and reward",
+                self.step,
+                self.refilled,
+                f.max_rounds,
+                super::metric_name(&f.metric),
+            ));
+            return self.keep(Err(e));
+        }
         let r = self
             .trainer
             .queue_prompts(self.queue, buffer, self.train, count, self.step);

@@ -1413,6 +1413,34 @@ fn varying_groups(
     batch: &Batch,
     metric: &GroupMetric,
 ) -> Result<(Vec<i64>, i64, i64), TrainerError> {
+    let (mut rows, mut kept, mut dropped) = (Vec::new(), 0, 0);
+    for (_, members, flat) in group_spread(batch, metric)? {
+        if flat {
+            dropped += 1;
+        } else {
+            kept += 1;
+            rows.extend(members.iter().map(|&i| i as i64));
+        }
+    }
+    rows.sort_unstable();
+    Ok((rows, kept, dropped))
+}
+
+/// The group ids (`uid`) of `batch`'s groups whose metric is the same for every response.
+pub(super) fn flat_groups(batch: &Batch, metric: &GroupMetric) -> Result<Vec<i64>, TrainerError> {
+    Ok(group_spread(batch, metric)?
+        .into_iter()
+        .filter(|(_, _, flat)| *flat)
+        .map(|(uid, _, _)| uid)
+        .collect())
+}
+
+/// Each group of `batch` (by `uid`): its id, its rows, and whether its metric is the same for
+/// every response (never for a group of one).
+fn group_spread(
+    batch: &Batch,
+    metric: &GroupMetric,
+) -> Result<Vec<(i64, Vec<usize>, bool)>, TrainerError> {
     let values = match metric {
         GroupMetric::Score => {
             batch
@@ -1424,19 +1452,14 @@ fn varying_groups(
     let values = Vec::<f64>::try_from(values)?;
     let uids = Vec::<i64>::try_from(batch.get("uid")?)?;
     let index = GroupIndex::from_ids(&uids);
-    let (mut rows, mut kept, mut dropped) = (Vec::new(), 0, 0);
-    for members in index.groups() {
-        let first = values[members[0]];
-        let same = members.len() > 1 && members.iter().all(|&i| values[i] == first);
-        if same {
-            dropped += 1;
-        } else {
-            kept += 1;
-            rows.extend(members.iter().map(|&i| i as i64));
-        }
-    }
-    rows.sort_unstable();
-    Ok((rows, kept, dropped))
+    Ok(index
+        .groups()
+        .map(|members| {
+            let first = values[members[0]];
+            let flat = members.len() > 1 && members.iter().all(|&i| values[i] == first);
+            (uids[members[0]], members.to_vec(), flat)
+        })
+        .collect())
 }
 
 /// The rows of the first `n` groups of a gathered batch, in row order.

@@ -45,6 +45,8 @@ enum State<T> {
 struct Group<T> {
     submitted: u64,
     state: State<T>,
+    /// DAPO's dynamic sampling: every response of the group scored the same.
+    no_signal: bool,
 }
 
 /// A sampled group: its id, the step that queued it and what the rollout produced.
@@ -93,6 +95,7 @@ impl<T> ReplayBuffer<T> {
             Group {
                 submitted: step,
                 state: State::InFlight,
+                no_signal: false,
             },
         );
         uid
@@ -103,6 +106,18 @@ impl<T> ReplayBuffer<T> {
         match self.groups.get_mut(&uid) {
             Some(g) if matches!(g.state, State::InFlight) => {
                 g.state = State::Finished(value);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks a finished group as carrying no signal (DAPO's `filter_groups`: its metric is the
+    /// same for every response); the next [`ReplayBuffer::sample`] evicts and replaces it.
+    pub fn filter(&mut self, uid: u64) -> bool {
+        match self.groups.get_mut(&uid) {
+            Some(g) if matches!(g.state, State::Finished(_)) => {
+                g.no_signal = true;
                 true
             }
             _ => false,
@@ -180,7 +195,7 @@ impl<T> ReplayBuffer<T> {
     }
 
     /// Takes `batch_size` groups for training at `step`, oldest first: evicts stale (under
-    /// `drop`) and failed groups and refills as many, waits for the rollout while too few are
+    /// `drop`), filtered (no signal) and failed groups and refills as many, waits for the rollout while too few are
     /// sampleable (or, under `wait`, while an in-flight group has reached the threshold).
     /// Adds verl's eviction metrics to `metrics`.
     pub fn sample(
@@ -199,15 +214,23 @@ impl<T> ReplayBuffer<T> {
                 .filter(|(_, g)| matches!(g.state, State::Failed))
                 .map(|(&u, _)| u)
                 .collect();
-            if !stale.is_empty() || !failed.is_empty() {
+            let filtered: Vec<u64> = self
+                .groups
+                .iter()
+                .filter(|(_, g)| g.no_signal && matches!(g.state, State::Finished(_)))
+                .map(|(&u, _)| u)
+                .collect();
+            if !stale.is_empty() || !failed.is_empty() || !filtered.is_empty() {
                 for &u in &stale {
                     evicted
                         .stale_spans
                         .push(Self::span(step, self.groups[&u].submitted));
                 }
                 evicted.failed += failed.len();
+                evicted.filtered += filtered.len();
                 let mut gone = stale;
                 gone.extend(failed);
+                gone.extend(filtered);
                 gone.sort_unstable();
                 gone.dedup();
                 for u in &gone {
@@ -235,6 +258,7 @@ impl<T> ReplayBuffer<T> {
             if let Some(Group {
                 submitted,
                 state: State::Finished(value),
+                ..
             }) = self.groups.remove(&uid)
             {
                 out.push(Sampled {
@@ -253,6 +277,7 @@ impl<T> ReplayBuffer<T> {
 struct Evicted {
     stale_spans: Vec<u64>,
     failed: usize,
+    filtered: usize,
 }
 
 impl Evicted {
@@ -270,6 +295,12 @@ impl Evicted {
             metrics.insert(format!("{p}/evicted_samples_staleness/mean"), mean);
             metrics.insert(format!("{p}/evicted_samples_staleness/max"), hi as f64);
             metrics.insert(format!("{p}/evicted_samples_staleness/min"), lo as f64);
+        }
+        if self.filtered > 0 {
+            metrics.insert(
+                "training/filter_groups/evicted_samples".into(),
+                self.filtered as f64,
+            );
         }
         if self.failed > 0 {
             metrics.insert(

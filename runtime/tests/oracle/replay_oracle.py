@@ -12,7 +12,9 @@ the oracle hands it the keys in queue order so that the selection is reproducibl
 Each schedule: `warmup` batches queued before step 1, then per step one batch queued and
 `train` groups sampled; while the sampler waits, the simulated rollout finishes or fails a seeded
 choice of in-flight groups (and between steps some more). Refills queue fresh groups at the
-current step.
+current step. Four schedules filter groups as DAPO does (`filter_groups_metric`: each response's
+`acc` in `reward_extra_info`, the same for every response of a third of the groups), which the
+stand-in store hands to verl's class as TransferQueue would.
 
 Usage: replay_oracle.py OUT  (writes OUT/replay.json)
 """
@@ -50,8 +52,12 @@ def kv_clear(partition_id, keys):
         STORE.get(partition_id, {}).pop(k, None)
 
 
-def kv_batch_get(**_):
-    raise AssertionError("the schedules run without DAPO filtering")
+EXTRA = {}
+
+
+def kv_batch_get(keys, partition_id, select_fields):
+    assert select_fields == ["extra_fields"], select_fields
+    return {"extra_fields": [EXTRA[k] for k in keys]}
 
 
 def load_buffer_class():
@@ -75,8 +81,9 @@ def load_buffer_class():
     return ns["ReplayBufferAsync"]
 
 
-def run(cls, seed, threshold, strategy, warmup, train, steps, p_finish, p_fail):
+def run(cls, seed, threshold, strategy, warmup, train, steps, p_finish, p_fail, dapo=False):
     STORE.clear()
+    EXTRA.clear()
     rng = random.Random(seed)
     events = []
     uids = []
@@ -101,12 +108,20 @@ def run(cls, seed, threshold, strategy, warmup, train, steps, p_finish, p_fail):
                 done.append(("fail", uid))
             elif r < p_fail + p_finish:
                 STORE["train"][uid]["status"] = "finished"
-                for s in range(2):
+                # Each response's DAPO metric: a third of the groups all equal (no signal).
+                flat = rng.random() < 0.35
+                first = float(rng.random() < 0.5)
+                values = [first if flat else float(rng.random() < 0.5) for _ in range(2)]
+                for s, v in enumerate(values):
                     STORE["train"][f"{uid}_{s}_0"] = {"status": "finished"}
-                done.append(("finish", uid))
-        for op, uid in done:
+                    EXTRA[f"{uid}_{s}_0"] = {"reward_extra_info": {"acc": v}}
+                # The values go with the event where the buffer filters on them.
+                done.append(("finish", uid, values) if dapo else ("finish", uid))
+            else:
+                continue
+        for op, uid, *_ in done:
             del state[uid]
-        log.append({"op": "progress", "done": [[op, uids.index(u)] for op, u in done]})
+        log.append({"op": "progress", "done": [[op, uids.index(u), *rest] for op, u, *rest in done]})
 
     class Buffer(cls):
         def _select_prompt_uids(self, partition_id, sampleable_keys, batch_size):
@@ -121,6 +136,7 @@ def run(cls, seed, threshold, strategy, warmup, train, steps, p_finish, p_fail):
         sampler_kwargs={},
         poll_interval=0.0,
         refill_fn=lambda k: submit(k, inner),
+        filter_groups_metric="acc" if dapo else None,
     )
     buf._wait_for_next_poll = lambda partition_id, last: (progress(inner), last)[1]
 
@@ -136,11 +152,12 @@ def run(cls, seed, threshold, strategy, warmup, train, steps, p_finish, p_fail):
         events.append({
             "op": "sample", "step": g, "batch": train, "inner": list(inner),
             "selected": [uids.index(u) for u in selected],
-            "metrics": {k: float(v) for k, v in metrics.items()},
+            # verl logs the DAPO value counts (a dict) as a table apart from the metrics.
+            "metrics": {k: float(v) for k, v in metrics.items() if not isinstance(v, dict)},
         })
         # The trainer clears what it trained on at the end of the step.
         kv_clear("train", list(batch.keys))
-    return {"seed": seed, "threshold": threshold, "strategy": strategy, "events": events}
+    return {"seed": seed, "threshold": threshold, "strategy": strategy, "dapo": dapo, "events": events}
 
 
 def main():
@@ -154,6 +171,11 @@ def main():
             for warmup, p_finish, p_fail in [(0, 0.5, 0.0), (1, 0.35, 0.05), (2, 0.2, 0.1)]:
                 seed += 1
                 cases.append(run(cls, seed, threshold, strategy, warmup, 3, 8, p_finish, p_fail))
+    # DAPO's dynamic sampling (filter_groups on a reward_extra_info metric) with both strategies.
+    for threshold in [2, None]:
+        for strategy in ["drop", "wait"]:
+            seed += 1
+            cases.append(run(cls, seed, threshold, strategy, 1, 3, 8, 0.35, 0.05, dapo=True))
     with open(os.path.join(out, "replay.json"), "w") as f:
         json.dump(cases, f)
 

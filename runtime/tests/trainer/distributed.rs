@@ -773,13 +773,18 @@ fn colocate_async_on_two_ranks_is_the_synchronous_run_on_policy() {
     }
     assert_eq!(colocated[0].len(), 3);
 
-    // Off policy (a warm-up batch of 12 prompts: 6 per rank, threshold 2, drop): the ranks
-    // still agree, and no trained group is older than the bound allows.
+    // Off policy (a warm-up batch of 12 prompts: 6 per rank, threshold 2, drop) with DAPO's
+    // group filter (half the prompts score flat, at random places): the ranks agree on the
+    // groups to evict and refill, and no trained group is older than the bound allows.
+    let reward = crate::support::repo().join("runtime/tests/trainer/fixtures/reward_dapo.py");
     let off_policy = [
         "trainer.v1.trainer_mode=colocate_async".to_string(),
         "trainer.v1.colocate_async.num_warmup_batches=1.5".into(),
         "data.gen_batch_size=4".into(),
         "trainer.v1.sampler.max_off_policy_threshold=2".into(),
+        format!("reward.custom_reward_function.path={}", reward.display()),
+        "algorithm.filter_groups.enable=true".into(),
+        "algorithm.filter_groups.metric=reward".into(),
     ];
     let stale = Job::new("quickstart.yaml", &[], &dir.join("stale"), 2)
         .with(&sampled)
@@ -792,4 +797,9 @@ fn colocate_async_on_two_ranks_is_the_synchronous_run_on_policy() {
         .collect();
     assert!(worst.iter().all(|&s| s <= 1.0), "{worst:?}");
     assert!(worst.contains(&1.0), "{worst:?}");
+    let filtered: f64 = stale[0]
+        .iter()
+        .filter_map(|(_, m)| m.get("training/filter_groups/evicted_samples"))
+        .sum();
+    assert!(filtered >= 2.0, "DAPO evicted {filtered} groups");
 }

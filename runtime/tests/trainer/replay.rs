@@ -1,9 +1,9 @@
 //! The asynchronous trainers' replay buffer against verl 0.9.1's own `ReplayBufferAsync`:
 //! tests/oracle/replay_oracle.py runs verl's class on seeded schedules (groups queued per step and
 //! as warm-up, a simulated rollout finishing or failing them while the sampler waits, refills) for
-//! every threshold (1, 2, 3, none) and strategy (drop, wait), and records every event; verlc's
-//! buffer replays the same events and must evict, refill, wait and select exactly as verl did,
-//! with the same metrics.
+//! every threshold (1, 2, 3, none) and strategy (drop, wait), and with DAPO's group filter, and
+//! records every event; verlc's buffer replays the same events and must evict, refill, wait and
+//! select exactly as verl did, with the same metrics.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -43,6 +43,13 @@ fn apply(b: &mut ReplayBuffer<()>, e: &Value) {
                     _ => b.fail(uid),
                 };
                 assert!(ok, "group {uid} was not in flight: {e}");
+                // DAPO's classification: every response's metric the same.
+                if let Some(values) = d.get(2).and_then(Value::as_array) {
+                    let first = values.first().and_then(Value::as_f64);
+                    if values.len() > 1 && values.iter().all(|v| v.as_f64() == first) {
+                        assert!(b.filter(uid));
+                    }
+                }
             }
         }
         other => panic!("unexpected event {other:?}"),
@@ -80,8 +87,8 @@ impl Feed<()> for Replay {
 #[test]
 fn replay_buffer_evicts_waits_and_selects_as_verl_0_9_1() {
     let cases = schedules();
-    assert_eq!(cases.len(), 24);
-    let (mut stale, mut waits, mut refills) = (0.0, 0, 0);
+    assert_eq!(cases.len(), 28);
+    let (mut stale, mut filtered, mut waits, mut refills) = (0.0, 0.0, 0, 0);
     for case in &cases {
         let bound = OffPolicyBound {
             threshold: case["threshold"].as_u64(),
@@ -137,6 +144,10 @@ fn replay_buffer_evicts_waits_and_selects_as_verl_0_9_1() {
                 .get("training/off_policy/evicted_samples")
                 .copied()
                 .unwrap_or(0.0);
+            filtered += m
+                .get("training/filter_groups/evicted_samples")
+                .copied()
+                .unwrap_or(0.0);
             // With drop, nothing trained is older than the threshold.
             if let (Some(k), OffPolicyStrategy::Drop) = (bound.threshold, bound.strategy) {
                 assert!(
@@ -148,7 +159,7 @@ fn replay_buffer_evicts_waits_and_selects_as_verl_0_9_1() {
     }
     // The schedules exercise what they are for.
     assert!(
-        stale >= 10.0 && waits >= 50 && refills >= 20,
-        "{stale} {waits} {refills}"
+        stale >= 10.0 && filtered >= 50.0 && waits >= 50 && refills >= 20,
+        "{stale} {filtered} {waits} {refills}"
     );
 }
