@@ -299,6 +299,40 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
     }
 }
 
+/// `actor_rollout_ref.hybrid_engine: false` as each release's trainer takes it: the legacy
+/// trainer (`use_v1: false`) asserts (V034 error); verl 0.9's v1 trainer does not: 0.9.1's
+/// `separate_async` reads it (nothing reported), its other modes and 0.9.0 ignore it (a V034
+/// warning).
+#[test]
+fn hybrid_engine_off_is_judged_by_the_trainer_that_runs() {
+    let off = "actor_rollout_ref.hybrid_engine=false";
+    for (release, extra, want) in [
+        ("0.9.1", "trainer.v1.trainer_mode=separate_async", None),
+        ("0.9.1", "trainer.v1.trainer_mode=sync", Some(false)),
+        (
+            "0.9.0",
+            "trainer.v1.trainer_mode=separate_async",
+            Some(false),
+        ),
+        ("0.9.1", "trainer.use_v1=false", Some(true)),
+    ] {
+        let Some(dir) = release_tree(release) else {
+            return;
+        };
+        let d = run(&dir, "ppo_trainer", &[off, extra]);
+        let got: Vec<bool> = d
+            .iter()
+            .filter(|x| x.code.0 == "V034")
+            .map(|x| x.is_error())
+            .collect();
+        assert_eq!(
+            got,
+            want.into_iter().collect::<Vec<_>>(),
+            "{release} {extra}: {d:#?}"
+        );
+    }
+}
+
 /// `colocate_async` on one rank with a small batch.
 const ONE_RANK_ASYNC: &[&str] = &[
     "trainer.v1.trainer_mode=colocate_async",

@@ -480,6 +480,12 @@ pub static RULES: &[Rule] = &[
         "a builtin:// model address the trainer cannot build (name, parameters, family)"
     ),
     rule!(
+        "V064",
+        "AsyncRefillNotWholeFetches",
+        trainer::async_refill_not_whole_fetches,
+        "verl's asynchronous trainer refills evicted groups in whole gen_batch_size fetches and raises otherwise"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

@@ -138,7 +138,14 @@ impl BackgroundRollout {
                 self.in_flight -= 1;
                 Ok(g)
             }
-            Ok(Err(msg)) => Err(TrainerError::Config(format!("background rollout: {msg}"))),
+            Ok(Err(msg)) => {
+                // The thread stops after a failed batch: nothing more can be queued.
+                self.jobs = None;
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+                Err(TrainerError::Config(format!("background rollout: {msg}")))
+            }
             Err(_) => Err(self.failure()),
         }
     }

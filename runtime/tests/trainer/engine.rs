@@ -506,3 +506,74 @@ fn config_overrides_reach_the_model() {
     .to_string();
     assert!(err.contains("model `builtin://tiny"), "{err}");
 }
+
+/// The asynchronous loop's rollout thread generates with the copy of the weights published to
+/// it (the policy changing in place afterwards changes nothing it generates), hands a batch back
+/// with the version it was generated with, and reports a batch it cannot generate as an error
+/// rather than hanging; after that, queueing more is an error too.
+#[test]
+fn background_rollout_generates_with_its_published_copy() {
+    use runtime::trainer::background::{BackgroundRollout, Job};
+    use runtime::workers::rollout::RolloutWorker;
+    let actor = engine(true);
+    let cfg = actor.model_config();
+    let params = params_of(&actor);
+    let stop = StopTokens {
+        eos: vec![2],
+        pad: 0,
+    };
+    let sampling = SamplingParams {
+        n: 2,
+        max_new_tokens: 5,
+        seed: 7,
+        ..SamplingParams::default()
+    };
+    let prompts: Vec<Vec<i64>> = (0..3).map(|i| vec![1, 5 + i, 6, 7]).collect();
+    let mut plain = RolloutWorker::new(cfg, Dtype::Fp32, Device::Cpu).expect("rollout");
+    plain.update_weights(&params).expect("bind");
+    let want = plain
+        .generate(&prompts, &sampling, &stop)
+        .expect("generate")
+        .responses;
+    plain.release().expect("release");
+
+    let worker = RolloutWorker::new(cfg, Dtype::Fp32, Device::Cpu).expect("rollout");
+    let mut thread = BackgroundRollout::start(worker, stop.clone()).expect("start");
+    thread.publish(3, &params).expect("publish");
+    tch::no_grad(|| {
+        for (_, t) in &params {
+            let _ = t.shallow_clone().fill_(0.0);
+        }
+    });
+    thread
+        .submit(Job {
+            id: 0,
+            prompts: prompts.clone(),
+            params: sampling.clone(),
+        })
+        .expect("queue");
+    let g = thread.take_generated().expect("generated");
+    assert_eq!((g.id, g.version), (0, 3));
+    assert!(g.output.responses.equal(&want), "generated with its copy");
+
+    thread
+        .submit(Job {
+            id: 1,
+            prompts: vec![vec![1, 1 << 40]],
+            params: sampling.clone(),
+        })
+        .expect("queue");
+    let err = thread
+        .take_generated()
+        .expect_err("an id beyond the vocabulary");
+    assert!(err.to_string().contains("background rollout"), "{err}");
+    assert!(
+        thread
+            .submit(Job {
+                id: 2,
+                prompts,
+                params: sampling,
+            })
+            .is_err()
+    );
+}

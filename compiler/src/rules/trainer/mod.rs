@@ -1,5 +1,6 @@
 //! The training run: engine mode, resume, loggers.
 
+pub(crate) mod async_refill_not_whole_fetches;
 pub(crate) mod engine_needs_engine_workers;
 pub(crate) mod hybrid_engine_disabled;
 pub(crate) mod logger_backend_unsupported;
