@@ -398,6 +398,16 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
     if s.rollout.multi_turn.is_some() {
         out.push("multi-turn rollout with tools (the tool agent loop)".into());
     }
+    if let Some(a) = &s.run.asynchronous {
+        let bound = match a.max_off_policy_threshold {
+            Some(k) => format!("at most {k} versions old, {:?}", a.strategy).to_lowercase(),
+            None => "no version bound".into(),
+        };
+        out.push(format!(
+            "colocate_async: a rollout thread per rank, the replay buffer ({bound}), {} warm-up prompts",
+            a.warmup_prompts
+        ));
+    }
     out.push(match &s.reward {
         verlc_spec::trainer::RewardSpec::Builtin => {
             "reward: verl's default scorer by data_source".to_owned()
