@@ -121,14 +121,6 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
             "the asynchronous loop generates with the built-in engine",
         );
     }
-    if spec.rollout.multi_turn.is_some() {
-        refuse(
-            l,
-            "actor_rollout_ref.rollout.multi_turn.enable",
-            "the tool agent loop",
-            "use trainer_mode: sync for multi-turn rollouts",
-        );
-    }
     if spec.algorithm.estimator == AdvEstimator::Remax {
         refuse(
             l,

@@ -18,18 +18,25 @@ use std::time::Instant;
 
 use tch::Tensor;
 
+use crate::data::PromptItem;
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
+use crate::tokenizer::Tokenizer;
 use crate::workers::rollout::RolloutWorker;
 
 use super::TrainerError;
+use super::agent::AgentRollout;
 
-/// One batch to generate: prompt token ids and the sampling settings (its seed included).
+/// One batch to generate: its prompts and the sampling settings (its seed included).
 #[derive(Debug)]
 pub struct Job {
     pub id: u64,
-    pub prompts: Vec<Vec<i64>>,
+    pub prompts: Vec<PromptItem>,
     pub params: SamplingParams,
 }
+
+/// The tool agent loop the thread runs its batches through (`rollout.multi_turn`), with the
+/// tokenizer it renders turns with; shared with the trainer, which validates through it.
+pub type AgentLoop = (Arc<AgentRollout>, Arc<Tokenizer>);
 
 /// A generated batch, with the weights version it was generated with.
 #[derive(Debug)]
@@ -73,7 +80,11 @@ impl std::fmt::Debug for BackgroundRollout {
 impl BackgroundRollout {
     /// Starts the thread with `worker` (a rollout model without weights); publish weights
     /// before the first job.
-    pub fn start(worker: RolloutWorker, stop: StopTokens) -> Result<Self, TrainerError> {
+    pub fn start(
+        worker: RolloutWorker,
+        stop: StopTokens,
+        agent: Option<AgentLoop>,
+    ) -> Result<Self, TrainerError> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel();
         let mailbox: Mailbox = Arc::new(Mutex::new(None));
@@ -82,7 +93,7 @@ impl BackgroundRollout {
         let cancelled = Arc::clone(&cancel);
         let thread = std::thread::Builder::new()
             .name("verlc-rollout".into())
-            .spawn(move || serve(worker, stop, job_rx, done_tx, slot, cancelled))
+            .spawn(move || serve(worker, stop, agent, job_rx, done_tx, slot, cancelled))
             .map_err(|e| TrainerError::Config(format!("starting the rollout thread: {e}")))?;
         Ok(BackgroundRollout {
             jobs: Some(jobs),
@@ -179,6 +190,7 @@ impl Drop for BackgroundRollout {
 fn serve(
     mut worker: RolloutWorker,
     stop: StopTokens,
+    agent: Option<AgentLoop>,
     jobs: Receiver<Job>,
     done: Sender<Result<Generated, String>>,
     mailbox: Mailbox,
@@ -199,8 +211,21 @@ fn serve(
             }
             let version = version.ok_or("no weights were published before the first batch")?;
             let start = Instant::now();
-            let output = tch::no_grad(|| worker.generate(&job.prompts, &job.params, &stop))
-                .map_err(|e| e.to_string())?;
+            let output = tch::no_grad(|| match &agent {
+                Some((agent, tokenizer)) => {
+                    let items: Vec<&PromptItem> = job.prompts.iter().collect();
+                    agent
+                        .generate(&worker, tokenizer, &items, &job.params, &stop)
+                        .map_err(|e| e.to_string())
+                }
+                None => {
+                    let prompts: Vec<Vec<i64>> =
+                        job.prompts.iter().map(|p| p.input_ids.clone()).collect();
+                    worker
+                        .generate(&prompts, &job.params, &stop)
+                        .map_err(|e| e.to_string())
+                }
+            })?;
             Ok(Generated {
                 id: job.id,
                 version,

@@ -25,11 +25,11 @@ use std::collections::{BTreeMap, VecDeque};
 use tch::Tensor;
 use verlc_spec::trainer::{AsyncSpec, OffPolicyStrategy as Strategy};
 
-use crate::data::RlDataset;
+use crate::data::{PromptItem, RlDataset};
 use crate::engine::{Batch, Engine, Metrics};
 use crate::workers::rollout::RolloutWorker;
 
-use super::super::background::{BackgroundRollout, Job};
+use super::super::background::{AgentLoop, BackgroundRollout, Job};
 use super::super::parallel::{Roles, pad_prompts};
 use super::super::replay::{Feed, OffPolicyBound, OffPolicyStrategy, ReplayBuffer, Sampled};
 use super::{GROUP_METRIC, STREAM_ROLLOUT, Trainer, TrainerError, flat_groups, rollout_batch};
@@ -89,6 +89,7 @@ impl Colocated {
         spec: AsyncSpec,
         worker: RolloutWorker,
         trainer_stop: crate::rollout::StopTokens,
+        agent: Option<AgentLoop>,
     ) -> Result<Self, TrainerError> {
         let bound = OffPolicyBound {
             threshold: spec.max_off_policy_threshold,
@@ -101,7 +102,7 @@ impl Colocated {
             spec,
             buffer: ReplayBuffer::new(bound),
             queue: Queue {
-                rollout: BackgroundRollout::start(worker, trainer_stop)?,
+                rollout: BackgroundRollout::start(worker, trainer_stop, agent)?,
                 jobs: BTreeMap::new(),
                 pending: VecDeque::new(),
                 empty: None,
@@ -151,10 +152,10 @@ impl<R: Roles> Trainer<R> {
         params.seed = self.sampling_seed_at(STREAM_ROLLOUT + (seq << 8), rank, step);
         let size = self.dp.size();
         let own = rank * count / size..(rank + 1) * count / size;
-        let prompts: Vec<Vec<i64>> = train
+        let prompts: Vec<PromptItem> = train
             .batch(&indices[own.clone()])
-            .iter()
-            .map(|it| it.input_ids.clone())
+            .into_iter()
+            .cloned()
             .collect();
         let id = q.next_job;
         q.next_job += 1;

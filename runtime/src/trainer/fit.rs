@@ -1,6 +1,7 @@
 //! [`Trainer`]: set-up (data, models, workers, loggers, resume) and the step loop.
 
 use std::io::Write;
+use std::sync::Arc;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -62,7 +63,8 @@ const STREAM_PF_PPO: u64 = 3;
 /// default; see [`super::parallel`] for several ranks).
 pub struct Trainer<R: Roles = SingleRoles> {
     spec: TrainerSpec,
-    tokenizer: Tokenizer,
+    /// Shared with the asynchronous loop's rollout thread (the agent loop tokenizes there).
+    tokenizer: Arc<Tokenizer>,
     train: RlDataset,
     val: Option<RlDataset>,
     sampler: BatchSampler,
@@ -79,7 +81,7 @@ pub struct Trainer<R: Roles = SingleRoles> {
     ckpt_tag: u64,
     rollout: RolloutWorker,
     /// `rollout.multi_turn`: the agent loop and its tools.
-    agent: Option<super::agent::AgentRollout>,
+    agent: Option<Arc<super::agent::AgentRollout>>,
     reward: RewardFn,
     /// Scores training responses instead of `reward` when set.
     reward_model: Option<RewardModel>,
@@ -359,7 +361,7 @@ impl<R: Roles> Trainer<R> {
                 "trainer.nnodes × trainer.n_gpus_per_node = {world}, but the trainer runs on {ranks} rank(s)"
             )));
         }
-        let tokenizer = Tokenizer::from_pretrained(&spec.tokenizer_path)?;
+        let tokenizer = Arc::new(Tokenizer::from_pretrained(&spec.tokenizer_path)?);
         let (train, val) = datasets(&spec.data, &tokenizer)?;
         let d = &spec.data;
         let sampler = BatchSampler::new(train.len(), d.batch_size, d.shuffle, d.seed, true)?;
@@ -430,12 +432,12 @@ impl<R: Roles> Trainer<R> {
         };
 
         let agent = match &spec.rollout.multi_turn {
-            Some(mt) => Some(super::agent::AgentRollout::start(
+            Some(mt) => Some(Arc::new(super::agent::AgentRollout::start(
                 mt,
                 opts,
                 &actor.engine.model_config().model_type,
                 &rollout,
-            )?),
+            )?)),
             None => None,
         };
         let alg = &spec.algorithm;
@@ -447,7 +449,8 @@ impl<R: Roles> Trainer<R> {
             Some(a) => {
                 let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
                 let worker = RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
-                Some(colocate::Colocated::new(a, worker, stop.clone())?)
+                let agent = agent.clone().map(|a| (a, Arc::clone(&tokenizer)));
+                Some(colocate::Colocated::new(a, worker, stop.clone(), agent)?)
             }
             None => None,
         };

@@ -143,3 +143,32 @@ fn colocate_async_filters_flat_groups_and_stops_when_none_varies() {
         .to_string();
     assert!(err.contains("max_num_gen_batches=3"), "{err}");
 }
+
+/// The tool agent loop runs in the rollout thread: multi-turn rollouts with tool calls are
+/// generated beside the trainer and trained on, with verl's turn and tool metrics.
+#[test]
+fn colocate_async_runs_the_tool_agent_loop_in_its_rollout_thread() {
+    let tools = crate::support::repo().join("tests/fixtures/tools/local_code.py");
+    let tools = format!(
+        "++actor_rollout_ref.rollout.multi_turn.function_tool_path={}",
+        tools.display()
+    );
+    let h = run(
+        "async_agent",
+        2,
+        &[
+            ASYNC,
+            "trainer.v1.colocate_async.num_warmup_batches=1",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+            &tools,
+            "actor_rollout_ref.rollout.n=2",
+            "data.train_batch_size=4",
+        ],
+    );
+    let turns = series(&h, "num_turns/mean");
+    assert_eq!(turns.len(), 2, "num_turns is logged every step");
+    assert!(turns.iter().all(|&t| t >= 2.0), "{turns:?}");
+    assert_eq!(series(&h, "tool_calls/mean").len(), 2);
+    assert_eq!(series(&h, "actor/pg_loss").len(), 2);
+}

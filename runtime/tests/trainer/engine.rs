@@ -538,7 +538,23 @@ fn background_rollout_generates_with_its_published_copy() {
     plain.release().expect("release");
 
     let worker = RolloutWorker::new(cfg, Dtype::Fp32, Device::Cpu).expect("rollout");
-    let mut thread = BackgroundRollout::start(worker, stop.clone()).expect("start");
+    let mut thread = BackgroundRollout::start(worker, stop.clone(), None).expect("start");
+    let item = |ids: Vec<i64>| {
+        let row = serde_json::json!({
+            "prompt": [{"role": "user", "content": "x"}],
+            "data_source": "t",
+            "reward_model": {"ground_truth": "1", "style": "rule"},
+        });
+        let row = row.as_object().cloned().unwrap_or_default();
+        runtime::data::PromptItem {
+            sample: runtime::data::Sample::from_row(row, "prompt", "data_source", 0)
+                .expect("row"),
+            input_ids: ids,
+            source: "test".into(),
+            row: 0,
+        }
+    };
+    let items: Vec<_> = prompts.iter().cloned().map(item).collect();
     thread.publish(3, &params).expect("publish");
     tch::no_grad(|| {
         for (_, t) in &params {
@@ -548,7 +564,7 @@ fn background_rollout_generates_with_its_published_copy() {
     thread
         .submit(Job {
             id: 0,
-            prompts: prompts.clone(),
+            prompts: items.clone(),
             params: sampling.clone(),
         })
         .expect("queue");
@@ -559,7 +575,7 @@ fn background_rollout_generates_with_its_published_copy() {
     thread
         .submit(Job {
             id: 1,
-            prompts: vec![vec![1, 1 << 40]],
+            prompts: vec![item(vec![1, 1 << 40])],
             params: sampling.clone(),
         })
         .expect("queue");
@@ -571,7 +587,7 @@ fn background_rollout_generates_with_its_published_copy() {
         thread
             .submit(Job {
                 id: 2,
-                prompts,
+                prompts: items,
                 params: sampling,
             })
             .is_err()
