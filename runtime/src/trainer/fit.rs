@@ -1,8 +1,8 @@
 //! [`Trainer`]: set-up (data, models, workers, loggers, resume) and the step loop.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tch::{Kind, Tensor};

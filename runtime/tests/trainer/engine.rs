@@ -547,8 +547,7 @@ fn background_rollout_generates_with_its_published_copy() {
         });
         let row = row.as_object().cloned().unwrap_or_default();
         runtime::data::PromptItem {
-            sample: runtime::data::Sample::from_row(row, "prompt", "data_source", 0)
-                .expect("row"),
+            sample: runtime::data::Sample::from_row(row, "prompt", "data_source", 0).expect("row"),
             input_ids: ids,
             source: "test".into(),
             row: 0,
