@@ -715,6 +715,16 @@ fn pass_through_unmodelled(
             .as_deref()
             .is_some_and(|k| crate::veomni::holds_veomni_value(tree, k))
     };
+    let table = crate::load::release_table::for_release(version);
+    // A key the user wrote in their own file that verlc's schema does not model, but that the
+    // release's table holds (verl 0.9's `rollout.nnodes`): judged by that table, as the same
+    // key given as an override (which lands on verl's own line) is.
+    let release_key = |d: &Diagnostic| {
+        d.code == codes::SCHEMA_UNKNOWN_KEY
+            && d.key_path
+                .as_deref()
+                .is_some_and(|k| table.as_ref().is_some_and(|t| t.holds(k)))
+    };
     let from_verl = |d: &Diagnostic| {
         if d.code == codes::SCHEMA_REQUIRED || newer_engine(d) || veomni_value(d) {
             return true;
@@ -727,9 +737,10 @@ fn pass_through_unmodelled(
         ]
         .contains(&d.code);
         schema_code
-            && d.primary
-                .as_ref()
-                .is_some_and(|l| is_verl_file(sources.get(l.origin.source), &user_file))
+            && (release_key(d)
+                || d.primary
+                    .as_ref()
+                    .is_some_and(|l| is_verl_file(sources.get(l.origin.source), &user_file)))
     };
     let (verl, user): (Vec<Diagnostic>, Vec<Diagnostic>) = std::mem::take(schema_diags)
         .into_iter()
@@ -740,7 +751,6 @@ fn pass_through_unmodelled(
     }
     // The release's own table types these keys (verl's values and the user's alike, read
     // before the repair below replaces them); what it does not hold passes through, said once.
-    let table = crate::load::release_table::for_release(version);
     let mut unchecked: Vec<String> = Vec::new();
     if let Some(table) = &table {
         let mut seen = std::collections::HashSet::new();

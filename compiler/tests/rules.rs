@@ -303,6 +303,7 @@ rule_tests! {
     v062_name_not_in_release_registry => "V062",
     v063_builtin_model_invalid => "V063",
     v064_async_refill_not_whole_fetches => "V064",
+    v065_separate_async_layout_invalid => "V065",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",
     v203_rollout_max_model_len_exceeds_model => "V203",

@@ -344,6 +344,16 @@ pub struct RolloutConfig {
     /// verl 0.9+: make the engine's generation bit-reproducible (batch-invariant kernels).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_determinism: Option<bool>,
+    /// verl 0.9+: nodes of the standalone rollout pool (`trainer.v1.trainer_mode:
+    /// separate_async`, which needs it above 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub nnodes: Option<i64>,
+    /// verl 0.9+: GPUs per node of the standalone rollout pool (by default
+    /// `trainer.n_gpus_per_node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub n_gpus_per_node: Option<i64>,
 }
 
 /// `rollout.checkpoint_engine` (verl 0.9+).

@@ -486,6 +486,12 @@ pub static RULES: &[Rule] = &[
         "verl's asynchronous trainer refills evicted groups in whole gen_batch_size fetches and raises otherwise"
     ),
     rule!(
+        "V065",
+        "SeparateAsyncLayoutInvalid",
+        trainer::separate_async_layout_invalid,
+        "what verl's separate_async trainer asserts: batch sizes, a rollout pool, its weight sync"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

@@ -6,3 +6,4 @@ pub(crate) mod hybrid_engine_disabled;
 pub(crate) mod logger_backend_unsupported;
 pub(crate) mod resume_from_hdfs_unsupported;
 pub(crate) mod resume_path_without_global_step;
+pub(crate) mod separate_async_layout_invalid;
