@@ -34,6 +34,19 @@ impl RuleContext<'_> {
         self.release.unwrap_or((0, 7, 0))
     }
 
+    /// verl 0.9's v1 trainer mode when that trainer runs (a 0.9+ release with
+    /// `trainer.use_v1` not false); `None` where the legacy trainer runs.
+    pub fn v1_trainer_mode(&self) -> Option<crate::config::TrainerMode> {
+        let t = &self.config.trainer;
+        if !self.release_at_least((0, 9)) || t.use_v1 == Some(false) {
+            return None;
+        }
+        Some(
+            t.v1.as_ref()
+                .map_or(crate::config::TrainerMode::Sync, |v| v.trainer_mode),
+        )
+    }
+
     /// The config's release as text (`0.9.0`; a development snapshot: the release it follows).
     pub fn release_label(&self) -> String {
         match self.release_triple() {

@@ -32,14 +32,7 @@ use crate::rules::RuleContext;
 const CODE: Code = Code("V064");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    if !ctx.release_at_least((0, 9)) {
-        return;
-    }
-    let t = &ctx.config.trainer;
-    let Some(v1) = t.v1.as_ref().filter(|_| t.use_v1 != Some(false)) else {
-        return;
-    };
-    if v1.trainer_mode == TrainerMode::Sync {
+    if matches!(ctx.v1_trainer_mode(), None | Some(TrainerMode::Sync)) {
         return;
     }
     let d = &ctx.config.data;

@@ -30,9 +30,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
         return;
     }
     let key = "actor_rollout_ref.hybrid_engine";
-    let t = &ctx.config.trainer;
-    let v1 = ctx.release_at_least((0, 9)) && t.use_v1 != Some(false);
-    if !v1 {
+    let Some(mode) = ctx.v1_trainer_mode() else {
         out.push(
             Diagnostic::error(CODE, "verl's PPO trainer supports only the hybrid engine")
                 .with_key(key)
@@ -40,8 +38,7 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
                 .with_help(format!("set `{key}=true` (or remove it)")),
         );
         return;
-    }
-    let mode = t.v1.as_ref().map_or(TrainerMode::Sync, |v| v.trainer_mode);
+    };
     let read = mode == TrainerMode::SeparateAsync && ctx.release_triple() >= (0, 9, 1);
     if !read {
         out.push(

@@ -33,16 +33,10 @@ use crate::rules::RuleContext;
 const CODE: Code = Code("V065");
 
 pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
-    if !ctx.release_at_least((0, 9)) {
+    if ctx.v1_trainer_mode() != Some(TrainerMode::SeparateAsync) {
         return;
     }
-    let t = &ctx.config.trainer;
-    let Some(v1) = t.v1.as_ref().filter(|_| t.use_v1 != Some(false)) else {
-        return;
-    };
-    if v1.trainer_mode != TrainerMode::SeparateAsync {
-        return;
-    }
+    let v1 = ctx.config.trainer.v1.as_ref();
     let mut report = |key: &str, message: String, help: &str| {
         out.push(
             Diagnostic::error(CODE, message)
@@ -54,7 +48,9 @@ pub(crate) fn check(ctx: &RuleContext, out: &mut Vec<Diagnostic>) {
 
     let batch = ctx.config.data.train_batch_size;
     let mini = ctx.config.actor_rollout_ref.actor.ppo_mini_batch_size;
-    if let Some(sync) = v1.separate_async.as_ref().map(|s| s.parameter_sync_step)
+    if let Some(sync) = v1
+        .and_then(|v| v.separate_async.as_ref())
+        .map(|s| s.parameter_sync_step)
         && batch != sync.saturating_mul(mini)
     {
         report(
