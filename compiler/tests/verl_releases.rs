@@ -212,12 +212,9 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             errors(&d)
         );
     }
-    // What the binary cannot honour is refused at build: an asynchronous trainer, replaying
-    // dumped rollouts (0.9's `skip`, which replaced `rollout.skip_rollout`).
-    for (key, value) in [
-        ("trainer.v1.trainer_mode", "separate_async"),
-        ("skip.rollout.enable", "true"),
-    ] {
+    // What the binary cannot honour is refused at build: replaying dumped rollouts (0.9's
+    // `skip`, which replaced `rollout.skip_rollout`).
+    for (key, value) in [("skip.rollout.enable", "true")] {
         match lower_request(&build_request(&dir, &[&format!("{key}={value}")])) {
             SpecOutcome::Ok { .. } => panic!("{key}={value} must be refused"),
             SpecOutcome::Errors(c) => assert!(
@@ -236,11 +233,14 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
     }
     // colocate_async builds into the replay-buffer loop with verl's defaults (one warm-up batch
     // of 8 prompts here, threshold 8, drop) and the sampler's settings.
-    use verlc_spec::trainer::{AsyncSpec, OffPolicyStrategy};
+    use verlc_spec::trainer::{AsyncMode, AsyncSpec, OffPolicyStrategy};
     for (extra, want) in [
         (
             vec![],
             AsyncSpec {
+                mode: AsyncMode::ColocateAsync,
+                parameter_sync_step: 1,
+                train_prompts: 8,
                 warmup_prompts: 8,
                 max_off_policy_threshold: Some(8),
                 strategy: OffPolicyStrategy::Drop,
@@ -254,9 +254,25 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
                 "data.gen_batch_size=4",
             ],
             AsyncSpec {
+                mode: AsyncMode::ColocateAsync,
+                parameter_sync_step: 1,
+                train_prompts: 8,
                 warmup_prompts: 12,
                 max_off_policy_threshold: None,
                 strategy: OffPolicyStrategy::Wait,
+            },
+        ),
+        // separate_async: the step's 8 prompts as 2 mini-batch updates; the rollout pool's
+        // size has no effect (a warning), its weight sync needs a backend that reaches it.
+        (
+            SEPARATE.to_vec(),
+            AsyncSpec {
+                mode: AsyncMode::SeparateAsync,
+                parameter_sync_step: 2,
+                train_prompts: 8,
+                warmup_prompts: 8,
+                max_off_policy_threshold: Some(8),
+                strategy: OffPolicyStrategy::Drop,
             },
         ),
     ] {
@@ -288,6 +304,32 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
         o.push(extra);
         match lower_request(&build_request(&dir, &o)) {
             SpecOutcome::Ok { .. } => panic!("{extra} must be refused with colocate_async"),
+            SpecOutcome::Errors(c) => assert!(
+                c.diagnostics.iter().any(|d| d.is_error()
+                    && d.code.0 == "B018"
+                    && d.key_path.as_deref() == Some(key)),
+                "{extra}: {:#?}",
+                errors(&c.diagnostics)
+            ),
+        }
+    }
+    // separate_async's mini-batch updates run as one batch in verlc's step: what would differ
+    // from verl's one-after-the-other is refused at its key.
+    for (extra, key) in [
+        (
+            "actor_rollout_ref.actor.ppo_epochs=2",
+            "actor_rollout_ref.actor.ppo_epochs",
+        ),
+        (
+            "actor_rollout_ref.actor.optim.lr_warmup_steps=3",
+            "actor_rollout_ref.actor.optim",
+        ),
+    ] {
+        let mut o = ONE_RANK_ASYNC.to_vec();
+        o.extend(SEPARATE);
+        o.push(extra);
+        match lower_request(&build_request(&dir, &o)) {
+            SpecOutcome::Ok { .. } => panic!("{extra} must be refused with separate_async"),
             SpecOutcome::Errors(c) => assert!(
                 c.diagnostics.iter().any(|d| d.is_error()
                     && d.code.0 == "B018"
@@ -332,6 +374,15 @@ fn hybrid_engine_off_is_judged_by_the_trainer_that_runs() {
         );
     }
 }
+
+/// `separate_async` (after ONE_RANK_ASYNC): 2 mini-batch updates per weight sync, a rollout
+/// pool and a weight-sync backend verl accepts for it.
+const SEPARATE: &[&str] = &[
+    "trainer.v1.trainer_mode=separate_async",
+    "trainer.v1.separate_async.parameter_sync_step=2",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+];
 
 /// `colocate_async` on one rank with a small batch.
 const ONE_RANK_ASYNC: &[&str] = &[

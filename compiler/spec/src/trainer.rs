@@ -982,11 +982,22 @@ pub struct RunSpec {
     pub asynchronous: Option<AsyncSpec>,
 }
 
-/// The replay-buffer loop of verl 0.9's `colocate_async` trainer: a rollout beside the trainer
+/// The replay-buffer loop of verl 0.9's asynchronous trainers: a rollout beside the trainer
 /// on the same rank generates queued prompt groups with the newest published weights while the
 /// trainer updates; each step queues one batch and trains on the oldest finished groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AsyncSpec {
+    /// Which of verl's modes the config chose (the loop is the same; see `parameter_sync_step`).
+    #[serde(default)]
+    pub mode: AsyncMode,
+    /// `separate_async`: the step's batch trains as this many mini-batch updates between two
+    /// weight syncs (`train_batch_size = parameter_sync_step × ppo_mini_batch_size`); 1 for
+    /// `colocate_async`.
+    #[serde(default = "one")]
+    pub parameter_sync_step: usize,
+    /// Prompts each step queues and trains on: `data.train_batch_size` (`data.gen_batch_size`
+    /// is only how many the dataloader fetches at a time).
+    pub train_prompts: usize,
     /// Prompts queued before the first step (`num_warmup_batches` × `train_batch_size`, in
     /// whole `gen_batch_size` chunks, as verl 0.9.1 rounds it).
     pub warmup_prompts: usize,
@@ -995,6 +1006,16 @@ pub struct AsyncSpec {
     pub max_off_policy_threshold: Option<u64>,
     /// `trainer.v1.sampler.max_off_policy_strategy`.
     pub strategy: OffPolicyStrategy,
+}
+
+/// verl 0.9's asynchronous trainer modes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AsyncMode {
+    #[default]
+    ColocateAsync,
+    /// verl's rollout pool on devices of its own; verlc's is a thread beside each trainer rank.
+    SeparateAsync,
 }
 
 /// What happens to prompt groups older than the threshold.

@@ -1,22 +1,23 @@
 //! Lowering of verl 0.9's v1 trainer modes (`trainer.v1.trainer_mode`) and of the replay
 //! buffer's bound (`trainer.v1.sampler`).
 //!
-//! `sync` is the synchronous loop. `colocate_async` lowers to [`AsyncSpec`]: the runtime's
-//! replay-buffer loop with a rollout thread beside the trainer in every rank. What that loop does not
-//! run yet is an error at the key that asks for it (see [`check_support`]); `separate_async` (a
-//! rollout pool apart from the trainer ranks) is refused at the mode.
+//! `sync` is the synchronous loop. `colocate_async` and `separate_async` lower to [`AsyncSpec`]:
+//! the runtime's replay-buffer loop with a rollout thread beside the trainer in every rank (for
+//! `separate_async` verl's rollout pool on devices of its own; its sizes have no effect here).
+//! What that loop does not run yet is an error at the key that asks for it (see
+//! [`check_support`]).
 //!
 //! The sampler section is read from the composed tree: verl 0.9.1 allows a null threshold (no
 //! version control), 0.9.0 asserts a positive integer; both assert `drop` or `wait`.
 use serde_json::Value;
 use verlc_spec::TrainerSpec;
 use verlc_spec::algo::AdvEstimator;
-use verlc_spec::trainer::{AsyncSpec, OffPolicyStrategy, StrategyName};
+use verlc_spec::optim::VerlSchedule;
+use verlc_spec::trainer::{AsyncMode, AsyncSpec, OffPolicyStrategy, ScheduleSpec, StrategyName};
 
 use super::spec::Lowering;
 use crate::config::{TrainerMode, VerlConfig};
 
-const MODE: &str = "trainer.v1.trainer_mode";
 const THRESHOLD: &str = "trainer.v1.sampler.max_off_policy_threshold";
 const STRATEGY: &str = "trainer.v1.sampler.max_off_policy_strategy";
 
@@ -25,19 +26,13 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
     let v1 = cfg.trainer.v1.as_ref()?;
     match v1.trainer_mode {
         TrainerMode::Sync => None,
-        TrainerMode::SeparateAsync => {
-            l.unsupported(
-                MODE,
-                "`trainer_mode: separate_async` (a rollout pool on its own devices) is not implemented: verlc runs the asynchronous trainer with the rollout beside the trainer on the same ranks",
-                "use colocate_async, or sync",
-            );
-            None
-        }
-        TrainerMode::ColocateAsync => {
-            let warmup = v1
-                .colocate_async
-                .as_ref()
-                .map_or(1.0, |c| c.num_warmup_batches);
+        TrainerMode::ColocateAsync | TrainerMode::SeparateAsync => {
+            let separate = v1.trainer_mode == TrainerMode::SeparateAsync;
+            let (warmup, sync_step) = match (&v1.colocate_async, &v1.separate_async) {
+                (_, Some(s)) if separate => (s.num_warmup_batches, s.parameter_sync_step),
+                (Some(c), _) if !separate => (c.num_warmup_batches, 1),
+                _ => (1.0, if separate { 4 } else { 1 }),
+            };
             let sampler = l
                 .root
                 .get_path(&["trainer", "v1", "sampler"])
@@ -85,6 +80,13 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
             // verl 0.9.1 rounds the warm-up window down to whole dataloader fetches.
             let chunks = (warmup.max(0.0) * batch as f64 / chunk as f64).floor() as usize;
             Some(AsyncSpec {
+                mode: if separate {
+                    AsyncMode::SeparateAsync
+                } else {
+                    AsyncMode::ColocateAsync
+                },
+                parameter_sync_step: usize::try_from(sync_step).unwrap_or(1).max(1),
+                train_prompts: batch,
                 warmup_prompts: chunks * chunk,
                 max_off_policy_threshold: threshold,
                 strategy,
@@ -95,8 +97,11 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
 
 /// What the asynchronous loop does not run yet, at the key that asks for it.
 pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
-    if spec.run.asynchronous.is_none() {
+    let Some(a) = spec.run.asynchronous else {
         return;
+    };
+    if a.parameter_sync_step > 1 {
+        separate_updates(spec, l);
     }
     let refuse = |l: &mut Lowering, key: &str, what: &str, help: &str| {
         l.unsupported(
@@ -127,6 +132,46 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
             "algorithm.adv_estimator",
             "ReMax's greedy baseline rollout",
             "use trainer_mode: sync with remax",
+        );
+    }
+}
+
+/// `separate_async` with `parameter_sync_step` P > 1: verl runs each of the P mini-batches of a
+/// step through the whole PPO pipeline in turn (old log-probs against the step's first weights,
+/// values, advantages, `ppo_epochs` updates, one lr-scheduler step each). verlc's step computes
+/// the old log-probs, values and advantages once and runs the P mini-batch updates over the
+/// batch: the same numbers where nothing between the mini-batches changes them (one epoch, no
+/// critic, a constant learning rate), and refused at the key where something would.
+fn separate_updates(spec: &TrainerSpec, l: &mut Lowering) {
+    let why = "verl's separate_async runs each of the parameter_sync_step mini-batches through the whole PPO step in turn";
+    if spec.actor.update.ppo_epochs > 1 {
+        l.unsupported(
+            "actor_rollout_ref.actor.ppo_epochs",
+            format!("`ppo_epochs` above 1 with separate_async is not implemented: {why}, each for its epochs; verlc's update runs the epochs over the whole batch"),
+            "set ppo_epochs=1, or parameter_sync_step=1",
+        );
+    }
+    if spec.critic.is_some() {
+        l.unsupported(
+            "algorithm.adv_estimator",
+            format!("a critic with separate_async is not implemented: {why}, updating the critic between them; verlc computes the values once per step"),
+            "use a critic-free estimator (grpo, rloo, ...), or parameter_sync_step=1",
+        );
+    }
+    let constant = matches!(
+        spec.actor.optim.schedule,
+        ScheduleSpec::Verl {
+            schedule: VerlSchedule::Constant,
+            lr_warmup_steps,
+            lr_warmup_steps_ratio,
+            ..
+        } if lr_warmup_steps <= 0 && lr_warmup_steps_ratio == 0.0
+    );
+    if !constant {
+        l.unsupported(
+            "actor_rollout_ref.actor.optim",
+            format!("a learning-rate warm-up or decay with separate_async is not implemented: {why}, stepping the schedule after each; verlc steps it once per step"),
+            "use a constant learning rate without warm-up, or parameter_sync_step=1",
         );
     }
 }

@@ -156,7 +156,7 @@ table! {
     "trainer.validation_data_dir" => Unsupported("dumps validation generations, which verlc's trainer does not write (rollout_data_dir is supported)"),
     "trainer.{default_hdfs_dir,esi_redundant_time,ray_wait_register_center_timeout,use_legacy_worker_impl,wandb_proxy}" => NoEffect(CLUSTER, RAY),
     "trainer.use_v1" => NoEffect(NONE, "selects verl's Python trainer class (v1 or legacy); verlc's trainer runs its synchronous loop either way"),
-    "trainer.v1.trainer_mode" => Checked("run.asynchronous: sync (the synchronous loop) and colocate_async (the replay-buffer loop with a rollout thread beside the trainer, plan::asynchronous); separate_async is refused"),
+    "trainer.v1.trainer_mode" => Checked("run.asynchronous: sync (the synchronous loop); colocate_async and separate_async (the replay-buffer loop with a rollout thread beside each trainer rank, plan::asynchronous)"),
     "trainer.checkpoint_callback_class" => Unsupported("runs a Python class after each checkpoint save; verlc's trainer runs no Python hooks"),
     "trainer.v1.sampler.custom_sampler.{name,path}" => Unsupported("plugs a Python replay buffer into verl's v1 trainer; verlc's trainer draws its own batches"),
     "trainer.v1.sampler.sync_refill_failed_groups" => Unsupported("replaces groups that produced no trajectory with fresh prompts; verlc's trainer does not refill them"),
@@ -164,7 +164,8 @@ table! {
     "trainer.v1.sampler.**" => NoEffect(NONE, "feeds a custom sampler's constructor; verlc's replay buffer takes no extra arguments"),
     "trainer.v1.sync" => NoEffect(NONE, "holds the synchronous trainer's settings (none so far)"),
     "trainer.v1.colocate_async.num_warmup_batches" => Implemented("run.asynchronous.warmup_prompts"),
-    "trainer.v1.separate_async.**" => NoEffect(NONE, "configures the separate_async trainer mode, which verlc does not run (that mode is refused)"),
+    "trainer.v1.separate_async.{num_warmup_batches,parameter_sync_step}" => Implemented("run.asynchronous (warmup_prompts, parameter_sync_step)"),
+    "trainer.v1.separate_async.**" => NoEffect(NONE, "lends idle trainer devices to verl's separate rollout pool; verlc's rollout runs as a thread beside each trainer rank"),
     "ray_kwargs.**" => NoEffect(CLUSTER, RAY),
     "transfer_queue.**" => NoEffect(CLUSTER, RAY),
     "skip.{rollout,rollout_tq,async_rollout}.enable" => Unsupported("replays dumped rollouts; verlc's trainer generates every step"),
@@ -323,6 +324,7 @@ table! {
     "actor_rollout_ref.rollout.agent.num_workers" => NoEffect(NONE, "sizes verl's agent-loop worker pool; verlc's loop advances every trajectory of a rank's batch together and runs each round's tool calls concurrently"),
     "actor_rollout_ref.rollout.quantization" => Unsupported("quantizes the rollout's weights (FP8); verlc's rollout generates with the trainer's weights in the rollout dtype"),
     "actor_rollout_ref.rollout.over_sample_rate" => Unsupported("ends the rollout once part of the responses finished and drops the rest; verlc's rollout finishes every response"),
+    "actor_rollout_ref.rollout.{nnodes,n_gpus_per_node}" => NoEffect(NONE, "sizes verl's separate rollout pool (separate_async); verlc's rollout runs as a thread beside each trainer rank, on its cores"),
     "actor_rollout_ref.rollout.**" => NoEffect(ROLLOUT_KNOB, VLLM),
 
     // critic

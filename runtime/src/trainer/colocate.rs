@@ -283,7 +283,7 @@ impl<R: Roles> Trainer<R> {
         timers: &mut super::Timers,
         metrics: &mut Metrics,
     ) -> Result<Batch, TrainerError> {
-        let batch_size = self.spec.data.batch_size;
+        let batch_size = c.spec.train_prompts;
         if !c.started {
             c.started = true;
             if self.resumed_from > 0 && self.dp.is_main() {
@@ -463,7 +463,12 @@ impl<R: Roles> Feed<Slot> for Feeding<'_, R> {
         // the refills of one step to that many batches (verl's asynchronous sampler has no
         // bound and keeps generating).
         self.refilled += count;
-        let batch = self.trainer.spec.data.batch_size;
+        let batch = self
+            .trainer
+            .spec
+            .run
+            .asynchronous
+            .map_or(self.trainer.spec.data.batch_size, |a| a.train_prompts);
         if let Some(f) = self
             .trainer
             .spec
