@@ -302,7 +302,7 @@ rule_tests! {
     v061_engine_needs_engine_workers => "V061",
     v062_name_not_in_release_registry => "V062",
     v063_builtin_model_invalid => "V063",
-    v064_async_refill_not_whole_fetches => "V064",
+    v064_gen_batch_size_overridden => "V064",
     v065_separate_async_layout_invalid => "V065",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",

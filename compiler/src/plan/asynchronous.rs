@@ -71,14 +71,9 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
             let batch = usize::try_from(cfg.data.train_batch_size)
                 .unwrap_or(1)
                 .max(1);
-            let chunk = cfg
-                .data
-                .gen_batch_size
-                .and_then(|g| usize::try_from(g).ok())
-                .filter(|&g| g > 0)
-                .unwrap_or(batch);
-            // verl 0.9.1 rounds the warm-up window down to whole dataloader fetches.
-            let chunks = (warmup.max(0.0) * batch as f64 / chunk as f64).floor() as usize;
+            // verl rounds the warm-up window down to whole dataloader fetches, and fetches one
+            // prompt at a time in the asynchronous modes (it sets data.gen_batch_size to 1).
+            let warmup_prompts = (warmup.max(0.0) * batch as f64).floor() as usize;
             Some(AsyncSpec {
                 mode: if separate {
                     AsyncMode::SeparateAsync
@@ -87,7 +82,7 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
                 },
                 parameter_sync_step: usize::try_from(sync_step).unwrap_or(1).max(1),
                 train_prompts: batch,
-                warmup_prompts: chunks * chunk,
+                warmup_prompts,
                 max_off_policy_threshold: threshold,
                 strategy,
             })

@@ -481,9 +481,9 @@ pub static RULES: &[Rule] = &[
     ),
     rule!(
         "V064",
-        "AsyncRefillNotWholeFetches",
-        trainer::async_refill_not_whole_fetches,
-        "verl's asynchronous trainer refills evicted groups in whole gen_batch_size fetches and raises otherwise"
+        "GenBatchSizeOverridden",
+        trainer::gen_batch_size_overridden,
+        "verl 0.9 sets data.gen_batch_size to 1 where its replay buffer refills single prompts"
     ),
     rule!(
         "V065",

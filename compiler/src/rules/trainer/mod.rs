@@ -1,7 +1,7 @@
 //! The training run: engine mode, resume, loggers.
 
-pub(crate) mod async_refill_not_whole_fetches;
 pub(crate) mod engine_needs_engine_workers;
+pub(crate) mod gen_batch_size_overridden;
 pub(crate) mod hybrid_engine_disabled;
 pub(crate) mod logger_backend_unsupported;
 pub(crate) mod resume_from_hdfs_unsupported;
