@@ -240,7 +240,6 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             AsyncSpec {
                 mode: AsyncMode::ColocateAsync,
                 parameter_sync_step: 1,
-                train_prompts: 8,
                 warmup_prompts: 8,
                 max_off_policy_threshold: Some(8),
                 strategy: OffPolicyStrategy::Drop,
@@ -256,7 +255,6 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             AsyncSpec {
                 mode: AsyncMode::ColocateAsync,
                 parameter_sync_step: 1,
-                train_prompts: 8,
                 warmup_prompts: 12,
                 max_off_policy_threshold: None,
                 strategy: OffPolicyStrategy::Wait,
@@ -269,7 +267,6 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             AsyncSpec {
                 mode: AsyncMode::SeparateAsync,
                 parameter_sync_step: 2,
-                train_prompts: 8,
                 warmup_prompts: 8,
                 max_off_policy_threshold: Some(8),
                 strategy: OffPolicyStrategy::Drop,
@@ -337,6 +334,35 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
                 "{extra}: {:#?}",
                 errors(&c.diagnostics)
             ),
+        }
+    }
+}
+
+/// `data.gen_batch_size` as each of verl 0.9's trainers reads it: the v1 trainer trains
+/// `train_batch_size` prompts a step (gen_batch_size is its dataloader's fetch size); the legacy
+/// trainer (`use_v1: false`) generates its dataloader batch of gen_batch_size prompts. DAPO's
+/// target is train_batch_size under both.
+#[test]
+fn a_step_takes_as_many_prompts_as_the_trainer_that_runs() {
+    use verlc::compile::{SpecOutcome, lower_request};
+    let Some(dir) = newer_tree() else {
+        return;
+    };
+    for (extra, want) in [(None, 8), (Some("trainer.use_v1=false"), 4)] {
+        let mut o = vec![
+            "trainer.n_gpus_per_node=1",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            "data.train_batch_size=8",
+            "data.gen_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        ];
+        o.extend(extra);
+        match lower_request(&build_request(&dir, &o)) {
+            SpecOutcome::Ok { spec, .. } => {
+                assert_eq!(spec.data.batch_size, want, "{extra:?}");
+                assert_eq!(spec.data.train_batch_size, 8);
+            }
+            SpecOutcome::Errors(c) => panic!("{:#?}", errors(&c.diagnostics)),
         }
     }
 }

@@ -36,8 +36,13 @@ pub struct DataSpec {
     pub validation_shuffle: bool,
     /// `data.seed` (verl's default 1).
     pub seed: u64,
-    /// Prompts per step (`gen_batch_size`, else `train_batch_size`).
+    /// Prompts a step generates first: verl's legacy trainer's dataloader batch
+    /// (`gen_batch_size`, else `train_batch_size`); `train_batch_size` under verl 0.9's v1
+    /// trainer, whose `gen_batch_size` is only how many prompts its dataloader fetches at a time.
     pub batch_size: usize,
+    /// `train_batch_size`: the prompt groups a step trains on (DAPO's dynamic sampling generates
+    /// until it has this many that vary).
+    pub train_batch_size: usize,
     /// Prompts per validation batch (`None`: the whole set at once).
     pub val_batch_size: Option<usize>,
     /// `apply_chat_template_kwargs`.

@@ -995,9 +995,6 @@ pub struct AsyncSpec {
     /// `colocate_async`.
     #[serde(default = "one")]
     pub parameter_sync_step: usize,
-    /// Prompts each step queues and trains on: `data.train_batch_size` (`data.gen_batch_size`
-    /// is only how many the dataloader fetches at a time).
-    pub train_prompts: usize,
     /// Prompts queued before the first step (`num_warmup_batches` × `train_batch_size`, in
     /// whole `gen_batch_size` chunks, as verl 0.9.1 rounds it).
     pub warmup_prompts: usize,

@@ -81,7 +81,6 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
                     AsyncMode::ColocateAsync
                 },
                 parameter_sync_step: usize::try_from(sync_step).unwrap_or(1).max(1),
-                train_prompts: batch,
                 warmup_prompts,
                 max_off_policy_threshold: threshold,
                 strategy,

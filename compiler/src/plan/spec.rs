@@ -1931,15 +1931,23 @@ fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
         validation_shuffle: d.validation_shuffle,
         seed: d.seed.unwrap_or(1) as u64,
         batch_size: match d.gen_batch_size {
-            Some(g) => l.count("data.gen_batch_size", g),
-            None => l.count("data.train_batch_size", d.train_batch_size),
+            // verl 0.9's v1 trainer trains train_batch_size prompts a step; gen_batch_size is
+            // its dataloader's fetch size. The legacy trainer generates its dataloader batch.
+            Some(g) if !v1_trainer(cfg, l) => l.count("data.gen_batch_size", g),
+            _ => l.count("data.train_batch_size", d.train_batch_size),
         },
+        train_batch_size: l.count("data.train_batch_size", d.train_batch_size),
         val_batch_size: d
             .val_batch_size
             .and_then(|b| usize::try_from(b).ok())
             .filter(|&b| b > 0),
         chat_template_kwargs: d.apply_chat_template_kwargs.clone(),
     }
+}
+
+/// Whether verl's v1 trainer runs the config (verl 0.9 on, `trainer.use_v1` not false).
+fn v1_trainer(cfg: &VerlConfig, l: &Lowering) -> bool {
+    l.release >= sa::AlgoRelease(0, 9, 0) && cfg.trainer.use_v1 != Some(false)
 }
 
 fn run_spec(cfg: &VerlConfig, l: &mut Lowering) -> RunSpec {

@@ -16,6 +16,10 @@
 //! of the step that trains on it, with the step's own sampling stream: the synchronous
 //! trainer's run, step for step.
 //!
+//! `separate_async` runs this loop too: the step's batch is `parameter_sync_step` mini-batches
+//! for the actor's update (the lowering refuses what would make verl's mini-batch-by-mini-batch
+//! pipeline differ), and the thread stands in for verl's separate rollout pool.
+//!
 //! A resumed run starts with an empty buffer: the groups queued before the checkpoint are not
 //! restored (their prompts were drawn from the sampler, whose position is restored), and the
 //! warm-up queues fresh ones; the run says so on its first line.
@@ -283,7 +287,7 @@ impl<R: Roles> Trainer<R> {
         timers: &mut super::Timers,
         metrics: &mut Metrics,
     ) -> Result<Batch, TrainerError> {
-        let batch_size = c.spec.train_prompts;
+        let batch_size = self.spec.data.train_batch_size;
         if !c.started {
             c.started = true;
             if self.resumed_from > 0 && self.dp.is_main() {
@@ -463,12 +467,7 @@ impl<R: Roles> Feed<Slot> for Feeding<'_, R> {
         // the refills of one step to that many batches (verl's asynchronous sampler has no
         // bound and keeps generating).
         self.refilled += count;
-        let batch = self
-            .trainer
-            .spec
-            .run
-            .asynchronous
-            .map_or(self.trainer.spec.data.batch_size, |a| a.train_prompts);
+        let batch = self.trainer.spec.data.train_batch_size;
         if let Some(f) = self
             .trainer
             .spec

@@ -1186,7 +1186,9 @@ impl<R: Roles> Trainer<R> {
         timers: &mut Timers,
         metrics: &mut Metrics,
     ) -> Result<Batch, TrainerError> {
-        let target = indices.len() as i64;
+        // The groups the step trains on (the first round's prompts may be more: the legacy
+        // trainer's gen_batch_size).
+        let target = self.spec.data.train_batch_size as i64;
         let mut kept: Vec<Batch> = Vec::new();
         let (mut total, mut evicted, mut uid_base, mut round) = (0i64, 0i64, 0i64, 0u64);
         let mut prompts = indices.to_vec();
