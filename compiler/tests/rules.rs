@@ -304,6 +304,7 @@ rule_tests! {
     v063_builtin_model_invalid => "V063",
     v064_gen_batch_size_overridden => "V064",
     v065_separate_async_layout_invalid => "V065",
+    v066_remax_without_baseline_in_v1 => "V066",
     v201_tensor_parallel_does_not_divide_heads => "V201",
     v202_tensor_parallel_incompatible_with_kv_heads => "V202",
     v203_rollout_max_model_len_exceeds_model => "V203",

@@ -713,6 +713,11 @@ fn a_newer_release_lowers_for_a_build() {
 /// or an artifact of how the command lines were captured (tests/fixtures/verl_examples_main).
 const MAIN_KNOWN: &[(&str, &[&str], &str)] = &[
     (
+        "examples/remax_trainer/run_qwen3_8b_fsdp.sh",
+        &["V066"],
+        "adv_estimator=remax under the v1 trainer (verl 0.9's default): it never generates ReMax's greedy baseline rollout and calls the estimator without reward_baselines, a TypeError at the first advantage step",
+    ),
+    (
         "examples/grpo_trainer/run_hy_v3_megatron.sh",
         &["V059", "V059", "V059", "V059", "V059", "V059"],
         REWARD_KEYS_OF_0_7,
@@ -896,6 +901,11 @@ fn a_newer_releases_reward_section_lowers() {
 /// What `verlc check` still reports on verl 0.9.0's example calls composed on verl 0.9.1's
 /// tree (tests/fixtures/verl_examples_0_9_0), each with the reason.
 const RELEASE_0_9_KNOWN: &[(&str, &[&str], &str)] = &[
+    (
+        "examples/remax_trainer/run_qwen3_8b_fsdp.sh",
+        &["V066"],
+        "adv_estimator=remax under the v1 trainer (verl 0.9's default): it never generates ReMax's greedy baseline rollout and calls the estimator without reward_baselines, a TypeError at the first advantage step",
+    ),
     (
         "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh",
         &["S001", "S001"],

@@ -492,6 +492,12 @@ pub static RULES: &[Rule] = &[
         "what verl's separate_async trainer asserts: batch sizes, a rollout pool, its weight sync"
     ),
     rule!(
+        "V066",
+        "RemaxWithoutBaselineInV1",
+        algorithm::remax_without_baseline_in_v1,
+        "verl 0.9's v1 trainer does not generate ReMax's greedy baseline"
+    ),
+    rule!(
         "V201",
         "TensorParallelDoesNotDivideHeads",
         model::tensor_parallel_does_not_divide_heads,

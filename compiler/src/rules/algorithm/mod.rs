@@ -11,6 +11,7 @@ pub(crate) mod optimal_baseline_without_sum_pi_squared;
 pub(crate) mod pass_at_k_with_single_response;
 pub(crate) mod rejection_sampling_option_unknown;
 pub(crate) mod rejection_sampling_threshold_invalid;
+pub(crate) mod remax_without_baseline_in_v1;
 pub(crate) mod straight_through_kl_raises_in_verl;
 pub(crate) mod value_from_later_release;
 pub(crate) mod vectorized_grpo_ignores_std_flag;
