@@ -214,18 +214,8 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
     }
     // What the binary cannot honour is refused at build: replaying dumped rollouts (0.9's
     // `skip`, which replaced `rollout.skip_rollout`).
-    for (key, value) in [("skip.rollout.enable", "true")] {
-        match lower_request(&build_request(&dir, &[&format!("{key}={value}")])) {
-            SpecOutcome::Ok { .. } => panic!("{key}={value} must be refused"),
-            SpecOutcome::Errors(c) => assert!(
-                c.diagnostics.iter().any(|d| d.is_error()
-                    && d.code.0 == "B018"
-                    && d.key_path.as_deref() == Some(key)),
-                "{:#?}",
-                errors(&c.diagnostics)
-            ),
-        }
-    }
+    let key = "skip.rollout.enable";
+    assert_build_refuses(&dir, &[&format!("{key}=true")], key);
     let key = "trainer.v1.trainer_mode";
     match lower_request(&build_request(&dir, &[&format!("{key}=sync")])) {
         SpecOutcome::Ok { spec, .. } => assert_eq!(spec.run.asynchronous, None),
@@ -299,16 +289,7 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
     ] {
         let mut o = ONE_RANK_ASYNC.to_vec();
         o.push(extra);
-        match lower_request(&build_request(&dir, &o)) {
-            SpecOutcome::Ok { .. } => panic!("{extra} must be refused with colocate_async"),
-            SpecOutcome::Errors(c) => assert!(
-                c.diagnostics.iter().any(|d| d.is_error()
-                    && d.code.0 == "B018"
-                    && d.key_path.as_deref() == Some(key)),
-                "{extra}: {:#?}",
-                errors(&c.diagnostics)
-            ),
-        }
+        assert_build_refuses(&dir, &o, key);
     }
     // separate_async's mini-batch updates run as one batch in verlc's step: what would differ
     // from verl's one-after-the-other is refused at its key.
@@ -325,16 +306,7 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
         let mut o = ONE_RANK_ASYNC.to_vec();
         o.extend(SEPARATE);
         o.push(extra);
-        match lower_request(&build_request(&dir, &o)) {
-            SpecOutcome::Ok { .. } => panic!("{extra} must be refused with separate_async"),
-            SpecOutcome::Errors(c) => assert!(
-                c.diagnostics.iter().any(|d| d.is_error()
-                    && d.code.0 == "B018"
-                    && d.key_path.as_deref() == Some(key)),
-                "{extra}: {:#?}",
-                errors(&c.diagnostics)
-            ),
-        }
+        assert_build_refuses(&dir, &o, key);
     }
 }
 
@@ -398,6 +370,21 @@ fn hybrid_engine_off_is_judged_by_the_trainer_that_runs() {
             want.into_iter().collect::<Vec<_>>(),
             "{release} {extra}: {d:#?}"
         );
+    }
+}
+
+/// `verlc build` of the 0.9.1 tree with `overrides` refuses them with B018 at `key`.
+fn assert_build_refuses(dir: &Path, overrides: &[&str], key: &str) {
+    use verlc::compile::{SpecOutcome, lower_request};
+    match lower_request(&build_request(dir, overrides)) {
+        SpecOutcome::Ok { .. } => panic!("{overrides:?} must be refused at {key}"),
+        SpecOutcome::Errors(c) => assert!(
+            c.diagnostics
+                .iter()
+                .any(|d| d.is_error() && d.code.0 == "B018" && d.key_path.as_deref() == Some(key)),
+            "{overrides:?}: {:#?}",
+            errors(&c.diagnostics)
+        ),
     }
 }
 
