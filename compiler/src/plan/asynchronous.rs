@@ -24,69 +24,73 @@ const STRATEGY: &str = "trainer.v1.sampler.max_off_policy_strategy";
 /// The asynchronous loop the mode asks for (`None`: the synchronous loop).
 pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
     let v1 = cfg.trainer.v1.as_ref()?;
-    match v1.trainer_mode {
-        TrainerMode::Sync => None,
-        TrainerMode::ColocateAsync | TrainerMode::SeparateAsync => {
-            let separate = v1.trainer_mode == TrainerMode::SeparateAsync;
-            let (warmup, sync_step) = match (&v1.colocate_async, &v1.separate_async) {
-                (_, Some(s)) if separate => (s.num_warmup_batches, s.parameter_sync_step),
-                (Some(c), _) if !separate => (c.num_warmup_batches, 1),
-                _ => (1.0, if separate { 4 } else { 1 }),
-            };
-            let sampler = l
-                .root
-                .get_path(&["trainer", "v1", "sampler"])
-                .map(|n| n.to_json())
-                .unwrap_or(Value::Null);
-            let threshold = match sampler.get("max_off_policy_threshold") {
-                None => Some(8),
-                Some(Value::Null) => None,
-                Some(v) => match v.as_i64() {
-                    Some(k) if k > 0 => Some(k as u64),
-                    _ => {
-                        l.unsupported(
-                            THRESHOLD,
-                            format!("`{THRESHOLD}` must be a positive integer (or null for no version control), got {v}"),
-                            "1 trains only on groups queued by the current policy",
-                        );
-                        Some(1)
-                    }
-                },
-            };
-            let strategy = match sampler
-                .get("max_off_policy_strategy")
-                .and_then(Value::as_str)
-            {
-                None | Some("drop") => OffPolicyStrategy::Drop,
-                Some("wait") => OffPolicyStrategy::Wait,
-                Some(other) => {
-                    l.unsupported(
-                        STRATEGY,
-                        format!("`{STRATEGY}` must be drop or wait, got `{other}`"),
-                        "drop evicts groups past the threshold; wait lets them finish",
-                    );
-                    OffPolicyStrategy::Drop
-                }
-            };
-            let batch = usize::try_from(cfg.data.train_batch_size)
-                .unwrap_or(1)
-                .max(1);
-            // verl rounds the warm-up window down to whole dataloader fetches, and fetches one
-            // prompt at a time in the asynchronous modes (it sets data.gen_batch_size to 1).
-            let warmup_prompts = (warmup.max(0.0) * batch as f64).floor() as usize;
-            Some(AsyncSpec {
-                mode: if separate {
-                    AsyncMode::SeparateAsync
-                } else {
-                    AsyncMode::ColocateAsync
-                },
-                parameter_sync_step: usize::try_from(sync_step).unwrap_or(1).max(1),
-                warmup_prompts,
-                max_off_policy_threshold: threshold,
-                strategy,
-            })
+    // verl's defaults where the mode's section is absent: one warm-up batch, and 4 updates per
+    // weight sync for separate_async.
+    let (mode, warmup, sync_step) = match v1.trainer_mode {
+        TrainerMode::Sync => return None,
+        TrainerMode::ColocateAsync => (
+            AsyncMode::ColocateAsync,
+            v1.colocate_async
+                .as_ref()
+                .map_or(1.0, |c| c.num_warmup_batches),
+            1,
+        ),
+        TrainerMode::SeparateAsync => {
+            let s = v1.separate_async.as_ref();
+            (
+                AsyncMode::SeparateAsync,
+                s.map_or(1.0, |s| s.num_warmup_batches),
+                s.map_or(4, |s| s.parameter_sync_step),
+            )
         }
-    }
+    };
+    let sampler = l
+        .root
+        .get_path(&["trainer", "v1", "sampler"])
+        .map(|n| n.to_json())
+        .unwrap_or(Value::Null);
+    let threshold = match sampler.get("max_off_policy_threshold") {
+        None => Some(8),
+        Some(Value::Null) => None,
+        Some(v) => match v.as_i64() {
+            Some(k) if k > 0 => Some(k as u64),
+            _ => {
+                l.unsupported(
+                    THRESHOLD,
+                    format!("`{THRESHOLD}` must be a positive integer (or null for no version control), got {v}"),
+                    "1 trains only on groups queued by the current policy",
+                );
+                Some(1)
+            }
+        },
+    };
+    let strategy = match sampler
+        .get("max_off_policy_strategy")
+        .and_then(Value::as_str)
+    {
+        None | Some("drop") => OffPolicyStrategy::Drop,
+        Some("wait") => OffPolicyStrategy::Wait,
+        Some(other) => {
+            l.unsupported(
+                STRATEGY,
+                format!("`{STRATEGY}` must be drop or wait, got `{other}`"),
+                "drop evicts groups past the threshold; wait lets them finish",
+            );
+            OffPolicyStrategy::Drop
+        }
+    };
+    let batch = usize::try_from(cfg.data.train_batch_size)
+        .unwrap_or(1)
+        .max(1);
+    Some(AsyncSpec {
+        mode,
+        parameter_sync_step: usize::try_from(sync_step).unwrap_or(1).max(1),
+        // verl rounds the warm-up window down to whole dataloader fetches, and fetches one
+        // prompt at a time in the asynchronous modes (it sets data.gen_batch_size to 1).
+        warmup_prompts: (warmup.max(0.0) * batch as f64).floor() as usize,
+        max_off_policy_threshold: threshold,
+        strategy,
+    })
 }
 
 /// What the asynchronous loop does not run yet, at the key that asks for it.

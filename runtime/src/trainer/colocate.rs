@@ -34,6 +34,7 @@ use crate::engine::{Batch, Engine, Metrics};
 use crate::workers::rollout::RolloutWorker;
 
 use super::super::background::{AgentLoop, BackgroundRollout, Job};
+use super::super::metrics::stats;
 use super::super::parallel::{Roles, pad_prompts};
 use super::super::replay::{Feed, OffPolicyBound, OffPolicyStrategy, ReplayBuffer, Sampled};
 use super::{GROUP_METRIC, STREAM_ROLLOUT, Trainer, TrainerError, flat_groups, rollout_batch};
@@ -402,26 +403,24 @@ impl<R: Roles> Trainer<R> {
         full.remove(VERSION);
         full.remove(GROUP_METRIC);
 
+        // A batch is generated with one version: every trajectory spans one, and its staleness
+        // is also its worst case.
         let staleness: Vec<f64> = versions
             .iter()
             .map(|&v| (step as i64 - 1 - v) as f64)
             .collect();
-        let n = staleness.len().max(1) as f64;
-        let (lo, hi, mean) = (
-            staleness.iter().copied().fold(f64::INFINITY, f64::min),
-            staleness.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            staleness.iter().sum::<f64>() / n,
-        );
         let p = "training/off_policy";
-        for (name, (lo, hi, mean)) in [
-            ("trajectory_spans", (1.0, 1.0, 1.0)),
-            ("trajectory_staleness", (lo, hi, mean)),
-            ("trajectory_staleness_worst", (lo, hi, mean)),
-        ] {
-            metrics.insert(format!("{p}/{name}/mean"), mean);
-            metrics.insert(format!("{p}/{name}/max"), hi);
-            metrics.insert(format!("{p}/{name}/min"), lo);
-        }
+        stats(
+            &format!("{p}/trajectory_spans"),
+            &vec![1.0; staleness.len()],
+            metrics,
+        );
+        stats(&format!("{p}/trajectory_staleness"), &staleness, metrics);
+        stats(
+            &format!("{p}/trajectory_staleness_worst"),
+            &staleness,
+            metrics,
+        );
         self.dp.own_rows(&full)
     }
 

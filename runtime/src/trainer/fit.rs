@@ -100,7 +100,8 @@ pub struct Trainer<R: Roles = SingleRoles> {
     total_steps: u64,
     /// A checkpoint written this step, committed once the step's metrics are logged.
     staged_checkpoint: Option<u64>,
-    /// `trainer_mode: colocate_async`: the replay buffer and the rollout thread.
+    /// `trainer_mode: colocate_async` or `separate_async`: the replay buffer and the rollout
+    /// thread.
     colocated: Option<colocate::Colocated>,
 }
 

@@ -29,7 +29,8 @@ impl Timers {
     }
 }
 
-fn stats(prefix: &str, values: &[f64], out: &mut Metrics) {
+/// `{prefix}/mean`, `/max` and `/min` of `values` (an empty list: mean 0, max and min NaN).
+pub(crate) fn stats(prefix: &str, values: &[f64], out: &mut Metrics) {
     let (mut mean, mut max, mut min) = (0.0, f64::NAN, f64::NAN);
     if !values.is_empty() {
         mean = values.iter().sum::<f64>() / values.len() as f64;

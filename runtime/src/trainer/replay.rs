@@ -284,17 +284,10 @@ impl Evicted {
     /// verl's names (`_evict_terminal_groups`, accumulated over the polls of one sample).
     fn report(&self, metrics: &mut Metrics) {
         if !self.stale_spans.is_empty() {
-            let n = self.stale_spans.len() as f64;
-            let (lo, hi) = (
-                self.stale_spans.iter().min().copied().unwrap_or(0),
-                self.stale_spans.iter().max().copied().unwrap_or(0),
-            );
-            let mean = self.stale_spans.iter().sum::<u64>() as f64 / n;
+            let spans: Vec<f64> = self.stale_spans.iter().map(|&s| s as f64).collect();
             let p = "training/off_policy";
-            metrics.insert(format!("{p}/evicted_samples"), n);
-            metrics.insert(format!("{p}/evicted_samples_staleness/mean"), mean);
-            metrics.insert(format!("{p}/evicted_samples_staleness/max"), hi as f64);
-            metrics.insert(format!("{p}/evicted_samples_staleness/min"), lo as f64);
+            metrics.insert(format!("{p}/evicted_samples"), spans.len() as f64);
+            super::metrics::stats(&format!("{p}/evicted_samples_staleness"), &spans, metrics);
         }
         if self.filtered > 0 {
             metrics.insert(
