@@ -203,7 +203,11 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
     // The batch: 4 prompts, at most 2 responses each, micro-batches of 1 response.
     const BATCH: &str = "a batch small enough for CPU ranks, every divisibility rule kept";
     p.set("data.train_batch_size", "4", BATCH);
-    p.set("data.gen_batch_size", "4", BATCH);
+    // verl's asynchronous modes fetch prompts one at a time whatever gen_batch_size says.
+    let mode = p.text("trainer.v1.trainer_mode");
+    if !matches!(mode.as_deref(), Some("colocate_async" | "separate_async")) {
+        p.set("data.gen_batch_size", "4", BATCH);
+    }
     p.set("data.val_batch_size", "null", BATCH);
     p.set("data.val_max_samples", "4", BATCH);
     p.clip("actor_rollout_ref.rollout.n", 2, BATCH);
@@ -211,6 +215,10 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
         p.set(&format!("{role}.ppo_mini_batch_size"), "2", BATCH);
         p.set(&format!("{role}.ppo_micro_batch_size_per_gpu"), "1", BATCH);
         p.set(&format!("{role}.ppo_micro_batch_size"), "null", BATCH);
+    }
+    // verl's separate_async trains a step as parameter_sync_step mini-batches of the batch.
+    if mode.as_deref() == Some("separate_async") {
+        p.set("trainer.v1.separate_async.parameter_sync_step", "2", BATCH);
     }
     p.set("critic.forward_micro_batch_size_per_gpu", "1", BATCH);
     p.set("critic.forward_micro_batch_size", "null", BATCH);
@@ -403,8 +411,15 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
             Some(k) => format!("at most {k} versions old, {:?}", a.strategy).to_lowercase(),
             None => "no version bound".into(),
         };
+        let mode = match a.mode {
+            verlc_spec::trainer::AsyncMode::ColocateAsync => "colocate_async".to_owned(),
+            verlc_spec::trainer::AsyncMode::SeparateAsync => format!(
+                "separate_async ({} updates per weight sync)",
+                a.parameter_sync_step
+            ),
+        };
         out.push(format!(
-            "colocate_async: a rollout thread per rank, the replay buffer ({bound}), {} warm-up prompts",
+            "{mode}: a rollout thread per rank, the replay buffer ({bound}), {} warm-up prompts",
             a.warmup_prompts
         ));
     }
