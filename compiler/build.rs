@@ -64,6 +64,13 @@ fn main() {
     );
     tables(&manifest, "RELEASE_TABLES", RELEASES, "json", &mut out);
     tables(&manifest, "SFT_TABLES", SFT_RELEASES, "sft.json", &mut out);
+    tables(
+        &manifest,
+        "LEGACY_SFT_TABLES",
+        &["0.7.0"],
+        "legacy_sft.json",
+        &mut out,
+    );
     write(&Path::new(&out_dir).join("release_tables.rs"), &out);
 
     // The built-in trees of newer releases (`releases/verl-<release>/`, from

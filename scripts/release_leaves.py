@@ -10,11 +10,14 @@ nothing types is "any"; compiler/src/load/leaf_types.rs lists the type names). v
 checker reads the table for the keys of a release it does not model key by key (see
 compiler/src/check.rs): their values are checked by type instead of passing through.
 
-    release_leaves.py TREE_ROOT VERSION OUT.json [--sft]
+    release_leaves.py TREE_ROOT VERSION OUT.json [--sft | --legacy-sft]
 
 TREE_ROOT is the unpacked release (its `verl/` package). With `--sft` the table is that of
 verl's SFT trainer instead: `sft_trainer_engine` composed with each option of its `engine`
-group (and the `optim` option of the same name): `compiler/releases/verl-<release>.sft.json`. The output is deterministic (sorted
+group (and the `optim` option of the same name): `compiler/releases/verl-<release>.sft.json`.
+With `--legacy-sft` it is that of verl 0.7.0's legacy `fsdp_sft_trainer` (config `sft_trainer`),
+plus the `data` keys its datasets read with `config.get` that the config does not list (a user
+adds them with `+data.<key>=...`): `compiler/releases/verl-0.7.0.legacy_sft.json`. The output is deterministic (sorted
 keys), so the committed tables can be compared with a fresh run
 (compiler/tests/release_tables.rs).
 """
@@ -254,6 +257,44 @@ def sft_compositions(config):
     return out
 
 
+# The datasets verl 0.7.0's legacy SFT trainer builds from its `data` section.
+LEGACY_SFT_DATASETS = ["utils/dataset/sft_dataset.py", "utils/dataset/multiturn_sft_dataset.py"]
+
+
+def dataset_reads(verl_root):
+    """{key: default} of every `config.get("key", default)` in the legacy SFT datasets' files
+    (a default that is not a literal is None)."""
+    out = {}
+    for rel in LEGACY_SFT_DATASETS:
+        with open(os.path.join(verl_root, rel), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "get" and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "config" and node.args
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                continue
+            default = None
+            if len(node.args) > 1:
+                try:
+                    default = ast.literal_eval(node.args[1])
+                except ValueError:
+                    default = None
+            out.setdefault(node.args[0].value, default)
+    return out
+
+
+def legacy_sft_leaves(verl_root, config, classes, out):
+    """The legacy SFT config's leaves and the dataset keys it does not list."""
+    tree = compose(config, "sft_trainer", overrides=[])
+    leaves(tree, "", {}, classes, out)
+    data = tree.get("data", {})
+    extra = {k: v for k, v in sorted(dataset_reads(verl_root).items()) if k not in data}
+    leaves(extra, "data", {}, classes, out)
+    # The trainer's own `config.model.get(...)` of a key the config does not list.
+    leaves({"lora_adapter_path": None}, "model", {}, classes, out)
+
+
 def compose(config, base, engine=None, overrides=None):
     """The tree Hydra composes for `base` (with `model_engine=engine`, or the given group
     overrides), interpolations kept."""
@@ -270,13 +311,17 @@ def compose(config, base, engine=None, overrides=None):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--sft"]
+    args = [a for a in sys.argv[1:] if a not in ("--sft", "--legacy-sft")]
     sft = "--sft" in sys.argv[1:]
     root, version, dest = args[0], args[1], args[2]
     verl_root = os.path.join(root, "verl")
     config = os.path.join(verl_root, "trainer/config")
     classes = dataclass_fields(verl_root)
     out = {}
+    if "--legacy-sft" in sys.argv[1:]:
+        legacy_sft_leaves(verl_root, config, classes, out)
+        write_table(dest, version, ["sft_trainer"] + [f"verl/{p}" for p in LEGACY_SFT_DATASETS], out)
+        return
     if sft:
         composed = []
         for base, overrides in sft_compositions(config):

@@ -365,8 +365,8 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
 }
 
 /// The check of a config of verl's SFT trainer (see [`crate::sft`]): its keys and types
-/// against the release's SFT table, then the SFT rules. 0.7.0's legacy config is named, not
-/// checked.
+/// against the release's SFT table (0.7.0's legacy config against its own), then the SFT
+/// rules.
 fn check_sft(
     composed: Composed,
     mut diagnostics: Vec<Diagnostic>,
@@ -376,17 +376,7 @@ fn check_sft(
     embedded: bool,
 ) -> Checked {
     let mut sft = None;
-    if kind == crate::sft::ConfigKind::LegacySft {
-        diagnostics.push(
-            Diagnostic::warning(
-                codes::SCHEMA_UNMODELLED_RELEASE,
-                "this is verl 0.7.0's legacy SFT config (`sft_trainer`, run by `fsdp_sft_trainer`); verlc does not check it",
-            )
-            .with_help(
-                "verl removed that trainer in 0.7.1; its successor `sft_trainer_engine` (`python -m verl.trainer.sft_trainer`) is checked",
-            ),
-        );
-    } else if !composed.has_errors() {
+    if !composed.has_errors() {
         let users = |o: Option<&crate::source::Origin>| {
             o.is_some_and(|o| !is_verl_file(composed.sources.get(o.source), &user_file))
         };

@@ -69,8 +69,7 @@ pub fn compile(req: &LoadRequest, opts: &CheckOptions, mode: Mode<'_>) -> Compil
     } else {
         match checked.kind {
             ConfigKind::Ppo => rl_plan.map(|p| Planned::Rl(Box::new(p))),
-            ConfigKind::Sft => sft_planned(&checked),
-            ConfigKind::LegacySft => None,
+            ConfigKind::Sft | ConfigKind::LegacySft => sft_planned(&checked),
         }
     };
     Compiled { checked, planned }

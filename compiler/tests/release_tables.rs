@@ -69,6 +69,8 @@ fn committed_release_tables_are_fresh() {
     // verl's SFT trainer's tables: every carried release's, and 0.7.0's (the venv's verl).
     jobs.extend(CARRIED.iter().map(|r| (r.to_string(), "sft.json")));
     jobs.push(("0.7.0".into(), "sft.json"));
+    // 0.7.0's legacy `fsdp_sft_trainer` (config `sft_trainer`).
+    jobs.push(("0.7.0".into(), "legacy_sft.json"));
     tables_are_fresh(&jobs);
 }
 
@@ -94,8 +96,14 @@ fn tables_are_fresh(jobs: &[(String, &str)]) {
             .arg(&tree)
             .arg(release)
             .arg(&fresh);
-        if *ext == "sft.json" {
-            cmd.arg("--sft");
+        match *ext {
+            "sft.json" => {
+                cmd.arg("--sft");
+            }
+            "legacy_sft.json" => {
+                cmd.arg("--legacy-sft");
+            }
+            _ => {}
         }
         let status = cmd.status().expect("run scripts/release_leaves.py");
         assert!(status.success(), "release_leaves.py failed for {release}");

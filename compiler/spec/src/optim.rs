@@ -57,6 +57,14 @@ pub enum VerlSchedule {
     Constant,
     /// `get_cosine_schedule_with_warmup(min_lr_ratio, num_cycles)`.
     Cosine { min_lr_ratio: f64, num_cycles: f64 },
+    /// `get_wsd_schedule_with_warmup`: warmup, then constant for `stable_ratio` of the
+    /// remaining steps, then a cosine decay to `min_lr_ratio` (verl 0.7.0's legacy SFT
+    /// trainer, `optim.lr_scheduler: wsd`, with the function's defaults).
+    Wsd {
+        min_lr_ratio: f64,
+        num_cycles: f64,
+        stable_ratio: f64,
+    },
 }
 
 /// The `optim` keys verl's FSDP engine reads to build its scheduler.

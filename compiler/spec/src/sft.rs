@@ -30,6 +30,73 @@ pub struct SftSpec {
     /// Whose dataset and loss semantics the run follows (the release the config was judged
     /// against).
     pub release: AlgoRelease,
+    /// Which of verl's SFT trainers the run reproduces.
+    #[serde(default)]
+    pub trainer: SftTrainerKind,
+}
+
+/// verl's SFT trainers. They differ in how a step's rows meet the ranks, how the loss is
+/// normalised and validated, and how long the lr schedule is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum SftTrainerKind {
+    /// The engine-based trainer (`verl.trainer.sft_trainer`, config `sft_trainer_engine`):
+    /// the step's token mean over every rank.
+    #[default]
+    Engine,
+    /// verl 0.7.0's legacy `fsdp_sft_trainer` (config `sft_trainer`): each micro-batch's
+    /// token mean divided by the micro-batch count, averaged over the data-parallel ranks;
+    /// rows strided over the ranks; validation in `micro_batch_size_per_gpu` rows a rank; the
+    /// lr schedule spans `total_epochs` whatever `total_training_steps` says.
+    Legacy {
+        /// `data.balance_dp_token`: each micro-batch's loss divided by its tokens summed over
+        /// every rank (times the data-parallel size) instead of its own.
+        balance_dp_token: bool,
+    },
+}
+
+impl SftTrainerKind {
+    pub fn is_legacy(self) -> bool {
+        matches!(self, SftTrainerKind::Legacy { .. })
+    }
+}
+
+/// How a row of the SFT files becomes a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum SftFormat {
+    /// verl's `MultiTurnSFTDataset`: a list of chat messages (`messages_key`).
+    #[default]
+    MultiTurn,
+    /// verl 0.7.0's `SFTDataset` (the legacy trainer without `data.multiturn.enable`): a
+    /// prompt and a response column; the prompt rendered as one user turn with the
+    /// generation prompt, the response followed by the eos token.
+    SingleTurn(SingleTurnKeys),
+}
+
+/// The columns of a single-turn SFT row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SingleTurnKeys {
+    /// `data.prompt_key`.
+    pub prompt_key: String,
+    /// `data.response_key`.
+    pub response_key: String,
+    /// `data.prompt_dict_keys`: the prompt is the cell's value at these keys, in turn.
+    pub prompt_dict_keys: Vec<String>,
+    /// `data.response_dict_keys`.
+    pub response_dict_keys: Vec<String>,
+}
+
+/// How the dataset lays a row out (`pad_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SftPadding {
+    /// `no_padding`: the row as it is (the engine trainer's only mode).
+    #[default]
+    NoPadding,
+    /// `right`: padded to `max_length`; an overlong row follows `truncation` (refused, or cut
+    /// on its side). The padding itself never reaches the loss, so verlc does not store it.
+    Right,
 }
 
 /// The trained model (`model.*`) on its engine (`engine.*`) with its optimizer (`optim.*`).
@@ -67,6 +134,10 @@ pub struct SftDataSpec {
     /// `train_max_samples` (`None`: verl's -1, every row).
     pub train_max_samples: Option<usize>,
     pub val_max_samples: Option<usize>,
+    #[serde(default)]
+    pub format: SftFormat,
+    #[serde(default)]
+    pub padding: SftPadding,
 }
 
 /// How a step's conversations are cut (`data.train_batch_size`, `micro_batch_size_per_gpu`,
@@ -149,10 +220,35 @@ impl SftSpec {
         (per_rank_rows / per_rank_batch) as u64
     }
 
-    /// Steps of the whole run over `rows` training conversations.
+    /// Steps the lr schedule spans: the run's, except under the legacy trainer, whose
+    /// scheduler always spans `total_epochs` epochs (an earlier `total_training_steps` only
+    /// stops the loop).
+    pub fn schedule_steps(&self, rows: usize) -> u64 {
+        if self.trainer.is_legacy() {
+            self.steps_per_epoch(rows) * self.run.total_epochs
+        } else {
+            self.total_steps(rows)
+        }
+    }
+
+    /// Steps of the whole run over `rows` training conversations (the legacy trainer's loop
+    /// stops with its epochs, even when `total_training_steps` is larger).
     pub fn total_steps(&self, rows: usize) -> u64 {
-        self.run
-            .total_training_steps
-            .unwrap_or_else(|| self.steps_per_epoch(rows) * self.run.total_epochs)
+        let epochs = self.steps_per_epoch(rows) * self.run.total_epochs;
+        match self.run.total_training_steps {
+            Some(n) if self.trainer.is_legacy() => n.min(epochs),
+            Some(n) => n,
+            None => epochs,
+        }
+    }
+
+    /// Conversations of one validation batch over every rank: the training batch, or under
+    /// the legacy trainer `micro_batch_size_per_gpu` a data-parallel rank.
+    pub fn val_batch(&self) -> usize {
+        if self.trainer.is_legacy() {
+            self.batching.micro_batch * self.data_parallel()
+        } else {
+            self.batching.global_batch
+        }
     }
 }

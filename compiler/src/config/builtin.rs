@@ -2,8 +2,8 @@
 //!
 //! The files mirror the group layout of verl 0.7.0's `verl/trainer/config/` for everything
 //! the two PPO entry configs (`ppo_trainer.yaml`, `ppo_megatron_trainer.yaml`) and the SFT
-//! trainer's (`sft_trainer_engine.yaml`, its profiler and VeOmni options derived from verl's
-//! files by `scripts/builtin_tree.py`) compose: the
+//! trainer's (`sft_trainer_engine.yaml`, its profiler and VeOmni options, and the legacy
+//! `sft_trainer.yaml`, derived from verl's files by `scripts/builtin_tree.py`) compose: the
 //! same file names, `defaults:` lists, keys, default values and interpolations, so composing
 //! a short user config gives the tree verl would. Like verl, the tree leaves
 //! `actor_rollout_ref.rollout.name` mandatory (`???`); verlc's own engine is `verlc`.
@@ -122,6 +122,10 @@ pub static BUILTIN_FILES: &[(&str, &str)] = &[
     (
         "sft_trainer_engine.yaml",
         include_str!("../../defaults/sft_trainer_engine.yaml"),
+    ),
+    (
+        "sft_trainer.yaml",
+        include_str!("../../defaults/sft_trainer.yaml"),
     ),
 ];
 

@@ -118,6 +118,13 @@ pub fn sft_for_release(version: &str) -> Option<ReleaseTable> {
     lookup(SFT_TABLES, version)
 }
 
+/// The table of verl 0.7.0's legacy SFT trainer (`fsdp_sft_trainer`, config `sft_trainer`),
+/// for a 0.7.0 tree (the trainer is gone from 0.7.1).
+pub fn legacy_sft_for_release(version: &str) -> Option<ReleaseTable> {
+    (crate::load::version::minor_version(version) == Some((0, 7)))
+        .then(|| lookup(LEGACY_SFT_TABLES, "0.7.0"))?
+}
+
 fn lookup(tables: &'static [Table], version: &str) -> Option<ReleaseTable> {
     // A tree recognised by its layout alone could be any later release.
     if version.starts_with("newer than") {

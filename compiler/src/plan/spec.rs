@@ -886,6 +886,39 @@ pub(crate) fn model_lora(
     megatron: bool,
     l: &mut Lowering,
 ) -> Option<LoraSpec> {
+    let keys = LoraKeys {
+        lora_rank: m.lora_rank,
+        lora_alpha: m.lora_alpha,
+        target_modules: m.target_modules.clone(),
+        exclude_modules: m.exclude_modules.clone(),
+        lora_adapter_path: m.lora_adapter_path.clone(),
+    };
+    lora_of_keys(&keys, prefix, megatron, l)
+}
+
+/// The LoRA keys of a model section (the FSDP model config's, or verl 0.7.0's legacy SFT
+/// `model` section's, which has the same names).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub(crate) struct LoraKeys {
+    #[serde(default)]
+    pub lora_rank: i64,
+    #[serde(default)]
+    pub lora_alpha: i64,
+    #[serde(default)]
+    pub target_modules: Option<OneOrMany<String>>,
+    #[serde(default)]
+    pub exclude_modules: Option<OneOrMany<String>>,
+    #[serde(default)]
+    pub lora_adapter_path: Option<String>,
+}
+
+/// The LoRA spec of `m`'s keys (under `prefix`), or none without LoRA.
+pub(crate) fn lora_of_keys(
+    m: &LoraKeys,
+    prefix: &str,
+    megatron: bool,
+    l: &mut Lowering,
+) -> Option<LoraSpec> {
     if m.lora_rank <= 0 && m.lora_adapter_path.is_none() {
         return None;
     }

@@ -71,8 +71,32 @@ impl SftEngine {
     }
 }
 
+/// Which of verl's SFT trainers reads the config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SftTrainer {
+    /// `verl.trainer.sft_trainer`, config `sft_trainer_engine`.
+    #[default]
+    Engine,
+    /// verl 0.7.0's `verl.trainer.fsdp_sft_trainer`, config `sft_trainer`.
+    Legacy,
+}
+
+/// Where the legacy config keeps what the engine config calls by another name.
+const LEGACY_KEYS: &[(&str, &str)] = &[
+    (
+        "engine.ulysses_sequence_parallel_size",
+        "ulysses_sequence_parallel_size",
+    ),
+    ("model.use_remove_padding", "use_remove_padding"),
+    ("model.path", "model.partial_pretrain"),
+    ("optim.lr_scheduler_type", "optim.lr_scheduler"),
+    ("engine.strategy", "model.strategy"),
+    ("engine.param_offload", "model.fsdp_config.offload_params"),
+];
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct SftConfig {
+    pub trainer: SftTrainer,
     pub train_batch_size: i64,
     pub micro_batch_size_per_gpu: i64,
     pub max_token_len_per_gpu: i64,
@@ -126,6 +150,7 @@ impl SftConfig {
             optimizer_offload: r.bool_or("engine.optimizer_offload", false),
         };
         Ok(SftConfig {
+            trainer: SftTrainer::Engine,
             train_batch_size: r.int_or("data.train_batch_size", 256)?,
             micro_batch_size_per_gpu: r.int_or("data.micro_batch_size_per_gpu", 4)?,
             max_token_len_per_gpu: r.int_or("data.max_token_len_per_gpu", 8192)?,
@@ -153,6 +178,68 @@ impl SftConfig {
             profile_interval: r.ints("trainer.profile_interval"),
             world_stated: false,
         })
+    }
+
+    /// The values of verl 0.7.0's legacy SFT tree (`sft_trainer`): the same settings under
+    /// the legacy keys ([`Self::key`]); no dynamic batching, rows padded on the right unless
+    /// `data.pad_mode` says otherwise.
+    pub fn from_legacy_tree(root: &Node) -> Result<SftConfig, Box<Diagnostic>> {
+        let r = Reader { root };
+        let engine = SftEngine {
+            strategy: r.string_or("model.strategy", "fsdp2"),
+            ulysses: r.int_or("ulysses_sequence_parallel_size", 1)?,
+            tensor_parallel: 1,
+            pipeline_parallel: 1,
+            context_parallel: 1,
+            param_offload: r.bool_or("model.fsdp_config.cpu_offload", false)
+                && r.bool_or("model.fsdp_config.offload_params", false),
+            optimizer_offload: false,
+        };
+        Ok(SftConfig {
+            trainer: SftTrainer::Legacy,
+            train_batch_size: r.int_or("data.train_batch_size", 256)?,
+            micro_batch_size_per_gpu: r.int_or("data.micro_batch_size_per_gpu", 4)?,
+            max_token_len_per_gpu: 0,
+            use_dynamic_bsz: false,
+            max_length: r.int_or("data.max_length", 1024)?,
+            pad_mode: r.string_or("data.pad_mode", "right"),
+            truncation: r.string_or("data.truncation", "error"),
+            train_files: r.strings("data.train_files"),
+            val_files: r.strings("data.val_files"),
+            model_path: r.string_or("model.partial_pretrain", ""),
+            use_remove_padding: r.bool_or("use_remove_padding", false),
+            lora_rank: r.int_or("model.lora_rank", 0)?,
+            engine,
+            lr: r.float_or("optim.lr", 1e-5),
+            lr_scheduler_type: Some(r.string_or("optim.lr_scheduler", "cosine")),
+            nnodes: r.int_or("trainer.nnodes", 1)?,
+            n_gpus_per_node: r.int_or("trainer.n_gpus_per_node", 1)?,
+            total_epochs: r.int_or("trainer.total_epochs", 1)?,
+            total_training_steps: r.opt_int("trainer.total_training_steps")?,
+            save_freq: r.frequency("trainer.save_freq")?,
+            test_freq: r.frequency("trainer.test_freq")?,
+            resume_mode: r.string_or("trainer.resume_mode", "auto"),
+            resume_from_path: r.string("trainer.resume_from_path"),
+            logger: r.strings("trainer.logger"),
+            profile_interval: Vec::new(),
+            world_stated: false,
+        })
+    }
+
+    pub fn is_legacy(&self) -> bool {
+        self.trainer == SftTrainer::Legacy
+    }
+
+    /// The key this config writes `key` (named as in `sft_trainer_engine`) under.
+    pub fn key(&self, key: &'static str) -> &'static str {
+        if self.is_legacy() {
+            LEGACY_KEYS
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(key, |(_, legacy)| legacy)
+        } else {
+            key
+        }
     }
 
     /// Ranks of the run: `trainer.nnodes × trainer.n_gpus_per_node`.

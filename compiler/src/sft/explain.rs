@@ -31,14 +31,28 @@ pub struct SftExplanation {
     pub total_training_steps: Option<i64>,
     pub total_epochs: i64,
     pub loss: &'static str,
+    /// Rows padded to `max_length` (the legacy trainer): a step computes exactly
+    /// `max_tokens_per_step` positions.
+    pub padded: bool,
 }
 
 pub fn explain(c: &SftConfig) -> SftExplanation {
     let dp = c.data_parallel().filter(|d| *d > 0);
     let samples_per_rank = dp.map(|dp| c.train_batch_size / dp);
     let samples_per_step = dp.zip(samples_per_rank).map(|(d, n)| n.saturating_mul(d));
+    let (trainer, loss) = if c.is_legacy() {
+        (
+            "verl 0.7.0's legacy SFT trainer (fsdp_sft_trainer, config sft_trainer)",
+            "each micro-batch's token-mean negative log-likelihood over its assistant tokens, averaged over the micro-batches and ranks (data.balance_dp_token: over every rank's tokens of the micro-batch)",
+        )
+    } else {
+        (
+            "verl's SFT trainer (sft_trainer_engine)",
+            "token-mean negative log-likelihood over every assistant token of the step (all ranks and micro-batches)",
+        )
+    };
     SftExplanation {
-        trainer: "verl's SFT trainer (sft_trainer_engine)",
+        trainer,
         world_size: c.world_stated.then(|| c.world()),
         model_parallel: c.engine.model_parallel(),
         data_parallel: dp,
@@ -54,7 +68,8 @@ pub fn explain(c: &SftConfig) -> SftExplanation {
             .saturating_mul(c.max_length),
         total_training_steps: c.total_training_steps,
         total_epochs: c.total_epochs,
-        loss: "token-mean negative log-likelihood over every assistant token of the step (all ranks and micro-batches)",
+        loss,
+        padded: c.is_legacy(),
     }
 }
 
@@ -100,7 +115,14 @@ pub fn human(e: &SftExplanation) -> String {
     }
     line(
         "tokens per step",
-        format!("at most {}", e.max_tokens_per_step),
+        if e.padded {
+            format!(
+                "{} (every row padded to data.max_length)",
+                e.max_tokens_per_step
+            )
+        } else {
+            format!("at most {}", e.max_tokens_per_step)
+        },
     );
     line(
         "training steps",

@@ -62,10 +62,16 @@ impl Form {
 pub fn check(
     root: &Node,
     release: &str,
+    legacy: bool,
     users: &dyn Fn(Option<&Origin>) -> bool,
     out: &mut Vec<Diagnostic>,
 ) -> bool {
-    let Some(table) = release_table::sft_for_release(release) else {
+    let table = if legacy {
+        release_table::legacy_sft_for_release(release)
+    } else {
+        release_table::sft_for_release(release)
+    };
+    let Some(table) = table else {
         out.push(Diagnostic::warning(
             codes::SCHEMA_UNMODELLED_RELEASE,
             format!(
@@ -75,7 +81,9 @@ pub fn check(
         return true;
     };
     let mut found = Vec::new();
-    walk(&table, root, &mut String::new(), false, &mut found);
+    // The legacy trainer builds no dataclass from its sections (its `optim` is read as a
+    // plain map): a key it does not have is never read, not refused.
+    walk(&table, root, &mut String::new(), false, legacy, &mut found);
     found.retain(|d| users(d.primary.as_ref().map(|l| &l.origin)));
     // Unknown keys do not keep the rules from judging the values.
     let ok = !found
@@ -90,13 +98,14 @@ fn walk(
     node: &Node,
     key: &mut String,
     built: bool,
+    legacy: bool,
     out: &mut Vec<Diagnostic>,
 ) {
     let Some(map) = node.as_map() else {
         return;
     };
     // A section with `_target_` becomes a dataclass in verl: unknown keys fail its constructor.
-    let built = built || map.contains_key("_target_");
+    let built = !legacy && (built || map.contains_key("_target_"));
     for (k, e) in map.iter() {
         if k.starts_with('_') {
             continue;
@@ -121,7 +130,7 @@ fn walk(
         } else if table.holds(key) {
             let section = e.node.as_map().is_some() && table.has_below(key);
             if section && !table.takes_whole(key) {
-                walk(table, &e.node, key, built, out);
+                walk(table, &e.node, key, built, legacy, out);
             } else {
                 table.check(key, &e.node, out);
             }

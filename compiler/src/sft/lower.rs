@@ -12,7 +12,10 @@ use verlc_spec::algo::AlgoRelease;
 use verlc_spec::binding::StrategyKind;
 use verlc_spec::data::Truncation;
 use verlc_spec::optim::{AdamWConfig, InnerConfig, VerlSchedule};
-use verlc_spec::sft::{SftBatching, SftDataSpec, SftFrequency, SftModelSpec, SftRunSpec, SftSpec};
+use verlc_spec::sft::{
+    SftBatching, SftDataSpec, SftFormat, SftFrequency, SftModelSpec, SftPadding, SftRunSpec,
+    SftSpec, SftTrainerKind,
+};
 use verlc_spec::trainer::{
     DeviceKind, Dtype, EngineSpec, FsdpEngineSpec, LoggerKind, MegatronEngineSpec, OptimSpec,
     ResumeSpec, ScheduleSpec, StrategyName, WorldSpec,
@@ -155,7 +158,11 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 /// honour.
 pub fn lower(cfg: &SftConfig, root: &Node, release: AlgoRelease) -> (SftSpec, Vec<Diagnostic>) {
     let mut l = Lowering::new(root, release);
-    let spec = build(cfg, root, release, &mut l);
+    let spec = if cfg.is_legacy() {
+        super::lower_legacy::build(cfg, root, release, &mut l)
+    } else {
+        build(cfg, root, release, &mut l)
+    };
     (spec, l.into_diagnostics())
 }
 
@@ -168,12 +175,16 @@ pub fn build_diagnostics(
     users: &dyn Fn(Option<&Origin>) -> bool,
 ) -> Vec<Diagnostic> {
     let (_, mut out) = lower(cfg, root, crate::plan::algo_release(release));
-    out.extend(verdicts(root, users));
+    if cfg.is_legacy() {
+        out.extend(super::lower_legacy::verdicts(root, users));
+    } else {
+        out.extend(verdicts(root, users));
+    }
     out
 }
 
 /// Whether the user wrote `key`'s value, or a value inside it (not a verl default).
-fn user_set(root: &Node, key: &str, users: &dyn Fn(Option<&Origin>) -> bool) -> bool {
+pub(super) fn user_set(root: &Node, key: &str, users: &dyn Fn(Option<&Origin>) -> bool) -> bool {
     let Some(node) = root.get_path(&split_key(key)) else {
         return false;
     };
@@ -256,7 +267,7 @@ fn unjudged_keys(root: &Node) -> Vec<String> {
 
 /// The section `key` as verlc's typed model `T` of it, without the keys `T` does not have
 /// ([`unknown_keys`]; [`verdicts`] reports those the user set).
-fn typed<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+pub(super) fn typed<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     root: &Node,
     key: &str,
     l: &mut Lowering,
@@ -361,10 +372,11 @@ fn build(cfg: &SftConfig, root: &Node, release: AlgoRelease, l: &mut Lowering) -
         },
         run: run(cfg, root),
         release,
+        trainer: SftTrainerKind::Engine,
     }
 }
 
-fn default_optim(lr: f64) -> OptimSpec {
+pub(super) fn default_optim(lr: f64) -> OptimSpec {
     OptimSpec {
         inner: InnerConfig::AdamW(AdamWConfig {
             beta1: 0.9,
@@ -385,7 +397,7 @@ fn default_optim(lr: f64) -> OptimSpec {
     }
 }
 
-fn l_count(l: &mut Lowering, key: &str, v: i64) -> usize {
+pub(super) fn l_count(l: &mut Lowering, key: &str, v: i64) -> usize {
     match usize::try_from(v) {
         Ok(n) if n > 0 => n,
         _ => {
@@ -520,7 +532,7 @@ fn default_fsdp(remove_padding: bool) -> EngineSpec {
     })
 }
 
-fn data(cfg: &SftConfig, root: &Node, l: &mut Lowering) -> SftDataSpec {
+pub(super) fn data(cfg: &SftConfig, root: &Node, l: &mut Lowering) -> SftDataSpec {
     let s = |k: &str, d: &str| {
         root.get_path(&["data", k])
             .and_then(Node::as_str)
@@ -569,6 +581,8 @@ fn data(cfg: &SftConfig, root: &Node, l: &mut Lowering) -> SftDataSpec {
             .unwrap_or_default(),
         train_max_samples: max_samples("train_max_samples"),
         val_max_samples: max_samples("val_max_samples"),
+        format: SftFormat::MultiTurn,
+        padding: SftPadding::NoPadding,
     }
 }
 
@@ -580,7 +594,7 @@ fn frequency(f: &Frequency) -> SftFrequency {
     }
 }
 
-fn run(cfg: &SftConfig, root: &Node) -> SftRunSpec {
+pub(super) fn run(cfg: &SftConfig, root: &Node) -> SftRunSpec {
     let s = |k: &str| {
         root.get_path(&["trainer", k])
             .and_then(Node::as_str)

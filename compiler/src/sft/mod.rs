@@ -2,7 +2,10 @@
 //! second kind of primary config verlc checks beside the PPO trainer's.
 //!
 //! A composed tree is an SFT config when its top level has the SFT trainer's sections (`model`,
-//! `engine`, `optim` at the top, no `actor_rollout_ref`). Its keys and their types are judged
+//! `engine`, `optim` at the top, no `actor_rollout_ref`); verl 0.7.0's legacy config
+//! (`sft_trainer`, run by `fsdp_sft_trainer`) has `model.partial_pretrain` and no `engine`,
+//! and is checked the same way against its own table, its values read under its own keys
+//! ([`SftConfig::from_legacy_tree`]) and lowered to the legacy trainer's semantics. Its keys and their types are judged
 //! against the release's SFT leaf table (`compiler/releases/verl-<release>.sft.json`, derived
 //! from verl's own files by `scripts/release_leaves.py --sft`; [`keys`]), then verl's SFT
 //! rules run on the values ([`rules`], ids `F0xx`), and `verlc explain` derives the batch
@@ -13,6 +16,7 @@ pub mod config;
 pub mod explain;
 pub mod keys;
 pub mod lower;
+mod lower_legacy;
 pub mod rules;
 
 use crate::diag::Diagnostic;
@@ -60,8 +64,8 @@ pub struct SftCheck {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Checks a composed SFT tree of verl `release` (`0.9.1`): keys and types against the
-/// release's table (what `users` says the user wrote), then the rules. `world_stated`: the
+/// Checks a composed SFT tree of verl `release` (`0.9.1`), the engine trainer's or 0.7.0's
+/// legacy one (told by [`kind_of`]): keys and types against the release's table (what `users` says the user wrote), then the rules. `world_stated`: the
 /// world is known whoever wrote it (a trainer binary launches `trainer.nnodes ×
 /// n_gpus_per_node` ranks), else only when the user wrote it (torchrun decides verl's).
 pub fn check(
@@ -70,10 +74,16 @@ pub fn check(
     users: &dyn Fn(Option<&crate::source::Origin>) -> bool,
     world_stated: bool,
 ) -> SftCheck {
+    let legacy = kind_of(root) == ConfigKind::LegacySft;
     let mut diagnostics = Vec::new();
-    let typed_ok = keys::check(root, release, users, &mut diagnostics);
+    let typed_ok = keys::check(root, release, legacy, users, &mut diagnostics);
     let config = if typed_ok {
-        match SftConfig::from_tree(root) {
+        let read = if legacy {
+            SftConfig::from_legacy_tree(root)
+        } else {
+            SftConfig::from_tree(root)
+        };
+        match read {
             Ok(mut c) => {
                 c.world_stated = world_stated
                     || ["nnodes", "n_gpus_per_node"].iter().any(|k| {

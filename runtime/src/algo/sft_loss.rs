@@ -51,3 +51,24 @@ pub fn sft_loss_rows(
         .f_div_scalar(tokens)?
         .f_mul_scalar(agg.dp_size as f64)
 }
+
+/// verl 0.7.0's legacy SFT trainer's loss of one micro-batch (`fsdp_sft_trainer`'s
+/// `_compute_loss_and_backward`): minus the masked log-probs summed, over `tokens + 1e-8`
+/// (the micro-batch's own loss tokens, or with `balance_dp_token` their sum over every rank),
+/// times `scale` (1, or the data-parallel size with `balance_dp_token`), over the step's
+/// micro-batch count. The ranks' gradients are then averaged, so the update is the mean over
+/// ranks and micro-batches of each micro-batch's token mean: not the step's token mean.
+pub fn sft_loss_legacy(
+    log_probs: &Tensor,
+    mask: &Tensor,
+    tokens: f64,
+    scale: f64,
+    micro_batches: usize,
+) -> Result<Tensor, tch::TchError> {
+    let masked = (log_probs * mask.f_to_kind(log_probs.kind())?).f_sum(log_probs.kind())?;
+    masked
+        .f_neg()?
+        .f_div_scalar(tokens + 1e-8)?
+        .f_mul_scalar(scale)?
+        .f_div_scalar(micro_batches.max(1) as f64)
+}

@@ -16,9 +16,10 @@
 //! `size` defaults to 8192 (train) / 256 (test); the test split is generated first and
 //! excluded from the train split, so the two never share a prompt. Rows are
 //! `data_source = "builtin/<task>"`, `prompt = [{role: user, content}]`, `ability`,
-//! `reward_model = {style: rule, ground_truth}`, `extra_info = {split, index}`, and for
-//! supervised fine-tuning the solved conversation, `messages = [{role: user, content},
-//! {role: assistant, content: ground_truth}]` (verl's SFT `messages_key`).
+//! `reward_model = {style: rule, ground_truth}`, `extra_info = {split, index, question,
+//! answer}`, and for supervised fine-tuning the solved conversation, `messages = [{role: user,
+//! content}, {role: assistant, content: ground_truth}]` (verl's SFT `messages_key`; the
+//! single-turn SFT dataset of verl 0.7.0 reads `extra_info.question`/`answer`, as for GSM8K).
 
 use std::collections::HashSet;
 
@@ -179,7 +180,10 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
         .into_iter()
         .enumerate()
         .map(|(i, (prompt, answer))| {
-            let mut extra = json!({"split": split, "index": i});
+            // `question`/`answer` as verl's GSM8K preprocessing writes them: the single-turn
+            // SFT dataset reads them through `prompt_dict_keys`/`response_dict_keys`.
+            let mut extra =
+                json!({"split": split, "index": i, "question": prompt, "answer": answer});
             if uri.name == "code_lookup" {
                 let number = prompt.rsplit(' ').next().unwrap_or_default();
                 extra["tools_kwargs"] = json!({"lookup": {"create_kwargs": {"number": number}}});

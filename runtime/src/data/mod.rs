@@ -17,6 +17,7 @@ pub mod parquet;
 pub mod sample;
 pub mod sampler;
 pub mod sft;
+pub mod sft_single_turn;
 
 use std::path::PathBuf;
 

@@ -25,6 +25,7 @@ use super::{DataError, RowProblems, files};
 
 pub use verlc_spec::algo::AlgoRelease;
 pub use verlc_spec::data::Truncation;
+pub use verlc_spec::sft::{SftFormat, SftPadding};
 
 /// The `data.*` settings of verl's SFT dataset.
 #[derive(Debug, Clone)]
@@ -52,6 +53,10 @@ pub struct SftOptions {
     pub seed: u64,
     /// The verl release whose dataset to reproduce.
     pub release: AlgoRelease,
+    /// How a row becomes a conversation (`messages`, or a prompt and a response column).
+    pub format: SftFormat,
+    /// `pad_mode`: `right` refuses or cuts an overlong row as `truncation` says.
+    pub padding: SftPadding,
 }
 
 impl Default for SftOptions {
@@ -69,6 +74,8 @@ impl Default for SftOptions {
             shuffle: false,
             seed: 0,
             release: AlgoRelease::NEWEST,
+            format: SftFormat::MultiTurn,
+            padding: SftPadding::NoPadding,
         }
     }
 }
@@ -138,7 +145,7 @@ pub enum ConversationError {
     Tokenizer(#[from] TokenizerError),
     #[error(
         "the conversation is {len} tokens, longer than data.max_length = {max} (data.truncation \
-         is error; `right` or `left` keeps its first {max} tokens)"
+         is error; `right` keeps its first {max} tokens)"
     )]
     TooLong { len: usize, max: usize },
     #[error(
@@ -149,6 +156,10 @@ pub enum ConversationError {
          the message-by-message tokens"
     )]
     Mismatch { whole: usize, pieces: usize },
+    #[error(
+        "the tokenizer has no eos token (tokenizer_config.json `eos_token`) to end the response with"
+    )]
+    NoEosToken,
 }
 
 /// A conversation as tokens with what the encoding noticed.
@@ -233,22 +244,44 @@ pub fn encode_conversation(
             pieces: input_ids.len(),
         });
     }
-    if input_ids.len() > opts.max_length {
-        if opts.truncation == Truncation::Error && opts.release.sft_overlong_is_error() {
-            return Err(ConversationError::TooLong {
-                len: input_ids.len(),
-                max: opts.max_length,
-            });
-        }
-        input_ids.truncate(opts.max_length);
-        loss_mask.truncate(opts.max_length);
-    }
+    fit_length(opts, &mut input_ids, &mut loss_mask)?;
     Ok(EncodedConversation {
         input_ids,
         loss_mask,
         mismatched,
         turns_without_prompt,
     })
+}
+
+/// Cuts an overlong row to `max_length` as the dataset's padding mode does: without padding the
+/// first tokens are kept (refused under `truncation: error` from 0.7.1); padded on the right,
+/// `truncation` is obeyed (refused, or the last or first tokens kept).
+pub(super) fn fit_length<T>(
+    opts: &SftOptions,
+    input_ids: &mut Vec<i64>,
+    per_token: &mut Vec<T>,
+) -> Result<(), ConversationError> {
+    let (len, max) = (input_ids.len(), opts.max_length);
+    if len <= max {
+        return Ok(());
+    }
+    let refuse = match opts.padding {
+        SftPadding::NoPadding => {
+            opts.truncation == Truncation::Error && opts.release.sft_overlong_is_error()
+        }
+        SftPadding::Right => opts.truncation == Truncation::Error,
+    };
+    if refuse {
+        return Err(ConversationError::TooLong { len, max });
+    }
+    if opts.padding == SftPadding::Right && opts.truncation == Truncation::Left {
+        input_ids.drain(..len - max);
+        per_token.drain(..len - max);
+    } else {
+        input_ids.truncate(max);
+        per_token.truncate(max);
+    }
+    Ok(())
 }
 
 /// Every row of the SFT files, tokenized.
@@ -283,10 +316,17 @@ impl SftDataset {
                 row,
                 msg,
             };
-            let enc = match Conversation::from_row(map, opts).and_then(|conv| {
-                conv.encode(tok, &out.prompts, opts)
-                    .map_err(|e| e.to_string())
-            }) {
+            let encoded = match &opts.format {
+                SftFormat::MultiTurn => Conversation::from_row(map, opts).and_then(|conv| {
+                    conv.encode(tok, &out.prompts, opts)
+                        .map_err(|e| e.to_string())
+                }),
+                SftFormat::SingleTurn(keys) => {
+                    super::sft_single_turn::PromptResponse::from_row(&map, keys)
+                        .and_then(|pr| pr.encode(tok, opts).map_err(|e| e.to_string()))
+                }
+            };
+            let enc = match encoded {
                 Ok(enc) => enc,
                 Err(msg) => {
                     problems.push(bad(msg));

@@ -25,11 +25,12 @@
 //! and sampler position); `latest_checkpointed_iteration.txt` names the last complete one.
 
 mod collate;
+mod legacy;
 
 use std::path::PathBuf;
 
 use tch::{Kind, Tensor};
-use verlc_spec::sft::SftSpec;
+use verlc_spec::sft::{SftSpec, SftTrainerKind};
 
 use crate::algo::AggOptions;
 use crate::data::BatchSampler;
@@ -81,6 +82,8 @@ pub fn dataset_options(spec: &SftSpec, max_samples: Option<usize>) -> SftOptions
         shuffle: false,
         seed: 0,
         release: spec.release,
+        format: d.format.clone(),
+        padding: d.padding,
     }
 }
 
@@ -136,9 +139,19 @@ impl<R: Roles> SftTrainer<R> {
                 train.len()
             )));
         }
-        if let Some(v) = val.as_ref().filter(|v| v.len() < global_batch) {
+        let val_batch = spec.val_batch();
+        if let Some(v) = val.as_ref().filter(|v| v.len() < val_batch) {
+            let what = if spec.trainer.is_legacy() {
+                format!(
+                    "data.micro_batch_size_per_gpu={} on each of {} data-parallel rank(s); verl's legacy trainer fails stacking no validation loss",
+                    spec.batching.micro_batch,
+                    spec.data_parallel()
+                )
+            } else {
+                format!("data.train_batch_size={global_batch} (verl would log val/loss as nan)")
+            };
             return Err(bad(format!(
-                "data.val_files hold {} conversation(s), fewer than one validation batch of data.train_batch_size={global_batch} (verl would log val/loss as nan)",
+                "data.val_files hold {} conversation(s), fewer than one validation batch of {what}",
                 v.len()
             )));
         }
@@ -154,7 +167,7 @@ impl<R: Roles> SftTrainer<R> {
                 param_dtype: spec.binding.precision,
                 main_dtype: m.engine.main_dtype(),
                 seed: m.seed,
-                optim: Some(m.optim.resolve(total_steps)),
+                optim: Some(m.optim.resolve(spec.schedule_steps(train.len()))),
                 loss_scale_factor: None,
                 loss_scaling: opts.loss_scaling,
                 lora: m
@@ -241,16 +254,37 @@ impl<R: Roles> SftTrainer<R> {
         let mut history = Vec::new();
         let test_every = self.spec.run.test_freq.every(self.steps_per_epoch);
         let save_every = self.spec.run.save_freq.every(self.steps_per_epoch);
+        // The legacy trainer's loop ends with its epochs; a `total_training_steps` beyond them
+        // never reaches its last-step validation and save.
+        let last_step = match self.spec.trainer {
+            SftTrainerKind::Legacy { .. } => self
+                .spec
+                .run
+                .total_training_steps
+                .unwrap_or(self.total_steps),
+            SftTrainerKind::Engine => self.total_steps,
+        };
         while self.global_step < self.total_steps {
             self.global_step += 1;
             let step = self.global_step;
             let started = std::time::Instant::now();
-            let mut metrics = self.train_step()?;
-            let last = step >= self.total_steps;
+            let mut metrics = match self.spec.trainer {
+                SftTrainerKind::Engine => self.train_step()?,
+                SftTrainerKind::Legacy { balance_dp_token } => {
+                    self.legacy_train_step(balance_dp_token)?
+                }
+            };
+            let last = step >= last_step;
             let validate = (last && self.val.is_some())
                 || (self.val.is_some() && test_every.is_some_and(|n| step.is_multiple_of(n)));
             if validate {
-                metrics.insert("val/loss".into(), self.validate()?);
+                let loss = match self.spec.trainer {
+                    SftTrainerKind::Engine => self.validate()?,
+                    SftTrainerKind::Legacy { balance_dp_token } => {
+                        self.legacy_validate(balance_dp_token)?
+                    }
+                };
+                metrics.insert("val/loss".into(), loss);
             }
             let save = last || save_every.is_some_and(|n| step.is_multiple_of(n));
             if save {

@@ -92,7 +92,8 @@ fn default_template(cfg: &Value) -> Option<String> {
 }
 
 impl Tokenizer {
-    /// A checkpoint directory, a Hub id in the Hub cache, or `builtin://tiny`.
+    /// A checkpoint directory, a Hub id in the Hub cache, `builtin://tiny`, or a scaled
+    /// stand-in model (`builtin://scaled?from=...`: its source's tokenizer).
     pub fn from_pretrained(path: &str) -> Result<Self, TokenizerError> {
         match BuiltinUri::parse(path) {
             Some(uri) => {
@@ -100,6 +101,16 @@ impl Tokenizer {
                     path: path.into(),
                     msg,
                 })?;
+                // A scaled stand-in model keeps its source's tokenizer.
+                if uri.name == "scaled" {
+                    let from: String =
+                        uri.get("from", String::new())
+                            .map_err(|msg| TokenizerError::Source {
+                                path: path.into(),
+                                msg,
+                            })?;
+                    return Self::from_pretrained(&from);
+                }
                 if uri.name != "tiny" {
                     return Err(TokenizerError::Source {
                         path: path.into(),

@@ -257,6 +257,16 @@ impl DataParallel {
         Ok(out)
     }
 
+    /// Each of `v` summed over every rank of the world.
+    pub fn world_sums(&self, v: &[f64]) -> Result<Vec<f64>, TrainerError> {
+        let Some(w) = &self.world else {
+            return Ok(v.to_vec());
+        };
+        let t = Tensor::from_slice(v);
+        w.all_reduce(&t, ReduceOp::Sum).map_err(dist)?;
+        Ok(Vec::<f64>::try_from(&t)?)
+    }
+
     /// The sum of `v` over the data-parallel group.
     pub fn sum(&self, v: i64) -> Result<i64, TrainerError> {
         let Some(g) = &self.group else { return Ok(v) };

@@ -111,7 +111,7 @@ fn conversations_encode_as_verls_sft_dataset_does() {
                     let ours = match e {
                         ConversationError::TooLong { .. } => "ValueError",
                         ConversationError::Mismatch { .. } => "AssertionError",
-                        ConversationError::Tokenizer(_) => "other",
+                        ConversationError::Tokenizer(_) | ConversationError::NoEosToken => "other",
                     };
                     if ours != kind {
                         wrong.push(format!("{label} row {i}: verl {kind}, ours: {e}"));
@@ -234,5 +234,121 @@ fn the_dataset_loads_rows_in_order_and_names_the_row_it_refuses() {
     assert!(
         w[0].starts_with("data.train_files: 5 assistant turn(s)") && w[0].contains("masks"),
         "{w:?}"
+    );
+}
+
+/// verl 0.7.0's legacy SFT trainer's data, against its own datasets: the single-turn
+/// `SFTDataset` (columns, and gsm8k's `extra_info` dict keys; truncation error, right and
+/// left; template arguments) and the multi-turn dataset in its default right-padded mode,
+/// where `truncation` is obeyed. verl's padding is cut off (it never reaches the loss).
+#[test]
+fn legacy_trainer_rows_encode_as_verl_0_7_0s_datasets_do() {
+    use runtime::data::sft::{SftFormat, SftPadding};
+    use runtime::data::sft_single_turn::PromptResponse;
+    use verlc_spec::sft::SingleTurnKeys;
+    let dir = sft_oracle();
+    let cases = oracle::json(&dir.join("legacy.json"));
+    let cases = cases.as_array().expect("cases");
+    assert_eq!(
+        cases.len(),
+        2 * (2 * 5 + 3 * 3),
+        "tokenizers x (single x multi)"
+    );
+    let (mut encoded, mut refused) = (0, 0);
+    let mut wrong = Vec::new();
+    for case in cases {
+        let config = &case["config"];
+        let tok_name = case["tokenizer"].as_str().expect("tokenizer");
+        let tok = Tokenizer::from_dir(&dir.join(tok_name)).expect("tokenizer");
+        let mut opts = options(config, "0.7.0");
+        opts.padding = SftPadding::Right;
+        let single = case["format"] == "single_turn";
+        let strings = |k: &str| -> Vec<String> {
+            config[k]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        };
+        if single {
+            opts.format = SftFormat::SingleTurn(SingleTurnKeys {
+                prompt_key: config["prompt_key"].as_str().expect("prompt_key").into(),
+                response_key: config["response_key"]
+                    .as_str()
+                    .expect("response_key")
+                    .into(),
+                prompt_dict_keys: strings("prompt_dict_keys"),
+                response_dict_keys: strings("response_dict_keys"),
+            });
+        }
+        let prompts = ChatPrompts::for_options(&tok, &opts).expect("prompts");
+        let file = case["file"].as_str().unwrap_or_default();
+        let label = format!(
+            "{tok_name} {file} {}",
+            case["options"].as_str().unwrap_or_default()
+        );
+        let rows = files::read_rows(&dir.join(file).display().to_string()).expect("rows");
+        let want_rows = case["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), want_rows.len(), "{label}");
+        for (i, (row, want)) in rows.into_iter().zip(want_rows).enumerate() {
+            if verl_0_7_0_numpy_failure(want) {
+                continue;
+            }
+            let got = match &opts.format {
+                SftFormat::SingleTurn(keys) => PromptResponse::from_row(&row, keys)
+                    .expect("row")
+                    .encode(&tok, &opts),
+                SftFormat::MultiTurn => Conversation::from_row(row, &opts)
+                    .expect("row")
+                    .encode(&tok, &prompts, &opts),
+            };
+            match (want.get("error").and_then(Value::as_str), got) {
+                (Some(kind), Err(ConversationError::TooLong { .. }))
+                    if kind == "NotImplementedError" || kind == "ValueError" =>
+                {
+                    refused += 1
+                }
+                (Some(kind), other) => wrong.push(format!(
+                    "{label} row {i}: verl raises {kind}, ours {other:?}"
+                )),
+                (None, Err(e)) => {
+                    wrong.push(format!("{label} row {i}: verl encodes it, ours: {e}"))
+                }
+                (None, Ok(enc)) => {
+                    let ids: Vec<i64> =
+                        serde_json::from_value(want["input_ids"].clone()).expect("ids");
+                    let mask: Vec<bool> = want["loss_mask"]
+                        .as_array()
+                        .expect("mask")
+                        .iter()
+                        .map(|m| m.as_i64() == Some(1))
+                        .collect();
+                    if enc.input_ids != ids {
+                        wrong.push(format!(
+                            "{label} row {i}: input_ids\n  verl {ids:?}\n  ours {:?}",
+                            enc.input_ids
+                        ));
+                    } else if enc.loss_mask[1..] != mask[1..] {
+                        // The first token's mask never weighs a log-probability.
+                        wrong.push(format!(
+                            "{label} row {i}: loss_mask\n  verl {mask:?}\n  ours {:?}",
+                            enc.loss_mask
+                        ));
+                    }
+                    encoded += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} differences:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    assert!(
+        encoded > 80 && refused > 10,
+        "{encoded} rows compared, {refused} refusals"
     );
 }

@@ -381,7 +381,14 @@ fn megatron_config_errors() {
     }
 }
 
-/// verl's own constant / cosine LambdaLR functions (run by the oracle), every step.
+/// `get_wsd_schedule_with_warmup`'s defaults (verl 0.7.0's legacy SFT trainer).
+const WSD: VerlSchedule = VerlSchedule::Wsd {
+    min_lr_ratio: 0.0,
+    num_cycles: 0.5,
+    stable_ratio: 0.9,
+};
+
+/// verl's own constant / cosine / WSD LambdaLR functions (run by the oracle), every step.
 #[test]
 fn verl_schedules_match_verl() {
     let j = oracle::json("verl");
@@ -415,6 +422,8 @@ fn verl_schedules_match_verl() {
             0,
             100,
         ),
+        ("wsd_w10", WSD, 10, 100),
+        ("wsd_w0_short", WSD, 0, 7),
     ];
     // verl 0.9.1's `zero_indexed_step: false` (its cosine counts steps from 1).
     let one_indexed = (

@@ -171,7 +171,7 @@ def verl_case():
     path = os.path.join(list(spec.submodule_search_locations)[0], "utils", "torch_functional.py")
     src = open(path).read()
     tree = ast.parse(src)
-    wanted = {"get_cosine_schedule_with_warmup", "get_constant_schedule_with_warmup"}
+    wanted = {"get_cosine_schedule_with_warmup", "get_constant_schedule_with_warmup", "get_wsd_schedule_with_warmup"}
     mod = ast.Module(body=[n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted], type_ignores=[])
     ns = {"math": math, "LambdaLR": LambdaLR, "Optimizer": Optimizer}
     exec(compile(mod, path, "exec"), ns)
@@ -182,6 +182,9 @@ def verl_case():
         "cosine_w10": lambda o: ns["get_cosine_schedule_with_warmup"](o, num_warmup_steps=10, num_training_steps=100),
         "cosine_min": lambda o: ns["get_cosine_schedule_with_warmup"](o, num_warmup_steps=5, num_training_steps=100, min_lr_ratio=0.1),
         "cosine_cycles": lambda o: ns["get_cosine_schedule_with_warmup"](o, num_warmup_steps=0, num_training_steps=100, min_lr_ratio=0.05, num_cycles=1.5),
+        # verl 0.7.0's legacy SFT trainer calls it with its defaults.
+        "wsd_w10": lambda o: ns["get_wsd_schedule_with_warmup"](o, num_warmup_steps=10, num_training_steps=100),
+        "wsd_w0_short": lambda o: ns["get_wsd_schedule_with_warmup"](o, num_warmup_steps=0, num_training_steps=7),
     }
     # verl 0.9.1's version of the cosine schedule, with its zero_indexed_step (unpacked by
     # scripts/setup beside the venv's 0.7.0).

@@ -139,8 +139,11 @@ def load(root, path, names=None, depth=0):
         ProcessorMixin=ProcessorMixin,
     )
     for (module, _), name in verl_imports(path):
-        if name == "copy_local_path_from_hdfs":
+        if name in ("copy_local_path_from_hdfs", "copy_to_local"):
             ns[name] = lambda p, verbose=False, **_: p
+            continue
+        if name == "compute_position_id_with_mask":
+            ns[name] = definitions(module_path(root, module) if module != "rel" else _, {name}, base_namespace())[name]
             continue
         if module == "rel":
             target = _ + ".py" if os.path.isfile(_ + ".py") else os.path.join(_, "__init__.py")
@@ -237,6 +240,92 @@ OPTIONS = {
 }
 
 
+# verl 0.7.0's legacy trainer runs the multi-turn dataset in its default `right` padding mode,
+# where `truncation` is obeyed.
+RIGHT_PADDED = ["short_error", "short_right", "short_left"]
+
+# verl 0.7.0's single-turn SFTDataset (the legacy trainer without multiturn.enable): its files,
+# column settings and options.
+QA = [
+    ("Reverse 12345.", "54321"),
+    ("What is the weather in Paris? (héllo ✓)", "sunny, 21 degrees"),
+    ("reverse digits " * 6, "the answer is " * 8),
+    ("hi", ""),
+]
+
+SINGLE_TURN_KEYS = {
+    "columns": {"prompt_key": "question", "response_key": "answer"},
+    "dict_keys": {
+        "prompt_key": "extra_info",
+        "response_key": "extra_info",
+        "prompt_dict_keys": ["question"],
+        "response_dict_keys": ["answer"],
+    },
+}
+
+SINGLE_TURN_OPTIONS = {
+    "long": {"max_length": 4096, "truncation": "error"},
+    "short_error": {"max_length": 80, "truncation": "error"},
+    "short_right": {"max_length": 80, "truncation": "right"},
+    "short_left": {"max_length": 80, "truncation": "left"},
+    "kwargs": {"max_length": 4096, "truncation": "error", "apply_chat_template_kwargs": {"enable_thinking": False}},
+}
+
+
+def write_single_turn_files(out):
+    paths = {}
+    rows = [{"question": q, "answer": a} for q, a in QA]
+    paths["columns"] = os.path.join(out, "qa.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), paths["columns"])
+    rows = [{"extra_info": {"split": "train", "index": i, "question": q, "answer": a}} for i, (q, a) in enumerate(QA)]
+    paths["dict_keys"] = os.path.join(out, "qa_extra_info.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), paths["dict_keys"])
+    return paths
+
+
+def unpadded(item):
+    """A right-padded item's real tokens (where the attention mask is 1)."""
+    n = int(item["attention_mask"].sum())
+    return {"input_ids": item["input_ids"][:n].tolist(), "loss_mask": item["loss_mask"][:n].tolist()}
+
+
+def items(ds, keep):
+    rows = []
+    for i in range(len(ds)):
+        try:
+            rows.append(keep(ds[i]))
+        except (ValueError, AssertionError, NotImplementedError, TypeError) as e:
+            rows.append({"error": type(e).__name__, "message": str(e)})
+    return rows
+
+
+def legacy_cases(out, tokenizers, root):
+    """verl 0.7.0's legacy trainer's data: the single-turn dataset, and the multi-turn one
+    right-padded."""
+    single = load(root, os.path.join(root, "utils/dataset/sft_dataset.py"))["SFTDataset"]
+    multi = load(root, os.path.join(root, "utils/dataset/multiturn_sft_dataset.py"))["MultiTurnSFTDataset"]
+    files = write_single_turn_files(out)
+    multi_files = {k: os.path.join(out, f"{k}.parquet") for k in ("plain", "tools", "thinking")}
+    results = []
+    for tok_name, fast in tokenizers.items():
+        for layout, keys in SINGLE_TURN_KEYS.items():
+            for opt_name, opts in SINGLE_TURN_OPTIONS.items():
+                config = {**keys, **opts}
+                with contextlib.redirect_stdout(io.StringIO()):
+                    ds = single(parquet_files=files[layout], tokenizer=fast, config=config)
+                results.append({"format": "single_turn", "tokenizer": tok_name, "file": os.path.basename(files[layout]),
+                                "options": opt_name, "config": config, "rows": items(ds, unpadded)})
+        for file_name, path in multi_files.items():
+            for opt_name in RIGHT_PADDED:
+                config = {"pad_mode": "right", **OPTIONS[opt_name]}
+                with contextlib.redirect_stdout(io.StringIO()):
+                    ds = multi(parquet_files=[path], tokenizer=fast, config=config)
+                results.append({"format": "multi_turn", "tokenizer": tok_name, "file": os.path.basename(path),
+                                "options": opt_name, "config": config, "rows": items(ds, unpadded)})
+    with open(os.path.join(out, "legacy.json"), "w") as f:
+        json.dump(results, f, ensure_ascii=False)
+
+
 def main(out, templates):
     os.makedirs(out, exist_ok=True)
     tokenizers = chat_tokenizers(out, templates)
@@ -278,6 +367,11 @@ def main(out, templates):
                     )
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(results, f, ensure_ascii=False)
+    # pandas warns that verl's SFTDataset indexes a Series by position.
+    import warnings
+
+    warnings.simplefilter("ignore", FutureWarning)
+    legacy_cases(out, tokenizers, release_roots()["0.7.0"])
 
 
 if __name__ == "__main__":

@@ -134,8 +134,10 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
             Some("actor_rollout_ref.model.tokenizer_path"),
         ),
         ("critic.model.path", Some("critic.model.tokenizer_path")),
-        // verl's SFT trainer.
+        // verl's SFT trainer, and 0.7.0's legacy one (which reads its tokenizer from the
+        // model's path: a scaled stand-in keeps its source's).
         ("model.path", Some("model.tokenizer_path")),
+        ("model.partial_pretrain", None),
         ("reward_model.model.path", None),
         ("reward.reward_model.model_path", None),
     ] {
@@ -154,7 +156,12 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
             }
             Ok(None) => {}
             // A critic or reward model that is off may name anything.
-            Err(e) if matches!(path_key, "actor_rollout_ref.model.path" | "model.path") => {
+            Err(e)
+                if matches!(
+                    path_key,
+                    "actor_rollout_ref.model.path" | "model.path" | "model.partial_pretrain"
+                ) =>
+            {
                 problems.push(e)
             }
             Err(_) => {}
@@ -268,6 +275,12 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
         "ulysses_sequence_parallel_size",
     ] {
         let key = format!("engine.{k}");
+        // The legacy SFT config keeps its Ulysses degree at the top.
+        let key = if p.get(&key).is_none() && p.get(k).is_some() {
+            k.to_owned()
+        } else {
+            key
+        };
         match p.get(&key).and_then(Node::as_i64) {
             Some(v) if v > 1 && !kept => {
                 p.clip(&key, 2, PARALLEL);
@@ -511,29 +524,6 @@ pub fn run(a: SmokeArgs) -> u8 {
         only: Vec::new(),
     };
     let checked = check(&req, &opts);
-    if checked.kind == verlc::sft::ConfigKind::LegacySft {
-        // Its findings, as `verlc build` reports them.
-        let checked = verlc::compile::compile(
-            &req,
-            &opts,
-            verlc::compile::Mode::Build {
-                deny_warnings: false,
-            },
-        )
-        .checked;
-        if json {
-            println!("{}", render::json_checked(&checked));
-        } else {
-            eprint!(
-                "{}",
-                render::human_checked(&checked, super::output::stderr_color())
-            );
-            eprintln!(
-                "error: verl 0.7.0's legacy SFT config (`fsdp_sft_trainer`) is recognised, not checked or run; its successor `sft_trainer_engine` is"
-            );
-        }
-        return EXIT_ERRORS;
-    }
     let typed = checked.config.is_some() || checked.sft.is_some();
     if checked.has_errors() || !typed {
         let color = super::output::stderr_color();

@@ -11,6 +11,7 @@
 //! verl's SFT trainer gives each rank `train_batch_size // dp` samples a step: with fewer
 //! samples than ranks that is 0, and its data loader refuses a batch size of 0 at start-up;
 //! otherwise the remainder is never trained (the global batch is `(train_batch_size // dp) × dp`).
+//! verl 0.7.0's legacy trainer (`fsdp_sft_trainer`) asserts the multiple at start-up instead.
 //!
 //! ## Example
 //! ```yaml
@@ -48,6 +49,20 @@ pub(super) fn check(ctx: &SftContext, out: &mut Vec<Diagnostic>) {
             .with_key(key)
             .with_primary(ctx.origin(key), "the global batch")
             .with_help(format!("use at least {dp} (a multiple of it)")),
+        );
+    } else if c.train_batch_size % dp != 0 && c.is_legacy() {
+        let used = c.train_batch_size / dp * dp;
+        out.push(
+            Diagnostic::error(
+                Code("F001"),
+                format!(
+                    "data.train_batch_size ({}) is not a multiple of the {dp} data-parallel ranks",
+                    c.train_batch_size
+                ),
+            )
+            .with_key(key)
+            .with_primary(ctx.origin(key), "the legacy trainer asserts it at start-up")
+            .with_help(format!("use {used} or {}", used + dp)),
         );
     } else if c.train_batch_size % dp != 0 {
         let used = c.train_batch_size / dp * dp;

@@ -43,7 +43,7 @@ pub(super) fn check(ctx: &SftContext, out: &mut Vec<Diagnostic>) {
         c.train_batch_size, c.micro_batch_size_per_gpu
     );
     let pieces = per_rank / c.micro_batch_size_per_gpu;
-    let d = if ctx.release != "0.7.0" {
+    let d = if ctx.release != "0.7.0" || c.is_legacy() {
         Diagnostic::error(Code("F002"), message)
             .with_help("verl asserts that the micro-batches come out whole")
     } else if pieces == 0 {

@@ -11,6 +11,8 @@ use super::SftConfig;
 mod batch_below_data_parallel;
 mod batch_not_divisible_by_micro_batch;
 mod frequency_zero;
+mod legacy_chat_template;
+mod legacy_key_not_read;
 mod logger_unknown;
 mod pad_mode_not_no_padding;
 mod profile_interval_invalid;
@@ -32,8 +34,9 @@ pub struct SftContext<'a> {
 }
 
 impl SftContext<'_> {
-    /// Where `key` (dotted) was written.
-    pub fn origin(&self, key: &str) -> Option<Origin> {
+    /// Where `key` (dotted, named as in `sft_trainer_engine`) was written.
+    pub fn origin(&self, key: &'static str) -> Option<Origin> {
+        let key = self.config.key(key);
         let path: Vec<&str> = key.split('.').collect();
         self.root.get_path(&path).and_then(|n| n.origin.clone())
     }
@@ -138,6 +141,18 @@ pub static SFT_RULES: &[SftRule] = &[
         "ProfileIntervalInvalid",
         profile_interval_invalid,
         "trainer.profile_interval is [start, end] with end >= start"
+    ),
+    rule!(
+        "F014",
+        "LegacyKeyNotRead",
+        legacy_key_not_read,
+        "verl 0.7.0's legacy SFT trainer ignores this key of its config (another key is read)"
+    ),
+    rule!(
+        "F015",
+        "LegacyChatTemplate",
+        legacy_chat_template,
+        "verl 0.7.0's legacy SFT trainer refuses data.chat_template at start-up"
     ),
 ];
 

@@ -1,8 +1,10 @@
 //! ## What it checks
-//! That `optim.lr_scheduler_type` (the FSDP engine's optimizer) is `constant` or `cosine`.
+//! That `optim.lr_scheduler_type` (the FSDP engine's optimizer) is `constant` or `cosine`; in
+//! verl 0.7.0's legacy config, that `optim.lr_scheduler` is `cosine` or `wsd`.
 //!
 //! ## Why
-//! verl's optimizer config asserts one of the two when the trainer starts.
+//! verl's optimizer config asserts one of the two when the trainer starts; the legacy trainer
+//! raises ValueError for another scheduler name when it builds the model.
 //!
 //! ## Example
 //! ```yaml
@@ -24,16 +26,24 @@ pub(super) fn check(ctx: &SftContext, out: &mut Vec<Diagnostic>) {
     let Some(kind) = &c.lr_scheduler_type else {
         return;
     };
-    if matches!(kind.as_str(), "constant" | "cosine") {
+    let known: &[&str] = if c.is_legacy() {
+        &["cosine", "wsd"]
+    } else {
+        &["constant", "cosine"]
+    };
+    if known.contains(&kind.as_str()) {
         return;
     }
-    let key = "optim.lr_scheduler_type";
+    let key = c.key("optim.lr_scheduler_type");
     out.push(
         Diagnostic::error(
             Code("F012"),
-            format!("optim.lr_scheduler_type `{kind}` is not constant or cosine"),
+            format!("{key} `{kind}` is not {}", known.join(" or ")),
         )
         .with_key(key)
-        .with_primary(ctx.origin(key), "verl asserts one of the two"),
+        .with_primary(
+            ctx.origin("optim.lr_scheduler_type"),
+            "verl accepts one of the two",
+        ),
     );
 }

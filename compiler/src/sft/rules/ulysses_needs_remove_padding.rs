@@ -30,16 +30,17 @@ pub(super) fn check(ctx: &SftContext, out: &mut Vec<Diagnostic>) {
         Diagnostic::error(
             Code("F007"),
             format!(
-                "Ulysses sequence parallelism ({}) needs model.use_remove_padding",
-                c.engine.ulysses
+                "Ulysses sequence parallelism ({}) needs {}",
+                c.engine.ulysses,
+                c.key("model.use_remove_padding")
             ),
         )
-        .with_key("model.use_remove_padding")
+        .with_key(c.key("model.use_remove_padding"))
         .with_primary(ctx.origin("model.use_remove_padding"), "padding kept")
         .with_secondary(
             ctx.origin("engine.ulysses_sequence_parallel_size"),
             "sequences split across ranks",
         )
-        .with_help("set model.use_remove_padding=true"),
+        .with_help(format!("set {}=true", c.key("model.use_remove_padding"))),
     );
 }

@@ -27,7 +27,8 @@ pub struct VerlLrScheduler {
 impl VerlLrScheduler {
     /// Captures the groups' current lr as base and applies `lambda(0)` (LambdaLR's init).
     pub fn new(config: &VerlSchedulerConfig, groups: &mut [GroupOptions]) -> Result<Self> {
-        if let VerlSchedule::Cosine { min_lr_ratio, .. } = config.schedule
+        if let VerlSchedule::Cosine { min_lr_ratio, .. } | VerlSchedule::Wsd { min_lr_ratio, .. } =
+            config.schedule
             && !(0.0..=1.0).contains(&min_lr_ratio)
         {
             return Err(OptimError::Config(format!(
@@ -83,6 +84,29 @@ impl VerlLrScheduler {
                 let progress = (step - w) as f64 / i64::max(1, self.total_steps - w) as f64;
                 let x = (std::f64::consts::PI * num_cycles * 2.0 * progress).cos();
                 f64::max(min_lr_ratio, x * coef + intercept)
+            }
+            VerlSchedule::Wsd {
+                min_lr_ratio,
+                num_cycles,
+                stable_ratio,
+            } => {
+                let remaining = i64::max(0, self.total_steps - w);
+                let stable = (remaining as f64 * stable_ratio) as i64;
+                let decay = remaining - stable;
+                if step < w {
+                    step as f64 / i64::max(1, w) as f64
+                } else if step < w + stable {
+                    1.0
+                } else if step < self.total_steps {
+                    let progress = (step - w - stable) as f64 / i64::max(1, decay) as f64;
+                    let value = f64::max(
+                        0.0,
+                        0.5 * (1.0 + (std::f64::consts::PI * num_cycles * 2.0 * progress).cos()),
+                    );
+                    (1.0 - min_lr_ratio) * value + min_lr_ratio
+                } else {
+                    min_lr_ratio
+                }
             }
         }
     }
