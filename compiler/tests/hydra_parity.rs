@@ -290,7 +290,16 @@ fn compare(name: &str, verlc: &Outcome, hydra: &Outcome) -> Option<String> {
 // ---------------------------------------------------------------- the cases
 
 fn example_cases(verl: &Path) -> Vec<Case> {
-    fixture_cases("verl_examples", "", verl, true)
+    let mut cases = fixture_cases("verl_examples", "", verl, true);
+    // verl 0.7.0's SFT calls: the legacy `fsdp_sft_trainer`'s (config `sft_trainer`) and the
+    // engine trainer's.
+    cases.extend(fixture_cases(
+        "verl_sft_examples_0_7_0",
+        "verl 0.7.0 SFT: ",
+        verl,
+        true,
+    ));
+    cases
 }
 
 /// The command lines of a fixture's `overrides.json`, composed on `tree`; names get `prefix`.

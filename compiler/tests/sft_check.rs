@@ -525,3 +525,159 @@ fn explain_derives_verls_arithmetic_build_plans_an_sft_trainer_and_smoke_names_a
     );
     assert!(!stderr.contains("compiling"), "{stderr}");
 }
+
+fn legacy(overrides: &[&str]) -> Checked {
+    check(
+        &LoadRequest {
+            config_name: Some("sft_trainer".into()),
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+            builtin: BuiltinRelease::V0_7_0,
+            ..Default::default()
+        },
+        &CheckOptions::default(),
+    )
+}
+
+/// verl 0.7.0's legacy SFT config (`sft_trainer`, run by `fsdp_sft_trainer`) checks clean as
+/// verl ships it, is told from the engine trainer's, and its values are read under its own
+/// keys.
+#[test]
+fn verl_0_7_0s_legacy_sft_config_checks_clean() {
+    let c = legacy(&[]);
+    assert_eq!(c.kind, ConfigKind::LegacySft);
+    assert!(c.diagnostics.is_empty(), "{}", show(&c.diagnostics));
+    let cfg = c.sft.as_ref().expect("typed SFT config");
+    assert!(cfg.is_legacy());
+    assert_eq!(cfg.model_path, "~/models/gemma-1.1-7b-it");
+    assert_eq!(cfg.pad_mode, "right");
+    assert!(!cfg.use_dynamic_bsz);
+    assert_eq!(cfg.lr_scheduler_type.as_deref(), Some("cosine"));
+    assert_eq!(cfg.engine.strategy, "fsdp2");
+}
+
+/// The legacy trainer's own failures, each at its key: an uneven batch (asserted, not
+/// dropped), micro-batches that do not divide a rank's batch, unpadded rows, no validation
+/// files (loaded at start-up), Ulysses without `use_remove_padding` (a top-level key here),
+/// an unknown scheduler, `data.chat_template`; and keys it never reads (F014).
+#[test]
+fn the_legacy_trainers_mistakes_are_reported_at_their_keys() {
+    let world = ["trainer.nnodes=1", "trainer.n_gpus_per_node=4"];
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &["data.train_batch_size=10"],
+            "F001",
+            "data.train_batch_size",
+        ),
+        (
+            &["data.micro_batch_size_per_gpu=5"],
+            "F002",
+            "data.micro_batch_size_per_gpu",
+        ),
+        (&["+data.pad_mode=no_padding"], "F003", "data.pad_mode"),
+        (&["data.val_files=null"], "F006", "data.val_files"),
+        (
+            &["ulysses_sequence_parallel_size=2"],
+            "F007",
+            "use_remove_padding",
+        ),
+        (&["optim.lr_scheduler=linear"], "F012", "optim.lr_scheduler"),
+        (&["data.chat_template=x"], "F015", "data.chat_template"),
+    ];
+    for (overrides, code, key) in cases {
+        let all: Vec<&str> = world.iter().chain(overrides.iter()).copied().collect();
+        let c = legacy(&all);
+        let found = c
+            .diagnostics
+            .iter()
+            .find(|d| d.code.0 == *code)
+            .unwrap_or_else(|| panic!("{overrides:?}: no {code}: {}", show(&c.diagnostics)));
+        assert!(found.is_error(), "{code} is an error: {}", found.message);
+        assert_eq!(found.key_path.as_deref(), Some(*key), "{}", found.message);
+        assert!(found.primary.is_some(), "{code} points at a line");
+    }
+    for (set, key) in [
+        ("data.micro_batch_size=8", "data.micro_batch_size"),
+        (
+            "data.multiturn.messages_key=conversation",
+            "data.multiturn.messages_key",
+        ),
+        ("optim.lr_warmup_steps=10", "optim.lr_warmup_steps"),
+        ("optim.lr_scheduler_type=cosine", "optim.lr_scheduler_type"),
+    ] {
+        let c = legacy(&[set]);
+        let d = c
+            .diagnostics
+            .iter()
+            .find(|d| d.code.0 == "F014")
+            .unwrap_or_else(|| panic!("{set}: {}", show(&c.diagnostics)));
+        assert!(!d.is_error());
+        assert_eq!(d.key_path.as_deref(), Some(key));
+    }
+    // The defaults' own values of those keys are not reported; a dataset key added with `+`
+    // is one verl reads.
+    let c = legacy(&[
+        "data.multiturn.messages_key=messages",
+        "+data.messages_key=conversation",
+        "+data.ignore_input_ids_mismatch=true",
+    ]);
+    assert!(c.diagnostics.is_empty(), "{}", show(&c.diagnostics));
+}
+
+/// verl 0.7.0's SFT example calls (tests/fixtures/verl_sft_examples_0_7_0: nine of the legacy
+/// trainer, one of the engine trainer) on 0.7.0's built-in tree: every one composes and checks
+/// without an error (as verl starts them), the legacy ones lower to a legacy trainer spec, and
+/// the calls that set `data.micro_batch_size` hear that the legacy trainer never reads it.
+#[test]
+fn verl_0_7_0s_sft_examples_check_as_verl_runs_them() {
+    let path = workspace().join("tests/fixtures/verl_sft_examples_0_7_0/overrides.json");
+    let text = std::fs::read_to_string(&path).expect("the 0.7.0 SFT example fixture");
+    let calls: Vec<serde_json::Value> = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(calls.len(), 10);
+    let mut legacy_calls = 0;
+    for call in &calls {
+        let script = call["script"].as_str().unwrap_or("?");
+        let name = call["config_name"].as_str().unwrap_or("?");
+        let overrides: Vec<String> = call["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.as_str().map(str::to_string))
+            .collect();
+        let c = check(
+            &LoadRequest {
+                config_name: Some(name.into()),
+                overrides: overrides.clone(),
+                builtin: BuiltinRelease::V0_7_0,
+                ..Default::default()
+            },
+            &CheckOptions::default(),
+        );
+        let errors: Vec<&Diagnostic> = c.diagnostics.iter().filter(|d| d.is_error()).collect();
+        assert!(errors.is_empty(), "{script}: {}", show(&c.diagnostics));
+        let refused: Vec<&Diagnostic> = c
+            .diagnostics
+            .iter()
+            .filter(|d| d.code.0 == "B018")
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "{script}: verlc build refuses {}",
+            show(&c.diagnostics)
+        );
+        let unread = c
+            .diagnostics
+            .iter()
+            .any(|d| d.code.0 == "F014" && d.key_path.as_deref() == Some("data.micro_batch_size"));
+        let sets_it = overrides
+            .iter()
+            .any(|o| o.starts_with("data.micro_batch_size="));
+        assert_eq!(unread, sets_it, "{script}: {}", show(&c.diagnostics));
+        if name == "sft_trainer" {
+            assert_eq!(c.kind, ConfigKind::LegacySft, "{script}");
+            legacy_calls += 1;
+        } else {
+            assert_eq!(c.kind, ConfigKind::Sft, "{script}");
+        }
+    }
+    assert_eq!(legacy_calls, 9);
+}

@@ -16,7 +16,8 @@ config dirs that extend verl's tree via `hydra.searchpath`) go to `skipped.json`
 reason, so the CI fixture holds only the scripts' arguments and none of verl's files.
 
 With `--trainer sft` the same is done for verl's SFT trainer: calls of
-`-m verl.trainer.sft_trainer` (or `sft_trainer_ray`) composing `sft_trainer_engine`.
+`-m verl.trainer.sft_trainer` (or `sft_trainer_ray`) composing `sft_trainer_engine`, and of
+verl 0.7.0's legacy `-m verl.trainer.fsdp_sft_trainer` composing `sft_trainer`.
 
 Usage (needs a clone or mirror of verl; read-only, no work tree needed):
     python3 tests/hydra/extract_example_overrides.py \
@@ -24,6 +25,8 @@ Usage (needs a clone or mirror of verl; read-only, no work tree needed):
         --out tests/fixtures/verl_examples
     python3 tests/hydra/extract_example_overrides.py --trainer sft --only examples/sft \
         --repo <verl git dir> --ref v0.9.0 --out tests/fixtures/verl_sft_examples_0_9_0
+    python3 tests/hydra/extract_example_overrides.py --trainer sft --only examples/sft \
+        --repo <verl git dir> --ref v0.7.0 --out tests/fixtures/verl_sft_examples_0_7_0
 """
 
 import argparse
@@ -46,13 +49,19 @@ VERL_CONFIG_DIR = "verl/trainer/config"
 IN_SCOPE_CONFIGS = {"ppo_trainer", "ppo_megatron_trainer"}
 
 
+# Entry modules whose @hydra.main default config is not DEFAULT_CONFIG_NAME.
+MODULE_CONFIG_NAMES = {}
+
+
 def use_sft_trainer():
-    """Record verl's SFT trainer's calls instead of main_ppo's."""
+    """Record verl's SFT trainers' calls instead of main_ppo's (the engine trainer's, and
+    verl 0.7.0's legacy fsdp_sft_trainer's, whose config is `sft_trainer`)."""
     global MAIN_MODULE, ALSO_MAIN, DEFAULT_CONFIG_NAME, IN_SCOPE_CONFIGS
     MAIN_MODULE = "verl.trainer.sft_trainer"
-    ALSO_MAIN = ("verl.trainer.sft_trainer_ray",)
+    ALSO_MAIN = ("verl.trainer.sft_trainer_ray", "verl.trainer.fsdp_sft_trainer")
     DEFAULT_CONFIG_NAME = "sft_trainer_engine"
-    IN_SCOPE_CONFIGS = {"sft_trainer_engine"}
+    MODULE_CONFIG_NAMES["verl.trainer.fsdp_sft_trainer"] = "sft_trainer"
+    IN_SCOPE_CONFIGS = {"sft_trainer_engine", "sft_trainer"}
 # Where the sandbox's repository root appears in recorded paths.
 FAKE_ROOT = "/workspace/verl"
 FAKE_HOME = "/home/user"
@@ -255,7 +264,7 @@ def cases_of_script(script, text, ref, tmp, stub_dir, prelude):
             k = argv.index("-m")
             if k + 1 < len(argv):
                 if argv[k + 1] == MAIN_MODULE or argv[k + 1] in ALSO_MAIN:
-                    mains.append(argv[k + 2:])
+                    mains.append((argv[k + 1], argv[k + 2:]))
                 elif argv[k + 1].startswith("verl."):
                     other_entry.append(argv[k + 1])
         elif argv and argv[0] in ("python", "python3") and len(argv) > 1 and argv[1].endswith(".py"):
@@ -265,10 +274,10 @@ def cases_of_script(script, text, ref, tmp, stub_dir, prelude):
         if note:
             reason += f" ({note})"
         return [], [dict(base, reason=reason)]
-    for n, argv in enumerate(mains):
+    for n, (module, argv) in enumerate(mains):
         config_path, config_name, overrides, flags = hydra_args(argv, root)
         config_dir = resolve_config_dir(config_path, root)
-        name = config_name or DEFAULT_CONFIG_NAME
+        name = config_name or MODULE_CONFIG_NAMES.get(module, DEFAULT_CONFIG_NAME)
         case = dict(base)
         if len(mains) > 1:
             case["call"] = n

@@ -54,3 +54,51 @@ fn micro_batches_of_a_step_add_up_to_the_whole() {
         sft_loss(&a, &ma, n, 1).double_value(&[]) + sft_loss(&b, &mb, n, 1).double_value(&[]);
     assert!((whole - parts).abs() < 1e-12, "{whole} vs {parts}");
 }
+
+/// verl 0.7.0's legacy SFT trainer's micro-batch loss (its `_compute_loss_and_backward`,
+/// executed by the oracle on fixed logits of right-padded rows): the token mean of the
+/// micro-batch over the micro-batch count, and its gradient with respect to the logits.
+#[test]
+fn legacy_sft_loss_matches_verl_0_7_0s_trainer() {
+    use runtime::algo::sft_loss::sft_loss_legacy;
+    let cases = verl_functions("sft_loss_legacy");
+    let cases = cases.as_array().expect("cases");
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let ids: Vec<Vec<i64>> = serde_json::from_value(case["input_ids"].clone()).expect("ids");
+        let mask: Vec<Vec<i64>> = serde_json::from_value(case["loss_mask"].clone()).expect("m");
+        let logits: Vec<Vec<Vec<f64>>> =
+            serde_json::from_value(case["logits"].clone()).expect("logits");
+        let grad_want: Vec<Vec<Vec<f64>>> =
+            serde_json::from_value(case["grad"].clone()).expect("grad");
+        let micro = case["micro_batches"].as_u64().expect("micro") as usize;
+        let (rows, width) = (ids.len() as i64, ids[0].len() as i64);
+        let flat: Vec<f64> = logits.iter().flatten().flatten().copied().collect();
+        let vocab = flat.len() as i64 / (rows * width);
+        let logits = Tensor::from_slice(&flat)
+            .reshape([rows, width, vocab])
+            .set_requires_grad(true);
+        let ids = Tensor::from_slice(&ids.concat()).reshape([rows, width]);
+        let mask = Tensor::from_slice(&mask.concat()).reshape([rows, width]);
+        // The runtime's layout: log p(token t | < t) for t >= 1, the mask on the same tokens.
+        let log_probs = logits
+            .narrow(1, 0, width - 1)
+            .log_softmax(-1, Kind::Double)
+            .gather(2, &ids.narrow(1, 1, width - 1).unsqueeze(-1), false)
+            .squeeze_dim(-1);
+        let shifted = mask.narrow(1, 1, width - 1);
+        let tokens = loss_tokens(&shifted);
+        let loss = sft_loss_legacy(&log_probs, &shifted, tokens, 1.0, micro).expect("loss");
+        loss.backward();
+        let (got, want) = (loss.double_value(&[]), case["loss"].as_f64().expect("loss"));
+        assert!(
+            (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "loss {got} vs verl's {want}"
+        );
+        let grad: Vec<f64> = Vec::try_from(logits.grad().flatten(0, -1)).expect("grad");
+        let want: Vec<f64> = grad_want.iter().flatten().flatten().copied().collect();
+        for (g, w) in grad.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-6, "gradient {g} vs verl's {w}");
+        }
+    }
+}

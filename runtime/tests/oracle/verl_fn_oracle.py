@@ -42,6 +42,8 @@ Writes
   (local, and with global-batch info over 2 data-parallel ranks), the gspo policy loss under each
   aggregation mode (loss and gradient), reinforce_plus_plus's advantages and returns, and
   grpo_vectorized's advantages;
+- OUT/sft_loss_legacy.json: verl 0.7.0's legacy SFT trainer's micro-batch loss (its
+  `_compute_loss_and_backward`, executed on fixed logits): loss and gradient;
 - OUT/dynamic_bsz.json: for seeded valid-token counts and token budgets, the micro-batches
   (row indices, in order) of verl's rearrange_micro_batches (utils/seqlen_balancing.py, one
   process), with many equal lengths among the cases so that tie-breaking is exercised.
@@ -823,8 +825,65 @@ def sft_loss_0_9(out):
         json.dump(cases, f)
 
 
+def sft_loss_legacy(out):
+    """verl 0.7.0's legacy SFT trainer's loss (FSDPSFTTrainer._compute_loss_and_backward of
+    trainer/fsdp_sft_trainer.py, the padded path without sequence parallelism) on fixed logits:
+    for right-padded micro-batches and several micro-batch counts, the loss it returns and its
+    gradient with respect to the logits. The method runs as verl wrote it, on a stand-in `self`
+    whose model returns the given logits."""
+    import types
+    from contextlib import nullcontext
+
+    from omegaconf import OmegaConf
+
+    path = os.path.join(installed_verl(), "trainer/fsdp_sft_trainer.py")
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FSDPSFTTrainer")
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_compute_loss_and_backward")
+    ns = {"torch": torch, "nn": torch.nn, "nullcontext": nullcontext}
+    flags = __import__("__future__").annotations.compiler_flag
+    exec(compile(ast.Module(body=[method], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), ns)
+    fn = ns["_compute_loss_and_backward"]
+
+    class Logits(torch.nn.Module):
+        def __init__(self, logits):
+            super().__init__()
+            self.logits = logits
+
+        def forward(self, **_):
+            return types.SimpleNamespace(logits=self.logits)
+
+    gen = torch.Generator().manual_seed(23)
+    vocab = 11
+    cases = []
+    for rows, width, n_micro in [(2, 7, 1), (3, 6, 2), (1, 9, 4), (4, 5, 3)]:
+        lengths = torch.randint(2, width + 1, (rows,), generator=gen)
+        input_ids = torch.randint(0, vocab, (rows, width), generator=gen)
+        attention = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.int64)
+        loss_mask = ((torch.rand(rows, width, generator=gen) > 0.3).to(torch.int64)) * attention
+        logits = torch.randn(rows, width, vocab, generator=gen, dtype=torch.float32).requires_grad_(True)
+        me = types.SimpleNamespace(
+            use_remove_padding=False,
+            config=OmegaConf.create({"ulysses_sequence_parallel_size": 1, "data": {"balance_dp_token": False}}),
+            device_name="cpu",
+            sharding_manager=None,
+            fsdp_model=Logits(logits),
+            model=types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=vocab)),
+        )
+        batch = {"input_ids": input_ids, "attention_mask": attention,
+                 "position_ids": torch.clip(attention.cumsum(-1) - 1, min=0), "loss_mask": loss_mask.clone()}
+        loss = fn(me, batch, do_backward=True, n_micro_batches=n_micro)
+        cases.append({"input_ids": input_ids.tolist(), "attention_mask": attention.tolist(),
+                      "loss_mask": loss_mask.tolist(), "logits": logits.detach().tolist(),
+                      "micro_batches": n_micro, "loss": float(loss.detach()), "grad": logits.grad.tolist()})
+    with open(os.path.join(out, "sft_loss_legacy.json"), "w") as f:
+        json.dump(cases, f)
+
+
 if __name__ == "__main__":
     os.makedirs(sys.argv[1], exist_ok=True)
+    sft_loss_legacy(sys.argv[1])
     release_semantics(sys.argv[1])
     pf_ppo(sys.argv[1])
     dynamic_bsz(sys.argv[1])

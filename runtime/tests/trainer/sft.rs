@@ -265,6 +265,144 @@ fn sft_resume_continues_exactly() {
     }
 }
 
+/// A run of verl 0.7.0's legacy SFT config (`sft_trainer`): gsm8k's single-turn layout over
+/// the built-in rows (`extra_info.question` -> `extra_info.answer`), answers of 2 to 5 digits so
+/// that micro-batches hold different numbers of loss tokens.
+fn legacy_spec(dir: &Path, steps: u64, extra: &[&str]) -> SftSpec {
+    let mut o: Vec<String> = vec![
+        format!("model.partial_pretrain='{TINY}'"),
+        "data.train_files='builtin://digit_reversal?split=train&min_digits=2&max_digits=5&size=512'".into(),
+        "data.val_files='builtin://digit_reversal?split=test&min_digits=2&max_digits=5&size=64'".into(),
+        "data.prompt_key=extra_info".into(),
+        "data.response_key=extra_info".into(),
+        "data.prompt_dict_keys=[question]".into(),
+        "data.response_dict_keys=[answer]".into(),
+        "data.train_batch_size=32".into(),
+        "data.micro_batch_size_per_gpu=8".into(),
+        "data.max_length=48".into(),
+        "optim.lr=3e-3".into(),
+        "optim.weight_decay=0.0".into(),
+        "trainer.device=cpu".into(),
+        "trainer.n_gpus_per_node=1".into(),
+        "trainer.logger=[]".into(),
+        "trainer.total_epochs=2".into(),
+        format!("trainer.total_training_steps={steps}"),
+        "trainer.test_freq=-1".into(),
+        "trainer.save_freq=-1".into(),
+        format!("trainer.default_local_dir={}", dir.join("ckpt").display()),
+    ];
+    o.extend(extra.iter().map(|s| s.to_string()));
+    let compiled = compile(
+        &LoadRequest {
+            config_name: Some("sft_trainer".into()),
+            overrides: o,
+            builtin: BuiltinRelease::V0_7_0,
+            ..Default::default()
+        },
+        &CheckOptions::default(),
+        Mode::Build {
+            deny_warnings: false,
+        },
+    );
+    match compiled.planned {
+        Some(Planned::Sft(p)) => p.spec,
+        _ => panic!("errors: {:#?}", errors(&compiled.checked.diagnostics)),
+    }
+}
+
+/// The legacy trainer's step: its loss is the mean over the rank's micro-batches of each one's
+/// token mean (verl's `_compute_loss_and_backward` with `n_micro_batches`, checked against
+/// verl in `tests/algo/sft_loss.rs`), not the step's token mean; its lr follows verl's cosine
+/// schedule over the epochs (`train/lr(1e-3)` after the step); and a resumed run continues it
+/// exactly.
+#[test]
+fn legacy_sft_trainer_averages_micro_batch_means_and_resumes_exactly() {
+    tch::set_num_threads(1);
+    let dir = scratch("sft_legacy");
+    let s = legacy_spec(&dir.join("one"), 1, &[]);
+    assert!(s.trainer.is_legacy());
+    let tok = Tokenizer::from_pretrained(&s.model.tokenizer_path).expect("tokenizer");
+    let data = SftDataset::load(
+        &s.data.train_files,
+        &tok,
+        &runtime::sft::dataset_options(&s, s.data.train_max_samples),
+    )
+    .expect("dataset");
+    let mut sampler =
+        runtime::data::BatchSampler::new(data.len(), 32, true, s.run.seed, true).expect("sampler");
+    let rows = sampler.next_batch();
+    let mut engine: SingleEngine<CausalLm> = SingleEngine::new(EngineSettings {
+        model_path: s.model.path.clone(),
+        device: tch::Device::Cpu,
+        param_dtype: s.binding.precision,
+        main_dtype: verlc_spec::Dtype::Fp32,
+        seed: s.model.seed,
+        optim: None,
+        loss_scale_factor: None,
+        loss_scaling: runtime::optim::LossScaling::NONE,
+        lora: None,
+        config_overrides: Default::default(),
+        remove_padding: false,
+    })
+    .expect("engine");
+    let (mut means, mut nll, mut tokens) = (Vec::new(), 0.0, 0.0);
+    for chunk in rows.chunks(8) {
+        let examples: Vec<_> = chunk.iter().map(|&i| &data.examples[i]).collect();
+        let batch = runtime::sft::collate(&examples, tok.pad_token_id).expect("collate");
+        let out = engine
+            .infer_batch(&batch, &MicroBatching::Rows(8), &ForwardOptions::default())
+            .expect("forward");
+        let mask = batch
+            .get("response_mask")
+            .expect("mask")
+            .to_kind(Kind::Double);
+        let sum = -(out[0].log_probs.to_kind(Kind::Double) * &mask)
+            .sum(Kind::Double)
+            .double_value(&[]);
+        let n = mask.sum(Kind::Double).double_value(&[]);
+        means.push(sum / n);
+        (nll, tokens) = (nll + sum, tokens + n);
+    }
+    let want = means.iter().sum::<f64>() / means.len() as f64;
+    let step_mean = nll / tokens;
+    assert!(
+        (want - step_mean).abs() > 1e-4,
+        "the micro-batches' token counts differ: {want} vs {step_mean}"
+    );
+    let got = runtime::sft::run(&s, &quiet()).expect("one legacy step");
+    let loss = metric(&got.history, 1, "train/loss");
+    assert!(
+        (loss - want).abs() <= 1e-5 * want,
+        "train/loss {loss}: the micro-batches' mean {want} (the step's token mean: {step_mean})"
+    );
+    // 512 rows / 32 = 16 steps an epoch, 2 epochs: 3 warm-up steps (int(32 x 0.1)); after
+    // step 1 the lr is 1/3 of its peak.
+    let lr = metric(&got.history, 1, "train/lr(1e-3)");
+    assert!((lr - 1.0).abs() < 1e-9, "lr(1e-3) {lr}");
+
+    let whole = runtime::sft::run(
+        &legacy_spec(&dir.join("whole"), 4, &["trainer.save_freq=2"]),
+        &quiet(),
+    )
+    .expect("whole run");
+    let part = dir.join("part");
+    runtime::sft::run(&legacy_spec(&part, 2, &[]), &quiet()).expect("first part");
+    let resumed = runtime::sft::run(&legacy_spec(&part, 4, &[]), &quiet()).expect("resumed run");
+    assert_eq!(resumed.resumed_from, 2);
+    for step in 3..=4 {
+        for key in ["train/loss", "train/lr(1e-3)", "val/loss"] {
+            if step < 4 && key == "val/loss" {
+                continue;
+            }
+            assert_eq!(
+                metric(&whole.history, step, key),
+                metric(&resumed.history, step, key),
+                "step {step} {key}"
+            );
+        }
+    }
+}
+
 const CHILD: &str = "sft::sft_rank_child";
 const SPEC_ENV: &str = "VERLC_SFT_SPEC";
 
@@ -419,11 +557,81 @@ fn implemented(model: &str) -> bool {
         .any(|f| m.contains(f))
 }
 
+/// verl 0.7.0's legacy SFT example calls (`tests/fixtures/verl_sft_examples_0_7_0`, config
+/// `sft_trainer`) of the families verlc implements, retargeted as [`retarget`] does (the
+/// model under `model.partial_pretrain`; the single-turn calls read the built-in rows'
+/// `extra_info.question`/`answer`, as gsm8k's): their specs, named, appended.
+fn legacy_example_specs(
+    dir: &Path,
+    names: &mut Vec<String>,
+    specs: &mut Vec<SftSpec>,
+    skipped: &mut Vec<String>,
+) {
+    let fixture =
+        crate::support::repo().join("tests/fixtures/verl_sft_examples_0_7_0/overrides.json");
+    let calls: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(fixture).expect("fixture")).expect("json");
+    for (i, call) in calls.iter().enumerate() {
+        let script = format!("0.7.0 {}", call["script"].as_str().unwrap_or("?"));
+        if call["config_name"] != "sft_trainer" {
+            continue;
+        }
+        let overrides: Vec<String> = call["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.as_str().map(str::to_owned))
+            .collect();
+        let model = overrides
+            .iter()
+            .find_map(|o| o.strip_prefix("model.partial_pretrain="))
+            .unwrap_or_default();
+        if !implemented(model) {
+            skipped.push(format!("{script}: {model} is not implemented"));
+            continue;
+        }
+        let mut retargeted: Vec<String> = retarget(&overrides, &dir.join(format!("legacy{i}")))
+            .into_iter()
+            // Keys of the engine trainer's config that the legacy one does not have.
+            .filter(|o| {
+                ![
+                    "model.path=",
+                    "model.partial_pretrain=",
+                    "data.max_token_len_per_gpu=",
+                ]
+                .iter()
+                .any(|k| o.starts_with(k))
+            })
+            .collect();
+        retargeted.push(
+            "model.partial_pretrain='builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2'".into(),
+        );
+        let compiled = compile(
+            &LoadRequest {
+                config_name: Some("sft_trainer".into()),
+                overrides: retargeted,
+                builtin: BuiltinRelease::V0_7_0,
+                ..Default::default()
+            },
+            &CheckOptions::default(),
+            Mode::Build {
+                deny_warnings: false,
+            },
+        );
+        let Some(Planned::Sft(plan)) = compiled.planned else {
+            panic!("{script}: {:#?}", errors(&compiled.checked.diagnostics));
+        };
+        names.push(script);
+        specs.push(plan.spec);
+    }
+}
+
 /// Keys of verl's example calls that the retargeting replaces.
 const RETARGETED: &[&str] = &[
     "data.train_files",
     "data.val_files",
     "model.path",
+    "model.partial_pretrain",
     "trainer.default_local_dir",
     "trainer.logger",
     "trainer.total_epochs",
@@ -441,6 +649,8 @@ const RETARGETED: &[&str] = &[
 /// Parallel degrees clipped to the 2 ranks.
 const CLIPPED: &[&str] = &[
     "engine.ulysses_sequence_parallel_size",
+    // verl 0.7.0's legacy config keeps it at the top.
+    "ulysses_sequence_parallel_size",
     "engine.tensor_model_parallel_size",
     "engine.pipeline_model_parallel_size",
     "engine.context_parallel_size",
@@ -549,13 +759,20 @@ fn verls_sft_examples_train_two_steps_on_two_ranks() {
         names.push(script);
         specs.push(spec);
     }
+    let engine_calls = specs.len();
+    // verl 0.7.0's legacy trainer's calls, run in the same rank processes.
+    legacy_example_specs(&dir, &mut names, &mut specs, &mut skipped);
     eprintln!(
         "{} example calls run: {names:#?}\nnot run: {skipped:#?}",
         specs.len()
     );
     // DeepSeek-Coder, Qwen2.5 (single- and multi-turn), Qwen3 with LoRA and Ulysses, Qwen2.5 on
     // Megatron with tensor parallelism.
-    assert!(specs.len() >= 5, "{names:?}");
+    assert!(engine_calls >= 5, "{names:?}");
+    // 0.7.0's legacy calls of the families verlc has (DeepSeek-Coder; Qwen2.5 single-turn
+    // with LoRA, with Ulysses, and multi-turn; Qwen3 with LoRA and Ulysses): 6 of 9.
+    assert_eq!(specs.len() - engine_calls, 6, "{names:?}");
+    assert!(specs[engine_calls..].iter().all(|s| s.trainer.is_legacy()));
     assert!(specs.iter().any(|s| s.model.lora.is_some()));
     assert!(
         specs
