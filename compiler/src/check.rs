@@ -88,7 +88,7 @@ pub fn check(req: &LoadRequest, opts: &CheckOptions) -> Checked {
             diagnostics,
             kind,
             (release, tree_release),
-            user_file,
+            (user_file, opts.model_config.as_deref()),
             req.config_text.is_some(),
         );
     }
@@ -372,10 +372,41 @@ fn check_sft(
     mut diagnostics: Vec<Diagnostic>,
     kind: crate::sft::ConfigKind,
     (release, tree_release): (String, String),
-    user_file: Option<String>,
+    (user_file, model_config): (Option<String>, Option<&Path>),
     embedded: bool,
 ) -> Checked {
     let mut sft = None;
+    // The model's dimensions for `explain`'s memory estimate: `--model-config`, else the
+    // checkpoint the config names when it is at hand (a local directory or the Hub cache).
+    let key: &[&str] = if kind == crate::sft::ConfigKind::LegacySft {
+        &["model", "partial_pretrain"]
+    } else {
+        &["model", "path"]
+    };
+    let mut model = None;
+    if let Some(p) = model_config
+        .map(Path::to_path_buf)
+        .or_else(|| model_dir_at(&composed, key))
+    {
+        match read_model_dims(&p) {
+            Ok(m) => model = Some(m),
+            Err(e) => {
+                let at = model_config
+                    .is_none()
+                    .then(|| composed.root.get_path(key).and_then(|n| n.origin.clone()))
+                    .flatten();
+                let mut d = Diagnostic::error(e.code(), e.to_string())
+                    .with_file(e.file().display().to_string())
+                    .with_primary(at, "the model named here");
+                if model_config.is_none() {
+                    d = d.with_key(key.join("."));
+                }
+                diagnostics.push(d.with_help(
+                    "`verlc explain` reads the model's dimensions from it for its memory estimate",
+                ));
+            }
+        }
+    }
     if !composed.has_errors() {
         let users = |o: Option<&crate::source::Origin>| {
             o.is_some_and(|o| !is_verl_file(composed.sources.get(o.source), &user_file))
@@ -412,7 +443,7 @@ fn check_sft(
         sft,
         release,
         release_version: tree_release,
-        model: None,
+        model,
         diagnostics,
     }
 }
@@ -917,10 +948,12 @@ pub fn unset_mandatory(root: &Node) -> (Node, Vec<String>) {
 }
 
 fn model_dir_from_tree(c: &Composed) -> Option<PathBuf> {
-    let p = c
-        .root
-        .get_path(&["actor_rollout_ref", "model", "path"])?
-        .as_str()?;
+    model_dir_at(c, &["actor_rollout_ref", "model", "path"])
+}
+
+/// The local directory (or cached Hub snapshot) of the model named at `key`.
+fn model_dir_at(c: &Composed, key: &[&str]) -> Option<PathBuf> {
+    let p = c.root.get_path(key)?.as_str()?;
     let local = expand_home(p);
     // Anything there named config.json is read (and a special file refused), not skipped.
     if local.join("config.json").exists() {

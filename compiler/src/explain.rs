@@ -415,7 +415,7 @@ fn role_memory(
     }
 }
 
-fn place(
+pub(crate) fn place(
     dev: &mut MemoryBreakdown,
     host: &mut MemoryBreakdown,
     offload: bool,
@@ -427,7 +427,7 @@ fn place(
 
 /// Activation bytes of one micro-batch: 34·s·h per layer (bf16, flash attention), or the
 /// layer inputs (2·s·h per layer) plus one live layer under full recompute.
-fn activations(tokens: u64, hidden: u64, layers: u64, checkpointing: bool) -> u64 {
+pub(crate) fn activations(tokens: u64, hidden: u64, layers: u64, checkpointing: bool) -> u64 {
     let per_layer = 34 * tokens * hidden;
     if checkpointing {
         2 * tokens * hidden * layers + per_layer
@@ -437,7 +437,7 @@ fn activations(tokens: u64, hidden: u64, layers: u64, checkpointing: bool) -> u6
 }
 
 /// fp32 logits and their gradient for the log-prob computation.
-fn logits(tokens: u64, vocab: u64) -> u64 {
+pub(crate) fn logits(tokens: u64, vocab: u64) -> u64 {
     tokens * vocab * 4 * 2
 }
 

@@ -326,3 +326,50 @@ fn build_refuses_vllm_on_cpu_with_heads_narrower_than_32() {
     let (code, _, stderr) = run(verlc(dir.path()).arg("check").arg(&cfg));
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// An SFT config's model is checked the same way before its trainer is compiled: a Hub id
+/// missing from an offline cache, or a local path that is no directory, is an error at the
+/// key that names it (`model.path`; verl 0.7.0's legacy `model.partial_pretrain`).
+#[test]
+fn sft_build_reports_an_unavailable_model_at_its_key_before_compiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--config-name",
+                "sft_trainer_engine",
+                "trainer.device=cpu",
+                "model.path=org/absent",
+            ],
+            "org/absent",
+        ),
+        (
+            &[
+                "--verl-version",
+                "0.7.0",
+                "--config-name",
+                "sft_trainer",
+                "trainer.device=cpu",
+                "model.partial_pretrain=/nonexistent/model",
+            ],
+            "/nonexistent/model",
+        ),
+    ];
+    for (i, (args, named)) in cases.iter().enumerate() {
+        let out = dir.path().join(format!("t{i}"));
+        let (code, _, stderr) = run(verlc(dir.path())
+            .arg("build")
+            .args(*args)
+            .arg("-o")
+            .arg(&out)
+            .env("VERLC_CACHE_DIR", dir.path().join("cache")));
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("error[B019]"), "{stderr}");
+        assert!(stderr.contains(&format!("the model `{named}`")), "{stderr}");
+        assert!(
+            !stderr.contains("compiling"),
+            "nothing is compiled: {stderr}"
+        );
+        assert!(!out.exists());
+    }
+}

@@ -14,7 +14,7 @@ fn checkout() -> PathBuf {
 /// The front end's top-level modules, lowest first: each may use only those before it.
 const FRONT_LAYERS: &[&str] = &[
     "source", "diag", "codes", "redact", "config", "load", "role", "reward", "veomni", "rules",
-    "plan", "sft", "schema", "explain", "check", "compile", "render", "migrate",
+    "plan", "explain", "sft", "schema", "check", "compile", "render", "migrate",
 ];
 
 /// The runtime's, lowest first.

@@ -681,3 +681,85 @@ fn verl_0_7_0s_sft_examples_check_as_verl_runs_them() {
     }
     assert_eq!(legacy_calls, 9);
 }
+
+/// `explain`'s per-rank memory estimate of an SFT run, from the model's `config.json` (here
+/// a Qwen2.5-7B-shaped one): FSDP shards params, grads and both AdamW moments over every rank
+/// (fp32 under `model_dtype: fp32`: the moments twice the grads), offload moves them to the
+/// host, Ulysses splits the activations, Megatron's distributed optimizer shards its state over
+/// data-parallel ranks; without a stated world there is no per-rank number, and it says so.
+#[test]
+fn explain_estimates_an_sft_runs_memory_per_rank() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
+            "intermediate_size": 18944, "max_position_embeddings": 32768,
+            "tie_word_embeddings": false}"#,
+    )
+    .expect("config");
+    let model = format!("model.path={}", dir.path().display());
+    let estimate = |extra: &[&str]| {
+        let mut o = vec![
+            model.as_str(),
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=8",
+        ];
+        o.extend_from_slice(extra);
+        let c = sft(BuiltinRelease::V0_9_1, &o);
+        let dims = c
+            .model
+            .as_ref()
+            .expect("the model's dimensions, read from model.path");
+        verlc::sft::explain::explain(c.sft.as_ref().expect("typed"), Some(dims))
+            .memory
+            .expect("an estimate")
+    };
+    let fsdp = estimate(&[]);
+    assert!(
+        fsdp.params > 7_000_000_000 && fsdp.params < 8_000_000_000,
+        "{}",
+        fsdp.params
+    );
+    assert_eq!(fsdp.device.optimizer_bytes, 2 * fsdp.device.grads_bytes);
+    assert_eq!(fsdp.device.grads_bytes, fsdp.params.div_ceil(8) * 4);
+    let offloaded = estimate(&["engine.param_offload=true", "engine.optimizer_offload=true"]);
+    assert_eq!(
+        offloaded.device.grads_bytes + offloaded.device.optimizer_bytes,
+        0
+    );
+    assert_eq!(offloaded.host.optimizer_bytes, fsdp.device.optimizer_bytes);
+    // With fixed micro-batches Ulysses halves a rank's tokens (a dynamic budget grows with it
+    // instead: `max_token_len_per_gpu` x the Ulysses degree).
+    let fixed = estimate(&["data.use_dynamic_bsz=false"]);
+    let ulysses = estimate(&[
+        "data.use_dynamic_bsz=false",
+        "engine.ulysses_sequence_parallel_size=2",
+    ]);
+    assert!(ulysses.device.activations_bytes < fixed.device.activations_bytes);
+    let megatron = |dp_ranks: &str| {
+        estimate(&[
+            "engine=megatron",
+            "optim=megatron",
+            "engine.tensor_model_parallel_size=2",
+            dp_ranks,
+        ])
+    };
+    let (m8, m4) = (
+        megatron("trainer.n_gpus_per_node=8"),
+        megatron("trainer.n_gpus_per_node=4"),
+    );
+    assert_eq!(m8.device.params_bytes, m4.device.params_bytes);
+    assert!(m8.device.optimizer_bytes < m4.device.optimizer_bytes);
+    // The legacy config names its model under model.partial_pretrain.
+    let c = legacy(&[&format!("model.partial_pretrain={}", dir.path().display())]);
+    let e = verlc::sft::explain::explain(c.sft.as_ref().expect("typed"), c.model.as_ref());
+    assert!(e.memory.is_none());
+    assert!(
+        e.notes
+            .iter()
+            .any(|n| n.contains("trainer.n_gpus_per_node")),
+        "{:?}",
+        e.notes
+    );
+}

@@ -62,10 +62,28 @@ fn model_paths(spec: &TrainerSpec) -> Vec<(&'static str, &str)> {
     paths
 }
 
+/// The model and tokenizer paths an SFT run reads, with the key naming each (`legacy`: verl
+/// 0.7.0's legacy config, whose model and tokenizer are both `model.partial_pretrain`).
+pub fn sft_model_paths(spec: &verlc_spec::sft::SftSpec) -> Vec<(&'static str, &str)> {
+    if spec.trainer.is_legacy() {
+        vec![("model.partial_pretrain", spec.model.path.as_str())]
+    } else {
+        vec![
+            ("model.path", spec.model.path.as_str()),
+            ("model.tokenizer_path", spec.model.tokenizer_path.as_str()),
+        ]
+    }
+}
+
 /// Each Hub id of `spec` once, in the order actor, tokenizer, reference, critic, reward model.
 pub fn hub_models(spec: &TrainerSpec) -> Vec<HubModel> {
+    hub_models_of(&model_paths(spec))
+}
+
+/// Each Hub id among `paths` once, in their order.
+pub fn hub_models_of(paths: &[(&'static str, &str)]) -> Vec<HubModel> {
     let mut out: Vec<HubModel> = Vec::new();
-    for (key, path) in model_paths(spec) {
+    for &(key, path) in paths {
         if let Some(id) = hub_id(path).filter(|id| out.iter().all(|m| &m.id != id)) {
             out.push(HubModel { key, id });
         }
@@ -76,9 +94,12 @@ pub fn hub_models(spec: &TrainerSpec) -> Vec<HubModel> {
 /// The local paths of `spec` (neither `builtin://` nor a Hub id) that are no directory, with
 /// the key naming each: the trainer could not load them. `~` is not expanded, as transformers
 /// does not expand it either (verl's example scripts' `~/models/...` are shell-expanded).
-fn missing_local_models(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
+fn missing_local_models(
+    paths: &[(&'static str, &str)],
+    env: &HubEnv,
+) -> Vec<(&'static str, String)> {
     let mut out: Vec<(&'static str, String)> = Vec::new();
-    for (key, path) in model_paths(spec) {
+    for &(key, path) in paths {
         let Ok(ModelLocation::Local(dir)) = locate(path, None, env) else {
             continue;
         };
@@ -113,16 +134,11 @@ impl ModelProblem {
     }
 }
 
-/// What keeps the models of `spec` from loading on this machine as it is: a local path that is
-/// no directory, a Hub id not in the Hub cache, then (only when every model is at hand) a
-/// family the trainer does not implement, or not under the bound strategy, and a reward model
-/// that is no classifier. `verlc build` reports these after downloading; the trainer, which
-/// never downloads, before any rank starts when run-time overrides name models.
-pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
-    use crate::codes::{
-        BUILD_MODEL_UNAVAILABLE, BUILD_REWARD_MODEL_NOT_CLASSIFIER, BUILD_UNSUPPORTED_SETTING,
-    };
-    let mut out: Vec<ModelProblem> = missing_local_models(spec, env)
+/// The models among `paths` the trainer could not load: a local path that is no directory, a
+/// Hub id not in the cache.
+pub fn unavailable_models(paths: &[(&'static str, &str)], env: &HubEnv) -> Vec<ModelProblem> {
+    use crate::codes::BUILD_MODEL_UNAVAILABLE;
+    let mut out: Vec<ModelProblem> = missing_local_models(paths, env)
         .into_iter()
         .map(|(key, path)| ModelProblem {
             code: BUILD_MODEL_UNAVAILABLE,
@@ -132,7 +148,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             help: "name a checkpoint directory (`~` is not expanded, as in transformers), a Hub id, or builtin://tiny".into(),
         })
         .collect();
-    for m in hub_models(spec) {
+    for m in hub_models_of(paths) {
         if let Err(e) = locate(m.id.as_str(), None, env) {
             out.push(ModelProblem {
                 code: BUILD_MODEL_UNAVAILABLE,
@@ -143,6 +159,17 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             });
         }
     }
+    out
+}
+
+/// What keeps the models of `spec` from loading on this machine as it is: a local path that is
+/// no directory, a Hub id not in the Hub cache, then (only when every model is at hand) a
+/// family the trainer does not implement, or not under the bound strategy, and a reward model
+/// that is no classifier. `verlc build` reports these after downloading; the trainer, which
+/// never downloads, before any rank starts when run-time overrides name models.
+pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
+    use crate::codes::{BUILD_REWARD_MODEL_NOT_CLASSIFIER, BUILD_UNSUPPORTED_SETTING};
+    let mut out = unavailable_models(&model_paths(spec), env);
     if !out.is_empty() {
         return out;
     }

@@ -38,6 +38,10 @@ pub struct SftEngine {
     pub context_parallel: i64,
     pub param_offload: bool,
     pub optimizer_offload: bool,
+    /// FSDP's `model_dtype` (the dtype of the shards the optimizer steps).
+    pub model_dtype: String,
+    /// Megatron's `use_distributed_optimizer`.
+    pub distributed_optimizer: bool,
 }
 
 impl SftEngine {
@@ -109,6 +113,8 @@ pub struct SftConfig {
     pub model_path: String,
     pub use_remove_padding: bool,
     pub lora_rank: i64,
+    /// `model.enable_gradient_checkpointing`.
+    pub gradient_checkpointing: bool,
     pub engine: SftEngine,
     pub lr: f64,
     /// `optim.lr_scheduler_type` (FSDP's optimizer); `None` where the optimizer has none.
@@ -148,6 +154,8 @@ impl SftConfig {
             context_parallel: r.int_or("engine.context_parallel_size", 1)?,
             param_offload: r.bool_or("engine.param_offload", false),
             optimizer_offload: r.bool_or("engine.optimizer_offload", false),
+            model_dtype: r.string_or("engine.model_dtype", "fp32"),
+            distributed_optimizer: r.bool_or("engine.use_distributed_optimizer", true),
         };
         Ok(SftConfig {
             trainer: SftTrainer::Engine,
@@ -163,6 +171,7 @@ impl SftConfig {
             model_path: r.string_or("model.path", ""),
             use_remove_padding: r.bool_or("model.use_remove_padding", true),
             lora_rank: r.int_or("model.lora_rank", 0)?,
+            gradient_checkpointing: r.bool_or("model.enable_gradient_checkpointing", true),
             engine,
             lr: r.float_or("optim.lr", 1e-3),
             lr_scheduler_type: r.string("optim.lr_scheduler_type"),
@@ -194,6 +203,8 @@ impl SftConfig {
             param_offload: r.bool_or("model.fsdp_config.cpu_offload", false)
                 && r.bool_or("model.fsdp_config.offload_params", false),
             optimizer_offload: false,
+            model_dtype: r.string_or("model.fsdp_config.model_dtype", "fp32"),
+            distributed_optimizer: false,
         };
         Ok(SftConfig {
             trainer: SftTrainer::Legacy,
@@ -209,6 +220,7 @@ impl SftConfig {
             model_path: r.string_or("model.partial_pretrain", ""),
             use_remove_padding: r.bool_or("use_remove_padding", false),
             lora_rank: r.int_or("model.lora_rank", 0)?,
+            gradient_checkpointing: r.bool_or("model.enable_gradient_checkpointing", true),
             engine,
             lr: r.float_or("optim.lr", 1e-5),
             lr_scheduler_type: Some(r.string_or("optim.lr_scheduler", "cosine")),

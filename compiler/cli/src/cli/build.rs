@@ -132,8 +132,13 @@ pub(super) fn compile(a: &CompileArgs) -> Result<Compile, u8> {
         return Ok(Compile::Planned(Box::new(plan)));
     }
     // Models named by Hub id: in the Hub cache before the trainer exists (it never downloads).
-    if let Planned::Rl(rl) = &plan {
-        let missing = super::fetch::models_for_build(rl, &checked.composed.root);
+    {
+        let missing = match &plan {
+            Planned::Rl(rl) => super::fetch::models_for_build(rl, &checked.composed.root),
+            Planned::Sft(sft) => {
+                super::fetch::sft_models_for_build(&sft.spec, &checked.composed.root)
+            }
+        };
         if !missing.is_empty() {
             eprint!(
                 "{}",

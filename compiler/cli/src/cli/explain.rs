@@ -35,7 +35,8 @@ pub fn run(a: ExplainArgs) -> u8 {
         }
     };
     if let Some(sft) = checked.sft.as_ref() {
-        return explain_sft(sft, &checked, json);
+        let dims = checked.model.clone().or_else(|| dims_from_flags(&a));
+        return explain_sft(sft, &checked, dims.as_ref(), json);
     }
     let Some(cfg) = checked.config.as_ref() else {
         report_failure("explain needs a config that passes the schema; fix the errors above");
@@ -74,13 +75,25 @@ pub fn run(a: ExplainArgs) -> u8 {
 }
 
 /// The arithmetic of an SFT config (verl's SFT trainer).
-fn explain_sft(sft: &verlc::sft::SftConfig, checked: &verlc::check::Checked, json: bool) -> u8 {
-    let e = verlc::sft::explain::explain(sft);
+fn explain_sft(
+    sft: &verlc::sft::SftConfig,
+    checked: &verlc::check::Checked,
+    dims: Option<&ModelDims>,
+    json: bool,
+) -> u8 {
+    let e = verlc::sft::explain::explain(sft, dims);
+    let mut text = verlc::sft::explain::human(&e);
+    if let Some(m) = &e.memory {
+        memory_table(&mut text, "model", m);
+    }
+    for n in &e.notes {
+        let _ = writeln!(text, "\nnote: {n}");
+    }
     print_explanation(
         checked,
         json,
         serde_json::to_value(&e).unwrap_or_default(),
-        verlc::sft::explain::human(&e),
+        text,
     )
 }
 

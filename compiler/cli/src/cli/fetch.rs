@@ -11,8 +11,11 @@ use verlc::codes;
 use verlc::diag::Diagnostic;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::BuildPlan;
-use verlc::plan::models::{hub_models, model_problems};
+use verlc::plan::models::{
+    hub_models, hub_models_of, model_problems, sft_model_paths, unavailable_models,
+};
 use verlc_hub::{HubEnv, HubError, RepoId, Snapshot, find_snapshot};
+use verlc_spec::sft::SftSpec;
 
 use super::EXIT_USAGE;
 use super::args::FetchArgs;
@@ -148,11 +151,46 @@ pub fn run(a: FetchArgs) -> u8 {
 /// whose checkpoint is no one-label classifier (B016).
 pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic> {
     let env = HubEnv::from_env();
+    let (mut out, failed) = download(&env, &hub_models(&plan.spec), root);
+    // What is at hand now is checked as the trainer will check it; a failed download is
+    // reported once, above.
+    out.extend(
+        model_problems(&plan.spec, &env)
+            .iter()
+            .filter(|p| !failed.contains(&p.key))
+            .map(|p| p.diagnostic(root)),
+    );
+    out
+}
+
+/// Before an SFT build: its model (and tokenizer) in the Hub cache, downloaded where missing
+/// (unless offline); a local path that is no directory, or an id that cannot be had, is an
+/// error at its key.
+pub(super) fn sft_models_for_build(spec: &SftSpec, root: &Node) -> Vec<Diagnostic> {
+    let env = HubEnv::from_env();
+    let paths = sft_model_paths(spec);
+    let (mut out, failed) = download(&env, &hub_models_of(&paths), root);
+    out.extend(
+        unavailable_models(&paths, &env)
+            .iter()
+            .filter(|p| !failed.contains(&p.key))
+            .map(|p| p.diagnostic(root)),
+    );
+    out
+}
+
+/// Downloads each of `models` missing from the Hub cache: an error at its key for each that
+/// cannot be had, and those keys.
+fn download(
+    env: &HubEnv,
+    models: &[verlc::plan::models::HubModel],
+    root: &Node,
+) -> (Vec<Diagnostic>, Vec<&'static str>) {
     let mut out = Vec::new();
     let mut failed = Vec::new();
-    for m in hub_models(&plan.spec) {
+    for m in models {
         if let Err(e) = fetch(
-            &env,
+            env,
             &m.id,
             None,
             std::io::stderr().is_terminal(),
@@ -178,13 +216,5 @@ pub(super) fn models_for_build(plan: &BuildPlan, root: &Node) -> Vec<Diagnostic>
             failed.push(m.key);
         }
     }
-    // What is at hand now is checked as the trainer will check it; a failed download is
-    // reported once, above.
-    out.extend(
-        model_problems(&plan.spec, &env)
-            .iter()
-            .filter(|p| !failed.contains(&p.key))
-            .map(|p| p.diagnostic(root)),
-    );
-    out
+    (out, failed)
 }

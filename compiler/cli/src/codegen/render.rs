@@ -125,8 +125,13 @@ fn sft_summary(plan: &SftPlan) -> String {
         Some(t) => format!("micro-batches of up to {t} tokens"),
         None => format!("micro-batches of {} conversations", s.batching.micro_batch),
     };
+    let trainer = if s.trainer.is_legacy() {
+        "verl 0.7.0's legacy fsdp_sft_trainer"
+    } else {
+        "verl's sft_trainer"
+    };
     format!(
-        "Binding: {}.\nSupervised fine-tuning (verl's sft_trainer): {} conversations a step, {batching}.\nRanks: {} node(s) × {} on {}.",
+        "Binding: {}.\nSupervised fine-tuning ({trainer}): {} conversations a step, {batching}.\nRanks: {} node(s) × {} on {}.",
         plan.binding,
         s.batching.global_batch,
         s.world.nnodes,
