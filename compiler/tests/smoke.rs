@@ -435,6 +435,11 @@ def conv(i):
 pq.write_table(pa.Table.from_pylist([{"messages": conv(1000 + i)} for i in range(32)]), f"{out}/train.parquet")
 pq.write_table(pa.Table.from_pylist([{"messages": conv(2000 + i)} for i in range(8)]), f"{out}/test.parquet")
 pq.write_table(pa.Table.from_pylist([{"conversation": conv(i)} for i in range(32)]), f"{out}/wrong_column.parquet")
+# verl 0.7.0's legacy single-turn layout, as its gsm8k preprocessing writes extra_info.
+def qa(i):
+    return {"extra_info": {"split": "train", "index": i, "question": f"reverse the digits {i}", "answer": str(i)[::-1]}}
+pq.write_table(pa.Table.from_pylist([qa(1000 + i) for i in range(32)]), f"{out}/qa_train.parquet")
+pq.write_table(pa.Table.from_pylist([qa(2000 + i) for i in range(8)]), f"{out}/qa_test.parquet")
 "#;
     let status = Command::new(&python)
         .arg("-c")
@@ -465,6 +470,34 @@ pq.write_table(pa.Table.from_pylist([{"conversation": conv(i)} for i in range(32
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("wrong_column.parquet") && stderr.contains("messages"),
+        "{stderr}"
+    );
+    // verl 0.7.0's legacy trainer (`fsdp_sft_trainer`) as its gsm8k example calls it, and the
+    // same with a dict key the rows do not have (reported by file and row).
+    let legacy = |prompt_key: &str| -> Vec<String> {
+        vec![
+            "--config-name".into(),
+            "sft_trainer".into(),
+            "--verl-version".into(),
+            "0.7.0".into(),
+            format!("model.partial_pretrain={}", model.display()),
+            format!("data.train_files={}", dir.join("qa_train.parquet").display()),
+            format!("data.val_files={}", dir.join("qa_test.parquet").display()),
+            "data.prompt_key=extra_info".into(),
+            "data.response_key=extra_info".into(),
+            format!("data.prompt_dict_keys=[{prompt_key}]"),
+            "+data.response_dict_keys=[answer]".into(),
+            "optim.lr=1e-4".into(),
+        ]
+    };
+    let (code, stdout, stderr) = verlc_smoke(&legacy("question"));
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("json report");
+    assert_eq!(report["ok"], true, "{stdout}");
+    let (code, _, stderr) = verlc_smoke(&legacy("query"));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("qa_train.parquet") && stderr.contains("`query`"),
         "{stderr}"
     );
 }
