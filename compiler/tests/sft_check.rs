@@ -763,3 +763,76 @@ fn explain_estimates_an_sft_runs_memory_per_rank() {
         e.notes
     );
 }
+
+/// The SFT trainer's VeOmni engine lowers to the FSDP2 engine it equals: the same engine and
+/// optimizer spec as `engine=fsdp` with FSDP2, the same Ulysses degree, offload and a cosine
+/// schedule (VeOmni's `lr_min` as the ratio); what it cannot honour is refused at its key.
+#[test]
+fn the_veomni_sft_engine_lowers_as_the_fsdp2_engine_it_equals() {
+    use verlc::compile::{Mode, compile};
+    use verlc::plan::Planned;
+    let spec = |overrides: &[&str]| {
+        let mut all = vec![
+            "trainer.device=cpu",
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=4",
+        ];
+        all.extend_from_slice(overrides);
+        let compiled = compile(
+            &request(BuiltinRelease::V0_9_1, &all),
+            &CheckOptions::default(),
+            Mode::Build {
+                deny_warnings: false,
+            },
+        );
+        match compiled.planned {
+            Some(Planned::Sft(p)) => Ok(p.spec),
+            _ => Err(show(&compiled.checked.diagnostics)),
+        }
+    };
+    let veomni = spec(&[
+        "engine=veomni",
+        "optim=veomni",
+        "engine.ulysses_parallel_size=2",
+        "engine.enable_fsdp_offload=true",
+        "optim.lr=2e-5",
+        "optim.lr_min=2e-6",
+        "optim.lr_warmup_steps_ratio=0.1",
+    ])
+    .expect("VeOmni lowers");
+    let fsdp = spec(&[
+        "engine.strategy=fsdp2",
+        "engine.ulysses_sequence_parallel_size=2",
+        "engine.offload_policy=true",
+        "optim.lr=2e-5",
+        "optim.lr_scheduler_type=cosine",
+        "optim.min_lr_ratio=0.1",
+        "optim.lr_warmup_steps_ratio=0.1",
+    ])
+    .expect("FSDP lowers");
+    assert_eq!(veomni.binding, fsdp.binding);
+    assert_eq!(veomni.model.engine, fsdp.model.engine);
+    // lr_min / lr against the written ratio: equal to rounding.
+    let ratio = |s: &verlc_spec::sft::SftSpec| match s.model.optim.schedule {
+        verlc_spec::trainer::ScheduleSpec::Verl {
+            schedule: verlc_spec::optim::VerlSchedule::Cosine { min_lr_ratio, .. },
+            ..
+        } => min_lr_ratio,
+        ref other => panic!("not verl's cosine: {other:?}"),
+    };
+    assert!((ratio(&veomni) - ratio(&fsdp)).abs() < 1e-12);
+    let mut same = veomni.model.optim;
+    same.schedule = fsdp.model.optim.schedule;
+    assert_eq!(same, fsdp.model.optim);
+    assert_eq!(veomni.data_parallel(), 2);
+    let refused = spec(&[
+        "engine=veomni",
+        "optim=veomni",
+        "engine.expert_parallel_size=2",
+    ])
+    .expect_err("expert parallelism is refused");
+    assert!(
+        refused.contains("B018") && refused.contains("expert_parallel_size"),
+        "{refused}"
+    );
+}

@@ -481,7 +481,10 @@ pq.write_table(pa.Table.from_pylist([qa(2000 + i) for i in range(8)]), f"{out}/q
             "--verl-version".into(),
             "0.7.0".into(),
             format!("model.partial_pretrain={}", model.display()),
-            format!("data.train_files={}", dir.join("qa_train.parquet").display()),
+            format!(
+                "data.train_files={}",
+                dir.join("qa_train.parquet").display()
+            ),
             format!("data.val_files={}", dir.join("qa_test.parquet").display()),
             "data.prompt_key=extra_info".into(),
             "data.response_key=extra_info".into(),

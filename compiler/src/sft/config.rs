@@ -60,7 +60,7 @@ impl SftEngine {
     }
 
     /// Ranks that hold one copy of the data: Ulysses groups under FSDP, the model-parallel
-    /// grid (TP × PP × CP) under Megatron; `None` for the other engines (VeOmni, TorchTitan,
+    /// grid (TP × PP × CP) under Megatron; `None` for the other engines (TorchTitan,
     /// AutoModel), whose layouts verlc does not derive.
     pub fn model_parallel(&self) -> Option<i64> {
         match self.strategy.as_str() {
@@ -69,7 +69,8 @@ impl SftEngine {
                     .saturating_mul(self.pipeline_parallel)
                     .saturating_mul(self.context_parallel),
             ),
-            "fsdp" | "fsdp2" => Some(self.ulysses),
+            // VeOmni is FSDP2 with Ulysses groups.
+            "fsdp" | "fsdp2" | "veomni" => Some(self.ulysses),
             _ => None,
         }
     }
@@ -148,7 +149,11 @@ impl SftConfig {
         };
         let engine = SftEngine {
             strategy: r.string_or("engine.strategy", default_strategy),
-            ulysses: r.int_or("engine.ulysses_sequence_parallel_size", 1)?,
+            // VeOmni names it `ulysses_parallel_size`.
+            ulysses: match r.opt_int("engine.ulysses_parallel_size")? {
+                Some(u) => u,
+                None => r.int_or("engine.ulysses_sequence_parallel_size", 1)?,
+            },
             tensor_parallel: r.int_or("engine.tensor_model_parallel_size", 1)?,
             pipeline_parallel: r.int_or("engine.pipeline_model_parallel_size", 1)?,
             context_parallel: r.int_or("engine.context_parallel_size", 1)?,

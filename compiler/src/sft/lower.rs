@@ -205,6 +205,17 @@ pub fn verdicts(root: &Node, users: &dyn Fn(Option<&Origin>) -> bool) -> Vec<Dia
             );
         }
     }
+    if is_veomni(root) {
+        for (key, why) in super::lower_veomni::NO_EFFECT {
+            let key = format!("engine.{key}");
+            if user_set(root, &key, users) {
+                l.no_effect(
+                    &key,
+                    format!("`{key}` has no effect in a verlc trainer: {why}"),
+                );
+            }
+        }
+    }
     for key in unjudged_keys(root) {
         if user_set(root, &key, users) {
             l.no_effect(&key, format!("`{key}` is not read by verlc's SFT trainer"));
@@ -243,9 +254,20 @@ fn unknown_keys<T: schemars::JsonSchema>(root: &Node, key: &str) -> Vec<String> 
         .collect()
 }
 
+/// Whether the engine section is VeOmni's (its keys and its optimizer's are judged by
+/// [`super::lower_veomni`]).
+fn is_veomni(root: &Node) -> bool {
+    root.get_path(&["engine", "strategy"])
+        .and_then(Node::as_str)
+        == Some("veomni")
+}
+
 /// The unknown keys of the typed sections (see [`unknown_keys`]) that no verdict names.
 fn unjudged_keys(root: &Node) -> Vec<String> {
     let mut keys = unknown_keys::<HfModelConfig>(root, "model");
+    if is_veomni(root) {
+        return keys;
+    }
     keys.extend(unknown_keys::<OptimConfig>(root, "optim"));
     if root
         .get_path(&["engine", "tensor_model_parallel_size"])
@@ -309,10 +331,14 @@ fn build(cfg: &SftConfig, root: &Node, release: AlgoRelease, l: &mut Lowering) -
     };
     let model_cfg: Option<HfModelConfig> = typed(root, "model", l);
     let (strategy, engine, precision) = engine(cfg, root, model_cfg.as_ref(), l);
-    let optim = match typed::<OptimConfig>(root, "optim", l) {
-        Some(o) => optim_spec("optim", &o, None, engine.optimizer_offload(), l),
-        // Reported; a spec of AdamW at the config's lr keeps lowering total.
-        None => default_optim(cfg.lr),
+    let optim = if cfg.engine.strategy == "veomni" {
+        super::lower_veomni::optim(root, cfg.lr, engine.optimizer_offload(), l)
+    } else {
+        match typed::<OptimConfig>(root, "optim", l) {
+            Some(o) => optim_spec("optim", &o, None, engine.optimizer_offload(), l),
+            // Reported; a spec of AdamW at the config's lr keeps lowering total.
+            None => default_optim(cfg.lr),
+        }
     };
     let lora = model_cfg
         .as_ref()
@@ -503,11 +529,12 @@ fn engine(
             };
             (name, EngineSpec::Fsdp(spec), precision)
         }
+        "veomni" => super::lower_veomni::engine(root, cfg, checkpointing, l),
         other => {
             l.unsupported(
                 "engine.strategy",
                 format!("the `{other}` engine is not implemented by verlc's SFT trainer"),
-                "use fsdp, fsdp2 or megatron",
+                "use fsdp, fsdp2, veomni or megatron",
             );
             (
                 StrategyName::Fsdp,

@@ -17,6 +17,7 @@ pub mod explain;
 pub mod keys;
 pub mod lower;
 mod lower_legacy;
+mod lower_veomni;
 pub mod rules;
 
 use crate::diag::Diagnostic;
