@@ -836,3 +836,67 @@ fn the_veomni_sft_engine_lowers_as_the_fsdp2_engine_it_equals() {
         "{refused}"
     );
 }
+
+/// verl 0.9's AutoModel engine without other parallelism lowers to FSDP2: its mixed
+/// precision and checkpointing keys, torch's AdamW with the section's `eps`, and Megatron's
+/// scheduler from `lr × init_lr_ratio` to `lr × min_lr_ratio`, as verl builds it for this
+/// engine; its parallelisms and TransformerEngine's optimizer are refused at their keys.
+#[test]
+fn the_automodel_sft_engine_lowers_as_fsdp2_with_megatrons_scheduler() {
+    use verlc::compile::{Mode, compile};
+    use verlc::plan::Planned;
+    use verlc_spec::trainer::{Dtype, EngineSpec, ScheduleSpec};
+    let lower = |extra: &[&str]| {
+        let mut all = vec![
+            "trainer.device=cpu",
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "engine=automodel",
+            "optim=automodel",
+            "optim.lr=2e-5",
+        ];
+        all.extend_from_slice(extra);
+        let compiled = compile(
+            &request(BuiltinRelease::V0_9_1, &all),
+            &CheckOptions::default(),
+            Mode::Build {
+                deny_warnings: false,
+            },
+        );
+        match compiled.planned {
+            Some(Planned::Sft(p)) => Ok(p.spec),
+            _ => Err(show(&compiled.checked.diagnostics)),
+        }
+    };
+    let s = lower(&["engine.activation_checkpointing=true", "optim.eps=1e-6"]).expect("lowers");
+    let EngineSpec::Fsdp(f) = s.model.engine else {
+        panic!("not FSDP: {:?}", s.model.engine)
+    };
+    assert!(f.gradient_checkpointing);
+    assert_eq!((f.main_dtype, f.reduce_dtype), (Dtype::Fp32, Dtype::Fp32));
+    assert_eq!(s.binding.precision, Dtype::Bf16);
+    assert_eq!(s.data_parallel(), 2);
+    match s.model.optim.schedule {
+        ScheduleSpec::Megatron {
+            init_lr, min_lr, ..
+        } => {
+            assert!((init_lr - 2e-6).abs() < 1e-15 && (min_lr - 2e-7).abs() < 1e-15);
+        }
+        other => panic!("not Megatron's scheduler: {other:?}"),
+    }
+    let verlc_spec::optim::InnerConfig::AdamW(adam) = s.model.optim.inner else {
+        panic!("not AdamW")
+    };
+    assert_eq!(adam.eps, 1e-6);
+    for (set, key) in [
+        ("engine.ep_size=2", "engine.ep_size"),
+        ("engine.tp_size=2", "engine.tp_size"),
+        ("optim.optimizer=FusedAdam", "optim.optimizer"),
+    ] {
+        let refused = lower(&[set]).expect_err(set);
+        assert!(
+            refused.contains("B018") && refused.contains(key),
+            "{set}: {refused}"
+        );
+    }
+}

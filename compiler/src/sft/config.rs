@@ -60,11 +60,11 @@ impl SftEngine {
     }
 
     /// Ranks that hold one copy of the data: Ulysses groups under FSDP, the model-parallel
-    /// grid (TP × PP × CP) under Megatron; `None` for the other engines (TorchTitan,
-    /// AutoModel), whose layouts verlc does not derive.
+    /// grid (TP × PP × CP) under Megatron and AutoModel; `None` for TorchTitan, whose layout
+    /// verlc does not derive.
     pub fn model_parallel(&self) -> Option<i64> {
         match self.strategy.as_str() {
-            "megatron" => Some(
+            "megatron" | "automodel" => Some(
                 self.tensor_parallel
                     .saturating_mul(self.pipeline_parallel)
                     .saturating_mul(self.context_parallel),
@@ -154,9 +154,19 @@ impl SftConfig {
                 Some(u) => u,
                 None => r.int_or("engine.ulysses_sequence_parallel_size", 1)?,
             },
-            tensor_parallel: r.int_or("engine.tensor_model_parallel_size", 1)?,
-            pipeline_parallel: r.int_or("engine.pipeline_model_parallel_size", 1)?,
-            context_parallel: r.int_or("engine.context_parallel_size", 1)?,
+            // AutoModel names them `tp_size`, `pp_size`, `cp_size`.
+            tensor_parallel: match r.opt_int("engine.tp_size")? {
+                Some(n) => n,
+                None => r.int_or("engine.tensor_model_parallel_size", 1)?,
+            },
+            pipeline_parallel: match r.opt_int("engine.pp_size")? {
+                Some(n) => n,
+                None => r.int_or("engine.pipeline_model_parallel_size", 1)?,
+            },
+            context_parallel: match r.opt_int("engine.cp_size")? {
+                Some(n) => n,
+                None => r.int_or("engine.context_parallel_size", 1)?,
+            },
             param_offload: r.bool_or("engine.param_offload", false),
             optimizer_offload: r.bool_or("engine.optimizer_offload", false),
             model_dtype: r.string_or("engine.model_dtype", "fp32"),

@@ -205,8 +205,13 @@ pub fn verdicts(root: &Node, users: &dyn Fn(Option<&Origin>) -> bool) -> Vec<Dia
             );
         }
     }
-    if is_veomni(root) {
-        for (key, why) in super::lower_veomni::NO_EFFECT {
+    let engine_no_effect = match engine_strategy(root) {
+        Some("veomni") => super::lower_veomni::NO_EFFECT,
+        Some("automodel") => super::lower_automodel::NO_EFFECT,
+        _ => &[],
+    };
+    {
+        for (key, why) in engine_no_effect {
             let key = format!("engine.{key}");
             if user_set(root, &key, users) {
                 l.no_effect(
@@ -254,18 +259,17 @@ fn unknown_keys<T: schemars::JsonSchema>(root: &Node, key: &str) -> Vec<String> 
         .collect()
 }
 
-/// Whether the engine section is VeOmni's (its keys and its optimizer's are judged by
-/// [`super::lower_veomni`]).
-fn is_veomni(root: &Node) -> bool {
+/// `engine.strategy`: VeOmni's and AutoModel's sections (and their optimizers') are judged by
+/// their own lowering ([`super::lower_veomni`], [`super::lower_automodel`]).
+fn engine_strategy(root: &Node) -> Option<&str> {
     root.get_path(&["engine", "strategy"])
         .and_then(Node::as_str)
-        == Some("veomni")
 }
 
 /// The unknown keys of the typed sections (see [`unknown_keys`]) that no verdict names.
 fn unjudged_keys(root: &Node) -> Vec<String> {
     let mut keys = unknown_keys::<HfModelConfig>(root, "model");
-    if is_veomni(root) {
+    if matches!(engine_strategy(root), Some("veomni" | "automodel")) {
         return keys;
     }
     keys.extend(unknown_keys::<OptimConfig>(root, "optim"));
@@ -333,6 +337,8 @@ fn build(cfg: &SftConfig, root: &Node, release: AlgoRelease, l: &mut Lowering) -
     let (strategy, engine, precision) = engine(cfg, root, model_cfg.as_ref(), l);
     let optim = if cfg.engine.strategy == "veomni" {
         super::lower_veomni::optim(root, cfg.lr, engine.optimizer_offload(), l)
+    } else if cfg.engine.strategy == "automodel" {
+        super::lower_automodel::optim(root, cfg.lr, engine.optimizer_offload(), l)
     } else {
         match typed::<OptimConfig>(root, "optim", l) {
             Some(o) => optim_spec("optim", &o, None, engine.optimizer_offload(), l),
@@ -530,6 +536,7 @@ fn engine(
             (name, EngineSpec::Fsdp(spec), precision)
         }
         "veomni" => super::lower_veomni::engine(root, cfg, checkpointing, l),
+        "automodel" => super::lower_automodel::engine(root, cfg, l),
         other => {
             l.unsupported(
                 "engine.strategy",

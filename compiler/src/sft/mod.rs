@@ -16,6 +16,7 @@ pub mod config;
 pub mod explain;
 pub mod keys;
 pub mod lower;
+mod lower_automodel;
 mod lower_legacy;
 mod lower_veomni;
 pub mod rules;

@@ -20,7 +20,8 @@ use crate::sft::rules::SftContext;
 
 pub(super) fn check(ctx: &SftContext, out: &mut Vec<Diagnostic>) {
     let c = ctx.config;
-    if c.engine.is_megatron() {
+    // Megatron's and AutoModel's optimizers take Megatron's decay styles.
+    if c.engine.is_megatron() || c.engine.strategy == "automodel" {
         return;
     }
     let Some(kind) = &c.lr_scheduler_type else {
