@@ -900,3 +900,41 @@ fn the_automodel_sft_engine_lowers_as_fsdp2_with_megatrons_scheduler() {
         );
     }
 }
+
+/// A Megatron SFT engine's Megatron-core overrides are judged as an RL actor's: a kernel
+/// switch has no effect (B006), an override the engine does not read is refused (B018), the
+/// router's settings are lowered; each at its key.
+#[test]
+fn megatron_sft_overrides_are_judged_at_their_keys() {
+    let c = sft(
+        BuiltinRelease::V0_9_1,
+        &[
+            "engine=megatron",
+            "optim=megatron",
+            "data.train_batch_size=64",
+            "+engine.override_transformer_config.apply_rope_fusion=true",
+            "+engine.override_transformer_config.hidden_dropout=0.1",
+            "+engine.override_transformer_config.moe_z_loss_coeff=0.001",
+        ],
+    );
+    let at = |key: &str| {
+        c.diagnostics
+            .iter()
+            .find(|d| d.key_path.as_deref() == Some(key))
+            .map(|d| d.code.0)
+    };
+    assert_eq!(
+        at("engine.override_transformer_config.apply_rope_fusion"),
+        Some("B006")
+    );
+    assert_eq!(
+        at("engine.override_transformer_config.hidden_dropout"),
+        Some("B018")
+    );
+    assert_eq!(
+        at("engine.override_transformer_config.moe_z_loss_coeff"),
+        None,
+        "{}",
+        show(&c.diagnostics)
+    );
+}

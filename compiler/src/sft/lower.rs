@@ -221,6 +221,7 @@ pub fn verdicts(root: &Node, users: &dyn Fn(Option<&Origin>) -> bool) -> Vec<Dia
             }
         }
     }
+    megatron_override_verdicts(root, users, &mut l);
     for key in unjudged_keys(root) {
         if user_set(root, &key, users) {
             l.no_effect(&key, format!("`{key}` is not read by verlc's SFT trainer"));
@@ -257,6 +258,52 @@ fn unknown_keys<T: schemars::JsonSchema>(root: &Node, key: &str) -> Vec<String> 
         .filter(|k| !known.contains_key(*k))
         .map(|k| format!("{key}.{k}"))
         .collect()
+}
+
+/// The leaves of a Megatron engine's Megatron-core overrides (`engine.override_*_config`) that
+/// the user set, judged as the same keys of an RL actor's `megatron` section are
+/// (`crate::plan::verdicts`): kernel and placement switches have no effect, the router's
+/// settings are lowered (`router_spec`), the rest is refused.
+fn megatron_override_verdicts(
+    root: &Node,
+    users: &dyn Fn(Option<&Origin>) -> bool,
+    l: &mut Lowering,
+) {
+    use crate::plan::verdicts::{Verdict, verdict};
+    if root
+        .get_path(&["engine", "tensor_model_parallel_size"])
+        .is_none()
+    {
+        return;
+    }
+    for section in [
+        "override_transformer_config",
+        "override_ddp_config",
+        "override_mcore_model_config",
+    ] {
+        let Some(node) = root.get_path(&["engine", section]) else {
+            continue;
+        };
+        let mut leaves = Vec::new();
+        node.walk(&mut |ptr, n, _| {
+            if n.as_map().is_none() && !ptr.is_empty() && users(n.origin.as_ref()) {
+                leaves.push(ptr.trim_start_matches('/').replace('/', "."));
+            }
+        });
+        for leaf in leaves {
+            let key = format!("engine.{section}.{leaf}");
+            let as_actor = format!("actor_rollout_ref.actor.megatron.{section}.{leaf}");
+            match verdict(&as_actor).map(|e| &e.verdict) {
+                Some(Verdict::NoEffect(_, why)) => {
+                    l.no_effect(&key, format!("`{key}` {why}"));
+                }
+                Some(Verdict::Unsupported(why)) => {
+                    l.unsupported(&key, format!("`{key}` {why}"), format!("remove `{key}`"))
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// `engine.strategy`: VeOmni's and AutoModel's sections (and their optimizers') are judged by
