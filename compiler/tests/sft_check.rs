@@ -308,12 +308,7 @@ fn verls_sft_examples_check_as_verl_runs_them() {
     let mut problems = Vec::new();
     for call in &calls {
         let script = call["script"].as_str().unwrap_or("?");
-        let overrides: Vec<String> = call["overrides"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o.as_str().map(str::to_string))
-            .collect();
+        let overrides = call_overrides(call);
         let c = check(
             &LoadRequest {
                 config_name: Some("sft_trainer_engine".into()),
@@ -637,12 +632,7 @@ fn verl_0_7_0s_sft_examples_check_as_verl_runs_them() {
     for call in &calls {
         let script = call["script"].as_str().unwrap_or("?");
         let name = call["config_name"].as_str().unwrap_or("?");
-        let overrides: Vec<String> = call["overrides"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o.as_str().map(str::to_string))
-            .collect();
+        let overrides = call_overrides(call);
         let c = check(
             &LoadRequest {
                 config_name: Some(name.into()),
@@ -764,31 +754,33 @@ fn explain_estimates_an_sft_runs_memory_per_rank() {
     );
 }
 
+/// The SFT spec `verlc build` lowers from verl 0.9.1's SFT tree on CPU with `overrides`, or
+/// the diagnostics that keep it from lowering.
+fn lowered(overrides: &[&str]) -> Result<verlc_spec::sft::SftSpec, String> {
+    let mut all = vec!["trainer.device=cpu"];
+    all.extend_from_slice(overrides);
+    let compiled = verlc::compile::compile(
+        &request(BuiltinRelease::V0_9_1, &all),
+        &CheckOptions::default(),
+        verlc::compile::Mode::Build {
+            deny_warnings: false,
+        },
+    );
+    match compiled.planned {
+        Some(verlc::plan::Planned::Sft(p)) => Ok(p.spec),
+        _ => Err(show(&compiled.checked.diagnostics)),
+    }
+}
+
 /// The SFT trainer's VeOmni engine lowers to the FSDP2 engine it equals: the same engine and
 /// optimizer spec as `engine=fsdp` with FSDP2, the same Ulysses degree, offload and a cosine
 /// schedule (VeOmni's `lr_min` as the ratio); what it cannot honour is refused at its key.
 #[test]
 fn the_veomni_sft_engine_lowers_as_the_fsdp2_engine_it_equals() {
-    use verlc::compile::{Mode, compile};
-    use verlc::plan::Planned;
     let spec = |overrides: &[&str]| {
-        let mut all = vec![
-            "trainer.device=cpu",
-            "trainer.nnodes=1",
-            "trainer.n_gpus_per_node=4",
-        ];
+        let mut all = vec!["trainer.nnodes=1", "trainer.n_gpus_per_node=4"];
         all.extend_from_slice(overrides);
-        let compiled = compile(
-            &request(BuiltinRelease::V0_9_1, &all),
-            &CheckOptions::default(),
-            Mode::Build {
-                deny_warnings: false,
-            },
-        );
-        match compiled.planned {
-            Some(Planned::Sft(p)) => Ok(p.spec),
-            _ => Err(show(&compiled.checked.diagnostics)),
-        }
+        lowered(&all)
     };
     let veomni = spec(&[
         "engine=veomni",
@@ -843,12 +835,9 @@ fn the_veomni_sft_engine_lowers_as_the_fsdp2_engine_it_equals() {
 /// engine; its parallelisms and TransformerEngine's optimizer are refused at their keys.
 #[test]
 fn the_automodel_sft_engine_lowers_as_fsdp2_with_megatrons_scheduler() {
-    use verlc::compile::{Mode, compile};
-    use verlc::plan::Planned;
     use verlc_spec::trainer::{Dtype, EngineSpec, ScheduleSpec};
     let lower = |extra: &[&str]| {
         let mut all = vec![
-            "trainer.device=cpu",
             "trainer.nnodes=1",
             "trainer.n_gpus_per_node=2",
             "engine=automodel",
@@ -856,17 +845,7 @@ fn the_automodel_sft_engine_lowers_as_fsdp2_with_megatrons_scheduler() {
             "optim.lr=2e-5",
         ];
         all.extend_from_slice(extra);
-        let compiled = compile(
-            &request(BuiltinRelease::V0_9_1, &all),
-            &CheckOptions::default(),
-            Mode::Build {
-                deny_warnings: false,
-            },
-        );
-        match compiled.planned {
-            Some(Planned::Sft(p)) => Ok(p.spec),
-            _ => Err(show(&compiled.checked.diagnostics)),
-        }
+        lowered(&all)
     };
     let s = lower(&["engine.activation_checkpointing=true", "optim.eps=1e-6"]).expect("lowers");
     let EngineSpec::Fsdp(f) = s.model.engine else {
@@ -937,4 +916,14 @@ fn megatron_sft_overrides_are_judged_at_their_keys() {
         "{}",
         show(&c.diagnostics)
     );
+}
+
+/// The Hydra overrides of a recorded example call (`overrides.json`).
+fn call_overrides(call: &serde_json::Value) -> Vec<String> {
+    call["overrides"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.as_str().map(str::to_owned))
+        .collect()
 }

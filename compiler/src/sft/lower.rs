@@ -197,37 +197,50 @@ pub(super) fn user_set(root: &Node, key: &str, users: &dyn Fn(Option<&Origin>) -
 /// verl file's).
 pub fn verdicts(root: &Node, users: &dyn Fn(Option<&Origin>) -> bool) -> Vec<Diagnostic> {
     let mut l = Lowering::new(root, AlgoRelease::NEWEST);
-    for (key, why) in NO_EFFECT {
-        if user_set(root, key, users) {
-            l.no_effect(
-                key,
-                format!("`{key}` has no effect in a verlc trainer: {why}"),
-            );
-        }
-    }
+    no_effect_verdicts(root, users, "", NO_EFFECT, &mut l);
     let engine_no_effect = match engine_strategy(root) {
         Some("veomni") => super::lower_veomni::NO_EFFECT,
         Some("automodel") => super::lower_automodel::NO_EFFECT,
         _ => &[],
     };
-    {
-        for (key, why) in engine_no_effect {
-            let key = format!("engine.{key}");
-            if user_set(root, &key, users) {
-                l.no_effect(
-                    &key,
-                    format!("`{key}` has no effect in a verlc trainer: {why}"),
-                );
-            }
-        }
-    }
+    no_effect_verdicts(root, users, "engine.", engine_no_effect, &mut l);
     megatron_override_verdicts(root, users, &mut l);
     for key in unjudged_keys(root) {
         if user_set(root, &key, users) {
             l.no_effect(&key, format!("`{key}` is not read by verlc's SFT trainer"));
         }
     }
-    for (key, why) in UNSUPPORTED {
+    unsupported_verdicts(root, users, UNSUPPORTED, &mut l);
+    l.into_diagnostics()
+}
+
+/// `B006` for each of `keys` (under `prefix`) the user set, with why it has no effect.
+pub(super) fn no_effect_verdicts(
+    root: &Node,
+    users: &dyn Fn(Option<&Origin>) -> bool,
+    prefix: &str,
+    keys: &[(&str, &str)],
+    l: &mut Lowering,
+) {
+    for (key, why) in keys {
+        let key = format!("{prefix}{key}");
+        if user_set(root, &key, users) {
+            l.no_effect(
+                &key,
+                format!("`{key}` has no effect in a verlc trainer: {why}"),
+            );
+        }
+    }
+}
+
+/// `B018` for each of `keys` the user set to something other than off (null, false, 0).
+pub(super) fn unsupported_verdicts(
+    root: &Node,
+    users: &dyn Fn(Option<&Origin>) -> bool,
+    keys: &[(&str, &str)],
+    l: &mut Lowering,
+) {
+    for (key, why) in keys {
         let node = root.get_path(&split_key(key));
         let set = node.is_some_and(|n| {
             !n.is_null() && !matches!(n.as_bool(), Some(false)) && n.as_i64() != Some(0)
@@ -240,7 +253,6 @@ pub fn verdicts(root: &Node, users: &dyn Fn(Option<&Origin>) -> bool) -> Vec<Dia
             );
         }
     }
-    l.into_diagnostics()
 }
 
 /// The keys of section `key` that verlc's typed model `T` of it does not have: verl's newer

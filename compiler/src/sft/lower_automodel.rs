@@ -24,6 +24,7 @@ use crate::load::node::Node;
 use crate::plan::spec::Lowering;
 
 use super::config::SftConfig;
+use super::section::{betas, get, text};
 
 /// Keys of the AutoModel engine section that change nothing in a verlc trainer, with why
 /// (reported by [`super::lower::verdicts`] when the user set them).
@@ -125,21 +126,6 @@ const OPTIM_UNSUPPORTED: &[(&str, &str, &str)] = &[
         "the shards are the master weights",
     ),
 ];
-
-fn get<'a>(root: &'a Node, section: &str, key: &str) -> Option<&'a Node> {
-    let mut path = vec![section];
-    path.extend(key.split('.'));
-    root.get_path(&path)
-}
-
-fn text(n: &Node) -> String {
-    match (n.as_str(), n.as_bool(), n.as_i64()) {
-        (Some(s), ..) => s.to_owned(),
-        (_, Some(b), _) => b.to_string(),
-        (_, _, Some(i)) => i.to_string(),
-        _ => String::new(),
-    }
-}
 
 /// Reports each of `keys` under `section` whose value is not the fine one (null counts as
 /// fine for an empty fine value).
@@ -268,14 +254,11 @@ pub(super) fn optim(root: &Node, lr: f64, offload: bool, l: &mut Lowering) -> Op
         Some("cosine") => WdIncrStyle::Cosine,
         _ => WdIncrStyle::Constant,
     };
-    let betas: Vec<f64> = get(root, "optim", "betas")
-        .map(Node::to_json)
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_else(|| vec![0.9, 0.999]);
+    let (beta1, beta2) = betas(root);
     OptimSpec {
         inner: InnerConfig::AdamW(AdamWConfig {
-            beta1: betas.first().copied().unwrap_or(0.9),
-            beta2: betas.get(1).copied().unwrap_or(0.999),
+            beta1,
+            beta2,
             eps: num("eps").unwrap_or(1e-8),
         }),
         lr,

@@ -27,7 +27,7 @@ use crate::plan::spec::{LoraKeys, Lowering, lora_of_keys, optim_spec};
 use crate::source::Origin;
 
 use super::config::SftConfig;
-use super::lower::{data, l_count, run, typed, user_set};
+use super::lower::{data, l_count, no_effect_verdicts, run, typed, unsupported_verdicts};
 
 /// Keys of the legacy config the trainer has no use for here (`B006` when the user set
 /// them), with why.
@@ -283,24 +283,7 @@ fn single_turn_keys(root: &Node, l: &mut Lowering) -> SingleTurnKeys {
 /// The `B006`/`B018` verdicts of the legacy keys the user set.
 pub(super) fn verdicts(root: &Node, users: &dyn Fn(Option<&Origin>) -> bool) -> Vec<Diagnostic> {
     let mut l = Lowering::new(root, AlgoRelease::NEWEST);
-    for (key, why) in NO_EFFECT {
-        if user_set(root, key, users) {
-            l.no_effect(
-                key,
-                format!("`{key}` has no effect in a verlc trainer: {why}"),
-            );
-        }
-    }
-    for (key, why) in UNSUPPORTED {
-        let node = root.get_path(&split_key(key));
-        let set = node.is_some_and(|n| !n.is_null() && !matches!(n.as_bool(), Some(false)));
-        if set && user_set(root, key, users) {
-            l.unsupported(
-                key,
-                format!("`{key}` cannot be honoured by a verlc trainer: {why}"),
-                format!("remove `{key}`"),
-            );
-        }
-    }
+    no_effect_verdicts(root, users, "", NO_EFFECT, &mut l);
+    unsupported_verdicts(root, users, UNSUPPORTED, &mut l);
     l.into_diagnostics()
 }

@@ -22,6 +22,7 @@ use crate::load::node::Node;
 use crate::plan::spec::Lowering;
 
 use super::config::SftConfig;
+use super::section::{betas, get, text};
 
 /// Keys of the VeOmni engine section that change nothing in a verlc trainer, with why
 /// (reported by [`super::lower::verdicts`] when the user set them).
@@ -122,25 +123,10 @@ const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("forward_only", "false", "the SFT trainer trains its model"),
 ];
 
-fn get<'a>(root: &'a Node, section: &str, key: &str) -> Option<&'a Node> {
-    let mut path = vec![section];
-    path.extend(key.split('.'));
-    root.get_path(&path)
-}
-
 fn flag(root: &Node, key: &str) -> bool {
     get(root, "engine", key)
         .and_then(Node::as_bool)
         .unwrap_or(false)
-}
-
-fn text(n: &Node) -> String {
-    match (n.as_str(), n.as_bool(), n.as_i64()) {
-        (Some(s), ..) => s.to_owned(),
-        (_, Some(b), _) => b.to_string(),
-        (_, _, Some(i)) => i.to_string(),
-        _ => String::new(),
-    }
 }
 
 /// The engine spec, strategy and compute precision of a VeOmni engine section.
@@ -239,14 +225,11 @@ pub(super) fn optim(root: &Node, lr: f64, offload: bool, l: &mut Lowering) -> Op
             VerlSchedule::Constant
         }
     };
-    let betas: Vec<f64> = get(root, "optim", "betas")
-        .map(Node::to_json)
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_else(|| vec![0.9, 0.999]);
+    let (beta1, beta2) = betas(root);
     OptimSpec {
         inner: InnerConfig::AdamW(AdamWConfig {
-            beta1: betas.first().copied().unwrap_or(0.9),
-            beta2: betas.get(1).copied().unwrap_or(0.999),
+            beta1,
+            beta2,
             eps: 1e-8,
         }),
         lr,

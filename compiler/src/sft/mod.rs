@@ -20,6 +20,7 @@ mod lower_automodel;
 mod lower_legacy;
 mod lower_veomni;
 pub mod rules;
+mod section;
 
 use crate::diag::Diagnostic;
 use crate::load::node::Node;

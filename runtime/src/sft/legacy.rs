@@ -15,7 +15,7 @@
 //!   not fill a batch on every rank dropped); `val/loss` is the mean over batches of each
 //!   batch's token mean averaged over the ranks.
 
-use tch::{Kind, Tensor};
+use tch::Kind;
 
 use crate::algo::AggOptions;
 use crate::algo::sft_loss::sft_loss_legacy;
@@ -25,7 +25,7 @@ use crate::logits::LogProbOutput;
 use crate::trainer::TrainerError;
 use crate::trainer::parallel::Roles;
 
-use super::{SftTrainer, collate};
+use super::{SftTrainer, collate, infer_log_probs};
 
 /// Tokens the loss is taken over in each micro-batch of `rows` (the first token of a row
 /// never is).
@@ -110,18 +110,8 @@ impl<R: Roles> SftTrainer<R> {
                 .map(|j| &val.examples[(b * micro + j) * ranks + rank])
                 .collect();
             let batch = collate(&rows, self.tokenizer.pad_token_id)?;
-            let plan = MicroBatching::Rows(micro);
-            let outs = self
-                .engine
-                .infer_batch(&batch, &plan, &ForwardOptions::default())?;
-            let log_probs = Tensor::f_cat(
-                &outs
-                    .iter()
-                    .map(|o| o.log_probs.shallow_clone())
-                    .collect::<Vec<_>>(),
-                0,
-            )?;
-            let log_probs = plan.restore(&log_probs)?.f_to_kind(Kind::Double)?;
+            let log_probs = infer_log_probs(&mut self.engine, &batch, &MicroBatching::Rows(micro))?
+                .f_to_kind(Kind::Double)?;
             let mask = batch.get("response_mask")?;
             let tokens = mask.f_sum(Kind::Double)?.f_double_value(&[])?;
             let (divisors, scale) = self.legacy_divisors(vec![tokens], balance_dp_token)?;

@@ -41,6 +41,7 @@ use crate::engine::{
 };
 use crate::logging::{Tracking, TrackingOptions};
 use crate::logits::LogProbOutput;
+use crate::model::CausalLm;
 use crate::tokenizer::Tokenizer;
 use crate::trainer::checkpoint::{self, TrainerState};
 use crate::trainer::parallel::{DataParallel, Roles, SingleRoles};
@@ -50,6 +51,23 @@ pub use collate::collate;
 
 fn bad(msg: impl Into<String>) -> TrainerError {
     TrainerError::Config(msg.into())
+}
+
+/// The log-probabilities of `batch`'s rows without gradients, in row order.
+fn infer_log_probs<E: Engine<Head = CausalLm>>(
+    engine: &mut E,
+    batch: &Batch,
+    micro: &MicroBatching,
+) -> Result<Tensor, TrainerError> {
+    let outs = engine.infer_batch(batch, micro, &ForwardOptions::default())?;
+    let log_probs = Tensor::f_cat(
+        &outs
+            .iter()
+            .map(|o| o.log_probs.shallow_clone())
+            .collect::<Vec<_>>(),
+        0,
+    )?;
+    Ok(micro.restore(&log_probs)?)
 }
 
 /// Trains `spec` in this process (one rank, the single engine).
@@ -385,17 +403,7 @@ impl<R: Roles> SftTrainer<R> {
                 mine.map(|i| &val.examples[b * global_batch + i]).collect();
             let batch = collate(&rows, self.tokenizer.pad_token_id)?;
             let micro = self.micro_batching(&rows)?;
-            let outs = self
-                .engine
-                .infer_batch(&batch, &micro, &ForwardOptions::default())?;
-            let log_probs = Tensor::f_cat(
-                &outs
-                    .iter()
-                    .map(|o| o.log_probs.shallow_clone())
-                    .collect::<Vec<_>>(),
-                0,
-            )?;
-            let log_probs = micro.restore(&log_probs)?;
+            let log_probs = infer_log_probs(&mut self.engine, &batch, &micro)?;
             let mask = batch.get("response_mask")?;
             let nll = -(log_probs.f_to_kind(Kind::Double)? * mask.f_to_kind(Kind::Double)?)
                 .f_sum(Kind::Double)?

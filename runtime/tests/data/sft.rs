@@ -63,6 +63,18 @@ fn options(config: &Value, release_name: &str) -> SftOptions {
     o
 }
 
+/// verl's tokens and loss mask of an encoded row.
+fn ids_and_mask(want: &Value) -> (Vec<i64>, Vec<bool>) {
+    let ids: Vec<i64> = serde_json::from_value(want["input_ids"].clone()).expect("ids");
+    let mask: Vec<bool> = want["loss_mask"]
+        .as_array()
+        .expect("mask")
+        .iter()
+        .map(|m| m.as_i64() == Some(1))
+        .collect();
+    (ids, mask)
+}
+
 /// A row verl 0.7.0 cannot read: with two tool calls in one message, its dataset hands the
 /// template numpy arrays and fails on their truth value (0.7.1 converts them). Ours reads the
 /// row as 0.7.1 does (here: the template renders it differently whole, a refusal).
@@ -125,14 +137,7 @@ fn conversations_encode_as_verls_sft_dataset_does() {
                     wrong.push(format!("{label} row {i}: verl encodes it, ours: {e}"))
                 }
                 (None, Ok(enc)) => {
-                    let ids: Vec<i64> =
-                        serde_json::from_value(want["input_ids"].clone()).expect("ids");
-                    let mask: Vec<bool> = want["loss_mask"]
-                        .as_array()
-                        .expect("mask")
-                        .iter()
-                        .map(|m| m.as_i64() == Some(1))
-                        .collect();
+                    let (ids, mask) = ids_and_mask(want);
                     let pos: Vec<i64> =
                         serde_json::from_value(want["position_ids"].clone()).expect("pos");
                     if enc.input_ids != ids {
@@ -316,14 +321,7 @@ fn legacy_trainer_rows_encode_as_verl_0_7_0s_datasets_do() {
                     wrong.push(format!("{label} row {i}: verl encodes it, ours: {e}"))
                 }
                 (None, Ok(enc)) => {
-                    let ids: Vec<i64> =
-                        serde_json::from_value(want["input_ids"].clone()).expect("ids");
-                    let mask: Vec<bool> = want["loss_mask"]
-                        .as_array()
-                        .expect("mask")
-                        .iter()
-                        .map(|m| m.as_i64() == Some(1))
-                        .collect();
+                    let (ids, mask) = ids_and_mask(want);
                     if enc.input_ids != ids {
                         wrong.push(format!(
                             "{label} row {i}: input_ids\n  verl {ids:?}\n  ours {:?}",

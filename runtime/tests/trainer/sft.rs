@@ -95,27 +95,26 @@ fn metric(h: &[(u64, Metrics)], step: u64, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {key} at step {step}"))
 }
 
-/// The first step's loss is verl's `sft_loss` of the model's log-probabilities over the step's
-/// conversations packed end to end, with the step's loss tokens; micro-batches, packing and
-/// the trainer's shifted mask change nothing.
-#[test]
-fn sft_step_loss_is_verls_sft_loss_of_the_packed_batch() {
-    tch::set_num_threads(1);
-    let dir = scratch("sft_loss");
-    let s = spec(&overrides(&dir, 1, &[]));
+/// What the trainer of `s` starts from: its tokenizer, its training data, the rows of its
+/// first step (the first batch of the sampler it builds) and its initial model (by its seed).
+fn first_step(s: &SftSpec) -> (Tokenizer, SftDataset, Vec<usize>, SingleEngine<CausalLm>) {
     let tok = Tokenizer::from_pretrained(&s.model.tokenizer_path).expect("tokenizer");
     let data = SftDataset::load(
         &s.data.train_files,
         &tok,
-        &runtime::sft::dataset_options(&s, s.data.train_max_samples),
+        &runtime::sft::dataset_options(s, s.data.train_max_samples),
     )
     .expect("dataset");
-    // The trainer's first batch: the first permutation of the sampler it builds.
-    let mut sampler =
-        runtime::data::BatchSampler::new(data.len(), 32, true, s.run.seed, true).expect("sampler");
+    let mut sampler = runtime::data::BatchSampler::new(
+        data.len(),
+        s.batching.global_batch,
+        true,
+        s.run.seed,
+        true,
+    )
+    .expect("sampler");
     let rows = sampler.next_batch();
-    // The same model the trainer starts from, by its seed.
-    let mut engine: SingleEngine<CausalLm> = SingleEngine::new(EngineSettings {
+    let engine: SingleEngine<CausalLm> = SingleEngine::new(EngineSettings {
         model_path: s.model.path.clone(),
         device: tch::Device::Cpu,
         param_dtype: s.binding.precision,
@@ -129,6 +128,18 @@ fn sft_step_loss_is_verls_sft_loss_of_the_packed_batch() {
         remove_padding: false,
     })
     .expect("engine");
+    (tok, data, rows, engine)
+}
+
+/// The first step's loss is verl's `sft_loss` of the model's log-probabilities over the step's
+/// conversations packed end to end, with the step's loss tokens; micro-batches, packing and
+/// the trainer's shifted mask change nothing.
+#[test]
+fn sft_step_loss_is_verls_sft_loss_of_the_packed_batch() {
+    tch::set_num_threads(1);
+    let dir = scratch("sft_loss");
+    let s = spec(&overrides(&dir, 1, &[]));
+    let (tok, data, rows, mut engine) = first_step(&s);
     // Packed as verl's no_padding batch: log_probs[t] predicts the token after t.
     let mut log_probs = Vec::new();
     let mut masks = Vec::new();
@@ -321,30 +332,7 @@ fn legacy_sft_trainer_averages_micro_batch_means_and_resumes_exactly() {
     let dir = scratch("sft_legacy");
     let s = legacy_spec(&dir.join("one"), 1, &[]);
     assert!(s.trainer.is_legacy());
-    let tok = Tokenizer::from_pretrained(&s.model.tokenizer_path).expect("tokenizer");
-    let data = SftDataset::load(
-        &s.data.train_files,
-        &tok,
-        &runtime::sft::dataset_options(&s, s.data.train_max_samples),
-    )
-    .expect("dataset");
-    let mut sampler =
-        runtime::data::BatchSampler::new(data.len(), 32, true, s.run.seed, true).expect("sampler");
-    let rows = sampler.next_batch();
-    let mut engine: SingleEngine<CausalLm> = SingleEngine::new(EngineSettings {
-        model_path: s.model.path.clone(),
-        device: tch::Device::Cpu,
-        param_dtype: s.binding.precision,
-        main_dtype: verlc_spec::Dtype::Fp32,
-        seed: s.model.seed,
-        optim: None,
-        loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::NONE,
-        lora: None,
-        config_overrides: Default::default(),
-        remove_padding: false,
-    })
-    .expect("engine");
+    let (tok, data, rows, mut engine) = first_step(&s);
     let (mut means, mut nll, mut tokens) = (Vec::new(), 0.0, 0.0);
     for chunk in rows.chunks(8) {
         let examples: Vec<_> = chunk.iter().map(|&i| &data.examples[i]).collect();
@@ -576,12 +564,7 @@ fn legacy_example_specs(
         if call["config_name"] != "sft_trainer" {
             continue;
         }
-        let overrides: Vec<String> = call["overrides"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o.as_str().map(str::to_owned))
-            .collect();
+        let overrides = call_overrides(call);
         let model = overrides
             .iter()
             .find_map(|o| o.strip_prefix("model.partial_pretrain="))
@@ -714,12 +697,7 @@ fn verls_sft_examples_train_two_steps_on_two_ranks() {
     let mut implemented_calls = 0;
     for (i, call) in calls.iter().enumerate() {
         let script = call["script"].as_str().unwrap_or("?").to_owned();
-        let overrides: Vec<String> = call["overrides"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o.as_str().map(str::to_owned))
-            .collect();
+        let overrides = call_overrides(call);
         let model = overrides
             .iter()
             .find_map(|o| o.strip_prefix("model.path="))
@@ -815,4 +793,14 @@ fn verls_sft_examples_train_two_steps_on_two_ranks() {
             assert!(metric(&history, 2, "val/loss").is_finite(), "{name}");
         }
     }
+}
+
+/// The Hydra overrides of a recorded example call (`overrides.json`).
+fn call_overrides(call: &serde_json::Value) -> Vec<String> {
+    call["overrides"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.as_str().map(str::to_owned))
+        .collect()
 }
