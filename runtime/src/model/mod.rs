@@ -32,6 +32,7 @@ pub mod pretrained;
 pub mod qwen3_next;
 pub mod rope;
 pub mod save;
+pub mod vision;
 
 use std::path::{Path, PathBuf};
 

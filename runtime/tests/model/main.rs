@@ -12,3 +12,4 @@ mod moe;
 mod parity;
 mod qwen3_5;
 mod reward;
+mod vision;

@@ -1,0 +1,162 @@
+//! Qwen2.5-VL's vision tower against transformers' (`Qwen2_5_VisionTransformerPretrainedModel`,
+//! run by tests/oracle/vision_oracle.py on a seeded tiny tower): the merged-patch embeddings of
+//! two images of different grids (one with a partial attention window) and a two-frame video,
+//! through windowed and full-attention blocks, and the gradient with respect to the pixels.
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use runtime::model::vision::qwen2_5_vl::{VisionConfig, VisionTower};
+use tch::{Device, Kind, Tensor};
+
+use crate::oracle;
+
+fn oracle_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        oracle::cached_with(&oracle::script_named("vision_oracle.py"), "qwen2_5_vl", &[])
+    })
+    .clone()
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
+        .abs()
+        .max()
+        .double_value(&[])
+}
+
+#[test]
+fn qwen2_5_vl_vision_tower_matches_transformers() {
+    tch::set_num_threads(1);
+    let dir = oracle_dir();
+    let cfg: VisionConfig =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).expect("config"))
+            .expect("vision_config");
+    let tensors: HashMap<String, Tensor> =
+        Tensor::read_safetensors(dir.join("qwen2_5_vl.safetensors"))
+            .expect("oracle tensors")
+            .into_iter()
+            .collect();
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let tower = VisionTower::new(&(vs.root() / "visual"), &cfg).expect("tower");
+    // Every weight of the checkpoint is a parameter of the tower, and the other way round.
+    let vars = vs.variables();
+    let weights: Vec<&String> = tensors
+        .keys()
+        .filter(|k| k.starts_with("visual."))
+        .collect();
+    assert_eq!(
+        vars.len(),
+        weights.len(),
+        "{:?}",
+        vars.keys().collect::<Vec<_>>()
+    );
+    tch::no_grad(|| {
+        for (name, mut var) in vars {
+            let w = tensors
+                .get(&name)
+                .unwrap_or_else(|| panic!("no {name} in the checkpoint"));
+            assert_eq!(var.size(), w.size(), "{name}");
+            var.copy_(w);
+        }
+    });
+    let grid: Vec<Vec<i64>> = Vec::try_from(&tensors["input.grid_thw"]).expect("grid");
+    let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
+    let pixels = tensors["input.pixel_values"].copy().set_requires_grad(true);
+    let embeds = tower.forward(&pixels, &grid).expect("forward");
+    let want = &tensors["output.embeds"];
+    assert_eq!(embeds.size(), want.size());
+    let d = max_diff(&embeds, want);
+    assert!(d < 1e-4, "embeddings differ from transformers' by {d}");
+    embeds.square().sum(Kind::Float).backward();
+    let g = max_diff(&pixels.grad(), &tensors["output.grad_pixel_values"]);
+    let scale = tensors["output.grad_pixel_values"]
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(
+        g < 1e-4 * scale.max(1.0),
+        "pixel gradients differ by {g} (scale {scale})"
+    );
+}
+
+/// A grid that does not split into merge blocks, and pixels of the wrong shape, are errors.
+#[test]
+fn vision_inputs_of_the_wrong_shape_are_refused() {
+    let dir = oracle_dir();
+    let cfg: VisionConfig =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).expect("config"))
+            .expect("vision_config");
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let tower = VisionTower::new(&(vs.root() / "visual"), &cfg).expect("tower");
+    let width = cfg.patch_width();
+    let odd = tower.forward(
+        &Tensor::zeros([15, width], (Kind::Float, Device::Cpu)),
+        &[[1, 3, 5]],
+    );
+    assert!(matches!(
+        odd,
+        Err(runtime::model::vision::qwen2_5_vl::VisionError::Grid { .. })
+    ));
+    let short = tower.forward(
+        &Tensor::zeros([8, width], (Kind::Float, Device::Cpu)),
+        &[[1, 4, 4]],
+    );
+    assert!(matches!(
+        short,
+        Err(runtime::model::vision::qwen2_5_vl::VisionError::Shape { .. })
+    ));
+}
+
+/// M-RoPE position ids against verl 0.9.1's own `get_rope_index` (run by the oracle on rows of
+/// text only, one and two images, an image among videos with fractional seconds per temporal
+/// patch, a video without them; each unpadded and left-padded).
+#[test]
+fn mrope_position_ids_match_verls_get_rope_index() {
+    use runtime::model::vision::mrope::{MropeTokens, VideoGrid, batch_position_ids};
+    let dir = oracle::cached_with(&oracle::script_named("vision_oracle.py"), "mrope", &[]);
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("mrope.json")).expect("json"))
+            .expect("json");
+    let id = |k: &str| j["tokens"][k].as_i64().expect("token id");
+    let tokens = MropeTokens {
+        image_token_id: id("image"),
+        video_token_id: id("video"),
+        vision_start_token_id: id("vision_start"),
+        spatial_merge_size: 2,
+        tokens_per_second: 2.0,
+    };
+    let cases = j["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 10);
+    for case in cases {
+        let name = case["name"].as_str().unwrap_or("?");
+        let v = |k: &str| -> Vec<i64> { serde_json::from_value(case[k].clone()).expect(k) };
+        let grids =
+            |k: &str| -> Vec<[i64; 3]> { serde_json::from_value(case[k].clone()).expect(k) };
+        let seconds: Vec<f64> = case["seconds"]
+            .as_array()
+            .map(|s| s.iter().filter_map(serde_json::Value::as_f64).collect())
+            .unwrap_or_default();
+        let videos: Vec<VideoGrid> = grids("videos")
+            .into_iter()
+            .enumerate()
+            .map(|(i, thw)| VideoGrid {
+                thw,
+                seconds_per_grid: seconds.get(i).copied().unwrap_or(1.0),
+            })
+            .collect();
+        let (ids, _) = batch_position_ids(
+            &[v("tokens")],
+            &[v("mask")],
+            &grids("images"),
+            &videos,
+            &tokens,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want: Vec<Vec<i64>> =
+            serde_json::from_value(case["position_ids"].clone()).expect("ids");
+        for axis in 0..3 {
+            assert_eq!(ids[axis], want[axis], "{name}: axis {axis}");
+        }
+    }
+}

@@ -1,0 +1,131 @@
+"""transformers' Qwen2.5-VL vision tower as the oracle of the runtime's (tests/model/vision.rs).
+
+Usage: vision_oracle.py qwen2_5_vl OUT
+       vision_oracle.py mrope OUT
+Writes OUT/qwen2_5_vl.safetensors: a seeded tiny tower's weights (named as in a checkpoint
+under `visual.`), its inputs (`input.pixel_values`, `input.grid_thw`) and outputs
+(`output.embeds`; `output.grad_pixel_values`, the gradient of the embeddings' sum of
+squares), for two images of different grids and a two-frame video; and OUT/config.json, the
+tower's `vision_config`.
+
+`mrope` writes OUT/mrope.json: verl 0.9.1's own `get_rope_index` (models/transformers/qwen2_vl.py,
+executed from its source with a stand-in processor that names the special tokens) on token rows
+with text only, one and two images, an image and videos (fractional seconds per temporal patch),
+and padding.
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+
+
+def qwen2_5_vl(out):
+    config = {
+        "depth": 3,
+        "hidden_size": 32,
+        "num_heads": 4,
+        "intermediate_size": 48,
+        "out_hidden_size": 40,
+        "patch_size": 4,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+        "spatial_merge_size": 2,
+        # Windows of 16 pixels: 4 x 4 patches, 2 x 2 merge units.
+        "window_size": 16,
+        "fullatt_block_indexes": [1],
+        "hidden_act": "silu",
+    }
+    torch.manual_seed(5)
+    cfg = Qwen2_5_VLVisionConfig(**config)
+    cfg._attn_implementation = "eager"
+    model = Qwen2_5_VisionTransformerPretrainedModel(cfg).float().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+        for name, p in model.named_parameters():
+            if name.endswith("norm1.weight") or name.endswith("norm2.weight") or name.endswith("ln_q.weight"):
+                p.copy_(1.0 + torch.randn_like(p) * 0.1)
+    # Two images (6 x 10 and 4 x 4 patches: a window grid with a partial window) and a video of
+    # two temporal patches of 8 x 6.
+    grid = torch.tensor([[1, 6, 10], [1, 4, 4], [2, 8, 6]], dtype=torch.int64)
+    n = int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum())
+    width = 3 * 2 * 4 * 4
+    pixels = torch.randn(n, width, dtype=torch.float32).requires_grad_(True)
+    embeds = model(pixels, grid_thw=grid)
+    embeds.pow(2).sum().backward()
+    tensors = {f"visual.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors["input.pixel_values"] = pixels.detach().contiguous()
+    tensors["input.grid_thw"] = grid
+    tensors["output.embeds"] = embeds.detach().contiguous()
+    tensors["output.grad_pixel_values"] = pixels.grad.contiguous()
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, os.path.join(out, "qwen2_5_vl.safetensors"))
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+# The stand-in processor's special tokens.
+IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
+
+
+def mrope(out):
+    import ast
+    import types
+    from typing import Optional
+
+    root = os.environ.get("VERLC_VERL_NEWER_ROOT") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv", "verl-releases", "0.9.1", "verl")
+    path = os.path.join(root, "models", "transformers", "qwen2_vl.py")
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_rope_index")
+    ns = {"torch": torch, "Optional": Optional}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), ns)
+    get_rope_index = ns["get_rope_index"]
+    ids = {"<|image_pad|>": IMAGE, "<|video_pad|>": VIDEO, "<|vision_start|>": START}
+    processor = types.SimpleNamespace(
+        image_processor=types.SimpleNamespace(merge_size=2),
+        tokenizer=types.SimpleNamespace(convert_tokens_to_ids=lambda t: ids[t]),
+    )
+
+    def vision(token, t, h, w):
+        return [START] + [token] * (t * (h // 2) * (w // 2)) + [END]
+
+    text = lambda n, base=10: [base + i for i in range(n)]
+    cases = [
+        {"name": "text", "tokens": text(7), "images": [], "videos": [], "seconds": []},
+        {"name": "one_image", "tokens": text(3) + vision(IMAGE, 1, 4, 6) + text(5), "images": [[1, 4, 6]], "videos": [], "seconds": []},
+        {"name": "two_images", "tokens": vision(IMAGE, 1, 2, 2) + text(2) + vision(IMAGE, 1, 6, 4) + text(1),
+         "images": [[1, 2, 2], [1, 6, 4]], "videos": [], "seconds": []},
+        {"name": "image_and_videos", "tokens": text(2) + vision(VIDEO, 3, 4, 4) + text(3) + vision(IMAGE, 1, 2, 4) + vision(VIDEO, 2, 2, 2) + text(4),
+         "images": [[1, 2, 4]], "videos": [[3, 4, 4], [2, 2, 2]], "seconds": [0.5, 1.75]},
+        {"name": "video_no_seconds", "tokens": vision(VIDEO, 2, 4, 2) + text(3), "images": [], "videos": [[2, 4, 2]], "seconds": None},
+    ]
+    results = []
+    for case in cases:
+        for pad in (0, 3):
+            tokens = [0] * pad + case["tokens"]
+            mask = [0] * pad + [1] * len(case["tokens"])
+            kwargs = {}
+            if case["images"]:
+                kwargs["image_grid_thw"] = torch.tensor(case["images"])
+            if case["videos"]:
+                kwargs["video_grid_thw"] = torch.tensor(case["videos"])
+                if case["seconds"] is not None:
+                    kwargs["second_per_grid_ts"] = torch.tensor(case["seconds"])
+            pos = get_rope_index(processor, torch.tensor(tokens), attention_mask=torch.tensor(mask), **kwargs)
+            results.append(dict(case, name=f"{case['name']}_pad{pad}", tokens=tokens, mask=mask, position_ids=pos.tolist()))
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "mrope.json"), "w") as f:
+        json.dump({"tokens": {"image": IMAGE, "video": VIDEO, "vision_start": START}, "cases": results}, f)
+
+
+if __name__ == "__main__":
+    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope}
+    if sys.argv[1] not in commands:
+        sys.exit(f"unknown command {sys.argv[1]}")
+    commands[sys.argv[1]](sys.argv[2])
