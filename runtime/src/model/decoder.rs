@@ -800,19 +800,29 @@ impl Model {
         input_ids: &Tensor,
         position_ids: &Tensor,
         attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor {
+        let x = self.embed(input_ids);
+        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
+        self.forward_embeds(x, (&cos, &sin), attention_mask, cache)
+    }
+
+    /// [`Model::forward`] of input embeddings `x` (B, T, hidden) with their rotary tables
+    /// (a vision-language model's: text embeddings with vision embeddings in their
+    /// placeholders, and multimodal rotary positions).
+    pub fn forward_embeds(
+        &self,
+        mut x: Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        attention_mask: Option<&Tensor>,
         mut cache: Option<&mut KvCache>,
     ) -> Tensor {
-        let t = input_ids.size()[1];
+        let (b, t) = (x.size()[0], x.size()[1]);
         let past = cache.as_ref().map_or(0, |c| c.len());
-        let mut x = self.embed(input_ids);
-        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = match attention_mask {
             Some(m) => Some(causal_padding_mask(m, past, t)),
             None if past > 0 && t > 1 => {
-                let ones = Tensor::ones(
-                    [input_ids.size()[0], past + t],
-                    (Kind::Bool, input_ids.device()),
-                );
+                let ones = Tensor::ones([b, past + t], (Kind::Bool, x.device()));
                 Some(causal_padding_mask(&ones, past, t))
             }
             None => None,
@@ -823,8 +833,8 @@ impl Model {
         for layer in &self.layers {
             x = layer.forward(
                 &x,
-                &cos,
-                &sin,
+                cos,
+                sin,
                 mask.as_ref(),
                 valid.as_ref(),
                 cache.as_deref_mut(),

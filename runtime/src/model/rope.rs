@@ -48,7 +48,9 @@ impl RopeScaling {
             .and_then(Value::as_str)
             .unwrap_or("default");
         Ok(match kind {
-            "default" => RopeScaling::Default,
+            // Qwen2-VL's multimodal rotary: default frequencies, the position axes chosen per
+            // dimension section ([`RotaryEmbedding::cos_sin_mrope`]).
+            "default" | "mrope" => RopeScaling::Default,
             "linear" => RopeScaling::Linear {
                 factor: need("factor")?,
             },
@@ -220,6 +222,42 @@ impl RotaryEmbedding {
             cos.to_kind(kind).unsqueeze(1),
             sin.to_kind(kind).unsqueeze(1),
         )
+    }
+}
+
+impl RotaryEmbedding {
+    /// cos and sin `(B, 1, T, rotary_dim)` of multimodal positions `(3, B, T)` (time, height,
+    /// width; Qwen2-VL's M-RoPE): the frequencies of each axis, then for the dimensions in
+    /// `sections` (sizes summing to half the rotary dimension, repeated for the second half)
+    /// the axis the section's index names, cyclically.
+    pub fn cos_sin_mrope(
+        &self,
+        position_ids: &Tensor,
+        sections: &[i64],
+        kind: Kind,
+    ) -> Result<(Tensor, Tensor), tch::TchError> {
+        let freqs = position_ids.f_to_kind(Kind::Float)?.f_unsqueeze(-1)?
+            * self.inv_freq.f_view([1, 1, 1, -1])?;
+        let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?;
+        let split: Vec<i64> = sections.iter().chain(sections).copied().collect();
+        let pick = |t: &Tensor| -> Result<Tensor, tch::TchError> {
+            let parts = t.f_split_with_sizes(&split, -1)?;
+            let chosen: Vec<Tensor> = parts
+                .iter()
+                .enumerate()
+                .map(|(i, part)| part.f_select(0, (i % 3) as i64))
+                .collect::<Result<_, _>>()?;
+            Tensor::f_cat(&chosen, -1)
+        };
+        let (mut cos, mut sin) = (pick(&emb.f_cos()?)?, pick(&emb.f_sin()?)?);
+        if self.attention_scaling != 1.0 {
+            cos *= self.attention_scaling;
+            sin *= self.attention_scaling;
+        }
+        Ok((
+            cos.f_to_kind(kind)?.f_unsqueeze(1)?,
+            sin.f_to_kind(kind)?.f_unsqueeze(1)?,
+        ))
     }
 }
 

@@ -160,3 +160,66 @@ fn mrope_position_ids_match_verls_get_rope_index() {
         }
     }
 }
+
+/// Qwen2.5-VL as a whole against transformers' `Qwen2_5_VLForConditionalGeneration` (a seeded
+/// tiny model from tests/oracle/vision_oracle.py): two rows, one left-padded, each with an
+/// image in its placeholders; the logits at every real position, positions from the rows'
+/// M-RoPE ids.
+#[test]
+fn qwen2_5_vl_logits_match_transformers() {
+    use runtime::model::ModelConfig;
+    use runtime::model::vision::mrope::MropeTokens;
+    use runtime::model::vision::qwen2_5_vl::Qwen2_5Vl;
+    tch::set_num_threads(1);
+    let dir = oracle::cached_with(
+        &oracle::script_named("vision_oracle.py"),
+        "qwen2_5_vl_model",
+        &[],
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("model.json")).expect("json"))
+            .expect("json");
+    let text: ModelConfig = serde_json::from_value(j["text_config"].clone()).expect("text");
+    let vision: VisionConfig = serde_json::from_value(j["vision_config"].clone()).expect("vision");
+    let sections: Vec<i64> =
+        serde_json::from_value(j["text_config"]["rope_scaling"]["mrope_section"].clone())
+            .expect("mrope_section");
+    let id = |k: &str| j[k].as_i64().expect(k);
+    let tokens = MropeTokens {
+        image_token_id: id("image_token_id"),
+        video_token_id: id("video_token_id"),
+        vision_start_token_id: id("vision_start_token_id"),
+        spatial_merge_size: vision.spatial_merge_size,
+        tokens_per_second: 2.0,
+    };
+    let tensors: HashMap<String, Tensor> =
+        Tensor::read_safetensors(dir.join("qwen2_5_vl_model.safetensors"))
+            .expect("oracle tensors")
+            .into_iter()
+            .collect();
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let model = Qwen2_5Vl::new(&vs, &text, &vision, tokens, sections).expect("model");
+    tch::no_grad(|| {
+        for (name, mut var) in vs.variables() {
+            let w = tensors
+                .get(&name)
+                .unwrap_or_else(|| panic!("no {name} in the checkpoint"));
+            var.copy_(w);
+        }
+    });
+    let grid: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
+    let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
+    let mask = &tensors["input.attention_mask"];
+    let logits = tch::no_grad(|| {
+        model.forward(
+            &tensors["input.input_ids"],
+            mask,
+            Some(&tensors["input.pixel_values"]),
+            &grid,
+        )
+    })
+    .expect("forward");
+    let real = mask.unsqueeze(-1).to_kind(Kind::Float);
+    let d = max_diff(&(logits * &real), &(&tensors["output.logits"] * &real));
+    assert!(d < 1e-4, "logits differ from transformers' by {d}");
+}

@@ -2,6 +2,7 @@
 
 Usage: vision_oracle.py qwen2_5_vl OUT
        vision_oracle.py mrope OUT
+       vision_oracle.py qwen2_5_vl_model OUT
 Writes OUT/qwen2_5_vl.safetensors: a seeded tiny tower's weights (named as in a checkpoint
 under `visual.`), its inputs (`input.pixel_values`, `input.grid_thw`) and outputs
 (`output.embeds`; `output.grad_pixel_values`, the gradient of the embeddings' sum of
@@ -12,6 +13,10 @@ tower's `vision_config`.
 executed from its source with a stand-in processor that names the special tokens) on token rows
 with text only, one and two images, an image and videos (fractional seconds per temporal patch),
 and padding.
+
+`qwen2_5_vl_model` writes OUT/qwen2_5_vl_model.safetensors and OUT/model.json: a seeded tiny
+Qwen2.5-VL (vision tower, Qwen2 text model with M-RoPE), two rows with an image each (one
+left-padded) and transformers' logits.
 """
 import json
 import os
@@ -66,6 +71,66 @@ def qwen2_5_vl(out):
     save_file(tensors, os.path.join(out, "qwen2_5_vl.safetensors"))
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f)
+
+
+def qwen2_5_vl_model(out):
+    """A seeded tiny Qwen2_5_VLForConditionalGeneration: its weights under checkpoint names
+    (`model.*`, `visual.*`, `lm_head.*`), two rows (one left-padded) with an image each, and
+    the logits transformers computes (its own M-RoPE positions from the attention mask)."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    vision = {
+        "depth": 2, "hidden_size": 32, "num_heads": 4, "intermediate_size": 48, "out_hidden_size": 64,
+        "patch_size": 4, "temporal_patch_size": 2, "in_channels": 3, "spatial_merge_size": 2,
+        "window_size": 16, "fullatt_block_indexes": [1], "hidden_act": "silu",
+    }
+    text = {
+        "model_type": "qwen2", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False, "hidden_act": "silu",
+        "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    }
+    image, video, start, end = 250, 251, 248, 249
+    torch.manual_seed(11)
+    cfg = Qwen2_5_VLConfig(text_config=dict(text), vision_config=dict(vision), image_token_id=image,
+                           video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
+    cfg._attn_implementation = "eager"
+    cfg.text_config._attn_implementation = "eager"
+    cfg.vision_config._attn_implementation = "eager"
+    model = Qwen2_5_VLForConditionalGeneration(cfg).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + torch.randn_like(p) * 0.1)
+            else:
+                p.copy_(torch.randn_like(p) * 0.1)
+    grids = [[1, 4, 6], [1, 4, 4]]
+    row0 = [10, 11, 12, start] + [image] * 6 + [end, 13, 14, 15, 16]
+    row1 = [0, 0, 20, 21, start] + [image] * 4 + [end, 22, 23, 24, 25, 26]
+    ids = torch.tensor([row0, row1])
+    mask = torch.tensor([[1] * 15, [0, 0] + [1] * 13])
+    pixels = torch.randn(24 + 16, 3 * 2 * 4 * 4)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels,
+                       image_grid_thw=torch.tensor(grids)).logits
+    tensors = {}
+    for k, v in model.state_dict().items():
+        if k.startswith("model.language_model."):
+            k = "model." + k[len("model.language_model."):]
+        elif k.startswith("model.visual."):
+            k = "visual." + k[len("model.visual."):]
+        tensors[k] = v.detach().contiguous()
+    tensors["input.input_ids"] = ids
+    tensors["input.attention_mask"] = mask
+    tensors["input.pixel_values"] = pixels.contiguous()
+    tensors["input.image_grid_thw"] = torch.tensor(grids)
+    tensors["output.logits"] = logits.contiguous()
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, os.path.join(out, "qwen2_5_vl_model.safetensors"))
+    with open(os.path.join(out, "model.json"), "w") as f:
+        json.dump({"text_config": text, "vision_config": vision,
+                   "image_token_id": image, "video_token_id": video, "vision_start_token_id": start}, f)
 
 
 # The stand-in processor's special tokens.
@@ -125,7 +190,7 @@ def mrope(out):
 
 
 if __name__ == "__main__":
-    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope}
+    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model}
     if sys.argv[1] not in commands:
         sys.exit(f"unknown command {sys.argv[1]}")
     commands[sys.argv[1]](sys.argv[2])

@@ -118,6 +118,18 @@ pub enum VisionError {
     },
     #[error("the vision tower's activation `{0}` is not implemented (silu, gelu)")]
     Activation(String),
+    #[error(
+        "rope_scaling.mrope_section {sections:?} must be three sizes summing to half the rotary dimension ({half})"
+    )]
+    Sections { sections: Vec<i64>, half: i64 },
+    #[error("the text model: {0}")]
+    Text(String),
+    #[error(
+        "the rows hold {placeholders} image placeholder token(s) for {embeddings} image embedding(s)"
+    )]
+    Placeholders { placeholders: i64, embeddings: i64 },
+    #[error(transparent)]
+    Positions(#[from] super::mrope::MropeError),
     #[error(transparent)]
     Torch(#[from] tch::TchError),
 }
@@ -408,5 +420,89 @@ impl VisionTower {
             windows,
             images,
         })
+    }
+}
+
+/// Qwen2.5-VL (`Qwen2_5_VLForConditionalGeneration`): the vision tower's embeddings in the
+/// placeholders of the text, and Qwen2's decoder with multimodal rotary positions
+/// ([`super::mrope`]). Weights as in its checkpoint: `model.*` and `lm_head.*` (the text
+/// model), `visual.*` (the tower).
+pub struct Qwen2_5Vl {
+    pub lm: crate::model::CausalLm,
+    pub visual: VisionTower,
+    pub tokens: super::mrope::MropeTokens,
+    /// `rope_scaling.mrope_section`: rotary dimensions per position axis (time, height,
+    /// width), summing to half a head's rotary dimension.
+    pub mrope_section: Vec<i64>,
+}
+
+impl Qwen2_5Vl {
+    /// The model's parameters in `vs` (zero; loaded from a checkpoint by name).
+    pub fn new(
+        vs: &tch::nn::VarStore,
+        text: &crate::model::ModelConfig,
+        vision: &VisionConfig,
+        tokens: super::mrope::MropeTokens,
+        mrope_section: Vec<i64>,
+    ) -> Result<Self, VisionError> {
+        let half = text.rotary_dim() / 2;
+        if mrope_section.len() != 3 || mrope_section.iter().sum::<i64>() != half {
+            return Err(VisionError::Sections {
+                sections: mrope_section,
+                half,
+            });
+        }
+        let lm = crate::model::CausalLm::new(text, vs.root()).map_err(VisionError::Text)?;
+        let visual = VisionTower::new(&(vs.root() / "visual"), vision)?;
+        Ok(Qwen2_5Vl {
+            lm,
+            visual,
+            tokens,
+            mrope_section,
+        })
+    }
+
+    /// Logits `(B, T, vocab)` of a batch of rows (`attention_mask` 1 on real tokens), whose
+    /// image placeholders take, in order, the embeddings of `pixel_values` (patches of the
+    /// images of `image_grid_thw`).
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        pixel_values: Option<&Tensor>,
+        image_grid_thw: &[[i64; 3]],
+    ) -> Result<Tensor, VisionError> {
+        let rows: Vec<Vec<i64>> = Vec::try_from(input_ids)?;
+        let mask: Vec<Vec<i64>> = Vec::try_from(&attention_mask.f_to_kind(Kind::Int64)?)?;
+        let (pos, _) =
+            super::mrope::batch_position_ids(&rows, &mask, image_grid_thw, &[], &self.tokens)?;
+        let (b, t) = (rows.len() as i64, rows.first().map_or(0, Vec::len) as i64);
+        let pos = Tensor::f_cat(
+            &pos.iter()
+                .map(|axis| Tensor::from_slice(axis).f_view([1, b, t]))
+                .collect::<Result<Vec<_>, _>>()?,
+            0,
+        )?
+        .f_to(input_ids.device())?;
+        let model = &self.lm.model;
+        let mut x = model.f_embed(input_ids)?;
+        if let Some(pixels) = pixel_values {
+            let images = self.visual.forward(pixels, image_grid_thw)?;
+            let slots = input_ids.f_eq(self.tokens.image_token_id)?;
+            let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
+            if placeholders != images.size()[0] {
+                return Err(VisionError::Placeholders {
+                    placeholders,
+                    embeddings: images.size()[0],
+                });
+            }
+            let slots = slots.f_unsqueeze(-1)?.f_expand_as(&x)?;
+            x = x.f_masked_scatter(&slots, &images.f_to_kind(x.kind())?)?;
+        }
+        let (cos, sin) = model
+            .rotary()
+            .cos_sin_mrope(&pos, &self.mrope_section, x.kind())?;
+        let hidden = model.forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
+        Ok(self.lm.logits(&hidden))
     }
 }
