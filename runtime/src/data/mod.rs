@@ -13,6 +13,7 @@
 pub mod builtin;
 pub mod dataset;
 pub mod files;
+pub mod image;
 pub mod parquet;
 pub mod sample;
 pub mod sampler;

@@ -5,6 +5,7 @@ mod oracle;
 
 mod builtin;
 mod dataset;
+mod image;
 mod parquet;
 mod sampler;
 mod sft;

@@ -3,6 +3,7 @@
 Usage: vision_oracle.py qwen2_5_vl OUT
        vision_oracle.py mrope OUT
        vision_oracle.py qwen2_5_vl_model OUT
+       vision_oracle.py images OUT
 Writes OUT/qwen2_5_vl.safetensors: a seeded tiny tower's weights (named as in a checkpoint
 under `visual.`), its inputs (`input.pixel_values`, `input.grid_thw`) and outputs
 (`output.embeds`; `output.grad_pixel_values`, the gradient of the embeddings' sum of
@@ -17,6 +18,10 @@ and padding.
 `qwen2_5_vl_model` writes OUT/qwen2_5_vl_model.safetensors and OUT/model.json: a seeded tiny
 Qwen2.5-VL (vision tower, Qwen2 text model with M-RoPE), two rows with an image each (one
 left-padded) and transformers' logits.
+
+`images` writes OUT/*.png and OUT/images.json: verl's preparation of each image (its
+`process_image` with qwen_vl_utils' `fetch_image`, then transformers' `Qwen2VLImageProcessor`):
+the pixel values and patch grid, under default and narrowed pixel bounds.
 """
 import json
 import os
@@ -133,6 +138,107 @@ def qwen2_5_vl_model(out):
                    "image_token_id": image, "video_token_id": video, "vision_start_token_id": start}, f)
 
 
+def images(out):
+    """verl's preparation of images for Qwen-VL models, run from its own code: verl 0.9.1's
+    `process_image` (utils/dataset/vision_utils.py) with qwen_vl_utils' `fetch_image` (its
+    functions executed from its installed source: the package's torchvision import is not
+    needed for images), then transformers' `Qwen2VLImageProcessor`; on PNG files written here
+    (RGB of several sizes, RGBA, grayscale, palette), with default and narrowed pixel bounds."""
+    import ast
+    import base64
+    import copy
+    import importlib.util
+    import io
+    import logging
+    import math
+    import types
+    from typing import Any, Dict, Optional, Tuple, Union
+
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+    spec = importlib.util.find_spec("qwen_vl_utils")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("qwen_vl_utils is not installed (run scripts/setup)")
+    source = os.path.join(list(spec.submodule_search_locations)[0], "vision_process.py")
+    with open(source) as f:
+        tree = ast.parse(f.read())
+    wanted = {"round_by_factor", "ceil_by_factor", "floor_by_factor", "smart_resize", "to_rgb", "fetch_image"}
+    ns = {"math": math, "os": os, "logging": logging, "Image": Image, "BytesIO": io.BytesIO, "copy": copy,
+          "base64": base64, "requests": None, "Optional": Optional, "Tuple": Tuple, "Dict": Dict,
+          "Union": Union, "Any": Any}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in wanted:
+            exec(compile(ast.Module(body=[node], type_ignores=[]), source, "exec"), ns)
+        elif isinstance(node, ast.Assign):
+            # The module's constants; assignments that name its video readers are not needed.
+            try:
+                exec(compile(ast.Module(body=[node], type_ignores=[]), source, "exec"), ns)
+            except NameError:
+                pass
+    sys.modules["qwen_vl_utils"] = types.SimpleNamespace(fetch_image=ns["fetch_image"])
+    root = os.environ.get("VERLC_VERL_NEWER_ROOT") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv", "verl-releases", "0.9.1", "verl")
+    path = os.path.join(root, "utils", "dataset", "vision_utils.py")
+    with open(path) as f:
+        vtree = ast.parse(f.read())
+    fn = next(n for n in vtree.body if isinstance(n, ast.FunctionDef) and n.name == "process_image")
+    vns = {"Image": Image, "BytesIO": io.BytesIO}
+    flags = __import__("__future__").annotations.compiler_flag
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), vns)
+    process_image = vns["process_image"]
+
+    os.makedirs(out, exist_ok=True)
+    gen = torch.Generator().manual_seed(3)
+
+    def png(name, mode, w, h):
+        channels = {"RGB": 3, "RGBA": 4, "L": 1}.get(mode, 1)
+        data = torch.randint(0, 256, (h, w, channels), generator=gen, dtype=torch.uint8).numpy()
+        if mode == "P":
+            img = Image.fromarray(data[:, :, 0], "L").convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+        elif mode == "L":
+            img = Image.fromarray(data[:, :, 0], "L")
+        else:
+            img = Image.fromarray(data, mode)
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(buf.getvalue())
+        return buf.getvalue()
+
+    files = {
+        "rgb_97x61.png": png("rgb_97x61.png", "RGB", 97, 61),
+        "rgb_300x200.png": png("rgb_300x200.png", "RGB", 300, 200),
+        "rgb_13x40.png": png("rgb_13x40.png", "RGB", 13, 40),
+        "rgba_57x83.png": png("rgba_57x83.png", "RGBA", 57, 83),
+        "gray_64x50.png": png("gray_64x50.png", "L", 64, 50),
+        "palette_45x45.png": png("palette_45x45.png", "P", 45, 45),
+    }
+    # (case, fetch bounds given in the row, processor bounds)
+    settings = [
+        ("defaults", None, None),
+        ("narrow_processor", None, (28 * 28 * 4, 28 * 28 * 20)),
+        ("narrow_fetch", (28 * 28 * 2, 28 * 28 * 12), None),
+    ]
+    results = []
+    for name, data in files.items():
+        for label, fetch, proc in settings:
+            ele = {"bytes": data}
+            if fetch:
+                ele["min_pixels"], ele["max_pixels"] = fetch
+            img = process_image(ele, image_patch_size=14)
+            kwargs = {}
+            if proc:
+                kwargs = {"min_pixels": proc[0], "max_pixels": proc[1]}
+            processor = Qwen2VLImageProcessor(**kwargs)
+            batch = processor(images=[img], return_tensors="pt")
+            results.append({"file": name, "case": label, "fetch": fetch, "processor": proc,
+                            "grid_thw": batch["image_grid_thw"][0].tolist(),
+                            "pixel_values": batch["pixel_values"].flatten().tolist()})
+    with open(os.path.join(out, "images.json"), "w") as f:
+        json.dump(results, f)
+
+
 # The stand-in processor's special tokens.
 IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
 
@@ -190,7 +296,7 @@ def mrope(out):
 
 
 if __name__ == "__main__":
-    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model}
+    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model, "images": images}
     if sys.argv[1] not in commands:
         sys.exit(f"unknown command {sys.argv[1]}")
     commands[sys.argv[1]](sys.argv[2])

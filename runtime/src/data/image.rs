@@ -1,0 +1,392 @@
+//! Images of vision-language rows as verl prepares them for Qwen-VL models: `process_image`
+//! (qwen_vl_utils' `fetch_image`: to RGB, an RGBA image over white; resized by `smart_resize`
+//! with Pillow's bicubic filter), then the model's image processor (transformers'
+//! `Qwen2VLImageProcessor`: `smart_resize` again, rescale to [0, 1], normalise by the CLIP mean
+//! and std, cut into `temporal_patch_size × patch_size²` patches in merge-block order, one
+//! frame repeated to fill a temporal patch).
+//!
+//! The resize is Pillow's (`Image.resize` with `BICUBIC`, 8 bits a channel): a separable filter
+//! whose support widens with the scale when shrinking, coefficients in 22-bit fixed point, each
+//! pass rounded to 8 bits, in Pillow's order. So the pixels equal verl's bit for bit.
+//! PNG files only for now (JPEG decoders differ in their last bit).
+
+use serde::Deserialize;
+
+/// An 8-bit RGB image, rows top to bottom, pixels `r, g, b`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RgbImage {
+    pub width: usize,
+    pub height: usize,
+    pub data: Vec<u8>,
+}
+
+/// Why an image cannot be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("not a PNG image verlc can read: {0}")]
+    Decode(String),
+    #[error("absolute aspect ratio must be smaller than 200, got {0}")]
+    AspectRatio(f64),
+    #[error("an image of {width} x {height} pixels is empty")]
+    Empty { width: usize, height: usize },
+}
+
+/// Decodes a PNG file's bytes to RGB as qwen_vl_utils' `to_rgb` does: RGBA over a white
+/// background (Pillow's paste with the alpha as mask), other modes converted (their alpha, if
+/// any, dropped).
+pub fn decode_png(bytes: &[u8]) -> Result<RgbImage, ImageError> {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder
+        .read_info()
+        .map_err(|e| ImageError::Decode(e.to_string()))?;
+    let source = reader.info().color_type;
+    let mut buf = vec![0; reader.output_buffer_size().unwrap_or(0)];
+    let frame = reader
+        .next_frame(&mut buf)
+        .map_err(|e| ImageError::Decode(e.to_string()))?;
+    let (width, height) = (frame.width as usize, frame.height as usize);
+    if width == 0 || height == 0 {
+        return Err(ImageError::Empty { width, height });
+    }
+    let pixels = &buf[..frame.buffer_size()];
+    let mut data = Vec::with_capacity(width * height * 3);
+    // Pillow's MULDIV255: (a * b + 128) rounded by 255.
+    let muldiv = |a: u32, b: u32| {
+        let t = a * b + 128;
+        ((t >> 8) + t) >> 8
+    };
+    match frame.color_type {
+        png::ColorType::Rgb => data.extend_from_slice(pixels),
+        png::ColorType::Rgba if source == png::ColorType::Rgba => {
+            for p in pixels.chunks_exact(4) {
+                let a = u32::from(p[3]);
+                for &c in &p[..3] {
+                    data.push((muldiv(u32::from(c), a) + muldiv(255, 255 - a)) as u8);
+                }
+            }
+        }
+        png::ColorType::Rgba => {
+            for p in pixels.chunks_exact(4) {
+                data.extend_from_slice(&p[..3]);
+            }
+        }
+        png::ColorType::Grayscale => {
+            for &g in pixels {
+                data.extend_from_slice(&[g, g, g]);
+            }
+        }
+        png::ColorType::GrayscaleAlpha => {
+            for p in pixels.chunks_exact(2) {
+                data.extend_from_slice(&[p[0], p[0], p[0]]);
+            }
+        }
+        png::ColorType::Indexed => {
+            return Err(ImageError::Decode("an unexpanded palette".into()));
+        }
+    }
+    Ok(RgbImage {
+        width,
+        height,
+        data,
+    })
+}
+
+/// Whose `smart_resize` (they differ in one clamp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeRule {
+    /// qwen_vl_utils' (`fetch_image`): shrinking may go below one factor.
+    QwenVlUtils,
+    /// transformers' (`Qwen2VLImageProcessor`): at least one factor each way when shrinking.
+    Transformers,
+}
+
+/// `(height, width)` of a `height × width` image resized to multiples of `factor` within
+/// `[min_pixels, max_pixels]`, its aspect ratio kept as closely as possible.
+pub fn smart_resize(
+    height: usize,
+    width: usize,
+    factor: usize,
+    (min_pixels, max_pixels): (usize, usize),
+    rule: ResizeRule,
+) -> Result<(usize, usize), ImageError> {
+    if height == 0 || width == 0 {
+        return Err(ImageError::Empty { width, height });
+    }
+    let (h, w, f) = (height as f64, width as f64, factor as f64);
+    let ratio = h.max(w) / h.min(w);
+    if ratio > 200.0 {
+        return Err(ImageError::AspectRatio(ratio));
+    }
+    // Python's round (half to even) of the quotient.
+    let round = |x: f64| ((x / f).round_ties_even() * f) as usize;
+    let (mut hb, mut wb) = match rule {
+        ResizeRule::QwenVlUtils => (round(h).max(factor), round(w).max(factor)),
+        ResizeRule::Transformers => (round(h), round(w)),
+    };
+    if hb * wb > max_pixels {
+        let beta = (h * w / max_pixels as f64).sqrt();
+        let floor = |x: f64| ((x / f).floor() * f) as usize;
+        (hb, wb) = (floor(h / beta), floor(w / beta));
+        if rule == ResizeRule::Transformers {
+            (hb, wb) = (hb.max(factor), wb.max(factor));
+        }
+    } else if hb * wb < min_pixels {
+        let beta = (min_pixels as f64 / (h * w)).sqrt();
+        let ceil = |x: f64| ((x / f).ceil() * f) as usize;
+        (hb, wb) = (ceil(h * beta), ceil(w * beta));
+    }
+    Ok((hb, wb))
+}
+
+/// Pillow's bicubic kernel (a = -0.5).
+fn bicubic(x: f64) -> f64 {
+    const A: f64 = -0.5;
+    let x = x.abs();
+    if x < 1.0 {
+        ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        (((x - 5.0) * x + 8.0) * x - 4.0) * A
+    } else {
+        0.0
+    }
+}
+
+const PRECISION_BITS: u32 = 32 - 8 - 2;
+
+/// For each output position: the first input position, and the fixed-point weights of the
+/// inputs from there (Pillow's `precompute_coeffs` and `normalize_coeffs_8bpc`).
+fn coefficients(in_size: usize, out_size: usize) -> Vec<(usize, Vec<i32>)> {
+    let scale = in_size as f64 / out_size as f64;
+    let filterscale = scale.max(1.0);
+    let support = 2.0 * filterscale;
+    (0..out_size)
+        .map(|xx| {
+            let center = (xx as f64 + 0.5) * scale;
+            let ss = 1.0 / filterscale;
+            let xmin = ((center - support + 0.5) as i64).max(0) as usize;
+            let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize;
+            let weights: Vec<f64> = (xmin..xmax)
+                .map(|x| bicubic((x as f64 - center + 0.5) * ss))
+                .collect();
+            let total: f64 = weights.iter().sum();
+            let fixed = weights
+                .iter()
+                .map(|w| {
+                    let w = if total != 0.0 { w / total } else { *w };
+                    let v = w * f64::from(1u32 << PRECISION_BITS);
+                    (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i32
+                })
+                .collect();
+            (xmin, fixed)
+        })
+        .collect()
+}
+
+/// Pillow's `clip8`: a fixed-point sum back to a byte.
+fn clip8(v: i64) -> u8 {
+    let v = v >> PRECISION_BITS;
+    v.clamp(0, 255) as u8
+}
+
+/// Pillow's `Image.resize(size, BICUBIC)` of an 8-bit RGB image (the same size is a copy).
+/// Each pass rounds to bytes, so their order matters: Pillow resizes vertically first when
+/// the width grows and the height shrinks, horizontally first otherwise.
+pub fn resize_bicubic(img: &RgbImage, width: usize, height: usize) -> RgbImage {
+    if width > img.width && height < img.height {
+        resize_columns(&resize_rows(img, height), width)
+    } else {
+        resize_rows(&resize_columns(img, width), height)
+    }
+}
+
+/// The horizontal pass: each row resampled to `width` pixels.
+fn resize_columns(img: &RgbImage, width: usize) -> RgbImage {
+    if width == img.width {
+        return img.clone();
+    }
+    let coeffs = coefficients(img.width, width);
+    let mut data = vec![0u8; width * img.height * 3];
+    for y in 0..img.height {
+        let row = &img.data[y * img.width * 3..(y + 1) * img.width * 3];
+        for (x, (start, k)) in coeffs.iter().enumerate() {
+            for c in 0..3 {
+                let mut ss: i64 = 1 << (PRECISION_BITS - 1);
+                for (i, w) in k.iter().enumerate() {
+                    ss += i64::from(row[(start + i) * 3 + c]) * i64::from(*w);
+                }
+                data[(y * width + x) * 3 + c] = clip8(ss);
+            }
+        }
+    }
+    RgbImage {
+        width,
+        height: img.height,
+        data,
+    }
+}
+
+/// The vertical pass: each column resampled to `height` pixels.
+fn resize_rows(img: &RgbImage, height: usize) -> RgbImage {
+    if height == img.height {
+        return img.clone();
+    }
+    let coeffs = coefficients(img.height, height);
+    let stride = img.width * 3;
+    let mut data = vec![0u8; stride * height];
+    for (y, (start, k)) in coeffs.iter().enumerate() {
+        for xc in 0..stride {
+            let mut ss: i64 = 1 << (PRECISION_BITS - 1);
+            for (i, w) in k.iter().enumerate() {
+                ss += i64::from(img.data[(start + i) * stride + xc]) * i64::from(*w);
+            }
+            data[y * stride + xc] = clip8(ss);
+        }
+    }
+    RgbImage {
+        width: img.width,
+        height,
+        data,
+    }
+}
+
+/// A Qwen-VL model's `preprocessor_config.json` (transformers' defaults where absent).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ImageProcessorConfig {
+    #[serde(default = "defaults::patch_size")]
+    pub patch_size: usize,
+    #[serde(default = "defaults::temporal_patch_size")]
+    pub temporal_patch_size: usize,
+    #[serde(default = "defaults::merge_size")]
+    pub merge_size: usize,
+    #[serde(default = "defaults::min_pixels")]
+    pub min_pixels: usize,
+    #[serde(default = "defaults::max_pixels")]
+    pub max_pixels: usize,
+    #[serde(default = "defaults::image_mean")]
+    pub image_mean: [f32; 3],
+    #[serde(default = "defaults::image_std")]
+    pub image_std: [f32; 3],
+}
+
+mod defaults {
+    pub fn patch_size() -> usize {
+        14
+    }
+    pub fn temporal_patch_size() -> usize {
+        2
+    }
+    pub fn merge_size() -> usize {
+        2
+    }
+    pub fn min_pixels() -> usize {
+        56 * 56
+    }
+    pub fn max_pixels() -> usize {
+        28 * 28 * 1280
+    }
+    pub fn image_mean() -> [f32; 3] {
+        [0.481_454_66, 0.457_827_5, 0.408_210_73]
+    }
+    pub fn image_std() -> [f32; 3] {
+        [0.268_629_54, 0.261_302_6, 0.275_777_1]
+    }
+}
+
+impl Default for ImageProcessorConfig {
+    fn default() -> Self {
+        ImageProcessorConfig {
+            patch_size: defaults::patch_size(),
+            temporal_patch_size: defaults::temporal_patch_size(),
+            merge_size: defaults::merge_size(),
+            min_pixels: defaults::min_pixels(),
+            max_pixels: defaults::max_pixels(),
+            image_mean: defaults::image_mean(),
+            image_std: defaults::image_std(),
+        }
+    }
+}
+
+impl ImageProcessorConfig {
+    /// Values per patch (`3 × temporal_patch_size × patch_size²`).
+    pub fn patch_width(&self) -> usize {
+        3 * self.temporal_patch_size * self.patch_size * self.patch_size
+    }
+}
+
+/// An image as the vision tower takes it: `pixel_values` `(t·h·w, patch_width)` row-major and
+/// its patch grid `[t, h, w]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessedImage {
+    pub pixel_values: Vec<f32>,
+    pub grid_thw: [i64; 3],
+}
+
+impl ProcessedImage {
+    /// The language model's placeholder tokens for it (one per merged patch).
+    pub fn tokens(&self, merge_size: usize) -> usize {
+        let [t, h, w] = self.grid_thw;
+        (t * h * w) as usize / (merge_size * merge_size)
+    }
+}
+
+/// verl's preparation of one image (module docs): `fetch_image`'s resize within
+/// `fetch_pixels` (`min_pixels`, `max_pixels`; its defaults are 4 and 16384 merged patches),
+/// then the processor's.
+pub fn process_image(
+    img: &RgbImage,
+    fetch_pixels: Option<(usize, usize)>,
+    cfg: &ImageProcessorConfig,
+) -> Result<ProcessedImage, ImageError> {
+    let factor = cfg.patch_size * cfg.merge_size;
+    let (min, max) = fetch_pixels.unwrap_or((4 * factor * factor, 16384 * factor * factor));
+    let (h, w) = smart_resize(
+        img.height,
+        img.width,
+        factor,
+        (min, max),
+        ResizeRule::QwenVlUtils,
+    )?;
+    let fetched = resize_bicubic(img, w, h);
+    let (h, w) = smart_resize(
+        fetched.height,
+        fetched.width,
+        factor,
+        (cfg.min_pixels, cfg.max_pixels),
+        ResizeRule::Transformers,
+    )?;
+    let img = resize_bicubic(&fetched, w, h);
+    // transformers' rescale (in float64, stored as float32), then normalize in float32.
+    let scale = 1.0f64 / 255.0;
+    let normalised = |y: usize, x: usize, c: usize| -> f32 {
+        let v = (f64::from(img.data[(y * w + x) * 3 + c]) * scale) as f32;
+        (v - cfg.image_mean[c]) / cfg.image_std[c]
+    };
+    let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
+    let (gh, gw) = (h / p, w / p);
+    let mut pixel_values = Vec::with_capacity(gh * gw * cfg.patch_width());
+    // Patches in merge-block order; within a patch channel, frame, row, column (the one
+    // frame repeated over the temporal patch).
+    for bh in 0..gh / m {
+        for bw in 0..gw / m {
+            for ih in 0..m {
+                for iw in 0..m {
+                    let (py, px) = ((bh * m + ih) * p, (bw * m + iw) * p);
+                    for c in 0..3 {
+                        for _ in 0..t {
+                            for y in 0..p {
+                                for x in 0..p {
+                                    pixel_values.push(normalised(py + y, px + x, c));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(ProcessedImage {
+        pixel_values,
+        grid_thw: [1, gh as i64, gw as i64],
+    })
+}

@@ -1,0 +1,59 @@
+//! Images as verl prepares them for Qwen-VL models, against verl's own code (its
+//! `process_image` with qwen_vl_utils' `fetch_image`, then transformers'
+//! `Qwen2VLImageProcessor`; tests/oracle/vision_oracle.py): PNG files of several sizes and
+//! modes (RGB, RGBA over white, grayscale, palette) under default and narrowed pixel bounds
+//! (upscaled, downscaled once and twice), the same patch grid and the same pixel values.
+use runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
+use serde_json::Value;
+
+use crate::oracle;
+
+#[test]
+fn images_are_prepared_as_verl_prepares_them() {
+    let dir = oracle::cached_with(&oracle::script_named("vision_oracle.py"), "images", &[]);
+    let cases: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("images.json")).expect("json"))
+            .expect("json");
+    let cases = cases.as_array().expect("cases");
+    assert_eq!(cases.len(), 18);
+    let mut wrong = Vec::new();
+    for case in cases {
+        let file = case["file"].as_str().expect("file");
+        let label = format!("{file} {}", case["case"].as_str().unwrap_or("?"));
+        let bytes = std::fs::read(dir.join(file)).expect("png");
+        let img = decode_png(&bytes).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let bounds = |k: &str| -> Option<(usize, usize)> {
+            case[k].as_array().map(|b| {
+                (
+                    b[0].as_u64().unwrap_or(0) as usize,
+                    b[1].as_u64().unwrap_or(0) as usize,
+                )
+            })
+        };
+        let mut cfg = ImageProcessorConfig::default();
+        if let Some((min, max)) = bounds("processor") {
+            (cfg.min_pixels, cfg.max_pixels) = (min, max);
+        }
+        let got =
+            process_image(&img, bounds("fetch"), &cfg).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let grid: Vec<i64> = serde_json::from_value(case["grid_thw"].clone()).expect("grid");
+        if got.grid_thw.to_vec() != grid {
+            wrong.push(format!("{label}: grid {:?}, verl's {grid:?}", got.grid_thw));
+            continue;
+        }
+        let want: Vec<f32> =
+            serde_json::from_value(case["pixel_values"].clone()).expect("pixel values");
+        assert_eq!(got.pixel_values.len(), want.len(), "{label}");
+        let worst = got
+            .pixel_values
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        // Same bytes after the resize; the float steps differ at most in their last bit.
+        if worst > 1e-6 {
+            wrong.push(format!("{label}: pixel values differ by up to {worst}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
