@@ -342,16 +342,22 @@ fn ignorable(name: &str) -> bool {
     name == "lm_head.weight"
         || name.ends_with("rotary_emb.inv_freq")
         || name.starts_with("model.visual.")
+        || name.starts_with("visual.")
         || name.starts_with("mtp.")
 }
 
-/// A multimodal checkpoint's text-model tensor (`model.language_model.…`, Qwen3.5's
-/// `*ForConditionalGeneration`) under the causal LM's name (`model.…`).
+/// A multimodal checkpoint's tensor under the name verlc's models give it: the text model's
+/// (`model.language_model.…`, transformers' newer layout of `*ForConditionalGeneration`) as
+/// the causal LM's (`model.…`), its vision tower's (`model.visual.…`) as `visual.…` (the
+/// layout of Qwen2.5-VL's own files).
 pub(crate) fn text_model_name(name: String) -> String {
-    match name.strip_prefix("model.language_model.") {
-        Some(rest) => format!("model.{rest}"),
-        None => name,
+    if let Some(rest) = name.strip_prefix("model.language_model.") {
+        return format!("model.{rest}");
     }
+    if let Some(rest) = name.strip_prefix("model.visual.") {
+        return format!("visual.{rest}");
+    }
+    name
 }
 
 fn shard(t: &Tensor, s: Shard) -> Result<Tensor, String> {

@@ -164,7 +164,7 @@ fn mrope_position_ids_match_verls_get_rope_index() {
 /// Qwen2.5-VL as a whole against transformers' `Qwen2_5_VLForConditionalGeneration` (a seeded
 /// tiny model from tests/oracle/vision_oracle.py): two rows, one left-padded, each with an
 /// image in its placeholders; the logits at every real position, positions from the rows'
-/// M-RoPE ids.
+/// M-RoPE ids; and the checkpoint transformers saves loads to the same model.
 #[test]
 fn qwen2_5_vl_logits_match_transformers() {
     use runtime::model::ModelConfig;
@@ -220,6 +220,19 @@ fn qwen2_5_vl_logits_match_transformers() {
     })
     .expect("forward");
     let real = mask.unsqueeze(-1).to_kind(Kind::Float);
-    let d = max_diff(&(logits * &real), &(&tensors["output.logits"] * &real));
+    let d = max_diff(&(&logits * &real), &(&tensors["output.logits"] * &real));
     assert!(d < 1e-4, "logits differ from transformers' by {d}");
+    // The same model read from the checkpoint transformers saved (config.json, weights).
+    let (_store, saved) =
+        Qwen2_5Vl::from_dir(&dir.join("checkpoint"), Device::Cpu).expect("checkpoint");
+    let again = tch::no_grad(|| {
+        saved.forward(
+            &tensors["input.input_ids"],
+            mask,
+            Some(&tensors["input.pixel_values"]),
+            &grid,
+        )
+    })
+    .expect("forward");
+    assert_eq!(max_diff(&(again * &real), &(logits * &real)), 0.0);
 }

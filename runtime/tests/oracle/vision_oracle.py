@@ -17,7 +17,7 @@ and padding.
 
 `qwen2_5_vl_model` writes OUT/qwen2_5_vl_model.safetensors and OUT/model.json: a seeded tiny
 Qwen2.5-VL (vision tower, Qwen2 text model with M-RoPE), two rows with an image each (one
-left-padded) and transformers' logits.
+left-padded) and transformers' logits; OUT/checkpoint/, the model as `save_pretrained` writes it.
 
 `images` writes OUT/*.png and OUT/images.json: verl's preparation of each image (its
 `process_image` with qwen_vl_utils' `fetch_image`, then transformers' `Qwen2VLImageProcessor`):
@@ -132,6 +132,8 @@ def qwen2_5_vl_model(out):
     tensors["input.image_grid_thw"] = torch.tensor(grids)
     tensors["output.logits"] = logits.contiguous()
     os.makedirs(out, exist_ok=True)
+    # The checkpoint as transformers saves it (config.json with its vision_config, weights).
+    model.save_pretrained(os.path.join(out, "checkpoint"), safe_serialization=True)
     save_file(tensors, os.path.join(out, "qwen2_5_vl_model.safetensors"))
     with open(os.path.join(out, "model.json"), "w") as f:
         json.dump({"text_config": text, "vision_config": vision,

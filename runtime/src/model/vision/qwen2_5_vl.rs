@@ -437,6 +437,78 @@ pub struct Qwen2_5Vl {
 }
 
 impl Qwen2_5Vl {
+    /// A Qwen2.5-VL checkpoint directory (`config.json` with its `vision_config`, safetensors
+    /// weights) on `device` in fp32: the model and the store holding its parameters.
+    pub fn from_dir(
+        dir: &std::path::Path,
+        device: tch::Device,
+    ) -> Result<(tch::nn::VarStore, Self), crate::model::ModelError> {
+        use crate::model::ModelError;
+        let file = dir.join("config.json");
+        let bad = |msg: String| ModelError::Config {
+            file: file.clone(),
+            msg,
+        };
+        let text = std::fs::read_to_string(&file).map_err(|e| ModelError::io(&file, e))?;
+        let raw: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if raw["model_type"].as_str() != Some("qwen2_5_vl") {
+            return Err(bad(format!(
+                "model_type {} is not qwen2_5_vl",
+                raw["model_type"]
+            )));
+        }
+        // The text model's keys: `text_config` where transformers writes one, else the top
+        // level (Qwen2.5-VL's own files); Qwen2's layers either way.
+        let mut text_cfg = match raw.get("text_config").filter(|t| t.is_object()) {
+            Some(t) => t.clone(),
+            None => raw.clone(),
+        };
+        if let Some(obj) = text_cfg.as_object_mut() {
+            obj.insert("model_type".into(), "qwen2".into());
+            obj.remove("vision_config");
+            obj.remove("text_config");
+            if !obj.contains_key("rope_scaling")
+                && let Some(r) = raw.get("rope_scaling")
+            {
+                obj.insert("rope_scaling".into(), r.clone());
+            }
+        }
+        let text: crate::model::ModelConfig =
+            serde_json::from_value(text_cfg.clone()).map_err(|e| bad(e.to_string()))?;
+        let vision: VisionConfig = serde_json::from_value(raw["vision_config"].clone())
+            .map_err(|e| bad(format!("vision_config: {e}")))?;
+        let sections: Vec<i64> =
+            serde_json::from_value(text_cfg["rope_scaling"]["mrope_section"].clone())
+                .map_err(|e| bad(format!("rope_scaling.mrope_section: {e}")))?;
+        let id = |k: &str| {
+            raw[k]
+                .as_i64()
+                .ok_or_else(|| bad(format!("`{k}` is missing")))
+        };
+        let tokens = super::mrope::MropeTokens {
+            image_token_id: id("image_token_id")?,
+            video_token_id: id("video_token_id")?,
+            vision_start_token_id: id("vision_start_token_id")?,
+            spatial_merge_size: vision.spatial_merge_size,
+            tokens_per_second: raw["vision_config"]["tokens_per_second"]
+                .as_f64()
+                .unwrap_or(2.0),
+        };
+        let vs = tch::nn::VarStore::new(device);
+        let model = Qwen2_5Vl::new(&vs, &text, &vision, tokens, sections)
+            .map_err(|e| bad(e.to_string()))?;
+        let ckpt = crate::model::Checkpoint::open(dir)?;
+        crate::model::load::load_weights(
+            &vs,
+            &ckpt,
+            &crate::model::LoadOptions {
+                strict_unexpected: true,
+                ..Default::default()
+            },
+        )?;
+        Ok((vs, model))
+    }
+
     /// The model's parameters in `vs` (zero; loaded from a checkpoint by name).
     pub fn new(
         vs: &tch::nn::VarStore,
