@@ -19,6 +19,7 @@ pub mod sample;
 pub mod sampler;
 pub mod sft;
 pub mod sft_single_turn;
+pub mod vision_prompt;
 
 use std::path::PathBuf;
 

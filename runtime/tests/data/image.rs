@@ -57,3 +57,44 @@ fn images_are_prepared_as_verl_prepares_them() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Vision prompts as verl 0.9.1 builds them (its dataset's `_build_messages`, qwen_vl_utils'
+/// `fetch_image`, a Qwen2.5-VL processor with the test's tokenizer and chat template; the
+/// oracle's `prompts`): one and two images in a turn, an image in a later turn of a
+/// conversation, and a row without images, to the same token ids.
+#[test]
+fn vision_prompts_tokenize_as_verl_builds_them() {
+    use runtime::data::vision_prompt::encode_vision_prompt;
+    use runtime::tokenizer::{Message, Tokenizer};
+    let template = oracle::script_named("qwen_vl_chat_template.jinja");
+    let bpe = oracle::script_named("model_oracle.py");
+    let dir = oracle::cached_with(
+        &oracle::script_named("vision_oracle.py"),
+        "prompts",
+        &[bpe.as_path(), template.as_path()],
+    );
+    let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
+    let rows: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("prompts.json")).expect("json"))
+            .expect("json");
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 4);
+    for (i, row) in rows.iter().enumerate() {
+        let messages: Vec<Message> =
+            serde_json::from_value(row["prompt"].clone()).expect("messages");
+        let images: Vec<_> = row["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|f| {
+                let bytes = std::fs::read(dir.join(f.as_str().expect("file"))).expect("png");
+                let img = decode_png(&bytes).expect("decode");
+                process_image(&img, None, &ImageProcessorConfig::default()).expect("process")
+            })
+            .collect();
+        let ids = encode_vision_prompt(&tok, &messages, &images, 2, &Default::default())
+            .unwrap_or_else(|e| panic!("row {i}: {e}"));
+        let want: Vec<i64> = serde_json::from_value(row["input_ids"].clone()).expect("ids");
+        assert_eq!(ids, want, "row {i}");
+    }
+}

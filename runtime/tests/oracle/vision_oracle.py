@@ -4,6 +4,7 @@ Usage: vision_oracle.py qwen2_5_vl OUT
        vision_oracle.py mrope OUT
        vision_oracle.py qwen2_5_vl_model OUT
        vision_oracle.py images OUT
+       vision_oracle.py prompts OUT MODEL_ORACLE TEMPLATE
 Writes OUT/qwen2_5_vl.safetensors: a seeded tiny tower's weights (named as in a checkpoint
 under `visual.`), its inputs (`input.pixel_values`, `input.grid_thw`) and outputs
 (`output.embeds`; `output.grad_pixel_values`, the gradient of the embeddings' sum of
@@ -22,6 +23,9 @@ left-padded) and transformers' logits; OUT/checkpoint/, the model as `save_pretr
 `images` writes OUT/*.png and OUT/images.json: verl's preparation of each image (its
 `process_image` with qwen_vl_utils' `fetch_image`, then transformers' `Qwen2VLImageProcessor`):
 the pixel values and patch grid, under default and narrowed pixel bounds.
+
+`prompts` writes OUT/tok and OUT/prompts.json: rows with `<image>` placeholders as verl 0.9.1's
+dataset and a Qwen2.5-VL processor turn them into prompt token ids (see `prompts`).
 """
 import json
 import os
@@ -241,6 +245,87 @@ def images(out):
         json.dump(results, f)
 
 
+def prompts(out, model_oracle, template_path):
+    """verl 0.9.1's vision prompts: its dataset's `_build_messages` (executed from its source)
+    turns `<image>` placeholders into content parts, qwen_vl_utils' fetch_image prepares each
+    image part (verl 0.9's RL path, process_vision_info), and a Qwen2.5-VL processor (transformers' image processor, a byte-level
+    BPE tokenizer with the Qwen-VL special tokens and OUT/tok's chat template) renders the
+    prompt with the generation prompt and expands each image token. Writes OUT/tok (the
+    tokenizer), OUT/*.png and OUT/prompts.json (the rows and their input ids). MODEL_ORACLE is
+    model_oracle.py, whose BPE tokenizer this builds on (named so that a cache of this output
+    changes with it)."""
+    import ast
+    import io
+    import re
+    import types
+
+    from PIL import Image
+    from transformers import Qwen2TokenizerFast
+    from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from model_oracle import bpe_tokenizer
+
+    images(out)  # the PNG files, and qwen_vl_utils' fetch_image bound in sys.modules
+    root = os.environ.get("VERLC_VERL_NEWER_ROOT") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv", "verl-releases", "0.9.1", "verl")
+    flags = __import__("__future__").annotations.compiler_flag
+    path = os.path.join(root, "utils", "dataset", "rl_dataset.py")
+    with open(path) as f:
+        cls = next(n for n in ast.parse(f.read()).body if isinstance(n, ast.ClassDef) and n.name == "RLHFDataset")
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_build_messages")
+    ns = {"re": re, "os": os, "Image": Image, "BytesIO": io.BytesIO}
+    exec(compile(ast.Module(body=[method], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), ns)
+    build_messages = ns["_build_messages"]
+
+    tok = bpe_tokenizer()
+    tok.add_special_tokens(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
+    # The processor wants Qwen2's tokenizer class; the tokenizer itself is the test's BPE.
+    fast = Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                              unk_token=None, bos_token=None)
+    with open(template_path) as f:
+        fast.chat_template = f.read()
+    fast.save_pretrained(os.path.join(out, "tok"))
+    # No video processor (transformers' needs torchvision; these rows have images only): the
+    # processor's class check is skipped for it.
+    Qwen2_5_VLProcessor.check_argument_for_proper_class = lambda self, name, arg: None
+    processor = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=fast,
+                                    chat_template=fast.chat_template)
+    me = types.SimpleNamespace(image_key="images", video_key="videos", audio_key="audios", processor=processor)
+    rows = [
+        {"prompt": [{"role": "user", "content": "Describe <image> please."}], "images": ["rgb_97x61.png"]},
+        {"prompt": [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "<image><image>Compare the two."}],
+         "images": ["rgb_13x40.png", "gray_64x50.png"]},
+        {"prompt": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+                    {"role": "user", "content": "What is in <image>?"}], "images": ["rgba_57x83.png"]},
+        {"prompt": [{"role": "user", "content": "no image here"}], "images": []},
+    ]
+    results = []
+    for row in rows:
+        example = {"prompt": copy_messages(row["prompt"]),
+                   "images": [{"bytes": open(os.path.join(out, f), "rb").read()} for f in row["images"]]}
+        messages = build_messages(me, example, key="prompt")
+        imgs = []
+        for m in messages:
+            if isinstance(m["content"], list):
+                for part in m["content"]:
+                    if part.get("type") == "image":
+                        # qwen_vl_utils' process_vision_info (verl 0.9's RL path): fetch_image of
+                        # the part, which holds the decoded image.
+                        imgs.append(sys.modules["qwen_vl_utils"].fetch_image(part, image_patch_size=14))
+        raw = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        inputs = processor(text=[raw], images=imgs or None, return_tensors="pt")
+        results.append({**row, "input_ids": inputs["input_ids"][0].tolist()})
+    with open(os.path.join(out, "prompts.json"), "w") as f:
+        json.dump(results, f)
+
+
+def copy_messages(messages):
+    return [dict(m) for m in messages]
+
+
 # The stand-in processor's special tokens.
 IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
 
@@ -298,7 +383,8 @@ def mrope(out):
 
 
 if __name__ == "__main__":
-    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model, "images": images}
+    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model, "images": images,
+                "prompts": prompts}
     if sys.argv[1] not in commands:
         sys.exit(f"unknown command {sys.argv[1]}")
-    commands[sys.argv[1]](sys.argv[2])
+    commands[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,98 @@
+//! A vision-language prompt as verl 0.9 builds it for Qwen-VL models: the row's messages with
+//! their `<image>` placeholders turned into content parts (the dataset's `_build_messages`),
+//! rendered by the chat template with the generation prompt (each image part becomes the
+//! template's vision span, `<|vision_start|><|image_pad|><|vision_end|>` for Qwen-VL), then each
+//! image pad repeated once per merged patch of its image, in order (the processor's expansion),
+//! and tokenized.
+
+use serde_json::{Map, Value, json};
+
+use crate::tokenizer::{Message, Tokenizer, TokenizerError};
+
+use super::image::ProcessedImage;
+
+/// The placeholder verl's datasets put in a prompt's text where an image goes.
+pub const IMAGE_PLACEHOLDER: &str = "<image>";
+
+/// The image token of Qwen-VL processors.
+pub const IMAGE_PAD: &str = "<|image_pad|>";
+
+/// Why a vision prompt cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum VisionPromptError {
+    #[error("the prompt has {placeholders} `<image>` placeholder(s) for {images} image(s)")]
+    Count { placeholders: usize, images: usize },
+    #[error("the chat template rendered {pads} image token(s) `{IMAGE_PAD}` for {images} image(s)")]
+    Pads { pads: usize, images: usize },
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+}
+
+/// verl's `_build_messages`: with images, each text content is split at its `<image>`
+/// placeholders into `{"type": "text"}` and `{"type": "image"}` parts (empty text dropped);
+/// the placeholders must match the images one to one. Without images nothing changes.
+pub fn split_placeholders(
+    messages: &[Message],
+    images: usize,
+) -> Result<Vec<Message>, VisionPromptError> {
+    if images == 0 {
+        return Ok(messages.to_vec());
+    }
+    let mut used = 0;
+    let out = messages
+        .iter()
+        .map(|m| {
+            let Value::String(text) = &m.content else {
+                return m.clone();
+            };
+            let mut parts = Vec::new();
+            for (i, piece) in text.split(IMAGE_PLACEHOLDER).enumerate() {
+                if i > 0 {
+                    parts.push(json!({"type": "image"}));
+                    used += 1;
+                }
+                if !piece.is_empty() {
+                    parts.push(json!({"type": "text", "text": piece}));
+                }
+            }
+            let mut m = m.clone();
+            m.content = Value::Array(parts);
+            m
+        })
+        .collect();
+    if used != images {
+        return Err(VisionPromptError::Count {
+            placeholders: used,
+            images,
+        });
+    }
+    Ok(out)
+}
+
+/// The prompt's token ids (module docs): `messages` as written in the row (with `<image>`
+/// placeholders) and its images, prepared ([`super::image::process_image`]).
+pub fn encode_vision_prompt(
+    tok: &Tokenizer,
+    messages: &[Message],
+    images: &[ProcessedImage],
+    merge_size: usize,
+    kwargs: &Map<String, Value>,
+) -> Result<Vec<i64>, VisionPromptError> {
+    let messages = split_placeholders(messages, images.len())?;
+    let text = tok.apply_chat_template(&messages, true, kwargs)?;
+    let pads = text.matches(IMAGE_PAD).count();
+    if pads != images.len() {
+        return Err(VisionPromptError::Pads {
+            pads,
+            images: images.len(),
+        });
+    }
+    let mut expanded = String::with_capacity(text.len());
+    for (i, piece) in text.split(IMAGE_PAD).enumerate() {
+        if i > 0 {
+            expanded.push_str(&IMAGE_PAD.repeat(images[i - 1].tokens(merge_size)));
+        }
+        expanded.push_str(piece);
+    }
+    Ok(tok.encode(&expanded, false)?)
+}
