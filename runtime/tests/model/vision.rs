@@ -164,7 +164,8 @@ fn mrope_position_ids_match_verls_get_rope_index() {
 /// Qwen2.5-VL as a whole against transformers' `Qwen2_5_VLForConditionalGeneration` (a seeded
 /// tiny model from tests/oracle/vision_oracle.py): two rows, one left-padded, each with an
 /// image in its placeholders; the logits at every real position, positions from the rows'
-/// M-RoPE ids; and the checkpoint transformers saves loads to the same model.
+/// M-RoPE ids; the checkpoint transformers saves loads to the same model; every parameter's
+/// gradient of the real tokens' log-likelihood equals transformers'.
 #[test]
 fn qwen2_5_vl_logits_match_transformers() {
     use runtime::model::ModelConfig;
@@ -235,4 +236,42 @@ fn qwen2_5_vl_logits_match_transformers() {
     })
     .expect("forward");
     assert_eq!(max_diff(&(again * &real), &(logits * &real)), 0.0);
+    // Training: the gradient of the real tokens' next-token log-likelihood reaches every
+    // parameter, vision tower included, as in transformers.
+    let logits = model
+        .forward(
+            &tensors["input.input_ids"],
+            mask,
+            Some(&tensors["input.pixel_values"]),
+            &grid,
+        )
+        .expect("forward");
+    let ids = &tensors["input.input_ids"];
+    let t = ids.size()[1];
+    let logp = logits
+        .narrow(1, 0, t - 1)
+        .log_softmax(-1, Kind::Float)
+        .gather(-1, &ids.narrow(1, 1, t - 1).unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    let weight = (mask.narrow(1, 0, t - 1) * mask.narrow(1, 1, t - 1)).to_kind(Kind::Float);
+    let loglik = (logp * weight).sum(Kind::Float);
+    let want = tensors["output.loglik"].double_value(&[0]);
+    assert!(
+        (loglik.double_value(&[]) - want).abs() < 1e-3,
+        "log-likelihood {} vs {want}",
+        loglik.double_value(&[])
+    );
+    loglik.backward();
+    let mut checked = 0;
+    for (name, var) in vs.variables() {
+        let want = &tensors[&format!("grad.{name}")];
+        let scale = want.abs().max().double_value(&[]).max(1e-3);
+        let d = max_diff(&var.grad(), want);
+        assert!(
+            d < 1e-4 * scale.max(1.0),
+            "{name}: gradient differs by {d} (scale {scale})"
+        );
+        checked += 1;
+    }
+    assert!(checked > 40, "{checked} parameters");
 }

@@ -18,7 +18,8 @@ and padding.
 
 `qwen2_5_vl_model` writes OUT/qwen2_5_vl_model.safetensors and OUT/model.json: a seeded tiny
 Qwen2.5-VL (vision tower, Qwen2 text model with M-RoPE), two rows with an image each (one
-left-padded) and transformers' logits; OUT/checkpoint/, the model as `save_pretrained` writes it.
+left-padded) and transformers' logits, the gradients of the real tokens' log-likelihood (`grad.*`);
+OUT/checkpoint/, the model as `save_pretrained` writes it.
 
 `images` writes OUT/*.png and OUT/images.json: verl's preparation of each image (its
 `process_image` with qwen_vl_utils' `fetch_image`, then transformers' `Qwen2VLImageProcessor`):
@@ -123,6 +124,22 @@ def qwen2_5_vl_model(out):
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels,
                        image_grid_thw=torch.tensor(grids)).logits
+    # The gradient of the next-token log-likelihood of the real tokens (a training loss's
+    # shape), for every parameter: vision tower and text model.
+    out_logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels,
+                       image_grid_thw=torch.tensor(grids)).logits
+    logp = torch.log_softmax(out_logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    # Positions whose token and next token are both real (a padding position's logits are
+    # nobody's prediction).
+    loss = (logp * mask[:, :-1] * mask[:, 1:]).sum()
+    loss.backward()
+    grads = {}
+    for k, p in model.named_parameters():
+        if k.startswith("model.language_model."):
+            k = "model." + k[len("model.language_model."):]
+        elif k.startswith("model.visual."):
+            k = "visual." + k[len("model.visual."):]
+        grads[f"grad.{k}"] = p.grad.detach().contiguous()
     tensors = {}
     for k, v in model.state_dict().items():
         if k.startswith("model.language_model."):
@@ -135,6 +152,8 @@ def qwen2_5_vl_model(out):
     tensors["input.pixel_values"] = pixels.contiguous()
     tensors["input.image_grid_thw"] = torch.tensor(grids)
     tensors["output.logits"] = logits.contiguous()
+    tensors["output.loglik"] = loss.detach().reshape(1)
+    tensors.update(grads)
     os.makedirs(out, exist_ok=True)
     # The checkpoint as transformers saves it (config.json with its vision_config, weights).
     model.save_pretrained(os.path.join(out, "checkpoint"), safe_serialization=True)
