@@ -164,7 +164,8 @@ fn mrope_position_ids_match_verls_get_rope_index() {
 /// Qwen2.5-VL as a whole against transformers' `Qwen2_5_VLForConditionalGeneration` (a seeded
 /// tiny model from tests/oracle/vision_oracle.py): two rows, one left-padded, each with an
 /// image in its placeholders; the logits at every real position, positions from the rows'
-/// M-RoPE ids; the checkpoint transformers saves loads to the same model; every parameter's
+/// M-RoPE ids; greedy generation with the KV cache gives transformers' tokens; the checkpoint
+/// transformers saves loads to the same model; every parameter's
 /// gradient of the real tokens' log-likelihood equals transformers'.
 #[test]
 fn qwen2_5_vl_logits_match_transformers() {
@@ -236,6 +237,20 @@ fn qwen2_5_vl_logits_match_transformers() {
     })
     .expect("forward");
     assert_eq!(max_diff(&(again * &real), &(logits * &real)), 0.0);
+    // Greedy generation with the KV cache: the same tokens as transformers' generate.
+    let generated = tch::no_grad(|| {
+        model.generate_greedy(
+            &tensors["input.input_ids"],
+            mask,
+            Some(&tensors["input.pixel_values"]),
+            &grid,
+            6,
+        )
+    })
+    .expect("generate");
+    let want: Vec<Vec<i64>> = Vec::try_from(&tensors["output.generated"]).expect("generated");
+    let got: Vec<Vec<i64>> = Vec::try_from(&generated).expect("generated");
+    assert_eq!(got, want, "greedy tokens");
     // Training: the gradient of the real tokens' next-token log-likelihood reaches every
     // parameter, vision tower included, as in transformers.
     let logits = model

@@ -124,6 +124,13 @@ def qwen2_5_vl_model(out):
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels,
                        image_grid_thw=torch.tensor(grids)).logits
+    # Greedy generation (no stop token), with transformers' cache and rope deltas.
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        generated = model.generate(input_ids=ids, attention_mask=mask, pixel_values=pixels,
+                                   image_grid_thw=torch.tensor(grids), max_new_tokens=6, do_sample=False)
+    generated = generated[:, ids.shape[1]:]
     # The gradient of the next-token log-likelihood of the real tokens (a training loss's
     # shape), for every parameter: vision tower and text model.
     out_logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels,
@@ -153,6 +160,7 @@ def qwen2_5_vl_model(out):
     tensors["input.image_grid_thw"] = torch.tensor(grids)
     tensors["output.logits"] = logits.contiguous()
     tensors["output.loglik"] = loss.detach().reshape(1)
+    tensors["output.generated"] = generated.contiguous()
     tensors.update(grads)
     os.makedirs(out, exist_ok=True)
     # The checkpoint as transformers saves it (config.json with its vision_config, weights).

@@ -544,9 +544,27 @@ impl Qwen2_5Vl {
         pixel_values: Option<&Tensor>,
         image_grid_thw: &[[i64; 3]],
     ) -> Result<Tensor, VisionError> {
+        let (x, cos, sin, _) =
+            self.prefill_inputs(input_ids, attention_mask, pixel_values, image_grid_thw)?;
+        let hidden = self
+            .lm
+            .model
+            .forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
+        Ok(self.lm.logits(&hidden))
+    }
+
+    /// The prompt's embeddings (vision embeddings in the placeholders), its rotary tables, and
+    /// each row's rope delta (where a generated token's positions continue from).
+    fn prefill_inputs(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        pixel_values: Option<&Tensor>,
+        image_grid_thw: &[[i64; 3]],
+    ) -> Result<(Tensor, Tensor, Tensor, Vec<i64>), VisionError> {
         let rows: Vec<Vec<i64>> = Vec::try_from(input_ids)?;
         let mask: Vec<Vec<i64>> = Vec::try_from(&attention_mask.f_to_kind(Kind::Int64)?)?;
-        let (pos, _) =
+        let (pos, deltas) =
             super::mrope::batch_position_ids(&rows, &mask, image_grid_thw, &[], &self.tokens)?;
         let (b, t) = (rows.len() as i64, rows.first().map_or(0, Vec::len) as i64);
         let pos = Tensor::f_cat(
@@ -574,7 +592,53 @@ impl Qwen2_5Vl {
         let (cos, sin) = model
             .rotary()
             .cos_sin_mrope(&pos, &self.mrope_section, x.kind())?;
-        let hidden = model.forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
-        Ok(self.lm.logits(&hidden))
+        Ok((x, cos, sin, deltas))
+    }
+
+    /// Greedy decoding of `max_new_tokens` tokens after each row of a left-padded batch (no
+    /// stop token), with a KV cache: the prompt's positions are M-RoPE's, each new token's
+    /// three ids are its index plus the row's rope delta.
+    pub fn generate_greedy(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        pixel_values: Option<&Tensor>,
+        image_grid_thw: &[[i64; 3]],
+        max_new_tokens: i64,
+    ) -> Result<Tensor, VisionError> {
+        let (x, cos, sin, deltas) =
+            self.prefill_inputs(input_ids, attention_mask, pixel_values, image_grid_thw)?;
+        let (b, t) = (input_ids.size()[0], input_ids.size()[1]);
+        let model = &self.lm.model;
+        let mut cache = crate::model::KvCache::new(
+            &self.lm.config,
+            b,
+            t + max_new_tokens,
+            x.kind(),
+            x.device(),
+        );
+        let mut mask = attention_mask.shallow_clone();
+        let hidden = model.forward_embeds(x, (&cos, &sin), Some(&mask), Some(&mut cache));
+        let mut next = self
+            .lm
+            .logits(&hidden.f_narrow(1, t - 1, 1)?)
+            .f_argmax(-1, false)?;
+        let mut out = vec![next.shallow_clone()];
+        for step in 1..max_new_tokens {
+            mask = Tensor::f_cat(&[&mask, &mask.f_ones_like()?.f_narrow(1, 0, 1)?], 1)?;
+            let at: Vec<i64> = deltas.iter().map(|d| t + step - 1 + d).collect();
+            let pos = Tensor::from_slice(&at)
+                .f_view([1, b, 1])?
+                .f_expand([3, b, 1], false)?
+                .f_to(input_ids.device())?;
+            let x = model.f_embed(&next)?;
+            let (cos, sin) = model
+                .rotary()
+                .cos_sin_mrope(&pos, &self.mrope_section, x.kind())?;
+            let hidden = model.forward_embeds(x, (&cos, &sin), Some(&mask), Some(&mut cache));
+            next = self.lm.logits(&hidden).f_argmax(-1, false)?;
+            out.push(next.shallow_clone());
+        }
+        Ok(Tensor::f_cat(&out, 1)?)
     }
 }
