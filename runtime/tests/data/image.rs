@@ -10,7 +10,7 @@ use crate::oracle;
 
 #[test]
 fn images_are_prepared_as_verl_prepares_them() {
-    let dir = oracle::cached_with(&oracle::script_named("vision_oracle.py"), "images", &[]);
+    let dir = oracle::vision();
     let cases: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("images.json")).expect("json"))
             .expect("json");
@@ -66,13 +66,7 @@ fn images_are_prepared_as_verl_prepares_them() {
 fn vision_prompts_tokenize_as_verl_builds_them() {
     use runtime::data::vision_prompt::encode_vision_prompt;
     use runtime::tokenizer::{Message, Tokenizer};
-    let template = oracle::script_named("qwen_vl_chat_template.jinja");
-    let bpe = oracle::script_named("model_oracle.py");
-    let dir = oracle::cached_with(
-        &oracle::script_named("vision_oracle.py"),
-        "prompts",
-        &[bpe.as_path(), template.as_path()],
-    );
+    let dir = oracle::vision();
     let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
     let rows: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("prompts.json")).expect("json"))

@@ -11,11 +11,7 @@ use tch::{Device, Kind, Tensor};
 use crate::oracle;
 
 fn oracle_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        oracle::cached_with(&oracle::script_named("vision_oracle.py"), "qwen2_5_vl", &[])
-    })
-    .clone()
+    oracle::vision()
 }
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
@@ -114,7 +110,7 @@ fn vision_inputs_of_the_wrong_shape_are_refused() {
 #[test]
 fn mrope_position_ids_match_verls_get_rope_index() {
     use runtime::model::vision::mrope::{MropeTokens, VideoGrid, batch_position_ids};
-    let dir = oracle::cached_with(&oracle::script_named("vision_oracle.py"), "mrope", &[]);
+    let dir = oracle_dir();
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("mrope.json")).expect("json"))
             .expect("json");
@@ -173,11 +169,7 @@ fn qwen2_5_vl_logits_match_transformers() {
     use runtime::model::vision::mrope::MropeTokens;
     use runtime::model::vision::qwen2_5_vl::Qwen2_5Vl;
     tch::set_num_threads(1);
-    let dir = oracle::cached_with(
-        &oracle::script_named("vision_oracle.py"),
-        "qwen2_5_vl_model",
-        &[],
-    );
+    let dir = oracle_dir();
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("model.json")).expect("json"))
             .expect("json");

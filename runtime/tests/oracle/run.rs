@@ -109,6 +109,22 @@ fn cached_run(script: &Path, cmd: &str, inputs: &[&Path], path: Option<&Path>) -
     out
 }
 
+/// Every output of `vision_oracle.py all` (vision towers, M-RoPE ids, images, vision prompts):
+/// one Python run shared by the model and data test binaries.
+pub fn vision() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let template = script_named("qwen_vl_chat_template.jinja");
+        let bpe = script_named("model_oracle.py");
+        cached_with(
+            &script_named("vision_oracle.py"),
+            "all",
+            &[bpe.as_path(), template.as_path()],
+        )
+    })
+    .clone()
+}
+
 /// The checkpoints and references of `model_oracle.py models`.
 pub fn models() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();

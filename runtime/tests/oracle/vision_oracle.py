@@ -5,6 +5,7 @@ Usage: vision_oracle.py qwen2_5_vl OUT
        vision_oracle.py qwen2_5_vl_model OUT
        vision_oracle.py images OUT
        vision_oracle.py prompts OUT MODEL_ORACLE TEMPLATE
+       vision_oracle.py all OUT MODEL_ORACLE TEMPLATE   (every output, one interpreter)
 Writes OUT/qwen2_5_vl.safetensors: a seeded tiny tower's weights (named as in a checkpoint
 under `visual.`), its inputs (`input.pixel_values`, `input.grid_thw`) and outputs
 (`output.embeds`; `output.grad_pixel_values`, the gradient of the embeddings' sum of
@@ -409,9 +410,17 @@ def mrope(out):
         json.dump({"tokens": {"image": IMAGE, "video": VIDEO, "vision_start": START}, "cases": results}, f)
 
 
+def everything(out, model_oracle, template_path):
+    """Every output above into OUT, in one interpreter (one torch and transformers import)."""
+    qwen2_5_vl(out)
+    mrope(out)
+    qwen2_5_vl_model(out)
+    prompts(out, model_oracle, template_path)  # runs `images` too
+
+
 if __name__ == "__main__":
     commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model, "images": images,
-                "prompts": prompts}
+                "prompts": prompts, "all": everything}
     if sys.argv[1] not in commands:
         sys.exit(f"unknown command {sys.argv[1]}")
     commands[sys.argv[1]](*sys.argv[2:])
