@@ -39,6 +39,24 @@ from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVi
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
 
+def verl_definition(relpath, name, namespace, cls=None):
+    """The function `name` (or the method `name` of class `cls`) of verl 0.9.1's file `relpath`,
+    executed from its source in `namespace` (verl is not imported: its package needs ray)."""
+    import ast
+
+    root = os.environ.get("VERLC_VERL_NEWER_ROOT") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv", "verl-releases", "0.9.1", "verl")
+    path = os.path.join(root, relpath)
+    with open(path) as f:
+        body = ast.parse(f.read()).body
+    if cls is not None:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
+    flags = __import__("__future__").annotations.compiler_flag
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), namespace)
+    return namespace[name]
+
+
 def qwen2_5_vl(out):
     config = {
         "depth": 3,
@@ -211,16 +229,8 @@ def images(out):
             except NameError:
                 pass
     sys.modules["qwen_vl_utils"] = types.SimpleNamespace(fetch_image=ns["fetch_image"])
-    root = os.environ.get("VERLC_VERL_NEWER_ROOT") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv", "verl-releases", "0.9.1", "verl")
-    path = os.path.join(root, "utils", "dataset", "vision_utils.py")
-    with open(path) as f:
-        vtree = ast.parse(f.read())
-    fn = next(n for n in vtree.body if isinstance(n, ast.FunctionDef) and n.name == "process_image")
-    vns = {"Image": Image, "BytesIO": io.BytesIO}
-    flags = __import__("__future__").annotations.compiler_flag
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), vns)
-    process_image = vns["process_image"]
+    process_image = verl_definition("utils/dataset/vision_utils.py", "process_image",
+                                    {"Image": Image, "BytesIO": io.BytesIO})
 
     os.makedirs(out, exist_ok=True)
     gen = torch.Generator().manual_seed(3)
@@ -282,7 +292,6 @@ def prompts(out, model_oracle, template_path):
     tokenizer), OUT/*.png and OUT/prompts.json (the rows and their input ids). MODEL_ORACLE is
     model_oracle.py, whose BPE tokenizer this builds on (named so that a cache of this output
     changes with it)."""
-    import ast
     import io
     import re
     import types
@@ -296,16 +305,8 @@ def prompts(out, model_oracle, template_path):
     from model_oracle import bpe_tokenizer
 
     images(out)  # the PNG files, and qwen_vl_utils' fetch_image bound in sys.modules
-    root = os.environ.get("VERLC_VERL_NEWER_ROOT") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv", "verl-releases", "0.9.1", "verl")
-    flags = __import__("__future__").annotations.compiler_flag
-    path = os.path.join(root, "utils", "dataset", "rl_dataset.py")
-    with open(path) as f:
-        cls = next(n for n in ast.parse(f.read()).body if isinstance(n, ast.ClassDef) and n.name == "RLHFDataset")
-    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_build_messages")
-    ns = {"re": re, "os": os, "Image": Image, "BytesIO": io.BytesIO}
-    exec(compile(ast.Module(body=[method], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True), ns)
-    build_messages = ns["_build_messages"]
+    build_messages = verl_definition("utils/dataset/rl_dataset.py", "_build_messages",
+                                     {"re": re, "os": os, "Image": Image, "BytesIO": io.BytesIO}, cls="RLHFDataset")
 
     tok = bpe_tokenizer()
     tok.add_special_tokens(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
@@ -359,19 +360,11 @@ IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
 
 
 def mrope(out):
-    import ast
     import types
     from typing import Optional
 
-    root = os.environ.get("VERLC_VERL_NEWER_ROOT") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv", "verl-releases", "0.9.1", "verl")
-    path = os.path.join(root, "models", "transformers", "qwen2_vl.py")
-    with open(path) as f:
-        tree = ast.parse(f.read())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_rope_index")
-    ns = {"torch": torch, "Optional": Optional}
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), ns)
-    get_rope_index = ns["get_rope_index"]
+    get_rope_index = verl_definition("models/transformers/qwen2_vl.py", "get_rope_index",
+                                     {"torch": torch, "Optional": Optional})
     ids = {"<|image_pad|>": IMAGE, "<|video_pad|>": VIDEO, "<|vision_start|>": START}
     processor = types.SimpleNamespace(
         image_processor=types.SimpleNamespace(merge_size=2),
