@@ -31,6 +31,39 @@ pub enum ImageError {
     Empty { width: usize, height: usize },
 }
 
+/// The image of a cell of verl's multimodal datasets: `{"bytes": ..., "path": ...}` (the
+/// Hugging Face datasets layout of geo3k and the other preprocessed sets; the bytes in base64,
+/// as verlc's parquet reader gives binary columns), else a path (`file://` allowed), read as
+/// a PNG file.
+pub fn image_from_cell(cell: &serde_json::Value) -> Result<RgbImage, ImageError> {
+    use base64::Engine as _;
+    use serde_json::Value;
+    let read = |path: &str| {
+        let path = path.strip_prefix("file://").unwrap_or(path);
+        std::fs::read(path).map_err(|e| ImageError::Decode(format!("{path}: {e}")))
+    };
+    let bytes = match cell {
+        Value::Object(m) => match (m.get("bytes"), m.get("path").or_else(|| m.get("image"))) {
+            (Some(Value::String(b)), _) => base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .map_err(|e| ImageError::Decode(format!("the image bytes are not base64: {e}")))?,
+            (_, Some(Value::String(p))) => read(p)?,
+            _ => {
+                return Err(ImageError::Decode(
+                    "an image cell holds neither `bytes` nor a `path`".into(),
+                ));
+            }
+        },
+        Value::String(p) => read(p)?,
+        other => {
+            return Err(ImageError::Decode(format!(
+                "an image cell must be {{bytes, path}} or a path, got {other}"
+            )));
+        }
+    };
+    decode_png(&bytes)
+}
+
 /// Decodes a PNG file's bytes to RGB as qwen_vl_utils' `to_rgb` does: RGBA over a white
 /// background (Pillow's paste with the alpha as mask), other modes converted (their alpha, if
 /// any, dropped).

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::tokenizer::{Message, Tokenizer, TokenizerError};
 
-use super::image::ProcessedImage;
+use super::image::{ImageProcessorConfig, ProcessedImage, image_from_cell, process_image};
 
 /// The placeholder verl's datasets put in a prompt's text where an image goes.
 pub const IMAGE_PLACEHOLDER: &str = "<image>";
@@ -26,6 +26,10 @@ pub enum VisionPromptError {
     Pads { pads: usize, images: usize },
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    #[error("{0}")]
+    Row(String),
+    #[error(transparent)]
+    Image(#[from] super::image::ImageError),
 }
 
 /// verl's `_build_messages`: with images, each text content is split at its `<image>`
@@ -95,4 +99,52 @@ pub fn encode_vision_prompt(
         expanded.push_str(piece);
     }
     Ok(tok.encode(&expanded, false)?)
+}
+
+/// A row of verl's multimodal RL data (geo3k's layout: a chat `prompt_key` column with
+/// `<image>` placeholders, an `image_key` column of image cells): its prompt ids and images.
+/// A cell's own `min_pixels`/`max_pixels` bound its first resize, as qwen_vl_utils reads them.
+pub fn row_prompt(
+    row: &Map<String, Value>,
+    (prompt_key, image_key): (&str, &str),
+    tok: &Tokenizer,
+    cfg: &ImageProcessorConfig,
+    kwargs: &Map<String, Value>,
+) -> Result<(Vec<i64>, Vec<ProcessedImage>), VisionPromptError> {
+    let messages: Vec<Message> = match row.get(prompt_key) {
+        Some(v @ Value::Array(_)) => serde_json::from_value(v.clone()).map_err(|e| {
+            VisionPromptError::Row(format!("column `{prompt_key}` is not a chat: {e}"))
+        })?,
+        _ => {
+            return Err(VisionPromptError::Row(format!(
+                "column `{prompt_key}` must be a list of chat messages"
+            )));
+        }
+    };
+    let cells = match row.get(image_key) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(cells)) => cells.clone(),
+        Some(other) => {
+            return Err(VisionPromptError::Row(format!(
+                "column `{image_key}` must be a list of images, got {other}"
+            )));
+        }
+    };
+    let images = cells
+        .iter()
+        .map(|cell| {
+            let bound = |k: &str| cell.get(k).and_then(Value::as_u64).map(|v| v as usize);
+            let factor = cfg.patch_size * cfg.merge_size;
+            let fetch = match (bound("min_pixels"), bound("max_pixels")) {
+                (None, None) => None,
+                (min, max) => Some((
+                    min.unwrap_or(4 * factor * factor),
+                    max.unwrap_or(16384 * factor * factor),
+                )),
+            };
+            process_image(&image_from_cell(cell)?, fetch, cfg)
+        })
+        .collect::<Result<Vec<_>, super::image::ImageError>>()?;
+    let ids = encode_vision_prompt(tok, &messages, &images, cfg.merge_size, kwargs)?;
+    Ok((ids, images))
 }

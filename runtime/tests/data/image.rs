@@ -92,3 +92,36 @@ fn vision_prompts_tokenize_as_verl_builds_them() {
         assert_eq!(ids, want, "row {i}");
     }
 }
+
+/// Rows of a parquet file in verl's geo3k layout (a chat prompt with `<image>` placeholders,
+/// `images` as `{bytes, path}` cells, one with its own pixel bound): the prompt ids and the
+/// images' grids as verl 0.9.1 builds them.
+#[test]
+fn geo3k_rows_become_prompts_as_in_verl() {
+    use runtime::data::vision_prompt::row_prompt;
+    use runtime::tokenizer::Tokenizer;
+    let dir = oracle::vision();
+    let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
+    let want: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("geo3k.json")).expect("json"))
+            .expect("json");
+    let rows = runtime::data::files::read_rows(&dir.join("geo3k.parquet").display().to_string())
+        .expect("parquet");
+    assert_eq!(rows.len(), 2);
+    for (i, (row, want)) in rows.iter().zip(want.as_array().expect("rows")).enumerate() {
+        let (ids, images) = row_prompt(
+            row,
+            ("prompt", "images"),
+            &tok,
+            &ImageProcessorConfig::default(),
+            &Default::default(),
+        )
+        .unwrap_or_else(|e| panic!("row {i}: {e}"));
+        let want_ids: Vec<i64> = serde_json::from_value(want["input_ids"].clone()).expect("ids");
+        let want_grids: Vec<[i64; 3]> =
+            serde_json::from_value(want["image_grid_thw"].clone()).expect("grids");
+        assert_eq!(ids, want_ids, "row {i}");
+        let grids: Vec<[i64; 3]> = images.iter().map(|im| im.grid_thw).collect();
+        assert_eq!(grids, want_grids, "row {i}");
+    }
+}

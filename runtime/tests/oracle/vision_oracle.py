@@ -347,8 +347,37 @@ def prompts(out, model_oracle, template_path):
         raw = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         inputs = processor(text=[raw], images=imgs or None, return_tensors="pt")
         results.append({**row, "input_ids": inputs["input_ids"][0].tolist()})
+    # Rows of a parquet file in geo3k's layout (a chat `prompt`, `images` as {bytes, path}
+    # cells, here with the per-image pixel bounds qwen_vl_utils reads), read as Hugging Face
+    # datasets reads them (pyarrow rows).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def cell(name, max_pixels=None):
+        return {"bytes": open(os.path.join(out, name), "rb").read(), "path": name, "min_pixels": None,
+                "max_pixels": max_pixels}
+
+    geo = [
+        {"prompt": [{"role": "user", "content": "<image>Find x in the figure."}],
+         "images": [cell("rgb_300x200.png")]},
+        {"prompt": [{"role": "user", "content": "Compare <image> and <image>."}],
+         "images": [cell("rgb_97x61.png"), cell("rgba_57x83.png", max_pixels=28 * 28 * 4)]},
+    ]
+    pq.write_table(pa.Table.from_pylist(geo), os.path.join(out, "geo3k.parquet"))
+    parquet_rows = []
+    for example in pq.read_table(os.path.join(out, "geo3k.parquet")).to_pylist():
+        messages = build_messages(me, example, key="prompt")
+        imgs = [sys.modules["qwen_vl_utils"].fetch_image(part, image_patch_size=14)
+                for m in messages if isinstance(m["content"], list)
+                for part in m["content"] if part.get("type") == "image"]
+        raw = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        inputs = processor(text=[raw], images=imgs, return_tensors="pt")
+        parquet_rows.append({"input_ids": inputs["input_ids"][0].tolist(),
+                             "image_grid_thw": inputs["image_grid_thw"].tolist()})
     with open(os.path.join(out, "prompts.json"), "w") as f:
         json.dump(results, f)
+    with open(os.path.join(out, "geo3k.json"), "w") as f:
+        json.dump(parquet_rows, f)
 
 
 def copy_messages(messages):
