@@ -477,11 +477,15 @@ fn run<S: Strategy, P: Precision>(
     let cuda = spec_world.device == DeviceKind::Cuda;
     // Before any rank allocates a model: the weights are there, and CPU ranks' models fit
     // (the ranks this process launches skip what it checked).
-    if let (false, Workload::Rl(rl)) = (launched, &spec) {
+    if !launched {
         let available = (!cuda)
             .then(crate::trainer::preflight::host_available_bytes)
             .flatten();
-        crate::trainer::preflight::check(rl, available).map_err(|e| Exit::Failed(e.to_string()))?;
+        match &spec {
+            Workload::Rl(rl) => crate::trainer::preflight::check(rl, available),
+            Workload::Sft(sft) => crate::trainer::preflight::check_sft(sft, available),
+        }
+        .map_err(|e| Exit::Failed(e.to_string()))?;
     }
     if cuda {
         let local = env

@@ -42,12 +42,15 @@ pub enum PreflightError {
         vocab: i64,
     },
     #[error(
-        "this run needs at least {need_gib:.1} GiB of host memory for its models ({parts}), and this machine has {available_gib:.1} GiB available: the ranks would be killed while loading. `verlc explain` estimates the whole per-rank need; to fit, train a smaller model (`actor_rollout_ref.model.path`), train adapters only (`actor_rollout_ref.model.lora_rank`), or run on GPUs"
+        "this run needs at least {need_gib:.1} GiB of host memory for its models ({parts}), and this machine has {available_gib:.1} GiB available: the ranks would be killed while loading. `verlc explain` estimates the whole per-rank need; to fit, train a smaller model (`{model_key}`), train adapters only (`{lora_key}`), or run on GPUs"
     )]
     Memory {
         need_gib: f64,
         available_gib: f64,
         parts: String,
+        /// The key naming the trained model, and the one that trains adapters only.
+        model_key: &'static str,
+        lora_key: &'static str,
     },
 }
 
@@ -122,9 +125,52 @@ fn needs(spec: &TrainerSpec) -> Vec<Need> {
 /// Checks the spec's models against this machine: their weights, and on CPU the host's
 /// available memory (`available_bytes`; `None` skips the memory check).
 pub fn check(spec: &TrainerSpec, available_bytes: Option<u64>) -> Result<(), PreflightError> {
+    check_needs(
+        needs(spec),
+        available_bytes,
+        (
+            "actor_rollout_ref.model.path",
+            "actor_rollout_ref.model.lora_rank",
+        ),
+    )
+}
+
+/// [`check`] for an SFT run: its one trained model (adapters only under LoRA), named by
+/// `model.path` (verl 0.7.0's legacy config: `model.partial_pretrain`).
+pub fn check_sft(
+    spec: &verlc_spec::sft::SftSpec,
+    available_bytes: Option<u64>,
+) -> Result<(), PreflightError> {
+    let key = if spec.trainer.is_legacy() {
+        "model.partial_pretrain"
+    } else {
+        "model.path"
+    };
+    let bytes_per_param = if spec.model.lora.is_some() {
+        param_bytes(spec.binding.precision)
+    } else {
+        TRAINED_BYTES
+    };
+    check_needs(
+        vec![Need {
+            what: "model",
+            key,
+            path: spec.model.path.clone(),
+            bytes_per_param,
+        }],
+        available_bytes,
+        (key, "model.lora_rank"),
+    )
+}
+
+fn check_needs(
+    needs: Vec<Need>,
+    available_bytes: Option<u64>,
+    (model_key, lora_key): (&'static str, &'static str),
+) -> Result<(), PreflightError> {
     let mut need = 0u64;
     let mut parts: Vec<String> = Vec::new();
-    for n in needs(spec) {
+    for n in needs {
         let weights = |source| PreflightError::Weights {
             key: n.key,
             path: n.path.clone(),
@@ -175,6 +221,8 @@ pub fn check(spec: &TrainerSpec, available_bytes: Option<u64>) -> Result<(), Pre
             need_gib: need as f64 / GIB,
             available_gib: available as f64 / GIB,
             parts: parts.join(", "),
+            model_key,
+            lora_key,
         });
     }
     Ok(())

@@ -10,7 +10,7 @@ use crate::support::{quickstart, scratch};
 
 /// A checkpoint directory whose `model.safetensors` holds only a header: `shapes` named
 /// tensors of bf16 (no data is read by the preflight).
-fn header_only(dir: &Path, shapes: &[(&str, &[u64])]) {
+pub(crate) fn header_only(dir: &Path, shapes: &[(&str, &[u64])]) {
     std::fs::create_dir_all(dir).unwrap();
     let mut header = serde_json::Map::new();
     for (name, shape) in shapes {
@@ -25,10 +25,10 @@ fn header_only(dir: &Path, shapes: &[(&str, &[u64])]) {
     std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
 }
 
-const GIB: u64 = 1 << 30;
+pub(crate) const GIB: u64 = 1 << 30;
 
 /// A Qwen2-7B-shaped `config.json`.
-const CONFIG: &str = r#"{"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+pub(crate) const CONFIG: &str = r#"{"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
   "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
   "num_key_value_heads": 4, "eos_token_id": 151645}"#;
 

@@ -391,6 +391,50 @@ fn legacy_sft_trainer_averages_micro_batch_means_and_resumes_exactly() {
     }
 }
 
+/// An SFT run whose model cannot fit in this host's memory stops before loading it, naming
+/// the key (`model.path`; the legacy config's `model.partial_pretrain`) and both numbers; with
+/// LoRA only the frozen weights count.
+#[test]
+fn sft_runs_too_large_for_the_host_stop_before_loading() {
+    use crate::preflight::{CONFIG, GIB, header_only};
+    use runtime::trainer::preflight::{PreflightError, check_sft};
+    let dir = scratch("sft_preflight");
+    let big = dir.join("seven_b");
+    std::fs::create_dir_all(&big).unwrap();
+    std::fs::write(big.join("config.json"), CONFIG).unwrap();
+    header_only(
+        &big,
+        &[
+            ("model.embed_tokens.weight", &[152_064, 3_584]),
+            ("model.layers.weight", &[6_500_000_000]),
+        ],
+    );
+    let mut s = spec(&overrides(&dir, 1, &[]));
+    check_sft(&s, Some(GIB)).expect("the built-in model fits");
+    s.model.path = big.display().to_string();
+    let e = check_sft(&s, Some(24 * GIB)).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, PreflightError::Memory { .. }), "{text}");
+    assert!(
+        text.contains("24.0 GiB available") && text.contains("`model.path`"),
+        "{text}"
+    );
+    let mut legacy = legacy_spec(&dir.join("legacy"), 1, &[]);
+    legacy.model.path = big.display().to_string();
+    let text = check_sft(&legacy, Some(24 * GIB)).unwrap_err().to_string();
+    assert!(text.contains("`model.partial_pretrain`"), "{text}");
+    // Adapters only: the base weights count once (fp32 here: 26 GiB), not 16 bytes a parameter.
+    assert!(check_sft(&s, Some(32 * GIB)).is_err());
+    s.model.lora = Some(verlc_spec::trainer::LoraSpec {
+        rank: 8,
+        alpha: 16.0,
+        target_modules: verlc_spec::trainer::ModuleSelector::AllLinear,
+        exclude_modules: verlc_spec::trainer::ModuleSelector::Names(Vec::new()),
+        adapter_path: None,
+    });
+    check_sft(&s, Some(32 * GIB)).expect("LoRA fits");
+}
+
 const CHILD: &str = "sft::sft_rank_child";
 const SPEC_ENV: &str = "VERLC_SFT_SPEC";
 
