@@ -206,7 +206,8 @@ impl SftConfig {
 
     /// The values of verl 0.7.0's legacy SFT tree (`sft_trainer`): the same settings under
     /// the legacy keys ([`Self::key`]); no dynamic batching, rows padded on the right unless
-    /// `data.pad_mode` says otherwise.
+    /// `data.pad_mode` says otherwise. (`from_tree` on a legacy tree finds none of the engine
+    /// config's own keys, and reads the shared ones where both configs keep them.)
     pub fn from_legacy_tree(root: &Node) -> Result<SftConfig, Box<Diagnostic>> {
         let r = Reader { root };
         let engine = SftEngine {
@@ -221,35 +222,20 @@ impl SftConfig {
             model_dtype: r.string_or("model.fsdp_config.model_dtype", "fp32"),
             distributed_optimizer: false,
         };
+        // The keys the two configs share (data files and lengths, batch sizes, `trainer.*`)
+        // read as the engine config reads them; the rest under the legacy keys.
         Ok(SftConfig {
             trainer: SftTrainer::Legacy,
-            train_batch_size: r.int_or("data.train_batch_size", 256)?,
-            micro_batch_size_per_gpu: r.int_or("data.micro_batch_size_per_gpu", 4)?,
             max_token_len_per_gpu: 0,
             use_dynamic_bsz: false,
-            max_length: r.int_or("data.max_length", 1024)?,
             pad_mode: r.string_or("data.pad_mode", "right"),
-            truncation: r.string_or("data.truncation", "error"),
-            train_files: r.strings("data.train_files"),
-            val_files: r.strings("data.val_files"),
             model_path: r.string_or("model.partial_pretrain", ""),
             use_remove_padding: r.bool_or("use_remove_padding", false),
-            lora_rank: r.int_or("model.lora_rank", 0)?,
-            gradient_checkpointing: r.bool_or("model.enable_gradient_checkpointing", true),
             engine,
             lr: r.float_or("optim.lr", 1e-5),
             lr_scheduler_type: Some(r.string_or("optim.lr_scheduler", "cosine")),
-            nnodes: r.int_or("trainer.nnodes", 1)?,
-            n_gpus_per_node: r.int_or("trainer.n_gpus_per_node", 1)?,
-            total_epochs: r.int_or("trainer.total_epochs", 1)?,
-            total_training_steps: r.opt_int("trainer.total_training_steps")?,
-            save_freq: r.frequency("trainer.save_freq")?,
-            test_freq: r.frequency("trainer.test_freq")?,
-            resume_mode: r.string_or("trainer.resume_mode", "auto"),
-            resume_from_path: r.string("trainer.resume_from_path"),
-            logger: r.strings("trainer.logger"),
             profile_interval: Vec::new(),
-            world_stated: false,
+            ..SftConfig::from_tree(root)?
         })
     }
 

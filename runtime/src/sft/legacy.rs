@@ -17,11 +17,9 @@
 
 use tch::Kind;
 
-use crate::algo::AggOptions;
 use crate::algo::sft_loss::sft_loss_legacy;
 use crate::data::sft::SftExample;
-use crate::engine::{Batch, Engine, ForwardOptions, Metrics, MicroBatching, MicroLoss};
-use crate::logits::LogProbOutput;
+use crate::engine::{Engine, Metrics, MicroBatching};
 use crate::trainer::TrainerError;
 use crate::trainer::parallel::Roles;
 
@@ -67,27 +65,16 @@ impl<R: Roles> SftTrainer<R> {
             self.legacy_divisors(micro_tokens(&rows, micro), balance_dp_token)?;
         let micro_batches = divisors.len();
         self.engine.optimizer_zero_grad()?;
-        let mut next = 0usize;
-        let mut loss_fn = |mb: &Batch, out: LogProbOutput, _: &AggOptions| {
-            let tokens = divisors.get(next).copied().unwrap_or(0.0);
-            next += 1;
-            let mask = mb.get("response_mask")?;
-            let loss = sft_loss_legacy(&out.log_probs, mask, tokens, scale, micro_batches)?;
-            let value = loss.f_detach()?.f_double_value(&[])?;
-            Ok(MicroLoss {
-                loss,
-                metrics: Metrics::from([("loss".to_owned(), value)]),
-            })
-        };
-        let per_micro = self.engine.forward_backward(
+        let local = self.backward_micro_batches(
             &batch,
             &MicroBatching::Rows(micro),
-            &ForwardOptions::default(),
-            &mut loss_fn,
+            |i, log_probs, mask, _| {
+                let tokens = divisors.get(i).copied().unwrap_or(0.0);
+                sft_loss_legacy(log_probs, mask, tokens, scale, micro_batches)
+            },
         )?;
         self.engine.optimizer_step()?;
         self.engine.lr_scheduler_step()?;
-        let local: f64 = per_micro.iter().filter_map(|m| m.get("loss")).sum();
         let mut metrics = self
             .dp
             .mean_metrics(Metrics::from([("train/loss".to_owned(), local)]))?;

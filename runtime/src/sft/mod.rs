@@ -353,29 +353,16 @@ impl<R: Roles> SftTrainer<R> {
         let rows: Vec<&SftExample> = index.iter().map(|&i| &self.train.examples[i]).collect();
         let batch = collate(&rows, self.tokenizer.pad_token_id)?;
         let micro = self.micro_batching(&rows)?;
+        let tokens: i64 = rows.iter().map(|r| r.input_ids.len() as i64).sum();
         let lr = self.engine.lr();
         self.engine.optimizer_zero_grad()?;
-        let mut loss_fn = |mb: &Batch, out: LogProbOutput, agg: &AggOptions| {
-            let mask = mb.get("response_mask")?;
-            let loss = crate::algo::sft_loss::sft_loss_rows(&out.log_probs, mask, agg)?;
-            let value = loss.f_detach()?.f_double_value(&[])?;
-            Ok(MicroLoss {
-                loss,
-                metrics: Metrics::from([("loss".to_owned(), value)]),
-            })
-        };
-        let per_micro = self.engine.forward_backward(
-            &batch,
-            &micro,
-            &ForwardOptions::default(),
-            &mut loss_fn,
-        )?;
+        let local = self.backward_micro_batches(&batch, &micro, |_, log_probs, mask, agg| {
+            crate::algo::sft_loss::sft_loss_rows(log_probs, mask, agg)
+        })?;
         let step = self.engine.optimizer_step()?;
         self.engine.lr_scheduler_step()?;
         // Each micro-batch's loss is its share of the step's token mean times the
         // data-parallel size: their sum averaged over the ranks is the token mean.
-        let local: f64 = per_micro.iter().filter_map(|m| m.get("loss")).sum();
-        let tokens: i64 = rows.iter().map(|r| r.input_ids.len() as i64).sum();
         let mut metrics = self
             .dp
             .mean_metrics(Metrics::from([("train/loss".to_owned(), local)]))?;
@@ -386,6 +373,30 @@ impl<R: Roles> SftTrainer<R> {
         metrics.insert("train/global_tokens".into(), global_tokens);
         metrics.insert("train/total_tokens(B)".into(), self.total_tokens / 1e9);
         Ok(metrics)
+    }
+
+    /// Forward and backward of `batch` in `micro` micro-batches, each micro-batch's loss
+    /// `loss(index, log_probs, response_mask, agg)`; the sum of this rank's micro-batch losses.
+    fn backward_micro_batches(
+        &mut self,
+        batch: &Batch,
+        micro: &MicroBatching,
+        mut loss: impl FnMut(usize, &Tensor, &Tensor, &AggOptions) -> Result<Tensor, tch::TchError>,
+    ) -> Result<f64, TrainerError> {
+        let mut index = 0usize;
+        let mut loss_fn = |mb: &Batch, out: LogProbOutput, agg: &AggOptions| {
+            let value = loss(index, &out.log_probs, mb.get("response_mask")?, agg)?;
+            index += 1;
+            let scalar = value.f_detach()?.f_double_value(&[])?;
+            Ok(MicroLoss {
+                loss: value,
+                metrics: Metrics::from([("loss".to_owned(), scalar)]),
+            })
+        };
+        let per_micro =
+            self.engine
+                .forward_backward(batch, micro, &ForwardOptions::default(), &mut loss_fn)?;
+        Ok(per_micro.iter().filter_map(|m| m.get("loss")).sum())
     }
 
     /// verl's validation: each batch's token-mean loss over every rank, averaged over the

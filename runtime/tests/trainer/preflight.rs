@@ -10,7 +10,7 @@ use crate::support::{quickstart, scratch};
 
 /// A checkpoint directory whose `model.safetensors` holds only a header: `shapes` named
 /// tensors of bf16 (no data is read by the preflight).
-pub(crate) fn header_only(dir: &Path, shapes: &[(&str, &[u64])]) {
+fn header_only(dir: &Path, shapes: &[(&str, &[u64])]) {
     std::fs::create_dir_all(dir).unwrap();
     let mut header = serde_json::Map::new();
     for (name, shape) in shapes {
@@ -27,8 +27,23 @@ pub(crate) fn header_only(dir: &Path, shapes: &[(&str, &[u64])]) {
 
 pub(crate) const GIB: u64 = 1 << 30;
 
+/// A 7B-parameter Qwen2-shaped checkpoint of headers only, in `dir/seven_b`.
+pub(crate) fn seven_b_checkpoint(dir: &Path) -> std::path::PathBuf {
+    let big = dir.join("seven_b");
+    std::fs::create_dir_all(&big).unwrap();
+    std::fs::write(big.join("config.json"), CONFIG).unwrap();
+    header_only(
+        &big,
+        &[
+            ("model.embed_tokens.weight", &[152_064, 3_584]),
+            ("model.layers.weight", &[6_500_000_000]),
+        ],
+    );
+    big
+}
+
 /// A Qwen2-7B-shaped `config.json`.
-pub(crate) const CONFIG: &str = r#"{"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+const CONFIG: &str = r#"{"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
   "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
   "num_key_value_heads": 4, "eos_token_id": 151645}"#;
 
@@ -59,16 +74,7 @@ fn missing_weights_and_models_too_large_for_the_host_stop_before_loading() {
 
     // A 7B-parameter checkpoint (headers only) on a host with 24 GiB available: refused with
     // both numbers; with enough memory it passes without reading a tensor.
-    let big = dir.join("seven_b");
-    std::fs::create_dir_all(&big).unwrap();
-    std::fs::write(big.join("config.json"), CONFIG).unwrap();
-    header_only(
-        &big,
-        &[
-            ("model.embed_tokens.weight", &[152_064, 3_584]),
-            ("model.layers.weight", &[6_500_000_000]),
-        ],
-    );
+    let big = seven_b_checkpoint(&dir);
     spec.actor.model_path = big.display().to_string();
     let e = check(&spec, Some(24 * GIB)).unwrap_err();
     let text = e.to_string();

@@ -396,19 +396,10 @@ fn legacy_sft_trainer_averages_micro_batch_means_and_resumes_exactly() {
 /// LoRA only the frozen weights count.
 #[test]
 fn sft_runs_too_large_for_the_host_stop_before_loading() {
-    use crate::preflight::{CONFIG, GIB, header_only};
+    use crate::preflight::{GIB, seven_b_checkpoint};
     use runtime::trainer::preflight::{PreflightError, check_sft};
     let dir = scratch("sft_preflight");
-    let big = dir.join("seven_b");
-    std::fs::create_dir_all(&big).unwrap();
-    std::fs::write(big.join("config.json"), CONFIG).unwrap();
-    header_only(
-        &big,
-        &[
-            ("model.embed_tokens.weight", &[152_064, 3_584]),
-            ("model.layers.weight", &[6_500_000_000]),
-        ],
-    );
+    let big = seven_b_checkpoint(&dir);
     let mut s = spec(&overrides(&dir, 1, &[]));
     check_sft(&s, Some(GIB)).expect("the built-in model fits");
     s.model.path = big.display().to_string();
