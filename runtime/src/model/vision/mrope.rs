@@ -44,15 +44,24 @@ pub enum MropeError {
     },
 }
 
-/// The (time, height, width) ids of one unpadded sequence whose images and videos have the
-/// grids `images` and `videos` (consumed in order); and the rope delta (largest id + 1 − length)
-/// that generation adds to later positions.
+/// The ids of one sequence: (time, height, width) per token, the rope delta (largest id + 1 −
+/// length) that generation adds to later positions, and the images and videos it used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequenceIds {
+    pub ids: [Vec<i64>; 3],
+    pub delta: i64,
+    pub images: usize,
+    pub videos: usize,
+}
+
+/// The ids of one unpadded sequence whose images and videos have the grids `images` and
+/// `videos` (consumed in order; the tokens say how many).
 pub fn position_ids(
     tokens: &[i64],
     images: &[[i64; 3]],
     videos: &[VideoGrid],
     t: &MropeTokens,
-) -> Result<([Vec<i64>; 3], i64), MropeError> {
+) -> Result<SequenceIds, MropeError> {
     let announced = |id: i64| {
         tokens
             .windows(2)
@@ -137,8 +146,12 @@ pub fn position_ids(
     if st < tokens.len() {
         push_text(&mut ids, &mut next, tokens.len() - st);
     }
-    let delta = next - tokens.len() as i64;
-    Ok((ids, delta))
+    Ok(SequenceIds {
+        ids,
+        delta: next - tokens.len() as i64,
+        images: n_images,
+        videos: n_videos,
+    })
 }
 
 /// [`position_ids`] of each row of a left- or right-padded batch (`mask` 1 on real tokens),
@@ -160,29 +173,23 @@ pub fn batch_position_ids(
             .filter(|(_, m)| **m == 1)
             .map(|(x, _)| *x)
             .collect();
-        let count = |id: i64| {
-            real.windows(2)
-                .filter(|w| w[0] == t.vision_start_token_id && w[1] == id)
-                .count()
-        };
-        let (ni, nv) = (count(t.image_token_id), count(t.video_token_id));
-        let (ids, delta) = position_ids(
+        let seq = position_ids(
             &real,
             images.get(image..).unwrap_or_default(),
             videos.get(video..).unwrap_or_default(),
             t,
         )?;
-        image += ni;
-        video += nv;
+        image += seq.images;
+        video += seq.videos;
         let mut k = 0;
         for &mi in m {
-            for (axis, own) in out.iter_mut().zip(&ids) {
+            for (axis, own) in out.iter_mut().zip(&seq.ids) {
                 axis.push(if mi == 1 { own[k] } else { 1 });
             }
             k += usize::from(mi == 1);
         }
         // transformers' delta counts the padded width.
-        deltas.push(delta + real.len() as i64 - row.len() as i64);
+        deltas.push(seq.delta + real.len() as i64 - row.len() as i64);
     }
     Ok((out, deltas))
 }
