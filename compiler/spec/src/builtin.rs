@@ -98,13 +98,33 @@ pub fn model_problem(path: &str) -> Option<String> {
 /// Tokens of the built-in tokenizer: specials, digits, punctuation and words.
 pub const TINY_VOCAB: i64 = 38;
 
-/// The vocabulary of a `builtin://tiny?…` model: the built-in tokenizer's, plus one token per
-/// tool of its `tools=a,b` parameter.
+/// The vision tokens (Qwen-VL's) the built-in tokenizer of a vision-language tiny model adds
+/// after its vocabulary, in id order: a vision span's start and end, an image's and a video's
+/// placeholder.
+pub const TINY_VISION_TOKENS: [&str; 4] = [
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+];
+
+/// True when the tiny family `arch` (an `arch=` name) has a vision tower.
+pub fn tiny_arch_has_vision(arch: &str) -> bool {
+    crate::families::FAMILIES
+        .iter()
+        .any(|r| r.tiny_arch == arch && r.vision)
+}
+
+/// The vocabulary of a `builtin://tiny?…` model: the built-in tokenizer's, the vision tokens
+/// of a vision-language family, and one token per tool of its `tools=a,b` parameter.
 pub fn tiny_vocab(uri: &str) -> i64 {
     let query = uri.split_once('?').map_or("", |(_, q)| q);
-    let tools = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("tools="))
-        .map_or(0, |t| t.split(',').filter(|t| !t.is_empty()).count());
-    TINY_VOCAB + tools as i64
+    let param = |key: &str| query.split('&').find_map(|kv| kv.strip_prefix(key));
+    let tools = param("tools=").map_or(0, |t| t.split(',').filter(|t| !t.is_empty()).count());
+    let vision = if param("arch=").is_some_and(tiny_arch_has_vision) {
+        TINY_VISION_TOKENS.len()
+    } else {
+        0
+    };
+    TINY_VOCAB + (vision + tools) as i64
 }

@@ -47,4 +47,11 @@ pub struct DataSpec {
     pub val_batch_size: Option<usize>,
     /// `apply_chat_template_kwargs`.
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// `image_key`: the column of a row's images, read when the model has a vision tower.
+    #[serde(default = "default_image_key")]
+    pub image_key: String,
+}
+
+fn default_image_key() -> String {
+    "images".to_owned()
 }

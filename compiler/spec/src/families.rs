@@ -22,6 +22,9 @@ pub enum Family {
     /// Qwen3-Next: Qwen3.5-MoE's layers (DeltaNet projections stored fused), sparse layers
     /// placed as Qwen3-MoE's.
     Qwen3Next,
+    /// Qwen2.5-VL: Qwen2's decoder under multimodal rotary positions (M-RoPE), with a vision
+    /// tower whose embeddings fill the prompt's image placeholders.
+    Qwen2_5Vl,
 }
 
 /// What is known of a family without loading a model.
@@ -56,6 +59,9 @@ pub struct FamilyRow {
     /// Its chat template is ChatML (`<|im_start|>`/`<|im_end|>` turns), whose turn junction
     /// the tool agent loop inserts between turns.
     pub chatml: bool,
+    /// A vision tower beside the text model (`vision_config`): images in the prompt's
+    /// placeholder tokens, multimodal rotary positions.
+    pub vision: bool,
     /// Its name in `builtin://tiny?arch=`.
     pub tiny_arch: &'static str,
 }
@@ -76,6 +82,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: false,
+        vision: false,
         tiny_arch: "llama",
     },
     FamilyRow {
@@ -92,6 +99,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: true,
         chatml: false,
+        vision: false,
         tiny_arch: "mistral",
     },
     FamilyRow {
@@ -108,6 +116,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: true,
         sliding_window_unless_null: false,
         chatml: true,
+        vision: false,
         tiny_arch: "qwen2",
     },
     FamilyRow {
@@ -124,6 +133,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
+        vision: false,
         tiny_arch: "qwen3",
     },
     FamilyRow {
@@ -140,6 +150,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
+        vision: false,
         tiny_arch: "qwen3_moe",
     },
     FamilyRow {
@@ -156,6 +167,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
+        vision: false,
         tiny_arch: "qwen3_5",
     },
     FamilyRow {
@@ -172,6 +184,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
+        vision: false,
         tiny_arch: "qwen3_5_moe",
     },
     FamilyRow {
@@ -188,7 +201,26 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
+        vision: false,
         tiny_arch: "qwen3_next",
+    },
+    FamilyRow {
+        family: Family::Qwen2_5Vl,
+        name: "Qwen2.5-VL",
+        model_type: "qwen2_5_vl",
+        wrapper_model_type: None,
+        causal_lm_class: "Qwen2_5_VLForConditionalGeneration",
+        // transformers has no token-classification head for it: a critic is refused.
+        value_class: "Qwen2_5_VLForConditionalGeneration",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: false,
+        qkv_bias: true,
+        sliding_window_unless_null: false,
+        chatml: true,
+        vision: true,
+        tiny_arch: "qwen2_5_vl",
     },
 ];
 
@@ -231,6 +263,11 @@ impl Family {
 
     pub fn qk_norm(self) -> bool {
         self.row().qk_norm
+    }
+
+    /// Families with a vision tower.
+    pub fn has_vision(self) -> bool {
+        self.row().vision
     }
 }
 

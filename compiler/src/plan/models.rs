@@ -340,11 +340,51 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                 })
             }),
         };
+        let why = why.or_else(|| {
+            let model_type = match locate(path, None, env) {
+                Ok(ModelLocation::Builtin) => builtin_arch(path),
+                Ok(loc) => loc.dir().and_then(|dir| {
+                    let cfg = read_config(dir).ok()?;
+                    cfg.get("model_type").and_then(Value::as_str).map(str::to_owned)
+                }),
+                Err(_) => None,
+            }?;
+            vision_problem(spec, key, path, &model_type)
+        });
         if let Some(why) = why.filter(|w| out.iter().all(|(_, o)| o != w)) {
             out.push((key, why));
         }
     }
     out
+}
+
+/// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
+/// this run: verlc trains one on one process (the single engine), with the built-in rollout
+/// generating single turns, synchronously, full weights, no critic.
+fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
+    let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision)?;
+    let world = spec.world.nnodes.max(1) * spec.world.n_gpus_per_node.max(1);
+    let why = if key == "critic.model.path" {
+        "as a critic (it has no value head)"
+    } else if spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron {
+        "on the Megatron strategy"
+    } else if world > 1 {
+        "on more than one process (FSDP over several ranks)"
+    } else if spec.rollout.vllm.is_some() {
+        "with the vLLM rollout"
+    } else if spec.rollout.multi_turn.is_some() {
+        "with the multi-turn agent loop"
+    } else if spec.run.asynchronous.is_some() {
+        "in an asynchronous trainer mode"
+    } else if spec.actor.lora.is_some() {
+        "with LoRA adapters"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on one process with the built-in rollout, single-turn, synchronously and on full weights: training it {why} is not implemented yet",
+        row.name
+    ))
 }
 
 /// The engine of the role whose model `key` names.

@@ -1975,6 +1975,7 @@ fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
             .and_then(|b| usize::try_from(b).ok())
             .filter(|&b| b > 0),
         chat_template_kwargs: d.apply_chat_template_kwargs.clone(),
+        image_key: d.image_key.clone(),
     }
 }
 

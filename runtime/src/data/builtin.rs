@@ -9,6 +9,13 @@
 //!   that tool, `examples/tool_lookup.yaml` the run). Rows carry verl's per-sample tool
 //!   arguments, `extra_info.tools_kwargs = {lookup: {create_kwargs: {number}}}`.
 //!
+//! - `color_digits`, the vision task: an image of three vertical stripes, each one of ten
+//!   colours ([`STRIPE_COLORS`], colour `d` for digit `d`), and the prompt "<image>what is the
+//!   answer?" -> the stripes' digits left to right ("307"). Rows carry the image as verl's
+//!   multimodal datasets do (`images = [{bytes: <PNG>, path: null}]`, 84 x 56 pixels: six
+//!   merged 28-pixel patches, two per stripe), for a vision-language model
+//!   (`builtin://tiny?arch=qwen2_5_vl`, `examples/color_digits_vl.yaml`).
+//!
 //! `interaction=<name>` (any task) gives each row verl's interaction arguments,
 //! `extra_info.interaction_kwargs = {name, query, ground_truth}` (what verl's GSM8K
 //! multi-turn preprocessing writes), for `rollout.multi_turn.interaction_config_path`.
@@ -29,7 +36,46 @@ use crate::builtin_uri::BuiltinUri;
 use crate::rng::Rng;
 
 /// Task names.
-pub const TASKS: &[&str] = &["digit_reversal", "arithmetic", "code_lookup"];
+pub const TASKS: &[&str] = &["digit_reversal", "arithmetic", "code_lookup", "color_digits"];
+
+/// The RGB colour of each digit's stripe in `color_digits` images.
+pub const STRIPE_COLORS: [[u8; 3]; 10] = [
+    [0, 0, 0],
+    [255, 255, 255],
+    [230, 25, 25],
+    [25, 200, 40],
+    [30, 60, 230],
+    [250, 220, 20],
+    [240, 130, 20],
+    [150, 40, 200],
+    [20, 210, 220],
+    [140, 90, 40],
+];
+
+/// A `color_digits` image of `digits` (one stripe each, left to right), 28 pixels a stripe
+/// and 56 high, as PNG bytes.
+pub fn stripe_png(digits: &str) -> Result<Vec<u8>, String> {
+    let (stripe, height) = (28usize, 56usize);
+    let colors: Vec<[u8; 3]> = digits
+        .bytes()
+        .map(|b| STRIPE_COLORS[usize::from(b.wrapping_sub(b'0')) % 10])
+        .collect();
+    let width = stripe * colors.len().max(1);
+    let mut data = Vec::with_capacity(width * height * 3);
+    for _ in 0..height {
+        for x in 0..width {
+            data.extend_from_slice(&colors.get(x / stripe).copied().unwrap_or([0; 3]));
+        }
+    }
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, width as u32, height as u32);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut writer = enc.write_header().map_err(|e| e.to_string())?;
+    writer.write_image_data(&data).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())?;
+    Ok(out)
+}
 
 /// The secret code of `number` in the `code_lookup` task: 3 digits no rule over the digits
 /// gives away (the tool in `examples/tools/code_lookup.py` computes the same).
@@ -84,6 +130,14 @@ fn generator(uri: &BuiltinUri) -> Result<Gen, String> {
                 (format!("compute {a}{op}{b}"), r.to_string())
             }))
         }
+        // The prompt text is the same for every row: its digits make the examples distinct
+        // (and become the image when the rows are built).
+        "color_digits" => Ok(Box::new(move |rng| {
+            let digits: String = (0..3)
+                .map(|_| char::from(b'0' + rng.below(10) as u8))
+                .collect();
+            (digits.clone(), digits)
+        })),
         "code_lookup" => Ok(Box::new(move |rng| {
             let n = rng.range(100, 999) as u64;
             (format!("what is the answer of {n}"), lookup_code(n))
@@ -176,10 +230,20 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
     } else {
         "digits"
     };
-    Ok(chosen
+    chosen
         .into_iter()
         .enumerate()
         .map(|(i, (prompt, answer))| {
+            let (prompt, images) = if uri.name == "color_digits" {
+                use base64::Engine as _;
+                let png = base64::engine::general_purpose::STANDARD.encode(stripe_png(&prompt)?);
+                (
+                    "<image>what is the answer?".to_owned(),
+                    json!([{"bytes": png, "path": null}]),
+                )
+            } else {
+                (prompt, Value::Null)
+            };
             // `question`/`answer` as verl's GSM8K preprocessing writes them: the single-turn
             // SFT dataset reads them through `prompt_dict_keys`/`response_dict_keys`.
             let mut extra =
@@ -192,7 +256,7 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
                 extra["interaction_kwargs"] =
                     json!({"name": interaction, "query": prompt, "ground_truth": answer});
             }
-            let row = json!({
+            let mut row = json!({
                 "data_source": data_source(&uri.name),
                 "prompt": [{"role": "user", "content": prompt}],
                 "messages": [
@@ -203,12 +267,15 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
                 "reward_model": {"style": "rule", "ground_truth": answer},
                 "extra_info": extra,
             });
-            match row {
+            if !images.is_null() {
+                row["images"] = images;
+            }
+            Ok(match row {
                 Value::Object(m) => m,
                 _ => Map::new(),
-            }
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Rule reward of a built-in task; `None` when `data_source` is not a built-in one.
@@ -229,6 +296,9 @@ pub fn compute_score(data_source: &str, response: &str, ground_truth: &str) -> O
     let task = data_source.strip_prefix("builtin/")?;
     if !TASKS.contains(&task) {
         return None;
+    }
+    if task == "color_digits" {
+        return compute_score("builtin/digit_reversal", response, ground_truth);
     }
     if task == "code_lookup" {
         let called = response.contains("<tool_call>");

@@ -6,7 +6,10 @@ use serde_json::{Map, Value};
 
 use crate::tokenizer::Tokenizer;
 
+use super::image::{ImageProcessorConfig, ProcessedImage};
+use super::vision_prompt::row_prompt;
 use super::{DataError, RowProblems, Sample, files};
+use crate::engine::batch::RowImages;
 
 pub use verlc_spec::data::Truncation;
 
@@ -46,6 +49,18 @@ pub struct DatasetOptions {
     pub seed: u64,
     /// `data.apply_chat_template_kwargs`.
     pub chat_template_kwargs: Map<String, Value>,
+    /// A vision-language model's image settings: rows' images are read and prepared, and
+    /// their placeholders expanded in the prompt's ids.
+    pub vision: Option<VisionData>,
+}
+
+/// Where a vision-language model's rows keep their images, and how they are prepared.
+#[derive(Debug, Clone)]
+pub struct VisionData {
+    /// `data.image_key`.
+    pub image_key: String,
+    /// The model's image processor (`preprocessor_config.json`).
+    pub processor: ImageProcessorConfig,
 }
 
 impl Default for DatasetOptions {
@@ -60,6 +75,7 @@ impl Default for DatasetOptions {
             shuffle: true,
             seed: 1,
             chat_template_kwargs: Map::new(),
+            vision: None,
         }
     }
 }
@@ -73,6 +89,38 @@ pub struct PromptItem {
     /// Where it came from: the file/address and its row number.
     pub source: String,
     pub row: usize,
+    /// Its images (a vision-language prompt's, in placeholder order); empty for text.
+    pub images: RowImages,
+}
+
+/// A prompt's ids (image placeholders expanded) and its prepared images.
+type VisionPrompt = (Vec<i64>, Vec<ProcessedImage>);
+
+/// A vision-language row's prompt ids (placeholders expanded) and prepared images, when the
+/// model has a vision tower and the row has images; the image column is taken out of the row
+/// (as verl pops it), so rewards never receive the pictures.
+fn vision_prompt(
+    map: &mut Map<String, Value>,
+    tokenizer: &Tokenizer,
+    opts: &DatasetOptions,
+) -> Result<Option<VisionPrompt>, String> {
+    let Some(v) = &opts.vision else {
+        return Ok(None);
+    };
+    let has_images = match map.get(&v.image_key) {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    };
+    if !has_images {
+        map.remove(&v.image_key);
+        return Ok(None);
+    }
+    let keys = (opts.prompt_key.as_str(), v.image_key.as_str());
+    let prompt = row_prompt(map, keys, tokenizer, &v.processor, &opts.chat_template_kwargs)
+        .map_err(|e| format!("column `{}`: {e}", v.image_key))?;
+    map.remove(&v.image_key);
+    Ok(Some(prompt))
 }
 
 /// A prepared prompt dataset.
@@ -96,7 +144,18 @@ impl RlDataset {
         // Every row is prepared (as a good load does) and every bad one counted, so one run
         // reports all of a file's problems, not the first.
         let mut problems = RowProblems::default();
-        for (source, row, map) in rows {
+        for (source, row, mut map) in rows {
+            let vision = match vision_prompt(&mut map, tokenizer, opts) {
+                Ok(v) => v,
+                Err(msg) => {
+                    problems.push(DataError::Row {
+                        file: source,
+                        row,
+                        msg,
+                    });
+                    continue;
+                }
+            };
             let sample = match Sample::from_row(map, &opts.prompt_key, &opts.reward_fn_key, row) {
                 Ok(s) => s,
                 Err(msg) => {
@@ -108,17 +167,23 @@ impl RlDataset {
                     continue;
                 }
             };
-            let ids = match tokenizer.encode_chat(&sample.prompt, true, &opts.chat_template_kwargs)
-            {
-                Ok(ids) => ids,
-                Err(e) => {
-                    problems.push(DataError::Tokenize {
-                        file: source,
-                        row,
-                        source: e,
-                    });
-                    continue;
-                }
+            let (ids, images) = match vision {
+                Some(v) => v,
+                None => match tokenizer.encode_chat(
+                    &sample.prompt,
+                    true,
+                    &opts.chat_template_kwargs,
+                ) {
+                    Ok(ids) => (ids, Vec::new()),
+                    Err(e) => {
+                        problems.push(DataError::Tokenize {
+                            file: source,
+                            row,
+                            source: e,
+                        });
+                        continue;
+                    }
+                },
             };
             if opts.filter_overlong_prompts && ids.len() > opts.max_prompt_length {
                 filtered += 1;
@@ -138,6 +203,7 @@ impl RlDataset {
                 input_ids,
                 source,
                 row,
+                images: images.into(),
             });
         }
         problems.into_result()?;

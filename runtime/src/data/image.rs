@@ -341,27 +341,24 @@ impl Default for ImageProcessorConfig {
 }
 
 impl ImageProcessorConfig {
+    /// The image processor of the model in `dir`: its `preprocessor_config.json`, else
+    /// transformers' defaults for Qwen2-VL processors.
+    pub fn from_model_dir(dir: &std::path::Path) -> Result<Self, String> {
+        let file = dir.join("preprocessor_config.json");
+        if !file.is_file() {
+            return Ok(Self::default());
+        }
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
+    }
+
     /// Values per patch (`3 × temporal_patch_size × patch_size²`).
     pub fn patch_width(&self) -> usize {
         3 * self.temporal_patch_size * self.patch_size * self.patch_size
     }
 }
 
-/// An image as the vision tower takes it: `pixel_values` `(t·h·w, patch_width)` row-major and
-/// its patch grid `[t, h, w]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProcessedImage {
-    pub pixel_values: Vec<f32>,
-    pub grid_thw: [i64; 3],
-}
-
-impl ProcessedImage {
-    /// The language model's placeholder tokens for it (one per merged patch).
-    pub fn tokens(&self, merge_size: usize) -> usize {
-        let [t, h, w] = self.grid_thw;
-        (t * h * w) as usize / (merge_size * merge_size)
-    }
-}
+pub use crate::model::vision::ProcessedImage;
 
 /// verl's preparation of one image (module docs): `fetch_image`'s resize within
 /// `fetch_pixels` (`min_pixels`, `max_pixels`; its defaults are 4 and 16384 merged patches),

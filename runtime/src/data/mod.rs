@@ -23,7 +23,7 @@ pub mod vision_prompt;
 
 use std::path::PathBuf;
 
-pub use dataset::{DatasetOptions, PromptItem, RlDataset, Truncation};
+pub use dataset::{DatasetOptions, PromptItem, RlDataset, Truncation, VisionData};
 pub use sample::{RewardSpec, Sample};
 pub use sampler::{BatchSampler, SamplerState};
 pub use sft::{SftDataset, SftExample, SftOptions};

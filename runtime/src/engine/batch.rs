@@ -1,11 +1,18 @@
 //! [`Batch`]: named tensors that share their first dimension (verl's `DataProto.batch`, a
 //! `TensorDict`), with the row operations the workers need: select, narrow, split, concat.
+//! A vision-language batch also carries each row's images (verl's `multi_modal_data`, a
+//! non-tensor column), which follow the rows through every operation.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tch::{Kind, Tensor};
 
 use super::EngineError;
+use crate::model::vision::ProcessedImage;
+
+/// A row's images (its prompt's, in placeholder order), shared by the rows of one prompt.
+pub type RowImages = Arc<[ProcessedImage]>;
 
 /// The tensors that span the whole (left-padded prompt + response) sequence.
 pub const SEQUENCE_KEYS: [&str; 3] = ["input_ids", "attention_mask", "position_ids"];
@@ -15,6 +22,8 @@ pub const SEQUENCE_KEYS: [&str; 3] = ["input_ids", "attention_mask", "position_i
 pub struct Batch {
     tensors: BTreeMap<String, Tensor>,
     rows: Option<i64>,
+    /// Per row, its images; empty when the batch has none.
+    images: Vec<RowImages>,
 }
 
 impl Batch {
@@ -89,6 +98,29 @@ impl Batch {
         self.rows() == 0
     }
 
+    /// Sets each row's images (one entry per row).
+    pub fn set_images(&mut self, images: Vec<RowImages>) -> Result<(), EngineError> {
+        if images.len() as i64 != self.rows() {
+            return Err(EngineError::Batch(format!(
+                "images for {} rows, the batch has {}",
+                images.len(),
+                self.rows()
+            )));
+        }
+        self.images = images;
+        Ok(())
+    }
+
+    /// Each row's images; empty when the batch has none.
+    pub fn images(&self) -> &[RowImages] {
+        &self.images
+    }
+
+    /// Every image of the batch in row order (the order of their placeholders).
+    pub fn all_images(&self) -> Vec<&ProcessedImage> {
+        self.images.iter().flat_map(|r| r.iter()).collect()
+    }
+
     fn map(
         &self,
         f: impl Fn(&Tensor) -> Result<Tensor, tch::TchError>,
@@ -109,7 +141,14 @@ impl Batch {
             )));
         }
         let idx = Tensor::from_slice(index);
-        self.map(|t| t.f_index_select(0, &idx.to_device(t.device())))
+        let mut out = self.map(|t| t.f_index_select(0, &idx.to_device(t.device())))?;
+        if !self.images.is_empty() {
+            out.images = index
+                .iter()
+                .map(|&i| self.images[i as usize].clone())
+                .collect();
+        }
+        Ok(out)
     }
 
     /// The same tensors (shared storage) under the same names.
@@ -121,6 +160,7 @@ impl Batch {
                 .map(|(k, t)| (k.clone(), t.shallow_clone()))
                 .collect(),
             rows: self.rows,
+            images: self.images.clone(),
         }
     }
 
@@ -133,7 +173,11 @@ impl Batch {
                 self.rows()
             )));
         }
-        self.map(|t| t.f_narrow(0, start, len))
+        let mut out = self.map(|t| t.f_narrow(0, start, len))?;
+        if !self.images.is_empty() {
+            out.images = self.images[start as usize..(start + len) as usize].to_vec();
+        }
+        Ok(out)
     }
 
     /// The batch without the leading sequence positions that are padding in every row.
@@ -172,6 +216,7 @@ impl Batch {
             };
             out.insert(k, t)?;
         }
+        out.images = self.images.clone();
         Ok(out)
     }
 
@@ -205,6 +250,14 @@ impl Batch {
                 .map(|p| p.get(name))
                 .collect::<Result<_, _>>()?;
             out.insert(name, Tensor::f_cat(&ts, 0)?)?;
+        }
+        if parts.iter().any(|p| !p.images.is_empty()) {
+            if parts.iter().any(|p| p.images.is_empty() && p.rows() > 0) {
+                return Err(EngineError::Batch(
+                    "cannot concatenate batches with images and batches without".into(),
+                ));
+            }
+            out.images = parts.iter().flat_map(|p| p.images.clone()).collect();
         }
         Ok(out)
     }

@@ -60,6 +60,8 @@ pub enum EngineError {
     Optim(#[from] crate::optim::OptimError),
     #[error(transparent)]
     Algo(#[from] crate::algo::AlgoError),
+    #[error("vision inputs: {0}")]
+    Vision(#[from] crate::model::vision::qwen2_5_vl::VisionError),
     #[error("checkpoint {}: {msg}", path.display())]
     Checkpoint {
         path: std::path::PathBuf,
@@ -140,12 +142,20 @@ pub trait Head: Sized {
         let t = seq.input_ids.size()[1];
         let packing = Packing::new(seq.attention_mask).map_err(EngineError::Batch)?;
         let window = packing.window(t - r - 1, r);
-        let hidden = self.backbone().forward_packed_window(
-            seq.input_ids,
-            seq.position_ids,
-            &packing,
-            &window,
-        );
+        let hidden = match self.input_embeds(batch)? {
+            Some(x) => self.backbone().forward_packed_window_embeds(
+                &x,
+                seq.position_ids,
+                &packing,
+                &window,
+            ),
+            None => self.backbone().forward_packed_window(
+                seq.input_ids,
+                seq.position_ids,
+                &packing,
+                &window,
+            ),
+        };
         let targets = topk_targets(batch, opts)?
             .map(|t| t.pack(&window.dest))
             .transpose()?;
@@ -162,6 +172,12 @@ pub trait Head: Sized {
         Vec::new()
     }
     fn config(&self) -> &ModelConfig;
+    /// The input embeddings `(B, T, hidden)` of a batch whose rows carry images (a
+    /// vision-language model's: the tower's embeddings in the placeholders); `None` when the
+    /// token embeddings are all there is.
+    fn input_embeds(&self, _batch: &Batch) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
 }
 
 /// `(T, R)`: sequence and response lengths of `batch`, checked.
@@ -219,7 +235,20 @@ impl Head for CausalLm {
     fn forward(&self, batch: &Batch, opts: &ForwardOptions) -> Result<LogProbOutput> {
         let (seq, r) = sequences(batch)?;
         check_temperature(opts.temperature)?;
-        let (hidden, labels) = response_window(self, &seq, r);
+        let (hidden, labels) = match self.input_embeds(batch)? {
+            Some(x) => {
+                let t = seq.input_ids.size()[1];
+                let hidden = self.model.forward_window_embeds(
+                    x,
+                    seq.position_ids,
+                    seq.attention_mask,
+                    t - r - 1,
+                    r,
+                );
+                (hidden, seq.input_ids.f_narrow(1, t - r, r)?)
+            }
+            None => response_window(self, &seq, r),
+        };
         let targets = topk_targets(batch, opts)?;
         let columns = self.token_columns(&hidden, &labels, targets.as_ref(), opts)?;
         self.output_from_columns(&columns, opts)
@@ -290,6 +319,21 @@ impl Head for CausalLm {
 
     fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    fn input_embeds(&self, batch: &Batch) -> Result<Option<Tensor>> {
+        match &self.vision {
+            Some(vision) if !batch.images().is_empty() => {
+                let (t, r) = lengths(batch)?;
+                Ok(Some(vision.embed(
+                    &self.model,
+                    batch.get("input_ids")?,
+                    t - r,
+                    &batch.all_images(),
+                )?))
+            }
+            _ => Ok(None),
+        }
     }
 }
 

@@ -10,7 +10,9 @@
 //! default 4 layers, three Gated DeltaNet layers then one gated full-attention layer;
 //! `qwen3_5_moe` the same with every MLP sparse (`experts` and so on) plus a shared expert
 //! of width `moe_intermediate`; `qwen3_next` Qwen3-Next, the layers of `qwen3_5_moe` (its
-//! checkpoints store the DeltaNet projections fused). `tools` (`tools=lookup`, a comma list) adds one token per tool
+//! checkpoints store the DeltaNet projections fused); `qwen2_5_vl` Qwen2.5-VL, the `qwen2`
+//! text model under multimodal rotary positions with a two-block vision tower, its tokenizer
+//! gaining Qwen-VL's vision tokens. `tools` (`tools=lookup`, a comma list) adds one token per tool
 //! to the vocabulary: its whole argument-less `hermes` call (the tool task of
 //! `examples/tool_lookup.yaml`).
 
@@ -59,9 +61,11 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         MoeConfig::default()
     };
     let mut extra = Map::new();
+    let vision_tokens = tok::vision_tokens(&model_type);
     let mut cfg = ModelConfig {
         model_type,
-        vocab_size: (tok::vocab_size() + tok::tool_call_tokens(&tools).len()) as i64,
+        vocab_size: (tok::vocab_size() + vision_tokens.len() + tok::tool_call_tokens(&tools).len())
+            as i64,
         hidden_size: hidden,
         intermediate_size: uri.get("intermediate", 3 * hidden)?,
         num_hidden_layers: uri.get("layers", 4)?,
@@ -101,6 +105,9 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         cfg = cfg.normalize()?;
     }
     let arch: Arch = cfg.arch()?;
+    if arch.has_vision() {
+        add_vision_tower(&mut cfg, &mut extra);
+    }
     extra.insert("architectures".into(), json!([arch.causal_lm_class()]));
     extra.insert("bos_token_id".into(), json!(null));
     extra.insert("eos_token_id".into(), json!(tok::EOS_ID));
@@ -110,6 +117,42 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     cfg.extra = extra;
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// A tiny Qwen2.5-VL's vision half: M-RoPE sections in Qwen's proportions (a quarter of the
+/// rotary half for time, the rest split between height and width), a two-block tower on
+/// 14-pixel patches (so the default image processor feeds it) whose second block attends
+/// over the whole image, and the vision token ids after the built-in vocabulary.
+fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::Value>) {
+    let half = cfg.head_dim() / 2;
+    let time = half / 4;
+    let height = (half - time) / 2;
+    let mut rope = Map::new();
+    rope.insert("type".into(), json!("mrope"));
+    rope.insert("mrope_section".into(), json!([time, height, half - time - height]));
+    cfg.rope_scaling = Some(rope);
+    extra.insert(
+        "vision_config".into(),
+        json!({
+            "depth": 2, "hidden_size": 64, "num_heads": 4, "intermediate_size": 128,
+            "out_hidden_size": cfg.hidden_size, "patch_size": 14, "temporal_patch_size": 2,
+            "in_channels": 3, "spatial_merge_size": 2, "window_size": 112,
+            "fullatt_block_indexes": [1], "hidden_act": "silu", "tokens_per_second": 2,
+            "model_type": "qwen2_5_vl"
+        }),
+    );
+    let base = tok::vocab_size() as i64;
+    for (i, key) in [
+        "vision_start_token_id",
+        "vision_end_token_id",
+        "image_token_id",
+        "video_token_id",
+    ]
+    .iter()
+    .enumerate()
+    {
+        extra.insert((*key).into(), json!(base + i as i64));
+    }
 }
 
 /// `builtin://scaled?from=DIR`: a stand-in for the model whose `config.json` is in `DIR`, of

@@ -98,6 +98,31 @@ impl LinearAttentionConfig {
     }
 }
 
+/// A vision-language checkpoint (a family with a vision tower) read with its text model's
+/// keys at the top level, as Qwen's own files write them: transformers 4.57 nests them in
+/// `text_config`, whose keys fill the ones the top level lacks (the family's `model_type`
+/// stays; the vision keys are kept beside them).
+fn lift_text_config(raw: &mut Value) {
+    let Some(obj) = raw.as_object_mut() else {
+        return;
+    };
+    let vision = obj
+        .get("model_type")
+        .and_then(Value::as_str)
+        .and_then(Arch::from_model_type)
+        .is_some_and(Arch::has_vision);
+    if !vision {
+        return;
+    }
+    if let Some(Value::Object(text)) = obj.remove("text_config") {
+        for (k, v) in text {
+            if !matches!(k.as_str(), "model_type" | "architectures") {
+                obj.entry(k).or_insert(v);
+            }
+        }
+    }
+}
+
 /// Each size the config left out (0, serde's default) set to its default.
 fn fill_absent<const N: usize>(sizes: [(&mut i64, i64); N]) {
     for (v, default) in sizes {
@@ -218,6 +243,7 @@ impl ModelConfig {
             // field's own default, false, is Qwen3-MoE's).
             obj.entry("norm_topk_prob").or_insert(Value::Bool(true));
         }
+        lift_text_config(&mut raw);
         let cfg: ModelConfig = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
         let cfg = cfg.normalize().map_err(bad)?;
         cfg.validate().map_err(|msg| ModelError::Config {

@@ -870,15 +870,39 @@ impl Model {
         packing: &Packing,
         window: &PackedWindow,
     ) -> Tensor {
-        let (mut x, cos, sin) = self.packed_inputs(input_ids, position_ids, packing);
+        let (x, cos, sin) = self.packed_inputs(input_ids, position_ids, packing);
+        self.packed_window_layers(x, (&cos, &sin), packing, window)
+    }
+
+    /// [`Model::forward_packed_window`] of the padded batch's input embeddings `x`
+    /// `(B, T, hidden)` (a vision-language model's, with vision embeddings in place).
+    pub fn forward_packed_window_embeds(
+        &self,
+        x: &Tensor,
+        position_ids: &Tensor,
+        packing: &Packing,
+        window: &PackedWindow,
+    ) -> Tensor {
+        let x = packing.pack(x);
+        let (cos, sin) = self.rotary.cos_sin(&packing.pack(position_ids), x.kind());
+        self.packed_window_layers(x, (&cos, &sin), packing, window)
+    }
+
+    fn packed_window_layers(
+        &self,
+        mut x: Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        packing: &Packing,
+        window: &PackedWindow,
+    ) -> Tensor {
         let spans = packing.attention_spans();
         let Some((last, rest)) = self.layers.split_last() else {
             return self.norm.forward(&x.index_select(1, &window.tokens));
         };
         for layer in rest {
-            x = layer.forward_packed(&x, &cos, &sin, None, &spans);
+            x = layer.forward_packed(&x, cos, sin, None, &spans);
         }
-        let x = last.forward_packed(&x, &cos, &sin, Some(&window.tokens), &window.spans);
+        let x = last.forward_packed(&x, cos, sin, Some(&window.tokens), &window.spans);
         self.norm.forward(&x)
     }
 
@@ -895,14 +919,32 @@ impl Model {
         start: i64,
         len: i64,
     ) -> Tensor {
-        let t = input_ids.size()[1];
+        self.forward_window_embeds(
+            self.embed(input_ids),
+            position_ids,
+            attention_mask,
+            start,
+            len,
+        )
+    }
+
+    /// [`Model::forward_window`] of input embeddings `x` `(B, T, hidden)` (a vision-language
+    /// model's, with vision embeddings in place).
+    pub fn forward_window_embeds(
+        &self,
+        mut x: Tensor,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+        start: i64,
+        len: i64,
+    ) -> Tensor {
+        let t = x.size()[1];
+        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let Some((last, rest)) = self.layers.split_last() else {
             return self
-                .forward(input_ids, position_ids, Some(attention_mask), None)
+                .forward_embeds(x, (&cos, &sin), Some(attention_mask), None)
                 .narrow(1, start, len);
         };
-        let mut x = self.embed(input_ids);
-        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
         let mask = causal_padding_mask(attention_mask, 0, t);
         for layer in rest {
             x = layer.forward(&x, &cos, &sin, Some(&mask), Some(attention_mask), None);

@@ -15,19 +15,24 @@ pub struct CausalLm {
     pub model: Model,
     lm_head: Option<Linear>,
     pub config: ModelConfig,
+    /// A vision-language model's vision tower (`visual.*`) and vision token ids.
+    pub vision: Option<super::vision::Vision>,
 }
 
 impl CausalLm {
-    /// Registers `model.*` and, unless embeddings are tied, `lm_head.weight` under `root`.
+    /// Registers `model.*`, unless embeddings are tied `lm_head.weight`, and a
+    /// vision-language model's tower (`visual.*`) under `root`.
     pub fn new(cfg: &ModelConfig, root: Path) -> Result<Self, String> {
         cfg.validate()?;
         let model = Model::new(cfg, &root / "model")?;
         let lm_head = (!cfg.tie_word_embeddings)
             .then(|| Linear::new(&root / "lm_head", cfg.hidden_size, cfg.vocab_size, false));
+        let vision = super::vision::Vision::from_config(cfg, &root)?;
         Ok(CausalLm {
             model,
             lm_head,
             config: cfg.clone(),
+            vision,
         })
     }
 

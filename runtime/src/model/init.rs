@@ -10,9 +10,13 @@ use crate::rng::Rng;
 
 use super::{ModelConfig, ModelError};
 
-/// True for the weights of RMSNorm layers.
+/// True for the weights of RMSNorm layers (a vision tower's `norm1`, `norm2` and its
+/// merger's `ln_q` among them).
 pub fn is_norm_weight(name: &str) -> bool {
     name.ends_with("norm.weight")
+        || name.ends_with("norm1.weight")
+        || name.ends_with("norm2.weight")
+        || name.ends_with("ln_q.weight")
 }
 
 /// Initialises every variable of `vs` (a model of `cfg`) in place; each variable draws from
@@ -34,7 +38,10 @@ pub fn init_weights_where(
     let norm_start = if cfg.zero_centered_norm() { 0.0 } else { 1.0 };
     for (name, var) in vs.variables().into_iter().filter(|(n, _)| select(n)) {
         let mut rng = Rng::derive(seed, fnv1a(name.as_bytes()));
-        let value = if name.ends_with("linear_attn.norm.weight") || name.ends_with(".dt_bias") {
+        // The DeltaNet's gated norm and a vision tower's norms are plain RMSNorms.
+        let plain_norm = name.ends_with("linear_attn.norm.weight")
+            || (name.starts_with("visual.") && is_norm_weight(&name));
+        let value = if plain_norm || name.ends_with(".dt_bias") {
             var.ones_like()
         } else if is_norm_weight(&name) {
             var.ones_like() * norm_start

@@ -89,6 +89,9 @@ pub struct RotaryEmbedding {
     dim: i64,
     base: f64,
     max_pos: i64,
+    /// `rope_scaling.mrope_section` of a vision-language model (Qwen2-VL's M-RoPE): positions
+    /// `(B, T, 3)` then pick each dimension section's axis ([`RotaryEmbedding::cos_sin`]).
+    mrope_section: Option<Vec<i64>>,
 }
 
 /// `1 / base^(arange(0, dim, 2) / dim)` in f32, as transformers computes it.
@@ -181,6 +184,20 @@ impl RotaryEmbedding {
                 &inter * (extra_factor.ones_like() - &extra_factor) + extra * extra_factor
             }
         };
+        let mrope_section = match cfg.rope_scaling.as_ref().and_then(|m| m.get("mrope_section")) {
+            None | Some(Value::Null) => None,
+            Some(v) => {
+                let sections: Vec<i64> = serde_json::from_value(v.clone())
+                    .map_err(|e| format!("rope_scaling.mrope_section: {e}"))?;
+                if sections.len() != 3 || sections.iter().sum::<i64>() != dim / 2 {
+                    return Err(format!(
+                        "rope_scaling.mrope_section {sections:?} must be three sizes summing to half the rotary dimension ({})",
+                        dim / 2
+                    ));
+                }
+                Some(sections)
+            }
+        };
         Ok(RotaryEmbedding {
             inv_freq,
             attention_scaling,
@@ -188,6 +205,7 @@ impl RotaryEmbedding {
             dim,
             base,
             max_pos: cfg.max_position_embeddings,
+            mrope_section,
         })
     }
 
@@ -208,8 +226,17 @@ impl RotaryEmbedding {
         }
     }
 
-    /// cos and sin of shape (B, 1, T, rotary_dim) in `kind`, for positions (B, T).
+    /// `rope_scaling.mrope_section`, for a model with multimodal rotary positions.
+    pub fn mrope_section(&self) -> Option<&[i64]> {
+        self.mrope_section.as_deref()
+    }
+
+    /// cos and sin of shape (B, 1, T, rotary_dim) in `kind`, for positions (B, T); a model with
+    /// M-RoPE sections also takes multimodal positions (B, T, 3) (time, height, width).
     pub fn cos_sin(&self, position_ids: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+        if let (Some(sections), 3) = (&self.mrope_section, position_ids.dim()) {
+            return self.mrope_tables(&position_ids.permute([2, 0, 1]), sections, kind);
+        }
         let inv = self.inv_freq_for(position_ids);
         let freqs = position_ids.to_kind(Kind::Float).unsqueeze(-1) * inv.view([1, 1, -1]);
         let emb = Tensor::cat(&[&freqs, &freqs], -1);
@@ -236,28 +263,35 @@ impl RotaryEmbedding {
         sections: &[i64],
         kind: Kind,
     ) -> Result<(Tensor, Tensor), tch::TchError> {
-        let freqs = position_ids.f_to_kind(Kind::Float)?.f_unsqueeze(-1)?
-            * self.inv_freq.f_view([1, 1, 1, -1])?;
-        let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?;
+        let size = position_ids.size();
+        if size.len() != 3 || size[0] != 3 || sections.len() != 3 {
+            return Err(tch::TchError::Shape(format!(
+                "multimodal positions of shape {size:?} and sections {sections:?}: want (3, B, T) and three sections"
+            )));
+        }
+        Ok(self.mrope_tables(position_ids, sections, kind))
+    }
+
+    fn mrope_tables(&self, position_ids: &Tensor, sections: &[i64], kind: Kind) -> (Tensor, Tensor) {
+        let freqs =
+            position_ids.to_kind(Kind::Float).unsqueeze(-1) * self.inv_freq.view([1, 1, 1, -1]);
+        let emb = Tensor::cat(&[&freqs, &freqs], -1);
         let split: Vec<i64> = sections.iter().chain(sections).copied().collect();
-        let pick = |t: &Tensor| -> Result<Tensor, tch::TchError> {
-            let parts = t.f_split_with_sizes(&split, -1)?;
+        let pick = |t: &Tensor| {
+            let parts = t.split_with_sizes(&split, -1);
             let chosen: Vec<Tensor> = parts
                 .iter()
                 .enumerate()
-                .map(|(i, part)| part.f_select(0, (i % 3) as i64))
-                .collect::<Result<_, _>>()?;
-            Tensor::f_cat(&chosen, -1)
+                .map(|(i, part)| part.select(0, (i % 3) as i64))
+                .collect();
+            Tensor::cat(&chosen, -1)
         };
-        let (mut cos, mut sin) = (pick(&emb.f_cos()?)?, pick(&emb.f_sin()?)?);
+        let (mut cos, mut sin) = (pick(&emb.cos()), pick(&emb.sin()));
         if self.attention_scaling != 1.0 {
             cos *= self.attention_scaling;
             sin *= self.attention_scaling;
         }
-        Ok((
-            cos.f_to_kind(kind)?.f_unsqueeze(1)?,
-            sin.f_to_kind(kind)?.f_unsqueeze(1)?,
-        ))
+        (cos.to_kind(kind).unsqueeze(1), sin.to_kind(kind).unsqueeze(1))
     }
 }
 

@@ -14,6 +14,7 @@ use tch::{Device, Kind, Tensor};
 use crate::dist::ProcessGroup;
 pub use crate::engine::hybrid::{RolloutLayout, ShardLayout};
 use crate::engine::megatron::{ParallelModel, StageInput};
+use crate::model::vision::ProcessedImage;
 use crate::model::{CausalLm, KvCache, ModelConfig};
 
 use super::logprob::compute_log_probs;
@@ -44,6 +45,26 @@ pub trait Decoder {
         attention_mask: &Tensor,
         cache: &mut KvCache,
     ) -> Result<Option<HeadLogits>, RolloutError>;
+    /// True for a vision-language model: its prompts are prefilled with
+    /// [`Decoder::prefill_images`] and its positions are multimodal `(B, T, 3)`.
+    fn has_vision(&self) -> bool {
+        false
+    }
+    /// A vision-language model's prefill of a left-padded batch `ids` (B, T) whose rows hold
+    /// `images` (in order): the next-token logits (as [`Decoder::next_logits`]) and the
+    /// prompt's M-RoPE positions `(B, T, 3)`.
+    fn prefill_images(
+        &self,
+        _head: &mut Self::Head,
+        _ids: &Tensor,
+        _attention_mask: &Tensor,
+        _images: &[&ProcessedImage],
+        _cache: &mut KvCache,
+    ) -> Result<(Option<HeadLogits>, Tensor), RolloutError> {
+        Err(RolloutError::Batch(
+            "this rollout model has no vision tower: prompts with images need the whole vision-language model".into(),
+        ))
+    }
     /// The chosen tokens (rows,) and their log-probabilities (rows,) in f32, the same on every
     /// rank of the model; `u` (rows,) holds each row's uniform number.
     fn choose(
@@ -101,6 +122,30 @@ impl Decoder for CausalLm {
         Ok(Some(
             head.logits(&hidden.f_narrow(1, t - 1, 1)?.f_squeeze_dim(1)?),
         ))
+    }
+
+    fn has_vision(&self) -> bool {
+        self.vision.is_some()
+    }
+
+    fn prefill_images(
+        &self,
+        head: &mut DecodeHead,
+        ids: &Tensor,
+        attention_mask: &Tensor,
+        images: &[&ProcessedImage],
+        cache: &mut KvCache,
+    ) -> Result<(Option<HeadLogits>, Tensor), RolloutError> {
+        let vision = self.vision()?;
+        let (pos, _) = vision.positions(ids, attention_mask, images)?;
+        let t = ids.size()[1];
+        let x = vision.embed(&self.model, ids, t, images)?;
+        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.kind());
+        let hidden = self
+            .model
+            .forward_embeds(x, (&cos, &sin), Some(attention_mask), Some(cache));
+        let logits = head.logits(&hidden.f_narrow(1, t - 1, 1)?.f_squeeze_dim(1)?);
+        Ok((Some(logits), pos))
     }
 
     fn choose(

@@ -6,6 +6,8 @@
 
 use tch::{Device, Kind, Tensor};
 
+use crate::engine::batch::RowImages;
+use crate::model::vision::ProcessedImage;
 use crate::model::{CausalLm, position_ids_from_mask};
 use crate::rng::Rng;
 
@@ -125,7 +127,40 @@ pub fn generate_streams<D: Decoder>(
     stop: &StopTokens,
     prompt_width: Option<usize>,
 ) -> Result<RolloutOutput, RolloutError> {
+    generate_images(model, prompts, &[], streams, params, stop, prompt_width)
+}
+
+/// [`generate_streams`] of a vision-language model: `images[i]` are the images of
+/// `prompts[i]`, whose placeholders they fill (empty: no prompt has images). The prompts are
+/// prefilled with their images and multimodal positions; the output's `position_ids` are
+/// `(N, P + R, 3)` (a response token's three ids are equal, one past its predecessor's).
+pub fn generate_images<D: Decoder>(
+    model: &D,
+    prompts: &[Vec<i64>],
+    images: &[RowImages],
+    streams: &[PromptStream],
+    params: &SamplingParams,
+    stop: &StopTokens,
+    prompt_width: Option<usize>,
+) -> Result<RolloutOutput, RolloutError> {
     params.validate().map_err(RolloutError::Params)?;
+    if !images.is_empty() && images.len() != prompts.len() {
+        return Err(RolloutError::Batch(format!(
+            "images for {} prompts, {} prompts",
+            images.len(),
+            prompts.len()
+        )));
+    }
+    if !model.has_vision() && images.iter().any(|i| !i.is_empty()) {
+        return Err(RolloutError::Batch(
+            "prompts with images need a vision-language model".into(),
+        ));
+    }
+    if model.has_vision() && params.log_prob_path == LogProbPath::Recompute {
+        return Err(RolloutError::Params(
+            "a vision-language rollout keeps the decoding pass's log-probs (the recomputing forward takes no images)".into(),
+        ));
+    }
     if prompts.is_empty() {
         return Err(RolloutError::Batch("no prompts".into()));
     }
@@ -169,13 +204,23 @@ pub fn generate_streams<D: Decoder>(
         prompts
             .chunks(chunk)
             .zip(streams.chunks(chunk))
-            .map(|(ps, ss)| generate_chunk(model, &mut head, ps, ss, width, params, stop))
+            .enumerate()
+            .map(|(i, (ps, ss))| {
+                let imgs = images.get(i * chunk..(i * chunk + ps.len()).min(images.len()));
+                let prompts = ChunkPrompts {
+                    ids: ps,
+                    images: imgs.unwrap_or_default(),
+                    streams: ss,
+                };
+                generate_chunk(model, &mut head, prompts, width, params, stop)
+            })
             .collect::<Result<_, _>>()
     })?;
     let cat = |f: fn(&Chunk) -> &Tensor| Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0);
     let rows = Rows {
         prompts: cat(|c| &c.prompts),
         prompt_mask: cat(|c| &c.prompt_mask),
+        prompt_pos: cat(|c| &c.prompt_pos),
         responses: cat(|c| &c.responses),
         log_probs: cat(|c| &c.log_probs),
     };
@@ -189,6 +234,8 @@ pub fn generate_streams<D: Decoder>(
 struct Rows {
     prompts: Tensor,
     prompt_mask: Tensor,
+    /// The prompts' positions: `(N, P)`, or `(N, P, 3)` for a vision-language model.
+    prompt_pos: Tensor,
     responses: Tensor,
     log_probs: Tensor,
 }
@@ -207,6 +254,7 @@ impl Rows {
         let Rows {
             prompts: prompts_t,
             prompt_mask,
+            prompt_pos,
             responses,
             mut log_probs,
         } = self;
@@ -214,9 +262,16 @@ impl Rows {
         let response_mask = response_mask(&responses, &stop.eos, params.ignore_eos);
         let input_ids = Tensor::cat(&[&prompts_t, &responses], 1);
         let attention_mask = Tensor::cat(&[&prompt_mask, &response_mask], 1);
-        let prompt_pos = position_ids_from_mask(&prompt_mask);
-        let valid = prompt_mask.sum_dim_intlist(1, true, Kind::Int64);
-        let resp_pos = valid + Tensor::arange(r, (Kind::Int64, responses.device())).unsqueeze(0);
+        // Response tokens continue one past the last prompt token (left padding: every row's
+        // last column is real), on every axis of multimodal positions.
+        let width = prompt_pos.size()[1];
+        let last = prompt_pos.narrow(1, width - 1, 1);
+        let steps = Tensor::arange_start(1, r + 1, (Kind::Int64, responses.device()));
+        let resp_pos = if prompt_pos.dim() == 3 {
+            last + steps.view([1, r, 1])
+        } else {
+            last + steps.unsqueeze(0)
+        };
         let position_ids = Tensor::cat(&[&prompt_pos, &resp_pos], 1);
         if let Some(model) = recompute {
             let batch = SequenceBatch {
@@ -394,6 +449,7 @@ fn response_mask(responses: &Tensor, eos: &[i64], ignore_eos: bool) -> Tensor {
 struct Chunk {
     prompts: Tensor,
     prompt_mask: Tensor,
+    prompt_pos: Tensor,
     responses: Tensor,
     log_probs: Tensor,
     decoded_rows: usize,
@@ -414,12 +470,21 @@ fn left_pad(prompts: &[Vec<i64>], width: i64, pad: i64, device: Device) -> (Tens
     )
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One pass's prompts: their ids, images (empty: none has any) and sampling streams.
+struct ChunkPrompts<'a> {
+    ids: &'a [Vec<i64>],
+    images: &'a [RowImages],
+    streams: &'a [PromptStream],
+}
+
 fn generate_chunk<D: Decoder>(
     model: &D,
     head: &mut D::Head,
-    prompts: &[Vec<i64>],
-    streams: &[PromptStream],
+    ChunkPrompts {
+        ids: prompts,
+        images,
+        streams,
+    }: ChunkPrompts<'_>,
     width: i64,
     params: &SamplingParams,
     stop: &StopTokens,
@@ -429,11 +494,16 @@ fn generate_chunk<D: Decoder>(
     let b = prompts.len() as i64;
     let rows = b * n;
     let (ids, mask) = left_pad(prompts, width, stop.pad, device);
-    let pos = position_ids_from_mask(&mask);
 
     // Prefill once per prompt, then give each of the n samples its own copy of the cache.
     let mut prefill = model.cache(b, if n == 1 { width + r } else { width });
-    let mut logits = model.next_logits(head, &ids, &pos, &mask, &mut prefill)?;
+    let (mut logits, pos) = if model.has_vision() {
+        let flat: Vec<&ProcessedImage> = images.iter().flat_map(|i| i.iter()).collect();
+        model.prefill_images(head, &ids, &mask, &flat, &mut prefill)?
+    } else {
+        let pos = position_ids_from_mask(&mask);
+        (model.next_logits(head, &ids, &pos, &mask, &mut prefill)?, pos)
+    };
     let repeat = Tensor::arange(b, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
     let mut cache = if n == 1 {
         prefill
@@ -472,7 +542,12 @@ fn generate_chunk<D: Decoder>(
     let mut key_mask = Tensor::cat(&[&mask, &Tensor::ones([rows, r], (Kind::Int64, device))], 1);
     let eos = Tensor::from_slice(&stop.eos).to_device(device);
     let mut done = Tensor::zeros([rows], (Kind::Bool, device));
-    let mut last_prompt_pos = pos.narrow(1, width - 1, 1);
+    // Decoding positions are text positions: a multimodal prompt's last token (text) has
+    // three equal ids.
+    let mut last_prompt_pos = match pos.dim() {
+        3 => pos.narrow(1, width - 1, 1).select(2, 0),
+        _ => pos.narrow(1, width - 1, 1),
+    };
     // The chunk rows still decoding, in the order of the batch the model sees (None: all).
     let mut live: Option<Tensor> = None;
     let mut decoded_rows = 0;
@@ -538,6 +613,7 @@ fn generate_chunk<D: Decoder>(
     Ok(Chunk {
         prompts: ids,
         prompt_mask: mask,
+        prompt_pos: pos,
         responses,
         log_probs,
         decoded_rows,

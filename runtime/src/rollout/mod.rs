@@ -22,7 +22,7 @@ pub mod vocab_head;
 pub use decoder::{Decoder, RolloutLayout, ShardLayout, ShardedDecoder};
 pub use engine::{
     PromptStream, RolloutOutput, StopTokens, from_token_rows, from_trajectory_rows, generate,
-    generate_padded, generate_streams, generate_with,
+    generate_images, generate_padded, generate_streams, generate_with,
 };
 pub use logprob::compute_log_probs;
 pub use params::{LogProbPath, SamplingParams};
@@ -37,6 +37,8 @@ pub enum RolloutError {
     Prompt { index: usize, msg: String },
     #[error("invalid batch: {0}")]
     Batch(String),
+    #[error("vision inputs: {0}")]
+    Vision(#[from] crate::model::vision::qwen2_5_vl::VisionError),
     #[error("{0}")]
     Torch(#[from] tch::TchError),
 }

@@ -30,8 +30,10 @@ const WORDS: [&str; 14] = [
     "answer",
 ];
 
-/// Qwen-style template without a default system prompt (keeps prompts short).
-pub const CHAT_TEMPLATE: &str = "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+/// Qwen-style template without a default system prompt (keeps prompts short); a message whose
+/// content is a list of parts (a vision-language prompt) renders its text parts and, for each
+/// image part, Qwen-VL's vision span.
+pub const CHAT_TEMPLATE: &str = "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 /// The tokens in id order.
 pub fn vocab() -> Vec<String> {
@@ -60,15 +62,30 @@ pub fn tool_call_tokens(tools: &str) -> Vec<String> {
 
 /// The `tokenizer.json` document (WordLevel model, isolating split, fusing decoder).
 pub fn tokenizer_json() -> Value {
-    tokenizer_json_with(&[])
+    tokenizer_json_for(&[], &[])
 }
 
-/// [`tokenizer_json`] with `extra` tokens after the vocabulary ([`tool_call_tokens`]), added
-/// as non-special whole-text tokens (decoding keeps them, as the call parser needs).
-pub fn tokenizer_json_with(extra: &[String]) -> Value {
-    let base = vocab_size();
+/// The vision tokens of the tokenizer of the tiny family `arch`: Qwen-VL's for a family with
+/// a vision tower, none for the others.
+pub fn vision_tokens(arch: &str) -> Vec<String> {
+    if verlc_spec::builtin::tiny_arch_has_vision(arch) {
+        verlc_spec::builtin::TINY_VISION_TOKENS
+            .iter()
+            .map(|t| t.to_string())
+            .collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// [`tokenizer_json`] with the special tokens `vision` ([`vision_tokens`]) then `extra`
+/// tokens ([`tool_call_tokens`]) after the vocabulary, these added as non-special whole-text
+/// tokens (decoding keeps them, as the call parser needs).
+pub fn tokenizer_json_for(vision: &[String], extra: &[String]) -> Value {
+    let base = vocab_size() + vision.len();
     let vocab: serde_json::Map<String, Value> = vocab()
         .into_iter()
+        .chain(vision.iter().cloned())
         .chain(extra.iter().cloned())
         .enumerate()
         .map(|(i, t)| (t, json!(i)))
@@ -81,6 +98,10 @@ pub fn tokenizer_json_with(extra: &[String]) -> Value {
             json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
                    "normalized": false, "special": true})
         })
+        .chain(vision.iter().enumerate().map(|(i, t)| {
+            json!({"id": vocab_size() + i, "content": t, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": true})
+        }))
         .chain(extra.iter().enumerate().map(|(i, t)| {
             json!({"id": base + i, "content": t, "single_word": false, "lstrip": false,
                    "rstrip": false, "normalized": false, "special": false})

@@ -123,8 +123,17 @@ impl Tokenizer {
                             path: path.into(),
                             msg,
                         })?;
+                let arch: String = uri.get("arch", String::new()).map_err(|msg| {
+                    TokenizerError::Source {
+                        path: path.into(),
+                        msg,
+                    }
+                })?;
                 Self::from_json(
-                    &builtin::tokenizer_json_with(&builtin::tool_call_tokens(&tools)),
+                    &builtin::tokenizer_json_for(
+                        &builtin::vision_tokens(&arch),
+                        &builtin::tool_call_tokens(&tools),
+                    ),
                     builtin::tokenizer_config_json(),
                     None,
                     &GenerationConfig::from_json(&builtin::generation_config_json()),

@@ -21,10 +21,13 @@ use crate::algo::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex, KlController, KlEstimator,
     apply_kl_penalty, compute_advantage,
 };
-use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset};
-use crate::engine::{Batch, Engine, EngineSettings, Metrics};
+use crate::data::image::ImageProcessorConfig;
+use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset, VisionData};
+use crate::engine::batch::RowImages;
+use crate::engine::{Batch, Engine, EngineError, EngineSettings, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
 use crate::logits::probs_diff;
+use crate::model::ModelSource;
 use crate::model::lora::{LoraConfig, LoraTargets};
 use crate::rng::Rng;
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
@@ -138,6 +141,7 @@ fn dataset_options(d: &DataSpec, max_samples: Option<usize>) -> DatasetOptions {
         shuffle: d.shuffle,
         seed: d.seed,
         chat_template_kwargs: d.chat_template_kwargs.clone(),
+        vision: None,
     }
 }
 
@@ -173,24 +177,42 @@ fn response_ids(out: &RolloutOutput) -> Result<Vec<Vec<i64>>, TrainerError> {
         .collect())
 }
 
-/// The training set and, when the spec names files, the validation set.
+/// The training set and, when the spec names files, the validation set; `vision` reads the
+/// rows' images (a vision-language actor).
 fn datasets(
     d: &DataSpec,
     tokenizer: &Tokenizer,
+    vision: Option<VisionData>,
 ) -> Result<(RlDataset, Option<RlDataset>), TrainerError> {
-    let train = RlDataset::load(
-        &d.train_files,
-        tokenizer,
-        &dataset_options(d, d.train_max_samples),
-    )?;
+    let mut o = dataset_options(d, d.train_max_samples);
+    o.vision = vision;
+    let train = RlDataset::load(&d.train_files, tokenizer, &o)?;
     let val = if d.val_files.is_empty() {
         None
     } else {
-        let mut o = dataset_options(d, d.val_max_samples);
+        o.max_samples = d.val_max_samples;
         o.shuffle = d.validation_shuffle;
         Some(RlDataset::load(&d.val_files, tokenizer, &o)?)
     };
     Ok((train, val))
+}
+
+/// Where the rows' images are and how they are prepared, when the actor's model has a vision
+/// tower: its checkpoint's image processor (a built-in model takes the defaults).
+fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
+    let source = ModelSource::parse(&spec.actor.model_path).map_err(EngineError::from)?;
+    let cfg = source.config().map_err(EngineError::from)?;
+    if !cfg.arch().is_ok_and(|a| a.has_vision()) {
+        return Ok(None);
+    }
+    let processor = match &source {
+        ModelSource::Dir(dir) => ImageProcessorConfig::from_model_dir(dir).map_err(bad)?,
+        ModelSource::Builtin(_) => ImageProcessorConfig::default(),
+    };
+    Ok(Some(VisionData {
+        image_key: spec.data.image_key.clone(),
+        processor,
+    }))
 }
 
 /// The reward function, started and checked against the data sources it will score: those
@@ -363,7 +385,7 @@ impl<R: Roles> Trainer<R> {
             )));
         }
         let tokenizer = Arc::new(Tokenizer::from_pretrained(&spec.tokenizer_path)?);
-        let (train, val) = datasets(&spec.data, &tokenizer)?;
+        let (train, val) = datasets(&spec.data, &tokenizer, vision_data(spec)?)?;
         let d = &spec.data;
         let sampler = BatchSampler::new(train.len(), d.batch_size, d.shuffle, d.seed, true)?;
         let total_steps = spec
@@ -703,10 +725,26 @@ impl<R: Roles> Trainer<R> {
             }
             None => {
                 let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
-                self.rollout.generate(&prompts, params, &self.stop)?
+                let images: Vec<RowImages> = if items.iter().any(|it| !it.images.is_empty()) {
+                    items.iter().map(|it| it.images.clone()).collect()
+                } else {
+                    Vec::new()
+                };
+                self.rollout
+                    .generate_images(&prompts, &images, params, &self.stop)?
             }
         };
-        Ok((rollout_batch(&out)?, out))
+        let mut batch = rollout_batch(&out)?;
+        if items.iter().any(|it| !it.images.is_empty()) {
+            // Each row carries its prompt's images (verl's `multi_modal_data`).
+            let rows = out
+                .prompt_index
+                .iter()
+                .map(|&p| items[p].images.clone())
+                .collect();
+            batch.set_images(rows)?;
+        }
+        Ok((batch, out))
     }
 
     /// Decodes the responses and scores them.

@@ -19,6 +19,7 @@ use tch::nn::VarStore;
 use tch::{Device, Tensor};
 
 use crate::dist::ProcessGroup;
+use crate::engine::batch::RowImages;
 use crate::engine::megatron::{HeadKind, ParallelModel};
 use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
 use crate::rollout::vllm::{VllmRollout, VllmSpec};
@@ -291,6 +292,36 @@ impl RolloutWorker {
             Some(share) => share.generate(&decoder, prompts, params, stop)?,
             None => generate_with(&decoder, prompts, params, stop, None)?,
         })
+    }
+
+    /// [`RolloutWorker::generate`] of prompts with images (`images[i]` those of `prompts[i]`;
+    /// empty: no prompt has any): a vision-language model's, on the whole-model rollout.
+    pub fn generate_images(
+        &self,
+        prompts: &[Vec<i64>],
+        images: &[RowImages],
+        params: &SamplingParams,
+        stop: &StopTokens,
+    ) -> Result<RolloutOutput> {
+        if images.is_empty() {
+            return self.generate(prompts, params, stop);
+        }
+        let Skeleton::Full(model) = &self.model else {
+            return Err(WorkerError::Config(
+                "prompts with images run on the whole-model rollout (not vLLM, not Megatron shards)".into(),
+            ));
+        };
+        self.require_weights()?;
+        let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
+        Ok(crate::rollout::generate_images(
+            model.as_ref(),
+            prompts,
+            images,
+            &streams,
+            params,
+            stop,
+            None,
+        )?)
     }
 
     /// Generates with each prompt's sampling stream given (`streams[i]` for `prompts[i]`;

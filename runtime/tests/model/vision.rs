@@ -165,34 +165,20 @@ fn mrope_position_ids_match_verls_get_rope_index() {
 /// gradient of the real tokens' log-likelihood equals transformers'.
 #[test]
 fn qwen2_5_vl_logits_match_transformers() {
-    use runtime::model::ModelConfig;
-    use runtime::model::vision::mrope::MropeTokens;
-    use runtime::model::vision::qwen2_5_vl::Qwen2_5Vl;
+    use runtime::model::{CausalLm, Dtype, ModelConfig, from_pretrained};
     tch::set_num_threads(1);
     let dir = oracle_dir();
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("model.json")).expect("json"))
-            .expect("json");
-    let text: ModelConfig = serde_json::from_value(j["text_config"].clone()).expect("text");
-    let vision: VisionConfig = serde_json::from_value(j["vision_config"].clone()).expect("vision");
-    let sections: Vec<i64> =
-        serde_json::from_value(j["text_config"]["rope_scaling"]["mrope_section"].clone())
-            .expect("mrope_section");
-    let id = |k: &str| j[k].as_i64().expect(k);
-    let tokens = MropeTokens {
-        image_token_id: id("image_token_id"),
-        video_token_id: id("video_token_id"),
-        vision_start_token_id: id("vision_start_token_id"),
-        spatial_merge_size: vision.spatial_merge_size,
-        tokens_per_second: 2.0,
-    };
+    // The model as its checkpoint's config.json describes it (transformers' nested
+    // `text_config`), with the oracle's weights.
+    let cfg = ModelConfig::from_file(&dir.join("checkpoint").join("config.json")).expect("config");
     let tensors: HashMap<String, Tensor> =
         Tensor::read_safetensors(dir.join("qwen2_5_vl_model.safetensors"))
             .expect("oracle tensors")
             .into_iter()
             .collect();
     let vs = tch::nn::VarStore::new(Device::Cpu);
-    let model = Qwen2_5Vl::new(&vs, &text, &vision, tokens, sections).expect("model");
+    let model = CausalLm::new(&cfg, vs.root()).expect("model");
+    assert!(model.vision.is_some(), "a vision tower");
     tch::no_grad(|| {
         for (name, mut var) in vs.variables() {
             let w = tensors
@@ -205,10 +191,10 @@ fn qwen2_5_vl_logits_match_transformers() {
     let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
     let mask = &tensors["input.attention_mask"];
     let logits = tch::no_grad(|| {
-        model.forward(
+        model.forward_pixels(
             &tensors["input.input_ids"],
             mask,
-            Some(&tensors["input.pixel_values"]),
+            &tensors["input.pixel_values"],
             &grid,
         )
     })
@@ -217,13 +203,19 @@ fn qwen2_5_vl_logits_match_transformers() {
     let d = max_diff(&(&logits * &real), &(&tensors["output.logits"] * &real));
     assert!(d < 1e-4, "logits differ from transformers' by {d}");
     // The same model read from the checkpoint transformers saved (config.json, weights).
-    let (_store, saved) =
-        Qwen2_5Vl::from_dir(&dir.join("checkpoint"), Device::Cpu).expect("checkpoint");
+    let saved = from_pretrained(
+        dir.join("checkpoint").to_str().expect("utf-8 path"),
+        Device::Cpu,
+        Dtype::Fp32,
+        0,
+    )
+    .expect("checkpoint");
+    assert!(saved.report.missing.is_empty(), "{:?}", saved.report.missing);
     let again = tch::no_grad(|| {
-        saved.forward(
+        saved.model.forward_pixels(
             &tensors["input.input_ids"],
             mask,
-            Some(&tensors["input.pixel_values"]),
+            &tensors["input.pixel_values"],
             &grid,
         )
     })
@@ -231,10 +223,10 @@ fn qwen2_5_vl_logits_match_transformers() {
     assert_eq!(max_diff(&(again * &real), &(logits * &real)), 0.0);
     // Greedy generation with the KV cache: the same tokens as transformers' generate.
     let generated = tch::no_grad(|| {
-        model.generate_greedy(
+        model.generate_greedy_pixels(
             &tensors["input.input_ids"],
             mask,
-            Some(&tensors["input.pixel_values"]),
+            &tensors["input.pixel_values"],
             &grid,
             6,
         )
@@ -246,10 +238,10 @@ fn qwen2_5_vl_logits_match_transformers() {
     // Training: the gradient of the real tokens' next-token log-likelihood reaches every
     // parameter, vision tower included, as in transformers.
     let logits = model
-        .forward(
+        .forward_pixels(
             &tensors["input.input_ids"],
             mask,
-            Some(&tensors["input.pixel_values"]),
+            &tensors["input.pixel_values"],
             &grid,
         )
         .expect("forward");

@@ -551,6 +551,7 @@ fn background_rollout_generates_with_its_published_copy() {
             input_ids: ids,
             source: "test".into(),
             row: 0,
+            images: Vec::new().into(),
         }
     };
     let items: Vec<_> = prompts.iter().cloned().map(item).collect();

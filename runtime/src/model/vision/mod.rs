@@ -1,5 +1,290 @@
-//! Vision towers of vision-language models: pixel patches in, embeddings for the language
-//! model's vision placeholders out. One file per family.
+//! Vision-language models: a vision tower (one file per family) turns pixel patches into
+//! embeddings for the language model's image placeholders, and the text model runs under
+//! multimodal rotary positions ([`mrope`]).
+//!
+//! A family with a vision tower (`vision` in its row of `verlc_spec::families`) is a
+//! [`crate::model::CausalLm`] whose `vision` holds a [`Vision`]: the engines and the rollout
+//! run it as any causal LM, given each row's images ([`ProcessedImage`]) and positions
+//! `(B, T, 3)`; the rotary embedding picks the M-RoPE tables for such positions.
 
 pub mod mrope;
 pub mod qwen2_5_vl;
+
+use serde_json::Value;
+use tch::{Kind, Tensor};
+
+use super::ModelConfig;
+use super::decoder::Model;
+use mrope::MropeTokens;
+use qwen2_5_vl::{VisionConfig, VisionError, VisionTower};
+
+/// An image as the vision tower takes it: `pixel_values` `(t·h·w, patch_width)` row-major and
+/// its patch grid `[t, h, w]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessedImage {
+    pub pixel_values: Vec<f32>,
+    pub grid_thw: [i64; 3],
+}
+
+impl ProcessedImage {
+    /// The language model's placeholder tokens for it (one per merged patch).
+    pub fn tokens(&self, merge_size: usize) -> usize {
+        let [t, h, w] = self.grid_thw;
+        (t * h * w) as usize / (merge_size * merge_size)
+    }
+}
+
+/// The vision part of a vision-language model: its tower (`visual.*`), the token ids that
+/// mark vision spans, and the M-RoPE sections.
+#[derive(Debug)]
+pub struct Vision {
+    pub tower: VisionTower,
+    pub tokens: MropeTokens,
+}
+
+impl Vision {
+    /// The vision part `cfg` describes (`None` for a text-only family), its tower registered
+    /// under `root / "visual"`.
+    pub fn from_config(cfg: &ModelConfig, root: &tch::nn::Path) -> Result<Option<Self>, String> {
+        if !cfg.arch()?.has_vision() {
+            return Ok(None);
+        }
+        let vision: VisionConfig = match cfg.extra.get("vision_config") {
+            Some(v @ Value::Object(_)) => {
+                serde_json::from_value(v.clone()).map_err(|e| format!("vision_config: {e}"))?
+            }
+            _ => return Err(format!("model_type `{}` without a `vision_config`", cfg.model_type)),
+        };
+        if vision.out_hidden_size != cfg.hidden_size {
+            return Err(format!(
+                "vision_config.out_hidden_size ({}) is not the text model's hidden_size ({})",
+                vision.out_hidden_size, cfg.hidden_size
+            ));
+        }
+        let mrope = cfg
+            .rope_scaling
+            .as_ref()
+            .and_then(|m| m.get("mrope_section"))
+            .is_some_and(|v| !v.is_null());
+        if !mrope {
+            return Err("rope_scaling.mrope_section is missing (multimodal rotary positions)".into());
+        }
+        let id = |k: &str| {
+            cfg.extra
+                .get(k)
+                .and_then(Value::as_i64)
+                .ok_or_else(|| format!("`{k}` is missing"))
+        };
+        let tokens = MropeTokens {
+            image_token_id: id("image_token_id")?,
+            video_token_id: id("video_token_id")?,
+            vision_start_token_id: id("vision_start_token_id")?,
+            spatial_merge_size: vision.spatial_merge_size,
+            tokens_per_second: cfg.extra["vision_config"]
+                .get("tokens_per_second")
+                .and_then(Value::as_f64)
+                .unwrap_or(2.0),
+        };
+        let tower = VisionTower::new(&(root / "visual"), &vision).map_err(|e| e.to_string())?;
+        Ok(Some(Vision { tower, tokens }))
+    }
+
+    /// The tower's input for `images` (in order): their patches stacked `(Σ t·h·w,
+    /// patch_width)` on `device`, and their grids.
+    pub fn pixels(
+        images: &[&ProcessedImage],
+        device: tch::Device,
+    ) -> Result<(Tensor, Vec<[i64; 3]>), VisionError> {
+        let grids: Vec<[i64; 3]> = images.iter().map(|i| i.grid_thw).collect();
+        let data: Vec<f32> = images
+            .iter()
+            .flat_map(|i| i.pixel_values.iter().copied())
+            .collect();
+        let rows: i64 = grids.iter().map(|[t, h, w]| t * h * w).sum();
+        let width = if rows > 0 { data.len() as i64 / rows } else { 0 };
+        Ok((Tensor::from_slice(&data).f_view([rows, width])?.f_to(device)?, grids))
+    }
+
+    /// Token embeddings of `input_ids` `(B, T)` with the embeddings of `images` (in the order
+    /// their placeholders appear, row-major) in the image placeholders of the first
+    /// `prompt_width` columns: the prompts' (a response that samples the placeholder token
+    /// keeps its token embedding, as its positions are text positions).
+    pub fn embed(
+        &self,
+        model: &Model,
+        input_ids: &Tensor,
+        prompt_width: i64,
+        images: &[&ProcessedImage],
+    ) -> Result<Tensor, VisionError> {
+        let x = model.f_embed(input_ids)?;
+        let t = input_ids.size().get(1).copied().unwrap_or(0);
+        let in_prompt = Tensor::f_arange(t, (Kind::Int64, input_ids.device()))?
+            .f_lt(prompt_width)?
+            .f_unsqueeze(0)?;
+        let slots = input_ids
+            .f_eq(self.tokens.image_token_id)?
+            .f_logical_and(&in_prompt)?;
+        if images.is_empty() {
+            let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
+            return match placeholders {
+                0 => Ok(x),
+                _ => Err(VisionError::Placeholders {
+                    placeholders,
+                    embeddings: 0,
+                }),
+            };
+        }
+        let (pixels, grids) = Self::pixels(images, x.device())?;
+        self.scatter(x, &slots, &pixels, &grids)
+    }
+
+    /// Token embeddings of `input_ids` with the tower's embeddings of `pixels` (patches of
+    /// the images of `grids`, in order) in the image placeholders.
+    pub fn embed_pixels(
+        &self,
+        model: &Model,
+        input_ids: &Tensor,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<Tensor, VisionError> {
+        let x = model.f_embed(input_ids)?;
+        let slots = input_ids.f_eq(self.tokens.image_token_id)?;
+        self.scatter(x, &slots, pixels, grids)
+    }
+
+    fn scatter(
+        &self,
+        x: Tensor,
+        slots: &Tensor,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<Tensor, VisionError> {
+        let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
+        let embeds = self.tower.forward(pixels, grids)?;
+        if placeholders != embeds.size()[0] {
+            return Err(VisionError::Placeholders {
+                placeholders,
+                embeddings: embeds.size()[0],
+            });
+        }
+        let slots = slots.f_unsqueeze(-1)?.f_expand_as(&x)?;
+        Ok(x.f_masked_scatter(&slots, &embeds.f_to_kind(x.kind())?)?)
+    }
+
+    /// M-RoPE positions `(B, T, 3)` of a padded batch (`attention_mask` 1 on real tokens,
+    /// padding at 1) whose rows hold `images` in order, and each row's rope delta.
+    pub fn positions(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        images: &[&ProcessedImage],
+    ) -> Result<(Tensor, Vec<i64>), VisionError> {
+        let rows: Vec<Vec<i64>> = Vec::try_from(&input_ids.f_to_device(tch::Device::Cpu)?)?;
+        let mask: Vec<Vec<i64>> = Vec::try_from(
+            &attention_mask
+                .f_to_kind(Kind::Int64)?
+                .f_to_device(tch::Device::Cpu)?,
+        )?;
+        let grids: Vec<[i64; 3]> = images.iter().map(|i| i.grid_thw).collect();
+        let (pos, deltas) = mrope::batch_position_ids(&rows, &mask, &grids, &[], &self.tokens)?;
+        let (b, t) = (rows.len() as i64, rows.first().map_or(0, Vec::len) as i64);
+        let axes = pos
+            .iter()
+            .map(|axis| Tensor::from_slice(axis).f_view([b, t]))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((
+            Tensor::f_stack(&axes, -1)?.f_to_device(input_ids.device())?,
+            deltas,
+        ))
+    }
+}
+
+impl super::CausalLm {
+    /// The vision part, or an error for a text-only model given images.
+    pub fn vision(&self) -> Result<&Vision, VisionError> {
+        self.vision.as_ref().ok_or_else(|| {
+            VisionError::Text(format!(
+                "model_type `{}` has no vision tower",
+                self.config.model_type
+            ))
+        })
+    }
+
+    /// Logits `(B, T, vocab)` of a padded batch (`attention_mask` 1 on real tokens) whose
+    /// image placeholders take, in order, the embeddings of `pixels` (patches of the images of
+    /// `grids`), at the rows' M-RoPE positions.
+    pub fn forward_pixels(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<Tensor, VisionError> {
+        let (x, pos, _) = self.vision_prefill(input_ids, attention_mask, pixels, grids)?;
+        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.kind());
+        let hidden = self
+            .model
+            .forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
+        Ok(self.logits(&hidden))
+    }
+
+    /// The prompt's embeddings (vision embeddings in the placeholders), its positions
+    /// `(B, T, 3)` and each row's rope delta (where generated tokens' positions continue).
+    fn vision_prefill(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<(Tensor, Tensor, Vec<i64>), VisionError> {
+        let vision = self.vision()?;
+        let images: Vec<ProcessedImage> = grids
+            .iter()
+            .map(|&grid_thw| ProcessedImage {
+                pixel_values: Vec::new(),
+                grid_thw,
+            })
+            .collect();
+        let refs: Vec<&ProcessedImage> = images.iter().collect();
+        let (pos, deltas) = vision.positions(input_ids, attention_mask, &refs)?;
+        let x = vision.embed_pixels(&self.model, input_ids, pixels, grids)?;
+        Ok((x, pos, deltas))
+    }
+
+    /// Greedy decoding of `max_new_tokens` tokens after each row of a left-padded batch with
+    /// images (no stop token), with a KV cache: each new token's three position ids are its
+    /// index plus the row's rope delta.
+    pub fn generate_greedy_pixels(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+        max_new_tokens: i64,
+    ) -> Result<Tensor, VisionError> {
+        let (x, pos, deltas) = self.vision_prefill(input_ids, attention_mask, pixels, grids)?;
+        let (b, t) = (input_ids.size()[0], input_ids.size()[1]);
+        let model = &self.model;
+        let mut cache =
+            super::KvCache::new(&self.config, b, t + max_new_tokens, x.kind(), x.device());
+        let mut mask = attention_mask.shallow_clone();
+        let (cos, sin) = model.rotary().cos_sin(&pos, x.kind());
+        let hidden = model.forward_embeds(x, (&cos, &sin), Some(&mask), Some(&mut cache));
+        let mut next = self
+            .logits(&hidden.f_narrow(1, t - 1, 1)?)
+            .f_argmax(-1, false)?;
+        let mut out = vec![next.shallow_clone()];
+        for step in 1..max_new_tokens {
+            mask = Tensor::f_cat(&[&mask, &mask.f_ones_like()?.f_narrow(1, 0, 1)?], 1)?;
+            let at: Vec<i64> = deltas.iter().map(|d| t + step - 1 + d).collect();
+            // Text positions: all three axes equal, the ordinary rotary.
+            let pos = Tensor::from_slice(&at)
+                .f_view([b, 1])?
+                .f_to(input_ids.device())?;
+            let hidden = model.forward(&next, &pos, Some(&mask), Some(&mut cache));
+            next = self.logits(&hidden).f_argmax(-1, false)?;
+            out.push(next.shallow_clone());
+        }
+        Ok(Tensor::f_cat(&out, 1)?)
+    }
+}

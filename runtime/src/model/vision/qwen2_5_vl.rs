@@ -118,11 +118,7 @@ pub enum VisionError {
     },
     #[error("the vision tower's activation `{0}` is not implemented (silu, gelu)")]
     Activation(String),
-    #[error(
-        "rope_scaling.mrope_section {sections:?} must be three sizes summing to half the rotary dimension ({half})"
-    )]
-    Sections { sections: Vec<i64>, half: i64 },
-    #[error("the text model: {0}")]
+    #[error("{0}")]
     Text(String),
     #[error(
         "the rows hold {placeholders} image placeholder token(s) for {embeddings} image embedding(s)"
@@ -149,6 +145,7 @@ impl VisionConfig {
     }
 }
 
+#[derive(Debug)]
 struct VisionBlock {
     norm1: RmsNorm,
     norm2: RmsNorm,
@@ -160,6 +157,7 @@ struct VisionBlock {
 }
 
 /// The tower (module docs).
+#[derive(Debug)]
 pub struct VisionTower {
     cfg: VisionConfig,
     /// The patch embedding's convolution kernel, (hidden, channels, t, p, p).
@@ -420,225 +418,5 @@ impl VisionTower {
             windows,
             images,
         })
-    }
-}
-
-/// Qwen2.5-VL (`Qwen2_5_VLForConditionalGeneration`): the vision tower's embeddings in the
-/// placeholders of the text, and Qwen2's decoder with multimodal rotary positions
-/// ([`super::mrope`]). Weights as in its checkpoint: `model.*` and `lm_head.*` (the text
-/// model), `visual.*` (the tower).
-pub struct Qwen2_5Vl {
-    pub lm: crate::model::CausalLm,
-    pub visual: VisionTower,
-    pub tokens: super::mrope::MropeTokens,
-    /// `rope_scaling.mrope_section`: rotary dimensions per position axis (time, height,
-    /// width), summing to half a head's rotary dimension.
-    pub mrope_section: Vec<i64>,
-}
-
-impl Qwen2_5Vl {
-    /// A Qwen2.5-VL checkpoint directory (`config.json` with its `vision_config`, safetensors
-    /// weights) on `device` in fp32: the model and the store holding its parameters.
-    pub fn from_dir(
-        dir: &std::path::Path,
-        device: tch::Device,
-    ) -> Result<(tch::nn::VarStore, Self), crate::model::ModelError> {
-        use crate::model::ModelError;
-        let file = dir.join("config.json");
-        let bad = |msg: String| ModelError::Config {
-            file: file.clone(),
-            msg,
-        };
-        let text = std::fs::read_to_string(&file).map_err(|e| ModelError::io(&file, e))?;
-        let raw: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        if raw["model_type"].as_str() != Some("qwen2_5_vl") {
-            return Err(bad(format!(
-                "model_type {} is not qwen2_5_vl",
-                raw["model_type"]
-            )));
-        }
-        // The text model's keys: `text_config` where transformers writes one, else the top
-        // level (Qwen2.5-VL's own files); Qwen2's layers either way.
-        let mut text_cfg = match raw.get("text_config").filter(|t| t.is_object()) {
-            Some(t) => t.clone(),
-            None => raw.clone(),
-        };
-        if let Some(obj) = text_cfg.as_object_mut() {
-            obj.insert("model_type".into(), "qwen2".into());
-            obj.remove("vision_config");
-            obj.remove("text_config");
-            if !obj.contains_key("rope_scaling")
-                && let Some(r) = raw.get("rope_scaling")
-            {
-                obj.insert("rope_scaling".into(), r.clone());
-            }
-        }
-        let text: crate::model::ModelConfig =
-            serde_json::from_value(text_cfg.clone()).map_err(|e| bad(e.to_string()))?;
-        let vision: VisionConfig = serde_json::from_value(raw["vision_config"].clone())
-            .map_err(|e| bad(format!("vision_config: {e}")))?;
-        let sections: Vec<i64> =
-            serde_json::from_value(text_cfg["rope_scaling"]["mrope_section"].clone())
-                .map_err(|e| bad(format!("rope_scaling.mrope_section: {e}")))?;
-        let id = |k: &str| {
-            raw[k]
-                .as_i64()
-                .ok_or_else(|| bad(format!("`{k}` is missing")))
-        };
-        let tokens = super::mrope::MropeTokens {
-            image_token_id: id("image_token_id")?,
-            video_token_id: id("video_token_id")?,
-            vision_start_token_id: id("vision_start_token_id")?,
-            spatial_merge_size: vision.spatial_merge_size,
-            tokens_per_second: raw["vision_config"]["tokens_per_second"]
-                .as_f64()
-                .unwrap_or(2.0),
-        };
-        let vs = tch::nn::VarStore::new(device);
-        let model = Qwen2_5Vl::new(&vs, &text, &vision, tokens, sections)
-            .map_err(|e| bad(e.to_string()))?;
-        let ckpt = crate::model::Checkpoint::open(dir)?;
-        crate::model::load::load_weights(
-            &vs,
-            &ckpt,
-            &crate::model::LoadOptions {
-                strict_unexpected: true,
-                ..Default::default()
-            },
-        )?;
-        Ok((vs, model))
-    }
-
-    /// The model's parameters in `vs` (zero; loaded from a checkpoint by name).
-    pub fn new(
-        vs: &tch::nn::VarStore,
-        text: &crate::model::ModelConfig,
-        vision: &VisionConfig,
-        tokens: super::mrope::MropeTokens,
-        mrope_section: Vec<i64>,
-    ) -> Result<Self, VisionError> {
-        let half = text.rotary_dim() / 2;
-        if mrope_section.len() != 3 || mrope_section.iter().sum::<i64>() != half {
-            return Err(VisionError::Sections {
-                sections: mrope_section,
-                half,
-            });
-        }
-        let lm = crate::model::CausalLm::new(text, vs.root()).map_err(VisionError::Text)?;
-        let visual = VisionTower::new(&(vs.root() / "visual"), vision)?;
-        Ok(Qwen2_5Vl {
-            lm,
-            visual,
-            tokens,
-            mrope_section,
-        })
-    }
-
-    /// Logits `(B, T, vocab)` of a batch of rows (`attention_mask` 1 on real tokens), whose
-    /// image placeholders take, in order, the embeddings of `pixel_values` (patches of the
-    /// images of `image_grid_thw`).
-    pub fn forward(
-        &self,
-        input_ids: &Tensor,
-        attention_mask: &Tensor,
-        pixel_values: Option<&Tensor>,
-        image_grid_thw: &[[i64; 3]],
-    ) -> Result<Tensor, VisionError> {
-        let (x, cos, sin, _) =
-            self.prefill_inputs(input_ids, attention_mask, pixel_values, image_grid_thw)?;
-        let hidden = self
-            .lm
-            .model
-            .forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
-        Ok(self.lm.logits(&hidden))
-    }
-
-    /// The prompt's embeddings (vision embeddings in the placeholders), its rotary tables, and
-    /// each row's rope delta (where a generated token's positions continue from).
-    fn prefill_inputs(
-        &self,
-        input_ids: &Tensor,
-        attention_mask: &Tensor,
-        pixel_values: Option<&Tensor>,
-        image_grid_thw: &[[i64; 3]],
-    ) -> Result<(Tensor, Tensor, Tensor, Vec<i64>), VisionError> {
-        let rows: Vec<Vec<i64>> = Vec::try_from(input_ids)?;
-        let mask: Vec<Vec<i64>> = Vec::try_from(&attention_mask.f_to_kind(Kind::Int64)?)?;
-        let (pos, deltas) =
-            super::mrope::batch_position_ids(&rows, &mask, image_grid_thw, &[], &self.tokens)?;
-        let (b, t) = (rows.len() as i64, rows.first().map_or(0, Vec::len) as i64);
-        let pos = Tensor::f_cat(
-            &pos.iter()
-                .map(|axis| Tensor::from_slice(axis).f_view([1, b, t]))
-                .collect::<Result<Vec<_>, _>>()?,
-            0,
-        )?
-        .f_to(input_ids.device())?;
-        let model = &self.lm.model;
-        let mut x = model.f_embed(input_ids)?;
-        if let Some(pixels) = pixel_values {
-            let images = self.visual.forward(pixels, image_grid_thw)?;
-            let slots = input_ids.f_eq(self.tokens.image_token_id)?;
-            let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
-            if placeholders != images.size()[0] {
-                return Err(VisionError::Placeholders {
-                    placeholders,
-                    embeddings: images.size()[0],
-                });
-            }
-            let slots = slots.f_unsqueeze(-1)?.f_expand_as(&x)?;
-            x = x.f_masked_scatter(&slots, &images.f_to_kind(x.kind())?)?;
-        }
-        let (cos, sin) = model
-            .rotary()
-            .cos_sin_mrope(&pos, &self.mrope_section, x.kind())?;
-        Ok((x, cos, sin, deltas))
-    }
-
-    /// Greedy decoding of `max_new_tokens` tokens after each row of a left-padded batch (no
-    /// stop token), with a KV cache: the prompt's positions are M-RoPE's, each new token's
-    /// three ids are its index plus the row's rope delta.
-    pub fn generate_greedy(
-        &self,
-        input_ids: &Tensor,
-        attention_mask: &Tensor,
-        pixel_values: Option<&Tensor>,
-        image_grid_thw: &[[i64; 3]],
-        max_new_tokens: i64,
-    ) -> Result<Tensor, VisionError> {
-        let (x, cos, sin, deltas) =
-            self.prefill_inputs(input_ids, attention_mask, pixel_values, image_grid_thw)?;
-        let (b, t) = (input_ids.size()[0], input_ids.size()[1]);
-        let model = &self.lm.model;
-        let mut cache = crate::model::KvCache::new(
-            &self.lm.config,
-            b,
-            t + max_new_tokens,
-            x.kind(),
-            x.device(),
-        );
-        let mut mask = attention_mask.shallow_clone();
-        let hidden = model.forward_embeds(x, (&cos, &sin), Some(&mask), Some(&mut cache));
-        let mut next = self
-            .lm
-            .logits(&hidden.f_narrow(1, t - 1, 1)?)
-            .f_argmax(-1, false)?;
-        let mut out = vec![next.shallow_clone()];
-        for step in 1..max_new_tokens {
-            mask = Tensor::f_cat(&[&mask, &mask.f_ones_like()?.f_narrow(1, 0, 1)?], 1)?;
-            let at: Vec<i64> = deltas.iter().map(|d| t + step - 1 + d).collect();
-            let pos = Tensor::from_slice(&at)
-                .f_view([1, b, 1])?
-                .f_expand([3, b, 1], false)?
-                .f_to(input_ids.device())?;
-            let x = model.f_embed(&next)?;
-            let (cos, sin) = model
-                .rotary()
-                .cos_sin_mrope(&pos, &self.mrope_section, x.kind())?;
-            let hidden = model.forward_embeds(x, (&cos, &sin), Some(&mask), Some(&mut cache));
-            next = self.lm.logits(&hidden).f_argmax(-1, false)?;
-            out.push(next.shallow_clone());
-        }
-        Ok(Tensor::f_cat(&out, 1)?)
     }
 }
