@@ -56,6 +56,7 @@ fn main() -> Result<(), Error> {
         main_dtype: Dtype::Fp32,
         seed: 0,
         optim: Some(OptimSettings {
+            freeze_vision_tower: false,
             inner: InnerConfig::AdamW(AdamWConfig::default()),
             lr: 1e-4,
             weight_decay: 0.01,

@@ -49,6 +49,7 @@ fn settings_for(model: &str, dtype: Dtype, offload: bool) -> EngineSettings {
         main_dtype: Dtype::Fp32,
         seed: 11,
         optim: Some(OptimSettings {
+            freeze_vision_tower: false,
             inner: InnerConfig::AdamW(AdamWConfig::default()),
             lr: 5e-3,
             weight_decay: 0.01,

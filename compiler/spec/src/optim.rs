@@ -191,4 +191,8 @@ pub struct OptimSettings {
     #[serde(default)]
     pub offload_fraction: f64,
     pub scheduler: SchedulerSettings,
+    /// A vision-language model's tower (`visual.*`) keeps its weights: the optimizer leaves
+    /// it out (`actor.freeze_vision_tower`).
+    #[serde(default)]
+    pub freeze_vision_tower: bool,
 }

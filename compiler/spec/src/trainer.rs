@@ -379,6 +379,7 @@ impl OptimSpec {
             offload: self.offload,
             offload_fraction: self.offload_fraction,
             scheduler,
+            freeze_vision_tower: false,
         }
     }
 }
@@ -467,6 +468,10 @@ pub struct ActorSpec {
     /// (`actor_rollout_ref.model.override_config`).
     #[serde(default)]
     pub config_overrides: serde_json::Map<String, serde_json::Value>,
+    /// `actor.freeze_vision_tower`: a vision-language model's tower (`visual.*`) keeps its
+    /// loaded weights (the optimizer leaves it out).
+    #[serde(default)]
+    pub freeze_vision_tower: bool,
 }
 
 /// The actor's LoRA adapters (verl's FSDP keys under `actor_rollout_ref.model`).

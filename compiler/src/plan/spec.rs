@@ -238,6 +238,7 @@ fn actor_spec(cfg: &VerlConfig, r: &Roles, l: &mut Lowering) -> ActorSpec {
         loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
         lora,
         config_overrides: model_overrides(cfg, l),
+        freeze_vision_tower: a.freeze_vision_tower,
     }
 }
 

@@ -61,6 +61,9 @@ pub struct VisionData {
     pub image_key: String,
     /// The model's image processor (`preprocessor_config.json`).
     pub processor: ImageProcessorConfig,
+    /// The model's directory (where its `preprocessor_config.json` is); `None` for a
+    /// built-in model.
+    pub model_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for DatasetOptions {

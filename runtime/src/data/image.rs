@@ -352,6 +352,37 @@ impl ImageProcessorConfig {
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
     }
 
+    /// Writes `preprocessor_config.json` into a saved model directory `dir`: the source
+    /// model's own file when it has one (`source_dir`), else these settings as transformers'
+    /// Qwen2-VL image processor reads them.
+    pub fn save(&self, dir: &std::path::Path, source_dir: Option<&std::path::Path>) -> Result<(), String> {
+        let out = dir.join("preprocessor_config.json");
+        if let Some(src) = source_dir.map(|d| d.join("preprocessor_config.json")).filter(|f| f.is_file()) {
+            return std::fs::copy(&src, &out)
+                .map(|_| ())
+                .map_err(|e| format!("{}: {e}", out.display()));
+        }
+        let doc = serde_json::json!({
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "processor_class": "Qwen2_5_VLProcessor",
+            "do_resize": true,
+            "do_rescale": true,
+            "rescale_factor": 1.0 / 255.0,
+            "do_normalize": true,
+            "do_convert_rgb": true,
+            "resample": 3,
+            "patch_size": self.patch_size,
+            "temporal_patch_size": self.temporal_patch_size,
+            "merge_size": self.merge_size,
+            "min_pixels": self.min_pixels,
+            "max_pixels": self.max_pixels,
+            "image_mean": self.image_mean,
+            "image_std": self.image_std,
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))
+    }
+
     /// Values per patch (`3 × temporal_patch_size × patch_size²`).
     pub fn patch_width(&self) -> usize {
         3 * self.temporal_patch_size * self.patch_size * self.patch_size

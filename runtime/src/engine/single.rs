@@ -110,12 +110,12 @@ impl<H: Head> SingleEngine<H> {
                 (None, None)
             }
             Some(o) => {
-                if config.lora.is_some() {
-                    // Only the adapters train; the optimizer keeps what requires grad.
-                    for (name, var) in vs.variables() {
-                        if !is_adapter(&name) {
-                            let _ = var.set_requires_grad(false);
-                        }
+                // Only the adapters train under LoRA, and a frozen vision tower does not; the
+                // optimizer keeps what requires grad.
+                for (name, var) in vs.variables() {
+                    let frozen = o.freeze_vision_tower && name.starts_with("visual.");
+                    if frozen || (config.lora.is_some() && !is_adapter(&name)) {
+                        let _ = var.set_requires_grad(false);
                     }
                 }
                 let cfg = stack::optimizer_config(o, settings.param_dtype, settings.main_dtype)?;

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use tch::{Kind, Tensor};
 use verlc_spec::TrainerSpec;
 use verlc_spec::data::DataSpec;
+use verlc_spec::optim::OptimSettings;
 use verlc_spec::trainer::{
     FilterGroupsSpec, GroupMetric, KlControlSpec, LoraSpec, ModuleSelector, RewardManagerSpec,
     RewardSpec,
@@ -103,6 +104,8 @@ pub struct Trainer<R: Roles = SingleRoles> {
     total_steps: u64,
     /// A checkpoint written this step, committed once the step's metrics are logged.
     staged_checkpoint: Option<u64>,
+    /// A vision-language actor's image settings (its checkpoints carry the processor's file).
+    vision: Option<VisionData>,
     /// `trainer_mode: colocate_async` or `separate_async`: the replay buffer and the rollout
     /// thread.
     colocated: Option<colocate::Colocated>,
@@ -209,9 +212,14 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
         ModelSource::Dir(dir) => ImageProcessorConfig::from_model_dir(dir).map_err(bad)?,
         ModelSource::Builtin(_) => ImageProcessorConfig::default(),
     };
+    let model_dir = match source {
+        ModelSource::Dir(dir) => Some(dir),
+        ModelSource::Builtin(_) => None,
+    };
     Ok(Some(VisionData {
         image_key: spec.data.image_key.clone(),
         processor,
+        model_dir,
     }))
 }
 
@@ -385,7 +393,8 @@ impl<R: Roles> Trainer<R> {
             )));
         }
         let tokenizer = Arc::new(Tokenizer::from_pretrained(&spec.tokenizer_path)?);
-        let (train, val) = datasets(&spec.data, &tokenizer, vision_data(spec)?)?;
+        let vision = vision_data(spec)?;
+        let (train, val) = datasets(&spec.data, &tokenizer, vision.clone())?;
         let d = &spec.data;
         let sampler = BatchSampler::new(train.len(), d.batch_size, d.shuffle, d.seed, true)?;
         let total_steps = spec
@@ -406,7 +415,10 @@ impl<R: Roles> Trainer<R> {
                 param_dtype: dtype_,
                 main_dtype: a.engine.main_dtype(),
                 seed,
-                optim: Some(a.optim.resolve(total_steps)),
+                optim: Some(OptimSettings {
+                    freeze_vision_tower: a.freeze_vision_tower,
+                    ..a.optim.resolve(total_steps)
+                }),
                 loss_scale_factor: a.loss_scale_factor,
                 loss_scaling: opts.loss_scaling,
                 lora: a.lora.as_ref().map(lora_config).transpose()?,
@@ -514,6 +526,7 @@ impl<R: Roles> Trainer<R> {
             resumed_from: 0,
             total_steps,
             staged_checkpoint: None,
+            vision,
             colocated,
         };
         trainer.load_checkpoint()?;
@@ -627,6 +640,11 @@ impl<R: Roles> Trainer<R> {
         }
         if main {
             self.tokenizer.save(&actor_dir.join("huggingface"))?;
+            if let Some(v) = &self.vision {
+                v.processor
+                    .save(&actor_dir.join("huggingface"), v.model_dir.as_deref())
+                    .map_err(bad)?;
+            }
             checkpoint::write_state(&tmp, &state)?;
         }
         self.dp.barrier()?;

@@ -32,6 +32,7 @@ pub(crate) fn engine_settings() -> EngineSettings {
         main_dtype: Dtype::Fp32,
         seed: 7,
         optim: Some(OptimSettings {
+            freeze_vision_tower: false,
             inner: InnerConfig::AdamW(AdamWConfig::default()),
             lr: 1e-2,
             weight_decay: 0.01,

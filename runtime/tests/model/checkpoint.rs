@@ -41,12 +41,15 @@ fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
         );
         saved.push((arch, m, out, dir.join(format!("{arch}_ref.safetensors"))));
     }
-    // transformers loads both checkpoints in one process.
-    let jobs: Vec<_> = saved
+    // transformers loads both checkpoints, and the vision-language one, in one process.
+    let vision = saved_vision_model();
+    let mut jobs: Vec<_> = saved
         .iter()
         .map(|(_, _, out, refs)| (out.as_path(), "causal", refs.as_path()))
         .collect();
-    let verified = oracle::verify_many(&jobs);
+    jobs.push((vision.dir.as_path(), "vision", vision.inputs.as_path()));
+    let mut verified = oracle::verify_many(&jobs);
+    vision.check(&verified.pop().expect("vision output"));
     for ((arch, m, out, refs), hf) in saved.iter().zip(&verified) {
         let r = oracle::read(refs);
         let d = oracle::max_abs_diff_masked(
@@ -279,4 +282,72 @@ fn hub_id_loads_the_cached_snapshot() {
         ModelSource::parse_in(src.to_str().unwrap(), &env).unwrap(),
         ModelSource::Dir(src.clone())
     );
+}
+
+/// The built-in tiny Qwen2.5-VL saved as a training run exports it (weights, config with its
+/// `vision_config`, `preprocessor_config.json`), with a `color_digits` prompt and image and
+/// verlc's logits of them.
+struct SavedVision {
+    dir: std::path::PathBuf,
+    inputs: std::path::PathBuf,
+    pixels: tch::Tensor,
+    grid: [i64; 3],
+    logits: tch::Tensor,
+}
+
+fn saved_vision_model() -> SavedVision {
+    use runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
+    use runtime::data::vision_prompt::encode_vision_prompt;
+    use runtime::model::vision::Vision;
+    let uri = "builtin://tiny?arch=qwen2_5_vl&layers=2&hidden=64";
+    let m = from_pretrained(uri, Device::Cpu, Dtype::Fp32, 3).expect("tiny VL");
+    let dir = oracle::scratch("save-qwen2_5_vl");
+    let class = m.config.arch().expect("arch").causal_lm_class();
+    save_pretrained(&m.vs, &m.config, class, &dir, &SaveOptions::default()).expect("save");
+    let processor = ImageProcessorConfig::default();
+    processor.save(&dir, None).expect("preprocessor_config.json");
+    let png = runtime::data::builtin::stripe_png("307").expect("png");
+    let image = process_image(&decode_png(&png).expect("decode"), None, &processor).expect("image");
+    let tok = runtime::tokenizer::Tokenizer::from_pretrained(uri).expect("tokenizer");
+    let messages: Vec<runtime::tokenizer::Message> = serde_json::from_value(serde_json::json!(
+        [{"role": "user", "content": "<image>what is the answer?"}]
+    ))
+    .expect("messages");
+    let ids = encode_vision_prompt(&tok, &messages, std::slice::from_ref(&image), 2, &Default::default())
+        .expect("prompt");
+    let ids = tch::Tensor::from_slice(&ids).unsqueeze(0);
+    let mask = ids.ones_like();
+    let (pixels, grids) = Vision::pixels(&[&image], Device::Cpu).expect("pixels");
+    let logits = tch::no_grad(|| m.model.forward_pixels(&ids, &mask, &pixels, &grids))
+        .expect("forward");
+    let inputs = dir.join("vision-inputs.safetensors");
+    tch::Tensor::write_safetensors(
+        &[
+            ("input_ids", ids),
+            ("attention_mask", mask),
+            ("png", tch::Tensor::from_slice(&png)),
+        ],
+        &inputs,
+    )
+    .expect("inputs");
+    SavedVision {
+        dir,
+        inputs,
+        pixels,
+        grid: image.grid_thw,
+        logits,
+    }
+}
+
+impl SavedVision {
+    /// transformers' image processor prepares the image as verlc does, and its model on the
+    /// saved directory gives verlc's logits.
+    fn check(&self, hf: &std::collections::HashMap<String, tch::Tensor>) {
+        let d = oracle::max_abs_diff(get(hf, "pixel_values"), &self.pixels);
+        assert!(d <= 1e-6, "pixel values differ from transformers' by {d}");
+        let grid: Vec<i64> = Vec::try_from(get(hf, "image_grid_thw").view([-1])).expect("grid");
+        assert_eq!(grid, self.grid.to_vec(), "image grid");
+        let d = oracle::max_abs_diff(get(hf, "logits"), &self.logits);
+        assert!(d <= 1e-5, "transformers on the saved VL model differs by {d}");
+    }
 }

@@ -42,6 +42,7 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
         main_dtype: Dtype::Fp32,
         seed: 5,
         optim: Some(OptimSettings {
+            freeze_vision_tower: false,
             inner: InnerConfig::AdamW(AdamWConfig::default()),
             lr: 1e-2,
             weight_decay: 1.0,

@@ -163,13 +163,15 @@ fn mrope_position_ids_match_verls_get_rope_index() {
 /// M-RoPE ids; greedy generation with the KV cache gives transformers' tokens; the checkpoint
 /// transformers saves loads to the same model; every parameter's
 /// gradient of the real tokens' log-likelihood equals transformers'.
-#[test]
-fn qwen2_5_vl_logits_match_transformers() {
-    use runtime::model::{CausalLm, Dtype, ModelConfig, from_pretrained};
-    tch::set_num_threads(1);
+/// The oracle's Qwen2.5-VL as its checkpoint's config.json describes it (transformers' nested
+/// `text_config`), with the oracle's weights, and the oracle's tensors.
+fn oracle_model() -> (
+    tch::nn::VarStore,
+    runtime::model::CausalLm,
+    HashMap<String, Tensor>,
+) {
+    use runtime::model::{CausalLm, ModelConfig};
     let dir = oracle_dir();
-    // The model as its checkpoint's config.json describes it (transformers' nested
-    // `text_config`), with the oracle's weights.
     let cfg = ModelConfig::from_file(&dir.join("checkpoint").join("config.json")).expect("config");
     let tensors: HashMap<String, Tensor> =
         Tensor::read_safetensors(dir.join("qwen2_5_vl_model.safetensors"))
@@ -187,6 +189,145 @@ fn qwen2_5_vl_logits_match_transformers() {
             var.copy_(w);
         }
     });
+    (vs, model, tensors)
+}
+
+/// The oracle's rows as the RL pipeline holds them: each row's real prompt tokens and its
+/// image (one per row, in order).
+fn oracle_rows(
+    tensors: &HashMap<String, Tensor>,
+) -> (Vec<Vec<i64>>, Vec<runtime::engine::batch::RowImages>) {
+    use runtime::model::vision::ProcessedImage;
+    let ids: Vec<Vec<i64>> = Vec::try_from(&tensors["input.input_ids"]).expect("ids");
+    let mask: Vec<Vec<i64>> = Vec::try_from(&tensors["input.attention_mask"]).expect("mask");
+    let prompts = ids
+        .iter()
+        .zip(&mask)
+        .map(|(r, m)| r.iter().zip(m).filter(|(_, m)| **m == 1).map(|(t, _)| *t).collect())
+        .collect();
+    let grids: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
+    let pixels = &tensors["input.pixel_values"];
+    let mut start = 0;
+    let images = grids
+        .iter()
+        .map(|g| {
+            let n = g[0] * g[1] * g[2];
+            let rows = pixels.narrow(0, start, n).contiguous().view([-1]);
+            start += n;
+            let image = ProcessedImage {
+                pixel_values: Vec::try_from(&rows).expect("pixels"),
+                grid_thw: [g[0], g[1], g[2]],
+            };
+            std::sync::Arc::from(vec![image])
+        })
+        .collect();
+    (prompts, images)
+}
+
+/// The rollout engine on Qwen2.5-VL (prompts with images, prefilled with the tower's
+/// embeddings at M-RoPE positions, decoded with the KV cache at text positions) generates
+/// transformers' greedy tokens; the batch's positions are `(N, P + R, 3)`, responses one past
+/// the prompt on every axis.
+#[test]
+fn qwen2_5_vl_rollout_generates_transformers_tokens() {
+    use runtime::rollout::{PromptStream, SamplingParams, StopTokens, generate_images};
+    tch::set_num_threads(1);
+    let (_vs, model, tensors) = oracle_model();
+    let (prompts, images) = oracle_rows(&tensors);
+    let want: Vec<Vec<i64>> = Vec::try_from(&tensors["output.generated"]).expect("generated");
+    let params = SamplingParams {
+        do_sample: false,
+        n: 1,
+        max_new_tokens: want[0].len(),
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    let stop = StopTokens {
+        eos: Vec::new(),
+        pad: 0,
+    };
+    let streams = PromptStream::consecutive(0, 0, prompts.len());
+    let out = generate_images(&model, &prompts, &images, &streams, &params, &stop, None)
+        .expect("generate");
+    let got: Vec<Vec<i64>> = Vec::try_from(&out.responses).expect("responses");
+    assert_eq!(got, want, "greedy tokens");
+    let pos = &out.position_ids;
+    assert_eq!(pos.size(), [2, out.input_ids.size()[1], 3]);
+    let p = out.prompts.size()[1];
+    let last = pos.narrow(1, p - 1, 1);
+    let first = pos.narrow(1, p, 1);
+    assert_eq!(max_diff(&(first - 1), &last), 0.0, "responses continue the prompt");
+    // A text-only model refuses prompts with images.
+    let text_cfg = runtime::model::builtin::config(
+        &runtime::builtin_uri::BuiltinUri::parse("builtin://tiny")
+            .expect("uri")
+            .expect("builtin"),
+    )
+    .expect("tiny");
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let text = runtime::model::CausalLm::new(&text_cfg, vs.root()).expect("text model");
+    let short: Vec<Vec<i64>> = vec![vec![5, 6], vec![7]];
+    let err = generate_images(&text, &short, &images, &streams, &params, &stop, None)
+        .expect_err("text model with images");
+    assert!(err.to_string().contains("vision-language"), "{err}");
+}
+
+/// The engines' forward of a Qwen2.5-VL batch (its rows' images carried by the batch, M-RoPE
+/// positions `(B, T, 3)`) gives transformers' log-probs of the last tokens, padded and
+/// packed (`use_remove_padding`), and the gradient reaches the vision tower.
+#[test]
+fn qwen2_5_vl_engine_log_probs_match_transformers() {
+    use runtime::engine::{Batch, ForwardOptions, Head};
+    tch::set_num_threads(1);
+    let (vs, model, tensors) = oracle_model();
+    let (_, images) = oracle_rows(&tensors);
+    let ids = &tensors["input.input_ids"];
+    let mask = &tensors["input.attention_mask"];
+    let vision = model.vision.as_ref().expect("vision");
+    let flat: Vec<_> = images.iter().flat_map(|i| i.iter()).collect();
+    let (pos, _) = vision.positions(ids, mask, &flat).expect("positions");
+    let t = ids.size()[1];
+    let r = 3;
+    let mut batch = Batch::new()
+        .with("input_ids", ids.shallow_clone())
+        .and_then(|b| b.with("attention_mask", mask.shallow_clone()))
+        .and_then(|b| b.with("position_ids", pos))
+        .and_then(|b| b.with("responses", ids.narrow(1, t - r, r)))
+        .expect("batch");
+    batch.set_images(images.clone()).expect("images");
+    let want = tensors["output.logits"]
+        .narrow(1, t - r - 1, r)
+        .log_softmax(-1, Kind::Float)
+        .gather(-1, &ids.narrow(1, t - r, r).unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    let opts = ForwardOptions::default();
+    let padded = Head::forward(&model, &batch, &opts).expect("padded forward");
+    let d = max_diff(&padded.log_probs, &want);
+    assert!(d < 1e-4, "padded log-probs differ from transformers' by {d}");
+    let packed = model.forward_packed(&batch, &opts).expect("packed forward");
+    let d = max_diff(&packed.log_probs, &want);
+    assert!(d < 1e-4, "packed log-probs differ from transformers' by {d}");
+    // Rows narrowed or selected keep their own images.
+    let second = batch.select(&[1]).expect("select");
+    let one = Head::forward(&model, &second, &opts).expect("row 1");
+    let d = max_diff(&one.log_probs, &want.narrow(0, 1, 1));
+    assert!(d < 1e-4, "a selected row's log-probs differ by {d}");
+    packed.log_probs.sum(Kind::Float).backward();
+    let tower_grad: f64 = vs
+        .variables()
+        .iter()
+        .filter(|(n, _)| n.starts_with("visual."))
+        .map(|(_, v)| v.grad().abs().sum(Kind::Double).double_value(&[]))
+        .sum();
+    assert!(tower_grad > 0.0, "no gradient reached the vision tower");
+}
+
+#[test]
+fn qwen2_5_vl_logits_match_transformers() {
+    use runtime::model::{Dtype, from_pretrained};
+    tch::set_num_threads(1);
+    let dir = oracle_dir();
+    let (vs, model, tensors) = oracle_model();
     let grid: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
     let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
     let mask = &tensors["input.attention_mask"];

@@ -312,6 +312,8 @@ def verify(path, kind, inputs, out):
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
     x = load_file(inputs)
+    if kind == "vision":
+        return verify_vision(path, x, out)
     cls = AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification
     model = cls.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32).eval()
     with torch.no_grad():
@@ -319,6 +321,38 @@ def verify(path, kind, inputs, out):
     key = "logits" if kind == "causal" else "values"
     y = y if kind == "causal" else y[..., 0]
     save_file({key: y.contiguous()}, out)
+
+
+def verify_vision(path, x, out):
+    """A saved Qwen2.5-VL directory as transformers reads it: its image processor
+    (preprocessor_config.json) prepares the PNG image `png`, and the model's logits of the
+    given prompt ids with those pixels."""
+    import io
+
+    from PIL import Image
+    from safetensors.torch import save_file
+    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessor
+
+    image = Image.open(io.BytesIO(bytes(x["png"].tolist()))).convert("RGB")
+    pixels = Qwen2VLImageProcessor.from_pretrained(path)(images=[image], return_tensors="pt")
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        path, attn_implementation="sdpa", torch_dtype=torch.float32
+    ).eval()
+    with torch.no_grad():
+        logits = model(
+            input_ids=x["input_ids"],
+            attention_mask=x["attention_mask"],
+            pixel_values=pixels["pixel_values"],
+            image_grid_thw=pixels["image_grid_thw"],
+        ).logits
+    save_file(
+        {
+            "logits": logits.contiguous(),
+            "pixel_values": pixels["pixel_values"].contiguous(),
+            "image_grid_thw": pixels["image_grid_thw"].contiguous(),
+        },
+        out,
+    )
 
 
 def lora(base, adapter, inputs, out):

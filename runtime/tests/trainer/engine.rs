@@ -24,6 +24,7 @@ fn engine(trainable: bool) -> SingleEngine<CausalLm> {
 
 fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
     let optim = OptimSettings {
+        freeze_vision_tower: false,
         inner,
         lr: 1e-2,
         weight_decay: 0.01,
