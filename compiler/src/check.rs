@@ -1029,9 +1029,16 @@ pub fn read_model_dims(path: &Path) -> Result<ModelDims, ModelConfigError> {
         && text_config.is_object()
     {
         let model_type = json.get("model_type").cloned();
+        let vision = json.get("vision_config").cloned();
         json = text_config;
-        if let (Some(t), Some(m)) = (model_type, json.as_object_mut()) {
-            m.entry("model_type").or_insert(t);
+        if let Some(m) = json.as_object_mut() {
+            // The family and its vision tower are the multimodal config's.
+            if let Some(t) = model_type {
+                m.insert("model_type".into(), t);
+            }
+            if let Some(v) = vision {
+                m.entry("vision_config").or_insert(v);
+            }
         }
     }
     let dims: ModelDims = serde_json::from_value(json).map_err(|e| invalid(e.to_string()))?;

@@ -248,7 +248,8 @@ fn role_memory(
         .all_layers_params()
         .saturating_add(m.embedding_params())
         .saturating_add(out_params)
-        .saturating_add(h);
+        .saturating_add(h)
+        .saturating_add(m.vision_params());
     let mut dev = MemoryBreakdown::default();
     let mut host = MemoryBreakdown::default();
     let mut assumptions = Vec::new();
@@ -393,6 +394,12 @@ fn role_memory(
     } else {
         assumptions.push("critic: the actor's model dimensions with a value head".into());
     }
+    if m.vision_params() > 0 {
+        assumptions.push(format!(
+            "vision tower: {:.1}M parameters, in the totals above; its activations (per image patch) are not included",
+            m.vision_params() as f64 / 1e6
+        ));
+    }
     let active_params = (m.sparse_layers() > 0).then(|| {
         p.saturating_sub(m.all_layers_params())
             .saturating_add(m.active_layers_params())
@@ -501,6 +508,7 @@ mod tests {
             attention_bias: None,
             moe: Default::default(),
             linear: Default::default(),
+            vision_config: None,
         };
         let host = |o: &[&str]| {
             let mut v = vec!["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"];
@@ -546,6 +554,7 @@ mod tests {
             attention_bias: None,
             moe: Default::default(),
             linear: Default::default(),
+            vision_config: None,
         }
     }
 
@@ -755,6 +764,7 @@ mod tests {
             attention_bias: None,
             moe: Default::default(),
             linear: Default::default(),
+            vision_config: None,
         }
     }
 
@@ -769,6 +779,34 @@ mod tests {
             qwen2_5(3584, 28, 4, 28, 18944, false).param_count(),
             7_615_616_512
         );
+    }
+
+    /// Qwen2.5-VL-7B as Qwen's config.json describes it: its text model's 7,615,616,512
+    /// parameters plus the vision tower's 676,550,144, Hugging Face's 8,292,166,656.
+    #[test]
+    fn a_vision_language_model_counts_its_vision_tower() {
+        let text = r#"{"model_type": "qwen2_5_vl", "hidden_size": 3584, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
+            "intermediate_size": 18944, "tie_word_embeddings": false,
+            "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
+                "out_hidden_size": 3584, "in_chans": 3, "patch_size": 14,
+                "spatial_merge_size": 2, "temporal_patch_size": 2}}"#;
+        let m: ModelDims = serde_json::from_str(text).expect("dims");
+        assert_eq!(m.vision_params(), 676_550_144);
+        assert_eq!(m.param_count(), 8_292_166_656);
+        let e = explain(&cfg(&["algorithm.adv_estimator=grpo"]), Some(&m)).expect("fits");
+        let mem = e.memory.expect("memory");
+        assert_eq!(mem.params, 8_292_166_656);
+        assert!(
+            mem.assumptions
+                .iter()
+                .any(|a| a.starts_with("vision tower: 676.6M"))
+        );
+        // Qwen3.5's multimodal checkpoints train as text: their tower is not counted.
+        let mut v: serde_json::Value = serde_json::from_str(text).expect("json");
+        v["model_type"] = "qwen2".into();
+        let m: ModelDims = serde_json::from_value(v).expect("dims");
+        assert_eq!(m.vision_params(), 0);
     }
 
     /// verl's FSDP workers with Ulysses: data parallel = world / SP. 40 prompts × 8 responses

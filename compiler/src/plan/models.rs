@@ -345,7 +345,9 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                 Ok(ModelLocation::Builtin) => builtin_arch(path),
                 Ok(loc) => loc.dir().and_then(|dir| {
                     let cfg = read_config(dir).ok()?;
-                    cfg.get("model_type").and_then(Value::as_str).map(str::to_owned)
+                    cfg.get("model_type")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
                 }),
                 Err(_) => None,
             }?;

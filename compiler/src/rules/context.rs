@@ -127,6 +127,93 @@ pub struct ModelDims {
     /// Gated DeltaNet layers (Qwen3.5's keys; absent for other families).
     #[serde(flatten)]
     pub linear: LinearDims,
+    /// The vision tower's sizes (`vision_config`), counted for a family whose vision tower
+    /// verlc trains (Qwen2.5-VL).
+    #[serde(default)]
+    pub vision_config: Option<VisionDims>,
+}
+
+/// A Qwen2.5-VL `vision_config`; absent keys take transformers' defaults.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct VisionDims {
+    #[serde(default = "vision_defaults::depth")]
+    pub depth: u64,
+    #[serde(default = "vision_defaults::hidden_size")]
+    pub hidden_size: u64,
+    #[serde(default = "vision_defaults::intermediate_size")]
+    pub intermediate_size: u64,
+    #[serde(default = "vision_defaults::out_hidden_size")]
+    pub out_hidden_size: u64,
+    #[serde(default = "vision_defaults::patch_size")]
+    pub patch_size: u64,
+    #[serde(default = "vision_defaults::temporal_patch_size")]
+    pub temporal_patch_size: u64,
+    #[serde(default = "vision_defaults::in_channels", alias = "in_chans")]
+    pub in_channels: u64,
+    #[serde(default = "vision_defaults::spatial_merge_size")]
+    pub spatial_merge_size: u64,
+}
+
+mod vision_defaults {
+    pub fn depth() -> u64 {
+        32
+    }
+    pub fn hidden_size() -> u64 {
+        1280
+    }
+    pub fn intermediate_size() -> u64 {
+        3420
+    }
+    pub fn out_hidden_size() -> u64 {
+        3584
+    }
+    pub fn patch_size() -> u64 {
+        14
+    }
+    pub fn temporal_patch_size() -> u64 {
+        2
+    }
+    pub fn in_channels() -> u64 {
+        3
+    }
+    pub fn spatial_merge_size() -> u64 {
+        2
+    }
+}
+
+impl VisionDims {
+    /// The tower's parameters: the patch embedding, each block (two norms, the biased fused
+    /// qkv and output projections, the biased gated MLP) and the merger (a norm, then
+    /// Linear-GELU-Linear over `merge²` neighbouring patches).
+    pub fn params(&self) -> u64 {
+        let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
+        let (h, i) = (self.hidden_size, self.intermediate_size);
+        let patch = m(&[
+            h,
+            self.in_channels,
+            self.temporal_patch_size,
+            self.patch_size,
+            self.patch_size,
+        ]);
+        let block = [
+            m(&[2, h]),
+            m(&[h, 3, h]).saturating_add(m(&[3, h])),
+            m(&[h, h]).saturating_add(h),
+            m(&[2, h, i]).saturating_add(m(&[2, i])),
+            m(&[i, h]).saturating_add(h),
+        ]
+        .iter()
+        .fold(0u64, |acc, x| acc.saturating_add(*x));
+        let merged = m(&[h, self.spatial_merge_size, self.spatial_merge_size]);
+        let merger = h
+            .saturating_add(m(&[merged, merged]))
+            .saturating_add(merged)
+            .saturating_add(m(&[merged, self.out_hidden_size]))
+            .saturating_add(self.out_hidden_size);
+        patch
+            .saturating_add(block.saturating_mul(self.depth))
+            .saturating_add(merger)
+    }
 }
 
 /// The linear-attention keys of a Qwen3.5 `config.json`; absent keys take transformers'
@@ -182,6 +269,15 @@ impl ModelDims {
         self.model_type
             .as_deref()
             .and_then(verlc_spec::families::of_checkpoint)
+    }
+
+    /// The vision tower's parameters, for a family whose tower verlc trains (0 otherwise: a
+    /// text model, or Qwen3.5's multimodal checkpoints, which train as text).
+    pub fn vision_params(&self) -> u64 {
+        match (&self.vision_config, self.family().is_some_and(|f| f.vision)) {
+            (Some(v), true) => v.params(),
+            _ => 0,
+        }
     }
 
     /// Whether the q/k/v projections carry biases (always in Qwen2, as transformers builds it).
@@ -377,11 +473,12 @@ impl ModelDims {
     }
 
     /// Parameter count of a Llama/Qwen-style decoder (embeddings, attention, SwiGLU MLPs or
-    /// experts, norms, output layer). Saturates instead of overflowing on absurd dimensions.
+    /// experts, norms, output layer) and a vision-language model's tower. Saturates instead of overflowing on absurd dimensions.
     pub fn param_count(&self) -> u64 {
         self.all_layers_params()
             .saturating_add(self.embedding_params())
             .saturating_add(self.head_params())
             .saturating_add(self.hidden_size)
+            .saturating_add(self.vision_params())
     }
 }

@@ -9,11 +9,12 @@
 //!   that tool, `examples/tool_lookup.yaml` the run). Rows carry verl's per-sample tool
 //!   arguments, `extra_info.tools_kwargs = {lookup: {create_kwargs: {number}}}`.
 //!
-//! - `color_digits`, the vision task: an image of three vertical stripes, each one of ten
-//!   colours ([`STRIPE_COLORS`], colour `d` for digit `d`), and the prompt "<image>what is the
-//!   answer?" -> the stripes' digits left to right ("307"). Rows carry the image as verl's
-//!   multimodal datasets do (`images = [{bytes: <PNG>, path: null}]`, 84 x 56 pixels: six
-//!   merged 28-pixel patches, two per stripe), for a vision-language model
+//! - `color_digits`, the vision task: an image of `stripes` (3, up to 6) vertical stripes,
+//!   each one of ten colours ([`STRIPE_COLORS`], colour `d` for digit `d`), and the prompt
+//!   "<image>what is the answer?" -> the stripes' digits left to right ("307"); each picture's
+//!   colours are shaded (up to 12 levels a channel), so examples are distinct pictures. Rows carry the
+//!   image as verl's multimodal datasets do (`images = [{bytes: <PNG>, path: null}]`, 28
+//!   pixels a stripe and 56 high: two merged 28-pixel patches a stripe), for a vision-language model
 //!   (`builtin://tiny?arch=qwen2_5_vl`, `examples/color_digits_vl.yaml`).
 //!
 //! `interaction=<name>` (any task) gives each row verl's interaction arguments,
@@ -36,7 +37,12 @@ use crate::builtin_uri::BuiltinUri;
 use crate::rng::Rng;
 
 /// Task names.
-pub const TASKS: &[&str] = &["digit_reversal", "arithmetic", "code_lookup", "color_digits"];
+pub const TASKS: &[&str] = &[
+    "digit_reversal",
+    "arithmetic",
+    "code_lookup",
+    "color_digits",
+];
 
 /// The RGB colour of each digit's stripe in `color_digits` images.
 pub const STRIPE_COLORS: [[u8; 3]; 10] = [
@@ -53,12 +59,18 @@ pub const STRIPE_COLORS: [[u8; 3]; 10] = [
 ];
 
 /// A `color_digits` image of `digits` (one stripe each, left to right), 28 pixels a stripe
-/// and 56 high, as PNG bytes.
-pub fn stripe_png(digits: &str) -> Result<Vec<u8>, String> {
+/// and 56 high, as PNG bytes; `shade` moves each stripe's colour by up to 12 levels per
+/// channel (a deterministic function of `shade` and the stripe), so the same digits come in
+/// many pictures.
+pub fn stripe_png(digits: &str, shade: u64) -> Result<Vec<u8>, String> {
     let (stripe, height) = (28usize, 56usize);
+    let mut rng = Rng::derive(shade, 0x5717_09e5);
     let colors: Vec<[u8; 3]> = digits
         .bytes()
-        .map(|b| STRIPE_COLORS[usize::from(b.wrapping_sub(b'0')) % 10])
+        .map(|b| {
+            let base = STRIPE_COLORS[usize::from(b.wrapping_sub(b'0')) % 10];
+            base.map(|c| (i64::from(c) + rng.range(-12, 12)).clamp(0, 255) as u8)
+        })
         .collect();
     let width = stripe * colors.len().max(1);
     let mut data = Vec::with_capacity(width * height * 3);
@@ -130,14 +142,23 @@ fn generator(uri: &BuiltinUri) -> Result<Gen, String> {
                 (format!("compute {a}{op}{b}"), r.to_string())
             }))
         }
-        // The prompt text is the same for every row: its digits make the examples distinct
-        // (and become the image when the rows are built).
-        "color_digits" => Ok(Box::new(move |rng| {
-            let digits: String = (0..3)
-                .map(|_| char::from(b'0' + rng.below(10) as u8))
-                .collect();
-            (digits.clone(), digits)
-        })),
+        // The prompt text is the same for every row: the digits and the picture's shade make
+        // the examples distinct (and become the image when the rows are built).
+        "color_digits" => {
+            let stripes: i64 = uri.get("stripes", 3)?;
+            if !(1..=6).contains(&stripes) {
+                return Err(format!(
+                    "builtin://color_digits: need 1 <= stripes <= 6, got {stripes}"
+                ));
+            }
+            Ok(Box::new(move |rng| {
+                let digits: String = (0..stripes)
+                    .map(|_| char::from(b'0' + rng.below(10) as u8))
+                    .collect();
+                let shade = rng.below(1 << 20);
+                (format!("{digits}:{shade}"), digits)
+            }))
+        }
         "code_lookup" => Ok(Box::new(move |rng| {
             let n = rng.range(100, 999) as u64;
             (format!("what is the answer of {n}"), lookup_code(n))
@@ -194,6 +215,7 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
         "max_operand",
         "ops",
         "interaction",
+        "stripes",
     ];
     uri.check_keys(&known)?;
     let split: String = uri.get("split", "train".to_owned())?;
@@ -236,7 +258,9 @@ pub fn rows(uri: &BuiltinUri) -> Result<Vec<Map<String, Value>>, String> {
         .map(|(i, (prompt, answer))| {
             let (prompt, images) = if uri.name == "color_digits" {
                 use base64::Engine as _;
-                let png = base64::engine::general_purpose::STANDARD.encode(stripe_png(&prompt)?);
+                let (digits, shade) = prompt.split_once(':').unwrap_or((&prompt, "0"));
+                let png = stripe_png(digits, shade.parse().unwrap_or(0))?;
+                let png = base64::engine::general_purpose::STANDARD.encode(png);
                 (
                     "<image>what is the answer?".to_owned(),
                     json!([{"bytes": png, "path": null}]),

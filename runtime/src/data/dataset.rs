@@ -120,8 +120,14 @@ fn vision_prompt(
         return Ok(None);
     }
     let keys = (opts.prompt_key.as_str(), v.image_key.as_str());
-    let prompt = row_prompt(map, keys, tokenizer, &v.processor, &opts.chat_template_kwargs)
-        .map_err(|e| format!("column `{}`: {e}", v.image_key))?;
+    let prompt = row_prompt(
+        map,
+        keys,
+        tokenizer,
+        &v.processor,
+        &opts.chat_template_kwargs,
+    )
+    .map_err(|e| format!("column `{}`: {e}", v.image_key))?;
     map.remove(&v.image_key);
     Ok(Some(prompt))
 }
@@ -172,21 +178,19 @@ impl RlDataset {
             };
             let (ids, images) = match vision {
                 Some(v) => v,
-                None => match tokenizer.encode_chat(
-                    &sample.prompt,
-                    true,
-                    &opts.chat_template_kwargs,
-                ) {
-                    Ok(ids) => (ids, Vec::new()),
-                    Err(e) => {
-                        problems.push(DataError::Tokenize {
-                            file: source,
-                            row,
-                            source: e,
-                        });
-                        continue;
+                None => {
+                    match tokenizer.encode_chat(&sample.prompt, true, &opts.chat_template_kwargs) {
+                        Ok(ids) => (ids, Vec::new()),
+                        Err(e) => {
+                            problems.push(DataError::Tokenize {
+                                file: source,
+                                row,
+                                source: e,
+                            });
+                            continue;
+                        }
                     }
-                },
+                }
             };
             if opts.filter_overlong_prompts && ids.len() > opts.max_prompt_length {
                 filtered += 1;

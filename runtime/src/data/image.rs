@@ -348,16 +348,24 @@ impl ImageProcessorConfig {
         if !file.is_file() {
             return Ok(Self::default());
         }
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
     }
 
     /// Writes `preprocessor_config.json` into a saved model directory `dir`: the source
     /// model's own file when it has one (`source_dir`), else these settings as transformers'
     /// Qwen2-VL image processor reads them.
-    pub fn save(&self, dir: &std::path::Path, source_dir: Option<&std::path::Path>) -> Result<(), String> {
+    pub fn save(
+        &self,
+        dir: &std::path::Path,
+        source_dir: Option<&std::path::Path>,
+    ) -> Result<(), String> {
         let out = dir.join("preprocessor_config.json");
-        if let Some(src) = source_dir.map(|d| d.join("preprocessor_config.json")).filter(|f| f.is_file()) {
+        if let Some(src) = source_dir
+            .map(|d| d.join("preprocessor_config.json"))
+            .filter(|f| f.is_file())
+        {
             return std::fs::copy(&src, &out)
                 .map(|_| ())
                 .map_err(|e| format!("{}: {e}", out.display()));

@@ -129,7 +129,10 @@ fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::V
     let height = (half - time) / 2;
     let mut rope = Map::new();
     rope.insert("type".into(), json!("mrope"));
-    rope.insert("mrope_section".into(), json!([time, height, half - time - height]));
+    rope.insert(
+        "mrope_section".into(),
+        json!([time, height, half - time - height]),
+    );
     cfg.rope_scaling = Some(rope);
     extra.insert(
         "vision_config".into(),

@@ -184,7 +184,11 @@ impl RotaryEmbedding {
                 &inter * (extra_factor.ones_like() - &extra_factor) + extra * extra_factor
             }
         };
-        let mrope_section = match cfg.rope_scaling.as_ref().and_then(|m| m.get("mrope_section")) {
+        let mrope_section = match cfg
+            .rope_scaling
+            .as_ref()
+            .and_then(|m| m.get("mrope_section"))
+        {
             None | Some(Value::Null) => None,
             Some(v) => {
                 let sections: Vec<i64> = serde_json::from_value(v.clone())
@@ -272,7 +276,12 @@ impl RotaryEmbedding {
         Ok(self.mrope_tables(position_ids, sections, kind))
     }
 
-    fn mrope_tables(&self, position_ids: &Tensor, sections: &[i64], kind: Kind) -> (Tensor, Tensor) {
+    fn mrope_tables(
+        &self,
+        position_ids: &Tensor,
+        sections: &[i64],
+        kind: Kind,
+    ) -> (Tensor, Tensor) {
         let freqs =
             position_ids.to_kind(Kind::Float).unsqueeze(-1) * self.inv_freq.view([1, 1, 1, -1]);
         let emb = Tensor::cat(&[&freqs, &freqs], -1);
@@ -291,7 +300,10 @@ impl RotaryEmbedding {
             cos *= self.attention_scaling;
             sin *= self.attention_scaling;
         }
-        (cos.to_kind(kind).unsqueeze(1), sin.to_kind(kind).unsqueeze(1))
+        (
+            cos.to_kind(kind).unsqueeze(1),
+            sin.to_kind(kind).unsqueeze(1),
+        )
     }
 }
 

@@ -502,7 +502,10 @@ fn generate_chunk<D: Decoder>(
         model.prefill_images(head, &ids, &mask, &flat, &mut prefill)?
     } else {
         let pos = position_ids_from_mask(&mask);
-        (model.next_logits(head, &ids, &pos, &mask, &mut prefill)?, pos)
+        (
+            model.next_logits(head, &ids, &pos, &mask, &mut prefill)?,
+            pos,
+        )
     };
     let repeat = Tensor::arange(b, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
     let mut cache = if n == 1 {

@@ -123,12 +123,12 @@ impl Tokenizer {
                             path: path.into(),
                             msg,
                         })?;
-                let arch: String = uri.get("arch", String::new()).map_err(|msg| {
-                    TokenizerError::Source {
-                        path: path.into(),
-                        msg,
-                    }
-                })?;
+                let arch: String =
+                    uri.get("arch", String::new())
+                        .map_err(|msg| TokenizerError::Source {
+                            path: path.into(),
+                            msg,
+                        })?;
                 Self::from_json(
                     &builtin::tokenizer_json_for(
                         &builtin::vision_tokens(&arch),

@@ -305,21 +305,29 @@ fn saved_vision_model() -> SavedVision {
     let class = m.config.arch().expect("arch").causal_lm_class();
     save_pretrained(&m.vs, &m.config, class, &dir, &SaveOptions::default()).expect("save");
     let processor = ImageProcessorConfig::default();
-    processor.save(&dir, None).expect("preprocessor_config.json");
-    let png = runtime::data::builtin::stripe_png("307").expect("png");
+    processor
+        .save(&dir, None)
+        .expect("preprocessor_config.json");
+    let png = runtime::data::builtin::stripe_png("307", 5).expect("png");
     let image = process_image(&decode_png(&png).expect("decode"), None, &processor).expect("image");
     let tok = runtime::tokenizer::Tokenizer::from_pretrained(uri).expect("tokenizer");
     let messages: Vec<runtime::tokenizer::Message> = serde_json::from_value(serde_json::json!(
         [{"role": "user", "content": "<image>what is the answer?"}]
     ))
     .expect("messages");
-    let ids = encode_vision_prompt(&tok, &messages, std::slice::from_ref(&image), 2, &Default::default())
-        .expect("prompt");
+    let ids = encode_vision_prompt(
+        &tok,
+        &messages,
+        std::slice::from_ref(&image),
+        2,
+        &Default::default(),
+    )
+    .expect("prompt");
     let ids = tch::Tensor::from_slice(&ids).unsqueeze(0);
     let mask = ids.ones_like();
     let (pixels, grids) = Vision::pixels(&[&image], Device::Cpu).expect("pixels");
-    let logits = tch::no_grad(|| m.model.forward_pixels(&ids, &mask, &pixels, &grids))
-        .expect("forward");
+    let logits =
+        tch::no_grad(|| m.model.forward_pixels(&ids, &mask, &pixels, &grids)).expect("forward");
     let inputs = dir.join("vision-inputs.safetensors");
     tch::Tensor::write_safetensors(
         &[
@@ -348,6 +356,9 @@ impl SavedVision {
         let grid: Vec<i64> = Vec::try_from(get(hf, "image_grid_thw").view([-1])).expect("grid");
         assert_eq!(grid, self.grid.to_vec(), "image grid");
         let d = oracle::max_abs_diff(get(hf, "logits"), &self.logits);
-        assert!(d <= 1e-5, "transformers on the saved VL model differs by {d}");
+        assert!(
+            d <= 1e-5,
+            "transformers on the saved VL model differs by {d}"
+        );
     }
 }

@@ -203,7 +203,13 @@ fn oracle_rows(
     let prompts = ids
         .iter()
         .zip(&mask)
-        .map(|(r, m)| r.iter().zip(m).filter(|(_, m)| **m == 1).map(|(t, _)| *t).collect())
+        .map(|(r, m)| {
+            r.iter()
+                .zip(m)
+                .filter(|(_, m)| **m == 1)
+                .map(|(t, _)| *t)
+                .collect()
+        })
         .collect();
     let grids: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
     let pixels = &tensors["input.pixel_values"];
@@ -256,7 +262,11 @@ fn qwen2_5_vl_rollout_generates_transformers_tokens() {
     let p = out.prompts.size()[1];
     let last = pos.narrow(1, p - 1, 1);
     let first = pos.narrow(1, p, 1);
-    assert_eq!(max_diff(&(first - 1), &last), 0.0, "responses continue the prompt");
+    assert_eq!(
+        max_diff(&(first - 1), &last),
+        0.0,
+        "responses continue the prompt"
+    );
     // A text-only model refuses prompts with images.
     let text_cfg = runtime::model::builtin::config(
         &runtime::builtin_uri::BuiltinUri::parse("builtin://tiny")
@@ -303,10 +313,16 @@ fn qwen2_5_vl_engine_log_probs_match_transformers() {
     let opts = ForwardOptions::default();
     let padded = Head::forward(&model, &batch, &opts).expect("padded forward");
     let d = max_diff(&padded.log_probs, &want);
-    assert!(d < 1e-4, "padded log-probs differ from transformers' by {d}");
+    assert!(
+        d < 1e-4,
+        "padded log-probs differ from transformers' by {d}"
+    );
     let packed = model.forward_packed(&batch, &opts).expect("packed forward");
     let d = max_diff(&packed.log_probs, &want);
-    assert!(d < 1e-4, "packed log-probs differ from transformers' by {d}");
+    assert!(
+        d < 1e-4,
+        "packed log-probs differ from transformers' by {d}"
+    );
     // Rows narrowed or selected keep their own images.
     let second = batch.select(&[1]).expect("select");
     let one = Head::forward(&model, &second, &opts).expect("row 1");
@@ -351,7 +367,11 @@ fn qwen2_5_vl_logits_match_transformers() {
         0,
     )
     .expect("checkpoint");
-    assert!(saved.report.missing.is_empty(), "{:?}", saved.report.missing);
+    assert!(
+        saved.report.missing.is_empty(),
+        "{:?}",
+        saved.report.missing
+    );
     let again = tch::no_grad(|| {
         saved.model.forward_pixels(
             &tensors["input.input_ids"],

@@ -328,10 +328,20 @@ fn a_vision_language_model_trains_on_its_images_with_its_tower_frozen() {
     assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
     let saved = dir.join("ckpt/global_step_2/actor/huggingface");
     assert!(saved.join("preprocessor_config.json").is_file());
-    let trained = from_pretrained(saved.to_str().expect("path"), tch::Device::Cpu, Dtype::Fp32, 0)
-        .expect("saved model");
-    let fresh = from_pretrained(&spec.actor.model_path, tch::Device::Cpu, Dtype::Fp32, spec.model_seed)
-        .expect("initial model");
+    let trained = from_pretrained(
+        saved.to_str().expect("path"),
+        tch::Device::Cpu,
+        Dtype::Fp32,
+        0,
+    )
+    .expect("saved model");
+    let fresh = from_pretrained(
+        &spec.actor.model_path,
+        tch::Device::Cpu,
+        Dtype::Fp32,
+        spec.model_seed,
+    )
+    .expect("initial model");
     let (mut tower, mut text) = (0, 0);
     for (name, t) in fresh.vs.variables() {
         let same = t.equal(&trained.vs.variables()[&name]);

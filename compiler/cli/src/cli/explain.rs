@@ -143,6 +143,7 @@ fn dims_from_flags(a: &ExplainArgs) -> Option<ModelDims> {
         attention_bias: None,
         moe: Default::default(),
         linear: Default::default(),
+        vision_config: None,
     })
 }
 

@@ -53,7 +53,12 @@ impl Vision {
             Some(v @ Value::Object(_)) => {
                 serde_json::from_value(v.clone()).map_err(|e| format!("vision_config: {e}"))?
             }
-            _ => return Err(format!("model_type `{}` without a `vision_config`", cfg.model_type)),
+            _ => {
+                return Err(format!(
+                    "model_type `{}` without a `vision_config`",
+                    cfg.model_type
+                ));
+            }
         };
         if vision.out_hidden_size != cfg.hidden_size {
             return Err(format!(
@@ -67,7 +72,9 @@ impl Vision {
             .and_then(|m| m.get("mrope_section"))
             .is_some_and(|v| !v.is_null());
         if !mrope {
-            return Err("rope_scaling.mrope_section is missing (multimodal rotary positions)".into());
+            return Err(
+                "rope_scaling.mrope_section is missing (multimodal rotary positions)".into(),
+            );
         }
         let id = |k: &str| {
             cfg.extra
@@ -101,8 +108,17 @@ impl Vision {
             .flat_map(|i| i.pixel_values.iter().copied())
             .collect();
         let rows: i64 = grids.iter().map(|[t, h, w]| t * h * w).sum();
-        let width = if rows > 0 { data.len() as i64 / rows } else { 0 };
-        Ok((Tensor::from_slice(&data).f_view([rows, width])?.f_to(device)?, grids))
+        let width = if rows > 0 {
+            data.len() as i64 / rows
+        } else {
+            0
+        };
+        Ok((
+            Tensor::from_slice(&data)
+                .f_view([rows, width])?
+                .f_to(device)?,
+            grids,
+        ))
     }
 
     /// Token embeddings of `input_ids` `(B, T)` with the embeddings of `images` (in the order
