@@ -361,17 +361,17 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
 }
 
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
-/// this run: verlc trains one on one process (the single engine), with the built-in rollout
-/// generating single turns, synchronously, full weights, no critic.
+/// this run: verlc trains one on FSDP (one process or several, without Ulysses), with the
+/// built-in rollout generating single turns, synchronously, full weights, no critic.
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision)?;
-    let world = spec.world.nnodes.max(1) * spec.world.n_gpus_per_node.max(1);
+    let ulysses = role_engine(spec, key).map_or(1, |e| e.ulysses());
     let why = if key == "critic.model.path" {
         "as a critic (it has no value head)"
     } else if spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron {
         "on the Megatron strategy"
-    } else if world > 1 {
-        "on more than one process (FSDP over several ranks)"
+    } else if ulysses > 1 {
+        "with Ulysses sequence parallelism"
     } else if spec.rollout.vllm.is_some() {
         "with the vLLM rollout"
     } else if spec.rollout.multi_turn.is_some() {
@@ -384,7 +384,7 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on one process with the built-in rollout, single-turn, synchronously and on full weights: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP without Ulysses, with the built-in rollout, single-turn, synchronously and on full weights: training it {why} is not implemented yet",
         row.name
     ))
 }

@@ -94,6 +94,9 @@ pub struct PromptItem {
     pub row: usize,
     /// Its images (a vision-language prompt's, in placeholder order); empty for text.
     pub images: RowImages,
+    /// Its place in its dataset's `items` (a batch gathered over ranks finds the images of
+    /// its rows by it).
+    pub index: usize,
 }
 
 /// A prompt's ids (image placeholders expanded) and its prepared images.
@@ -211,6 +214,7 @@ impl RlDataset {
                 source,
                 row,
                 images: images.into(),
+                index: items.len(),
             });
         }
         problems.into_result()?;

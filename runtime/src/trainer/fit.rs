@@ -754,15 +754,41 @@ impl<R: Roles> Trainer<R> {
         };
         let mut batch = rollout_batch(&out)?;
         if items.iter().any(|it| !it.images.is_empty()) {
-            // Each row carries its prompt's images (verl's `multi_modal_data`).
+            // Each row carries its prompt's images (verl's `multi_modal_data`), and its
+            // prompt's place in the dataset, by which a batch gathered over ranks finds them
+            // again ([`Trainer::attach_images`]).
             let rows = out
                 .prompt_index
                 .iter()
                 .map(|&p| items[p].images.clone())
                 .collect();
             batch.set_images(rows)?;
+            let index: Vec<i64> = out
+                .prompt_index
+                .iter()
+                .map(|&p| items[p].index as i64)
+                .collect();
+            batch.insert(PROMPT_ITEM, Tensor::from_slice(&index))?;
         }
         Ok((batch, out))
+    }
+
+    /// The images of a batch of training rows that went through a gather (which carries
+    /// tensors only), from each row's prompt in the training set `train`.
+    fn attach_images(train: &RlDataset, batch: &mut Batch) -> Result<(), TrainerError> {
+        let Some(column) = batch.opt(PROMPT_ITEM) else {
+            return Ok(());
+        };
+        let images = Vec::<i64>::try_from(column)?
+            .into_iter()
+            .map(|i| {
+                let item = usize::try_from(i).ok().and_then(|i| train.items.get(i));
+                item.map(|it| it.images.clone())
+                    .ok_or_else(|| bad(format!("row of prompt {i}: no such training prompt")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        batch.set_images(images)?;
+        Ok(())
     }
 
     /// Decodes the responses and scores them.
@@ -1105,6 +1131,8 @@ impl<R: Roles> Trainer<R> {
 
         // The updates take this rank's rows; the engines average gradients over the ranks.
         let mut own_rows = self.dp.own_rows(&batch)?;
+        Self::attach_images(train, &mut own_rows)?;
+        own_rows.remove(PROMPT_ITEM);
         own_rows.remove("uid");
         own_rows.remove("reward_baselines");
         for key in self.spec.algorithm.gdpo.iter().flat_map(|g| &g.keys) {
@@ -1304,7 +1332,9 @@ impl<R: Roles> Trainer<R> {
         let first = first_groups(all.get("uid")?, target as usize)?;
         let mut selected = all.select(&first)?;
         selected.remove(GROUP_METRIC);
-        self.dp.own_rows(&selected)
+        let mut own = self.dp.own_rows(&selected)?;
+        Self::attach_images(train, &mut own)?;
+        Ok(own)
     }
 
     /// `trainer.rollout_data_dir`: one JSONL file per step with input, output, score.
@@ -1571,6 +1601,9 @@ fn on_sample(
 
 /// The batch of a generation (verl's repeat + union): sequences, masks and the agent loop's
 /// per-row counts.
+/// The batch column of each row's prompt's place in the training set (vision-language rows).
+const PROMPT_ITEM: &str = "prompt_item";
+
 pub(super) fn rollout_batch(out: &RolloutOutput) -> Result<Batch, TrainerError> {
     let mut b = Batch::new();
     for (column, counts) in [

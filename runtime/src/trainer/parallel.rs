@@ -347,7 +347,10 @@ pub fn pad_prompts(batch: &mut Batch, width: i64, pad_id: i64) -> Result<(), Tra
         ("position_ids", 1),
     ] {
         let t = batch.get(key)?;
-        let pad = Tensor::f_full([t.size()[0], extra], fill, (t.kind(), t.device()))?;
+        // Multimodal positions `(N, T, 3)` pad every axis.
+        let mut shape = t.size();
+        shape[1] = extra;
+        let pad = Tensor::f_full(shape.as_slice(), fill, (t.kind(), t.device()))?;
         let padded = Tensor::f_cat(&[pad, t.shallow_clone()], 1)?;
         batch.insert(key, padded)?;
     }

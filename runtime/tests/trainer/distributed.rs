@@ -260,6 +260,28 @@ fn fsdp_lora_two_ranks_match_one_process_and_resume_exactly() {
     assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
 }
 
+/// A vision-language model (the tiny Qwen2.5-VL reading `color_digits` pictures, its tower a
+/// unit of its own) with a KL loss to its reference on two FSDP ranks: every step matches one
+/// process (each rank's rows find their images again after the batch's gathers), and a run
+/// resumed from its step-2 checkpoint repeats step 3 exactly.
+#[test]
+fn fsdp_vision_language_two_ranks_match_one_process_and_resume_exactly() {
+    let dir = scratch("dist_vision");
+    let extra = [
+        "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'",
+        "data.train_files='builtin://color_digits?split=train&size=64&stripes=2'",
+        "data.val_files='builtin://color_digits?split=test&size=8&stripes=2'",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+    ];
+    let (job, ranks) = fsdp_on_two_ranks_as_on_one(&extra, &dir, "FSDP vision-language 2 ranks");
+    let s2 = step_dir(&dir.join("two").join("ckpt"), 2);
+    assert!(
+        s2.join("actor/huggingface/preprocessor_config.json")
+            .is_file()
+    );
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
+}
+
 /// Runs the FSDP quickstart with `extra` in one process and on two ranks (checkpoints every 2
 /// steps): both ranks report the same metrics and match the one-process run step by step.
 fn fsdp_on_two_ranks_as_on_one(

@@ -553,6 +553,7 @@ fn background_rollout_generates_with_its_published_copy() {
             source: "test".into(),
             row: 0,
             images: Vec::new().into(),
+            index: 0,
         }
     };
     let items: Vec<_> = prompts.iter().cloned().map(item).collect();

@@ -27,6 +27,9 @@ use super::{Batch, EngineError, ForwardOptions, FsdpError, Result};
 pub(super) struct LayerInputs {
     /// The token ids the embedding reads: `(B, T)`, packed `(1, N)` or this rank's shard.
     ids: Tensor,
+    /// Where the valid tokens of the padded batch go when packed (a vision-language model's
+    /// input embeddings are computed padded, then packed the same way).
+    packing: Option<Packing>,
     cos: Tensor,
     sin: Tensor,
     layout: Layout,
@@ -69,17 +72,21 @@ struct SequenceShard {
 impl LayerInputs {
     /// The embedding `(…, hidden)` of a micro-batch and its layer inputs; `packed` runs it
     /// without padding, `sp` (packed only) splits the sequence over a Ulysses group.
+    /// `embeds`: the micro-batch's input embeddings `(B, T, hidden)` when they are more than
+    /// the token embeddings (a vision-language model's, [`super::Head::input_embeds`]).
     pub(super) fn new(
         model: &Model,
         mb: &Batch,
         packed: bool,
         sp: Option<&ProcessGroup>,
+        embeds: Option<Tensor>,
     ) -> Result<(Tensor, Self)> {
         let ids = mb.get("input_ids")?;
         let pos = mb.get("position_ids")?;
         let key_valid = mb.get("attention_mask")?;
         let t = ids.size().get(1).copied().unwrap_or(0);
         let (start, r) = head::window(mb)?;
+        let mut kept_packing = None;
         let (ids, pos, layout) = if !packed {
             let layout = Layout::Padded {
                 mask: causal_padding_mask(key_valid, 0, t),
@@ -95,7 +102,10 @@ impl LayerInputs {
             let spans = packing.attention_spans();
             let (ids, pos) = (packing.pack(ids), packing.pack(pos));
             match sp.filter(|g| g.size() > 1) {
-                None => (ids, pos, Layout::Packed { spans, window }),
+                None => {
+                    kept_packing = Some(packing);
+                    (ids, pos, Layout::Packed { spans, window })
+                }
                 Some(group) => {
                     let n = packing.len();
                     let per = (n + group.size() as i64 - 1) / group.size() as i64;
@@ -111,22 +121,32 @@ impl LayerInputs {
                 }
             }
         };
-        let x = model.f_embed(&ids)?;
+        let inputs = LayerInputs {
+            ids,
+            packing: kept_packing,
+            cos: Tensor::new(),
+            sin: Tensor::new(),
+            layout,
+        };
+        let x = inputs.embed(model, embeds)?;
         let (cos, sin) = model.rotary().cos_sin(&pos, x.kind());
-        Ok((
-            x,
-            LayerInputs {
-                ids,
-                cos,
-                sin,
-                layout,
-            },
-        ))
+        Ok((x, LayerInputs { cos, sin, ..inputs }))
     }
 
-    /// The embedding again (for its backward).
-    pub(super) fn embed(&self, model: &Model) -> Result<Tensor> {
-        Ok(model.f_embed(&self.ids)?)
+    /// The embedding (again, for its backward): the token embeddings of the layout's ids, or
+    /// `embeds` `(B, T, hidden)` laid out as the ids are.
+    pub(super) fn embed(&self, model: &Model, embeds: Option<Tensor>) -> Result<Tensor> {
+        match (embeds, &self.layout) {
+            (None, _) => Ok(model.f_embed(&self.ids)?),
+            (Some(x), Layout::Padded { .. }) => Ok(x),
+            (Some(x), Layout::Packed { .. }) => match &self.packing {
+                Some(p) => Ok(p.pack(&x)),
+                None => Err(EngineError::Batch("packed inputs without their packing".into())),
+            },
+            (Some(_), Layout::Ulysses { .. }) => Err(EngineError::Config(
+                "input embeddings beyond the tokens' (a vision-language model) under Ulysses are not implemented".into(),
+            )),
+        }
     }
 
     /// Layer `i` of `layers` on its input `x`; the last layer returns only the head's window

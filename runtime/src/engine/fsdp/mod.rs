@@ -172,7 +172,9 @@ pub struct FsdpEngine<H: FsdpHead> {
     _vs: VarStore,
     module: H,
     config: ModelConfig,
-    root: FlatUnit,
+    /// The root's units: embeddings, final norm and head, and a vision-language model's
+    /// tower apart (frozen on its own under `freeze_vision_tower`).
+    root: UnitSet,
     layers: Vec<UnitSet>,
     /// The group parameters are sharded over (FULL_SHARD: all data-parallel ranks;
     /// HYBRID_SHARD: `fsdp_size` consecutive ranks).
@@ -334,7 +336,21 @@ impl<H: FsdpHead> FsdpEngine<H> {
         // Under LoRA only the adapters train: the root and each layer's base weights are
         // frozen units, each layer's adapters a unit of their own.
         let lora = config.lora.is_some();
-        let root = FlatUnit::new("root", root_vars, ranks, shard, !lora)?;
+        let freeze_tower = settings.engine.optim.is_some_and(|o| o.freeze_vision_tower);
+        let (tower, root_vars): (Vec<_>, Vec<_>) = root_vars
+            .into_iter()
+            .partition(|(n, _)| n.starts_with("visual."));
+        let mut root = vec![FlatUnit::new("root", root_vars, ranks, shard, !lora)?];
+        if !tower.is_empty() {
+            root.push(FlatUnit::new(
+                "visual",
+                tower,
+                ranks,
+                shard,
+                !lora && !freeze_tower,
+            )?);
+        }
+        let root = UnitSet(root);
         let layers = per_layer
             .into_iter()
             .enumerate()
@@ -371,7 +387,9 @@ impl<H: FsdpHead> FsdpEngine<H> {
 
     /// The flat units, root first, then the layers in order.
     pub fn units(&self) -> impl Iterator<Item = &FlatUnit> {
-        std::iter::once(&self.root).chain(self.layers.iter().flat_map(UnitSet::iter))
+        self.root
+            .iter()
+            .chain(self.layers.iter().flat_map(UnitSet::iter))
     }
 
     fn build_optimizer(&mut self) -> Result<()> {
@@ -493,7 +511,8 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let packed = self.settings.engine.remove_padding
             && (self.sp.is_some()
                 || crate::model::packed::worth_packing(mb.get("attention_mask")?));
-        LayerInputs::new(self.module.backbone(), mb, packed, self.sp.as_ref())
+        let embeds = self.module.input_embeds(mb)?;
+        LayerInputs::new(self.module.backbone(), mb, packed, self.sp.as_ref(), embeds)
     }
 
     /// Layer `i` on its input `x`; the last layer returns only the head's window.
@@ -591,8 +610,9 @@ impl<H: FsdpHead> FsdpEngine<H> {
             self.layers[i].free()?;
         }
         // Embedding (frozen under LoRA: nothing to compute).
-        if g.defined() && self.root.trainable() {
-            let x0 = inputs.embed(self.module.backbone())?;
+        if g.defined() && self.root.iter().any(FlatUnit::trainable) {
+            let embeds = self.module.input_embeds(mb)?;
+            let x0 = inputs.embed(self.module.backbone(), embeds)?;
             crate::ops::backward(&[x0], &[g.f_to_kind(saved[0].kind())?], false)
                 .map_err(FsdpError::from)?;
         }
