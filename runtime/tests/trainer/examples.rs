@@ -43,6 +43,10 @@ const TINY_QWEN3_5: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=
 const TINY_QWEN3_5_MOE: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
 const TINY_MISTRAL: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=mistral'";
 const TINY_QWEN3_NEXT: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_next&experts=4&experts_per_tok=2&moe_intermediate=16'";
+/// Qwen2.5-VL's: the dense tiny text model with a vision tower; its examples' geo3k data
+/// becomes `color_digits` pictures.
+const TINY_QWEN2_5_VL: &str =
+    "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen2_5_vl'";
 
 /// The tiny model of the family an example's model path names (by its Hub-style name:
 /// `Qwen3.5-35B-A3B` is a Qwen3.5-MoE, `Qwen3-30B-A3B` a Qwen3-MoE); the dense tiny model
@@ -59,6 +63,9 @@ fn tiny_for(overrides: &[String]) -> &'static str {
     if path.contains("mistral") {
         return TINY_MISTRAL;
     }
+    if is_qwen2_5_vl(&path) {
+        return TINY_QWEN2_5_VL;
+    }
     let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
     match (qwen3_5, is_moe_name(&path)) {
         (true, true) => TINY_QWEN3_5_MOE,
@@ -66,6 +73,11 @@ fn tiny_for(overrides: &[String]) -> &'static str {
         (false, true) if path.contains("qwen3") => TINY_QWEN3_MOE,
         _ => TINY,
     }
+}
+
+/// Qwen2.5-VL by name (`Qwen2.5-VL-7B-Instruct`).
+fn is_qwen2_5_vl(path: &str) -> bool {
+    path.contains("qwen2.5-vl") || path.contains("qwen2_5_vl")
 }
 
 /// A mixture-of-experts model by name: `moe`, or an active-parameter tag like `A3B`.
@@ -132,6 +144,14 @@ fn retarget(dir: &std::path::Path, layout: Layout, policy: &str) -> Vec<String> 
     ]
     .map(str::to_owned)
     .to_vec();
+    if policy == TINY_QWEN2_5_VL {
+        // The vision examples' geo3k rows become pictures the tiny model reads.
+        for (key, split, size) in [("train_files", "train", 64), ("val_files", "test", 8)] {
+            o.push(format!(
+                "data.{key}='builtin://color_digits?split={split}&size={size}&stripes=2'"
+            ));
+        }
+    }
     o.push(format!("actor_rollout_ref.model.path={policy}"));
     o.push(format!("critic.model.path={policy}"));
     if layout == Layout::V09 {
@@ -611,10 +631,11 @@ const VERL_STOPS: &[&str] = &["V066"];
 /// told from its `model.path` (the examples name Hub ids or local copies of them) and its
 /// `model_engine`: Llama, Qwen2/2.5 and Qwen3 dense, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE and
 /// Qwen3-Next on FSDP and on Megatron (experts split over TP or whole, over expert-parallel
-/// ranks; Gated DeltaNet layers under any of its layouts). Vision-language models,
-/// DeepSeek-style and other families are not (yet), nor the engines of 0.8+ verlc does not
+/// ranks; Gated DeltaNet layers under any of its layouts), Qwen2.5-VL on FSDP with full
+/// weights. Other
+/// vision-language models, DeepSeek-style and other families are not (yet), nor the engines of 0.8+ verlc does not
 /// lower (VeOmni, TorchTitan, MindSpeed, AutoModel: one B018 each).
-fn implements_model(overrides: &[String]) -> bool {
+fn implements_model(overrides: &[String], base: &str) -> bool {
     let foreign_engine = overrides.iter().any(|o| {
         o.trim_start_matches('+')
             .strip_prefix("model_engine=")
@@ -628,6 +649,19 @@ fn implements_model(overrides: &[String]) -> bool {
         .find_map(|o| o.strip_prefix("actor_rollout_ref.model.path="))
         .unwrap_or_default()
         .to_ascii_lowercase();
+    if is_qwen2_5_vl(&path) {
+        // Qwen2.5-VL trains on FSDP, full weights.
+        let megatron = base.contains("megatron")
+            || overrides.iter().any(|o| {
+                o.ends_with("strategy=megatron")
+                    || o.trim_start_matches('+') == "model_engine=megatron"
+            });
+        let lora = overrides.iter().any(|o| {
+            o.contains("lora_rank=") && !o.ends_with("lora_rank=0")
+                || o.contains("lora.rank=") && !o.ends_with("lora.rank=0")
+        });
+        return !megatron && !lora;
+    }
     const NOT: &[&str] = &[
         "-vl",
         "_vl",
@@ -784,7 +818,7 @@ fn lower_fixture(
             continue;
         }
         out.accepted += 1;
-        let implemented = implements_model(&overrides);
+        let implemented = implements_model(&overrides, &base);
         out.implemented += usize::from(implemented);
         let policy = tiny_for(&overrides);
         let tools = tools_for(&overrides);
@@ -954,7 +988,13 @@ fn verl_examples_that_build_start_and_train_two_steps() {
     }
     eprintln!("{} distinct runs", runs.len());
     // Each family the examples train runs on its tiny model.
-    for tiny in [TINY, TINY_QWEN3_MOE, TINY_QWEN3_5, TINY_QWEN3_5_MOE] {
+    for tiny in [
+        TINY,
+        TINY_QWEN3_MOE,
+        TINY_QWEN3_5,
+        TINY_QWEN3_5_MOE,
+        TINY_QWEN2_5_VL,
+    ] {
         let n = runs
             .values()
             .filter(|(_, s)| s.actor.model_path == tiny.trim_matches('\''))
