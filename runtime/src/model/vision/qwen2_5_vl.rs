@@ -307,25 +307,36 @@ impl VisionTower {
         let q = rotate(qkv.f_select(1, 0)?)?;
         let k = rotate(qkv.f_select(1, 1)?)?;
         let v = qkv.f_select(1, 2)?;
-        let mut outs = Vec::with_capacity(spans.len());
-        for w in spans.windows(2) {
-            let (start, len) = (w[0], w[1] - w[0]);
-            if len == 0 {
-                continue;
-            }
-            // (heads, len, d) per span; every token sees the whole span.
-            let part = |t: &Tensor| t.f_narrow(0, start, len)?.f_transpose(0, 1);
+        // Consecutive spans of one length attend as one batch (the windows of an image are
+        // mostly equal): the same attention per span as a loop over them, in a few calls.
+        let lens: Vec<(i64, i64)> = spans
+            .windows(2)
+            .map(|w| (w[0], w[1] - w[0]))
+            .filter(|&(_, len)| len > 0)
+            .collect();
+        let mut outs = Vec::with_capacity(lens.len());
+        let mut i = 0;
+        while i < lens.len() {
+            let (start, len) = lens[i];
+            let run = lens[i..].iter().take_while(|&&(_, l)| l == len).count() as i64;
+            // (run, heads, len, d): every token sees its own span whole.
+            let part = |t: &Tensor| {
+                t.f_narrow(0, start, run * len)?
+                    .f_reshape([run, len, heads, d])?
+                    .f_transpose(1, 2)
+            };
             let attn = Tensor::f_scaled_dot_product_attention::<Tensor>(
-                &part(&q)?.f_unsqueeze(0)?,
-                &part(&k)?.f_unsqueeze(0)?,
-                &part(&v)?.f_unsqueeze(0)?,
+                &part(&q)?,
+                &part(&k)?,
+                &part(&v)?,
                 None,
                 0.0,
                 false,
                 None,
                 false,
             )?;
-            outs.push(attn.f_squeeze_dim(0)?.f_transpose(0, 1)?);
+            outs.push(attn.f_transpose(1, 2)?.f_reshape([run * len, heads, d])?);
+            i += run as usize;
         }
         let attn = Tensor::f_cat(&outs, 0)?.f_reshape([n, c.hidden_size])?;
         let x = x + b.proj.forward(&attn);
