@@ -41,7 +41,11 @@ fn main() {
             let fwd = start.elapsed().as_secs_f64();
             e.sum(Kind::Float).backward();
             let bwd = start.elapsed().as_secs_f64() - fwd;
-            println!("tower_fwd_ms={:.1} tower_bwd_ms={:.1}", fwd * 1e3, bwd * 1e3);
+            println!(
+                "tower_fwd_ms={:.1} tower_bwd_ms={:.1}",
+                fwd * 1e3,
+                bwd * 1e3
+            );
         }
         return;
     }

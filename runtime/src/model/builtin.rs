@@ -165,7 +165,8 @@ fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::V
 /// layer, a dense and a sparse MLP where the model mixes them), `hidden` (64), `heads` (4),
 /// `kv_heads` (2, or `heads` when the model has as many key/value heads as query heads),
 /// `intermediate` (2 x hidden) and `experts` (4, or the top-k when it is larger). Randomly
-/// initialised like `tiny`; what `verlc smoke` runs a user's model as.
+/// initialised like `tiny`; what `verlc smoke` runs a user's model as. A vision-language
+/// model's tower is scaled down too, keeping the patch sizes its image processor feeds.
 fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     uri.check_keys(verlc_spec::builtin::SCALED_PARAMS)?;
     let from: String = uri.get("from", String::new())?;
@@ -236,7 +237,41 @@ fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         cfg.linear.linear_num_value_heads = heads;
         cfg.extra.remove("full_attention_interval");
     }
+    if arch.has_vision() {
+        scale_vision_tower(&mut cfg);
+    }
     cfg.validate()
         .map_err(|e| format!("{}: scaled down: {e}", file.display()))?;
     Ok(cfg)
+}
+
+/// A vision-language stand-in's tower, scaled down as the tiny model's (two blocks of width
+/// 64, the second attending over whole images) with the source's patch, temporal patch, merge
+/// and window sizes, so the source's image processor feeds it the same patches; its M-RoPE
+/// sections re-cut for the smaller heads.
+fn scale_vision_tower(cfg: &mut ModelConfig) {
+    let half = cfg.head_dim() / 2;
+    let time = half / 4;
+    let height = (half - time) / 2;
+    if let Some(rope) = cfg.rope_scaling.as_mut() {
+        rope.insert(
+            "mrope_section".into(),
+            json!([time, height, half - time - height]),
+        );
+    }
+    let hidden = cfg.hidden_size;
+    if let Some(serde_json::Value::Object(v)) = cfg.extra.get_mut("vision_config") {
+        for (key, value) in [
+            ("depth", json!(2)),
+            ("hidden_size", json!(64)),
+            ("num_heads", json!(4)),
+            ("intermediate_size", json!(128)),
+            ("out_hidden_size", json!(hidden)),
+            ("fullatt_block_indexes", json!([1])),
+        ] {
+            v.insert(key.into(), value);
+        }
+        // Older configs name the width `embed_dim` and the heads' MLP ratio.
+        v.remove("embed_dim");
+    }
 }

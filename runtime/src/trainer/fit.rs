@@ -208,13 +208,17 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
     if !cfg.arch().is_ok_and(|a| a.has_vision()) {
         return Ok(None);
     }
-    let processor = match &source {
-        ModelSource::Dir(dir) => ImageProcessorConfig::from_model_dir(dir).map_err(bad)?,
-        ModelSource::Builtin(_) => ImageProcessorConfig::default(),
-    };
+    // A scaled stand-in (`verlc smoke`) prepares images as the model it stands in for.
     let model_dir = match source {
         ModelSource::Dir(dir) => Some(dir),
+        ModelSource::Builtin(uri) if uri.name == "scaled" => {
+            uri.params.get("from").map(std::path::PathBuf::from)
+        }
         ModelSource::Builtin(_) => None,
+    };
+    let processor = match &model_dir {
+        Some(dir) => ImageProcessorConfig::from_model_dir(dir).map_err(bad)?,
+        None => ImageProcessorConfig::default(),
     };
     Ok(Some(VisionData {
         image_key: spec.data.image_key.clone(),

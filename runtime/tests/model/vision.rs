@@ -435,3 +435,71 @@ fn qwen2_5_vl_logits_match_transformers() {
     }
     assert!(checked > 40, "{checked} parameters");
 }
+
+/// `verlc smoke`'s stand-in of a Qwen2.5-VL-7B checkpoint (`builtin://scaled?from=DIR` on its
+/// config.json) keeps the family, the vision token ids and the tower's patch sizes (the
+/// source's image processor feeds it), scales the tower down to the stand-in's width and
+/// re-cuts the M-RoPE sections for its heads, and runs a prompt with an image.
+#[test]
+fn a_scaled_stand_in_of_qwen2_5_vl_runs_an_image() {
+    use runtime::builtin_uri::BuiltinUri;
+    use runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
+    use runtime::model::CausalLm;
+    use runtime::model::vision::Vision;
+    tch::set_num_threads(1);
+    let dir = oracle::scratch("scaled-qwen2_5_vl");
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+            "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+            "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+            "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "max_position_embeddings": 128000,
+            "tie_word_embeddings": false, "hidden_act": "silu",
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+            "image_token_id": 151655, "video_token_id": 151656,
+            "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+            "vision_config": {"depth": 32, "hidden_size": 1280, "hidden_act": "silu",
+                "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
+                "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+                "temporal_patch_size": 2, "window_size": 112,
+                "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2}}"#,
+    )
+    .expect("config.json");
+    let uri = format!("builtin://scaled?from={}", dir.display());
+    let cfg =
+        runtime::model::builtin::config(&BuiltinUri::parse(&uri).expect("uri").expect("builtin"))
+            .expect("scaled config");
+    let sections = &cfg.rope_scaling.as_ref().expect("rope")["mrope_section"];
+    assert_eq!(sections, &serde_json::json!([2, 3, 3]));
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let model = CausalLm::new(&cfg, vs.root()).expect("stand-in");
+    runtime::model::init::init_weights(&vs, &cfg, 1).expect("init");
+    let vision = model.vision.as_ref().expect("a vision tower");
+    assert_eq!(vision.tokens.image_token_id, 151655);
+    let tower_params: i64 = vs
+        .variables()
+        .iter()
+        .filter(|(n, _)| n.starts_with("visual."))
+        .map(|(_, t)| t.numel() as i64)
+        .sum();
+    assert!(tower_params < 2_000_000, "{tower_params} tower parameters");
+    let png = runtime::data::builtin::stripe_png("42", 0).expect("png");
+    let image = process_image(
+        &decode_png(&png).expect("png"),
+        None,
+        &ImageProcessorConfig::default(),
+    )
+    .expect("image");
+    let mut ids = vec![151652];
+    ids.extend(std::iter::repeat_n(151655, image.tokens(2)));
+    ids.extend([151653, 100, 200, 300]);
+    let ids = Tensor::from_slice(&ids).unsqueeze(0);
+    let (pixels, grids) = Vision::pixels(&[&image], Device::Cpu).expect("pixels");
+    let logits = tch::no_grad(|| model.forward_pixels(&ids, &ids.ones_like(), &pixels, &grids))
+        .expect("forward");
+    assert_eq!(logits.size(), [1, ids.size()[1], 152064]);
+    assert!(
+        logits.isfinite().all().int64_value(&[]) == 1,
+        "finite logits"
+    );
+}
