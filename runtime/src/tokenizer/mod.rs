@@ -97,51 +97,29 @@ impl Tokenizer {
     pub fn from_pretrained(path: &str) -> Result<Self, TokenizerError> {
         match BuiltinUri::parse(path) {
             Some(uri) => {
-                let uri = uri.map_err(|msg| TokenizerError::Source {
+                let source = |msg: String| TokenizerError::Source {
                     path: path.into(),
                     msg,
-                })?;
+                };
+                let uri = uri.map_err(source)?;
+                let param = |key: &str| uri.get(key, String::new()).map_err(source);
                 // A scaled stand-in model keeps its source's tokenizer.
                 if uri.name == "scaled" {
-                    let from: String =
-                        uri.get("from", String::new())
-                            .map_err(|msg| TokenizerError::Source {
-                                path: path.into(),
-                                msg,
-                            })?;
-                    return Self::from_pretrained(&from);
+                    return Self::from_pretrained(&param("from")?);
                 }
                 if uri.name != "tiny" {
-                    return Err(TokenizerError::Source {
-                        path: path.into(),
-                        msg: "unknown builtin tokenizer".into(),
-                    });
+                    return Err(source("unknown builtin tokenizer".into()));
                 }
-                let tools: String =
-                    uri.get("tools", String::new())
-                        .map_err(|msg| TokenizerError::Source {
-                            path: path.into(),
-                            msg,
-                        })?;
-                let arch: String =
-                    uri.get("arch", String::new())
-                        .map_err(|msg| TokenizerError::Source {
-                            path: path.into(),
-                            msg,
-                        })?;
                 Self::from_json(
                     &builtin::tokenizer_json_for(
-                        &builtin::vision_tokens(&arch),
-                        &builtin::tool_call_tokens(&tools),
+                        &builtin::vision_tokens(&param("arch")?),
+                        &builtin::tool_call_tokens(&param("tools")?),
                     ),
                     builtin::tokenizer_config_json(),
                     None,
                     &GenerationConfig::from_json(&builtin::generation_config_json()),
                 )
-                .map_err(|msg| TokenizerError::Source {
-                    path: path.into(),
-                    msg,
-                })
+                .map_err(source)
             }
             None => match verlc_hub::locate(path, None, &verlc_hub::HubEnv::from_env()) {
                 Ok(loc) => Self::from_dir(loc.dir().unwrap_or(Path::new(path))),
