@@ -99,9 +99,10 @@ impl LinearAttentionConfig {
 }
 
 /// A vision-language checkpoint (a family with a vision tower) read with its text model's
-/// keys at the top level, as Qwen's own files write them: transformers 4.57 nests them in
+/// keys at the top level, as Qwen's own files write them: transformers 4.57 and 5 nest them in
 /// `text_config`, whose keys fill the ones the top level lacks (the family's `model_type`
-/// stays; the vision keys are kept beside them).
+/// stays; the vision keys are kept beside them); transformers 5's `rope_parameters` is read as
+/// `rope_scaling` and `rope_theta`.
 fn lift_text_config(raw: &mut Value) {
     let Some(obj) = raw.as_object_mut() else {
         return;
@@ -120,6 +121,16 @@ fn lift_text_config(raw: &mut Value) {
                 obj.entry(k).or_insert(v);
             }
         }
+    }
+    // transformers 5 writes the rotary settings as `rope_parameters` (with `rope_theta`
+    // inside): the same keys `rope_scaling` holds in Qwen's files.
+    if !obj.contains_key("rope_scaling")
+        && let Some(Value::Object(mut rope)) = obj.get("rope_parameters").cloned()
+    {
+        if let Some(theta) = rope.remove("rope_theta") {
+            obj.entry("rope_theta").or_insert(theta);
+        }
+        obj.insert("rope_scaling".into(), Value::Object(rope));
     }
 }
 

@@ -170,8 +170,18 @@ fn oracle_model() -> (
     runtime::model::CausalLm,
     HashMap<String, Tensor>,
 ) {
+    oracle_model_in(&oracle_dir())
+}
+
+/// [`oracle_model`] of the oracle run that wrote `dir`.
+fn oracle_model_in(
+    dir: &std::path::Path,
+) -> (
+    tch::nn::VarStore,
+    runtime::model::CausalLm,
+    HashMap<String, Tensor>,
+) {
     use runtime::model::{CausalLm, ModelConfig};
-    let dir = oracle_dir();
     let cfg = ModelConfig::from_file(&dir.join("checkpoint").join("config.json")).expect("config");
     let tensors: HashMap<String, Tensor> =
         Tensor::read_safetensors(dir.join("qwen2_5_vl_model.safetensors"))
@@ -340,10 +350,29 @@ fn qwen2_5_vl_engine_log_probs_match_transformers() {
 
 #[test]
 fn qwen2_5_vl_logits_match_transformers() {
-    use runtime::model::{Dtype, from_pretrained};
     tch::set_num_threads(1);
-    let dir = oracle_dir();
-    let (vs, model, tensors) = oracle_model();
+    matches_the_oracle_model(&oracle_dir());
+}
+
+/// The same against transformers 5's Qwen2.5-VL, whose saved checkpoint keeps its rotary
+/// settings in `rope_parameters`.
+#[test]
+fn qwen2_5_vl_logits_match_transformers_5() {
+    tch::set_num_threads(1);
+    let dir = oracle::vision_transformers5();
+    let saved = std::fs::read_to_string(dir.join("checkpoint/config.json")).expect("config");
+    assert!(
+        saved.contains("rope_parameters"),
+        "a transformers 5 checkpoint"
+    );
+    matches_the_oracle_model(&dir);
+}
+
+/// Logits, greedy tokens, the saved checkpoint and every gradient against the oracle run in
+/// `dir`.
+fn matches_the_oracle_model(dir: &std::path::Path) {
+    use runtime::model::{Dtype, from_pretrained};
+    let (vs, model, tensors) = oracle_model_in(dir);
     let grid: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
     let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
     let mask = &tensors["input.attention_mask"];

@@ -125,6 +125,14 @@ pub fn vision() -> PathBuf {
     .clone()
 }
 
+/// `vision_oracle.py qwen2_5_vl_model` run on transformers 5 (its Qwen2.5-VL, and the
+/// checkpoint layout it saves: `rope_parameters`).
+pub fn vision_transformers5() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| cached_transformers5(&script_named("vision_oracle.py"), "qwen2_5_vl_model"))
+        .clone()
+}
+
 /// The checkpoints and references of `model_oracle.py models`.
 pub fn models() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();

@@ -140,20 +140,27 @@ def qwen2_5_vl_model(out):
     ids = torch.tensor([row0, row1])
     mask = torch.tensor([[1] * 15, [0, 0] + [1] * 13])
     pixels = torch.randn(24 + 16, 3 * 2 * 4 * 4)
+    # transformers 5 computes the multimodal positions from the token types its processor
+    # returns (image 1, text 0); without them its positions are text positions.
+    import transformers
+    mm = {}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        mm["mm_token_type_ids"] = (ids == image).int()
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels,
-                       image_grid_thw=torch.tensor(grids)).logits
+                       image_grid_thw=torch.tensor(grids), **mm).logits
     # Greedy generation (no stop token), with transformers' cache and rope deltas.
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     with torch.no_grad():
         generated = model.generate(input_ids=ids, attention_mask=mask, pixel_values=pixels,
-                                   image_grid_thw=torch.tensor(grids), max_new_tokens=6, do_sample=False)
+                                   image_grid_thw=torch.tensor(grids), max_new_tokens=6, do_sample=False,
+                                   **mm)
     generated = generated[:, ids.shape[1]:]
     # The gradient of the next-token log-likelihood of the real tokens (a training loss's
     # shape), for every parameter: vision tower and text model.
     out_logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels,
-                       image_grid_thw=torch.tensor(grids)).logits
+                       image_grid_thw=torch.tensor(grids), **mm).logits
     logp = torch.log_softmax(out_logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     # Positions whose token and next token are both real (a padding position's logits are
     # nobody's prediction).
