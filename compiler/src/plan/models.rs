@@ -327,32 +327,21 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
         let layout = |name: &str, model_type: &str, linear_heads: Option<(i64, i64)>| {
             layout_problem(name, model_type, megatron, (ulysses, linear_heads), experts)
         };
+        // A layout the family cannot train in, else what a vision-language model cannot do.
+        let vision = |model_type: &str| vision_problem(spec, key, path, model_type);
         let why = match locate(path, None, env) {
-            Ok(ModelLocation::Builtin) => {
-                builtin_arch(path).and_then(|a| layout(path, &a, builtin_linear_heads(path)))
-            }
+            Ok(ModelLocation::Builtin) => builtin_arch(path)
+                .and_then(|a| layout(path, &a, builtin_linear_heads(path)).or_else(|| vision(&a))),
             Err(_) => None,
             Ok(loc) => loc.dir().and_then(|dir| {
                 decoder_problem(dir).or_else(|| {
                     let cfg = read_config(dir).ok()?;
                     let model_type = cfg.get("model_type").and_then(Value::as_str)?;
                     layout(&dir.display().to_string(), model_type, linear_heads(&cfg))
+                        .or_else(|| vision(model_type))
                 })
             }),
         };
-        let why = why.or_else(|| {
-            let model_type = match locate(path, None, env) {
-                Ok(ModelLocation::Builtin) => builtin_arch(path),
-                Ok(loc) => loc.dir().and_then(|dir| {
-                    let cfg = read_config(dir).ok()?;
-                    cfg.get("model_type")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                }),
-                Err(_) => None,
-            }?;
-            vision_problem(spec, key, path, &model_type)
-        });
         if let Some(why) = why.filter(|w| out.iter().all(|(_, o)| o != w)) {
             out.push((key, why));
         }

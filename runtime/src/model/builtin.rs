@@ -119,31 +119,29 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     Ok(cfg)
 }
 
-/// A tiny Qwen2.5-VL's vision half: M-RoPE sections in Qwen's proportions (a quarter of the
-/// rotary half for time, the rest split between height and width), a two-block tower on
-/// 14-pixel patches (so the default image processor feeds it) whose second block attends
-/// over the whole image, and the vision token ids after the built-in vocabulary.
+/// A tiny Qwen2.5-VL's vision half: M-RoPE sections for its heads, the tiny tower
+/// ([`set_tiny_tower`]) on 14-pixel patches (so the default image processor feeds it), and the
+/// vision token ids after the built-in vocabulary.
 fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::Value>) {
-    let half = cfg.head_dim() / 2;
-    let time = half / 4;
-    let height = (half - time) / 2;
     let mut rope = Map::new();
     rope.insert("type".into(), json!("mrope"));
-    rope.insert(
-        "mrope_section".into(),
-        json!([time, height, half - time - height]),
-    );
+    rope.insert("mrope_section".into(), tiny_mrope_section(cfg));
     cfg.rope_scaling = Some(rope);
-    extra.insert(
-        "vision_config".into(),
-        json!({
-            "depth": 2, "hidden_size": 64, "num_heads": 4, "intermediate_size": 128,
-            "out_hidden_size": cfg.hidden_size, "patch_size": 14, "temporal_patch_size": 2,
-            "in_channels": 3, "spatial_merge_size": 2, "window_size": 112,
-            "fullatt_block_indexes": [1], "hidden_act": "silu", "tokens_per_second": 2,
-            "model_type": "qwen2_5_vl"
-        }),
-    );
+    let mut vision = Map::new();
+    for (key, value) in [
+        ("patch_size", json!(14)),
+        ("temporal_patch_size", json!(2)),
+        ("in_channels", json!(3)),
+        ("spatial_merge_size", json!(2)),
+        ("window_size", json!(112)),
+        ("hidden_act", json!("silu")),
+        ("tokens_per_second", json!(2)),
+        ("model_type", json!("qwen2_5_vl")),
+    ] {
+        vision.insert(key.into(), value);
+    }
+    set_tiny_tower(&mut vision, cfg.hidden_size);
+    extra.insert("vision_config".into(), serde_json::Value::Object(vision));
     let base = tok::vocab_size() as i64;
     for (i, key) in [
         "vision_start_token_id",
@@ -245,32 +243,41 @@ fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     Ok(cfg)
 }
 
-/// A vision-language stand-in's tower, scaled down as the tiny model's (two blocks of width
-/// 64, the second attending over whole images) with the source's patch, temporal patch, merge
-/// and window sizes, so the source's image processor feeds it the same patches; its M-RoPE
-/// sections re-cut for the smaller heads.
-fn scale_vision_tower(cfg: &mut ModelConfig) {
+/// M-RoPE sections of a small model's heads in Qwen's proportions: a quarter of the rotary
+/// half for time, the rest split between height and width.
+fn tiny_mrope_section(cfg: &ModelConfig) -> serde_json::Value {
     let half = cfg.head_dim() / 2;
     let time = half / 4;
     let height = (half - time) / 2;
+    json!([time, height, half - time - height])
+}
+
+/// The tiny tower's sizes in `vision_config`: two blocks of width 64 with four heads, the
+/// second attending over whole images, merged to the text model's width `hidden`.
+fn set_tiny_tower(vision: &mut Map<String, serde_json::Value>, hidden: i64) {
+    for (key, value) in [
+        ("depth", json!(2)),
+        ("hidden_size", json!(64)),
+        ("num_heads", json!(4)),
+        ("intermediate_size", json!(128)),
+        ("out_hidden_size", json!(hidden)),
+        ("fullatt_block_indexes", json!([1])),
+    ] {
+        vision.insert(key.into(), value);
+    }
+}
+
+/// A vision-language stand-in's tower, scaled down to the tiny model's with the source's
+/// patch, temporal patch, merge and window sizes, so the source's image processor feeds it
+/// the same patches; its M-RoPE sections re-cut for the smaller heads.
+fn scale_vision_tower(cfg: &mut ModelConfig) {
+    let section = tiny_mrope_section(cfg);
     if let Some(rope) = cfg.rope_scaling.as_mut() {
-        rope.insert(
-            "mrope_section".into(),
-            json!([time, height, half - time - height]),
-        );
+        rope.insert("mrope_section".into(), section);
     }
     let hidden = cfg.hidden_size;
     if let Some(serde_json::Value::Object(v)) = cfg.extra.get_mut("vision_config") {
-        for (key, value) in [
-            ("depth", json!(2)),
-            ("hidden_size", json!(64)),
-            ("num_heads", json!(4)),
-            ("intermediate_size", json!(128)),
-            ("out_hidden_size", json!(hidden)),
-            ("fullatt_block_indexes", json!([1])),
-        ] {
-            v.insert(key.into(), value);
-        }
+        set_tiny_tower(v, hidden);
         // Older configs name the width `embed_dim` and the heads' MLP ratio.
         v.remove("embed_dim");
     }

@@ -49,7 +49,7 @@ impl RopeScaling {
             .unwrap_or("default");
         Ok(match kind {
             // Qwen2-VL's multimodal rotary: default frequencies, the position axes chosen per
-            // dimension section ([`RotaryEmbedding::cos_sin_mrope`]).
+            // dimension section ([`RotaryEmbedding::cos_sin`] of positions `(B, T, 3)`).
             "default" | "mrope" => RopeScaling::Default,
             "linear" => RopeScaling::Linear {
                 factor: need("factor")?,
@@ -230,11 +230,6 @@ impl RotaryEmbedding {
         }
     }
 
-    /// `rope_scaling.mrope_section`, for a model with multimodal rotary positions.
-    pub fn mrope_section(&self) -> Option<&[i64]> {
-        self.mrope_section.as_deref()
-    }
-
     /// cos and sin of shape (B, 1, T, rotary_dim) in `kind`, for positions (B, T); a model with
     /// M-RoPE sections also takes multimodal positions (B, T, 3) (time, height, width).
     pub fn cos_sin(&self, position_ids: &Tensor, kind: Kind) -> (Tensor, Tensor) {
@@ -261,21 +256,6 @@ impl RotaryEmbedding {
     /// width; Qwen2-VL's M-RoPE): the frequencies of each axis, then for the dimensions in
     /// `sections` (sizes summing to half the rotary dimension, repeated for the second half)
     /// the axis the section's index names, cyclically.
-    pub fn cos_sin_mrope(
-        &self,
-        position_ids: &Tensor,
-        sections: &[i64],
-        kind: Kind,
-    ) -> Result<(Tensor, Tensor), tch::TchError> {
-        let size = position_ids.size();
-        if size.len() != 3 || size[0] != 3 || sections.len() != 3 {
-            return Err(tch::TchError::Shape(format!(
-                "multimodal positions of shape {size:?} and sections {sections:?}: want (3, B, T) and three sections"
-            )));
-        }
-        Ok(self.mrope_tables(position_ids, sections, kind))
-    }
-
     fn mrope_tables(
         &self,
         position_ids: &Tensor,

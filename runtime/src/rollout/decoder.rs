@@ -137,7 +137,8 @@ impl Decoder for CausalLm {
         cache: &mut KvCache,
     ) -> Result<(Option<HeadLogits>, Tensor), RolloutError> {
         let vision = self.vision()?;
-        let (pos, _) = vision.positions(ids, attention_mask, images)?;
+        let grids: Vec<[i64; 3]> = images.iter().map(|i| i.grid_thw).collect();
+        let (pos, _) = vision.positions(ids, attention_mask, &grids)?;
         let t = ids.size()[1];
         let x = vision.embed(&self.model, ids, t, images)?;
         let (cos, sin) = self.model.rotary().cos_sin(&pos, x.kind());

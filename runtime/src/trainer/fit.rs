@@ -741,13 +741,14 @@ impl<R: Roles> Trainer<R> {
         items: &[&PromptItem],
         params: &SamplingParams,
     ) -> Result<(Batch, RolloutOutput), TrainerError> {
+        let with_images = items.iter().any(|it| !it.images.is_empty());
         let out = match &self.agent {
             Some(agent) => {
                 agent.generate(&self.rollout, &self.tokenizer, items, params, &self.stop)?
             }
             None => {
                 let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
-                let images: Vec<RowImages> = if items.iter().any(|it| !it.images.is_empty()) {
+                let images: Vec<RowImages> = if with_images {
                     items.iter().map(|it| it.images.clone()).collect()
                 } else {
                     Vec::new()
@@ -757,7 +758,7 @@ impl<R: Roles> Trainer<R> {
             }
         };
         let mut batch = rollout_batch(&out)?;
-        if items.iter().any(|it| !it.images.is_empty()) {
+        if with_images {
             // Each row carries its prompt's images (verl's `multi_modal_data`), and its
             // prompt's place in the dataset, by which a batch gathered over ranks finds them
             // again ([`Trainer::attach_images`]).

@@ -305,7 +305,8 @@ fn qwen2_5_vl_engine_log_probs_match_transformers() {
     let mask = &tensors["input.attention_mask"];
     let vision = model.vision.as_ref().expect("vision");
     let flat: Vec<_> = images.iter().flat_map(|i| i.iter()).collect();
-    let (pos, _) = vision.positions(ids, mask, &flat).expect("positions");
+    let grids: Vec<[i64; 3]> = flat.iter().map(|i| i.grid_thw).collect();
+    let (pos, _) = vision.positions(ids, mask, &grids).expect("positions");
     let t = ids.size()[1];
     let r = 3;
     let mut batch = Batch::new()

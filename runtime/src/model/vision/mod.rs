@@ -132,6 +132,20 @@ impl Vision {
         prompt_width: i64,
         images: &[&ProcessedImage],
     ) -> Result<Tensor, VisionError> {
+        let (pixels, grids) = Self::pixels(images, input_ids.device())?;
+        self.embed_pixels(model, input_ids, prompt_width, &pixels, &grids)
+    }
+
+    /// [`Vision::embed`] of the images' patches `pixels` (of the patch grids `grids`, in
+    /// order); no grids: the token embeddings, which must then hold no placeholder.
+    pub fn embed_pixels(
+        &self,
+        model: &Model,
+        input_ids: &Tensor,
+        prompt_width: i64,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<Tensor, VisionError> {
         let x = model.f_embed(input_ids)?;
         let t = input_ids.size().get(1).copied().unwrap_or(0);
         let in_prompt = Tensor::f_arange(t, (Kind::Int64, input_ids.device()))?
@@ -140,60 +154,34 @@ impl Vision {
         let slots = input_ids
             .f_eq(self.tokens.image_token_id)?
             .f_logical_and(&in_prompt)?;
-        if images.is_empty() {
-            let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
-            return match placeholders {
-                0 => Ok(x),
-                _ => Err(VisionError::Placeholders {
-                    placeholders,
-                    embeddings: 0,
-                }),
-            };
-        }
-        let (pixels, grids) = Self::pixels(images, x.device())?;
-        self.scatter(x, &slots, &pixels, &grids)
-    }
-
-    /// Token embeddings of `input_ids` with the tower's embeddings of `pixels` (patches of
-    /// the images of `grids`, in order) in the image placeholders.
-    pub fn embed_pixels(
-        &self,
-        model: &Model,
-        input_ids: &Tensor,
-        pixels: &Tensor,
-        grids: &[[i64; 3]],
-    ) -> Result<Tensor, VisionError> {
-        let x = model.f_embed(input_ids)?;
-        let slots = input_ids.f_eq(self.tokens.image_token_id)?;
-        self.scatter(x, &slots, pixels, grids)
-    }
-
-    fn scatter(
-        &self,
-        x: Tensor,
-        slots: &Tensor,
-        pixels: &Tensor,
-        grids: &[[i64; 3]],
-    ) -> Result<Tensor, VisionError> {
         let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
-        let embeds = self.tower.forward(pixels, grids)?;
-        if placeholders != embeds.size()[0] {
+        let embeds = if grids.is_empty() {
+            None
+        } else {
+            Some(self.tower.forward(pixels, grids)?)
+        };
+        let embeddings = embeds.as_ref().map_or(0, |e| e.size()[0]);
+        if placeholders != embeddings {
             return Err(VisionError::Placeholders {
                 placeholders,
-                embeddings: embeds.size()[0],
+                embeddings,
             });
         }
+        let Some(embeds) = embeds else {
+            return Ok(x);
+        };
         let slots = slots.f_unsqueeze(-1)?.f_expand_as(&x)?;
         Ok(x.f_masked_scatter(&slots, &embeds.f_to_kind(x.kind())?)?)
     }
 
     /// M-RoPE positions `(B, T, 3)` of a padded batch (`attention_mask` 1 on real tokens,
-    /// padding at 1) whose rows hold `images` in order, and each row's rope delta.
+    /// padding at 1) whose rows hold images of the patch grids `grids` in order, and each
+    /// row's rope delta.
     pub fn positions(
         &self,
         input_ids: &Tensor,
         attention_mask: &Tensor,
-        images: &[&ProcessedImage],
+        grids: &[[i64; 3]],
     ) -> Result<(Tensor, Vec<i64>), VisionError> {
         let rows: Vec<Vec<i64>> = Vec::try_from(&input_ids.f_to_device(tch::Device::Cpu)?)?;
         let mask: Vec<Vec<i64>> = Vec::try_from(
@@ -201,8 +189,7 @@ impl Vision {
                 .f_to_kind(Kind::Int64)?
                 .f_to_device(tch::Device::Cpu)?,
         )?;
-        let grids: Vec<[i64; 3]> = images.iter().map(|i| i.grid_thw).collect();
-        let (pos, deltas) = mrope::batch_position_ids(&rows, &mask, &grids, &[], &self.tokens)?;
+        let (pos, deltas) = mrope::batch_position_ids(&rows, &mask, grids, &[], &self.tokens)?;
         let (b, t) = (rows.len() as i64, rows.first().map_or(0, Vec::len) as i64);
         let axes = pos
             .iter()
@@ -254,16 +241,9 @@ impl super::CausalLm {
         grids: &[[i64; 3]],
     ) -> Result<(Tensor, Tensor, Vec<i64>), VisionError> {
         let vision = self.vision()?;
-        let images: Vec<ProcessedImage> = grids
-            .iter()
-            .map(|&grid_thw| ProcessedImage {
-                pixel_values: Vec::new(),
-                grid_thw,
-            })
-            .collect();
-        let refs: Vec<&ProcessedImage> = images.iter().collect();
-        let (pos, deltas) = vision.positions(input_ids, attention_mask, &refs)?;
-        let x = vision.embed_pixels(&self.model, input_ids, pixels, grids)?;
+        let (pos, deltas) = vision.positions(input_ids, attention_mask, grids)?;
+        let t = input_ids.size()[1];
+        let x = vision.embed_pixels(&self.model, input_ids, t, pixels, grids)?;
         Ok((x, pos, deltas))
     }
 
