@@ -50,6 +50,23 @@ pub struct DataSpec {
     /// `image_key`: the column of a row's images, read when the model has a vision tower.
     #[serde(default = "default_image_key")]
     pub image_key: String,
+    /// `data.custom_cls`: the user's dataset class, built in a Python helper.
+    #[serde(default)]
+    pub custom_dataset: Option<PyClass>,
+    /// `data.sampler.{class_path, class_name}`: the user's sampler class.
+    #[serde(default)]
+    pub sampler: Option<PyClass>,
+    /// The composed `data` section, the `config` those classes are built with (`Null` when
+    /// neither is set).
+    #[serde(default)]
+    pub config: serde_json::Value,
+}
+
+/// A Python class verl loads by file (or `pkg://module`) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PyClass {
+    pub path: String,
+    pub name: String,
 }
 
 fn default_image_key() -> String {

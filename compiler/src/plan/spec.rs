@@ -1977,6 +1977,47 @@ fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
             .filter(|&b| b > 0),
         chat_template_kwargs: d.apply_chat_template_kwargs.clone(),
         image_key: d.image_key.clone(),
+        custom_dataset: python_class(
+            l,
+            ("data.custom_cls.path", d.custom_cls.path.as_deref()),
+            ("data.custom_cls.name", d.custom_cls.name.as_deref()),
+        ),
+        sampler: python_class(
+            l,
+            ("data.sampler.class_path", d.sampler.class_path.as_deref()),
+            ("data.sampler.class_name", d.sampler.class_name.as_deref()),
+        ),
+        config: if d.custom_cls.path.is_some() || d.sampler.class_path.is_some() {
+            l.root
+                .get_path(&["data"])
+                .map_or(serde_json::Value::Null, |n| n.to_json())
+        } else {
+            serde_json::Value::Null
+        },
+    }
+}
+
+/// A Python class named by a file key and a name key (`None` when the file key is unset, as
+/// verl then uses its own class); a file without a class name is refused at the name key.
+fn python_class(
+    l: &mut Lowering,
+    (path_key, path): (&str, Option<&str>),
+    (name_key, name): (&str, Option<&str>),
+) -> Option<verlc_spec::data::PyClass> {
+    let path = path.filter(|p| !p.is_empty())?;
+    match name.filter(|n| !n.is_empty()) {
+        Some(name) => Some(verlc_spec::data::PyClass {
+            path: path.to_owned(),
+            name: name.to_owned(),
+        }),
+        None => {
+            l.unsupported(
+                name_key,
+                format!("`{path_key}` names a Python file but `{name_key}` names no class in it"),
+                format!("set `{name_key}` to the class's name"),
+            );
+            None
+        }
     }
 }
 

@@ -145,7 +145,9 @@ table! {
     "data.continuous_token.**" => NoEffect(NONE, "belongs to continuous-token inputs (continuous_token.enable is refused)"),
     "data.tokenizer" => Unsupported("names a separate tokenizer; verlc tokenizes with actor_rollout_ref.model.tokenizer_path (or the model's)"),
     "data.{tool_config_path,function_tool_path}" => Unsupported("configures tools for multi-turn rollouts, which verlc does not implement"),
-    "data.{custom_cls,datagen,sampler}.**" => Unsupported("loads a Python dataset, generator or sampler class; verlc reads parquet/JSON prompt files itself"),
+    "data.custom_cls.**" => Implemented("data.custom_dataset (the class is built in a Python helper as verl builds it; its items' `raw_prompt` are the prompts)"),
+    "data.sampler.**" => Implemented("data.sampler (drawn in a Python helper on the main rank; a curriculum sampler's update gets each trained batch)"),
+    "data.datagen.**" => Unsupported("loads a Python data generator; verlc reads parquet/JSON prompt files or a data.custom_cls dataset"),
 
     // trainer
     "trainer.{total_epochs,total_training_steps,test_freq,save_freq,critic_warmup,val_before_train,val_only,default_local_dir,resume_mode,resume_from_path,max_actor_ckpt_to_keep,max_critic_ckpt_to_keep,del_local_ckpt_after_load,rollout_data_dir,project_name,experiment_name}" => Implemented("run"),

@@ -151,6 +151,16 @@ impl RlDataset {
         opts: &DatasetOptions,
     ) -> Result<Self, DataError> {
         let rows = files::read_sampled(files, opts.max_samples, opts.shuffle, opts.seed)?;
+        Self::from_rows(rows, tokenizer, opts)
+    }
+
+    /// Prepares `rows` (each named by its file and row) as [`RlDataset::load`] prepares a
+    /// file's; `opts.max_samples` is not applied here.
+    pub fn from_rows(
+        rows: Vec<files::SourcedRow>,
+        tokenizer: &Tokenizer,
+        opts: &DatasetOptions,
+    ) -> Result<Self, DataError> {
         let mut items = Vec::with_capacity(rows.len());
         let mut filtered = 0;
         // Every row is prepared (as a good load does) and every bad one counted, so one run

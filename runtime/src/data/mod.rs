@@ -8,6 +8,7 @@
 //! - [`dataset`]: [`RlDataset`] (tokenization, truncation, `filter_overlong_prompts`, max samples).
 //! - [`sampler`]: [`BatchSampler`] with a serializable [`SamplerState`].
 //! - [`builtin`]: the synthetic tasks and their rule rewards ([`builtin::compute_score`]).
+//! - [`python`]: the user's dataset and sampler classes, run in a Python helper.
 //! - [`sft`]: [`SftDataset`], verl's multi-turn SFT conversations with their loss masks.
 
 pub mod builtin;
@@ -15,6 +16,7 @@ pub mod dataset;
 pub mod files;
 pub mod image;
 pub mod parquet;
+pub mod python;
 pub mod sample;
 pub mod sampler;
 pub mod sft;
@@ -137,4 +139,7 @@ pub enum DataError {
     Empty(String),
     #[error("sampler state: {0}")]
     State(String),
+    /// The user's dataset or sampler class failed (its traceback), or its helper did.
+    #[error("{what}: {message}")]
+    Python { what: String, message: String },
 }

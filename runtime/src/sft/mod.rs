@@ -473,6 +473,7 @@ impl<R: Roles> SftTrainer<R> {
         let state = TrainerState {
             global_step: self.global_step,
             sampler: self.sampler.state().clone(),
+            python_sampler: None,
             kl_coef: 0.0,
         };
         let (root, step, main) = (self.ckpt_root.clone(), self.global_step, self.dp.is_main());

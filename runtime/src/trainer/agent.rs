@@ -188,13 +188,15 @@ impl AgentRollout {
             let mut guard = self.tools.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(tools) = guard.as_mut() {
                 // Each sample's `tools_kwargs` and `interaction_kwargs`, indexed as the loop
-                // numbers its samples.
+                // numbers its samples: the item's own (a Python dataset sets them, as verl's
+                // RLHFDataset does from `extra_info`), else `extra_info`'s.
                 let extra = |r: usize, key: &str| {
-                    items[r / n]
-                        .sample
-                        .extra_info
-                        .get(key)
-                        .and_then(Value::as_object)
+                    let s = &items[r / n].sample;
+                    [s.row.get(key), s.extra_info.get(key)]
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_object)
+                        .find(|m| !m.is_empty())
                         .cloned()
                 };
                 tools.begin_batch(

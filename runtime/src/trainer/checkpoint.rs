@@ -35,6 +35,9 @@ const DATA_FILE: &str = "data.json";
 pub struct TrainerState {
     pub global_step: u64,
     pub sampler: SamplerState,
+    /// A `data.sampler` class's place and `state_dict()` (see `data::python`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_sampler: Option<serde_json::Value>,
     /// β of the in-reward KL controller.
     pub kl_coef: f64,
 }

@@ -37,7 +37,10 @@ use super::super::background::{AgentLoop, BackgroundRollout, Job};
 use super::super::metrics::stats;
 use super::super::parallel::{Roles, pad_prompts};
 use super::super::replay::{Feed, OffPolicyBound, OffPolicyStrategy, ReplayBuffer, Sampled};
-use super::{GROUP_METRIC, STREAM_ROLLOUT, Trainer, TrainerError, flat_groups, rollout_batch};
+use super::{
+    GROUP_METRIC, STREAM_ROLLOUT, Trainer, TrainerError, flat_groups, label_prompt_items,
+    rollout_batch,
+};
 
 /// The column that carries the weights version a row was generated with, until the batch is
 /// assembled.
@@ -143,7 +146,7 @@ impl<R: Roles> Trainer<R> {
             return Ok(());
         }
         while q.prompts.len() < count {
-            q.prompts.extend(self.sampler.next_batch());
+            q.prompts.extend(self.sampler.next_batch(&self.dp)?);
         }
         let indices: Vec<usize> = q.prompts.drain(..count).collect();
         let seq = if q.queued_at.0 == step {
@@ -225,6 +228,7 @@ impl<R: Roles> Trainer<R> {
                 .map(|&p| group_uids[own.start + p] as i64)
                 .collect();
             let mut batch = rollout_batch(&g.output)?;
+            label_prompt_items(&mut batch, &items, &g.output.prompt_index)?;
             self.label_generated(&items, &mut batch, &g.output, &uids, timers)?;
             let rows = batch.rows() as usize;
             batch.insert(VERSION, Tensor::from_slice(&vec![g.version as i64; rows]))?;

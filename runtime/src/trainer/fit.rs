@@ -23,7 +23,7 @@ use crate::algo::{
     apply_kl_penalty, compute_advantage,
 };
 use crate::data::image::ImageProcessorConfig;
-use crate::data::{BatchSampler, DatasetOptions, PromptItem, RlDataset, VisionData};
+use crate::data::{DatasetOptions, PromptItem, RlDataset, VisionData};
 use crate::engine::batch::RowImages;
 use crate::engine::{Batch, Engine, EngineError, EngineSettings, Metrics};
 use crate::logging::{Tracking, TrackingOptions};
@@ -50,6 +50,7 @@ use super::metrics::{
     Timers, ValRecord, data_metrics, throughput_metrics, timing_metrics, validation_metrics,
 };
 use super::parallel::{DataParallel, Roles, SingleRoles, pad_prompts};
+use super::prompts::{self, PromptSampler};
 use super::{RunOptions, RunSummary, TrainerError};
 
 /// Scores, the items that were scored, and the scorer's full results.
@@ -71,7 +72,7 @@ pub struct Trainer<R: Roles = SingleRoles> {
     tokenizer: Arc<Tokenizer>,
     train: RlDataset,
     val: Option<RlDataset>,
-    sampler: BatchSampler,
+    sampler: PromptSampler,
     actor: Actor<R::Actor>,
     critic: Option<Critic<R::Critic>>,
     reference: Option<ReferencePolicy<R::Actor>>,
@@ -182,24 +183,6 @@ fn response_ids(out: &RolloutOutput) -> Result<Vec<Vec<i64>>, TrainerError> {
 
 /// The training set and, when the spec names files, the validation set; `vision` reads the
 /// rows' images (a vision-language actor).
-fn datasets(
-    d: &DataSpec,
-    tokenizer: &Tokenizer,
-    vision: Option<VisionData>,
-) -> Result<(RlDataset, Option<RlDataset>), TrainerError> {
-    let mut o = dataset_options(d, d.train_max_samples);
-    o.vision = vision;
-    let train = RlDataset::load(&d.train_files, tokenizer, &o)?;
-    let val = if d.val_files.is_empty() {
-        None
-    } else {
-        o.max_samples = d.val_max_samples;
-        o.shuffle = d.validation_shuffle;
-        Some(RlDataset::load(&d.val_files, tokenizer, &o)?)
-    };
-    Ok((train, val))
-}
-
 /// Where the rows' images are and how they are prepared, when the actor's model has a vision
 /// tower: its checkpoint's image processor (a built-in model takes the defaults).
 fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
@@ -398,9 +381,26 @@ impl<R: Roles> Trainer<R> {
         }
         let tokenizer = Arc::new(Tokenizer::from_pretrained(&spec.tokenizer_path)?);
         let vision = vision_data(spec)?;
-        let (train, val) = datasets(&spec.data, &tokenizer, vision.clone())?;
         let d = &spec.data;
-        let sampler = BatchSampler::new(train.len(), d.batch_size, d.shuffle, d.seed, true)?;
+        let mut opts_data = dataset_options(d, d.train_max_samples);
+        opts_data.vision = vision.clone();
+        let load_dp = DataParallel {
+            group: None,
+            world: roles.world().cloned(),
+        };
+        let mut loaded = prompts::load(
+            d,
+            &spec.tokenizer_path,
+            &tokenizer,
+            opts_data,
+            &opts.python(),
+            &load_dp,
+        )?;
+        let sampler = PromptSampler::new(d, &mut loaded, &load_dp)?;
+        if let Some(note) = &loaded.note {
+            println!("{note}");
+        }
+        let (train, val) = (loaded.train, loaded.val);
         let total_steps = spec
             .run
             .total_training_steps
@@ -607,7 +607,8 @@ impl<R: Roles> Trainer<R> {
             }
             c.engine.load_checkpoint(&dir.join("critic"))?;
         }
-        self.sampler = BatchSampler::resume(state.sampler, self.train.len())?;
+        self.sampler
+            .resume(state.sampler, state.python_sampler.as_ref())?;
         match &mut self.kl_ctrl {
             KlController::Fixed { value } | KlController::Adaptive { value, .. } => {
                 *value = state.kl_coef
@@ -624,9 +625,11 @@ impl<R: Roles> Trainer<R> {
 
     /// Writes this step's checkpoint; [`Trainer::commit_checkpoint`] makes it the resume point.
     fn save_checkpoint(&mut self) -> Result<(), TrainerError> {
+        let (sampler, python_sampler) = self.sampler.state()?;
         let state = TrainerState {
             global_step: self.global_step,
-            sampler: self.sampler.state().clone(),
+            sampler,
+            python_sampler,
             kl_coef: self.kl_ctrl.value(),
         };
         let (root, step, main) = (self.ckpt_root.clone(), self.global_step, self.dp.is_main());
@@ -758,22 +761,17 @@ impl<R: Roles> Trainer<R> {
             }
         };
         let mut batch = rollout_batch(&out)?;
+        label_prompt_items(&mut batch, items, &out.prompt_index)?;
         if with_images {
-            // Each row carries its prompt's images (verl's `multi_modal_data`), and its
-            // prompt's place in the dataset, by which a batch gathered over ranks finds them
-            // again ([`Trainer::attach_images`]).
+            // Each row carries its prompt's images (verl's `multi_modal_data`); a batch
+            // gathered over ranks finds them again by `prompt_item`
+            // ([`Trainer::attach_images`]).
             let rows = out
                 .prompt_index
                 .iter()
                 .map(|&p| items[p].images.clone())
                 .collect();
             batch.set_images(rows)?;
-            let index: Vec<i64> = out
-                .prompt_index
-                .iter()
-                .map(|&p| items[p].index as i64)
-                .collect();
-            batch.insert(PROMPT_ITEM, Tensor::from_slice(&index))?;
         }
         Ok((batch, out))
     }
@@ -930,7 +928,7 @@ impl<R: Roles> Trainer<R> {
         let indices = if self.colocated.is_some() {
             Vec::new()
         } else {
-            self.sampler.next_batch()
+            self.sampler.next_batch(&self.dp)?
         };
         let epoch = self.sampler.epoch();
         let train = std::mem::replace(
@@ -943,6 +941,9 @@ impl<R: Roles> Trainer<R> {
         let result = self.step_inner(&train, &indices, step, &mut timers, &mut metrics);
         self.train = train;
         let batch = result?;
+        // verl hands a curriculum sampler each trained batch before the step's validation and
+        // checkpoint.
+        self.sampler.update(&batch, &self.train, step)?;
         if self.colocated.is_some() {
             timers.time("update_weights", || self.colocated_step_end(step))?;
         }
@@ -1305,7 +1306,7 @@ impl<R: Roles> Trainer<R> {
             // The missing groups, rounded up to whole prompts per rank.
             let per = self.dp.size();
             let missing = usize::try_from(target - total).unwrap_or(0).div_ceil(per) * per;
-            prompts = self.sampler.next_prompts(missing);
+            prompts = self.sampler.next_prompts(missing, &self.dp)?;
         }
         self.rollout.release()?;
         metrics.insert(
@@ -1607,7 +1608,27 @@ fn on_sample(
 /// The batch of a generation (verl's repeat + union): sequences, masks and the agent loop's
 /// per-row counts.
 /// The batch column of each row's prompt's place in the training set (vision-language rows).
-const PROMPT_ITEM: &str = "prompt_item";
+pub(super) const PROMPT_ITEM: &str = "prompt_item";
+
+/// Labels each row with its prompt's place in the training set (`prompt_item`): after a
+/// gather over ranks, rows find their prompt's images and sample by it.
+pub(super) fn label_prompt_items(
+    batch: &mut Batch,
+    items: &[&PromptItem],
+    prompt_index: &[usize],
+) -> Result<(), TrainerError> {
+    let index = prompt_index
+        .iter()
+        .map(|&p| {
+            items
+                .get(p)
+                .map(|it| it.index as i64)
+                .ok_or_else(|| bad(format!("generated row of prompt {p}: no such prompt")))
+        })
+        .collect::<Result<Vec<i64>, _>>()?;
+    batch.insert(PROMPT_ITEM, Tensor::from_slice(&index))?;
+    Ok(())
+}
 
 pub(super) fn rollout_batch(out: &RolloutOutput) -> Result<Batch, TrainerError> {
     let mut b = Batch::new();

@@ -21,6 +21,7 @@ mod fit;
 pub mod metrics;
 pub mod parallel;
 pub mod preflight;
+mod prompts;
 pub mod replay;
 
 use std::time::Duration;

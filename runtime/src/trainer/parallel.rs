@@ -207,6 +207,24 @@ impl DataParallel {
         Ok(rank * per..(rank + 1) * per)
     }
 
+    /// The main rank's `value` on every rank (the others pass `None`), through JSON.
+    pub fn from_main<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        value: Option<T>,
+    ) -> Result<T, TrainerError> {
+        let missing = || bad("from_main: the main rank has no value to send");
+        let Some(w) = &self.world else {
+            return value.ok_or_else(missing);
+        };
+        let text = match (&value, w.rank() == 0) {
+            (Some(v), true) => serde_json::to_string(v).map_err(|e| bad(e.to_string()))?,
+            (None, true) => return Err(missing()),
+            (_, false) => String::new(),
+        };
+        let text = w.broadcast_text(&text, 0).map_err(dist)?;
+        serde_json::from_str(&text).map_err(|e| bad(format!("from_main: {e}")))
+    }
+
     pub fn barrier(&self) -> Result<(), TrainerError> {
         match &self.world {
             Some(w) => w.barrier().map_err(dist),

@@ -825,3 +825,105 @@ fn colocate_async_on_two_ranks_is_the_synchronous_run_on_policy() {
         .sum();
     assert!(filtered >= 2.0, "DAPO evicted {filtered} groups");
 }
+
+/// The user's dataset class and a curriculum sampler on two FSDP ranks: the helper runs on
+/// the main rank and both ranks train the prompts it draws, easiest first; the sampler's
+/// `update` gets every step's whole batch (the scores the ranks log); a run resumed from the
+/// step-2 checkpoint draws step 3's prompts where the sampler stood, with its state restored.
+#[test]
+fn python_classes_on_two_ranks_draw_once_and_resume_where_the_sampler_stood() {
+    use crate::python_data::{fixture, write_data};
+    let dir = scratch("dist_python_data");
+    let (raw, _) = write_data(&dir, 32);
+    let classes = [
+        format!("data.train_files={}", raw.display()),
+        format!("data.val_files={}", raw.display()),
+        format!("data.custom_cls.path={}", fixture("reversal_dataset.py")),
+        "data.custom_cls.name=ReversalDataset".to_owned(),
+        format!(
+            "data.sampler.class_path={}",
+            fixture("curriculum_sampler.py")
+        ),
+        "data.sampler.class_name=EasyFirst".to_owned(),
+        "data.dataloader_num_workers=0".to_owned(),
+        "trainer.save_freq=2".to_owned(),
+    ];
+    let job = Job::new("quickstart.yaml", &[], &dir.join("two"), 2).with(&classes);
+    let ranks = run_ranks(&job, &dir.join("two"), 2);
+    assert_eq!(
+        without_timing(&ranks[0]),
+        without_timing(&ranks[1]),
+        "ranks report different metrics"
+    );
+    let log_path = dir.join("curriculum.jsonl");
+    let read_log = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log_path)
+            .expect("curriculum log")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect()
+    };
+    let log = read_log();
+    assert_eq!(
+        log.len(),
+        3,
+        "one update a step, on the main rank only: {log:?}"
+    );
+
+    // The sampler's order: smallest digit sum first, ties by position.
+    let text = std::fs::read_to_string(&raw).expect("raw");
+    let mut order: Vec<(u64, u64)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("row");
+            (v["difficulty"].as_u64().expect("difficulty"), i as u64)
+        })
+        .collect();
+    order.sort();
+    let numbers = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .expect("array")
+            .iter()
+            .map(|x| x.as_f64().expect("number"))
+            .collect()
+    };
+    for (k, entry) in log.iter().enumerate() {
+        assert_eq!(entry["step"], serde_json::json!(k + 1));
+        let mut got: Vec<u64> = numbers(&entry["index"]).iter().map(|&i| i as u64).collect();
+        got.sort();
+        let mut want: Vec<u64> = order[k * 8..(k + 1) * 8].iter().map(|p| p.1).collect();
+        want.sort();
+        assert_eq!(got, want, "step {}: the sampler's prompts", k + 1);
+        let scores = numbers(&entry["scores"]);
+        let mean = scores.iter().sum::<f64>() / scores.len() as f64;
+        let logged = ranks[0][k].1["critic/score/mean"];
+        assert!(
+            (mean - logged).abs() < 1e-9,
+            "step {}: update saw {mean}, the ranks logged {logged}",
+            k + 1
+        );
+    }
+
+    let s2 = step_dir(&dir.join("two").join("ckpt"), 2);
+    let resume = Job {
+        example: job.example,
+        overrides: job.overrides.clone(),
+    }
+    .with(&[
+        "trainer.resume_mode=resume_path".into(),
+        format!("trainer.resume_from_path={}", s2.display()),
+    ]);
+    let resumed = run_ranks(&resume, &dir.join("resume"), 2);
+    assert_eq!(resumed[0].len(), 1, "only step 3 is left");
+    assert_matches(&ranks[0][2..], &resumed[0], 1e-9, "resumed step 3");
+    let log = read_log();
+    assert_eq!(log.len(), 4);
+    assert_eq!(
+        log[3]["update"],
+        serde_json::json!(3),
+        "the sampler's state came back"
+    );
+    assert_eq!(log[3]["index"], log[2]["index"]);
+    assert_eq!(log[3]["scores"], log[2]["scores"]);
+}

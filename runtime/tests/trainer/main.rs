@@ -13,6 +13,7 @@ mod examples;
 mod learning;
 mod logging;
 mod preflight;
+mod python_data;
 mod replay;
 mod resume;
 mod reward;

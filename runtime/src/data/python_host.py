@@ -1,0 +1,447 @@
+# verlc data host: runs a user's dataset class (`data.custom_cls`) and sampler class
+# (`data.sampler.class_path`) as verl's trainer would, over JSON lines on stdin/stdout.
+# argv: one JSON object
+#   {"dataset": {"path", "name"} | null,   null: verl's RLHFDataset (only with a sampler)
+#    "sampler": {"path", "name"} | null,
+#    "train_files": [...], "val_files": [...], "tokenizer": dir,
+#    "config": the composed `data` section, "train_max_samples": int, "val_max_samples": int}
+# Protocol (one JSON object per line):
+#   host -> {"ready": true, "train": N, "val": M | null, "sampler_len": K | null,
+#            "curriculum": bool, "verl": "installed" | "without its package root" | "stand-in",
+#            "dataset_class": str, "sampler_class": str | null}
+#         | {"ready": false, "error": "traceback"}                                      once
+#   client -> {"id", "rows": "train" | "val", "start", "end"}
+#   host -> {"id", "rows": [item as JSON: tensors and arrays as lists, other objects by repr]}
+#   client -> {"id", "take": k, "drop_last": bool}  the sampler's next k indices: with
+#             drop_last an epoch's short tail is skipped and the batch starts the next epoch;
+#             without it a batch runs on into the next epoch (a DAPO refill)
+#   host -> {"id", "indices": [...], "epoch": e, "yielded": y (indices drawn in epoch e)}
+#   client -> {"id", "update": {"tensors": {name: nested lists}, "non_tensors": {name: list},
+#                               "meta_info": {...}}}      a curriculum sampler's update(batch)
+#   client -> {"id", "state": true}   -> {"id", "state": {"epoch", "yielded", "state_dict"}}
+#   client -> {"id", "restore": {"epoch", "yielded", "state_dict"}}
+#   host -> {"id", "ok": true} | {"id", "error": "traceback"}
+# A sampler with state_dict/load_state_dict is restored through them; one without is
+# fast-forwarded by drawing `yielded` indices of a fresh epoch iterator, as torchdata's
+# StatefulDataLoader resumes a sampler that keeps no state.
+# Base classes: verl's own where its package root imports; where verl is installed but its
+# root cannot be imported (it imports Ray), verl.utils.dataset and verl.experimental.dataset are
+# loaded without it (with a stand-in DataProto); where verl is absent, stand-ins with the same
+# interface. The user's prints go to stderr; stdout carries only the protocol.
+import importlib
+import importlib.util
+import inspect
+import json
+import math
+import os
+import sys
+import traceback
+import types
+
+
+def bare_package(name, path):
+    mod = types.ModuleType(name)
+    mod.__path__ = [path]
+    sys.modules[name] = mod
+    return mod
+
+
+class StandInTensorDict(dict):
+    """The part of TensorDict a sampler's update reads: item access by name and batch_size."""
+
+    @property
+    def batch_size(self):
+        for v in self.values():
+            return [len(v)]
+        return [0]
+
+
+class StandInDataProto:
+    """verl's DataProto as a sampler's update sees it: `batch` (tensors by name),
+    `non_tensor_batch` (numpy object arrays by name), `meta_info`, `len()`."""
+
+    def __init__(self, batch=None, non_tensor_batch=None, meta_info=None):
+        self.batch = StandInTensorDict(batch or {})
+        self.non_tensor_batch = dict(non_tensor_batch or {})
+        self.meta_info = dict(meta_info or {})
+
+    def __len__(self):
+        for v in self.batch.values():
+            return len(v)
+        for v in self.non_tensor_batch.values():
+            return len(v)
+        return 0
+
+
+def standin_modules():
+    """verl's dataset and sampler interfaces, for a machine without verl."""
+    import torch.utils.data
+
+    class AbstractSampler(torch.utils.data.Sampler):
+        def __init__(self, data_source, data_config):
+            pass
+
+    class AbstractCurriculumSampler(AbstractSampler):
+        def update(self, batch):
+            raise NotImplementedError
+
+    class RLHFDataset(torch.utils.data.Dataset):
+        """verl 0.7's RLHFDataset, text only: rows of parquet/JSON files, `raw_prompt` from the
+        prompt column, `index`/`tools_kwargs`/`interaction_kwargs` from `extra_info`."""
+
+        def __init__(self, data_files, tokenizer, config, processor=None, max_samples=-1):
+            if isinstance(data_files, str):
+                data_files = [data_files]
+            self.data_files = list(data_files)
+            self.tokenizer = tokenizer
+            self.processor = processor
+            self.config = config
+            self.max_samples = max_samples
+            self.prompt_key = config.get("prompt_key", "prompt")
+            self.max_prompt_length = config.get("max_prompt_length", 1024)
+            self.filter_overlong_prompts = config.get("filter_overlong_prompts", True)
+            self.apply_chat_template_kwargs = config.get("apply_chat_template_kwargs", {}) or {}
+            self.shuffle = config.get("shuffle", False)
+            self.seed = config.get("seed")
+            self._read_files_and_tokenize()
+
+        def _read_files_and_tokenize(self):
+            import pandas as pd
+
+            frames = []
+            for f in self.data_files:
+                if f.endswith(".parquet"):
+                    frames.append(pd.read_parquet(f))
+                elif f.endswith(".json") or f.endswith(".jsonl"):
+                    frames.append(pd.read_json(f, lines=f.endswith(".jsonl")))
+                else:
+                    raise ValueError(f"Unsupported file format: {f}")
+            rows = pd.concat(frames, ignore_index=True).to_dict("records") if frames else []
+            if 0 < self.max_samples < len(rows):
+                import numpy as np
+
+                if self.shuffle:
+                    rng = np.random.default_rng(*((self.seed,) if self.seed is not None else ()))
+                    keep = rng.choice(len(rows), size=self.max_samples, replace=False)
+                else:
+                    keep = range(self.max_samples)
+                rows = [rows[i] for i in keep]
+            if self.filter_overlong_prompts:
+                rows = [r for r in rows if self._prompt_len(r) <= self.max_prompt_length]
+            self.dataframe = rows
+
+        def _prompt_len(self, row):
+            messages = self._build_messages(dict(row))
+            return len(
+                self.tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=True, **self.apply_chat_template_kwargs
+                )
+            )
+
+        def __len__(self):
+            return len(self.dataframe)
+
+        def _build_messages(self, example):
+            return list(example[self.prompt_key])
+
+        def __getitem__(self, item):
+            row = dict(self.dataframe[item])
+            row["raw_prompt"] = self._build_messages(row)
+            extra = row.get("extra_info") or {}
+            row["extra_info"] = extra
+            row["index"] = extra.get("index", 0)
+            row["tools_kwargs"] = extra.get("tools_kwargs", {})
+            row["interaction_kwargs"] = extra.get("interaction_kwargs", {})
+            return row
+
+    bare_package("verl", "")
+    for name in ["verl.utils", "verl.utils.dataset", "verl.experimental", "verl.experimental.dataset"]:
+        bare_package(name, "")
+    rl = types.ModuleType("verl.utils.dataset.rl_dataset")
+    rl.RLHFDataset = RLHFDataset
+    sampler = types.ModuleType("verl.experimental.dataset.sampler")
+    sampler.AbstractSampler = AbstractSampler
+    sampler.AbstractCurriculumSampler = AbstractCurriculumSampler
+    sys.modules["verl.utils.dataset.rl_dataset"] = rl
+    sys.modules["verl.experimental.dataset.sampler"] = sampler
+    sys.modules["verl"].DataProto = StandInDataProto
+
+
+def verl_modules():
+    """Makes verl's dataset and sampler modules importable; says which kind it found."""
+    try:
+        import verl  # noqa: F401
+        import verl.experimental.dataset.sampler  # noqa: F401
+        import verl.utils.dataset.rl_dataset  # noqa: F401
+
+        return "installed"
+    except Exception:
+        pass
+    for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
+        del sys.modules[k]
+    spec = importlib.util.find_spec("verl")
+    if spec is not None and spec.submodule_search_locations:
+        root = list(spec.submodule_search_locations)[0]
+        verl = bare_package("verl", root)
+        verl.DataProto = StandInDataProto
+        protocol = types.ModuleType("verl.protocol")
+        protocol.DataProto = StandInDataProto
+        sys.modules["verl.protocol"] = protocol
+        for name in ["utils", "utils.dataset", "experimental", "experimental.dataset"]:
+            bare_package("verl." + name, os.path.join(root, *name.split(".")))
+        try:
+            import verl.experimental.dataset.sampler  # noqa: F401
+            import verl.utils.dataset.rl_dataset  # noqa: F401
+
+            return "without its package root"
+        except Exception:
+            for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
+                del sys.modules[k]
+    standin_modules()
+    return "stand-in"
+
+
+def load_class(path, name):
+    """verl's load_extern_object: a file path (its directory importable, as verl's
+    PYTHONPATH usually has it) or `pkg://module.path`."""
+    if path.startswith("pkg://"):
+        module = importlib.import_module(path[len("pkg://") :])
+    else:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"Custom module file '{path}' not found.")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+        spec = importlib.util.spec_from_file_location("custom_module", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path} as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["custom_module"] = module
+        spec.loader.exec_module(module)
+    if not hasattr(module, name):
+        raise AttributeError(f"Custom module '{path}' has no attribute '{name}'.")
+    return getattr(module, name)
+
+
+def config_object(config):
+    try:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.create(config)
+    except ImportError:
+
+        class Config(dict):
+            def __getattr__(self, k):
+                try:
+                    v = self[k]
+                except KeyError as e:
+                    raise AttributeError(k) from e
+                return Config(v) if isinstance(v, dict) else v
+
+        return Config(config)
+
+
+def jsonable(v):
+    """An item's value as JSON: tensors and arrays as lists, mappings and sequences through,
+    anything else by its repr (images are not carried)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else repr(v)
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    tolist = getattr(v, "tolist", None)
+    if callable(tolist):
+        try:
+            return jsonable(tolist())
+        except Exception:
+            pass
+    item = getattr(v, "item", None)
+    if callable(item):
+        try:
+            return jsonable(item())
+        except Exception:
+            pass
+    return repr(v)
+
+
+def make_dataset(cls, files, tokenizer, config, max_samples):
+    kwargs = dict(data_files=files, tokenizer=tokenizer, config=config, processor=None)
+    params = inspect.signature(cls.__init__).parameters
+    if "max_samples" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs["max_samples"] = max_samples
+    return cls(**kwargs)
+
+
+class Sampling:
+    """The sampler driven as verl's dataloader drives it: an iterator per epoch."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.epoch = 0
+        self.yielded = 0
+        self.it = iter(sampler)
+
+    def next_epoch(self):
+        self.epoch += 1
+        self.yielded = 0
+        self.it = iter(self.sampler)
+
+    def draw(self):
+        try:
+            i = next(self.it)
+        except StopIteration:
+            return None
+        self.yielded += 1
+        return int(i)
+
+    def take(self, k, drop_last):
+        out = []
+        while len(out) < k:
+            i = self.draw()
+            if i is not None:
+                out.append(i)
+                continue
+            # The epoch ended: with drop_last its short tail is dropped, as verl's dataloader
+            # drops it; an epoch that could never fill a batch would loop forever.
+            if self.yielded == 0 or (drop_last and self.yielded < k):
+                raise RuntimeError(
+                    f"the sampler yields {self.yielded} indices an epoch, fewer than a batch of {k}"
+                )
+            if drop_last:
+                out = []
+            self.next_epoch()
+        return out
+
+    def state(self):
+        sd = None
+        if hasattr(self.sampler, "state_dict") and hasattr(self.sampler, "load_state_dict"):
+            sd = jsonable(self.sampler.state_dict())
+        return {"epoch": self.epoch, "yielded": self.yielded, "state_dict": sd}
+
+    def restore(self, st):
+        self.epoch = int(st["epoch"])
+        if st.get("state_dict") is not None and hasattr(self.sampler, "load_state_dict"):
+            self.sampler.load_state_dict(st["state_dict"])
+        self.it = iter(self.sampler)
+        self.yielded = 0
+        for _ in range(int(st["yielded"])):
+            if self.draw() is None:
+                break
+
+
+def batch_of(update):
+    import numpy as np
+    import torch
+
+    tensors = {k: torch.tensor(v) for k, v in (update.get("tensors") or {}).items()}
+    non_tensors = {}
+    for k, v in (update.get("non_tensors") or {}).items():
+        arr = np.empty(len(v), dtype=object)
+        arr[:] = v
+        non_tensors[k] = arr
+    try:
+        from verl import DataProto
+
+        if DataProto is not StandInDataProto:
+            return DataProto.from_dict(
+                tensors=tensors, non_tensors=non_tensors, meta_info=update.get("meta_info") or {}
+            )
+    except Exception:
+        pass
+    return StandInDataProto(tensors, non_tensors, update.get("meta_info"))
+
+
+def main():
+    send = protocol_sender(allow_nan=False)  # noqa: F821 - defined by pyproc_channel.py, put ahead of this script
+
+    spec = json.loads(sys.argv[1])
+    try:
+        verl_kind = verl_modules()
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
+        config = config_object(spec["config"])
+        if spec.get("dataset"):
+            cls = load_class(spec["dataset"]["path"], spec["dataset"]["name"])
+            import torch.utils.data
+
+            if not (isinstance(cls, type) and issubclass(cls, torch.utils.data.Dataset)):
+                raise TypeError(
+                    f"The custom dataset class '{spec['dataset']['name']}' from "
+                    f"'{spec['dataset']['path']}' must inherit from torch.utils.data.Dataset"
+                )
+        else:
+            from verl.utils.dataset.rl_dataset import RLHFDataset as cls
+        datasets = {"train": make_dataset(cls, spec["train_files"], tokenizer, config, spec["train_max_samples"])}
+        if spec.get("val_files"):
+            datasets["val"] = make_dataset(cls, spec["val_files"], tokenizer, config, spec["val_max_samples"])
+        sampling = None
+        curriculum = False
+        if spec.get("sampler"):
+            from verl.experimental.dataset.sampler import AbstractCurriculumSampler, AbstractSampler
+
+            scls = load_class(spec["sampler"]["path"], spec["sampler"]["name"])
+            sampler = scls(data_source=datasets["train"], data_config=config)
+            if not isinstance(sampler, AbstractSampler):
+                raise TypeError(
+                    f"The sampler class '{spec['sampler']['name']}' must inherit from "
+                    "verl.experimental.dataset.sampler.AbstractSampler"
+                )
+            curriculum = isinstance(sampler, AbstractCurriculumSampler)
+            sampling = Sampling(sampler)
+    except BaseException:
+        send({"ready": False, "error": traceback.format_exc()})
+        return 1
+    sampler_len = None
+    if sampling is not None:
+        try:
+            sampler_len = len(sampling.sampler)
+        except TypeError:
+            sampler_len = None
+    send(
+        {
+            "ready": True,
+            "train": len(datasets["train"]),
+            "val": len(datasets["val"]) if "val" in datasets else None,
+            "sampler_len": sampler_len,
+            "curriculum": curriculum,
+            "verl": verl_kind,
+            "dataset_class": cls.__name__,
+            "sampler_class": type(sampling.sampler).__name__ if sampling else None,
+        }
+    )
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        try:
+            if "rows" in req:
+                ds = datasets[req["rows"]]
+                rows = []
+                for i in range(int(req["start"]), int(req["end"])):
+                    item = ds[i]
+                    if not isinstance(item, dict):
+                        raise TypeError(f"item {i} of {type(ds).__name__} is a {type(item).__name__}, not a dict")
+                    rows.append(jsonable(item))
+                send({"id": req["id"], "rows": rows})
+            elif "take" in req:
+                indices = sampling.take(int(req["take"]), bool(req["drop_last"]))
+                send({"id": req["id"], "indices": indices, "epoch": sampling.epoch, "yielded": sampling.yielded})
+            elif "update" in req:
+                sampling.sampler.update(batch=batch_of(req["update"]))
+                send({"id": req["id"], "ok": True})
+            elif "state" in req:
+                send({"id": req["id"], "state": sampling.state()})
+            elif "restore" in req:
+                sampling.restore(req["restore"])
+                send({"id": req["id"], "ok": True})
+            else:
+                raise ValueError(f"unknown request {sorted(req)}")
+        except BaseException:
+            send({"id": req["id"], "error": traceback.format_exc()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
