@@ -68,15 +68,18 @@ pub(crate) fn load(
     let mut sent: Option<(Vec<SourcedRow>, Option<Vec<SourcedRow>>)> = None;
     let mut note = None;
     if dp.is_main() {
-        let tokenizer_dir = TokenizerDir::of(tokenizer_path, tokenizer)?;
+        let (tokenizer_dir, _saved) = tokenizer_dir(tokenizer_path, tokenizer)?;
+        let written = TempDir::new("verlc-rows")?;
+        let train_files = readable_files(&d.train_files, &written.path.join("train"))?;
+        let val_files = readable_files(&d.val_files, &written.path.join("val"))?;
         let count = |n: Option<usize>| n.map_or(-1, |n| n as i64);
         let mut h = PythonData::start(&PythonDataSettings {
             python: python.to_owned(),
             dataset: d.custom_dataset.clone(),
             sampler: d.sampler.clone(),
-            train_files: d.train_files.clone(),
-            val_files: d.val_files.clone(),
-            tokenizer_dir: tokenizer_dir.path.clone(),
+            train_files,
+            val_files,
+            tokenizer_dir,
             config: d.config.clone(),
             train_max_samples: count(d.train_max_samples),
             val_max_samples: count(d.val_max_samples),
@@ -144,38 +147,67 @@ fn check_raw_prompts(rows: Vec<SourcedRow>) -> Result<Vec<SourcedRow>, TrainerEr
     Ok(rows)
 }
 
-/// A directory `AutoTokenizer` can load: the model's own, or the built-in tokenizer saved to a
-/// temporary directory (removed when dropped).
-struct TokenizerDir {
+/// `files` as Python can read them: a `builtin://` task's rows are written to a JSON-lines
+/// file under `dir` (verl's dataset reads `.json` as JSON lines); other files as they are.
+fn readable_files(files: &[String], dir: &std::path::Path) -> Result<Vec<String>, TrainerError> {
+    let mut out = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        if !f.starts_with("builtin://") {
+            out.push(f.clone());
+            continue;
+        }
+        let rows = crate::data::files::read_rows(f)?;
+        let text: String = rows
+            .into_iter()
+            .map(|r| format!("{}\n", Value::Object(r)))
+            .collect();
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let path = dir.join(format!("{i}.json"));
+        std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+        out.push(path.display().to_string());
+    }
+    Ok(out)
+}
+
+fn io(path: &std::path::Path, e: std::io::Error) -> TrainerError {
+    TrainerError::Data(crate::data::DataError::Io {
+        file: path.to_path_buf(),
+        source: e,
+    })
+}
+
+/// A directory of this process's, removed when dropped.
+struct TempDir {
     path: PathBuf,
-    temporary: bool,
 }
 
-impl TokenizerDir {
-    fn of(path: &str, tokenizer: &Tokenizer) -> Result<Self, TrainerError> {
-        let p = PathBuf::from(path);
-        if !path.contains("://") {
-            // A local directory, or a Hub id AutoTokenizer finds in the cache.
-            return Ok(TokenizerDir {
-                path: p,
-                temporary: false,
-            });
-        }
-        let dir = std::env::temp_dir().join(format!("verlc-tokenizer-{}", std::process::id()));
-        tokenizer.save(&dir)?;
-        Ok(TokenizerDir {
-            path: dir,
-            temporary: true,
-        })
+impl TempDir {
+    fn new(name: &str) -> Result<Self, TrainerError> {
+        let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).map_err(|e| io(&path, e))?;
+        Ok(TempDir { path })
     }
 }
 
-impl Drop for TokenizerDir {
+impl Drop for TempDir {
     fn drop(&mut self) {
-        if self.temporary {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
+        let _ = std::fs::remove_dir_all(&self.path);
     }
+}
+
+/// A directory `AutoTokenizer` can load: the model's own (or a Hub id it finds in the cache),
+/// or the built-in tokenizer saved to a temporary directory, returned to be kept alive.
+fn tokenizer_dir(
+    path: &str,
+    tokenizer: &Tokenizer,
+) -> Result<(PathBuf, Option<TempDir>), TrainerError> {
+    if !path.contains("://") {
+        return Ok((PathBuf::from(path), None));
+    }
+    let dir = TempDir::new("verlc-tokenizer")?;
+    tokenizer.save(&dir.path)?;
+    Ok((dir.path.clone(), Some(dir)))
 }
 
 /// The order prompts are drawn in.

@@ -247,6 +247,28 @@ fn tools_for(overrides: &[String]) -> Vec<String> {
     out
 }
 
+/// The retargeted task's rows as JSON-lines files (training, validation), for an example's
+/// dataset class to read.
+fn recipe_data(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let out = dir.join("recipe_data");
+    std::fs::create_dir_all(&out).expect("recipe data dir");
+    let mut paths = Vec::new();
+    for (split, size) in [("train", 64), ("test", 8)] {
+        let rows = runtime::data::files::read_rows(&format!(
+            "builtin://digit_reversal?split={split}&size={size}"
+        ))
+        .expect("builtin rows");
+        let text: String = rows
+            .iter()
+            .map(|r| format!("{}\n", serde_json::Value::Object(r.clone())))
+            .collect();
+        let path = out.join(format!("{split}.json"));
+        std::fs::write(&path, text).expect("write recipe data");
+        paths.push(path);
+    }
+    (paths[0].clone(), paths[1].clone())
+}
+
 /// A PEFT adapter for the tiny model (what an example's `lora_adapter_path` names is a
 /// directory saved by an earlier LoRA run), written by verlc's own LoRA engine.
 fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
@@ -479,6 +501,16 @@ fn features(s: &TrainerSpec) -> Vec<(&'static str, String)> {
         (
             "teachers",
             format!("{:?}", s.distillation.as_ref().map(|d| d.teachers.len())),
+        ),
+        (
+            "python_data",
+            format!(
+                "{:?}",
+                (
+                    s.data.custom_dataset.as_ref().map(|c| &c.name),
+                    s.data.sampler.as_ref().map(|c| &c.name)
+                )
+            ),
         ),
     ]
 }
@@ -842,6 +874,30 @@ fn lower_fixture(
             };
             overrides.push(format!("{key}.path={}", fixture.display()));
             overrides.push(format!("{key}.name=compute_score"));
+        }
+        // An example's dataset class (a file of its repository) becomes a class of the same
+        // shape over the built-in task's rows, written as the JSON files it reads.
+        if let Some(name) = overrides
+            .iter()
+            .find_map(|o| o.strip_prefix("data.custom_cls.name="))
+        {
+            let name = name.to_owned();
+            let (train, val) = recipe_data(dir);
+            let class = repo().join("tests/fixtures/recipes/tool_dataset.py");
+            overrides.push(format!("data.custom_cls.path={}", class.display()));
+            overrides.push(format!("data.custom_cls.name={name}"));
+            overrides.push(format!("data.train_files={}", train.display()));
+            overrides.push(format!("data.val_files={}", val.display()));
+        }
+        // So does a sampler class (verl's curriculum example names one of its test suite).
+        if let Some(name) = overrides
+            .iter()
+            .find_map(|o| o.strip_prefix("data.sampler.class_name="))
+        {
+            let name = name.to_owned();
+            let class = repo().join("tests/fixtures/recipes/random_sampler.py");
+            overrides.push(format!("data.sampler.class_path={}", class.display()));
+            overrides.push(format!("data.sampler.class_name={name}"));
         }
         if overrides
             .iter()
