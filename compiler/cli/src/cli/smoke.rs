@@ -407,6 +407,18 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
             s.actor.engine.ulysses()
         ));
     }
+    if let Some(c) = &s.data.custom_dataset {
+        out.push(format!(
+            "your dataset class `{}` ({}), built as verl builds it",
+            c.name, c.path
+        ));
+    }
+    if let Some(c) = &s.data.sampler {
+        out.push(format!(
+            "your sampler class `{}` ({}), its update given each trained batch if it is a curriculum sampler",
+            c.name, c.path
+        ));
+    }
     if s.algorithm.filter_groups.is_some() {
         out.push("dynamic sampling (filter groups and regenerate)".into());
     }
