@@ -816,6 +816,25 @@ fn a_newer_releases_reward_section_lowers() {
         } => assert_eq!((b.max_resp_len, b.len), (64.0, 16.0)),
         other => panic!("{other:?}"),
     }
+    // A manager class of the user's: run in Python with the reward kwargs and the config.
+    let s = spec(&[
+        "reward.reward_manager.source=importlib",
+        "reward.reward_manager.module.path=my_rm.py",
+        "reward.reward_manager.name=MyManager",
+        "+reward.reward_kwargs.offset=1.5",
+    ]);
+    match s.reward_manager {
+        RewardManagerSpec::Python(m) => {
+            let class = m.class.expect("the user's class");
+            assert_eq!(
+                (class.path.as_str(), class.name.as_str()),
+                ("my_rm.py", "MyManager")
+            );
+            assert_eq!(m.kwargs.get("offset"), Some(&serde_json::json!(1.5)));
+            assert!(m.config.get("reward").is_some(), "the composed config");
+        }
+        other => panic!("{other:?}"),
+    }
     // The reward model of the reward loop.
     let s = spec(&[
         "reward.reward_model.enable=true",

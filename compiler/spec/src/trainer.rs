@@ -682,6 +682,25 @@ pub enum RewardManagerSpec {
     /// verl 0.9's GDPO manager: the naive reward, a plain-number score kept as `acc`, and
     /// `extra_info.experiment_name` (`trainer.experiment_name`) handed to the scorer.
     Gdpo { experiment_name: String },
+    /// A reward manager class run in Python as verl runs it: the user's
+    /// (`reward_manager.source: importlib`) or one of verl's registered managers verlc does not
+    /// implement itself (verl 0.7.0's `batch` and `prime`).
+    Python(Box<PythonManagerSpec>),
+}
+
+/// A Python reward manager and what verl constructs it with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PythonManagerSpec {
+    /// The user's class; `None`: verl's registered manager `registered`.
+    pub class: Option<crate::data::PyClass>,
+    /// The registered name (`reward_manager.name`) when `class` is `None`.
+    pub registered: String,
+    /// The manager's keyword arguments (`reward_kwargs`).
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+    /// `data.reward_fn_key`.
+    pub reward_fn_key: String,
+    /// The composed config (the reward loop's managers are built with it).
+    pub config: serde_json::Value,
 }
 
 /// `reward_kwargs.overlong_buffer_cfg` with `reward_kwargs.max_resp_len`.

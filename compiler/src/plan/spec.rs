@@ -166,7 +166,12 @@ fn build(cfg: &VerlConfig, binding: Binding, l: &mut Lowering) -> TrainerSpec {
         critic: critic_spec(cfg, &roles, actor_dp, l),
         rollout: rollout_spec(cfg, &roles, &actor.engine, l),
         reward: reward_spec(&rewards),
-        reward_manager: reward_manager_spec(&rewards, &cfg.trainer.experiment_name, l),
+        reward_manager: reward_manager_spec(
+            &rewards,
+            &cfg.trainer.experiment_name,
+            &cfg.data.reward_fn_key,
+            l,
+        ),
         reward_model: reward_model_spec(cfg, &rewards, world, seq_len, model_seed, l),
         algorithm: algorithm_spec(cfg, l),
         run: run_spec(cfg, l),
@@ -992,12 +997,39 @@ pub(crate) fn lora_of_keys(
 /// deprecated `reward_model.reward_manager`) and its keyword arguments (`reward_model.reward_kwargs`
 /// or `reward.reward_kwargs`, which verl passes to the manager's constructor, so a key it does
 /// not take raises there).
-fn reward_manager_spec(r: &Rewards, experiment_name: &str, l: &mut Lowering) -> RewardManagerSpec {
+fn reward_manager_spec(
+    r: &Rewards,
+    experiment_name: &str,
+    reward_fn_key: &str,
+    l: &mut Lowering,
+) -> RewardManagerSpec {
     let name_key = r.manager.name_key;
     let kwargs = r.manager.kwargs.cloned().unwrap_or_default();
     let kwargs_key = r.manager.kwargs_key;
     let kw_key = |k: &str| format!("{kwargs_key}.{k}");
+    let python = |class: Option<verlc_spec::data::PyClass>, l: &Lowering| {
+        RewardManagerSpec::Python(Box::new(verlc_spec::trainer::PythonManagerSpec {
+            class,
+            registered: r.manager.name.to_owned(),
+            kwargs: kwargs.clone(),
+            reward_fn_key: reward_fn_key.to_owned(),
+            config: l.root.to_json(),
+        }))
+    };
+    if r.manager.source == crate::config::RewardSource::Importlib {
+        // V032 reports a missing module path.
+        let Some(path) = r.manager.module_path else {
+            return RewardManagerSpec::Naive;
+        };
+        let class = verlc_spec::data::PyClass {
+            path: path.to_owned(),
+            name: r.manager.name.to_owned(),
+        };
+        return python(Some(class), l);
+    }
     match r.manager.name {
+        // verl 0.7.0's registered managers verlc does not implement: verl's own classes.
+        "batch" | "prime" if r.manager.prefix == "reward_manager" => python(None, l),
         "naive" => {
             if let Some(k) = kwargs.keys().next() {
                 l.unsupported(
@@ -1126,7 +1158,7 @@ fn reward_manager_spec(r: &Rewards, experiment_name: &str, l: &mut Lowering) -> 
         other => {
             l.unsupported(
                 name_key,
-                format!("verlc's trainer implements the `naive`, `dapo` and `gdpo` reward managers, not `{other}`"),
+                format!("verlc's trainer implements the `naive`, `dapo` and `gdpo` reward managers and runs verl 0.7.0's `batch` and `prime` and your own classes (`source: importlib`) in Python, not `{other}`"),
                 format!("use {name_key}=naive (or dapo)"),
             );
             RewardManagerSpec::Naive

@@ -1450,15 +1450,20 @@ fn reward_managers_naive_and_dapo_lower_with_their_arguments() {
         "naive takes no arguments: {:?}",
         c.codes()
     );
-    let c = case(BASE, &["reward_manager.name=prime"]);
-    assert!(
-        c.lowered
-            .diagnostics
-            .iter()
-            .any(|d| d.code.0 == "B018" && d.key_path.as_deref() == Some("reward_manager.name")),
-        "{:?}",
-        c.codes()
-    );
+    // verl 0.7.0's `prime` and `batch` run verl's own classes in Python, with their arguments.
+    for name in ["prime", "batch"] {
+        let o = format!("reward_manager.name={name}");
+        let c = case(BASE, &[&o, "+reward_model.reward_kwargs.max_resp_len=32"]);
+        assert!(!c.codes().contains(&"B018"), "{name}: {:?}", c.codes());
+        match &c.lowered.plan.spec.reward_manager {
+            RewardManagerSpec::Python(m) => {
+                assert!(m.class.is_none(), "verl's registered class");
+                assert_eq!(m.registered, name);
+                assert!(m.kwargs.contains_key("max_resp_len"));
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
 }
 
 #[test]

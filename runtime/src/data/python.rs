@@ -18,7 +18,11 @@ use crate::pyproc::{JsonLinesProcess, ProcError};
 use super::DataError;
 use super::files::SourcedRow;
 
-const SCRIPT: &str = include_str!("python_host.py");
+/// verl's modules for the user's classes (`pyproc_verl.py`), then the helper.
+const SCRIPT: &str = concat!(
+    include_str!("../pyproc_verl.py"),
+    include_str!("python_host.py")
+);
 
 /// Start-up imports torch, transformers and the user's module, and builds both datasets.
 const START_TIMEOUT: Duration = Duration::from_secs(600);

@@ -24,53 +24,12 @@
 # A sampler with state_dict/load_state_dict is restored through them; one without is
 # fast-forwarded by drawing `yielded` indices of a fresh epoch iterator, as torchdata's
 # StatefulDataLoader resumes a sampler that keeps no state.
-# Base classes: verl's own where its package root imports; where verl is installed but its
-# root cannot be imported (it imports Ray), verl.utils.dataset and verl.experimental.dataset are
-# loaded without it (with a stand-in DataProto); where verl is absent, stand-ins with the same
-# interface. The user's prints go to stderr; stdout carries only the protocol.
-import importlib
-import importlib.util
+# Base classes: verl's own, or stand-ins (pyproc_verl.py's verl_modules, put ahead of this
+# script with pyproc_channel.py). The user's prints go to stderr; stdout carries only the protocol.
 import inspect
 import json
-import math
-import os
 import sys
 import traceback
-import types
-
-
-def bare_package(name, path):
-    mod = types.ModuleType(name)
-    mod.__path__ = [path]
-    sys.modules[name] = mod
-    return mod
-
-
-class StandInTensorDict(dict):
-    """The part of TensorDict a sampler's update reads: item access by name and batch_size."""
-
-    @property
-    def batch_size(self):
-        for v in self.values():
-            return [len(v)]
-        return [0]
-
-
-class StandInDataProto:
-    """verl's DataProto as a sampler's update sees it: `batch` (tensors by name),
-    `non_tensor_batch` (numpy object arrays by name), `meta_info`, `len()`."""
-
-    def __init__(self, batch=None, non_tensor_batch=None, meta_info=None):
-        self.batch = StandInTensorDict(batch or {})
-        self.non_tensor_batch = dict(non_tensor_batch or {})
-        self.meta_info = dict(meta_info or {})
-
-    def __len__(self):
-        for v in self.batch.values():
-            return len(v)
-        for v in self.non_tensor_batch.values():
-            return len(v)
-        return 0
 
 
 def standin_modules():
@@ -154,115 +113,13 @@ def standin_modules():
             row["interaction_kwargs"] = extra.get("interaction_kwargs", {})
             return row
 
-    bare_package("verl", "")
-    for name in ["verl.utils", "verl.utils.dataset", "verl.experimental", "verl.experimental.dataset"]:
-        bare_package(name, "")
-    rl = types.ModuleType("verl.utils.dataset.rl_dataset")
-    rl.RLHFDataset = RLHFDataset
-    sampler = types.ModuleType("verl.experimental.dataset.sampler")
-    sampler.AbstractSampler = AbstractSampler
-    sampler.AbstractCurriculumSampler = AbstractCurriculumSampler
-    sys.modules["verl.utils.dataset.rl_dataset"] = rl
-    sys.modules["verl.experimental.dataset.sampler"] = sampler
-    sys.modules["verl"].DataProto = StandInDataProto
-
-
-def verl_modules():
-    """Makes verl's dataset and sampler modules importable; says which kind it found."""
-    try:
-        import verl  # noqa: F401
-        import verl.experimental.dataset.sampler  # noqa: F401
-        import verl.utils.dataset.rl_dataset  # noqa: F401
-
-        return "installed"
-    except Exception:
-        pass
-    for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
-        del sys.modules[k]
-    spec = importlib.util.find_spec("verl")
-    if spec is not None and spec.submodule_search_locations:
-        root = list(spec.submodule_search_locations)[0]
-        verl = bare_package("verl", root)
-        verl.DataProto = StandInDataProto
-        protocol = types.ModuleType("verl.protocol")
-        protocol.DataProto = StandInDataProto
-        sys.modules["verl.protocol"] = protocol
-        for name in ["utils", "utils.dataset", "experimental", "experimental.dataset"]:
-            bare_package("verl." + name, os.path.join(root, *name.split(".")))
-        try:
-            import verl.experimental.dataset.sampler  # noqa: F401
-            import verl.utils.dataset.rl_dataset  # noqa: F401
-
-            return "without its package root"
-        except Exception:
-            for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
-                del sys.modules[k]
-    standin_modules()
-    return "stand-in"
-
-
-def load_class(path, name):
-    """verl's load_extern_object: a file path (its directory importable, as verl's
-    PYTHONPATH usually has it) or `pkg://module.path`."""
-    if path.startswith("pkg://"):
-        module = importlib.import_module(path[len("pkg://") :])
-    else:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"Custom module file '{path}' not found.")
-        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-        spec = importlib.util.spec_from_file_location("custom_module", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path} as a Python module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["custom_module"] = module
-        spec.loader.exec_module(module)
-    if not hasattr(module, name):
-        raise AttributeError(f"Custom module '{path}' has no attribute '{name}'.")
-    return getattr(module, name)
-
-
-def config_object(config):
-    try:
-        from omegaconf import OmegaConf
-
-        return OmegaConf.create(config)
-    except ImportError:
-
-        class Config(dict):
-            def __getattr__(self, k):
-                try:
-                    v = self[k]
-                except KeyError as e:
-                    raise AttributeError(k) from e
-                return Config(v) if isinstance(v, dict) else v
-
-        return Config(config)
-
-
-def jsonable(v):
-    """An item's value as JSON: tensors and arrays as lists, mappings and sequences through,
-    anything else by its repr (images are not carried)."""
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return v if math.isfinite(v) else repr(v)
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [jsonable(x) for x in v]
-    tolist = getattr(v, "tolist", None)
-    if callable(tolist):
-        try:
-            return jsonable(tolist())
-        except Exception:
-            pass
-    item = getattr(v, "item", None)
-    if callable(item):
-        try:
-            return jsonable(item())
-        except Exception:
-            pass
-    return repr(v)
+    standin_package("utils", "utils.dataset", "experimental", "experimental.dataset")
+    stand_in_module("verl.utils.dataset.rl_dataset", RLHFDataset=RLHFDataset)
+    stand_in_module(
+        "verl.experimental.dataset.sampler",
+        AbstractSampler=AbstractSampler,
+        AbstractCurriculumSampler=AbstractCurriculumSampler,
+    )
 
 
 def make_dataset(cls, files, tokenizer, config, max_samples):
@@ -340,16 +197,9 @@ def batch_of(update):
         arr = np.empty(len(v), dtype=object)
         arr[:] = v
         non_tensors[k] = arr
-    try:
-        from verl import DataProto
-
-        if DataProto is not StandInDataProto:
-            return DataProto.from_dict(
-                tensors=tensors, non_tensors=non_tensors, meta_info=update.get("meta_info") or {}
-            )
-    except Exception:
-        pass
-    return StandInDataProto(tensors, non_tensors, update.get("meta_info"))
+    return data_proto_class().from_dict(  # noqa: F821 - pyproc_verl.py
+        tensors=tensors, non_tensors=non_tensors, meta_info=update.get("meta_info") or {}
+    )
 
 
 def main():
@@ -357,13 +207,17 @@ def main():
 
     spec = json.loads(sys.argv[1])
     try:
-        verl_kind = verl_modules()
+        verl_kind = verl_modules(  # noqa: F821 - pyproc_verl.py, put ahead of this script
+            ["utils.dataset", "experimental", "experimental.dataset"],
+            ["verl.utils.dataset.rl_dataset", "verl.experimental.dataset.sampler"],
+            standin_modules,
+        )
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
         config = config_object(spec["config"])
         if spec.get("dataset"):
-            cls = load_class(spec["dataset"]["path"], spec["dataset"]["name"])
+            cls = load_user_object(spec["dataset"]["path"], spec["dataset"]["name"])
             import torch.utils.data
 
             if not (isinstance(cls, type) and issubclass(cls, torch.utils.data.Dataset)):
@@ -381,7 +235,7 @@ def main():
         if spec.get("sampler"):
             from verl.experimental.dataset.sampler import AbstractCurriculumSampler, AbstractSampler
 
-            scls = load_class(spec["sampler"]["path"], spec["sampler"]["name"])
+            scls = load_user_object(spec["sampler"]["path"], spec["sampler"]["name"])
             sampler = scls(data_source=datasets["train"], data_config=config)
             if not isinstance(sampler, AbstractSampler):
                 raise TypeError(

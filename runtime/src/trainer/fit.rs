@@ -37,9 +37,10 @@ use crate::workers::actor::Actor;
 use crate::workers::critic::Critic;
 use crate::workers::reference::{Reference, ReferencePolicy};
 use crate::workers::reward::manager;
+use crate::workers::reward::python_manager::{ManagerSettings, PythonManager};
 use crate::workers::reward::{
     PythonRewardFn, PythonSettings, RewardError, RewardFn, RewardInput, RewardModel, Score,
-    ScoreItem, token_level_scores,
+    ScoreItem, token_level_rewards_of,
 };
 use crate::workers::rollout::RolloutWorker;
 use crate::workers::teacher::{TEACHER_COLUMN, Teachers};
@@ -88,6 +89,8 @@ pub struct Trainer<R: Roles = SingleRoles> {
     /// `rollout.multi_turn`: the agent loop and its tools.
     agent: Option<Arc<super::agent::AgentRollout>>,
     reward: RewardFn,
+    /// A Python reward manager, which scores instead of `reward` (and `manager::apply`).
+    python_manager: Option<PythonManager>,
     /// Scores training responses instead of `reward` when set.
     reward_model: Option<RewardModel>,
     kl_ctrl: KlController,
@@ -181,8 +184,6 @@ fn response_ids(out: &RolloutOutput) -> Result<Vec<Vec<i64>>, TrainerError> {
         .collect())
 }
 
-/// The training set and, when the spec names files, the validation set; `vision` reads the
-/// rows' images (a vision-language actor).
 /// Where the rows' images are and how they are prepared, when the actor's model has a vision
 /// tower: its checkpoint's image processor (a built-in model takes the defaults).
 fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
@@ -218,6 +219,10 @@ fn reward_function(
     train: &RlDataset,
     val: Option<&RlDataset>,
 ) -> Result<RewardFn, TrainerError> {
+    // A Python reward manager calls the function itself (see `python_manager`).
+    if matches!(spec.reward_manager, RewardManagerSpec::Python(_)) {
+        return Ok(RewardFn::Builtin);
+    }
     let reward = match &spec.reward {
         RewardSpec::Python {
             path,
@@ -245,6 +250,36 @@ fn reward_function(
             .map(|it| it.sample.data_source.as_str()),
     )?;
     Ok(reward)
+}
+
+/// A Python reward manager (`RewardManagerSpec::Python`), started on this rank with the
+/// model's tokenizer and the user's `compute_score` (else verl's default).
+fn python_manager(
+    spec: &TrainerSpec,
+    opts: &RunOptions,
+    tokenizer: &Tokenizer,
+) -> Result<Option<PythonManager>, TrainerError> {
+    let RewardManagerSpec::Python(m) = &spec.reward_manager else {
+        return Ok(None);
+    };
+    let (tokenizer_dir, _saved) = prompts::tokenizer_dir(&spec.tokenizer_path, tokenizer)?;
+    let function = match &spec.reward {
+        RewardSpec::Python {
+            path,
+            name,
+            reward_kwargs,
+        } => Some((absolute(path), name.clone(), reward_kwargs.clone())),
+        RewardSpec::Builtin => None,
+    };
+    let manager = PythonManager::start(&ManagerSettings {
+        python: opts.python(),
+        spec: (**m).clone(),
+        tokenizer_dir,
+        function,
+        startup_timeout: opts.reward_startup_timeout,
+        call_timeout: opts.reward_call_timeout,
+    })?;
+    Ok(Some(manager))
 }
 
 /// The value model on its engine, when the estimator needs one.
@@ -406,6 +441,7 @@ impl<R: Roles> Trainer<R> {
             .total_training_steps
             .unwrap_or((sampler.batches_per_epoch() as u64) * spec.run.total_epochs);
         let reward = reward_function(spec, opts, &train, val.as_ref())?;
+        let python_manager = python_manager(spec, opts, &tokenizer)?;
 
         // Models, in the same order on every rank (their construction is collective).
         let dtype_ = spec.binding.precision;
@@ -515,6 +551,7 @@ impl<R: Roles> Trainer<R> {
             rollout,
             agent,
             reward,
+            python_manager,
             reward_model,
             kl_ctrl: kl_controller(alg.kl_ctrl)?,
             kl_penalty: alg.kl_penalty,
@@ -801,6 +838,21 @@ impl<R: Roles> Trainer<R> {
         out: &RolloutOutput,
     ) -> Result<Scored, TrainerError> {
         let score_items = self.score_items(items, out)?;
+        if self.python_manager.is_some() {
+            let batch = manager_batch(items, out, &score_items, &self.spec.data.reward_fn_key)?;
+            let rows = score_items.len();
+            let scores = self
+                .python_manager
+                .as_mut()
+                .map(|m| m.score(batch, rows))
+                .transpose()?
+                .unwrap_or_default();
+            return Ok((
+                scores.iter().map(|s| s.score).collect(),
+                score_items,
+                scores,
+            ));
+        }
         let mut scores = self
             .reward
             .score(&score_items)
@@ -1261,7 +1313,10 @@ impl<R: Roles> Trainer<R> {
             batch.insert(GROUP_METRIC, values)?;
         }
         let mask = batch.get("response_mask")?.shallow_clone();
-        batch.insert("token_level_scores", token_level_scores(&scores, &mask)?)?;
+        batch.insert(
+            "token_level_scores",
+            token_level_rewards_of(&scores, &details, &mask)?,
+        )?;
         Ok(())
     }
 
@@ -1609,6 +1664,64 @@ fn on_sample(
 /// per-row counts.
 /// The batch column of each row's prompt's place in the training set (vision-language rows).
 pub(super) const PROMPT_ITEM: &str = "prompt_item";
+
+/// A batch as verl hands it to a reward manager: `prompts`, `responses`, `attention_mask` and
+/// `response_mask`, and each row's sample fields (`data_source` also under `reward_fn_key`,
+/// `reward_model`, `extra_info` as the scorer sees it, `raw_prompt`, `ability`, `index`, and
+/// the agent loop's `__num_turns__`).
+fn manager_batch(
+    items: &[&PromptItem],
+    out: &RolloutOutput,
+    score_items: &[ScoreItem],
+    reward_fn_key: &str,
+) -> Result<Value, TrainerError> {
+    let mut tensors = serde_json::Map::new();
+    for (name, t) in [
+        ("prompts", &out.prompts),
+        ("responses", &out.responses),
+        ("attention_mask", &out.attention_mask),
+        ("response_mask", &out.response_mask),
+    ] {
+        tensors.insert(name.into(), prompts::tensor_json(t)?);
+    }
+    let mut columns: Vec<(String, Vec<Value>)> = [
+        "data_source",
+        "reward_model",
+        "extra_info",
+        "raw_prompt",
+        "ability",
+        "index",
+    ]
+    .iter()
+    .map(|k| (k.to_string(), Vec::new()))
+    .collect();
+    if reward_fn_key != "data_source" {
+        columns.push((reward_fn_key.to_owned(), Vec::new()));
+    }
+    let agent = !out.num_turns.is_empty();
+    if agent {
+        columns.push(("__num_turns__".into(), Vec::new()));
+    }
+    for (row, (&p, it)) in out.prompt_index.iter().zip(score_items).enumerate() {
+        let s = &items[p].sample;
+        for (name, col) in &mut columns {
+            col.push(match name.as_str() {
+                "reward_model" => json!({"style": s.reward_model.style, "ground_truth": s.reward_model.ground_truth}),
+                "extra_info" => Value::Object(it.extra_info.clone()),
+                "raw_prompt" => serde_json::to_value(&s.prompt).unwrap_or(Value::Null),
+                "ability" => json!(s.ability),
+                "index" => json!(s.index),
+                "__num_turns__" => json!(out.num_turns.get(row)),
+                _ => json!(s.data_source),
+            });
+        }
+    }
+    let non_tensors: serde_json::Map<String, Value> = columns
+        .into_iter()
+        .map(|(k, v)| (k, Value::Array(v)))
+        .collect();
+    Ok(json!({"tensors": tensors, "non_tensors": non_tensors, "meta_info": {}}))
+}
 
 /// Labels each row with its prompt's place in the training set (`prompt_item`): after a
 /// gather over ranks, rows find their prompt's images and sample by it.

@@ -177,13 +177,16 @@ fn io(path: &std::path::Path, e: std::io::Error) -> TrainerError {
 }
 
 /// A directory of this process's, removed when dropped.
-struct TempDir {
+pub(super) struct TempDir {
     path: PathBuf,
 }
 
 impl TempDir {
     fn new(name: &str) -> Result<Self, TrainerError> {
-        let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        // Unique in the process too: trainers of one process (tests) load data at once.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).map_err(|e| io(&path, e))?;
         Ok(TempDir { path })
@@ -198,7 +201,7 @@ impl Drop for TempDir {
 
 /// A directory `AutoTokenizer` can load: the model's own (or a Hub id it finds in the cache),
 /// or the built-in tokenizer saved to a temporary directory, returned to be kept alive.
-fn tokenizer_dir(
+pub(super) fn tokenizer_dir(
     path: &str,
     tokenizer: &Tokenizer,
 ) -> Result<(PathBuf, Option<TempDir>), TrainerError> {
@@ -460,7 +463,7 @@ fn update_batch(batch: &Batch, train: &RlDataset, step: u64) -> Result<Value, Tr
     }))
 }
 
-fn tensor_json(t: &Tensor) -> Result<Value, TrainerError> {
+pub(super) fn tensor_json(t: &Tensor) -> Result<Value, TrainerError> {
     let size = t.size();
     let rows = usize::try_from(size.first().copied().unwrap_or(0)).unwrap_or(0);
     let flat = t.f_flatten(0, -1)?;

@@ -17,6 +17,7 @@ mod python_data;
 mod replay;
 mod resume;
 mod reward;
+mod reward_managers;
 mod sft;
 mod support;
 mod vllm;

@@ -19,7 +19,8 @@ use super::Score;
 /// `i`'s response length in tokens (EOS included).
 pub fn apply(manager: &RewardManagerSpec, scores: &mut [Score], response_lengths: &[usize]) {
     let overlong_buffer = match manager {
-        RewardManagerSpec::Naive => return,
+        // A Python manager made its rewards itself.
+        RewardManagerSpec::Naive | RewardManagerSpec::Python(_) => return,
         RewardManagerSpec::Gdpo { .. } => {
             for s in scores.iter_mut().filter(|s| !s.from_dict) {
                 s.extra.insert("acc".to_owned(), number(s.score));

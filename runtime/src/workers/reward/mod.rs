@@ -15,6 +15,7 @@
 pub mod manager;
 pub mod model;
 pub mod python;
+pub mod python_manager;
 pub mod rules;
 
 use std::collections::BTreeMap;
@@ -60,6 +61,9 @@ pub enum RewardError {
         index: usize,
         source: Box<RewardError>,
     },
+    /// A Python reward manager failed (its traceback), or its helper did.
+    #[error("{what}: {msg}")]
+    Manager { what: String, msg: String },
     #[error("reward: {0}")]
     Other(String),
     #[error("libtorch: {0}")]
@@ -84,6 +88,9 @@ pub struct Score {
     pub extra: BTreeMap<String, Value>,
     /// The scorer returned a dict (verl's DAPO manager then logs its `score`, else `acc`).
     pub from_dict: bool,
+    /// A Python reward manager's reward per response token (`score` is their sum); `None`:
+    /// the score goes to the response's last token.
+    pub tokens: Option<Vec<f64>>,
 }
 
 /// The configured scorer.
@@ -136,6 +143,55 @@ impl RewardFn {
         }
         Ok(())
     }
+}
+
+/// The first `n` characters of `text` (for messages about what a scorer returned).
+pub(crate) fn clip(text: &str, n: usize) -> String {
+    text.chars().take(n).collect()
+}
+
+/// [`token_level_scores`], where a row with token rewards (a Python reward manager's) keeps
+/// them as they are.
+pub fn token_level_rewards_of(
+    scores: &[f64],
+    details: &[Score],
+    response_mask: &Tensor,
+) -> Result<Tensor, RewardError> {
+    if details.iter().all(|d| d.tokens.is_none()) {
+        return token_level_scores(scores, response_mask);
+    }
+    let size = response_mask.size();
+    let (rows, width) = (size[0] as usize, size[1] as usize);
+    if details.len() != rows {
+        return Err(RewardError::Other(format!(
+            "{} token rewards for a response mask of shape {size:?}",
+            details.len()
+        )));
+    }
+    let mut dense = vec![0f32; rows * width];
+    for (i, d) in details.iter().enumerate() {
+        match &d.tokens {
+            Some(t) => {
+                if t.len() != width {
+                    return Err(RewardError::Other(format!(
+                        "the reward manager gave row {i} {} token rewards for responses of {width} tokens",
+                        t.len()
+                    )));
+                }
+                for (j, &x) in t.iter().enumerate() {
+                    dense[i * width + j] = x as f32;
+                }
+            }
+            None => {
+                return Err(RewardError::Other(format!(
+                    "row {i} has a score but no token rewards"
+                )));
+            }
+        }
+    }
+    Ok(Tensor::from_slice(&dense)
+        .f_view([size[0], size[1]])?
+        .f_to_device(response_mask.device())?)
 }
 
 /// Token-level scores `(N, R)`: each row's score at its last valid response token.

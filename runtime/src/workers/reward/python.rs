@@ -214,6 +214,7 @@ impl PythonRewardFn {
                     score,
                     extra,
                     from_dict,
+                    tokens: None,
                 })
             })
             .collect()
