@@ -419,6 +419,12 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
             c.name, c.path
         ));
     }
+    if let verlc_spec::trainer::RewardManagerSpec::Python(m) = &s.reward_manager {
+        out.push(match &m.class {
+            Some(c) => format!("your reward manager class `{}` ({})", c.name, c.path),
+            None => format!("verl's `{}` reward manager, run in Python", m.registered),
+        });
+    }
     if s.algorithm.filter_groups.is_some() {
         out.push("dynamic sampling (filter groups and regenerate)".into());
     }
