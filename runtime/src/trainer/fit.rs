@@ -1027,7 +1027,11 @@ impl<R: Roles> Trainer<R> {
         }
         metrics.insert("training/global_step".into(), step as f64);
         metrics.insert("training/epoch".into(), epoch as f64);
-        metrics.extend(data_metrics(&batch, self.critic.is_some())?);
+        metrics.extend(data_metrics(
+            &batch,
+            self.critic.is_some(),
+            self.spec.data.max_prompt_length,
+        )?);
         metrics.extend(timing_metrics(&timers, &batch)?);
         metrics.extend(throughput_metrics(&timers, &batch, self.dp.world_size())?);
         Ok(metrics)

@@ -68,7 +68,14 @@ pub const TOOL_CALLS: &str = "__tool_calls__";
 pub const TOOL_FAILURES: &str = "__tool_failures__";
 
 /// verl's `compute_data_metrics`.
-pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerError> {
+/// `max_prompt_length` is `data.max_prompt_length`: verl pads every prompt to it, so its
+/// `prompt_length/clip_ratio` is the share of prompts that reach the limit; verlc pads a batch
+/// only to its longest prompt and measures against the limit itself.
+pub fn data_metrics(
+    batch: &Batch,
+    use_critic: bool,
+    max_prompt_length: usize,
+) -> Result<Metrics, TrainerError> {
     let mut m = Metrics::new();
     let mask = batch.get("response_mask")?;
     let scores = to_vec(&batch.get("token_level_scores")?.f_sum_dim_intlist(
@@ -157,7 +164,7 @@ pub fn data_metrics(batch: &Batch, use_critic: bool) -> Result<Metrics, TrainerE
     stats("prompt_length", &prompt_lengths, &mut m);
     m.insert(
         "prompt_length/clip_ratio".into(),
-        clip(&prompt_lengths, prompt_width as f64),
+        clip(&prompt_lengths, max_prompt_length as f64),
     );
     Ok(m)
 }

@@ -30,6 +30,14 @@ fn run_with(dir: &str, steps: u64, extra: &[String]) -> Vec<Vec<f64>> {
     let o: Vec<&str> = o.iter().map(String::as_str).collect();
     let spec = small_grpo(&scratch(dir), steps, &o);
     let summary = run(&spec, &quiet()).expect("run");
+    // Prompts of about 13 tokens under the quickstart's max_prompt_length of 32: none is at the limit,
+    // though each batch pads them to its longest.
+    assert!(
+        series(&summary.history, "prompt_length/clip_ratio")
+            .iter()
+            .all(|&r| r == 0.0),
+        "prompt clip ratio measured against data.max_prompt_length"
+    );
     KEYS.iter().map(|k| series(&summary.history, k)).collect()
 }
 
