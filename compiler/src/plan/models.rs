@@ -369,11 +369,14 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         "in an asynchronous trainer mode"
     } else if spec.actor.lora.is_some() {
         "with LoRA adapters"
+    } else if spec.data.custom_dataset.is_some() {
+        // The Python dataset's items come back as JSON: their pictures do not.
+        "from a Python dataset class (data.custom_cls)"
     } else {
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP without Ulysses, with the built-in rollout, single-turn, synchronously and on full weights: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP without Ulysses, with the built-in rollout, single-turn, synchronously, on full weights and from data files: training it {why} is not implemented yet",
         row.name
     ))
 }
