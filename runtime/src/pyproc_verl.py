@@ -106,6 +106,23 @@ def data_proto_class():
         return StandInDataProto
 
 
+def data_proto_of(batch):
+    """A DataProto of a batch sent over the protocol: `tensors` (nested lists by name),
+    `non_tensors` (lists by name, made numpy object arrays), `meta_info`."""
+    import numpy as np
+    import torch
+
+    tensors = {k: torch.tensor(v) for k, v in (batch.get("tensors") or {}).items()}
+    non_tensors = {}
+    for k, v in (batch.get("non_tensors") or {}).items():
+        arr = np.empty(len(v), dtype=object)
+        arr[:] = v
+        non_tensors[k] = arr
+    return data_proto_class().from_dict(
+        tensors=tensors, non_tensors=non_tensors, meta_info=batch.get("meta_info") or {}
+    )
+
+
 def verl_modules(bare, modules, standin):
     try:
         import verl  # noqa: F401

@@ -187,21 +187,6 @@ class Sampling:
                 break
 
 
-def batch_of(update):
-    import numpy as np
-    import torch
-
-    tensors = {k: torch.tensor(v) for k, v in (update.get("tensors") or {}).items()}
-    non_tensors = {}
-    for k, v in (update.get("non_tensors") or {}).items():
-        arr = np.empty(len(v), dtype=object)
-        arr[:] = v
-        non_tensors[k] = arr
-    return data_proto_class().from_dict(  # noqa: F821 - pyproc_verl.py
-        tensors=tensors, non_tensors=non_tensors, meta_info=update.get("meta_info") or {}
-    )
-
-
 def main():
     send = protocol_sender(allow_nan=False)  # noqa: F821 - defined by pyproc_channel.py, put ahead of this script
 
@@ -283,7 +268,7 @@ def main():
                 indices = sampling.take(int(req["take"]), bool(req["drop_last"]))
                 send({"id": req["id"], "indices": indices, "epoch": sampling.epoch, "yielded": sampling.yielded})
             elif "update" in req:
-                sampling.sampler.update(batch=batch_of(req["update"]))
+                sampling.sampler.update(batch=data_proto_of(req["update"]))  # noqa: F821 - pyproc_verl.py
                 send({"id": req["id"], "ok": True})
             elif "state" in req:
                 send({"id": req["id"], "state": sampling.state()})

@@ -906,17 +906,7 @@ fn python_classes_on_two_ranks_draw_once_and_resume_where_the_sampler_stood() {
     }
 
     let s2 = step_dir(&dir.join("two").join("ckpt"), 2);
-    let resume = Job {
-        example: job.example,
-        overrides: job.overrides.clone(),
-    }
-    .with(&[
-        "trainer.resume_mode=resume_path".into(),
-        format!("trainer.resume_from_path={}", s2.display()),
-    ]);
-    let resumed = run_ranks(&resume, &dir.join("resume"), 2);
-    assert_eq!(resumed[0].len(), 1, "only step 3 is left");
-    assert_matches(&ranks[0][2..], &resumed[0], 1e-9, "resumed step 3");
+    assert_resumes_step_3(&job, &ranks[0], &s2, &dir, 2);
     let log = read_log();
     assert_eq!(log.len(), 4);
     assert_eq!(

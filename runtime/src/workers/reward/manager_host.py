@@ -169,21 +169,6 @@ def build(spec, tokenizer, config, compute_score):
     return manager, "legacy", cls.__name__
 
 
-def batch_of(req):
-    import numpy as np
-    import torch
-
-    tensors = {k: torch.tensor(v) for k, v in (req.get("tensors") or {}).items()}
-    non_tensors = {}
-    for k, v in (req.get("non_tensors") or {}).items():
-        arr = np.empty(len(v), dtype=object)
-        arr[:] = v
-        non_tensors[k] = arr
-    return data_proto_class().from_dict(  # noqa: F821 - pyproc_verl.py
-        tensors=tensors, non_tensors=non_tensors, meta_info=req.get("meta_info") or {}
-    )
-
-
 def score_legacy(manager, data):
     try:
         result = manager(data, return_dict=True)
@@ -248,7 +233,7 @@ def main():
             continue
         req = json.loads(line)
         try:
-            data = batch_of(req["batch"])
+            data = data_proto_of(req["batch"])  # noqa: F821 - pyproc_verl.py
             if interface == "loop":
                 rewards, extra = score_loop(manager, data)
             else:
