@@ -645,7 +645,7 @@ impl<R: Roles> Trainer<R> {
             c.engine.load_checkpoint(&dir.join("critic"))?;
         }
         self.sampler
-            .resume(state.sampler, state.python_sampler.as_ref())?;
+            .resume(state.sampler, state.python_sampler.as_ref(), &self.dp)?;
         match &mut self.kl_ctrl {
             KlController::Fixed { value } | KlController::Adaptive { value, .. } => {
                 *value = state.kl_coef
@@ -662,7 +662,7 @@ impl<R: Roles> Trainer<R> {
 
     /// Writes this step's checkpoint; [`Trainer::commit_checkpoint`] makes it the resume point.
     fn save_checkpoint(&mut self) -> Result<(), TrainerError> {
-        let (sampler, python_sampler) = self.sampler.state()?;
+        let (sampler, python_sampler) = self.sampler.state(&self.dp)?;
         let state = TrainerState {
             global_step: self.global_step,
             sampler,
@@ -995,7 +995,7 @@ impl<R: Roles> Trainer<R> {
         let batch = result?;
         // verl hands a curriculum sampler each trained batch before the step's validation and
         // checkpoint.
-        self.sampler.update(&batch, &self.train, step)?;
+        self.sampler.update(&batch, &self.train, step, &self.dp)?;
         if self.colocated.is_some() {
             timers.time("update_weights", || self.colocated_step_end(step))?;
         }

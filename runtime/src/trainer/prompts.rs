@@ -65,9 +65,8 @@ pub(crate) fn load(
         });
     }
     let mut helper = None;
-    let mut sent: Option<(Vec<SourcedRow>, Option<Vec<SourcedRow>>)> = None;
     let mut note = None;
-    if dp.is_main() {
+    let (train_rows, val_rows) = on_main(dp, || {
         let (tokenizer_dir, _saved) = tokenizer_dir(tokenizer_path, tokenizer)?;
         let written = TempDir::new("verlc-rows")?;
         let train_files = readable_files(&d.train_files, &written.path.join("train"))?;
@@ -102,12 +101,11 @@ pub(crate) fn load(
         } else {
             None
         };
-        sent = Some((train, val));
         if d.sampler.is_some() {
             helper = Some(h);
         }
-    }
-    let (train_rows, val_rows) = dp.from_main(sent)?;
+        Ok((train, val))
+    })?;
     // The dataset class did its own sampling and filtering (verl does not filter again):
     // every item is kept, so the sampler's indices are the items' places.
     let mut o = opts;
@@ -129,6 +127,30 @@ pub(crate) fn load(
         helper,
         note,
     })
+}
+
+/// `work`'s outcome on every rank, `work` running on the main rank only: a failure there fails
+/// every rank (with the main rank's own error there, its message elsewhere), so no rank waits
+/// for a broadcast that never comes.
+fn on_main<T: Serialize + serde::de::DeserializeOwned>(
+    dp: &DataParallel,
+    work: impl FnOnce() -> Result<T, TrainerError>,
+) -> Result<T, TrainerError> {
+    let mut failure = None;
+    let mine: Option<Result<T, String>> = if dp.is_main() {
+        Some(work().map_err(|e| {
+            let text = e.to_string();
+            failure = Some(e);
+            text
+        }))
+    } else {
+        None
+    };
+    match (dp.from_main(mine)?, failure) {
+        (Ok(v), _) => Ok(v),
+        (Err(_), Some(e)) => Err(e),
+        (Err(text), None) => Err(TrainerError::Config(format!("on the main rank: {text}"))),
+    }
 }
 
 /// Items without `raw_prompt` are named as such (not as a missing `prompt_key` column).
@@ -254,8 +276,12 @@ impl PromptSampler {
             )?));
         }
         let helper = loaded.helper.take().map(Box::new);
-        let facts = helper.as_ref().map(|h| (h.sampler_len, h.curriculum));
-        let (sampler_len, curriculum): (Option<usize>, bool) = dp.from_main(facts)?;
+        let (sampler_len, curriculum): (Option<usize>, bool) = on_main(dp, || {
+            helper
+                .as_ref()
+                .map(|h| (h.sampler_len, h.curriculum))
+                .ok_or_else(|| TrainerError::Config("the data helper is not running".into()))
+        })?;
         let batches_per_epoch = sampler_len.unwrap_or(len) / d.batch_size;
         if batches_per_epoch == 0 {
             return Err(TrainerError::Config(format!(
@@ -322,41 +348,48 @@ impl PromptSampler {
         let PromptSampler::Python { helper, epoch, .. } = self else {
             return Ok(Vec::new());
         };
-        let mine = match helper.as_mut() {
-            Some(h) => {
-                let (indices, e) = h.take(k, drop_last)?;
-                Some(Draw { indices, epoch: e })
-            }
-            None => None,
-        };
-        let draw: Draw = dp.from_main(mine)?;
+        let draw: Draw = on_main(dp, || {
+            let h = helper
+                .as_mut()
+                .ok_or_else(|| TrainerError::Config("the data helper is not running".into()))?;
+            let (indices, epoch) = h.take(k, drop_last)?;
+            Ok(Draw { indices, epoch })
+        })?;
         *epoch = draw.epoch;
         Ok(draw.indices)
     }
 
-    /// A curriculum sampler's `update(batch)` with the step's whole batch (main rank; the
-    /// others return at once).
+    /// A curriculum sampler's `update(batch)` with the step's whole batch, on the main rank
+    /// (every rank calls it, and learns if it failed).
     pub(crate) fn update(
         &mut self,
         batch: &Batch,
         train: &RlDataset,
         step: u64,
+        dp: &DataParallel,
     ) -> Result<(), TrainerError> {
         let PromptSampler::Python {
-            helper: Some(h),
+            helper,
             curriculum: true,
             ..
         } = self
         else {
             return Ok(());
         };
-        h.update(update_batch(batch, train, step)?)?;
-        Ok(())
+        on_main(dp, || match helper.as_mut() {
+            Some(h) => Ok(h.update(update_batch(batch, train, step)?)?),
+            None => Err(TrainerError::Config(
+                "the data helper is not running".into(),
+            )),
+        })
     }
 
     /// What a checkpoint stores: the seeded sampler's state, or the Python sampler's place
     /// (and its `state_dict()`) as the main rank reads it.
-    pub(crate) fn state(&mut self) -> Result<(SamplerState, Option<Value>), TrainerError> {
+    pub(crate) fn state(
+        &mut self,
+        dp: &DataParallel,
+    ) -> Result<(SamplerState, Option<Value>), TrainerError> {
         match self {
             PromptSampler::Seeded(s) => Ok((s.state().clone(), None)),
             PromptSampler::Python {
@@ -366,10 +399,12 @@ impl PromptSampler {
                 epoch,
                 ..
             } => {
-                let python = match helper.as_mut() {
-                    Some(h) => Some(h.state()?),
-                    None => None,
-                };
+                let python = Some(on_main(dp, || match helper.as_mut() {
+                    Some(h) => Ok(h.state()?),
+                    None => Err(TrainerError::Config(
+                        "the data helper is not running".into(),
+                    )),
+                })?);
                 let seeded = SamplerState {
                     len: *len,
                     batch_size: *batch_size,
@@ -389,6 +424,7 @@ impl PromptSampler {
         &mut self,
         state: SamplerState,
         python: Option<&Value>,
+        dp: &DataParallel,
     ) -> Result<(), TrainerError> {
         match self {
             PromptSampler::Seeded(s) => {
@@ -398,13 +434,15 @@ impl PromptSampler {
             }
             PromptSampler::Python { helper, epoch, .. } => {
                 *epoch = state.epoch;
-                match (helper.as_mut(), python) {
+                on_main(dp, || {
+                    match (helper.as_mut(), python) {
                     (Some(h), Some(p)) => Ok(h.restore(p)?),
                     (Some(_), None) => Err(TrainerError::Config(
                         "the checkpoint has no state of the data.sampler class (it was written by a run without it)".into(),
                     )),
-                    (None, _) => Ok(()),
+                    (None, _) => Err(TrainerError::Config("the data helper is not running".into())),
                 }
+                })
             }
         }
     }
