@@ -579,6 +579,12 @@ pub struct MultiTurnSpec {
     /// `data.apply_chat_template_kwargs`.
     #[serde(default)]
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// `rollout.agent.agent_loop_config_path`: the user's agent loops (Python classes).
+    #[serde(default)]
+    pub agent_loop_config_path: Option<String>,
+    /// The composed config the user's loops are built with (`Null` without them).
+    #[serde(default)]
+    pub config: serde_json::Value,
 }
 
 fn hermes() -> String {

@@ -409,7 +409,12 @@ fn multi_turn_spec(
     let r = &cfg.actor_rollout_ref.rollout;
     let (mt, agent) = (&r.multi_turn, &r.agent);
     let loops = ["single_turn_agent", "tool_agent"];
-    if !loops.contains(&agent.default_agent_loop.as_str()) {
+    let user_loops = agent
+        .agent_loop_config_path
+        .as_ref()
+        .filter(|p| !p.is_empty());
+    // A name the user's loop file registers is checked when the loops load.
+    if user_loops.is_none() && !loops.contains(&agent.default_agent_loop.as_str()) {
         l.unsupported(
             &format!("{AGENT}.default_agent_loop"),
             format!(
@@ -420,7 +425,7 @@ fn multi_turn_spec(
             "use `tool_agent` (tools) or `single_turn_agent`",
         );
     }
-    if !mt.enable && agent.default_agent_loop != "tool_agent" {
+    if !mt.enable && agent.default_agent_loop != "tool_agent" && user_loops.is_none() {
         return None;
     }
     let key = |k: &str| format!("{MULTI_TURN}.{k}");
@@ -435,13 +440,6 @@ fn multi_turn_spec(
             "set `format: hermes` (Qwen2.5, Qwen3) or `qwen3_coder` (Qwen3.5)",
         );
     }
-    if agent.agent_loop_config_path.is_some() {
-        l.unsupported(
-            &format!("{AGENT}.agent_loop_config_path"),
-            "custom agent loops are Python classes; verlc runs `tool_agent` and `single_turn_agent`",
-            "remove it",
-        );
-    }
     // A Megatron rollout replica spans its tensor and pipeline ranks, which decode in
     // lockstep: its leader runs the tools and hands every answer to the others. A replica
     // that gathers several data-parallel ranks' prompts (rollout tensor parallelism other than
@@ -450,6 +448,13 @@ fn multi_turn_spec(
         let rollout_tp = usize::try_from(r.tensor_model_parallel_size.max(1)).unwrap_or(1);
         let spans = m.tensor_parallel * m.pipeline_parallel > 1;
         let vllm = r.name == crate::config::RolloutName::Vllm;
+        if spans && user_loops.is_some() {
+            l.unsupported(
+                &format!("{AGENT}.agent_loop_config_path"),
+                "your agent loops run in Python on each rank; a rollout replica that spans Megatron's tensor or pipeline ranks decodes in lockstep, which Python loops cannot promise",
+                "train them with the FSDP strategy, or Megatron without tensor and pipeline parallelism",
+            );
+        }
         if rollout_tp != m.tensor_parallel.max(1) || (vllm && spans) {
             l.unsupported(
                 &key("enable"),
@@ -492,6 +497,12 @@ fn multi_turn_spec(
         default_agent_loop: agent.default_agent_loop.clone(),
         prompt_length: usize::try_from(r.prompt_length.max(0)).unwrap_or(0),
         chat_template_kwargs: cfg.data.apply_chat_template_kwargs.clone(),
+        agent_loop_config_path: user_loops.cloned(),
+        config: if user_loops.is_some() {
+            l.root.to_json()
+        } else {
+            serde_json::Value::Null
+        },
     })
 }
 

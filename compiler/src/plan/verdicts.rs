@@ -325,7 +325,7 @@ table! {
     "actor_rollout_ref.rollout.multi_turn.interaction_config_path" => Implemented("rollout.multi_turn (verl 0.7 interactions, in the tool host)"),
     "actor_rollout_ref.rollout.multi_turn.{use_inference_chat_template,tokenization_sanity_check_mode,num_repeat_rollouts}" => NoEffect(NONE, "is read by no code path of verl 0.7 or 0.9 either (only by `AsyncRolloutRequest` in verl/workers/rollout/schemas.py, which nothing constructs): turns are appended as tokens and never re-tokenised"),
     "actor_rollout_ref.rollout.agent.default_agent_loop" => Checked("rollout.multi_turn.default_agent_loop (single_turn_agent, tool_agent)"),
-    "actor_rollout_ref.rollout.agent.agent_loop_config_path" => Unsupported("registers Python agent loops; verlc runs tool_agent and single_turn_agent"),
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path" => Implemented("rollout.multi_turn.agent_loop_config_path (the file's agent loops run in Python, verlc's rollout serving their generation)"),
     "actor_rollout_ref.rollout.agent.num_workers" => NoEffect(NONE, "sizes verl's agent-loop worker pool; verlc's loop advances every trajectory of a rank's batch together and runs each round's tool calls concurrently"),
     "actor_rollout_ref.rollout.quantization" => Unsupported("quantizes the rollout's weights (FP8); verlc's rollout generates with the trainer's weights in the rollout dtype"),
     "actor_rollout_ref.rollout.over_sample_rate" => Unsupported("ends the rollout once part of the responses finished and drops the rest; verlc's rollout finishes every response"),

@@ -13,6 +13,7 @@ use verlc_spec::trainer::MultiTurnSpec;
 
 use crate::data::PromptItem;
 use crate::rng::Rng;
+use crate::rollout::agent::python_loops::PythonLoops;
 use crate::rollout::agent::tools::{PythonTools, ToolSettings};
 use crate::rollout::agent::{
     self, Answer, ContextTokens, FunctionCall, GeneratedTurn, ToolCallFormat, ToolRunner,
@@ -29,6 +30,8 @@ use super::{RunOptions, TrainerError};
 pub struct AgentRollout {
     spec: MultiTurnSpec,
     tools: Mutex<Option<PythonTools>>,
+    /// The user's agent loops (`agent_loop_config_path`), run in Python.
+    loops: Mutex<Option<PythonLoops>>,
     schemas: Vec<Value>,
     format: ToolCallFormat,
     model_type: String,
@@ -56,7 +59,32 @@ impl AgentRollout {
         opts: &RunOptions,
         model_type: &str,
         rollout: &RolloutWorker,
+        tokenizer: (&str, &Tokenizer),
     ) -> Result<Self, TrainerError> {
+        let loops = match &spec.agent_loop_config_path {
+            Some(path) => {
+                let (dir, _saved) = super::prompts::tokenizer_dir(tokenizer.0, tokenizer.1)?;
+                let loops = PythonLoops::start(
+                    &opts.python(),
+                    path,
+                    &dir,
+                    &spec.config,
+                    (opts.tool_startup_timeout, opts.tool_call_timeout),
+                )
+                .map_err(TrainerError::Config)?;
+                let default = &spec.default_agent_loop;
+                if !loops.registers(default)
+                    && !["single_turn_agent", "tool_agent"].contains(&default.as_str())
+                {
+                    return Err(TrainerError::Config(format!(
+                        "rollout.agent.default_agent_loop `{default}` is neither one of verl's loops nor registered in {path} (it registers {})",
+                        loops.names.join(", ")
+                    )));
+                }
+                Some(loops)
+            }
+            None => None,
+        };
         let has_tools = spec.tool_config_path.is_some()
             || spec.function_tool_path.is_some()
             || spec.interaction_config_path.is_some();
@@ -103,6 +131,7 @@ impl AgentRollout {
         Ok(AgentRollout {
             spec: spec.clone(),
             tools: Mutex::new(tools),
+            loops: Mutex::new(loops),
             schemas,
             format,
             model_type: model_type.to_owned(),
@@ -140,15 +169,17 @@ impl AgentRollout {
     ) -> Result<RolloutOutput, TrainerError> {
         let n = params.n;
         let rows = items.len() * n;
-        let uses_tools = |row: usize| {
-            let sample = &items[row / n].sample;
-            let name = sample
+        let name_of = |row: usize| -> &str {
+            items[row / n]
+                .sample
                 .row
                 .get("agent_name")
                 .and_then(Value::as_str)
-                .unwrap_or(&self.spec.default_agent_loop);
-            name == "tool_agent"
+                .unwrap_or(&self.spec.default_agent_loop)
         };
+        let mut loops = self.loops.lock().unwrap_or_else(|p| p.into_inner());
+        let user_loop = |row: usize| loops.as_ref().is_some_and(|l| l.registers(name_of(row)));
+        let uses_tools = |row: usize| !user_loop(row) && name_of(row) == "tool_agent";
         let mut prompts = vec![Vec::new(); rows];
         let mut responses = vec![Vec::new(); rows];
         let mut masks = vec![Vec::new(); rows];
@@ -158,8 +189,11 @@ impl AgentRollout {
         let mut tool_failures = vec![0; rows];
         let mut tool_rewards = vec![Vec::new(); rows];
         let mut turn_scores = vec![Vec::new(); rows];
+        let python_rows: Vec<usize> = (0..rows).filter(|&r| user_loop(r)).collect();
         for tool in [true, false] {
-            let group: Vec<usize> = (0..rows).filter(|&r| uses_tools(r) == tool).collect();
+            let group: Vec<usize> = (0..rows)
+                .filter(|&r| !user_loop(r) && uses_tools(r) == tool)
+                .collect();
             if group.is_empty() {
                 continue;
             }
@@ -237,6 +271,45 @@ impl AgentRollout {
                 turn_scores[r] = t.turn_scores;
             }
         }
+        if let (Some(l), false) = (loops.as_mut(), python_rows.is_empty()) {
+            let mut generator = NativeTurns {
+                rollout,
+                params: SamplingParams {
+                    n: 1,
+                    ..params.clone()
+                },
+                stop,
+                rows: python_rows.clone(),
+                turns: vec![0; python_rows.len()],
+            };
+            let kwargs: Vec<(String, serde_json::Map<String, Value>)> = python_rows
+                .iter()
+                .map(|&r| (name_of(r).to_owned(), loop_kwargs(&items[r / n].sample)))
+                .collect();
+            let sampling = serde_json::json!({
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": params.top_k,
+                "repetition_penalty": 1.0,
+                "logprobs": true,
+            });
+            let done = l
+                .run(kwargs, sampling, params.max_new_tokens, &mut generator)
+                .map_err(config)?;
+            let r_max = params.max_new_tokens;
+            for (&r, mut t) in python_rows.iter().zip(done) {
+                // verl pads or cuts a loop's response to the response length.
+                t.response_ids.truncate(r_max);
+                t.response_mask.truncate(r_max);
+                t.response_log_probs.truncate(r_max);
+                prompts[r] = t.prompt_ids;
+                responses[r] = t.response_ids;
+                masks[r] = t.response_mask;
+                log_probs[r] = t.response_log_probs;
+                num_turns[r] = t.num_turns;
+            }
+        }
+        drop(loops);
         let mut out = crate::rollout::from_trajectory_rows(
             &prompts,
             &responses,
@@ -254,6 +327,29 @@ impl AgentRollout {
         out.turn_scores = turn_scores;
         Ok(out)
     }
+}
+
+/// A row's fields as verl hands them to an agent loop's `run(sampling_params, **kwargs)`: the
+/// dataset item's columns, `raw_prompt`, and `tools_kwargs`/`interaction_kwargs` from the item
+/// or its `extra_info`.
+fn loop_kwargs(sample: &crate::data::Sample) -> serde_json::Map<String, Value> {
+    let mut k = sample.row.clone();
+    k.insert(
+        "raw_prompt".into(),
+        serde_json::to_value(&sample.prompt).unwrap_or(Value::Null),
+    );
+    for key in ["tools_kwargs", "interaction_kwargs"] {
+        if !k.get(key).is_some_and(Value::is_object) {
+            let v = sample
+                .extra_info
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({}));
+            k.insert(key.into(), v);
+        }
+    }
+    k.insert("index".into(), serde_json::json!(sample.index));
+    k
 }
 
 /// Turns from the rollout: the ready rows in one batched generation, each row's turn `k`

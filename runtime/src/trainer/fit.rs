@@ -512,6 +512,7 @@ impl<R: Roles> Trainer<R> {
                 opts,
                 &actor.engine.model_config().model_type,
                 &rollout,
+                (&spec.tokenizer_path, &tokenizer),
             )?)),
             None => None,
         };

@@ -5,6 +5,7 @@
 mod common;
 
 mod agent;
+mod agent_loops;
 mod asynchronous;
 mod checkpoint;
 mod distributed;

@@ -434,8 +434,13 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
     if u.distillation.is_some() {
         out.push("distillation from teachers".into());
     }
-    if s.rollout.multi_turn.is_some() {
-        out.push("multi-turn rollout with tools (the tool agent loop)".into());
+    if let Some(mt) = &s.rollout.multi_turn {
+        out.push(match &mt.agent_loop_config_path {
+            Some(p) => format!(
+                "your agent loops ({p}), run in Python with the built-in rollout serving their generation"
+            ),
+            None => "multi-turn rollout with tools (the tool agent loop)".into(),
+        });
     }
     if let Some(a) = &s.run.asynchronous {
         let bound = match a.max_off_policy_threshold {
