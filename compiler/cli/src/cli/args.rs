@@ -290,4 +290,14 @@ pub struct SmokeArgs {
     /// Output format of the report.
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
+    /// The rollout engine: `builtin` (verlc's, the default) stands in for every server
+    /// engine; `vllm` keeps a config's vLLM rollout where vLLM is installed (one CPU engine).
+    #[arg(long, value_enum, default_value_t = SmokeRollout::Builtin)]
+    pub rollout: SmokeRollout,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmokeRollout {
+    Builtin,
+    Vllm,
 }

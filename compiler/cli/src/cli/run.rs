@@ -20,16 +20,21 @@ pub fn run(a: RunArgs) -> u8 {
     );
     let mut cmd = Command::new(&compiled.binary);
     cmd.args(&a.binary_args);
-    // `rollout.name: vllm` finds the checkout's vLLM (`scripts/setup --vllm`) without an
-    // activated venv; an explicit $VERLC_VLLM_PYTHON wins.
-    if std::env::var_os("VERLC_VLLM_PYTHON").is_none_or(|v| v.is_empty()) {
-        let checkout = crate::codegen::Paths::from_env(None, None).checkout;
-        let vllm = checkout.join(".venv/bin/python-vllm");
-        if vllm.is_file() {
-            cmd.env("VERLC_VLLM_PYTHON", vllm);
-        }
+    if let Some(vllm) = checkout_vllm() {
+        cmd.env("VERLC_VLLM_PYTHON", vllm);
     }
     exec(cmd)
+}
+
+/// The checkout's vLLM interpreter (`scripts/setup --vllm`), which `rollout.name: vllm` finds
+/// without an activated venv; `None` where $VERLC_VLLM_PYTHON is set (it wins) or there is none.
+pub(crate) fn checkout_vllm() -> Option<std::path::PathBuf> {
+    if std::env::var_os("VERLC_VLLM_PYTHON").is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let checkout = crate::codegen::Paths::from_env(None, None).checkout;
+    let vllm = checkout.join(".venv/bin/python-vllm");
+    vllm.is_file().then_some(vllm)
 }
 
 #[cfg(unix)]

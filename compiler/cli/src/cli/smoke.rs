@@ -119,9 +119,15 @@ fn model_dir(path: &str) -> Result<Option<PathBuf>, String> {
 
 const MODEL: &str = "a random initialisation of its own config.json, scaled down (family, vocabulary and special tokens kept)";
 const TOKENIZER: &str = "the model's own tokenizer and chat template, kept";
+const VLLM_WHY: &str = "vLLM kept (--rollout vllm) as one engine on this machine's CPU";
 
 /// The overrides that turn the config into a run this machine can do in a minute.
-fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitution>, Vec<String>> {
+fn substitutions(
+    root: &Node,
+    steps: u64,
+    work: &Path,
+    keep_vllm: bool,
+) -> Result<Vec<Substitution>, Vec<String>> {
     let mut p = Plan {
         root,
         subs: Vec::new(),
@@ -251,18 +257,23 @@ fn substitutions(root: &Node, steps: u64, work: &Path) -> Result<Vec<Substitutio
         16,
         LENGTH,
     );
-    // Generation: the built-in engine, one replica per rank.
+    // Generation: the built-in engine, one replica per rank; or, with `--rollout vllm`, the
+    // config's vLLM as one CPU engine.
+    let vllm = keep_vllm && p.text("actor_rollout_ref.rollout.name").as_deref() == Some("vllm");
     const ENGINE: &str = "the built-in rollout engine (vLLM/SGLang need GPUs)";
-    p.set("actor_rollout_ref.rollout.name", "verlc", ENGINE);
+    let engine = if vllm { VLLM_WHY } else { ENGINE };
+    if !vllm {
+        p.set("actor_rollout_ref.rollout.name", "verlc", ENGINE);
+    }
     for k in [
         "tensor_model_parallel_size",
         "data_parallel_size",
         "pipeline_model_parallel_size",
         "expert_parallel_size",
     ] {
-        p.clip(&format!("actor_rollout_ref.rollout.{k}"), 1, ENGINE);
+        p.clip(&format!("actor_rollout_ref.rollout.{k}"), 1, engine);
     }
-    p.set("actor_rollout_ref.rollout.max_model_len", "null", ENGINE);
+    p.set("actor_rollout_ref.rollout.max_model_len", "null", engine);
     // Parallel degrees: the first the config uses stays at 2, the others go to 1 (the SFT
     // trainer's engine section is `engine`).
     const PARALLEL: &str = "2 ranks: the first parallel degree the config uses kept at 2";
@@ -407,6 +418,9 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
             s.actor.engine.ulysses()
         ));
     }
+    if s.rollout.vllm.is_some() {
+        out.push("rollout: a vLLM server on this machine's CPU (--rollout vllm)".into());
+    }
     if let Some(c) = &s.data.custom_dataset {
         out.push(format!(
             "your dataset class `{}` ({}), built as verl builds it",
@@ -511,10 +525,12 @@ fn run_phase(binary: &Path, name: &'static str, args: &[String]) -> Phase {
     eprintln!("smoke: {name}");
     let start = Instant::now();
     // The trainer's console lines go to stderr: stdout holds the report alone.
-    let status = Command::new(binary)
-        .args(args)
-        .stdout(std::io::stderr())
-        .status();
+    let mut cmd = Command::new(binary);
+    cmd.args(args).stdout(std::io::stderr());
+    if let Some(vllm) = super::run::checkout_vllm() {
+        cmd.env("VERLC_VLLM_PYTHON", vllm);
+    }
+    let status = cmd.status();
     let seconds = start.elapsed().as_secs_f64();
     match status {
         Ok(s) => Phase {
@@ -577,7 +593,18 @@ pub fn run(a: SmokeArgs) -> u8 {
 }
 
 fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
-    let subs = match substitutions(root, a.steps, work) {
+    let keep_vllm = a.rollout == super::args::SmokeRollout::Vllm;
+    let vllm_python = super::run::checkout_vllm();
+    if keep_vllm
+        && vllm_python.is_none()
+        && std::env::var_os("VERLC_VLLM_PYTHON").is_none_or(|v| v.is_empty())
+    {
+        return usage_error(
+            json,
+            "--rollout vllm: no Python with vLLM here (run `scripts/setup --vllm`, or set $VERLC_VLLM_PYTHON)",
+        );
+    }
+    let subs = match substitutions(root, a.steps, work, keep_vllm) {
         Ok(s) => s,
         Err(problems) => {
             for p in &problems {
@@ -677,4 +704,48 @@ fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
         );
     }
     if ok { 0 } else { EXIT_ERRORS }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verlc::load::compose::LoadRequest;
+
+    /// The quickstart's composed tree with `overrides`.
+    fn quickstart(overrides: &[&str]) -> Node {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let req = LoadRequest {
+            config_file: Some(root.join("examples/quickstart.yaml")),
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+            cwd: root,
+            ..LoadRequest::default()
+        };
+        check(&req, &CheckOptions::default()).composed.root
+    }
+
+    #[test]
+    fn vllm_is_kept_only_when_asked_and_runs_as_one_engine() {
+        let root = quickstart(&[
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        ]);
+        let work = std::env::temp_dir();
+        let of = |subs: &[Substitution], key: &str| {
+            subs.iter()
+                .find(|s| s.key == key)
+                .map(|s| (s.value.clone(), s.why))
+        };
+        let tp = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+        let kept = substitutions(&root, 2, &work, true).expect("substitutions");
+        assert_eq!(of(&kept, "actor_rollout_ref.rollout.name"), None);
+        assert_eq!(of(&kept, tp), Some(("1".to_owned(), VLLM_WHY)));
+        let replaced = substitutions(&root, 2, &work, false).expect("substitutions");
+        assert_eq!(
+            of(&replaced, "actor_rollout_ref.rollout.name").map(|v| v.0),
+            Some("verlc".to_owned())
+        );
+        // A config whose rollout is the built-in one keeps it either way.
+        let builtin = substitutions(&quickstart(&[]), 2, &work, true).expect("substitutions");
+        assert_eq!(of(&builtin, "actor_rollout_ref.rollout.name"), None);
+    }
 }
