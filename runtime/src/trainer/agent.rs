@@ -209,16 +209,7 @@ impl AgentRollout {
                 .iter()
                 .map(|&r| items[r / n].sample.prompt.clone())
                 .collect();
-            let mut generator = NativeTurns {
-                rollout,
-                params: SamplingParams {
-                    n: 1,
-                    ..params.clone()
-                },
-                stop,
-                rows: group.clone(),
-                turns: vec![0; group.len()],
-            };
+            let mut generator = NativeTurns::new(rollout, params, stop, group.clone());
             let mut guard = self.tools.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(tools) = guard.as_mut() {
                 // Each sample's `tools_kwargs` and `interaction_kwargs`, indexed as the loop
@@ -272,16 +263,7 @@ impl AgentRollout {
             }
         }
         if let (Some(l), false) = (loops.as_mut(), python_rows.is_empty()) {
-            let mut generator = NativeTurns {
-                rollout,
-                params: SamplingParams {
-                    n: 1,
-                    ..params.clone()
-                },
-                stop,
-                rows: python_rows.clone(),
-                turns: vec![0; python_rows.len()],
-            };
+            let mut generator = NativeTurns::new(rollout, params, stop, python_rows.clone());
             let kwargs: Vec<(String, serde_json::Map<String, Value>)> = python_rows
                 .iter()
                 .map(|&r| (name_of(r).to_owned(), loop_kwargs(&items[r / n].sample)))
@@ -362,6 +344,27 @@ struct NativeTurns<'a> {
     rows: Vec<usize>,
     /// Turns generated so far, per sample.
     turns: Vec<u64>,
+}
+
+impl<'a> NativeTurns<'a> {
+    /// The turns of batch rows `rows` (one response each) under `params`.
+    fn new(
+        rollout: &'a RolloutWorker,
+        params: &SamplingParams,
+        stop: &'a StopTokens,
+        rows: Vec<usize>,
+    ) -> Self {
+        NativeTurns {
+            rollout,
+            params: SamplingParams {
+                n: 1,
+                ..params.clone()
+            },
+            stop,
+            turns: vec![0; rows.len()],
+            rows,
+        }
+    }
 }
 
 impl TurnGenerator for NativeTurns<'_> {

@@ -839,15 +839,9 @@ impl<R: Roles> Trainer<R> {
         out: &RolloutOutput,
     ) -> Result<Scored, TrainerError> {
         let score_items = self.score_items(items, out)?;
-        if self.python_manager.is_some() {
+        if let Some(m) = self.python_manager.as_mut() {
             let batch = manager_batch(items, out, &score_items, &self.spec.data.reward_fn_key)?;
-            let rows = score_items.len();
-            let scores = self
-                .python_manager
-                .as_mut()
-                .map(|m| m.score(batch, rows))
-                .transpose()?
-                .unwrap_or_default();
+            let scores = m.score(batch, score_items.len())?;
             return Ok((
                 scores.iter().map(|s| s.score).collect(),
                 score_items,

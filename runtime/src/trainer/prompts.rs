@@ -33,7 +33,7 @@ pub(crate) struct Loaded {
 }
 
 /// Whether the run reads its prompts through Python classes.
-pub(crate) fn uses_python(d: &DataSpec) -> bool {
+fn uses_python(d: &DataSpec) -> bool {
     d.custom_dataset.is_some() || d.sampler.is_some()
 }
 

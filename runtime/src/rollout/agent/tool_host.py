@@ -20,10 +20,10 @@
 # itself only fails on protocol errors. The tools' prints go to stderr; stdout carries only
 # the protocol.
 #
-# Tool classes follow verl's BaseTool (create / execute / release, `verl.tools.base_tool`);
-# where verl is installed but its package root cannot be imported (it imports Ray), its
-# `verl.tools` and `verl.utils` modules are loaded without it, and where verl is absent a
-# small compatible `verl.tools.base_tool` / `verl.tools.schemas` is provided.
+# Tool classes follow verl's BaseTool (create / execute / release, `verl.tools.base_tool`):
+# verl's own, loaded without its Ray-importing package root where needed (pyproc_verl.py's
+# verl_modules, put ahead of this script), and where verl is absent a small compatible
+# `verl.tools.base_tool` / `verl.tools.schemas` (`standin` below).
 import asyncio
 import concurrent.futures
 import functools
@@ -36,43 +36,6 @@ import sys
 import traceback
 import types
 import uuid
-
-
-def bare_package(name, path):
-    mod = types.ModuleType(name)
-    mod.__path__ = [path]
-    sys.modules[name] = mod
-    return mod
-
-
-def compat_modules():
-    """verl's tool interface without verl's package root, or a stand-in without verl."""
-    try:
-        import verl.tools.base_tool  # noqa: F401
-
-        return
-    except Exception:
-        pass
-    for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
-        del sys.modules[k]
-    spec = importlib.util.find_spec("verl")
-    if spec is not None and spec.submodule_search_locations:
-        root = list(spec.submodule_search_locations)[0]
-        bare_package("verl", root)
-        bare_package("verl.utils", os.path.join(root, "utils"))
-        bare_package("verl.tools", os.path.join(root, "tools"))
-        trace = types.ModuleType("verl.utils.rollout_trace")
-        trace.rollout_trace_op = lambda f: f
-        sys.modules["verl.utils.rollout_trace"] = trace
-        try:
-            import verl.tools.base_tool  # noqa: F401
-            import verl.tools.schemas  # noqa: F401
-
-            return
-        except Exception:
-            for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
-                del sys.modules[k]
-    standin()
 
 
 def standin():
@@ -335,7 +298,9 @@ def main():
     timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
     interaction_path = sys.argv[4] if len(sys.argv) > 4 else ""
     try:
-        compat_modules()
+        verl_modules(  # noqa: F821 - pyproc_verl.py, put ahead of this script
+            ["tools"], ["verl.tools.base_tool", "verl.tools.schemas"], standin
+        )
         interactions = load_interactions(interaction_path) if interaction_path else {}
         tools = {}
         if config_path:

@@ -21,7 +21,11 @@ use crate::tokenizer::chat::Message;
 use super::hermes::FunctionCall;
 use super::turns::{Answer, ToolOutcome, ToolRunner, UserReply, tool_failed, unknown_tool};
 
-const HOST: &str = include_str!("tool_host.py");
+/// verl's modules for the user's tools (`pyproc_verl.py`), then the host.
+const HOST: &str = concat!(
+    include_str!("../../pyproc_verl.py"),
+    include_str!("tool_host.py")
+);
 
 /// How to start the tool host.
 #[derive(Debug, Clone, PartialEq)]
