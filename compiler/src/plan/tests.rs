@@ -1450,6 +1450,24 @@ fn reward_managers_naive_and_dapo_lower_with_their_arguments() {
         "naive takes no arguments: {:?}",
         c.codes()
     );
+    // A class of the user's: its keys are read (no "no effect" warning), it runs in Python.
+    let c = case(
+        BASE,
+        &[
+            "reward_manager.source=importlib",
+            "reward_manager.module.path=my_rm.py",
+            "reward_manager.name=MyManager",
+        ],
+    );
+    assert!(
+        !c.codes().iter().any(|code| ["B006", "B018"].contains(code)),
+        "{:#?}",
+        c.lowered.diagnostics
+    );
+    assert!(matches!(
+        &c.lowered.plan.spec.reward_manager,
+        RewardManagerSpec::Python(m) if m.class.as_ref().is_some_and(|k| k.name == "MyManager")
+    ));
     // verl 0.7.0's `prime` and `batch` run verl's own classes in Python, with their arguments.
     for name in ["prime", "batch"] {
         let o = format!("reward_manager.name={name}");
