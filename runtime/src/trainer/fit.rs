@@ -221,35 +221,41 @@ fn reward_function(
 ) -> Result<RewardFn, TrainerError> {
     // A Python reward manager calls the function itself (see `python_manager`).
     if matches!(spec.reward_manager, RewardManagerSpec::Python(_)) {
-        return Ok(RewardFn::Builtin);
+        return Ok(RewardFn::Builtin { verl: None });
     }
-    let reward = match &spec.reward {
-        RewardSpec::Python {
-            path,
-            name,
-            reward_kwargs,
-        } => RewardFn::Python(Box::new(PythonRewardFn::start(PythonSettings {
-            python: opts.python(),
-            path: absolute(path),
-            name: name.clone(),
-            reward_kwargs: reward_kwargs.clone(),
-            startup_timeout: opts.reward_startup_timeout,
-            call_timeout: opts.reward_call_timeout,
-        })?)),
-        RewardSpec::Builtin => RewardFn::Builtin,
+    let settings = |path: PathBuf, name: String, reward_kwargs| PythonSettings {
+        python: opts.python(),
+        path,
+        name,
+        reward_kwargs,
+        startup_timeout: opts.reward_startup_timeout,
+        call_timeout: opts.reward_call_timeout,
     };
+    // The sources the rule scorers see: those the reward model does not score (everything
+    // without one, validation unless it scores that too).
     let rm = spec.reward_model.as_ref();
     let train_sources = train.items.iter().filter(|_| rm.is_none());
     let val_sources = val
         .into_iter()
         .flat_map(|v| &v.items)
         .filter(|_| !rm.is_some_and(|m| m.scores_validation));
-    reward.check_sources(
-        train_sources
-            .chain(val_sources)
-            .map(|it| it.sample.data_source.as_str()),
-    )?;
-    Ok(reward)
+    let sources = train_sources
+        .chain(val_sources)
+        .map(|it| it.sample.data_source.as_str());
+    Ok(match &spec.reward {
+        RewardSpec::Python {
+            path,
+            name,
+            reward_kwargs,
+        } => RewardFn::Python(Box::new(PythonRewardFn::start(settings(
+            absolute(path),
+            name.clone(),
+            reward_kwargs.clone(),
+        ))?)),
+        RewardSpec::Builtin => RewardFn::for_sources(sources, || {
+            settings(PathBuf::new(), String::new(), Default::default())
+        })?,
+    })
 }
 
 /// A Python reward manager (`RewardManagerSpec::Python`), started on this rank with the

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use runtime::workers::reward::rules::{default_compute_score, gsm8k, math_boxed, strip_string};
-use runtime::workers::reward::{PythonRewardFn, PythonSettings, RewardError, ScoreItem};
+use runtime::workers::reward::{PythonRewardFn, PythonSettings, RewardError, RewardFn, ScoreItem};
 use serde_json::{Map, Value, json};
 
 use crate::support::{quiet, repo, scratch, small_grpo, small_grpo_on};
@@ -360,6 +360,62 @@ fn unknown_data_source_is_reported_up_front() {
         default_compute_score("builtin/digit_reversal", "321", &json!("321")).expect("builtin"),
         1.0
     );
+}
+
+/// Sources only verl's `default_compute_score` covers (DAPO math, geometry3k, Search-R1) are
+/// scored by verl's own function in one round trip, beside verlc's rules: the same scores as
+/// calling verl directly; a source neither covers fails before any scoring.
+#[test]
+fn sources_only_verl_scores_go_to_verls_default_compute_score() {
+    let settings = || settings("reward_fn.py", Duration::from_secs(60));
+    let err = RewardFn::for_sources(["openai/gsm8k", "my/dataset"], settings)
+        .expect_err("no scorer")
+        .to_string();
+    assert!(err.contains("my/dataset") && err.contains("math_dapo"), "{err}");
+    let items = vec![
+        item("math_dapo", "so\nAnswer: 34", json!("34"), 0),
+        item("openai/gsm8k", "#### 12", json!("12"), 1),
+        item("math_dapo", "Answer: 35", json!("34"), 2),
+        item("hiyouga/geometry3k", "<think>x</think> \\boxed{7}", json!("7"), 3),
+        item("searchR1_nq", "<answer>Paris</answer>", json!({"target": ["Paris"]}), 4),
+    ];
+    let mut f = RewardFn::for_sources(items.iter().map(|i| i.data_source.as_str()), settings)
+        .expect("verl's scorers load");
+    let got = f.score(&items).expect("scores");
+    // verl itself, called directly.
+    let payload: Vec<Value> = items
+        .iter()
+        .map(|it| json!([it.data_source, it.solution_str, it.ground_truth]))
+        .collect();
+    // verl's scorers imported under package stubs: verl's package root imports Ray.
+    let script = r#"
+import importlib, importlib.util, json, os, sys, types
+root = os.path.dirname(importlib.util.find_spec("verl").origin)
+for name, path in [("verl", root), ("verl.utils", os.path.join(root, "utils"))]:
+    sys.modules[name] = types.ModuleType(name)
+    sys.modules[name].__path__ = [path]
+scorers = importlib.import_module("verl.utils.reward_score")
+default_compute_score = scorers.default_compute_score
+out = []
+for source, text, truth in json.loads(sys.argv[1]):
+    r = default_compute_score(source, text, truth)
+    out.append(float(r["score"]) if isinstance(r, dict) else float(r))
+print(json.dumps(out))
+"#;
+    let out = Command::new(PythonSettings::default_python())
+        .arg("-c")
+        .arg(script)
+        .arg(serde_json::to_string(&payload).expect("json"))
+        .output()
+        .expect("python runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let direct: Vec<f64> = serde_json::from_slice(&out.stdout).expect("scores json");
+    let through: Vec<f64> = got.iter().map(|s| s.score).collect();
+    assert_eq!(through, direct);
+    assert_eq!(through[0], 1.0, "a right DAPO answer");
+    assert!(through[2] < 1.0, "a wrong DAPO answer");
+    // verl's DAPO scorer returns a dict: its `acc` and `pred` are kept.
+    assert_eq!(got[0].extra.get("pred"), Some(&json!("34")));
 }
 
 /// GDPO in the loop: the components come from the Python compute_score's dict (a float and a

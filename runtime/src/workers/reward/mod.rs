@@ -19,6 +19,7 @@ pub mod python_manager;
 pub mod rules;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 use tch::{Kind, Tensor};
@@ -96,54 +97,104 @@ pub struct Score {
 /// The configured scorer.
 #[derive(Debug)]
 pub enum RewardFn {
-    /// verlc's rule scorers, by `data_source` (verl's `default_compute_score`).
-    Builtin,
+    /// verlc's rule scorers, by `data_source` (verl's `default_compute_score`); the sources
+    /// only verl's own `default_compute_score` covers ([`rules::scored_by_verl`]: DAPO and
+    /// AIME, Numina, geometry3k, Search-R1, code contests) go to it, in the installed verl
+    /// (`verl`: started when the data has such sources, see [`RewardFn::for_sources`]).
+    Builtin { verl: Option<Box<PythonRewardFn>> },
     /// The user's Python `compute_score`.
     Python(Box<PythonRewardFn>),
 }
 
 impl RewardFn {
+    /// The built-in scorers for data with these `sources`: verl's `default_compute_score`
+    /// started (with `settings`' interpreter and timeouts) when one of them needs it. A source
+    /// neither covers fails now, instead of minutes into the run.
+    pub fn for_sources<'a>(
+        sources: impl IntoIterator<Item = &'a str>,
+        settings: impl FnOnce() -> PythonSettings,
+    ) -> Result<Self, RewardError> {
+        let mut needs_verl = None;
+        for s in sources {
+            if rules::is_supported(s) {
+                continue;
+            }
+            if !rules::scored_by_verl(s) {
+                return Err(RewardError::NotImplemented(s.to_owned()));
+            }
+            needs_verl.get_or_insert_with(|| s.to_owned());
+        }
+        let Some(source) = needs_verl else {
+            return Ok(RewardFn::Builtin { verl: None });
+        };
+        let mut settings = settings();
+        settings.path = PathBuf::from(VERL_SCORERS);
+        settings.name = "default_compute_score".into();
+        settings.reward_kwargs = Map::new();
+        match PythonRewardFn::start(settings) {
+            Ok(verl) => Ok(RewardFn::Builtin {
+                verl: Some(Box::new(verl)),
+            }),
+            Err(e) => Err(RewardError::Other(format!(
+                "data_source={source:?} is scored by verl's default_compute_score, which cannot be loaded here \
+                 (install verl in the Python verlc uses, or set custom_reward_function.path): {e}"
+            ))),
+        }
+    }
+
     /// Scores every item (one round trip for the Python scorer).
     pub fn score(&mut self, items: &[ScoreItem]) -> Result<Vec<Score>, RewardError> {
         match self {
-            RewardFn::Builtin => items
-                .iter()
-                .enumerate()
-                .map(|(index, it)| {
-                    rules::default_compute_score(
+            RewardFn::Builtin { verl } => {
+                let mut out: Vec<Option<Score>> = vec![None; items.len()];
+                let mut to_verl = Vec::new();
+                for (index, it) in items.iter().enumerate() {
+                    if verl.is_some() && !rules::is_supported(&it.data_source) {
+                        to_verl.push(index);
+                        continue;
+                    }
+                    let score = rules::default_compute_score(
                         &it.data_source,
                         &it.solution_str,
                         &it.ground_truth,
                     )
-                    .map(|score| Score {
-                        score,
-                        ..Score::default()
-                    })
                     .map_err(|e| RewardError::Sample {
                         index,
                         source: Box::new(e),
+                    })?;
+                    out[index] = Some(Score {
+                        score,
+                        ..Score::default()
+                    });
+                }
+                if let (Some(verl), false) = (verl, to_verl.is_empty()) {
+                    let batch: Vec<ScoreItem> = to_verl.iter().map(|&i| items[i].clone()).collect();
+                    let scores = verl.score(&batch).map_err(|e| match e {
+                        // The index within the batch is the index within `items` here.
+                        RewardError::Sample { index, source } => RewardError::Sample {
+                            index: to_verl.get(index).copied().unwrap_or(index),
+                            source,
+                        },
+                        other => other,
+                    })?;
+                    for (&i, s) in to_verl.iter().zip(scores) {
+                        out[i] = Some(s);
+                    }
+                }
+                out.into_iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        s.ok_or_else(|| RewardError::Other(format!("response {i} was not scored")))
                     })
-                })
-                .collect(),
+                    .collect()
+            }
             RewardFn::Python(p) => p.score(items),
         }
     }
-
-    /// Fails now (instead of minutes into the run) when a `data_source` has no built-in scorer.
-    pub fn check_sources<'a>(
-        &self,
-        sources: impl IntoIterator<Item = &'a str>,
-    ) -> Result<(), RewardError> {
-        if let RewardFn::Builtin = self {
-            for s in sources {
-                if !rules::is_supported(s) {
-                    return Err(RewardError::NotImplemented(s.to_owned()));
-                }
-            }
-        }
-        Ok(())
-    }
 }
+
+/// The module [`RewardFn::Builtin`] loads for the sources verlc's rules do not cover.
+const VERL_SCORERS: &str = "pkg://verl.utils.reward_score";
 
 /// The first `n` characters of `text` (for messages about what a scorer returned).
 pub(crate) fn clip(text: &str, n: usize) -> String {

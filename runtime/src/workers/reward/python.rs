@@ -20,7 +20,10 @@ use crate::pyproc::{JsonLinesProcess, ProcError};
 
 use super::{RewardError, Score, ScoreItem};
 
-const SERVER: &str = include_str!("server.py");
+const SERVER: &str = concat!(
+    include_str!("../../pyproc_verl.py"),
+    include_str!("server.py")
+);
 
 /// How to start the reward server.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,7 +68,9 @@ impl std::fmt::Debug for PythonRewardFn {
 impl PythonRewardFn {
     /// Starts the server and waits until the user's module is imported.
     pub fn start(settings: PythonSettings) -> Result<Self, RewardError> {
-        if !settings.path.is_file() {
+        // `pkg://<module>`: an installed module (verl's scorers), imported by name.
+        let installed = settings.path.to_string_lossy().starts_with("pkg://");
+        if !installed && !settings.path.is_file() {
             return Err(RewardError::Python {
                 path: settings.path.display().to_string(),
                 name: settings.name.clone(),

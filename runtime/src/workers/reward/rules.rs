@@ -5,15 +5,18 @@
 //! | `openai/gsm8k` | [`gsm8k`]: the last `#### <number>` of the response's last 300 characters, commas and `$` removed, equal to the ground truth → 1, else 0 |
 //! | `lighteval/MATH`, `DigitalLearningGmbH/MATH-lighteval`, `HuggingFaceH4/MATH-500` | [`math_boxed`]: the last `\boxed{…}` equivalent to the ground truth after the Hendrycks-MATH normalisation → 1, else 0 |
 //! | `builtin/<task>` | the synthetic tasks' rule rewards ([`crate::data::builtin::compute_score`]) |
+//! | the others verl's `default_compute_score` covers ([`scored_by_verl`]) | verl's own function, in Python |
 
 use serde_json::Value;
 
 use super::RewardError;
 use crate::data::builtin;
 
-/// The data sources with a built-in scorer, for error messages.
+/// The data sources with a scorer, for error messages.
 pub const KNOWN_SOURCES: &str = "openai/gsm8k, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, \
-HuggingFaceH4/MATH-500 and builtin/<task>";
+HuggingFaceH4/MATH-500 and builtin/<task> (verlc's rules), and through verl's own \
+default_compute_score math_dapo, math, aime*, numina_*, hiyouga/geometry3k, searchR1_*, codecontests, \
+apps, codeforces and taco";
 
 const MATH_SOURCES: [&str; 3] = [
     "lighteval/MATH",
@@ -22,6 +25,35 @@ const MATH_SOURCES: [&str; 3] = [
 ];
 
 /// True when `data_source` has a built-in scorer.
+/// The data sources verl's `default_compute_score` scores that verlc's rules do not: verl's
+/// DAPO/AIME math, Numina (PRIME), geometry3k, Search-R1 and code-contest scorers. verlc
+/// calls verl's own function for them (`RewardFn::Builtin`), so they score as in verl.
+pub fn scored_by_verl(data_source: &str) -> bool {
+    const SOURCES: [&str; 20] = [
+        "math_dapo",
+        "math",
+        "math_dapo_reasoning",
+        "numina_aops_forum",
+        "numina_synthetic_math",
+        "numina_amc_aime",
+        "numina_synthetic_amc",
+        "numina_cn_k12",
+        "numina_olympiads",
+        "codecontests",
+        "apps",
+        "codeforces",
+        "taco",
+        "hiyouga/geometry3k",
+        "searchR1_nq",
+        "searchR1_triviaqa",
+        "searchR1_popqa",
+        "searchR1_hotpotqa",
+        "searchR1_2wikimultihopqa",
+        "searchR1_musique",
+    ];
+    SOURCES.contains(&data_source) || data_source == "searchR1_bamboogle" || data_source.starts_with("aime")
+}
+
 pub fn is_supported(data_source: &str) -> bool {
     data_source == "openai/gsm8k"
         || MATH_SOURCES.contains(&data_source)

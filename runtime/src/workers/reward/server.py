@@ -1,12 +1,13 @@
 # verlc reward server: serves a user's compute_score over JSON lines on stdin/stdout.
-# argv: <path> <function name> <reward_kwargs as JSON>
+# argv: <path, or pkg://<module> for an installed module> <function name> <reward_kwargs as JSON>
 # Protocol (one JSON object per line):
 #   server -> {"ready": true} | {"ready": false, "error": "..."}         once, at start
 #   client -> {"id": N, "items": [{"data_source", "solution_str", "ground_truth", "extra_info"}]}
 #   server -> {"id": N, "results": [{"score": float | null, "bad": repr | null, "extra": {...},
 #                                     "dict": whether the function returned a dict}]}
 #           | {"id": N, "error": "traceback", "item": index of the item that raised | null}
-# The user's prints go to stderr; stdout carries only the protocol.
+# The user's prints go to stderr; stdout carries only the protocol. pyproc_verl.py is put
+# ahead of this script.
 import asyncio
 import importlib.util
 import inspect
@@ -53,19 +54,31 @@ def normalize(res):
     return {"score": score, "bad": None, "extra": extra, "dict": isinstance(res, dict)}
 
 
+def no_verl():
+    raise ImportError("verl is not installed in this Python")
+
+
 def main():
     send = protocol_sender(allow_nan=False)  # noqa: F821 - defined by pyproc_channel.py, put ahead of this script
 
     path, name = sys.argv[1], sys.argv[2]
     kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     try:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-        spec = importlib.util.spec_from_file_location("custom_module", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path} as a Python module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["custom_module"] = module
-        spec.loader.exec_module(module)
+        if path.startswith("pkg://"):
+            # An installed module (verl's own scorers), not a file; verl's package root
+            # imports Ray, which the prelude (pyproc_verl.py) does without.
+            installed = path[len("pkg://"):]
+            if installed.split(".")[0] == "verl":
+                verl_modules([], [installed], no_verl)  # noqa: F821 - pyproc_verl.py
+            module = importlib.import_module(installed)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+            spec = importlib.util.spec_from_file_location("custom_module", path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path} as a Python module")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["custom_module"] = module
+            spec.loader.exec_module(module)
         if not hasattr(module, name):
             raise AttributeError(f"Reward function '{name}' not found in '{path}'.")
         fn = getattr(module, name)
