@@ -330,7 +330,7 @@ table! {
     "actor_rollout_ref.rollout.agent.agent_loop_config_path" => Implemented("rollout.multi_turn.agent_loop_config_path (the file's agent loops run in Python, verlc's rollout serving their generation)"),
     "actor_rollout_ref.rollout.agent.num_workers" => NoEffect(NONE, "sizes verl's agent-loop worker pool; verlc's loop advances every trajectory of a rank's batch together and runs each round's tool calls concurrently"),
     "actor_rollout_ref.rollout.quantization" => Unsupported("quantizes the rollout's weights (FP8); verlc's rollout generates with the trainer's weights in the rollout dtype"),
-    "actor_rollout_ref.rollout.over_sample_rate" => Unsupported("ends the rollout once part of the responses finished and drops the rest; verlc's rollout finishes every response"),
+    "actor_rollout_ref.rollout.over_sample_rate" => NoEffect(NONE, "is a field of verl's rollout config that no code of verl 0.7.0 to 0.9.1 reads (its SGLang engine's early stop went with the synchronous rollout); verl finishes every response, as verlc does"),
     "actor_rollout_ref.rollout.{nnodes,n_gpus_per_node}" => NoEffect(NONE, "sizes verl's separate rollout pool (separate_async); verlc's rollout runs as a thread beside each trainer rank, on its cores"),
     "actor_rollout_ref.rollout.**" => NoEffect(ROLLOUT_KNOB, VLLM),
 

@@ -232,10 +232,20 @@ fn reward_function(
         call_timeout: opts.reward_call_timeout,
     };
     // The sources the rule scorers see: those the reward model does not score (everything
-    // without one, validation unless it scores that too).
+    // without one, validation unless it scores that too), and validation only where it runs
+    // and is not skipped (`validate_on`: verl validates rule-scored data only).
     let rm = spec.reward_model.as_ref();
     let train_sources = train.items.iter().filter(|_| rm.is_none());
+    let validates = spec.run.test_freq > 0 || spec.run.val_before_train;
     let val_sources = val
+        .filter(|v| {
+            validates
+                && !(rm.is_some()
+                    && v.items
+                        .first()
+                        .and_then(|it| it.sample.reward_model.style.as_deref())
+                        == Some("model"))
+        })
         .into_iter()
         .flat_map(|v| &v.items)
         .filter(|_| !rm.is_some_and(|m| m.scores_validation));

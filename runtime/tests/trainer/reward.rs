@@ -371,13 +371,26 @@ fn sources_only_verl_scores_go_to_verls_default_compute_score() {
     let err = RewardFn::for_sources(["openai/gsm8k", "my/dataset"], settings)
         .expect_err("no scorer")
         .to_string();
-    assert!(err.contains("my/dataset") && err.contains("math_dapo"), "{err}");
+    assert!(
+        err.contains("my/dataset") && err.contains("math_dapo"),
+        "{err}"
+    );
     let items = vec![
         item("math_dapo", "so\nAnswer: 34", json!("34"), 0),
         item("openai/gsm8k", "#### 12", json!("12"), 1),
         item("math_dapo", "Answer: 35", json!("34"), 2),
-        item("hiyouga/geometry3k", "<think>x</think> \\boxed{7}", json!("7"), 3),
-        item("searchR1_nq", "<answer>Paris</answer>", json!({"target": ["Paris"]}), 4),
+        item(
+            "hiyouga/geometry3k",
+            "<think>x</think> \\boxed{7}",
+            json!("7"),
+            3,
+        ),
+        item(
+            "searchR1_nq",
+            "<answer>Paris</answer>",
+            json!({"target": ["Paris"]}),
+            4,
+        ),
     ];
     let mut f = RewardFn::for_sources(items.iter().map(|i| i.data_source.as_str()), settings)
         .expect("verl's scorers load");
@@ -408,7 +421,11 @@ print(json.dumps(out))
         .arg(serde_json::to_string(&payload).expect("json"))
         .output()
         .expect("python runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let direct: Vec<f64> = serde_json::from_slice(&out.stdout).expect("scores json");
     let through: Vec<f64> = got.iter().map(|s| s.score).collect();
     assert_eq!(through, direct);

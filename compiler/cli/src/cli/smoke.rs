@@ -82,6 +82,14 @@ impl Plan<'_> {
         });
     }
 
+    /// `key`'s value once substituted: the substitution's, else the config's.
+    fn effective(&self, key: &str) -> Option<String> {
+        match self.subs.iter().rev().find(|s| s.key == key) {
+            Some(s) => Some(s.value.clone()),
+            None => self.text(key),
+        }
+    }
+
     /// Lowers an integer setting to at most `max` (where it is set above it).
     fn clip(&mut self, key: &str, max: i64, why: &'static str) {
         if let Some(v) = self.get(key).and_then(Node::as_i64)
@@ -336,6 +344,49 @@ fn substitutions(
             "null",
             PARALLEL,
         );
+    }
+    // The critic on the actor's model-parallel layout: the 2 ranks split one batch over both
+    // (an example's critic may use other degrees on its GPUs).
+    const CRITIC_LAYOUT: &str =
+        "2 ranks: the critic on the actor's model-parallel layout (one batch split over both)";
+    for k in [
+        "megatron.tensor_model_parallel_size",
+        "megatron.pipeline_model_parallel_size",
+        "megatron.context_parallel_size",
+        "ulysses_sequence_parallel_size",
+    ] {
+        let actor = p.effective(&format!("actor_rollout_ref.actor.{k}"));
+        let key = format!("critic.{k}");
+        if let Some(actor) = actor
+            && p.get(&key).is_some()
+            && p.effective(&key).as_deref() != Some(actor.as_str())
+        {
+            p.set(&key, actor, CRITIC_LAYOUT);
+        }
+    }
+    // Where GPU weights come from and how GPUs hold them: the weights are a random stand-in
+    // and the ranks are CPU processes, so neither is exercised here.
+    for role in ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"] {
+        if p.get(&format!("{role}.megatron.use_dist_checkpointing"))
+            .and_then(Node::as_bool)
+            == Some(true)
+        {
+            p.set(
+                &format!("{role}.megatron.use_dist_checkpointing"),
+                "false",
+                "the weights are a random stand-in: a Megatron distributed checkpoint is not read here",
+            );
+        }
+        if p.get(&format!("{role}.megatron.use_megatron_fsdp"))
+            .and_then(Node::as_bool)
+            == Some(true)
+        {
+            p.set(
+                &format!("{role}.megatron.use_megatron_fsdp"),
+                "false",
+                "how GPUs hold the parameters: the CPU ranks shard the optimizer state only (the same update)",
+            );
+        }
     }
     Ok(p.subs)
 }
@@ -721,6 +772,50 @@ mod tests {
             ..LoadRequest::default()
         };
         check(&req, &CheckOptions::default()).composed.root
+    }
+
+    /// verl's Megatron PPO examples with a critic on other degrees than the actor and weights
+    /// from a Megatron distributed checkpoint: the critic takes the actor's (clipped) layout,
+    /// and the checkpoint format is not read (the weights are a stand-in).
+    #[test]
+    fn the_critic_takes_the_actors_layout_and_dist_checkpoints_are_not_read() {
+        let req = LoadRequest {
+            config_name: Some("ppo_megatron_trainer".into()),
+            overrides: [
+                "actor_rollout_ref.model.path=builtin://tiny",
+                "critic.model.path=builtin://tiny",
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
+                "critic.megatron.tensor_model_parallel_size=1",
+                "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true",
+                "actor_rollout_ref.ref.megatron.use_megatron_fsdp=true",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            builtin: verlc::load::version::BuiltinRelease::V0_9_1,
+            ..LoadRequest::default()
+        };
+        let root = check(&req, &CheckOptions::default()).composed.root;
+        let subs = substitutions(&root, 2, &std::env::temp_dir(), false).expect("substitutions");
+        let of = |key: &str| subs.iter().find(|s| s.key == key).map(|s| s.value.clone());
+        assert_eq!(
+            of("actor_rollout_ref.actor.megatron.tensor_model_parallel_size").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            of("critic.megatron.tensor_model_parallel_size").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            of("actor_rollout_ref.actor.megatron.use_dist_checkpointing").as_deref(),
+            Some("false")
+        );
+        assert_eq!(
+            of("actor_rollout_ref.ref.megatron.use_megatron_fsdp").as_deref(),
+            Some("false")
+        );
+        // Untouched where the config does not set them.
+        assert_eq!(of("critic.megatron.use_dist_checkpointing"), None);
     }
 
     #[test]

@@ -51,7 +51,9 @@ pub fn scored_by_verl(data_source: &str) -> bool {
         "searchR1_2wikimultihopqa",
         "searchR1_musique",
     ];
-    SOURCES.contains(&data_source) || data_source == "searchR1_bamboogle" || data_source.starts_with("aime")
+    SOURCES.contains(&data_source)
+        || data_source == "searchR1_bamboogle"
+        || data_source.starts_with("aime")
 }
 
 pub fn is_supported(data_source: &str) -> bool {
