@@ -58,6 +58,9 @@ pub struct RolloutOutput {
     pub tool_rewards: Vec<Vec<f64>>,
     /// Per row, with an interaction: the rewards of its replies (verl's `turn_scores`).
     pub turn_scores: Vec<Vec<f64>>,
+    /// Per row, from a Python agent loop: its `AgentLoopOutput.reward_score` (empty when no
+    /// row came from one). verl scores a batch with these when every row has one.
+    pub loop_scores: Vec<Option<f64>>,
 }
 
 /// Generates `params.n` responses for each prompt, left-padding prompts to the longest.
@@ -317,6 +320,7 @@ impl Rows {
             tool_failures: Vec::new(),
             tool_rewards: Vec::new(),
             turn_scores: Vec::new(),
+            loop_scores: Vec::new(),
         })
     }
 }
@@ -427,6 +431,7 @@ pub fn from_trajectory_rows(
         tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
         turn_scores: Vec::new(),
+        loop_scores: Vec::new(),
     })
 }
 

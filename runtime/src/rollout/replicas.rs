@@ -215,6 +215,7 @@ fn unpack(
         tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
         turn_scores: Vec::new(),
+        loop_scores: Vec::new(),
     })
 }
 
@@ -246,6 +247,7 @@ fn rows_of(
         tool_failures: Vec::new(),
         tool_rewards: Vec::new(),
         turn_scores: Vec::new(),
+        loop_scores: Vec::new(),
     })
 }
 

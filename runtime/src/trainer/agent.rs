@@ -189,6 +189,7 @@ impl AgentRollout {
         let mut tool_failures = vec![0; rows];
         let mut tool_rewards = vec![Vec::new(); rows];
         let mut turn_scores = vec![Vec::new(); rows];
+        let mut loop_scores = Vec::new();
         let python_rows: Vec<usize> = (0..rows).filter(|&r| user_loop(r)).collect();
         for tool in [true, false] {
             let group: Vec<usize> = (0..rows)
@@ -279,7 +280,9 @@ impl AgentRollout {
                 .run(kwargs, sampling, params.max_new_tokens, &mut generator)
                 .map_err(config)?;
             let r_max = params.max_new_tokens;
+            loop_scores = vec![None; rows];
             for (&r, mut t) in python_rows.iter().zip(done) {
+                loop_scores[r] = t.reward_score;
                 // verl pads or cuts a loop's response to the response length.
                 t.response_ids.truncate(r_max);
                 t.response_mask.truncate(r_max);
@@ -307,6 +310,7 @@ impl AgentRollout {
         out.tool_failures = tool_failures;
         out.tool_rewards = tool_rewards;
         out.turn_scores = turn_scores;
+        out.loop_scores = loop_scores;
         Ok(out)
     }
 }

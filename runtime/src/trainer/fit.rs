@@ -931,7 +931,35 @@ impl<R: Roles> Trainer<R> {
         Ok(rm.score(&self.tokenizer, &inputs)?)
     }
 
-    /// The scores of training responses: the reward model's when there is one (verl's
+    /// The agent loops' own scores, where every row of the batch has one: verl puts them in
+    /// the batch as `rm_scores` (at each response's last token), and neither the reward model
+    /// nor the reward function scores such a batch.
+    fn loop_scored(
+        &self,
+        items: &[&PromptItem],
+        out: &RolloutOutput,
+    ) -> Result<Option<Scored>, TrainerError> {
+        let Some(values) = out
+            .loop_scores
+            .iter()
+            .copied()
+            .collect::<Option<Vec<f64>>>()
+            .filter(|v| !v.is_empty())
+        else {
+            return Ok(None);
+        };
+        let scores = values
+            .iter()
+            .map(|&score| Score {
+                score,
+                ..Score::default()
+            })
+            .collect();
+        Ok(Some((values, self.score_items(items, out)?, scores)))
+    }
+
+    /// The scores of training responses: the loops' own (`loop_scored`), the reward model's
+    /// when there is one (verl's
     /// `rm_scores`), else the reward function's.
     /// With the reward function, also each response's other outputs (verl's
     /// `reward_extra_info`); a reward model's scores have none.
@@ -940,6 +968,9 @@ impl<R: Roles> Trainer<R> {
         items: &[&PromptItem],
         out: &RolloutOutput,
     ) -> Result<(Vec<f64>, Vec<Score>), TrainerError> {
+        if let Some((values, _, scores)) = self.loop_scored(items, out)? {
+            return Ok((values, scores));
+        }
         match &self.reward_model {
             Some(rm) => Ok((self.model_scores(rm, items, out)?, Vec::new())),
             None => {
@@ -956,6 +987,9 @@ impl<R: Roles> Trainer<R> {
         items: &[&PromptItem],
         out: &RolloutOutput,
     ) -> Result<Scored, TrainerError> {
+        if let Some(scored) = self.loop_scored(items, out)? {
+            return Ok(scored);
+        }
         match &self.reward_model {
             Some(rm)
                 if self

@@ -1,7 +1,8 @@
 //! The user's agent loops (`rollout.agent.agent_loop_config_path`), run in Python as verl runs
 //! them while verlc's rollout generates: a loop that does what verl's single-turn loop does
 //! trains exactly as `single_turn_agent`; a loop that adds its own masked turn trains with its
-//! turn count; a loop the file does not register is refused before training.
+//! turn count; a loop that scores its own rows trains on those scores; a loop the file does not
+//! register is refused before training.
 
 use runtime::trainer::run;
 
@@ -52,6 +53,40 @@ fn python_agent_loops_generate_through_verlcs_rollout() {
     assert_eq!(series(&two.history, "num_turns/mean"), vec![4.0]);
 }
 
+/// An `AgentLoopOutput` with its own `reward_score` (0.25 for an even response length, 0.75
+/// for an odd one): verl scores the batch with those instead of the reward function, and so
+/// does verlc, in training and in validation.
+#[test]
+fn a_loop_that_scores_its_rows_trains_on_its_scores() {
+    let mut o = loops("self_scored");
+    o.push("trainer.val_before_train=true".to_owned());
+    let o: Vec<&str> = o.iter().map(String::as_str).collect();
+    let out = run(&small_grpo(&scratch("loops_scored"), 1, &o), &quiet()).expect("run");
+    let one = |key: &str| series(&out.history, key);
+    for (key, values) in [
+        ("critic/score/max", one("critic/score/max")),
+        ("critic/score/min", one("critic/score/min")),
+    ] {
+        assert_eq!(values.len(), 1, "{key}");
+        assert!(values[0] == 0.25 || values[0] == 0.75, "{key}: {values:?}");
+    }
+    // The mean is the loop's scores' mean: (0.25 * even + 0.75 * odd) / rows.
+    let lengths = one("response_length/mean");
+    let mean = one("critic/score/mean");
+    assert!((0.25..=0.75).contains(&mean[0]), "{mean:?} ({lengths:?})");
+    let val: Vec<f64> = out
+        .history
+        .iter()
+        .flat_map(|(_, m)| m.iter())
+        .filter(|(k, _)| k.starts_with("val-core/") && k.ends_with("/mean@1"))
+        .map(|(_, v)| *v)
+        .collect();
+    assert!(
+        !val.is_empty() && val.iter().all(|v| (0.25..=0.75).contains(v)),
+        "{val:?}"
+    );
+}
+
 #[test]
 fn an_unregistered_agent_loop_is_refused_before_training() {
     let o = loops("nobody");
@@ -61,7 +96,7 @@ fn an_unregistered_agent_loop_is_refused_before_training() {
         .to_string();
     assert!(
         text.contains("`nobody` is neither one of verl's loops nor registered")
-            && text.contains("my_single_turn, two_turns"),
+            && text.contains("my_single_turn, self_scored, two_turns"),
         "{text}"
     );
 }

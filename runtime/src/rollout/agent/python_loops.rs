@@ -27,6 +27,9 @@ pub struct LoopOutput {
     pub response_mask: Vec<i64>,
     pub response_log_probs: Vec<f32>,
     pub num_turns: usize,
+    /// The loop's own score of the row (verl then scores the batch with these, not the reward
+    /// function, when every row has one).
+    pub reward_score: Option<f64>,
 }
 
 /// A running helper.
@@ -164,23 +167,18 @@ impl PythonLoops {
                             response_mask.len()
                         )));
                     }
-                    // verl scores such a row with it instead of the reward function: not yet
-                    // here, and never silently.
-                    if o.get("reward_score").is_some_and(|v| !v.is_null()) {
-                        return Err(what(
-                            "an AgentLoopOutput carries its own reward_score, which verlc does not use yet; leave it None and score with the reward function".into(),
-                        ));
-                    }
-                    let response_log_probs = match o.get("response_logprobs").and_then(Value::as_array) {
-                        Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
-                        None => vec![0.0; response_ids.len()],
-                    };
+                    let response_log_probs =
+                        match o.get("response_logprobs").and_then(Value::as_array) {
+                            Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
+                            None => vec![0.0; response_ids.len()],
+                        };
                     Ok(LoopOutput {
                         prompt_ids: ids(o.get("prompt_ids")).unwrap_or_default(),
                         response_ids,
                         response_mask,
                         response_log_probs,
                         num_turns: o.get("num_turns").and_then(Value::as_u64).unwrap_or(0) as usize,
+                        reward_score: o.get("reward_score").and_then(Value::as_f64),
                     })
                 })
                 .collect();
