@@ -479,9 +479,19 @@ pub(crate) fn builtin_has_experts(uri: &str) -> Option<bool> {
         .then(|| builtin_arch(uri).is_some_and(|a| has_experts(&a)))
 }
 
-/// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none).
+/// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none); for
+/// `builtin://scaled?from=DIR` (smoke's stand-in), the `model_type` of DIR's `config.json`,
+/// whose family the stand-in keeps.
 fn builtin_arch(uri: &str) -> Option<String> {
     let query = uri.split_once('?').map_or("", |(_, q)| q);
+    if uri.starts_with("builtin://scaled") {
+        let dir = query.split('&').find_map(|kv| kv.strip_prefix("from="))?;
+        let cfg = read_config(Path::new(dir)).ok()?;
+        return cfg
+            .get("model_type")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+    }
     let arch = query
         .split('&')
         .find_map(|kv| kv.strip_prefix("arch="))

@@ -1975,3 +1975,30 @@ fn expert_degrees_warn_only_for_a_dense_model() {
     let moe = case(&megatron_fp32(), &[ep[0], ep[1], moe_path]);
     assert!(!warned(&moe), "{:#?}", moe.checked.diagnostics);
 }
+
+/// `verlc smoke`'s stand-in (`builtin://scaled?from=DIR`) is checked at build as a model of
+/// DIR's family: a Qwen2.5-VL stand-in on the Megatron strategy is refused there, as the
+/// checkpoint itself would be, not at the trainer's start.
+#[test]
+fn a_scaled_stand_in_is_checked_as_its_sources_family() {
+    let dir = std::env::temp_dir().join(format!("verlc-plan-scaled-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type": "qwen2_5_vl", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300}"#,
+    )
+    .expect("config");
+    let model = format!("actor_rollout_ref.model.path='builtin://scaled?from={}'", dir.display());
+    let env = verlc_hub::HubEnv::from_env();
+    for (yaml, refused) in [(megatron_fp32(), true), (BASE.to_owned(), false)] {
+        let c = case(&yaml, &[model.as_str()]);
+        let problems = models::model_problems(&c.lowered.plan.spec, &env);
+        assert_eq!(
+            problems.iter().any(|p| p.message.contains("Qwen2.5-VL")),
+            refused,
+            "{:#?}",
+            problems.iter().map(|p| &p.message).collect::<Vec<_>>()
+        );
+    }
+}
