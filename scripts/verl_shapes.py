@@ -318,6 +318,39 @@ def write_model(out, name, cache=None):
     return True
 
 
+def write_adapter(out, model_dir, rank=8, targets=("q_proj", "v_proj")):
+    """A PEFT LoRA adapter directory for the model in `model_dir` (its config.json's widths):
+    adapter_config.json and adapter_model.safetensors with zero weights, as PEFT's
+    save_pretrained names them."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        c = json.load(f)
+    c = c.get("text_config", c)
+    hidden, heads = c["hidden_size"], c["num_attention_heads"]
+    head_dim = c.get("head_dim") or hidden // heads
+    kv = c.get("num_key_value_heads", heads) * head_dim
+    widths = {"q_proj": (hidden, heads * head_dim), "k_proj": (hidden, kv), "v_proj": (hidden, kv),
+              "o_proj": (heads * head_dim, hidden), "gate_proj": (hidden, c["intermediate_size"]),
+              "up_proj": (hidden, c["intermediate_size"]), "down_proj": (c["intermediate_size"], hidden)}
+    parent = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn"}
+    header, offset = {}, 0
+    for layer in range(c["num_hidden_layers"]):
+        for t in targets:
+            base = f"base_model.model.model.layers.{layer}.{parent.get(t, 'mlp')}.{t}"
+            n_in, n_out = widths[t]
+            for side, shape in (("lora_A", [rank, n_in]), ("lora_B", [n_out, rank])):
+                size = shape[0] * shape[1] * 2
+                header[f"{base}.{side}.weight"] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
+                offset += size
+    os.makedirs(out, exist_ok=True)
+    text = json.dumps(header).encode()
+    with open(os.path.join(out, "adapter_model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        f.write(bytes(offset))
+    with open(os.path.join(out, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": list(targets),
+                   "task_type": "CAUSAL_LM", "bias": "none", "lora_dropout": 0.0}, f)
+
+
 # ---------------------------------------------------------------------------------------------
 # Data: rows as verl's preprocess scripts write them.
 

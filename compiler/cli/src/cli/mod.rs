@@ -14,6 +14,7 @@ mod rule;
 mod run;
 mod schema;
 mod smoke;
+mod smoke_adapter;
 
 use std::process::ExitCode;
 

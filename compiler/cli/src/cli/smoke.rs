@@ -141,6 +141,7 @@ fn substitutions(
         subs: Vec::new(),
     };
     let mut problems = Vec::new();
+    let mut policy_config: Option<serde_json::Value> = None;
     // Models: the policy, its critic and a reward model, each by a stand-in of its family.
     for (path_key, tokenizer_key) in [
         (
@@ -160,6 +161,11 @@ fn substitutions(
         };
         match model_dir(&path) {
             Ok(Some(dir)) => {
+                if path_key == "actor_rollout_ref.model.path" {
+                    policy_config = std::fs::read_to_string(dir.join("config.json"))
+                        .ok()
+                        .and_then(|t| serde_json::from_str(&t).ok());
+                }
                 let shown = dir.display().to_string();
                 p.set(path_key, format!("builtin://scaled?from={shown}"), MODEL);
                 if let Some(t) = tokenizer_key
@@ -179,6 +185,35 @@ fn substitutions(
                 problems.push(e)
             }
             Err(_) => {}
+        }
+    }
+    // A LoRA adapter to start from: read and checked against the model, then a fresh one of
+    // its rank, alpha and targets (its weights fit the full model, not the stand-in).
+    const ADAPTER: &str = "the adapter fits the full model (its tensors checked against config.json): the stand-in trains a fresh one of its rank, alpha and targets";
+    let adapter_key = "actor_rollout_ref.model.lora_adapter_path";
+    if let Some(adapter) = p.text(adapter_key) {
+        match super::smoke_adapter::read_adapter(Path::new(&adapter), policy_config.as_ref()) {
+            Ok(a) => {
+                p.set(adapter_key, "null", ADAPTER);
+                p.set("actor_rollout_ref.model.lora_rank", a.rank.to_string(), ADAPTER);
+                p.set("actor_rollout_ref.model.lora_alpha", a.alpha.to_string(), ADAPTER);
+                let targets = match &a.targets {
+                    serde_json::Value::Array(names) => Some(format!(
+                        "[{}]",
+                        names
+                            .iter()
+                            .filter_map(serde_json::Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )),
+                    serde_json::Value::String(s) => Some(s.clone()),
+                    _ => None,
+                };
+                if let Some(t) = targets {
+                    p.set("actor_rollout_ref.model.target_modules", t, ADAPTER);
+                }
+            }
+            Err(e) => problems.push(format!("`{adapter_key}`: {e}")),
         }
     }
     if !problems.is_empty() {
