@@ -59,7 +59,8 @@ impl Plan<'_> {
             .or_else(|| Some(n.to_json().to_string()))
     }
 
-    /// Sets `key` when the config tree has it (a release without the key keeps its own).
+    /// Sets `key` when the config tree has it (a release without the key keeps its own); a
+    /// later setting of the same key replaces the earlier one.
     fn set(&mut self, key: &str, value: impl Into<String>, why: &'static str) {
         if self.get(key).is_none() {
             return;
@@ -71,6 +72,7 @@ impl Plan<'_> {
             Some(w) => w.replace('"', "") == value,
             None => value == "null",
         };
+        self.subs.retain(|s| s.key != key);
         if same {
             return;
         }
@@ -397,6 +399,36 @@ fn substitutions(
             && p.effective(&key).as_deref() != Some(actor.as_str())
         {
             p.set(&key, actor, CRITIC_LAYOUT);
+        }
+    }
+    // verlc's tool agent loop on Megatron: each rollout replica is one model-parallel group
+    // (its ranks decode in lockstep), so the rollout takes the actor's tensor parallel size.
+    let megatron = p.text("actor_rollout_ref.actor.strategy").as_deref() == Some("megatron");
+    let multi_turn = p
+        .get("actor_rollout_ref.rollout.multi_turn.enable")
+        .and_then(Node::as_bool)
+        == Some(true);
+    if megatron && multi_turn && !vllm {
+        let key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+        if let Some(tp) = p.effective("actor_rollout_ref.actor.megatron.tensor_model_parallel_size")
+            && tp != "1"
+        {
+            p.set(
+                key,
+                tp,
+                "the built-in rollout's replica is the actor's Megatron model-parallel group (the tool agent loop decodes in lockstep)",
+            );
+        }
+    }
+    // A code sandbox service is not reachable from here: verl itself scores code locally
+    // (its prime_code checker) without one.
+    for key in ["reward_model.sandbox_fusion.url", "reward.sandbox_fusion.url"] {
+        if p.text(key).is_some() {
+            p.set(
+                key,
+                "null",
+                "the sandbox service is not reached from here: verl's local code checker scores code rows instead, as verl does without a sandbox",
+            );
         }
     }
     // Where GPU weights come from and how GPUs hold them: the weights are a random stand-in
