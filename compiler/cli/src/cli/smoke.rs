@@ -885,6 +885,42 @@ mod tests {
         assert_eq!(of("critic.megatron.use_dist_checkpointing"), None);
     }
 
+    /// verl 0.7.0's Megatron multi-turn example: the tool agent loop's rollout replica is the
+    /// actor's model-parallel group, so the rollout takes the actor's (clipped) tensor parallel
+    /// size, set once; a sandbox URL is not reached.
+    #[test]
+    fn megatron_tool_rollouts_take_the_actors_tensor_parallel_size() {
+        let req = LoadRequest {
+            config_name: Some("ppo_megatron_trainer".into()),
+            overrides: [
+                "actor_rollout_ref.model.path=builtin://tiny",
+                "critic.model.path=builtin://tiny",
+                "actor_rollout_ref.rollout.name=sglang",
+                "actor_rollout_ref.rollout.multi_turn.enable=true",
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+                "reward_model.sandbox_fusion.url=http://sandbox:8080/run_code",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            builtin: verlc::load::version::BuiltinRelease::V0_7_0,
+            ..LoadRequest::default()
+        };
+        let root = check(&req, &CheckOptions::default()).composed.root;
+        let subs = substitutions(&root, 2, &std::env::temp_dir(), false).expect("substitutions");
+        let all = |key: &str| {
+            subs.iter()
+                .filter(|s| s.key == key)
+                .map(|s| s.value.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            all("actor_rollout_ref.rollout.tensor_model_parallel_size"),
+            vec!["2".to_owned()]
+        );
+        assert_eq!(all("reward_model.sandbox_fusion.url"), vec!["null".to_owned()]);
+    }
+
     #[test]
     fn vllm_is_kept_only_when_asked_and_runs_as_one_engine() {
         let root = quickstart(&[
