@@ -504,3 +504,47 @@ pq.write_table(pa.Table.from_pylist([qa(2000 + i) for i in range(8)]), f"{out}/q
         "{stderr}"
     );
 }
+
+/// verl's own example scripts (0.7.0's and 0.9.0's) as `scripts/smoke-examples` retargets them
+/// (model directories of each Hub model's shape, data in verl's preprocess layouts, files of
+/// verl's repository by files of their shape): each call that verl itself accepts and whose
+/// family verlc implements checks, is planned and builds a spec (`smoke --plan`), at least 90%
+/// of them, and the ones that do not are refusals at a key. The full runs (every call trained,
+/// validated, saved and resumed) are `scripts/smoke-examples` without `--plan`
+/// (docs/smoke.md lists their last result).
+#[test]
+fn verl_examples_plan_through_smoke() {
+    let Some(python) = python() else { return };
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("smoke-examples-plan");
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(python)
+        .arg(checkout().join("scripts/smoke-examples"))
+        .args(["--plan", "--jobs", "2", "--out"])
+        .arg(&out)
+        .current_dir(checkout())
+        .env("VERLC_BIN", env!("CARGO_BIN_EXE_verlc"))
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run scripts/smoke-examples");
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let results: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    for release in ["0.7.0", "0.9.0"] {
+        let ran = results
+            .iter()
+            .filter(|r| r["release"] == release && matches!(r["status"].as_str(), Some("pass" | "fail")))
+            .count();
+        assert!(ran >= 40, "{release}: only {ran} calls in scope\n{text}");
+    }
+    // A call that does not plan says why, at a key.
+    for r in results.iter().filter(|r| r["status"] == "fail") {
+        let first = r["problems"][0].as_str().unwrap_or_default();
+        assert!(first.contains('`') || first.contains(' '), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
