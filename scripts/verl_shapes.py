@@ -276,7 +276,7 @@ MODELS = [
     ("mistral-nemo", "tekken", lambda: _dense("mistral", 5120, 14336, 40, 32, 8, 131072, False, head_dim=128, max_pos=1024000), "MistralForCausalLM"),
 ]
 # Named for a Qwen3 checkpoint of another publisher, or verl's own merged checkpoint.
-ALIASES = {"qwen3-4b-sft": "qwen3-4b", "qwen3-30b-moe-merge": "qwen3-30b"}
+ALIASES = {"qwen3-4b-sft": "qwen3-4b", "qwen3-30b-moe-merge": "qwen3-30b", "qwen2-70b": "qwen2-72b"}
 
 
 def model_row(name):
