@@ -251,6 +251,9 @@ MODELS = [
     ("qwen3.5-27b", "qwen3", lambda: _qwen3_5(5120, 64, 24, 4), "Qwen3_5ForConditionalGeneration"),
     ("qwen3.5-4b", "qwen3", lambda: _qwen3_5(2560, 32, 16, 4), "Qwen3_5ForConditionalGeneration"),
     ("qwen3.5-2b", "qwen3", lambda: _qwen3_5(2048, 24, 8, 2), "Qwen3_5ForConditionalGeneration"),
+    # The 2507 releases read 256k tokens natively.
+    ("qwen3-235b-a22b-instruct-2507", "qwen3", lambda: {**_qwen3_moe(4096, 94, 64, 4, 128, 8, 1536), "max_position_embeddings": 262144, "rope_theta": 5e6}, "Qwen3MoeForCausalLM"),
+    ("qwen3-30b-a3b-instruct-2507", "qwen3", lambda: {**_qwen3_moe(2048, 48, 32, 4, 128, 8, 768), "max_position_embeddings": 262144, "rope_theta": 1e7}, "Qwen3MoeForCausalLM"),
     ("qwen3-235b-a22b", "qwen3", lambda: _qwen3_moe(4096, 94, 64, 4, 128, 8, 1536), "Qwen3MoeForCausalLM"),
     ("qwen3-30b", "qwen3", lambda: _qwen3_moe(2048, 48, 32, 4, 128, 8, 768), "Qwen3MoeForCausalLM"),
     ("qwen3-0.6b", "qwen3", lambda: _dense("qwen3", 1024, 3072, 28, 16, 8, 151936, True, head_dim=128, max_pos=40960), "Qwen3ForCausalLM"),
