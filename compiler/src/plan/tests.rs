@@ -2002,3 +2002,34 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         );
     }
 }
+
+/// Megatron-core settings verl's Ascend examples pass that choose kernels or how activations
+/// and optimizer state are spread (sequence parallelism, the context-parallel exchange, fused
+/// RMSNorm and SwiGLU): warned as having no effect, built, not refused.
+#[test]
+fn megatron_kernel_and_layout_overrides_have_no_effect() {
+    let megatron = megatron_fp32();
+    for key in [
+        "sequence_parallel",
+        "context_parallel_algo",
+        "use_distributed_optimizer",
+        "use_fused_rmsnorm",
+        "use_fused_swiglu",
+    ] {
+        let full = format!("actor_rollout_ref.actor.megatron.override_transformer_config.{key}");
+        let value = if key == "context_parallel_algo" { "kvallgather_cp_algo" } else { "true" };
+        let o = format!("+{full}={value}");
+        let c = case(&megatron, &[o.as_str()]);
+        let (_, in_build) = finding(&c, "B006", &full);
+        assert!(
+            in_build.is_some_and(|(s, _)| s == Severity::Warning),
+            "{o}: {:#?}",
+            c.lowered.diagnostics
+        );
+        assert!(
+            !c.lowered.diagnostics.iter().any(|d| d.is_error()),
+            "{o}: {:#?}",
+            c.lowered.diagnostics
+        );
+    }
+}
