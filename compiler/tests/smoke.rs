@@ -537,7 +537,9 @@ fn verl_examples_plan_through_smoke() {
     for release in ["0.7.0", "0.9.0"] {
         let ran = results
             .iter()
-            .filter(|r| r["release"] == release && matches!(r["status"].as_str(), Some("pass" | "fail")))
+            .filter(|r| {
+                r["release"] == release && matches!(r["status"].as_str(), Some("pass" | "fail"))
+            })
             .count();
         assert!(ran >= 40, "{release}: only {ran} calls in scope\n{text}");
     }

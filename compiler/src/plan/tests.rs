@@ -1989,7 +1989,10 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300}"#,
     )
     .expect("config");
-    let model = format!("actor_rollout_ref.model.path='builtin://scaled?from={}'", dir.display());
+    let model = format!(
+        "actor_rollout_ref.model.path='builtin://scaled?from={}'",
+        dir.display()
+    );
     let env = verlc_hub::HubEnv::from_env();
     for (yaml, refused) in [(megatron_fp32(), true), (BASE.to_owned(), false)] {
         let c = case(&yaml, &[model.as_str()]);
@@ -2017,7 +2020,11 @@ fn megatron_kernel_and_layout_overrides_have_no_effect() {
         "use_fused_swiglu",
     ] {
         let full = format!("actor_rollout_ref.actor.megatron.override_transformer_config.{key}");
-        let value = if key == "context_parallel_algo" { "kvallgather_cp_algo" } else { "true" };
+        let value = if key == "context_parallel_algo" {
+            "kvallgather_cp_algo"
+        } else {
+            "true"
+        };
         let o = format!("+{full}={value}");
         let c = case(&megatron, &[o.as_str()]);
         let (_, in_build) = finding(&c, "B006", &full);

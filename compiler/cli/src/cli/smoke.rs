@@ -197,8 +197,16 @@ fn substitutions(
         match super::smoke_adapter::read_adapter(Path::new(&adapter), policy_config.as_ref()) {
             Ok(a) => {
                 p.set(adapter_key, "null", ADAPTER);
-                p.set("actor_rollout_ref.model.lora_rank", a.rank.to_string(), ADAPTER);
-                p.set("actor_rollout_ref.model.lora_alpha", a.alpha.to_string(), ADAPTER);
+                p.set(
+                    "actor_rollout_ref.model.lora_rank",
+                    a.rank.to_string(),
+                    ADAPTER,
+                );
+                p.set(
+                    "actor_rollout_ref.model.lora_alpha",
+                    a.alpha.to_string(),
+                    ADAPTER,
+                );
                 let targets = match &a.targets {
                     serde_json::Value::Array(names) => Some(format!(
                         "[{}]",
@@ -422,7 +430,10 @@ fn substitutions(
     }
     // A code sandbox service is not reachable from here: verl itself scores code locally
     // (its prime_code checker) without one.
-    for key in ["reward_model.sandbox_fusion.url", "reward.sandbox_fusion.url"] {
+    for key in [
+        "reward_model.sandbox_fusion.url",
+        "reward.sandbox_fusion.url",
+    ] {
         if p.text(key).is_some() {
             p.set(
                 key,
@@ -918,7 +929,10 @@ mod tests {
             all("actor_rollout_ref.rollout.tensor_model_parallel_size"),
             vec!["2".to_owned()]
         );
-        assert_eq!(all("reward_model.sandbox_fusion.url"), vec!["null".to_owned()]);
+        assert_eq!(
+            all("reward_model.sandbox_fusion.url"),
+            vec!["null".to_owned()]
+        );
     }
 
     #[test]

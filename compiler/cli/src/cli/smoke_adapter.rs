@@ -39,10 +39,7 @@ pub(crate) fn read_adapter(
         .get("lora_alpha")
         .and_then(Value::as_f64)
         .unwrap_or(8.0);
-    let targets = config
-        .get("target_modules")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let targets = config.get("target_modules").cloned().unwrap_or(Value::Null);
     let weights = at("adapter_model.safetensors");
     let tensors = safetensors_shapes(&weights)?;
     if tensors.is_empty() {
@@ -175,7 +172,9 @@ impl ModelDims {
                 self.layers
             ));
         }
-        let side = parts.iter().position(|p| *p == "lora_A" || *p == "lora_B")?;
+        let side = parts
+            .iter()
+            .position(|p| *p == "lora_A" || *p == "lora_B")?;
         let module = parts.get(side.checked_sub(1)?)?;
         let expert = parts.contains(&"experts");
         let (input, output) = self.widths(module, expert)?;
@@ -207,7 +206,9 @@ mod tests {
         std::fs::create_dir_all(dir).expect("dir");
         std::fs::write(
             dir.join("adapter_config.json"),
-            format!(r#"{{"r": {rank}, "lora_alpha": 16, "target_modules": ["q_proj", "down_proj"]}}"#),
+            format!(
+                r#"{{"r": {rank}, "lora_alpha": 16, "target_modules": ["q_proj", "down_proj"]}}"#
+            ),
         )
         .expect("config");
         let mut header = serde_json::Map::new();
@@ -252,7 +253,10 @@ mod tests {
         let wide = root.join("wide");
         write_adapter(&wide, 4, &[(&format!("{q}.lora_A.weight"), [4, 128])]);
         let e = read_adapter(&wide, Some(&model)).expect_err("wrong width");
-        assert!(e.contains("q_proj.lora_A.weight [4, 128]") && e.contains("[4, 64]"), "{e}");
+        assert!(
+            e.contains("q_proj.lora_A.weight [4, 128]") && e.contains("[4, 64]"),
+            "{e}"
+        );
         // On a deeper one.
         let deep = root.join("deep");
         let l5 = "base_model.model.model.layers.5.self_attn.q_proj.lora_A.weight";
