@@ -367,6 +367,9 @@ pub const ALREADY_SO: &[(&str, &str)] = &[
     ),
     ("actor_rollout_ref.rollout.data_parallel_size", "1"),
     ("actor_rollout_ref.rollout.expert_parallel_size", "1"),
+    // No worker processes: data loads in the main process, as the binary loads it (and as
+    // V048 asks of a config with a sampler class).
+    ("data.dataloader_num_workers", "0"),
 ];
 
 /// Sections verl moved between releases, as (newer prefix, prefix of the entries that serve it):
