@@ -98,6 +98,29 @@ impl LinearAttentionConfig {
     }
 }
 
+/// A multimodal checkpoint of a family verlc trains as text (Qwen3.5's `qwen3_5` and
+/// `qwen3_5_moe`, whose `config.json` keeps the text model's keys, `vocab_size` among them, in
+/// `text_config` only): the top level takes the keys it lacks from `text_config`, which stays
+/// for [`ModelConfig::normalize`] to read as the config.
+fn fill_from_wrapped_text_config(raw: &mut Value) {
+    let Some(obj) = raw.as_object_mut() else {
+        return;
+    };
+    let wrapper = obj
+        .get("model_type")
+        .and_then(Value::as_str)
+        .and_then(verlc_spec::families::of_checkpoint)
+        .is_some_and(|r| r.wrapper_model_type == obj.get("model_type").and_then(Value::as_str));
+    let Some(Value::Object(text)) = obj.get("text_config").cloned().filter(|_| wrapper) else {
+        return;
+    };
+    for (k, v) in text {
+        if !matches!(k.as_str(), "model_type" | "architectures") {
+            obj.entry(k).or_insert(v);
+        }
+    }
+}
+
 /// A vision-language checkpoint (a family with a vision tower) read with its text model's
 /// keys at the top level, as Qwen's own files write them: transformers 4.57 and 5 nest them in
 /// `text_config`, whose keys fill the ones the top level lacks (the family's `model_type`
@@ -255,6 +278,7 @@ impl ModelConfig {
             obj.entry("norm_topk_prob").or_insert(Value::Bool(true));
         }
         lift_text_config(&mut raw);
+        fill_from_wrapped_text_config(&mut raw);
         let cfg: ModelConfig = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
         let cfg = cfg.normalize().map_err(bad)?;
         cfg.validate().map_err(|msg| ModelError::Config {
