@@ -252,13 +252,18 @@ fn topk_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
     let paths = std::iter::once(spec.actor.model_path.as_str())
         .chain(teachers.map(|t| t.model_path.as_str()));
     paths.into_iter().find_map(|path| {
+        let vocab_of = |dir: &Path| -> Option<i64> {
+            let cfg = read_config(dir).ok()?;
+            let cfg = cfg.get("text_config").unwrap_or(&cfg);
+            cfg.get("vocab_size").and_then(Value::as_i64)
+        };
         let vocab = match locate(path, None, env).ok()? {
-            ModelLocation::Builtin => verlc_spec::builtin::tiny_vocab(path),
-            loc => {
-                let cfg = read_config(loc.dir()?).ok()?;
-                let cfg = cfg.get("text_config").unwrap_or(&cfg);
-                cfg.get("vocab_size").and_then(Value::as_i64)?
-            }
+            // Smoke's stand-in keeps its source's vocabulary.
+            ModelLocation::Builtin => match scaled_source(path) {
+                Some(dir) => vocab_of(dir)?,
+                None => verlc_spec::builtin::tiny_vocab(path),
+            },
+            loc => vocab_of(loc.dir()?)?,
         };
         (topk > vocab).then(|| {
             format!("the top-k loss compares each position's {topk} most likely tokens, but `{path}` has a vocabulary of {vocab}")
@@ -479,14 +484,22 @@ pub(crate) fn builtin_has_experts(uri: &str) -> Option<bool> {
         .then(|| builtin_arch(uri).is_some_and(|a| has_experts(&a)))
 }
 
+/// The model directory a `builtin://scaled?from=DIR` stand-in (`verlc smoke`'s) is made from.
+fn scaled_source(uri: &str) -> Option<&Path> {
+    let query = uri.strip_prefix("builtin://scaled?")?;
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("from="))
+        .map(Path::new)
+}
+
 /// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none); for
 /// `builtin://scaled?from=DIR` (smoke's stand-in), the `model_type` of DIR's `config.json`,
 /// whose family the stand-in keeps.
 fn builtin_arch(uri: &str) -> Option<String> {
     let query = uri.split_once('?').map_or("", |(_, q)| q);
-    if uri.starts_with("builtin://scaled") {
-        let dir = query.split('&').find_map(|kv| kv.strip_prefix("from="))?;
-        let cfg = read_config(Path::new(dir)).ok()?;
+    if let Some(dir) = scaled_source(uri) {
+        let cfg = read_config(dir).ok()?;
         return cfg
             .get("model_type")
             .and_then(Value::as_str)

@@ -144,8 +144,9 @@ fn substitutions(
     };
     let mut problems = Vec::new();
     let mut policy_config: Option<serde_json::Value> = None;
-    // Models: the policy, its critic and a reward model, each by a stand-in of its family.
-    for (path_key, tokenizer_key) in [
+    // Models: the policy, its critic, a reward model and distillation teachers, each by a
+    // stand-in of its family.
+    let mut models: Vec<(String, Option<&str>)> = [
         (
             "actor_rollout_ref.model.path",
             Some("actor_rollout_ref.model.tokenizer_path"),
@@ -157,7 +158,19 @@ fn substitutions(
         ("model.partial_pretrain", None),
         ("reward_model.model.path", None),
         ("reward.reward_model.model_path", None),
-    ] {
+    ]
+    .map(|(k, t)| (k.to_owned(), t))
+    .to_vec();
+    let distilling = p.get("distillation.enabled").and_then(Node::as_bool) == Some(true);
+    if let Some(teachers) = p.get("distillation.teacher_models").and_then(Node::as_map) {
+        models.extend(
+            teachers
+                .keys()
+                .map(|name| (format!("distillation.teacher_models.{name}.model_path"), None)),
+        );
+    }
+    for (path_key, tokenizer_key) in models {
+        let path_key = path_key.as_str();
         let Some(path) = p.text(path_key) else {
             continue;
         };
@@ -182,7 +195,7 @@ fn substitutions(
                 if matches!(
                     path_key,
                     "actor_rollout_ref.model.path" | "model.path" | "model.partial_pretrain"
-                ) =>
+                ) || (distilling && path_key.starts_with("distillation.teacher_models.")) =>
             {
                 problems.push(e)
             }
