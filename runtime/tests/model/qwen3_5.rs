@@ -450,10 +450,8 @@ fn builtin_tiny_qwen3_5_builds_and_counts_its_parameters() {
 /// `verlc smoke`'s stand-in of one scales that text model.
 #[test]
 fn multimodal_checkpoint_configs_load_as_their_text_model() {
-    let dir = oracle::cached_transformers5(
-        &oracle::script_named("qwen3_5_config_oracle.py"),
-        "configs",
-    );
+    let dir =
+        oracle::cached_transformers5(&oracle::script_named("qwen3_5_config_oracle.py"), "configs");
     for (kind, text_type, experts) in [
         ("qwen3_5", "qwen3_5_text", 0),
         ("qwen3_5_moe", "qwen3_5_moe_text", 4),
@@ -462,17 +460,20 @@ fn multimodal_checkpoint_configs_load_as_their_text_model() {
         let raw: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert!(raw.get("vocab_size").is_none(), "{kind}: {raw}");
-        let c = runtime::model::ModelConfig::from_file(&file)
-            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let c =
+            runtime::model::ModelConfig::from_file(&file).unwrap_or_else(|e| panic!("{kind}: {e}"));
         assert_eq!(c.model_type, text_type);
-        assert_eq!((c.vocab_size, c.hidden_size, c.num_hidden_layers), (300, 64, 4));
+        assert_eq!(
+            (c.vocab_size, c.hidden_size, c.num_hidden_layers),
+            (300, 64, 4)
+        );
         assert_eq!(c.moe.num_experts, experts);
         let uri = format!("builtin://scaled?from={}", dir.join(kind).display());
         let uri = runtime::builtin_uri::BuiltinUri::parse(&uri)
             .expect("uri")
             .expect("builtin");
-        let scaled = runtime::model::builtin::config(&uri)
-            .unwrap_or_else(|e| panic!("{kind} scaled: {e}"));
+        let scaled =
+            runtime::model::builtin::config(&uri).unwrap_or_else(|e| panic!("{kind} scaled: {e}"));
         assert_eq!(scaled.model_type, text_type);
         assert_eq!(scaled.vocab_size, 300);
     }

@@ -163,11 +163,12 @@ fn substitutions(
     .to_vec();
     let distilling = p.get("distillation.enabled").and_then(Node::as_bool) == Some(true);
     if let Some(teachers) = p.get("distillation.teacher_models").and_then(Node::as_map) {
-        models.extend(
-            teachers
-                .keys()
-                .map(|name| (format!("distillation.teacher_models.{name}.model_path"), None)),
-        );
+        models.extend(teachers.keys().map(|name| {
+            (
+                format!("distillation.teacher_models.{name}.model_path"),
+                None,
+            )
+        }));
     }
     for (path_key, tokenizer_key) in models {
         let path_key = path_key.as_str();
