@@ -2044,3 +2044,44 @@ fn megatron_kernel_and_layout_overrides_have_no_effect() {
         );
     }
 }
+
+/// Megatron-core settings that repeat what verlc builds anyway (RMSNorm, SwiGLU, the role's own
+/// context-parallel size, as verl's Ascend Qwen3-235B example writes them) are not reported;
+/// other values are refused at their key.
+#[test]
+fn megatron_overrides_that_state_the_model_are_quiet() {
+    let megatron = megatron_fp32();
+    let prefix = "actor_rollout_ref.actor.megatron";
+    let cp = format!("{prefix}.context_parallel_size=2");
+    let quiet = [
+        format!("+{prefix}.override_transformer_config.normalization=RMSNorm"),
+        format!("+{prefix}.override_transformer_config.swiglu=true"),
+        format!("+{prefix}.override_transformer_config.context_parallel_size=2"),
+    ];
+    let mut o: Vec<&str> = quiet.iter().map(String::as_str).collect();
+    o.extend(["trainer.n_gpus_per_node=2", cp.as_str()]);
+    let c = case(&megatron, &o);
+    for key in ["normalization", "swiglu", "context_parallel_size"] {
+        let full = format!("{prefix}.override_transformer_config.{key}");
+        assert!(
+            !c.lowered
+                .diagnostics
+                .iter()
+                .any(|d| d.key_path.as_deref() == Some(full.as_str())),
+            "{key}: {:#?}",
+            c.lowered.diagnostics
+        );
+    }
+    let other = format!("+{prefix}.override_transformer_config.normalization=LayerNorm");
+    let c = case(&megatron, &[other.as_str()]);
+    let (_, in_build) = finding(
+        &c,
+        "B018",
+        &format!("{prefix}.override_transformer_config.normalization"),
+    );
+    assert!(
+        in_build.is_some_and(|(s, _)| s == Severity::Error),
+        "{:#?}",
+        c.lowered.diagnostics
+    );
+}

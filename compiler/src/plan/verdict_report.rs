@@ -149,6 +149,7 @@ pub fn verdict_diagnostics(
         if verdicts::ALREADY_SO
             .iter()
             .any(|(k, v)| *k == key && value.to_string().as_str() == *v)
+            || states_the_layout(&key, &value, root)
         {
             continue;
         }
@@ -216,6 +217,25 @@ pub fn verdict_diagnostics(
         }
     }
     out
+}
+
+/// Megatron-core settings a config repeats that say what the binary builds anyway: RMSNorm and
+/// SwiGLU (every family verlc implements has both), and the role's own context-parallel size.
+fn states_the_layout(key: &str, value: &serde_json::Value, root: &Node) -> bool {
+    const OVERRIDE: &str = ".megatron.override_transformer_config.";
+    let Some((role, setting)) = key.split_once(OVERRIDE) else {
+        return false;
+    };
+    match setting {
+        "normalization" => value.as_str() == Some("RMSNorm"),
+        "swiglu" => value.as_bool() == Some(true),
+        "context_parallel_size" => root
+            .get_path(&split_key(&format!(
+                "{role}.megatron.context_parallel_size"
+            )))
+            .is_some_and(|n| n.to_json() == *value),
+        _ => false,
+    }
 }
 
 fn origin(root: &Node, key: &str) -> Option<crate::source::Origin> {
