@@ -456,6 +456,15 @@ fn substitutions(
             );
         }
     }
+    // A context-parallel size repeated for Megatron-core follows the role's.
+    for role in ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"] {
+        let repeated = format!("{role}.megatron.override_transformer_config.context_parallel_size");
+        if p.get(&repeated).is_some()
+            && let Some(cp) = p.effective(&format!("{role}.megatron.context_parallel_size"))
+        {
+            p.set(&repeated, cp, PARALLEL);
+        }
+    }
     // Where GPU weights come from and how GPUs hold them: the weights are a random stand-in
     // and the ranks are CPU processes, so neither is exercised here.
     for role in ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"] {
