@@ -114,6 +114,11 @@ fn fill_from_wrapped_text_config(raw: &mut Value) {
     let Some(Value::Object(text)) = obj.get("text_config").cloned().filter(|_| wrapper) else {
         return;
     };
+    fill_missing(obj, text);
+}
+
+/// The keys of a `text_config` the top level lacks (not its `model_type` or `architectures`).
+fn fill_missing(obj: &mut serde_json::Map<String, Value>, text: serde_json::Map<String, Value>) {
     for (k, v) in text {
         if !matches!(k.as_str(), "model_type" | "architectures") {
             obj.entry(k).or_insert(v);
@@ -139,11 +144,7 @@ fn lift_text_config(raw: &mut Value) {
         return;
     }
     if let Some(Value::Object(text)) = obj.remove("text_config") {
-        for (k, v) in text {
-            if !matches!(k.as_str(), "model_type" | "architectures") {
-                obj.entry(k).or_insert(v);
-            }
-        }
+        fill_missing(obj, text);
     }
     // transformers 5 writes the rotary settings as `rope_parameters` (with `rope_theta`
     // inside): the same keys `rope_scaling` holds in Qwen's files.

@@ -268,6 +268,17 @@ fn reward_function(
     })
 }
 
+/// Scores without a scorer's other outputs (a reward model's, an agent loop's own).
+fn plain_scores(values: &[f64]) -> Vec<Score> {
+    values
+        .iter()
+        .map(|&score| Score {
+            score,
+            ..Score::default()
+        })
+        .collect()
+}
+
 /// A Python reward manager (`RewardManagerSpec::Python`), started on this rank with the
 /// model's tokenizer and the user's `compute_score` (else verl's default).
 fn python_manager(
@@ -948,13 +959,7 @@ impl<R: Roles> Trainer<R> {
         else {
             return Ok(None);
         };
-        let scores = values
-            .iter()
-            .map(|&score| Score {
-                score,
-                ..Score::default()
-            })
-            .collect();
+        let scores = plain_scores(&values);
         Ok(Some((values, self.score_items(items, out)?, scores)))
     }
 
@@ -1000,13 +1005,7 @@ impl<R: Roles> Trainer<R> {
             {
                 let values = self.model_scores(rm, items, out)?;
                 let score_items = self.score_items(items, out)?;
-                let scores = values
-                    .iter()
-                    .map(|&score| Score {
-                        score,
-                        ..Score::default()
-                    })
-                    .collect();
+                let scores = plain_scores(&values);
                 Ok((values, score_items, scores))
             }
             _ => self.score(items, out),
