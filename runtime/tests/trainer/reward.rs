@@ -45,6 +45,22 @@ fn item(source: &str, text: &str, truth: Value, index: i64) -> ScoreItem {
     }
 }
 
+/// The scores a Python `script` prints as a JSON list when called directly with `args`.
+fn direct_scores(script: &str, args: &[String]) -> Vec<f64> {
+    let out = Command::new(PythonSettings::default_python())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("scores json")
+}
+
 fn items() -> Vec<ScoreItem> {
     let texts = [
         "31204",
@@ -97,19 +113,13 @@ for it in json.load(open(sys.argv[2])):
     out.append(float(r["score"]) if isinstance(r, dict) else float(r))
 print(json.dumps(out))
 "#;
-    let out = Command::new(PythonSettings::default_python())
-        .arg("-c")
-        .arg(script)
-        .arg(fixture("reward_fn.py"))
-        .arg(&input)
-        .output()
-        .expect("python runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let direct = direct_scores(
+        script,
+        &[
+            fixture("reward_fn.py").display().to_string(),
+            input.display().to_string(),
+        ],
     );
-    let direct: Vec<f64> = serde_json::from_slice(&out.stdout).expect("scores json");
     let through: Vec<f64> = got.iter().map(|s| s.score).collect();
     assert_eq!(through, direct, "subprocess and direct call differ");
     // Dict results keep their other keys (verl's reward_extra_info).
@@ -272,6 +282,56 @@ fn trainer_fails_cleanly_on_a_crashing_reward_function() {
     assert!(t.elapsed() < Duration::from_secs(120));
 }
 
+/// verl 0.7.0 with a reward model validates rule-scored data only: a validation set whose first
+/// row is `style: model` (HH-RLHF's, a source no scorer covers) ends validation without
+/// metrics, so the run is not refused up front for that source, while a training source no
+/// scorer covers still is when no reward model scores it.
+#[test]
+fn model_scored_validation_data_needs_no_scorer_with_a_reward_model() {
+    let dir = scratch("reward_model_scored_validation");
+    let val = dir.join("hh.json");
+    let rows: String = (0..4)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"data_source": "Dahoas/full-hh-rlhf",
+                       "prompt": [{"role": "user", "content": format!("reverse {i}{i}3")}],
+                       "reward_model": {"style": "model", "ground_truth": "ok"}})
+            )
+        })
+        .collect();
+    std::fs::write(&val, rows).expect("write validation rows");
+    let val = format!("data.val_files={}", val.display());
+    let tiny = "reward_model.model.path='builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2'";
+    let with_rm = [
+        val.as_str(),
+        "reward_model.enable=true",
+        tiny,
+        "trainer.test_freq=1",
+        "reward_model.use_reward_loop=false",
+        "reward_model.micro_batch_size_per_gpu=8",
+    ];
+    let summary = runtime::trainer::run(&small_grpo(&dir, 1, &with_rm), &quiet()).expect("runs");
+    // The reward model scored the training step; validation (at step 1) logged nothing.
+    assert_eq!(summary.history.len(), 1);
+    assert!(summary.history[0].1.contains_key("critic/score/mean"));
+    assert!(
+        summary
+            .history
+            .iter()
+            .all(|(_, m)| m.keys().all(|k| !k.starts_with("val-"))),
+        "no validation metrics"
+    );
+    // Without the reward model the reward function scores that data, and cannot.
+    let err = runtime::trainer::run(
+        &small_grpo(&dir, 1, &[val.as_str(), "trainer.test_freq=1"]),
+        &quiet(),
+    )
+    .expect_err("no scorer for the validation source")
+    .to_string();
+    assert!(err.contains("Dahoas/full-hh-rlhf"), "{err}");
+}
+
 #[test]
 fn trainer_scores_with_a_python_reward_function() {
     let dir = scratch("trainer_reward_python");
@@ -415,18 +475,7 @@ for source, text, truth in json.loads(sys.argv[1]):
     out.append(float(r["score"]) if isinstance(r, dict) else float(r))
 print(json.dumps(out))
 "#;
-    let out = Command::new(PythonSettings::default_python())
-        .arg("-c")
-        .arg(script)
-        .arg(serde_json::to_string(&payload).expect("json"))
-        .output()
-        .expect("python runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let direct: Vec<f64> = serde_json::from_slice(&out.stdout).expect("scores json");
+    let direct = direct_scores(script, &[serde_json::to_string(&payload).expect("json")]);
     let through: Vec<f64> = got.iter().map(|s| s.score).collect();
     assert_eq!(through, direct);
     assert_eq!(through[0], 1.0, "a right DAPO answer");
