@@ -232,22 +232,21 @@ fn reward_function(
         call_timeout: opts.reward_call_timeout,
     };
     // The sources the rule scorers see: those the reward model does not score (everything
-    // without one, validation unless it scores that too), and validation only where it runs
-    // and is not skipped (`validate_on`: verl validates rule-scored data only).
+    // without one, validation unless it scores that too), and validation only where it runs,
+    // up to the batch that ends it (`validate_on`).
     let rm = spec.reward_model.as_ref();
     let train_sources = train.items.iter().filter(|_| rm.is_none());
     let validates = spec.run.test_freq > 0 || spec.run.val_before_train;
+    let val_batch = spec.data.val_batch_size.unwrap_or(usize::MAX).max(1);
     let val_sources = val
-        .filter(|v| {
-            validates
-                && !(rm.is_some()
-                    && v.items
-                        .first()
-                        .and_then(|it| it.sample.reward_model.style.as_deref())
-                        == Some("model"))
-        })
+        .filter(|_| validates)
         .into_iter()
-        .flat_map(|v| &v.items)
+        .flat_map(|v| {
+            v.items
+                .chunks(val_batch)
+                .take_while(|batch| !ends_validation(rm.is_some(), batch.first()))
+                .flatten()
+        })
         .filter(|_| !rm.is_some_and(|m| m.scores_validation));
     let sources = train_sources
         .chain(val_sources)
@@ -270,13 +269,13 @@ fn reward_function(
 
 /// Scores without a scorer's other outputs (a reward model's, an agent loop's own).
 fn plain_scores(values: &[f64]) -> Vec<Score> {
-    values
-        .iter()
-        .map(|&score| Score {
-            score,
-            ..Score::default()
-        })
-        .collect()
+    values.iter().copied().map(Score::of).collect()
+}
+
+/// verl validates rule-scored data only: with a reward model, a validation batch whose first
+/// sample is `style: model` ends validation (without metrics).
+fn ends_validation(reward_model: bool, first: Option<&PromptItem>) -> bool {
+    reward_model && first.and_then(|it| it.sample.reward_model.style.as_deref()) == Some("model")
 }
 
 /// A Python reward manager (`RewardManagerSpec::Python`), started on this rank with the
@@ -1506,14 +1505,7 @@ impl<R: Roles> Trainer<R> {
         self.load_rollout()?;
         for chunk in all.chunks(bs) {
             let items = val.batch(chunk);
-            // verl validates rule-scored data only: with a reward model, a batch whose first
-            // sample is `style: model` ends validation without metrics.
-            if self.reward_model.is_some()
-                && items
-                    .first()
-                    .and_then(|it| it.sample.reward_model.style.as_deref())
-                    == Some("model")
-            {
+            if ends_validation(self.reward_model.is_some(), items.first().copied()) {
                 self.rollout.release()?;
                 return Ok(Metrics::new());
             }

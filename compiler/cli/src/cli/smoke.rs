@@ -86,7 +86,7 @@ impl Plan<'_> {
 
     /// `key`'s value once substituted: the substitution's, else the config's.
     fn effective(&self, key: &str) -> Option<String> {
-        match self.subs.iter().rev().find(|s| s.key == key) {
+        match self.subs.iter().find(|s| s.key == key) {
             Some(s) => Some(s.value.clone()),
             None => self.text(key),
         }
@@ -456,37 +456,31 @@ fn substitutions(
             );
         }
     }
-    // A context-parallel size repeated for Megatron-core follows the role's.
+    // Where GPU weights come from and how GPUs hold them: the weights are a random stand-in
+    // and the ranks are CPU processes, so neither is exercised here.
+    const NOT_HERE: [(&str, &str); 2] = [
+        (
+            "use_dist_checkpointing",
+            "the weights are a random stand-in: a Megatron distributed checkpoint is not read here",
+        ),
+        (
+            "use_megatron_fsdp",
+            "how GPUs hold the parameters: the CPU ranks shard the optimizer state only (the same update)",
+        ),
+    ];
     for role in ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"] {
+        // A context-parallel size repeated for Megatron-core follows the role's.
         let repeated = format!("{role}.megatron.override_transformer_config.context_parallel_size");
         if p.get(&repeated).is_some()
             && let Some(cp) = p.effective(&format!("{role}.megatron.context_parallel_size"))
         {
             p.set(&repeated, cp, PARALLEL);
         }
-    }
-    // Where GPU weights come from and how GPUs hold them: the weights are a random stand-in
-    // and the ranks are CPU processes, so neither is exercised here.
-    for role in ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"] {
-        if p.get(&format!("{role}.megatron.use_dist_checkpointing"))
-            .and_then(Node::as_bool)
-            == Some(true)
-        {
-            p.set(
-                &format!("{role}.megatron.use_dist_checkpointing"),
-                "false",
-                "the weights are a random stand-in: a Megatron distributed checkpoint is not read here",
-            );
-        }
-        if p.get(&format!("{role}.megatron.use_megatron_fsdp"))
-            .and_then(Node::as_bool)
-            == Some(true)
-        {
-            p.set(
-                &format!("{role}.megatron.use_megatron_fsdp"),
-                "false",
-                "how GPUs hold the parameters: the CPU ranks shard the optimizer state only (the same update)",
-            );
+        for (setting, why) in NOT_HERE {
+            let key = format!("{role}.megatron.{setting}");
+            if p.get(&key).and_then(Node::as_bool) == Some(true) {
+                p.set(&key, "false", why);
+            }
         }
     }
     Ok(p.subs)
@@ -875,28 +869,39 @@ mod tests {
         check(&req, &CheckOptions::default()).composed.root
     }
 
-    /// verl's Megatron PPO examples with a critic on other degrees than the actor and weights
-    /// from a Megatron distributed checkpoint: the critic takes the actor's (clipped) layout,
-    /// and the checkpoint format is not read (the weights are a stand-in).
-    #[test]
-    fn the_critic_takes_the_actors_layout_and_dist_checkpoints_are_not_read() {
+    /// verl's Megatron PPO tree of `release` with `overrides`.
+    fn megatron_tree(release: verlc::load::version::BuiltinRelease, overrides: &[&str]) -> Node {
         let req = LoadRequest {
             config_name: Some("ppo_megatron_trainer".into()),
             overrides: [
                 "actor_rollout_ref.model.path=builtin://tiny",
                 "critic.model.path=builtin://tiny",
+            ]
+            .iter()
+            .chain(overrides)
+            .map(|s| s.to_string())
+            .collect(),
+            builtin: release,
+            ..LoadRequest::default()
+        };
+        check(&req, &CheckOptions::default()).composed.root
+    }
+
+    /// verl's Megatron PPO examples with a critic on other degrees than the actor and weights
+    /// from a Megatron distributed checkpoint: the critic takes the actor's (clipped) layout,
+    /// and the checkpoint format is not read (the weights are a stand-in).
+    #[test]
+    fn the_critic_takes_the_actors_layout_and_dist_checkpoints_are_not_read() {
+        let root = megatron_tree(
+            verlc::load::version::BuiltinRelease::V0_9_1,
+            &[
                 "actor_rollout_ref.rollout.name=vllm",
                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
                 "critic.megatron.tensor_model_parallel_size=1",
                 "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true",
                 "actor_rollout_ref.ref.megatron.use_megatron_fsdp=true",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            builtin: verlc::load::version::BuiltinRelease::V0_9_1,
-            ..LoadRequest::default()
-        };
-        let root = check(&req, &CheckOptions::default()).composed.root;
+            ],
+        );
         let subs = substitutions(&root, 2, &std::env::temp_dir(), false).expect("substitutions");
         let of = |key: &str| subs.iter().find(|s| s.key == key).map(|s| s.value.clone());
         assert_eq!(
@@ -924,23 +929,16 @@ mod tests {
     /// size, set once; a sandbox URL is not reached.
     #[test]
     fn megatron_tool_rollouts_take_the_actors_tensor_parallel_size() {
-        let req = LoadRequest {
-            config_name: Some("ppo_megatron_trainer".into()),
-            overrides: [
-                "actor_rollout_ref.model.path=builtin://tiny",
-                "critic.model.path=builtin://tiny",
+        let root = megatron_tree(
+            verlc::load::version::BuiltinRelease::V0_7_0,
+            &[
                 "actor_rollout_ref.rollout.name=sglang",
                 "actor_rollout_ref.rollout.multi_turn.enable=true",
                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
                 "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
                 "reward_model.sandbox_fusion.url=http://sandbox:8080/run_code",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            builtin: verlc::load::version::BuiltinRelease::V0_7_0,
-            ..LoadRequest::default()
-        };
-        let root = check(&req, &CheckOptions::default()).composed.root;
+            ],
+        );
         let subs = substitutions(&root, 2, &std::env::temp_dir(), false).expect("substitutions");
         let all = |key: &str| {
             subs.iter()

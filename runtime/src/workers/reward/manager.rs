@@ -57,13 +57,7 @@ mod tests {
     use verlc_spec::trainer::OverlongBufferSpec;
 
     fn scores(values: &[f64]) -> Vec<Score> {
-        values
-            .iter()
-            .map(|&score| Score {
-                score,
-                ..Score::default()
-            })
-            .collect()
+        values.iter().copied().map(Score::of).collect()
     }
 
     #[test]

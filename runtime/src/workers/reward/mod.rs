@@ -94,6 +94,16 @@ pub struct Score {
     pub tokens: Option<Vec<f64>>,
 }
 
+impl Score {
+    /// A score alone, without a scorer's other outputs.
+    pub fn of(score: f64) -> Self {
+        Score {
+            score,
+            ..Score::default()
+        }
+    }
+}
+
 /// The configured scorer.
 #[derive(Debug)]
 pub enum RewardFn {
@@ -146,29 +156,27 @@ impl RewardFn {
     pub fn score(&mut self, items: &[ScoreItem]) -> Result<Vec<Score>, RewardError> {
         match self {
             RewardFn::Builtin { verl } => {
-                let mut out: Vec<Option<Score>> = vec![None; items.len()];
+                let mut out = vec![Score::default(); items.len()];
                 let mut to_verl = Vec::new();
                 for (index, it) in items.iter().enumerate() {
                     if verl.is_some() && !rules::is_supported(&it.data_source) {
                         to_verl.push(index);
                         continue;
                     }
-                    let score = rules::default_compute_score(
+                    out[index] = rules::default_compute_score(
                         &it.data_source,
                         &it.solution_str,
                         &it.ground_truth,
                     )
+                    .map(Score::of)
                     .map_err(|e| RewardError::Sample {
                         index,
                         source: Box::new(e),
                     })?;
-                    out[index] = Some(Score {
-                        score,
-                        ..Score::default()
-                    });
                 }
                 if let (Some(verl), false) = (verl, to_verl.is_empty()) {
                     let batch: Vec<ScoreItem> = to_verl.iter().map(|&i| items[i].clone()).collect();
+                    // One score per item (the server's answer is checked for that).
                     let scores = verl.score(&batch).map_err(|e| match e {
                         // The index within the batch is the index within `items` here.
                         RewardError::Sample { index, source } => RewardError::Sample {
@@ -178,15 +186,10 @@ impl RewardFn {
                         other => other,
                     })?;
                     for (&i, s) in to_verl.iter().zip(scores) {
-                        out[i] = Some(s);
+                        out[i] = s;
                     }
                 }
-                out.into_iter()
-                    .enumerate()
-                    .map(|(i, s)| {
-                        s.ok_or_else(|| RewardError::Other(format!("response {i} was not scored")))
-                    })
-                    .collect()
+                Ok(out)
             }
             RewardFn::Python(p) => p.score(items),
         }
