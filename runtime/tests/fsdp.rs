@@ -1433,3 +1433,134 @@ rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
         assert!(ids.masked_select(&v).equal(&whole.ids.masked_select(&v)));
     }
 });
+
+// A vision-language model: Qwen2.5-VL's input embeddings hold its images' embeddings.
+
+/// A tiny Qwen2.5-VL (a 2-block tower).
+const VL_MODEL: &str = "builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl";
+/// Rows of [`vision_batch`], and the prompt and response lengths of each.
+const VL_ROWS: i64 = 4;
+const VL_PROMPT: i64 = 14;
+const VL_RESP: i64 = 4;
+
+fn vl_settings(lora: bool) -> EngineSettings {
+    use runtime::model::lora::{LoraConfig, LoraTargets};
+    EngineSettings {
+        remove_padding: true,
+        lora: lora.then(|| LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            targets: LoraTargets::AllLinear,
+            exclude: LoraTargets::Names(Vec::new()),
+            adapter_dir: None,
+        }),
+        ..settings_for(VL_MODEL, Dtype::Fp32, false)
+    }
+}
+
+/// Four rows, each prompt with an image (grids of 4 x 4 and 4 x 8 patches: 4 and 8
+/// placeholders), left-padded by 0 to 2 tokens, responses ragged on the right as the rollout
+/// pads them; positions are the model's M-RoPE ids `(B, T, 3)`.
+fn vision_batch() -> Batch {
+    let e = single_engine(VL_MODEL);
+    let cfg = e.model_config();
+    let id = |k: &str| cfg.extra[k].as_i64().expect("a vision token id");
+    let (start, image, end) = (
+        id("vision_start_token_id"),
+        id("image_token_id"),
+        id("vision_end_token_id"),
+    );
+    let v = &cfg.extra["vision_config"];
+    let dim = |k: &str| v[k].as_i64().expect("a vision_config size");
+    let width = dim("in_channels") * dim("temporal_patch_size") * dim("patch_size").pow(2);
+    let merge = dim("spatial_merge_size");
+    let t = VL_PROMPT + VL_RESP;
+    let (mut ids, mut mask, mut rmask) = (Vec::new(), Vec::new(), Vec::new());
+    let mut images: Vec<runtime::engine::batch::RowImages> = Vec::new();
+    tch::manual_seed(3);
+    for i in 0..VL_ROWS {
+        let grid = [1, 4, if i % 2 == 0 { 4 } else { 8 }];
+        let k = grid.iter().product::<i64>() / (merge * merge);
+        let text = |j: i64| 3 + (i * 5 + j * 3) % 11;
+        let mut real = vec![text(0), start];
+        real.extend(std::iter::repeat_n(image, k as usize));
+        real.extend([end, text(1)]);
+        real.extend((0..VL_PROMPT - real.len() as i64 - i % 3).map(|j| text(j + 2)));
+        let pad = VL_PROMPT - real.len() as i64;
+        let resp_len = VL_RESP - i % 3;
+        ids.extend(std::iter::repeat_n(0, pad as usize).chain(real));
+        ids.extend((0..VL_RESP).map(|j| text(j + 7)));
+        mask.extend((0..t).map(|j| i64::from(j >= pad && j < VL_PROMPT + resp_len)));
+        rmask.extend((0..VL_RESP).map(|j| if j < resp_len { 1f32 } else { 0.0 }));
+        let n = grid.iter().product::<i64>() * width;
+        let pixels = Tensor::randn([n], (Kind::Float, Device::Cpu));
+        let image = runtime::model::vision::ProcessedImage {
+            pixel_values: Vec::try_from(&pixels).expect("pixels"),
+            grid_thw: grid,
+        };
+        images.push(std::sync::Arc::from(vec![image]));
+    }
+    let ids = Tensor::from_slice(&ids).view([VL_ROWS, t]);
+    let mask = Tensor::from_slice(&mask).view([VL_ROWS, t]);
+    let grids: Vec<[i64; 3]> = images
+        .iter()
+        .flat_map(|i| i.iter().map(|p| p.grid_thw))
+        .collect();
+    let vision = e.module().vision.as_ref().expect("a vision tower");
+    let (pos, _) = vision
+        .positions(&ids, &mask, &grids)
+        .expect("M-RoPE positions");
+    let mut b = Batch::new()
+        .with("input_ids", ids.shallow_clone())
+        .and_then(|b| b.with("attention_mask", mask))
+        .and_then(|b| b.with("position_ids", pos))
+        .and_then(|b| b.with("responses", ids.narrow(1, VL_PROMPT, VL_RESP)))
+        .and_then(|b| {
+            b.with(
+                "response_mask",
+                Tensor::from_slice(&rmask).view([VL_ROWS, VL_RESP]),
+            )
+        })
+        .expect("batch");
+    b.set_images(images).expect("images");
+    b
+}
+
+// Qwen2.5-VL on both ranks: under Ulysses (data-parallel size 1) every rank embeds the whole
+// micro-batch's images and keeps its shard of the packed embeddings and M-RoPE positions, the
+// tower's gradient being the sum of the shards' shares; with LoRA on the text model and the
+// tower (PEFT's all-linear) on 2 data-parallel ranks, the tower's adapters a unit of their
+// own beside its frozen weights. Each follows the single engine step by step.
+rank_test!(
+    fsdp_vision_language_under_ulysses_and_lora_matches_single_engine,
+    2,
+    |pg| {
+        let batch = vision_batch();
+        let mut s = FsdpSettings::new(vl_settings(false));
+        s.ulysses = 2;
+        let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
+        assert_eq!(e.dp_size(), 1);
+        let dp = e.data_group().clone();
+        packed_matches_padded(VL_MODEL, &batch, &mut e, &batch, Some(&dp));
+
+        let mut single = SingleEngine::<CausalLm>::new(vl_settings(true)).expect("single LoRA");
+        let mut f = FsdpEngine::<CausalLm>::new(FsdpSettings::new(vl_settings(true)), pg.clone())
+            .expect("fsdp LoRA");
+        let local = VL_ROWS / 2;
+        let rows = batch.narrow(pg.rank() as i64 * local, local).expect("rows");
+        lockstep(
+            Side {
+                engine: &mut single,
+                rows: &batch,
+                group: None,
+            },
+            Side {
+                engine: &mut f,
+                rows: &rows,
+                group: Some(&pg),
+            },
+            LOCKSTEP_STEPS,
+            1e-5,
+        );
+    }
+);

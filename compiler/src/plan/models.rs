@@ -355,25 +355,20 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
 }
 
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
-/// this run: verlc trains one on FSDP (one process or several, without Ulysses), with the
-/// built-in rollout generating single turns, synchronously, full weights, no critic.
+/// this run: verlc trains one on FSDP (one process or several, Ulysses too), with the
+/// built-in rollout generating single turns, synchronously, full weights or LoRA, no critic.
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision)?;
-    let ulysses = role_engine(spec, key).map_or(1, |e| e.ulysses());
     let why = if key == "critic.model.path" {
         "as a critic (it has no value head)"
     } else if spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron {
         "on the Megatron strategy"
-    } else if ulysses > 1 {
-        "with Ulysses sequence parallelism"
     } else if spec.rollout.vllm.is_some() {
         "with the vLLM rollout"
     } else if spec.rollout.multi_turn.is_some() {
         "with the multi-turn agent loop"
     } else if spec.run.asynchronous.is_some() {
         "in an asynchronous trainer mode"
-    } else if spec.actor.lora.is_some() {
-        "with LoRA adapters"
     } else if spec.data.custom_dataset.is_some() {
         // The Python dataset's items come back as JSON: their pictures do not.
         "from a Python dataset class (data.custom_cls)"
@@ -381,7 +376,7 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP without Ulysses, with the built-in rollout, single-turn, synchronously, on full weights and from data files: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP, with the built-in rollout, single-turn, synchronously, on full weights or LoRA and from data files: training it {why} is not implemented yet",
         row.name
     ))
 }

@@ -1982,7 +1982,8 @@ fn expert_degrees_warn_only_for_a_dense_model() {
 
 /// `verlc smoke`'s stand-in (`builtin://scaled?from=DIR`) is checked at build as a model of
 /// DIR's family: a Qwen2.5-VL stand-in on the Megatron strategy is refused there, as the
-/// checkpoint itself would be, not at the trainer's start.
+/// checkpoint itself would be, not at the trainer's start; on FSDP it is not refused, with
+/// LoRA and Ulysses too.
 #[test]
 fn a_scaled_stand_in_is_checked_as_its_sources_family() {
     let dir = std::env::temp_dir().join(format!("verlc-plan-scaled-{}", std::process::id()));
@@ -1998,8 +1999,20 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         dir.display()
     );
     let env = verlc_hub::HubEnv::from_env();
-    for (yaml, refused) in [(megatron_fp32(), true), (BASE.to_owned(), false)] {
-        let c = case(&yaml, &[model.as_str()]);
+    // LoRA and Ulysses are not refused for it on FSDP.
+    let lora_ulysses = [
+        model.as_str(),
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.use_remove_padding=true",
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    ];
+    for (yaml, overrides, refused) in [
+        (megatron_fp32(), &lora_ulysses[..1], true),
+        (BASE.to_owned(), &lora_ulysses[..1], false),
+        (BASE.to_owned(), &lora_ulysses[..], false),
+    ] {
+        let c = case(&yaml, overrides);
         let problems = models::model_problems(&c.lowered.plan.spec, &env);
         assert_eq!(
             problems.iter().any(|p| p.message.contains("Qwen2.5-VL")),

@@ -518,7 +518,8 @@ pub(crate) fn save_model(
         &crate::model::SaveOptions::default(),
     )?;
     if let Some(lora) = &config.lora {
-        crate::model::lora::save_adapter(&dir.join(ADAPTER_DIR), params, lora, base_model)?;
+        let vision = config.arch().is_ok_and(|a| a.has_vision());
+        crate::model::lora::save_adapter(&dir.join(ADAPTER_DIR), params, lora, base_model, vision)?;
     }
     Ok(())
 }

@@ -723,11 +723,16 @@ impl Model {
             Init::Const(0.0),
         );
         let switch = cfg.lora.as_ref().map(|_| Arc::new(AtomicBool::new(true)));
+        let vision = cfg.arch().is_ok_and(|a| a.has_vision());
         let ad = cfg
             .lora
             .as_ref()
             .zip(switch.as_ref())
-            .map(|(config, enabled)| Adapters { config, enabled });
+            .map(|(config, enabled)| Adapters {
+                config,
+                enabled,
+                vision,
+            });
         let layers = (0..cfg.num_hidden_layers as usize)
             .map(|i| {
                 let at = LayerPlace {
@@ -774,6 +779,12 @@ impl Model {
     /// Whether the model has LoRA adapters.
     pub fn has_adapters(&self) -> bool {
         self.adapters.is_some()
+    }
+
+    /// The adapters' on/off switch, for other parts of the model to share (a vision tower's
+    /// adapters go off with the text model's).
+    pub(crate) fn adapter_switch(&self) -> Option<&Arc<AtomicBool>> {
+        self.adapters.as_ref()
     }
 
     /// The decoder layers in order (for engines that run the backbone block by block).

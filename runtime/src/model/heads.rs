@@ -27,7 +27,16 @@ impl CausalLm {
         let model = Model::new(cfg, &root / "model")?;
         let lm_head = (!cfg.tie_word_embeddings)
             .then(|| Linear::new(&root / "lm_head", cfg.hidden_size, cfg.vocab_size, false));
-        let vision = super::vision::Vision::from_config(cfg, &root)?;
+        let adapters = cfg
+            .lora
+            .as_ref()
+            .zip(model.adapter_switch())
+            .map(|(config, enabled)| super::layers::Adapters {
+                config,
+                enabled,
+                vision: true,
+            });
+        let vision = super::vision::Vision::from_config(cfg, &root, adapters)?;
         Ok(CausalLm {
             model,
             lm_head,

@@ -48,6 +48,9 @@ pub struct Linear {
 pub(crate) struct Adapters<'a> {
     pub config: &'a LoraConfig,
     pub enabled: &'a Arc<AtomicBool>,
+    /// Whether the model has a vision tower (which renames its modules for PEFT:
+    /// [`super::lora::peft_module`]).
+    pub vision: bool,
 }
 
 /// `n / parts`, or a message naming what does not divide.
@@ -117,7 +120,7 @@ impl Linear {
     ) -> Result<Self, String> {
         let (in_dim, out_dim, _) = dims;
         let lora = adapters
-            .filter(|a| a.config.targets(name))
+            .filter(|a| a.config.targets(&super::lora::peft_module(name, a.vision)))
             .map(|a| LoraAdapter::new(&p, in_dim, out_dim, a.config, a.enabled.clone()));
         if lora.is_some() && tp > 1 {
             return Err(format!(

@@ -5,7 +5,12 @@
 //! - Which layers: PEFT's matching on the module name (`model.layers.0.self_attn.q_proj`): a
 //!   list matches a name equal to an entry or ending in `.entry`, a single string is a regular
 //!   expression over the whole name, `all-linear` is every linear layer of the decoder (the
-//!   seven projections), never the output layer. `exclude_modules` removes names the same way.
+//!   seven projections) and of a vision tower, never the output layer. `exclude_modules`
+//!   removes names the same way.
+//! - A vision-language model's names are those of its module tree in transformers 4.52+ (what
+//!   verl's PEFT sees, and what it saves): `model.language_model.layers.0.self_attn.q_proj`,
+//!   `model.visual.blocks.0.attn.qkv`, where its checkpoints and verlc's variables say
+//!   `model.layers.…` and `visual.…` ([`peft_module`], [`from_peft_module`]).
 //! - Initialisation as PEFT's default: `A ~ U(-1/sqrt(in), 1/sqrt(in))` (Kaiming-uniform with
 //!   `a = sqrt(5)`), `B = 0`, so a fresh adapter leaves the model unchanged. Drawn from the
 //!   engine's seed and the variable's name, as [`super::init`] does.
@@ -39,6 +44,53 @@ pub const ALL_LINEAR: [&str; 7] = [
     "down_proj",
 ];
 
+/// The suffixes naming every linear layer of a Qwen2.5-VL vision tower (its blocks' attention
+/// and MLP, the patch merger's two layers), which PEFT's `all-linear` selects as well.
+pub const TOWER_LINEAR: [&str; 7] = [
+    "attn.qkv",
+    "attn.proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    "merger.mlp.0",
+    "merger.mlp.2",
+];
+
+/// Where a vision-language model's text model and tower sit in transformers' module tree
+/// (4.52+), and where verlc's variables (the checkpoints' names) put them.
+const PEFT_TEXT: &str = "model.language_model.";
+const PEFT_TOWER: &str = "model.visual.";
+const TEXT: &str = "model.";
+const TOWER: &str = "visual.";
+
+/// The module name PEFT gives verlc's variable path `name` (`model.layers.0.mlp.up_proj`, or
+/// a parameter under it) in a model with a vision tower (`vision`) or without.
+pub fn peft_module(name: &str, vision: bool) -> String {
+    if !vision {
+        return name.to_owned();
+    }
+    if let Some(rest) = name.strip_prefix(TOWER) {
+        format!("{PEFT_TOWER}{rest}")
+    } else if let Some(rest) = name.strip_prefix(TEXT) {
+        format!("{PEFT_TEXT}{rest}")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// verlc's variable path of a PEFT module or parameter name: [`peft_module`] undone for a
+/// vision-language model's names, any other name as it is (so adapters saved under the
+/// checkpoints' names load too, as PEFT loads them).
+pub fn from_peft_module(name: &str) -> String {
+    if let Some(rest) = name.strip_prefix(PEFT_TOWER) {
+        format!("{TOWER}{rest}")
+    } else if let Some(rest) = name.strip_prefix(PEFT_TEXT) {
+        format!("{TEXT}{rest}")
+    } else {
+        name.to_owned()
+    }
+}
+
 const PEFT_PREFIX: &str = "base_model.model.";
 pub const ADAPTER_CONFIG: &str = "adapter_config.json";
 pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
@@ -46,7 +98,8 @@ pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
 /// Which linear layers get adapters (or are excluded): PEFT's three ways of naming modules.
 #[derive(Debug, Clone)]
 pub enum LoraTargets {
-    /// PEFT's `all-linear`: the decoder's seven projections, never the output layer.
+    /// PEFT's `all-linear`: the decoder's seven projections and every linear layer of a
+    /// vision tower, never the output layer.
     AllLinear,
     /// Module names: a module whose name equals an entry or ends in `.entry`.
     Names(Vec<String>),
@@ -75,9 +128,12 @@ impl LoraTargets {
 
     fn selects(&self, module: &str) -> bool {
         match self {
-            LoraTargets::AllLinear => ALL_LINEAR
-                .iter()
-                .any(|t| module.ends_with(&format!(".{t}"))),
+            LoraTargets::AllLinear => {
+                module.starts_with(PEFT_TOWER)
+                    || ALL_LINEAR
+                        .iter()
+                        .any(|t| module.ends_with(&format!(".{t}")))
+            }
             LoraTargets::Names(list) => list
                 .iter()
                 .any(|t| module == t || module.ends_with(&format!(".{t}"))),
@@ -85,9 +141,13 @@ impl LoraTargets {
         }
     }
 
-    /// The value of `target_modules` / `exclude_modules` in adapter_config.json.
-    fn to_json(&self) -> Value {
+    /// The value of `target_modules` / `exclude_modules` in adapter_config.json, for a model
+    /// with a vision tower or without (`all-linear` as the names it selects there).
+    fn to_json(&self, vision: bool) -> Value {
         match self {
+            LoraTargets::AllLinear if vision => {
+                json!(ALL_LINEAR.iter().chain(&TOWER_LINEAR).collect::<Vec<_>>())
+            }
             LoraTargets::AllLinear => json!(ALL_LINEAR),
             LoraTargets::Names(n) => json!(n),
             LoraTargets::Regex(re) => {
@@ -120,7 +180,7 @@ impl LoraConfig {
         self.alpha / self.rank as f64
     }
 
-    /// Whether the linear layer named `module` gets an adapter.
+    /// Whether the linear layer PEFT names `module` ([`peft_module`]) gets an adapter.
     pub fn targets(&self, module: &str) -> bool {
         self.targets.selects(module) && !self.exclude.selects(module)
     }
@@ -271,7 +331,12 @@ pub fn load_adapter(vs: &VarStore, dir: &Path) -> Result<(), ModelError> {
             msg: e.to_string(),
         })?
         .into_iter()
-        .map(|(k, t)| (k.strip_prefix(PEFT_PREFIX).unwrap_or(&k).to_owned(), t))
+        .map(|(k, t)| {
+            (
+                from_peft_module(k.strip_prefix(PEFT_PREFIX).unwrap_or(&k)),
+                t,
+            )
+        })
         .collect();
     for (name, var) in vs.variables().into_iter().filter(|(n, _)| is_adapter(n)) {
         let t = saved.get(&name).ok_or_else(|| ModelError::Missing {
@@ -293,12 +358,14 @@ pub fn load_adapter(vs: &VarStore, dir: &Path) -> Result<(), ModelError> {
 }
 
 /// Writes `params`' adapter tensors (by model name) as a PEFT adapter directory for the base
-/// model `base_model` (recorded as `base_model_name_or_path`).
+/// model `base_model` (recorded as `base_model_name_or_path`), under the names PEFT gives
+/// them in a model with a vision tower (`vision`) or without.
 pub fn save_adapter(
     dir: &Path,
     params: &[(String, Tensor)],
     cfg: &LoraConfig,
     base_model: &str,
+    vision: bool,
 ) -> Result<(), ModelError> {
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     let tensors: Vec<(String, Tensor)> = params
@@ -306,7 +373,7 @@ pub fn save_adapter(
         .filter(|(n, _)| is_adapter(n))
         .map(|(n, t)| {
             Ok((
-                format!("{PEFT_PREFIX}{n}"),
+                format!("{PEFT_PREFIX}{}", peft_module(n, vision)),
                 t.f_detach()?
                     .f_to_device(tch::Device::Cpu)?
                     .f_contiguous()?,
@@ -325,10 +392,10 @@ pub fn save_adapter(
         "base_model_name_or_path": base_model,
         "r": cfg.rank,
         "lora_alpha": cfg.alpha,
-        "target_modules": cfg.targets.to_json(),
+        "target_modules": cfg.targets.to_json(vision),
         "exclude_modules": match &cfg.exclude {
             LoraTargets::Names(n) if n.is_empty() => Value::Null,
-            other => other.to_json(),
+            other => other.to_json(vision),
         },
         "lora_dropout": 0.0,
         "bias": "none",
@@ -420,6 +487,55 @@ mod tests {
     }
 
     #[test]
+    fn a_vision_language_model_is_matched_by_its_module_tree_names() {
+        let q = peft_module("model.layers.0.self_attn.q_proj", true);
+        let qkv = peft_module("visual.blocks.1.attn.qkv", true);
+        let merger = peft_module("visual.merger.mlp.2", true);
+        assert_eq!(q, "model.language_model.layers.0.self_attn.q_proj");
+        assert_eq!(qkv, "model.visual.blocks.1.attn.qkv");
+        assert_eq!(peft_module("lm_head", true), "lm_head");
+        assert_eq!(
+            peft_module("model.layers.0.mlp", false),
+            "model.layers.0.mlp"
+        );
+        for n in [&q, &qkv, &merger] {
+            assert_eq!(peft_module(&from_peft_module(n), true), *n);
+        }
+        // Checkpoint names are verlc's names already.
+        assert_eq!(
+            from_peft_module("visual.blocks.0.attn.qkv"),
+            "visual.blocks.0.attn.qkv"
+        );
+        let none = || LoraTargets::Names(Vec::new());
+        let all = cfg(LoraTargets::AllLinear, none());
+        assert!(all.targets(&q) && all.targets(&qkv) && all.targets(&merger));
+        let text = cfg(
+            LoraTargets::AllLinear,
+            LoraTargets::regex(".*visual.*").expect("regex"),
+        );
+        assert!(text.targets(&q) && !text.targets(&qkv));
+        // A regular expression over transformers' names, as verl's PEFT matches it.
+        let lm = cfg(
+            LoraTargets::regex(r"model\.language_model\..*_proj").expect("regex"),
+            none(),
+        );
+        assert!(lm.targets(&q) && !lm.targets(&qkv));
+        // all-linear is written as the names it selects, the tower's included.
+        let dir = std::env::temp_dir().join(format!("verlc-lora-vl-{}", std::process::id()));
+        save_adapter(&dir, &[], &all, "base", true).expect("save");
+        let back = LoraConfig::from_adapter_dir(&dir).expect("read");
+        for m in [
+            &q,
+            &qkv,
+            &merger,
+            &peft_module("visual.blocks.0.mlp.down_proj", true),
+        ] {
+            assert!(back.targets(m), "{m}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn adapter_configs_round_trip_through_peft_json() {
         let dir = std::env::temp_dir().join(format!("verlc-lora-cfg-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -430,7 +546,7 @@ mod tests {
                 LoraTargets::regex(".*visual.*").expect("regex"),
             ),
         ] {
-            save_adapter(&dir, &[], &c, "base").expect("save");
+            save_adapter(&dir, &[], &c, "base", false).expect("save");
             let back = LoraConfig::from_adapter_dir(&dir).expect("read");
             // all-linear is written as its seven names, which select the same modules.
             for m in [

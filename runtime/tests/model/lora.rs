@@ -3,7 +3,9 @@
 //! log-probs, the loss gradient of every adapter tensor and one AdamW step of the adapters
 //! equal PEFT's and torch's; the base weights get no gradient and do not move; with the
 //! adapters disabled the model is the base model; merged weights give PEFT's
-//! `merge_and_unload()` model, and load in verlc as a plain checkpoint.
+//! `merge_and_unload()` model, and load in verlc as a plain checkpoint. The same on a tiny
+//! Qwen2.5-VL with a batch of images (PEFT on `Qwen2_5_VLForConditionalGeneration`), with
+//! `all-linear` reaching the vision tower's layers and with the tower excluded.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +37,10 @@ fn lora_config() -> LoraConfig {
 }
 
 fn engine(base: &Path) -> SingleEngine<CausalLm> {
+    engine_with(base, lora_config())
+}
+
+fn engine_with(base: &Path, lora: LoraConfig) -> SingleEngine<CausalLm> {
     SingleEngine::new(EngineSettings {
         model_path: base.display().to_string(),
         device: Device::Cpu,
@@ -59,7 +65,7 @@ fn engine(base: &Path) -> SingleEngine<CausalLm> {
         }),
         loss_scale_factor: None,
         loss_scaling: runtime::optim::LossScaling::LINKED,
-        lora: Some(lora_config()),
+        lora: Some(lora),
         config_overrides: Default::default(),
         remove_padding: false,
     })
@@ -144,6 +150,7 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
             &params,
             &lora_config(),
             &base.display().to_string(),
+            false,
         )
         .expect("save adapter");
         let base_weight = params
@@ -294,6 +301,205 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
         assert!(
             d < 1e-4,
             "{arch}: merged model differs from PEFT's merge by {d}"
+        );
+    }
+}
+
+/// Gives every `lora_B` of `e` small random values (PEFT starts them at zero, which would
+/// leave the adapters without effect on the output).
+fn perturb_b(e: &SingleEngine<CausalLm>, seed: i64) {
+    tch::manual_seed(seed);
+    for (n, v) in adapters(e) {
+        if n.contains(".lora_B.") {
+            tch::no_grad(|| v.shallow_clone().copy_(&(v.randn_like() * 0.05)));
+        }
+    }
+}
+
+/// LoRA on Qwen2.5-VL against PEFT on transformers 4.57's `Qwen2_5_VLForConditionalGeneration`
+/// (the vision oracle's seeded tiny model, two rows with an image each, one left-padded):
+/// with `all-linear` the tower's seven kinds of linear layer get adapters too (PEFT's
+/// selection), with verl's examples' `exclude_modules: .*visual.*` none of them do. For both,
+/// the adapter verlc writes (PEFT's names in transformers' module tree) loads in PEFT, the
+/// log-probs, every adapter gradient and one AdamW step equal PEFT's, the base weights (the
+/// tower's included) get no gradient, the adapters off give the base model, the merged
+/// weights PEFT's `merge_and_unload()`, and the adapter read back gives the same model.
+#[test]
+fn lora_on_qwen2_5_vl_matches_peft_with_images() {
+    use runtime::engine::Head;
+    tch::set_num_threads(1);
+    let dir = oracle::vision();
+    let base = dir.join("checkpoint");
+    let tensors = oracle::read(&dir.join("qwen2_5_vl_model.safetensors"));
+    let (_, images) = crate::vision::oracle_rows(&tensors);
+    let ids = get(&tensors, "input.input_ids");
+    let mask = get(&tensors, "input.attention_mask");
+    let t = ids.size()[1];
+    let r = 3;
+    let variants = [
+        ("all-linear", LoraTargets::Names(Vec::new())),
+        (
+            "tower excluded",
+            LoraTargets::regex(".*visual.*").expect("regex"),
+        ),
+    ];
+    let config = |exclude: &LoraTargets| LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        targets: LoraTargets::AllLinear,
+        exclude: exclude.clone(),
+        adapter_dir: None,
+    };
+    let mut cases = Vec::new();
+    for (i, (what, exclude)) in variants.iter().enumerate() {
+        let scratch = oracle::scratch(&format!("lora-vl-{i}"));
+        let e = engine_with(&base, config(exclude));
+        let names: Vec<String> = adapters(&e).into_iter().map(|(n, _)| n).collect();
+        let tower: Vec<&String> = names.iter().filter(|n| n.starts_with("visual.")).collect();
+        if *what == "all-linear" {
+            // Two blocks of five layers and the merger's two: PEFT's all-linear on the tower.
+            assert_eq!(tower.len(), 2 * (2 * 5 + 2), "{tower:?}");
+            assert!(
+                names
+                    .iter()
+                    .any(|n| n == "visual.merger.mlp.2.lora_B.weight")
+            );
+        } else {
+            assert!(tower.is_empty(), "{what}: {tower:?}");
+        }
+        assert_eq!(
+            names.len() - tower.len(),
+            2 * 2 * 7,
+            "{what}: text adapters"
+        );
+        perturb_b(&e, 11 + i as i64);
+        let vision = e.module().vision.as_ref().expect("a vision tower");
+        let flat: Vec<_> = images.iter().flat_map(|i| i.iter()).collect();
+        let grids: Vec<[i64; 3]> = flat.iter().map(|i| i.grid_thw).collect();
+        let (pos, _) = vision.positions(ids, mask, &grids).expect("positions");
+        let mut b = Batch::new()
+            .with("input_ids", ids.shallow_clone())
+            .and_then(|b| b.with("attention_mask", mask.shallow_clone()))
+            .and_then(|b| b.with("position_ids", pos))
+            .and_then(|b| b.with("responses", ids.narrow(1, t - r, r)))
+            .and_then(|b| {
+                b.with(
+                    "response_mask",
+                    Tensor::ones([2, r], (Kind::Float, Device::Cpu)),
+                )
+            })
+            .expect("batch");
+        b.set_images(images.clone()).expect("images");
+        let adapter = scratch.join("adapter");
+        let params = e.per_tensor_params().expect("params");
+        save_adapter(&adapter, &params, &config(exclude), "qwen2_5_vl", true).expect("save");
+        let inputs = scratch.join("inputs.safetensors");
+        Tensor::write_safetensors(
+            &[
+                ("input_ids", ids.shallow_clone()),
+                ("attention_mask", mask.shallow_clone()),
+                (
+                    "pixel_values",
+                    get(&tensors, "input.pixel_values").shallow_clone(),
+                ),
+                (
+                    "image_grid_thw",
+                    get(&tensors, "input.image_grid_thw").shallow_clone(),
+                ),
+                ("responses", ids.narrow(1, t - r, r).contiguous()),
+            ],
+            &inputs,
+        )
+        .expect("write inputs");
+        cases.push((
+            *what,
+            e,
+            b,
+            adapter,
+            inputs,
+            scratch.join("peft.safetensors"),
+        ));
+    }
+    let jobs: Vec<[&Path; 4]> = cases
+        .iter()
+        .map(|(_, _, _, adapter, inputs, out)| [&*base, &**adapter, &**inputs, &**out])
+        .collect();
+    let wants = peft(&jobs);
+    let fwd = ForwardOptions::default();
+    for ((what, mut e, b, adapter, ..), want) in cases.into_iter().zip(wants) {
+        let mut lp = None;
+        e.forward_backward(&b, &2.into(), &fwd, &mut |_, out, _| {
+            lp = Some(out.log_probs.detach());
+            Ok(MicroLoss {
+                loss: -out.log_probs.mean(Kind::Float),
+                metrics: Metrics::new(),
+            })
+        })
+        .expect("forward/backward");
+        let d = max_abs_diff(&lp.expect("log-probs"), get(&want, "lp"));
+        assert!(d < 1e-4, "{what}: log-probs differ from PEFT's by {d}");
+        for (n, v) in e.var_store().variables() {
+            if is_adapter(&n) {
+                let d = max_abs_diff(&v.grad(), get(&want, &format!("grad.{n}")));
+                assert!(d < 1e-5, "{what}: gradient of {n} differs by {d}");
+            } else {
+                assert!(!v.grad().defined(), "{what}: frozen {n} got a gradient");
+            }
+        }
+        let before = e.per_tensor_params().expect("params");
+        e.optimizer_step().expect("step");
+        for (n, v) in adapters(&e) {
+            let d = max_abs_diff(&v, get(&want, &format!("after.{n}")));
+            assert!(d < 2e-4, "{what}: {n} after one AdamW step differs by {d}");
+        }
+        let params = e.per_tensor_params().expect("params");
+        for ((n, old), (_, new)) in before.iter().zip(&params) {
+            if !is_adapter(n) {
+                assert_eq!(max_abs_diff(old, new), 0.0, "{what}: base weight {n} moved");
+            }
+        }
+
+        e.module().model.set_adapters_enabled(false);
+        let base_lp = e.infer_batch(&b, &2.into(), &fwd).expect("infer");
+        e.module().model.set_adapters_enabled(true);
+        let d = max_abs_diff(&base_lp[0].log_probs, get(&want, "base_lp"));
+        assert!(
+            d < 1e-4,
+            "{what}: adapters off differ from the base model by {d}"
+        );
+
+        // The merged weights in a plain model of the same config.
+        let plain = runtime::model::ModelConfig {
+            lora: None,
+            ..e.model_config().clone()
+        };
+        let vs = tch::nn::VarStore::new(Device::Cpu);
+        let m = CausalLm::new(&plain, vs.root()).expect("plain model");
+        let merged: HashMap<String, Tensor> = merged(params, &config(&LoraTargets::Names(vec![])))
+            .expect("merge")
+            .into_iter()
+            .collect();
+        tch::no_grad(|| {
+            for (n, mut v) in vs.variables() {
+                v.copy_(&merged[&n]);
+            }
+        });
+        let out = tch::no_grad(|| Head::forward(&m, &b, &fwd)).expect("merged forward");
+        let d = max_abs_diff(&out.log_probs, get(&want, "merged_lp"));
+        assert!(
+            d < 1e-4,
+            "{what}: merged model differs from PEFT's merge by {d}"
+        );
+
+        // The adapter directory read back (PEFT's names mapped to verlc's) gives the
+        // adapted model PEFT loaded from it.
+        let cfg = LoraConfig::from_adapter_dir(&adapter).expect("adapter config");
+        let mut back = engine_with(&base, cfg);
+        let lp = back.infer_batch(&b, &2.into(), &fwd).expect("infer");
+        let d = max_abs_diff(&lp[0].log_probs, get(&want, "lp"));
+        assert!(
+            d < 1e-4,
+            "{what}: the adapter read back differs from PEFT's by {d}"
         );
     }
 }

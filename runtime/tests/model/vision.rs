@@ -204,7 +204,7 @@ fn oracle_model_in(
 
 /// The oracle's rows as the RL pipeline holds them: each row's real prompt tokens and its
 /// image (one per row, in order).
-fn oracle_rows(
+pub(crate) fn oracle_rows(
     tensors: &HashMap<String, Tensor>,
 ) -> (Vec<Vec<i64>>, Vec<runtime::engine::batch::RowImages>) {
     use runtime::model::vision::ProcessedImage;

@@ -361,18 +361,33 @@ def lora(base, adapter, inputs, out):
     from transformers import AutoModelForCausalLM
 
     x = load_file(inputs)
-    model = AutoModelForCausalLM.from_pretrained(base, attn_implementation="sdpa", torch_dtype=torch.float32)
+    # A vision-language model's inputs carry its images; transformers places the multimodal
+    # positions itself from the attention mask and the grids.
+    vision = "pixel_values" in x
+    if vision:
+        from transformers import Qwen2_5_VLForConditionalGeneration as Model
+
+        extra = {"pixel_values": x["pixel_values"], "image_grid_thw": x["image_grid_thw"]}
+    else:
+        Model = AutoModelForCausalLM
+        extra = {"position_ids": x["position_ids"]}
+    model = Model.from_pretrained(base, attn_implementation="sdpa", torch_dtype=torch.float32)
     model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
     ids, r = x["input_ids"], x["responses"].shape[1]
     t = ids.shape[1]
 
     def log_probs(m):
-        logits = m(input_ids=ids, attention_mask=x["attention_mask"], position_ids=x["position_ids"]).logits
+        logits = m(input_ids=ids, attention_mask=x["attention_mask"], **extra).logits
         lp = torch.log_softmax(logits[:, t - r - 1 : t - 1].float(), -1)
         return lp.gather(-1, x["responses"][..., None])[..., 0]
 
     def key(name):
-        return name.removeprefix("base_model.model.").replace(".default", "")
+        # verlc's variable names: a vision-language model's checkpoint names (`model.*`,
+        # `visual.*`), not its module tree's.
+        name = name.removeprefix("base_model.model.").replace(".default", "")
+        if name.startswith("model.visual."):
+            return name.removeprefix("model.")
+        return name.replace("model.language_model.", "model.", 1)
 
     res = {}
     with torch.no_grad(), model.disable_adapter():

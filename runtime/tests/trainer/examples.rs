@@ -300,7 +300,7 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
     })
     .expect("LoRA engine");
     let params = e.per_tensor_params().expect("params");
-    save_adapter(&out, &params, &lora, TINY).expect("save adapter");
+    save_adapter(&out, &params, &lora, TINY, false).expect("save adapter");
     out
 }
 
@@ -489,10 +489,11 @@ fn features(s: &TrainerSpec) -> Vec<(&'static str, String)> {
             "lora",
             format!(
                 "{:?}",
-                s.actor
-                    .lora
-                    .as_ref()
-                    .map(|l| (&l.target_modules, l.adapter_path.is_some()))
+                s.actor.lora.as_ref().map(|l| (
+                    &l.target_modules,
+                    &l.exclude_modules,
+                    l.adapter_path.is_some()
+                ))
             ),
         ),
         ("do_sample", s.rollout.train.do_sample.to_string()),
@@ -682,17 +683,13 @@ fn implements_model(overrides: &[String], base: &str) -> bool {
         .unwrap_or_default()
         .to_ascii_lowercase();
     if is_qwen2_5_vl(&path) {
-        // Qwen2.5-VL trains on FSDP, full weights.
+        // Qwen2.5-VL trains on FSDP, full weights or LoRA.
         let megatron = base.contains("megatron")
             || overrides.iter().any(|o| {
                 o.ends_with("strategy=megatron")
                     || o.trim_start_matches('+') == "model_engine=megatron"
             });
-        let lora = overrides.iter().any(|o| {
-            o.contains("lora_rank=") && !o.ends_with("lora_rank=0")
-                || o.contains("lora.rank=") && !o.ends_with("lora.rank=0")
-        });
-        return !megatron && !lora;
+        return !megatron;
     }
     const NOT: &[&str] = &[
         "-vl",

@@ -53,11 +53,19 @@ pub(crate) fn read_adapter(
         });
     };
     let dims = ModelDims::of(model.get("text_config").unwrap_or(model));
+    let tower = model.get("vision_config").map(TowerDims::of);
     let mut wrong: Vec<String> = tensors
         .iter()
         .filter_map(|(name, shape)| {
-            dims.problem(name, shape, rank)
-                .map(|why| format!("{name} {shape:?}: {why}"))
+            let why = if name.split('.').any(|p| p == "visual") {
+                match &tower {
+                    Some(t) => t.problem(name, shape, rank),
+                    None => Some("the model has no vision tower".into()),
+                }
+            } else {
+                dims.problem(name, shape, rank)
+            };
+            why.map(|why| format!("{name} {shape:?}: {why}"))
         })
         .collect();
     if !wrong.is_empty() {
@@ -177,13 +185,80 @@ impl ModelDims {
             .position(|p| *p == "lora_A" || *p == "lora_B")?;
         let module = parts.get(side.checked_sub(1)?)?;
         let expert = parts.contains(&"experts");
-        let (input, output) = self.widths(module, expert)?;
-        let want = if parts[side] == "lora_A" {
-            [rank, input]
-        } else {
-            [output, rank]
-        };
+        let want = expected(&parts, side, self.widths(module, expert)?, rank);
         (shape != want).then(|| format!("expected {want:?} (rank {rank})"))
+    }
+}
+
+/// Which side of a LoRA tensor `parts` (a PEFT name split at dots) holds, where: the index of
+/// `lora_A`/`lora_B` and the expected shape for a layer of `(in, out)` features.
+fn expected(parts: &[&str], side: usize, (input, output): (i64, i64), rank: i64) -> [i64; 2] {
+    if parts[side] == "lora_A" {
+        [rank, input]
+    } else {
+        [output, rank]
+    }
+}
+
+/// The widths of a Qwen2.5-VL vision tower's linear layers, from `vision_config`.
+struct TowerDims {
+    depth: i64,
+    hidden: i64,
+    intermediate: i64,
+    merged: i64,
+    out: i64,
+}
+
+impl TowerDims {
+    fn of(c: &Value) -> Self {
+        let get = |k: &str, or: i64| c.get(k).and_then(Value::as_i64).unwrap_or(or);
+        let hidden = get("hidden_size", 0);
+        let merge = get("spatial_merge_size", 2);
+        TowerDims {
+            depth: get("depth", 0),
+            hidden,
+            intermediate: get("intermediate_size", 0),
+            merged: hidden * merge * merge,
+            out: get("out_hidden_size", 0),
+        }
+    }
+
+    /// Why the tower's tensor `name` (`...visual.blocks.<i>.attn.qkv.lora_A.weight`,
+    /// `...visual.merger.mlp.0.lora_B.weight`) of `shape` does not fit.
+    fn problem(&self, name: &str, shape: &[i64], rank: i64) -> Option<String> {
+        let parts: Vec<&str> = name.split('.').collect();
+        if let Some(i) = parts.iter().position(|p| *p == "blocks")
+            && let Some(block) = parts.get(i + 1).and_then(|b| b.parse::<i64>().ok())
+            && self.depth > 0
+            && block >= self.depth
+        {
+            return Some(format!(
+                "vision block {block}, and the tower has {} blocks",
+                self.depth
+            ));
+        }
+        let side = parts
+            .iter()
+            .position(|p| *p == "lora_A" || *p == "lora_B")?;
+        let module = parts[..side]
+            .iter()
+            .rev()
+            .take(2)
+            .rev()
+            .copied()
+            .collect::<Vec<_>>();
+        let (h, i) = (self.hidden, self.intermediate);
+        let widths = match module.as_slice() {
+            ["attn", "qkv"] => (h, 3 * h),
+            ["attn", "proj"] => (h, h),
+            ["mlp", "gate_proj" | "up_proj"] => (h, i),
+            ["mlp", "down_proj"] => (i, h),
+            ["mlp", "0"] => (self.merged, self.merged),
+            ["mlp", "2"] => (self.merged, self.out),
+            _ => return None,
+        };
+        let want = expected(&parts, side, widths, rank);
+        (shape != want).then(|| format!("expected {want:?} (rank {rank}) in the vision tower"))
     }
 }
 
@@ -263,6 +338,36 @@ mod tests {
         write_adapter(&deep, 4, &[(l5, [4, 64])]);
         let e = read_adapter(&deep, Some(&model)).expect_err("no layer 5");
         assert!(e.contains("layer 5, and the model has 2 layers"), "{e}");
+        // A vision-language model's adapter (PEFT's names in transformers' module tree) is
+        // checked against the tower's widths for the tower's layers.
+        let mut vl = model.clone();
+        vl["vision_config"] = serde_json::json!({"depth": 2, "hidden_size": 32,
+            "intermediate_size": 48, "out_hidden_size": 64, "spatial_merge_size": 2});
+        let qkv = "base_model.model.model.visual.blocks.1.attn.qkv";
+        let merger = "base_model.model.model.visual.merger.mlp.2";
+        let lq = "base_model.model.model.language_model.layers.1.self_attn.q_proj";
+        let tower = root.join("tower");
+        write_adapter(
+            &tower,
+            4,
+            &[
+                (&format!("{qkv}.lora_A.weight"), [4, 32]),
+                (&format!("{qkv}.lora_B.weight"), [96, 4]),
+                (&format!("{merger}.lora_A.weight"), [4, 128]),
+                (&format!("{merger}.lora_B.weight"), [64, 4]),
+                (&format!("{lq}.lora_A.weight"), [4, 64]),
+            ],
+        );
+        read_adapter(&tower, Some(&vl)).expect("a tower adapter that fits");
+        let e = read_adapter(&tower, Some(&model)).expect_err("no tower");
+        assert!(e.contains("the model has no vision tower"), "{e}");
+        let wide = root.join("wide-tower");
+        write_adapter(&wide, 4, &[(&format!("{qkv}.lora_B.weight"), [192, 4])]);
+        let e = read_adapter(&wide, Some(&vl)).expect_err("a wider tower");
+        assert!(
+            e.contains("expected [96, 4] (rank 4) in the vision tower"),
+            "{e}"
+        );
         // Not an adapter directory.
         let e = read_adapter(&root.join("none"), Some(&model)).expect_err("missing");
         assert!(e.contains("adapter_config.json"), "{e}");

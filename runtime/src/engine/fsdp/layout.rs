@@ -53,6 +53,8 @@ enum Layout {
         spans: Vec<AttentionSpan>,
         window: PackedWindow,
         shard: SequenceShard,
+        /// Packed tokens per rank (the last rank's shard padded to it).
+        per: i64,
     },
 }
 
@@ -112,10 +114,12 @@ impl LayerInputs {
                     let shard = |x: &Tensor| shard_of(x, group, per);
                     let (ids, pos) = (shard(&ids)?, shard(&pos)?);
                     let shard = SequenceShard::new(group, &window, per)?;
+                    kept_packing = Some(packing);
                     let layout = Layout::Ulysses {
                         spans,
                         window,
                         shard,
+                        per,
                     };
                     (ids, pos, layout)
                 }
@@ -134,18 +138,24 @@ impl LayerInputs {
     }
 
     /// The embedding (again, for its backward): the token embeddings of the layout's ids, or
-    /// `embeds` `(B, T, hidden)` laid out as the ids are.
+    /// `embeds` `(B, T, hidden)` laid out as the ids are. Under Ulysses every rank computes
+    /// the whole micro-batch's input embeddings (a vision tower sees all its images) and keeps
+    /// its shard: the tower's gradient on each rank is its shard's share, summed with the
+    /// other ranks' as every parameter's is.
     pub(super) fn embed(&self, model: &Model, embeds: Option<Tensor>) -> Result<Tensor> {
+        let packed = |x: &Tensor| match &self.packing {
+            Some(p) => Ok(p.pack(x)),
+            None => Err(EngineError::Batch(
+                "packed inputs without their packing".into(),
+            )),
+        };
         match (embeds, &self.layout) {
             (None, _) => Ok(model.f_embed(&self.ids)?),
             (Some(x), Layout::Padded { .. }) => Ok(x),
-            (Some(x), Layout::Packed { .. }) => match &self.packing {
-                Some(p) => Ok(p.pack(&x)),
-                None => Err(EngineError::Batch("packed inputs without their packing".into())),
-            },
-            (Some(_), Layout::Ulysses { .. }) => Err(EngineError::Config(
-                "input embeddings beyond the tokens' (a vision-language model) under Ulysses are not implemented".into(),
-            )),
+            (Some(x), Layout::Packed { .. }) => packed(&x),
+            (Some(x), Layout::Ulysses { shard, per, .. }) => {
+                shard_of(&packed(&x)?, &shard.group, *per)
+            }
         }
     }
 
@@ -293,14 +303,16 @@ impl SequenceShard {
     }
 }
 
-/// This rank's shard of `per` tokens of the packed `x` `(1, N)`, padded with zeros to the
+/// This rank's shard of `per` tokens of the packed `x` `(1, N, …)`, padded with zeros to the
 /// group's `size × per`: the padding tokens belong to no span, so attention gives them zeros
 /// and the head never reads them.
 fn shard_of(x: &Tensor, group: &ProcessGroup, per: i64) -> Result<Tensor> {
     let n = x.size()[1];
     let total = per * group.size() as i64;
     let x = if total > n {
-        let pad = Tensor::zeros([1, total - n], (x.kind(), x.device()));
+        let mut shape = x.size();
+        shape[1] = total - n;
+        let pad = Tensor::zeros(&shape[..], (x.kind(), x.device()));
         Tensor::f_cat(&[x, &pad], 1)?
     } else {
         x.shallow_clone()

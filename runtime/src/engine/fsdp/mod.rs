@@ -342,13 +342,25 @@ impl<H: FsdpHead> FsdpEngine<H> {
             .partition(|(n, _)| n.starts_with("visual."));
         let mut root = vec![FlatUnit::new("root", root_vars, ranks, shard, !lora)?];
         if !tower.is_empty() {
+            // The tower's own adapters (LoRA on its layers) train unless it is frozen.
+            let (adapters, base): (Vec<_>, Vec<_>) =
+                tower.into_iter().partition(|(n, _)| lora && is_adapter(n));
             root.push(FlatUnit::new(
                 "visual",
-                tower,
+                base,
                 ranks,
                 shard,
                 !lora && !freeze_tower,
             )?);
+            if !adapters.is_empty() {
+                root.push(FlatUnit::new(
+                    "visual.lora",
+                    adapters,
+                    ranks,
+                    shard,
+                    !freeze_tower,
+                )?);
+            }
         }
         let root = UnitSet(root);
         let layers = per_layer

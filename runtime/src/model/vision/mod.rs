@@ -44,8 +44,12 @@ pub struct Vision {
 
 impl Vision {
     /// The vision part `cfg` describes (`None` for a text-only family), its tower registered
-    /// under `root / "visual"`.
-    pub fn from_config(cfg: &ModelConfig, root: &tch::nn::Path) -> Result<Option<Self>, String> {
+    /// under `root / "visual"`, with LoRA adapters where `adapters` target its layers.
+    pub(crate) fn from_config(
+        cfg: &ModelConfig,
+        root: &tch::nn::Path,
+        adapters: Option<crate::model::layers::Adapters<'_>>,
+    ) -> Result<Option<Self>, String> {
         if !cfg.arch()?.has_vision() {
             return Ok(None);
         }
@@ -92,7 +96,8 @@ impl Vision {
                 .and_then(Value::as_f64)
                 .unwrap_or(2.0),
         };
-        let tower = VisionTower::new(&(root / "visual"), &vision).map_err(|e| e.to_string())?;
+        let tower = VisionTower::with_adapters(&(root / "visual"), &vision, adapters)
+            .map_err(|e| e.to_string())?;
         Ok(Some(Vision { tower, tokens }))
     }
 

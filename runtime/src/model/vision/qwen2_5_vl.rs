@@ -26,7 +26,7 @@ use serde::Deserialize;
 use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
-use crate::model::layers::{Linear, RmsNorm};
+use crate::model::layers::{Adapters, Linear, RmsNorm, Split};
 
 /// `vision_config` of a Qwen2.5-VL `config.json` (transformers' `Qwen2_5_VLVisionConfig`
 /// defaults where a key is absent).
@@ -183,6 +183,16 @@ struct Layout {
 impl VisionTower {
     /// The tower's parameters under `p` (zero; loaded from a checkpoint by name).
     pub fn new(p: &Path, cfg: &VisionConfig) -> Result<Self, VisionError> {
+        Self::with_adapters(p, cfg, None)
+    }
+
+    /// [`VisionTower::new`] with LoRA adapters on the linear layers `adapters` target (named
+    /// `visual.blocks.0.attn.qkv`, ..., `visual.merger.mlp.2`: `p` must be `visual`).
+    pub(crate) fn with_adapters(
+        p: &Path,
+        cfg: &VisionConfig,
+        adapters: Option<Adapters<'_>>,
+    ) -> Result<Self, VisionError> {
         if !matches!(cfg.hidden_act.as_str(), "silu" | "gelu") {
             return Err(VisionError::Activation(cfg.hidden_act.clone()));
         }
@@ -199,20 +209,33 @@ impl VisionTower {
             ],
             Init::Const(0.0),
         );
+        // A whole (not tensor-parallel) layer named `visual.{module}` under `p`.
+        let linear = |module: &str, (i, o): (i64, i64)| {
+            let at = module.split('.').fold(p.clone(), |at, part| at.sub(part));
+            Linear::adapted(
+                at,
+                &format!("visual.{module}"),
+                (i, o, true),
+                (Split::Whole, 1),
+                adapters,
+            )
+            .map_err(VisionError::Text)
+        };
+        let inter = cfg.intermediate_size;
         let blocks = (0..cfg.depth)
             .map(|i| {
                 let b = p / "blocks" / i;
-                VisionBlock {
+                Ok(VisionBlock {
                     norm1: RmsNorm::new(&b / "norm1", h, 1e-6),
                     norm2: RmsNorm::new(&b / "norm2", h, 1e-6),
-                    qkv: Linear::new(&b / "attn" / "qkv", h, 3 * h, true),
-                    proj: Linear::new(&b / "attn" / "proj", h, h, true),
-                    gate: Linear::new(&b / "mlp" / "gate_proj", h, cfg.intermediate_size, true),
-                    up: Linear::new(&b / "mlp" / "up_proj", h, cfg.intermediate_size, true),
-                    down: Linear::new(&b / "mlp" / "down_proj", cfg.intermediate_size, h, true),
-                }
+                    qkv: linear(&format!("blocks.{i}.attn.qkv"), (h, 3 * h))?,
+                    proj: linear(&format!("blocks.{i}.attn.proj"), (h, h))?,
+                    gate: linear(&format!("blocks.{i}.mlp.gate_proj"), (h, inter))?,
+                    up: linear(&format!("blocks.{i}.mlp.up_proj"), (h, inter))?,
+                    down: linear(&format!("blocks.{i}.mlp.down_proj"), (inter, h))?,
+                })
             })
-            .collect();
+            .collect::<Result<_, VisionError>>()?;
         let merged = h * cfg.merge_unit();
         let m = p / "merger";
         Ok(VisionTower {
@@ -220,8 +243,8 @@ impl VisionTower {
             patch_embed,
             blocks,
             merger_norm: RmsNorm::new(&m / "ln_q", h, 1e-6),
-            merger_in: Linear::new(&m / "mlp" / 0, merged, merged, true),
-            merger_out: Linear::new(&m / "mlp" / 2, merged, cfg.out_hidden_size, true),
+            merger_in: linear("merger.mlp.0", (merged, merged))?,
+            merger_out: linear("merger.mlp.2", (merged, cfg.out_hidden_size))?,
         })
     }
 
