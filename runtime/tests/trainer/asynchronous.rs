@@ -22,15 +22,37 @@ fn run(tag: &str, steps: u64, extra: &[&str]) -> Vec<(u64, Metrics)> {
 
 #[test]
 fn colocate_async_on_policy_is_the_synchronous_run() {
-    let on_policy = [
+    on_policy_is_the_synchronous_run("async", &[]);
+}
+
+/// A vision-language model (the tiny Qwen2.5-VL reading `color_digits` pictures): the rollout
+/// thread generates each queued batch with its prompts' images, whose rows carry them into
+/// the update; on policy the run is the synchronous one step for step.
+#[test]
+fn colocate_async_on_policy_with_images_is_the_synchronous_run() {
+    on_policy_is_the_synchronous_run(
+        "async_vl",
+        &[
+            "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'",
+            "data.train_files='builtin://color_digits?split=train&size=32&stripes=1'",
+            "data.val_files='builtin://color_digits?split=test&size=8&stripes=1'",
+        ],
+    );
+}
+
+/// With threshold 1, `wait` and no warm-up, colocate_async with `extra` runs what the
+/// synchronous trainer does, step for step.
+fn on_policy_is_the_synchronous_run(tag: &str, extra: &[&str]) {
+    let mut on_policy = vec![
         ASYNC,
         "trainer.v1.colocate_async.num_warmup_batches=0",
         "trainer.v1.sampler.max_off_policy_threshold=1",
         "trainer.v1.sampler.max_off_policy_strategy=wait",
     ];
+    on_policy.extend_from_slice(extra);
     let steps = 4;
-    let sync = run("async_sync", steps, &[]);
-    let colocated = run("async_on_policy", steps, &on_policy);
+    let sync = run(&format!("{tag}_sync"), steps, extra);
+    let colocated = run(&format!("{tag}_on_policy"), steps, &on_policy);
     for key in [
         "critic/score/mean",
         "actor/pg_loss",
