@@ -356,7 +356,7 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
 
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
 /// this run: verlc trains one on FSDP (one process or several, Ulysses too), with the
-/// built-in rollout generating single turns, synchronously, full weights or LoRA, no critic.
+/// built-in rollout generating single turns (synchronously or not), full weights or LoRA, no critic.
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision)?;
     let why = if key == "critic.model.path" {
@@ -367,8 +367,6 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         "with the vLLM rollout"
     } else if spec.rollout.multi_turn.is_some() {
         "with the multi-turn agent loop"
-    } else if spec.run.asynchronous.is_some() {
-        "in an asynchronous trainer mode"
     } else if spec.data.custom_dataset.is_some() {
         // The Python dataset's items come back as JSON: their pictures do not.
         "from a Python dataset class (data.custom_cls)"
@@ -376,7 +374,7 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP, with the built-in rollout, single-turn, synchronously, on full weights or LoRA and from data files: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP, with the built-in rollout, single-turn, on full weights or LoRA and from data files: training it {why} is not implemented yet",
         row.name
     ))
 }

@@ -221,8 +221,15 @@ fn serve(
                 None => {
                     let prompts: Vec<Vec<i64>> =
                         job.prompts.iter().map(|p| p.input_ids.clone()).collect();
+                    // A vision-language batch prefills with its prompts' images.
+                    let images: Vec<crate::engine::batch::RowImages> =
+                        if job.prompts.iter().any(|p| !p.images.is_empty()) {
+                            job.prompts.iter().map(|p| p.images.clone()).collect()
+                        } else {
+                            Vec::new()
+                        };
                     worker
-                        .generate(&prompts, &job.params, &stop)
+                        .generate_images(&prompts, &images, &job.params, &stop)
                         .map_err(|e| e.to_string())
                 }
             })?;

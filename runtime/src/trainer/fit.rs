@@ -826,17 +826,6 @@ impl<R: Roles> Trainer<R> {
         };
         let mut batch = rollout_batch(&out)?;
         label_prompt_items(&mut batch, items, &out.prompt_index)?;
-        if with_images {
-            // Each row carries its prompt's images (verl's `multi_modal_data`); a batch
-            // gathered over ranks finds them again by `prompt_item`
-            // ([`Trainer::attach_images`]).
-            let rows = out
-                .prompt_index
-                .iter()
-                .map(|&p| items[p].images.clone())
-                .collect();
-            batch.set_images(rows)?;
-        }
         Ok((batch, out))
     }
 
@@ -1764,7 +1753,9 @@ fn manager_batch(
 }
 
 /// Labels each row with its prompt's place in the training set (`prompt_item`): after a
-/// gather over ranks, rows find their prompt's images and sample by it.
+/// gather over ranks, rows find their prompt's images and sample by it. Rows of prompts with
+/// images carry them too (verl's `multi_modal_data`; a gather drops them and
+/// [`Trainer::attach_images`] finds them again by `prompt_item`).
 pub(super) fn label_prompt_items(
     batch: &mut Batch,
     items: &[&PromptItem],
@@ -1780,6 +1771,13 @@ pub(super) fn label_prompt_items(
         })
         .collect::<Result<Vec<i64>, _>>()?;
     batch.insert(PROMPT_ITEM, Tensor::from_slice(&index))?;
+    if items.iter().any(|it| !it.images.is_empty()) {
+        let rows = prompt_index
+            .iter()
+            .map(|&p| items[p].images.clone())
+            .collect();
+        batch.set_images(rows)?;
+    }
     Ok(())
 }
 
