@@ -37,7 +37,10 @@ fn main() {
         let tower = &m.model.vision.as_ref().expect("vision").tower;
         for _ in 0..warmup + steps {
             let start = Instant::now();
-            let e = tower.forward(&x["pixel_values"], &grids).expect("tower");
+            let e = tower
+                .forward(&x["pixel_values"], &grids)
+                .expect("tower")
+                .embeds;
             let fwd = start.elapsed().as_secs_f64();
             e.sum(Kind::Float).backward();
             let bwd = start.elapsed().as_secs_f64() - fwd;

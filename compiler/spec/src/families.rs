@@ -25,6 +25,10 @@ pub enum Family {
     /// Qwen2.5-VL: Qwen2's decoder under multimodal rotary positions (M-RoPE), with a vision
     /// tower whose embeddings fill the prompt's image placeholders.
     Qwen2_5Vl,
+    /// Qwen3-VL: Qwen3's decoder under interleaved M-RoPE, with a vision tower whose
+    /// embeddings fill the image placeholders and whose DeepStack features are added there to
+    /// the first layers' outputs.
+    Qwen3Vl,
 }
 
 /// What is known of a family without loading a model.
@@ -221,6 +225,24 @@ pub static FAMILIES: &[FamilyRow] = &[
         chatml: true,
         vision: true,
         tiny_arch: "qwen2_5_vl",
+    },
+    FamilyRow {
+        family: Family::Qwen3Vl,
+        name: "Qwen3-VL",
+        model_type: "qwen3_vl",
+        wrapper_model_type: None,
+        causal_lm_class: "Qwen3VLForConditionalGeneration",
+        // transformers has no token-classification head for it: a critic is refused.
+        value_class: "Qwen3VLForConditionalGeneration",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: true,
+        qkv_bias: false,
+        sliding_window_unless_null: false,
+        chatml: true,
+        vision: true,
+        tiny_arch: "qwen3_vl",
     },
 ];
 

@@ -37,6 +37,7 @@ use crate::logits::topk::{
 use crate::logits::{LogProbOutput, SequenceBatch, TokenStats, sum_pi_squared_from_logits};
 use crate::model::decoder::Model;
 use crate::model::packed::Packing;
+use crate::model::vision::InputEmbeds;
 use crate::model::{CausalLm, ModelConfig, ValueModel};
 use hybrid::RolloutLayout;
 
@@ -173,9 +174,9 @@ pub trait Head: Sized {
     }
     fn config(&self) -> &ModelConfig;
     /// The input embeddings `(B, T, hidden)` of a batch whose rows carry images (a
-    /// vision-language model's: the tower's embeddings in the placeholders); `None` when the
-    /// token embeddings are all there is.
-    fn input_embeds(&self, _batch: &Batch) -> Result<Option<Tensor>> {
+    /// vision-language model's: the tower's embeddings in the placeholders, and its DeepStack
+    /// features); `None` when the token embeddings are all there is.
+    fn input_embeds(&self, _batch: &Batch) -> Result<Option<InputEmbeds>> {
         Ok(None)
     }
 }
@@ -321,7 +322,7 @@ impl Head for CausalLm {
         &self.config
     }
 
-    fn input_embeds(&self, batch: &Batch) -> Result<Option<Tensor>> {
+    fn input_embeds(&self, batch: &Batch) -> Result<Option<InputEmbeds>> {
         match &self.vision {
             Some(vision) if !batch.images().is_empty() => {
                 let (t, r) = lengths(batch)?;

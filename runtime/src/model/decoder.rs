@@ -29,6 +29,7 @@ pub use super::layers::{Linear, RmsNorm};
 use super::moe::SparseMoe;
 use super::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
 use super::rope::{RotaryEmbedding, apply_rotary};
+use super::vision::InputEmbeds;
 
 /// Names and whole (unsplit) shapes of the backbone's variables in model order (Hugging Face
 /// registration order): the embedding when `embedding`, layers `layers`, the final norm when
@@ -815,19 +816,21 @@ impl Model {
     ) -> Tensor {
         let x = self.embed(input_ids);
         let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
-        self.forward_embeds(x, (&cos, &sin), attention_mask, cache)
+        self.forward_embeds(InputEmbeds::tokens(x), (&cos, &sin), attention_mask, cache)
     }
 
     /// [`Model::forward`] of input embeddings `x` (B, T, hidden) with their rotary tables
     /// (a vision-language model's: text embeddings with vision embeddings in their
-    /// placeholders, and multimodal rotary positions).
+    /// placeholders, and multimodal rotary positions; Qwen3-VL's DeepStack features added to
+    /// the first layers' outputs).
     pub fn forward_embeds(
         &self,
-        mut x: Tensor,
+        embeds: InputEmbeds,
         (cos, sin): (&Tensor, &Tensor),
         attention_mask: Option<&Tensor>,
         mut cache: Option<&mut KvCache>,
     ) -> Tensor {
+        let InputEmbeds { mut x, deepstack } = embeds;
         let (b, t) = (x.size()[0], x.size()[1]);
         let past = cache.as_ref().map_or(0, |c| c.len());
         let mask = match attention_mask {
@@ -841,7 +844,7 @@ impl Model {
         let valid = attention_mask
             .filter(|_| self.linear_layers)
             .map(|m| m.narrow(1, past, t));
-        for layer in &self.layers {
+        for (i, layer) in self.layers.iter().enumerate() {
             x = layer.forward(
                 &x,
                 cos,
@@ -850,6 +853,7 @@ impl Model {
                 valid.as_ref(),
                 cache.as_deref_mut(),
             );
+            x = with_deepstack(x, &deepstack, i);
         }
         if let Some(c) = cache {
             c.advance(t);
@@ -882,36 +886,38 @@ impl Model {
         window: &PackedWindow,
     ) -> Tensor {
         let (x, cos, sin) = self.packed_inputs(input_ids, position_ids, packing);
-        self.packed_window_layers(x, (&cos, &sin), packing, window)
+        self.packed_window_layers(InputEmbeds::tokens(x), (&cos, &sin), packing, window)
     }
 
     /// [`Model::forward_packed_window`] of the padded batch's input embeddings `x`
     /// `(B, T, hidden)` (a vision-language model's, with vision embeddings in place).
     pub fn forward_packed_window_embeds(
         &self,
-        x: &Tensor,
+        x: &InputEmbeds,
         position_ids: &Tensor,
         packing: &Packing,
         window: &PackedWindow,
     ) -> Tensor {
-        let x = packing.pack(x);
-        let (cos, sin) = self.rotary.cos_sin(&packing.pack(position_ids), x.kind());
+        let x = x.laid_out(|t| packing.pack(t));
+        let (cos, sin) = self.rotary.cos_sin(&packing.pack(position_ids), x.x.kind());
         self.packed_window_layers(x, (&cos, &sin), packing, window)
     }
 
     fn packed_window_layers(
         &self,
-        mut x: Tensor,
+        embeds: InputEmbeds,
         (cos, sin): (&Tensor, &Tensor),
         packing: &Packing,
         window: &PackedWindow,
     ) -> Tensor {
+        let InputEmbeds { mut x, deepstack } = embeds;
         let spans = packing.attention_spans();
         let Some((last, rest)) = self.layers.split_last() else {
             return self.norm.forward(&x.index_select(1, &window.tokens));
         };
-        for layer in rest {
+        for (i, layer) in rest.iter().enumerate() {
             x = layer.forward_packed(&x, cos, sin, None, &spans);
+            x = with_deepstack(x, &deepstack, i);
         }
         let x = last.forward_packed(&x, cos, sin, Some(&window.tokens), &window.spans);
         self.norm.forward(&x)
@@ -931,7 +937,7 @@ impl Model {
         len: i64,
     ) -> Tensor {
         self.forward_window_embeds(
-            self.embed(input_ids),
+            InputEmbeds::tokens(self.embed(input_ids)),
             position_ids,
             attention_mask,
             start,
@@ -943,22 +949,24 @@ impl Model {
     /// model's, with vision embeddings in place).
     pub fn forward_window_embeds(
         &self,
-        mut x: Tensor,
+        embeds: InputEmbeds,
         position_ids: &Tensor,
         attention_mask: &Tensor,
         start: i64,
         len: i64,
     ) -> Tensor {
-        let t = x.size()[1];
-        let (cos, sin) = self.rotary.cos_sin(position_ids, x.kind());
+        let t = embeds.x.size()[1];
+        let (cos, sin) = self.rotary.cos_sin(position_ids, embeds.x.kind());
         let Some((last, rest)) = self.layers.split_last() else {
             return self
-                .forward_embeds(x, (&cos, &sin), Some(attention_mask), None)
+                .forward_embeds(embeds, (&cos, &sin), Some(attention_mask), None)
                 .narrow(1, start, len);
         };
+        let InputEmbeds { mut x, deepstack } = embeds;
         let mask = causal_padding_mask(attention_mask, 0, t);
-        for layer in rest {
+        for (i, layer) in rest.iter().enumerate() {
             x = layer.forward(&x, &cos, &sin, Some(&mask), Some(attention_mask), None);
+            x = with_deepstack(x, &deepstack, i);
         }
         let window_mask = causal_window_mask(attention_mask, start, len);
         let x = last.forward_window(
@@ -971,5 +979,14 @@ impl Model {
             Some(attention_mask),
         );
         self.norm.forward(&x)
+    }
+}
+
+/// `x`, the output of layer `i`, plus the DeepStack level `i` when there is one (a
+/// vision-language model's features at its image placeholders, zero elsewhere).
+pub(crate) fn with_deepstack(x: Tensor, deepstack: &[Tensor], i: usize) -> Tensor {
+    match deepstack.get(i) {
+        Some(d) => x + d,
+        None => x,
     }
 }

@@ -92,6 +92,10 @@ pub struct RotaryEmbedding {
     /// `rope_scaling.mrope_section` of a vision-language model (Qwen2-VL's M-RoPE): positions
     /// `(B, T, 3)` then pick each dimension section's axis ([`RotaryEmbedding::cos_sin`]).
     mrope_section: Option<Vec<i64>>,
+    /// Qwen3-VL's interleaved M-RoPE: frequency `j` follows height when `j % 3 == 1` and
+    /// width when `j % 3 == 2` (within three times their sections), time otherwise, instead
+    /// of a block per axis.
+    mrope_interleaved: bool,
 }
 
 /// `1 / base^(arange(0, dim, 2) / dim)` in f32, as transformers computes it.
@@ -209,6 +213,14 @@ impl RotaryEmbedding {
             dim,
             base,
             max_pos: cfg.max_position_embeddings,
+            mrope_interleaved: mrope_section.is_some()
+                && (cfg.arch().is_ok_and(|a| a == super::Arch::Qwen3Vl)
+                    || cfg
+                        .rope_scaling
+                        .as_ref()
+                        .and_then(|m| m.get("mrope_interleaved"))
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)),
             mrope_section,
         })
     }
@@ -264,6 +276,9 @@ impl RotaryEmbedding {
     ) -> (Tensor, Tensor) {
         let freqs =
             position_ids.to_kind(Kind::Float).unsqueeze(-1) * self.inv_freq.view([1, 1, 1, -1]);
+        if self.mrope_interleaved {
+            return self.interleaved_tables(&freqs, sections, kind);
+        }
         let emb = Tensor::cat(&[&freqs, &freqs], -1);
         let split: Vec<i64> = sections.iter().chain(sections).copied().collect();
         let pick = |t: &Tensor| {
@@ -276,6 +291,36 @@ impl RotaryEmbedding {
             Tensor::cat(&chosen, -1)
         };
         let (mut cos, mut sin) = (pick(&emb.cos()), pick(&emb.sin()));
+        if self.attention_scaling != 1.0 {
+            cos *= self.attention_scaling;
+            sin *= self.attention_scaling;
+        }
+        (
+            cos.to_kind(kind).unsqueeze(1),
+            sin.to_kind(kind).unsqueeze(1),
+        )
+    }
+}
+
+impl RotaryEmbedding {
+    /// [`RotaryEmbedding::mrope_tables`] of Qwen3-VL's interleaved layout, from the
+    /// frequencies `freqs` `(3, B, T, D / 2)` of each axis.
+    fn interleaved_tables(&self, freqs: &Tensor, sections: &[i64], kind: Kind) -> (Tensor, Tensor) {
+        let half = freqs.size()[3];
+        let axis: Vec<i64> = (0..half)
+            .map(|j| match j % 3 {
+                1 if j < 3 * sections[1] => 1,
+                2 if j < 3 * sections[2] => 2,
+                _ => 0,
+            })
+            .collect();
+        let index = Tensor::from_slice(&axis)
+            .to_device(freqs.device())
+            .view([1, 1, 1, half])
+            .expand([1, freqs.size()[1], freqs.size()[2], half], false);
+        let chosen = freqs.gather(0, &index, false).squeeze_dim(0);
+        let emb = Tensor::cat(&[&chosen, &chosen], -1);
+        let (mut cos, mut sin) = (emb.cos(), emb.sin());
         if self.attention_scaling != 1.0 {
             cos *= self.attention_scaling;
             sin *= self.attention_scaling;

@@ -141,7 +141,7 @@ impl Decoder for CausalLm {
         let (pos, _) = vision.positions(ids, attention_mask, &grids)?;
         let t = ids.size()[1];
         let x = vision.embed(&self.model, ids, t, images)?;
-        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.kind());
+        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
         let hidden = self
             .model
             .forward_embeds(x, (&cos, &sin), Some(attention_mask), Some(cache));

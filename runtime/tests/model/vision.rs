@@ -170,12 +170,13 @@ fn oracle_model() -> (
     runtime::model::CausalLm,
     HashMap<String, Tensor>,
 ) {
-    oracle_model_in(&oracle_dir())
+    oracle_model_in(&oracle_dir(), "qwen2_5_vl_model.safetensors")
 }
 
-/// [`oracle_model`] of the oracle run that wrote `dir`.
+/// [`oracle_model`] of the oracle run that wrote `dir` (its checkpoint) and `tensors` in it.
 fn oracle_model_in(
     dir: &std::path::Path,
+    tensors: &str,
 ) -> (
     tch::nn::VarStore,
     runtime::model::CausalLm,
@@ -183,11 +184,10 @@ fn oracle_model_in(
 ) {
     use runtime::model::{CausalLm, ModelConfig};
     let cfg = ModelConfig::from_file(&dir.join("checkpoint").join("config.json")).expect("config");
-    let tensors: HashMap<String, Tensor> =
-        Tensor::read_safetensors(dir.join("qwen2_5_vl_model.safetensors"))
-            .expect("oracle tensors")
-            .into_iter()
-            .collect();
+    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(dir.join(tensors))
+        .expect("oracle tensors")
+        .into_iter()
+        .collect();
     let vs = tch::nn::VarStore::new(Device::Cpu);
     let model = CausalLm::new(&cfg, vs.root()).expect("model");
     assert!(model.vision.is_some(), "a vision tower");
@@ -352,7 +352,7 @@ fn qwen2_5_vl_engine_log_probs_match_transformers() {
 #[test]
 fn qwen2_5_vl_logits_match_transformers() {
     tch::set_num_threads(1);
-    matches_the_oracle_model(&oracle_dir());
+    matches_the_oracle_model(&oracle_dir(), "qwen2_5_vl_model.safetensors");
 }
 
 /// The same against transformers 5's Qwen2.5-VL, whose saved checkpoint keeps its rotary
@@ -366,14 +366,14 @@ fn qwen2_5_vl_logits_match_transformers_5() {
         saved.contains("rope_parameters"),
         "a transformers 5 checkpoint"
     );
-    matches_the_oracle_model(&dir);
+    matches_the_oracle_model(&dir, "qwen2_5_vl_model.safetensors");
 }
 
 /// Logits, greedy tokens, the saved checkpoint and every gradient against the oracle run in
 /// `dir`.
-fn matches_the_oracle_model(dir: &std::path::Path) {
+fn matches_the_oracle_model(dir: &std::path::Path, file: &str) {
     use runtime::model::{Dtype, from_pretrained};
-    let (vs, model, tensors) = oracle_model_in(dir);
+    let (vs, model, tensors) = oracle_model_in(dir, file);
     let grid: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
     let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
     let mask = &tensors["input.attention_mask"];
@@ -464,6 +464,31 @@ fn matches_the_oracle_model(dir: &std::path::Path) {
         checked += 1;
     }
     assert!(checked > 40, "{checked} parameters");
+}
+
+/// Qwen3-VL against transformers 4.57's `Qwen3VLForConditionalGeneration` (a seeded tiny
+/// model: a three-block tower with DeepStack features after blocks 0 and 1, a three-layer
+/// Qwen3 text model under interleaved M-RoPE): the tower's embeddings and DeepStack features of
+/// two images of different grids (the learned position grid interpolated to each), and as for
+/// Qwen2.5-VL the logits, the saved checkpoint, greedy tokens and every gradient.
+#[test]
+fn qwen3_vl_matches_transformers() {
+    tch::set_num_threads(1);
+    let dir = oracle_dir().join("qwen3_vl");
+    let (_vs, model, tensors) = oracle_model_in(&dir, "model.safetensors");
+    let grid: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
+    let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
+    let vision = model.vision.as_ref().expect("a vision tower");
+    let out = tch::no_grad(|| vision.tower.forward(&tensors["input.pixel_values"], &grid))
+        .expect("tower");
+    let d = max_diff(&out.embeds, &tensors["output.tower"]);
+    assert!(d < 1e-5, "tower embeddings differ by {d}");
+    assert_eq!(out.deepstack.len(), 2);
+    for (i, f) in out.deepstack.iter().enumerate() {
+        let d = max_diff(f, &tensors[&format!("output.deepstack.{i}")]);
+        assert!(d < 1e-5, "DeepStack level {i} differs by {d}");
+    }
+    matches_the_oracle_model(&dir, "model.safetensors");
 }
 
 /// `verlc smoke`'s stand-in of a Qwen2.5-VL-7B checkpoint (`builtin://scaled?from=DIR` on its

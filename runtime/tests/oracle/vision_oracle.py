@@ -197,6 +197,83 @@ def qwen2_5_vl_model(out):
                    "image_token_id": image, "video_token_id": video, "vision_start_token_id": start}, f)
 
 
+def qwen3_vl_model(out):
+    """A seeded tiny Qwen3VLForConditionalGeneration: its tower's outputs (merged embeddings and
+    the DeepStack features of two blocks) for two images, its checkpoint, two rows (one
+    left-padded) with an image each, the logits and greedy tokens transformers computes (its
+    own M-RoPE positions), and every parameter's gradient of the real tokens' log-likelihood."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    vision = {
+        "depth": 3, "hidden_size": 32, "num_heads": 4, "intermediate_size": 48, "out_hidden_size": 64,
+        "patch_size": 4, "temporal_patch_size": 2, "in_channels": 3, "spatial_merge_size": 2,
+        "hidden_act": "gelu_pytorch_tanh", "num_position_embeddings": 16, "deepstack_visual_indexes": [0, 1],
+    }
+    text = {
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512,
+        "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu",
+        "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+    }
+    image, video, start, end = 250, 251, 248, 249
+    torch.manual_seed(13)
+    cfg = Qwen3VLConfig(text_config=dict(text), vision_config=dict(vision), image_token_id=image,
+                        video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
+    for c in (cfg, cfg.text_config, cfg.vision_config):
+        c._attn_implementation = "eager"
+    model = Qwen3VLForConditionalGeneration(cfg).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + torch.randn_like(p) * 0.1)
+            else:
+                p.copy_(torch.randn_like(p) * 0.1)
+    grids = [[1, 4, 6], [1, 4, 4]]
+    row0 = [10, 11, 12, start] + [image] * 6 + [end, 13, 14, 15, 16]
+    row1 = [0, 0, 20, 21, start] + [image] * 4 + [end, 22, 23, 24, 25, 26]
+    ids = torch.tensor([row0, row1])
+    mask = torch.tensor([[1] * 15, [0, 0] + [1] * 13])
+    pixels = torch.randn(24 + 16, 3 * 2 * 4 * 4)
+    grid_t = torch.tensor(grids)
+    with torch.no_grad():
+        merged, deepstack = model.model.visual(pixels, grid_thw=grid_t)
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t).logits
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        generated = model.generate(input_ids=ids, attention_mask=mask, pixel_values=pixels,
+                                   image_grid_thw=grid_t, max_new_tokens=6, do_sample=False)
+    generated = generated[:, ids.shape[1]:]
+    out_logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t).logits
+    logp = torch.log_softmax(out_logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    loss = (logp * mask[:, :-1] * mask[:, 1:]).sum()
+    loss.backward()
+
+    def name(k):
+        if k.startswith("model.language_model."):
+            return "model." + k[len("model.language_model."):]
+        if k.startswith("model.visual."):
+            return "visual." + k[len("model.visual."):]
+        return k
+
+    tensors = {f"grad.{name(k)}": p.grad.detach().contiguous() for k, p in model.named_parameters()}
+    tensors.update({name(k): v.detach().contiguous() for k, v in model.state_dict().items()})
+    tensors["input.input_ids"] = ids
+    tensors["input.attention_mask"] = mask
+    tensors["input.pixel_values"] = pixels.contiguous()
+    tensors["input.image_grid_thw"] = grid_t
+    tensors["output.tower"] = merged.contiguous()
+    for i, d in enumerate(deepstack):
+        tensors[f"output.deepstack.{i}"] = d.contiguous()
+    tensors["output.logits"] = logits.contiguous()
+    tensors["output.loglik"] = loss.detach().reshape(1)
+    tensors["output.generated"] = generated.contiguous()
+    dir = os.path.join(out, "qwen3_vl")
+    os.makedirs(dir, exist_ok=True)
+    model.save_pretrained(os.path.join(dir, "checkpoint"), safe_serialization=True)
+    save_file(tensors, os.path.join(dir, "model.safetensors"))
+
+
 def images(out):
     """verl's preparation of images for Qwen-VL models, run from its own code: verl 0.9.1's
     `process_image` (utils/dataset/vision_utils.py) with qwen_vl_utils' `fetch_image` (its
@@ -444,11 +521,12 @@ def everything(out, model_oracle, template_path):
     qwen2_5_vl(out)
     mrope(out)
     qwen2_5_vl_model(out)
+    qwen3_vl_model(out)
     prompts(out, model_oracle, template_path)  # runs `images` too
 
 
 if __name__ == "__main__":
-    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model, "images": images,
+    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model, "qwen3_vl_model": qwen3_vl_model, "images": images,
                 "prompts": prompts, "all": everything}
     if sys.argv[1] not in commands:
         sys.exit(f"unknown command {sys.argv[1]}")

@@ -16,9 +16,10 @@ use crate::dist::ProcessGroup;
 use crate::engine::topk_targets;
 use crate::logits::topk::TopKTargets;
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
-use crate::model::decoder::{Attention, DecoderLayer, Model};
+use crate::model::decoder::{Attention, DecoderLayer, Model, with_deepstack};
 use crate::model::gated_deltanet::{GatedDeltaNet, HeadSlice, Projected};
 use crate::model::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
+use crate::model::vision::InputEmbeds;
 
 use super::head::{self, FsdpHead};
 use super::{Batch, EngineError, ForwardOptions, FsdpError, Result};
@@ -33,6 +34,9 @@ pub(super) struct LayerInputs {
     cos: Tensor,
     sin: Tensor,
     layout: Layout,
+    /// What the first layers' outputs add (Qwen3-VL's DeepStack features), laid out as the
+    /// tokens are.
+    deepstack: Vec<Tensor>,
 }
 
 enum Layout {
@@ -81,7 +85,7 @@ impl LayerInputs {
         mb: &Batch,
         packed: bool,
         sp: Option<&ProcessGroup>,
-        embeds: Option<Tensor>,
+        embeds: Option<InputEmbeds>,
     ) -> Result<(Tensor, Self)> {
         let ids = mb.get("input_ids")?;
         let pos = mb.get("position_ids")?;
@@ -131,10 +135,24 @@ impl LayerInputs {
             cos: Tensor::new(),
             sin: Tensor::new(),
             layout,
+            deepstack: Vec::new(),
         };
-        let x = inputs.embed(model, embeds)?;
+        let InputEmbeds { x, deepstack } = inputs.embed(model, embeds)?;
         let (cos, sin) = model.rotary().cos_sin(&pos, x.kind());
-        Ok((x, LayerInputs { cos, sin, ..inputs }))
+        Ok((
+            x,
+            LayerInputs {
+                cos,
+                sin,
+                deepstack,
+                ..inputs
+            },
+        ))
+    }
+
+    /// DeepStack levels the layers' outputs add.
+    pub(super) fn deepstack_levels(&self) -> usize {
+        self.deepstack.len()
     }
 
     /// The embedding (again, for its backward): the token embeddings of the layout's ids, or
@@ -142,7 +160,7 @@ impl LayerInputs {
     /// the whole micro-batch's input embeddings (a vision tower sees all its images) and keeps
     /// its shard: the tower's gradient on each rank is its shard's share, summed with the
     /// other ranks' as every parameter's is.
-    pub(super) fn embed(&self, model: &Model, embeds: Option<Tensor>) -> Result<Tensor> {
+    pub(super) fn embed(&self, model: &Model, embeds: Option<InputEmbeds>) -> Result<InputEmbeds> {
         let packed = |x: &Tensor| match &self.packing {
             Some(p) => Ok(p.pack(x)),
             None => Err(EngineError::Batch(
@@ -150,11 +168,11 @@ impl LayerInputs {
             )),
         };
         match (embeds, &self.layout) {
-            (None, _) => Ok(model.f_embed(&self.ids)?),
+            (None, _) => Ok(InputEmbeds::tokens(model.f_embed(&self.ids)?)),
             (Some(x), Layout::Padded { .. }) => Ok(x),
-            (Some(x), Layout::Packed { .. }) => packed(&x),
+            (Some(x), Layout::Packed { .. }) => x.map(packed),
             (Some(x), Layout::Ulysses { shard, per, .. }) => {
-                shard_of(&packed(&x)?, &shard.group, *per)
+                x.map(|t| shard_of(&packed(t)?, &shard.group, *per))
             }
         }
     }
@@ -169,7 +187,9 @@ impl LayerInputs {
     ) -> Result<Tensor> {
         let (layer, last) = (&layers[i], i + 1 == layers.len());
         let (cos, sin) = (&self.cos, &self.sin);
-        Ok(match &self.layout {
+        // The last layer takes no DeepStack level (the model config is refused otherwise),
+        // so its window-only output never needs one.
+        let y = match &self.layout {
             Layout::Padded { mask, valid, .. } if !last => {
                 layer.forward(x, cos, sin, Some(mask), Some(valid), None)
             }
@@ -197,7 +217,8 @@ impl LayerInputs {
                 |attn, normed| ulysses_attention(attn, normed, cos, sin, spans, &shard.group),
                 |la, normed| ulysses_linear_attention(la, normed, spans, &shard.group),
             )?,
-        })
+        };
+        Ok(with_deepstack(y, &self.deepstack, i))
     }
 
     /// The head's output from the last layer's output `last`.

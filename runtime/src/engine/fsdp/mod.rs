@@ -60,6 +60,7 @@ use crate::dist::{DistError, ProcessGroup, ReduceOp};
 use crate::model::load::{Checkpoint, LoadOptions, load_weights};
 use crate::model::lora::{is_adapter, load_adapter};
 use crate::model::pretrained::materialize;
+use crate::model::vision::InputEmbeds;
 use crate::model::{Dtype, ModelConfig, ModelSource, TorchKind};
 use crate::optim::param_groups::{NamedParam, single_group};
 use crate::optim::stack;
@@ -600,7 +601,14 @@ impl<H: FsdpHead> FsdpEngine<H> {
         // back-propagate the boundary grad.
         let reduce = self.settings.reduce_dtype;
         let mut outputs = outputs;
+        // The gradients of the DeepStack levels: each is its layer output's.
+        let mut deepstack_grads: Vec<Tensor> = (0..inputs.deepstack_levels())
+            .map(|_| Tensor::new())
+            .collect();
         for i in (0..n).rev() {
+            if let Some(slot) = deepstack_grads.get_mut(i) {
+                *slot = g.shallow_clone();
+            }
             let (x, y) = if recompute {
                 self.layers[i].gather(&self.group)?;
                 self.note_gathered();
@@ -624,9 +632,17 @@ impl<H: FsdpHead> FsdpEngine<H> {
         // Embedding (frozen under LoRA: nothing to compute).
         if g.defined() && self.root.iter().any(FlatUnit::trainable) {
             let embeds = self.module.input_embeds(mb)?;
-            let x0 = inputs.embed(self.module.backbone(), embeds)?;
-            crate::ops::backward(&[x0], &[g.f_to_kind(saved[0].kind())?], false)
-                .map_err(FsdpError::from)?;
+            let InputEmbeds { x, deepstack } = inputs.embed(self.module.backbone(), embeds)?;
+            let kind = saved[0].kind();
+            let mut outs = vec![x];
+            let mut grads = vec![g.f_to_kind(kind)?];
+            for (d, dg) in deepstack.into_iter().zip(deepstack_grads) {
+                if dg.defined() {
+                    outs.push(d);
+                    grads.push(dg.f_to_kind(kind)?);
+                }
+            }
+            crate::ops::backward(&outs, &grads, false).map_err(FsdpError::from)?;
         }
         self.root.reduce_grads(&self.group, reduce)?;
         self.root.free()?;

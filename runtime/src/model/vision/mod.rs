@@ -7,8 +7,10 @@
 //! run it as any causal LM, given each row's images ([`ProcessedImage`]) and positions
 //! `(B, T, 3)`; the rotary embedding picks the M-RoPE tables for such positions.
 
+mod attention;
 pub mod mrope;
 pub mod qwen2_5_vl;
+pub mod qwen3_vl;
 
 use serde_json::Value;
 use tch::{Kind, Tensor};
@@ -17,6 +19,7 @@ use super::ModelConfig;
 use super::decoder::Model;
 use mrope::MropeTokens;
 use qwen2_5_vl::{VisionConfig, VisionError, VisionTower};
+use qwen3_vl::{Qwen3VisionConfig, Qwen3VisionTower};
 
 /// An image as the vision tower takes it: `pixel_values` `(t·h·w, patch_width)` row-major and
 /// its patch grid `[t, h, w]`.
@@ -38,8 +41,70 @@ impl ProcessedImage {
 /// mark vision spans, and the M-RoPE sections.
 #[derive(Debug)]
 pub struct Vision {
-    pub tower: VisionTower,
+    pub tower: Tower,
     pub tokens: MropeTokens,
+}
+
+/// A family's vision tower.
+#[derive(Debug)]
+pub enum Tower {
+    Qwen2_5Vl(VisionTower),
+    /// Qwen3-VL's, with DeepStack features.
+    Qwen3Vl(Qwen3VisionTower),
+}
+
+impl Tower {
+    /// The embeddings of `pixels` (patches of the images of `grids`, in order) and the
+    /// DeepStack features (none for Qwen2.5-VL).
+    pub fn forward(
+        &self,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<qwen3_vl::TowerOutput, VisionError> {
+        match self {
+            Tower::Qwen2_5Vl(t) => Ok(qwen3_vl::TowerOutput {
+                embeds: t.forward(pixels, grids)?,
+                deepstack: Vec::new(),
+            }),
+            Tower::Qwen3Vl(t) => t.forward(pixels, grids),
+        }
+    }
+}
+
+/// A batch's input embeddings `x` `(B, T, hidden)` (vision embeddings in the image
+/// placeholders) and what the text model adds to the outputs of its first layers: Qwen3-VL's
+/// DeepStack features at the placeholders, zero elsewhere, one `(B, T, hidden)` per level
+/// (none for other models).
+#[derive(Debug)]
+pub struct InputEmbeds {
+    pub x: Tensor,
+    pub deepstack: Vec<Tensor>,
+}
+
+impl InputEmbeds {
+    /// Token embeddings alone.
+    pub fn tokens(x: Tensor) -> Self {
+        InputEmbeds {
+            x,
+            deepstack: Vec::new(),
+        }
+    }
+
+    /// Every tensor laid out by `f` (packed) the same way.
+    pub fn laid_out(&self, f: impl Fn(&Tensor) -> Tensor) -> Self {
+        InputEmbeds {
+            x: f(&self.x),
+            deepstack: self.deepstack.iter().map(f).collect(),
+        }
+    }
+
+    /// [`InputEmbeds::laid_out`] by a fallible `f` (sharded).
+    pub fn map<E>(&self, f: impl Fn(&Tensor) -> Result<Tensor, E>) -> Result<Self, E> {
+        Ok(InputEmbeds {
+            x: f(&self.x)?,
+            deepstack: self.deepstack.iter().map(&f).collect::<Result<_, _>>()?,
+        })
+    }
 }
 
 impl Vision {
@@ -53,21 +118,32 @@ impl Vision {
         if !cfg.arch()?.has_vision() {
             return Ok(None);
         }
-        let vision: VisionConfig = match cfg.extra.get("vision_config") {
-            Some(v @ Value::Object(_)) => {
-                serde_json::from_value(v.clone()).map_err(|e| format!("vision_config: {e}"))?
-            }
-            _ => {
+        let Some(raw @ Value::Object(_)) = cfg.extra.get("vision_config") else {
+            return Err(format!(
+                "model_type `{}` without a `vision_config`",
+                cfg.model_type
+            ));
+        };
+        let parse = |e: serde_json::Error| format!("vision_config: {e}");
+        let qwen3 = cfg.arch()? == super::Arch::Qwen3Vl;
+        let (out_hidden, merge) = if qwen3 {
+            let v: Qwen3VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
+            if v.deepstack_visual_indexes.len() as i64 >= cfg.num_hidden_layers {
                 return Err(format!(
-                    "model_type `{}` without a `vision_config`",
-                    cfg.model_type
+                    "vision_config.deepstack_visual_indexes has {} levels for a text model of {} layers (the last layer takes none)",
+                    v.deepstack_visual_indexes.len(),
+                    cfg.num_hidden_layers
                 ));
             }
+            (v.out_hidden_size, v.spatial_merge_size)
+        } else {
+            let v: VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
+            (v.out_hidden_size, v.spatial_merge_size)
         };
-        if vision.out_hidden_size != cfg.hidden_size {
+        if out_hidden != cfg.hidden_size {
             return Err(format!(
-                "vision_config.out_hidden_size ({}) is not the text model's hidden_size ({})",
-                vision.out_hidden_size, cfg.hidden_size
+                "vision_config.out_hidden_size ({out_hidden}) is not the text model's hidden_size ({})",
+                cfg.hidden_size
             ));
         }
         let mrope = cfg
@@ -90,14 +166,22 @@ impl Vision {
             image_token_id: id("image_token_id")?,
             video_token_id: id("video_token_id")?,
             vision_start_token_id: id("vision_start_token_id")?,
-            spatial_merge_size: vision.spatial_merge_size,
+            spatial_merge_size: merge,
             tokens_per_second: cfg.extra["vision_config"]
                 .get("tokens_per_second")
                 .and_then(Value::as_f64)
                 .unwrap_or(2.0),
         };
-        let tower = VisionTower::with_adapters(&(root / "visual"), &vision, adapters)
-            .map_err(|e| e.to_string())?;
+        let at = root / "visual";
+        let tower = if qwen3 {
+            let v: Qwen3VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
+            Tower::Qwen3Vl(Qwen3VisionTower::new(&at, &v, adapters).map_err(|e| e.to_string())?)
+        } else {
+            let v: VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
+            Tower::Qwen2_5Vl(
+                VisionTower::with_adapters(&at, &v, adapters).map_err(|e| e.to_string())?,
+            )
+        };
         Ok(Some(Vision { tower, tokens }))
     }
 
@@ -136,7 +220,7 @@ impl Vision {
         input_ids: &Tensor,
         prompt_width: i64,
         images: &[&ProcessedImage],
-    ) -> Result<Tensor, VisionError> {
+    ) -> Result<InputEmbeds, VisionError> {
         let (pixels, grids) = Self::pixels(images, input_ids.device())?;
         self.embed_pixels(model, input_ids, prompt_width, &pixels, &grids)
     }
@@ -150,7 +234,7 @@ impl Vision {
         prompt_width: i64,
         pixels: &Tensor,
         grids: &[[i64; 3]],
-    ) -> Result<Tensor, VisionError> {
+    ) -> Result<InputEmbeds, VisionError> {
         let x = model.f_embed(input_ids)?;
         let t = input_ids.size().get(1).copied().unwrap_or(0);
         let in_prompt = Tensor::f_arange(t, (Kind::Int64, input_ids.device()))?
@@ -160,23 +244,34 @@ impl Vision {
             .f_eq(self.tokens.image_token_id)?
             .f_logical_and(&in_prompt)?;
         let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
-        let embeds = if grids.is_empty() {
+        let out = if grids.is_empty() {
             None
         } else {
             Some(self.tower.forward(pixels, grids)?)
         };
-        let embeddings = embeds.as_ref().map_or(0, |e| e.size()[0]);
+        let embeddings = out.as_ref().map_or(0, |o| o.embeds.size()[0]);
         if placeholders != embeddings {
             return Err(VisionError::Placeholders {
                 placeholders,
                 embeddings,
             });
         }
-        let Some(embeds) = embeds else {
-            return Ok(x);
+        let Some(out) = out else {
+            return Ok(InputEmbeds::tokens(x));
         };
         let slots = slots.f_unsqueeze(-1)?.f_expand_as(&x)?;
-        Ok(x.f_masked_scatter(&slots, &embeds.f_to_kind(x.kind())?)?)
+        let deepstack = out
+            .deepstack
+            .iter()
+            .map(|d| {
+                x.f_zeros_like()?
+                    .f_masked_scatter(&slots, &d.f_to_kind(x.kind())?)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(InputEmbeds {
+            x: x.f_masked_scatter(&slots, &out.embeds.f_to_kind(x.kind())?)?,
+            deepstack,
+        })
     }
 
     /// M-RoPE positions `(B, T, 3)` of a padded batch (`attention_mask` 1 on real tokens,
@@ -229,7 +324,7 @@ impl super::CausalLm {
         grids: &[[i64; 3]],
     ) -> Result<Tensor, VisionError> {
         let (x, pos, _) = self.vision_prefill(input_ids, attention_mask, pixels, grids)?;
-        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.kind());
+        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
         let hidden = self
             .model
             .forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
@@ -244,7 +339,7 @@ impl super::CausalLm {
         attention_mask: &Tensor,
         pixels: &Tensor,
         grids: &[[i64; 3]],
-    ) -> Result<(Tensor, Tensor, Vec<i64>), VisionError> {
+    ) -> Result<(InputEmbeds, Tensor, Vec<i64>), VisionError> {
         let vision = self.vision()?;
         let (pos, deltas) = vision.positions(input_ids, attention_mask, grids)?;
         let t = input_ids.size()[1];
@@ -266,10 +361,10 @@ impl super::CausalLm {
         let (x, pos, deltas) = self.vision_prefill(input_ids, attention_mask, pixels, grids)?;
         let (b, t) = (input_ids.size()[0], input_ids.size()[1]);
         let model = &self.model;
-        let mut cache =
-            super::KvCache::new(&self.config, b, t + max_new_tokens, x.kind(), x.device());
+        let (kind, device) = (x.x.kind(), x.x.device());
+        let mut cache = super::KvCache::new(&self.config, b, t + max_new_tokens, kind, device);
         let mut mask = attention_mask.shallow_clone();
-        let (cos, sin) = model.rotary().cos_sin(&pos, x.kind());
+        let (cos, sin) = model.rotary().cos_sin(&pos, kind);
         let hidden = model.forward_embeds(x, (&cos, &sin), Some(&mask), Some(&mut cache));
         let mut next = self
             .logits(&hidden.f_narrow(1, t - 1, 1)?)

@@ -23,9 +23,10 @@
 //! `merger.ln_q.weight`, `merger.mlp.{0,2}.{weight,bias}`.
 
 use serde::Deserialize;
+use tch::Tensor;
 use tch::nn::{Init, Path};
-use tch::{Kind, Tensor};
 
+use super::attention;
 use crate::model::layers::{Adapters, Linear, RmsNorm, Split};
 
 /// `vision_config` of a Qwen2.5-VL `config.json` (transformers' `Qwen2_5_VLVisionConfig`
@@ -313,55 +314,11 @@ impl VisionTower {
             .qkv
             .forward(&b.norm1.forward(x))
             .f_reshape([n, 3, heads, d])?;
-        let rotate = |t: Tensor| -> Result<Tensor, tch::TchError> {
-            let kind = t.kind();
-            let tf = t.f_to_kind(Kind::Float)?;
-            let half = d / 2;
-            let rotated = Tensor::f_cat(
-                &[
-                    tf.f_narrow(-1, half, d - half)?.f_neg()?,
-                    tf.f_narrow(-1, 0, half)?,
-                ],
-                -1,
-            )?;
-            let (cos, sin) = (cos.f_unsqueeze(1)?, sin.f_unsqueeze(1)?);
-            (tf * cos + rotated * sin).f_to_kind(kind)
-        };
-        let q = rotate(qkv.f_select(1, 0)?)?;
-        let k = rotate(qkv.f_select(1, 1)?)?;
+        let q = attention::rotate(&qkv.f_select(1, 0)?, cos, sin)?;
+        let k = attention::rotate(&qkv.f_select(1, 1)?, cos, sin)?;
         let v = qkv.f_select(1, 2)?;
-        // Consecutive spans of one length attend as one batch (the windows of an image are
-        // mostly equal): the same attention per span as a loop over them, in a few calls.
-        let lens: Vec<(i64, i64)> = spans
-            .windows(2)
-            .map(|w| (w[0], w[1] - w[0]))
-            .filter(|&(_, len)| len > 0)
-            .collect();
-        let mut outs = Vec::with_capacity(lens.len());
-        let mut i = 0;
-        while i < lens.len() {
-            let (start, len) = lens[i];
-            let run = lens[i..].iter().take_while(|&&(_, l)| l == len).count() as i64;
-            // (run, heads, len, d): every token sees its own span whole.
-            let part = |t: &Tensor| {
-                t.f_narrow(0, start, run * len)?
-                    .f_reshape([run, len, heads, d])?
-                    .f_transpose(1, 2)
-            };
-            let attn = Tensor::f_scaled_dot_product_attention::<Tensor>(
-                &part(&q)?,
-                &part(&k)?,
-                &part(&v)?,
-                None,
-                0.0,
-                false,
-                None,
-                false,
-            )?;
-            outs.push(attn.f_transpose(1, 2)?.f_reshape([run * len, heads, d])?);
-            i += run as usize;
-        }
-        let attn = Tensor::f_cat(&outs, 0)?.f_reshape([n, c.hidden_size])?;
+        let attn = attention::within_spans(&q, &k, &v, spans)?;
+        let attn = attn.f_reshape([n, c.hidden_size])?;
         let x = x + b.proj.forward(&attn);
         let h = b.norm2.forward(&x);
         let gate = b.gate.forward(&h);
@@ -379,29 +336,11 @@ impl VisionTower {
         let unit = c.merge_unit();
         let merged_window = (c.window_size / m / c.patch_size).max(1);
         let half = c.head_dim() / 2;
-        // inv_freq over the `half` rotary dims of one axis: 1 / 10000^(2i / half).
-        let inv_freq: Vec<f32> = (0..half / 2)
-            .map(|i| 1.0 / 10000f32.powf((2 * i) as f32 / half as f32))
-            .collect();
-        let (mut rows, mut cols) = (Vec::new(), Vec::new());
         let (mut window_index, mut windows, mut images) = (Vec::new(), vec![0i64], vec![0i64]);
         let mut offset = 0i64;
         for &[t, h, w] in grid_thw {
             if h % m != 0 || w % m != 0 || t <= 0 {
                 return Err(VisionError::Grid { t, h, w, merge: m });
-            }
-            // Patch positions in merge-block order, repeated for each frame.
-            for _ in 0..t {
-                for bh in 0..h / m {
-                    for bw in 0..w / m {
-                        for ih in 0..m {
-                            for iw in 0..m {
-                                rows.push((bh * m + ih) as f32);
-                                cols.push((bw * m + iw) as f32);
-                            }
-                        }
-                    }
-                }
             }
             // Full attention is per frame (transformers' `cu_seqlens`); a frame's tokens stay
             // contiguous in window order.
@@ -434,14 +373,11 @@ impl VisionTower {
             }
             offset += t * gh * gw;
         }
-        let freq = Tensor::from_slice(&inv_freq).f_unsqueeze(0)?;
-        let angle = |pos: &[f32]| -> Result<Tensor, tch::TchError> {
-            Tensor::from_slice(pos).f_unsqueeze(1)?.f_mul(&freq)
-        };
-        let angles = Tensor::f_cat(&[angle(&rows)?, angle(&cols)?], 1)?;
+        // Patch positions in merge-block order, repeated for each frame.
+        let angles = attention::patch_angles(grid_thw, m, c.head_dim())?;
         // Into window order.
         let order = Tensor::from_slice(&window_index);
-        let total = rows.len() as i64;
+        let total = angles.size()[0];
         let angles = angles
             .f_reshape([total / unit, unit, half])?
             .f_index_select(0, &order)?
