@@ -802,6 +802,15 @@ mod tests {
                 .iter()
                 .any(|a| a.starts_with("vision tower: 676.6M"))
         );
+        // Qwen3-VL-8B's tower: 576,388,336 parameters in transformers 4.57.
+        let qwen3 = r#"{"model_type": "qwen3_vl", "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "num_hidden_layers": 36, "vocab_size": 151936,
+            "intermediate_size": 12288, "tie_word_embeddings": false,
+            "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+                "num_heads": 16, "out_hidden_size": 4096, "patch_size": 16,
+                "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]}}"#;
+        let m: ModelDims = serde_json::from_str(qwen3).expect("dims");
+        assert_eq!(m.vision_params(), 576_388_336);
         // Qwen3.5's multimodal checkpoints train as text: their tower is not counted.
         let mut v: serde_json::Value = serde_json::from_str(text).expect("json");
         v["model_type"] = "qwen2".into();

@@ -1438,12 +1438,19 @@ rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
 
 /// A tiny Qwen2.5-VL (a 2-block tower).
 const VL_MODEL: &str = "builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl";
+/// A tiny Qwen3-VL (a 2-block tower, DeepStack features after the first added to the first
+/// layer's output).
+const QWEN3_VL_MODEL: &str = "builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl";
 /// Rows of [`vision_batch`], and the prompt and response lengths of each.
 const VL_ROWS: i64 = 4;
 const VL_PROMPT: i64 = 14;
 const VL_RESP: i64 = 4;
 
 fn vl_settings(lora: bool) -> EngineSettings {
+    vl_settings_for(VL_MODEL, lora)
+}
+
+fn vl_settings_for(model: &str, lora: bool) -> EngineSettings {
     use runtime::model::lora::{LoraConfig, LoraTargets};
     EngineSettings {
         remove_padding: true,
@@ -1454,15 +1461,15 @@ fn vl_settings(lora: bool) -> EngineSettings {
             exclude: LoraTargets::Names(Vec::new()),
             adapter_dir: None,
         }),
-        ..settings_for(VL_MODEL, Dtype::Fp32, false)
+        ..settings_for(model, Dtype::Fp32, false)
     }
 }
 
 /// Four rows, each prompt with an image (grids of 4 x 4 and 4 x 8 patches: 4 and 8
 /// placeholders), left-padded by 0 to 2 tokens, responses ragged on the right as the rollout
 /// pads them; positions are the model's M-RoPE ids `(B, T, 3)`.
-fn vision_batch() -> Batch {
-    let e = single_engine(VL_MODEL);
+fn vision_batch(model: &str) -> Batch {
+    let e = single_engine(model);
     let cfg = e.model_config();
     let id = |k: &str| cfg.extra[k].as_i64().expect("a vision token id");
     let (start, image, end) = (
@@ -1526,22 +1533,26 @@ fn vision_batch() -> Batch {
     b
 }
 
-// Qwen2.5-VL on both ranks: under Ulysses (data-parallel size 1) every rank embeds the whole
-// micro-batch's images and keeps its shard of the packed embeddings and M-RoPE positions, the
-// tower's gradient being the sum of the shards' shares; with LoRA on the text model and the
+// Qwen2.5-VL and Qwen3-VL on both ranks: under Ulysses (data-parallel size 1) every rank embeds
+// the whole micro-batch's images and keeps its shard of the packed embeddings, DeepStack
+// features and M-RoPE positions, the tower's gradient being the sum of the shards' shares
+// (through the DeepStack features too, from the layer outputs they are added to); with LoRA on the text model and the
 // tower (PEFT's all-linear) on 2 data-parallel ranks, the tower's adapters a unit of their
 // own beside its frozen weights. Each follows the single engine step by step.
 rank_test!(
     fsdp_vision_language_under_ulysses_and_lora_matches_single_engine,
     2,
     |pg| {
-        let batch = vision_batch();
-        let mut s = FsdpSettings::new(vl_settings(false));
-        s.ulysses = 2;
-        let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
-        assert_eq!(e.dp_size(), 1);
-        let dp = e.data_group().clone();
-        packed_matches_padded(VL_MODEL, &batch, &mut e, &batch, Some(&dp));
+        for model in [VL_MODEL, QWEN3_VL_MODEL] {
+            let batch = vision_batch(model);
+            let mut s = FsdpSettings::new(vl_settings_for(model, false));
+            s.ulysses = 2;
+            let mut e = FsdpEngine::<CausalLm>::new(s, pg.clone()).expect("fsdp engine");
+            assert_eq!(e.dp_size(), 1);
+            let dp = e.data_group().clone();
+            packed_matches_padded(model, &batch, &mut e, &batch, Some(&dp));
+        }
+        let batch = vision_batch(VL_MODEL);
 
         let mut single = SingleEngine::<CausalLm>::new(vl_settings(true)).expect("single LoRA");
         let mut f = FsdpEngine::<CausalLm>::new(FsdpSettings::new(vl_settings(true)), pg.clone())

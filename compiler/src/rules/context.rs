@@ -152,6 +152,12 @@ pub struct VisionDims {
     pub in_channels: u64,
     #[serde(default = "vision_defaults::spatial_merge_size")]
     pub spatial_merge_size: u64,
+    /// Qwen3-VL's learned position grid (absent in Qwen2.5-VL's configs).
+    #[serde(default)]
+    pub num_position_embeddings: Option<u64>,
+    /// Qwen3-VL's DeepStack levels, each with a merger of its own.
+    #[serde(default)]
+    pub deepstack_visual_indexes: Option<Vec<u64>>,
 }
 
 mod vision_defaults {
@@ -184,7 +190,52 @@ mod vision_defaults {
 impl VisionDims {
     /// The tower's parameters: the patch embedding, each block (two norms, the biased fused
     /// qkv and output projections, the biased gated MLP) and the merger (a norm, then
-    /// Linear-GELU-Linear over `merge²` neighbouring patches).
+    /// Linear-GELU-Linear over `merge²` neighbouring patches). A Qwen3-VL tower (`qwen3`) has
+    /// a biased patch embedding, the position grid, LayerNorms with biases, a two-layer MLP and
+    /// a merger per DeepStack level besides the main one (their norms over the merged width).
+    pub fn params_of(&self, qwen3: bool) -> u64 {
+        if !qwen3 {
+            return self.params();
+        }
+        let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
+        let (h, i) = (self.hidden_size, self.intermediate_size);
+        let patch = m(&[
+            h,
+            self.in_channels,
+            self.temporal_patch_size,
+            self.patch_size,
+            self.patch_size,
+        ])
+        .saturating_add(h);
+        let positions = m(&[self.num_position_embeddings.unwrap_or(2304), h]);
+        let block = [
+            m(&[4, h]),
+            m(&[h, 3, h]).saturating_add(m(&[3, h])),
+            m(&[h, h]).saturating_add(h),
+            m(&[h, i]).saturating_add(i),
+            m(&[i, h]).saturating_add(h),
+        ]
+        .iter()
+        .fold(0u64, |acc, x| acc.saturating_add(*x));
+        let merged = m(&[h, self.spatial_merge_size, self.spatial_merge_size]);
+        let linears = m(&[merged, merged])
+            .saturating_add(merged)
+            .saturating_add(m(&[merged, self.out_hidden_size]))
+            .saturating_add(self.out_hidden_size);
+        let levels = self
+            .deepstack_visual_indexes
+            .as_ref()
+            .map_or(3, |d| d.len() as u64);
+        let mergers = linears
+            .saturating_add(m(&[2, h]))
+            .saturating_add(m(&[levels, linears.saturating_add(m(&[2, merged]))]));
+        patch
+            .saturating_add(positions)
+            .saturating_add(block.saturating_mul(self.depth))
+            .saturating_add(mergers)
+    }
+
+    /// [`VisionDims::params_of`] a Qwen2.5-VL tower.
     pub fn params(&self) -> u64 {
         let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
         let (h, i) = (self.hidden_size, self.intermediate_size);
@@ -274,8 +325,8 @@ impl ModelDims {
     /// The vision tower's parameters, for a family whose tower verlc trains (0 otherwise: a
     /// text model, or Qwen3.5's multimodal checkpoints, which train as text).
     pub fn vision_params(&self) -> u64 {
-        match (&self.vision_config, self.family().is_some_and(|f| f.vision)) {
-            (Some(v), true) => v.params(),
+        match (&self.vision_config, self.family().filter(|f| f.vision)) {
+            (Some(v), Some(f)) => v.params_of(f.model_type == "qwen3_vl"),
             _ => 0,
         }
     }

@@ -12,7 +12,9 @@
 //! of width `moe_intermediate`; `qwen3_next` Qwen3-Next, the layers of `qwen3_5_moe` (its
 //! checkpoints store the DeltaNet projections fused); `qwen2_5_vl` Qwen2.5-VL, the `qwen2`
 //! text model under multimodal rotary positions with a two-block vision tower, its tokenizer
-//! gaining Qwen-VL's vision tokens. `tools` (`tools=lookup`, a comma list) adds one token per tool
+//! gaining Qwen-VL's vision tokens; `qwen3_vl` Qwen3-VL, the `qwen3` text model under
+//! interleaved M-RoPE with a two-block tower whose first block gives DeepStack features.
+//! `tools` (`tools=lookup`, a comma list) adds one token per tool
 //! to the vocabulary: its whole argument-less `hermes` call (the tool task of
 //! `examples/tool_lookup.yaml`).
 
@@ -106,7 +108,7 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     }
     let arch: Arch = cfg.arch()?;
     if arch.has_vision() {
-        add_vision_tower(&mut cfg, &mut extra);
+        add_vision_tower(&mut cfg, &mut extra, arch);
     }
     extra.insert("architectures".into(), json!([arch.causal_lm_class()]));
     extra.insert("bos_token_id".into(), json!(null));
@@ -119,26 +121,43 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     Ok(cfg)
 }
 
-/// A tiny Qwen2.5-VL's vision half: M-RoPE sections for its heads, the tiny tower
-/// ([`set_tiny_tower`]) on 14-pixel patches (so the default image processor feeds it), and the
-/// vision token ids after the built-in vocabulary.
-fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::Value>) {
+/// A tiny vision-language model's vision half: M-RoPE sections for its heads (interleaved for
+/// Qwen3-VL), the tiny tower ([`set_tiny_tower`]) on 14-pixel patches (so the default image
+/// processor feeds it), and the vision token ids after the built-in vocabulary.
+fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::Value>, arch: Arch) {
+    let qwen3 = arch == Arch::Qwen3Vl;
     let mut rope = Map::new();
-    rope.insert("type".into(), json!("mrope"));
+    rope.insert(
+        "type".into(),
+        json!(if qwen3 { "default" } else { "mrope" }),
+    );
     rope.insert("mrope_section".into(), tiny_mrope_section(cfg));
+    if qwen3 {
+        rope.insert("mrope_interleaved".into(), json!(true));
+    }
     cfg.rope_scaling = Some(rope);
     let mut vision = Map::new();
-    for (key, value) in [
+    let common = [
         ("patch_size", json!(14)),
         ("temporal_patch_size", json!(2)),
         ("in_channels", json!(3)),
         ("spatial_merge_size", json!(2)),
-        ("window_size", json!(112)),
-        ("hidden_act", json!("silu")),
-        ("tokens_per_second", json!(2)),
-        ("model_type", json!("qwen2_5_vl")),
-    ] {
-        vision.insert(key.into(), value);
+        ("model_type", json!(cfg.model_type)),
+    ];
+    let family: &[(&str, serde_json::Value)] = if qwen3 {
+        &[
+            ("hidden_act", json!("gelu_pytorch_tanh")),
+            ("num_position_embeddings", json!(64)),
+        ]
+    } else {
+        &[
+            ("window_size", json!(112)),
+            ("hidden_act", json!("silu")),
+            ("tokens_per_second", json!(2)),
+        ]
+    };
+    for (key, value) in common.iter().chain(family) {
+        vision.insert((*key).into(), value.clone());
     }
     set_tiny_tower(&mut vision, cfg.hidden_size);
     extra.insert("vision_config".into(), serde_json::Value::Object(vision));
@@ -253,17 +272,24 @@ fn tiny_mrope_section(cfg: &ModelConfig) -> serde_json::Value {
 }
 
 /// The tiny tower's sizes in `vision_config`: two blocks of width 64 with four heads, the
-/// second attending over whole images, merged to the text model's width `hidden`.
+/// second attending over whole images (Qwen2.5-VL's windows; Qwen3-VL's towers attend over
+/// whole images in every block, and take DeepStack features after the first), merged to the
+/// text model's width `hidden`.
 fn set_tiny_tower(vision: &mut Map<String, serde_json::Value>, hidden: i64) {
+    let qwen3 = vision.get("model_type").and_then(serde_json::Value::as_str) == Some("qwen3_vl");
     for (key, value) in [
         ("depth", json!(2)),
         ("hidden_size", json!(64)),
         ("num_heads", json!(4)),
         ("intermediate_size", json!(128)),
         ("out_hidden_size", json!(hidden)),
-        ("fullatt_block_indexes", json!([1])),
     ] {
         vision.insert(key.into(), value);
+    }
+    if qwen3 {
+        vision.insert("deepstack_visual_indexes".into(), json!([0]));
+    } else {
+        vision.insert("fullatt_block_indexes".into(), json!([1]));
     }
 }
 

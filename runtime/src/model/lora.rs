@@ -44,9 +44,10 @@ pub const ALL_LINEAR: [&str; 7] = [
     "down_proj",
 ];
 
-/// The suffixes naming every linear layer of a Qwen2.5-VL vision tower (its blocks' attention
-/// and MLP, the patch merger's two layers), which PEFT's `all-linear` selects as well.
-pub const TOWER_LINEAR: [&str; 7] = [
+/// The suffixes naming every linear layer of a vision tower (its blocks' attention and MLP,
+/// the patch mergers' two layers: Qwen2.5-VL's `gate/up/down_proj` and `merger.mlp.{0,2}`,
+/// Qwen3-VL's `linear_fc{1,2}`), which PEFT's `all-linear` selects as well.
+pub const TOWER_LINEAR: [&str; 9] = [
     "attn.qkv",
     "attn.proj",
     "mlp.gate_proj",
@@ -54,6 +55,8 @@ pub const TOWER_LINEAR: [&str; 7] = [
     "mlp.down_proj",
     "merger.mlp.0",
     "merger.mlp.2",
+    "linear_fc1",
+    "linear_fc2",
 ];
 
 /// Where a vision-language model's text model and tower sit in transformers' module tree

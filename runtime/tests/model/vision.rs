@@ -240,15 +240,57 @@ pub(crate) fn oracle_rows(
     (prompts, images)
 }
 
-/// The rollout engine on Qwen2.5-VL (prompts with images, prefilled with the tower's
-/// embeddings at M-RoPE positions, decoded with the KV cache at text positions) generates
-/// transformers' greedy tokens; the batch's positions are `(N, P + R, 3)`, responses one past
-/// the prompt on every axis.
+/// The oracle runs of each vision-language family: the directory and the tensors file.
+fn oracle_models() -> [(PathBuf, &'static str); 2] {
+    [
+        (oracle_dir(), "qwen2_5_vl_model.safetensors"),
+        (oracle_dir().join("qwen3_vl"), "model.safetensors"),
+    ]
+}
+
+/// The rollout engine on Qwen2.5-VL and Qwen3-VL (prompts with images, prefilled with the
+/// tower's embeddings (and Qwen3-VL's DeepStack features) at M-RoPE positions, decoded with
+/// the KV cache at text positions) generates transformers' greedy tokens; the batch's
+/// positions are `(N, P + R, 3)`, responses one past the prompt on every axis.
 #[test]
-fn qwen2_5_vl_rollout_generates_transformers_tokens() {
+fn vision_language_rollout_generates_transformers_tokens() {
     use runtime::rollout::{PromptStream, SamplingParams, StopTokens, generate_images};
     tch::set_num_threads(1);
-    let (_vs, model, tensors) = oracle_model();
+    for (dir, file) in oracle_models() {
+        rollout_generates_transformers_tokens(&dir, file);
+    }
+    // A text-only model refuses prompts with images.
+    let (_vs, _model, tensors) = oracle_model();
+    let (_, images) = oracle_rows(&tensors);
+    let params = SamplingParams {
+        do_sample: false,
+        n: 1,
+        max_new_tokens: 2,
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    let stop = StopTokens {
+        eos: Vec::new(),
+        pad: 0,
+    };
+    let streams = PromptStream::consecutive(0, 0, 2);
+    let text_cfg = runtime::model::builtin::config(
+        &runtime::builtin_uri::BuiltinUri::parse("builtin://tiny")
+            .expect("uri")
+            .expect("builtin"),
+    )
+    .expect("tiny");
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let text = runtime::model::CausalLm::new(&text_cfg, vs.root()).expect("text model");
+    let short: Vec<Vec<i64>> = vec![vec![5, 6], vec![7]];
+    let err = generate_images(&text, &short, &images, &streams, &params, &stop, None)
+        .expect_err("text model with images");
+    assert!(err.to_string().contains("vision-language"), "{err}");
+}
+
+fn rollout_generates_transformers_tokens(dir: &std::path::Path, file: &str) {
+    use runtime::rollout::{PromptStream, SamplingParams, StopTokens, generate_images};
+    let (_vs, model, tensors) = oracle_model_in(dir, file);
     let (prompts, images) = oracle_rows(&tensors);
     let want: Vec<Vec<i64>> = Vec::try_from(&tensors["output.generated"]).expect("generated");
     let params = SamplingParams {
@@ -277,29 +319,22 @@ fn qwen2_5_vl_rollout_generates_transformers_tokens() {
         0.0,
         "responses continue the prompt"
     );
-    // A text-only model refuses prompts with images.
-    let text_cfg = runtime::model::builtin::config(
-        &runtime::builtin_uri::BuiltinUri::parse("builtin://tiny")
-            .expect("uri")
-            .expect("builtin"),
-    )
-    .expect("tiny");
-    let vs = tch::nn::VarStore::new(Device::Cpu);
-    let text = runtime::model::CausalLm::new(&text_cfg, vs.root()).expect("text model");
-    let short: Vec<Vec<i64>> = vec![vec![5, 6], vec![7]];
-    let err = generate_images(&text, &short, &images, &streams, &params, &stop, None)
-        .expect_err("text model with images");
-    assert!(err.to_string().contains("vision-language"), "{err}");
 }
 
-/// The engines' forward of a Qwen2.5-VL batch (its rows' images carried by the batch, M-RoPE
-/// positions `(B, T, 3)`) gives transformers' log-probs of the last tokens, padded and
-/// packed (`use_remove_padding`), and the gradient reaches the vision tower.
+/// The engines' forward of a Qwen2.5-VL and a Qwen3-VL batch (its rows' images carried by the
+/// batch, M-RoPE positions `(B, T, 3)`) gives transformers' log-probs of the last tokens,
+/// padded and packed (`use_remove_padding`), and the gradient reaches the vision tower.
 #[test]
-fn qwen2_5_vl_engine_log_probs_match_transformers() {
-    use runtime::engine::{Batch, ForwardOptions, Head};
+fn vision_language_engine_log_probs_match_transformers() {
     tch::set_num_threads(1);
-    let (vs, model, tensors) = oracle_model();
+    for (dir, file) in oracle_models() {
+        engine_log_probs_match_transformers(&dir, file);
+    }
+}
+
+fn engine_log_probs_match_transformers(dir: &std::path::Path, file: &str) {
+    use runtime::engine::{Batch, ForwardOptions, Head};
+    let (vs, model, tensors) = oracle_model_in(dir, file);
     let (_, images) = oracle_rows(&tensors);
     let ids = &tensors["input.input_ids"];
     let mask = &tensors["input.attention_mask"];
