@@ -350,7 +350,27 @@ impl ImageProcessorConfig {
         }
         let text =
             std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
+        Self::from_json(&text).map_err(|e| format!("{}: {e}", file.display()))
+    }
+
+    /// A `preprocessor_config.json`'s text. Newer processors (Qwen3-VL's) give the pixel
+    /// bounds as `size: {shortest_edge, longest_edge}` instead of `min_pixels`/`max_pixels`,
+    /// which transformers reads the same way.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(obj) = v.as_object_mut() {
+            let size = obj.get("size").cloned();
+            for (key, edge) in [
+                ("min_pixels", "shortest_edge"),
+                ("max_pixels", "longest_edge"),
+            ] {
+                let bound = size.as_ref().and_then(|s| s.get(edge)).cloned();
+                if let (false, Some(b)) = (obj.get(key).is_some_and(|x| !x.is_null()), bound) {
+                    obj.insert(key.into(), b);
+                }
+            }
+        }
+        serde_json::from_value(v).map_err(|e| e.to_string())
     }
 
     /// Writes `preprocessor_config.json` into a saved model directory `dir`: the source

@@ -2,7 +2,9 @@
 //! `process_image` with qwen_vl_utils' `fetch_image`, then transformers'
 //! `Qwen2VLImageProcessor`; tests/oracle/vision_oracle.py): PNG files of several sizes and
 //! modes (RGB, RGBA over white, grayscale, palette) under default and narrowed pixel bounds
-//! (upscaled, downscaled once and twice), the same patch grid and the same pixel values.
+//! (upscaled, downscaled once and twice), the same patch grid and the same pixel values; and
+//! as Qwen3-VL's processor prepares them (16-pixel patches, its `preprocessor_config.json`
+//! giving the pixel bounds as `size`).
 use runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
 use serde_json::Value;
 
@@ -15,7 +17,7 @@ fn images_are_prepared_as_verl_prepares_them() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("images.json")).expect("json"))
             .expect("json");
     let cases = cases.as_array().expect("cases");
-    assert_eq!(cases.len(), 18);
+    assert_eq!(cases.len(), 24);
     let mut wrong = Vec::new();
     for case in cases {
         let file = case["file"].as_str().expect("file");
@@ -30,7 +32,10 @@ fn images_are_prepared_as_verl_prepares_them() {
                 )
             })
         };
-        let mut cfg = ImageProcessorConfig::default();
+        let mut cfg = match case.get("preprocessor") {
+            Some(p) => ImageProcessorConfig::from_json(&p.to_string()).expect("preprocessor"),
+            None => ImageProcessorConfig::default(),
+        };
         if let Some((min, max)) = bounds("processor") {
             (cfg.min_pixels, cfg.max_pixels) = (min, max);
         }

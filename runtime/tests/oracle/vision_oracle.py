@@ -363,6 +363,23 @@ def images(out):
             results.append({"file": name, "case": label, "fetch": fetch, "processor": proc,
                             "grid_thw": batch["image_grid_thw"][0].tolist(),
                             "pixel_values": batch["pixel_values"].flatten().tolist()})
+        # Qwen3-VL's processor (its preprocessor_config.json: 16-pixel patches, mean and std
+        # 0.5, the pixel bounds as `size`); verl 0.9 fetches with the processor's patch size.
+        # transformers' fast processor (with torchvision, as verl runs) honours `size`; the
+        # slow one of 4.57 replaces it by Qwen2-VL's defaults unless given min/max_pixels, so
+        # the bounds are passed as those.
+        preprocessor = {"patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
+                        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                        "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+                        "image_processor_type": "Qwen2VLImageProcessorFast"}
+        img = process_image({"bytes": data}, image_patch_size=16)
+        processor = Qwen2VLImageProcessor(patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                                          min_pixels=65536, max_pixels=16777216)
+        batch = processor(images=[img], return_tensors="pt")
+        results.append({"file": name, "case": "qwen3_vl", "fetch": None, "processor": None,
+                        "preprocessor": preprocessor,
+                        "grid_thw": batch["image_grid_thw"][0].tolist(),
+                        "pixel_values": batch["pixel_values"].flatten().tolist()})
     with open(os.path.join(out, "images.json"), "w") as f:
         json.dump(results, f)
 

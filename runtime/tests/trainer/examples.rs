@@ -47,6 +47,8 @@ const TINY_QWEN3_NEXT: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_hea
 /// becomes `color_digits` pictures.
 const TINY_QWEN2_5_VL: &str =
     "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen2_5_vl'";
+/// Qwen3-VL's (dense): the tiny Qwen3 text model with a tower giving DeepStack features.
+const TINY_QWEN3_VL: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen3_vl'";
 
 /// The tiny model of the family an example's model path names (by its Hub-style name:
 /// `Qwen3.5-35B-A3B` is a Qwen3.5-MoE, `Qwen3-30B-A3B` a Qwen3-MoE); the dense tiny model
@@ -66,6 +68,9 @@ fn tiny_for(overrides: &[String]) -> &'static str {
     if is_qwen2_5_vl(&path) {
         return TINY_QWEN2_5_VL;
     }
+    if is_qwen3_vl(&path) {
+        return TINY_QWEN3_VL;
+    }
     let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
     match (qwen3_5, is_moe_name(&path)) {
         (true, true) => TINY_QWEN3_5_MOE,
@@ -78,6 +83,11 @@ fn tiny_for(overrides: &[String]) -> &'static str {
 /// Qwen2.5-VL by name (`Qwen2.5-VL-7B-Instruct`).
 fn is_qwen2_5_vl(path: &str) -> bool {
     path.contains("qwen2.5-vl") || path.contains("qwen2_5_vl")
+}
+
+/// Qwen3-VL's dense models by name (`Qwen3-VL-8B-Instruct`; the MoE ones are another family).
+fn is_qwen3_vl(path: &str) -> bool {
+    (path.contains("qwen3-vl") || path.contains("qwen3_vl")) && !is_moe_name(path)
 }
 
 /// A mixture-of-experts model by name: `moe`, or an active-parameter tag like `A3B`.
@@ -144,7 +154,7 @@ fn retarget(dir: &std::path::Path, layout: Layout, policy: &str) -> Vec<String> 
     ]
     .map(str::to_owned)
     .to_vec();
-    if policy == TINY_QWEN2_5_VL {
+    if policy == TINY_QWEN2_5_VL || policy == TINY_QWEN3_VL {
         // The vision examples' geo3k rows become pictures the tiny model reads.
         for (key, split, size) in [("train_files", "train", 64), ("val_files", "test", 8)] {
             o.push(format!(
@@ -682,8 +692,8 @@ fn implements_model(overrides: &[String], base: &str) -> bool {
         .find_map(|o| o.strip_prefix("actor_rollout_ref.model.path="))
         .unwrap_or_default()
         .to_ascii_lowercase();
-    if is_qwen2_5_vl(&path) {
-        // Qwen2.5-VL trains on FSDP, full weights or LoRA.
+    if is_qwen2_5_vl(&path) || is_qwen3_vl(&path) {
+        // Qwen2.5-VL and Qwen3-VL train on FSDP, full weights or LoRA.
         let megatron = base.contains("megatron")
             || overrides.iter().any(|o| {
                 o.ends_with("strategy=megatron")
@@ -923,7 +933,13 @@ fn lower_fixture(
             })
             .collect();
         overrides.extend(teachers);
-        // Several teachers route rows by `data_source`: the first scores the built-in task's.
+        // Several teachers route rows by `data_source`: the first scores the built-in task's
+        // (the vision-language examples' pictures, else digit reversal).
+        let task = if [TINY_QWEN2_5_VL, TINY_QWEN3_VL].contains(&tiny_for(&overrides)) {
+            "builtin/color_digits"
+        } else {
+            "builtin/digit_reversal"
+        };
         if let Some(first) = overrides.iter_mut().find(|o| {
             o.split_once('=').is_some_and(|(k, _)| {
                 let k = k.trim_start_matches('+');
@@ -934,7 +950,7 @@ fn lower_fixture(
                 .split_once('=')
                 .map(|(k, _)| k.to_owned())
                 .unwrap_or_default();
-            *first = format!("{key}=builtin/digit_reversal");
+            *first = format!("{key}={task}");
         }
         clip_parallel(&mut overrides);
         clip_topk(&mut overrides);
@@ -1047,6 +1063,7 @@ fn verl_examples_that_build_start_and_train_two_steps() {
         TINY_QWEN3_5,
         TINY_QWEN3_5_MOE,
         TINY_QWEN2_5_VL,
+        TINY_QWEN3_VL,
     ] {
         let n = runs
             .values()
