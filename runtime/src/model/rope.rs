@@ -248,6 +248,10 @@ impl RotaryEmbedding {
         if let (Some(sections), 3) = (&self.mrope_section, position_ids.dim()) {
             return self.mrope_tables(&position_ids.permute([2, 0, 1]), sections, kind);
         }
+        if position_ids.dim() == 3 {
+            // Multimodal positions for a text model: the text axis.
+            return self.cos_sin(&position_ids.select(-1, 0), kind);
+        }
         let inv = self.inv_freq_for(position_ids);
         let freqs = position_ids.to_kind(Kind::Float).unsqueeze(-1) * inv.view([1, 1, -1]);
         let emb = Tensor::cat(&[&freqs, &freqs], -1);

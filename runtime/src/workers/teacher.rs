@@ -73,7 +73,18 @@ impl<E: Engine<Head = CausalLm>> Teachers<E> {
         };
         let mut lps: Option<Tensor> = None;
         let mut ids: Option<Tensor> = None;
-        for (i, (_, teacher)) in self.teachers.iter_mut().enumerate() {
+        for (i, (key, teacher)) in self.teachers.iter_mut().enumerate() {
+            let text = teacher
+                .engine
+                .model_config()
+                .arch()
+                .is_ok_and(|a| !a.has_vision());
+            let view = if text {
+                text_view(batch, which.as_ref(), i, key.as_deref())?
+            } else {
+                None
+            };
+            let batch = view.as_ref().unwrap_or(batch);
             let (lp, id) = match topk {
                 Some(k) => {
                     let TopKTargets { ids, log_probs } = teacher.compute_topk(batch, k)?;
@@ -107,4 +118,59 @@ impl<E: Engine<Head = CausalLm>> Teachers<E> {
         }
         Ok(())
     }
+}
+
+/// What a text-model teacher reads of a vision-language batch (a student's rows with images
+/// and multimodal positions `(N, T, 3)`): the rows' text positions (the first axis: on a
+/// text-only row all three are the same) and no images; `None` when the batch is text already.
+/// The rows teacher `i` scores (`which`, or every row) must carry no images: a text model
+/// cannot see them, and verl gives such rows to a vision-language teacher.
+fn text_view(
+    batch: &Batch,
+    which: Option<&Tensor>,
+    i: usize,
+    key: Option<&str>,
+) -> Result<Option<Batch>> {
+    let pos = batch.get("position_ids")?;
+    if batch.images().is_empty() && pos.dim() != 3 {
+        return Ok(None);
+    }
+    let mine: Vec<bool> = match which {
+        Some(w) => Vec::<i64>::try_from(w)?
+            .iter()
+            .map(|&t| t == i as i64)
+            .collect(),
+        None => vec![true; batch.rows() as usize],
+    };
+    if let Some(row) = batch
+        .images()
+        .iter()
+        .zip(&mine)
+        .position(|(images, &own)| own && !images.is_empty())
+    {
+        return Err(WorkerError::Config(format!(
+            "distillation teacher {} is a text model, but row {row} it scores has images",
+            key.unwrap_or("(the only one)")
+        )));
+    }
+    let mut view = batch.shallow_clone();
+    if pos.dim() == 3 {
+        view.insert("position_ids", pos.f_select(-1, 0)?)?;
+    }
+    if !batch.images().is_empty() {
+        view.set_images(vec![
+            std::sync::Arc::from(Vec::new());
+            batch.rows() as usize
+        ])?;
+        // The other teachers' rows (their values are dropped) read as token 0: their vision
+        // tokens may lie outside a text model's vocabulary. Every row still runs, so every
+        // rank's forward has the same shape.
+        let own = Tensor::from_slice(&mine).f_to_device(pos.device())?;
+        for key in ["input_ids", "responses"] {
+            let ids = batch.get(key)?;
+            let keep = own.f_view([-1, 1])?.f_expand_as(ids)?;
+            view.insert(key, ids.f_where_self(&keep, &ids.f_zeros_like()?)?)?;
+        }
+    }
+    Ok(Some(view))
 }

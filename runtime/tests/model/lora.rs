@@ -326,11 +326,32 @@ fn perturb_b(e: &SingleEngine<CausalLm>, seed: i64) {
 /// weights PEFT's `merge_and_unload()`, and the adapter read back gives the same model.
 #[test]
 fn lora_on_qwen2_5_vl_matches_peft_with_images() {
-    use runtime::engine::Head;
     tch::set_num_threads(1);
     let dir = oracle::vision();
+    lora_on_a_vision_language_model_matches_peft(&dir, "qwen2_5_vl_model.safetensors", 5, 2);
+}
+
+/// The same on Qwen3-VL (its tower's blocks have four linear layers, and each DeepStack
+/// level a merger of two besides the main one's).
+#[test]
+fn lora_on_qwen3_vl_matches_peft_with_images() {
+    tch::set_num_threads(1);
+    let dir = oracle::vision().join("qwen3_vl");
+    lora_on_a_vision_language_model_matches_peft(&dir, "model.safetensors", 4, 2 * 3);
+}
+
+/// [`lora_on_qwen2_5_vl_matches_peft_with_images`] of the oracle model in `dir` (its
+/// checkpoint and `file`), whose tower has `per_block` linear layers in each block and
+/// `mergers` in its mergers.
+fn lora_on_a_vision_language_model_matches_peft(
+    dir: &Path,
+    file: &str,
+    per_block: usize,
+    mergers: usize,
+) {
+    use runtime::engine::Head;
     let base = dir.join("checkpoint");
-    let tensors = oracle::read(&dir.join("qwen2_5_vl_model.safetensors"));
+    let tensors = oracle::read(&dir.join(file));
     let (_, images) = crate::vision::oracle_rows(&tensors);
     let ids = get(&tensors, "input.input_ids");
     let mask = get(&tensors, "input.attention_mask");
@@ -352,24 +373,22 @@ fn lora_on_qwen2_5_vl_matches_peft_with_images() {
     };
     let mut cases = Vec::new();
     for (i, (what, exclude)) in variants.iter().enumerate() {
-        let scratch = oracle::scratch(&format!("lora-vl-{i}"));
+        let scratch = oracle::scratch(&format!("lora-vl-{file}-{i}"));
         let e = engine_with(&base, config(exclude));
         let names: Vec<String> = adapters(&e).into_iter().map(|(n, _)| n).collect();
         let tower: Vec<&String> = names.iter().filter(|n| n.starts_with("visual.")).collect();
+        let cfg = e.model_config();
+        let depth = cfg.extra["vision_config"]["depth"].as_i64().unwrap_or(0) as usize;
+        let layers = cfg.num_hidden_layers as usize;
         if *what == "all-linear" {
-            // Two blocks of five layers and the merger's two: PEFT's all-linear on the tower.
-            assert_eq!(tower.len(), 2 * (2 * 5 + 2), "{tower:?}");
-            assert!(
-                names
-                    .iter()
-                    .any(|n| n == "visual.merger.mlp.2.lora_B.weight")
-            );
+            // Every block's linear layers and the mergers': PEFT's all-linear on the tower.
+            assert_eq!(tower.len(), 2 * (depth * per_block + mergers), "{tower:?}");
         } else {
             assert!(tower.is_empty(), "{what}: {tower:?}");
         }
         assert_eq!(
             names.len() - tower.len(),
-            2 * 2 * 7,
+            2 * layers * 7,
             "{what}: text adapters"
         );
         perturb_b(&e, 11 + i as i64);

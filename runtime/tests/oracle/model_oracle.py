@@ -365,7 +365,7 @@ def lora(base, adapter, inputs, out):
     # positions itself from the attention mask and the grids.
     vision = "pixel_values" in x
     if vision:
-        from transformers import Qwen2_5_VLForConditionalGeneration as Model
+        from transformers import AutoModelForImageTextToText as Model
 
         extra = {"pixel_values": x["pixel_values"], "image_grid_thw": x["image_grid_thw"]}
     else:

@@ -246,6 +246,75 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
     );
 }
 
+/// A vision-language student (the tiny Qwen3-VL reading pictures) with verl's multi-teacher
+/// routing by `data_source`: its picture rows go to a vision-language teacher, and a text
+/// teacher of another source scores none of them (it runs over the batch as text, the
+/// pictures' rows as padding, its values dropped there). Routing the pictures to the text
+/// teacher is an error that names it, not a panic or a silent blind score.
+#[test]
+fn a_vision_language_student_distils_from_teachers_routed_by_data_source() {
+    use verlc_spec::algo::KlKind;
+    use verlc_spec::trainer::{
+        DistillationLossSpec, DistillationMode, DistillationSpec, TeacherSpec,
+    };
+    let vl = "builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen3_vl";
+    let text = "builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen3";
+    let run = |tag: &str, text_key: &str, vl_key: &str| {
+        let dir = scratch(tag);
+        let model = format!("actor_rollout_ref.model.path='{vl}'");
+        let mut cfg = small_grpo(
+            &dir,
+            2,
+            &[
+                model.as_str(),
+                "data.train_files='builtin://color_digits?split=train&size=32&stripes=1'",
+                "data.val_files='builtin://color_digits?split=test&size=8&stripes=1'",
+            ],
+        );
+        cfg.distillation = Some(DistillationSpec {
+            teachers: vec![
+                TeacherSpec {
+                    key: Some(text_key.into()),
+                    model_path: text.into(),
+                },
+                TeacherSpec {
+                    key: Some(vl_key.into()),
+                    model_path: vl.into(),
+                },
+            ],
+            engine: cfg.actor.engine,
+            micro_batch: 64,
+            max_token_len: None,
+        });
+        cfg.actor.update.distillation = Some(DistillationLossSpec {
+            mode: DistillationMode::Estimator(KlKind::K1),
+            use_task_rewards: true,
+            coef: 1.0,
+            loss_max_clamp: Some(10.0),
+            use_policy_gradient: true,
+            clip_ratio_low: 0.2,
+            clip_ratio_high: 0.2,
+        });
+        runtime::trainer::run(&cfg, &quiet())
+    };
+    let summary = run(
+        "distillation_vl",
+        "builtin/digit_reversal",
+        "builtin/color_digits",
+    )
+    .expect("trains with its teachers");
+    let loss = series(&summary.history, "actor/distillation/abs_loss");
+    assert_eq!(loss.len(), 2);
+    assert!(loss.iter().all(|v| v.is_finite() && *v > 0.0), "{loss:?}");
+    let err = run(
+        "distillation_vl_misrouted",
+        "builtin/color_digits",
+        "builtin/digit_reversal",
+    )
+    .expect_err("pictures routed to a text teacher");
+    assert!(err.to_string().contains("is a text model"), "{err}");
+}
+
 /// On-policy distillation from a wider tiny teacher of the same vocabulary, on the actor's
 /// engine settings, with the loss term `loss`.
 fn with_teacher(
