@@ -197,16 +197,9 @@ impl VisionDims {
         if !qwen3 {
             return self.params();
         }
-        let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
+        let m = product;
         let (h, i) = (self.hidden_size, self.intermediate_size);
-        let patch = m(&[
-            h,
-            self.in_channels,
-            self.temporal_patch_size,
-            self.patch_size,
-            self.patch_size,
-        ])
-        .saturating_add(h);
+        let patch = self.patch_kernel().saturating_add(h);
         let positions = m(&[self.num_position_embeddings.unwrap_or(2304), h]);
         let block = [
             m(&[4, h]),
@@ -235,17 +228,22 @@ impl VisionDims {
             .saturating_add(mergers)
     }
 
-    /// [`VisionDims::params_of`] a Qwen2.5-VL tower.
-    pub fn params(&self) -> u64 {
-        let m = |factors: &[u64]| factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f));
-        let (h, i) = (self.hidden_size, self.intermediate_size);
-        let patch = m(&[
-            h,
+    /// The patch embedding's kernel: a `temporal × patch²` patch of every channel per output.
+    fn patch_kernel(&self) -> u64 {
+        product(&[
+            self.hidden_size,
             self.in_channels,
             self.temporal_patch_size,
             self.patch_size,
             self.patch_size,
-        ]);
+        ])
+    }
+
+    /// [`VisionDims::params_of`] a Qwen2.5-VL tower.
+    pub fn params(&self) -> u64 {
+        let m = product;
+        let (h, i) = (self.hidden_size, self.intermediate_size);
+        let patch = self.patch_kernel();
         let block = [
             m(&[2, h]),
             m(&[h, 3, h]).saturating_add(m(&[3, h])),
@@ -265,6 +263,11 @@ impl VisionDims {
             .saturating_add(block.saturating_mul(self.depth))
             .saturating_add(merger)
     }
+}
+
+/// The product of `factors`, saturating instead of overflowing on absurd dimensions.
+fn product(factors: &[u64]) -> u64 {
+    factors.iter().fold(1u64, |acc, f| acc.saturating_mul(*f))
 }
 
 /// The linear-attention keys of a Qwen3.5 `config.json`; absent keys take transformers'

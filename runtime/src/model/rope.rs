@@ -254,7 +254,12 @@ impl RotaryEmbedding {
         }
         let inv = self.inv_freq_for(position_ids);
         let freqs = position_ids.to_kind(Kind::Float).unsqueeze(-1) * inv.view([1, 1, -1]);
-        let emb = Tensor::cat(&[&freqs, &freqs], -1);
+        self.tables(&Tensor::cat(&[&freqs, &freqs], -1), kind)
+    }
+
+    /// cos and sin `(B, 1, T, D)` in `kind` of the angles `emb` `(B, T, D)`, scaled by the
+    /// rope type's attention factor.
+    fn tables(&self, emb: &Tensor, kind: Kind) -> (Tensor, Tensor) {
         let (mut cos, mut sin) = (emb.cos(), emb.sin());
         if self.attention_scaling != 1.0 {
             cos *= self.attention_scaling;
@@ -294,15 +299,8 @@ impl RotaryEmbedding {
                 .collect();
             Tensor::cat(&chosen, -1)
         };
-        let (mut cos, mut sin) = (pick(&emb.cos()), pick(&emb.sin()));
-        if self.attention_scaling != 1.0 {
-            cos *= self.attention_scaling;
-            sin *= self.attention_scaling;
-        }
-        (
-            cos.to_kind(kind).unsqueeze(1),
-            sin.to_kind(kind).unsqueeze(1),
-        )
+        // Picking the angles, then their cos and sin, is picking from the tables.
+        self.tables(&pick(&emb), kind)
     }
 }
 
@@ -323,16 +321,7 @@ impl RotaryEmbedding {
             .view([1, 1, 1, half])
             .expand([1, freqs.size()[1], freqs.size()[2], half], false);
         let chosen = freqs.gather(0, &index, false).squeeze_dim(0);
-        let emb = Tensor::cat(&[&chosen, &chosen], -1);
-        let (mut cos, mut sin) = (emb.cos(), emb.sin());
-        if self.attention_scaling != 1.0 {
-            cos *= self.attention_scaling;
-            sin *= self.attention_scaling;
-        }
-        (
-            cos.to_kind(kind).unsqueeze(1),
-            sin.to_kind(kind).unsqueeze(1),
-        )
+        self.tables(&Tensor::cat(&[&chosen, &chosen], -1), kind)
     }
 }
 

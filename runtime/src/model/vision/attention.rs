@@ -1,7 +1,32 @@
-//! What the vision towers' blocks share: 2-D rotary embeddings on queries and keys, and
-//! bidirectional attention within spans of tokens (an attention window, a frame).
+//! What the vision towers share: their whole (adaptable) linear layers, 2-D rotary
+//! embeddings on queries and keys, and bidirectional attention within spans of tokens (an
+//! attention window, a frame).
 
+use tch::nn::Path;
 use tch::{Kind, Tensor};
+
+use super::qwen2_5_vl::VisionError;
+use crate::model::layers::{Adapters, Linear, Split};
+
+/// A whole (not tensor-parallel) biased `in -> out` layer named `visual.{module}` under the
+/// tower's root `p` (`module` a dotted path: `blocks.0.attn.qkv`), with a LoRA adapter where
+/// `adapters` target it.
+pub(super) fn tower_linear(
+    p: &Path,
+    module: &str,
+    (i, o): (i64, i64),
+    adapters: Option<Adapters<'_>>,
+) -> Result<Linear, VisionError> {
+    let at = module.split('.').fold(p.clone(), |at, part| at.sub(part));
+    Linear::adapted(
+        at,
+        &format!("visual.{module}"),
+        (i, o, true),
+        (Split::Whole, 1),
+        adapters,
+    )
+    .map_err(VisionError::Text)
+}
 
 /// `t` `(n, heads, d)` rotated by the tables `cos`, `sin` `(n, d)` (rotate-half, in fp32 and
 /// back to `t`'s kind, as transformers' vision towers do).

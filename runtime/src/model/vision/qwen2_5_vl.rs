@@ -27,7 +27,7 @@ use tch::Tensor;
 use tch::nn::{Init, Path};
 
 use super::attention;
-use crate::model::layers::{Adapters, Linear, RmsNorm, Split};
+use crate::model::layers::{Adapters, Linear, RmsNorm};
 
 /// `vision_config` of a Qwen2.5-VL `config.json` (transformers' `Qwen2_5_VLVisionConfig`
 /// defaults where a key is absent).
@@ -210,18 +210,7 @@ impl VisionTower {
             ],
             Init::Const(0.0),
         );
-        // A whole (not tensor-parallel) layer named `visual.{module}` under `p`.
-        let linear = |module: &str, (i, o): (i64, i64)| {
-            let at = module.split('.').fold(p.clone(), |at, part| at.sub(part));
-            Linear::adapted(
-                at,
-                &format!("visual.{module}"),
-                (i, o, true),
-                (Split::Whole, 1),
-                adapters,
-            )
-            .map_err(VisionError::Text)
-        };
+        let linear = |module: &str, dims| attention::tower_linear(p, module, dims, adapters);
         let inter = cfg.intermediate_size;
         let blocks = (0..cfg.depth)
             .map(|i| {

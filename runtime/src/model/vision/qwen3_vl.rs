@@ -30,7 +30,7 @@ use tch::{Kind, Tensor};
 
 use super::attention;
 use super::qwen2_5_vl::VisionError;
-use crate::model::layers::{Adapters, Linear, Split};
+use crate::model::layers::{Adapters, Linear};
 
 /// `vision_config` of a Qwen3-VL `config.json` (transformers' `Qwen3VLVisionConfig` defaults
 /// where a key is absent).
@@ -209,17 +209,7 @@ impl Qwen3VisionTower {
             )));
         }
         let h = cfg.hidden_size;
-        let linear = |module: &str, (i, o): (i64, i64)| {
-            let at = module.split('.').fold(p.clone(), |at, part| at.sub(part));
-            Linear::adapted(
-                at,
-                &format!("visual.{module}"),
-                (i, o, true),
-                (Split::Whole, 1),
-                adapters,
-            )
-            .map_err(VisionError::Text)
-        };
+        let linear = |module: &str, dims| attention::tower_linear(p, module, dims, adapters);
         let merged = h * cfg.merge_unit();
         let merger = |prefix: &str, postshuffle: bool| -> Result<Merger, VisionError> {
             let at = prefix.split('.').fold(p.clone(), |at, part| at.sub(part));
