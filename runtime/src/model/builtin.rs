@@ -276,7 +276,11 @@ fn tiny_mrope_section(cfg: &ModelConfig) -> serde_json::Value {
 /// whole images in every block, and take DeepStack features after the first), merged to the
 /// text model's width `hidden`.
 fn set_tiny_tower(vision: &mut Map<String, serde_json::Value>, hidden: i64) {
-    let qwen3 = vision.get("model_type").and_then(serde_json::Value::as_str) == Some("qwen3_vl");
+    // transformers 5 names Qwen3-VL's tower config `qwen3_vl_vision`.
+    let qwen3 = vision
+        .get("model_type")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|t| t.starts_with("qwen3_vl"));
     for (key, value) in [
         ("depth", json!(2)),
         ("hidden_size", json!(64)),

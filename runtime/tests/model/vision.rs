@@ -526,6 +526,20 @@ fn qwen3_vl_matches_transformers() {
     matches_the_oracle_model(&dir, "model.safetensors");
 }
 
+/// The same against transformers 5's Qwen3-VL (its checkpoint: `rope_parameters`, the tower's
+/// config typed `qwen3_vl_vision`).
+#[test]
+fn qwen3_vl_matches_transformers_5() {
+    tch::set_num_threads(1);
+    let dir = oracle::qwen3_vl_transformers5();
+    let saved = std::fs::read_to_string(dir.join("checkpoint/config.json")).expect("config");
+    assert!(
+        saved.contains("rope_parameters"),
+        "a transformers 5 checkpoint"
+    );
+    matches_the_oracle_model(&dir, "model.safetensors");
+}
+
 /// `verlc smoke`'s stand-in of a Qwen2.5-VL-7B checkpoint (`builtin://scaled?from=DIR` on its
 /// config.json) keeps the family, the vision token ids and the tower's patch sizes (the
 /// source's image processor feeds it), scales the tower down to the stand-in's width and

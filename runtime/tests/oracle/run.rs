@@ -133,6 +133,13 @@ pub fn vision_transformers5() -> PathBuf {
         .clone()
 }
 
+/// `vision_oracle.py qwen3_vl_model` run on transformers 5 (its Qwen3-VL, under `qwen3_vl/`).
+pub fn qwen3_vl_transformers5() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| cached_transformers5(&script_named("vision_oracle.py"), "qwen3_vl_model"))
+        .join("qwen3_vl")
+}
+
 /// The checkpoints and references of `model_oracle.py models`.
 pub fn models() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();

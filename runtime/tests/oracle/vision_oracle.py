@@ -235,16 +235,26 @@ def qwen3_vl_model(out):
     mask = torch.tensor([[1] * 15, [0, 0] + [1] * 13])
     pixels = torch.randn(24 + 16, 3 * 2 * 4 * 4)
     grid_t = torch.tensor(grids)
+    # transformers 5 places the multimodal positions from the processor's token types.
+    import transformers
+    mm = {}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        mm["mm_token_type_ids"] = (ids == image).int()
     with torch.no_grad():
-        merged, deepstack = model.model.visual(pixels, grid_thw=grid_t)
-        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t).logits
+        tower = model.model.visual(pixels, grid_thw=grid_t)
+        # transformers 4.57 returns (embeddings, DeepStack features); 5 an output object.
+        if isinstance(tower, tuple):
+            merged, deepstack = tower
+        else:
+            merged, deepstack = tower.pooler_output, tower.deepstack_features
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t, **mm).logits
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     with torch.no_grad():
         generated = model.generate(input_ids=ids, attention_mask=mask, pixel_values=pixels,
-                                   image_grid_thw=grid_t, max_new_tokens=6, do_sample=False)
+                                   image_grid_thw=grid_t, max_new_tokens=6, do_sample=False, **mm)
     generated = generated[:, ids.shape[1]:]
-    out_logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t).logits
+    out_logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t, **mm).logits
     logp = torch.log_softmax(out_logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     loss = (logp * mask[:, :-1] * mask[:, 1:]).sum()
     loss.backward()
