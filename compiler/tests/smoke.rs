@@ -315,6 +315,58 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
     assert!(!stderr.contains("compiling"), "{stderr}");
 }
 
+/// A vision-language run as verl's Qwen3-VL example writes it (GRPO on geo3k: rows whose
+/// prompts hold `<image>` and whose `images` column holds PNG bytes) smokes end to end on CPU:
+/// a Qwen3-VL-8B-shaped model directory (config.json with its tower, the Qwen3 tokenizer's
+/// vision tokens at their ids, Qwen3-VL's preprocessor_config.json; no weights, from
+/// scripts/verl_shapes.py), its stand-in scaled down with the tower, the pictures prepared by
+/// its processor and scored by verl's geometry3k rule.
+#[test]
+fn a_qwen3_vl_run_on_pictures_smokes_on_cpu() {
+    let Some(python) = python() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (model, data) = (
+        tmp.path().join("Qwen3-VL-8B-Instruct"),
+        tmp.path().join("geo3k"),
+    );
+    let script = r#"
+import sys
+sys.path.insert(0, sys.argv[1])
+import verl_shapes
+assert verl_shapes.write_model(sys.argv[2], "Qwen/Qwen3-VL-8B-Instruct")
+verl_shapes.write_data(f"{sys.argv[3]}/train.parquet", "geo3k", "train", 16)
+verl_shapes.write_data(f"{sys.argv[3]}/test.parquet", "geo3k", "test", 4)
+"#;
+    let status = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(checkout().join("scripts"))
+        .arg(&model)
+        .arg(&data)
+        .status()
+        .expect("run python");
+    assert!(status.success(), "writing the model and data failed");
+    let args: Vec<String> = vec![
+        "examples/quickstart.yaml".into(),
+        format!("actor_rollout_ref.model.path={}", model.display()),
+        format!("data.train_files={}/train.parquet", data.display()),
+        format!("data.val_files={}/test.parquet", data.display()),
+        "data.image_key=images".into(),
+        "data.max_prompt_length=1024".into(),
+        "--steps=1".into(),
+    ];
+    let (code, stdout, stderr) = verlc_smoke(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("json report");
+    assert_eq!(report["ok"], true, "{stdout}");
+    assert!(
+        stdout.contains("builtin://scaled?from=") && stderr.contains("step:1 "),
+        "{stdout}\n{stderr}"
+    );
+}
+
 /// One good run written as verl's gsm8k example, and broken runs made from it: each exits 1
 /// with its cause (the key, the file and row, the function) in the message.
 #[test]
