@@ -394,10 +394,15 @@ fn role_memory(
     } else {
         assumptions.push("critic: the actor's model dimensions with a value head".into());
     }
-    if m.vision_params() > 0 {
+    if let Some(v) = m.vision_config.as_ref().filter(|_| m.vision_params() > 0) {
+        // The images' sizes are the data's: the tower's activations are given per patch
+        // (a merged image token is `spatial_merge_size²` patches), not summed.
+        let per_thousand = activations(1000, v.hidden_size, v.depth, checkpointing);
         assumptions.push(format!(
-            "vision tower: {:.1}M parameters, in the totals above; its activations (per image patch) are not included",
-            m.vision_params() as f64 / 1e6
+            "vision tower: {:.1}M parameters, in the totals above; its activations, not in them: {:.1} MiB per 1,000 image patches in a micro-batch ({} patches per image token)",
+            m.vision_params() as f64 / 1e6,
+            per_thousand as f64 / (1u64 << 20) as f64,
+            v.spatial_merge_size * v.spatial_merge_size
         ));
     }
     let active_params = (m.sparse_layers() > 0).then(|| {
@@ -800,7 +805,8 @@ mod tests {
         assert!(
             mem.assumptions
                 .iter()
-                .any(|a| a.starts_with("vision tower: 676.6M"))
+                .any(|a| a.starts_with("vision tower: 676.6M")
+                    && a.contains("MiB per 1,000 image patches"))
         );
         // Qwen3-VL-8B's tower: 576,388,336 parameters in transformers 4.57.
         let qwen3 = r#"{"model_type": "qwen3_vl", "hidden_size": 4096, "num_attention_heads": 32,
