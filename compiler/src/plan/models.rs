@@ -356,11 +356,15 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
 
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
 /// this run: verlc trains one on FSDP (one process or several, Ulysses too), with the
-/// built-in rollout generating single turns (synchronously or not), full weights or LoRA, no critic.
+/// built-in rollout generating single turns (synchronously or not), full weights or LoRA, without a
+/// critic.
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision)?;
     let why = if key == "critic.model.path" {
         "as a critic (it has no value head)"
+    } else if spec.critic.is_some() {
+        // verl's critic reads the actor's images as well; a text critic cannot.
+        "with a critic"
     } else if spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron {
         "on the Megatron strategy"
     } else if spec.rollout.vllm.is_some() {

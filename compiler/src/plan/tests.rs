@@ -2007,10 +2007,17 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         "trainer.n_gpus_per_node=2",
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
     ];
+    // A critic is refused at the actor's model (verl's critic reads the images too).
+    let critic = [
+        model.as_str(),
+        "algorithm.adv_estimator=gae",
+        "critic.model.path='builtin://tiny'",
+    ];
     for (yaml, overrides, refused) in [
         (megatron_fp32(), &lora_ulysses[..1], true),
         (BASE.to_owned(), &lora_ulysses[..1], false),
         (BASE.to_owned(), &lora_ulysses[..], false),
+        (BASE.to_owned(), &critic[..], true),
     ] {
         let c = case(&yaml, overrides);
         let problems = models::model_problems(&c.lowered.plan.spec, &env);

@@ -898,7 +898,7 @@ impl Model {
         packing: &Packing,
         window: &PackedWindow,
     ) -> Tensor {
-        let x = x.laid_out(|t| packing.pack(t));
+        let x = infallible(x.map(|t| Ok(packing.pack(t))));
         let (cos, sin) = self.rotary.cos_sin(&packing.pack(position_ids), x.x.kind());
         self.packed_window_layers(x, (&cos, &sin), packing, window)
     }

@@ -219,17 +219,8 @@ fn serve(
                         .map_err(|e| e.to_string())
                 }
                 None => {
-                    let prompts: Vec<Vec<i64>> =
-                        job.prompts.iter().map(|p| p.input_ids.clone()).collect();
-                    // A vision-language batch prefills with its prompts' images.
-                    let images: Vec<crate::engine::batch::RowImages> =
-                        if job.prompts.iter().any(|p| !p.images.is_empty()) {
-                            job.prompts.iter().map(|p| p.images.clone()).collect()
-                        } else {
-                            Vec::new()
-                        };
-                    worker
-                        .generate_images(&prompts, &images, &job.params, &stop)
+                    let items: Vec<&PromptItem> = job.prompts.iter().collect();
+                    super::fit::generate_prompt_items(&worker, &items, &job.params, &stop)
                         .map_err(|e| e.to_string())
                 }
             })?;

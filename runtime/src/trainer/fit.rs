@@ -808,21 +808,11 @@ impl<R: Roles> Trainer<R> {
         items: &[&PromptItem],
         params: &SamplingParams,
     ) -> Result<(Batch, RolloutOutput), TrainerError> {
-        let with_images = items.iter().any(|it| !it.images.is_empty());
         let out = match &self.agent {
             Some(agent) => {
                 agent.generate(&self.rollout, &self.tokenizer, items, params, &self.stop)?
             }
-            None => {
-                let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
-                let images: Vec<RowImages> = if with_images {
-                    items.iter().map(|it| it.images.clone()).collect()
-                } else {
-                    Vec::new()
-                };
-                self.rollout
-                    .generate_images(&prompts, &images, params, &self.stop)?
-            }
+            None => generate_prompt_items(&self.rollout, items, params, &self.stop)?,
         };
         let mut batch = rollout_batch(&out)?;
         label_prompt_items(&mut batch, items, &out.prompt_index)?;
@@ -1779,6 +1769,23 @@ pub(super) fn label_prompt_items(
         batch.set_images(rows)?;
     }
     Ok(())
+}
+
+/// One turn generated for `items` on `rollout`, a vision-language prompt prefilled with its
+/// images (the synchronous loop's and the asynchronous rollout thread's).
+pub(super) fn generate_prompt_items(
+    rollout: &RolloutWorker,
+    items: &[&PromptItem],
+    params: &SamplingParams,
+    stop: &StopTokens,
+) -> Result<RolloutOutput, TrainerError> {
+    let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
+    let images: Vec<RowImages> = if items.iter().any(|it| !it.images.is_empty()) {
+        items.iter().map(|it| it.images.clone()).collect()
+    } else {
+        Vec::new()
+    };
+    Ok(rollout.generate_images(&prompts, &images, params, stop)?)
 }
 
 pub(super) fn rollout_batch(out: &RolloutOutput) -> Result<Batch, TrainerError> {

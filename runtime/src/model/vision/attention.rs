@@ -28,6 +28,34 @@ pub(super) fn tower_linear(
     .map_err(VisionError::Text)
 }
 
+/// The patch embedding of `pixel_values` `(Σ t·h·w, patch_width)` for the grids `grid_thw`:
+/// a convolution whose kernel `(hidden, channels, t, p, p)` is the patch, so the linear map
+/// of each row (with the kernel's `bias`, when the tower has one). The rows must be the
+/// grids' patches, of the kernel's width.
+pub(super) fn patch_embedding(
+    pixel_values: &Tensor,
+    grid_thw: &[[i64; 3]],
+    kernel: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<Tensor, VisionError> {
+    let hidden = kernel.size()[0];
+    let patch = kernel.numel() as i64 / hidden.max(1);
+    let want: i64 = grid_thw.iter().map(|[t, h, w]| t * h * w).sum();
+    let size = pixel_values.size();
+    if size.len() != 2 || size[0] != want || size[1] != patch {
+        return Err(VisionError::Shape {
+            rows: size.first().copied().unwrap_or(0),
+            width: size.get(1).copied().unwrap_or(0),
+            want,
+            patch,
+        });
+    }
+    let kernel = kernel.f_reshape([hidden, -1])?;
+    Ok(pixel_values
+        .f_to_kind(kernel.kind())?
+        .f_linear(&kernel, bias)?)
+}
+
 /// `t` `(n, heads, d)` rotated by the tables `cos`, `sin` `(n, d)` (rotate-half, in fp32 and
 /// back to `t`'s kind, as transformers' vision towers do).
 pub(super) fn rotate(t: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor, tch::TchError> {

@@ -90,15 +90,7 @@ impl InputEmbeds {
         }
     }
 
-    /// Every tensor laid out by `f` (packed) the same way.
-    pub fn laid_out(&self, f: impl Fn(&Tensor) -> Tensor) -> Self {
-        InputEmbeds {
-            x: f(&self.x),
-            deepstack: self.deepstack.iter().map(f).collect(),
-        }
-    }
-
-    /// [`InputEmbeds::laid_out`] by a fallible `f` (sharded).
+    /// Every tensor laid out by `f` (packed, sharded) the same way.
     pub fn map<E>(&self, f: impl Fn(&Tensor) -> Result<Tensor, E>) -> Result<Self, E> {
         Ok(InputEmbeds {
             x: f(&self.x)?,
@@ -125,8 +117,9 @@ impl Vision {
             ));
         };
         let parse = |e: serde_json::Error| format!("vision_config: {e}");
-        let qwen3 = cfg.arch()? == super::Arch::Qwen3Vl;
-        let (out_hidden, merge) = if qwen3 {
+        let at = root / "visual";
+        // The tower, and the sizes the text model checks against it.
+        let (tower, out_hidden, merge) = if cfg.arch()? == super::Arch::Qwen3Vl {
             let v: Qwen3VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
             if v.deepstack_visual_indexes.len() as i64 >= cfg.num_hidden_layers {
                 return Err(format!(
@@ -135,10 +128,20 @@ impl Vision {
                     cfg.num_hidden_layers
                 ));
             }
-            (v.out_hidden_size, v.spatial_merge_size)
+            let tower = Qwen3VisionTower::new(&at, &v, adapters).map_err(|e| e.to_string())?;
+            (
+                Tower::Qwen3Vl(tower),
+                v.out_hidden_size,
+                v.spatial_merge_size,
+            )
         } else {
             let v: VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
-            (v.out_hidden_size, v.spatial_merge_size)
+            let tower = VisionTower::with_adapters(&at, &v, adapters).map_err(|e| e.to_string())?;
+            (
+                Tower::Qwen2_5Vl(tower),
+                v.out_hidden_size,
+                v.spatial_merge_size,
+            )
         };
         if out_hidden != cfg.hidden_size {
             return Err(format!(
@@ -171,16 +174,6 @@ impl Vision {
                 .get("tokens_per_second")
                 .and_then(Value::as_f64)
                 .unwrap_or(2.0),
-        };
-        let at = root / "visual";
-        let tower = if qwen3 {
-            let v: Qwen3VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
-            Tower::Qwen3Vl(Qwen3VisionTower::new(&at, &v, adapters).map_err(|e| e.to_string())?)
-        } else {
-            let v: VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
-            Tower::Qwen2_5Vl(
-                VisionTower::with_adapters(&at, &v, adapters).map_err(|e| e.to_string())?,
-            )
         };
         Ok(Some(Vision { tower, tokens }))
     }

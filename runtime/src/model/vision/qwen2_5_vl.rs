@@ -246,21 +246,9 @@ impl VisionTower {
         grid_thw: &[[i64; 3]],
     ) -> Result<Tensor, VisionError> {
         let c = &self.cfg;
-        let want: i64 = grid_thw.iter().map(|[t, h, w]| t * h * w).sum();
-        let size = pixel_values.size();
-        if size.len() != 2 || size[0] != want || size[1] != c.patch_width() {
-            return Err(VisionError::Shape {
-                rows: size.first().copied().unwrap_or(0),
-                width: size.get(1).copied().unwrap_or(0),
-                want,
-                patch: c.patch_width(),
-            });
-        }
+        let x = attention::patch_embedding(pixel_values, grid_thw, &self.patch_embed, None)?;
+        let want = x.size()[0];
         let layout = self.layout(grid_thw)?;
-        let kernel = self.patch_embed.f_reshape([c.hidden_size, -1])?;
-        let x = pixel_values
-            .f_to_kind(kernel.kind())?
-            .f_matmul(&kernel.f_transpose(0, 1)?)?;
         // Into window order, merge unit by merge unit.
         let unit = c.merge_unit();
         let order = Tensor::from_slice(&layout.window_index);

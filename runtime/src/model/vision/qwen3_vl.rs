@@ -280,16 +280,6 @@ impl Qwen3VisionTower {
     ) -> Result<TowerOutput, VisionError> {
         let c = &self.cfg;
         let m = c.spatial_merge_size;
-        let want: i64 = grid_thw.iter().map(|[t, h, w]| t * h * w).sum();
-        let size = pixel_values.size();
-        if size.len() != 2 || size[0] != want || size[1] != c.patch_width() {
-            return Err(VisionError::Shape {
-                rows: size.first().copied().unwrap_or(0),
-                width: size.get(1).copied().unwrap_or(0),
-                want,
-                patch: c.patch_width(),
-            });
-        }
         let mut frames = vec![0i64];
         for &[t, h, w] in grid_thw {
             if h % m != 0 || w % m != 0 || t <= 0 {
@@ -301,10 +291,7 @@ impl Qwen3VisionTower {
             }
         }
         let (kernel, bias) = &self.patch_embed;
-        let kernel = kernel.f_reshape([c.hidden_size, -1])?;
-        let x = pixel_values
-            .f_to_kind(kernel.kind())?
-            .f_linear(&kernel, Some(bias))?
+        let x = attention::patch_embedding(pixel_values, grid_thw, kernel, Some(bias))?
             .f_add(&self.positions(grid_thw)?)?;
         let angles = attention::patch_angles(grid_thw, m, c.head_dim())?;
         let emb = Tensor::f_cat(&[&angles, &angles], -1)?;
