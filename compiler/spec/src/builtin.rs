@@ -112,7 +112,7 @@ pub const TINY_VISION_TOKENS: [&str; 4] = [
 pub fn tiny_arch_has_vision(arch: &str) -> bool {
     crate::families::FAMILIES
         .iter()
-        .any(|r| r.tiny_arch == arch && r.vision)
+        .any(|r| r.tiny_arch == arch && r.vision.is_some())
 }
 
 /// The vocabulary of a `builtin://tiny?…` model: the built-in tokenizer's, the vision tokens

@@ -29,6 +29,28 @@ pub enum Family {
     /// embeddings fill the image placeholders and whose DeepStack features are added there to
     /// the first layers' outputs.
     Qwen3Vl,
+    /// Qwen3-VL-MoE: Qwen3-MoE's decoder (its experts stored fused, `experts.gate_up_proj` and
+    /// `experts.down_proj` holding every expert) with Qwen3-VL's tower and rotary positions.
+    Qwen3VlMoe,
+}
+
+/// The vision towers, each a file of the runtime's vision folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VisionTower {
+    /// Window attention, 2-D rotary, a patch merger (`qwen2_5_vl.rs`); M-RoPE in blocks.
+    Qwen2_5Vl,
+    /// A learned position grid, whole-image attention, DeepStack mergers (`qwen3_vl.rs`);
+    /// interleaved M-RoPE.
+    Qwen3Vl,
+}
+
+impl VisionTower {
+    /// Whether its families' checkpoints name their weights by transformers' module tree
+    /// (`model.language_model.*`, `model.visual.*`): transformers reads Qwen3-VL's only so,
+    /// while Qwen2.5-VL's own files (`model.*`, `visual.*`) are renamed on load.
+    pub fn module_tree_names(self) -> bool {
+        self == VisionTower::Qwen3Vl
+    }
 }
 
 /// What is known of a family without loading a model.
@@ -65,7 +87,7 @@ pub struct FamilyRow {
     pub chatml: bool,
     /// A vision tower beside the text model (`vision_config`): images in the prompt's
     /// placeholder tokens, multimodal rotary positions.
-    pub vision: bool,
+    pub vision: Option<VisionTower>,
     /// Its name in `builtin://tiny?arch=`.
     pub tiny_arch: &'static str,
 }
@@ -86,7 +108,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: false,
-        vision: false,
+        vision: None,
         tiny_arch: "llama",
     },
     FamilyRow {
@@ -103,7 +125,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: true,
         chatml: false,
-        vision: false,
+        vision: None,
         tiny_arch: "mistral",
     },
     FamilyRow {
@@ -120,7 +142,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: true,
         sliding_window_unless_null: false,
         chatml: true,
-        vision: false,
+        vision: None,
         tiny_arch: "qwen2",
     },
     FamilyRow {
@@ -137,7 +159,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
-        vision: false,
+        vision: None,
         tiny_arch: "qwen3",
     },
     FamilyRow {
@@ -154,7 +176,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
-        vision: false,
+        vision: None,
         tiny_arch: "qwen3_moe",
     },
     FamilyRow {
@@ -171,7 +193,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
-        vision: false,
+        vision: None,
         tiny_arch: "qwen3_5",
     },
     FamilyRow {
@@ -188,7 +210,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
-        vision: false,
+        vision: None,
         tiny_arch: "qwen3_5_moe",
     },
     FamilyRow {
@@ -205,7 +227,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
-        vision: false,
+        vision: None,
         tiny_arch: "qwen3_next",
     },
     FamilyRow {
@@ -223,7 +245,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: true,
         sliding_window_unless_null: false,
         chatml: true,
-        vision: true,
+        vision: Some(VisionTower::Qwen2_5Vl),
         tiny_arch: "qwen2_5_vl",
     },
     FamilyRow {
@@ -241,8 +263,26 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         sliding_window_unless_null: false,
         chatml: true,
-        vision: true,
+        vision: Some(VisionTower::Qwen3Vl),
         tiny_arch: "qwen3_vl",
+    },
+    FamilyRow {
+        family: Family::Qwen3VlMoe,
+        name: "Qwen3-VL-MoE",
+        model_type: "qwen3_vl_moe",
+        wrapper_model_type: None,
+        causal_lm_class: "Qwen3VLMoeForConditionalGeneration",
+        // transformers has no token-classification head for it: a critic is refused.
+        value_class: "Qwen3VLMoeForConditionalGeneration",
+        experts: true,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: true,
+        qkv_bias: false,
+        sliding_window_unless_null: false,
+        chatml: true,
+        vision: Some(VisionTower::Qwen3Vl),
+        tiny_arch: "qwen3_vl_moe",
     },
 ];
 
@@ -289,6 +329,11 @@ impl Family {
 
     /// Families with a vision tower.
     pub fn has_vision(self) -> bool {
+        self.row().vision.is_some()
+    }
+
+    /// Its vision tower, if it has one.
+    pub fn tower(self) -> Option<VisionTower> {
         self.row().vision
     }
 }

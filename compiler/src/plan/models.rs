@@ -359,7 +359,7 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
 /// built-in rollout generating single turns (synchronously or not), full weights or LoRA, without a
 /// critic.
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
-    let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision)?;
+    let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision.is_some())?;
     let why = if key == "critic.model.path" {
         "as a critic (it has no value head)"
     } else if spec.critic.is_some() {

@@ -293,7 +293,8 @@ pub struct LinearDims {
 /// The expert keys of a mixture-of-experts `config.json` (all default for a dense model).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct MoeDims {
-    #[serde(default)]
+    /// transformers 5 writes Qwen3-VL-MoE's as `num_local_experts`.
+    #[serde(default, alias = "num_local_experts")]
     pub num_experts: u64,
     #[serde(default)]
     pub num_experts_per_tok: u64,
@@ -328,8 +329,10 @@ impl ModelDims {
     /// The vision tower's parameters, for a family whose tower verlc trains (0 otherwise: a
     /// text model, or Qwen3.5's multimodal checkpoints, which train as text).
     pub fn vision_params(&self) -> u64 {
-        match (&self.vision_config, self.family().filter(|f| f.vision)) {
-            (Some(v), Some(f)) => v.params_of(f.model_type == "qwen3_vl"),
+        match (&self.vision_config, self.family().and_then(|f| f.vision)) {
+            (Some(v), Some(tower)) => {
+                v.params_of(tower == verlc_spec::families::VisionTower::Qwen3Vl)
+            }
             _ => 0,
         }
     }

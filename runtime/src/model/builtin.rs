@@ -125,12 +125,14 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
 /// Qwen3-VL), the tiny tower ([`set_tiny_tower`]) on 14-pixel patches (so the default image
 /// processor feeds it), and the vision token ids after the built-in vocabulary.
 fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::Value>, arch: Arch) {
-    let qwen3 = arch == Arch::Qwen3Vl;
+    let qwen3 = arch.tower() == Some(verlc_spec::families::VisionTower::Qwen3Vl);
     let mut rope = Map::new();
-    rope.insert(
-        "type".into(),
-        json!(if qwen3 { "default" } else { "mrope" }),
-    );
+    // As each family's published configs name it.
+    if qwen3 {
+        rope.insert("rope_type".into(), json!("default"));
+    } else {
+        rope.insert("type".into(), json!("mrope"));
+    }
     rope.insert("mrope_section".into(), tiny_mrope_section(cfg));
     if qwen3 {
         rope.insert("mrope_interleaved".into(), json!(true));

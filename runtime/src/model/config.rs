@@ -39,7 +39,8 @@ fn default_sparse_step() -> i64 {
 /// defaults are not written back, so a saved dense config gains none of them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MoeConfig {
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// transformers 5 writes Qwen3-VL-MoE's as `num_local_experts`.
+    #[serde(default, alias = "num_local_experts", skip_serializing_if = "is_zero")]
     pub num_experts: i64,
     /// Experts each token is routed to (top-k).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -280,6 +281,16 @@ impl ModelConfig {
         }
         lift_text_config(&mut raw);
         fill_from_wrapped_text_config(&mut raw);
+        if let Some(obj) = raw.as_object_mut()
+            && matches!(
+                obj.get("model_type").and_then(Value::as_str),
+                Some("qwen3" | "qwen3_vl")
+            )
+            && obj.get("head_dim").is_none_or(Value::is_null)
+        {
+            // `Qwen3Config` and `Qwen3VLTextConfig` default to heads of 128, not hidden / heads.
+            obj.insert("head_dim".into(), Value::from(128));
+        }
         let cfg: ModelConfig = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
         let cfg = cfg.normalize().map_err(bad)?;
         cfg.validate().map_err(|msg| ModelError::Config {
@@ -313,6 +324,17 @@ impl ModelConfig {
             self = text;
         }
         let arch = self.arch().ok();
+        if arch == Some(Arch::Qwen3VlMoe) {
+            // `Qwen3VLMoeTextConfig`'s defaults; its router always renormalises the top-k
+            // weights (transformers 4.57 and 5 alike do not read `norm_topk_prob`).
+            let m = &mut self.moe;
+            m.norm_topk_prob = true;
+            fill_absent([
+                (&mut m.num_experts, 60),
+                (&mut m.num_experts_per_tok, 4),
+                (&mut m.moe_intermediate_size, 1408),
+            ]);
+        }
         if !arch.is_some_and(Arch::is_qwen3_5) {
             return Ok(self);
         }

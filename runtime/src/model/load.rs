@@ -11,7 +11,7 @@ use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
 use super::ModelError;
-use super::qwen3_next::FusedProjections;
+use super::stored::StoredLayout;
 
 pub const SINGLE_FILE: &str = "model.safetensors";
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
@@ -25,9 +25,9 @@ pub struct Checkpoint {
     pub files: Vec<PathBuf>,
     /// Tensor name -> position in `files`, from the index (empty for a single file).
     weight_map: BTreeMap<String, usize>,
-    /// Tensors stored fused that the model holds split (Qwen3-Next's, read from the
-    /// directory's `config.json`).
-    fused: Option<FusedProjections>,
+    /// Tensors stored fused that the model holds split (Qwen3-Next's DeltaNet projections,
+    /// Qwen3-VL-MoE's experts: read from the directory's `config.json`).
+    fused: Option<StoredLayout>,
 }
 
 impl Checkpoint {
@@ -51,15 +51,15 @@ impl Checkpoint {
                 fused: None,
             }
         };
-        // Only a Qwen3-Next checkpoint stores tensors otherwise than the model holds them;
-        // its config's head sizes place their rows (other configs are not parsed here).
+        // Only a few families store tensors otherwise than the model holds them; their
+        // config's sizes place the rows (other configs are not parsed here).
         let config = dir.join("config.json");
         let model_type = std::fs::read_to_string(&config)
             .ok()
             .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
             .and_then(|v| v.get("model_type")?.as_str().map(str::to_owned));
-        if model_type.as_deref() == Some("qwen3_next") {
-            ckpt.fused = FusedProjections::of(&super::ModelConfig::from_file(&config)?);
+        if model_type.as_deref().is_some_and(StoredLayout::fuses) {
+            ckpt.fused = StoredLayout::of(&super::ModelConfig::from_file(&config)?);
         }
         Ok(ckpt)
     }
@@ -108,7 +108,7 @@ impl Checkpoint {
     /// Whether checkpoint tensor `name` is held under its own name (else it is read only to
     /// be split into the held ones, [`Checkpoint::held`]).
     pub fn stored_whole(&self, name: &str) -> bool {
-        self.fused.is_none() || !FusedProjections::is_fused(name)
+        self.fused.is_none_or(|f| !f.is_fused(name))
     }
 
     /// The tensors the model holds for checkpoint tensor `name` (`t`, read from `file`):
@@ -358,6 +358,19 @@ pub(crate) fn text_model_name(name: String) -> String {
         return format!("visual.{rest}");
     }
     name
+}
+
+/// [`text_model_name`] undone: a vision-language model's variable under transformers'
+/// module-tree name (`model.layers.0…` as `model.language_model.layers.0…`, `visual.…` as
+/// `model.visual.…`; the output layer keeps its name).
+pub(crate) fn module_tree_name(name: &str) -> String {
+    if let Some(rest) = name.strip_prefix("visual.") {
+        return format!("model.visual.{rest}");
+    }
+    if let Some(rest) = name.strip_prefix("model.") {
+        return format!("model.language_model.{rest}");
+    }
+    name.to_owned()
 }
 
 fn shard(t: &Tensor, s: Shard) -> Result<Tensor, String> {

@@ -20,6 +20,7 @@ pub mod builtin;
 pub mod cache;
 pub mod config;
 pub mod decoder;
+pub mod fused_experts;
 pub mod gated_deltanet;
 pub mod heads;
 pub mod init;
@@ -32,6 +33,7 @@ pub mod pretrained;
 pub mod qwen3_next;
 pub mod rope;
 pub mod save;
+pub mod stored;
 pub mod vision;
 
 use std::path::{Path, PathBuf};

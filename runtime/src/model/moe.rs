@@ -114,8 +114,12 @@ impl SparseMoe {
             Split::Whole,
         )?;
         let first = range.start;
+        // Experts stored fused are parameters, not linear modules, in transformers: PEFT
+        // cannot adapt them, so neither does verlc.
+        let fused = super::fused_experts::FusedExperts::of(cfg).is_some();
         let expert_at = LayerPlace {
             tp: at.expert_tp,
+            adapters: at.adapters.filter(|_| !fused),
             ..at
         };
         let experts = range

@@ -214,7 +214,9 @@ impl RotaryEmbedding {
             base,
             max_pos: cfg.max_position_embeddings,
             mrope_interleaved: mrope_section.is_some()
-                && (cfg.arch().is_ok_and(|a| a == super::Arch::Qwen3Vl)
+                && (cfg
+                    .arch()
+                    .is_ok_and(|a| a.tower() == Some(verlc_spec::families::VisionTower::Qwen3Vl))
                     || cfg
                         .rope_scaling
                         .as_ref()

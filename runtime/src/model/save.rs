@@ -108,9 +108,10 @@ pub fn save_named(
 ) -> Result<(), ModelError> {
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     remove_old_weights(dir)?;
-    // Qwen3-Next stores its DeltaNet projections fused (see `model::qwen3_next`).
+    // Qwen3-Next's DeltaNet projections and Qwen3-VL-MoE's experts are stored fused (see
+    // `model::stored`).
     let fused;
-    let named = match super::qwen3_next::FusedProjections::of(config) {
+    let named = match super::stored::StoredLayout::of(config) {
         Some(f) => {
             fused = f.fuse(named).map_err(|msg| ModelError::Config {
                 file: dir.join("config.json"),
@@ -119,6 +120,23 @@ pub fn save_named(
             fused.as_slice()
         }
         None => named,
+    };
+    // Qwen3-VL's checkpoints carry transformers' module-tree names (see `load::text_model_name`
+    // for the way back).
+    let renamed: Vec<(String, Tensor)>;
+    let named = if config
+        .arch()
+        .ok()
+        .and_then(|a| a.tower())
+        .is_some_and(|t| t.module_tree_names())
+    {
+        renamed = named
+            .iter()
+            .map(|(n, t)| (super::load::module_tree_name(n), t.shallow_clone()))
+            .collect();
+        renamed.as_slice()
+    } else {
+        named
     };
     let mut sorted: Vec<&(String, Tensor)> = named.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -175,6 +193,8 @@ pub fn save_named(
     })?;
     if let Some(obj) = cfg.as_object_mut() {
         obj.insert("architectures".to_owned(), json!([architecture]));
+        // Stated, not left to each config class's default (Qwen3's is 128, not hidden / heads).
+        obj.entry("head_dim").or_insert(json!(config.head_dim()));
         if architecture.ends_with("ForTokenClassification") {
             // One label: the value head (transformers' default is two).
             obj.insert("id2label".to_owned(), json!({"0": "LABEL_0"}));
@@ -187,8 +207,36 @@ pub fn save_named(
             "torch_dtype"
         };
         obj.insert(key.to_owned(), json!(dtype));
+        if config.arch().is_ok_and(|a| a.has_vision()) {
+            nest_text_config(obj, &config.model_type);
+        }
     }
     write_json(&dir.join("config.json"), &cfg)
+}
+
+/// The keys of a vision-language config that are not its text model's.
+const MULTIMODAL_KEYS: [&str; 7] = [
+    "architectures",
+    "model_type",
+    "vision_config",
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+];
+
+/// A vision-language config as transformers reads it: Qwen3-VL's config classes take the text
+/// model from `text_config` alone (their top-level text keys are ignored), Qwen2.5-VL's from it
+/// when present. The text keys stay at the top level too, as Qwen2.5-VL's own files have them
+/// (verlc reads either).
+fn nest_text_config(obj: &mut serde_json::Map<String, Value>, model_type: &str) {
+    let mut text: serde_json::Map<String, Value> = obj
+        .iter()
+        .filter(|(k, _)| !MULTIMODAL_KEYS.contains(&k.as_str()) && *k != "text_config")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    text.insert("model_type".into(), json!(format!("{model_type}_text")));
+    obj.insert("text_config".into(), Value::Object(text));
 }
 
 pub(crate) fn write_json(path: &Path, v: &Value) -> Result<(), ModelError> {

@@ -41,14 +41,23 @@ fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
         );
         saved.push((arch, m, out, dir.join(format!("{arch}_ref.safetensors"))));
     }
-    // transformers loads both checkpoints, and the vision-language one, in one process.
+    // transformers loads both checkpoints, and the vision-language ones, in one process.
     let vision = saved_vision_model();
+    let qwen3 = ["qwen3_vl", "qwen3_vl_moe"].map(saved_pixels_model);
     let mut jobs: Vec<_> = saved
         .iter()
         .map(|(_, _, out, refs)| (out.as_path(), "causal", refs.as_path()))
         .collect();
     jobs.push((vision.dir.as_path(), "vision", vision.inputs.as_path()));
+    for m in &qwen3 {
+        jobs.push((m.dir.as_path(), "pixels", m.inputs.as_path()));
+    }
     let mut verified = oracle::verify_many(&jobs);
+    for (arch, m) in ["qwen3_vl_moe", "qwen3_vl"].iter().zip(qwen3.iter().rev()) {
+        let hf = verified.pop().expect("pixels output");
+        let d = oracle::max_abs_diff(get(&hf, "logits"), &m.logits);
+        assert!(d <= 1e-5, "transformers on the saved {arch} differs by {d}");
+    }
     vision.check(&verified.pop().expect("vision output"));
     for ((arch, m, out, refs), hf) in saved.iter().zip(&verified) {
         let r = oracle::read(refs);
@@ -343,6 +352,76 @@ fn saved_vision_model() -> SavedVision {
         inputs,
         pixels,
         grid: image.grid_thw,
+        logits,
+    }
+}
+
+/// The built-in tiny Qwen3-VL or Qwen3-VL-MoE (`arch`) saved as a training run exports it
+/// (transformers' module-tree names, config.json with `text_config` and `vision_config`, the
+/// MoE's experts fused as its published checkpoints store them), two images' pixels in a
+/// prompt, and verlc's logits of them.
+fn saved_pixels_model(arch: &str) -> SavedVision {
+    use runtime::model::vision::ProcessedImage;
+    let uri = format!("builtin://tiny?arch={arch}&layers=2&hidden=64");
+    let m = from_pretrained(&uri, Device::Cpu, Dtype::Fp32, 5).expect("tiny VL");
+    let dir = oracle::scratch(&format!("save-{arch}"));
+    let class = m.config.arch().expect("arch").causal_lm_class();
+    save_pretrained(&m.vs, &m.config, class, &dir, &SaveOptions::default()).expect("save");
+    let shapes = Checkpoint::open(&dir)
+        .and_then(|c| c.tensor_shapes())
+        .expect("saved shapes");
+    let fused = shapes.iter().any(|(n, s)| {
+        n == "model.language_model.layers.1.mlp.experts.gate_up_proj" && s == &[8, 64, 64]
+    });
+    assert_eq!(
+        fused,
+        arch == "qwen3_vl_moe",
+        "experts fused (E, H, 2I): {shapes:?}"
+    );
+    let vision = m.model.vision.as_ref().expect("a tower");
+    let (image, start) = (
+        vision.tokens.image_token_id,
+        vision.tokens.vision_start_token_id,
+    );
+    // Two 28x56 pictures: 2x4 patches, 2 tokens after the 2x2 merge.
+    let patch = 3 * 2 * 14 * 14;
+    let images: Vec<ProcessedImage> = (0..2)
+        .map(|i| ProcessedImage {
+            pixel_values: (0..8 * patch)
+                .map(|j| ((j * 7 + i * 13) % 17) as f32 / 8.0 - 1.0)
+                .collect(),
+            grid_thw: [1, 2, 4],
+        })
+        .collect();
+    let row = [
+        [3, 4, start, image, image, start + 1, 5].as_slice(),
+        &[start, image, image, start + 1, 6, 7],
+    ]
+    .concat();
+    let ids = tch::Tensor::from_slice(&row).unsqueeze(0);
+    let mask = ids.ones_like();
+    let refs: Vec<&ProcessedImage> = images.iter().collect();
+    let (pixels, grids) =
+        runtime::model::vision::Vision::pixels(&refs, Device::Cpu).expect("pixels");
+    let logits =
+        tch::no_grad(|| m.model.forward_pixels(&ids, &mask, &pixels, &grids)).expect("forward");
+    let inputs = dir.join("pixels-inputs.safetensors");
+    let grid = tch::Tensor::from_slice(&[1i64, 2, 4, 1, 2, 4]).view([2, 3]);
+    tch::Tensor::write_safetensors(
+        &[
+            ("input_ids", ids),
+            ("attention_mask", mask),
+            ("pixel_values", pixels.shallow_clone()),
+            ("image_grid_thw", grid),
+        ],
+        &inputs,
+    )
+    .expect("inputs");
+    SavedVision {
+        dir,
+        inputs,
+        pixels,
+        grid: [1, 2, 4],
         logits,
     }
 }

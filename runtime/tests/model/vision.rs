@@ -241,10 +241,11 @@ pub(crate) fn oracle_rows(
 }
 
 /// The oracle runs of each vision-language family: the directory and the tensors file.
-fn oracle_models() -> [(PathBuf, &'static str); 2] {
+fn oracle_models() -> [(PathBuf, &'static str); 3] {
     [
         (oracle_dir(), "qwen2_5_vl_model.safetensors"),
         (oracle_dir().join("qwen3_vl"), "model.safetensors"),
+        (oracle_dir().join("qwen3_vl_moe"), "model.safetensors"),
     ]
 }
 
@@ -538,6 +539,88 @@ fn qwen3_vl_matches_transformers_5() {
         "a transformers 5 checkpoint"
     );
     matches_the_oracle_model(&dir, "model.safetensors");
+}
+
+/// Qwen3-VL-MoE against transformers 4.57's `Qwen3VLMoeForConditionalGeneration` (Qwen3-VL's
+/// tiny tower, a three-layer text model whose first and last layers route each token to two
+/// of four experts, the middle one dense): the checkpoint transformers saves (experts fused as
+/// `gate_up_proj` (E, H, 2I) and `down_proj` (E, I, H)) loads split per expert, and as for
+/// Qwen3-VL the logits, greedy tokens and every gradient (each expert's, and the router's)
+/// equal transformers'. Saved again, the experts are fused as the checkpoint had them.
+#[test]
+fn qwen3_vl_moe_matches_transformers() {
+    tch::set_num_threads(1);
+    let dir = oracle_dir().join("qwen3_vl_moe");
+    matches_the_oracle_model(&dir, "model.safetensors");
+    saves_experts_fused_as_read(&dir);
+}
+
+/// The same against transformers 5's Qwen3-VL-MoE, whose checkpoint holds the experts
+/// transposed (each a linear layer's weight) and names their count `num_local_experts`.
+#[test]
+fn qwen3_vl_moe_matches_transformers_5() {
+    tch::set_num_threads(1);
+    let dir = oracle::qwen3_vl_moe_transformers5();
+    let saved = std::fs::read_to_string(dir.join("checkpoint/config.json")).expect("config");
+    assert!(
+        saved.contains("num_local_experts"),
+        "a transformers 5 checkpoint"
+    );
+    matches_the_oracle_model(&dir, "model.safetensors");
+}
+
+/// The model read from the oracle's checkpoint, saved by verlc: its fused expert tensors are
+/// the checkpoint's (4.57's orientation, which both transformers releases and vLLM read), and
+/// it reads back bit for bit.
+fn saves_experts_fused_as_read(dir: &std::path::Path) {
+    use runtime::model::save::{SaveOptions, save_pretrained};
+    use runtime::model::{Dtype, from_pretrained};
+    let m = from_pretrained(
+        dir.join("checkpoint").to_str().expect("utf-8 path"),
+        Device::Cpu,
+        Dtype::Fp32,
+        0,
+    )
+    .expect("checkpoint");
+    let out = oracle::scratch("save-qwen3-vl-moe");
+    let class = m.config.arch().expect("family").causal_lm_class();
+    save_pretrained(&m.vs, &m.config, class, &out, &SaveOptions::default()).expect("save");
+    let ours: HashMap<String, Tensor> = Tensor::read_safetensors(out.join("model.safetensors"))
+        .expect("saved")
+        .into_iter()
+        .collect();
+    let theirs: HashMap<String, Tensor> =
+        Tensor::read_safetensors(dir.join("checkpoint/model.safetensors"))
+            .expect("transformers' checkpoint")
+            .into_iter()
+            .collect();
+    // Under transformers' names (Qwen3-VL's checkpoints are read only so).
+    for layer in [0, 2] {
+        for leaf in ["gate_up_proj", "down_proj"] {
+            let name = format!("model.language_model.layers.{layer}.mlp.experts.{leaf}");
+            assert!(ours[&name].equal(&theirs[&name]), "{name}");
+        }
+    }
+    let mut names: Vec<&String> = ours.keys().collect();
+    let mut want: Vec<&String> = theirs.keys().collect();
+    names.sort();
+    want.sort();
+    assert_eq!(names, want, "the checkpoint's tensor names");
+    assert!(
+        !ours.keys().any(|k| k.contains("experts.0.")),
+        "no expert saved alone"
+    );
+    let back = from_pretrained(
+        out.to_str().expect("utf-8 path"),
+        Device::Cpu,
+        Dtype::Fp32,
+        0,
+    )
+    .expect("reload");
+    for (name, t) in m.vs.variables() {
+        let u = &back.vs.variables()[&name];
+        assert!(t.equal(u), "{name} changed in the round trip");
+    }
 }
 
 /// `verlc smoke`'s stand-in of a Qwen2.5-VL-7B checkpoint (`builtin://scaled?from=DIR` on its

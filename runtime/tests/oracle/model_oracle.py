@@ -314,6 +314,8 @@ def verify(path, kind, inputs, out):
     x = load_file(inputs)
     if kind == "vision":
         return verify_vision(path, x, out)
+    if kind == "pixels":
+        return verify_pixels(path, x, out)
     cls = AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification
     model = cls.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32).eval()
     with torch.no_grad():
@@ -321,6 +323,19 @@ def verify(path, kind, inputs, out):
     key = "logits" if kind == "causal" else "values"
     y = y if kind == "causal" else y[..., 0]
     save_file({key: y.contiguous()}, out)
+
+
+def verify_pixels(path, x, out):
+    """A saved vision-language directory of any family as transformers reads it
+    (`AutoModelForImageTextToText`): its logits of the given ids, pixels and image grids."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"],
+                       pixel_values=x["pixel_values"], image_grid_thw=x["image_grid_thw"]).logits
+    save_file({"logits": logits.contiguous()}, out)
 
 
 def verify_vision(path, x, out):

@@ -125,19 +125,23 @@ pub fn vision() -> PathBuf {
     .clone()
 }
 
-/// `vision_oracle.py qwen2_5_vl_model` run on transformers 5 (its Qwen2.5-VL, and the
-/// checkpoint layout it saves: `rope_parameters`).
+/// `vision_oracle.py models` run on transformers 5 (its Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE,
+/// and the checkpoint layout it saves: `rope_parameters`, experts in its orientation), in one
+/// interpreter: Qwen2.5-VL's files at the top, the others' under their family's folder.
 pub fn vision_transformers5() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| cached_transformers5(&script_named("vision_oracle.py"), "qwen2_5_vl_model"))
+    DIR.get_or_init(|| cached_transformers5(&script_named("vision_oracle.py"), "models"))
         .clone()
 }
 
-/// `vision_oracle.py qwen3_vl_model` run on transformers 5 (its Qwen3-VL, under `qwen3_vl/`).
+/// Qwen3-VL's run of [`vision_transformers5`].
 pub fn qwen3_vl_transformers5() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| cached_transformers5(&script_named("vision_oracle.py"), "qwen3_vl_model"))
-        .join("qwen3_vl")
+    vision_transformers5().join("qwen3_vl")
+}
+
+/// Qwen3-VL-MoE's run of [`vision_transformers5`].
+pub fn qwen3_vl_moe_transformers5() -> PathBuf {
+    vision_transformers5().join("qwen3_vl_moe")
 }
 
 /// The checkpoints and references of `model_oracle.py models`.

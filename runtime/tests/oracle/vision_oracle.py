@@ -202,7 +202,42 @@ def qwen3_vl_model(out):
     the DeepStack features of two blocks) for two images, its checkpoint, two rows (one
     left-padded) with an image each, the logits and greedy tokens transformers computes (its
     own M-RoPE positions), and every parameter's gradient of the real tokens' log-likelihood."""
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+    qwen3_vl_family(out, moe=False)
+
+
+def qwen3_vl_moe_model(out):
+    """The same for a seeded tiny Qwen3VLMoeForConditionalGeneration (four experts, top two,
+    the middle layer dense through `mlp_only_layers`), into OUT/qwen3_vl_moe. Its experts are
+    fused parameters (transformers 4.57: `gate_up_proj` (E, H, 2I), `down_proj` (E, I, H);
+    5: each transposed); the tensors file holds them, and their gradients, also split per
+    expert under the names of a Qwen3-MoE checkpoint (what verlc's model holds)."""
+    qwen3_vl_family(out, moe=True)
+
+
+def split_experts(tensors, intermediate):
+    """Each fused expert tensor of `tensors` also as one linear weight per expert."""
+    v5 = int(__import__("transformers").__version__.split(".")[0]) >= 5
+    for k in [k for k in tensors if k.endswith("mlp.experts.gate_up_proj")]:
+        head, prefix = k[: -len("mlp.experts.gate_up_proj")], "grad." if k.startswith("grad.") else ""
+        w = tensors[k]
+        for e in range(w.shape[0]):
+            gate_up = w[e] if v5 else w[e].t()  # (2I, H)
+            tensors[f"{head}mlp.experts.{e}.gate_proj.weight"] = gate_up[:intermediate].clone(memory_format=torch.contiguous_format)
+            tensors[f"{head}mlp.experts.{e}.up_proj.weight"] = gate_up[intermediate:].clone(memory_format=torch.contiguous_format)
+    for k in [k for k in tensors if k.endswith("mlp.experts.down_proj")]:
+        head = k[: -len("mlp.experts.down_proj")]
+        w = tensors[k]
+        for e in range(w.shape[0]):
+            tensors[f"{head}mlp.experts.{e}.down_proj.weight"] = (w[e] if v5 else w[e].t()).clone(memory_format=torch.contiguous_format)
+
+
+def qwen3_vl_family(out, moe):
+    if moe:
+        from transformers import Qwen3VLMoeConfig as Config
+        from transformers import Qwen3VLMoeForConditionalGeneration as Model
+    else:
+        from transformers import Qwen3VLConfig as Config
+        from transformers import Qwen3VLForConditionalGeneration as Model
 
     vision = {
         "depth": 3, "hidden_size": 32, "num_heads": 4, "intermediate_size": 48, "out_hidden_size": 64,
@@ -215,13 +250,16 @@ def qwen3_vl_model(out):
         "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu",
         "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
     }
+    if moe:
+        text.update({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                     "decoder_sparse_step": 1, "mlp_only_layers": [1]})
     image, video, start, end = 250, 251, 248, 249
-    torch.manual_seed(13)
-    cfg = Qwen3VLConfig(text_config=dict(text), vision_config=dict(vision), image_token_id=image,
-                        video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
+    torch.manual_seed(17 if moe else 13)
+    cfg = Config(text_config=dict(text), vision_config=dict(vision), image_token_id=image,
+                 video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
     for c in (cfg, cfg.text_config, cfg.vision_config):
         c._attn_implementation = "eager"
-    model = Qwen3VLForConditionalGeneration(cfg).float().eval()
+    model = Model(cfg).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name and name.endswith("weight"):
@@ -278,7 +316,9 @@ def qwen3_vl_model(out):
     tensors["output.logits"] = logits.contiguous()
     tensors["output.loglik"] = loss.detach().reshape(1)
     tensors["output.generated"] = generated.contiguous()
-    dir = os.path.join(out, "qwen3_vl")
+    if moe:
+        split_experts(tensors, text["moe_intermediate_size"])
+    dir = os.path.join(out, "qwen3_vl_moe" if moe else "qwen3_vl")
     os.makedirs(dir, exist_ok=True)
     model.save_pretrained(os.path.join(dir, "checkpoint"), safe_serialization=True)
     save_file(tensors, os.path.join(dir, "model.safetensors"))
@@ -549,11 +589,21 @@ def everything(out, model_oracle, template_path):
     mrope(out)
     qwen2_5_vl_model(out)
     qwen3_vl_model(out)
+    qwen3_vl_moe_model(out)
     prompts(out, model_oracle, template_path)  # runs `images` too
 
 
+def models(out):
+    """Every family's model run (`*_model` above) into OUT, in one interpreter: what the tests
+    run on transformers 5."""
+    qwen2_5_vl_model(out)
+    qwen3_vl_model(out)
+    qwen3_vl_moe_model(out)
+
+
 if __name__ == "__main__":
-    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model, "qwen3_vl_model": qwen3_vl_model, "images": images,
+    commands = {"qwen2_5_vl": qwen2_5_vl, "mrope": mrope, "qwen2_5_vl_model": qwen2_5_vl_model, "qwen3_vl_model": qwen3_vl_model,
+                "qwen3_vl_moe_model": qwen3_vl_moe_model, "models": models, "images": images,
                 "prompts": prompts, "all": everything}
     if sys.argv[1] not in commands:
         sys.exit(f"unknown command {sys.argv[1]}")

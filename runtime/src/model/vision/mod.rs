@@ -119,7 +119,8 @@ impl Vision {
         let parse = |e: serde_json::Error| format!("vision_config: {e}");
         let at = root / "visual";
         // The tower, and the sizes the text model checks against it.
-        let (tower, out_hidden, merge) = if cfg.arch()? == super::Arch::Qwen3Vl {
+        let qwen3 = cfg.arch()?.tower() == Some(verlc_spec::families::VisionTower::Qwen3Vl);
+        let (tower, out_hidden, merge) = if qwen3 {
             let v: Qwen3VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
             if v.deepstack_visual_indexes.len() as i64 >= cfg.num_hidden_layers {
                 return Err(format!(
