@@ -230,16 +230,21 @@ def _vl(text, vision_out):
     return c
 
 
-def _qwen3_vl(hidden, inter, layers, heads, kv):
-    """A dense Qwen3-VL: the text model in `text_config` (interleaved M-RoPE), Qwen3-VL's tower."""
+def _qwen3_vl(hidden, inter, layers, heads, kv, moe=None):
+    """A Qwen3-VL: the text model in `text_config` (interleaved M-RoPE; with `moe` =
+    (experts, top-k, expert width) Qwen3-VL-MoE's), Qwen3-VL's tower."""
     text = _dense("qwen3_vl_text", hidden, inter, layers, heads, kv, 151936, False, rope=5e6, head_dim=128,
                   max_pos=262144)
+    model_type = "qwen3_vl"
+    if moe:
+        text = _moe(text, *moe)
+        text["model_type"], model_type = "qwen3_vl_moe_text", "qwen3_vl_moe"
     text["rope_scaling"] = {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": True}
     vision = {"model_type": "qwen3_vl", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
               "in_channels": 3, "out_hidden_size": hidden, "patch_size": 16, "spatial_merge_size": 2,
               "temporal_patch_size": 2, "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24],
               "hidden_act": "gelu_pytorch_tanh"}
-    return {"model_type": "qwen3_vl", "text_config": text, "vision_config": vision, "tie_word_embeddings": False,
+    return {"model_type": model_type, "text_config": text, "vision_config": vision, "tie_word_embeddings": False,
             "vision_start_token_id": 151652, "vision_end_token_id": 151653, "image_token_id": 151655,
             "video_token_id": 151656}
 
@@ -254,6 +259,8 @@ MODELS = [
     ("qwen2.5-vl-3b", "qwen2.5", lambda: _vl(_dense("qwen2_5_vl", 2048, 11008, 36, 16, 2, 151936, True), 2048), "Qwen2_5_VLForConditionalGeneration"),
     ("qwen2.5-vl-7b", "qwen2.5", lambda: _vl(_dense("qwen2_5_vl", 3584, 18944, 28, 28, 4, 152064, False), 3584), "Qwen2_5_VLForConditionalGeneration"),
     ("qwen2.5-vl-32b", "qwen2.5", lambda: _vl(_dense("qwen2_5_vl", 5120, 27648, 64, 40, 8, 152064, False), 5120), "Qwen2_5_VLForConditionalGeneration"),
+    ("qwen3-vl-30b-a3b", "qwen3", lambda: _qwen3_vl(2048, 6144, 48, 32, 4, (128, 8, 768)), "Qwen3VLMoeForConditionalGeneration"),
+    ("qwen3-vl-235b-a22b", "qwen3", lambda: _qwen3_vl(4096, 12288, 94, 64, 4, (128, 8, 1536)), "Qwen3VLMoeForConditionalGeneration"),
     ("qwen3-vl-8b", "qwen3", lambda: _qwen3_vl(4096, 12288, 36, 32, 8), "Qwen3VLForConditionalGeneration"),
     ("qwen3-vl-32b", "qwen3", lambda: _qwen3_vl(5120, 25600, 64, 64, 8), "Qwen3VLForConditionalGeneration"),
     ("qwen3-next-80b-a3b", "qwen3", lambda: {**_qwen3_moe(2048, 48, 16, 2, 512, 10, 512), "model_type": "qwen3_next",
@@ -334,7 +341,7 @@ def write_model(out, name, cache=None):
             json.dump({"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 12845056,
                        "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
                        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}, f)
-    if config["model_type"] == "qwen3_vl":
+    if config["model_type"] in ("qwen3_vl", "qwen3_vl_moe"):
         with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
             json.dump({"image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
                        "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16,

@@ -817,6 +817,22 @@ mod tests {
                 "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]}}"#;
         let m: ModelDims = serde_json::from_str(qwen3).expect("dims");
         assert_eq!(m.vision_params(), 576_388_336);
+        // Qwen3-VL-30B-A3B as its checkpoint nests it (text model in `text_config`, transformers
+        // 5's `num_local_experts`): 31,070,754,032 parameters in transformers 4.57, its tower's
+        // 538,631,408 among them.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let moe = r#"{"model_type": "qwen3_vl_moe", "tie_word_embeddings": false,
+            "text_config": {"model_type": "qwen3_vl_moe_text", "hidden_size": 2048,
+                "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+                "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+                "num_local_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+            "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+                "num_heads": 16, "out_hidden_size": 2048, "patch_size": 16,
+                "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]}}"#;
+        std::fs::write(dir.path().join("config.json"), moe).expect("write");
+        let m = crate::check::read_model_dims(dir.path()).expect("dims");
+        assert_eq!(m.vision_params(), 538_631_408);
+        assert_eq!(m.param_count(), 31_070_754_032);
         // Qwen3.5's multimodal checkpoints train as text: their tower is not counted.
         let mut v: serde_json::Value = serde_json::from_str(text).expect("json");
         v["model_type"] = "qwen2".into();

@@ -13,7 +13,8 @@
 //! checkpoints store the DeltaNet projections fused); `qwen2_5_vl` Qwen2.5-VL, the `qwen2`
 //! text model under multimodal rotary positions with a two-block vision tower, its tokenizer
 //! gaining Qwen-VL's vision tokens; `qwen3_vl` Qwen3-VL, the `qwen3` text model under
-//! interleaved M-RoPE with a two-block tower whose first block gives DeepStack features.
+//! interleaved M-RoPE with a two-block tower whose first block gives DeepStack features;
+//! `qwen3_vl_moe` the same with `qwen3_moe`'s sparse MLPs.
 //! `tools` (`tools=lookup`, a comma list) adds one token per tool
 //! to the vocabulary: its whole argument-less `hermes` call (the tool task of
 //! `examples/tool_lookup.yaml`).

@@ -49,6 +49,10 @@ const TINY_QWEN2_5_VL: &str =
     "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen2_5_vl'";
 /// Qwen3-VL's (dense): the tiny Qwen3 text model with a tower giving DeepStack features.
 const TINY_QWEN3_VL: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen3_vl'";
+/// Qwen3-VL-MoE's: Qwen3-VL's tower beside the tiny Qwen3-MoE text model.
+const TINY_QWEN3_VL_MOE: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=qwen3_vl_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
+/// The vision-language tiny models: their examples' geo3k data becomes pictures.
+const TINY_VL: [&str; 3] = [TINY_QWEN2_5_VL, TINY_QWEN3_VL, TINY_QWEN3_VL_MOE];
 
 /// The tiny model of the family an example's model path names (by its Hub-style name:
 /// `Qwen3.5-35B-A3B` is a Qwen3.5-MoE, `Qwen3-30B-A3B` a Qwen3-MoE); the dense tiny model
@@ -69,7 +73,11 @@ fn tiny_for(overrides: &[String]) -> &'static str {
         return TINY_QWEN2_5_VL;
     }
     if is_qwen3_vl(&path) {
-        return TINY_QWEN3_VL;
+        return if is_moe_name(&path) {
+            TINY_QWEN3_VL_MOE
+        } else {
+            TINY_QWEN3_VL
+        };
     }
     let qwen3_5 = path.contains("qwen3.5") || path.contains("qwen3_5");
     match (qwen3_5, is_moe_name(&path)) {
@@ -85,9 +93,9 @@ fn is_qwen2_5_vl(path: &str) -> bool {
     path.contains("qwen2.5-vl") || path.contains("qwen2_5_vl")
 }
 
-/// Qwen3-VL's dense models by name (`Qwen3-VL-8B-Instruct`; the MoE ones are another family).
+/// Qwen3-VL by name (`Qwen3-VL-8B-Instruct`, and the MoE `Qwen3-VL-30B-A3B-Instruct`).
 fn is_qwen3_vl(path: &str) -> bool {
-    (path.contains("qwen3-vl") || path.contains("qwen3_vl")) && !is_moe_name(path)
+    path.contains("qwen3-vl") || path.contains("qwen3_vl")
 }
 
 /// A mixture-of-experts model by name: `moe`, or an active-parameter tag like `A3B`.
@@ -154,7 +162,7 @@ fn retarget(dir: &std::path::Path, layout: Layout, policy: &str) -> Vec<String> 
     ]
     .map(str::to_owned)
     .to_vec();
-    if policy == TINY_QWEN2_5_VL || policy == TINY_QWEN3_VL {
+    if TINY_VL.contains(&policy) {
         // The vision examples' geo3k rows become pictures the tiny model reads.
         for (key, split, size) in [("train_files", "train", 64), ("val_files", "test", 8)] {
             o.push(format!(
@@ -935,7 +943,7 @@ fn lower_fixture(
         overrides.extend(teachers);
         // Several teachers route rows by `data_source`: the first scores the built-in task's
         // (the vision-language examples' pictures, else digit reversal).
-        let task = if [TINY_QWEN2_5_VL, TINY_QWEN3_VL].contains(&tiny_for(&overrides)) {
+        let task = if TINY_VL.contains(&tiny_for(&overrides)) {
             "builtin/color_digits"
         } else {
             "builtin/digit_reversal"
@@ -1064,6 +1072,7 @@ fn verl_examples_that_build_start_and_train_two_steps() {
         TINY_QWEN3_5_MOE,
         TINY_QWEN2_5_VL,
         TINY_QWEN3_VL,
+        TINY_QWEN3_VL_MOE,
     ] {
         let n = runs
             .values()
