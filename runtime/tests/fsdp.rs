@@ -1441,6 +1441,8 @@ const VL_MODEL: &str = "builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arc
 /// A tiny Qwen3-VL (a 2-block tower, DeepStack features after the first added to the first
 /// layer's output).
 const QWEN3_VL_MODEL: &str = "builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl";
+/// A tiny Qwen3-VL-MoE (Qwen3-VL's tower, four experts routed top two in every layer).
+const QWEN3_VL_MOE_MODEL: &str = "builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl_moe&experts=4&experts_per_tok=2&moe_intermediate=32";
 /// Rows of [`vision_batch`], and the prompt and response lengths of each.
 const VL_ROWS: i64 = 4;
 const VL_PROMPT: i64 = 14;
@@ -1533,7 +1535,7 @@ fn vision_batch(model: &str) -> Batch {
     b
 }
 
-// Qwen2.5-VL and Qwen3-VL on both ranks: under Ulysses (data-parallel size 1) every rank embeds
+// Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE on both ranks: under Ulysses (data-parallel size 1) every rank embeds
 // the whole micro-batch's images and keeps its shard of the packed embeddings, DeepStack
 // features and M-RoPE positions, the tower's gradient being the sum of the shards' shares
 // (through the DeepStack features too, from the layer outputs they are added to); with LoRA on the text model and the
@@ -1543,7 +1545,7 @@ rank_test!(
     fsdp_vision_language_under_ulysses_and_lora_matches_single_engine,
     2,
     |pg| {
-        for model in [VL_MODEL, QWEN3_VL_MODEL] {
+        for model in [VL_MODEL, QWEN3_VL_MODEL, QWEN3_VL_MOE_MODEL] {
             let batch = vision_batch(model);
             let mut s = FsdpSettings::new(vl_settings_for(model, false));
             s.ulysses = 2;
