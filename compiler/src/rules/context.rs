@@ -315,8 +315,13 @@ impl ModelDims {
     }
 
     pub fn head_dim(&self) -> u64 {
-        self.head_dim
-            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+        // transformers' `Qwen3Config` and `Qwen3VLTextConfig` default to heads of 128; the
+        // others derive the width from hidden / heads.
+        let default = match self.model_type.as_deref() {
+            Some("qwen3" | "qwen3_vl") => 128,
+            _ => self.hidden_size / self.num_attention_heads.max(1),
+        };
+        self.head_dim.unwrap_or(default)
     }
 
     /// The model's family (a row of the spec's model table).
