@@ -5,7 +5,8 @@
 //! - Which layers: PEFT's matching on the module name (`model.layers.0.self_attn.q_proj`): a
 //!   list matches a name equal to an entry or ending in `.entry`, a single string is a regular
 //!   expression over the whole name, `all-linear` is every linear layer of the decoder (the
-//!   seven projections) and of a vision tower, never the output layer. `exclude_modules`
+//!   seven projections, a mixture-of-experts router and shared-expert gate) and of a vision
+//!   tower, never the output layer. `exclude_modules`
 //!   removes names the same way.
 //! - A vision-language model's names are those of its module tree in transformers 4.52+ (what
 //!   verl's PEFT sees, and what it saves): `model.language_model.layers.0.self_attn.q_proj`,
@@ -33,8 +34,10 @@ use tch::{Kind, Tensor};
 use super::ModelError;
 use crate::rng::Rng;
 
-/// The linear layers of the decoder that PEFT's `all-linear` selects.
-pub const ALL_LINEAR: [&str; 7] = [
+/// The linear layers of the decoder that PEFT's `all-linear` selects: the attention's and
+/// the MLPs' projections, and a mixture-of-experts layer's router (`mlp.gate`) and shared
+/// expert gate, which are linear modules in transformers too.
+pub const ALL_LINEAR: [&str; 9] = [
     "q_proj",
     "k_proj",
     "v_proj",
@@ -42,6 +45,8 @@ pub const ALL_LINEAR: [&str; 7] = [
     "gate_proj",
     "up_proj",
     "down_proj",
+    "gate",
+    "shared_expert_gate",
 ];
 
 /// The suffixes naming every linear layer of a vision tower (its blocks' attention and MLP,

@@ -414,7 +414,8 @@ def lora(base, adapter, inputs, out):
     res["loss"] = loss.detach().reshape(1)
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     for n, p in params:
-        res[f"grad.{key(n)}"] = p.grad
+        # An expert no token chose takes no gradient (its adapters' are zero).
+        res[f"grad.{key(n)}"] = p.grad if p.grad is not None else torch.zeros_like(p)
     opt = torch.optim.AdamW([p for _, p in params], lr=1e-2, weight_decay=1.0)
     opt.step()
     for n, p in params:
