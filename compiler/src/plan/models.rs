@@ -332,8 +332,12 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
         let layout = |name: &str, model_type: &str, linear_heads: Option<(i64, i64)>| {
             layout_problem(name, model_type, megatron, (ulysses, linear_heads), experts)
         };
-        // A layout the family cannot train in, else what a vision-language model cannot do.
-        let vision = |model_type: &str| vision_problem(spec, key, path, model_type);
+        // A layout the family cannot train in, else what a vision-language model cannot do,
+        // else adapters verlc cannot place as PEFT does.
+        let vision = |model_type: &str| {
+            vision_problem(spec, key, path, model_type)
+                .or_else(|| lora_problem(spec, key, path, model_type))
+        };
         let why = match locate(path, None, env) {
             Ok(ModelLocation::Builtin) => builtin_arch(path)
                 .and_then(|a| layout(path, &a, builtin_linear_heads(path)).or_else(|| vision(&a))),
@@ -381,6 +385,20 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP, with the built-in rollout, single-turn, on full weights or LoRA and from data files: training it {why} is not implemented yet",
         row.name
     ))
+}
+
+/// Why the policy's LoRA adapters cannot be placed as PEFT places them: `all-linear` on a
+/// Gated DeltaNet family (Qwen3.5, Qwen3-Next) adapts the DeltaNet's projections too in PEFT
+/// (Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba`), which verlc's adapters do not cover yet.
+fn lora_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
+    let lora = spec.actor.lora.as_ref()?;
+    let all_linear = lora.target_modules == verlc_spec::trainer::ModuleSelector::AllLinear;
+    (key == "actor_rollout_ref.model.path" && all_linear && has_linear_attention(model_type))
+        .then(|| {
+            format!(
+                "{model} has Gated DeltaNet layers: LoRA with `actor_rollout_ref.model.target_modules: all-linear` adapts their projections in PEFT, which verlc's adapters do not cover yet (list the modules to adapt, e.g. [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj])"
+            )
+        })
 }
 
 /// The engine of the role whose model `key` names.

@@ -2105,3 +2105,38 @@ fn megatron_overrides_that_state_the_model_are_quiet() {
         c.lowered.diagnostics
     );
 }
+
+/// LoRA on a Gated DeltaNet family with `target_modules: all-linear` is refused at build (PEFT
+/// adapts the DeltaNet's projections too, verlc's adapters do not yet); a list of modules is
+/// not, nor `all-linear` on a family without those layers.
+#[test]
+fn all_linear_lora_on_a_gated_deltanet_model_is_refused() {
+    let env = verlc_hub::HubEnv::from_env();
+    for (arch, targets, refused) in [
+        ("qwen3_5", None, true),
+        (
+            "qwen3_5",
+            Some("actor_rollout_ref.model.target_modules=[q_proj,v_proj]"),
+            false,
+        ),
+        ("qwen3_moe", None, false),
+    ] {
+        let model = format!("actor_rollout_ref.model.path='builtin://tiny?arch={arch}'");
+        let mut overrides = vec![
+            model.as_str(),
+            "actor_rollout_ref.model.lora_rank=8",
+            "actor_rollout_ref.model.target_modules=all-linear",
+        ];
+        overrides.extend(targets);
+        let c = case(BASE, &overrides);
+        let problems = models::model_problems(&c.lowered.plan.spec, &env);
+        assert_eq!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("Gated DeltaNet")),
+            refused,
+            "{arch} {targets:?}: {:#?}",
+            problems.iter().map(|p| &p.message).collect::<Vec<_>>()
+        );
+    }
+}
