@@ -363,6 +363,16 @@ fn lora_on_qwen3_vl_matches_peft_with_images() {
     lora_on_a_vision_language_model_matches_peft(&dir, "model.safetensors", 4, 2 * 3);
 }
 
+/// The same on Qwen3-VL-MoE: PEFT's all-linear adapts each sparse layer's router (a linear
+/// module) but not its experts (fused parameters in transformers), and verlc's adapters are
+/// the same.
+#[test]
+fn lora_on_qwen3_vl_moe_matches_peft_with_images() {
+    tch::set_num_threads(1);
+    let dir = oracle::vision().join("qwen3_vl_moe");
+    lora_on_a_vision_language_model_matches_peft(&dir, "model.safetensors", 4, 2 * 3);
+}
+
 /// [`lora_on_qwen2_5_vl_matches_peft_with_images`] of the oracle model in `dir` (its
 /// checkpoint and `file`), whose tower has `per_block` linear layers in each block and
 /// `mergers` in its mergers.
@@ -396,7 +406,9 @@ fn lora_on_a_vision_language_model_matches_peft(
     };
     let mut cases = Vec::new();
     for (i, (what, exclude)) in variants.iter().enumerate() {
-        let scratch = oracle::scratch(&format!("lora-vl-{file}-{i}"));
+        // The oracle runs share file names: the family's folder tells their scratch apart.
+        let family = dir.file_name().and_then(|n| n.to_str()).unwrap_or("vl");
+        let scratch = oracle::scratch(&format!("lora-vl-{family}-{file}-{i}"));
         let e = engine_with(&base, config(exclude));
         let names: Vec<String> = adapters(&e).into_iter().map(|(n, _)| n).collect();
         let tower: Vec<&String> = names.iter().filter(|n| n.starts_with("visual.")).collect();
@@ -409,11 +421,13 @@ fn lora_on_a_vision_language_model_matches_peft(
         } else {
             assert!(tower.is_empty(), "{what}: {tower:?}");
         }
-        assert_eq!(
-            names.len() - tower.len(),
-            2 * layers * 7,
-            "{what}: text adapters"
-        );
+        // Seven projections a layer; a sparse layer's experts are fused parameters in
+        // transformers (Qwen3-VL-MoE), leaving its attention's four and the router.
+        let sparse = cfg.moe.num_experts > 0;
+        let text: usize = (0..layers)
+            .map(|l| if sparse && cfg.sparse_layer(l) { 5 } else { 7 })
+            .sum();
+        assert_eq!(names.len() - tower.len(), 2 * text, "{what}: text adapters");
         perturb_b(&e, 11 + i as i64);
         let vision = e.module().vision.as_ref().expect("a vision tower");
         let flat: Vec<_> = images.iter().flat_map(|i| i.iter()).collect();
