@@ -1448,10 +1448,6 @@ const VL_ROWS: i64 = 4;
 const VL_PROMPT: i64 = 14;
 const VL_RESP: i64 = 4;
 
-fn vl_settings(lora: bool) -> EngineSettings {
-    vl_settings_for(VL_MODEL, lora)
-}
-
 fn vl_settings_for(model: &str, lora: bool) -> EngineSettings {
     use runtime::model::lora::{LoraConfig, LoraTargets};
     EngineSettings {
@@ -1554,26 +1550,32 @@ rank_test!(
             let dp = e.data_group().clone();
             packed_matches_padded(model, &batch, &mut e, &batch, Some(&dp));
         }
-        let batch = vision_batch(VL_MODEL);
-
-        let mut single = SingleEngine::<CausalLm>::new(vl_settings(true)).expect("single LoRA");
-        let mut f = FsdpEngine::<CausalLm>::new(FsdpSettings::new(vl_settings(true)), pg.clone())
+        // LoRA on Qwen2.5-VL, and on Qwen3-VL-MoE, whose routers are adapted too.
+        for model in [VL_MODEL, QWEN3_VL_MOE_MODEL] {
+            let batch = vision_batch(model);
+            let mut single =
+                SingleEngine::<CausalLm>::new(vl_settings_for(model, true)).expect("single LoRA");
+            let mut f = FsdpEngine::<CausalLm>::new(
+                FsdpSettings::new(vl_settings_for(model, true)),
+                pg.clone(),
+            )
             .expect("fsdp LoRA");
-        let local = VL_ROWS / 2;
-        let rows = batch.narrow(pg.rank() as i64 * local, local).expect("rows");
-        lockstep(
-            Side {
-                engine: &mut single,
-                rows: &batch,
-                group: None,
-            },
-            Side {
-                engine: &mut f,
-                rows: &rows,
-                group: Some(&pg),
-            },
-            LOCKSTEP_STEPS,
-            1e-5,
-        );
+            let local = VL_ROWS / 2;
+            let rows = batch.narrow(pg.rank() as i64 * local, local).expect("rows");
+            lockstep(
+                Side {
+                    engine: &mut single,
+                    rows: &batch,
+                    group: None,
+                },
+                Side {
+                    engine: &mut f,
+                    rows: &rows,
+                    group: Some(&pg),
+                },
+                LOCKSTEP_STEPS,
+                1e-5,
+            );
+        }
     }
 );
