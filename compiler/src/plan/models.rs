@@ -360,8 +360,8 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
 
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
 /// this run: verlc trains one on FSDP (one process or several, Ulysses too), with the
-/// built-in rollout generating single turns (synchronously or not), full weights or LoRA, without a
-/// critic.
+/// built-in rollout generating single turns or verl's tool agent loop's (synchronously or
+/// not), full weights or LoRA, without a critic.
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision.is_some())?;
     let why = if key == "critic.model.path" {
@@ -373,8 +373,14 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         "on the Megatron strategy"
     } else if spec.rollout.vllm.is_some() {
         "with the vLLM rollout"
-    } else if spec.rollout.multi_turn.is_some() {
-        "with the multi-turn agent loop"
+    } else if spec
+        .rollout
+        .multi_turn
+        .as_ref()
+        .is_some_and(|m| m.agent_loop_config_path.is_some())
+    {
+        // The user's loops render their prompts in Python, where the pictures are not.
+        "with the user's Python agent loops (agent_loop_config_path)"
     } else if spec.data.custom_dataset.is_some() {
         // The Python dataset's items come back as JSON: their pictures do not.
         "from a Python dataset class (data.custom_cls)"
@@ -382,7 +388,7 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP, with the built-in rollout, single-turn, on full weights or LoRA and from data files: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP, with the built-in rollout (single turns or verl's tool agent loop), on full weights or LoRA and from data files: training it {why} is not implemented yet",
         row.name
     ))
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use verlc_spec::trainer::MultiTurnSpec;
 
 use crate::data::PromptItem;
+use crate::engine::batch::RowImages;
 use crate::rng::Rng;
 use crate::rollout::agent::python_loops::PythonLoops;
 use crate::rollout::agent::tools::{PythonTools, ToolSettings};
@@ -191,6 +192,9 @@ impl AgentRollout {
         let mut turn_scores = vec![Vec::new(); rows];
         let mut loop_scores = Vec::new();
         let python_rows: Vec<usize> = (0..rows).filter(|&r| user_loop(r)).collect();
+        // A vision-language policy's prompts carry their images into every turn's prefill.
+        let vision = rollout.model().and_then(|m| m.vision.as_ref());
+        let with_images = items.iter().any(|it| !it.images.is_empty());
         for tool in [true, false] {
             let group: Vec<usize> = (0..rows)
                 .filter(|&r| !user_loop(r) && uses_tools(r) == tool)
@@ -199,18 +203,27 @@ impl AgentRollout {
                 continue;
             }
             let schemas: &[Value] = if tool { &self.schemas } else { &[] };
-            let tokens = ContextTokens::new(
+            let mut tokens = ContextTokens::new(
                 tokenizer,
                 &self.model_type,
                 schemas,
                 &self.spec.chat_template_kwargs,
             )
             .map_err(config)?;
+            if let Some(v) = vision {
+                tokens = tokens.with_vision(v.tokens.spatial_merge_size.max(1) as usize);
+            }
             let conversations: Vec<_> = group
                 .iter()
                 .map(|&r| items[r / n].sample.prompt.clone())
                 .collect();
+            let images: Vec<RowImages> = if with_images {
+                group.iter().map(|&r| items[r / n].images.clone()).collect()
+            } else {
+                Vec::new()
+            };
             let mut generator = NativeTurns::new(rollout, params, stop, group.clone());
+            generator.images = images.clone();
             let mut guard = self.tools.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(tools) = guard.as_mut() {
                 // Each sample's `tools_kwargs` and `interaction_kwargs`, indexed as the loop
@@ -244,6 +257,7 @@ impl AgentRollout {
             };
             let done = agent::run(
                 &conversations,
+                &images,
                 &tokens,
                 tokenizer,
                 &self.limits(params, tool),
@@ -305,6 +319,17 @@ impl AgentRollout {
         )
         .map_err(config)?;
         out.prompt_index = (0..rows).map(|r| r / n).collect();
+        if let (Some(v), true) = (vision, with_images) {
+            // Multimodal positions over each whole trajectory (its images in the prompt; the
+            // turns after it are text).
+            let grids: Vec<[i64; 3]> = (0..rows)
+                .flat_map(|r| items[r / n].images.iter().map(|i| i.grid_thw))
+                .collect();
+            let (positions, _) = v
+                .positions(&out.input_ids, &out.attention_mask, &grids)
+                .map_err(config)?;
+            out.position_ids = positions;
+        }
         out.num_turns = num_turns;
         out.tool_calls = tool_calls;
         out.tool_failures = tool_failures;
@@ -348,6 +373,8 @@ struct NativeTurns<'a> {
     rows: Vec<usize>,
     /// Turns generated so far, per sample.
     turns: Vec<u64>,
+    /// Each sample's images (empty: no sample has any), prefilled with every turn.
+    images: Vec<RowImages>,
 }
 
 impl<'a> NativeTurns<'a> {
@@ -367,6 +394,7 @@ impl<'a> NativeTurns<'a> {
             stop,
             turns: vec![0; rows.len()],
             rows,
+            images: Vec::new(),
         }
     }
 }
@@ -393,9 +421,14 @@ impl TurnGenerator for NativeTurns<'_> {
             max_new_tokens: max_tokens.iter().copied().max().unwrap_or(1),
             ..self.params.clone()
         };
+        let images: Vec<RowImages> = if self.images.is_empty() {
+            Vec::new()
+        } else {
+            samples.iter().map(|&s| self.images[s].clone()).collect()
+        };
         let out = self
             .rollout
-            .generate_streams(streams, &sampling, &params, self.stop)
+            .generate_streams_images(streams, &images, &sampling, &params, self.stop)
             .map_err(|e| e.to_string())?;
         let ids = Vec::<Vec<i64>>::try_from(&out.responses).map_err(|e| e.to_string())?;
         let lps = Vec::<Vec<f32>>::try_from(&out.rollout_log_probs).map_err(|e| e.to_string())?;

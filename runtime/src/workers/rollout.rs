@@ -306,18 +306,34 @@ impl RolloutWorker {
         if images.is_empty() {
             return self.generate(prompts, params, stop);
         }
+        let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
+        self.generate_streams_images(prompts, images, &streams, params, stop)
+    }
+
+    /// [`RolloutWorker::generate_streams`] of prompts with images (`images[i]` those of
+    /// `prompts[i]`; empty: none): the agent loop's turns of a vision-language policy.
+    pub fn generate_streams_images(
+        &self,
+        prompts: &[Vec<i64>],
+        images: &[RowImages],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+    ) -> Result<RolloutOutput> {
+        if images.is_empty() {
+            return self.generate_streams(prompts, streams, params, stop);
+        }
         let Skeleton::Full(model) = &self.model else {
             return Err(WorkerError::Config(
                 "prompts with images run on the whole-model rollout (not vLLM, not Megatron shards)".into(),
             ));
         };
         self.require_weights()?;
-        let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
         Ok(crate::rollout::generate_images(
             model.as_ref(),
             prompts,
             images,
-            &streams,
+            streams,
             params,
             stop,
             None,

@@ -201,6 +201,7 @@ fn token_layout_equals_verls_continuous_token_builder() {
     );
     let out = agent::run(
         &prompts,
+        &[],
         &tokens,
         &tok,
         &limits(2048),
@@ -267,7 +268,16 @@ fn run_one(
         answers.iter().map(|s| s.to_string()).collect(),
     )]));
     let prompt = vec![Message::user("Compute.")];
-    let mut out = agent::run(&[prompt], &tokens, tok, limits, &mut script, &mut tools).unwrap();
+    let mut out = agent::run(
+        &[prompt],
+        &[],
+        &tokens,
+        tok,
+        limits,
+        &mut script,
+        &mut tools,
+    )
+    .unwrap();
     let budgets = script.budgets.remove(&0).unwrap_or_default();
     (out.remove(0), tools.calls, budgets)
 }
@@ -344,6 +354,7 @@ fn a_slow_tool_holds_only_its_own_trajectory() {
         tools.delay.insert(0, delay);
         let out = agent::run(
             &prompts,
+            &[],
             &tokens,
             &tok,
             &limits(2048),
@@ -433,7 +444,16 @@ fn an_interaction_answers_turns_without_calls_until_it_ends_the_conversation() {
             ],
         );
         let prompt = vec![Message::user("What is 2+3?")];
-        let out = agent::run(&[prompt], &tokens, &tok, limits, &mut script, &mut tools).unwrap();
+        let out = agent::run(
+            &[prompt],
+            &[],
+            &tokens,
+            &tok,
+            limits,
+            &mut script,
+            &mut tools,
+        )
+        .unwrap();
         (out.into_iter().next().unwrap(), tools.shown)
     };
     let with = TurnLimits {

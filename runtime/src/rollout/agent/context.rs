@@ -8,6 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::data::vision_prompt::encode_vision_prompt;
+use crate::model::vision::ProcessedImage;
 use crate::tokenizer::chat::Message;
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
@@ -44,6 +46,9 @@ pub struct ContextTokens<'a> {
     junction: Junction,
     /// `data.apply_chat_template_kwargs`, plus `tools` when the loop offers tools.
     kwargs: Map<String, Value>,
+    /// A vision-language policy's spatial merge size (vision tokens per image: its patches
+    /// over merge²); `None` for a text model.
+    merge_size: Option<usize>,
 }
 
 /// The tokens a tool round (or a user turn) adds: `inserted` (the junction's) then `tools`
@@ -89,12 +94,39 @@ impl<'a> ContextTokens<'a> {
             tokenizer,
             junction,
             kwargs,
+            merge_size: None,
         })
+    }
+
+    /// The builder for a vision-language policy whose tower merges `merge_size`² patches into
+    /// one vision token.
+    pub fn with_vision(self, merge_size: usize) -> Self {
+        ContextTokens {
+            merge_size: Some(merge_size),
+            ..self
+        }
     }
 
     /// The prompt: the conversation with the generation prompt (and the tools).
     pub fn initial(&self, messages: &[Message]) -> Result<Vec<i64>, ContextError> {
         Ok(self.tokenizer.encode_chat(messages, true, &self.kwargs)?)
+    }
+
+    /// [`ContextTokens::initial`] of a conversation with images: each `<image>` placeholder
+    /// becomes its image's vision tokens, as the data pipeline encodes a single-turn prompt.
+    pub fn initial_with_images(
+        &self,
+        messages: &[Message],
+        images: &[ProcessedImage],
+    ) -> Result<Vec<i64>, ContextError> {
+        if images.is_empty() {
+            return self.initial(messages);
+        }
+        let merge = self.merge_size.ok_or_else(|| {
+            ContextError::Template("a prompt with images needs a vision-language policy".into())
+        })?;
+        encode_vision_prompt(self.tokenizer, messages, images, merge, &self.kwargs)
+            .map_err(|e| ContextError::Template(e.to_string()))
     }
 
     /// The tokens `tool_messages` (one round's responses, in call order) add after a stream

@@ -217,6 +217,10 @@ def text_of(resp):
         return resp
     if isinstance(resp, dict):
         return json.dumps(resp, ensure_ascii=False)
+    if getattr(resp, "image", None) or getattr(resp, "video", None):
+        # verl adds them to the conversation; verlc's loop carries text answers only, so the
+        # call fails (the model and the tool metrics see it) rather than losing them unseen.
+        raise ValueError("the tool answered with an image or video, which verlc's agent loop does not carry yet")
     text = getattr(resp, "text", None)
     return text if text is not None else ("" if hasattr(resp, "text") else str(resp))
 

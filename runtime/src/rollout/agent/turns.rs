@@ -20,6 +20,7 @@
 
 use serde_json::json;
 
+use crate::engine::batch::RowImages;
 use crate::tokenizer::Tokenizer;
 use crate::tokenizer::chat::Message;
 
@@ -199,9 +200,11 @@ struct Live {
     messages: Vec<Message>,
 }
 
-/// Runs the loop for each conversation in `prompts`.
+/// Runs the loop for each conversation in `prompts`, `images[i]` filling the `<image>`
+/// placeholders of `prompts[i]` (`images` empty: no conversation has any).
 pub fn run(
     prompts: &[Vec<Message>],
+    images: &[RowImages],
     tokens: &ContextTokens<'_>,
     tokenizer: &Tokenizer,
     limits: &TurnLimits,
@@ -213,9 +216,11 @@ pub fn run(
         .iter()
         .enumerate()
         .map(|(sample, messages)| {
-            let stream = tokens
-                .initial(messages)
-                .map_err(|source| AgentError::Context { sample, source })?;
+            let stream = match images.get(sample) {
+                Some(pictures) => tokens.initial_with_images(messages, pictures),
+                None => tokens.initial(messages),
+            }
+            .map_err(|source| AgentError::Context { sample, source })?;
             Ok(Live {
                 prompt_len: stream.len(),
                 stream,
