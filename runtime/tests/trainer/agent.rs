@@ -58,37 +58,48 @@ fn the_tool_agent_loop_runs_in_training() {
     assert_eq!(series(&summary.history, "actor/pg_loss").len(), 2);
 }
 
+/// Two steps of a run whose rows all run the tool agent loop with the test tools, its
+/// checkpoints under a scratch dir `name`, with `extra` overrides.
+fn tool_loop_overrides(name: &str, extra: &[&str]) -> Vec<String> {
+    let dir = scratch(name);
+    let tools = repo().join("tests/fixtures/tools/local_code.py");
+    extra
+        .iter()
+        .chain(&[
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+            "trainer.total_training_steps=2",
+            "trainer.logger=[]",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+        ])
+        .map(|s| s.to_string())
+        .chain([
+            format!(
+                "++actor_rollout_ref.rollout.multi_turn.function_tool_path={}",
+                tools.display()
+            ),
+            format!("trainer.default_local_dir={}", dir.join("ckpt").display()),
+        ])
+        .collect()
+}
+
 /// The loop on the Megatron strategy with one rank per rollout replica (tensor and pipeline
 /// parallel 1): the tools run and the run trains, as on FSDP. (A replica spanning ranks is
 /// refused by `verlc build`: see the plan tests.)
 #[test]
 fn the_tool_agent_loop_runs_with_a_megatron_actor() {
-    let dir = scratch("agent_loop_megatron");
-    let tools = repo().join("tests/fixtures/tools/local_code.py");
-    let overrides: Vec<String> = [
-        "data.train_batch_size=8",
-        "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-        "trainer.total_training_steps=2",
-        "trainer.logger=[]",
-        "trainer.val_before_train=false",
-        "trainer.test_freq=-1",
-    ]
-    .map(str::to_owned)
-    .into_iter()
-    .chain([
-        format!(
-            "++actor_rollout_ref.rollout.multi_turn.function_tool_path={}",
-            tools.display()
-        ),
-        format!("trainer.default_local_dir={}", dir.join("ckpt").display()),
-    ])
-    .collect();
+    let overrides = tool_loop_overrides(
+        "agent_loop_megatron",
+        &[
+            "data.train_batch_size=8",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        ],
+    );
     let spec = spec_of("quickstart_megatron.yaml", &overrides);
     assert!(spec.rollout.multi_turn.is_some());
     let summary = runtime::trainer::run_with(&spec, &quiet(), MegatronRoles { world: None })
@@ -104,33 +115,18 @@ fn the_tool_agent_loop_runs_with_a_megatron_actor() {
 /// trained, without the pictures would differ by far more), and the run trains.
 #[test]
 fn the_tool_agent_loop_runs_with_images() {
-    let dir = scratch("agent_loop_images");
-    let tools = repo().join("tests/fixtures/tools/local_code.py");
-    let overrides: Vec<String> = [
-        "data.train_batch_size=4",
-        "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.actor.ppo_epochs=1",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-        // The rollout's log-probs beside the actor's (verl's `training/rollout_probs_diff_*`).
-        "actor_rollout_ref.rollout.calculate_log_probs=true",
-        "trainer.total_training_steps=2",
-        "trainer.logger=[]",
-        "trainer.val_before_train=false",
-        "trainer.test_freq=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([
-        format!(
-            "++actor_rollout_ref.rollout.multi_turn.function_tool_path={}",
-            tools.display()
-        ),
-        format!("trainer.default_local_dir={}", dir.join("ckpt").display()),
-    ])
-    .collect();
+    let overrides = tool_loop_overrides(
+        "agent_loop_images",
+        &[
+            "data.train_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.actor.ppo_epochs=1",
+            // The rollout's log-probs beside the actor's (verl's `training/rollout_probs_diff_*`).
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+        ],
+    );
     let spec = spec_of("color_digits_vl.yaml", &overrides);
     assert!(spec.rollout.multi_turn.is_some());
     let summary = runtime::trainer::run(&spec, &quiet()).expect("the agent loop with images");
