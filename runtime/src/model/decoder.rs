@@ -725,15 +725,7 @@ impl Model {
         );
         let switch = cfg.lora.as_ref().map(|_| Arc::new(AtomicBool::new(true)));
         let vision = cfg.arch().is_ok_and(|a| a.has_vision());
-        let ad = cfg
-            .lora
-            .as_ref()
-            .zip(switch.as_ref())
-            .map(|(config, enabled)| Adapters {
-                config,
-                enabled,
-                vision,
-            });
+        let ad = Adapters::of(cfg.lora.as_ref(), switch.as_ref(), vision);
         let layers = (0..cfg.num_hidden_layers as usize)
             .map(|i| {
                 let at = LayerPlace {

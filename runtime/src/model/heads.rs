@@ -27,15 +27,7 @@ impl CausalLm {
         let model = Model::new(cfg, &root / "model")?;
         let lm_head = (!cfg.tie_word_embeddings)
             .then(|| Linear::new(&root / "lm_head", cfg.hidden_size, cfg.vocab_size, false));
-        let adapters = cfg
-            .lora
-            .as_ref()
-            .zip(model.adapter_switch())
-            .map(|(config, enabled)| super::layers::Adapters {
-                config,
-                enabled,
-                vision: true,
-            });
+        let adapters = super::layers::Adapters::of(cfg.lora.as_ref(), model.adapter_switch(), true);
         let vision = super::vision::Vision::from_config(cfg, &root, adapters)?;
         Ok(CausalLm {
             model,

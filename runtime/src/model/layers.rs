@@ -53,6 +53,22 @@ pub(crate) struct Adapters<'a> {
     pub vision: bool,
 }
 
+impl<'a> Adapters<'a> {
+    /// The adapters `lora` asks for, switched by `enabled` (none unless both are there), in a
+    /// model with a vision tower (`vision`) or without.
+    pub(crate) fn of(
+        lora: Option<&'a LoraConfig>,
+        enabled: Option<&'a Arc<AtomicBool>>,
+        vision: bool,
+    ) -> Option<Self> {
+        lora.zip(enabled).map(|(config, enabled)| Adapters {
+            config,
+            enabled,
+            vision,
+        })
+    }
+}
+
 /// `n / parts`, or a message naming what does not divide.
 pub(crate) fn divide(n: i64, parts: i64, what: &str) -> Result<i64, String> {
     if parts <= 0 || n % parts != 0 {
