@@ -116,12 +116,14 @@ impl FusedExperts {
     /// into `gate_up_proj` and `down_proj` in place of expert 0's weights; everything else
     /// unchanged. Every expert of a layer must be present (gathered, not one rank's share).
     pub fn fuse(&self, named: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, String> {
+        // By name once: a large model has tens of thousands of expert weights.
+        let by_name: std::collections::HashMap<&str, &Tensor> =
+            named.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let find = |prefix: &str, e: i64, leaf: &str| -> Result<Tensor, String> {
             let want = format!("{prefix}mlp.experts.{e}.{leaf}.weight");
-            named
-                .iter()
-                .find(|(n, _)| *n == want)
-                .map(|(_, t)| t.shallow_clone())
+            by_name
+                .get(want.as_str())
+                .map(|t| t.shallow_clone())
                 .ok_or_else(|| format!("`{want}` is missing; the checkpoint stores every expert of a layer in one tensor"))
         };
         let mut out = Vec::with_capacity(named.len());
