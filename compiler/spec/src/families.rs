@@ -88,6 +88,9 @@ pub struct FamilyRow {
     /// A vision tower beside the text model (`vision_config`): images in the prompt's
     /// placeholder tokens, multimodal rotary positions.
     pub vision: Option<VisionTower>,
+    /// The head width transformers' config class takes when `config.json` has no `head_dim`
+    /// (`None`: hidden / heads).
+    pub default_head_dim: Option<i64>,
     /// Its name in `builtin://tiny?arch=`.
     pub tiny_arch: &'static str,
 }
@@ -109,6 +112,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: false,
         vision: None,
+        default_head_dim: None,
         tiny_arch: "llama",
     },
     FamilyRow {
@@ -126,6 +130,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: true,
         chatml: false,
         vision: None,
+        default_head_dim: None,
         tiny_arch: "mistral",
     },
     FamilyRow {
@@ -143,6 +148,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: None,
+        default_head_dim: None,
         tiny_arch: "qwen2",
     },
     FamilyRow {
@@ -160,6 +166,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: None,
+        default_head_dim: Some(128),
         tiny_arch: "qwen3",
     },
     FamilyRow {
@@ -177,6 +184,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: None,
+        default_head_dim: None,
         tiny_arch: "qwen3_moe",
     },
     FamilyRow {
@@ -194,6 +202,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: None,
+        default_head_dim: None,
         tiny_arch: "qwen3_5",
     },
     FamilyRow {
@@ -211,6 +220,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: None,
+        default_head_dim: None,
         tiny_arch: "qwen3_5_moe",
     },
     FamilyRow {
@@ -228,6 +238,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: None,
+        default_head_dim: None,
         tiny_arch: "qwen3_next",
     },
     FamilyRow {
@@ -246,6 +257,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: Some(VisionTower::Qwen2_5Vl),
+        default_head_dim: None,
         tiny_arch: "qwen2_5_vl",
     },
     FamilyRow {
@@ -264,6 +276,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: Some(VisionTower::Qwen3Vl),
+        default_head_dim: Some(128),
         tiny_arch: "qwen3_vl",
     },
     FamilyRow {
@@ -282,6 +295,7 @@ pub static FAMILIES: &[FamilyRow] = &[
         sliding_window_unless_null: false,
         chatml: true,
         vision: Some(VisionTower::Qwen3Vl),
+        default_head_dim: None,
         tiny_arch: "qwen3_vl_moe",
     },
 ];

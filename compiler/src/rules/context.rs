@@ -315,12 +315,13 @@ impl ModelDims {
     }
 
     pub fn head_dim(&self) -> u64 {
-        // transformers' `Qwen3Config` and `Qwen3VLTextConfig` default to heads of 128; the
-        // others derive the width from hidden / heads.
-        let default = match self.model_type.as_deref() {
-            Some("qwen3" | "qwen3_vl") => 128,
-            _ => self.hidden_size / self.num_attention_heads.max(1),
-        };
+        // The family's config class default (Qwen3's is 128), else hidden / heads.
+        let default = self
+            .family()
+            .and_then(|f| f.default_head_dim)
+            .map_or(self.hidden_size / self.num_attention_heads.max(1), |d| {
+                d.max(0) as u64
+            });
         self.head_dim.unwrap_or(default)
     }
 

@@ -281,15 +281,17 @@ impl ModelConfig {
         }
         lift_text_config(&mut raw);
         fill_from_wrapped_text_config(&mut raw);
+        // A config without `head_dim` gets its config class's (Qwen3's is 128, not hidden /
+        // heads), as transformers reads it.
         if let Some(obj) = raw.as_object_mut()
-            && matches!(
-                obj.get("model_type").and_then(Value::as_str),
-                Some("qwen3" | "qwen3_vl")
-            )
             && obj.get("head_dim").is_none_or(Value::is_null)
+            && let Some(dim) = obj
+                .get("model_type")
+                .and_then(Value::as_str)
+                .and_then(Arch::from_model_type)
+                .and_then(|a| a.row().default_head_dim)
         {
-            // `Qwen3Config` and `Qwen3VLTextConfig` default to heads of 128, not hidden / heads.
-            obj.insert("head_dim".into(), Value::from(128));
+            obj.insert("head_dim".into(), Value::from(dim));
         }
         let cfg: ModelConfig = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
         let cfg = cfg.normalize().map_err(bad)?;
