@@ -194,7 +194,6 @@ impl AgentRollout {
         let python_rows: Vec<usize> = (0..rows).filter(|&r| user_loop(r)).collect();
         // A vision-language policy's prompts carry their images into every turn's prefill.
         let vision = rollout.model().and_then(|m| m.vision.as_ref());
-        let with_images = items.iter().any(|it| !it.images.is_empty());
         for tool in [true, false] {
             let group: Vec<usize> = (0..rows)
                 .filter(|&r| !user_loop(r) && uses_tools(r) == tool)
@@ -217,13 +216,9 @@ impl AgentRollout {
                 .iter()
                 .map(|&r| items[r / n].sample.prompt.clone())
                 .collect();
-            let images: Vec<RowImages> = if with_images {
-                group.iter().map(|&r| items[r / n].images.clone()).collect()
-            } else {
-                Vec::new()
-            };
-            let mut generator = NativeTurns::new(rollout, params, stop, group.clone());
-            generator.images = images.clone();
+            let images = super::fit::prompt_images(group.iter().map(|&r| items[r / n]));
+            let mut generator =
+                NativeTurns::new(rollout, params, stop, group.clone(), images.clone());
             let mut guard = self.tools.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(tools) = guard.as_mut() {
                 // Each sample's `tools_kwargs` and `interaction_kwargs`, indexed as the loop
@@ -278,7 +273,8 @@ impl AgentRollout {
             }
         }
         if let (Some(l), false) = (loops.as_mut(), python_rows.is_empty()) {
-            let mut generator = NativeTurns::new(rollout, params, stop, python_rows.clone());
+            let mut generator =
+                NativeTurns::new(rollout, params, stop, python_rows.clone(), Vec::new());
             let kwargs: Vec<(String, serde_json::Map<String, Value>)> = python_rows
                 .iter()
                 .map(|&r| (name_of(r).to_owned(), loop_kwargs(&items[r / n].sample)))
@@ -319,7 +315,7 @@ impl AgentRollout {
         )
         .map_err(config)?;
         out.prompt_index = (0..rows).map(|r| r / n).collect();
-        if let (Some(v), true) = (vision, with_images) {
+        if let (Some(v), true) = (vision, items.iter().any(|it| !it.images.is_empty())) {
             // Multimodal positions over each whole trajectory (its images in the prompt; the
             // turns after it are text).
             let grids: Vec<[i64; 3]> = (0..rows)
@@ -378,12 +374,14 @@ struct NativeTurns<'a> {
 }
 
 impl<'a> NativeTurns<'a> {
-    /// The turns of batch rows `rows` (one response each) under `params`.
+    /// The turns of batch rows `rows` (one response each) under `params`, each prefilled with
+    /// its row's `images` (empty: no row has any).
     fn new(
         rollout: &'a RolloutWorker,
         params: &SamplingParams,
         stop: &'a StopTokens,
         rows: Vec<usize>,
+        images: Vec<RowImages>,
     ) -> Self {
         NativeTurns {
             rollout,
@@ -394,7 +392,7 @@ impl<'a> NativeTurns<'a> {
             stop,
             turns: vec![0; rows.len()],
             rows,
-            images: Vec::new(),
+            images,
         }
     }
 }

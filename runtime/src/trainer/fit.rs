@@ -1780,12 +1780,20 @@ pub(super) fn generate_prompt_items(
     stop: &StopTokens,
 ) -> Result<RolloutOutput, TrainerError> {
     let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.input_ids.clone()).collect();
-    let images: Vec<RowImages> = if items.iter().any(|it| !it.images.is_empty()) {
-        items.iter().map(|it| it.images.clone()).collect()
+    let images = prompt_images(items.iter().copied());
+    Ok(rollout.generate_images(&prompts, &images, params, stop)?)
+}
+
+/// The images of each of `items` in order, as the rollout takes them: empty when none has
+/// any (a text batch).
+pub(super) fn prompt_images<'a>(
+    items: impl Iterator<Item = &'a PromptItem> + Clone,
+) -> Vec<RowImages> {
+    if items.clone().any(|it| !it.images.is_empty()) {
+        items.map(|it| it.images.clone()).collect()
     } else {
         Vec::new()
-    };
-    Ok(rollout.generate_images(&prompts, &images, params, stop)?)
+    }
 }
 
 pub(super) fn rollout_batch(out: &RolloutOutput) -> Result<Batch, TrainerError> {
