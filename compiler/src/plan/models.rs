@@ -348,6 +348,7 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                     let model_type = cfg.get("model_type").and_then(Value::as_str)?;
                     layout(&dir.display().to_string(), model_type, linear_heads(&cfg))
                         .or_else(|| vision(model_type))
+                        .or_else(|| deepstack_problem(spec, key, &cfg))
                 })
             }),
         };
@@ -359,9 +360,10 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
 }
 
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
-/// this run: verlc trains one on FSDP (one process or several, Ulysses too), with the
-/// built-in rollout generating single turns or verl's tool agent loop's (synchronously or
-/// not), full weights or LoRA, without a critic.
+/// this run: verlc trains one on FSDP (one process or several, Ulysses too) or Megatron (the
+/// tower whole on the first pipeline stage), with the built-in rollout generating single
+/// turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, without a
+/// critic.
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision.is_some())?;
     let why = if key == "critic.model.path" {
@@ -369,8 +371,16 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
     } else if spec.critic.is_some() {
         // verl's critic reads the actor's images as well; a text critic cannot.
         "with a critic"
-    } else if spec.binding.strategy == verlc_spec::binding::StrategyKind::Megatron {
-        "on the Megatron strategy"
+    } else if let verlc_spec::trainer::EngineSpec::Megatron(m) = &spec.actor.engine
+        && spec.rollout.vllm.is_none()
+        && spec
+            .rollout
+            .tensor_parallel
+            .is_some_and(|r| r.max(1) != m.tensor_parallel.max(1))
+    {
+        // A rollout replica laid out apart from training shares prompts between ranks as
+        // token lists; their pictures do not travel with them yet.
+        "on Megatron with a rollout tensor-parallel size other than the actor's"
     } else if spec.rollout.vllm.is_some() {
         "with the vLLM rollout"
     } else if spec
@@ -388,9 +398,33 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP, with the built-in rollout (single turns or verl's tool agent loop), on full weights or LoRA and from data files: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in rollout (single turns or verl's tool agent loop), on full weights or LoRA and from data files: training it {why} is not implemented yet",
         row.name
     ))
+}
+
+/// Why a Qwen3-VL checkpoint (`cfg`) cannot be split into the role's pipeline stages: its
+/// tower's DeepStack features are added to the outputs of the first decoder layers, and
+/// verlc's Megatron engine keeps the tower and those layers on the first stage.
+fn deepstack_problem(spec: &TrainerSpec, key: &str, cfg: &Value) -> Option<String> {
+    let Some(verlc_spec::trainer::EngineSpec::Megatron(m)) = role_engine(spec, key) else {
+        return None;
+    };
+    let stages = m.pipeline_parallel.max(1);
+    let levels = cfg
+        .get("vision_config")?
+        .get("deepstack_visual_indexes")?
+        .as_array()?
+        .len();
+    let text = cfg.get("text_config").unwrap_or(cfg);
+    let layers = usize::try_from(text.get("num_hidden_layers")?.as_i64()?).ok()?;
+    // The first stage's share, as the engine splits layers (earlier stages take the rest).
+    let first = layers / stages + usize::from(!layers.is_multiple_of(stages));
+    (stages > 1 && levels > first).then(|| {
+        format!(
+            "its vision tower's DeepStack features go into the first {levels} decoder layers; with {stages} pipeline stages the first holds {first}, and verlc's Megatron engine needs them all on the first stage (fewer stages)"
+        )
+    })
 }
 
 /// Why the policy's LoRA adapters cannot be placed as PEFT places them: `all-linear` on a

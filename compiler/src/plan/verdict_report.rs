@@ -162,8 +162,18 @@ pub fn verdict_diagnostics(
             "critic.model.use_remove_padding" => cfg.critic.strategy == Strategy::Megatron,
             _ => false,
         };
+        // verl reads `freeze_vision_tower` in its FSDP workers only: its Megatron actor trains
+        // the tower, and so does verlc's.
+        let megatron_tower = key == "actor_rollout_ref.actor.freeze_vision_tower"
+            && cfg.actor_rollout_ref.actor.strategy == Strategy::Megatron
+            && value == serde_json::Value::Bool(true);
         let verdict = if let Some(v) = vllm.then(|| vllm_verdict(&key, cpu)).flatten() {
             Some(v)
+        } else if megatron_tower {
+            Some(Verdict::NoEffect(
+                codes::BUILD_NO_EFFECT,
+                "has no effect on the Megatron strategy: verl reads it in its FSDP workers only, and its Megatron actor (as verlc's) trains the vision tower",
+            ))
         } else if megatron_packing {
             Some(Verdict::NoEffect(
                 codes::BUILD_NO_EFFECT,

@@ -13,8 +13,8 @@ use tch::{Device, Kind, Tensor};
 
 use crate::dist::ProcessGroup;
 pub use crate::engine::hybrid::{RolloutLayout, ShardLayout};
-use crate::engine::megatron::{ParallelModel, StageInput};
-use crate::model::vision::ProcessedImage;
+use crate::engine::megatron::{ParallelModel, StageImages, StageInput};
+use crate::model::vision::{ProcessedImage, Vision};
 use crate::model::{CausalLm, KvCache, ModelConfig};
 
 use super::logprob::compute_log_probs;
@@ -193,6 +193,42 @@ impl ShardedDecoder<'_> {
     fn dist(e: impl std::fmt::Display) -> RolloutError {
         RolloutError::Batch(format!("sharded decoding: {e}"))
     }
+
+    /// Runs this rank's stage on `first` (the first stage's input; the others receive the
+    /// previous stage's hidden states), passing its output on; the next-token logits on the
+    /// last stage.
+    fn run_stage(
+        &self,
+        first: StageInput<'_>,
+        ids: &Tensor,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+        cache: &mut KvCache,
+    ) -> Result<Option<HeadLogits>, RolloutError> {
+        let stage = &self.model.stage;
+        let (b, t) = (ids.size()[0], ids.size()[1]);
+        let input = match self.pp() {
+            Some(pp) if !stage.is_first() => {
+                let shape = [b, t, self.model.config.hidden_size];
+                let h = Tensor::f_empty(shape, (self.kind(), self.device()))?;
+                pp.recv(&h, stage.rank - 1, STAGE_TAG).map_err(Self::dist)?;
+                StageInput::Hidden(h)
+            }
+            _ => first,
+        };
+        let hidden = self
+            .model
+            .decode_stage(input, position_ids, attention_mask, cache)
+            .map_err(Self::dist)?;
+        if let Some(pp) = self.pp().filter(|_| !stage.is_last()) {
+            pp.send(&hidden.f_contiguous()?, stage.rank + 1, STAGE_TAG)
+                .map_err(Self::dist)?;
+            return Ok(None);
+        }
+        let last = hidden.f_narrow(1, t - 1, 1)?.f_squeeze_dim(1)?;
+        let logits = self.model.next_token_logits(&last).map_err(Self::dist)?;
+        Ok(Some(HeadLogits::RowMajor(logits)))
+    }
 }
 
 impl Decoder for ShardedDecoder<'_> {
@@ -225,29 +261,48 @@ impl Decoder for ShardedDecoder<'_> {
         attention_mask: &Tensor,
         cache: &mut KvCache,
     ) -> Result<Option<HeadLogits>, RolloutError> {
-        let stage = &self.model.stage;
+        self.run_stage(
+            StageInput::Ids(ids),
+            ids,
+            position_ids,
+            attention_mask,
+            cache,
+        )
+    }
+
+    fn has_vision(&self) -> bool {
+        self.model.has_vision()
+    }
+
+    /// The first stage embeds the images and computes the prompt's M-RoPE positions, which
+    /// it broadcasts to the later stages.
+    fn prefill_images(
+        &self,
+        _: &mut (),
+        ids: &Tensor,
+        attention_mask: &Tensor,
+        images: &[&ProcessedImage],
+        cache: &mut KvCache,
+    ) -> Result<(Option<HeadLogits>, Tensor), RolloutError> {
         let (b, t) = (ids.size()[0], ids.size()[1]);
-        let input = match self.pp() {
-            Some(pp) if !stage.is_first() => {
-                let shape = [b, t, self.model.config.hidden_size];
-                let h = Tensor::f_empty(shape, (self.kind(), self.device()))?;
-                pp.recv(&h, stage.rank - 1, STAGE_TAG).map_err(Self::dist)?;
-                StageInput::Hidden(h)
-            }
-            _ => StageInput::Ids(ids),
+        let (pixels, grids) = Vision::pixels(images, ids.device())?;
+        let pos = match self.model.vision() {
+            Some(v) => v.positions(ids, attention_mask, &grids)?.0.f_contiguous()?,
+            None => Tensor::f_zeros([b, t, 3], (Kind::Int64, ids.device()))?,
         };
-        let hidden = self
-            .model
-            .decode_stage(input, position_ids, attention_mask, cache)
-            .map_err(Self::dist)?;
-        if let Some(pp) = self.pp().filter(|_| !stage.is_last()) {
-            pp.send(&hidden.f_contiguous()?, stage.rank + 1, STAGE_TAG)
-                .map_err(Self::dist)?;
-            return Ok(None);
+        if let Some(pp) = self.pp() {
+            pp.broadcast(&pos, 0).map_err(Self::dist)?;
         }
-        let last = hidden.f_narrow(1, t - 1, 1)?.f_squeeze_dim(1)?;
-        let logits = self.model.next_token_logits(&last).map_err(Self::dist)?;
-        Ok(Some(HeadLogits::RowMajor(logits)))
+        let input = StageInput::Multimodal(
+            ids,
+            StageImages {
+                pixels: &pixels,
+                grids: &grids,
+                prompt_width: t,
+            },
+        );
+        let logits = self.run_stage(input, ids, &pos, attention_mask, cache)?;
+        Ok((logits, pos))
     }
 
     fn choose(

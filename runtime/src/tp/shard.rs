@@ -46,6 +46,11 @@ pub fn hf_shard_spec(name: &str) -> ShardSpec {
         "in_proj_a",
     ];
     const ROW: [&str; 3] = ["o_proj", "down_proj", "out_proj"];
+    // A vision-language model's tower is whole on every tensor-parallel rank (its linear
+    // layers share names with the text model's).
+    if name.starts_with("visual.") {
+        return ShardSpec::Replicated;
+    }
     let Some((module, leaf)) = name.rsplit_once('.') else {
         return ShardSpec::Replicated;
     };

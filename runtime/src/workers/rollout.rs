@@ -323,21 +323,38 @@ impl RolloutWorker {
         if images.is_empty() {
             return self.generate_streams(prompts, streams, params, stop);
         }
-        let Skeleton::Full(model) = &self.model else {
-            return Err(WorkerError::Config(
-                "prompts with images run on the whole-model rollout (not vLLM, not Megatron shards)".into(),
-            ));
-        };
         self.require_weights()?;
-        Ok(crate::rollout::generate_images(
-            model.as_ref(),
-            prompts,
-            images,
-            streams,
-            params,
-            stop,
-            None,
-        )?)
+        Ok(match &self.model {
+            Skeleton::Full(model) => crate::rollout::generate_images(
+                model.as_ref(),
+                prompts,
+                images,
+                streams,
+                params,
+                stop,
+                None,
+            )?,
+            // A Megatron rank's replica at training's tensor-parallel size: its first stage
+            // embeds the images.
+            Skeleton::Sharded {
+                model,
+                pp,
+                share: None,
+            } => {
+                let decoder = ShardedDecoder {
+                    model,
+                    pp: pp.as_ref(),
+                };
+                crate::rollout::generate_images(
+                    &decoder, prompts, images, streams, params, stop, None,
+                )?
+            }
+            _ => {
+                return Err(WorkerError::Config(
+                    "prompts with images run on the whole-model rollout or a Megatron rank's shards at training's tensor-parallel size (not vLLM, not another rollout tensor-parallel size)".into(),
+                ));
+            }
+        })
     }
 
     /// Generates with each prompt's sampling stream given (`streams[i]` for `prompts[i]`;

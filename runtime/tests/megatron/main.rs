@@ -15,4 +15,5 @@ mod parity;
 mod rollout_reshard;
 mod router_losses;
 mod support;
+mod vision;
 mod vocab_parallel;

@@ -99,6 +99,7 @@ impl<'a> Parallel<'a> {
                 input_ids: ids.narrow(0, i * per_mb, per_mb),
                 position_ids: pos.narrow(0, i * per_mb, per_mb),
                 attention_mask: Some(mask.narrow(0, i * per_mb, per_mb)),
+                images: None,
             })
             .collect();
         Parallel {
@@ -503,6 +504,7 @@ rank_test!(qwen3_5_cp2_gradients_equal_one_process, 2, |world| {
         input_ids: ids.shallow_clone(),
         position_ids: pos.shallow_clone(),
         attention_mask: Some(mask.shallow_clone()),
+        images: None,
     }];
     m.zero_grad().unwrap();
     m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {

@@ -396,15 +396,26 @@ fn megatron_layout_matches_one_process(
     world: usize,
     spec_ok: impl Fn(&verlc_spec::trainer::MegatronEngineSpec) -> bool,
 ) -> Vec<(u64, Metrics)> {
+    megatron_run_matches_one_process(MEGATRON, name, (shared, layout), world, spec_ok)
+}
+
+/// [`megatron_layout_matches_one_process`] from `base` overrides instead of [`MEGATRON`]'s.
+fn megatron_run_matches_one_process(
+    base: &[&str],
+    name: &str,
+    (shared, layout): (&[String], &[String]),
+    world: usize,
+    spec_ok: impl Fn(&verlc_spec::trainer::MegatronEngineSpec) -> bool,
+) -> Vec<(u64, Metrics)> {
     let dir = scratch(&format!("dist_megatron_{name}"));
     let example = "quickstart_megatron.yaml";
     let one = one_process_history(
         example,
-        &Job::new(example, MEGATRON, &dir.join("one"), 1)
+        &Job::new(example, base, &dir.join("one"), 1)
             .with(shared)
             .overrides,
     );
-    let job = Job::new(example, MEGATRON, &dir.join(name), world)
+    let job = Job::new(example, base, &dir.join(name), world)
         .with(shared)
         .with(layout)
         .with(&["trainer.save_freq=2".into()]);
@@ -527,6 +538,60 @@ fn megatron_whole_experts_under_tensor_parallel_match_one_process_and_resume_exa
     layout.pop();
     layout.push("actor_rollout_ref.rollout.tensor_model_parallel_size=2".into());
     megatron_layout_matches_one_process("tp2etp1r2", (&[MOE_ACTOR.into()], &layout), 2, whole);
+}
+
+/// GRPO on `color_digits` pictures with a KL loss to the reference, for the vision-language
+/// models on Megatron (the model path comes with each test).
+const MEGATRON_VL: &[&str] = &[
+    "data.train_files='builtin://color_digits?split=train&size=64&stripes=2'",
+    "data.val_files='builtin://color_digits?split=test&size=8&stripes=2'",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+];
+
+/// A vision-language model on Megatron at TP=2 with sequence parallelism (the tiny
+/// Qwen2.5-VL): each tensor-parallel rank runs the whole tower, puts its embeddings into the
+/// reduced token embeddings and only then takes its share of the sequence; the rollout
+/// prefills its sharded model with the images. Every step matches one process, and a run
+/// resumed from its step-2 checkpoint repeats step 3 exactly.
+#[test]
+fn megatron_vision_language_tensor_parallel_matches_one_process_and_resumes_exactly() {
+    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'".to_owned()];
+    let tp2: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .iter()
+        .flat_map(|role| {
+            [
+                format!("{role}.megatron.tensor_model_parallel_size=2"),
+                format!("{role}.megatron.sequence_parallel=true"),
+            ]
+        })
+        .chain(["actor_rollout_ref.rollout.tensor_model_parallel_size=2".to_owned()])
+        .collect();
+    megatron_run_matches_one_process(MEGATRON_VL, "vl_tp2", (&shared, &tp2), 2, |m| {
+        m.tensor_parallel == 2 && m.sequence_parallel
+    });
+}
+
+/// The tiny Qwen3-VL (DeepStack features into its first layer) on Megatron with two pipeline
+/// stages, then with context parallelism 2: the first stage holds the tower (the second
+/// receives its parameters' shapes from the model's listing, for the rollout's weights and
+/// the export), the rollout's first stage embeds the images and broadcasts the prompts'
+/// M-RoPE positions; under CP each rank takes its positions of the embeddings and DeepStack
+/// features. Both match one process and resume exactly.
+#[test]
+fn megatron_vision_language_pipeline_and_context_parallel_match_one_process() {
+    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl'".to_owned()];
+    let pp2 = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .map(|role| format!("{role}.megatron.pipeline_model_parallel_size=2"));
+    megatron_run_matches_one_process(MEGATRON_VL, "vl_pp2", (&shared, &pp2), 2, |m| {
+        m.pipeline_parallel == 2
+    });
+    let cp2 = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .map(|role| format!("{role}.megatron.context_parallel_size=2"));
+    megatron_run_matches_one_process(MEGATRON_VL, "vl_cp2", (&shared, &cp2), 2, |m| {
+        m.context_parallel == 2
+    });
 }
 
 /// Megatron with context parallelism 2 on 2 ranks (one data-parallel rank): the actor (a

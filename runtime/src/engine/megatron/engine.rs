@@ -34,12 +34,13 @@ use crate::logits::topk::topk_output;
 use crate::model::init::{init_weights, init_weights_where};
 use crate::model::moe::RouterLossCoeffs;
 use crate::model::save::{SaveOptions, save_named};
+use crate::model::vision::Vision;
 use crate::model::{CausalLm, Dtype, ModelConfig, ModelSource, TorchKind, ValueModel};
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
 use crate::optim::stack;
 use crate::optim::{LrScheduler, NamedParam, ParamGroup};
 
-use super::module::{MegatronModule, MicroBatch, ParallelSettings};
+use super::module::{MegatronModule, MicroBatch, MicroImages, ParallelSettings};
 use super::offload::OffloadSlot;
 use super::rollout_shards::{RolloutShards, cut_whole_experts};
 use super::stage::{HeadKind, ParallelModel, is_routed_expert_param};
@@ -699,10 +700,23 @@ impl<H: MegatronHead> MegatronEngine<H> {
         let mbs = parts
             .iter()
             .map(|b| {
+                let input_ids = b.get("input_ids")?.shallow_clone();
+                let images = if b.images().is_empty() {
+                    None
+                } else {
+                    let (t, r) = crate::engine::lengths(b)?;
+                    let (pixels, grids) = Vision::pixels(&b.all_images(), input_ids.device())?;
+                    Some(MicroImages {
+                        pixels,
+                        grids,
+                        prompt_width: t - r,
+                    })
+                };
                 Ok(MicroBatch {
-                    input_ids: b.get("input_ids")?.shallow_clone(),
+                    input_ids,
                     position_ids: b.get("position_ids")?.shallow_clone(),
                     attention_mask: Some(b.get("attention_mask")?.shallow_clone()),
+                    images,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -27,9 +27,13 @@ pub mod schedule;
 pub mod stage;
 
 pub use engine::{GroupPolicy, MegatronEngine, MegatronHead, MegatronSettings};
-pub use module::{MegatronModule, MicroBatch, ModuleMemory, ModuleOptimizer, ParallelSettings};
+pub use module::{
+    MegatronModule, MicroBatch, MicroImages, ModuleMemory, ModuleOptimizer, ParallelSettings,
+};
 pub use schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
-pub use stage::{ExpertPlacement, HeadKind, ParallelModel, ParamInfo, Stage, StageInput};
+pub use stage::{
+    ExpertPlacement, HeadKind, ParallelModel, ParamInfo, Stage, StageImages, StageInput,
+};
 
 /// Errors of the Megatron stack.
 #[derive(Debug, thiserror::Error)]

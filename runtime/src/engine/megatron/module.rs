@@ -25,19 +25,48 @@ use crate::tp::shard::{gather_tensor, load_sharded, shard_tensor};
 
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
 use super::stage::{
-    ExpertPlacement, HeadKind, ParallelModel, Stage, StageInput, full_shapes,
+    ExpertPlacement, HeadKind, ParallelModel, Stage, StageImages, StageInput, full_shapes,
     is_routed_expert_param,
 };
 use super::{MegatronError, Result};
 use crate::tp::context::ContextParallel;
 
-/// One micro-batch of sequences, `(rows, T)` each.
+/// One micro-batch of sequences, `(rows, T)` each (positions `(rows, T, 3)` for a
+/// vision-language model).
 #[derive(Debug)]
 pub struct MicroBatch {
     pub input_ids: Tensor,
     pub position_ids: Tensor,
     /// 1 for real tokens; `None` for no padding.
     pub attention_mask: Option<Tensor>,
+    /// The rows' images, for the first stage (`None`: none).
+    pub images: Option<MicroImages>,
+}
+
+/// A micro-batch's images: their patches stacked in placeholder order, their grids, and how
+/// many columns the prompts take.
+#[derive(Debug)]
+pub struct MicroImages {
+    pub pixels: Tensor,
+    pub grids: Vec<[i64; 3]>,
+    pub prompt_width: i64,
+}
+
+impl MicroBatch {
+    /// What the first stage takes: the ids, with the images when there are some.
+    fn stage_input(&self) -> StageInput<'_> {
+        match &self.images {
+            Some(i) if !i.grids.is_empty() => StageInput::Multimodal(
+                &self.input_ids,
+                StageImages {
+                    pixels: &i.pixels,
+                    grids: &i.grids,
+                    prompt_width: i.prompt_width,
+                },
+            ),
+            _ => StageInput::Ids(&self.input_ids),
+        }
+    }
 }
 
 /// How the optimizer is distributed.
@@ -433,14 +462,14 @@ impl MegatronModule {
         {
             return Ok(None);
         }
+        // Along dim 1 (a vision-language model's positions are `(rows, T, 3)`).
         let pad = |t: &Tensor, value: i64| -> Result<Tensor> {
-            let size = t.size();
-            let (rows, len) = (
-                size.first().copied().unwrap_or(0),
-                size.get(1).copied().unwrap_or(0),
-            );
-            let extra = (w - len % w) % w;
-            let fill = Tensor::f_full([rows, extra], value, (t.kind(), t.device()))?;
+            let mut size = t.size();
+            let len = size.get(1).copied().unwrap_or(0);
+            if let Some(d) = size.get_mut(1) {
+                *d = (w - len % w) % w;
+            }
+            let fill = Tensor::f_full(size.as_slice(), value, (t.kind(), t.device()))?;
             Ok(Tensor::f_cat(&[t.shallow_clone(), fill], 1)?)
         };
         let out = mbs
@@ -456,6 +485,11 @@ impl MegatronModule {
                     input_ids: pad(&m.input_ids, 0)?,
                     position_ids: pad(&m.position_ids, 0)?,
                     attention_mask: Some(pad(&mask, 0)?),
+                    images: m.images.as_ref().map(|i| MicroImages {
+                        pixels: i.pixels.shallow_clone(),
+                        grids: i.grids.clone(),
+                        prompt_width: i.prompt_width,
+                    }),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -764,7 +798,7 @@ impl MegatronModule {
         let mut out = Vec::new();
         for s in 0..stages {
             let stage = Stage::split(layers, s, stages)?;
-            let shapes = full_shapes(cfg, self.model.head_kind, &stage);
+            let shapes = self.model.stage_shapes(&stage);
             let mut tensors = Vec::with_capacity(shapes.len());
             for (name, shape) in &shapes {
                 let t = if s == self.model.stage.rank {
@@ -831,7 +865,7 @@ impl StageStep for Step<'_, '_> {
             .ok_or_else(|| MegatronError::Config(format!("no micro-batch {mb}")))?;
         let input = match input {
             Some(h) => StageInput::Hidden(h),
-            None => StageInput::Ids(&m.input_ids),
+            None => m.stage_input(),
         };
         // Router losses reach the gradient as Megatron's auxiliary-loss scaler adds them:
         // `1 / micro-batches` of each (times the loss scale), beside the normalised loss.

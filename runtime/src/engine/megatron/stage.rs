@@ -26,13 +26,16 @@ use tch::{Device, Kind, Tensor};
 use crate::dist::ProcessGroup;
 use crate::dist::mappings::{
     Tape, copy_to_tp_region, gather_from_sequence_parallel_region,
-    gather_from_sequence_parallel_region_split_grad,
+    gather_from_sequence_parallel_region_split_grad, scatter_to_sequence_parallel_region,
 };
 use crate::logits::TokenStats;
 use crate::logits::topk::{TopK, TopKTargets};
-use crate::model::decoder::{DecoderLayer, LayerPlace, Linear, RmsNorm, param_shapes};
+use crate::model::decoder::{
+    DecoderLayer, LayerPlace, Linear, RmsNorm, param_shapes, with_deepstack,
+};
 use crate::model::moe::RouterLossCoeffs;
 use crate::model::rope::RotaryEmbedding;
+use crate::model::vision::{InputEmbeds, Vision};
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
 use crate::tp::regions::SEQ_DIM;
 use crate::tp::{
@@ -177,12 +180,27 @@ fn tp_err(e: crate::tp::TpError) -> MegatronError {
     MegatronError::Tp(e)
 }
 
-/// Input of a stage: token ids on the first stage, the previous stage's hidden states
-/// (a [`Tape::input`] leaf) on the others.
+/// Parameter names with their full shapes.
+type Shapes = Vec<(String, Vec<i64>)>;
+
+/// Input of a stage: token ids on the first stage (with their images for a vision-language
+/// model), the previous stage's hidden states (a [`Tape::input`] leaf) on the others.
 #[derive(Debug)]
 pub enum StageInput<'a> {
     Ids(&'a Tensor),
+    Multimodal(&'a Tensor, StageImages<'a>),
     Hidden(Tensor),
+}
+
+/// The images of a micro-batch's rows, for the first stage of a vision-language model.
+#[derive(Debug, Clone, Copy)]
+pub struct StageImages<'a> {
+    /// Their patches `(Σ t·h·w, patch_width)`, image after image in placeholder order.
+    pub pixels: &'a Tensor,
+    pub grids: &'a [[i64; 3]],
+    /// The columns that hold the prompts (a placeholder token sampled in a response keeps its
+    /// token embedding).
+    pub prompt_width: i64,
 }
 
 /// The decoder of one (TP rank, PP stage); see the module docs.
@@ -207,6 +225,12 @@ pub struct ParallelModel {
     output: Option<VocabParallelEmbedding>,
     score: Option<Linear>,
     rotary: RotaryEmbedding,
+    /// A vision-language model's tower, whole on every tensor-parallel rank of the first
+    /// stage (as Megatron-Bridge replicates it); `None` elsewhere.
+    vision: Option<Vision>,
+    /// Names and shapes of the tower's parameters (every stage knows them, to receive the
+    /// first stage's in [`ParallelModel::stage_shapes`]); empty for a text model.
+    tower_shapes: Shapes,
     names: Vec<(String, Tensor)>,
     /// See [`ExpertPlacement::split_over_tp`].
     experts_split_over_tp: bool,
@@ -310,10 +334,14 @@ impl ParallelModel {
             (HeadKind::CausalLm, true) => (None, None),
         };
         let rotary = RotaryEmbedding::new(cfg, root.device()).map_err(MegatronError::Config)?;
+        let (vision, tower_shapes) = Self::build_vision(cfg, vs, &stage)?;
         // Model order: embedding (the last stage's copy of a tied one too), layers in HF
-        // registration order, final norm, head.
+        // registration order, final norm, head, the tower.
         let vars = vs.variables();
-        let listed = full_shapes(cfg, head, &stage);
+        let mut listed = full_shapes(cfg, head, &stage);
+        if stage.is_first() {
+            listed.extend(tower_shapes.iter().cloned());
+        }
         const EMBED: &str = "model.embed_tokens.weight";
         let order = std::iter::once(EMBED).chain(
             listed
@@ -347,10 +375,66 @@ impl ParallelModel {
             output,
             score,
             rotary,
+            vision,
+            tower_shapes,
             names,
             experts_split_over_tp: experts.split_over_tp,
             expert_parallel: experts.group.as_ref().is_some_and(|g| g.size() > 1),
         })
+    }
+
+    /// The first stage's vision tower (registered under `visual.` in `vs`) and every stage's
+    /// listing of its parameters; refuses a pipeline split that leaves a DeepStack layer off
+    /// the first stage (the tower's features live there).
+    fn build_vision(
+        cfg: &ModelConfig,
+        vs: &VarStore,
+        stage: &Stage,
+    ) -> Result<(Option<Vision>, Shapes)> {
+        if !cfg.arch().is_ok_and(|a| a.has_vision()) {
+            return Ok((None, Vec::new()));
+        }
+        let levels = Vision::deepstack_levels(cfg).map_err(MegatronError::Config)?;
+        let first = Stage::split(cfg.num_hidden_layers as usize, 0, stage.size)?;
+        if levels > first.layers.end {
+            return Err(MegatronError::Config(format!(
+                "the vision tower's DeepStack features go into the first {levels} decoder layers, and the first pipeline stage holds {} of them: a vision-language model needs them all on the first stage (fewer pipeline stages)",
+                first.layers.end
+            )));
+        }
+        if !stage.is_first() {
+            let shapes = Vision::param_shapes(cfg).map_err(MegatronError::Config)?;
+            return Ok((None, shapes));
+        }
+        let vision = Vision::from_config(cfg, &vs.root(), None).map_err(MegatronError::Config)?;
+        let mut shapes: Vec<(String, Vec<i64>)> = vs
+            .variables()
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("visual."))
+            .map(|(n, t)| (n, t.size()))
+            .collect();
+        shapes.sort();
+        Ok((vision, shapes))
+    }
+
+    /// Names and full shapes of the parameters `stage` holds, as [`full_shapes`] with the
+    /// vision tower on the first stage.
+    pub fn stage_shapes(&self, stage: &Stage) -> Vec<(String, Vec<i64>)> {
+        let mut out = full_shapes(&self.config, self.head_kind, stage);
+        if stage.is_first() {
+            out.extend(self.tower_shapes.iter().cloned());
+        }
+        out
+    }
+
+    /// True for a vision-language model (the first stage holds its tower).
+    pub fn has_vision(&self) -> bool {
+        !self.tower_shapes.is_empty()
+    }
+
+    /// The first stage's vision part (`None` on other stages and for text models).
+    pub fn vision(&self) -> Option<&Vision> {
+        self.vision.as_ref()
     }
 
     pub fn tp(&self) -> Option<&ProcessGroup> {
@@ -463,6 +547,11 @@ impl ParallelModel {
             // Whole experts every tensor rank holds see that rank's share of the tokens
             // (`SparseMoe::try_share`); under expert parallelism the ranks that hold the same
             // experts sum them instead (the engine's expert-DP reduction).
+            // The tower runs whole on every TP rank on the whole sequence: its gradients
+            // are whole already (the embeddings' split backward gathers theirs).
+            if name.starts_with("visual.") {
+                return false;
+            }
             let replicated_whole_expert = !self.experts_split_over_tp
                 && !self.expert_parallel
                 && is_routed_expert_param(name);
@@ -509,6 +598,15 @@ impl ParallelModel {
         attention_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
         let (tp, sp, cp) = (self.tp.as_ref(), self.sequence_parallel, self.cp.as_ref());
+        let mut deepstack = Vec::new();
+        let input = match input {
+            StageInput::Multimodal(ids, images) => {
+                let embeds = self.embed_images(tape, ids, images)?;
+                deepstack = embeds.deepstack;
+                StageInput::Hidden(embeds.x)
+            }
+            input => input,
+        };
         // Under context parallelism the stage runs on this rank's positions (the hidden
         // states between stages hold only those already).
         let local_ids;
@@ -525,13 +623,32 @@ impl ParallelModel {
                 .map_err(tp_err)?,
             (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
             (StageInput::Hidden(h), None) => h,
-            (StageInput::Ids(_), None) => {
+            // A vision-language first stage's embeddings, in this rank's share.
+            (StageInput::Hidden(h), Some(_)) if self.vision.is_some() => {
+                let local = |t: Tensor, tape: &mut Tape| -> Result<Tensor> {
+                    let t = match cp {
+                        Some(cp) => cp.local(&t, 1)?,
+                        None => t,
+                    };
+                    Ok(if sp {
+                        scatter_to_sequence_parallel_region(tape, &t, tp, SEQ_DIM)?
+                    } else {
+                        t
+                    })
+                };
+                deepstack = std::mem::take(&mut deepstack)
+                    .into_iter()
+                    .map(|d| local(d, tape))
+                    .collect::<Result<_>>()?;
+                local(h, tape)?
+            }
+            (StageInput::Ids(_) | StageInput::Multimodal(..), None) => {
                 return Err(MegatronError::Config(format!(
                     "stage {} has no embedding; it takes hidden states",
                     self.stage.rank
                 )));
             }
-            (StageInput::Hidden(_), Some(_)) => {
+            (StageInput::Hidden(_) | StageInput::Multimodal(..), Some(_)) => {
                 return Err(MegatronError::Config(
                     "the first stage takes token ids".into(),
                 ));
@@ -566,11 +683,12 @@ impl ParallelModel {
             cp,
             router: self.router,
         };
-        for layer in &self.layers {
+        for (slot, layer) in self.layers.iter().enumerate() {
             let masks = (mask.as_ref(), valid.as_ref());
             x = layer
                 .forward_in(&mut regions, &x, &cos, &sin, masks, None)
                 .map_err(tp_err)?;
+            x = with_deepstack(x, &deepstack, self.stage.layers.start + slot);
         }
         let Some(norm) = &self.norm else { return Ok(x) };
         let x = norm.forward(&x);
@@ -584,6 +702,52 @@ impl ParallelModel {
             HeadKind::CausalLm => gather_from_sequence_parallel_region(tape, &x, tp, SEQ_DIM)?,
             HeadKind::Value => gather_from_sequence_parallel_region_split_grad(&x, tp, SEQ_DIM)?,
         })
+    }
+
+    /// The first stage's input embeddings of `ids` `(B, T)` with the tower's embeddings of
+    /// `images` in their placeholders, and the DeepStack features, all over the whole
+    /// sequence. The tower runs whole on every tensor-parallel (and context-parallel) rank;
+    /// its outputs are cut once from the graph, so that the one backward through the tower
+    /// takes the embeddings' and every DeepStack level's gradients together.
+    fn embed_images(
+        &self,
+        tape: &mut Tape,
+        ids: &Tensor,
+        images: StageImages<'_>,
+    ) -> Result<InputEmbeds> {
+        let (Some(embed), Some(vision)) = (&self.embed, &self.vision) else {
+            return Err(MegatronError::Config(format!(
+                "stage {} has no vision tower; images go to the first stage",
+                self.stage.rank
+            )));
+        };
+        let x = embed.forward(ids, self.tp.as_ref()).map_err(tp_err)?;
+        let vision_err = |e: crate::model::vision::qwen2_5_vl::VisionError| {
+            MegatronError::Config(format!("vision inputs: {e}"))
+        };
+        let out = if images.grids.is_empty() {
+            None
+        } else {
+            let out = vision
+                .tower
+                .forward(images.pixels, images.grids)
+                .map_err(vision_err)?;
+            let n = out.embeds.size()[0];
+            let parts: Vec<&Tensor> = std::iter::once(&out.embeds)
+                .chain(out.deepstack.iter())
+                .collect();
+            let all = tape.cut(&Tensor::f_cat(&parts, 0)?);
+            let level = |k: i64| all.f_narrow(0, k * n, n);
+            Some(crate::model::vision::qwen3_vl::TowerOutput {
+                embeds: level(0)?,
+                deepstack: (1..parts.len() as i64)
+                    .map(level)
+                    .collect::<std::result::Result<_, _>>()?,
+            })
+        };
+        vision
+            .place(x, ids, images.prompt_width, out)
+            .map_err(vision_err)
     }
 
     /// The vocab-parallel output layer: the untied `lm_head`, the last stage's copy of a tied
@@ -749,10 +913,17 @@ impl ParallelModel {
         cache: &mut KvCache,
     ) -> Result<Tensor> {
         let tp = self.tp.as_ref();
+        let mut deepstack = Vec::new();
         let mut x = match (input, &self.embed) {
             (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
+            (StageInput::Multimodal(ids, images), Some(_)) => {
+                let embeds = self.embed_images(&mut Tape::new(), ids, images)?;
+                deepstack = embeds.deepstack;
+                embeds.x
+            }
             (StageInput::Hidden(h), None) => h,
-            (StageInput::Ids(_), None) | (StageInput::Hidden(_), Some(_)) => {
+            (StageInput::Ids(_) | StageInput::Multimodal(..), None)
+            | (StageInput::Hidden(_), Some(_)) => {
                 return Err(MegatronError::Config(format!(
                     "decoding: stage {} got the wrong kind of input",
                     self.stage.rank
@@ -766,7 +937,7 @@ impl ParallelModel {
         // The new tokens' real ones: a linear-attention layer keeps padding out of its state.
         let valid = attention_mask.f_narrow(1, past, t)?;
         let mut regions = InferenceRegions { tp };
-        for layer in &self.layers {
+        for (slot, layer) in self.layers.iter().enumerate() {
             x = layer
                 .forward_in(
                     &mut regions,
@@ -777,6 +948,7 @@ impl ParallelModel {
                     Some(&mut *cache),
                 )
                 .map_err(tp_err)?;
+            x = with_deepstack(x, &deepstack, self.stage.layers.start + slot);
         }
         cache.advance(t);
         Ok(match &self.norm {

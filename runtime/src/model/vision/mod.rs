@@ -179,6 +179,36 @@ impl Vision {
         Ok(Some(Vision { tower, tokens }))
     }
 
+    /// How many of the text model's first layers take DeepStack features (Qwen3-VL's
+    /// `deepstack_visual_indexes`; none for other towers or a text model).
+    pub fn deepstack_levels(cfg: &ModelConfig) -> Result<usize, String> {
+        if cfg.arch()?.tower() != Some(verlc_spec::families::VisionTower::Qwen3Vl) {
+            return Ok(0);
+        }
+        let raw = cfg.extra.get("vision_config").cloned().unwrap_or_default();
+        let v: Qwen3VisionConfig =
+            serde_json::from_value(raw).map_err(|e| format!("vision_config: {e}"))?;
+        Ok(v.deepstack_visual_indexes.len())
+    }
+
+    /// Names (under `visual.`) and shapes of the tower's parameters `cfg` describes, in a
+    /// fixed order (none for a text-only family): what a pipeline stage without the tower
+    /// needs to receive it from the first stage. Built once in a scratch store on the host,
+    /// so it costs the tower's size in host memory while it runs.
+    pub fn param_shapes(cfg: &ModelConfig) -> Result<Vec<(String, Vec<i64>)>, String> {
+        let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+        if Self::from_config(cfg, &vs.root(), None)?.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut out: Vec<(String, Vec<i64>)> = vs
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (n, t.size()))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     /// The tower's input for `images` (in order): their patches stacked `(Σ t·h·w,
     /// patch_width)` on `device`, and their grids.
     pub fn pixels(
@@ -230,6 +260,38 @@ impl Vision {
         grids: &[[i64; 3]],
     ) -> Result<InputEmbeds, VisionError> {
         let x = model.f_embed(input_ids)?;
+        self.merge(x, input_ids, prompt_width, pixels, grids)
+    }
+
+    /// [`Vision::embed_pixels`] given the token embeddings `x` `(B, T, hidden)` of `input_ids`
+    /// (a Megatron stage's, reduced over its tensor-parallel group): the tower's embeddings
+    /// replace them in the prompts' image placeholders.
+    pub fn merge(
+        &self,
+        x: Tensor,
+        input_ids: &Tensor,
+        prompt_width: i64,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<InputEmbeds, VisionError> {
+        let out = if grids.is_empty() {
+            None
+        } else {
+            Some(self.tower.forward(pixels, grids)?)
+        };
+        self.place(x, input_ids, prompt_width, out)
+    }
+
+    /// [`Vision::merge`] given the tower's output `out` (`None`: no images): its embeddings
+    /// into the prompts' image placeholders of `x`, its DeepStack features at the same
+    /// places of zero tensors.
+    pub fn place(
+        &self,
+        x: Tensor,
+        input_ids: &Tensor,
+        prompt_width: i64,
+        out: Option<qwen3_vl::TowerOutput>,
+    ) -> Result<InputEmbeds, VisionError> {
         let t = input_ids.size().get(1).copied().unwrap_or(0);
         let in_prompt = Tensor::f_arange(t, (Kind::Int64, input_ids.device()))?
             .f_lt(prompt_width)?
@@ -238,11 +300,6 @@ impl Vision {
             .f_eq(self.tokens.image_token_id)?
             .f_logical_and(&in_prompt)?;
         let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
-        let out = if grids.is_empty() {
-            None
-        } else {
-            Some(self.tower.forward(pixels, grids)?)
-        };
         let embeddings = out.as_ref().map_or(0, |o| o.embeds.size()[0]);
         if placeholders != embeddings {
             return Err(VisionError::Placeholders {

@@ -1,0 +1,313 @@
+//! A vision-language model (the tiny Qwen3-VL: a tower whose DeepStack features go into the
+//! first decoder layer, interleaved M-RoPE) trained on Megatron layouts of 2 Gloo ranks
+//! against the single-process model with the same images, in lockstep (support.rs): TP=2
+//! with sequence parallelism, PP=2 (the tower on the first stage only), CP=2. The tower's
+//! weights start ten times larger than the tiny model's init, so that its embeddings and
+//! DeepStack features weigh in the loss and its gradients are compared as everything else.
+use runtime::builtin_uri::BuiltinUri;
+use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
+use runtime::engine::megatron::{
+    HeadKind, MegatronModule, MicroBatch, MicroImages, ParallelSettings,
+};
+use runtime::logits::TokenStats;
+use runtime::logits::logprob::log_probs_from_logits;
+use runtime::logits::topk::TopK;
+use runtime::model::vision::{ProcessedImage, Vision};
+use runtime::model::{CausalLm, ModelConfig};
+use runtime::optim::param_groups::named_params;
+use runtime::optim::{LossScaling, Optimizer};
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::rank_test;
+use crate::support::*;
+
+const ROWS: i64 = 4;
+const LEN: i64 = 16;
+
+fn vl_config() -> ModelConfig {
+    let uri = BuiltinUri::parse(
+        "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&intermediate=48&arch=qwen3_vl",
+    )
+    .unwrap()
+    .unwrap();
+    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    cfg.tie_word_embeddings = false;
+    cfg.extra.remove("pad_token_id");
+    cfg
+}
+
+fn token(cfg: &ModelConfig, key: &str) -> i64 {
+    cfg.extra[key].as_i64().unwrap()
+}
+
+/// The fixed batch: each row (some left-padded) a vision span of one 4x4-patch image (four
+/// placeholders after merging), then text; the images' patches; the M-RoPE positions.
+struct VlBatch {
+    ids: Tensor,
+    mask: Tensor,
+    pos: Tensor,
+    images: Vec<ProcessedImage>,
+}
+
+fn vl_batch(cfg: &ModelConfig, vision: &Vision) -> VlBatch {
+    let mut rng = runtime::rng::Rng::new(7);
+    let v = &cfg.extra["vision_config"];
+    let get = |k: &str, default: i64| v.get(k).and_then(|x| x.as_i64()).unwrap_or(default);
+    let patch = get("patch_size", 16);
+    let patch_width =
+        (get("in_channels", 3) * get("temporal_patch_size", 2) * patch * patch) as usize;
+    let images: Vec<ProcessedImage> = (0..ROWS)
+        .map(|_| ProcessedImage {
+            pixel_values: (0..16 * patch_width).map(|_| rng.normal() as f32).collect(),
+            grid_thw: [1, 4, 4],
+        })
+        .collect();
+    let (start, image, end) = (
+        token(cfg, "vision_start_token_id"),
+        token(cfg, "image_token_id"),
+        token(cfg, "vision_end_token_id"),
+    );
+    let text_vocab = start.min(image).min(end) - 1;
+    let mut ids = Vec::new();
+    let mut mask = Vec::new();
+    for r in 0..ROWS {
+        let pad = r % 3;
+        let mut row = vec![0; pad as usize];
+        row.extend([start, image, image, image, image, end]);
+        while (row.len() as i64) < LEN {
+            row.push(rng.range(1, text_vocab));
+        }
+        mask.extend((0..LEN).map(|i| i64::from(i >= pad)));
+        ids.extend(row);
+    }
+    let ids = Tensor::from_slice(&ids).view([ROWS, LEN]);
+    let mask = Tensor::from_slice(&mask).view([ROWS, LEN]);
+    let grids: Vec<[i64; 3]> = images.iter().map(|i| i.grid_thw).collect();
+    let (pos, _) = vision.positions(&ids, &mask, &grids).unwrap();
+    VlBatch {
+        ids,
+        mask,
+        pos,
+        images,
+    }
+}
+
+/// The single-process model with seeded weights, its tower's scaled up.
+fn vl_reference_model(cfg: &ModelConfig) -> (VarStore, CausalLm) {
+    let (vs, model) = reference_model(cfg, Kind::Float);
+    tch::no_grad(|| {
+        for (name, t) in vs.variables() {
+            if name.starts_with("visual.") && t.dim() > 1 {
+                let _ = t.shallow_clone().f_mul_scalar_(10.0).unwrap();
+            }
+        }
+    });
+    (vs, model)
+}
+
+struct VlReference {
+    vs: VarStore,
+    model: CausalLm,
+    opt: Optimizer,
+    batch: VlBatch,
+    n: f64,
+}
+
+impl Stepper for VlReference {
+    fn step(&mut self) -> (f64, f64) {
+        let b = &self.batch;
+        self.opt.zero_grad().unwrap();
+        let refs: Vec<&ProcessedImage> = b.images.iter().collect();
+        let (pixels, grids) = Vision::pixels(&refs, Device::Cpu).unwrap();
+        let logits = self
+            .model
+            .forward_pixels(&b.ids, &b.mask, &pixels, &grids)
+            .unwrap();
+        let lp = log_probs_from_logits(&logits.narrow(1, 0, LEN - 1), &b.ids.narrow(1, 1, LEN - 1));
+        let loss = masked_sum(&lp, &b.mask) / self.n;
+        let value = loss.double_value(&[]);
+        loss.backward();
+        let out = self.opt.step(None).unwrap();
+        (value, out.grad_norm.unwrap_or(f64::NAN))
+    }
+
+    fn weights(&self) -> Vec<(String, Tensor)> {
+        full_weights(&self.vs)
+    }
+
+    fn gradients(&self) -> Option<Vec<(String, Tensor)>> {
+        Some(
+            self.vs
+                .variables()
+                .into_iter()
+                .map(|(n, t)| (n, t.grad()))
+                .collect(),
+        )
+    }
+
+    fn load(&mut self, weights: &[(String, Tensor)]) {
+        let vars = self.vs.variables();
+        tch::no_grad(|| {
+            for (n, w) in weights {
+                vars[n].shallow_clone().copy_(w);
+            }
+        });
+        self.opt.reload_model_params().unwrap();
+    }
+}
+
+/// The module on the batch in two micro-batches (every rank holds every row: one DP rank).
+struct VlParallel<'a> {
+    world: &'a ProcessGroup,
+    module: &'a mut MegatronModule,
+    mbs: Vec<MicroBatch>,
+    n: f64,
+    copies: usize,
+}
+
+impl Stepper for VlParallel<'_> {
+    fn step(&mut self) -> (f64, f64) {
+        let (mbs, n) = (&self.mbs, self.n);
+        self.module.zero_grad().unwrap();
+        let mut acc = 0.0;
+        self.module
+            .forward_backward(mbs, &mut |mb, model, tape, hidden| {
+                let m = &mbs[mb];
+                let lp = model
+                    .next_token_log_probs(
+                        tape,
+                        hidden,
+                        &m.input_ids,
+                        (0, LEN - 1),
+                        1.0,
+                        TokenStats::default(),
+                        (TopK::Off, None),
+                    )?
+                    .log_probs;
+                let sum = masked_sum(&lp, m.attention_mask.as_ref().unwrap());
+                acc += sum.double_value(&[]);
+                Ok(sum / n)
+            })
+            .unwrap();
+        let last = self.module.model.stage.is_last();
+        let t = Tensor::from_slice(&[if last { acc } else { 0.0 }]);
+        self.world.all_reduce(&t, ReduceOp::Sum).unwrap();
+        let loss = t.double_value(&[0]) / self.copies as f64 / n;
+        let out = self.module.step().unwrap();
+        (loss, out.grad_norm.unwrap_or(f64::NAN))
+    }
+
+    fn weights(&self) -> Vec<(String, Tensor)> {
+        self.module.full_params().unwrap()
+    }
+
+    fn load(&mut self, weights: &[(String, Tensor)]) {
+        self.module.load_full(weights).unwrap();
+    }
+}
+
+/// Lockstep of the layout `(tp, cp, pp)` on 2 ranks against one process; the tower's
+/// parameters must be among the compared ones and their gradients far from rounding.
+fn vl_matches(world: &ProcessGroup, (tp, cp, pp): (usize, usize, usize), sp: bool) {
+    let cfg = vl_config();
+    let setup = Setup::fp32();
+    let (vs, model) = vl_reference_model(&cfg);
+    let batch = vl_batch(&cfg, model.vision.as_ref().unwrap());
+    let n = token_count(&batch.mask);
+    let weights = full_weights(&vs);
+    let opt = Optimizer::new(make_groups(named_params(&vs)), setup.optim).unwrap();
+
+    let layout = RankLayout::megatron(tp, cp, pp, 1).unwrap();
+    let groups = ProcessGroups::new(world, &layout).unwrap();
+    let mut module = MegatronModule::with_sequence_parallel(
+        &cfg,
+        HeadKind::CausalLm,
+        Some(groups),
+        Device::Cpu,
+        Kind::Float,
+        sp,
+    )
+    .unwrap();
+    module.load_full(&weights).unwrap();
+    module
+        .build_optimizer(
+            setup.optim,
+            make_groups,
+            ParallelSettings::default(),
+            LossScaling::LINKED,
+        )
+        .unwrap();
+    let first = module.model.stage.is_first();
+    assert_eq!(
+        module
+            .model
+            .params()
+            .iter()
+            .any(|p| p.name.starts_with("visual.")),
+        first,
+        "the tower lives on the first stage"
+    );
+    let mbs = (0..2)
+        .map(|i| {
+            let rows = |t: &Tensor| t.narrow(0, i * 2, 2);
+            let refs: Vec<&ProcessedImage> = batch.images[(i * 2) as usize..(i * 2 + 2) as usize]
+                .iter()
+                .collect();
+            let (pixels, grids) = Vision::pixels(&refs, Device::Cpu).unwrap();
+            MicroBatch {
+                input_ids: rows(&batch.ids),
+                position_ids: rows(&batch.pos),
+                attention_mask: Some(rows(&batch.mask)),
+                images: Some(MicroImages {
+                    pixels,
+                    grids,
+                    prompt_width: LEN,
+                }),
+            }
+        })
+        .collect();
+    let mut reference = VlReference {
+        vs,
+        model,
+        opt,
+        batch,
+        n,
+    };
+    let mut parallel = VlParallel {
+        world,
+        module: &mut module,
+        mbs,
+        n,
+        copies: tp * cp,
+    };
+    lockstep(&mut reference, &mut parallel, 4, 1e-5);
+    // The tower matters: its gradients are a real share of the whole.
+    let grads = reference.gradients().unwrap();
+    let norm = |keep: &dyn Fn(&str) -> bool| {
+        grads
+            .iter()
+            .filter(|(n, g)| keep(n) && g.defined())
+            .map(|(_, g)| g.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[]))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let (tower, all) = (norm(&|n| n.starts_with("visual.")), norm(&|_| true));
+    assert!(tower > 0.02 * all, "tower gradient {tower} of {all}");
+}
+
+rank_test!(
+    vision_language_tp2_sequence_parallel_matches_single_process,
+    2,
+    |world| {
+        vl_matches(&world, (2, 1, 1), true);
+    }
+);
+
+rank_test!(vision_language_pp2_matches_single_process, 2, |world| {
+    vl_matches(&world, (1, 1, 2), false);
+});
+
+rank_test!(vision_language_cp2_matches_single_process, 2, |world| {
+    vl_matches(&world, (1, 2, 1), false);
+});
