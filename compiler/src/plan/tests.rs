@@ -1154,6 +1154,27 @@ fn over_sample_rate_has_no_effect_in_any_release() {
     }
 }
 
+/// `freeze_vision_tower` is read by verl's FSDP workers only: on Megatron (verl's and
+/// verlc's train the tower) setting it is a warning at its key; on FSDP it is honoured.
+#[test]
+fn freeze_vision_tower_has_no_effect_on_megatron() {
+    let key = "actor_rollout_ref.actor.freeze_vision_tower";
+    let o = [
+        "actor_rollout_ref.model.path='builtin://tiny?arch=qwen2_5_vl'",
+        "actor_rollout_ref.actor.freeze_vision_tower=true",
+    ];
+    let c = case(&megatron_fp32(), &o);
+    let (in_check, in_build) = finding(&c, "B006", key);
+    assert!(
+        in_check.is_some_and(|(s, _)| s == Severity::Warning)
+            && in_build.is_some_and(|(s, _)| s == Severity::Warning),
+        "{:#?}",
+        c.lowered.diagnostics
+    );
+    let c = case(BASE, &o);
+    assert_eq!(finding(&c, "B006", key), (None, None));
+}
+
 /// Settings of verl 0.7.1 to 0.9.1 that change what training computes and that a verlc
 /// trainer does not do: a warning from `check` (verl runs them), an error from `build`.
 #[test]
@@ -1981,9 +2002,10 @@ fn expert_degrees_warn_only_for_a_dense_model() {
 }
 
 /// `verlc smoke`'s stand-in (`builtin://scaled?from=DIR`) is checked at build as a model of
-/// DIR's family: a Qwen2.5-VL stand-in on the Megatron strategy is refused there, as the
-/// checkpoint itself would be, not at the trainer's start; on FSDP it is not refused, with
-/// LoRA and Ulysses too.
+/// DIR's family: a Qwen2.5-VL stand-in with a critic, or on Megatron with a rollout
+/// tensor-parallel size other than the actor's, is refused there, as the checkpoint itself
+/// would be, not at the trainer's start; on FSDP (LoRA and Ulysses too) and on Megatron it is
+/// not refused.
 #[test]
 fn a_scaled_stand_in_is_checked_as_its_sources_family() {
     let dir = std::env::temp_dir().join(format!("verlc-plan-scaled-{}", std::process::id()));
@@ -2013,8 +2035,21 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         "algorithm.adv_estimator=gae",
         "critic.model.path='builtin://tiny'",
     ];
+    let tp2 = |rollout: &'static str| {
+        [
+            model.as_str(),
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2",
+            rollout,
+        ]
+    };
+    let same = tp2("actor_rollout_ref.rollout.tensor_model_parallel_size=2");
+    let resharded = tp2("actor_rollout_ref.rollout.tensor_model_parallel_size=1");
     for (yaml, overrides, refused) in [
-        (megatron_fp32(), &lora_ulysses[..1], true),
+        (megatron_fp32(), &lora_ulysses[..1], false),
+        (megatron_fp32(), &same[..], false),
+        (megatron_fp32(), &resharded[..], true),
         (BASE.to_owned(), &lora_ulysses[..1], false),
         (BASE.to_owned(), &lora_ulysses[..], false),
         (BASE.to_owned(), &critic[..], true),
@@ -2023,6 +2058,41 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         let problems = models::model_problems(&c.lowered.plan.spec, &env);
         assert_eq!(
             problems.iter().any(|p| p.message.contains("Qwen2.5-VL")),
+            refused,
+            "{:#?}",
+            problems.iter().map(|p| &p.message).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// A Qwen3-VL checkpoint on Megatron: its DeepStack layers (the first three here) must all
+/// sit on the first pipeline stage with the tower, so two stages of two layers are refused at
+/// build and one stage is not.
+#[test]
+fn a_qwen3_vl_split_away_from_its_deepstack_layers_is_refused() {
+    let dir = std::env::temp_dir().join(format!("verlc-plan-deepstack-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type": "qwen3_vl",
+            "text_config": {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+                            "num_key_value_heads": 2, "vocab_size": 300},
+            "vision_config": {"deepstack_visual_indexes": [1, 2, 3], "out_hidden_size": 64}}"#,
+    )
+    .expect("config");
+    let model = format!("actor_rollout_ref.model.path='{}'", dir.display());
+    let env = verlc_hub::HubEnv::from_env();
+    let pp2 = [
+        model.as_str(),
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+        "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=2",
+    ];
+    for (overrides, refused) in [(&pp2[..1], false), (&pp2[..], true)] {
+        let c = case(&megatron_fp32(), overrides);
+        let problems = models::model_problems(&c.lowered.plan.spec, &env);
+        assert_eq!(
+            problems.iter().any(|p| p.message.contains("DeepStack")),
             refused,
             "{:#?}",
             problems.iter().map(|p| &p.message).collect::<Vec<_>>()
