@@ -268,11 +268,14 @@ fn role_memory(
             let pp = meg.map_or(1, |x| x.pipeline_model_parallel_size.max(1)) as u64;
             let dp = r.batch.dp_size.max(1) as u64;
             let dist_opt = meg.is_none_or(|x| x.use_distributed_optimizer);
-            // The busiest stage: its share of the layers plus the embedding (first stage) or
-            // the output layer and final norm (last stage; tied weights keep a copy there).
+            // The busiest stage: its share of the layers plus the embedding and a
+            // vision-language model's tower (first stage) or the output layer and final norm
+            // (last stage; tied weights keep a copy there). The tower is whole on every
+            // tensor-parallel rank of the first stage.
             let layers_here = layers.div_ceil(pp);
-            let stage = if pp == 1 {
-                p
+            let tower = m.vision_params();
+            let (stage, tower_here) = if pp == 1 {
+                (p, tower)
             } else {
                 let tied_copy = if r.outputs > 1 {
                     m.embedding_params()
@@ -280,9 +283,11 @@ fn role_memory(
                     0
                 };
                 let last = out_params.max(tied_copy).saturating_add(h);
-                layers_here
+                let first = m.embedding_params().saturating_add(tower);
+                let stage = layers_here
                     .saturating_mul(m.layer_params())
-                    .saturating_add(m.embedding_params().max(last))
+                    .saturating_add(first.max(last));
+                (stage, if first >= last { tower } else { 0 })
             };
             let cp = meg.map_or(1, |x| x.context_parallel_size.max(1)) as u64;
             let ep = meg.map_or(1, |x| x.expert_model_parallel_size.max(1)) as u64;
@@ -295,7 +300,7 @@ fn role_memory(
                 .and_then(|x| x.expert_tensor_parallel_size)
                 .map_or(tp, |e| (e.max(1) as u64).min(tp));
             let experts_here = m.routed_expert_params().saturating_mul(layers_here) / layers.max(1);
-            let dense_shard = stage.saturating_sub(experts_here) / tp;
+            let dense_shard = stage.saturating_sub(experts_here + tower_here) / tp + tower_here;
             let expert_shard = experts_here / (etp * ep);
             let shard = dense_shard + expert_shard;
             let (po, go, oo) = (offload.params, offload.grads, offload.optimizer);
@@ -317,6 +322,12 @@ fn role_memory(
                     (expert_shard * 2) as f64 / GIB,
                     (shard * 2) as f64 / GIB,
                     m.moe.num_experts
+                ));
+            }
+            if tower_here > 0 && tp > 1 {
+                assumptions.push(format!(
+                    "vision tower: whole ({:.1}M parameters) on every tensor-parallel rank of the first stage",
+                    tower_here as f64 / 1e6
                 ));
             }
             if cp > 1 {
@@ -897,6 +908,47 @@ mod tests {
             34 * 1024 * 3584 * 7 + 2048 * 76_032 * 8
         );
         assert!(mem.assumptions.iter().any(|a| a.contains("no recompute")));
+    }
+
+    /// Qwen2.5-VL-7B on Megatron TP 2: the tower (676,550,144 parameters) is whole on each
+    /// tensor-parallel rank, the text model halved; with two pipeline stages the first holds
+    /// the tower beside its 14 layers and the embedding.
+    #[test]
+    fn megatron_memory_keeps_the_vision_tower_whole_on_the_first_stage() {
+        let m: ModelDims = serde_json::from_str(
+            r#"{"model_type": "qwen2_5_vl", "hidden_size": 3584, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
+            "intermediate_size": 18944, "tie_word_embeddings": false,
+            "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
+                "out_hidden_size": 3584, "in_chans": 3, "patch_size": 14,
+                "spatial_merge_size": 2, "temporal_patch_size": 2}}"#,
+        )
+        .expect("dims");
+        let tower = 676_550_144u64;
+        let memory = |pp: &str| {
+            let c = cfg_on(
+                "ppo_megatron_trainer",
+                &[
+                    "trainer.n_gpus_per_node=4",
+                    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                    pp,
+                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                    "algorithm.adv_estimator=grpo",
+                ],
+            );
+            explain(&c, Some(&m)).expect("fits").memory.expect("memory")
+        };
+        let one = memory("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=1");
+        let text = m.param_count() - tower;
+        assert_eq!(one.device.params_bytes, (text / 2 + tower) * 2);
+        assert!(
+            one.assumptions
+                .iter()
+                .any(|a| a.starts_with("vision tower: whole (676.6M"))
+        );
+        let two = memory("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2");
+        let first = 14 * m.layer_params() + m.embedding_params();
+        assert_eq!(two.device.params_bytes, (first / 2 + tower) * 2);
     }
 
     /// Expert parallelism divides the routed experts' params and grads per rank (the rest

@@ -274,8 +274,7 @@ impl Decoder for ShardedDecoder<'_> {
         self.model.has_vision()
     }
 
-    /// The first stage embeds the images and computes the prompt's M-RoPE positions, which
-    /// it broadcasts to the later stages.
+    /// Every stage computes the prompt's M-RoPE positions; the first embeds the images.
     fn prefill_images(
         &self,
         _: &mut (),
@@ -284,15 +283,12 @@ impl Decoder for ShardedDecoder<'_> {
         images: &[&ProcessedImage],
         cache: &mut KvCache,
     ) -> Result<(Option<HeadLogits>, Tensor), RolloutError> {
-        let (b, t) = (ids.size()[0], ids.size()[1]);
+        let t = ids.size()[1];
         let (pixels, grids) = Vision::pixels(images, ids.device())?;
-        let pos = match self.model.vision() {
-            Some(v) => v.positions(ids, attention_mask, &grids)?.0.f_contiguous()?,
-            None => Tensor::f_zeros([b, t, 3], (Kind::Int64, ids.device()))?,
-        };
-        if let Some(pp) = self.pp() {
-            pp.broadcast(&pos, 0).map_err(Self::dist)?;
-        }
+        let tokens = self.model.mrope().ok_or_else(|| {
+            RolloutError::Batch("prompts with images need a vision-language model".into())
+        })?;
+        let (pos, _) = tokens.positions(ids, attention_mask, &grids)?;
         let input = StageInput::Multimodal(
             ids,
             StageImages {

@@ -193,7 +193,7 @@ impl AgentRollout {
         let mut loop_scores = Vec::new();
         let python_rows: Vec<usize> = (0..rows).filter(|&r| user_loop(r)).collect();
         // A vision-language policy's prompts carry their images into every turn's prefill.
-        let vision = rollout.model().and_then(|m| m.vision.as_ref());
+        let vision = rollout.vision_tokens();
         for tool in [true, false] {
             let group: Vec<usize> = (0..rows)
                 .filter(|&r| !user_loop(r) && uses_tools(r) == tool)
@@ -210,7 +210,7 @@ impl AgentRollout {
             )
             .map_err(config)?;
             if let Some(v) = vision {
-                tokens = tokens.with_vision(v.tokens.spatial_merge_size.max(1) as usize);
+                tokens = tokens.with_vision(v.spatial_merge_size.max(1) as usize);
             }
             let conversations: Vec<_> = group
                 .iter()

@@ -401,6 +401,16 @@ impl RolloutWorker {
     }
 
     /// The whole model, unless the rollout is sharded.
+    /// A vision-language model's vision tokens (what its prompts' multimodal positions
+    /// depend on), whole model or Megatron shards.
+    pub fn vision_tokens(&self) -> Option<&crate::model::vision::MropeTokens> {
+        match &self.model {
+            Skeleton::Full(m) => m.vision.as_ref().map(|v| &v.tokens),
+            Skeleton::Sharded { model, .. } => model.mrope(),
+            Skeleton::Vllm(_) => None,
+        }
+    }
+
     pub fn model(&self) -> Option<&CausalLm> {
         match &self.model {
             Skeleton::Full(m) => Some(m),

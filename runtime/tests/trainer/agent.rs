@@ -140,3 +140,32 @@ fn the_tool_agent_loop_runs_with_images() {
     let norms = series(&summary.history, "actor/grad_norm");
     assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
 }
+
+/// The same loop on the Megatron strategy (one process: the rollout decodes on the module's
+/// own shards, whose first stage embeds the images): the actor's log-probs equal the
+/// rollout's as on FSDP.
+#[test]
+fn the_tool_agent_loop_runs_with_images_on_megatron() {
+    let overrides = tool_loop_overrides(
+        "agent_loop_images_megatron",
+        &[
+            "actor_rollout_ref.model.path='builtin://tiny?arch=qwen2_5_vl&layers=2&hidden=64'",
+            "data.train_files='builtin://color_digits?split=train&size=64&stripes=2'",
+            "data.val_files='builtin://color_digits?split=test&size=8&stripes=2'",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.actor.ppo_epochs=1",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+        ],
+    );
+    let spec = spec_of("quickstart_megatron.yaml", &overrides);
+    assert!(spec.rollout.multi_turn.is_some());
+    let summary = runtime::trainer::run_with(&spec, &quiet(), MegatronRoles { world: None })
+        .expect("the agent loop with images on Megatron");
+    assert_eq!(series(&summary.history, "num_turns/mean").len(), 2);
+    let diff = series(&summary.history, "training/rollout_probs_diff_max");
+    assert_eq!(diff.len(), 2, "{:?}", summary.history.last());
+    assert!(diff.iter().all(|d| *d < 1e-5), "rollout vs actor: {diff:?}");
+}

@@ -35,7 +35,7 @@ use crate::model::decoder::{
 };
 use crate::model::moe::RouterLossCoeffs;
 use crate::model::rope::RotaryEmbedding;
-use crate::model::vision::{InputEmbeds, Vision};
+use crate::model::vision::{InputEmbeds, MropeTokens, Vision};
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
 use crate::tp::regions::SEQ_DIM;
 use crate::tp::{
@@ -231,6 +231,9 @@ pub struct ParallelModel {
     /// Names and shapes of the tower's parameters (every stage knows them, to receive the
     /// first stage's in [`ParallelModel::stage_shapes`]); empty for a text model.
     tower_shapes: Shapes,
+    /// A vision-language model's vision tokens, on every stage (each computes the prompts'
+    /// multimodal positions).
+    mrope: Option<MropeTokens>,
     names: Vec<(String, Tensor)>,
     /// See [`ExpertPlacement::split_over_tp`].
     experts_split_over_tp: bool,
@@ -335,6 +338,11 @@ impl ParallelModel {
         };
         let rotary = RotaryEmbedding::new(cfg, root.device()).map_err(MegatronError::Config)?;
         let (vision, tower_shapes) = Self::build_vision(cfg, vs, &stage)?;
+        let mrope = if tower_shapes.is_empty() {
+            None
+        } else {
+            Some(Vision::tokens_of(cfg).map_err(MegatronError::Config)?)
+        };
         // Model order: embedding (the last stage's copy of a tied one too), layers in HF
         // registration order, final norm, head, the tower.
         let vars = vs.variables();
@@ -377,6 +385,7 @@ impl ParallelModel {
             rotary,
             vision,
             tower_shapes,
+            mrope,
             names,
             experts_split_over_tp: experts.split_over_tp,
             expert_parallel: experts.group.as_ref().is_some_and(|g| g.size() > 1),
@@ -430,6 +439,11 @@ impl ParallelModel {
     /// True for a vision-language model (the first stage holds its tower).
     pub fn has_vision(&self) -> bool {
         !self.tower_shapes.is_empty()
+    }
+
+    /// A vision-language model's vision tokens (every stage).
+    pub fn mrope(&self) -> Option<&MropeTokens> {
+        self.mrope.as_ref()
     }
 
     /// The first stage's vision part (`None` on other stages and for text models).

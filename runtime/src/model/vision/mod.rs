@@ -17,7 +17,7 @@ use tch::{Kind, Tensor};
 
 use super::ModelConfig;
 use super::decoder::Model;
-use mrope::MropeTokens;
+pub use mrope::MropeTokens;
 use qwen2_5_vl::{VisionConfig, VisionError, VisionTower};
 use qwen3_vl::{Qwen3VisionConfig, Qwen3VisionTower};
 
@@ -160,23 +160,36 @@ impl Vision {
                 "rope_scaling.mrope_section is missing (multimodal rotary positions)".into(),
             );
         }
+        let tokens = MropeTokens {
+            spatial_merge_size: merge,
+            ..Self::tokens_of(cfg)?
+        };
+        Ok(Some(Vision { tower, tokens }))
+    }
+
+    /// The vision tokens and settings of `cfg`'s multimodal positions (what a pipeline stage
+    /// without the tower needs to compute them); `cfg` must be a vision-language model's.
+    pub fn tokens_of(cfg: &ModelConfig) -> Result<MropeTokens, String> {
         let id = |k: &str| {
             cfg.extra
                 .get(k)
                 .and_then(Value::as_i64)
                 .ok_or_else(|| format!("`{k}` is missing"))
         };
-        let tokens = MropeTokens {
+        let vision = cfg.extra.get("vision_config");
+        let setting = |k: &str| vision.and_then(|v| v.get(k));
+        Ok(MropeTokens {
             image_token_id: id("image_token_id")?,
             video_token_id: id("video_token_id")?,
             vision_start_token_id: id("vision_start_token_id")?,
-            spatial_merge_size: merge,
-            tokens_per_second: cfg.extra["vision_config"]
-                .get("tokens_per_second")
+            // Both towers' default.
+            spatial_merge_size: setting("spatial_merge_size")
+                .and_then(Value::as_i64)
+                .unwrap_or(2),
+            tokens_per_second: setting("tokens_per_second")
                 .and_then(Value::as_f64)
                 .unwrap_or(2.0),
-        };
-        Ok(Some(Vision { tower, tokens }))
+        })
     }
 
     /// How many of the text model's first layers take DeepStack features (Qwen3-VL's
@@ -334,13 +347,25 @@ impl Vision {
         attention_mask: &Tensor,
         grids: &[[i64; 3]],
     ) -> Result<(Tensor, Vec<i64>), VisionError> {
+        self.tokens.positions(input_ids, attention_mask, grids)
+    }
+}
+
+impl MropeTokens {
+    /// [`Vision::positions`] from the vision tokens alone.
+    pub fn positions(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<(Tensor, Vec<i64>), VisionError> {
         let rows: Vec<Vec<i64>> = Vec::try_from(&input_ids.f_to_device(tch::Device::Cpu)?)?;
         let mask: Vec<Vec<i64>> = Vec::try_from(
             &attention_mask
                 .f_to_kind(Kind::Int64)?
                 .f_to_device(tch::Device::Cpu)?,
         )?;
-        let (pos, deltas) = mrope::batch_position_ids(&rows, &mask, grids, &[], &self.tokens)?;
+        let (pos, deltas) = mrope::batch_position_ids(&rows, &mask, grids, &[], self)?;
         let (b, t) = (rows.len() as i64, rows.first().map_or(0, Vec::len) as i64);
         let axes = pos
             .iter()
