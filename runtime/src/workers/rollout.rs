@@ -42,6 +42,24 @@ enum Skeleton {
     Vllm(Box<VllmRollout>),
 }
 
+impl Skeleton {
+    /// The decoder of a Megatron rank's own replica (its shards at training's layout, not
+    /// shared with other data-parallel ranks).
+    fn own_shards(&self) -> Option<ShardedDecoder<'_>> {
+        match self {
+            Skeleton::Sharded {
+                model,
+                pp,
+                share: None,
+            } => Some(ShardedDecoder {
+                model,
+                pp: pp.as_ref(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// The generator of the hybrid engine.
 pub struct RolloutWorker {
     vs: VarStore,
@@ -336,15 +354,10 @@ impl RolloutWorker {
             )?,
             // A Megatron rank's replica at training's tensor-parallel size: its first stage
             // embeds the images.
-            Skeleton::Sharded {
-                model,
-                pp,
-                share: None,
-            } => {
-                let decoder = ShardedDecoder {
-                    model,
-                    pp: pp.as_ref(),
-                };
+            s @ Skeleton::Sharded { share: None, .. } => {
+                let decoder = s.own_shards().ok_or_else(|| {
+                    WorkerError::Config("a sharded rollout without its shards".into())
+                })?;
                 crate::rollout::generate_images(
                     &decoder, prompts, images, streams, params, stop, None,
                 )?
@@ -380,15 +393,10 @@ impl RolloutWorker {
             Skeleton::Vllm(v) => v.generate(prompts, streams, params, stop)?,
             // A replica of this rank's own (and its tensor/pipeline peers', which must call
             // alike): the streams are generated as given.
-            Skeleton::Sharded {
-                model,
-                pp,
-                share: None,
-            } => {
-                let decoder = ShardedDecoder {
-                    model,
-                    pp: pp.as_ref(),
-                };
+            s @ Skeleton::Sharded { share: None, .. } => {
+                let decoder = s.own_shards().ok_or_else(|| {
+                    WorkerError::Config("a sharded rollout without its shards".into())
+                })?;
                 crate::rollout::generate_streams(&decoder, prompts, streams, params, stop, None)?
             }
             // A replica shared with other data-parallel ranks gathers whole batches.

@@ -5,8 +5,6 @@
 //! from the same weights, its loss, grad norm and updated weights must match).
 use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use runtime::engine::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
-use runtime::logits::TokenStats;
-use runtime::logits::topk::TopK;
 use runtime::model::ModelConfig;
 use runtime::model::save::{SaveOptions, save_named};
 use runtime::optim::LossScaling;
@@ -120,7 +118,7 @@ impl Stepper for Parallel<'_> {
         let mut acc = 0.0;
         self.module
             .forward_backward(mbs, &mut |mb, model, tape, hidden| {
-                let sum = log_prob_sum(model, tape, hidden, &mbs[mb])?;
+                let sum = log_prob_sum(model, tape, hidden, &mbs[mb], LEN)?;
                 acc += sum.double_value(&[]);
                 // The micro-batch's share of the global mean, times DP (gradients are averaged).
                 Ok(sum * (dp_size as f64 / n))
@@ -156,28 +154,6 @@ pub(crate) fn train_steps(
 ) -> (Vec<f64>, Vec<f64>) {
     let mut p = Parallel::new(world, m, cfg, copies, num_mb);
     (0..STEPS).map(|_| p.step()).unzip()
-}
-
-/// The sum of micro-batch `b`'s next-token log-probs over its real tokens, from the last
-/// stage's `hidden` states.
-fn log_prob_sum(
-    model: &runtime::engine::megatron::ParallelModel,
-    tape: &mut runtime::dist::mappings::Tape,
-    hidden: &Tensor,
-    b: &MicroBatch,
-) -> runtime::engine::megatron::Result<Tensor> {
-    let lp = model
-        .next_token_log_probs(
-            tape,
-            hidden,
-            &b.input_ids,
-            (0, LEN - 1),
-            1.0,
-            TokenStats::default(),
-            (TopK::Off, None),
-        )?
-        .log_probs;
-    Ok(masked_sum(&lp, b.attention_mask.as_ref().unwrap()))
 }
 
 /// The distributed optimizer with the default layout.
@@ -508,7 +484,7 @@ rank_test!(qwen3_5_cp2_gradients_equal_one_process, 2, |world| {
     }];
     m.zero_grad().unwrap();
     m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {
-        Ok(log_prob_sum(model, tape, hidden, &mbs[mb])? * (1.0 / n))
+        Ok(log_prob_sum(model, tape, hidden, &mbs[mb], LEN)? * (1.0 / n))
     })
     .unwrap();
     m.finalize_grads().unwrap();

@@ -216,24 +216,54 @@ impl Stepper for Reference {
     }
 
     fn gradients(&self) -> Option<Vec<(String, Tensor)>> {
-        Some(
-            self.vs
-                .variables()
-                .into_iter()
-                .map(|(n, t)| (n, t.grad()))
-                .collect(),
-        )
+        Some(gradients_of(&self.vs))
     }
 
     fn load(&mut self, weights: &[(String, Tensor)]) {
-        let vars = self.vs.variables();
-        tch::no_grad(|| {
-            for (n, w) in weights {
-                vars[n].shallow_clone().copy_(w);
-            }
-        });
-        self.opt.reload_model_params().unwrap();
+        load_into(&self.vs, &mut self.opt, weights);
     }
+}
+
+/// Every variable's gradient by name (undefined where it has none).
+pub fn gradients_of(vs: &VarStore) -> Vec<(String, Tensor)> {
+    vs.variables()
+        .into_iter()
+        .map(|(n, t)| (n, t.grad()))
+        .collect()
+}
+
+/// Copies `weights` into the variables of `vs` by name and the optimizer's main copies.
+pub fn load_into(vs: &VarStore, opt: &mut Optimizer, weights: &[(String, Tensor)]) {
+    let vars = vs.variables();
+    tch::no_grad(|| {
+        for (n, w) in weights {
+            vars[n].shallow_clone().copy_(w);
+        }
+    });
+    opt.reload_model_params().unwrap();
+}
+
+/// The sum of micro-batch `b`'s next-token log-probs over its real tokens (sequences of
+/// `len`), from the last stage's `hidden` states.
+pub fn log_prob_sum(
+    model: &runtime::engine::megatron::ParallelModel,
+    tape: &mut runtime::dist::mappings::Tape,
+    hidden: &Tensor,
+    b: &runtime::engine::megatron::MicroBatch,
+    len: i64,
+) -> runtime::engine::megatron::Result<Tensor> {
+    let lp = model
+        .next_token_log_probs(
+            tape,
+            hidden,
+            &b.input_ids,
+            (0, len - 1),
+            1.0,
+            runtime::logits::TokenStats::default(),
+            (runtime::logits::topk::TopK::Off, None),
+        )?
+        .log_probs;
+    Ok(masked_sum(&lp, b.attention_mask.as_ref().unwrap()))
 }
 
 /// The single-process run: `steps` full-batch steps of mean next-token cross-entropy.

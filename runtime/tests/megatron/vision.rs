@@ -9,9 +9,7 @@ use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use runtime::engine::megatron::{
     HeadKind, MegatronModule, MicroBatch, MicroImages, ParallelSettings,
 };
-use runtime::logits::TokenStats;
 use runtime::logits::logprob::log_probs_from_logits;
-use runtime::logits::topk::TopK;
 use runtime::model::vision::{ProcessedImage, Vision};
 use runtime::model::{CausalLm, ModelConfig};
 use runtime::optim::param_groups::named_params;
@@ -137,23 +135,11 @@ impl Stepper for VlReference {
     }
 
     fn gradients(&self) -> Option<Vec<(String, Tensor)>> {
-        Some(
-            self.vs
-                .variables()
-                .into_iter()
-                .map(|(n, t)| (n, t.grad()))
-                .collect(),
-        )
+        Some(gradients_of(&self.vs))
     }
 
     fn load(&mut self, weights: &[(String, Tensor)]) {
-        let vars = self.vs.variables();
-        tch::no_grad(|| {
-            for (n, w) in weights {
-                vars[n].shallow_clone().copy_(w);
-            }
-        });
-        self.opt.reload_model_params().unwrap();
+        load_into(&self.vs, &mut self.opt, weights);
     }
 }
 
@@ -173,19 +159,7 @@ impl Stepper for VlParallel<'_> {
         let mut acc = 0.0;
         self.module
             .forward_backward(mbs, &mut |mb, model, tape, hidden| {
-                let m = &mbs[mb];
-                let lp = model
-                    .next_token_log_probs(
-                        tape,
-                        hidden,
-                        &m.input_ids,
-                        (0, LEN - 1),
-                        1.0,
-                        TokenStats::default(),
-                        (TopK::Off, None),
-                    )?
-                    .log_probs;
-                let sum = masked_sum(&lp, m.attention_mask.as_ref().unwrap());
+                let sum = log_prob_sum(model, tape, hidden, &mbs[mb], LEN)?;
                 acc += sum.double_value(&[]);
                 Ok(sum / n)
             })

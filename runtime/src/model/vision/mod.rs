@@ -338,9 +338,7 @@ impl Vision {
         })
     }
 
-    /// M-RoPE positions `(B, T, 3)` of a padded batch (`attention_mask` 1 on real tokens,
-    /// padding at 1) whose rows hold images of the patch grids `grids` in order, and each
-    /// row's rope delta.
+    /// [`MropeTokens::positions`] of this model's vision tokens.
     pub fn positions(
         &self,
         input_ids: &Tensor,
@@ -352,7 +350,9 @@ impl Vision {
 }
 
 impl MropeTokens {
-    /// [`Vision::positions`] from the vision tokens alone.
+    /// M-RoPE positions `(B, T, 3)` of a padded batch (`attention_mask` 1 on real tokens,
+    /// padding at 1) whose rows hold images of the patch grids `grids` in order, and each
+    /// row's rope delta.
     pub fn positions(
         &self,
         input_ids: &Tensor,
