@@ -371,16 +371,6 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
     } else if spec.critic.is_some() {
         // verl's critic reads the actor's images as well; a text critic cannot.
         "with a critic"
-    } else if let verlc_spec::trainer::EngineSpec::Megatron(m) = &spec.actor.engine
-        && spec.rollout.vllm.is_none()
-        && spec
-            .rollout
-            .tensor_parallel
-            .is_some_and(|r| r.max(1) != m.tensor_parallel.max(1))
-    {
-        // A rollout replica laid out apart from training shares prompts between ranks as
-        // token lists; their pictures do not travel with them yet.
-        "on Megatron with a rollout tensor-parallel size other than the actor's"
     } else if spec.rollout.vllm.is_some() {
         "with the vLLM rollout"
     } else if spec

@@ -20,8 +20,10 @@ use crate::dist::ProcessGroup;
 pub use crate::engine::hybrid::ReplicaShare;
 
 use super::decoder::Decoder;
-use super::engine::{PromptStream, RolloutOutput, StopTokens, generate_streams};
+use super::engine::{PromptStream, RolloutOutput, StopTokens, generate_images};
 use super::{RolloutError, SamplingParams};
+use crate::engine::batch::RowImages;
+use crate::model::vision::ProcessedImage;
 
 fn dist(e: impl std::fmt::Display) -> RolloutError {
     RolloutError::Batch(format!("rollout replicas: {e}"))
@@ -31,24 +33,41 @@ impl ReplicaShare {
     /// Generates `params.n` responses for each of this rank's `prompts` on `model` (this
     /// rank's shards of its replica); the output is the one the training layout's rollout
     /// gives for these prompts (rows, order, prompt indices), up to rounding.
+    ///
+    /// `images[i]` are the images of `prompts[i]` (empty: no prompt has any); they travel with
+    /// their prompts, and a vision-language model's positions `(rows, T, 3)` with the rows.
     pub fn generate<D: Decoder>(
         &self,
         model: &D,
         prompts: &[Vec<i64>],
+        images: &[RowImages],
         params: &SamplingParams,
         stop: &StopTokens,
     ) -> Result<RolloutOutput, RolloutError> {
+        if !images.is_empty() && images.len() != prompts.len() {
+            return Err(RolloutError::Batch(format!(
+                "images for {} prompts, {} prompts",
+                images.len(),
+                prompts.len()
+            )));
+        }
         match self {
-            ReplicaShare::Split { peers } => split(model, peers, prompts, params, stop),
-            ReplicaShare::Join { peers } => join(model, peers, prompts, params, stop),
+            ReplicaShare::Split { peers } => split(model, peers, prompts, images, params, stop),
+            ReplicaShare::Join { peers } => join(model, peers, prompts, images, params, stop),
         }
     }
+}
+
+/// Position ids per token: three (M-RoPE) for a vision-language model, else one.
+fn position_axes<D: Decoder>(model: &D) -> i64 {
+    if model.has_vision() { 3 } else { 1 }
 }
 
 fn split<D: Decoder>(
     model: &D,
     peers: &ProcessGroup,
     prompts: &[Vec<i64>],
+    images: &[RowImages],
     params: &SamplingParams,
     stop: &StopTokens,
 ) -> Result<RolloutOutput, RolloutError> {
@@ -60,19 +79,22 @@ fn split<D: Decoder>(
     // Every part is padded to the longest prompt of the whole list, so the parts stack.
     let width = prompts.iter().map(Vec::len).max().unwrap_or(1);
     let (p, r) = (width as i64, params.max_new_tokens as i64);
+    let axes = position_axes(model);
     let device = model.device();
     let (ints, floats, decoded) = if part.is_empty() {
         // Fewer prompts than replicas: this replica (all of its ranks alike) has nothing to do.
         (
-            Tensor::f_zeros([0, packed_width(p, r)], (Kind::Int64, device))?,
+            Tensor::f_zeros([0, packed_width(p, r, axes)], (Kind::Int64, device))?,
             Tensor::f_zeros([0, r], (Kind::Float, device))?,
             0,
         )
     } else {
         let streams = PromptStream::consecutive(params.seed, part.start, part.len());
-        let out = generate_streams(
+        let own_images = images.get(part.clone()).unwrap_or(&[]);
+        let out = generate_images(
             model,
             &prompts[part.clone()],
+            own_images,
             &streams,
             params,
             stop,
@@ -87,20 +109,32 @@ fn split<D: Decoder>(
     let decoded_rows = counts.iter().map(|t| t.int64_value(&[0, 1]) as usize).sum();
     let ints = Tensor::f_cat(&gather_rows(peers, &ints, Some(&rows))?, 0)?;
     let floats = Tensor::f_cat(&gather_rows(peers, &floats, Some(&rows))?, 0)?;
-    unpack(&ints, &floats, p, r, decoded_rows)
+    unpack(&ints, &floats, (p, r, axes), decoded_rows)
 }
 
 fn join<D: Decoder>(
     model: &D,
     peers: &ProcessGroup,
     prompts: &[Vec<i64>],
+    images: &[RowImages],
     params: &SamplingParams,
     stop: &StopTokens,
 ) -> Result<RolloutOutput, RolloutError> {
-    // Each member's seed, prompt count, prompt lengths and tokens, as one flat list.
+    // Each member's seed, prompt count, prompt lengths and tokens, then each prompt's image
+    // count and each image's grid and pixel count, as one flat list; the pixels in another.
     let mut mine = vec![params.seed as i64, prompts.len() as i64];
     mine.extend(prompts.iter().map(|p| p.len() as i64));
     mine.extend(prompts.iter().flatten());
+    let mut pixels: Vec<f32> = Vec::new();
+    for i in 0..prompts.len() {
+        let own = images.get(i).map_or(&[][..], |r| &r[..]);
+        mine.push(own.len() as i64);
+        for image in own {
+            mine.extend(image.grid_thw);
+            mine.push(image.pixel_values.len() as i64);
+            pixels.extend_from_slice(&image.pixel_values);
+        }
+    }
     let device = model.device();
     let len = Tensor::from_slice(&[mine.len() as i64]).to_device(device);
     let lens = gather_rows(peers, &len.f_unsqueeze(0)?, None)?;
@@ -110,9 +144,11 @@ fn join<D: Decoder>(
     row.f_narrow(1, 0, mine.len() as i64)?
         .f_copy_(&Tensor::from_slice(&mine).to_device(device))?;
     let lists = gather_rows(peers, &row, None)?;
+    let all_pixels = gather_floats(peers, &pixels, device)?;
 
     let (mut union, mut streams, mut first_prompt) = (Vec::new(), Vec::new(), 0);
-    for (member, list) in lists.iter().enumerate() {
+    let mut union_images: Vec<RowImages> = Vec::new();
+    for (member, (list, member_pixels)) in lists.iter().zip(&all_pixels).enumerate() {
         let list = Vec::<i64>::try_from(list.f_flatten(0, -1)?.f_to_device(Device::Cpu)?)?;
         let bad = || dist(format!("member {member} sent a malformed prompt list"));
         let (&[seed, count], rest) = list.split_first_chunk::<2>().ok_or_else(bad)?;
@@ -135,15 +171,70 @@ fn join<D: Decoder>(
             });
             tokens = rest;
         }
+        // The images of this member's prompts, their pixels in order.
+        let mut at = 0usize;
+        for _ in 0..count {
+            let (&n, rest) = tokens.split_first().ok_or_else(bad)?;
+            tokens = rest;
+            let mut row = Vec::new();
+            for _ in 0..n {
+                let (&[t, h, w, len], rest) = tokens.split_first_chunk::<4>().ok_or_else(bad)?;
+                tokens = rest;
+                let len = usize::try_from(len).map_err(|_| bad())?;
+                let values = member_pixels.get(at..at + len).ok_or_else(bad)?;
+                at += len;
+                row.push(ProcessedImage {
+                    pixel_values: values.to_vec(),
+                    grid_thw: [t, h, w],
+                });
+            }
+            union_images.push(row.into());
+        }
     }
-    let out = generate_streams(model, &union, &streams, params, stop, None)?;
+    if union_images.iter().all(|r| r.is_empty()) {
+        union_images.clear();
+    }
+    let out = generate_images(model, &union, &union_images, &streams, params, stop, None)?;
     rows_of(&out, first_prompt, prompts.len(), params.n)
 }
 
-/// The int64 columns of an output row: prompt, response, attention mask, positions, response
-/// mask, then length, finished and prompt index.
-fn packed_width(p: i64, r: i64) -> i64 {
-    p + r + 2 * (p + r) + r + 3
+/// Every member's `values` in member order (collective over `group`; lengths may differ).
+fn gather_floats(
+    group: &ProcessGroup,
+    values: &[f32],
+    device: Device,
+) -> Result<Vec<Vec<f32>>, RolloutError> {
+    let len = Tensor::from_slice(&[values.len() as i64]).to_device(device);
+    let lens: Vec<i64> = gather_rows(group, &len.f_unsqueeze(0)?, None)?
+        .iter()
+        .map(|t| t.int64_value(&[0, 0]))
+        .collect();
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    if longest == 0 {
+        return Ok(vec![Vec::new(); lens.len()]);
+    }
+    let row = Tensor::f_zeros([1, longest], (Kind::Float, device))?;
+    if !values.is_empty() {
+        row.f_narrow(1, 0, values.len() as i64)?
+            .f_copy_(&Tensor::from_slice(values).to_device(device))?;
+    }
+    gather_rows(group, &row, None)?
+        .iter()
+        .zip(&lens)
+        .map(|(t, &n)| {
+            Ok(Vec::<f32>::try_from(
+                t.f_flatten(0, -1)?
+                    .f_narrow(0, 0, n)?
+                    .f_to_device(Device::Cpu)?,
+            )?)
+        })
+        .collect()
+}
+
+/// The int64 columns of an output row: prompt, response, attention mask, positions (`axes`
+/// per token), response mask, then length, finished and prompt index.
+fn packed_width(p: i64, r: i64, axes: i64) -> i64 {
+    p + r + (1 + axes) * (p + r) + r + 3
 }
 
 /// One output as an int64 (rows, [`packed_width`]) and an f32 (rows, R) tensor; prompt
@@ -156,7 +247,8 @@ fn pack(out: &RolloutOutput, first_prompt: usize) -> Result<(Tensor, Tensor), Ro
             out.prompts.shallow_clone(),
             out.responses.shallow_clone(),
             out.attention_mask.shallow_clone(),
-            out.position_ids.shallow_clone(),
+            // A vision-language model's `(rows, T, 3)` flattened per row.
+            out.position_ids.f_flatten(1, -1)?,
             out.response_mask.shallow_clone(),
             column(out.response_lengths.iter().map(|&l| l as i64).collect()),
             column(out.finished.iter().map(|&f| i64::from(f)).collect()),
@@ -175,8 +267,7 @@ fn pack(out: &RolloutOutput, first_prompt: usize) -> Result<(Tensor, Tensor), Ro
 fn unpack(
     ints: &Tensor,
     floats: &Tensor,
-    p: i64,
-    r: i64,
+    (p, r, axes): (i64, i64, i64),
     decoded_rows: usize,
 ) -> Result<RolloutOutput, RolloutError> {
     let mut at = 0;
@@ -188,7 +279,12 @@ fn unpack(
     let prompts = take(p)?;
     let responses = take(r)?;
     let attention_mask = take(p + r)?;
-    let position_ids = take(p + r)?;
+    let position_ids = take(axes * (p + r))?;
+    let position_ids = if axes > 1 {
+        position_ids.f_view([-1, p + r, axes])?
+    } else {
+        position_ids
+    };
     let response_mask = take(r)?;
     let cpu = |t: Tensor| -> Result<Vec<i64>, RolloutError> {
         Ok(Vec::<i64>::try_from(

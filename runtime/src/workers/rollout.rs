@@ -25,7 +25,7 @@ use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
 use crate::rollout::vllm::{VllmRollout, VllmSpec};
 use crate::rollout::{
     PromptStream, ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout,
-    ShardedDecoder, StopTokens, generate_with,
+    ShardedDecoder, StopTokens,
 };
 
 use super::{Result, WorkerError};
@@ -297,23 +297,11 @@ impl RolloutWorker {
         params: &SamplingParams,
         stop: &StopTokens,
     ) -> Result<RolloutOutput> {
-        let Skeleton::Sharded { model, pp, share } = &self.model else {
-            let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
-            return self.generate_streams(prompts, &streams, params, stop);
-        };
-        self.require_weights()?;
-        let decoder = ShardedDecoder {
-            model,
-            pp: pp.as_ref(),
-        };
-        Ok(match share {
-            Some(share) => share.generate(&decoder, prompts, params, stop)?,
-            None => generate_with(&decoder, prompts, params, stop, None)?,
-        })
+        self.generate_images(prompts, &[], params, stop)
     }
 
     /// [`RolloutWorker::generate`] of prompts with images (`images[i]` those of `prompts[i]`;
-    /// empty: no prompt has any): a vision-language model's, on the whole-model rollout.
+    /// empty: no prompt has any): a vision-language model's.
     pub fn generate_images(
         &self,
         prompts: &[Vec<i64>],
@@ -321,11 +309,25 @@ impl RolloutWorker {
         params: &SamplingParams,
         stop: &StopTokens,
     ) -> Result<RolloutOutput> {
-        if images.is_empty() {
-            return self.generate(prompts, params, stop);
-        }
-        let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
-        self.generate_streams_images(prompts, images, &streams, params, stop)
+        let Skeleton::Sharded { model, pp, share } = &self.model else {
+            let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
+            return self.generate_streams_images(prompts, images, &streams, params, stop);
+        };
+        self.require_weights()?;
+        let decoder = ShardedDecoder {
+            model,
+            pp: pp.as_ref(),
+        };
+        // A replica laid out apart from training shares the prompts, with their images.
+        Ok(match share {
+            Some(share) => share.generate(&decoder, prompts, images, params, stop)?,
+            None => {
+                let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
+                crate::rollout::generate_images(
+                    &decoder, prompts, images, &streams, params, stop, None,
+                )?
+            }
+        })
     }
 
     /// [`RolloutWorker::generate_streams`] of prompts with images (`images[i]` those of

@@ -573,6 +573,28 @@ fn megatron_vision_language_tensor_parallel_matches_one_process_and_resumes_exac
     });
 }
 
+/// The tiny Qwen2.5-VL on Megatron with rollout replicas laid out apart from training, the
+/// pictures travelling with their prompts: at TP=2 with the rollout at TP=1 (two replicas of
+/// one training group each generating half of its prompts), and on two data-parallel ranks
+/// with the rollout at TP=2 (one replica generating both ranks' prompts). Both match one
+/// process.
+#[test]
+fn megatron_vision_language_rollout_replicas_share_the_pictures() {
+    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'".to_owned()];
+    let split: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .iter()
+        .map(|role| format!("{role}.megatron.tensor_model_parallel_size=2"))
+        .chain(["actor_rollout_ref.rollout.tensor_model_parallel_size=1".to_owned()])
+        .collect();
+    megatron_run_matches_one_process(MEGATRON_VL, "vl_split", (&shared, &split), 2, |m| {
+        m.tensor_parallel == 2
+    });
+    let join = ["actor_rollout_ref.rollout.tensor_model_parallel_size=2".to_owned()];
+    megatron_run_matches_one_process(MEGATRON_VL, "vl_join", (&shared, &join), 2, |m| {
+        m.tensor_parallel == 1
+    });
+}
+
 /// The tiny Qwen3-VL (DeepStack features into its first layer) on Megatron with two pipeline
 /// stages, then with context parallelism 2: the first stage holds the tower (the second
 /// receives its parameters' shapes from the model's listing, for the rollout's weights and

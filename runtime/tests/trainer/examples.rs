@@ -411,23 +411,6 @@ fn clip_parallel(overrides: &mut [String]) {
     }
 }
 
-/// A vision-language actor's rollout at the actor's (clipped) tensor-parallel size, as verl's
-/// dense VLM examples on Megatron set it: verlc's rollout replicas laid out apart from training
-/// do not carry pictures (refused at build), and the retargeting puts every rollout at 1.
-fn rollout_at_actors_tensor_parallel(overrides: &mut Vec<String>) {
-    const ACTOR_TP: &str = "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=";
-    if let Some(tp) = overrides
-        .iter()
-        .rev()
-        .find_map(|o| o.trim_start_matches('+').strip_prefix(ACTOR_TP))
-        .map(str::to_owned)
-    {
-        overrides.push(format!(
-            "actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"
-        ));
-    }
-}
-
 /// The top-k distillation loss's `k` clipped to the tiny models' vocabulary (38 tokens; the
 /// examples ask for 32 to 128 of Qwen3's 151,936).
 fn clip_topk(overrides: &mut [String]) {
@@ -974,9 +957,6 @@ fn lower_fixture(
         }
         clip_parallel(&mut overrides);
         clip_topk(&mut overrides);
-        if TINY_VL.contains(&policy) {
-            rollout_at_actors_tensor_parallel(&mut overrides);
-        }
         let lowered = match lower_request(&request(overrides)) {
             // What `verlc build` checks after lowering (and downloading): the model family
             // under the bound strategy (experts and Gated DeltaNet layers on FSDP only).

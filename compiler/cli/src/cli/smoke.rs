@@ -430,15 +430,7 @@ fn substitutions(
         .get("actor_rollout_ref.rollout.multi_turn.enable")
         .and_then(Node::as_bool)
         == Some(true);
-    // So does a vision-language model's: replicas laid out apart from training share prompts
-    // between ranks without their pictures.
-    let vision = policy_config
-        .as_ref()
-        .and_then(|c| c.get("model_type"))
-        .and_then(serde_json::Value::as_str)
-        .and_then(verlc_spec::families::of_checkpoint)
-        .is_some_and(|row| row.vision.is_some());
-    if megatron && (multi_turn || vision) && !vllm {
+    if megatron && multi_turn && !vllm {
         let key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
         if let Some(tp) = p.effective("actor_rollout_ref.actor.megatron.tensor_model_parallel_size")
             && tp != "1"
@@ -446,11 +438,7 @@ fn substitutions(
             p.set(
                 key,
                 tp,
-                if multi_turn {
-                    "the built-in rollout's replica is the actor's Megatron model-parallel group (the tool agent loop decodes in lockstep)"
-                } else {
-                    "the built-in rollout's replica is the actor's Megatron model-parallel group (prompts with images stay on the ranks that hold them)"
-                },
+                "the built-in rollout's replica is the actor's Megatron model-parallel group (the tool agent loop decodes in lockstep)",
             );
         }
     }
@@ -965,45 +953,6 @@ mod tests {
         assert_eq!(
             all("reward_model.sandbox_fusion.url"),
             vec!["null".to_owned()]
-        );
-    }
-
-    /// A Qwen2.5-VL run on Megatron (actor and rollout at TP 4, two pipeline stages): the
-    /// rollout takes the actor's clipped tensor parallel size, as a vision-language rollout
-    /// must, where a text model's goes to 1.
-    #[test]
-    fn megatron_vision_language_rollouts_take_the_actors_tensor_parallel_size() {
-        let dir = std::env::temp_dir().join(format!("verlc-smoke-vl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        std::fs::write(
-            dir.join("config.json"),
-            r#"{"model_type": "qwen2_5_vl", "hidden_size": 64, "num_hidden_layers": 2}"#,
-        )
-        .expect("config");
-        let path = format!("actor_rollout_ref.model.path={}", dir.display());
-        let root = megatron_tree(
-            verlc::load::version::BuiltinRelease::V0_7_0,
-            &[
-                path.as_str(),
-                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
-                "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-                "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
-            ],
-        );
-        let subs = substitutions(&root, 2, &std::env::temp_dir(), false).expect("substitutions");
-        let last = |key: &str| {
-            subs.iter()
-                .rev()
-                .find(|s| s.key == key)
-                .map(|s| s.value.clone())
-        };
-        assert_eq!(
-            last("actor_rollout_ref.rollout.tensor_model_parallel_size").as_deref(),
-            Some("2")
-        );
-        assert_eq!(
-            last("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size").as_deref(),
-            Some("1")
         );
     }
 
