@@ -226,7 +226,8 @@ pub struct ParallelModel {
     score: Option<Linear>,
     rotary: RotaryEmbedding,
     /// A vision-language model's tower, whole on every tensor-parallel rank of the first
-    /// stage (as Megatron-Bridge replicates it); `None` elsewhere.
+    /// stage (Megatron-Bridge splits its linear layers over the group; whole, the numbers are
+    /// the same); `None` elsewhere.
     vision: Option<Vision>,
     /// Names and shapes of the tower's parameters (every stage knows them, to receive the
     /// first stage's in [`ParallelModel::stage_shapes`]); empty for a text model.
