@@ -595,6 +595,27 @@ fn megatron_vision_language_rollout_replicas_share_the_pictures() {
     });
 }
 
+/// The tiny Qwen3-VL-MoE (every token takes all four experts, so no routing near-tie decides)
+/// on Megatron with context parallelism 2 and expert parallelism 2, as verl's Qwen3-VL-30B-A3B
+/// example lays it out: each rank embeds the pictures and takes its positions, and routes its
+/// tokens to the other rank's experts. Matches one process and resumes exactly.
+#[test]
+fn megatron_vision_language_moe_with_context_and_expert_parallelism_matches_one_process() {
+    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl_moe&experts=4&experts_per_tok=4&moe_intermediate=32'".to_owned()];
+    let layout: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .iter()
+        .flat_map(|role| {
+            [
+                format!("{role}.megatron.context_parallel_size=2"),
+                format!("{role}.megatron.expert_model_parallel_size=2"),
+            ]
+        })
+        .collect();
+    megatron_run_matches_one_process(MEGATRON_VL, "vl_moe_cp2ep2", (&shared, &layout), 2, |m| {
+        m.context_parallel == 2 && m.expert_parallel == 2
+    });
+}
+
 /// The tiny Qwen3-VL (DeepStack features into its first layer) on Megatron with two pipeline
 /// stages, then with context parallelism 2: the first stage holds the tower (the second
 /// receives its parameters' shapes from the model's listing, for the rollout's weights and
