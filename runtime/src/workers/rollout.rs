@@ -42,24 +42,6 @@ enum Skeleton {
     Vllm(Box<VllmRollout>),
 }
 
-impl Skeleton {
-    /// The decoder of a Megatron rank's own replica (its shards at training's layout, not
-    /// shared with other data-parallel ranks).
-    fn own_shards(&self) -> Option<ShardedDecoder<'_>> {
-        match self {
-            Skeleton::Sharded {
-                model,
-                pp,
-                share: None,
-            } => Some(ShardedDecoder {
-                model,
-                pp: pp.as_ref(),
-            }),
-            _ => None,
-        }
-    }
-}
-
 /// The generator of the hybrid engine.
 pub struct RolloutWorker {
     vs: VarStore,
@@ -340,9 +322,6 @@ impl RolloutWorker {
         params: &SamplingParams,
         stop: &StopTokens,
     ) -> Result<RolloutOutput> {
-        if images.is_empty() {
-            return self.generate_streams(prompts, streams, params, stop);
-        }
         self.require_weights()?;
         Ok(match &self.model {
             Skeleton::Full(model) => crate::rollout::generate_images(
@@ -354,19 +333,31 @@ impl RolloutWorker {
                 stop,
                 None,
             )?,
-            // A Megatron rank's replica at training's tensor-parallel size: its first stage
-            // embeds the images.
-            s @ Skeleton::Sharded { share: None, .. } => {
-                let decoder = s.own_shards().ok_or_else(|| {
-                    WorkerError::Config("a sharded rollout without its shards".into())
-                })?;
+            Skeleton::Vllm(v) if images.is_empty() => v.generate(prompts, streams, params, stop)?,
+            Skeleton::Vllm(_) => {
+                return Err(WorkerError::Config(
+                    "prompts with images run on the built-in rollout, not vLLM".into(),
+                ));
+            }
+            // A replica of this rank's own (and its tensor/pipeline peers', which must call
+            // alike): the streams are generated as given; its first stage embeds the images.
+            Skeleton::Sharded {
+                model,
+                pp,
+                share: None,
+            } => {
+                let decoder = ShardedDecoder {
+                    model,
+                    pp: pp.as_ref(),
+                };
                 crate::rollout::generate_images(
                     &decoder, prompts, images, streams, params, stop, None,
                 )?
             }
-            _ => {
+            // A replica shared with other data-parallel ranks gathers whole batches.
+            Skeleton::Sharded { share: Some(_), .. } => {
                 return Err(WorkerError::Config(
-                    "prompts with images run on the whole-model rollout or a Megatron rank's shards at training's tensor-parallel size (not vLLM, not another rollout tensor-parallel size)".into(),
+                    "a rollout replica shared by several data-parallel ranks generates whole batches only".into(),
                 ));
             }
         })
@@ -382,35 +373,9 @@ impl RolloutWorker {
         params: &SamplingParams,
         stop: &StopTokens,
     ) -> Result<RolloutOutput> {
-        self.require_weights()?;
-        Ok(match &self.model {
-            Skeleton::Full(model) => crate::rollout::generate_streams(
-                model.as_ref(),
-                prompts,
-                streams,
-                params,
-                stop,
-                None,
-            )?,
-            Skeleton::Vllm(v) => v.generate(prompts, streams, params, stop)?,
-            // A replica of this rank's own (and its tensor/pipeline peers', which must call
-            // alike): the streams are generated as given.
-            s @ Skeleton::Sharded { share: None, .. } => {
-                let decoder = s.own_shards().ok_or_else(|| {
-                    WorkerError::Config("a sharded rollout without its shards".into())
-                })?;
-                crate::rollout::generate_streams(&decoder, prompts, streams, params, stop, None)?
-            }
-            // A replica shared with other data-parallel ranks gathers whole batches.
-            Skeleton::Sharded { share: Some(_), .. } => {
-                return Err(WorkerError::Config(
-                    "a rollout replica shared by several data-parallel ranks generates whole batches only".into(),
-                ));
-            }
-        })
+        self.generate_streams_images(prompts, &[], streams, params, stop)
     }
 
-    /// The whole model, unless the rollout is sharded.
     /// A vision-language model's vision tokens (what its prompts' multimodal positions
     /// depend on), whole model or Megatron shards.
     pub fn vision_tokens(&self) -> Option<&crate::model::vision::MropeTokens> {
@@ -421,6 +386,7 @@ impl RolloutWorker {
         }
     }
 
+    /// The whole model, unless the rollout is sharded.
     pub fn model(&self) -> Option<&CausalLm> {
         match &self.model {
             Skeleton::Full(m) => Some(m),

@@ -100,6 +100,18 @@ impl<'a> Parallel<'a> {
                 images: None,
             })
             .collect();
+        Parallel::on(world, module, mbs, n, copies)
+    }
+
+    /// The module training on this rank's micro-batches `mbs`, the global loss being a mean
+    /// over `n` tokens.
+    pub(crate) fn on(
+        world: &'a ProcessGroup,
+        module: &'a mut MegatronModule,
+        mbs: Vec<MicroBatch>,
+        n: f64,
+        copies: usize,
+    ) -> Parallel<'a> {
         Parallel {
             world,
             module,
@@ -118,7 +130,7 @@ impl Stepper for Parallel<'_> {
         let mut acc = 0.0;
         self.module
             .forward_backward(mbs, &mut |mb, model, tape, hidden| {
-                let sum = log_prob_sum(model, tape, hidden, &mbs[mb], LEN)?;
+                let sum = log_prob_sum(model, tape, hidden, &mbs[mb])?;
                 acc += sum.double_value(&[]);
                 // The micro-batch's share of the global mean, times DP (gradients are averaged).
                 Ok(sum * (dp_size as f64 / n))
@@ -484,7 +496,7 @@ rank_test!(qwen3_5_cp2_gradients_equal_one_process, 2, |world| {
     }];
     m.zero_grad().unwrap();
     m.forward_backward(&mbs, &mut |mb, model, tape, hidden| {
-        Ok(log_prob_sum(model, tape, hidden, &mbs[mb], LEN)? * (1.0 / n))
+        Ok(log_prob_sum(model, tape, hidden, &mbs[mb])? * (1.0 / n))
     })
     .unwrap();
     m.finalize_grads().unwrap();

@@ -176,7 +176,6 @@ pub struct Reference {
     opt: Optimizer,
     batch: (Tensor, Tensor, Tensor),
     n: f64,
-    len: i64,
 }
 
 impl Reference {
@@ -191,7 +190,6 @@ impl Reference {
             opt,
             batch,
             n,
-            len,
         }
     }
 }
@@ -199,16 +197,9 @@ impl Reference {
 impl Stepper for Reference {
     fn step(&mut self) -> (f64, f64) {
         let (ids, mask, pos) = &self.batch;
-        let len = self.len;
         self.opt.zero_grad().unwrap();
         let logits = self.model.forward(ids, pos, Some(mask), None);
-        let lp = log_probs_from_logits(&logits.narrow(1, 0, len - 1), &ids.narrow(1, 1, len - 1));
-        let loss = masked_sum(&lp, mask) / self.n;
-        let value = loss.double_value(&[]);
-        loss.backward();
-        let out = self.opt.step(None).unwrap();
-        assert!(out.update_successful);
-        (value, out.grad_norm.unwrap_or(f64::NAN))
+        next_token_step(&mut self.opt, &logits, ids, mask, self.n)
     }
 
     fn weights(&self) -> Vec<(String, Tensor)> {
@@ -222,6 +213,26 @@ impl Stepper for Reference {
     fn load(&mut self, weights: &[(String, Tensor)]) {
         load_into(&self.vs, &mut self.opt, weights);
     }
+}
+
+/// One optimizer step on the mean next-token cross-entropy of `logits` over the `n` real
+/// (input, target) pairs of `ids` (`mask` 1 on real tokens): the loss before it and the grad
+/// norm.
+pub fn next_token_step(
+    opt: &mut Optimizer,
+    logits: &Tensor,
+    ids: &Tensor,
+    mask: &Tensor,
+    n: f64,
+) -> (f64, f64) {
+    let len = ids.size()[1];
+    let lp = log_probs_from_logits(&logits.narrow(1, 0, len - 1), &ids.narrow(1, 1, len - 1));
+    let loss = masked_sum(&lp, mask) / n;
+    let value = loss.double_value(&[]);
+    loss.backward();
+    let out = opt.step(None).unwrap();
+    assert!(out.update_successful);
+    (value, out.grad_norm.unwrap_or(f64::NAN))
 }
 
 /// Every variable's gradient by name (undefined where it has none).
@@ -243,15 +254,15 @@ pub fn load_into(vs: &VarStore, opt: &mut Optimizer, weights: &[(String, Tensor)
     opt.reload_model_params().unwrap();
 }
 
-/// The sum of micro-batch `b`'s next-token log-probs over its real tokens (sequences of
-/// `len`), from the last stage's `hidden` states.
+/// The sum of micro-batch `b`'s next-token log-probs over its real tokens, from the last
+/// stage's `hidden` states.
 pub fn log_prob_sum(
     model: &runtime::engine::megatron::ParallelModel,
     tape: &mut runtime::dist::mappings::Tape,
     hidden: &Tensor,
     b: &runtime::engine::megatron::MicroBatch,
-    len: i64,
 ) -> runtime::engine::megatron::Result<Tensor> {
+    let len = b.input_ids.size()[1];
     let lp = model
         .next_token_log_probs(
             tape,

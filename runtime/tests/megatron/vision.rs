@@ -5,11 +5,10 @@
 //! weights start ten times larger than the tiny model's init, so that its embeddings and
 //! DeepStack features weigh in the loss and its gradients are compared as everything else.
 use runtime::builtin_uri::BuiltinUri;
-use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
+use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
 use runtime::engine::megatron::{
     HeadKind, MegatronModule, MicroBatch, MicroImages, ParallelSettings,
 };
-use runtime::logits::logprob::log_probs_from_logits;
 use runtime::model::vision::{ProcessedImage, Vision};
 use runtime::model::{CausalLm, ModelConfig};
 use runtime::optim::param_groups::named_params;
@@ -17,6 +16,7 @@ use runtime::optim::{LossScaling, Optimizer};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
+use crate::parity::Parallel;
 use crate::rank_test;
 use crate::support::*;
 
@@ -122,12 +122,7 @@ impl Stepper for VlReference {
             .model
             .forward_pixels(&b.ids, &b.mask, &pixels, &grids)
             .unwrap();
-        let lp = log_probs_from_logits(&logits.narrow(1, 0, LEN - 1), &b.ids.narrow(1, 1, LEN - 1));
-        let loss = masked_sum(&lp, &b.mask) / self.n;
-        let value = loss.double_value(&[]);
-        loss.backward();
-        let out = self.opt.step(None).unwrap();
-        (value, out.grad_norm.unwrap_or(f64::NAN))
+        next_token_step(&mut self.opt, &logits, &b.ids, &b.mask, self.n)
     }
 
     fn weights(&self) -> Vec<(String, Tensor)> {
@@ -140,44 +135,6 @@ impl Stepper for VlReference {
 
     fn load(&mut self, weights: &[(String, Tensor)]) {
         load_into(&self.vs, &mut self.opt, weights);
-    }
-}
-
-/// The module on the batch in two micro-batches (every rank holds every row: one DP rank).
-struct VlParallel<'a> {
-    world: &'a ProcessGroup,
-    module: &'a mut MegatronModule,
-    mbs: Vec<MicroBatch>,
-    n: f64,
-    copies: usize,
-}
-
-impl Stepper for VlParallel<'_> {
-    fn step(&mut self) -> (f64, f64) {
-        let (mbs, n) = (&self.mbs, self.n);
-        self.module.zero_grad().unwrap();
-        let mut acc = 0.0;
-        self.module
-            .forward_backward(mbs, &mut |mb, model, tape, hidden| {
-                let sum = log_prob_sum(model, tape, hidden, &mbs[mb], LEN)?;
-                acc += sum.double_value(&[]);
-                Ok(sum / n)
-            })
-            .unwrap();
-        let last = self.module.model.stage.is_last();
-        let t = Tensor::from_slice(&[if last { acc } else { 0.0 }]);
-        self.world.all_reduce(&t, ReduceOp::Sum).unwrap();
-        let loss = t.double_value(&[0]) / self.copies as f64 / n;
-        let out = self.module.step().unwrap();
-        (loss, out.grad_norm.unwrap_or(f64::NAN))
-    }
-
-    fn weights(&self) -> Vec<(String, Tensor)> {
-        self.module.full_params().unwrap()
-    }
-
-    fn load(&mut self, weights: &[(String, Tensor)]) {
-        self.module.load_full(weights).unwrap();
     }
 }
 
@@ -248,13 +205,8 @@ fn vl_matches(world: &ProcessGroup, (tp, cp, pp): (usize, usize, usize), sp: boo
         batch,
         n,
     };
-    let mut parallel = VlParallel {
-        world,
-        module: &mut module,
-        mbs,
-        n,
-        copies: tp * cp,
-    };
+    // Every rank holds every row (one data-parallel rank), in two micro-batches.
+    let mut parallel = Parallel::on(world, &mut module, mbs, n, tp * cp);
     lockstep(&mut reference, &mut parallel, 4, 1e-5);
     // The tower matters: its gradients are a real share of the whole.
     let grads = reference.gradients().unwrap();

@@ -432,6 +432,15 @@ fn megatron_run_matches_one_process(
     one
 }
 
+/// `actor_rollout_ref.{actor,ref}.megatron.<setting>` for each setting: a Megatron layout the
+/// policy and its reference share.
+fn actor_and_ref(settings: &[&str]) -> Vec<String> {
+    ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
+        .iter()
+        .flat_map(|role| settings.iter().map(move |s| format!("{role}.megatron.{s}")))
+        .collect()
+}
+
 type History = Vec<(u64, Metrics)>;
 
 /// The metric history of `example` with `overrides` in one Megatron process. Several layouts
@@ -477,8 +486,7 @@ fn one_process_history(example: &str, overrides: &[String]) -> History {
 /// every expert from its rank).
 #[test]
 fn megatron_expert_parallel_matches_one_process_and_resumes_exactly() {
-    let ep2 = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .map(|role| format!("{role}.megatron.expert_model_parallel_size=2"));
+    let ep2 = actor_and_ref(&["expert_model_parallel_size=2"]);
     megatron_layout_matches_one_process("ep2", (&[MOE_ACTOR.into()], &ep2), 2, |m| {
         m.expert_parallel == 2
     });
@@ -494,15 +502,10 @@ fn megatron_tensor_and_expert_parallel_matches_one_process_and_resumes_exactly()
         "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false".to_owned(),
         "actor_rollout_ref.ref.megatron.use_distributed_optimizer=false".to_owned(),
     ];
-    let mut layout: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .iter()
-        .flat_map(|role| {
-            [
-                format!("{role}.megatron.tensor_model_parallel_size=2"),
-                format!("{role}.megatron.expert_model_parallel_size=2"),
-            ]
-        })
-        .collect();
+    let mut layout = actor_and_ref(&[
+        "tensor_model_parallel_size=2",
+        "expert_model_parallel_size=2",
+    ]);
     layout.extend([
         "critic.megatron.tensor_model_parallel_size=2".into(),
         "actor_rollout_ref.rollout.tensor_model_parallel_size=2".into(),
@@ -519,16 +522,11 @@ fn megatron_tensor_and_expert_parallel_matches_one_process_and_resumes_exactly()
 /// (the other rank's from it), the rollout at TP 2 its slice of each (cut from the whole).
 #[test]
 fn megatron_whole_experts_under_tensor_parallel_match_one_process_and_resume_exactly() {
-    let mut layout: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .iter()
-        .flat_map(|role| {
-            [
-                format!("{role}.megatron.tensor_model_parallel_size=2"),
-                format!("{role}.megatron.expert_model_parallel_size=2"),
-                format!("{role}.megatron.expert_tensor_parallel_size=1"),
-            ]
-        })
-        .collect();
+    let mut layout = actor_and_ref(&[
+        "tensor_model_parallel_size=2",
+        "expert_model_parallel_size=2",
+        "expert_tensor_parallel_size=1",
+    ]);
     layout.push("critic.megatron.tensor_model_parallel_size=2".into());
     layout.push("actor_rollout_ref.rollout.tensor_model_parallel_size=1".into());
     let whole = |m: &verlc_spec::trainer::MegatronEngineSpec| {
@@ -558,16 +556,8 @@ const MEGATRON_VL: &[&str] = &[
 #[test]
 fn megatron_vision_language_tensor_parallel_matches_one_process_and_resumes_exactly() {
     let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'".to_owned()];
-    let tp2: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .iter()
-        .flat_map(|role| {
-            [
-                format!("{role}.megatron.tensor_model_parallel_size=2"),
-                format!("{role}.megatron.sequence_parallel=true"),
-            ]
-        })
-        .chain(["actor_rollout_ref.rollout.tensor_model_parallel_size=2".to_owned()])
-        .collect();
+    let mut tp2 = actor_and_ref(&["tensor_model_parallel_size=2", "sequence_parallel=true"]);
+    tp2.push("actor_rollout_ref.rollout.tensor_model_parallel_size=2".to_owned());
     megatron_run_matches_one_process(MEGATRON_VL, "vl_tp2", (&shared, &tp2), 2, |m| {
         m.tensor_parallel == 2 && m.sequence_parallel
     });
@@ -581,11 +571,8 @@ fn megatron_vision_language_tensor_parallel_matches_one_process_and_resumes_exac
 #[test]
 fn megatron_vision_language_rollout_replicas_share_the_pictures() {
     let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'".to_owned()];
-    let split: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .iter()
-        .map(|role| format!("{role}.megatron.tensor_model_parallel_size=2"))
-        .chain(["actor_rollout_ref.rollout.tensor_model_parallel_size=1".to_owned()])
-        .collect();
+    let mut split = actor_and_ref(&["tensor_model_parallel_size=2"]);
+    split.push("actor_rollout_ref.rollout.tensor_model_parallel_size=1".to_owned());
     megatron_run_matches_one_process(MEGATRON_VL, "vl_split", (&shared, &split), 2, |m| {
         m.tensor_parallel == 2
     });
@@ -602,15 +589,7 @@ fn megatron_vision_language_rollout_replicas_share_the_pictures() {
 #[test]
 fn megatron_vision_language_moe_with_context_and_expert_parallelism_matches_one_process() {
     let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl_moe&experts=4&experts_per_tok=4&moe_intermediate=32'".to_owned()];
-    let layout: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .iter()
-        .flat_map(|role| {
-            [
-                format!("{role}.megatron.context_parallel_size=2"),
-                format!("{role}.megatron.expert_model_parallel_size=2"),
-            ]
-        })
-        .collect();
+    let layout = actor_and_ref(&["context_parallel_size=2", "expert_model_parallel_size=2"]);
     megatron_run_matches_one_process(MEGATRON_VL, "vl_moe_cp2ep2", (&shared, &layout), 2, |m| {
         m.context_parallel == 2 && m.expert_parallel == 2
     });
@@ -625,13 +604,11 @@ fn megatron_vision_language_moe_with_context_and_expert_parallelism_matches_one_
 #[test]
 fn megatron_vision_language_pipeline_and_context_parallel_match_one_process() {
     let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl'".to_owned()];
-    let pp2 = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .map(|role| format!("{role}.megatron.pipeline_model_parallel_size=2"));
+    let pp2 = actor_and_ref(&["pipeline_model_parallel_size=2"]);
     megatron_run_matches_one_process(MEGATRON_VL, "vl_pp2", (&shared, &pp2), 2, |m| {
         m.pipeline_parallel == 2
     });
-    let cp2 = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .map(|role| format!("{role}.megatron.context_parallel_size=2"));
+    let cp2 = actor_and_ref(&["context_parallel_size=2"]);
     megatron_run_matches_one_process(MEGATRON_VL, "vl_cp2", (&shared, &cp2), 2, |m| {
         m.context_parallel == 2
     });
@@ -665,16 +642,8 @@ fn megatron_context_parallel_matches_one_process_and_resumes_exactly() {
 /// group is the context group (each rank routes its positions' tokens to the other's experts).
 #[test]
 fn megatron_context_and_expert_parallel_match_one_process_and_resume_exactly() {
-    let layout: Vec<String> = ["actor_rollout_ref.actor", "actor_rollout_ref.ref"]
-        .iter()
-        .flat_map(|role| {
-            [
-                format!("{role}.megatron.context_parallel_size=2"),
-                format!("{role}.megatron.expert_model_parallel_size=2"),
-            ]
-        })
-        .chain(["critic.megatron.context_parallel_size=2".to_owned()])
-        .collect();
+    let mut layout = actor_and_ref(&["context_parallel_size=2", "expert_model_parallel_size=2"]);
+    layout.push("critic.megatron.context_parallel_size=2".to_owned());
     megatron_layout_matches_one_process("cp2ep2", (&[MOE_ACTOR.into()], &layout), 2, |m| {
         m.context_parallel == 2 && m.expert_parallel == 2
     });
