@@ -207,17 +207,28 @@ def _moe(c, experts, top_k, moe_inter):
 
 
 def _qwen3_5(hidden, layers, heads, kv, moe=None):
+    """A Qwen3.5 checkpoint: an image-text model, its text model in `text_config` (Gated DeltaNet
+    layers among gated attention, interleaved M-RoPE over a quarter of each head), Qwen3.5's
+    tower (transformers 5's default sizes). The vision token ids are those of the Qwen3
+    tokenizer these stand-ins are written with (the published tokenizer has them at 248053+)."""
     text = _dense("qwen3_5_text", hidden, 3 * hidden, layers, heads, kv, 248320, False, rope=1e7, head_dim=256, max_pos=262144)
     text.update({"full_attention_interval": 4, "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4,
                  "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
-                 "linear_num_value_heads": 32})
+                 "linear_num_value_heads": 32,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                                     "mrope_section": [11, 11, 10], "mrope_interleaved": True}})
     model_type = "qwen3_5"
     if moe:
         text = _moe(text, *moe)
         text["model_type"] = "qwen3_5_moe_text"
         text["shared_expert_intermediate_size"] = moe[2]
         model_type = "qwen3_5_moe"
-    return {"model_type": model_type, "text_config": text, "tie_word_embeddings": False}
+    vision = {"model_type": f"{model_type}_vision", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+              "num_heads": 16, "in_channels": 3, "out_hidden_size": hidden, "patch_size": 16, "spatial_merge_size": 2,
+              "temporal_patch_size": 2, "num_position_embeddings": 2304, "hidden_act": "gelu_pytorch_tanh"}
+    return {"model_type": model_type, "text_config": text, "vision_config": vision, "tie_word_embeddings": False,
+            "vision_start_token_id": 151652, "vision_end_token_id": 151653, "image_token_id": 151655,
+            "video_token_id": 151656}
 
 
 def _vl(text, vision_out):
@@ -341,7 +352,7 @@ def write_model(out, name, cache=None):
             json.dump({"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 12845056,
                        "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
                        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}, f)
-    if config["model_type"] in ("qwen3_vl", "qwen3_vl_moe"):
+    if config["model_type"] in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
         with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
             json.dump({"image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
                        "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16,

@@ -67,6 +67,7 @@ pub const BUILD_NO_EFFECT: Code = Code("B006");
 pub const BUILD_BF16_EMULATED: Code = Code("B007");
 pub const BUILD_MODEL_UNAVAILABLE: Code = Code("B019");
 pub const BUILD_VLLM_ON_CPU: Code = Code("B020");
+pub const BUILD_TEXT_PROMPTS_ONLY: Code = Code("B022");
 // B021 (`SftNotBuilt`) is retired, not to be reused: `verlc build` builds SFT trainers.
 
 /// The `B` codes of `plan` with a one-line summary each (`verlc rule --list`).
@@ -122,6 +123,10 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     (
         BUILD_UNSUPPORTED_SETTING,
         "a setting the generated trainer cannot honour (its verdict is `unsupported`)",
+    ),
+    (
+        BUILD_TEXT_PROMPTS_ONLY,
+        "an image-text model that trains on text prompts only in this run (with a critic or the vLLM rollout): rows with images are refused when the data is read",
     ),
     (
         BUILD_NO_EFFECT,

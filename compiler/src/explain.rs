@@ -844,11 +844,24 @@ mod tests {
         let m = crate::check::read_model_dims(dir.path()).expect("dims");
         assert_eq!(m.vision_params(), 538_631_408);
         assert_eq!(m.param_count(), 31_070_754_032);
-        // Qwen3.5's multimodal checkpoints train as text: their tower is not counted.
+        // Qwen3.5's checkpoints are image-text models: Qwen3-VL's tower without DeepStack
+        // mergers (transformers 5's `Qwen3_5VisionModel` at its default sizes into a width of
+        // 2048 has 446,571,248 parameters), whatever `deepstack_visual_indexes` says.
+        let qwen3_5 = r#"{"model_type": "qwen3_5", "tie_word_embeddings": false,
+            "text_config": {"model_type": "qwen3_5_text", "hidden_size": 2048,
+                "intermediate_size": 6144, "num_hidden_layers": 24, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320},
+            "vision_config": {"model_type": "qwen3_5_vision", "depth": 27, "hidden_size": 1152,
+                "intermediate_size": 4304, "num_heads": 16, "out_hidden_size": 2048,
+                "patch_size": 16, "num_position_embeddings": 2304,
+                "deepstack_visual_indexes": [8, 16, 24]}}"#;
+        std::fs::write(dir.path().join("config.json"), qwen3_5).expect("write");
+        let m = crate::check::read_model_dims(dir.path()).expect("dims");
+        assert_eq!(m.vision_params(), 446_571_248);
         let mut v: serde_json::Value = serde_json::from_str(text).expect("json");
         v["model_type"] = "qwen2".into();
         let m: ModelDims = serde_json::from_value(v).expect("dims");
-        assert_eq!(m.vision_params(), 0);
+        assert_eq!(m.vision_params(), 0, "a text model has no tower");
     }
 
     /// verl's FSDP workers with Ulysses: data parallel = world / SP. 40 prompts × 8 responses

@@ -50,6 +50,10 @@ pub struct DataSpec {
     /// `image_key`: the column of a row's images, read when the model has a vision tower.
     #[serde(default = "default_image_key")]
     pub image_key: String,
+    /// `image_patch_size`: the patch size verl's dataset fetches images with when it measures
+    /// prompts for `filter_overlong_prompts` (`None`: the image processor's).
+    #[serde(default)]
+    pub image_patch_size: Option<usize>,
     /// `data.custom_cls`: the user's dataset class, built in a Python helper.
     #[serde(default)]
     pub custom_dataset: Option<PyClass>,

@@ -32,6 +32,11 @@ pub enum Family {
     /// Qwen3-VL-MoE: Qwen3-MoE's decoder (its experts stored fused, `experts.gate_up_proj` and
     /// `experts.down_proj` holding every expert) with Qwen3-VL's tower and rotary positions.
     Qwen3VlMoe,
+    /// Qwen3.5's published (multimodal) checkpoints: Qwen3.5's text model under interleaved
+    /// M-RoPE over its partial rotary dimensions, with Qwen3-VL's tower without DeepStack.
+    Qwen3_5Vl,
+    /// The same with Qwen3.5-MoE's text model.
+    Qwen3_5MoeVl,
 }
 
 /// The vision towers, each a file of the runtime's vision folder.
@@ -42,14 +47,34 @@ pub enum VisionTower {
     /// A learned position grid, whole-image attention, DeepStack mergers (`qwen3_vl.rs`);
     /// interleaved M-RoPE.
     Qwen3Vl,
+    /// Qwen3.5's: Qwen3-VL's without the DeepStack mergers (`qwen3_vl.rs`); interleaved M-RoPE.
+    Qwen3_5,
 }
 
 impl VisionTower {
     /// Whether its families' checkpoints name their weights by transformers' module tree
-    /// (`model.language_model.*`, `model.visual.*`): transformers reads Qwen3-VL's only so,
-    /// while Qwen2.5-VL's own files (`model.*`, `visual.*`) are renamed on load.
+    /// (`model.language_model.*`, `model.visual.*`): transformers reads Qwen3-VL's and
+    /// Qwen3.5's only so, while Qwen2.5-VL's own files (`model.*`, `visual.*`) are renamed on
+    /// load.
     pub fn module_tree_names(self) -> bool {
+        self != VisionTower::Qwen2_5Vl
+    }
+
+    /// Whether its families' multimodal rotary positions interleave the three axes over the
+    /// frequencies (Qwen3-VL's layout) rather than give each a contiguous section.
+    pub fn interleaved_mrope(self) -> bool {
+        self != VisionTower::Qwen2_5Vl
+    }
+
+    /// Whether it feeds DeepStack features to the text model's first layers.
+    pub fn deepstack(self) -> bool {
         self == VisionTower::Qwen3Vl
+    }
+
+    /// Whether it is a Qwen3-VL-style tower (`qwen3_vl.rs`: a learned position grid, whole-image
+    /// attention).
+    pub fn qwen3_style(self) -> bool {
+        self != VisionTower::Qwen2_5Vl
     }
 }
 
@@ -59,11 +84,8 @@ pub struct FamilyRow {
     pub family: Family,
     /// What users call it.
     pub name: &'static str,
-    /// The causal LM's `model_type` (for a multimodal checkpoint, its text model's).
+    /// The `model_type` of its checkpoints' `config.json`.
     pub model_type: &'static str,
-    /// The `model_type` of a checkpoint whose `text_config` holds this family's text model
-    /// (Qwen3.5's are multimodal checkpoints).
-    pub wrapper_model_type: Option<&'static str>,
     /// transformers' class of the causal LM (`architectures`).
     pub causal_lm_class: &'static str,
     /// transformers' class of the value model (token classification, one label).
@@ -93,6 +115,9 @@ pub struct FamilyRow {
     pub default_head_dim: Option<i64>,
     /// Its name in `builtin://tiny?arch=`.
     pub tiny_arch: &'static str,
+    /// The family whose layers its text model has (itself, except for a multimodal family
+    /// built on a text family's layers and settings: Qwen3.5's checkpoints).
+    pub text: Family,
 }
 
 /// Every family, one row each.
@@ -101,7 +126,6 @@ pub static FAMILIES: &[FamilyRow] = &[
         family: Family::Llama,
         name: "Llama",
         model_type: "llama",
-        wrapper_model_type: None,
         causal_lm_class: "LlamaForCausalLM",
         value_class: "LlamaForTokenClassification",
         experts: false,
@@ -114,12 +138,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: None,
         default_head_dim: None,
         tiny_arch: "llama",
+        text: Family::Llama,
     },
     FamilyRow {
         family: Family::Mistral,
         name: "Mistral",
         model_type: "mistral",
-        wrapper_model_type: None,
         causal_lm_class: "MistralForCausalLM",
         value_class: "MistralForTokenClassification",
         experts: false,
@@ -132,12 +156,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: None,
         default_head_dim: None,
         tiny_arch: "mistral",
+        text: Family::Mistral,
     },
     FamilyRow {
         family: Family::Qwen2,
         name: "Qwen2",
         model_type: "qwen2",
-        wrapper_model_type: None,
         causal_lm_class: "Qwen2ForCausalLM",
         value_class: "Qwen2ForTokenClassification",
         experts: false,
@@ -150,12 +174,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: None,
         default_head_dim: None,
         tiny_arch: "qwen2",
+        text: Family::Qwen2,
     },
     FamilyRow {
         family: Family::Qwen3,
         name: "Qwen3",
         model_type: "qwen3",
-        wrapper_model_type: None,
         causal_lm_class: "Qwen3ForCausalLM",
         value_class: "Qwen3ForTokenClassification",
         experts: false,
@@ -168,12 +192,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: None,
         default_head_dim: Some(128),
         tiny_arch: "qwen3",
+        text: Family::Qwen3,
     },
     FamilyRow {
         family: Family::Qwen3Moe,
         name: "Qwen3-MoE",
         model_type: "qwen3_moe",
-        wrapper_model_type: None,
         causal_lm_class: "Qwen3MoeForCausalLM",
         value_class: "Qwen3MoeForTokenClassification",
         experts: true,
@@ -186,12 +210,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: None,
         default_head_dim: None,
         tiny_arch: "qwen3_moe",
+        text: Family::Qwen3Moe,
     },
     FamilyRow {
         family: Family::Qwen3_5,
         name: "Qwen3.5",
         model_type: "qwen3_5_text",
-        wrapper_model_type: Some("qwen3_5"),
         causal_lm_class: "Qwen3_5ForCausalLM",
         value_class: "Qwen3_5ForTokenClassification",
         experts: false,
@@ -204,12 +228,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: None,
         default_head_dim: None,
         tiny_arch: "qwen3_5",
+        text: Family::Qwen3_5,
     },
     FamilyRow {
         family: Family::Qwen3_5Moe,
         name: "Qwen3.5-MoE",
         model_type: "qwen3_5_moe_text",
-        wrapper_model_type: Some("qwen3_5_moe"),
         causal_lm_class: "Qwen3_5MoeForCausalLM",
         value_class: "Qwen3_5MoeForTokenClassification",
         experts: true,
@@ -222,12 +246,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: None,
         default_head_dim: None,
         tiny_arch: "qwen3_5_moe",
+        text: Family::Qwen3_5Moe,
     },
     FamilyRow {
         family: Family::Qwen3Next,
         name: "Qwen3-Next",
         model_type: "qwen3_next",
-        wrapper_model_type: None,
         causal_lm_class: "Qwen3NextForCausalLM",
         value_class: "Qwen3NextForTokenClassification",
         experts: true,
@@ -240,12 +264,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: None,
         default_head_dim: None,
         tiny_arch: "qwen3_next",
+        text: Family::Qwen3Next,
     },
     FamilyRow {
         family: Family::Qwen2_5Vl,
         name: "Qwen2.5-VL",
         model_type: "qwen2_5_vl",
-        wrapper_model_type: None,
         causal_lm_class: "Qwen2_5_VLForConditionalGeneration",
         // transformers has no token-classification head for it: a critic is refused.
         value_class: "Qwen2_5_VLForConditionalGeneration",
@@ -259,12 +283,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: Some(VisionTower::Qwen2_5Vl),
         default_head_dim: None,
         tiny_arch: "qwen2_5_vl",
+        text: Family::Qwen2_5Vl,
     },
     FamilyRow {
         family: Family::Qwen3Vl,
         name: "Qwen3-VL",
         model_type: "qwen3_vl",
-        wrapper_model_type: None,
         causal_lm_class: "Qwen3VLForConditionalGeneration",
         // transformers has no token-classification head for it: a critic is refused.
         value_class: "Qwen3VLForConditionalGeneration",
@@ -278,12 +302,12 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: Some(VisionTower::Qwen3Vl),
         default_head_dim: Some(128),
         tiny_arch: "qwen3_vl",
+        text: Family::Qwen3Vl,
     },
     FamilyRow {
         family: Family::Qwen3VlMoe,
         name: "Qwen3-VL-MoE",
         model_type: "qwen3_vl_moe",
-        wrapper_model_type: None,
         causal_lm_class: "Qwen3VLMoeForConditionalGeneration",
         // transformers has no token-classification head for it: a critic is refused.
         value_class: "Qwen3VLMoeForConditionalGeneration",
@@ -297,6 +321,45 @@ pub static FAMILIES: &[FamilyRow] = &[
         vision: Some(VisionTower::Qwen3Vl),
         default_head_dim: None,
         tiny_arch: "qwen3_vl_moe",
+        text: Family::Qwen3VlMoe,
+    },
+    FamilyRow {
+        family: Family::Qwen3_5Vl,
+        name: "Qwen3.5 (image-text)",
+        model_type: "qwen3_5",
+        causal_lm_class: "Qwen3_5ForConditionalGeneration",
+        // transformers 5's token classifier of the image-text config.
+        value_class: "Qwen3_5ForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: true,
+        qk_norm: true,
+        qkv_bias: false,
+        sliding_window_unless_null: false,
+        chatml: true,
+        vision: Some(VisionTower::Qwen3_5),
+        default_head_dim: None,
+        tiny_arch: "qwen3_5_vl",
+        text: Family::Qwen3_5,
+    },
+    FamilyRow {
+        family: Family::Qwen3_5MoeVl,
+        name: "Qwen3.5-MoE (image-text)",
+        model_type: "qwen3_5_moe",
+        causal_lm_class: "Qwen3_5MoeForConditionalGeneration",
+        // transformers has no token classifier of it; verlc's critic is the text model's.
+        value_class: "Qwen3_5MoeForTokenClassification",
+        experts: true,
+        shared_expert: true,
+        linear_attention: true,
+        qk_norm: true,
+        qkv_bias: false,
+        sliding_window_unless_null: false,
+        chatml: true,
+        vision: Some(VisionTower::Qwen3_5),
+        default_head_dim: None,
+        tiny_arch: "qwen3_5_moe_vl",
+        text: Family::Qwen3_5Moe,
     },
 ];
 
@@ -309,8 +372,7 @@ impl Family {
             .unwrap_or(&FAMILIES[0])
     }
 
-    /// The family of a causal LM's `model_type` (a text model's; see [`of_checkpoint`] for the
-    /// type a checkpoint's `config.json` may carry).
+    /// The family of a checkpoint's `model_type`.
     pub fn from_model_type(model_type: &str) -> Option<Family> {
         FAMILIES
             .iter()
@@ -350,21 +412,26 @@ impl Family {
     pub fn tower(self) -> Option<VisionTower> {
         self.row().vision
     }
+
+    /// The family whose layers and settings its text model has.
+    pub fn text(self) -> Family {
+        self.row().text
+    }
 }
 
-/// The family of a checkpoint's `model_type` (its own, or a multimodal wrapper's whose
-/// `text_config` holds the family's text model).
+/// The row of a checkpoint's `model_type`.
 pub fn of_checkpoint(model_type: &str) -> Option<&'static FamilyRow> {
-    FAMILIES
-        .iter()
-        .find(|r| r.model_type == model_type || r.wrapper_model_type == Some(model_type))
+    FAMILIES.iter().find(|r| r.model_type == model_type)
 }
 
-/// Every `model_type` a checkpoint of a family may carry, text models' first.
+/// Every `model_type` a checkpoint of a family may carry.
 pub fn checkpoint_model_types() -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = FAMILIES.iter().map(|r| r.model_type).collect();
-    out.extend(FAMILIES.iter().filter_map(|r| r.wrapper_model_type));
-    out
+    FAMILIES.iter().map(|r| r.model_type).collect()
+}
+
+/// The row of a `builtin://tiny` `arch=` name.
+pub fn of_tiny_arch(arch: &str) -> Option<&'static FamilyRow> {
+    FAMILIES.iter().find(|r| r.tiny_arch == arch)
 }
 
 /// The `arch=` names `builtin://tiny` takes.
@@ -386,11 +453,22 @@ mod tests {
                 assert_ne!(r.tiny_arch, other.tiny_arch);
             }
         }
-        assert_eq!(
-            of_checkpoint("qwen3_5").map(|r| r.family),
-            Some(Family::Qwen3_5)
-        );
-        assert_eq!(Family::from_model_type("qwen3_5"), None);
+        // Qwen3.5's published checkpoints are image-text models on its text model's layers.
+        let qwen3_5 = of_checkpoint("qwen3_5").expect("a row");
+        assert_eq!(qwen3_5.family, Family::Qwen3_5Vl);
+        assert_eq!(qwen3_5.text, Family::Qwen3_5);
+        assert_eq!(Family::Qwen3_5MoeVl.row().text, Family::Qwen3_5Moe);
+        for r in FAMILIES {
+            // A text family is its own; a family built on another's layers shares its flags.
+            let text = r.text.row();
+            assert_eq!(text.text, text.family, "{}", r.name);
+            assert_eq!(
+                (text.experts, text.linear_attention, text.qk_norm),
+                (r.experts, r.linear_attention, r.qk_norm),
+                "{}",
+                r.name
+            );
+        }
         assert!(of_checkpoint("gemma3").is_none());
     }
 }

@@ -122,12 +122,18 @@ pub struct ModelProblem {
 }
 
 impl ModelProblem {
-    /// The error at the line of its key in `root`.
+    /// The diagnostic at the line of its key in `root`: a warning for what trains with a
+    /// limit ([`crate::codes::BUILD_TEXT_PROMPTS_ONLY`]), else an error.
     pub fn diagnostic(&self, root: &Node) -> Diagnostic {
         let origin = root
             .get_path(&split_key(self.key))
             .and_then(|n| n.origin.clone());
-        Diagnostic::error(self.code, self.message.clone())
+        let make = if self.code == crate::codes::BUILD_TEXT_PROMPTS_ONLY {
+            Diagnostic::warning
+        } else {
+            Diagnostic::error
+        };
+        make(self.code, self.message.clone())
             .with_key(self.key)
             .with_primary(origin, self.label)
             .with_help(self.help.clone())
@@ -191,7 +197,22 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 ),
             }),
     );
-    if out.is_empty()
+    if out.is_empty() {
+        out.extend(
+            text_prompt_limits(spec, env)
+                .into_iter()
+                .map(|(key, why)| ModelProblem {
+                    code: crate::codes::BUILD_TEXT_PROMPTS_ONLY,
+                    key,
+                    message: why,
+                    label: "model named here",
+                    help: "train on text rows, or generate with the built-in rollout (`actor_rollout_ref.rollout.name=verlc`) and without a critic to train on images".into(),
+                }),
+        );
+    }
+    if out
+        .iter()
+        .all(|p| p.code == crate::codes::BUILD_TEXT_PROMPTS_ONLY)
         && let Some(why) = vllm_cpu_problem(spec, env)
     {
         out.push(ModelProblem {
@@ -202,7 +223,9 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             help: "set `actor_rollout_ref.rollout.name=verlc` (the built-in engine has no such limit), or train a model with heads of 32 or more".into(),
         });
     }
-    if out.is_empty()
+    if out
+        .iter()
+        .all(|p| p.code == crate::codes::BUILD_TEXT_PROMPTS_ONLY)
         && let Some(why) = topk_problem(spec, env)
     {
         out.push(ModelProblem {
@@ -213,7 +236,9 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             help: "set topk to at most the vocabulary size (verl's default is 32)".into(),
         });
     }
-    if out.is_empty()
+    if out
+        .iter()
+        .all(|p| p.code == crate::codes::BUILD_TEXT_PROMPTS_ONLY)
         && let Some(why) = reward_model_checkpoint(spec, env)
     {
         out.push(ModelProblem {
@@ -339,7 +364,7 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                 .or_else(|| lora_problem(spec, key, path, model_type))
         };
         let why = match locate(path, None, env) {
-            Ok(ModelLocation::Builtin) => builtin_arch(path)
+            Ok(ModelLocation::Builtin) => builtin_model_type(path)
                 .and_then(|a| layout(path, &a, builtin_linear_heads(path)).or_else(|| vision(&a))),
             Err(_) => None,
             Ok(loc) => loc.dir().and_then(|dir| {
@@ -359,13 +384,42 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
     out
 }
 
+/// The policy and critic models that train on text prompts only in this run
+/// ([`text_prompts_only`]), with the key naming each.
+fn text_prompt_limits(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    for (key, path) in model_paths(spec) {
+        if !matches!(key, "actor_rollout_ref.model.path" | "critic.model.path") {
+            continue;
+        }
+        let model_type = match locate(path, None, env) {
+            Ok(ModelLocation::Builtin) => builtin_model_type(path),
+            Err(_) => None,
+            Ok(loc) => loc.dir().and_then(|dir| {
+                let cfg = read_config(dir).ok()?;
+                cfg.get("model_type")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            }),
+        };
+        if let Some(why) = model_type.and_then(|t| text_prompts_only(spec, key, &t)) {
+            out.push((key, why));
+        }
+    }
+    out
+}
+
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
 /// this run: verlc trains one on FSDP (one process or several, Ulysses too) or Megatron (the
 /// tower whole on the first pipeline stage), with the built-in rollout generating single
 /// turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, without a
-/// critic.
+/// critic. A Qwen3.5 checkpoint (an image-text family on a text family's layers) trains on text
+/// prompts with a critic or the vLLM rollout ([`text_prompts_only`]).
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision.is_some())?;
+    if text_prompts_only(spec, key, model_type).is_some() {
+        return None;
+    }
     let why = if key == "critic.model.path" {
         "as a critic (it has no value head)"
     } else if spec.critic.is_some() {
@@ -389,6 +443,29 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
     };
     Some(format!(
         "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in rollout (single turns or verl's tool agent loop), on full weights or LoRA and from data files: training it {why} is not implemented yet",
+        row.name
+    ))
+}
+
+/// Why a Qwen3.5 checkpoint (`model_type` of an image-text family built on a text family's
+/// layers, which verlc trained as text before it had their tower) trains on text prompts only
+/// in this run: with a critic (its value model is the text model with a value head, as verl's
+/// critic of text data is) or the vLLM rollout (verlc sends it text prompts). The trainer
+/// refuses rows with images when it reads the data.
+pub(crate) fn text_prompts_only(spec: &TrainerSpec, key: &str, model_type: &str) -> Option<String> {
+    let row = verlc_spec::families::of_checkpoint(model_type)
+        .filter(|r| r.vision.is_some() && r.text != r.family)?;
+    let why = if key == "critic.model.path" {
+        "as the critic"
+    } else if spec.critic.is_some() {
+        "beside a critic"
+    } else if spec.rollout.vllm.is_some() {
+        "with the vLLM rollout"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "a {} checkpoint (`{model_type}`) trains {why} on text prompts only: verlc does not yet send images there, and rows with images in `data.image_key` are refused when the data is read",
         row.name
     ))
 }
@@ -526,7 +603,7 @@ fn builtin_linear_heads(uri: &str) -> Option<(i64, i64)> {
 /// built-in model).
 pub(crate) fn builtin_has_experts(uri: &str) -> Option<bool> {
     uri.starts_with("builtin://")
-        .then(|| builtin_arch(uri).is_some_and(|a| has_experts(&a)))
+        .then(|| builtin_model_type(uri).is_some_and(|a| has_experts(&a)))
 }
 
 /// The model directory a `builtin://scaled?from=DIR` stand-in (`verlc smoke`'s) is made from.
@@ -538,10 +615,10 @@ fn scaled_source(uri: &str) -> Option<&Path> {
         .map(Path::new)
 }
 
-/// The `arch` a `builtin://` model URI asks for (`qwen2` when it names none); for
-/// `builtin://scaled?from=DIR` (smoke's stand-in), the `model_type` of DIR's `config.json`,
-/// whose family the stand-in keeps.
-fn builtin_arch(uri: &str) -> Option<String> {
+/// The `model_type` of a `builtin://` model: that of the family its `arch` names (`qwen2`
+/// when it names none); for `builtin://scaled?from=DIR` (smoke's stand-in), the `model_type`
+/// of DIR's `config.json`, whose family the stand-in keeps.
+fn builtin_model_type(uri: &str) -> Option<String> {
     let query = uri.split_once('?').map_or("", |(_, q)| q);
     if let Some(dir) = scaled_source(uri) {
         let cfg = read_config(dir).ok()?;
@@ -554,7 +631,7 @@ fn builtin_arch(uri: &str) -> Option<String> {
         .split('&')
         .find_map(|kv| kv.strip_prefix("arch="))
         .unwrap_or("qwen2");
-    Some(arch.to_owned())
+    verlc_spec::families::of_tiny_arch(arch).map(|r| r.model_type.to_owned())
 }
 
 /// How a Megatron role places a mixture-of-experts model's experts.

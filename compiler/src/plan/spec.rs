@@ -2020,6 +2020,7 @@ fn data_spec(cfg: &VerlConfig, l: &mut Lowering) -> DataSpec {
             .filter(|&b| b > 0),
         chat_template_kwargs: d.apply_chat_template_kwargs.clone(),
         image_key: d.image_key.clone(),
+        image_patch_size: usize::try_from(d.image_patch_size).ok().filter(|&p| p > 0),
         custom_dataset: python_class(
             l,
             ("data.custom_cls.path", d.custom_cls.path.as_deref()),

@@ -2064,6 +2064,52 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
     }
 }
 
+/// An image-text model with the vLLM rollout or a critic: a Qwen3.5 checkpoint (trained as
+/// text before verlc had its tower) trains on text prompts, with a B022 warning at the model's
+/// key; a Qwen2.5-VL checkpoint is refused (B018); with the built-in rollout neither is
+/// limited.
+#[test]
+fn image_text_models_with_vllm_or_a_critic_train_on_text_or_are_refused() {
+    use crate::codes::{BUILD_TEXT_PROMPTS_ONLY, BUILD_UNSUPPORTED_SETTING};
+    let env = verlc_hub::HubEnv::from_env();
+    let vllm: &[&str] = &["actor_rollout_ref.rollout.name=vllm"];
+    let critic: &[&str] = &[
+        "algorithm.adv_estimator=gae",
+        "critic.model.path='builtin://tiny'",
+    ];
+    for (arch, extra, want) in [
+        ("qwen3_5_vl", vllm, Some(BUILD_TEXT_PROMPTS_ONLY)),
+        ("qwen3_5_moe_vl", vllm, Some(BUILD_TEXT_PROMPTS_ONLY)),
+        ("qwen3_5_vl", critic, Some(BUILD_TEXT_PROMPTS_ONLY)),
+        ("qwen2_5_vl", vllm, Some(BUILD_UNSUPPORTED_SETTING)),
+        ("qwen3_5_vl", &[], None),
+        // The text model (`arch=qwen3_5`) has no tower to limit.
+        ("qwen3_5", vllm, None),
+    ] {
+        let model = format!("actor_rollout_ref.model.path='builtin://tiny?arch={arch}'");
+        let mut overrides = vec![model.as_str()];
+        overrides.extend(extra);
+        let c = case(BASE, &overrides);
+        let problems = models::model_problems(&c.lowered.plan.spec, &env);
+        let codes: Vec<_> = problems.iter().map(|p| p.code).collect();
+        assert_eq!(
+            codes.first().copied(),
+            want,
+            "{arch} {extra:?}: {problems:#?}"
+        );
+        if want == Some(BUILD_TEXT_PROMPTS_ONLY) {
+            assert_eq!(problems.len(), 1, "{problems:#?}");
+            let d = problems[0].diagnostic(&c.checked.composed.root);
+            assert_eq!(d.severity, crate::diag::Severity::Warning);
+            assert_eq!(problems[0].key, "actor_rollout_ref.model.path");
+            assert!(
+                problems[0].message.contains("text prompts only"),
+                "{problems:#?}"
+            );
+        }
+    }
+}
+
 /// A Qwen3-VL checkpoint on Megatron: its DeepStack layers (the first three here) must all
 /// sit on the first pipeline stage with the tower, so two stages of two layers are refused at
 /// build and one stage is not.

@@ -190,11 +190,12 @@ mod vision_defaults {
 impl VisionDims {
     /// The tower's parameters: the patch embedding, each block (two norms, the biased fused
     /// qkv and output projections, the biased gated MLP) and the merger (a norm, then
-    /// Linear-GELU-Linear over `merge²` neighbouring patches). A Qwen3-VL tower (`qwen3`) has
-    /// a biased patch embedding, the position grid, LayerNorms with biases, a two-layer MLP and
-    /// a merger per DeepStack level besides the main one (their norms over the merged width).
-    pub fn params_of(&self, qwen3: bool) -> u64 {
-        if !qwen3 {
+    /// Linear-GELU-Linear over `merge²` neighbouring patches). A Qwen3-VL tower has a biased
+    /// patch embedding, the position grid, LayerNorms with biases, a two-layer MLP and a merger
+    /// per DeepStack level besides the main one (their norms over the merged width); Qwen3.5's
+    /// the same without DeepStack mergers.
+    pub fn params_of(&self, tower: verlc_spec::families::VisionTower) -> u64 {
+        if !tower.qwen3_style() {
             return self.params();
         }
         let m = product;
@@ -215,10 +216,13 @@ impl VisionDims {
             .saturating_add(merged)
             .saturating_add(m(&[merged, self.out_hidden_size]))
             .saturating_add(self.out_hidden_size);
-        let levels = self
-            .deepstack_visual_indexes
-            .as_ref()
-            .map_or(3, |d| d.len() as u64);
+        let levels = if tower.deepstack() {
+            self.deepstack_visual_indexes
+                .as_ref()
+                .map_or(3, |d| d.len() as u64)
+        } else {
+            0
+        };
         let mergers = linears
             .saturating_add(m(&[2, h]))
             .saturating_add(m(&[levels, linears.saturating_add(m(&[2, merged]))]));
@@ -332,13 +336,10 @@ impl ModelDims {
             .and_then(verlc_spec::families::of_checkpoint)
     }
 
-    /// The vision tower's parameters, for a family whose tower verlc trains (0 otherwise: a
-    /// text model, or Qwen3.5's multimodal checkpoints, which train as text).
+    /// The vision tower's parameters (0 for a text model).
     pub fn vision_params(&self) -> u64 {
         match (&self.vision_config, self.family().and_then(|f| f.vision)) {
-            (Some(v), Some(tower)) => {
-                v.params_of(tower == verlc_spec::families::VisionTower::Qwen3Vl)
-            }
+            (Some(v), Some(tower)) => v.params_of(tower),
             _ => 0,
         }
     }

@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 
 use crate::tokenizer::Tokenizer;
 
-use super::image::{ImageProcessorConfig, ProcessedImage};
-use super::vision_prompt::row_prompt;
+use super::image::ImageProcessorConfig;
+use super::vision_prompt::{RowPrompt, row_prompt};
 use super::{DataError, RowProblems, Sample, files};
 use crate::engine::batch::RowImages;
 
@@ -61,9 +61,16 @@ pub struct VisionData {
     pub image_key: String,
     /// The model's image processor (`preprocessor_config.json`).
     pub processor: ImageProcessorConfig,
+    /// `data.image_patch_size`: the patch size verl's dataset fetches images with when it
+    /// measures prompts for `filter_overlong_prompts` (the prompts themselves are prepared
+    /// with the processor's, as verl's rollout prepares them).
+    pub measure_patch_size: usize,
     /// The model's directory (where its `preprocessor_config.json` is); `None` for a
     /// built-in model.
     pub model_dir: Option<std::path::PathBuf>,
+    /// Why this run trains on text prompts only (a Qwen3.5 checkpoint beside a critic or under
+    /// the vLLM rollout, as `verlc build` warned, B022): a row with images is refused.
+    pub text_only: Option<String>,
 }
 
 impl Default for DatasetOptions {
@@ -99,9 +106,6 @@ pub struct PromptItem {
     pub index: usize,
 }
 
-/// A prompt's ids (image placeholders expanded) and its prepared images.
-type VisionPrompt = (Vec<i64>, Vec<ProcessedImage>);
-
 /// A vision-language row's prompt ids (placeholders expanded) and prepared images, when the
 /// model has a vision tower and the row has images; the image column is taken out of the row
 /// (as verl pops it), so rewards never receive the pictures.
@@ -109,7 +113,7 @@ fn vision_prompt(
     map: &mut Map<String, Value>,
     tokenizer: &Tokenizer,
     opts: &DatasetOptions,
-) -> Result<Option<VisionPrompt>, String> {
+) -> Result<Option<RowPrompt>, String> {
     let Some(v) = &opts.vision else {
         return Ok(None);
     };
@@ -122,12 +126,15 @@ fn vision_prompt(
         map.remove(&v.image_key);
         return Ok(None);
     }
+    if let Some(why) = &v.text_only {
+        return Err(format!("column `{}` holds images, and {why}", v.image_key));
+    }
     let keys = (opts.prompt_key.as_str(), v.image_key.as_str());
     let prompt = row_prompt(
         map,
         keys,
         tokenizer,
-        &v.processor,
+        (&v.processor, v.measure_patch_size),
         &opts.chat_template_kwargs,
     )
     .map_err(|e| format!("column `{}`: {e}", v.image_key))?;
@@ -189,11 +196,14 @@ impl RlDataset {
                     continue;
                 }
             };
-            let (ids, images) = match vision {
-                Some(v) => v,
+            let (ids, images, measured_len) = match vision {
+                Some(v) => (v.ids, v.images, v.measured_len),
                 None => {
                     match tokenizer.encode_chat(&sample.prompt, true, &opts.chat_template_kwargs) {
-                        Ok(ids) => (ids, Vec::new()),
+                        Ok(ids) => {
+                            let len = ids.len();
+                            (ids, Vec::new(), len)
+                        }
                         Err(e) => {
                             problems.push(DataError::Tokenize {
                                 file: source,
@@ -205,7 +215,7 @@ impl RlDataset {
                     }
                 }
             };
-            if opts.filter_overlong_prompts && ids.len() > opts.max_prompt_length {
+            if opts.filter_overlong_prompts && measured_len > opts.max_prompt_length {
                 filtered += 1;
                 continue;
             }

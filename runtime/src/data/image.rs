@@ -29,6 +29,8 @@ pub enum ImageError {
     AspectRatio(f64),
     #[error("an image of {width} x {height} pixels is empty")]
     Empty { width: usize, height: usize },
+    #[error("the image's max_pixels ({max}) is below its min_pixels ({min})")]
+    Bounds { min: usize, max: usize },
 }
 
 /// The image of a cell of verl's multimodal datasets: `{"bytes": ..., "path": ...}` (the
@@ -419,31 +421,72 @@ impl ImageProcessorConfig {
 
 pub use crate::model::vision::ProcessedImage;
 
-/// verl's preparation of one image (module docs): `fetch_image`'s resize within
-/// `fetch_pixels` (`min_pixels`, `max_pixels`; its defaults are 4 and 16384 merged patches),
-/// then the processor's.
-pub fn process_image(
-    img: &RgbImage,
-    fetch_pixels: Option<(usize, usize)>,
+/// An image cell's own `min_pixels` and `max_pixels` (qwen_vl_utils reads them from the
+/// cell; either may be absent).
+pub type FetchPixels = (Option<usize>, Option<usize>);
+
+/// The size `fetch_image` resizes a `height × width` image to with `patch`-pixel patches: to
+/// multiples of two patches (its own merge size, not the processor's) within the cell's
+/// `pixels` bounds, else its defaults of 4 and 16384 merged patches.
+fn fetched_size(
+    (height, width): (usize, usize),
+    patch: usize,
+    (min, max): FetchPixels,
+) -> Result<(usize, usize), ImageError> {
+    let factor = patch * 2;
+    let (min, max) = (
+        min.unwrap_or(4 * factor * factor),
+        max.unwrap_or(16384 * factor * factor),
+    );
+    // qwen_vl_utils asserts this of the bounds it resizes within.
+    if max < min {
+        return Err(ImageError::Bounds { min, max });
+    }
+    smart_resize(height, width, factor, (min, max), ResizeRule::QwenVlUtils)
+}
+
+/// The size the processor `cfg` resizes a `height × width` image to.
+fn processed_size(
+    (height, width): (usize, usize),
     cfg: &ImageProcessorConfig,
-) -> Result<ProcessedImage, ImageError> {
+) -> Result<(usize, usize), ImageError> {
     let factor = cfg.patch_size * cfg.merge_size;
-    let (min, max) = fetch_pixels.unwrap_or((4 * factor * factor, 16384 * factor * factor));
-    let (h, w) = smart_resize(
-        img.height,
-        img.width,
-        factor,
-        (min, max),
-        ResizeRule::QwenVlUtils,
-    )?;
-    let fetched = resize_bicubic(img, w, h);
-    let (h, w) = smart_resize(
-        fetched.height,
-        fetched.width,
+    smart_resize(
+        height,
+        width,
         factor,
         (cfg.min_pixels, cfg.max_pixels),
         ResizeRule::Transformers,
-    )?;
+    )
+}
+
+/// The placeholder tokens an image of `height × width` pixels takes when qwen_vl_utils fetches
+/// it with `fetch_patch`-pixel patches (within `fetch_pixels`) before the processor `cfg`:
+/// verl's measure of a prompt for `filter_overlong_prompts` (its dataset fetches with
+/// `data.image_patch_size`, its rollout with the processor's own patch size).
+pub fn tokens_fetched_with(
+    (height, width): (usize, usize),
+    fetch_patch: usize,
+    fetch_pixels: FetchPixels,
+    cfg: &ImageProcessorConfig,
+) -> Result<usize, ImageError> {
+    let fetched = fetched_size((height, width), fetch_patch, fetch_pixels)?;
+    let (h, w) = processed_size(fetched, cfg)?;
+    let (p, m) = (cfg.patch_size, cfg.merge_size);
+    Ok((h / p) * (w / p) / (m * m))
+}
+
+/// verl's preparation of one image (module docs): `fetch_image`'s resize within
+/// `fetch_pixels` with the processor's patch size, as verl's rollout fetches, then the
+/// processor's.
+pub fn process_image(
+    img: &RgbImage,
+    fetch_pixels: FetchPixels,
+    cfg: &ImageProcessorConfig,
+) -> Result<ProcessedImage, ImageError> {
+    let (h, w) = fetched_size((img.height, img.width), cfg.patch_size, fetch_pixels)?;
+    let fetched = resize_bicubic(img, w, h);
+    let (h, w) = processed_size((fetched.height, fetched.width), cfg)?;
     let img = resize_bicubic(&fetched, w, h);
     // transformers' rescale (in float64, stored as float32), then normalize in float32.
     let scale = 1.0f64 / 255.0;

@@ -9,7 +9,9 @@ use serde_json::{Map, Value, json};
 
 use crate::tokenizer::{Message, Tokenizer, TokenizerError};
 
-use super::image::{ImageProcessorConfig, ProcessedImage, image_from_cell, process_image};
+use super::image::{
+    ImageProcessorConfig, ProcessedImage, image_from_cell, process_image, tokens_fetched_with,
+};
 
 /// The placeholder verl's datasets put in a prompt's text where an image goes.
 pub const IMAGE_PLACEHOLDER: &str = "<image>";
@@ -101,16 +103,28 @@ pub fn encode_vision_prompt(
     Ok(tok.encode(&expanded, false)?)
 }
 
+/// A row's prompt: its ids (image placeholders expanded), its images, and its length as
+/// verl's dataset measures it for `filter_overlong_prompts`.
+#[derive(Debug)]
+pub struct RowPrompt {
+    pub ids: Vec<i64>,
+    pub images: Vec<ProcessedImage>,
+    /// `ids.len()` with each image's placeholders counted as fetched with the dataset's patch
+    /// size (`data.image_patch_size`) instead of the processor's.
+    pub measured_len: usize,
+}
+
 /// A row of verl's multimodal RL data (geo3k's layout: a chat `prompt_key` column with
-/// `<image>` placeholders, an `image_key` column of image cells): its prompt ids and images.
+/// `<image>` placeholders, an `image_key` column of image cells): its prompt ids and images,
+/// and its length measured with images fetched on `measure_patch`-pixel patches.
 /// A cell's own `min_pixels`/`max_pixels` bound its first resize, as qwen_vl_utils reads them.
 pub fn row_prompt(
     row: &Map<String, Value>,
     (prompt_key, image_key): (&str, &str),
     tok: &Tokenizer,
-    cfg: &ImageProcessorConfig,
+    (cfg, measure_patch): (&ImageProcessorConfig, usize),
     kwargs: &Map<String, Value>,
-) -> Result<(Vec<i64>, Vec<ProcessedImage>), VisionPromptError> {
+) -> Result<RowPrompt, VisionPromptError> {
     let messages: Vec<Message> = match row.get(prompt_key) {
         Some(v @ Value::Array(_)) => serde_json::from_value(v.clone()).map_err(|e| {
             VisionPromptError::Row(format!("column `{prompt_key}` is not a chat: {e}"))
@@ -130,21 +144,29 @@ pub fn row_prompt(
             )));
         }
     };
-    let images = cells
-        .iter()
-        .map(|cell| {
-            let bound = |k: &str| cell.get(k).and_then(Value::as_u64).map(|v| v as usize);
-            let factor = cfg.patch_size * cfg.merge_size;
-            let fetch = match (bound("min_pixels"), bound("max_pixels")) {
-                (None, None) => None,
-                (min, max) => Some((
-                    min.unwrap_or(4 * factor * factor),
-                    max.unwrap_or(16384 * factor * factor),
-                )),
-            };
-            process_image(&image_from_cell(cell)?, fetch, cfg)
-        })
-        .collect::<Result<Vec<_>, super::image::ImageError>>()?;
+    let mut images = Vec::with_capacity(cells.len());
+    let mut measured_tokens = 0;
+    for cell in &cells {
+        let bound = |k: &str| cell.get(k).and_then(Value::as_u64).map(|v| v as usize);
+        let fetch = (bound("min_pixels"), bound("max_pixels"));
+        let img = image_from_cell(cell)?;
+        measured_tokens += if measure_patch == cfg.patch_size {
+            0
+        } else {
+            tokens_fetched_with((img.height, img.width), measure_patch, fetch, cfg)?
+        };
+        images.push(process_image(&img, fetch, cfg)?);
+    }
     let ids = encode_vision_prompt(tok, &messages, &images, cfg.merge_size, kwargs)?;
-    Ok((ids, images))
+    let measured_len = if measure_patch == cfg.patch_size {
+        ids.len()
+    } else {
+        let placed: usize = images.iter().map(|i| i.tokens(cfg.merge_size)).sum();
+        ids.len() - placed + measured_tokens
+    };
+    Ok(RowPrompt {
+        ids,
+        images,
+        measured_len,
+    })
 }

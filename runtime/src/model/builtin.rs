@@ -14,7 +14,9 @@
 //! text model under multimodal rotary positions with a two-block vision tower, its tokenizer
 //! gaining Qwen-VL's vision tokens; `qwen3_vl` Qwen3-VL, the `qwen3` text model under
 //! interleaved M-RoPE with a two-block tower whose first block gives DeepStack features;
-//! `qwen3_vl_moe` the same with `qwen3_moe`'s sparse MLPs.
+//! `qwen3_vl_moe` the same with `qwen3_moe`'s sparse MLPs; `qwen3_5_vl` and `qwen3_5_moe_vl`
+//! Qwen3.5's image-text checkpoints, the `qwen3_5` / `qwen3_5_moe` text model under interleaved
+//! M-RoPE with a two-block tower without DeepStack.
 //! `tools` (`tools=lookup`, a comma list) adds one token per tool
 //! to the vocabulary: its whole argument-less `hermes` call (the tool task of
 //! `examples/tool_lookup.yaml`).
@@ -44,8 +46,9 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     uri.check_keys(verlc_spec::builtin::TINY_PARAMS)?;
     let tools: String = uri.get("tools", String::new())?;
     let hidden: i64 = uri.get("hidden", 128)?;
-    let model_type: String = uri.get("arch", "qwen2".to_owned())?;
-    let row = verlc_spec::families::of_checkpoint(&model_type);
+    let arch_name: String = uri.get("arch", "qwen2".to_owned())?;
+    let row = verlc_spec::families::of_tiny_arch(&arch_name);
+    let model_type = row.map_or(arch_name.clone(), |r| r.model_type.to_owned());
     let shared = row.is_some_and(|r| r.shared_expert);
     let moe = if row.is_some_and(|r| r.experts) {
         MoeConfig {
@@ -64,7 +67,7 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         MoeConfig::default()
     };
     let mut extra = Map::new();
-    let vision_tokens = tok::vision_tokens(&model_type);
+    let vision_tokens = tok::vision_tokens(&arch_name);
     let mut cfg = ModelConfig {
         model_type,
         vocab_size: (tok::vocab_size() + vision_tokens.len() + tok::tool_call_tokens(&tools).len())
@@ -91,11 +94,8 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         lora: None,
         extra: Map::new(),
     };
-    if let Some(row) =
-        verlc_spec::families::of_checkpoint(&cfg.model_type).filter(|r| r.linear_attention)
-    {
-        // The text model, sized so its Gated DeltaNet heads match the attention heads'.
-        cfg.model_type = row.model_type.to_owned();
+    if row.is_some_and(|r| r.linear_attention) {
+        // Sized so its Gated DeltaNet heads match the attention heads'.
         let head = hidden / cfg.num_attention_heads.max(1);
         cfg.head_dim = Some(head);
         cfg.linear = LinearAttentionConfig {
@@ -123,10 +123,10 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
 }
 
 /// A tiny vision-language model's vision half: M-RoPE sections for its heads (interleaved for
-/// Qwen3-VL), the tiny tower ([`set_tiny_tower`]) on 14-pixel patches (so the default image
-/// processor feeds it), and the vision token ids after the built-in vocabulary.
+/// Qwen3-VL and Qwen3.5), the tiny tower ([`set_tiny_tower`]) on 14-pixel patches (so the
+/// default image processor feeds it), and the vision token ids after the built-in vocabulary.
 fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::Value>, arch: Arch) {
-    let qwen3 = arch.tower() == Some(verlc_spec::families::VisionTower::Qwen3Vl);
+    let qwen3 = arch.tower().is_some_and(|t| t.qwen3_style());
     let mut rope = Map::new();
     // As each family's published configs name it.
     if qwen3 {
@@ -145,7 +145,7 @@ fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::V
         ("temporal_patch_size", json!(2)),
         ("in_channels", json!(3)),
         ("spatial_merge_size", json!(2)),
-        ("model_type", json!(cfg.model_type)),
+        ("model_type", json!(tower_model_type(arch))),
     ];
     let family: &[(&str, serde_json::Value)] = if qwen3 {
         &[
@@ -162,7 +162,7 @@ fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::V
     for (key, value) in common.iter().chain(family) {
         vision.insert((*key).into(), value.clone());
     }
-    set_tiny_tower(&mut vision, cfg.hidden_size);
+    set_tiny_tower(&mut vision, cfg.hidden_size, arch);
     extra.insert("vision_config".into(), serde_json::Value::Object(vision));
     let base = tok::vocab_size() as i64;
     for (i, key) in [
@@ -268,22 +268,29 @@ fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
 /// M-RoPE sections of a small model's heads in Qwen's proportions: a quarter of the rotary
 /// half for time, the rest split between height and width.
 fn tiny_mrope_section(cfg: &ModelConfig) -> serde_json::Value {
-    let half = cfg.head_dim() / 2;
+    let half = cfg.rotary_dim() / 2;
     let time = half / 4;
     let height = (half - time) / 2;
     json!([time, height, half - time - height])
 }
 
+/// The `model_type` of a family's `vision_config`, as its published configs write it
+/// (transformers 5 names Qwen3.5's `qwen3_5_vision`; Qwen's files name the others after the
+/// model).
+fn tower_model_type(arch: Arch) -> String {
+    let model_type = arch.row().model_type;
+    if arch.tower() == Some(verlc_spec::families::VisionTower::Qwen3_5) {
+        format!("{model_type}_vision")
+    } else {
+        model_type.to_owned()
+    }
+}
+
 /// The tiny tower's sizes in `vision_config`: two blocks of width 64 with four heads, the
-/// second attending over whole images (Qwen2.5-VL's windows; Qwen3-VL's towers attend over
-/// whole images in every block, and take DeepStack features after the first), merged to the
-/// text model's width `hidden`.
-fn set_tiny_tower(vision: &mut Map<String, serde_json::Value>, hidden: i64) {
-    // transformers 5 names Qwen3-VL's tower config `qwen3_vl_vision`.
-    let qwen3 = vision
-        .get("model_type")
-        .and_then(serde_json::Value::as_str)
-        .is_some_and(|t| t.starts_with("qwen3_vl"));
+/// second attending over whole images (Qwen2.5-VL's windows; Qwen3-VL's and Qwen3.5's towers
+/// attend over whole images in every block, and Qwen3-VL's take DeepStack features after the
+/// first), merged to the text model's width `hidden`.
+fn set_tiny_tower(vision: &mut Map<String, serde_json::Value>, hidden: i64, arch: Arch) {
     for (key, value) in [
         ("depth", json!(2)),
         ("hidden_size", json!(64)),
@@ -293,10 +300,14 @@ fn set_tiny_tower(vision: &mut Map<String, serde_json::Value>, hidden: i64) {
     ] {
         vision.insert(key.into(), value);
     }
-    if qwen3 {
-        vision.insert("deepstack_visual_indexes".into(), json!([0]));
-    } else {
-        vision.insert("fullatt_block_indexes".into(), json!([1]));
+    match arch.tower() {
+        Some(t) if t.deepstack() => {
+            vision.insert("deepstack_visual_indexes".into(), json!([0]));
+        }
+        Some(t) if t.qwen3_style() => {}
+        _ => {
+            vision.insert("fullatt_block_indexes".into(), json!([1]));
+        }
     }
 }
 
@@ -309,8 +320,9 @@ fn scale_vision_tower(cfg: &mut ModelConfig) {
         rope.insert("mrope_section".into(), section);
     }
     let hidden = cfg.hidden_size;
+    let Ok(arch) = cfg.arch() else { return };
     if let Some(serde_json::Value::Object(v)) = cfg.extra.get_mut("vision_config") {
-        set_tiny_tower(v, hidden);
+        set_tiny_tower(v, hidden, arch);
         // Older configs name the width `embed_dim` and the heads' MLP ratio.
         v.remove("embed_dim");
     }

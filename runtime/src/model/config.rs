@@ -1,7 +1,7 @@
 //! `config.json` of a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3.5 checkpoint. Field names are
 //! the Hugging Face keys; keys this crate does not use are kept in `extra` so a saved config
-//! round-trips. A Qwen3.5 config of the multimodal model (`qwen3_5` with a `text_config`) is
-//! read as its text model (`qwen3_5_text`); see [`ModelConfig::normalize`].
+//! round-trips. A vision-language checkpoint's text model keys (transformers nests them in
+//! `text_config`) are read at the top level; see [`ModelConfig::from_file`].
 
 use std::path::Path;
 
@@ -97,25 +97,6 @@ impl LinearAttentionConfig {
     pub fn value_dim(&self) -> i64 {
         self.linear_num_value_heads * self.linear_value_head_dim
     }
-}
-
-/// A multimodal checkpoint of a family verlc trains as text (Qwen3.5's `qwen3_5` and
-/// `qwen3_5_moe`, whose `config.json` keeps the text model's keys, `vocab_size` among them, in
-/// `text_config` only): the top level takes the keys it lacks from `text_config`, which stays
-/// for [`ModelConfig::normalize`] to read as the config.
-fn fill_from_wrapped_text_config(raw: &mut Value) {
-    let Some(obj) = raw.as_object_mut() else {
-        return;
-    };
-    let wrapper = obj
-        .get("model_type")
-        .and_then(Value::as_str)
-        .and_then(verlc_spec::families::of_checkpoint)
-        .is_some_and(|r| r.wrapper_model_type == obj.get("model_type").and_then(Value::as_str));
-    let Some(Value::Object(text)) = obj.get("text_config").cloned().filter(|_| wrapper) else {
-        return;
-    };
-    fill_missing(obj, text);
 }
 
 /// The keys of a `text_config` the top level lacks (not its `model_type` or `architectures`).
@@ -280,7 +261,6 @@ impl ModelConfig {
             obj.entry("norm_topk_prob").or_insert(Value::Bool(true));
         }
         lift_text_config(&mut raw);
-        fill_from_wrapped_text_config(&mut raw);
         // A config without `head_dim` gets its config class's (Qwen3's is 128, not hidden /
         // heads), as transformers reads it.
         if let Some(obj) = raw.as_object_mut()
@@ -302,29 +282,11 @@ impl ModelConfig {
         Ok(cfg)
     }
 
-    /// Reads a Qwen3.5 config as transformers does: the multimodal model's `text_config` is
-    /// the config (`qwen3_5` becomes `qwen3_5_text`; the vision keys are not read), and
-    /// `rope_parameters` supplies `rope_theta` and `partial_rotary_factor`; keys a Qwen3.5
-    /// text config leaves out take `Qwen3_5TextConfig`'s defaults. Other families are
-    /// returned unchanged.
+    /// Fills in what transformers' config classes default: Qwen3-VL-MoE's expert sizes, and
+    /// for Qwen3.5's families (text or image-text) `rope_parameters`' `rope_theta` and
+    /// `partial_rotary_factor` and the keys a Qwen3.5 text config leaves out. Other families
+    /// are returned unchanged.
     pub fn normalize(mut self) -> Result<Self, String> {
-        if let Some(text_type) = verlc_spec::families::of_checkpoint(&self.model_type)
-            .filter(|r| r.wrapper_model_type == Some(self.model_type.as_str()))
-            .map(|r| r.model_type)
-        {
-            let Some(text) = self.extra.get("text_config").cloned() else {
-                return Err(format!(
-                    "model_type `{}` without a `text_config` object",
-                    self.model_type
-                ));
-            };
-            let top_tie = self.tie_word_embeddings;
-            let mut text: ModelConfig =
-                serde_json::from_value(text).map_err(|e| format!("text_config: {e}"))?;
-            text.model_type = text_type.to_owned();
-            text.tie_word_embeddings |= top_tie;
-            self = text;
-        }
         let arch = self.arch().ok();
         if arch == Some(Arch::Qwen3VlMoe) {
             // `Qwen3VLMoeTextConfig`'s defaults; its router always renormalises the top-k
@@ -340,7 +302,7 @@ impl ModelConfig {
         if !arch.is_some_and(Arch::is_qwen3_5) {
             return Ok(self);
         }
-        if arch == Some(Arch::Qwen3_5Moe) {
+        if arch.map(Arch::text) == Some(Arch::Qwen3_5Moe) {
             // Every layer sparse, top-k weights always renormalised (transformers' router).
             let m = &mut self.moe;
             m.norm_topk_prob = true;
@@ -378,6 +340,13 @@ impl ModelConfig {
         }
         self.partial_rotary_factor.get_or_insert(0.25);
         self.head_dim.get_or_insert(256);
+        if arch.is_some_and(Arch::has_vision) {
+            // Qwen3.5's rotary embedding takes these sections when its settings name none.
+            let rope = self.rope_scaling.get_or_insert_with(Map::new);
+            if rope.get("mrope_section").is_none_or(Value::is_null) {
+                rope.insert("mrope_section".into(), serde_json::json!([11, 11, 10]));
+            }
+        }
         let l = &mut self.linear;
         fill_absent([
             (&mut l.linear_conv_kernel_dim, 4),
@@ -577,7 +546,7 @@ impl ModelConfig {
             }
             return Ok(());
         }
-        if matches!(arch, Arch::Qwen3_5Moe | Arch::Qwen3Next)
+        if matches!(arch.text(), Arch::Qwen3_5Moe | Arch::Qwen3Next)
             && m.shared_expert_intermediate_size <= 0
         {
             return Err(format!(
@@ -612,8 +581,30 @@ impl ModelConfig {
             && (layer as i64 + 1) % m.decoder_sparse_step == 0
     }
 
-    /// The family of this (text) config; a multimodal wrapper is read through
-    /// [`ModelConfig::normalize`] first.
+    /// The text model of an image-text family built on a text family's layers (a Qwen3.5
+    /// checkpoint's `qwen3_5_text`), without the vision keys: what such a model is where it
+    /// only ever sees text (the vLLM server of a run that sends it text prompts). `None` for
+    /// other families.
+    pub fn text_model(&self) -> Option<ModelConfig> {
+        let arch = self.arch().ok()?;
+        if arch.text() == arch {
+            return None;
+        }
+        let mut text = self.clone();
+        text.model_type = arch.text().row().model_type.to_owned();
+        for key in [
+            "vision_config",
+            "image_token_id",
+            "video_token_id",
+            "vision_start_token_id",
+            "vision_end_token_id",
+        ] {
+            text.extra.remove(key);
+        }
+        Some(text)
+    }
+
+    /// The family of this config.
     pub fn arch(&self) -> Result<Arch, String> {
         Arch::from_model_type(&self.model_type).ok_or_else(|| {
             format!(

@@ -188,6 +188,15 @@ impl RotaryEmbedding {
                 &inter * (extra_factor.ones_like() - &extra_factor) + extra * extra_factor
             }
         };
+        let interleaved = cfg
+            .arch()
+            .is_ok_and(|a| a.tower().is_some_and(|t| t.interleaved_mrope()))
+            || cfg
+                .rope_scaling
+                .as_ref()
+                .and_then(|m| m.get("mrope_interleaved"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
         let mrope_section = match cfg
             .rope_scaling
             .as_ref()
@@ -197,7 +206,15 @@ impl RotaryEmbedding {
             Some(v) => {
                 let sections: Vec<i64> = serde_json::from_value(v.clone())
                     .map_err(|e| format!("rope_scaling.mrope_section: {e}"))?;
-                if sections.len() != 3 || sections.iter().sum::<i64>() != dim / 2 {
+                // Interleaved sections pick every third frequency up to their size, as far as
+                // there are frequencies (Qwen3.5's default [11, 11, 10] on any head); contiguous
+                // ones must tile the rotary half exactly.
+                let fits = if interleaved {
+                    sections.iter().all(|s| *s >= 0)
+                } else {
+                    sections.iter().sum::<i64>() == dim / 2
+                };
+                if sections.len() != 3 || !fits {
                     return Err(format!(
                         "rope_scaling.mrope_section {sections:?} must be three sizes summing to half the rotary dimension ({})",
                         dim / 2
@@ -213,16 +230,7 @@ impl RotaryEmbedding {
             dim,
             base,
             max_pos: cfg.max_position_embeddings,
-            mrope_interleaved: mrope_section.is_some()
-                && (cfg
-                    .arch()
-                    .is_ok_and(|a| a.tower() == Some(verlc_spec::families::VisionTower::Qwen3Vl))
-                    || cfg
-                        .rope_scaling
-                        .as_ref()
-                        .and_then(|m| m.get("mrope_interleaved"))
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false)),
+            mrope_interleaved: mrope_section.is_some() && interleaved,
             mrope_section,
         })
     }

@@ -39,8 +39,8 @@ fn images_are_prepared_as_verl_prepares_them() {
         if let Some((min, max)) = bounds("processor") {
             (cfg.min_pixels, cfg.max_pixels) = (min, max);
         }
-        let got =
-            process_image(&img, bounds("fetch"), &cfg).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let fetch = bounds("fetch").map_or((None, None), |(min, max)| (Some(min), Some(max)));
+        let got = process_image(&img, fetch, &cfg).unwrap_or_else(|e| panic!("{label}: {e}"));
         let grid: Vec<i64> = serde_json::from_value(case["grid_thw"].clone()).expect("grid");
         if got.grid_thw.to_vec() != grid {
             wrong.push(format!("{label}: grid {:?}, verl's {grid:?}", got.grid_thw));
@@ -88,7 +88,8 @@ fn vision_prompts_tokenize_as_verl_builds_them() {
             .map(|f| {
                 let bytes = std::fs::read(dir.join(f.as_str().expect("file"))).expect("png");
                 let img = decode_png(&bytes).expect("decode");
-                process_image(&img, None, &ImageProcessorConfig::default()).expect("process")
+                process_image(&img, (None, None), &ImageProcessorConfig::default())
+                    .expect("process")
             })
             .collect();
         let ids = encode_vision_prompt(&tok, &messages, &images, 2, &Default::default())
@@ -114,19 +115,109 @@ fn geo3k_rows_become_prompts_as_in_verl() {
         .expect("parquet");
     assert_eq!(rows.len(), 2);
     for (i, (row, want)) in rows.iter().zip(want.as_array().expect("rows")).enumerate() {
-        let (ids, images) = row_prompt(
-            row,
-            ("prompt", "images"),
-            &tok,
-            &ImageProcessorConfig::default(),
-            &Default::default(),
-        )
-        .unwrap_or_else(|e| panic!("row {i}: {e}"));
+        let cfg = ImageProcessorConfig::default();
+        let prompt = |measure_patch| {
+            row_prompt(
+                row,
+                ("prompt", "images"),
+                &tok,
+                (&cfg, measure_patch),
+                &Default::default(),
+            )
+        };
+        let p = prompt(14).unwrap_or_else(|e| panic!("row {i}: {e}"));
+        let (ids, images) = (&p.ids, &p.images);
+        assert_eq!(p.measured_len, ids.len(), "row {i}");
+        // verl's dataset measures prompts for filter_overlong_prompts with images fetched at
+        // data.image_patch_size; the rollout's prompt fetches at the processor's. A cell's own
+        // max_pixels below fetch_image's minimum at that size is an error in both.
+        match (prompt(16), want["measured_len_patch16"].as_u64()) {
+            (Ok(q), Some(len)) => {
+                assert_eq!(q.ids, p.ids, "row {i}");
+                assert_eq!(q.measured_len as u64, len, "row {i}");
+            }
+            (Err(e), None) => assert!(e.to_string().contains("max_pixels"), "row {i}: {e}"),
+            (q, len) => panic!(
+                "row {i}: {:?} against verl's {len:?}",
+                q.map(|q| q.measured_len)
+            ),
+        }
         let want_ids: Vec<i64> = serde_json::from_value(want["input_ids"].clone()).expect("ids");
         let want_grids: Vec<[i64; 3]> =
             serde_json::from_value(want["image_grid_thw"].clone()).expect("grids");
-        assert_eq!(ids, want_ids, "row {i}");
+        assert_eq!(ids, &want_ids, "row {i}");
         let grids: Vec<[i64; 3]> = images.iter().map(|im| im.grid_thw).collect();
         assert_eq!(grids, want_grids, "row {i}");
     }
+}
+
+/// A geo3k row in a dataset: `filter_overlong_prompts` measures its prompt with its images
+/// fetched at `data.image_patch_size` (verl's dataset), so a bound between the two measures
+/// keeps a row under one patch size and drops it under the other; a run that trains on text
+/// prompts only (a Qwen3.5 checkpoint beside a critic or under vLLM) refuses the rows with
+/// images, naming why.
+#[test]
+fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_only() {
+    use runtime::data::dataset::VisionData;
+    use runtime::data::{DataError, DatasetOptions, RlDataset};
+    use runtime::tokenizer::Tokenizer;
+    let dir = oracle::vision();
+    let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
+    let want: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("geo3k.json")).expect("json"))
+            .expect("json");
+    let row0 = &want[0];
+    let (len14, len16) = (
+        row0["input_ids"].as_array().expect("ids").len(),
+        row0["measured_len_patch16"].as_u64().expect("measured") as usize,
+    );
+    assert_ne!(
+        len14, len16,
+        "the two patch sizes measure the first row differently"
+    );
+    let file = dir.join("geo3k.parquet").display().to_string();
+    // Its first row, scored as `geo3k`.
+    let rows = || {
+        let mut row = runtime::data::files::read_rows(&file)
+            .expect("parquet")
+            .remove(0);
+        row.insert("data_source".into(), "geo3k".into());
+        vec![(file.clone(), 0, row)]
+    };
+    let opts = |measure_patch_size, text_only: Option<&str>| DatasetOptions {
+        max_prompt_length: len14.max(len16) - 1,
+        filter_overlong_prompts: true,
+        truncation: runtime::data::Truncation::Left,
+        shuffle: false,
+        vision: Some(VisionData {
+            image_key: "images".into(),
+            processor: ImageProcessorConfig::default(),
+            measure_patch_size,
+            model_dir: None,
+            text_only: text_only.map(str::to_owned),
+        }),
+        ..DatasetOptions::default()
+    };
+    let kept = |patch| {
+        RlDataset::from_rows(rows(), &tok, &opts(patch, None))
+            .map(|d| d.items.iter().map(|i| i.row).collect::<Vec<_>>())
+    };
+    // The longer measure of row 0 is over the bound, the shorter one is not.
+    let (long, short) = if len14 > len16 { (14, 16) } else { (16, 14) };
+    let over = kept(long);
+    assert!(matches!(over, Err(DataError::Empty(_))), "{over:?}");
+    assert_eq!(kept(short).expect("rows"), vec![0]);
+    let e = RlDataset::from_rows(
+        rows(),
+        &tok,
+        &opts(14, Some("the vLLM rollout sends text prompts only")),
+    )
+    .expect_err("rows with images refused");
+    let msg = e.to_string();
+    assert!(
+        matches!(e, DataError::Row { .. } | DataError::Rows(_))
+            && msg.contains("column `images` holds images")
+            && msg.contains("text prompts only"),
+        "{msg}"
+    );
 }

@@ -318,7 +318,8 @@ fn saved_vision_model() -> SavedVision {
         .save(&dir, None)
         .expect("preprocessor_config.json");
     let png = runtime::data::builtin::stripe_png("307", 5).expect("png");
-    let image = process_image(&decode_png(&png).expect("decode"), None, &processor).expect("image");
+    let image =
+        process_image(&decode_png(&png).expect("decode"), (None, None), &processor).expect("image");
     let tok = runtime::tokenizer::Tokenizer::from_pretrained(uri).expect("tokenizer");
     let messages: Vec<runtime::tokenizer::Message> = serde_json::from_value(serde_json::json!(
         [{"role": "user", "content": "<image>what is the answer?"}]
@@ -362,7 +363,9 @@ fn saved_vision_model() -> SavedVision {
 /// prompt, and verlc's logits of them.
 fn saved_pixels_model(arch: &str) -> SavedVision {
     use runtime::model::vision::ProcessedImage;
-    let uri = format!("builtin://tiny?arch={arch}&layers=2&hidden=64");
+    // Qwen3.5's four layers: three Gated DeltaNet layers, then gated attention.
+    let layers = if arch.starts_with("qwen3_5") { 4 } else { 2 };
+    let uri = format!("builtin://tiny?arch={arch}&layers={layers}&hidden=64");
     let m = from_pretrained(&uri, Device::Cpu, Dtype::Fp32, 5).expect("tiny VL");
     let dir = oracle::scratch(&format!("save-{arch}"));
     let class = m.config.arch().expect("arch").causal_lm_class();
@@ -373,11 +376,13 @@ fn saved_pixels_model(arch: &str) -> SavedVision {
     let fused = shapes.iter().any(|(n, s)| {
         n == "model.language_model.layers.1.mlp.experts.gate_up_proj" && s == &[8, 64, 64]
     });
-    assert_eq!(
-        fused,
-        arch == "qwen3_vl_moe",
-        "experts fused (E, H, 2I): {shapes:?}"
-    );
+    if arch.starts_with("qwen3_vl") {
+        assert_eq!(
+            fused,
+            arch == "qwen3_vl_moe",
+            "experts fused (E, H, 2I): {shapes:?}"
+        );
+    }
     let vision = m.model.vision.as_ref().expect("a tower");
     let (image, start) = (
         vision.tokens.image_token_id,
@@ -423,6 +428,39 @@ fn saved_pixels_model(arch: &str) -> SavedVision {
         pixels,
         grid: [1, 2, 4],
         logits,
+    }
+}
+
+/// Qwen3.5's image-text models as a training run exports them (transformers' module-tree
+/// names, `text_config` and `vision_config`, the tower without DeepStack mergers) load in
+/// transformers 5 (`AutoModelForImageTextToText`) with verlc's logits of a prompt with two
+/// images.
+#[test]
+fn qwen3_5_image_text_saves_load_in_transformers_5() {
+    let saved = ["qwen3_5_vl", "qwen3_5_moe_vl"].map(saved_pixels_model);
+    for m in &saved {
+        let cfg: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(m.dir.join("config.json")).expect("config"),
+        )
+        .expect("json");
+        assert_eq!(cfg["text_config"]["layer_types"][3], "full_attention");
+        assert!(cfg["vision_config"].is_object());
+    }
+    let jobs: Vec<_> = saved
+        .iter()
+        .map(|m| (m.dir.as_path(), "pixels", m.inputs.as_path()))
+        .collect();
+    let verified = oracle::verify_many_transformers5(&jobs);
+    for ((arch, m), hf) in ["qwen3_5_vl", "qwen3_5_moe_vl"]
+        .iter()
+        .zip(&saved)
+        .zip(&verified)
+    {
+        let d = oracle::max_abs_diff(get(hf, "logits"), &m.logits);
+        assert!(
+            d <= 1e-5,
+            "transformers 5 on the saved {arch} differs by {d}"
+        );
     }
 }
 

@@ -445,16 +445,18 @@ fn builtin_tiny_qwen3_5_builds_and_counts_its_parameters() {
     }
 }
 
-/// Qwen3.5's multimodal checkpoints as transformers 5 writes their `config.json` (the text
-/// model's keys only in `text_config`, no top-level `vocab_size`) load as their text model;
-/// `verlc smoke`'s stand-in of one scales that text model.
+/// Qwen3.5's checkpoints as transformers 5 writes their `config.json` (the composite config: the
+/// text model's keys only in `text_config`, no top-level `vocab_size`) load as image-text
+/// models of the family built on the text model's layers, whose text model is the text
+/// family's; `verlc smoke`'s stand-in of one scales both halves.
 #[test]
-fn multimodal_checkpoint_configs_load_as_their_text_model() {
+fn multimodal_checkpoint_configs_load_as_image_text_models() {
+    use verlc_spec::families::Family;
     let dir =
         oracle::cached_transformers5(&oracle::script_named("qwen3_5_config_oracle.py"), "configs");
-    for (kind, text_type, experts) in [
-        ("qwen3_5", "qwen3_5_text", 0),
-        ("qwen3_5_moe", "qwen3_5_moe_text", 4),
+    for (kind, family, text_type, experts) in [
+        ("qwen3_5", Family::Qwen3_5Vl, "qwen3_5_text", 0),
+        ("qwen3_5_moe", Family::Qwen3_5MoeVl, "qwen3_5_moe_text", 4),
     ] {
         let file = dir.join(kind).join("config.json");
         let raw: serde_json::Value =
@@ -462,19 +464,28 @@ fn multimodal_checkpoint_configs_load_as_their_text_model() {
         assert!(raw.get("vocab_size").is_none(), "{kind}: {raw}");
         let c =
             runtime::model::ModelConfig::from_file(&file).unwrap_or_else(|e| panic!("{kind}: {e}"));
-        assert_eq!(c.model_type, text_type);
+        assert_eq!(c.model_type, kind);
+        assert_eq!(c.arch(), Ok(family));
         assert_eq!(
             (c.vocab_size, c.hidden_size, c.num_hidden_layers),
             (300, 64, 4)
         );
         assert_eq!(c.moe.num_experts, experts);
+        assert_eq!(c.rotary_dim(), 4, "a quarter of each head rotates");
+        let text = c.text_model().expect("a text model");
+        assert_eq!(text.model_type, text_type);
+        assert!(text.extra.get("vision_config").is_none());
+        let m = runtime::model::CausalLm::new(&c, tch::nn::VarStore::new(tch::Device::Cpu).root())
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert!(m.vision.is_some(), "{kind}: its tower");
         let uri = format!("builtin://scaled?from={}", dir.join(kind).display());
         let uri = runtime::builtin_uri::BuiltinUri::parse(&uri)
             .expect("uri")
             .expect("builtin");
         let scaled =
             runtime::model::builtin::config(&uri).unwrap_or_else(|e| panic!("{kind} scaled: {e}"));
-        assert_eq!(scaled.model_type, text_type);
+        assert_eq!(scaled.model_type, kind);
         assert_eq!(scaled.vocab_size, 300);
+        assert!(scaled.extra["vision_config"].is_object());
     }
 }

@@ -569,6 +569,47 @@ fn qwen3_vl_moe_matches_transformers_5() {
     matches_the_oracle_model(&dir, "model.safetensors");
 }
 
+/// Qwen3.5's image-text checkpoints against transformers 5's `Qwen3_5ForConditionalGeneration`
+/// (a seeded tiny model: a two-block tower without DeepStack, four layers of Gated DeltaNet
+/// and gated attention in turn under interleaved M-RoPE over a quarter of each head): the
+/// tower's embeddings, then as for Qwen3-VL the logits of a left-padded batch with images, the
+/// saved checkpoint, greedy tokens and every gradient; and verlc's save reloads in transformers
+/// 5 with the same logits.
+#[test]
+fn qwen3_5_image_text_matches_transformers_5() {
+    tch::set_num_threads(1);
+    let dir = oracle::qwen3_5_vl_transformers5();
+    qwen3_5_tower_matches(&dir);
+    matches_the_oracle_model(&dir, "model.safetensors");
+}
+
+/// The same for Qwen3.5-MoE's (four experts, top two, and a gated shared expert in every
+/// layer); saved again, its experts are fused as the checkpoint had them.
+#[test]
+fn qwen3_5_moe_image_text_matches_transformers_5() {
+    tch::set_num_threads(1);
+    let dir = oracle::qwen3_5_moe_vl_transformers5();
+    qwen3_5_tower_matches(&dir);
+    matches_the_oracle_model(&dir, "model.safetensors");
+}
+
+/// The tower of the oracle's Qwen3.5 model: no DeepStack features, embeddings as transformers'.
+fn qwen3_5_tower_matches(dir: &std::path::Path) {
+    let (_vs, model, tensors) = oracle_model_in(dir, "model.safetensors");
+    assert_eq!(
+        model.config.arch().expect("family").tower(),
+        Some(verlc_spec::families::VisionTower::Qwen3_5)
+    );
+    let grid: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
+    let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
+    let vision = model.vision.as_ref().expect("a vision tower");
+    let out = tch::no_grad(|| vision.tower.forward(&tensors["input.pixel_values"], &grid))
+        .expect("tower");
+    assert!(out.deepstack.is_empty(), "Qwen3.5's tower has no DeepStack");
+    let d = max_diff(&out.embeds, &tensors["output.tower"]);
+    assert!(d < 1e-5, "tower embeddings differ by {d}");
+}
+
 /// The model read from the oracle's checkpoint, saved by verlc: its fused expert tensors are
 /// the checkpoint's (4.57's orientation, which both transformers releases and vLLM read), and
 /// it reads back bit for bit.
@@ -673,7 +714,7 @@ fn a_scaled_stand_in_of_qwen2_5_vl_runs_an_image() {
     let png = runtime::data::builtin::stripe_png("42", 0).expect("png");
     let image = process_image(
         &decode_png(&png).expect("png"),
-        None,
+        (None, None),
         &ImageProcessorConfig::default(),
     )
     .expect("image");

@@ -331,10 +331,16 @@ def verify_pixels(path, x, out):
     from safetensors.torch import save_file
     from transformers import AutoModelForImageTextToText
 
+    import transformers
+
     model = AutoModelForImageTextToText.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32).eval()
+    # transformers 5 places the multimodal positions from the processor's token types.
+    mm = {}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        mm["mm_token_type_ids"] = (x["input_ids"] == model.config.image_token_id).int()
     with torch.no_grad():
         logits = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"],
-                       pixel_values=x["pixel_values"], image_grid_thw=x["image_grid_thw"]).logits
+                       pixel_values=x["pixel_values"], image_grid_thw=x["image_grid_thw"], **mm).logits
     save_file({"logits": logits.contiguous()}, out)
 
 

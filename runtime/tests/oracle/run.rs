@@ -125,7 +125,8 @@ pub fn vision() -> PathBuf {
     .clone()
 }
 
-/// `vision_oracle.py models` run on transformers 5 (its Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE,
+/// `vision_oracle.py models` run on transformers 5 (its Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE and
+/// Qwen3.5's image-text models,
 /// and the checkpoint layout it saves: `rope_parameters`, experts in its orientation), in one
 /// interpreter: Qwen2.5-VL's files at the top, the others' under their family's folder.
 pub fn vision_transformers5() -> PathBuf {
@@ -144,6 +145,16 @@ pub fn qwen3_vl_moe_transformers5() -> PathBuf {
     vision_transformers5().join("qwen3_vl_moe")
 }
 
+/// Qwen3.5's image-text model's run of [`vision_transformers5`].
+pub fn qwen3_5_vl_transformers5() -> PathBuf {
+    vision_transformers5().join("qwen3_5")
+}
+
+/// Qwen3.5-MoE's image-text model's run of [`vision_transformers5`].
+pub fn qwen3_5_moe_vl_transformers5() -> PathBuf {
+    vision_transformers5().join("qwen3_5_moe")
+}
+
 /// The checkpoints and references of `model_oracle.py models`.
 pub fn models() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -158,11 +169,26 @@ pub fn verify(dir: &Path, kind: &str, inputs: &Path) -> HashMap<String, Tensor> 
 /// [`verify`] for several directories in one Python process (each start imports torch and
 /// transformers: seconds of CPU).
 pub fn verify_many(jobs: &[(&Path, &str, &Path)]) -> Vec<HashMap<String, Tensor>> {
+    verify_many_on(jobs, None)
+}
+
+/// [`verify_many`] on transformers 5 ([`transformers5`]).
+pub fn verify_many_transformers5(jobs: &[(&Path, &str, &Path)]) -> Vec<HashMap<String, Tensor>> {
+    verify_many_on(jobs, Some(&transformers5()))
+}
+
+fn verify_many_on(
+    jobs: &[(&Path, &str, &Path)],
+    path: Option<&Path>,
+) -> Vec<HashMap<String, Tensor>> {
     let outs: Vec<PathBuf> = jobs
         .iter()
         .map(|(dir, kind, _)| dir.join(format!("verify-{kind}.safetensors")))
         .collect();
     let mut command = Command::new(python());
+    if let Some(p) = path {
+        command.env("PYTHONPATH", p);
+    }
     command.arg(script()).arg("verify");
     for ((dir, kind, inputs), out) in jobs.iter().zip(&outs) {
         command.arg(dir).arg(kind).arg(inputs).arg(out);

@@ -324,6 +324,100 @@ def qwen3_vl_family(out, moe):
     save_file(tensors, os.path.join(dir, "model.safetensors"))
 
 
+def qwen3_5_family(out, moe):
+    """A seeded tiny Qwen3.5 image-text model (transformers 5's Qwen3_5ForConditionalGeneration,
+    or Qwen3_5MoeForConditionalGeneration with `moe`): a two-block tower without DeepStack, a
+    four-layer text model (Gated DeltaNet and gated attention in turn) under interleaved M-RoPE
+    over a quarter of each head; two rows (one left-padded) with an image each. Writes, into
+    OUT/qwen3_5 or OUT/qwen3_5_moe, its checkpoint and what `qwen3_vl_family` writes."""
+    if moe:
+        from transformers import Qwen3_5MoeConfig as Config
+        from transformers import Qwen3_5MoeForConditionalGeneration as Model
+    else:
+        from transformers import Qwen3_5Config as Config
+        from transformers import Qwen3_5ForConditionalGeneration as Model
+
+    vision = {
+        "depth": 2, "hidden_size": 32, "num_heads": 4, "intermediate_size": 48, "out_hidden_size": 64,
+        "patch_size": 4, "temporal_patch_size": 2, "in_channels": 3, "spatial_merge_size": 2,
+        "hidden_act": "gelu_pytorch_tanh", "num_position_embeddings": 16,
+    }
+    # 48-wide heads, a quarter rotated: 12 rotary dimensions, sections of 2 (time, height and
+    # width interleaved over the six frequencies).
+    text = {
+        "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 48, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False, "hidden_act": "silu", "full_attention_interval": 2,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                            "mrope_section": [2, 2, 2], "mrope_interleaved": True},
+    }
+    if moe:
+        text.update({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                     "shared_expert_intermediate_size": 24})
+    else:
+        text["intermediate_size"] = 96
+    image, video, start, end = 250, 251, 248, 249
+    torch.manual_seed(23 if moe else 19)
+    cfg = Config(text_config=dict(text), vision_config=dict(vision), image_token_id=image,
+                 video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
+    for c in (cfg, cfg.text_config, cfg.vision_config):
+        c._attn_implementation = "eager"
+    model = Model(cfg).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + torch.randn_like(p) * 0.1)
+            else:
+                p.copy_(torch.randn_like(p) * 0.1)
+    grids = [[1, 4, 6], [1, 4, 4]]
+    row0 = [10, 11, 12, start] + [image] * 6 + [end, 13, 14, 15, 16]
+    row1 = [0, 0, 20, 21, start] + [image] * 4 + [end, 22, 23, 24, 25, 26]
+    ids = torch.tensor([row0, row1])
+    mask = torch.tensor([[1] * 15, [0, 0] + [1] * 13])
+    pixels = torch.randn(24 + 16, 3 * 2 * 4 * 4)
+    grid_t = torch.tensor(grids)
+    mm = {"mm_token_type_ids": (ids == image).int()}
+    with torch.no_grad():
+        merged = model.model.visual(pixels, grid_thw=grid_t).pooler_output
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t, **mm).logits
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        generated = model.generate(input_ids=ids, attention_mask=mask, pixel_values=pixels,
+                                   image_grid_thw=grid_t, max_new_tokens=6, do_sample=False, **mm)
+    generated = generated[:, ids.shape[1]:]
+    out_logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t, **mm).logits
+    logp = torch.log_softmax(out_logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    loss = (logp * mask[:, :-1] * mask[:, 1:]).sum()
+    loss.backward()
+
+    def name(k):
+        if k.startswith("model.language_model."):
+            return "model." + k[len("model.language_model."):]
+        if k.startswith("model.visual."):
+            return "visual." + k[len("model.visual."):]
+        return k
+
+    tensors = {f"grad.{name(k)}": p.grad.detach().contiguous() for k, p in model.named_parameters()}
+    tensors.update({name(k): v.detach().contiguous() for k, v in model.state_dict().items()})
+    tensors["input.input_ids"] = ids
+    tensors["input.attention_mask"] = mask
+    tensors["input.pixel_values"] = pixels.contiguous()
+    tensors["input.image_grid_thw"] = grid_t
+    tensors["output.tower"] = merged.contiguous()
+    tensors["output.logits"] = logits.contiguous()
+    tensors["output.loglik"] = loss.detach().reshape(1)
+    tensors["output.generated"] = generated.contiguous()
+    if moe:
+        split_experts(tensors, text["moe_intermediate_size"])
+    dir = os.path.join(out, "qwen3_5_moe" if moe else "qwen3_5")
+    os.makedirs(dir, exist_ok=True)
+    model.save_pretrained(os.path.join(dir, "checkpoint"), safe_serialization=True)
+    save_file(tensors, os.path.join(dir, "model.safetensors"))
+
+
 def images(out):
     """verl's preparation of images for Qwen-VL models, run from its own code: verl 0.9.1's
     `process_image` (utils/dataset/vision_utils.py) with qwen_vl_utils' `fetch_image` (its
@@ -523,8 +617,20 @@ def prompts(out, model_oracle, template_path):
                 for part in m["content"] if part.get("type") == "image"]
         raw = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         inputs = processor(text=[raw], images=imgs, return_tensors="pt")
+        # The dataset's measure for filter_overlong_prompts fetches with data.image_patch_size
+        # (here 16, beside the processor's 14).
+        # (A cell's own max_pixels below fetch_image's minimum at that size fails its assertion:
+        # null.)
+        try:
+            fetched16 = [sys.modules["qwen_vl_utils"].fetch_image(part, image_patch_size=16)
+                         for m in messages if isinstance(m["content"], list)
+                         for part in m["content"] if part.get("type") == "image"]
+            measured = len(processor(text=[raw], images=fetched16, return_tensors="pt")["input_ids"][0])
+        except AssertionError:
+            measured = None
         parquet_rows.append({"input_ids": inputs["input_ids"][0].tolist(),
-                             "image_grid_thw": inputs["image_grid_thw"].tolist()})
+                             "image_grid_thw": inputs["image_grid_thw"].tolist(),
+                             "measured_len_patch16": measured})
     with open(os.path.join(out, "prompts.json"), "w") as f:
         json.dump(results, f)
     with open(os.path.join(out, "geo3k.json"), "w") as f:
@@ -595,10 +701,12 @@ def everything(out, model_oracle, template_path):
 
 def models(out):
     """Every family's model run (`*_model` above) into OUT, in one interpreter: what the tests
-    run on transformers 5."""
+    run on transformers 5, whose Qwen3.5 image-text models are run too."""
     qwen2_5_vl_model(out)
     qwen3_vl_model(out)
     qwen3_vl_moe_model(out)
+    qwen3_5_family(out, moe=False)
+    qwen3_5_family(out, moe=True)
 
 
 if __name__ == "__main__":

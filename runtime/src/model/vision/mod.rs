@@ -49,7 +49,7 @@ pub struct Vision {
 #[derive(Debug)]
 pub enum Tower {
     Qwen2_5Vl(VisionTower),
-    /// Qwen3-VL's, with DeepStack features.
+    /// Qwen3-VL's, with DeepStack features (Qwen3.5's: the same without them).
     Qwen3Vl(Qwen3VisionTower),
 }
 
@@ -119,9 +119,13 @@ impl Vision {
         let parse = |e: serde_json::Error| format!("vision_config: {e}");
         let at = root / "visual";
         // The tower, and the sizes the text model checks against it.
-        let qwen3 = cfg.arch()?.tower() == Some(verlc_spec::families::VisionTower::Qwen3Vl);
-        let (tower, out_hidden, merge) = if qwen3 {
-            let v: Qwen3VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
+        let kind = cfg.arch()?.tower();
+        let (tower, out_hidden, merge) = if kind.is_some_and(|t| t.qwen3_style()) {
+            let mut v: Qwen3VisionConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
+            if !kind.is_some_and(|t| t.deepstack()) {
+                // Qwen3.5's tower has no DeepStack mergers, whatever its config says.
+                v.deepstack_visual_indexes.clear();
+            }
             if v.deepstack_visual_indexes.len() as i64 >= cfg.num_hidden_layers {
                 return Err(format!(
                     "vision_config.deepstack_visual_indexes has {} levels for a text model of {} layers (the last layer takes none)",
@@ -195,7 +199,7 @@ impl Vision {
     /// How many of the text model's first layers take DeepStack features (Qwen3-VL's
     /// `deepstack_visual_indexes`; none for other towers or a text model).
     pub fn deepstack_levels(cfg: &ModelConfig) -> Result<usize, String> {
-        if cfg.arch()?.tower() != Some(verlc_spec::families::VisionTower::Qwen3Vl) {
+        if !cfg.arch()?.tower().is_some_and(|t| t.deepstack()) {
             return Ok(0);
         }
         let raw = cfg.extra.get("vision_config").cloned().unwrap_or_default();

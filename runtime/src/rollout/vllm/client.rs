@@ -176,11 +176,22 @@ impl VllmRollout {
     }
 
     fn sync_main(&mut self, params: &[(String, Tensor)]) -> Result<u16, VllmError> {
-        let arch = self
-            .config
-            .arch()
-            .map_err(VllmError::Model)?
-            .causal_lm_class();
+        // A Qwen3.5 checkpoint's server gets the text model: it is sent text prompts only (the
+        // trainer refuses rows with images under vLLM), and its tower would be dead weight.
+        let text = self.config.text_model();
+        let text_params: Vec<(String, Tensor)>;
+        let (config, params) = match text {
+            Some(text) => {
+                text_params = params
+                    .iter()
+                    .filter(|(n, _)| !n.starts_with("visual."))
+                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                    .collect();
+                (text, text_params.as_slice())
+            }
+            None => (self.config.clone(), params),
+        };
+        let arch = config.arch().map_err(VllmError::Model)?.causal_lm_class();
         let opts = SaveOptions {
             dtype: Some(self.dtype.kind()),
             ..SaveOptions::default()
@@ -188,7 +199,7 @@ impl VllmRollout {
         // vLLM 0.32's in-place reload breaks a tied LM head: the head keeps the weights the
         // server started with (seen on CPU with Qwen2). So vLLM gets the model untied, with
         // the head an explicit copy of the embedding: the same logits, reloaded as a whole.
-        let mut config = self.config.clone();
+        let mut config = config;
         let mut untied: Vec<(String, Tensor)>;
         let params = if config.tie_word_embeddings {
             config.tie_word_embeddings = false;
