@@ -463,6 +463,13 @@ def row(kind, i, split):
         return {"data_source": "hiyouga/geometry3k", "prompt": [{"role": "user", "content": text}],
                 "images": [{"bytes": png(56 + 28 * (i % 3), 56, colour), "path": None}], "ability": "math",
                 "reward_model": {"style": "rule", "ground_truth": answer}, "extra_info": extra}
+    if kind == "video":
+        # A video as a list of frames (qwen_vl_utils reads either a file or its frames).
+        colour = ((i * 40) % 256, (i * 90) % 256, (i * 150) % 256)
+        frames = [{"bytes": png(56, 56, colour), "path": None} for _ in range(4)]
+        return {"data_source": "tinyllava_video_r1", "prompt": [{"role": "user", "content": f"<video>How many clips? {q}"}],
+                "videos": [frames], "ability": "video", "reward_model": {"style": "rule", "ground_truth": answer},
+                "extra_info": {"split": split, "index": i}}
     if kind == "search":
         text = ("Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
                 "new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
@@ -486,7 +493,7 @@ def row(kind, i, split):
 
 
 DATA_KINDS = ["gsm8k", "math", "dapo", "aime", "eurus", "gsm8k_tool", "gsm8k_interaction", "geo3k", "geo3k_tool",
-              "search", "hh_rlhf", "rlla"]
+              "video", "search", "hh_rlhf", "rlla"]
 
 
 def write_data(path, kind, split, rows):

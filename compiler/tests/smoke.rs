@@ -566,12 +566,10 @@ pq.write_table(pa.Table.from_pylist([qa(2000 + i) for i in range(8)]), f"{out}/q
 /// (docs/smoke.md lists their last result).
 /// The calls in scope that `verlc build` refuses at a key (docs/smoke.md lists them with the
 /// reason): any other call that does not plan is a regression.
-const REFUSED_CALLS: [&str; 6] = [
+const REFUSED_CALLS: [&str; 4] = [
     "examples/grpo_trainer/run_qwen2-7b_math_megatron_lora.sh",
     "examples/grpo_trainer/run_qwen3moe-30b_megatron_lora.sh",
     "examples/tuning/lora/run_qwen3_30b_a3b_megatron.sh",
-    "examples/grpo_trainer/run_qwen3_5_2b_openr1_fsdp.sh",
-    "examples/grpo_trainer/run_qwen3_5_2b_video_fsdp.sh",
     "examples/router_replay/run_qwen30_a3b_megatron_vllm.sh",
 ];
 

@@ -117,6 +117,15 @@ fn vision_prompt(
     let Some(v) = &opts.vision else {
         return Ok(None);
     };
+    // verl's `data.video_key` (its default; another value is refused at build).
+    if map
+        .get("videos")
+        .is_some_and(|c| c.as_array().is_none_or(|a| !a.is_empty()) && !c.is_null())
+    {
+        return Err(
+            "column `videos` holds videos: verlc's vision-language models take images (videos are not implemented yet)".into(),
+        );
+    }
     let has_images = match map.get(&v.image_key) {
         None | Some(Value::Null) => false,
         Some(Value::Array(a)) => !a.is_empty(),

@@ -155,7 +155,7 @@ fn geo3k_rows_become_prompts_as_in_verl() {
 /// fetched at `data.image_patch_size` (verl's dataset), so a bound between the two measures
 /// keeps a row under one patch size and drops it under the other; a run that trains on text
 /// prompts only (a Qwen3.5 checkpoint beside a critic or under vLLM) refuses the rows with
-/// images, naming why.
+/// images, naming why; and any run refuses a row with a video.
 #[test]
 fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_only() {
     use runtime::data::dataset::VisionData;
@@ -219,5 +219,15 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
             && msg.contains("column `images` holds images")
             && msg.contains("text prompts only"),
         "{msg}"
+    );
+    // A row with a video (verl's `videos` column) is refused, not trained without it.
+    let mut with_video = rows();
+    with_video[0]
+        .2
+        .insert("videos".into(), serde_json::json!([["frame.png"]]));
+    let e = RlDataset::from_rows(with_video, &tok, &opts(14, None)).expect_err("videos refused");
+    assert!(
+        e.to_string().contains("column `videos` holds videos"),
+        "{e}"
     );
 }
