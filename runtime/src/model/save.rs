@@ -98,6 +98,23 @@ pub fn save_pretrained(
     save_named(&named, config, architecture, dir, opts)
 }
 
+/// The text model of an image-text model built on a text family's layers (a Qwen3.5
+/// checkpoint, [`ModelConfig::text_model`]) and its parameters among `named` (all but the
+/// tower's): what a consumer of text prompts only loads as the text family's causal LM.
+/// `None` for other families.
+pub fn text_model_of(
+    config: &ModelConfig,
+    named: &[(String, Tensor)],
+) -> Option<(ModelConfig, Vec<(String, Tensor)>)> {
+    let text = config.text_model()?;
+    let params = named
+        .iter()
+        .filter(|(n, _)| !n.starts_with("visual."))
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .collect();
+    Some((text, params))
+}
+
 /// Saves `(name, tensor)` pairs (e.g. gathered full parameters) in Hugging Face layout.
 pub fn save_named(
     named: &[(String, Tensor)],

@@ -446,21 +446,69 @@ fn qwen3_5_image_text_saves_load_in_transformers_5() {
         assert_eq!(cfg["text_config"]["layer_types"][3], "full_attention");
         assert!(cfg["vision_config"].is_object());
     }
-    let jobs: Vec<_> = saved
+    let mut jobs: Vec<_> = saved
         .iter()
         .map(|m| (m.dir.as_path(), "pixels", m.inputs.as_path()))
         .collect();
-    let verified = oracle::verify_many_transformers5(&jobs);
+    // The text model alone, as the vLLM rollout's server gets it (a run on text prompts):
+    // transformers 5 reads it as Qwen3.5's causal LM, with the image-text model's logits of text.
+    let text = saved_text_model_of("qwen3_5_vl");
+    jobs.push((text.dir.as_path(), "causal", text.inputs.as_path()));
+    let mut verified = oracle::verify_many_transformers5(&jobs);
+    let hf = verified.pop().expect("causal output");
+    let d = oracle::max_abs_diff(get(&hf, "logits"), &text.logits);
+    assert!(d <= 1e-5, "transformers 5 on the saved text model differs by {d}");
     for ((arch, m), hf) in ["qwen3_5_vl", "qwen3_5_moe_vl"]
         .iter()
         .zip(&saved)
         .zip(&verified)
     {
         let d = oracle::max_abs_diff(get(hf, "logits"), &m.logits);
-        assert!(
-            d <= 1e-5,
-            "transformers 5 on the saved {arch} differs by {d}"
-        );
+        assert!(d <= 1e-5, "transformers 5 on the saved {arch} differs by {d}");
+    }
+}
+
+/// A saved text model, its inputs for the `causal` check and verlc's logits of them.
+struct SavedText {
+    dir: std::path::PathBuf,
+    inputs: std::path::PathBuf,
+    logits: tch::Tensor,
+}
+
+/// The tiny image-text model `arch`'s text model saved as the vLLM rollout saves it for its
+/// server (`save::text_model_of`), and the image-text model's logits of a text batch.
+fn saved_text_model_of(arch: &str) -> SavedText {
+    let uri = format!("builtin://tiny?arch={arch}&layers=4&hidden=64");
+    let m = from_pretrained(&uri, Device::Cpu, Dtype::Fp32, 7).expect("tiny VL");
+    let named: Vec<(String, tch::Tensor)> = m.vs.variables().into_iter().collect();
+    let (text, params) =
+        runtime::model::save::text_model_of(&m.config, &named).expect("a text model");
+    assert_eq!(text.model_type, "qwen3_5_text");
+    assert!(params.iter().all(|(n, _)| !n.starts_with("visual.")));
+    let dir = oracle::scratch(&format!("save-text-of-{arch}"));
+    let class = text.arch().expect("arch").causal_lm_class();
+    runtime::model::save::save_named(&params, &text, class, &dir, &SaveOptions::default())
+        .expect("save");
+    let ids = tch::Tensor::from_slice(&[3i64, 9, 4, 12, 5, 7, 8, 6]).view([2, 4]);
+    let mask = ids.ones_like();
+    let pos = tch::Tensor::arange(4, (Kind::Int64, Device::Cpu))
+        .unsqueeze(0)
+        .repeat([2, 1]);
+    let logits = tch::no_grad(|| m.model.forward(&ids, &pos, Some(&mask), None));
+    let inputs = dir.join("causal-inputs.safetensors");
+    tch::Tensor::write_safetensors(
+        &[
+            ("input_ids", ids),
+            ("attention_mask", mask),
+            ("position_ids", pos),
+        ],
+        &inputs,
+    )
+    .expect("inputs");
+    SavedText {
+        dir,
+        inputs,
+        logits,
     }
 }
 

@@ -198,10 +198,8 @@ def qwen2_5_vl_model(out):
 
 
 def qwen3_vl_model(out):
-    """A seeded tiny Qwen3VLForConditionalGeneration: its tower's outputs (merged embeddings and
-    the DeepStack features of two blocks) for two images, its checkpoint, two rows (one
-    left-padded) with an image each, the logits and greedy tokens transformers computes (its
-    own M-RoPE positions), and every parameter's gradient of the real tokens' log-likelihood."""
+    """A seeded tiny Qwen3VLForConditionalGeneration (a tower with the DeepStack features of two
+    blocks): `run_image_text` into OUT/qwen3_vl."""
     qwen3_vl_family(out, moe=False)
 
 
@@ -253,8 +251,19 @@ def qwen3_vl_family(out, moe):
     if moe:
         text.update({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
                      "decoder_sparse_step": 1, "mlp_only_layers": [1]})
-    image, video, start, end = 250, 251, 248, 249
     torch.manual_seed(17 if moe else 13)
+    run_image_text(out, "qwen3_vl_moe" if moe else "qwen3_vl", Config, Model, text, vision,
+                   text["moe_intermediate_size"] if moe else None)
+
+
+def run_image_text(out, dirname, Config, Model, text, vision, moe_intermediate=None):
+    """A seeded tiny image-text model of `Config`/`Model` (`text`, `vision` its sub-configs):
+    its tower's outputs (merged embeddings and any DeepStack features) for two images, its
+    checkpoint, two rows (one left-padded) with an image each, the logits and greedy tokens
+    transformers computes (its own M-RoPE positions), and every parameter's gradient of the
+    real tokens' log-likelihood, into OUT/DIRNAME. With `moe_intermediate`, the fused experts
+    are also split per expert (`split_experts`)."""
+    image, video, start, end = 250, 251, 248, 249
     cfg = Config(text_config=dict(text), vision_config=dict(vision), image_token_id=image,
                  video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
     for c in (cfg, cfg.text_config, cfg.vision_config):
@@ -280,11 +289,12 @@ def qwen3_vl_family(out, moe):
         mm["mm_token_type_ids"] = (ids == image).int()
     with torch.no_grad():
         tower = model.model.visual(pixels, grid_thw=grid_t)
-        # transformers 4.57 returns (embeddings, DeepStack features); 5 an output object.
+        # transformers 4.57 returns (embeddings, DeepStack features); 5 an output object
+        # (without DeepStack features for a tower that has none).
         if isinstance(tower, tuple):
             merged, deepstack = tower
         else:
-            merged, deepstack = tower.pooler_output, tower.deepstack_features
+            merged, deepstack = tower.pooler_output, getattr(tower, "deepstack_features", None) or []
         logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t, **mm).logits
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
@@ -316,9 +326,9 @@ def qwen3_vl_family(out, moe):
     tensors["output.logits"] = logits.contiguous()
     tensors["output.loglik"] = loss.detach().reshape(1)
     tensors["output.generated"] = generated.contiguous()
-    if moe:
-        split_experts(tensors, text["moe_intermediate_size"])
-    dir = os.path.join(out, "qwen3_vl_moe" if moe else "qwen3_vl")
+    if moe_intermediate:
+        split_experts(tensors, moe_intermediate)
+    dir = os.path.join(out, dirname)
     os.makedirs(dir, exist_ok=True)
     model.save_pretrained(os.path.join(dir, "checkpoint"), safe_serialization=True)
     save_file(tensors, os.path.join(dir, "model.safetensors"))
@@ -328,8 +338,7 @@ def qwen3_5_family(out, moe):
     """A seeded tiny Qwen3.5 image-text model (transformers 5's Qwen3_5ForConditionalGeneration,
     or Qwen3_5MoeForConditionalGeneration with `moe`): a two-block tower without DeepStack, a
     four-layer text model (Gated DeltaNet and gated attention in turn) under interleaved M-RoPE
-    over a quarter of each head; two rows (one left-padded) with an image each. Writes, into
-    OUT/qwen3_5 or OUT/qwen3_5_moe, its checkpoint and what `qwen3_vl_family` writes."""
+    over a quarter of each head: `run_image_text` into OUT/qwen3_5 or OUT/qwen3_5_moe."""
     if moe:
         from transformers import Qwen3_5MoeConfig as Config
         from transformers import Qwen3_5MoeForConditionalGeneration as Model
@@ -358,64 +367,9 @@ def qwen3_5_family(out, moe):
                      "shared_expert_intermediate_size": 24})
     else:
         text["intermediate_size"] = 96
-    image, video, start, end = 250, 251, 248, 249
     torch.manual_seed(23 if moe else 19)
-    cfg = Config(text_config=dict(text), vision_config=dict(vision), image_token_id=image,
-                 video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
-    for c in (cfg, cfg.text_config, cfg.vision_config):
-        c._attn_implementation = "eager"
-    model = Model(cfg).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + torch.randn_like(p) * 0.1)
-            else:
-                p.copy_(torch.randn_like(p) * 0.1)
-    grids = [[1, 4, 6], [1, 4, 4]]
-    row0 = [10, 11, 12, start] + [image] * 6 + [end, 13, 14, 15, 16]
-    row1 = [0, 0, 20, 21, start] + [image] * 4 + [end, 22, 23, 24, 25, 26]
-    ids = torch.tensor([row0, row1])
-    mask = torch.tensor([[1] * 15, [0, 0] + [1] * 13])
-    pixels = torch.randn(24 + 16, 3 * 2 * 4 * 4)
-    grid_t = torch.tensor(grids)
-    mm = {"mm_token_type_ids": (ids == image).int()}
-    with torch.no_grad():
-        merged = model.model.visual(pixels, grid_thw=grid_t).pooler_output
-        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t, **mm).logits
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    with torch.no_grad():
-        generated = model.generate(input_ids=ids, attention_mask=mask, pixel_values=pixels,
-                                   image_grid_thw=grid_t, max_new_tokens=6, do_sample=False, **mm)
-    generated = generated[:, ids.shape[1]:]
-    out_logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid_t, **mm).logits
-    logp = torch.log_softmax(out_logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    loss = (logp * mask[:, :-1] * mask[:, 1:]).sum()
-    loss.backward()
-
-    def name(k):
-        if k.startswith("model.language_model."):
-            return "model." + k[len("model.language_model."):]
-        if k.startswith("model.visual."):
-            return "visual." + k[len("model.visual."):]
-        return k
-
-    tensors = {f"grad.{name(k)}": p.grad.detach().contiguous() for k, p in model.named_parameters()}
-    tensors.update({name(k): v.detach().contiguous() for k, v in model.state_dict().items()})
-    tensors["input.input_ids"] = ids
-    tensors["input.attention_mask"] = mask
-    tensors["input.pixel_values"] = pixels.contiguous()
-    tensors["input.image_grid_thw"] = grid_t
-    tensors["output.tower"] = merged.contiguous()
-    tensors["output.logits"] = logits.contiguous()
-    tensors["output.loglik"] = loss.detach().reshape(1)
-    tensors["output.generated"] = generated.contiguous()
-    if moe:
-        split_experts(tensors, text["moe_intermediate_size"])
-    dir = os.path.join(out, "qwen3_5_moe" if moe else "qwen3_5")
-    os.makedirs(dir, exist_ok=True)
-    model.save_pretrained(os.path.join(dir, "checkpoint"), safe_serialization=True)
-    save_file(tensors, os.path.join(dir, "model.safetensors"))
+    run_image_text(out, "qwen3_5_moe" if moe else "qwen3_5", Config, Model, text, vision,
+                   text["moe_intermediate_size"] if moe else None)
 
 
 def images(out):

@@ -178,15 +178,10 @@ impl VllmRollout {
     fn sync_main(&mut self, params: &[(String, Tensor)]) -> Result<u16, VllmError> {
         // A Qwen3.5 checkpoint's server gets the text model: it is sent text prompts only (the
         // trainer refuses rows with images under vLLM), and its tower would be dead weight.
-        let text = self.config.text_model();
         let text_params: Vec<(String, Tensor)>;
-        let (config, params) = match text {
-            Some(text) => {
-                text_params = params
-                    .iter()
-                    .filter(|(n, _)| !n.starts_with("visual."))
-                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
-                    .collect();
+        let (config, params) = match crate::model::save::text_model_of(&self.config, params) {
+            Some((text, named)) => {
+                text_params = named;
                 (text, text_params.as_slice())
             }
             None => (self.config.clone(), params),
