@@ -457,14 +457,20 @@ fn qwen3_5_image_text_saves_load_in_transformers_5() {
     let mut verified = oracle::verify_many_transformers5(&jobs);
     let hf = verified.pop().expect("causal output");
     let d = oracle::max_abs_diff(get(&hf, "logits"), &text.logits);
-    assert!(d <= 1e-5, "transformers 5 on the saved text model differs by {d}");
+    assert!(
+        d <= 1e-5,
+        "transformers 5 on the saved text model differs by {d}"
+    );
     for ((arch, m), hf) in ["qwen3_5_vl", "qwen3_5_moe_vl"]
         .iter()
         .zip(&saved)
         .zip(&verified)
     {
         let d = oracle::max_abs_diff(get(hf, "logits"), &m.logits);
-        assert!(d <= 1e-5, "transformers 5 on the saved {arch} differs by {d}");
+        assert!(
+            d <= 1e-5,
+            "transformers 5 on the saved {arch} differs by {d}"
+        );
     }
 }
 
