@@ -365,6 +365,18 @@ verl_shapes.write_data(f"{sys.argv[3]}/test.parquet", "geo3k", "test", 4)
         stdout.contains("builtin://scaled?from=") && stderr.contains("step:1 "),
         "{stdout}\n{stderr}"
     );
+    let exercised: Vec<&str> = report["exercised"]
+        .as_array()
+        .expect("exercised")
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .collect();
+    assert!(
+        exercised
+            .iter()
+            .any(|e| e.starts_with("Qwen3-VL (vision-language): the rows' images (`images`)")),
+        "{exercised:?}"
+    );
 }
 
 /// One good run written as verl's gsm8k example, and broken runs made from it: each exits 1

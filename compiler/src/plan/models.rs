@@ -384,6 +384,21 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
     out
 }
 
+/// The `model_type` of the model at `path` (a `builtin://` model's family, a checkpoint's
+/// `config.json`), when it is at hand.
+pub fn model_type_of(path: &str, env: &HubEnv) -> Option<String> {
+    match locate(path, None, env) {
+        Ok(ModelLocation::Builtin) => builtin_model_type(path),
+        Err(_) => None,
+        Ok(loc) => loc.dir().and_then(|dir| {
+            let cfg = read_config(dir).ok()?;
+            cfg.get("model_type")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        }),
+    }
+}
+
 /// The policy and critic models that train on text prompts only in this run
 /// ([`text_prompts_only`]), with the key naming each.
 fn text_prompt_limits(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, String)> {
@@ -392,17 +407,7 @@ fn text_prompt_limits(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, St
         if !matches!(key, "actor_rollout_ref.model.path" | "critic.model.path") {
             continue;
         }
-        let model_type = match locate(path, None, env) {
-            Ok(ModelLocation::Builtin) => builtin_model_type(path),
-            Err(_) => None,
-            Ok(loc) => loc.dir().and_then(|dir| {
-                let cfg = read_config(dir).ok()?;
-                cfg.get("model_type")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            }),
-        };
-        if let Some(why) = model_type.and_then(|t| text_prompts_only(spec, key, &t)) {
+        if let Some(why) = model_type_of(path, env).and_then(|t| text_prompts_only(spec, key, &t)) {
             out.push((key, why));
         }
     }
@@ -452,7 +457,7 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
 /// in this run: with a critic (its value model is the text model with a value head, as verl's
 /// critic of text data is) or the vLLM rollout (verlc sends it text prompts). The trainer
 /// refuses rows with images when it reads the data.
-pub(crate) fn text_prompts_only(spec: &TrainerSpec, key: &str, model_type: &str) -> Option<String> {
+pub fn text_prompts_only(spec: &TrainerSpec, key: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type)
         .filter(|r| r.vision.is_some() && r.text != r.family)?;
     let why = if key == "critic.model.path" {

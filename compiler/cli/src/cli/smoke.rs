@@ -546,6 +546,9 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
     if u.entropy_coeff != 0.0 {
         out.push(format!("entropy bonus x {}", u.entropy_coeff));
     }
+    if let Some(line) = vision_exercised(s) {
+        out.push(line);
+    }
     if s.critic.is_some() {
         out.push("critic (value model and its update)".into());
     }
@@ -632,6 +635,26 @@ fn exercised(plan: &verlc::plan::BuildPlan) -> Vec<String> {
     }
     out.push("validation, checkpoint save and resume".into());
     out
+}
+
+/// What a vision-language policy does in the run: its rows' images through its tower, or, where
+/// a Qwen3.5 checkpoint trains on text prompts only (B022), that.
+fn vision_exercised(s: &verlc_spec::TrainerSpec) -> Option<String> {
+    use verlc::plan::models::{model_type_of, text_prompts_only};
+    let key = "actor_rollout_ref.model.path";
+    let model_type = model_type_of(&s.actor.model_path, &verlc_hub::HubEnv::from_env())?;
+    let row = verlc_spec::families::of_checkpoint(&model_type).filter(|r| r.vision.is_some())?;
+    Some(if text_prompts_only(s, key, &model_type).is_some() {
+        format!(
+            "{} (image-text): text prompts only in this run (B022), rows with images refused",
+            row.name
+        )
+    } else {
+        format!(
+            "{} (vision-language): the rows' images (`{}`) prepared by its processor and run through its vision tower",
+            row.name, s.data.image_key
+        )
+    })
 }
 
 /// One run of the trainer binary, with its outcome.
