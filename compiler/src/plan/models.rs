@@ -122,16 +122,21 @@ pub struct ModelProblem {
 }
 
 impl ModelProblem {
-    /// The diagnostic at the line of its key in `root`: a warning for what trains with a
-    /// limit ([`crate::codes::BUILD_TEXT_PROMPTS_ONLY`]), else an error.
+    /// Whether the model cannot be built as configured: all are errors but what trains with a
+    /// limit ([`crate::codes::BUILD_TEXT_PROMPTS_ONLY`], a warning).
+    pub fn is_error(&self) -> bool {
+        self.code != crate::codes::BUILD_TEXT_PROMPTS_ONLY
+    }
+
+    /// The diagnostic at the line of its key in `root` ([`ModelProblem::is_error`]).
     pub fn diagnostic(&self, root: &Node) -> Diagnostic {
         let origin = root
             .get_path(&split_key(self.key))
             .and_then(|n| n.origin.clone());
-        let make = if self.code == crate::codes::BUILD_TEXT_PROMPTS_ONLY {
-            Diagnostic::warning
-        } else {
+        let make = if self.is_error() {
             Diagnostic::error
+        } else {
+            Diagnostic::warning
         };
         make(self.code, self.message.clone())
             .with_key(self.key)
@@ -210,9 +215,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 }),
         );
     }
-    if out
-        .iter()
-        .all(|p| p.code == crate::codes::BUILD_TEXT_PROMPTS_ONLY)
+    if !out.iter().any(ModelProblem::is_error)
         && let Some(why) = vllm_cpu_problem(spec, env)
     {
         out.push(ModelProblem {
@@ -223,9 +226,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             help: "set `actor_rollout_ref.rollout.name=verlc` (the built-in engine has no such limit), or train a model with heads of 32 or more".into(),
         });
     }
-    if out
-        .iter()
-        .all(|p| p.code == crate::codes::BUILD_TEXT_PROMPTS_ONLY)
+    if !out.iter().any(ModelProblem::is_error)
         && let Some(why) = topk_problem(spec, env)
     {
         out.push(ModelProblem {
@@ -236,9 +237,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             help: "set topk to at most the vocabulary size (verl's default is 32)".into(),
         });
     }
-    if out
-        .iter()
-        .all(|p| p.code == crate::codes::BUILD_TEXT_PROMPTS_ONLY)
+    if !out.iter().any(ModelProblem::is_error)
         && let Some(why) = reward_model_checkpoint(spec, env)
     {
         out.push(ModelProblem {
@@ -452,23 +451,11 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
     ))
 }
 
-/// Why a Qwen3.5 checkpoint (`model_type` of an image-text family built on a text family's
-/// layers, which verlc trained as text before it had their tower) trains on text prompts only
-/// in this run: with a critic (its value model is the text model with a value head, as verl's
-/// critic of text data is) or the vLLM rollout (verlc sends it text prompts). The trainer
-/// refuses rows with images when it reads the data.
+/// Why a Qwen3.5 checkpoint (`model_type`) trains on text prompts only in this run, in words
+/// ([`TrainerSpec::text_prompts_only`]).
 pub fn text_prompts_only(spec: &TrainerSpec, key: &str, model_type: &str) -> Option<String> {
-    let row = verlc_spec::families::of_checkpoint(model_type)
-        .filter(|r| r.vision.is_some() && r.text != r.family)?;
-    let why = if key == "critic.model.path" {
-        "as the critic"
-    } else if spec.critic.is_some() {
-        "beside a critic"
-    } else if spec.rollout.vllm.is_some() {
-        "with the vLLM rollout"
-    } else {
-        return None;
-    };
+    let row = verlc_spec::families::of_checkpoint(model_type)?;
+    let why = spec.text_prompts_only(row.family, key == "critic.model.path")?;
     Some(format!(
         "a {} checkpoint (`{model_type}`) trains {why} on text prompts only: verlc does not yet send images there, and rows with images in `data.image_key` are refused when the data is read",
         row.name

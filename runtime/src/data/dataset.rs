@@ -118,20 +118,12 @@ fn vision_prompt(
         return Ok(None);
     };
     // verl's `data.video_key` (its default; another value is refused at build).
-    if map
-        .get("videos")
-        .is_some_and(|c| c.as_array().is_none_or(|a| !a.is_empty()) && !c.is_null())
-    {
+    if holds_any(map, "videos") {
         return Err(
             "column `videos` holds videos: verlc's vision-language models take images (videos are not implemented yet)".into(),
         );
     }
-    let has_images = match map.get(&v.image_key) {
-        None | Some(Value::Null) => false,
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(_) => true,
-    };
-    if !has_images {
+    if !holds_any(map, &v.image_key) {
         map.remove(&v.image_key);
         return Ok(None);
     }
@@ -149,6 +141,15 @@ fn vision_prompt(
     .map_err(|e| format!("column `{}`: {e}", v.image_key))?;
     map.remove(&v.image_key);
     Ok(Some(prompt))
+}
+
+/// Whether a row's `key` column holds something: not absent, null or an empty list.
+fn holds_any(map: &Map<String, Value>, key: &str) -> bool {
+    match map.get(key) {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    }
 }
 
 /// A prepared prompt dataset.

@@ -144,25 +144,26 @@ pub fn row_prompt(
             )));
         }
     };
+    // The dataset's fetch differs from the rollout's only when the patch sizes do.
+    let remeasure = measure_patch != cfg.patch_size;
     let mut images = Vec::with_capacity(cells.len());
     let mut measured_tokens = 0;
     for cell in &cells {
         let bound = |k: &str| cell.get(k).and_then(Value::as_u64).map(|v| v as usize);
         let fetch = (bound("min_pixels"), bound("max_pixels"));
         let img = image_from_cell(cell)?;
-        measured_tokens += if measure_patch == cfg.patch_size {
-            0
-        } else {
-            tokens_fetched_with((img.height, img.width), measure_patch, fetch, cfg)?
-        };
+        if remeasure {
+            measured_tokens +=
+                tokens_fetched_with((img.height, img.width), measure_patch, fetch, cfg)?;
+        }
         images.push(process_image(&img, fetch, cfg)?);
     }
     let ids = encode_vision_prompt(tok, &messages, &images, cfg.merge_size, kwargs)?;
-    let measured_len = if measure_patch == cfg.patch_size {
-        ids.len()
-    } else {
+    let measured_len = if remeasure {
         let placed: usize = images.iter().map(|i| i.tokens(cfg.merge_size)).sum();
         ids.len() - placed + measured_tokens
+    } else {
+        ids.len()
     };
     Ok(RowPrompt {
         ids,

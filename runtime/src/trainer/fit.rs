@@ -206,19 +206,16 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
     };
     // A Qwen3.5 checkpoint beside a critic or under vLLM trains on text (B022 at build).
     let text_only = cfg
-        .text_model()
-        .and((spec.critic.is_some() || spec.rollout.vllm.is_some()).then(|| {
+        .arch()
+        .ok()
+        .and_then(|a| Some((a, spec.text_prompts_only(a, false)?)))
+        .map(|(a, why)| {
             format!(
-                "this run trains the {} model `{}` on text prompts only ({}): verlc does not yet send images there (verlc build warned, B022)",
-                cfg.arch().map_or("", |a| a.row().name),
+                "this run trains the {} model `{}` {why} on text prompts only: verlc does not yet send images there (verlc build warned, B022)",
+                a.row().name,
                 spec.actor.model_path,
-                if spec.critic.is_some() {
-                    "beside a critic"
-                } else {
-                    "with the vLLM rollout"
-                }
             )
-        }));
+        });
     Ok(Some(VisionData {
         image_key: spec.data.image_key.clone(),
         measure_patch_size: spec.data.image_patch_size.unwrap_or(processor.patch_size),
