@@ -17,6 +17,7 @@ binary passed, 1 otherwise (the failed ones are listed last).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,61 @@ def package_name(package_id):
     return package_id.rsplit("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
 
 
+# The fork server for the tests' Python helpers (runtime/src/pyproc/fork_server.py): reward
+# functions, reward managers, datasets, tools and agent loops start by the dozen, each
+# importing torch and transformers (5 to 7 s of CPU) unless forked from an interpreter that
+# has. Started with the environment the jobs get, so that it forks for them.
+FORK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime", "src", "pyproc", "fork_server.py")
+
+
+def start_fork_server(env, workdir):
+    """The server's process and its log, once it listens; None (and why, on stderr) when
+    there is no interpreter to run it or it does not come up: helpers then start directly."""
+    python = env.get("VERLC_PYTHON") or (
+        os.path.join(env["VIRTUAL_ENV"], "bin", "python") if env.get("VIRTUAL_ENV") else ""
+    )
+    if not python or not os.path.isfile(python):
+        print("run-tests: no VERLC_PYTHON or VIRTUAL_ENV; helpers start without the fork server", file=sys.stderr)
+        return None
+    socket_path = os.path.join(workdir, "fork-server.sock")
+    log = open(os.path.join(workdir, "fork-server.log"), "w+")
+    server = subprocess.Popen(
+        [python, "-u", FORK_SERVER, socket_path],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and server.poll() is None and not os.path.exists(socket_path):
+        time.sleep(0.1)
+    if not os.path.exists(socket_path):
+        server.kill()
+        server.wait()
+        log.seek(0)
+        print("run-tests: the fork server did not start; helpers start directly:\n" + log.read(), file=sys.stderr)
+        return None
+    env["VERLC_PYTHON_FORK_SERVER"] = socket_path
+    return server, log
+
+
+def stop_fork_server(started):
+    """Stops the server; its CPU (and its helpers') and what it forked or declined."""
+    server, log = started
+    server.terminate()
+    _, _, usage = os.wait4(server.pid, 0)
+    log.seek(0)
+    lines = log.read().splitlines()
+    forked = sum(1 for line in lines if line.startswith("fork server: forked"))
+    others = {}
+    for line in lines:
+        if not line.startswith(("fork server: forked", "fork server: ready")):
+            others[line] = others.get(line, 0) + 1
+    summary = [f"fork server: {forked} helpers forked"]
+    summary += [f"  {n} x {line}" for line, n in sorted(others.items())]
+    return usage.ru_utime + usage.ru_stime, summary
+
+
 def main():
     args = sys.argv[1:]
     tests = []
@@ -130,6 +186,10 @@ def main():
         lib_dirs.append(os.path.dirname(tests[0]["exe"]))
     if os.environ.get("LD_LIBRARY_PATH"):
         lib_dirs.append(os.environ["LD_LIBRARY_PATH"])
+    job_env = dict(os.environ)
+    job_env["LD_LIBRARY_PATH"] = os.pathsep.join(lib_dirs)
+    workdir = tempfile.mkdtemp(prefix="verlc-run-tests-")
+    fork_server = start_fork_server(job_env, workdir)
     queue = list(tests)
     lock = threading.Condition()
     running_groups = set()
@@ -137,11 +197,10 @@ def main():
     costs = []
 
     def run(t):
-        env = dict(os.environ)
+        env = dict(job_env)
         env["CARGO"] = cargo
         env["CARGO_MANIFEST_DIR"] = t["dir"]
         env["CARGO_PKG_NAME"] = package_name(t["package"])
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(lib_dirs)
         start = time.time()
         # The job is reaped with wait4, whose resource usage counts the CPU of the job and of
         # every process it waited for (rank processes, Python peers, vLLM servers): what the
@@ -199,12 +258,21 @@ def main():
         th.start()
     for th in threads:
         th.join()
+    server_summary = []
+    if fork_server is not None:
+        # The helpers it forked are its children, so their CPU is counted here, not in the
+        # jobs that used them.
+        cpu, server_summary = stop_fork_server(fork_server)
+        costs.append((cpu, 0.0, "fork server and the Python helpers it forked"))
+    shutil.rmtree(workdir, ignore_errors=True)
     # Where the machine's time went, for CI's budget (docs/testing.md).
     print("\njobs by CPU time (s of CPU, s of wall):")
     for cpu, took, label in sorted(costs, reverse=True):
         if cpu >= 1:
             print(f"  {cpu:7.1f} {took:7.1f}  {label}")
     print(f"  {sum(c for c, _, _ in costs):7.1f} in all")
+    for line in server_summary:
+        print(line)
     if failed:
         print("\nfailed test binaries:\n  " + "\n  ".join(failed))
         return 1

@@ -18,9 +18,9 @@ use crate::pyproc::{JsonLinesProcess, ProcError};
 use super::DataError;
 use super::files::SourcedRow;
 
-/// verl's modules for the user's classes (`pyproc_verl.py`), then the helper.
+/// verl's modules for the user's classes (`pyproc/verl_prelude.py`), then the helper.
 const SCRIPT: &str = concat!(
-    include_str!("../pyproc_verl.py"),
+    include_str!("../pyproc/verl_prelude.py"),
     include_str!("python_host.py")
 );
 

@@ -24,8 +24,8 @@
 # A sampler with state_dict/load_state_dict is restored through them; one without is
 # fast-forwarded by drawing `yielded` indices of a fresh epoch iterator, as torchdata's
 # StatefulDataLoader resumes a sampler that keeps no state.
-# Base classes: verl's own, or stand-ins (pyproc_verl.py's verl_modules, put ahead of this
-# script with pyproc_channel.py). The user's prints go to stderr; stdout carries only the protocol.
+# Base classes: verl's own, or stand-ins (pyproc/verl_prelude.py's verl_modules, put ahead of this
+# script with pyproc/channel.py). The user's prints go to stderr; stdout carries only the protocol.
 import inspect
 import json
 import sys
@@ -188,11 +188,11 @@ class Sampling:
 
 
 def main():
-    send = protocol_sender(allow_nan=False)  # noqa: F821 - defined by pyproc_channel.py, put ahead of this script
+    send = protocol_sender(allow_nan=False)  # noqa: F821 - defined by pyproc/channel.py, put ahead of this script
 
     spec = json.loads(sys.argv[1])
     try:
-        verl_kind = verl_modules(  # noqa: F821 - pyproc_verl.py, put ahead of this script
+        verl_kind = verl_modules(  # noqa: F821 - pyproc/verl_prelude.py, put ahead of this script
             ["utils.dataset", "experimental", "experimental.dataset"],
             ["verl.utils.dataset.rl_dataset", "verl.experimental.dataset.sampler"],
             standin_modules,
@@ -268,7 +268,7 @@ def main():
                 indices = sampling.take(int(req["take"]), bool(req["drop_last"]))
                 send({"id": req["id"], "indices": indices, "epoch": sampling.epoch, "yielded": sampling.yielded})
             elif "update" in req:
-                sampling.sampler.update(batch=data_proto_of(req["update"]))  # noqa: F821 - pyproc_verl.py
+                sampling.sampler.update(batch=data_proto_of(req["update"]))  # noqa: F821 - pyproc/verl_prelude.py
                 send({"id": req["id"], "ok": True})
             elif "state" in req:
                 send({"id": req["id"], "state": sampling.state()})

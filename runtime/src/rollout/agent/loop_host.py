@@ -114,7 +114,7 @@ def agent_loop_module():
         setattr(mod, name, obj)
     for pkg in ["verl", "verl.experimental", "verl.experimental.agent_loop"]:
         if pkg not in sys.modules:
-            bare_package(pkg, "")  # noqa: F821 - pyproc_verl.py
+            bare_package(pkg, "")  # noqa: F821 - pyproc/verl_prelude.py
     sys.modules["verl.experimental.agent_loop.agent_loop"] = mod
     sys.modules["verl.experimental.agent_loop"].AgentLoopBase = AgentLoopBase
     sys.modules["verl.experimental.agent_loop"].AgentLoopOutput = AgentLoopOutput
@@ -136,10 +136,10 @@ def instantiate(entry, **kwargs):
 
 
 def main():
-    send = protocol_sender(allow_nan=False)  # noqa: F821 - pyproc_channel.py
+    send = protocol_sender(allow_nan=False)  # noqa: F821 - pyproc/channel.py
     spec = json.loads(sys.argv[1])
     try:
-        kind = verl_modules(  # noqa: F821 - pyproc_verl.py
+        kind = verl_modules(  # noqa: F821 - pyproc/verl_prelude.py
             ["utils.dataset"], ["verl.utils.dataset.rl_dataset"], lambda: None
         )
         agent_loop_module()
@@ -154,7 +154,7 @@ def main():
         for e in entries:
             _registry[e["name"]] = e
         tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
-        config = config_object(spec["config"])  # noqa: F821 - pyproc_verl.py
+        config = config_object(spec["config"])  # noqa: F821 - pyproc/verl_prelude.py
         try:
             from verl.utils.dataset.rl_dataset import RLHFDataset as dataset_cls
         except Exception:

@@ -14,7 +14,7 @@ use crate::pyproc::JsonLinesProcess;
 use super::TurnGenerator;
 
 const SCRIPT: &str = concat!(
-    include_str!("../../pyproc_verl.py"),
+    include_str!("../../pyproc/verl_prelude.py"),
     include_str!("loop_host.py")
 );
 

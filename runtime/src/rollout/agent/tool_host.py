@@ -21,7 +21,7 @@
 # the protocol.
 #
 # Tool classes follow verl's BaseTool (create / execute / release, `verl.tools.base_tool`):
-# verl's own, loaded without its Ray-importing package root where needed (pyproc_verl.py's
+# verl's own, loaded without its Ray-importing package root where needed (pyproc/verl_prelude.py's
 # verl_modules, put ahead of this script), and where verl is absent a small compatible
 # `verl.tools.base_tool` / `verl.tools.schemas` (`standin` below).
 import asyncio
@@ -296,13 +296,13 @@ async def guarded(tools, call, pool, timeout):
 
 
 def main():
-    send = protocol_sender(ensure_ascii=False)  # noqa: F821 - defined by pyproc_channel.py, put ahead of this script
+    send = protocol_sender(ensure_ascii=False)  # noqa: F821 - defined by pyproc/channel.py, put ahead of this script
 
     config_path, function_path = sys.argv[1], sys.argv[2]
     timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
     interaction_path = sys.argv[4] if len(sys.argv) > 4 else ""
     try:
-        verl_modules(  # noqa: F821 - pyproc_verl.py, put ahead of this script
+        verl_modules(  # noqa: F821 - pyproc/verl_prelude.py, put ahead of this script
             ["tools"], ["verl.tools.base_tool", "verl.tools.schemas"], standin
         )
         interactions = load_interactions(interaction_path) if interaction_path else {}

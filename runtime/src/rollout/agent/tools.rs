@@ -21,9 +21,9 @@ use crate::tokenizer::chat::Message;
 use super::hermes::FunctionCall;
 use super::turns::{Answer, ToolOutcome, ToolRunner, UserReply, tool_failed, unknown_tool};
 
-/// verl's modules for the user's tools (`pyproc_verl.py`), then the host.
+/// verl's modules for the user's tools (`pyproc/verl_prelude.py`), then the host.
 const HOST: &str = concat!(
-    include_str!("../../pyproc_verl.py"),
+    include_str!("../../pyproc/verl_prelude.py"),
     include_str!("tool_host.py")
 );
 

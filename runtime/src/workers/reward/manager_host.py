@@ -41,7 +41,7 @@ def standin_modules():
             self.config = config
             self.tokenizer = tokenizer
             self.compute_score = compute_score
-            self.loop = event_loop()  # noqa: F821 - pyproc_verl.py
+            self.loop = event_loop()  # noqa: F821 - pyproc/verl_prelude.py
 
         async def run_single(self, data):
             raise NotImplementedError
@@ -66,7 +66,7 @@ def standin_modules():
             "(set custom_reward_function.path)"
         )
 
-    standin_package(  # noqa: F821 - pyproc_verl.py
+    standin_package(  # noqa: F821 - pyproc/verl_prelude.py
         "utils",
         "workers",
         "experimental",
@@ -119,7 +119,7 @@ def compute_score_of(spec):
         from verl.utils.reward_score import default_compute_score
 
         return default_compute_score
-    fn = load_user_object(f["path"], f["name"])  # noqa: F821 - pyproc_verl.py
+    fn = load_user_object(f["path"], f["name"])  # noqa: F821 - pyproc/verl_prelude.py
     kwargs = f.get("kwargs") or {}
     if not kwargs:
         return fn
@@ -205,11 +205,11 @@ def score_loop(manager, data):
 
 
 def main():
-    send = protocol_sender(allow_nan=False)  # noqa: F821 - pyproc_channel.py
+    send = protocol_sender(allow_nan=False)  # noqa: F821 - pyproc/channel.py
 
     spec = json.loads(sys.argv[1])
     try:
-        kind = verl_modules(  # noqa: F821 - pyproc_verl.py
+        kind = verl_modules(  # noqa: F821 - pyproc/verl_prelude.py
             ["workers", "experimental", "experimental.reward_loop", "experimental.reward_loop.reward_manager"],
             [
                 "verl.workers.reward_manager",
@@ -222,7 +222,7 @@ def main():
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
-        config = config_object(spec["config"])  # noqa: F821 - pyproc_verl.py
+        config = config_object(spec["config"])  # noqa: F821 - pyproc/verl_prelude.py
         manager, interface, name = build(spec, tokenizer, config, compute_score_of(spec))
     except BaseException:
         send({"ready": False, "error": traceback.format_exc()})
@@ -233,7 +233,7 @@ def main():
             continue
         req = json.loads(line)
         try:
-            data = data_proto_of(req["batch"])  # noqa: F821 - pyproc_verl.py
+            data = data_proto_of(req["batch"])  # noqa: F821 - pyproc/verl_prelude.py
             if interface == "loop":
                 rewards, extra = score_loop(manager, data)
             else:
@@ -241,7 +241,7 @@ def main():
             send(
                 {
                     "id": req["id"],
-                    "rewards": jsonable(rewards),  # noqa: F821 - pyproc_verl.py
+                    "rewards": jsonable(rewards),  # noqa: F821 - pyproc/verl_prelude.py
                     "extra": {str(k): jsonable(list(v)) for k, v in extra.items()},  # noqa: F821
                 }
             )

@@ -21,7 +21,7 @@ use crate::pyproc::{JsonLinesProcess, ProcError};
 use super::{RewardError, Score, ScoreItem};
 
 const SERVER: &str = concat!(
-    include_str!("../../pyproc_verl.py"),
+    include_str!("../../pyproc/verl_prelude.py"),
     include_str!("server.py")
 );
 

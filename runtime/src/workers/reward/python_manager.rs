@@ -16,7 +16,7 @@ use crate::pyproc::{JsonLinesProcess, ProcError};
 use super::{RewardError, Score};
 
 const SCRIPT: &str = concat!(
-    include_str!("../../pyproc_verl.py"),
+    include_str!("../../pyproc/verl_prelude.py"),
     include_str!("manager_host.py")
 );
 
@@ -44,7 +44,7 @@ pub struct PythonManager {
     /// `legacy` (`manager(data, return_dict=True)`) or `loop` (`run_single` per row).
     pub interface: String,
     pub class: String,
-    /// Where verl's base classes came from (see `pyproc_verl.py`).
+    /// Where verl's base classes came from (see `pyproc/verl_prelude.py`).
     pub verl: String,
 }
 

@@ -6,7 +6,7 @@
 #   server -> {"id": N, "results": [{"score": float | null, "bad": repr | null, "extra": {...},
 #                                     "dict": whether the function returned a dict}]}
 #           | {"id": N, "error": "traceback", "item": index of the item that raised | null}
-# The user's prints go to stderr; stdout carries only the protocol. pyproc_verl.py is put
+# The user's prints go to stderr; stdout carries only the protocol. pyproc/verl_prelude.py is put
 # ahead of this script.
 import asyncio
 import importlib.util
@@ -59,17 +59,17 @@ def no_verl():
 
 
 def main():
-    send = protocol_sender(allow_nan=False)  # noqa: F821 - defined by pyproc_channel.py, put ahead of this script
+    send = protocol_sender(allow_nan=False)  # noqa: F821 - defined by pyproc/channel.py, put ahead of this script
 
     path, name = sys.argv[1], sys.argv[2]
     kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     try:
         if path.startswith("pkg://"):
             # An installed module (verl's own scorers), not a file; verl's package root
-            # imports Ray, which the prelude (pyproc_verl.py) does without.
+            # imports Ray, which the prelude (pyproc/verl_prelude.py) does without.
             installed = path[len("pkg://"):]
             if installed.split(".")[0] == "verl":
-                verl_modules([], [installed], no_verl)  # noqa: F821 - pyproc_verl.py
+                verl_modules([], [installed], no_verl)  # noqa: F821 - pyproc/verl_prelude.py
             module = importlib.import_module(installed)
         else:
             sys.path.insert(0, os.path.dirname(os.path.abspath(path)))

@@ -1,14 +1,20 @@
 //! A long-lived Python helper process spoken to over JSON lines: one JSON object per line on
-//! its stdin and stdout (`pyproc_channel.py`, run ahead of every helper script, gives it
+//! its stdin and stdout (`pyproc/channel.py`, run ahead of every helper script, gives it
 //! `protocol_sender()`, which moves the user's prints to stderr), stderr relayed with a
 //! prefix and its last lines kept for error messages. Every wait is bounded: a reply that does
 //! not come within its timeout kills the process; a process that exits is reported with its
 //! status and last stderr lines; afterwards every request fails with the first reason.
 //! Reward functions (`workers::reward::python`) and tools (`rollout::agent::tools`) run here.
+//! A helper's process is started here, or forked from a warm interpreter when a fork server
+//! is named (`process.rs`, `fork_client.rs`).
+
+mod fork_client;
+mod process;
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -22,7 +28,9 @@ const STDERR_TAIL: usize = 40;
 const STDERR_DRAIN: Duration = Duration::from_secs(2);
 
 /// The helper's side of the protocol, run ahead of its script.
-const CHANNEL: &str = include_str!("pyproc_channel.py");
+const CHANNEL: &str = include_str!("channel.py");
+
+pub use fork_client::SOCKET_VAR as FORK_SERVER_VAR;
 
 /// Why a request got no reply.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -62,8 +70,8 @@ pub fn default_python() -> String {
 
 /// A running helper.
 pub struct JsonLinesProcess {
-    child: Child,
-    stdin: Option<ChildStdin>,
+    process: process::HelperProcess,
+    stdin: Option<File>,
     lines: Receiver<String>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     stderr_thread: Option<JoinHandle<()>>,
@@ -73,14 +81,14 @@ pub struct JsonLinesProcess {
 impl std::fmt::Debug for JsonLinesProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JsonLinesProcess")
-            .field("pid", &self.child.id())
+            .field("pid", &self.process.id())
             .field("dead", &self.dead)
             .finish_non_exhaustive()
     }
 }
 
 impl JsonLinesProcess {
-    /// Runs `python -u -c script args...` (with `pyproc_channel.py` ahead of `script`); its
+    /// Runs `python -u -c script args...` (with `pyproc/channel.py` ahead of `script`); its
     /// stderr lines are printed as `[tag] line`.
     pub fn spawn(
         python: &str,
@@ -88,36 +96,37 @@ impl JsonLinesProcess {
         args: &[String],
         tag: &str,
     ) -> Result<Self, ProcError> {
-        let mut child = Command::new(python)
-            .arg("-u")
-            .arg("-c")
-            .arg(format!("{CHANNEL}{script}"))
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| ProcError::Spawn {
-                python: python.to_owned(),
-                message: e.to_string(),
-            })?;
-        let stdin = child.stdin.take();
+        let server = std::env::var_os(FORK_SERVER_VAR).filter(|s| !s.is_empty());
+        Self::spawn_with_fork_server(python, script, args, tag, server.as_deref().map(Path::new))
+    }
+
+    /// As `spawn`, forked by the fork server listening at `fork_server` where it takes the
+    /// request (`None`: started directly).
+    pub fn spawn_with_fork_server(
+        python: &str,
+        script: &str,
+        args: &[String],
+        tag: &str,
+        fork_server: Option<&Path>,
+    ) -> Result<Self, ProcError> {
+        let started = process::start(python, &format!("{CHANNEL}{script}"), args, fork_server)?;
+        let stdin = Some(started.stdin);
+        let out = started.stdout;
+        let err = started.stderr;
         let (tx, rx) = channel();
-        if let Some(out) = child.stdout.take() {
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
                 }
-            });
-        }
+            }
+        });
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let tag = tag.to_owned();
-        let stderr_thread = child.stderr.take().map(|err| {
+        let stderr_thread = {
             let tail = Arc::clone(&tail);
-            std::thread::spawn(move || {
+            Some(std::thread::spawn(move || {
                 for line in BufReader::new(err).lines() {
                     let Ok(line) = line else { break };
                     eprintln!("[{tag}] {line}");
@@ -128,10 +137,10 @@ impl JsonLinesProcess {
                         t.push_back(line);
                     }
                 }
-            })
-        });
+            }))
+        };
         Ok(JsonLinesProcess {
-            child,
+            process: started.process,
             stdin,
             lines: rx,
             stderr_tail: tail,
@@ -143,8 +152,8 @@ impl JsonLinesProcess {
     /// Kills the process (a helper stuck in user code included) and reaps it.
     pub fn stop(&mut self) {
         self.stdin = None;
-        kill_tree(&mut self.child);
-        let _ = self.child.wait();
+        self.process.kill();
+        let _ = self.process.wait();
         self.join_stderr();
     }
 
@@ -223,10 +232,7 @@ impl JsonLinesProcess {
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => {
                 self.stdin = None;
-                let status = match self.child.wait() {
-                    Ok(s) => s.to_string(),
-                    Err(e) => format!("unknown status ({e})"),
-                };
+                let status = self.process.wait();
                 self.join_stderr();
                 let e = ProcError::Exited {
                     status,
@@ -266,45 +272,10 @@ impl Drop for JsonLinesProcess {
     fn drop(&mut self) {
         // Closing stdin ends the helper's loop; kill covers one stuck in user code.
         self.stdin = None;
-        kill_tree(&mut self.child);
-        let _ = self.child.wait();
+        self.process.kill();
+        let _ = self.process.wait();
     }
 }
 
-/// Kills `child` and every process under it. The interpreter may be a wrapper (a shell
-/// script, `conda run`, `time`) whose Python is a grandchild: killing only the direct child
-/// would leave a helper stuck in user code running, holding the pipes.
-fn kill_tree(child: &mut Child) {
-    let mut pending = vec![child.id()];
-    let mut below = Vec::new();
-    while let Some(pid) = pending.pop() {
-        for kid in children_of(pid) {
-            below.push(kid);
-            pending.push(kid);
-        }
-    }
-    for pid in below {
-        if let Ok(pid) = libc::pid_t::try_from(pid) {
-            // SAFETY: sends a signal; no memory is touched.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-    let _ = child.kill();
-}
-
-/// The processes `pid`'s threads started (Linux's `/proc/<pid>/task/<tid>/children`; empty
-/// elsewhere).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|text| {
-            text.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
+#[cfg(test)]
+mod tests;

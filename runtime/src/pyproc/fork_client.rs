@@ -1,0 +1,217 @@
+//! The client of `fork_server.py`: where `VERLC_PYTHON_FORK_SERVER` names a server's socket
+//! (scripts/run-tests.py starts one for the suite), a helper is forked from an interpreter
+//! that has imported torch and transformers already, instead of paying those imports again
+//! (seconds of CPU per helper). The protocol is at the top of `fork_server.py`.
+//!
+//! Any failure to reach or use the server (not running, another interpreter asked for, an
+//! environment the imports would read differently) falls back to starting the helper
+//! directly, so the server can only make a helper start sooner, never change what it runs.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::process::{HelperProcess, Started};
+
+/// Names the server's socket.
+pub const SOCKET_VAR: &str = "VERLC_PYTHON_FORK_SERVER";
+
+/// Longest wait for the server's answer to a request, and for a killed child's status.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A helper the server forked: its pid, and the connection its status comes back on.
+pub(super) struct ForkedChild {
+    pid: u32,
+    conn: UnixStream,
+    replies: BufReader<UnixStream>,
+    status: Option<String>,
+}
+
+impl ForkedChild {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Asks the server to SIGKILL the child and every process under it (the server, which
+    /// reaps it, knows whether the pid is still the child's).
+    pub fn kill(&mut self) {
+        if self.status.is_none() {
+            let _ = self.conn.write_all(b"kill\n");
+        }
+    }
+
+    /// The child's status once the server has reaped it.
+    pub fn wait(&mut self) -> String {
+        if let Some(s) = &self.status {
+            return s.clone();
+        }
+        let status = match read_reply(&mut self.replies) {
+            Ok(reply) => match reply.get("status").and_then(Value::as_str) {
+                Some(s) => s.to_owned(),
+                None => format!("unknown status (the fork server sent {reply})"),
+            },
+            Err(e) => format!("unknown status (the fork server: {e})"),
+        };
+        self.status = Some(status.clone());
+        status
+    }
+}
+
+/// Forks the helper through the server at `socket` if it takes it; `None`: start it here.
+pub(super) fn try_fork(
+    socket: &Path,
+    python: &str,
+    script: &str,
+    args: &[String],
+) -> Option<Started> {
+    match fork(socket, python, script, args) {
+        Ok(Some(started)) => Some(started),
+        Ok(None) => None,
+        Err(e) => {
+            warn_once(&format!(
+                "the fork server at {} failed ({e}); starting helpers directly",
+                socket.display()
+            ));
+            None
+        }
+    }
+}
+
+fn warn_once(message: &str) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        eprintln!("warning: {message}");
+    }
+}
+
+fn fork(
+    socket: &Path,
+    python: &str,
+    script: &str,
+    args: &[String],
+) -> std::io::Result<Option<Started>> {
+    // Every variable goes over as text; an environment that is not is left to a direct start.
+    let mut env = serde_json::Map::new();
+    for (k, v) in std::env::vars_os() {
+        let (Ok(k), Ok(v)) = (k.into_string(), v.into_string()) else {
+            return Ok(None);
+        };
+        env.insert(k, Value::String(v));
+    }
+    let Some(cwd) = std::env::current_dir()?.to_str().map(str::to_owned) else {
+        return Ok(None);
+    };
+    let request = json!({
+        "python": python, "script": script, "args": args, "cwd": cwd, "env": env,
+    })
+    .to_string();
+
+    let (stdin_r, stdin_w) = pipe()?;
+    let (stdout_r, stdout_w) = pipe()?;
+    let (stderr_r, stderr_w) = pipe()?;
+    let mut conn = UnixStream::connect(socket)?;
+    conn.set_read_timeout(Some(REPLY_TIMEOUT))?;
+    let header = (request.len() as u64).to_le_bytes();
+    send_with_fds(
+        &conn,
+        &header,
+        &[
+            stdin_r.as_raw_fd(),
+            stdout_w.as_raw_fd(),
+            stderr_w.as_raw_fd(),
+        ],
+    )?;
+    conn.write_all(request.as_bytes())?;
+    // The child's ends now live in the server (and the child); ours would keep its stdout
+    // from ever reaching its end.
+    drop((stdin_r, stdout_w, stderr_w));
+
+    let mut replies = BufReader::new(conn.try_clone()?);
+    let reply = read_reply(&mut replies)?;
+    if reply.get("declined").is_some() {
+        return Ok(None);
+    }
+    let Some(pid) = reply
+        .get("pid")
+        .and_then(Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+    else {
+        return Err(std::io::Error::other(format!("unexpected reply {reply}")));
+    };
+    Ok(Some(Started {
+        process: HelperProcess::Forked(ForkedChild {
+            pid,
+            conn,
+            replies,
+            status: None,
+        }),
+        stdin: File::from(stdin_w),
+        stdout: File::from(stdout_r),
+        stderr: File::from(stderr_r),
+    }))
+}
+
+fn read_reply(replies: &mut BufReader<UnixStream>) -> std::io::Result<Value> {
+    let mut line = String::new();
+    if replies.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::other("it closed the connection"));
+    }
+    serde_json::from_str(&line)
+        .map_err(|e| std::io::Error::other(format!("a reply that is not JSON ({e}): {line:?}")))
+}
+
+/// A pipe whose ends close on exec (so no other process this one starts inherits them).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds: [RawFd; 2] = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both are open descriptors that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends `bytes` with `fds` attached (SCM_RIGHTS): the server receives copies of them.
+fn send_with_fds(conn: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    let fd_bytes = std::mem::size_of_val(fds);
+    let fd_len = u32::try_from(fd_bytes).map_err(std::io::Error::other)?;
+    // SAFETY: CMSG_SPACE / CMSG_LEN only compute sizes.
+    let (space, len) = unsafe { (libc::CMSG_SPACE(fd_len), libc::CMSG_LEN(fd_len)) };
+    // u64 words keep the control buffer aligned for `cmsghdr`.
+    let mut control = vec![0u64; (space as usize).div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid (null pointers, zero lengths); the fields set below
+    // point at `iov` and `control`, which outlive the sendmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `control` holds CMSG_SPACE(fd_len) bytes, room for one header and the fds;
+    // CMSG_FIRSTHDR of a msghdr with that buffer is non-null and points into it.
+    let sent = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = len as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), fd_bytes);
+        libc::sendmsg(conn.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+    };
+    match usize::try_from(sent) {
+        Ok(n) if n == bytes.len() => Ok(()),
+        Ok(n) => Err(std::io::Error::other(format!(
+            "sent {n} of the header's {} bytes",
+            bytes.len()
+        ))),
+        Err(_) => Err(std::io::Error::last_os_error()),
+    }
+}

@@ -1,0 +1,318 @@
+# verlc's fork server for Python helpers (runtime/src/pyproc/fork_client.rs is the other end).
+#
+#   python -u fork_server.py SOCKET_PATH [MODULE...]
+#
+# Imports MODULEs once (default: PRELOAD, what verl's classes import: seconds of CPU per
+# interpreter), listens on a Unix socket, and for each connection forks a child that runs one
+# helper script as `python -u -c SCRIPT ARGS...` would, on the three pipe ends the client
+# passed (SCM_RIGHTS).
+# A test suite starts dozens of helpers; each then costs a fork instead of those imports.
+#
+# Protocol, one connection per helper:
+#   client -> server  one message: 8-byte little-endian length N, with the helper's stdin,
+#                     stdout and stderr as ancillary fds; then N bytes of JSON
+#                     {"python", "script", "args", "cwd", "env"}.
+#   server -> client  {"pid": PID} once forked, or {"declined": WHY} (the client then starts
+#                     the helper itself: another interpreter, or an environment the imports
+#                     would have read differently);
+#                     later {"status": "exit status: N" | "signal: N (NAME)"} once reaped.
+#   client -> server  "kill\n" (or closing the connection): the child and every process under
+#                     it get SIGKILL.
+#
+# The server is single-threaded (a selector loop), so a fork never copies a lock another
+# thread holds. It reports (stderr) and exits when the imports leave threads running.
+
+import builtins
+import importlib
+import io
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import types
+
+# Environment variables the interpreter or the preloaded modules read when they start: a
+# request whose values differ gets a fresh interpreter instead of a fork.
+STARTUP_PREFIXES = (
+    "PYTHON",
+    "LD_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "GOMP_",
+    "ONEDNN_",
+    "DNNL_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TORCH_",
+    "CUDA",
+    "TOKENIZERS_",
+    "VIRTUAL_ENV",
+)
+
+HEADER = struct.Struct("<Q")
+
+# What the helpers' imports cost most (verl's datasets, reward managers and tools import
+# them): torch, transformers with its model utilities, datasets with pandas.
+PRELOAD = ["numpy", "torch", "transformers", "transformers.modeling_utils", "datasets", "pandas"]
+
+
+def startup_env(env):
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES)}
+
+
+def same_interpreter(python):
+    import shutil
+
+    found = python if os.sep in python else shutil.which(python)
+    return found is not None and os.path.abspath(found) == os.path.abspath(sys.executable)
+
+
+def read_exact(conn, n):
+    chunks = []
+    while n:
+        chunk = conn.recv(min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("the client closed the connection mid-request")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def descendants(pid):
+    found, pending = [], [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            found.extend(kids)
+            pending.extend(kids)
+    return found
+
+
+def status_text(status):
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "unknown"
+        return f"signal: {sig} ({name})"
+    return f"exit status: {os.waitstatus_to_exitcode(status)}"
+
+
+class Server:
+    def __init__(self, path):
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Bound under another name and renamed once listening: whoever sees `path` can connect.
+        self.listener.bind(path + ".binding")
+        self.listener.listen(64)
+        os.rename(path + ".binding", path)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        # SIGCHLD wakes the selector through this pipe.
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "reap")
+        self.by_pid = {}  # pid -> connection
+        self.unreaped = set()
+
+    def serve(self):
+        """Runs until a child is forked (then returns what it must run) or SIGTERM."""
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "accept":
+                    run = self.accept()
+                    if run is not None:
+                        return run
+                elif key.data == "reap":
+                    self.reap()
+                else:
+                    self.from_client(key.fileobj, key.data)
+
+    def accept(self):
+        conn, _ = self.listener.accept()
+        conn.settimeout(30)
+        fds = []
+        try:
+            msg, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
+            if len(msg) != HEADER.size or len(fds) != 3:
+                raise ValueError("a request without its header and three descriptors")
+            (n,) = HEADER.unpack(msg)
+            req = json.loads(read_exact(conn, n))
+            why = self.decline(req)
+            if why is not None:
+                print(f"fork server: declined: {why}", file=sys.stderr)
+                conn.sendall((json.dumps({"declined": why}) + "\n").encode())
+                conn.close()
+                return None
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    return self.child(conn, fds, req)
+                except BaseException:
+                    # Never back into the server's loop: this process is the helper.
+                    import traceback
+
+                    traceback.print_exc()
+                    os._exit(127)
+            print(f"fork server: forked {pid}", file=sys.stderr)
+            conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+        except Exception as e:  # a broken request costs its client, never the server
+            print(f"fork server: a request failed: {e!r}", file=sys.stderr)
+            conn.close()
+            return None
+        finally:
+            if os.getpid() == self.pid:
+                for fd in fds:
+                    os.close(fd)
+        conn.setblocking(False)
+        self.by_pid[pid] = conn
+        self.unreaped.add(pid)
+        self.selector.register(conn, selectors.EVENT_READ, pid)
+        return None
+
+    def decline(self, req):
+        if not same_interpreter(req["python"]):
+            return f"another interpreter ({req['python']}; this server runs {sys.executable})"
+        env = req["env"]
+        mine, theirs = startup_env(os.environ), startup_env(env)
+        if mine != theirs:
+            keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            return "different start-up environment: " + ", ".join(keys)
+        return None
+
+    def child(self, conn, fds, req):
+        """In the forked child: become the helper. Returns (code, globals) to run."""
+        signal.set_wakeup_fd(-1)
+        # The dispositions a fresh interpreter starts with.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.selector.close()
+        for c in self.by_pid.values():
+            c.close()
+        conn.close()
+        self.listener.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        sys.argv = ["-c", *req["args"]]
+        sys.path[0] = ""  # `python -c` puts the working directory first
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()  # a fresh interpreter's global state
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        return compile(req["script"], "<string>", "exec"), main.__dict__
+
+    def from_client(self, conn, pid):
+        try:
+            data = conn.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data or b"kill" in data:
+            self.kill(pid)
+        if not data:
+            self.selector.unregister(conn)
+            self.by_pid.pop(pid, None)
+            conn.close()
+
+    def kill(self, pid):
+        if pid not in self.unreaped:
+            return
+        for p in [pid, *descendants(pid)]:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def shutdown(self):
+        """SIGTERM: no helper outlives the server."""
+        for pid in list(self.unreaped):
+            self.kill(pid)
+        sys.exit(0)
+
+    def reap(self):
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.unreaped.discard(pid)
+            conn = self.by_pid.pop(pid, None)
+            if conn is None:
+                continue
+            try:
+                conn.setblocking(True)
+                conn.sendall((json.dumps({"status": status_text(status)}) + "\n").encode())
+            except OSError:
+                pass
+            self.selector.unregister(conn)
+            conn.close()
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def main():
+    path, modules = sys.argv[1], sys.argv[2:] or PRELOAD
+    if not isinstance(sys.stdout.buffer, io.FileIO):
+        print("fork server: run it with `python -u`, as helpers run", file=sys.stderr)
+        return None
+    # pyarrow's jemalloc starts a background purging thread when it loads (datasets and
+    # pandas import pyarrow); without it the server stays single-threaded. The children only
+    # purge freed memory in the allocating thread instead.
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except Exception as e:  # a module this venv lacks is imported by the helper or not at all
+            print(f"fork server: not preloading {m}: {e!r}", file=sys.stderr)
+    if threads() != 1:
+        print(
+            f"fork server: the imports left {threads()} threads; forking would copy their locks",
+            file=sys.stderr,
+        )
+        return None
+    server = Server(path)
+    server.pid = os.getpid()
+    signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
+    print("fork server: ready", file=sys.stderr, flush=True)
+    return server.serve()
+
+
+run = main()
+if run is None:
+    sys.exit(1)
+del main, Server
+exec(run[0], run[1])

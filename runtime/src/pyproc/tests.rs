@@ -1,0 +1,241 @@
+//! Helpers started through a real fork server (`fork_server.py` on the project's Python)
+//! behave as helpers started directly: arguments, working directory, environment, replies,
+//! exit status and stderr, kills of a stuck helper and the processes under it; and requests
+//! the server declines, or a server that is not there, start the helper directly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{JsonLinesProcess, ProcError, default_python};
+
+const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pyproc/fork_server.py");
+
+/// A fork server in its own directory, stopped (SIGTERM) when dropped.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+impl Server {
+    /// Preloads only `json`: what is under test is the forking, not the imports.
+    fn start(name: &str) -> Server {
+        let dir = std::env::temp_dir().join(format!("verlc-fork-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("s");
+        let log = std::fs::File::create(dir.join("log")).unwrap();
+        let child = Command::new(default_python())
+            .args(["-u", SERVER])
+            .arg(&socket)
+            .arg("json")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "no server: {}",
+                Server::log_of(&dir)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, dir, socket }
+    }
+
+    fn log_of(dir: &Path) -> String {
+        std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+    }
+
+    fn log(&self) -> String {
+        Server::log_of(&self.dir)
+    }
+
+    fn spawn(&self, python: &str, script: &str, args: &[String]) -> JsonLinesProcess {
+        JsonLinesProcess::spawn_with_fork_server(python, script, args, "t", Some(&self.socket))
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: sends a signal; no memory is touched.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+const LONG: Duration = Duration::from_secs(60);
+
+/// Replies to its first request with what a `python -u -c` process sees of itself.
+const INTROSPECT: &str = r#"
+import os, sys
+send = protocol_sender()
+req = __import__("json").loads(sys.stdin.readline())
+send({
+    "echo": req, "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
+    "name": __name__, "path_var": os.environ.get("PATH"), "pid": os.getpid(),
+    "ppid": os.getppid(),
+})
+"#;
+
+fn introspect(p: &mut JsonLinesProcess) -> serde_json::Map<String, Value> {
+    p.request(&json!({"x": [1, 2]}), LONG, "introspecting")
+        .unwrap()
+}
+
+fn alive(pid: u64) -> bool {
+    // A zombie has exited; only its parent's reaping is left.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+fn gone_within(pid: u64, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while alive(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn a_forked_helper_sees_what_python_c_would() {
+    let server = Server::start("introspect");
+    let args = vec!["first".to_owned(), "sec ond".to_owned()];
+    let mut p = server.spawn(&default_python(), INTROSPECT, &args);
+    let mut direct =
+        JsonLinesProcess::spawn_with_fork_server(&default_python(), INTROSPECT, &args, "t", None)
+            .unwrap();
+    let (forked, plain) = (introspect(&mut p), introspect(&mut direct));
+    assert!(server.log().contains("forked"), "{}", server.log());
+    assert_eq!(
+        forked["ppid"],
+        json!(server.child.id()),
+        "forked by the server"
+    );
+    for key in ["echo", "argv", "cwd", "path0", "name", "path_var"] {
+        assert_eq!(forked[key], plain[key], "{key}");
+    }
+    assert_eq!(forked["argv"], json!(["-c", "first", "sec ond"]));
+    assert_eq!(forked["name"], json!("__main__"));
+}
+
+#[test]
+fn a_forked_helpers_exit_status_and_stderr_reach_the_caller() {
+    let server = Server::start("exit");
+    let mut p = server.spawn(
+        &default_python(),
+        "import sys\nprint('it went wrong', file=sys.stderr)\nsys.exit(3)\n",
+        &[],
+    );
+    let err = p.read(LONG, "waiting").unwrap_err();
+    let ProcError::Exited { status, tail, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(status, "exit status: 3");
+    assert!(tail.contains("it went wrong"), "{tail}");
+
+    let mut p = server.spawn(&default_python(), "raise ValueError('no good')\n", &[]);
+    let err = p.read(LONG, "waiting").unwrap_err().to_string();
+    assert!(err.contains("exit status: 1"), "{err}");
+    assert!(err.contains("ValueError: no good"), "{err}");
+}
+
+#[test]
+fn a_stuck_forked_helper_is_killed_with_the_processes_under_it() {
+    let server = Server::start("stuck");
+    let script = r#"
+import subprocess, time
+send = protocol_sender()
+sleeper = subprocess.Popen(["sleep", "300"])
+send({"sleeper": sleeper.pid})
+time.sleep(300)
+"#;
+    let mut p = server.spawn(&default_python(), script, &[]);
+    let helper = p.process.id() as u64;
+    let sleeper = p
+        .read(LONG, "starting")
+        .unwrap()
+        .get("sleeper")
+        .and_then(Value::as_u64)
+        .unwrap();
+    let err = p.read(SECOND, "the stuck call").unwrap_err();
+    assert!(matches!(err, ProcError::Timeout { .. }), "{err}");
+    assert!(gone_within(helper, LONG), "helper {helper} still runs");
+    assert!(gone_within(sleeper, LONG), "its child {sleeper} still runs");
+    assert_eq!(p.process.wait(), "signal: 9 (SIGKILL)");
+    // Every later request fails with the first reason.
+    let later = p.request(&json!({}), SECOND, "later").unwrap_err();
+    assert!(matches!(later, ProcError::Dead(_)), "{later}");
+}
+
+#[test]
+fn a_stopped_server_takes_its_helpers_with_it() {
+    let server = Server::start("shutdown");
+    let mut p = server.spawn(
+        &default_python(),
+        "import time\nsend = protocol_sender()\nsend({})\ntime.sleep(300)\n",
+        &[],
+    );
+    p.read(LONG, "starting").unwrap();
+    let helper = p.process.id() as u64;
+    drop(server);
+    assert!(
+        gone_within(helper, LONG),
+        "helper {helper} outlived its server"
+    );
+    let err = p.read(LONG, "after the server stopped").unwrap_err();
+    assert!(matches!(err, ProcError::Exited { .. }), "{err}");
+}
+
+#[test]
+fn declined_or_unreachable_servers_leave_helpers_to_start_directly() {
+    let server = Server::start("declined");
+    // Another interpreter path (a wrapper script of the same Python): the server declines.
+    let wrapper = server.dir.join("python-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", default_python()),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&wrapper, perms).unwrap();
+    let mut p = server.spawn(&wrapper.display().to_string(), INTROSPECT, &[]);
+    let reply = introspect(&mut p);
+    assert_ne!(reply["ppid"], json!(server.child.id()));
+    assert!(
+        server.log().contains("declined: another interpreter"),
+        "{}",
+        server.log()
+    );
+
+    let nowhere = server.dir.join("no-such-socket");
+    let mut p = JsonLinesProcess::spawn_with_fork_server(
+        &default_python(),
+        INTROSPECT,
+        &[],
+        "t",
+        Some(&nowhere),
+    )
+    .unwrap();
+    assert_eq!(introspect(&mut p)["ppid"], json!(std::process::id()));
+}
