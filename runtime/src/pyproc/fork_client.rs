@@ -11,13 +11,15 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::process::{HelperProcess, Started};
+use super::process::{HelperProcess, Launch, Program, Started};
 
 /// Names the server's socket.
 pub const SOCKET_VAR: &str = "VERLC_PYTHON_FORK_SERVER";
@@ -30,7 +32,7 @@ pub(super) struct ForkedChild {
     pid: u32,
     conn: UnixStream,
     replies: BufReader<UnixStream>,
-    status: Option<String>,
+    status: Option<Result<ExitStatus, String>>,
 }
 
 impl ForkedChild {
@@ -47,16 +49,20 @@ impl ForkedChild {
     }
 
     /// The child's status once the server has reaped it.
-    pub fn wait(&mut self) -> String {
+    pub fn wait(&mut self) -> Result<ExitStatus, String> {
         if let Some(s) = &self.status {
             return s.clone();
         }
         let status = match read_reply(&mut self.replies) {
-            Ok(reply) => match reply.get("status").and_then(Value::as_str) {
-                Some(s) => s.to_owned(),
-                None => format!("unknown status (the fork server sent {reply})"),
+            Ok(reply) => match reply
+                .get("status")
+                .and_then(Value::as_i64)
+                .and_then(|s| i32::try_from(s).ok())
+            {
+                Some(raw) => Ok(ExitStatus::from_raw(raw)),
+                None => Err(format!("unknown status (the fork server sent {reply})")),
             },
-            Err(e) => format!("unknown status (the fork server: {e})"),
+            Err(e) => Err(format!("unknown status (the fork server: {e})")),
         };
         self.status = Some(status.clone());
         status
@@ -64,13 +70,8 @@ impl ForkedChild {
 }
 
 /// Forks the helper through the server at `socket` if it takes it; `None`: start it here.
-pub(super) fn try_fork(
-    socket: &Path,
-    python: &str,
-    script: &str,
-    args: &[String],
-) -> Option<Started> {
-    match fork(socket, python, script, args) {
+pub(super) fn try_fork(socket: &Path, launch: Launch<'_>) -> Option<Started> {
+    match fork(socket, launch) {
         Ok(Some(started)) => Some(started),
         Ok(None) => None,
         Err(e) => {
@@ -90,12 +91,7 @@ fn warn_once(message: &str) {
     }
 }
 
-fn fork(
-    socket: &Path,
-    python: &str,
-    script: &str,
-    args: &[String],
-) -> std::io::Result<Option<Started>> {
+fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
     // Every variable goes over as text; an environment that is not is left to a direct start.
     let mut env = serde_json::Map::new();
     for (k, v) in std::env::vars_os() {
@@ -104,57 +100,98 @@ fn fork(
         };
         env.insert(k, Value::String(v));
     }
+    for (k, v) in launch.env {
+        env.insert((*k).to_owned(), Value::String((*v).to_owned()));
+    }
     let Some(cwd) = std::env::current_dir()?.to_str().map(str::to_owned) else {
         return Ok(None);
     };
-    let request = json!({
-        "python": python, "script": script, "args": args, "cwd": cwd, "env": env,
-    })
-    .to_string();
+    let mut request = json!({
+        "python": launch.python, "args": launch.args, "cwd": cwd, "env": env,
+    });
+    match launch.program {
+        Program::Code(code) => request["script"] = json!(code),
+        Program::File(file) => match file.to_str() {
+            Some(f) => request["file"] = json!(f),
+            None => return Ok(None),
+        },
+    }
+    let request = request.to_string();
 
     let (stdin_r, stdin_w) = pipe()?;
     let (stdout_r, stdout_w) = pipe()?;
     let (stderr_r, stderr_w) = pipe()?;
+    let child_ends = [
+        stdin_r.as_raw_fd(),
+        stdout_w.as_raw_fd(),
+        stderr_w.as_raw_fd(),
+    ];
+    let mut target = socket.to_path_buf();
+    // The first server may hand the request to one of its own (another start-up environment).
+    for _ in 0..2 {
+        let (conn, replies, reply) = send_request(&target, request.as_bytes(), &child_ends)?;
+        if let Some(sub) = reply.get("redirect").and_then(Value::as_str) {
+            target = PathBuf::from(sub);
+            wait_for(&target)?;
+            continue;
+        }
+        if reply.get("declined").is_some() {
+            return Ok(None);
+        }
+        let Some(pid) = reply
+            .get("pid")
+            .and_then(Value::as_u64)
+            .and_then(|p| u32::try_from(p).ok())
+        else {
+            return Err(std::io::Error::other(format!("unexpected reply {reply}")));
+        };
+        // The child's ends now live in the child; ours would keep its stdout from ever
+        // reaching its end.
+        drop((stdin_r, stdout_w, stderr_w));
+        return Ok(Some(Started {
+            process: HelperProcess::Forked(ForkedChild {
+                pid,
+                conn,
+                replies,
+                status: None,
+            }),
+            stdin: File::from(stdin_w),
+            stdout: File::from(stdout_r),
+            stderr: File::from(stderr_r),
+        }));
+    }
+    Err(std::io::Error::other("redirected more than once"))
+}
+
+/// Sends the request with the child's pipe ends to the server at `socket`; the connection,
+/// its reader and the first reply.
+fn send_request(
+    socket: &Path,
+    request: &[u8],
+    child_ends: &[RawFd],
+) -> std::io::Result<(UnixStream, BufReader<UnixStream>, Value)> {
     let mut conn = UnixStream::connect(socket)?;
     conn.set_read_timeout(Some(REPLY_TIMEOUT))?;
-    let header = (request.len() as u64).to_le_bytes();
-    send_with_fds(
-        &conn,
-        &header,
-        &[
-            stdin_r.as_raw_fd(),
-            stdout_w.as_raw_fd(),
-            stderr_w.as_raw_fd(),
-        ],
-    )?;
-    conn.write_all(request.as_bytes())?;
-    // The child's ends now live in the server (and the child); ours would keep its stdout
-    // from ever reaching its end.
-    drop((stdin_r, stdout_w, stderr_w));
-
+    send_with_fds(&conn, &(request.len() as u64).to_le_bytes(), child_ends)?;
+    conn.write_all(request)?;
     let mut replies = BufReader::new(conn.try_clone()?);
     let reply = read_reply(&mut replies)?;
-    if reply.get("declined").is_some() {
-        return Ok(None);
+    Ok((conn, replies, reply))
+}
+
+/// Waits (a bounded time) for a server that is starting to listen at `socket`.
+fn wait_for(socket: &Path) -> std::io::Result<()> {
+    let deadline = std::time::Instant::now() + REPLY_TIMEOUT;
+    while !socket.exists() {
+        if std::time::Instant::now() > deadline {
+            return Err(std::io::Error::other(format!(
+                "{} did not come up",
+                socket.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
-    let Some(pid) = reply
-        .get("pid")
-        .and_then(Value::as_u64)
-        .and_then(|p| u32::try_from(p).ok())
-    else {
-        return Err(std::io::Error::other(format!("unexpected reply {reply}")));
-    };
-    Ok(Some(Started {
-        process: HelperProcess::Forked(ForkedChild {
-            pid,
-            conn,
-            replies,
-            status: None,
-        }),
-        stdin: File::from(stdin_w),
-        stdout: File::from(stdout_r),
-        stderr: File::from(stderr_r),
-    }))
+    Ok(())
 }
 
 fn read_reply(replies: &mut BufReader<UnixStream>) -> std::io::Result<Value> {

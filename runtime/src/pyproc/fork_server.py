@@ -1,6 +1,6 @@
 # verlc's fork server for Python helpers (runtime/src/pyproc/fork_client.rs is the other end).
 #
-#   python -u fork_server.py SOCKET_PATH [MODULE...]
+#   python -u fork_server.py [--no-redirect] SOCKET_PATH [MODULE...]
 #
 # Imports MODULEs once (default: PRELOAD, what verl's classes import: seconds of CPU per
 # interpreter), listens on a Unix socket, and for each connection forks a child that runs one
@@ -11,11 +11,14 @@
 # Protocol, one connection per helper:
 #   client -> server  one message: 8-byte little-endian length N, with the helper's stdin,
 #                     stdout and stderr as ancillary fds; then N bytes of JSON
-#                     {"python", "script", "args", "cwd", "env"}.
-#   server -> client  {"pid": PID} once forked, or {"declined": WHY} (the client then starts
-#                     the helper itself: another interpreter, or an environment the imports
-#                     would have read differently);
-#                     later {"status": "exit status: N" | "signal: N (NAME)"} once reaped.
+#                     {"python", "script" (run as `-c`) or "file" (run as a script file),
+#                     "args", "cwd", "env"}.
+#   server -> client  {"pid": PID} once forked; {"redirect": SOCKET_PATH}: a server of this
+#                     one's started with the request's environment, which the imports would
+#                     have read differently, forks it (the client sends the request there once
+#                     that socket exists); or {"declined": WHY} (the client then starts the
+#                     helper itself: another interpreter, or too many environments);
+#                     later {"status": WAIT_STATUS} once reaped (waitpid's number).
 #   client -> server  "kill\n" (or closing the connection): the child and every process under
 #                     it get SIGKILL.
 #
@@ -35,7 +38,8 @@ import sys
 import types
 
 # Environment variables the interpreter or the preloaded modules read when they start: a
-# request whose values differ gets a fresh interpreter instead of a fork.
+# request whose values differ goes to a server started with them. (tokenizers reads
+# TOKENIZERS_PARALLELISM when it encodes, so that one may differ.)
 STARTUP_PREFIXES = (
     "PYTHON",
     "LD_",
@@ -49,11 +53,14 @@ STARTUP_PREFIXES = (
     "TRANSFORMERS_",
     "TORCH_",
     "CUDA",
-    "TOKENIZERS_",
     "VIRTUAL_ENV",
 )
 
 HEADER = struct.Struct("<Q")
+
+# Servers started for requests with other start-up environments (the smoke tests' offline Hub
+# cache, for one), at most.
+MAX_SUB_SERVERS = 4
 
 # What the helpers' imports cost most (verl's datasets, reward managers and tools import
 # them): torch, transformers with its model utilities, datasets with pandas.
@@ -101,19 +108,10 @@ def descendants(pid):
     return found
 
 
-def status_text(status):
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = "unknown"
-        return f"signal: {sig} ({name})"
-    return f"exit status: {os.waitstatus_to_exitcode(status)}"
-
-
 class Server:
-    def __init__(self, path):
+    def __init__(self, path, modules, may_redirect):
+        self.path, self.modules, self.may_redirect = path, modules, may_redirect
+        self.subs = {}  # start-up environment -> (process, socket path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # Bound under another name and renamed once listening: whoever sees `path` can connect.
         self.listener.bind(path + ".binding")
@@ -155,6 +153,12 @@ class Server:
             (n,) = HEADER.unpack(msg)
             req = json.loads(read_exact(conn, n))
             why = self.decline(req)
+            if why is None:
+                sub, why = self.redirect(req)
+                if sub is not None:
+                    conn.sendall((json.dumps({"redirect": sub}) + "\n").encode())
+                    conn.close()
+                    return None
             if why is not None:
                 print(f"fork server: declined: {why}", file=sys.stderr)
                 conn.sendall((json.dumps({"declined": why}) + "\n").encode())
@@ -189,12 +193,31 @@ class Server:
     def decline(self, req):
         if not same_interpreter(req["python"]):
             return f"another interpreter ({req['python']}; this server runs {sys.executable})"
-        env = req["env"]
-        mine, theirs = startup_env(os.environ), startup_env(env)
-        if mine != theirs:
-            keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            return "different start-up environment: " + ", ".join(keys)
         return None
+
+    def redirect(self, req):
+        """The socket of the server for the request's start-up environment, when it is not
+        this one's (started here on first use); a reason when there cannot be one."""
+        mine, theirs = startup_env(os.environ), startup_env(req["env"])
+        if mine == theirs:
+            return None, None
+        keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        why = "different start-up environment: " + ", ".join(keys)
+        key = tuple(sorted(theirs.items()))
+        if key not in self.subs:
+            if not self.may_redirect or len(self.subs) == MAX_SUB_SERVERS:
+                return None, why
+            import subprocess
+
+            path = f"{self.path}.{len(self.subs) + 1}"
+            proc = subprocess.Popen(
+                [sys.executable, "-u", os.path.abspath(__file__), "--no-redirect", path, *self.modules],
+                env=req["env"],
+                stdin=subprocess.DEVNULL,
+            )
+            self.subs[key] = (proc, path)
+            print(f"fork server: started {path} for the {why}", file=sys.stderr)
+        return self.subs[key][1], None
 
     def child(self, conn, fds, req):
         """In the forked child: become the helper. Returns (code, globals) to run."""
@@ -216,13 +239,22 @@ class Server:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
-        sys.argv = ["-c", *req["args"]]
-        sys.path[0] = ""  # `python -c` puts the working directory first
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()  # a fresh interpreter's global state
         main = types.ModuleType("__main__")
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
+        if "file" in req:
+            # As `python FILE`: its directory first on the path (symbolic links resolved).
+            path = req["file"]
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            sys.argv = [path, *req["args"]]
+            sys.path[0] = os.path.dirname(os.path.realpath(path))
+            main.__file__ = path
+            return compile(source, path, "exec"), main.__dict__
+        sys.argv = ["-c", *req["args"]]
+        sys.path[0] = ""  # `python -c` puts the working directory first
         return compile(req["script"], "<string>", "exec"), main.__dict__
 
     def from_client(self, conn, pid):
@@ -252,6 +284,13 @@ class Server:
         """SIGTERM: no helper outlives the server."""
         for pid in list(self.unreaped):
             self.kill(pid)
+        for proc, _ in self.subs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc, _ in self.subs.values():
+            try:
+                os.waitpid(proc.pid, 0)  # its CPU then counts as this server's
+            except ChildProcessError:
+                pass  # reaped already
         sys.exit(0)
 
     def reap(self):
@@ -273,7 +312,7 @@ class Server:
                 continue
             try:
                 conn.setblocking(True)
-                conn.sendall((json.dumps({"status": status_text(status)}) + "\n").encode())
+                conn.sendall((json.dumps({"status": status}) + "\n").encode())
             except OSError:
                 pass
             self.selector.unregister(conn)
@@ -285,7 +324,11 @@ def threads():
 
 
 def main():
-    path, modules = sys.argv[1], sys.argv[2:] or PRELOAD
+    args = sys.argv[1:]
+    may_redirect = args[:1] != ["--no-redirect"]
+    if not may_redirect:
+        args = args[1:]
+    path, modules = args[0], args[1:] or PRELOAD
     if not isinstance(sys.stdout.buffer, io.FileIO):
         print("fork server: run it with `python -u`, as helpers run", file=sys.stderr)
         return None
@@ -304,7 +347,7 @@ def main():
             file=sys.stderr,
         )
         return None
-    server = Server(path)
+    server = Server(path, modules, may_redirect)
     server.pid = os.getpid()
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print("fork server: ready", file=sys.stderr, flush=True)

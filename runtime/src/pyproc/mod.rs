@@ -13,8 +13,8 @@ mod process;
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -68,6 +68,64 @@ pub fn default_python() -> String {
     "python3".to_owned()
 }
 
+/// The fork server's socket, where `VERLC_PYTHON_FORK_SERVER` names one.
+fn fork_server_from_env() -> Option<PathBuf> {
+    std::env::var_os(FORK_SERVER_VAR)
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Runs `python -u FILE ARGS...` to its end, with `env` set on top of this process's and an
+/// empty stdin, and returns what `std::process::Command::output` would: forked by the fork
+/// server `VERLC_PYTHON_FORK_SERVER` names where it takes the request (the tests' oracles
+/// run this way, each saving the imports of torch and transformers).
+pub fn run_file(
+    python: &str,
+    file: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> Result<std::process::Output, ProcError> {
+    run_file_with_fork_server(python, file, args, env, fork_server_from_env().as_deref())
+}
+
+/// As [`run_file`], with the fork server at `fork_server` (`None`: started directly).
+pub fn run_file_with_fork_server(
+    python: &str,
+    file: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    fork_server: Option<&Path>,
+) -> Result<std::process::Output, ProcError> {
+    let launch = process::Launch {
+        python,
+        program: process::Program::File(file),
+        args,
+        env,
+    };
+    let started = process::start(launch, fork_server)?;
+    let process::Started {
+        mut process,
+        stdin,
+        mut stdout,
+        mut stderr,
+    } = started;
+    drop(stdin);
+    let errors = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf);
+        buf
+    });
+    let mut out = Vec::new();
+    let _ = stdout.read_to_end(&mut out);
+    let err = errors.join().unwrap_or_default();
+    let status = process.wait().map_err(ProcError::Dead)?;
+    Ok(std::process::Output {
+        status,
+        stdout: out,
+        stderr: err,
+    })
+}
+
 /// A running helper.
 pub struct JsonLinesProcess {
     process: process::HelperProcess,
@@ -96,8 +154,8 @@ impl JsonLinesProcess {
         args: &[String],
         tag: &str,
     ) -> Result<Self, ProcError> {
-        let server = std::env::var_os(FORK_SERVER_VAR).filter(|s| !s.is_empty());
-        Self::spawn_with_fork_server(python, script, args, tag, server.as_deref().map(Path::new))
+        let server = fork_server_from_env();
+        Self::spawn_with_fork_server(python, script, args, tag, server.as_deref())
     }
 
     /// As `spawn`, forked by the fork server listening at `fork_server` where it takes the
@@ -109,7 +167,14 @@ impl JsonLinesProcess {
         tag: &str,
         fork_server: Option<&Path>,
     ) -> Result<Self, ProcError> {
-        let started = process::start(python, &format!("{CHANNEL}{script}"), args, fork_server)?;
+        let code = format!("{CHANNEL}{script}");
+        let launch = process::Launch {
+            python,
+            program: process::Program::Code(&code),
+            args,
+            env: &[],
+        };
+        let started = process::start(launch, fork_server)?;
         let stdin = Some(started.stdin);
         let out = started.stdout;
         let err = started.stderr;
@@ -232,7 +297,10 @@ impl JsonLinesProcess {
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => {
                 self.stdin = None;
-                let status = self.process.wait();
+                let status = match self.process.wait() {
+                    Ok(s) => s.to_string(),
+                    Err(why) => why,
+                };
                 self.join_stderr();
                 let e = ProcError::Exited {
                     status,

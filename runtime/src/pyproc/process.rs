@@ -1,11 +1,12 @@
-//! A helper's process and its three pipes: started here (`python -u -c script args`), or
+//! A helper's process and its three pipes: started here (`python -u -c CODE ARGS` or
+//! `python -u FILE ARGS`), or
 //! forked by the fork server a test run provides (`fork_client.rs`); either way killed with
 //! everything under it, and waited for.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 
 use super::ProcError;
 use super::fork_client::{self, ForkedChild};
@@ -39,40 +40,55 @@ impl HelperProcess {
         }
     }
 
-    /// Waits for the helper to end; its status as `std::process::ExitStatus` shows it.
-    pub fn wait(&mut self) -> String {
+    /// Waits for the helper to end: its status, or why it is not known.
+    pub fn wait(&mut self) -> Result<ExitStatus, String> {
         match self {
-            HelperProcess::Direct(c) => match c.wait() {
-                Ok(s) => s.to_string(),
-                Err(e) => format!("unknown status ({e})"),
-            },
+            HelperProcess::Direct(c) => c.wait().map_err(|e| format!("unknown status ({e})")),
             HelperProcess::Forked(f) => f.wait(),
         }
     }
 }
 
-/// Starts `script` (the full text, channel included) on `python`: through the fork server
-/// listening at `fork_server` when it takes the request, else directly.
-pub(super) fn start(
-    python: &str,
-    script: &str,
-    args: &[String],
-    fork_server: Option<&Path>,
-) -> Result<Started, ProcError> {
+/// What a helper runs, and how.
+#[derive(Clone, Copy)]
+pub(super) struct Launch<'a> {
+    pub python: &'a str,
+    pub program: Program<'a>,
+    pub args: &'a [String],
+    /// Set in the helper's environment on top of this process's.
+    pub env: &'a [(&'a str, &'a str)],
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Program<'a> {
+    /// `python -u -c CODE ARGS...`
+    Code(&'a str),
+    /// `python -u FILE ARGS...`
+    File(&'a Path),
+}
+
+/// Starts `launch`: through the fork server listening at `fork_server` when it takes the
+/// request, else directly.
+pub(super) fn start(launch: Launch<'_>, fork_server: Option<&Path>) -> Result<Started, ProcError> {
     if let Some(socket) = fork_server
-        && let Some(started) = fork_client::try_fork(socket, python, script, args)
+        && let Some(started) = fork_client::try_fork(socket, launch)
     {
         return Ok(started);
     }
+    let python = launch.python;
     let spawn_error = |message: String| ProcError::Spawn {
         python: python.to_owned(),
         message,
     };
-    let mut child = Command::new(python)
-        .arg("-u")
-        .arg("-c")
-        .arg(script)
-        .args(args)
+    let mut command = Command::new(python);
+    command.arg("-u");
+    match launch.program {
+        Program::Code(code) => command.arg("-c").arg(code),
+        Program::File(file) => command.arg(file),
+    };
+    let mut child = command
+        .args(launch.args)
+        .envs(launch.env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{JsonLinesProcess, ProcError, default_python};
+use super::{JsonLinesProcess, ProcError, default_python, run_file_with_fork_server};
 
 const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pyproc/fork_server.py");
 
@@ -23,6 +23,11 @@ struct Server {
 impl Server {
     /// Preloads only `json`: what is under test is the forking, not the imports.
     fn start(name: &str) -> Server {
+        Server::start_with(name, &[])
+    }
+
+    /// With `env` set in the server's environment (the helpers' callers do not have it).
+    fn start_with(name: &str, env: &[(&str, &str)]) -> Server {
         let dir = std::env::temp_dir().join(format!("verlc-fork-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -32,6 +37,7 @@ impl Server {
             .args(["-u", SERVER])
             .arg(&socket)
             .arg("json")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -181,7 +187,7 @@ time.sleep(300)
     assert!(matches!(err, ProcError::Timeout { .. }), "{err}");
     assert!(gone_within(helper, LONG), "helper {helper} still runs");
     assert!(gone_within(sleeper, LONG), "its child {sleeper} still runs");
-    assert_eq!(p.process.wait(), "signal: 9 (SIGKILL)");
+    assert_eq!(p.process.wait().unwrap().to_string(), "signal: 9 (SIGKILL)");
     // Every later request fails with the first reason.
     let later = p.request(&json!({}), SECOND, "later").unwrap_err();
     assert!(matches!(later, ProcError::Dead(_)), "{later}");
@@ -238,4 +244,96 @@ fn declined_or_unreachable_servers_leave_helpers_to_start_directly() {
     )
     .unwrap();
     assert_eq!(introspect(&mut p)["ppid"], json!(std::process::id()));
+}
+
+#[test]
+fn another_start_up_environment_is_forked_by_a_server_started_with_it() {
+    // The server's environment has a variable the Hub client reads as it is imported; the
+    // callers' has not: a second server, started with the callers' environment, forks.
+    let server = Server::start_with("redirect", &[("HF_HUB_OFFLINE", "1")]);
+    let script = r#"
+import os
+send = protocol_sender()
+send({"offline": os.environ.get("HF_HUB_OFFLINE"), "ppid": os.getppid()})
+import time
+time.sleep(300)
+"#;
+    let mut first = server.spawn(&default_python(), script, &[]);
+    let reply = first.read(LONG, "starting").unwrap();
+    assert_eq!(reply["offline"], Value::Null);
+    let sub = reply["ppid"].as_u64().unwrap();
+    assert_ne!(sub, u64::from(server.child.id()));
+    let cmdline = std::fs::read(format!("/proc/{sub}/cmdline")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains("--no-redirect"),
+        "{}",
+        server.log()
+    );
+    assert!(
+        server
+            .log()
+            .contains("for the different start-up environment: HF_HUB_OFFLINE"),
+        "{}",
+        server.log()
+    );
+    // The next request of that environment goes to the same server.
+    let mut second = server.spawn(&default_python(), script, &[]);
+    assert_eq!(second.read(LONG, "starting").unwrap()["ppid"], json!(sub));
+    let helpers = [first.process.id() as u64, second.process.id() as u64];
+    drop(server);
+    for pid in [sub, helpers[0], helpers[1]] {
+        assert!(gone_within(pid, LONG), "{pid} outlived the first server");
+    }
+}
+
+#[test]
+fn a_forked_script_file_runs_as_python_file_would() {
+    let server = Server::start("file");
+    let dir = server.dir.join("scripts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("sibling.py"),
+        "VALUE = 'imported beside the script'\n",
+    )
+    .unwrap();
+    let file = dir.join("oracle.py");
+    std::fs::write(
+        &file,
+        r#"
+import json, os, sys
+import sibling
+print(json.dumps({
+    "argv": sys.argv, "file": __file__, "path0": sys.path[0], "name": __name__,
+    "sibling": sibling.VALUE, "extra": os.environ.get("VERLC_TEST_EXTRA"),
+    "stdin": sys.stdin.read(), "ppid": os.getppid(),
+}))
+print("to stderr", file=sys.stderr)
+sys.exit(5)
+"#,
+    )
+    .unwrap();
+    let args = vec!["cmd".to_owned(), "out dir".to_owned()];
+    let env = [("VERLC_TEST_EXTRA", "set for this run")];
+    let run = |server: Option<&Path>| {
+        let out = run_file_with_fork_server(&default_python(), &file, &args, &env, server).unwrap();
+        let mut seen: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let ppid = seen.remove("ppid").unwrap();
+        (
+            out.status.code(),
+            seen,
+            String::from_utf8(out.stderr).unwrap(),
+            ppid,
+        )
+    };
+    let forked = run(Some(&server.socket));
+    let direct = run(None);
+    assert_eq!(forked.3, json!(server.child.id()), "{}", server.log());
+    assert_eq!(direct.3, json!(std::process::id()));
+    assert_eq!(forked.0, Some(5));
+    assert_eq!(
+        (&forked.0, &forked.1, &forked.2),
+        (&direct.0, &direct.1, &direct.2)
+    );
+    assert_eq!(forked.1["sibling"], json!("imported beside the script"));
+    assert_eq!(forked.1["extra"], json!("set for this run"));
 }

@@ -17,12 +17,8 @@ fn dir() -> &'static Path {
              (or set VERLC_PYTHON)",
             py.display()
         );
-        let status = std::process::Command::new(&py)
-            .arg(&script)
-            .arg(&out)
-            .env("OMP_NUM_THREADS", "1")
-            .status()
-            .unwrap_or_else(|e| panic!("running {} failed ({e}): run scripts/setup first", py.display()));
+        let status =
+            crate::common::python::run_script(&py, &script, &[&out], &[("OMP_NUM_THREADS", "1")]);
         assert!(status.success(), "algo oracle failed ({status}); is torch installed? run scripts/setup");
         out
     })
@@ -65,12 +61,12 @@ pub fn verl_functions(name: &str) -> serde_json::Value {
     let dir = DIR.get_or_init(|| {
         let out = crate::common::temp_dir("verl_fn_oracle");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/verl_fn_oracle.py");
-        let status = std::process::Command::new(crate::common::python())
-            .arg(&script)
-            .arg(&out)
-            .env("OMP_NUM_THREADS", "1")
-            .status()
-            .expect("run the verl function oracle (scripts/setup installs verl)");
+        let status = crate::common::python::run_script(
+            &crate::common::python(),
+            &script,
+            &[&out],
+            &[("OMP_NUM_THREADS", "1")],
+        );
         assert!(status.success(), "verl function oracle failed: {status}");
         out
     });

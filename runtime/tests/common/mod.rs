@@ -66,6 +66,8 @@ macro_rules! rank_test {
     };
 }
 
+pub mod python;
+
 /// The python with torch 2.13 (VERLC_PYTHON, else the repo's .venv).
 pub fn python() -> PathBuf {
     if let Some(p) = std::env::var_os("VERLC_PYTHON") {

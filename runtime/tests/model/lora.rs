@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, Metrics, MicroLoss, OptimSettings,
@@ -74,13 +73,14 @@ fn engine_with(base: &Path, lora: LoraConfig) -> SingleEngine<CausalLm> {
 
 /// PEFT's results for each (base model, adapter, inputs, output file), in one Python process.
 fn peft(jobs: &[[&Path; 4]]) -> Vec<HashMap<String, Tensor>> {
-    let status = Command::new(oracle::python())
-        .arg(oracle::script())
-        .arg("lora")
-        .args(jobs.iter().flatten())
-        .env("OMP_NUM_THREADS", "1")
-        .status()
-        .expect("run the PEFT oracle");
+    let mut args = vec![Path::new("lora")];
+    args.extend(jobs.iter().flatten().copied());
+    let status = oracle::run_script(
+        &oracle::python(),
+        &oracle::script(),
+        &args,
+        &[("OMP_NUM_THREADS", "1")],
+    );
     assert!(status.success(), "PEFT oracle failed: {status}");
     jobs.iter().map(|[.., out]| oracle::read(out)).collect()
 }

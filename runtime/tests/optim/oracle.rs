@@ -11,12 +11,8 @@ fn dir() -> &'static Path {
         let out = crate::common::temp_dir("optim_oracle");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/optim_oracle.py");
         let py = crate::common::python();
-        let status = std::process::Command::new(&py)
-            .arg(&script)
-            .arg(&out)
-            .env("OMP_NUM_THREADS", "1")
-            .status()
-            .unwrap_or_else(|e| panic!("running {} (run scripts/setup first): {e}", py.display()));
+        let status =
+            crate::common::python::run_script(&py, &script, &[&out], &[("OMP_NUM_THREADS", "1")]);
         assert!(status.success(), "oracle failed: {status}");
         out
     })

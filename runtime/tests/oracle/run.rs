@@ -6,9 +6,12 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use tch::{Kind, Tensor};
+
+#[path = "../common/python.rs"]
+mod python_run;
+pub use python_run::run_script;
 
 pub fn script() -> PathBuf {
     script_named("model_oracle.py")
@@ -87,19 +90,17 @@ fn cached_run(script: &Path, cmd: &str, inputs: &[&Path], path: Option<&Path>) -
         std::thread::current().id()
     ));
     let _ = std::fs::remove_dir_all(&tmp);
-    let mut command = Command::new(python());
-    if let Some(p) = path {
-        command.env("PYTHONPATH", p);
+    let path = path.map(|p| p.display().to_string());
+    let mut env = vec![
+        ("OMP_NUM_THREADS", "1"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+    ];
+    if let Some(p) = &path {
+        env.push(("PYTHONPATH", p.as_str()));
     }
-    let status = command
-        .arg(script)
-        .arg(cmd)
-        .arg(&tmp)
-        .args(inputs)
-        .env("OMP_NUM_THREADS", "1")
-        .env("TOKENIZERS_PARALLELISM", "false")
-        .status()
-        .unwrap_or_else(|e| panic!("running the oracle (run scripts/setup first): {e}"));
+    let mut args = vec![Path::new(cmd), tmp.as_path()];
+    args.extend_from_slice(inputs);
+    let status = run_script(&python(), script, &args, &env);
     assert!(status.success(), "oracle `{cmd}` failed: {status}");
     std::fs::write(tmp.join("DONE"), "").expect("mark oracle output");
     // Another process may have won the race; either copy is complete.
@@ -185,18 +186,16 @@ fn verify_many_on(
         .iter()
         .map(|(dir, kind, _)| dir.join(format!("verify-{kind}.safetensors")))
         .collect();
-    let mut command = Command::new(python());
-    if let Some(p) = path {
-        command.env("PYTHONPATH", p);
-    }
-    command.arg(script()).arg("verify");
+    let mut args = vec![Path::new("verify")];
     for ((dir, kind, inputs), out) in jobs.iter().zip(&outs) {
-        command.arg(dir).arg(kind).arg(inputs).arg(out);
+        args.extend([*dir, Path::new(*kind), *inputs, out.as_path()]);
     }
-    let status = command
-        .env("OMP_NUM_THREADS", "1")
-        .status()
-        .unwrap_or_else(|e| panic!("running the oracle (run scripts/setup first): {e}"));
+    let path = path.map(|p| p.display().to_string());
+    let mut env = vec![("OMP_NUM_THREADS", "1")];
+    if let Some(p) = &path {
+        env.push(("PYTHONPATH", p.as_str()));
+    }
+    let status = run_script(&python(), &script(), &args, &env);
     assert!(status.success(), "oracle verify failed: {status}");
     outs.iter().map(|o| read(o)).collect()
 }

@@ -15,11 +15,7 @@ use serde_json::Value;
 fn schedules() -> Vec<Value> {
     let out = crate::common::temp_dir("replay_oracle");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/replay_oracle.py");
-    let status = std::process::Command::new(crate::common::python())
-        .arg(&script)
-        .arg(&out)
-        .status()
-        .expect("run the replay buffer oracle (scripts/setup unpacks verl 0.9.1)");
+    let status = crate::common::python::run_script(&crate::common::python(), &script, &[&out], &[]);
     assert!(status.success(), "replay buffer oracle failed: {status}");
     let text = std::fs::read_to_string(out.join("replay.json")).expect("replay.json");
     serde_json::from_str(&text).expect("json")
