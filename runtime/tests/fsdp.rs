@@ -1579,3 +1579,94 @@ rank_test!(
         }
     }
 );
+
+/// `vision_batch`'s rows without their pictures: text only, positions the model's M-RoPE ids.
+fn text_only_batch(model: &str) -> Batch {
+    let e = single_engine(model);
+    let t = VL_PROMPT + VL_RESP;
+    let (mut ids, mut mask, mut rmask) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..VL_ROWS {
+        let pad = i % 3;
+        let resp_len = VL_RESP - i % 3;
+        ids.extend((0..t).map(|j| if j < pad { 0 } else { 3 + (i * 5 + j * 3) % 11 }));
+        mask.extend((0..t).map(|j| i64::from(j >= pad && j < VL_PROMPT + resp_len)));
+        rmask.extend((0..VL_RESP).map(|j| if j < resp_len { 1f32 } else { 0.0 }));
+    }
+    let ids = Tensor::from_slice(&ids).view([VL_ROWS, t]);
+    let mask = Tensor::from_slice(&mask).view([VL_ROWS, t]);
+    let vision = e.module().vision.as_ref().expect("a vision tower");
+    let (pos, _) = vision
+        .positions(&ids, &mask, &[])
+        .expect("M-RoPE positions");
+    Batch::new()
+        .with("input_ids", ids.shallow_clone())
+        .and_then(|b| b.with("attention_mask", mask))
+        .and_then(|b| b.with("position_ids", pos))
+        .and_then(|b| b.with("responses", ids.narrow(1, VL_PROMPT, VL_RESP)))
+        .and_then(|b| {
+            b.with(
+                "response_mask",
+                Tensor::from_slice(&rmask).view([VL_ROWS, VL_RESP]),
+            )
+        })
+        .expect("batch")
+}
+
+fn tower_of(params: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    params
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("visual."))
+        .collect()
+}
+
+// A vision-language model trained on rows without pictures: verl runs its tower on a dummy image
+// and adds zero times the output, so the tower's weights get a zero gradient and AdamW's weight
+// decay alone (`w (1 - lr wd)`), on one process and on FSDP's flat shards alike.
+rank_test!(
+    an_unused_vision_tower_takes_weight_decay_alone_as_in_verl,
+    2,
+    |pg| {
+        let batch = text_only_batch(VL_MODEL);
+        let mut single =
+            SingleEngine::<CausalLm>::new(vl_settings_for(VL_MODEL, false)).expect("single engine");
+        let mut fsdp = FsdpEngine::<CausalLm>::new(
+            FsdpSettings::new(vl_settings_for(VL_MODEL, false)),
+            pg.clone(),
+        )
+        .expect("fsdp engine");
+        let before: Vec<(String, Tensor)> = tower_of(single.per_tensor_params().expect("params"))
+            .into_iter()
+            .map(|(n, t)| (n, t.copy()))
+            .collect();
+        let local = VL_ROWS / 2;
+        let rows = batch.narrow(pg.rank() as i64 * local, local).expect("rows");
+        // Two steps: the schedule's warm-up gives the first a learning rate of 0.
+        for _ in 0..2 {
+            train_step(&mut single, &batch, None);
+            train_step(&mut fsdp, &rows, Some(&pg));
+        }
+        let (one, sharded) = (
+            tower_of(single.per_tensor_params().expect("params")),
+            tower_of(fsdp.per_tensor_params().expect("params")),
+        );
+        assert!(!one.is_empty());
+        // One factor for every weight of the tower: decay, not an update.
+        let ratio = |(w1, w0): (&Tensor, &Tensor)| (w1 / w0).masked_select(&w0.abs().gt(1e-3));
+        let ratios = Tensor::cat(
+            &one.iter()
+                .zip(&before)
+                .map(|((_, w1), (_, w0))| ratio((w1, w0)))
+                .collect::<Vec<_>>(),
+            0,
+        );
+        let (lo, hi) = (
+            ratios.min().double_value(&[]),
+            ratios.max().double_value(&[]),
+        );
+        assert!(
+            hi < 1.0 && hi - lo < 1e-6,
+            "the tower's weights scaled by {lo}..{hi}"
+        );
+        assert_weights(&sharded, &one, 1e-7);
+    }
+);

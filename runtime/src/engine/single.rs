@@ -98,6 +98,24 @@ impl<H: Head> SingleEngine<H> {
         Self::assemble(vs, module, config, settings)
     }
 
+    /// verl runs a vision tower that a batch gave no image on a dummy image and adds zero
+    /// times its output to the embeddings (its model patches, for every family with a tower),
+    /// so the tower's parameters always have a gradient, zero then, which AdamW turns into
+    /// weight decay alone; FSDP's flat shards step them the same way. Here they took none:
+    /// give them that zero, so that the optimizer does not skip them.
+    fn zero_grads_for_an_unused_tower(&self) -> Result<()> {
+        if self.optimizer.is_none() {
+            return Ok(());
+        }
+        for (name, var) in self.vs.variables() {
+            if name.starts_with("visual.") && var.requires_grad() && !var.grad().defined() {
+                crate::ops::set_grad(&var, Some(&var.zeros_like()))
+                    .map_err(crate::optim::OptimError::from)?;
+            }
+        }
+        Ok(())
+    }
+
     fn assemble(
         mut vs: VarStore,
         module: H,
@@ -237,6 +255,7 @@ impl<H: Head> Engine for SingleEngine<H> {
     }
 
     fn optimizer_step(&mut self) -> Result<StepResult> {
+        self.zero_grads_for_an_unused_tower()?;
         let opt = self.optimizer_mut()?;
         let outcome = opt.step(None)?;
         opt.zero_grad()?;
