@@ -1511,22 +1511,7 @@ fn vision_batch(model: &str) -> Batch {
         .iter()
         .flat_map(|i| i.iter().map(|p| p.grid_thw))
         .collect();
-    let vision = e.module().vision.as_ref().expect("a vision tower");
-    let (pos, _) = vision
-        .positions(&ids, &mask, &grids)
-        .expect("M-RoPE positions");
-    let mut b = Batch::new()
-        .with("input_ids", ids.shallow_clone())
-        .and_then(|b| b.with("attention_mask", mask))
-        .and_then(|b| b.with("position_ids", pos))
-        .and_then(|b| b.with("responses", ids.narrow(1, VL_PROMPT, VL_RESP)))
-        .and_then(|b| {
-            b.with(
-                "response_mask",
-                Tensor::from_slice(&rmask).view([VL_ROWS, VL_RESP]),
-            )
-        })
-        .expect("batch");
+    let mut b = vl_rows(&e, ids, mask, &grids, &rmask);
     b.set_images(images).expect("images");
     b
 }
@@ -1594,9 +1579,21 @@ fn text_only_batch(model: &str) -> Batch {
     }
     let ids = Tensor::from_slice(&ids).view([VL_ROWS, t]);
     let mask = Tensor::from_slice(&mask).view([VL_ROWS, t]);
+    vl_rows(&e, ids, mask, &[], &rmask)
+}
+
+/// The batch of `VL_ROWS` rows `ids` with their `mask` and response masks, positions the
+/// model's M-RoPE ids for images of `grids`.
+fn vl_rows(
+    e: &SingleEngine<CausalLm>,
+    ids: Tensor,
+    mask: Tensor,
+    grids: &[[i64; 3]],
+    rmask: &[f32],
+) -> Batch {
     let vision = e.module().vision.as_ref().expect("a vision tower");
     let (pos, _) = vision
-        .positions(&ids, &mask, &[])
+        .positions(&ids, &mask, grids)
         .expect("M-RoPE positions");
     Batch::new()
         .with("input_ids", ids.shallow_clone())
@@ -1606,7 +1603,7 @@ fn text_only_batch(model: &str) -> Batch {
         .and_then(|b| {
             b.with(
                 "response_mask",
-                Tensor::from_slice(&rmask).view([VL_ROWS, VL_RESP]),
+                Tensor::from_slice(rmask).view([VL_ROWS, VL_RESP]),
             )
         })
         .expect("batch")
