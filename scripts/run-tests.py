@@ -147,12 +147,13 @@ def start_fork_server(env, workdir):
         print("run-tests: the fork server did not start; helpers start directly:\n" + log.read(), file=sys.stderr)
         return None
     env["VERLC_PYTHON_FORK_SERVER"] = socket_path
-    return server, log
+    return server, log, time.time()
 
 
 def stop_fork_server(started):
-    """Stops the server; its CPU (and its helpers') and what it forked or declined."""
-    server, log = started
+    """Stops the server; its CPU (and its helpers'), its lifetime, and what it forked,
+    declined or redirected."""
+    server, log, since = started
     server.terminate()
     _, _, usage = os.wait4(server.pid, 0)
     log.seek(0)
@@ -164,7 +165,7 @@ def stop_fork_server(started):
             others[line] = others.get(line, 0) + 1
     summary = [f"fork server: {forked} helpers forked"]
     summary += [f"  {n} x {line}" for line, n in sorted(others.items())]
-    return usage.ru_utime + usage.ru_stime, summary
+    return usage.ru_utime + usage.ru_stime, time.time() - since, summary
 
 
 def main():
@@ -264,8 +265,8 @@ def main():
     if fork_server is not None:
         # The helpers it forked are its children, so their CPU is counted here, not in the
         # jobs that used them.
-        cpu, server_summary = stop_fork_server(fork_server)
-        costs.append((cpu, 0.0, "fork server and the Python helpers it forked"))
+        cpu, took, server_summary = stop_fork_server(fork_server)
+        costs.append((cpu, took, "fork server and the Python helpers it forked"))
     shutil.rmtree(workdir, ignore_errors=True)
     # Where the machine's time went, for CI's budget (docs/testing.md).
     print("\njobs by CPU time (s of CPU, s of wall):")
