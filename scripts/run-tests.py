@@ -113,9 +113,9 @@ def package_name(package_id):
 
 
 # The fork server for the tests' Python helpers (runtime/src/pyproc/fork_server.py): reward
-# functions, reward managers, datasets, tools and agent loops start by the dozen, each
-# importing torch and transformers (5 to 7 s of CPU) unless forked from an interpreter that
-# has. Started with the environment the jobs get, so that it forks for them.
+# functions, reward managers, datasets, tools, agent loops and the tests' oracles start by the
+# dozen, each importing torch and transformers (5 to 7 s of CPU) unless forked from an
+# interpreter that has. Started with the environment the jobs get, so that it forks for them.
 FORK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime", "src", "pyproc", "fork_server.py")
 
 

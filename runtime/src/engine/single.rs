@@ -104,7 +104,8 @@ impl<H: Head> SingleEngine<H> {
     /// weight decay alone; FSDP's flat shards step them the same way. Here they took none:
     /// give them that zero, so that the optimizer does not skip them.
     fn zero_grads_for_an_unused_tower(&self) -> Result<()> {
-        if self.optimizer.is_none() {
+        let tower = self.config.arch().is_ok_and(|a| a.has_vision());
+        if self.optimizer.is_none() || !tower {
             return Ok(());
         }
         for (name, var) in self.vs.variables() {

@@ -3,9 +3,10 @@
 //! that has imported torch and transformers already, instead of paying those imports again
 //! (seconds of CPU per helper). The protocol is at the top of `fork_server.py`.
 //!
-//! Any failure to reach or use the server (not running, another interpreter asked for, an
-//! environment the imports would read differently) falls back to starting the helper
-//! directly, so the server can only make a helper start sooner, never change what it runs.
+//! A request whose environment the imports would read differently is sent on to the server
+//! the first one starts with that environment. Any failure to reach or use a server (not
+//! running, another interpreter asked for) falls back to starting the helper directly, so the
+//! server can only make a helper start sooner, never change what it runs.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -27,11 +28,11 @@ pub const SOCKET_VAR: &str = "VERLC_PYTHON_FORK_SERVER";
 /// Longest wait for the server's answer to a request, and for a killed child's status.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A helper the server forked: its pid, and the connection its status comes back on.
+/// A helper the server forked: its pid, and the connection its status comes back on (and a
+/// kill request goes out on).
 pub(super) struct ForkedChild {
     pid: u32,
-    conn: UnixStream,
-    replies: BufReader<UnixStream>,
+    conn: BufReader<UnixStream>,
     status: Option<Result<ExitStatus, String>>,
 }
 
@@ -44,7 +45,7 @@ impl ForkedChild {
     /// reaps it, knows whether the pid is still the child's).
     pub fn kill(&mut self) {
         if self.status.is_none() {
-            let _ = self.conn.write_all(b"kill\n");
+            let _ = self.conn.get_mut().write_all(b"kill\n");
         }
     }
 
@@ -53,7 +54,7 @@ impl ForkedChild {
         if let Some(s) = &self.status {
             return s.clone();
         }
-        let status = match read_reply(&mut self.replies) {
+        let status = match read_reply(&mut self.conn) {
             Ok(reply) => match reply
                 .get("status")
                 .and_then(Value::as_i64)
@@ -129,7 +130,7 @@ fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
     let mut target = socket.to_path_buf();
     // The first server may hand the request to one of its own (another start-up environment).
     for _ in 0..2 {
-        let (conn, replies, reply) = send_request(&target, request.as_bytes(), &child_ends)?;
+        let (conn, reply) = send_request(&target, request.as_bytes(), &child_ends)?;
         if let Some(sub) = reply.get("redirect").and_then(Value::as_str) {
             target = PathBuf::from(sub);
             wait_for(&target)?;
@@ -152,7 +153,6 @@ fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
             process: HelperProcess::Forked(ForkedChild {
                 pid,
                 conn,
-                replies,
                 status: None,
             }),
             stdin: File::from(stdin_w),
@@ -163,20 +163,20 @@ fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
     Err(std::io::Error::other("redirected more than once"))
 }
 
-/// Sends the request with the child's pipe ends to the server at `socket`; the connection,
-/// its reader and the first reply.
+/// Sends the request with the child's pipe ends to the server at `socket`; the connection
+/// and the first reply.
 fn send_request(
     socket: &Path,
     request: &[u8],
     child_ends: &[RawFd],
-) -> std::io::Result<(UnixStream, BufReader<UnixStream>, Value)> {
+) -> std::io::Result<(BufReader<UnixStream>, Value)> {
     let mut conn = UnixStream::connect(socket)?;
     conn.set_read_timeout(Some(REPLY_TIMEOUT))?;
     send_with_fds(&conn, &(request.len() as u64).to_le_bytes(), child_ends)?;
     conn.write_all(request)?;
-    let mut replies = BufReader::new(conn.try_clone()?);
-    let reply = read_reply(&mut replies)?;
-    Ok((conn, replies, reply))
+    let mut conn = BufReader::new(conn);
+    let reply = read_reply(&mut conn)?;
+    Ok((conn, reply))
 }
 
 /// Waits (a bounded time) for a server that is starting to listen at `socket`.

@@ -89,6 +89,10 @@ def read_exact(conn, n):
     return b"".join(chunks)
 
 
+def send_line(conn, obj):
+    conn.sendall((json.dumps(obj) + "\n").encode())
+
+
 def descendants(pid):
     found, pending = [], [pid]
     while pending:
@@ -111,6 +115,7 @@ def descendants(pid):
 class Server:
     def __init__(self, path, modules, may_redirect):
         self.path, self.modules, self.may_redirect = path, modules, may_redirect
+        self.pid = os.getpid()  # a forked child is not the server
         self.subs = {}  # start-up environment -> (process, socket path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # Bound under another name and renamed once listening: whoever sees `path` can connect.
@@ -156,12 +161,12 @@ class Server:
             if why is None:
                 sub, why = self.redirect(req)
                 if sub is not None:
-                    conn.sendall((json.dumps({"redirect": sub}) + "\n").encode())
+                    send_line(conn, {"redirect": sub})
                     conn.close()
                     return None
             if why is not None:
                 print(f"fork server: declined: {why}", file=sys.stderr)
-                conn.sendall((json.dumps({"declined": why}) + "\n").encode())
+                send_line(conn, {"declined": why})
                 conn.close()
                 return None
             pid = os.fork()
@@ -175,7 +180,7 @@ class Server:
                     traceback.print_exc()
                     os._exit(127)
             print(f"fork server: forked {pid}", file=sys.stderr)
-            conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+            send_line(conn, {"pid": pid})
         except Exception as e:  # a broken request costs its client, never the server
             print(f"fork server: a request failed: {e!r}", file=sys.stderr)
             conn.close()
@@ -312,7 +317,7 @@ class Server:
                 continue
             try:
                 conn.setblocking(True)
-                conn.sendall((json.dumps({"status": status}) + "\n").encode())
+                send_line(conn, {"status": status})
             except OSError:
                 pass
             self.selector.unregister(conn)
@@ -348,7 +353,6 @@ def main():
         )
         return None
     server = Server(path, modules, may_redirect)
-    server.pid = os.getpid()
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print("fork server: ready", file=sys.stderr, flush=True)
     return server.serve()

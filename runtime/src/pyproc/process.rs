@@ -1,7 +1,6 @@
 //! A helper's process and its three pipes: started here (`python -u -c CODE ARGS` or
-//! `python -u FILE ARGS`), or
-//! forked by the fork server a test run provides (`fork_client.rs`); either way killed with
-//! everything under it, and waited for.
+//! `python -u FILE ARGS`), or forked by the fork server a test run provides
+//! (`fork_client.rs`); either way killed with everything under it, and waited for.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;

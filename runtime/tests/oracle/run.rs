@@ -67,6 +67,23 @@ pub fn cached_with(script: &Path, cmd: &str, inputs: &[&Path]) -> PathBuf {
     cached_run(script, cmd, inputs, None)
 }
 
+/// [`run_script`] on the venv's python with one OpenMP thread, `PYTHONPATH` at `path` where
+/// one is given (transformers 5), and `extra` variables.
+fn run_oracle(
+    script: &Path,
+    args: &[&Path],
+    path: Option<&Path>,
+    extra: &[(&str, &str)],
+) -> std::process::ExitStatus {
+    let path = path.map(|p| p.display().to_string());
+    let mut env = vec![("OMP_NUM_THREADS", "1")];
+    env.extend_from_slice(extra);
+    if let Some(p) = &path {
+        env.push(("PYTHONPATH", p.as_str()));
+    }
+    run_script(&python(), script, args, &env)
+}
+
 fn cached_run(script: &Path, cmd: &str, inputs: &[&Path], path: Option<&Path>) -> PathBuf {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::read(script)
@@ -90,17 +107,9 @@ fn cached_run(script: &Path, cmd: &str, inputs: &[&Path], path: Option<&Path>) -
         std::thread::current().id()
     ));
     let _ = std::fs::remove_dir_all(&tmp);
-    let path = path.map(|p| p.display().to_string());
-    let mut env = vec![
-        ("OMP_NUM_THREADS", "1"),
-        ("TOKENIZERS_PARALLELISM", "false"),
-    ];
-    if let Some(p) = &path {
-        env.push(("PYTHONPATH", p.as_str()));
-    }
     let mut args = vec![Path::new(cmd), tmp.as_path()];
     args.extend_from_slice(inputs);
-    let status = run_script(&python(), script, &args, &env);
+    let status = run_oracle(script, &args, path, &[("TOKENIZERS_PARALLELISM", "false")]);
     assert!(status.success(), "oracle `{cmd}` failed: {status}");
     std::fs::write(tmp.join("DONE"), "").expect("mark oracle output");
     // Another process may have won the race; either copy is complete.
@@ -190,12 +199,7 @@ fn verify_many_on(
     for ((dir, kind, inputs), out) in jobs.iter().zip(&outs) {
         args.extend([*dir, Path::new(*kind), *inputs, out.as_path()]);
     }
-    let path = path.map(|p| p.display().to_string());
-    let mut env = vec![("OMP_NUM_THREADS", "1")];
-    if let Some(p) = &path {
-        env.push(("PYTHONPATH", p.as_str()));
-    }
-    let status = run_script(&python(), &script(), &args, &env);
+    let status = run_oracle(&script(), &args, path, &[]);
     assert!(status.success(), "oracle verify failed: {status}");
     outs.iter().map(|o| read(o)).collect()
 }
