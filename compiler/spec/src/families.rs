@@ -10,6 +10,12 @@ pub enum Family {
     /// Mistral (Mistral-Nemo): Llama's layers with an explicit `head_dim`; its
     /// `sliding_window`, when set, applies to every layer.
     Mistral,
+    /// Gemma (the first generation): `1 + weight` norms, embeddings scaled by
+    /// `sqrt(hidden_size)`, a GELU-gated MLP, tied embeddings.
+    Gemma,
+    /// Seed-OSS: Llama's layers with q/k/v biases, an output-projection bias of its own key
+    /// and dropout in training (which verlc refuses unless set to zero).
+    SeedOss,
     Qwen2,
     Qwen3,
     /// Qwen3 with sparse mixture-of-experts MLPs.
@@ -78,6 +84,15 @@ impl VisionTower {
     }
 }
 
+/// A value of a `config.json` key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ConfigValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(&'static str),
+}
+
 /// What is known of a family without loading a model.
 #[derive(Debug)]
 pub struct FamilyRow {
@@ -101,18 +116,28 @@ pub struct FamilyRow {
     /// The q/k/v projections always carry biases and the output projection never does
     /// (Qwen2); the others follow the config's `attention_bias` for all four.
     pub qkv_bias: bool,
+    /// The output projection's bias is the config's `attention_out_bias` (Seed-OSS), apart
+    /// from the q/k/v projections' `attention_bias`.
+    pub attention_out_bias: bool,
     /// The config's `sliding_window`, unless null, limits every layer's attention (Mistral);
     /// the others apply it only under `use_sliding_window`.
     pub sliding_window_unless_null: bool,
+    /// RMSNorm scales by `1 + weight` (weights start at zero) in float32 and casts after
+    /// (Gemma, Qwen3.5).
+    pub norm_plus_one: bool,
+    /// The token embeddings are multiplied by `sqrt(hidden_size)`, rounded to the model's
+    /// dtype, before the first layer (Gemma).
+    pub scaled_embedding: bool,
     /// Its chat template is ChatML (`<|im_start|>`/`<|im_end|>` turns), whose turn junction
     /// the tool agent loop inserts between turns.
     pub chatml: bool,
     /// A vision tower beside the text model (`vision_config`): images in the prompt's
     /// placeholder tokens, multimodal rotary positions.
     pub vision: Option<VisionTower>,
-    /// The head width transformers' config class takes when `config.json` has no `head_dim`
-    /// (`None`: hidden / heads).
-    pub default_head_dim: Option<i64>,
+    /// What transformers' config class takes for keys `config.json` may leave out, where it
+    /// differs from the common defaults (no `head_dim`: hidden / heads; `hidden_act` silu;
+    /// embeddings untied; no biases; no dropout).
+    pub config_defaults: &'static [(&'static str, ConfigValue)],
     /// Its name in `builtin://tiny?arch=`.
     pub tiny_arch: &'static str,
     /// The family whose layers its text model has (itself, except for a multimodal family
@@ -133,10 +158,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: false,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: false,
+        scaled_embedding: false,
         chatml: false,
         vision: None,
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "llama",
         text: Family::Llama,
     },
@@ -151,12 +179,66 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: false,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: true,
+        norm_plus_one: false,
+        scaled_embedding: false,
         chatml: false,
         vision: None,
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "mistral",
         text: Family::Mistral,
+    },
+    FamilyRow {
+        family: Family::Gemma,
+        name: "Gemma",
+        model_type: "gemma",
+        causal_lm_class: "GemmaForCausalLM",
+        value_class: "GemmaForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: false,
+        qkv_bias: false,
+        attention_out_bias: false,
+        sliding_window_unless_null: false,
+        norm_plus_one: true,
+        scaled_embedding: true,
+        chatml: false,
+        vision: None,
+        config_defaults: &[
+            ("head_dim", ConfigValue::Int(256)),
+            ("hidden_act", ConfigValue::Str("gelu_pytorch_tanh")),
+            ("tie_word_embeddings", ConfigValue::Bool(true)),
+        ],
+        tiny_arch: "gemma",
+        text: Family::Gemma,
+    },
+    FamilyRow {
+        family: Family::SeedOss,
+        name: "Seed-OSS",
+        model_type: "seed_oss",
+        causal_lm_class: "SeedOssForCausalLM",
+        value_class: "SeedOssForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: false,
+        qkv_bias: false,
+        attention_out_bias: true,
+        sliding_window_unless_null: false,
+        norm_plus_one: false,
+        scaled_embedding: false,
+        chatml: false,
+        vision: None,
+        config_defaults: &[
+            ("head_dim", ConfigValue::Int(128)),
+            ("attention_bias", ConfigValue::Bool(true)),
+            ("attention_dropout", ConfigValue::Float(0.1)),
+            ("residual_dropout", ConfigValue::Float(0.1)),
+        ],
+        tiny_arch: "seed_oss",
+        text: Family::SeedOss,
     },
     FamilyRow {
         family: Family::Qwen2,
@@ -169,10 +251,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: false,
         qkv_bias: true,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: false,
+        scaled_embedding: false,
         chatml: true,
         vision: None,
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen2",
         text: Family::Qwen2,
     },
@@ -187,10 +272,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: false,
+        scaled_embedding: false,
         chatml: true,
         vision: None,
-        default_head_dim: Some(128),
+        config_defaults: &[("head_dim", ConfigValue::Int(128))],
         tiny_arch: "qwen3",
         text: Family::Qwen3,
     },
@@ -205,10 +293,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: false,
+        scaled_embedding: false,
         chatml: true,
         vision: None,
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen3_moe",
         text: Family::Qwen3Moe,
     },
@@ -223,10 +314,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: true,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: true,
+        scaled_embedding: false,
         chatml: true,
         vision: None,
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen3_5",
         text: Family::Qwen3_5,
     },
@@ -241,10 +335,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: true,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: true,
+        scaled_embedding: false,
         chatml: true,
         vision: None,
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen3_5_moe",
         text: Family::Qwen3_5Moe,
     },
@@ -259,10 +356,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: true,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: true,
+        scaled_embedding: false,
         chatml: true,
         vision: None,
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen3_next",
         text: Family::Qwen3Next,
     },
@@ -278,10 +378,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: false,
         qkv_bias: true,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: false,
+        scaled_embedding: false,
         chatml: true,
         vision: Some(VisionTower::Qwen2_5Vl),
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen2_5_vl",
         text: Family::Qwen2_5Vl,
     },
@@ -297,10 +400,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: false,
+        scaled_embedding: false,
         chatml: true,
         vision: Some(VisionTower::Qwen3Vl),
-        default_head_dim: Some(128),
+        config_defaults: &[("head_dim", ConfigValue::Int(128))],
         tiny_arch: "qwen3_vl",
         text: Family::Qwen3Vl,
     },
@@ -316,10 +422,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: false,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: false,
+        scaled_embedding: false,
         chatml: true,
         vision: Some(VisionTower::Qwen3Vl),
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen3_vl_moe",
         text: Family::Qwen3VlMoe,
     },
@@ -335,10 +444,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: true,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: true,
+        scaled_embedding: false,
         chatml: true,
         vision: Some(VisionTower::Qwen3_5),
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen3_5_vl",
         text: Family::Qwen3_5,
     },
@@ -354,10 +466,13 @@ pub static FAMILIES: &[FamilyRow] = &[
         linear_attention: true,
         qk_norm: true,
         qkv_bias: false,
+        attention_out_bias: false,
         sliding_window_unless_null: false,
+        norm_plus_one: true,
+        scaled_embedding: false,
         chatml: true,
         vision: Some(VisionTower::Qwen3_5),
-        default_head_dim: None,
+        config_defaults: &[],
         tiny_arch: "qwen3_5_moe_vl",
         text: Family::Qwen3_5Moe,
     },
@@ -419,6 +534,30 @@ impl Family {
     }
 }
 
+impl FamilyRow {
+    /// The config class's value of `key` where `config.json` leaves it out, if the family
+    /// has its own (see [`FamilyRow::config_defaults`]).
+    pub fn config_default(&self, key: &str) -> Option<ConfigValue> {
+        self.config_defaults
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// The head width without a `head_dim` key (`None`: hidden / heads).
+    pub fn default_head_dim(&self) -> Option<i64> {
+        match self.config_default("head_dim") {
+            Some(ConfigValue::Int(d)) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Whether the embeddings are tied without a `tie_word_embeddings` key.
+    pub fn tied_by_default(&self) -> bool {
+        self.config_default("tie_word_embeddings") == Some(ConfigValue::Bool(true))
+    }
+}
+
 /// The row of a checkpoint's `model_type`.
 pub fn of_checkpoint(model_type: &str) -> Option<&'static FamilyRow> {
     FAMILIES.iter().find(|r| r.model_type == model_type)
@@ -470,5 +609,10 @@ mod tests {
             );
         }
         assert!(of_checkpoint("gemma3").is_none());
+        assert_eq!(
+            of_checkpoint("gemma").and_then(FamilyRow::default_head_dim),
+            Some(256)
+        );
+        assert!(of_checkpoint("gemma").is_some_and(FamilyRow::tied_by_default));
     }
 }

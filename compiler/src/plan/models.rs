@@ -202,6 +202,23 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
                 ),
             }),
     );
+    let trained = [(
+        "actor_rollout_ref.model.path",
+        spec.actor.model_path.as_str(),
+        &spec.actor.config_overrides,
+        Some("actor_rollout_ref.model.override_config"),
+    )];
+    let no_overrides = serde_json::Map::new();
+    let critic = spec.critic.iter().map(|c| {
+        (
+            "critic.model.path",
+            c.model_path.as_str(),
+            &no_overrides,
+            None,
+        )
+    });
+    let trained: Vec<_> = trained.into_iter().chain(critic).collect();
+    out.extend(dropout_problems(&trained, env));
     if out.is_empty() {
         out.extend(
             text_prompt_limits(spec, env)
@@ -696,6 +713,82 @@ fn expert_layout_problem(x: ExpertLayout) -> Option<String> {
         ));
     }
     None
+}
+
+/// A model that trains, with the key naming it, the `config.json` keys the run overrides and
+/// the key under which it overrides them (`None`: verlc applies no overrides there).
+pub type TrainedModel<'a> = (
+    &'static str,
+    &'a str,
+    &'a serde_json::Map<String, Value>,
+    Option<&'static str>,
+);
+
+/// The dropouts verl's models apply in training mode (its updates run the model in
+/// `train()`), which verlc does not implement.
+const DROPOUT_KEYS: [&str; 2] = ["attention_dropout", "residual_dropout"];
+
+/// Trained models whose config (overrides applied, the family's config class defaults
+/// filling absent keys: Seed-OSS's are 0.1) sets a dropout, which transformers would apply in
+/// verl's updates and verlc does not: an error at the model's key, whose help names the
+/// override that turns it off.
+pub fn dropout_problems(models: &[TrainedModel<'_>], env: &HubEnv) -> Vec<ModelProblem> {
+    let mut out = Vec::new();
+    for &(key, path, overrides, override_key) in models {
+        let dir = match locate(path, None, env) {
+            Ok(ModelLocation::Builtin) => scaled_source(path).map(Path::to_path_buf),
+            Ok(loc) => loc.dir().map(Path::to_path_buf),
+            Err(_) => None,
+        };
+        let Some(cfg) = dir.and_then(|d| read_config(&d).ok()) else {
+            continue;
+        };
+        let row = cfg
+            .get("model_type")
+            .and_then(Value::as_str)
+            .and_then(verlc_spec::families::of_checkpoint);
+        let set: Vec<(&str, f64)> = DROPOUT_KEYS
+            .iter()
+            .filter_map(|k| {
+                let p = match overrides.get(*k).or_else(|| cfg.get(*k)) {
+                    Some(v) => v.as_f64()?,
+                    None => match row.and_then(|r| r.config_default(k))? {
+                        verlc_spec::families::ConfigValue::Float(p) => p,
+                        _ => return None,
+                    },
+                };
+                (p != 0.0).then_some((*k, p))
+            })
+            .collect();
+        if set.is_empty() {
+            continue;
+        }
+        let listed = set
+            .iter()
+            .map(|(k, p)| format!("{k} = {p}"))
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let help = match override_key {
+            Some(base) => format!(
+                "for a deterministic update (TRL's GRPO and PPO trainers turn dropout off by default), set {}",
+                set.iter()
+                    .map(|(k, _)| format!("`{base}.{k}=0.0`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+            None => "for a deterministic update, set them to 0.0 in the model's config.json".into(),
+        };
+        out.push(ModelProblem {
+            code: crate::codes::BUILD_UNSUPPORTED_SETTING,
+            key,
+            message: format!(
+                "`{path}` trains with {listed}: transformers applies dropout in verl's updates (the model in training mode), and verlc's models have no dropout"
+            ),
+            label: "model named here",
+            help,
+        });
+    }
+    out
 }
 
 fn read_config(dir: &Path) -> Result<Value, String> {

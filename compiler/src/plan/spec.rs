@@ -829,7 +829,9 @@ fn pf_ppo_spec(cfg: &VerlConfig, l: &mut Lowering) -> Option<PfPpoSpec> {
 
 /// `actor_rollout_ref.model.override_config`: `config.json` keys verl sets on the Hugging Face
 /// config before building the policy (under `model_config` in the Megatron flavour). verlc takes
-/// the ones its models read without other effects: `max_position_embeddings` and `rope_theta`.
+/// the ones its models read without other effects: `max_position_embeddings` and `rope_theta`,
+/// and the dropouts set to zero (verlc's models have none; a config that sets one is refused
+/// at the model's key unless these turn it off).
 fn model_overrides(
     cfg: &VerlConfig,
     l: &mut Lowering,
@@ -851,6 +853,7 @@ fn model_overrides(
             let ok = match name.as_str() {
                 "max_position_embeddings" => value.as_i64().is_some_and(|n| n > 0),
                 "rope_theta" => value.as_f64().is_some_and(|x| x > 0.0),
+                "attention_dropout" | "residual_dropout" => value.as_f64() == Some(0.0),
                 _ => false,
             };
             if ok {
@@ -858,7 +861,7 @@ fn model_overrides(
             } else {
                 l.unsupported(
                     &format!("{prefix}.{name}"),
-                    format!("verlc's model loader applies max_position_embeddings and rope_theta (positive numbers) from override_config, not `{name}` = {value}"),
+                    format!("verlc's model loader applies max_position_embeddings and rope_theta (positive numbers) and attention_dropout and residual_dropout (0.0) from override_config, not `{name}` = {value}"),
                     "remove it, or change the model's config.json",
                 );
             }

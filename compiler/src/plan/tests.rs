@@ -1702,6 +1702,84 @@ fn model_config_overrides_lower_for_the_keys_the_loader_applies() {
     );
 }
 
+/// A trained model whose config sets a dropout (Seed-OSS's config class defaults both to 0.1)
+/// is refused at its key, as a checkpoint and as smoke's stand-in of it, with the override
+/// that turns it off in the help; with that override (which lowers without B018) nothing is
+/// refused. Gemma is not refused.
+#[test]
+fn dropout_in_a_trained_model_is_refused_until_overridden_to_zero() {
+    let dir = std::env::temp_dir().join(format!("verlc-plan-dropout-{}", std::process::id()));
+    let cfg = |name: &str, model_type: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        std::fs::write(
+            d.join("config.json"),
+            format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300}}"#
+            ),
+        )
+        .expect("config");
+        d
+    };
+    let (seed, gemma) = (cfg("seed", "seed_oss"), cfg("gemma", "gemma"));
+    let env = verlc_hub::HubEnv::from_env();
+    let off = [
+        "+actor_rollout_ref.model.override_config.attention_dropout=0.0",
+        "+actor_rollout_ref.model.override_config.residual_dropout=0.0",
+    ];
+    let checkpoint = format!("actor_rollout_ref.model.path={}", seed.display());
+    let stand_in = format!(
+        "actor_rollout_ref.model.path='builtin://scaled?from={}'",
+        seed.display()
+    );
+    let gemma = format!("actor_rollout_ref.model.path={}", gemma.display());
+    let half = [checkpoint.as_str(), off[0]];
+    let whole = [checkpoint.as_str(), off[0], off[1]];
+    for (overrides, refused) in [
+        (
+            &[checkpoint.as_str()][..],
+            &["attention_dropout", "residual_dropout"][..],
+        ),
+        (
+            &[stand_in.as_str()][..],
+            &["attention_dropout", "residual_dropout"][..],
+        ),
+        (&half[..], &["residual_dropout"][..]),
+        (&whole[..], &[][..]),
+        (&[gemma.as_str()][..], &[][..]),
+    ] {
+        let c = case(BASE, overrides);
+        assert!(
+            !c.codes().contains(&"B018"),
+            "{overrides:?}: {:?}",
+            c.codes()
+        );
+        let problems = models::model_problems(&c.lowered.plan.spec, &env);
+        let dropout: Vec<_> = problems
+            .iter()
+            .filter(|p| p.message.contains("dropout"))
+            .collect();
+        if refused.is_empty() {
+            assert!(dropout.is_empty(), "{overrides:?}: {dropout:#?}");
+            continue;
+        }
+        assert_eq!(dropout.len(), 1, "{overrides:?}: {problems:#?}");
+        let p = dropout[0];
+        assert_eq!(p.key, "actor_rollout_ref.model.path");
+        for key in refused {
+            assert!(p.message.contains(&format!("{key} = 0.1")), "{}", p.message);
+            assert!(
+                p.help.contains(&format!(
+                    "actor_rollout_ref.model.override_config.{key}=0.0"
+                )),
+                "{}",
+                p.help
+            );
+        }
+    }
+}
+
 /// `weight_decay_incr_style` runs as verl runs it: Megatron's scheduler with start = end =
 /// weight_decay over `total_training_steps`, so the decay stays at `weight_decay`.
 #[test]

@@ -199,7 +199,7 @@ table! {
     "actor_rollout_ref.model.use_remove_padding" => Implemented("engine.remove_padding of actor and reference (FSDP strategy; the Megatron engine warns and computes padded)"),
     "actor_rollout_ref.model.{custom_chat_template,hf_config_path}" => Unsupported("overrides the chat template or model config file; verlc reads both from the model directory"),
     "actor_rollout_ref.model.override_config.moe_config.**" => NoEffect(NONE, "configures mixture-of-experts routers; verlc's models are dense"),
-    "actor_rollout_ref.model.override_config.**" => Checked("actor.config_overrides (max_position_embeddings, rope_theta; other keys are refused)"),
+    "actor_rollout_ref.model.override_config.**" => Checked("actor.config_overrides (max_position_embeddings, rope_theta, zero dropouts; other keys are refused)"),
 
     // Engine sections of actor, reference and critic: FSDP.
     "**.fsdp_config.{param_offload,optimizer_offload,offload_policy}" => Implemented("the role's engine spec (placement, read at run time)"),

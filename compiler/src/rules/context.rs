@@ -322,7 +322,7 @@ impl ModelDims {
         // The family's config class default (Qwen3's is 128), else hidden / heads.
         let default = self
             .family()
-            .and_then(|f| f.default_head_dim)
+            .and_then(|f| f.default_head_dim())
             .map_or(self.hidden_size / self.num_attention_heads.max(1), |d| {
                 d.max(0) as u64
             });
@@ -346,7 +346,11 @@ impl ModelDims {
 
     /// Whether the q/k/v projections carry biases (always in Qwen2, as transformers builds it).
     pub fn qkv_bias(&self) -> bool {
-        self.family().is_some_and(|f| f.qkv_bias) || self.attention_bias.unwrap_or(false)
+        let default = self
+            .family()
+            .and_then(|f| f.config_default("attention_bias"))
+            == Some(verlc_spec::families::ConfigValue::Bool(true));
+        self.family().is_some_and(|f| f.qkv_bias) || self.attention_bias.unwrap_or(default)
     }
 
     /// Parameters of the largest decoder layer (a sparse one, when the model has experts):
@@ -529,7 +533,8 @@ impl ModelDims {
 
     /// The output layer: its own `vocab × hidden` matrix, or none when tied to the embedding.
     pub fn head_params(&self) -> u64 {
-        if self.tie_word_embeddings.unwrap_or(false) {
+        let tied_by_default = self.family().is_some_and(|f| f.tied_by_default());
+        if self.tie_word_embeddings.unwrap_or(tied_by_default) {
             0
         } else {
             self.embedding_params()

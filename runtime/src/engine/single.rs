@@ -54,6 +54,25 @@ pub struct EngineSettings {
     pub remove_padding: bool,
 }
 
+impl EngineSettings {
+    /// The model's config with `config_overrides` applied, checked to be trainable when
+    /// the engine trains (not forward-only).
+    pub(crate) fn model_config(&self, source: &ModelSource) -> Result<ModelConfig> {
+        let path = &self.model_path;
+        let bad = |msg: String| EngineError::Config(format!("model `{path}`: {msg}"));
+        let config = source
+            .config()?
+            .with_overrides(&self.config_overrides)
+            .map_err(bad)?;
+        if self.optim.is_some()
+            && let Some(why) = config.training_problem()
+        {
+            return Err(bad(why));
+        }
+        Ok(config)
+    }
+}
+
 /// One model, its optimizer and scheduler, in this process.
 pub struct SingleEngine<H: Head> {
     vs: VarStore,
@@ -85,10 +104,7 @@ impl<H: Head> SingleEngine<H> {
     pub fn new(settings: EngineSettings) -> Result<Self> {
         let path = &settings.model_path;
         let source = ModelSource::parse(path)?;
-        let mut config = source
-            .config()?
-            .with_overrides(&settings.config_overrides)
-            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        let mut config = settings.model_config(&source)?;
         config.lora = settings.lora.clone();
         let mut vs = VarStore::new(settings.device);
         let module = H::build(&config, vs.root())

@@ -94,6 +94,16 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         lora: None,
         extra: Map::new(),
     };
+    // The family's character where its config class differs from the common defaults:
+    // Gemma's GELU, Seed-OSS's q/k/v biases (its dropouts stay off: see below).
+    for (key, value) in row.map_or(&[][..], |r| r.config_defaults) {
+        use verlc_spec::families::ConfigValue;
+        match (*key, *value) {
+            ("hidden_act", ConfigValue::Str(act)) => cfg.hidden_act = act.to_owned(),
+            ("attention_bias", ConfigValue::Bool(b)) => cfg.attention_bias = Some(b),
+            _ => {}
+        }
+    }
     if row.is_some_and(|r| r.linear_attention) {
         // Sized so its Gated DeltaNet heads match the attention heads'.
         let head = hidden / cfg.num_attention_heads.max(1);
@@ -117,6 +127,10 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     extra.insert("pad_token_id".into(), json!(tok::PAD_ID));
     extra.insert("torch_dtype".into(), json!("float32"));
     extra.insert("attention_dropout".into(), json!(0.0));
+    if row.is_some_and(|r| r.config_default("residual_dropout").is_some()) {
+        // Written, so that a saved checkpoint does not reload with the config class's 0.1.
+        extra.insert("residual_dropout".into(), json!(0.0));
+    }
     cfg.extra = extra;
     cfg.validate()?;
     Ok(cfg)

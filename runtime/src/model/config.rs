@@ -140,6 +140,35 @@ fn lift_text_config(raw: &mut Value) {
     }
 }
 
+/// The keys a config left out (or, for `head_dim`, left null) set to what its family's
+/// config class takes (Qwen3's `head_dim` is 128, not hidden / heads; Gemma ties its
+/// embeddings and gates with tanh-approximated GELU), as transformers reads the file.
+fn fill_family_defaults(raw: &mut Value) {
+    use verlc_spec::families::ConfigValue;
+    let Some(obj) = raw.as_object_mut() else {
+        return;
+    };
+    let Some(arch) = obj
+        .get("model_type")
+        .and_then(Value::as_str)
+        .and_then(Arch::from_model_type)
+    else {
+        return;
+    };
+    for (key, value) in arch.row().config_defaults {
+        if obj.get(*key).is_some_and(|v| !v.is_null()) {
+            continue;
+        }
+        let value = match *value {
+            ConfigValue::Bool(b) => Value::from(b),
+            ConfigValue::Int(n) => Value::from(n),
+            ConfigValue::Float(x) => Value::from(x),
+            ConfigValue::Str(s) => Value::from(s),
+        };
+        obj.insert((*key).to_owned(), value);
+    }
+}
+
 /// Each size the config left out (0, serde's default) set to its default.
 fn fill_absent<const N: usize>(sizes: [(&mut i64, i64); N]) {
     for (v, default) in sizes {
@@ -261,18 +290,7 @@ impl ModelConfig {
             obj.entry("norm_topk_prob").or_insert(Value::Bool(true));
         }
         lift_text_config(&mut raw);
-        // A config without `head_dim` gets its config class's (Qwen3's is 128, not hidden /
-        // heads), as transformers reads it.
-        if let Some(obj) = raw.as_object_mut()
-            && obj.get("head_dim").is_none_or(Value::is_null)
-            && let Some(dim) = obj
-                .get("model_type")
-                .and_then(Value::as_str)
-                .and_then(Arch::from_model_type)
-                .and_then(|a| a.row().default_head_dim)
-        {
-            obj.insert("head_dim".into(), Value::from(dim));
-        }
+        fill_family_defaults(&mut raw);
         let cfg: ModelConfig = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
         let cfg = cfg.normalize().map_err(bad)?;
         cfg.validate().map_err(|msg| ModelError::Config {
@@ -394,9 +412,15 @@ impl ModelConfig {
                 self.max_position_embeddings
             ));
         }
-        if self.hidden_act != "silu" {
+        if super::layers::Activation::of(&self.hidden_act).is_none() {
             return Err(format!(
-                "hidden_act `{}` is not supported (only silu)",
+                "hidden_act `{}` is not supported (silu, gelu, gelu_pytorch_tanh)",
+                self.hidden_act
+            ));
+        }
+        if arch.has_experts() && self.hidden_act != "silu" && self.hidden_act != "swish" {
+            return Err(format!(
+                "hidden_act `{}` with experts is not supported (their MLPs are SwiGLU)",
                 self.hidden_act
             ));
         }
@@ -500,6 +524,25 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// Why a model of this config cannot be trained here, if it cannot: a dropout, which
+    /// transformers (and so verl) applies in training updates and verlc's models do not
+    /// have. `verlc build` refuses the same configs at the model's key.
+    pub fn training_problem(&self) -> Option<String> {
+        ["attention_dropout", "residual_dropout"]
+            .into_iter()
+            .find_map(|key| {
+                let p = self.extra.get(key).and_then(Value::as_f64)?;
+                (p != 0.0).then(|| {
+                    format!(
+                        "{key} = {p}: transformers (and verl) applies dropout in training \
+                         updates and verlc's models have none; set it to 0.0 \
+                         (`actor_rollout_ref.model.override_config.{key}=0.0`) for a \
+                         deterministic update"
+                    )
+                })
+            })
+    }
+
     /// Whether layer `layer` is a Gated DeltaNet (linear attention) layer.
     pub fn linear_layer(&self, layer: usize) -> bool {
         self.linear
@@ -522,9 +565,18 @@ impl ModelConfig {
         }
     }
 
-    /// Qwen3.5's RMSNorm scales by `1 + weight` (weights start at zero) and casts after.
+    /// RMSNorm scales by `1 + weight` (weights start at zero) and casts after (Gemma,
+    /// Qwen3.5).
     pub fn zero_centered_norm(&self) -> bool {
-        self.arch().is_ok_and(Arch::is_qwen3_5)
+        self.arch().is_ok_and(|a| a.row().norm_plus_one)
+    }
+
+    /// What the embeddings are multiplied by before the first layer (Gemma's
+    /// `sqrt(hidden_size)`), if anything.
+    pub fn embedding_scale(&self) -> Option<f64> {
+        self.arch()
+            .is_ok_and(|a| a.row().scaled_embedding)
+            .then(|| (self.hidden_size as f64).sqrt())
     }
 
     /// Qwen3.5's full attention: `q_proj` also yields a per-head sigmoid gate on the output.
@@ -639,9 +691,18 @@ impl ModelConfig {
         self.arch().is_ok_and(|a| a.row().qkv_bias) || self.attention_bias.unwrap_or(false)
     }
 
-    /// Bias on the output projection (`attention_bias` of Llama and Qwen3; never for Qwen2).
+    /// Bias on the output projection (`attention_bias` of Llama and Qwen3; never for Qwen2;
+    /// Seed-OSS's own `attention_out_bias`).
     pub fn o_bias(&self) -> bool {
-        !self.arch().is_ok_and(|a| a.row().qkv_bias) && self.attention_bias.unwrap_or(false)
+        match self.arch() {
+            Ok(a) if a.row().attention_out_bias => self
+                .extra
+                .get("attention_out_bias")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            Ok(a) if a.row().qkv_bias => false,
+            _ => self.attention_bias.unwrap_or(false),
+        }
     }
 
     /// RMSNorm on per-head queries and keys (Qwen3).

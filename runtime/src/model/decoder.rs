@@ -24,7 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::ModelConfig;
 use super::cache::{KvCache, causal_padding_mask, causal_window_mask};
 use super::gated_deltanet::GatedDeltaNet;
-use super::layers::{Adapters, Regions, Replicated, Split, divide, infallible};
+use super::layers::{
+    Activation, Adapters, Regions, Replicated, Split, divide, infallible, scale_embeddings,
+};
 pub use super::layers::{Linear, RmsNorm};
 use super::moe::SparseMoe;
 use super::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
@@ -175,12 +177,14 @@ impl LayerPlace<'_> {
     }
 }
 
-/// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`.
+/// Gated feed-forward: `down(act(gate(x)) * up(x))`, SwiGLU unless the config's
+/// `hidden_act` names another activation (Gemma's GELU).
 #[derive(Debug)]
 pub struct Mlp {
     gate_proj: Linear,
     up_proj: Linear,
     down_proj: Linear,
+    act: Activation,
 }
 
 impl Mlp {
@@ -202,12 +206,13 @@ impl Mlp {
             )?,
             up_proj: at.linear(&p / "up_proj", &name("up_proj"), (h, i, b), Split::Columns)?,
             down_proj: at.linear(&p / "down_proj", &name("down_proj"), (i, h, b), Split::Rows)?,
+            act: Activation::Silu,
         })
     }
 
     /// The input of `down_proj` (this rank's part of the intermediate size).
     pub(crate) fn core(&self, x: &Tensor) -> Tensor {
-        self.gate_proj.forward(x).silu() * self.up_proj.forward(x)
+        self.act.forward(&self.gate_proj.forward(x)) * self.up_proj.forward(x)
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -256,7 +261,11 @@ impl FeedForward {
             return Ok(FeedForward::Sparse(moe));
         }
         let dims = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
-        Ok(FeedForward::Dense(Mlp::build(p, at, "mlp", dims)?))
+        let mut mlp = Mlp::build(p, at, "mlp", dims)?;
+        // Experts are SwiGLU (the config check refuses another activation with experts).
+        mlp.act = Activation::of(&cfg.hidden_act)
+            .ok_or_else(|| format!("hidden_act `{}` is not supported", cfg.hidden_act))?;
+        Ok(FeedForward::Dense(mlp))
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -711,6 +720,8 @@ pub struct Model {
     adapters: Option<Arc<AtomicBool>>,
     /// Whether any layer is a Gated DeltaNet (which reads the mask of real tokens).
     linear_layers: bool,
+    /// What the embeddings are multiplied by (Gemma's `sqrt(hidden_size)`).
+    embedding_scale: Option<f64>,
 }
 
 impl Model {
@@ -748,17 +759,20 @@ impl Model {
             rotary,
             adapters: switch,
             linear_layers: cfg.has_linear_layers(),
+            embedding_scale: cfg.embedding_scale(),
         })
     }
 
     /// Embeddings of `ids` (as transformers' `nn.Embedding` with `padding_idx`).
     pub fn embed(&self, ids: &Tensor) -> Tensor {
-        Tensor::embedding(&self.embed_tokens, ids, self.padding_idx, false, false)
+        let x = Tensor::embedding(&self.embed_tokens, ids, self.padding_idx, false, false);
+        scale_embeddings(x, self.embedding_scale)
     }
 
     /// [`Model::embed`], with libtorch's error as a value (for engines that propagate them).
     pub fn f_embed(&self, ids: &Tensor) -> Result<Tensor, tch::TchError> {
-        Tensor::f_embedding(&self.embed_tokens, ids, self.padding_idx, false, false)
+        let x = Tensor::f_embedding(&self.embed_tokens, ids, self.padding_idx, false, false)?;
+        Ok(scale_embeddings(x, self.embedding_scale))
     }
 
     /// Switches the LoRA adapters on or off (no-op without adapters): off, the model computes

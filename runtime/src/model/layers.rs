@@ -220,6 +220,48 @@ impl RmsNorm {
     }
 }
 
+/// Embeddings `x` times `scale` (Gemma's `sqrt(hidden_size)`) rounded to their dtype first,
+/// as transformers multiplies by a scalar tensor of the hidden states' dtype.
+pub fn scale_embeddings(x: Tensor, scale: Option<f64>) -> Tensor {
+    match scale {
+        Some(s) => {
+            let s = Tensor::from(s).to_kind(x.kind()).to_device(x.device());
+            x * s
+        }
+        None => x,
+    }
+}
+
+/// The activation of a gated MLP's gate (`hidden_act`, as transformers' `ACT2FN` names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU by the error function (`gelu`).
+    Gelu,
+    /// GELU's tanh approximation (`gelu_pytorch_tanh`: Gemma's).
+    GeluTanh,
+}
+
+impl Activation {
+    /// The activation `hidden_act` names, if verlc implements it.
+    pub fn of(hidden_act: &str) -> Option<Self> {
+        match hidden_act {
+            "silu" | "swish" => Some(Activation::Silu),
+            "gelu" => Some(Activation::Gelu),
+            "gelu_pytorch_tanh" => Some(Activation::GeluTanh),
+            _ => None,
+        }
+    }
+
+    pub fn forward(self, x: &Tensor) -> Tensor {
+        match self {
+            Activation::Silu => x.silu(),
+            Activation::Gelu => x.gelu("none"),
+            Activation::GeluTanh => x.gelu("tanh"),
+        }
+    }
+}
+
 /// The tensor-parallel boundaries of a decoder layer, in Megatron's terms: the residual
 /// stream between segments, `f` into column-split layers, `g` out of row-split ones. A layer
 /// calls these in order (cut, enter, ..., exit, cut, enter, ..., exit); see the module docs

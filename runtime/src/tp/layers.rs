@@ -12,6 +12,7 @@ use crate::dist::ProcessGroup;
 use crate::dist::mappings::{
     Tape, reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region,
 };
+use crate::model::layers::scale_embeddings;
 
 /// How a vocabulary of `vocab` entries is split: `padded` rows (a multiple of the group
 /// size, as Megatron pads its vocabulary), `per_rank` each; rank `r` owns token ids
@@ -63,19 +64,33 @@ impl VocabPartition {
 pub struct VocabParallelEmbedding {
     pub weight: Tensor,
     pub partition: VocabPartition,
+    /// What the looked-up rows are multiplied by (Gemma's `sqrt(hidden_size)`; `None` for
+    /// other models and for the output layer).
+    pub scale: Option<f64>,
 }
 
 impl VocabParallelEmbedding {
     /// Registers `weight` (per_rank, hidden) under `p`.
     pub fn new(p: Path, partition: VocabPartition, hidden: i64) -> Result<Self> {
         let weight = p.f_var("weight", &[partition.per_rank, hidden], Init::Const(0.0))?;
-        Ok(VocabParallelEmbedding { weight, partition })
+        Ok(VocabParallelEmbedding {
+            weight,
+            partition,
+            scale: None,
+        })
+    }
+
+    /// The same rows scaled by `scale` when looked up (the model's embedding scale).
+    pub fn scaled(mut self, scale: Option<f64>) -> Self {
+        self.scale = scale;
+        self
     }
 
     /// Embeddings (…, hidden) of token ids (…), replicated over the group.
     pub fn forward(&self, ids: &Tensor, group: Option<&ProcessGroup>) -> Result<Tensor> {
         if group.is_none_or(|g| g.size() == 1) {
-            return Ok(Tensor::f_embedding(&self.weight, ids, -1, false, false)?);
+            let x = Tensor::f_embedding(&self.weight, ids, -1, false, false)?;
+            return Ok(scale_embeddings(x, self.scale));
         }
         Ok(reduce_from_tp_region(&self.partial(ids)?, group)?)
     }
@@ -105,7 +120,9 @@ impl VocabParallelEmbedding {
             .f_logical_or(&ids.f_ge(start + self.partition.valid())?)?;
         let local = (ids - start).f_masked_fill(&outside, 0)?;
         let out = Tensor::f_embedding(&self.weight, &local, -1, false, false)?;
-        Ok(out.f_masked_fill(&outside.f_unsqueeze(-1)?, 0.0)?)
+        // Zeros stay zeros: scaling each rank's rows before the sum is scaling the sum.
+        let out = out.f_masked_fill(&outside.f_unsqueeze(-1)?, 0.0)?;
+        Ok(scale_embeddings(out, self.scale))
     }
 
     /// Local logits (…, per_rank) of hidden states against these rows (the tied output

@@ -152,3 +152,86 @@ fn a_sliding_window_shorter_than_the_positions_is_refused() {
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     }
 }
+
+/// A `config.json` that leaves keys out is read with its family's config class defaults, as
+/// transformers reads it: Gemma ties its embeddings, gates with tanh-GELU and has 256-wide
+/// heads; Seed-OSS has q/k/v biases (not on the output projection) and dropouts of 0.1, which
+/// a trained model refuses (verlc's models have no dropout) until overridden to zero.
+#[test]
+fn absent_keys_take_the_family_defaults_and_dropout_is_refused_for_training() {
+    use runtime::model::ModelConfig;
+    let write = |tag: &str, cfg: serde_json::Value| {
+        let dir = oracle::scratch(tag);
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        ModelConfig::from_file(&dir.join("config.json")).unwrap()
+    };
+    let sizes = serde_json::json!({
+        "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4,
+    });
+    let with_type = |t: &str| {
+        let mut v = sizes.clone();
+        v["model_type"] = t.into();
+        v
+    };
+    let gemma = write("gemma_defaults", with_type("gemma"));
+    assert!(gemma.tie_word_embeddings);
+    assert_eq!(gemma.hidden_act, "gelu_pytorch_tanh");
+    assert_eq!(gemma.head_dim(), 256);
+    assert!(gemma.zero_centered_norm());
+    assert_eq!(gemma.embedding_scale(), Some(8.0));
+    assert!(gemma.training_problem().is_none());
+    // Keys the file sets win over the defaults.
+    let mut exact = with_type("gemma");
+    exact["hidden_act"] = "gelu".into();
+    exact["tie_word_embeddings"] = false.into();
+    let exact = write("gemma_set", exact);
+    assert_eq!(
+        (exact.hidden_act.as_str(), exact.tie_word_embeddings),
+        ("gelu", false)
+    );
+
+    let seed = write("seed_oss_defaults", with_type("seed_oss"));
+    assert!(seed.qkv_bias() && !seed.o_bias());
+    assert_eq!(seed.head_dim(), 128);
+    let why = seed.training_problem().expect("dropout refused");
+    assert!(
+        why.contains("attention_dropout = 0.1") && why.contains("override_config"),
+        "{why}"
+    );
+    let off: serde_json::Map<String, serde_json::Value> = serde_json::from_value(
+        serde_json::json!({"attention_dropout": 0.0, "residual_dropout": 0.0}),
+    )
+    .unwrap();
+    assert!(
+        seed.with_overrides(&off)
+            .unwrap()
+            .training_problem()
+            .is_none()
+    );
+    let mut out_bias = with_type("seed_oss");
+    out_bias["attention_out_bias"] = true.into();
+    assert!(write("seed_oss_out_bias", out_bias).o_bias());
+    // Llama's `attention_bias` still covers the output projection.
+    let mut llama = with_type("llama");
+    llama["attention_bias"] = true.into();
+    let llama = write("llama_bias", llama);
+    assert!(llama.qkv_bias() && llama.o_bias() && llama.training_problem().is_none());
+
+    // An activation other than SiLU only in dense MLPs (experts are SwiGLU).
+    let mut moe = with_type("qwen3_moe");
+    for (k, v) in [
+        ("num_experts", 4),
+        ("num_experts_per_tok", 2),
+        ("moe_intermediate_size", 32),
+    ] {
+        moe[k] = v.into();
+    }
+    moe["hidden_act"] = "gelu".into();
+    let dir = oracle::scratch("moe_gelu");
+    std::fs::write(dir.join("config.json"), moe.to_string()).unwrap();
+    let e = ModelConfig::from_file(&dir.join("config.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("hidden_act `gelu` with experts"), "{e}");
+}

@@ -26,7 +26,15 @@ fn log_prob_loss(logits: &Tensor, ids: &Tensor, mask: &Tensor) -> Tensor {
 /// `padding_idx` row included); for Qwen3-MoE, experts no token chose have none, as in torch.
 #[test]
 fn every_parameter_gradient_matches_transformers() {
-    let archs = ["qwen3_moe", "qwen2", "qwen3", "llama", "mistral"];
+    let archs = [
+        "qwen3_moe",
+        "qwen2",
+        "qwen3",
+        "llama",
+        "mistral",
+        "gemma",
+        "seed_oss",
+    ];
     let weights: Vec<PathBuf> = archs
         .iter()
         .map(|arch| {

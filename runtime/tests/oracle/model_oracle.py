@@ -47,7 +47,15 @@ torch.set_num_threads(1)
 
 
 def arch_configs():
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
+    from transformers import (
+        GemmaConfig,
+        LlamaConfig,
+        MistralConfig,
+        Qwen2Config,
+        Qwen3Config,
+        Qwen3MoeConfig,
+        SeedOssConfig,
+    )
 
     common = dict(
         vocab_size=128,
@@ -89,6 +97,33 @@ def arch_configs():
                 head_dim=32,
                 rope_theta=1e6,
                 sliding_window=None,
+                tie_word_embeddings=False,
+            ),
+            None,
+        ),
+        # Gemma: (1 + w) norms, embeddings scaled by sqrt(hidden), tanh-GELU gates, one KV head,
+        # a head wider than hidden / heads, tied embeddings.
+        "gemma": (
+            GemmaConfig(
+                **common,
+                num_key_value_heads=1,
+                head_dim=32,
+                hidden_act="gelu_pytorch_tanh",
+                tie_word_embeddings=True,
+            ),
+            None,
+        ),
+        # Seed-OSS: q/k/v biases, the output projection's own bias key, MLP biases; no dropout.
+        "seed_oss": (
+            SeedOssConfig(
+                **common,
+                num_key_value_heads=2,
+                head_dim=32,
+                attention_bias=True,
+                attention_out_bias=True,
+                mlp_bias=True,
+                attention_dropout=0.0,
+                residual_dropout=0.0,
                 tie_word_embeddings=False,
             ),
             None,

@@ -236,16 +236,26 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
 }
 
 /// Checkpoints with logits references.
-pub const ARCHS: [&str; 6] = [
+pub const ARCHS: [&str; 8] = [
     "llama",
     "mistral",
+    "gemma",
+    "seed_oss",
     "qwen2",
     "qwen3",
     "llama_dynamic",
     "qwen3_moe",
 ];
 /// Checkpoints with greedy-generation references.
-pub const GEN_ARCHS: [&str; 5] = ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe"];
+pub const GEN_ARCHS: [&str; 7] = [
+    "llama",
+    "mistral",
+    "gemma",
+    "seed_oss",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+];
 
 /// A fresh scratch directory for one test.
 pub fn scratch(tag: &str) -> PathBuf {

@@ -12,7 +12,8 @@ use verlc::diag::Diagnostic;
 use verlc::load::node::{Node, split_key};
 use verlc::plan::BuildPlan;
 use verlc::plan::models::{
-    hub_models, hub_models_of, model_problems, sft_model_paths, unavailable_models,
+    dropout_problems, hub_models, hub_models_of, model_problems, sft_model_paths,
+    unavailable_models,
 };
 use verlc_hub::{HubEnv, HubError, RepoId, Snapshot, find_snapshot};
 use verlc_spec::sft::SftSpec;
@@ -174,6 +175,18 @@ pub(super) fn sft_models_for_build(spec: &SftSpec, root: &Node) -> Vec<Diagnosti
         unavailable_models(&paths, &env)
             .iter()
             .filter(|p| !failed.contains(&p.key))
+            .map(|p| p.diagnostic(root)),
+    );
+    let key = paths.first().map_or("model.path", |(k, _)| *k);
+    let trained = [(
+        key,
+        spec.model.path.as_str(),
+        &spec.model.config_overrides,
+        (!spec.trainer.is_legacy()).then_some("model.override_config"),
+    )];
+    out.extend(
+        dropout_problems(&trained, &env)
+            .iter()
             .map(|p| p.diagnostic(root)),
     );
     out

@@ -296,10 +296,7 @@ impl<H: FsdpHead> FsdpEngine<H> {
         let es = &settings.engine;
         let path = &es.model_path;
         let source = ModelSource::parse(path)?;
-        let mut config = source
-            .config()?
-            .with_overrides(&es.config_overrides)
-            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        let mut config = es.model_config(&source)?;
         config.lora = es.lora.clone();
         let vs = VarStore::new(es.device);
         let module = H::build(&config, vs.root())

@@ -348,10 +348,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
     pub fn new(settings: EngineSettings, megatron: MegatronSettings) -> Result<Self> {
         let path = &settings.model_path;
         let source = ModelSource::parse(path)?;
-        let config = source
-            .config()?
-            .with_overrides(&settings.config_overrides)
-            .map_err(|msg| EngineError::Config(format!("model `{path}`: {msg}")))?;
+        let config = settings.model_config(&source)?;
         let kind = settings.param_dtype.kind();
         // A mixture-of-experts model with expert parallelism, or with whole experts under
         // tensor parallelism, gets the expert groups (collective over the world; every rank

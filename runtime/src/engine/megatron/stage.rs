@@ -289,7 +289,8 @@ impl ParallelModel {
         let embed = if stage.is_first() {
             Some(
                 VocabParallelEmbedding::new(&model / "embed_tokens", partition, cfg.hidden_size)
-                    .map_err(tp_err)?,
+                    .map_err(tp_err)?
+                    .scaled(cfg.embedding_scale()),
             )
         } else {
             None
