@@ -344,6 +344,23 @@ rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
     assert!(rel < 3e-2, "weights differ by {rel} (relative norm)");
 });
 
+rank_test!(gemma_and_seed_oss_match_single_process, 2, |world| {
+    // Gemma: the scaled embedding looked up by vocabulary halves (TP) or on the first stage
+    // only with the tied output layer on the last (PP), (1 + w) norms, tanh-GELU gates split
+    // by columns. Seed-OSS: q/k/v biases split with their heads, the output projection's and
+    // the MLP's row-split biases added once.
+    let gemma = tiny_family_config("gemma", true, &[]);
+    assert!(gemma.embedding_scale().is_some() && gemma.hidden_act == "gelu_pytorch_tanh");
+    let bias = serde_json::Value::Bool(true);
+    let mut seed = tiny_family_config("seed_oss", false, &[("attention_out_bias", bias)]);
+    seed.mlp_bias = true;
+    assert!(seed.qkv_bias() && seed.o_bias());
+    let settings = ParallelSettings::default();
+    fp32_matches(&world, grid(2, 1, 1), &gemma, false, settings, 2);
+    fp32_matches(&world, grid(1, 2, 1), &gemma, false, settings, 4);
+    fp32_matches(&world, grid(2, 1, 1), &seed, true, settings, 2);
+});
+
 rank_test!(
     tp2_sequence_parallel_qwen3_matches_single_process,
     2,

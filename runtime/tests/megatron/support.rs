@@ -42,6 +42,25 @@ pub fn tiny_moe_config() -> ModelConfig {
     cfg
 }
 
+/// A tiny 2-layer model of the family `arch` names (`builtin://tiny?arch=`) with untied
+/// embeddings unless `tied`, and the extra `config.json` keys `extra`.
+pub fn tiny_family_config(
+    arch: &str,
+    tied: bool,
+    extra: &[(&str, serde_json::Value)],
+) -> ModelConfig {
+    let uri =
+        format!("builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&intermediate=48&arch={arch}");
+    let uri = BuiltinUri::parse(&uri).unwrap().unwrap();
+    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    cfg.tie_word_embeddings = tied;
+    cfg.extra.remove("pad_token_id");
+    for (k, v) in extra {
+        cfg.extra.insert((*k).to_owned(), v.clone());
+    }
+    cfg
+}
+
 /// A tiny Qwen3.5 (`moe`: Qwen3.5-MoE): layers 0-2 Gated DeltaNet, layer 3 gated attention.
 pub fn tiny_qwen3_5_config(moe: bool) -> ModelConfig {
     let uri = if moe {
