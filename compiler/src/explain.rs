@@ -797,6 +797,25 @@ mod tests {
         );
     }
 
+    /// Configs that leave keys to their family's config class: Gemma-2B-shaped (tied
+    /// embeddings, 256-wide heads by default) and Seed-OSS-36B-shaped (q/k/v biases by
+    /// default) count what transformers 4.57 builds from them, 2,506,172,416 and
+    /// 36,151,104,512 parameters.
+    #[test]
+    fn absent_keys_count_as_the_family_defaults_them() {
+        let gemma = r#"{"model_type": "gemma", "hidden_size": 2048, "num_attention_heads": 8,
+            "num_key_value_heads": 1, "num_hidden_layers": 18, "vocab_size": 256000,
+            "intermediate_size": 16384}"#;
+        let m: ModelDims = serde_json::from_str(gemma).expect("dims");
+        assert_eq!(m.head_dim(), 256);
+        assert_eq!(m.param_count(), 2_506_172_416);
+        let seed = r#"{"model_type": "seed_oss", "hidden_size": 5120, "num_attention_heads": 80,
+            "num_key_value_heads": 8, "num_hidden_layers": 64, "vocab_size": 155136,
+            "intermediate_size": 27648}"#;
+        let m: ModelDims = serde_json::from_str(seed).expect("dims");
+        assert_eq!(m.param_count(), 36_151_104_512);
+    }
+
     /// Qwen2.5-VL-7B as Qwen's config.json describes it: its text model's 7,615,616,512
     /// parameters plus the vision tower's 676,550,144, Hugging Face's 8,292,166,656.
     #[test]

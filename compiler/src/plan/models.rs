@@ -729,7 +729,7 @@ pub type TrainedModel<'a> = (
 const DROPOUT_KEYS: [&str; 2] = ["attention_dropout", "residual_dropout"];
 
 /// Trained models whose config (overrides applied, the family's config class defaults
-/// filling absent keys: Seed-OSS's are 0.1) sets a dropout, which transformers would apply in
+/// filling absent keys, which may be nonzero) sets a dropout, which transformers would apply in
 /// verl's updates and verlc does not: an error at the model's key, whose help names the
 /// override that turns it off.
 pub fn dropout_problems(models: &[TrainedModel<'_>], env: &HubEnv) -> Vec<ModelProblem> {

@@ -95,7 +95,7 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         extra: Map::new(),
     };
     // The family's character where its config class differs from the common defaults:
-    // Gemma's GELU, Seed-OSS's q/k/v biases (its dropouts stay off: see below).
+    // its activation and q/k/v biases (dropouts stay off: see below).
     for (key, value) in row.map_or(&[][..], |r| r.config_defaults) {
         use verlc_spec::families::ConfigValue;
         match (*key, *value) {

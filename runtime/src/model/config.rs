@@ -141,8 +141,8 @@ fn lift_text_config(raw: &mut Value) {
 }
 
 /// The keys a config left out (or, for `head_dim`, left null) set to what its family's
-/// config class takes (Qwen3's `head_dim` is 128, not hidden / heads; Gemma ties its
-/// embeddings and gates with tanh-approximated GELU), as transformers reads the file.
+/// config class takes (Qwen3's `head_dim` is 128, not hidden / heads; other rows tie
+/// embeddings, gate with a GELU or default biases and dropouts), as transformers reads the file.
 fn fill_family_defaults(raw: &mut Value) {
     use verlc_spec::families::ConfigValue;
     let Some(obj) = raw.as_object_mut() else {
@@ -565,14 +565,14 @@ impl ModelConfig {
         }
     }
 
-    /// RMSNorm scales by `1 + weight` (weights start at zero) and casts after (Gemma,
-    /// Qwen3.5).
+    /// RMSNorm scales by `1 + weight` (weights start at zero) and casts after (as the
+    /// family's row says: Qwen3.5's, among others).
     pub fn zero_centered_norm(&self) -> bool {
         self.arch().is_ok_and(|a| a.row().norm_plus_one)
     }
 
-    /// What the embeddings are multiplied by before the first layer (Gemma's
-    /// `sqrt(hidden_size)`), if anything.
+    /// What the embeddings are multiplied by before the first layer (`sqrt(hidden_size)`,
+    /// where the family's row says so), if anything.
     pub fn embedding_scale(&self) -> Option<f64> {
         self.arch()
             .is_ok_and(|a| a.row().scaled_embedding)
@@ -692,7 +692,7 @@ impl ModelConfig {
     }
 
     /// Bias on the output projection (`attention_bias` of Llama and Qwen3; never for Qwen2;
-    /// Seed-OSS's own `attention_out_bias`).
+    /// `attention_out_bias` where the family's row names that key).
     pub fn o_bias(&self) -> bool {
         match self.arch() {
             Ok(a) if a.row().attention_out_bias => self

@@ -178,7 +178,7 @@ impl LayerPlace<'_> {
 }
 
 /// Gated feed-forward: `down(act(gate(x)) * up(x))`, SwiGLU unless the config's
-/// `hidden_act` names another activation (Gemma's GELU).
+/// `hidden_act` names another activation (a GELU).
 #[derive(Debug)]
 pub struct Mlp {
     gate_proj: Linear,
@@ -720,7 +720,7 @@ pub struct Model {
     adapters: Option<Arc<AtomicBool>>,
     /// Whether any layer is a Gated DeltaNet (which reads the mask of real tokens).
     linear_layers: bool,
-    /// What the embeddings are multiplied by (Gemma's `sqrt(hidden_size)`).
+    /// What the embeddings are multiplied by (`sqrt(hidden_size)` for the families whose row says so).
     embedding_scale: Option<f64>,
 }
 

@@ -220,7 +220,7 @@ impl RmsNorm {
     }
 }
 
-/// Embeddings `x` times `scale` (Gemma's `sqrt(hidden_size)`) rounded to their dtype first,
+/// Embeddings `x` times `scale` (a family's `sqrt(hidden_size)`) rounded to their dtype first,
 /// as transformers multiplies by a scalar tensor of the hidden states' dtype.
 pub fn scale_embeddings(x: Tensor, scale: Option<f64>) -> Tensor {
     match scale {
@@ -238,7 +238,7 @@ pub enum Activation {
     Silu,
     /// GELU by the error function (`gelu`).
     Gelu,
-    /// GELU's tanh approximation (`gelu_pytorch_tanh`: Gemma's).
+    /// GELU's tanh approximation (`gelu_pytorch_tanh`).
     GeluTanh,
 }
 

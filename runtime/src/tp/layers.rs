@@ -64,7 +64,7 @@ impl VocabPartition {
 pub struct VocabParallelEmbedding {
     pub weight: Tensor,
     pub partition: VocabPartition,
-    /// What the looked-up rows are multiplied by (Gemma's `sqrt(hidden_size)`; `None` for
+    /// What the looked-up rows are multiplied by (a family's `sqrt(hidden_size)`; `None` for
     /// other models and for the output layer).
     pub scale: Option<f64>,
 }

@@ -42,6 +42,10 @@ const TINY_QWEN3_MOE: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_head
 const TINY_QWEN3_5: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5'";
 const TINY_QWEN3_5_MOE: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5_moe&experts=4&experts_per_tok=2&moe_intermediate=16'";
 const TINY_MISTRAL: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=mistral'";
+/// Seed-OSS's (q/k/v biases; dropout off, as verlc requires) and Gemma's (the first
+/// generation; Gemma 2's examples keep the dense default).
+const TINY_SEED_OSS: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=seed_oss'";
+const TINY_GEMMA: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=gemma'";
 const TINY_QWEN3_NEXT: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_next&experts=4&experts_per_tok=2&moe_intermediate=16'";
 /// Qwen2.5-VL's: the dense tiny text model with a vision tower; its examples' geo3k data
 /// becomes `color_digits` pictures.
@@ -68,6 +72,12 @@ fn tiny_for(overrides: &[String]) -> &'static str {
     }
     if path.contains("mistral") {
         return TINY_MISTRAL;
+    }
+    if path.contains("seed-oss") {
+        return TINY_SEED_OSS;
+    }
+    if path.contains("gemma") && !path.contains("gemma-2-") && !path.contains("gemma-3") {
+        return TINY_GEMMA;
     }
     if is_qwen2_5_vl(&path) {
         return TINY_QWEN2_5_VL;

@@ -572,12 +572,27 @@ fn sft_on_two_ranks_matches_one_process() {
 }
 
 /// Whether verlc implements the model a verl example names (by its Hub id): Llama-style
-/// (DeepSeek-Coder), Qwen2/2.5 and Qwen3 dense; not Gemma, Nemotron, Seed-OSS or vision models.
+/// (DeepSeek-Coder), Qwen2/2.5 and Qwen3 dense, Gemma (the first generation: `gemma-2b-it`,
+/// `gemma-1.1-7b-it`) and Seed-OSS; not Gemma 2 or 3, Nemotron or vision models.
 fn implemented(model: &str) -> bool {
     let m = model.to_ascii_lowercase();
-    !["gemma", "nemotron", "seed-oss", "-vl-"]
+    !["gemma-2-", "gemma-3", "nemotron", "-vl-"]
         .iter()
         .any(|f| m.contains(f))
+}
+
+/// The tiny model an example of `model` (its Hub id) trains: its family's where verlc has
+/// one apart from the dense default (Gemma, Seed-OSS).
+fn tiny_for(model: &str) -> String {
+    let m = model.to_ascii_lowercase();
+    let arch = if m.contains("gemma") {
+        "&arch=gemma"
+    } else if m.contains("seed-oss") {
+        "&arch=seed_oss"
+    } else {
+        ""
+    };
+    format!("'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2{arch}'")
 }
 
 /// verl 0.7.0's legacy SFT example calls (`tests/fixtures/verl_sft_examples_0_7_0`, config
@@ -621,9 +636,7 @@ fn legacy_example_specs(
                 .any(|k| o.starts_with(k))
             })
             .collect();
-        retargeted.push(
-            "model.partial_pretrain='builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2'".into(),
-        );
+        retargeted.push(format!("model.partial_pretrain={}", tiny_for(model)));
         let compiled = compile(
             &LoadRequest {
                 config_name: Some("sft_trainer".into()),
@@ -696,8 +709,15 @@ fn retarget(overrides: &[String], work: &Path) -> Vec<String> {
             }
         })
         .collect();
+    let model = overrides
+        .iter()
+        .find_map(|o| {
+            o.strip_prefix("model.path=")
+                .or_else(|| o.strip_prefix("model.partial_pretrain="))
+        })
+        .unwrap_or_default();
     o.extend([
-        "model.path='builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2'".to_owned(),
+        format!("model.path={}", tiny_for(model)),
         "data.train_files='builtin://digit_reversal?split=train&size=16'".to_owned(),
         "data.val_files='builtin://digit_reversal?split=test&size=8'".to_owned(),
         "data.train_batch_size=4".to_owned(),
@@ -790,13 +810,14 @@ fn verls_sft_examples_train_two_steps_on_two_ranks() {
         "{} example calls run: {names:#?}\nnot run: {skipped:#?}",
         specs.len()
     );
-    // DeepSeek-Coder, Qwen2.5 (single- and multi-turn), Qwen3 with LoRA and Ulysses, Qwen2.5 on
-    // Megatron with tensor parallelism, Qwen2.5 on AutoModel (its Qwen3-MoE call uses expert
-    // parallelism, refused).
-    assert!(engine_calls >= 6, "{names:?}");
-    // 0.7.0's legacy calls of the families verlc has (DeepSeek-Coder; Qwen2.5 single-turn
-    // with LoRA, with Ulysses, and multi-turn; Qwen3 with LoRA and Ulysses): 6 of 9.
-    assert_eq!(specs.len() - engine_calls, 6, "{names:?}");
+    // DeepSeek-Coder, Gemma 2B and 7B, Qwen2.5 (single- and multi-turn), Qwen3 with LoRA and
+    // Ulysses, Qwen2.5 on Megatron with tensor parallelism, Qwen2.5 on AutoModel (its
+    // Qwen3-MoE call uses expert parallelism, refused), Seed-OSS.
+    assert!(engine_calls >= 9, "{names:?}");
+    // 0.7.0's legacy calls, all of whose families verlc has (DeepSeek-Coder; Gemma 2B and 7B;
+    // Qwen2.5 single-turn with LoRA, with Ulysses, and multi-turn; Qwen3 with LoRA and
+    // Ulysses; Seed-OSS): 9 of 9.
+    assert_eq!(specs.len() - engine_calls, 9, "{names:?}");
     assert!(specs[engine_calls..].iter().all(|s| s.trainer.is_legacy()));
     assert!(specs.iter().any(|s| s.model.lora.is_some()));
     assert!(
