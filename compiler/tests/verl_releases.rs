@@ -281,15 +281,23 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             "actor_rollout_ref.actor.strategy=megatron",
             "actor_rollout_ref.actor.strategy",
         ),
-        (
-            "actor_rollout_ref.rollout.name=vllm",
-            "actor_rollout_ref.rollout.name",
-        ),
         ("algorithm.adv_estimator=remax", "algorithm.adv_estimator"),
     ] {
         let mut o = ONE_RANK_ASYNC.to_vec();
         o.push(extra);
         assert_build_refuses(&dir, &o, key);
+    }
+    // The vLLM rollout generates in both asynchronous modes (a server of its own).
+    for mode in [&[][..], SEPARATE] {
+        let mut o = ONE_RANK_ASYNC.to_vec();
+        o.extend(mode);
+        o.push("actor_rollout_ref.rollout.name=vllm");
+        match lower_request(&build_request(&dir, &o)) {
+            SpecOutcome::Ok { spec, .. } => {
+                assert!(spec.rollout.vllm.is_some() && spec.run.asynchronous.is_some());
+            }
+            SpecOutcome::Errors(c) => panic!("{o:?}: {:#?}", errors(&c.diagnostics)),
+        }
     }
     // separate_async's mini-batch updates run as one batch in verlc's step: what would differ
     // from verl's one-after-the-other is refused at its key.

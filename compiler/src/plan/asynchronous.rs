@@ -116,14 +116,6 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
             "use fsdp or fsdp2",
         );
     }
-    if spec.rollout.vllm.is_some() {
-        refuse(
-            l,
-            "actor_rollout_ref.rollout.name",
-            "the vLLM rollout",
-            "the asynchronous loop generates with the built-in engine",
-        );
-    }
     if spec.algorithm.estimator == AdvEstimator::Remax {
         refuse(
             l,

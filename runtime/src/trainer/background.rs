@@ -9,6 +9,12 @@
 //!
 //! The thread stops when the handle drops (after the batch it is on) and a panic in it comes
 //! back as an error, never a hang: the trainer's wait ends when the channel closes.
+//!
+//! With the vLLM rollout the ranks' threads share the main rank's server, so they run each
+//! batch in lockstep over a process group of their own ([`serve_lockstep`]): the main rank's
+//! thread decides whether to go on and which published version generates the batch, the
+//! server's weights change only between batches, and a failure on any rank ends every
+//! thread's loop with an error.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -19,6 +25,7 @@ use std::time::Instant;
 use tch::Tensor;
 
 use crate::data::PromptItem;
+use crate::dist::{ProcessGroup, ReduceOp};
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
 use crate::workers::rollout::RolloutWorker;
@@ -79,11 +86,13 @@ impl std::fmt::Debug for BackgroundRollout {
 
 impl BackgroundRollout {
     /// Starts the thread with `worker` (a rollout model without weights); publish weights
-    /// before the first job.
+    /// before the first job. `lockstep`: the group the ranks' threads run their batches
+    /// together over (a vLLM server they share), `None` for a rollout of this rank's own.
     pub fn start(
         worker: RolloutWorker,
         stop: StopTokens,
         agent: Option<AgentLoop>,
+        lockstep: Option<ProcessGroup>,
     ) -> Result<Self, TrainerError> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel();
@@ -93,7 +102,13 @@ impl BackgroundRollout {
         let cancelled = Arc::clone(&cancel);
         let thread = std::thread::Builder::new()
             .name("verlc-rollout".into())
-            .spawn(move || serve(worker, stop, agent, job_rx, done_tx, slot, cancelled))
+            .spawn(move || {
+                let ends = (job_rx, done_tx, slot, cancelled);
+                match lockstep {
+                    Some(group) => serve_lockstep(worker, stop, agent, ends, &group),
+                    None => serve(worker, stop, agent, ends),
+                }
+            })
             .map_err(|e| TrainerError::Config(format!("starting the rollout thread: {e}")))?;
         Ok(BackgroundRollout {
             jobs: Some(jobs),
@@ -187,15 +202,19 @@ impl Drop for BackgroundRollout {
     }
 }
 
-fn serve(
-    mut worker: RolloutWorker,
-    stop: StopTokens,
-    agent: Option<AgentLoop>,
-    jobs: Receiver<Job>,
-    done: Sender<Result<Generated, String>>,
-    mailbox: Mailbox,
-    cancel: Arc<AtomicBool>,
-) {
+/// The thread's ends of the handle: the job queue, the results, the weights mailbox and the
+/// stop flag.
+type Ends = (
+    Receiver<Job>,
+    Sender<Result<Generated, String>>,
+    Mailbox,
+    Arc<AtomicBool>,
+);
+
+/// A rollout of this rank's own: each batch with the newest weights published before it.
+fn serve(worker: RolloutWorker, stop: StopTokens, agent: Option<AgentLoop>, ends: Ends) {
+    let (jobs, done, mailbox, cancel) = ends;
+    let mut worker = worker;
     let mut version = None;
     while let Ok(job) = jobs.recv() {
         if cancel.load(Ordering::Relaxed) {
@@ -210,30 +229,115 @@ fn serve(
                 version = Some(p.version);
             }
             let version = version.ok_or("no weights were published before the first batch")?;
-            let start = Instant::now();
-            let output = tch::no_grad(|| match &agent {
-                Some((agent, tokenizer)) => {
-                    let items: Vec<&PromptItem> = job.prompts.iter().collect();
-                    agent
-                        .generate(&worker, tokenizer, &items, &job.params, &stop)
-                        .map_err(|e| e.to_string())
-                }
-                None => {
-                    let items: Vec<&PromptItem> = job.prompts.iter().collect();
-                    super::fit::generate_prompt_items(&worker, &items, &job.params, &stop)
-                        .map_err(|e| e.to_string())
-                }
-            })?;
-            Ok(Generated {
-                id: job.id,
-                version,
-                output,
-                seconds: start.elapsed().as_secs_f64(),
-            })
+            generate(&worker, &stop, agent.as_ref(), &job, version)
         })();
         let failed = result.is_err();
         if done.send(result).is_err() || failed {
             return;
         }
     }
+}
+
+/// The ranks' threads over `group`, one batch at a time together (see the module docs).
+/// Every rank queues the same batches in the same order, so the threads meet at each; a rank
+/// whose queue has closed takes part with nothing to generate until the main rank's thread
+/// says stop (its handle dropped: the run is over).
+fn serve_lockstep(
+    worker: RolloutWorker,
+    stop: StopTokens,
+    agent: Option<AgentLoop>,
+    ends: Ends,
+    group: &ProcessGroup,
+) {
+    let (jobs, done, mailbox, cancel) = ends;
+    let mut worker = worker;
+    let main = group.rank() == 0;
+    let mut version = None;
+    loop {
+        let job = jobs.recv().ok();
+        let newest = mailbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let go = job.is_some() && !(main && cancel.load(Ordering::Relaxed));
+        // The main rank's plan: go on, sync the server's weights, and to which version.
+        let plan = Tensor::from_slice(&[
+            i64::from(go),
+            i64::from(newest.is_some()),
+            newest.as_ref().map_or(-1, |p| p.version as i64),
+        ]);
+        if let Err(e) = group.broadcast(&plan, 0) {
+            let _ = done.send(Err(format!("the rollout threads' plan: {e}")));
+            return;
+        }
+        if plan.int64_value(&[0]) == 0 {
+            return;
+        }
+        let result = (|| -> Result<Option<Generated>, String> {
+            if plan.int64_value(&[1]) == 1 {
+                // The server reads the main rank's weights; the others take part in the sync.
+                let params = match newest {
+                    Some(p) if main => p.params,
+                    _ => Vec::new(),
+                };
+                worker.update_weights(&params).map_err(|e| e.to_string())?;
+                version = u64::try_from(plan.int64_value(&[2])).ok();
+            }
+            let version = version.ok_or("no weights were published before the first batch")?;
+            job.as_ref()
+                .map(|job| generate(&worker, &stop, agent.as_ref(), job, version))
+                .transpose()
+        })();
+        // No rank syncs the next weights before every rank is done with these, and a failure
+        // anywhere ends every thread.
+        let failed = Tensor::from_slice(&[i64::from(result.is_err())]);
+        if let Err(e) = group.all_reduce(&failed, ReduceOp::Max) {
+            let _ = done.send(Err(format!("the rollout threads' batch end: {e}")));
+            return;
+        }
+        let result = match result {
+            Ok(_) if failed.int64_value(&[0]) != 0 => {
+                Err("another rank's rollout thread failed (its error ends that rank)".into())
+            }
+            other => other,
+        };
+        // A handle that is gone takes no results; the thread still meets the others until
+        // the main rank's says stop.
+        match result {
+            Ok(None) => {}
+            Ok(Some(g)) => {
+                let _ = done.send(Ok(g));
+            }
+            Err(e) => {
+                let _ = done.send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+/// One batch generated with the bound weights (`version`), through the tool agent loop when
+/// there is one.
+fn generate(
+    worker: &RolloutWorker,
+    stop: &StopTokens,
+    agent: Option<&AgentLoop>,
+    job: &Job,
+    version: u64,
+) -> Result<Generated, String> {
+    let start = Instant::now();
+    let items: Vec<&PromptItem> = job.prompts.iter().collect();
+    let output = tch::no_grad(|| match agent {
+        Some((agent, tokenizer)) => agent
+            .generate(worker, tokenizer, &items, &job.params, stop)
+            .map_err(|e| e.to_string()),
+        None => super::fit::generate_prompt_items(worker, &items, &job.params, stop)
+            .map_err(|e| e.to_string()),
+    })?;
+    Ok(Generated {
+        id: job.id,
+        version,
+        output,
+        seconds: start.elapsed().as_secs_f64(),
+    })
 }

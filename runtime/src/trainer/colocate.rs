@@ -66,6 +66,9 @@ struct Queued {
 #[derive(Debug)]
 struct Queue {
     rollout: BackgroundRollout,
+    /// The rollout takes whole tensors by checkpoint name (the vLLM server's), not the
+    /// built-in rollout model's layout.
+    full_weights: bool,
     jobs: BTreeMap<u64, Queued>,
     /// Queued batches not yet generated, in queue order (the rollout thread's order).
     pending: VecDeque<u64>,
@@ -92,13 +95,17 @@ pub(super) struct Colocated {
 }
 
 impl Colocated {
-    /// The loop with its rollout thread; `worker` is a rollout model without weights.
+    /// The loop with its rollout thread; `worker` is a rollout model without weights, and
+    /// `lockstep` the group the ranks' threads share a vLLM server over (see
+    /// [`BackgroundRollout::start`]).
     pub(super) fn new(
         spec: AsyncSpec,
         worker: RolloutWorker,
         trainer_stop: crate::rollout::StopTokens,
         agent: Option<AgentLoop>,
+        lockstep: Option<crate::dist::ProcessGroup>,
     ) -> Result<Self, TrainerError> {
+        let full_weights = worker.vllm_rollout().is_some();
         let bound = OffPolicyBound {
             threshold: spec.max_off_policy_threshold,
             strategy: match spec.strategy {
@@ -110,7 +117,8 @@ impl Colocated {
             spec,
             buffer: ReplayBuffer::new(bound),
             queue: Queue {
-                rollout: BackgroundRollout::start(worker, trainer_stop, agent)?,
+                rollout: BackgroundRollout::start(worker, trainer_stop, agent, lockstep)?,
+                full_weights,
                 jobs: BTreeMap::new(),
                 pending: VecDeque::new(),
                 empty: None,
@@ -127,7 +135,11 @@ impl Colocated {
 impl<R: Roles> Trainer<R> {
     /// Publishes the policy's weights to the rollout thread as `version`.
     fn publish(&mut self, q: &Queue, version: u64) -> Result<(), TrainerError> {
-        let params = self.actor.engine.rollout_weights()?;
+        let params = if q.full_weights {
+            self.actor.engine.per_tensor_params()?
+        } else {
+            self.actor.engine.rollout_weights()?
+        };
         q.rollout.publish(version, &params)
     }
 

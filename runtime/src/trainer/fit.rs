@@ -563,10 +563,42 @@ impl<R: Roles> Trainer<R> {
         };
         let colocated = match spec.run.asynchronous {
             Some(a) => {
-                let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
-                let worker = RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
+                let (worker, lockstep) = match &spec.rollout.vllm {
+                    // A server of its own (the trainer's serves validation), shared by the
+                    // ranks' rollout threads over a group of their own: the trainer threads'
+                    // collectives go on meanwhile.
+                    Some(vllm) => {
+                        let lockstep = match roles.world() {
+                            Some(w) => w
+                                .new_group(&(0..w.size()).collect::<Vec<_>>())
+                                .map_err(|e| TrainerError::Config(e.to_string()))?,
+                            None => None,
+                        };
+                        let worker = RolloutWorker::vllm(
+                            actor.engine.model_config(),
+                            rollout_dtype,
+                            vllm.clone(),
+                            seed,
+                            opts.device,
+                            lockstep.clone(),
+                        )?;
+                        (worker, lockstep)
+                    }
+                    None => {
+                        let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
+                        let worker =
+                            RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
+                        (worker, None)
+                    }
+                };
                 let agent = agent.clone().map(|a| (a, Arc::clone(&tokenizer)));
-                Some(colocate::Colocated::new(a, worker, stop.clone(), agent)?)
+                Some(colocate::Colocated::new(
+                    a,
+                    worker,
+                    stop.clone(),
+                    agent,
+                    lockstep,
+                )?)
             }
             None => None,
         };

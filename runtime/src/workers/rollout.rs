@@ -166,6 +166,16 @@ impl RolloutWorker {
     /// shards for a sharded rollout) to the rollout model, converted to the rollout dtype and
     /// device where they differ.
     pub fn update_weights(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        // A vLLM rollout's other ranks take part in the sync without weights (the server
+        // reads the main rank's): nothing to merge there.
+        if let Skeleton::Vllm(v) = &mut self.model
+            && !v.is_main()
+        {
+            v.update_weights(&[])
+                .map_err(|e| WorkerError::Config(e.to_string()))?;
+            self.loaded = true;
+            return Ok(());
+        }
         let merged;
         let params = match &self.lora {
             Some(lora) => {

@@ -121,7 +121,8 @@ impl VllmRollout {
         self.addr
     }
 
-    fn is_main(&self) -> bool {
+    /// Whether this rank runs the server (rank 0 of the group, or the only process).
+    pub fn is_main(&self) -> bool {
         self.group.as_ref().is_none_or(|g| g.rank() == 0)
     }
 
