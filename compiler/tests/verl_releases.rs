@@ -299,17 +299,26 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             SpecOutcome::Errors(c) => panic!("{o:?}: {:#?}", errors(&c.diagnostics)),
         }
     }
+    // separate_async's actor runs each mini-batch's epochs before the next, as verl's
+    // one-mini-batch updates do.
+    let mut o = ONE_RANK_ASYNC.to_vec();
+    o.extend(SEPARATE);
+    o.push("actor_rollout_ref.actor.ppo_epochs=2");
+    match lower_request(&build_request(&dir, &o)) {
+        SpecOutcome::Ok { spec, .. } => {
+            let u = &spec.actor.update;
+            assert!(u.epochs_per_mini_batch && u.ppo_epochs == 2, "{u:?}");
+        }
+        SpecOutcome::Errors(c) => panic!("{o:?}: {:#?}", errors(&c.diagnostics)),
+    }
     // separate_async's mini-batch updates run as one batch in verlc's step: what would differ
     // from verl's one-after-the-other is refused at its key.
     for (extra, key) in [
         (
-            "actor_rollout_ref.actor.ppo_epochs=2",
-            "actor_rollout_ref.actor.ppo_epochs",
-        ),
-        (
             "actor_rollout_ref.actor.optim.lr_warmup_steps=3",
             "actor_rollout_ref.actor.optim",
         ),
+        ("algorithm.adv_estimator=gae", "algorithm.adv_estimator"),
     ] {
         let mut o = ONE_RANK_ASYNC.to_vec();
         o.extend(SEPARATE);

@@ -433,6 +433,11 @@ pub struct ActorSettings {
     #[serde(default)]
     pub bypass: Option<BypassSpec>,
     pub ppo_epochs: usize,
+    /// Each mini-batch runs its `ppo_epochs` before the next one starts (verl's
+    /// `separate_async`, which updates one mini-batch at a time), instead of each epoch
+    /// running over every mini-batch.
+    #[serde(default)]
+    pub epochs_per_mini_batch: bool,
     pub shuffle: bool,
     pub data_loader_seed: u64,
     pub loss_mode: PolicyLossMode,

@@ -93,6 +93,19 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
     })
 }
 
+/// Whether the actor updates as verl's `separate_async` does with several mini-batches per
+/// weight sync: each mini-batch through its `ppo_epochs` before the next.
+pub(super) fn updates_one_mini_batch_at_a_time(cfg: &VerlConfig) -> bool {
+    cfg.trainer.v1.as_ref().is_some_and(|v1| {
+        matches!(v1.trainer_mode, TrainerMode::SeparateAsync)
+            && v1
+                .separate_async
+                .as_ref()
+                .map_or(4, |s| s.parameter_sync_step)
+                > 1
+    })
+}
+
 /// What the asynchronous loop does not run yet, at the key that asks for it.
 pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
     let Some(a) = spec.run.asynchronous else {
@@ -131,16 +144,10 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
 /// values, advantages, `ppo_epochs` updates, one lr-scheduler step each). verlc's step computes
 /// the old log-probs, values and advantages once and runs the P mini-batch updates over the
 /// batch: the same numbers where nothing between the mini-batches changes them (one epoch, no
-/// critic, a constant learning rate), and refused at the key where something would.
+/// critic, a constant learning rate; the actor runs each mini-batch's `ppo_epochs` before the
+/// next, as verl's one-mini-batch updates do), and refused at the key where something would.
 fn separate_updates(spec: &TrainerSpec, l: &mut Lowering) {
     let why = "verl's separate_async runs each of the parameter_sync_step mini-batches through the whole PPO step in turn";
-    if spec.actor.update.ppo_epochs > 1 {
-        l.unsupported(
-            "actor_rollout_ref.actor.ppo_epochs",
-            format!("`ppo_epochs` above 1 with separate_async is not implemented: {why}, each for its epochs; verlc's update runs the epochs over the whole batch"),
-            "set ppo_epochs=1, or parameter_sync_step=1",
-        );
-    }
     if spec.critic.is_some() {
         l.unsupported(
             "algorithm.adv_estimator",

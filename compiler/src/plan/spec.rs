@@ -1792,6 +1792,7 @@ fn actor_settings(
         ),
         bypass: bypass_spec(cfg, l),
         ppo_epochs: l.count("actor_rollout_ref.actor.ppo_epochs", a.ppo_epochs),
+        epochs_per_mini_batch: super::asynchronous::updates_one_mini_batch_at_a_time(cfg),
         shuffle: a.shuffle,
         data_loader_seed: a.data_loader_seed as u64,
         loss_mode,

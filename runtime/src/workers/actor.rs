@@ -129,30 +129,56 @@ impl<E: Engine<Head = CausalLm>> Actor<E> {
             topk: student_topk(&s),
         };
         let mut lists = MetricLists::default();
-        for epoch in 0..s.ppo_epochs {
-            let data = epoch_rows(batch, s.shuffle, s.data_loader_seed, step, epoch)?;
-            for mini in data.split(s.ppo_mini_batch_size)? {
-                self.engine.optimizer_zero_grad()?;
-                let mut loss_fn =
-                    |mb: &Batch, out: LogProbOutput, agg: &AggOptions| micro_loss(&s, mb, out, agg);
-                let cut = micro_batching(
-                    &self.engine,
-                    &mini,
-                    s.ppo_micro_batch_size,
-                    s.ppo_max_token_len,
-                )?;
-                let micro = self
-                    .engine
-                    .forward_backward(&mini, &cut, &fwd, &mut loss_fn)?;
-                let step_result = self.engine.optimizer_step()?;
-                lists.extend(&combine_micro(&micro, ADDITIVE));
-                lists.push("actor/grad_norm", step_result.grad_norm.unwrap_or(f64::NAN));
+        // The order of the optimizer steps: (epoch, mini-batch) pairs, epoch-major as verl's
+        // update, or mini-batch-major as its separate_async (each mini-batch its own update).
+        let minis: Vec<Batch>;
+        let parts: Vec<&Batch> = if s.epochs_per_mini_batch {
+            minis = batch.split(s.ppo_mini_batch_size)?;
+            minis.iter().collect()
+        } else {
+            vec![batch]
+        };
+        for whole in parts {
+            for epoch in 0..s.ppo_epochs {
+                let data = epoch_rows(whole, s.shuffle, s.data_loader_seed, step, epoch)?;
+                for mini in data.split(s.ppo_mini_batch_size)? {
+                    self.update_mini_batch(&s, &mini, &fwd, &mut lists)?;
+                }
             }
         }
         self.engine.lr_scheduler_step()?;
         let mut metrics = lists.reduce();
         metrics.insert("actor/lr".into(), lr);
         Ok(metrics)
+    }
+}
+
+impl<E: Engine<Head = CausalLm>> Actor<E> {
+    /// One optimizer step on `mini`, accumulated over its micro-batches; its metrics into
+    /// `lists`.
+    fn update_mini_batch(
+        &mut self,
+        s: &ActorSettings,
+        mini: &Batch,
+        fwd: &ForwardOptions,
+        lists: &mut MetricLists,
+    ) -> Result<()> {
+        self.engine.optimizer_zero_grad()?;
+        let mut loss_fn =
+            |mb: &Batch, out: LogProbOutput, agg: &AggOptions| micro_loss(s, mb, out, agg);
+        let cut = micro_batching(
+            &self.engine,
+            mini,
+            s.ppo_micro_batch_size,
+            s.ppo_max_token_len,
+        )?;
+        let micro = self
+            .engine
+            .forward_backward(mini, &cut, fwd, &mut loss_fn)?;
+        let step_result = self.engine.optimizer_step()?;
+        lists.extend(&combine_micro(&micro, ADDITIVE));
+        lists.push("actor/grad_norm", step_result.grad_norm.unwrap_or(f64::NAN));
+        Ok(())
     }
 }
 

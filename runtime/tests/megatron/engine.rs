@@ -72,6 +72,7 @@ fn actor_settings(mini: usize) -> ActorSettings {
         log_prob_max_token_len: None,
         bypass: None,
         ppo_epochs: 2,
+        epochs_per_mini_batch: false,
         shuffle: false,
         data_loader_seed: 1,
         loss_mode: PolicyLossMode::Vanilla,

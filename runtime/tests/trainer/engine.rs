@@ -23,6 +23,18 @@ fn engine(trainable: bool) -> SingleEngine<CausalLm> {
 }
 
 fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
+    let cosine = VerlSchedule::Cosine {
+        min_lr_ratio: 0.1,
+        num_cycles: 0.5,
+    };
+    engine_scheduled(trainable, inner, cosine)
+}
+
+fn engine_scheduled(
+    trainable: bool,
+    inner: InnerConfig,
+    schedule: VerlSchedule,
+) -> SingleEngine<CausalLm> {
     let optim = OptimSettings {
         freeze_vision_tower: false,
         inner,
@@ -32,10 +44,7 @@ fn engine_with(trainable: bool, inner: InnerConfig) -> SingleEngine<CausalLm> {
         offload: false,
         offload_fraction: 0.0,
         scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
-            schedule: VerlSchedule::Cosine {
-                min_lr_ratio: 0.1,
-                num_cycles: 0.5,
-            },
+            schedule,
             lr_warmup_steps: 0,
             lr_warmup_steps_ratio: 0.0,
             total_training_steps: 10,
@@ -67,6 +76,7 @@ fn settings(micro: usize, mode: LossAggMode) -> ActorSettings {
         log_prob_max_token_len: None,
         bypass: None,
         ppo_epochs: 2,
+        epochs_per_mini_batch: false,
         shuffle: true,
         data_loader_seed: 1,
         loss_mode: PolicyLossMode::Vanilla,
@@ -143,6 +153,44 @@ fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
         .zip(b)
         .map(|((_, x), (_, y))| (x - y).abs().max().double_value(&[]))
         .fold(0.0, f64::max)
+}
+
+/// verl's separate_async updates one mini-batch at a time, each through its `ppo_epochs`:
+/// with `epochs_per_mini_batch` one update of a two-mini-batch batch equals two updates of
+/// one mini-batch each (a constant learning rate, which verlc requires there), and differs
+/// from the epoch-major order of the synchronous update.
+#[test]
+fn epochs_per_mini_batch_equal_one_update_per_mini_batch() {
+    let actor = |per_mini_batch: bool| {
+        let adam = InnerConfig::AdamW(AdamWConfig::default());
+        let mut s = settings(4, LossAggMode::TokenMean);
+        s.epochs_per_mini_batch = per_mini_batch;
+        Actor::new(engine_scheduled(true, adam, VerlSchedule::Constant), s).expect("actor")
+    };
+    let mut mini_batch_major = actor(true);
+    let b = batch(&mut mini_batch_major);
+    let minis = b.split(8).expect("split");
+    assert_eq!(minis.len(), 2);
+    mini_batch_major.update_policy(&b, 1).expect("update");
+    let mut one_at_a_time = actor(false);
+    for mini in &minis {
+        one_at_a_time.update_policy(mini, 1).expect("update");
+    }
+    let d = max_diff(
+        &params_of(&mini_batch_major.engine),
+        &params_of(&one_at_a_time.engine),
+    );
+    assert!(
+        d < 1e-6,
+        "mini-batch-major vs one update per mini-batch: {d}"
+    );
+    let mut epoch_major = actor(false);
+    epoch_major.update_policy(&b, 1).expect("update");
+    let d = max_diff(
+        &params_of(&mini_batch_major.engine),
+        &params_of(&epoch_major.engine),
+    );
+    assert!(d > 1e-5, "the two orders gave the same weights ({d})");
 }
 
 #[test]
