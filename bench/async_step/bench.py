@@ -1,7 +1,10 @@
 """Samples per second of verl 0.9's trainer modes on the same work, through `verlc run`: the
 synchronous loop (generate, then train on it) against `colocate_async` (a rollout thread
 beside the trainer generates the next batches while the trainer updates; one warm-up batch,
-`max_off_policy_threshold: 2`).
+`max_off_policy_threshold: 2`), against `separate_async` (the same loop, two mini-batch updates
+per weight sync; its synchronous peer updates on the same two mini-batches), and with the vLLM
+rollout against the synchronous loop with vLLM (the server is the rollout pool: a process of
+its own, generating while the trainer updates).
 
 The work: the quickstart's GRPO recipe and task (digit reversal, its built-in tokenizer) on a
 model with Qwen2.5-0.5B's layer dims (hidden 896, 14 heads, 2 KV heads, ffn 4864) and 2 layers,
@@ -51,6 +54,16 @@ ASYNC = [
     "trainer.v1.colocate_async.num_warmup_batches=1",
     "trainer.v1.sampler.max_off_policy_threshold=2",
 ]
+TWO_MINI_BATCHES = ["actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+SEPARATE = TWO_MINI_BATCHES + [
+    "trainer.v1.trainer_mode=separate_async",
+    "trainer.v1.separate_async.parameter_sync_step=2",
+    "trainer.v1.separate_async.num_warmup_batches=1",
+    "trainer.v1.sampler.max_off_policy_threshold=2",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+]
+VLLM = ["actor_rollout_ref.rollout.name=vllm"]
 
 
 def step_times(verlc, extra, threads):
@@ -71,14 +84,22 @@ def step_times(verlc, extra, threads):
 def main():
     verlc = sys.argv[1]
     results = []
-    for threads in sorted({THREADS, 1}, reverse=True):
-        sync, sync_gen = step_times(verlc, [], threads)
-        step, wait = step_times(verlc, ASYNC, threads)
-        print(f"{threads} libtorch thread(s): sync {sync:.3f} s/step ({SAMPLES / sync:.1f} samples/s, "
-              f"generating {sync_gen:.3f} s of it); colocate_async {step:.3f} s/step "
+    cases = [(f"colocate_async vs sync ({t} libtorch thread(s) per thread of work)", [], ASYNC, t)
+             for t in sorted({THREADS, 1}, reverse=True)]
+    cases += [
+        (f"separate_async vs sync, 2 mini-batches ({THREADS} libtorch threads)", TWO_MINI_BATCHES,
+         SEPARATE, THREADS),
+        (f"colocate_async vs sync, vLLM rollout ({THREADS} libtorch threads)", VLLM, VLLM + ASYNC,
+         THREADS),
+    ]
+    for name, common, mode, threads in cases:
+        sync, sync_gen = step_times(verlc, common, threads)
+        step, wait = step_times(verlc, mode, threads)
+        print(f"{name}: sync {sync:.3f} s/step ({SAMPLES / sync:.1f} samples/s, generating "
+              f"{sync_gen:.3f} s of it); asynchronous {step:.3f} s/step "
               f"({SAMPLES / step:.1f} samples/s, waiting for data {wait:.3f} s)", file=sys.stderr)
         results.append({
-            "name": f"async_step colocate_async vs sync ({threads} libtorch thread(s) per thread of work)",
+            "name": f"async_step {name}",
             "ours": step / SAMPLES,
             "peer": sync / SAMPLES,
             "unit": "s/sample",

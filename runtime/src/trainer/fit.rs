@@ -574,7 +574,7 @@ impl<R: Roles> Trainer<R> {
                                 .map_err(|e| TrainerError::Config(e.to_string()))?,
                             None => None,
                         };
-                        let worker = RolloutWorker::vllm(
+                        let mut worker = RolloutWorker::vllm(
                             actor.engine.model_config(),
                             rollout_dtype,
                             vllm.clone(),
@@ -582,6 +582,7 @@ impl<R: Roles> Trainer<R> {
                             opts.device,
                             lockstep.clone(),
                         )?;
+                        worker.share_cores_with_trainer();
                         (worker, lockstep)
                     }
                     None => {

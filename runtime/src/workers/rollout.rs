@@ -137,6 +137,14 @@ impl RolloutWorker {
         })
     }
 
+    /// A vLLM rollout whose server generates while the trainer computes (the asynchronous
+    /// modes): see [`VllmRollout::share_cores`]. Nothing for the built-in rollouts.
+    pub fn share_cores_with_trainer(&mut self) {
+        if let Skeleton::Vllm(v) = &mut self.model {
+            v.share_cores();
+        }
+    }
+
     fn with_skeleton(
         mut vs: VarStore,
         model: Skeleton,

@@ -38,6 +38,8 @@ pub struct VllmRollout {
     startup_timeout: Duration,
     /// True while the server sleeps ([`VllmRollout::sleep`]).
     asleep: bool,
+    /// The server runs while the trainer computes (see [`VllmRollout::share_cores`]).
+    shares_cores: bool,
 }
 
 impl std::fmt::Debug for VllmRollout {
@@ -102,7 +104,15 @@ impl VllmRollout {
             request_timeout: env_secs("VERLC_VLLM_REQUEST_TIMEOUT_S", 1800),
             startup_timeout: env_secs("VERLC_VLLM_STARTUP_TIMEOUT_S", 600),
             asleep: false,
+            shares_cores: false,
         }
+    }
+
+    /// The server generates while the trainer computes (the asynchronous modes' rollout
+    /// pool): it gets half the cores (at least one) where the user's environment sets no
+    /// `OMP_NUM_THREADS`, instead of every core.
+    pub fn share_cores(&mut self) {
+        self.shares_cores = true;
     }
 
     /// Asks the server to listen on `port` when it is free (a taken port falls back to a free
@@ -226,6 +236,7 @@ impl VllmRollout {
                     flags: super::flags(&self.spec, self.dtype, self.seed, self.cuda),
                     env: server_env(
                         &self.dir,
+                        self.shares_cores,
                         !self.cuda && self.spec.tensor_parallel * self.spec.data_parallel == 1,
                         !self.cuda && self.spec.enforce_eager,
                     ),
@@ -422,7 +433,7 @@ impl Drop for VllmRollout {
 /// The server's environment where the user's has none: `VLLM_CPU_KVCACHE_SPACE` (GiB of KV
 /// cache on CPU) 1, about a million tokens of a small model (vLLM's default is 4 GiB); and
 /// `OMP_NUM_THREADS` every core, since the trainer waits while the server generates (vLLM
-/// otherwise drops to one thread); `TORCHINDUCTOR_CACHE_DIR` inside the server's `dir`. A
+/// otherwise drops to one thread), or half of them when it does not (`shares_cores`); `TORCHINDUCTOR_CACHE_DIR` inside the server's `dir`. A
 /// server of one CPU worker (`one_cpu_worker`) runs its model in the engine's process
 /// (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, vLLM's in-process executor): one Python process
 /// fewer to start, some 10 s of a 40 s start on a 2-core machine, the same tokens. An eager
@@ -430,8 +441,14 @@ impl Drop for VllmRollout {
 /// `enforce_eager` stops vLLM compiling the model, but its sampler's helpers (the logprob
 /// ranks, top-k/top-p) still compile a C++ kernel with g++ at the first request, ~15 s of CPU
 /// on a 2-core EPYC at every fresh start and a C++ compiler the machine must have.
-fn server_env(dir: &Path, one_cpu_worker: bool, eager_cpu: bool) -> Vec<(String, String)> {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+fn server_env(
+    dir: &Path,
+    shares_cores: bool,
+    one_cpu_worker: bool,
+    eager_cpu: bool,
+) -> Vec<(String, String)> {
+    let all = std::thread::available_parallelism().map_or(1, usize::from);
+    let cores = if shares_cores { all.div_ceil(2) } else { all };
     let in_process = one_cpu_worker.then(|| ("VLLM_ENABLE_V1_MULTIPROCESSING", "0".to_owned()));
     let no_compile = eager_cpu.then(|| ("TORCHDYNAMO_DISABLE", "1".to_owned()));
     [
