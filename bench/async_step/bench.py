@@ -21,7 +21,8 @@ them) and with one (the synchronous loop uses one core, the asynchronous one a c
 of work: the setting of ranks that each get one core).
 
 Usage: bench.py VERLC_BINARY
-Environment: VERLC_BENCH_STEPS (6 timed steps), VERLC_BENCH_THREADS (2).
+Environment: VERLC_BENCH_STEPS (6 timed steps), VERLC_BENCH_THREADS (2), VERLC_BENCH_ONLY (run
+the cases whose name contains it).
 """
 import json
 import os
@@ -89,9 +90,12 @@ def main():
     cases += [
         (f"separate_async vs sync, 2 mini-batches ({THREADS} libtorch threads)", TWO_MINI_BATCHES,
          SEPARATE, THREADS),
-        (f"colocate_async vs sync, vLLM rollout ({THREADS} libtorch threads)", VLLM, VLLM + ASYNC,
-         THREADS),
     ]
+    cases += [(f"colocate_async vs sync, vLLM rollout ({t} libtorch thread(s) in the trainer)",
+               VLLM, VLLM + ASYNC, t) for t in sorted({THREADS, 1}, reverse=True)]
+    only = os.environ.get("VERLC_BENCH_ONLY")
+    if only:
+        cases = [c for c in cases if only in c[0]]
     for name, common, mode, threads in cases:
         sync, sync_gen = step_times(verlc, common, threads)
         step, wait = step_times(verlc, mode, threads)

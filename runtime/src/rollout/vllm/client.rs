@@ -109,8 +109,8 @@ impl VllmRollout {
     }
 
     /// The server generates while the trainer computes (the asynchronous modes' rollout
-    /// pool): it gets half the cores (at least one) where the user's environment sets no
-    /// `OMP_NUM_THREADS`, instead of every core.
+    /// pool): it gets half the cores (at least one), instead of every core (or the user's
+    /// `OMP_NUM_THREADS`, which is the trainer's then).
     pub fn share_cores(&mut self) {
         self.shares_cores = true;
     }
@@ -433,7 +433,8 @@ impl Drop for VllmRollout {
 /// The server's environment where the user's has none: `VLLM_CPU_KVCACHE_SPACE` (GiB of KV
 /// cache on CPU) 1, about a million tokens of a small model (vLLM's default is 4 GiB); and
 /// `OMP_NUM_THREADS` every core, since the trainer waits while the server generates (vLLM
-/// otherwise drops to one thread), or half of them when it does not (`shares_cores`); `TORCHINDUCTOR_CACHE_DIR` inside the server's `dir`. A
+/// otherwise drops to one thread), or half of them when it does not (`shares_cores`, which
+/// overrides the user's `OMP_NUM_THREADS`: that one is the trainer's); `TORCHINDUCTOR_CACHE_DIR` inside the server's `dir`. A
 /// server of one CPU worker (`one_cpu_worker`) runs its model in the engine's process
 /// (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, vLLM's in-process executor): one Python process
 /// fewer to start, some 10 s of a 40 s start on a 2-core machine, the same tokens. An eager
@@ -448,12 +449,14 @@ fn server_env(
     eager_cpu: bool,
 ) -> Vec<(String, String)> {
     let all = std::thread::available_parallelism().map_or(1, usize::from);
-    let cores = if shares_cores { all.div_ceil(2) } else { all };
+    // Sharing the machine with a trainer that computes meanwhile, half the cores whatever the
+    // user's environment says (its OMP_NUM_THREADS is the trainer's).
+    let half = shares_cores.then(|| ("OMP_NUM_THREADS".to_owned(), all.div_ceil(2).to_string()));
     let in_process = one_cpu_worker.then(|| ("VLLM_ENABLE_V1_MULTIPROCESSING", "0".to_owned()));
     let no_compile = eager_cpu.then(|| ("TORCHDYNAMO_DISABLE", "1".to_owned()));
     [
         ("VLLM_CPU_KVCACHE_SPACE", "1".to_owned()),
-        ("OMP_NUM_THREADS", cores.to_string()),
+        ("OMP_NUM_THREADS", all.to_string()),
         // Its own torch.compile cache (vLLM's sampler compiles a C++ kernel at the first
         // request even in eager mode): in the shared default, two servers starting together on
         // one machine write the same file and one can load it half-written ("file too short").
@@ -465,8 +468,9 @@ fn server_env(
     .into_iter()
     .chain(in_process)
     .chain(no_compile)
-    .filter(|(k, _)| std::env::var_os(k).is_none())
+    .filter(|(k, _)| std::env::var_os(k).is_none() && !(shares_cores && *k == "OMP_NUM_THREADS"))
     .map(|(k, v)| (k.to_owned(), v))
+    .chain(half)
     .collect()
 }
 
