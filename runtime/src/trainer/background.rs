@@ -176,10 +176,14 @@ impl BackgroundRollout {
         }
     }
 
-    /// Why the thread is gone.
+    /// Why the thread is gone: the error it sent last, else how it ended.
     fn failure(&mut self) -> TrainerError {
         self.jobs = None;
-        let why = match self.thread.take().map(JoinHandle::join) {
+        let joined = self.thread.take().map(JoinHandle::join);
+        if let Some(msg) = self.done.try_iter().find_map(Result::err) {
+            return TrainerError::Config(format!("background rollout: {msg}"));
+        }
+        let why = match joined {
             Some(Err(panic)) => panic
                 .downcast_ref::<String>()
                 .cloned()

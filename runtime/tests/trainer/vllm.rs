@@ -83,8 +83,13 @@ fn vllm_rank_child() {
     })
     .expect("init process group");
     let rank = world.rank();
-    let summary =
-        runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world }).expect("a vLLM run");
+    let summary = match runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world }) {
+        Ok(s) => s,
+        Err(e) => {
+            std::fs::write(dir.join(format!("error.rank{rank}")), e.to_string()).expect("error");
+            panic!("a vLLM run: {e}");
+        }
+    };
     let json = serde_json::to_string(&summary.history).expect("json");
     std::fs::write(dir.join(format!("history.rank{rank}.json")), json).expect("history");
 }
@@ -204,6 +209,91 @@ fn assert_same_run(native: &[(u64, Metrics)], served: &[(u64, Metrics)], sync: b
         );
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The asynchronous rollout pool's server killed mid-run (after it has served completions) on
+/// 2 ranks sharing it: both ranks' rollout threads agree that the batch failed, and both runs
+/// end with an error that names the server, soon, leaving no server process behind.
+#[test]
+fn a_killed_vllm_pool_server_ends_an_asynchronous_run_with_an_error() {
+    let dir = scratch("vllm_async_killed");
+    let mut o = overrides(&dir, 1000, 2, "vllm");
+    // No validation: the one server is the pool's.
+    o.extend(
+        [
+            "trainer.test_freq=-1",
+            "trainer.v1.trainer_mode=colocate_async",
+        ]
+        .map(str::to_owned),
+    );
+    let jobdir = job(&dir, &o);
+    std::fs::write(jobdir.join("release"), "0.9.1").expect("release");
+    let tmp = jobdir.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let mut env = env(&jobdir);
+    env.push(("TMPDIR", tmp.display().to_string()));
+    let mut ranks = spawn_ranks(CHILD, 2, &env);
+    let served =
+        |log: &Path| std::fs::read_to_string(log).is_ok_and(|t| t.contains("POST /v1/completions"));
+    let deadline = Instant::now() + Duration::from_secs(400);
+    let log = loop {
+        let logs: Vec<PathBuf> = std::fs::read_dir(&tmp)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        if let Some(l) = logs.into_iter().find(|l| served(l)) {
+            break l;
+        }
+        assert!(
+            ranks.try_status(0).expect("status").is_none(),
+            "the run ended before its server served"
+        );
+        assert!(Instant::now() < deadline, "no completions within 400 s");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let rank0 = ranks.pid(0).expect("rank pid") as i32;
+    let group = processes()
+        .iter()
+        .find(|&&(pid, ppid, pgrp)| ppid == rank0 && pgrp == pid)
+        .map(|p| p.0)
+        .unwrap_or_else(|| panic!("no server process group ({})", log.display()));
+    // SAFETY: signals the server process group the test's rank 0 started.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for r in 0..2 {
+        let status = loop {
+            if let Some(s) = ranks.try_status(r).expect("status") {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rank {r} still runs 120 s after the kill"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert!(!status.success(), "rank {r} succeeded without its server");
+    }
+    let errors: Vec<String> = (0..2)
+        .filter_map(|r| std::fs::read_to_string(jobdir.join(format!("error.rank{r}"))).ok())
+        .collect();
+    // Rank 0 says what happened to its server; rank 1, that rank 0's sync failed.
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert!(
+        errors.iter().all(|e| e.contains("vLLM server")),
+        "{errors:#?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // SAFETY: signal 0 only asks whether any process of the server's group exists.
+    while unsafe { libc::kill(-group, 0) } == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "processes of the vLLM server (group {group}) outlived the runs"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// `(pid, parent pid, process group)` of every process, from `/proc/*/stat`.

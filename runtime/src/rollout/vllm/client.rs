@@ -433,8 +433,10 @@ impl Drop for VllmRollout {
 /// The server's environment where the user's has none: `VLLM_CPU_KVCACHE_SPACE` (GiB of KV
 /// cache on CPU) 1, about a million tokens of a small model (vLLM's default is 4 GiB); and
 /// `OMP_NUM_THREADS` every core, since the trainer waits while the server generates (vLLM
-/// otherwise drops to one thread), or half of them when it does not (`shares_cores`, which
-/// overrides the user's `OMP_NUM_THREADS`: that one is the trainer's); `TORCHINDUCTOR_CACHE_DIR` inside the server's `dir`. A
+/// otherwise drops to one thread), or, when it does not (`shares_cores`), half of them (this
+/// overrides the user's `OMP_NUM_THREADS`: that one is the trainer's; pinning the server to
+/// the other half measured no better on 2 cores); `TORCHINDUCTOR_CACHE_DIR` inside the
+/// server's `dir`. A
 /// server of one CPU worker (`one_cpu_worker`) runs its model in the engine's process
 /// (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, vLLM's in-process executor): one Python process
 /// fewer to start, some 10 s of a 40 s start on a 2-core machine, the same tokens. An eager
