@@ -45,7 +45,9 @@ fn item(source: &str, text: &str, truth: Value, index: i64) -> ScoreItem {
     }
 }
 
-/// The scores a Python `script` prints as a JSON list when called directly with `args`.
+/// The scores a Python `script` prints as a JSON list (its last line) when called directly
+/// with `args`: what it scores may print too (verl's Search-R1 scorer prints a sample's
+/// details to stdout one call in 64, at random).
 fn direct_scores(script: &str, args: &[String]) -> Vec<f64> {
     let out = Command::new(PythonSettings::default_python())
         .arg("-c")
@@ -58,7 +60,9 @@ fn direct_scores(script: &str, args: &[String]) -> Vec<f64> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("scores json")
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("scores json ({e}): {stdout}"))
 }
 
 fn items() -> Vec<ScoreItem> {

@@ -285,15 +285,7 @@ fn a_killed_vllm_pool_server_ends_an_asynchronous_run_with_an_error() {
         errors.iter().all(|e| e.contains("vLLM server")),
         "{errors:#?}"
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    // SAFETY: signal 0 only asks whether any process of the server's group exists.
-    while unsafe { libc::kill(-group, 0) } == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "processes of the vLLM server (group {group}) outlived the runs"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert_group_ends(group, "the runs");
 }
 
 /// `(pid, parent pid, process group)` of every process, from `/proc/*/stat`.
@@ -355,12 +347,18 @@ fn a_killed_trainer_leaves_no_vllm_process() {
         assert!(Instant::now() < deadline, "the trainer outlived SIGKILL");
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_group_ends(group, "the trainer");
+}
+
+/// Waits up to 15 s for every process of the server's process group `group` to be gone (the
+/// engine process a killed server leaves is reaped a moment later).
+fn assert_group_ends(group: i32, outlived: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     // SAFETY: signal 0 only asks whether any process of the server's group exists.
     while unsafe { libc::kill(-group, 0) } == 0 {
         assert!(
             Instant::now() < deadline,
-            "processes of the vLLM server (group {group}) outlived the trainer"
+            "processes of the vLLM server (group {group}) outlived {outlived}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
