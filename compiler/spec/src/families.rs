@@ -84,6 +84,13 @@ impl VisionTower {
     }
 }
 
+/// The `hidden_act` names a dense gated MLP takes (transformers' `ACT2FN` names: SiLU, GELU by
+/// the error function, GELU's tanh approximation).
+pub const GATE_ACTIVATIONS: &[&str] = &["silu", "swish", "gelu", "gelu_pytorch_tanh"];
+
+/// The `hidden_act` names a family with experts takes (its experts are SwiGLU).
+pub const EXPERT_ACTIVATIONS: &[&str] = &["silu", "swish"];
+
 /// A value of a `config.json` key.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ConfigValue {

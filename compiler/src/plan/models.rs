@@ -803,16 +803,38 @@ fn decoder_problem(dir: &Path) -> Option<String> {
         Ok(c) => c,
         Err(e) => return Some(e),
     };
+    let file = dir.join("config.json");
     let model_type = cfg.get("model_type").and_then(Value::as_str).unwrap_or("");
-    verlc_spec::families::of_checkpoint(model_type)
-        .is_none()
-        .then(|| {
-            format!(
-                "{} has model_type `{model_type}`; verlc's models are {}",
-                dir.join("config.json").display(),
-                verlc_spec::families::checkpoint_model_types().join(", ")
-            )
-        })
+    let Some(row) = verlc_spec::families::of_checkpoint(model_type) else {
+        return Some(format!(
+            "{} has model_type `{model_type}`; verlc's models are {}",
+            file.display(),
+            verlc_spec::families::checkpoint_model_types().join(", ")
+        ));
+    };
+    // The MLP's activation, as the loader reads it (a vision-language model's text keys may
+    // sit in `text_config`; absent: the family's config class default, else SiLU).
+    let text = cfg.get("text_config").unwrap_or(&cfg);
+    let act = match text.get("hidden_act").or_else(|| cfg.get("hidden_act")) {
+        Some(v) => v.as_str().unwrap_or("?").to_owned(),
+        None => match row.config_default("hidden_act") {
+            Some(verlc_spec::families::ConfigValue::Str(a)) => a.to_owned(),
+            _ => "silu".to_owned(),
+        },
+    };
+    let allowed = if row.experts {
+        verlc_spec::families::EXPERT_ACTIVATIONS
+    } else {
+        verlc_spec::families::GATE_ACTIVATIONS
+    };
+    (!allowed.contains(&act.as_str())).then(|| {
+        format!(
+            "{} has hidden_act `{act}`; verlc's {} MLPs take {}",
+            file.display(),
+            row.name,
+            allowed.join(", ")
+        )
+    })
 }
 
 fn classifier_problem(dir: &Path) -> Option<String> {

@@ -1780,6 +1780,36 @@ fn dropout_in_a_trained_model_is_refused_until_overridden_to_zero() {
     }
 }
 
+/// A checkpoint whose MLP activation the trainer does not compute is refused at build, not at
+/// the trainer's start: `relu` anywhere, GELU with experts; Gemma without the key takes its
+/// config class's tanh-GELU, which the trainer computes.
+#[test]
+fn an_activation_the_trainer_lacks_is_refused_at_build() {
+    let dir = std::env::temp_dir().join(format!("verlc-plan-act-{}", std::process::id()));
+    let env = verlc_hub::HubEnv::from_env();
+    for (name, model_type, act, refused) in [
+        ("relu", "llama", Some("relu"), true),
+        ("moe_gelu", "qwen3_moe", Some("gelu"), true),
+        ("gelu", "llama", Some("gelu"), false),
+        ("gemma", "gemma", None, false),
+    ] {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        let mut cfg = serde_json::json!({"model_type": model_type, "hidden_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 300});
+        if let Some(a) = act {
+            cfg["hidden_act"] = a.into();
+        }
+        std::fs::write(d.join("config.json"), cfg.to_string()).expect("config");
+        let model = format!("actor_rollout_ref.model.path={}", d.display());
+        let c = case(BASE, &[model.as_str()]);
+        let problems = models::model_problems(&c.lowered.plan.spec, &env);
+        let hit = problems.iter().any(|p| p.message.contains("hidden_act"));
+        assert_eq!(hit, refused, "{name}: {problems:#?}");
+    }
+}
+
 /// `weight_decay_incr_style` runs as verl runs it: Megatron's scheduler with start = end =
 /// weight_decay over `total_training_steps`, so the decay stays at `weight_decay`.
 #[test]

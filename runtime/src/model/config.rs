@@ -418,7 +418,9 @@ impl ModelConfig {
                 self.hidden_act
             ));
         }
-        if arch.has_experts() && self.hidden_act != "silu" && self.hidden_act != "swish" {
+        if arch.has_experts()
+            && !verlc_spec::families::EXPERT_ACTIVATIONS.contains(&self.hidden_act.as_str())
+        {
             return Err(format!(
                 "hidden_act `{}` with experts is not supported (their MLPs are SwiGLU)",
                 self.hidden_act

@@ -218,6 +218,13 @@ fn absent_keys_take_the_family_defaults_and_dropout_is_refused_for_training() {
     let llama = write("llama_bias", llama);
     assert!(llama.qkv_bias() && llama.o_bias() && llama.training_problem().is_none());
 
+    // Every activation the build's check lets through is one the MLP computes.
+    for act in verlc_spec::families::GATE_ACTIVATIONS {
+        assert!(
+            runtime::model::layers::Activation::of(act).is_some(),
+            "{act}"
+        );
+    }
     // An activation other than SiLU only in dense MLPs (experts are SwiGLU).
     let mut moe = with_type("qwen3_moe");
     for (k, v) in [
