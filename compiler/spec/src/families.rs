@@ -91,6 +91,10 @@ pub const GATE_ACTIVATIONS: &[&str] = &["silu", "swish", "gelu", "gelu_pytorch_t
 /// The `hidden_act` names a family with experts takes (its experts are SwiGLU).
 pub const EXPERT_ACTIVATIONS: &[&str] = &["silu", "swish"];
 
+/// The dropouts transformers applies in training mode (verl's updates), which verlc's models do
+/// not have: a trained model must set them to zero.
+pub const DROPOUT_KEYS: &[&str] = &["attention_dropout", "residual_dropout"];
+
 /// A value of a `config.json` key.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ConfigValue {
@@ -559,9 +563,14 @@ impl FamilyRow {
         }
     }
 
+    /// Whether the boolean `key` is true without the key in `config.json`.
+    pub fn default_flag(&self, key: &str) -> bool {
+        self.config_default(key) == Some(ConfigValue::Bool(true))
+    }
+
     /// Whether the embeddings are tied without a `tie_word_embeddings` key.
     pub fn tied_by_default(&self) -> bool {
-        self.config_default("tie_word_embeddings") == Some(ConfigValue::Bool(true))
+        self.default_flag("tie_word_embeddings")
     }
 }
 

@@ -724,10 +724,6 @@ pub type TrainedModel<'a> = (
     Option<&'static str>,
 );
 
-/// The dropouts verl's models apply in training mode (its updates run the model in
-/// `train()`), which verlc does not implement.
-const DROPOUT_KEYS: [&str; 2] = ["attention_dropout", "residual_dropout"];
-
 /// Trained models whose config (overrides applied, the family's config class defaults
 /// filling absent keys, which may be nonzero) sets a dropout, which transformers would apply in
 /// verl's updates and verlc does not: an error at the model's key, whose help names the
@@ -747,7 +743,7 @@ pub fn dropout_problems(models: &[TrainedModel<'_>], env: &HubEnv) -> Vec<ModelP
             .get("model_type")
             .and_then(Value::as_str)
             .and_then(verlc_spec::families::of_checkpoint);
-        let set: Vec<(&str, f64)> = DROPOUT_KEYS
+        let set: Vec<(&str, f64)> = verlc_spec::families::DROPOUT_KEYS
             .iter()
             .filter_map(|k| {
                 let p = match overrides.get(*k).or_else(|| cfg.get(*k)) {

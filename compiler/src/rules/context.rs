@@ -348,8 +348,7 @@ impl ModelDims {
     pub fn qkv_bias(&self) -> bool {
         let default = self
             .family()
-            .and_then(|f| f.config_default("attention_bias"))
-            == Some(verlc_spec::families::ConfigValue::Bool(true));
+            .is_some_and(|f| f.default_flag("attention_bias"));
         self.family().is_some_and(|f| f.qkv_bias) || self.attention_bias.unwrap_or(default)
     }
 

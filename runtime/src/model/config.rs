@@ -530,19 +530,17 @@ impl ModelConfig {
     /// transformers (and so verl) applies in training updates and verlc's models do not
     /// have. `verlc build` refuses the same configs at the model's key.
     pub fn training_problem(&self) -> Option<String> {
-        ["attention_dropout", "residual_dropout"]
-            .into_iter()
-            .find_map(|key| {
-                let p = self.extra.get(key).and_then(Value::as_f64)?;
-                (p != 0.0).then(|| {
-                    format!(
-                        "{key} = {p}: transformers (and verl) applies dropout in training \
+        verlc_spec::families::DROPOUT_KEYS.iter().find_map(|&key| {
+            let p = self.extra.get(key).and_then(Value::as_f64)?;
+            (p != 0.0).then(|| {
+                format!(
+                    "{key} = {p}: transformers (and verl) applies dropout in training \
                          updates and verlc's models have none; set it to 0.0 \
                          (`actor_rollout_ref.model.override_config.{key}=0.0`) for a \
                          deterministic update"
-                    )
-                })
+                )
             })
+        })
     }
 
     /// Whether layer `layer` is a Gated DeltaNet (linear attention) layer.

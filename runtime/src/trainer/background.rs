@@ -299,24 +299,22 @@ fn serve_lockstep(
             let _ = done.send(Err(format!("the rollout threads' batch end: {e}")));
             return;
         }
-        let result = match result {
-            Ok(_) if failed.int64_value(&[0]) != 0 => {
-                Err("another rank's rollout thread failed (its error ends that rank)".into())
-            }
-            other => other,
-        };
         // A handle that is gone takes no results; the thread still meets the others until
         // the main rank's says stop.
-        match result {
-            Ok(None) => {}
-            Ok(Some(g)) => {
-                let _ = done.send(Ok(g));
+        let error = match result {
+            Ok(_) if failed.int64_value(&[0]) != 0 => {
+                "another rank's rollout thread failed (its error ends that rank)".to_owned()
             }
-            Err(e) => {
-                let _ = done.send(Err(e));
-                return;
+            Ok(generated) => {
+                if let Some(g) = generated {
+                    let _ = done.send(Ok(g));
+                }
+                continue;
             }
-        }
+            Err(e) => e,
+        };
+        let _ = done.send(Err(error));
+        return;
     }
 }
 

@@ -30,7 +30,7 @@ use tch::Tensor;
 use verlc_spec::trainer::{AsyncSpec, OffPolicyStrategy as Strategy};
 
 use crate::data::{PromptItem, RlDataset};
-use crate::engine::{Batch, Engine, Metrics};
+use crate::engine::{Batch, Metrics};
 use crate::workers::rollout::RolloutWorker;
 
 use super::super::background::{AgentLoop, BackgroundRollout, Job};
@@ -105,7 +105,7 @@ impl Colocated {
         agent: Option<AgentLoop>,
         lockstep: Option<crate::dist::ProcessGroup>,
     ) -> Result<Self, TrainerError> {
-        let full_weights = worker.vllm_rollout().is_some();
+        let full_weights = worker.takes_whole_tensors();
         let bound = OffPolicyBound {
             threshold: spec.max_off_policy_threshold,
             strategy: match spec.strategy {
@@ -135,11 +135,7 @@ impl Colocated {
 impl<R: Roles> Trainer<R> {
     /// Publishes the policy's weights to the rollout thread as `version`.
     fn publish(&mut self, q: &Queue, version: u64) -> Result<(), TrainerError> {
-        let params = if q.full_weights {
-            self.actor.engine.per_tensor_params()?
-        } else {
-            self.actor.engine.rollout_weights()?
-        };
+        let params = self.weights_for_rollout(q.full_weights)?;
         q.rollout.publish(version, &params)
     }
 

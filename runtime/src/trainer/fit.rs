@@ -530,21 +530,27 @@ impl<R: Roles> Trainer<R> {
             None => None,
         };
         let rollout_dtype = spec.rollout.dtype.unwrap_or(dtype_);
-        let rollout = match &spec.rollout.vllm {
-            // vLLM takes the whole model by name from the main rank (no sharded layout).
-            Some(vllm) => RolloutWorker::vllm(
-                actor.engine.model_config(),
-                rollout_dtype,
-                vllm.clone(),
-                seed,
-                opts.device,
-                roles.world().cloned(),
-            )?,
-            None => {
-                let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
-                RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?
-            }
+        // A rollout model without weights; `group`: the ranks a vLLM server is shared by.
+        let new_rollout = |actor: &mut Actor<R::Actor>,
+                           group: Option<crate::dist::ProcessGroup>|
+         -> Result<RolloutWorker, TrainerError> {
+            Ok(match &spec.rollout.vllm {
+                // vLLM takes the whole model by name from the main rank (no sharded layout).
+                Some(vllm) => RolloutWorker::vllm(
+                    actor.engine.model_config(),
+                    rollout_dtype,
+                    vllm.clone(),
+                    seed,
+                    opts.device,
+                    group,
+                )?,
+                None => {
+                    let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
+                    RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?
+                }
+            })
         };
+        let rollout = new_rollout(&mut actor, roles.world().cloned())?;
 
         let agent = match &spec.rollout.multi_turn {
             Some(mt) => Some(Arc::new(super::agent::AgentRollout::start(
@@ -563,35 +569,17 @@ impl<R: Roles> Trainer<R> {
         };
         let colocated = match spec.run.asynchronous {
             Some(a) => {
-                let (worker, lockstep) = match &spec.rollout.vllm {
-                    // A server of its own (the trainer's serves validation), shared by the
-                    // ranks' rollout threads over a group of their own: the trainer threads'
-                    // collectives go on meanwhile.
-                    Some(vllm) => {
-                        let lockstep = match roles.world() {
-                            Some(w) => w
-                                .new_group(&(0..w.size()).collect::<Vec<_>>())
-                                .map_err(|e| TrainerError::Config(e.to_string()))?,
-                            None => None,
-                        };
-                        let mut worker = RolloutWorker::vllm(
-                            actor.engine.model_config(),
-                            rollout_dtype,
-                            vllm.clone(),
-                            seed,
-                            opts.device,
-                            lockstep.clone(),
-                        )?;
-                        worker.share_cores_with_trainer();
-                        (worker, lockstep)
-                    }
-                    None => {
-                        let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
-                        let worker =
-                            RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?;
-                        (worker, None)
-                    }
+                // With vLLM, a server of its own (the trainer's serves validation), shared by
+                // the ranks' rollout threads over a group of their own: the trainer threads'
+                // collectives go on meanwhile.
+                let lockstep = match roles.world() {
+                    Some(w) if spec.rollout.vllm.is_some() => w
+                        .new_group(&(0..w.size()).collect::<Vec<_>>())
+                        .map_err(|e| TrainerError::Config(e.to_string()))?,
+                    _ => None,
                 };
+                let mut worker = new_rollout(&mut actor, lockstep.clone())?;
+                worker.share_cores_with_trainer();
                 let agent = agent.clone().map(|a| (a, Arc::clone(&tokenizer)));
                 Some(colocate::Colocated::new(
                     a,
@@ -794,13 +782,22 @@ impl<R: Roles> Trainer<R> {
     /// sharded FSDP engines; a Megatron rank's own shards); [`RolloutWorker::release`] drops
     /// them after generating.
     fn load_rollout(&mut self) -> Result<(), TrainerError> {
-        let params = if self.rollout.vllm_rollout().is_some() {
+        let params = self.weights_for_rollout(self.rollout.takes_whole_tensors())?;
+        self.rollout.update_weights(&params)?;
+        Ok(())
+    }
+
+    /// The actor's weights as a rollout takes them: whole tensors by checkpoint name (`whole`:
+    /// a vLLM server's), or the built-in rollout model's layout.
+    pub(super) fn weights_for_rollout(
+        &mut self,
+        whole: bool,
+    ) -> Result<Vec<(String, tch::Tensor)>, TrainerError> {
+        Ok(if whole {
             self.actor.engine.per_tensor_params()?
         } else {
             self.actor.engine.rollout_weights()?
-        };
-        self.rollout.update_weights(&params)?;
-        Ok(())
+        })
     }
 
     /// Runs the loop to `total_steps`; returns the logged metrics.

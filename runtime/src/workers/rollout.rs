@@ -137,6 +137,12 @@ impl RolloutWorker {
         })
     }
 
+    /// Whether [`RolloutWorker::update_weights`] takes whole tensors by checkpoint name (a
+    /// vLLM server's) rather than the built-in rollout model's layout.
+    pub fn takes_whole_tensors(&self) -> bool {
+        matches!(self.model, Skeleton::Vllm(_))
+    }
+
     /// A vLLM rollout whose server generates while the trainer computes (the asynchronous
     /// modes): see [`VllmRollout::share_cores`]. Nothing for the built-in rollouts.
     pub fn share_cores_with_trainer(&mut self) {
