@@ -816,6 +816,24 @@ mod tests {
         assert_eq!(m.param_count(), 36_151_104_512);
     }
 
+    /// gpt-oss-20b and -120b as their config.json describe them (experts counted by
+    /// `num_local_experts`, `intermediate_size` wide, biased, with the router's bias, the
+    /// attention's biases and sinks): what transformers 4.57 builds, 20,914,757,184 and
+    /// 116,829,156,672 parameters.
+    #[test]
+    fn gpt_oss_counts_its_biased_experts_and_sinks() {
+        for (layers, experts, total) in [(24, 32, 20_914_757_184u64), (36, 128, 116_829_156_672)] {
+            let text = format!(
+                r#"{{"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64,
+                "num_key_value_heads": 8, "num_hidden_layers": {layers}, "vocab_size": 201088,
+                "intermediate_size": 2880, "head_dim": 64, "num_local_experts": {experts},
+                "num_experts_per_tok": 4, "attention_bias": true, "tie_word_embeddings": false}}"#
+            );
+            let m: ModelDims = serde_json::from_str(&text).expect("dims");
+            assert_eq!(m.param_count(), total, "{layers} layers");
+        }
+    }
+
     /// Qwen2.5-VL-7B as Qwen's config.json describes it: its text model's 7,615,616,512
     /// parameters plus the vision tower's 676,550,144, Hugging Face's 8,292,166,656.
     #[test]

@@ -1305,16 +1305,22 @@ rank_test!(fsdp_ulysses_matches_single_engine, 2, |pg| {
     assert!(d < 1e-5, "values differ by {d}");
 });
 
-// A Qwen3.5 model (three Gated DeltaNet layers, one gated attention layer) under Ulysses over
-// both ranks: a DeltaNet layer runs whole sequences on half of its key and value heads (its
-// projections exchanged like attention's heads), and training follows the single engine.
+// Under Ulysses over both ranks, layers that are not plain attention on a share of their
+// heads: a Qwen3.5 model (three Gated DeltaNet layers, one gated attention layer), whose
+// DeltaNet layer runs whole sequences on half of its key and value heads (its projections
+// exchanged like attention's heads), and a gpt-oss model, whose sliding-window layer and full
+// layer attend with their heads' own sink logits; training follows the single engine.
 rank_test!(
-    fsdp_ulysses_runs_gated_deltanet_layers_on_a_share_of_heads,
+    fsdp_ulysses_runs_deltanet_and_sink_layers_on_a_share_of_heads,
     2,
     |pg| {
-        let model = "builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5";
-        let e = fsdp_packed_matches_padded(&pg, model, 2, &ragged_batch());
-        assert_eq!((e.dp_size(), e.data_group().size()), (1, 1));
+        for model in [
+            "builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5",
+            "builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=gpt_oss&window=4",
+        ] {
+            let e = fsdp_packed_matches_padded(&pg, model, 2, &ragged_batch());
+            assert_eq!((e.dp_size(), e.data_group().size()), (1, 1));
+        }
     }
 );
 

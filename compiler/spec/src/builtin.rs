@@ -33,6 +33,7 @@ pub const TINY_PARAMS: &[&str] = &[
     "experts_per_tok",
     "moe_intermediate",
     "tools",
+    "window",
 ];
 
 /// The integer parameters of `builtin://tiny`, each at least 1.

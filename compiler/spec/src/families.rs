@@ -43,6 +43,28 @@ pub enum Family {
     Qwen3_5Vl,
     /// The same with Qwen3.5-MoE's text model.
     Qwen3_5MoeVl,
+    /// gpt-oss: attention with a learned sink logit per head, every other layer within a
+    /// sliding window, and sparse MLPs whose router and experts carry biases, stored fused
+    /// with gate and up columns interleaved, through a clamped SwiGLU.
+    GptOss,
+}
+
+/// How a family's checkpoints store the routed experts and what an expert computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExpertStyle {
+    /// No experts, or Qwen3-MoE's: one SwiGLU module per expert
+    /// (`mlp.experts.{e}.{gate,up,down}_proj.weight`), an unbiased router `mlp.gate`.
+    PerExpert,
+    /// Qwen3-VL-MoE's: every expert of a layer in `mlp.experts.gate_up_proj` (gate columns,
+    /// then up) and `mlp.experts.down_proj`; the router as [`ExpertStyle::PerExpert`]'s.
+    FusedHalves,
+    /// gpt-oss's: fused as [`ExpertStyle::FusedHalves`] but with gate and up columns
+    /// interleaved, biases beside each (`gate_up_proj_bias`, `down_proj_bias`), a biased router
+    /// `mlp.router` whose top-k logits are soft-maxed, and the clamped SwiGLU
+    /// `(clamp(up, ±limit) + 1) · g · sigmoid(1.702 g)`, `g = min(gate, limit)`, `limit` the
+    /// config's `swiglu_limit`. The experts' width is the config's `intermediate_size` and
+    /// their count its `num_local_experts`.
+    FusedInterleavedBiased,
 }
 
 /// The vision towers, each a file of the runtime's vision folder.
@@ -133,6 +155,14 @@ pub struct FamilyRow {
     /// The config's `sliding_window`, unless null, limits every layer's attention (Mistral);
     /// the others apply it only under `use_sliding_window`.
     pub sliding_window_unless_null: bool,
+    /// The layers `layer_types` names `sliding_attention` attend within the config's
+    /// `sliding_window` (each query the keys less than that many positions before it).
+    pub sliding_layers: bool,
+    /// Each attention head has a learned sink logit (`self_attn.sinks`) that joins the
+    /// softmax's denominator and attends to nothing.
+    pub attention_sinks: bool,
+    /// How the routed experts are stored and computed (families with experts).
+    pub expert_style: ExpertStyle,
     /// RMSNorm scales by `1 + weight` (weights start at zero) in float32 and casts after
     /// (Gemma, Qwen3.5).
     pub norm_plus_one: bool,
@@ -171,6 +201,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: false,
@@ -192,6 +225,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: true,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: false,
@@ -213,6 +249,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: true,
         chatml: false,
@@ -238,6 +277,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: true,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: false,
@@ -264,6 +306,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: true,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: true,
@@ -285,6 +330,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: true,
@@ -306,6 +354,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: true,
@@ -327,6 +378,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
         chatml: true,
@@ -348,6 +402,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
         chatml: true,
@@ -369,6 +426,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
         chatml: true,
@@ -391,6 +451,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: true,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: true,
@@ -413,6 +476,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: true,
@@ -435,6 +501,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::FusedHalves,
         norm_plus_one: false,
         scaled_embedding: false,
         chatml: true,
@@ -457,6 +526,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
         chatml: true,
@@ -479,6 +551,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         qkv_bias: false,
         attention_out_bias: false,
         sliding_window_unless_null: false,
+        sliding_layers: false,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
         chatml: true,
@@ -486,6 +561,35 @@ pub static FAMILIES: &[FamilyRow] = &[
         config_defaults: &[],
         tiny_arch: "qwen3_5_moe_vl",
         text: Family::Qwen3_5Moe,
+    },
+    FamilyRow {
+        family: Family::GptOss,
+        name: "gpt-oss",
+        model_type: "gpt_oss",
+        causal_lm_class: "GptOssForCausalLM",
+        value_class: "GptOssForTokenClassification",
+        experts: true,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: false,
+        qkv_bias: false,
+        attention_out_bias: false,
+        sliding_window_unless_null: false,
+        sliding_layers: true,
+        attention_sinks: true,
+        expert_style: ExpertStyle::FusedInterleavedBiased,
+        norm_plus_one: false,
+        scaled_embedding: false,
+        chatml: false,
+        vision: None,
+        config_defaults: &[
+            ("head_dim", ConfigValue::Int(64)),
+            ("attention_bias", ConfigValue::Bool(true)),
+            ("sliding_window", ConfigValue::Int(128)),
+            ("swiglu_limit", ConfigValue::Float(7.0)),
+        ],
+        tiny_arch: "gpt_oss",
+        text: Family::GptOss,
     },
 ];
 

@@ -312,13 +312,25 @@ fn topk_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
     })
 }
 
-/// vLLM's CPU attention kernel serves heads of 32 or more only (a narrower head fails the
-/// first request): why the policy cannot generate with `rollout.name: vllm` on a CPU device.
+/// Why the policy cannot generate with `rollout.name: vllm` on a CPU device: vLLM's CPU
+/// attention kernel serves heads of 32 or more only (a narrower head fails the first request),
+/// and a family whose layers verlc has not run on vLLM (sinks, windows, biased experts) is
+/// not sent there.
 fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
     if spec.rollout.vllm.is_none() || spec.world.device != verlc_spec::trainer::DeviceKind::Cpu {
         return None;
     }
     let path = spec.actor.model_path.as_str();
+    if let Some(row) = model_type_of(path, env)
+        .as_deref()
+        .and_then(verlc_spec::families::of_checkpoint)
+        .filter(|r| megatron_lacks(r))
+    {
+        return Some(format!(
+            "verlc has not verified vLLM's serving of {} models (`{path}`: attention sinks, sliding windows, biased experts) against its trainer; generate with the built-in rollout (`actor_rollout_ref.rollout.name=verlc`)",
+            row.name
+        ));
+    }
     let head = match locate(path, None, env).ok()? {
         ModelLocation::Builtin => {
             let query = path.split_once('?').map_or("", |(_, q)| q);
@@ -542,6 +554,15 @@ fn layout_problem(
     x: ExpertLayout,
 ) -> Option<String> {
     let linear = has_linear_attention(model_type);
+    if let Some(row) = verlc_spec::families::of_checkpoint(model_type)
+        .filter(|_| megatron)
+        .filter(|r| megatron_lacks(r))
+    {
+        return Some(format!(
+            "{model} is a {} model (`{model_type}`): verlc's Megatron engine does not compute its attention sinks, sliding-window layers and biased experts; the FSDP engine does (`actor_rollout_ref.actor.strategy=fsdp`)",
+            row.name
+        ));
+    }
     if megatron && x.cp > 1 && x.rollout_tp.is_some_and(|r| r != x.tp) {
         // The rollout's regrouping of ranks at another TP size assumes context parallel 1.
         return Some(format!(
@@ -586,6 +607,14 @@ fn layout_problem(
         )),
         _ => None,
     }
+}
+
+/// Whether a family has layers the Megatron engine does not compute (attention sinks,
+/// sliding windows, biased experts).
+fn megatron_lacks(row: &verlc_spec::families::FamilyRow) -> bool {
+    row.attention_sinks
+        || row.sliding_layers
+        || row.expert_style == verlc_spec::families::ExpertStyle::FusedInterleavedBiased
 }
 
 /// The Gated DeltaNet `(key, value)` head counts of a `config.json` (or its `text_config`).
@@ -808,6 +837,13 @@ fn decoder_problem(dir: &Path) -> Option<String> {
             verlc_spec::families::checkpoint_model_types().join(", ")
         ));
     };
+    if let Some(q) = cfg.get("quantization_config").filter(|q| !q.is_null()) {
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("?");
+        return Some(format!(
+            "{} declares quantization_config (quant_method `{method}`): verlc loads unquantized checkpoints; train from a dequantized (bf16) copy",
+            file.display()
+        ));
+    }
     // The MLP's activation, as the loader reads it (a vision-language model's text keys may
     // sit in `text_config`; absent: the family's config class default, else SiLU).
     let text = cfg.get("text_config").unwrap_or(&cfg);

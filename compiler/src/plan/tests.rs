@@ -2363,3 +2363,35 @@ fn all_linear_lora_on_a_gated_deltanet_model_is_refused() {
         );
     }
 }
+
+/// gpt-oss trains on the FSDP engine with the built-in rollout; the Megatron engine, which
+/// does not compute its sinks, sliding windows and biased experts, and vLLM on CPU, which
+/// verlc has not run it on, are refused at build.
+#[test]
+fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
+    let env = verlc_hub::HubEnv::from_env();
+    let model = "actor_rollout_ref.model.path='builtin://tiny?arch=gpt_oss&hidden=128&heads=4'";
+    let problems = |yaml: &str, extra: &[&str]| -> Vec<String> {
+        let mut overrides = vec![model];
+        overrides.extend_from_slice(extra);
+        let c = case(yaml, &overrides);
+        models::model_problems(&c.lowered.plan.spec, &env)
+            .into_iter()
+            .map(|p| p.message)
+            .collect()
+    };
+    assert!(problems(BASE, &[]).is_empty(), "{:?}", problems(BASE, &[]));
+    let megatron = problems(&megatron_fp32(), &[]);
+    assert!(
+        megatron
+            .iter()
+            .any(|m| m.contains("Megatron engine does not compute its attention sinks")),
+        "{megatron:?}"
+    );
+    let vllm = problems(BASE, &["actor_rollout_ref.rollout.name=vllm"]);
+    assert!(
+        vllm.iter()
+            .any(|m| m.contains("not verified vLLM's serving of gpt-oss")),
+        "{vllm:?}"
+    );
+}

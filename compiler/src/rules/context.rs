@@ -2,6 +2,7 @@
 //! dimensions from the checkpoint's `config.json`.
 
 use serde::Deserialize;
+use verlc_spec::families::ExpertStyle;
 
 use crate::config::VerlConfig;
 use crate::load::node::{Node, split_key};
@@ -487,9 +488,24 @@ impl ModelDims {
     /// with its gate (Qwen3.5-MoE), which every token runs through.
     fn experts_params(&self, experts: u64) -> u64 {
         let h = self.hidden_size;
+        let biased = self
+            .family()
+            .is_some_and(|f| f.expert_style == ExpertStyle::FusedInterleavedBiased);
+        // Interleaved biased experts are `intermediate_size` wide, with biases on the router and on
+        // each expert's projections.
+        let width = match self.moe.moe_intermediate_size {
+            0 if biased => self.intermediate_size.unwrap_or(0),
+            w => w,
+        };
         let one = h
-            .saturating_mul(self.moe.moe_intermediate_size)
-            .saturating_mul(3);
+            .saturating_mul(width)
+            .saturating_mul(3)
+            .saturating_add(if biased {
+                width.saturating_mul(2).saturating_add(h)
+            } else {
+                0
+            });
+        let router_bias = if biased { self.moe.num_experts } else { 0 };
         let si = self.moe.shared_expert_intermediate_size;
         let shared = if si > 0 {
             h.saturating_mul(si).saturating_mul(3).saturating_add(h)
@@ -497,6 +513,7 @@ impl ModelDims {
             0
         };
         h.saturating_mul(self.moe.num_experts)
+            .saturating_add(router_bias)
             .saturating_add(experts.saturating_mul(one))
             .saturating_add(shared)
     }
@@ -516,6 +533,23 @@ impl ModelDims {
         } else {
             0
         };
+        // The output projection's bias: `attention_bias` in the families that follow it for
+        // all four projections (Llama's convention; Qwen2 and Seed-OSS have their own).
+        let family = self.family();
+        let o_bias = family.is_some_and(|f| {
+            !f.qkv_bias
+                && !f.attention_out_bias
+                && self
+                    .attention_bias
+                    .unwrap_or(f.default_flag("attention_bias"))
+        });
+        let bias = bias.saturating_add(if o_bias { h } else { 0 });
+        let sinks = if family.is_some_and(|f| f.attention_sinks) {
+            self.num_attention_heads
+        } else {
+            0
+        };
+        let bias = bias.saturating_add(sinks);
         let qk_norm = self.family().is_some_and(|f| f.qk_norm);
         let norms = h
             .saturating_mul(2)

@@ -27,6 +27,7 @@ use crate::builtin_uri::BuiltinUri;
 use crate::tokenizer::builtin as tok;
 
 use super::{Arch, LinearAttentionConfig, ModelConfig, MoeConfig};
+use verlc_spec::families::ExpertStyle;
 
 /// The names `builtin://` models accept.
 pub use verlc_spec::builtin::BUILTIN_MODELS as MODELS;
@@ -104,6 +105,17 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
             _ => {}
         }
     }
+    if row.is_some_and(|r| r.sliding_layers) {
+        // Short enough that the quickstart's prompts outgrow it.
+        let window: i64 = uri.get("window", 8)?;
+        extra.insert("sliding_window".into(), json!(window));
+    }
+    if row.is_some_and(|r| r.expert_style == ExpertStyle::FusedInterleavedBiased) {
+        // That family's config class reads the experts' width as `intermediate_size` (and their
+        // count as `num_local_experts`, which saving writes).
+        cfg.intermediate_size = cfg.moe.moe_intermediate_size;
+        extra.insert("swiglu_limit".into(), json!(7.0));
+    }
     if row.is_some_and(|r| r.linear_attention) {
         // Sized so its Gated DeltaNet heads match the attention heads'.
         let head = hidden / cfg.num_attention_heads.max(1);
@@ -115,6 +127,10 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
             linear_num_value_heads: cfg.num_attention_heads,
             ..LinearAttentionConfig::default()
         };
+        cfg = cfg.normalize()?;
+    }
+    if row.is_some_and(|r| r.sliding_layers) {
+        // Its `layer_types`.
         cfg = cfg.normalize()?;
     }
     let arch: Arch = cfg.arch()?;

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use verlc_spec::families::ExpertStyle;
 
 use super::ModelError;
 
@@ -317,6 +318,27 @@ impl ModelConfig {
                 (&mut m.moe_intermediate_size, 1408),
             ]);
         }
+        if arch.is_some_and(|a| a.row().expert_style == ExpertStyle::FusedInterleavedBiased) {
+            // The family's config class: the experts' count is `num_local_experts` (read through
+            // its alias), their width `intermediate_size`; its router soft-maxes the top-k
+            // logits, which is the full softmax's top-k renormalised.
+            let m = &mut self.moe;
+            m.norm_topk_prob = true;
+            fill_absent([(&mut m.moe_intermediate_size, self.intermediate_size)]);
+        }
+        if arch.is_some_and(|a| a.row().sliding_layers) && self.linear.layer_types.is_empty() {
+            // The config class's default: sliding-window layers first, alternating.
+            self.linear.layer_types = (0..self.num_hidden_layers.max(0))
+                .map(|i| {
+                    if i % 2 == 0 {
+                        "sliding_attention"
+                    } else {
+                        "full_attention"
+                    }
+                    .to_owned()
+                })
+                .collect();
+        }
         if !arch.is_some_and(Arch::is_qwen3_5) {
             return Ok(self);
         }
@@ -429,6 +451,20 @@ impl ModelConfig {
         if self.use_sliding_window {
             return Err("use_sliding_window = true is not supported".to_owned());
         }
+        if arch.row().sliding_layers {
+            self.validate_sliding_layers()?;
+        }
+        if self
+            .extra
+            .get("quantization_config")
+            .is_some_and(|q| !q.is_null())
+        {
+            return Err(
+                "quantization_config: quantized checkpoints (MXFP4 experts, for one, \
+                 as published) are not loaded; train from a dequantized (bf16) copy"
+                    .to_owned(),
+            );
+        }
         let pos = [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -464,6 +500,35 @@ impl ModelConfig {
     fn dense_width(&self) -> i64 {
         let dense = (0..self.num_hidden_layers.max(0) as usize).any(|l| !self.sparse_layer(l));
         if dense { self.intermediate_size } else { 1 }
+    }
+
+    /// A family whose `sliding_attention` layers attend within `sliding_window`: one known
+    /// type per layer and a positive window.
+    fn validate_sliding_layers(&self) -> Result<(), String> {
+        let types = &self.linear.layer_types;
+        if types.len() as i64 != self.num_hidden_layers {
+            return Err(format!(
+                "layer_types has {} entries for {} layers",
+                types.len(),
+                self.num_hidden_layers
+            ));
+        }
+        if let Some(t) = types
+            .iter()
+            .find(|t| !matches!(t.as_str(), "sliding_attention" | "full_attention"))
+        {
+            return Err(format!(
+                "layer_types entry `{t}` is not sliding_attention or full_attention"
+            ));
+        }
+        match self.extra.get("sliding_window").map(Value::as_i64) {
+            Some(Some(w)) if w > 0 => Ok(()),
+            _ if !types.iter().any(|t| t == "sliding_attention") => Ok(()),
+            other => Err(format!(
+                "sliding_window must be a positive integer for sliding_attention layers, got {}",
+                other.flatten().map_or("none".to_owned(), |w| w.to_string())
+            )),
+        }
     }
 
     /// The Qwen3.5 keys: consistent for `qwen3_5_text` / `qwen3_5_moe_text`, absent otherwise.
@@ -577,6 +642,52 @@ impl ModelConfig {
         self.arch()
             .is_ok_and(|a| a.row().scaled_embedding)
             .then(|| (self.hidden_size as f64).sqrt())
+    }
+
+    /// How many keys back layer `layer`'s queries see (`Some(w)`: the keys less than `w`
+    /// positions before the query, itself included), where the family's row gives its
+    /// `sliding_attention` layers a window; `None`: every earlier key.
+    pub fn attention_window(&self, layer: usize) -> Option<i64> {
+        let row = self.arch().ok()?.row();
+        let sliding = self.linear.layer_types.get(layer)? == "sliding_attention";
+        (row.sliding_layers && sliding)
+            .then(|| self.extra.get("sliding_window").and_then(Value::as_i64))
+            .flatten()
+    }
+
+    /// What of this model the Megatron engine does not compute, if anything (a family row's
+    /// layers: sinks, sliding windows and biased experts).
+    pub fn megatron_gap(&self) -> Option<&'static str> {
+        let row = self.arch().ok()?.row();
+        if row.attention_sinks {
+            Some("attention sinks")
+        } else if row.sliding_layers {
+            Some("sliding-window layers")
+        } else if row.expert_style == ExpertStyle::FusedInterleavedBiased {
+            Some("experts with biases and a clamped SwiGLU")
+        } else {
+            None
+        }
+    }
+
+    /// Whether each attention head has a learned sink logit (`self_attn.sinks`).
+    pub fn attention_sinks(&self) -> bool {
+        self.arch().is_ok_and(|a| a.row().attention_sinks)
+    }
+
+    /// How the routed experts are stored and computed.
+    pub fn expert_style(&self) -> ExpertStyle {
+        self.arch()
+            .map_or(ExpertStyle::PerExpert, |a| a.row().expert_style)
+    }
+
+    /// The clamp of the biased experts' SwiGLU (`swiglu_limit`, 7.0 when absent, as the
+    /// family's config class has it).
+    pub fn swiglu_limit(&self) -> f64 {
+        self.extra
+            .get("swiglu_limit")
+            .and_then(Value::as_f64)
+            .unwrap_or(7.0)
     }
 
     /// Qwen3.5's full attention: `q_proj` also yields a per-head sigmoid gate on the output.

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::ModelConfig;
 use super::cache::{KvCache, causal_padding_mask, causal_window_mask};
+use super::eager_attention::{self, AttentionVariant};
 use super::gated_deltanet::GatedDeltaNet;
 use super::layers::{
     Activation, Adapters, Regions, Replicated, Split, divide, infallible, scale_embeddings,
@@ -104,29 +105,39 @@ pub fn param_shapes(
                 norm(&mut out, n("self_attn.q_norm"), hd);
                 norm(&mut out, n("self_attn.k_norm"), hd);
             }
+            if cfg.attention_sinks() {
+                out.push((n("self_attn.sinks"), vec![cfg.num_attention_heads]));
+            }
         }
         norm(&mut out, n("post_attention_layernorm"), h);
         if cfg.sparse_layer(l) {
-            linear(&mut out, n("mlp.gate"), (h, m.num_experts), false);
+            let biased = SparseMoe::biased(cfg);
+            let router = SparseMoe::router_name(cfg);
+            linear(
+                &mut out,
+                n(&format!("mlp.{router}")),
+                (h, m.num_experts),
+                biased,
+            );
             let mi = m.moe_intermediate_size;
             for e in 0..m.num_experts {
                 linear(
                     &mut out,
                     n(&format!("mlp.experts.{e}.gate_proj")),
                     (h, mi),
-                    false,
+                    biased,
                 );
                 linear(
                     &mut out,
                     n(&format!("mlp.experts.{e}.up_proj")),
                     (h, mi),
-                    false,
+                    biased,
                 );
                 linear(
                     &mut out,
                     n(&format!("mlp.experts.{e}.down_proj")),
                     (mi, h),
-                    false,
+                    biased,
                 );
             }
             let si = m.shared_expert_intermediate_size;
@@ -212,7 +223,14 @@ impl Mlp {
 
     /// The input of `down_proj` (this rank's part of the intermediate size).
     pub(crate) fn core(&self, x: &Tensor) -> Tensor {
-        self.act.forward(&self.gate_proj.forward(x)) * self.up_proj.forward(x)
+        self.act
+            .glu(&self.gate_proj.forward(x), &self.up_proj.forward(x))
+    }
+
+    /// The MLP with `act` for its gate.
+    pub(crate) fn with_activation(mut self, act: Activation) -> Self {
+        self.act = act;
+        self
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -292,6 +310,10 @@ pub struct Attention {
     /// Qwen3.5's output gate: `q_proj` yields each head's query and a gate side by side, and
     /// the heads' output is scaled by `sigmoid(gate)` before `o_proj`.
     output_gate: bool,
+    /// A learned sink logit per head (`self_attn.sinks`), in each softmax's denominator.
+    sinks: Option<Tensor>,
+    /// The sliding window of this layer, if it has one ([`ModelConfig::attention_window`]).
+    window: Option<i64>,
     /// This layer's slot in a [`KvCache`] of the model that holds it.
     slot: usize,
 }
@@ -306,6 +328,16 @@ impl Attention {
         // split by rows over tensor parallelism, a rank gets whole heads with their gates.
         let output_gate = cfg.attn_output_gate();
         let q_out = if output_gate { 2 * q } else { q };
+        let sinks = if cfg.attention_sinks() {
+            if at.tp > 1 {
+                return Err(
+                    "attention sinks under tensor parallelism are not implemented".to_owned(),
+                );
+            }
+            Some(p.var("sinks", &[cfg.num_attention_heads], Init::Const(0.0)))
+        } else {
+            None
+        };
         Ok(Attention {
             q_proj: at.linear(
                 &p / "q_proj",
@@ -327,8 +359,25 @@ impl Attention {
             kv_heads: divide(cfg.kv_heads(), at.tp, "num_key_value_heads")?,
             head_dim: hd,
             output_gate,
+            sinks,
+            window: cfg.attention_window(at.index),
             slot: at.slot,
         })
+    }
+
+    /// What this layer adds to plain causal attention, over all of its heads.
+    pub(crate) fn variant(&self) -> AttentionVariant<'_> {
+        AttentionVariant {
+            sinks: self.sinks.as_ref(),
+            window: self.window,
+        }
+    }
+
+    /// The sink logits of heads `heads` (all of them: `0..heads`), if the layer has sinks.
+    pub(crate) fn sinks_of(&self, heads: std::ops::Range<i64>) -> Option<Tensor> {
+        self.sinks
+            .as_ref()
+            .map(|s| s.narrow(0, heads.start, heads.end - heads.start))
     }
 
     /// Attention of `x` (B, T, hidden) before the output projection: (B, T, heads * D), this
@@ -351,7 +400,10 @@ impl Attention {
             Some(cache) => cache.update(self.slot, &k, &v),
             None => regions.keys_values(k, v)?,
         };
-        let y = if t == 1 && self.heads != self.kv_heads {
+        let variant = self.variant();
+        let y = if !variant.is_plain() {
+            eager_attention::attend(&q, &k, &v, mask, &variant)
+        } else if t == 1 && self.heads != self.kv_heads {
             // One query per sequence: fold each group of query heads that share a KV head into
             // the query-length axis, so attention reads every key/value once (no GQA expansion).
             let group = self.heads / self.kv_heads;
@@ -395,7 +447,12 @@ impl Attention {
         );
         let [k, v] = self.key_value_heads(x, cos, sin);
         let gqa = self.heads != self.kv_heads;
-        let y = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, gqa);
+        let variant = self.variant();
+        let y = if variant.is_plain() {
+            Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, gqa)
+        } else {
+            eager_attention::attend(&q, &k, &v, Some(mask), &variant)
+        };
         self.o_proj.forward(&gated(self.heads_to_hidden(&y), gate))
     }
 }
@@ -489,7 +546,7 @@ impl Attention {
                 (q, kv)
             }
         };
-        let y = attend_spans(&q, &k, &v, spans, self.heads != self.kv_heads);
+        let y = attend_spans(&q, &k, &v, spans, &self.variant());
         self.o_proj.forward(&gated(self.heads_to_hidden(&y), gate))
     }
 }

@@ -14,12 +14,22 @@
 //! `gate_up_proj`, `H = I` for `down_proj`) the checkpoint's `transformers_version` does.
 //! [`FusedExperts::fuse`] writes the published orientation, which both transformers releases
 //! and vLLM load.
+//!
+//! The interleaved-biased style (a family row's `expert_style`) stores them in the published
+//! orientation with gate and up columns interleaved (column `2j` is gate unit `j`, `2j + 1`
+//! up unit `j`) and a bias beside each tensor (`gate_up_proj_bias` `(E, 2I)`, interleaved
+//! alike; `down_proj_bias` `(E, H)`).
 use tch::Tensor;
 
 use super::ModelConfig;
 
 const GATE_UP: &str = "mlp.experts.gate_up_proj";
 const DOWN: &str = "mlp.experts.down_proj";
+const GATE_UP_BIAS: &str = "mlp.experts.gate_up_proj_bias";
+const DOWN_BIAS: &str = "mlp.experts.down_proj_bias";
+
+/// How one expert's tensor is taken from its slice of a fused one.
+type Pick = fn(&Tensor) -> Tensor;
 
 /// The sizes that place each expert's rows in the fused tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,12 +40,16 @@ pub struct FusedExperts {
     /// Where the shape is ambiguous, read the tensors in transformers 5's orientation (a
     /// checkpoint transformers 5 wrote).
     transformers5: bool,
+    /// The interleaved-biased layout: gate and up columns interleaved, biases beside the weights.
+    interleaved: bool,
 }
 
 impl FusedExperts {
     /// The layout of `cfg`'s checkpoint: `Some` for a family whose experts are stored fused.
     pub fn of(cfg: &ModelConfig) -> Option<Self> {
-        if cfg.model_type != "qwen3_vl_moe" || cfg.moe.num_experts <= 0 {
+        use verlc_spec::families::ExpertStyle;
+        let style = cfg.arch().ok()?.row().expert_style;
+        if style == ExpertStyle::PerExpert || cfg.moe.num_experts <= 0 {
             return None;
         }
         let transformers5 = cfg
@@ -49,12 +63,76 @@ impl FusedExperts {
             hidden: cfg.hidden_size,
             intermediate: cfg.moe.moe_intermediate_size,
             transformers5,
+            interleaved: style == ExpertStyle::FusedInterleavedBiased,
         })
     }
 
     /// Whether checkpoint tensor `name` holds a layer's experts fused.
     pub fn is_fused(name: &str) -> bool {
-        name.ends_with(GATE_UP) || name.ends_with(DOWN)
+        [GATE_UP, DOWN, GATE_UP_BIAS, DOWN_BIAS]
+            .iter()
+            .any(|s| name.ends_with(s))
+    }
+
+    /// An interleaved-biased fused tensor `name` (published orientation) as each expert's tensors.
+    fn split_interleaved(&self, name: &str, t: &Tensor) -> Result<Vec<(String, Tensor)>, String> {
+        let (e, h, i) = (self.experts, self.hidden, self.intermediate);
+        let size = t.size();
+        let shape_error = |want: Vec<i64>| {
+            Err(format!(
+                "`{name}` has shape {size:?}; this config's experts need {want:?}"
+            ))
+        };
+        let per_expert = |prefix: &str, parts: &[(&str, Pick)]| {
+            let mut out = Vec::with_capacity(parts.len() * e as usize);
+            for x in 0..e {
+                let w = t.get(x);
+                for (leaf, pick) in parts {
+                    out.push((format!("{prefix}mlp.experts.{x}.{leaf}"), pick(&w)));
+                }
+            }
+            out
+        };
+        // Column (or bias entry) 2j is gate unit j, 2j + 1 up unit j.
+        let even = |w: &Tensor| w.slice(0, 0, None, 2);
+        let odd = |w: &Tensor| w.slice(0, 1, None, 2);
+        if let Some(prefix) = name.strip_suffix(GATE_UP_BIAS) {
+            if size != [e, 2 * i] {
+                return shape_error(vec![e, 2 * i]);
+            }
+            return Ok(per_expert(
+                prefix,
+                &[("gate_proj.bias", even), ("up_proj.bias", odd)],
+            ));
+        }
+        if let Some(prefix) = name.strip_suffix(DOWN_BIAS) {
+            if size != [e, h] {
+                return shape_error(vec![e, h]);
+            }
+            return Ok(per_expert(
+                prefix,
+                &[("down_proj.bias", |w| w.shallow_clone())],
+            ));
+        }
+        if let Some(prefix) = name.strip_suffix(GATE_UP) {
+            if size != [e, h, 2 * i] {
+                return shape_error(vec![e, h, 2 * i]);
+            }
+            return Ok(per_expert(
+                prefix,
+                &[
+                    ("gate_proj.weight", |w| w.tr().slice(0, 0, None, 2)),
+                    ("up_proj.weight", |w| w.tr().slice(0, 1, None, 2)),
+                ],
+            ));
+        }
+        if let Some(prefix) = name.strip_suffix(DOWN) {
+            if size != [e, i, h] {
+                return shape_error(vec![e, i, h]);
+            }
+            return Ok(per_expert(prefix, &[("down_proj.weight", |w| w.tr())]));
+        }
+        Ok(vec![(name.to_owned(), t.shallow_clone())])
     }
 
     /// Whether a tensor of shape `(E, rows, cols)` is in transformers 5's orientation, where
@@ -75,6 +153,9 @@ impl FusedExperts {
 
     /// The held tensors of checkpoint tensor `name` (itself when it is not fused).
     pub fn split(&self, name: &str, t: &Tensor) -> Result<Vec<(String, Tensor)>, String> {
+        if self.interleaved {
+            return self.split_interleaved(name, t);
+        }
         let (h, i) = (self.hidden, self.intermediate);
         let size = t.size();
         if let Some(prefix) = name.strip_suffix(GATE_UP) {
@@ -120,7 +201,7 @@ impl FusedExperts {
         let by_name: std::collections::HashMap<&str, &Tensor> =
             named.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let find = |prefix: &str, e: i64, leaf: &str| -> Result<Tensor, String> {
-            let want = format!("{prefix}mlp.experts.{e}.{leaf}.weight");
+            let want = format!("{prefix}mlp.experts.{e}.{leaf}");
             by_name
                 .get(want.as_str())
                 .map(|t| t.shallow_clone())
@@ -128,42 +209,65 @@ impl FusedExperts {
         };
         let mut out = Vec::with_capacity(named.len());
         for (name, t) in named {
-            let Some((prefix, leaf)) = expert_weight(name) else {
+            let Some((prefix, leaf)) = expert_tensor(name) else {
                 out.push((name.clone(), t.shallow_clone()));
                 continue;
             };
-            // Expert 0's gate stands for the layer; the other weights are in its tensors.
-            if leaf != (0, "gate_proj") {
+            // Expert 0's gate stands for the layer; the other tensors are in its fused ones.
+            if leaf != (0, "gate_proj.weight") {
                 continue;
             }
-            let mut gate_up = Vec::with_capacity(self.experts as usize);
-            let mut down = Vec::with_capacity(self.experts as usize);
+            let (mut gate_up, mut down) = (Vec::new(), Vec::new());
+            let (mut gate_up_bias, mut down_bias) = (Vec::new(), Vec::new());
             for e in 0..self.experts {
-                let (g, u) = (find(prefix, e, "gate_proj")?, find(prefix, e, "up_proj")?);
-                gate_up.push(Tensor::cat(&[g, u], 0).tr());
-                down.push(find(prefix, e, "down_proj")?.tr());
+                let gu = |kind: &str| -> Result<Tensor, String> {
+                    let (g, u) = (
+                        find(prefix, e, &format!("gate_proj.{kind}"))?,
+                        find(prefix, e, &format!("up_proj.{kind}"))?,
+                    );
+                    Ok(if self.interleaved {
+                        // Rows g0, u0, g1, u1, ...
+                        let mut shape = g.size();
+                        shape[0] *= 2;
+                        Tensor::stack(&[g, u], 1).reshape(&shape[..])
+                    } else {
+                        Tensor::cat(&[g, u], 0)
+                    })
+                };
+                gate_up.push(gu("weight")?.tr());
+                down.push(find(prefix, e, "down_proj.weight")?.tr());
+                if self.interleaved {
+                    gate_up_bias.push(gu("bias")?);
+                    down_bias.push(find(prefix, e, "down_proj.bias")?);
+                }
             }
-            out.push((
-                format!("{prefix}{GATE_UP}"),
-                Tensor::stack(&gate_up, 0).contiguous(),
-            ));
-            out.push((
-                format!("{prefix}{DOWN}"),
-                Tensor::stack(&down, 0).contiguous(),
-            ));
+            let fused = [
+                (GATE_UP, gate_up),
+                (GATE_UP_BIAS, gate_up_bias),
+                (DOWN, down),
+                (DOWN_BIAS, down_bias),
+            ];
+            for (leaf, parts) in fused.into_iter().filter(|(_, p)| !p.is_empty()) {
+                out.push((
+                    format!("{prefix}{leaf}"),
+                    Tensor::stack(&parts, 0).contiguous(),
+                ));
+            }
         }
         Ok(out)
     }
 }
 
-/// `(prefix, (expert, leaf))` of a held expert weight `{prefix}mlp.experts.{e}.{leaf}.weight`.
-fn expert_weight(name: &str) -> Option<(&str, (i64, &str))> {
+/// `(prefix, (expert, leaf))` of a held expert tensor `{prefix}mlp.experts.{e}.{leaf}`, the
+/// leaf a projection's `weight` or `bias`.
+fn expert_tensor(name: &str) -> Option<(&str, (i64, &str))> {
     let at = name.find("mlp.experts.")?;
     let (prefix, rest) = name.split_at(at);
-    let rest = rest.strip_prefix("mlp.experts.")?.strip_suffix(".weight")?;
-    let (e, leaf) = rest.split_once('.')?;
+    let (e, leaf) = rest.strip_prefix("mlp.experts.")?.split_once('.')?;
     let e: i64 = e.parse().ok()?;
-    matches!(leaf, "gate_proj" | "up_proj" | "down_proj").then_some((prefix, (e, leaf)))
+    let (module, kind) = leaf.split_once('.')?;
+    (matches!(module, "gate_proj" | "up_proj" | "down_proj") && matches!(kind, "weight" | "bias"))
+        .then_some((prefix, (e, leaf)))
 }
 
 #[cfg(test)]
@@ -177,6 +281,7 @@ mod tests {
             hidden: 6,
             intermediate: 2,
             transformers5,
+            interleaved: false,
         }
     }
 

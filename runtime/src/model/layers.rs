@@ -232,14 +232,22 @@ pub fn scale_embeddings(x: Tensor, scale: Option<f64>) -> Tensor {
     }
 }
 
+/// The slope inside the clamped SwiGLU (fixed in transformers' modelling code).
+const CLAMPED_GLU_ALPHA: f64 = 1.702;
+
 /// The activation of a gated MLP's gate (`hidden_act`, as transformers' `ACT2FN` names it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
     Silu,
     /// GELU by the error function (`gelu`).
     Gelu,
     /// GELU's tanh approximation (`gelu_pytorch_tanh`).
     GeluTanh,
+    /// Biased experts (`ExpertStyle::FusedInterleavedBiased`): `(clamp(up, ±limit) + 1) · g · sigmoid(1.702 g)` with
+    /// `g = min(gate, limit)` (see [`Activation::glu`]).
+    ClampedSwiglu {
+        limit: f64,
+    },
 }
 
 impl Activation {
@@ -253,11 +261,26 @@ impl Activation {
         }
     }
 
+    /// The activation of a gate alone (the clamped SwiGLU's is its `g · sigmoid(1.702 g)`).
     pub fn forward(self, x: &Tensor) -> Tensor {
         match self {
             Activation::Silu => x.silu(),
             Activation::Gelu => x.gelu("none"),
             Activation::GeluTanh => x.gelu("tanh"),
+            Activation::ClampedSwiglu { limit } => {
+                let g = x.clamp_max(limit);
+                &g * (&g * CLAMPED_GLU_ALPHA).sigmoid()
+            }
+        }
+    }
+
+    /// A gated MLP's product of its gate and up projections' outputs.
+    pub fn glu(self, gate: &Tensor, up: &Tensor) -> Tensor {
+        match self {
+            Activation::ClampedSwiglu { limit } => {
+                (up.clamp(-limit, limit) + 1.0) * self.forward(gate)
+            }
+            _ => self.forward(gate) * up,
         }
     }
 }

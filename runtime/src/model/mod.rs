@@ -20,6 +20,7 @@ pub mod builtin;
 pub mod cache;
 pub mod config;
 pub mod decoder;
+pub mod eager_attention;
 pub mod fused_experts;
 pub mod gated_deltanet;
 pub mod heads;

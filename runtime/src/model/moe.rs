@@ -33,7 +33,7 @@ use tch::{Kind, Tensor};
 
 use super::ModelConfig;
 use super::decoder::{LayerPlace, Mlp};
-use super::layers::{Linear, Split};
+use super::layers::{Activation, Linear, Split};
 use crate::dist::{DistError, ProcessGroup};
 
 /// The coefficients of the router losses Megatron adds to the gradient (see
@@ -107,10 +107,11 @@ impl SparseMoe {
                 m.num_experts
             ));
         }
+        let (router, biased) = (Self::router_name(cfg), Self::biased(cfg));
         let gate = at.linear(
-            &p / "gate",
-            "mlp.gate",
-            (h, m.num_experts, false),
+            &p / router,
+            &format!("mlp.{router}"),
+            (h, m.num_experts, biased),
             Split::Whole,
         )?;
         let first = range.start;
@@ -122,11 +123,19 @@ impl SparseMoe {
             adapters: at.adapters.filter(|_| !fused),
             ..at
         };
+        let act = if biased {
+            Activation::ClampedSwiglu {
+                limit: cfg.swiglu_limit(),
+            }
+        } else {
+            Activation::Silu
+        };
         let experts = range
             .map(|e| {
                 let prefix = format!("mlp.experts.{e}");
-                let dims = (h, m.moe_intermediate_size, false);
-                Mlp::build(&p / "experts" / e, expert_at, &prefix, dims)
+                let dims = (h, m.moe_intermediate_size, biased);
+                let mlp = Mlp::build(&p / "experts" / e, expert_at, &prefix, dims)?;
+                Ok::<_, String>(mlp.with_activation(act))
             })
             .collect::<Result<_, _>>()?;
         let shared = if m.shared_expert_intermediate_size > 0 {
@@ -153,6 +162,17 @@ impl SparseMoe {
             ep: None,
             fp32_router: false,
         })
+    }
+
+    /// The router's module name: `router` for biased experts, else `gate`.
+    pub fn router_name(cfg: &ModelConfig) -> &'static str {
+        if Self::biased(cfg) { "router" } else { "gate" }
+    }
+
+    /// Whether the router and the experts carry biases (the interleaved-biased style, whose MLPs are
+    /// its clamped SwiGLU).
+    pub fn biased(cfg: &ModelConfig) -> bool {
+        cfg.expert_style() == verlc_spec::families::ExpertStyle::FusedInterleavedBiased
     }
 
     /// Splits the experts over `group`: this rank must hold range `rank * E/size..` of equal

@@ -13,6 +13,8 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::eager_attention::AttentionVariant;
+
 /// The padding share of a micro-batch below which packing does not pay: gathering the valid
 /// tokens and scattering the outputs back cost more than the padding they save (measured on
 /// the quickstart, whose batches are about 1% padding: packed steps 12% slower on a 2-core
@@ -213,7 +215,8 @@ impl PackedWindow {
 
 /// Causal attention over packed tokens, sequence by sequence: `q` `(1, H, M, D)`, `k`, `v`
 /// `(1, KV, N, D)`; returns `(1, H, M, D)` with zeros for queries outside every span. Each
-/// span's queries are the last of its keys (bottom-right causal alignment).
+/// span's queries are the last of its keys (bottom-right causal alignment). A layer with
+/// sinks or a window (`variant`) attends in full ([`super::eager_attention`]).
 ///
 /// Spans of equal query and key lengths run as one batched attention call (RL batches repeat
 /// a few lengths: same-length prompts, responses cut at the limit), so the number of calls is
@@ -223,7 +226,7 @@ pub fn attend_spans(
     k: &Tensor,
     v: &Tensor,
     spans: &[AttentionSpan],
-    gqa: bool,
+    variant: &AttentionVariant,
 ) -> Tensor {
     let device = q.device();
     let mut groups: std::collections::BTreeMap<(i64, i64), Vec<&AttentionSpan>> =
@@ -233,6 +236,7 @@ pub fn attend_spans(
     }
     let (h, d) = (q.size()[1], q.size()[3]);
     let kv = k.size()[1];
+    let gqa = h != kv;
     let mut out = q.zeros_like();
     for ((lq, lk), members) in groups {
         let g = members.len() as i64;
@@ -258,7 +262,9 @@ pub fn attend_spans(
             batch(k, &ki, kv, lk),
             batch(v, &ki, kv, lk),
         );
-        let y = if lq == lk {
+        let y = if !variant.is_plain() {
+            super::eager_attention::attend(&qs, &ks, &vs, None, variant)
+        } else if lq == lk {
             Tensor::scaled_dot_product_attention(
                 &qs,
                 &ks,

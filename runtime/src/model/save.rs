@@ -212,6 +212,12 @@ pub fn save_named(
         obj.insert("architectures".to_owned(), json!([architecture]));
         // Stated, not left to each config class's default (Qwen3's is 128, not hidden / heads).
         obj.entry("head_dim").or_insert(json!(config.head_dim()));
+        if config.expert_style() == verlc_spec::families::ExpertStyle::FusedInterleavedBiased {
+            // That family's config class counts its experts by this key only.
+            if let Some(n) = obj.remove("num_experts") {
+                obj.insert("num_local_experts".to_owned(), n);
+            }
+        }
         if architecture.ends_with("ForTokenClassification") {
             // One label: the value head (transformers' default is two).
             obj.insert("id2label".to_owned(), json!({"0": "LABEL_0"}));

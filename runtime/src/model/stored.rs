@@ -18,7 +18,9 @@ impl StoredLayout {
     /// The `model_type`s whose checkpoints store fused tensors (the config is parsed only
     /// for these).
     pub fn fuses(model_type: &str) -> bool {
-        matches!(model_type, "qwen3_next" | "qwen3_vl_moe")
+        model_type == "qwen3_next"
+            || verlc_spec::families::of_checkpoint(model_type)
+                .is_some_and(|r| r.expert_style != verlc_spec::families::ExpertStyle::PerExpert)
     }
 
     /// The layout of `cfg`'s checkpoint: `None` where it is stored as the model holds it.

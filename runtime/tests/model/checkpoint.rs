@@ -10,7 +10,13 @@ use crate::oracle::{self, get};
 #[test]
 fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
     let dir = oracle::models();
-    let archs = [("llama", u64::MAX), ("qwen3", 20_000)];
+    // gpt-oss: its experts fused again (gate and up interleaved, biases beside them) and
+    // counted by `num_local_experts`, as its config class reads them.
+    let archs = [
+        ("llama", u64::MAX),
+        ("qwen3", 20_000),
+        ("gpt_oss", u64::MAX),
+    ];
     let mut saved = Vec::new();
     for (arch, shard_bytes) in archs {
         let m = from_pretrained(

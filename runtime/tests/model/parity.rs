@@ -1,8 +1,11 @@
 //! Logits of our decoder equal transformers' (fp32, max abs diff <= 1e-4) for tiny Llama
 //! (llama3 RoPE scaling, attention and MLP bias, sharded checkpoint), Qwen2 (qkv bias, tied
 //! embeddings, linear RoPE scaling), Qwen3 (q/k norm, explicit head_dim, GQA 4:1, yarn RoPE)
-//! and Llama with dynamic NTK RoPE beyond max_position_embeddings (no GQA).
+//! and Llama with dynamic NTK RoPE beyond max_position_embeddings (no GQA), the other
+//! families of the shared oracle (gpt-oss's sinks, sliding windows and biased experts among
+//! them), padded and packed.
 
+use runtime::model::packed::Packing;
 use runtime::model::{Dtype, TorchKind, from_pretrained};
 use tch::Device;
 
@@ -31,6 +34,21 @@ fn logits_match_transformers_fp32() {
         });
         let d = oracle::max_abs_diff_masked(&logits, get(&r, "logits"), mask);
         assert!(d <= 1e-4, "{arch}: padded batch logits differ by {d}");
+        // The same batch packed (each row's tokens end to end, attending within its span).
+        let packing = Packing::new(mask).unwrap();
+        let window = packing.window(0, mask.size()[1]);
+        let logits = tch::no_grad(|| {
+            let ids = get(&r, "input_ids");
+            let hidden = m.model.model.forward_packed_window(
+                ids,
+                get(&r, "position_ids"),
+                &packing,
+                &window,
+            );
+            m.model.logits(&window.unpack(&hidden))
+        });
+        let d = oracle::max_abs_diff_masked(&logits, get(&r, "logits"), mask);
+        assert!(d <= 1e-4, "{arch}: packed batch logits differ by {d}");
 
         let ids = get(&r, "nopad_input_ids");
         let pos = tch::Tensor::arange(ids.size()[1], (tch::Kind::Int64, Device::Cpu))

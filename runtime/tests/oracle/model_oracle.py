@@ -49,6 +49,7 @@ torch.set_num_threads(1)
 def arch_configs():
     from transformers import (
         GemmaConfig,
+        GptOssConfig,
         LlamaConfig,
         MistralConfig,
         Qwen2Config,
@@ -175,7 +176,50 @@ def arch_configs():
             ),
             None,
         ),
+        # gpt-oss: attention sinks, sliding-window layers (0 and 2, a window of 4 positions,
+        # which the batches outgrow) around a full one, yarn rotary without truncation, every
+        # MLP top-2 of 4 biased experts through the clamped SwiGLU. Weights enlarged after
+        # init (see `enliven_gpt_oss`) so that the clamps, sinks and biases all take part.
+        "gpt_oss": (
+            GptOssConfig(
+                **{**common, "num_hidden_layers": 3, "intermediate_size": 48},
+                num_key_value_heads=2,
+                head_dim=16,
+                num_local_experts=4,
+                num_experts_per_tok=2,
+                sliding_window=4,
+                rope_theta=10000.0,
+                rope_scaling={
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "truncate": False,
+                    "original_max_position_embeddings": 32,
+                },
+                tie_word_embeddings=False,
+            ),
+            None,
+        ),
     }
+
+
+def attn_implementation(model_type):
+    # gpt-oss's sinks have no SDPA path in transformers.
+    return "eager" if model_type == "gpt_oss" else "sdpa"
+
+
+def enliven_gpt_oss(model):
+    """Scales a fresh tiny gpt-oss so that its SwiGLU clamps bite (gate and up values past
+    the limit of 7), its sinks weigh in the softmax and its expert biases are not zero."""
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            ex = layer.mlp.experts
+            ex.gate_up_proj.mul_(6.0)
+            ex.gate_up_proj_bias.copy_(torch.randn(ex.gate_up_proj_bias.shape, generator=gen))
+            ex.down_proj_bias.copy_(torch.randn(ex.down_proj_bias.shape, generator=gen) * 0.1)
+            layer.self_attn.sinks.copy_(torch.randn(layer.self_attn.sinks.shape, generator=gen) * 2.0)
 
 
 def padded_batch(gen, lengths, total, vocab=128):
@@ -224,7 +268,11 @@ def models(out):
     os.makedirs(out, exist_ok=True)
     for arch, (cfg, shard) in arch_configs().items():
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", torch_dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_config(
+            cfg, attn_implementation=attn_implementation(cfg.model_type), torch_dtype=torch.float32
+        ).eval()
+        if cfg.model_type == "gpt_oss":
+            enliven_gpt_oss(model)
         kw = {"max_shard_size": shard} if shard else {}
         model.save_pretrained(os.path.join(out, arch), safe_serialization=True, **kw)
         gen = torch.Generator().manual_seed(1)
@@ -302,8 +350,11 @@ def grads_of(weights, out):
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
+    from transformers import AutoConfig
+
     path = os.path.dirname(weights)
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32)
+    impl = attn_implementation(AutoConfig.from_pretrained(path).model_type)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=impl, torch_dtype=torch.float32)
     model.train()
     gen = torch.Generator().manual_seed(7)
     ids, mask, pos = padded_batch(gen, [10, 8, 5], 10)
@@ -351,8 +402,11 @@ def verify(path, kind, inputs, out):
         return verify_vision(path, x, out)
     if kind == "pixels":
         return verify_pixels(path, x, out)
+    from transformers import AutoConfig
+
     cls = AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification
-    model = cls.from_pretrained(path, attn_implementation="sdpa", torch_dtype=torch.float32).eval()
+    impl = attn_implementation(AutoConfig.from_pretrained(path).model_type)
+    model = cls.from_pretrained(path, attn_implementation=impl, torch_dtype=torch.float32).eval()
     with torch.no_grad():
         y = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"], position_ids=x["position_ids"]).logits
     key = "logits" if kind == "causal" else "values"

@@ -236,7 +236,7 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
 }
 
 /// Checkpoints with logits references.
-pub const ARCHS: [&str; 8] = [
+pub const ARCHS: [&str; 9] = [
     "llama",
     "mistral",
     "gemma",
@@ -245,9 +245,10 @@ pub const ARCHS: [&str; 8] = [
     "qwen3",
     "llama_dynamic",
     "qwen3_moe",
+    "gpt_oss",
 ];
 /// Checkpoints with greedy-generation references.
-pub const GEN_ARCHS: [&str; 7] = [
+pub const GEN_ARCHS: [&str; 8] = [
     "llama",
     "mistral",
     "gemma",
@@ -255,6 +256,7 @@ pub const GEN_ARCHS: [&str; 7] = [
     "qwen2",
     "qwen3",
     "qwen3_moe",
+    "gpt_oss",
 ];
 
 /// A fresh scratch directory for one test.

@@ -17,6 +17,7 @@ use crate::engine::topk_targets;
 use crate::logits::topk::TopKTargets;
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
 use crate::model::decoder::{Attention, DecoderLayer, Model, with_deepstack};
+use crate::model::eager_attention::AttentionVariant;
 use crate::model::gated_deltanet::{GatedDeltaNet, HeadSlice, Projected};
 use crate::model::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
 use crate::model::vision::InputEmbeds;
@@ -358,14 +359,13 @@ fn ulysses_attention(
     let (h, kv) = attn.head_counts();
     let p = group.size() as i64;
     // Key/value heads that do not split over the group are repeated to one per query head.
-    let (k, v, gqa) = if kv % p == 0 {
-        (k, v, h != kv)
+    let (k, v) = if kv % p == 0 {
+        (k, v)
     } else {
         let rep = h / kv;
         (
             k.f_repeat_interleave_self_int(rep, Some(1), None)?,
             v.f_repeat_interleave_self_int(rep, Some(1), None)?,
-            false,
         )
     };
     let (n, d) = (x.size()[1], q.size()[3]);
@@ -387,7 +387,14 @@ fn ulysses_attention(
     let q = full.f_narrow(1, 0, hq)?;
     let k = full.f_narrow(1, hq, hk)?;
     let v = full.f_narrow(1, hq + hk, hk)?;
-    let y = attend_spans(&q, &k, &v, spans, gqa);
+    // This rank's heads: their sinks (a sliding window is the same for every head).
+    let rank = group.rank() as i64;
+    let sinks = attn.sinks_of(rank * hq..(rank + 1) * hq);
+    let variant = AttentionVariant {
+        sinks: sinks.as_ref(),
+        window: attn.variant().window,
+    };
+    let y = attend_spans(&q, &k, &v, spans, &variant);
     let y = group
         .all_to_all_differentiable(&y, 2, 1)
         .map_err(FsdpError::from)?;

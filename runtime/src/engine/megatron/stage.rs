@@ -277,6 +277,11 @@ impl ParallelModel {
     ) -> Result<Self> {
         let root = vs.root();
         cfg.validate().map_err(MegatronError::Config)?;
+        if let Some(what) = cfg.megatron_gap() {
+            return Err(MegatronError::Config(format!(
+                "{what} on the Megatron engine are not implemented (`verlc build` refuses them)"
+            )));
+        }
         if stage.layers.end > cfg.num_hidden_layers as usize {
             return Err(MegatronError::Config(format!(
                 "stage layers {:?} beyond the model's {}",
