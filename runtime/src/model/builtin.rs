@@ -269,6 +269,23 @@ fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
             cfg.intermediate_size = 2 * hidden;
         }
     }
+    if arch.row().sliding_layers {
+        // The source's alternation of windowed and full layers, cut to the stand-in's depth
+        // (both kinds at two layers and more).
+        cfg.linear.layer_types = (0..cfg.num_hidden_layers.max(0) as usize)
+            .map(|i| {
+                let kinds = &orig.linear.layer_types;
+                kinds
+                    .get(i % kinds.len().max(1))
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+    }
+    if arch.row().expert_style == ExpertStyle::FusedInterleavedBiased {
+        // Its experts are `intermediate_size` wide.
+        cfg.intermediate_size = cfg.moe.moe_intermediate_size;
+    }
     if arch.is_qwen3_5() {
         // One Gated DeltaNet layer then one gated full-attention layer (repeated).
         cfg.linear.layer_types = (0..cfg.num_hidden_layers)

@@ -271,3 +271,52 @@ fn router_losses_match_transformers() {
         0.0
     );
 }
+
+/// A gpt-oss-20b-shaped `config.json` (as transformers writes its config class, no weights)
+/// scales down to a stand-in of its family for `verlc smoke`: windowed and full layers still
+/// alternating, experts kept at least top-k, biased and `intermediate_size` wide; its
+/// MXFP4-quantized original is refused with the way out.
+#[test]
+fn a_gpt_oss_shaped_config_scales_down_and_a_quantized_one_is_refused() {
+    let dir = oracle::scratch("gpt_oss_scaled");
+    let mut cfg = serde_json::json!({
+        "model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "vocab_size": 201088,
+        "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 24,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+        "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
+        "layer_types": (0..24).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect::<Vec<_>>(),
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "truncate": false, "original_max_position_embeddings": 4096},
+        "rope_theta": 150000, "max_position_embeddings": 131072, "attention_bias": true,
+        "swiglu_limit": 7.0, "tie_word_embeddings": false
+    });
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let uri = format!("builtin://scaled?from={}&layers=3", dir.display());
+    let uri = runtime::builtin_uri::BuiltinUri::parse(&uri)
+        .expect("uri")
+        .expect("builtin");
+    let scaled = runtime::model::builtin::config(&uri).expect("a stand-in");
+    assert_eq!(scaled.model_type, "gpt_oss");
+    let windows: Vec<Option<i64>> = (0..3).map(|l| scaled.attention_window(l)).collect();
+    assert_eq!(windows, [Some(128), None, Some(128)]);
+    assert_eq!(scaled.moe.num_experts, 4);
+    assert_eq!(scaled.intermediate_size, scaled.moe.moe_intermediate_size);
+    let m = runtime::model::CausalLm::new(&scaled, tch::nn::VarStore::new(Device::Cpu).root())
+        .expect("a model");
+    drop(m);
+    let names: Vec<String> = param_shapes(&scaled, 0..1, false, false)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for want in [
+        "model.layers.0.self_attn.sinks",
+        "model.layers.0.mlp.router.bias",
+        "model.layers.0.mlp.experts.3.down_proj.bias",
+    ] {
+        assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+    }
+    cfg["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let err = runtime::model::builtin::config(&uri).expect_err("quantized");
+    assert!(err.contains("dequantized (bf16) copy"), "{err}");
+}
