@@ -13,6 +13,7 @@ import json
 import os
 import re
 import struct
+import threading
 import zlib
 
 # ---------------------------------------------------------------------------------------------
@@ -176,9 +177,13 @@ def write_tokenizer(out, kind, cache=None):
     if text is None:
         text = json.dumps(tokenizer_json(t["regular"], specials, t.get("first_id", 0)), ensure_ascii=False)
         if cached:
+            # Written whole, then renamed into place: parallel jobs share the cache, and a
+            # reader must never see a half-written file.
             os.makedirs(cache, exist_ok=True)
-            with open(cached, "w") as f:
+            partial = f"{cached}.{os.getpid()}.{threading.get_ident()}.part"
+            with open(partial, "w") as f:
                 f.write(text)
+            os.replace(partial, cached)
     with open(os.path.join(out, "tokenizer.json"), "w") as f:
         f.write(text)
     config = {"tokenizer_class": t["class"], "eos_token": t["eos"], "pad_token": t["pad"], "bos_token": t["bos"],
