@@ -46,6 +46,11 @@ const TINY_MISTRAL: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=
 /// generation; Gemma 2's examples keep the dense default).
 const TINY_SEED_OSS: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=seed_oss'";
 const TINY_GEMMA: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=gemma'";
+/// gpt-oss's: sinks, a windowed layer then a full one, biased experts. (verl's gpt-oss
+/// scripts, FSDP on the bf16 checkpoint, do not compose in any release: Hydra refuses their
+/// `+actor_rollout_ref.actor.fsdp_config.model_dtype`, which the tree has, and
+/// `engine_kwargs.sglang.attention_backend`, which it has not.)
+const TINY_GPT_OSS: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=gpt_oss&experts=4&experts_per_tok=2&moe_intermediate=16&window=4'";
 const TINY_QWEN3_NEXT: &str = "'builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_next&experts=4&experts_per_tok=2&moe_intermediate=16'";
 /// Qwen2.5-VL's: the dense tiny text model with a vision tower; its examples' geo3k data
 /// becomes `color_digits` pictures.
@@ -75,6 +80,9 @@ fn tiny_for(overrides: &[String]) -> &'static str {
     }
     if path.contains("seed-oss") {
         return TINY_SEED_OSS;
+    }
+    if path.contains("gpt-oss") || path.contains("gpt_oss") {
+        return TINY_GPT_OSS;
     }
     if path.contains("gemma") && !path.contains("gemma-2-") && !path.contains("gemma-3") {
         return TINY_GEMMA;
@@ -720,8 +728,6 @@ fn implements_model(overrides: &[String]) -> bool {
         "minicpm",
         "moonlight",
         "deepseek",
-        "gpt-oss",
-        "gpt_oss",
         "mimo",
         "nemotron",
         "kimi",
