@@ -558,8 +558,21 @@ fn layout_problem(
         .filter(|_| megatron)
         .filter(|r| megatron_lacks(r))
     {
-        return Some(format!(
-            "{model} is a {} model (`{model_type}`): verlc's Megatron engine does not compute its attention sinks, sliding-window layers and biased experts; the FSDP engine does (`actor_rollout_ref.actor.strategy=fsdp`)",
+        // Sinks and windows take a rank's queries to be the last of its keys (not so under
+        // context parallelism); a biased expert's down-projection bias is added whole, so
+        // each expert stays whole on a tensor rank.
+        let why = if x.cp > 1 {
+            Some(format!("context parallel {}", x.cp))
+        } else if x.tp > 1 && x.etp.unwrap_or(x.tp) > 1 {
+            Some(format!(
+                "experts split over tensor parallel {} (set `expert_tensor_parallel_size: 1`)",
+                x.tp
+            ))
+        } else {
+            None
+        };
+        return why.map(|w| format!(
+            "{model} is a {} model (`{model_type}`: attention sinks, sliding-window layers, biased experts); verlc's Megatron engine runs it with data, tensor, sequence, pipeline and expert parallelism and whole experts: {w} is not implemented",
             row.name
         ));
     }

@@ -2364,9 +2364,9 @@ fn all_linear_lora_on_a_gated_deltanet_model_is_refused() {
     }
 }
 
-/// gpt-oss trains on the FSDP engine with the built-in rollout; the Megatron engine, which
-/// does not compute its sinks, sliding windows and biased experts, and vLLM on CPU, which
-/// verlc has not run it on, are refused at build.
+/// gpt-oss trains on the FSDP engine and on Megatron with whole experts, with the built-in
+/// rollout; Megatron's split experts and context parallelism, and vLLM on CPU (which verlc
+/// has not run it on), are refused at build.
 #[test]
 fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
     let env = verlc_hub::HubEnv::from_env();
@@ -2381,12 +2381,37 @@ fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
             .collect()
     };
     assert!(problems(BASE, &[]).is_empty(), "{:?}", problems(BASE, &[]));
-    let megatron = problems(&megatron_fp32(), &[]);
+    // Megatron: whole experts only (Megatron's default splits them over TP), no context
+    // parallelism.
+    let tp2 = [
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "trainer.n_gpus_per_node=2",
+    ];
+    let split = problems(&megatron_fp32(), &tp2);
     assert!(
-        megatron
+        split
             .iter()
-            .any(|m| m.contains("Megatron engine does not compute its attention sinks")),
-        "{megatron:?}"
+            .any(|m| m.contains("experts split over tensor parallel 2")),
+        "{split:?}"
+    );
+    let whole: Vec<&str> = tp2
+        .iter()
+        .copied()
+        .chain(["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1"])
+        .collect();
+    let whole = problems(&megatron_fp32(), &whole);
+    assert!(whole.is_empty(), "{whole:?}");
+    let cp = problems(
+        &megatron_fp32(),
+        &[
+            "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+            "trainer.n_gpus_per_node=2",
+        ],
+    );
+    assert!(
+        cp.iter()
+            .any(|m| m.contains("context parallel 2 is not implemented")),
+        "{cp:?}"
     );
     let vllm = problems(BASE, &["actor_rollout_ref.rollout.name=vllm"]);
     assert!(

@@ -655,16 +655,21 @@ impl ModelConfig {
             .flatten()
     }
 
-    /// What of this model the Megatron engine does not compute, if anything (a family row's
-    /// layers: sinks, sliding windows and biased experts).
-    pub fn megatron_gap(&self) -> Option<&'static str> {
+    /// What of this model the Megatron engine does not compute in a layout, if anything:
+    /// attention sinks or sliding windows under context parallelism (a rank's queries are
+    /// not the last of the keys it gathers), biased experts split over the tensor-parallel
+    /// group (each expert's down-projection bias would have to be added once per rank
+    /// group before the routing weights).
+    pub fn megatron_gap(
+        &self,
+        context_parallel: bool,
+        experts_split: bool,
+    ) -> Option<&'static str> {
         let row = self.arch().ok()?.row();
-        if row.attention_sinks {
-            Some("attention sinks")
-        } else if row.sliding_layers {
-            Some("sliding-window layers")
-        } else if row.expert_style == ExpertStyle::FusedInterleavedBiased {
-            Some("experts with biases and a clamped SwiGLU")
+        if context_parallel && (row.attention_sinks || row.sliding_layers) {
+            Some("attention sinks and sliding windows under context parallelism")
+        } else if experts_split && row.expert_style == ExpertStyle::FusedInterleavedBiased {
+            Some("biased experts split over tensor-parallel ranks (expert tensor parallel > 1)")
         } else {
             None
         }

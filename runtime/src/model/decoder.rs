@@ -328,13 +328,10 @@ impl Attention {
         // split by rows over tensor parallelism, a rank gets whole heads with their gates.
         let output_gate = cfg.attn_output_gate();
         let q_out = if output_gate { 2 * q } else { q };
+        // A rank's sinks are its heads' (split like the heads under tensor parallelism).
         let sinks = if cfg.attention_sinks() {
-            if at.tp > 1 {
-                return Err(
-                    "attention sinks under tensor parallelism are not implemented".to_owned(),
-                );
-            }
-            Some(p.var("sinks", &[cfg.num_attention_heads], Init::Const(0.0)))
+            let local = divide(cfg.num_attention_heads, at.tp, "num_attention_heads")?;
+            Some(p.var("sinks", &[local], Init::Const(0.0)))
         } else {
             None
         };

@@ -59,8 +59,8 @@ pub fn hf_shard_spec(name: &str) -> ShardSpec {
         ("embed_tokens" | "lm_head", "weight") => ShardSpec::Vocab,
         (l, _) if COLUMN.contains(&l) => ShardSpec::Dim(0),
         (l, "weight") if ROW.contains(&l) => ShardSpec::Dim(1),
-        // A DeltaNet's per-value-head decay parameters.
-        ("linear_attn", "dt_bias" | "A_log") => ShardSpec::Dim(0),
+        // A DeltaNet's per-value-head decay parameters, and per-head attention sinks.
+        ("linear_attn", "dt_bias" | "A_log") | ("self_attn", "sinks") => ShardSpec::Dim(0),
         _ => ShardSpec::Replicated,
     }
 }

@@ -207,6 +207,23 @@ rank_test!(
             ((1, 1, 1), SPLIT_EP2, false, false),
         ];
         moe_cases(&world, &tiny_qwen3_5_config(true), &cases);
+        // gpt-oss: heads split with their sinks, a sliding-window layer and a full one, the
+        // biased router's gradient summed over TP, whole biased experts over the tensor group
+        // (with expert parallel 2 and with 1); and on one tensor rank, pipeline parallel 2.
+        let uri = "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&arch=gpt_oss&experts=4&experts_per_tok=2&moe_intermediate=16&window=4";
+        let uri = runtime::builtin_uri::BuiltinUri::parse(uri)
+            .unwrap()
+            .unwrap();
+        let mut gpt_oss = runtime::model::builtin::config(&uri).unwrap();
+        gpt_oss.tie_word_embeddings = false;
+        gpt_oss.extra.remove("pad_token_id");
+        assert!(gpt_oss.attention_sinks() && gpt_oss.attention_window(0).is_some());
+        let cases = [
+            ((2, 1, 1), WHOLE_EP2, true, true),
+            ((2, 1, 1), WHOLE_EP1, false, false),
+            ((1, 1, 2), WHOLE_EP1, false, false),
+        ];
+        moe_cases(&world, &gpt_oss, &cases);
     }
 );
 

@@ -181,6 +181,11 @@ impl MegatronModule {
             .as_ref()
             .and_then(|g| g.cp.as_ref())
             .and_then(ContextParallel::new);
+        if let Some(what) = cp.as_ref().and_then(|_| cfg.megatron_gap(true, false)) {
+            return Err(MegatronError::Config(format!(
+                "{what} on the Megatron engine: not implemented (`verlc build` refuses it)"
+            )));
+        }
         model.set_context_parallel(cp);
         vs.set_kind(kind);
         Ok(MegatronModule {

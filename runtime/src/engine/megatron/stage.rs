@@ -277,9 +277,10 @@ impl ParallelModel {
     ) -> Result<Self> {
         let root = vs.root();
         cfg.validate().map_err(MegatronError::Config)?;
-        if let Some(what) = cfg.megatron_gap() {
+        let split = experts.split_over_tp && tp.as_ref().is_some_and(|g| g.size() > 1);
+        if let Some(what) = cfg.megatron_gap(false, split) {
             return Err(MegatronError::Config(format!(
-                "{what} on the Megatron engine are not implemented (`verlc build` refuses them)"
+                "{what} on the Megatron engine: not implemented (`verlc build` refuses it)"
             )));
         }
         if stage.layers.end > cfg.num_hidden_layers as usize {
@@ -557,13 +558,17 @@ impl ParallelModel {
             let per_head = name.ends_with("q_norm.weight")
                 || name.ends_with("k_norm.weight")
                 || name.ends_with("linear_attn.norm.weight");
+            // (A routed expert's down-projection bias follows its expert, below.)
             let on_chunks = name.ends_with("layernorm.weight")
                 || name == "model.norm.weight"
                 || name.ends_with("o_proj.bias")
-                || name.ends_with("down_proj.bias");
-            // A router's logits weigh each rank's partial expert outputs: its weight's
-            // gradient is partial on every TP rank (see `model::moe::SparseMoe::try_partial`).
+                || (name.ends_with("down_proj.bias") && !is_routed_expert_param(name));
+            // A router's logits weigh each rank's partial expert outputs: its weight's (and a
+            // biased router's bias's) gradient is partial on every TP rank (see
+            // `model::moe::SparseMoe::try_partial`).
             let router = name.ends_with("mlp.gate.weight")
+                || name.ends_with("mlp.router.weight")
+                || name.ends_with("mlp.router.bias")
                 || name.ends_with("mlp.shared_expert_gate.weight");
             // Whole experts every tensor rank holds see that rank's share of the tokens
             // (`SparseMoe::try_share`); under expert parallelism the ranks that hold the same
