@@ -454,16 +454,16 @@ impl ModelConfig {
         if arch.row().sliding_layers {
             self.validate_sliding_layers()?;
         }
-        if self
+        if let Some(q) = self
             .extra
             .get("quantization_config")
-            .is_some_and(|q| !q.is_null())
+            .filter(|q| !q.is_null())
         {
-            return Err(
-                "quantization_config: quantized checkpoints (MXFP4 experts, for one, \
-                 as published) are not loaded; train from a dequantized (bf16) copy"
-                    .to_owned(),
-            );
+            let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("?");
+            return Err(format!(
+                "quantization_config: the checkpoint is quantized (quant_method `{method}`) and \
+                 verlc loads unquantized weights; train from a dequantized (bf16) copy"
+            ));
         }
         let pos = [
             ("vocab_size", self.vocab_size),

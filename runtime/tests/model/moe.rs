@@ -318,5 +318,8 @@ fn a_gpt_oss_shaped_config_scales_down_and_a_quantized_one_is_refused() {
     cfg["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let err = runtime::model::builtin::config(&uri).expect_err("quantized");
-    assert!(err.contains("dequantized (bf16) copy"), "{err}");
+    assert!(
+        err.contains("quant_method `mxfp4`") && err.contains("dequantized (bf16) copy"),
+        "{err}"
+    );
 }
