@@ -481,7 +481,10 @@ def lora(base, adapter, inputs, out):
     else:
         Model = AutoModelForCausalLM
         extra = {"position_ids": x["position_ids"]}
-    model = Model.from_pretrained(base, attn_implementation="sdpa", torch_dtype=torch.float32)
+    from transformers import AutoConfig
+
+    impl = attn_implementation(AutoConfig.from_pretrained(base).model_type)
+    model = Model.from_pretrained(base, attn_implementation=impl, torch_dtype=torch.float32)
     model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
     ids, r = x["input_ids"], x["responses"].shape[1]
     t = ids.shape[1]
