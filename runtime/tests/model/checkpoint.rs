@@ -72,8 +72,11 @@ fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
             get(&r, "logits"),
             get(&r, "attention_mask"),
         );
+        // The references may come from another kernel path (cached oracles; MKL held to
+        // AVX2 or not): gpt-oss's larger activations round to 3e-6 apart there, while a
+        // checkpoint laid out wrongly differs by whole units.
         assert!(
-            d <= 1e-6,
+            d <= 1e-5,
             "{arch}: transformers on our checkpoint differs by {d}"
         );
 
