@@ -67,6 +67,14 @@ pub enum ExpertStyle {
     FusedInterleavedBiased,
 }
 
+impl ExpertStyle {
+    /// Whether the router and the experts carry biases and the experts compute the clamped
+    /// SwiGLU ([`ExpertStyle::FusedInterleavedBiased`]).
+    pub fn biased(self) -> bool {
+        self == ExpertStyle::FusedInterleavedBiased
+    }
+}
+
 /// The vision towers, each a file of the runtime's vision folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum VisionTower {
@@ -670,6 +678,13 @@ impl FamilyRow {
     /// Whether the boolean `key` is true without the key in `config.json`.
     pub fn default_flag(&self, key: &str) -> bool {
         self.config_default(key) == Some(ConfigValue::Bool(true))
+    }
+
+    /// Whether its attention needs more than libtorch's fused kernel computes (sink logits, or
+    /// layers within a sliding window): computed in full, and under Megatron only while each
+    /// rank's queries are the last of its keys (no context parallelism).
+    pub fn eager_attention(&self) -> bool {
+        self.attention_sinks || self.sliding_layers
     }
 
     /// Whether the embeddings are tied without a `tie_word_embeddings` key.

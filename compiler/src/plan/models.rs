@@ -324,7 +324,7 @@ fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
     if let Some(row) = model_type_of(path, env)
         .as_deref()
         .and_then(verlc_spec::families::of_checkpoint)
-        .filter(|r| megatron_lacks(r))
+        .filter(|r| r.eager_attention() || r.expert_style.biased())
     {
         return Some(format!(
             "verlc has not verified vLLM's serving of {} models (`{path}`: attention sinks, sliding windows, biased experts) against its trainer; generate with the built-in rollout (`actor_rollout_ref.rollout.name=verlc`)",
@@ -554,16 +554,13 @@ fn layout_problem(
     x: ExpertLayout,
 ) -> Option<String> {
     let linear = has_linear_attention(model_type);
-    if let Some(row) = verlc_spec::families::of_checkpoint(model_type)
-        .filter(|_| megatron)
-        .filter(|r| megatron_lacks(r))
-    {
+    if let Some(row) = verlc_spec::families::of_checkpoint(model_type).filter(|_| megatron) {
         // Sinks and windows take a rank's queries to be the last of its keys (not so under
         // context parallelism); a biased expert's down-projection bias is added whole, so
         // each expert stays whole on a tensor rank.
-        let why = if x.cp > 1 {
+        let why = if x.cp > 1 && row.eager_attention() {
             Some(format!("context parallel {}", x.cp))
-        } else if x.tp > 1 && x.etp.unwrap_or(x.tp) > 1 {
+        } else if row.expert_style.biased() && x.tp > 1 && x.etp.unwrap_or(x.tp) > 1 {
             Some(format!(
                 "experts split over tensor parallel {} (set `expert_tensor_parallel_size: 1`)",
                 x.tp
@@ -571,10 +568,12 @@ fn layout_problem(
         } else {
             None
         };
-        return why.map(|w| format!(
-            "{model} is a {} model (`{model_type}`: attention sinks, sliding-window layers, biased experts); verlc's Megatron engine runs it with data, tensor, sequence, pipeline and expert parallelism and whole experts: {w} is not implemented",
-            row.name
-        ));
+        if let Some(w) = why {
+            return Some(format!(
+                "{model} is a {} model (`{model_type}`: attention sinks, sliding-window layers, biased experts); verlc's Megatron engine runs it with data, tensor, sequence, pipeline and expert parallelism and whole experts: {w} is not implemented",
+                row.name
+            ));
+        }
     }
     if megatron && x.cp > 1 && x.rollout_tp.is_some_and(|r| r != x.tp) {
         // The rollout's regrouping of ranks at another TP size assumes context parallel 1.
@@ -620,14 +619,6 @@ fn layout_problem(
         )),
         _ => None,
     }
-}
-
-/// Whether a family has layers the Megatron engine does not compute (attention sinks,
-/// sliding windows, biased experts).
-fn megatron_lacks(row: &verlc_spec::families::FamilyRow) -> bool {
-    row.attention_sinks
-        || row.sliding_layers
-        || row.expert_style == verlc_spec::families::ExpertStyle::FusedInterleavedBiased
 }
 
 /// The Gated DeltaNet `(key, value)` head counts of a `config.json` (or its `text_config`).

@@ -2,7 +2,6 @@
 //! dimensions from the checkpoint's `config.json`.
 
 use serde::Deserialize;
-use verlc_spec::families::ExpertStyle;
 
 use crate::config::VerlConfig;
 use crate::load::node::{Node, split_key};
@@ -488,9 +487,7 @@ impl ModelDims {
     /// with its gate (Qwen3.5-MoE), which every token runs through.
     fn experts_params(&self, experts: u64) -> u64 {
         let h = self.hidden_size;
-        let biased = self
-            .family()
-            .is_some_and(|f| f.expert_style == ExpertStyle::FusedInterleavedBiased);
+        let biased = self.family().is_some_and(|f| f.expert_style.biased());
         // Interleaved biased experts are `intermediate_size` wide, with biases on the router and on
         // each expert's projections.
         let width = match self.moe.moe_intermediate_size {
@@ -550,7 +547,7 @@ impl ModelDims {
             0
         };
         let bias = bias.saturating_add(sinks);
-        let qk_norm = self.family().is_some_and(|f| f.qk_norm);
+        let qk_norm = family.is_some_and(|f| f.qk_norm);
         let norms = h
             .saturating_mul(2)
             .saturating_add(if qk_norm { 2 * hd } else { 0 });

@@ -27,7 +27,6 @@ use crate::builtin_uri::BuiltinUri;
 use crate::tokenizer::builtin as tok;
 
 use super::{Arch, LinearAttentionConfig, ModelConfig, MoeConfig};
-use verlc_spec::families::ExpertStyle;
 
 /// The names `builtin://` models accept.
 pub use verlc_spec::builtin::BUILTIN_MODELS as MODELS;
@@ -106,11 +105,13 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         }
     }
     if row.is_some_and(|r| r.sliding_layers) {
-        // Short enough that the quickstart's prompts outgrow it.
+        // Short enough that the quickstart's prompts outgrow it; `normalize` gives the
+        // family's `layer_types`.
         let window: i64 = uri.get("window", 8)?;
         extra.insert("sliding_window".into(), json!(window));
+        cfg = cfg.normalize()?;
     }
-    if row.is_some_and(|r| r.expert_style == ExpertStyle::FusedInterleavedBiased) {
+    if row.is_some_and(|r| r.expert_style.biased()) {
         // That family's config class reads the experts' width as `intermediate_size` (and their
         // count as `num_local_experts`, which saving writes).
         cfg.intermediate_size = cfg.moe.moe_intermediate_size;
@@ -127,10 +128,6 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
             linear_num_value_heads: cfg.num_attention_heads,
             ..LinearAttentionConfig::default()
         };
-        cfg = cfg.normalize()?;
-    }
-    if row.is_some_and(|r| r.sliding_layers) {
-        // Its `layer_types`.
         cfg = cfg.normalize()?;
     }
     let arch: Arch = cfg.arch()?;
@@ -282,7 +279,7 @@ fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
             })
             .collect();
     }
-    if arch.row().expert_style == ExpertStyle::FusedInterleavedBiased {
+    if arch.row().expert_style.biased() {
         // Its experts are `intermediate_size` wide.
         cfg.intermediate_size = cfg.moe.moe_intermediate_size;
     }

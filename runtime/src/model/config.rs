@@ -318,7 +318,7 @@ impl ModelConfig {
                 (&mut m.moe_intermediate_size, 1408),
             ]);
         }
-        if arch.is_some_and(|a| a.row().expert_style == ExpertStyle::FusedInterleavedBiased) {
+        if arch.is_some_and(|a| a.row().expert_style.biased()) {
             // The family's config class: the experts' count is `num_local_experts` (read through
             // its alias), their width `intermediate_size`; its router soft-maxes the top-k
             // logits, which is the full softmax's top-k renormalised.
@@ -666,9 +666,9 @@ impl ModelConfig {
         experts_split: bool,
     ) -> Option<&'static str> {
         let row = self.arch().ok()?.row();
-        if context_parallel && (row.attention_sinks || row.sliding_layers) {
+        if context_parallel && row.eager_attention() {
             Some("attention sinks and sliding windows under context parallelism")
-        } else if experts_split && row.expert_style == ExpertStyle::FusedInterleavedBiased {
+        } else if experts_split && row.expert_style.biased() {
             Some("biased experts split over tensor-parallel ranks (expert tensor parallel > 1)")
         } else {
             None
@@ -846,6 +846,9 @@ impl ModelConfig {
         if self.qk_norm() {
             attn += 2 * hd;
         }
+        if self.attention_sinks() {
+            attn += self.num_attention_heads;
+        }
         let dense = 3 * h * i + if self.mlp_bias { 2 * i + h } else { 0 };
         let m = &self.moe;
         let shared = if m.shared_expert_intermediate_size > 0 {
@@ -853,7 +856,14 @@ impl ModelConfig {
         } else {
             0
         };
-        let sparse = m.num_experts * (h + 3 * h * m.moe_intermediate_size) + shared;
+        let mi = m.moe_intermediate_size;
+        // Biased experts: the router's bias and each expert's three projection biases.
+        let biases = if self.expert_style().biased() {
+            1 + 2 * mi + h
+        } else {
+            0
+        };
+        let sparse = m.num_experts * (h + 3 * h * mi + biases) + shared;
         let l = &self.linear;
         let nv = l.linear_num_value_heads;
         let linear = h * l.conv_dim()

@@ -111,7 +111,7 @@ pub fn param_shapes(
         }
         norm(&mut out, n("post_attention_layernorm"), h);
         if cfg.sparse_layer(l) {
-            let biased = SparseMoe::biased(cfg);
+            let biased = cfg.expert_style().biased();
             let router = SparseMoe::router_name(cfg);
             linear(
                 &mut out,

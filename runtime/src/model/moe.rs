@@ -107,7 +107,7 @@ impl SparseMoe {
                 m.num_experts
             ));
         }
-        let (router, biased) = (Self::router_name(cfg), Self::biased(cfg));
+        let (router, biased) = (Self::router_name(cfg), cfg.expert_style().biased());
         let gate = at.linear(
             &p / router,
             &format!("mlp.{router}"),
@@ -166,13 +166,11 @@ impl SparseMoe {
 
     /// The router's module name: `router` for biased experts, else `gate`.
     pub fn router_name(cfg: &ModelConfig) -> &'static str {
-        if Self::biased(cfg) { "router" } else { "gate" }
-    }
-
-    /// Whether the router and the experts carry biases (the interleaved-biased style, whose MLPs are
-    /// its clamped SwiGLU).
-    pub fn biased(cfg: &ModelConfig) -> bool {
-        cfg.expert_style() == verlc_spec::families::ExpertStyle::FusedInterleavedBiased
+        if cfg.expert_style().biased() {
+            "router"
+        } else {
+            "gate"
+        }
     }
 
     /// Splits the experts over `group`: this rank must hold range `rank * E/size..` of equal

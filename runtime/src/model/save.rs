@@ -212,7 +212,7 @@ pub fn save_named(
         obj.insert("architectures".to_owned(), json!([architecture]));
         // Stated, not left to each config class's default (Qwen3's is 128, not hidden / heads).
         obj.entry("head_dim").or_insert(json!(config.head_dim()));
-        if config.expert_style() == verlc_spec::families::ExpertStyle::FusedInterleavedBiased {
+        if config.expert_style().biased() {
             // That family's config class counts its experts by this key only.
             if let Some(n) = obj.remove("num_experts") {
                 obj.insert("num_local_experts".to_owned(), n);

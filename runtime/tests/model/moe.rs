@@ -173,6 +173,8 @@ fn grouped_experts_equal_the_per_token_definition() {
     );
 }
 
+/// The tiny Qwen3-MoE and gpt-oss (sinks, biased router and experts) count and list every
+/// variable their models register.
 #[test]
 fn builtin_tiny_moe_lists_and_counts_its_experts() {
     let cfg = ModelSource::parse("builtin://tiny?arch=qwen3_moe")
@@ -182,14 +184,18 @@ fn builtin_tiny_moe_lists_and_counts_its_experts() {
     assert_eq!(cfg.model_type, "qwen3_moe");
     assert!(cfg.qk_norm());
     assert_eq!(cfg.head_dim(), 32);
-    let m = from_pretrained("builtin://tiny?arch=qwen3_moe", Device::Cpu, Dtype::Fp32, 0).unwrap();
-    let vars = m.vs.variables();
-    let counted: i64 = vars.values().map(|t| t.numel() as i64).sum();
-    assert_eq!(counted, cfg.num_parameters());
-    let listed = param_shapes(&cfg, 0..cfg.num_hidden_layers as usize, true, true);
-    assert_eq!(listed.len(), vars.len());
-    for (name, shape) in &listed {
-        assert_eq!(&vars[name].size(), shape, "{name}");
+    for arch in ["qwen3_moe", "gpt_oss"] {
+        let uri = format!("builtin://tiny?arch={arch}");
+        let cfg = ModelSource::parse(&uri).unwrap().config().unwrap();
+        let m = from_pretrained(&uri, Device::Cpu, Dtype::Fp32, 0).unwrap();
+        let vars = m.vs.variables();
+        let counted: i64 = vars.values().map(|t| t.numel() as i64).sum();
+        assert_eq!(counted, cfg.num_parameters(), "{arch}");
+        let listed = param_shapes(&cfg, 0..cfg.num_hidden_layers as usize, true, true);
+        assert_eq!(listed.len(), vars.len(), "{arch}");
+        for (name, shape) in &listed {
+            assert_eq!(&vars[name].size(), shape, "{arch} {name}");
+        }
     }
 }
 
