@@ -124,6 +124,15 @@ MISTRAL = (
     "{% elif m.role == 'assistant' %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}"
 )
 
+# Gemma's turns: the assistant is `model`, a system turn's text goes before the first user
+# turn's (Gemma has no system role), every turn ends with <end_of_turn>.
+GEMMA = (
+    "{{ bos_token }}{% set ns = namespace(system='') %}{% for m in messages %}{% if m.role == 'system' %}"
+    "{% set ns.system = m.content + '\n\n' %}{% else %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n"
+    "{% if m.role == 'user' %}{{ ns.system }}{% set ns.system = '' %}{% endif %}{{ m.content | trim }}<end_of_turn>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
 
 def _qwen(specials, template):
     ids = {151643 + i: s for i, s in enumerate(specials)}
@@ -151,6 +160,16 @@ def _tekken():
             "template": MISTRAL, "class": "PreTrainedTokenizerFast"}
 
 
+def _gemma():
+    # Gemma's first 108 ids: <pad>, <eos>, <bos>, <unk>, <mask>, two markers, unused slots,
+    # then the turn markers at 106 and 107; its 256,000-token vocabulary after them.
+    names = {0: "<pad>", 1: "<eos>", 2: "<bos>", 3: "<unk>", 4: "<mask>", 5: "<2mass>", 6: "[@BOS@]",
+             106: "<start_of_turn>", 107: "<end_of_turn>"}
+    ids = {i: names.get(i, f"<unused{i - 7}>") for i in range(108)}
+    return {"regular": 256000 - 108, "first_id": 108, "specials": ids, "eos": "<end_of_turn>", "pad": "<pad>",
+            "bos": "<bos>", "template": GEMMA, "class": "GemmaTokenizerFast"}
+
+
 TOKENIZERS = {
     "qwen2": lambda: _qwen(QWEN2_SPECIALS, CHATML),
     "qwen2.5": lambda: _qwen(QWEN2_5_SPECIALS, CHATML),
@@ -158,6 +177,7 @@ TOKENIZERS = {
     "llama3": _llama3,
     "deepseek_llm": _deepseek_llm,
     "tekken": _tekken,
+    "gemma": _gemma,
 }
 
 
@@ -270,6 +290,16 @@ def _qwen3_moe(hidden, layers, heads, kv, experts, top_k, moe_inter):
                 experts, top_k, moe_inter)
 
 
+def _gemma2(hidden, inter, layers, heads, kv, head_dim, query_scalar):
+    """A Gemma 2: tied embeddings, every other layer within 4,096 positions, soft caps 50 on
+    attention scores and 30 on logits, the tanh GELU named by `hidden_activation`."""
+    c = _dense("gemma2", hidden, inter, layers, heads, kv, 256000, True, rope=10000.0, head_dim=head_dim, max_pos=8192)
+    c.update({"hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+              "query_pre_attn_scalar": query_scalar, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+              "final_logit_softcapping": 30.0})
+    return c
+
+
 # (name part, family tokenizer, config, architecture); order matters: the first match wins.
 MODELS = [
     ("qwen2.5-vl-3b", "qwen2.5", lambda: _vl(_dense("qwen2_5_vl", 2048, 11008, 36, 16, 2, 151936, True), 2048), "Qwen2_5_VLForConditionalGeneration"),
@@ -315,6 +345,9 @@ MODELS = [
     ("skywork-reward-v2-llama-3.2-3b", "llama3", lambda: {**_dense("llama", 3072, 8192, 28, 24, 8, 128256, True, rope=500000.0, max_pos=131072), "num_labels": 1}, "LlamaForSequenceClassification"),
     ("skywork-reward-llama-3.1-8b", "llama3", lambda: {**_dense("llama", 4096, 14336, 32, 32, 8, 128256, False, rope=500000.0, max_pos=131072), "num_labels": 1}, "LlamaForSequenceClassification"),
     ("fsfairx-llama3-rm", "llama3", lambda: {**_dense("llama", 4096, 14336, 32, 32, 8, 128256, False, rope=500000.0, max_pos=8192), "num_labels": 1}, "LlamaForSequenceClassification"),
+    ("gemma-2-2b", "gemma", lambda: _gemma2(2304, 9216, 26, 8, 4, 256, 256), "Gemma2ForCausalLM"),
+    ("gemma-2-9b", "gemma", lambda: _gemma2(3584, 14336, 42, 16, 8, 256, 256), "Gemma2ForCausalLM"),
+    ("gemma-2-27b", "gemma", lambda: _gemma2(4608, 36864, 46, 32, 16, 128, 144), "Gemma2ForCausalLM"),
     ("mistral-nemo", "tekken", lambda: _dense("mistral", 5120, 14336, 40, 32, 8, 131072, False, head_dim=128, max_pos=1024000), "MistralForCausalLM"),
 ]
 # Named for a Qwen3 checkpoint of another publisher, or verl's own merged checkpoint.

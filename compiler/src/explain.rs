@@ -834,6 +834,25 @@ mod tests {
         }
     }
 
+    /// Gemma 2's 2B, 9B and 27B as their config.json describe them (four norms a layer,
+    /// embeddings tied by default): what transformers 4.57 builds.
+    #[test]
+    fn gemma2_counts_its_four_norms_a_layer() {
+        for (hidden, inter, layers, heads, kv, head, total) in [
+            (2304, 9216, 26, 8, 4, 256, 2_614_341_888u64),
+            (3584, 14336, 42, 16, 8, 256, 9_241_705_984),
+            (4608, 36864, 46, 32, 16, 128, 27_227_128_320),
+        ] {
+            let text = format!(
+                r#"{{"model_type": "gemma2", "hidden_size": {hidden}, "intermediate_size": {inter},
+                "num_hidden_layers": {layers}, "num_attention_heads": {heads},
+                "num_key_value_heads": {kv}, "head_dim": {head}, "vocab_size": 256000}}"#
+            );
+            let m: ModelDims = serde_json::from_str(&text).expect("dims");
+            assert_eq!(m.param_count(), total, "{hidden} wide");
+        }
+    }
+
     /// Qwen2.5-VL-7B as Qwen's config.json describes it: its text model's 7,615,616,512
     /// parameters plus the vision tower's 676,550,144, Hugging Face's 8,292,166,656.
     #[test]

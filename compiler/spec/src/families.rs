@@ -13,6 +13,10 @@ pub enum Family {
     /// Gemma (the first generation): `1 + weight` norms, embeddings scaled by
     /// `sqrt(hidden_size)`, a GELU-gated MLP, tied embeddings.
     Gemma,
+    /// Gemma 2: Gemma's norms, embeddings and GELU with a second norm around each layer's
+    /// attention and MLP, soft-capped attention scores and output logits, its own query
+    /// scale and every other layer within a sliding window.
+    Gemma2,
     /// Seed-OSS: Llama's layers with q/k/v biases, an output-projection bias of its own key
     /// and dropout in training (which verlc refuses unless set to zero).
     SeedOss,
@@ -177,6 +181,18 @@ pub struct FamilyRow {
     /// The token embeddings are multiplied by `sqrt(hidden_size)`, rounded to the model's
     /// dtype, before the first layer (Gemma).
     pub scaled_embedding: bool,
+    /// Each layer also norms its token mixer's output (`post_attention_layernorm`) and its
+    /// MLP's output (`post_feedforward_layernorm`) before the residual adds, the MLP's input
+    /// being normed by `pre_feedforward_layernorm` (Gemma 2).
+    pub sandwich_norms: bool,
+    /// The config's `attn_logit_softcapping` caps each attention score and its
+    /// `final_logit_softcapping` each output logit (`cap · tanh(x / cap)`, either null for
+    /// none), and its `query_pre_attn_scalar` `s` sets the attention scale to `1 / sqrt(s)`
+    /// (Gemma 2).
+    pub soft_capping: bool,
+    /// The `config.json` key naming the MLP's gate activation (`hidden_act`; Gemma 2 reads
+    /// `hidden_activation`).
+    pub activation_key: &'static str,
     /// Its chat template is ChatML (`<|im_start|>`/`<|im_end|>` turns), whose turn junction
     /// the tool agent loop inserts between turns.
     pub chatml: bool,
@@ -214,6 +230,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: false,
         vision: None,
         config_defaults: &[],
@@ -238,6 +257,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: false,
         vision: None,
         config_defaults: &[],
@@ -262,6 +284,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: true,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: false,
         vision: None,
         config_defaults: &[
@@ -271,6 +296,41 @@ pub static FAMILIES: &[FamilyRow] = &[
         ],
         tiny_arch: "gemma",
         text: Family::Gemma,
+    },
+    FamilyRow {
+        family: Family::Gemma2,
+        name: "Gemma 2",
+        model_type: "gemma2",
+        causal_lm_class: "Gemma2ForCausalLM",
+        value_class: "Gemma2ForTokenClassification",
+        experts: false,
+        shared_expert: false,
+        linear_attention: false,
+        qk_norm: false,
+        qkv_bias: false,
+        attention_out_bias: false,
+        sliding_window_unless_null: false,
+        sliding_layers: true,
+        attention_sinks: false,
+        expert_style: ExpertStyle::PerExpert,
+        norm_plus_one: true,
+        scaled_embedding: true,
+        sandwich_norms: true,
+        soft_capping: true,
+        activation_key: "hidden_activation",
+        chatml: false,
+        vision: None,
+        config_defaults: &[
+            ("head_dim", ConfigValue::Int(256)),
+            ("hidden_activation", ConfigValue::Str("gelu_pytorch_tanh")),
+            ("tie_word_embeddings", ConfigValue::Bool(true)),
+            ("sliding_window", ConfigValue::Int(4096)),
+            ("query_pre_attn_scalar", ConfigValue::Int(256)),
+            ("attn_logit_softcapping", ConfigValue::Float(50.0)),
+            ("final_logit_softcapping", ConfigValue::Float(30.0)),
+        ],
+        tiny_arch: "gemma2",
+        text: Family::Gemma2,
     },
     FamilyRow {
         family: Family::SeedOss,
@@ -290,6 +350,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: false,
         vision: None,
         config_defaults: &[
@@ -319,6 +382,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: None,
         config_defaults: &[],
@@ -343,6 +409,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: None,
         config_defaults: &[("head_dim", ConfigValue::Int(128))],
@@ -367,6 +436,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: None,
         config_defaults: &[],
@@ -391,6 +463,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: None,
         config_defaults: &[],
@@ -415,6 +490,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: None,
         config_defaults: &[],
@@ -439,6 +517,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: None,
         config_defaults: &[],
@@ -464,6 +545,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: Some(VisionTower::Qwen2_5Vl),
         config_defaults: &[],
@@ -489,6 +573,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: Some(VisionTower::Qwen3Vl),
         config_defaults: &[("head_dim", ConfigValue::Int(128))],
@@ -514,6 +601,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::FusedHalves,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: Some(VisionTower::Qwen3Vl),
         config_defaults: &[],
@@ -539,6 +629,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: Some(VisionTower::Qwen3_5),
         config_defaults: &[],
@@ -564,6 +657,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::PerExpert,
         norm_plus_one: true,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: true,
         vision: Some(VisionTower::Qwen3_5),
         config_defaults: &[],
@@ -588,6 +684,9 @@ pub static FAMILIES: &[FamilyRow] = &[
         expert_style: ExpertStyle::FusedInterleavedBiased,
         norm_plus_one: false,
         scaled_embedding: false,
+        sandwich_norms: false,
+        soft_capping: false,
+        activation_key: "hidden_act",
         chatml: false,
         vision: None,
         config_defaults: &[
@@ -680,11 +779,11 @@ impl FamilyRow {
         self.config_default(key) == Some(ConfigValue::Bool(true))
     }
 
-    /// Whether its attention needs more than libtorch's fused kernel computes (sink logits, or
-    /// layers within a sliding window): computed in full, and under Megatron only while each
+    /// Whether its attention needs more than libtorch's fused kernel computes (sink logits,
+    /// layers within a sliding window, soft-capped scores): computed in full, and under Megatron only while each
     /// rank's queries are the last of its keys (no context parallelism).
     pub fn eager_attention(&self) -> bool {
-        self.attention_sinks || self.sliding_layers
+        self.attention_sinks || self.sliding_layers || self.soft_capping
     }
 
     /// Whether the embeddings are tied without a `tie_word_embeddings` key.

@@ -314,7 +314,7 @@ fn topk_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
 
 /// Why the policy cannot generate with `rollout.name: vllm` on a CPU device: vLLM's CPU
 /// attention kernel serves heads of 32 or more only (a narrower head fails the first request),
-/// and a family whose layers verlc has not run on vLLM (sinks, windows, biased experts) is
+/// and a family whose layers verlc has not run on vLLM (sinks, windows, soft caps, biased experts) is
 /// not sent there.
 fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
     if spec.rollout.vllm.is_none() || spec.world.device != verlc_spec::trainer::DeviceKind::Cpu {
@@ -327,7 +327,7 @@ fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
         .filter(|r| r.eager_attention() || r.expert_style.biased())
     {
         return Some(format!(
-            "verlc has not verified vLLM's serving of {} models (`{path}`: attention sinks, sliding windows, biased experts) against its trainer; generate with the built-in rollout (`actor_rollout_ref.rollout.name=verlc`)",
+            "verlc has not verified vLLM's serving of {} models (`{path}`: attention sinks, sliding windows, soft-capped scores, biased experts) against its trainer; generate with the built-in rollout (`actor_rollout_ref.rollout.name=verlc`)",
             row.name
         ));
     }
@@ -570,7 +570,7 @@ fn layout_problem(
         };
         if let Some(w) = why {
             return Some(format!(
-                "{model} is a {} model (`{model_type}`: attention sinks, sliding-window layers, biased experts); verlc's Megatron engine runs it with data, tensor, sequence, pipeline and expert parallelism and whole experts: {w} is not implemented",
+                "{model} is a {} model (`{model_type}`: attention sinks, sliding-window layers, soft-capped scores, biased experts); verlc's Megatron engine runs it with data, tensor, sequence, pipeline and expert parallelism and whole experts: {w} is not implemented",
                 row.name
             ));
         }
@@ -851,9 +851,14 @@ fn decoder_problem(dir: &Path) -> Option<String> {
     // The MLP's activation, as the loader reads it (a vision-language model's text keys may
     // sit in `text_config`; absent: the family's config class default, else SiLU).
     let text = cfg.get("text_config").unwrap_or(&cfg);
-    let act = match text.get("hidden_act").or_else(|| cfg.get("hidden_act")) {
+    let key = row.activation_key;
+    let act = match text
+        .get(key)
+        .or_else(|| cfg.get(key))
+        .filter(|v| !v.is_null())
+    {
         Some(v) => v.as_str().unwrap_or("?").to_owned(),
-        None => match row.config_default("hidden_act") {
+        None => match row.config_default(key) {
             Some(verlc_spec::families::ConfigValue::Str(a)) => a.to_owned(),
             _ => "silu".to_owned(),
         },
@@ -865,7 +870,7 @@ fn decoder_problem(dir: &Path) -> Option<String> {
     };
     (!allowed.contains(&act.as_str())).then(|| {
         format!(
-            "{} has hidden_act `{act}`; verlc's {} MLPs take {}",
+            "{} has {key} `{act}`; verlc's {} MLPs take {}",
             file.display(),
             row.name,
             allowed.join(", ")

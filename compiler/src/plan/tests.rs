@@ -2420,3 +2420,48 @@ fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
         "{vllm:?}"
     );
 }
+
+/// Gemma 2's soft-capped attention is computed in full: refused under Megatron's context
+/// parallelism and not sent to vLLM on CPU, trained otherwise.
+#[test]
+fn gemma2_is_refused_where_its_capped_attention_is_not_computed() {
+    let env = verlc_hub::HubEnv::from_env();
+    let model = "actor_rollout_ref.model.path='builtin://tiny?arch=gemma2&hidden=128&heads=4'";
+    let problems = |yaml: &str, extra: &[&str]| -> Vec<String> {
+        let mut overrides = vec![model];
+        overrides.extend_from_slice(extra);
+        let c = case(yaml, &overrides);
+        models::model_problems(&c.lowered.plan.spec, &env)
+            .into_iter()
+            .map(|p| p.message)
+            .collect()
+    };
+    assert!(problems(BASE, &[]).is_empty(), "{:?}", problems(BASE, &[]));
+    let tp2 = problems(
+        &megatron_fp32(),
+        &[
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "trainer.n_gpus_per_node=2",
+        ],
+    );
+    assert!(tp2.is_empty(), "{tp2:?}");
+    let cp = problems(
+        &megatron_fp32(),
+        &[
+            "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+            "trainer.n_gpus_per_node=2",
+        ],
+    );
+    assert!(
+        cp.iter()
+            .any(|m| m.contains("Gemma 2 model")
+                && m.contains("context parallel 2 is not implemented")),
+        "{cp:?}"
+    );
+    let vllm = problems(BASE, &["actor_rollout_ref.rollout.name=vllm"]);
+    assert!(
+        vllm.iter()
+            .any(|m| m.contains("not verified vLLM's serving of Gemma 2")),
+        "{vllm:?}"
+    );
+}

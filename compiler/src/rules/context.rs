@@ -548,8 +548,10 @@ impl ModelDims {
         };
         let bias = bias.saturating_add(sinks);
         let qk_norm = family.is_some_and(|f| f.qk_norm);
+        // Two norms a layer; four with Gemma 2's norms after attention and MLP.
+        let sandwich = family.is_some_and(|f| f.sandwich_norms);
         let norms = h
-            .saturating_mul(2)
+            .saturating_mul(if sandwich { 4 } else { 2 })
             .saturating_add(if qk_norm { 2 * hd } else { 0 });
         [q, kv, o, bias, norms]
             .iter()

@@ -100,6 +100,15 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         use verlc_spec::families::ConfigValue;
         match (*key, *value) {
             ("hidden_act", ConfigValue::Str(act)) => cfg.hidden_act = act.to_owned(),
+            // A family naming its activation by another key (saved under it too).
+            (k, ConfigValue::Str(act)) if row.is_some_and(|r| r.activation_key == k) => {
+                cfg.hidden_act = act.to_owned();
+                extra.insert(k.to_owned(), json!(act));
+            }
+            // Soft caps as the family's config class has them.
+            (k @ ("attn_logit_softcapping" | "final_logit_softcapping"), ConfigValue::Float(c)) => {
+                extra.insert(k.to_owned(), json!(c));
+            }
             ("attention_bias", ConfigValue::Bool(b)) => cfg.attention_bias = Some(b),
             _ => {}
         }
@@ -110,6 +119,13 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         let window: i64 = uri.get("window", 8)?;
         extra.insert("sliding_window".into(), json!(window));
         cfg = cfg.normalize()?;
+    }
+    if row.is_some_and(|r| r.soft_capping) {
+        // The attention scale of plain attention, as Gemma 2's 2B and 9B have it.
+        extra.insert(
+            "query_pre_attn_scalar".into(),
+            json!(hidden / cfg.num_attention_heads.max(1)),
+        );
     }
     if row.is_some_and(|r| r.expert_style.biased()) {
         // That family's config class reads the experts' width as `intermediate_size` (and their
@@ -278,6 +294,16 @@ fn scaled(uri: &BuiltinUri) -> Result<ModelConfig, String> {
                     .unwrap_or_default()
             })
             .collect();
+    }
+    if let Some(s) = orig
+        .extra
+        .get("query_pre_attn_scalar")
+        .and_then(serde_json::Value::as_f64)
+    {
+        // The source's attention scale relative to its head width, kept.
+        let scaled = s * head as f64 / orig.head_dim() as f64;
+        cfg.extra
+            .insert("query_pre_attn_scalar".into(), json!(scaled));
     }
     if arch.row().expert_style.biased() {
         // Its experts are `intermediate_size` wide.

@@ -168,6 +168,14 @@ fn fill_family_defaults(raw: &mut Value) {
         };
         obj.insert((*key).to_owned(), value);
     }
+    // A family whose config class names the gate activation by another key: that key is the
+    // activation (transformers' Gemma 2 reads `hidden_activation` and ignores `hidden_act`).
+    let key = arch.row().activation_key;
+    if key != "hidden_act"
+        && let Some(act) = obj.get(key).filter(|v| !v.is_null()).cloned()
+    {
+        obj.insert("hidden_act".to_owned(), act);
+    }
 }
 
 /// Each size the config left out (0, serde's default) set to its default.
@@ -454,6 +462,9 @@ impl ModelConfig {
         if arch.row().sliding_layers {
             self.validate_sliding_layers()?;
         }
+        if arch.row().soft_capping {
+            self.validate_soft_capping()?;
+        }
         if let Some(q) = self
             .extra
             .get("quantization_config")
@@ -527,6 +538,24 @@ impl ModelConfig {
             other => Err(format!(
                 "sliding_window must be a positive integer for sliding_attention layers, got {}",
                 other.flatten().map_or("none".to_owned(), |w| w.to_string())
+            )),
+        }
+    }
+
+    /// A soft-capping family's caps (positive, or null for none) and query scale (positive).
+    fn validate_soft_capping(&self) -> Result<(), String> {
+        for key in ["attn_logit_softcapping", "final_logit_softcapping"] {
+            match self.extra.get(key) {
+                None | Some(Value::Null) => {}
+                Some(v) if v.as_f64().is_some_and(|c| c > 0.0) => {}
+                Some(v) => return Err(format!("{key} must be a positive number or null, got {v}")),
+            }
+        }
+        match self.extra.get("query_pre_attn_scalar") {
+            Some(v) if v.as_f64().is_some_and(|s| s > 0.0) => Ok(()),
+            other => Err(format!(
+                "query_pre_attn_scalar must be a positive number, got {}",
+                other.map_or("none".to_owned(), Value::to_string)
             )),
         }
     }
@@ -655,8 +684,46 @@ impl ModelConfig {
             .flatten()
     }
 
+    /// The cap of a soft-capping family's `key` (`attn_logit_softcapping`,
+    /// `final_logit_softcapping`): `cap · tanh(x / cap)`; `None`: uncapped.
+    fn soft_cap(&self, key: &str) -> Option<f64> {
+        let row = self.arch().ok()?.row();
+        row.soft_capping
+            .then(|| self.extra.get(key).and_then(Value::as_f64))
+            .flatten()
+    }
+
+    /// The cap of each attention score, if the family caps them.
+    pub fn attention_softcap(&self) -> Option<f64> {
+        self.soft_cap("attn_logit_softcapping")
+    }
+
+    /// The cap of each output logit, if the family caps them.
+    pub fn final_logit_softcap(&self) -> Option<f64> {
+        self.soft_cap("final_logit_softcapping")
+    }
+
+    /// What the queries are multiplied by so that attention's `1 / sqrt(head_dim)` scale
+    /// becomes the family's `1 / sqrt(query_pre_attn_scalar)`; `None` where they agree (every
+    /// family without the key, and Gemma 2's 2B and 9B).
+    pub fn query_scale(&self) -> Option<f64> {
+        let row = self.arch().ok()?.row();
+        let s = self
+            .extra
+            .get("query_pre_attn_scalar")
+            .and_then(Value::as_f64)
+            .filter(|_| row.soft_capping)?;
+        let d = self.head_dim() as f64;
+        (s != d).then(|| (d / s).sqrt())
+    }
+
+    /// Whether each layer norms its mixer's and MLP's outputs too (the family's row).
+    pub fn sandwich_norms(&self) -> bool {
+        self.arch().is_ok_and(|a| a.row().sandwich_norms)
+    }
+
     /// What of this model the Megatron engine does not compute in a layout, if anything:
-    /// attention sinks or sliding windows under context parallelism (a rank's queries are
+    /// attention sinks, sliding windows or soft-capped scores under context parallelism (a rank's queries are
     /// not the last of the keys it gathers), biased experts split over the tensor-parallel
     /// group (each expert's down-projection bias would have to be added once per rank
     /// group before the routing weights).
@@ -667,7 +734,7 @@ impl ModelConfig {
     ) -> Option<&'static str> {
         let row = self.arch().ok()?.row();
         if context_parallel && row.eager_attention() {
-            Some("attention sinks and sliding windows under context parallelism")
+            Some("attention sinks, sliding windows or soft-capped scores under context parallelism")
         } else if experts_split && row.expert_style.biased() {
             Some("biased experts split over tensor-parallel ranks (expert tensor parallel > 1)")
         } else {
@@ -876,7 +943,8 @@ impl ModelConfig {
         let layers: i64 = (0..self.num_hidden_layers.max(0) as usize)
             .map(|l| {
                 let mixer = if self.linear_layer(l) { linear } else { attn };
-                mixer + 2 * h + if self.sparse_layer(l) { sparse } else { dense }
+                let norms = if self.sandwich_norms() { 4 * h } else { 2 * h };
+                mixer + norms + if self.sparse_layer(l) { sparse } else { dense }
             })
             .sum();
         let head = if self.tie_word_embeddings { 0 } else { v * h };

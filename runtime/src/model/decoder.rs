@@ -110,6 +110,10 @@ pub fn param_shapes(
             }
         }
         norm(&mut out, n("post_attention_layernorm"), h);
+        if cfg.sandwich_norms() {
+            norm(&mut out, n("pre_feedforward_layernorm"), h);
+            norm(&mut out, n("post_feedforward_layernorm"), h);
+        }
         if cfg.sparse_layer(l) {
             let biased = cfg.expert_style().biased();
             let router = SparseMoe::router_name(cfg);
@@ -314,6 +318,11 @@ pub struct Attention {
     sinks: Option<Tensor>,
     /// The sliding window of this layer, if it has one ([`ModelConfig::attention_window`]).
     window: Option<i64>,
+    /// The cap of its attention scores ([`ModelConfig::attention_softcap`]).
+    softcap: Option<f64>,
+    /// What the queries are multiplied by for the family's attention scale
+    /// ([`ModelConfig::query_scale`]).
+    query_scale: Option<f64>,
     /// This layer's slot in a [`KvCache`] of the model that holds it.
     slot: usize,
 }
@@ -358,6 +367,8 @@ impl Attention {
             output_gate,
             sinks,
             window: cfg.attention_window(at.index),
+            softcap: cfg.attention_softcap(),
+            query_scale: cfg.query_scale(),
             slot: at.slot,
         })
     }
@@ -367,6 +378,7 @@ impl Attention {
         AttentionVariant {
             sinks: self.sinks.as_ref(),
             window: self.window,
+            softcap: self.softcap,
         }
     }
 
@@ -478,15 +490,19 @@ impl Attention {
         cos: &Tensor,
         sin: &Tensor,
     ) -> (Tensor, Option<Tensor>) {
+        let scaled = |q: Tensor| match self.query_scale {
+            Some(f) => q * f,
+            None => q,
+        };
         if !self.output_gate {
             let q = self.heads(x, &self.q_proj, self.heads, &self.q_norm);
-            return (apply_rotary(&q, cos, sin), None);
+            return (scaled(apply_rotary(&q, cos, sin)), None);
         }
         let (b, t, d) = (x.size()[0], x.size()[1], self.head_dim);
         let both = self.q_proj.forward(x).view([b, t, self.heads, 2 * d]);
         let q = normed_heads(both.narrow(3, 0, d), &self.q_norm);
         let gate = both.narrow(3, d, d).reshape([b, t, self.heads * d]);
-        (apply_rotary(&q, cos, sin), Some(gate))
+        (scaled(apply_rotary(&q, cos, sin)), Some(gate))
     }
 
     /// Key heads (rotated) and value heads of `x`; see [`Attention::gated_qkv_heads`].
@@ -588,18 +604,53 @@ pub struct DecoderLayer {
     mixer: Mixer,
     mlp: FeedForward,
     input_layernorm: RmsNorm,
-    post_attention_layernorm: RmsNorm,
+    /// The norm of the MLP's input (`post_attention_layernorm`, or under sandwich norms
+    /// `pre_feedforward_layernorm`).
+    mlp_norm: RmsNorm,
+    /// Sandwich norms ([`ModelConfig::sandwich_norms`]): the mixer's output norm
+    /// (`post_attention_layernorm`) and the MLP's (`post_feedforward_layernorm`).
+    output_norms: Option<[RmsNorm; 2]>,
 }
 
 impl DecoderLayer {
     pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
         let h = cfg.hidden_size;
+        let norm = |name: &str| RmsNorm::of(cfg, &p / name, h);
+        let (mlp_norm, output_norms) = if cfg.sandwich_norms() {
+            (
+                norm("pre_feedforward_layernorm"),
+                Some([
+                    norm("post_attention_layernorm"),
+                    norm("post_feedforward_layernorm"),
+                ]),
+            )
+        } else {
+            (norm("post_attention_layernorm"), None)
+        };
         Ok(DecoderLayer {
             mixer: Mixer::build(cfg, &p, at)?,
             mlp: FeedForward::build(cfg, &p / "mlp", at)?,
-            input_layernorm: RmsNorm::of(cfg, &p / "input_layernorm", h),
-            post_attention_layernorm: RmsNorm::of(cfg, &p / "post_attention_layernorm", h),
+            input_layernorm: norm("input_layernorm"),
+            mlp_norm,
+            output_norms,
         })
+    }
+
+    /// The token mixer's output as the residual stream receives it (normed under sandwich
+    /// norms).
+    fn mixed(&self, y: Tensor) -> Tensor {
+        match &self.output_norms {
+            Some([after_mixer, _]) => after_mixer.forward(&y),
+            None => y,
+        }
+    }
+
+    /// The MLP's output as the residual stream receives it.
+    fn mlp_out(&self, y: Tensor) -> Tensor {
+        match &self.output_norms {
+            Some([_, after_mlp]) => after_mlp.forward(&y),
+            None => y,
+        }
     }
 
     /// The layer's MLP (dense or sparse).
@@ -664,13 +715,13 @@ impl DecoderLayer {
                 regions.exit(&la.out_proj, &y)?
             }
         };
-        let h1 = regions.cut(&(&h0 + attn));
-        let m = regions.enter(self.post_attention_layernorm.forward(&h1))?;
+        let h1 = regions.cut(&(&h0 + self.mixed(attn)));
+        let m = regions.enter(self.mlp_norm.forward(&h1))?;
         let out = match &self.mlp {
             FeedForward::Dense(mlp) => regions.exit(&mlp.down_proj, &mlp.core(&m))?,
             FeedForward::Sparse(moe) => regions.experts(moe, &m, valid)?,
         };
-        Ok(&h1 + out)
+        Ok(&h1 + self.mlp_out(out))
     }
 
     /// The outputs at positions `[start, start+len)` of `x` (B, T, hidden) only: what a head
@@ -705,7 +756,7 @@ impl DecoderLayer {
                     .narrow(1, start, len)
             }
         };
-        let h = x.narrow(1, start, len) + attn;
+        let h = x.narrow(1, start, len) + self.mixed(attn);
         self.mlp_residual(&h)
     }
 }
@@ -732,6 +783,7 @@ impl DecoderLayer {
                 }
             }
         };
+        let attn = self.mixed(attn);
         let h = match queries {
             Some(idx) => x.index_select(1, idx) + attn,
             None => x + attn,
@@ -752,11 +804,11 @@ impl DecoderLayer {
             Mixer::Attention(at) => attend(at, &normed)?,
             Mixer::Linear(la) => linear(la, &normed)?,
         };
-        Ok(self.mlp_residual(&(x + mixed)))
+        Ok(self.mlp_residual(&(x + self.mixed(mixed))))
     }
 
     fn mlp_residual(&self, h: &Tensor) -> Tensor {
-        h + self.mlp.forward(&self.post_attention_layernorm.forward(h))
+        h + self.mlp_out(self.mlp.forward(&self.mlp_norm.forward(h)))
     }
 }
 

@@ -1,8 +1,9 @@
 //! Attention computed in full (scores, mask, softmax, values) for what libtorch's fused
 //! `scaled_dot_product_attention` cannot express: a learned sink logit per head that joins
 //! each softmax's denominator and attends to nothing, and a sliding window that limits each
-//! query to the keys shortly before it (both as family rows name them). Attention without either keeps
-//! the fused kernel ([`AttentionVariant::is_plain`]).
+//! query to the keys shortly before it, and scores soft-capped before the mask (`cap ·
+//! tanh(score / cap)`), as family rows name them. Attention with none of these keeps the
+//! fused kernel ([`AttentionVariant::is_plain`]).
 
 use tch::{Kind, Tensor};
 
@@ -13,12 +14,14 @@ pub struct AttentionVariant<'a> {
     pub sinks: Option<&'a Tensor>,
     /// Each query sees the keys less than this many positions before it, itself included.
     pub window: Option<i64>,
+    /// Each score (after scaling) becomes `cap · tanh(score / cap)`.
+    pub softcap: Option<f64>,
 }
 
 impl AttentionVariant<'_> {
     /// Plain attention: the fused kernel computes it.
     pub fn is_plain(&self) -> bool {
-        self.sinks.is_none() && self.window.is_none()
+        self.sinks.is_none() && self.window.is_none() && self.softcap.is_none()
     }
 }
 
@@ -26,7 +29,7 @@ impl AttentionVariant<'_> {
 /// (`KV` dividing `H`), the queries being the last `T` of the `S` positions (bottom-right
 /// alignment: query `i` is at position `S - T + i`), restricted further by `mask`
 /// (boolean, broadcast to `(B, H, T, S)`, true where a key may be seen) and by `variant`'s
-/// window, with its sinks in the softmax. Returns `(B, H, T, D)`; differentiable in every
+/// window, with its sinks in the softmax and its cap on the scores. Returns `(B, H, T, D)`; differentiable in every
 /// input and in the sinks. Positions are indices along the key axis: the callers' rows hold
 /// each sequence's tokens contiguously (left-padded prompts, packed spans, a KV cache), so
 /// index distance is position distance wherever the mask lets a query see a key.
@@ -47,7 +50,10 @@ pub fn attend(
     } else {
         (k.shallow_clone(), v.shallow_clone())
     };
-    let scores = q.matmul(&k.transpose(-2, -1)) * (d as f64).powf(-0.5);
+    let mut scores = q.matmul(&k.transpose(-2, -1)) * (d as f64).powf(-0.5);
+    if let Some(cap) = variant.softcap {
+        scores = (scores / cap).tanh() * cap;
+    }
     let device = q.device();
     let qpos = Tensor::arange_start(s - t, s, (Kind::Int64, device)).view([t, 1]);
     let kpos = Tensor::arange(s, (Kind::Int64, device)).view([1, s]);
@@ -95,20 +101,54 @@ mod tests {
         let wide = AttentionVariant {
             sinks: None,
             window: Some(5),
+            softcap: None,
         };
         assert!(attend(&q, &k, &v, None, &wide).allclose(&fused, 1e-10, 1e-10, false));
         let sinks = Tensor::full([4], -1e4, opts);
         let sunk = AttentionVariant {
             sinks: Some(&sinks),
             window: None,
+            softcap: None,
         };
         assert!(attend(&q, &k, &v, None, &sunk).allclose(&fused, 1e-10, 1e-10, false));
         // A window of one: each query sees itself alone.
         let one = AttentionVariant {
             sinks: None,
             window: Some(1),
+            softcap: None,
         };
         let own = v.repeat_interleave_self_int(2, Some(1), None);
         assert!(attend(&q, &k, &v, None, &one).allclose(&own, 1e-10, 1e-10, false));
+    }
+
+    /// Soft-capping bounds every score by the cap before the causal mask: a cap far above the
+    /// scores changes nothing, and a small one equals the softmax of `cap · tanh(score / cap)`
+    /// written out.
+    #[test]
+    fn soft_capping_caps_scores_before_the_mask() {
+        tch::manual_seed(1);
+        let opts = (Kind::Double, Device::Cpu);
+        let q = Tensor::randn([1, 2, 4, 8], opts) * 3.0;
+        let k = Tensor::randn([1, 2, 4, 8], opts) * 3.0;
+        let v = Tensor::randn([1, 2, 4, 8], opts);
+        let fused =
+            Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, true, None, true);
+        let capped = |cap: f64| AttentionVariant {
+            sinks: None,
+            window: None,
+            softcap: Some(cap),
+        };
+        assert!(attend(&q, &k, &v, None, &capped(1e9)).allclose(&fused, 1e-9, 1e-9, false));
+        let cap = 0.5;
+        let scores = q.matmul(&k.transpose(-2, -1)) / 8f64.sqrt();
+        let scores = (scores / cap).tanh() * cap;
+        let future = Tensor::ones([4, 4], (Kind::Bool, Device::Cpu)).triu(1);
+        let expected = scores
+            .masked_fill(&future, f64::NEG_INFINITY)
+            .softmax(-1, Kind::Double)
+            .matmul(&v);
+        let got = attend(&q, &k, &v, None, &capped(cap));
+        assert!(got.allclose(&expected, 1e-12, 1e-12, false));
+        assert!(!got.allclose(&fused, 1e-3, 1e-3, false));
     }
 }

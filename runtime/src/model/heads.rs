@@ -52,9 +52,13 @@ impl CausalLm {
         )
     }
 
-    /// Projects hidden states (…, hidden) to logits (…, vocab).
+    /// Projects hidden states (…, hidden) to logits (…, vocab), soft-capped where the family
+    /// caps them.
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
-        hidden.linear::<&Tensor>(self.head_weight(), None)
+        soft_cap(
+            hidden.linear::<&Tensor>(self.head_weight(), None),
+            self.config.final_logit_softcap(),
+        )
     }
 
     /// The vocabulary projection (vocab, hidden): `lm_head.weight` or the tied embedding.
@@ -137,5 +141,13 @@ impl ValueModel {
             .forward(&hidden)
             .squeeze_dim(-1)
             .to_kind(Kind::Float)
+    }
+}
+
+/// `cap · tanh(x / cap)` (a family's soft-capped logits), or `x` without a cap.
+pub fn soft_cap(x: Tensor, cap: Option<f64>) -> Tensor {
+    match cap {
+        Some(c) => (x / c).tanh() * c,
+        None => x,
     }
 }

@@ -84,6 +84,8 @@ pub struct DecodeHead {
     /// Divides the logits before the log-sum-exp (1 when greedy: log-probs are then taken at
     /// temperature 1, as the general path does).
     temperature: f64,
+    /// The family's soft cap of the logits, applied before the temperature.
+    cap: Option<f64>,
     /// The logits buffer, reused from step to step while the row count stays: a fresh one
     /// would be mapped and zeroed by the kernel every step (10 ms of 180 at Qwen's vocabulary).
     buffer: Option<Tensor>,
@@ -93,7 +95,9 @@ pub struct DecodeHead {
 
 impl DecodeHead {
     pub fn new(model: &CausalLm, params: &SamplingParams) -> Self {
-        Self::for_weight(model.head_weight(), params)
+        let mut head = Self::for_weight(model.head_weight(), params);
+        head.cap = model.config.final_logit_softcap();
+        head
     }
 
     /// The head of a (vocab, hidden) projection weight, for `params`: vocabulary-major on CPU
@@ -123,6 +127,7 @@ impl DecodeHead {
             vocab,
             block,
             temperature,
+            cap: None,
             buffer: None,
             scratch: None,
         }
@@ -137,7 +142,8 @@ impl DecodeHead {
     /// the next call overwrites them.
     pub fn logits(&mut self, hidden: &Tensor) -> HeadLogits {
         let Some(blocks) = &self.blocks else {
-            return HeadLogits::RowMajor(hidden.linear::<&Tensor>(&self.weight, None));
+            let logits = hidden.linear::<&Tensor>(&self.weight, None);
+            return HeadLogits::RowMajor(crate::model::heads::soft_cap(logits, self.cap));
         };
         let rows = hidden.size()[0];
         let block = self.block;
@@ -163,6 +169,9 @@ impl DecodeHead {
             let len = w.size()[0];
             let mut out = logits.narrow(0, i * block, len);
             let _ = w.mm_out(&out, &hidden_t);
+            if let Some(cap) = self.cap {
+                let _ = out.g_div_scalar_(cap).tanh_().g_mul_scalar_(cap);
+            }
             if self.temperature != 1.0 {
                 let _ = out.g_div_scalar_(self.temperature);
             }

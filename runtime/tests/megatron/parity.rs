@@ -344,22 +344,46 @@ rank_test!(dp2_bf16_offload_tracks_single_process, 2, |world| {
     assert!(rel < 3e-2, "weights differ by {rel} (relative norm)");
 });
 
-rank_test!(gemma_and_seed_oss_match_single_process, 2, |world| {
-    // Gemma: the scaled embedding looked up by vocabulary halves (TP) or on the first stage
-    // only with the tied output layer on the last (PP), (1 + w) norms, tanh-GELU gates split
-    // by columns. Seed-OSS: q/k/v biases split with their heads, the output projection's and
-    // the MLP's row-split biases added once.
-    let gemma = tiny_family_config("gemma", true, &[]);
-    assert!(gemma.embedding_scale().is_some() && gemma.hidden_act == "gelu_pytorch_tanh");
-    let bias = serde_json::Value::Bool(true);
-    let mut seed = tiny_family_config("seed_oss", false, &[("attention_out_bias", bias)]);
-    seed.mlp_bias = true;
-    assert!(seed.qkv_bias() && seed.o_bias());
-    let settings = ParallelSettings::default();
-    fp32_matches(&world, grid(2, 1, 1), &gemma, false, settings, 2);
-    fp32_matches(&world, grid(1, 2, 1), &gemma, false, settings, 4);
-    fp32_matches(&world, grid(2, 1, 1), &seed, true, settings, 2);
-});
+rank_test!(
+    gemma_families_and_seed_oss_match_single_process,
+    2,
+    |world| {
+        // Gemma: the scaled embedding looked up by vocabulary halves (TP) or on the first stage
+        // only with the tied output layer on the last (PP), (1 + w) norms, tanh-GELU gates split
+        // by columns. Seed-OSS: q/k/v biases split with their heads, the output projection's and
+        // the MLP's row-split biases added once.
+        let gemma = tiny_family_config("gemma", true, &[]);
+        assert!(gemma.embedding_scale().is_some() && gemma.hidden_act == "gelu_pytorch_tanh");
+        let bias = serde_json::Value::Bool(true);
+        let mut seed = tiny_family_config("seed_oss", false, &[("attention_out_bias", bias)]);
+        seed.mlp_bias = true;
+        assert!(seed.qkv_bias() && seed.o_bias());
+        let settings = ParallelSettings::default();
+        fp32_matches(&world, grid(2, 1, 1), &gemma, false, settings, 2);
+        fp32_matches(&world, grid(1, 2, 1), &gemma, false, settings, 4);
+        fp32_matches(&world, grid(2, 1, 1), &seed, true, settings, 2);
+        // Gemma 2 under TP 2 with sequence parallelism: the norms after attention and MLP on
+        // each rank's half of the sequence (their gradients summed over TP), scores capped on
+        // this rank's heads, logits capped on its vocabulary half; caps, window and query scale
+        // set where they change this tiny model's numbers.
+        let gemma2 = tiny_family_config(
+            "gemma2",
+            true,
+            &[
+                ("attn_logit_softcapping", serde_json::json!(1.0)),
+                ("final_logit_softcapping", serde_json::json!(2.0)),
+                ("query_pre_attn_scalar", serde_json::json!(6)),
+                ("sliding_window", serde_json::json!(3)),
+            ],
+        );
+        assert!(gemma2.sandwich_norms() && gemma2.query_scale().is_some());
+        assert_eq!(gemma2.attention_window(0), Some(3));
+        let run = fp32_matches(&world, grid(2, 1, 1), &gemma2, true, settings, 2);
+        assert!(run.module.model.params().iter().any(
+            |p| p.grad_partial_over_tp && p.name.ends_with("post_feedforward_layernorm.weight")
+        ));
+    }
+);
 
 rank_test!(
     tp2_sequence_parallel_qwen3_matches_single_process,

@@ -119,3 +119,19 @@ fn param_shapes_lists_what_the_constructors_register_in_order_of_families() {
         assert!(layer0.last().unwrap().starts_with("mlp.down_proj."));
     }
 }
+
+/// Every text family's tiny model holds exactly the parameters its config counts (Gemma 2's
+/// four norms a layer, gpt-oss's sinks and expert biases, Qwen3.5's DeltaNet layers).
+#[test]
+fn each_tiny_text_family_has_the_parameters_its_config_counts() {
+    for arch in verlc_spec::families::tiny_archs() {
+        let uri = format!("builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch={arch}");
+        let cfg = ModelSource::parse(&uri).unwrap().config().unwrap();
+        if cfg.arch().unwrap().has_vision() {
+            continue;
+        }
+        let m = from_pretrained(&uri, Device::Cpu, Dtype::Fp32, 0).unwrap();
+        let counted: i64 = m.vs.variables().values().map(|t| t.numel() as i64).sum();
+        assert_eq!(counted, cfg.num_parameters(), "{arch}");
+    }
+}

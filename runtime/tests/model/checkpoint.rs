@@ -11,11 +11,13 @@ use crate::oracle::{self, get};
 fn saved_checkpoint_loads_in_transformers_with_identical_logits() {
     let dir = oracle::models();
     // gpt-oss: its experts fused again (gate and up interleaved, biases beside them) and
-    // counted by `num_local_experts`, as its config class reads them.
+    // counted by `num_local_experts`, as its config class reads them; Gemma 2: its caps,
+    // query scale and `hidden_activation` written back.
     let archs = [
         ("llama", u64::MAX),
         ("qwen3", 20_000),
         ("gpt_oss", u64::MAX),
+        ("gemma2", u64::MAX),
     ];
     let mut saved = Vec::new();
     for (arch, shard_bytes) in archs {

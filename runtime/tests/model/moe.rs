@@ -33,6 +33,7 @@ fn every_parameter_gradient_matches_transformers() {
         "llama",
         "mistral",
         "gemma",
+        "gemma2",
         "seed_oss",
         "gpt_oss",
     ];

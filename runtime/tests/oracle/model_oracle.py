@@ -49,6 +49,7 @@ torch.set_num_threads(1)
 def arch_configs():
     from transformers import (
         GemmaConfig,
+        Gemma2Config,
         GptOssConfig,
         LlamaConfig,
         MistralConfig,
@@ -110,6 +111,27 @@ def arch_configs():
                 num_key_value_heads=1,
                 head_dim=32,
                 hidden_act="gelu_pytorch_tanh",
+                tie_word_embeddings=True,
+            ),
+            None,
+        ),
+        # Gemma 2: Gemma's layers with norms after attention and MLP, soft caps low enough to
+        # bite on these scores and logits, a query scale of its own (24, not the head's 32),
+        # sliding-window layers (0 and 2, a window of 4 positions) around a full one, and
+        # `hidden_activation` (read) apart from `hidden_act` (ignored). Norm weights are
+        # randomised after init (see `enliven_norms`): at their initial zeros every norm of a
+        # layer is the same function.
+        "gemma2": (
+            Gemma2Config(
+                **{**common, "num_hidden_layers": 3},
+                num_key_value_heads=2,
+                head_dim=32,
+                query_pre_attn_scalar=24,
+                sliding_window=4,
+                attn_logit_softcapping=1.5,
+                final_logit_softcapping=2.5,
+                hidden_act="silu",
+                hidden_activation="gelu_pytorch_tanh",
                 tie_word_embeddings=True,
             ),
             None,
@@ -205,8 +227,17 @@ def arch_configs():
 
 
 def attn_implementation(model_type):
-    # gpt-oss's sinks have no SDPA path in transformers.
-    return "eager" if model_type == "gpt_oss" else "sdpa"
+    # gpt-oss's sinks and Gemma 2's soft caps have no SDPA path in transformers.
+    return "eager" if model_type in ("gpt_oss", "gemma2") else "sdpa"
+
+
+def enliven_norms(model):
+    """Gives every RMSNorm of a fresh model its own random weights."""
+    gen = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
 
 
 def enliven_gpt_oss(model):
@@ -273,6 +304,8 @@ def models(out):
         ).eval()
         if cfg.model_type == "gpt_oss":
             enliven_gpt_oss(model)
+        if cfg.model_type == "gemma2":
+            enliven_norms(model)
         kw = {"max_shard_size": shard} if shard else {}
         model.save_pretrained(os.path.join(out, arch), safe_serialization=True, **kw)
         gen = torch.Generator().manual_seed(1)

@@ -236,10 +236,11 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
 }
 
 /// Checkpoints with logits references.
-pub const ARCHS: [&str; 9] = [
+pub const ARCHS: [&str; 10] = [
     "llama",
     "mistral",
     "gemma",
+    "gemma2",
     "seed_oss",
     "qwen2",
     "qwen3",
@@ -248,10 +249,11 @@ pub const ARCHS: [&str; 9] = [
     "gpt_oss",
 ];
 /// Checkpoints with greedy-generation references.
-pub const GEN_ARCHS: [&str; 8] = [
+pub const GEN_ARCHS: [&str; 9] = [
     "llama",
     "mistral",
     "gemma",
+    "gemma2",
     "seed_oss",
     "qwen2",
     "qwen3",

@@ -46,6 +46,9 @@ const TINY_MISTRAL: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=
 /// generation; Gemma 2's examples keep the dense default).
 const TINY_SEED_OSS: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=seed_oss'";
 const TINY_GEMMA: &str = "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=gemma'";
+/// Gemma 2's: a windowed layer then a full one, soft-capped scores and logits.
+const TINY_GEMMA2: &str =
+    "'builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=gemma2&window=4'";
 /// gpt-oss's: sinks, a windowed layer then a full one, biased experts. (verl's gpt-oss
 /// scripts, FSDP on the bf16 checkpoint, do not compose in any release: Hydra refuses their
 /// `+actor_rollout_ref.actor.fsdp_config.model_dtype`, which the tree has, and
@@ -84,7 +87,10 @@ fn tiny_for(overrides: &[String]) -> &'static str {
     if path.contains("gpt-oss") || path.contains("gpt_oss") {
         return TINY_GPT_OSS;
     }
-    if path.contains("gemma") && !path.contains("gemma-2-") && !path.contains("gemma-3") {
+    if path.contains("gemma-2-") {
+        return TINY_GEMMA2;
+    }
+    if path.contains("gemma") && !path.contains("gemma-3") {
         return TINY_GEMMA;
     }
     if is_qwen2_5_vl(&path) {
@@ -1078,6 +1084,7 @@ fn verl_examples_that_build_start_and_train_two_steps() {
     // Each family the examples train runs on its tiny model.
     for tiny in [
         TINY,
+        TINY_GEMMA2,
         TINY_QWEN3_MOE,
         TINY_QWEN3_5,
         TINY_QWEN3_5_MOE,

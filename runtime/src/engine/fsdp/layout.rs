@@ -387,12 +387,14 @@ fn ulysses_attention(
     let q = full.f_narrow(1, 0, hq)?;
     let k = full.f_narrow(1, hq, hk)?;
     let v = full.f_narrow(1, hq + hk, hk)?;
-    // This rank's heads: their sinks (a sliding window is the same for every head).
+    // This rank's heads: their sinks (a sliding window and a cap are the same for every head).
     let rank = group.rank() as i64;
     let sinks = attn.sinks_of(rank * hq..(rank + 1) * hq);
+    let whole = attn.variant();
     let variant = AttentionVariant {
         sinks: sinks.as_ref(),
-        window: attn.variant().window,
+        window: whole.window,
+        softcap: whole.softcap,
     };
     let y = attend_spans(&q, &k, &v, spans, &variant);
     let y = group

@@ -33,6 +33,7 @@ use crate::logits::topk::{TopK, TopKTargets};
 use crate::model::decoder::{
     DecoderLayer, LayerPlace, Linear, RmsNorm, param_shapes, with_deepstack,
 };
+use crate::model::heads::soft_cap;
 use crate::model::moe::RouterLossCoeffs;
 use crate::model::rope::RotaryEmbedding;
 use crate::model::vision::{InputEmbeds, MropeTokens, Vision};
@@ -813,7 +814,8 @@ impl ParallelModel {
         } else {
             copy_to_tp_region(tape, hidden, tp)
         };
-        let mut logits = out.logits(&h);
+        // A cap is elementwise: each rank caps its own vocabulary columns.
+        let mut logits = soft_cap(out.logits(&h), self.config.final_logit_softcap());
         if temperature != 1.0 {
             logits /= temperature;
         }
@@ -986,7 +988,10 @@ impl ParallelModel {
     /// Next-token logits (rows, vocab) of final hidden states (rows, hidden): the local
     /// vocabulary columns gathered over the TP group (the same on every TP rank).
     pub fn next_token_logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        let local = self.output_layer("next-token logits")?.logits(hidden);
+        let local = soft_cap(
+            self.output_layer("next-token logits")?.logits(hidden),
+            self.config.final_logit_softcap(),
+        );
         let Some(tp) = self.tp.as_ref().filter(|g| g.size() > 1) else {
             return Ok(local.f_narrow(1, 0, self.partition.vocab)?);
         };
