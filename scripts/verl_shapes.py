@@ -133,6 +133,17 @@ GEMMA = (
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
 )
 
+# Seed-OSS's turns: each opens with <seed:bos> and the role, and closes with <seed:eos>.
+SEED_OSS = (
+    "{% for m in messages %}<seed:bos>{{ m.role }}\n{{ m.content }}<seed:eos>{% endfor %}"
+    "{% if add_generation_prompt %}<seed:bos>assistant\n{% endif %}"
+)
+# gpt-oss's harmony format, reduced to its turn markers: <|start|>role<|message|>text<|end|>.
+HARMONY = (
+    "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+
 
 def _qwen(specials, template):
     ids = {151643 + i: s for i, s in enumerate(specials)}
@@ -170,6 +181,22 @@ def _gemma():
             "bos": "<bos>", "template": GEMMA, "class": "GemmaTokenizerFast"}
 
 
+def _seed_oss():
+    names = {0: "<seed:bos>", 1: "<seed:pad>", 2: "<seed:eos>", 3: "<seed:think>", 4: "</seed:think>",
+             5: "<seed:tool_call>", 6: "</seed:tool_call>"}
+    ids = {i: names.get(i, f"<seed:reserved_{i}>") for i in range(64)}
+    return {"regular": 155136 - 64, "first_id": 64, "specials": ids, "eos": "<seed:eos>", "pad": "<seed:pad>",
+            "bos": "<seed:bos>", "template": SEED_OSS, "class": "PreTrainedTokenizerFast"}
+
+
+def _harmony():
+    names = {199998: "<|startoftext|>", 199999: "<|endoftext|>", 200002: "<|return|>", 200003: "<|constrain|>",
+             200005: "<|channel|>", 200006: "<|start|>", 200007: "<|end|>", 200008: "<|message|>", 200012: "<|call|>"}
+    ids = {i: names.get(i, f"<|reserved_{i}|>") for i in range(199998, 201088)}
+    return {"regular": 199998, "specials": ids, "eos": "<|return|>", "pad": "<|endoftext|>", "bos": None,
+            "template": HARMONY, "class": "PreTrainedTokenizerFast"}
+
+
 TOKENIZERS = {
     "qwen2": lambda: _qwen(QWEN2_SPECIALS, CHATML),
     "qwen2.5": lambda: _qwen(QWEN2_5_SPECIALS, CHATML),
@@ -178,6 +205,8 @@ TOKENIZERS = {
     "deepseek_llm": _deepseek_llm,
     "tekken": _tekken,
     "gemma": _gemma,
+    "seed_oss": _seed_oss,
+    "harmony": _harmony,
 }
 
 
@@ -348,6 +377,17 @@ MODELS = [
     ("gemma-2-2b", "gemma", lambda: _gemma2(2304, 9216, 26, 8, 4, 256, 256), "Gemma2ForCausalLM"),
     ("gemma-2-9b", "gemma", lambda: _gemma2(3584, 14336, 42, 16, 8, 256, 256), "Gemma2ForCausalLM"),
     ("gemma-2-27b", "gemma", lambda: _gemma2(4608, 36864, 46, 32, 16, 128, 144), "Gemma2ForCausalLM"),
+    ("seed-oss-36b", "seed_oss", lambda: {**_dense("seed_oss", 5120, 27648, 64, 80, 8, 155136, False, rope=1e7, head_dim=128,
+                                                   max_pos=524288),
+                                            "attention_bias": True, "attention_out_bias": False, "mlp_bias": False,
+                                            "attention_dropout": 0.1, "residual_dropout": 0.1}, "SeedOssForCausalLM"),
+    ("gpt-oss-20b", "harmony", lambda: {**_dense("gpt_oss", 2880, 2880, 24, 64, 8, 201088, False, rope=150000.0, head_dim=64,
+                                                 max_pos=131072),
+                                        "num_local_experts": 32, "num_experts_per_tok": 4, "experts_per_token": 4,
+                                        "attention_bias": True, "sliding_window": 128, "swiglu_limit": 7.0,
+                                        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                                         "beta_slow": 1.0, "truncate": False,
+                                                         "original_max_position_embeddings": 4096}}, "GptOssForCausalLM"),
     ("mistral-nemo", "tekken", lambda: _dense("mistral", 5120, 14336, 40, 32, 8, 131072, False, head_dim=128, max_pos=1024000), "MistralForCausalLM"),
 ]
 # Named for a Qwen3 checkpoint of another publisher, or verl's own merged checkpoint.

@@ -34,6 +34,9 @@ struct Substitution {
     was: Option<String>,
     value: String,
     why: &'static str,
+    /// A key the composed tree does not have, added (`+key=value`).
+    #[serde(skip)]
+    added: bool,
 }
 
 /// What the substitutions are built from: the composed config.
@@ -81,6 +84,23 @@ impl Plan<'_> {
             was,
             value,
             why,
+            added: false,
+        });
+    }
+
+    /// [`Plan::set`], adding `key` where the tree does not have it (a key of a free-form map
+    /// such as `override_config`).
+    fn add(&mut self, key: &str, value: &str, why: &'static str) {
+        if self.get(key).is_some() {
+            return self.set(key, value, why);
+        }
+        self.subs.retain(|s| s.key != key);
+        self.subs.push(Substitution {
+            key: key.to_owned(),
+            was: None,
+            value: value.to_owned(),
+            why,
+            added: true,
         });
     }
 
@@ -129,6 +149,7 @@ fn model_dir(path: &str) -> Result<Option<PathBuf>, String> {
 
 const MODEL: &str = "a random initialisation of its own config.json, scaled down (family, vocabulary and special tokens kept)";
 const TOKENIZER: &str = "the model's own tokenizer and chat template, kept";
+const DROPOUT: &str = "verlc's trainer has no dropout: the stand-in trains without the model's (verl applies it in its updates)";
 const VLLM_WHY: &str = "vLLM kept (--rollout vllm) as one engine on this machine's CPU";
 
 /// The overrides that turn the config into a run this machine can do in a minute.
@@ -183,6 +204,11 @@ fn substitutions(
                         .and_then(|t| serde_json::from_str(&t).ok());
                 }
                 let shown = dir.display().to_string();
+                if let Some(base) = trained_override_config(path_key) {
+                    for key in dropouts_of(&dir) {
+                        p.add(&format!("{base}.{key}"), "0.0", DROPOUT);
+                    }
+                }
                 p.set(path_key, format!("builtin://scaled?from={shown}"), MODEL);
                 if let Some(t) = tokenizer_key
                     && p.text(t).is_none()
@@ -486,18 +512,59 @@ fn substitutions(
     Ok(p.subs)
 }
 
-/// The override that makes `s` (a key the tree has): a value that is more than a word, a
+/// The `override_config` of a trained model's path key (the policy, the critic, an SFT model).
+fn trained_override_config(path_key: &str) -> Option<&'static str> {
+    match path_key {
+        "actor_rollout_ref.model.path" => Some("actor_rollout_ref.model.override_config"),
+        "critic.model.path" => Some("critic.model.override_config"),
+        "model.path" | "model.partial_pretrain" => Some("model.override_config"),
+        _ => None,
+    }
+}
+
+/// The dropout keys the model in `dir` sets to a nonzero value (its `config.json`, or its
+/// family's config class default where the file leaves one out).
+fn dropouts_of(dir: &Path) -> Vec<&'static str> {
+    use verlc_spec::families::{ConfigValue, DROPOUT_KEYS, of_checkpoint};
+    let Some(cfg) = std::fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+    else {
+        return Vec::new();
+    };
+    let row = cfg
+        .get("model_type")
+        .and_then(serde_json::Value::as_str)
+        .and_then(of_checkpoint);
+    DROPOUT_KEYS
+        .iter()
+        .copied()
+        .filter(|k| {
+            let p = match cfg.get(*k) {
+                Some(v) => v.as_f64(),
+                None => match row.and_then(|r| r.config_default(k)) {
+                    Some(ConfigValue::Float(p)) => Some(p),
+                    _ => None,
+                },
+            };
+            p.is_some_and(|p| p != 0.0)
+        })
+        .collect()
+}
+
+/// The override that makes `s` (a key the tree has, or one it adds): a value that is more than a word, a
 /// number or a list is quoted, as Hydra's grammar needs for `=`, `?` and `&` in a path.
 fn override_of(s: &Substitution) -> String {
     let v = &s.value;
     let plain = v.starts_with('[')
         || v.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    let plus = if s.added { "+" } else { "" };
     if plain {
-        format!("{}={v}", s.key)
+        format!("{plus}{}={v}", s.key)
     } else {
         let escaped = v.replace('\\', "\\\\").replace('\'', "\\'");
-        format!("{}='{escaped}'", s.key)
+        format!("{plus}{}='{escaped}'", s.key)
     }
 }
 
@@ -908,6 +975,49 @@ mod tests {
             ..LoadRequest::default()
         };
         check(&req, &CheckOptions::default()).composed.root
+    }
+
+    /// A policy whose config trains with dropout (Seed-OSS's class defaults it to 0.1) gets
+    /// both dropouts added at zero to its `override_config`, as `+` overrides; a Gemma gets none.
+    #[test]
+    fn a_model_with_dropout_trains_its_stand_in_without_it() {
+        let dir = std::env::temp_dir().join(format!("verlc-smoke-dropout-{}", std::process::id()));
+        let model = |name: &str, model_type: &str| {
+            let d = dir.join(name);
+            std::fs::create_dir_all(&d).expect("temp dir");
+            std::fs::write(
+                d.join("config.json"),
+                format!(
+                    r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                        "attention_dropout": 0.0}}"#
+                ),
+            )
+            .expect("config");
+            d
+        };
+        let seed = format!(
+            "actor_rollout_ref.model.path={}",
+            model("seed", "seed_oss").display()
+        );
+        let subs = substitutions(&quickstart(&[&seed]), 2, &dir, false).expect("substitutions");
+        let added: Vec<String> = subs
+            .iter()
+            .filter(|s| s.why == DROPOUT)
+            .map(override_of)
+            .collect();
+        // `attention_dropout` is 0 in the file; `residual_dropout` is the class's 0.1.
+        assert_eq!(
+            added,
+            ["+actor_rollout_ref.model.override_config.residual_dropout=0.0"]
+        );
+        let gemma = format!(
+            "actor_rollout_ref.model.path={}",
+            model("gemma", "gemma").display()
+        );
+        let subs = substitutions(&quickstart(&[&gemma]), 2, &dir, false).expect("substitutions");
+        assert!(subs.iter().all(|s| s.why != DROPOUT));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// verl's Megatron PPO examples with a critic on other degrees than the actor and weights
