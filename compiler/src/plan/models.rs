@@ -445,8 +445,8 @@ fn text_prompt_limits(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, St
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
 /// this run: verlc trains one on FSDP (one process or several, Ulysses too) or Megatron (the
 /// tower whole on the first pipeline stage), with the built-in rollout generating single
-/// turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, without a
-/// critic. A Qwen3.5 checkpoint (an image-text family on a text family's layers) trains on text
+/// turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, from data
+/// files or a Python dataset class, without a critic. A Qwen3.5 checkpoint (an image-text family on a text family's layers) trains on text
 /// prompts with a critic or the vLLM rollout ([`text_prompts_only`]).
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision.is_some())?;
@@ -468,14 +468,11 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
     {
         // The user's loops render their prompts in Python, where the pictures are not.
         "with the user's Python agent loops (agent_loop_config_path)"
-    } else if spec.data.custom_dataset.is_some() {
-        // The Python dataset's items come back as JSON: their pictures do not.
-        "from a Python dataset class (data.custom_cls)"
     } else {
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in rollout (single turns or verl's tool agent loop), on full weights or LoRA and from data files: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in rollout (single turns or verl's tool agent loop), on full weights or LoRA, from data files or a Python dataset class: training it {why} is not implemented yet",
         row.name
     ))
 }

@@ -47,6 +47,12 @@ pub struct PythonDataSettings {
     /// verl's `max_samples` arguments (-1: all rows).
     pub train_max_samples: i64,
     pub val_max_samples: i64,
+    /// The model has a vision tower: verl's dataset gets the model's processor (loaded from
+    /// `tokenizer_dir` where it has one), as verl's trainer passes it.
+    pub vision: bool,
+    /// Where verlc wrote rows of `builtin://` tasks as JSON lines: the helper turns those files
+    /// into parquet with their image cells' bytes decoded, as verl's data files hold them.
+    pub written_dir: Option<PathBuf>,
 }
 
 /// Which dataset to read.
@@ -119,6 +125,8 @@ impl PythonData {
             "config": s.config,
             "train_max_samples": s.train_max_samples,
             "val_max_samples": s.val_max_samples,
+            "vision": s.vision,
+            "written_dir": s.written_dir,
         });
         let fail = |e: ProcError| DataError::Python {
             what: what.clone(),

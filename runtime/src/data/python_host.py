@@ -4,14 +4,17 @@
 #   {"dataset": {"path", "name"} | null,   null: verl's RLHFDataset (only with a sampler)
 #    "sampler": {"path", "name"} | null,
 #    "train_files": [...], "val_files": [...], "tokenizer": dir,
-#    "config": the composed `data` section, "train_max_samples": int, "val_max_samples": int}
+#    "config": the composed `data` section, "train_max_samples": int, "val_max_samples": int,
+#    "vision": the model has a vision tower (the dataset gets its processor, where one loads),
+#    "written_dir": where verlc wrote `builtin://` rows as JSON lines (base64 image bytes) | null}
 # Protocol (one JSON object per line):
 #   host -> {"ready": true, "train": N, "val": M | null, "sampler_len": K | null,
 #            "curriculum": bool, "verl": "installed" | "without its package root" | "stand-in",
 #            "dataset_class": str, "sampler_class": str | null}
 #         | {"ready": false, "error": "traceback"}                                      once
 #   client -> {"id", "rows": "train" | "val", "start", "end"}
-#   host -> {"id", "rows": [item as JSON: tensors and arrays as lists, other objects by repr]}
+#   host -> {"id", "rows": [item as JSON: tensors and arrays as lists, images as PNG cells,
+#            other objects by repr]}
 #   client -> {"id", "take": k, "drop_last": bool}  the sampler's next k indices: with
 #             drop_last an epoch's short tail is skipped and the batch starts the next epoch;
 #             without it a batch runs on into the next epoch (a DAPO refill)
@@ -45,8 +48,10 @@ def standin_modules():
             raise NotImplementedError
 
     class RLHFDataset(torch.utils.data.Dataset):
-        """verl 0.7's RLHFDataset, text only: rows of parquet/JSON files, `raw_prompt` from the
-        prompt column, `index`/`tools_kwargs`/`interaction_kwargs` from `extra_info`."""
+        """verl 0.7's RLHFDataset: rows of parquet/JSON files, `raw_prompt` from the prompt
+        column (with images: each `<image>` a `{"type": "image", "image": PIL image}` part, the
+        row's `image_key` column popped), `index`/`tools_kwargs`/`interaction_kwargs` from
+        `extra_info`. Videos are not read."""
 
         def __init__(self, data_files, tokenizer, config, processor=None, max_samples=-1):
             if isinstance(data_files, str):
@@ -57,6 +62,7 @@ def standin_modules():
             self.config = config
             self.max_samples = max_samples
             self.prompt_key = config.get("prompt_key", "prompt")
+            self.image_key = config.get("image_key", "images")
             self.max_prompt_length = config.get("max_prompt_length", 1024)
             self.filter_overlong_prompts = config.get("filter_overlong_prompts", True)
             self.apply_chat_template_kwargs = config.get("apply_chat_template_kwargs", {}) or {}
@@ -101,7 +107,28 @@ def standin_modules():
             return len(self.dataframe)
 
         def _build_messages(self, example):
-            return list(example[self.prompt_key])
+            messages = [dict(m) for m in example[self.prompt_key]]
+            images = example.pop(self.image_key, None)
+            images = [] if images is None else list(images)
+            if not images:
+                return messages
+            import re
+
+            used = 0
+            for m in messages:
+                if not isinstance(m.get("content"), str):
+                    continue
+                parts = []
+                for piece in (p for p in re.split("(<image>)", m["content"]) if p != ""):
+                    if piece == "<image>":
+                        if used >= len(images):
+                            raise ValueError(f"the prompt has more <image> placeholders than its {len(images)} image(s)")
+                        parts.append({"type": "image", "image": to_pil(images[used])})
+                        used += 1
+                    else:
+                        parts.append({"type": "text", "text": piece})
+                m["content"] = parts
+            return messages
 
         def __getitem__(self, item):
             row = dict(self.dataframe[item])
@@ -122,8 +149,78 @@ def standin_modules():
     )
 
 
-def make_dataset(cls, files, tokenizer, config, max_samples):
-    kwargs = dict(data_files=files, tokenizer=tokenizer, config=config, processor=None)
+def to_pil(cell):
+    """An image cell of verl's data (`{"bytes", "path"}`, a path, or a PIL image) as an RGB PIL
+    image; bytes may come base64-encoded, as verlc writes binary cells to JSON."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    if isinstance(cell, Image.Image):
+        return cell.convert("RGB")
+    if isinstance(cell, dict):
+        if cell.get("bytes") is not None:
+            data = cell["bytes"]
+            if isinstance(data, str):
+                data = base64.b64decode(data)
+            return Image.open(io.BytesIO(data)).convert("RGB")
+        cell = cell.get("path") or cell.get("image")
+    if isinstance(cell, str):
+        return Image.open(cell.removeprefix("file://")).convert("RGB")
+    raise TypeError(f"an image cell must be {{bytes, path}}, a path or a PIL image, got {type(cell).__name__}")
+
+
+def load_processor(directory):
+    """The model's processor as verl's `hf_processor` loads it, or None where the directory
+    has none (verl's own dataset then says it needs one for images)."""
+    try:
+        from transformers import AutoProcessor
+
+        processor = AutoProcessor.from_pretrained(directory)
+    except Exception as e:
+        print(f"no processor loads from {directory}: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    # A processor that is only a tokenizer is none (as verl's hf_processor decides).
+    return None if "Processor" not in type(processor).__name__ else processor
+
+
+def as_verl_files(files, written_dir, image_key):
+    """The files verlc wrote under `written_dir` (JSON lines, binary cells in base64) whose rows
+    have pictures (an `image_key` column) turned into parquet files with the image cells' bytes
+    decoded, as verl's preprocessed data holds them; other files as they are."""
+    import base64
+    import os
+
+    out = []
+    for f in files:
+        if not written_dir or not os.path.abspath(f).startswith(os.path.abspath(written_dir) + os.sep):
+            out.append(f)
+            continue
+        import pandas as pd
+
+        frame = pd.read_json(f, lines=True)
+        if image_key not in frame.columns:
+            out.append(f)
+            continue
+
+        def decode(cells):
+            if not isinstance(cells, list):
+                return cells
+            return [
+                {**c, "bytes": base64.b64decode(c["bytes"])} if isinstance(c, dict) and isinstance(c.get("bytes"), str) else c
+                for c in cells
+            ]
+
+        frame[image_key] = frame[image_key].map(decode)
+        target = os.path.splitext(f)[0] + ".parquet"
+        frame.to_parquet(target)
+        out.append(target)
+    return out
+
+
+def make_dataset(cls, files, tokenizer, config, max_samples, processor=None):
+    kwargs = dict(data_files=files, tokenizer=tokenizer, config=config, processor=processor)
     params = inspect.signature(cls.__init__).parameters
     if "max_samples" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
         kwargs["max_samples"] = max_samples
@@ -212,9 +309,13 @@ def main():
                 )
         else:
             from verl.utils.dataset.rl_dataset import RLHFDataset as cls
-        datasets = {"train": make_dataset(cls, spec["train_files"], tokenizer, config, spec["train_max_samples"])}
+        processor = load_processor(spec["tokenizer"]) if spec.get("vision") else None
+        image_key = spec["config"].get("image_key") or "images"
+        for split in ("train_files", "val_files"):
+            spec[split] = as_verl_files(spec.get(split) or [], spec.get("written_dir"), image_key)
+        datasets = {"train": make_dataset(cls, spec["train_files"], tokenizer, config, spec["train_max_samples"], processor)}
         if spec.get("val_files"):
-            datasets["val"] = make_dataset(cls, spec["val_files"], tokenizer, config, spec["val_max_samples"])
+            datasets["val"] = make_dataset(cls, spec["val_files"], tokenizer, config, spec["val_max_samples"], processor)
         sampling = None
         curriculum = False
         if spec.get("sampler"):

@@ -49,6 +49,10 @@ pub fn split_placeholders(
         .iter()
         .map(|m| {
             let Value::String(text) = &m.content else {
+                // Content already in parts (a Python dataset's messages): its image parts.
+                if let Value::Array(parts) = &m.content {
+                    used += parts.iter().filter(|p| is_image_part(p)).count();
+                }
                 return m.clone();
             };
             let mut parts = Vec::new();
@@ -73,6 +77,61 @@ pub fn split_placeholders(
         });
     }
     Ok(out)
+}
+
+/// A content part that stands for an image (`{"type": "image", ...}`).
+fn is_image_part(part: &Value) -> bool {
+    part.get("type").and_then(Value::as_str) == Some("image")
+}
+
+/// A Python dataset's item (verl's `RLHFDataset.__getitem__`): its messages in `prompt_key`
+/// carry their images inline, each an `{"type": "image", "image": <picture>, ...}` part (the
+/// picture as an image cell: the helper writes a PIL image as `{"bytes"}`). Each part's
+/// picture moves, in order, to the item's `image_key` column (what the data files hold) and
+/// the part becomes a bare `{"type": "image"}`. Items without image parts are unchanged.
+pub fn lift_inline_images(
+    row: &mut Map<String, Value>,
+    (prompt_key, image_key): (&str, &str),
+) -> Result<(), String> {
+    let Some(Value::Array(messages)) = row.get_mut(prompt_key) else {
+        return Ok(());
+    };
+    let mut cells = Vec::new();
+    for m in messages.iter_mut() {
+        let Some(Value::Array(parts)) = m.get_mut("content") else {
+            continue;
+        };
+        for part in parts.iter_mut().filter(|p| is_image_part(p)) {
+            let Value::Object(fields) = std::mem::replace(part, json!({"type": "image"})) else {
+                continue;
+            };
+            let cell = match fields.get("image") {
+                Some(inner @ (Value::Object(_) | Value::String(_))) => inner.clone(),
+                // verl's own part keys: the row's `{"bytes", "path"}` spread into the part.
+                _ => Value::Object(
+                    fields
+                        .into_iter()
+                        .filter(|(k, _)| k != "type" && k != "image")
+                        .collect(),
+                ),
+            };
+            cells.push(cell);
+        }
+    }
+    if cells.is_empty() {
+        return Ok(());
+    }
+    if row.get(image_key).is_some_and(|v| match v {
+        Value::Array(a) => !a.is_empty(),
+        v => !v.is_null(),
+    }) {
+        return Err(format!(
+            "the item's messages carry {} image(s) and its `{image_key}` column holds images too: verl's dataset pops the column into the messages",
+            cells.len()
+        ));
+    }
+    row.insert(image_key.to_owned(), Value::Array(cells));
+    Ok(())
 }
 
 /// The prompt's token ids (module docs): `messages` as written in the row (with `<image>`

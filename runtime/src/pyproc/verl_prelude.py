@@ -220,14 +220,30 @@ def config_object(config):
 
 
 def jsonable(v):
-    """A value as JSON: tensors and arrays as lists, mappings and sequences through, non-finite
-    floats and anything else by repr."""
+    """A value as JSON: tensors and arrays as lists, mappings and sequences through, bytes in
+    base64, PIL images as `{"bytes": PNG in base64}`, non-finite floats and anything else by
+    repr."""
     import math
 
     if v is None or isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
         return v if math.isfinite(v) else repr(v)
+    if isinstance(v, (bytes, bytearray)):
+        # As verlc's parquet reader gives binary cells (an image's `bytes`).
+        import base64
+
+        return base64.b64encode(bytes(v)).decode("ascii")
+    pil = sys.modules.get("PIL.Image")
+    if pil is not None and isinstance(v, pil.Image):
+        # A dataset item's picture (verl's messages carry PIL images): losslessly, as an image
+        # cell of verl's data files.
+        import base64
+        import io
+
+        buf = io.BytesIO()
+        v.save(buf, format="PNG")
+        return {"bytes": base64.b64encode(buf.getvalue()).decode("ascii")}
     if isinstance(v, dict):
         return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):

@@ -12,6 +12,7 @@ use tch::Tensor;
 use verlc_spec::data::DataSpec;
 
 use crate::data::python::{PythonData, PythonDataSettings, Split};
+use crate::data::vision_prompt::lift_inline_images;
 use crate::data::{BatchSampler, DatasetOptions, RlDataset, SamplerState, files::SourcedRow};
 use crate::engine::Batch;
 use crate::tokenizer::Tokenizer;
@@ -68,6 +69,17 @@ pub(crate) fn load(
     let mut note = None;
     let (train_rows, val_rows) = on_main(dp, || {
         let (tokenizer_dir, _saved) = tokenizer_dir(tokenizer_path, tokenizer)?;
+        if let (Some(v), Some(_)) = (&opts.vision, &_saved) {
+            // The built-in model's processor beside its tokenizer, as a checkpoint carries it
+            // (verl's dataset needs the processor for items with pictures).
+            v.processor
+                .save(&tokenizer_dir, v.model_dir.as_deref())
+                .map_err(|e| {
+                    TrainerError::Data(crate::data::DataError::Builtin(format!(
+                        "writing the built-in model's processor for the dataset class: {e}"
+                    )))
+                })?;
+        }
         let written = TempDir::new("verlc-rows")?;
         let train_files = readable_files(&d.train_files, &written.path.join("train"))?;
         let val_files = readable_files(&d.val_files, &written.path.join("val"))?;
@@ -82,6 +94,8 @@ pub(crate) fn load(
             config: d.config.clone(),
             train_max_samples: count(d.train_max_samples),
             val_max_samples: count(d.val_max_samples),
+            vision: opts.vision.is_some(),
+            written_dir: Some(written.path.clone()),
         })?;
         note = Some(format!(
             "data: {} ({} training items{}){}; verl's base classes: {}",
@@ -112,13 +126,11 @@ pub(crate) fn load(
     o.prompt_key = RAW_PROMPT.into();
     o.filter_overlong_prompts = false;
     o.max_samples = None;
-    let train = RlDataset::from_rows(check_raw_prompts(train_rows)?, tokenizer, &o)?;
+    let image_key = o.vision.as_ref().map(|v| v.image_key.clone());
+    let prepare = |rows| check_raw_prompts(rows, image_key.as_deref());
+    let train = RlDataset::from_rows(prepare(train_rows)?, tokenizer, &o)?;
     let val = match val_rows {
-        Some(rows) => Some(RlDataset::from_rows(
-            check_raw_prompts(rows)?,
-            tokenizer,
-            &o,
-        )?),
+        Some(rows) => Some(RlDataset::from_rows(prepare(rows)?, tokenizer, &o)?),
         None => None,
     };
     Ok(Loaded {
@@ -154,9 +166,23 @@ fn on_main<T: Serialize + serde::de::DeserializeOwned>(
 }
 
 /// Items without `raw_prompt` are named as such (not as a missing `prompt_key` column).
-fn check_raw_prompts(rows: Vec<SourcedRow>) -> Result<Vec<SourcedRow>, TrainerError> {
+/// Items with their `raw_prompt`; for a vision-language model (`image_key`: its image column)
+/// their inline pictures moved to that column ([`lift_inline_images`]).
+fn check_raw_prompts(
+    mut rows: Vec<SourcedRow>,
+    image_key: Option<&str>,
+) -> Result<Vec<SourcedRow>, TrainerError> {
     let mut problems = crate::data::RowProblems::default();
-    for (source, row, map) in &rows {
+    for (source, row, map) in &mut rows {
+        if let Some(key) = image_key
+            && let Err(msg) = lift_inline_images(map, (RAW_PROMPT, key))
+        {
+            problems.push(crate::data::DataError::Row {
+                file: source.clone(),
+                row: *row,
+                msg,
+            });
+        }
         if !map.contains_key(RAW_PROMPT) {
             problems.push(crate::data::DataError::Row {
                 file: source.clone(),

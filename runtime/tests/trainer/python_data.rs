@@ -135,3 +135,35 @@ fn broken_dataset_classes_are_named_with_their_cause() {
         "{text}"
     );
 }
+
+/// A dataset class for a vision-language model (the tiny Qwen2.5-VL on the pictures task):
+/// its items carry their pictures inside the messages, as verl's RLHFDataset puts them (PIL
+/// images in image parts); they reach the trainer as PNG cells and train exactly as the same
+/// rows read from the data files do (the same pictures through the same processing, the same
+/// prompt ids).
+#[test]
+fn a_dataset_class_with_pictures_trains_as_its_rows_read_as_files() {
+    let dir = scratch("python_dataset_pictures");
+    let files = [
+        "data.train_files='builtin://color_digits?split=train&size=32&stripes=2'",
+        "data.val_files='builtin://color_digits?split=test&size=8&stripes=2'",
+        "data.image_key=images",
+        "data.max_prompt_length=64",
+        "data.max_response_length=3",
+        "actor_rollout_ref.model.path='builtin://tiny?arch=qwen2_5_vl&layers=2&hidden=64&heads=4&kv_heads=2'",
+    ];
+    let path = format!("data.custom_cls.path={}", fixture("pictures_dataset.py"));
+    let run_with = |name: &str, extra: &[&str]| {
+        let mut o = files.to_vec();
+        o.extend_from_slice(extra);
+        let spec = small_grpo(&dir.join(name), 2, &o);
+        run(&spec, &quiet()).expect("run")
+    };
+    let a = run_with(
+        "class",
+        &[path.as_str(), "data.custom_cls.name=PicturesDataset"],
+    );
+    let b = run_with("file", &[]);
+    assert_eq!(a.last_step, 2);
+    assert_eq!(training_metrics(&a.history), training_metrics(&b.history));
+}
