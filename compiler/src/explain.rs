@@ -145,6 +145,128 @@ pub fn explain(cfg: &VerlConfig, model: Option<&ModelDims>) -> Result<Explanatio
     })
 }
 
+/// A trained role whose estimated memory per GPU exceeds the device's.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceShortfall {
+    /// `actor` or `critic`.
+    pub role: &'static str,
+    /// The estimate per rank on the device (bytes) and what the device has.
+    pub need: u64,
+    pub have: u64,
+    /// What the estimate is made of, in words (`params 14.2 GiB, ...`).
+    pub parts: String,
+    /// Overrides that lower the role's memory per GPU, the likeliest first.
+    pub keys: Vec<String>,
+}
+
+impl std::fmt::Display for DeviceShortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the {} needs about {:.1} GiB per GPU ({}; `verlc explain` shows the estimate), and the GPU has {:.1} GiB: to fit, {}",
+            self.role,
+            gib(self.need),
+            self.parts,
+            gib(self.have),
+            self.keys.join(", or ")
+        )
+    }
+}
+
+/// The first trained role (actor, then critic) whose per-rank device estimate in `e` is more
+/// than a GPU of `device_bytes` holds, with the keys of `cfg` that would lower it: offloading
+/// what the role keeps on the GPU, more ranks to shard over (FSDP) or more model parallelism
+/// (Megatron), activation checkpointing and smaller micro-batches where activations weigh,
+/// LoRA. `None` when every role fits (or `e` has no memory estimate).
+pub fn device_shortfall(
+    cfg: &VerlConfig,
+    e: &Explanation,
+    device_bytes: u64,
+) -> Option<DeviceShortfall> {
+    let [actor, _, critic] = Role::all(cfg);
+    [
+        (&actor, e.memory.as_ref()),
+        (&critic, e.critic_memory.as_ref()),
+    ]
+    .into_iter()
+    .find_map(|(role, m)| {
+        let m = m?;
+        let need = m.device.total();
+        (need > device_bytes).then(|| DeviceShortfall {
+            role: role.name,
+            need,
+            have: device_bytes,
+            parts: breakdown_words(&m.device),
+            keys: fitting_keys(cfg, role, &m.device),
+        })
+    })
+}
+
+fn breakdown_words(b: &MemoryBreakdown) -> String {
+    [
+        ("params", b.params_bytes),
+        ("grads", b.grads_bytes),
+        ("optimizer", b.optimizer_bytes),
+        ("activations", b.activations_bytes),
+        ("reference", b.reference_bytes),
+    ]
+    .iter()
+    .filter(|(_, v)| *v > 0)
+    .map(|(k, v)| format!("{k} {:.1} GiB", gib(*v)))
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+/// Overrides that lower `role`'s device memory `d`, as `key=value`.
+fn fitting_keys(cfg: &VerlConfig, role: &Role, d: &MemoryBreakdown) -> Vec<String> {
+    let engine = role.engine_key();
+    let mut keys = Vec::new();
+    let world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node;
+    if role.is_fsdp() {
+        if d.optimizer_bytes > 0 {
+            keys.push(format!("{engine}.optimizer_offload=True"));
+        }
+        if d.params_bytes > 0 {
+            keys.push(format!("{engine}.param_offload=True"));
+        }
+        keys.push(format!(
+            "more GPUs to shard over (trainer.n_gpus_per_node / trainer.nnodes; now {world})"
+        ));
+    } else {
+        let tp = role
+            .megatron
+            .map_or(1, |m| m.tensor_model_parallel_size.max(1));
+        keys.push(format!(
+            "{engine}.tensor_model_parallel_size={} (or pipeline_model_parallel_size)",
+            tp * 2
+        ));
+        for (bytes, name) in [
+            (d.optimizer_bytes, "optimizer_offload"),
+            (d.params_bytes, "param_offload"),
+            (d.grads_bytes, "grad_offload"),
+        ] {
+            if bytes > 0 {
+                keys.push(format!("{engine}.{name}=True"));
+            }
+        }
+    }
+    // Activations that weigh: recompute them, or run smaller micro-batches.
+    if d.activations_bytes * 4 > d.total() {
+        let (on, key) = role.gradient_checkpointing;
+        if !on && !key.is_empty() {
+            keys.push(format!("{key}=True"));
+        }
+        keys.push(format!(
+            "a smaller {}.ppo_micro_batch_size_per_gpu (or use_dynamic_bsz with a lower token budget)",
+            role.prefix
+        ));
+    }
+    if role.name == "actor" && cfg.actor_rollout_ref.model.lora_rank == 0 {
+        keys.push("actor_rollout_ref.model.lora_rank=64 (adapters only)".into());
+    }
+    keys
+}
+
 /// A trained role's batch arithmetic. Data parallel is the world over the role's
 /// model-parallel ranks (Ulysses under FSDP, tensor × pipeline × context under Megatron),
 /// rounded down where a rule reports an inexact split.
@@ -832,6 +954,61 @@ mod tests {
             let m: ModelDims = serde_json::from_str(&text).expect("dims");
             assert_eq!(m.param_count(), total, "{layers} layers");
         }
+    }
+
+    /// A 7B model's GRPO update on one 80 GiB GPU does not fit (bf16 weights, fp32 gradients
+    /// and Adam's state of 7.6B parameters alone are about 100 GiB): the actor is named with
+    /// both numbers and the keys that lower it, offloading first; on 8 GPUs (FSDP shards the
+    /// state 8 ways) it fits, and so it does with the optimizer and weights offloaded.
+    #[test]
+    fn a_run_that_does_not_fit_a_gpu_is_named_with_the_keys_that_fit_it() {
+        let dims: ModelDims = serde_json::from_str(
+            r#"{"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
+            "intermediate_size": 18944, "tie_word_embeddings": false}"#,
+        )
+        .expect("dims");
+        let base = [
+            "algorithm.adv_estimator=grpo",
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+            "data.max_prompt_length=512",
+            "data.max_response_length=512",
+        ];
+        let gpu = 80 * (1u64 << 30);
+        let on = |extra: &[&str]| {
+            let mut o = base.to_vec();
+            o.extend_from_slice(extra);
+            let c = cfg(&o);
+            let e = explain(&c, Some(&dims)).expect("fits u64");
+            device_shortfall(&c, &e, gpu)
+        };
+        let one = on(&["trainer.n_gpus_per_node=1"]).expect("a 7B update does not fit one GPU");
+        assert_eq!(one.role, "actor");
+        assert!(one.need > one.have && one.have == gpu);
+        assert_eq!(
+            one.keys[0],
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"
+        );
+        assert!(one.keys.iter().any(|k| k.contains("param_offload=True")));
+        assert!(one.keys.iter().any(|k| k.contains("lora_rank")));
+        let text = one.to_string();
+        assert!(
+            text.contains("GiB per GPU") && text.contains("80.0 GiB"),
+            "{text}"
+        );
+        assert!(on(&["trainer.n_gpus_per_node=8"]).is_none());
+        assert!(
+            on(&[
+                "trainer.n_gpus_per_node=1",
+                "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+                "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+            ])
+            .is_none()
+        );
     }
 
     /// Gemma 2's 2B, 9B and 27B as their config.json describe them (four norms a layer,

@@ -487,6 +487,20 @@ fn run<S: Strategy, P: Precision>(
         }
         .map_err(|e| Exit::Failed(e.to_string()))?;
     }
+    if cuda && !launched && matches!(spec, Workload::Rl(_)) {
+        // The per-rank estimate `verlc explain` prints against the node's smallest GPU.
+        let local = env
+            .as_ref()
+            .map_or(spec_world.n_gpus_per_node, |e| e.local_world_size);
+        match crate::trainer::gpu_memory::smallest_device_bytes(local) {
+            Ok(bytes) => check_device_memory(embedded, &info, &args.overrides, bytes)?,
+            Err(why) => {
+                eprintln!(
+                    "note: the run's memory estimate was not checked against the GPUs ({why})"
+                )
+            }
+        }
+    }
     if cuda {
         let local = env
             .as_ref()
@@ -551,6 +565,29 @@ fn run<S: Strategy, P: Precision>(
         Workload::Sft(sft) => train_sft::<S, P>(sft, &ctx),
     }
     .map_err(|e| Exit::Failed(format!("rank {}: {e}", ctx.dist.rank)))
+}
+
+/// Refuses a run whose trained roles `verlc explain` estimates at more memory per rank than a
+/// GPU of `device_bytes` has, naming both numbers and the keys that would lower it. The
+/// estimate needs the model's `config.json` (a run without one is not checked).
+fn check_device_memory(
+    embedded: &str,
+    info: &BuildInfo,
+    overrides: &[String],
+    device_bytes: u64,
+) -> Result<(), Exit> {
+    let req = embedded_request(embedded, info, overrides)?;
+    let checked = verlc::check::check(&req, &CheckOptions::default());
+    let (Some(cfg), Some(dims)) = (checked.config.as_ref(), checked.model.as_ref()) else {
+        return Ok(());
+    };
+    let Ok(e) = verlc::explain::explain(cfg, Some(dims)) else {
+        return Ok(());
+    };
+    match verlc::explain::device_shortfall(cfg, &e, device_bytes) {
+        Some(short) => Err(Exit::Failed(format!("{short}; nothing was run"))),
+        None => Ok(()),
+    }
 }
 
 fn banner(info: &BuildInfo, b: &Binding) -> String {
@@ -802,6 +839,58 @@ fn embedded_name(info: &BuildInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A GPU run's embedded config with a 7B model's `config.json`: refused on one 80 GiB GPU
+    /// with the estimate, the GPU's memory and the keys that lower it; accepted once the
+    /// overrides offload the optimizer and weights; a run whose model has no `config.json` to
+    /// estimate from (a built-in model) is not refused.
+    #[test]
+    fn a_gpu_run_over_the_devices_memory_is_refused_with_what_fits_it() {
+        let dir = std::env::temp_dir().join(format!("verlc-gpu-fit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("config.json"),
+            r#"{"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
+            "intermediate_size": 18944, "tie_word_embeddings": false}"#,
+        )
+        .unwrap();
+        let embedded = format!(
+            "algorithm:\n  adv_estimator: grpo\ndata:\n  train_batch_size: 8\n  max_prompt_length: 512\n  max_response_length: 512\n\
+             actor_rollout_ref:\n  model:\n    path: {}\n  actor:\n    ppo_mini_batch_size: 8\n    ppo_micro_batch_size_per_gpu: 1\n\
+             \x20 rollout:\n    name: vllm\n    log_prob_micro_batch_size_per_gpu: 1\n  ref:\n    log_prob_micro_batch_size_per_gpu: 1\n\
+             trainer:\n  device: cuda\n  n_gpus_per_node: 1\n",
+            dir.display()
+        );
+        let info = BuildInfo {
+            verlc_version: "test",
+            config_hash: "",
+            source: "gpu.yaml",
+            spec: "",
+            bound_keys: "",
+            verl_release: "0.7.0",
+            verl_tree: "",
+        };
+        let gpu = 80 * (1u64 << 30);
+        let Err(Exit::Failed(msg)) = check_device_memory(&embedded, &info, &[], gpu) else {
+            panic!("a 7B update fits one 80 GiB GPU?");
+        };
+        eprintln!("{msg}");
+        assert!(
+            msg.contains("the actor needs about")
+                && msg.contains("the GPU has 80.0 GiB")
+                && msg.contains("optimizer_offload=True"),
+            "{msg}"
+        );
+        let offloaded = [
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True".to_owned(),
+            "actor_rollout_ref.actor.fsdp_config.param_offload=True".to_owned(),
+        ];
+        assert!(check_device_memory(&embedded, &info, &offloaded, gpu).is_ok());
+        let builtin = ["actor_rollout_ref.model.path=builtin://tiny".to_owned()];
+        assert!(check_device_memory(&embedded, &info, &builtin, 1).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn markers_carry_their_kinds() {

@@ -18,6 +18,7 @@ pub mod agent;
 pub mod background;
 pub mod checkpoint;
 mod fit;
+pub mod gpu_memory;
 pub mod metrics;
 pub mod parallel;
 pub mod preflight;
