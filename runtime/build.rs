@@ -1,5 +1,7 @@
-//! Builds the C++ shim (`csrc/shim.cpp`) against the libtorch that torch-sys found, and gives
-//! this package's tests, examples and benches an rpath to it.
+//! Builds the C++ shim (`csrc/`: one C header per concern, each implemented by the `.cpp` of
+//! its name) against the libtorch that torch-sys found, checks `src/ffi.rs` against those
+//! headers (`build_support/ffi_check.rs`), and gives this package's tests, examples and
+//! benches an rpath to libtorch.
 //!
 //! libtorch comes from torch-sys (`DEP_TCH_LIBTORCH_LIB`, set by `LIBTORCH_USE_PYTORCH=1` or
 //! `LIBTORCH`); see `scripts/cargo-env`. Gloo headers come from `/usr/include/gloo`
@@ -9,13 +11,30 @@
 use std::env;
 use std::path::{Path, PathBuf};
 
+#[path = "build_support/ffi_check.rs"]
+mod ffi_check;
+
+/// The shim's C ABI files, compiled as one translation unit (each includes ATen, whose headers
+/// are most of a file's compile time); `gloo_pacing.cpp` (no ATen) compiles beside it.
+const SHIM_SOURCES: [&str; 8] = [
+    "errors.cpp",
+    "store.cpp",
+    "process_group.cpp",
+    "collectives.cpp",
+    "storage.cpp",
+    "optimizer.cpp",
+    "autograd.cpp",
+    "kernel_calls.cpp",
+];
+
 fn main() {
-    println!("cargo:rerun-if-changed=csrc/shim.cpp");
-    println!("cargo:rerun-if-changed=csrc/gloo_pacing.cpp");
-    println!("cargo:rerun-if-changed=csrc/kernels.h");
-    println!("cargo:rerun-if-changed=csrc/gated_delta_rule.cpp");
-    println!("cargo:rerun-if-changed=csrc/causal_conv.cpp");
-    println!("cargo:rerun-if-changed=csrc/gated_norm.cpp");
+    println!("cargo:rerun-if-changed=csrc");
+    println!("cargo:rerun-if-changed=src/ffi.rs");
+    println!("cargo:rerun-if-changed=build_support/ffi_check.rs");
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    if let Err(problems) = ffi_check::check(&manifest) {
+        panic!("src/ffi.rs does not match the shim's C headers (csrc/*.h):\n{problems}");
+    }
     println!("cargo:rerun-if-env-changed=GLOO_INCLUDE");
     println!("cargo:rerun-if-env-changed=VERLC_CUDA_INCLUDE");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -72,7 +91,6 @@ fn main() {
     // headers take most of a file's compile time (three files alone: 71 s of CPU on a 2-core
     // EPYC, as one: 32 s). It compiles beside the shim, on the other core.
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
-    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let unity = out.join("verlc_kernels.cpp");
     let sources = ["gated_delta_rule.cpp", "causal_conv.cpp", "gated_norm.cpp"];
     let text: String = sources
@@ -90,7 +108,13 @@ fn main() {
     let cache = ShimCache::new(&out, &manifest, &include, &lib, cuda, &abi);
     if !cache.as_ref().is_some_and(|c| c.restore(&out)) {
         let kernels = std::thread::spawn(move || kernels.compile("verlc_kernels"));
-        build.file("csrc/shim.cpp");
+        let shim = out.join("verlc_shim.cpp");
+        let text: String = SHIM_SOURCES
+            .iter()
+            .map(|f| format!("#include \"{}\"\n", manifest.join("csrc").join(f).display()))
+            .collect();
+        std::fs::write(&shim, text).expect("write the shim's translation unit");
+        build.file(&shim).include(manifest.join("csrc"));
         build.file("csrc/gloo_pacing.cpp");
         build.cargo_metadata(false).compile("verlc_shim");
         if kernels.join().is_err() {

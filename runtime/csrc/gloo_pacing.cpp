@@ -27,6 +27,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "gloo_pacing.h"
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>

@@ -1,4 +1,8 @@
-//! Raw declarations of `csrc/shim.cpp`. Safe wrappers live in `dist` and `ops`.
+//! Raw declarations of the shim's C ABI: one header per concern in `csrc/` (`errors.h`,
+//! `store.h`, `process_group.h`, `collectives.h`, `storage.h`, `optimizer.h`, `autograd.h`,
+//! `kernel_calls.h`, `gloo_pacing.h`), which `build.rs` checks these declarations against
+//! (`build_support/ffi_check.rs`). Safe wrappers live in `dist` and `ops`; no other module
+//! calls these.
 //!
 //! Every `*mut c_char` return is NULL on success or a malloc'd error message that
 //! [`take_error`] turns into a `String` and frees.
@@ -273,3 +277,7 @@ pub unsafe fn take_tensor(p: TensorPtr) -> tch::Tensor {
 pub fn tptrs<'a, I: IntoIterator<Item = &'a tch::Tensor>>(ts: I) -> Vec<TensorPtr> {
     ts.into_iter().map(tptr).collect()
 }
+
+#[cfg(test)]
+#[path = "../build_support/ffi_check.rs"]
+mod ffi_check;
