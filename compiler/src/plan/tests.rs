@@ -2364,22 +2364,25 @@ fn all_linear_lora_on_a_gated_deltanet_model_is_refused() {
     }
 }
 
+/// The build's model problems (messages) of `yaml` with the policy at `model` and `extra`.
+fn model_messages(yaml: &str, model: &str, extra: &[&str]) -> Vec<String> {
+    let env = verlc_hub::HubEnv::from_env();
+    let mut overrides = vec![model];
+    overrides.extend_from_slice(extra);
+    let c = case(yaml, &overrides);
+    models::model_problems(&c.lowered.plan.spec, &env)
+        .into_iter()
+        .map(|p| p.message)
+        .collect()
+}
+
 /// gpt-oss trains on the FSDP engine and on Megatron with whole experts, with the built-in
 /// rollout; Megatron's split experts and context parallelism, and vLLM on CPU (which verlc
 /// has not run it on), are refused at build.
 #[test]
 fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
-    let env = verlc_hub::HubEnv::from_env();
     let model = "actor_rollout_ref.model.path='builtin://tiny?arch=gpt_oss&hidden=128&heads=4'";
-    let problems = |yaml: &str, extra: &[&str]| -> Vec<String> {
-        let mut overrides = vec![model];
-        overrides.extend_from_slice(extra);
-        let c = case(yaml, &overrides);
-        models::model_problems(&c.lowered.plan.spec, &env)
-            .into_iter()
-            .map(|p| p.message)
-            .collect()
-    };
+    let problems = |yaml: &str, extra: &[&str]| model_messages(yaml, model, extra);
     assert!(problems(BASE, &[]).is_empty(), "{:?}", problems(BASE, &[]));
     // Megatron: whole experts only (Megatron's default splits them over TP), no context
     // parallelism.
@@ -2425,17 +2428,8 @@ fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
 /// parallelism and not sent to vLLM on CPU, trained otherwise.
 #[test]
 fn gemma2_is_refused_where_its_capped_attention_is_not_computed() {
-    let env = verlc_hub::HubEnv::from_env();
     let model = "actor_rollout_ref.model.path='builtin://tiny?arch=gemma2&hidden=128&heads=4'";
-    let problems = |yaml: &str, extra: &[&str]| -> Vec<String> {
-        let mut overrides = vec![model];
-        overrides.extend_from_slice(extra);
-        let c = case(yaml, &overrides);
-        models::model_problems(&c.lowered.plan.spec, &env)
-            .into_iter()
-            .map(|p| p.message)
-            .collect()
-    };
+    let problems = |yaml: &str, extra: &[&str]| model_messages(yaml, model, extra);
     assert!(problems(BASE, &[]).is_empty(), "{:?}", problems(BASE, &[]));
     let tp2 = problems(
         &megatron_fp32(),
