@@ -1308,8 +1308,9 @@ rank_test!(fsdp_ulysses_matches_single_engine, 2, |pg| {
 // Under Ulysses over both ranks, layers that are not plain attention on a share of their
 // heads: a Qwen3.5 model (three Gated DeltaNet layers, one gated attention layer), whose
 // DeltaNet layer runs whole sequences on half of its key and value heads (its projections
-// exchanged like attention's heads), and a gpt-oss model, whose sliding-window layer and full
-// layer attend with their heads' own sink logits; training follows the single engine.
+// exchanged like attention's heads), a gpt-oss model, whose sliding-window layer and full
+// layer attend with their heads' own sink logits, and a Gemma 2 model (soft-capped scores on
+// each rank's heads, the norms around attention and MLP); training follows the single engine.
 rank_test!(
     fsdp_ulysses_runs_deltanet_and_sink_layers_on_a_share_of_heads,
     2,
@@ -1317,6 +1318,7 @@ rank_test!(
         for model in [
             "builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5",
             "builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=gpt_oss&window=4",
+            "builtin://tiny?layers=2&hidden=32&heads=2&kv_heads=2&arch=gemma2&window=4",
         ] {
             let e = fsdp_packed_matches_padded(&pg, model, 2, &ragged_batch());
             assert_eq!((e.dp_size(), e.data_group().size()), (1, 1));
