@@ -120,7 +120,7 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
     let dir = oracle::models();
     // Both models' engines and inputs first, then PEFT on both in one process.
     let mut cases = Vec::new();
-    for arch in ["qwen2", "llama", "qwen3_moe", "gpt_oss"] {
+    for arch in ["qwen2", "llama", "qwen3_moe", "gpt_oss", "gemma2"] {
         let base = dir.join(arch);
         let scratch = oracle::scratch(&format!("lora-{arch}"));
         let e = engine(&base);
