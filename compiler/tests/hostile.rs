@@ -543,3 +543,62 @@ fn migrated_overrides_paste_into_a_shell_as_the_same_arguments() {
         "actor_rollout_ref.rollout.update_weights_bucket_megabytes"
     );
 }
+
+/// `verlc explain --gpu-memory` says whether each trained role's per-rank estimate fits a GPU
+/// of that size: a 7B model's GRPO update on one 80 GiB GPU does not, and the answer names the
+/// keys that would fit it (in the JSON report too); offloaded it fits; a size that is no
+/// number of GiB is a usage error.
+#[test]
+fn explain_says_whether_a_run_fits_a_gpu() {
+    let dir = scratch();
+    let model = dir.path().join("qwen2-7b");
+    std::fs::create_dir_all(&model).unwrap();
+    write(
+        &model,
+        "config.json",
+        r#"{"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
+        "intermediate_size": 18944, "tie_word_embeddings": false}"#,
+    );
+    let path = format!("actor_rollout_ref.model.path={}", model.display());
+    let qs = write(dir.path(), "quickstart.yaml", &quickstart())
+        .display()
+        .to_string();
+    let base = [
+        "explain",
+        qs.as_str(),
+        path.as_str(),
+        "trainer.device=cuda",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "--gpu-memory",
+        "80",
+    ];
+    let r = verlc(dir.path(), &base, &[]);
+    assert_eq!(r.status, Some(0), "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("GPU of 80 GiB: does not fit: the actor needs about")
+            && r.stdout.contains("optimizer_offload=True"),
+        "{}",
+        r.stdout
+    );
+    let mut json = base.to_vec();
+    json.extend(["--format", "json"]);
+    let r = verlc(dir.path(), &json, &[]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("json");
+    assert_eq!(v["gpu_shortfall"]["role"], "actor");
+    assert!(v["gpu_shortfall"]["need"].as_u64() > v["gpu_shortfall"]["have"].as_u64());
+    let mut offloaded = base.to_vec();
+    offloaded.extend([
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+    ]);
+    let r = verlc(dir.path(), &offloaded, &[]);
+    assert!(r.stdout.contains("GPU of 80 GiB: fits"), "{}", r.stdout);
+    let mut bad = base.to_vec();
+    bad.pop();
+    bad.push("0");
+    let r = verlc(dir.path(), &bad, &[]);
+    assert_eq!(r.status, Some(2), "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("--gpu-memory"), "{}", r.stderr);
+}

@@ -181,6 +181,11 @@ pub struct ExplainArgs {
     pub intermediate_size: Option<u64>,
     #[arg(long)]
     pub vocab_size: Option<u64>,
+    /// The memory of one GPU in GiB (80 for an A100/H100 80GB): says whether each trained
+    /// role's per-rank estimate fits it, and what would make it fit (the trainer checks the
+    /// same at start on the GPUs it finds).
+    #[arg(long, value_name = "GIB")]
+    pub gpu_memory: Option<f64>,
 }
 
 #[derive(Args, Debug)]

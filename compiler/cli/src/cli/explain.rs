@@ -66,12 +66,38 @@ pub fn run(a: ExplainArgs) -> u8 {
             return EXIT_ERRORS;
         }
     };
-    print_explanation(
-        &checked,
-        json,
-        serde_json::to_value(&e).unwrap_or_default(),
-        human(&e),
-    )
+    let mut value = serde_json::to_value(&e).unwrap_or_default();
+    let mut text = human(&e);
+    if let Some(size) = a.gpu_memory {
+        if !(size.is_finite() && size > 0.0) {
+            return usage_error(
+                json,
+                &format!("--gpu-memory must be a positive number of GiB, got {size}"),
+            );
+        }
+        let bytes = (size * (1u64 << 30) as f64) as u64;
+        let fit = if e.memory.is_none() {
+            "no memory estimate without the model's config.json".to_owned()
+        } else {
+            match verlc::explain::device_shortfall(cfg, &e, bytes) {
+                Some(short) => {
+                    if let Some(m) = value.as_object_mut() {
+                        m.insert(
+                            "gpu_shortfall".into(),
+                            serde_json::to_value(&short).unwrap_or_default(),
+                        );
+                    }
+                    format!("does not fit: {short}")
+                }
+                None => format!("fits (every trained role's estimate is at most {size} GiB)"),
+            }
+        };
+        if let Some(m) = value.as_object_mut() {
+            m.insert("gpu_memory_gib".into(), size.into());
+        }
+        let _ = writeln!(text, "\nGPU of {size} GiB: {fit}");
+    }
+    print_explanation(&checked, json, value, text)
 }
 
 /// The arithmetic of an SFT config (verl's SFT trainer).
