@@ -164,8 +164,9 @@ pub struct FamilyRow {
     /// The output projection's bias is the config's `attention_out_bias` (Seed-OSS), apart
     /// from the q/k/v projections' `attention_bias`.
     pub attention_out_bias: bool,
-    /// The config's `sliding_window`, unless null, limits every layer's attention (Mistral);
-    /// the others apply it only under `use_sliding_window`.
+    /// The config's `sliding_window`, unless null, limits every layer's attention (Mistral
+    /// 7B v0.1's 4,096; Mistral-Nemo's is null); the others apply it only under
+    /// `use_sliding_window`, which verlc refuses.
     pub sliding_window_unless_null: bool,
     /// The layers `layer_types` names `sliding_attention` attend within the config's
     /// `sliding_window` (each query the keys less than that many positions before it).

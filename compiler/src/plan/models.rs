@@ -321,10 +321,11 @@ fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
         return None;
     }
     let path = spec.actor.model_path.as_str();
+    let windowed = model_config_of(path, env).is_some_and(|c| windows_every_layer(&c));
     if let Some(row) = model_type_of(path, env)
         .as_deref()
         .and_then(verlc_spec::families::of_checkpoint)
-        .filter(|r| r.eager_attention() || r.expert_style.biased())
+        .filter(|r| r.eager_attention() || r.expert_style.biased() || windowed)
     {
         return Some(format!(
             "verlc has not verified vLLM's serving of {} models (`{path}`: attention sinks, sliding windows, soft-capped scores, biased experts) against its trainer; generate with the built-in rollout (`actor_rollout_ref.rollout.name=verlc`)",
@@ -382,8 +383,15 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
             },
             _ => ExpertLayout::default(),
         };
-        let layout = |name: &str, model_type: &str, linear_heads: Option<(i64, i64)>| {
-            layout_problem(name, model_type, megatron, (ulysses, linear_heads), experts)
+        let layout = |name: &str, model_type: &str, linear_heads: Option<(i64, i64)>, windowed| {
+            layout_problem(
+                name,
+                model_type,
+                megatron,
+                (ulysses, linear_heads),
+                experts,
+                windowed,
+            )
         };
         // A layout the family cannot train in, else what a vision-language model cannot do,
         // else adapters verlc cannot place as PEFT does.
@@ -392,16 +400,23 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                 .or_else(|| lora_problem(spec, key, path, model_type))
         };
         let why = match locate(path, None, env) {
-            Ok(ModelLocation::Builtin) => builtin_model_type(path)
-                .and_then(|a| layout(path, &a, builtin_linear_heads(path)).or_else(|| vision(&a))),
+            Ok(ModelLocation::Builtin) => builtin_model_type(path).and_then(|a| {
+                layout(path, &a, builtin_linear_heads(path), false).or_else(|| vision(&a))
+            }),
             Err(_) => None,
             Ok(loc) => loc.dir().and_then(|dir| {
                 decoder_problem(dir).or_else(|| {
                     let cfg = read_config(dir).ok()?;
                     let model_type = cfg.get("model_type").and_then(Value::as_str)?;
-                    layout(&dir.display().to_string(), model_type, linear_heads(&cfg))
-                        .or_else(|| vision(model_type))
-                        .or_else(|| deepstack_problem(spec, key, &cfg))
+                    let windowed = windows_every_layer(&cfg);
+                    layout(
+                        &dir.display().to_string(),
+                        model_type,
+                        linear_heads(&cfg),
+                        windowed,
+                    )
+                    .or_else(|| vision(model_type))
+                    .or_else(|| deepstack_problem(spec, key, &cfg))
                 })
             }),
         };
@@ -410,6 +425,24 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
         }
     }
     out
+}
+
+/// The `config.json` of a checkpoint at `path`, when it is at hand (not for `builtin://`).
+fn model_config_of(path: &str, env: &HubEnv) -> Option<Value> {
+    match locate(path, None, env) {
+        Ok(ModelLocation::Builtin) | Err(_) => None,
+        Ok(loc) => loc.dir().and_then(|dir| read_config(dir).ok()),
+    }
+}
+
+/// Whether a checkpoint's config windows every layer's attention: its family applies the
+/// config's `sliding_window` unless null (Mistral), and one is set.
+fn windows_every_layer(cfg: &Value) -> bool {
+    cfg.get("model_type")
+        .and_then(Value::as_str)
+        .and_then(verlc_spec::families::of_checkpoint)
+        .is_some_and(|r| r.sliding_window_unless_null)
+        && cfg.get("sliding_window").is_some_and(|w| !w.is_null())
 }
 
 /// The `model_type` of the model at `path` (a `builtin://` model's family, a checkpoint's
@@ -541,21 +574,22 @@ fn role_engine<'a>(
 
 /// Why a model of `model_type` cannot train in this layout (the Megatron strategy with its
 /// `(expert parallel, expert tensor parallel, tensor parallel)` degrees, Ulysses of degree
-/// `ulysses`, which splits a Gated DeltaNet's `(key, value)` heads `linear_heads`), if it
-/// cannot.
+/// `ulysses`, which splits a Gated DeltaNet's `(key, value)` heads `linear_heads`; `windowed`:
+/// its config windows every layer's attention), if it cannot.
 fn layout_problem(
     model: &str,
     model_type: &str,
     megatron: bool,
     (ulysses, linear_heads): (usize, Option<(i64, i64)>),
     x: ExpertLayout,
+    windowed: bool,
 ) -> Option<String> {
     let linear = has_linear_attention(model_type);
     if let Some(row) = verlc_spec::families::of_checkpoint(model_type).filter(|_| megatron) {
         // Sinks and windows take a rank's queries to be the last of its keys (not so under
         // context parallelism); a biased expert's down-projection bias is added whole, so
         // each expert stays whole on a tensor rank.
-        let why = if x.cp > 1 && row.eager_attention() {
+        let why = if x.cp > 1 && (row.eager_attention() || windowed) {
             Some(format!("context parallel {}", x.cp))
         } else if row.expert_style.biased() && x.tp > 1 && x.etp.unwrap_or(x.tp) > 1 {
             Some(format!(

@@ -2459,3 +2459,46 @@ fn gemma2_is_refused_where_its_capped_attention_is_not_computed() {
         "{vllm:?}"
     );
 }
+
+/// A Mistral whose config sets a `sliding_window` attends within it in every layer: refused
+/// under Megatron's context parallelism (and vLLM on CPU), as windowed families are; one with
+/// a null window (Mistral-Nemo) is not.
+#[test]
+fn a_windowed_mistral_is_refused_where_windows_are_not_computed() {
+    let dir = std::env::temp_dir().join(format!("verlc-plan-mistral-{}", std::process::id()));
+    let write = |name: &str, window: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        std::fs::write(
+            d.join("config.json"),
+            format!(
+                r#"{{"model_type": "mistral", "hidden_size": 128, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                    "head_dim": 32, "sliding_window": {window}}}"#
+            ),
+        )
+        .expect("config");
+        format!("actor_rollout_ref.model.path={}", d.display())
+    };
+    let cp = [
+        "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+        "trainer.n_gpus_per_node=2",
+    ];
+    let windowed = write("windowed", "4096");
+    let refused = model_messages(&megatron_fp32(), &windowed, &cp);
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("Mistral model") && m.contains("context parallel 2")),
+        "{refused:?}"
+    );
+    let vllm = model_messages(BASE, &windowed, &["actor_rollout_ref.rollout.name=vllm"]);
+    assert!(
+        vllm.iter().any(|m| m.contains("vLLM's serving of Mistral")),
+        "{vllm:?}"
+    );
+    let nemo = write("nemo", "null");
+    let fine = model_messages(&megatron_fp32(), &nemo, &cp);
+    assert!(fine.is_empty(), "{fine:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

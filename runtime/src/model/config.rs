@@ -431,15 +431,12 @@ impl ModelConfig {
     /// Checks that the family supports this configuration.
     pub fn validate(&self) -> Result<(), String> {
         let arch = self.arch()?;
-        if let Some(w) = self
-            .extra
-            .get("sliding_window")
-            .and_then(Value::as_i64)
-            .filter(|w| arch.row().sliding_window_unless_null && *w < self.max_position_embeddings)
+        if arch.row().sliding_window_unless_null
+            && let Some(w) = self.extra.get("sliding_window").filter(|w| !w.is_null())
+            && w.as_i64().is_none_or(|w| w <= 0)
         {
             return Err(format!(
-                "sliding_window = {w} limits attention to a window shorter than max_position_embeddings ({}), which is not supported (a null sliding_window is)",
-                self.max_position_embeddings
+                "sliding_window must be a positive integer or null, got {w}"
             ));
         }
         if super::layers::Activation::of(&self.hidden_act).is_none() {
@@ -675,9 +672,14 @@ impl ModelConfig {
 
     /// How many keys back layer `layer`'s queries see (`Some(w)`: the keys less than `w`
     /// positions before the query, itself included), where the family's row gives its
-    /// `sliding_attention` layers a window; `None`: every earlier key.
+    /// `sliding_attention` layers a window, or every layer the config's `sliding_window`
+    /// (Mistral's row); `None`: every earlier key.
     pub fn attention_window(&self, layer: usize) -> Option<i64> {
         let row = self.arch().ok()?.row();
+        if row.sliding_window_unless_null {
+            // Every layer, whenever the config sets one (Mistral 7B v0.1's 4,096).
+            return self.extra.get("sliding_window").and_then(Value::as_i64);
+        }
         let sliding = self.linear.layer_types.get(layer)? == "sliding_attention";
         (row.sliding_layers && sliding)
             .then(|| self.extra.get("sliding_window").and_then(Value::as_i64))
@@ -733,7 +735,9 @@ impl ModelConfig {
         experts_split: bool,
     ) -> Option<&'static str> {
         let row = self.arch().ok()?.row();
-        if context_parallel && row.eager_attention() {
+        let windowed =
+            (0..self.num_hidden_layers.max(0) as usize).any(|l| self.attention_window(l).is_some());
+        if context_parallel && (row.eager_attention() || windowed) {
             Some("attention sinks, sliding windows or soft-capped scores under context parallelism")
         } else if experts_split && row.expert_style.biased() {
             Some("biased experts split over tensor-parallel ranks (expert tensor parallel > 1)")

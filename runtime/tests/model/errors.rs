@@ -125,31 +125,39 @@ fn unsupported_architecture_names_config() {
     assert!(e.contains("config.json"), "{e}");
 }
 
-/// A Mistral whose `sliding_window` is shorter than its positions would attend over a window
-/// the decoder does not implement: refused at load, naming the key. A window that covers every
-/// position, and Qwen2's window that only `use_sliding_window` turns on, change nothing.
+/// A Mistral's `sliding_window` windows every layer (its logits against transformers':
+/// `parity.rs`, the `mistral_window` checkpoint); one that is no positive integer is refused at
+/// load, naming the key. Qwen2's window, which only `use_sliding_window` turns on, changes
+/// nothing.
 #[test]
-fn a_sliding_window_shorter_than_the_positions_is_refused() {
-    let set = |arch: &str, name: &str, window: i64| {
+fn a_sliding_window_loads_and_a_bad_one_is_refused() {
+    let set = |arch: &str, name: &str, window: serde_json::Value| {
         let dir = copy_dir(&oracle::models().join(arch), name);
         let cfg_path = dir.join("config.json");
         let mut cfg: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
-        cfg["sliding_window"] = window.into();
+        cfg["sliding_window"] = window;
         std::fs::write(&cfg_path, cfg.to_string()).unwrap();
         dir
     };
-    let e = load_err(&set("mistral", "window", 16));
+    let e = load_err(&set("mistral", "bad_window", serde_json::json!(0)));
     assert!(
-        e.contains("sliding_window = 16") && e.contains("max_position_embeddings (128)"),
+        e.contains("sliding_window must be a positive integer"),
         "{e}"
     );
     for dir in [
-        set("mistral", "wide_window", 128),
-        set("qwen2", "gated_window", 16),
+        set("mistral", "window", 16.into()),
+        set("qwen2", "gated_window", 16.into()),
     ] {
-        from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0)
+        let m = from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let windowed = m.config.attention_window(0);
+        assert_eq!(
+            windowed.is_some(),
+            dir.ends_with("window"),
+            "{}",
+            dir.display()
+        );
     }
 }
 

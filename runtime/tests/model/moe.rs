@@ -32,6 +32,7 @@ fn every_parameter_gradient_matches_transformers() {
         "qwen3",
         "llama",
         "mistral",
+        "mistral_window",
         "gemma",
         "gemma2",
         "seed_oss",

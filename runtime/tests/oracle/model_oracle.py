@@ -103,6 +103,19 @@ def arch_configs():
             ),
             None,
         ),
+        # Mistral 7B v0.1's kind: every layer within a sliding window (4 positions, which the
+        # batches outgrow).
+        "mistral_window": (
+            MistralConfig(
+                **common,
+                num_key_value_heads=2,
+                head_dim=32,
+                rope_theta=1e6,
+                sliding_window=4,
+                tie_word_embeddings=False,
+            ),
+            None,
+        ),
         # Gemma: (1 + w) norms, embeddings scaled by sqrt(hidden), tanh-GELU gates, one KV head,
         # a head wider than hidden / heads, tied embeddings.
         "gemma": (

@@ -236,9 +236,10 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
 }
 
 /// Checkpoints with logits references.
-pub const ARCHS: [&str; 10] = [
+pub const ARCHS: [&str; 11] = [
     "llama",
     "mistral",
+    "mistral_window",
     "gemma",
     "gemma2",
     "seed_oss",
@@ -249,9 +250,10 @@ pub const ARCHS: [&str; 10] = [
     "gpt_oss",
 ];
 /// Checkpoints with greedy-generation references.
-pub const GEN_ARCHS: [&str; 9] = [
+pub const GEN_ARCHS: [&str; 10] = [
     "llama",
     "mistral",
+    "mistral_window",
     "gemma",
     "gemma2",
     "seed_oss",
