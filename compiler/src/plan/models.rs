@@ -435,14 +435,20 @@ fn model_config_of(path: &str, env: &HubEnv) -> Option<Value> {
     }
 }
 
-/// Whether a checkpoint's config windows every layer's attention: its family applies the
-/// config's `sliding_window` unless null (Mistral), and one is set.
+/// Whether a checkpoint's config windows its attention where the family's row does not
+/// always: a Mistral with a `sliding_window` set (every layer), a Qwen2/Qwen3 with
+/// `use_sliding_window` (the layers from `max_window_layers` on).
 fn windows_every_layer(cfg: &Value) -> bool {
-    cfg.get("model_type")
+    let Some(row) = cfg
+        .get("model_type")
         .and_then(Value::as_str)
         .and_then(verlc_spec::families::of_checkpoint)
-        .is_some_and(|r| r.sliding_window_unless_null)
-        && cfg.get("sliding_window").is_some_and(|w| !w.is_null())
+    else {
+        return false;
+    };
+    let set = |key: &str| cfg.get(key).is_some_and(|w| !w.is_null() && *w != false);
+    (row.sliding_window_unless_null && set("sliding_window"))
+        || (row.max_window_layers && set("use_sliding_window"))
 }
 
 /// The `model_type` of the model at `path` (a `builtin://` model's family, a checkpoint's
@@ -882,6 +888,13 @@ fn decoder_problem(dir: &Path) -> Option<String> {
     // The MLP's activation, as the loader reads it (a vision-language model's text keys may
     // sit in `text_config`; absent: the family's config class default, else SiLU).
     let text = cfg.get("text_config").unwrap_or(&cfg);
+    if !row.max_window_layers && text.get("use_sliding_window") == Some(&Value::Bool(true)) {
+        return Some(format!(
+            "{} sets use_sliding_window: verlc windows the attention of Qwen2 and Qwen3 checkpoints that set it, not of {} ones",
+            file.display(),
+            row.name
+        ));
+    }
     let key = row.activation_key;
     let act = match text
         .get(key)

@@ -2462,7 +2462,7 @@ fn gemma2_is_refused_where_its_capped_attention_is_not_computed() {
 
 /// A Mistral whose config sets a `sliding_window` attends within it in every layer: refused
 /// under Megatron's context parallelism (and vLLM on CPU), as windowed families are; one with
-/// a null window (Mistral-Nemo) is not.
+/// a null window (Mistral-Nemo) is not. Likewise a Qwen2 under `use_sliding_window`.
 #[test]
 fn a_windowed_mistral_is_refused_where_windows_are_not_computed() {
     let dir = std::env::temp_dir().join(format!("verlc-plan-mistral-{}", std::process::id()));
@@ -2500,5 +2500,33 @@ fn a_windowed_mistral_is_refused_where_windows_are_not_computed() {
     let nemo = write("nemo", "null");
     let fine = model_messages(&megatron_fp32(), &nemo, &cp);
     assert!(fine.is_empty(), "{fine:?}");
+    // `use_sliding_window`: Qwen2 windows its later layers (refused under CP like the
+    // others), a Qwen3-MoE's config class does not, refused at the model's key.
+    let with_window = |name: &str, model_type: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        std::fs::write(
+            d.join("config.json"),
+            format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 128, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                    "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 1}}"#
+            ),
+        )
+        .expect("config");
+        format!("actor_rollout_ref.model.path={}", d.display())
+    };
+    let qwen2 = model_messages(&megatron_fp32(), &with_window("qwen2", "qwen2"), &cp);
+    assert!(
+        qwen2.iter().any(|m| m.contains("context parallel 2")),
+        "{qwen2:?}"
+    );
+    assert!(model_messages(BASE, &with_window("qwen2b", "qwen2"), &[]).is_empty());
+    let moe = model_messages(BASE, &with_window("moe", "qwen3_moe"), &[]);
+    assert!(
+        moe.iter().any(|m| m.contains("sets use_sliding_window")),
+        "{moe:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -309,7 +309,8 @@ impl ModelConfig {
         Ok(cfg)
     }
 
-    /// Fills in what transformers' config classes default: Qwen3-VL-MoE's expert sizes, and
+    /// Fills in what transformers' config classes default: Qwen3-VL-MoE's expert sizes, the
+    /// windowed layers of a Qwen2/Qwen3 under `use_sliding_window`, and
     /// for Qwen3.5's families (text or image-text) `rope_parameters`' `rope_theta` and
     /// `partial_rotary_factor` and the keys a Qwen3.5 text config leaves out. Other families
     /// are returned unchanged.
@@ -333,6 +334,27 @@ impl ModelConfig {
             let m = &mut self.moe;
             m.norm_topk_prob = true;
             fill_absent([(&mut m.moe_intermediate_size, self.intermediate_size)]);
+        }
+        if arch.is_some_and(|a| a.row().max_window_layers)
+            && self.use_sliding_window
+            && self.linear.layer_types.is_empty()
+        {
+            // The config class's default: the layers from `max_window_layers` (28) on.
+            let from = self
+                .extra
+                .get("max_window_layers")
+                .and_then(Value::as_i64)
+                .unwrap_or(28);
+            self.linear.layer_types = (0..self.num_hidden_layers.max(0))
+                .map(|i| {
+                    if i >= from {
+                        "sliding_attention"
+                    } else {
+                        "full_attention"
+                    }
+                    .to_owned()
+                })
+                .collect();
         }
         if arch.is_some_and(|a| a.row().sliding_layers) && self.linear.layer_types.is_empty() {
             // The config class's default: sliding-window layers first, alternating.
@@ -453,8 +475,11 @@ impl ModelConfig {
                 self.hidden_act
             ));
         }
-        if self.use_sliding_window {
-            return Err("use_sliding_window = true is not supported".to_owned());
+        if self.use_sliding_window && !arch.row().max_window_layers {
+            return Err(format!(
+                "use_sliding_window = true is not supported for model_type `{}`",
+                self.model_type
+            ));
         }
         if arch.row().sliding_layers {
             self.validate_sliding_layers()?;
@@ -679,6 +704,16 @@ impl ModelConfig {
         if row.sliding_window_unless_null {
             // Every layer, whenever the config sets one (Mistral 7B v0.1's 4,096).
             return self.extra.get("sliding_window").and_then(Value::as_i64);
+        }
+        if row.max_window_layers {
+            // Only under `use_sliding_window` (the class then defaults the window to 4,096).
+            let sliding = self.linear.layer_types.get(layer)? == "sliding_attention";
+            return (self.use_sliding_window && sliding).then(|| {
+                self.extra
+                    .get("sliding_window")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(4096)
+            });
         }
         let sliding = self.linear.layer_types.get(layer)? == "sliding_attention";
         (row.sliding_layers && sliding)

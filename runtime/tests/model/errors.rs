@@ -159,6 +159,28 @@ fn a_sliding_window_loads_and_a_bad_one_is_refused() {
             dir.display()
         );
     }
+    // `use_sliding_window` windows Qwen2's layers from `max_window_layers` on (parity:
+    // `qwen2_window`); a family whose config class does not is refused naming the key.
+    let on = |arch: &str, name: &str| {
+        let dir = copy_dir(&oracle::models().join(arch), name);
+        let cfg_path = dir.join("config.json");
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+        cfg["use_sliding_window"] = true.into();
+        cfg["sliding_window"] = 16.into();
+        cfg["max_window_layers"] = 1.into();
+        cfg.as_object_mut().unwrap().remove("layer_types");
+        std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+        dir
+    };
+    let qwen2 = on("qwen2", "qwen2_on");
+    let m = from_pretrained(qwen2.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
+    assert_eq!(
+        (m.config.attention_window(0), m.config.attention_window(1)),
+        (None, Some(16))
+    );
+    let e = load_err(&on("qwen3_moe", "moe_on"));
+    assert!(e.contains("use_sliding_window"), "{e}");
 }
 
 /// A `config.json` that leaves keys out is read with its family's config class defaults, as

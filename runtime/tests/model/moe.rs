@@ -29,6 +29,7 @@ fn every_parameter_gradient_matches_transformers() {
     let archs = [
         "qwen3_moe",
         "qwen2",
+        "qwen2_window",
         "qwen3",
         "llama",
         "mistral",

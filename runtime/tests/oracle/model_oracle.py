@@ -174,6 +174,20 @@ def arch_configs():
             ),
             None,
         ),
+        # Qwen2 under use_sliding_window: the layers from max_window_layers (1) on attend within
+        # a window of 4 positions, layer 0 over all.
+        "qwen2_window": (
+            Qwen2Config(
+                **{**common, "num_hidden_layers": 3},
+                num_key_value_heads=2,
+                rope_theta=1e6,
+                use_sliding_window=True,
+                sliding_window=4,
+                max_window_layers=1,
+                tie_word_embeddings=True,
+            ),
+            None,
+        ),
         # Dynamic NTK scaling only acts beyond max_position_embeddings (8 < 12 positions here).
         "llama_dynamic": (
             LlamaConfig(

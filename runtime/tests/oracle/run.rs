@@ -236,7 +236,7 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
 }
 
 /// Checkpoints with logits references.
-pub const ARCHS: [&str; 11] = [
+pub const ARCHS: [&str; 12] = [
     "llama",
     "mistral",
     "mistral_window",
@@ -244,13 +244,14 @@ pub const ARCHS: [&str; 11] = [
     "gemma2",
     "seed_oss",
     "qwen2",
+    "qwen2_window",
     "qwen3",
     "llama_dynamic",
     "qwen3_moe",
     "gpt_oss",
 ];
 /// Checkpoints with greedy-generation references.
-pub const GEN_ARCHS: [&str; 10] = [
+pub const GEN_ARCHS: [&str; 11] = [
     "llama",
     "mistral",
     "mistral_window",
@@ -258,6 +259,7 @@ pub const GEN_ARCHS: [&str; 10] = [
     "gemma2",
     "seed_oss",
     "qwen2",
+    "qwen2_window",
     "qwen3",
     "qwen3_moe",
     "gpt_oss",
