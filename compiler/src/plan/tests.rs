@@ -2383,7 +2383,6 @@ fn model_messages(yaml: &str, model: &str, extra: &[&str]) -> Vec<String> {
 fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
     let model = "actor_rollout_ref.model.path='builtin://tiny?arch=gpt_oss&hidden=128&heads=4'";
     let problems = |yaml: &str, extra: &[&str]| model_messages(yaml, model, extra);
-    assert!(problems(BASE, &[]).is_empty(), "{:?}", problems(BASE, &[]));
     // Megatron: whole experts only (Megatron's default splits them over TP), no context
     // parallelism.
     let tp2 = [
@@ -2404,6 +2403,14 @@ fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
         .collect();
     let whole = problems(&megatron_fp32(), &whole);
     assert!(whole.is_empty(), "{whole:?}");
+    assert_full_attention_refusals(model, "gpt-oss");
+}
+
+/// `model`, a tiny family whose attention runs in full, trains on FSDP and is refused under
+/// Megatron's context parallelism and with vLLM on CPU, each naming `family`.
+fn assert_full_attention_refusals(model: &str, family: &str) {
+    let problems = |yaml: &str, extra: &[&str]| model_messages(yaml, model, extra);
+    assert!(problems(BASE, &[]).is_empty(), "{:?}", problems(BASE, &[]));
     let cp = problems(
         &megatron_fp32(),
         &[
@@ -2412,14 +2419,14 @@ fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
         ],
     );
     assert!(
-        cp.iter()
-            .any(|m| m.contains("context parallel 2 is not implemented")),
+        cp.iter().any(|m| m.contains(&format!("{family} model"))
+            && m.contains("context parallel 2 is not implemented")),
         "{cp:?}"
     );
     let vllm = problems(BASE, &["actor_rollout_ref.rollout.name=vllm"]);
     assert!(
         vllm.iter()
-            .any(|m| m.contains("not verified vLLM's serving of gpt-oss")),
+            .any(|m| m.contains(&format!("not verified vLLM's serving of {family}"))),
         "{vllm:?}"
     );
 }
@@ -2429,35 +2436,16 @@ fn gpt_oss_is_refused_where_its_layers_are_not_computed() {
 #[test]
 fn gemma2_is_refused_where_its_capped_attention_is_not_computed() {
     let model = "actor_rollout_ref.model.path='builtin://tiny?arch=gemma2&hidden=128&heads=4'";
-    let problems = |yaml: &str, extra: &[&str]| model_messages(yaml, model, extra);
-    assert!(problems(BASE, &[]).is_empty(), "{:?}", problems(BASE, &[]));
-    let tp2 = problems(
+    let tp2 = model_messages(
         &megatron_fp32(),
+        model,
         &[
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
             "trainer.n_gpus_per_node=2",
         ],
     );
     assert!(tp2.is_empty(), "{tp2:?}");
-    let cp = problems(
-        &megatron_fp32(),
-        &[
-            "actor_rollout_ref.actor.megatron.context_parallel_size=2",
-            "trainer.n_gpus_per_node=2",
-        ],
-    );
-    assert!(
-        cp.iter()
-            .any(|m| m.contains("Gemma 2 model")
-                && m.contains("context parallel 2 is not implemented")),
-        "{cp:?}"
-    );
-    let vllm = problems(BASE, &["actor_rollout_ref.rollout.name=vllm"]);
-    assert!(
-        vllm.iter()
-            .any(|m| m.contains("not verified vLLM's serving of Gemma 2")),
-        "{vllm:?}"
-    );
+    assert_full_attention_refusals(model, "Gemma 2");
 }
 
 /// A Mistral whose config sets a `sliding_window` attends within it in every layer: refused
@@ -2466,15 +2454,16 @@ fn gemma2_is_refused_where_its_capped_attention_is_not_computed() {
 #[test]
 fn a_windowed_mistral_is_refused_where_windows_are_not_computed() {
     let dir = std::env::temp_dir().join(format!("verlc-plan-mistral-{}", std::process::id()));
-    let write = |name: &str, window: &str| {
+    // A checkpoint directory whose config.json is a small decoder of `model_type` with `keys`.
+    let write = |name: &str, model_type: &str, keys: &str| {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).expect("temp dir");
         std::fs::write(
             d.join("config.json"),
             format!(
-                r#"{{"model_type": "mistral", "hidden_size": 128, "num_hidden_layers": 2,
+                r#"{{"model_type": "{model_type}", "hidden_size": 128, "num_hidden_layers": 2,
                     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
-                    "head_dim": 32, "sliding_window": {window}}}"#
+                    "head_dim": 32, {keys}}}"#
             ),
         )
         .expect("config");
@@ -2484,7 +2473,7 @@ fn a_windowed_mistral_is_refused_where_windows_are_not_computed() {
         "actor_rollout_ref.actor.megatron.context_parallel_size=2",
         "trainer.n_gpus_per_node=2",
     ];
-    let windowed = write("windowed", "4096");
+    let windowed = write("windowed", "mistral", r#""sliding_window": 4096"#);
     let refused = model_messages(&megatron_fp32(), &windowed, &cp);
     assert!(
         refused
@@ -2497,33 +2486,21 @@ fn a_windowed_mistral_is_refused_where_windows_are_not_computed() {
         vllm.iter().any(|m| m.contains("vLLM's serving of Mistral")),
         "{vllm:?}"
     );
-    let nemo = write("nemo", "null");
+    let nemo = write("nemo", "mistral", r#""sliding_window": null"#);
     let fine = model_messages(&megatron_fp32(), &nemo, &cp);
     assert!(fine.is_empty(), "{fine:?}");
     // `use_sliding_window`: Qwen2 windows its later layers (refused under CP like the
     // others), a Qwen3-MoE's config class does not, refused at the model's key.
-    let with_window = |name: &str, model_type: &str| {
-        let d = dir.join(name);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        std::fs::write(
-            d.join("config.json"),
-            format!(
-                r#"{{"model_type": "{model_type}", "hidden_size": 128, "num_hidden_layers": 2,
-                    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
-                    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-                    "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 1}}"#
-            ),
-        )
-        .expect("config");
-        format!("actor_rollout_ref.model.path={}", d.display())
-    };
-    let qwen2 = model_messages(&megatron_fp32(), &with_window("qwen2", "qwen2"), &cp);
+    let on = r#""use_sliding_window": true, "sliding_window": 64, "max_window_layers": 1,
+        "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32"#;
+    let qwen2 = write("qwen2", "qwen2", on);
+    let refused = model_messages(&megatron_fp32(), &qwen2, &cp);
     assert!(
-        qwen2.iter().any(|m| m.contains("context parallel 2")),
-        "{qwen2:?}"
+        refused.iter().any(|m| m.contains("context parallel 2")),
+        "{refused:?}"
     );
-    assert!(model_messages(BASE, &with_window("qwen2b", "qwen2"), &[]).is_empty());
-    let moe = model_messages(BASE, &with_window("moe", "qwen3_moe"), &[]);
+    assert!(model_messages(BASE, &qwen2, &[]).is_empty());
+    let moe = model_messages(BASE, &write("moe", "qwen3_moe", on), &[]);
     assert!(
         moe.iter().any(|m| m.contains("sets use_sliding_window")),
         "{moe:?}"
