@@ -487,20 +487,6 @@ fn run<S: Strategy, P: Precision>(
         }
         .map_err(|e| Exit::Failed(e.to_string()))?;
     }
-    if cuda && !launched && matches!(spec, Workload::Rl(_)) {
-        // The per-rank estimate `verlc explain` prints against the node's smallest GPU.
-        let local = env
-            .as_ref()
-            .map_or(spec_world.n_gpus_per_node, |e| e.local_world_size);
-        match crate::trainer::gpu_memory::smallest_device_bytes(local) {
-            Ok(bytes) => check_device_memory(embedded, &info, &args.overrides, bytes)?,
-            Err(why) => {
-                eprintln!(
-                    "note: the run's memory estimate was not checked against the GPUs ({why})"
-                )
-            }
-        }
-    }
     if cuda {
         let local = env
             .as_ref()
@@ -511,6 +497,15 @@ fn run<S: Strategy, P: Precision>(
                 "trainer.device=cuda with {local} rank(s) on this node, but libtorch sees {found} CUDA device(s); \
                  run on a machine with {local} GPU(s), or build a CPU trainer (`verlc build … trainer.device=cpu`)"
             )));
+        }
+        if !launched && matches!(spec, Workload::Rl(_)) {
+            // The per-rank estimate `verlc explain` prints against the node's smallest GPU.
+            match crate::trainer::gpu_memory::smallest_device_bytes(local) {
+                Ok(bytes) => check_device_memory(embedded, &info, &args.overrides, bytes)?,
+                Err(why) => eprintln!(
+                    "note: the run's memory estimate was not checked against the GPUs ({why})"
+                ),
+            }
         }
     }
     let dist = match env {

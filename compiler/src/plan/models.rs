@@ -321,8 +321,21 @@ fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
         return None;
     }
     let path = spec.actor.model_path.as_str();
-    let windowed = model_config_of(path, env).is_some_and(|c| windows_every_layer(&c));
-    if let Some(row) = model_type_of(path, env)
+    // One read of the checkpoint's config for its family and its windows.
+    let (model_type, windowed) = match locate(path, None, env) {
+        Ok(ModelLocation::Builtin) => (builtin_model_type(path), false),
+        Err(_) => (None, false),
+        Ok(loc) => match loc.dir().and_then(|dir| read_config(dir).ok()) {
+            Some(c) => (
+                c.get("model_type")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                config_windows_attention(&c),
+            ),
+            None => (None, false),
+        },
+    };
+    if let Some(row) = model_type
         .as_deref()
         .and_then(verlc_spec::families::of_checkpoint)
         .filter(|r| r.eager_attention() || r.expert_style.biased() || windowed)
@@ -408,7 +421,7 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                 decoder_problem(dir).or_else(|| {
                     let cfg = read_config(dir).ok()?;
                     let model_type = cfg.get("model_type").and_then(Value::as_str)?;
-                    let windowed = windows_every_layer(&cfg);
+                    let windowed = config_windows_attention(&cfg);
                     layout(
                         &dir.display().to_string(),
                         model_type,
@@ -427,18 +440,10 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
     out
 }
 
-/// The `config.json` of a checkpoint at `path`, when it is at hand (not for `builtin://`).
-fn model_config_of(path: &str, env: &HubEnv) -> Option<Value> {
-    match locate(path, None, env) {
-        Ok(ModelLocation::Builtin) | Err(_) => None,
-        Ok(loc) => loc.dir().and_then(|dir| read_config(dir).ok()),
-    }
-}
-
 /// Whether a checkpoint's config windows its attention where the family's row does not
 /// always: a Mistral with a `sliding_window` set (every layer), a Qwen2/Qwen3 with
 /// `use_sliding_window` (the layers from `max_window_layers` on).
-fn windows_every_layer(cfg: &Value) -> bool {
+fn config_windows_attention(cfg: &Value) -> bool {
     let Some(row) = cfg
         .get("model_type")
         .and_then(Value::as_str)
@@ -447,8 +452,11 @@ fn windows_every_layer(cfg: &Value) -> bool {
         return false;
     };
     let set = |key: &str| cfg.get(key).is_some_and(|w| !w.is_null() && *w != false);
+    // Under `use_sliding_window` an absent window is the class's 4,096, a null one none.
     (row.sliding_window_unless_null && set("sliding_window"))
-        || (row.max_window_layers && set("use_sliding_window"))
+        || (row.max_window_layers
+            && set("use_sliding_window")
+            && cfg.get("sliding_window") != Some(&Value::Null))
 }
 
 /// The `model_type` of the model at `path` (a `builtin://` model's family, a checkpoint's
@@ -581,7 +589,7 @@ fn role_engine<'a>(
 /// Why a model of `model_type` cannot train in this layout (the Megatron strategy with its
 /// `(expert parallel, expert tensor parallel, tensor parallel)` degrees, Ulysses of degree
 /// `ulysses`, which splits a Gated DeltaNet's `(key, value)` heads `linear_heads`; `windowed`:
-/// its config windows every layer's attention), if it cannot.
+/// its config windows its attention, [`config_windows_attention`]), if it cannot.
 fn layout_problem(
     model: &str,
     model_type: &str,
@@ -785,6 +793,41 @@ fn expert_layout_problem(x: ExpertLayout) -> Option<String> {
     None
 }
 
+/// The dropouts a model's `config.json` sets to nonzero values, with `overrides` (its
+/// `override_config`) over it and the family's config class defaults filling absent keys, which
+/// may be nonzero (Seed-OSS's 0.1).
+pub fn dropouts_set(
+    cfg: &Value,
+    overrides: &serde_json::Map<String, Value>,
+) -> Vec<(&'static str, f64)> {
+    let row = cfg
+        .get("model_type")
+        .and_then(Value::as_str)
+        .and_then(verlc_spec::families::of_checkpoint);
+    verlc_spec::families::DROPOUT_KEYS
+        .iter()
+        .filter_map(|k| {
+            let p = match overrides.get(*k).or_else(|| cfg.get(*k)) {
+                Some(v) => v.as_f64()?,
+                None => match row.and_then(|r| r.config_default(k))? {
+                    verlc_spec::families::ConfigValue::Float(p) => p,
+                    _ => return None,
+                },
+            };
+            (p != 0.0).then_some((*k, p))
+        })
+        .collect()
+}
+
+/// [`dropouts_set`] of the checkpoint in `dir` (read through the bounded loader), without
+/// overrides; none where its `config.json` cannot be read.
+pub fn checkpoint_dropouts(dir: &Path) -> Vec<(&'static str, f64)> {
+    read_config(dir).map_or_else(
+        |_| Vec::new(),
+        |cfg| dropouts_set(&cfg, &serde_json::Map::new()),
+    )
+}
+
 /// A model that trains, with the key naming it, the `config.json` keys the run overrides and
 /// the key under which it overrides them (`None`: verlc applies no overrides there).
 pub type TrainedModel<'a> = (
@@ -809,23 +852,7 @@ pub fn dropout_problems(models: &[TrainedModel<'_>], env: &HubEnv) -> Vec<ModelP
         let Some(cfg) = dir.and_then(|d| read_config(&d).ok()) else {
             continue;
         };
-        let row = cfg
-            .get("model_type")
-            .and_then(Value::as_str)
-            .and_then(verlc_spec::families::of_checkpoint);
-        let set: Vec<(&str, f64)> = verlc_spec::families::DROPOUT_KEYS
-            .iter()
-            .filter_map(|k| {
-                let p = match overrides.get(*k).or_else(|| cfg.get(*k)) {
-                    Some(v) => v.as_f64()?,
-                    None => match row.and_then(|r| r.config_default(k))? {
-                        verlc_spec::families::ConfigValue::Float(p) => p,
-                        _ => return None,
-                    },
-                };
-                (p != 0.0).then_some((*k, p))
-            })
-            .collect();
+        let set = dropouts_set(&cfg, overrides);
         if set.is_empty() {
             continue;
         }

@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::binding::{self, Dtype, OffloadFlags, StrategyKind as S};
@@ -1702,6 +1702,27 @@ fn model_config_overrides_lower_for_the_keys_the_loader_applies() {
     );
 }
 
+/// `dir/name` holding the `config.json` of a small decoder of `model_type`, with `keys` (more
+/// JSON members, `"k": v, ...`) added.
+fn small_checkpoint(dir: &Path, name: &str, model_type: &str, keys: &str) -> PathBuf {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    let extra = if keys.is_empty() {
+        String::new()
+    } else {
+        format!(", {keys}")
+    };
+    std::fs::write(
+        d.join("config.json"),
+        format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300{extra}}}"#
+        ),
+    )
+    .expect("config");
+    d
+}
+
 /// A trained model whose config sets a dropout (Seed-OSS's config class defaults both to 0.1)
 /// is refused at its key, as a checkpoint and as smoke's stand-in of it, with the override
 /// that turns it off in the help; with that override (which lowers without B018) nothing is
@@ -1709,20 +1730,10 @@ fn model_config_overrides_lower_for_the_keys_the_loader_applies() {
 #[test]
 fn dropout_in_a_trained_model_is_refused_until_overridden_to_zero() {
     let dir = std::env::temp_dir().join(format!("verlc-plan-dropout-{}", std::process::id()));
-    let cfg = |name: &str, model_type: &str| {
-        let d = dir.join(name);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        std::fs::write(
-            d.join("config.json"),
-            format!(
-                r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_hidden_layers": 2,
-                    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300}}"#
-            ),
-        )
-        .expect("config");
-        d
-    };
-    let (seed, gemma) = (cfg("seed", "seed_oss"), cfg("gemma", "gemma"));
+    let (seed, gemma) = (
+        small_checkpoint(&dir, "seed", "seed_oss", ""),
+        small_checkpoint(&dir, "gemma", "gemma", ""),
+    );
     let env = verlc_hub::HubEnv::from_env();
     let off = [
         "+actor_rollout_ref.model.override_config.attention_dropout=0.0",
@@ -2454,19 +2465,8 @@ fn gemma2_is_refused_where_its_capped_attention_is_not_computed() {
 #[test]
 fn a_windowed_mistral_is_refused_where_windows_are_not_computed() {
     let dir = std::env::temp_dir().join(format!("verlc-plan-mistral-{}", std::process::id()));
-    // A checkpoint directory whose config.json is a small decoder of `model_type` with `keys`.
     let write = |name: &str, model_type: &str, keys: &str| {
-        let d = dir.join(name);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        std::fs::write(
-            d.join("config.json"),
-            format!(
-                r#"{{"model_type": "{model_type}", "hidden_size": 128, "num_hidden_layers": 2,
-                    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
-                    "head_dim": 32, {keys}}}"#
-            ),
-        )
-        .expect("config");
+        let d = small_checkpoint(&dir, name, model_type, keys);
         format!("actor_rollout_ref.model.path={}", d.display())
     };
     let cp = [

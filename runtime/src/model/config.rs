@@ -178,6 +178,20 @@ fn fill_family_defaults(raw: &mut Value) {
     }
 }
 
+/// `layer_types` of `layers` attention layers, `sliding_attention` where `sliding(i)`.
+fn attention_types(layers: i64, sliding: impl Fn(i64) -> bool) -> Vec<String> {
+    (0..layers.max(0))
+        .map(|i| {
+            if sliding(i) {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+            .to_owned()
+        })
+        .collect()
+}
+
 /// Each size the config left out (0, serde's default) set to its default.
 fn fill_absent<const N: usize>(sizes: [(&mut i64, i64); N]) {
     for (v, default) in sizes {
@@ -345,29 +359,11 @@ impl ModelConfig {
                 .get("max_window_layers")
                 .and_then(Value::as_i64)
                 .unwrap_or(28);
-            self.linear.layer_types = (0..self.num_hidden_layers.max(0))
-                .map(|i| {
-                    if i >= from {
-                        "sliding_attention"
-                    } else {
-                        "full_attention"
-                    }
-                    .to_owned()
-                })
-                .collect();
+            self.linear.layer_types = attention_types(self.num_hidden_layers, |i| i >= from);
         }
         if arch.is_some_and(|a| a.row().sliding_layers) && self.linear.layer_types.is_empty() {
             // The config class's default: sliding-window layers first, alternating.
-            self.linear.layer_types = (0..self.num_hidden_layers.max(0))
-                .map(|i| {
-                    if i % 2 == 0 {
-                        "sliding_attention"
-                    } else {
-                        "full_attention"
-                    }
-                    .to_owned()
-                })
-                .collect();
+            self.linear.layer_types = attention_types(self.num_hidden_layers, |i| i % 2 == 0);
         }
         if !arch.is_some_and(Arch::is_qwen3_5) {
             return Ok(self);
@@ -705,20 +701,16 @@ impl ModelConfig {
             // Every layer, whenever the config sets one (Mistral 7B v0.1's 4,096).
             return self.extra.get("sliding_window").and_then(Value::as_i64);
         }
-        if row.max_window_layers {
-            // Only under `use_sliding_window` (the class then defaults the window to 4,096).
-            let sliding = self.linear.layer_types.get(layer)? == "sliding_attention";
-            return (self.use_sliding_window && sliding).then(|| {
-                self.extra
-                    .get("sliding_window")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(4096)
-            });
-        }
+        // The `sliding_attention` layers: always where the row says so, under
+        // `use_sliding_window` for Qwen2/Qwen3. An absent window is their class's 4,096 (the
+        // other rows' defaults fill theirs in); a null one windows nothing.
+        let windowed = row.sliding_layers || (row.max_window_layers && self.use_sliding_window);
         let sliding = self.linear.layer_types.get(layer)? == "sliding_attention";
-        (row.sliding_layers && sliding)
-            .then(|| self.extra.get("sliding_window").and_then(Value::as_i64))
-            .flatten()
+        let window = match self.extra.get("sliding_window") {
+            None => Some(4096),
+            Some(w) => w.as_i64(),
+        };
+        window.filter(|_| windowed && sliding)
     }
 
     /// The cap of a soft-capping family's `key` (`attn_logit_softcapping`,

@@ -68,8 +68,8 @@ pub(crate) fn load(
     let mut helper = None;
     let mut note = None;
     let (train_rows, val_rows) = on_main(dp, || {
-        let (tokenizer_dir, _saved) = tokenizer_dir(tokenizer_path, tokenizer)?;
-        if let (Some(v), Some(_)) = (&opts.vision, &_saved) {
+        let (tokenizer_dir, saved) = tokenizer_dir(tokenizer_path, tokenizer)?;
+        if let (Some(v), Some(_)) = (&opts.vision, &saved) {
             // The built-in model's processor beside its tokenizer, as a checkpoint carries it
             // (verl's dataset needs the processor for items with pictures).
             v.processor
@@ -165,9 +165,10 @@ fn on_main<T: Serialize + serde::de::DeserializeOwned>(
     }
 }
 
-/// Items without `raw_prompt` are named as such (not as a missing `prompt_key` column).
-/// Items with their `raw_prompt`; for a vision-language model (`image_key`: its image column)
-/// their inline pictures moved to that column ([`lift_inline_images`]).
+/// A Python dataset's items, each checked for its `raw_prompt` (an item without one is named
+/// as such, not as a missing `prompt_key` column) and, for a vision-language model
+/// (`image_key`: its image column), with its inline pictures moved to that column
+/// ([`lift_inline_images`]).
 fn check_raw_prompts(
     mut rows: Vec<SourcedRow>,
     image_key: Option<&str>,

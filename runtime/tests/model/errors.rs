@@ -179,6 +179,15 @@ fn a_sliding_window_loads_and_a_bad_one_is_refused() {
         (m.config.attention_window(0), m.config.attention_window(1)),
         (None, Some(16))
     );
+    // A null window windows nothing, as the class reads it.
+    let null = on("qwen2", "qwen2_null");
+    let cfg_path = null.join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["sliding_window"] = serde_json::Value::Null;
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let m = from_pretrained(null.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
+    assert_eq!(m.config.attention_window(1), None);
     let e = load_err(&on("qwen3_moe", "moe_on"));
     assert!(e.contains("use_sliding_window"), "{e}");
 }

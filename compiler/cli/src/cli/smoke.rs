@@ -205,7 +205,7 @@ fn substitutions(
                 }
                 let shown = dir.display().to_string();
                 if let Some(base) = trained_override_config(path_key) {
-                    for key in dropouts_of(&dir) {
+                    for (key, _) in verlc::plan::models::checkpoint_dropouts(&dir) {
                         p.add(&format!("{base}.{key}"), "0.0", DROPOUT);
                     }
                 }
@@ -520,36 +520,6 @@ fn trained_override_config(path_key: &str) -> Option<&'static str> {
         "model.path" | "model.partial_pretrain" => Some("model.override_config"),
         _ => None,
     }
-}
-
-/// The dropout keys the model in `dir` sets to a nonzero value (its `config.json`, or its
-/// family's config class default where the file leaves one out).
-fn dropouts_of(dir: &Path) -> Vec<&'static str> {
-    use verlc_spec::families::{ConfigValue, DROPOUT_KEYS, of_checkpoint};
-    let Some(cfg) = std::fs::read_to_string(dir.join("config.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-    else {
-        return Vec::new();
-    };
-    let row = cfg
-        .get("model_type")
-        .and_then(serde_json::Value::as_str)
-        .and_then(of_checkpoint);
-    DROPOUT_KEYS
-        .iter()
-        .copied()
-        .filter(|k| {
-            let p = match cfg.get(*k) {
-                Some(v) => v.as_f64(),
-                None => match row.and_then(|r| r.config_default(k)) {
-                    Some(ConfigValue::Float(p)) => Some(p),
-                    _ => None,
-                },
-            };
-            p.is_some_and(|p| p != 0.0)
-        })
-        .collect()
 }
 
 /// The override that makes `s` (a key the tree has, or one it adds): a value that is more than a word, a
