@@ -11,7 +11,7 @@ TREE_ROOT is the unpacked release (its `verl/` package) or a checkout of verl's 
 `--dir` derives another config directory of it the same way (an example's `config/`, for the
 test fixtures) instead of `verl/trainer/config`. OUT_DIR is replaced. The output is
 deterministic, so the committed tree can be compared with a fresh run
-(compiler/tests/release_tables.rs); compiler/build.rs embeds it (compiler/src/config/builtin.rs).
+(cli/tests/release_tables.rs); front/build.rs embeds it (front/src/config/builtin.rs).
 """
 import os
 import re

@@ -6,20 +6,20 @@ generates (`verl/trainer/config/_generated_*.yaml`) and of each trainer composed
 A key's types come from the dataclass verl converts its section into (the section's
 `_target_`, its field's annotation: `Optional[int]` is an integer or null), else from verl's
 default (a boolean, a number, a string, a list, a map; a null default says nothing, and a key
-nothing types is "any"; compiler/src/load/leaf_types.rs lists the type names). verlc's
+nothing types is "any"; front/src/load/leaf_types.rs lists the type names). verlc's
 checker reads the table for the keys of a release it does not model key by key (see
-compiler/src/check.rs): their values are checked by type instead of passing through.
+front/src/check.rs): their values are checked by type instead of passing through.
 
     release_leaves.py TREE_ROOT VERSION OUT.json [--sft | --legacy-sft]
 
 TREE_ROOT is the unpacked release (its `verl/` package). With `--sft` the table is that of
 verl's SFT trainer instead: `sft_trainer_engine` composed with each option of its `engine`
-group (and the `optim` option of the same name): `compiler/releases/verl-<release>.sft.json`.
+group (and the `optim` option of the same name): `front/releases/verl-<release>.sft.json`.
 With `--legacy-sft` it is that of verl 0.7.0's legacy `fsdp_sft_trainer` (config `sft_trainer`),
 plus the `data` keys its datasets read with `config.get` that the config does not list (a user
-adds them with `+data.<key>=...`): `compiler/releases/verl-0.7.0.legacy_sft.json`. The output is deterministic (sorted
+adds them with `+data.<key>=...`): `front/releases/verl-0.7.0.legacy_sft.json`. The output is deterministic (sorted
 keys), so the committed tables can be compared with a fresh run
-(compiler/tests/release_tables.rs).
+(cli/tests/release_tables.rs).
 """
 import ast
 import json

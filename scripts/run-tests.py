@@ -43,8 +43,8 @@ EXPECTED = {
     "model": 56,
     "build_trainer": 52,
     "verl_releases": 31,
-    # verlc-front's unit tests (the `verlc` binary's are instant).
-    "verlc": 29,
+    # verlc-front's unit tests.
+    "verlc_front": 29,
     "release_tables": 28,
     "hostile": 24,
     "cache_layout": 22,

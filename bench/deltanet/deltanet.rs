@@ -7,10 +7,10 @@
 //! Usage: deltanet [--steps N] [--warmup N] [--threads N] [--bf16]
 use std::time::Instant;
 
-use runtime::model::decoder::{Mixer, Model};
-use runtime::model::{LinearAttentionConfig, ModelSource};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::decoder::{Mixer, Model};
+use verlc_runtime::model::{LinearAttentionConfig, ModelSource};
 
 #[path = "../cli.rs"]
 mod cli;
@@ -25,7 +25,7 @@ fn main() {
     let (steps, warmup, threads) = (arg("--steps", 5), arg("--warmup", 2), arg("--threads", 2));
     tch::set_num_threads(threads as i32);
     // As a verlc trainer runs (the peer is a default PyTorch process; see bench/train_step).
-    runtime::host_alloc::keep_freed_memory();
+    verlc_runtime::host_alloc::keep_freed_memory();
     let mut cfg = ModelSource::parse("builtin://tiny?arch=qwen3_5&layers=1")
         .and_then(|s| s.config())
         .expect("config");
@@ -46,7 +46,7 @@ fn main() {
     };
     let mut vs = VarStore::new(Device::Cpu);
     let model = Model::new(&cfg, &vs.root() / "model").expect("model");
-    runtime::model::init::init_weights(&vs, &cfg, 0).expect("init");
+    verlc_runtime::model::init::init_weights(&vs, &cfg, 0).expect("init");
     if kind == Kind::BFloat16 {
         vs.bfloat16();
     }

@@ -8,7 +8,7 @@
 //! Usage: grpo_export MODEL_URI DATA_URI OUT_DIR
 use std::io::Write;
 
-use runtime::builtin_uri::BuiltinUri;
+use verlc_runtime::builtin_uri::BuiltinUri;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -23,21 +23,21 @@ fn main() -> Result<(), Error> {
     };
     let out = std::path::Path::new(out);
     std::fs::create_dir_all(out)?;
-    let config = runtime::model::builtin::config(&uri(model)?)?;
+    let config = verlc_runtime::model::builtin::config(&uri(model)?)?;
     std::fs::write(
         out.join("config.json"),
         serde_json::to_string_pretty(&config)?,
     )?;
     std::fs::write(
         out.join("tokenizer.json"),
-        serde_json::to_string(&runtime::tokenizer::builtin::tokenizer_json())?,
+        serde_json::to_string(&verlc_runtime::tokenizer::builtin::tokenizer_json())?,
     )?;
     std::fs::write(
         out.join("tokenizer_config.json"),
-        serde_json::to_string_pretty(&runtime::tokenizer::builtin::tokenizer_config_json())?,
+        serde_json::to_string_pretty(&verlc_runtime::tokenizer::builtin::tokenizer_config_json())?,
     )?;
     let mut rows = std::fs::File::create(out.join("train.jsonl"))?;
-    for row in runtime::data::builtin::rows(&uri(data)?)? {
+    for row in verlc_runtime::data::builtin::rows(&uri(data)?)? {
         let truth = row
             .get("reward_model")
             .and_then(|r| r.get("ground_truth"))

@@ -6,10 +6,10 @@
 //! Usage: moe_layer DIR [--steps N] [--warmup N] [--threads N]
 use std::time::Instant;
 
-use runtime::model::decoder::{FeedForward, Model};
-use runtime::model::{ModelSource, MoeConfig};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::decoder::{FeedForward, Model};
+use verlc_runtime::model::{ModelSource, MoeConfig};
 
 #[path = "../cli.rs"]
 mod cli;
@@ -20,7 +20,7 @@ fn main() {
     let (steps, warmup, threads) = (arg("--steps", 5), arg("--warmup", 2), arg("--threads", 2));
     tch::set_num_threads(threads as i32);
     // As a verlc trainer runs (the peer is a default PyTorch process; see bench/train_step).
-    runtime::host_alloc::keep_freed_memory();
+    verlc_runtime::host_alloc::keep_freed_memory();
     let tensors: std::collections::HashMap<String, Tensor> =
         Tensor::read_safetensors(format!("{dir}/moe_layer.safetensors"))
             .expect("exported weights")

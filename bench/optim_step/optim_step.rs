@@ -1,15 +1,15 @@
 //! Benchmark: one mixed-precision (bf16 params, fp32 main params) AdamW optimizer step of
-//! runtime::optim on a ~50M-parameter transformer-shaped model, plus the machine's
+//! verlc_runtime::optim on a ~50M-parameter transformer-shaped model, plus the machine's
 //! memory-bandwidth floor for that step. Prints `key=value` lines; bench/optim_step/run turns
 //! them (and the PyTorch peer's) into the JSON result line.
 //!
 //! Usage: optim_step [--steps N] [--warmup N] [--threads N]
 use std::time::Instant;
 
-use runtime::ops;
-use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups};
-use runtime::optim::{Dtype, NamedParam, Optimizer, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::ops;
+use verlc_runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups};
+use verlc_runtime::optim::{Dtype, NamedParam, Optimizer, OptimizerConfig};
 
 #[path = "../cli.rs"]
 mod cli;
@@ -97,7 +97,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     if std::env::var_os("OPTIM_STEP_PROFILE").is_some() {
-        use runtime::optim::clip::NormType;
+        use verlc_runtime::optim::clip::NormType;
         for _ in 0..3 {
             for (p, g) in model.iter().zip(&grads) {
                 ops::set_grad(p, Some(g))?;

@@ -8,14 +8,14 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use runtime::engine::{
+use tch::{Device, Kind, Tensor};
+use verlc_runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, MicroLoss, OptimSettings, SchedulerSettings,
     SingleEngine,
 };
-use runtime::model::{CausalLm, Dtype};
-use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
-use runtime::optim::{AdamWConfig, InnerConfig, LossScaling};
-use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::{CausalLm, Dtype};
+use verlc_runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
+use verlc_runtime::optim::{AdamWConfig, InnerConfig, LossScaling};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -32,8 +32,8 @@ fn main() -> Result<(), Error> {
     let threads: i32 = arg(5)?.parse()?;
     let packed = std::env::args().nth(6).is_some_and(|a| a == "1");
     tch::set_num_threads(threads);
-    // What a verlc trainer does at start-up (runtime::host_alloc).
-    runtime::host_alloc::keep_freed_memory();
+    // What a verlc trainer does at start-up (verlc_runtime::host_alloc).
+    verlc_runtime::host_alloc::keep_freed_memory();
     let tensors: HashMap<String, Tensor> =
         Tensor::read_safetensors(&batch_file)?.into_iter().collect();
     let get = |k: &str| {

@@ -8,8 +8,8 @@
 //! Usage: vlm_step DIR [--steps N] [--warmup N] [--threads N] [--tower: the tower alone]
 use std::time::Instant;
 
-use runtime::model::{Dtype, from_pretrained};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::{Dtype, from_pretrained};
 
 #[path = "../cli.rs"]
 mod cli;
@@ -20,7 +20,7 @@ fn main() {
     let (steps, warmup, threads) = (arg("--steps", 3), arg("--warmup", 1), arg("--threads", 2));
     tch::set_num_threads(threads as i32);
     // As a verlc trainer runs (the peer is a default PyTorch process; see bench/train_step).
-    runtime::host_alloc::keep_freed_memory();
+    verlc_runtime::host_alloc::keep_freed_memory();
     let m = from_pretrained(&dir, Device::Cpu, Dtype::Fp32, 0).expect("exported checkpoint");
     assert!(m.model.vision.is_some(), "a vision-language checkpoint");
     let x: std::collections::HashMap<String, Tensor> =

@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use verlc::check::{CheckOptions, check};
-use verlc::load::compose::LoadRequest;
-use verlc::load::overrides::parse_override;
-use verlc::load::{interp, yaml};
-use verlc::source::{Source, SourceId, SourceKind};
+use verlc_front::check::{CheckOptions, check};
+use verlc_front::load::compose::LoadRequest;
+use verlc_front::load::overrides::parse_override;
+use verlc_front::load::{interp, yaml};
+use verlc_front::source::{Source, SourceId, SourceKind};
 
 /// One scratch file per fuzzing process (composition reads the config from disk).
 fn scratch() -> &'static PathBuf {
@@ -60,6 +60,6 @@ fuzz_target!(|data: &[u8]| {
     };
     let checked = check(&req, &CheckOptions::default());
     let sources = &checked.composed.sources;
-    let _ = verlc::render::json(&checked.diagnostics, sources);
-    let _ = verlc::render::human(&checked.diagnostics, sources, false);
+    let _ = verlc_front::render::json(&checked.diagnostics, sources);
+    let _ = verlc_front::render::human(&checked.diagnostics, sources, false);
 });

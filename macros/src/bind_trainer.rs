@@ -218,7 +218,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         ));
     }
 
-    let rt = runtime.map_or_else(|| quote!(::runtime), |p| quote!(#p));
+    let rt = runtime.map_or_else(|| quote!(::verlc_runtime), |p| quote!(#p));
     let s_ty = quote_spanned!(s_id.span()=> #rt::binding::#s_id);
     let p_ty = quote_spanned!(p_id.span()=> #rt::binding::#p_id);
     let lit = |l: Option<LitStr>| l.map_or_else(|| quote!("unknown"), |l| quote!(#l));

@@ -4,14 +4,14 @@
 
 mod bind_trainer;
 
-/// The strategy/precision vocabulary and support table, shared with `verlc::plan`
+/// The strategy/precision vocabulary and support table, shared with `verlc_front::plan`
 /// and the runtime through `verlc-spec` (one table, three users).
 use verlc_spec::binding;
 
 use proc_macro::TokenStream;
 
 /// Binds a trainer binary: expands to `fn main()` calling
-/// `runtime::binding::main::<Strategy, Precision>(config, build_info)`. Offload is not part
+/// `verlc_runtime::binding::main::<Strategy, Precision>(config, build_info)`. Offload is not part
 /// of a binding: each role's placement is its engine setting in the config, read at run time.
 ///
 /// ```ignore

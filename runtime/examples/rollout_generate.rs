@@ -1,4 +1,4 @@
-//! Benchmark driver for bench/rollout_generate: times `runtime::rollout::generate` on a
+//! Benchmark driver for bench/rollout_generate: times `verlc_runtime::rollout::generate` on a
 //! checkpoint directory. Usage:
 //!   rollout_generate MODEL_DIR PROMPTS_JSON MAX_NEW_TOKENS THREADS REPS [N]
 //! PROMPTS_JSON is a list of token-id lists; N samples per prompt (default 1, sharing the
@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
-use runtime::model::{Dtype, from_pretrained};
-use runtime::rollout::{SamplingParams, StopTokens, generate};
+use verlc_runtime::model::{Dtype, from_pretrained};
+use verlc_runtime::rollout::{SamplingParams, StopTokens, generate};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

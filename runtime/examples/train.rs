@@ -6,16 +6,16 @@
 //! cargo run --release -p verlc-runtime --example train -- examples/quickstart.yaml [key=value ...]
 //! ```
 //!
-//! Generated trainers (`verlc build`) reach the same loop through `runtime::binding::train`.
+//! Generated trainers (`verlc build`) reach the same loop through `verlc_runtime::binding::train`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use verlc::compile::{SpecOutcome, lower_request};
-use verlc::load::compose::LoadRequest;
+use verlc_front::compile::{SpecOutcome, lower_request};
+use verlc_front::load::compose::LoadRequest;
 
 fn main() -> ExitCode {
-    runtime::host_alloc::keep_freed_memory();
+    verlc_runtime::host_alloc::keep_freed_memory();
     let mut args = std::env::args().skip(1);
     let file = PathBuf::from(
         args.next()
@@ -39,13 +39,13 @@ fn main() -> ExitCode {
                 .collect();
             eprint!(
                 "{}",
-                verlc::render::human(&errors, &checked.composed.sources, false)
+                verlc_front::render::human(&errors, &checked.composed.sources, false)
             );
             return ExitCode::FAILURE;
         }
     };
     let start = std::time::Instant::now();
-    match runtime::trainer::run(&spec, &runtime::trainer::RunOptions::default()) {
+    match verlc_runtime::trainer::run(&spec, &verlc_runtime::trainer::RunOptions::default()) {
         Ok(summary) => {
             eprintln!(
                 "trained {} steps in {:.1} s",

@@ -1,7 +1,7 @@
 //! The entry point of verlc-generated trainers.
 //!
 //! A generated `main.rs` is one `verlc_macros::bind_trainer!` call; it expands to
-//! `fn main() { runtime::binding::main::<S, P>(EMBEDDED_CONFIG, BuildInfo { .. }) }` with
+//! `fn main() { verlc_runtime::binding::main::<S, P>(EMBEDDED_CONFIG, BuildInfo { .. }) }` with
 //! marker types for the strategy ([`Fsdp`], [`Megatron`]) and the precision
 //! ([`Fp32`], [`Bf16Mixed`], [`Fp16Mixed`]). Each combination is its own monomorphized
 //! program; combinations outside verlc's support table (`verlc_spec::binding`) do not compile,
@@ -33,13 +33,13 @@ mod args;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use verlc::check::CheckOptions;
-use verlc::compile::{Mode, compile};
-use verlc::diag::Diagnostic;
-use verlc::load::compose::{ConfigText, LoadRequest};
-use verlc::load::node::{Node, split_key};
-use verlc::load::version::BuiltinRelease;
-use verlc::plan::{self, Binding, BoundKey, Planned};
+use verlc_front::check::CheckOptions;
+use verlc_front::compile::{Mode, compile};
+use verlc_front::diag::Diagnostic;
+use verlc_front::load::compose::{ConfigText, LoadRequest};
+use verlc_front::load::node::{Node, split_key};
+use verlc_front::load::version::BuiltinRelease;
+use verlc_front::plan::{self, Binding, BoundKey, Planned};
 use verlc_spec::TrainerSpec;
 use verlc_spec::sft::SftSpec;
 use verlc_spec::trainer::{DeviceKind, WorldSpec};
@@ -47,7 +47,7 @@ use verlc_spec::trainer::{DeviceKind, WorldSpec};
 use crate::dist::{Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup};
 use crate::optim::LossScaling;
 
-pub use verlc::plan::{Dtype, StrategyKind};
+pub use verlc_front::plan::{Dtype, StrategyKind};
 
 mod sealed {
     pub trait Sealed {}
@@ -86,7 +86,7 @@ pub trait Precision: sealed::Sealed + Send + Sync + 'static {
     /// The dtype forward and backward run in.
     const COMPUTE: tch::Kind;
     /// The grad (loss) scaler code this precision links: fp16's only, so the executables of
-    /// other precisions carry no loss-scaling code (`compiler/tests/build_matrix.rs` checks).
+    /// other precisions carry no loss-scaling code (`cli/tests/build_matrix.rs` checks).
     const LOSS_SCALER: LossScaling;
 }
 
@@ -269,7 +269,7 @@ pub struct BuildInfo {
     /// are judged against the same one. Empty in hand-written instantiations (the newest).
     pub verl_release: &'static str,
     /// The `--config-dir` tree the config was built from (a
-    /// [`verlc::load::carried_tree::CarriedTree`] as JSON): run-time overrides are composed
+    /// [`verlc_front::load::carried_tree::CarriedTree`] as JSON): run-time overrides are composed
     /// and judged against it. Empty when the build used verlc's built-in tree.
     pub verl_tree: &'static str,
 }
@@ -342,10 +342,10 @@ pub enum Workload {
 }
 
 impl Workload {
-    /// The spec document a binary embeds (`verlc::plan::Planned::spec_json`).
+    /// The spec document a binary embeds (`verlc_front::plan::Planned::spec_json`).
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
         let v: serde_json::Value = serde_json::from_str(text)?;
-        match v.get(verlc::plan::SFT_SPEC_KEY) {
+        match v.get(verlc_front::plan::SFT_SPEC_KEY) {
             Some(sft) => Ok(Workload::Sft(Box::new(serde_json::from_value(
                 sft.clone(),
             )?))),
@@ -364,7 +364,7 @@ impl Workload {
         match self {
             Workload::Rl(s) => serde_json::to_string_pretty(s),
             Workload::Sft(s) => serde_json::to_string_pretty(
-                &serde_json::json!({ verlc::plan::SFT_SPEC_KEY: serde_json::to_value(s)? }),
+                &serde_json::json!({ verlc_front::plan::SFT_SPEC_KEY: serde_json::to_value(s)? }),
             ),
         }
     }
@@ -382,8 +382,8 @@ const EXIT_USAGE: u8 = 2;
 pub fn main<S: Strategy, P: Precision>(embedded_config: &str, build_info: BuildInfo) -> ExitCode {
     const {
         assert!(
-            verlc::plan::binding::validate(S::KIND, P::KIND).is_ok(),
-            "unsupported strategy/precision binding (see verlc::plan::binding)"
+            verlc_front::plan::binding::validate(S::KIND, P::KIND).is_ok(),
+            "unsupported strategy/precision binding (see verlc_front::plan::binding)"
         )
     };
     crate::host_alloc::keep_freed_memory();
@@ -572,14 +572,14 @@ fn check_device_memory(
     device_bytes: u64,
 ) -> Result<(), Exit> {
     let req = embedded_request(embedded, info, overrides)?;
-    let checked = verlc::check::check(&req, &CheckOptions::default());
+    let checked = verlc_front::check::check(&req, &CheckOptions::default());
     let (Some(cfg), Some(dims)) = (checked.config.as_ref(), checked.model.as_ref()) else {
         return Ok(());
     };
-    let Ok(e) = verlc::explain::explain(cfg, Some(dims)) else {
+    let Ok(e) = verlc_front::explain::explain(cfg, Some(dims)) else {
         return Ok(());
     };
-    match verlc::explain::device_shortfall(cfg, &e, device_bytes) {
+    match verlc_front::explain::device_shortfall(cfg, &e, device_bytes) {
         Some(short) => Err(Exit::Failed(format!("{short}; nothing was run"))),
         None => Ok(()),
     }
@@ -644,7 +644,7 @@ fn resolve(
     if !shown.is_empty() {
         eprint!(
             "{}",
-            verlc::render::human(&shown, &checked.composed.sources, false)
+            verlc_front::render::human(&shown, &checked.composed.sources, false)
         );
     }
     if checked.has_errors() {
@@ -670,7 +670,7 @@ fn resolve(
         if !problems.is_empty() {
             eprint!(
                 "{}",
-                verlc::render::human(&problems, &checked.composed.sources, false)
+                verlc_front::render::human(&problems, &checked.composed.sources, false)
             );
             return Err(Exit::Failed(format!(
                 "{} model(s) cannot be loaded; nothing was run",
@@ -754,7 +754,7 @@ fn embedded_plan(embedded: &str, info: &BuildInfo) -> Result<Planned, Exit> {
             .collect();
         Exit::Failed(format!(
             "the embedded config does not build:\n{}",
-            verlc::render::human(&errors, &out.checked.composed.sources, false)
+            verlc_front::render::human(&errors, &out.checked.composed.sources, false)
         ))
     })
 }
@@ -809,8 +809,9 @@ fn carried_tree(info: &BuildInfo) -> Result<Option<std::path::PathBuf>, Exit> {
     if info.verl_tree.trim().is_empty() {
         return Ok(None);
     }
-    let tree: verlc::load::carried_tree::CarriedTree = serde_json::from_str(info.verl_tree)
-        .map_err(|e| Exit::Failed(format!("the embedded verl config tree: {e}")))?;
+    let tree: verlc_front::load::carried_tree::CarriedTree =
+        serde_json::from_str(info.verl_tree)
+            .map_err(|e| Exit::Failed(format!("the embedded verl config tree: {e}")))?;
     // Named by its content, so every rank (and every run) of this binary shares one copy.
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut h = DefaultHasher::new();

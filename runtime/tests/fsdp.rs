@@ -7,16 +7,16 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use runtime::dist::{ProcessGroup, ReduceOp};
-use runtime::engine::fsdp::{FsdpEngine, FsdpSettings};
-use runtime::engine::{
+use tch::{Device, Kind, Tensor};
+use verlc_runtime::dist::{ProcessGroup, ReduceOp};
+use verlc_runtime::engine::fsdp::{FsdpEngine, FsdpSettings};
+use verlc_runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, MicroLoss, OptimSettings, SchedulerSettings,
     SingleEngine, StepResult,
 };
-use runtime::model::{CausalLm, Dtype};
-use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
-use runtime::optim::{AdamWConfig, GradScaler, InnerConfig};
-use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::{CausalLm, Dtype};
+use verlc_runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
+use verlc_runtime::optim::{AdamWConfig, GradScaler, InnerConfig};
 
 const MODEL: &str = "builtin://tiny?layers=3&hidden=32&heads=4&kv_heads=2&intermediate=64";
 const STEPS: usize = 20;
@@ -68,7 +68,7 @@ fn settings_for(model: &str, dtype: Dtype, offload: bool) -> EngineSettings {
             }),
         }),
         loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::LINKED,
+        loss_scaling: verlc_runtime::optim::LossScaling::LINKED,
         lora: None,
         config_overrides: Default::default(),
         remove_padding: false,
@@ -143,17 +143,18 @@ fn backward<E: Engine<Head = CausalLm>>(
     batch: &Batch,
     group: Option<&ProcessGroup>,
 ) -> f64 {
-    let mut loss_fn =
-        |mb: &Batch, out: runtime::logits::LogProbOutput, agg: &runtime::algo::AggOptions| {
-            let m = mb.get("response_mask")?;
-            let n = agg.batch_num_tokens.unwrap_or(1.0);
-            let loss = -(out.log_probs * m).sum(Kind::Float) * (agg.dp_size as f64 / n);
-            let v = loss.double_value(&[]) / agg.dp_size as f64;
-            Ok(MicroLoss {
-                loss,
-                metrics: [("loss".to_owned(), v)].into_iter().collect(),
-            })
-        };
+    let mut loss_fn = |mb: &Batch,
+                       out: verlc_runtime::logits::LogProbOutput,
+                       agg: &verlc_runtime::algo::AggOptions| {
+        let m = mb.get("response_mask")?;
+        let n = agg.batch_num_tokens.unwrap_or(1.0);
+        let loss = -(out.log_probs * m).sum(Kind::Float) * (agg.dp_size as f64 / n);
+        let v = loss.double_value(&[]) / agg.dp_size as f64;
+        Ok(MicroLoss {
+            loss,
+            metrics: [("loss".to_owned(), v)].into_iter().collect(),
+        })
+    };
     let metrics = e
         .forward_backward(
             batch,
@@ -195,7 +196,7 @@ fn padded_more(extra: i64) -> Batch {
 // model computes over the full padded width.
 #[test]
 fn shared_left_padding_costs_no_compute_and_changes_no_value() {
-    use runtime::engine::Head;
+    use verlc_runtime::engine::Head;
     let padded = padded_more(5);
     let trimmed = padded.without_shared_left_padding().expect("trim");
     // Some rows of `full_batch` have no padding: exactly the 5 extra columns go.
@@ -709,22 +710,23 @@ rank_test!(fsdp_offload_matches_single_engine, 2, |pg| {
 });
 
 rank_test!(fsdp_sharded_state_is_half_of_single, 2, |pg| {
-    use runtime::optim::param_groups::{named_params, single_group};
-    use runtime::optim::{Dtype, Optimizer, OptimizerConfig};
+    use verlc_runtime::optim::param_groups::{named_params, single_group};
+    use verlc_runtime::optim::{Dtype, Optimizer, OptimizerConfig};
     let bytes = |t: &Tensor| if t.defined() { t.numel() as i64 * 4 } else { 0 };
     // World size 1: fp32 params, their grads after a backward, AdamW state.
     let mut single = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("single");
     train_step(&mut single, &full_batch(), None);
-    let mut loss_fn =
-        |mb: &Batch, out: runtime::logits::LogProbOutput, agg: &runtime::algo::AggOptions| {
-            let m = mb.get("response_mask")?;
-            let loss = -(out.log_probs * m).sum(Kind::Float)
-                * (agg.dp_size as f64 / agg.batch_num_tokens.unwrap_or(1.0));
-            Ok(MicroLoss {
-                loss,
-                metrics: Default::default(),
-            })
-        };
+    let mut loss_fn = |mb: &Batch,
+                       out: verlc_runtime::logits::LogProbOutput,
+                       agg: &verlc_runtime::algo::AggOptions| {
+        let m = mb.get("response_mask")?;
+        let loss = -(out.log_probs * m).sum(Kind::Float)
+            * (agg.dp_size as f64 / agg.batch_num_tokens.unwrap_or(1.0));
+        Ok(MicroLoss {
+            loss,
+            metrics: Default::default(),
+        })
+    };
     single
         .forward_backward(
             &full_batch(),
@@ -858,7 +860,7 @@ rank_test!(
 );
 
 rank_test!(fsdp_forward_only_matches_single_engine, 2, |pg| {
-    use runtime::model::ValueModel;
+    use verlc_runtime::model::ValueModel;
     let mut s = settings(Dtype::Fp32, false);
     s.optim = None;
     let batch = my_rows(&pg);
@@ -1127,7 +1129,7 @@ fn ragged_batch() -> Batch {
     let rmask = b.get("response_mask").unwrap().shallow_clone();
     let prompt_mask = b.get("attention_mask").unwrap().narrow(1, 0, PROMPT);
     let mask = Tensor::cat(&[prompt_mask, rmask.to_kind(Kind::Int64)], 1);
-    let pos = runtime::model::position_ids_from_mask(&mask);
+    let pos = verlc_runtime::model::position_ids_from_mask(&mask);
     let mut out = Batch::new();
     out.insert("input_ids", b.get("input_ids").unwrap().shallow_clone())
         .unwrap();
@@ -1179,8 +1181,8 @@ fn fresh_forward(
     batch: &Batch,
     fwd: &ForwardOptions,
     packed: bool,
-) -> (SingleEngine<CausalLm>, runtime::logits::LogProbOutput) {
-    use runtime::engine::Head;
+) -> (SingleEngine<CausalLm>, verlc_runtime::logits::LogProbOutput) {
+    use verlc_runtime::engine::Head;
     let e = SingleEngine::<CausalLm>::new(settings(Dtype::Fp32, false)).expect("engine");
     let out = if packed {
         e.module().forward_packed(batch, fwd)
@@ -1211,8 +1213,8 @@ fn masked_max_diff(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
 // log-probs, entropies and values are the padded forward's, and zero at the padding.
 #[test]
 fn packed_forward_equals_padded_forward_at_every_response_token() {
-    use runtime::engine::Head;
-    use runtime::model::ValueModel;
+    use verlc_runtime::engine::Head;
+    use verlc_runtime::model::ValueModel;
     let batch = ragged_batch();
     let mask = batch.get("response_mask").unwrap();
     let fwd = ForwardOptions {
@@ -1286,8 +1288,8 @@ rank_test!(fsdp_packed_matches_single_padded_engine, 2, |pg| {
 // Ulysses over both ranks (data-parallel size 1): each rank holds half of every packed
 // micro-batch's tokens and, inside attention, half of the heads over all tokens.
 rank_test!(fsdp_ulysses_matches_single_engine, 2, |pg| {
-    use runtime::engine::Head;
-    use runtime::model::ValueModel;
+    use verlc_runtime::engine::Head;
+    use verlc_runtime::model::ValueModel;
     let batch = ragged_batch();
     let e = fsdp_packed_matches_padded(&pg, MODEL, 2, &batch);
     assert_eq!((e.dp_size(), e.data_group().size()), (1, 1));
@@ -1344,9 +1346,9 @@ rank_test!(
 // Ulysses split (the teacher's lists follow each rank's share of the tokens); the gradient of
 // the packed KL is the padded one's.
 rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
-    use runtime::algo::topk_kl::TopKKl;
-    use runtime::engine::Head;
-    use runtime::logits::topk::{
+    use verlc_runtime::algo::topk_kl::TopKKl;
+    use verlc_runtime::engine::Head;
+    use verlc_runtime::logits::topk::{
         TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, TopK, TopKOutput, TopKTargets,
     };
     const K: i64 = 4;
@@ -1364,7 +1366,7 @@ rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
         topk: TopK::Own(K),
         ..ForwardOptions::default()
     };
-    let own_of = |out: runtime::logits::LogProbOutput| match out.topk {
+    let own_of = |out: verlc_runtime::logits::LogProbOutput| match out.topk {
         Some(TopKOutput::Own(t)) => t,
         other => panic!("{other:?}"),
     };
@@ -1390,7 +1392,7 @@ rank_test!(topk_distillation_outputs_equal_on_every_layout, 2, |pg| {
         },
         ..ForwardOptions::default()
     };
-    let kl_of = |out: runtime::logits::LogProbOutput| match out.topk {
+    let kl_of = |out: verlc_runtime::logits::LogProbOutput| match out.topk {
         Some(TopKOutput::Kl(t)) => t,
         other => panic!("{other:?}"),
     };
@@ -1457,7 +1459,7 @@ const VL_PROMPT: i64 = 14;
 const VL_RESP: i64 = 4;
 
 fn vl_settings_for(model: &str, lora: bool) -> EngineSettings {
-    use runtime::model::lora::{LoraConfig, LoraTargets};
+    use verlc_runtime::model::lora::{LoraConfig, LoraTargets};
     EngineSettings {
         remove_padding: true,
         lora: lora.then(|| LoraConfig {
@@ -1489,7 +1491,7 @@ fn vision_batch(model: &str) -> Batch {
     let merge = dim("spatial_merge_size");
     let t = VL_PROMPT + VL_RESP;
     let (mut ids, mut mask, mut rmask) = (Vec::new(), Vec::new(), Vec::new());
-    let mut images: Vec<runtime::engine::batch::RowImages> = Vec::new();
+    let mut images: Vec<verlc_runtime::engine::batch::RowImages> = Vec::new();
     tch::manual_seed(3);
     for i in 0..VL_ROWS {
         let grid = [1, 4, if i % 2 == 0 { 4 } else { 8 }];
@@ -1507,7 +1509,7 @@ fn vision_batch(model: &str) -> Batch {
         rmask.extend((0..VL_RESP).map(|j| if j < resp_len { 1f32 } else { 0.0 }));
         let n = grid.iter().product::<i64>() * width;
         let pixels = Tensor::randn([n], (Kind::Float, Device::Cpu));
-        let image = runtime::model::vision::ProcessedImage {
+        let image = verlc_runtime::model::vision::ProcessedImage {
             pixel_values: Vec::try_from(&pixels).expect("pixels"),
             grid_thw: grid,
         };

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compose many configs with Hydra in one process: the reference side of verlc's parity
-tests (compiler/tests/hydra_parity.rs).
+tests (cli/tests/hydra_parity.rs).
 
 stdin: a JSON list of cases
     {"config_dir": "/abs/dir", "config_name": "ppo_trainer", "overrides": ["k=v", ...],

@@ -5,8 +5,8 @@
 //!
 //! The optimizer reaches a scaler only through [`LossScaler`], built by the constructor a
 //! [`LossScaling`] carries. A trainer binary gets its `LossScaling` from its precision marker
-//! (`runtime::binding::Precision`): only the fp16 binding carries one, so fp32 and bf16
-//! binaries link no loss-scaling code at all (`compiler/tests/build_matrix.rs` checks the
+//! (`verlc_runtime::binding::Precision`): only the fp16 binding carries one, so fp32 and bf16
+//! binaries link no loss-scaling code at all (`cli/tests/build_matrix.rs` checks the
 //! symbols).
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};

@@ -12,7 +12,7 @@
 //! the sampler position, model, optimizer, scheduler and KL-controller state are
 //! checkpointed, so a resumed run repeats an uninterrupted one exactly.
 //!
-//! Entry point: [`run`] (also what `runtime::binding::train` calls for one rank).
+//! Entry point: [`run`] (also what `verlc_runtime::binding::train` calls for one rank).
 
 pub mod agent;
 pub mod background;

@@ -1,10 +1,10 @@
 //! Advantage estimators: the oracle batch, hand-derived cases and properties.
-use runtime::algo::AlgoRelease;
-use runtime::algo::advantage::{self, gae, gpg, grpo, grpo_passk, opo, rloo};
-use runtime::algo::{
+use tch::{Kind, Tensor};
+use verlc_runtime::algo::AlgoRelease;
+use verlc_runtime::algo::advantage::{self, gae, gpg, grpo, grpo_passk, opo, rloo};
+use verlc_runtime::algo::{
     AdvEstimator, AdvantageConfig, AdvantageInputs, AlgoError, GroupIndex, compute_advantage,
 };
-use tch::{Kind, Tensor};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, rng_lock, t1, t2, to_vec};
@@ -53,7 +53,7 @@ fn run(est: AdvEstimator, rewards: &str, norm: bool) -> advantage::Advantages {
         lam: o.meta["lam"].as_f64().unwrap(),
         norm_adv_by_std_in_grpo: norm,
         epsilon: 1e-6,
-        release: runtime::algo::AlgoRelease::V0_7_0,
+        release: verlc_runtime::algo::AlgoRelease::V0_7_0,
     };
     compute_advantage(est, &inputs, &cfg).unwrap()
 }
@@ -349,11 +349,13 @@ fn reinforce_plus_plus_resets_after_eos() {
     let r = t2(&[&[1.0, 1.0, 1.0, 5.0], &[0.0, 0.0, 1.0, 0.0]]);
     let m = t2(&[&[1.0, 1.0, 1.0, 0.0], &[1.0, 1.0, 1.0, 1.0]]);
     let old =
-        advantage::reinforce_pp::compute(&r, &m, 0.5, runtime::algo::AlgoRelease::V0_7_0).unwrap();
+        advantage::reinforce_pp::compute(&r, &m, 0.5, verlc_runtime::algo::AlgoRelease::V0_7_0)
+            .unwrap();
     assert_eq!(&to_vec(&old.returns)[..4], &[1.75, 1.5, 1.0, 5.0]);
     // verl 0.9 masks the returns too: the padding's own return is 0.
     let out =
-        advantage::reinforce_pp::compute(&r, &m, 0.5, runtime::algo::AlgoRelease::NEWEST).unwrap();
+        advantage::reinforce_pp::compute(&r, &m, 0.5, verlc_runtime::algo::AlgoRelease::NEWEST)
+            .unwrap();
     let g = to_vec(&out.returns);
     assert_eq!(&g[..4], &[1.75, 1.5, 1.0, 0.0]);
     // Advantages are whitened over the valid tokens and zero elsewhere.
@@ -729,7 +731,7 @@ fn group_index_from_labels_and_tensors() {
 /// response and (multi-turn) masks with holes.
 #[test]
 fn optimal_token_baselines_are_verl_0_9s() {
-    use runtime::algo::variance_proxy::{VarianceInputs, variance_proxy_metrics};
+    use verlc_runtime::algo::variance_proxy::{VarianceInputs, variance_proxy_metrics};
     let o = oracle::verl_functions("estimators_0_9");
     let m = |k: &str| crate::support::json_matrix(&o[k]);
     let ids: Vec<i64> = serde_json::from_value(o["index"].clone()).expect("index");
@@ -804,7 +806,7 @@ fn optimal_token_baselines_are_verl_0_9s() {
 /// response's last token from the attention mask); and its fallback on the token-level rewards.
 #[test]
 fn gdpo_is_verl_0_9s() {
-    use runtime::algo::advantage::gdpo::Components;
+    use verlc_runtime::algo::advantage::gdpo::Components;
     let o = oracle::verl_functions("estimators_0_9");
     let m = |k: &str| crate::support::json_matrix(&o[k]);
     let ids: Vec<i64> = serde_json::from_value(o["index"].clone()).expect("index");

@@ -1,6 +1,6 @@
 //! loss_agg_mode: oracle values, hand-derived values and the data-parallel properties.
-use runtime::algo::{AggOptions, AlgoError, AlgoRelease, LossAggMode, agg_loss};
 use tch::{Kind, Tensor};
+use verlc_runtime::algo::{AggOptions, AlgoError, AlgoRelease, LossAggMode, agg_loss};
 
 use crate::oracle;
 use crate::support::{assert_near, leaf, rng_lock, scalar, t2, to_vec};

@@ -3,13 +3,13 @@
 //! PPO loss): loss, gradient with respect to the student's log-probs and every metric, for
 //! each estimator, supervised and as a policy gradient, clamped or not, under several
 //! aggregations with global-batch information.
-use runtime::algo::distillation::{
+use tch::{Kind, Tensor};
+use verlc_runtime::algo::distillation::{
     DistillationInputs, DistillationLossSpec, DistillationMode, Teacher, distillation_term,
 };
-use runtime::algo::topk_kl::TopKKl;
-use runtime::algo::{AggOptions, KlKind, LossAggMode};
-use runtime::logits::topk::{TopK, TopKTargets, topk_columns};
-use tch::{Kind, Tensor};
+use verlc_runtime::algo::topk_kl::TopKKl;
+use verlc_runtime::algo::{AggOptions, KlKind, LossAggMode};
+use verlc_runtime::logits::topk::{TopK, TopKTargets, topk_columns};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, json_matrix, leaf, scalar};
@@ -70,7 +70,7 @@ fn global_batch(g: &serde_json::Value) -> AggOptions {
         batch_num_tokens: g["batch_num_tokens"].as_f64(),
         global_batch_size: g["global_batch_size"].as_f64(),
         loss_scale_factor: None,
-        release: runtime::algo::AlgoRelease::NEWEST,
+        release: verlc_runtime::algo::AlgoRelease::NEWEST,
     }
 }
 

@@ -2,8 +2,8 @@
 //! `rearrange_micro_batches` (run from the installed source by verl_fn_oracle.py) for seeded
 //! lengths and budgets, ties included.
 
-use runtime::engine::EngineError;
-use runtime::engine::micro::dynamic_parts;
+use verlc_runtime::engine::EngineError;
+use verlc_runtime::engine::micro::dynamic_parts;
 
 #[test]
 fn dynamic_micro_batches_are_verls() {

@@ -1,7 +1,7 @@
 //! Entropy from logits.
-use runtime::algo::entropy::{entropy_from_logits, entropy_loss};
-use runtime::algo::{AggOptions, LossAggMode};
 use tch::{Kind, Tensor};
+use verlc_runtime::algo::entropy::{entropy_from_logits, entropy_loss};
+use verlc_runtime::algo::{AggOptions, LossAggMode};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, leaf, scalar, t2};

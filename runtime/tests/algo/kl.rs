@@ -1,8 +1,8 @@
 //! KL estimators: every name's value and gradient against the oracle, the straight-through
 //! variants through autograd, hand-derived values and the full-vocabulary KL.
-use runtime::algo::kl::{KL_NAMES, kl_loss, kl_value};
-use runtime::algo::{AggOptions, AlgoError, KlEstimator, KlKind, LossAggMode, kl_penalty};
 use tch::{Kind, Tensor};
+use verlc_runtime::algo::kl::{KL_NAMES, kl_loss, kl_value};
+use verlc_runtime::algo::{AggOptions, AlgoError, KlEstimator, KlKind, LossAggMode, kl_penalty};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, leaf, scalar, t2, to_vec};

@@ -1,5 +1,5 @@
 //! KL controllers and the in-reward KL penalty.
-use runtime::algo::{KlController, apply_kl_penalty};
+use verlc_runtime::algo::{KlController, apply_kl_penalty};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, t2, to_vec};

@@ -1,4 +1,4 @@
-//! Tests of `runtime::algo` (mirrors runtime/src/algo/). Expected values are either derived by
+//! Tests of `verlc_runtime::algo` (mirrors runtime/src/algo/). Expected values are either derived by
 //! hand (derivation in a comment next to the numbers) or computed by an independent PyTorch
 //! oracle in the venv (tests/oracle/algo_oracle.py, run once per test binary), plus properties.
 #[path = "../common/mod.rs"]

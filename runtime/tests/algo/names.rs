@@ -1,6 +1,6 @@
 //! The name enums use verl's exact spellings (the values of `algorithm.adv_estimator`,
 //! `actor.policy_loss.loss_mode`, `actor.loss_agg_mode`).
-use runtime::algo::{AdvEstimator, LossAggMode, PolicyLossMode};
+use verlc_runtime::algo::{AdvEstimator, LossAggMode, PolicyLossMode};
 use verlc_spec::UnknownName;
 
 fn round_trip<T>(all: &[T], spellings: &[&str])

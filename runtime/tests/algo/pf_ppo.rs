@@ -3,9 +3,9 @@
 //! source by tests/oracle/verl_fn_oracle.py), for every reweight method, with ties at the
 //! highest and lowest scores; verl's draw only picks rows of positive weight, as ours does.
 
-use runtime::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
-use runtime::rng::Rng;
 use tch::Tensor;
+use verlc_runtime::algo::pf_ppo::{pf_ppo_sample, pf_ppo_weights};
+use verlc_runtime::rng::Rng;
 use verlc_spec::trainer::PfPpoMethod;
 
 fn floats(v: &serde_json::Value) -> Vec<f64> {

@@ -1,11 +1,11 @@
 //! Policy losses: value, gradient and metrics against the oracle for every mode × agg mode ×
 //! (local/global) × (with/without rollout weights); hand-derived cases; properties.
-use runtime::algo::policy_loss::{self, clip_cov, kl_cov};
-use runtime::algo::{
+use tch::{Kind, Tensor};
+use verlc_runtime::algo::policy_loss::{self, clip_cov, kl_cov};
+use verlc_runtime::algo::{
     AggOptions, AlgoError, LossAggMode, PolicyLossConfig, PolicyLossInputs, PolicyLossMode,
     compute_policy_loss,
 };
-use tch::{Kind, Tensor};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, leaf, rng_lock, scalar, t2, to_vec};
@@ -33,7 +33,7 @@ fn oracle_cfg(meta: &serde_json::Value) -> PolicyLossConfig {
         kl_cov_ratio: f("kl_cov_ratio"),
         ppo_kl_coef: f("ppo_kl_coef"),
         dro_beta: Some(f("dro_beta")),
-        release: runtime::algo::AlgoRelease::V0_7_0,
+        release: verlc_runtime::algo::AlgoRelease::V0_7_0,
     }
 }
 
@@ -47,7 +47,7 @@ fn check_against_oracle(mode: PolicyLossMode) {
         batch_num_tokens: g["n_tok"].as_f64(),
         global_batch_size: g["gbs"].as_f64(),
         loss_scale_factor: g["scale"].as_f64(),
-        release: runtime::algo::AlgoRelease::V0_7_0,
+        release: verlc_runtime::algo::AlgoRelease::V0_7_0,
     };
     for agg_mode in MODES {
         for (scope, agg) in [("local", AggOptions::default()), ("global", global)] {
@@ -178,7 +178,7 @@ fn dppo_and_dro_are_verl_0_9s() {
         batch_num_tokens: g["batch_num_tokens"].as_f64(),
         global_batch_size: g["global_batch_size"].as_f64(),
         loss_scale_factor: g["loss_scale_factor"].as_f64(),
-        release: runtime::algo::AlgoRelease::NEWEST,
+        release: verlc_runtime::algo::AlgoRelease::NEWEST,
     };
     let cases = o["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), 3 * 5 * 2 * 2);
@@ -370,7 +370,7 @@ fn gspo_uses_the_sequence_ratio_with_token_gradients() {
     let (a, m) = (t2(&[&[1.0, 1.0]]), t2(&[&[1.0, 1.0]]));
     let cfg = PolicyLossConfig {
         clip_ratio_high: Some(0.28),
-        release: runtime::algo::AlgoRelease::V0_7_0,
+        release: verlc_runtime::algo::AlgoRelease::V0_7_0,
         ..PolicyLossConfig::default()
     };
     // Before verl 0.9.1 the configured agg mode is ignored (always seq-mean-token-mean).
@@ -389,7 +389,7 @@ fn gspo_uses_the_sequence_ratio_with_token_gradients() {
     // From 0.9.1 it is honoured: seq-mean-token-sum gives the sequence's sum, −2ρ̃.
     let lp = leaf(&t2(&[&[-0.9, -1.7]]));
     let newer = PolicyLossConfig {
-        release: runtime::algo::AlgoRelease::NEWEST,
+        release: verlc_runtime::algo::AlgoRelease::NEWEST,
         ..cfg
     };
     let out = compute_policy_loss(

@@ -2,8 +2,8 @@
 //! (run from its source by tests/oracle/verl_fn_oracle.py): for every option, alone and
 //! combined, with each threshold form, the new response mask and every metric, on log-ratios
 //! with outliers (one beyond the ±20 safety bound) and a row without valid tokens.
-use runtime::algo::KlKind;
-use runtime::algo::rejection::{RsAggregate, RsCriterion, rejection_mask};
+use verlc_runtime::algo::KlKind;
+use verlc_runtime::algo::rejection::{RsAggregate, RsCriterion, rejection_mask};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, json_matrix};

@@ -4,12 +4,12 @@
 //! reinforce_plus_plus's returns and grpo_vectorized's group std, each against verl 0.7.0's and
 //! 0.9.1's own functions (tests/oracle/verl_fn_oracle.py runs them from each release's source)
 //! on inputs with holes in the mask, an empty row, singleton groups and near-equal scores.
-use runtime::algo::advantage::{AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex};
-use runtime::algo::{
+use tch::{Kind, Tensor};
+use verlc_runtime::algo::advantage::{AdvEstimator, AdvantageConfig, AdvantageInputs, GroupIndex};
+use verlc_runtime::algo::{
     AggOptions, AlgoRelease, LossAggMode, PolicyLossConfig, PolicyLossInputs, PolicyLossMode,
     agg_loss, compute_advantage, compute_policy_loss,
 };
-use tch::{Kind, Tensor};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, json_matrix, leaf, scalar};

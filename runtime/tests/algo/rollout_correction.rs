@@ -4,9 +4,9 @@
 //! (token, sequence, geometric, explicit lower bound), the veto, and every metric verlc logs;
 //! and verl 0.9.1's, with IcePop's bounds and 0.8's metrics.
 
-use runtime::algo::rollout_correction::rollout_correction;
 use serde_json::json;
 use tch::Kind;
+use verlc_runtime::algo::rollout_correction::rollout_correction;
 use verlc_spec::trainer::{
     CorrectionForm, IsLevel, RejectionSpec, RolloutCorrectionSpec, RsAggregate, RsCriterion,
     RsLevel,
@@ -172,8 +172,8 @@ fn rollout_correction_is_verls() {
 /// respect to the log-probs, and the metrics verlc logs.
 #[test]
 fn bypass_policy_loss_is_verls() {
-    use runtime::algo::rollout_correction::bypass_policy_loss;
-    use runtime::algo::{AggOptions, LossAggMode, PolicyLossConfig, PolicyLossInputs};
+    use verlc_runtime::algo::rollout_correction::bypass_policy_loss;
+    use verlc_runtime::algo::{AggOptions, LossAggMode, PolicyLossConfig, PolicyLossInputs};
     use verlc_spec::trainer::{BypassLoss, BypassSpec};
 
     let o = crate::oracle::verl_functions("bypass");
@@ -191,7 +191,7 @@ fn bypass_policy_loss_is_verls() {
         batch_num_tokens: Some(mask.sum(Kind::Float).double_value(&[])),
         global_batch_size: Some(mask.size()[0] as f64),
         loss_scale_factor: None,
-        release: runtime::algo::AlgoRelease::V0_7_0,
+        release: verlc_runtime::algo::AlgoRelease::V0_7_0,
     };
     let cases = o["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), 4);

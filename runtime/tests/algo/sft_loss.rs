@@ -1,10 +1,10 @@
-//! `runtime::algo::sft_loss` against verl 0.9.1's own `sft_loss` (workers/utils/losses.py, run
+//! `verlc_runtime::algo::sft_loss` against verl 0.9.1's own `sft_loss` (workers/utils/losses.py, run
 //! from its source by tests/oracle/verl_fn_oracle.py on jagged nested tensors): the loss and its
 //! gradient with respect to the log-probs, for packed batches of one to four samples, several
 //! data-parallel sizes and global token counts larger than the micro-batch's own.
 
-use runtime::algo::sft_loss::{loss_tokens, sft_loss};
 use tch::{Kind, Tensor};
+use verlc_runtime::algo::sft_loss::{loss_tokens, sft_loss};
 
 use crate::oracle::verl_functions;
 
@@ -60,7 +60,7 @@ fn micro_batches_of_a_step_add_up_to_the_whole() {
 /// micro-batch over the micro-batch count, and its gradient with respect to the logits.
 #[test]
 fn legacy_sft_loss_matches_verl_0_7_0s_trainer() {
-    use runtime::algo::sft_loss::sft_loss_legacy;
+    use verlc_runtime::algo::sft_loss::sft_loss_legacy;
     let cases = verl_functions("sft_loss_legacy");
     let cases = cases.as_array().expect("cases");
     assert_eq!(cases.len(), 4);

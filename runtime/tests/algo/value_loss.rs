@@ -1,5 +1,5 @@
 //! The clipped value loss.
-use runtime::algo::{AggOptions, LossAggMode, compute_value_loss};
+use verlc_runtime::algo::{AggOptions, LossAggMode, compute_value_loss};
 
 use crate::oracle;
 use crate::support::{assert_close, assert_near, leaf, scalar, t2};
@@ -21,12 +21,12 @@ fn value_loss_matches_oracle() {
         batch_num_tokens: g["n_tok"].as_f64(),
         global_batch_size: g["gbs"].as_f64(),
         loss_scale_factor: g["scale"].as_f64(),
-        release: runtime::algo::AlgoRelease::V0_7_0,
+        release: verlc_runtime::algo::AlgoRelease::V0_7_0,
     };
     for mode in MODES {
         // The oracle's formulas are verl 0.7.0's.
         let local = AggOptions {
-            release: runtime::algo::AlgoRelease::V0_7_0,
+            release: verlc_runtime::algo::AlgoRelease::V0_7_0,
             ..AggOptions::default()
         };
         for (scope, agg) in [("local", local), ("global", global)] {

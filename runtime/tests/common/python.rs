@@ -1,4 +1,4 @@
-//! Runs a test oracle script to its end through `runtime::pyproc::run_file`: forked from the
+//! Runs a test oracle script to its end through `verlc_runtime::pyproc::run_file`: forked from the
 //! suite's warm interpreter where scripts/run-tests.py started one (torch and transformers
 //! imported once, not per oracle), else as `python -u SCRIPT ARGS`. Its output is printed
 //! into the test's (shown when the test fails).
@@ -13,7 +13,7 @@ pub fn run_script(
     env: &[(&str, &str)],
 ) -> ExitStatus {
     let args: Vec<String> = args.iter().map(|a| a.display().to_string()).collect();
-    let out = runtime::pyproc::run_file(&python.display().to_string(), script, &args, env)
+    let out = verlc_runtime::pyproc::run_file(&python.display().to_string(), script, &args, env)
         .unwrap_or_else(|e| {
             panic!(
                 "running {} with {} (run scripts/setup first): {e}",

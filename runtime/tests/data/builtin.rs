@@ -3,10 +3,10 @@
 
 use std::collections::HashSet;
 
-use runtime::builtin_uri::BuiltinUri;
-use runtime::data::builtin::{compute_score, rows};
-use runtime::data::{DatasetOptions, RlDataset, Sample};
-use runtime::tokenizer::Tokenizer;
+use verlc_runtime::builtin_uri::BuiltinUri;
+use verlc_runtime::data::builtin::{compute_score, rows};
+use verlc_runtime::data::{DatasetOptions, RlDataset, Sample};
+use verlc_runtime::tokenizer::Tokenizer;
 
 fn samples(addr: &str) -> Vec<Sample> {
     let uri = BuiltinUri::parse(addr).unwrap().unwrap();
@@ -165,7 +165,7 @@ fn bad_addresses() {
 /// `extra_info.tools_kwargs`, and the tiny model's one-token call that the hermes parser reads.
 #[test]
 fn code_lookup_rows_rewards_and_the_one_token_call() {
-    use runtime::data::builtin::lookup_code;
+    use verlc_runtime::data::builtin::lookup_code;
     let train = samples("builtin://code_lookup?split=train&size=600");
     let test = samples("builtin://code_lookup?split=test&size=128");
     let prompts = |s: &[Sample]| -> HashSet<String> {
@@ -203,7 +203,7 @@ fn code_lookup_rows_rewards_and_the_one_token_call() {
     let ids = tok.encode(call, false).unwrap();
     assert_eq!(ids, vec![plain.vocab_size() as i64]);
     let text = tok.decode(&ids, false).unwrap();
-    let parsed = runtime::rollout::agent::hermes::parse(&text);
+    let parsed = verlc_runtime::rollout::agent::hermes::parse(&text);
     assert_eq!(parsed.calls.len(), 1);
     assert_eq!(
         (

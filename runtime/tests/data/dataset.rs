@@ -1,9 +1,9 @@
 //! Prompt preparation: chat template + tokenization, truncation modes, filtering of over-long
 //! prompts, max_samples subsets.
 
-use runtime::data::dataset::truncate;
-use runtime::data::{DatasetOptions, RlDataset, Truncation};
-use runtime::tokenizer::Tokenizer;
+use verlc_runtime::data::dataset::truncate;
+use verlc_runtime::data::{DatasetOptions, RlDataset, Truncation};
+use verlc_runtime::tokenizer::Tokenizer;
 
 use crate::parquet_dir;
 

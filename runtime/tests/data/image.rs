@@ -5,8 +5,8 @@
 //! (upscaled, downscaled once and twice), the same patch grid and the same pixel values; and
 //! as Qwen3-VL's processor prepares them (16-pixel patches, its `preprocessor_config.json`
 //! giving the pixel bounds as `size`).
-use runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
 use serde_json::Value;
+use verlc_runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
 
 use crate::oracle;
 
@@ -69,8 +69,8 @@ fn images_are_prepared_as_verl_prepares_them() {
 /// conversation, and a row without images, to the same token ids.
 #[test]
 fn vision_prompts_tokenize_as_verl_builds_them() {
-    use runtime::data::vision_prompt::encode_vision_prompt;
-    use runtime::tokenizer::{Message, Tokenizer};
+    use verlc_runtime::data::vision_prompt::encode_vision_prompt;
+    use verlc_runtime::tokenizer::{Message, Tokenizer};
     let dir = oracle::vision();
     let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
     let rows: Value =
@@ -104,15 +104,16 @@ fn vision_prompts_tokenize_as_verl_builds_them() {
 /// images' grids as verl 0.9.1 builds them.
 #[test]
 fn geo3k_rows_become_prompts_as_in_verl() {
-    use runtime::data::vision_prompt::row_prompt;
-    use runtime::tokenizer::Tokenizer;
+    use verlc_runtime::data::vision_prompt::row_prompt;
+    use verlc_runtime::tokenizer::Tokenizer;
     let dir = oracle::vision();
     let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
     let want: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("geo3k.json")).expect("json"))
             .expect("json");
-    let rows = runtime::data::files::read_rows(&dir.join("geo3k.parquet").display().to_string())
-        .expect("parquet");
+    let rows =
+        verlc_runtime::data::files::read_rows(&dir.join("geo3k.parquet").display().to_string())
+            .expect("parquet");
     assert_eq!(rows.len(), 2);
     for (i, (row, want)) in rows.iter().zip(want.as_array().expect("rows")).enumerate() {
         let cfg = ImageProcessorConfig::default();
@@ -158,9 +159,9 @@ fn geo3k_rows_become_prompts_as_in_verl() {
 /// images, naming why; and any run refuses a row with a video.
 #[test]
 fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_only() {
-    use runtime::data::dataset::VisionData;
-    use runtime::data::{DataError, DatasetOptions, RlDataset};
-    use runtime::tokenizer::Tokenizer;
+    use verlc_runtime::data::dataset::VisionData;
+    use verlc_runtime::data::{DataError, DatasetOptions, RlDataset};
+    use verlc_runtime::tokenizer::Tokenizer;
     let dir = oracle::vision();
     let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
     let want: Value =
@@ -178,7 +179,7 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
     let file = dir.join("geo3k.parquet").display().to_string();
     // Its first row, scored as `geo3k`.
     let rows = || {
-        let mut row = runtime::data::files::read_rows(&file)
+        let mut row = verlc_runtime::data::files::read_rows(&file)
             .expect("parquet")
             .remove(0);
         row.insert("data_source".into(), "geo3k".into());
@@ -187,7 +188,7 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
     let opts = |measure_patch_size, text_only: Option<&str>| DatasetOptions {
         max_prompt_length: len14.max(len16) - 1,
         filter_overlong_prompts: true,
-        truncation: runtime::data::Truncation::Left,
+        truncation: verlc_runtime::data::Truncation::Left,
         shuffle: false,
         vision: Some(VisionData {
             image_key: "images".into(),

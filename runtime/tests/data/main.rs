@@ -1,4 +1,4 @@
-//! Tests of `runtime::data` (mirrors runtime/src/data/). Parquet files are written by pyarrow
+//! Tests of `verlc_runtime::data` (mirrors runtime/src/data/). Parquet files are written by pyarrow
 //! in verl's layout (tests/oracle/data_oracle.py, run once and cached).
 #[path = "../oracle/run.rs"]
 mod oracle;

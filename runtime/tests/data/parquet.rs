@@ -1,8 +1,8 @@
 //! Parquet written by pyarrow in verl's layout is read back with every field.
 
-use runtime::data::Sample;
-use runtime::data::files::read_rows;
 use serde_json::Value;
+use verlc_runtime::data::Sample;
+use verlc_runtime::data::files::read_rows;
 
 use crate::{oracle, parquet_dir};
 

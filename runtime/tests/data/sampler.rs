@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use runtime::data::{BatchSampler, SamplerState};
+use verlc_runtime::data::{BatchSampler, SamplerState};
 
 #[test]
 fn epochs_are_permutations_that_differ() {

@@ -1,4 +1,4 @@
-//! `runtime::data::sft` against verl's own `MultiTurnSFTDataset` (every carried release from
+//! `verlc_runtime::data::sft` against verl's own `MultiTurnSFTDataset` (every carried release from
 //! 0.7.0 to 0.9.1, run by tests/oracle/sft_data_oracle.py on pyarrow files with transformers'
 //! tokenizers): the same tokens and loss masks for every row, tokenizer (a Qwen2.5 template with
 //! a default system prompt, a Qwen3-style one with thinking) and option set (truncation, the
@@ -7,12 +7,12 @@
 
 use std::path::PathBuf;
 
-use runtime::data::files;
-use runtime::data::sft::{
+use serde_json::Value;
+use verlc_runtime::data::files;
+use verlc_runtime::data::sft::{
     AlgoRelease, ChatPrompts, Conversation, ConversationError, SftDataset, SftOptions, Truncation,
 };
-use runtime::tokenizer::Tokenizer;
-use serde_json::Value;
+use verlc_runtime::tokenizer::Tokenizer;
 
 use crate::oracle;
 
@@ -248,8 +248,8 @@ fn the_dataset_loads_rows_in_order_and_names_the_row_it_refuses() {
 /// where `truncation` is obeyed. verl's padding is cut off (it never reaches the loss).
 #[test]
 fn legacy_trainer_rows_encode_as_verl_0_7_0s_datasets_do() {
-    use runtime::data::sft::{SftFormat, SftPadding};
-    use runtime::data::sft_single_turn::PromptResponse;
+    use verlc_runtime::data::sft::{SftFormat, SftPadding};
+    use verlc_runtime::data::sft_single_turn::PromptResponse;
     use verlc_spec::sft::SingleTurnKeys;
     let dir = sft_oracle();
     let cases = oracle::json(&dir.join("legacy.json"));

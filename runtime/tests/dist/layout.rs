@@ -1,4 +1,4 @@
-use runtime::dist::RankLayout;
+use verlc_runtime::dist::RankLayout;
 
 #[test]
 fn tp_dp_pp_groups() {

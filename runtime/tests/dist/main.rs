@@ -1,4 +1,4 @@
-//! Tests of `runtime::dist` (mirrors runtime/src/dist/).
+//! Tests of `verlc_runtime::dist` (mirrors runtime/src/dist/).
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -1,6 +1,6 @@
 //! Sub-groups: new_group / split on 2 ranks, and a TP x DP layout on 4 ranks.
-use runtime::dist::{ProcessGroups, RankLayout, ReduceOp};
 use tch::{Kind, Tensor};
+use verlc_runtime::dist::{ProcessGroups, RankLayout, ReduceOp};
 
 use crate::rank_test;
 

@@ -2,22 +2,24 @@
 //! and without SP), PP=2 and DP=2 (2 Gloo ranks) give the single-process engine's metrics,
 //! log-probs, values and weights; its checkpoint restores an identical continuation, and its
 //! weights load at another layout (pipeline parallel 2, one process).
-use runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
-use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
-use runtime::engine::megatron::{GroupPolicy, MegatronEngine, MegatronSettings, ParallelSettings};
-use runtime::engine::{
+use tch::{Device, Kind, Tensor};
+use verlc_front::load::compose::LoadRequest;
+use verlc_runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
+use verlc_runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
+use verlc_runtime::engine::megatron::{
+    GroupPolicy, MegatronEngine, MegatronSettings, ParallelSettings,
+};
+use verlc_runtime::engine::{
     Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine,
 };
-use runtime::model::{CausalLm, Dtype, ValueModel};
-use runtime::optim::distrib::LayoutOptions;
-use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
-use runtime::optim::{AdamWConfig, InnerConfig};
-use runtime::rollout::{RolloutLayout, SamplingParams, StopTokens};
-use runtime::workers::actor::{Actor, ActorSettings};
-use runtime::workers::critic::{Critic, CriticSettings};
-use runtime::workers::rollout::RolloutWorker;
-use tch::{Device, Kind, Tensor};
-use verlc::load::compose::LoadRequest;
+use verlc_runtime::model::{CausalLm, Dtype, ValueModel};
+use verlc_runtime::optim::distrib::LayoutOptions;
+use verlc_runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
+use verlc_runtime::optim::{AdamWConfig, InnerConfig};
+use verlc_runtime::rollout::{RolloutLayout, SamplingParams, StopTokens};
+use verlc_runtime::workers::actor::{Actor, ActorSettings};
+use verlc_runtime::workers::critic::{Critic, CriticSettings};
+use verlc_runtime::workers::rollout::RolloutWorker;
 
 use crate::rank_test;
 
@@ -51,7 +53,7 @@ pub(crate) fn engine_settings() -> EngineSettings {
             }),
         }),
         loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::LINKED,
+        loss_scaling: verlc_runtime::optim::LossScaling::LINKED,
         lora: None,
         // The single engine's embedding follows transformers' `padding_idx` (no gradient to the
         // pad token's lookups, as verl's FSDP models); Megatron's, as mcore's, has none. Without
@@ -506,12 +508,12 @@ rank_test!(settings_from_the_quickstart_megatron_config, 2, |world| {
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2".into(),
         ],
         cwd: repo(),
-        builtin: verlc::load::version::BuiltinRelease::V0_7_0,
+        builtin: verlc_front::load::version::BuiltinRelease::V0_7_0,
         ..LoadRequest::default()
     };
-    let spec = match verlc::compile::lower_request(&req) {
-        verlc::compile::SpecOutcome::Ok { spec, .. } => *spec,
-        verlc::compile::SpecOutcome::Errors(_) => panic!("verlc build rejects the example"),
+    let spec = match verlc_front::compile::lower_request(&req) {
+        verlc_front::compile::SpecOutcome::Ok { spec, .. } => *spec,
+        verlc_front::compile::SpecOutcome::Errors(_) => panic!("verlc build rejects the example"),
     };
     let verlc_spec::trainer::EngineSpec::Megatron(m) = spec.actor.engine else {
         panic!("not a Megatron spec")
@@ -809,9 +811,9 @@ rank_test!(
 /// of its own weights), then 3 PPO updates with the term beside the task's loss give the same
 /// loss metrics, gradient norms and weights.
 fn compare_topk_distillation(world: &ProcessGroup, dims: (usize, usize, usize)) {
-    use runtime::algo::distillation::{DistillationLossSpec, DistillationMode};
-    use runtime::logits::topk::{TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS};
-    use runtime::workers::reference::Reference;
+    use verlc_runtime::algo::distillation::{DistillationLossSpec, DistillationMode};
+    use verlc_runtime::logits::topk::{TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS};
+    use verlc_runtime::workers::reference::Reference;
     const K: i64 = 5;
     let mut settings = actor_settings(16);
     settings.distillation = Some(DistillationLossSpec {

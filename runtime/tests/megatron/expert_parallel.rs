@@ -4,10 +4,10 @@
 //! gradients of the whole block in one process (experts' gradients holding both ranks'
 //! tokens' contributions, the router's its own rank's).
 
-use runtime::dist::ProcessGroup;
-use runtime::model::moe::SparseMoe;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::dist::ProcessGroup;
+use verlc_runtime::model::moe::SparseMoe;
 
 use crate::rank_test;
 use crate::support::{max_diff, tiny_moe_config, tiny_qwen3_5_config};
@@ -211,10 +211,10 @@ rank_test!(
         // biased router's gradient summed over TP, whole biased experts over the tensor group
         // (with expert parallel 2 and with 1); and on one tensor rank, pipeline parallel 2.
         let uri = "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&arch=gpt_oss&experts=4&experts_per_tok=2&moe_intermediate=16&window=4";
-        let uri = runtime::builtin_uri::BuiltinUri::parse(uri)
+        let uri = verlc_runtime::builtin_uri::BuiltinUri::parse(uri)
             .unwrap()
             .unwrap();
-        let mut gpt_oss = runtime::model::builtin::config(&uri).unwrap();
+        let mut gpt_oss = verlc_runtime::model::builtin::config(&uri).unwrap();
         gpt_oss.tie_word_embeddings = false;
         gpt_oss.extra.remove("pad_token_id");
         assert!(gpt_oss.attention_sinks() && gpt_oss.attention_window(0).is_some());
@@ -278,7 +278,7 @@ rank_test!(
 /// sizes, the experts' placement, sequence parallelism, the distributed optimizer.
 type Case = ((usize, usize, usize), Experts, bool, bool);
 
-fn moe_cases(world: &ProcessGroup, cfg: &runtime::model::ModelConfig, cases: &[Case]) {
+fn moe_cases(world: &ProcessGroup, cfg: &verlc_runtime::model::ModelConfig, cases: &[Case]) {
     for &(grid, experts, sequence_parallel, distributed) in cases {
         ep_module_matches_one_process(world, cfg, grid, experts, sequence_parallel, distributed);
     }
@@ -303,15 +303,15 @@ const WHOLE_EP1: Experts = Experts { ep: 1, whole: true };
 /// parallel `pp` on `world`, with the distributed optimizer or the replicated one.
 fn ep_module_matches_one_process(
     world: &ProcessGroup,
-    cfg: &runtime::model::ModelConfig,
+    cfg: &verlc_runtime::model::ModelConfig,
     (tp, cp, pp): (usize, usize, usize),
     experts: Experts,
     sequence_parallel: bool,
     distributed: bool,
 ) {
-    use runtime::dist::{ProcessGroups, RankLayout};
-    use runtime::engine::megatron::{HeadKind, MegatronModule, ParallelSettings};
-    use runtime::optim::LossScaling;
+    use verlc_runtime::dist::{ProcessGroups, RankLayout};
+    use verlc_runtime::engine::megatron::{HeadKind, MegatronModule, ParallelSettings};
+    use verlc_runtime::optim::LossScaling;
 
     use crate::parity::{LEN, LOCKSTEP_STEPS, Parallel, ROWS};
     use crate::support::{Reference, Setup, full_weights, lockstep, make_groups, reference_model};
@@ -376,7 +376,8 @@ fn ep_module_matches_one_process(
     )
     .unwrap();
     if distributed {
-        let Some(runtime::engine::megatron::ModuleOptimizer::Distributed(o)) = m.optimizer() else {
+        let Some(verlc_runtime::engine::megatron::ModuleOptimizer::Distributed(o)) = m.optimizer()
+        else {
             panic!("expected the distributed optimizer");
         };
         // Expert state is held once per expert-DP group, dense state once per DP group.

@@ -1,6 +1,8 @@
 //! The distributed-optimizer buffer layout (docs/optimizer.md) against golden cases computed
 //! by Megatron's own layout code.
-use runtime::optim::distrib::{LayoutOptions, OwnedRange, ParamIndex, ParamLayout, ParamSpec};
+use verlc_runtime::optim::distrib::{
+    LayoutOptions, OwnedRange, ParamIndex, ParamLayout, ParamSpec,
+};
 
 fn spec(numel: usize) -> ParamSpec {
     ParamSpec {

@@ -7,13 +7,15 @@
 //!
 //! The model has untied embeddings: with tied ones the last pipeline stage holds its own copy of
 //! the embedding (Megatron does the same), which no layout can split.
-use runtime::dist::ProcessGroup;
-use runtime::engine::megatron::{MegatronEngine, ModuleMemory};
-use runtime::engine::{Batch, Engine, EngineSettings, ForwardOptions, MicroBatching, MicroLoss};
-use runtime::model::{CausalLm, Dtype};
-use runtime::rollout::{SamplingParams, StopTokens};
-use runtime::workers::rollout::RolloutWorker;
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::dist::ProcessGroup;
+use verlc_runtime::engine::megatron::{MegatronEngine, ModuleMemory};
+use verlc_runtime::engine::{
+    Batch, Engine, EngineSettings, ForwardOptions, MicroBatching, MicroLoss,
+};
+use verlc_runtime::model::{CausalLm, Dtype};
+use verlc_runtime::rollout::{SamplingParams, StopTokens};
+use verlc_runtime::workers::rollout::RolloutWorker;
 
 use crate::rank_test;
 
@@ -75,7 +77,7 @@ fn measure(engine: &mut MegatronEngine<CausalLm>) -> Held {
         with_sum_pi_squared: false,
         ..ForwardOptions::default()
     };
-    let mut loss = |_: &Batch, out: runtime::logits::LogProbOutput, _: &_| {
+    let mut loss = |_: &Batch, out: verlc_runtime::logits::LogProbOutput, _: &_| {
         Ok(MicroLoss {
             loss: -out.log_probs.mean(Kind::Float),
             metrics: Default::default(),

@@ -3,13 +3,13 @@
 //! training on 2 Gloo ranks against the single-process model and optimizer: 10 steps of
 //! next-token cross-entropy on a fixed batch, in lockstep (support.rs' `lockstep`: each step
 //! from the same weights, its loss, grad norm and updated weights must match).
-use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
-use runtime::engine::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
-use runtime::model::ModelConfig;
-use runtime::model::save::{SaveOptions, save_named};
-use runtime::optim::LossScaling;
-use runtime::optim::distrib::LayoutOptions;
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
+use verlc_runtime::engine::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
+use verlc_runtime::model::ModelConfig;
+use verlc_runtime::model::save::{SaveOptions, save_named};
+use verlc_runtime::optim::LossScaling;
+use verlc_runtime::optim::distrib::LayoutOptions;
 
 use crate::rank_test;
 use crate::support::*;
@@ -542,7 +542,7 @@ rank_test!(qwen3_5_cp2_gradients_equal_one_process, 2, |world| {
     .unwrap();
     m.finalize_grads().unwrap();
     let logits = model.forward(&ids, &pos, Some(&mask), None);
-    let lp = runtime::logits::logprob::log_probs_from_logits(
+    let lp = verlc_runtime::logits::logprob::log_probs_from_logits(
         &logits.narrow(1, 0, LEN - 1),
         &ids.narrow(1, 1, LEN - 1),
     );

@@ -3,9 +3,9 @@
 //! its prompts) and larger (one replica spans data-parallel ranks), with pipeline stages and
 //! with parameter offload. Each rank's rollout generates what the whole model generates for
 //! that rank's prompts and seed: the same tokens, masks and positions, the same log-probs.
-use runtime::dist::ProcessGroup;
-use runtime::engine::megatron::MegatronEngine;
-use runtime::model::CausalLm;
+use verlc_runtime::dist::ProcessGroup;
+use verlc_runtime::engine::megatron::MegatronEngine;
+use verlc_runtime::model::CausalLm;
 
 use crate::engine::{assert_rollout_matches, engine_settings, megatron_settings};
 use crate::rank_test;
@@ -14,7 +14,7 @@ use crate::rank_test;
 fn check(world: &ProcessGroup, dims: (usize, usize, usize), rollout_tp: usize, offload: bool) {
     let settings = megatron_settings(Some(world), dims, false, offload);
     let mut mega = MegatronEngine::<CausalLm>::new(engine_settings(), settings).unwrap();
-    let full = runtime::engine::Engine::per_tensor_params(&mega).unwrap();
+    let full = verlc_runtime::engine::Engine::per_tensor_params(&mega).unwrap();
     assert_rollout_matches(&mut mega, &full, Some(rollout_tp));
 }
 

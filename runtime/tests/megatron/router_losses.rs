@@ -3,11 +3,11 @@
 //! and under tensor parallelism 2 with sequence parallelism, training follows the one-process
 //! module step by step in lockstep (losses, grad norms, updated weights), and the losses move
 //! the weights (the run without them ends elsewhere).
-use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
-use runtime::engine::megatron::{HeadKind, MegatronModule, ParallelSettings};
-use runtime::model::moe::RouterLossCoeffs;
-use runtime::optim::LossScaling;
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
+use verlc_runtime::engine::megatron::{HeadKind, MegatronModule, ParallelSettings};
+use verlc_runtime::model::moe::RouterLossCoeffs;
+use verlc_runtime::optim::LossScaling;
 
 use crate::parity::{LOCKSTEP_STEPS, Parallel, train_steps};
 use crate::rank_test;

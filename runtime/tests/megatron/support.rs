@@ -1,12 +1,14 @@
 //! Shared pieces: a tiny model, its single-process reference training run, batches.
-use runtime::builtin_uri::BuiltinUri;
-use runtime::logits::logprob::log_probs_from_logits;
-use runtime::model::init::init_weights;
-use runtime::model::{CausalLm, ModelConfig, position_ids_from_mask};
-use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, named_params};
-use runtime::optim::{Dtype, NamedParam, Optimizer, OptimizerConfig, ParamGroup};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::builtin_uri::BuiltinUri;
+use verlc_runtime::logits::logprob::log_probs_from_logits;
+use verlc_runtime::model::init::init_weights;
+use verlc_runtime::model::{CausalLm, ModelConfig, position_ids_from_mask};
+use verlc_runtime::optim::param_groups::{
+    MegatronGroupsConfig, megatron_param_groups, named_params,
+};
+use verlc_runtime::optim::{Dtype, NamedParam, Optimizer, OptimizerConfig, ParamGroup};
 
 pub fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
     (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
@@ -21,7 +23,7 @@ pub fn tiny_config(tied: bool) -> ModelConfig {
         BuiltinUri::parse("builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&intermediate=48")
             .unwrap()
             .unwrap();
-    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    let mut cfg = verlc_runtime::model::builtin::config(&uri).unwrap();
     cfg.tie_word_embeddings = tied;
     // Megatron's embedding has no padding_idx (see engine.rs' engine_settings).
     cfg.extra.remove("pad_token_id");
@@ -36,7 +38,7 @@ pub fn tiny_moe_config() -> ModelConfig {
     )
     .unwrap()
     .unwrap();
-    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    let mut cfg = verlc_runtime::model::builtin::config(&uri).unwrap();
     cfg.tie_word_embeddings = false;
     cfg.extra.remove("pad_token_id");
     cfg
@@ -52,7 +54,7 @@ pub fn tiny_family_config(
     let uri =
         format!("builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&intermediate=48&arch={arch}");
     let uri = BuiltinUri::parse(&uri).unwrap().unwrap();
-    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    let mut cfg = verlc_runtime::model::builtin::config(&uri).unwrap();
     cfg.tie_word_embeddings = tied;
     cfg.extra.remove("pad_token_id");
     for (k, v) in extra {
@@ -69,7 +71,7 @@ pub fn tiny_qwen3_5_config(moe: bool) -> ModelConfig {
         "builtin://tiny?layers=4&hidden=32&heads=2&kv_heads=2&arch=qwen3_5"
     };
     let uri = BuiltinUri::parse(uri).unwrap().unwrap();
-    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    let mut cfg = verlc_runtime::model::builtin::config(&uri).unwrap();
     cfg.tie_word_embeddings = false;
     cfg.extra.remove("pad_token_id");
     cfg
@@ -125,7 +127,7 @@ pub fn full_weights(vs: &VarStore) -> Vec<(String, Tensor)> {
 /// A fixed batch: (input_ids, attention_mask, position_ids), (rows, len), some rows
 /// left-padded.
 pub fn batch(cfg: &ModelConfig, rows: i64, len: i64) -> (Tensor, Tensor, Tensor) {
-    let mut rng = runtime::rng::Rng::new(99);
+    let mut rng = verlc_runtime::rng::Rng::new(99);
     let ids: Vec<i64> = (0..rows * len)
         .map(|_| rng.range(1, cfg.vocab_size - 1))
         .collect();
@@ -276,11 +278,11 @@ pub fn load_into(vs: &VarStore, opt: &mut Optimizer, weights: &[(String, Tensor)
 /// The sum of micro-batch `b`'s next-token log-probs over its real tokens, from the last
 /// stage's `hidden` states.
 pub fn log_prob_sum(
-    model: &runtime::engine::megatron::ParallelModel,
-    tape: &mut runtime::dist::mappings::Tape,
+    model: &verlc_runtime::engine::megatron::ParallelModel,
+    tape: &mut verlc_runtime::dist::mappings::Tape,
     hidden: &Tensor,
-    b: &runtime::engine::megatron::MicroBatch,
-) -> runtime::engine::megatron::Result<Tensor> {
+    b: &verlc_runtime::engine::megatron::MicroBatch,
+) -> verlc_runtime::engine::megatron::Result<Tensor> {
     let len = b.input_ids.size()[1];
     let lp = model
         .next_token_log_probs(
@@ -289,8 +291,8 @@ pub fn log_prob_sum(
             &b.input_ids,
             (0, len - 1),
             1.0,
-            runtime::logits::TokenStats::default(),
-            (runtime::logits::topk::TopK::Off, None),
+            verlc_runtime::logits::TokenStats::default(),
+            (verlc_runtime::logits::topk::TopK::Off, None),
         )?
         .log_probs;
     Ok(masked_sum(&lp, b.attention_mask.as_ref().unwrap()))
@@ -403,9 +405,10 @@ fn signal_mask(grads: &[(String, Tensor)], weights: &[(String, Tensor)]) -> Vec<
 /// The module's distributed optimizer and the number of parameter elements this rank holds
 /// (what its owned state is compared with); panics when the module has another optimizer.
 pub fn distributed_state(
-    m: &runtime::engine::megatron::MegatronModule,
-) -> (&runtime::optim::distrib::DistributedOptimizer, usize) {
-    let Some(runtime::engine::megatron::ModuleOptimizer::Distributed(opt)) = m.optimizer() else {
+    m: &verlc_runtime::engine::megatron::MegatronModule,
+) -> (&verlc_runtime::optim::distrib::DistributedOptimizer, usize) {
+    let Some(verlc_runtime::engine::megatron::ModuleOptimizer::Distributed(opt)) = m.optimizer()
+    else {
         panic!("expected the distributed optimizer");
     };
     let total = m.model.params().iter().map(|p| p.tensor.numel()).sum();

@@ -4,17 +4,17 @@
 //! with sequence parallelism, PP=2 (the tower on the first stage only), CP=2. The tower's
 //! weights start ten times larger than the tiny model's init, so that its embeddings and
 //! DeepStack features weigh in the loss and its gradients are compared as everything else.
-use runtime::builtin_uri::BuiltinUri;
-use runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
-use runtime::engine::megatron::{
-    HeadKind, MegatronModule, MicroBatch, MicroImages, ParallelSettings,
-};
-use runtime::model::vision::{ProcessedImage, Vision};
-use runtime::model::{CausalLm, ModelConfig};
-use runtime::optim::param_groups::named_params;
-use runtime::optim::{LossScaling, Optimizer};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::builtin_uri::BuiltinUri;
+use verlc_runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
+use verlc_runtime::engine::megatron::{
+    HeadKind, MegatronModule, MicroBatch, MicroImages, ParallelSettings,
+};
+use verlc_runtime::model::vision::{ProcessedImage, Vision};
+use verlc_runtime::model::{CausalLm, ModelConfig};
+use verlc_runtime::optim::param_groups::named_params;
+use verlc_runtime::optim::{LossScaling, Optimizer};
 
 use crate::parity::Parallel;
 use crate::rank_test;
@@ -29,7 +29,7 @@ fn vl_config() -> ModelConfig {
     )
     .unwrap()
     .unwrap();
-    let mut cfg = runtime::model::builtin::config(&uri).unwrap();
+    let mut cfg = verlc_runtime::model::builtin::config(&uri).unwrap();
     cfg.tie_word_embeddings = false;
     cfg.extra.remove("pad_token_id");
     cfg
@@ -49,7 +49,7 @@ struct VlBatch {
 }
 
 fn vl_batch(cfg: &ModelConfig, vision: &Vision) -> VlBatch {
-    let mut rng = runtime::rng::Rng::new(7);
+    let mut rng = verlc_runtime::rng::Rng::new(7);
     let v = &cfg.extra["vision_config"];
     let get = |k: &str, default: i64| v.get(k).and_then(|x| x.as_i64()).unwrap_or(default);
     let patch = get("patch_size", 16);

@@ -1,12 +1,12 @@
 //! Vocab-parallel log-probs, entropy and cross-entropy equal the full-vocabulary computation,
 //! values and gradients, on 2 ranks (vocabulary 37: the last rank's part is padded).
-use runtime::logits::TokenStats;
-use runtime::logits::logprob::{
+use tch::{Device, Kind, Tensor};
+use verlc_runtime::logits::TokenStats;
+use verlc_runtime::logits::logprob::{
     entropy_from_logits, log_probs_from_logits, sum_pi_squared_from_logits,
 };
-use runtime::tp::shard::{ShardSpec, gather_tensor, shard_tensor};
-use runtime::tp::{VocabPartition, vocab_parallel_cross_entropy, vocab_parallel_log_probs};
-use tch::{Device, Kind, Tensor};
+use verlc_runtime::tp::shard::{ShardSpec, gather_tensor, shard_tensor};
+use verlc_runtime::tp::{VocabPartition, vocab_parallel_cross_entropy, vocab_parallel_log_probs};
 
 use crate::rank_test;
 use crate::support::max_diff;
@@ -15,7 +15,7 @@ use crate::support::max_diff;
 fn whole_grad(
     local: &Tensor,
     part: &VocabPartition,
-    pg: &runtime::dist::ProcessGroup,
+    pg: &verlc_runtime::dist::ProcessGroup,
     [b, t, v]: [i64; 3],
 ) -> Tensor {
     let cols = local
@@ -66,7 +66,7 @@ rank_test!(log_probs_and_entropy_equal_full_vocab, 2, |pg| {
         &part,
         Some(&pg),
         stats,
-        runtime::logits::topk::TopK::Off,
+        verlc_runtime::logits::topk::TopK::Off,
         None,
     )
     .unwrap();
@@ -113,8 +113,8 @@ rank_test!(log_probs_and_entropy_equal_full_vocab, 2, |pg| {
 // form), values and gradients, with a clamp that bites; the masses are Megatron's (after the
 // clamp), checked against the same formula on the whole vocabulary.
 rank_test!(topk_equals_full_vocab, 2, |pg| {
-    use runtime::algo::topk_kl::{MassAt, TopKKl, forward_kl_topk};
-    use runtime::logits::topk::{TopK, TopKOutput, TopKTargets, topk_columns, topk_output};
+    use verlc_runtime::algo::topk_kl::{MassAt, TopKKl, forward_kl_topk};
+    use verlc_runtime::logits::topk::{TopK, TopKOutput, TopKTargets, topk_columns, topk_output};
     tch::manual_seed(4);
     let (b, t, v, k) = (3, 5, 37, 6);
     let clamp = Some(-3.0);

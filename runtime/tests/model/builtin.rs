@@ -1,7 +1,7 @@
 //! `builtin://tiny`: a config that needs no files, deterministic seeded initialisation.
 
-use runtime::model::{Dtype, ModelSource, from_pretrained};
 use tch::Device;
+use verlc_runtime::model::{Dtype, ModelSource, from_pretrained};
 
 #[test]
 fn tiny_is_a_small_qwen2_matching_its_tokenizer() {
@@ -12,7 +12,7 @@ fn tiny_is_a_small_qwen2_matching_its_tokenizer() {
     assert_eq!(cfg.model_type, "qwen2");
     assert_eq!(
         cfg.vocab_size as usize,
-        runtime::tokenizer::builtin::vocab_size()
+        verlc_runtime::tokenizer::builtin::vocab_size()
     );
     assert!(cfg.tie_word_embeddings);
     let n = cfg.num_parameters();
@@ -99,8 +99,8 @@ fn param_shapes_lists_what_the_constructors_register_in_order_of_families() {
         cfg.attention_bias = attention_bias;
         cfg.mlp_bias = mlp_bias;
         let vs = tch::nn::VarStore::new(Device::Cpu);
-        runtime::model::decoder::Model::new(&cfg, &vs.root() / "model").unwrap();
-        let listed = runtime::model::decoder::param_shapes(&cfg, 0..3, true, true);
+        verlc_runtime::model::decoder::Model::new(&cfg, &vs.root() / "model").unwrap();
+        let listed = verlc_runtime::model::decoder::param_shapes(&cfg, 0..3, true, true);
         let vars = vs.variables();
         assert_eq!(listed.len(), vars.len(), "{model_type}");
         for (name, shape) in &listed {

@@ -1,7 +1,7 @@
 //! Incremental decoding with the KV cache gives the logits of a full recomputation.
 
-use runtime::model::{Dtype, KvCache, from_pretrained, position_ids_from_mask};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::{Dtype, KvCache, from_pretrained, position_ids_from_mask};
 
 use crate::oracle;
 

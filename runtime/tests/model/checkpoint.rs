@@ -1,9 +1,9 @@
 //! Saving in Hugging Face layout: transformers loads what we save (single file and sharded,
 //! causal LM and value model) with identical outputs, and we load our own shards back.
 
-use runtime::model::save::{SaveOptions, save_pretrained};
-use runtime::model::{Checkpoint, Dtype, from_pretrained, value_from_pretrained};
 use tch::{Device, Kind};
+use verlc_runtime::model::save::{SaveOptions, save_pretrained};
+use verlc_runtime::model::{Checkpoint, Dtype, from_pretrained, value_from_pretrained};
 
 use crate::oracle::{self, get};
 
@@ -183,7 +183,7 @@ fn bf16_save_keeps_dtype_and_declares_it() {
 
 #[test]
 fn tensor_parallel_shard_hints_load_slices() {
-    use runtime::model::load::{LoadOptions, Shard, load_weights};
+    use verlc_runtime::model::load::{LoadOptions, Shard, load_weights};
     let dir = oracle::models().join("qwen2");
     let full = oracle::read(&dir.join("model.safetensors"));
     let vs = tch::nn::VarStore::new(Device::Cpu);
@@ -257,8 +257,8 @@ fn tensor_parallel_shard_hints_load_slices() {
 /// `local_files_only=True`: the same weights as the directory it was cached from.
 #[test]
 fn hub_id_loads_the_cached_snapshot() {
-    use runtime::model::ModelSource;
     use verlc_hub::HubEnv;
+    use verlc_runtime::model::ModelSource;
 
     let dir = oracle::models();
     let src = dir.join("qwen2");
@@ -316,9 +316,9 @@ struct SavedVision {
 }
 
 fn saved_vision_model() -> SavedVision {
-    use runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
-    use runtime::data::vision_prompt::encode_vision_prompt;
-    use runtime::model::vision::Vision;
+    use verlc_runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
+    use verlc_runtime::data::vision_prompt::encode_vision_prompt;
+    use verlc_runtime::model::vision::Vision;
     let uri = "builtin://tiny?arch=qwen2_5_vl&layers=2&hidden=64";
     let m = from_pretrained(uri, Device::Cpu, Dtype::Fp32, 3).expect("tiny VL");
     let dir = oracle::scratch("save-qwen2_5_vl");
@@ -328,14 +328,15 @@ fn saved_vision_model() -> SavedVision {
     processor
         .save(&dir, None)
         .expect("preprocessor_config.json");
-    let png = runtime::data::builtin::stripe_png("307", 5).expect("png");
+    let png = verlc_runtime::data::builtin::stripe_png("307", 5).expect("png");
     let image =
         process_image(&decode_png(&png).expect("decode"), (None, None), &processor).expect("image");
-    let tok = runtime::tokenizer::Tokenizer::from_pretrained(uri).expect("tokenizer");
-    let messages: Vec<runtime::tokenizer::Message> = serde_json::from_value(serde_json::json!(
-        [{"role": "user", "content": "<image>what is the answer?"}]
-    ))
-    .expect("messages");
+    let tok = verlc_runtime::tokenizer::Tokenizer::from_pretrained(uri).expect("tokenizer");
+    let messages: Vec<verlc_runtime::tokenizer::Message> =
+        serde_json::from_value(serde_json::json!(
+            [{"role": "user", "content": "<image>what is the answer?"}]
+        ))
+        .expect("messages");
     let ids = encode_vision_prompt(
         &tok,
         &messages,
@@ -373,7 +374,7 @@ fn saved_vision_model() -> SavedVision {
 /// MoE's experts fused as its published checkpoints store them), two images' pixels in a
 /// prompt, and verlc's logits of them.
 fn saved_pixels_model(arch: &str) -> SavedVision {
-    use runtime::model::vision::ProcessedImage;
+    use verlc_runtime::model::vision::ProcessedImage;
     // Qwen3.5's four layers: three Gated DeltaNet layers, then gated attention.
     let layers = if arch.starts_with("qwen3_5") { 4 } else { 2 };
     let uri = format!("builtin://tiny?arch={arch}&layers={layers}&hidden=64");
@@ -418,7 +419,7 @@ fn saved_pixels_model(arch: &str) -> SavedVision {
     let mask = ids.ones_like();
     let refs: Vec<&ProcessedImage> = images.iter().collect();
     let (pixels, grids) =
-        runtime::model::vision::Vision::pixels(&refs, Device::Cpu).expect("pixels");
+        verlc_runtime::model::vision::Vision::pixels(&refs, Device::Cpu).expect("pixels");
     let logits =
         tch::no_grad(|| m.model.forward_pixels(&ids, &mask, &pixels, &grids)).expect("forward");
     let inputs = dir.join("pixels-inputs.safetensors");
@@ -499,12 +500,12 @@ fn saved_text_model_of(arch: &str) -> SavedText {
     let m = from_pretrained(&uri, Device::Cpu, Dtype::Fp32, 7).expect("tiny VL");
     let named: Vec<(String, tch::Tensor)> = m.vs.variables().into_iter().collect();
     let (text, params) =
-        runtime::model::save::text_model_of(&m.config, &named).expect("a text model");
+        verlc_runtime::model::save::text_model_of(&m.config, &named).expect("a text model");
     assert_eq!(text.model_type, "qwen3_5_text");
     assert!(params.iter().all(|(n, _)| !n.starts_with("visual.")));
     let dir = oracle::scratch(&format!("save-text-of-{arch}"));
     let class = text.arch().expect("arch").causal_lm_class();
-    runtime::model::save::save_named(&params, &text, class, &dir, &SaveOptions::default())
+    verlc_runtime::model::save::save_named(&params, &text, class, &dir, &SaveOptions::default())
         .expect("save");
     let ids = tch::Tensor::from_slice(&[3i64, 9, 4, 12, 5, 7, 8, 6]).view([2, 4]);
     let mask = ids.ones_like();

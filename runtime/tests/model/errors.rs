@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use runtime::model::{Dtype, from_pretrained};
 use tch::{Device, Tensor};
+use verlc_runtime::model::{Dtype, from_pretrained};
 
 use crate::oracle;
 
@@ -198,7 +198,7 @@ fn a_sliding_window_loads_and_a_bad_one_is_refused() {
 /// a trained model refuses (verlc's models have no dropout) until overridden to zero.
 #[test]
 fn absent_keys_take_the_family_defaults_and_dropout_is_refused_for_training() {
-    use runtime::model::ModelConfig;
+    use verlc_runtime::model::ModelConfig;
     let write = |tag: &str, cfg: serde_json::Value| {
         let dir = oracle::scratch(tag);
         std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
@@ -260,7 +260,7 @@ fn absent_keys_take_the_family_defaults_and_dropout_is_refused_for_training() {
     // Every activation the build's check lets through is one the MLP computes.
     for act in verlc_spec::families::GATE_ACTIVATIONS {
         assert!(
-            runtime::model::layers::Activation::of(act).is_some(),
+            verlc_runtime::model::layers::Activation::of(act).is_some(),
             "{act}"
         );
     }

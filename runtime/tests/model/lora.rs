@@ -10,16 +10,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use runtime::engine::{
+use tch::{Device, Kind, Tensor};
+use verlc_runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, Metrics, MicroLoss, OptimSettings,
     SchedulerSettings, SingleEngine,
 };
-use runtime::model::lora::{LoraConfig, LoraTargets, is_adapter, merged, save_adapter};
-use runtime::model::save::{SaveOptions, save_named};
-use runtime::model::{CausalLm, Dtype, from_pretrained};
-use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
-use runtime::optim::{AdamWConfig, InnerConfig};
-use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::lora::{LoraConfig, LoraTargets, is_adapter, merged, save_adapter};
+use verlc_runtime::model::save::{SaveOptions, save_named};
+use verlc_runtime::model::{CausalLm, Dtype, from_pretrained};
+use verlc_runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
+use verlc_runtime::optim::{AdamWConfig, InnerConfig};
 
 use crate::oracle::{self, get, max_abs_diff};
 
@@ -67,7 +67,7 @@ fn engine_with(base: &Path, lora: LoraConfig) -> SingleEngine<CausalLm> {
             }),
         }),
         loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::LINKED,
+        loss_scaling: verlc_runtime::optim::LossScaling::LINKED,
         lora: Some(lora),
         config_overrides: Default::default(),
         remove_padding: false,
@@ -309,7 +309,7 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
         // Merged weights, saved as a plain checkpoint, are PEFT's merge_and_unload() model.
         let merged_dir = scratch.join("merged");
         let config = e.model_config().clone();
-        let plain = runtime::model::ModelConfig {
+        let plain = verlc_runtime::model::ModelConfig {
             lora: None,
             ..config
         };
@@ -334,8 +334,8 @@ fn lora_matches_peft_forward_gradients_and_an_adamw_step() {
             mb.insert(k, b.get(k).expect("key").shallow_clone())
                 .expect("insert");
         }
-        let out =
-            tch::no_grad(|| runtime::engine::Head::forward(&m.model, &mb, &fwd)).expect("forward");
+        let out = tch::no_grad(|| verlc_runtime::engine::Head::forward(&m.model, &mb, &fwd))
+            .expect("forward");
         let d = max_abs_diff(&out.log_probs, get(&want, "merged_lp"));
         assert!(
             d < 1e-4,
@@ -398,7 +398,7 @@ fn lora_on_a_vision_language_model_matches_peft(
     per_block: usize,
     mergers: usize,
 ) {
-    use runtime::engine::Head;
+    use verlc_runtime::engine::Head;
     let base = dir.join("checkpoint");
     let tensors = oracle::read(&dir.join(file));
     let (_, images) = crate::vision::oracle_rows(&tensors);
@@ -541,7 +541,7 @@ fn lora_on_a_vision_language_model_matches_peft(
         );
 
         // The merged weights in a plain model of the same config.
-        let plain = runtime::model::ModelConfig {
+        let plain = verlc_runtime::model::ModelConfig {
             lora: None,
             ..e.model_config().clone()
         };

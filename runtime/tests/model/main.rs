@@ -1,4 +1,4 @@
-//! Tests of `runtime::model` (mirrors runtime/src/model/). Parity tests use Hugging Face
+//! Tests of `verlc_runtime::model` (mirrors runtime/src/model/). Parity tests use Hugging Face
 //! transformers in the venv as the oracle (tests/oracle/model_oracle.py, run once and cached).
 #[path = "../oracle/run.rs"]
 mod oracle;

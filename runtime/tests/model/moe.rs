@@ -4,9 +4,9 @@
 //! expert computation equals the per-token definition; the built-in tiny MoE.
 use std::path::PathBuf;
 
-use runtime::model::decoder::param_shapes;
-use runtime::model::{Dtype, ModelSource, from_pretrained};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::decoder::param_shapes;
+use verlc_runtime::model::{Dtype, ModelSource, from_pretrained};
 
 use crate::oracle::{self, get};
 
@@ -70,7 +70,7 @@ fn every_parameter_gradient_matches_transformers() {
         // transformers' gradients by our names: a family that stores its experts fused (one
         // parameter for a layer's experts) has them split per expert, zero for experts no
         // token chose.
-        let layout = runtime::model::stored::StoredLayout::of(&m.config);
+        let layout = verlc_runtime::model::stored::StoredLayout::of(&m.config);
         let mut theirs_by_name = std::collections::HashMap::new();
         for (key, g) in r
             .iter()
@@ -223,7 +223,7 @@ fn expert_keys_are_written_only_for_moe_models() {
         .config()
         .unwrap();
     moe.moe.mlp_only_layers = vec![1];
-    let back: runtime::model::ModelConfig =
+    let back: verlc_runtime::model::ModelConfig =
         serde_json::from_value(serde_json::to_value(&moe).unwrap()).unwrap();
     assert_eq!(back.moe, moe.moe);
     assert!(!back.extra.contains_key("num_experts"));
@@ -236,8 +236,8 @@ fn expert_keys_are_written_only_for_moe_models() {
 /// identity on hidden = experts makes the block's input its logits.
 #[test]
 fn router_losses_match_transformers() {
-    use runtime::builtin_uri::BuiltinUri;
-    use runtime::model::moe::SparseMoe;
+    use verlc_runtime::builtin_uri::BuiltinUri;
+    use verlc_runtime::model::moe::SparseMoe;
 
     let out = oracle::cached("router_losses", &[]);
     let r = oracle::read(&out.join("router.safetensors"));
@@ -247,7 +247,7 @@ fn router_losses_match_transformers() {
     )
     .unwrap()
     .unwrap();
-    let cfg = runtime::model::builtin::config(&uri).unwrap();
+    let cfg = verlc_runtime::model::builtin::config(&uri).unwrap();
     let vs = tch::nn::VarStore::new(Device::Cpu);
     let block = SparseMoe::standalone(&cfg, vs.root(), 0, 0..8).unwrap();
     tch::no_grad(|| {
@@ -301,17 +301,18 @@ fn a_gpt_oss_shaped_config_scales_down_and_a_quantized_one_is_refused() {
     });
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let uri = format!("builtin://scaled?from={}&layers=3", dir.display());
-    let uri = runtime::builtin_uri::BuiltinUri::parse(&uri)
+    let uri = verlc_runtime::builtin_uri::BuiltinUri::parse(&uri)
         .expect("uri")
         .expect("builtin");
-    let scaled = runtime::model::builtin::config(&uri).expect("a stand-in");
+    let scaled = verlc_runtime::model::builtin::config(&uri).expect("a stand-in");
     assert_eq!(scaled.model_type, "gpt_oss");
     let windows: Vec<Option<i64>> = (0..3).map(|l| scaled.attention_window(l)).collect();
     assert_eq!(windows, [Some(128), None, Some(128)]);
     assert_eq!(scaled.moe.num_experts, 4);
     assert_eq!(scaled.intermediate_size, scaled.moe.moe_intermediate_size);
-    let m = runtime::model::CausalLm::new(&scaled, tch::nn::VarStore::new(Device::Cpu).root())
-        .expect("a model");
+    let m =
+        verlc_runtime::model::CausalLm::new(&scaled, tch::nn::VarStore::new(Device::Cpu).root())
+            .expect("a model");
     drop(m);
     let names: Vec<String> = param_shapes(&scaled, 0..1, false, false)
         .into_iter()
@@ -326,7 +327,7 @@ fn a_gpt_oss_shaped_config_scales_down_and_a_quantized_one_is_refused() {
     }
     cfg["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
-    let err = runtime::model::builtin::config(&uri).expect_err("quantized");
+    let err = verlc_runtime::model::builtin::config(&uri).expect_err("quantized");
     assert!(
         err.contains("quant_method `mxfp4`") && err.contains("dequantized (bf16) copy"),
         "{err}"

@@ -5,9 +5,9 @@
 //! families of the shared oracle (gpt-oss's sinks, sliding windows and biased experts among
 //! them), padded and packed.
 
-use runtime::model::packed::Packing;
-use runtime::model::{Dtype, TorchKind, from_pretrained};
 use tch::Device;
+use verlc_runtime::model::packed::Packing;
+use verlc_runtime::model::{Dtype, TorchKind, from_pretrained};
 
 use crate::oracle::{self, ARCHS, get};
 

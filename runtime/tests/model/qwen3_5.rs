@@ -9,15 +9,15 @@
 //! its DeltaNet projections stored fused) loaded and saved back as transformers wrote it.
 use std::path::PathBuf;
 
-use runtime::model::gated_deltanet::{
+use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::gated_deltanet::{
     causal_conv, causal_conv_tensor_ops, chunk_gated_delta_rule, chunk_gated_delta_rule_tensor_ops,
     gated_rms_norm, gated_rms_norm_tensor_ops, recurrent_gated_delta_rule,
 };
-use runtime::model::layers::RmsNorm;
-use runtime::model::packed::Packing;
-use runtime::model::{Dtype, KvCache, ModelSource, from_pretrained, position_ids_from_mask};
-use runtime::rollout::{SamplingParams, StopTokens, generate};
-use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::layers::RmsNorm;
+use verlc_runtime::model::packed::Packing;
+use verlc_runtime::model::{Dtype, KvCache, ModelSource, from_pretrained, position_ids_from_mask};
+use verlc_runtime::rollout::{SamplingParams, StopTokens, generate};
 
 use crate::oracle::{self, get};
 
@@ -33,7 +33,7 @@ fn oracle_dir() -> PathBuf {
 /// fused DeltaNet projections in its checkpoint, a dense layer, no top-k renormalisation).
 const KINDS: [&str; 3] = ["qwen3_5", "qwen3_5_moe", "qwen3_next"];
 
-fn model_of(kind: &str) -> runtime::model::LoadedModel<runtime::model::CausalLm> {
+fn model_of(kind: &str) -> verlc_runtime::model::LoadedModel<verlc_runtime::model::CausalLm> {
     let dir = oracle_dir().join(kind);
     from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap()
 }
@@ -123,7 +123,7 @@ fn gradients_match(kind: &str) {
 /// tensors, by name and value, as transformers wrote.
 #[test]
 fn qwen3_next_checkpoint_saves_back_as_transformers_wrote_it() {
-    use runtime::model::save::{SaveOptions, save_pretrained};
+    use verlc_runtime::model::save::{SaveOptions, save_pretrained};
     let loaded = model_of("qwen3_next");
     let names: Vec<String> = loaded.vs.variables().into_keys().collect();
     assert!(
@@ -133,7 +133,7 @@ fn qwen3_next_checkpoint_saves_back_as_transformers_wrote_it() {
     );
     assert!(!names.iter().any(|n| n.contains("in_proj_qkvz")));
     let out = oracle::scratch("save-qwen3-next");
-    let class = runtime::model::Arch::Qwen3Next.causal_lm_class();
+    let class = verlc_runtime::model::Arch::Qwen3Next.causal_lm_class();
     save_pretrained(
         &loaded.vs,
         &loaded.model.config,
@@ -217,7 +217,7 @@ fn gated_delta_rule_forms_match_transformers_and_each_other() {
 #[test]
 fn gated_delta_rule_cpu_kernel_equals_the_tensor_ops_with_gradients() {
     assert!(
-        runtime::ops::have_cpu_kernels(),
+        verlc_runtime::ops::have_cpu_kernels(),
         "libtorch's BLAS was not found"
     );
     tch::manual_seed(11);
@@ -433,7 +433,7 @@ fn builtin_tiny_qwen3_5_builds_and_counts_its_parameters() {
                 .map(|t| t.numel() as i64)
                 .sum();
         assert_eq!(n, cfg.num_parameters(), "{arch}");
-        let listed = runtime::model::decoder::param_shapes(&cfg, 0..4, true, true);
+        let listed = verlc_runtime::model::decoder::param_shapes(&cfg, 0..4, true, true);
         let vars = m.vs.variables();
         for (name, shape) in &listed {
             assert_eq!(&vars[name].size(), shape, "{arch} {name}");
@@ -462,8 +462,8 @@ fn multimodal_checkpoint_configs_load_as_image_text_models() {
         let raw: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert!(raw.get("vocab_size").is_none(), "{kind}: {raw}");
-        let c =
-            runtime::model::ModelConfig::from_file(&file).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let c = verlc_runtime::model::ModelConfig::from_file(&file)
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
         assert_eq!(c.model_type, kind);
         assert_eq!(c.arch(), Ok(family));
         assert_eq!(
@@ -475,15 +475,18 @@ fn multimodal_checkpoint_configs_load_as_image_text_models() {
         let text = c.text_model().expect("a text model");
         assert_eq!(text.model_type, text_type);
         assert!(text.extra.get("vision_config").is_none());
-        let m = runtime::model::CausalLm::new(&c, tch::nn::VarStore::new(tch::Device::Cpu).root())
-            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let m = verlc_runtime::model::CausalLm::new(
+            &c,
+            tch::nn::VarStore::new(tch::Device::Cpu).root(),
+        )
+        .unwrap_or_else(|e| panic!("{kind}: {e}"));
         assert!(m.vision.is_some(), "{kind}: its tower");
         let uri = format!("builtin://scaled?from={}", dir.join(kind).display());
-        let uri = runtime::builtin_uri::BuiltinUri::parse(&uri)
+        let uri = verlc_runtime::builtin_uri::BuiltinUri::parse(&uri)
             .expect("uri")
             .expect("builtin");
-        let scaled =
-            runtime::model::builtin::config(&uri).unwrap_or_else(|e| panic!("{kind} scaled: {e}"));
+        let scaled = verlc_runtime::model::builtin::config(&uri)
+            .unwrap_or_else(|e| panic!("{kind} scaled: {e}"));
         assert_eq!(scaled.model_type, kind);
         assert_eq!(scaled.vocab_size, 300);
         assert!(scaled.extra["vision_config"].is_object());

@@ -7,10 +7,10 @@
 
 use std::path::PathBuf;
 
-use runtime::model::Dtype;
-use runtime::tokenizer::{Message, Tokenizer};
-use runtime::workers::reward::{RewardInput, RewardModel};
 use tch::Device;
+use verlc_runtime::model::Dtype;
+use verlc_runtime::tokenizer::{Message, Tokenizer};
+use verlc_runtime::workers::reward::{RewardInput, RewardModel};
 use verlc_spec::data::Truncation;
 use verlc_spec::trainer::{RewardModelInput, RewardModelSpec};
 

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use runtime::model::vision::qwen2_5_vl::{VisionConfig, VisionTower};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::vision::qwen2_5_vl::{VisionConfig, VisionTower};
 
 use crate::oracle;
 
@@ -92,7 +92,7 @@ fn vision_inputs_of_the_wrong_shape_are_refused() {
     );
     assert!(matches!(
         odd,
-        Err(runtime::model::vision::qwen2_5_vl::VisionError::Grid { .. })
+        Err(verlc_runtime::model::vision::qwen2_5_vl::VisionError::Grid { .. })
     ));
     let short = tower.forward(
         &Tensor::zeros([8, width], (Kind::Float, Device::Cpu)),
@@ -100,7 +100,7 @@ fn vision_inputs_of_the_wrong_shape_are_refused() {
     );
     assert!(matches!(
         short,
-        Err(runtime::model::vision::qwen2_5_vl::VisionError::Shape { .. })
+        Err(verlc_runtime::model::vision::qwen2_5_vl::VisionError::Shape { .. })
     ));
 }
 
@@ -109,7 +109,7 @@ fn vision_inputs_of_the_wrong_shape_are_refused() {
 /// patch, a video without them; each unpadded and left-padded).
 #[test]
 fn mrope_position_ids_match_verls_get_rope_index() {
-    use runtime::model::vision::mrope::{MropeTokens, VideoGrid, batch_position_ids};
+    use verlc_runtime::model::vision::mrope::{MropeTokens, VideoGrid, batch_position_ids};
     let dir = oracle_dir();
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("mrope.json")).expect("json"))
@@ -167,7 +167,7 @@ fn mrope_position_ids_match_verls_get_rope_index() {
 /// `text_config`), with the oracle's weights, and the oracle's tensors.
 fn oracle_model() -> (
     tch::nn::VarStore,
-    runtime::model::CausalLm,
+    verlc_runtime::model::CausalLm,
     HashMap<String, Tensor>,
 ) {
     oracle_model_in(&oracle_dir(), "qwen2_5_vl_model.safetensors")
@@ -179,10 +179,10 @@ fn oracle_model_in(
     tensors: &str,
 ) -> (
     tch::nn::VarStore,
-    runtime::model::CausalLm,
+    verlc_runtime::model::CausalLm,
     HashMap<String, Tensor>,
 ) {
-    use runtime::model::{CausalLm, ModelConfig};
+    use verlc_runtime::model::{CausalLm, ModelConfig};
     let cfg = ModelConfig::from_file(&dir.join("checkpoint").join("config.json")).expect("config");
     let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(dir.join(tensors))
         .expect("oracle tensors")
@@ -206,8 +206,8 @@ fn oracle_model_in(
 /// image (one per row, in order).
 pub(crate) fn oracle_rows(
     tensors: &HashMap<String, Tensor>,
-) -> (Vec<Vec<i64>>, Vec<runtime::engine::batch::RowImages>) {
-    use runtime::model::vision::ProcessedImage;
+) -> (Vec<Vec<i64>>, Vec<verlc_runtime::engine::batch::RowImages>) {
+    use verlc_runtime::model::vision::ProcessedImage;
     let ids: Vec<Vec<i64>> = Vec::try_from(&tensors["input.input_ids"]).expect("ids");
     let mask: Vec<Vec<i64>> = Vec::try_from(&tensors["input.attention_mask"]).expect("mask");
     let prompts = ids
@@ -255,7 +255,7 @@ fn oracle_models() -> [(PathBuf, &'static str); 3] {
 /// positions are `(N, P + R, 3)`, responses one past the prompt on every axis.
 #[test]
 fn vision_language_rollout_generates_transformers_tokens() {
-    use runtime::rollout::{PromptStream, SamplingParams, StopTokens, generate_images};
+    use verlc_runtime::rollout::{PromptStream, SamplingParams, StopTokens, generate_images};
     tch::set_num_threads(1);
     for (dir, file) in oracle_models() {
         rollout_generates_transformers_tokens(&dir, file);
@@ -275,14 +275,14 @@ fn vision_language_rollout_generates_transformers_tokens() {
         pad: 0,
     };
     let streams = PromptStream::consecutive(0, 0, 2);
-    let text_cfg = runtime::model::builtin::config(
-        &runtime::builtin_uri::BuiltinUri::parse("builtin://tiny")
+    let text_cfg = verlc_runtime::model::builtin::config(
+        &verlc_runtime::builtin_uri::BuiltinUri::parse("builtin://tiny")
             .expect("uri")
             .expect("builtin"),
     )
     .expect("tiny");
     let vs = tch::nn::VarStore::new(Device::Cpu);
-    let text = runtime::model::CausalLm::new(&text_cfg, vs.root()).expect("text model");
+    let text = verlc_runtime::model::CausalLm::new(&text_cfg, vs.root()).expect("text model");
     let short: Vec<Vec<i64>> = vec![vec![5, 6], vec![7]];
     let err = generate_images(&text, &short, &images, &streams, &params, &stop, None)
         .expect_err("text model with images");
@@ -290,7 +290,7 @@ fn vision_language_rollout_generates_transformers_tokens() {
 }
 
 fn rollout_generates_transformers_tokens(dir: &std::path::Path, file: &str) {
-    use runtime::rollout::{PromptStream, SamplingParams, StopTokens, generate_images};
+    use verlc_runtime::rollout::{PromptStream, SamplingParams, StopTokens, generate_images};
     let (_vs, model, tensors) = oracle_model_in(dir, file);
     let (prompts, images) = oracle_rows(&tensors);
     let want: Vec<Vec<i64>> = Vec::try_from(&tensors["output.generated"]).expect("generated");
@@ -334,7 +334,7 @@ fn vision_language_engine_log_probs_match_transformers() {
 }
 
 fn engine_log_probs_match_transformers(dir: &std::path::Path, file: &str) {
-    use runtime::engine::{Batch, ForwardOptions, Head};
+    use verlc_runtime::engine::{Batch, ForwardOptions, Head};
     let (vs, model, tensors) = oracle_model_in(dir, file);
     let (_, images) = oracle_rows(&tensors);
     let ids = &tensors["input.input_ids"];
@@ -408,7 +408,7 @@ fn qwen2_5_vl_logits_match_transformers_5() {
 /// Logits, greedy tokens, the saved checkpoint and every gradient against the oracle run in
 /// `dir`.
 fn matches_the_oracle_model(dir: &std::path::Path, file: &str) {
-    use runtime::model::{Dtype, from_pretrained};
+    use verlc_runtime::model::{Dtype, from_pretrained};
     let (vs, model, tensors) = oracle_model_in(dir, file);
     let grid: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grid");
     let grid: Vec<[i64; 3]> = grid.iter().map(|g| [g[0], g[1], g[2]]).collect();
@@ -614,8 +614,8 @@ fn qwen3_5_tower_matches(dir: &std::path::Path) {
 /// the checkpoint's (4.57's orientation, which both transformers releases and vLLM read), and
 /// it reads back bit for bit.
 fn saves_experts_fused_as_read(dir: &std::path::Path) {
-    use runtime::model::save::{SaveOptions, save_pretrained};
-    use runtime::model::{Dtype, from_pretrained};
+    use verlc_runtime::model::save::{SaveOptions, save_pretrained};
+    use verlc_runtime::model::{Dtype, from_pretrained};
     let m = from_pretrained(
         dir.join("checkpoint").to_str().expect("utf-8 path"),
         Device::Cpu,
@@ -670,10 +670,10 @@ fn saves_experts_fused_as_read(dir: &std::path::Path) {
 /// re-cuts the M-RoPE sections for its heads, and runs a prompt with an image.
 #[test]
 fn a_scaled_stand_in_of_qwen2_5_vl_runs_an_image() {
-    use runtime::builtin_uri::BuiltinUri;
-    use runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
-    use runtime::model::CausalLm;
-    use runtime::model::vision::Vision;
+    use verlc_runtime::builtin_uri::BuiltinUri;
+    use verlc_runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
+    use verlc_runtime::model::CausalLm;
+    use verlc_runtime::model::vision::Vision;
     tch::set_num_threads(1);
     let dir = oracle::scratch("scaled-qwen2_5_vl");
     std::fs::write(
@@ -694,14 +694,15 @@ fn a_scaled_stand_in_of_qwen2_5_vl_runs_an_image() {
     )
     .expect("config.json");
     let uri = format!("builtin://scaled?from={}", dir.display());
-    let cfg =
-        runtime::model::builtin::config(&BuiltinUri::parse(&uri).expect("uri").expect("builtin"))
-            .expect("scaled config");
+    let cfg = verlc_runtime::model::builtin::config(
+        &BuiltinUri::parse(&uri).expect("uri").expect("builtin"),
+    )
+    .expect("scaled config");
     let sections = &cfg.rope_scaling.as_ref().expect("rope")["mrope_section"];
     assert_eq!(sections, &serde_json::json!([2, 3, 3]));
     let vs = tch::nn::VarStore::new(Device::Cpu);
     let model = CausalLm::new(&cfg, vs.root()).expect("stand-in");
-    runtime::model::init::init_weights(&vs, &cfg, 1).expect("init");
+    verlc_runtime::model::init::init_weights(&vs, &cfg, 1).expect("init");
     let vision = model.vision.as_ref().expect("a vision tower");
     assert_eq!(vision.tokens.image_token_id, 151655);
     let tower_params: i64 = vs
@@ -711,7 +712,7 @@ fn a_scaled_stand_in_of_qwen2_5_vl_runs_an_image() {
         .map(|(_, t)| t.numel() as i64)
         .sum();
     assert!(tower_params < 2_000_000, "{tower_params} tower parameters");
-    let png = runtime::data::builtin::stripe_png("42", 0).expect("png");
+    let png = verlc_runtime::data::builtin::stripe_png("42", 0).expect("png");
     let image = process_image(
         &decode_png(&png).expect("png"),
         (None, None),

@@ -1,6 +1,6 @@
 //! Grad norm, clipping and zero counting against torch.nn.utils.clip_grad_norm_.
-use runtime::optim::clip::{self, NormType};
 use tch::Tensor;
+use verlc_runtime::optim::clip::{self, NormType};
 
 use crate::oracle::{self, get, max_abs_diff};
 

@@ -1,4 +1,4 @@
-//! Tests of `runtime::optim` (mirrors runtime/src/optim/). Parity tests use PyTorch in the
+//! Tests of `verlc_runtime::optim` (mirrors runtime/src/optim/). Parity tests use PyTorch in the
 //! venv as the oracle (tests/oracle/optim_oracle.py, run once per test binary).
 #[path = "../common/mod.rs"]
 mod common;

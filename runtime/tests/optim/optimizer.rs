@@ -2,12 +2,12 @@
 //! fp16 overflow skipping, found-inf across ranks, offload placement, skip threshold.
 use std::collections::HashMap;
 
-use runtime::ops;
-use runtime::optim::{
+use tch::{Device, Kind, Tensor};
+use verlc_runtime::ops;
+use verlc_runtime::optim::{
     Dtype, GroupOptions, NamedParam, Optimizer, OptimizerConfig, ParamGroup, ScalerConfig,
     StepOutcome,
 };
-use tch::{Device, Kind, Tensor};
 
 use crate::oracle::{self, get, max_rel_diff};
 use crate::rank_test;

@@ -1,7 +1,9 @@
 //! Megatron's standard param groups and verl's single group.
-use runtime::optim::NamedParam;
-use runtime::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
 use tch::{Kind, Tensor};
+use verlc_runtime::optim::NamedParam;
+use verlc_runtime::optim::param_groups::{
+    MegatronGroupsConfig, megatron_param_groups, single_group,
+};
 
 fn param(name: &str, shape: &[i64], emb: bool) -> NamedParam {
     let mut p = NamedParam::new(
@@ -49,7 +51,7 @@ fn cfg() -> MegatronGroupsConfig {
     }
 }
 
-fn names(g: &runtime::optim::ParamGroup) -> Vec<&str> {
+fn names(g: &verlc_runtime::optim::ParamGroup) -> Vec<&str> {
     g.params.iter().map(|p| p.name.as_str()).collect()
 }
 

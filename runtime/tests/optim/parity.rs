@@ -2,12 +2,12 @@
 //! implementation), with and without host offload of part of the optimizer.
 use std::collections::HashMap;
 
-use runtime::ops;
-use runtime::optim::{
+use tch::Tensor;
+use verlc_runtime::ops;
+use verlc_runtime::optim::{
     AdamWConfig, Dtype, GroupOptions, InnerConfig, NamedParam, Optimizer, OptimizerConfig,
     ParamGroup, SgdConfig,
 };
-use tch::Tensor;
 
 use crate::oracle::{self, get, max_abs_diff, max_rel_diff};
 

@@ -1,5 +1,5 @@
 //! Grad scalers (docs/optimizer.md) against sequences recorded from Megatron's own class.
-use runtime::optim::{GradScaler, ScalerConfig};
+use verlc_runtime::optim::{GradScaler, ScalerConfig};
 
 fn dynamic(initial: f64, min: f64, interval: u64, hysteresis: i64) -> GradScaler {
     GradScaler::new(ScalerConfig::Dynamic {

@@ -1,8 +1,8 @@
 //! Schedulers: Megatron's OptimizerParamScheduler against its formulas (docs/optimizer.md) and
 //! values recorded from Megatron's class at every step; verl's LambdaLR schedules against
 //! verl's code.
-use runtime::optim::GroupOptions;
-use runtime::optim::sched::{
+use verlc_runtime::optim::GroupOptions;
+use verlc_runtime::optim::sched::{
     LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedule,
     VerlSchedulerConfig, WdIncrStyle, WsdDecayStyle,
 };

@@ -4,15 +4,15 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use runtime::optim::sched::{
+use tch::{Device, Kind, Tensor};
+use verlc_runtime::optim::sched::{
     LrDecayStyle, MegatronSchedulerConfig, OptimizerParamScheduler, VerlLrScheduler, VerlSchedule,
     VerlSchedulerConfig, WdIncrStyle,
 };
-use runtime::optim::{
+use verlc_runtime::optim::{
     Dtype, GroupOptions, InnerConfig, LrScheduler, NamedParam, Optimizer, OptimizerConfig,
     ParamGroup, ScalerConfig, SgdConfig,
 };
-use tch::{Device, Kind, Tensor};
 
 use crate::common;
 

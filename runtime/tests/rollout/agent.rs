@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use runtime::rollout::agent::{
+use serde_json::Value;
+use verlc_runtime::rollout::agent::{
     self, Answer, FunctionCall, GeneratedTurn, ToolCallFormat, ToolOutcome, ToolRunner,
     TruncateSide, TurnGenerator, TurnLimits, UserReply,
 };
-use runtime::tokenizer::{Message, Tokenizer};
-use serde_json::Value;
+use verlc_runtime::tokenizer::{Message, Tokenizer};
 
 use crate::oracle;
 

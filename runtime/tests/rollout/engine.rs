@@ -1,9 +1,9 @@
 //! Batched generation: token-for-token parity with transformers' greedy generate on
 //! left-padded batches, stopping at EOS, verl's output layout, n samples per prompt.
 
-use runtime::model::{Dtype, from_pretrained};
-use runtime::rollout::{SamplingParams, StopTokens, generate, generate_padded};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::{Dtype, from_pretrained};
+use verlc_runtime::rollout::{SamplingParams, StopTokens, generate, generate_padded};
 
 use crate::oracle;
 

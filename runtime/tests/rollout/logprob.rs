@@ -1,10 +1,12 @@
 //! Log-probs of given sequences through the training forward, in micro-batches: they equal
 //! the rollout's decode-time log-probs, and entropy/mismatch metrics are consistent.
 
-use runtime::logits::{SequenceBatch, entropy_from_logits, probs_diff};
-use runtime::model::{Dtype, from_pretrained};
-use runtime::rollout::{LogProbPath, SamplingParams, StopTokens, compute_log_probs, generate};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::logits::{SequenceBatch, entropy_from_logits, probs_diff};
+use verlc_runtime::model::{Dtype, from_pretrained};
+use verlc_runtime::rollout::{
+    LogProbPath, SamplingParams, StopTokens, compute_log_probs, generate,
+};
 
 use crate::oracle;
 

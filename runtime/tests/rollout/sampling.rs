@@ -1,14 +1,14 @@
 //! Seeded sampling: reproducible, independent of how prompts are batched, and distributed as
 //! the filtered softmax says.
 
-use runtime::model::{Dtype, from_pretrained};
-use runtime::rng::Rng;
-use runtime::rollout::sampling::{sample, top_k_filter, top_p_filter, uniforms};
-use runtime::rollout::vocab_head::{DecodeHead, HeadLogits};
-use runtime::rollout::{SamplingParams, StopTokens, generate};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::{Dtype, from_pretrained};
+use verlc_runtime::rng::Rng;
+use verlc_runtime::rollout::sampling::{sample, top_k_filter, top_p_filter, uniforms};
+use verlc_runtime::rollout::vocab_head::{DecodeHead, HeadLogits};
+use verlc_runtime::rollout::{SamplingParams, StopTokens, generate};
 
-fn tiny() -> runtime::model::CausalLm {
+fn tiny() -> verlc_runtime::model::CausalLm {
     from_pretrained(
         "builtin://tiny?layers=2&hidden=64",
         Device::Cpu,
@@ -20,7 +20,7 @@ fn tiny() -> runtime::model::CausalLm {
 }
 
 fn responses(
-    m: &runtime::model::CausalLm,
+    m: &verlc_runtime::model::CausalLm,
     prompts: &[Vec<i64>],
     p: &SamplingParams,
 ) -> Vec<Vec<i64>> {

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use runtime::rollout::agent::tools::{PythonTools, ToolSettings};
-use runtime::rollout::agent::{Answer, FunctionCall, ToolOutcome, ToolRunner, UserReply};
-use runtime::tokenizer::Message;
 use serde_json::json;
 use std::time::Instant;
+use verlc_runtime::rollout::agent::tools::{PythonTools, ToolSettings};
+use verlc_runtime::rollout::agent::{Answer, FunctionCall, ToolOutcome, ToolRunner, UserReply};
+use verlc_runtime::tokenizer::Message;
 
 use crate::oracle;
 

@@ -7,11 +7,13 @@
 use std::net::TcpListener;
 use std::path::Path;
 
-use runtime::logits::SequenceBatch;
-use runtime::model::{Dtype, from_pretrained};
-use runtime::rollout::vllm::{VllmRollout, VllmSpec};
-use runtime::rollout::{PromptStream, SamplingParams, StopTokens, compute_log_probs, generate};
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::logits::SequenceBatch;
+use verlc_runtime::model::{Dtype, from_pretrained};
+use verlc_runtime::rollout::vllm::{VllmRollout, VllmSpec};
+use verlc_runtime::rollout::{
+    PromptStream, SamplingParams, StopTokens, compute_log_probs, generate,
+};
 
 use crate::oracle;
 
@@ -25,7 +27,7 @@ fn python_vllm() -> String {
     p.display().to_string()
 }
 
-fn named_params(dir: &Path) -> (runtime::model::CausalLm, Vec<(String, Tensor)>) {
+fn named_params(dir: &Path) -> (verlc_runtime::model::CausalLm, Vec<(String, Tensor)>) {
     let loaded = from_pretrained(dir.to_str().unwrap(), Device::Cpu, Dtype::Fp32, 0).unwrap();
     let params = loaded
         .vs
@@ -36,7 +38,7 @@ fn named_params(dir: &Path) -> (runtime::model::CausalLm, Vec<(String, Tensor)>)
     (loaded.model, params)
 }
 
-fn rows(out: &runtime::rollout::RolloutOutput) -> Vec<Vec<i64>> {
+fn rows(out: &verlc_runtime::rollout::RolloutOutput) -> Vec<Vec<i64>> {
     let all = Vec::<Vec<i64>>::try_from(&out.responses).unwrap();
     all.into_iter()
         .zip(&out.response_lengths)
@@ -66,7 +68,8 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
     let max_new = spec["max_new_tokens"].as_u64().unwrap() as usize;
     let (model_a, params_a) = named_params(&dir.join("vllm_a"));
     let (model_b, params_b) = named_params(&dir.join("vllm_b"));
-    let config = runtime::model::ModelConfig::from_file(&dir.join("vllm_a/config.json")).unwrap();
+    let config =
+        verlc_runtime::model::ModelConfig::from_file(&dir.join("vllm_a/config.json")).unwrap();
 
     // A port already taken: the server moves to a free one.
     let taken = TcpListener::bind(("127.0.0.1", 0)).unwrap();
@@ -178,7 +181,8 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
 #[test]
 fn a_python_without_vllm_is_a_clear_error() {
     let dir = oracle::cached("vllm", &[]);
-    let config = runtime::model::ModelConfig::from_file(&dir.join("vllm_a/config.json")).unwrap();
+    let config =
+        verlc_runtime::model::ModelConfig::from_file(&dir.join("vllm_a/config.json")).unwrap();
     let (_, params) = named_params(&dir.join("vllm_a"));
     let mut vllm = VllmRollout::new(&config, Dtype::Fp32, VllmSpec::default(), 0, false, None);
     vllm.set_python(crate::oracle::python().display().to_string());

@@ -1,7 +1,7 @@
 //! The tokenizer of `builtin://tiny`: short prompts for the synthetic tasks, exact decoding.
 
-use runtime::tokenizer::{Message, Tokenizer, builtin};
 use serde_json::Map;
+use verlc_runtime::tokenizer::{Message, Tokenizer, builtin};
 
 #[test]
 fn builtin_prompts_are_short_and_round_trip() {
@@ -13,11 +13,11 @@ fn builtin_prompts_are_short_and_round_trip() {
         verlc_spec::builtin::tiny_vocab("builtin://tiny")
     );
     let with_tools = "builtin://tiny?tools=calc,lookup";
-    let uri = runtime::builtin_uri::BuiltinUri::parse(with_tools)
+    let uri = verlc_runtime::builtin_uri::BuiltinUri::parse(with_tools)
         .expect("a builtin address")
         .expect("well formed");
     assert_eq!(
-        runtime::model::builtin::config(&uri).map(|m| m.vocab_size),
+        verlc_runtime::model::builtin::config(&uri).map(|m| m.vocab_size),
         Ok(verlc_spec::builtin::tiny_vocab(with_tools))
     );
     assert_eq!(tok.eos_token_ids, vec![builtin::EOS_ID]);

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use runtime::tokenizer::{Message, Tokenizer};
 use serde_json::{Map, Value};
+use verlc_runtime::tokenizer::{Message, Tokenizer};
 
 use crate::oracle;
 
@@ -99,9 +99,9 @@ fn special_ids_and_errors() {
             .to_string()
             .contains("outside the vocabulary")
     );
-    let bad = runtime::tokenizer::ChatTemplate::new("{% if %}").unwrap_err();
+    let bad = verlc_runtime::tokenizer::ChatTemplate::new("{% if %}").unwrap_err();
     assert!(!bad.to_string().is_empty());
-    let raising = runtime::tokenizer::ChatTemplate::new(
+    let raising = verlc_runtime::tokenizer::ChatTemplate::new(
         "{{ raise_exception('only user and assistant roles') }}",
     )
     .unwrap();

@@ -1,7 +1,7 @@
 //! EOS/pad ids from generation_config.json, falling back to config.json.
 
-use runtime::tokenizer::GenerationConfig;
 use serde_json::json;
+use verlc_runtime::tokenizer::GenerationConfig;
 
 use crate::oracle;
 

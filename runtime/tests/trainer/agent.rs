@@ -3,7 +3,7 @@
 //! tool-use ones are logged, and the run trains. (A fresh tiny model emits no tool calls; the loop's turns,
 //! parsing, tool execution and masks are tested against verl in tests/rollout/agent.rs.)
 
-use runtime::trainer::parallel::MegatronRoles;
+use verlc_runtime::trainer::parallel::MegatronRoles;
 
 use crate::support::{quickstart, quiet, repo, scratch, series, spec_of};
 
@@ -37,7 +37,8 @@ fn the_tool_agent_loop_runs_in_training() {
         .as_ref()
         .expect("the agent loop is on");
     assert_eq!(mt.default_agent_loop, "tool_agent");
-    let summary = runtime::trainer::run(&spec, &quiet()).expect("training with the agent loop");
+    let summary =
+        verlc_runtime::trainer::run(&spec, &quiet()).expect("training with the agent loop");
     let turns = series(&summary.history, "num_turns/mean");
     assert_eq!(turns.len(), 2, "num_turns is logged every step");
     assert!(turns.iter().all(|&t| t >= 2.0), "{turns:?}");
@@ -102,7 +103,7 @@ fn the_tool_agent_loop_runs_with_a_megatron_actor() {
     );
     let spec = spec_of("quickstart_megatron.yaml", &overrides);
     assert!(spec.rollout.multi_turn.is_some());
-    let summary = runtime::trainer::run_with(&spec, &quiet(), MegatronRoles { world: None })
+    let summary = verlc_runtime::trainer::run_with(&spec, &quiet(), MegatronRoles { world: None })
         .expect("training with the agent loop on Megatron");
     assert_eq!(series(&summary.history, "num_turns/mean").len(), 2);
     assert_eq!(series(&summary.history, "tool_calls/mean").len(), 2);
@@ -129,7 +130,7 @@ fn the_tool_agent_loop_runs_with_images() {
     );
     let spec = spec_of("color_digits_vl.yaml", &overrides);
     assert!(spec.rollout.multi_turn.is_some());
-    let summary = runtime::trainer::run(&spec, &quiet()).expect("the agent loop with images");
+    let summary = verlc_runtime::trainer::run(&spec, &quiet()).expect("the agent loop with images");
     assert_turns_agree_with_the_actor(&summary.history);
     let norms = series(&summary.history, "actor/grad_norm");
     assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
@@ -139,7 +140,7 @@ fn the_tool_agent_loop_runs_with_images() {
 /// equal the rollout's. Measured on a 2-core EPYC: 6e-8 (fp32 round-off between decoding and a
 /// whole forward); training on text positions instead of the images' multimodal ones gives
 /// 1.4e-4, and turns prefilled without the pictures do not run.
-fn assert_turns_agree_with_the_actor(history: &[(u64, runtime::engine::Metrics)]) {
+fn assert_turns_agree_with_the_actor(history: &[(u64, verlc_runtime::engine::Metrics)]) {
     assert_eq!(series(history, "num_turns/mean").len(), 2);
     let diff = series(history, "training/rollout_probs_diff_max");
     assert_eq!(diff.len(), 2, "{:?}", history.last());
@@ -167,7 +168,7 @@ fn the_tool_agent_loop_runs_with_images_on_megatron() {
     );
     let spec = spec_of("quickstart_megatron.yaml", &overrides);
     assert!(spec.rollout.multi_turn.is_some());
-    let summary = runtime::trainer::run_with(&spec, &quiet(), MegatronRoles { world: None })
+    let summary = verlc_runtime::trainer::run_with(&spec, &quiet(), MegatronRoles { world: None })
         .expect("the agent loop with images on Megatron");
     assert_turns_agree_with_the_actor(&summary.history);
 }

@@ -4,7 +4,7 @@
 //! turn count; a loop that scores its own rows trains on those scores; a loop the file does not
 //! register is refused before training.
 
-use runtime::trainer::run;
+use verlc_runtime::trainer::run;
 
 use crate::support::{is_timing, quiet, repo, scratch, series, small_grpo};
 
@@ -20,7 +20,7 @@ fn loops(default: &str) -> Vec<String> {
     ]
 }
 
-fn training(history: &[(u64, runtime::engine::Metrics)]) -> Vec<Vec<(String, f64)>> {
+fn training(history: &[(u64, verlc_runtime::engine::Metrics)]) -> Vec<Vec<(String, f64)>> {
     history
         .iter()
         .map(|(_, m)| {

@@ -3,8 +3,8 @@
 //! for step; with a bound and warm-up, no trained group is older than the bound allows, and the
 //! staleness metrics say how old they were.
 
-use runtime::engine::Metrics;
-use verlc::load::version::BuiltinRelease;
+use verlc_front::load::version::BuiltinRelease;
+use verlc_runtime::engine::Metrics;
 
 use crate::support::{quiet, scratch, series, small_grpo_on};
 
@@ -15,7 +15,7 @@ fn run(tag: &str, steps: u64, extra: &[&str]) -> Vec<(u64, Metrics)> {
     let mut o = vec!["actor_rollout_ref.rollout.n=4"];
     o.extend_from_slice(extra);
     let cfg = small_grpo_on(&dir, steps, &o, BuiltinRelease::V0_9_1);
-    runtime::trainer::run(&cfg, &quiet())
+    verlc_runtime::trainer::run(&cfg, &quiet())
         .expect("training runs")
         .history
 }
@@ -117,9 +117,9 @@ fn colocate_async_resumes_from_a_checkpoint() {
             BuiltinRelease::V0_9_1,
         )
     };
-    let first = runtime::trainer::run(&cfg(4), &quiet()).expect("first run");
+    let first = verlc_runtime::trainer::run(&cfg(4), &quiet()).expect("first run");
     assert_eq!(first.history.len(), 4);
-    let resumed = runtime::trainer::run(&cfg(6), &quiet()).expect("resumed run");
+    let resumed = verlc_runtime::trainer::run(&cfg(6), &quiet()).expect("resumed run");
     assert_eq!(resumed.resumed_from, 4);
     let steps: Vec<u64> = resumed.history.iter().map(|(s, _)| *s).collect();
     assert_eq!(steps, vec![5, 6]);
@@ -160,7 +160,7 @@ fn colocate_async_filters_flat_groups_and_stops_when_none_varies() {
         &[&["actor_rollout_ref.rollout.n=4"], o.as_slice()].concat(),
         BuiltinRelease::V0_9_1,
     );
-    let err = runtime::trainer::run(&cfg, &quiet())
+    let err = verlc_runtime::trainer::run(&cfg, &quiet())
         .expect_err("no group ever varies")
         .to_string();
     assert!(err.contains("max_num_gen_batches=3"), "{err}");

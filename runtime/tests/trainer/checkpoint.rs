@@ -3,8 +3,8 @@
 
 use std::fs;
 
-use runtime::trainer::TrainerError;
-use runtime::trainer::checkpoint::{
+use verlc_runtime::trainer::TrainerError;
+use verlc_runtime::trainer::checkpoint::{
     TRACKER, apply_retention, list_steps, read_tracker, remove_leftovers, save_atomic, step_dir,
 };
 
@@ -83,7 +83,7 @@ fn a_run_writes_verls_layout() {
         3,
         &["trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=2"],
     );
-    let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
+    let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("runs");
     assert_eq!(summary.last_step, 3);
     let root = dir.join("ckpt");
     assert_eq!(list_steps(&root), vec![2, 3]);
@@ -115,7 +115,7 @@ fn a_run_writes_verls_layout() {
             &from,
         ],
     );
-    let summary = runtime::trainer::run(&cfg, &quiet()).expect("resumes");
+    let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("resumes");
     assert_eq!((summary.resumed_from, summary.last_step), (2, 3));
     // A resume_from_path that names no global_step_N folder is refused by `verlc check` already.
 }

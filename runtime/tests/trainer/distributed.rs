@@ -1,5 +1,5 @@
 //! The trainer over several ranks (FSDP over 2 data-parallel ranks, Megatron with tensor
-//! parallelism 2): rank processes of this test binary run `runtime::trainer::run_with` and
+//! parallelism 2): rank processes of this test binary run `verlc_runtime::trainer::run_with` and
 //! write their metric history; with greedy rollouts the run must match the same config in
 //! one process step by step, every rank must report the same metrics, and a 2-rank
 //! checkpoint must resume into exactly the step the uninterrupted run took.
@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use runtime::dist::{InitOptions, ProcessGroup};
-use runtime::engine::Metrics;
-use runtime::trainer::checkpoint::{list_steps, read_tracker, step_dir};
-use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
+use verlc_runtime::dist::{InitOptions, ProcessGroup};
+use verlc_runtime::engine::Metrics;
+use verlc_runtime::trainer::checkpoint::{list_steps, read_tracker, step_dir};
+use verlc_runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use verlc_spec::TrainerSpec;
 
 use crate::common::spawn_ranks;
@@ -87,9 +87,9 @@ const MEGATRON: &[&str] = &[
 /// Overrides of verl 0.9's v1 trainer compose with that release's tree.
 fn config(example: &str, overrides: &[String]) -> TrainerSpec {
     let release = if overrides.iter().any(|o| o.starts_with("trainer.v1.")) {
-        verlc::load::version::BuiltinRelease::V0_9_1
+        verlc_front::load::version::BuiltinRelease::V0_9_1
     } else {
-        verlc::load::version::BuiltinRelease::V0_7_0
+        verlc_front::load::version::BuiltinRelease::V0_7_0
     };
     let spec = crate::support::spec_on(example, overrides, release);
     assert_eq!(
@@ -143,9 +143,9 @@ fn rank_child() {
     .expect("init process group");
     let rank = world.rank();
     let summary = if example.contains("megatron") {
-        runtime::trainer::run_with(&cfg, &quiet(), MegatronRoles { world: Some(world) })
+        verlc_runtime::trainer::run_with(&cfg, &quiet(), MegatronRoles { world: Some(world) })
     } else {
-        runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world })
+        verlc_runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world })
     }
     .expect("distributed run");
     let json = serde_json::to_string(&summary.history).expect("json");
@@ -289,7 +289,7 @@ fn fsdp_on_two_ranks_as_on_one(
     dir: &Path,
     what: &str,
 ) -> (Job, Vec<Vec<(u64, Metrics)>>) {
-    let one = runtime::trainer::run(
+    let one = verlc_runtime::trainer::run(
         &config(
             "quickstart.yaml",
             &Job::new("quickstart.yaml", extra, &dir.join("one"), 1).overrides,
@@ -352,7 +352,7 @@ fn megatron_tensor_parallel_matches_one_process_and_resumes_exactly() {
     assert!(one_cfg.actor.model_path.contains("qwen3_moe"));
     // The reference is the Megatron engine in one process (its parameter groups differ from
     // the single engine's: no weight decay on biases and norms).
-    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
+    let one = verlc_runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
         .expect("one-process run");
     let job = Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("tp2"), 2)
         .with(&tp2)
@@ -469,7 +469,7 @@ fn one_process_history(example: &str, overrides: &[String]) -> History {
         }
     };
     slot.get_or_init(|| {
-        runtime::trainer::run_with(
+        verlc_runtime::trainer::run_with(
             &config(example, overrides),
             &quiet(),
             MegatronRoles { world: None },
@@ -733,7 +733,7 @@ fn megatron_two_dimensional_layouts_on_four_ranks_match_one_process() {
         "quickstart_megatron.yaml",
         &Job::new("quickstart_megatron.yaml", MEGATRON, &dir.join("one"), 1).overrides,
     );
-    let one = runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
+    let one = verlc_runtime::trainer::run_with(&one_cfg, &quiet(), MegatronRoles { world: None })
         .expect("one-process run");
     let both = |k: &str, v: &str| {
         [

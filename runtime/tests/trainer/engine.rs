@@ -2,17 +2,17 @@
 //! engine's checkpoint restores an identical continuation, and the reference is the actor's
 //! initial policy.
 
-use runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
-use runtime::engine::{
+use tch::{Device, Kind, Tensor};
+use verlc_runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
+use verlc_runtime::engine::{
     Batch, Engine, EngineSettings, OptimSettings, SchedulerSettings, SingleEngine,
 };
-use runtime::model::{CausalLm, Dtype};
-use runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
-use runtime::optim::{AdamWConfig, InnerConfig, SgdConfig};
-use runtime::rollout::{SamplingParams, StopTokens};
-use runtime::workers::actor::{Actor, ActorSettings};
-use runtime::workers::reference::Reference;
-use tch::{Device, Kind, Tensor};
+use verlc_runtime::model::{CausalLm, Dtype};
+use verlc_runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
+use verlc_runtime::optim::{AdamWConfig, InnerConfig, SgdConfig};
+use verlc_runtime::rollout::{SamplingParams, StopTokens};
+use verlc_runtime::workers::actor::{Actor, ActorSettings};
+use verlc_runtime::workers::reference::Reference;
 
 use crate::support::scratch;
 
@@ -59,7 +59,7 @@ fn engine_scheduled(
         seed: 7,
         optim: trainable.then_some(optim),
         loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::LINKED,
+        loss_scaling: verlc_runtime::optim::LossScaling::LINKED,
         lora: None,
         config_overrides: Default::default(),
         remove_padding: false,
@@ -95,7 +95,7 @@ fn settings(micro: usize, mode: LossAggMode) -> ActorSettings {
 
 /// A generated batch of 16 responses with random advantages.
 fn batch(actor: &mut Actor<SingleEngine<CausalLm>>) -> Batch {
-    let mut worker = runtime::workers::rollout::RolloutWorker::new(
+    let mut worker = verlc_runtime::workers::rollout::RolloutWorker::new(
         actor.engine.model_config(),
         Dtype::Fp32,
         Device::Cpu,
@@ -390,7 +390,7 @@ fn reference_is_the_initial_policy() {
 /// generates from the updated weights.
 #[test]
 fn rollout_binds_weights_without_a_copy_and_releases_them() {
-    use runtime::workers::rollout::RolloutWorker;
+    use verlc_runtime::workers::rollout::RolloutWorker;
     let actor = engine(true);
     let params = params_of(&actor);
     let cfg = actor.model_config();
@@ -464,7 +464,7 @@ fn rollout_correction_runs_in_the_trainer() {
         ],
     );
     assert!(spec.algorithm.rollout_correction.is_some());
-    let summary = runtime::trainer::run(&spec, &crate::support::quiet()).expect("run");
+    let summary = verlc_runtime::trainer::run(&spec, &crate::support::quiet()).expect("run");
     let mean = crate::support::series(&summary.history, "rollout_corr/rollout_is_mean");
     let rejected =
         crate::support::series(&summary.history, "rollout_corr/rollout_rs_masked_fraction");
@@ -487,7 +487,7 @@ fn rollout_correction_runs_in_the_trainer() {
         ],
     );
     assert!(spec.actor.update.bypass.is_some());
-    let summary = runtime::trainer::run(&spec, &crate::support::quiet()).expect("bypass run");
+    let summary = verlc_runtime::trainer::run(&spec, &crate::support::quiet()).expect("bypass run");
     let last = &summary.history.last().expect("a step").1;
     assert!(!last.contains_key("actor/entropy"));
     assert!(
@@ -514,7 +514,7 @@ fn rollout_correction_runs_in_the_trainer() {
         .as_ref()
         .expect("correction");
     assert_eq!((c.is_threshold, c.is_threshold_lower), (1.1, Some(0.9)));
-    let summary = runtime::trainer::run(&spec, &crate::support::quiet()).expect("IcePop run");
+    let summary = verlc_runtime::trainer::run(&spec, &crate::support::quiet()).expect("IcePop run");
     let last = &summary.history.last().expect("a step").1;
     assert!(
         last.get("rollout_corr/rollout_is_oob_ratio")
@@ -537,7 +537,7 @@ fn config_overrides_reach_the_model() {
         seed: 7,
         optim: None,
         loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::LINKED,
+        loss_scaling: verlc_runtime::optim::LossScaling::LINKED,
         lora: None,
         config_overrides: overrides.as_object().cloned().unwrap_or_default(),
         remove_padding: false,
@@ -562,8 +562,8 @@ fn config_overrides_reach_the_model() {
 /// rather than hanging; after that, queueing more is an error too.
 #[test]
 fn background_rollout_generates_with_its_published_copy() {
-    use runtime::trainer::background::{BackgroundRollout, Job};
-    use runtime::workers::rollout::RolloutWorker;
+    use verlc_runtime::trainer::background::{BackgroundRollout, Job};
+    use verlc_runtime::workers::rollout::RolloutWorker;
     let actor = engine(true);
     let cfg = actor.model_config();
     let params = params_of(&actor);
@@ -595,8 +595,9 @@ fn background_rollout_generates_with_its_published_copy() {
             "reward_model": {"ground_truth": "1", "style": "rule"},
         });
         let row = row.as_object().cloned().unwrap_or_default();
-        runtime::data::PromptItem {
-            sample: runtime::data::Sample::from_row(row, "prompt", "data_source", 0).expect("row"),
+        verlc_runtime::data::PromptItem {
+            sample: verlc_runtime::data::Sample::from_row(row, "prompt", "data_source", 0)
+                .expect("row"),
             input_ids: ids,
             source: "test".into(),
             row: 0,

@@ -3,7 +3,7 @@
 //! compose that example dir's configs, from `skipped.json` + `example_configs.json`), retargeted to the built-in tiny model of
 //! the family each names (dense, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE) and task on 2 CPU ranks, either lower to a spec (what `verlc build` accepts) or are refused
 //! with B/V/S diagnostics at the lines that decided them; every spec that lowers starts on 2
-//! rank processes (what a trainer binary runs: `runtime::trainer::run_with` with the strategy's
+//! rank processes (what a trainer binary runs: `verlc_runtime::trainer::run_with` with the strategy's
 //! roles) and trains two steps. Nothing is refused at start-up.
 //!
 //! Retargeting keeps each example's algorithm, losses, optimizer, schedule, engine and
@@ -21,11 +21,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use runtime::dist::{InitOptions, ProcessGroup};
-use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use serde_json::Value;
-use verlc::compile::{SpecOutcome, lower_request};
-use verlc::load::compose::LoadRequest;
+use verlc_front::compile::{SpecOutcome, lower_request};
+use verlc_front::load::compose::LoadRequest;
+use verlc_runtime::dist::{InitOptions, ProcessGroup};
+use verlc_runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use verlc_spec::TrainerSpec;
 use verlc_spec::binding::StrategyKind;
 
@@ -296,7 +296,7 @@ fn recipe_data(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf
     std::fs::create_dir_all(&out).expect("recipe data dir");
     let mut paths = Vec::new();
     for (split, size) in [("train", 64), ("test", 8)] {
-        let rows = runtime::data::files::read_rows(&format!(
+        let rows = verlc_runtime::data::files::read_rows(&format!(
             "builtin://digit_reversal?split={split}&size={size}"
         ))
         .expect("builtin rows");
@@ -314,8 +314,8 @@ fn recipe_data(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf
 /// A PEFT adapter for the tiny model (what an example's `lora_adapter_path` names is a
 /// directory saved by an earlier LoRA run), written by verlc's own LoRA engine.
 fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
-    use runtime::engine::{Engine, EngineSettings, SingleEngine};
-    use runtime::model::lora::{LoraConfig, LoraTargets, save_adapter};
+    use verlc_runtime::engine::{Engine, EngineSettings, SingleEngine};
+    use verlc_runtime::model::lora::{LoraConfig, LoraTargets, save_adapter};
     let out = dir.join("tiny_adapter");
     if out.join("adapter_config.json").is_file() {
         return out;
@@ -327,15 +327,15 @@ fn tiny_adapter(dir: &std::path::Path) -> std::path::PathBuf {
         exclude: LoraTargets::Names(Vec::new()),
         adapter_dir: None,
     };
-    let e: SingleEngine<runtime::model::CausalLm> = SingleEngine::new(EngineSettings {
+    let e: SingleEngine<verlc_runtime::model::CausalLm> = SingleEngine::new(EngineSettings {
         model_path: TINY.trim_matches('\'').into(),
         device: tch::Device::Cpu,
-        param_dtype: runtime::model::Dtype::Fp32,
-        main_dtype: runtime::model::Dtype::Fp32,
+        param_dtype: verlc_runtime::model::Dtype::Fp32,
+        main_dtype: verlc_runtime::model::Dtype::Fp32,
         seed: 42,
         optim: None,
         loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::LINKED,
+        loss_scaling: verlc_runtime::optim::LossScaling::LINKED,
         lora: Some(lora.clone()),
         config_overrides: Default::default(),
         remove_padding: false,
@@ -618,14 +618,14 @@ fn example_rank_child() {
             serde_json::from_str(&std::fs::read_to_string(&file).expect("spec"))
                 .expect("spec json");
         let summary = match spec.binding.strategy {
-            StrategyKind::Megatron => runtime::trainer::run_with(
+            StrategyKind::Megatron => verlc_runtime::trainer::run_with(
                 &spec,
                 &quiet(),
                 MegatronRoles {
                     world: Some(world.clone()),
                 },
             ),
-            _ => runtime::trainer::run_with(
+            _ => verlc_runtime::trainer::run_with(
                 &spec,
                 &quiet(),
                 FsdpRoles {
@@ -854,15 +854,15 @@ fn lower_fixture(
                 base: Some(base.clone()),
                 overrides,
                 cwd: repo(),
-                builtin: verlc::load::version::BuiltinRelease::V0_7_0,
+                builtin: verlc_front::load::version::BuiltinRelease::V0_7_0,
                 ..LoadRequest::default()
             },
         };
         // Hydra itself rejects a few of verl's scripts (keys that are not in the tree): not
         // configs anyone runs.
-        let composed = verlc::check::check(
+        let composed = verlc_front::check::check(
             &request(overrides.clone()),
-            &verlc::check::CheckOptions::default(),
+            &verlc_front::check::CheckOptions::default(),
         );
         if composed
             .diagnostics
@@ -984,7 +984,7 @@ fn lower_fixture(
             // under the bound strategy (experts and Gated DeltaNet layers on FSDP only).
             SpecOutcome::Ok { spec, checked } => {
                 let env = verlc_hub::HubEnv::from_env();
-                let problems = verlc::plan::models::model_problems(&spec, &env);
+                let problems = verlc_front::plan::models::model_problems(&spec, &env);
                 if problems.is_empty() {
                     SpecOutcome::Ok { spec, checked }
                 } else {
@@ -1060,7 +1060,7 @@ fn verl_examples_that_build_start_and_train_two_steps() {
         if tree.is_dir() {
             releases.push((label, lower_fixture(fixture, Some(&tree), &dir, &mut runs)));
         } else {
-            testkit::missing_data(format!(
+            verlc_testkit::missing_data(format!(
                 "no verl tree for {label}'s examples (scripts/setup unpacks it)"
             ));
         }

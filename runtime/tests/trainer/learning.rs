@@ -36,7 +36,7 @@ fn grpo_quickstart_short_run_raises_the_score() {
         ]),
     );
     let t = std::time::Instant::now();
-    let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
+    let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("training runs");
     let scores = series(&summary.history, "critic/score/mean");
     eprintln!(
         "grpo scores ({:.1}s): {scores:.3?}",
@@ -70,7 +70,7 @@ fn ppo_with_a_gae_critic_learns() {
             "+critic.model.fsdp_config.mixed_precision.param_dtype=fp32",
         ]),
     );
-    let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
+    let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("training runs");
     let scores = series(&summary.history, "critic/score/mean");
     let vf = series(&summary.history, "critic/vf_loss");
     eprintln!("ppo scores: {scores:.3?}\nvf_loss: {vf:.4?}");
@@ -105,9 +105,9 @@ fn optimal_token_baseline_runs_with_its_variance_metrics() {
             "algorithm.adv_estimator=optimal_token_baseline",
             "actor_rollout_ref.actor.calculate_sum_pi_squared=true",
         ]),
-        verlc::load::version::BuiltinRelease::V0_9_1,
+        verlc_front::load::version::BuiltinRelease::V0_9_1,
     );
-    let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
+    let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("training runs");
     assert_eq!(summary.history.len(), steps as usize);
     for (step, m) in &summary.history {
         let signal = m["variance_proxy/proxy1_signal_strength"];
@@ -173,7 +173,7 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
                 clip_ratio_high: 0.2,
             },
         );
-        let summary = runtime::trainer::run(&cfg, &quiet()).expect("training runs");
+        let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("training runs");
         // The estimators' mean |d| per token (comparable across forms: k1's d has either
         // sign); the top-k KL is never negative.
         let metric = match mode {
@@ -234,8 +234,8 @@ fn on_policy_distillation_pulls_the_student_to_its_teacher() {
             clip_ratio_high: 0.2,
         },
     );
-    let roles = runtime::trainer::parallel::MegatronRoles { world: None };
-    let summary = runtime::trainer::run_with(&cfg, &quiet(), roles).expect("Megatron run");
+    let roles = verlc_runtime::trainer::parallel::MegatronRoles { world: None };
+    let summary = verlc_runtime::trainer::run_with(&cfg, &quiet(), roles).expect("Megatron run");
     let loss = series(&summary.history, "actor/distillation/loss");
     assert_eq!(loss.len(), 3);
     assert!(loss.iter().all(|v| v.is_finite() && *v > 0.0), "{loss:?}");
@@ -295,7 +295,7 @@ fn a_vision_language_student_distils_from_teachers_routed_by_data_source() {
             clip_ratio_low: 0.2,
             clip_ratio_high: 0.2,
         });
-        runtime::trainer::run(&cfg, &quiet())
+        verlc_runtime::trainer::run(&cfg, &quiet())
     };
     let summary = run(
         "distillation_vl",
@@ -345,8 +345,8 @@ fn every_family_trains_the_quickstart_on_its_tiny_model() {
             row.tiny_arch
         );
         let cfg = small_grpo(&dir, 2, &[model.as_str()]);
-        let summary =
-            runtime::trainer::run(&cfg, &quiet()).unwrap_or_else(|e| panic!("{}: {e}", row.name));
+        let summary = verlc_runtime::trainer::run(&cfg, &quiet())
+            .unwrap_or_else(|e| panic!("{}: {e}", row.name));
         let losses = series(&summary.history, "actor/pg_loss");
         assert_eq!(losses.len(), 2, "{}: {:?}", row.name, summary.history);
         assert!(
@@ -368,7 +368,7 @@ fn every_family_trains_the_quickstart_on_its_tiny_model() {
 /// initialised while the text model moves; the checkpoint carries the image processor's file.
 #[test]
 fn a_vision_language_model_trains_on_its_images_with_its_tower_frozen() {
-    use runtime::model::{Dtype, from_pretrained};
+    use verlc_runtime::model::{Dtype, from_pretrained};
     let dir = scratch("vision_language");
     let overrides: Vec<String> = [
         "trainer.total_training_steps=2",
@@ -391,7 +391,7 @@ fn a_vision_language_model_trains_on_its_images_with_its_tower_frozen() {
     .collect();
     let spec = crate::support::spec_of("color_digits_vl.yaml", &overrides);
     assert!(spec.actor.freeze_vision_tower);
-    let summary = runtime::trainer::run(&spec, &quiet()).expect("vision-language run");
+    let summary = verlc_runtime::trainer::run(&spec, &quiet()).expect("vision-language run");
     let norms = series(&summary.history, "actor/grad_norm");
     assert_eq!(norms.len(), 2);
     assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");

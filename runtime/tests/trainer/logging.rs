@@ -6,11 +6,11 @@
 
 use std::process::Command;
 
-use runtime::engine::Metrics;
-use runtime::logging::tensorboard::{
+use verlc_runtime::engine::Metrics;
+use verlc_runtime::logging::tensorboard::{
     TensorboardLogger, crc32c, encode_event, frame, masked_crc32c, read_events,
 };
-use runtime::logging::{FileLogger, Logger, Tracking, TrackingOptions, console_line};
+use verlc_runtime::logging::{FileLogger, Logger, Tracking, TrackingOptions, console_line};
 use verlc_spec::trainer::LoggerKind;
 
 use crate::support::{repo, scratch};
@@ -69,7 +69,7 @@ fn crc32c_and_tfrecord_match_a_file_written_by_tensorboard() {
 fn tensorboard_python() -> Option<String> {
     let candidates = [
         std::env::var("VERLC_TB_PYTHON").ok(),
-        Some(runtime::workers::reward::PythonSettings::default_python()),
+        Some(verlc_runtime::workers::reward::PythonSettings::default_python()),
     ];
     candidates.into_iter().flatten().find(|p| {
         Command::new(p)
@@ -108,7 +108,7 @@ fn tensorboard_reads_our_event_files() {
     );
 
     let Some(python) = tensorboard_python() else {
-        testkit::missing_data(
+        verlc_testkit::missing_data(
             "no python with `tensorboard` for the loader check (scripts/setup installs it in .venv; or set VERLC_TB_PYTHON)",
         );
         return;
@@ -178,15 +178,15 @@ fn unsupported_backends_never_reach_the_trainer() {
     // swanlab, clearml: `verlc build` refuses them (B018 at trainer.logger), so no spec, and no
     // start-up refusal, exists for them.
     for b in ["swanlab", "clearml"] {
-        let req = verlc::load::compose::LoadRequest {
+        let req = verlc_front::load::compose::LoadRequest {
             config_file: Some(crate::support::repo().join("examples/quickstart.yaml")),
             overrides: vec![format!("trainer.logger=[console,{b}]")],
             cwd: crate::support::repo(),
-            builtin: verlc::load::version::BuiltinRelease::V0_7_0,
+            builtin: verlc_front::load::version::BuiltinRelease::V0_7_0,
             ..Default::default()
         };
-        match verlc::compile::lower_request(&req) {
-            verlc::compile::SpecOutcome::Errors(checked) => {
+        match verlc_front::compile::lower_request(&req) {
+            verlc_front::compile::SpecOutcome::Errors(checked) => {
                 let d = checked
                     .diagnostics
                     .iter()
@@ -196,7 +196,7 @@ fn unsupported_backends_never_reach_the_trainer() {
                 assert!(d.primary.is_some(), "no YAML line");
                 assert!(d.message.contains(b), "{}", d.message);
             }
-            verlc::compile::SpecOutcome::Ok { .. } => panic!("logger {b} lowered to a spec"),
+            verlc_front::compile::SpecOutcome::Ok { .. } => panic!("logger {b} lowered to a spec"),
         }
     }
 }

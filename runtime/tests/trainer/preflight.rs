@@ -1,10 +1,10 @@
-//! The trainer's preflight (`runtime::trainer::preflight`): a run whose weights are missing or
+//! The trainer's preflight (`verlc_runtime::trainer::preflight`): a run whose weights are missing or
 //! whose models cannot fit in this host's memory stops before any model is allocated, naming
 //! the key, the directory and the numbers.
 
 use std::path::Path;
 
-use runtime::trainer::preflight::{PreflightError, check};
+use verlc_runtime::trainer::preflight::{PreflightError, check};
 
 use crate::support::{quickstart, scratch};
 

@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use runtime::data::files::read_rows;
-use runtime::trainer::{TrainerError, run};
 use serde_json::json;
+use verlc_runtime::data::files::read_rows;
+use verlc_runtime::trainer::{TrainerError, run};
 
 use crate::support::{is_timing, quiet, repo, scratch, small_grpo};
 
@@ -53,7 +53,9 @@ pub fn write_data(dir: &Path, rows: usize) -> (PathBuf, PathBuf) {
     (a, b)
 }
 
-fn training_metrics(history: &[(u64, runtime::engine::Metrics)]) -> Vec<(u64, Vec<(String, f64)>)> {
+fn training_metrics(
+    history: &[(u64, verlc_runtime::engine::Metrics)],
+) -> Vec<(u64, Vec<(String, f64)>)> {
     history
         .iter()
         .map(|(s, m)| {

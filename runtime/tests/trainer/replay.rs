@@ -8,9 +8,9 @@
 use std::collections::VecDeque;
 use std::path::Path;
 
-use runtime::engine::Metrics;
-use runtime::trainer::replay::{Feed, OffPolicyBound, OffPolicyStrategy, ReplayBuffer};
 use serde_json::Value;
+use verlc_runtime::engine::Metrics;
+use verlc_runtime::trainer::replay::{Feed, OffPolicyBound, OffPolicyStrategy, ReplayBuffer};
 
 fn schedules() -> Vec<Value> {
     let out = crate::common::temp_dir("replay_oracle");

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use runtime::trainer::checkpoint::{list_steps, read_tracker, step_dir};
 use serde_json::Value;
+use verlc_runtime::trainer::checkpoint::{list_steps, read_tracker, step_dir};
 
 use crate::support::{is_timing, quiet, scratch, small_grpo};
 
@@ -44,7 +44,7 @@ fn resume_child() {
     };
     tch::set_num_threads(1);
     let dir = PathBuf::from(dir);
-    runtime::trainer::run(&config(&dir), &quiet()).expect("child run");
+    verlc_runtime::trainer::run(&config(&dir), &quiet()).expect("child run");
 }
 
 fn spawn(dir: &Path) -> Child {

@@ -6,9 +6,13 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use runtime::workers::reward::rules::{default_compute_score, gsm8k, math_boxed, strip_string};
-use runtime::workers::reward::{PythonRewardFn, PythonSettings, RewardError, RewardFn, ScoreItem};
 use serde_json::{Map, Value, json};
+use verlc_runtime::workers::reward::rules::{
+    default_compute_score, gsm8k, math_boxed, strip_string,
+};
+use verlc_runtime::workers::reward::{
+    PythonRewardFn, PythonSettings, RewardError, RewardFn, ScoreItem,
+};
 
 use crate::support::{quiet, repo, scratch, small_grpo, small_grpo_on};
 
@@ -274,12 +278,12 @@ fn trainer_fails_cleanly_on_a_crashing_reward_function() {
         fixture("reward_hang.py").display()
     );
     let cfg = small_grpo(&dir, 2, &[&path]);
-    let opts = runtime::trainer::RunOptions {
+    let opts = verlc_runtime::trainer::RunOptions {
         reward_call_timeout: Duration::from_secs(2),
         ..quiet()
     };
     let t = Instant::now();
-    let err = runtime::trainer::run(&cfg, &opts)
+    let err = verlc_runtime::trainer::run(&cfg, &opts)
         .expect_err("the reward function hangs")
         .to_string();
     assert!(err.contains("did not answer"), "{err}");
@@ -315,7 +319,8 @@ fn model_scored_validation_data_needs_no_scorer_with_a_reward_model() {
         "reward_model.use_reward_loop=false",
         "reward_model.micro_batch_size_per_gpu=8",
     ];
-    let summary = runtime::trainer::run(&small_grpo(&dir, 1, &with_rm), &quiet()).expect("runs");
+    let summary =
+        verlc_runtime::trainer::run(&small_grpo(&dir, 1, &with_rm), &quiet()).expect("runs");
     // The reward model scored the training step; validation (at step 1) logged nothing.
     assert_eq!(summary.history.len(), 1);
     assert!(summary.history[0].1.contains_key("critic/score/mean"));
@@ -327,7 +332,7 @@ fn model_scored_validation_data_needs_no_scorer_with_a_reward_model() {
         "no validation metrics"
     );
     // Without the reward model the reward function scores that data, and cannot.
-    let err = runtime::trainer::run(
+    let err = verlc_runtime::trainer::run(
         &small_grpo(&dir, 1, &[val.as_str(), "trainer.test_freq=1"]),
         &quiet(),
     )
@@ -348,7 +353,7 @@ fn trainer_scores_with_a_python_reward_function() {
         1,
         &[&path, "+custom_reward_function.reward_kwargs={bonus: 0.0}"],
     );
-    let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
+    let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("runs");
     let score = summary.history[0].1["critic/score/mean"];
     assert!((0.0..=1.0).contains(&score), "{score}");
 }
@@ -510,13 +515,13 @@ fn gdpo_reads_the_reward_functions_components() {
             "+algorithm.gdpo_reward_keys=[accuracy_reward,format_reward,tagged]",
             "+algorithm.gdpo_reward_weights=[1.0,0.5,0.1]",
         ],
-        verlc::load::version::BuiltinRelease::V0_9_1,
+        verlc_front::load::version::BuiltinRelease::V0_9_1,
     );
     assert!(matches!(
         cfg.reward_manager,
         verlc_spec::trainer::RewardManagerSpec::Gdpo { .. }
     ));
-    let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
+    let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("runs");
     for (step, m) in &summary.history {
         // verl 0.9's GDPO manager passes `extra_info.experiment_name` to the scorer.
         assert_eq!(m["gdpo/tagged/mean"], 1.0, "step {step}");
@@ -542,9 +547,9 @@ fn gdpo_reads_the_reward_functions_components() {
             "reward.reward_manager.name=gdpo",
             "+algorithm.gdpo_reward_keys=[length_reward]",
         ],
-        verlc::load::version::BuiltinRelease::V0_9_1,
+        verlc_front::load::version::BuiltinRelease::V0_9_1,
     );
-    let err = runtime::trainer::run(&cfg, &quiet())
+    let err = verlc_runtime::trainer::run(&cfg, &quiet())
         .expect_err("no such component")
         .to_string();
     assert!(
@@ -579,7 +584,7 @@ fn dynamic_sampling_trains_only_groups_that_vary() {
                 &metric_arg,
             ],
         );
-        let summary = runtime::trainer::run(&cfg, &quiet()).expect("runs");
+        let summary = verlc_runtime::trainer::run(&cfg, &quiet()).expect("runs");
         for (step, m) in &summary.history {
             let rounds = m["training/filter_groups/num_gen_batches"];
             let evicted = m["training/filter_groups/evicted_samples"];
@@ -627,7 +632,7 @@ fn dynamic_sampling_trains_only_groups_that_vary() {
             "+algorithm.filter_groups.max_num_gen_batches=3",
         ],
     );
-    let err = runtime::trainer::run(&cfg, &quiet())
+    let err = verlc_runtime::trainer::run(&cfg, &quiet())
         .expect_err("no group ever varies")
         .to_string();
     assert!(

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use runtime::trainer::run;
+use verlc_runtime::trainer::run;
 
 use crate::support::{quiet, repo, scratch, series, small_grpo};
 

@@ -7,20 +7,20 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use runtime::data::sft::SftDataset;
-use runtime::dist::{InitOptions, ProcessGroup};
-use runtime::engine::{
+use tch::{Kind, Tensor};
+use verlc_front::check::CheckOptions;
+use verlc_front::compile::{Compiled, Mode, compile};
+use verlc_front::load::compose::LoadRequest;
+use verlc_front::load::version::BuiltinRelease;
+use verlc_front::plan::Planned;
+use verlc_runtime::data::sft::SftDataset;
+use verlc_runtime::dist::{InitOptions, ProcessGroup};
+use verlc_runtime::engine::{
     Engine, EngineSettings, ForwardOptions, Metrics, MicroBatching, SingleEngine,
 };
-use runtime::model::CausalLm;
-use runtime::tokenizer::Tokenizer;
-use runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
-use tch::{Kind, Tensor};
-use verlc::check::CheckOptions;
-use verlc::compile::{Compiled, Mode, compile};
-use verlc::load::compose::LoadRequest;
-use verlc::load::version::BuiltinRelease;
-use verlc::plan::Planned;
+use verlc_runtime::model::CausalLm;
+use verlc_runtime::tokenizer::Tokenizer;
+use verlc_runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use verlc_spec::binding::StrategyKind;
 use verlc_spec::sft::SftSpec;
 
@@ -80,7 +80,7 @@ fn compile_sft(release: BuiltinRelease, overrides: Vec<String>) -> Compiled {
     )
 }
 
-fn errors(diagnostics: &[verlc::diag::Diagnostic]) -> Vec<String> {
+fn errors(diagnostics: &[verlc_front::diag::Diagnostic]) -> Vec<String> {
     diagnostics
         .iter()
         .filter(|d| d.is_error())
@@ -102,10 +102,10 @@ fn first_step(s: &SftSpec) -> (Tokenizer, SftDataset, Vec<usize>, SingleEngine<C
     let data = SftDataset::load(
         &s.data.train_files,
         &tok,
-        &runtime::sft::dataset_options(s, s.data.train_max_samples),
+        &verlc_runtime::sft::dataset_options(s, s.data.train_max_samples),
     )
     .expect("dataset");
-    let mut sampler = runtime::data::BatchSampler::new(
+    let mut sampler = verlc_runtime::data::BatchSampler::new(
         data.len(),
         s.batching.global_batch,
         true,
@@ -122,7 +122,7 @@ fn first_step(s: &SftSpec) -> (Tokenizer, SftDataset, Vec<usize>, SingleEngine<C
         seed: s.model.seed,
         optim: None,
         loss_scale_factor: None,
-        loss_scaling: runtime::optim::LossScaling::NONE,
+        loss_scaling: verlc_runtime::optim::LossScaling::NONE,
         lora: None,
         config_overrides: Default::default(),
         remove_padding: false,
@@ -145,7 +145,7 @@ fn sft_step_loss_is_verls_sft_loss_of_the_packed_batch() {
     let mut masks = Vec::new();
     for &i in &rows {
         let ex = &data.examples[i];
-        let batch = runtime::sft::collate(&[ex], tok.pad_token_id).expect("collate");
+        let batch = verlc_runtime::sft::collate(&[ex], tok.pad_token_id).expect("collate");
         let out = engine
             .infer_batch(&batch, &MicroBatching::Rows(1), &ForwardOptions::default())
             .expect("forward");
@@ -165,9 +165,10 @@ fn sft_step_loss_is_verls_sft_loss_of_the_packed_batch() {
     }
     let log_probs = Tensor::cat(&log_probs, 0);
     let mask = Tensor::cat(&masks, 0);
-    let tokens = runtime::algo::sft_loss::loss_tokens(&mask);
-    let want = runtime::algo::sft_loss::sft_loss(&log_probs, &mask, tokens, 1).double_value(&[]);
-    let got = runtime::sft::run(&s, &quiet()).expect("one SFT step");
+    let tokens = verlc_runtime::algo::sft_loss::loss_tokens(&mask);
+    let want =
+        verlc_runtime::algo::sft_loss::sft_loss(&log_probs, &mask, tokens, 1).double_value(&[]);
+    let got = verlc_runtime::sft::run(&s, &quiet()).expect("one SFT step");
     let loss = metric(&got.history, 1, "train/loss");
     assert!(
         (loss - want).abs() <= 1e-5 * want.abs(),
@@ -179,7 +180,7 @@ fn sft_step_loss_is_verls_sft_loss_of_the_packed_batch() {
         &["data.use_dynamic_bsz=true", "data.max_token_len_per_gpu=64"][..],
         &["model.use_remove_padding=false"][..],
     ] {
-        let other = runtime::sft::run(
+        let other = verlc_runtime::sft::run(
             &spec(&overrides(&scratch("sft_loss_b"), 1, extra)),
             &quiet(),
         )
@@ -205,7 +206,7 @@ fn sft_learns_digit_reversal_and_saves_a_hugging_face_model() {
     tch::set_num_threads(1);
     let dir = scratch("sft_learns");
     let s = spec(&overrides(&dir, 80, &["trainer.test_freq=5"]));
-    let run = runtime::sft::run(&s, &quiet()).expect("SFT run");
+    let run = verlc_runtime::sft::run(&s, &quiet()).expect("SFT run");
     assert_eq!(run.last_step, 80);
     let val: Vec<(u64, f64)> = run
         .history
@@ -236,7 +237,7 @@ fn sft_learns_digit_reversal_and_saves_a_hugging_face_model() {
                 "data.val_max_samples=64",
             ],
         );
-        let run = runtime::trainer::run(&spec, &quiet()).expect("GRPO validation");
+        let run = verlc_runtime::trainer::run(&spec, &quiet()).expect("GRPO validation");
         metric(
             &run.history,
             0,
@@ -256,14 +257,15 @@ fn sft_learns_digit_reversal_and_saves_a_hugging_face_model() {
 fn sft_resume_continues_exactly() {
     tch::set_num_threads(1);
     let dir = scratch("sft_resume");
-    let whole = runtime::sft::run(
+    let whole = verlc_runtime::sft::run(
         &spec(&overrides(&dir.join("whole"), 6, &["trainer.save_freq=3"])),
         &quiet(),
     )
     .expect("whole run");
     let part = dir.join("part");
-    runtime::sft::run(&spec(&overrides(&part, 3, &[])), &quiet()).expect("first part");
-    let resumed = runtime::sft::run(&spec(&overrides(&part, 6, &[])), &quiet()).expect("resume");
+    verlc_runtime::sft::run(&spec(&overrides(&part, 3, &[])), &quiet()).expect("first part");
+    let resumed =
+        verlc_runtime::sft::run(&spec(&overrides(&part, 6, &[])), &quiet()).expect("resume");
     assert_eq!(resumed.resumed_from, 3);
     for step in 4..=6 {
         for key in ["train/loss", "train/grad_norm"] {
@@ -336,7 +338,7 @@ fn legacy_sft_trainer_averages_micro_batch_means_and_resumes_exactly() {
     let (mut means, mut nll, mut tokens) = (Vec::new(), 0.0, 0.0);
     for chunk in rows.chunks(8) {
         let examples: Vec<_> = chunk.iter().map(|&i| &data.examples[i]).collect();
-        let batch = runtime::sft::collate(&examples, tok.pad_token_id).expect("collate");
+        let batch = verlc_runtime::sft::collate(&examples, tok.pad_token_id).expect("collate");
         let out = engine
             .infer_batch(&batch, &MicroBatching::Rows(8), &ForwardOptions::default())
             .expect("forward");
@@ -357,7 +359,7 @@ fn legacy_sft_trainer_averages_micro_batch_means_and_resumes_exactly() {
         (want - step_mean).abs() > 1e-4,
         "the micro-batches' token counts differ: {want} vs {step_mean}"
     );
-    let got = runtime::sft::run(&s, &quiet()).expect("one legacy step");
+    let got = verlc_runtime::sft::run(&s, &quiet()).expect("one legacy step");
     let loss = metric(&got.history, 1, "train/loss");
     assert!(
         (loss - want).abs() <= 1e-5 * want,
@@ -368,14 +370,15 @@ fn legacy_sft_trainer_averages_micro_batch_means_and_resumes_exactly() {
     let lr = metric(&got.history, 1, "train/lr(1e-3)");
     assert!((lr - 1.0).abs() < 1e-9, "lr(1e-3) {lr}");
 
-    let whole = runtime::sft::run(
+    let whole = verlc_runtime::sft::run(
         &legacy_spec(&dir.join("whole"), 4, &["trainer.save_freq=2"]),
         &quiet(),
     )
     .expect("whole run");
     let part = dir.join("part");
-    runtime::sft::run(&legacy_spec(&part, 2, &[]), &quiet()).expect("first part");
-    let resumed = runtime::sft::run(&legacy_spec(&part, 4, &[]), &quiet()).expect("resumed run");
+    verlc_runtime::sft::run(&legacy_spec(&part, 2, &[]), &quiet()).expect("first part");
+    let resumed =
+        verlc_runtime::sft::run(&legacy_spec(&part, 4, &[]), &quiet()).expect("resumed run");
     assert_eq!(resumed.resumed_from, 2);
     for step in 3..=4 {
         for key in ["train/loss", "train/lr(1e-3)", "val/loss"] {
@@ -397,7 +400,7 @@ fn legacy_sft_trainer_averages_micro_batch_means_and_resumes_exactly() {
 #[test]
 fn sft_runs_too_large_for_the_host_stop_before_loading() {
     use crate::preflight::{GIB, seven_b_checkpoint};
-    use runtime::trainer::preflight::{PreflightError, check_sft};
+    use verlc_runtime::trainer::preflight::{PreflightError, check_sft};
     let dir = scratch("sft_preflight");
     let big = seven_b_checkpoint(&dir);
     let mut s = spec(&overrides(&dir, 1, &[]));
@@ -448,14 +451,14 @@ fn sft_rank_child() {
         let spec: SftSpec =
             serde_json::from_str(&std::fs::read_to_string(file).expect("spec")).expect("spec json");
         let run = match spec.binding.strategy {
-            StrategyKind::Megatron => runtime::sft::run_with(
+            StrategyKind::Megatron => verlc_runtime::sft::run_with(
                 &spec,
                 &quiet(),
                 MegatronRoles {
                     world: Some(world.clone()),
                 },
             ),
-            _ => runtime::sft::run_with(
+            _ => verlc_runtime::sft::run_with(
                 &spec,
                 &quiet(),
                 FsdpRoles {
@@ -517,7 +520,7 @@ fn two_ranks(spec: &SftSpec, dir: &Path) -> Vec<Vec<(u64, Metrics)>> {
 fn sft_on_two_ranks_matches_one_process() {
     tch::set_num_threads(1);
     let dir = scratch("sft_two_ranks");
-    let one = runtime::sft::run(&spec(&overrides(&dir.join("one"), 2, &[])), &quiet())
+    let one = verlc_runtime::sft::run(&spec(&overrides(&dir.join("one"), 2, &[])), &quiet())
         .expect("one process");
     let fsdp = spec(&overrides(
         &dir.join("fsdp"),
@@ -773,7 +776,7 @@ fn verls_sft_examples_train_two_steps_on_two_ranks() {
             .diagnostics
             .iter()
             .filter(|d| d.is_error())
-            .partition(|d| d.code == verlc::codes::BUILD_UNSUPPORTED_SETTING);
+            .partition(|d| d.code == verlc_front::codes::BUILD_UNSUPPORTED_SETTING);
         if !failing.is_empty() {
             skipped.push(format!(
                 "{script}: verl fails on it too: {:?}",

@@ -3,11 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use runtime::engine::Metrics;
-use runtime::trainer::RunOptions;
-use verlc::compile::{SpecOutcome, lower_request};
-use verlc::load::compose::LoadRequest;
-use verlc::load::version::BuiltinRelease;
+use verlc_front::compile::{SpecOutcome, lower_request};
+use verlc_front::load::compose::LoadRequest;
+use verlc_front::load::version::BuiltinRelease;
+use verlc_runtime::engine::Metrics;
+use verlc_runtime::trainer::RunOptions;
 use verlc_spec::TrainerSpec;
 
 /// The repository root.

@@ -7,13 +7,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use runtime::dist::{InitOptions, ProcessGroup};
-use runtime::engine::Metrics;
-use runtime::trainer::parallel::FsdpRoles;
+use verlc_runtime::dist::{InitOptions, ProcessGroup};
+use verlc_runtime::engine::Metrics;
+use verlc_runtime::trainer::parallel::FsdpRoles;
 
 use crate::common::spawn_ranks;
 use crate::support::{is_timing, quickstart, quiet, scratch, series, spec_on};
-use verlc::load::version::BuiltinRelease;
+use verlc_front::load::version::BuiltinRelease;
 
 const CHILD: &str = "vllm::vllm_rank_child";
 const DIR_ENV: &str = "VERLC_VLLM_TRAINER_DIR";
@@ -83,7 +83,7 @@ fn vllm_rank_child() {
     })
     .expect("init process group");
     let rank = world.rank();
-    let summary = match runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world }) {
+    let summary = match verlc_runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world }) {
         Ok(s) => s,
         Err(e) => {
             std::fs::write(dir.join(format!("error.rank{rank}")), e.to_string()).expect("error");
@@ -115,7 +115,7 @@ fn vllm_rollout_on_two_ranks_trains_as_the_built_in_engine() {
     let steps = 3;
     let native_cfg = overrides(&dir, steps, 1, "verlc");
     let refs: Vec<&str> = native_cfg.iter().map(String::as_str).collect();
-    let native = runtime::trainer::run(&quickstart(&refs), &quiet())
+    let native = verlc_runtime::trainer::run(&quickstart(&refs), &quiet())
         .expect("native run")
         .history;
 
@@ -152,7 +152,7 @@ fn vllm_rollout_under_colocate_async_trains_as_the_synchronous_built_in_engine()
         &overrides(&dir, steps, 1, "verlc"),
         BuiltinRelease::V0_9_1,
     );
-    let native = runtime::trainer::run(&native, &quiet())
+    let native = verlc_runtime::trainer::run(&native, &quiet())
         .expect("native run")
         .history;
     let mut o = overrides(&dir, steps, 2, "vllm");
@@ -308,7 +308,7 @@ fn processes() -> Vec<(i32, i32, i32)> {
 /// The trainer killed (`kill -9`: no handler of its runs) while its server starts, once the
 /// server's process group holds its engine process besides the API server (an engine core is
 /// what a careless stop leaves behind): the whole group must be gone soon after the trainer.
-/// Ctrl-C and SIGTERM stop the group at once ([`runtime::rollout::vllm`]'s reaper); a killed
+/// Ctrl-C and SIGTERM stop the group at once ([`verlc_runtime::rollout::vllm`]'s reaper); a killed
 /// trainer closes the server's lifeline pipe.
 #[test]
 fn a_killed_trainer_leaves_no_vllm_process() {
