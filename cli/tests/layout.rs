@@ -324,10 +324,17 @@ fn each_crate_is_named_after_its_directory() {
     assert!(members.len() >= 7, "{members:?}");
     let mut wrong = Vec::new();
     for dir in members {
-        assert!(!dir.contains('/'), "member {dir} is not a top-level directory");
+        assert!(
+            !dir.contains('/'),
+            "member {dir} is not a top-level directory"
+        );
         let manifest = std::fs::read_to_string(root.join(dir).join("Cargo.toml")).expect(dir);
         let package = manifest_name(&manifest, "[package]");
-        let want = if dir == "cli" { "verlc".to_owned() } else { format!("verlc-{dir}") };
+        let want = if dir == "cli" {
+            "verlc".to_owned()
+        } else {
+            format!("verlc-{dir}")
+        };
         if package.as_deref() != Some(want.as_str()) {
             wrong.push(format!("{dir}/: package {package:?}, want {want}"));
         }

@@ -15,7 +15,7 @@ use crate::model::pretrained::materialize;
 use crate::model::{Dtype, ModelConfig, ModelSource, TorchKind};
 use crate::optim::param_groups::{named_params, single_group};
 use crate::optim::stack;
-use crate::optim::{LossScaling, LrScheduler, Optimizer};
+use crate::optim::{LossScaling, Optimizer};
 
 use super::{
     ADAPTER_DIR, Batch, Engine, EngineError, ForwardOptions, HF_DIR, Head, LossFn, Metrics,
@@ -78,8 +78,8 @@ pub struct SingleEngine<H: Head> {
     vs: VarStore,
     module: H,
     config: ModelConfig,
+    /// With its lr schedule.
     optimizer: Option<Optimizer>,
-    scheduler: Option<LrScheduler>,
     settings: EngineSettings,
 }
 
@@ -139,10 +139,10 @@ impl<H: Head> SingleEngine<H> {
         config: ModelConfig,
         settings: EngineSettings,
     ) -> Result<Self> {
-        let (optimizer, scheduler) = match &settings.optim {
+        let optimizer = match &settings.optim {
             None => {
                 vs.freeze();
-                (None, None)
+                None
             }
             Some(o) => {
                 // Only the adapters train under LoRA, and a frozen vision tower does not; the
@@ -153,14 +153,13 @@ impl<H: Head> SingleEngine<H> {
                         let _ = var.set_requires_grad(false);
                     }
                 }
-                let cfg = stack::optimizer_config(o, settings.param_dtype, settings.main_dtype)?;
-                let mut opt = Optimizer::with_scaling(
+                Some(stack::build(
                     single_group(named_params(&vs), o.lr, o.weight_decay),
-                    cfg,
+                    o,
+                    settings.param_dtype,
+                    settings.main_dtype,
                     settings.loss_scaling,
-                )?;
-                let sched = stack::scheduler(&o.scheduler, &mut opt)?;
-                (Some(opt), Some(sched))
+                )?)
             }
         };
         Ok(SingleEngine {
@@ -168,7 +167,6 @@ impl<H: Head> SingleEngine<H> {
             module,
             config,
             optimizer,
-            scheduler,
             settings,
         })
     }
@@ -283,16 +281,11 @@ impl<H: Head> Engine for SingleEngine<H> {
     }
 
     fn lr_scheduler_step(&mut self) -> Result<f64> {
-        let (Some(opt), Some(sched)) = (self.optimizer.as_mut(), self.scheduler.as_mut()) else {
-            return Err(EngineError::Config(
-                "this engine is forward-only (no lr scheduler)".into(),
-            ));
-        };
-        Ok(stack::scheduler_step(sched, opt))
+        Ok(self.optimizer_mut()?.scheduler_step(1))
     }
 
     fn lr(&self) -> f64 {
-        stack::current_lr(self.optimizer.as_ref())
+        self.optimizer.as_ref().map_or(0.0, Optimizer::lr)
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
@@ -306,7 +299,7 @@ impl<H: Head> Engine for SingleEngine<H> {
             &self.settings.model_path,
         )?;
         if let Some(opt) = &self.optimizer {
-            opt.save(&dir.join(OPTIM_FILE), self.scheduler.as_ref())?;
+            opt.save(&dir.join(OPTIM_FILE))?;
         }
         Ok(())
     }
@@ -333,14 +326,7 @@ impl<H: Head> Engine for SingleEngine<H> {
                     "missing (the checkpoint has no optimizer state)",
                 ));
             }
-            let sched = opt.load(&path)?;
-            match sched {
-                Some(s) => {
-                    s.apply(opt.options_mut());
-                    self.scheduler = Some(s);
-                }
-                None => return Err(Self::ck(&path, "no lr scheduler state")),
-            }
+            opt.load(&path)?;
         }
         Ok(())
     }

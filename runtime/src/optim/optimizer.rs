@@ -16,6 +16,7 @@ use super::clip::{self, NormType};
 use super::inner::{self, InnerConfig, SlotState};
 use super::param_groups::{GroupOptions, ParamGroup};
 use super::scaler::{GradScaler, LossScaler, LossScaling, ScalerConfig};
+use super::sched::LrScheduler;
 use super::{OptimError, Result};
 use crate::dist::ProcessGroup;
 use crate::ops;
@@ -119,6 +120,9 @@ pub struct Optimizer {
     /// (Megatron's experts over the expert-parallel group): their squared norms are summed
     /// over it before the norm's usual reduction.
     pub(crate) local_params: Option<LocalParams>,
+    /// The learning-rate (and weight-decay) schedule that writes into `options`, saved and
+    /// restored with the optimizer's state: an optimizer and its schedule are one value.
+    pub(crate) scheduler: Option<LrScheduler>,
 }
 
 /// See [`Optimizer::set_local_params`].
@@ -283,6 +287,7 @@ impl Optimizer {
             options,
             scaler,
             local_params: None,
+            scheduler: None,
         })
     }
 
@@ -389,6 +394,32 @@ impl Optimizer {
     /// `get_canonical_lr_for_logging`), if any.
     pub fn canonical_lr(&self) -> Option<f64> {
         self.options.iter().find(|o| o.default_config).map(|o| o.lr)
+    }
+
+    /// The lr verl logs (`actor/lr`): the canonical one, 0 where no group has it.
+    pub fn lr(&self) -> f64 {
+        self.canonical_lr().unwrap_or(0.0)
+    }
+
+    /// Attaches `scheduler`, which writes its current values into the groups now.
+    pub fn set_scheduler(&mut self, scheduler: LrScheduler) {
+        scheduler.apply(&mut self.options);
+        self.scheduler = Some(scheduler);
+    }
+
+    /// The attached schedule, if any.
+    pub fn scheduler(&self) -> Option<&LrScheduler> {
+        self.scheduler.as_ref()
+    }
+
+    /// One scheduler step after an optimizer update, the learning rate after it: Megatron's
+    /// schedule advances by `increment` (samples, or 1 per update as verl steps it), verl's by
+    /// one update. Without a schedule the rates stay as they are.
+    pub fn scheduler_step(&mut self, increment: u64) -> f64 {
+        if let Some(s) = self.scheduler.as_mut() {
+            s.step(increment, &mut self.options);
+        }
+        self.lr()
     }
 
     /// A copy of the grad scaler's state.

@@ -1,13 +1,16 @@
 //! What every engine (single, FSDP, Megatron) builds from the spec's optimizer settings,
 //! written once: the optimizer configuration (precision, clipping, loss scaler, the share of
-//! optimizer state kept on the host), the learning-rate scheduler attached to it, and the
-//! scheduler step. Engines own their parameters and buffers and hand them in; the optimizer
-//! logic is not theirs to repeat.
+//! optimizer state kept on the host) and the learning-rate schedule the optimizer carries.
+//! Engines own their parameters and buffers and hand them in; stepping, the schedule's step,
+//! the logged lr and checkpoints are the optimizer's own methods.
 
 use verlc_spec::optim::{OptimSettings, SchedulerSettings};
 
 use super::sched::{OptimizerParamScheduler, VerlLrScheduler};
-use super::{Dtype, LrScheduler, OptimError, Optimizer, OptimizerConfig, ScalerConfig};
+use super::{
+    Dtype, LossScaling, LrScheduler, OptimError, Optimizer, OptimizerConfig, ParamGroup,
+    ScalerConfig,
+};
 
 /// The share of the parameters whose optimizer state lives on the host: all of them with
 /// `offload` (verl's `optimizer_offload`), else Megatron's `optimizer_offload_fraction`.
@@ -44,26 +47,32 @@ pub fn optimizer_config(
     })
 }
 
-/// The spec's scheduler, writing its first values into `opt`'s groups.
-pub fn scheduler(s: &SchedulerSettings, opt: &mut Optimizer) -> Result<LrScheduler, OptimError> {
-    Ok(match s {
+/// The optimizer an engine trains with: over `groups`, configured from the spec's settings
+/// for params at `precision` stepped as `main` params (see [`optimizer_config`]), with the
+/// spec's schedule attached. Every engine's optimizer comes from here, the Megatron engine's
+/// through [`with_schedule`] on the optimizer its layout builds.
+pub fn build(
+    groups: Vec<ParamGroup>,
+    o: &OptimSettings,
+    precision: Dtype,
+    main: Dtype,
+    scaling: LossScaling,
+) -> Result<Optimizer, OptimError> {
+    let mut opt = Optimizer::with_scaling(groups, optimizer_config(o, precision, main)?, scaling)?;
+    with_schedule(&mut opt, &o.scheduler)?;
+    Ok(opt)
+}
+
+/// Attaches the spec's schedule to `opt`, writing its first values into the groups.
+pub fn with_schedule(opt: &mut Optimizer, s: &SchedulerSettings) -> Result<(), OptimError> {
+    let sched = match s {
         SchedulerSettings::Verl(c) => {
             LrScheduler::Verl(VerlLrScheduler::new(c, opt.options_mut())?)
         }
         SchedulerSettings::Megatron(c) => {
             LrScheduler::Megatron(OptimizerParamScheduler::new(*c, opt.options_mut())?)
         }
-    })
-}
-
-/// One scheduler step after an optimizer step (verl steps once per update); the learning
-/// rate after it.
-pub fn scheduler_step(sched: &mut LrScheduler, opt: &mut Optimizer) -> f64 {
-    sched.step(1, opt.options_mut());
-    current_lr(Some(opt))
-}
-
-/// The learning rate verl logs (`actor/lr`): the first group's; 0 without an optimizer.
-pub fn current_lr(opt: Option<&Optimizer>) -> f64 {
-    opt.and_then(Optimizer::canonical_lr).unwrap_or(0.0)
+    };
+    opt.set_scheduler(sched);
+    Ok(())
 }

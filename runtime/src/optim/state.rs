@@ -140,8 +140,9 @@ impl Optimizer {
         })
     }
 
-    /// Writes the optimizer (and `scheduler`) state to `path` atomically (temp file + rename).
-    pub fn save(&self, path: &Path, scheduler: Option<&LrScheduler>) -> Result<()> {
+    /// Writes the optimizer's state, its schedule's with it, to `path` atomically (temp file
+    /// + rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
         let ck = |message: String| OptimError::Checkpoint {
             path: path.to_path_buf(),
             message,
@@ -196,7 +197,7 @@ impl Optimizer {
             groups,
             steps,
             scaler: self.scaler.as_ref().map(|s| s.save()).transpose()?,
-            scheduler: scheduler.cloned(),
+            scheduler: self.scheduler.clone(),
         };
         let json = serde_json::to_string(&meta).map_err(|e| ck(e.to_string()))?;
         let info = Some(HashMap::from([(META_KEY.to_owned(), json)]));
@@ -212,8 +213,9 @@ impl Optimizer {
     }
 
     /// Restores a [`save`](Self::save)d state into this optimizer (same params, any offload
-    /// split), copies the main params into the model params, and returns the saved scheduler.
-    pub fn load(&mut self, path: &Path) -> Result<Option<LrScheduler>> {
+    /// split) with its schedule, and copies the main params into the model params. An
+    /// optimizer with a schedule refuses a state saved without one.
+    pub fn load(&mut self, path: &Path) -> Result<()> {
         let ck = |message: String| OptimError::Checkpoint {
             path: path.to_path_buf(),
             message,
@@ -235,6 +237,9 @@ impl Optimizer {
                 "format version {} (expected {FORMAT_VERSION})",
                 meta.version
             )));
+        }
+        if self.scheduler.is_some() && meta.scheduler.is_none() {
+            return Err(ck("no lr scheduler state (saved without a schedule)".into()));
         }
         let same_rule = matches!(
             (meta.inner, self.config.inner),
@@ -380,6 +385,9 @@ impl Optimizer {
             }
             Ok(())
         })?;
-        Ok(meta.scheduler)
+        if let Some(s) = meta.scheduler {
+            self.set_scheduler(s);
+        }
+        Ok(())
     }
 }

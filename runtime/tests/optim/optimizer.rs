@@ -239,7 +239,7 @@ fn fp16_overflow_is_skipped_and_leaves_state_untouched() {
         assert!(first.update_successful);
         let (w1, b1) = (w.copy(), b.copy());
         let before = dir.join("before.safetensors");
-        opt.save(&before, None).unwrap();
+        opt.save(&before).unwrap();
 
         set_scaled_grads(&w, &b, opt.loss_scale(), Some(poison));
         let out = opt.step(None).unwrap();
@@ -254,7 +254,7 @@ fn fp16_overflow_is_skipped_and_leaves_state_untouched() {
         );
         assert!(w.equal(&w1) && b.equal(&b1), "model params untouched");
         let after = dir.join("after.safetensors");
-        opt.save(&after, None).unwrap();
+        opt.save(&after).unwrap();
         let (x, y) = (tensors_of(&before), tensors_of(&after));
         assert_eq!(x.len(), y.len());
         for ((na, ta), (nb, tb)) in x.iter().zip(&y) {

@@ -33,8 +33,8 @@ type SchedulerFactory = Box<dyn Fn(&mut [GroupOptions]) -> LrScheduler>;
 
 struct Run {
     params: Vec<Tensor>,
+    /// With its schedule.
     opt: Optimizer,
-    sched: LrScheduler,
     x: Tensor,
     y: Tensor,
     kind: Kind,
@@ -127,10 +127,10 @@ fn new_run(setup: Setup, offload: f64) -> Run {
     };
     let mut opt = Optimizer::new(groups, cfg).unwrap();
     let sched = sched_of(opt.options_mut());
+    opt.set_scheduler(sched);
     Run {
         params,
         opt,
-        sched,
         x,
         y,
         kind,
@@ -150,7 +150,7 @@ fn train_step(r: &mut Run, t: usize) -> Vec<Tensor> {
     let o = r.opt.step(None).unwrap();
     // With a scaler the NaN step is skipped; bf16 without one steps on NaN, so it is not poisoned.
     if o.update_successful {
-        r.sched.step(32, r.opt.options_mut());
+        r.opt.scheduler_step(32);
     }
     r.params.iter().map(Tensor::copy).collect()
 }
@@ -166,12 +166,8 @@ fn resume_and_compare(setup: Setup, ckpt: &Path, offload: f64) {
     let mut r = new_run(setup, offload);
     // A fresh run is at step 0: different weights until the load.
     assert!(!r.params[0].equal(&want[SAVE_AT - 1][0]));
-    let sched = r
-        .opt
-        .load(ckpt)
-        .unwrap()
-        .expect("scheduler saved with the optimizer");
-    r.sched = sched;
+    r.opt.load(ckpt).unwrap();
+    assert!(r.opt.scheduler().is_some());
     for (p, w) in r.params.iter().zip(&want[SAVE_AT - 1]) {
         assert!(p.equal(w), "model params restored from main params");
     }
@@ -185,7 +181,7 @@ fn resume_and_compare(setup: Setup, ckpt: &Path, offload: f64) {
         }
     }
     assert_eq!(r.opt.scaler(), reference.opt.scaler());
-    assert_eq!(r.sched, reference.sched);
+    assert_eq!(r.opt.scheduler(), reference.opt.scheduler());
     assert_eq!(r.opt.options(), reference.opt.options());
     for ((n, a), (_, b)) in r.opt.main_params().iter().zip(reference.opt.main_params()) {
         assert!(a.equal(&b), "main param {n}");
@@ -207,7 +203,7 @@ fn save_kill_load_continue_fp16_adamw() {
         for t in 0..SAVE_AT {
             train_step(&mut r, t);
         }
-        r.opt.save(&ckpt, Some(&r.sched)).unwrap();
+        r.opt.save(&ckpt).unwrap();
         std::fs::write(ckpt.with_extension("ready"), b"1").unwrap();
         std::thread::sleep(Duration::from_secs(600));
         return;
@@ -243,7 +239,7 @@ fn save_load_continue_bf16_sgd() {
                 train_step_clean(&mut r);
             }
         }
-        r.opt.save(&ckpt, Some(&r.sched)).unwrap();
+        r.opt.save(&ckpt).unwrap();
     }
     // Reference with the same clean/poison pattern.
     let mut reference = new_run(Setup::Bf16Sgd, 0.0);
@@ -256,7 +252,7 @@ fn save_load_continue_bf16_sgd() {
         }
     }
     let mut r = new_run(Setup::Bf16Sgd, 1.0);
-    r.sched = r.opt.load(&ckpt).unwrap().unwrap();
+    r.opt.load(&ckpt).unwrap();
     for t in SAVE_AT..STEPS {
         let got = if POISONED.contains(&t) {
             train_step_clean(&mut r)
@@ -267,7 +263,7 @@ fn save_load_continue_bf16_sgd() {
             assert!(g.equal(w), "step {t}");
         }
     }
-    assert_eq!(r.sched, reference.sched);
+    assert_eq!(r.opt.scheduler(), reference.opt.scheduler());
 }
 
 fn train_step_clean(r: &mut Run) -> Vec<Tensor> {
@@ -279,21 +275,40 @@ fn load_rejects_other_params_and_rules() {
     let dir = common::temp_dir("load_rejects");
     let ckpt = dir.join("optim.safetensors");
     let r = new_run(Setup::Fp16Adam, 0.0);
-    r.opt.save(&ckpt, None).unwrap();
+    r.opt.save(&ckpt).unwrap();
     let mut other = new_run(Setup::Bf16Sgd, 0.0);
     let e = other.opt.load(&ckpt).unwrap_err().to_string();
     assert!(e.contains("saved with"), "{e}");
     let p = Tensor::zeros([2], (Kind::Half, Device::Cpu)).set_requires_grad(true);
-    let groups = vec![ParamGroup {
-        params: vec![NamedParam::new("zz", p)],
-        options: GroupOptions::new(1.0, 0.0),
-    }];
+    let groups = || {
+        vec![ParamGroup {
+            params: vec![NamedParam::new("zz", p.shallow_clone())],
+            options: GroupOptions::new(1.0, 0.0),
+        }]
+    };
     let cfg = OptimizerConfig {
         scaler: Some(ScalerConfig::Constant { scale: 1.0 }),
         ..OptimizerConfig::megatron(Dtype::Fp16)
     };
-    let mut o = Optimizer::new(groups, cfg).unwrap();
+    let mut o = Optimizer::new(groups(), cfg).unwrap();
     let e = o.load(&ckpt).unwrap_err().to_string();
     assert!(e.contains("param groups"), "{e}");
     assert!(o.load(&dir.join("missing.safetensors")).is_err());
+    // An optimizer and its schedule are one value: one with a schedule refuses a state saved
+    // without one.
+    let bare = dir.join("bare.safetensors");
+    o.save(&bare).unwrap();
+    let mut scheduled = Optimizer::new(groups(), cfg).unwrap();
+    let c = VerlSchedulerConfig {
+        schedule: VerlSchedule::Constant,
+        lr_warmup_steps: 0,
+        lr_warmup_steps_ratio: 0.0,
+        total_training_steps: STEPS as i64,
+        zero_indexed_step: true,
+    };
+    let s = VerlLrScheduler::new(&c, scheduled.options_mut()).unwrap();
+    scheduled.set_scheduler(LrScheduler::Verl(s));
+    let e = scheduled.load(&bare).unwrap_err().to_string();
+    assert!(e.contains("no lr scheduler state"), "{e}");
+    o.load(&bare).unwrap();
 }

@@ -62,9 +62,9 @@ use crate::model::lora::{is_adapter, load_adapter};
 use crate::model::pretrained::materialize;
 use crate::model::vision::InputEmbeds;
 use crate::model::{Dtype, ModelConfig, ModelSource, TorchKind};
+use crate::optim::Optimizer;
 use crate::optim::param_groups::{NamedParam, single_group};
 use crate::optim::stack;
-use crate::optim::{LrScheduler, Optimizer};
 
 use super::{
     ADAPTER_DIR, Batch, Engine, EngineError, EngineSettings, ForwardOptions, HF_DIR, LossFn,
@@ -187,8 +187,8 @@ pub struct FsdpEngine<H: FsdpHead> {
     dp: ProcessGroup,
     /// The Ulysses group (ranks sharing rows, each with a shard of every sequence).
     sp: Option<ProcessGroup>,
+    /// With its lr schedule.
     optimizer: Option<Optimizer>,
-    scheduler: Option<LrScheduler>,
     settings: FsdpSettings,
     peak_gathered: i64,
 }
@@ -387,7 +387,6 @@ impl<H: FsdpHead> FsdpEngine<H> {
             dp,
             sp,
             optimizer: None,
-            scheduler: None,
             settings,
             peak_gathered: 0,
         };
@@ -418,14 +417,13 @@ impl<H: FsdpHead> FsdpEngine<H> {
             (Dtype::Fp16, _) => Dtype::Fp16,
             (_, main) => main,
         };
-        let mut opt = Optimizer::with_scaling(
+        self.optimizer = Some(stack::build(
             single_group(params, o.lr, o.weight_decay),
-            stack::optimizer_config(&o, precision, es.main_dtype)?,
+            &o,
+            precision,
+            es.main_dtype,
             es.loss_scaling,
-        )?;
-        let sched = stack::scheduler(&o.scheduler, &mut opt)?;
-        self.optimizer = Some(opt);
-        self.scheduler = Some(sched);
+        )?);
         Ok(())
     }
 
@@ -779,16 +777,11 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
     }
 
     fn lr_scheduler_step(&mut self) -> Result<f64> {
-        let (Some(opt), Some(sched)) = (self.optimizer.as_mut(), self.scheduler.as_mut()) else {
-            return Err(EngineError::Config(
-                "this engine is forward-only (no lr scheduler)".into(),
-            ));
-        };
-        Ok(stack::scheduler_step(sched, opt))
+        Ok(self.optimizer_mut()?.scheduler_step(1))
     }
 
     fn lr(&self) -> f64 {
-        stack::current_lr(self.optimizer.as_ref())
+        self.optimizer.as_ref().map_or(0.0, Optimizer::lr)
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
@@ -811,10 +804,7 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
         let first_replica = self.replicate.as_ref().is_none_or(|r| r.rank() == 0);
         if let Some(opt) = self.optimizer.as_ref().filter(|_| first_replica) {
             std::fs::create_dir_all(dir).map_err(|e| ck(e.to_string()))?;
-            opt.save(
-                &ckpt::optim_file(dir, self.group.size(), self.group.rank()),
-                self.scheduler.as_ref(),
-            )?;
+            opt.save(&ckpt::optim_file(dir, self.group.size(), self.group.rank()))?;
         }
         self.dp.barrier().map_err(FsdpError::from)?;
         Ok(())
@@ -869,18 +859,7 @@ impl<H: FsdpHead> Engine for FsdpEngine<H> {
             if temp {
                 let _ = std::fs::remove_file(&path);
             }
-            match loaded? {
-                Some(s) => {
-                    s.apply(opt.options_mut());
-                    self.scheduler = Some(s);
-                }
-                None => {
-                    return Err(EngineError::Checkpoint {
-                        path,
-                        msg: "no lr scheduler state".into(),
-                    });
-                }
-            }
+            loaded?;
         }
         Ok(())
     }

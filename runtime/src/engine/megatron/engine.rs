@@ -38,7 +38,7 @@ use crate::model::vision::Vision;
 use crate::model::{CausalLm, Dtype, ModelConfig, ModelSource, TorchKind, ValueModel};
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
 use crate::optim::stack;
-use crate::optim::{LrScheduler, NamedParam, ParamGroup};
+use crate::optim::{NamedParam, Optimizer, ParamGroup};
 
 use super::module::{MegatronModule, MicroBatch, MicroImages, ParallelSettings};
 use super::offload::OffloadSlot;
@@ -309,7 +309,6 @@ const DEFAULT_ROUTER_AUX_LOSS_COEF: f64 = 0.001;
 pub struct MegatronEngine<H: MegatronHead> {
     module: MegatronModule,
     config: ModelConfig,
-    scheduler: Option<LrScheduler>,
     settings: EngineSettings,
     /// Parameter and gradient offload (see [`super::offload`]): every engine call that needs
     /// them brings them back first and parks them again when its phase ends (parameters after
@@ -414,11 +413,8 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 })?;
             }
         }
-        let scheduler = match &settings.optim {
-            None => {
-                module.vs.freeze();
-                None
-            }
+        match &settings.optim {
+            None => module.vs.freeze(),
             Some(o) => {
                 // Megatron keeps fp32 main params (its optimizers' design); lowering gives
                 // no other main dtype to a Megatron role.
@@ -455,13 +451,12 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 let opt = module
                     .inner_optimizer_mut()
                     .ok_or_else(|| EngineError::Config("the optimizer was not built".into()))?;
-                Some(stack::scheduler(&o.scheduler, opt)?)
+                stack::with_schedule(opt, &o.scheduler)?;
             }
-        };
+        }
         let engine = MegatronEngine {
             module,
             config,
-            scheduler,
             settings,
             offload_params: OffloadSlot::new(megatron.param_offload),
             offload_grads: OffloadSlot::new(megatron.grad_offload),
@@ -557,7 +552,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
             if let Some(parent) = file.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| Self::ck(parent, e))?;
             }
-            self.module.save_optimizer(&file, self.scheduler.as_ref())?;
+            self.module.save_optimizer(&file)?;
         }
         self.barrier()
     }
@@ -574,12 +569,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                     "missing (the checkpoint has no optimizer state for this rank)",
                 ));
             }
-            let sched = self.module.load_optimizer(&path)?;
-            let s = sched.ok_or_else(|| Self::ck(&path, "no lr scheduler state"))?;
-            if let Some(opt) = self.module.inner_optimizer_mut() {
-                s.apply(opt.options_mut());
-            }
-            self.scheduler = Some(s);
+            self.module.load_optimizer(&path)?;
         }
         Ok(())
     }
@@ -836,17 +826,14 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
     }
 
     fn lr_scheduler_step(&mut self) -> Result<f64> {
-        let sched = self.scheduler.as_mut().ok_or_else(|| {
-            EngineError::Config("this engine is forward-only (no lr scheduler)".into())
-        })?;
         let opt = self.module.inner_optimizer_mut().ok_or_else(|| {
             EngineError::Config("this engine is forward-only (no optimizer)".into())
         })?;
-        Ok(stack::scheduler_step(sched, opt))
+        Ok(opt.scheduler_step(1))
     }
 
     fn lr(&self) -> f64 {
-        stack::current_lr(self.module.inner_optimizer())
+        self.module.inner_optimizer().map_or(0.0, Optimizer::lr)
     }
 
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {

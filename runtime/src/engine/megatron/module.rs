@@ -18,9 +18,7 @@ use crate::model::load::{Checkpoint, LoadReport};
 use crate::optim::distrib::{
     DistGroups, DistParam, DistributedOptimizer, ExpertSharding, LayoutOptions,
 };
-use crate::optim::{
-    LossScaling, LrScheduler, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome,
-};
+use crate::optim::{LossScaling, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome};
 use crate::tp::shard::{gather_tensor, load_sharded, shard_tensor};
 
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
@@ -607,23 +605,24 @@ impl MegatronModule {
         Ok(())
     }
 
-    /// Saves the optimizer state of this rank (and the scheduler) to `path`.
-    pub fn save_optimizer(&self, path: &Path, scheduler: Option<&LrScheduler>) -> Result<()> {
+    /// Saves the optimizer state of this rank, its schedule with it, to `path`.
+    pub fn save_optimizer(&self, path: &Path) -> Result<()> {
         match &self.optimizer {
-            Some(ModuleOptimizer::Distributed(o)) => o.save(path, scheduler)?,
-            Some(ModuleOptimizer::Replicated(o)) => o.save(path, scheduler)?,
+            Some(ModuleOptimizer::Distributed(o)) => o.save(path)?,
+            Some(ModuleOptimizer::Replicated(o)) => o.save(path)?,
             None => {}
         }
         Ok(())
     }
 
     /// Restores what [`save_optimizer`](Self::save_optimizer) wrote on this rank.
-    pub fn load_optimizer(&mut self, path: &Path) -> Result<Option<LrScheduler>> {
-        Ok(match &mut self.optimizer {
+    pub fn load_optimizer(&mut self, path: &Path) -> Result<()> {
+        match &mut self.optimizer {
             Some(ModuleOptimizer::Distributed(o)) => o.load(path)?,
             Some(ModuleOptimizer::Replicated(o)) => o.load(path)?,
-            None => None,
-        })
+            None => {}
+        }
+        Ok(())
     }
 
     /// What parameter offload moves: the distributed optimizer's param buffer (which the

@@ -543,15 +543,14 @@ impl DistributedOptimizer {
 
     /// Writes this rank's pieces and their state (one file per rank; the layout must match
     /// on load: same model, DP size and bucket options).
-    pub fn save(&self, path: &Path, scheduler: Option<&super::LrScheduler>) -> Result<()> {
-        self.inner.save(path, scheduler)
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.inner.save(path)
     }
 
     /// Restores what [`save`](Self::save) wrote on this rank, then rebuilds the model params
     /// from every rank's pieces (collective over DP).
-    pub fn load(&mut self, path: &Path) -> Result<Option<super::LrScheduler>> {
-        let sched = self.inner.load(path)?;
-        self.gather_params()?;
-        Ok(sched)
+    pub fn load(&mut self, path: &Path) -> Result<()> {
+        self.inner.load(path)?;
+        self.gather_params()
     }
 }
