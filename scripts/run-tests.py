@@ -51,7 +51,7 @@ EXPECTED = {
     "malformed": 17,
     "hydra_parity": 14,
     "data": 14,
-    "dist": 8,
+    "parallel": 8,
     "algo": 6,
     "tokenizer": 3,
     "lsp_completion": 4,

@@ -26,12 +26,11 @@ const RUNTIME_LAYERS: &[&str] = &[
     "host_alloc",
     "pyproc",
     "tokenizer",
-    "dist",
     "model",
     "algo",
     "logits",
+    "parallel",
     "optim",
-    "tp",
     "engine",
     "data",
     "rollout",
@@ -175,7 +174,7 @@ fn runtime_modules_import_only_lower_layers() {
 }
 
 /// Only the safe wrappers call the C++ shim: the kernels' (`ops.rs`) and the collectives'
-/// (`dist/`). Everything else goes through them.
+/// (`parallel/dist/`). Everything else goes through them.
 #[test]
 fn only_the_safe_wrappers_call_the_shim() {
     let src = checkout().join("runtime/src");
@@ -189,7 +188,7 @@ fn only_the_safe_wrappers_call_the_shim() {
         })
         .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
         .collect();
-    callers.retain(|f| f != "ops.rs" && !f.starts_with("dist/"));
+    callers.retain(|f| f != "ops.rs" && !f.starts_with("parallel/dist/"));
     assert!(
         callers.is_empty(),
         "modules calling the shim directly: {callers:?}"

@@ -44,8 +44,10 @@ use verlc_spec::TrainerSpec;
 use verlc_spec::sft::SftSpec;
 use verlc_spec::trainer::{DeviceKind, WorldSpec};
 
-use crate::dist::{Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup};
 use crate::optim::LossScaling;
+use crate::parallel::dist::{
+    Backend, DistEnv, DistError, InitOptions, LocalLauncher, ProcessGroup,
+};
 
 pub use verlc_front::plan::{Dtype, StrategyKind};
 
@@ -219,7 +221,7 @@ mod strategies {
 fn world_group(ctx: &RankContext) -> Result<ProcessGroup, TrainError> {
     let mut env = ctx.dist.clone();
     if env.world_size == 1 {
-        env.master_port = crate::dist::free_port(&env.master_addr)
+        env.master_port = crate::parallel::dist::free_port(&env.master_addr)
             .map_err(|e| TrainError::Trainer(Box::new(e)))?;
     }
     let backend = if ctx.device.is_cuda() {

@@ -8,7 +8,6 @@
 mod common;
 
 use tch::{Device, Kind, Tensor};
-use verlc_runtime::dist::{ProcessGroup, ReduceOp};
 use verlc_runtime::engine::fsdp::{FsdpEngine, FsdpSettings};
 use verlc_runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, MicroLoss, OptimSettings, SchedulerSettings,
@@ -17,6 +16,7 @@ use verlc_runtime::engine::{
 use verlc_runtime::model::{CausalLm, Dtype};
 use verlc_runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use verlc_runtime::optim::{AdamWConfig, GradScaler, InnerConfig};
+use verlc_runtime::parallel::dist::{ProcessGroup, ReduceOp};
 
 const MODEL: &str = "builtin://tiny?layers=3&hidden=32&heads=4&kv_heads=2&intermediate=64";
 const STEPS: usize = 20;

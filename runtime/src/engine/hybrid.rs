@@ -3,8 +3,8 @@
 //! how the rollout replicas share out the prompts. The rollout (`crate::rollout`) builds its
 //! decoder and reshards from these.
 
-use crate::dist::ProcessGroup;
 use crate::model::ModelConfig;
+use crate::parallel::dist::ProcessGroup;
 
 /// What the hybrid engine's rollout model looks like on this rank: the whole model, or the
 /// rank's shards of it (what [`super::Engine::rollout_layout`] reports).

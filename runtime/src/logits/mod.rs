@@ -1,7 +1,7 @@
 //! What the trainer computes from a model's logits, whichever engine produced them: per-token
 //! log-probs, entropy and `Σ π²` of given responses ([`logprob`]), and the top-k columns of
 //! on-policy distillation ([`topk`]). The engines' forwards, the vocabulary-parallel cross
-//! entropy (`crate::tp`) and the rollout all read them here.
+//! entropy (`crate::parallel::tp`) and the rollout all read them here.
 
 pub mod logprob;
 pub mod topk;

@@ -173,7 +173,7 @@ pub(crate) struct LayerPlace<'a> {
     pub adapters: Option<Adapters<'a>>,
     /// The expert-parallel group that splits a mixture-of-experts layer's experts (`None`:
     /// this rank holds them all).
-    pub experts: Option<&'a crate::dist::ProcessGroup>,
+    pub experts: Option<&'a super::rank_group::SharedRankGroup>,
     /// The tensor-parallel size the routed experts' MLPs are split over: `tp` (Megatron's
     /// default expert tensor parallelism) or 1 (whole experts).
     pub expert_tp: i64,

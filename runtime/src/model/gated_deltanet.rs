@@ -129,7 +129,7 @@ pub struct GatedDeltaNet {
 impl GatedDeltaNet {
     /// Under tensor parallelism (`at.tp` ranks) the layer holds its rank's share of the key
     /// and value heads, as attention does: the rows of its projections (query, key and value
-    /// channels each, [`crate::tp::ShardSpec::Sections`]), convolution channels and decay
+    /// channels each, [`crate::parallel::tp::ShardSpec::Sections`]), convolution channels and decay
     /// parameters of those heads, and `out_proj` split by rows; the norm is replicated.
     pub(crate) fn build(cfg: &ModelConfig, p: Path, at: LayerPlace<'_>) -> Result<Self, String> {
         let l = &cfg.linear;

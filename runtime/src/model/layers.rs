@@ -4,8 +4,8 @@
 //!
 //! A layer is written once and run three ways by choosing its regions: [`Replicated`] (one
 //! rank holds whole weights: the single and FSDP engines, the full-model rollout),
-//! [`crate::tp::InferenceRegions`] (a Megatron rank's shards without autograd: its rollout) and
-//! [`crate::tp::TrainingRegions`] (a Megatron rank's shards with the tape that reverses the
+//! [`crate::parallel::tp::InferenceRegions`] (a Megatron rank's shards without autograd: its rollout) and
+//! [`crate::parallel::tp::TrainingRegions`] (a Megatron rank's shards with the tape that reverses the
 //! collectives, optionally sequence-parallel). Without a tensor-parallel group the three
 //! compute the same thing.
 

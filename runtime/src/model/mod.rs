@@ -32,6 +32,7 @@ pub mod moe;
 pub mod packed;
 pub mod pretrained;
 pub mod qwen3_next;
+pub mod rank_group;
 pub mod rope;
 pub mod save;
 pub mod stored;

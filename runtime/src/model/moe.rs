@@ -15,7 +15,7 @@
 //! contiguous range of the experts ([`SparseMoe::standalone`] with a range, then
 //! [`SparseMoe::set_expert_group`]); each rank routes its own tokens, the (token, choice)
 //! pairs travel to the ranks of their experts and back with differentiable all-to-alls
-//! ([`crate::dist::ProcessGroup::all_to_all_rows`]), and the weighted combination stays with
+//! ([`RankGroup::all_to_all_rows`]), and the weighted combination stays with
 //! the token. An expert's weight gradient then holds the contributions of every rank of the
 //! group's tokens; the router's only its own rank's.
 //!
@@ -34,7 +34,7 @@ use tch::{Kind, Tensor};
 use super::ModelConfig;
 use super::decoder::{LayerPlace, Mlp};
 use super::layers::{Activation, Linear, Split};
-use crate::dist::{DistError, ProcessGroup};
+use super::rank_group::{CollectiveError, RankGroup, SharedRankGroup};
 
 /// The coefficients of the router losses Megatron adds to the gradient (see
 /// [`SparseMoe::router_losses`]): `moe_aux_loss_coeff` when the load-balancing type is
@@ -63,7 +63,7 @@ pub struct SparseMoe {
     top_k: i64,
     norm_topk_prob: bool,
     /// The expert-parallel group (each rank holds an equal, consecutive range of experts).
-    ep: Option<ProcessGroup>,
+    ep: Option<SharedRankGroup>,
     /// Router logits in fp32 ([`SparseMoe::set_fp32_router`]).
     fp32_router: bool,
 }
@@ -175,7 +175,7 @@ impl SparseMoe {
 
     /// Splits the experts over `group`: this rank must hold range `rank * E/size..` of equal
     /// size `E/size` ([`SparseMoe::standalone`]). The group must outlive the block's graphs.
-    pub fn set_expert_group(&mut self, group: ProcessGroup) -> Result<(), String> {
+    pub fn set_expert_group(&mut self, group: SharedRankGroup) -> Result<(), String> {
         let local = self.experts.len() as i64;
         let (size, rank) = (group.size() as i64, group.rank() as i64);
         if local * size != self.num_experts || self.first != rank * local {
@@ -211,9 +211,9 @@ impl SparseMoe {
 
     /// `x` (…, hidden) -> (…, hidden), exchanged over the expert-parallel group when there is
     /// one (whose failure is the error).
-    pub fn try_forward(&self, x: &Tensor) -> Result<Tensor, DistError> {
+    pub fn try_forward(&self, x: &Tensor) -> Result<Tensor, CollectiveError> {
         match &self.ep {
-            Some(ep) => self.combine_parallel(x, ep, &Mlp::forward),
+            Some(ep) => self.combine_parallel(x, ep.as_ref(), &Mlp::forward),
             None => Ok(self.combine(x, Mlp::forward)),
         }
     }
@@ -225,9 +225,9 @@ impl SparseMoe {
     /// and summed over the group by the engine. With an expert-parallel group as well (its
     /// ranks share this rank's tensor-parallel rank), the tokens are exchanged as in
     /// [`SparseMoe::try_forward`] and each rank's experts give their partial outputs.
-    pub fn try_partial(&self, x: &Tensor) -> Result<Tensor, DistError> {
+    pub fn try_partial(&self, x: &Tensor) -> Result<Tensor, CollectiveError> {
         match &self.ep {
-            Some(ep) => self.combine_parallel(x, ep, &Mlp::partial),
+            Some(ep) => self.combine_parallel(x, ep.as_ref(), &Mlp::partial),
             None => Ok(self.combine(x, Mlp::partial)),
         }
     }
@@ -264,9 +264,9 @@ impl SparseMoe {
         &self,
         x: &Tensor,
         valid: Option<&Tensor>,
-        group: Option<&ProcessGroup>,
-    ) -> Result<(Tensor, Tensor), DistError> {
-        let bad = |e: tch::TchError| DistError::Invalid(e.to_string());
+        group: Option<&dyn RankGroup>,
+    ) -> Result<(Tensor, Tensor), CollectiveError> {
+        let bad = |e: tch::TchError| CollectiveError(e.to_string());
         let hidden = x.size().last().copied().unwrap_or(0);
         let flat = x.reshape([-1, hidden]);
         let logits = self.router_logits(&flat).to_kind(Kind::Float);
@@ -288,7 +288,7 @@ impl SparseMoe {
         .detach()
         .contiguous();
         if let Some(g) = group.filter(|g| g.size() > 1) {
-            g.all_reduce(&counts, crate::dist::ReduceOp::Sum)?;
+            g.sum_in_place(&counts)?;
         }
         let total = counts.f_get(self.num_experts).map_err(bad)?.clamp_min(1.0);
         let c = counts.narrow(0, 0, self.num_experts);
@@ -396,9 +396,9 @@ impl SparseMoe {
     fn combine_parallel(
         &self,
         x: &Tensor,
-        ep: &ProcessGroup,
+        ep: &dyn RankGroup,
         expert_fn: &impl Fn(&Mlp, &Tensor) -> Tensor,
-    ) -> Result<Tensor, DistError> {
+    ) -> Result<Tensor, CollectiveError> {
         let shape = x.size();
         let hidden = shape.last().copied().unwrap_or(0);
         let flat = x.reshape([-1, hidden]);
@@ -415,7 +415,7 @@ impl SparseMoe {
     /// token. The sum over the group is the block's output. The experts' and the router's
     /// weight gradients are then this rank's tokens' (summed over the group, or over the
     /// ranks that hold the same experts, by the engine).
-    pub fn try_share(&self, x: &Tensor, rank: i64, size: i64) -> Result<Tensor, DistError> {
+    pub fn try_share(&self, x: &Tensor, rank: i64, size: i64) -> Result<Tensor, CollectiveError> {
         let shape = x.size();
         let hidden = shape.last().copied().unwrap_or(0);
         let flat = x.reshape([-1, hidden]);
@@ -423,7 +423,7 @@ impl SparseMoe {
         let (start, end) = (n * rank / size.max(1), n * (rank + 1) / size.max(1));
         let mine = flat.narrow(0, start, end - start);
         let routed = match &self.ep {
-            Some(ep) => self.routed_parallel(&mine, ep, &Mlp::forward)?,
+            Some(ep) => self.routed_parallel(&mine, ep.as_ref(), &Mlp::forward)?,
             None if end > start => self.routed(&mine, &Mlp::forward),
             None => mine.zeros_like(),
         };
@@ -437,10 +437,10 @@ impl SparseMoe {
     fn routed_parallel(
         &self,
         flat: &Tensor,
-        ep: &ProcessGroup,
+        ep: &dyn RankGroup,
         expert_fn: &impl Fn(&Mlp, &Tensor) -> Tensor,
-    ) -> Result<Tensor, DistError> {
-        let bad = |e: tch::TchError| DistError::Invalid(e.to_string());
+    ) -> Result<Tensor, CollectiveError> {
+        let bad = |e: tch::TchError| CollectiveError(e.to_string());
         let device = flat.device();
         let (weights, chosen) = self.route(flat);
         let (order, tokens) = self.sort_pairs(&chosen);

@@ -4,8 +4,8 @@
 use tch::{Device, Kind, Tensor};
 
 use super::Result;
-use crate::dist::{ProcessGroup, ReduceOp};
 use crate::ops;
+use crate::parallel::dist::{ProcessGroup, ReduceOp};
 
 /// Which norm [`grad_norm_fp32`] computes.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -35,7 +35,7 @@ pub enum OptimError {
     #[error(transparent)]
     Kernel(#[from] crate::ops::OpError),
     #[error(transparent)]
-    Dist(#[from] crate::dist::DistError),
+    Dist(#[from] crate::parallel::dist::DistError),
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
     #[error("checkpoint {path}: {message}")]

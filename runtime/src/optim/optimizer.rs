@@ -18,8 +18,8 @@ use super::param_groups::{GroupOptions, ParamGroup};
 use super::scaler::{GradScaler, LossScaler, LossScaling, ScalerConfig};
 use super::sched::LrScheduler;
 use super::{OptimError, Result};
-use crate::dist::ProcessGroup;
 use crate::ops;
+use crate::parallel::dist::ProcessGroup;
 
 /// Training precision, which picks the Megatron wrapper: `Fp32` is `FP32Optimizer` (params are
 /// the main params; no scaler); `Bf16` and `Fp16` are `Float16OptimizerWithFloat16Params`
@@ -642,7 +642,7 @@ impl Optimizer {
         let total = sq(&shared, None)? + local.share * sq(&own, Some(&local.group))?;
         let t = Tensor::from_slice(&[total as f32]);
         if let Some(g) = mp_group {
-            g.all_reduce(&t, crate::dist::ReduceOp::Sum)?;
+            g.all_reduce(&t, crate::parallel::dist::ReduceOp::Sum)?;
         }
         Ok(f64::from(t.f_double_value(&[0])? as f32).sqrt())
     }

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use super::{OptimError, Result};
-use crate::dist::{ProcessGroup, ReduceOp};
 use crate::ops;
+use crate::parallel::dist::{ProcessGroup, ReduceOp};
 
 /// How to build a scaler (Megatron: `loss_scale` set → constant; fp16 without it → dynamic).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -11,11 +11,11 @@
 //!   the same rows, ends and compactions.
 use tch::{Device, Kind, Tensor};
 
-use crate::dist::ProcessGroup;
 pub use crate::engine::hybrid::{RolloutLayout, ShardLayout};
 use crate::engine::megatron::{ParallelModel, StageImages, StageInput};
 use crate::model::vision::{ProcessedImage, Vision};
 use crate::model::{CausalLm, KvCache, ModelConfig};
+use crate::parallel::dist::ProcessGroup;
 
 use super::logprob::compute_log_probs;
 use super::vocab_head::{DecodeHead, HeadLogits};

@@ -15,7 +15,7 @@
 //! rounding of the other weight layout differs.
 use tch::{Device, Kind, Tensor};
 
-use crate::dist::ProcessGroup;
+use crate::parallel::dist::ProcessGroup;
 
 pub use crate::engine::hybrid::ReplicaShare;
 

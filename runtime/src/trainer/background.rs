@@ -25,7 +25,7 @@ use std::time::Instant;
 use tch::Tensor;
 
 use crate::data::PromptItem;
-use crate::dist::{ProcessGroup, ReduceOp};
+use crate::parallel::dist::{ProcessGroup, ReduceOp};
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
 use crate::workers::rollout::RolloutWorker;

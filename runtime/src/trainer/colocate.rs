@@ -103,7 +103,7 @@ impl Colocated {
         worker: RolloutWorker,
         trainer_stop: crate::rollout::StopTokens,
         agent: Option<AgentLoop>,
-        lockstep: Option<crate::dist::ProcessGroup>,
+        lockstep: Option<crate::parallel::dist::ProcessGroup>,
     ) -> Result<Self, TrainerError> {
         let full_weights = worker.takes_whole_tensors();
         let bound = OffPolicyBound {

@@ -532,7 +532,7 @@ impl<R: Roles> Trainer<R> {
         let rollout_dtype = spec.rollout.dtype.unwrap_or(dtype_);
         // A rollout model without weights; `group`: the ranks a vLLM server is shared by.
         let new_rollout = |actor: &mut Actor<R::Actor>,
-                           group: Option<crate::dist::ProcessGroup>|
+                           group: Option<crate::parallel::dist::ProcessGroup>|
          -> Result<RolloutWorker, TrainerError> {
             Ok(match &spec.rollout.vllm {
                 // vLLM takes the whole model by name from the main rank (no sharded layout).

@@ -15,11 +15,11 @@
 use tch::Tensor;
 use verlc_spec::trainer::EngineSpec;
 
-use crate::dist::{ProcessGroup, ReduceOp};
 use crate::engine::fsdp::{FsdpEngine, FsdpSettings};
 use crate::engine::megatron::{MegatronEngine, MegatronSettings};
 use crate::engine::{Batch, Engine, EngineSettings, Metrics, SingleEngine};
 use crate::model::{CausalLm, ValueModel};
+use crate::parallel::dist::{ProcessGroup, ReduceOp};
 
 use super::TrainerError;
 
@@ -27,7 +27,7 @@ fn bad(msg: impl Into<String>) -> TrainerError {
     TrainerError::Config(msg.into())
 }
 
-fn dist(e: crate::dist::DistError) -> TrainerError {
+fn dist(e: crate::parallel::dist::DistError) -> TrainerError {
     TrainerError::Engine(crate::engine::EngineError::Config(e.to_string()))
 }
 

@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
 
-use crate::dist::ProcessGroup;
 use crate::engine::batch::RowImages;
 use crate::engine::megatron::{HeadKind, ParallelModel};
 use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
+use crate::parallel::dist::ProcessGroup;
 use crate::rollout::vllm::{VllmRollout, VllmSpec};
 use crate::rollout::{
     PromptStream, ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout,
@@ -457,7 +457,7 @@ impl RolloutWorker {
     /// pipeline stages' tensor-rank-0 ranks, then over each stage's tensor group. A replica
     /// of one: `text` itself.
     pub fn share_with_replica(&self, text: &str) -> Result<String> {
-        let dist = |e: crate::dist::DistError| WorkerError::Config(e.to_string());
+        let dist = |e: crate::parallel::dist::DistError| WorkerError::Config(e.to_string());
         let (tp, pp) = self.replica_groups();
         let mut text = text.to_owned();
         if tp.is_none_or(|g| g.rank() == 0)

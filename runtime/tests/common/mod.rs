@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use verlc_runtime::dist::{InitOptions, LaunchedRanks, LocalLauncher, ProcessGroup};
+use verlc_runtime::parallel::dist::{InitOptions, LaunchedRanks, LocalLauncher, ProcessGroup};
 
 const BODY_VAR: &str = "VERLC_TEST_RANK_BODY";
 

@@ -5,7 +5,6 @@
 use tch::{Device, Kind, Tensor};
 use verlc_front::load::compose::LoadRequest;
 use verlc_runtime::algo::{KlEstimator, LossAggMode, PolicyLossConfig, PolicyLossMode};
-use verlc_runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
 use verlc_runtime::engine::megatron::{
     GroupPolicy, MegatronEngine, MegatronSettings, ParallelSettings,
 };
@@ -16,6 +15,8 @@ use verlc_runtime::model::{CausalLm, Dtype, ValueModel};
 use verlc_runtime::optim::distrib::LayoutOptions;
 use verlc_runtime::optim::sched::{VerlSchedule, VerlSchedulerConfig};
 use verlc_runtime::optim::{AdamWConfig, InnerConfig};
+use verlc_runtime::parallel::dist::ProcessGroup;
+use verlc_runtime::parallel::layout::{ProcessGroups, RankLayout};
 use verlc_runtime::rollout::{RolloutLayout, SamplingParams, StopTokens};
 use verlc_runtime::workers::actor::{Actor, ActorSettings};
 use verlc_runtime::workers::critic::{Critic, CriticSettings};

@@ -6,8 +6,8 @@
 
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
-use verlc_runtime::dist::ProcessGroup;
 use verlc_runtime::model::moe::SparseMoe;
+use verlc_runtime::parallel::dist::ProcessGroup;
 
 use crate::rank_test;
 use crate::support::{max_diff, tiny_moe_config, tiny_qwen3_5_config};
@@ -70,12 +70,16 @@ rank_test!(expert_parallel_block_matches_one_process, 2, |world| {
     let hidden = tiny_moe_config().hidden_size;
     let (ep_vs, mut ep_block) = seeded_block(2 * rank as i64..2 * rank as i64 + 2);
     ep_block
-        .set_expert_group(world.clone())
+        .set_expert_group(std::sync::Arc::new(world.clone()))
         .expect("expert group");
     // A rank's range must be its own share.
     let (_, mut wrong) = seeded_block(0..2);
     if rank == 1 {
-        assert!(wrong.set_expert_group(world.clone()).is_err());
+        assert!(
+            wrong
+                .set_expert_group(std::sync::Arc::new(world.clone()))
+                .is_err()
+        );
     }
     for round in 0..2 {
         for (_, mut t) in ep_vs.variables() {
@@ -309,9 +313,9 @@ fn ep_module_matches_one_process(
     sequence_parallel: bool,
     distributed: bool,
 ) {
-    use verlc_runtime::dist::{ProcessGroups, RankLayout};
     use verlc_runtime::engine::megatron::{HeadKind, MegatronModule, ParallelSettings};
     use verlc_runtime::optim::LossScaling;
+    use verlc_runtime::parallel::layout::{ProcessGroups, RankLayout};
 
     use crate::parity::{LEN, LOCKSTEP_STEPS, Parallel, ROWS};
     use crate::support::{Reference, Setup, full_weights, lockstep, make_groups, reference_model};

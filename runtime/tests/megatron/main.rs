@@ -1,5 +1,5 @@
 //! Tests of the Megatron stack: `verlc_runtime::optim::distrib` (buffer layout golden table),
-//! `verlc_runtime::dist::mappings` and `verlc_runtime::tp` (2 Gloo ranks), and `verlc_runtime::engine::megatron`
+//! `verlc_runtime::parallel::mappings` and `verlc_runtime::parallel::tp` (2 Gloo ranks), and `verlc_runtime::engine::megatron`
 //! (TP=2, PP=2, DP=2 training against the single-process model), and expert parallelism at the
 //! MoE block (`verlc_runtime::model::moe` over 2 ranks).
 #[path = "../common/mod.rs"]

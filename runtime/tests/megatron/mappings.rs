@@ -1,7 +1,7 @@
 //! The f/g mappings and the segment-wise backward of `dist::mappings` on 2 ranks: a
 //! column-parallel then row-parallel MLP gives the full MLP's output and gradients.
 use tch::{Device, Kind, Tensor};
-use verlc_runtime::dist::mappings::{
+use verlc_runtime::parallel::mappings::{
     Tape, copy_to_tp_region, gather_from_sequence_parallel_region, gather_from_tp_region,
     reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region, scatter_to_tp_region,
 };

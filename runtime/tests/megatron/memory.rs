@@ -8,12 +8,12 @@
 //! The model has untied embeddings: with tied ones the last pipeline stage holds its own copy of
 //! the embedding (Megatron does the same), which no layout can split.
 use tch::{Device, Kind, Tensor};
-use verlc_runtime::dist::ProcessGroup;
 use verlc_runtime::engine::megatron::{MegatronEngine, ModuleMemory};
 use verlc_runtime::engine::{
     Batch, Engine, EngineSettings, ForwardOptions, MicroBatching, MicroLoss,
 };
 use verlc_runtime::model::{CausalLm, Dtype};
+use verlc_runtime::parallel::dist::ProcessGroup;
 use verlc_runtime::rollout::{SamplingParams, StopTokens};
 use verlc_runtime::workers::rollout::RolloutWorker;
 

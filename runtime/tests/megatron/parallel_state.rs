@@ -1,5 +1,5 @@
 //! Megatron's rank order and the groups derived from it (pure arithmetic, no processes).
-use verlc_runtime::dist::RankLayout;
+use verlc_runtime::parallel::layout::RankLayout;
 
 #[test]
 fn megatron_order_tp_cp_dp_pp() {

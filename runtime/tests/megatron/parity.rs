@@ -4,12 +4,13 @@
 //! next-token cross-entropy on a fixed batch, in lockstep (support.rs' `lockstep`: each step
 //! from the same weights, its loss, grad norm and updated weights must match).
 use tch::{Device, Kind, Tensor};
-use verlc_runtime::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use verlc_runtime::engine::megatron::{HeadKind, MegatronModule, MicroBatch, ParallelSettings};
 use verlc_runtime::model::ModelConfig;
 use verlc_runtime::model::save::{SaveOptions, save_named};
 use verlc_runtime::optim::LossScaling;
 use verlc_runtime::optim::distrib::LayoutOptions;
+use verlc_runtime::parallel::dist::{ProcessGroup, ReduceOp};
+use verlc_runtime::parallel::layout::{ProcessGroups, RankLayout};
 
 use crate::rank_test;
 use crate::support::*;

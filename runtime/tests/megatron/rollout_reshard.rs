@@ -3,9 +3,9 @@
 //! its prompts) and larger (one replica spans data-parallel ranks), with pipeline stages and
 //! with parameter offload. Each rank's rollout generates what the whole model generates for
 //! that rank's prompts and seed: the same tokens, masks and positions, the same log-probs.
-use verlc_runtime::dist::ProcessGroup;
 use verlc_runtime::engine::megatron::MegatronEngine;
 use verlc_runtime::model::CausalLm;
+use verlc_runtime::parallel::dist::ProcessGroup;
 
 use crate::engine::{assert_rollout_matches, engine_settings, megatron_settings};
 use crate::rank_test;

@@ -4,10 +4,11 @@
 //! module step by step in lockstep (losses, grad norms, updated weights), and the losses move
 //! the weights (the run without them ends elsewhere).
 use tch::{Device, Kind, Tensor};
-use verlc_runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
 use verlc_runtime::engine::megatron::{HeadKind, MegatronModule, ParallelSettings};
 use verlc_runtime::model::moe::RouterLossCoeffs;
 use verlc_runtime::optim::LossScaling;
+use verlc_runtime::parallel::dist::ProcessGroup;
+use verlc_runtime::parallel::layout::{ProcessGroups, RankLayout};
 
 use crate::parity::{LOCKSTEP_STEPS, Parallel, train_steps};
 use crate::rank_test;

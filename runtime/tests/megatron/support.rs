@@ -279,7 +279,7 @@ pub fn load_into(vs: &VarStore, opt: &mut Optimizer, weights: &[(String, Tensor)
 /// stage's `hidden` states.
 pub fn log_prob_sum(
     model: &verlc_runtime::engine::megatron::ParallelModel,
-    tape: &mut verlc_runtime::dist::mappings::Tape,
+    tape: &mut verlc_runtime::parallel::mappings::Tape,
     hidden: &Tensor,
     b: &verlc_runtime::engine::megatron::MicroBatch,
 ) -> verlc_runtime::engine::megatron::Result<Tensor> {

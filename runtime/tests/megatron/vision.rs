@@ -7,7 +7,6 @@
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 use verlc_runtime::builtin_uri::BuiltinUri;
-use verlc_runtime::dist::{ProcessGroup, ProcessGroups, RankLayout};
 use verlc_runtime::engine::megatron::{
     HeadKind, MegatronModule, MicroBatch, MicroImages, ParallelSettings,
 };
@@ -15,6 +14,8 @@ use verlc_runtime::model::vision::{ProcessedImage, Vision};
 use verlc_runtime::model::{CausalLm, ModelConfig};
 use verlc_runtime::optim::param_groups::named_params;
 use verlc_runtime::optim::{LossScaling, Optimizer};
+use verlc_runtime::parallel::dist::ProcessGroup;
+use verlc_runtime::parallel::layout::{ProcessGroups, RankLayout};
 
 use crate::parity::Parallel;
 use crate::rank_test;

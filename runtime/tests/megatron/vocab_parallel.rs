@@ -5,8 +5,10 @@ use verlc_runtime::logits::TokenStats;
 use verlc_runtime::logits::logprob::{
     entropy_from_logits, log_probs_from_logits, sum_pi_squared_from_logits,
 };
-use verlc_runtime::tp::shard::{ShardSpec, gather_tensor, shard_tensor};
-use verlc_runtime::tp::{VocabPartition, vocab_parallel_cross_entropy, vocab_parallel_log_probs};
+use verlc_runtime::parallel::tp::shard::{ShardSpec, gather_tensor, shard_tensor};
+use verlc_runtime::parallel::tp::{
+    VocabPartition, vocab_parallel_cross_entropy, vocab_parallel_log_probs,
+};
 
 use crate::rank_test;
 use crate::support::max_diff;
@@ -15,7 +17,7 @@ use crate::support::max_diff;
 fn whole_grad(
     local: &Tensor,
     part: &VocabPartition,
-    pg: &verlc_runtime::dist::ProcessGroup,
+    pg: &verlc_runtime::parallel::dist::ProcessGroup,
     [b, t, v]: [i64; 3],
 ) -> Tensor {
     let cols = local

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use verlc_runtime::dist::{InitOptions, ProcessGroup};
 use verlc_runtime::engine::Metrics;
+use verlc_runtime::parallel::dist::{InitOptions, ProcessGroup};
 use verlc_runtime::trainer::checkpoint::{list_steps, read_tracker, step_dir};
 use verlc_runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use verlc_spec::TrainerSpec;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use serde_json::Value;
 use verlc_front::compile::{SpecOutcome, lower_request};
 use verlc_front::load::compose::LoadRequest;
-use verlc_runtime::dist::{InitOptions, ProcessGroup};
+use verlc_runtime::parallel::dist::{InitOptions, ProcessGroup};
 use verlc_runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use verlc_spec::TrainerSpec;
 use verlc_spec::binding::StrategyKind;

@@ -14,11 +14,11 @@ use verlc_front::load::compose::LoadRequest;
 use verlc_front::load::version::BuiltinRelease;
 use verlc_front::plan::Planned;
 use verlc_runtime::data::sft::SftDataset;
-use verlc_runtime::dist::{InitOptions, ProcessGroup};
 use verlc_runtime::engine::{
     Engine, EngineSettings, ForwardOptions, Metrics, MicroBatching, SingleEngine,
 };
 use verlc_runtime::model::CausalLm;
+use verlc_runtime::parallel::dist::{InitOptions, ProcessGroup};
 use verlc_runtime::tokenizer::Tokenizer;
 use verlc_runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use verlc_spec::binding::StrategyKind;

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use verlc_runtime::dist::{InitOptions, ProcessGroup};
 use verlc_runtime::engine::Metrics;
+use verlc_runtime::parallel::dist::{InitOptions, ProcessGroup};
 use verlc_runtime::trainer::parallel::FsdpRoles;
 
 use crate::common::spawn_ranks;

@@ -12,7 +12,6 @@
 
 use tch::Tensor;
 
-use crate::dist::ProcessGroup;
 use crate::engine::topk_targets;
 use crate::logits::topk::TopKTargets;
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
@@ -21,6 +20,7 @@ use crate::model::eager_attention::AttentionVariant;
 use crate::model::gated_deltanet::{GatedDeltaNet, HeadSlice, Projected};
 use crate::model::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
 use crate::model::vision::InputEmbeds;
+use crate::parallel::dist::ProcessGroup;
 
 use super::head::{self, FsdpHead};
 use super::{Batch, EngineError, ForwardOptions, FsdpError, Result};

@@ -56,7 +56,6 @@ use std::path::Path;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use crate::dist::{DistError, ProcessGroup, ReduceOp};
 use crate::model::load::{Checkpoint, LoadOptions, load_weights};
 use crate::model::lora::{is_adapter, load_adapter};
 use crate::model::pretrained::materialize;
@@ -65,6 +64,7 @@ use crate::model::{Dtype, ModelConfig, ModelSource, TorchKind};
 use crate::optim::Optimizer;
 use crate::optim::param_groups::{NamedParam, single_group};
 use crate::optim::stack;
+use crate::parallel::dist::{DistError, ProcessGroup, ReduceOp};
 
 use super::{
     ADAPTER_DIR, Batch, Engine, EngineError, EngineSettings, ForwardOptions, HF_DIR, LossFn,

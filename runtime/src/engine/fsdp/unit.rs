@@ -16,8 +16,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use crate::dist::{ProcessGroup, ReduceOp};
 use crate::ops;
+use crate::parallel::dist::{ProcessGroup, ReduceOp};
 
 use super::FsdpError;
 

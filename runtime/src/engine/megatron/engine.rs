@@ -22,8 +22,6 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
 use crate::algo::AggOptions;
-use crate::dist::mappings::Tape;
-use crate::dist::{ProcessGroup, ProcessGroups, RankLayout, ReduceOp};
 use crate::engine::hybrid::{RolloutLayout, ShardLayout};
 use crate::engine::{
     Batch, Engine, EngineError, EngineSettings, ForwardOptions, Head, LossFn, Metrics,
@@ -39,6 +37,9 @@ use crate::model::{CausalLm, Dtype, ModelConfig, ModelSource, TorchKind, ValueMo
 use crate::optim::param_groups::{MegatronGroupsConfig, megatron_param_groups, single_group};
 use crate::optim::stack;
 use crate::optim::{NamedParam, Optimizer, ParamGroup};
+use crate::parallel::dist::{ProcessGroup, ReduceOp};
+use crate::parallel::layout::{ProcessGroups, RankLayout};
+use crate::parallel::mappings::Tape;
 
 use super::module::{MegatronModule, MicroBatch, MicroImages, ParallelSettings};
 use super::offload::OffloadSlot;
@@ -953,7 +954,7 @@ impl<H: MegatronHead> Engine for MegatronEngine<H> {
         };
         let t = Tensor::from_slice(&[n as i64]);
         g.world
-            .all_reduce(&t, crate::dist::ReduceOp::Max)
+            .all_reduce(&t, crate::parallel::dist::ReduceOp::Max)
             .map_err(MegatronError::from)?;
         Ok(usize::try_from(t.f_int64_value(&[0])?).unwrap_or(n))
     }

@@ -1,6 +1,6 @@
 //! Megatron-style training of the decoder family: tensor parallelism (TP), pipeline
 //! parallelism (PP) and data parallelism (DP) with the distributed optimizer, in Megatron's
-//! rank order (`tp-cp-dp-pp`, [`crate::dist::RankLayout::megatron`]), with context parallelism (CP)
+//! rank order (`tp-cp-dp-pp`, [`crate::parallel::layout::RankLayout::megatron`]), with context parallelism (CP)
 //! splitting sequences.
 //!
 //! - [`stage`]: [`ParallelModel`], one (TP rank, PP stage): [`crate::model::decoder`]'s layers
@@ -12,12 +12,12 @@
 //!   the embedding group, DP reduction), the optimizer step, and export of full weights.
 //! - [`engine`]: [`MegatronEngine`], the [`crate::engine::Engine`] interface over it (what the
 //!   actor, critic and reference workers drive), with checkpoints and weight export.
-//! - context parallelism (sequences split over a CP group, load-balanced): [`crate::tp::context`].
+//! - context parallelism (sequences split over a CP group, load-balanced): [`crate::parallel::tp::context`].
 //! - [`offload`]: parameter and gradient storages parked in host memory between phases.
 //! - [`rollout_shards`]: the rollout's weights at another tensor parallel size.
 //!
 //! The pieces underneath live with their kind: the f/g mappings and the segment-wise backward
-//! in [`crate::dist::mappings`], TP regions and vocab-parallel losses in [`crate::tp`], the
+//! in [`crate::parallel::mappings`], TP regions and vocab-parallel losses in [`crate::parallel::tp`], the
 //! distributed optimizer in [`crate::optim::distrib`].
 pub mod engine;
 pub mod module;
@@ -41,9 +41,9 @@ pub enum MegatronError {
     #[error("megatron: {0}")]
     Config(String),
     #[error(transparent)]
-    Dist(#[from] crate::dist::DistError),
+    Dist(#[from] crate::parallel::dist::DistError),
     #[error(transparent)]
-    Tp(#[from] crate::tp::TpError),
+    Tp(#[from] crate::parallel::tp::TpError),
     #[error(transparent)]
     Optim(#[from] crate::optim::OptimError),
     #[error(transparent)]

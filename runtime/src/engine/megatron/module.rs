@@ -11,15 +11,16 @@ use std::path::Path;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use crate::dist::mappings::Tape;
-use crate::dist::{ProcessGroup, ProcessGroups, ReduceOp};
 use crate::model::ModelConfig;
 use crate::model::load::{Checkpoint, LoadReport};
 use crate::optim::distrib::{
     DistGroups, DistParam, DistributedOptimizer, ExpertSharding, LayoutOptions,
 };
 use crate::optim::{LossScaling, NamedParam, Optimizer, OptimizerConfig, ParamGroup, StepOutcome};
-use crate::tp::shard::{gather_tensor, load_sharded, shard_tensor};
+use crate::parallel::dist::{ProcessGroup, ReduceOp};
+use crate::parallel::layout::ProcessGroups;
+use crate::parallel::mappings::Tape;
+use crate::parallel::tp::shard::{gather_tensor, load_sharded, shard_tensor};
 
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
 use super::stage::{
@@ -27,7 +28,7 @@ use super::stage::{
     is_routed_expert_param,
 };
 use super::{MegatronError, Result};
-use crate::tp::context::ContextParallel;
+use crate::parallel::tp::context::ContextParallel;
 
 /// One micro-batch of sequences, `(rows, T)` each (positions `(rows, T, 3)` for a
 /// vision-language model).
@@ -219,7 +220,7 @@ impl MegatronModule {
 
     /// Copies this rank's part of full (unsharded) tensors, by name, into the model.
     pub fn load_full(&mut self, named: &[(String, Tensor)]) -> Result<()> {
-        let (rank, size) = crate::tp::rank_size(self.tp());
+        let (rank, size) = crate::parallel::tp::rank_size(self.tp());
         let vars = self.vs.variables();
         let mut seen = 0usize;
         for (name, full) in named {
@@ -250,7 +251,7 @@ impl MegatronModule {
 
     /// Loads this rank's part of a Hugging Face checkpoint directory.
     pub fn load_pretrained(&mut self, dir: &Path, allow_missing: &[String]) -> Result<LoadReport> {
-        let (rank, size) = crate::tp::rank_size(self.tp());
+        let (rank, size) = crate::parallel::tp::rank_size(self.tp());
         let ckpt = Checkpoint::open(dir)?;
         let model = &self.model;
         let spec = move |name: &str| model.shard_spec(name);
@@ -647,7 +648,7 @@ impl MegatronModule {
         }
         let cfg = &self.model.config;
         let (kind, device) = (self.model.kind(), self.model.device());
-        let (_, tp_size) = crate::tp::rank_size(self.tp());
+        let (_, tp_size) = crate::parallel::tp::rank_size(self.tp());
         let mut out = own;
         for (name, mut shape) in full_shapes(cfg, self.model.head_kind, &self.model.stage) {
             let Some((ep, owner)) = self.expert_owner(&name) else {
@@ -656,7 +657,7 @@ impl MegatronModule {
             // Experts split over TP: the expert-parallel group shares this rank's
             // tensor-parallel rank, and what travels is this rank's slice of each expert.
             // Whole experts travel whole.
-            if let crate::tp::ShardSpec::Dim(d) = self.model.shard_spec(&name)
+            if let crate::parallel::tp::ShardSpec::Dim(d) = self.model.shard_spec(&name)
                 && let Some(len) = usize::try_from(d).ok().and_then(|d| shape.get_mut(d))
             {
                 *len /= tp_size;

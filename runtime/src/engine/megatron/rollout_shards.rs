@@ -1,6 +1,6 @@
 //! The rollout's weights at another tensor parallel size than training's (verl's
 //! `rollout.tensor_model_parallel_size`): the groups of that layout
-//! ([`crate::dist::RankLayout::rollout_groups`]) and each rank's rollout shards, cut from the
+//! ([`crate::parallel::layout::RankLayout::rollout_groups`]) and each rank's rollout shards, cut from the
 //! training shards one tensor at a time, so no rank ever holds more than one full tensor.
 //!
 //! - Rollout TP smaller (`k = t / r`): a rollout shard is `k` consecutive training shards,
@@ -13,12 +13,12 @@
 //! - Replicated tensors (norms) are the rank's own.
 use tch::Tensor;
 
-use crate::dist::ProcessGroup;
-use crate::dist::mappings::all_gather_dim;
-use crate::dist::{ProcessGroups, RolloutGroups};
 use crate::engine::hybrid::ReplicaShare;
 use crate::model::ModelConfig;
-use crate::tp::shard::{ShardSpec, gather_tensor, model_shard_spec, shard_tensor};
+use crate::parallel::dist::ProcessGroup;
+use crate::parallel::layout::{ProcessGroups, RolloutGroups};
+use crate::parallel::mappings::all_gather_dim;
+use crate::parallel::tp::shard::{ShardSpec, gather_tensor, model_shard_spec, shard_tensor};
 
 use super::{MegatronError, ParamInfo, Result};
 

@@ -15,8 +15,8 @@ use std::collections::VecDeque;
 
 use tch::{Device, Kind, Tensor};
 
-use crate::dist::ProcessGroup;
-use crate::dist::mappings::Tape;
+use crate::parallel::dist::ProcessGroup;
+use crate::parallel::mappings::Tape;
 
 use super::Result;
 

@@ -14,7 +14,7 @@
 //!   to the first stage's by summing their gradients over the embedding group.
 //!
 //! A training forward runs on one stage through [`TrainingRegions`], recording its cuts on a
-//! [`Tape`] (see [`crate::dist::mappings`]): under tensor parallelism each layer is four
+//! [`Tape`] (see [`crate::parallel::mappings`]): under tensor parallelism each layer is four
 //! segments. Decoding ([`ParallelModel::decode_stage`], the rollout on a Megatron rank) runs
 //! the same layers through [`InferenceRegions`] with a KV cache of this stage's layers and
 //! this rank's key/value heads.
@@ -23,11 +23,6 @@ use std::ops::Range;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use crate::dist::ProcessGroup;
-use crate::dist::mappings::{
-    Tape, copy_to_tp_region, gather_from_sequence_parallel_region,
-    gather_from_sequence_parallel_region_split_grad, scatter_to_sequence_parallel_region,
-};
 use crate::logits::TokenStats;
 use crate::logits::topk::{TopK, TopKTargets};
 use crate::model::decoder::{
@@ -35,17 +30,23 @@ use crate::model::decoder::{
 };
 use crate::model::heads::soft_cap;
 use crate::model::moe::RouterLossCoeffs;
+use crate::model::rank_group::SharedRankGroup;
 use crate::model::rope::RotaryEmbedding;
 use crate::model::vision::{InputEmbeds, MropeTokens, Vision};
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
-use crate::tp::regions::SEQ_DIM;
-use crate::tp::{
+use crate::parallel::dist::ProcessGroup;
+use crate::parallel::mappings::{
+    Tape, copy_to_tp_region, gather_from_sequence_parallel_region,
+    gather_from_sequence_parallel_region_split_grad, scatter_to_sequence_parallel_region,
+};
+use crate::parallel::tp::regions::SEQ_DIM;
+use crate::parallel::tp::{
     InferenceRegions, TrainingRegions, VocabParallelEmbedding, VocabParallelOutput, VocabPartition,
     rank_size, vocab_parallel_log_probs,
 };
 
 use super::{MegatronError, Result};
-use crate::tp::context::ContextParallel;
+use crate::parallel::tp::context::ContextParallel;
 
 /// The layers one pipeline stage holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +178,7 @@ pub fn full_shapes(cfg: &ModelConfig, head: HeadKind, stage: &Stage) -> Vec<(Str
     out
 }
 
-fn tp_err(e: crate::tp::TpError) -> MegatronError {
+fn tp_err(e: crate::parallel::tp::TpError) -> MegatronError {
     MegatronError::Tp(e)
 }
 
@@ -302,6 +303,10 @@ impl ParallelModel {
         } else {
             None
         };
+        let expert_group = experts
+            .group
+            .clone()
+            .map(|g| std::sync::Arc::new(g) as SharedRankGroup);
         let layers = stage
             .layers
             .clone()
@@ -311,7 +316,7 @@ impl ParallelModel {
                     slot: i - stage.layers.start,
                     tp: tp_size,
                     adapters: None,
-                    experts: experts.group.as_ref(),
+                    experts: expert_group.as_ref(),
                     expert_tp: if experts.split_over_tp { tp_size } else { 1 },
                 };
                 DecoderLayer::build(cfg, &model / "layers" / i, at).map_err(MegatronError::Config)
@@ -465,13 +470,13 @@ impl ParallelModel {
     }
 
     /// How parameter `name` is split over the tensor-parallel group on this rank (the
-    /// model's [`crate::tp::shard::model_shard_spec`], except whole experts under expert
+    /// model's [`crate::parallel::tp::shard::model_shard_spec`], except whole experts under expert
     /// tensor parallelism 1, which are not split).
-    pub fn shard_spec(&self, name: &str) -> crate::tp::ShardSpec {
+    pub fn shard_spec(&self, name: &str) -> crate::parallel::tp::ShardSpec {
         if !self.experts_split_over_tp && is_routed_expert_param(name) {
-            return crate::tp::ShardSpec::Replicated;
+            return crate::parallel::tp::ShardSpec::Replicated;
         }
-        crate::tp::shard::model_shard_spec(&self.config, name)
+        crate::parallel::tp::shard::model_shard_spec(&self.config, name)
     }
 
     /// Whether the routed experts are split over the tensor-parallel group (see
@@ -602,7 +607,7 @@ impl ParallelModel {
                 ParamInfo {
                     name: name.clone(),
                     tensor: t.shallow_clone(),
-                    tensor_parallel: spec != crate::tp::ShardSpec::Replicated,
+                    tensor_parallel: spec != crate::parallel::tp::ShardSpec::Replicated,
                     shared_embedding: tied_pp && is_embed,
                     output_copy: tied_pp && is_embed && !self.stage.is_first(),
                     is_embedding_or_output: is_embed || name == "lm_head.weight",

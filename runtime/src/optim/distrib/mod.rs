@@ -35,8 +35,8 @@ pub use layout::{LayoutOptions, OwnedRange, ParamIndex, ParamLayout, ParamSpec};
 
 use super::param_groups::{NamedParam, ParamGroup};
 use super::{LossScaling, OptimError, Optimizer, OptimizerConfig, Result, StepOutcome};
-use crate::dist::{ProcessGroup, ReduceOp};
 use crate::ops;
+use crate::parallel::dist::{ProcessGroup, ReduceOp};
 
 /// A model param handed to the distributed optimizer, in model order.
 #[derive(Debug)]

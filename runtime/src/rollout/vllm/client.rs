@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tch::Tensor;
 
-use crate::dist::ProcessGroup;
 use crate::model::{Dtype, ModelConfig, SaveOptions, TorchKind};
+use crate::parallel::dist::ProcessGroup;
 use crate::rng::Rng;
 use crate::rollout::engine::{RolloutOutput, StopTokens, from_token_rows};
 use crate::rollout::{PromptStream, SamplingParams};

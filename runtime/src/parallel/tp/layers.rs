@@ -8,11 +8,11 @@ use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
 use super::Result;
-use crate::dist::ProcessGroup;
-use crate::dist::mappings::{
+use crate::model::layers::scale_embeddings;
+use crate::parallel::dist::ProcessGroup;
+use crate::parallel::mappings::{
     Tape, reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region,
 };
-use crate::model::layers::scale_embeddings;
 
 /// How a vocabulary of `vocab` entries is split: `padded` rows (a multiple of the group
 /// size, as Megatron pads its vocabulary), `per_rank` each; rank `r` owns token ids

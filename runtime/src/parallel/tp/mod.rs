@@ -1,5 +1,5 @@
 //! Tensor-parallel building blocks (Megatron's `core/tensor_parallel`): layers that hold one
-//! rank's slice of a weight and call the mappings of [`crate::dist::mappings`], the
+//! rank's slice of a weight and call the mappings of [`crate::parallel::mappings`], the
 //! vocab-parallel losses, and the shard hints that load those slices from (and gather them
 //! back to) Hugging Face checkpoints.
 //!
@@ -28,7 +28,7 @@ pub use layers::{VocabParallelEmbedding, VocabPartition};
 pub use regions::{InferenceRegions, TrainingRegions};
 pub use shard::{ShardSpec, load_sharded};
 
-use crate::dist::ProcessGroup;
+use crate::parallel::dist::ProcessGroup;
 
 /// Errors of the tensor-parallel layers.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +39,10 @@ pub enum TpError {
     #[error("context parallelism: {0}")]
     Context(String),
     #[error(transparent)]
-    Dist(#[from] crate::dist::DistError),
+    Dist(#[from] crate::parallel::dist::DistError),
+    /// A model layer's collective (an expert exchange, a routing count).
+    #[error(transparent)]
+    Collective(#[from] crate::model::rank_group::CollectiveError),
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
     #[error(transparent)]

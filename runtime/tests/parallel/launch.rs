@@ -1,7 +1,7 @@
 //! The local launcher: torchrun's variables per rank, fail-fast when a rank dies.
 use std::time::{Duration, Instant};
 
-use verlc_runtime::dist::{DistError, LocalLauncher};
+use verlc_runtime::parallel::dist::{DistError, LocalLauncher};
 
 #[test]
 fn ranks_get_torchrun_environment() {

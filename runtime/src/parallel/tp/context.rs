@@ -6,13 +6,13 @@
 //!   `r` holds chunks `r` and `2 * CP - 1 - r`. Under a causal mask the early chunks attend to
 //!   few keys and the late ones to many; pairing them gives every rank the same work.
 //! - **Attention**: each layer's keys and values are all-gathered over the group (their
-//!   gradients reduce-scattered back; [`crate::model::layers::Regions::keys_values`] of [`crate::tp::TrainingRegions`]), and the
+//!   gradients reduce-scattered back; [`crate::model::layers::Regions::keys_values`] of [`crate::parallel::tp::TrainingRegions`]), and the
 //!   local queries attend to them under a mask built from true positions
 //!   ([`ContextParallel::attention_mask`]).
 //! - **Gated DeltaNet layers** (a recurrence along the sequence): the layer's input is
 //!   all-gathered into sequence order, every rank runs the whole recurrence and keeps its own
 //!   positions' outputs (the input's gradient reduce-scattered back;
-//!   [`crate::model::layers::Regions::whole_sequences`] of [`crate::tp::TrainingRegions`]). Its parameters' gradients on a rank
+//!   [`crate::model::layers::Regions::whole_sequences`] of [`crate::parallel::tp::TrainingRegions`]). Its parameters' gradients on a rank
 //!   are those of its own positions' outputs, and the group's sum is the whole gradient, as
 //!   for every other parameter. These layers' activations are not split (each rank holds
 //!   whole sequences there); everything else in a layer is per token.
@@ -26,8 +26,8 @@
 //! micro-batches, as tensor-parallel ranks do.
 use tch::{Device, Kind, Tensor};
 
-use crate::dist::ProcessGroup;
-use crate::dist::mappings::gather_from_sequence_parallel_region_split_grad;
+use crate::parallel::dist::ProcessGroup;
+use crate::parallel::mappings::gather_from_sequence_parallel_region_split_grad;
 
 use super::{Result, TpError};
 
@@ -127,7 +127,7 @@ impl ContextParallel {
     }
 
     /// The attention mask `(B, 1, T / CP, T)` of this rank's queries over the keys in gathered
-    /// order (what [`crate::model::layers::Regions::keys_values`] of [`crate::tp::TrainingRegions`] yields): a key is seen when it
+    /// order (what [`crate::model::layers::Regions::keys_values`] of [`crate::parallel::tp::TrainingRegions`] yields): a key is seen when it
     /// is a real token (`valid` (B, T), 1 for real) at or before the query, and every query
     /// sees itself (so padded rows stay finite, as [`crate::model::causal_padding_mask`]).
     pub fn attention_mask(&self, valid: &Tensor) -> Result<Tensor> {

@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use verlc_runtime::dist::{DistEnv, DistError};
+use verlc_runtime::parallel::dist::{DistEnv, DistError};
 
 fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let m: HashMap<String, String> = pairs

@@ -43,7 +43,7 @@
 //! Every function takes the group as a value; `None` (or a group of one) is the identity.
 use tch::Tensor;
 
-use super::{DistError, ProcessGroup, ReduceOp, Result};
+use super::dist::{DistError, ProcessGroup, ReduceOp, Result};
 use crate::ops;
 
 fn torch(op: &'static str) -> impl Fn(tch::TchError) -> DistError {

@@ -1,6 +1,6 @@
 //! Every collective on 2 Gloo ranks over loopback.
 use tch::{Kind, Tensor};
-use verlc_runtime::dist::ReduceOp;
+use verlc_runtime::parallel::dist::ReduceOp;
 
 use crate::rank_test;
 
@@ -119,13 +119,13 @@ rank_test!(broadcast_send_recv_barrier, 2, |pg| {
 // epoll_wait is the one libtorch's Gloo calls (if linking ever stopped exporting it, the loop
 // would spin again where ranks outnumber cores, and nothing else would say so).
 rank_test!(gloo_event_loops_wait_through_the_pacing, 2, |pg| {
-    let before = verlc_runtime::dist::GlooPacing::now();
+    let before = verlc_runtime::parallel::dist::GlooPacing::now();
     let t = Tensor::ones([1 << 16], (Kind::Float, tch::Device::Cpu));
     for _ in 0..20 {
         pg.all_reduce(&t, ReduceOp::Sum).unwrap();
     }
     assert_eq!(vals(&t.narrow(0, 0, 1)), vec![f64::powi(2.0, 20)]);
-    let after = verlc_runtime::dist::GlooPacing::now();
+    let after = verlc_runtime::parallel::dist::GlooPacing::now();
     assert!(
         after.waits > before.waits,
         "no epoll wait of a Gloo loop thread went through the pacing: {after:?}"

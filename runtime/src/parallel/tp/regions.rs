@@ -7,13 +7,14 @@
 //! - [`InferenceRegions`]: the same values without a tape, for decoding under no-grad (the
 //!   rollout on a Megatron rank).
 use super::context::ContextParallel;
-use crate::dist::ProcessGroup;
-use crate::dist::mappings::{
+use crate::model::layers::{Linear, Regions};
+use crate::model::moe::{RouterLossCoeffs, SparseMoe};
+use crate::model::rank_group::RankGroup;
+use crate::parallel::dist::ProcessGroup;
+use crate::parallel::mappings::{
     Tape, copy_to_tp_region, gather_from_sequence_parallel_region, reduce_from_tp_region,
     reduce_scatter_to_sequence_parallel_region,
 };
-use crate::model::layers::{Linear, Regions};
-use crate::model::moe::{RouterLossCoeffs, SparseMoe};
 use tch::Tensor;
 
 use super::{Result, TpError};
@@ -82,7 +83,8 @@ impl Regions for TrainingRegions<'_> {
         let tp = self.tp;
         let out = split_experts(self, moe, x, tp)?;
         if let Some(c) = self.router.filter(|c| c.any() && x.requires_grad()) {
-            let (balance, z) = moe.router_losses(x, valid, self.cp.map(ContextParallel::group))?;
+            let cp = self.cp.map(|c| c.group() as &dyn RankGroup);
+            let (balance, z) = moe.router_losses(x, valid, cp)?;
             // Every tensor rank routes the same tokens, and what the losses reach (the
             // router's weight, this segment's input) has its gradient summed over TP: each
             // rank adds 1/TP of them.

@@ -2,7 +2,7 @@
 use std::time::{Duration, Instant};
 
 use tch::Tensor;
-use verlc_runtime::dist::{DistError, InitOptions, ProcessGroup, ReduceOp};
+use verlc_runtime::parallel::dist::{DistError, InitOptions, ProcessGroup, ReduceOp};
 
 use crate::common;
 
@@ -117,8 +117,8 @@ fn stuck_peer_times_out() {
 /// Rendezvous with a missing rank fails after the store timeout.
 #[test]
 fn missing_rank_rendezvous_times_out() {
-    let port = verlc_runtime::dist::free_port("127.0.0.1").unwrap();
-    let env = verlc_runtime::dist::DistEnv {
+    let port = verlc_runtime::parallel::dist::free_port("127.0.0.1").unwrap();
+    let env = verlc_runtime::parallel::dist::DistEnv {
         rank: 0,
         world_size: 2,
         local_rank: 0,
@@ -148,14 +148,14 @@ fn missing_rank_rendezvous_times_out() {
 /// NCCL group is an error, not a crash.
 #[test]
 fn nccl_unavailable_is_an_error() {
-    use verlc_runtime::dist::Backend;
+    use verlc_runtime::parallel::dist::Backend;
     assert_eq!(Backend::Nccl.is_available(), cfg!(feature = "cuda"));
     if tch::Cuda::is_available() {
         return; // a GPU machine: the NCCL path is exercised elsewhere
     }
-    let env = verlc_runtime::dist::DistEnv {
-        master_port: verlc_runtime::dist::free_port("127.0.0.1").unwrap(),
-        ..verlc_runtime::dist::DistEnv::single()
+    let env = verlc_runtime::parallel::dist::DistEnv {
+        master_port: verlc_runtime::parallel::dist::free_port("127.0.0.1").unwrap(),
+        ..verlc_runtime::parallel::dist::DistEnv::single()
     };
     let opts = InitOptions {
         backend: Backend::Nccl,

@@ -16,10 +16,10 @@ use tch::{Kind, Tensor};
 
 use super::{Result, TpError, VocabPartition};
 use crate::algo::topk_kl::{MassAt, forward_kl_topk};
-use crate::dist::ProcessGroup;
-use crate::dist::mappings::{all_gather_dim, max_over, reduce_many_from_tp_region};
 use crate::logits::TokenStats;
 use crate::logits::topk::{TopK, TopKTargets, check_k, check_targets};
+use crate::parallel::dist::ProcessGroup;
+use crate::parallel::mappings::{all_gather_dim, max_over, reduce_many_from_tp_region};
 
 /// Per-token log-probs (and the asked statistics) in f32.
 #[derive(Debug)]

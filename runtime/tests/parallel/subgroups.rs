@@ -1,6 +1,7 @@
 //! Sub-groups: new_group / split on 2 ranks, and a TP x DP layout on 4 ranks.
 use tch::{Kind, Tensor};
-use verlc_runtime::dist::{ProcessGroups, RankLayout, ReduceOp};
+use verlc_runtime::parallel::dist::ReduceOp;
+use verlc_runtime::parallel::layout::{ProcessGroups, RankLayout};
 
 use crate::rank_test;
 

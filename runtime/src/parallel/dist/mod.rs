@@ -3,22 +3,18 @@
 //!
 //! Process groups are values: [`ProcessGroup::init`] builds the world group from torchrun's
 //! environment ([`DistEnv`]), [`ProcessGroup::new_group`] / [`ProcessGroup::split`] carve
-//! sub-groups out of it, and [`ProcessGroups`] bundles the TP/PP/DP groups of a [`RankLayout`].
-//! [`mappings`] holds the tensor-parallel f/g operators and the segment-wise backward
-//! ([`mappings::Tape`]) that stands in for custom autograd functions.
+//! sub-groups out of it ([`super::layout::ProcessGroups`] bundles the groups of a rank's
+//! layout).
 //! Nothing is global. Every collective is bounded by the group's timeout, so a dead or stuck
 //! peer surfaces as [`DistError::Collective`] instead of a hang.
 mod env;
 mod group;
 mod launch;
-mod layout;
-pub mod mappings;
 mod store;
 
 pub use env::DistEnv;
 pub use group::{Backend, GlooDevice, GlooPacing, InitOptions, ProcessGroup, ReduceOp};
 pub use launch::{LaunchedRanks, LocalLauncher, free_port};
-pub use layout::{ExpertGroups, ProcessGroups, RankLayout, RolloutGroups};
 pub use store::Store;
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-use verlc_runtime::dist::RankLayout;
+use verlc_runtime::parallel::layout::RankLayout;
 
 #[test]
 fn tp_dp_pp_groups() {

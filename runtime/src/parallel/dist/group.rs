@@ -11,6 +11,7 @@ use tch::{Device, Tensor};
 use super::store::{Store, millis};
 use super::{DEFAULT_TIMEOUT, DistEnv, DistError, Result};
 use crate::ffi;
+use crate::model::rank_group::CollectiveError;
 
 /// Which c10d backend a group runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -651,4 +652,38 @@ impl ProcessGroup {
 
 fn to_i32(v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| DistError::Invalid(format!("{v} does not fit in i32")))
+}
+
+/// The model's layers reach their ranks through this (they name no process group).
+impl crate::model::rank_group::RankGroup for ProcessGroup {
+    fn rank(&self) -> usize {
+        ProcessGroup::rank(self)
+    }
+
+    fn size(&self) -> usize {
+        ProcessGroup::size(self)
+    }
+
+    fn sum_in_place(&self, t: &Tensor) -> Result<(), CollectiveError> {
+        Ok(self.all_reduce(t, ReduceOp::Sum)?)
+    }
+
+    fn all_gather_into(&self, output: &Tensor, input: &Tensor) -> Result<(), CollectiveError> {
+        Ok(ProcessGroup::all_gather_into(self, output, input)?)
+    }
+
+    fn all_to_all_rows(
+        &self,
+        x: &Tensor,
+        send: &[i64],
+        recv: &[i64],
+    ) -> Result<Tensor, CollectiveError> {
+        Ok(ProcessGroup::all_to_all_rows(self, x, send, recv)?)
+    }
+}
+
+impl From<DistError> for CollectiveError {
+    fn from(e: DistError) -> Self {
+        CollectiveError(e.to_string())
+    }
 }

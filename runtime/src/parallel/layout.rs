@@ -1,6 +1,6 @@
 //! Rank arithmetic of a TP x PP x DP job (pure, no communication), and the process groups
 //! built from it.
-use super::{DistError, ProcessGroup, Result};
+use super::dist::{DistError, ProcessGroup, Result};
 
 /// Ranks split into groups (each group's global ranks, increasing).
 pub type Partition = Vec<Vec<usize>>;

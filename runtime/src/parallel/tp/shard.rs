@@ -12,10 +12,10 @@ use tch::Tensor;
 use tch::nn::VarStore;
 
 use super::{Result, TpError, VocabPartition};
-use crate::dist::ProcessGroup;
-use crate::dist::mappings::all_gather_dim;
 use crate::model::ModelError;
 use crate::model::load::{Checkpoint, LoadReport};
+use crate::parallel::dist::ProcessGroup;
+use crate::parallel::mappings::all_gather_dim;
 
 /// How a tensor is split over the tensor-parallel group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
