@@ -34,7 +34,12 @@ pub const TINY_PARAMS: &[&str] = &[
     "moe_intermediate",
     "tools",
     "window",
+    "full_attention_interval",
+    "partial_rotary_factor",
 ];
+
+/// Parameters only a family with Gated DeltaNet layers reads (its config class's keys).
+const TINY_LINEAR_ATTENTION_PARAMS: &[&str] = &["full_attention_interval", "partial_rotary_factor"];
 
 /// The integer parameters of `builtin://tiny`, each at least 1.
 const TINY_COUNTS: &[&str] = &[
@@ -47,6 +52,7 @@ const TINY_COUNTS: &[&str] = &[
     "experts",
     "experts_per_tok",
     "moe_intermediate",
+    "full_attention_interval",
 ];
 
 /// Why the model address `path` cannot be built: `None` when it is no `builtin://` address or
@@ -73,7 +79,17 @@ pub fn model_problem(path: &str) -> Option<String> {
                 "`{path}`: `from` must name a model directory with a config.json (got `{from}`)"
             ));
         }
-    } else if let Err(e) = uri.check_keys(TINY_PARAMS) {
+    } else if let Some(e) = tiny_problem(&uri, path) {
+        return Some(e);
+    }
+    None
+}
+
+/// Why `builtin://tiny` cannot be built with `uri`'s parameters (`path` names it in the
+/// message): unknown keys, an unknown family, a setting of another family, a bad number. The
+/// front end's check and the runtime's builder both ask it.
+pub fn tiny_problem(uri: &BuiltinUri, path: &str) -> Option<String> {
+    if let Err(e) = uri.check_keys(TINY_PARAMS) {
         return Some(e);
     }
     if let Some(arch) = uri.params.get("arch")
@@ -82,6 +98,23 @@ pub fn model_problem(path: &str) -> Option<String> {
         return Some(format!(
             "`{path}`: the tiny model has no family `{arch}` (it builds {})",
             crate::families::tiny_archs().join(", ")
+        ));
+    }
+    let arch = uri.params.get("arch").map_or("qwen2", String::as_str);
+    let linear = crate::families::of_tiny_arch(arch).is_some_and(|r| r.linear_attention);
+    if let Some(key) = TINY_LINEAR_ATTENTION_PARAMS
+        .iter()
+        .find(|k| !linear && uri.params.contains_key(**k))
+    {
+        return Some(format!(
+            "`{path}`: `{key}` is a setting of the families with Gated DeltaNet layers, not of `{arch}`"
+        ));
+    }
+    if let Some(v) = uri.params.get("partial_rotary_factor")
+        && !v.parse::<f64>().is_ok_and(|f| f > 0.0 && f <= 1.0)
+    {
+        return Some(format!(
+            "`{path}`: `partial_rotary_factor` must be a number in (0, 1], not `{v}`"
         ));
     }
     for key in TINY_COUNTS {

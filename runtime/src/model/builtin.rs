@@ -43,7 +43,9 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
             MODELS.join(", ")
         ));
     }
-    uri.check_keys(verlc_spec::builtin::TINY_PARAMS)?;
+    if let Some(e) = verlc_spec::builtin::tiny_problem(uri, "builtin://tiny") {
+        return Err(e);
+    }
     let tools: String = uri.get("tools", String::new())?;
     let hidden: i64 = uri.get("hidden", 128)?;
     let arch_name: String = uri.get("arch", "qwen2".to_owned())?;
@@ -134,9 +136,15 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         extra.insert("swiglu_limit".into(), json!(7.0));
     }
     if row.is_some_and(|r| r.linear_attention) {
-        // Sized so its Gated DeltaNet heads match the attention heads'.
+        // Sized so its Gated DeltaNet heads match the attention heads'. The family's layer
+        // mix and rotated share as its config keys set them, for studying a tiny run.
         let head = hidden / cfg.num_attention_heads.max(1);
         cfg.head_dim = Some(head);
+        let every: i64 = uri.get("full_attention_interval", 4)?;
+        extra.insert("full_attention_interval".into(), json!(every));
+        cfg.extra
+            .insert("full_attention_interval".into(), json!(every));
+        cfg.partial_rotary_factor = Some(uri.get("partial_rotary_factor", 0.25)?);
         cfg.linear = LinearAttentionConfig {
             linear_key_head_dim: head,
             linear_value_head_dim: head,

@@ -77,7 +77,30 @@ fn bad_builtin_addresses_are_explained() {
         .config()
         .unwrap_err()
         .to_string();
-    assert!(e.contains("invalid value `abc` for `hidden`"), "{e}");
+    assert!(e.contains("`hidden` must be a whole number"), "{e}");
+    // Qwen3.5's layer mix and rotated share are its family's settings alone.
+    let e = ModelSource::parse("builtin://tiny?full_attention_interval=2")
+        .unwrap()
+        .config()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("families with Gated DeltaNet layers"), "{e}");
+    let c = ModelSource::parse(
+        "builtin://tiny?arch=qwen3_5&layers=4&full_attention_interval=2&partial_rotary_factor=0.5",
+    )
+    .unwrap()
+    .config()
+    .unwrap();
+    assert_eq!(
+        c.linear.layer_types,
+        [
+            "linear_attention",
+            "full_attention",
+            "linear_attention",
+            "full_attention"
+        ]
+    );
+    assert_eq!(c.partial_rotary_factor, Some(0.5));
 }
 
 #[test]
