@@ -671,17 +671,28 @@ impl DecoderLayer {
         &self.mixer
     }
 
-    /// The layer with whole weights; see [`DecoderLayer::forward_in`].
+    /// The layer with whole weights on tokens laid out as `layout` says (padded rows, a
+    /// window of them, packed sequences); `cos`, `sin` are the rotary tables of `x`'s
+    /// positions. Split weights go through [`DecoderLayer::forward_in`].
     pub fn forward(
         &self,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        mask: Option<&Tensor>,
-        valid: Option<&Tensor>,
-        cache: Option<&mut KvCache>,
+        layout: TokenLayout<'_>,
     ) -> Tensor {
-        infallible(self.forward_in(&mut Replicated, x, cos, sin, (mask, valid), cache))
+        match layout {
+            TokenLayout::Padded { mask, valid, cache } => {
+                infallible(self.forward_in(&mut Replicated, x, cos, sin, (mask, valid), cache))
+            }
+            TokenLayout::Window {
+                start,
+                len,
+                mask,
+                valid,
+            } => self.window(x, start, len, cos, sin, mask, valid),
+            TokenLayout::Packed { spans, queries } => self.packed(x, cos, sin, queries, spans),
+        }
     }
 
     /// The layer as two segments through `regions`: norm, enter, attention, exit, residual;
@@ -724,13 +735,9 @@ impl DecoderLayer {
         Ok(&h1 + self.mlp_out(out))
     }
 
-    /// The outputs at positions `[start, start+len)` of `x` (B, T, hidden) only: what a head
-    /// that reads those positions needs from the last layer (see [`Model::forward_window`]).
-    /// `cos`, `sin` cover all T positions; `mask` is [`causal_window_mask`]'s.
-    /// `valid` (B, T) marks the real tokens (for a linear-attention layer, which reads every
-    /// position up to the window's end).
+    /// [`TokenLayout::Window`]: the outputs at positions `[start, start+len)` only.
     #[allow(clippy::too_many_arguments)]
-    pub fn forward_window(
+    fn window(
         &self,
         x: &Tensor,
         start: i64,
@@ -762,9 +769,8 @@ impl DecoderLayer {
 }
 
 impl DecoderLayer {
-    /// The layer on packed tokens `x` `(1, N, hidden)` (see [`Attention::forward_packed`]);
-    /// with `queries`, only those tokens' outputs `(1, M, hidden)`.
-    pub fn forward_packed(
+    /// [`TokenLayout::Packed`] (see [`Attention::forward_packed`]).
+    fn packed(
         &self,
         x: &Tensor,
         cos: &Tensor,
@@ -810,6 +816,36 @@ impl DecoderLayer {
     fn mlp_residual(&self, h: &Tensor) -> Tensor {
         h + self.mlp_out(self.mlp.forward(&self.mlp_norm.forward(h)))
     }
+}
+
+/// How the tokens a layer reads are laid out, and which of its outputs are wanted: the one
+/// argument by which every engine and the rollout run a layer.
+pub enum TokenLayout<'a> {
+    /// Padded rows `(B, T)`: `mask` `(B, 1, T, S)` or `None` for plain causal attention,
+    /// `valid` `(B, T)` the real tokens (a linear-attention layer zeroes the others; `None`:
+    /// all); with a cache (decoding), the layer's new keys and values, or its recurrent
+    /// state, are stored.
+    Padded {
+        mask: Option<&'a Tensor>,
+        valid: Option<&'a Tensor>,
+        cache: Option<&'a mut KvCache>,
+    },
+    /// Padded rows of which only the outputs at positions `[start, start+len)` are wanted
+    /// (the last layer under a head that reads those alone, see [`Model::forward_window`]):
+    /// `mask` is [`causal_window_mask`]'s, `valid` the real tokens (a linear-attention layer
+    /// reads every position up to the window's end).
+    Window {
+        start: i64,
+        len: i64,
+        mask: &'a Tensor,
+        valid: Option<&'a Tensor>,
+    },
+    /// Packed sequences `(1, N)` in `spans`; with `queries`, only those tokens' outputs
+    /// `(1, M)`.
+    Packed {
+        spans: &'a [AttentionSpan],
+        queries: Option<&'a Tensor>,
+    },
 }
 
 /// The backbone (`model.*`): embeddings, decoder layers, final norm. Returns hidden states.
@@ -957,14 +993,12 @@ impl Model {
             .filter(|_| self.linear_layers)
             .map(|m| m.narrow(1, past, t));
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(
-                &x,
-                cos,
-                sin,
-                mask.as_ref(),
-                valid.as_ref(),
-                cache.as_deref_mut(),
-            );
+            let layout = TokenLayout::Padded {
+                mask: mask.as_ref(),
+                valid: valid.as_ref(),
+                cache: cache.as_deref_mut(),
+            };
+            x = layer.forward(&x, cos, sin, layout);
             x = with_deepstack(x, &deepstack, i);
         }
         if let Some(c) = cache {
@@ -1028,10 +1062,18 @@ impl Model {
             return self.norm.forward(&x.index_select(1, &window.tokens));
         };
         for (i, layer) in rest.iter().enumerate() {
-            x = layer.forward_packed(&x, cos, sin, None, &spans);
+            let layout = TokenLayout::Packed {
+                spans: &spans,
+                queries: None,
+            };
+            x = layer.forward(&x, cos, sin, layout);
             x = with_deepstack(x, &deepstack, i);
         }
-        let x = last.forward_packed(&x, cos, sin, Some(&window.tokens), &window.spans);
+        let layout = TokenLayout::Packed {
+            spans: &window.spans,
+            queries: Some(&window.tokens),
+        };
+        let x = last.forward(&x, cos, sin, layout);
         self.norm.forward(&x)
     }
 
@@ -1077,19 +1119,22 @@ impl Model {
         let InputEmbeds { mut x, deepstack } = embeds;
         let mask = causal_padding_mask(attention_mask, 0, t);
         for (i, layer) in rest.iter().enumerate() {
-            x = layer.forward(&x, &cos, &sin, Some(&mask), Some(attention_mask), None);
+            let layout = TokenLayout::Padded {
+                mask: Some(&mask),
+                valid: Some(attention_mask),
+                cache: None,
+            };
+            x = layer.forward(&x, &cos, &sin, layout);
             x = with_deepstack(x, &deepstack, i);
         }
         let window_mask = causal_window_mask(attention_mask, start, len);
-        let x = last.forward_window(
-            &x,
+        let layout = TokenLayout::Window {
             start,
             len,
-            &cos,
-            &sin,
-            &window_mask,
-            Some(attention_mask),
-        );
+            mask: &window_mask,
+            valid: Some(attention_mask),
+        };
+        let x = last.forward(&x, &cos, &sin, layout);
         self.norm.forward(&x)
     }
 }

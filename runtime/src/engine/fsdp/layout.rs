@@ -15,7 +15,7 @@ use tch::Tensor;
 use crate::engine::topk_targets;
 use crate::logits::topk::TopKTargets;
 use crate::model::cache::{causal_padding_mask, causal_window_mask};
-use crate::model::decoder::{Attention, DecoderLayer, Model, with_deepstack};
+use crate::model::decoder::{Attention, DecoderLayer, Model, TokenLayout, with_deepstack};
 use crate::model::eager_attention::AttentionVariant;
 use crate::model::gated_deltanet::{GatedDeltaNet, HeadSlice, Projected};
 use crate::model::packed::{AttentionSpan, PackedWindow, Packing, attend_spans};
@@ -190,35 +190,43 @@ impl LayerInputs {
         let (cos, sin) = (&self.cos, &self.sin);
         // The last layer takes no DeepStack level (the model config is refused otherwise),
         // so its window-only output never needs one.
-        let y = match &self.layout {
-            Layout::Padded { mask, valid, .. } if !last => {
-                layer.forward(x, cos, sin, Some(mask), Some(valid), None)
-            }
+        let token_layout = match &self.layout {
+            Layout::Padded { mask, valid, .. } if !last => TokenLayout::Padded {
+                mask: Some(mask),
+                valid: Some(valid),
+                cache: None,
+            },
             Layout::Padded {
                 valid,
                 window_start,
                 window_len,
                 window_mask,
                 ..
-            } => layer.forward_window(
-                x,
-                *window_start,
-                *window_len,
-                cos,
-                sin,
-                window_mask,
-                Some(valid),
-            ),
-            Layout::Packed { spans, .. } if !last => layer.forward_packed(x, cos, sin, None, spans),
-            Layout::Packed { window, .. } => {
-                layer.forward_packed(x, cos, sin, Some(&window.tokens), &window.spans)
+            } => TokenLayout::Window {
+                start: *window_start,
+                len: *window_len,
+                mask: window_mask,
+                valid: Some(valid),
+            },
+            Layout::Packed { spans, .. } if !last => TokenLayout::Packed {
+                spans,
+                queries: None,
+            },
+            Layout::Packed { window, .. } => TokenLayout::Packed {
+                spans: &window.spans,
+                queries: Some(&window.tokens),
+            },
+            // Ulysses exchanges heads inside the token mixer.
+            Layout::Ulysses { spans, shard, .. } => {
+                let y = layer.forward_with(
+                    x,
+                    |attn, normed| ulysses_attention(attn, normed, cos, sin, spans, &shard.group),
+                    |la, normed| ulysses_linear_attention(la, normed, spans, &shard.group),
+                )?;
+                return Ok(with_deepstack(y, &self.deepstack, i));
             }
-            Layout::Ulysses { spans, shard, .. } => layer.forward_with(
-                x,
-                |attn, normed| ulysses_attention(attn, normed, cos, sin, spans, &shard.group),
-                |la, normed| ulysses_linear_attention(la, normed, spans, &shard.group),
-            )?,
         };
+        let y = layer.forward(x, cos, sin, token_layout);
         Ok(with_deepstack(y, &self.deepstack, i))
     }
 
