@@ -56,7 +56,7 @@ fn settings_for(model: &str, dtype: Dtype, offload: bool) -> EngineSettings {
             clip_grad: 1.0,
             offload,
             offload_fraction: 0.0,
-            scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
+            schedule: SchedulerSettings::Verl(VerlSchedulerConfig {
                 schedule: VerlSchedule::Cosine {
                     min_lr_ratio: 0.1,
                     num_cycles: 0.5,

@@ -177,9 +177,13 @@ pub enum SchedulerSettings {
     Megatron(MegatronSchedulerConfig),
 }
 
-/// Optimizer settings (`actor.optim` / `critic.optim`).
+/// A role's optimizer (`actor.optim` / `critic.optim`): the update rule, rate, decay, clipping,
+/// host offload and what it leaves out, with its lr schedule `S`: the spec's
+/// [`crate::trainer::ScheduleSpec`] before the run's step count is known
+/// ([`crate::trainer::OptimSpec`]), the [`SchedulerSettings`] it resolves to after
+/// ([`OptimSettings`], what an engine builds its optimizer from).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct OptimSettings {
+pub struct Optim<S> {
     pub inner: InnerConfig,
     pub lr: f64,
     pub weight_decay: f64,
@@ -187,12 +191,17 @@ pub struct OptimSettings {
     pub clip_grad: f64,
     /// Keep the optimizer's main params and state in host memory.
     pub offload: bool,
-    /// Without `offload`: the share of the parameters whose optimizer state lives on the host.
+    /// Without `offload`: the share of the parameters whose optimizer state Megatron's hybrid
+    /// optimizer keeps on the host (`override_optimizer_config.optimizer_cpu_offload` with
+    /// `optimizer_offload_fraction`); 0 for none.
     #[serde(default)]
     pub offload_fraction: f64,
-    pub scheduler: SchedulerSettings,
-    /// A vision-language model's tower (`visual.*`) keeps its weights: the optimizer leaves
-    /// it out (`actor.freeze_vision_tower`).
+    pub schedule: S,
+    /// A vision-language model's tower (`visual.*`) keeps its loaded weights: the optimizer
+    /// leaves it out (`actor.freeze_vision_tower`).
     #[serde(default)]
     pub freeze_vision_tower: bool,
 }
+
+/// An engine's optimizer: the schedule resolved for the run's step count.
+pub type OptimSettings = Optim<SchedulerSettings>;

@@ -15,8 +15,8 @@ use crate::algo::{
 use crate::binding::Binding;
 use crate::data::DataSpec;
 use crate::optim::{
-    InnerConfig, LrDecayStyle, MegatronSchedulerConfig, OptimSettings, SchedulerSettings,
-    VerlSchedule, VerlSchedulerConfig, WdIncrStyle,
+    LrDecayStyle, MegatronSchedulerConfig, Optim, OptimSettings, SchedulerSettings, VerlSchedule,
+    VerlSchedulerConfig, WdIncrStyle,
 };
 use crate::sampling::SamplingParams;
 
@@ -301,23 +301,9 @@ impl EngineSpec {
     }
 }
 
-/// A role's optimizer and lr schedule before the step count is known.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct OptimSpec {
-    pub inner: InnerConfig,
-    pub lr: f64,
-    pub weight_decay: f64,
-    /// Global grad-norm clip; `<= 0` disables it.
-    pub clip_grad: f64,
-    /// Optimizer state in host memory.
-    pub offload: bool,
-    /// Without `offload`: the share of the parameters whose optimizer state Megatron's hybrid
-    /// optimizer keeps on the host (`override_optimizer_config.optimizer_cpu_offload` with
-    /// `optimizer_offload_fraction`); 0 for none.
-    #[serde(default)]
-    pub offload_fraction: f64,
-    pub schedule: ScheduleSpec,
-}
+/// A role's optimizer with its lr schedule as the config gives it, before the step count is
+/// known.
+pub type OptimSpec = Optim<ScheduleSpec>;
 
 /// The lr schedule of `optim`: verl's FSDP schedulers, or Megatron's when the section has
 /// `lr_decay_style`.
@@ -350,7 +336,7 @@ pub enum ScheduleSpec {
     },
 }
 
-impl OptimSpec {
+impl Optim<ScheduleSpec> {
     /// The optimizer settings for a run of `total_steps` training steps.
     pub fn resolve(&self, total_steps: u64) -> OptimSettings {
         let total = total_steps as i64;
@@ -399,15 +385,15 @@ impl OptimSpec {
                 })
             }
         };
-        OptimSettings {
+        Optim {
+            schedule: scheduler,
             inner: self.inner,
             lr: self.lr,
             weight_decay: self.weight_decay,
             clip_grad: self.clip_grad,
             offload: self.offload,
             offload_fraction: self.offload_fraction,
-            scheduler,
-            freeze_vision_tower: false,
+            freeze_vision_tower: self.freeze_vision_tower,
         }
     }
 }
@@ -501,10 +487,6 @@ pub struct ActorSpec {
     /// (`actor_rollout_ref.model.override_config`).
     #[serde(default)]
     pub config_overrides: serde_json::Map<String, serde_json::Value>,
-    /// `actor.freeze_vision_tower`: a vision-language model's tower (`visual.*`) keeps its
-    /// loaded weights (the optimizer leaves it out).
-    #[serde(default)]
-    pub freeze_vision_tower: bool,
 }
 
 /// The actor's LoRA adapters (verl's FSDP keys under `actor_rollout_ref.model`).

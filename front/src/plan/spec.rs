@@ -232,18 +232,20 @@ fn actor_spec(cfg: &VerlConfig, r: &Roles, l: &mut Lowering) -> ActorSpec {
     ActorSpec {
         model_path: arr.model.path.clone(),
         engine,
-        optim: optim_spec(
-            "actor_rollout_ref.actor.optim",
-            &a.optim,
-            fsdp_clip(a.strategy, a.grad_clip),
-            engine.optimizer_offload(),
-            l,
-        ),
+        optim: OptimSpec {
+            freeze_vision_tower: a.freeze_vision_tower,
+            ..optim_spec(
+                "actor_rollout_ref.actor.optim",
+                &a.optim,
+                fsdp_clip(a.strategy, a.grad_clip),
+                engine.optimizer_offload(),
+                l,
+            )
+        },
         update,
         loss_scale_factor: a.loss_scale_factor.map(|f| f as f64),
         lora,
         config_overrides: model_overrides(cfg, l),
-        freeze_vision_tower: a.freeze_vision_tower,
     }
 }
 
@@ -1915,6 +1917,7 @@ pub(crate) fn optim_spec(
         offload,
         offload_fraction: hybrid_offload(key, o, l),
         schedule,
+        freeze_vision_tower: false,
     }
 }
 

@@ -1834,7 +1834,7 @@ fn weight_decay_incr_style_runs_as_verl_does() {
     );
     assert!(!c.codes().contains(&"B018"), "{:?}", c.codes());
     let settings = c.lowered.plan.spec.actor.optim.resolve(10);
-    match settings.scheduler {
+    match settings.schedule {
         verlc_spec::optim::SchedulerSettings::Megatron(m) => {
             assert_eq!(m.wd_incr_style, verlc_spec::optim::WdIncrStyle::Linear);
             assert_eq!((m.start_wd, m.end_wd, m.wd_incr_steps), (0.05, 0.05, 10.0));

@@ -311,7 +311,7 @@ table! {
     "actor_rollout_ref.actor.grad_clip" => Implemented("actor.optim.clip_grad"),
     "actor_rollout_ref.actor.sum_pi_squared_checkpointing" => NoEffect(NONE, MEMORY),
     "actor_rollout_ref.actor.use_prefix_grouper" => NoEffect(NONE, "computes a group's shared prompt once in verl's forward pass; the numbers are the same"),
-    "actor_rollout_ref.actor.freeze_vision_tower" => Implemented("actor.freeze_vision_tower (a vision-language model's tower keeps its loaded weights)"),
+    "actor_rollout_ref.actor.freeze_vision_tower" => Implemented("actor.optim.freeze_vision_tower (a vision-language model's tower keeps its loaded weights)"),
 
     // reference
     "actor_rollout_ref.ref.{log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz,log_prob_max_token_len_per_gpu}" => Implemented("reference.micro_batch"),

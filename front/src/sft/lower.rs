@@ -485,6 +485,7 @@ pub(super) fn default_optim(lr: f64) -> OptimSpec {
             lr_warmup_steps_ratio: 0.0,
             zero_indexed_step: true,
         },
+        freeze_vision_tower: false,
     }
 }
 

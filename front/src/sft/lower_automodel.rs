@@ -277,5 +277,6 @@ pub(super) fn optim(root: &Node, lr: f64, offload: bool, l: &mut Lowering) -> Op
             lr_decay_style,
             wd_incr_style,
         },
+        freeze_vision_tower: false,
     }
 }

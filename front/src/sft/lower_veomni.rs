@@ -243,5 +243,6 @@ pub(super) fn optim(root: &Node, lr: f64, offload: bool, l: &mut Lowering) -> Op
             lr_warmup_steps_ratio: num("lr_warmup_steps_ratio", 0.0),
             zero_indexed_step: true,
         },
+        freeze_vision_tower: false,
     }
 }

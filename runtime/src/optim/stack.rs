@@ -59,7 +59,7 @@ pub fn build(
     scaling: LossScaling,
 ) -> Result<Optimizer, OptimError> {
     let mut opt = Optimizer::with_scaling(groups, optimizer_config(o, precision, main)?, scaling)?;
-    with_schedule(&mut opt, &o.scheduler)?;
+    with_schedule(&mut opt, &o.schedule)?;
     Ok(opt)
 }
 

@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 use tch::{Kind, Tensor};
 use verlc_spec::TrainerSpec;
 use verlc_spec::data::DataSpec;
-use verlc_spec::optim::OptimSettings;
 use verlc_spec::trainer::{
     FilterGroupsSpec, GroupMetric, KlControlSpec, LoraSpec, ModuleSelector, RewardManagerSpec,
     RewardSpec,
@@ -495,10 +494,7 @@ impl<R: Roles> Trainer<R> {
                 param_dtype: dtype_,
                 main_dtype: a.engine.main_dtype(),
                 seed,
-                optim: Some(OptimSettings {
-                    freeze_vision_tower: a.freeze_vision_tower,
-                    ..a.optim.resolve(total_steps)
-                }),
+                optim: Some(a.optim.resolve(total_steps)),
                 loss_scale_factor: a.loss_scale_factor,
                 loss_scaling: opts.loss_scaling,
                 lora: a.lora.as_ref().map(lora_config).transpose()?,

@@ -42,7 +42,7 @@ pub(crate) fn engine_settings() -> EngineSettings {
             clip_grad: 1.0,
             offload: false,
             offload_fraction: 0.0,
-            scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
+            schedule: SchedulerSettings::Verl(VerlSchedulerConfig {
                 schedule: VerlSchedule::Cosine {
                     min_lr_ratio: 0.1,
                     num_cycles: 0.5,

@@ -58,7 +58,7 @@ fn engine_with(base: &Path, lora: LoraConfig) -> SingleEngine<CausalLm> {
             clip_grad: 1e9,
             offload: false,
             offload_fraction: 0.0,
-            scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
+            schedule: SchedulerSettings::Verl(VerlSchedulerConfig {
                 schedule: VerlSchedule::Constant,
                 lr_warmup_steps: 0,
                 lr_warmup_steps_ratio: 0.0,

@@ -43,7 +43,7 @@ fn engine_scheduled(
         clip_grad: 1.0,
         offload: false,
         offload_fraction: 0.0,
-        scheduler: SchedulerSettings::Verl(VerlSchedulerConfig {
+        schedule: SchedulerSettings::Verl(VerlSchedulerConfig {
             schedule,
             lr_warmup_steps: 0,
             lr_warmup_steps_ratio: 0.0,

@@ -390,7 +390,7 @@ fn a_vision_language_model_trains_on_its_images_with_its_tower_frozen() {
     )])
     .collect();
     let spec = crate::support::spec_of("color_digits_vl.yaml", &overrides);
-    assert!(spec.actor.freeze_vision_tower);
+    assert!(spec.actor.optim.freeze_vision_tower);
     let summary = verlc_runtime::trainer::run(&spec, &quiet()).expect("vision-language run");
     let norms = series(&summary.history, "actor/grad_norm");
     assert_eq!(norms.len(), 2);

@@ -427,7 +427,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 }
                 let cfg = stack::optimizer_config(o, settings.param_dtype, Dtype::Fp32)?;
                 let (lr, wd) = (o.lr, o.weight_decay);
-                let min_lr = match o.scheduler {
+                let min_lr = match o.schedule {
                     SchedulerSettings::Megatron(c) => c.min_lr,
                     SchedulerSettings::Verl(_) => 0.0,
                 };
@@ -452,7 +452,7 @@ impl<H: MegatronHead> MegatronEngine<H> {
                 let opt = module
                     .inner_optimizer_mut()
                     .ok_or_else(|| EngineError::Config("the optimizer was not built".into()))?;
-                stack::with_schedule(opt, &o.scheduler)?;
+                stack::with_schedule(opt, &o.schedule)?;
             }
         }
         let engine = MegatronEngine {
