@@ -277,15 +277,40 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             "trainer.v1.sampler.max_off_policy_threshold=0",
             "trainer.v1.sampler.max_off_policy_threshold",
         ),
-        (
-            "actor_rollout_ref.actor.strategy=megatron",
-            "actor_rollout_ref.actor.strategy",
-        ),
         ("algorithm.adv_estimator=remax", "algorithm.adv_estimator"),
     ] {
         let mut o = ONE_RANK_ASYNC.to_vec();
         o.push(extra);
         assert_build_refuses(&dir, &o, key);
+    }
+    // A Megatron actor runs both modes with the built-in rollout thread (the whole model on
+    // each rank); its vLLM rollout is refused at the rollout's name.
+    for mode in [&[][..], SEPARATE] {
+        let mut o = ONE_RANK_ASYNC.to_vec();
+        o.extend(mode);
+        o.extend(MEGATRON_FP32);
+        let megatron = |o: &[&str]| LoadRequest {
+            config_name: Some("ppo_megatron_trainer".into()),
+            ..build_request(&dir, o)
+        };
+        match lower_request(&megatron(&o)) {
+            SpecOutcome::Ok { spec, .. } => {
+                assert!(spec.strategy == verlc_spec::trainer::StrategyName::Megatron);
+                assert!(spec.run.asynchronous.is_some() && spec.rollout.vllm.is_none());
+            }
+            SpecOutcome::Errors(c) => panic!("{o:?}: {:#?}", errors(&c.diagnostics)),
+        }
+        o.push("actor_rollout_ref.rollout.name=vllm");
+        match lower_request(&megatron(&o)) {
+            SpecOutcome::Ok { .. } => panic!("{o:?}: Megatron with vLLM must be refused"),
+            SpecOutcome::Errors(c) => assert!(
+                c.diagnostics.iter().any(|d| d.is_error()
+                    && d.code.0 == "B018"
+                    && d.key_path.as_deref() == Some("actor_rollout_ref.rollout.name")),
+                "{:#?}",
+                errors(&c.diagnostics)
+            ),
+        }
     }
     // The vLLM rollout generates in both asynchronous modes (a server of its own).
     for mode in [&[][..], SEPARATE] {
@@ -412,6 +437,14 @@ const SEPARATE: &[&str] = &[
     "trainer.v1.separate_async.parameter_sync_step=2",
     "actor_rollout_ref.rollout.nnodes=1",
     "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+];
+
+/// A Megatron actor (and its reference) computing in fp32 on CPU.
+const MEGATRON_FP32: &[&str] = &[
+    "actor_rollout_ref.actor.megatron.dtype=float32",
+    "actor_rollout_ref.ref.megatron.dtype=float32",
+    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.dtype=float32",
 ];
 
 /// `colocate_async` on one rank with a small batch.

@@ -12,8 +12,10 @@
 use serde_json::Value;
 use verlc_spec::TrainerSpec;
 use verlc_spec::algo::AdvEstimator;
-use verlc_spec::optim::VerlSchedule;
-use verlc_spec::trainer::{AsyncMode, AsyncSpec, OffPolicyStrategy, ScheduleSpec, StrategyName};
+use verlc_spec::optim::{LrDecayStyle, VerlSchedule};
+use verlc_spec::trainer::{
+    AsyncMode, AsyncSpec, EngineSpec, OffPolicyStrategy, ScheduleSpec, StrategyName,
+};
 
 use super::spec::Lowering;
 use crate::config::{TrainerMode, VerlConfig};
@@ -122,12 +124,26 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
         );
     };
     if spec.strategy == StrategyName::Megatron {
-        refuse(
-            l,
-            "actor_rollout_ref.actor.strategy",
-            "the Megatron engine's sharded rollout",
-            "use fsdp or fsdp2",
-        );
+        // The rollout thread decodes the whole model on each rank (a sharded rollout would
+        // decode with collectives on the groups the trainer thread is using meanwhile).
+        if spec.rollout.vllm.is_some() {
+            refuse(
+                l,
+                "actor_rollout_ref.rollout.name",
+                "the vLLM rollout of a Megatron actor",
+                "use rollout.name: verlc (the built-in engine) with Megatron, or an fsdp actor with vLLM",
+            );
+        }
+        let actor_tp = match &spec.actor.engine {
+            EngineSpec::Megatron(m) => m.tensor_parallel,
+            EngineSpec::Fsdp(_) => 1,
+        };
+        if spec.rollout.tensor_parallel.unwrap_or(actor_tp) > 1 {
+            l.no_effect(
+                "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                "the asynchronous rollout thread decodes the whole model on each rank: the rollout's tensor-parallel size applies to validation only",
+            );
+        }
     }
     if spec.algorithm.estimator == AdvEstimator::Remax {
         refuse(
@@ -155,15 +171,29 @@ fn separate_updates(spec: &TrainerSpec, l: &mut Lowering) {
             "use a critic-free estimator (grpo, rloo, ...), or parameter_sync_step=1",
         );
     }
-    let constant = matches!(
-        spec.actor.optim.schedule,
+    let constant = match spec.actor.optim.schedule {
         ScheduleSpec::Verl {
-            schedule: VerlSchedule::Constant,
+            schedule,
             lr_warmup_steps,
             lr_warmup_steps_ratio,
             ..
-        } if lr_warmup_steps <= 0 && lr_warmup_steps_ratio == 0.0
-    );
+        } => {
+            schedule == VerlSchedule::Constant
+                && lr_warmup_steps <= 0
+                && lr_warmup_steps_ratio == 0.0
+        }
+        // Megatron's scheduler (a Megatron actor's): constant decay without warm-up.
+        ScheduleSpec::Megatron {
+            lr_warmup_steps,
+            lr_warmup_steps_ratio,
+            lr_decay_style,
+            ..
+        } => {
+            lr_decay_style == LrDecayStyle::Constant
+                && lr_warmup_steps.is_none_or(|w| w <= 0)
+                && lr_warmup_steps_ratio == 0.0
+        }
+    };
     if !constant {
         l.unsupported(
             "actor_rollout_ref.actor.optim",

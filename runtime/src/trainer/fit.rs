@@ -574,7 +574,15 @@ impl<R: Roles> Trainer<R> {
                         .map_err(|e| TrainerError::Config(e.to_string()))?,
                     _ => None,
                 };
-                let mut worker = new_rollout(&mut actor, lockstep.clone())?;
+                // The built-in rollout thread decodes the whole model from whole tensors by
+                // name, on every engine: a Megatron rank's sharded rollout would decode with
+                // collectives of the groups its trainer thread is using meanwhile.
+                let mut worker = match &spec.rollout.vllm {
+                    Some(_) => new_rollout(&mut actor, lockstep.clone())?,
+                    None => {
+                        RolloutWorker::new(actor.engine.model_config(), rollout_dtype, opts.device)?
+                    }
+                };
                 worker.share_cores_with_trainer();
                 let agent = agent.clone().map(|a| (a, Arc::clone(&tokenizer)));
                 Some(colocate::Colocated::new(

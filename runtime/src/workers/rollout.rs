@@ -138,9 +138,9 @@ impl RolloutWorker {
     }
 
     /// Whether [`RolloutWorker::update_weights`] takes whole tensors by checkpoint name (a
-    /// vLLM server's) rather than the built-in rollout model's layout.
+    /// vLLM server's, or the built-in whole model's) rather than a Megatron rank's shards.
     pub fn takes_whole_tensors(&self) -> bool {
-        matches!(self.model, Skeleton::Vllm(_))
+        matches!(self.model, Skeleton::Vllm(_) | Skeleton::Full(_))
     }
 
     /// A vLLM rollout whose server generates while the trainer computes (the asynchronous

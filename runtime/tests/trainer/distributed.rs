@@ -538,6 +538,61 @@ fn megatron_whole_experts_under_tensor_parallel_match_one_process_and_resume_exa
     megatron_layout_matches_one_process("tp2etp1r2", (&[MOE_ACTOR.into()], &layout), 2, whole);
 }
 
+/// verl 0.9's `colocate_async` with a Megatron actor at TP=2: each rank's rollout thread decodes
+/// the whole model from whole tensors published by name (gathered on the trainer's thread),
+/// with its data-parallel rank's seeds, so both tensor ranks generate the same groups, which
+/// training then splits over them. Off policy (a warm-up batch, threshold 2, `drop`) with
+/// sampled rollouts, every step matches one Megatron process's `colocate_async` run, and no
+/// trained group is older than the bound.
+#[test]
+fn megatron_colocate_async_at_tensor_parallel_2_matches_one_process() {
+    let dir = scratch("dist_megatron_async");
+    let example = "quickstart_megatron.yaml";
+    let base: &[&str] = &[
+        "trainer.v1.trainer_mode=colocate_async",
+        "trainer.v1.colocate_async.num_warmup_batches=1",
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.rollout.do_sample=true",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    ];
+    let one = one_process_history(
+        example,
+        &Job::new(example, base, &dir.join("one"), 1).overrides,
+    );
+    let job = Job::new(example, base, &dir.join("tp2"), 2)
+        .with(&actor_and_ref(&["tensor_model_parallel_size=2"]));
+    let spec = config(job.example, &job.overrides);
+    assert!(
+        matches!(&spec.actor.engine, verlc_spec::trainer::EngineSpec::Megatron(m) if m.tensor_parallel == 2)
+            && spec.run.asynchronous.is_some(),
+        "{:?}",
+        spec.actor.engine
+    );
+    let ranks = run_ranks(&job, &dir.join("tp2"), 2);
+    assert_eq!(one.len(), 3);
+    for ((s, a), (_, b)) in one.iter().zip(&ranks[0]) {
+        for key in [
+            "critic/score/mean",
+            "response_length/mean",
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "training/off_policy/trajectory_staleness/max",
+        ] {
+            assert!(
+                close(a[key], b[key], 2e-3),
+                "step {s} {key}: one process {}, TP 2 {}",
+                a[key],
+                b[key]
+            );
+        }
+        assert!(
+            b["training/off_policy/trajectory_staleness/max"] <= 2.0,
+            "step {s}"
+        );
+    }
+}
+
 /// GRPO on `color_digits` pictures with a KL loss to the reference, for the vision-language
 /// models on Megatron (the model path comes with each test).
 const MEGATRON_VL: &[&str] = &[
