@@ -58,32 +58,25 @@ fn seeded_init_is_deterministic_and_seed_dependent() {
     );
 }
 
+/// Why the built-in model at `uri` cannot be built.
+fn config_error(uri: &str) -> String {
+    ModelSource::parse(uri)
+        .unwrap()
+        .config()
+        .unwrap_err()
+        .to_string()
+}
+
 #[test]
 fn bad_builtin_addresses_are_explained() {
-    let e = ModelSource::parse("builtin://huge")
-        .unwrap()
-        .config()
-        .unwrap_err()
-        .to_string();
+    let e = config_error("builtin://huge");
     assert!(e.contains("unknown builtin model `huge`"), "{e}");
-    let e = ModelSource::parse("builtin://tiny?layer=3")
-        .unwrap()
-        .config()
-        .unwrap_err()
-        .to_string();
+    let e = config_error("builtin://tiny?layer=3");
     assert!(e.contains("unknown parameter `layer`"), "{e}");
-    let e = ModelSource::parse("builtin://tiny?hidden=abc")
-        .unwrap()
-        .config()
-        .unwrap_err()
-        .to_string();
+    let e = config_error("builtin://tiny?hidden=abc");
     assert!(e.contains("`hidden` must be a whole number"), "{e}");
     // Qwen3.5's layer mix and rotated share are its family's settings alone.
-    let e = ModelSource::parse("builtin://tiny?full_attention_interval=2")
-        .unwrap()
-        .config()
-        .unwrap_err()
-        .to_string();
+    let e = config_error("builtin://tiny?full_attention_interval=2");
     assert!(e.contains("families with Gated DeltaNet layers"), "{e}");
     let c = ModelSource::parse(
         "builtin://tiny?arch=qwen3_5&layers=4&full_attention_interval=2&partial_rotary_factor=0.5",
