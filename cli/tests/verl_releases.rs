@@ -300,6 +300,27 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             }
             SpecOutcome::Errors(c) => panic!("{o:?}: {:#?}", errors(&c.diagnostics)),
         }
+        // At TP=2 the rollout's tensor-parallel size applies to validation only: a warning.
+        let mut tp2 = o.clone();
+        tp2.extend([
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        ]);
+        match lower_request(&megatron(&tp2)) {
+            SpecOutcome::Ok { checked, .. } => {
+                let key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+                assert!(
+                    checked.diagnostics.iter().any(|d| !d.is_error()
+                        && d.code.0 == "B006"
+                        && d.key_path.as_deref() == Some(key)),
+                    "{:#?}",
+                    checked.diagnostics
+                );
+            }
+            SpecOutcome::Errors(c) => panic!("{tp2:?}: {:#?}", errors(&c.diagnostics)),
+        }
         o.push("actor_rollout_ref.rollout.name=vllm");
         match lower_request(&megatron(&o)) {
             SpecOutcome::Ok { .. } => panic!("{o:?}: Megatron with vLLM must be refused"),
