@@ -36,6 +36,7 @@ pub mod rank_group;
 pub mod rope;
 pub mod save;
 pub mod stored;
+pub mod tensor_parallel;
 pub mod vision;
 
 use std::path::{Path, PathBuf};

@@ -5,7 +5,8 @@ use verlc_runtime::logits::TokenStats;
 use verlc_runtime::logits::logprob::{
     entropy_from_logits, log_probs_from_logits, sum_pi_squared_from_logits,
 };
-use verlc_runtime::parallel::tp::shard::{ShardSpec, gather_tensor, shard_tensor};
+use verlc_runtime::model::tensor_parallel::ShardSpec;
+use verlc_runtime::parallel::tp::shard::{gather_tensor, shard_tensor};
 use verlc_runtime::parallel::tp::{
     VocabPartition, vocab_parallel_cross_entropy, vocab_parallel_log_probs,
 };

@@ -44,8 +44,9 @@ use crate::parallel::mappings::Tape;
 use super::module::{MegatronModule, MicroBatch, MicroImages, ParallelSettings};
 use super::offload::OffloadSlot;
 use super::rollout_shards::{RolloutShards, cut_whole_experts};
-use super::stage::{HeadKind, ParallelModel, is_routed_expert_param};
+use super::stage::{HeadKind, ParallelModel};
 use super::{MegatronError, Result as MResult};
+use crate::model::tensor_parallel::is_routed_expert_param;
 use crate::ops::storage_bytes;
 
 type Result<T, E = EngineError> = std::result::Result<T, E>;

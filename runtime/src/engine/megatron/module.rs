@@ -13,6 +13,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::model::ModelConfig;
 use crate::model::load::{Checkpoint, LoadReport};
+use crate::model::tensor_parallel::is_routed_expert_param;
 use crate::optim::distrib::{
     DistGroups, DistParam, DistributedOptimizer, ExpertSharding, LayoutOptions,
 };
@@ -25,7 +26,6 @@ use crate::parallel::tp::shard::{gather_tensor, load_sharded, shard_tensor};
 use super::schedule::{ActivationSpec, Pipeline, StageStep, forward_backward_1f1b, forward_only};
 use super::stage::{
     ExpertPlacement, HeadKind, ParallelModel, Stage, StageImages, StageInput, full_shapes,
-    is_routed_expert_param,
 };
 use super::{MegatronError, Result};
 use crate::parallel::tp::context::ContextParallel;
@@ -657,7 +657,7 @@ impl MegatronModule {
             // Experts split over TP: the expert-parallel group shares this rank's
             // tensor-parallel rank, and what travels is this rank's slice of each expert.
             // Whole experts travel whole.
-            if let crate::parallel::tp::ShardSpec::Dim(d) = self.model.shard_spec(&name)
+            if let crate::model::tensor_parallel::ShardSpec::Dim(d) = self.model.shard_spec(&name)
                 && let Some(len) = usize::try_from(d).ok().and_then(|d| shape.get_mut(d))
             {
                 *len /= tp_size;

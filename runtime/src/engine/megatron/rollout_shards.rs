@@ -15,10 +15,11 @@ use tch::Tensor;
 
 use crate::engine::hybrid::ReplicaShare;
 use crate::model::ModelConfig;
+use crate::model::tensor_parallel::{ShardSpec, shard_spec};
 use crate::parallel::dist::ProcessGroup;
 use crate::parallel::layout::{ProcessGroups, RolloutGroups};
 use crate::parallel::mappings::all_gather_dim;
-use crate::parallel::tp::shard::{ShardSpec, gather_tensor, model_shard_spec, shard_tensor};
+use crate::parallel::tp::shard::{gather_tensor, shard_tensor};
 
 use super::{MegatronError, ParamInfo, Result};
 
@@ -70,7 +71,7 @@ impl RolloutShards {
             .into_iter()
             .map(|p| {
                 let local = p.tensor.detach();
-                let shard = match model_shard_spec(cfg, &p.name) {
+                let shard = match shard_spec(cfg, &p.name) {
                     ShardSpec::Replicated => local,
                     ShardSpec::Vocab => {
                         let full = gather_tensor(&local, ShardSpec::Vocab, train_tp, vocab)?;
@@ -141,10 +142,10 @@ pub fn cut_whole_experts(
     named
         .into_iter()
         .map(|(name, t)| {
-            if !super::stage::is_routed_expert_param(&name) {
+            if !crate::model::tensor_parallel::is_routed_expert_param(&name) {
                 return Ok((name, t));
             }
-            let part = shard_tensor(&t.detach(), model_shard_spec(cfg, &name), rank, size)
+            let part = shard_tensor(&t.detach(), shard_spec(cfg, &name), rank, size)
                 .map_err(MegatronError::Config)?
                 .f_contiguous()?;
             let part = if copy { part.f_detach_copy()? } else { part };

@@ -32,6 +32,7 @@ use crate::model::heads::soft_cap;
 use crate::model::moe::RouterLossCoeffs;
 use crate::model::rank_group::SharedRankGroup;
 use crate::model::rope::RotaryEmbedding;
+use crate::model::tensor_parallel::{ShardSpec, is_routed_expert_param, shard_spec, tp_gradient};
 use crate::model::vision::{InputEmbeds, MropeTokens, Vision};
 use crate::model::{KvCache, ModelConfig, causal_padding_mask};
 use crate::parallel::dist::ProcessGroup;
@@ -242,12 +243,6 @@ pub struct ParallelModel {
     experts_split_over_tp: bool,
     /// The experts are split over an expert-parallel group of more than one rank.
     expert_parallel: bool,
-}
-
-/// Whether a parameter belongs to a routed expert (`…mlp.experts.{e}…`; not the shared
-/// expert).
-pub fn is_routed_expert_param(name: &str) -> bool {
-    name.contains(".mlp.experts.")
 }
 
 impl ParallelModel {
@@ -472,11 +467,11 @@ impl ParallelModel {
     /// How parameter `name` is split over the tensor-parallel group on this rank (the
     /// model's [`crate::parallel::tp::shard::model_shard_spec`], except whole experts under expert
     /// tensor parallelism 1, which are not split).
-    pub fn shard_spec(&self, name: &str) -> crate::parallel::tp::ShardSpec {
+    pub fn shard_spec(&self, name: &str) -> ShardSpec {
         if !self.experts_split_over_tp && is_routed_expert_param(name) {
-            return crate::parallel::tp::ShardSpec::Replicated;
+            return ShardSpec::Replicated;
         }
-        crate::parallel::tp::shard::model_shard_spec(&self.config, name)
+        shard_spec(&self.config, name)
     }
 
     /// Whether the routed experts are split over the tensor-parallel group (see
@@ -560,38 +555,19 @@ impl ParallelModel {
             && self.head_kind == HeadKind::CausalLm;
         let tp_active = self.tp.as_ref().is_some_and(|g| g.size() > 1);
         let partial = |name: &str| {
-            // Per-head norms see this rank's heads only (a DeltaNet's gated norm too).
-            let per_head = name.ends_with("q_norm.weight")
-                || name.ends_with("k_norm.weight")
-                || name.ends_with("linear_attn.norm.weight");
-            // (A routed expert's down-projection bias follows its expert, below.)
-            let on_chunks = name.ends_with("layernorm.weight")
-                || name == "model.norm.weight"
-                || name.ends_with("o_proj.bias")
-                || (name.ends_with("down_proj.bias") && !is_routed_expert_param(name));
-            // A router's logits weigh each rank's partial expert outputs: its weight's (and a
-            // biased router's bias's) gradient is partial on every TP rank (see
-            // `model::moe::SparseMoe::try_partial`).
-            let router = name.ends_with("mlp.gate.weight")
-                || name.ends_with("mlp.router.weight")
-                || name.ends_with("mlp.router.bias")
-                || name.ends_with("mlp.shared_expert_gate.weight");
-            // Whole experts every tensor rank holds see that rank's share of the tokens
-            // (`SparseMoe::try_share`); under expert parallelism the ranks that hold the same
-            // experts sum them instead (the engine's expert-DP reduction).
-            // The tower runs whole on every TP rank on the whole sequence: its gradients
-            // are whole already (the embeddings' split backward gathers theirs).
-            if name.starts_with("visual.") {
-                return false;
-            }
-            let replicated_whole_expert = !self.experts_split_over_tp
-                && !self.expert_parallel
-                && is_routed_expert_param(name);
+            let g = tp_gradient(name);
+            // The tower's gradients are whole already (the embeddings' split backward gathers
+            // theirs). Whole experts every tensor rank holds see that rank's share of the
+            // tokens (`SparseMoe::try_share`); under expert parallelism the ranks that hold
+            // the same experts sum them instead (the engine's expert-DP reduction).
+            let replicated_whole_expert =
+                !self.experts_split_over_tp && !self.expert_parallel && g.routed_expert;
             tp_active
-                && (per_head
-                    || router
+                && !g.vision_tower
+                && (g.per_head
+                    || g.router
                     || replicated_whole_expert
-                    || (self.sequence_parallel && on_chunks))
+                    || (self.sequence_parallel && g.on_sequence_chunks))
         };
         let differs_over_tp = |name: &str| {
             tp_active
@@ -607,7 +583,7 @@ impl ParallelModel {
                 ParamInfo {
                     name: name.clone(),
                     tensor: t.shallow_clone(),
-                    tensor_parallel: spec != crate::parallel::tp::ShardSpec::Replicated,
+                    tensor_parallel: spec != ShardSpec::Replicated,
                     shared_embedding: tied_pp && is_embed,
                     output_copy: tied_pp && is_embed && !self.stage.is_first(),
                     is_embedding_or_output: is_embed || name == "lm_head.weight",

@@ -10,7 +10,8 @@
 //!   ([`InferenceRegions`]).
 //! - [`cross_entropy`]: log-probs, entropy and cross-entropy from vocab-sharded logits, with
 //!   three small all-reduces per row and never a full-vocabulary gather.
-//! - [`shard`]: which checkpoint tensor is split along which dim ([`shard::ShardSpec`]),
+//! - [`shard`]: a tensor split as the model says it splits
+//!   ([`crate::model::tensor_parallel::ShardSpec`]),
 //!   sharded loading from safetensors, and gathering the full tensors back.
 //!
 //! Layers never create groups: the group is an argument (`None` is a single rank), as in
@@ -26,7 +27,7 @@ pub use cross_entropy::{
 };
 pub use layers::{VocabParallelEmbedding, VocabPartition};
 pub use regions::{InferenceRegions, TrainingRegions};
-pub use shard::{ShardSpec, load_sharded};
+pub use shard::load_sharded;
 
 use crate::parallel::dist::ProcessGroup;
 

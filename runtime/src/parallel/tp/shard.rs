@@ -1,5 +1,6 @@
-//! Which Hugging Face tensor is split how under tensor parallelism, sharded loading from
-//! safetensors, and gathering the full tensors back (for export and checkpoints).
+//! Tensors split over tensor-parallel ranks as the model states each one splits
+//! ([`crate::model::tensor_parallel`]): sharded loading from safetensors, and gathering the
+//! full tensors back (for export and checkpoints).
 //!
 //! Like candle's `ShardedSafeTensors` with a `Shard { dim, rank, world_size }` hint: a
 //! column-parallel weight is sliced on dim 0 (and its bias), a row-parallel weight on dim 1,
@@ -14,69 +15,9 @@ use tch::nn::VarStore;
 use super::{Result, TpError, VocabPartition};
 use crate::model::ModelError;
 use crate::model::load::{Checkpoint, LoadReport};
+use crate::model::tensor_parallel::ShardSpec;
 use crate::parallel::dist::ProcessGroup;
 use crate::parallel::mappings::all_gather_dim;
-
-/// How a tensor is split over the tensor-parallel group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShardSpec {
-    /// Every rank holds all of it.
-    Replicated,
-    /// Split into equal parts along `dim` (0: column-parallel, 1: row-parallel weight).
-    Dim(i64),
-    /// Split by vocabulary rows (dim 0), the last part padded with zero rows.
-    Vocab,
-    /// Dim 0 made of consecutive sections of these sizes, each split into equal parts; a
-    /// rank holds its part of every section, in order (a Gated DeltaNet's fused q/k/v
-    /// projection and convolution channels).
-    Sections([i64; 3]),
-}
-
-/// The split of a Llama / Qwen2 / Qwen3 / Qwen3-MoE checkpoint tensor under Megatron's layout
-/// (a Gated DeltaNet's fused projections need the model's sizes: [`model_shard_spec`]).
-pub fn hf_shard_spec(name: &str) -> ShardSpec {
-    const COLUMN: [&str; 8] = [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "gate_proj",
-        "up_proj",
-        "in_proj_z",
-        "in_proj_b",
-        "in_proj_a",
-    ];
-    const ROW: [&str; 3] = ["o_proj", "down_proj", "out_proj"];
-    // A vision-language model's tower is whole on every tensor-parallel rank (its linear
-    // layers share names with the text model's).
-    if name.starts_with("visual.") {
-        return ShardSpec::Replicated;
-    }
-    let Some((module, leaf)) = name.rsplit_once('.') else {
-        return ShardSpec::Replicated;
-    };
-    let layer = module.rsplit('.').next().unwrap_or(module);
-    match (layer, leaf) {
-        ("embed_tokens" | "lm_head", "weight") => ShardSpec::Vocab,
-        (l, _) if COLUMN.contains(&l) => ShardSpec::Dim(0),
-        (l, "weight") if ROW.contains(&l) => ShardSpec::Dim(1),
-        // A DeltaNet's per-value-head decay parameters, and per-head attention sinks.
-        ("linear_attn", "dt_bias" | "A_log") | ("self_attn", "sinks") => ShardSpec::Dim(0),
-        _ => ShardSpec::Replicated,
-    }
-}
-
-/// [`hf_shard_spec`] with the model's sizes: a Gated DeltaNet's `in_proj_qkv` and `conv1d`
-/// hold the query, key and value channels one after the other, split head-wise each.
-pub fn model_shard_spec(cfg: &crate::model::ModelConfig, name: &str) -> ShardSpec {
-    let fused = name.ends_with("linear_attn.in_proj_qkv.weight")
-        || name.ends_with("linear_attn.conv1d.weight");
-    if fused {
-        let l = &cfg.linear;
-        let key = l.linear_num_key_heads * l.linear_key_head_dim;
-        return ShardSpec::Sections([key, key, l.value_dim()]);
-    }
-    hf_shard_spec(name)
-}
 
 /// This rank's part of a full tensor.
 pub fn shard_tensor(
