@@ -465,7 +465,7 @@ impl ParallelModel {
     }
 
     /// How parameter `name` is split over the tensor-parallel group on this rank (the
-    /// model's [`crate::parallel::tp::shard::model_shard_spec`], except whole experts under expert
+    /// model's [`crate::model::tensor_parallel::shard_spec`], except whole experts under expert
     /// tensor parallelism 1, which are not split).
     pub fn shard_spec(&self, name: &str) -> ShardSpec {
         if !self.experts_split_over_tp && is_routed_expert_param(name) {
