@@ -100,7 +100,10 @@ pub fn tiny_problem(uri: &BuiltinUri, path: &str) -> Option<String> {
             crate::families::tiny_archs().join(", ")
         ));
     }
-    let arch = uri.params.get("arch").map_or("qwen2", String::as_str);
+    let arch = uri
+        .params
+        .get("arch")
+        .map_or(TINY_DEFAULT_ARCH, String::as_str);
     let linear = crate::families::of_tiny_arch(arch).is_some_and(|r| r.linear_attention);
     if let Some(key) = TINY_LINEAR_ATTENTION_PARAMS
         .iter()
@@ -131,6 +134,9 @@ pub fn tiny_problem(uri: &BuiltinUri, path: &str) -> Option<String> {
 
 /// Tokens of the built-in tokenizer: specials, digits, punctuation and words.
 pub const TINY_VOCAB: i64 = 38;
+
+/// The family `builtin://tiny` builds when its address names no `arch`.
+pub const TINY_DEFAULT_ARCH: &str = "qwen2";
 
 /// The vision tokens (Qwen-VL's) the built-in tokenizer of a vision-language tiny model adds
 /// after its vocabulary, in id order: a vision span's start and end, an image's and a video's

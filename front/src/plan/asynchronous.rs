@@ -13,9 +13,7 @@ use serde_json::Value;
 use verlc_spec::TrainerSpec;
 use verlc_spec::algo::AdvEstimator;
 use verlc_spec::optim::{LrDecayStyle, VerlSchedule};
-use verlc_spec::trainer::{
-    AsyncMode, AsyncSpec, EngineSpec, OffPolicyStrategy, ScheduleSpec, StrategyName,
-};
+use verlc_spec::trainer::{AsyncMode, AsyncSpec, EngineSpec, OffPolicyStrategy, ScheduleSpec};
 
 use super::spec::Lowering;
 use crate::config::{TrainerMode, VerlConfig};
@@ -116,14 +114,18 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
     if a.parameter_sync_step > 1 {
         separate_updates(spec, l);
     }
+    let mode = match a.mode {
+        AsyncMode::ColocateAsync => "colocate_async",
+        AsyncMode::SeparateAsync => "separate_async",
+    };
     let refuse = |l: &mut Lowering, key: &str, what: &str, help: &str| {
         l.unsupported(
             key,
-            format!("{what} is not implemented with `trainer_mode: colocate_async`"),
+            format!("{what} is not implemented with `trainer_mode: {mode}`"),
             help,
         );
     };
-    if spec.strategy == StrategyName::Megatron {
+    if let EngineSpec::Megatron(m) = &spec.actor.engine {
         // The rollout thread decodes the whole model on each rank (a sharded rollout would
         // decode with collectives on the groups the trainer thread is using meanwhile).
         if spec.rollout.vllm.is_some() {
@@ -134,11 +136,7 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
                 "use rollout.name: verlc (the built-in engine) with Megatron, or an fsdp actor with vLLM",
             );
         }
-        let actor_tp = match &spec.actor.engine {
-            EngineSpec::Megatron(m) => m.tensor_parallel,
-            EngineSpec::Fsdp(_) => 1,
-        };
-        if spec.rollout.tensor_parallel.unwrap_or(actor_tp) > 1 {
+        if spec.rollout.tensor_parallel.unwrap_or(m.tensor_parallel) > 1 {
             l.no_effect(
                 "actor_rollout_ref.rollout.tensor_model_parallel_size",
                 "the asynchronous rollout thread decodes the whole model on each rank: the rollout's tensor-parallel size applies to validation only",

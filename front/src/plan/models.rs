@@ -717,7 +717,7 @@ fn builtin_model_type(uri: &str) -> Option<String> {
     let arch = query
         .split('&')
         .find_map(|kv| kv.strip_prefix("arch="))
-        .unwrap_or("qwen2");
+        .unwrap_or(verlc_spec::builtin::TINY_DEFAULT_ARCH);
     verlc_spec::families::of_tiny_arch(arch).map(|r| r.model_type.to_owned())
 }
 

@@ -48,7 +48,7 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     }
     let tools: String = uri.get("tools", String::new())?;
     let hidden: i64 = uri.get("hidden", 128)?;
-    let arch_name: String = uri.get("arch", "qwen2".to_owned())?;
+    let arch_name: String = uri.get("arch", verlc_spec::builtin::TINY_DEFAULT_ARCH.to_owned())?;
     let row = verlc_spec::families::of_tiny_arch(&arch_name);
     let model_type = row.map_or(arch_name.clone(), |r| r.model_type.to_owned());
     let shared = row.is_some_and(|r| r.shared_expert);
@@ -140,6 +140,8 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
         // mix and rotated share as its config keys set them, for studying a tiny run.
         let head = hidden / cfg.num_attention_heads.max(1);
         cfg.head_dim = Some(head);
+        // In the config now, for `normalize` below to lay out the layers, and in the saved
+        // keys (`extra` replaces the config's at the end).
         let every: i64 = uri.get("full_attention_interval", 4)?;
         extra.insert("full_attention_interval".into(), json!(every));
         cfg.extra

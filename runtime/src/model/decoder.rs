@@ -819,7 +819,8 @@ impl DecoderLayer {
 }
 
 /// How the tokens a layer reads are laid out, and which of its outputs are wanted: the one
-/// argument by which every engine and the rollout run a layer.
+/// argument by which a layer runs on whole weights (a Megatron rank's shards go through
+/// [`DecoderLayer::forward_in`] with padded rows).
 pub enum TokenLayout<'a> {
     /// Padded rows `(B, T)`: `mask` `(B, 1, T, S)` or `None` for plain causal attention,
     /// `valid` `(B, T)` the real tokens (a linear-attention layer zeroes the others; `None`:
