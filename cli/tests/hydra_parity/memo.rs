@@ -36,6 +36,9 @@ pub struct Keys {
     /// Versions and the composing script: part of every key.
     common: String,
     dirs: HashMap<PathBuf, String>,
+    /// This checkout's path (as given and resolved): written as `<checkout>` before hashing,
+    /// so that a clone elsewhere (CI's) finds the answers recorded here.
+    checkout: Vec<String>,
 }
 
 impl Keys {
@@ -58,9 +61,16 @@ impl Keys {
             names.sort();
             common.update(names.join("\n"));
         }
+        let mut checkout = vec![workspace.display().to_string()];
+        if let Ok(resolved) = workspace.canonicalize() {
+            checkout.push(resolved.display().to_string());
+        }
+        // Longest first: one path may extend the other.
+        checkout.sort_by_key(|p| std::cmp::Reverse(p.len()));
         let mut keys = Keys {
             common: String::new(),
             dirs: HashMap::new(),
+            checkout,
         };
         // `pkg://verl.trainer.config` answers from the installed tree in every case.
         common.update(keys.dir(verl_tree));
@@ -83,12 +93,20 @@ impl Keys {
         for rel in &files {
             h.update(rel.as_bytes());
             h.update([0]);
-            h.update(std::fs::read(dir.join(rel)).unwrap_or_default());
+            let text = std::fs::read(dir.join(rel)).unwrap_or_default();
+            h.update(self.portable(&String::from_utf8_lossy(&text)).as_bytes());
             h.update([0]);
         }
         let d = hex(h.finalize().as_slice());
         self.dirs.insert(dir.to_path_buf(), d.clone());
         d
+    }
+
+    /// `text` with this checkout's path written as `<checkout>`.
+    fn portable(&self, text: &str) -> String {
+        self.checkout
+            .iter()
+            .fold(text.to_string(), |t, p| t.replace(p.as_str(), "<checkout>"))
     }
 
     /// The key of one case.
@@ -109,7 +127,7 @@ impl Keys {
         h.update(config_name.as_bytes());
         for o in overrides {
             h.update([0]);
-            h.update(o.as_bytes());
+            h.update(self.portable(o).as_bytes());
             // An absolute search path's files are read too.
             for path in absolute_file_urls(o) {
                 h.update(self.dir(&path).as_bytes());
