@@ -233,6 +233,7 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
                 warmup_prompts: 8,
                 max_off_policy_threshold: Some(8),
                 strategy: OffPolicyStrategy::Drop,
+                rollout_processes: 0,
             },
         ),
         (
@@ -248,10 +249,12 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
                 warmup_prompts: 12,
                 max_off_policy_threshold: None,
                 strategy: OffPolicyStrategy::Wait,
+                rollout_processes: 0,
             },
         ),
-        // separate_async: the step's 8 prompts as 2 mini-batch updates; the rollout pool's
-        // size has no effect (a warning), its weight sync needs a backend that reaches it.
+        // separate_async: the step's 8 prompts as 2 mini-batch updates; the rollout pool (one
+        // node of the trainer's width) is a replica process beside the one rank; its weight
+        // sync needs a backend verl accepts.
         (
             SEPARATE.to_vec(),
             AsyncSpec {
@@ -260,6 +263,7 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
                 warmup_prompts: 8,
                 max_off_policy_threshold: Some(8),
                 strategy: OffPolicyStrategy::Drop,
+                rollout_processes: 1,
             },
         ),
     ] {

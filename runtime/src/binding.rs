@@ -389,6 +389,16 @@ pub fn main<S: Strategy, P: Precision>(embedded_config: &str, build_info: BuildI
         )
     };
     crate::host_alloc::keep_freed_memory();
+    // Started as a rank's rollout replica (separate_async's pool): serve it, nothing else.
+    if let Some(served) = crate::workers::rollout_pool::serve_if_replica() {
+        return match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_FAILED)
+            }
+        };
+    }
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     match run::<S, P>(embedded_config, build_info, &args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -537,9 +547,15 @@ fn run<S: Strategy, P: Precision>(
             eprintln!("launching {world} local ranks ({what})");
             let mut launcher = LocalLauncher::new(world).env(LAUNCHED_ENV, "1");
             if std::env::var_os("OMP_NUM_THREADS").is_none() {
-                // As torchrun: ranks share the cores instead of each taking all of them.
+                // As torchrun: ranks share the cores instead of each taking all of them, and
+                // with separate_async's built-in pool, with their rollout replicas.
                 let cores = std::thread::available_parallelism().map_or(1, usize::from);
-                launcher = launcher.env("OMP_NUM_THREADS", (cores / world).max(1).to_string());
+                let pool = match &spec {
+                    Workload::Rl(s) => s.run.asynchronous.map_or(0, |a| a.rollout_processes),
+                    _ => 0,
+                };
+                let share = (cores / (world + pool)).max(1);
+                launcher = launcher.env("OMP_NUM_THREADS", share.to_string());
             }
             let ranks = launcher.spawn().map_err(|e| Exit::Failed(e.to_string()))?;
             return match ranks.wait(None) {

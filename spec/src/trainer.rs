@@ -1048,6 +1048,12 @@ pub struct AsyncSpec {
     pub max_off_policy_threshold: Option<u64>,
     /// `trainer.v1.sampler.max_off_policy_strategy`.
     pub strategy: OffPolicyStrategy,
+    /// `separate_async` with the built-in rollout: the rollout pool's processes
+    /// (`rollout.nnodes × rollout.n_gpus_per_node`), one replica per trainer rank, each in a
+    /// process of its own. 0: the rollout runs beside each rank (a thread; with vLLM, its
+    /// server).
+    #[serde(default)]
+    pub rollout_processes: usize,
 }
 
 /// verl 0.9's asynchronous trainer modes.
@@ -1056,7 +1062,8 @@ pub struct AsyncSpec {
 pub enum AsyncMode {
     #[default]
     ColocateAsync,
-    /// verl's rollout pool on devices of its own; verlc's is a thread beside each trainer rank.
+    /// verl's rollout pool on devices of its own: with the built-in rollout, a replica process
+    /// per trainer rank (`AsyncSpec::rollout_processes`).
     SeparateAsync,
 }
 

@@ -274,6 +274,12 @@ fn substitutions(
     p.set("trainer.device", "cpu", RANKS);
     p.set("trainer.nnodes", "1", RANKS);
     p.set("trainer.n_gpus_per_node", "2", RANKS);
+    if p.text("trainer.v1.trainer_mode").as_deref() == Some("separate_async") {
+        // separate_async's pool: a rollout replica process beside each rank.
+        const POOL: &str = "a rollout replica process beside each of the 2 ranks";
+        p.set("actor_rollout_ref.rollout.nnodes", "1", POOL);
+        p.set("actor_rollout_ref.rollout.n_gpus_per_node", "2", POOL);
+    }
     // The schedule: a few steps, a validation and a checkpoint at the last.
     const SCHEDULE: &str = "a few steps, validated and saved at the last";
     p.set("trainer.total_training_steps", steps.to_string(), SCHEDULE);

@@ -2,8 +2,10 @@
 //! buffer's bound (`trainer.v1.sampler`).
 //!
 //! `sync` is the synchronous loop. `colocate_async` and `separate_async` lower to [`AsyncSpec`]:
-//! the runtime's replay-buffer loop with a rollout thread beside the trainer in every rank (for
-//! `separate_async` verl's rollout pool on devices of its own; its sizes have no effect here).
+//! the runtime's replay-buffer loop, with a rollout thread beside the trainer in every rank for
+//! `colocate_async`; for `separate_async` verl's rollout pool on devices of its own is, with the
+//! built-in rollout, a replica process per trainer rank (`rollout.nnodes × n_gpus_per_node` of
+//! them), with vLLM its server.
 //! What that loop does not run yet is an error at the key that asks for it (see
 //! [`check_support`]).
 //!
@@ -16,7 +18,7 @@ use verlc_spec::optim::{LrDecayStyle, VerlSchedule};
 use verlc_spec::trainer::{AsyncMode, AsyncSpec, EngineSpec, OffPolicyStrategy, ScheduleSpec};
 
 use super::spec::Lowering;
-use crate::config::{TrainerMode, VerlConfig};
+use crate::config::{RolloutName, TrainerMode, VerlConfig};
 
 const THRESHOLD: &str = "trainer.v1.sampler.max_off_policy_threshold";
 const STRATEGY: &str = "trainer.v1.sampler.max_off_policy_strategy";
@@ -82,6 +84,17 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
     let batch = usize::try_from(cfg.data.train_batch_size)
         .unwrap_or(1)
         .max(1);
+    let rollout = &cfg.actor_rollout_ref.rollout;
+    let rollout_processes = if mode == AsyncMode::SeparateAsync && rollout.name != RolloutName::Vllm
+    {
+        // verl's default pool width is the trainer's (`${trainer.n_gpus_per_node}`).
+        let per_node = rollout
+            .n_gpus_per_node
+            .unwrap_or(cfg.trainer.n_gpus_per_node);
+        usize::try_from(rollout.nnodes.unwrap_or(0).max(0) * per_node.max(0)).unwrap_or(0)
+    } else {
+        0
+    };
     Some(AsyncSpec {
         mode,
         parameter_sync_step: usize::try_from(sync_step).unwrap_or(1).max(1),
@@ -90,6 +103,7 @@ pub(super) fn lower(cfg: &VerlConfig, l: &mut Lowering) -> Option<AsyncSpec> {
         warmup_prompts: (warmup.max(0.0) * batch as f64).floor() as usize,
         max_off_policy_threshold: threshold,
         strategy,
+        rollout_processes,
     })
 }
 
@@ -143,12 +157,39 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
             );
         }
     }
+    if a.mode == AsyncMode::SeparateAsync {
+        rollout_pool(spec, a.rollout_processes, l);
+    }
     if spec.algorithm.estimator == AdvEstimator::Remax {
         refuse(
             l,
             "algorithm.adv_estimator",
             "ReMax's greedy baseline rollout",
             "use trainer_mode: sync with remax",
+        );
+    }
+}
+
+/// `separate_async`'s rollout pool: with the built-in rollout, one replica process per
+/// trainer rank; with vLLM its server is the pool, whatever the pool's size says.
+fn rollout_pool(spec: &TrainerSpec, processes: usize, l: &mut Lowering) {
+    const GPUS: &str = "actor_rollout_ref.rollout.n_gpus_per_node";
+    if spec.rollout.vllm.is_some() {
+        l.no_effect(
+            GPUS,
+            "with the vLLM rollout, separate_async's rollout pool is the vLLM server's process (sized by its own tensor and data parallel settings); rollout.nnodes × n_gpus_per_node has no effect",
+        );
+        return;
+    }
+    let ranks = spec.world.nnodes * spec.world.n_gpus_per_node;
+    // The pool's size is verl's rule (V065) where it is 0; here only its fit to the trainer.
+    if processes > 0 && processes != ranks {
+        l.unsupported(
+            GPUS,
+            format!(
+                "a built-in rollout pool of {processes} processes (rollout.nnodes × n_gpus_per_node) for {ranks} trainer ranks is not implemented: verlc pairs one rollout replica process with each trainer rank"
+            ),
+            format!("set actor_rollout_ref.rollout.nnodes=1 and n_gpus_per_node={ranks}"),
         );
     }
 }

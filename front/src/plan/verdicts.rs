@@ -333,7 +333,7 @@ table! {
     "actor_rollout_ref.rollout.agent.num_workers" => NoEffect(NONE, "sizes verl's agent-loop worker pool; verlc's loop advances every trajectory of a rank's batch together and runs each round's tool calls concurrently"),
     "actor_rollout_ref.rollout.quantization" => Unsupported("quantizes the rollout's weights (FP8); verlc's rollout generates with the trainer's weights in the rollout dtype"),
     "actor_rollout_ref.rollout.over_sample_rate" => NoEffect(NONE, "is a field of verl's rollout config that no code of verl 0.7.0 to 0.9.1 reads (its SGLang engine's early stop went with the synchronous rollout); verl finishes every response, as verlc does"),
-    "actor_rollout_ref.rollout.{nnodes,n_gpus_per_node}" => NoEffect(NONE, "sizes verl's separate rollout pool (separate_async); verlc's rollout runs as a thread beside each trainer rank, on its cores"),
+    "actor_rollout_ref.rollout.{nnodes,n_gpus_per_node}" => Checked("run.asynchronous.rollout_processes (separate_async's built-in rollout pool: one replica process per trainer rank; with vLLM, B006: its server is the pool; the other modes have no separate pool, in verl either)"),
     "actor_rollout_ref.rollout.**" => NoEffect(ROLLOUT_KNOB, VLLM),
 
     // critic

@@ -42,6 +42,7 @@ use crate::workers::reward::{
     ScoreItem, token_level_rewards_of,
 };
 use crate::workers::rollout::RolloutWorker;
+use crate::workers::rollout_pool::ReplicaCommand;
 use crate::workers::teacher::{TEACHER_COLUMN, Teachers};
 use verlc_spec::trainer::DistillationMode;
 
@@ -579,6 +580,24 @@ impl<R: Roles> Trainer<R> {
                 // collectives of the groups its trainer thread is using meanwhile.
                 let mut worker = match &spec.rollout.vllm {
                     Some(_) => new_rollout(&mut actor, lockstep.clone())?,
+                    // separate_async's pool: this rank's replica in a process of its own, on
+                    // as many threads as this rank has (the launcher split the cores between
+                    // the ranks and their replicas).
+                    None if a.rollout_processes > 0 => {
+                        let command = match &opts.rollout_replica {
+                            Some(c) => c.clone(),
+                            None => ReplicaCommand::this_binary().map_err(|e| {
+                                TrainerError::Config(format!("the rollout replica's program: {e}"))
+                            })?,
+                        };
+                        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+                        RolloutWorker::replica(
+                            actor.engine.model_config(),
+                            rollout_dtype,
+                            &command,
+                            threads.max(1),
+                        )?
+                    }
                     None => {
                         RolloutWorker::new(actor.engine.model_config(), rollout_dtype, opts.device)?
                     }

@@ -99,6 +99,10 @@ pub struct RunOptions {
     /// The grad scaler code the engines may use: a trainer binary passes its precision's
     /// (only fp16 links one); the default links it.
     pub loss_scaling: LossScaling,
+    /// How `separate_async`'s built-in rollout replicas start (`None`: this process's own
+    /// executable, a trainer binary, whose `main` serves as a replica first; a test binary
+    /// names itself and a test function that serves).
+    pub rollout_replica: Option<crate::workers::rollout_pool::ReplicaCommand>,
 }
 
 impl Default for RunOptions {
@@ -129,6 +133,7 @@ impl RunOptions {
             tool_call_timeout: seconds("VERLC_TOOL_TIMEOUT_S", 60.0),
             console_lines: true,
             loss_scaling,
+            rollout_replica: None,
         }
     }
 

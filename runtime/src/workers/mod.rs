@@ -7,6 +7,8 @@
 //! - [`reference`]: frozen reference log-probs.
 //! - [`rollout`]: the hybrid engine's generator: its own copy of the policy in the rollout
 //!   dtype, refreshed from the actor after every update.
+//! - [`rollout_pool`]: `separate_async`'s rollout pool: a replica of the rollout in a process
+//!   of its own per trainer rank.
 //! - [`reward`]: rule scorers chosen by `data_source`, or the user's Python
 //!   `compute_score` served by a long-lived subprocess.
 //!
@@ -19,6 +21,7 @@ pub mod critic;
 pub mod reference;
 pub mod reward;
 pub mod rollout;
+pub mod rollout_pool;
 pub mod teacher;
 
 use tch::{Kind, Tensor};

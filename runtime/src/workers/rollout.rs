@@ -27,6 +27,7 @@ use crate::rollout::{
     PromptStream, ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout,
     ShardedDecoder, StopTokens,
 };
+use crate::workers::rollout_pool::{ReplicaCommand, RolloutReplica};
 
 use super::{Result, WorkerError};
 
@@ -40,6 +41,9 @@ enum Skeleton {
     },
     /// `rollout.name: vllm`: a vLLM server generates; the worker holds no weights.
     Vllm(Box<VllmRollout>),
+    /// `separate_async`'s built-in pool: a replica process generates; the worker holds no
+    /// weights.
+    Replica(Box<RolloutReplica>),
 }
 
 /// The generator of the hybrid engine.
@@ -137,10 +141,38 @@ impl RolloutWorker {
         })
     }
 
+    /// The built-in rollout of `config` in a replica process of its own (`separate_async`'s
+    /// pool), started by `command` and generating on `threads` intra-op threads; the policy's
+    /// LoRA adapters are merged here before each sync.
+    pub fn replica(
+        config: &ModelConfig,
+        dtype: Dtype,
+        command: &ReplicaCommand,
+        threads: usize,
+    ) -> Result<Self> {
+        let plain = ModelConfig {
+            lora: None,
+            ..config.clone()
+        };
+        let replica = RolloutReplica::start(command, &plain, dtype, threads)
+            .map_err(|e| WorkerError::Config(e.to_string()))?;
+        Ok(RolloutWorker {
+            vs: VarStore::new(Device::Cpu),
+            model: Skeleton::Replica(Box::new(replica)),
+            dtype,
+            shapes: BTreeMap::new(),
+            loaded: false,
+            lora: config.lora.clone(),
+        })
+    }
+
     /// Whether [`RolloutWorker::update_weights`] takes whole tensors by checkpoint name (a
     /// vLLM server's, or the built-in whole model's) rather than a Megatron rank's shards.
     pub fn takes_whole_tensors(&self) -> bool {
-        matches!(self.model, Skeleton::Vllm(_) | Skeleton::Full(_))
+        matches!(
+            self.model,
+            Skeleton::Vllm(_) | Skeleton::Full(_) | Skeleton::Replica(_)
+        )
     }
 
     /// A vLLM rollout whose server generates while the trainer computes (the asynchronous
@@ -208,6 +240,12 @@ impl RolloutWorker {
             self.loaded = true;
             return Ok(());
         }
+        if let Skeleton::Replica(r) = &self.model {
+            r.update_weights(params)
+                .map_err(|e| WorkerError::Config(e.to_string()))?;
+            self.loaded = true;
+            return Ok(());
+        }
         if params.len() != self.shapes.len() {
             return Err(WorkerError::Config(format!(
                 "weight sync: the trainer sent {} tensors, the rollout model has {}",
@@ -250,6 +288,10 @@ impl RolloutWorker {
             // cache) until the next sync; vLLM has no sleep mode on CPU, where it keeps them.
             v.sleep().map_err(|e| WorkerError::Config(e.to_string()))?;
             self.loaded = false;
+            return Ok(());
+        }
+        if let Skeleton::Replica(_) = &self.model {
+            // The replica's weights live in its own process, on its own memory.
             return Ok(());
         }
         let (kind, device) = (self.dtype.kind(), self.vs.device());
@@ -363,6 +405,9 @@ impl RolloutWorker {
                     "prompts with images run on the built-in rollout, not vLLM".into(),
                 ));
             }
+            Skeleton::Replica(r) => r
+                .generate(prompts, images, streams, params, stop)
+                .map_err(|e| WorkerError::Config(e.to_string()))?,
             // A replica of this rank's own (and its tensor/pipeline peers', which must call
             // alike): the streams are generated as given; its first stage embeds the images.
             Skeleton::Sharded {
@@ -406,6 +451,7 @@ impl RolloutWorker {
         match &self.model {
             Skeleton::Full(m) => m.vision.as_ref().map(|v| &v.tokens),
             Skeleton::Sharded { model, .. } => model.mrope(),
+            Skeleton::Replica(r) => r.vision_tokens(),
             Skeleton::Vllm(_) => None,
         }
     }
@@ -414,7 +460,7 @@ impl RolloutWorker {
     pub fn model(&self) -> Option<&CausalLm> {
         match &self.model {
             Skeleton::Full(m) => Some(m),
-            Skeleton::Sharded { .. } | Skeleton::Vllm(_) => None,
+            Skeleton::Sharded { .. } | Skeleton::Vllm(_) | Skeleton::Replica(_) => None,
         }
     }
 

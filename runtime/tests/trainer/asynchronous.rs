@@ -1,6 +1,7 @@
-//! verl 0.9's `colocate_async` trainer: the replay-buffer loop with a rollout thread beside the
-//! trainer. On policy (threshold 1, `wait`, no warm-up) it is the synchronous trainer's run step
-//! for step; with a bound and warm-up, no trained group is older than the bound allows, and the
+//! verl 0.9's asynchronous trainers: the replay-buffer loop with a rollout thread beside the
+//! trainer (`colocate_async`) or a rollout replica process per rank (`separate_async`). On
+//! policy (threshold 1, `wait`, no warm-up) each is the synchronous trainer's run step for
+//! step; with a bound and warm-up, no trained group is older than the bound allows, and the
 //! staleness metrics say how old they were.
 
 use verlc_front::load::version::BuiltinRelease;
@@ -9,6 +10,34 @@ use verlc_runtime::engine::Metrics;
 use crate::support::{quiet, scratch, series, small_grpo_on};
 
 const ASYNC: &str = "trainer.v1.trainer_mode=colocate_async";
+
+/// colocate_async on policy.
+const COLOCATE_ON_POLICY: &[&str] = &[
+    ASYNC,
+    "trainer.v1.colocate_async.num_warmup_batches=0",
+    "trainer.v1.sampler.max_off_policy_threshold=1",
+    "trainer.v1.sampler.max_off_policy_strategy=wait",
+];
+
+/// separate_async on policy: one mini-batch update per weight sync (the step's whole batch,
+/// as the synchronous run below updates), the pool one replica process beside the rank.
+const SEPARATE_ON_POLICY: &[&str] = &[
+    "trainer.v1.trainer_mode=separate_async",
+    "trainer.v1.separate_async.parameter_sync_step=1",
+    "trainer.v1.separate_async.num_warmup_batches=0",
+    "trainer.v1.sampler.max_off_policy_threshold=1",
+    "trainer.v1.sampler.max_off_policy_strategy=wait",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+];
+
+/// The tiny Qwen2.5-VL reading `color_digits` pictures.
+const PICTURES: &[&str] = &[
+    "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'",
+    "data.train_files='builtin://color_digits?split=train&size=32&stripes=1'",
+    "data.val_files='builtin://color_digits?split=test&size=8&stripes=1'",
+];
 
 fn run(tag: &str, steps: u64, extra: &[&str]) -> Vec<(u64, Metrics)> {
     let dir = scratch(tag);
@@ -22,48 +51,51 @@ fn run(tag: &str, steps: u64, extra: &[&str]) -> Vec<(u64, Metrics)> {
 
 #[test]
 fn colocate_async_on_policy_is_the_synchronous_run() {
-    on_policy_is_the_synchronous_run("async", &[]);
+    on_policy_is_the_synchronous_run("async", COLOCATE_ON_POLICY, &[]);
 }
 
-/// A vision-language model (the tiny Qwen2.5-VL reading `color_digits` pictures): the rollout
-/// thread generates each queued batch with its prompts' images, whose rows carry them into
-/// the update; on policy the run is the synchronous one step for step.
+/// A vision-language model: the rollout thread generates each queued batch with its prompts'
+/// images, whose rows carry them into the update; on policy the run is the synchronous one
+/// step for step.
 #[test]
 fn colocate_async_on_policy_with_images_is_the_synchronous_run() {
-    on_policy_is_the_synchronous_run(
-        "async_vl",
-        &[
-            "actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'",
-            "data.train_files='builtin://color_digits?split=train&size=32&stripes=1'",
-            "data.val_files='builtin://color_digits?split=test&size=8&stripes=1'",
-        ],
-    );
+    on_policy_is_the_synchronous_run("async_vl", COLOCATE_ON_POLICY, PICTURES);
 }
 
-/// With threshold 1, `wait` and no warm-up, colocate_async with `extra` runs what the
+/// separate_async's built-in pool: the rank's replica process generates each batch (its
+/// prompts' images sent along) with the weights the rank pushed; on policy the run is the
+/// synchronous one step for step, for a text model and a vision-language one.
+#[test]
+fn separate_async_with_a_replica_process_on_policy_is_the_synchronous_run() {
+    let whole_batch = ["actor_rollout_ref.actor.ppo_mini_batch_size=8"];
+    on_policy_is_the_synchronous_run("separate", SEPARATE_ON_POLICY, &whole_batch);
+    let mut vl = whole_batch.to_vec();
+    vl.extend_from_slice(PICTURES);
+    on_policy_is_the_synchronous_run("separate_vl", SEPARATE_ON_POLICY, &vl);
+}
+
+/// With threshold 1, `wait` and no warm-up, the asynchronous `mode` with `extra` runs what the
 /// synchronous trainer does, step for step.
-fn on_policy_is_the_synchronous_run(tag: &str, extra: &[&str]) {
-    let mut on_policy = vec![
-        ASYNC,
-        "trainer.v1.colocate_async.num_warmup_batches=0",
-        "trainer.v1.sampler.max_off_policy_threshold=1",
-        "trainer.v1.sampler.max_off_policy_strategy=wait",
-    ];
+fn on_policy_is_the_synchronous_run(tag: &str, mode: &[&str], extra: &[&str]) {
+    let mut on_policy = mode.to_vec();
     on_policy.extend_from_slice(extra);
     let steps = 4;
     let sync = run(&format!("{tag}_sync"), steps, extra);
-    let colocated = run(&format!("{tag}_on_policy"), steps, &on_policy);
+    let asynchronous = run(&format!("{tag}_on_policy"), steps, &on_policy);
     for key in [
         "critic/score/mean",
         "actor/pg_loss",
         "actor/grad_norm",
         "response_length/mean",
     ] {
-        let (a, b) = (series(&sync, key), series(&colocated, key));
+        let (a, b) = (series(&sync, key), series(&asynchronous, key));
         assert_eq!(a.len(), steps as usize, "{key}");
-        assert_eq!(a, b, "{key}: sync vs colocate_async on policy");
+        assert_eq!(a, b, "{key}: sync vs {mode:?} on policy");
     }
-    let staleness = series(&colocated, "training/off_policy/trajectory_staleness/max");
+    let staleness = series(
+        &asynchronous,
+        "training/off_policy/trajectory_staleness/max",
+    );
     assert_eq!(staleness, vec![0.0; steps as usize]);
 }
 
@@ -193,4 +225,81 @@ fn colocate_async_runs_the_tool_agent_loop_in_its_rollout_thread() {
     assert!(turns.iter().all(|&t| t >= 2.0), "{turns:?}");
     assert_eq!(series(&h, "tool_calls/mean").len(), 2);
     assert_eq!(series(&h, "actor/pg_loss").len(), 2);
+}
+
+/// separate_async's replica process failing: one that cannot start, and one killed while the
+/// run uses it, each end the run with an error naming the replica, never a hang.
+#[test]
+fn separate_async_ends_with_an_error_when_its_replica_process_dies() {
+    use std::time::{Duration, Instant};
+    use verlc_runtime::workers::rollout_pool::ReplicaCommand;
+    let spec = |tag: &str, steps: u64| {
+        let mut o = vec![
+            "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        ];
+        o.extend_from_slice(SEPARATE_ON_POLICY);
+        small_grpo_on(&scratch(tag), steps, &o, BuiltinRelease::V0_9_1)
+    };
+    let opts = verlc_runtime::trainer::RunOptions {
+        rollout_replica: Some(ReplicaCommand {
+            program: "/bin/false".into(),
+            args: Vec::new(),
+        }),
+        ..quiet()
+    };
+    let err = verlc_runtime::trainer::run(&spec("separate_no_replica", 2), &opts)
+        .expect_err("a replica that exits at once")
+        .to_string();
+    eprintln!("a replica that exits at once: {err}");
+    assert!(
+        err.contains("rollout replica process") && err.contains("exited"),
+        "{err}"
+    );
+    // Killed once it has run for a moment (starting, syncing or generating: each must end
+    // the run with an error).
+    let me = std::process::id();
+    let killer = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if let Some(pid) = replica_child_of(me) {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: kill sends a signal to the replica process this test's run started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    });
+    let start = Instant::now();
+    let err = verlc_runtime::trainer::run(&spec("separate_killed_replica", 500), &quiet())
+        .expect_err("the replica was killed")
+        .to_string();
+    eprintln!("a replica killed during the run: {err}");
+    assert!(
+        killer.join().expect("killer thread"),
+        "the replica was found"
+    );
+    assert!(err.contains("rollout replica process"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(120));
+}
+
+/// The pid of a rollout replica process (this test binary serving) whose parent is `parent`.
+fn replica_child_of(parent: u32) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        // The parent pid is the second field after the command's closing parenthesis.
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        (ppid == parent && String::from_utf8_lossy(&cmdline).contains("rollout_replica_child"))
+            .then_some(pid)
+    })
 }

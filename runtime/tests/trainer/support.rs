@@ -66,7 +66,26 @@ pub fn quickstart(overrides: &[&str]) -> TrainerSpec {
 pub fn quiet() -> RunOptions {
     RunOptions {
         console_lines: false,
+        rollout_replica: Some(replica_command()),
         ..RunOptions::default()
+    }
+}
+
+/// separate_async's rollout replicas: this test binary, running [`rollout_replica_child`].
+pub fn replica_command() -> verlc_runtime::workers::rollout_pool::ReplicaCommand {
+    verlc_runtime::workers::rollout_pool::ReplicaCommand {
+        program: std::env::current_exe().expect("the test binary's path"),
+        args: ["--exact", "support::rollout_replica_child", "--nocapture"]
+            .map(std::ffi::OsString::from)
+            .to_vec(),
+    }
+}
+
+/// A rollout replica process of a test's run (nothing in a normal test run).
+#[test]
+fn rollout_replica_child() {
+    if let Some(served) = verlc_runtime::workers::rollout_pool::serve_if_replica() {
+        served.expect("the rollout replica serves its rank");
     }
 }
 

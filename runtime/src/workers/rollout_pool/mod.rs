@@ -1,0 +1,415 @@
+//! verl's separate rollout pool with the built-in engine (`separate_async`): each trainer rank
+//! drives a rollout replica in a process of its own, which holds its own copy of the policy
+//! and generates on its own cores while the rank trains.
+//!
+//! The replica is the trainer's own binary started with [`REPLICA_ENV`] naming a Unix socket
+//! ([`server::serve_if_replica`] runs it before anything else). The rank's side,
+//! [`RolloutReplica`], sends it the model's config at start, the policy's whole tensors by
+//! name at every weight sync, and each generation call's prompts (with their images),
+//! sampling streams and settings; the replica answers with the generated batch, the same
+//! tensors a rollout in the rank's own process would have made (it runs the same worker).
+//!
+//! The replica dies with the rank (the kernel's parent-death signal), ends when its socket
+//! closes, and a replica that exits or stops answering is an error naming how it ended.
+
+pub mod server;
+pub mod wire;
+
+use std::ffi::OsString;
+use std::io::{BufReader, BufWriter};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tch::Tensor;
+
+use crate::engine::batch::RowImages;
+use crate::model::vision::{MropeTokens, ProcessedImage};
+use crate::model::{Dtype, ModelConfig};
+use crate::rollout::{PromptStream, RolloutOutput, SamplingParams, StopTokens};
+
+pub use server::{REPLICA_ENV, serve_if_replica};
+
+/// Failures of the pool.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("the rollout replica process: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the rollout replica process: {0}")]
+    Protocol(String),
+    #[error("the rollout replica process failed: {0}")]
+    Remote(String),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+/// How to start a replica: a program (the trainer binary, or a test binary that serves in a
+/// test function) and its arguments; [`REPLICA_ENV`] is added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+impl ReplicaCommand {
+    /// This process's own executable, without arguments (a trainer binary).
+    pub fn this_binary() -> std::io::Result<ReplicaCommand> {
+        Ok(ReplicaCommand {
+            program: std::env::current_exe()?,
+            args: Vec::new(),
+        })
+    }
+}
+
+struct Connection {
+    child: Child,
+    reader: BufReader<UnixStream>,
+    writer: BufWriter<UnixStream>,
+}
+
+/// A rank's rollout replica process.
+pub struct RolloutReplica {
+    conn: Mutex<Connection>,
+    /// A vision-language model's vision tokens, as the replica's model has them.
+    vision: Option<MropeTokens>,
+    /// The socket's directory, removed with the replica.
+    _dir: SocketDir,
+}
+
+/// A directory removed when dropped.
+struct SocketDir(PathBuf);
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::fmt::Debug for RolloutReplica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RolloutReplica").finish_non_exhaustive()
+    }
+}
+
+/// Longest wait for a started replica to connect and build its model.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+impl RolloutReplica {
+    /// Starts a replica of `config` (without LoRA: the rank merges adapters before a sync)
+    /// generating in `dtype` on `threads` intra-op threads; it has no weights until
+    /// [`RolloutReplica::update_weights`].
+    pub fn start(
+        command: &ReplicaCommand,
+        config: &ModelConfig,
+        dtype: Dtype,
+        threads: usize,
+    ) -> Result<RolloutReplica, PoolError> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "verlc-rollout-replica-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let dir = SocketDir(dir);
+        let socket = dir.0.join("replica.sock");
+        let listener = UnixListener::bind(&socket)?;
+        listener.set_nonblocking(true)?;
+        let mut child = Command::new(&command.program)
+            .args(&command.args)
+            .env(REPLICA_ENV, &socket)
+            .env("OMP_NUM_THREADS", threads.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                PoolError::Protocol(format!("starting {}: {e}", command.program.display()))
+            })?;
+        let started = Instant::now();
+        let stream = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(status) = child.try_wait()? {
+                return Err(PoolError::Remote(format!(
+                    "it exited ({status}) before it connected"
+                )));
+            }
+            if started.elapsed() > START_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(PoolError::Remote(format!(
+                    "it did not connect within {} s",
+                    START_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        stream.set_nonblocking(false)?;
+        let conn = Connection {
+            child,
+            reader: BufReader::new(stream.try_clone()?),
+            writer: BufWriter::new(stream),
+        };
+        let mut replica = RolloutReplica {
+            conn: Mutex::new(conn),
+            vision: None,
+            _dir: dir,
+        };
+        let hello = json!({
+            "op": "start",
+            "config": config,
+            "dtype": dtype,
+            "threads": threads,
+        });
+        let (answer, _) = replica.call(&hello, &[])?;
+        replica.vision = match &answer["vision"] {
+            Value::Null => None,
+            v => Some(MropeTokens {
+                image_token_id: int(v, "image_token_id")?,
+                video_token_id: int(v, "video_token_id")?,
+                vision_start_token_id: int(v, "vision_start_token_id")?,
+                spatial_merge_size: int(v, "spatial_merge_size")?,
+                tokens_per_second: v["tokens_per_second"].as_f64().unwrap_or(2.0),
+            }),
+        };
+        Ok(replica)
+    }
+
+    /// The vision tokens of a vision-language model.
+    pub fn vision_tokens(&self) -> Option<&MropeTokens> {
+        self.vision.as_ref()
+    }
+
+    /// Sends one request and waits for its answer; an answer with `error` is the replica's
+    /// failure, a closed socket the process's end (with its exit status).
+    fn call(&self, header: &Value, blobs: &[Vec<u8>]) -> Result<(Value, Vec<Vec<u8>>), PoolError> {
+        let mut conn = self
+            .conn
+            .lock()
+            .map_err(|_| PoolError::Protocol("a previous call panicked".into()))?;
+        let sent = wire::write(&mut conn.writer, header, blobs);
+        let answer = match sent {
+            Ok(()) => wire::read(&mut conn.reader),
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Some((h, blobs))) => match h.get("error").and_then(Value::as_str) {
+                Some(msg) => Err(PoolError::Remote(msg.to_owned())),
+                None => Ok((h, blobs)),
+            },
+            Ok(None) | Err(_) => Err(ended(&mut conn.child)),
+        }
+    }
+
+    /// Binds the policy's whole tensors (by checkpoint name) to the replica's model.
+    pub fn update_weights(&self, params: &[(String, Tensor)]) -> Result<(), PoolError> {
+        let mut names = Vec::with_capacity(params.len());
+        let mut blobs = Vec::with_capacity(params.len());
+        for (name, t) in params {
+            let (desc, blob) = wire::tensor(t)?;
+            names.push(json!({"name": name, "tensor": desc}));
+            blobs.push(blob);
+        }
+        self.call(&json!({"op": "weights", "params": names}), &blobs)
+            .map(drop)
+    }
+
+    /// Generates `params.n` responses for each prompt, with each prompt's sampling stream and
+    /// images (`images[i]` those of `prompts[i]`; empty: none has any).
+    pub fn generate(
+        &self,
+        prompts: &[Vec<i64>],
+        images: &[RowImages],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+    ) -> Result<RolloutOutput, PoolError> {
+        let mut blobs = Vec::new();
+        let images: Vec<Vec<Value>> = images
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .map(|img| {
+                        blobs.push(wire::f32_blob(&img.pixel_values));
+                        json!({"grid_thw": img.grid_thw, "blob": blobs.len() - 1})
+                    })
+                    .collect()
+            })
+            .collect();
+        let streams: Vec<[u64; 2]> = streams.iter().map(|s| [s.seed, s.index]).collect();
+        let request = json!({
+            "op": "generate",
+            "prompts": prompts,
+            "images": images,
+            "streams": streams,
+            "params": params,
+            "stop": {"eos": stop.eos, "pad": stop.pad},
+        });
+        let (answer, blobs) = self.call(&request, &blobs)?;
+        decode_output(&answer, &blobs)
+    }
+}
+
+impl Drop for RolloutReplica {
+    fn drop(&mut self) {
+        let Ok(mut conn) = self.conn.lock() else {
+            return;
+        };
+        // Asked to stop, the replica exits at once; one that does not is killed.
+        let _ = wire::write(&mut conn.writer, &json!({"op": "stop"}), &[]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = conn.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = conn.child.kill();
+        let _ = conn.child.wait();
+    }
+}
+
+/// Why the replica stopped answering: its exit status when it has exited.
+fn ended(child: &mut Child) -> PoolError {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return PoolError::Remote(format!("it exited ({status}) during a request"));
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => return PoolError::Remote("it closed its socket during a request".into()),
+        }
+    }
+}
+
+fn int(v: &Value, key: &str) -> Result<i64, PoolError> {
+    v[key]
+        .as_i64()
+        .ok_or_else(|| PoolError::Protocol(format!("`{key}` is missing")))
+}
+
+/// The tensors of a [`RolloutOutput`], in wire order.
+const OUTPUT_TENSORS: [&str; 7] = [
+    "prompts",
+    "responses",
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "response_mask",
+    "rollout_log_probs",
+];
+
+/// `out` as a header and blobs.
+pub(crate) fn encode_output(out: &RolloutOutput) -> Result<(Value, Vec<Vec<u8>>), PoolError> {
+    let tensors = [
+        &out.prompts,
+        &out.responses,
+        &out.input_ids,
+        &out.attention_mask,
+        &out.position_ids,
+        &out.response_mask,
+        &out.rollout_log_probs,
+    ];
+    let mut descs = Vec::new();
+    let mut blobs = Vec::new();
+    for t in tensors {
+        let (d, b) = wire::tensor(t)?;
+        descs.push(d);
+        blobs.push(b);
+    }
+    let header = json!({
+        "tensors": descs,
+        "response_lengths": out.response_lengths,
+        "finished": out.finished,
+        "prompt_index": out.prompt_index,
+        "decoded_rows": out.decoded_rows,
+        "num_turns": out.num_turns,
+        "tool_calls": out.tool_calls,
+        "tool_failures": out.tool_failures,
+        "tool_rewards": out.tool_rewards,
+        "turn_scores": out.turn_scores,
+        "loop_scores": out.loop_scores,
+    });
+    Ok((header, blobs))
+}
+
+/// The [`RolloutOutput`] of a header and its blobs.
+fn decode_output(h: &Value, blobs: &[Vec<u8>]) -> Result<RolloutOutput, PoolError> {
+    let descs = h["tensors"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    if descs.len() != OUTPUT_TENSORS.len() || blobs.len() != OUTPUT_TENSORS.len() {
+        return Err(PoolError::Protocol(format!(
+            "a generated batch with {} tensors and {} blobs",
+            descs.len(),
+            blobs.len()
+        )));
+    }
+    let mut t = descs
+        .iter()
+        .zip(blobs)
+        .map(|(d, b)| wire::to_tensor(d, b))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter();
+    let mut next = || {
+        t.next()
+            .ok_or_else(|| PoolError::Protocol("a tensor is missing".into()))
+    };
+    fn field<T: serde::de::DeserializeOwned>(h: &Value, key: &str) -> Result<T, PoolError> {
+        serde_json::from_value(h[key].clone())
+            .map_err(|e| PoolError::Protocol(format!("`{key}` of a generated batch: {e}")))
+    }
+    Ok(RolloutOutput {
+        prompts: next()?,
+        responses: next()?,
+        input_ids: next()?,
+        attention_mask: next()?,
+        position_ids: next()?,
+        response_mask: next()?,
+        rollout_log_probs: next()?,
+        response_lengths: field(h, "response_lengths")?,
+        finished: field(h, "finished")?,
+        prompt_index: field(h, "prompt_index")?,
+        decoded_rows: field(h, "decoded_rows")?,
+        num_turns: field(h, "num_turns")?,
+        tool_calls: field(h, "tool_calls")?,
+        tool_failures: field(h, "tool_failures")?,
+        tool_rewards: field(h, "tool_rewards")?,
+        turn_scores: field(h, "turn_scores")?,
+        loop_scores: field(h, "loop_scores")?,
+    })
+}
+
+/// The images of a generation request.
+pub(crate) fn decode_images(h: &Value, blobs: &[Vec<u8>]) -> Result<Vec<RowImages>, PoolError> {
+    let rows = h["images"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    rows.iter()
+        .map(|row| {
+            let images = row
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+                .iter()
+                .map(|img| {
+                    let grid: [i64; 3] = serde_json::from_value(img["grid_thw"].clone())
+                        .map_err(|e| PoolError::Protocol(format!("an image's grid: {e}")))?;
+                    let blob = img["blob"]
+                        .as_u64()
+                        .and_then(|i| blobs.get(i as usize))
+                        .ok_or_else(|| PoolError::Protocol("an image without pixels".into()))?;
+                    Ok(ProcessedImage {
+                        pixel_values: wire::blob_f32(blob)?,
+                        grid_thw: grid,
+                    })
+                })
+                .collect::<Result<Vec<_>, PoolError>>()?;
+            Ok(RowImages::from(images))
+        })
+        .collect()
+}
