@@ -18,7 +18,9 @@
 //!
 //! `separate_async` runs this loop too: the step's batch is `parameter_sync_step` mini-batches
 //! for the actor's update (the lowering refuses what would make verl's mini-batch-by-mini-batch
-//! pipeline differ), and the thread stands in for verl's separate rollout pool.
+//! pipeline differ), and the rollout thread's worker is the rank's replica process
+//! ([`crate::workers::rollout_pool`]) with the built-in engine, or the vLLM server: verl's
+//! separate rollout pool.
 //!
 //! A resumed run starts with an empty buffer: the groups queued before the checkpoint are not
 //! restored (their prompts were drawn from the sampler, whose position is restored), and the

@@ -590,12 +590,11 @@ impl<R: Roles> Trainer<R> {
                                 TrainerError::Config(format!("the rollout replica's program: {e}"))
                             })?,
                         };
-                        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
                         RolloutWorker::replica(
                             actor.engine.model_config(),
                             rollout_dtype,
                             &command,
-                            threads.max(1),
+                            replica_threads(roles.world().map_or(1, |w| w.size())),
                         )?
                     }
                     None => {
@@ -1882,4 +1881,14 @@ pub(super) fn rollout_batch(out: &RolloutOutput) -> Result<Batch, TrainerError> 
     b.insert("position_ids", out.position_ids.shallow_clone())?;
     b.insert("response_mask", out.response_mask.f_to_kind(Kind::Float)?)?;
     Ok(b)
+}
+
+/// Intra-op threads of a rank's rollout replica: the rank's own, but no more than the
+/// machine's cores shared by every rank and replica of this node (a replica beside a rank
+/// that was told to use every core must not double the threads: spinning OpenMP threads of
+/// two processes on the same cores slowed a step threefold on 2 cores).
+fn replica_threads(ranks: usize) -> usize {
+    let own = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    own.min(cores / (2 * ranks.max(1))).max(1)
 }
