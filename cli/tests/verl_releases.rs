@@ -287,8 +287,8 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
         o.push(extra);
         assert_build_refuses(&dir, &o, key);
     }
-    // A Megatron actor runs both modes with the built-in rollout thread (the whole model on
-    // each rank); its vLLM rollout is refused at the rollout's name.
+    // A Megatron actor runs both modes with the built-in rollout (the whole model beside each
+    // rank) and with vLLM.
     for mode in [&[][..], SEPARATE] {
         let mut o = ONE_RANK_ASYNC.to_vec();
         o.extend(mode);
@@ -327,16 +327,16 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
         }
         o.push("actor_rollout_ref.rollout.name=vllm");
         match lower_request(&megatron(&o)) {
-            SpecOutcome::Ok { .. } => panic!("{o:?}: Megatron with vLLM must be refused"),
-            SpecOutcome::Errors(c) => assert!(
-                c.diagnostics.iter().any(|d| d.is_error()
-                    && d.code.0 == "B018"
-                    && d.key_path.as_deref() == Some("actor_rollout_ref.rollout.name")),
-                "{:#?}",
-                errors(&c.diagnostics)
-            ),
+            SpecOutcome::Ok { spec, .. } => assert!(spec.rollout.vllm.is_some()),
+            SpecOutcome::Errors(c) => panic!("{o:?}: {:#?}", errors(&c.diagnostics)),
         }
     }
+    // separate_async's built-in pool pairs a replica process with each trainer rank: a pool of
+    // another size is refused at its width.
+    let mut o = ONE_RANK_ASYNC.to_vec();
+    o.extend(SEPARATE);
+    o.push("actor_rollout_ref.rollout.n_gpus_per_node=2");
+    assert_build_refuses(&dir, &o, "actor_rollout_ref.rollout.n_gpus_per_node");
     // The vLLM rollout generates in both asynchronous modes (a server of its own).
     for mode in [&[][..], SEPARATE] {
         let mut o = ONE_RANK_ASYNC.to_vec();

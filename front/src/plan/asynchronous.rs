@@ -140,20 +140,15 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
         );
     };
     if let EngineSpec::Megatron(m) = &spec.actor.engine {
-        // The rollout thread decodes the whole model on each rank (a sharded rollout would
-        // decode with collectives on the groups the trainer thread is using meanwhile).
-        if spec.rollout.vllm.is_some() {
-            refuse(
-                l,
-                "actor_rollout_ref.rollout.name",
-                "the vLLM rollout of a Megatron actor",
-                "use rollout.name: verlc (the built-in engine) with Megatron, or an fsdp actor with vLLM",
-            );
-        }
-        if spec.rollout.tensor_parallel.unwrap_or(m.tensor_parallel) > 1 {
+        // The built-in rollout decodes the whole model beside each rank (a sharded rollout
+        // would decode with collectives on the groups the trainer thread is using meanwhile);
+        // a vLLM server is sized by its own settings.
+        if spec.rollout.vllm.is_none()
+            && spec.rollout.tensor_parallel.unwrap_or(m.tensor_parallel) > 1
+        {
             l.no_effect(
                 "actor_rollout_ref.rollout.tensor_model_parallel_size",
-                "the asynchronous rollout thread decodes the whole model on each rank: the rollout's tensor-parallel size applies to validation only",
+                "the asynchronous built-in rollout decodes the whole model beside each rank: the rollout's tensor-parallel size applies to validation only",
             );
         }
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use verlc_runtime::engine::Metrics;
 use verlc_runtime::parallel::dist::{InitOptions, ProcessGroup};
-use verlc_runtime::trainer::parallel::FsdpRoles;
+use verlc_runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 
 use crate::common::spawn_ranks;
 use crate::support::{is_timing, quickstart, quiet, scratch, series, spec_on};
@@ -68,10 +68,10 @@ fn vllm_rank_child() {
         .lines()
         .map(str::to_owned)
         .collect();
+    let example =
+        std::fs::read_to_string(dir.join("example")).unwrap_or_else(|_| "quickstart.yaml".into());
     let cfg = match std::fs::read_to_string(dir.join("release")) {
-        Ok(r) if r.trim() == "0.9.1" => {
-            spec_on("quickstart.yaml", &overrides, BuiltinRelease::V0_9_1)
-        }
+        Ok(r) if r.trim() == "0.9.1" => spec_on(&example, &overrides, BuiltinRelease::V0_9_1),
         _ => {
             let refs: Vec<&str> = overrides.iter().map(String::as_str).collect();
             quickstart(&refs)
@@ -83,7 +83,13 @@ fn vllm_rank_child() {
     })
     .expect("init process group");
     let rank = world.rank();
-    let summary = match verlc_runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world }) {
+    let run = if example.contains("megatron") {
+        let roles = MegatronRoles { world: Some(world) };
+        verlc_runtime::trainer::run_with(&cfg, &quiet(), roles)
+    } else {
+        verlc_runtime::trainer::run_with(&cfg, &quiet(), FsdpRoles { world })
+    };
+    let summary = match run {
         Ok(s) => s,
         Err(e) => {
             std::fs::write(dir.join(format!("error.rank{rank}")), e.to_string()).expect("error");
@@ -168,6 +174,54 @@ fn vllm_rollout_under_colocate_async_trains_as_the_synchronous_built_in_engine()
         series(&served, "timing_s/async_rollout_generate")
             .iter()
             .all(|s| *s > 0.0)
+    );
+    assert_same_run(&native, &served, false);
+}
+
+/// A Megatron actor at tensor-parallel size 2 under `colocate_async` on policy with the vLLM
+/// rollout: its weights gathered whole for the server the ranks' rollout threads share, and the
+/// run is one Megatron process's synchronous run with the built-in engine, step by step.
+#[test]
+fn vllm_rollout_of_a_megatron_actor_under_colocate_async_trains_as_the_synchronous_built_in_engine()
+{
+    let dir = scratch("vllm_megatron_async");
+    let steps = 2;
+    let example = "quickstart_megatron.yaml";
+    // No validation: the trainer's own server would start only for it.
+    let mut native = overrides(&dir, steps, 1, "verlc");
+    native.push("trainer.test_freq=-1".into());
+    let native = spec_on(example, &native, BuiltinRelease::V0_9_1);
+    let native = verlc_runtime::trainer::run(&native, &quiet())
+        .expect("native run")
+        .history;
+    let mut o = overrides(&dir, steps, 2, "vllm");
+    o.extend(
+        [
+            "trainer.test_freq=-1",
+            "trainer.v1.trainer_mode=colocate_async",
+            "trainer.v1.colocate_async.num_warmup_batches=0",
+            "trainer.v1.sampler.max_off_policy_threshold=1",
+            "trainer.v1.sampler.max_off_policy_strategy=wait",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2",
+        ]
+        .map(str::to_owned),
+    );
+    let spec = spec_on(example, &o, BuiltinRelease::V0_9_1);
+    assert!(
+        matches!(&spec.actor.engine, verlc_spec::trainer::EngineSpec::Megatron(m) if m.tensor_parallel == 2)
+            && spec.run.asynchronous.is_some()
+            && spec.rollout.vllm.is_some(),
+        "{:?}",
+        spec.actor.engine
+    );
+    let jobdir = job(&dir, &o);
+    std::fs::write(jobdir.join("release"), "0.9.1").expect("release");
+    std::fs::write(jobdir.join("example"), example).expect("example");
+    let served = two_ranks(&jobdir);
+    assert_eq!(
+        series(&served, "training/off_policy/trajectory_staleness/max"),
+        vec![0.0; steps as usize]
     );
     assert_same_run(&native, &served, false);
 }
