@@ -331,11 +331,21 @@ fn the_v1_trainer_and_checkpoint_engine_keys_are_checked() {
             SpecOutcome::Errors(c) => panic!("{o:?}: {:#?}", errors(&c.diagnostics)),
         }
     }
-    // separate_async's built-in pool pairs a replica process with each trainer rank: a pool of
-    // another size is refused at its width.
+    // separate_async's built-in pool gives every trainer rank replica processes of its own:
+    // two for one rank build, one for two ranks is refused at the pool's width.
     let mut o = ONE_RANK_ASYNC.to_vec();
     o.extend(SEPARATE);
     o.push("actor_rollout_ref.rollout.n_gpus_per_node=2");
+    match lower_request(&build_request(&dir, &o)) {
+        SpecOutcome::Ok { spec, .. } => {
+            assert_eq!(spec.run.asynchronous.map(|a| a.rollout_processes), Some(2));
+        }
+        SpecOutcome::Errors(c) => panic!("{o:?}: {:#?}", errors(&c.diagnostics)),
+    }
+    o.extend([
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+    ]);
     assert_build_refuses(&dir, &o, "actor_rollout_ref.rollout.n_gpus_per_node");
     // The vLLM rollout generates in both asynchronous modes (a server of its own).
     for mode in [&[][..], SEPARATE] {

@@ -510,6 +510,17 @@ fn run<S: Strategy, P: Precision>(
                  run on a machine with {local} GPU(s), or build a CPU trainer (`verlc build … trainer.device=cpu`)"
             )));
         }
+        // separate_async's built-in rollout pool takes the GPUs after the trainer's.
+        let pool = match &spec {
+            Workload::Rl(s) => s.run.asynchronous.map_or(0, |a| a.rollout_processes),
+            _ => 0,
+        } / spec_world.nnodes.max(1);
+        if pool > 0 && found < local + pool {
+            return Err(Exit::Failed(format!(
+                "separate_async's rollout pool takes {pool} GPU(s) of this node after the trainer's {local}, but libtorch sees {found} CUDA device(s); \
+                 size the pool with actor_rollout_ref.rollout.nnodes × n_gpus_per_node"
+            )));
+        }
         if !launched && matches!(spec, Workload::Rl(_)) {
             // The per-rank estimate `verlc explain` prints against the node's smallest GPU.
             match crate::trainer::gpu_memory::smallest_device_bytes(local) {

@@ -165,8 +165,9 @@ pub(super) fn check_support(spec: &TrainerSpec, l: &mut Lowering) {
     }
 }
 
-/// `separate_async`'s rollout pool: with the built-in rollout, one replica process per
-/// trainer rank; with vLLM its server is the pool, whatever the pool's size says.
+/// `separate_async`'s rollout pool: with the built-in rollout, replica processes shared out
+/// among the trainer ranks (each at least one); with vLLM its server is the pool, whatever the
+/// pool's size says.
 fn rollout_pool(spec: &TrainerSpec, processes: usize, l: &mut Lowering) {
     const GPUS: &str = "actor_rollout_ref.rollout.n_gpus_per_node";
     if spec.rollout.vllm.is_some() {
@@ -178,13 +179,13 @@ fn rollout_pool(spec: &TrainerSpec, processes: usize, l: &mut Lowering) {
     }
     let ranks = spec.world.nnodes * spec.world.n_gpus_per_node;
     // The pool's size is verl's rule (V065) where it is 0; here only its fit to the trainer.
-    if processes > 0 && processes != ranks {
+    if processes > 0 && processes < ranks {
         l.unsupported(
             GPUS,
             format!(
-                "a built-in rollout pool of {processes} processes (rollout.nnodes × n_gpus_per_node) for {ranks} trainer ranks is not implemented: verlc pairs one rollout replica process with each trainer rank"
+                "a built-in rollout pool of {processes} processes (rollout.nnodes × n_gpus_per_node) for {ranks} trainer ranks is not implemented: every trainer rank drives replicas of its own, one at least"
             ),
-            format!("set actor_rollout_ref.rollout.nnodes=1 and n_gpus_per_node={ranks}"),
+            format!("give the pool {ranks} processes or more (actor_rollout_ref.rollout.nnodes × n_gpus_per_node)"),
         );
     }
 }

@@ -42,7 +42,7 @@ use crate::workers::reward::{
     ScoreItem, token_level_rewards_of,
 };
 use crate::workers::rollout::RolloutWorker;
-use crate::workers::rollout_pool::ReplicaCommand;
+use crate::workers::rollout_pool::{ReplicaCommand, ReplicaPlace};
 use crate::workers::teacher::{TEACHER_COLUMN, Teachers};
 use verlc_spec::trainer::DistillationMode;
 
@@ -580,9 +580,8 @@ impl<R: Roles> Trainer<R> {
                 // collectives of the groups its trainer thread is using meanwhile.
                 let mut worker = match &spec.rollout.vllm {
                     Some(_) => new_rollout(&mut actor, lockstep.clone())?,
-                    // separate_async's pool: this rank's replica in a process of its own, on
-                    // as many threads as this rank has (the launcher split the cores between
-                    // the ranks and their replicas).
+                    // separate_async's pool: this rank's replicas in processes of their own
+                    // (see `replica_places`).
                     None if a.rollout_processes > 0 => {
                         let command = match &opts.rollout_replica {
                             Some(c) => c.clone(),
@@ -590,11 +589,17 @@ impl<R: Roles> Trainer<R> {
                                 TrainerError::Config(format!("the rollout replica's program: {e}"))
                             })?,
                         };
+                        let places = replica_places(
+                            roles.world().map_or((0, 1), |w| (w.rank(), w.size())),
+                            spec.world.n_gpus_per_node,
+                            a.rollout_processes,
+                            opts.device,
+                        );
                         RolloutWorker::replica(
                             actor.engine.model_config(),
                             rollout_dtype,
                             &command,
-                            replica_threads(roles.world().map_or(1, |w| w.size())),
+                            &places,
                         )?
                     }
                     None => {
@@ -1883,12 +1888,62 @@ pub(super) fn rollout_batch(out: &RolloutOutput) -> Result<Batch, TrainerError> 
     Ok(b)
 }
 
-/// Intra-op threads of a rank's rollout replica: the rank's own, but no more than the
-/// machine's cores shared by every rank and replica of this node (a replica beside a rank
-/// that was told to use every core must not double the threads: spinning OpenMP threads of
-/// two processes on the same cores slowed a step threefold on 2 cores).
-fn replica_threads(ranks: usize) -> usize {
+/// Where rank `rank` of `ranks` runs its replicas of a rollout pool of `pool` processes: pool
+/// replica `j` belongs to rank `j % ranks` (every rank has one at least: the lowering refuses
+/// a smaller pool). On CUDA the pool's devices follow the trainer's `per_node` ones on each
+/// node (replica `m` of a rank with node-local rank `l`: `per_node × (m + 1) + l`), as verl's
+/// resource pools put the rollout on GPUs of its own. Each replica gets the rank's intra-op
+/// threads, but no more than its share of the cores among the ranks and replicas (spinning
+/// OpenMP threads of a rank and a replica on the same cores made a step three times slower
+/// on 2 cores).
+fn replica_places(
+    (rank, ranks): (usize, usize),
+    per_node: usize,
+    pool: usize,
+    device: tch::Device,
+) -> Vec<ReplicaPlace> {
     let own = usize::try_from(tch::get_num_threads()).unwrap_or(1);
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    own.min(cores / (2 * ranks.max(1))).max(1)
+    let threads = own.min(cores / (ranks + pool).max(1)).max(1);
+    let local = rank % per_node.max(1);
+    (rank..pool)
+        .step_by(ranks.max(1))
+        .enumerate()
+        .map(|(m, _)| ReplicaPlace {
+            device: match device {
+                tch::Device::Cuda(_) => tch::Device::Cuda(per_node * (m + 1) + local),
+                other => other,
+            },
+            threads,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::Device;
+
+    use super::replica_places;
+
+    #[test]
+    fn pool_replicas_are_shared_out_among_the_ranks() {
+        let count =
+            |rank, ranks, pool| replica_places((rank, ranks), ranks, pool, Device::Cpu).len();
+        assert_eq!(count(0, 1, 1), 1);
+        assert_eq!(count(0, 1, 2), 2);
+        // Five replicas over two ranks: 0, 2, 4 and 1, 3.
+        assert_eq!((count(0, 2, 5), count(1, 2, 5)), (3, 2));
+        // On CUDA a rank's replicas sit on the node's devices after the trainer's: node-local
+        // rank 1 of 2 per node, its replicas the second and fourth of the pool's.
+        let devices: Vec<Device> = replica_places((1, 2), 2, 4, Device::Cuda(1))
+            .iter()
+            .map(|p| p.device)
+            .collect();
+        assert_eq!(devices, [Device::Cuda(3), Device::Cuda(5)]);
+        assert!(
+            replica_places((0, 1), 1, 1, Device::Cpu)
+                .iter()
+                .all(|p| p.threads >= 1)
+        );
+    }
 }

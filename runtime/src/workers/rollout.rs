@@ -27,7 +27,7 @@ use crate::rollout::{
     PromptStream, ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout,
     ShardedDecoder, StopTokens,
 };
-use crate::workers::rollout_pool::{ReplicaCommand, RolloutReplica};
+use crate::workers::rollout_pool::{RankPool, ReplicaCommand, ReplicaPlace};
 
 use super::{Result, WorkerError};
 
@@ -41,9 +41,9 @@ enum Skeleton {
     },
     /// `rollout.name: vllm`: a vLLM server generates; the worker holds no weights.
     Vllm(Box<VllmRollout>),
-    /// `separate_async`'s built-in pool: a replica process generates; the worker holds no
-    /// weights.
-    Replica(Box<RolloutReplica>),
+    /// `separate_async`'s built-in pool: the rank's replica processes generate; the worker
+    /// holds no weights.
+    Replica(Box<RankPool>),
 }
 
 /// The generator of the hybrid engine.
@@ -141,20 +141,20 @@ impl RolloutWorker {
         })
     }
 
-    /// The built-in rollout of `config` in a replica process of its own (`separate_async`'s
-    /// pool), started by `command` and generating on `threads` intra-op threads; the policy's
-    /// LoRA adapters are merged here before each sync.
+    /// The built-in rollout of `config` in replica processes of their own (`separate_async`'s
+    /// pool), started by `command`, one at each of `places`; the policy's LoRA adapters are
+    /// merged here before each sync.
     pub fn replica(
         config: &ModelConfig,
         dtype: Dtype,
         command: &ReplicaCommand,
-        threads: usize,
+        places: &[ReplicaPlace],
     ) -> Result<Self> {
         let plain = ModelConfig {
             lora: None,
             ..config.clone()
         };
-        let replica = RolloutReplica::start(command, &plain, dtype, threads)
+        let replica = RankPool::start(command, &plain, dtype, places)
             .map_err(|e| WorkerError::Config(e.to_string()))?;
         Ok(RolloutWorker {
             vs: VarStore::new(Device::Cpu),

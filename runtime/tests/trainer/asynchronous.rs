@@ -64,11 +64,15 @@ fn colocate_async_on_policy_with_images_is_the_synchronous_run() {
 
 /// separate_async's built-in pool: the rank's replica process generates each batch (its
 /// prompts' images sent along) with the weights the rank pushed; on policy the run is the
-/// synchronous one step for step, for a text model and a vision-language one.
+/// synchronous one step for step, for a text model and a vision-language one, and with two
+/// replicas splitting each batch.
 #[test]
-fn separate_async_with_a_replica_process_on_policy_is_the_synchronous_run() {
+fn separate_async_with_replica_processes_on_policy_is_the_synchronous_run() {
     let whole_batch = ["actor_rollout_ref.actor.ppo_mini_batch_size=8"];
     on_policy_is_the_synchronous_run("separate", SEPARATE_ON_POLICY, &whole_batch);
+    let mut two = SEPARATE_ON_POLICY.to_vec();
+    two.push("actor_rollout_ref.rollout.n_gpus_per_node=2");
+    on_policy_is_the_synchronous_run("separate_two", &two, &whole_batch);
     let mut vl = whole_batch.to_vec();
     vl.extend_from_slice(PICTURES);
     on_policy_is_the_synchronous_run("separate_vl", SEPARATE_ON_POLICY, &vl);

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use tch::{Device, Tensor};
 
-use super::{PoolError, decode_images, encode_output, wire};
+use super::{PoolError, decode_images, device_of, encode_output, wire};
 use crate::model::{Dtype, ModelConfig};
 use crate::rollout::{PromptStream, SamplingParams, StopTokens};
 use crate::workers::rollout::RolloutWorker;
@@ -72,9 +72,18 @@ fn start(request: &Value) -> Result<(RolloutWorker, Value), PoolError> {
     let config: ModelConfig = parse(request, "config")?;
     let dtype: Dtype = parse(request, "dtype")?;
     let threads: usize = parse(request, "threads")?;
+    let device = device_of(request["device"].as_str().unwrap_or("cpu"))?;
+    if let Device::Cuda(i) = device
+        && tch::Cuda::device_count() <= i as i64
+    {
+        return Err(PoolError::Remote(format!(
+            "its device cuda:{i} is not there: libtorch sees {} CUDA device(s) (the trainer's ranks take the first ones, the pool the next)",
+            tch::Cuda::device_count()
+        )));
+    }
     tch::set_num_threads(threads.max(1) as i32);
-    let worker = RolloutWorker::new(&config, dtype, Device::Cpu)
-        .map_err(|e| PoolError::Remote(e.to_string()))?;
+    let worker =
+        RolloutWorker::new(&config, dtype, device).map_err(|e| PoolError::Remote(e.to_string()))?;
     let vision = worker.vision_tokens().map(|v| {
         json!({
             "image_token_id": v.image_token_id,
@@ -129,8 +138,13 @@ fn generate(
         pad: parse(&request["stop"], "pad")?,
     };
     let images = decode_images(request, blobs)?;
+    let width: Option<usize> = parse(request, "prompt_width")?;
+    let model = match worker.model() {
+        Some(m) if worker.is_loaded() => m,
+        _ => return Err(PoolError::Protocol("generate before weights".into())),
+    };
     let out = tch::no_grad(|| {
-        worker.generate_streams_images(&prompts, &images, &streams, &params, &stop)
+        crate::rollout::generate_images(model, &prompts, &images, &streams, &params, &stop, width)
     })
     .map_err(|e| PoolError::Remote(e.to_string()))?;
     encode_output(&out)
