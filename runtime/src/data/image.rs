@@ -31,6 +31,10 @@ pub enum ImageError {
     Empty { width: usize, height: usize },
     #[error("the image's max_pixels ({max}) is below its min_pixels ({min})")]
     Bounds { min: usize, max: usize },
+    #[error("a video: {0}")]
+    Video(String),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
 }
 
 /// The image of a cell of verl's multimodal datasets: `{"bytes": ..., "path": ...}` (the
@@ -428,7 +432,7 @@ pub type FetchPixels = (Option<usize>, Option<usize>);
 /// The size `fetch_image` resizes a `height × width` image to with `patch`-pixel patches: to
 /// multiples of two patches (its own merge size, not the processor's) within the cell's
 /// `pixels` bounds, else its defaults of 4 and 16384 merged patches.
-fn fetched_size(
+pub(crate) fn fetched_size(
     (height, width): (usize, usize),
     patch: usize,
     (min, max): FetchPixels,

@@ -21,6 +21,7 @@ pub mod sample;
 pub mod sampler;
 pub mod sft;
 pub mod sft_single_turn;
+pub mod video;
 pub mod vision_prompt;
 
 use std::path::PathBuf;

@@ -9,6 +9,7 @@ mod image;
 mod parquet;
 mod sampler;
 mod sft;
+mod video;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,144 @@
+//! Videos of vision-language rows given as frame lists, as verl prepares them for Qwen-VL
+//! models: its `process_video` hands the row's video to qwen_vl_utils' `fetch_video`, which
+//! fetches every frame as an image (`fetch_image`: Pillow's bicubic resize, [`super::image`],
+//! to multiples of four patches: `fetch_video` passes its factor where `fetch_image` takes a
+//! patch size), pads the count to an even number with the last frame, and
+//! resizes the stack with torchvision's antialiased bicubic filter within the video's pixel
+//! bounds (at least 128 and at most 768 merged patches a frame), back to 8-bit values; then
+//! transformers' `Qwen2VLVideoProcessor` resizes to its own bounds (the same ones: a no-op),
+//! rescales and normalises in one step (mean and std scaled by 255) and cuts patches of
+//! `temporal_patch_size` frames.
+//!
+//! The stack's resize is libtorch's own `_upsample_bicubic2d_aa`, the kernel torchvision
+//! calls, so the frames equal verl's bit for bit. Video files (which need a decoder) are not
+//! read yet.
+
+use tch::{Device, Kind, Tensor};
+
+use super::image::{
+    ImageError, ImageProcessorConfig, ResizeRule, RgbImage, fetched_size, resize_bicubic,
+    smart_resize,
+};
+use crate::model::vision::ProcessedImage;
+
+/// qwen_vl_utils' frame factor: a video's frame count is padded to a multiple of it.
+const FRAME_FACTOR: usize = 2;
+/// qwen_vl_utils' bounds of a video frame, in merged patches.
+const VIDEO_MIN_TOKENS: usize = 128;
+const VIDEO_MAX_TOKENS: usize = 768;
+/// qwen_vl_utils' whole-video budget: `MODEL_SEQ_LEN` (128000) × factor² × 0.9 pixels.
+const MODEL_SEQ_LEN: f64 = 128_000.0;
+/// The frame rate a frame list is taken to be sampled at (qwen_vl_utils' `sample_fps`).
+const SAMPLE_FPS: f64 = 2.0;
+
+/// A video as the vision tower takes it, and the seconds one temporal patch spans (what its
+/// multimodal positions need).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessedVideo {
+    pub video: ProcessedImage,
+    pub seconds_per_grid: f64,
+}
+
+impl ProcessedVideo {
+    /// The language model's placeholder tokens for it (one per merged patch).
+    pub fn tokens(&self, merge_size: usize) -> usize {
+        self.video.tokens(merge_size)
+    }
+}
+
+/// verl's preparation of a video given as `frames` (module docs): fetched with `fetch_patch`
+/// pixel patches (`data.image_patch_size`, or the processor's in the rollout), then the
+/// processor `cfg` with its video pixel bounds `(min, max)` (`Qwen2VLVideoProcessor`'s `size`).
+pub fn process_video_frames(
+    frames: &[RgbImage],
+    fetch_patch: usize,
+    cfg: &ImageProcessorConfig,
+    (min_pixels, max_pixels): (usize, usize),
+) -> Result<ProcessedVideo, ImageError> {
+    let bad = |why: String| ImageError::Video(why);
+    let first = frames.first().ok_or_else(|| bad("no frames".into()))?;
+    // fetch_video hands `fetch_image` its factor (two patches) where that takes a patch size,
+    // so a frame is fetched to multiples of four patches, within four times the bounds.
+    let frame_patch = fetch_patch * 2;
+    let (h, w) = fetched_size((first.height, first.width), frame_patch, (None, None))?;
+    let mut fetched = Vec::with_capacity(frames.len() + 1);
+    for (i, f) in frames.iter().enumerate() {
+        let size = fetched_size((f.height, f.width), frame_patch, (None, None))?;
+        if size != (h, w) {
+            return Err(bad(format!(
+                "frame {i} fetches to {} x {} pixels, frame 0 to {w} x {h}: a video's frames share one size",
+                size.1, size.0
+            )));
+        }
+        fetched.push(resize_bicubic(f, w, h));
+    }
+    while !fetched.len().is_multiple_of(FRAME_FACTOR) {
+        fetched.push(fetched[fetched.len() - 1].clone());
+    }
+    let n = fetched.len();
+    // The stack's size within the video's bounds; the whole-video budget binds only past
+    // about 300 frames, where qwen_vl_utils' bound is fractional.
+    let factor = fetch_patch * 2;
+    let (min, max) = (
+        VIDEO_MIN_TOKENS * factor * factor,
+        VIDEO_MAX_TOKENS * factor * factor,
+    );
+    let budget = MODEL_SEQ_LEN * (factor * factor) as f64 * 0.9 / n as f64 * FRAME_FACTOR as f64;
+    if budget < max as f64 {
+        return Err(bad(format!(
+            "{n} frames: past the frame count where qwen_vl_utils' per-frame bound falls below {VIDEO_MAX_TOKENS} merged patches (not implemented)"
+        )));
+    }
+    let (rh, rw) = smart_resize(h, w, factor, (min, max), ResizeRule::QwenVlUtils)?;
+    let bytes: Vec<u8> = fetched
+        .iter()
+        .flat_map(|f| f.data.iter().copied())
+        .collect();
+    let stack = Tensor::f_from_slice(&bytes)?
+        .f_view([n as i64, h as i64, w as i64, 3])?
+        .f_permute([0, 3, 1, 2])?
+        .f_to_kind(Kind::Float)?;
+    // torchvision's resize of an 8-bit stack: in float, clamped, rounded back to 8 bits.
+    let stack = stack
+        .f_internal_upsample_bicubic2d_aa([rh as i64, rw as i64], false, None, None)?
+        .f_clamp(0.0, 255.0)?
+        .f_round()?;
+    // The processor's resize (in float, not rounded) to its bounds.
+    let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
+    let (ph, pw) = smart_resize(
+        rh,
+        rw,
+        p * m,
+        (min_pixels, max_pixels),
+        ResizeRule::Transformers,
+    )?;
+    let stack =
+        stack.f_internal_upsample_bicubic2d_aa([ph as i64, pw as i64], false, None, None)?;
+    // Rescale and normalise fused as transformers' fast processors do: (x - 255·mean) / (255·std)
+    // in float32.
+    let scale = |v: [f32; 3]| Tensor::from_slice(&v.map(|x| x * 255.0f32)).view([1, 3, 1, 1]);
+    let stack = stack
+        .f_sub(&scale(cfg.image_mean))?
+        .f_div(&scale(cfg.image_std))?;
+    // Patches: temporal groups, merge blocks, patches within a block; each patch channel,
+    // frame, row, column.
+    let frames_per_patch = t as i64;
+    if n % t != 0 {
+        return Err(bad(format!("{n} frames for temporal patches of {t}")));
+    }
+    let (gt, gh, gw) = ((n / t) as i64, (ph / p) as i64, (pw / p) as i64);
+    let (p, m) = (p as i64, m as i64);
+    let patches = stack
+        .f_view(&[gt, frames_per_patch, 3, gh / m, m, p, gw / m, m, p][..])?
+        .f_permute([0, 3, 6, 4, 7, 2, 1, 5, 8])?
+        .f_contiguous()?
+        .f_view([-1])?
+        .f_to_device(Device::Cpu)?;
+    Ok(ProcessedVideo {
+        video: ProcessedImage {
+            pixel_values: Vec::<f32>::try_from(&patches)?,
+            grid_thw: [gt, gh, gw],
+        },
+        seconds_per_grid: t as f64 / SAMPLE_FPS,
+    })
+}
