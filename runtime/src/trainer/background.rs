@@ -303,7 +303,8 @@ fn serve_lockstep(
         // the main rank's says stop.
         let error = match result {
             Ok(_) if failed.int64_value(&[0]) != 0 => {
-                "another rank's rollout thread failed (its error ends that rank)".to_owned()
+                // Only the ranks sharing a vLLM server run in lockstep.
+                "another rank's rollout thread failed on the vLLM server the ranks share (that rank's error says why)".to_owned()
             }
             Ok(generated) => {
                 if let Some(g) = generated {
