@@ -246,10 +246,7 @@ fn separate_async_ends_with_an_error_when_its_replica_process_dies() {
         small_grpo_on(&scratch(tag), steps, &o, BuiltinRelease::V0_9_1)
     };
     let opts = verlc_runtime::trainer::RunOptions {
-        rollout_replica: Some(ReplicaCommand {
-            program: "/bin/false".into(),
-            args: Vec::new(),
-        }),
+        rollout_replica: Some(ReplicaCommand::new("/bin/false".into(), Vec::new())),
         ..quiet()
     };
     let err = verlc_runtime::trainer::run(&spec("separate_no_replica", 2), &opts)
@@ -260,6 +257,22 @@ fn separate_async_ends_with_an_error_when_its_replica_process_dies() {
         err.contains("rollout replica process") && err.contains("exited"),
         "{err}"
     );
+    // One that connects and never answers: the wait ends at the timeout.
+    let hung = "import os, socket, time\ns = socket.socket(socket.AF_UNIX)\ns.connect(os.environ['VERLC_ROLLOUT_REPLICA'])\ntime.sleep(120)\n";
+    let opts = verlc_runtime::trainer::RunOptions {
+        rollout_replica: Some(ReplicaCommand {
+            answer_timeout: Duration::from_secs(2),
+            ..ReplicaCommand::new("python3".into(), vec!["-c".into(), hung.into()])
+        }),
+        ..quiet()
+    };
+    let start = Instant::now();
+    let err = verlc_runtime::trainer::run(&spec("separate_hung_replica", 2), &opts)
+        .expect_err("a replica that never answers")
+        .to_string();
+    eprintln!("a replica that never answers: {err}");
+    assert!(err.contains("did not answer within 2 s"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(60));
     // Killed once it has run for a moment (starting, syncing or generating: each must end
     // the run with an error).
     let me = std::process::id();

@@ -73,12 +73,12 @@ pub fn quiet() -> RunOptions {
 
 /// separate_async's rollout replicas: this test binary, running [`rollout_replica_child`].
 pub fn replica_command() -> verlc_runtime::workers::rollout_pool::ReplicaCommand {
-    verlc_runtime::workers::rollout_pool::ReplicaCommand {
-        program: std::env::current_exe().expect("the test binary's path"),
-        args: ["--exact", "support::rollout_replica_child", "--nocapture"]
+    verlc_runtime::workers::rollout_pool::ReplicaCommand::new(
+        std::env::current_exe().expect("the test binary's path"),
+        ["--exact", "support::rollout_replica_child", "--nocapture"]
             .map(std::ffi::OsString::from)
             .to_vec(),
-    }
+    )
 }
 
 /// A rollout replica process of a test's run (nothing in a normal test run).

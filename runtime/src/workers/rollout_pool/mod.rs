@@ -48,21 +48,40 @@ pub enum PoolError {
 }
 
 /// How to start a replica: a program (the trainer binary, or a test binary that serves in a
-/// test function) and its arguments; [`REPLICA_ENV`] is added.
+/// test function) and its arguments ([`REPLICA_ENV`] is added), and how long a request may
+/// go unanswered before the replica counts as hung.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaCommand {
     pub program: PathBuf,
     pub args: Vec<OsString>,
+    pub answer_timeout: Duration,
 }
 
 impl ReplicaCommand {
     /// This process's own executable, without arguments (a trainer binary).
     pub fn this_binary() -> std::io::Result<ReplicaCommand> {
-        Ok(ReplicaCommand {
-            program: std::env::current_exe()?,
-            args: Vec::new(),
-        })
+        Ok(ReplicaCommand::new(std::env::current_exe()?, Vec::new()))
     }
+
+    /// `program` with `args`, answering within [`answer_timeout`].
+    pub fn new(program: PathBuf, args: Vec<OsString>) -> ReplicaCommand {
+        ReplicaCommand {
+            program,
+            args,
+            answer_timeout: answer_timeout(),
+        }
+    }
+}
+
+/// `$VERLC_ROLLOUT_REPLICA_TIMEOUT_S` (positive seconds), else 1800: the longest a replica
+/// may take to start, sync or generate one batch before the run ends with an error.
+pub fn answer_timeout() -> Duration {
+    let secs = std::env::var("VERLC_ROLLOUT_REPLICA_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .unwrap_or(1800.0);
+    Duration::from_secs_f64(secs)
 }
 
 struct Connection {
@@ -74,6 +93,8 @@ struct Connection {
 /// A rank's rollout replica process.
 pub struct RolloutReplica {
     conn: Mutex<Connection>,
+    /// The longest a request may go unanswered.
+    timeout: Duration,
     /// A vision-language model's vision tokens, as the replica's model has them.
     vision: Option<MropeTokens>,
     /// The socket's directory, removed with the replica.
@@ -95,9 +116,6 @@ impl std::fmt::Debug for RolloutReplica {
     }
 }
 
-/// Longest wait for a started replica to connect and build its model.
-const START_TIMEOUT: Duration = Duration::from_secs(300);
-
 impl RolloutReplica {
     /// Starts a replica of `config` (without LoRA: the rank merges adapters before a sync)
     /// generating in `dtype` at `place`; it has no weights until
@@ -108,7 +126,7 @@ impl RolloutReplica {
         dtype: Dtype,
         place: &ReplicaPlace,
     ) -> Result<RolloutReplica, PoolError> {
-        Spawned::spawn(command, place)?.connect(config, dtype, place)
+        Spawned::spawn(command, place)?.connect(config, dtype, place, command.answer_timeout)
     }
 
     /// The vision tokens of a vision-language model.
@@ -133,6 +151,17 @@ impl RolloutReplica {
                 Some(msg) => Err(PoolError::Remote(msg.to_owned())),
                 None => Ok((h, blobs)),
             },
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(PoolError::Remote(format!(
+                    "it did not answer within {} s (VERLC_ROLLOUT_REPLICA_TIMEOUT_S)",
+                    self.timeout.as_secs_f64()
+                )))
+            }
             Ok(None) | Err(_) => Err(ended(&mut conn.child)),
         }
     }
@@ -231,6 +260,7 @@ impl Spawned {
         config: &ModelConfig,
         dtype: Dtype,
         place: &ReplicaPlace,
+        timeout: Duration,
     ) -> Result<RolloutReplica, PoolError> {
         let Spawned {
             mut child,
@@ -254,17 +284,19 @@ impl Spawned {
                     "it exited ({status}) before it connected"
                 )));
             }
-            if started.elapsed() > START_TIMEOUT {
+            if started.elapsed() > timeout {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(PoolError::Remote(format!(
-                    "it did not connect within {} s",
-                    START_TIMEOUT.as_secs()
+                    "it did not connect within {} s (VERLC_ROLLOUT_REPLICA_TIMEOUT_S)",
+                    timeout.as_secs_f64()
                 )));
             }
             std::thread::sleep(Duration::from_millis(10));
         };
         stream.set_nonblocking(false)?;
+        // A replica that stops answering (hung, not exited) ends the call with an error.
+        stream.set_read_timeout(Some(timeout))?;
         let conn = Connection {
             child,
             reader: BufReader::new(stream.try_clone()?),
@@ -272,6 +304,7 @@ impl Spawned {
         };
         let mut replica = RolloutReplica {
             conn: Mutex::new(conn),
+            timeout,
             vision: None,
             _dir: dir,
         };
@@ -330,7 +363,9 @@ impl RankPool {
             let handles: Vec<_> = spawned
                 .into_iter()
                 .zip(places)
-                .map(|(sp, p)| s.spawn(move || sp.connect(config, dtype, p)))
+                .map(|(sp, p)| {
+                    s.spawn(move || sp.connect(config, dtype, p, command.answer_timeout))
+                })
                 .collect();
             handles
                 .into_iter()
