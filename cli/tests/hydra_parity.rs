@@ -1015,19 +1015,12 @@ fn remembered(a: &memo::Answer, verlc: &Outcome) -> Option<Outcome> {
     })
 }
 
-/// What is remembered of Hydra's outcome: its error without this checkout's path.
-fn answer_of(h: &Outcome) -> memo::Answer {
-    let raw = workspace().display().to_string();
-    let root = workspace()
-        .canonicalize()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| raw.clone());
+/// What is remembered of Hydra's outcome: its error without this checkout's path (as the
+/// keys write it).
+fn answer_of(h: &Outcome, keys: &memo::Keys) -> memo::Answer {
     memo::Answer {
         ok: h.ok,
-        error: h
-            .error
-            .as_ref()
-            .map(|e| e.replace(&raw, "<checkout>").replace(&root, "<checkout>")),
+        error: h.error.as_ref().map(|e| keys.portable(e)),
         digest: h.config.as_ref().filter(|_| h.ok).map(memo::tree_digest),
     }
 }
@@ -1103,7 +1096,7 @@ fn world() -> &'static World {
             let answers = case_keys
                 .iter()
                 .zip(&hydra)
-                .map(|(k, h)| (k.clone(), answer_of(h)))
+                .map(|(k, h)| (k.clone(), answer_of(h, &keys)))
                 .collect();
             memo::save(&store_path, &answers);
         } else if !live.is_empty() {

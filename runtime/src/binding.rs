@@ -511,10 +511,7 @@ fn run<S: Strategy, P: Precision>(
             )));
         }
         // separate_async's built-in rollout pool takes the GPUs after the trainer's.
-        let pool = match &spec {
-            Workload::Rl(s) => s.run.asynchronous.map_or(0, |a| a.rollout_processes),
-            _ => 0,
-        } / spec_world.nnodes.max(1);
+        let pool = rollout_processes(&spec) / spec_world.nnodes.max(1);
         if pool > 0 && found < local + pool {
             return Err(Exit::Failed(format!(
                 "separate_async's rollout pool takes {pool} GPU(s) of this node after the trainer's {local}, but libtorch sees {found} CUDA device(s); \
@@ -561,11 +558,7 @@ fn run<S: Strategy, P: Precision>(
                 // As torchrun: ranks share the cores instead of each taking all of them, and
                 // with separate_async's built-in pool, with their rollout replicas.
                 let cores = std::thread::available_parallelism().map_or(1, usize::from);
-                let pool = match &spec {
-                    Workload::Rl(s) => s.run.asynchronous.map_or(0, |a| a.rollout_processes),
-                    _ => 0,
-                };
-                let share = (cores / (world + pool)).max(1);
+                let share = (cores / (world + rollout_processes(&spec))).max(1);
                 launcher = launcher.env("OMP_NUM_THREADS", share.to_string());
             }
             let ranks = launcher.spawn().map_err(|e| Exit::Failed(e.to_string()))?;
@@ -594,6 +587,14 @@ fn run<S: Strategy, P: Precision>(
 /// Refuses a run whose trained roles `verlc explain` estimates at more memory per rank than a
 /// GPU of `device_bytes` has, naming both numbers and the keys that would lower it. The
 /// estimate needs the model's `config.json` (a run without one is not checked).
+/// The processes of separate_async's built-in rollout pool (0 for any other run).
+fn rollout_processes(spec: &Workload) -> usize {
+    match spec {
+        Workload::Rl(s) => s.run.asynchronous.map_or(0, |a| a.rollout_processes),
+        _ => 0,
+    }
+}
+
 fn check_device_memory(
     embedded: &str,
     info: &BuildInfo,

@@ -103,7 +103,7 @@ impl Keys {
     }
 
     /// `text` with this checkout's path written as `<checkout>`.
-    fn portable(&self, text: &str) -> String {
+    pub fn portable(&self, text: &str) -> String {
         self.checkout
             .iter()
             .fold(text.to_string(), |t, p| t.replace(p.as_str(), "<checkout>"))

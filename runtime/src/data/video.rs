@@ -76,6 +76,10 @@ pub fn process_video_frames(
         fetched.push(fetched[fetched.len() - 1].clone());
     }
     let n = fetched.len();
+    let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
+    if n % t != 0 {
+        return Err(bad(format!("{n} frames for temporal patches of {t}")));
+    }
     // The stack's size within the video's bounds; the whole-video budget binds only past
     // about 300 frames, where qwen_vl_utils' bound is fractional.
     let factor = fetch_patch * 2;
@@ -104,7 +108,6 @@ pub fn process_video_frames(
         .f_clamp(0.0, 255.0)?
         .f_round()?;
     // The processor's resize (in float, not rounded) to its bounds.
-    let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
     let (ph, pw) = smart_resize(
         rh,
         rw,
@@ -123,9 +126,6 @@ pub fn process_video_frames(
     // Patches: temporal groups, merge blocks, patches within a block; each patch channel,
     // frame, row, column.
     let frames_per_patch = t as i64;
-    if n % t != 0 {
-        return Err(bad(format!("{n} frames for temporal patches of {t}")));
-    }
     let (gt, gh, gw) = ((n / t) as i64, (ph / p) as i64, (pw / p) as i64);
     let (p, m) = (p as i64, m as i64);
     let patches = stack

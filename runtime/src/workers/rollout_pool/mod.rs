@@ -5,7 +5,7 @@
 //!
 //! The replica is the trainer's own binary started with [`REPLICA_ENV`] naming a Unix socket
 //! ([`server::serve_if_replica`] runs it before anything else). The rank's side,
-//! [`RolloutReplica`], sends it the model's config at start, the policy's whole tensors by
+//! [`RolloutReplica`] (started by [`RankPool::start`]), sends it the model's config at start, the policy's whole tensors by
 //! name at every weight sync, and each generation call's prompts (with their images),
 //! sampling streams and settings; the replica answers with the generated batch, the same
 //! tensors a rollout in the rank's own process would have made (it runs the same worker).
@@ -117,18 +117,6 @@ impl std::fmt::Debug for RolloutReplica {
 }
 
 impl RolloutReplica {
-    /// Starts a replica of `config` (without LoRA: the rank merges adapters before a sync)
-    /// generating in `dtype` at `place`; it has no weights until
-    /// [`RolloutReplica::update_weights`].
-    pub fn start(
-        command: &ReplicaCommand,
-        config: &ModelConfig,
-        dtype: Dtype,
-        place: &ReplicaPlace,
-    ) -> Result<RolloutReplica, PoolError> {
-        Spawned::spawn(command, place)?.connect(config, dtype, place, command.answer_timeout)
-    }
-
     /// The vision tokens of a vision-language model.
     pub fn vision_tokens(&self) -> Option<&MropeTokens> {
         self.vision.as_ref()
@@ -164,12 +152,6 @@ impl RolloutReplica {
             }
             Ok(None) | Err(_) => Err(ended(&mut conn.child)),
         }
-    }
-
-    /// Binds the policy's whole tensors (by checkpoint name) to the replica's model.
-    pub fn update_weights(&self, params: &[(String, Tensor)]) -> Result<(), PoolError> {
-        let (header, blobs) = weights_frame(params)?;
-        self.call(&header, &blobs).map(drop)
     }
 
     /// Generates `params.n` responses for each prompt, with each prompt's sampling stream and
@@ -214,11 +196,21 @@ impl RolloutReplica {
 
 /// A replica process started, not yet connected. The process is started on the caller's
 /// thread: its parent-death signal follows the thread that started it, so a replica started
-/// on a short-lived thread would die with that thread.
+/// on a short-lived thread would die with that thread. One that is dropped before it is
+/// connected (it failed, or a sibling did) is killed.
 struct Spawned {
-    child: Child,
+    child: Option<Child>,
     listener: UnixListener,
-    dir: SocketDir,
+    dir: Option<SocketDir>,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 impl Spawned {
@@ -247,46 +239,41 @@ impl Spawned {
                 PoolError::Protocol(format!("starting {}: {e}", command.program.display()))
             })?;
         Ok(Spawned {
-            child,
+            child: Some(child),
             listener,
-            dir,
+            dir: Some(dir),
         })
     }
 
-    /// Waits for the replica to connect and build its model (any thread may wait); a replica
-    /// that fails here is killed.
+    /// Waits for the replica to connect and build its model (any thread may wait), within
+    /// `command`'s timeout.
     fn connect(
-        self,
+        mut self,
+        command: &ReplicaCommand,
         config: &ModelConfig,
         dtype: Dtype,
         place: &ReplicaPlace,
-        timeout: Duration,
     ) -> Result<RolloutReplica, PoolError> {
-        let Spawned {
-            mut child,
-            listener,
-            dir,
-        } = self;
-        let threads = place.threads.max(1);
+        let timeout = command.answer_timeout;
         let started = Instant::now();
         let stream = loop {
-            match listener.accept() {
+            match self.listener.accept() {
                 Ok((s, _)) => break s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(e.into());
-                }
+                Err(e) => return Err(e.into()),
             }
-            if let Some(status) = child.try_wait()? {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .map(Child::try_wait)
+                .transpose()?
+                .flatten()
+            {
                 return Err(PoolError::Remote(format!(
                     "it exited ({status}) before it connected"
                 )));
             }
             if started.elapsed() > timeout {
-                let _ = child.kill();
-                let _ = child.wait();
                 return Err(PoolError::Remote(format!(
                     "it did not connect within {} s (VERLC_ROLLOUT_REPLICA_TIMEOUT_S)",
                     timeout.as_secs_f64()
@@ -297,13 +284,17 @@ impl Spawned {
         stream.set_nonblocking(false)?;
         // A replica that stops answering (hung, not exited) ends the call with an error.
         stream.set_read_timeout(Some(timeout))?;
-        let conn = Connection {
-            child,
-            reader: BufReader::new(stream.try_clone()?),
-            writer: BufWriter::new(stream),
+        let (reader, writer) = (BufReader::new(stream.try_clone()?), BufWriter::new(stream));
+        let (Some(child), Some(dir)) = (self.child.take(), self.dir.take()) else {
+            return Err(PoolError::Protocol("a replica connected twice".into()));
         };
+        // From here the replica's own drop stops it.
         let mut replica = RolloutReplica {
-            conn: Mutex::new(conn),
+            conn: Mutex::new(Connection {
+                child,
+                reader,
+                writer,
+            }),
             timeout,
             vision: None,
             _dir: dir,
@@ -312,7 +303,7 @@ impl Spawned {
             "op": "start",
             "config": config,
             "dtype": dtype,
-            "threads": threads,
+            "threads": place.threads.max(1),
             "device": device_name(place.device),
         });
         let (answer, _) = replica.call(&hello, &[])?;
@@ -363,9 +354,7 @@ impl RankPool {
             let handles: Vec<_> = spawned
                 .into_iter()
                 .zip(places)
-                .map(|(sp, p)| {
-                    s.spawn(move || sp.connect(config, dtype, p, command.answer_timeout))
-                })
+                .map(|(sp, p)| s.spawn(move || sp.connect(command, config, dtype, p)))
                 .collect();
             handles
                 .into_iter()
