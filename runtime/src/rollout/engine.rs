@@ -13,8 +13,10 @@ use crate::rng::Rng;
 
 use super::decoder::Decoder;
 use super::sampling::uniforms;
+use super::vocab_head::HeadLogits;
 use super::{LogProbPath, RolloutError, SamplingParams};
 use crate::logits::SequenceBatch;
+use crate::model::KvCache;
 
 /// Token ids that end a response, and the id used for padding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +24,21 @@ pub struct StopTokens {
     pub eos: Vec<i64>,
     pub pad: i64,
 }
+
+/// The weights a row was generated with when they changed during the call (a partial rollout:
+/// [`generate_interruptible`]); `None` stands for the weights the call began with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowVersions {
+    /// The version that generated the row's first token.
+    pub first: Option<u64>,
+    /// The version that generated its last token.
+    pub last: Option<u64>,
+}
+
+/// Asked before every decoded token: `Some(version)` when the model's weights were replaced
+/// meanwhile (the rows still decoding then continue with them), `None` to go on. It may block
+/// while the rollout is paused.
+pub type WeightSwap<'a> = dyn FnMut() -> Result<Option<u64>, RolloutError> + 'a;
 
 /// Generated batch in verl's layout; `N = prompts x n`, rows of one prompt adjacent.
 #[derive(Debug)]
@@ -61,6 +78,8 @@ pub struct RolloutOutput {
     /// Per row, from a Python agent loop: its `AgentLoopOutput.reward_score` (empty when no
     /// row came from one). verl scores a batch with these when every row has one.
     pub loop_scores: Vec<Option<f64>>,
+    /// Per row, when the weights changed while the batch decoded (empty: they did not).
+    pub versions: Vec<RowVersions>,
 }
 
 /// Generates `params.n` responses for each prompt, left-padding prompts to the longest.
@@ -146,6 +165,44 @@ pub fn generate_images<D: Decoder>(
     stop: &StopTokens,
     prompt_width: Option<usize>,
 ) -> Result<RolloutOutput, RolloutError> {
+    let input = GenerateInput {
+        prompts,
+        images,
+        streams,
+        prompt_width,
+    };
+    generate_interruptible(model, input, params, stop, &mut || Ok(None))
+}
+
+/// What one generation call decodes: the prompts, their images (empty: none has any) and
+/// sampling streams, and the width prompts are left-padded to (`None`: the longest).
+#[derive(Debug, Clone, Copy)]
+pub struct GenerateInput<'a> {
+    pub prompts: &'a [Vec<i64>],
+    pub images: &'a [RowImages],
+    pub streams: &'a [PromptStream],
+    pub prompt_width: Option<usize>,
+}
+
+/// [`generate_images`] whose weights may change while it decodes (verl's partial rollout:
+/// requests aborted at a weight sync resume with the new weights). Before every token `swap`
+/// says whether the model's weights were replaced; if so, the rows still decoding are
+/// prefilled again, prompt and response so far, with the new weights (as vLLM recomputes a
+/// resumed request) and continue from there with their own sampling streams. A row's tokens
+/// keep the log-probs of the weights that chose them, and `versions` says which those were.
+pub fn generate_interruptible<D: Decoder>(
+    model: &D,
+    input: GenerateInput<'_>,
+    params: &SamplingParams,
+    stop: &StopTokens,
+    swap: &mut WeightSwap<'_>,
+) -> Result<RolloutOutput, RolloutError> {
+    let GenerateInput {
+        prompts,
+        images,
+        streams,
+        prompt_width,
+    } = input;
     params.validate().map_err(RolloutError::Params)?;
     if !images.is_empty() && images.len() != prompts.len() {
         return Err(RolloutError::Batch(format!(
@@ -202,6 +259,11 @@ pub fn generate_images<D: Decoder>(
         None => longest as i64,
     };
     let chunk = params.max_prompts_per_pass.unwrap_or(prompts.len());
+    let mut swaps = Swaps {
+        poll: swap,
+        current: None,
+        any: false,
+    };
     let parts: Vec<Chunk> = tch::no_grad(|| {
         let mut head = model.head(params);
         prompts
@@ -215,7 +277,7 @@ pub fn generate_images<D: Decoder>(
                     images: imgs.unwrap_or_default(),
                     streams: ss,
                 };
-                generate_chunk(model, &mut head, prompts, width, params, stop)
+                generate_chunk(model, &mut head, prompts, width, params, stop, &mut swaps)
             })
             .collect::<Result<_, _>>()
     })?;
@@ -229,7 +291,18 @@ pub fn generate_images<D: Decoder>(
     };
     let decoded_rows = parts.iter().map(|c| c.decoded_rows).sum();
     let recompute = (params.log_prob_path == LogProbPath::Recompute).then_some(model);
-    rows.finish(prompts.len(), params, stop, decoded_rows, recompute)
+    let mut out = rows.finish(prompts.len(), params, stop, decoded_rows, recompute)?;
+    if swaps.any {
+        out.versions = parts.into_iter().flat_map(|c| c.versions).collect();
+    }
+    Ok(out)
+}
+
+/// The weight swaps of one call: the caller's poll, and the version the last swap brought.
+struct Swaps<'s, 'a> {
+    poll: &'s mut WeightSwap<'a>,
+    current: Option<u64>,
+    any: bool,
 }
 
 /// A generated batch before its masks: left-padded prompts with their mask, right-padded
@@ -321,6 +394,7 @@ impl Rows {
             tool_rewards: Vec::new(),
             turn_scores: Vec::new(),
             loop_scores: Vec::new(),
+            versions: Vec::new(),
         })
     }
 }
@@ -432,6 +506,7 @@ pub fn from_trajectory_rows(
         tool_rewards: Vec::new(),
         turn_scores: Vec::new(),
         loop_scores: Vec::new(),
+        versions: Vec::new(),
     })
 }
 
@@ -458,6 +533,7 @@ struct Chunk {
     responses: Tensor,
     log_probs: Tensor,
     decoded_rows: usize,
+    versions: Vec<RowVersions>,
 }
 
 fn left_pad(prompts: &[Vec<i64>], width: i64, pad: i64, device: Device) -> (Tensor, Tensor) {
@@ -493,6 +569,7 @@ fn generate_chunk<D: Decoder>(
     width: i64,
     params: &SamplingParams,
     stop: &StopTokens,
+    swaps: &mut Swaps<'_, '_>,
 ) -> Result<Chunk, RolloutError> {
     let device = model.device();
     let (n, r) = (params.n as i64, params.max_new_tokens as i64);
@@ -559,7 +636,36 @@ fn generate_chunk<D: Decoder>(
     // The chunk rows still decoding, in the order of the batch the model sees (None: all).
     let mut live: Option<Tensor> = None;
     let mut decoded_rows = 0;
+    let at_start = RowVersions {
+        first: swaps.current,
+        last: swaps.current,
+    };
+    let mut versions = vec![at_start; rows as usize];
     for t in 0..r {
+        if let Some(version) = (swaps.poll)()? {
+            swaps.current = Some(version);
+            swaps.any = true;
+            *head = model.head(params);
+            let decoding = Decoding {
+                ids: &ids,
+                responses: &responses,
+                key_mask: &key_mask,
+                images,
+                n,
+                width,
+                t,
+            };
+            let (fresh_logits, fresh_cache, rows_now) =
+                prefill_again(model, head, &decoding, live.as_ref(), cache.capacity())?;
+            let done_now = Vec::<i64>::try_from(done.to_kind(Kind::Int64))?;
+            for (&row, &ended) in rows_now.iter().zip(&done_now) {
+                if ended == 0 {
+                    versions[row as usize].last = Some(version);
+                }
+            }
+            logits = fresh_logits;
+            cache = fresh_cache;
+        }
         let (tokens, logp) = model.choose(logits.as_ref(), params, &u.select(1, t))?;
         let mut tokens = tokens.masked_fill(&done, stop.pad);
         let logp = logp.masked_fill(&done, 0.0);
@@ -625,5 +731,59 @@ fn generate_chunk<D: Decoder>(
         responses,
         log_probs,
         decoded_rows,
+        versions,
     })
+}
+
+/// A chunk's decoding state at token `t`, as [`prefill_again`] reads it: the rows' padded
+/// prompts `(rows, width)`, the responses so far `(rows, R)`, the key mask of the rows still
+/// in the batch `(live, width + R)`, and the prompts' images (`n` rows per prompt).
+struct Decoding<'a> {
+    ids: &'a Tensor,
+    responses: &'a Tensor,
+    key_mask: &'a Tensor,
+    images: &'a [RowImages],
+    n: i64,
+    width: i64,
+    t: i64,
+}
+
+/// The rows still in the decoding batch (`live`; `None`: every row), prefilled again with the
+/// model's current weights over their prompt and response so far: the logits of token `t`, a
+/// cache of `capacity` positions holding the rest, and the rows in batch order.
+fn prefill_again<D: Decoder>(
+    model: &D,
+    head: &mut D::Head,
+    d: &Decoding<'_>,
+    live: Option<&Tensor>,
+    capacity: i64,
+) -> Result<(Option<HeadLogits>, KvCache, Vec<i64>), RolloutError> {
+    let rows_now: Vec<i64> = match live {
+        Some(rows) => Vec::<i64>::try_from(rows)?,
+        None => (0..d.ids.size()[0]).collect(),
+    };
+    let index = Tensor::from_slice(&rows_now).to_device(d.ids.device());
+    let seq = Tensor::cat(
+        &[
+            d.ids.index_select(0, &index),
+            d.responses.narrow(1, 0, d.t).index_select(0, &index),
+        ],
+        1,
+    );
+    let mask = d.key_mask.narrow(1, 0, d.width + d.t);
+    let mut cache = model.cache(rows_now.len() as i64, capacity);
+    let logits = if model.has_vision() {
+        let images: Vec<&ProcessedImage> = rows_now
+            .iter()
+            .filter_map(|&row| d.images.get((row / d.n) as usize))
+            .flat_map(|i| i.iter())
+            .collect();
+        model
+            .prefill_images(head, &seq, &mask, &images, &mut cache)?
+            .0
+    } else {
+        let pos = position_ids_from_mask(&mask);
+        model.next_logits(head, &seq, &pos, &mask, &mut cache)?
+    };
+    Ok((logits, cache, rows_now))
 }

@@ -21,8 +21,9 @@ pub mod vocab_head;
 
 pub use decoder::{Decoder, RolloutLayout, ShardLayout, ShardedDecoder};
 pub use engine::{
-    PromptStream, RolloutOutput, StopTokens, from_token_rows, from_trajectory_rows, generate,
-    generate_images, generate_padded, generate_streams, generate_with,
+    GenerateInput, PromptStream, RolloutOutput, RowVersions, StopTokens, WeightSwap,
+    from_token_rows, from_trajectory_rows, generate, generate_images, generate_interruptible,
+    generate_padded, generate_streams, generate_with,
 };
 pub use logprob::compute_log_probs;
 pub use params::{LogProbPath, SamplingParams};

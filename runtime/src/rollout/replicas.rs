@@ -312,6 +312,7 @@ fn unpack(
         tool_rewards: Vec::new(),
         turn_scores: Vec::new(),
         loop_scores: Vec::new(),
+        versions: Vec::new(),
     })
 }
 
@@ -344,6 +345,7 @@ fn rows_of(
         tool_rewards: Vec::new(),
         turn_scores: Vec::new(),
         loop_scores: Vec::new(),
+        versions: Vec::new(),
     })
 }
 

@@ -3,9 +3,13 @@
 //! prompt batches in order while the trainer thread updates.
 //!
 //! Weights are published by version (the number of updates they hold) into a one-slot
-//! mailbox; before each batch the thread takes the newest, so a batch is generated wholly with
-//! one version (no partial rollouts) and that version comes back with it. The published
-//! tensors are copies: the trainer updates its own in place while the thread still decodes.
+//! mailbox. A whole-model rollout takes the newest before every token (verl's partial
+//! rollout: the rows it is decoding continue with them, prefilled again, and each row says
+//! which versions made it); the other rollouts (Megatron shards, vLLM, replica processes) take
+//! them before each batch, which is then generated wholly with one version. The trainer can
+//! pause the thread until its next publish (`colocate_async` between sampling and the sync).
+//! The published tensors are copies: the trainer updates its own in place while the thread
+//! still decodes.
 //!
 //! The thread stops when the handle drops (after the batch it is on) and a panic in it comes
 //! back as an error, never a hang: the trainer's wait ends when the channel closes.
@@ -18,7 +22,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -28,7 +32,7 @@ use crate::data::PromptItem;
 use crate::parallel::dist::{ProcessGroup, ReduceOp};
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
-use crate::workers::rollout::RolloutWorker;
+use crate::workers::rollout::{RolloutWorker, VersionedWeights, WeightSource};
 
 use super::TrainerError;
 use super::agent::AgentRollout;
@@ -45,11 +49,14 @@ pub struct Job {
 /// tokenizer it renders turns with; shared with the trainer, which validates through it.
 pub type AgentLoop = (Arc<AgentRollout>, Arc<Tokenizer>);
 
-/// A generated batch, with the weights version it was generated with.
+/// A generated batch, with the weights versions it was generated with: `version` began it,
+/// `last_version` was bound when it ended (later when the weights changed while it decoded;
+/// the output's `versions` then say which rows took them).
 #[derive(Debug)]
 pub struct Generated {
     pub id: u64,
     pub version: u64,
+    pub last_version: u64,
     pub output: RolloutOutput,
     /// Seconds the thread spent generating it.
     pub seconds: f64,
@@ -60,9 +67,74 @@ struct Published {
     params: Vec<(String, Tensor)>,
 }
 
+/// The weights mailbox between the trainer and the rollout thread: the newest published
+/// weights (one slot), whether the trainer has paused the rollout (`colocate_async` between
+/// sampling and the next sync) and whether the handle is gone.
+#[derive(Default)]
+struct Gate {
+    state: Mutex<GateState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    newest: Option<Published>,
+    paused: bool,
+    closed: bool,
+    /// The version the thread took last.
+    taken: Option<u64>,
+}
+
 // Tensors moved between the threads are owned by one side at a time (the mailbox hands a
 // copy over); libtorch's tensors are safe to use from any one thread.
-type Mailbox = Arc<Mutex<Option<Published>>>;
+type Mailbox = Arc<Gate>;
+
+impl Gate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The newest weights not yet taken, after waiting while the rollout is paused.
+    fn take(&self) -> Result<Option<Published>, String> {
+        let mut state = self.lock();
+        while state.paused && !state.closed {
+            state = self
+                .wake
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        if state.closed {
+            return Err("the run ended while the rollout was paused".into());
+        }
+        let newest = state.newest.take();
+        if let Some(p) = &newest {
+            state.taken = Some(p.version);
+        }
+        Ok(newest)
+    }
+
+    /// The newest weights without waiting (the lockstep threads decide together).
+    fn take_now(&self) -> Option<Published> {
+        let mut state = self.lock();
+        let newest = state.newest.take();
+        if let Some(p) = &newest {
+            state.taken = Some(p.version);
+        }
+        newest
+    }
+
+    fn taken(&self) -> Option<u64> {
+        self.lock().taken
+    }
+}
+
+impl WeightSource for Gate {
+    fn poll(&self) -> Result<Option<VersionedWeights>, String> {
+        Ok(self.take()?.map(|p| (p.version, p.params)))
+    }
+}
 
 /// The handle the trainer holds.
 pub struct BackgroundRollout {
@@ -96,7 +168,7 @@ impl BackgroundRollout {
     ) -> Result<Self, TrainerError> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel();
-        let mailbox: Mailbox = Arc::new(Mutex::new(None));
+        let mailbox: Mailbox = Arc::new(Gate::default());
         let slot = Arc::clone(&mailbox);
         let cancel = Arc::new(AtomicBool::new(false));
         let cancelled = Arc::clone(&cancel);
@@ -129,12 +201,19 @@ impl BackgroundRollout {
                 .map(|(n, t)| Ok((n.clone(), t.f_detach_copy()?)))
                 .collect::<Result<Vec<_>, tch::TchError>>()
         })?;
-        let mut slot = self
-            .mailbox
-            .lock()
-            .map_err(|_| TrainerError::Config("the rollout thread failed".into()))?;
-        *slot = Some(Published { version, params });
+        let mut state = self.mailbox.lock();
+        state.newest = Some(Published { version, params });
+        state.paused = false;
+        self.mailbox.wake.notify_all();
         Ok(())
+    }
+
+    /// Pauses the rollout until the next [`BackgroundRollout::publish`] (verl's
+    /// `colocate_async` aborts its requests when the trainer has sampled and resumes them
+    /// with the weights of the step's sync): the thread stops before its next token, and the
+    /// rows it was decoding continue with the new weights.
+    pub fn pause(&self) {
+        self.mailbox.lock().paused = true;
     }
 
     /// Queues a batch.
@@ -197,8 +276,10 @@ impl BackgroundRollout {
 
 impl Drop for BackgroundRollout {
     fn drop(&mut self) {
-        // Closing the queue ends the thread after its current batch.
+        // Closing the queue ends the thread after its current batch (a paused one at once).
         self.cancel.store(true, Ordering::Relaxed);
+        self.mailbox.lock().closed = true;
+        self.mailbox.wake.notify_all();
         self.jobs = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -219,21 +300,25 @@ type Ends = (
 fn serve(worker: RolloutWorker, stop: StopTokens, agent: Option<AgentLoop>, ends: Ends) {
     let (jobs, done, mailbox, cancel) = ends;
     let mut worker = worker;
-    let mut version = None;
+    // A whole model takes new weights between two tokens (partial rollout).
+    let source: Arc<dyn WeightSource> = mailbox.clone();
+    worker.swap_weights_from(source);
     while let Ok(job) = jobs.recv() {
         if cancel.load(Ordering::Relaxed) {
             return;
         }
         let result = (|| -> Result<Generated, String> {
-            let newest = mailbox.lock().map_err(|e| e.to_string())?.take();
-            if let Some(p) = newest {
+            if let Some(p) = mailbox.take()? {
                 worker
                     .update_weights(&p.params)
                     .map_err(|e| e.to_string())?;
-                version = Some(p.version);
             }
-            let version = version.ok_or("no weights were published before the first batch")?;
-            generate(&worker, &stop, agent.as_ref(), &job, version)
+            let first = mailbox
+                .taken()
+                .ok_or("no weights were published before the first batch")?;
+            let mut generated = generate(&worker, &stop, agent.as_ref(), &job, first)?;
+            generated.last_version = mailbox.taken().unwrap_or(first);
+            Ok(generated)
         })();
         let failed = result.is_err();
         if done.send(result).is_err() || failed {
@@ -259,10 +344,7 @@ fn serve_lockstep(
     let mut version = None;
     loop {
         let job = jobs.recv().ok();
-        let newest = mailbox
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let newest = mailbox.take_now();
         let go = job.is_some() && !(main && cancel.load(Ordering::Relaxed));
         // The main rank's plan: go on, sync the server's weights, and to which version.
         let plan = Tensor::from_slice(&[
@@ -340,6 +422,7 @@ fn generate(
     Ok(Generated {
         id: job.id,
         version,
+        last_version: version,
         output,
         seconds: start.elapsed().as_secs_f64(),
     })

@@ -14,6 +14,7 @@
 //! prompts with the others ([`ReplicaShare`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
@@ -24,8 +25,8 @@ use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
 use crate::parallel::dist::ProcessGroup;
 use crate::rollout::vllm::{VllmRollout, VllmSpec};
 use crate::rollout::{
-    PromptStream, ReplicaShare, RolloutLayout, RolloutOutput, SamplingParams, ShardLayout,
-    ShardedDecoder, StopTokens,
+    GenerateInput, PromptStream, ReplicaShare, RolloutError, RolloutLayout, RolloutOutput,
+    SamplingParams, ShardLayout, ShardedDecoder, StopTokens, generate_interruptible,
 };
 use crate::workers::rollout_pool::{RankPool, ReplicaCommand, ReplicaPlace};
 
@@ -57,7 +58,22 @@ pub struct RolloutWorker {
     loaded: bool,
     /// The policy's LoRA adapters, merged on every sync.
     lora: Option<crate::model::lora::LoraConfig>,
+    /// Where a rollout beside the trainer finds newer weights while it decodes (partial
+    /// rollout); `None`: a batch decodes with the weights it started with.
+    source: Option<Arc<dyn WeightSource>>,
 }
+
+/// Newer weights for a rollout that is decoding (verl's partial rollout: in-flight requests
+/// continue with the weights of the latest sync).
+pub trait WeightSource: Send + Sync {
+    /// The newest weights (whole tensors by name, as [`RolloutWorker::update_weights`] takes
+    /// them) with their version when there are newer ones than the last taken; may block
+    /// while the rollout is paused, and fails when the run has ended.
+    fn poll(&self) -> std::result::Result<Option<VersionedWeights>, String>;
+}
+
+/// Whole tensors by name and the version (updates) they hold.
+pub type VersionedWeights = (u64, Vec<(String, Tensor)>);
 
 impl std::fmt::Debug for RolloutWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -138,6 +154,7 @@ impl RolloutWorker {
             shapes: BTreeMap::new(),
             loaded: false,
             lora: config.lora.clone(),
+            source: None,
         })
     }
 
@@ -163,6 +180,7 @@ impl RolloutWorker {
             shapes: BTreeMap::new(),
             loaded: false,
             lora: config.lora.clone(),
+            source: None,
         })
     }
 
@@ -203,6 +221,7 @@ impl RolloutWorker {
             shapes,
             loaded: true,
             lora,
+            source: None,
         };
         w.release()?;
         Ok(w)
@@ -225,11 +244,7 @@ impl RolloutWorker {
         let merged;
         let params = match &self.lora {
             Some(lora) => {
-                let all = params
-                    .iter()
-                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
-                    .collect();
-                merged = crate::model::lora::merged(all, lora)?;
+                merged = self.merge_lora(params, lora)?;
                 merged.as_slice()
             }
             None => params,
@@ -246,6 +261,26 @@ impl RolloutWorker {
             self.loaded = true;
             return Ok(());
         }
+        self.bind(params)?;
+        self.loaded = true;
+        Ok(())
+    }
+
+    fn merge_lora(
+        &self,
+        params: &[(String, Tensor)],
+        lora: &crate::model::lora::LoraConfig,
+    ) -> Result<Vec<(String, Tensor)>> {
+        let all = params
+            .iter()
+            .map(|(n, t)| (n.clone(), t.shallow_clone()))
+            .collect();
+        Ok(crate::model::lora::merged(all, lora)?)
+    }
+
+    /// Binds `params` (LoRA already merged) to this process's model: the variables take
+    /// their storage, so a model that is decoding sees them at its next step.
+    fn bind(&self, params: &[(String, Tensor)]) -> Result<()> {
         if params.len() != self.shapes.len() {
             return Err(WorkerError::Config(format!(
                 "weight sync: the trainer sent {} tensors, the rollout model has {}",
@@ -272,9 +307,27 @@ impl RolloutWorker {
                 var.shallow_clone().f_set_data(&data)?;
             }
             Ok(())
-        })?;
-        self.loaded = true;
-        Ok(())
+        })
+    }
+
+    /// Lets a whole-model rollout take newer weights from `source` while it decodes (verl's
+    /// partial rollout); the other rollouts finish a batch with the weights it started with.
+    pub fn swap_weights_from(&mut self, source: Arc<dyn WeightSource>) {
+        if matches!(self.model, Skeleton::Full(_)) {
+            self.source = Some(source);
+        }
+    }
+
+    /// The source's newer weights bound between two decoded tokens: their version.
+    fn take_newer(&self, source: &dyn WeightSource) -> Result<Option<u64>> {
+        let Some((version, params)) = source.poll().map_err(WorkerError::Config)? else {
+            return Ok(None);
+        };
+        match &self.lora {
+            Some(lora) => self.bind(&self.merge_lora(&params, lora)?)?,
+            None => self.bind(&params)?,
+        }
+        Ok(Some(version))
     }
 
     /// Drops the weights (the rollout's "sleep"): the model keeps empty tensors until the
@@ -390,15 +443,23 @@ impl RolloutWorker {
     ) -> Result<RolloutOutput> {
         self.require_weights()?;
         Ok(match &self.model {
-            Skeleton::Full(model) => crate::rollout::generate_images(
-                model.as_ref(),
-                prompts,
-                images,
-                streams,
-                params,
-                stop,
-                None,
-            )?,
+            Skeleton::Full(model) => {
+                let input = GenerateInput {
+                    prompts,
+                    images,
+                    streams,
+                    prompt_width: None,
+                };
+                let mut swap = || -> std::result::Result<Option<u64>, RolloutError> {
+                    match &self.source {
+                        Some(source) => self
+                            .take_newer(source.as_ref())
+                            .map_err(|e| RolloutError::Batch(format!("new weights: {e}"))),
+                        None => Ok(None),
+                    }
+                };
+                generate_interruptible(model.as_ref(), input, params, stop, &mut swap)?
+            }
             Skeleton::Vllm(v) if images.is_empty() => v.generate(prompts, streams, params, stop)?,
             Skeleton::Vllm(_) => {
                 return Err(WorkerError::Config(

@@ -290,8 +290,11 @@ fn vision_language_rollout_generates_transformers_tokens() {
 }
 
 fn rollout_generates_transformers_tokens(dir: &std::path::Path, file: &str) {
-    use verlc_runtime::rollout::{PromptStream, SamplingParams, StopTokens, generate_images};
-    let (_vs, model, tensors) = oracle_model_in(dir, file);
+    use verlc_runtime::rollout::{
+        GenerateInput, PromptStream, SamplingParams, StopTokens, generate_images,
+        generate_interruptible,
+    };
+    let (vs, model, tensors) = oracle_model_in(dir, file);
     let (prompts, images) = oracle_rows(&tensors);
     let want: Vec<Vec<i64>> = Vec::try_from(&tensors["output.generated"]).expect("generated");
     let params = SamplingParams {
@@ -310,6 +313,35 @@ fn rollout_generates_transformers_tokens(dir: &std::path::Path, file: &str) {
         .expect("generate");
     let got: Vec<Vec<i64>> = Vec::try_from(&out.responses).expect("responses");
     assert_eq!(got, want, "greedy tokens");
+    // A weight sync in the middle of the batch (partial rollout) with the same weights: the
+    // rows are prefilled again with their images, prompt and response so far, and go on to
+    // the same tokens.
+    let mut polls = 0;
+    let mut swap = || {
+        polls += 1;
+        if polls != 2 {
+            return Ok(None);
+        }
+        tch::no_grad(|| {
+            for (_, var) in vs.variables() {
+                let copy = var.detach_copy();
+                var.shallow_clone().set_data(&copy);
+            }
+        });
+        Ok(Some(1))
+    };
+    let input = GenerateInput {
+        prompts: &prompts,
+        images: &images,
+        streams: &streams,
+        prompt_width: None,
+    };
+    let resumed =
+        generate_interruptible(&model, input, &params, &stop, &mut swap).expect("generate");
+    let again: Vec<Vec<i64>> = Vec::try_from(&resumed.responses).expect("responses");
+    assert_eq!(again, want, "greedy tokens after a weight sync at token 1");
+    assert!(resumed.versions.iter().all(|v| v.last == Some(1)));
+    assert!(max_diff(&resumed.rollout_log_probs, &out.rollout_log_probs) < 1e-4);
     let pos = &out.position_ids;
     assert_eq!(pos.size(), [2, out.input_ids.size()[1], 3]);
     let p = out.prompts.size()[1];

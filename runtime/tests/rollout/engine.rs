@@ -2,8 +2,12 @@
 //! left-padded batches, stopping at EOS, verl's output layout, n samples per prompt.
 
 use tch::{Device, Kind, Tensor};
+use verlc_runtime::logits::SequenceBatch;
 use verlc_runtime::model::{Dtype, from_pretrained};
-use verlc_runtime::rollout::{SamplingParams, StopTokens, generate, generate_padded};
+use verlc_runtime::rollout::{
+    GenerateInput, PromptStream, RolloutError, RowVersions, SamplingParams, StopTokens,
+    compute_log_probs, generate, generate_interruptible, generate_padded,
+};
 
 use crate::oracle;
 
@@ -270,5 +274,146 @@ fn ended_rows_leave_the_batch_without_changing_any_row() {
         together.decoded_rows < full && together.decoded_rows <= generated + generated / 4,
         "decoded {} rows for {generated} tokens (no compaction: {full})",
         together.decoded_rows
+    );
+}
+
+/// `model`'s variables take `from`'s values (a weight sync while the model decodes).
+fn bind_weights(model: &tch::nn::VarStore, from: &tch::nn::VarStore) {
+    let source = from.variables();
+    tch::no_grad(|| {
+        for (name, var) in model.variables() {
+            var.shallow_clone().set_data(&source[&name].detach_copy());
+        }
+    });
+}
+
+/// verl's partial rollout on the built-in engine: weights that change while a batch decodes
+/// (before token 5 here) are taken by the rows still decoding, which are prefilled again with
+/// them (prompt and response so far) and go on with their own sampling streams. With the same
+/// weights bound again the batch is the uninterrupted one; with other weights every token
+/// before the swap is the old weights' and keeps their log-prob, and every token after it has
+/// the new weights' log-prob given the whole row (the training forward's, teacher-forced), and
+/// each row says which versions made it.
+#[test]
+fn weights_that_change_mid_batch_continue_the_rows_still_decoding() {
+    let load = |seed| {
+        from_pretrained(
+            "builtin://tiny?layers=2&hidden=64",
+            Device::Cpu,
+            Dtype::Fp32,
+            seed,
+        )
+        .unwrap()
+    };
+    let (old, new, decoding) = (load(3), load(4), load(3));
+    let prompts: Vec<Vec<i64>> = (0..6)
+        .map(|i| vec![4 + i, 5, 6 + i % 3, 7][..2 + i as usize % 3].to_vec())
+        .collect();
+    let stop = StopTokens {
+        eos: vec![2, 3],
+        pad: 0,
+    };
+    let params = SamplingParams {
+        max_new_tokens: 20,
+        n: 3,
+        seed: 17,
+        temperature: 1.5,
+        ..SamplingParams::default()
+    };
+    let streams = PromptStream::consecutive(params.seed, 0, prompts.len());
+    let input = GenerateInput {
+        prompts: &prompts,
+        images: &[],
+        streams: &streams,
+        prompt_width: None,
+    };
+    let whole = generate(&old.model, &prompts, &params, &stop).unwrap();
+    const SWAP_AT: usize = 5;
+    let run = |with: &tch::nn::VarStore| {
+        let mut polls = 0;
+        let mut swap = || -> Result<Option<u64>, RolloutError> {
+            polls += 1;
+            if polls == SWAP_AT + 1 {
+                bind_weights(&decoding.vs, with);
+                return Ok(Some(7));
+            }
+            Ok(None)
+        };
+        let out =
+            generate_interruptible(&decoding.model, input, &params, &stop, &mut swap).unwrap();
+        bind_weights(&decoding.vs, &old.vs);
+        out
+    };
+
+    // The same weights again: the uninterrupted batch.
+    let same = run(&old.vs);
+    assert_eq!(rows(&same.responses), rows(&whole.responses));
+    let d = oracle::max_abs_diff(&same.rollout_log_probs, &whole.rollout_log_probs);
+    assert!(d <= 1e-5, "log-probs differ by {d}");
+    let ended_before: Vec<bool> = whole
+        .response_lengths
+        .iter()
+        .zip(&whole.finished)
+        .map(|(&len, &fin)| fin && len <= SWAP_AT)
+        .collect();
+    assert!(
+        ended_before.iter().any(|&e| e) && ended_before.iter().any(|&e| !e),
+        "the case needs rows that end before the swap and rows that decode through it: {:?}",
+        whole.response_lengths
+    );
+    let want: Vec<RowVersions> = ended_before
+        .iter()
+        .map(|&e| RowVersions {
+            first: None,
+            last: (!e).then_some(7),
+        })
+        .collect();
+    assert_eq!(same.versions, want);
+
+    // Other weights: the old ones' tokens before the swap, the new ones' after it.
+    let swapped = run(&new.vs);
+    assert_eq!(swapped.versions, want);
+    let got = rows(&swapped.responses);
+    let before: Vec<Vec<i64>> = rows(&whole.responses)
+        .iter()
+        .map(|r| r[..SWAP_AT].to_vec())
+        .collect();
+    assert_eq!(
+        got.iter()
+            .map(|r| r[..SWAP_AT].to_vec())
+            .collect::<Vec<_>>(),
+        before
+    );
+    assert_ne!(
+        got,
+        rows(&whole.responses),
+        "the new weights chose other tokens"
+    );
+    let batch = SequenceBatch {
+        input_ids: &swapped.input_ids,
+        attention_mask: &swapped.attention_mask,
+        position_ids: &swapped.position_ids,
+    };
+    let r = params.max_new_tokens as i64;
+    let mask = swapped.response_mask.to_kind(Kind::Float);
+    let forced = |m| {
+        compute_log_probs(m, &batch, r, params.temperature, 8, false)
+            .unwrap()
+            .log_probs
+            * &mask
+    };
+    let (by_old, by_new) = (forced(&old.model), forced(&new.model));
+    let cut = SWAP_AT as i64;
+    let head = oracle::max_abs_diff(
+        &swapped.rollout_log_probs.narrow(1, 0, cut),
+        &by_old.narrow(1, 0, cut),
+    );
+    let tail = oracle::max_abs_diff(
+        &swapped.rollout_log_probs.narrow(1, cut, r - cut),
+        &by_new.narrow(1, cut, r - cut),
+    );
+    assert!(
+        head <= 1e-5 && tail <= 1e-5,
+        "log-probs: {head} before the swap, {tail} after"
     );
 }

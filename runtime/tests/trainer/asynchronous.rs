@@ -128,6 +128,19 @@ fn colocate_async_trains_nothing_older_than_the_bound() {
         staleness.iter().any(|&s| s > 0.0),
         "warm-up makes some groups older: {staleness:?}"
     );
+    // Partial rollout: a trajectory whose batch was being decoded when the trainer sampled
+    // continues with the next step's weights, so it spans versions; even its oldest token is
+    // within the bound (queued at step s, it began with weights no older than s - 1).
+    let worst = series(&h, "training/off_policy/trajectory_staleness_worst/max");
+    let spans = series(&h, "training/off_policy/trajectory_spans/min");
+    assert!(
+        worst
+            .iter()
+            .zip(&staleness)
+            .all(|(&w, &s)| w >= s && w <= (k - 1) as f64),
+        "{worst:?} {staleness:?}"
+    );
+    assert!(spans.iter().all(|&s| s >= 1.0), "{spans:?}");
     // Two warm-up batches against a threshold of 2: groups queued at step 1 and still
     // untrained at step 3 are evicted (and refilled).
     let evicted = series(&h, "training/off_policy/evicted_samples");

@@ -477,8 +477,16 @@ fn stack(parts: Vec<(usize, RolloutOutput)>) -> Result<RolloutOutput, PoolError>
         tool_rewards: Vec::new(),
         turn_scores: Vec::new(),
         loop_scores: Vec::new(),
+        versions: Vec::new(),
     };
+    let swapped = parts.iter().any(|(_, o)| !o.versions.is_empty());
     for (first, o) in parts {
+        if swapped {
+            let rows = o.response_lengths.len();
+            let mut v = o.versions;
+            v.resize(rows, crate::rollout::RowVersions::default());
+            out.versions.extend(v);
+        }
         out.response_lengths.extend(o.response_lengths);
         out.finished.extend(o.finished);
         out.prompt_index
@@ -652,6 +660,7 @@ fn decode_output(h: &Value, blobs: &[Vec<u8>]) -> Result<RolloutOutput, PoolErro
         tool_rewards: field(h, "tool_rewards")?,
         turn_scores: field(h, "turn_scores")?,
         loop_scores: field(h, "loop_scores")?,
+        versions: Vec::new(),
     })
 }
 
