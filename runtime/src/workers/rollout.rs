@@ -310,10 +310,11 @@ impl RolloutWorker {
         })
     }
 
-    /// Lets a whole-model rollout take newer weights from `source` while it decodes (verl's
-    /// partial rollout); the other rollouts finish a batch with the weights it started with.
+    /// Lets a whole-model rollout, or replica processes, take newer weights from `source` while
+    /// they decode (verl's partial rollout); the other rollouts finish a batch with the weights
+    /// it started with.
     pub fn swap_weights_from(&mut self, source: Arc<dyn WeightSource>) {
-        if matches!(self.model, Skeleton::Full(_)) {
+        if matches!(self.model, Skeleton::Full(_) | Skeleton::Replica(_)) {
             self.source = Some(source);
         }
     }
@@ -323,11 +324,40 @@ impl RolloutWorker {
         let Some((version, params)) = source.poll().map_err(WorkerError::Config)? else {
             return Ok(None);
         };
-        match &self.lora {
-            Some(lora) => self.bind(&self.merge_lora(&params, lora)?)?,
-            None => self.bind(&params)?,
-        }
+        self.bind_newer(&params)?;
         Ok(Some(version))
+    }
+
+    /// Binds `params` (as [`RolloutWorker::update_weights`] takes them) to a whole model that
+    /// may be decoding: it generates with them from its next step (partial rollout).
+    pub fn bind_newer(&self, params: &[(String, Tensor)]) -> Result<()> {
+        if !matches!(self.model, Skeleton::Full(_)) {
+            return Err(WorkerError::Config(
+                "only a whole-model rollout takes weights while it decodes".into(),
+            ));
+        }
+        match &self.lora {
+            Some(lora) => self.bind(&self.merge_lora(params, lora)?),
+            None => self.bind(params),
+        }
+    }
+
+    /// The source's newer weights with the policy's LoRA adapters merged, as a replica pool
+    /// takes them.
+    fn newer_merged(&self) -> std::result::Result<Option<VersionedWeights>, String> {
+        let Some(source) = &self.source else {
+            return Ok(None);
+        };
+        let Some((version, params)) = source.poll()? else {
+            return Ok(None);
+        };
+        match &self.lora {
+            Some(lora) => self
+                .merge_lora(&params, lora)
+                .map(|p| Some((version, p)))
+                .map_err(|e| e.to_string()),
+            None => Ok(Some((version, params))),
+        }
     }
 
     /// Drops the weights (the rollout's "sleep"): the model keeps empty tensors until the
@@ -466,9 +496,13 @@ impl RolloutWorker {
                     "prompts with images run on the built-in rollout, not vLLM".into(),
                 ));
             }
-            Skeleton::Replica(r) => r
-                .generate(prompts, images, streams, params, stop)
-                .map_err(|e| WorkerError::Config(e.to_string()))?,
+            Skeleton::Replica(r) => match &self.source {
+                Some(_) => r.generate_swapping(prompts, images, streams, params, stop, &mut || {
+                    self.newer_merged()
+                }),
+                None => r.generate(prompts, images, streams, params, stop),
+            }
+            .map_err(|e| WorkerError::Config(e.to_string()))?,
             // A replica of this rank's own (and its tensor/pipeline peers', which must call
             // alike): the streams are generated as given; its first stage embeds the images.
             Skeleton::Sharded {

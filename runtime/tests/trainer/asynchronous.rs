@@ -333,3 +333,93 @@ fn replica_child_of(parent: u32) -> Option<i32> {
             .then_some(pid)
     })
 }
+
+/// separate_async's partial rollout on the replica processes: weights the rank publishes while
+/// its replicas generate are sent on to them, each takes them between two tokens (the rows it
+/// is decoding prefilled again with them) and acknowledges them; a replica that had already
+/// answered binds them after. Two replicas here, every row running to the length limit.
+#[test]
+fn replicas_take_weights_published_while_they_generate() {
+    use tch::{Device, Tensor};
+    use verlc_runtime::model::{Dtype, from_pretrained};
+    use verlc_runtime::rollout::{PromptStream, RowVersions, SamplingParams, StopTokens};
+    use verlc_runtime::workers::rollout_pool::{RankPool, ReplicaPlace};
+
+    let load = |seed| {
+        from_pretrained(
+            "builtin://tiny?layers=2&hidden=64",
+            Device::Cpu,
+            Dtype::Fp32,
+            seed,
+        )
+        .expect("tiny model")
+    };
+    let (old, new) = (load(3), load(4));
+    let weights = |vs: &tch::nn::VarStore| -> Vec<(String, Tensor)> {
+        let mut all: Vec<_> = vs.variables().into_iter().collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    };
+    let place = ReplicaPlace {
+        device: Device::Cpu,
+        threads: 1,
+    };
+    let pool = RankPool::start(
+        &crate::support::replica_command(),
+        &old.config,
+        Dtype::Fp32,
+        &[place, place],
+    )
+    .expect("two replicas");
+    let prompts: Vec<Vec<i64>> = (0..4).map(|i| vec![4 + i, 5, 6]).collect();
+    let streams = PromptStream::consecutive(11, 0, prompts.len());
+    let params = SamplingParams {
+        max_new_tokens: 128,
+        n: 2,
+        temperature: 1.2,
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    let stop = StopTokens {
+        eos: vec![2],
+        pad: 0,
+    };
+    let generate = |pool: &RankPool| {
+        pool.generate(&prompts, &[], &streams, &params, &stop)
+            .expect("generate")
+    };
+    let rows = |t: &Tensor| Vec::<Vec<i64>>::try_from(t).expect("rows");
+    pool.update_weights(&weights(&old.vs)).expect("sync");
+    let with_old = generate(&pool);
+    pool.update_weights(&weights(&new.vs)).expect("sync");
+    let with_new = generate(&pool);
+    pool.update_weights(&weights(&old.vs)).expect("sync");
+
+    // The old weights published again mid-call: the same tokens, every row continued by the
+    // replica with version 7 (the sync reaches it long before its 128th token).
+    let mut once = Some((7, weights(&old.vs)));
+    let same = pool
+        .generate_swapping(&prompts, &[], &streams, &params, &stop, &mut || {
+            Ok(once.take())
+        })
+        .expect("generate while weights change");
+    assert_eq!(rows(&same.responses), rows(&with_old.responses));
+    let continued = RowVersions {
+        first: None,
+        last: Some(7),
+    };
+    assert_eq!(same.versions, vec![continued; 8]);
+    // Every acknowledgement was read: the next call is answered as usual.
+    assert_eq!(rows(&generate(&pool).responses), rows(&with_old.responses));
+
+    // New weights mid-call: the rows continue with them, and afterwards every replica has them.
+    let mut once = Some((8, weights(&new.vs)));
+    let swapped = pool
+        .generate_swapping(&prompts, &[], &streams, &params, &stop, &mut || {
+            Ok(once.take())
+        })
+        .expect("generate while weights change");
+    assert!(swapped.versions.iter().all(|v| v.last == Some(8)));
+    assert_ne!(rows(&swapped.responses), rows(&with_old.responses));
+    assert_eq!(rows(&generate(&pool).responses), rows(&with_new.responses));
+}

@@ -21,7 +21,7 @@ use std::io::{BufReader, BufWriter};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -30,7 +30,7 @@ use tch::{Device, Tensor};
 use crate::engine::batch::RowImages;
 use crate::model::vision::{MropeTokens, ProcessedImage};
 use crate::model::{Dtype, ModelConfig};
-use crate::rollout::{PromptStream, RolloutOutput, SamplingParams, StopTokens};
+use crate::rollout::{PromptStream, RolloutOutput, RowVersions, SamplingParams, StopTokens};
 
 pub use server::{REPLICA_ENV, serve_if_replica};
 
@@ -167,6 +167,33 @@ impl RolloutReplica {
         stop: &StopTokens,
         prompt_width: Option<usize>,
     ) -> Result<RolloutOutput, PoolError> {
+        let request = GenerateRequest {
+            prompts,
+            images,
+            streams,
+            params,
+            stop,
+            prompt_width,
+        };
+        self.generate_forwarding(&request, None).map(|(out, _)| out)
+    }
+
+    /// [`RolloutReplica::generate`] that passes on the weights `forward` gets while the
+    /// replica decodes (it takes them between two tokens: partial rollout); also returns the
+    /// last version it passed on.
+    fn generate_forwarding(
+        &self,
+        request: &GenerateRequest<'_>,
+        forward: Option<&Forward>,
+    ) -> Result<(RolloutOutput, Option<u64>), PoolError> {
+        let GenerateRequest {
+            prompts,
+            images,
+            streams,
+            params,
+            stop,
+            prompt_width,
+        } = *request;
         let mut blobs = Vec::new();
         let images: Vec<Vec<Value>> = images
             .iter()
@@ -189,10 +216,123 @@ impl RolloutReplica {
             "stop": {"eos": stop.eos, "pad": stop.pad},
             "prompt_width": prompt_width,
         });
-        let (answer, blobs) = self.call(&request, &blobs)?;
-        decode_output(&answer, &blobs)
+        let ((answer, blobs), sent) = match forward {
+            None => (self.call(&request, &blobs)?, None),
+            Some(forward) => self.call_forwarding(&request, &blobs, forward)?,
+        };
+        Ok((decode_output(&answer, &blobs)?, sent))
+    }
+
+    /// [`RolloutReplica::call`] of a generation request, sending the replica the newer weights
+    /// `forward` gets until it answers. Each weights frame is acknowledged (`bound`) once, by
+    /// the replica between two tokens or, when it had finished, after its answer; the call
+    /// reads every acknowledgement, so the socket holds nothing when it returns.
+    fn call_forwarding(
+        &self,
+        header: &Value,
+        blobs: &[Vec<u8>],
+        forward: &Forward,
+    ) -> Result<(Answer, Option<u64>), PoolError> {
+        let mut conn = self
+            .conn
+            .lock()
+            .map_err(|_| PoolError::Protocol("a previous call panicked".into()))?;
+        if wire::write(&mut conn.writer, header, blobs).is_err() {
+            return Err(ended(&mut conn.child));
+        }
+        let (mut sent, mut acks_due, mut answer) = (None, 0usize, None);
+        let mut last_frame = Instant::now();
+        loop {
+            if answer.is_some() && acks_due == 0 {
+                break;
+            }
+            if answer.is_none()
+                && let Some((version, frame)) = forward.newer_than(sent)
+            {
+                let mut h = frame.0.clone();
+                h["version"] = json!(version);
+                if wire::write(&mut conn.writer, &h, &frame.1).is_err() {
+                    return Err(ended(&mut conn.child));
+                }
+                sent = Some(version);
+                acks_due += 1;
+            }
+            if !wire::readable(&conn.reader, Duration::from_millis(20))? {
+                if last_frame.elapsed() > self.timeout {
+                    return Err(PoolError::Remote(format!(
+                        "it did not answer within {} s (VERLC_ROLLOUT_REPLICA_TIMEOUT_S)",
+                        self.timeout.as_secs_f64()
+                    )));
+                }
+                continue;
+            }
+            let (h, b) = match wire::read(&mut conn.reader) {
+                Ok(Some(frame)) => frame,
+                Ok(None) | Err(_) => return Err(ended(&mut conn.child)),
+            };
+            last_frame = Instant::now();
+            if let Some(msg) = h.get("error").and_then(Value::as_str) {
+                return Err(PoolError::Remote(msg.to_owned()));
+            }
+            if h.get("bound").is_some() {
+                acks_due = acks_due.saturating_sub(1);
+            } else {
+                answer = Some((h, b));
+            }
+        }
+        let answer = answer.ok_or_else(|| PoolError::Protocol("no answer".into()))?;
+        Ok((answer, sent))
     }
 }
+
+/// One generation call's inputs, as [`RolloutReplica::generate`] takes them.
+#[derive(Clone, Copy)]
+struct GenerateRequest<'a> {
+    prompts: &'a [Vec<i64>],
+    images: &'a [RowImages],
+    streams: &'a [PromptStream],
+    params: &'a SamplingParams,
+    stop: &'a StopTokens,
+    prompt_width: Option<usize>,
+}
+
+/// A frame's header and blobs.
+type Answer = (Value, Vec<Vec<u8>>);
+
+/// A weights frame written once for every replica.
+type Frame = Arc<Answer>;
+
+/// The newest weights published while a call generates, for each of its replicas to pass on.
+#[derive(Default)]
+struct Forward {
+    latest: Mutex<Option<(u64, Frame)>>,
+}
+
+impl Forward {
+    fn set(&self, version: u64, frame: Frame) {
+        *self
+            .latest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((version, frame));
+    }
+
+    /// The newest weights when they are newer than `sent`.
+    fn newer_than(&self, sent: Option<u64>) -> Option<(u64, Frame)> {
+        let latest = self
+            .latest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        latest
+            .as_ref()
+            .filter(|(v, _)| sent.is_none_or(|s| *v > s))
+            .map(|(v, f)| (*v, Arc::clone(f)))
+    }
+}
+
+/// Newer weights for a pool that is generating (the rank's rollout's weight source, LoRA
+/// merged): `Some` when there are.
+pub type NewerWeights<'a> =
+    dyn FnMut() -> Result<Option<(u64, Vec<(String, Tensor)>)>, String> + 'a;
 
 /// A replica process started, not yet connected. The process is started on the caller's
 /// thread: its parent-death signal follows the thread that started it, so a replica started
@@ -408,6 +548,81 @@ impl RankPool {
         if k == 1 {
             return self.replicas[0].generate(prompts, images, streams, params, stop, None);
         }
+        self.generate_parts(prompts, images, streams, params, stop, None)
+            .map(|(out, _)| out)
+    }
+
+    /// [`RankPool::generate`] while `newer` may bring new weights (verl's partial rollout in
+    /// `separate_async`: the pool's requests in flight at a weight sync resume with the new
+    /// weights): they are passed on to the replicas, which take them between two tokens, and
+    /// afterwards bound to any replica that had finished before them.
+    pub fn generate_swapping(
+        &self,
+        prompts: &[Vec<i64>],
+        images: &[RowImages],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+        newer: &mut NewerWeights<'_>,
+    ) -> Result<RolloutOutput, PoolError> {
+        let forward = Forward::default();
+        let (out, sent) = std::thread::scope(|s| {
+            let call = s.spawn(|| {
+                self.generate_parts(prompts, images, streams, params, stop, Some(&forward))
+            });
+            // This thread takes the published weights while the replicas generate.
+            let mut failed = None;
+            while !call.is_finished() {
+                match newer() {
+                    Ok(Some((version, params))) => match weights_frame(&params) {
+                        Ok(frame) => forward.set(version, Arc::new(frame)),
+                        Err(e) => failed = Some(e),
+                    },
+                    Ok(None) => {}
+                    Err(e) => failed = Some(PoolError::Protocol(e)),
+                }
+                if failed.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let result = call
+                .join()
+                .unwrap_or_else(|_| Err(PoolError::Protocol("a generation call panicked".into())));
+            match failed {
+                Some(e) => Err(e),
+                None => result,
+            }
+        })?;
+        // Replicas that answered before the newest weights came take them now.
+        if let Some((version, frame)) = forward.newer_than(None) {
+            let mut header = frame.0.clone();
+            header["version"] = json!(version);
+            for (replica, got) in self
+                .replicas
+                .iter()
+                .zip(sent.iter().chain(std::iter::repeat(&None)))
+            {
+                if *got != Some(version) {
+                    replica.call(&header, &frame.1)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The prompts split into contiguous parts, one per replica (see [`RankPool::generate`]),
+    /// each replica passing on `forward`'s weights; also the last version each was sent.
+    fn generate_parts(
+        &self,
+        prompts: &[Vec<i64>],
+        images: &[RowImages],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+        forward: Option<&Forward>,
+    ) -> Result<(RolloutOutput, Vec<Option<u64>>), PoolError> {
+        let k = self.replicas.len().min(prompts.len()).max(1);
         if streams.len() != prompts.len() || !(images.is_empty() || images.len() == prompts.len()) {
             return Err(PoolError::Protocol(format!(
                 "{} prompts with {} streams and {} image rows",
@@ -420,35 +635,39 @@ impl RankPool {
         let n = prompts.len();
         let parts: Vec<std::ops::Range<usize>> =
             (0..k).map(|c| c * n / k..(c + 1) * n / k).collect();
-        let outputs: Vec<Result<RolloutOutput, PoolError>> = std::thread::scope(|s| {
-            let calls: Vec<_> = parts
-                .iter()
-                .zip(&self.replicas)
-                .map(|(part, r)| {
-                    let own_images = images.get(part.clone()).unwrap_or(&[]);
-                    s.spawn(move || {
-                        r.generate(
-                            &prompts[part.clone()],
-                            own_images,
-                            &streams[part.clone()],
+        let outputs: Vec<Result<(RolloutOutput, Option<u64>), PoolError>> =
+            std::thread::scope(|s| {
+                let calls: Vec<_> = parts
+                    .iter()
+                    .zip(&self.replicas)
+                    .map(|(part, r)| {
+                        let request = GenerateRequest {
+                            prompts: &prompts[part.clone()],
+                            images: images.get(part.clone()).unwrap_or(&[]),
+                            streams: &streams[part.clone()],
                             params,
                             stop,
-                            width,
-                        )
+                            prompt_width: width,
+                        };
+                        s.spawn(move || r.generate_forwarding(&request, forward))
                     })
-                })
-                .collect();
-            calls
-                .into_iter()
-                .map(|c| {
-                    c.join().unwrap_or_else(|_| {
-                        Err(PoolError::Protocol("a generation call panicked".into()))
+                    .collect();
+                calls
+                    .into_iter()
+                    .map(|c| {
+                        c.join().unwrap_or_else(|_| {
+                            Err(PoolError::Protocol("a generation call panicked".into()))
+                        })
                     })
-                })
-                .collect()
-        });
-        let outputs = outputs.into_iter().collect::<Result<Vec<_>, _>>()?;
-        stack(parts.iter().map(|p| p.start).zip(outputs).collect())
+                    .collect()
+            });
+        let (outputs, sent): (Vec<_>, Vec<_>) = outputs
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
+        let out = stack(parts.iter().map(|p| p.start).zip(outputs).collect())?;
+        Ok((out, sent))
     }
 }
 
@@ -484,7 +703,7 @@ fn stack(parts: Vec<(usize, RolloutOutput)>) -> Result<RolloutOutput, PoolError>
         if swapped {
             let rows = o.response_lengths.len();
             let mut v = o.versions;
-            v.resize(rows, crate::rollout::RowVersions::default());
+            v.resize(rows, RowVersions::default());
             out.versions.extend(v);
         }
         out.response_lengths.extend(o.response_lengths);
@@ -614,6 +833,7 @@ pub(crate) fn encode_output(out: &RolloutOutput) -> Result<(Value, Vec<Vec<u8>>)
         "tool_rewards": out.tool_rewards,
         "turn_scores": out.turn_scores,
         "loop_scores": out.loop_scores,
+        "versions": out.versions.iter().map(|v| [v.first, v.last]).collect::<Vec<_>>(),
     });
     Ok((header, blobs))
 }
@@ -660,7 +880,11 @@ fn decode_output(h: &Value, blobs: &[Vec<u8>]) -> Result<RolloutOutput, PoolErro
         tool_rewards: field(h, "tool_rewards")?,
         turn_scores: field(h, "turn_scores")?,
         loop_scores: field(h, "loop_scores")?,
-        versions: Vec::new(),
+        versions: field::<Option<Vec<[Option<u64>; 2]>>>(h, "versions")?
+            .unwrap_or_default()
+            .into_iter()
+            .map(|[first, last]| RowVersions { first, last })
+            .collect(),
     })
 }
 

@@ -11,7 +11,9 @@ use tch::{Device, Tensor};
 
 use super::{PoolError, decode_images, device_of, encode_output, wire};
 use crate::model::{Dtype, ModelConfig};
-use crate::rollout::{PromptStream, SamplingParams, StopTokens};
+use crate::rollout::{
+    GenerateInput, PromptStream, RolloutError, SamplingParams, StopTokens, generate_interruptible,
+};
 use crate::workers::rollout::RolloutWorker;
 
 /// Set (to the socket's path) in a process started as a rollout replica.
@@ -46,11 +48,12 @@ fn serve(socket: &Path) -> Result<(), PoolError> {
                 (h, Vec::new())
             }),
             "weights" => match worker.as_mut() {
-                Some(w) => load(w, &request, &blobs).map(|()| (json!({}), Vec::new())),
+                Some(w) => load(w, &request, &blobs)
+                    .map(|()| (json!({"bound": request["version"]}), Vec::new())),
                 None => Err(PoolError::Protocol("weights before start".into())),
             },
             "generate" => match worker.as_ref() {
-                Some(w) => generate(w, &request, &blobs),
+                Some(w) => generate(w, &request, &blobs, &mut reader, &mut writer),
                 None => Err(PoolError::Protocol("generate before start".into())),
             },
             other => Err(PoolError::Protocol(format!("unknown request `{other}`"))),
@@ -97,6 +100,13 @@ fn start(request: &Value) -> Result<(RolloutWorker, Value), PoolError> {
 }
 
 fn load(worker: &mut RolloutWorker, request: &Value, blobs: &[Vec<u8>]) -> Result<(), PoolError> {
+    worker
+        .update_weights(&weights(request, blobs)?)
+        .map_err(|e| PoolError::Remote(e.to_string()))
+}
+
+/// The tensors of a weights frame.
+fn weights(request: &Value, blobs: &[Vec<u8>]) -> Result<Vec<(String, Tensor)>, PoolError> {
     let entries = request["params"]
         .as_array()
         .map(Vec::as_slice)
@@ -108,23 +118,52 @@ fn load(worker: &mut RolloutWorker, request: &Value, blobs: &[Vec<u8>]) -> Resul
             blobs.len()
         )));
     }
-    let params = entries
+    entries
         .iter()
         .zip(blobs)
         .map(|(e, b)| {
             let name = e["name"].as_str().unwrap_or_default().to_owned();
             Ok((name, wire::to_tensor(&e["tensor"], b)?))
         })
-        .collect::<Result<Vec<(String, Tensor)>, PoolError>>()?;
+        .collect()
+}
+
+/// Between two tokens: the weights frame the rank sent while this batch decodes (partial
+/// rollout), bound and acknowledged; `None` when none is waiting.
+fn newer_weights(
+    worker: &RolloutWorker,
+    reader: &mut BufReader<UnixStream>,
+    writer: &mut BufWriter<UnixStream>,
+) -> Result<Option<u64>, PoolError> {
+    if !wire::readable(reader, std::time::Duration::ZERO)? {
+        return Ok(None);
+    }
+    let Some((request, blobs)) = wire::read(reader)? else {
+        return Err(PoolError::Protocol(
+            "the rank closed the socket during a generation".into(),
+        ));
+    };
+    let version = match (request["op"].as_str(), request["version"].as_u64()) {
+        (Some("weights"), Some(v)) => v,
+        _ => {
+            return Err(PoolError::Protocol(
+                "a request other than versioned weights during a generation".into(),
+            ));
+        }
+    };
     worker
-        .update_weights(&params)
-        .map_err(|e| PoolError::Remote(e.to_string()))
+        .bind_newer(&weights(&request, &blobs)?)
+        .map_err(|e| PoolError::Remote(e.to_string()))?;
+    wire::write(writer, &json!({"bound": version}), &[])?;
+    Ok(Some(version))
 }
 
 fn generate(
     worker: &RolloutWorker,
     request: &Value,
     blobs: &[Vec<u8>],
+    reader: &mut BufReader<UnixStream>,
+    writer: &mut BufWriter<UnixStream>,
 ) -> Result<(Value, Vec<Vec<u8>>), PoolError> {
     let prompts: Vec<Vec<i64>> = parse(request, "prompts")?;
     let streams: Vec<[u64; 2]> = parse(request, "streams")?;
@@ -143,9 +182,15 @@ fn generate(
         Some(m) if worker.is_loaded() => m,
         _ => return Err(PoolError::Protocol("generate before weights".into())),
     };
-    let out = tch::no_grad(|| {
-        crate::rollout::generate_images(model, &prompts, &images, &streams, &params, &stop, width)
-    })
-    .map_err(|e| PoolError::Remote(e.to_string()))?;
+    let input = GenerateInput {
+        prompts: &prompts,
+        images: &images,
+        streams: &streams,
+        prompt_width: width,
+    };
+    let mut swap =
+        || newer_weights(worker, reader, writer).map_err(|e| RolloutError::Batch(e.to_string()));
+    let out = tch::no_grad(|| generate_interruptible(model, input, &params, &stop, &mut swap))
+        .map_err(|e| PoolError::Remote(e.to_string()))?;
     encode_output(&out)
 }

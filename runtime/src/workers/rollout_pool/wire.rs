@@ -5,7 +5,10 @@
 //! and its bytes (little-endian lengths). A tensor travels as a blob of its contiguous CPU
 //! data and `{"kind", "shape"}` in the header.
 
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tch::{Device, Kind, Tensor};
@@ -29,6 +32,34 @@ pub fn write(out: &mut impl Write, header: &Value, blobs: &[Vec<u8>]) -> std::io
 }
 
 /// Reads one frame; `Ok(None)` when the peer closed the socket before a frame began.
+/// Whether a frame (or the end of the stream) can be read from `reader` within `wait`:
+/// bytes already buffered, or the socket readable.
+pub fn readable(reader: &BufReader<UnixStream>, wait: Duration) -> std::io::Result<bool> {
+    if !reader.buffer().is_empty() {
+        return Ok(true);
+    }
+    let mut fd = libc::pollfd {
+        fd: reader.get_ref().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd for the duration of the call.
+    let ready = unsafe { libc::poll(&mut fd, 1, ms) };
+    match ready {
+        r if r < 0 => {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+        0 => Ok(false),
+        _ => Ok(true),
+    }
+}
+
 pub fn read(input: &mut impl Read) -> std::io::Result<Option<(Value, Vec<Vec<u8>>)>> {
     let mut len = [0u8; 8];
     match input.read_exact(&mut len) {
