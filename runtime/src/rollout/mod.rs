@@ -29,6 +29,13 @@ pub use logprob::compute_log_probs;
 pub use params::{LogProbPath, SamplingParams};
 pub use replicas::ReplicaShare;
 
+/// Whole tensors by name and the version (updates) they hold.
+pub type VersionedWeights = (u64, Vec<(String, tch::Tensor)>);
+
+/// Newer weights for a rollout that is generating: `Some` when there are (a rollout beside
+/// the trainer takes them between two tokens: verl's partial rollout).
+pub type NewerWeights<'a> = dyn FnMut() -> Result<Option<VersionedWeights>, String> + 'a;
+
 /// Errors of generation and log-prob computation.
 #[derive(Debug, thiserror::Error)]
 pub enum RolloutError {

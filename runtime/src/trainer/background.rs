@@ -30,6 +30,7 @@ use tch::Tensor;
 
 use crate::data::PromptItem;
 use crate::parallel::dist::{ProcessGroup, ReduceOp};
+use crate::rollout::vllm::VERSION_TOLD_LATER;
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
 use crate::workers::rollout::{RolloutWorker, VersionedWeights, WeightSource};
@@ -133,6 +134,10 @@ impl Gate {
 impl WeightSource for Gate {
     fn poll(&self) -> Result<Option<VersionedWeights>, String> {
         Ok(self.take()?.map(|p| (p.version, p.params)))
+    }
+
+    fn paused(&self) -> bool {
+        self.lock().paused
     }
 }
 
@@ -341,6 +346,10 @@ fn serve_lockstep(
     let (jobs, done, mailbox, cancel) = ends;
     let mut worker = worker;
     let main = group.rank() == 0;
+    // The main rank's server takes weights published while a batch generates (partial
+    // rollout); the others learn the version at the batch's end.
+    let source: Arc<dyn WeightSource> = mailbox.clone();
+    worker.swap_weights_from(source);
     let mut version = None;
     loop {
         let job = jobs.recv().ok();
@@ -375,12 +384,34 @@ fn serve_lockstep(
                 .transpose()
         })();
         // No rank syncs the next weights before every rank is done with these, and a failure
-        // anywhere ends every thread.
-        let failed = Tensor::from_slice(&[i64::from(result.is_err())]);
+        // anywhere ends every thread. The main rank also says which weights the server holds
+        // after a sync in the middle of the batch.
+        let synced = match (main, version) {
+            (true, Some(v)) => mailbox.taken().filter(|&t| t > v).map_or(-1, |t| t as i64),
+            _ => -1,
+        };
+        let failed = Tensor::from_slice(&[i64::from(result.is_err()), synced]);
         if let Err(e) = group.all_reduce(&failed, ReduceOp::Max) {
             let _ = done.send(Err(format!("the rollout threads' batch end: {e}")));
             return;
         }
+        let result = match (result, u64::try_from(failed.int64_value(&[1]))) {
+            (Ok(Some(mut g)), Ok(later)) => {
+                g.last_version = later;
+                for v in &mut g.output.versions {
+                    if v.last == Some(VERSION_TOLD_LATER) {
+                        v.last = Some(later);
+                    }
+                }
+                version = Some(later);
+                Ok(Some(g))
+            }
+            (result, Ok(later)) => {
+                version = Some(later);
+                result
+            }
+            (result, Err(_)) => result,
+        };
         // A handle that is gone takes no results; the thread still meets the others until
         // the main rank's says stop.
         let error = match result {

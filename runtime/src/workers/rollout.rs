@@ -23,7 +23,7 @@ use crate::engine::batch::RowImages;
 use crate::engine::megatron::{HeadKind, ParallelModel};
 use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
 use crate::parallel::dist::ProcessGroup;
-use crate::rollout::vllm::{VllmRollout, VllmSpec};
+use crate::rollout::vllm::{MidBatchWeights, VllmRollout, VllmSpec};
 use crate::rollout::{
     GenerateInput, PromptStream, ReplicaShare, RolloutError, RolloutLayout, RolloutOutput,
     SamplingParams, ShardLayout, ShardedDecoder, StopTokens, generate_interruptible,
@@ -70,10 +70,14 @@ pub trait WeightSource: Send + Sync {
     /// them) with their version when there are newer ones than the last taken; may block
     /// while the rollout is paused, and fails when the run has ended.
     fn poll(&self) -> std::result::Result<Option<VersionedWeights>, String>;
+
+    /// Whether the trainer has paused the rollout (until its next weights).
+    fn paused(&self) -> bool {
+        false
+    }
 }
 
-/// Whole tensors by name and the version (updates) they hold.
-pub type VersionedWeights = (u64, Vec<(String, Tensor)>);
+pub use crate::rollout::VersionedWeights;
 
 impl std::fmt::Debug for RolloutWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -310,11 +314,14 @@ impl RolloutWorker {
         })
     }
 
-    /// Lets a whole-model rollout, or replica processes, take newer weights from `source` while
-    /// they decode (verl's partial rollout); the other rollouts finish a batch with the weights
-    /// it started with.
+    /// Lets a whole-model rollout, replica processes or a vLLM server take newer weights from
+    /// `source` while they decode (verl's partial rollout); a Megatron rank's shards finish a
+    /// batch with the weights it started with.
     pub fn swap_weights_from(&mut self, source: Arc<dyn WeightSource>) {
-        if matches!(self.model, Skeleton::Full(_) | Skeleton::Replica(_)) {
+        if matches!(
+            self.model,
+            Skeleton::Full(_) | Skeleton::Replica(_) | Skeleton::Vllm(_)
+        ) {
             self.source = Some(source);
         }
     }
@@ -490,7 +497,19 @@ impl RolloutWorker {
                 };
                 generate_interruptible(model.as_ref(), input, params, stop, &mut swap)?
             }
-            Skeleton::Vllm(v) if images.is_empty() => v.generate(prompts, streams, params, stop)?,
+            Skeleton::Vllm(v) if images.is_empty() => match &self.source {
+                // The rank that owns the server pauses it and syncs it mid-batch.
+                Some(source) if v.is_main() => {
+                    let mut paused = || source.paused();
+                    let mut newer = || self.newer_merged();
+                    let mut weights = MidBatchWeights {
+                        paused: &mut paused,
+                        newer: &mut newer,
+                    };
+                    v.generate_swapping(prompts, streams, params, stop, Some(&mut weights))?
+                }
+                _ => v.generate(prompts, streams, params, stop)?,
+            },
             Skeleton::Vllm(_) => {
                 return Err(WorkerError::Config(
                     "prompts with images run on the built-in rollout, not vLLM".into(),

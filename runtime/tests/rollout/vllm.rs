@@ -159,6 +159,96 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
         "seeded requests repeat"
     );
 
+    // Partial rollout: weights B published while a batch generates with A. The server is
+    // paused (its requests aborted with their tokens so far), reloaded and resumed, and each
+    // aborted sample continues as its prompt and tokens so far; every row runs its whole
+    // budget, and from the first token where it leaves A's uninterrupted batch on, its tokens
+    // carry B's log-probs (the trainer's recomputation with B).
+    vllm.update_weights(&params_a).unwrap();
+    let budget = 64 - prompts.iter().map(Vec::len).max().unwrap() - 4;
+    let long = SamplingParams {
+        max_new_tokens: budget,
+        ignore_eos: true,
+        ..sampled.clone()
+    };
+    let started = std::time::Instant::now();
+    let whole = vllm.generate(&prompts, &streams, &long, &stop).unwrap();
+    let took = started.elapsed();
+    // The sync comes a third of the way into the batch (as long as the batch just took), so
+    // requests are aborted with tokens behind them.
+    let b_copy = params_b
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .collect();
+    let mut once = Some((5u64, b_copy));
+    let mut paused = || false;
+    let started = std::time::Instant::now();
+    let mut newer = || {
+        Ok(if started.elapsed() >= took / 3 {
+            once.take()
+        } else {
+            None
+        })
+    };
+    let mut weights = verlc_runtime::rollout::vllm::MidBatchWeights {
+        paused: &mut paused,
+        newer: &mut newer,
+    };
+    let partial = vllm
+        .generate_swapping(&prompts, &streams, &long, &stop, Some(&mut weights))
+        .unwrap();
+    assert!(
+        partial.response_lengths.iter().all(|&l| l == budget),
+        "{:?}",
+        partial.response_lengths
+    );
+    assert!(
+        partial.versions.iter().all(|v| v.last == Some(5)),
+        "{:?}",
+        partial.versions
+    );
+    let (a_rows, b_rows) = (rows(&whole), rows(&partial));
+    let left: Vec<usize> = a_rows
+        .iter()
+        .zip(&b_rows)
+        .map(|(a, b)| a.iter().zip(b).take_while(|(x, y)| x == y).count())
+        .collect();
+    assert!(
+        left.iter().any(|&k| k < budget),
+        "B changed no row: {left:?}"
+    );
+    assert!(
+        left.iter()
+            .zip(&partial.versions)
+            .any(|(&k, v)| v.first.is_none() && k > 0 && k < budget),
+        "no row was continued from the middle: {left:?} {:?}",
+        partial.versions
+    );
+    let batch = SequenceBatch {
+        input_ids: &partial.input_ids,
+        attention_mask: &partial.attention_mask,
+        position_ids: &partial.position_ids,
+    };
+    let by_b = compute_log_probs(&model_b, &batch, budget as i64, 0.8, 8, false).unwrap();
+    for (row, &k) in left.iter().enumerate() {
+        let r = row as i64;
+        let tail = |t: &Tensor| t.get(r).narrow(0, k as i64, (budget - k) as i64);
+        let gap = (tail(&by_b.log_probs) - tail(&partial.rollout_log_probs))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(
+            gap < 2e-3,
+            "row {row} from token {k}: B's log-probs differ by {gap}"
+        );
+    }
+    // The server is not left paused: the next batch is B's.
+    let after = vllm.generate(&prompts, &streams, &sampled, &stop).unwrap();
+    assert!(
+        after.responses.equal(&out.responses),
+        "B's seeded samples again"
+    );
+
     // A server that dies mid-run: the next request is an error saying so, with its log.
     // SAFETY: kills the server's process group this test started.
     unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };

@@ -10,8 +10,8 @@ use tch::Tensor;
 use crate::model::{Dtype, ModelConfig, SaveOptions, TorchKind};
 use crate::parallel::dist::ProcessGroup;
 use crate::rng::Rng;
-use crate::rollout::engine::{RolloutOutput, StopTokens, from_token_rows};
-use crate::rollout::{PromptStream, SamplingParams};
+use crate::rollout::engine::{RolloutOutput, RowVersions, StopTokens, from_token_rows};
+use crate::rollout::{NewerWeights, PromptStream, RolloutError, SamplingParams};
 
 use super::server::{Launch, VllmServer};
 use super::{VllmError, VllmSpec, http};
@@ -187,6 +187,63 @@ impl VllmRollout {
     }
 
     fn sync_main(&mut self, params: &[(String, Tensor)]) -> Result<u16, VllmError> {
+        self.write_weights(params)?;
+        let running = self.lock_server().as_ref().map(|s| s.addr);
+        match running {
+            None => {
+                let launch = Launch {
+                    python: self.python.clone(),
+                    model_dir: self.dir.clone(),
+                    flags: super::flags(&self.spec, self.dtype, self.seed, self.cuda),
+                    env: server_env(
+                        &self.dir,
+                        self.shares_cores,
+                        !self.cuda && self.spec.tensor_parallel * self.spec.data_parallel == 1,
+                        !self.cuda && self.spec.enforce_eager,
+                    ),
+                    port: self.port,
+                    startup_timeout: self.startup_timeout,
+                    log: std::env::temp_dir().join(format!(
+                        "{}.log",
+                        self.dir.file_name().map_or_else(
+                            || "verlc-vllm".into(),
+                            |n| n.to_string_lossy().into_owned()
+                        )
+                    )),
+                };
+                let server = VllmServer::start(&launch)?;
+                let port = server.addr.port();
+                *self.lock_server() = Some(server);
+                Ok(port)
+            }
+            Some(addr) => {
+                if self.asleep {
+                    // Weights back in place first; the reload then overwrites them.
+                    self.post(addr, "/wake_up", &json!({}))?;
+                    self.asleep = false;
+                }
+                self.reload(addr)?;
+                Ok(addr.port())
+            }
+        }
+    }
+
+    /// The server reads the weights written last, in place.
+    fn reload(&self, addr: SocketAddr) -> Result<(), VllmError> {
+        let dir = self.dir.display().to_string();
+        self.post(
+            addr,
+            "/collective_rpc",
+            &json!({"method": "reload_weights", "kwargs": {"weights_path": dir}}),
+        )?;
+        // Otherwise prompts that share a prefix with earlier ones are served from the old
+        // weights' KV blocks.
+        self.post(addr, "/reset_prefix_cache", &json!({}))?;
+        Ok(())
+    }
+
+    /// `params` written where the server reads its weights from.
+    fn write_weights(&self, params: &[(String, Tensor)]) -> Result<(), VllmError> {
         // A Qwen3.5 checkpoint's server gets the text model: it is sent text prompts only (the
         // trainer refuses rows with images under vLLM), and its tower would be dead weight.
         let text_params: Vec<(String, Tensor)>;
@@ -227,52 +284,7 @@ impl VllmRollout {
         };
         crate::model::save::save_named(params, &config, arch, &self.dir, &opts)
             .map_err(|e| VllmError::Model(format!("writing the weights for vLLM: {e}")))?;
-        let running = self.lock_server().as_ref().map(|s| s.addr);
-        match running {
-            None => {
-                let launch = Launch {
-                    python: self.python.clone(),
-                    model_dir: self.dir.clone(),
-                    flags: super::flags(&self.spec, self.dtype, self.seed, self.cuda),
-                    env: server_env(
-                        &self.dir,
-                        self.shares_cores,
-                        !self.cuda && self.spec.tensor_parallel * self.spec.data_parallel == 1,
-                        !self.cuda && self.spec.enforce_eager,
-                    ),
-                    port: self.port,
-                    startup_timeout: self.startup_timeout,
-                    log: std::env::temp_dir().join(format!(
-                        "{}.log",
-                        self.dir.file_name().map_or_else(
-                            || "verlc-vllm".into(),
-                            |n| n.to_string_lossy().into_owned()
-                        )
-                    )),
-                };
-                let server = VllmServer::start(&launch)?;
-                let port = server.addr.port();
-                *self.lock_server() = Some(server);
-                Ok(port)
-            }
-            Some(addr) => {
-                if self.asleep {
-                    // Weights back in place first; the reload then overwrites them.
-                    self.post(addr, "/wake_up", &json!({}))?;
-                    self.asleep = false;
-                }
-                let dir = self.dir.display().to_string();
-                self.post(
-                    addr,
-                    "/collective_rpc",
-                    &json!({"method": "reload_weights", "kwargs": {"weights_path": dir}}),
-                )?;
-                // Otherwise prompts that share a prefix with earlier ones are served from the
-                // old weights' KV blocks.
-                self.post(addr, "/reset_prefix_cache", &json!({}))?;
-                Ok(addr.port())
-            }
-        }
+        Ok(())
     }
 
     /// After generating: on CUDA with `free_cache_engine` (`--enable-sleep-mode`) the server
@@ -365,59 +377,223 @@ impl VllmRollout {
         streams: &[PromptStream],
         params: &SamplingParams,
         stop: &StopTokens,
-    ) -> Result<RolloutOutput, crate::rollout::RolloutError> {
-        params
-            .validate()
-            .map_err(crate::rollout::RolloutError::Params)?;
+    ) -> Result<RolloutOutput, RolloutError> {
+        self.generate_swapping(prompts, streams, params, stop, None)
+    }
+
+    /// [`VllmRollout::generate`] as verl's partial rollout runs it. `weights` (the main rank's:
+    /// it owns the server) says when the trainer paused the rollout and brings the weights
+    /// published while the batch generates: the server is then paused with its requests
+    /// aborted (each comes back with its tokens so far; vLLM queues new ones while paused),
+    /// given the new weights and resumed. Every rank resubmits its own aborted samples as the
+    /// prompt and tokens so far, for the rest of the sample's budget, and joins the answers.
+    /// A resubmitted row's `versions.last` is the version it was resumed with, or, on a rank
+    /// that does not own the server, [`VERSION_TOLD_LATER`].
+    pub fn generate_swapping(
+        &self,
+        prompts: &[Vec<i64>],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+        weights: Option<&mut MidBatchWeights<'_>>,
+    ) -> Result<RolloutOutput, RolloutError> {
+        params.validate().map_err(RolloutError::Params)?;
         let addr = self.addr.ok_or_else(|| {
-            crate::rollout::RolloutError::Batch(
-                "the vLLM rollout has no weights yet (update_weights first)".into(),
-            )
+            RolloutError::Batch("the vLLM rollout has no weights yet (update_weights first)".into())
         })?;
         let bodies: Vec<Value> = prompts
             .iter()
             .zip(streams)
             .map(|(p, s)| request_body(p, s, params, stop))
             .collect();
+        let asked = if params.is_greedy() { 1 } else { params.n };
+        // The version the server's weights have had since the last mid-batch sync.
+        let current = std::sync::atomic::AtomicU64::new(VERSION_TOLD_LATER);
+        let current = &current;
         // One request per prompt, all in flight at once: vLLM batches them continuously.
-        let timeout = self.request_timeout;
-        let answers: Vec<std::io::Result<http::Response>> = std::thread::scope(|scope| {
+        let (answers, synced) = std::thread::scope(|scope| {
             let handles: Vec<_> = bodies
                 .iter()
-                .map(|b| {
-                    scope.spawn(move || {
-                        http::request(addr, "POST", "/v1/completions", Some(b), timeout)
+                .zip(prompts)
+                .map(|(b, p)| scope.spawn(move || self.complete(addr, p, b, asked, current)))
+                .collect();
+            let synced = match weights {
+                Some(weights) => self.sync_while(addr, &handles, weights, current),
+                None => Ok(()),
+            };
+            let answers: Vec<Result<Vec<Sample>, VllmError>> = handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(VllmError::Remote("a request thread panicked".into()))
                     })
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(std::io::Error::other("request thread panicked")))
-                })
-                .collect()
+            (answers, synced)
         });
-        let (mut tokens, mut logps) = (Vec::new(), Vec::new());
+        synced.map_err(|e| RolloutError::Batch(e.to_string()))?;
+        let (mut tokens, mut logps, mut versions) = (Vec::new(), Vec::new(), Vec::new());
         for answer in answers {
-            let v = self
-                .answer("/v1/completions", answer)
-                .map_err(|e| crate::rollout::RolloutError::Batch(e.to_string()))?;
-            let asked = if params.is_greedy() { 1 } else { params.n };
-            let rows = parse_choices(&v, asked).map_err(|msg| {
-                crate::rollout::RolloutError::Batch(format!(
-                    "the vLLM server's completion is not what verlc expects: {msg}"
-                ))
-            })?;
-            for (t, l) in rows {
+            let samples = answer.map_err(|e| RolloutError::Batch(e.to_string()))?;
+            for sample in samples {
                 for _ in 0..params.n / asked {
-                    tokens.push(t.clone());
-                    logps.push(l.clone());
+                    tokens.push(sample.tokens.clone());
+                    logps.push(sample.log_probs.clone());
+                    versions.push(sample.versions);
                 }
             }
         }
-        from_token_rows(prompts, &tokens, &logps, params, stop)
+        let mut out = from_token_rows(prompts, &tokens, &logps, params, stop)?;
+        if versions.iter().any(|v| v.last.is_some()) {
+            out.versions = versions;
+        }
+        Ok(out)
     }
+
+    /// The main rank's side of a partial rollout while `handles` run: pause the server when
+    /// the trainer pauses the rollout, and give it the weights published meanwhile.
+    fn sync_while<T>(
+        &self,
+        addr: SocketAddr,
+        handles: &[std::thread::ScopedJoinHandle<'_, T>],
+        weights: &mut MidBatchWeights<'_>,
+        current: &std::sync::atomic::AtomicU64,
+    ) -> Result<(), VllmError> {
+        let mut paused = false;
+        let result = self.sync_loop(addr, handles, weights, current, &mut paused);
+        // Requests queued on a paused server would wait for ever: a failed sync resumes it
+        // too (its requests then finish with the weights it has).
+        if paused {
+            let resumed = self.post(addr, "/resume", &json!({}));
+            result?;
+            resumed?;
+            return Ok(());
+        }
+        result
+    }
+
+    fn sync_loop<T>(
+        &self,
+        addr: SocketAddr,
+        handles: &[std::thread::ScopedJoinHandle<'_, T>],
+        weights: &mut MidBatchWeights<'_>,
+        current: &std::sync::atomic::AtomicU64,
+        paused: &mut bool,
+    ) -> Result<(), VllmError> {
+        while !handles.iter().all(|h| h.is_finished()) {
+            if !*paused && (weights.paused)() {
+                // verl's `abort_all_requests`: the in-flight requests end with their tokens
+                // so far, and the rank's request threads queue their continuations.
+                self.post(addr, "/pause?mode=abort", &json!({}))?;
+                *paused = true;
+            }
+            // Blocks while the trainer keeps the rollout paused.
+            match (weights.newer)().map_err(VllmError::Remote)? {
+                Some((version, params)) => {
+                    current.store(version, std::sync::atomic::Ordering::SeqCst);
+                    if !*paused {
+                        self.post(addr, "/pause?mode=abort", &json!({}))?;
+                        *paused = true;
+                    }
+                    self.write_weights(&params)?;
+                    self.reload(addr)?;
+                    self.post(addr, "/resume", &json!({}))?;
+                    *paused = false;
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        Ok(())
+    }
+
+    /// One prompt's request and the continuations of its aborted samples.
+    fn complete(
+        &self,
+        addr: SocketAddr,
+        prompt: &[i64],
+        body: &Value,
+        asked: usize,
+        current: &std::sync::atomic::AtomicU64,
+    ) -> Result<Vec<Sample>, VllmError> {
+        let path = "/v1/completions";
+        let send = |b: &Value| {
+            let answer = http::request(addr, "POST", path, Some(b), self.request_timeout);
+            self.answer(path, answer)
+        };
+        let protocol = |msg: String| VllmError::Protocol {
+            path: path.into(),
+            msg: format!("the completion is not what verlc expects: {msg}"),
+        };
+        let budget = body["max_tokens"].as_u64().unwrap_or(0) as usize;
+        let seed = body["seed"].as_u64().unwrap_or(0);
+        let mut samples = Vec::with_capacity(asked);
+        // The versions synced before the request was sent and before its answer came (the
+        // sentinel: none during this batch). A request sent after a sync runs wholly with the
+        // new weights; one that reached the server while it was paused for a sync, without
+        // being aborted, may have either: counted as spanning both (the answer does not say
+        // which weights made it).
+        let version = |v: u64| (v != VERSION_TOLD_LATER).then_some(v);
+        let sent_at = version(current.load(std::sync::atomic::Ordering::SeqCst));
+        let answer = send(body)?;
+        let answered_at = version(current.load(std::sync::atomic::Ordering::SeqCst));
+        for (j, mut choice) in parse_choices(&answer, asked)
+            .map_err(protocol)?
+            .into_iter()
+            .enumerate()
+        {
+            let mut resumed_with = answered_at;
+            let mut resumes = 0u64;
+            while choice.reason == "abort" && choice.tokens.len() < budget {
+                // Resumed as the prompt and the tokens so far, for the rest of the budget,
+                // with a seed of its own (n samples resumed from one seed would repeat).
+                resumes += 1;
+                let mut again = body.clone();
+                let mut ids = prompt.to_vec();
+                ids.extend(&choice.tokens);
+                again["prompt"] = json!(ids);
+                again["n"] = json!(1);
+                again["max_tokens"] = json!(budget - choice.tokens.len());
+                again["seed"] =
+                    json!(Rng::derive(seed, (j as u64) << 32 | resumes).next_u64() >> 1);
+                let more = parse_choices(&send(&again)?, 1)
+                    .map_err(protocol)?
+                    .pop()
+                    .ok_or_else(|| protocol("no choice".into()))?;
+                choice.tokens.extend(more.tokens);
+                choice.log_probs.extend(more.log_probs);
+                choice.reason = more.reason;
+                resumed_with = Some(current.load(std::sync::atomic::Ordering::SeqCst));
+            }
+            samples.push(Sample {
+                tokens: choice.tokens,
+                log_probs: choice.log_probs,
+                versions: RowVersions {
+                    first: sent_at,
+                    last: resumed_with,
+                },
+            });
+        }
+        Ok(samples)
+    }
+}
+
+/// What the main rank's vLLM rollout asks while a batch generates: whether the trainer has
+/// paused the rollout, and the weights published since (blocking while it is paused).
+pub struct MidBatchWeights<'a> {
+    pub paused: &'a mut dyn FnMut() -> bool,
+    pub newer: &'a mut NewerWeights<'a>,
+}
+
+/// The `versions.last` of a row resumed on a rank that does not own the server: a later
+/// version than the batch began with, which the rank learns when the batch ends.
+pub const VERSION_TOLD_LATER: u64 = u64::MAX;
+
+/// One generated sample: its tokens and log-probs, and the versions that may have made them
+/// (`None`: the batch's first).
+struct Sample {
+    tokens: Vec<i64>,
+    log_probs: Vec<f32>,
+    versions: RowVersions,
 }
 
 impl Drop for VllmRollout {
@@ -514,11 +690,16 @@ fn request_body(
     body
 }
 
-/// One generated row: token ids and their log-probs.
-type Row = (Vec<i64>, Vec<f32>);
+/// One choice of a completion: its token ids, their log-probs and why it ended.
+#[derive(Debug, PartialEq)]
+struct Choice {
+    tokens: Vec<i64>,
+    log_probs: Vec<f32>,
+    reason: String,
+}
 
-/// Token ids and log-probs of each choice, in sample order.
-fn parse_choices(v: &Value, n: usize) -> Result<Vec<Row>, String> {
+/// Token ids, log-probs and finish reason of each choice, in sample order.
+fn parse_choices(v: &Value, n: usize) -> Result<Vec<Choice>, String> {
     let choices = v
         .get("choices")
         .and_then(Value::as_array)
@@ -526,7 +707,7 @@ fn parse_choices(v: &Value, n: usize) -> Result<Vec<Row>, String> {
     if choices.len() != n {
         return Err(format!("{} choices for n = {n}", choices.len()));
     }
-    let mut rows: Vec<(usize, Vec<i64>, Vec<f32>)> = Vec::with_capacity(n);
+    let mut rows: Vec<(usize, Choice)> = Vec::with_capacity(n);
     for c in choices {
         let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
         let lp = c.get("logprobs").ok_or("a choice without `logprobs`")?;
@@ -558,10 +739,22 @@ fn parse_choices(v: &Value, n: usize) -> Result<Vec<Row>, String> {
                 logps.len()
             ));
         }
-        rows.push((index, ids, logps));
+        let reason = c
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        rows.push((
+            index,
+            Choice {
+                tokens: ids,
+                log_probs: logps,
+                reason,
+            },
+        ));
     }
     rows.sort_by_key(|r| r.0);
-    Ok(rows.into_iter().map(|(_, t, l)| (t, l)).collect())
+    Ok(rows.into_iter().map(|(_, c)| c).collect())
 }
 
 #[cfg(test)]
@@ -575,9 +768,12 @@ mod tests {
             {"index": 0, "logprobs": {"tokens": ["token_id:7", "token_id:1"], "token_logprobs": [-1.0, null]}},
         ]});
         let rows = parse_choices(&v, 2).unwrap();
-        assert_eq!(rows[0].0, vec![7, 1]);
-        assert_eq!(rows[0].1[1], f32::NEG_INFINITY);
-        assert_eq!(rows[1], (vec![5], vec![-0.5]));
+        assert_eq!(rows[0].tokens, vec![7, 1]);
+        assert_eq!(rows[0].log_probs[1], f32::NEG_INFINITY);
+        assert_eq!(
+            (rows[1].tokens.as_slice(), rows[1].log_probs.as_slice()),
+            (&[5i64][..], &[-0.5f32][..])
+        );
         assert!(parse_choices(&v, 3).unwrap_err().contains("2 choices"));
         let bad = json!({"choices": [{"index": 0, "logprobs": {"tokens": ["x"], "token_logprobs": [0.0]}}]});
         assert!(parse_choices(&bad, 1).unwrap_err().contains("token_id"));

@@ -16,7 +16,7 @@ pub mod server;
 
 use std::path::PathBuf;
 
-pub use client::VllmRollout;
+pub use client::{MidBatchWeights, VERSION_TOLD_LATER, VllmRollout};
 pub use server::{Launch, VllmServer};
 pub use verlc_spec::trainer::VllmSpec;
 

@@ -30,7 +30,9 @@ use tch::{Device, Tensor};
 use crate::engine::batch::RowImages;
 use crate::model::vision::{MropeTokens, ProcessedImage};
 use crate::model::{Dtype, ModelConfig};
-use crate::rollout::{PromptStream, RolloutOutput, RowVersions, SamplingParams, StopTokens};
+use crate::rollout::{
+    NewerWeights, PromptStream, RolloutOutput, RowVersions, SamplingParams, StopTokens,
+};
 
 pub use server::{REPLICA_ENV, serve_if_replica};
 
@@ -328,11 +330,6 @@ impl Forward {
             .map(|(v, f)| (*v, Arc::clone(f)))
     }
 }
-
-/// Newer weights for a pool that is generating (the rank's rollout's weight source, LoRA
-/// merged): `Some` when there are.
-pub type NewerWeights<'a> =
-    dyn FnMut() -> Result<Option<(u64, Vec<(String, Tensor)>)>, String> + 'a;
 
 /// A replica process started, not yet connected. The process is started on the caller's
 /// thread: its parent-death signal follows the thread that started it, so a replica started
