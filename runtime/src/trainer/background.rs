@@ -84,6 +84,8 @@ struct GateState {
     closed: bool,
     /// The version the thread took last.
     taken: Option<u64>,
+    /// Seconds the thread waited while paused, since the trainer last asked.
+    waited: f64,
 }
 
 // Tensors moved between the threads are owned by one side at a time (the mailbox hands a
@@ -100,11 +102,16 @@ impl Gate {
     /// The newest weights not yet taken, after waiting while the rollout is paused.
     fn take(&self) -> Result<Option<Published>, String> {
         let mut state = self.lock();
+        let start = Instant::now();
+        let waits = state.paused;
         while state.paused && !state.closed {
             state = self
                 .wake
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        if waits {
+            state.waited += start.elapsed().as_secs_f64();
         }
         if state.closed {
             return Err("the run ended while the rollout was paused".into());
@@ -211,6 +218,11 @@ impl BackgroundRollout {
         state.paused = false;
         self.mailbox.wake.notify_all();
         Ok(())
+    }
+
+    /// Seconds the rollout waited for weights while paused since the last call.
+    pub fn take_waited(&self) -> f64 {
+        std::mem::take(&mut self.mailbox.lock().waited)
     }
 
     /// Pauses the rollout until the next [`BackgroundRollout::publish`] (verl's

@@ -369,6 +369,12 @@ impl<R: Roles> Trainer<R> {
             "timing_s/async_rollout_generate".into(),
             std::mem::take(&mut c.queue.generating),
         );
+        // The time the rollout waited for weights, paused between the trainer's sampling and
+        // its publish (colocate_async's partial rollout), in the step before this one.
+        metrics.insert(
+            "timing_s/async_rollout_wait_weights".into(),
+            c.queue.rollout.take_waited(),
+        );
         Ok(batch)
     }
 

@@ -141,6 +141,9 @@ fn colocate_async_trains_nothing_older_than_the_bound() {
         "{worst:?} {staleness:?}"
     );
     assert!(spans.iter().all(|&s| s >= 1.0), "{spans:?}");
+    let waited = series(&h, "timing_s/async_rollout_wait_weights");
+    assert_eq!(waited.len(), steps as usize);
+    assert!(waited.iter().all(|&w| w >= 0.0), "{waited:?}");
     // Two warm-up batches against a threshold of 2: groups queued at step 1 and still
     // untrained at step 3 are evicted (and refilled).
     let evicted = series(&h, "training/off_policy/evicted_samples");
