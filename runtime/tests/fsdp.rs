@@ -1512,6 +1512,7 @@ fn vision_batch(model: &str) -> Batch {
         let image = verlc_runtime::model::vision::ProcessedImage {
             pixel_values: Vec::try_from(&pixels).expect("pixels"),
             grid_thw: grid,
+            seconds_per_grid: None,
         };
         images.push(std::sync::Arc::from(vec![image]));
     }

@@ -524,5 +524,6 @@ pub fn process_image(
     Ok(ProcessedImage {
         pixel_values,
         grid_thw: [1, gh as i64, gw as i64],
+        seconds_per_grid: None,
     })
 }

@@ -138,6 +138,7 @@ pub fn process_video_frames(
         video: ProcessedImage {
             pixel_values: Vec::<f32>::try_from(&patches)?,
             grid_thw: [gt, gh, gw],
+            seconds_per_grid: Some(t as f64 / SAMPLE_FPS),
         },
         seconds_per_grid: t as f64 / SAMPLE_FPS,
     })

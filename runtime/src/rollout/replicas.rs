@@ -186,6 +186,7 @@ fn join<D: Decoder>(
                 row.push(ProcessedImage {
                     pixel_values: values.to_vec(),
                     grid_thw: [t, h, w],
+                    seconds_per_grid: None,
                 });
             }
             union_images.push(row.into());

@@ -408,6 +408,7 @@ fn saved_pixels_model(arch: &str) -> SavedVision {
                 .map(|j| ((j * 7 + i * 13) % 17) as f32 / 8.0 - 1.0)
                 .collect(),
             grid_thw: [1, 2, 4],
+            seconds_per_grid: None,
         })
         .collect();
     let row = [

@@ -233,6 +233,7 @@ pub(crate) fn oracle_rows(
             let image = ProcessedImage {
                 pixel_values: Vec::try_from(&rows).expect("pixels"),
                 grid_thw: [g[0], g[1], g[2]],
+                seconds_per_grid: None,
             };
             std::sync::Arc::from(vec![image])
         })
@@ -762,5 +763,70 @@ fn a_scaled_stand_in_of_qwen2_5_vl_runs_an_image() {
     assert!(
         logits.isfinite().all().int64_value(&[]) == 1,
         "finite logits"
+    );
+}
+
+/// Qwen2.5-VL with videos (transformers 4.57's `Qwen2_5_VLForConditionalGeneration`, as verl
+/// runs it): a left-padded row with a video of two temporal patches, and a row with an image
+/// and then a video of three at two seconds each. The tower embeds them in order, the image
+/// placeholders take the image's embeddings and the video placeholders the videos', and the
+/// time ids step by seconds per patch x `tokens_per_second`: transformers' logits.
+#[test]
+fn qwen2_5_vl_logits_with_videos_match_transformers() {
+    use verlc_runtime::model::vision::ProcessedImage;
+    tch::set_num_threads(1);
+    let (_vs, model, tensors) = oracle_model();
+    let grids = |key: &str| -> Vec<[i64; 3]> {
+        let g: Vec<Vec<i64>> = Vec::try_from(&tensors[key]).expect("grids");
+        g.iter().map(|g| [g[0], g[1], g[2]]).collect()
+    };
+    let items_of = |pixels: &Tensor, grids: &[[i64; 3]], seconds: Option<Vec<f64>>| {
+        let mut start = 0;
+        grids
+            .iter()
+            .enumerate()
+            .map(|(k, g)| {
+                let n = g[0] * g[1] * g[2];
+                let rows = pixels.narrow(0, start, n).contiguous().view([-1]);
+                start += n;
+                ProcessedImage {
+                    pixel_values: Vec::try_from(&rows).expect("pixels"),
+                    grid_thw: *g,
+                    seconds_per_grid: seconds.as_ref().map(|s| s[k]),
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let images = items_of(
+        &tensors["video.pixel_values"],
+        &grids("video.image_grid_thw"),
+        None,
+    );
+    let seconds: Vec<f64> = Vec::try_from(&tensors["video.second_per_grid_ts"]).expect("seconds");
+    let videos = items_of(
+        &tensors["video.pixel_values_videos"],
+        &grids("video.video_grid_thw"),
+        Some(seconds),
+    );
+    // In order of appearance: row 0 its video, row 1 the image, then its video.
+    let items = [&videos[0], &images[0], &videos[1]];
+    let (ids, mask) = (
+        &tensors["video.input_ids"],
+        &tensors["video.attention_mask"],
+    );
+    let logits = tch::no_grad(|| model.forward_items(ids, mask, &items)).expect("forward");
+    let real = mask.unsqueeze(-1).to_kind(Kind::Float);
+    let d = max_diff(&(&logits * &real), &(&tensors["video.logits"] * &real));
+    assert!(
+        d < 1e-4,
+        "logits with videos differ from transformers' by {d}"
+    );
+    // A video where the tokens hold an image's placeholders is refused, naming the counts.
+    let wrong = [&videos[0], &videos[0], &videos[1]];
+    let err = tch::no_grad(|| model.forward_items(ids, mask, &wrong)).expect_err("misplaced");
+    assert!(
+        err.to_string()
+            .contains("the tokens announce 1 image(s) but 0 image grid(s) were given"),
+        "{err}"
     );
 }

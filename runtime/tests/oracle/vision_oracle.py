@@ -180,6 +180,38 @@ def qwen2_5_vl_model(out):
         elif k.startswith("model.visual."):
             k = "visual." + k[len("model.visual."):]
         tensors[k] = v.detach().contiguous()
+    # A batch with videos: row 0 (left-padded) a video of 2 temporal patches; row 1 an image,
+    # then a video of 3 temporal patches at two seconds each. transformers fills the image
+    # placeholders from `pixel_values` and the video ones from `pixel_values_videos`; the time
+    # ids step by seconds per temporal patch x tokens_per_second (whole seconds: 4.57 casts
+    # them to integers first, where verl's own positions, which verl trains with, multiply in
+    # floating point; mrope.json holds those).
+    v_grids = [[2, 4, 4], [3, 4, 6]]
+    v_seconds = [1.0, 2.0]
+    i_grids = [[1, 4, 4]]
+    real0 = [30, start] + [video] * 8 + [end, 31, 32]
+    real1 = [33, start] + [image] * 4 + [end, 34, start] + [video] * 18 + [end, 35]
+    width = max(len(real0), len(real1))
+    v_ids = torch.tensor([[0] * (width - len(r)) + r for r in (real0, real1)])
+    v_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in (real0, real1)])
+    v_pixels = torch.randn(2 * 16 + 3 * 24, 3 * 2 * 4 * 4)
+    i_pixels = torch.randn(16, 3 * 2 * 4 * 4)
+    mm = {}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        mm["mm_token_type_ids"] = (v_ids == image).int() + 2 * (v_ids == video).int()
+    with torch.no_grad():
+        v_logits = model(input_ids=v_ids, attention_mask=v_mask, pixel_values=i_pixels,
+                         image_grid_thw=torch.tensor(i_grids), pixel_values_videos=v_pixels,
+                         video_grid_thw=torch.tensor(v_grids),
+                         second_per_grid_ts=torch.tensor(v_seconds), **mm).logits
+    tensors["video.input_ids"] = v_ids
+    tensors["video.attention_mask"] = v_mask
+    tensors["video.pixel_values"] = i_pixels.contiguous()
+    tensors["video.image_grid_thw"] = torch.tensor(i_grids)
+    tensors["video.pixel_values_videos"] = v_pixels.contiguous()
+    tensors["video.video_grid_thw"] = torch.tensor(v_grids)
+    tensors["video.second_per_grid_ts"] = torch.tensor(v_seconds, dtype=torch.float64)
+    tensors["video.logits"] = v_logits.contiguous()
     tensors["input.input_ids"] = ids
     tensors["input.attention_mask"] = mask
     tensors["input.pixel_values"] = pixels.contiguous()

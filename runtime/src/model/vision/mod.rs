@@ -21,12 +21,15 @@ pub use mrope::MropeTokens;
 use qwen2_5_vl::{VisionConfig, VisionError, VisionTower};
 use qwen3_vl::{Qwen3VisionConfig, Qwen3VisionTower};
 
-/// An image as the vision tower takes it: `pixel_values` `(t·h·w, patch_width)` row-major and
-/// its patch grid `[t, h, w]`.
+/// An image or a video as the vision tower takes it: `pixel_values` `(t·h·w, patch_width)`
+/// row-major and its patch grid `[t, h, w]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessedImage {
     pub pixel_values: Vec<f32>,
     pub grid_thw: [i64; 3],
+    /// A video's seconds per temporal patch (its frames' time positions step by this times
+    /// `tokens_per_second`); `None` for an image.
+    pub seconds_per_grid: Option<f64>,
 }
 
 impl ProcessedImage {
@@ -342,6 +345,124 @@ impl Vision {
         })
     }
 
+    /// Token embeddings of `input_ids` `(B, T)` whose prompt columns (the first
+    /// `prompt_width`) hold the placeholders of `items`, images and videos in the order they
+    /// appear, row-major: the tower embeds them together, then each image's embeddings fill
+    /// the image placeholders and each video's the video placeholders, in order (as
+    /// transformers fills `image_token_id` from `pixel_values` and `video_token_id` from
+    /// `pixel_values_videos`).
+    pub fn embed_items(
+        &self,
+        model: &Model,
+        input_ids: &Tensor,
+        prompt_width: i64,
+        items: &[&ProcessedImage],
+    ) -> Result<InputEmbeds, VisionError> {
+        let x = model.f_embed(input_ids)?;
+        if items.is_empty() {
+            return self.place(x, input_ids, prompt_width, None);
+        }
+        let (pixels, grids) = Self::pixels(items, input_ids.device())?;
+        let out = self.tower.forward(&pixels, &grids)?;
+        // Each item's rows of the tower's output, then the images' and the videos' apart.
+        let merge = self.tokens.spatial_merge_size.max(1) as usize;
+        let sizes: Vec<i64> = items.iter().map(|i| i.tokens(merge) as i64).collect();
+        let split = |t: &Tensor| -> Result<(Option<Tensor>, Option<Tensor>), VisionError> {
+            let parts = t.f_split_with_sizes(&sizes, 0)?;
+            let pick = |video: bool| -> Result<Option<Tensor>, VisionError> {
+                let rows: Vec<&Tensor> = parts
+                    .iter()
+                    .zip(items)
+                    .filter(|(_, i)| i.seconds_per_grid.is_some() == video)
+                    .map(|(p, _)| p)
+                    .collect();
+                Ok(if rows.is_empty() {
+                    None
+                } else {
+                    Some(Tensor::f_cat(&rows, 0)?)
+                })
+            };
+            Ok((pick(false)?, pick(true)?))
+        };
+        let (images, videos) = split(&out.embeds)?;
+        let levels = out
+            .deepstack
+            .iter()
+            .map(&split)
+            .collect::<Result<Vec<_>, _>>()?;
+        let in_prompt = Tensor::f_arange(input_ids.size()[1], (Kind::Int64, input_ids.device()))?
+            .f_lt(prompt_width)?
+            .f_unsqueeze(0)?;
+        let mut x = x;
+        let mut deepstack: Vec<Tensor> = levels
+            .iter()
+            .map(|_| x.f_zeros_like())
+            .collect::<Result<_, _>>()?;
+        for (token, rows, level_rows) in [
+            (
+                self.tokens.image_token_id,
+                images,
+                levels.iter().map(|l| l.0.as_ref()).collect::<Vec<_>>(),
+            ),
+            (
+                self.tokens.video_token_id,
+                videos,
+                levels.iter().map(|l| l.1.as_ref()).collect::<Vec<_>>(),
+            ),
+        ] {
+            let slots = input_ids.f_eq(token)?.f_logical_and(&in_prompt)?;
+            let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
+            let embeddings = rows.as_ref().map_or(0, |r| r.size()[0]);
+            if placeholders != embeddings {
+                return Err(VisionError::Placeholders {
+                    placeholders,
+                    embeddings,
+                });
+            }
+            let Some(rows) = rows else { continue };
+            let slots = slots.f_unsqueeze(-1)?.f_expand_as(&x)?;
+            x = x.f_masked_scatter(&slots, &rows.f_to_kind(x.kind())?)?;
+            for (d, level) in deepstack.iter_mut().zip(level_rows) {
+                if let Some(level) = level {
+                    *d = d.f_masked_scatter(&slots, &level.f_to_kind(x.kind())?)?;
+                }
+            }
+        }
+        Ok(InputEmbeds { x, deepstack })
+    }
+
+    /// M-RoPE positions `(B, T, 3)` and each row's rope delta for rows holding `items`
+    /// (images and videos in order of appearance). Qwen2.5-VL's: Qwen3-VL places a video's
+    /// frames apart, behind timestamps, which verlc does not build yet.
+    pub fn item_positions(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        items: &[&ProcessedImage],
+    ) -> Result<(Tensor, Vec<i64>), VisionError> {
+        let images: Vec<[i64; 3]> = items
+            .iter()
+            .filter(|i| i.seconds_per_grid.is_none())
+            .map(|i| i.grid_thw)
+            .collect();
+        let videos: Vec<mrope::VideoGrid> = items
+            .iter()
+            .filter_map(|i| {
+                i.seconds_per_grid.map(|s| mrope::VideoGrid {
+                    thw: i.grid_thw,
+                    seconds_per_grid: s,
+                })
+            })
+            .collect();
+        if !videos.is_empty() && matches!(self.tower, Tower::Qwen3Vl(_)) {
+            return Err(VisionError::Text(
+                "videos on Qwen3-VL's and Qwen3.5's towers (frames behind timestamps) are not supported yet".into(),
+            ));
+        }
+        self.tokens
+            .positions_with(input_ids, attention_mask, &images, &videos)
+    }
+
     /// [`MropeTokens::positions`] of this model's vision tokens.
     pub fn positions(
         &self,
@@ -363,13 +484,25 @@ impl MropeTokens {
         attention_mask: &Tensor,
         grids: &[[i64; 3]],
     ) -> Result<(Tensor, Vec<i64>), VisionError> {
+        self.positions_with(input_ids, attention_mask, grids, &[])
+    }
+
+    /// [`MropeTokens::positions`] of rows holding images of the grids `images` and videos
+    /// `videos`, each in order.
+    pub fn positions_with(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        grids: &[[i64; 3]],
+        videos: &[mrope::VideoGrid],
+    ) -> Result<(Tensor, Vec<i64>), VisionError> {
         let rows: Vec<Vec<i64>> = Vec::try_from(&input_ids.f_to_device(tch::Device::Cpu)?)?;
         let mask: Vec<Vec<i64>> = Vec::try_from(
             &attention_mask
                 .f_to_kind(Kind::Int64)?
                 .f_to_device(tch::Device::Cpu)?,
         )?;
-        let (pos, deltas) = mrope::batch_position_ids(&rows, &mask, grids, &[], self)?;
+        let (pos, deltas) = mrope::batch_position_ids(&rows, &mask, grids, videos, self)?;
         let (b, t) = (rows.len() as i64, rows.first().map_or(0, Vec::len) as i64);
         let axes = pos
             .iter()
@@ -404,6 +537,24 @@ impl super::CausalLm {
         grids: &[[i64; 3]],
     ) -> Result<Tensor, VisionError> {
         let (x, pos, _) = self.vision_prefill(input_ids, attention_mask, pixels, grids)?;
+        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
+        let hidden = self
+            .model
+            .forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
+        Ok(self.logits(&hidden))
+    }
+
+    /// Logits `(B, T, vocab)` of a padded batch whose rows hold `items`, images and videos in
+    /// order of appearance (see [`Vision::embed_items`]), at the rows' M-RoPE positions.
+    pub fn forward_items(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        items: &[&ProcessedImage],
+    ) -> Result<Tensor, VisionError> {
+        let vision = self.vision()?;
+        let (pos, _) = vision.item_positions(input_ids, attention_mask, items)?;
+        let x = vision.embed_items(&self.model, input_ids, input_ids.size()[1], items)?;
         let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
         let hidden = self
             .model

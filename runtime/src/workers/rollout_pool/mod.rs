@@ -905,6 +905,7 @@ pub(crate) fn decode_images(h: &Value, blobs: &[Vec<u8>]) -> Result<Vec<RowImage
                     Ok(ProcessedImage {
                         pixel_values: wire::blob_f32(blob)?,
                         grid_thw: grid,
+                        seconds_per_grid: None,
                     })
                 })
                 .collect::<Result<Vec<_>, PoolError>>()?;
