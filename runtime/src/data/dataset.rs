@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use crate::tokenizer::Tokenizer;
 
 use super::image::ImageProcessorConfig;
-use super::vision_prompt::{RowPrompt, row_prompt};
+use super::vision_prompt::{RowPrompt, VIDEO_KEY, row_prompt};
 use super::{DataError, RowProblems, Sample, files};
 use crate::engine::batch::RowImages;
 
@@ -71,6 +71,9 @@ pub struct VisionData {
     /// Why this run trains on text prompts only (a Qwen3.5 checkpoint beside a critic or under
     /// the vLLM rollout, as `verlc build` warned, B022): a row with images is refused.
     pub text_only: Option<String>,
+    /// Why this run cannot take videos (a Qwen3-VL tower, a Megatron engine): a row with
+    /// videos is refused when the data is read.
+    pub videos_refused: Option<String>,
 }
 
 impl Default for DatasetOptions {
@@ -117,18 +120,21 @@ fn vision_prompt(
     let Some(v) = &opts.vision else {
         return Ok(None);
     };
-    // verl's `data.video_key` (its default; another value is refused at build).
-    if holds_any(map, "videos") {
-        return Err(
-            "column `videos` holds videos: verlc's vision-language models take images (videos are not implemented yet)".into(),
-        );
+    let videos = holds_any(map, VIDEO_KEY);
+    if videos && let Some(why) = &v.videos_refused {
+        return Err(format!("column `{VIDEO_KEY}` holds videos: {why}"));
     }
-    if !holds_any(map, &v.image_key) {
+    if !holds_any(map, &v.image_key) && !videos {
         map.remove(&v.image_key);
+        map.remove(VIDEO_KEY);
         return Ok(None);
     }
     if let Some(why) = &v.text_only {
-        return Err(format!("column `{}` holds images, and {why}", v.image_key));
+        return Err(if videos {
+            format!("column `{VIDEO_KEY}` holds videos, and {why}")
+        } else {
+            format!("column `{}` holds images, and {why}", v.image_key)
+        });
     }
     let keys = (opts.prompt_key.as_str(), v.image_key.as_str());
     let prompt = row_prompt(
@@ -140,6 +146,7 @@ fn vision_prompt(
     )
     .map_err(|e| format!("column `{}`: {e}", v.image_key))?;
     map.remove(&v.image_key);
+    map.remove(VIDEO_KEY);
     Ok(Some(prompt))
 }
 

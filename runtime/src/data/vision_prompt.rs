@@ -19,13 +19,25 @@ pub const IMAGE_PLACEHOLDER: &str = "<image>";
 /// The image token of Qwen-VL processors.
 pub const IMAGE_PAD: &str = "<|image_pad|>";
 
+/// The placeholder verl's datasets put in a prompt's text where a video goes.
+pub const VIDEO_PLACEHOLDER: &str = "<video>";
+
+/// The video token of Qwen-VL processors.
+pub const VIDEO_PAD: &str = "<|video_pad|>";
+
 /// Why a vision prompt cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum VisionPromptError {
     #[error("the prompt has {placeholders} `<image>` placeholder(s) for {images} image(s)")]
     Count { placeholders: usize, images: usize },
+    #[error("the prompt has {placeholders} `<video>` placeholder(s) for {videos} video(s)")]
+    VideoCount { placeholders: usize, videos: usize },
     #[error("the chat template rendered {pads} image token(s) `{IMAGE_PAD}` for {images} image(s)")]
     Pads { pads: usize, images: usize },
+    #[error(
+        "the chat template rendered {pads} video token(s) `{VIDEO_PAD}` for {videos} video(s) (does it render video parts?)"
+    )]
+    VideoPads { pads: usize, videos: usize },
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error("{0}")]
@@ -41,39 +53,74 @@ pub fn split_placeholders(
     messages: &[Message],
     images: usize,
 ) -> Result<Vec<Message>, VisionPromptError> {
-    if images == 0 {
+    split_visual_placeholders(messages, images, 0)
+}
+
+/// [`split_placeholders`] of `<image>` and `<video>` placeholders (verl splits at both:
+/// `{"type": "video"}` parts for the second), each matching its own list one to one.
+pub fn split_visual_placeholders(
+    messages: &[Message],
+    images: usize,
+    videos: usize,
+) -> Result<Vec<Message>, VisionPromptError> {
+    if images == 0 && videos == 0 {
         return Ok(messages.to_vec());
     }
-    let mut used = 0;
+    let (mut used_images, mut used_videos) = (0, 0);
     let out = messages
         .iter()
         .map(|m| {
             let Value::String(text) = &m.content else {
                 // Content already in parts (a Python dataset's messages): its image parts.
                 if let Value::Array(parts) = &m.content {
-                    used += parts.iter().filter(|p| is_image_part(p)).count();
+                    used_images += parts.iter().filter(|p| is_image_part(p)).count();
+                    used_videos += parts
+                        .iter()
+                        .filter(|p| p.get("type").and_then(Value::as_str) == Some("video"))
+                        .count();
                 }
                 return m.clone();
             };
             let mut parts = Vec::new();
-            for (i, piece) in text.split(IMAGE_PLACEHOLDER).enumerate() {
-                if i > 0 {
+            let mut rest = text.as_str();
+            loop {
+                let next = [IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER]
+                    .iter()
+                    .filter_map(|p| rest.find(p).map(|at| (at, *p)))
+                    .min();
+                let Some((at, placeholder)) = next else {
+                    break;
+                };
+                if at > 0 {
+                    parts.push(json!({"type": "text", "text": &rest[..at]}));
+                }
+                if placeholder == IMAGE_PLACEHOLDER {
                     parts.push(json!({"type": "image"}));
-                    used += 1;
+                    used_images += 1;
+                } else {
+                    parts.push(json!({"type": "video"}));
+                    used_videos += 1;
                 }
-                if !piece.is_empty() {
-                    parts.push(json!({"type": "text", "text": piece}));
-                }
+                rest = &rest[at + placeholder.len()..];
+            }
+            if !rest.is_empty() {
+                parts.push(json!({"type": "text", "text": rest}));
             }
             let mut m = m.clone();
             m.content = Value::Array(parts);
             m
         })
         .collect();
-    if used != images {
+    if used_images != images {
         return Err(VisionPromptError::Count {
-            placeholders: used,
+            placeholders: used_images,
             images,
+        });
+    }
+    if used_videos != videos {
+        return Err(VisionPromptError::VideoCount {
+            placeholders: used_videos,
+            videos,
         });
     }
     Ok(out)
@@ -143,7 +190,21 @@ pub fn encode_vision_prompt(
     merge_size: usize,
     kwargs: &Map<String, Value>,
 ) -> Result<Vec<i64>, VisionPromptError> {
-    let messages = split_placeholders(messages, images.len())?;
+    encode_visual_prompt(tok, messages, (images, &[]), merge_size, kwargs).map(|(ids, _)| ids)
+}
+
+/// [`encode_vision_prompt`] with videos (`<video>` placeholders, `{"type": "video"}` parts,
+/// each video pad of the rendered template repeated once per merged patch of its video, as
+/// the processor expands them): the ids and the images and videos in the order the prompt
+/// holds them (the order the model fills its placeholders in).
+pub fn encode_visual_prompt(
+    tok: &Tokenizer,
+    messages: &[Message],
+    (images, videos): (&[ProcessedImage], &[ProcessedImage]),
+    merge_size: usize,
+    kwargs: &Map<String, Value>,
+) -> Result<(Vec<i64>, Vec<ProcessedImage>), VisionPromptError> {
+    let messages = split_visual_placeholders(messages, images.len(), videos.len())?;
     let text = tok.apply_chat_template(&messages, true, kwargs)?;
     let pads = text.matches(IMAGE_PAD).count();
     if pads != images.len() {
@@ -152,14 +213,40 @@ pub fn encode_vision_prompt(
             images: images.len(),
         });
     }
-    let mut expanded = String::with_capacity(text.len());
-    for (i, piece) in text.split(IMAGE_PAD).enumerate() {
-        if i > 0 {
-            expanded.push_str(&IMAGE_PAD.repeat(images[i - 1].tokens(merge_size)));
-        }
-        expanded.push_str(piece);
+    let video_pads = text.matches(VIDEO_PAD).count();
+    if video_pads != videos.len() {
+        return Err(VisionPromptError::VideoPads {
+            pads: video_pads,
+            videos: videos.len(),
+        });
     }
-    Ok(tok.encode(&expanded, false)?)
+    let mut expanded = String::with_capacity(text.len());
+    let mut order = Vec::with_capacity(images.len() + videos.len());
+    let (mut next_image, mut next_video) = (images.iter(), videos.iter());
+    let mut rest = text.as_str();
+    loop {
+        let next = [IMAGE_PAD, VIDEO_PAD]
+            .iter()
+            .filter_map(|p| rest.find(p).map(|at| (at, *p)))
+            .min();
+        let Some((at, pad)) = next else {
+            break;
+        };
+        expanded.push_str(&rest[..at]);
+        let item = if pad == IMAGE_PAD {
+            next_image.next()
+        } else {
+            next_video.next()
+        };
+        // The counts were checked above.
+        if let Some(item) = item {
+            expanded.push_str(&pad.repeat(item.tokens(merge_size)));
+            order.push(item.clone());
+        }
+        rest = &rest[at + pad.len()..];
+    }
+    expanded.push_str(rest);
+    Ok((tok.encode(&expanded, false)?, order))
 }
 
 /// A row's prompt: its ids (image placeholders expanded), its images, and its length as
@@ -217,16 +304,83 @@ pub fn row_prompt(
         }
         images.push(process_image(&img, fetch, cfg)?);
     }
-    let ids = encode_vision_prompt(tok, &messages, &images, cfg.merge_size, kwargs)?;
+    let videos = match row.get(VIDEO_KEY) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(cells)) => cells
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                video_from_cell(cell, cfg).map_err(|e| {
+                    VisionPromptError::Row(format!("column `{VIDEO_KEY}`, video {i}: {e}"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => {
+            return Err(VisionPromptError::Row(format!(
+                "column `{VIDEO_KEY}` must be a list of videos, got {other}"
+            )));
+        }
+    };
+    let placed_images: usize = images.iter().map(|i| i.tokens(cfg.merge_size)).sum();
+    let (ids, visuals) =
+        encode_visual_prompt(tok, &messages, (&images, &videos), cfg.merge_size, kwargs)?;
+    // A video counts with the processor's patches (verl measures it with its own fetch).
     let measured_len = if remeasure {
-        let placed: usize = images.iter().map(|i| i.tokens(cfg.merge_size)).sum();
-        ids.len() - placed + measured_tokens
+        ids.len() - placed_images + measured_tokens
     } else {
         ids.len()
     };
     Ok(RowPrompt {
         ids,
-        images,
+        images: visuals,
         measured_len,
     })
+}
+
+/// verl's `data.video_key` (its default; another value is refused at build).
+pub const VIDEO_KEY: &str = "videos";
+
+/// A video cell as verl's dataset reads it for Qwen-VL models, prepared
+/// ([`super::video::process_video_frames`]): a list of frames (each an image cell), or
+/// `{"video": [frames]}`. Video files need a decoder, which verlc does not have.
+fn video_from_cell(
+    cell: &Value,
+    cfg: &ImageProcessorConfig,
+) -> Result<ProcessedImage, VisionPromptError> {
+    let frames = match cell {
+        Value::Array(frames) => frames,
+        Value::Object(fields) => {
+            if let Some(key) = fields.keys().find(|k| *k != "video") {
+                return Err(VisionPromptError::Row(format!(
+                    "`{key}`: verlc takes a video as its frames (`{{\"video\": [frames]}}` or a list of frames) without sampling settings"
+                )));
+            }
+            match fields.get("video") {
+                Some(Value::Array(frames)) => frames,
+                _ => {
+                    return Err(VisionPromptError::Row(
+                        "`video` must be a list of frames (video files need a decoder, which verlc does not have)".into(),
+                    ));
+                }
+            }
+        }
+        Value::String(path) => {
+            return Err(VisionPromptError::Row(format!(
+                "{path}: video files need a decoder, which verlc does not have; give the video as a list of frames"
+            )));
+        }
+        other => {
+            return Err(VisionPromptError::Row(format!(
+                "a video is a list of frames, got {other}"
+            )));
+        }
+    };
+    let frames = frames
+        .iter()
+        .map(image_from_cell)
+        .collect::<Result<Vec<_>, _>>()?;
+    // Qwen2VLVideoProcessor's `size`: 128 to 768 merged patches a frame.
+    let unit = cfg.patch_size * cfg.merge_size;
+    let bounds = (128 * unit * unit, 768 * unit * unit);
+    Ok(super::video::process_video_frames(&frames, cfg.patch_size, cfg, bounds)?.video)
 }

@@ -137,10 +137,10 @@ impl Decoder for CausalLm {
         cache: &mut KvCache,
     ) -> Result<(Option<HeadLogits>, Tensor), RolloutError> {
         let vision = self.vision()?;
-        let grids: Vec<[i64; 3]> = images.iter().map(|i| i.grid_thw).collect();
-        let (pos, _) = vision.positions(ids, attention_mask, &grids)?;
+        // Images and videos, in order of appearance.
+        let (pos, _) = vision.item_positions(ids, attention_mask, images)?;
         let t = ids.size()[1];
-        let x = vision.embed(&self.model, ids, t, images)?;
+        let x = vision.embed_items(&self.model, ids, t, images)?;
         let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
         let hidden = self
             .model

@@ -51,6 +51,16 @@ impl ReplicaShare {
                 prompts.len()
             )));
         }
+        // A Megatron replica's shards take images only (their pixels travel as grids here).
+        if images
+            .iter()
+            .flat_map(|r| r.iter())
+            .any(|i| i.seconds_per_grid.is_some())
+        {
+            return Err(RolloutError::Batch(
+                "videos run on a whole model (FSDP or one process, the built-in rollout); Megatron's rollout replicas take images only".into(),
+            ));
+        }
         match self {
             ReplicaShare::Split { peers } => split(model, peers, prompts, images, params, stop),
             ReplicaShare::Join { peers } => join(model, peers, prompts, images, params, stop),

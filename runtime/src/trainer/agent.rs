@@ -318,11 +318,10 @@ impl AgentRollout {
         if let (Some(v), true) = (vision, items.iter().any(|it| !it.images.is_empty())) {
             // Multimodal positions over each whole trajectory (its images in the prompt; the
             // turns after it are text).
-            let grids: Vec<[i64; 3]> = (0..rows)
-                .flat_map(|r| items[r / n].images.iter().map(|i| i.grid_thw))
-                .collect();
+            let visuals: Vec<&crate::model::vision::ProcessedImage> =
+                (0..rows).flat_map(|r| items[r / n].images.iter()).collect();
             let (positions, _) = v
-                .positions(&out.input_ids, &out.attention_mask, &grids)
+                .item_positions(&out.input_ids, &out.attention_mask, &visuals)
                 .map_err(config)?;
             out.position_ids = positions;
         }

@@ -216,12 +216,27 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
                 spec.actor.model_path,
             )
         });
+    // Videos run on Qwen2.5-VL's whole model with the built-in rollout (single turns).
+    let arch = cfg.arch().ok();
+    let videos_refused = if arch
+        .and_then(|a| a.tower())
+        .is_some_and(|t| t.qwen3_style())
+    {
+        Some("videos on Qwen3-VL's and Qwen3.5's towers (frames behind timestamps) are not supported yet".to_owned())
+    } else if spec.strategy == verlc_spec::trainer::StrategyName::Megatron {
+        Some("videos run on FSDP (or one process); Megatron's stages take images only".to_owned())
+    } else if spec.rollout.multi_turn.is_some() {
+        Some("the tool agent loop carries images only".to_owned())
+    } else {
+        None
+    };
     Ok(Some(VisionData {
         image_key: spec.data.image_key.clone(),
         measure_patch_size: spec.data.image_patch_size.unwrap_or(processor.patch_size),
         processor,
         model_dir,
         text_only,
+        videos_refused,
     }))
 }
 

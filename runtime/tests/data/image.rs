@@ -196,6 +196,7 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
             measure_patch_size,
             model_dir: None,
             text_only: text_only.map(str::to_owned),
+            videos_refused: None,
         }),
         ..DatasetOptions::default()
     };
@@ -221,14 +222,28 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
             && msg.contains("text prompts only"),
         "{msg}"
     );
-    // A row with a video (verl's `videos` column) is refused, not trained without it.
+    // A row with a video (verl's `videos` column: frame lists) whose frame is not there is an
+    // error naming the column, the video and the file.
     let mut with_video = rows();
     with_video[0]
         .2
         .insert("videos".into(), serde_json::json!([["frame.png"]]));
-    let e = RlDataset::from_rows(with_video, &tok, &opts(14, None)).expect_err("videos refused");
+    let e = RlDataset::from_rows(with_video.clone(), &tok, &opts(14, None))
+        .expect_err("a missing frame");
     assert!(
-        e.to_string().contains("column `videos` holds videos"),
+        e.to_string().contains("column `videos`, video 0") && e.to_string().contains("frame.png"),
+        "{e}"
+    );
+    // Where the run takes text prompts only, the video column is named.
+    let e = RlDataset::from_rows(
+        with_video,
+        &tok,
+        &opts(14, Some("the vLLM rollout sends text prompts only")),
+    )
+    .expect_err("videos refused");
+    assert!(
+        e.to_string().contains("column `videos` holds videos")
+            && e.to_string().contains("text prompts only"),
         "{e}"
     );
 }

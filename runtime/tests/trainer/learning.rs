@@ -423,3 +423,84 @@ fn a_vision_language_model_trains_on_its_images_with_its_tower_frozen() {
     }
     assert!(tower > 10 && text > 0, "tower {tower}, text moved {text}");
 }
+
+/// Videos through a run (verl's multimodal layout: a `<video>` placeholder in the prompt and
+/// a `videos` column whose cells are frame lists of PNG bytes): the tiny Qwen2.5-VL's prompts
+/// carry each video's placeholders (a token per merged patch), the rollout prefills the
+/// tower's embeddings of the frames at their M-RoPE positions, and the actor's recomputed
+/// log-probs of the sampled tokens, with the same videos, equal the rollout's. A row whose
+/// video is a file is refused when the data is read, naming the column.
+#[test]
+fn a_vision_language_model_trains_on_videos_given_as_frames() {
+    let dir = scratch("video_language");
+    let script = r#"
+import io, sys, pyarrow as pa, pyarrow.parquet as pq
+from PIL import Image
+out = sys.argv[1]
+colors = [(230, 30, 30), (30, 200, 30), (30, 30, 230), (220, 220, 30)]
+def frame(c, shade):
+    b = io.BytesIO()
+    Image.new("RGB", (40, 28), tuple(min(255, x + shade) for x in c)).save(b, format="PNG")
+    return {"bytes": b.getvalue(), "path": None}
+def row(i, video):
+    return {"data_source": "builtin/color_digits",
+            "prompt": [{"role": "user", "content": "<video>what is the answer?"}],
+            "videos": [video], "ability": "vision",
+            "reward_model": {"style": "rule", "ground_truth": str(i % 4)},
+            "extra_info": {"split": "train", "index": i}}
+rows = [row(i, [frame(colors[i % 4], s) for s in (0, 20, 40)]) for i in range(8)]
+pq.write_table(pa.Table.from_pylist(rows), f"{out}/videos.parquet")
+file_row = row(0, "clip.mp4")
+pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
+"#;
+    let status = std::process::Command::new(crate::common::python())
+        .arg("-c")
+        .arg(script)
+        .arg(&dir)
+        .status()
+        .expect("python");
+    assert!(status.success(), "writing the video rows failed");
+    let overrides = |file: &str| -> Vec<String> {
+        [
+            "trainer.total_training_steps=2",
+            "data.train_batch_size=4",
+            "data.max_prompt_length=400",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "trainer.logger=[]",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            format!("data.train_files={}", dir.join(file).display()),
+            format!("data.val_files={}", dir.join(file).display()),
+            format!("trainer.default_local_dir={}", dir.join("ckpt").display()),
+        ])
+        .collect()
+    };
+    let spec = crate::support::spec_of("color_digits_vl.yaml", &overrides("videos.parquet"));
+    let summary = verlc_runtime::trainer::run(&spec, &quiet()).expect("a run on videos");
+    let lengths = series(&summary.history, "prompt_length/max");
+    // Three frames, padded to four: two temporal patches of at least 128 merged patches each.
+    assert!(lengths.iter().all(|&l| l > 256.0), "{lengths:?}");
+    let gap = series(&summary.history, "training/rollout_probs_diff_max");
+    assert_eq!(gap.len(), 2);
+    assert!(
+        gap.iter().all(|&d| d < 1e-4),
+        "rollout vs actor log-probs: {gap:?}"
+    );
+
+    let spec = crate::support::spec_of("color_digits_vl.yaml", &overrides("video_file.parquet"));
+    let err = verlc_runtime::trainer::run(&spec, &quiet())
+        .expect_err("a video file")
+        .to_string();
+    assert!(
+        err.contains("column `videos`") && err.contains("clip.mp4") && err.contains("decoder"),
+        "{err}"
+    );
+}

@@ -230,8 +230,23 @@ impl Vision {
     }
 
     /// The tower's input for `images` (in order): their patches stacked `(Σ t·h·w,
-    /// patch_width)` on `device`, and their grids.
+    /// patch_width)` on `device`, and their grids. Images only: the paths that take videos
+    /// (a whole model's forward and rollout) go through [`Vision::embed_items`]; the others
+    /// (Megatron's stages) refuse them here.
     pub fn pixels(
+        images: &[&ProcessedImage],
+        device: tch::Device,
+    ) -> Result<(Tensor, Vec<[i64; 3]>), VisionError> {
+        if images.iter().any(|i| i.seconds_per_grid.is_some()) {
+            return Err(VisionError::Text(
+                "videos run on a whole model (FSDP or one process, the built-in rollout); Megatron's stages take images only".into(),
+            ));
+        }
+        Self::item_pixels(images, device)
+    }
+
+    /// [`Vision::pixels`] of images and videos.
+    fn item_pixels(
         images: &[&ProcessedImage],
         device: tch::Device,
     ) -> Result<(Tensor, Vec<[i64; 3]>), VisionError> {
@@ -265,8 +280,7 @@ impl Vision {
         prompt_width: i64,
         images: &[&ProcessedImage],
     ) -> Result<InputEmbeds, VisionError> {
-        let (pixels, grids) = Self::pixels(images, input_ids.device())?;
-        self.embed_pixels(model, input_ids, prompt_width, &pixels, &grids)
+        self.embed_items(model, input_ids, prompt_width, images)
     }
 
     /// [`Vision::embed`] of the images' patches `pixels` (of the patch grids `grids`, in
@@ -362,7 +376,7 @@ impl Vision {
         if items.is_empty() {
             return self.place(x, input_ids, prompt_width, None);
         }
-        let (pixels, grids) = Self::pixels(items, input_ids.device())?;
+        let (pixels, grids) = Self::item_pixels(items, input_ids.device())?;
         let out = self.tower.forward(&pixels, &grids)?;
         // Each item's rows of the tower's output, then the images' and the videos' apart.
         let merge = self.tokens.spatial_merge_size.max(1) as usize;
@@ -440,27 +454,14 @@ impl Vision {
         attention_mask: &Tensor,
         items: &[&ProcessedImage],
     ) -> Result<(Tensor, Vec<i64>), VisionError> {
-        let images: Vec<[i64; 3]> = items
-            .iter()
-            .filter(|i| i.seconds_per_grid.is_none())
-            .map(|i| i.grid_thw)
-            .collect();
-        let videos: Vec<mrope::VideoGrid> = items
-            .iter()
-            .filter_map(|i| {
-                i.seconds_per_grid.map(|s| mrope::VideoGrid {
-                    thw: i.grid_thw,
-                    seconds_per_grid: s,
-                })
-            })
-            .collect();
-        if !videos.is_empty() && matches!(self.tower, Tower::Qwen3Vl(_)) {
+        if items.iter().any(|i| i.seconds_per_grid.is_some())
+            && matches!(self.tower, Tower::Qwen3Vl(_))
+        {
             return Err(VisionError::Text(
                 "videos on Qwen3-VL's and Qwen3.5's towers (frames behind timestamps) are not supported yet".into(),
             ));
         }
-        self.tokens
-            .positions_with(input_ids, attention_mask, &images, &videos)
+        self.tokens.item_positions(input_ids, attention_mask, items)
     }
 
     /// [`MropeTokens::positions`] of this model's vision tokens.
@@ -485,6 +486,31 @@ impl MropeTokens {
         grids: &[[i64; 3]],
     ) -> Result<(Tensor, Vec<i64>), VisionError> {
         self.positions_with(input_ids, attention_mask, grids, &[])
+    }
+
+    /// [`MropeTokens::positions`] of rows holding `items`, images and videos in order of
+    /// appearance.
+    pub fn item_positions(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        items: &[&ProcessedImage],
+    ) -> Result<(Tensor, Vec<i64>), VisionError> {
+        let images: Vec<[i64; 3]> = items
+            .iter()
+            .filter(|i| i.seconds_per_grid.is_none())
+            .map(|i| i.grid_thw)
+            .collect();
+        let videos: Vec<mrope::VideoGrid> = items
+            .iter()
+            .filter_map(|i| {
+                i.seconds_per_grid.map(|s| mrope::VideoGrid {
+                    thw: i.grid_thw,
+                    seconds_per_grid: s,
+                })
+            })
+            .collect();
+        self.positions_with(input_ids, attention_mask, &images, &videos)
     }
 
     /// [`MropeTokens::positions`] of rows holding images of the grids `images` and videos

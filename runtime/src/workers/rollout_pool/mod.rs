@@ -203,7 +203,11 @@ impl RolloutReplica {
                 row.iter()
                     .map(|img| {
                         blobs.push(wire::f32_blob(&img.pixel_values));
-                        json!({"grid_thw": img.grid_thw, "blob": blobs.len() - 1})
+                        json!({
+                            "grid_thw": img.grid_thw,
+                            "seconds_per_grid": img.seconds_per_grid,
+                            "blob": blobs.len() - 1,
+                        })
                     })
                     .collect()
             })
@@ -905,7 +909,7 @@ pub(crate) fn decode_images(h: &Value, blobs: &[Vec<u8>]) -> Result<Vec<RowImage
                     Ok(ProcessedImage {
                         pixel_values: wire::blob_f32(blob)?,
                         grid_thw: grid,
-                        seconds_per_grid: None,
+                        seconds_per_grid: img["seconds_per_grid"].as_f64(),
                     })
                 })
                 .collect::<Result<Vec<_>, PoolError>>()?;
