@@ -140,7 +140,7 @@ impl Decoder for CausalLm {
         // Images and videos, in order of appearance.
         let (pos, _) = vision.item_positions(ids, attention_mask, images)?;
         let t = ids.size()[1];
-        let x = vision.embed_items(&self.model, ids, t, images)?;
+        let x = vision.embed(&self.model, ids, t, images)?;
         let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
         let hidden = self
             .model

@@ -176,7 +176,7 @@ impl BackgroundRollout {
         worker: RolloutWorker,
         stop: StopTokens,
         agent: Option<AgentLoop>,
-        lockstep: Option<ProcessGroup>,
+        (lockstep, partial): (Option<ProcessGroup>, bool),
     ) -> Result<Self, TrainerError> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel();
@@ -187,6 +187,12 @@ impl BackgroundRollout {
         let thread = std::thread::Builder::new()
             .name("verlc-rollout".into())
             .spawn(move || {
+                let mut worker = worker;
+                if partial {
+                    // The rollout takes published weights between tokens (partial rollout).
+                    let source: Arc<dyn WeightSource> = slot.clone();
+                    worker.swap_weights_from(source);
+                }
                 let ends = (job_rx, done_tx, slot, cancelled);
                 match lockstep {
                     Some(group) => serve_lockstep(worker, stop, agent, ends, &group),
@@ -317,9 +323,6 @@ type Ends = (
 fn serve(worker: RolloutWorker, stop: StopTokens, agent: Option<AgentLoop>, ends: Ends) {
     let (jobs, done, mailbox, cancel) = ends;
     let mut worker = worker;
-    // A whole model takes new weights between two tokens (partial rollout).
-    let source: Arc<dyn WeightSource> = mailbox.clone();
-    worker.swap_weights_from(source);
     while let Ok(job) = jobs.recv() {
         if cancel.load(Ordering::Relaxed) {
             return;
@@ -358,10 +361,8 @@ fn serve_lockstep(
     let (jobs, done, mailbox, cancel) = ends;
     let mut worker = worker;
     let main = group.rank() == 0;
-    // The main rank's server takes weights published while a batch generates (partial
-    // rollout); the others learn the version at the batch's end.
-    let source: Arc<dyn WeightSource> = mailbox.clone();
-    worker.swap_weights_from(source);
+    // With partial rollout the main rank's server takes weights published while a batch
+    // generates; the others learn the version at the batch's end.
     let mut version = None;
     loop {
         let job = jobs.recv().ok();

@@ -101,6 +101,8 @@ pub(super) struct Colocated {
     buffer: ReplayBuffer<Slot>,
     queue: Queue,
     started: bool,
+    /// Partial rollout ([`crate::trainer::RunOptions::partial_rollout`]).
+    partial: bool,
 }
 
 impl Colocated {
@@ -110,7 +112,7 @@ impl Colocated {
     pub(super) fn new(
         spec: AsyncSpec,
         worker: RolloutWorker,
-        trainer_stop: crate::rollout::StopTokens,
+        (trainer_stop, partial): (crate::rollout::StopTokens, bool),
         agent: Option<AgentLoop>,
         lockstep: Option<crate::parallel::dist::ProcessGroup>,
     ) -> Result<Self, TrainerError> {
@@ -126,7 +128,12 @@ impl Colocated {
             spec,
             buffer: ReplayBuffer::new(bound),
             queue: Queue {
-                rollout: BackgroundRollout::start(worker, trainer_stop, agent, lockstep)?,
+                rollout: BackgroundRollout::start(
+                    worker,
+                    trainer_stop,
+                    agent,
+                    (lockstep, partial),
+                )?,
                 full_weights,
                 jobs: BTreeMap::new(),
                 pending: VecDeque::new(),
@@ -137,6 +144,7 @@ impl Colocated {
                 generating: 0.0,
             },
             started: false,
+            partial,
         })
     }
 }
@@ -347,7 +355,7 @@ impl<R: Roles> Trainer<R> {
         // verl's colocate_async aborts the requests in flight once the trainer has its batch
         // and resumes them with the weights of this step's sync (`on_sample_end`,
         // `on_step_end`); its separate pool never pauses.
-        if c.spec.mode == AsyncMode::ColocateAsync {
+        if c.partial && c.spec.mode == AsyncMode::ColocateAsync {
             c.queue.rollout.pause();
         }
 

@@ -626,7 +626,7 @@ impl<R: Roles> Trainer<R> {
                 Some(colocate::Colocated::new(
                     a,
                     worker,
-                    stop.clone(),
+                    (stop.clone(), opts.partial_rollout),
                     agent,
                     lockstep,
                 )?)

@@ -103,6 +103,11 @@ pub struct RunOptions {
     /// executable, a trainer binary, whose `main` serves as a replica first; a test binary
     /// names itself and a test function that serves).
     pub rollout_replica: Option<crate::workers::rollout_pool::ReplicaCommand>,
+    /// The asynchronous modes' partial rollout (verl's: a batch in flight at a weight sync
+    /// goes on with the new weights). Where it falls in a batch depends on timing, so a run
+    /// with it is not repeatable; without it (`$VERLC_PARTIAL_ROLLOUT=0`) every batch is
+    /// generated with the weights it began with and a run repeats exactly.
+    pub partial_rollout: bool,
 }
 
 impl Default for RunOptions {
@@ -134,6 +139,7 @@ impl RunOptions {
             console_lines: true,
             loss_scaling,
             rollout_replica: None,
+            partial_rollout: std::env::var("VERLC_PARTIAL_ROLLOUT").map_or(true, |v| v != "0"),
         }
     }
 

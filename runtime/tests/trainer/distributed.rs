@@ -154,12 +154,24 @@ fn rank_child() {
 
 /// Runs `job` on `world` rank processes; returns each rank's history.
 fn run_ranks(job: &Job, dir: &Path, world: usize) -> Vec<Vec<(u64, Metrics)>> {
+    run_ranks_with(job, dir, world, &[])
+}
+
+/// [`run_ranks`] with more environment for the rank processes.
+fn run_ranks_with(
+    job: &Job,
+    dir: &Path,
+    world: usize,
+    env: &[(&str, String)],
+) -> Vec<Vec<(u64, Metrics)>> {
     let jobdir = dir.join("job");
     let _ = std::fs::remove_dir_all(&jobdir);
     std::fs::create_dir_all(&jobdir).expect("job dir");
     std::fs::write(jobdir.join("example"), job.example).expect("write");
     std::fs::write(jobdir.join("overrides"), job.overrides.join("\n")).expect("write");
-    let ranks = spawn_ranks(CHILD, world, &[(DIR_ENV, jobdir.display().to_string())]);
+    let mut env = env.to_vec();
+    env.push((DIR_ENV, jobdir.display().to_string()));
+    let ranks = spawn_ranks(CHILD, world, &env);
     ranks
         .wait(Some(Duration::from_secs(300)))
         .expect("every rank trains");
@@ -449,6 +461,11 @@ type History = Vec<(u64, Metrics)>;
 /// others wait. Keyed by the overrides less the checkpoint directory (the one-process runs save
 /// nothing).
 fn one_process_history(example: &str, overrides: &[String]) -> History {
+    one_process_history_with(example, overrides, true)
+}
+
+/// [`one_process_history`] with or without the asynchronous modes' partial rollout.
+fn one_process_history_with(example: &str, overrides: &[String], partial: bool) -> History {
     use std::sync::{Arc, Mutex, OnceLock};
     static RUNS: Mutex<Vec<(String, Arc<OnceLock<History>>)>> = Mutex::new(Vec::new());
     let key: Vec<&str> = overrides
@@ -456,7 +473,7 @@ fn one_process_history(example: &str, overrides: &[String]) -> History {
         .map(String::as_str)
         .filter(|o| !o.starts_with("trainer.default_local_dir="))
         .collect();
-    let key = format!("{example} {}", key.join(" "));
+    let key = format!("{example} {partial} {}", key.join(" "));
     let slot = {
         let mut runs = RUNS.lock().unwrap_or_else(|e| e.into_inner());
         match runs.iter().find(|(k, _)| *k == key) {
@@ -471,7 +488,10 @@ fn one_process_history(example: &str, overrides: &[String]) -> History {
     slot.get_or_init(|| {
         verlc_runtime::trainer::run_with(
             &config(example, overrides),
-            &quiet(),
+            &verlc_runtime::trainer::RunOptions {
+                partial_rollout: partial,
+                ..quiet()
+            },
             MegatronRoles { world: None },
         )
         .expect("one-process run")
@@ -543,7 +563,8 @@ fn megatron_whole_experts_under_tensor_parallel_match_one_process_and_resume_exa
 /// with its data-parallel rank's seeds, so both tensor ranks generate the same groups, which
 /// training then splits over them. Off policy (a warm-up batch, threshold 2, `drop`) with
 /// sampled rollouts, every step matches one Megatron process's `colocate_async` run, and no
-/// trained group is older than the bound.
+/// trained group is older than the bound. Without partial rollout (`VERLC_PARTIAL_ROLLOUT=0`):
+/// where a weight sync falls in a batch depends on timing, so runs with it do not repeat.
 #[test]
 fn megatron_colocate_async_at_tensor_parallel_2_matches_one_process() {
     let dir = scratch("dist_megatron_async");
@@ -556,9 +577,10 @@ fn megatron_colocate_async_at_tensor_parallel_2_matches_one_process() {
         "actor_rollout_ref.rollout.do_sample=true",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
     ];
-    let one = one_process_history(
+    let one = one_process_history_with(
         example,
         &Job::new(example, base, &dir.join("one"), 1).overrides,
+        false,
     );
     let job = Job::new(example, base, &dir.join("tp2"), 2)
         .with(&actor_and_ref(&["tensor_model_parallel_size=2"]));
@@ -569,7 +591,8 @@ fn megatron_colocate_async_at_tensor_parallel_2_matches_one_process() {
         "{:?}",
         spec.actor.engine
     );
-    let ranks = run_ranks(&job, &dir.join("tp2"), 2);
+    let whole_batches = [("VERLC_PARTIAL_ROLLOUT", "0".to_owned())];
+    let ranks = run_ranks_with(&job, &dir.join("tp2"), 2, &whole_batches);
     assert_eq!(one.len(), 3);
     for ((s, a), (_, b)) in one.iter().zip(&ranks[0]) {
         for key in [

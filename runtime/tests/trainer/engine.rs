@@ -587,7 +587,8 @@ fn background_rollout_generates_with_its_published_copy() {
     plain.release().expect("release");
 
     let worker = RolloutWorker::new(cfg, Dtype::Fp32, Device::Cpu).expect("rollout");
-    let mut thread = BackgroundRollout::start(worker, stop.clone(), None, None).expect("start");
+    let mut thread =
+        BackgroundRollout::start(worker, stop.clone(), None, (None, true)).expect("start");
     let item = |ids: Vec<i64>| {
         let row = serde_json::json!({
             "prompt": [{"role": "user", "content": "x"}],

@@ -231,7 +231,7 @@ impl Vision {
 
     /// The tower's input for `images` (in order): their patches stacked `(Σ t·h·w,
     /// patch_width)` on `device`, and their grids. Images only: the paths that take videos
-    /// (a whole model's forward and rollout) go through [`Vision::embed_items`]; the others
+    /// (a whole model's forward and rollout) go through [`Vision::embed`]; the others
     /// (Megatron's stages) refuse them here.
     pub fn pixels(
         images: &[&ProcessedImage],
@@ -267,20 +267,6 @@ impl Vision {
                 .f_to(device)?,
             grids,
         ))
-    }
-
-    /// Token embeddings of `input_ids` `(B, T)` with the embeddings of `images` (in the order
-    /// their placeholders appear, row-major) in the image placeholders of the first
-    /// `prompt_width` columns: the prompts' (a response that samples the placeholder token
-    /// keeps its token embedding, as its positions are text positions).
-    pub fn embed(
-        &self,
-        model: &Model,
-        input_ids: &Tensor,
-        prompt_width: i64,
-        images: &[&ProcessedImage],
-    ) -> Result<InputEmbeds, VisionError> {
-        self.embed_items(model, input_ids, prompt_width, images)
     }
 
     /// [`Vision::embed`] of the images' patches `pixels` (of the patch grids `grids`, in
@@ -326,37 +312,24 @@ impl Vision {
         prompt_width: i64,
         out: Option<qwen3_vl::TowerOutput>,
     ) -> Result<InputEmbeds, VisionError> {
-        let t = input_ids.size().get(1).copied().unwrap_or(0);
-        let in_prompt = Tensor::f_arange(t, (Kind::Int64, input_ids.device()))?
-            .f_lt(prompt_width)?
-            .f_unsqueeze(0)?;
-        let slots = input_ids
-            .f_eq(self.tokens.image_token_id)?
-            .f_logical_and(&in_prompt)?;
-        let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
-        let embeddings = out.as_ref().map_or(0, |o| o.embeds.size()[0]);
-        if placeholders != embeddings {
-            return Err(VisionError::Placeholders {
-                placeholders,
-                embeddings,
-            });
-        }
-        let Some(out) = out else {
-            return Ok(InputEmbeds::tokens(x));
+        let levels = out.as_ref().map_or(0, |o| o.deepstack.len());
+        let mut embeds = InputEmbeds {
+            deepstack: (0..levels)
+                .map(|_| x.f_zeros_like())
+                .collect::<Result<_, _>>()?,
+            x,
         };
-        let slots = slots.f_unsqueeze(-1)?.f_expand_as(&x)?;
-        let deepstack = out
-            .deepstack
-            .iter()
-            .map(|d| {
-                x.f_zeros_like()?
-                    .f_masked_scatter(&slots, &d.f_to_kind(x.kind())?)
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(InputEmbeds {
-            x: x.f_masked_scatter(&slots, &out.embeds.f_to_kind(x.kind())?)?,
-            deepstack,
-        })
+        let rows = Visuals {
+            embeds: out.as_ref().map(|o| o.embeds.shallow_clone()),
+            deepstack: out.map_or_else(Vec::new, |o| o.deepstack.into_iter().map(Some).collect()),
+        };
+        let at = Placeholders {
+            input_ids,
+            prompt_width,
+            token: self.tokens.image_token_id,
+        };
+        fill(&mut embeds, &at, rows)?;
+        Ok(embeds)
     }
 
     /// Token embeddings of `input_ids` `(B, T)` whose prompt columns (the first
@@ -364,8 +337,9 @@ impl Vision {
     /// appear, row-major: the tower embeds them together, then each image's embeddings fill
     /// the image placeholders and each video's the video placeholders, in order (as
     /// transformers fills `image_token_id` from `pixel_values` and `video_token_id` from
-    /// `pixel_values_videos`).
-    pub fn embed_items(
+    /// `pixel_values_videos`). A response that samples a placeholder token keeps its token
+    /// embedding, as its positions are text positions.
+    pub fn embed(
         &self,
         model: &Model,
         input_ids: &Tensor,
@@ -404,45 +378,38 @@ impl Vision {
             .iter()
             .map(&split)
             .collect::<Result<Vec<_>, _>>()?;
-        let in_prompt = Tensor::f_arange(input_ids.size()[1], (Kind::Int64, input_ids.device()))?
-            .f_lt(prompt_width)?
-            .f_unsqueeze(0)?;
-        let mut x = x;
-        let mut deepstack: Vec<Tensor> = levels
-            .iter()
-            .map(|_| x.f_zeros_like())
-            .collect::<Result<_, _>>()?;
-        for (token, rows, level_rows) in [
+        let mut embeds = InputEmbeds {
+            deepstack: levels
+                .iter()
+                .map(|_| x.f_zeros_like())
+                .collect::<Result<_, _>>()?,
+            x,
+        };
+        let (image_levels, video_levels) = levels.into_iter().unzip();
+        for (token, rows) in [
             (
                 self.tokens.image_token_id,
-                images,
-                levels.iter().map(|l| l.0.as_ref()).collect::<Vec<_>>(),
+                Visuals {
+                    embeds: images,
+                    deepstack: image_levels,
+                },
             ),
             (
                 self.tokens.video_token_id,
-                videos,
-                levels.iter().map(|l| l.1.as_ref()).collect::<Vec<_>>(),
+                Visuals {
+                    embeds: videos,
+                    deepstack: video_levels,
+                },
             ),
         ] {
-            let slots = input_ids.f_eq(token)?.f_logical_and(&in_prompt)?;
-            let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
-            let embeddings = rows.as_ref().map_or(0, |r| r.size()[0]);
-            if placeholders != embeddings {
-                return Err(VisionError::Placeholders {
-                    placeholders,
-                    embeddings,
-                });
-            }
-            let Some(rows) = rows else { continue };
-            let slots = slots.f_unsqueeze(-1)?.f_expand_as(&x)?;
-            x = x.f_masked_scatter(&slots, &rows.f_to_kind(x.kind())?)?;
-            for (d, level) in deepstack.iter_mut().zip(level_rows) {
-                if let Some(level) = level {
-                    *d = d.f_masked_scatter(&slots, &level.f_to_kind(x.kind())?)?;
-                }
-            }
+            let at = Placeholders {
+                input_ids,
+                prompt_width,
+                token,
+            };
+            fill(&mut embeds, &at, rows)?;
         }
-        Ok(InputEmbeds { x, deepstack })
+        Ok(embeds)
     }
 
     /// M-RoPE positions `(B, T, 3)` and each row's rope delta for rows holding `items`
@@ -473,6 +440,53 @@ impl Vision {
     ) -> Result<(Tensor, Vec<i64>), VisionError> {
         self.tokens.positions(input_ids, attention_mask, grids)
     }
+}
+
+/// The placeholders of one kind (`token`) in the prompt columns (the first `prompt_width`)
+/// of `input_ids`.
+struct Placeholders<'a> {
+    input_ids: &'a Tensor,
+    prompt_width: i64,
+    token: i64,
+}
+
+/// The tower's rows for one kind of placeholder, in order: the embeddings and each DeepStack
+/// level's features (`None`: none of this kind).
+struct Visuals {
+    embeds: Option<Tensor>,
+    deepstack: Vec<Option<Tensor>>,
+}
+
+/// `rows` into the placeholders `at` of `embeds.x`, and each DeepStack level's rows into the
+/// same places of its level; the placeholders and the rows must be as many.
+fn fill(embeds: &mut InputEmbeds, at: &Placeholders<'_>, rows: Visuals) -> Result<(), VisionError> {
+    let t = at.input_ids.size().get(1).copied().unwrap_or(0);
+    let in_prompt = Tensor::f_arange(t, (Kind::Int64, at.input_ids.device()))?
+        .f_lt(at.prompt_width)?
+        .f_unsqueeze(0)?;
+    let slots = at.input_ids.f_eq(at.token)?.f_logical_and(&in_prompt)?;
+    let placeholders = slots.f_sum(Kind::Int64)?.f_int64_value(&[])?;
+    let embeddings = rows.embeds.as_ref().map_or(0, |r| r.size()[0]);
+    if placeholders != embeddings {
+        return Err(VisionError::Placeholders {
+            placeholders,
+            embeddings,
+        });
+    }
+    let Some(values) = rows.embeds else {
+        return Ok(());
+    };
+    let kind = embeds.x.kind();
+    let slots = slots.f_unsqueeze(-1)?.f_expand_as(&embeds.x)?;
+    embeds.x = embeds
+        .x
+        .f_masked_scatter(&slots, &values.f_to_kind(kind)?)?;
+    for (level, features) in embeds.deepstack.iter_mut().zip(rows.deepstack) {
+        if let Some(features) = features {
+            *level = level.f_masked_scatter(&slots, &features.f_to_kind(kind)?)?;
+        }
+    }
+    Ok(())
 }
 
 impl MropeTokens {
@@ -571,7 +585,7 @@ impl super::CausalLm {
     }
 
     /// Logits `(B, T, vocab)` of a padded batch whose rows hold `items`, images and videos in
-    /// order of appearance (see [`Vision::embed_items`]), at the rows' M-RoPE positions.
+    /// order of appearance (see [`Vision::embed`]), at the rows' M-RoPE positions.
     pub fn forward_items(
         &self,
         input_ids: &Tensor,
@@ -580,7 +594,7 @@ impl super::CausalLm {
     ) -> Result<Tensor, VisionError> {
         let vision = self.vision()?;
         let (pos, _) = vision.item_positions(input_ids, attention_mask, items)?;
-        let x = vision.embed_items(&self.model, input_ids, input_ids.size()[1], items)?;
+        let x = vision.embed(&self.model, input_ids, input_ids.size()[1], items)?;
         let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
         let hidden = self
             .model
