@@ -262,7 +262,6 @@ pub fn generate_interruptible<D: Decoder>(
     let mut swaps = Swaps {
         poll: swap,
         current: None,
-        any: false,
     };
     let parts: Vec<Chunk> = tch::no_grad(|| {
         let mut head = model.head(params);
@@ -292,17 +291,17 @@ pub fn generate_interruptible<D: Decoder>(
     let decoded_rows = parts.iter().map(|c| c.decoded_rows).sum();
     let recompute = (params.log_prob_path == LogProbPath::Recompute).then_some(model);
     let mut out = rows.finish(prompts.len(), params, stop, decoded_rows, recompute)?;
-    if swaps.any {
+    if swaps.current.is_some() {
         out.versions = parts.into_iter().flat_map(|c| c.versions).collect();
     }
     Ok(out)
 }
 
-/// The weight swaps of one call: the caller's poll, and the version the last swap brought.
+/// The weight swaps of one call: the caller's poll, and the version the last swap brought
+/// (`None`: no swap yet, the weights the call began with).
 struct Swaps<'s, 'a> {
     poll: &'s mut WeightSwap<'a>,
     current: Option<u64>,
-    any: bool,
 }
 
 /// A generated batch before its masks: left-padded prompts with their mask, right-padded
@@ -644,7 +643,6 @@ fn generate_chunk<D: Decoder>(
     for t in 0..r {
         if let Some(version) = (swaps.poll)()? {
             swaps.current = Some(version);
-            swaps.any = true;
             *head = model.head(params);
             let decoding = Decoding {
                 ids: &ids,

@@ -3,11 +3,13 @@
 //! prompt batches in order while the trainer thread updates.
 //!
 //! Weights are published by version (the number of updates they hold) into a one-slot
-//! mailbox. A whole-model rollout takes the newest before every token (verl's partial
-//! rollout: the rows it is decoding continue with them, prefilled again, and each row says
-//! which versions made it); the other rollouts (Megatron shards, vLLM, replica processes) take
-//! them before each batch, which is then generated wholly with one version. The trainer can
-//! pause the thread until its next publish (`colocate_async` between sampling and the sync).
+//! mailbox. With partial rollout ([`crate::trainer::RunOptions::partial_rollout`]) the rollout
+//! takes the newest while it generates (verl's partial rollout: a whole model between two
+//! tokens, its rows prefilled again; replica processes likewise, the weights sent on to them;
+//! a vLLM server paused, reloaded and resumed, its aborted requests continued), and each row
+//! says which versions made it; without it, before each batch, which is then generated wholly
+//! with one version. The trainer can pause the thread until its next publish
+//! (`colocate_async` between sampling and the sync).
 //! The published tensors are copies: the trainer updates its own in place while the thread
 //! still decodes.
 //!
@@ -88,6 +90,17 @@ struct GateState {
     waited: f64,
 }
 
+impl GateState {
+    /// The newest weights not yet taken, remembering their version.
+    fn take_newest(&mut self) -> Option<Published> {
+        let newest = self.newest.take();
+        if let Some(p) = &newest {
+            self.taken = Some(p.version);
+        }
+        newest
+    }
+}
+
 // Tensors moved between the threads are owned by one side at a time (the mailbox hands a
 // copy over); libtorch's tensors are safe to use from any one thread.
 type Mailbox = Arc<Gate>;
@@ -116,21 +129,12 @@ impl Gate {
         if state.closed {
             return Err("the run ended while the rollout was paused".into());
         }
-        let newest = state.newest.take();
-        if let Some(p) = &newest {
-            state.taken = Some(p.version);
-        }
-        Ok(newest)
+        Ok(state.take_newest())
     }
 
     /// The newest weights without waiting (the lockstep threads decide together).
     fn take_now(&self) -> Option<Published> {
-        let mut state = self.lock();
-        let newest = state.newest.take();
-        if let Some(p) = &newest {
-            state.taken = Some(p.version);
-        }
-        newest
+        self.lock().take_newest()
     }
 
     fn taken(&self) -> Option<u64> {

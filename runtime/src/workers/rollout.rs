@@ -245,14 +245,8 @@ impl RolloutWorker {
             self.loaded = true;
             return Ok(());
         }
-        let merged;
-        let params = match &self.lora {
-            Some(lora) => {
-                merged = self.merge_lora(params, lora)?;
-                merged.as_slice()
-            }
-            None => params,
-        };
+        let merged = self.merge_lora(params)?;
+        let params = merged.as_deref().unwrap_or(params);
         if let Skeleton::Vllm(v) = &mut self.model {
             v.update_weights(params)
                 .map_err(|e| WorkerError::Config(e.to_string()))?;
@@ -270,16 +264,17 @@ impl RolloutWorker {
         Ok(())
     }
 
-    fn merge_lora(
-        &self,
-        params: &[(String, Tensor)],
-        lora: &crate::model::lora::LoraConfig,
-    ) -> Result<Vec<(String, Tensor)>> {
+    /// `params` with the policy's LoRA adapters merged into the weights they adapt; `None`
+    /// without adapters (`params` as they are).
+    fn merge_lora(&self, params: &[(String, Tensor)]) -> Result<Option<Vec<(String, Tensor)>>> {
+        let Some(lora) = &self.lora else {
+            return Ok(None);
+        };
         let all = params
             .iter()
             .map(|(n, t)| (n.clone(), t.shallow_clone()))
             .collect();
-        Ok(crate::model::lora::merged(all, lora)?)
+        Ok(Some(crate::model::lora::merged(all, lora)?))
     }
 
     /// Binds `params` (LoRA already merged) to this process's model: the variables take
@@ -326,12 +321,13 @@ impl RolloutWorker {
         }
     }
 
-    /// The source's newer weights bound between two decoded tokens: their version.
-    fn take_newer(&self, source: &dyn WeightSource) -> Result<Option<u64>> {
-        let Some((version, params)) = source.poll().map_err(WorkerError::Config)? else {
+    /// The source's newer weights bound between two decoded tokens (a whole model's): their
+    /// version.
+    fn take_newer(&self) -> Result<Option<u64>> {
+        let Some((version, params)) = self.newer_merged().map_err(WorkerError::Config)? else {
             return Ok(None);
         };
-        self.bind_newer(&params)?;
+        self.bind(&params)?;
         Ok(Some(version))
     }
 
@@ -343,10 +339,8 @@ impl RolloutWorker {
                 "only a whole-model rollout takes weights while it decodes".into(),
             ));
         }
-        match &self.lora {
-            Some(lora) => self.bind(&self.merge_lora(params, lora)?),
-            None => self.bind(params),
-        }
+        let merged = self.merge_lora(params)?;
+        self.bind(merged.as_deref().unwrap_or(params))
     }
 
     /// The source's newer weights with the policy's LoRA adapters merged, as a replica pool
@@ -358,13 +352,8 @@ impl RolloutWorker {
         let Some((version, params)) = source.poll()? else {
             return Ok(None);
         };
-        match &self.lora {
-            Some(lora) => self
-                .merge_lora(&params, lora)
-                .map(|p| Some((version, p)))
-                .map_err(|e| e.to_string()),
-            None => Ok(Some((version, params))),
-        }
+        let merged = self.merge_lora(&params).map_err(|e| e.to_string())?;
+        Ok(Some((version, merged.unwrap_or(params))))
     }
 
     /// Drops the weights (the rollout's "sleep"): the model keeps empty tensors until the
@@ -488,12 +477,8 @@ impl RolloutWorker {
                     prompt_width: None,
                 };
                 let mut swap = || -> std::result::Result<Option<u64>, RolloutError> {
-                    match &self.source {
-                        Some(source) => self
-                            .take_newer(source.as_ref())
-                            .map_err(|e| RolloutError::Batch(format!("new weights: {e}"))),
-                        None => Ok(None),
-                    }
+                    self.take_newer()
+                        .map_err(|e| RolloutError::Batch(format!("new weights: {e}")))
                 };
                 generate_interruptible(model.as_ref(), input, params, stop, &mut swap)?
             }

@@ -577,11 +577,16 @@ impl super::CausalLm {
         grids: &[[i64; 3]],
     ) -> Result<Tensor, VisionError> {
         let (x, pos, _) = self.vision_prefill(input_ids, attention_mask, pixels, grids)?;
-        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
+        Ok(self.logits_of_embeds(x, &pos, attention_mask))
+    }
+
+    /// Logits of input embeddings `x` at multimodal positions `pos` `(B, T, 3)`.
+    fn logits_of_embeds(&self, x: InputEmbeds, pos: &Tensor, attention_mask: &Tensor) -> Tensor {
+        let (cos, sin) = self.model.rotary().cos_sin(pos, x.x.kind());
         let hidden = self
             .model
             .forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
-        Ok(self.logits(&hidden))
+        self.logits(&hidden)
     }
 
     /// Logits `(B, T, vocab)` of a padded batch whose rows hold `items`, images and videos in
@@ -595,11 +600,7 @@ impl super::CausalLm {
         let vision = self.vision()?;
         let (pos, _) = vision.item_positions(input_ids, attention_mask, items)?;
         let x = vision.embed(&self.model, input_ids, input_ids.size()[1], items)?;
-        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
-        let hidden = self
-            .model
-            .forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
-        Ok(self.logits(&hidden))
+        Ok(self.logits_of_embeds(x, &pos, attention_mask))
     }
 
     /// The prompt's embeddings (vision embeddings in the placeholders), its positions
