@@ -491,9 +491,9 @@ fn text_prompt_limits(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, St
 
 /// Why a vision-language model (`model_type` of a family with a vision tower) cannot train in
 /// this run: verlc trains one on FSDP (one process or several, Ulysses too) or Megatron (the
-/// tower whole on the first pipeline stage), with the built-in rollout generating single
-/// turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, from data
-/// files or a Python dataset class, without a critic. A Qwen3.5 checkpoint (an image-text family on a text family's layers) trains on text
+/// tower whole on the first pipeline stage), with the built-in or the vLLM rollout generating
+/// single turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, from
+/// data files or a Python dataset class, without a critic. A Qwen3.5 checkpoint (an image-text family on a text family's layers) trains on text
 /// prompts with a critic or the vLLM rollout ([`text_prompts_only`]).
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision.is_some())?;
@@ -505,8 +505,6 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
     } else if spec.critic.is_some() {
         // verl's critic reads the actor's images as well; a text critic cannot.
         "with a critic"
-    } else if spec.rollout.vllm.is_some() {
-        "with the vLLM rollout"
     } else if spec
         .rollout
         .multi_turn
@@ -519,7 +517,7 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in rollout (single turns or verl's tool agent loop), on full weights or LoRA, from data files or a Python dataset class: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in or the vLLM rollout (single turns or verl's tool agent loop), on full weights or LoRA, from data files or a Python dataset class: training it {why} is not implemented yet",
         row.name
     ))
 }

@@ -2185,7 +2185,8 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
 
 /// An image-text model with the vLLM rollout or a critic: a Qwen3.5 checkpoint (trained as
 /// text before verlc had its tower) trains on text prompts, with a B022 warning at the model's
-/// key; a Qwen2.5-VL checkpoint is refused (B018); with the built-in rollout neither is
+/// key; a Qwen2.5-VL checkpoint trains with the vLLM rollout (its prompts' images go to the
+/// server) and is refused beside a critic (B018); with the built-in rollout neither is
 /// limited.
 #[test]
 fn image_text_models_with_vllm_or_a_critic_train_on_text_or_are_refused() {
@@ -2200,7 +2201,8 @@ fn image_text_models_with_vllm_or_a_critic_train_on_text_or_are_refused() {
         ("qwen3_5_vl", vllm, Some(BUILD_TEXT_PROMPTS_ONLY)),
         ("qwen3_5_moe_vl", vllm, Some(BUILD_TEXT_PROMPTS_ONLY)),
         ("qwen3_5_vl", critic, Some(BUILD_TEXT_PROMPTS_ONLY)),
-        ("qwen2_5_vl", vllm, Some(BUILD_UNSUPPORTED_SETTING)),
+        ("qwen2_5_vl", vllm, None),
+        ("qwen2_5_vl", critic, Some(BUILD_UNSUPPORTED_SETTING)),
         ("qwen3_5_vl", &[], None),
         // The text model (`arch=qwen3_5`) has no tower to limit.
         ("qwen3_5", vllm, None),

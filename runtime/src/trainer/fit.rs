@@ -227,6 +227,8 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
         Some("videos run on FSDP (or one process); Megatron's stages take images only".to_owned())
     } else if spec.rollout.multi_turn.is_some() {
         Some("the tool agent loop carries images only".to_owned())
+    } else if spec.rollout.vllm.is_some() {
+        Some("the vLLM rollout is sent images only (videos run on the built-in rollout)".to_owned())
     } else {
         None
     };
@@ -547,15 +549,25 @@ impl<R: Roles> Trainer<R> {
                            group: Option<crate::parallel::dist::ProcessGroup>|
          -> Result<RolloutWorker, TrainerError> {
             Ok(match &spec.rollout.vllm {
-                // vLLM takes the whole model by name from the main rank (no sharded layout).
-                Some(vllm) => RolloutWorker::vllm(
-                    actor.engine.model_config(),
-                    rollout_dtype,
-                    vllm.clone(),
-                    seed,
-                    opts.device,
-                    group,
-                )?,
+                // vLLM takes the whole model by name from the main rank (no sharded layout);
+                // a vision-language policy's server takes its prompts' images too.
+                Some(vllm) => {
+                    let mut worker = RolloutWorker::vllm(
+                        actor.engine.model_config(),
+                        rollout_dtype,
+                        vllm.clone(),
+                        seed,
+                        opts.device,
+                        group,
+                    )?;
+                    if let Some(v) = vision.as_ref().filter(|v| v.text_only.is_none()) {
+                        worker.serve_images(crate::rollout::vllm::VisionServing::new(
+                            spec.tokenizer_path.clone(),
+                            v.processor.clone(),
+                        ))?;
+                    }
+                    worker
+                }
                 None => {
                     let layout = actor.engine.rollout_layout(spec.rollout.tensor_parallel)?;
                     RolloutWorker::for_layout(&layout, rollout_dtype, opts.device)?

@@ -23,7 +23,7 @@ use crate::engine::batch::RowImages;
 use crate::engine::megatron::{HeadKind, ParallelModel};
 use crate::model::{CausalLm, Dtype, ModelConfig, TorchKind};
 use crate::parallel::dist::ProcessGroup;
-use crate::rollout::vllm::{MidBatchWeights, VllmRollout, VllmSpec};
+use crate::rollout::vllm::{MidBatchWeights, VisionServing, VllmRollout, VllmSpec};
 use crate::rollout::{
     GenerateInput, PromptStream, ReplicaShare, RolloutError, RolloutLayout, RolloutOutput,
     SamplingParams, ShardLayout, ShardedDecoder, StopTokens, generate_interruptible,
@@ -203,6 +203,17 @@ impl RolloutWorker {
         if let Skeleton::Vllm(v) = &mut self.model {
             v.share_cores();
         }
+    }
+
+    /// A vLLM rollout of a vision-language policy whose prompts carry images: see
+    /// [`VllmRollout::serve_images`]. Nothing for the built-in rollouts (their model has the
+    /// tower).
+    pub fn serve_images(&mut self, vision: VisionServing) -> Result<()> {
+        if let Skeleton::Vllm(v) = &mut self.model {
+            v.serve_images(vision)
+                .map_err(|e| WorkerError::Config(e.to_string()))?;
+        }
+        Ok(())
     }
 
     fn with_skeleton(
@@ -482,7 +493,7 @@ impl RolloutWorker {
                 };
                 generate_interruptible(model.as_ref(), input, params, stop, &mut swap)?
             }
-            Skeleton::Vllm(v) if images.is_empty() => match &self.source {
+            Skeleton::Vllm(v) => match &self.source {
                 // The rank that owns the server pauses it and syncs it mid-batch.
                 Some(source) if v.is_main() => {
                     let mut paused = || source.paused();
@@ -491,15 +502,10 @@ impl RolloutWorker {
                         paused: &mut paused,
                         newer: &mut newer,
                     };
-                    v.generate_swapping(prompts, streams, params, stop, Some(&mut weights))?
+                    v.generate_swapping(prompts, images, streams, params, stop, Some(&mut weights))?
                 }
-                _ => v.generate(prompts, streams, params, stop)?,
+                _ => v.generate_images(prompts, images, streams, params, stop)?,
             },
-            Skeleton::Vllm(_) => {
-                return Err(WorkerError::Config(
-                    "prompts with images run on the built-in rollout, not vLLM".into(),
-                ));
-            }
             Skeleton::Replica(r) => match &self.source {
                 Some(_) => r.generate_swapping(prompts, images, streams, params, stop, &mut || {
                     self.newer_merged()
@@ -551,7 +557,7 @@ impl RolloutWorker {
             Skeleton::Full(m) => m.vision.as_ref().map(|v| &v.tokens),
             Skeleton::Sharded { model, .. } => model.mrope(),
             Skeleton::Replica(r) => r.vision_tokens(),
-            Skeleton::Vllm(_) => None,
+            Skeleton::Vllm(v) => v.vision_tokens(),
         }
     }
 

@@ -195,7 +195,7 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
         newer: &mut newer,
     };
     let partial = vllm
-        .generate_swapping(&prompts, &streams, &long, &stop, Some(&mut weights))
+        .generate_swapping(&prompts, &[], &streams, &long, &stop, Some(&mut weights))
         .unwrap();
     assert!(
         partial.response_lengths.iter().all(|&l| l == budget),
@@ -265,6 +265,203 @@ fn vllm_rollout_matches_native_and_transformers_and_fails_cleanly() {
         "processes of the vLLM server outlived it"
     );
     drop(taken);
+}
+
+/// A test image: a `width × height` gradient with a stripe, distinct per `seed`.
+fn test_image(width: usize, height: usize, seed: usize) -> verlc_runtime::data::image::RgbImage {
+    let data = (0..height * width * 3)
+        .map(|i| {
+            let (y, x, c) = (i / (width * 3), i / 3 % width, i % 3);
+            let stripe = if (x + seed * 7) % 11 < 3 { 90 } else { 0 };
+            ((x * 5 + y * 3 + c * 60 + seed * 40 + stripe) % 256) as u8
+        })
+        .collect();
+    verlc_runtime::data::image::RgbImage {
+        width,
+        height,
+        data,
+    }
+}
+
+/// A vision-language policy on vLLM: prompts with images go to the server with their images
+/// (one placeholder per image, as verl's raw prompt ids; vLLM's processor expands it), a text
+/// prompt beside them to the text endpoint. Greedy tokens equal the built-in engine's, with
+/// the same multimodal positions and layout; sampled tokens' log-probs equal the trainer's
+/// forward of the rows with their images.
+#[test]
+fn vision_language_prompts_go_to_vllm_with_their_images() {
+    use verlc_runtime::data::image::{ImageProcessorConfig, process_image};
+    use verlc_runtime::model::vision::Vision;
+    use verlc_runtime::rollout::generate_images;
+    use verlc_runtime::rollout::vllm::VisionServing;
+
+    let uri = "builtin://tiny?arch=qwen2_5_vl&layers=2";
+    let loaded = from_pretrained(uri, Device::Cpu, Dtype::Fp32, 11).unwrap();
+    // Sharper logits (the final norm's scale times 20; the head is tied to the embedding) and
+    // layers that outweigh the token's own embedding (their projections times 6): the two
+    // engines round differently, and a greedy token must not rest on a near-tie of a randomly
+    // initialised model's logits, nor merely repeat the prompt's last token.
+    tch::no_grad(|| {
+        for (name, var) in loaded.vs.variables() {
+            let scale = if name == "model.norm.weight" {
+                20.0
+            } else if name.starts_with("model.layers.") && name.ends_with("proj.weight") {
+                6.0
+            } else {
+                continue;
+            };
+            let _ = var.shallow_clone().f_mul_scalar_(scale).unwrap();
+        }
+    });
+    let params: Vec<(String, Tensor)> = loaded
+        .vs
+        .variables()
+        .into_iter()
+        .map(|(n, t)| (n, t.detach()))
+        .collect();
+    let tokens = Vision::tokens_of(&loaded.config).unwrap();
+    let processor = ImageProcessorConfig::default();
+    let picture =
+        |w, h, seed| process_image(&test_image(w, h, seed), (None, None), &processor).unwrap();
+    let (a, b, c) = (picture(90, 60, 0), picture(57, 120, 1), picture(64, 64, 2));
+    let placeholder = |image: &verlc_runtime::model::vision::ProcessedImage| {
+        let mut ids = vec![tokens.vision_start_token_id];
+        ids.extend(std::iter::repeat_n(
+            tokens.image_token_id,
+            image.tokens(tokens.spatial_merge_size as usize),
+        ));
+        ids.push(tokens.vision_start_token_id + 1);
+        ids
+    };
+    // Text ids within the built-in tokenizer's vocabulary (vLLM checks them against it).
+    let prompts: Vec<Vec<i64>> = vec![
+        [vec![5, 9, 14], placeholder(&a), vec![21, 3]].concat(),
+        [
+            placeholder(&b),
+            vec![30, 31, 32, 33],
+            placeholder(&c),
+            vec![8],
+        ]
+        .concat(),
+        vec![17, 23, 29, 31, 36],
+    ];
+    let images: Vec<verlc_runtime::engine::batch::RowImages> =
+        vec![vec![a].into(), vec![b, c].into(), Vec::new().into()];
+
+    let spec = VllmSpec {
+        max_model_len: 256,
+        enforce_eager: true,
+        ..VllmSpec::default()
+    };
+    let mut vllm = VllmRollout::new(&loaded.config, Dtype::Fp32, spec, 5, false, None);
+    vllm.set_python(python_vllm());
+    vllm.serve_images(VisionServing::new(uri.into(), processor.clone()))
+        .unwrap();
+    vllm.update_weights(&params).unwrap();
+
+    let stop = StopTokens {
+        eos: Vec::new(),
+        pad: 0,
+    };
+    let streams = PromptStream::consecutive(0, 0, prompts.len());
+    let greedy = SamplingParams {
+        ignore_eos: true,
+        ..SamplingParams::greedy(12)
+    };
+    let served = vllm
+        .generate_images(&prompts, &images, &streams, &greedy, &stop)
+        .unwrap();
+    let native = generate_images(
+        &loaded.model,
+        &prompts,
+        &images,
+        &streams,
+        &greedy,
+        &stop,
+        None,
+    )
+    .unwrap();
+    assert_eq!(rows(&served), rows(&native), "vLLM vs the built-in engine");
+    assert!(
+        rows(&native)
+            .iter()
+            .all(|r| r.windows(2).any(|w| w[0] != w[1])),
+        "greedy rows that only repeat a token test little: {:?}",
+        rows(&native)
+    );
+    assert!(served.input_ids.equal(&native.input_ids), "layout");
+    assert!(served.attention_mask.equal(&native.attention_mask));
+    assert_eq!(served.position_ids.size(), native.position_ids.size());
+    assert!(
+        served.position_ids.equal(&native.position_ids),
+        "multimodal positions"
+    );
+    let gap = (&served.rollout_log_probs - &native.rollout_log_probs)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(gap < 1e-3, "greedy log-prob gap {gap}");
+    // The pictures decide the tokens: another picture of the first one's size gives the
+    // first prompt other log-probs.
+    let other: Vec<verlc_runtime::engine::batch::RowImages> = vec![vec![picture(90, 60, 5)].into()];
+    let elsewhere = generate_images(
+        &loaded.model,
+        &prompts[..1],
+        &other,
+        &streams[..1],
+        &greedy,
+        &stop,
+        None,
+    )
+    .unwrap();
+    let moved = (elsewhere.rollout_log_probs.get(0) - served.rollout_log_probs.get(0))
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(
+        moved > 1e-2,
+        "another picture moved the log-probs by {moved} only"
+    );
+
+    // Sampled: vLLM's log-probs of its tokens equal the trainer's forward of the rows with
+    // their images (at the rollout's positions, as the actor reads them), at temperature 0.8.
+    let sampled = SamplingParams {
+        do_sample: true,
+        temperature: 0.8,
+        n: 3,
+        max_new_tokens: 12,
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    let out = vllm
+        .generate_images(&prompts, &images, &streams, &sampled, &stop)
+        .unwrap();
+    let items: Vec<&verlc_runtime::model::vision::ProcessedImage> = images
+        .iter()
+        .flat_map(|row| std::iter::repeat_n(row, 3))
+        .flat_map(|row| row.iter())
+        .collect();
+    let (p, r) = (out.prompts.size()[1], out.responses.size()[1]);
+    let logits = loaded
+        .model
+        .forward_rollout_rows(
+            &out.input_ids,
+            &out.attention_mask,
+            &out.position_ids,
+            p,
+            &items,
+        )
+        .unwrap();
+    let trainer = (logits.narrow(1, p - 1, r) / 0.8)
+        .log_softmax(-1, Kind::Float)
+        .gather(2, &out.responses.unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    let mask = out.response_mask.to_kind(Kind::Float);
+    let gap = ((trainer - &out.rollout_log_probs) * mask)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(gap < 2e-3, "vLLM vs trainer log-probs with images: {gap}");
 }
 
 /// An interpreter without vLLM: the start fails at once, quoting Python's error.

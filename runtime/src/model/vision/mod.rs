@@ -597,10 +597,28 @@ impl super::CausalLm {
         attention_mask: &Tensor,
         items: &[&ProcessedImage],
     ) -> Result<Tensor, VisionError> {
-        let vision = self.vision()?;
-        let (pos, _) = vision.item_positions(input_ids, attention_mask, items)?;
-        let x = vision.embed(&self.model, input_ids, input_ids.size()[1], items)?;
-        Ok(self.logits_of_embeds(x, &pos, attention_mask))
+        let (pos, _) = self
+            .vision()?
+            .item_positions(input_ids, attention_mask, items)?;
+        self.forward_rollout_rows(input_ids, attention_mask, &pos, input_ids.size()[1], items)
+    }
+
+    /// Logits `(B, T, vocab)` of rollout rows as the actor's forward sees them: placeholders
+    /// filled in the prompt columns (the first `prompt_width`) only, at the rollout's
+    /// `position_ids` (a response that samples a placeholder token keeps its text embedding
+    /// and position).
+    pub fn forward_rollout_rows(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        position_ids: &Tensor,
+        prompt_width: i64,
+        items: &[&ProcessedImage],
+    ) -> Result<Tensor, VisionError> {
+        let x = self
+            .vision()?
+            .embed(&self.model, input_ids, prompt_width, items)?;
+        Ok(self.logits_of_embeds(x, position_ids, attention_mask))
     }
 
     /// The prompt's embeddings (vision embeddings in the placeholders), its positions

@@ -7,6 +7,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tch::Tensor;
 
+use crate::data::image::ImageProcessorConfig;
+use crate::engine::batch::RowImages;
+use crate::model::vision::{MropeTokens, ProcessedImage, Vision};
 use crate::model::{Dtype, ModelConfig, SaveOptions, TorchKind};
 use crate::parallel::dist::ProcessGroup;
 use crate::rng::Rng;
@@ -14,7 +17,7 @@ use crate::rollout::engine::{RolloutOutput, RowVersions, StopTokens, from_token_
 use crate::rollout::{NewerWeights, PromptStream, RolloutError, SamplingParams};
 
 use super::server::{Launch, VllmServer};
-use super::{VllmError, VllmSpec, http};
+use super::{VllmError, VllmSpec, http, images};
 
 /// The vLLM rollout of one rank.
 pub struct VllmRollout {
@@ -40,6 +43,71 @@ pub struct VllmRollout {
     asleep: bool,
     /// The server runs while the trainer computes (see [`VllmRollout::share_cores`]).
     shares_cores: bool,
+    /// A vision-language policy's server (see [`VllmRollout::serve_images`]).
+    vision: Option<VisionServing>,
+}
+
+/// What a vision-language policy's server reads beside its weights, and what its rows' layout
+/// needs: vLLM's multimodal processor wants the tokenizer and the image processor's settings
+/// (it expands the placeholders from the images), and the rows' multimodal positions are the
+/// model's vision tokens'.
+#[derive(Debug, Clone)]
+pub struct VisionServing {
+    /// The trainer's tokenizer (`tokenizer_path`), saved beside the weights.
+    pub tokenizer_path: String,
+    /// The image processor verlc prepared the images with.
+    pub processor: ImageProcessorConfig,
+    /// The model's vision tokens (set by [`VllmRollout::serve_images`] from its config).
+    tokens: Option<MropeTokens>,
+}
+
+impl VisionServing {
+    pub fn new(tokenizer_path: String, processor: ImageProcessorConfig) -> Self {
+        VisionServing {
+            tokenizer_path,
+            processor,
+            tokens: None,
+        }
+    }
+}
+
+/// Where one prompt's requests go: `/v1/completions` (text only), or vLLM's token-in/token-out
+/// endpoint with the prompt's images ([`images`]), whose sampling fields are nested.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Endpoint {
+    Completions,
+    Generate,
+}
+
+impl Endpoint {
+    fn path(self) -> &'static str {
+        match self {
+            Endpoint::Completions => "/v1/completions",
+            Endpoint::Generate => images::GENERATE_PATH,
+        }
+    }
+
+    /// The body's sampling fields.
+    fn params(self, body: &mut Value) -> &mut Value {
+        match self {
+            Endpoint::Completions => body,
+            Endpoint::Generate => &mut body["sampling_params"],
+        }
+    }
+
+    fn prompt_key(self) -> &'static str {
+        match self {
+            Endpoint::Completions => "prompt",
+            Endpoint::Generate => "token_ids",
+        }
+    }
+
+    fn parse(self, v: &Value, n: usize) -> Result<Vec<Choice>, String> {
+        match self {
+            Endpoint::Completions => parse_choices(v, n),
+            Endpoint::Generate => parse_generated(v, n),
+        }
+    }
 }
 
 impl std::fmt::Debug for VllmRollout {
@@ -105,7 +173,22 @@ impl VllmRollout {
             startup_timeout: env_secs("VERLC_VLLM_STARTUP_TIMEOUT_S", 600),
             asleep: false,
             shares_cores: false,
+            vision: None,
         }
+    }
+
+    /// The policy is a vision-language model whose prompts carry images: its server gets the
+    /// whole model, the tokenizer and the image processor's settings, and serves the
+    /// token-in/token-out endpoint ([`images`]). Errors when the model has no vision tokens.
+    pub fn serve_images(&mut self, mut vision: VisionServing) -> Result<(), VllmError> {
+        vision.tokens = Some(Vision::tokens_of(&self.config).map_err(VllmError::Model)?);
+        self.vision = Some(vision);
+        Ok(())
+    }
+
+    /// The model's vision tokens when its prompts carry images.
+    pub fn vision_tokens(&self) -> Option<&MropeTokens> {
+        self.vision.as_ref().and_then(|v| v.tokens.as_ref())
     }
 
     /// The server generates while the trainer computes (the asynchronous modes' rollout
@@ -194,7 +277,7 @@ impl VllmRollout {
                 let launch = Launch {
                     python: self.python.clone(),
                     model_dir: self.dir.clone(),
-                    flags: super::flags(&self.spec, self.dtype, self.seed, self.cuda),
+                    flags: self.flags(),
                     env: server_env(
                         &self.dir,
                         self.shares_cores,
@@ -226,6 +309,17 @@ impl VllmRollout {
                 Ok(addr.port())
             }
         }
+    }
+
+    /// The server's flags: [`super::flags`]; a vision-language server loads the tokenizer
+    /// (vLLM's multimodal processor needs one) and serves the endpoint that takes images.
+    fn flags(&self) -> Vec<String> {
+        let mut flags = super::flags(&self.spec, self.dtype, self.seed, self.cuda);
+        if self.vision.is_some() {
+            flags.retain(|f| f != "--skip-tokenizer-init");
+            flags.push("--enable-scale-out".into());
+        }
+        flags
     }
 
     /// The server reads the weights written last, in place.
@@ -284,6 +378,17 @@ impl VllmRollout {
         };
         crate::model::save::save_named(params, &config, arch, &self.dir, &opts)
             .map_err(|e| VllmError::Model(format!("writing the weights for vLLM: {e}")))?;
+        if let Some(vision) = &self.vision
+            && !self.dir.join("preprocessor_config.json").is_file()
+        {
+            let failed = |e: String| {
+                VllmError::Model(format!("writing the vision-language server's files: {e}"))
+            };
+            crate::tokenizer::Tokenizer::from_pretrained(&vision.tokenizer_path)
+                .and_then(|t| t.save(&self.dir))
+                .map_err(|e| failed(e.to_string()))?;
+            vision.processor.save(&self.dir, None).map_err(failed)?;
+        }
         Ok(())
     }
 
@@ -378,20 +483,35 @@ impl VllmRollout {
         params: &SamplingParams,
         stop: &StopTokens,
     ) -> Result<RolloutOutput, RolloutError> {
-        self.generate_swapping(prompts, streams, params, stop, None)
+        self.generate_swapping(prompts, &[], streams, params, stop, None)
     }
 
-    /// [`VllmRollout::generate`] as verl's partial rollout runs it. `weights` (the main rank's:
-    /// it owns the server) says when the trainer paused the rollout and brings the weights
-    /// published while the batch generates: the server is then paused with its requests
-    /// aborted (each comes back with its tokens so far; vLLM queues new ones while paused),
-    /// given the new weights and resumed. Every rank resubmits its own aborted samples as the
-    /// prompt and tokens so far, for the rest of the sample's budget, and joins the answers.
-    /// A resubmitted row's `versions.last` is the version it was resumed with, or, on a rank
-    /// that does not own the server, [`VERSION_TOLD_LATER`].
+    /// [`VllmRollout::generate`] of a vision-language policy's prompts: `images[i]` are those
+    /// of `prompts[i]` (empty: none has any), whose placeholders they fill; the output's
+    /// `position_ids` are multimodal, `(N, P + R, 3)`, as the built-in engine's.
+    pub fn generate_images(
+        &self,
+        prompts: &[Vec<i64>],
+        images: &[RowImages],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+    ) -> Result<RolloutOutput, RolloutError> {
+        self.generate_swapping(prompts, images, streams, params, stop, None)
+    }
+
+    /// [`VllmRollout::generate_images`] as verl's partial rollout runs it. `weights` (the main
+    /// rank's: it owns the server) says when the trainer paused the rollout and brings the
+    /// weights published while the batch generates: the server is then paused with its
+    /// requests aborted (each comes back with its tokens so far; vLLM queues new ones while
+    /// paused), given the new weights and resumed. Every rank resubmits its own aborted
+    /// samples as the prompt and tokens so far, for the rest of the sample's budget, and joins
+    /// the answers. A resubmitted row's `versions.last` is the version it was resumed with,
+    /// or, on a rank that does not own the server, [`VERSION_TOLD_LATER`].
     pub fn generate_swapping(
         &self,
         prompts: &[Vec<i64>],
+        images: &[RowImages],
         streams: &[PromptStream],
         params: &SamplingParams,
         stop: &StopTokens,
@@ -401,21 +521,18 @@ impl VllmRollout {
         let addr = self.addr.ok_or_else(|| {
             RolloutError::Batch("the vLLM rollout has no weights yet (update_weights first)".into())
         })?;
-        let bodies: Vec<Value> = prompts
-            .iter()
-            .zip(streams)
-            .map(|(p, s)| request_body(p, s, params, stop))
-            .collect();
+        let requests = self.requests(prompts, images, streams, params, stop)?;
         let asked = if params.is_greedy() { 1 } else { params.n };
         // The version the server's weights have had since the last mid-batch sync.
         let current = std::sync::atomic::AtomicU64::new(VERSION_TOLD_LATER);
         let current = &current;
         // One request per prompt, all in flight at once: vLLM batches them continuously.
         let (answers, synced) = std::thread::scope(|scope| {
-            let handles: Vec<_> = bodies
+            let handles: Vec<_> = requests
                 .iter()
-                .zip(prompts)
-                .map(|(b, p)| scope.spawn(move || self.complete(addr, p, b, asked, current)))
+                .map(|(endpoint, body)| {
+                    scope.spawn(move || self.complete(addr, *endpoint, body, asked, current))
+                })
                 .collect();
             let synced = match weights {
                 Some(weights) => self.sync_while(addr, &handles, weights, current),
@@ -447,7 +564,52 @@ impl VllmRollout {
         if versions.iter().any(|v| v.last.is_some()) {
             out.versions = versions;
         }
+        if let Some(vision) = self.vision_tokens() {
+            out.position_ids = multimodal_positions(&out, vision, images, params.n)?;
+        }
         Ok(out)
+    }
+
+    /// Each prompt's endpoint and request body: text prompts go to `/v1/completions`, prompts
+    /// with images to the endpoint that takes them ([`images`]).
+    fn requests(
+        &self,
+        prompts: &[Vec<i64>],
+        images: &[RowImages],
+        streams: &[PromptStream],
+        params: &SamplingParams,
+        stop: &StopTokens,
+    ) -> Result<Vec<(Endpoint, Value)>, RolloutError> {
+        if !images.is_empty() && images.len() != prompts.len() {
+            return Err(RolloutError::Batch(format!(
+                "images for {} prompts, {} prompts",
+                images.len(),
+                prompts.len()
+            )));
+        }
+        prompts
+            .iter()
+            .zip(streams)
+            .enumerate()
+            .map(|(i, (prompt, stream))| {
+                let body = request_body(prompt, stream, params, stop);
+                let Some(row) = images.get(i).filter(|row| !row.is_empty()) else {
+                    return Ok((Endpoint::Completions, body));
+                };
+                let (Some(vision), Some(tokens)) = (&self.vision, self.vision_tokens()) else {
+                    return Err(RolloutError::Batch(
+                        "prompts with images need the vLLM server of a vision-language model"
+                            .into(),
+                    ));
+                };
+                let parts = images::content_parts(row, &vision.processor)
+                    .map_err(|e| RolloutError::Batch(format!("prompt {i}: {e}")))?;
+                Ok((
+                    Endpoint::Generate,
+                    images::generate_body(&body, tokens.image_token_id, parts),
+                ))
+            })
+            .collect()
     }
 
     /// The main rank's side of a partial rollout while `handles` run: pause the server when
@@ -510,12 +672,12 @@ impl VllmRollout {
     fn complete(
         &self,
         addr: SocketAddr,
-        prompt: &[i64],
+        endpoint: Endpoint,
         body: &Value,
         asked: usize,
         current: &std::sync::atomic::AtomicU64,
     ) -> Result<Vec<Sample>, VllmError> {
-        let path = "/v1/completions";
+        let path = endpoint.path();
         let send = |b: &Value| {
             let answer = http::request(addr, "POST", path, Some(b), self.request_timeout);
             self.answer(path, answer)
@@ -524,8 +686,14 @@ impl VllmRollout {
             path: path.into(),
             msg: format!("the completion is not what verlc expects: {msg}"),
         };
-        let budget = body["max_tokens"].as_u64().unwrap_or(0) as usize;
-        let seed = body["seed"].as_u64().unwrap_or(0);
+        let mut body = body.clone();
+        let prompt: Vec<i64> = body[endpoint.prompt_key()]
+            .as_array()
+            .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        let sampling = endpoint.params(&mut body);
+        let budget = sampling["max_tokens"].as_u64().unwrap_or(0) as usize;
+        let seed = sampling["seed"].as_u64().unwrap_or(0);
         let mut samples = Vec::with_capacity(asked);
         // The versions synced before the request was sent and before its answer came (the
         // sentinel: none during this batch). A request sent after a sync runs wholly with the
@@ -534,9 +702,10 @@ impl VllmRollout {
         // which weights made it).
         let version = |v: u64| (v != VERSION_TOLD_LATER).then_some(v);
         let sent_at = version(current.load(std::sync::atomic::Ordering::SeqCst));
-        let answer = send(body)?;
+        let answer = send(&body)?;
         let answered_at = version(current.load(std::sync::atomic::Ordering::SeqCst));
-        for (j, mut choice) in parse_choices(&answer, asked)
+        for (j, mut choice) in endpoint
+            .parse(&answer, asked)
             .map_err(protocol)?
             .into_iter()
             .enumerate()
@@ -548,14 +717,16 @@ impl VllmRollout {
                 // with a seed of its own (n samples resumed from one seed would repeat).
                 resumes += 1;
                 let mut again = body.clone();
-                let mut ids = prompt.to_vec();
+                let mut ids = prompt.clone();
                 ids.extend(&choice.tokens);
-                again["prompt"] = json!(ids);
-                again["n"] = json!(1);
-                again["max_tokens"] = json!(budget - choice.tokens.len());
-                again["seed"] =
+                again[endpoint.prompt_key()] = json!(ids);
+                let sampling = endpoint.params(&mut again);
+                sampling["n"] = json!(1);
+                sampling["max_tokens"] = json!(budget - choice.tokens.len());
+                sampling["seed"] =
                     json!(Rng::derive(seed, (j as u64) << 32 | resumes).next_u64() >> 1);
-                let more = parse_choices(&send(&again)?, 1)
+                let more = endpoint
+                    .parse(&send(&again)?, 1)
                     .map_err(protocol)?
                     .pop()
                     .ok_or_else(|| protocol("no choice".into()))?;
@@ -755,6 +926,91 @@ fn parse_choices(v: &Value, n: usize) -> Result<Vec<Choice>, String> {
     }
     rows.sort_by_key(|r| r.0);
     Ok(rows.into_iter().map(|(_, c)| c).collect())
+}
+
+/// Token ids, log-probs and finish reason of each choice of the token-in/token-out
+/// endpoint's answer, in sample order.
+fn parse_generated(v: &Value, n: usize) -> Result<Vec<Choice>, String> {
+    let choices = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .ok_or("no `choices`")?;
+    if choices.len() != n {
+        return Err(format!("{} choices for n = {n}", choices.len()));
+    }
+    let mut rows: Vec<(usize, Choice)> = Vec::with_capacity(n);
+    for c in choices {
+        let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let tokens: Vec<i64> = c
+            .get("token_ids")
+            .and_then(Value::as_array)
+            .ok_or("a choice without `token_ids`")?
+            .iter()
+            .map(|t| t.as_i64().ok_or_else(|| format!("token {t} is not an id")))
+            .collect::<Result<_, _>>()?;
+        let log_probs: Vec<f32> = c
+            .pointer("/logprobs/content")
+            .and_then(Value::as_array)
+            .ok_or("a choice without `logprobs.content`")?
+            .iter()
+            // -inf comes as a very negative number or null; both mean "impossible".
+            .map(|x| {
+                x["logprob"]
+                    .as_f64()
+                    .map_or(f32::NEG_INFINITY, |f| f as f32)
+            })
+            .collect();
+        if log_probs.len() != tokens.len() {
+            return Err(format!(
+                "{} tokens with {} log-probs",
+                tokens.len(),
+                log_probs.len()
+            ));
+        }
+        let reason = c
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        rows.push((
+            index,
+            Choice {
+                tokens,
+                log_probs,
+                reason,
+            },
+        ));
+    }
+    rows.sort_by_key(|r| r.0);
+    Ok(rows.into_iter().map(|(_, c)| c).collect())
+}
+
+/// A vision-language batch's multimodal positions as the built-in engine lays them out: the
+/// prompts' from their images (`images[i]` those of prompt `i`, its `n` rows in a row), then
+/// each response token one past its predecessor on every axis.
+fn multimodal_positions(
+    out: &RolloutOutput,
+    tokens: &MropeTokens,
+    images: &[RowImages],
+    n: usize,
+) -> Result<Tensor, RolloutError> {
+    let width = out.prompts.size()[1];
+    let prompt_mask = out.attention_mask.narrow(1, 0, width);
+    let items: Vec<&ProcessedImage> = images
+        .iter()
+        .flat_map(|row| std::iter::repeat_n(row, n))
+        .flat_map(|row| row.iter())
+        .collect();
+    let (prompt_pos, _) = tokens
+        .item_positions(&out.prompts, &prompt_mask, &items)
+        .map_err(|e| RolloutError::Batch(format!("multimodal positions: {e}")))?;
+    let r = out.responses.size()[1];
+    let last = prompt_pos.narrow(1, width - 1, 1);
+    let steps = Tensor::arange_start(1, r + 1, (tch::Kind::Int64, prompt_pos.device()));
+    Ok(Tensor::cat(
+        &[&prompt_pos, &(last + steps.view([1, r, 1]))],
+        1,
+    ))
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! `rollout.name: vllm`, verl's hybrid engine in server mode: the trainer starts vLLM's
 //! OpenAI-compatible server as a child process ([`server`]), hands it the policy's weights
 //! after every update (safetensors in shared memory + `reload_weights` + a prefix-cache
-//! reset), and generates through `/v1/completions` with token ids in and out ([`client`]).
+//! reset), and generates through `/v1/completions` with token ids in and out ([`client`]);
+//! a vision-language policy's prompts go with their images to vLLM's token-in/token-out
+//! endpoint ([`images`]).
 //!
 //! One server serves the whole run: the main rank starts it and writes the weights, the other
 //! ranks learn its address by broadcast and send their own prompts, which vLLM batches
@@ -11,12 +13,13 @@
 
 pub mod client;
 pub mod http;
+pub mod images;
 pub mod reaper;
 pub mod server;
 
 use std::path::PathBuf;
 
-pub use client::{MidBatchWeights, VERSION_TOLD_LATER, VllmRollout};
+pub use client::{MidBatchWeights, VERSION_TOLD_LATER, VisionServing, VllmRollout};
 pub use server::{Launch, VllmServer};
 pub use verlc_spec::trainer::VllmSpec;
 
