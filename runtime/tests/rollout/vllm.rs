@@ -290,12 +290,30 @@ fn test_image(width: usize, height: usize, seed: usize) -> verlc_runtime::data::
 /// forward of the rows with their images.
 #[test]
 fn vision_language_prompts_go_to_vllm_with_their_images() {
+    vllm_serves_images("qwen2_5_vl");
+}
+
+/// [`vision_language_prompts_go_to_vllm_with_their_images`] on Qwen3-VL (its tower's
+/// DeepStack features, interleaved M-RoPE).
+#[test]
+fn qwen3_vl_prompts_go_to_vllm_with_their_images() {
+    vllm_serves_images("qwen3_vl");
+}
+
+/// The same on Qwen3-VL-MoE (vLLM's fused experts under the vision-language model).
+#[test]
+fn qwen3_vl_moe_prompts_go_to_vllm_with_their_images() {
+    vllm_serves_images("qwen3_vl_moe");
+}
+
+fn vllm_serves_images(arch: &str) {
     use verlc_runtime::data::image::{ImageProcessorConfig, process_image};
     use verlc_runtime::model::vision::Vision;
     use verlc_runtime::rollout::generate_images;
     use verlc_runtime::rollout::vllm::VisionServing;
 
-    let uri = "builtin://tiny?arch=qwen2_5_vl&layers=2";
+    let uri = format!("builtin://tiny?arch={arch}&layers=2");
+    let uri = uri.as_str();
     let loaded = from_pretrained(uri, Device::Cpu, Dtype::Fp32, 11).unwrap();
     // Sharper logits (the final norm's scale times 20; the head is tied to the embedding) and
     // layers that outweigh the token's own embedding (their projections times 6): the two
@@ -303,9 +321,10 @@ fn vision_language_prompts_go_to_vllm_with_their_images() {
     // initialised model's logits, nor merely repeat the prompt's last token.
     tch::no_grad(|| {
         for (name, var) in loaded.vs.variables() {
-            let scale = if name == "model.norm.weight" {
+            let text = !name.starts_with("visual");
+            let scale = if text && name.ends_with("model.norm.weight") {
                 20.0
-            } else if name.starts_with("model.layers.") && name.ends_with("proj.weight") {
+            } else if text && name.contains("layers.") && name.ends_with("proj.weight") {
                 6.0
             } else {
                 continue;

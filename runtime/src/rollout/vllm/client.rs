@@ -318,6 +318,10 @@ impl VllmRollout {
         if self.vision.is_some() {
             flags.retain(|f| f != "--skip-tokenizer-init");
             flags.push("--enable-scale-out".into());
+            // No processed-image cache between the front end and the engine: with it, vLLM
+            // 0.32 on CPU lost track of an image's embeddings over a run of weight reloads
+            // ("Encoder cache miss"), and the images are small to process again.
+            flags.extend(["--mm-processor-cache-gb".into(), "0".into()]);
         }
         flags
     }
@@ -333,6 +337,10 @@ impl VllmRollout {
         // Otherwise prompts that share a prefix with earlier ones are served from the old
         // weights' KV blocks.
         self.post(addr, "/reset_prefix_cache", &json!({}))?;
+        // And an image seen before from the old tower's embeddings.
+        if self.vision.is_some() {
+            self.post(addr, "/reset_encoder_cache", &json!({}))?;
+        }
         Ok(())
     }
 
