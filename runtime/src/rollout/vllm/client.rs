@@ -311,10 +311,22 @@ impl VllmRollout {
         }
     }
 
-    /// The server's flags: [`super::flags`]; a vision-language server loads the tokenizer
-    /// (vLLM's multimodal processor needs one) and serves the endpoint that takes images.
+    /// The server's flags: [`super::flags`], without prefix caching for a hybrid model on CPU;
+    /// a vision-language server loads the tokenizer (vLLM's multimodal processor needs one)
+    /// and serves the endpoint that takes images.
     fn flags(&self) -> Vec<String> {
         let mut flags = super::flags(&self.spec, self.dtype, self.seed, self.cuda);
+        // vLLM caches a linear-attention layer's state for prefix caching only with chunked
+        // prefill, which is off on CPU (see `super::flags`): a hybrid model's server (Qwen3.5,
+        // Qwen3-Next) refuses to start with both, so its prefixes are not cached there (the
+        // tokens are the same either way).
+        if !self.cuda && self.config.has_linear_layers() {
+            for f in &mut flags {
+                if f == "--enable-prefix-caching" {
+                    *f = "--no-enable-prefix-caching".into();
+                }
+            }
+        }
         if self.vision.is_some() {
             flags.retain(|f| f != "--skip-tokenizer-init");
             flags.push("--enable-scale-out".into());
