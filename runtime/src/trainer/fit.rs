@@ -216,7 +216,8 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
                 spec.actor.model_path,
             )
         });
-    // Videos run on Qwen2.5-VL's whole model with the built-in rollout (single turns).
+    // Videos run on Qwen2.5-VL's whole model with the built-in rollout (single turns or the
+    // tool agent loop's).
     let arch = cfg.arch().ok();
     let videos_refused = if arch
         .and_then(|a| a.tower())
@@ -225,8 +226,6 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
         Some("videos on Qwen3-VL's and Qwen3.5's towers (frames behind timestamps) are not supported yet".to_owned())
     } else if spec.strategy == verlc_spec::trainer::StrategyName::Megatron {
         Some("videos run on FSDP (or one process); Megatron's stages take images only".to_owned())
-    } else if spec.rollout.multi_turn.is_some() {
-        Some("the tool agent loop carries images only".to_owned())
     } else if spec.rollout.vllm.is_some() {
         Some("the vLLM rollout is sent images only (videos run on the built-in rollout)".to_owned())
     } else {

@@ -483,17 +483,35 @@ pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
         ])
         .collect()
     };
-    let spec = crate::support::spec_of("color_digits_vl.yaml", &overrides("videos.parquet"));
-    let summary = verlc_runtime::trainer::run(&spec, &quiet()).expect("a run on videos");
-    let lengths = series(&summary.history, "prompt_length/max");
-    // Three frames, padded to four: two temporal patches of at least 128 merged patches each.
-    assert!(lengths.iter().all(|&l| l > 256.0), "{lengths:?}");
-    let gap = series(&summary.history, "training/rollout_probs_diff_max");
-    assert_eq!(gap.len(), 2);
-    assert!(
-        gap.iter().all(|&d| d < 1e-4),
-        "rollout vs actor log-probs: {gap:?}"
-    );
+    // Single turns, then verl's tool agent loop (its prompt rendered again from the row's
+    // conversation, the video's tokens in it).
+    for agent in [false, true] {
+        let mut o = overrides("videos.parquet");
+        if agent {
+            o.push("actor_rollout_ref.rollout.multi_turn.enable=true".into());
+        }
+        let spec = crate::support::spec_of("color_digits_vl.yaml", &o);
+        let summary = verlc_runtime::trainer::run(&spec, &quiet()).expect("a run on videos");
+        let lengths = series(&summary.history, "prompt_length/max");
+        // Three frames, padded to four: two temporal patches of at least 128 merged patches.
+        assert!(
+            lengths.iter().all(|&l| l > 256.0),
+            "agent {agent}: {lengths:?}"
+        );
+        let gap = series(&summary.history, "training/rollout_probs_diff_max");
+        assert_eq!(gap.len(), 2);
+        assert!(
+            gap.iter().all(|&d| d < 1e-4),
+            "agent {agent}: rollout vs actor log-probs: {gap:?}"
+        );
+        if agent {
+            let turns = series(&summary.history, "num_turns/mean");
+            assert!(
+                !turns.is_empty() && turns.iter().all(|&t| t >= 2.0),
+                "{turns:?}"
+            );
+        }
+    }
 
     let spec = crate::support::spec_of("color_digits_vl.yaml", &overrides("video_file.parquet"));
     let err = verlc_runtime::trainer::run(&spec, &quiet())

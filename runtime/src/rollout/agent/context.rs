@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::data::vision_prompt::encode_vision_prompt;
+use crate::data::vision_prompt::encode_visual_prompt;
 use crate::model::vision::ProcessedImage;
 use crate::tokenizer::chat::Message;
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -112,21 +112,42 @@ impl<'a> ContextTokens<'a> {
         Ok(self.tokenizer.encode_chat(messages, true, &self.kwargs)?)
     }
 
-    /// [`ContextTokens::initial`] of a conversation with images: each `<image>` placeholder
-    /// becomes its image's vision tokens, as the data pipeline encodes a single-turn prompt.
+    /// [`ContextTokens::initial`] of a conversation with images and videos (`visuals`, in the
+    /// order the conversation holds them, as the data pipeline keeps a row's): each `<image>`
+    /// and `<video>` placeholder becomes its item's vision tokens, as the data pipeline
+    /// encodes a single-turn prompt.
     pub fn initial_with_images(
         &self,
         messages: &[Message],
-        images: &[ProcessedImage],
+        visuals: &[ProcessedImage],
     ) -> Result<Vec<i64>, ContextError> {
-        if images.is_empty() {
+        if visuals.is_empty() {
             return self.initial(messages);
         }
         let merge = self.merge_size.ok_or_else(|| {
             ContextError::Template("a prompt with images needs a vision-language policy".into())
         })?;
-        encode_vision_prompt(self.tokenizer, messages, images, merge, &self.kwargs)
-            .map_err(|e| ContextError::Template(e.to_string()))
+        let (videos, images): (Vec<ProcessedImage>, Vec<ProcessedImage>) = visuals
+            .iter()
+            .cloned()
+            .partition(|v| v.seconds_per_grid.is_some());
+        let (ids, order) = encode_visual_prompt(
+            self.tokenizer,
+            messages,
+            (&images, &videos),
+            merge,
+            &self.kwargs,
+        )
+        .map_err(|e| ContextError::Template(e.to_string()))?;
+        // The turns are generated with the row's items in its order: the prompt must hold them
+        // so.
+        if order != visuals {
+            return Err(ContextError::Template(
+                "the conversation holds its images and videos in another order than the row's"
+                    .into(),
+            ));
+        }
+        Ok(ids)
     }
 
     /// The tokens `tool_messages` (one round's responses, in call order) add after a stream
