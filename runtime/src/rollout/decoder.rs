@@ -285,15 +285,17 @@ impl Decoder for ShardedDecoder<'_> {
     ) -> Result<(Option<HeadLogits>, Tensor), RolloutError> {
         let t = ids.size()[1];
         let (pixels, grids) = Vision::pixels(images, ids.device())?;
+        let videos = Vision::video_flags(images);
         let tokens = self.model.mrope().ok_or_else(|| {
             RolloutError::Batch("prompts with images need a vision-language model".into())
         })?;
-        let (pos, _) = tokens.positions(ids, attention_mask, &grids)?;
+        let (pos, _) = tokens.item_positions(ids, attention_mask, images)?;
         let input = StageInput::Multimodal(
             ids,
             StageImages {
                 pixels: &pixels,
                 grids: &grids,
+                videos: &videos,
                 prompt_width: t,
             },
         );

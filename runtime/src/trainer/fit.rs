@@ -224,8 +224,6 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
         .is_some_and(|t| t.qwen3_style())
     {
         Some("videos on Qwen3-VL's and Qwen3.5's towers (frames behind timestamps) are not supported yet".to_owned())
-    } else if spec.strategy == verlc_spec::trainer::StrategyName::Megatron {
-        Some("videos run on FSDP (or one process); Megatron's stages take images only".to_owned())
     } else if spec.rollout.vllm.is_some() {
         Some("the vLLM rollout is sent images only (videos run on the built-in rollout)".to_owned())
     } else {

@@ -195,6 +195,7 @@ fn vl_matches(world: &ProcessGroup, (tp, cp, pp): (usize, usize, usize), sp: boo
                 images: Some(MicroImages {
                     pixels,
                     grids,
+                    videos: Vec::new(),
                     prompt_width: LEN,
                 }),
             }

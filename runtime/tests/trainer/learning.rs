@@ -483,15 +483,27 @@ pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
         ])
         .collect()
     };
-    // Single turns, then verl's tool agent loop (its prompt rendered again from the row's
-    // conversation, the video's tokens in it).
-    for agent in [false, true] {
+    // Single turns, verl's tool agent loop (its prompt rendered again from the row's
+    // conversation, the video's tokens in it), and the Megatron engine (its first stage embeds
+    // the videos; its rollout decodes the model's shards).
+    for (agent, megatron) in [(false, false), (true, false), (false, true)] {
         let mut o = overrides("videos.parquet");
         if agent {
             o.push("actor_rollout_ref.rollout.multi_turn.enable=true".into());
         }
-        let spec = crate::support::spec_of("color_digits_vl.yaml", &o);
-        let summary = verlc_runtime::trainer::run(&spec, &quiet()).expect("a run on videos");
+        let summary = if megatron {
+            o.extend([
+                "actor_rollout_ref.model.path='builtin://tiny?arch=qwen2_5_vl&layers=2&hidden=64'"
+                    .to_owned(),
+                "data.max_response_length=3".to_owned(),
+            ]);
+            let spec = crate::support::spec_of("quickstart_megatron.yaml", &o);
+            let roles = verlc_runtime::trainer::parallel::MegatronRoles { world: None };
+            verlc_runtime::trainer::run_with(&spec, &quiet(), roles).expect("videos on Megatron")
+        } else {
+            let spec = crate::support::spec_of("color_digits_vl.yaml", &o);
+            verlc_runtime::trainer::run(&spec, &quiet()).expect("a run on videos")
+        };
         let lengths = series(&summary.history, "prompt_length/max");
         // Three frames, padded to four: two temporal patches of at least 128 merged patches.
         assert!(
@@ -502,7 +514,7 @@ pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
         assert_eq!(gap.len(), 2);
         assert!(
             gap.iter().all(|&d| d < 1e-4),
-            "agent {agent}: rollout vs actor log-probs: {gap:?}"
+            "agent {agent}, megatron {megatron}: rollout vs actor log-probs: {gap:?}"
         );
         if agent {
             let turns = series(&summary.history, "num_turns/mean");

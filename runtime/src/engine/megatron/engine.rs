@@ -694,10 +694,12 @@ impl<H: MegatronHead> MegatronEngine<H> {
                     None
                 } else {
                     let (t, r) = crate::engine::lengths(b)?;
-                    let (pixels, grids) = Vision::pixels(&b.all_images(), input_ids.device())?;
+                    let items = b.all_images();
+                    let (pixels, grids) = Vision::pixels(&items, input_ids.device())?;
                     Some(MicroImages {
                         pixels,
                         grids,
+                        videos: Vision::video_flags(&items),
                         prompt_width: t - r,
                     })
                 };

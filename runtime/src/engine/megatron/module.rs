@@ -48,6 +48,8 @@ pub struct MicroBatch {
 pub struct MicroImages {
     pub pixels: Tensor,
     pub grids: Vec<[i64; 3]>,
+    /// Which items are videos.
+    pub videos: Vec<bool>,
     pub prompt_width: i64,
 }
 
@@ -60,6 +62,7 @@ impl MicroBatch {
                 StageImages {
                     pixels: &i.pixels,
                     grids: &i.grids,
+                    videos: &i.videos,
                     prompt_width: i.prompt_width,
                 },
             ),
@@ -492,6 +495,7 @@ impl MegatronModule {
                     images: m.images.as_ref().map(|i| MicroImages {
                         pixels: i.pixels.shallow_clone(),
                         grids: i.grids.clone(),
+                        videos: i.videos.clone(),
                         prompt_width: i.prompt_width,
                     }),
                 })

@@ -195,12 +195,15 @@ pub enum StageInput<'a> {
     Hidden(Tensor),
 }
 
-/// The images of a micro-batch's rows, for the first stage of a vision-language model.
+/// The images and videos of a micro-batch's rows, for the first stage of a vision-language
+/// model.
 #[derive(Debug, Clone, Copy)]
 pub struct StageImages<'a> {
     /// Their patches `(Σ t·h·w, patch_width)`, image after image in placeholder order.
     pub pixels: &'a Tensor,
     pub grids: &'a [[i64; 3]],
+    /// Which items are videos (their rows fill the video placeholders; empty: none is).
+    pub videos: &'a [bool],
     /// The columns that hold the prompts (a placeholder token sampled in a response keeps its
     /// token embedding).
     pub prompt_width: i64,
@@ -754,7 +757,14 @@ impl ParallelModel {
             })
         };
         vision
-            .place(x, ids, images.prompt_width, out)
+            .place(
+                x,
+                ids,
+                images.prompt_width,
+                out,
+                images.grids,
+                images.videos,
+            )
             .map_err(vision_err)
     }
 

@@ -237,12 +237,12 @@ impl Vision {
         images: &[&ProcessedImage],
         device: tch::Device,
     ) -> Result<(Tensor, Vec<[i64; 3]>), VisionError> {
-        if images.iter().any(|i| i.seconds_per_grid.is_some()) {
-            return Err(VisionError::Text(
-                "videos run on a whole model (FSDP or one process, the built-in rollout); Megatron's stages take images only".into(),
-            ));
-        }
         Self::item_pixels(images, device)
+    }
+
+    /// Which of `items` are videos (the placeholders their rows of the tower's output fill).
+    pub fn video_flags(items: &[&ProcessedImage]) -> Vec<bool> {
+        items.iter().map(|i| i.seconds_per_grid.is_some()).collect()
     }
 
     /// [`Vision::pixels`] of images and videos.
@@ -299,69 +299,48 @@ impl Vision {
         } else {
             Some(self.tower.forward(pixels, grids)?)
         };
-        self.place(x, input_ids, prompt_width, out)
+        self.place(x, input_ids, prompt_width, out, grids, &[])
     }
 
-    /// [`Vision::merge`] given the tower's output `out` (`None`: no images): its embeddings
-    /// into the prompts' image placeholders of `x`, its DeepStack features at the same
-    /// places of zero tensors.
+    /// [`Vision::merge`] given the tower's output `out` (`None`: no items) for items of the
+    /// patch grids `grids`, in order, of which `videos` says which are videos (empty: none):
+    /// each image's rows of the output go into the prompts' image placeholders and each
+    /// video's into the video placeholders, in order (as transformers fills `image_token_id`
+    /// from `pixel_values` and `video_token_id` from `pixel_values_videos`); its DeepStack
+    /// features at the same places of zero tensors.
     pub fn place(
         &self,
         x: Tensor,
         input_ids: &Tensor,
         prompt_width: i64,
         out: Option<qwen3_vl::TowerOutput>,
+        grids: &[[i64; 3]],
+        videos: &[bool],
     ) -> Result<InputEmbeds, VisionError> {
-        let levels = out.as_ref().map_or(0, |o| o.deepstack.len());
-        let mut embeds = InputEmbeds {
-            deepstack: (0..levels)
-                .map(|_| x.f_zeros_like())
-                .collect::<Result<_, _>>()?,
-            x,
-        };
-        let rows = Visuals {
-            embeds: out.as_ref().map(|o| o.embeds.shallow_clone()),
-            deepstack: out.map_or_else(Vec::new, |o| o.deepstack.into_iter().map(Some).collect()),
-        };
-        let at = Placeholders {
-            input_ids,
-            prompt_width,
-            token: self.tokens.image_token_id,
-        };
-        fill(&mut embeds, &at, rows)?;
-        Ok(embeds)
-    }
-
-    /// Token embeddings of `input_ids` `(B, T)` whose prompt columns (the first
-    /// `prompt_width`) hold the placeholders of `items`, images and videos in the order they
-    /// appear, row-major: the tower embeds them together, then each image's embeddings fill
-    /// the image placeholders and each video's the video placeholders, in order (as
-    /// transformers fills `image_token_id` from `pixel_values` and `video_token_id` from
-    /// `pixel_values_videos`). A response that samples a placeholder token keeps its token
-    /// embedding, as its positions are text positions.
-    pub fn embed(
-        &self,
-        model: &Model,
-        input_ids: &Tensor,
-        prompt_width: i64,
-        items: &[&ProcessedImage],
-    ) -> Result<InputEmbeds, VisionError> {
-        let x = model.f_embed(input_ids)?;
-        if items.is_empty() {
-            return self.place(x, input_ids, prompt_width, None);
+        if !videos.is_empty() && videos.len() != grids.len() {
+            return Err(VisionError::Text(format!(
+                "{} video flags for {} items",
+                videos.len(),
+                grids.len()
+            )));
         }
-        let (pixels, grids) = Self::item_pixels(items, input_ids.device())?;
-        let out = self.tower.forward(&pixels, &grids)?;
-        // Each item's rows of the tower's output, then the images' and the videos' apart.
-        let merge = self.tokens.spatial_merge_size.max(1) as usize;
-        let sizes: Vec<i64> = items.iter().map(|i| i.tokens(merge) as i64).collect();
+        let merge = self.tokens.spatial_merge_size.max(1);
+        let sizes: Vec<i64> = grids
+            .iter()
+            .map(|[t, h, w]| t * h * w / (merge * merge))
+            .collect();
+        // Each item's rows of a tower output, then the images' and the videos' apart (all
+        // the images' when there is no video).
         let split = |t: &Tensor| -> Result<(Option<Tensor>, Option<Tensor>), VisionError> {
+            if !videos.contains(&true) {
+                return Ok((Some(t.shallow_clone()), None));
+            }
             let parts = t.f_split_with_sizes(&sizes, 0)?;
             let pick = |video: bool| -> Result<Option<Tensor>, VisionError> {
                 let rows: Vec<&Tensor> = parts
                     .iter()
-                    .zip(items)
-                    .filter(|(_, i)| i.seconds_per_grid.is_some() == video)
+                    .zip(videos)
+                    .filter(|(_, v)| **v == video)
                     .map(|(p, _)| p)
                     .collect();
                 Ok(if rows.is_empty() {
@@ -372,12 +351,18 @@ impl Vision {
             };
             Ok((pick(false)?, pick(true)?))
         };
-        let (images, videos) = split(&out.embeds)?;
-        let levels = out
-            .deepstack
-            .iter()
-            .map(&split)
-            .collect::<Result<Vec<_>, _>>()?;
+        let (images, videos_rows, levels) = match &out {
+            Some(o) => {
+                let (images, videos) = split(&o.embeds)?;
+                let levels = o
+                    .deepstack
+                    .iter()
+                    .map(&split)
+                    .collect::<Result<Vec<_>, _>>()?;
+                (images, videos, levels)
+            }
+            None => (None, None, Vec::new()),
+        };
         let mut embeds = InputEmbeds {
             deepstack: levels
                 .iter()
@@ -397,7 +382,7 @@ impl Vision {
             (
                 self.tokens.video_token_id,
                 Visuals {
-                    embeds: videos,
+                    embeds: videos_rows,
                     deepstack: video_levels,
                 },
             ),
@@ -410,6 +395,36 @@ impl Vision {
             fill(&mut embeds, &at, rows)?;
         }
         Ok(embeds)
+    }
+
+    /// Token embeddings of `input_ids` `(B, T)` whose prompt columns (the first
+    /// `prompt_width`) hold the placeholders of `items`, images and videos in the order they
+    /// appear, row-major: the tower embeds them together, then each image's embeddings fill
+    /// the image placeholders and each video's the video placeholders, in order (as
+    /// transformers fills `image_token_id` from `pixel_values` and `video_token_id` from
+    /// `pixel_values_videos`). A response that samples a placeholder token keeps its token
+    /// embedding, as its positions are text positions.
+    pub fn embed(
+        &self,
+        model: &Model,
+        input_ids: &Tensor,
+        prompt_width: i64,
+        items: &[&ProcessedImage],
+    ) -> Result<InputEmbeds, VisionError> {
+        let x = model.f_embed(input_ids)?;
+        if items.is_empty() {
+            return self.place(x, input_ids, prompt_width, None, &[], &[]);
+        }
+        let (pixels, grids) = Self::item_pixels(items, input_ids.device())?;
+        let out = self.tower.forward(&pixels, &grids)?;
+        self.place(
+            x,
+            input_ids,
+            prompt_width,
+            Some(out),
+            &grids,
+            &Self::video_flags(items),
+        )
     }
 
     /// M-RoPE positions `(B, T, 3)` and each row's rope delta for rows holding `items`
