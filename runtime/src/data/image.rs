@@ -480,6 +480,31 @@ pub fn tokens_fetched_with(
     Ok((h / p) * (w / p) / (m * m))
 }
 
+/// The pixel each value of an image's `pixel_values` holds, in the processor `cfg`'s order for a
+/// `gh × gw` patch grid: `(row, column, channel, frame)`. Patches in merge-block order; within a
+/// patch channel, frame, row, column (an image's one frame repeated over the temporal patch).
+pub fn patch_order(
+    cfg: &ImageProcessorConfig,
+    gh: usize,
+    gw: usize,
+) -> impl Iterator<Item = (usize, usize, usize, usize)> + use<> {
+    let (p, m, frames) = (
+        cfg.patch_size,
+        cfg.merge_size.max(1),
+        cfg.temporal_patch_size,
+    );
+    let pairs = |a: usize, b: usize| (0..a).flat_map(move |i| (0..b).map(move |j| (i, j)));
+    pairs(gh / m, gw / m)
+        .flat_map(move |(bh, bw)| {
+            pairs(m, m).map(move |(ih, iw)| ((bh * m + ih) * p, (bw * m + iw) * p))
+        })
+        .flat_map(move |(py, px)| {
+            pairs(3, frames).flat_map(move |(c, frame)| {
+                pairs(p, p).map(move |(y, x)| (py + y, px + x, c, frame))
+            })
+        })
+}
+
 /// verl's preparation of one image (module docs): `fetch_image`'s resize within
 /// `fetch_pixels` with the processor's patch size, as verl's rollout fetches, then the
 /// processor's.
@@ -498,29 +523,10 @@ pub fn process_image(
         let v = (f64::from(img.data[(y * w + x) * 3 + c]) * scale) as f32;
         (v - cfg.image_mean[c]) / cfg.image_std[c]
     };
-    let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
-    let (gh, gw) = (h / p, w / p);
-    let mut pixel_values = Vec::with_capacity(gh * gw * cfg.patch_width());
-    // Patches in merge-block order; within a patch channel, frame, row, column (the one
-    // frame repeated over the temporal patch).
-    for bh in 0..gh / m {
-        for bw in 0..gw / m {
-            for ih in 0..m {
-                for iw in 0..m {
-                    let (py, px) = ((bh * m + ih) * p, (bw * m + iw) * p);
-                    for c in 0..3 {
-                        for _ in 0..t {
-                            for y in 0..p {
-                                for x in 0..p {
-                                    pixel_values.push(normalised(py + y, px + x, c));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let (gh, gw) = (h / cfg.patch_size, w / cfg.patch_size);
+    let pixel_values: Vec<f32> = patch_order(cfg, gh, gw)
+        .map(|(y, x, c, _)| normalised(y, x, c))
+        .collect();
     Ok(ProcessedImage {
         pixel_values,
         grid_thw: [1, gh as i64, gw as i64],

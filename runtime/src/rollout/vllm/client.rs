@@ -889,24 +889,15 @@ struct Choice {
     reason: String,
 }
 
-/// Token ids, log-probs and finish reason of each choice, in sample order.
+/// Token ids, log-probs and finish reason of each choice of a `/v1/completions` answer, in
+/// sample order.
 fn parse_choices(v: &Value, n: usize) -> Result<Vec<Choice>, String> {
-    let choices = v
-        .get("choices")
-        .and_then(Value::as_array)
-        .ok_or("no `choices`")?;
-    if choices.len() != n {
-        return Err(format!("{} choices for n = {n}", choices.len()));
-    }
-    let mut rows: Vec<(usize, Choice)> = Vec::with_capacity(n);
-    for c in choices {
-        let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+    choices_with(v, n, |c| {
         let lp = c.get("logprobs").ok_or("a choice without `logprobs`")?;
-        let tokens = lp
+        let ids = lp
             .get("tokens")
             .and_then(Value::as_array)
-            .ok_or("a choice without `logprobs.tokens`")?;
-        let ids = tokens
+            .ok_or("a choice without `logprobs.tokens`")?
             .iter()
             .map(|t| {
                 t.as_str()
@@ -920,37 +911,46 @@ fn parse_choices(v: &Value, n: usize) -> Result<Vec<Choice>, String> {
             .and_then(Value::as_array)
             .ok_or("a choice without `logprobs.token_logprobs`")?
             .iter()
-            // vLLM writes -inf as a very negative number or null; both mean "impossible".
-            .map(|x| x.as_f64().map_or(f32::NEG_INFINITY, |f| f as f32))
-            .collect::<Vec<f32>>();
-        if logps.len() != ids.len() {
-            return Err(format!(
-                "{} tokens with {} log-probs",
-                ids.len(),
-                logps.len()
-            ));
-        }
-        let reason = c
-            .get("finish_reason")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        rows.push((
-            index,
-            Choice {
-                tokens: ids,
-                log_probs: logps,
-                reason,
-            },
-        ));
-    }
-    rows.sort_by_key(|r| r.0);
-    Ok(rows.into_iter().map(|(_, c)| c).collect())
+            .map(log_prob)
+            .collect();
+        Ok((ids, logps))
+    })
 }
 
-/// Token ids, log-probs and finish reason of each choice of the token-in/token-out
-/// endpoint's answer, in sample order.
+/// [`parse_choices`] of the token-in/token-out endpoint's answer.
 fn parse_generated(v: &Value, n: usize) -> Result<Vec<Choice>, String> {
+    choices_with(v, n, |c| {
+        let ids = c
+            .get("token_ids")
+            .and_then(Value::as_array)
+            .ok_or("a choice without `token_ids`")?
+            .iter()
+            .map(|t| t.as_i64().ok_or_else(|| format!("token {t} is not an id")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let logps = c
+            .pointer("/logprobs/content")
+            .and_then(Value::as_array)
+            .ok_or("a choice without `logprobs.content`")?
+            .iter()
+            .map(|x| log_prob(&x["logprob"]))
+            .collect();
+        Ok((ids, logps))
+    })
+}
+
+/// A log-prob as vLLM writes it: -inf comes as a very negative number or null; both mean
+/// "impossible".
+fn log_prob(x: &Value) -> f32 {
+    x.as_f64().map_or(f32::NEG_INFINITY, |f| f as f32)
+}
+
+/// The `n` choices of an answer, each's token ids and log-probs read by `read`, in index
+/// order.
+fn choices_with(
+    v: &Value,
+    n: usize,
+    read: impl Fn(&Value) -> Result<(Vec<i64>, Vec<f32>), String>,
+) -> Result<Vec<Choice>, String> {
     let choices = v
         .get("choices")
         .and_then(Value::as_array)
@@ -961,25 +961,7 @@ fn parse_generated(v: &Value, n: usize) -> Result<Vec<Choice>, String> {
     let mut rows: Vec<(usize, Choice)> = Vec::with_capacity(n);
     for c in choices {
         let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-        let tokens: Vec<i64> = c
-            .get("token_ids")
-            .and_then(Value::as_array)
-            .ok_or("a choice without `token_ids`")?
-            .iter()
-            .map(|t| t.as_i64().ok_or_else(|| format!("token {t} is not an id")))
-            .collect::<Result<_, _>>()?;
-        let log_probs: Vec<f32> = c
-            .pointer("/logprobs/content")
-            .and_then(Value::as_array)
-            .ok_or("a choice without `logprobs.content`")?
-            .iter()
-            // -inf comes as a very negative number or null; both mean "impossible".
-            .map(|x| {
-                x["logprob"]
-                    .as_f64()
-                    .map_or(f32::NEG_INFINITY, |f| f as f32)
-            })
-            .collect();
+        let (tokens, log_probs) = read(c)?;
         if log_probs.len() != tokens.len() {
             return Err(format!(
                 "{} tokens with {} log-probs",

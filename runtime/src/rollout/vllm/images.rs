@@ -12,7 +12,7 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::data::image::ImageProcessorConfig;
+use crate::data::image::{ImageProcessorConfig, patch_order};
 use crate::model::vision::ProcessedImage;
 
 /// vLLM's endpoint that takes token ids with images.
@@ -39,7 +39,7 @@ pub fn png(image: &ProcessedImage, cfg: &ImageProcessorConfig) -> Result<Vec<u8>
             "videos are not sent to vLLM (its server reads videos from files); they run on the built-in rollout".into(),
         );
     }
-    let (p, m, frames) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
+    let m = cfg.merge_size;
     let (gh, gw) = (gh as usize, gw as usize);
     if m == 0 || gh % m != 0 || gw % m != 0 {
         return Err(format!(
@@ -53,33 +53,13 @@ pub fn png(image: &ProcessedImage, cfg: &ImageProcessorConfig) -> Result<Vec<u8>
             cfg.patch_width()
         ));
     }
-    let (h, w) = (gh * p, gw * p);
+    let (h, w) = (gh * cfg.patch_size, gw * cfg.patch_size);
     let mut rgb = vec![0u8; h * w * 3];
-    let mut values = image.pixel_values.iter();
-    // The processor's order: merge blocks, patches within a block, then channel, frame, row,
-    // column (the frames of an image repeat it: the first is read).
-    for bh in 0..gh / m {
-        for bw in 0..gw / m {
-            for ih in 0..m {
-                for iw in 0..m {
-                    let (py, px) = ((bh * m + ih) * p, (bw * m + iw) * p);
-                    for c in 0..3 {
-                        for frame in 0..frames {
-                            for y in 0..p {
-                                for x in 0..p {
-                                    let v = values.next().copied().unwrap_or_default();
-                                    if frame == 0 {
-                                        let level =
-                                            (v * cfg.image_std[c] + cfg.image_mean[c]) * 255.0;
-                                        rgb[((py + y) * w + px + x) * 3 + c] =
-                                            level.round().clamp(0.0, 255.0) as u8;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+    // The frames of an image repeat it: the first is read.
+    for ((y, x, c, frame), v) in patch_order(cfg, gh, gw).zip(&image.pixel_values) {
+        if frame == 0 {
+            let level = (v * cfg.image_std[c] + cfg.image_mean[c]) * 255.0;
+            rgb[(y * w + x) * 3 + c] = level.round().clamp(0.0, 255.0) as u8;
         }
     }
     let mut out = Vec::new();
