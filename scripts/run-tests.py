@@ -35,7 +35,8 @@ EXPECTED = {
     "trainer[rest]": 194,
     "trainer[examples]": 177,
     "smoke": 170,
-    "rollout": 126,
+    "rollout[vllm]": 130,
+    "rollout[rest]": 30,
     "trainer[vllm]": 124,
     "megatron": 90,
     "fsdp": 77,
@@ -68,6 +69,12 @@ SPLIT = {
         ("vllm", ["vllm::"]),
         ("rest", ["--skip", "examples::", "--skip", "vllm::"]),
     ],
+    # Its vLLM servers apart from its other tests, so that only the servers wait for the
+    # `vllm` group.
+    "rollout": [
+        ("vllm", ["vllm::"]),
+        ("rest", ["--skip", "vllm::"]),
+    ],
 }
 
 # Jobs of one group never run at the same time: those that start vLLM servers (a server's
@@ -77,7 +84,7 @@ SPLIT = {
 # waiting job held a lane idle, build_matrix 64 s of its 122 s and build_trainer 18 s).
 GROUPS = {
     "trainer[vllm]": "vllm",
-    "rollout": "vllm",
+    "rollout[vllm]": "vllm",
     "smoke": "cargo",
     "build_matrix": "cargo",
     "build_trainer": "cargo",
