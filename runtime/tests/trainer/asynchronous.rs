@@ -290,12 +290,17 @@ fn separate_async_ends_with_an_error_when_its_replica_process_dies() {
     assert!(err.contains("did not answer within 2 s"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(60));
     // Killed once it has run for a moment (starting, syncing or generating: each must end
-    // the run with an error).
+    // the run with an error). Its command line carries a mark of its own (an extra libtest
+    // filter, which matches nothing): other tests of this binary run replicas of the same
+    // parent meanwhile, and killing one of theirs left this run to go on.
+    const MARK: &str = "separate_killed_replica_mark";
+    let mut marked = crate::support::replica_command();
+    marked.args.push(MARK.into());
     let me = std::process::id();
     let killer = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {
-            if let Some(pid) = replica_child_of(me) {
+            if let Some(pid) = replica_child_of(me, MARK) {
                 std::thread::sleep(Duration::from_millis(300));
                 // SAFETY: kill sends a signal to the replica process this test's run started.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -306,7 +311,11 @@ fn separate_async_ends_with_an_error_when_its_replica_process_dies() {
         false
     });
     let start = Instant::now();
-    let err = verlc_runtime::trainer::run(&spec("separate_killed_replica", 500), &quiet())
+    let opts = verlc_runtime::trainer::RunOptions {
+        rollout_replica: Some(marked),
+        ..quiet()
+    };
+    let err = verlc_runtime::trainer::run(&spec("separate_killed_replica", 500), &opts)
         .expect_err("the replica was killed")
         .to_string();
     eprintln!("a replica killed during the run: {err}");
@@ -318,8 +327,9 @@ fn separate_async_ends_with_an_error_when_its_replica_process_dies() {
     assert!(start.elapsed() < Duration::from_secs(120));
 }
 
-/// The pid of a rollout replica process (this test binary serving) whose parent is `parent`.
-fn replica_child_of(parent: u32) -> Option<i32> {
+/// The pid of a rollout replica process (this test binary serving) whose parent is `parent` and
+/// whose command line holds `mark`.
+fn replica_child_of(parent: u32, mark: &str) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
@@ -332,7 +342,8 @@ fn replica_child_of(parent: u32) -> Option<i32> {
             .parse()
             .ok()?;
         let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        (ppid == parent && String::from_utf8_lossy(&cmdline).contains("rollout_replica_child"))
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        (ppid == parent && cmdline.contains("rollout_replica_child") && cmdline.contains(mark))
             .then_some(pid)
     })
 }
