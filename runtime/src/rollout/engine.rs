@@ -337,17 +337,7 @@ impl Rows {
         let response_mask = response_mask(&responses, &stop.eos, params.ignore_eos);
         let input_ids = Tensor::cat(&[&prompts_t, &responses], 1);
         let attention_mask = Tensor::cat(&[&prompt_mask, &response_mask], 1);
-        // Response tokens continue one past the last prompt token (left padding: every row's
-        // last column is real), on every axis of multimodal positions.
-        let width = prompt_pos.size()[1];
-        let last = prompt_pos.narrow(1, width - 1, 1);
-        let steps = Tensor::arange_start(1, r + 1, (Kind::Int64, responses.device()));
-        let resp_pos = if prompt_pos.dim() == 3 {
-            last + steps.view([1, r, 1])
-        } else {
-            last + steps.unsqueeze(0)
-        };
-        let position_ids = Tensor::cat(&[&prompt_pos, &resp_pos], 1);
+        let position_ids = with_response_positions(&prompt_pos, r);
         if let Some(model) = recompute {
             let batch = SequenceBatch {
                 input_ids: &input_ids,
@@ -396,6 +386,21 @@ impl Rows {
             versions: Vec::new(),
         })
     }
+}
+
+/// The position ids of left-padded prompts (`(N, P)`, or `(N, P, 3)` multimodal) followed by
+/// `r` response tokens, each one past its predecessor on every axis (left padding: every row's
+/// last prompt column is real).
+pub fn with_response_positions(prompt_pos: &Tensor, r: i64) -> Tensor {
+    let width = prompt_pos.size()[1];
+    let last = prompt_pos.narrow(1, width - 1, 1);
+    let steps = Tensor::arange_start(1, r + 1, (Kind::Int64, prompt_pos.device()));
+    let resp_pos = if prompt_pos.dim() == 3 {
+        last + steps.view([1, r, 1])
+    } else {
+        last + steps.unsqueeze(0)
+    };
+    Tensor::cat(&[prompt_pos, &resp_pos], 1)
 }
 
 /// The batch of an external engine (vLLM) in verl's layout: `responses[k]` and

@@ -199,7 +199,7 @@ pub enum StageInput<'a> {
 /// model.
 #[derive(Debug, Clone, Copy)]
 pub struct StageImages<'a> {
-    /// Their patches `(Σ t·h·w, patch_width)`, image after image in placeholder order.
+    /// Their patches `(Σ t·h·w, patch_width)`, item after item in placeholder order.
     pub pixels: &'a Tensor,
     pub grids: &'a [[i64; 3]],
     /// Which items are videos (their rows fill the video placeholders; empty: none is).

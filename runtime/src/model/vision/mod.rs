@@ -229,24 +229,15 @@ impl Vision {
         Ok(out)
     }
 
-    /// The tower's input for `images` (in order): their patches stacked `(Σ t·h·w,
-    /// patch_width)` on `device`, and their grids. Images only: the paths that take videos
-    /// (a whole model's forward and rollout) go through [`Vision::embed`]; the others
-    /// (Megatron's stages) refuse them here.
-    pub fn pixels(
-        images: &[&ProcessedImage],
-        device: tch::Device,
-    ) -> Result<(Tensor, Vec<[i64; 3]>), VisionError> {
-        Self::item_pixels(images, device)
-    }
-
     /// Which of `items` are videos (the placeholders their rows of the tower's output fill).
     pub fn video_flags(items: &[&ProcessedImage]) -> Vec<bool> {
         items.iter().map(|i| i.seconds_per_grid.is_some()).collect()
     }
 
-    /// [`Vision::pixels`] of images and videos.
-    fn item_pixels(
+    /// The tower's input for `images` (images and videos, in order): their patches stacked
+    /// `(Σ t·h·w, patch_width)` on `device`, and their grids ([`Vision::video_flags`] says
+    /// which are videos).
+    pub fn pixels(
         images: &[&ProcessedImage],
         device: tch::Device,
     ) -> Result<(Tensor, Vec<[i64; 3]>), VisionError> {
@@ -415,7 +406,7 @@ impl Vision {
         if items.is_empty() {
             return self.place(x, input_ids, prompt_width, None, &[], &[]);
         }
-        let (pixels, grids) = Self::item_pixels(items, input_ids.device())?;
+        let (pixels, grids) = Self::pixels(items, input_ids.device())?;
         let out = self.tower.forward(&pixels, &grids)?;
         self.place(
             x,

@@ -13,7 +13,9 @@ use crate::model::vision::{MropeTokens, ProcessedImage, Vision};
 use crate::model::{Dtype, ModelConfig, SaveOptions, TorchKind};
 use crate::parallel::dist::ProcessGroup;
 use crate::rng::Rng;
-use crate::rollout::engine::{RolloutOutput, RowVersions, StopTokens, from_token_rows};
+use crate::rollout::engine::{
+    RolloutOutput, RowVersions, StopTokens, from_token_rows, with_response_positions,
+};
 use crate::rollout::{NewerWeights, PromptStream, RolloutError, SamplingParams};
 
 use super::server::{Launch, VllmServer};
@@ -43,22 +45,20 @@ pub struct VllmRollout {
     asleep: bool,
     /// The server runs while the trainer computes (see [`VllmRollout::share_cores`]).
     shares_cores: bool,
-    /// A vision-language policy's server (see [`VllmRollout::serve_images`]).
-    vision: Option<VisionServing>,
+    /// A vision-language policy's server and the model's vision tokens (see
+    /// [`VllmRollout::serve_images`]).
+    vision: Option<(VisionServing, MropeTokens)>,
 }
 
-/// What a vision-language policy's server reads beside its weights, and what its rows' layout
-/// needs: vLLM's multimodal processor wants the tokenizer and the image processor's settings
-/// (it expands the placeholders from the images), and the rows' multimodal positions are the
-/// model's vision tokens'.
+/// What a vision-language policy's server reads beside its weights: vLLM's multimodal
+/// processor wants the tokenizer and the image processor's settings (it expands the
+/// placeholders from the images).
 #[derive(Debug, Clone)]
 pub struct VisionServing {
     /// The trainer's tokenizer (`tokenizer_path`), saved beside the weights.
     pub tokenizer_path: String,
     /// The image processor verlc prepared the images with.
     pub processor: ImageProcessorConfig,
-    /// The model's vision tokens (set by [`VllmRollout::serve_images`] from its config).
-    tokens: Option<MropeTokens>,
 }
 
 impl VisionServing {
@@ -66,7 +66,6 @@ impl VisionServing {
         VisionServing {
             tokenizer_path,
             processor,
-            tokens: None,
         }
     }
 }
@@ -180,15 +179,15 @@ impl VllmRollout {
     /// The policy is a vision-language model whose prompts carry images: its server gets the
     /// whole model, the tokenizer and the image processor's settings, and serves the
     /// token-in/token-out endpoint ([`images`]). Errors when the model has no vision tokens.
-    pub fn serve_images(&mut self, mut vision: VisionServing) -> Result<(), VllmError> {
-        vision.tokens = Some(Vision::tokens_of(&self.config).map_err(VllmError::Model)?);
-        self.vision = Some(vision);
+    pub fn serve_images(&mut self, vision: VisionServing) -> Result<(), VllmError> {
+        let tokens = Vision::tokens_of(&self.config).map_err(VllmError::Model)?;
+        self.vision = Some((vision, tokens));
         Ok(())
     }
 
     /// The model's vision tokens when its prompts carry images.
     pub fn vision_tokens(&self) -> Option<&MropeTokens> {
-        self.vision.as_ref().and_then(|v| v.tokens.as_ref())
+        self.vision.as_ref().map(|(_, tokens)| tokens)
     }
 
     /// The server generates while the trainer computes (the asynchronous modes' rollout
@@ -311,33 +310,13 @@ impl VllmRollout {
         }
     }
 
-    /// The server's flags: [`super::flags`], without prefix caching for a hybrid model on CPU;
-    /// a vision-language server loads the tokenizer (vLLM's multimodal processor needs one)
-    /// and serves the endpoint that takes images.
+    /// The server's flags ([`super::flags`]) for this model.
     fn flags(&self) -> Vec<String> {
-        let mut flags = super::flags(&self.spec, self.dtype, self.seed, self.cuda);
-        // vLLM caches a linear-attention layer's state for prefix caching only with chunked
-        // prefill, which is off on CPU (see `super::flags`): a hybrid model's server (Qwen3.5,
-        // Qwen3-Next) refuses to start with both, so its prefixes are not cached there (the
-        // tokens are the same either way).
-        if !self.cuda && self.config.has_linear_layers() {
-            for f in &mut flags {
-                if f == "--enable-prefix-caching" {
-                    *f = "--no-enable-prefix-caching".into();
-                }
-            }
-        }
-        if self.vision.is_some() {
-            flags.retain(|f| f != "--skip-tokenizer-init");
-            flags.push("--enable-scale-out".into());
-            // No processed-image cache between the front end and the engine (it is keyed by
-            // the image, and the engine's encoder cache is reset at every reload): the first
-            // run without this and without that reset failed at step 20 with vLLM 0.32's
-            // "Encoder cache miss"; with both, the example's 80 steps ran. Processing an image
-            // again costs little beside generating.
-            flags.extend(["--mm-processor-cache-gb".into(), "0".into()]);
-        }
-        flags
+        let model = super::ServedModel {
+            hybrid: self.config.has_linear_layers(),
+            multimodal: self.vision.is_some(),
+        };
+        super::flags(&self.spec, self.dtype, self.seed, self.cuda, model)
     }
 
     /// The server reads the weights written last, in place.
@@ -400,7 +379,7 @@ impl VllmRollout {
         };
         crate::model::save::save_named(params, &config, arch, &self.dir, &opts)
             .map_err(|e| VllmError::Model(format!("writing the weights for vLLM: {e}")))?;
-        if let Some(vision) = &self.vision
+        if let Some((vision, _)) = &self.vision
             && !self.dir.join("preprocessor_config.json").is_file()
         {
             let failed = |e: String| {
@@ -618,7 +597,7 @@ impl VllmRollout {
                 let Some(row) = images.get(i).filter(|row| !row.is_empty()) else {
                     return Ok((Endpoint::Completions, body));
                 };
-                let (Some(vision), Some(tokens)) = (&self.vision, self.vision_tokens()) else {
+                let Some((vision, tokens)) = &self.vision else {
                     return Err(RolloutError::Batch(
                         "prompts with images need the vLLM server of a vision-language model"
                             .into(),
@@ -991,7 +970,7 @@ fn choices_with(
 
 /// A vision-language batch's multimodal positions as the built-in engine lays them out: the
 /// prompts' from their images (`images[i]` those of prompt `i`, its `n` rows in a row), then
-/// each response token one past its predecessor on every axis.
+/// the responses' ([`with_response_positions`]).
 fn multimodal_positions(
     out: &RolloutOutput,
     tokens: &MropeTokens,
@@ -1008,12 +987,9 @@ fn multimodal_positions(
     let (prompt_pos, _) = tokens
         .item_positions(&out.prompts, &prompt_mask, &items)
         .map_err(|e| RolloutError::Batch(format!("multimodal positions: {e}")))?;
-    let r = out.responses.size()[1];
-    let last = prompt_pos.narrow(1, width - 1, 1);
-    let steps = Tensor::arange_start(1, r + 1, (tch::Kind::Int64, prompt_pos.device()));
-    Ok(Tensor::cat(
-        &[&prompt_pos, &(last + steps.view([1, r, 1]))],
-        1,
+    Ok(with_response_positions(
+        &prompt_pos,
+        out.responses.size()[1],
     ))
 }
 

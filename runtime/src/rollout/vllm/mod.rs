@@ -92,11 +92,27 @@ pub fn default_python() -> String {
     python
 }
 
+/// What of the served model decides a server flag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServedModel {
+    /// It has linear-attention layers (Qwen3.5, Qwen3-Next).
+    pub hybrid: bool,
+    /// Its prompts carry images (see [`images`]).
+    pub multimodal: bool,
+}
+
 /// The server's command-line flags for `spec` (verl's rollout keys) on `device`: what verl's
-/// vLLM server sets from the same keys, token ids in and out (`--skip-tokenizer-init`), and
-/// log-probs after temperature (`processed_logprobs`, verl's default) so they compare with
-/// the trainer's.
-pub fn flags(spec: &VllmSpec, dtype: Dtype, seed: u64, cuda: bool) -> Vec<String> {
+/// vLLM server sets from the same keys, token ids in and out (`--skip-tokenizer-init`, but a
+/// multimodal server loads the tokenizer, which vLLM's multimodal processor needs, and serves
+/// the endpoint that takes images), and log-probs after temperature (`processed_logprobs`,
+/// verl's default) so they compare with the trainer's.
+pub fn flags(
+    spec: &VllmSpec,
+    dtype: Dtype,
+    seed: u64,
+    cuda: bool,
+    model: ServedModel,
+) -> Vec<String> {
     let mut f: Vec<String> = vec![
         "--served-model-name".into(),
         "verlc-policy".into(),
@@ -107,7 +123,6 @@ pub fn flags(spec: &VllmSpec, dtype: Dtype, seed: u64, cuda: bool) -> Vec<String
             Dtype::Fp32 => "float32",
         }
         .into(),
-        "--skip-tokenizer-init".into(),
         "--logprobs-mode".into(),
         spec.logprobs_mode.clone(),
         "--seed".into(),
@@ -137,12 +152,26 @@ pub fn flags(spec: &VllmSpec, dtype: Dtype, seed: u64, cuda: bool) -> Vec<String
         "--enable-chunked-prefill",
         "--no-enable-chunked-prefill",
     );
+    // vLLM caches a linear-attention layer's state for prefix caching only with chunked
+    // prefill: a hybrid model's server refuses to start with prefix caching on CPU, so its
+    // prefixes are not cached there (the tokens are the same either way).
     switch(
         &mut f,
-        spec.enable_prefix_caching,
+        spec.enable_prefix_caching && (cuda || !model.hybrid),
         "--enable-prefix-caching",
         "--no-enable-prefix-caching",
     );
+    if model.multimodal {
+        f.push("--enable-scale-out".into());
+        // No processed-image cache between the front end and the engine (it is keyed by the
+        // image, and the engine's encoder cache is reset at every reload): the first run
+        // without this and without that reset failed at step 20 with vLLM 0.32's "Encoder
+        // cache miss"; with both, the example's 80 steps ran. Processing an image again costs
+        // little beside generating.
+        f.extend(["--mm-processor-cache-gb".into(), "0".into()]);
+    } else {
+        f.push("--skip-tokenizer-init".into());
+    }
     if spec.enforce_eager {
         f.push("--enforce-eager".into());
     }
