@@ -267,19 +267,36 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
         .expect("an entropy metric");
     assert!(entropy > 100f64.ln(), "entropy {entropy}");
 
-    // The same model by Hub id, its configs and tokenizer in the Hub cache and no weights.
+    // The same model by Hub id, its configs and tokenizer in the Hub cache and no weights:
+    // planned only (`--plan`), since the run after the substitution is the one above.
     cache_as_hub_model(&good, "qwen7b-smoke");
-    let mut args = vec![
-        "examples/quickstart.yaml".to_owned(),
-        "actor_rollout_ref.model.path=org/qwen7b-smoke".to_owned(),
-    ];
-    args.push("--steps=1".to_owned());
+    let args = [
+        "examples/quickstart.yaml",
+        "actor_rollout_ref.model.path=org/qwen7b-smoke",
+        "--plan",
+    ]
+    .map(str::to_owned);
     let (code, stdout, stderr) = verlc_smoke(&args);
     assert_eq!(code, Some(0), "{stderr}");
+    let plan: serde_json::Value = serde_json::from_str(&stdout).expect("json plan");
+    assert_eq!(plan["planned"], true, "{stdout}");
+    let path = plan["substituted"]
+        .as_array()
+        .and_then(|subs| {
+            subs.iter()
+                .find(|s| s["key"] == "actor_rollout_ref.model.path")
+        })
+        .and_then(|s| s["value"].as_str())
+        .unwrap_or_default();
     assert!(
-        stdout.contains("builtin://scaled?from=") && stdout.contains("models--org--qwen7b-smoke"),
+        path.starts_with("builtin://scaled?from=") && path.contains("models--org--qwen7b-smoke"),
         "{stdout}"
     );
+    assert!(
+        plan["exercised"].as_array().is_some_and(|e| !e.is_empty()),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("compiling"), "{stderr}");
 
     // A Qwen3-MoE 30B-A3B config (128 experts, top-8, a vocabulary padded past the
     // tokenizer's): the stand-in keeps 8 experts and ends its vocabulary at the tokenizer's, so

@@ -804,6 +804,57 @@ pub fn run(a: SmokeArgs) -> u8 {
     code
 }
 
+/// The substitutions of the roles the run has: a GRPO config's tree still holds a critic
+/// section, whose batch sizes were set too, but no critic trains.
+fn in_use(plan: &verlc_front::plan::Planned, subs: Vec<Substitution>) -> Vec<Substitution> {
+    subs.into_iter()
+        .filter(|s| role_in_use(plan, &s.key))
+        .collect()
+}
+
+/// The code paths a run of `plan` exercises.
+fn exercised_by(plan: &verlc_front::plan::Planned) -> Vec<String> {
+    match plan {
+        verlc_front::plan::Planned::Rl(plan) => exercised(plan),
+        verlc_front::plan::Planned::Sft(plan) => exercised_sft(plan),
+    }
+}
+
+fn print_substitutions(heading: &str, subs: &[Substitution]) {
+    eprintln!("{heading}");
+    for s in subs {
+        eprintln!(
+            "  {} = {}  (was {}; {})",
+            s.key,
+            s.value,
+            s.was.as_deref().unwrap_or("unset"),
+            s.why
+        );
+    }
+}
+
+/// `--plan`: what the smoke run would substitute and exercise, with nothing built or run.
+fn report_plan(plan: &verlc_front::plan::Planned, subs: Vec<Substitution>, json: bool) -> u8 {
+    let subs = in_use(plan, subs);
+    let paths = exercised_by(plan);
+    if json {
+        let j = serde_json::json!({
+            "ok": true,
+            "planned": true,
+            "exercised": paths,
+            "substituted": subs,
+        });
+        println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
+    } else {
+        print_substitutions("smoke: would substitute for this machine", &subs);
+        eprintln!("  would exercise:");
+        for p in &paths {
+            eprintln!("    {p}");
+        }
+    }
+    0
+}
+
 fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
     let keep_vllm = a.rollout == super::args::SmokeRollout::Vllm;
     let vllm_python = super::run::checkout_vllm();
@@ -836,38 +887,21 @@ fn smoke(a: &SmokeArgs, root: &Node, work: &Path, json: bool) -> u8 {
         .extend(subs.iter().map(override_of));
     let print = |subs: &[Substitution]| {
         if !json {
-            eprintln!("smoke: substituted for this machine");
-            for s in subs {
-                eprintln!(
-                    "  {} = {}  (was {}; {})",
-                    s.key,
-                    s.value,
-                    s.was.as_deref().unwrap_or("unset"),
-                    s.why
-                );
-            }
+            print_substitutions("smoke: substituted for this machine", subs);
         }
     };
     let compiled = match compile(&compile_args) {
         Ok(Compile::Built(c)) => c,
-        Ok(Compile::Planned(_)) => return 0,
+        Ok(Compile::Planned(plan)) => return report_plan(&plan, subs, json),
         Err(code) => {
             // All of them: they may explain what the config's checks said.
             print(&subs);
             return code;
         }
     };
-    // The substitutions of the roles the run has: a GRPO config's tree still holds a critic
-    // section, whose batch sizes were set too, but no critic trains.
-    let subs: Vec<Substitution> = subs
-        .into_iter()
-        .filter(|s| role_in_use(&compiled.plan, &s.key))
-        .collect();
+    let subs = in_use(&compiled.plan, subs);
     print(&subs);
-    let paths = match &compiled.plan {
-        verlc_front::plan::Planned::Rl(plan) => exercised(plan),
-        verlc_front::plan::Planned::Sft(plan) => exercised_sft(plan),
-    };
+    let paths = exercised_by(&compiled.plan);
     let steps = a.steps;
     let mut phases = vec![run_phase(&compiled.binary, "train, validate and save", &[])];
     if phases[0].ok {

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use crate::tokenizer::Tokenizer;
 
 use super::image::ImageProcessorConfig;
+use super::video::VideoProcessor;
 use super::vision_prompt::{RowPrompt, VIDEO_KEY, row_prompt};
 use super::{DataError, RowProblems, Sample, files};
 use crate::engine::batch::RowImages;
@@ -61,6 +62,8 @@ pub struct VisionData {
     pub image_key: String,
     /// The model's image processor (`preprocessor_config.json`).
     pub processor: ImageProcessorConfig,
+    /// The model's video processor (Qwen3-VL's sizes and lays videos out its own way).
+    pub video: VideoProcessor,
     /// `data.image_patch_size`: the patch size verl's dataset fetches images with when it
     /// measures prompts for `filter_overlong_prompts` (the prompts themselves are prepared
     /// with the processor's, as verl's rollout prepares them).
@@ -71,8 +74,8 @@ pub struct VisionData {
     /// Why this run trains on text prompts only (a Qwen3.5 checkpoint beside a critic or under
     /// the vLLM rollout, as `verlc build` warned, B022): a row with images is refused.
     pub text_only: Option<String>,
-    /// Why this run cannot take videos (a Qwen3-VL tower, a Megatron engine): a row with
-    /// videos is refused when the data is read.
+    /// Why this run cannot take videos (the vLLM rollout): a row with videos is refused when
+    /// the data is read.
     pub videos_refused: Option<String>,
 }
 
@@ -141,7 +144,7 @@ fn vision_prompt(
         map,
         keys,
         tokenizer,
-        (&v.processor, v.measure_patch_size),
+        (&v.processor, v.video, v.measure_patch_size),
         &opts.chat_template_kwargs,
     )
     .map_err(|e| format!("column `{}`: {e}", v.image_key))?;

@@ -9,6 +9,10 @@
 //! rescales and normalises in one step (mean and std scaled by 255) and cuts patches of
 //! `temporal_patch_size` frames.
 //!
+//! Qwen3-VL's `Qwen3VLVideoProcessor` bounds the whole video instead (frames × pixels within
+//! its `size`, from `video_preprocessor_config.json`), which is not a no-op, and its processor
+//! writes each temporal patch into the prompt apart, behind its timestamp ([`timestamps`]).
+//!
 //! The stack's resize is libtorch's own `_upsample_bicubic2d_aa`, the kernel torchvision
 //! calls, so the frames equal verl's bit for bit. Video files (which need a decoder) are not
 //! read yet.
@@ -31,6 +35,175 @@ const MODEL_SEQ_LEN: f64 = 128_000.0;
 /// The frame rate a frame list is taken to be sampled at (qwen_vl_utils' `sample_fps`).
 const SAMPLE_FPS: f64 = 2.0;
 
+/// A model's video processor: how it sizes a video (and how the prompt holds it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VideoProcessor {
+    /// transformers' `Qwen2VLVideoProcessor` (Qwen2.5-VL): each frame within 128 to 768
+    /// merged patches; the video's tokens in one vision span.
+    Qwen2Vl,
+    /// `Qwen3VLVideoProcessor` (Qwen3-VL, Qwen3.5): the whole video, frames × pixels, within
+    /// `size` (`shortest_edge`, `longest_edge`); each temporal patch in a vision span of its
+    /// own behind its timestamp.
+    Qwen3Vl {
+        min_pixels: usize,
+        max_pixels: usize,
+    },
+}
+
+impl VideoProcessor {
+    /// `Qwen3VLVideoProcessor`'s class defaults (a model directory without
+    /// `video_preprocessor_config.json`, a built-in model).
+    pub const QWEN3_VL_DEFAULT: VideoProcessor = VideoProcessor::Qwen3Vl {
+        min_pixels: 128 * 32 * 32,
+        max_pixels: 768 * 32 * 32,
+    };
+
+    /// The video processor of a model with `tower` (Qwen3-style towers take Qwen3-VL's), its
+    /// `size` from `dir`'s `video_preprocessor_config.json` when it has one.
+    pub fn of_model(
+        tower: Option<verlc_spec::families::VisionTower>,
+        dir: Option<&std::path::Path>,
+    ) -> Result<Self, String> {
+        if !tower.is_some_and(|t| t.qwen3_style()) {
+            return Ok(VideoProcessor::Qwen2Vl);
+        }
+        let Some(file) = dir
+            .map(|d| d.join("video_preprocessor_config.json"))
+            .filter(|f| f.is_file())
+        else {
+            return Ok(Self::QWEN3_VL_DEFAULT);
+        };
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let VideoProcessor::Qwen3Vl {
+            min_pixels: default_min,
+            max_pixels: default_max,
+        } = Self::QWEN3_VL_DEFAULT
+        else {
+            return Ok(Self::QWEN3_VL_DEFAULT);
+        };
+        let edge = |k: &str, default: usize| match v.get("size").and_then(|s| s.get(k)) {
+            None | Some(serde_json::Value::Null) => Ok(default),
+            Some(x) => x.as_u64().map(|x| x as usize).ok_or_else(|| {
+                format!(
+                    "{}: `size.{k}` must be a whole number of pixels, got {x}",
+                    file.display()
+                )
+            }),
+        };
+        Ok(VideoProcessor::Qwen3Vl {
+            min_pixels: edge("shortest_edge", default_min)?,
+            max_pixels: edge("longest_edge", default_max)?,
+        })
+    }
+
+    /// Whether the prompt holds each temporal patch apart, behind its timestamp.
+    pub fn timestamped(self) -> bool {
+        matches!(self, VideoProcessor::Qwen3Vl { .. })
+    }
+
+    /// The height and width the processor resizes `frames` frames of `height` × `width` to
+    /// (`factor`: pixels per merged patch side).
+    fn size(
+        self,
+        frames: usize,
+        (height, width): (usize, usize),
+        factor: usize,
+        temporal_patch: usize,
+    ) -> Result<(usize, usize), ImageError> {
+        match self {
+            VideoProcessor::Qwen2Vl => smart_resize(
+                height,
+                width,
+                factor,
+                (128 * factor * factor, 768 * factor * factor),
+                ResizeRule::Transformers,
+            ),
+            VideoProcessor::Qwen3Vl {
+                min_pixels,
+                max_pixels,
+            } => video_smart_resize(
+                frames,
+                (height, width),
+                (temporal_patch, factor),
+                (min_pixels, max_pixels),
+            ),
+        }
+    }
+}
+
+/// `Qwen3VLVideoProcessor`'s resize rule: height and width rounded to `factor`, scaled (keeping
+/// the aspect) until frames × height × width (frames rounded to `temporal`) lies within the
+/// bounds.
+fn video_smart_resize(
+    frames: usize,
+    (height, width): (usize, usize),
+    (temporal, factor): (usize, usize),
+    (min_pixels, max_pixels): (usize, usize),
+) -> Result<(usize, usize), ImageError> {
+    let bad = |why: String| ImageError::Video(why);
+    if frames < temporal {
+        return Err(bad(format!(
+            "{frames} frame(s), fewer than a temporal patch ({temporal})"
+        )));
+    }
+    if height < factor || width < factor {
+        return Err(bad(format!(
+            "frames of {width} x {height} pixels, smaller than a merged patch ({factor} pixels)"
+        )));
+    }
+    let (h, w, f) = (height as f64, width as f64, factor as f64);
+    let ratio = h.max(w) / h.min(w);
+    if ratio > 200.0 {
+        return Err(ImageError::AspectRatio(ratio));
+    }
+    // Python's round (half to even) of the quotients.
+    let round = |x: f64, by: f64| ((x / by).round_ties_even() * by) as usize;
+    let (hb, wb, tb) = (
+        round(h, f),
+        round(w, f),
+        round(frames as f64, temporal as f64),
+    );
+    let n = frames as f64;
+    Ok(if tb * hb * wb > max_pixels {
+        let beta = (n * h * w / max_pixels as f64).sqrt();
+        let floor = |x: f64| (((x / f).floor() * f) as usize).max(factor);
+        (floor(h / beta), floor(w / beta))
+    } else if tb * hb * wb < min_pixels {
+        let beta = (min_pixels as f64 / (n * h * w)).sqrt();
+        let ceil = |x: f64| ((x / f).ceil() * f) as usize;
+        (ceil(h * beta), ceil(w * beta))
+    } else {
+        (hb, wb)
+    })
+}
+
+/// The seconds Qwen3-VL's processor writes before each temporal patch of `video` (a frame
+/// list's frames taken at [`SAMPLE_FPS`] from 0, as qwen_vl_utils' metadata says; frames
+/// paired by the processor's `merge_size`, the last repeated to fill a pair, each pair at the
+/// mean of its first and last frame's time), formatted `<{:.1} seconds>` (Rust's `{:.1}`
+/// rounds the exact binary value half to even, as Python's does).
+pub fn timestamps(video: &ProcessedImage, merge_size: usize) -> Vec<f64> {
+    let m = merge_size.max(1);
+    let grid_t = video.grid_thw[0].max(0) as usize;
+    let per_patch = video
+        .seconds_per_grid
+        .map_or(1, |s| (s * SAMPLE_FPS).round().max(1.0) as usize);
+    let frames = grid_t * per_patch;
+    let mut indices: Vec<usize> = (0..frames).collect();
+    while !indices.len().is_multiple_of(m) {
+        indices.push(frames.saturating_sub(1));
+    }
+    let seconds: Vec<f64> = indices.iter().map(|&i| i as f64 / SAMPLE_FPS).collect();
+    seconds
+        .chunks(m)
+        .map(|pair| (pair[0] + pair[pair.len() - 1]) / 2.0)
+        .take(grid_t)
+        .collect()
+}
+
 /// A video as the vision tower takes it, and the seconds one temporal patch spans (what its
 /// multimodal positions need).
 #[derive(Debug, Clone, PartialEq)]
@@ -48,12 +221,12 @@ impl ProcessedVideo {
 
 /// verl's preparation of a video given as `frames` (module docs): fetched with `fetch_patch`
 /// pixel patches (`data.image_patch_size`, or the processor's in the rollout), then the
-/// processor `cfg` with its video pixel bounds `(min, max)` (`Qwen2VLVideoProcessor`'s `size`).
+/// video processor `video` with the patches, normalisation and temporal patch of `cfg`.
 pub fn process_video_frames(
     frames: &[RgbImage],
     fetch_patch: usize,
     cfg: &ImageProcessorConfig,
-    (min_pixels, max_pixels): (usize, usize),
+    video: VideoProcessor,
 ) -> Result<ProcessedVideo, ImageError> {
     let bad = |why: String| ImageError::Video(why);
     let first = frames.first().ok_or_else(|| bad("no frames".into()))?;
@@ -108,13 +281,7 @@ pub fn process_video_frames(
         .f_clamp(0.0, 255.0)?
         .f_round()?;
     // The processor's resize (in float, not rounded) to its bounds.
-    let (ph, pw) = smart_resize(
-        rh,
-        rw,
-        p * m,
-        (min_pixels, max_pixels),
-        ResizeRule::Transformers,
-    )?;
+    let (ph, pw) = video.size(n, (rh, rw), p * m, t)?;
     let stack =
         stack.f_internal_upsample_bicubic2d_aa([ph as i64, pw as i64], false, None, None)?;
     // Rescale and normalise fused as transformers' fast processors do: (x - 255·mean) / (255·std)

@@ -12,6 +12,7 @@ use crate::tokenizer::{Message, Tokenizer, TokenizerError};
 use super::image::{
     ImageProcessorConfig, ProcessedImage, image_from_cell, process_image, tokens_fetched_with,
 };
+use super::video::VideoProcessor;
 
 /// The placeholder verl's datasets put in a prompt's text where an image goes.
 pub const IMAGE_PLACEHOLDER: &str = "<image>";
@@ -24,6 +25,30 @@ pub const VIDEO_PLACEHOLDER: &str = "<video>";
 
 /// The video token of Qwen-VL processors.
 pub const VIDEO_PAD: &str = "<|video_pad|>";
+
+/// The tokens around a vision span of Qwen-VL prompts.
+pub const VISION_START: &str = "<|vision_start|>";
+pub const VISION_END: &str = "<|vision_end|>";
+
+/// How the processor writes a video's tokens into the prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VideoSpans {
+    /// Qwen2.5-VL's: the video pad once per merged patch of the whole video, in one span.
+    Whole,
+    /// Qwen3-VL's: each temporal patch in a vision span of its own, behind its timestamp
+    /// (`<0.2 seconds><|vision_start|>` pads `<|vision_end|>`).
+    PerFrame,
+}
+
+impl VideoSpans {
+    pub fn of(video: VideoProcessor) -> Self {
+        if video.timestamped() {
+            VideoSpans::PerFrame
+        } else {
+            VideoSpans::Whole
+        }
+    }
+}
 
 /// Why a vision prompt cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -190,7 +215,14 @@ pub fn encode_vision_prompt(
     merge_size: usize,
     kwargs: &Map<String, Value>,
 ) -> Result<Vec<i64>, VisionPromptError> {
-    encode_visual_prompt(tok, messages, (images, &[]), merge_size, kwargs).map(|(ids, _)| ids)
+    encode_visual_prompt(
+        tok,
+        messages,
+        (images, &[]),
+        (merge_size, VideoSpans::Whole),
+        kwargs,
+    )
+    .map(|(ids, _)| ids)
 }
 
 /// [`encode_vision_prompt`] with videos (`<video>` placeholders, `{"type": "video"}` parts,
@@ -201,7 +233,7 @@ pub fn encode_visual_prompt(
     tok: &Tokenizer,
     messages: &[Message],
     (images, videos): (&[ProcessedImage], &[ProcessedImage]),
-    merge_size: usize,
+    (merge_size, spans): (usize, VideoSpans),
     kwargs: &Map<String, Value>,
 ) -> Result<(Vec<i64>, Vec<ProcessedImage>), VisionPromptError> {
     let messages = split_visual_placeholders(messages, images.len(), videos.len())?;
@@ -238,12 +270,26 @@ pub fn encode_visual_prompt(
         } else {
             next_video.next()
         };
-        // The counts were checked above.
-        if let Some(item) = item {
-            expanded.push_str(&pad.repeat(item.tokens(merge_size)));
-            order.push(item.clone());
-        }
         rest = &rest[at + pad.len()..];
+        // The counts were checked above.
+        let Some(item) = item else { continue };
+        order.push(item.clone());
+        if pad == VIDEO_PAD && spans == VideoSpans::PerFrame {
+            // The processor replaces the template's whole vision span (or the bare pad).
+            let span = expanded.ends_with(VISION_START) && rest.starts_with(VISION_END);
+            if span {
+                expanded.truncate(expanded.len() - VISION_START.len());
+                rest = &rest[VISION_END.len()..];
+            }
+            let per_frame = item.tokens(merge_size) / item.grid_thw[0].max(1) as usize;
+            for second in super::video::timestamps(item, merge_size) {
+                expanded.push_str(&format!("<{second:.1} seconds>{VISION_START}"));
+                expanded.push_str(&pad.repeat(per_frame));
+                expanded.push_str(VISION_END);
+            }
+        } else {
+            expanded.push_str(&pad.repeat(item.tokens(merge_size)));
+        }
     }
     expanded.push_str(rest);
     Ok((tok.encode(&expanded, false)?, order))
@@ -268,7 +314,7 @@ pub fn row_prompt(
     row: &Map<String, Value>,
     (prompt_key, image_key): (&str, &str),
     tok: &Tokenizer,
-    (cfg, measure_patch): (&ImageProcessorConfig, usize),
+    (cfg, video, measure_patch): (&ImageProcessorConfig, VideoProcessor, usize),
     kwargs: &Map<String, Value>,
 ) -> Result<RowPrompt, VisionPromptError> {
     let messages: Vec<Message> = match row.get(prompt_key) {
@@ -310,7 +356,7 @@ pub fn row_prompt(
             .iter()
             .enumerate()
             .map(|(i, cell)| {
-                video_from_cell(cell, cfg).map_err(|e| {
+                video_from_cell(cell, cfg, video).map_err(|e| {
                     VisionPromptError::Row(format!("column `{VIDEO_KEY}`, video {i}: {e}"))
                 })
             })
@@ -322,8 +368,13 @@ pub fn row_prompt(
         }
     };
     let placed_images: usize = images.iter().map(|i| i.tokens(cfg.merge_size)).sum();
-    let (ids, visuals) =
-        encode_visual_prompt(tok, &messages, (&images, &videos), cfg.merge_size, kwargs)?;
+    let (ids, visuals) = encode_visual_prompt(
+        tok,
+        &messages,
+        (&images, &videos),
+        (cfg.merge_size, VideoSpans::of(video)),
+        kwargs,
+    )?;
     // A video counts with the processor's patches (verl measures it with its own fetch).
     let measured_len = if remeasure {
         ids.len() - placed_images + measured_tokens
@@ -346,6 +397,7 @@ pub const VIDEO_KEY: &str = "videos";
 fn video_from_cell(
     cell: &Value,
     cfg: &ImageProcessorConfig,
+    video: VideoProcessor,
 ) -> Result<ProcessedImage, VisionPromptError> {
     let frames = match cell {
         Value::Array(frames) => frames,
@@ -379,8 +431,5 @@ fn video_from_cell(
         .iter()
         .map(image_from_cell)
         .collect::<Result<Vec<_>, _>>()?;
-    // Qwen2VLVideoProcessor's `size`: 128 to 768 merged patches a frame.
-    let unit = cfg.patch_size * cfg.merge_size;
-    let bounds = (128 * unit * unit, 768 * unit * unit);
-    Ok(super::video::process_video_frames(&frames, cfg.patch_size, cfg, bounds)?.video)
+    Ok(super::video::process_video_frames(&frames, cfg.patch_size, cfg, video)?.video)
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use verlc_spec::trainer::MultiTurnSpec;
 
 use crate::data::PromptItem;
+use crate::data::vision_prompt::VideoSpans;
 use crate::engine::batch::RowImages;
 use crate::rng::Rng;
 use crate::rollout::agent::python_loops::PythonLoops;
@@ -210,7 +211,12 @@ impl AgentRollout {
             )
             .map_err(config)?;
             if let Some(v) = vision {
-                tokens = tokens.with_vision(v.spatial_merge_size.max(1) as usize);
+                let spans = if v.timestamped_videos {
+                    VideoSpans::PerFrame
+                } else {
+                    VideoSpans::Whole
+                };
+                tokens = tokens.with_vision(v.spatial_merge_size.max(1) as usize, spans);
             }
             let conversations: Vec<_> = group
                 .iter()

@@ -22,6 +22,7 @@ use crate::algo::{
     apply_kl_penalty, compute_advantage,
 };
 use crate::data::image::ImageProcessorConfig;
+use crate::data::video::VideoProcessor;
 use crate::data::{DatasetOptions, PromptItem, RlDataset, VisionData};
 use crate::engine::batch::RowImages;
 use crate::engine::{Batch, Engine, EngineError, EngineSettings, Metrics};
@@ -216,22 +217,15 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
                 spec.actor.model_path,
             )
         });
-    // Videos run on Qwen2.5-VL's whole model with the built-in rollout (single turns or the
-    // tool agent loop's).
-    let arch = cfg.arch().ok();
-    let videos_refused = if arch
-        .and_then(|a| a.tower())
-        .is_some_and(|t| t.qwen3_style())
-    {
-        Some("videos on Qwen3-VL's and Qwen3.5's towers (frames behind timestamps) are not supported yet".to_owned())
-    } else if spec.rollout.vllm.is_some() {
-        Some("the vLLM rollout is sent images only (videos run on the built-in rollout)".to_owned())
-    } else {
-        None
-    };
+    // Videos run on the built-in rollout (single turns or the tool agent loop's).
+    let videos_refused = spec.rollout.vllm.is_some().then(|| {
+        "the vLLM rollout is sent images only (videos run on the built-in rollout)".to_owned()
+    });
+    let tower = cfg.arch().ok().and_then(|a| a.tower());
     Ok(Some(VisionData {
         image_key: spec.data.image_key.clone(),
         measure_patch_size: spec.data.image_patch_size.unwrap_or(processor.patch_size),
+        video: VideoProcessor::of_model(tower, model_dir.as_deref()).map_err(bad)?,
         processor,
         model_dir,
         text_only,

@@ -7,6 +7,7 @@
 //! giving the pixel bounds as `size`).
 use serde_json::Value;
 use verlc_runtime::data::image::{ImageProcessorConfig, decode_png, process_image};
+use verlc_runtime::data::video::VideoProcessor;
 
 use crate::oracle;
 
@@ -122,7 +123,7 @@ fn geo3k_rows_become_prompts_as_in_verl() {
                 row,
                 ("prompt", "images"),
                 &tok,
-                (&cfg, measure_patch),
+                (&cfg, VideoProcessor::Qwen2Vl, measure_patch),
                 &Default::default(),
             )
         };
@@ -193,6 +194,7 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
         vision: Some(VisionData {
             image_key: "images".into(),
             processor: ImageProcessorConfig::default(),
+            video: VideoProcessor::Qwen2Vl,
             measure_patch_size,
             model_dir: None,
             text_only: text_only.map(str::to_owned),

@@ -3,7 +3,7 @@
 //! odd frame count padded with the last frame, frames scaled down and up, to the same patch
 //! grid, seconds per temporal patch and pixel values.
 use verlc_runtime::data::image::{ImageProcessorConfig, decode_png};
-use verlc_runtime::data::video::process_video_frames;
+use verlc_runtime::data::video::{VideoProcessor, process_video_frames};
 
 use crate::oracle;
 
@@ -15,8 +15,6 @@ fn frame_list_videos_are_prepared_as_verl_prepares_them() {
     assert_eq!(cases.len(), 3);
     let want = oracle::read(&dir.join("videos.safetensors"));
     let cfg = ImageProcessorConfig::default();
-    // Qwen2VLVideoProcessor's `size`: 128 to 768 merged 28-pixel patches a frame.
-    let bounds = (128 * 28 * 28, 768 * 28 * 28);
     for case in cases {
         let name = case["case"].as_str().expect("case");
         let frames: Vec<_> = case["frames"]
@@ -28,7 +26,7 @@ fn frame_list_videos_are_prepared_as_verl_prepares_them() {
                 decode_png(&bytes).expect("frame")
             })
             .collect();
-        let got = process_video_frames(&frames, 14, &cfg, bounds).expect(name);
+        let got = process_video_frames(&frames, 14, &cfg, VideoProcessor::Qwen2Vl).expect(name);
         let grid: Vec<i64> = serde_json::from_value(case["grid_thw"].clone()).expect("grid");
         assert_eq!(got.video.grid_thw.to_vec(), grid, "{name}");
         assert_eq!(
@@ -54,4 +52,116 @@ fn frame_list_videos_are_prepared_as_verl_prepares_them() {
             "{name}: pixel values differ by up to {worst}"
         );
     }
+}
+
+/// Rows with videos as verl's dataset prepares them for Qwen3-VL (the oracle's `qwen3`:
+/// qwen_vl_utils' fetch at 16-pixel patches with the video's metadata, then transformers'
+/// `Qwen3VLProcessor` without frame sampling): the video processor bounds the whole video (the
+/// class's size binds on a long video, the released checkpoints' does not), and the prompt
+/// holds each temporal patch apart behind its timestamp (`<0.2 seconds>`); to the same token
+/// ids, grids and pixel values.
+#[test]
+fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
+    use serde_json::Map;
+    use verlc_runtime::data::vision_prompt::row_prompt;
+    use verlc_runtime::tokenizer::Tokenizer;
+    let model_oracle = oracle::script_named("model_oracle.py");
+    let dir = oracle::cached_with(
+        &oracle::script_named("video_oracle.py"),
+        "qwen3",
+        &[model_oracle.as_path()],
+    );
+    let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
+    let rows = oracle::json(&dir.join("qwen3.json"));
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 4);
+    let want = oracle::read(&dir.join("qwen3.safetensors"));
+    let cfg = ImageProcessorConfig {
+        patch_size: 16,
+        image_mean: [0.5; 3],
+        image_std: [0.5; 3],
+        ..ImageProcessorConfig::default()
+    };
+    let mut bound = false;
+    for row in rows {
+        let name = row["row"].as_str().expect("row");
+        let size: [usize; 2] = serde_json::from_value(row["size"].clone()).expect("size");
+        let video = VideoProcessor::Qwen3Vl {
+            min_pixels: size[0],
+            max_pixels: size[1],
+        };
+        let mut map = Map::new();
+        map.insert("prompt".into(), row["prompt"].clone());
+        // Each video as verl's rows hold one: `{"video": [frame paths]}`.
+        let videos: Vec<serde_json::Value> = row["videos"]
+            .as_array()
+            .expect("videos")
+            .iter()
+            .map(|files| {
+                let frames: Vec<String> = files
+                    .as_array()
+                    .expect("frames")
+                    .iter()
+                    .map(|f| dir.join(f.as_str().expect("file")).display().to_string())
+                    .collect();
+                serde_json::json!({ "video": frames })
+            })
+            .collect();
+        map.insert("videos".into(), videos.into());
+        let got = row_prompt(
+            &map,
+            ("prompt", "images"),
+            &tok,
+            (&cfg, video, 16),
+            &Map::new(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ids: Vec<i64> = serde_json::from_value(row["input_ids"].clone()).expect("ids");
+        assert_eq!(got.ids, ids, "{name}");
+        let grids: Vec<[i64; 3]> =
+            serde_json::from_value(row["video_grid_thw"].clone()).expect("grids");
+        assert_eq!(
+            got.images.iter().map(|v| v.grid_thw).collect::<Vec<_>>(),
+            grids,
+            "{name}"
+        );
+        assert!(got.images.iter().all(|v| v.seconds_per_grid.is_some()));
+        // The long video is scaled down by the budget of all its frames together.
+        if name == "long" {
+            let unbounded = VideoProcessor::Qwen3Vl {
+                min_pixels: size[0],
+                max_pixels: usize::MAX / 2,
+            };
+            let loose = row_prompt(
+                &map,
+                ("prompt", "images"),
+                &tok,
+                (&cfg, unbounded, 16),
+                &Map::new(),
+            )
+            .expect("unbounded");
+            assert_ne!(loose.images[0].grid_thw, grids[0], "the budget binds");
+            bound = true;
+        }
+        let want = Vec::<f32>::try_from(
+            oracle::get(&want, &format!("{name}.pixel_values_videos")).flatten(0, -1),
+        )
+        .expect("pixels");
+        let got: Vec<f32> = got
+            .images
+            .iter()
+            .flat_map(|v| v.pixel_values.iter().copied())
+            .collect();
+        assert_eq!(got.len(), want.len(), "{name}");
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst <= 1e-5,
+            "{name}: pixel values differ by up to {worst}"
+        );
+    }
+    assert!(bound, "the long row was checked");
 }

@@ -121,6 +121,7 @@ fn mrope_position_ids_match_verls_get_rope_index() {
         vision_start_token_id: id("vision_start"),
         spatial_merge_size: 2,
         tokens_per_second: 2.0,
+        timestamped_videos: false,
     };
     let cases = j["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), 10);
@@ -558,6 +559,15 @@ fn qwen3_vl_matches_transformers() {
         assert!(d < 1e-5, "DeepStack level {i} differs by {d}");
     }
     matches_the_oracle_model(&dir, "model.safetensors");
+    timestamped_videos_match(&dir);
+}
+
+/// Qwen3-style logits of the oracle's batch with videos laid out as Qwen3-VL's processor lays
+/// them out (each temporal patch behind its timestamp, a one-frame video to the positions).
+fn timestamped_videos_match(dir: &std::path::Path) {
+    let (_vs, model, tensors) = oracle_model_in(dir, "model.safetensors");
+    // The seconds per temporal patch are written in the prompt's text: the positions ignore them.
+    logits_with_videos_match(&model, &tensors, &[1.0, 1.0]);
 }
 
 /// The same against transformers 5's Qwen3-VL (its checkpoint: `rope_parameters`, the tower's
@@ -572,6 +582,7 @@ fn qwen3_vl_matches_transformers_5() {
         "a transformers 5 checkpoint"
     );
     matches_the_oracle_model(&dir, "model.safetensors");
+    timestamped_videos_match(&dir);
 }
 
 /// Qwen3-VL-MoE against transformers 4.57's `Qwen3VLMoeForConditionalGeneration` (Qwen3-VL's
@@ -585,6 +596,7 @@ fn qwen3_vl_moe_matches_transformers() {
     tch::set_num_threads(1);
     let dir = oracle_dir().join("qwen3_vl_moe");
     matches_the_oracle_model(&dir, "model.safetensors");
+    timestamped_videos_match(&dir);
     saves_experts_fused_as_read(&dir);
 }
 
@@ -600,6 +612,7 @@ fn qwen3_vl_moe_matches_transformers_5() {
         "a transformers 5 checkpoint"
     );
     matches_the_oracle_model(&dir, "model.safetensors");
+    timestamped_videos_match(&dir);
 }
 
 /// Qwen3.5's image-text checkpoints against transformers 5's `Qwen3_5ForConditionalGeneration`
@@ -614,6 +627,7 @@ fn qwen3_5_image_text_matches_transformers_5() {
     let dir = oracle::qwen3_5_vl_transformers5();
     qwen3_5_tower_matches(&dir);
     matches_the_oracle_model(&dir, "model.safetensors");
+    timestamped_videos_match(&dir);
 }
 
 /// The same for Qwen3.5-MoE's (four experts, top two, and a gated shared expert in every
@@ -624,6 +638,7 @@ fn qwen3_5_moe_image_text_matches_transformers_5() {
     let dir = oracle::qwen3_5_moe_vl_transformers5();
     qwen3_5_tower_matches(&dir);
     matches_the_oracle_model(&dir, "model.safetensors");
+    timestamped_videos_match(&dir);
 }
 
 /// The tower of the oracle's Qwen3.5 model: no DeepStack features, embeddings as transformers'.
@@ -773,14 +788,26 @@ fn a_scaled_stand_in_of_qwen2_5_vl_runs_an_image() {
 /// time ids step by seconds per patch x `tokens_per_second`: transformers' logits.
 #[test]
 fn qwen2_5_vl_logits_with_videos_match_transformers() {
-    use verlc_runtime::model::vision::ProcessedImage;
     tch::set_num_threads(1);
     let (_vs, model, tensors) = oracle_model();
+    let seconds: Vec<f64> = Vec::try_from(&tensors["video.second_per_grid_ts"]).expect("seconds");
+    logits_with_videos_match(&model, &tensors, &seconds);
+}
+
+/// The oracle's batch with videos (`video.*`: row 0 a video, row 1 an image then a video) has
+/// transformers' logits; the videos take `seconds` per temporal patch. A video given where the
+/// tokens hold an image is refused, naming the counts.
+fn logits_with_videos_match(
+    model: &verlc_runtime::model::CausalLm,
+    tensors: &std::collections::HashMap<String, Tensor>,
+    seconds: &[f64],
+) {
+    use verlc_runtime::model::vision::ProcessedImage;
     let grids = |key: &str| -> Vec<[i64; 3]> {
         let g: Vec<Vec<i64>> = Vec::try_from(&tensors[key]).expect("grids");
         g.iter().map(|g| [g[0], g[1], g[2]]).collect()
     };
-    let items_of = |pixels: &Tensor, grids: &[[i64; 3]], seconds: Option<Vec<f64>>| {
+    let items_of = |pixels: &Tensor, grids: &[[i64; 3]], seconds: Option<&[f64]>| {
         let mut start = 0;
         grids
             .iter()
@@ -792,7 +819,7 @@ fn qwen2_5_vl_logits_with_videos_match_transformers() {
                 ProcessedImage {
                     pixel_values: Vec::try_from(&rows).expect("pixels"),
                     grid_thw: *g,
-                    seconds_per_grid: seconds.as_ref().map(|s| s[k]),
+                    seconds_per_grid: seconds.map(|s| s[k]),
                 }
             })
             .collect::<Vec<_>>()
@@ -802,7 +829,6 @@ fn qwen2_5_vl_logits_with_videos_match_transformers() {
         &grids("video.image_grid_thw"),
         None,
     );
-    let seconds: Vec<f64> = Vec::try_from(&tensors["video.second_per_grid_ts"]).expect("seconds");
     let videos = items_of(
         &tensors["video.pixel_values_videos"],
         &grids("video.video_grid_thw"),
@@ -821,7 +847,6 @@ fn qwen2_5_vl_logits_with_videos_match_transformers() {
         d < 1e-4,
         "logits with videos differ from transformers' by {d}"
     );
-    // A video where the tokens hold an image's placeholders is refused, naming the counts.
     let wrong = [&videos[0], &videos[0], &videos[1]];
     let err = tch::no_grad(|| model.forward_items(ids, mask, &wrong)).expect_err("misplaced");
     assert!(

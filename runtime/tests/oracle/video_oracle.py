@@ -8,6 +8,15 @@ Usage: video_oracle.py videos OUT
 Writes OUT/<case>_<frame>.png (the frames), OUT/videos.json (per case its frames, the fetched
 stack's shape, the processor's `video_grid_thw` and the seconds per temporal patch) and
 OUT/videos.safetensors (per case `<case>.pixel_values`, the processor's `pixel_values_videos`).
+
+Usage: video_oracle.py qwen3 OUT MODEL_ORACLE
+Rows with videos as verl's dataset prepares them for Qwen3-VL (`process_video` with 16-pixel
+patches and the video's metadata, then `Qwen3VLProcessor` with `do_sample_frames=False`): its
+video processor bounds the whole video, and its prompt holds each temporal patch apart behind
+its timestamp. Writes the frames, OUT/tok (a BPE tokenizer with Qwen-VL's special tokens and
+a chat template that renders image and video parts), OUT/qwen3.json (per row its prompt,
+its videos' frame files, the processor's `size`, input ids and grids) and OUT/qwen3.safetensors
+(`<row>.pixel_values_videos`).
 """
 import io
 import json
@@ -62,7 +71,95 @@ def videos(out):
     save_file(tensors, os.path.join(out, "videos.safetensors"))
 
 
+TEMPLATE = (
+    "{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}{%- else -%}"
+    "{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' -%}{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif part['type'] == 'video' -%}{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}"
+    "{%- elif part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}{{- '<|im_end|>\\n' -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def qwen3(out, model_oracle):
+    import re
+    from PIL import Image
+    from qwen_vl_utils import fetch_video
+    from transformers import Qwen2TokenizerFast
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl_fast import Qwen2VLImageProcessorFast
+    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(model_oracle)))
+    from model_oracle import bpe_tokenizer
+
+    os.makedirs(out, exist_ok=True)
+    gen = torch.Generator().manual_seed(11)
+
+    def frames(case, count, w, h):
+        names = []
+        for i in range(count):
+            data = torch.randint(0, 256, (h, w, 3), generator=gen, dtype=torch.uint8).numpy()
+            name = f"{case}_{i}.png"
+            Image.fromarray(data, "RGB").save(os.path.join(out, name), format="PNG")
+            names.append(name)
+        return names
+
+    tok = bpe_tokenizer()
+    tok.add_special_tokens(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
+    fast = Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                              unk_token=None, bos_token=None)
+    fast.chat_template = TEMPLATE
+    fast.save_pretrained(os.path.join(out, "tok"))
+    mean = [0.5, 0.5, 0.5]
+    images = Qwen2VLImageProcessorFast(patch_size=16, image_mean=mean, image_std=mean)
+    # (row, text, videos as (frames, width, height), the video processor's size): an odd
+    # count padded with its last frame; two videos in a turn; a long video the class's own
+    # size (128 to 768 merged 32-pixel patches for all frames together) scales down; the
+    # released checkpoints' size (4096 to 25165824 pixels), which does not bind here.
+    rows = [
+        ("odd", "<video>What happens?", [(3, 90, 60)], None),
+        ("two", "First <video>, then <video>. Same?", [(2, 64, 64), (4, 120, 70)], None),
+        ("long", "Count the frames: <video>", [(8, 300, 200)], None),
+        ("released", "<video>Describe.", [(6, 200, 150)], {"shortest_edge": 4096, "longest_edge": 25165824}),
+    ]
+    results, tensors = [], {}
+    for name, text, shapes, size in rows:
+        names = [frames(f"{name}{k}", *shape) for k, shape in enumerate(shapes)]
+        videos_cells = [{"video": [os.path.join(out, f) for f in files]} for files in names]
+        video_processor = Qwen3VLVideoProcessor(**({"size": size} if size else {}))
+        processor = Qwen3VLProcessor(image_processor=images, tokenizer=fast, video_processor=video_processor,
+                                     chat_template=TEMPLATE)
+        # verl's `_build_messages`: the text split at its placeholders into parts.
+        parts = [{"type": "video"} if seg == "<video>" else {"type": "text", "text": seg}
+                 for seg in re.split("(<video>)", text) if seg]
+        messages = [{"role": "user", "content": parts}]
+        raw = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        # verl 0.7's RL dataset: process_video (qwen_vl_utils' fetch_video at the processor's
+        # patch size, with the metadata), then the processor without frame sampling.
+        fetched = [fetch_video(dict(cell), image_patch_size=16, return_video_metadata=True) for cell in videos_cells]
+        videos, metadata = [v for v, _ in fetched], [m for _, m in fetched]
+        batch = processor(text=[raw], videos=videos,
+                          videos_kwargs={"video_metadata": metadata, "do_sample_frames": False}, return_tensors="pt")
+        vp = processor.video_processor
+        results.append({
+            "row": name,
+            "prompt": [{"role": "user", "content": text}],
+            "videos": names,
+            "size": [vp.size["shortest_edge"], vp.size["longest_edge"]],
+            "input_ids": batch["input_ids"][0].tolist(),
+            "video_grid_thw": batch["video_grid_thw"].tolist(),
+        })
+        tensors[f"{name}.pixel_values_videos"] = batch["pixel_values_videos"].contiguous()
+    with open(os.path.join(out, "qwen3.json"), "w") as f:
+        json.dump(results, f)
+    save_file(tensors, os.path.join(out, "qwen3.safetensors"))
+
+
 if __name__ == "__main__":
-    if sys.argv[1] != "videos":
+    commands = {"videos": videos, "qwen3": qwen3}
+    if sys.argv[1] not in commands:
         sys.exit(f"unknown command {sys.argv[1]}")
-    videos(*sys.argv[2:])
+    commands[sys.argv[1]](*sys.argv[2:])

@@ -358,6 +358,32 @@ def run_image_text(out, dirname, Config, Model, text, vision, moe_intermediate=N
     tensors["output.logits"] = logits.contiguous()
     tensors["output.loglik"] = loss.detach().reshape(1)
     tensors["output.generated"] = generated.contiguous()
+    # A batch with videos as Qwen3-VL's processor lays them out: each temporal patch in a
+    # vision span of its own behind its timestamp (here the text tokens 40-43). Row 0 (left-
+    # padded) a video of two temporal patches; row 1 an image, then a video of two.
+    v_grids = [[2, 4, 4], [2, 4, 6]]
+    real0 = [30, 40, start] + [video] * 4 + [end, 41, start] + [video] * 4 + [end, 31, 32]
+    real1 = [33, start] + [image] * 4 + [end, 42, start] + [video] * 6 + [end, 43, start] + [video] * 6 + [end, 35]
+    width = len(real1)
+    v_ids = torch.tensor([[0] * (width - len(real0)) + real0, real1])
+    v_mask = torch.tensor([[0] * (width - len(real0)) + [1] * len(real0), [1] * width])
+    i_grids = [[1, 4, 4]]
+    i_pixels = torch.randn(16, pixels.shape[1])
+    v_pixels = torch.randn(32 + 48, pixels.shape[1])
+    mm = {}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        mm["mm_token_type_ids"] = (v_ids == image).int() + 2 * (v_ids == video).int()
+    with torch.no_grad():
+        v_logits = model(input_ids=v_ids, attention_mask=v_mask, pixel_values=i_pixels,
+                         image_grid_thw=torch.tensor(i_grids), pixel_values_videos=v_pixels,
+                         video_grid_thw=torch.tensor(v_grids), **mm).logits
+    tensors["video.input_ids"] = v_ids
+    tensors["video.attention_mask"] = v_mask
+    tensors["video.pixel_values"] = i_pixels.contiguous()
+    tensors["video.image_grid_thw"] = torch.tensor(i_grids)
+    tensors["video.pixel_values_videos"] = v_pixels.contiguous()
+    tensors["video.video_grid_thw"] = torch.tensor(v_grids)
+    tensors["video.logits"] = v_logits.contiguous()
     if moe_intermediate:
         split_experts(tensors, moe_intermediate)
     dir = os.path.join(out, dirname)

@@ -428,7 +428,8 @@ fn a_vision_language_model_trains_on_its_images_with_its_tower_frozen() {
 /// a `videos` column whose cells are frame lists of PNG bytes): the tiny Qwen2.5-VL's prompts
 /// carry each video's placeholders (a token per merged patch), the rollout prefills the
 /// tower's embeddings of the frames at their M-RoPE positions, and the actor's recomputed
-/// log-probs of the sampled tokens, with the same videos, equal the rollout's. A row whose
+/// log-probs of the sampled tokens, with the same videos, equal the rollout's; so through the
+/// tool agent loop with the tiny Qwen3-VL (timestamped frames), and on Megatron. A row whose
 /// video is a file is refused when the data is read, naming the column.
 #[test]
 fn a_vision_language_model_trains_on_videos_given_as_frames() {
@@ -489,7 +490,13 @@ pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
     for (agent, megatron) in [(false, false), (true, false), (false, true)] {
         let mut o = overrides("videos.parquet");
         if agent {
-            o.push("actor_rollout_ref.rollout.multi_turn.enable=true".into());
+            // On the tiny Qwen3-VL: its prompts hold each temporal patch apart, behind its
+            // timestamp, and its positions take each as a one-frame video.
+            o.extend([
+                "actor_rollout_ref.rollout.multi_turn.enable=true".to_owned(),
+                "actor_rollout_ref.model.path='builtin://tiny?arch=qwen3_vl&layers=2&hidden=64'"
+                    .to_owned(),
+            ]);
         }
         let summary = if megatron {
             o.extend([

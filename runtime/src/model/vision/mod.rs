@@ -196,6 +196,7 @@ impl Vision {
             tokens_per_second: setting("tokens_per_second")
                 .and_then(Value::as_f64)
                 .unwrap_or(2.0),
+            timestamped_videos: cfg.arch()?.tower().is_some_and(|t| t.qwen3_style()),
         })
     }
 
@@ -419,21 +420,14 @@ impl Vision {
     }
 
     /// M-RoPE positions `(B, T, 3)` and each row's rope delta for rows holding `items`
-    /// (images and videos in order of appearance). Qwen2.5-VL's: Qwen3-VL places a video's
-    /// frames apart, behind timestamps, which verlc does not build yet.
+    /// (images and videos in order of appearance; Qwen3-VL's videos frame by frame, as its
+    /// processor lays them out).
     pub fn item_positions(
         &self,
         input_ids: &Tensor,
         attention_mask: &Tensor,
         items: &[&ProcessedImage],
     ) -> Result<(Tensor, Vec<i64>), VisionError> {
-        if items.iter().any(|i| i.seconds_per_grid.is_some())
-            && matches!(self.tower, Tower::Qwen3Vl(_))
-        {
-            return Err(VisionError::Text(
-                "videos on Qwen3-VL's and Qwen3.5's towers (frames behind timestamps) are not supported yet".into(),
-            ));
-        }
         self.tokens.item_positions(input_ids, attention_mask, items)
     }
 

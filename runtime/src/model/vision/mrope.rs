@@ -8,6 +8,8 @@
 //! ids count the merged patch's row and column, and the time id counts the temporal patch, in
 //! steps of `seconds per temporal patch × tokens_per_second` (an image's is 0). The text after
 //! resumes at one past the largest id so far. A padded row's padding gets position 1.
+//! Qwen3-VL's processor puts a video's temporal patches apart, each behind its timestamp:
+//! each is then a one-frame video of its own.
 
 /// The special tokens and settings the ids depend on (a Qwen2.5-VL `config.json`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -18,6 +20,10 @@ pub struct MropeTokens {
     pub spatial_merge_size: i64,
     /// `vision_config.tokens_per_second`.
     pub tokens_per_second: f64,
+    /// Qwen3-VL's videos: the processor puts each temporal patch's tokens apart, behind a
+    /// timestamp in text and a vision-start token of its own, and each takes positions as a
+    /// one-frame video (its time told by the text, not by the time ids).
+    pub timestamped_videos: bool,
 }
 
 /// A video's grid and the seconds one temporal patch spans.
@@ -163,6 +169,22 @@ pub fn batch_position_ids(
     videos: &[VideoGrid],
     t: &MropeTokens,
 ) -> Result<([Vec<i64>; 3], Vec<i64>), MropeError> {
+    let frames: Vec<VideoGrid>;
+    let videos = if t.timestamped_videos {
+        frames = videos
+            .iter()
+            .flat_map(|v| {
+                let [gt, gh, gw] = v.thw;
+                (0..gt).map(move |_| VideoGrid {
+                    thw: [1, gh, gw],
+                    seconds_per_grid: 0.0,
+                })
+            })
+            .collect();
+        &frames[..]
+    } else {
+        videos
+    };
     let (mut image, mut video) = (0usize, 0usize);
     let mut out: [Vec<i64>; 3] = Default::default();
     let mut deltas = Vec::with_capacity(rows.len());

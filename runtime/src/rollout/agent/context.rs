@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::data::vision_prompt::encode_visual_prompt;
+use crate::data::vision_prompt::{VideoSpans, encode_visual_prompt};
 use crate::model::vision::ProcessedImage;
 use crate::tokenizer::chat::Message;
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -47,8 +47,8 @@ pub struct ContextTokens<'a> {
     /// `data.apply_chat_template_kwargs`, plus `tools` when the loop offers tools.
     kwargs: Map<String, Value>,
     /// A vision-language policy's spatial merge size (vision tokens per image: its patches
-    /// over merge²); `None` for a text model.
-    merge_size: Option<usize>,
+    /// over merge²) and how its prompts hold videos; `None` for a text model.
+    vision: Option<(usize, VideoSpans)>,
 }
 
 /// The tokens a tool round (or a user turn) adds: `inserted` (the junction's) then `tools`
@@ -94,15 +94,15 @@ impl<'a> ContextTokens<'a> {
             tokenizer,
             junction,
             kwargs,
-            merge_size: None,
+            vision: None,
         })
     }
 
     /// The builder for a vision-language policy whose tower merges `merge_size`² patches into
-    /// one vision token.
-    pub fn with_vision(self, merge_size: usize) -> Self {
+    /// one vision token, its prompts holding videos as `spans` says.
+    pub fn with_vision(self, merge_size: usize, spans: VideoSpans) -> Self {
         ContextTokens {
-            merge_size: Some(merge_size),
+            vision: Some((merge_size, spans)),
             ..self
         }
     }
@@ -124,7 +124,7 @@ impl<'a> ContextTokens<'a> {
         if visuals.is_empty() {
             return self.initial(messages);
         }
-        let merge = self.merge_size.ok_or_else(|| {
+        let vision = self.vision.ok_or_else(|| {
             ContextError::Template("a prompt with images needs a vision-language policy".into())
         })?;
         let (videos, images): (Vec<ProcessedImage>, Vec<ProcessedImage>) = visuals
@@ -135,7 +135,7 @@ impl<'a> ContextTokens<'a> {
             self.tokenizer,
             messages,
             (&images, &videos),
-            merge,
+            vision,
             &self.kwargs,
         )
         .map_err(|e| ContextError::Template(e.to_string()))?;

@@ -456,6 +456,7 @@ impl Spawned {
                 vision_start_token_id: int(v, "vision_start_token_id")?,
                 spatial_merge_size: int(v, "spatial_merge_size")?,
                 tokens_per_second: v["tokens_per_second"].as_f64().unwrap_or(2.0),
+                timestamped_videos: v["timestamped_videos"].as_bool().unwrap_or(false),
             }),
         };
         Ok(replica)

@@ -94,6 +94,7 @@ fn start(request: &Value) -> Result<(RolloutWorker, Value), PoolError> {
             "vision_start_token_id": v.vision_start_token_id,
             "spatial_merge_size": v.spatial_merge_size,
             "tokens_per_second": v.tokens_per_second,
+            "timestamped_videos": v.timestamped_videos,
         })
     });
     Ok((worker, json!({ "vision": vision })))
