@@ -38,14 +38,7 @@ fn frame_list_videos_are_prepared_as_verl_prepares_them() {
             oracle::get(&want, &format!("{name}.pixel_values")).flatten(0, -1),
         )
         .expect("pixels");
-        assert_eq!(got.video.pixel_values.len(), want.len(), "{name}");
-        let worst = got
-            .video
-            .pixel_values
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let worst = worst_difference(&got.video.pixel_values, &want, name);
         // The same 8-bit frames; the normalisation's float steps are transformers' own.
         assert!(
             worst <= 1e-6,
@@ -152,16 +145,20 @@ fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
             .iter()
             .flat_map(|v| v.pixel_values.iter().copied())
             .collect();
-        assert_eq!(got.len(), want.len(), "{name}");
-        let worst = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let worst = worst_difference(&got, &want, name);
         assert!(
             worst <= 1e-5,
             "{name}: pixel values differ by up to {worst}"
         );
     }
     assert!(bound, "the long row was checked");
+}
+
+/// The largest difference between `got` and `want`, which must be as long.
+fn worst_difference(got: &[f32], want: &[f32], name: &str) -> f32 {
+    assert_eq!(got.len(), want.len(), "{name}");
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max)
 }

@@ -102,6 +102,31 @@ def qwen2_5_vl(out):
         json.dump(config, f)
 
 
+def video_batch(tensors, model, rows, tokens, images, videos, **extra):
+    """The logits of `rows` (token ids, left-padded to the longest) holding `images` and
+    `videos` (each `(grids, pixel values)`) into `tensors` as `video.*`. transformers 5 places
+    the multimodal positions from the processor's token types."""
+    import transformers
+
+    (image, video), (i_grids, i_pixels), (v_grids, v_pixels) = tokens, images, videos
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        extra["mm_token_type_ids"] = (ids == image).int() + 2 * (ids == video).int()
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=i_pixels,
+                       image_grid_thw=torch.tensor(i_grids), pixel_values_videos=v_pixels,
+                       video_grid_thw=torch.tensor(v_grids), **extra).logits
+    tensors["video.input_ids"] = ids
+    tensors["video.attention_mask"] = mask
+    tensors["video.pixel_values"] = i_pixels.contiguous()
+    tensors["video.image_grid_thw"] = torch.tensor(i_grids)
+    tensors["video.pixel_values_videos"] = v_pixels.contiguous()
+    tensors["video.video_grid_thw"] = torch.tensor(v_grids)
+    tensors["video.logits"] = logits.contiguous()
+
+
 def qwen2_5_vl_model(out):
     """A seeded tiny Qwen2_5_VLForConditionalGeneration: its weights under checkpoint names
     (`model.*`, `visual.*`, `lm_head.*`), two rows (one left-padded) with an image each, and
@@ -191,27 +216,11 @@ def qwen2_5_vl_model(out):
     i_grids = [[1, 4, 4]]
     real0 = [30, start] + [video] * 8 + [end, 31, 32]
     real1 = [33, start] + [image] * 4 + [end, 34, start] + [video] * 18 + [end, 35]
-    width = max(len(real0), len(real1))
-    v_ids = torch.tensor([[0] * (width - len(r)) + r for r in (real0, real1)])
-    v_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in (real0, real1)])
     v_pixels = torch.randn(2 * 16 + 3 * 24, 3 * 2 * 4 * 4)
     i_pixels = torch.randn(16, 3 * 2 * 4 * 4)
-    mm = {}
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        mm["mm_token_type_ids"] = (v_ids == image).int() + 2 * (v_ids == video).int()
-    with torch.no_grad():
-        v_logits = model(input_ids=v_ids, attention_mask=v_mask, pixel_values=i_pixels,
-                         image_grid_thw=torch.tensor(i_grids), pixel_values_videos=v_pixels,
-                         video_grid_thw=torch.tensor(v_grids),
-                         second_per_grid_ts=torch.tensor(v_seconds), **mm).logits
-    tensors["video.input_ids"] = v_ids
-    tensors["video.attention_mask"] = v_mask
-    tensors["video.pixel_values"] = i_pixels.contiguous()
-    tensors["video.image_grid_thw"] = torch.tensor(i_grids)
-    tensors["video.pixel_values_videos"] = v_pixels.contiguous()
-    tensors["video.video_grid_thw"] = torch.tensor(v_grids)
+    video_batch(tensors, model, [real0, real1], (image, video), (i_grids, i_pixels), (v_grids, v_pixels),
+                second_per_grid_ts=torch.tensor(v_seconds))
     tensors["video.second_per_grid_ts"] = torch.tensor(v_seconds, dtype=torch.float64)
-    tensors["video.logits"] = v_logits.contiguous()
     tensors["input.input_ids"] = ids
     tensors["input.attention_mask"] = mask
     tensors["input.pixel_values"] = pixels.contiguous()
@@ -364,26 +373,10 @@ def run_image_text(out, dirname, Config, Model, text, vision, moe_intermediate=N
     v_grids = [[2, 4, 4], [2, 4, 6]]
     real0 = [30, 40, start] + [video] * 4 + [end, 41, start] + [video] * 4 + [end, 31, 32]
     real1 = [33, start] + [image] * 4 + [end, 42, start] + [video] * 6 + [end, 43, start] + [video] * 6 + [end, 35]
-    width = len(real1)
-    v_ids = torch.tensor([[0] * (width - len(real0)) + real0, real1])
-    v_mask = torch.tensor([[0] * (width - len(real0)) + [1] * len(real0), [1] * width])
     i_grids = [[1, 4, 4]]
     i_pixels = torch.randn(16, pixels.shape[1])
     v_pixels = torch.randn(32 + 48, pixels.shape[1])
-    mm = {}
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        mm["mm_token_type_ids"] = (v_ids == image).int() + 2 * (v_ids == video).int()
-    with torch.no_grad():
-        v_logits = model(input_ids=v_ids, attention_mask=v_mask, pixel_values=i_pixels,
-                         image_grid_thw=torch.tensor(i_grids), pixel_values_videos=v_pixels,
-                         video_grid_thw=torch.tensor(v_grids), **mm).logits
-    tensors["video.input_ids"] = v_ids
-    tensors["video.attention_mask"] = v_mask
-    tensors["video.pixel_values"] = i_pixels.contiguous()
-    tensors["video.image_grid_thw"] = torch.tensor(i_grids)
-    tensors["video.pixel_values_videos"] = v_pixels.contiguous()
-    tensors["video.video_grid_thw"] = torch.tensor(v_grids)
-    tensors["video.logits"] = v_logits.contiguous()
+    video_batch(tensors, model, [real0, real1], (image, video), (i_grids, i_pixels), (v_grids, v_pixels))
     if moe_intermediate:
         split_experts(tensors, moe_intermediate)
     dir = os.path.join(out, dirname)
