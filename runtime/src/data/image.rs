@@ -385,12 +385,18 @@ impl ImageProcessorConfig {
 
     /// Writes `preprocessor_config.json` into a saved model directory `dir`: the source
     /// model's own file when it has one (`source_dir`), else these settings as transformers'
-    /// Qwen2-VL image processor reads them.
+    /// Qwen2-VL image processor reads them. The source's `video_preprocessor_config.json` (a
+    /// Qwen3-VL video processor's `size`) goes with it.
     pub fn save(
         &self,
         dir: &std::path::Path,
         source_dir: Option<&std::path::Path>,
     ) -> Result<(), String> {
+        const VIDEO: &str = "video_preprocessor_config.json";
+        if let Some(src) = source_dir.map(|d| d.join(VIDEO)).filter(|f| f.is_file()) {
+            let out = dir.join(VIDEO);
+            std::fs::copy(&src, &out).map_err(|e| format!("{}: {e}", out.display()))?;
+        }
         let out = dir.join("preprocessor_config.json");
         if let Some(src) = source_dir
             .map(|d| d.join("preprocessor_config.json"))

@@ -162,3 +162,45 @@ fn worst_difference(got: &[f32], want: &[f32], name: &str) -> f32 {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max)
 }
+
+/// A Qwen3-style checkpoint's `video_preprocessor_config.json` sets its video processor's size
+/// (the class defaults without one, Qwen2-VL's processor for Qwen2.5-VL); a run's export
+/// carries the file; a size that is not a number of pixels is refused, naming the file.
+#[test]
+fn the_video_processor_size_is_read_from_the_checkpoint_and_exported() {
+    use verlc_spec::families::VisionTower;
+    let (src, out) = (
+        oracle::scratch("video-size-src"),
+        oracle::scratch("video-size-out"),
+    );
+    let file = "video_preprocessor_config.json";
+    let of = |dir: &std::path::Path, tower| VideoProcessor::of_model(Some(tower), Some(dir));
+    assert_eq!(
+        of(&src, VisionTower::Qwen3Vl),
+        Ok(VideoProcessor::QWEN3_VL_DEFAULT)
+    );
+    std::fs::write(
+        src.join(file),
+        r#"{"size": {"shortest_edge": 4096, "longest_edge": 25165824}}"#,
+    )
+    .expect("write");
+    let released = VideoProcessor::Qwen3Vl {
+        min_pixels: 4096,
+        max_pixels: 25_165_824,
+    };
+    assert_eq!(of(&src, VisionTower::Qwen3_5), Ok(released));
+    assert_eq!(
+        of(&src, VisionTower::Qwen2_5Vl),
+        Ok(VideoProcessor::Qwen2Vl)
+    );
+    ImageProcessorConfig::default()
+        .save(&out, Some(&src))
+        .expect("save");
+    assert_eq!(of(&out, VisionTower::Qwen3Vl), Ok(released));
+    std::fs::write(src.join(file), r#"{"size": {"longest_edge": "large"}}"#).expect("write");
+    let err = of(&src, VisionTower::Qwen3Vl).expect_err("a bad size");
+    assert!(
+        err.contains(file) && err.contains("size.longest_edge"),
+        "{err}"
+    );
+}
