@@ -116,6 +116,13 @@ impl VisionTower {
     pub fn qwen3_style(self) -> bool {
         self != VisionTower::Qwen2_5Vl
     }
+
+    /// Whether its families' processor (`Qwen3VLProcessor`, Qwen3.5's too) puts each temporal
+    /// patch of a video apart in the prompt, behind its timestamp, and bounds the whole video's
+    /// pixels (`Qwen3VLVideoProcessor`), rather than Qwen2-VL's one span per video.
+    pub fn timestamped_videos(self) -> bool {
+        self.qwen3_style()
+    }
 }
 
 /// The `hidden_act` names a dense gated MLP takes (transformers' `ACT2FN` names: SiLU, GELU by

@@ -51,20 +51,23 @@ pub enum VideoProcessor {
 }
 
 impl VideoProcessor {
-    /// `Qwen3VLVideoProcessor`'s class defaults (a model directory without
+    /// `Qwen3VLVideoProcessor`'s class defaults of `size` (`shortest_edge`, `longest_edge`).
+    const QWEN3_VL_SIZE: (usize, usize) = (128 * 32 * 32, 768 * 32 * 32);
+
+    /// `Qwen3VLVideoProcessor` with its class defaults (a model directory without
     /// `video_preprocessor_config.json`, a built-in model).
     pub const QWEN3_VL_DEFAULT: VideoProcessor = VideoProcessor::Qwen3Vl {
-        min_pixels: 128 * 32 * 32,
-        max_pixels: 768 * 32 * 32,
+        min_pixels: Self::QWEN3_VL_SIZE.0,
+        max_pixels: Self::QWEN3_VL_SIZE.1,
     };
 
-    /// The video processor of a model with `tower` (Qwen3-style towers take Qwen3-VL's), its
-    /// `size` from `dir`'s `video_preprocessor_config.json` when it has one.
+    /// The video processor of a model with `tower` (towers with timestamped videos take
+    /// Qwen3-VL's), its `size` from `dir`'s `video_preprocessor_config.json` when it has one.
     pub fn of_model(
         tower: Option<verlc_spec::families::VisionTower>,
         dir: Option<&std::path::Path>,
     ) -> Result<Self, String> {
-        if !tower.is_some_and(|t| t.qwen3_style()) {
+        if !tower.is_some_and(|t| t.timestamped_videos()) {
             return Ok(VideoProcessor::Qwen2Vl);
         }
         let Some(file) = dir
@@ -77,13 +80,7 @@ impl VideoProcessor {
             std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        let VideoProcessor::Qwen3Vl {
-            min_pixels: default_min,
-            max_pixels: default_max,
-        } = Self::QWEN3_VL_DEFAULT
-        else {
-            return Ok(Self::QWEN3_VL_DEFAULT);
-        };
+        let (default_min, default_max) = Self::QWEN3_VL_SIZE;
         let edge = |k: &str, default: usize| match v.get("size").and_then(|s| s.get(k)) {
             None | Some(serde_json::Value::Null) => Ok(default),
             Some(x) => x.as_u64().map(|x| x as usize).ok_or_else(|| {

@@ -41,8 +41,9 @@ pub enum VideoSpans {
 }
 
 impl VideoSpans {
-    pub fn of(video: VideoProcessor) -> Self {
-        if video.timestamped() {
+    /// The layout of a processor whose videos are `timestamped` (or not).
+    pub fn of(timestamped: bool) -> Self {
+        if timestamped {
             VideoSpans::PerFrame
         } else {
             VideoSpans::Whole
@@ -372,7 +373,7 @@ pub fn row_prompt(
         tok,
         &messages,
         (&images, &videos),
-        (cfg.merge_size, VideoSpans::of(video)),
+        (cfg.merge_size, VideoSpans::of(video.timestamped())),
         kwargs,
     )?;
     // A video counts with the processor's patches (verl measures it with its own fetch).

@@ -211,12 +211,10 @@ impl AgentRollout {
             )
             .map_err(config)?;
             if let Some(v) = vision {
-                let spans = if v.timestamped_videos {
-                    VideoSpans::PerFrame
-                } else {
-                    VideoSpans::Whole
-                };
-                tokens = tokens.with_vision(v.spatial_merge_size.max(1) as usize, spans);
+                tokens = tokens.with_vision(
+                    v.spatial_merge_size.max(1) as usize,
+                    VideoSpans::of(v.timestamped_videos),
+                );
             }
             let conversations: Vec<_> = group
                 .iter()

@@ -101,14 +101,16 @@ fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
             })
             .collect();
         map.insert("videos".into(), videos.into());
-        let got = row_prompt(
-            &map,
-            ("prompt", "images"),
-            &tok,
-            (&cfg, video, 16),
-            &Map::new(),
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let prompt = |video| {
+            row_prompt(
+                &map,
+                ("prompt", "images"),
+                &tok,
+                (&cfg, video, 16),
+                &Map::new(),
+            )
+        };
+        let got = prompt(video).unwrap_or_else(|e| panic!("{name}: {e}"));
         let ids: Vec<i64> = serde_json::from_value(row["input_ids"].clone()).expect("ids");
         assert_eq!(got.ids, ids, "{name}");
         let grids: Vec<[i64; 3]> =
@@ -125,14 +127,7 @@ fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
                 min_pixels: size[0],
                 max_pixels: usize::MAX / 2,
             };
-            let loose = row_prompt(
-                &map,
-                ("prompt", "images"),
-                &tok,
-                (&cfg, unbounded, 16),
-                &Map::new(),
-            )
-            .expect("unbounded");
+            let loose = prompt(unbounded).expect("unbounded");
             assert_ne!(loose.images[0].grid_thw, grids[0], "the budget binds");
             bound = true;
         }

@@ -196,7 +196,7 @@ impl Vision {
             tokens_per_second: setting("tokens_per_second")
                 .and_then(Value::as_f64)
                 .unwrap_or(2.0),
-            timestamped_videos: cfg.arch()?.tower().is_some_and(|t| t.qwen3_style()),
+            timestamped_videos: cfg.arch()?.tower().is_some_and(|t| t.timestamped_videos()),
         })
     }
 
