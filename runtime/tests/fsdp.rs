@@ -1513,6 +1513,7 @@ fn vision_batch(model: &str) -> Batch {
             pixel_values: Vec::try_from(&pixels).expect("pixels"),
             grid_thw: grid,
             seconds_per_grid: None,
+            timestamps: Vec::new(),
         };
         images.push(std::sync::Arc::from(vec![image]));
     }

@@ -141,12 +141,13 @@ pub enum ResizeRule {
 }
 
 /// `(height, width)` of a `height × width` image resized to multiples of `factor` within
-/// `[min_pixels, max_pixels]`, its aspect ratio kept as closely as possible.
+/// `[min_pixels, max_pixels]`, its aspect ratio kept as closely as possible (the bounds in
+/// float: qwen_vl_utils' video bound can be fractional).
 pub fn smart_resize(
     height: usize,
     width: usize,
     factor: usize,
-    (min_pixels, max_pixels): (usize, usize),
+    (min_pixels, max_pixels): (f64, f64),
     rule: ResizeRule,
 ) -> Result<(usize, usize), ImageError> {
     if height == 0 || width == 0 {
@@ -163,15 +164,15 @@ pub fn smart_resize(
         ResizeRule::QwenVlUtils => (round(h).max(factor), round(w).max(factor)),
         ResizeRule::Transformers => (round(h), round(w)),
     };
-    if hb * wb > max_pixels {
-        let beta = (h * w / max_pixels as f64).sqrt();
+    if (hb * wb) as f64 > max_pixels {
+        let beta = (h * w / max_pixels).sqrt();
         let floor = |x: f64| ((x / f).floor() * f) as usize;
         (hb, wb) = (floor(h / beta), floor(w / beta));
         if rule == ResizeRule::Transformers {
             (hb, wb) = (hb.max(factor), wb.max(factor));
         }
-    } else if hb * wb < min_pixels {
-        let beta = (min_pixels as f64 / (h * w)).sqrt();
+    } else if ((hb * wb) as f64) < min_pixels {
+        let beta = (min_pixels / (h * w)).sqrt();
         let ceil = |x: f64| ((x / f).ceil() * f) as usize;
         (hb, wb) = (ceil(h * beta), ceil(w * beta));
     }
@@ -456,7 +457,13 @@ pub(crate) fn fetched_size(
     if max < min {
         return Err(ImageError::Bounds { min, max });
     }
-    smart_resize(height, width, factor, (min, max), ResizeRule::QwenVlUtils)
+    smart_resize(
+        height,
+        width,
+        factor,
+        (min as f64, max as f64),
+        ResizeRule::QwenVlUtils,
+    )
 }
 
 /// The size the processor `cfg` resizes a `height × width` image to.
@@ -469,7 +476,7 @@ fn processed_size(
         height,
         width,
         factor,
-        (cfg.min_pixels, cfg.max_pixels),
+        (cfg.min_pixels as f64, cfg.max_pixels as f64),
         ResizeRule::Transformers,
     )
 }
@@ -541,5 +548,6 @@ pub fn process_image(
         pixel_values,
         grid_thw: [1, gh as i64, gw as i64],
         seconds_per_grid: None,
+        timestamps: Vec::new(),
     })
 }

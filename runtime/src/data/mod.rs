@@ -22,6 +22,7 @@ pub mod sampler;
 pub mod sft;
 pub mod sft_single_turn;
 pub mod video;
+pub mod video_file;
 pub mod vision_prompt;
 
 use std::path::PathBuf;

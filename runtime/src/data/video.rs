@@ -1,21 +1,28 @@
-//! Videos of vision-language rows given as frame lists, as verl prepares them for Qwen-VL
-//! models: its `process_video` hands the row's video to qwen_vl_utils' `fetch_video`, which
-//! fetches every frame as an image (`fetch_image`: Pillow's bicubic resize, [`super::image`],
-//! to multiples of four patches: `fetch_video` passes its factor where `fetch_image` takes a
-//! patch size), pads the count to an even number with the last frame, and
-//! resizes the stack with torchvision's antialiased bicubic filter within the video's pixel
-//! bounds (at least 128 and at most 768 merged patches a frame), back to 8-bit values; then
-//! transformers' `Qwen2VLVideoProcessor` resizes to its own bounds (the same ones: a no-op),
-//! rescales and normalises in one step (mean and std scaled by 255) and cuts patches of
-//! `temporal_patch_size` frames.
+//! Videos of vision-language rows, as verl prepares them for Qwen-VL models: its
+//! `process_video` hands the row's video to qwen_vl_utils' `fetch_video`, which takes a video
+//! as a list of frames or a file.
+//!
+//! - A frame list: every frame fetched as an image (`fetch_image`: Pillow's bicubic resize,
+//!   [`super::image`], to multiples of four patches: `fetch_video` passes its factor where
+//!   `fetch_image` takes a patch size), the count padded to an even number with the last frame.
+//! - A file ([`super::video_file`]): an even number of frames sampled from the cell's time
+//!   range (two a second by default), decoded to 8-bit RGB.
+//!
+//! Then the stack is resized with torchvision's antialiased bicubic filter within the video's
+//! pixel bounds (at least 128 and at most 768 merged patches a frame, all frames within a
+//! whole-video budget), back to 8-bit values; transformers' `Qwen2VLVideoProcessor` resizes to
+//! its own bounds (the same ones: a no-op), rescales and normalises in one step (mean and std
+//! scaled by 255) and cuts patches of `temporal_patch_size` frames.
 //!
 //! Qwen3-VL's `Qwen3VLVideoProcessor` bounds the whole video instead (frames × pixels within
 //! its `size`, from `video_preprocessor_config.json`), which is not a no-op, and its processor
-//! writes each temporal patch into the prompt apart, behind its timestamp ([`timestamps`]).
+//! writes each temporal patch into the prompt apart, behind its timestamp (from the frames'
+//! times in the source: [`ProcessedImage::timestamps`]).
 //!
 //! The stack's resize is libtorch's own `_upsample_bicubic2d_aa`, the kernel torchvision
-//! calls, so the frames equal verl's bit for bit. Video files (which need a decoder) are not
-//! read yet.
+//! calls, so the frames equal verl's bit for bit.
+
+use std::path::{Path, PathBuf};
 
 use tch::{Device, Kind, Tensor};
 
@@ -23,6 +30,7 @@ use super::image::{
     ImageError, ImageProcessorConfig, ResizeRule, RgbImage, fetched_size, resize_bicubic,
     smart_resize,
 };
+use super::video_file::{VideoSampling, read_video_file};
 use crate::model::vision::ProcessedImage;
 
 /// qwen_vl_utils' frame factor: a video's frame count is padded to a multiple of it.
@@ -32,7 +40,8 @@ const VIDEO_MIN_TOKENS: usize = 128;
 const VIDEO_MAX_TOKENS: usize = 768;
 /// qwen_vl_utils' whole-video budget: `MODEL_SEQ_LEN` (128000) × factor² × 0.9 pixels.
 const MODEL_SEQ_LEN: f64 = 128_000.0;
-/// The frame rate a frame list is taken to be sampled at (qwen_vl_utils' `sample_fps`).
+/// The frame rate a frame list is taken to be sampled at (qwen_vl_utils' `sample_fps`), and
+/// the one Qwen2.5-VL's processor counts when not given one (verl gives none).
 const SAMPLE_FPS: f64 = 2.0;
 
 /// A model's video processor: how it sizes a video (and how the prompt holds it).
@@ -115,7 +124,10 @@ impl VideoProcessor {
                 height,
                 width,
                 factor,
-                (128 * factor * factor, 768 * factor * factor),
+                (
+                    (128 * factor * factor) as f64,
+                    (768 * factor * factor) as f64,
+                ),
                 ResizeRule::Transformers,
             ),
             VideoProcessor::Qwen3Vl {
@@ -177,23 +189,17 @@ fn video_smart_resize(
     })
 }
 
-/// The seconds Qwen3-VL's processor writes before each temporal patch of `video` (a frame
-/// list's frames taken at [`SAMPLE_FPS`] from 0, as qwen_vl_utils' metadata says; frames
-/// paired by the processor's `merge_size`, the last repeated to fill a pair, each pair at the
-/// mean of its first and last frame's time), formatted `<{:.1} seconds>` (Rust's `{:.1}`
-/// rounds the exact binary value half to even, as Python's does).
-pub fn timestamps(video: &ProcessedImage, merge_size: usize) -> Vec<f64> {
+/// The seconds Qwen3-VL's processor writes before each temporal patch of a video whose
+/// frames lie at `frame_seconds`: the frames paired by the processor's `merge_size` (the last
+/// repeated to fill a pair), each pair at the mean of its first and last frame's time; one per
+/// temporal patch. Written `<{:.1} seconds>` (Rust's `{:.1}` rounds the exact binary value half
+/// to even, as Python's does).
+fn timestamps(frame_seconds: &[f64], merge_size: usize, grid_t: usize) -> Vec<f64> {
     let m = merge_size.max(1);
-    let grid_t = video.grid_thw[0].max(0) as usize;
-    let per_patch = video
-        .seconds_per_grid
-        .map_or(1, |s| (s * SAMPLE_FPS).round().max(1.0) as usize);
-    let frames = grid_t * per_patch;
-    let mut indices: Vec<usize> = (0..frames).collect();
-    while !indices.len().is_multiple_of(m) {
-        indices.push(frames.saturating_sub(1));
+    let mut seconds = frame_seconds.to_vec();
+    while !seconds.len().is_multiple_of(m) {
+        seconds.push(seconds.last().copied().unwrap_or(0.0));
     }
-    let seconds: Vec<f64> = indices.iter().map(|&i| i as f64 / SAMPLE_FPS).collect();
     seconds
         .chunks(m)
         .map(|pair| (pair[0] + pair[pair.len() - 1]) / 2.0)
@@ -216,24 +222,119 @@ impl ProcessedVideo {
     }
 }
 
-/// verl's preparation of a video given as `frames` (module docs): fetched with `fetch_patch`
-/// pixel patches (`data.image_patch_size`, or the processor's in the rollout), then the
-/// video processor `video` with the patches, normalisation and temporal patch of `cfg`.
-pub fn process_video_frames(
+/// A row's video as its cell gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VideoSource {
+    /// Its frames, each an image.
+    Frames(Vec<RgbImage>),
+    /// A video file ([`super::video_file`]).
+    File(PathBuf),
+}
+
+/// qwen_vl_utils' per-video keys that verlc reads from a `{"video": ..., ...}` cell: pixel
+/// bounds (of each frame, and of all frames together), a frame list's frame rates, a file's
+/// sampling.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VideoOptions {
+    pub min_pixels: Option<f64>,
+    pub max_pixels: Option<f64>,
+    pub total_pixels: Option<f64>,
+    /// A frame list: the rate its frames were sampled at, and the source's rate (its
+    /// timestamps count frames at this rate; `sample_fps` when absent).
+    pub sample_fps: Option<f64>,
+    pub raw_fps: Option<f64>,
+    pub sampling: VideoSampling,
+}
+
+impl VideoOptions {
+    const PIXEL_KEYS: [&'static str; 3] = ["min_pixels", "max_pixels", "total_pixels"];
+    const FRAME_LIST_KEYS: [&'static str; 2] = ["sample_fps", "raw_fps"];
+
+    /// The keys of a `{"video": ..., ...}` cell of a video `file` (else a frame list), `type`
+    /// and `video` aside; any other key is refused, named, with the keys that apply.
+    pub fn of_cell(
+        fields: &serde_json::Map<String, serde_json::Value>,
+        file: bool,
+    ) -> Result<Self, String> {
+        let own: &[&str] = if file {
+            &VideoSampling::KEYS
+        } else {
+            &Self::FRAME_LIST_KEYS
+        };
+        let known = |k: &str| {
+            k == "video" || k == "type" || Self::PIXEL_KEYS.contains(&k) || own.contains(&k)
+        };
+        if let Some(key) = fields.keys().find(|k| !known(k)) {
+            let what = if file { "a video file" } else { "a frame list" };
+            let mut keys: Vec<&str> = Self::PIXEL_KEYS.to_vec();
+            keys.extend(own);
+            return Err(format!(
+                "`{key}` is not a key verlc reads for {what} (it reads {})",
+                keys.iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let number = |k: &str| match fields.get(k) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .map(Some)
+                .ok_or_else(|| format!("`{k}` must be a positive number, got {v}")),
+        };
+        Ok(VideoOptions {
+            min_pixels: number("min_pixels")?,
+            max_pixels: number("max_pixels")?,
+            total_pixels: number("total_pixels")?,
+            sample_fps: number("sample_fps")?,
+            raw_fps: number("raw_fps")?,
+            sampling: if file {
+                VideoSampling::of_cell(fields)?
+            } else {
+                VideoSampling::default()
+            },
+        })
+    }
+}
+
+/// The frames of a video as qwen_vl_utils fetches them, before the stack's resize: 8-bit RGB,
+/// `(frames, height, width, 3)` row-major, and each frame's time in seconds.
+struct FetchedFrames {
+    data: Vec<u8>,
+    count: usize,
+    height: usize,
+    width: usize,
+    seconds: Vec<f64>,
+}
+
+/// A frame list fetched (each frame as `fetch_image` fetches an image, within the cell's pixel
+/// bounds, at multiples of four patches: `fetch_video` passes its factor where `fetch_image`
+/// takes a patch size), the count padded to an even number with the last frame; frame `i` at
+/// `i / raw_fps` seconds.
+fn fetch_frames(
     frames: &[RgbImage],
     fetch_patch: usize,
-    cfg: &ImageProcessorConfig,
-    video: VideoProcessor,
-) -> Result<ProcessedVideo, ImageError> {
+    opts: &VideoOptions,
+) -> Result<FetchedFrames, ImageError> {
     let bad = |why: String| ImageError::Video(why);
     let first = frames.first().ok_or_else(|| bad("no frames".into()))?;
-    // fetch_video hands `fetch_image` its factor (two patches) where that takes a patch size,
-    // so a frame is fetched to multiples of four patches, within four times the bounds.
+    let whole = |k: &str, v: Option<f64>| match v {
+        Some(x) if x.fract() != 0.0 => Err(bad(format!(
+            "`{k}` of a frame list bounds each frame too: a whole number of pixels, got {x}"
+        ))),
+        v => Ok(v.map(|x| x as usize)),
+    };
+    let bounds = (
+        whole("min_pixels", opts.min_pixels)?,
+        whole("max_pixels", opts.max_pixels)?,
+    );
     let frame_patch = fetch_patch * 2;
-    let (h, w) = fetched_size((first.height, first.width), frame_patch, (None, None))?;
+    let (h, w) = fetched_size((first.height, first.width), frame_patch, bounds)?;
     let mut fetched = Vec::with_capacity(frames.len() + 1);
     for (i, f) in frames.iter().enumerate() {
-        let size = fetched_size((f.height, f.width), frame_patch, (None, None))?;
+        let size = fetched_size((f.height, f.width), frame_patch, bounds)?;
         if size != (h, w) {
             return Err(bad(format!(
                 "frame {i} fetches to {} x {} pixels, frame 0 to {w} x {h}: a video's frames share one size",
@@ -245,30 +346,87 @@ pub fn process_video_frames(
     while !fetched.len().is_multiple_of(FRAME_FACTOR) {
         fetched.push(fetched[fetched.len() - 1].clone());
     }
-    let n = fetched.len();
+    let raw_fps = opts.raw_fps.or(opts.sample_fps).unwrap_or(SAMPLE_FPS);
+    Ok(FetchedFrames {
+        count: fetched.len(),
+        seconds: (0..fetched.len()).map(|i| i as f64 / raw_fps).collect(),
+        data: fetched.into_iter().flat_map(|f| f.data).collect(),
+        height: h,
+        width: w,
+    })
+}
+
+/// A video file's sampled frames ([`read_video_file`]), frame `i` of the stream at
+/// `i / fps` seconds.
+fn fetch_file(path: &Path, opts: &VideoOptions) -> Result<FetchedFrames, ImageError> {
+    let video = read_video_file(path, &opts.sampling)?;
+    Ok(FetchedFrames {
+        count: video.indices.len(),
+        seconds: video
+            .indices
+            .iter()
+            .map(|&i| i as f64 / video.average_fps)
+            .collect(),
+        data: video.data,
+        height: video.height,
+        width: video.width,
+    })
+}
+
+/// verl's preparation of a video given as `frames` with no keys of its own
+/// ([`process_video`]).
+pub fn process_video_frames(
+    frames: &[RgbImage],
+    fetch_patch: usize,
+    cfg: &ImageProcessorConfig,
+    video: VideoProcessor,
+) -> Result<ProcessedVideo, ImageError> {
+    process_video(
+        &VideoSource::Frames(frames.to_vec()),
+        &VideoOptions::default(),
+        fetch_patch,
+        cfg,
+        video,
+    )
+}
+
+/// verl's preparation of a video (module docs): fetched with `fetch_patch` pixel patches
+/// (`data.image_patch_size`, or the processor's in the rollout) within the cell's `opts`, then
+/// the video processor `video` with the patches, normalisation and temporal patch of `cfg`.
+pub fn process_video(
+    source: &VideoSource,
+    opts: &VideoOptions,
+    fetch_patch: usize,
+    cfg: &ImageProcessorConfig,
+    video: VideoProcessor,
+) -> Result<ProcessedVideo, ImageError> {
+    let bad = |why: String| ImageError::Video(why);
+    let fetched = match source {
+        VideoSource::Frames(frames) => fetch_frames(frames, fetch_patch, opts)?,
+        VideoSource::File(path) => fetch_file(path, opts)?,
+    };
+    let (n, h, w) = (fetched.count, fetched.height, fetched.width);
     let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
     if n % t != 0 {
         return Err(bad(format!("{n} frames for temporal patches of {t}")));
     }
-    // The stack's size within the video's bounds; the whole-video budget binds only past
-    // about 300 frames, where qwen_vl_utils' bound is fractional.
+    // The stack's bounds: each frame within 128 to 768 merged patches, and all frames within
+    // the whole-video budget (a fractional bound past about 300 frames), unless the cell says.
     let factor = fetch_patch * 2;
-    let (min, max) = (
-        VIDEO_MIN_TOKENS * factor * factor,
-        VIDEO_MAX_TOKENS * factor * factor,
-    );
-    let budget = MODEL_SEQ_LEN * (factor * factor) as f64 * 0.9 / n as f64 * FRAME_FACTOR as f64;
-    if budget < max as f64 {
+    let f2 = (factor * factor) as f64;
+    let min = opts.min_pixels.unwrap_or(VIDEO_MIN_TOKENS as f64 * f2);
+    let total = opts.total_pixels.unwrap_or(MODEL_SEQ_LEN * f2 * 0.9);
+    let max = (VIDEO_MAX_TOKENS as f64 * f2)
+        .min(total / n as f64 * FRAME_FACTOR as f64)
+        .max((min * 1.05).floor());
+    let max = opts.max_pixels.map_or(max, |m| m.min(max));
+    if max < min {
         return Err(bad(format!(
-            "{n} frames: past the frame count where qwen_vl_utils' per-frame bound falls below {VIDEO_MAX_TOKENS} merged patches (not implemented)"
+            "the frames' max_pixels ({max}) is below their min_pixels ({min})"
         )));
     }
     let (rh, rw) = smart_resize(h, w, factor, (min, max), ResizeRule::QwenVlUtils)?;
-    let bytes: Vec<u8> = fetched
-        .iter()
-        .flat_map(|f| f.data.iter().copied())
-        .collect();
-    let stack = Tensor::f_from_slice(&bytes)?
+    let stack = Tensor::f_from_slice(&fetched.data)?
         .f_view([n as i64, h as i64, w as i64, 3])?
         .f_permute([0, 3, 1, 2])?
         .f_to_kind(Kind::Float)?;
@@ -298,12 +456,15 @@ pub fn process_video_frames(
         .f_contiguous()?
         .f_view([-1])?
         .f_to_device(Device::Cpu)?;
+    // verl hands the processor no frame rate: Qwen2.5-VL's counts two frames a second.
+    let seconds_per_grid = t as f64 / SAMPLE_FPS;
     Ok(ProcessedVideo {
         video: ProcessedImage {
             pixel_values: Vec::<f32>::try_from(&patches)?,
             grid_thw: [gt, gh, gw],
-            seconds_per_grid: Some(t as f64 / SAMPLE_FPS),
+            seconds_per_grid: Some(seconds_per_grid),
+            timestamps: timestamps(&fetched.seconds, cfg.merge_size, gt as usize),
         },
-        seconds_per_grid: t as f64 / SAMPLE_FPS,
+        seconds_per_grid,
     })
 }

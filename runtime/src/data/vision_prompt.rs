@@ -12,7 +12,7 @@ use crate::tokenizer::{Message, Tokenizer, TokenizerError};
 use super::image::{
     ImageProcessorConfig, ProcessedImage, image_from_cell, process_image, tokens_fetched_with,
 };
-use super::video::VideoProcessor;
+use super::video::{VideoOptions, VideoProcessor, VideoSource, process_video};
 
 /// The placeholder verl's datasets put in a prompt's text where an image goes.
 pub const IMAGE_PLACEHOLDER: &str = "<image>";
@@ -283,7 +283,12 @@ pub fn encode_visual_prompt(
                 rest = &rest[VISION_END.len()..];
             }
             let per_frame = item.tokens(merge_size) / item.grid_thw[0].max(1) as usize;
-            for second in super::video::timestamps(item, merge_size) {
+            if item.timestamps.len() != item.grid_thw[0].max(0) as usize {
+                return Err(VisionPromptError::Row(
+                    "a video without a timestamp for each temporal patch".into(),
+                ));
+            }
+            for second in &item.timestamps {
                 expanded.push_str(&format!("<{second:.1} seconds>{VISION_START}"));
                 expanded.push_str(&pad.repeat(per_frame));
                 expanded.push_str(VISION_END);
@@ -393,44 +398,45 @@ pub fn row_prompt(
 pub const VIDEO_KEY: &str = "videos";
 
 /// A video cell as verl's dataset reads it for Qwen-VL models, prepared
-/// ([`super::video::process_video_frames`]): a list of frames (each an image cell), or
-/// `{"video": [frames]}`. Video files need a decoder, which verlc does not have.
+/// ([`super::video::process_video`]): a list of frames (each an image cell), a video file's
+/// path (`file://` allowed), or `{"video": frames or path, ...}` with qwen_vl_utils' keys
+/// ([`VideoOptions`]).
 fn video_from_cell(
     cell: &Value,
     cfg: &ImageProcessorConfig,
     video: VideoProcessor,
 ) -> Result<ProcessedImage, VisionPromptError> {
-    let frames = match cell {
-        Value::Array(frames) => frames,
-        Value::Object(fields) => {
-            if let Some(key) = fields.keys().find(|k| *k != "video") {
-                return Err(VisionPromptError::Row(format!(
-                    "`{key}`: verlc takes a video as its frames (`{{\"video\": [frames]}}` or a list of frames) without sampling settings"
-                )));
+    let row = |why: String| VisionPromptError::Row(why);
+    let source = |v: &Value| -> Result<VideoSource, VisionPromptError> {
+        match v {
+            Value::Array(frames) => Ok(VideoSource::Frames(
+                frames
+                    .iter()
+                    .map(image_from_cell)
+                    .collect::<Result<Vec<_>, _>>()?,
+            )),
+            Value::String(path) if path.contains("://") && !path.starts_with("file://") => {
+                Err(row(format!(
+                    "{path}: verlc reads local video files (a path or file://)"
+                )))
             }
-            match fields.get("video") {
-                Some(Value::Array(frames)) => frames,
-                _ => {
-                    return Err(VisionPromptError::Row(
-                        "`video` must be a list of frames (video files need a decoder, which verlc does not have)".into(),
-                    ));
-                }
-            }
-        }
-        Value::String(path) => {
-            return Err(VisionPromptError::Row(format!(
-                "{path}: video files need a decoder, which verlc does not have; give the video as a list of frames"
-            )));
-        }
-        other => {
-            return Err(VisionPromptError::Row(format!(
-                "a video is a list of frames, got {other}"
-            )));
+            Value::String(path) => Ok(VideoSource::File(
+                path.strip_prefix("file://").unwrap_or(path).into(),
+            )),
+            other => Err(row(format!(
+                "a video is a list of frames or a file's path, got {other}"
+            ))),
         }
     };
-    let frames = frames
-        .iter()
-        .map(image_from_cell)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(super::video::process_video_frames(&frames, cfg.patch_size, cfg, video)?.video)
+    let (source, opts) = match cell {
+        Value::Object(fields) => {
+            let video = fields
+                .get("video")
+                .ok_or_else(|| row("a video cell's object needs its `video`".into()))?;
+            let opts = VideoOptions::of_cell(fields, video.is_string()).map_err(row)?;
+            (source(video)?, opts)
+        }
+        other => (source(other)?, VideoOptions::default()),
+    };
+    Ok(process_video(&source, &opts, cfg.patch_size, cfg, video)?.video)
 }

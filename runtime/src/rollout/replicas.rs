@@ -197,6 +197,7 @@ fn join<D: Decoder>(
                     pixel_values: values.to_vec(),
                     grid_thw: [t, h, w],
                     seconds_per_grid: None,
+                    timestamps: Vec::new(),
                 });
             }
             union_images.push(row.into());

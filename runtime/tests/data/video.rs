@@ -149,6 +149,156 @@ fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
     assert!(bound, "the long row was checked");
 }
 
+/// Rows whose videos are files (tests/oracle/video_oracle.py `files`: FFmpeg-made H.264, VP9
+/// and Motion JPEG files read by qwen_vl_utils with torchcodec, then `Qwen3VLProcessor` with
+/// their metadata): a bare path, a `file://` URL sampled at 4 fps, a fixed frame count, a time
+/// range, a whole-video pixel budget; to the same sampled frames, token ids (the timestamps from
+/// the frames' times in the file), grids and pixel values.
+#[test]
+fn video_files_become_prompts_as_in_verl() {
+    use serde_json::{Map, Value};
+    use verlc_runtime::data::video::VideoOptions;
+    use verlc_runtime::data::video_file::read_video_file;
+    use verlc_runtime::data::vision_prompt::row_prompt;
+    use verlc_runtime::tokenizer::Tokenizer;
+    let model_oracle = oracle::script_named("model_oracle.py");
+    let dir = oracle::cached_with(
+        &oracle::script_named("video_oracle.py"),
+        "files",
+        &[model_oracle.as_path()],
+    );
+    let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
+    let rows = oracle::json(&dir.join("files.json"));
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 4);
+    let want = oracle::read(&dir.join("files.safetensors"));
+    let cfg = ImageProcessorConfig {
+        patch_size: 16,
+        image_mean: [0.5; 3],
+        image_std: [0.5; 3],
+        ..ImageProcessorConfig::default()
+    };
+    let prompt = |prompt: &Value, videos: Value| {
+        let mut map = Map::new();
+        map.insert("prompt".into(), prompt.clone());
+        map.insert("videos".into(), videos);
+        row_prompt(
+            &map,
+            ("prompt", "images"),
+            &tok,
+            (&cfg, VideoProcessor::QWEN3_VL_DEFAULT, 16),
+            &Map::new(),
+        )
+    };
+    // The oracle's cells name their files within its directory.
+    let placed = |name: &str| match name.strip_prefix("file://") {
+        Some(rest) => format!("file://{}", dir.join(rest).display()),
+        None => dir.join(name).display().to_string(),
+    };
+    for row in rows {
+        let name = row["row"].as_str().expect("row");
+        let cells: Vec<Value> = row["videos"]
+            .as_array()
+            .expect("videos")
+            .iter()
+            .map(|cell| match cell {
+                Value::String(p) => Value::String(placed(p)),
+                Value::Object(f) => {
+                    let mut f = f.clone();
+                    let file = placed(f["video"].as_str().expect("path"));
+                    f.insert("video".into(), file.into());
+                    Value::Object(f)
+                }
+                other => panic!("{name}: a cell {other}"),
+            })
+            .collect();
+        // The frames sampled from each file are qwen_vl_utils', the frame rate torchcodec's
+        // (VP9's from its frames' times, not its header's 15).
+        let rates = row["fps"].as_array().expect("fps");
+        for ((cell, want), fps) in cells
+            .iter()
+            .zip(row["indices"].as_array().expect("indices"))
+            .zip(rates)
+        {
+            let (path, fields) = match cell {
+                Value::String(p) => (p.as_str(), Map::new()),
+                Value::Object(f) => (f["video"].as_str().expect("path"), f.clone()),
+                other => panic!("{name}: a cell {other}"),
+            };
+            let path = path.strip_prefix("file://").unwrap_or(path);
+            let opts = VideoOptions::of_cell(&fields, true).expect("options");
+            let video = read_video_file(path.as_ref(), &opts.sampling).expect(name);
+            let want: Vec<i64> = serde_json::from_value(want.clone()).expect("indices");
+            assert_eq!(video.indices, want, "{name}: {path}");
+            assert_eq!(Some(video.average_fps), fps.as_f64(), "{name}: {path}");
+        }
+        let got = prompt(&row["prompt"], cells.into()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ids: Vec<i64> = serde_json::from_value(row["input_ids"].clone()).expect("ids");
+        assert_eq!(got.ids, ids, "{name}");
+        let grids: Vec<[i64; 3]> =
+            serde_json::from_value(row["video_grid_thw"].clone()).expect("grids");
+        assert_eq!(
+            got.images.iter().map(|v| v.grid_thw).collect::<Vec<_>>(),
+            grids,
+            "{name}"
+        );
+        let want = Vec::<f32>::try_from(
+            oracle::get(&want, &format!("{name}.pixel_values_videos")).flatten(0, -1),
+        )
+        .expect("pixels");
+        let got: Vec<f32> = got
+            .images
+            .iter()
+            .flat_map(|v| v.pixel_values.iter().copied())
+            .collect();
+        let worst = worst_difference(&got, &want, name);
+        assert!(
+            worst <= 1e-5,
+            "{name}: pixel values differ by up to {worst}"
+        );
+    }
+    // Bad cells are refused, naming what is wrong (and the file where one is named).
+    let ntsc = dir.join("ntsc.mp4").display().to_string();
+    let missing = dir.join("missing.mp4").display().to_string();
+    let text_file = dir.join("files.json").display().to_string();
+    let user = &rows[0]["prompt"];
+    let cases = [
+        (serde_json::json!([missing]), vec![missing.as_str()]),
+        (
+            serde_json::json!([text_file]),
+            vec![text_file.as_str(), "no video stream"],
+        ),
+        (
+            serde_json::json!([{"video": ntsc, "fps": 2, "nframes": 4}]),
+            vec!["exclude each other"],
+        ),
+        (
+            serde_json::json!([{"video": ntsc, "resized_height": 64}]),
+            vec!["`resized_height`", "`video_start`"],
+        ),
+        (
+            serde_json::json!([{"video": ntsc, "video_start": 1.0, "video_end": 1.02}]),
+            vec![ntsc.as_str(), "fewer than two"],
+        ),
+        (
+            serde_json::json!([{"video": ["a.png"], "fps": 2}]),
+            vec!["`fps`", "a frame list"],
+        ),
+        (
+            serde_json::json!(["https://example.com/v.mp4"]),
+            vec!["local video files"],
+        ),
+    ];
+    for (videos, needles) in cases {
+        let err = prompt(user, videos.clone())
+            .expect_err(&videos.to_string())
+            .to_string();
+        for needle in needles {
+            assert!(err.contains(needle), "{videos}: {err}");
+        }
+    }
+}
+
 /// The largest difference between `got` and `want`, which must be as long.
 fn worst_difference(got: &[f32], want: &[f32], name: &str) -> f32 {
     assert_eq!(got.len(), want.len(), "{name}");

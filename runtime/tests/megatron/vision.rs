@@ -61,6 +61,7 @@ fn vl_batch(cfg: &ModelConfig, vision: &Vision) -> VlBatch {
             pixel_values: (0..16 * patch_width).map(|_| rng.normal() as f32).collect(),
             grid_thw: [1, 4, 4],
             seconds_per_grid: None,
+            timestamps: Vec::new(),
         })
         .collect();
     let (start, image, end) = (

@@ -409,6 +409,7 @@ fn saved_pixels_model(arch: &str) -> SavedVision {
                 .collect(),
             grid_thw: [1, 2, 4],
             seconds_per_grid: None,
+            timestamps: Vec::new(),
         })
         .collect();
     let row = [

@@ -235,6 +235,7 @@ pub(crate) fn oracle_rows(
                 pixel_values: Vec::try_from(&rows).expect("pixels"),
                 grid_thw: [g[0], g[1], g[2]],
                 seconds_per_grid: None,
+                timestamps: Vec::new(),
             };
             std::sync::Arc::from(vec![image])
         })
@@ -820,6 +821,7 @@ fn logits_with_videos_match(
                     pixel_values: Vec::try_from(&rows).expect("pixels"),
                     grid_thw: *g,
                     seconds_per_grid: seconds.map(|s| s[k]),
+                    timestamps: Vec::new(),
                 }
             })
             .collect::<Vec<_>>()

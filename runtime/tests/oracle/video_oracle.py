@@ -17,6 +17,14 @@ its timestamp. Writes the frames, OUT/tok (a BPE tokenizer with Qwen-VL's specia
 a chat template that renders image and video parts), OUT/qwen3.json (per row its prompt,
 its videos' frame files, the processor's `size`, input ids and grids) and OUT/qwen3.safetensors
 (`<row>.pixel_values_videos`).
+
+Usage: video_oracle.py files OUT MODEL_ORACLE
+Rows whose videos are files (made here with FFmpeg: H.264 at 30000/1001 frames a second, VP9,
+Motion JPEG, large frames), read as verl 0.9's dataset reads them for Qwen3-VL: qwen_vl_utils'
+`fetch_video` with torchcodec (frame sampling by `fps`/`nframes` and a time range, the stack's
+pixel bounds), then `Qwen3VLProcessor` with the videos' metadata. Writes the files, OUT/tok,
+OUT/files.json (per row its prompt, its video cells as verl's rows hold them, the sampled frame
+indices, the frame rates torchcodec measured, input ids and grids) and OUT/files.safetensors (`<row>.pixel_values_videos`).
 """
 import io
 import json
@@ -158,8 +166,89 @@ def qwen3(out, model_oracle):
     save_file(tensors, os.path.join(out, "qwen3.safetensors"))
 
 
+def files(out, model_oracle):
+    import re
+    import subprocess
+    # qwen_vl_utils reads this when imported: torchcodec, its first choice, named so that a
+    # missing torchcodec fails here instead of falling back to another reader.
+    os.environ["FORCE_QWENVL_VIDEO_READER"] = "torchcodec"
+    from qwen_vl_utils import fetch_video
+    from transformers import Qwen2TokenizerFast
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl_fast import Qwen2VLImageProcessorFast
+    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(model_oracle)))
+    from model_oracle import bpe_tokenizer
+
+    os.makedirs(out, exist_ok=True)
+    out = os.path.abspath(out)
+
+    def make(name, size, rate, seconds, codec):
+        path = os.path.join(out, name)
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+                        f"testsrc2=size={size}:rate={rate}:duration={seconds}", *codec, path], check=True)
+        return name
+
+    h264 = ["-c:v", "libx264", "-pix_fmt", "yuv420p"]
+    ntsc = make("ntsc.mp4", "96x64", "30000/1001", 2.5, h264)
+    vp9 = make("vp9.webm", "80x60", 15, 3, ["-c:v", "libvpx-vp9"])
+    mjpeg = make("mjpeg.avi", "70x50", 25, 1.6, ["-c:v", "mjpeg"])
+    big = make("big.mp4", "700x500", 10, 1.2, h264)
+
+    tok = bpe_tokenizer()
+    tok.add_special_tokens(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
+    fast = Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                              unk_token=None, bos_token=None)
+    fast.chat_template = TEMPLATE
+    fast.save_pretrained(os.path.join(out, "tok"))
+    mean = [0.5, 0.5, 0.5]
+    processor = Qwen3VLProcessor(image_processor=Qwen2VLImageProcessorFast(patch_size=16, image_mean=mean, image_std=mean),
+                                 tokenizer=fast, video_processor=Qwen3VLVideoProcessor(), chat_template=TEMPLATE)
+    # (row, text, video cells as verl's rows hold them): a bare path at the default two
+    # frames a second; a file:// URL sampled at 4 fps beside a fixed frame count; a time range;
+    # a whole-video pixel budget that makes the frames' bound fractional and binds.
+    rows = [
+        ("path", "<video>What is shown?", [ntsc]),
+        ("sampled", "First <video>, then <video>. Same?",
+         [{"video": "file://" + vp9, "fps": 4.0}, {"video": mjpeg, "nframes": 6}]),
+        ("range", "<video>When?", [{"video": ntsc, "video_start": 0.5, "video_end": 2.0, "fps": 3}]),
+        ("budget", "Describe <video>", [{"video": big, "nframes": 6, "total_pixels": 1000003}]),
+    ]
+    results, tensors = [], {}
+    for name, text, cells in rows:
+        # verl's `_build_messages`: the text split at its placeholders into parts, each video
+        # part the row's cell (a path becomes `{"video": path}`).
+        parts = [{"type": "video"} if seg == "<video>" else {"type": "text", "text": seg}
+                 for seg in re.split("(<video>)", text) if seg]
+        messages = [{"role": "user", "content": parts}]
+        raw = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        # The cells name their files relative to OUT (the directory moves into the oracle's
+        # cache); the reader gets them in place.
+        def placed(name):
+            return "file://" + os.path.join(out, name[7:]) if name.startswith("file://") else os.path.join(out, name)
+        eles = [{"video": placed(c)} if isinstance(c, str) else {**c, "video": placed(c["video"])} for c in cells]
+        fetched = [fetch_video(ele, image_patch_size=16, return_video_metadata=True) for ele in eles]
+        videos, metadata = [v for v, _ in fetched], [m for _, m in fetched]
+        batch = processor(text=[raw], videos=videos,
+                          videos_kwargs={"video_metadata": metadata, "do_sample_frames": False}, return_tensors="pt")
+        results.append({
+            "row": name,
+            "prompt": [{"role": "user", "content": text}],
+            "videos": cells,
+            "indices": [[int(i) for i in m["frames_indices"]] for m in metadata],
+            "fps": [m["fps"] for m in metadata],
+            "input_ids": batch["input_ids"][0].tolist(),
+            "video_grid_thw": batch["video_grid_thw"].tolist(),
+        })
+        tensors[f"{name}.pixel_values_videos"] = batch["pixel_values_videos"].contiguous()
+    with open(os.path.join(out, "files.json"), "w") as f:
+        json.dump(results, f)
+    save_file(tensors, os.path.join(out, "files.safetensors"))
+
+
 if __name__ == "__main__":
-    commands = {"videos": videos, "qwen3": qwen3}
+    commands = {"videos": videos, "qwen3": qwen3, "files": files}
     if sys.argv[1] not in commands:
         sys.exit(f"unknown command {sys.argv[1]}")
     commands[sys.argv[1]](*sys.argv[2:])

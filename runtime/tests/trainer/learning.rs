@@ -429,13 +429,14 @@ fn a_vision_language_model_trains_on_its_images_with_its_tower_frozen() {
 /// carry each video's placeholders (a token per merged patch), the rollout prefills the
 /// tower's embeddings of the frames at their M-RoPE positions, and the actor's recomputed
 /// log-probs of the sampled tokens, with the same videos, equal the rollout's; so through the
-/// tool agent loop with the tiny Qwen3-VL (timestamped frames), and on Megatron. A row whose
-/// video is a file is refused when the data is read, naming the column.
+/// tool agent loop with the tiny Qwen3-VL on video files (H.264, sampled and timestamped from
+/// the file), and on Megatron. A row whose video file is missing is refused when the data is
+/// read, naming the column and the file.
 #[test]
-fn a_vision_language_model_trains_on_videos_given_as_frames() {
+fn a_vision_language_model_trains_on_videos_as_frames_and_files() {
     let dir = scratch("video_language");
     let script = r#"
-import io, sys, pyarrow as pa, pyarrow.parquet as pq
+import io, subprocess, sys, pyarrow as pa, pyarrow.parquet as pq
 from PIL import Image
 out = sys.argv[1]
 colors = [(230, 30, 30), (30, 200, 30), (30, 30, 230), (220, 220, 30)]
@@ -451,8 +452,14 @@ def row(i, video):
             "extra_info": {"split": "train", "index": i}}
 rows = [row(i, [frame(colors[i % 4], s) for s in (0, 20, 40)]) for i in range(8)]
 pq.write_table(pa.Table.from_pylist(rows), f"{out}/videos.parquet")
-file_row = row(0, "clip.mp4")
-pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
+# The same colours as two-second H.264 clips, cells holding their paths as verl's rows do.
+for k, c in enumerate(colors):
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+                    "color=c=0x%02x%02x%02x:size=40x28:rate=4:duration=2" % c,
+                    "-c:v", "libx264", "-pix_fmt", "yuv420p", f"{out}/clip{k}.mp4"], check=True)
+rows = [row(i, f"{out}/clip{i % 4}.mp4") for i in range(8)]
+pq.write_table(pa.Table.from_pylist(rows), f"{out}/video_files.parquet")
+pq.write_table(pa.Table.from_pylist([row(0, f"{out}/missing.mp4")]), f"{out}/missing_video.parquet")
 "#;
     let status = std::process::Command::new(crate::common::python())
         .arg("-c")
@@ -488,7 +495,11 @@ pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
     // conversation, the video's tokens in it), and the Megatron engine (its first stage embeds
     // the videos; its rollout decodes the model's shards).
     for (agent, megatron) in [(false, false), (true, false), (false, true)] {
-        let mut o = overrides("videos.parquet");
+        let mut o = overrides(if agent {
+            "video_files.parquet"
+        } else {
+            "videos.parquet"
+        });
         if agent {
             // On the tiny Qwen3-VL: its prompts hold each temporal patch apart, behind its
             // timestamp, and its positions take each as a one-frame video.
@@ -512,7 +523,8 @@ pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
             verlc_runtime::trainer::run(&spec, &quiet()).expect("a run on videos")
         };
         let lengths = series(&summary.history, "prompt_length/max");
-        // Three frames, padded to four: two temporal patches of at least 128 merged patches.
+        // Four frames (three padded, or four of a clip's eight at two a second): two temporal
+        // patches of at least 128 merged patches.
         assert!(
             lengths.iter().all(|&l| l > 256.0),
             "agent {agent}: {lengths:?}"
@@ -532,12 +544,12 @@ pq.write_table(pa.Table.from_pylist([file_row]), f"{out}/video_file.parquet")
         }
     }
 
-    let spec = crate::support::spec_of("color_digits_vl.yaml", &overrides("video_file.parquet"));
+    let spec = crate::support::spec_of("color_digits_vl.yaml", &overrides("missing_video.parquet"));
     let err = verlc_runtime::trainer::run(&spec, &quiet())
-        .expect_err("a video file")
+        .expect_err("a missing video file")
         .to_string();
     assert!(
-        err.contains("column `videos`") && err.contains("clip.mp4") && err.contains("decoder"),
+        err.contains("column `videos`") && err.contains("missing.mp4"),
         "{err}"
     );
 }

@@ -30,6 +30,9 @@ pub struct ProcessedImage {
     /// A video's seconds per temporal patch (its frames' time positions step by this times
     /// `tokens_per_second`); `None` for an image.
     pub seconds_per_grid: Option<f64>,
+    /// A video's time at each temporal patch, in seconds, as Qwen3-VL's processor writes it
+    /// into the prompt (`<1.5 seconds>`); empty for an image.
+    pub timestamps: Vec<f64>,
 }
 
 impl ProcessedImage {

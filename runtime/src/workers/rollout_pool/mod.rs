@@ -206,6 +206,7 @@ impl RolloutReplica {
                         json!({
                             "grid_thw": img.grid_thw,
                             "seconds_per_grid": img.seconds_per_grid,
+                            "timestamps": img.timestamps,
                             "blob": blobs.len() - 1,
                         })
                     })
@@ -911,6 +912,9 @@ pub(crate) fn decode_images(h: &Value, blobs: &[Vec<u8>]) -> Result<Vec<RowImage
                         pixel_values: wire::blob_f32(blob)?,
                         grid_thw: grid,
                         seconds_per_grid: img["seconds_per_grid"].as_f64(),
+                        timestamps: serde_json::from_value(img["timestamps"].clone()).map_err(
+                            |e| PoolError::Protocol(format!("a video's timestamps: {e}")),
+                        )?,
                     })
                 })
                 .collect::<Result<Vec<_>, PoolError>>()?;
