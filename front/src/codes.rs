@@ -126,7 +126,7 @@ pub const BUILD_CODES: &[(Code, &str)] = &[
     ),
     (
         BUILD_TEXT_PROMPTS_ONLY,
-        "an image-text model that trains on text prompts only in this run (with a critic or the vLLM rollout): rows with images are refused when the data is read",
+        "an image-text model that trains on text prompts only in this run (beside a critic, or as one): rows with images are refused when the data is read",
     ),
     (
         BUILD_NO_EFFECT,

@@ -138,10 +138,9 @@ pub struct WorldSpec {
 impl TrainerSpec {
     /// Where a policy (or, `as_critic`, a critic) of `family` trains on text prompts only in this
     /// run: a Qwen3.5 checkpoint (an image-text family on a text family's layers, which verlc
-    /// trained as text before it had their tower) as the critic, beside a critic (its value
-    /// model is the text model with a value head) or under the vLLM rollout (sent text prompts
-    /// only). `None` where images reach it, or where it has no tower. The compiler warns of it
-    /// (B022); the trainer refuses rows with images then.
+    /// trained as text before it had their tower) as the critic, or beside a critic (its value
+    /// model is the text model with a value head). `None` where images reach it, or where it
+    /// has no tower. The compiler warns of it (B022); the trainer refuses rows with images then.
     pub fn text_prompts_only(
         &self,
         family: crate::families::Family,
@@ -155,8 +154,6 @@ impl TrainerSpec {
             Some("as the critic")
         } else if self.critic.is_some() {
             Some("beside a critic")
-        } else if self.rollout.vllm.is_some() {
-            Some("with the vLLM rollout")
         } else {
             None
         }

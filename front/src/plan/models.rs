@@ -240,7 +240,7 @@ pub fn model_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<ModelProblem> {
             key: "actor_rollout_ref.rollout.name",
             message: why,
             label: "vLLM chosen here",
-            help: "set `actor_rollout_ref.rollout.name=verlc` (the built-in engine has no such limit), or train a model with heads of 32 or more".into(),
+            help: "set `actor_rollout_ref.rollout.name=verlc` (the built-in engine has none of vLLM's CPU limits), or change what the message names".into(),
         });
     }
     if !out.iter().any(ModelProblem::is_error)
@@ -314,25 +314,29 @@ fn topk_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
 
 /// Why the policy cannot generate with `rollout.name: vllm` on a CPU device: vLLM's CPU
 /// attention kernel serves heads of 32 or more only (a narrower head fails the first request),
-/// and a family whose layers verlc has not run on vLLM (sinks, windows, soft caps, biased experts) is
-/// not sent there.
+/// its Gated DeltaNet kernel (Qwen3.5, Qwen3-Next) bfloat16 with key heads of 128 only (the
+/// released checkpoints'; vLLM 0.32 asserts the one and fails the first request on another
+/// head size), and a family whose layers verlc has not run on vLLM (sinks, windows, soft caps,
+/// biased experts) is not sent there.
 fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
     if spec.rollout.vllm.is_none() || spec.world.device != verlc_spec::trainer::DeviceKind::Cpu {
         return None;
     }
     let path = spec.actor.model_path.as_str();
-    // One read of the checkpoint's config for its family and its windows.
-    let (model_type, windowed) = match locate(path, None, env) {
-        Ok(ModelLocation::Builtin) => (builtin_model_type(path), false),
-        Err(_) => (None, false),
+    // One read of the checkpoint's config for its family, its windows and its linear
+    // attention's key heads.
+    let (model_type, windowed, config) = match locate(path, None, env) {
+        Ok(ModelLocation::Builtin) => (builtin_model_type(path), false, None),
+        Err(_) => (None, false, None),
         Ok(loc) => match loc.dir().and_then(|dir| read_config(dir).ok()) {
             Some(c) => (
                 c.get("model_type")
                     .and_then(Value::as_str)
                     .map(str::to_owned),
                 config_windows_attention(&c),
+                Some(c),
             ),
-            None => (None, false),
+            None => (None, false, None),
         },
     };
     if let Some(row) = model_type
@@ -345,25 +349,48 @@ fn vllm_cpu_problem(spec: &TrainerSpec, env: &HubEnv) -> Option<String> {
             row.name
         ));
     }
-    let head = match locate(path, None, env).ok()? {
-        ModelLocation::Builtin => {
-            let query = path.split_once('?').map_or("", |(_, q)| q);
-            let param = |name: &str, default: i64| {
-                query
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .unwrap_or(default)
-            };
-            param("hidden", 128) / param("heads", 4).max(1)
+    let text = config.as_ref().map(|c| c.get("text_config").unwrap_or(c));
+    let get = |k: &str| text.and_then(|t| t.get(k)).and_then(Value::as_i64);
+    // The built-in models' heads (their linear attention's too) are `hidden / heads` wide.
+    let builtin_head = || {
+        let query = path.split_once('?').map_or("", |(_, q)| q);
+        let param = |name: &str, default: i64| {
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(default)
+        };
+        param("hidden", 128) / param("heads", 4).max(1)
+    };
+    if let Some(row) = model_type
+        .as_deref()
+        .and_then(verlc_spec::families::of_checkpoint)
+        .filter(|r| r.linear_attention)
+    {
+        let dtype = spec.rollout.dtype.unwrap_or(spec.binding.precision);
+        if dtype != verlc_spec::trainer::Dtype::Bf16 {
+            return Some(format!(
+                "vLLM's CPU Gated DeltaNet kernel ({} layers) runs in bfloat16 only; this rollout runs in {} (set `actor_rollout_ref.rollout.dtype=bfloat16`)",
+                row.name,
+                dtype.name()
+            ));
         }
-        loc => {
-            let cfg = read_config(loc.dir()?).ok()?;
-            let cfg = cfg.get("text_config").unwrap_or(&cfg);
-            let get = |k: &str| cfg.get(k).and_then(Value::as_i64);
-            get("head_dim")
-                .or_else(|| Some(get("hidden_size")? / get("num_attention_heads")?.max(1)))?
+        let key_head = match &config {
+            None => builtin_head(),
+            Some(_) => get("linear_key_head_dim")?,
+        };
+        if key_head != 128 {
+            return Some(format!(
+                "vLLM's CPU Gated DeltaNet kernel serves key heads of 128 (the released {} checkpoints'); `{path}` has {key_head}",
+                row.name
+            ));
         }
+    }
+    let head = match &config {
+        None => builtin_head(),
+        Some(_) => get("head_dim")
+            .or_else(|| Some(get("hidden_size")? / get("num_attention_heads")?.max(1)))?,
     };
     (head < 32).then(|| {
         format!("vLLM's CPU attention needs a head dimension of at least 32; `{path}` has {head}")
@@ -494,7 +521,7 @@ fn text_prompt_limits(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, St
 /// tower whole on the first pipeline stage), with the built-in or the vLLM rollout generating
 /// single turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, from
 /// data files or a Python dataset class, without a critic. A Qwen3.5 checkpoint (an image-text family on a text family's layers) trains on text
-/// prompts with a critic or the vLLM rollout ([`text_prompts_only`]).
+/// prompts beside a critic ([`text_prompts_only`]).
 fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision.is_some())?;
     if text_prompts_only(spec, key, model_type).is_some() {

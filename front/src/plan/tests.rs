@@ -2184,28 +2184,71 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
 }
 
 /// An image-text model with the vLLM rollout or a critic: a Qwen3.5 checkpoint (trained as
-/// text before verlc had its tower) trains on text prompts, with a B022 warning at the model's
-/// key; a Qwen2.5-VL checkpoint trains with the vLLM rollout (its prompts' images go to the
-/// server) and is refused beside a critic (B018); with the built-in rollout neither is
+/// text before verlc had its tower) trains on text prompts beside a critic, with a B022
+/// warning at the model's key; with the vLLM rollout its prompts' images go to the server, on
+/// CPU where vLLM's Gated DeltaNet kernel serves it (bfloat16, key heads of 128; B018 at the
+/// rollout's name otherwise, as for the text model); a Qwen2.5-VL checkpoint trains with the
+/// vLLM rollout and is refused beside a critic (B018); with the built-in rollout neither is
 /// limited.
 #[test]
 fn image_text_models_with_vllm_or_a_critic_train_on_text_or_are_refused() {
     use crate::codes::{BUILD_TEXT_PROMPTS_ONLY, BUILD_UNSUPPORTED_SETTING};
     let env = verlc_hub::HubEnv::from_env();
     let vllm: &[&str] = &["actor_rollout_ref.rollout.name=vllm"];
+    let vllm_bf16: &[&str] = &[
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.dtype=bfloat16",
+    ];
+    let vllm_fp32: &[&str] = &[
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.dtype=float32",
+    ];
     let critic: &[&str] = &[
         "algorithm.adv_estimator=gae",
         "critic.model.path='builtin://tiny'",
     ];
-    for (arch, extra, want) in [
-        ("qwen3_5_vl", vllm, Some(BUILD_TEXT_PROMPTS_ONLY)),
-        ("qwen3_5_moe_vl", vllm, Some(BUILD_TEXT_PROMPTS_ONLY)),
-        ("qwen3_5_vl", critic, Some(BUILD_TEXT_PROMPTS_ONLY)),
-        ("qwen2_5_vl", vllm, None),
-        ("qwen2_5_vl", critic, Some(BUILD_UNSUPPORTED_SETTING)),
-        ("qwen3_5_vl", &[], None),
-        // The text model (`arch=qwen3_5`) has no tower to limit.
-        ("qwen3_5", vllm, None),
+    let served = "qwen3_5_vl&hidden=256&heads=2";
+    for (arch, extra, want, says) in [
+        (
+            served,
+            vllm_fp32,
+            Some(BUILD_UNSUPPORTED_SETTING),
+            "bfloat16 only",
+        ),
+        (
+            "qwen3_5_vl",
+            vllm_bf16,
+            Some(BUILD_UNSUPPORTED_SETTING),
+            "key heads of 128",
+        ),
+        (served, vllm_bf16, None, ""),
+        (
+            "qwen3_5_moe_vl",
+            vllm_bf16,
+            Some(BUILD_UNSUPPORTED_SETTING),
+            "key heads of 128",
+        ),
+        (
+            "qwen3_5_vl",
+            critic,
+            Some(BUILD_TEXT_PROMPTS_ONLY),
+            "text prompts only",
+        ),
+        ("qwen2_5_vl", vllm, None, ""),
+        (
+            "qwen2_5_vl",
+            critic,
+            Some(BUILD_UNSUPPORTED_SETTING),
+            "with a critic",
+        ),
+        ("qwen3_5_vl", &[], None, ""),
+        // The text model's layers are the same.
+        (
+            "qwen3_5",
+            vllm,
+            Some(BUILD_UNSUPPORTED_SETTING),
+            "key heads of 128",
+        ),
     ] {
         let model = format!("actor_rollout_ref.model.path='builtin://tiny?arch={arch}'");
         let mut overrides = vec![model.as_str()];
@@ -2218,15 +2261,14 @@ fn image_text_models_with_vllm_or_a_critic_train_on_text_or_are_refused() {
             want,
             "{arch} {extra:?}: {problems:#?}"
         );
+        if want.is_some() {
+            assert!(problems[0].message.contains(says), "{problems:#?}");
+        }
         if want == Some(BUILD_TEXT_PROMPTS_ONLY) {
             assert_eq!(problems.len(), 1, "{problems:#?}");
             let d = problems[0].diagnostic(&c.checked.composed.root);
             assert_eq!(d.severity, crate::diag::Severity::Warning);
             assert_eq!(problems[0].key, "actor_rollout_ref.model.path");
-            assert!(
-                problems[0].message.contains("text prompts only"),
-                "{problems:#?}"
-            );
         }
     }
 }

@@ -71,8 +71,8 @@ pub struct VisionData {
     /// The model's directory (where its `preprocessor_config.json` is); `None` for a
     /// built-in model.
     pub model_dir: Option<std::path::PathBuf>,
-    /// Why this run trains on text prompts only (a Qwen3.5 checkpoint beside a critic or under
-    /// the vLLM rollout, as `verlc build` warned, B022): a row with images is refused.
+    /// Why this run trains on text prompts only (a Qwen3.5 checkpoint beside a critic, as
+    /// `verlc build` warned, B022): a row with images is refused.
     pub text_only: Option<String>,
     /// Why this run cannot take videos (the vLLM rollout): a row with videos is refused when
     /// the data is read.

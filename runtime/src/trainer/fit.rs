@@ -205,7 +205,7 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
         Some(dir) => ImageProcessorConfig::from_model_dir(dir).map_err(bad)?,
         None => ImageProcessorConfig::default(),
     };
-    // A Qwen3.5 checkpoint beside a critic or under vLLM trains on text (B022 at build).
+    // A Qwen3.5 checkpoint beside a critic trains on text (B022 at build).
     let text_only = cfg
         .arch()
         .ok()

@@ -214,7 +214,7 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
     let e = RlDataset::from_rows(
         rows(),
         &tok,
-        &opts(14, Some("the vLLM rollout sends text prompts only")),
+        &opts(14, Some("beside a critic it trains on text prompts only")),
     )
     .expect_err("rows with images refused");
     let msg = e.to_string();
@@ -240,7 +240,7 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
     let e = RlDataset::from_rows(
         with_video,
         &tok,
-        &opts(14, Some("the vLLM rollout sends text prompts only")),
+        &opts(14, Some("beside a critic it trains on text prompts only")),
     )
     .expect_err("videos refused");
     assert!(

@@ -339,10 +339,14 @@ impl VllmRollout {
 
     /// `params` written where the server reads its weights from.
     fn write_weights(&self, params: &[(String, Tensor)]) -> Result<(), VllmError> {
-        // A Qwen3.5 checkpoint's server gets the text model: it is sent text prompts only (the
-        // trainer refuses rows with images under vLLM), and its tower would be dead weight.
+        // A Qwen3.5 checkpoint's server gets the text model when it is sent text prompts
+        // only: its tower would be dead weight.
         let text_params: Vec<(String, Tensor)>;
-        let (config, params) = match crate::model::save::text_model_of(&self.config, params) {
+        let text_model = match &self.vision {
+            Some(_) => None,
+            None => crate::model::save::text_model_of(&self.config, params),
+        };
+        let (config, params) = match text_model {
             Some((text, named)) => {
                 text_params = named;
                 (text, text_params.as_slice())

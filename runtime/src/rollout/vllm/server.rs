@@ -37,7 +37,11 @@ pub struct Launch {
 
 /// What the server runs (`python -c WATCHDOG <vLLM's api_server flags>`): a thread that waits
 /// for its stdin to close, then kills the server's process group, and then vLLM's OpenAI API
-/// server as `python -m` would run it.
+/// server as `python -m` would run it. One guard first: vLLM 0.32 builds its structured
+/// decisions endpoint (`/v1/systemone`, which verlc never calls) at start-up for Qwen3.5's
+/// image-text architectures and catches only a ValueError there; a tokenizer that cannot spell
+/// its labels (a tiny test model's) raises an IndexError and would end the server, so any
+/// error there turns the endpoint off instead.
 pub const WATCHDOG: &str = "\
 import os, signal, sys, threading
 def _watch():
@@ -48,6 +52,18 @@ def _watch():
         pass
     os.killpg(0, signal.SIGKILL)
 threading.Thread(target=_watch, daemon=True).start()
+try:
+    from vllm.entrypoints.generate.structured_decisions import api_router as _decisions
+    _init_decisions = _decisions.init_structured_decisions_state
+    def _guarded_decisions(engine_client, state, *args, **kwargs):
+        try:
+            _init_decisions(engine_client, state, *args, **kwargs)
+        except Exception as e:
+            print('verlc: /v1/systemone is off:', repr(e), file=sys.stderr)
+            state.serving_structured_decisions = None
+    _decisions.init_structured_decisions_state = _guarded_decisions
+except ImportError:
+    pass
 import runpy
 runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__', alter_sys=True)
 ";
