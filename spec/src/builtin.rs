@@ -36,6 +36,7 @@ pub const TINY_PARAMS: &[&str] = &[
     "window",
     "full_attention_interval",
     "partial_rotary_factor",
+    "deepstack",
 ];
 
 /// Parameters only a family with Gated DeltaNet layers reads (its config class's keys).
@@ -112,6 +113,23 @@ pub fn tiny_problem(uri: &BuiltinUri, path: &str) -> Option<String> {
         return Some(format!(
             "`{path}`: `{key}` is a setting of the families with Gated DeltaNet layers, not of `{arch}`"
         ));
+    }
+    // How many decoder layers take DeepStack features: Qwen3-VL's towers have them, and the
+    // tiny tower two blocks to take them from.
+    if let Some(v) = uri.params.get("deepstack") {
+        let deepstack = crate::families::of_tiny_arch(arch)
+            .and_then(|r| r.vision)
+            .is_some_and(|t| t.deepstack());
+        if !deepstack {
+            return Some(format!(
+                "`{path}`: `deepstack` is a setting of the families with DeepStack features (Qwen3-VL's), not of `{arch}`"
+            ));
+        }
+        if !matches!(v.as_str(), "1" | "2") {
+            return Some(format!(
+                "`{path}`: `deepstack` is 1 or 2 (the tiny tower's blocks), not `{v}`"
+            ));
+        }
     }
     if let Some(v) = uri.params.get("partial_rotary_factor")
         && !v.parse::<f64>().is_ok_and(|f| f > 0.0 && f <= 1.0)

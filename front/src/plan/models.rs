@@ -456,7 +456,6 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
                         windowed,
                     )
                     .or_else(|| vision(model_type))
-                    .or_else(|| deepstack_problem(spec, key, &cfg))
                 })
             }),
         };
@@ -558,30 +557,6 @@ pub fn text_prompts_only(spec: &TrainerSpec, key: &str, model_type: &str) -> Opt
         "a {} checkpoint (`{model_type}`) trains {why} on text prompts only: verlc does not yet send images there, and rows with images in `data.image_key` are refused when the data is read",
         row.name
     ))
-}
-
-/// Why a Qwen3-VL checkpoint (`cfg`) cannot be split into the role's pipeline stages: its
-/// tower's DeepStack features are added to the outputs of the first decoder layers, and
-/// verlc's Megatron engine keeps the tower and those layers on the first stage.
-fn deepstack_problem(spec: &TrainerSpec, key: &str, cfg: &Value) -> Option<String> {
-    let Some(verlc_spec::trainer::EngineSpec::Megatron(m)) = role_engine(spec, key) else {
-        return None;
-    };
-    let stages = m.pipeline_parallel.max(1);
-    let levels = cfg
-        .get("vision_config")?
-        .get("deepstack_visual_indexes")?
-        .as_array()?
-        .len();
-    let text = cfg.get("text_config").unwrap_or(cfg);
-    let layers = usize::try_from(text.get("num_hidden_layers")?.as_i64()?).ok()?;
-    // The first stage's share, as the engine splits layers (earlier stages take the rest).
-    let first = layers / stages + usize::from(!layers.is_multiple_of(stages));
-    (stages > 1 && levels > first).then(|| {
-        format!(
-            "its vision tower's DeepStack features go into the first {levels} decoder layers; with {stages} pipeline stages the first holds {first}, and verlc's Megatron engine needs them all on the first stage (fewer stages)"
-        )
-    })
 }
 
 /// Why the policy's LoRA adapters cannot be placed as PEFT places them: `all-linear` on a

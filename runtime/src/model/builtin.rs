@@ -158,7 +158,9 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
     }
     let arch: Arch = cfg.arch()?;
     if arch.has_vision() {
-        add_vision_tower(&mut cfg, &mut extra, arch);
+        // `deepstack`: how many decoder layers take Qwen3-VL's DeepStack features (1 or 2).
+        let deepstack: usize = uri.get("deepstack", 1)?;
+        add_vision_tower(&mut cfg, &mut extra, arch, deepstack);
     }
     extra.insert("architectures".into(), json!([arch.causal_lm_class()]));
     extra.insert("bos_token_id".into(), json!(null));
@@ -178,7 +180,12 @@ pub fn config(uri: &BuiltinUri) -> Result<ModelConfig, String> {
 /// A tiny vision-language model's vision half: M-RoPE sections for its heads (interleaved for
 /// Qwen3-VL and Qwen3.5), the tiny tower ([`set_tiny_tower`]) on 14-pixel patches (so the
 /// default image processor feeds it), and the vision token ids after the built-in vocabulary.
-fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::Value>, arch: Arch) {
+fn add_vision_tower(
+    cfg: &mut ModelConfig,
+    extra: &mut Map<String, serde_json::Value>,
+    arch: Arch,
+    deepstack: usize,
+) {
     let qwen3 = arch.tower().is_some_and(|t| t.qwen3_style());
     let mut rope = Map::new();
     // As each family's published configs name it.
@@ -215,7 +222,7 @@ fn add_vision_tower(cfg: &mut ModelConfig, extra: &mut Map<String, serde_json::V
     for (key, value) in common.iter().chain(family) {
         vision.insert((*key).into(), value.clone());
     }
-    set_tiny_tower(&mut vision, cfg.hidden_size, arch);
+    set_tiny_tower(&mut vision, cfg.hidden_size, arch, deepstack);
     extra.insert("vision_config".into(), serde_json::Value::Object(vision));
     let base = tok::vocab_size() as i64;
     for (i, key) in [
@@ -369,8 +376,13 @@ fn tower_model_type(arch: Arch) -> String {
 /// The tiny tower's sizes in `vision_config`: two blocks of width 64 with four heads, the
 /// second attending over whole images (Qwen2.5-VL's windows; Qwen3-VL's and Qwen3.5's towers
 /// attend over whole images in every block, and Qwen3-VL's take DeepStack features after the
-/// first), merged to the text model's width `hidden`.
-fn set_tiny_tower(vision: &mut Map<String, serde_json::Value>, hidden: i64, arch: Arch) {
+/// first, or after each for `deepstack` 2), merged to the text model's width `hidden`.
+fn set_tiny_tower(
+    vision: &mut Map<String, serde_json::Value>,
+    hidden: i64,
+    arch: Arch,
+    deepstack: usize,
+) {
     for (key, value) in [
         ("depth", json!(2)),
         ("hidden_size", json!(64)),
@@ -382,7 +394,8 @@ fn set_tiny_tower(vision: &mut Map<String, serde_json::Value>, hidden: i64, arch
     }
     match arch.tower() {
         Some(t) if t.deepstack() => {
-            vision.insert("deepstack_visual_indexes".into(), json!([0]));
+            let levels: Vec<usize> = (0..deepstack.clamp(1, 2)).collect();
+            vision.insert("deepstack_visual_indexes".into(), json!(levels));
         }
         Some(t) if t.qwen3_style() => {}
         _ => {
@@ -402,7 +415,7 @@ fn scale_vision_tower(cfg: &mut ModelConfig) {
     let hidden = cfg.hidden_size;
     let Ok(arch) = cfg.arch() else { return };
     if let Some(serde_json::Value::Object(v)) = cfg.extra.get_mut("vision_config") {
-        set_tiny_tower(v, hidden, arch);
+        set_tiny_tower(v, hidden, arch, 1);
         // Older configs name the width `embed_dim` and the heads' MLP ratio.
         v.remove("embed_dim");
     }

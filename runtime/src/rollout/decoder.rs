@@ -209,7 +209,7 @@ impl ShardedDecoder<'_> {
         let (b, t) = (ids.size()[0], ids.size()[1]);
         let input = match self.pp() {
             Some(pp) if !stage.is_first() => {
-                let shape = [b, t, self.model.config.hidden_size];
+                let shape = [b, t, self.model.activation_width()];
                 let h = Tensor::f_empty(shape, (self.kind(), self.device()))?;
                 pp.recv(&h, stage.rank - 1, STAGE_TAG).map_err(Self::dist)?;
                 StageInput::Hidden(h)

@@ -94,6 +94,19 @@ fn bad_builtin_addresses_are_explained() {
         ]
     );
     assert_eq!(c.partial_rotary_factor, Some(0.5));
+    // DeepStack levels are Qwen3-VL's, one or two (the tiny tower's blocks).
+    let e = config_error("builtin://tiny?arch=qwen2_5_vl&deepstack=2");
+    assert!(e.contains("families with DeepStack features"), "{e}");
+    let e = config_error("builtin://tiny?arch=qwen3_vl&deepstack=3");
+    assert!(e.contains("`deepstack` is 1 or 2"), "{e}");
+    let c = ModelSource::parse("builtin://tiny?arch=qwen3_vl&layers=3&deepstack=2")
+        .unwrap()
+        .config()
+        .unwrap();
+    assert_eq!(
+        c.extra["vision_config"]["deepstack_visual_indexes"],
+        serde_json::json!([0, 1])
+    );
 }
 
 #[test]

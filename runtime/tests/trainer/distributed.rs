@@ -673,18 +673,21 @@ fn megatron_vision_language_moe_with_context_and_expert_parallelism_matches_one_
     });
 }
 
-/// The tiny Qwen3-VL (DeepStack features into its first layer) on Megatron with two pipeline
-/// stages, then with context parallelism 2: the first stage holds the tower (the second
-/// receives its parameters' shapes from the model's listing, for the rollout's weights and
-/// the export), the rollout's first stage embeds the images and broadcasts the prompts'
-/// M-RoPE positions; under CP each rank takes its positions of the embeddings and DeepStack
-/// features. Both match one process and resume exactly.
+/// The tiny Qwen3-VL (DeepStack features into its first two of three layers) on Megatron with
+/// three pipeline stages, then with context parallelism 2: the first stage holds the tower
+/// (the others receive its parameters' shapes from the model's listing, for the rollout's
+/// weights and the export) and sends the second layer's DeepStack features on beside its
+/// hidden states to the second stage, which adds them and sends the hidden states alone (the
+/// features' gradients come back the same way), in training and in the rollout, whose first
+/// stage embeds the images and broadcasts the prompts' M-RoPE positions; under CP each rank
+/// takes its positions of the embeddings and DeepStack features. Both match one process and
+/// resume exactly.
 #[test]
 fn megatron_vision_language_pipeline_and_context_parallel_match_one_process() {
-    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl'".to_owned()];
-    let pp2 = actor_and_ref(&["pipeline_model_parallel_size=2"]);
-    megatron_run_matches_one_process(MEGATRON_VL, "vl_pp2", (&shared, &pp2), 2, |m| {
-        m.pipeline_parallel == 2
+    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=3&hidden=64&heads=4&kv_heads=2&arch=qwen3_vl&deepstack=2'".to_owned()];
+    let pp3 = actor_and_ref(&["pipeline_model_parallel_size=3"]);
+    megatron_run_matches_one_process(MEGATRON_VL, "vl_pp3", (&shared, &pp3), 3, |m| {
+        m.pipeline_parallel == 3
     });
     let cp2 = actor_and_ref(&["context_parallel_size=2"]);
     megatron_run_matches_one_process(MEGATRON_VL, "vl_cp2", (&shared, &cp2), 2, |m| {

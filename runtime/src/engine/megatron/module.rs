@@ -852,19 +852,27 @@ struct Step<'a, 'b> {
     router_values: &'a mut Vec<[f64; 2]>,
 }
 
-impl StageStep for Step<'_, '_> {
-    fn activation(&self, mb: usize) -> ActivationSpec {
+impl Step<'_, '_> {
+    /// Micro-batch `mb`'s activations between stages, `width` wide: (B, this rank's share of
+    /// T, width).
+    fn activation_of(&self, mb: usize, width: i64) -> ActivationSpec {
         let size = self.mbs.get(mb).map_or(vec![0, 0], |m| m.input_ids.size());
         let dim = |i: usize| size.get(i).copied().unwrap_or(0);
         ActivationSpec {
-            shape: vec![
-                dim(0),
-                dim(1) / self.model.sequence_parts(),
-                self.model.config.hidden_size,
-            ],
+            shape: vec![dim(0), dim(1) / self.model.sequence_parts(), width],
             kind: self.model.kind(),
             device: self.model.device(),
         }
+    }
+}
+
+impl StageStep for Step<'_, '_> {
+    fn activation(&self, mb: usize) -> ActivationSpec {
+        self.activation_of(mb, self.model.activation_width())
+    }
+
+    fn output_activation(&self, mb: usize) -> ActivationSpec {
+        self.activation_of(mb, self.model.output_width())
     }
 
     fn forward(&mut self, mb: usize, input: Option<Tensor>, tape: &mut Tape) -> Result<Tensor> {

@@ -111,6 +111,10 @@ impl ActivationSpec {
 pub trait StageStep {
     /// Activations entering this stage for micro-batch `mb` (the previous stage's output).
     fn activation(&self, mb: usize) -> ActivationSpec;
+    /// Activations leaving this stage for micro-batch `mb` (the next stage's input, and the
+    /// gradient that comes back for it): their width may differ from the input's, where a
+    /// stage receives and passes on different numbers of DeepStack levels.
+    fn output_activation(&self, mb: usize) -> ActivationSpec;
     /// Forward of micro-batch `mb`: `input` is the received activations as a leaf (`None` on
     /// the first stage). Returns this stage's output, or on the last stage the scalar loss to
     /// back-propagate (training) or anything (forward-only).
@@ -212,7 +216,7 @@ pub fn forward_backward_1f1b(
         let grad = if pipe.is_last() {
             None
         } else {
-            let buf = step.activation(i).buffer()?;
+            let buf = step.output_activation(i).buffer()?;
             pipe.p2p(
                 Some(&f.output.detach().f_contiguous()?),
                 None,
@@ -241,7 +245,7 @@ pub fn forward_backward_1f1b(
         let grad = if pipe.is_last() {
             None
         } else {
-            let buf = step.activation(remaining + i).buffer()?;
+            let buf = step.output_activation(remaining + i).buffer()?;
             pipe.p2p(None, None, None, Some(&buf))?;
             Some(buf)
         };

@@ -241,6 +241,9 @@ pub struct ParallelModel {
     /// A vision-language model's vision tokens, on every stage (each computes the prompts'
     /// multimodal positions).
     mrope: Option<MropeTokens>,
+    /// How many decoder layers (from the first) take the tower's DeepStack features; 0 for
+    /// a model without them.
+    deepstack_levels: usize,
     names: Vec<(String, Tensor)>,
     /// See [`ExpertPlacement::split_over_tp`].
     experts_split_over_tp: bool,
@@ -350,6 +353,11 @@ impl ParallelModel {
         };
         let rotary = RotaryEmbedding::new(cfg, root.device()).map_err(MegatronError::Config)?;
         let (vision, tower_shapes) = Self::build_vision(cfg, vs, &stage)?;
+        let deepstack_levels = if tower_shapes.is_empty() {
+            0
+        } else {
+            Vision::deepstack_levels(cfg).map_err(MegatronError::Config)?
+        };
         let mrope = if tower_shapes.is_empty() {
             None
         } else {
@@ -398,6 +406,7 @@ impl ParallelModel {
             vision,
             tower_shapes,
             mrope,
+            deepstack_levels,
             names,
             experts_split_over_tp: experts.split_over_tp,
             expert_parallel: experts.group.as_ref().is_some_and(|g| g.size() > 1),
@@ -405,8 +414,7 @@ impl ParallelModel {
     }
 
     /// The first stage's vision tower (registered under `visual.` in `vs`) and every stage's
-    /// listing of its parameters; refuses a pipeline split that leaves a DeepStack layer off
-    /// the first stage (the tower's features live there).
+    /// listing of its parameters.
     fn build_vision(
         cfg: &ModelConfig,
         vs: &VarStore,
@@ -414,14 +422,6 @@ impl ParallelModel {
     ) -> Result<(Option<Vision>, Shapes)> {
         if !cfg.arch().is_ok_and(|a| a.has_vision()) {
             return Ok((None, Vec::new()));
-        }
-        let levels = Vision::deepstack_levels(cfg).map_err(MegatronError::Config)?;
-        let first = Stage::split(cfg.num_hidden_layers as usize, 0, stage.size)?;
-        if levels > first.layers.end {
-            return Err(MegatronError::Config(format!(
-                "the vision tower's DeepStack features go into the first {levels} decoder layers, and the first pipeline stage holds {} of them: a vision-language model needs them all on the first stage (fewer pipeline stages)",
-                first.layers.end
-            )));
         }
         if !stage.is_first() {
             let shapes = Vision::param_shapes(cfg).map_err(MegatronError::Config)?;
@@ -451,6 +451,72 @@ impl ParallelModel {
     /// True for a vision-language model (the first stage holds its tower).
     pub fn has_vision(&self) -> bool {
         !self.tower_shapes.is_empty()
+    }
+
+    /// The DeepStack levels this stage receives from the previous one: the tower's features
+    /// for the layers from this stage's first on (the first stage computes them all).
+    fn deepstack_into(&self) -> usize {
+        if self.stage.is_first() {
+            0
+        } else {
+            self.deepstack_levels
+                .saturating_sub(self.stage.layers.start)
+        }
+    }
+
+    /// The DeepStack levels this stage passes on, for the layers past its own.
+    fn deepstack_onward(&self) -> usize {
+        if self.stage.is_last() {
+            0
+        } else {
+            self.deepstack_levels.saturating_sub(self.stage.layers.end)
+        }
+    }
+
+    /// The width of the activations this stage receives: the hidden states, then each
+    /// DeepStack level that is still to be added, `hidden` wide each (a Qwen3-VL split whose
+    /// DeepStack layers reach past the first stage).
+    pub fn activation_width(&self) -> i64 {
+        self.config.hidden_size * (1 + self.deepstack_into() as i64)
+    }
+
+    /// The width of the activations this stage sends on (the next stage's
+    /// [`ParallelModel::activation_width`]).
+    pub fn output_width(&self) -> i64 {
+        self.config.hidden_size * (1 + self.deepstack_onward() as i64)
+    }
+
+    /// A later stage's input split into the hidden states and the DeepStack features it
+    /// carries (the first for this stage's first layer).
+    fn split_received(&self, h: Tensor) -> Result<(Tensor, Vec<Tensor>)> {
+        let into = self.deepstack_into() as i64;
+        if into == 0 {
+            return Ok((h, Vec::new()));
+        }
+        let width = self.config.hidden_size;
+        let x = h.f_narrow(-1, 0, width)?;
+        let features = (1..=into)
+            .map(|k| h.f_narrow(-1, k * width, width))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok((x, features))
+    }
+
+    /// What this stage sends on: its output, then the DeepStack levels for the layers past
+    /// it (`deepstack[0]` is the level of layer `offset`; a batch without images has none,
+    /// and sends zeros, which the layers add as nothing).
+    fn pass_on(&self, x: Tensor, deepstack: &[Tensor], offset: usize) -> Result<Tensor> {
+        let onward = self.deepstack_onward();
+        if onward == 0 {
+            return Ok(x);
+        }
+        let mut parts = vec![x.shallow_clone()];
+        for level in self.stage.layers.end..self.stage.layers.end + onward {
+            parts.push(match deepstack.get(level - offset) {
+                Some(d) => d.shallow_clone(),
+                None => x.f_zeros_like()?,
+            });
+        }
+        Ok(Tensor::f_cat(&parts, -1)?)
     }
 
     /// A vision-language model's vision tokens (every stage).
@@ -598,7 +664,8 @@ impl ParallelModel {
     }
 
     /// Runs this stage on a micro-batch: hidden states (B, T, hidden), after the final norm
-    /// on the last stage. `attention_mask` (B, T) marks real tokens. Under sequence
+    /// on the last stage (on a stage that passes DeepStack levels on, those follow the hidden
+    /// states in the last dimension: [`ParallelModel::activation_width`]). `attention_mask` (B, T) marks real tokens. Under sequence
     /// parallelism the stage's input and output hold this rank's `T / tp` positions, except the
     /// last stage's output, which is gathered back to all `T`.
     pub fn forward_stage(
@@ -628,12 +695,20 @@ impl ParallelModel {
             }
             (input, _) => input,
         };
+        // Where this stage's DeepStack features start (a later stage receives those of its
+        // own layers on).
+        let mut offset = 0;
         let mut x = match (input, &self.embed) {
             (StageInput::Ids(ids), Some(embed)) if sp => embed
                 .forward_sequence_parallel(tape, ids, tp, SEQ_DIM)
                 .map_err(tp_err)?,
             (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
-            (StageInput::Hidden(h), None) => h,
+            (StageInput::Hidden(h), None) => {
+                let (x, features) = self.split_received(h)?;
+                deepstack = features;
+                offset = self.stage.layers.start;
+                x
+            }
             // A vision-language first stage's embeddings, in this rank's share.
             (StageInput::Hidden(h), Some(_)) if self.vision.is_some() => {
                 let local = |t: Tensor, tape: &mut Tape| -> Result<Tensor> {
@@ -699,9 +774,11 @@ impl ParallelModel {
             x = layer
                 .forward_in(&mut regions, &x, &cos, &sin, masks, None)
                 .map_err(tp_err)?;
-            x = with_deepstack(x, &deepstack, self.stage.layers.start + slot);
+            x = with_deepstack(x, &deepstack, self.stage.layers.start + slot - offset);
         }
-        let Some(norm) = &self.norm else { return Ok(x) };
+        let Some(norm) = &self.norm else {
+            return self.pass_on(x, &deepstack, offset);
+        };
         let x = norm.forward(&x);
         if !sp {
             return Ok(x);
@@ -923,7 +1000,8 @@ impl ParallelModel {
     /// Runs this stage on `input` (token ids (B, T) on the first stage, the previous stage's
     /// hidden states on the others) at `position_ids` (B, T), appending to `cache`.
     /// `attention_mask` (B, past + T) marks real tokens, the cached ones included. Returns
-    /// hidden states (B, T, hidden), after the final norm on the last stage.
+    /// hidden states (B, T, hidden), after the final norm on the last stage (and the DeepStack
+    /// levels it passes on, as [`ParallelModel::forward_stage`]).
     pub fn decode_stage(
         &self,
         input: StageInput<'_>,
@@ -933,6 +1011,7 @@ impl ParallelModel {
     ) -> Result<Tensor> {
         let tp = self.tp.as_ref();
         let mut deepstack = Vec::new();
+        let mut offset = 0;
         let mut x = match (input, &self.embed) {
             (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
             (StageInput::Multimodal(ids, images), Some(_)) => {
@@ -940,7 +1019,12 @@ impl ParallelModel {
                 deepstack = embeds.deepstack;
                 embeds.x
             }
-            (StageInput::Hidden(h), None) => h,
+            (StageInput::Hidden(h), None) => {
+                let (x, features) = self.split_received(h)?;
+                deepstack = features;
+                offset = self.stage.layers.start;
+                x
+            }
             (StageInput::Ids(_) | StageInput::Multimodal(..), None)
             | (StageInput::Hidden(_), Some(_)) => {
                 return Err(MegatronError::Config(format!(
@@ -967,13 +1051,13 @@ impl ParallelModel {
                     Some(&mut *cache),
                 )
                 .map_err(tp_err)?;
-            x = with_deepstack(x, &deepstack, self.stage.layers.start + slot);
+            x = with_deepstack(x, &deepstack, self.stage.layers.start + slot - offset);
         }
         cache.advance(t);
-        Ok(match &self.norm {
-            Some(norm) => norm.forward(&x),
-            None => x,
-        })
+        match &self.norm {
+            Some(norm) => Ok(norm.forward(&x)),
+            None => self.pass_on(x, &deepstack, offset),
+        }
     }
 
     /// Next-token logits (rows, vocab) of final hidden states (rows, hidden): the local
