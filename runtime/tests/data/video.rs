@@ -57,26 +57,15 @@ fn frame_list_videos_are_prepared_as_verl_prepares_them() {
 fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
     use serde_json::Map;
     use verlc_runtime::data::vision_prompt::row_prompt;
-    use verlc_runtime::tokenizer::Tokenizer;
-    let model_oracle = oracle::script_named("model_oracle.py");
-    let dir = oracle::cached_with(
-        &oracle::script_named("video_oracle.py"),
-        "qwen3",
-        &[model_oracle.as_path()],
-    );
-    let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
-    let rows = oracle::json(&dir.join("qwen3.json"));
-    let rows = rows.as_array().expect("rows");
-    assert_eq!(rows.len(), 4);
-    let want = oracle::read(&dir.join("qwen3.safetensors"));
-    let cfg = ImageProcessorConfig {
-        patch_size: 16,
-        image_mean: [0.5; 3],
-        image_std: [0.5; 3],
-        ..ImageProcessorConfig::default()
-    };
+    let Qwen3Oracle {
+        dir,
+        tok,
+        rows,
+        want,
+        cfg,
+    } = qwen3_oracle("qwen3");
     let mut bound = false;
-    for row in rows {
+    for row in &rows {
         let name = row["row"].as_str().expect("row");
         let size: [usize; 2] = serde_json::from_value(row["size"].clone()).expect("size");
         let video = VideoProcessor::Qwen3Vl {
@@ -111,15 +100,7 @@ fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
             )
         };
         let got = prompt(video).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let ids: Vec<i64> = serde_json::from_value(row["input_ids"].clone()).expect("ids");
-        assert_eq!(got.ids, ids, "{name}");
-        let grids: Vec<[i64; 3]> =
-            serde_json::from_value(row["video_grid_thw"].clone()).expect("grids");
-        assert_eq!(
-            got.images.iter().map(|v| v.grid_thw).collect::<Vec<_>>(),
-            grids,
-            "{name}"
-        );
+        assert_row_matches(row, &got, &want);
         assert!(got.images.iter().all(|v| v.seconds_per_grid.is_some()));
         // The long video is scaled down by the budget of all its frames together.
         if name == "long" {
@@ -128,25 +109,85 @@ fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
                 max_pixels: usize::MAX / 2,
             };
             let loose = prompt(unbounded).expect("unbounded");
-            assert_ne!(loose.images[0].grid_thw, grids[0], "the budget binds");
+            assert_ne!(
+                loose.images[0].grid_thw, got.images[0].grid_thw,
+                "the budget binds"
+            );
             bound = true;
         }
-        let want = Vec::<f32>::try_from(
-            oracle::get(&want, &format!("{name}.pixel_values_videos")).flatten(0, -1),
-        )
-        .expect("pixels");
-        let got: Vec<f32> = got
-            .images
-            .iter()
-            .flat_map(|v| v.pixel_values.iter().copied())
-            .collect();
-        let worst = worst_difference(&got, &want, name);
-        assert!(
-            worst <= 1e-5,
-            "{name}: pixel values differ by up to {worst}"
-        );
     }
     assert!(bound, "the long row was checked");
+}
+
+/// A Qwen3-VL video oracle's output (video_oracle.py `qwen3` or `files`): its directory, the
+/// tokenizer it saved, its rows and tensors, and the image processor both commands use
+/// (16-pixel patches, mean and std 0.5).
+struct Qwen3Oracle {
+    dir: std::path::PathBuf,
+    tok: verlc_runtime::tokenizer::Tokenizer,
+    rows: Vec<serde_json::Value>,
+    want: std::collections::HashMap<String, tch::Tensor>,
+    cfg: ImageProcessorConfig,
+}
+
+fn qwen3_oracle(command: &str) -> Qwen3Oracle {
+    let model_oracle = oracle::script_named("model_oracle.py");
+    let dir = oracle::cached_with(
+        &oracle::script_named("video_oracle.py"),
+        command,
+        &[model_oracle.as_path()],
+    );
+    let tok = verlc_runtime::tokenizer::Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
+    let rows = oracle::json(&dir.join(format!("{command}.json")));
+    let rows = rows.as_array().expect("rows").clone();
+    assert_eq!(rows.len(), 4);
+    let want = oracle::read(&dir.join(format!("{command}.safetensors")));
+    let cfg = ImageProcessorConfig {
+        patch_size: 16,
+        image_mean: [0.5; 3],
+        image_std: [0.5; 3],
+        ..ImageProcessorConfig::default()
+    };
+    Qwen3Oracle {
+        dir,
+        tok,
+        rows,
+        want,
+        cfg,
+    }
+}
+
+/// `got` (the oracle's `row` built by verlc) has the row's input ids, video grids and pixel
+/// values (within 1e-5: the same 8-bit frames, the normalisation's float steps).
+fn assert_row_matches(
+    row: &serde_json::Value,
+    got: &verlc_runtime::data::vision_prompt::RowPrompt,
+    want: &std::collections::HashMap<String, tch::Tensor>,
+) {
+    let name = row["row"].as_str().expect("row");
+    let ids: Vec<i64> = serde_json::from_value(row["input_ids"].clone()).expect("ids");
+    assert_eq!(got.ids, ids, "{name}");
+    let grids: Vec<[i64; 3]> =
+        serde_json::from_value(row["video_grid_thw"].clone()).expect("grids");
+    assert_eq!(
+        got.images.iter().map(|v| v.grid_thw).collect::<Vec<_>>(),
+        grids,
+        "{name}"
+    );
+    let want = Vec::<f32>::try_from(
+        oracle::get(want, &format!("{name}.pixel_values_videos")).flatten(0, -1),
+    )
+    .expect("pixels");
+    let got: Vec<f32> = got
+        .images
+        .iter()
+        .flat_map(|v| v.pixel_values.iter().copied())
+        .collect();
+    let worst = worst_difference(&got, &want, name);
+    assert!(
+        worst <= 1e-5,
+        "{name}: pixel values differ by up to {worst}"
+    );
 }
 
 /// Rows whose videos are files (tests/oracle/video_oracle.py `files`: FFmpeg-made H.264, VP9
@@ -160,24 +201,13 @@ fn video_files_become_prompts_as_in_verl() {
     use verlc_runtime::data::video::VideoOptions;
     use verlc_runtime::data::video_file::read_video_file;
     use verlc_runtime::data::vision_prompt::row_prompt;
-    use verlc_runtime::tokenizer::Tokenizer;
-    let model_oracle = oracle::script_named("model_oracle.py");
-    let dir = oracle::cached_with(
-        &oracle::script_named("video_oracle.py"),
-        "files",
-        &[model_oracle.as_path()],
-    );
-    let tok = Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
-    let rows = oracle::json(&dir.join("files.json"));
-    let rows = rows.as_array().expect("rows");
-    assert_eq!(rows.len(), 4);
-    let want = oracle::read(&dir.join("files.safetensors"));
-    let cfg = ImageProcessorConfig {
-        patch_size: 16,
-        image_mean: [0.5; 3],
-        image_std: [0.5; 3],
-        ..ImageProcessorConfig::default()
-    };
+    let Qwen3Oracle {
+        dir,
+        tok,
+        rows,
+        want,
+        cfg,
+    } = qwen3_oracle("files");
     let prompt = |prompt: &Value, videos: Value| {
         let mut map = Map::new();
         map.insert("prompt".into(), prompt.clone());
@@ -195,7 +225,7 @@ fn video_files_become_prompts_as_in_verl() {
         Some(rest) => format!("file://{}", dir.join(rest).display()),
         None => dir.join(name).display().to_string(),
     };
-    for row in rows {
+    for row in &rows {
         let name = row["row"].as_str().expect("row");
         let cells: Vec<Value> = row["videos"]
             .as_array()
@@ -233,29 +263,7 @@ fn video_files_become_prompts_as_in_verl() {
             assert_eq!(Some(video.average_fps), fps.as_f64(), "{name}: {path}");
         }
         let got = prompt(&row["prompt"], cells.into()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let ids: Vec<i64> = serde_json::from_value(row["input_ids"].clone()).expect("ids");
-        assert_eq!(got.ids, ids, "{name}");
-        let grids: Vec<[i64; 3]> =
-            serde_json::from_value(row["video_grid_thw"].clone()).expect("grids");
-        assert_eq!(
-            got.images.iter().map(|v| v.grid_thw).collect::<Vec<_>>(),
-            grids,
-            "{name}"
-        );
-        let want = Vec::<f32>::try_from(
-            oracle::get(&want, &format!("{name}.pixel_values_videos")).flatten(0, -1),
-        )
-        .expect("pixels");
-        let got: Vec<f32> = got
-            .images
-            .iter()
-            .flat_map(|v| v.pixel_values.iter().copied())
-            .collect();
-        let worst = worst_difference(&got, &want, name);
-        assert!(
-            worst <= 1e-5,
-            "{name}: pixel values differ by up to {worst}"
-        );
+        assert_row_matches(row, &got, &want);
     }
     // Bad cells are refused, naming what is wrong (and the file where one is named).
     let ntsc = dir.join("ntsc.mp4").display().to_string();

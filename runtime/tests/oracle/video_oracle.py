@@ -91,17 +91,29 @@ TEMPLATE = (
 )
 
 
+def vl_tokenizer(out, model_oracle):
+    """model_oracle's BPE tokenizer with Qwen-VL's vision tokens and TEMPLATE, saved in OUT/tok."""
+    from transformers import Qwen2TokenizerFast
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(model_oracle)))
+    from model_oracle import bpe_tokenizer
+
+    tok = bpe_tokenizer()
+    tok.add_special_tokens(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
+    fast = Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                              unk_token=None, bos_token=None)
+    fast.chat_template = TEMPLATE
+    fast.save_pretrained(os.path.join(out, "tok"))
+    return fast
+
+
 def qwen3(out, model_oracle):
     import re
     from PIL import Image
     from qwen_vl_utils import fetch_video
-    from transformers import Qwen2TokenizerFast
     from transformers.models.qwen2_vl.image_processing_qwen2_vl_fast import Qwen2VLImageProcessorFast
     from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(model_oracle)))
-    from model_oracle import bpe_tokenizer
 
     os.makedirs(out, exist_ok=True)
     gen = torch.Generator().manual_seed(11)
@@ -115,12 +127,7 @@ def qwen3(out, model_oracle):
             names.append(name)
         return names
 
-    tok = bpe_tokenizer()
-    tok.add_special_tokens(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
-    fast = Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                              unk_token=None, bos_token=None)
-    fast.chat_template = TEMPLATE
-    fast.save_pretrained(os.path.join(out, "tok"))
+    fast = vl_tokenizer(out, model_oracle)
     mean = [0.5, 0.5, 0.5]
     images = Qwen2VLImageProcessorFast(patch_size=16, image_mean=mean, image_std=mean)
     # (row, text, videos as (frames, width, height), the video processor's size): an odd
@@ -173,13 +180,9 @@ def files(out, model_oracle):
     # missing torchcodec fails here instead of falling back to another reader.
     os.environ["FORCE_QWENVL_VIDEO_READER"] = "torchcodec"
     from qwen_vl_utils import fetch_video
-    from transformers import Qwen2TokenizerFast
     from transformers.models.qwen2_vl.image_processing_qwen2_vl_fast import Qwen2VLImageProcessorFast
     from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(model_oracle)))
-    from model_oracle import bpe_tokenizer
 
     os.makedirs(out, exist_ok=True)
     out = os.path.abspath(out)
@@ -196,12 +199,7 @@ def files(out, model_oracle):
     mjpeg = make("mjpeg.avi", "70x50", 25, 1.6, ["-c:v", "mjpeg"])
     big = make("big.mp4", "700x500", 10, 1.2, h264)
 
-    tok = bpe_tokenizer()
-    tok.add_special_tokens(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
-    fast = Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                              unk_token=None, bos_token=None)
-    fast.chat_template = TEMPLATE
-    fast.save_pretrained(os.path.join(out, "tok"))
+    fast = vl_tokenizer(out, model_oracle)
     mean = [0.5, 0.5, 0.5]
     processor = Qwen3VLProcessor(image_processor=Qwen2VLImageProcessorFast(patch_size=16, image_mean=mean, image_std=mean),
                                  tokenizer=fast, video_processor=Qwen3VLVideoProcessor(), chat_template=TEMPLATE)
