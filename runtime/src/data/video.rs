@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
 
 use super::image::{
-    ImageError, ImageProcessorConfig, ResizeRule, RgbImage, fetched_size, resize_bicubic,
-    smart_resize,
+    FetchPixels, ImageError, ImageProcessorConfig, ResizeRule, RgbImage, fetched_size,
+    resize_bicubic, smart_resize,
 };
 use super::video_file::{VideoSampling, read_video_file};
 use crate::model::vision::ProcessedImage;
@@ -207,18 +207,57 @@ fn timestamps(frame_seconds: &[f64], merge_size: usize, grid_t: usize) -> Vec<f6
         .collect()
 }
 
-/// A video as the vision tower takes it, and the seconds one temporal patch spans (what its
-/// multimodal positions need).
+/// A video as the vision tower takes it, the seconds one temporal patch spans (what its
+/// multimodal positions need), and the size of what was fetched (what another fetch's size
+/// follows from).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessedVideo {
     pub video: ProcessedImage,
     pub seconds_per_grid: f64,
+    pub source: SourceSize,
+}
+
+/// A video's frames before the fetch resizes them: their count (padded to even), height and
+/// width, and whether the fetch resizes each frame first (a frame list's, as images).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceSize {
+    pub frames: usize,
+    pub height: usize,
+    pub width: usize,
+    pub per_frame_fetch: bool,
 }
 
 impl ProcessedVideo {
     /// The language model's placeholder tokens for it (one per merged patch).
     pub fn tokens(&self, merge_size: usize) -> usize {
         self.video.tokens(merge_size)
+    }
+
+    /// The placeholder tokens the same video takes when fetched with `fetch_patch`-pixel
+    /// patches instead (within the cell's `opts`) before the processor `cfg`/`video`: verl's
+    /// dataset measures a prompt for `filter_overlong_prompts` fetching with
+    /// `data.image_patch_size`, its rollout with the processor's own patch size. Sizes only,
+    /// no pixels: a video's grid follows from its frames' count and size.
+    pub fn tokens_fetched_with(
+        &self,
+        fetch_patch: usize,
+        opts: &VideoOptions,
+        cfg: &ImageProcessorConfig,
+        video: VideoProcessor,
+    ) -> Result<usize, ImageError> {
+        let s = self.source;
+        let size = if s.per_frame_fetch {
+            fetched_size((s.height, s.width), fetch_patch * 2, frame_bounds(opts)?)?
+        } else {
+            (s.height, s.width)
+        };
+        let [_, (ph, pw)] = stack_sizes(s.frames, size, fetch_patch, opts, cfg, video)?;
+        let (p, m, t) = (
+            cfg.patch_size,
+            cfg.merge_size.max(1),
+            cfg.temporal_patch_size.max(1),
+        );
+        Ok((s.frames / t) * (ph / p) * (pw / p) / (m * m))
     }
 }
 
@@ -307,6 +346,7 @@ struct FetchedFrames {
     height: usize,
     width: usize,
     seconds: Vec<f64>,
+    source: SourceSize,
 }
 
 /// A frame list fetched (each frame as `fetch_image` fetches an image, within the cell's pixel
@@ -320,16 +360,7 @@ fn fetch_frames(
 ) -> Result<FetchedFrames, ImageError> {
     let bad = |why: String| ImageError::Video(why);
     let first = frames.first().ok_or_else(|| bad("no frames".into()))?;
-    let whole = |k: &str, v: Option<f64>| match v {
-        Some(x) if x.fract() != 0.0 => Err(bad(format!(
-            "`{k}` of a frame list bounds each frame too: a whole number of pixels, got {x}"
-        ))),
-        v => Ok(v.map(|x| x as usize)),
-    };
-    let bounds = (
-        whole("min_pixels", opts.min_pixels)?,
-        whole("max_pixels", opts.max_pixels)?,
-    );
+    let bounds = frame_bounds(opts)?;
     let frame_patch = fetch_patch * 2;
     let (h, w) = fetched_size((first.height, first.width), frame_patch, bounds)?;
     let mut fetched = Vec::with_capacity(frames.len() + 1);
@@ -348,6 +379,12 @@ fn fetch_frames(
     }
     let raw_fps = opts.raw_fps.or(opts.sample_fps).unwrap_or(SAMPLE_FPS);
     Ok(FetchedFrames {
+        source: SourceSize {
+            frames: fetched.len(),
+            height: first.height,
+            width: first.width,
+            per_frame_fetch: true,
+        },
         count: fetched.len(),
         seconds: (0..fetched.len()).map(|i| i as f64 / raw_fps).collect(),
         data: fetched.into_iter().flat_map(|f| f.data).collect(),
@@ -356,11 +393,31 @@ fn fetch_frames(
     })
 }
 
+/// The bounds a frame list's cell sets on each frame's fetch (whole numbers of pixels).
+fn frame_bounds(opts: &VideoOptions) -> Result<FetchPixels, ImageError> {
+    let whole = |k: &str, v: Option<f64>| match v {
+        Some(x) if x.fract() != 0.0 => Err(ImageError::Video(format!(
+            "`{k}` of a frame list bounds each frame too: a whole number of pixels, got {x}"
+        ))),
+        v => Ok(v.map(|x| x as usize)),
+    };
+    Ok((
+        whole("min_pixels", opts.min_pixels)?,
+        whole("max_pixels", opts.max_pixels)?,
+    ))
+}
+
 /// A video file's sampled frames ([`read_video_file`]), frame `i` of the stream at
 /// `i / fps` seconds.
 fn fetch_file(path: &Path, opts: &VideoOptions) -> Result<FetchedFrames, ImageError> {
     let video = read_video_file(path, &opts.sampling)?;
     Ok(FetchedFrames {
+        source: SourceSize {
+            frames: video.indices.len(),
+            height: video.height,
+            width: video.width,
+            per_frame_fetch: false,
+        },
         count: video.indices.len(),
         seconds: video
             .indices
@@ -400,32 +457,13 @@ pub fn process_video(
     cfg: &ImageProcessorConfig,
     video: VideoProcessor,
 ) -> Result<ProcessedVideo, ImageError> {
-    let bad = |why: String| ImageError::Video(why);
     let fetched = match source {
         VideoSource::Frames(frames) => fetch_frames(frames, fetch_patch, opts)?,
         VideoSource::File(path) => fetch_file(path, opts)?,
     };
     let (n, h, w) = (fetched.count, fetched.height, fetched.width);
     let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
-    if n % t != 0 {
-        return Err(bad(format!("{n} frames for temporal patches of {t}")));
-    }
-    // The stack's bounds: each frame within 128 to 768 merged patches, and all frames within
-    // the whole-video budget (a fractional bound past about 300 frames), unless the cell says.
-    let factor = fetch_patch * 2;
-    let f2 = (factor * factor) as f64;
-    let min = opts.min_pixels.unwrap_or(VIDEO_MIN_TOKENS as f64 * f2);
-    let total = opts.total_pixels.unwrap_or(MODEL_SEQ_LEN * f2 * 0.9);
-    let max = (VIDEO_MAX_TOKENS as f64 * f2)
-        .min(total / n as f64 * FRAME_FACTOR as f64)
-        .max((min * 1.05).floor());
-    let max = opts.max_pixels.map_or(max, |m| m.min(max));
-    if max < min {
-        return Err(bad(format!(
-            "the frames' max_pixels ({max}) is below their min_pixels ({min})"
-        )));
-    }
-    let (rh, rw) = smart_resize(h, w, factor, (min, max), ResizeRule::QwenVlUtils)?;
+    let [(rh, rw), (ph, pw)] = stack_sizes(n, (h, w), fetch_patch, opts, cfg, video)?;
     let stack = Tensor::f_from_slice(&fetched.data)?
         .f_view([n as i64, h as i64, w as i64, 3])?
         .f_permute([0, 3, 1, 2])?
@@ -436,7 +474,6 @@ pub fn process_video(
         .f_clamp(0.0, 255.0)?
         .f_round()?;
     // The processor's resize (in float, not rounded) to its bounds.
-    let (ph, pw) = video.size(n, (rh, rw), p * m, t)?;
     let stack =
         stack.f_internal_upsample_bicubic2d_aa([ph as i64, pw as i64], false, None, None)?;
     // Rescale and normalise fused as transformers' fast processors do: (x - 255·mean) / (255·std)
@@ -466,5 +503,44 @@ pub fn process_video(
             timestamps: timestamps(&fetched.seconds, cfg.merge_size, gt as usize),
         },
         seconds_per_grid,
+        source: fetched.source,
     })
 }
+
+/// The sizes of a fetched stack of `frames` frames of `height × width` (fetched with
+/// `fetch_patch`-pixel patches): resized within the video's bounds (each frame within 128 to
+/// 768 merged patches, all frames within the whole-video budget, a fractional bound past
+/// about 300 frames, unless the cell says), then by the processor `video` to its own.
+fn stack_sizes(
+    frames: usize,
+    (height, width): (usize, usize),
+    fetch_patch: usize,
+    opts: &VideoOptions,
+    cfg: &ImageProcessorConfig,
+    video: VideoProcessor,
+) -> Result<[Size; 2], ImageError> {
+    let bad = |why: String| ImageError::Video(why);
+    let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
+    if t == 0 || !frames.is_multiple_of(t) {
+        return Err(bad(format!("{frames} frames for temporal patches of {t}")));
+    }
+    let factor = fetch_patch * 2;
+    let f2 = (factor * factor) as f64;
+    let min = opts.min_pixels.unwrap_or(VIDEO_MIN_TOKENS as f64 * f2);
+    let total = opts.total_pixels.unwrap_or(MODEL_SEQ_LEN * f2 * 0.9);
+    let max = (VIDEO_MAX_TOKENS as f64 * f2)
+        .min(total / frames as f64 * FRAME_FACTOR as f64)
+        .max((min * 1.05).floor());
+    let max = opts.max_pixels.map_or(max, |m| m.min(max));
+    if max < min {
+        return Err(bad(format!(
+            "the frames' max_pixels ({max}) is below their min_pixels ({min})"
+        )));
+    }
+    let stacked = smart_resize(height, width, factor, (min, max), ResizeRule::QwenVlUtils)?;
+    let processed = video.size(frames, stacked, p * m, t)?;
+    Ok([stacked, processed])
+}
+
+/// A height and a width in pixels.
+type Size = (usize, usize);

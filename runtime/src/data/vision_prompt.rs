@@ -12,7 +12,7 @@ use crate::tokenizer::{Message, Tokenizer, TokenizerError};
 use super::image::{
     ImageProcessorConfig, ProcessedImage, image_from_cell, process_image, tokens_fetched_with,
 };
-use super::video::{VideoOptions, VideoProcessor, VideoSource, process_video};
+use super::video::{ProcessedVideo, VideoOptions, VideoProcessor, VideoSource, process_video};
 
 /// The placeholder verl's datasets put in a prompt's text where an image goes.
 pub const IMAGE_PLACEHOLDER: &str = "<image>";
@@ -307,14 +307,14 @@ pub fn encode_visual_prompt(
 pub struct RowPrompt {
     pub ids: Vec<i64>,
     pub images: Vec<ProcessedImage>,
-    /// `ids.len()` with each image's placeholders counted as fetched with the dataset's patch
-    /// size (`data.image_patch_size`) instead of the processor's.
+    /// `ids.len()` with each image's and video's placeholders counted as fetched with the
+    /// dataset's patch size (`data.image_patch_size`) instead of the processor's.
     pub measured_len: usize,
 }
 
 /// A row of verl's multimodal RL data (geo3k's layout: a chat `prompt_key` column with
 /// `<image>` placeholders, an `image_key` column of image cells): its prompt ids and images,
-/// and its length measured with images fetched on `measure_patch`-pixel patches.
+/// and its length measured with images and videos fetched on `measure_patch`-pixel patches.
 /// A cell's own `min_pixels`/`max_pixels` bound its first resize, as qwen_vl_utils reads them.
 pub fn row_prompt(
     row: &Map<String, Value>,
@@ -362,9 +362,17 @@ pub fn row_prompt(
             .iter()
             .enumerate()
             .map(|(i, cell)| {
-                video_from_cell(cell, cfg, video).map_err(|e| {
+                let at = |e: String| {
                     VisionPromptError::Row(format!("column `{VIDEO_KEY}`, video {i}: {e}"))
-                })
+                };
+                let (prepared, opts) =
+                    video_from_cell(cell, cfg, video).map_err(|e| at(e.to_string()))?;
+                if remeasure {
+                    measured_tokens += prepared
+                        .tokens_fetched_with(measure_patch, &opts, cfg, video)
+                        .map_err(|e| at(e.to_string()))?;
+                }
+                Ok::<_, VisionPromptError>(prepared.video)
             })
             .collect::<Result<Vec<_>, _>>()?,
         Some(other) => {
@@ -373,7 +381,11 @@ pub fn row_prompt(
             )));
         }
     };
-    let placed_images: usize = images.iter().map(|i| i.tokens(cfg.merge_size)).sum();
+    let placed: usize = images
+        .iter()
+        .chain(&videos)
+        .map(|i| i.tokens(cfg.merge_size))
+        .sum();
     let (ids, visuals) = encode_visual_prompt(
         tok,
         &messages,
@@ -381,9 +393,10 @@ pub fn row_prompt(
         (cfg.merge_size, VideoSpans::of(video.timestamped())),
         kwargs,
     )?;
-    // A video counts with the processor's patches (verl measures it with its own fetch).
+    // The same prompt with each image's and video's placeholders as the dataset's fetch
+    // makes them (a Qwen3-VL video's timestamps and spans do not depend on it).
     let measured_len = if remeasure {
-        ids.len() - placed_images + measured_tokens
+        ids.len() - placed + measured_tokens
     } else {
         ids.len()
     };
@@ -400,12 +413,12 @@ pub const VIDEO_KEY: &str = "videos";
 /// A video cell as verl's dataset reads it for Qwen-VL models, prepared
 /// ([`super::video::process_video`]): a list of frames (each an image cell), a video file's
 /// path (`file://` allowed), or `{"video": frames or path, ...}` with qwen_vl_utils' keys
-/// ([`VideoOptions`]).
+/// ([`VideoOptions`]); with the cell's options.
 fn video_from_cell(
     cell: &Value,
     cfg: &ImageProcessorConfig,
     video: VideoProcessor,
-) -> Result<ProcessedImage, VisionPromptError> {
+) -> Result<(ProcessedVideo, VideoOptions), VisionPromptError> {
     let row = |why: String| VisionPromptError::Row(why);
     let source = |v: &Value| -> Result<VideoSource, VisionPromptError> {
         match v {
@@ -438,5 +451,8 @@ fn video_from_cell(
         }
         other => (source(other)?, VideoOptions::default()),
     };
-    Ok(process_video(&source, &opts, cfg.patch_size, cfg, video)?.video)
+    Ok((
+        process_video(&source, &opts, cfg.patch_size, cfg, video)?,
+        opts,
+    ))
 }

@@ -194,7 +194,8 @@ fn assert_row_matches(
 /// and Motion JPEG files read by qwen_vl_utils with torchcodec, then `Qwen3VLProcessor` with
 /// their metadata): a bare path, a `file://` URL sampled at 4 fps, a fixed frame count, a time
 /// range, a whole-video pixel budget; to the same sampled frames, token ids (the timestamps from
-/// the frames' times in the file), grids and pixel values.
+/// the frames' times in the file), grids and pixel values, and the length verl's dataset
+/// measures for `filter_overlong_prompts` (its fetch on 14-pixel patches).
 #[test]
 fn video_files_become_prompts_as_in_verl() {
     use serde_json::{Map, Value};
@@ -212,14 +213,16 @@ fn video_files_become_prompts_as_in_verl() {
         let mut map = Map::new();
         map.insert("prompt".into(), prompt.clone());
         map.insert("videos".into(), videos);
+        // Measured as verl's dataset measures, fetching on `data.image_patch_size` (14).
         row_prompt(
             &map,
             ("prompt", "images"),
             &tok,
-            (&cfg, VideoProcessor::QWEN3_VL_DEFAULT, 16),
+            (&cfg, VideoProcessor::QWEN3_VL_DEFAULT, 14),
             &Map::new(),
         )
     };
+    let mut measured_apart = false;
     // The oracle's cells name their files within its directory.
     let placed = |name: &str| match name.strip_prefix("file://") {
         Some(rest) => format!("file://{}", dir.join(rest).display()),
@@ -264,7 +267,14 @@ fn video_files_become_prompts_as_in_verl() {
         }
         let got = prompt(&row["prompt"], cells.into()).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_row_matches(row, &got, &want);
+        assert_eq!(
+            Some(got.measured_len as u64),
+            row["measured_len"].as_u64(),
+            "{name}: the length verl's dataset measures"
+        );
+        measured_apart |= got.measured_len != got.ids.len();
     }
+    assert!(measured_apart, "a row whose measure differs from its ids");
     // Bad cells are refused, naming what is wrong (and the file where one is named).
     let ntsc = dir.join("ntsc.mp4").display().to_string();
     let missing = dir.join("missing.mp4").display().to_string();

@@ -24,7 +24,8 @@ Motion JPEG, large frames), read as verl 0.9's dataset reads them for Qwen3-VL: 
 `fetch_video` with torchcodec (frame sampling by `fps`/`nframes` and a time range, the stack's
 pixel bounds), then `Qwen3VLProcessor` with the videos' metadata. Writes the files, OUT/tok,
 OUT/files.json (per row its prompt, its video cells as verl's rows hold them, the sampled frame
-indices, the frame rates torchcodec measured, input ids and grids) and OUT/files.safetensors (`<row>.pixel_values_videos`).
+indices, the frame rates torchcodec measured, input ids and grids, and the prompt's length as
+verl's dataset measures it, fetching on 14-pixel patches) and OUT/files.safetensors (`<row>.pixel_values_videos`).
 """
 import io
 import json
@@ -230,10 +231,17 @@ def files(out, model_oracle):
         videos, metadata = [v for v, _ in fetched], [m for _, m in fetched]
         batch = processor(text=[raw], videos=videos,
                           videos_kwargs={"video_metadata": metadata, "do_sample_frames": False}, return_tensors="pt")
+        # verl's dataset measures the prompt for filter_overlong_prompts fetching on
+        # `data.image_patch_size` (14 in its configs) instead of the processor's 16.
+        measure = [fetch_video(ele, image_patch_size=14, return_video_metadata=True) for ele in eles]
+        measured = processor(text=[raw], videos=[v for v, _ in measure],
+                             videos_kwargs={"video_metadata": [m for _, m in measure], "do_sample_frames": False},
+                             return_tensors="pt")
         results.append({
             "row": name,
             "prompt": [{"role": "user", "content": text}],
             "videos": cells,
+            "measured_len": measured["input_ids"].shape[1],
             "indices": [[int(i) for i in m["frames_indices"]] for m in metadata],
             "fps": [m["fps"] for m in metadata],
             "input_ids": batch["input_ids"][0].tolist(),
