@@ -8,7 +8,10 @@
 //! lists the stream's packets (torchcodec's scan: the frame count is the packet count, the frame
 //! rate that count over the span from the first packet's start to the last one's end) and
 //! `ffmpeg` decodes the chosen frames (its default YUV-to-RGB conversion is torchcodec's, byte
-//! for byte). Both must be on `PATH` (FFmpeg 5.1 or newer), or named by `VERLC_FFPROBE` and
+//! for byte). A stream whose display matrix rotates it (a phone's portrait video) is decoded
+//! as stored and its RGB frames turned by quarter turns, as torchcodec turns them (FFmpeg's
+//! own autorotation turns the YUV planes before the conversion, which rounds otherwise). Both
+//! tools must be on `PATH` (FFmpeg 5.1 or newer), or named by `VERLC_FFPROBE` and
 //! `VERLC_FFMPEG`.
 
 use std::ffi::OsString;
@@ -77,15 +80,19 @@ impl VideoSampling {
 /// What the scan of a file's video stream finds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamInfo {
+    /// The stored frames' size (before the rotation).
     pub width: usize,
     pub height: usize,
     pub frames: usize,
     /// Frames per second over the stream's span.
     pub average_fps: f64,
+    /// Counter-clockwise quarter turns the display matrix asks for (0 to 3).
+    pub quarter_turns: i64,
 }
 
 /// The sampled frames of a video file: `data` holds `indices.len()` frames of
-/// `height × width` RGB pixels, row-major; `indices` are the frames' positions in the stream.
+/// `height × width` RGB pixels (upright), row-major; `indices` are the frames' positions in
+/// the stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecodedVideo {
     pub width: usize,
@@ -113,9 +120,25 @@ pub fn read_video_file(path: &Path, sampling: &VideoSampling) -> Result<DecodedV
         .f_to_kind(Kind::Int64)?,
     )?;
     let data = decode(path, &indices, (info.width, info.height))?;
+    let (width, height, data) = match info.quarter_turns {
+        0 => (info.width, info.height, data),
+        k => {
+            let n = indices.len() as i64;
+            let turned = Tensor::f_from_slice(&data)?
+                .f_view([n, info.height as i64, info.width as i64, 3])?
+                .f_rot90(k, [1, 2])?
+                .f_contiguous()?;
+            let (w, h) = if k % 2 == 1 {
+                (info.height, info.width)
+            } else {
+                (info.width, info.height)
+            };
+            (w, h, Vec::<u8>::try_from(turned.f_view([-1])?)?)
+        }
+    };
     Ok(DecodedVideo {
-        width: info.width,
-        height: info.height,
+        width,
+        height,
         data,
         indices,
         average_fps: info.average_fps,
@@ -178,7 +201,7 @@ pub fn probe(path: &Path) -> Result<StreamInfo, ImageError> {
         "-select_streams",
         "v:0",
         "-show_entries",
-        "stream=width,height,time_base:packet=pts,duration",
+        "stream=width,height,time_base:stream_side_data=rotation:packet=pts,duration",
         "-of",
         "json",
     ]);
@@ -224,11 +247,18 @@ pub fn probe(path: &Path) -> Result<StreamInfo, ImageError> {
     if span <= 0.0 {
         return Err(at(path, "the video stream spans no time"));
     }
+    // The display matrix's rotation in degrees, counter-clockwise, to the nearest quarter
+    // turn (torchcodec's rounding).
+    let rotation = stream["side_data_list"]
+        .as_array()
+        .and_then(|l| l.iter().find_map(|d| d["rotation"].as_f64()))
+        .unwrap_or(0.0);
     Ok(StreamInfo {
         width,
         height,
         frames: packets.len(),
         average_fps: packets.len() as f64 / span,
+        quarter_turns: ((rotation / 90.0).round() as i64).rem_euclid(4),
     })
 }
 

@@ -63,7 +63,7 @@ fn qwen3_vl_video_rows_become_prompts_as_in_verl() {
         rows,
         want,
         cfg,
-    } = qwen3_oracle("qwen3");
+    } = qwen3_oracle("qwen3", 4);
     let mut bound = false;
     for row in &rows {
         let name = row["row"].as_str().expect("row");
@@ -130,7 +130,7 @@ struct Qwen3Oracle {
     cfg: ImageProcessorConfig,
 }
 
-fn qwen3_oracle(command: &str) -> Qwen3Oracle {
+fn qwen3_oracle(command: &str, rows: usize) -> Qwen3Oracle {
     let model_oracle = oracle::script_named("model_oracle.py");
     let dir = oracle::cached_with(
         &oracle::script_named("video_oracle.py"),
@@ -138,9 +138,9 @@ fn qwen3_oracle(command: &str) -> Qwen3Oracle {
         &[model_oracle.as_path()],
     );
     let tok = verlc_runtime::tokenizer::Tokenizer::from_dir(&dir.join("tok")).expect("tokenizer");
-    let rows = oracle::json(&dir.join(format!("{command}.json")));
-    let rows = rows.as_array().expect("rows").clone();
-    assert_eq!(rows.len(), 4);
+    let listed = oracle::json(&dir.join(format!("{command}.json")));
+    let listed = listed.as_array().expect("rows").clone();
+    assert_eq!(listed.len(), rows, "{command}");
     let want = oracle::read(&dir.join(format!("{command}.safetensors")));
     let cfg = ImageProcessorConfig {
         patch_size: 16,
@@ -151,7 +151,7 @@ fn qwen3_oracle(command: &str) -> Qwen3Oracle {
     Qwen3Oracle {
         dir,
         tok,
-        rows,
+        rows: listed,
         want,
         cfg,
     }
@@ -193,7 +193,8 @@ fn assert_row_matches(
 /// Rows whose videos are files (tests/oracle/video_oracle.py `files`: FFmpeg-made H.264, VP9
 /// and Motion JPEG files read by qwen_vl_utils with torchcodec, then `Qwen3VLProcessor` with
 /// their metadata): a bare path, a `file://` URL sampled at 4 fps, a fixed frame count, a time
-/// range, a whole-video pixel budget; to the same sampled frames, token ids (the timestamps from
+/// range, a whole-video pixel budget, files turned a quarter and a half turn by their display
+/// matrix; to the same sampled frames, token ids (the timestamps from
 /// the frames' times in the file), grids and pixel values, and the length verl's dataset
 /// measures for `filter_overlong_prompts` (its fetch on 14-pixel patches).
 #[test]
@@ -208,7 +209,7 @@ fn video_files_become_prompts_as_in_verl() {
         rows,
         want,
         cfg,
-    } = qwen3_oracle("files");
+    } = qwen3_oracle("files", 5);
     let prompt = |prompt: &Value, videos: Value| {
         let mut map = Map::new();
         map.insert("prompt".into(), prompt.clone());

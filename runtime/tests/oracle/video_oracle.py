@@ -20,7 +20,7 @@ its videos' frame files, the processor's `size`, input ids and grids) and OUT/qw
 
 Usage: video_oracle.py files OUT MODEL_ORACLE
 Rows whose videos are files (made here with FFmpeg: H.264 at 30000/1001 frames a second, VP9,
-Motion JPEG, large frames), read as verl 0.9's dataset reads them for Qwen3-VL: qwen_vl_utils'
+Motion JPEG, large frames, H.264 turned by its display matrix), read as verl 0.9's dataset reads them for Qwen3-VL: qwen_vl_utils'
 `fetch_video` with torchcodec (frame sampling by `fps`/`nframes` and a time range, the stack's
 pixel bounds), then `Qwen3VLProcessor` with the videos' metadata. Writes the files, OUT/tok,
 OUT/files.json (per row its prompt, its video cells as verl's rows hold them, the sampled frame
@@ -194,11 +194,25 @@ def files(out, model_oracle):
                         f"testsrc2=size={size}:rate={rate}:duration={seconds}", *codec, path], check=True)
         return name
 
+    def turned(src, name, matrix):
+        """SRC with its track header's display matrix set to MATRIX (16.16 fixed point):
+        FFmpeg 5.1 writes no rotation, a phone does."""
+        import struct
+        data = bytearray(open(os.path.join(out, src), "rb").read())
+        box = data.find(b"tkhd") - 4
+        at = box + (48 if data[box + 8] == 0 else 60)
+        data[at:at + 36] = struct.pack(">9i", *matrix, 0, 0, 0x40000000)
+        open(os.path.join(out, name), "wb").write(bytes(data))
+        return name
+
     h264 = ["-c:v", "libx264", "-pix_fmt", "yuv420p"]
     ntsc = make("ntsc.mp4", "96x64", "30000/1001", 2.5, h264)
     vp9 = make("vp9.webm", "80x60", 15, 3, ["-c:v", "libvpx-vp9"])
     mjpeg = make("mjpeg.avi", "70x50", 25, 1.6, ["-c:v", "mjpeg"])
     big = make("big.mp4", "700x500", 10, 1.2, h264)
+    one = 0x10000
+    portrait = turned(ntsc, "portrait.mp4", [0, one, 0, -one, 0, 0])  # -90 degrees
+    upside = turned(ntsc, "upside.mp4", [-one, 0, 0, 0, -one, 0])  # 180 degrees
 
     fast = vl_tokenizer(out, model_oracle)
     mean = [0.5, 0.5, 0.5]
@@ -206,13 +220,15 @@ def files(out, model_oracle):
                                  tokenizer=fast, video_processor=Qwen3VLVideoProcessor(), chat_template=TEMPLATE)
     # (row, text, video cells as verl's rows hold them): a bare path at the default two
     # frames a second; a file:// URL sampled at 4 fps beside a fixed frame count; a time range;
-    # a whole-video pixel budget that makes the frames' bound fractional and binds.
+    # a whole-video pixel budget that makes the frames' bound fractional and binds; files whose
+    # display matrix turns them a quarter and a half turn (torchcodec turns the RGB frames).
     rows = [
         ("path", "<video>What is shown?", [ntsc]),
         ("sampled", "First <video>, then <video>. Same?",
          [{"video": "file://" + vp9, "fps": 4.0}, {"video": mjpeg, "nframes": 6}]),
         ("range", "<video>When?", [{"video": ntsc, "video_start": 0.5, "video_end": 2.0, "fps": 3}]),
         ("budget", "Describe <video>", [{"video": big, "nframes": 6, "total_pixels": 1000003}]),
+        ("turned", "<video> and <video>", [{"video": portrait, "nframes": 4}, {"video": upside, "nframes": 4}]),
     ]
     results, tensors = [], {}
     for name, text, cells in rows:
