@@ -33,8 +33,9 @@ use super::image::{
 use super::video_file::{VideoSampling, read_video_file};
 use crate::model::vision::ProcessedImage;
 
-/// qwen_vl_utils' frame factor: a video's frame count is padded to a multiple of it.
-const FRAME_FACTOR: usize = 2;
+/// qwen_vl_utils' frame factor: a video's frame count is padded (a frame list) or sampled (a
+/// file) to a multiple of it.
+pub(super) const FRAME_FACTOR: usize = 2;
 /// qwen_vl_utils' bounds of a video frame, in merged patches.
 const VIDEO_MIN_TOKENS: usize = 128;
 const VIDEO_MAX_TOKENS: usize = 768;
@@ -207,13 +208,11 @@ fn timestamps(frame_seconds: &[f64], merge_size: usize, grid_t: usize) -> Vec<f6
         .collect()
 }
 
-/// A video as the vision tower takes it, the seconds one temporal patch spans (what its
-/// multimodal positions need), and the size of what was fetched (what another fetch's size
-/// follows from).
+/// A video as the vision tower takes it, and the size of what was fetched (what another
+/// fetch's size follows from).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessedVideo {
     pub video: ProcessedImage,
-    pub seconds_per_grid: f64,
     pub source: SourceSize,
 }
 
@@ -228,11 +227,6 @@ pub struct SourceSize {
 }
 
 impl ProcessedVideo {
-    /// The language model's placeholder tokens for it (one per merged patch).
-    pub fn tokens(&self, merge_size: usize) -> usize {
-        self.video.tokens(merge_size)
-    }
-
     /// The placeholder tokens the same video takes when fetched with `fetch_patch`-pixel
     /// patches instead (within the cell's `opts`) before the processor `cfg`/`video`: verl's
     /// dataset measures a prompt for `filter_overlong_prompts` fetching with
@@ -342,7 +336,6 @@ impl VideoOptions {
 /// `(frames, height, width, 3)` row-major, and each frame's time in seconds.
 struct FetchedFrames {
     data: Vec<u8>,
-    count: usize,
     height: usize,
     width: usize,
     seconds: Vec<f64>,
@@ -385,7 +378,6 @@ fn fetch_frames(
             width: first.width,
             per_frame_fetch: true,
         },
-        count: fetched.len(),
         seconds: (0..fetched.len()).map(|i| i as f64 / raw_fps).collect(),
         data: fetched.into_iter().flat_map(|f| f.data).collect(),
         height: h,
@@ -418,7 +410,6 @@ fn fetch_file(path: &Path, opts: &VideoOptions) -> Result<FetchedFrames, ImageEr
             width: video.width,
             per_frame_fetch: false,
         },
-        count: video.indices.len(),
         seconds: video
             .indices
             .iter()
@@ -428,23 +419,6 @@ fn fetch_file(path: &Path, opts: &VideoOptions) -> Result<FetchedFrames, ImageEr
         height: video.height,
         width: video.width,
     })
-}
-
-/// verl's preparation of a video given as `frames` with no keys of its own
-/// ([`process_video`]).
-pub fn process_video_frames(
-    frames: &[RgbImage],
-    fetch_patch: usize,
-    cfg: &ImageProcessorConfig,
-    video: VideoProcessor,
-) -> Result<ProcessedVideo, ImageError> {
-    process_video(
-        &VideoSource::Frames(frames.to_vec()),
-        &VideoOptions::default(),
-        fetch_patch,
-        cfg,
-        video,
-    )
 }
 
 /// verl's preparation of a video (module docs): fetched with `fetch_patch` pixel patches
@@ -461,7 +435,7 @@ pub fn process_video(
         VideoSource::Frames(frames) => fetch_frames(frames, fetch_patch, opts)?,
         VideoSource::File(path) => fetch_file(path, opts)?,
     };
-    let (n, h, w) = (fetched.count, fetched.height, fetched.width);
+    let (n, h, w) = (fetched.source.frames, fetched.height, fetched.width);
     let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
     let [(rh, rw), (ph, pw)] = stack_sizes(n, (h, w), fetch_patch, opts, cfg, video)?;
     let stack = Tensor::f_from_slice(&fetched.data)?
@@ -493,16 +467,14 @@ pub fn process_video(
         .f_contiguous()?
         .f_view([-1])?
         .f_to_device(Device::Cpu)?;
-    // verl hands the processor no frame rate: Qwen2.5-VL's counts two frames a second.
-    let seconds_per_grid = t as f64 / SAMPLE_FPS;
     Ok(ProcessedVideo {
         video: ProcessedImage {
             pixel_values: Vec::<f32>::try_from(&patches)?,
             grid_thw: [gt, gh, gw],
-            seconds_per_grid: Some(seconds_per_grid),
+            // verl hands the processor no frame rate: Qwen2.5-VL's counts two frames a second.
+            seconds_per_grid: Some(t as f64 / SAMPLE_FPS),
             timestamps: timestamps(&fetched.seconds, cfg.merge_size, gt as usize),
         },
-        seconds_per_grid,
         source: fetched.source,
     })
 }

@@ -23,12 +23,10 @@ use tch::{Device, Kind, Tensor};
 
 use super::image::ImageError;
 
-/// qwen_vl_utils' defaults: frames sampled per second, the bounds on the sampled count, and the
-/// factor the count is a multiple of.
+/// qwen_vl_utils' defaults: frames sampled per second and the bounds on the sampled count.
 const DEFAULT_FPS: f64 = 2.0;
 const MIN_FRAMES: f64 = 4.0;
 const MAX_FRAMES: f64 = 768.0;
-const FRAME_FACTOR: f64 = 2.0;
 
 /// A cell's sampling keys (qwen_vl_utils' names): `fps` and `nframes` exclude each other.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -292,7 +290,7 @@ fn frame_range(
 
 /// qwen_vl_utils' `smart_nframes`: how many of `total` frames (at `fps`) to sample.
 fn sampled_frames(sampling: &VideoSampling, total: usize, fps: f64) -> Result<usize, String> {
-    let by = FRAME_FACTOR;
+    let by = super::video::FRAME_FACTOR as f64;
     let n = if let Some(n) = sampling.nframes {
         (n / by).round_ties_even() * by
     } else {

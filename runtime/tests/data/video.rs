@@ -3,7 +3,7 @@
 //! odd frame count padded with the last frame, frames scaled down and up, to the same patch
 //! grid, seconds per temporal patch and pixel values.
 use verlc_runtime::data::image::{ImageProcessorConfig, decode_png};
-use verlc_runtime::data::video::{VideoProcessor, process_video_frames};
+use verlc_runtime::data::video::{VideoOptions, VideoProcessor, VideoSource, process_video};
 
 use crate::oracle;
 
@@ -26,12 +26,19 @@ fn frame_list_videos_are_prepared_as_verl_prepares_them() {
                 decode_png(&bytes).expect("frame")
             })
             .collect();
-        let got = process_video_frames(&frames, 14, &cfg, VideoProcessor::Qwen2Vl).expect(name);
+        let got = process_video(
+            &VideoSource::Frames(frames),
+            &VideoOptions::default(),
+            14,
+            &cfg,
+            VideoProcessor::Qwen2Vl,
+        )
+        .expect(name);
         let grid: Vec<i64> = serde_json::from_value(case["grid_thw"].clone()).expect("grid");
         assert_eq!(got.video.grid_thw.to_vec(), grid, "{name}");
         assert_eq!(
-            got.seconds_per_grid,
-            case["seconds_per_grid"].as_f64().unwrap(),
+            got.video.seconds_per_grid,
+            case["seconds_per_grid"].as_f64(),
             "{name}"
         );
         let want = Vec::<f32>::try_from(
@@ -200,7 +207,6 @@ fn assert_row_matches(
 #[test]
 fn video_files_become_prompts_as_in_verl() {
     use serde_json::{Map, Value};
-    use verlc_runtime::data::video::VideoOptions;
     use verlc_runtime::data::video_file::read_video_file;
     use verlc_runtime::data::vision_prompt::row_prompt;
     let Qwen3Oracle {

@@ -502,16 +502,17 @@ impl ParallelModel {
     }
 
     /// What this stage sends on: its output, then the DeepStack levels for the layers past
-    /// it (`deepstack[0]` is the level of layer `offset`; a batch without images has none,
-    /// and sends zeros, which the layers add as nothing).
-    fn pass_on(&self, x: Tensor, deepstack: &[Tensor], offset: usize) -> Result<Tensor> {
+    /// it (`deepstack[0]` is the level of this stage's first layer; a batch without images has
+    /// none, and sends zeros, which the layers add as nothing).
+    fn pass_on(&self, x: Tensor, deepstack: &[Tensor]) -> Result<Tensor> {
         let onward = self.deepstack_onward();
         if onward == 0 {
             return Ok(x);
         }
+        let layers = &self.stage.layers;
         let mut parts = vec![x.shallow_clone()];
-        for level in self.stage.layers.end..self.stage.layers.end + onward {
-            parts.push(match deepstack.get(level - offset) {
+        for level in layers.end..layers.end + onward {
+            parts.push(match deepstack.get(level - layers.start) {
                 Some(d) => d.shallow_clone(),
                 None => x.f_zeros_like()?,
             });
@@ -665,9 +666,10 @@ impl ParallelModel {
 
     /// Runs this stage on a micro-batch: hidden states (B, T, hidden), after the final norm
     /// on the last stage (on a stage that passes DeepStack levels on, those follow the hidden
-    /// states in the last dimension: [`ParallelModel::activation_width`]). `attention_mask` (B, T) marks real tokens. Under sequence
-    /// parallelism the stage's input and output hold this rank's `T / tp` positions, except the
-    /// last stage's output, which is gathered back to all `T`.
+    /// states in the last dimension: [`ParallelModel::activation_width`]). `attention_mask`
+    /// (B, T) marks real tokens. Under sequence parallelism the stage's input and output hold
+    /// this rank's `T / tp` positions, except the last stage's output, which is gathered back
+    /// to all `T`.
     pub fn forward_stage(
         &self,
         tape: &mut Tape,
@@ -695,9 +697,8 @@ impl ParallelModel {
             }
             (input, _) => input,
         };
-        // Where this stage's DeepStack features start (a later stage receives those of its
-        // own layers on).
-        let mut offset = 0;
+        // `deepstack[i]` goes into this stage's layer `i`: the first stage computes every level
+        // from layer 0, a later one receives those from its first layer on.
         let mut x = match (input, &self.embed) {
             (StageInput::Ids(ids), Some(embed)) if sp => embed
                 .forward_sequence_parallel(tape, ids, tp, SEQ_DIM)
@@ -706,7 +707,6 @@ impl ParallelModel {
             (StageInput::Hidden(h), None) => {
                 let (x, features) = self.split_received(h)?;
                 deepstack = features;
-                offset = self.stage.layers.start;
                 x
             }
             // A vision-language first stage's embeddings, in this rank's share.
@@ -774,10 +774,10 @@ impl ParallelModel {
             x = layer
                 .forward_in(&mut regions, &x, &cos, &sin, masks, None)
                 .map_err(tp_err)?;
-            x = with_deepstack(x, &deepstack, self.stage.layers.start + slot - offset);
+            x = with_deepstack(x, &deepstack, slot);
         }
         let Some(norm) = &self.norm else {
-            return self.pass_on(x, &deepstack, offset);
+            return self.pass_on(x, &deepstack);
         };
         let x = norm.forward(&x);
         if !sp {
@@ -1011,7 +1011,6 @@ impl ParallelModel {
     ) -> Result<Tensor> {
         let tp = self.tp.as_ref();
         let mut deepstack = Vec::new();
-        let mut offset = 0;
         let mut x = match (input, &self.embed) {
             (StageInput::Ids(ids), Some(embed)) => embed.forward(ids, tp).map_err(tp_err)?,
             (StageInput::Multimodal(ids, images), Some(_)) => {
@@ -1022,7 +1021,6 @@ impl ParallelModel {
             (StageInput::Hidden(h), None) => {
                 let (x, features) = self.split_received(h)?;
                 deepstack = features;
-                offset = self.stage.layers.start;
                 x
             }
             (StageInput::Ids(_) | StageInput::Multimodal(..), None)
@@ -1051,12 +1049,12 @@ impl ParallelModel {
                     Some(&mut *cache),
                 )
                 .map_err(tp_err)?;
-            x = with_deepstack(x, &deepstack, self.stage.layers.start + slot - offset);
+            x = with_deepstack(x, &deepstack, slot);
         }
         cache.advance(t);
         match &self.norm {
             Some(norm) => Ok(norm.forward(&x)),
-            None => self.pass_on(x, &deepstack, offset),
+            None => self.pass_on(x, &deepstack),
         }
     }
 
