@@ -74,9 +74,6 @@ pub struct VisionData {
     /// Why this run trains on text prompts only (a Qwen3.5 checkpoint beside a critic, as
     /// `verlc build` warned, B022): a row with images is refused.
     pub text_only: Option<String>,
-    /// Why this run cannot take videos (the vLLM rollout): a row with videos is refused when
-    /// the data is read.
-    pub videos_refused: Option<String>,
 }
 
 impl Default for DatasetOptions {
@@ -124,9 +121,6 @@ fn vision_prompt(
         return Ok(None);
     };
     let videos = holds_any(map, VIDEO_KEY);
-    if videos && let Some(why) = &v.videos_refused {
-        return Err(format!("column `{VIDEO_KEY}` holds videos: {why}"));
-    }
     if !holds_any(map, &v.image_key) && !videos {
         map.remove(&v.image_key);
         map.remove(VIDEO_KEY);

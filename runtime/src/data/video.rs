@@ -106,6 +106,45 @@ impl VideoProcessor {
         })
     }
 
+    /// Its settings as transformers reads them (`video_preprocessor_config.json` in `dir`),
+    /// with `cfg`'s patches and normalisation: for a server whose processor must prepare
+    /// verlc's frames as verlc did (the vLLM rollout). Frames come already sampled.
+    pub fn save(self, dir: &std::path::Path, cfg: &ImageProcessorConfig) -> Result<(), String> {
+        let factor = cfg.patch_size * cfg.merge_size;
+        let (class, min_pixels, max_pixels) = match self {
+            VideoProcessor::Qwen2Vl => (
+                "Qwen2VLVideoProcessor",
+                128 * factor * factor,
+                768 * factor * factor,
+            ),
+            VideoProcessor::Qwen3Vl {
+                min_pixels,
+                max_pixels,
+            } => ("Qwen3VLVideoProcessor", min_pixels, max_pixels),
+        };
+        let doc = serde_json::json!({
+            "video_processor_type": class,
+            "size": {"shortest_edge": min_pixels, "longest_edge": max_pixels},
+            "min_pixels": min_pixels,
+            "max_pixels": max_pixels,
+            "patch_size": cfg.patch_size,
+            "temporal_patch_size": cfg.temporal_patch_size,
+            "merge_size": cfg.merge_size,
+            "image_mean": cfg.image_mean,
+            "image_std": cfg.image_std,
+            "do_resize": true,
+            "resample": 3,
+            "do_rescale": true,
+            "rescale_factor": 1.0 / 255.0,
+            "do_normalize": true,
+            "do_convert_rgb": true,
+            "do_sample_frames": false,
+        });
+        let out = dir.join("video_preprocessor_config.json");
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))
+    }
+
     /// Whether the prompt holds each temporal patch apart, behind its timestamp.
     pub fn timestamped(self) -> bool {
         matches!(self, VideoProcessor::Qwen3Vl { .. })

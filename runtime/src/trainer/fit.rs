@@ -217,10 +217,6 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
                 spec.actor.model_path,
             )
         });
-    // Videos run on the built-in rollout (single turns or the tool agent loop's).
-    let videos_refused = spec.rollout.vllm.is_some().then(|| {
-        "the vLLM rollout is sent images only (videos run on the built-in rollout)".to_owned()
-    });
     let tower = cfg.arch().ok().and_then(|a| a.tower());
     Ok(Some(VisionData {
         image_key: spec.data.image_key.clone(),
@@ -229,7 +225,6 @@ fn vision_data(spec: &TrainerSpec) -> Result<Option<VisionData>, TrainerError> {
         processor,
         model_dir,
         text_only,
-        videos_refused,
     }))
 }
 
@@ -555,6 +550,7 @@ impl<R: Roles> Trainer<R> {
                         worker.serve_images(crate::rollout::vllm::VisionServing::new(
                             spec.tokenizer_path.clone(),
                             v.processor.clone(),
+                            v.video,
                         ))?;
                     }
                     worker

@@ -198,7 +198,6 @@ fn geo3k_rows_are_measured_at_the_datasets_patch_size_and_refused_where_text_onl
             measure_patch_size,
             model_dir: None,
             text_only: text_only.map(str::to_owned),
-            videos_refused: None,
         }),
         ..DatasetOptions::default()
     };

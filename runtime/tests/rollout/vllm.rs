@@ -283,27 +283,46 @@ fn test_image(width: usize, height: usize, seed: usize) -> verlc_runtime::data::
     }
 }
 
-/// A vision-language policy on vLLM: prompts with images go to the server with their images
-/// (one placeholder per image, as verl's raw prompt ids; vLLM's processor expands it), a text
-/// prompt beside them to the text endpoint. Greedy tokens equal the built-in engine's, with
-/// the same multimodal positions and layout; sampled tokens' log-probs equal the trainer's
-/// forward of the rows with their images. On Qwen2.5-VL, then Qwen3-VL-MoE (Qwen3-VL's tower,
-/// DeepStack features and interleaved M-RoPE under vLLM's fused experts; the dense Qwen3-VL
-/// differs only in its MLPs and passed the same test when this was written, left out of the
-/// suite for its time), then Qwen3.5 in bfloat16 (where a greedy row may part from the
-/// built-in engine's only at a near-tie), one server after the other: two loading at once on
-/// 2 cores take far longer than one after the other.
+/// A vision-language policy on vLLM: prompts with images and videos go to the server with
+/// them (one placeholder per item, as verl's raw prompt ids; vLLM's processor expands it,
+/// and its expansion must equal verlc's), a text prompt beside them to the text endpoint.
+/// Greedy tokens equal the built-in engine's, with the same multimodal positions and layout;
+/// sampled tokens' log-probs equal the trainer's forward of the rows with their images and
+/// videos. On Qwen2.5-VL (its video resized by the processor after the fetch: frames between
+/// 8-bit levels), then Qwen3-VL-MoE (Qwen3-VL's tower, DeepStack features, interleaved M-RoPE
+/// and timestamped videos under vLLM's fused experts; the dense Qwen3-VL differs only in its
+/// MLPs and passed the same image test when this was written, left out of the suite for its
+/// time), then Qwen3.5 in bfloat16 (where a greedy row may part from the built-in engine's only
+/// at a near-tie), one server after the other: two loading at once on 2 cores take far longer
+/// than one after the other.
 #[test]
 fn vision_language_prompts_go_to_vllm_with_their_images() {
-    vllm_serves_images("qwen2_5_vl", Dtype::Fp32);
-    vllm_serves_images("qwen3_vl_moe", Dtype::Fp32);
+    vllm_serves_images("qwen2_5_vl", Dtype::Fp32, Videos::Served);
+    vllm_serves_images("qwen3_vl_moe", Dtype::Fp32, Videos::Served);
     // vLLM's CPU kernel of Qwen3.5's Gated DeltaNet layers runs bfloat16 with key heads of
-    // 128 only.
-    vllm_serves_images("qwen3_5_vl&hidden=256&heads=2", Dtype::Bf16);
+    // 128 only. The tiny model's word-level tokenizer cannot spell a timestamp (`<`,
+    // `seconds` and `>` are unknown words), and vLLM's Qwen3.5 processor loads it as a
+    // tokenizer class that drops unknown words where verlc's keeps `<unk>`: its expansion of a
+    // video's placeholder differs from verlc's, and the request is refused, not generated from
+    // another prompt. (A checkpoint's byte-level tokenizer spells every timestamp.)
+    vllm_serves_images(
+        "qwen3_5_vl&hidden=256&heads=2",
+        Dtype::Bf16,
+        Videos::RefusedAsExpandedOtherwise,
+    );
 }
 
-fn vllm_serves_images(arch: &str, dtype: Dtype) {
+/// What the vision-language vLLM test does with its video prompt.
+#[derive(Clone, Copy, PartialEq)]
+enum Videos {
+    Served,
+    RefusedAsExpandedOtherwise,
+}
+
+fn vllm_serves_images(arch: &str, dtype: Dtype, videos: Videos) {
     use verlc_runtime::data::image::{ImageProcessorConfig, process_image};
+    use verlc_runtime::data::video::{VideoOptions, VideoProcessor, VideoSource, process_video};
+    use verlc_runtime::data::vision_prompt::{VideoSpans, encode_visual_prompt};
     use verlc_runtime::model::vision::Vision;
     use verlc_runtime::rollout::generate_images;
     use verlc_runtime::rollout::vllm::VisionServing;
@@ -354,9 +373,64 @@ fn vllm_serves_images(arch: &str, dtype: Dtype) {
         ids.push(tokens.vision_start_token_id + 1);
         ids
     };
+    // A video, its prompt as verl's dataset builds it: a chat through the tokenizer's
+    // template, the video's placeholder expanded by the model's processor (Qwen3-VL's and
+    // Qwen3.5's: each temporal patch behind its timestamp). Within the tiny model's 256
+    // positions: Qwen2.5-VL's processor makes each frame at least 128 merged patches, so its
+    // video has two frames (one temporal patch); Qwen3-VL's bounds the whole video, here
+    // below its defaults (the server must read them from the file verlc writes), and its
+    // video has three frames, which the processor pads to two temporal patches.
+    let (video_processor, frame_count) = if tokens.timestamped_videos {
+        let bounds = VideoProcessor::Qwen3Vl {
+            min_pixels: 8192,
+            max_pixels: 65536,
+        };
+        (bounds, 3)
+    } else {
+        (VideoProcessor::Qwen2Vl, 2)
+    };
+    let small = VideoOptions {
+        min_pixels: Some(3136.0),
+        max_pixels: Some(3136.0),
+        ..VideoOptions::default()
+    };
+    let frames = (0..frame_count)
+        .map(|seed| test_image(60, 44, seed + 3))
+        .collect();
+    let v = process_video(
+        &VideoSource::Frames(frames),
+        &small,
+        processor.patch_size,
+        &processor,
+        video_processor,
+    )
+    .unwrap()
+    .video;
+    let tok = verlc_runtime::tokenizer::Tokenizer::from_pretrained(uri).unwrap();
+    let chat: Vec<verlc_runtime::tokenizer::Message> =
+        serde_json::from_value(serde_json::json!([{"role": "user", "content": "<video>Say."}]))
+            .unwrap();
+    let (video_prompt, _) = encode_visual_prompt(
+        &tok,
+        &chat,
+        (&[], std::slice::from_ref(&v)),
+        (
+            tokens.spatial_merge_size as usize,
+            VideoSpans::of(tokens.timestamped_videos),
+        ),
+        &serde_json::Map::new(),
+    )
+    .unwrap();
+    let served_video = (videos == Videos::Served).then_some(&video_prompt);
     // Text ids within the built-in tokenizer's vocabulary (vLLM checks them against it).
     let prompts: Vec<Vec<i64>> = vec![
-        [vec![5, 9, 14], placeholder(&a), vec![21, 3]].concat(),
+        [
+            vec![5, 9, 14],
+            placeholder(&a),
+            vec![21, 3],
+            served_video.cloned().unwrap_or_default(),
+        ]
+        .concat(),
         [
             placeholder(&b),
             vec![30, 31, 32, 33],
@@ -366,8 +440,16 @@ fn vllm_serves_images(arch: &str, dtype: Dtype) {
         .concat(),
         vec![17, 23, 29, 31, 36],
     ];
-    let images: Vec<verlc_runtime::engine::batch::RowImages> =
-        vec![vec![a].into(), vec![b, c].into(), Vec::new().into()];
+    let images: Vec<verlc_runtime::engine::batch::RowImages> = vec![
+        [
+            vec![a],
+            served_video.map(|_| v.clone()).into_iter().collect(),
+        ]
+        .concat()
+        .into(),
+        vec![b, c].into(),
+        Vec::new().into(),
+    ];
 
     let spec = VllmSpec {
         max_model_len: 256,
@@ -376,8 +458,12 @@ fn vllm_serves_images(arch: &str, dtype: Dtype) {
     };
     let mut vllm = VllmRollout::new(&loaded.config, dtype, spec, 5, false, None);
     vllm.set_python(python_vllm());
-    vllm.serve_images(VisionServing::new(uri.into(), processor.clone()))
-        .unwrap();
+    vllm.serve_images(VisionServing::new(
+        uri.into(),
+        processor.clone(),
+        video_processor,
+    ))
+    .unwrap();
     vllm.update_weights(&params).unwrap();
 
     let stop = StopTokens {
@@ -389,6 +475,22 @@ fn vllm_serves_images(arch: &str, dtype: Dtype) {
         ignore_eos: true,
         ..SamplingParams::greedy(12)
     };
+    if videos == Videos::RefusedAsExpandedOtherwise {
+        let err = vllm
+            .generate_images(
+                std::slice::from_ref(&video_prompt),
+                &[vec![v.clone()].into()],
+                &streams[..1],
+                &greedy,
+                &stop,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("vLLM's processor expanded the prompt's images and videos to"),
+            "{arch}: {err}"
+        );
+    }
     let served = vllm
         .generate_images(&prompts, &images, &streams, &greedy, &stop)
         .unwrap();
@@ -459,7 +561,14 @@ fn vllm_serves_images(arch: &str, dtype: Dtype) {
     assert!(gap < greedy_tol, "{arch}: greedy log-prob gap {gap}");
     // The pictures decide the tokens: another picture of the first one's size gives the
     // first prompt other log-probs.
-    let other: Vec<verlc_runtime::engine::batch::RowImages> = vec![vec![picture(90, 60, 5)].into()];
+    let other: Vec<verlc_runtime::engine::batch::RowImages> = vec![
+        [
+            vec![picture(90, 60, 5)],
+            served_video.map(|_| v.clone()).into_iter().collect(),
+        ]
+        .concat()
+        .into(),
+    ];
     let elsewhere = generate_images(
         &loaded.model,
         &prompts[..1],

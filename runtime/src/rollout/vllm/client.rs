@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use tch::Tensor;
 
 use crate::data::image::ImageProcessorConfig;
+use crate::data::video::VideoProcessor;
 use crate::engine::batch::RowImages;
 use crate::model::vision::{MropeTokens, ProcessedImage, Vision};
 use crate::model::{Dtype, ModelConfig, SaveOptions, TorchKind};
@@ -19,7 +20,7 @@ use crate::rollout::engine::{
 use crate::rollout::{NewerWeights, PromptStream, RolloutError, SamplingParams};
 
 use super::server::{Launch, VllmServer};
-use super::{VllmError, VllmSpec, http, images};
+use super::{VllmError, VllmSpec, http, media};
 
 /// The vLLM rollout of one rank.
 pub struct VllmRollout {
@@ -45,33 +46,40 @@ pub struct VllmRollout {
     asleep: bool,
     /// The server runs while the trainer computes (see [`VllmRollout::share_cores`]).
     shares_cores: bool,
-    /// A vision-language policy's server and the model's vision tokens (see
+    /// A vision-language policy's server, the model's vision tokens and its tokenizer (see
     /// [`VllmRollout::serve_images`]).
-    vision: Option<(VisionServing, MropeTokens)>,
+    vision: Option<(VisionServing, MropeTokens, crate::tokenizer::Tokenizer)>,
 }
 
 /// What a vision-language policy's server reads beside its weights: vLLM's multimodal
-/// processor wants the tokenizer and the image processor's settings (it expands the
-/// placeholders from the images).
+/// processor wants the tokenizer and the image and video processors' settings (it expands the
+/// placeholders from the images and videos).
 #[derive(Debug, Clone)]
 pub struct VisionServing {
     /// The trainer's tokenizer (`tokenizer_path`), saved beside the weights.
     pub tokenizer_path: String,
     /// The image processor verlc prepared the images with.
     pub processor: ImageProcessorConfig,
+    /// The video processor verlc prepared the videos with.
+    pub video: VideoProcessor,
 }
 
 impl VisionServing {
-    pub fn new(tokenizer_path: String, processor: ImageProcessorConfig) -> Self {
+    pub fn new(
+        tokenizer_path: String,
+        processor: ImageProcessorConfig,
+        video: VideoProcessor,
+    ) -> Self {
         VisionServing {
             tokenizer_path,
             processor,
+            video,
         }
     }
 }
 
 /// Where one prompt's requests go: `/v1/completions` (text only), or vLLM's token-in/token-out
-/// endpoint with the prompt's images ([`images`]), whose sampling fields are nested.
+/// endpoint with the prompt's images and videos ([`media`]), whose sampling fields are nested.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Endpoint {
     Completions,
@@ -82,7 +90,7 @@ impl Endpoint {
     fn path(self) -> &'static str {
         match self {
             Endpoint::Completions => "/v1/completions",
-            Endpoint::Generate => images::GENERATE_PATH,
+            Endpoint::Generate => media::GENERATE_PATH,
         }
     }
 
@@ -176,18 +184,21 @@ impl VllmRollout {
         }
     }
 
-    /// The policy is a vision-language model whose prompts carry images: its server gets the
-    /// whole model, the tokenizer and the image processor's settings, and serves the
-    /// token-in/token-out endpoint ([`images`]). Errors when the model has no vision tokens.
+    /// The policy is a vision-language model whose prompts carry images and videos: its server
+    /// gets the whole model, the tokenizer and the processors' settings, and serves the
+    /// token-in/token-out endpoint ([`media`]). Errors when the model has no vision tokens or
+    /// the tokenizer does not load.
     pub fn serve_images(&mut self, vision: VisionServing) -> Result<(), VllmError> {
         let tokens = Vision::tokens_of(&self.config).map_err(VllmError::Model)?;
-        self.vision = Some((vision, tokens));
+        let tok = crate::tokenizer::Tokenizer::from_pretrained(&vision.tokenizer_path)
+            .map_err(|e| VllmError::Model(format!("the vision-language tokenizer: {e}")))?;
+        self.vision = Some((vision, tokens, tok));
         Ok(())
     }
 
     /// The model's vision tokens when its prompts carry images.
     pub fn vision_tokens(&self) -> Option<&MropeTokens> {
-        self.vision.as_ref().map(|(_, tokens)| tokens)
+        self.vision.as_ref().map(|(_, tokens, _)| tokens)
     }
 
     /// The server generates while the trainer computes (the asynchronous modes' rollout
@@ -383,16 +394,18 @@ impl VllmRollout {
         };
         crate::model::save::save_named(params, &config, arch, &self.dir, &opts)
             .map_err(|e| VllmError::Model(format!("writing the weights for vLLM: {e}")))?;
-        if let Some((vision, _)) = &self.vision
+        if let Some((vision, _, tok)) = &self.vision
             && !self.dir.join("preprocessor_config.json").is_file()
         {
             let failed = |e: String| {
                 VllmError::Model(format!("writing the vision-language server's files: {e}"))
             };
-            crate::tokenizer::Tokenizer::from_pretrained(&vision.tokenizer_path)
-                .and_then(|t| t.save(&self.dir))
-                .map_err(|e| failed(e.to_string()))?;
+            tok.save(&self.dir).map_err(|e| failed(e.to_string()))?;
             vision.processor.save(&self.dir, None).map_err(failed)?;
+            vision
+                .video
+                .save(&self.dir, &vision.processor)
+                .map_err(failed)?;
         }
         Ok(())
     }
@@ -535,9 +548,7 @@ impl VllmRollout {
         let (answers, synced) = std::thread::scope(|scope| {
             let handles: Vec<_> = requests
                 .iter()
-                .map(|(endpoint, body)| {
-                    scope.spawn(move || self.complete(addr, *endpoint, body, asked, current))
-                })
+                .map(|request| scope.spawn(move || self.complete(addr, request, asked, current)))
                 .collect();
             let synced = match weights {
                 Some(weights) => self.sync_while(addr, &handles, weights, current),
@@ -575,8 +586,8 @@ impl VllmRollout {
         Ok(out)
     }
 
-    /// Each prompt's endpoint and request body: text prompts go to `/v1/completions`, prompts
-    /// with images to the endpoint that takes them ([`images`]).
+    /// Each prompt's request: text prompts go to `/v1/completions`, prompts with images or
+    /// videos to the endpoint that takes them ([`media`]).
     fn requests(
         &self,
         prompts: &[Vec<i64>],
@@ -584,7 +595,7 @@ impl VllmRollout {
         streams: &[PromptStream],
         params: &SamplingParams,
         stop: &StopTokens,
-    ) -> Result<Vec<(Endpoint, Value)>, RolloutError> {
+    ) -> Result<Vec<Request>, RolloutError> {
         if !images.is_empty() && images.len() != prompts.len() {
             return Err(RolloutError::Batch(format!(
                 "images for {} prompts, {} prompts",
@@ -599,20 +610,28 @@ impl VllmRollout {
             .map(|(i, (prompt, stream))| {
                 let body = request_body(prompt, stream, params, stop);
                 let Some(row) = images.get(i).filter(|row| !row.is_empty()) else {
-                    return Ok((Endpoint::Completions, body));
+                    return Ok(Request {
+                        endpoint: Endpoint::Completions,
+                        body,
+                        expanded: None,
+                    });
                 };
-                let Some((vision, tokens)) = &self.vision else {
+                let Some((vision, tokens, tok)) = &self.vision else {
                     return Err(RolloutError::Batch(
                         "prompts with images need the vLLM server of a vision-language model"
                             .into(),
                     ));
                 };
-                let parts = images::content_parts(row, &vision.processor)
-                    .map_err(|e| RolloutError::Batch(format!("prompt {i}: {e}")))?;
-                Ok((
-                    Endpoint::Generate,
-                    images::generate_body(&body, tokens.image_token_id, parts),
-                ))
+                let failed = |e: String| RolloutError::Batch(format!("prompt {i}: {e}"));
+                let parts = media::content_parts(row, &vision.processor, tokens.timestamped_videos)
+                    .map_err(failed)?;
+                let collapsed =
+                    media::collapsed_prompt(prompt, row, tokens, tok).map_err(failed)?;
+                Ok(Request {
+                    endpoint: Endpoint::Generate,
+                    body: media::generate_body(&body, collapsed, parts),
+                    expanded: Some(prompt.clone()),
+                })
             })
             .collect()
     }
@@ -677,21 +696,31 @@ impl VllmRollout {
     fn complete(
         &self,
         addr: SocketAddr,
-        endpoint: Endpoint,
-        body: &Value,
+        request: &Request,
         asked: usize,
         current: &std::sync::atomic::AtomicU64,
     ) -> Result<Vec<Sample>, VllmError> {
+        let endpoint = request.endpoint;
         let path = endpoint.path();
-        let send = |b: &Value| {
-            let answer = http::request(addr, "POST", path, Some(b), self.request_timeout);
-            self.answer(path, answer)
-        };
         let protocol = |msg: String| VllmError::Protocol {
             path: path.into(),
             msg: format!("the completion is not what verlc expects: {msg}"),
         };
-        let mut body = body.clone();
+        // `so_far`: the tokens a resumed sample already has, after the prompt.
+        let send = |b: &Value, so_far: &[i64]| {
+            let answer = http::request(addr, "POST", path, Some(b), self.request_timeout);
+            let answer = self.answer(path, answer)?;
+            if let Some(expanded) = &request.expanded {
+                media::check_expanded(&answer, &[expanded.as_slice(), so_far].concat()).map_err(
+                    |msg| VllmError::Protocol {
+                        path: path.into(),
+                        msg,
+                    },
+                )?;
+            }
+            Ok::<_, VllmError>(answer)
+        };
+        let mut body = request.body.clone();
         let prompt: Vec<i64> = body[endpoint.prompt_key()]
             .as_array()
             .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
@@ -707,7 +736,7 @@ impl VllmRollout {
         // which weights made it).
         let version = |v: u64| (v != VERSION_TOLD_LATER).then_some(v);
         let sent_at = version(current.load(std::sync::atomic::Ordering::SeqCst));
-        let answer = send(&body)?;
+        let answer = send(&body, &[])?;
         let answered_at = version(current.load(std::sync::atomic::Ordering::SeqCst));
         for (j, mut choice) in endpoint
             .parse(&answer, asked)
@@ -731,7 +760,7 @@ impl VllmRollout {
                 sampling["seed"] =
                     json!(Rng::derive(seed, (j as u64) << 32 | resumes).next_u64() >> 1);
                 let more = endpoint
-                    .parse(&send(&again)?, 1)
+                    .parse(&send(&again, &choice.tokens)?, 1)
                     .map_err(protocol)?
                     .pop()
                     .ok_or_else(|| protocol("no choice".into()))?;
@@ -763,6 +792,15 @@ pub struct MidBatchWeights<'a> {
 /// The `versions.last` of a row resumed on a rank that does not own the server: a later
 /// version than the batch began with, which the rank learns when the batch ends.
 pub const VERSION_TOLD_LATER: u64 = u64::MAX;
+
+/// One prompt's request: its endpoint and body, and, for the endpoint that expands images
+/// and videos, the prompt's ids as verlc expanded them (the server's expansion must equal
+/// them).
+struct Request {
+    endpoint: Endpoint,
+    body: Value,
+    expanded: Option<Vec<i64>>,
+}
 
 /// One generated sample: its tokens and log-probs, and the versions that may have made them
 /// (`None`: the batch's first).

@@ -2,8 +2,8 @@
 //! OpenAI-compatible server as a child process ([`server`]), hands it the policy's weights
 //! after every update (safetensors in shared memory + `reload_weights` + a prefix-cache
 //! reset), and generates through `/v1/completions` with token ids in and out ([`client`]);
-//! a vision-language policy's prompts go with their images to vLLM's token-in/token-out
-//! endpoint ([`images`]).
+//! a vision-language policy's prompts go to vLLM's token-in/token-out
+//! endpoint with their images and videos ([`media`]).
 //!
 //! One server serves the whole run: the main rank starts it and writes the weights, the other
 //! ranks learn its address by broadcast and send their own prompts, which vLLM batches
@@ -13,7 +13,7 @@
 
 pub mod client;
 pub mod http;
-pub mod images;
+pub mod media;
 pub mod reaper;
 pub mod server;
 
@@ -97,7 +97,7 @@ pub fn default_python() -> String {
 pub struct ServedModel {
     /// It has linear-attention layers (Qwen3.5, Qwen3-Next).
     pub hybrid: bool,
-    /// Its prompts carry images (see [`images`]).
+    /// Its prompts carry images and videos (see [`media`]).
     pub multimodal: bool,
 }
 

@@ -41,7 +41,9 @@ pub struct Launch {
 /// decisions endpoint (`/v1/systemone`, which verlc never calls) at start-up for Qwen3.5's
 /// image-text architectures and catches only a ValueError there; a tokenizer that cannot spell
 /// its labels (a tiny test model's) raises an IndexError and would end the server, so any
-/// error there turns the endpoint off instead.
+/// error there turns the endpoint off instead. And one media type of verlc's own
+/// ([`super::media::VIDEO_FRAMES_TYPE`]): a video's frames with the metadata vLLM's processor
+/// takes (its frame-list type, `video/jpeg`, takes no per-video times).
 pub const WATCHDOG: &str = "\
 import os, signal, sys, threading
 def _watch():
@@ -62,6 +64,26 @@ try:
             print('verlc: /v1/systemone is off:', repr(e), file=sys.stderr)
             state.serving_structured_decisions = None
     _decisions.init_structured_decisions_state = _guarded_decisions
+except ImportError:
+    pass
+try:
+    import base64 as _b64, json as _json
+    import numpy as _np
+    from vllm.multimodal.media import video as _video_io
+    _load_video = _video_io.VideoMediaIO.load_base64
+    def _verlc_frames(self, media_type, data):
+        if media_type.lower() != 'video/x-verlc-frames':
+            return _load_video(self, media_type, data)
+        head, _, body = data.partition(',')
+        meta = _json.loads(_b64.b64decode(head))
+        if meta.pop('encoding') == 'f32':
+            array = _np.frombuffer(_b64.b64decode(body), dtype='<f4').reshape(meta.pop('shape')).copy()
+        else:
+            array = _np.stack([_np.asarray(self.image_io.load_base64('image/png', f)) for f in body.split(',')])
+        meta.update(video_backend='verlc', do_sample_frames=False)
+        meta['duration'] = meta['total_num_frames'] / meta['fps']
+        return _video_io.MediaWithBytes((array, meta), data.encode())
+    _video_io.VideoMediaIO.load_base64 = _verlc_frames
 except ImportError:
     pass
 import runpy
