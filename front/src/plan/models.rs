@@ -436,7 +436,7 @@ fn decoder_problems(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, Stri
         // A layout the family cannot train in, else what a vision-language model cannot do,
         // else adapters verlc cannot place as PEFT does.
         let vision = |model_type: &str| {
-            vision_problem(spec, key, path, model_type)
+            vision_problem(spec, key, path, model_type, env)
                 .or_else(|| lora_problem(spec, key, path, model_type))
         };
         let why = match locate(path, None, env) {
@@ -519,18 +519,44 @@ fn text_prompt_limits(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, St
 /// this run: verlc trains one on FSDP (one process or several, Ulysses too) or Megatron (the
 /// tower whole on the first pipeline stage), with the built-in or the vLLM rollout generating
 /// single turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, from
-/// data files or a Python dataset class, without a critic. A Qwen3.5 checkpoint (an image-text family on a text family's layers) trains on text
-/// prompts beside a critic ([`text_prompts_only`]).
-fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) -> Option<String> {
+/// data files or a Python dataset class, beside a vision-language critic on FSDP (verl's
+/// critic reads the actor's images: TRL's value head over the image-text model). A Qwen3.5
+/// checkpoint (an image-text family on a text family's layers) trains on text prompts beside a
+/// critic ([`text_prompts_only`]).
+fn vision_problem(
+    spec: &TrainerSpec,
+    key: &str,
+    model: &str,
+    model_type: &str,
+    env: &HubEnv,
+) -> Option<String> {
     let row = verlc_spec::families::of_checkpoint(model_type).filter(|r| r.vision.is_some())?;
     if text_prompts_only(spec, key, model_type).is_some() {
         return None;
     }
+    let critic_on_megatron = matches!(
+        role_engine(spec, "critic.model.path"),
+        Some(verlc_spec::trainer::EngineSpec::Megatron(_))
+    );
+    let critic_sees = |path: &str| {
+        model_type_of(path, env)
+            .and_then(|t| verlc_spec::families::of_checkpoint(&t))
+            .is_some_and(|r| r.vision.is_some())
+    };
     let why = if key == "critic.model.path" {
-        "as a critic (it has no value head)"
-    } else if spec.critic.is_some() {
+        if !critic_on_megatron {
+            return None;
+        }
+        "as a critic on the Megatron strategy (its value model with the tower runs on FSDP)"
+    } else if spec
+        .critic
+        .as_ref()
+        .is_some_and(|c| !critic_sees(&c.model_path))
+    {
         // verl's critic reads the actor's images as well; a text critic cannot.
-        "with a critic"
+        "beside a text-only critic (verl's critic reads the actor's images too; a text model would run blind to them: give `critic.model.path` a vision-language model)"
+    } else if spec.critic.is_some() && critic_on_megatron {
+        "with a critic on the Megatron strategy (its value model with the tower runs on FSDP)"
     } else if spec
         .rollout
         .multi_turn
@@ -543,7 +569,7 @@ fn vision_problem(spec: &TrainerSpec, key: &str, model: &str, model_type: &str) 
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in or the vLLM rollout (single turns or verl's tool agent loop), on full weights or LoRA, from data files or a Python dataset class: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in or the vLLM rollout (single turns or verl's tool agent loop), on full weights or LoRA, from data files or a Python dataset class, beside a vision-language critic on FSDP: training it {why} is not implemented yet",
         row.name
     ))
 }

@@ -2121,8 +2121,9 @@ fn expert_degrees_warn_only_for_a_dense_model() {
 }
 
 /// `verlc smoke`'s stand-in (`builtin://scaled?from=DIR`) is checked at build as a model of
-/// DIR's family: a Qwen2.5-VL stand-in with a critic is refused there, as the checkpoint
-/// itself would be, not at the trainer's start; on FSDP (LoRA and Ulysses too) and on
+/// DIR's family: a Qwen2.5-VL stand-in with a text-only critic, or with a vision-language
+/// critic on Megatron, is refused there, as the checkpoint itself would be, not at the
+/// trainer's start; on FSDP (LoRA and Ulysses too, beside a vision-language critic) and on
 /// Megatron (its rollout at the actor's tensor-parallel size or another) it is not refused.
 #[test]
 fn a_scaled_stand_in_is_checked_as_its_sources_family() {
@@ -2147,11 +2148,17 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         "trainer.n_gpus_per_node=2",
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
     ];
-    // A critic is refused at the actor's model (verl's critic reads the images too).
+    // A text-only critic is refused at the actor's model (verl's critic reads the images
+    // too); a vision-language critic trains beside it on FSDP, not on Megatron.
     let critic = [
         model.as_str(),
         "algorithm.adv_estimator=gae",
         "critic.model.path='builtin://tiny'",
+    ];
+    let vl_critic = [
+        model.as_str(),
+        "algorithm.adv_estimator=gae",
+        "critic.model.path='builtin://tiny?arch=qwen2_5_vl'",
     ];
     let tp2 = |rollout: &'static str| {
         [
@@ -2171,6 +2178,8 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         (BASE.to_owned(), &lora_ulysses[..1], false),
         (BASE.to_owned(), &lora_ulysses[..], false),
         (BASE.to_owned(), &critic[..], true),
+        (BASE.to_owned(), &vl_critic[..], false),
+        (megatron_fp32(), &vl_critic[..], true),
     ] {
         let c = case(&yaml, overrides);
         let problems = models::model_problems(&c.lowered.plan.spec, &env);
@@ -2188,8 +2197,8 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
 /// warning at the model's key; with the vLLM rollout its prompts' images go to the server, on
 /// CPU where vLLM's Gated DeltaNet kernel serves it (bfloat16, key heads of 128; B018 at the
 /// rollout's name otherwise, as for the text model); a Qwen2.5-VL checkpoint trains with the
-/// vLLM rollout and is refused beside a critic (B018); with the built-in rollout neither is
-/// limited.
+/// vLLM rollout and beside a vision-language critic, and is refused beside a text-only critic
+/// (B018: it would not see the images); with the built-in rollout neither is limited.
 #[test]
 fn image_text_models_with_vllm_or_a_critic_train_on_text_or_are_refused() {
     use crate::codes::{BUILD_TEXT_PROMPTS_ONLY, BUILD_UNSUPPORTED_SETTING};
@@ -2206,6 +2215,10 @@ fn image_text_models_with_vllm_or_a_critic_train_on_text_or_are_refused() {
     let critic: &[&str] = &[
         "algorithm.adv_estimator=gae",
         "critic.model.path='builtin://tiny'",
+    ];
+    let vl_critic: &[&str] = &[
+        "algorithm.adv_estimator=gae",
+        "critic.model.path='builtin://tiny?arch=qwen2_5_vl'",
     ];
     let served = "qwen3_5_vl&hidden=256&heads=2";
     for (arch, extra, want, says) in [
@@ -2239,8 +2252,9 @@ fn image_text_models_with_vllm_or_a_critic_train_on_text_or_are_refused() {
             "qwen2_5_vl",
             critic,
             Some(BUILD_UNSUPPORTED_SETTING),
-            "with a critic",
+            "beside a text-only critic",
         ),
+        ("qwen2_5_vl", vl_critic, None, ""),
         ("qwen3_5_vl", &[], None, ""),
         // The text model's layers are the same.
         (

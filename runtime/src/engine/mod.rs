@@ -323,18 +323,7 @@ impl Head for CausalLm {
     }
 
     fn input_embeds(&self, batch: &Batch) -> Result<Option<InputEmbeds>> {
-        match &self.vision {
-            Some(vision) if !batch.images().is_empty() => {
-                let (t, r) = lengths(batch)?;
-                Ok(Some(vision.embed(
-                    &self.model,
-                    batch.get("input_ids")?,
-                    t - r,
-                    &batch.all_images(),
-                )?))
-            }
-            _ => Ok(None),
-        }
+        vision_embeds(self.vision.as_ref(), &self.model, batch)
     }
 }
 
@@ -349,7 +338,10 @@ impl Head for ValueModel {
 
     fn forward(&self, batch: &Batch, _opts: &ForwardOptions) -> Result<Tensor> {
         let (seq, r) = sequences(batch)?;
-        Ok(self.response_values(seq.input_ids, seq.position_ids, seq.attention_mask, r))
+        Ok(match self.input_embeds(batch)? {
+            Some(x) => self.response_values_embeds(x, seq.position_ids, seq.attention_mask, r),
+            None => self.response_values(seq.input_ids, seq.position_ids, seq.attention_mask, r),
+        })
     }
 
     fn architecture(cfg: &ModelConfig) -> Result<&'static str, String> {
@@ -381,6 +373,31 @@ impl Head for ValueModel {
 
     fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    fn input_embeds(&self, batch: &Batch) -> Result<Option<InputEmbeds>> {
+        vision_embeds(self.vision.as_ref(), &self.model, batch)
+    }
+}
+
+/// The input embeddings of `batch` when its rows carry images and the model has a `vision`
+/// tower (the actor's and the critic's alike).
+fn vision_embeds(
+    vision: Option<&crate::model::vision::Vision>,
+    model: &Model,
+    batch: &Batch,
+) -> Result<Option<InputEmbeds>> {
+    match vision {
+        Some(vision) if !batch.images().is_empty() => {
+            let (t, r) = lengths(batch)?;
+            Ok(Some(vision.embed(
+                model,
+                batch.get("input_ids")?,
+                t - r,
+                &batch.all_images(),
+            )?))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -84,18 +84,25 @@ pub struct ValueModel {
     pub model: Model,
     score: Linear,
     pub config: ModelConfig,
+    /// A vision-language model's vision tower (`visual.*`): verl's critic on such a model
+    /// (TRL's value head over the image-text model) reads the rows' images as the actor does.
+    pub vision: Option<super::vision::Vision>,
 }
 
 impl ValueModel {
-    /// Registers `model.*` and `score.{weight,bias}` under `root`.
+    /// Registers `model.*`, `score.{weight,bias}` and a vision-language model's tower
+    /// (`visual.*`) under `root`.
     pub fn new(cfg: &ModelConfig, root: Path) -> Result<Self, String> {
         cfg.validate()?;
         let model = Model::new(cfg, &root / "model")?;
         let score = Linear::new(&root / "score", cfg.hidden_size, 1, true);
+        let adapters = super::layers::Adapters::of(cfg.lora.as_ref(), model.adapter_switch(), true);
+        let vision = super::vision::Vision::from_config(cfg, &root, adapters)?;
         Ok(ValueModel {
             model,
             score,
             config: cfg.clone(),
+            vision,
         })
     }
 
@@ -132,6 +139,29 @@ impl ValueModel {
         let total = input_ids.size()[1];
         let hidden = self.model.forward_window(
             input_ids,
+            position_ids,
+            attention_mask,
+            total - response_len - 1,
+            response_len,
+        );
+        self.score
+            .forward(&hidden)
+            .squeeze_dim(-1)
+            .to_kind(Kind::Float)
+    }
+
+    /// [`ValueModel::response_values`] of input embeddings `x` (a vision-language model's,
+    /// the tower's embeddings in the placeholders).
+    pub fn response_values_embeds(
+        &self,
+        x: super::vision::InputEmbeds,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+        response_len: i64,
+    ) -> Tensor {
+        let total = x.x.size()[1];
+        let hidden = self.model.forward_window_embeds(
+            x,
             position_ids,
             attention_mask,
             total - response_len - 1,

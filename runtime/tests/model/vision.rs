@@ -537,6 +537,104 @@ fn matches_the_oracle_model(dir: &std::path::Path, file: &str) {
     assert!(checked > 40, "{checked} parameters");
 }
 
+/// verl's critic on Qwen2.5-VL (TRL's value head over transformers 4.57's
+/// `Qwen2_5_VLForConditionalGeneration`, dropout off as verl sets it): the values of the
+/// image batch at every real token, and the gradient of their sum for every parameter, vision
+/// tower and value head included.
+#[test]
+fn qwen2_5_vl_critic_values_and_gradients_match_a_value_head_over_transformers() {
+    use verlc_runtime::model::{ModelConfig, ValueModel};
+    tch::set_num_threads(1);
+    let dir = oracle_dir();
+    let cfg = ModelConfig::from_file(&dir.join("checkpoint").join("config.json")).expect("config");
+    let tensors: HashMap<String, Tensor> =
+        Tensor::read_safetensors(dir.join("qwen2_5_vl_model.safetensors"))
+            .expect("oracle tensors")
+            .into_iter()
+            .collect();
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let critic = ValueModel::new(&cfg, vs.root()).expect("critic");
+    tch::no_grad(|| {
+        for (name, mut var) in vs.variables() {
+            let w = tensors
+                .get(&name)
+                .unwrap_or_else(|| panic!("no {name} in the oracle"));
+            var.copy_(w);
+        }
+    });
+    let grids: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grids");
+    let grids: Vec<[i64; 3]> = grids.iter().map(|g| [g[0], g[1], g[2]]).collect();
+    let mask = &tensors["input.attention_mask"];
+    let values = critic
+        .forward_pixels(
+            &tensors["input.input_ids"],
+            mask,
+            &tensors["input.pixel_values"],
+            &grids,
+        )
+        .expect("values");
+    let real = mask.to_kind(Kind::Float);
+    let d = max_diff(&(&values * &real), &(&tensors["output.values"] * &real));
+    assert!(
+        d < 1e-4,
+        "values differ from the value head's over transformers by {d}"
+    );
+    // The critic's engines see the same values at the response window (the last `r` tokens
+    // as responses), padded and packed, the images in the prompt's placeholders.
+    {
+        use verlc_runtime::engine::{Batch, ForwardOptions, Head};
+        let ids = &tensors["input.input_ids"];
+        let (t, r) = (ids.size()[1], 4);
+        let vision = critic.vision.as_ref().expect("a vision tower");
+        let (pos, _) = vision.positions(ids, mask, &grids).expect("positions");
+        let rows: Vec<verlc_runtime::engine::batch::RowImages> = (0..grids.len())
+            .map(|k| {
+                let start: i64 = grids[..k].iter().map(|g| g.iter().product::<i64>()).sum();
+                let n: i64 = grids[k].iter().product();
+                let pixels = tensors["input.pixel_values"]
+                    .narrow(0, start, n)
+                    .contiguous()
+                    .view([-1]);
+                vec![verlc_runtime::model::vision::ProcessedImage {
+                    pixel_values: Vec::try_from(&pixels).expect("pixels"),
+                    grid_thw: grids[k],
+                    seconds_per_grid: None,
+                    timestamps: Vec::new(),
+                }]
+                .into()
+            })
+            .collect();
+        let mut batch = Batch::new()
+            .with("input_ids", ids.shallow_clone())
+            .and_then(|b| b.with("attention_mask", mask.shallow_clone()))
+            .and_then(|b| b.with("position_ids", pos))
+            .and_then(|b| b.with("responses", ids.narrow(1, t - r, r)))
+            .expect("batch");
+        batch.set_images(rows).expect("images");
+        let want = values.narrow(1, t - r - 1, r);
+        let opts = ForwardOptions::default();
+        let padded = tch::no_grad(|| Head::forward(&critic, &batch, &opts)).expect("padded");
+        let packed = tch::no_grad(|| critic.forward_packed(&batch, &opts)).expect("packed");
+        for (what, got) in [("padded", padded), ("packed", packed)] {
+            let d = max_diff(&got, &want);
+            assert!(d < 1e-4, "{what} engine values differ by {d}");
+        }
+    }
+    (values * real).sum(Kind::Float).backward();
+    let mut checked = 0;
+    for (name, var) in vs.variables() {
+        let want = &tensors[&format!("vgrad.{name}")];
+        let scale = want.abs().max().double_value(&[]).max(1e-3);
+        let d = max_diff(&var.grad(), want);
+        assert!(
+            d < 1e-4 * scale.max(1.0),
+            "{name}: gradient differs by {d} (scale {scale})"
+        );
+        checked += usize::from(name.starts_with("visual.") || name.starts_with("score."));
+    }
+    assert!(checked > 10, "{checked} tower and head parameters");
+}
+
 /// Qwen3-VL against transformers 4.57's `Qwen3VLForConditionalGeneration` (a seeded tiny
 /// model: a three-block tower with DeepStack features after blocks 0 and 1, a three-layer
 /// Qwen3 text model under interleaved M-RoPE): the tower's embeddings and DeepStack features of

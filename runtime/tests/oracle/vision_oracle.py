@@ -221,6 +221,29 @@ def qwen2_5_vl_model(out):
     video_batch(tensors, model, [real0, real1], (image, video), (i_grids, i_pixels), (v_grids, v_pixels),
                 second_per_grid_ts=torch.tensor(v_seconds))
     tensors["video.second_per_grid_ts"] = torch.tensor(v_seconds, dtype=torch.float64)
+    # verl's critic on this model: TRL's value head (a linear layer on the last hidden state;
+    # verl turns its dropout off) over the image-text model. The values of the image batch and
+    # the gradient of their sum over real tokens for every parameter (`vgrad.*`).
+    v_head = torch.nn.Linear(64, 1)
+    with torch.no_grad():
+        v_head.weight.copy_(torch.randn_like(v_head.weight) * 0.1)
+        v_head.bias.fill_(0.05)
+    model.zero_grad()
+    hidden = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=torch.tensor(grids),
+                   output_hidden_states=True, **mm).hidden_states[-1]
+    values = v_head(hidden).squeeze(-1)
+    (values * mask).sum().backward()
+    for k, p in list(model.named_parameters()) + [("score.weight", v_head.weight), ("score.bias", v_head.bias)]:
+        if p.grad is None:  # the language-model head: no value reads it
+            continue
+        if k.startswith("model.language_model."):
+            k = "model." + k[len("model.language_model."):]
+        elif k.startswith("model.visual."):
+            k = "visual." + k[len("model.visual."):]
+        tensors[f"vgrad.{k}"] = p.grad.detach().contiguous()
+    tensors["score.weight"] = v_head.weight.detach().contiguous()
+    tensors["score.bias"] = v_head.bias.detach().contiguous()
+    tensors["output.values"] = values.detach().contiguous()
     tensors["input.input_ids"] = ids
     tensors["input.attention_mask"] = mask
     tensors["input.pixel_values"] = pixels.contiguous()

@@ -273,9 +273,11 @@ fn fsdp_lora_two_ranks_match_one_process_and_resume_exactly() {
 }
 
 /// A vision-language model (the tiny Qwen2.5-VL reading `color_digits` pictures, its tower a
-/// unit of its own) with a KL loss to its reference on two FSDP ranks: every step matches one
-/// process (each rank's rows find their images again after the batch's gathers), and a run
-/// resumed from its step-2 checkpoint repeats step 3 exactly.
+/// unit of its own) with a KL loss to its reference and a vision-language critic (GAE: verl's
+/// critic on such a model reads the images too, a value head over the image-text model) on
+/// two FSDP ranks: every step matches one process (each rank's rows find their images again
+/// after the batch's gathers, for the actor and the critic), and a run resumed from its step-2
+/// checkpoint repeats step 3 exactly.
 #[test]
 fn fsdp_vision_language_two_ranks_match_one_process_and_resume_exactly() {
     let dir = scratch("dist_vision");
@@ -284,8 +286,16 @@ fn fsdp_vision_language_two_ranks_match_one_process_and_resume_exactly() {
         "data.train_files='builtin://color_digits?split=train&size=64&stripes=2'",
         "data.val_files='builtin://color_digits?split=test&size=8&stripes=2'",
         "actor_rollout_ref.actor.use_kl_loss=true",
+        "algorithm.adv_estimator=gae",
+        "critic.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'",
+        "critic.ppo_mini_batch_size=8",
+        "critic.ppo_micro_batch_size_per_gpu=2",
+        "critic.optim.lr=1e-3",
+        "+critic.model.fsdp_config.mixed_precision.param_dtype=fp32",
     ];
     let (job, ranks) = fsdp_on_two_ranks_as_on_one(&extra, &dir, "FSDP vision-language 2 ranks");
+    let values = crate::support::series(&ranks[0], "critic/values/mean");
+    assert!(values.len() == 3, "{values:?}");
     let s2 = step_dir(&dir.join("two").join("ckpt"), 2);
     assert!(
         s2.join("actor/huggingface/preprocessor_config.json")

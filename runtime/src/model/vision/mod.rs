@@ -558,6 +558,39 @@ impl MropeTokens {
     }
 }
 
+impl super::ValueModel {
+    /// Values `(B, T)` in f32 of a padded batch whose image placeholders take, in order, the
+    /// embeddings of `pixels` (patches of the images of `grids`), at the rows' M-RoPE
+    /// positions: the value head on the last hidden states of the image-text model, as verl's
+    /// critic on such a model computes them (TRL's value head, its dropout off).
+    pub fn forward_pixels(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<Tensor, VisionError> {
+        let vision = self.vision.as_ref().ok_or_else(|| {
+            VisionError::Text(format!(
+                "model_type `{}` has no vision tower",
+                self.config.model_type
+            ))
+        })?;
+        let (pos, _) = vision.positions(input_ids, attention_mask, grids)?;
+        let t = input_ids.size()[1];
+        let x = vision.embed_pixels(&self.model, input_ids, t, pixels, grids)?;
+        let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
+        let hidden = self
+            .model
+            .forward_embeds(x, (&cos, &sin), Some(attention_mask), None);
+        Ok(self
+            .score()
+            .forward(&hidden)
+            .squeeze_dim(-1)
+            .to_kind(Kind::Float))
+    }
+}
+
 impl super::CausalLm {
     /// The vision part, or an error for a text-only model given images.
     pub fn vision(&self) -> Result<&Vision, VisionError> {
