@@ -136,18 +136,8 @@ impl ValueModel {
         attention_mask: &Tensor,
         response_len: i64,
     ) -> Tensor {
-        let total = input_ids.size()[1];
-        let hidden = self.model.forward_window(
-            input_ids,
-            position_ids,
-            attention_mask,
-            total - response_len - 1,
-            response_len,
-        );
-        self.score
-            .forward(&hidden)
-            .squeeze_dim(-1)
-            .to_kind(Kind::Float)
+        let x = super::vision::InputEmbeds::tokens(self.model.embed(input_ids));
+        self.response_values_embeds(x, position_ids, attention_mask, response_len)
     }
 
     /// [`ValueModel::response_values`] of input embeddings `x` (a vision-language model's,

@@ -558,6 +558,19 @@ impl MropeTokens {
     }
 }
 
+/// A model's vision part, or an error naming a text-only model (`cfg`'s) given images.
+fn tower_of<'a>(
+    vision: Option<&'a Vision>,
+    cfg: &super::ModelConfig,
+) -> Result<&'a Vision, VisionError> {
+    vision.ok_or_else(|| {
+        VisionError::Text(format!(
+            "model_type `{}` has no vision tower",
+            cfg.model_type
+        ))
+    })
+}
+
 impl super::ValueModel {
     /// Values `(B, T)` in f32 of a padded batch whose image placeholders take, in order, the
     /// embeddings of `pixels` (patches of the images of `grids`), at the rows' M-RoPE
@@ -570,12 +583,7 @@ impl super::ValueModel {
         pixels: &Tensor,
         grids: &[[i64; 3]],
     ) -> Result<Tensor, VisionError> {
-        let vision = self.vision.as_ref().ok_or_else(|| {
-            VisionError::Text(format!(
-                "model_type `{}` has no vision tower",
-                self.config.model_type
-            ))
-        })?;
+        let vision = tower_of(self.vision.as_ref(), &self.config)?;
         let (pos, _) = vision.positions(input_ids, attention_mask, grids)?;
         let t = input_ids.size()[1];
         let x = vision.embed_pixels(&self.model, input_ids, t, pixels, grids)?;
@@ -594,12 +602,7 @@ impl super::ValueModel {
 impl super::CausalLm {
     /// The vision part, or an error for a text-only model given images.
     pub fn vision(&self) -> Result<&Vision, VisionError> {
-        self.vision.as_ref().ok_or_else(|| {
-            VisionError::Text(format!(
-                "model_type `{}` has no vision tower",
-                self.config.model_type
-            ))
-        })
+        tower_of(self.vision.as_ref(), &self.config)
     }
 
     /// Logits `(B, T, vocab)` of a padded batch (`attention_mask` 1 on real tokens) whose
