@@ -558,6 +558,24 @@ impl MropeTokens {
     }
 }
 
+impl Vision {
+    /// A padded batch's embeddings with the images of `grids` (patches `pixels`) in its
+    /// placeholders, its positions `(B, T, 3)` and each row's rope delta.
+    fn prefill(
+        &self,
+        model: &Model,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        pixels: &Tensor,
+        grids: &[[i64; 3]],
+    ) -> Result<(InputEmbeds, Tensor, Vec<i64>), VisionError> {
+        let (pos, deltas) = self.positions(input_ids, attention_mask, grids)?;
+        let t = input_ids.size()[1];
+        let x = self.embed_pixels(model, input_ids, t, pixels, grids)?;
+        Ok((x, pos, deltas))
+    }
+}
+
 /// A model's vision part, or an error naming a text-only model (`cfg`'s) given images.
 fn tower_of<'a>(
     vision: Option<&'a Vision>,
@@ -584,9 +602,7 @@ impl super::ValueModel {
         grids: &[[i64; 3]],
     ) -> Result<Tensor, VisionError> {
         let vision = tower_of(self.vision.as_ref(), &self.config)?;
-        let (pos, _) = vision.positions(input_ids, attention_mask, grids)?;
-        let t = input_ids.size()[1];
-        let x = vision.embed_pixels(&self.model, input_ids, t, pixels, grids)?;
+        let (x, pos, _) = vision.prefill(&self.model, input_ids, attention_mask, pixels, grids)?;
         let (cos, sin) = self.model.rotary().cos_sin(&pos, x.x.kind());
         let hidden = self
             .model
@@ -669,11 +685,8 @@ impl super::CausalLm {
         pixels: &Tensor,
         grids: &[[i64; 3]],
     ) -> Result<(InputEmbeds, Tensor, Vec<i64>), VisionError> {
-        let vision = self.vision()?;
-        let (pos, deltas) = vision.positions(input_ids, attention_mask, grids)?;
-        let t = input_ids.size()[1];
-        let x = vision.embed_pixels(&self.model, input_ids, t, pixels, grids)?;
-        Ok((x, pos, deltas))
+        self.vision()?
+            .prefill(&self.model, input_ids, attention_mask, pixels, grids)
     }
 
     /// Greedy decoding of `max_new_tokens` tokens after each row of a left-padded batch with
