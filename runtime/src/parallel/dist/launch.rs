@@ -198,12 +198,20 @@ impl Drop for LaunchedRanks {
     }
 }
 
-/// A TCP port that was free a moment ago on `addr` (the usual launcher race applies).
+/// A TCP port that was free a moment ago on `addr` and that no other process on this machine
+/// has chosen with this function while it runs.
 ///
 /// Chosen below Linux's ephemeral range (32768-60999 by default), as torchrun's 29500 is: a
 /// port the kernel picked with `bind(0)` is one it also hands out as the source port of
 /// outgoing connections, and Gloo's mesh makes many, so between choosing the port and the
 /// rendezvous server binding it another rank's connection could take it (EADDRINUSE).
+///
+/// Between the choice and the bind another launcher can choose the same port (two test
+/// binaries side by side did: one job's rank 0 found its port taken, the other's ranks met
+/// strangers and waited two minutes). Each chosen port is therefore claimed with an advisory
+/// lock on a file named after it (`verlc-ports/` in the temporary directory), held until this
+/// process ends (the kernel drops it then, whatever the exit); a port another process holds is
+/// skipped.
 pub fn free_port(addr: &str) -> std::io::Result<u16> {
     const LOW: u32 = 20_000;
     const SPAN: u32 = 12_000;
@@ -216,10 +224,60 @@ pub fn free_port(addr: &str) -> std::io::Result<u16> {
     let seed = nanos ^ std::process::id().wrapping_mul(2_654_435_761) ^ call.wrapping_mul(40_503);
     for i in 0..64 {
         let port = (LOW + (seed.wrapping_add(i * 7_919)) % SPAN) as u16;
-        if TcpListener::bind((addr, port)).is_ok() {
+        if claim(port) && TcpListener::bind((addr, port)).is_ok() {
             return Ok(port);
         }
     }
     let l = TcpListener::bind((addr, 0))?;
     Ok(l.local_addr()?.port())
+}
+
+/// Whether this process holds (or now takes) the lock of `port`'s claim file. Without a
+/// writable temporary directory nothing is claimed and every port counts as free.
+fn claim(port: u16) -> bool {
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("verlc-ports");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return true;
+    }
+    let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+    else {
+        return true;
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            if let Ok(mut held) = HELD.lock() {
+                held.push(file);
+            }
+            true
+        }
+        // Ours already (a lock on another handle of this process conflicts too) or another's.
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chosen port stays claimed: this process does not choose it again, and its claim file
+    /// is locked (another process's `free_port` skips it).
+    #[test]
+    fn a_chosen_port_is_claimed_until_the_process_ends() {
+        let a = free_port("127.0.0.1").unwrap();
+        let b = free_port("127.0.0.1").unwrap();
+        assert_ne!(a, b);
+        assert!(!claim(a), "port {a} is held");
+        let file =
+            std::fs::File::open(std::env::temp_dir().join("verlc-ports").join(a.to_string()))
+                .unwrap();
+        assert!(
+            file.try_lock_shared().is_err(),
+            "the claim file of {a} is locked"
+        );
+    }
 }
