@@ -407,9 +407,27 @@ impl ImageProcessorConfig {
                 .map(|_| ())
                 .map_err(|e| format!("{}: {e}", out.display()));
         }
-        let doc = serde_json::json!({
-            "image_processor_type": "Qwen2VLImageProcessor",
-            "processor_class": "Qwen2_5_VLProcessor",
+        let mut doc = self.processor_fields();
+        doc.extend([
+            (
+                "image_processor_type".into(),
+                serde_json::json!("Qwen2VLImageProcessor"),
+            ),
+            (
+                "processor_class".into(),
+                serde_json::json!("Qwen2_5_VLProcessor"),
+            ),
+            ("min_pixels".into(), serde_json::json!(self.min_pixels)),
+            ("max_pixels".into(), serde_json::json!(self.max_pixels)),
+        ]);
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))
+    }
+
+    /// What transformers' Qwen-VL image and video processors read alike: the resize,
+    /// rescale and normalisation settings and the patch sizes.
+    pub(crate) fn processor_fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        let serde_json::Value::Object(fields) = serde_json::json!({
             "do_resize": true,
             "do_rescale": true,
             "rescale_factor": 1.0 / 255.0,
@@ -419,13 +437,12 @@ impl ImageProcessorConfig {
             "patch_size": self.patch_size,
             "temporal_patch_size": self.temporal_patch_size,
             "merge_size": self.merge_size,
-            "min_pixels": self.min_pixels,
-            "max_pixels": self.max_pixels,
             "image_mean": self.image_mean,
             "image_std": self.image_std,
-        });
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-        std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))
+        }) else {
+            return serde_json::Map::new();
+        };
+        fields
     }
 
     /// Values per patch (`3 × temporal_patch_size × patch_size²`).

@@ -110,39 +110,37 @@ impl VideoProcessor {
     /// with `cfg`'s patches and normalisation: for a server whose processor must prepare
     /// verlc's frames as verlc did (the vLLM rollout). Frames come already sampled.
     pub fn save(self, dir: &std::path::Path, cfg: &ImageProcessorConfig) -> Result<(), String> {
-        let factor = cfg.patch_size * cfg.merge_size;
-        let (class, min_pixels, max_pixels) = match self {
-            VideoProcessor::Qwen2Vl => (
-                "Qwen2VLVideoProcessor",
-                128 * factor * factor,
-                768 * factor * factor,
-            ),
-            VideoProcessor::Qwen3Vl {
-                min_pixels,
-                max_pixels,
-            } => ("Qwen3VLVideoProcessor", min_pixels, max_pixels),
+        let (min_pixels, max_pixels) = self.bounds(cfg.patch_size * cfg.merge_size);
+        let class = match self {
+            VideoProcessor::Qwen2Vl => "Qwen2VLVideoProcessor",
+            VideoProcessor::Qwen3Vl { .. } => "Qwen3VLVideoProcessor",
         };
-        let doc = serde_json::json!({
-            "video_processor_type": class,
-            "size": {"shortest_edge": min_pixels, "longest_edge": max_pixels},
-            "min_pixels": min_pixels,
-            "max_pixels": max_pixels,
-            "patch_size": cfg.patch_size,
-            "temporal_patch_size": cfg.temporal_patch_size,
-            "merge_size": cfg.merge_size,
-            "image_mean": cfg.image_mean,
-            "image_std": cfg.image_std,
-            "do_resize": true,
-            "resample": 3,
-            "do_rescale": true,
-            "rescale_factor": 1.0 / 255.0,
-            "do_normalize": true,
-            "do_convert_rgb": true,
-            "do_sample_frames": false,
-        });
+        let mut doc = cfg.processor_fields();
+        doc.extend([
+            ("video_processor_type".into(), serde_json::json!(class)),
+            (
+                "size".into(),
+                serde_json::json!({"shortest_edge": min_pixels, "longest_edge": max_pixels}),
+            ),
+            ("min_pixels".into(), serde_json::json!(min_pixels)),
+            ("max_pixels".into(), serde_json::json!(max_pixels)),
+            ("do_sample_frames".into(), serde_json::json!(false)),
+        ]);
         let out = dir.join("video_preprocessor_config.json");
         let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
         std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))
+    }
+
+    /// The pixel bounds the processor resizes within (`factor`: pixels per merged patch side):
+    /// Qwen2.5-VL's of each frame, 128 to 768 merged patches; Qwen3-VL's of the whole video.
+    fn bounds(self, factor: usize) -> (usize, usize) {
+        match self {
+            VideoProcessor::Qwen2Vl => (128 * factor * factor, 768 * factor * factor),
+            VideoProcessor::Qwen3Vl {
+                min_pixels,
+                max_pixels,
+            } => (min_pixels, max_pixels),
+        }
     }
 
     /// Whether the prompt holds each temporal patch apart, behind its timestamp.
@@ -159,21 +157,16 @@ impl VideoProcessor {
         factor: usize,
         temporal_patch: usize,
     ) -> Result<(usize, usize), ImageError> {
+        let (min_pixels, max_pixels) = self.bounds(factor);
         match self {
             VideoProcessor::Qwen2Vl => smart_resize(
                 height,
                 width,
                 factor,
-                (
-                    (128 * factor * factor) as f64,
-                    (768 * factor * factor) as f64,
-                ),
+                (min_pixels as f64, max_pixels as f64),
                 ResizeRule::Transformers,
             ),
-            VideoProcessor::Qwen3Vl {
-                min_pixels,
-                max_pixels,
-            } => video_smart_resize(
+            VideoProcessor::Qwen3Vl { .. } => video_smart_resize(
                 frames,
                 (height, width),
                 (temporal_patch, factor),

@@ -183,20 +183,32 @@ fn oracle_model_in(
     verlc_runtime::model::CausalLm,
     HashMap<String, Tensor>,
 ) {
-    use verlc_runtime::model::{CausalLm, ModelConfig};
+    let (vs, model, tensors) = oracle_in(dir, tensors, verlc_runtime::model::CausalLm::new);
+    assert!(model.vision.is_some(), "a vision tower");
+    (vs, model, tensors)
+}
+
+/// A model `build` makes of the oracle checkpoint's config in `dir`, every variable set from
+/// the oracle's `tensors` file (which holds the checkpoint's weights under their names), and
+/// those tensors.
+fn oracle_in<M>(
+    dir: &std::path::Path,
+    tensors: &str,
+    build: impl FnOnce(&verlc_runtime::model::ModelConfig, tch::nn::Path) -> Result<M, String>,
+) -> (tch::nn::VarStore, M, HashMap<String, Tensor>) {
+    use verlc_runtime::model::ModelConfig;
     let cfg = ModelConfig::from_file(&dir.join("checkpoint").join("config.json")).expect("config");
     let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(dir.join(tensors))
         .expect("oracle tensors")
         .into_iter()
         .collect();
     let vs = tch::nn::VarStore::new(Device::Cpu);
-    let model = CausalLm::new(&cfg, vs.root()).expect("model");
-    assert!(model.vision.is_some(), "a vision tower");
+    let model = build(&cfg, vs.root()).expect("model");
     tch::no_grad(|| {
         for (name, mut var) in vs.variables() {
             let w = tensors
                 .get(&name)
-                .unwrap_or_else(|| panic!("no {name} in the checkpoint"));
+                .unwrap_or_else(|| panic!("no {name} in the oracle"));
             var.copy_(w);
         }
     });
@@ -554,25 +566,12 @@ fn assert_gradients(
 /// tower and value head included.
 #[test]
 fn qwen2_5_vl_critic_values_and_gradients_match_a_value_head_over_transformers() {
-    use verlc_runtime::model::{ModelConfig, ValueModel};
     tch::set_num_threads(1);
-    let dir = oracle_dir();
-    let cfg = ModelConfig::from_file(&dir.join("checkpoint").join("config.json")).expect("config");
-    let tensors: HashMap<String, Tensor> =
-        Tensor::read_safetensors(dir.join("qwen2_5_vl_model.safetensors"))
-            .expect("oracle tensors")
-            .into_iter()
-            .collect();
-    let vs = tch::nn::VarStore::new(Device::Cpu);
-    let critic = ValueModel::new(&cfg, vs.root()).expect("critic");
-    tch::no_grad(|| {
-        for (name, mut var) in vs.variables() {
-            let w = tensors
-                .get(&name)
-                .unwrap_or_else(|| panic!("no {name} in the oracle"));
-            var.copy_(w);
-        }
-    });
+    let (vs, critic, tensors) = oracle_in(
+        &oracle_dir(),
+        "qwen2_5_vl_model.safetensors",
+        verlc_runtime::model::ValueModel::new,
+    );
     let grids: Vec<Vec<i64>> = Vec::try_from(&tensors["input.image_grid_thw"]).expect("grids");
     let grids: Vec<[i64; 3]> = grids.iter().map(|g| [g[0], g[1], g[2]]).collect();
     let mask = &tensors["input.attention_mask"];

@@ -10,15 +10,17 @@
 //! their pixel values at the processed size: the server's processor, given the same settings
 //! (`preprocessor_config.json` and `video_preprocessor_config.json` beside the weights),
 //! resizes nothing and computes the same patches. Images go as PNG data URLs; a video as its
-//! frames in PNG with the frame times verl's processor was given, under a media type of
-//! verlc's own that the server's launcher reads ([`super::server::WATCHDOG`]): vLLM's own
-//! frame-list type carries no per-video times. The server answers with the prompt as it
+//! frames (PNG, or float32 where the processor's resize left them between 8-bit levels) with
+//! the frame times verl's processor was given, under a media type of verlc's own that the
+//! server's launcher reads ([`super::server::WATCHDOG`]): vLLM's own frame-list type carries
+//! no per-video times. The server answers with the prompt as it
 //! expanded it, which must equal verlc's ids token for token ([`check_expanded`]).
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::data::image::{ImageProcessorConfig, patch_order};
+use crate::data::vision_prompt::VISION_END;
 use crate::model::vision::{MropeTokens, ProcessedImage};
 use crate::tokenizer::Tokenizer;
 
@@ -26,8 +28,10 @@ use crate::tokenizer::Tokenizer;
 pub const GENERATE_PATH: &str = "/inference/v1/generate";
 
 /// The data-URL media type of a video's frames with their times, as the launcher reads it:
-/// the base64 of a JSON object of vLLM's video metadata, then each frame's PNG in base64,
-/// comma-separated.
+/// the base64 of a JSON object of vLLM's video metadata and the frames' `encoding`, then,
+/// comma-separated, each frame's PNG in base64 (`png`) or one base64 block of all frames'
+/// float32 levels (`f32`, its `shape` in the object). The launcher's code names the same
+/// string.
 pub const VIDEO_FRAMES_TYPE: &str = "video/x-verlc-frames";
 
 fn base64(bytes: &[u8]) -> String {
@@ -190,7 +194,8 @@ pub fn content_parts(
 
 /// The tokens a Qwen3-VL video stands for in a prompt, as vLLM's processor writes them: for
 /// each temporal patch its timestamp (`<1.5 seconds>`, tokenized alone), a vision span and
-/// the patch's video pads.
+/// the patch's video pads (the span's end is the tokenizer's `<|vision_end|>`, as in verlc's
+/// prompt).
 fn timestamped_span(
     item: &ProcessedImage,
     tokens: &MropeTokens,
@@ -198,6 +203,9 @@ fn timestamped_span(
 ) -> Result<Vec<i64>, String> {
     let per_patch =
         item.tokens(tokens.spatial_merge_size.max(1) as usize) / item.grid_thw[0].max(1) as usize;
+    let vision_end = tok
+        .token_to_id(VISION_END)
+        .ok_or_else(|| format!("the tokenizer has no `{VISION_END}` token"))?;
     let mut span = Vec::new();
     for second in &item.timestamps {
         span.extend(
@@ -206,7 +214,7 @@ fn timestamped_span(
         );
         span.push(tokens.vision_start_token_id);
         span.extend(std::iter::repeat_n(tokens.video_token_id, per_patch));
-        span.push(tokens.vision_start_token_id + 1);
+        span.push(vision_end);
     }
     Ok(span)
 }
@@ -318,41 +326,51 @@ pub fn check_expanded(answer: &Value, expected: &[i64]) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// Vision tokens apart from the ids the built-in tokenizer spells text with.
-    fn tokens(timestamped_videos: bool) -> MropeTokens {
-        MropeTokens {
-            image_token_id: 907,
-            video_token_id: 906,
-            vision_start_token_id: 904,
+    /// The tiny Qwen3-VL's tokenizer and its vision tokens: `(image, video, start, end)` pads
+    /// and span ids.
+    fn vision_tokenizer(timestamped_videos: bool) -> (Tokenizer, MropeTokens, [i64; 4]) {
+        let tok = Tokenizer::from_pretrained("builtin://tiny?arch=qwen3_vl").unwrap();
+        let id = |s: &str| tok.token_to_id(s).unwrap();
+        let ids = [
+            id("<|image_pad|>"),
+            id("<|video_pad|>"),
+            id("<|vision_start|>"),
+            id(VISION_END),
+        ];
+        let tokens = MropeTokens {
+            image_token_id: ids[0],
+            video_token_id: ids[1],
+            vision_start_token_id: ids[2],
             spatial_merge_size: 2,
             tokens_per_second: 2.0,
             timestamped_videos,
-        }
+        };
+        (tok, tokens, ids)
     }
 
     #[test]
     fn placeholder_runs_collapse_to_one_token_each() {
-        let tok = Tokenizer::from_pretrained("builtin://tiny").unwrap();
+        let (tok, tokens, [image, video, start, end]) = vision_tokenizer(false);
         assert_eq!(
             collapsed_prompt(
-                &[1, 9, 907, 907, 907, 8, 9, 907, 907, 8, 907],
+                &[1, 9, image, image, image, 8, 9, image, image, 8, image],
                 &[],
-                &tokens(false),
+                &tokens,
                 &tok
             )
             .unwrap(),
-            vec![1, 9, 907, 8, 9, 907, 8, 907]
+            vec![1, 9, image, 8, 9, image, 8, image]
         );
         // Qwen2.5-VL's videos: a run of video pads, like an image's.
         assert_eq!(
             collapsed_prompt(
-                &[904, 906, 906, 906, 905, 904, 907, 907, 905],
+                &[start, video, video, video, end, start, image, image, end],
                 &[],
-                &tokens(false),
+                &tokens,
                 &tok
             )
             .unwrap(),
-            vec![904, 906, 905, 904, 907, 905]
+            vec![start, video, end, start, image, end]
         );
     }
 
@@ -361,31 +379,32 @@ mod tests {
     /// spelled as vLLM spells them is refused.
     #[test]
     fn a_timestamped_video_collapses_to_one_pad() {
-        let tok = Tokenizer::from_pretrained("builtin://tiny").unwrap();
+        let (tok, t, [image, video_pad, start, end]) = vision_tokenizer(true);
         let video = |seconds: &[f64]| ProcessedImage {
             pixel_values: Vec::new(),
             grid_thw: [seconds.len() as i64, 2, 4],
             seconds_per_grid: Some(1.0),
             timestamps: seconds.to_vec(),
         };
-        let image = ProcessedImage {
+        let picture = ProcessedImage {
             pixel_values: Vec::new(),
             grid_thw: [1, 2, 2],
             seconds_per_grid: None,
             timestamps: Vec::new(),
         };
         let (a, b) = (video(&[0.5, 1.5]), video(&[0.25]));
-        let t = tokens(true);
         let span_a = timestamped_span(&a, &t, &tok).unwrap();
         let span_b = timestamped_span(&b, &t, &tok).unwrap();
-        // Two pads per patch (2x4 patches merged by 2x2), each patch behind its time.
-        assert_eq!(span_a.iter().filter(|&&x| x == 906).count(), 4);
-        assert_eq!(span_b.iter().filter(|&&x| x == 904).count(), 1);
-        let ids = [vec![1, 904, 907, 905], span_a.clone(), span_b, vec![9]].concat();
-        let items = [image, a.clone(), b];
+        // Two pads per patch (2x4 patches merged by 2x2), each patch behind its time, in a
+        // vision span of its own.
+        assert_eq!(span_a.iter().filter(|&&x| x == video_pad).count(), 4);
+        assert_eq!(span_b.iter().filter(|&&x| x == start).count(), 1);
+        assert_eq!(span_b.last(), Some(&end));
+        let ids = [vec![1, start, image, end], span_a.clone(), span_b, vec![9]].concat();
+        let items = [picture, a.clone(), b];
         assert_eq!(
             collapsed_prompt(&ids, &items, &t, &tok).unwrap(),
-            vec![1, 904, 907, 905, 906, 906, 9]
+            vec![1, start, image, end, video_pad, video_pad, 9]
         );
         let mut merged = ids.clone();
         merged[4] += 1000;
