@@ -12,6 +12,42 @@ pub enum LogProbPath {
     Recompute,
 }
 
+/// Tokens the sampler never picks, whatever their logits: verl's vLLM rollout sets their
+/// logits to minus infinity before sampling, so the log-probabilities it reports are
+/// normalised over the other tokens.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MaskedTokens {
+    /// Every id from this one on: the rows a checkpoint pads its vocabulary with past its
+    /// tokenizer's (no tokenizer decodes them).
+    pub from: Option<i64>,
+    /// Single ids inside the vocabulary: a vision-language model's image and video
+    /// placeholders (a sampled one has no image behind it, and the training forward's
+    /// positions and embeddings would pair it with none).
+    pub ids: Vec<i64>,
+}
+
+impl MaskedTokens {
+    /// True when nothing is masked for a vocabulary of `vocab` ids.
+    pub fn is_empty_for(&self, vocab: i64) -> bool {
+        self.from.is_none_or(|f| f >= vocab) && self.ids.iter().all(|&i| i < 0 || i >= vocab)
+    }
+
+    /// The masked ids below `vocab` that [`MaskedTokens::from`] does not already cover, in
+    /// ascending order without repeats.
+    pub fn single_ids(&self, vocab: i64) -> Vec<i64> {
+        let end = self.from.map_or(vocab, |f| f.clamp(0, vocab));
+        let mut ids: Vec<i64> = self
+            .ids
+            .iter()
+            .copied()
+            .filter(|&i| (0..end).contains(&i))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
 /// How to generate.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingParams {
@@ -35,6 +71,10 @@ pub struct SamplingParams {
     pub max_prompts_per_pass: Option<usize>,
     /// Micro-batch size (sequences) of the recompute path.
     pub log_prob_micro_batch: usize,
+    /// Tokens never sampled (set by the trainer from the tokenizer and the model; none by
+    /// default). Log-probs taken while decoding are normalised over the rest.
+    #[serde(default)]
+    pub masked: MaskedTokens,
 }
 
 impl Default for SamplingParams {
@@ -51,6 +91,7 @@ impl Default for SamplingParams {
             log_prob_path: LogProbPath::Decode,
             max_prompts_per_pass: None,
             log_prob_micro_batch: 16,
+            masked: MaskedTokens::default(),
         }
     }
 }

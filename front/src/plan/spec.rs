@@ -1988,6 +1988,8 @@ fn sampling(s: Sampling, n: usize, cfg: &VerlConfig, l: &mut Lowering) -> Sampli
         log_prob_path: LogProbPath::Decode,
         max_prompts_per_pass: None,
         log_prob_micro_batch: 16,
+        // The tokenizer and the model decide these; the trainer fills them in.
+        masked: Default::default(),
     }
 }
 

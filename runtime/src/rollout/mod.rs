@@ -26,7 +26,7 @@ pub use engine::{
     generate_padded, generate_streams, generate_with,
 };
 pub use logprob::compute_log_probs;
-pub use params::{LogProbPath, SamplingParams};
+pub use params::{LogProbPath, MaskedTokens, SamplingParams};
 pub use replicas::ReplicaShare;
 
 /// Whole tensors by name and the version (updates) they hold.

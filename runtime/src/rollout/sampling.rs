@@ -1,13 +1,52 @@
 //! Choosing the next token from logits: greedy argmax, or temperature, top-k and top-p
 //! filtering (in transformers' warper order) followed by inverse-CDF sampling with one uniform
 //! number per sequence from that sequence's own seeded stream, so results do not depend on
-//! libtorch's global generator, on batch composition or on other concurrent users.
+//! libtorch's global generator, on batch composition or on other concurrent users. Masked
+//! tokens ([`MaskedTokens`]) are out of every choice and of the log-probabilities' normaliser,
+//! as in verl's vLLM rollout.
 
 use tch::{Device, Kind, Tensor};
 
+use crate::model::ModelConfig;
 use crate::rng::Rng;
 
-use super::SamplingParams;
+use super::{MaskedTokens, SamplingParams};
+
+/// The tokens a policy of `cfg` with a tokenizer of `tokenizer_len` ids (added tokens included)
+/// never samples, as verl's vLLM rollout masks them: the vocabulary's rows past the tokenizer,
+/// and a vision-language model's image and video placeholders (verl masks those from 0.9.0;
+/// before, a sampled placeholder failed the training step that met it, so verlc masks them
+/// under every release).
+pub fn masked_tokens(cfg: &ModelConfig, tokenizer_len: usize) -> MaskedTokens {
+    let tokenizer_len = i64::try_from(tokenizer_len).unwrap_or(i64::MAX);
+    let from = (tokenizer_len < cfg.vocab_size).then_some(tokenizer_len);
+    let vision = cfg.arch().is_ok_and(|a| a.has_vision());
+    let ids = ["image_token_id", "video_token_id"]
+        .iter()
+        .filter(|_| vision)
+        .filter_map(|k| cfg.extra.get(*k).and_then(serde_json::Value::as_i64))
+        .collect();
+    MaskedTokens { from, ids }
+}
+
+/// `logits` (..., V) with the masked tokens at minus infinity (the input itself when nothing
+/// is masked).
+pub fn mask_logits(logits: &Tensor, masked: &MaskedTokens) -> Tensor {
+    let vocab = logits.size()[logits.dim() - 1];
+    if masked.is_empty_for(vocab) {
+        return logits.shallow_clone();
+    }
+    let mut out = logits.copy();
+    if let Some(from) = masked.from.filter(|&f| f < vocab).map(|f| f.max(0)) {
+        let _ = out.narrow(-1, from, vocab - from).fill_(f64::NEG_INFINITY);
+    }
+    let ids = masked.single_ids(vocab);
+    if !ids.is_empty() {
+        let index = Tensor::from_slice(&ids).to_device(out.device());
+        let _ = out.index_fill_(-1, &index, f64::NEG_INFINITY);
+    }
+    out
+}
 
 /// Drops tokens outside the top `k` logits (`k <= 0`: keep all).
 pub fn top_k_filter(logits: &Tensor, k: i64) -> Tensor {
@@ -38,11 +77,12 @@ pub fn top_p_filter(logits: &Tensor, p: f64) -> Tensor {
 /// The chosen tokens (N,) and their log-probabilities (N,) for logits (N, V).
 ///
 /// Log-probabilities are taken under `log_softmax(logits / temperature)` before top-k/top-p
-/// filtering (temperature 1 for greedy), which is the distribution the actor evaluates.
+/// filtering (temperature 1 for greedy), which is the distribution the actor evaluates, with
+/// the masked tokens (`params.masked`) left out.
 /// `u` (N,) holds each row's uniform number for this token (see [`uniforms`]), on the logits'
 /// device.
 pub fn next_tokens(logits: &Tensor, params: &SamplingParams, u: &Tensor) -> (Tensor, Tensor) {
-    let logits = logits.to_kind(Kind::Float);
+    let logits = mask_logits(&logits.to_kind(Kind::Float), &params.masked);
     if params.is_greedy() {
         let tokens = logits.argmax(-1, false);
         let logp = logits

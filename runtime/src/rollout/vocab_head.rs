@@ -17,6 +17,10 @@
 //! log-probability, `logits / temperature` minus its log-sum-exp. Top-k and top-p filtering need
 //! every row's full sorted distribution; those settings (and other devices or dtypes) get
 //! row-major logits from `hidden @ W^T` and the general path of [`super::sampling`].
+//!
+//! Masked tokens ([`super::MaskedTokens`]) never get a value: the blocks end where the masked
+//! tail begins (the rows past it stay minus infinity), and a single masked id is set to minus
+//! infinity in its block before that block's log-sum-exp.
 
 use tch::{Device, Kind, Tensor};
 
@@ -79,6 +83,9 @@ pub struct DecodeHead {
     /// Contiguous (block, hidden) views of the head weight (the last one shorter), or `None`
     /// where logits are computed row-major by the model.
     blocks: Option<Vec<Tensor>>,
+    /// Each block's masked rows (offsets within it), where it has any.
+    masked_rows: Vec<Option<Tensor>>,
+    /// The ids that can be chosen are below this one (the weight's rows, less a masked tail).
     vocab: i64,
     block: i64,
     /// Divides the logits before the log-sum-exp (1 when greedy: log-probs are then taken at
@@ -103,19 +110,32 @@ impl DecodeHead {
     /// The head of a (vocab, hidden) projection weight, for `params`: vocabulary-major on CPU
     /// in f32 without top-k/top-p filtering, row-major otherwise.
     pub fn for_weight(weight: &Tensor, params: &SamplingParams) -> Self {
-        let vocab = weight.size()[0];
+        let rows = weight.size()[0];
+        // A masked tail is never computed; at least one id stays.
+        let vocab = params.masked.from.map_or(rows, |f| f.clamp(1, rows));
         let filtering = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.0;
         let usable = weight.device() == Device::Cpu
             && weight.kind() == Kind::Float
             && weight.is_contiguous()
             && (params.is_greedy() || !filtering);
         let block = BLOCK.min(vocab).max(1);
-        let blocks = usable.then(|| {
+        let blocks: Option<Vec<Tensor>> = usable.then(|| {
             (0..vocab)
                 .step_by(block as usize)
                 .map(|start| weight.narrow(0, start, block.min(vocab - start)))
                 .collect()
         });
+        let single = params.masked.single_ids(vocab);
+        let masked_rows = (0..blocks.as_ref().map_or(0, Vec::len) as i64)
+            .map(|b| {
+                let inside: Vec<i64> = single
+                    .iter()
+                    .filter(|&&id| id / block == b)
+                    .map(|&id| id % block)
+                    .collect();
+                (!inside.is_empty()).then(|| Tensor::from_slice(&inside))
+            })
+            .collect();
         let temperature = if params.is_greedy() {
             1.0
         } else {
@@ -124,6 +144,7 @@ impl DecodeHead {
         DecodeHead {
             weight: weight.shallow_clone(),
             blocks,
+            masked_rows,
             vocab,
             block,
             temperature,
@@ -174,6 +195,9 @@ impl DecodeHead {
             }
             if self.temperature != 1.0 {
                 let _ = out.g_div_scalar_(self.temperature);
+            }
+            if let Some(rows) = &self.masked_rows[i as usize] {
+                let _ = out.index_fill_(0, rows, f64::NEG_INFINITY);
             }
             // log-sum-exp over the block while it is in cache, without allocating.
             let max = out.amax([0].as_slice(), true);

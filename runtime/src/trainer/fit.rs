@@ -31,6 +31,7 @@ use crate::logits::probs_diff;
 use crate::model::ModelSource;
 use crate::model::lora::{LoraConfig, LoraTargets};
 use crate::rng::Rng;
+use crate::rollout::sampling::masked_tokens;
 use crate::rollout::{RolloutOutput, SamplingParams, StopTokens};
 use crate::tokenizer::Tokenizer;
 use crate::workers::actor::Actor;
@@ -573,6 +574,12 @@ impl<R: Roles> Trainer<R> {
             )?)),
             None => None,
         };
+        // What verl's vLLM rollout never samples, on every rollout of this run.
+        let masked = masked_tokens(actor.engine.model_config(), tokenizer.vocab_size());
+        let masking = |p: &SamplingParams| SamplingParams {
+            masked: masked.clone(),
+            ..p.clone()
+        };
         let alg = &spec.algorithm;
         let stop = StopTokens {
             eos: tokenizer.eos_token_ids.clone(),
@@ -660,8 +667,8 @@ impl<R: Roles> Trainer<R> {
             kl_penalty: alg.kl_penalty,
             estimator: alg.estimator,
             adv_cfg: alg.advantage,
-            train_sampling: spec.rollout.train.clone(),
-            val_sampling: spec.rollout.val.clone(),
+            train_sampling: masking(&spec.rollout.train),
+            val_sampling: masking(&spec.rollout.val),
             stop,
             tracking: Tracking::from_loggers(Vec::new()),
             ckpt_root,

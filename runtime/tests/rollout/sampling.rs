@@ -248,3 +248,109 @@ fn generation_with_the_vocabulary_major_head_matches_the_row_major_one() {
         responses(&m, &prompts, &slow)
     );
 }
+
+/// A head whose masked rows would win every draw: rows `a` and `b` are `+c·u` and `-c·u` for
+/// one random direction `u`, so for every hidden state one of them has a logit of `c·|h·u|`,
+/// far above the rest.
+fn head_with_winners(vocab: i64, rows: i64, winners: &[(i64, i64)]) -> (Tensor, Tensor) {
+    let (weight, hidden) = head_case(vocab, rows);
+    let u = Tensor::randn([32], (Kind::Float, Device::Cpu));
+    for &(a, b) in winners {
+        weight.get(a).copy_(&(&u * 40.0));
+        weight.get(b).copy_(&(&u * -40.0));
+    }
+    (weight, hidden)
+}
+
+#[test]
+fn masked_tokens_are_never_drawn_and_leave_the_log_probs_normaliser() {
+    use verlc_runtime::rollout::MaskedTokens;
+    let vocab = 5000;
+    // Single ids in the first and second blocks, and a tail of ten ids from 4990.
+    let masked = MaskedTokens {
+        from: Some(4990),
+        ids: vec![2100, 17, 17],
+    };
+    let (weight, hidden) = head_with_winners(vocab, 300, &[(17, 2100), (4990, 4999)]);
+    let banned = |t: i64| t == 17 || t == 2100 || t >= 4990;
+    let logits = hidden.matmul(&weight.tr());
+    for base in [
+        SamplingParams::default(),
+        SamplingParams {
+            temperature: 0.6,
+            ..SamplingParams::default()
+        },
+        SamplingParams::greedy(1),
+        SamplingParams {
+            top_k: 50,
+            top_p: 0.9,
+            ..SamplingParams::default()
+        },
+    ] {
+        // Unmasked, the winners take nearly every draw: the test can tell.
+        let (free, _) = draws(&HeadLogits::RowMajor(logits.shallow_clone()), &base, 3);
+        let taken = free.iter().filter(|&&t| banned(t)).count();
+        assert!(
+            taken > 250,
+            "{taken} of 300 unmasked draws hit the masked tokens"
+        );
+
+        let params = SamplingParams {
+            masked: masked.clone(),
+            ..base.clone()
+        };
+        let (tokens, logp) = draws(&HeadLogits::RowMajor(logits.shallow_clone()), &params, 3);
+        assert!(!tokens.iter().any(|&t| banned(t)), "{params:?}: {tokens:?}");
+        // The log-probs of the allowed tokens alone, at the sampling temperature.
+        let keep: Vec<bool> = (0..vocab).map(|t| !banned(t)).collect();
+        let keep = Tensor::from_slice(&keep).view([1, vocab]);
+        let t = if params.is_greedy() {
+            1.0
+        } else {
+            params.temperature
+        };
+        let want = (&logits / t)
+            .masked_fill(&keep.logical_not(), f64::NEG_INFINITY)
+            .log_softmax(-1, Kind::Float)
+            .gather(-1, &Tensor::from_slice(&tokens).unsqueeze(-1), false)
+            .squeeze_dim(-1);
+        for (a, b) in logp.iter().zip(Vec::<f32>::try_from(want).unwrap()) {
+            assert!((a - b).abs() < 2e-5, "{params:?}: log-prob {a} vs {b}");
+        }
+        // The vocabulary-major head, where the settings allow it, draws the same.
+        let mut fast = DecodeHead::for_weight(&weight, &params);
+        if fast.is_vocab_major() {
+            let (fast_tokens, fast_logp) = draws(&fast.logits(&hidden), &params, 3);
+            assert_eq!(fast_tokens, tokens, "{params:?}");
+            for (a, b) in fast_logp.iter().zip(&logp) {
+                assert!((a - b).abs() < 2e-5, "{params:?}: log-prob {a} vs {b}");
+            }
+        } else {
+            assert!(params.top_k > 0);
+        }
+    }
+}
+
+#[test]
+fn a_policy_masks_its_vocabulary_padding_and_its_vision_placeholders() {
+    use verlc_runtime::rollout::sampling::masked_tokens;
+    let text = from_pretrained("builtin://tiny", Device::Cpu, Dtype::Fp32, 0).unwrap();
+    let vocab = text.config.vocab_size;
+    let m = masked_tokens(&text.config, vocab as usize);
+    assert!(m.is_empty_for(vocab), "{m:?}");
+    // A checkpoint's rows past its tokenizer's ids.
+    let m = masked_tokens(&text.config, vocab as usize - 7);
+    assert_eq!((m.from, m.ids.as_slice()), (Some(vocab - 7), &[][..]));
+
+    let vl = from_pretrained(
+        "builtin://tiny?arch=qwen2_5_vl",
+        Device::Cpu,
+        Dtype::Fp32,
+        0,
+    )
+    .unwrap();
+    let tokens = verlc_runtime::model::vision::Vision::tokens_of(&vl.config).unwrap();
+    let m = masked_tokens(&vl.config, vl.config.vocab_size as usize);
+    assert_eq!(m.from, None);
+    assert_eq!(m.ids, vec![tokens.image_token_id, tokens.video_token_id]);
+}

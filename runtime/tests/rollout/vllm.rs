@@ -12,7 +12,7 @@ use verlc_runtime::logits::SequenceBatch;
 use verlc_runtime::model::{Dtype, from_pretrained};
 use verlc_runtime::rollout::vllm::{VllmRollout, VllmSpec};
 use verlc_runtime::rollout::{
-    PromptStream, SamplingParams, StopTokens, compute_log_probs, generate,
+    MaskedTokens, PromptStream, SamplingParams, StopTokens, compute_log_probs, generate,
 };
 
 use crate::oracle;
@@ -353,13 +353,41 @@ fn vllm_serves_images(arch: &str, dtype: Dtype, videos: Videos) {
             let _ = var.shallow_clone().f_mul_scalar_(scale).unwrap();
         }
     });
+    let tokens = Vision::tokens_of(&loaded.config).unwrap();
+    // The image and video placeholders made the largest logits everywhere: `+c·u` and `-c·u`
+    // for one direction `u` (so one of the two tops every hidden state). The prompts' own
+    // placeholders are embedded as pictures, never as these rows. Masked, neither engine may
+    // pick them: the image's by id, the video's (the vocabulary's last id) as the masked tail
+    // a checkpoint's padding is.
+    let (image_pad, video_pad) = (tokens.image_token_id, tokens.video_token_id);
+    assert_eq!(video_pad, loaded.config.vocab_size - 1);
+    tch::no_grad(|| {
+        let (_, embed) = loaded
+            .vs
+            .variables()
+            .into_iter()
+            .find(|(n, _)| n.ends_with("embed_tokens.weight"))
+            .unwrap();
+        let u = Tensor::randn([embed.size()[1]], (Kind::Float, Device::Cpu)).to_kind(embed.kind());
+        embed.get(image_pad).copy_(&(&u * 40.0));
+        embed.get(video_pad).copy_(&(&u * -40.0));
+    });
+    let masked = MaskedTokens {
+        from: Some(video_pad),
+        ids: vec![image_pad],
+    };
+    let placeholders = |rows: &[Vec<i64>]| {
+        rows.iter()
+            .flatten()
+            .filter(|&&t| t == image_pad || t == video_pad)
+            .count()
+    };
     let params: Vec<(String, Tensor)> = loaded
         .vs
         .variables()
         .into_iter()
         .map(|(n, t)| (n, t.detach()))
         .collect();
-    let tokens = Vision::tokens_of(&loaded.config).unwrap();
     let processor = ImageProcessorConfig::default();
     let picture =
         |w, h, seed| process_image(&test_image(w, h, seed), (None, None), &processor).unwrap();
@@ -471,10 +499,29 @@ fn vllm_serves_images(arch: &str, dtype: Dtype, videos: Videos) {
         pad: 0,
     };
     let streams = PromptStream::consecutive(0, 0, prompts.len());
-    let greedy = SamplingParams {
+    let unmasked = SamplingParams {
         ignore_eos: true,
         ..SamplingParams::greedy(12)
     };
+    let greedy = SamplingParams {
+        masked: masked.clone(),
+        ..unmasked.clone()
+    };
+    let free = generate_images(
+        &loaded.model,
+        &prompts,
+        &images,
+        &streams,
+        &unmasked,
+        &stop,
+        None,
+    )
+    .unwrap();
+    assert!(
+        placeholders(&rows(&free)) > 24,
+        "{arch}: unmasked, the placeholders win: {:?}",
+        rows(&free)
+    );
     if videos == Videos::RefusedAsExpandedOtherwise {
         let err = vllm
             .generate_images(
@@ -505,6 +552,11 @@ fn vllm_serves_images(arch: &str, dtype: Dtype, videos: Videos) {
     )
     .unwrap();
     let (served_rows, native_rows) = (rows(&served), rows(&native));
+    assert_eq!(
+        placeholders(&served_rows) + placeholders(&native_rows),
+        0,
+        "{arch}: masked placeholders generated: vLLM {served_rows:?}, built-in {native_rows:?}"
+    );
     assert!(
         native_rows
             .iter()
@@ -596,11 +648,13 @@ fn vllm_serves_images(arch: &str, dtype: Dtype, videos: Videos) {
         n: 3,
         max_new_tokens: 12,
         ignore_eos: true,
+        masked: masked.clone(),
         ..SamplingParams::default()
     };
     let out = vllm
         .generate_images(&prompts, &images, &streams, &sampled, &stop)
         .unwrap();
+    assert_eq!(placeholders(&rows(&out)), 0, "{arch}: sampled placeholders");
     let items: Vec<&verlc_runtime::model::vision::ProcessedImage> = images
         .iter()
         .flat_map(|row| std::iter::repeat_n(row, 3))
@@ -617,7 +671,10 @@ fn vllm_serves_images(arch: &str, dtype: Dtype, videos: Videos) {
             &items,
         )
         .unwrap();
+    // Normalised over the tokens vLLM may sample.
+    let banned = Tensor::from_slice(&[image_pad, video_pad]);
     let trainer = (logits.narrow(1, p - 1, r) / 0.8)
+        .index_fill(-1, &banned, f64::NEG_INFINITY)
         .log_softmax(-1, Kind::Float)
         .gather(2, &out.responses.unsqueeze(-1), false)
         .squeeze_dim(-1);

@@ -136,15 +136,19 @@ fn the_tool_agent_loop_runs_with_images() {
     assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
 }
 
-/// Two steps of the loop ran, and the actor's log-probs of the tokens each turn generated
-/// equal the rollout's. Measured on a 2-core EPYC: 6e-8 (fp32 round-off between decoding and a
-/// whole forward); training on text positions instead of the images' multimodal ones gives
-/// 1.4e-4, and turns prefilled without the pictures do not run.
+/// Two steps of the loop ran, and the actor's probabilities of the tokens each turn generated
+/// are the rollout's up to the masked placeholders' share: the rollout never samples
+/// `<|image_pad|>` or `<|video_pad|>` and normalises over the other tokens, as verl's vLLM
+/// rollout does, so its probability of a token is the actor's divided by `1 - m`, `m` the
+/// placeholders' mass there (about 2/43 on the tiny model's vocabulary of random logits;
+/// measured up to 5.4e-3 of difference). Without the mask the two agreed to 6e-8; the exact
+/// agreement with images is the rollout tests' (`rollout/vllm.rs`, `model/vision.rs`). Turns
+/// prefilled without the pictures do not run.
 fn assert_turns_agree_with_the_actor(history: &[(u64, verlc_runtime::engine::Metrics)]) {
     assert_eq!(series(history, "num_turns/mean").len(), 2);
     let diff = series(history, "training/rollout_probs_diff_max");
     assert_eq!(diff.len(), 2, "{:?}", history.last());
-    assert!(diff.iter().all(|d| *d < 1e-5), "rollout vs actor: {diff:?}");
+    assert!(diff.iter().all(|d| *d < 2e-2), "rollout vs actor: {diff:?}");
 }
 
 /// The same loop on the Megatron strategy (one process: the rollout decodes on the module's

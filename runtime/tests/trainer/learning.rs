@@ -529,10 +529,13 @@ pq.write_table(pa.Table.from_pylist([row(0, f"{out}/missing.mp4")]), f"{out}/mis
             lengths.iter().all(|&l| l > 256.0),
             "agent {agent}: {lengths:?}"
         );
+        // The rollout's probabilities are the actor's over one minus the masked image and
+        // video placeholders' mass (a few thousandths here: the tiny model's logits are
+        // random, and its vocabulary small).
         let gap = series(&summary.history, "training/rollout_probs_diff_max");
         assert_eq!(gap.len(), 2);
         assert!(
-            gap.iter().all(|&d| d < 1e-4),
+            gap.iter().all(|&d| d < 2e-2),
             "agent {agent}, megatron {megatron}: rollout vs actor log-probs: {gap:?}"
         );
         if agent {

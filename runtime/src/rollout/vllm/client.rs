@@ -17,7 +17,7 @@ use crate::rng::Rng;
 use crate::rollout::engine::{
     RolloutOutput, RowVersions, StopTokens, from_token_rows, with_response_positions,
 };
-use crate::rollout::{NewerWeights, PromptStream, RolloutError, SamplingParams};
+use crate::rollout::{MaskedTokens, NewerWeights, PromptStream, RolloutError, SamplingParams};
 
 use super::server::{Launch, VllmServer};
 use super::{VllmError, VllmSpec, http, media};
@@ -49,6 +49,8 @@ pub struct VllmRollout {
     /// A vision-language policy's server, the model's vision tokens and its tokenizer (see
     /// [`VllmRollout::serve_images`]).
     vision: Option<(VisionServing, MropeTokens, crate::tokenizer::Tokenizer)>,
+    /// The tokens this rank last had the server mask ([`VllmRollout::mask_tokens`]).
+    masked: std::sync::Mutex<MaskedTokens>,
 }
 
 /// What a vision-language policy's server reads beside its weights: vLLM's multimodal
@@ -181,6 +183,7 @@ impl VllmRollout {
             asleep: false,
             shares_cores: false,
             vision: None,
+            masked: std::sync::Mutex::new(MaskedTokens::default()),
         }
     }
 
@@ -539,6 +542,8 @@ impl VllmRollout {
         let addr = self.addr.ok_or_else(|| {
             RolloutError::Batch("the vLLM rollout has no weights yet (update_weights first)".into())
         })?;
+        self.mask_tokens(addr, &params.masked)
+            .map_err(|e| RolloutError::Batch(e.to_string()))?;
         let requests = self.requests(prompts, images, streams, params, stop)?;
         let asked = if params.is_greedy() { 1 } else { params.n };
         // The version the server's weights have had since the last mid-batch sync.
@@ -584,6 +589,27 @@ impl VllmRollout {
             out.position_ids = multimodal_positions(&out, vision, images, params.n)?;
         }
         Ok(out)
+    }
+
+    /// Has the server mask `masked` from now on (its worker extension, [`super::server`]),
+    /// unless this rank already did. Each rank asks before its own requests, so none is
+    /// served under an older mask; asking again with the same mask changes nothing.
+    fn mask_tokens(&self, addr: SocketAddr, masked: &MaskedTokens) -> Result<(), VllmError> {
+        let mut installed = self
+            .masked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *installed == *masked {
+            return Ok(());
+        }
+        let mask = json!({"from": masked.from, "ids": masked.ids}).to_string();
+        self.post(
+            addr,
+            "/collective_rpc",
+            &json!({"method": "verlc_mask_logits", "kwargs": {"mask": mask}}),
+        )?;
+        *installed = masked.clone();
+        Ok(())
     }
 
     /// Each prompt's request: text prompts go to `/v1/completions`, prompts with images or

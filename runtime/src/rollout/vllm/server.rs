@@ -90,6 +90,69 @@ import runpy
 runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__', alter_sys=True)
 ";
 
+/// The module of verlc's worker extension (`--worker-extension-cls`): methods vLLM's workers
+/// gain, called by name through `/collective_rpc`. `verlc_mask_logits` sets the masked
+/// tokens' logits to minus infinity in every logits the model computes from then on (verl
+/// patches the same method; vLLM samples from those logits and takes its log-probs from them
+/// as well). A later call replaces the mask; the mask's JSON is `{"from": id or null, "ids":
+/// [...]}` (`MaskedTokens`).
+const WORKER_EXTENSION: &str = "\
+import json
+from types import MethodType
+
+import torch
+
+
+class VerlcWorker:
+    def verlc_mask_logits(self, mask):
+        mask = json.loads(mask)
+        model = self.model_runner.model
+        unmasked = model.__dict__.get('_verlc_unmasked_logits') or model.compute_logits
+        model._verlc_unmasked_logits = unmasked
+        start = mask.get('from')
+        index = torch.tensor(mask.get('ids') or [], dtype=torch.long)
+
+        def compute_logits(this, *args, **kwargs):
+            nonlocal index
+            logits = unmasked(*args, **kwargs)
+            if logits is None:
+                return logits
+            if start is not None:
+                logits[..., start:] = float('-inf')
+            if index.numel():
+                if index.device != logits.device:
+                    index = index.to(logits.device)
+                logits.index_fill_(-1, index, float('-inf'))
+            return logits
+
+        model.compute_logits = MethodType(compute_logits, model)
+";
+
+/// The importable name of [`WORKER_EXTENSION`]'s class, and the file it is written to inside
+/// the directory the server's `PYTHONPATH` starts with.
+const WORKER_EXTENSION_CLASS: &str = "verlc_vllm_worker.VerlcWorker";
+const WORKER_EXTENSION_FILE: &str = "verlc_vllm_worker.py";
+
+/// Writes the worker extension's module into `dir` (created), for the server's workers to
+/// import: they run in processes vLLM starts, which take the module by name.
+fn write_worker_extension(dir: &Path) -> Result<(), VllmError> {
+    let io = |e| VllmError::Io {
+        what: format!("writing vLLM's worker extension into {}", dir.display()),
+        source: e,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join(WORKER_EXTENSION_FILE), WORKER_EXTENSION).map_err(io)
+}
+
+/// `PYTHONPATH` with `dir` first.
+fn python_path_with(dir: &Path) -> std::ffi::OsString {
+    let mut paths = vec![dir.to_path_buf()];
+    if let Some(old) = std::env::var_os("PYTHONPATH") {
+        paths.extend(std::env::split_paths(&old));
+    }
+    std::env::join_paths(paths).unwrap_or_else(|_| dir.as_os_str().to_owned())
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct VllmServer {
@@ -128,11 +191,16 @@ impl VllmServer {
             what: "duplicating the log handle".into(),
             source: e,
         })?;
+        // A directory of its own inside the model's: vLLM reads only the files it knows there.
+        let extension_dir = launch.model_dir.join("verlc-python");
+        write_worker_extension(&extension_dir)?;
         let mut cmd = Command::new(&launch.python);
         cmd.args(["-c", WATCHDOG, "--model"])
             .arg(&launch.model_dir)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(&launch.flags)
+            .args(["--worker-extension-cls", WORKER_EXTENSION_CLASS])
+            .env("PYTHONPATH", python_path_with(&extension_dir))
             // `/collective_rpc` (weight reload) and `/reset_prefix_cache` are dev-mode routes.
             .env("VLLM_SERVER_DEV_MODE", "1")
             .env("VLLM_NO_USAGE_STATS", "1")
