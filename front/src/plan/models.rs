@@ -519,8 +519,8 @@ fn text_prompt_limits(spec: &TrainerSpec, env: &HubEnv) -> Vec<(&'static str, St
 /// this run: verlc trains one on FSDP (one process or several, Ulysses too) or Megatron (the
 /// tower whole on the first pipeline stage), with the built-in or the vLLM rollout generating
 /// single turns or verl's tool agent loop's (synchronously or not), full weights or LoRA, from
-/// data files or a Python dataset class, beside a vision-language critic on FSDP (verl's
-/// critic reads the actor's images: TRL's value head over the image-text model). A Qwen3.5
+/// data files or a Python dataset class, beside a vision-language critic on either strategy
+/// (verl's critic reads the actor's images: TRL's value head over the image-text model). A Qwen3.5
 /// checkpoint (an image-text family on a text family's layers) trains on text prompts beside a
 /// critic ([`text_prompts_only`]).
 fn vision_problem(
@@ -534,29 +534,22 @@ fn vision_problem(
     if text_prompts_only(spec, key, model_type).is_some() {
         return None;
     }
-    let critic_on_megatron = matches!(
-        role_engine(spec, "critic.model.path"),
-        Some(verlc_spec::trainer::EngineSpec::Megatron(_))
-    );
     let critic_sees = |path: &str| {
         model_type_of(path, env)
             .and_then(|t| verlc_spec::families::of_checkpoint(&t))
             .is_some_and(|r| r.vision.is_some())
     };
-    let why = if key == "critic.model.path" {
-        if !critic_on_megatron {
-            return None;
-        }
-        "as a critic on the Megatron strategy (its value model with the tower runs on FSDP)"
-    } else if spec
+    // A vision-language critic reads the actor's pictures (FSDP and Megatron alike).
+    if key == "critic.model.path" {
+        return None;
+    }
+    let why = if spec
         .critic
         .as_ref()
         .is_some_and(|c| !critic_sees(&c.model_path))
     {
         // verl's critic reads the actor's images as well; a text critic cannot.
         "beside a text-only critic (verl's critic reads the actor's images too; a text model would run blind to them: give `critic.model.path` a vision-language model)"
-    } else if spec.critic.is_some() && critic_on_megatron {
-        "with a critic on the Megatron strategy (its value model with the tower runs on FSDP)"
     } else if spec
         .rollout
         .multi_turn
@@ -569,7 +562,7 @@ fn vision_problem(
         return None;
     };
     Some(format!(
-        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in or the vLLM rollout (single turns or verl's tool agent loop), on full weights or LoRA, from data files or a Python dataset class, beside a vision-language critic on FSDP: training it {why} is not implemented yet",
+        "{model} is a {} model (`{model_type}`, a vision tower); verlc trains vision-language models on FSDP or Megatron, with the built-in or the vLLM rollout (single turns or verl's tool agent loop), on full weights or LoRA, from data files or a Python dataset class, beside a vision-language critic: training it {why} is not implemented yet",
         row.name
     ))
 }

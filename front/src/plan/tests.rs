@@ -2121,10 +2121,10 @@ fn expert_degrees_warn_only_for_a_dense_model() {
 }
 
 /// `verlc smoke`'s stand-in (`builtin://scaled?from=DIR`) is checked at build as a model of
-/// DIR's family: a Qwen2.5-VL stand-in with a text-only critic, or with a vision-language
-/// critic on Megatron, is refused there, as the checkpoint itself would be, not at the
-/// trainer's start; on FSDP (LoRA and Ulysses too, beside a vision-language critic) and on
-/// Megatron (its rollout at the actor's tensor-parallel size or another) it is not refused.
+/// DIR's family: a Qwen2.5-VL stand-in with a text-only critic is refused there, as the
+/// checkpoint itself would be, not at the trainer's start; on FSDP (LoRA and Ulysses too,
+/// beside a vision-language critic) and on Megatron (its rollout at the actor's
+/// tensor-parallel size or another, beside a vision-language critic) it is not refused.
 #[test]
 fn a_scaled_stand_in_is_checked_as_its_sources_family() {
     let dir = std::env::temp_dir().join(format!("verlc-plan-scaled-{}", std::process::id()));
@@ -2149,7 +2149,7 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
     ];
     // A text-only critic is refused at the actor's model (verl's critic reads the images
-    // too); a vision-language critic trains beside it on FSDP, not on Megatron.
+    // too); a vision-language critic trains beside it on either strategy.
     let critic = [
         model.as_str(),
         "algorithm.adv_estimator=gae",
@@ -2179,7 +2179,8 @@ fn a_scaled_stand_in_is_checked_as_its_sources_family() {
         (BASE.to_owned(), &lora_ulysses[..], false),
         (BASE.to_owned(), &critic[..], true),
         (BASE.to_owned(), &vl_critic[..], false),
-        (megatron_fp32(), &vl_critic[..], true),
+        (megatron_fp32(), &vl_critic[..], false),
+        (megatron_fp32(), &critic[..], true),
     ] {
         let c = case(&yaml, overrides);
         let problems = models::model_problems(&c.lowered.plan.spec, &env);

@@ -537,7 +537,7 @@ fn repo() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn critic_settings() -> CriticSettings {
+pub(crate) fn critic_settings() -> CriticSettings {
     CriticSettings {
         ppo_mini_batch_size: 8,
         ppo_micro_batch_size: 4,
@@ -624,7 +624,7 @@ fn critic_matches_single(world: &ProcessGroup, dims: (usize, usize, usize), sp: 
 /// Lockstep between updates: the Megatron engine's weights after an update equal the single
 /// engine's within 1e-4, then it takes them, so the next update starts from the same weights
 /// and rounding cannot compound over updates (the kernels a CPU picks decide nothing).
-fn take_single_weights<A: Engine, B: Engine>(single: &A, mega: &mut B, what: &str) {
+pub(crate) fn take_single_weights<A: Engine, B: Engine>(single: &A, mega: &mut B, what: &str) {
     let (ps, pm) = (
         single.per_tensor_params().unwrap(),
         mega.per_tensor_params().unwrap(),

@@ -10,7 +10,7 @@ use verlc_runtime::builtin_uri::BuiltinUri;
 use verlc_runtime::engine::megatron::{
     HeadKind, MegatronModule, MicroBatch, MicroImages, ParallelSettings,
 };
-use verlc_runtime::model::vision::{ProcessedImage, Vision};
+use verlc_runtime::model::vision::{MropeTokens, ProcessedImage, Vision};
 use verlc_runtime::model::{CausalLm, ModelConfig};
 use verlc_runtime::optim::param_groups::named_params;
 use verlc_runtime::optim::{LossScaling, Optimizer};
@@ -49,7 +49,7 @@ struct VlBatch {
     images: Vec<ProcessedImage>,
 }
 
-fn vl_batch(cfg: &ModelConfig, vision: &Vision) -> VlBatch {
+fn vl_batch(cfg: &ModelConfig, tokens: &MropeTokens) -> VlBatch {
     let mut rng = verlc_runtime::rng::Rng::new(7);
     let v = &cfg.extra["vision_config"];
     let get = |k: &str, default: i64| v.get(k).and_then(|x| x.as_i64()).unwrap_or(default);
@@ -85,7 +85,7 @@ fn vl_batch(cfg: &ModelConfig, vision: &Vision) -> VlBatch {
     let ids = Tensor::from_slice(&ids).view([ROWS, LEN]);
     let mask = Tensor::from_slice(&mask).view([ROWS, LEN]);
     let grids: Vec<[i64; 3]> = images.iter().map(|i| i.grid_thw).collect();
-    let (pos, _) = vision.positions(&ids, &mask, &grids).unwrap();
+    let (pos, _) = tokens.positions(&ids, &mask, &grids).unwrap();
     VlBatch {
         ids,
         mask,
@@ -147,7 +147,7 @@ fn vl_matches(world: &ProcessGroup, (tp, cp, pp): (usize, usize, usize), sp: boo
     let cfg = vl_config();
     let setup = Setup::fp32();
     let (vs, model) = vl_reference_model(&cfg);
-    let batch = vl_batch(&cfg, model.vision.as_ref().unwrap());
+    let batch = vl_batch(&cfg, &model.vision.as_ref().unwrap().tokens);
     let n = token_count(&batch.mask);
     let weights = full_weights(&vs);
     let opt = Optimizer::new(make_groups(named_params(&vs)), setup.optim).unwrap();
@@ -241,3 +241,143 @@ rank_test!(vision_language_pp2_matches_single_process, 2, |world| {
 rank_test!(vision_language_cp2_matches_single_process, 2, |world| {
     vl_matches(&world, (1, 2, 1), false);
 });
+
+/// A vision-language critic (verl's value head over the image-text model: the tiny Qwen3-VL's
+/// value model, its tower on the first stage) on Megatron at TP=2 with sequence parallelism,
+/// against the single engine's critic, whose values and gradients equal a value head over
+/// transformers (`model/vision.rs`): the values of a batch with its images, then two clipped
+/// value updates (two epochs of two shuffled micro-batches), the weights equal after each. The
+/// tower starts ten times larger, so that the pictures move the values (checked).
+fn vl_critic_matches_single(world: &ProcessGroup) {
+    use crate::engine::{critic_settings, engine_settings, megatron_settings, take_single_weights};
+    use verlc_runtime::engine::Engine;
+    use verlc_runtime::engine::batch::{Batch, RowImages};
+    use verlc_runtime::engine::megatron::MegatronEngine;
+    use verlc_runtime::engine::single::SingleEngine;
+    use verlc_runtime::model::ValueModel;
+    use verlc_runtime::workers::critic::{Critic, CriticSettings};
+
+    let settings = || verlc_runtime::engine::EngineSettings {
+        model_path: VL_MODEL.into(),
+        ..engine_settings()
+    };
+    let critic = CriticSettings {
+        ppo_mini_batch_size: 4,
+        ppo_micro_batch_size: 2,
+        forward_micro_batch_size: 2,
+        ..critic_settings()
+    };
+    let mut single = Critic::new(
+        SingleEngine::<ValueModel>::new(settings()).unwrap(),
+        critic.clone(),
+    )
+    .unwrap();
+    let mega_engine = MegatronEngine::<ValueModel>::new(
+        settings(),
+        megatron_settings(Some(world), (2, 1, 1), true, false),
+    )
+    .unwrap();
+    let mut mega = Critic::new(mega_engine, critic).unwrap();
+    let scaled: Vec<(String, Tensor)> = single
+        .engine
+        .per_tensor_params()
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| {
+            let t = if n.starts_with("visual.") && t.dim() > 1 {
+                t * 10.0
+            } else {
+                t
+            };
+            (n, t)
+        })
+        .collect();
+    single.engine.load_params(&scaled).unwrap();
+    mega.engine.load_params(&scaled).unwrap();
+
+    let cfg = single.engine.model_config().clone();
+    let tokens = Vision::tokens_of(&cfg).unwrap();
+    let vl = vl_batch(&cfg, &tokens);
+    let r = 6;
+    let with_images = |images: &[ProcessedImage]| {
+        let mut b = Batch::new();
+        b.insert("input_ids", vl.ids.shallow_clone()).unwrap();
+        b.insert("attention_mask", vl.mask.shallow_clone()).unwrap();
+        b.insert("position_ids", vl.pos.shallow_clone()).unwrap();
+        b.insert("responses", vl.ids.narrow(1, LEN - r, r)).unwrap();
+        b.insert(
+            "response_mask",
+            Tensor::ones([ROWS, r], (Kind::Float, Device::Cpu)),
+        )
+        .unwrap();
+        let adv: Vec<f32> = (0..ROWS * r)
+            .map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0)
+            .collect();
+        b.insert("advantages", Tensor::from_slice(&adv).view([ROWS, r]))
+            .unwrap();
+        let rows: Vec<RowImages> = images.iter().map(|i| vec![i.clone()].into()).collect();
+        b.set_images(rows).unwrap();
+        b
+    };
+    let mut b = with_images(&vl.images);
+    let vs = single.compute_values(&b).unwrap();
+    let vm = mega.compute_values(&b).unwrap();
+    let d = (&vs - &vm).abs().max().double_value(&[]);
+    assert!(d < 1e-5, "values differ by {d}");
+    // Other pictures, other values: the critic reads the images.
+    let negated: Vec<ProcessedImage> = vl
+        .images
+        .iter()
+        .map(|i| ProcessedImage {
+            pixel_values: i.pixel_values.iter().map(|p| -p).collect(),
+            ..i.clone()
+        })
+        .collect();
+    let other = mega.compute_values(&with_images(&negated)).unwrap();
+    let moved = (&other - &vm).abs().max().double_value(&[]);
+    assert!(
+        moved > 1e-3,
+        "other pictures moved the values by {moved} only"
+    );
+
+    let mask = b.get("response_mask").unwrap().shallow_clone();
+    let returns = &vs + (b.get("advantages").unwrap() + 0.1) * &mask;
+    b.insert("values", vs).unwrap();
+    b.insert("returns", returns).unwrap();
+    for step in 1..=2 {
+        let ms = single.update_critic(&b, step).unwrap();
+        let mm = mega.update_critic(&b, step).unwrap();
+        for key in ["critic/vf_loss", "critic/grad_norm", "critic/vf_clipfrac"] {
+            let (a, c) = (ms[key], mm[key]);
+            assert!(
+                (a - c).abs() <= 1e-4 * (1.0 + a.abs()),
+                "step {step}: {key} {a} vs {c}"
+            );
+        }
+        take_single_weights(
+            &single.engine,
+            &mut mega.engine,
+            &format!("vision-language critic step {step}"),
+        );
+    }
+    assert!(
+        mega.engine
+            .per_tensor_params()
+            .unwrap()
+            .iter()
+            .any(|(n, _)| n.starts_with("visual.")),
+        "the critic's tower is among its parameters"
+    );
+}
+
+rank_test!(
+    vision_language_critic_tp2_sequence_parallel_matches_the_single_engine,
+    2,
+    |world| {
+        vl_critic_matches_single(&world);
+    }
+);
+
+/// The tiny Qwen3-VL of [`vl_config`], as a model path.
+const VL_MODEL: &str =
+    "builtin://tiny?layers=2&hidden=32&heads=4&kv_heads=2&intermediate=48&arch=qwen3_vl";

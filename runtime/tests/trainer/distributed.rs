@@ -637,18 +637,33 @@ const MEGATRON_VL: &[&str] = &[
 ];
 
 /// A vision-language model on Megatron at TP=2 with sequence parallelism (the tiny
-/// Qwen2.5-VL): each tensor-parallel rank runs the whole tower, puts its embeddings into the
-/// reduced token embeddings and only then takes its share of the sequence; the rollout
-/// prefills its sharded model with the images. Every step matches one process, and a run
-/// resumed from its step-2 checkpoint repeats step 3 exactly.
+/// Qwen2.5-VL), beside a vision-language critic (GAE) at TP=2: each tensor-parallel rank runs
+/// the whole tower, puts its embeddings into the reduced token embeddings and only then takes
+/// its share of the sequence, for the actor and the critic; the rollout prefills its sharded
+/// model with the images. Every step matches one process, and a run resumed from its step-2
+/// checkpoint (the critic's tower in it) repeats step 3 exactly.
 #[test]
 fn megatron_vision_language_tensor_parallel_matches_one_process_and_resumes_exactly() {
-    let shared = ["actor_rollout_ref.model.path='builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl'".to_owned()];
+    let model = "builtin://tiny?layers=2&hidden=64&heads=4&kv_heads=2&arch=qwen2_5_vl";
+    let shared = [
+        format!("actor_rollout_ref.model.path='{model}'"),
+        "algorithm.adv_estimator=gae".to_owned(),
+        format!("critic.model.path='{model}'"),
+        "critic.ppo_mini_batch_size=8".to_owned(),
+        "critic.ppo_micro_batch_size_per_gpu=2".to_owned(),
+        "critic.optim.lr=1e-3".to_owned(),
+    ];
     let mut tp2 = actor_and_ref(&["tensor_model_parallel_size=2", "sequence_parallel=true"]);
-    tp2.push("actor_rollout_ref.rollout.tensor_model_parallel_size=2".to_owned());
-    megatron_run_matches_one_process(MEGATRON_VL, "vl_tp2", (&shared, &tp2), 2, |m| {
+    tp2.extend([
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2".to_owned(),
+        "critic.megatron.tensor_model_parallel_size=2".to_owned(),
+        "critic.megatron.sequence_parallel=true".to_owned(),
+    ]);
+    let one = megatron_run_matches_one_process(MEGATRON_VL, "vl_tp2", (&shared, &tp2), 2, |m| {
         m.tensor_parallel == 2 && m.sequence_parallel
     });
+    let values = crate::support::series(&one, "critic/values/mean");
+    assert_eq!(values.len(), 3, "{values:?}");
 }
 
 /// The tiny Qwen2.5-VL on Megatron with rollout replicas laid out apart from training, the
