@@ -380,25 +380,40 @@ fn vision_language_engine_log_probs_match_transformers() {
     }
 }
 
-fn engine_log_probs_match_transformers(dir: &std::path::Path, file: &str) {
-    use verlc_runtime::engine::{Batch, ForwardOptions, Head};
-    let (vs, model, tensors) = oracle_model_in(dir, file);
-    let (_, images) = oracle_rows(&tensors);
+/// The oracle's batch as the engines take it: its rows with their images at their multimodal
+/// positions, the last `r` tokens of each as the response.
+fn oracle_batch(
+    tensors: &HashMap<String, Tensor>,
+    tokens: &verlc_runtime::model::vision::MropeTokens,
+    r: i64,
+) -> verlc_runtime::engine::Batch {
+    let (_, images) = oracle_rows(tensors);
     let ids = &tensors["input.input_ids"];
     let mask = &tensors["input.attention_mask"];
-    let vision = model.vision.as_ref().expect("vision");
-    let flat: Vec<_> = images.iter().flat_map(|i| i.iter()).collect();
-    let grids: Vec<[i64; 3]> = flat.iter().map(|i| i.grid_thw).collect();
-    let (pos, _) = vision.positions(ids, mask, &grids).expect("positions");
+    let grids: Vec<[i64; 3]> = images
+        .iter()
+        .flat_map(|i| i.iter())
+        .map(|i| i.grid_thw)
+        .collect();
+    let (pos, _) = tokens.positions(ids, mask, &grids).expect("positions");
     let t = ids.size()[1];
-    let r = 3;
-    let mut batch = Batch::new()
+    let mut batch = verlc_runtime::engine::Batch::new()
         .with("input_ids", ids.shallow_clone())
         .and_then(|b| b.with("attention_mask", mask.shallow_clone()))
         .and_then(|b| b.with("position_ids", pos))
         .and_then(|b| b.with("responses", ids.narrow(1, t - r, r)))
         .expect("batch");
-    batch.set_images(images.clone()).expect("images");
+    batch.set_images(images).expect("images");
+    batch
+}
+
+fn engine_log_probs_match_transformers(dir: &std::path::Path, file: &str) {
+    use verlc_runtime::engine::{ForwardOptions, Head};
+    let (vs, model, tensors) = oracle_model_in(dir, file);
+    let ids = &tensors["input.input_ids"];
+    let t = ids.size()[1];
+    let r = 3;
+    let batch = oracle_batch(&tensors, &model.vision.as_ref().expect("vision").tokens, r);
     let want = tensors["output.logits"]
         .narrow(1, t - r - 1, r)
         .log_softmax(-1, Kind::Float)
@@ -592,35 +607,10 @@ fn qwen2_5_vl_critic_values_and_gradients_match_a_value_head_over_transformers()
     // The critic's engines see the same values at the response window (the last `r` tokens
     // as responses), padded and packed, the images in the prompt's placeholders.
     {
-        use verlc_runtime::engine::{Batch, ForwardOptions, Head};
-        let ids = &tensors["input.input_ids"];
-        let (t, r) = (ids.size()[1], 4);
-        let vision = critic.vision.as_ref().expect("a vision tower");
-        let (pos, _) = vision.positions(ids, mask, &grids).expect("positions");
-        let rows: Vec<verlc_runtime::engine::batch::RowImages> = (0..grids.len())
-            .map(|k| {
-                let start: i64 = grids[..k].iter().map(|g| g.iter().product::<i64>()).sum();
-                let n: i64 = grids[k].iter().product();
-                let pixels = tensors["input.pixel_values"]
-                    .narrow(0, start, n)
-                    .contiguous()
-                    .view([-1]);
-                vec![verlc_runtime::model::vision::ProcessedImage {
-                    pixel_values: Vec::try_from(&pixels).expect("pixels"),
-                    grid_thw: grids[k],
-                    seconds_per_grid: None,
-                    timestamps: Vec::new(),
-                }]
-                .into()
-            })
-            .collect();
-        let mut batch = Batch::new()
-            .with("input_ids", ids.shallow_clone())
-            .and_then(|b| b.with("attention_mask", mask.shallow_clone()))
-            .and_then(|b| b.with("position_ids", pos))
-            .and_then(|b| b.with("responses", ids.narrow(1, t - r, r)))
-            .expect("batch");
-        batch.set_images(rows).expect("images");
+        use verlc_runtime::engine::{ForwardOptions, Head};
+        let (t, r) = (tensors["input.input_ids"].size()[1], 4);
+        let tokens = &critic.vision.as_ref().expect("a vision tower").tokens;
+        let batch = oracle_batch(&tensors, tokens, r);
         let want = values.narrow(1, t - r - 1, r);
         let opts = ForwardOptions::default();
         let padded = tch::no_grad(|| Head::forward(&critic, &batch, &opts)).expect("padded");
