@@ -572,7 +572,7 @@ fn critic_matches_single(world: &ProcessGroup, dims: (usize, usize, usize), sp: 
         actor_settings(16),
     )
     .unwrap();
-    let mut b = batch(&mut actor);
+    let b = batch(&mut actor);
     let mut single = Critic::new(
         SingleEngine::<ValueModel>::new(engine_settings()).unwrap(),
         critic_settings(),
@@ -584,6 +584,19 @@ fn critic_matches_single(world: &ProcessGroup, dims: (usize, usize, usize), sp: 
     let vm = mega.compute_values(&b).unwrap();
     let d = (&vs - &vm).abs().max().double_value(&[]);
     assert!(d < 1e-5, "{dims:?} sp={sp}: values differ by {d}");
+    critic_updates_match(&mut single, &mut mega, b, vs, &format!("{dims:?} sp={sp}"));
+}
+
+/// Two value updates of `single` and `mega` on `b` with the values `vs` (2 epochs of shuffled
+/// micro-batches, clipped value loss, the clipped branch taken): their metrics agree, and the
+/// weights after each update, which `mega` then takes from `single`.
+pub(crate) fn critic_updates_match<A: Engine<Head = ValueModel>, B: Engine<Head = ValueModel>>(
+    single: &mut Critic<A>,
+    mega: &mut Critic<B>,
+    mut b: Batch,
+    vs: Tensor,
+    what: &str,
+) {
     // Returns off the values at every response token. Where `returns == values` (a zero
     // advantage) the single engine's first residual is exactly 0 (its predictions are
     // bit-identical to the values it computed) while TP's all-reduced sums leave ~1e-8:
@@ -606,17 +619,17 @@ fn critic_matches_single(world: &ProcessGroup, dims: (usize, usize, usize), sp: 
             let (a, c) = (ms[key], mm[key]);
             assert!(
                 (a - c).abs() <= 1e-4 * (1.0 + a.abs()),
-                "{dims:?} sp={sp} step {step}: {key} {a} vs {c}"
+                "{what} step {step}: {key} {a} vs {c}"
             );
         }
         if step == 2 {
             // The clipped branch is exercised.
-            assert!(ms["critic/vf_clipfrac"] > 0.0, "{ms:?}");
+            assert!(ms["critic/vf_clipfrac"] > 0.0, "{what}: {ms:?}");
         }
         take_single_weights(
             &single.engine,
             &mut mega.engine,
-            &format!("{dims:?} sp={sp} critic step {step}"),
+            &format!("{what} critic step {step}"),
         );
     }
 }

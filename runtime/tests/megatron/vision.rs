@@ -249,7 +249,9 @@ rank_test!(vision_language_cp2_matches_single_process, 2, |world| {
 /// value updates (two epochs of two shuffled micro-batches), the weights equal after each. The
 /// tower starts ten times larger, so that the pictures move the values (checked).
 fn vl_critic_matches_single(world: &ProcessGroup) {
-    use crate::engine::{critic_settings, engine_settings, megatron_settings, take_single_weights};
+    use crate::engine::{
+        critic_settings, critic_updates_match, engine_settings, megatron_settings,
+    };
     use verlc_runtime::engine::Engine;
     use verlc_runtime::engine::batch::{Batch, RowImages};
     use verlc_runtime::engine::megatron::MegatronEngine;
@@ -319,7 +321,7 @@ fn vl_critic_matches_single(world: &ProcessGroup) {
         b.set_images(rows).unwrap();
         b
     };
-    let mut b = with_images(&vl.images);
+    let b = with_images(&vl.images);
     let vs = single.compute_values(&b).unwrap();
     let vm = mega.compute_values(&b).unwrap();
     let d = (&vs - &vm).abs().max().double_value(&[]);
@@ -340,26 +342,7 @@ fn vl_critic_matches_single(world: &ProcessGroup) {
         "other pictures moved the values by {moved} only"
     );
 
-    let mask = b.get("response_mask").unwrap().shallow_clone();
-    let returns = &vs + (b.get("advantages").unwrap() + 0.1) * &mask;
-    b.insert("values", vs).unwrap();
-    b.insert("returns", returns).unwrap();
-    for step in 1..=2 {
-        let ms = single.update_critic(&b, step).unwrap();
-        let mm = mega.update_critic(&b, step).unwrap();
-        for key in ["critic/vf_loss", "critic/grad_norm", "critic/vf_clipfrac"] {
-            let (a, c) = (ms[key], mm[key]);
-            assert!(
-                (a - c).abs() <= 1e-4 * (1.0 + a.abs()),
-                "step {step}: {key} {a} vs {c}"
-            );
-        }
-        take_single_weights(
-            &single.engine,
-            &mut mega.engine,
-            &format!("vision-language critic step {step}"),
-        );
-    }
+    critic_updates_match(&mut single, &mut mega, b, vs, "vision-language");
     assert!(
         mega.engine
             .per_tensor_params()
