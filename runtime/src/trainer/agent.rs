@@ -71,6 +71,7 @@ impl AgentRollout {
                     path,
                     &dir,
                     &spec.config,
+                    model_type,
                     (opts.tool_startup_timeout, opts.tool_call_timeout),
                 )
                 .map_err(TrainerError::Config)?;

@@ -53,6 +53,71 @@ fn python_agent_loops_generate_through_verlcs_rollout() {
     assert_eq!(series(&two.history, "num_turns/mean"), vec![4.0]);
 }
 
+/// A loop written for verl 0.9 tokenizes through verl's Continuous Token builder
+/// (`ct_build_initial_tokens`, `ct_merge_assistant_token`), which the helper takes from the verl
+/// beside it, as verl's base class does: with verl 0.9.1 there (its tree from `scripts/setup`
+/// first on the interpreter's path), the loop trains exactly as verl's single-turn loop; with
+/// the venv's verl 0.7.0, which has no builder, its first `ct_` call is an error that says so.
+#[test]
+fn a_verl_0_9_loop_tokenizes_through_verls_continuous_token_builder() {
+    let dir = scratch("loops_continuous");
+    let verl = repo().join(".venv/verl-releases/0.9.1");
+    assert!(
+        verl.join("verl/utils/tokenizer/continuous_token_wiring.py")
+            .is_file(),
+        "verl 0.9.1's tree (scripts/setup) at {}",
+        verl.display()
+    );
+    let python = dir.join("python-verl-0.9.1");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\nPYTHONPATH={}${{PYTHONPATH:+:$PYTHONPATH}} exec {} \"$@\"\n",
+            verl.display(),
+            verlc_runtime::workers::reward::python::PythonSettings::default_python()
+        ),
+    )
+    .expect("wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let with_0_9 = verlc_runtime::trainer::RunOptions {
+        reward_python: Some(python.display().to_string()),
+        ..quiet()
+    };
+    let plain = quiet();
+    let steps = |name: &str, o: &[String], opts: &verlc_runtime::trainer::RunOptions| {
+        let o: Vec<&str> = o.iter().map(String::as_str).collect();
+        run(&small_grpo(&scratch(name), 2, &o), opts)
+    };
+    let native = steps(
+        "loops_continuous_native",
+        &[
+            "actor_rollout_ref.rollout.multi_turn.enable=true".to_owned(),
+            "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent".to_owned(),
+        ],
+        &plain,
+    )
+    .expect("native");
+    let continuous = steps(
+        "loops_continuous_0_9",
+        &loops("continuous_single_turn"),
+        &with_0_9,
+    )
+    .expect("a verl 0.9 loop with verl 0.9.1");
+    assert_eq!(training(&continuous.history), training(&native.history));
+    let err = steps(
+        "loops_continuous_0_7",
+        &loops("continuous_single_turn"),
+        &plain,
+    )
+    .expect_err("no builder in verl 0.7.0")
+    .to_string();
+    assert!(
+        err.contains("ct_build_initial_tokens is verl 0.9's Continuous Token API"),
+        "{err}"
+    );
+}
+
 /// An `AgentLoopOutput` with its own `reward_score` (0.25 for an even response length, 0.75
 /// for an odd one): verl scores the batch with those instead of the reward function, and so
 /// does verlc, in training and in validation.

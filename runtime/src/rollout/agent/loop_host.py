@@ -1,6 +1,6 @@
 # verlc agent-loop host: runs the agent loops an `agent_loop_config_path` file registers (verl's
 # AgentLoopBase subclasses), their generation served by verlc's rollout, over JSON lines.
-# argv: one JSON object {"config_path", "tokenizer", "config": the composed config}
+# argv: one JSON object {"config_path", "tokenizer", "config": the composed config, "model_type"}
 # Protocol (one JSON object per line):
 #   host -> {"ready": true, "names": [registered agent names], "verl": str}
 #         | {"ready": false, "error": "traceback"}                                      once
@@ -11,12 +11,14 @@
 #   host -> {"id", "done": [{"prompt_ids", "response_ids", "response_mask", "response_logprobs",
 #                            "num_turns", "reward_score"}]}  | {"id", "error": "traceback"}
 # Each loop is built as verl builds it (`_target_` with the entry's other keys, plus
-# trainer_config, server_manager, tokenizer, processor=None, dataset_cls, dataset_config) and
+# trainer_config, server_manager, tokenizer, processor=None, dataset_cls, and the data config
+# and model type under the names its constructor takes: see AgentLoopBase) and
 # awaited as `run(sampling_params, **row)`. verl's agent_loop module imports Ray: its interface
 # (AgentLoopBase, AgentLoopOutput, AgentLoopMetrics, register, AsyncLLMServerManager,
 # DictConfigWrap) is provided here with the same fields and signatures.
 import asyncio
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -37,7 +39,7 @@ class AgentLoopMetrics:
 
 class AgentLoopOutput:
     def __init__(self, prompt_ids, response_ids, response_mask, response_logprobs=None, routed_experts=None,
-                 multi_modal_data=None, reward_score=None, num_turns=0, metrics=None, extra_fields=None):
+                 multi_modal_data=None, reward_score=None, num_turns=0, metrics=None, extra_fields=None, **_):
         self.prompt_ids = list(prompt_ids)
         self.response_ids = list(response_ids)
         self.response_mask = list(response_mask)
@@ -51,11 +53,35 @@ class AgentLoopOutput:
 
 
 class TokenOutput:
-    def __init__(self, token_ids, log_probs=None, routed_experts=None, stop_reason=None):
+    def __init__(self, token_ids, log_probs=None, routed_experts=None, stop_reason=None, num_preempted=None,
+                 extra_fields=None):
         self.token_ids = token_ids
         self.log_probs = log_probs
         self.routed_experts = routed_experts
         self.stop_reason = stop_reason
+        self.num_preempted = num_preempted
+        self.extra_fields = dict(extra_fields or {})
+
+
+VERL_KIND = "no"
+MODEL_TYPE = None
+
+
+def continuous_token_factory():
+    """verl's `create_continuous_token_builder` (verl 0.9's tokenization of agent loops) from the
+    verl beside this helper, or None where that verl has none."""
+    try:
+        return importlib.import_module("verl.utils.tokenizer.continuous_token_wiring").create_continuous_token_builder
+    except Exception:
+        return None
+
+
+def get(config, key, default=None):
+    try:
+        value = config.get(key, default)
+    except Exception:
+        return default
+    return default if value is None else value
 
 
 _registry = {}
@@ -70,21 +96,112 @@ def register(agent_name):
 
 
 class AgentLoopBase:
+    """verl's AgentLoopBase as each release builds it: verl 0.7.0 passes the data config as
+    `dataset_config`, later releases as `data_config` (wrapped), 0.9.1 also `hf_model_type`; both
+    attributes are set. verl 0.9's Continuous Token methods (`ct_*`) use the builder of the verl
+    installed beside the helper, as verl's own base class does (0.9.0 where
+    `data.continuous_token.enable`, 0.9.1 always)."""
+
     def __init__(self, trainer_config, server_manager, tokenizer, processor, dataset_cls=None,
-                 dataset_config=None, **kwargs):
+                 dataset_config=None, data_config=None, hf_model_type=None, **kwargs):
         self.config = trainer_config.config
+        self.rollout_config = get(get(self.config, "actor_rollout_ref", {}), "rollout", {})
         self.server_manager = server_manager
         self.tokenizer = tokenizer
         self.processor = processor
         self.dataset_cls = dataset_cls
-        self.dataset_config = dataset_config
-        self.apply_chat_template_kwargs = (dataset_config or {}).get("apply_chat_template_kwargs", {}) or {}
+        data = data_config.config if data_config is not None else dataset_config
+        if data is None:
+            data = get(self.config, "data", {})
+        self.dataset_config = data
+        self.data_config = data
+        self.apply_chat_template_kwargs = get(data, "apply_chat_template_kwargs", {})
+        self.mm_processor_kwargs = get(data, "mm_processor_kwargs", {})
+        self.hf_model_type = hf_model_type
+        self.continuous_token_builder = None
+        self.enable_continuous_token = False
+        create = continuous_token_factory()
+        ct = get(data, "continuous_token", None)
+        if create is not None and (ct is None or get(ct, "enable", False)):
+            model = get(get(self.config, "actor_rollout_ref", {}), "model", {})
+            offered = {
+                "hf_model_type": hf_model_type,
+                "chat_template_kwargs": dict(self.apply_chat_template_kwargs),
+                "mm_processor_kwargs": dict(self.mm_processor_kwargs),
+                "processor": processor,
+                "model_family": get(ct, "model_family", "auto") if ct is not None else "auto",
+                "model_path": get(model, "path", None),
+                "tokenizer_name_or_path": get(model, "tokenizer_path", None),
+            }
+            # Each release's factory names what it takes (the rest would reach its builder).
+            accepted = inspect.signature(create).parameters
+            self.continuous_token_builder = create(
+                tokenizer, **{k: v for k, v in offered.items() if k in accepted}
+            )
+            self.enable_continuous_token = True
         self.loop = asyncio.get_event_loop()
 
     async def apply_chat_template(self, messages, tools=None, images=None, videos=None, remove_system_prompt=False):
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=True, **self.apply_chat_template_kwargs
         )
+
+    async def process_vision_info(self, messages):
+        return await self.process_multi_modal_info(messages)
+
+    async def process_multi_modal_info(self, messages):
+        # verl extracts pictures through the processor; the helper has none (processor=None).
+        return {}
+
+    def _assert_mm_supported(self, has_multi_modal):
+        if has_multi_modal:
+            raise ValueError("verlc runs the user's agent loops on text prompts only")
+
+    def _get_mm_processor_kwargs(self, audio_data=None):
+        return dict(self.mm_processor_kwargs or {})
+
+    @staticmethod
+    def build_sglang_video_payload(videos, mm_inputs):
+        return None
+
+    def _builder(self, method):
+        if self.continuous_token_builder is None:
+            raise RuntimeError(
+                f"{method} is verl 0.9's Continuous Token API: it needs verl 0.9's "
+                "verl.utils.tokenizer.continuous_token_wiring importable beside the agent loops "
+                f"(this helper found {VERL_KIND!r} verl), and on verl 0.9.0 data.continuous_token.enable"
+            )
+        return self.continuous_token_builder
+
+    def _cap_text_prompt_length(self, prompt_ids):
+        length = int(get(self.rollout_config, "prompt_length", 0) or 0)
+        if length and len(prompt_ids) > length:
+            return prompt_ids[-length:]
+        return prompt_ids
+
+    async def ct_build_initial_tokens(self, messages, tools=None, images=None, videos=None, audios=None,
+                                      mm_inputs_out=None):
+        builder = self._builder("ct_build_initial_tokens")
+        prompt_ids = builder.build_initial_tokens(
+            messages, tools=tools, images=images, videos=videos, audios=audios, mm_inputs_out=mm_inputs_out
+        )
+        return self._cap_text_prompt_length(list(prompt_ids))
+
+    async def ct_merge_context_msg(self, previous_messages, updated_messages, runtime_token_ids, response_mask,
+                                   response_logprobs=None, tools=None):
+        builder = self._builder("ct_merge_context_msg")
+        merged = builder.merge_context_tokens(previous_messages, updated_messages, runtime_token_ids, tools=tools)
+        mask, logprobs = builder.align_response_metadata(merged, response_mask, response_logprobs)
+        return merged, mask, logprobs
+
+    async def ct_merge_assistant_token(self, runtime_token_ids, assistant_token_ids, response_mask,
+                                       response_logprobs=None, assistant_logprobs=None):
+        builder = self._builder("ct_merge_assistant_token")
+        merged = builder.merge_assistant_tokens(runtime_token_ids, assistant_token_ids)
+        mask, logprobs = builder.align_response_metadata(
+            merged, response_mask, response_logprobs, assistant_logprobs=assistant_logprobs
+        )
+        return merged, mask, logprobs
 
     async def run(self, sampling_params, **kwargs):
         raise NotImplementedError
@@ -98,7 +215,10 @@ class Server:
         self.pending = []
         self.sample_of = sample_of
 
-    async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
+    async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None,
+                       audio_data=None, **_):
+        if image_data or video_data or audio_data:
+            raise ValueError("verlc runs the user's agent loops on text prompts only")
         fut = asyncio.get_running_loop().create_future()
         task = asyncio.current_task()
         self.pending.append((self.sample_of.get(task, 0), list(prompt_ids), sampling_params, fut))
@@ -127,21 +247,29 @@ def agent_loop_module():
     sys.modules["verl.workers.rollout.replica"] = replica
 
 
-def instantiate(entry, **kwargs):
+def instantiate(entry, optional=None, **kwargs):
+    """The entry's class built with `kwargs`, the entry's own keys, and those of `optional` the
+    constructor names or takes as keywords (each verl release passes its own set)."""
     target = entry["_target_"]
     module_name, _, cls_name = target.rpartition(".")
     cls = getattr(importlib.import_module(module_name), cls_name)
     extra = {k: v for k, v in entry.items() if k not in ("_target_", "name")}
-    return cls(**extra, **kwargs)
+    params = inspect.signature(cls.__init__).parameters
+    keyword = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    chosen = {k: v for k, v in (optional or {}).items() if k in params or keyword}
+    return cls(**extra, **kwargs, **chosen)
 
 
 def main():
+    global VERL_KIND, MODEL_TYPE
     send = protocol_sender(allow_nan=False)  # noqa: F821 - pyproc/channel.py
     spec = json.loads(sys.argv[1])
+    MODEL_TYPE = spec.get("model_type")
     try:
         kind = verl_modules(  # noqa: F821 - pyproc/verl_prelude.py
             ["utils.dataset"], ["verl.utils.dataset.rl_dataset"], lambda: None
         )
+        VERL_KIND = kind
         agent_loop_module()
         import yaml
         from transformers import AutoTokenizer
@@ -188,9 +316,11 @@ async def run_batch(req, send, tokenizer, config, dataset_cls):
         name = row["agent_name"]
         if name not in _registry:
             raise KeyError(f"Agent loop {name} not registered, registered agent loops: {sorted(_registry)}")
+        data = config.get("data", {})
         agent = instantiate(
             _registry[name], trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
-            processor=None, dataset_cls=dataset_cls, dataset_config=config.get("data", {}),
+            processor=None, dataset_cls=dataset_cls,
+            optional={"data_config": DictConfigWrap(data), "dataset_config": data, "hf_model_type": MODEL_TYPE},
         )
         return await agent.run(dict(sampling), **row["kwargs"])
 

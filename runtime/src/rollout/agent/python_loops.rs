@@ -45,12 +45,14 @@ pub struct PythonLoops {
 }
 
 impl PythonLoops {
-    /// Loads the config file's loops with the model's tokenizer and the composed config.
+    /// Loads the config file's loops with the model's tokenizer, the composed config and the
+    /// model's `model_type` (verl 0.9.1 picks its Continuous Token builder by it).
     pub fn start(
         python: &str,
         config_path: &str,
         tokenizer_dir: &std::path::Path,
         config: &Value,
+        model_type: &str,
         (startup, call): (Duration, Duration),
     ) -> Result<Self, String> {
         let what = |e: String| format!("agent loops of {config_path}: {e}");
@@ -59,7 +61,8 @@ impl PythonLoops {
                 "no such file (rollout.agent.agent_loop_config_path)".into(),
             ));
         }
-        let arg = json!({"config_path": config_path, "tokenizer": tokenizer_dir, "config": config});
+        let arg = json!({"config_path": config_path, "tokenizer": tokenizer_dir, "config": config,
+            "model_type": model_type});
         let mut proc = JsonLinesProcess::spawn(python, SCRIPT, &[arg.to_string()], "agent")
             .map_err(|e| what(e.to_string()))?;
         let ready = proc
