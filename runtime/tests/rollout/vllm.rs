@@ -651,6 +651,8 @@ fn vllm_serves_images(arch: &str, dtype: Dtype, videos: Videos) {
         masked: masked.clone(),
         ..SamplingParams::default()
     };
+    // Weights synced again (a training step's reload): the server keeps masking.
+    vllm.update_weights(&params).unwrap();
     let out = vllm
         .generate_images(&prompts, &images, &streams, &sampled, &stop)
         .unwrap();

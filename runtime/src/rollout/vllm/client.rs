@@ -341,12 +341,32 @@ impl VllmRollout {
             "/collective_rpc",
             &json!({"method": "reload_weights", "kwargs": {"weights_path": dir}}),
         )?;
+        // vLLM 0.32 on CPU leaves reloaded experts in the checkpoint's layout, not its kernel's
+        // (server.rs, WORKER_EXTENSION).
+        if !self.cuda && self.config.moe.num_experts > 0 {
+            self.post(
+                addr,
+                "/collective_rpc",
+                &json!({"method": "verlc_repack_cpu_experts"}),
+            )?;
+        }
         // Otherwise prompts that share a prefix with earlier ones are served from the old
         // weights' KV blocks.
         self.post(addr, "/reset_prefix_cache", &json!({}))?;
         // And an image seen before from the old tower's embeddings.
         if self.vision.is_some() {
             self.post(addr, "/reset_encoder_cache", &json!({}))?;
+        }
+        // vLLM 0.32 reloads into the same model, whose masked logits stay; a server that
+        // rebuilt it would lose them, so the mask goes again before any rank is told the
+        // weights are in place.
+        let masked = self
+            .masked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if masked != MaskedTokens::default() {
+            self.post_mask(addr, &masked)?;
         }
         Ok(())
     }
@@ -602,13 +622,18 @@ impl VllmRollout {
         if *installed == *masked {
             return Ok(());
         }
+        self.post_mask(addr, masked)?;
+        *installed = masked.clone();
+        Ok(())
+    }
+
+    fn post_mask(&self, addr: SocketAddr, masked: &MaskedTokens) -> Result<(), VllmError> {
         let mask = json!({"from": masked.from, "ids": masked.ids}).to_string();
         self.post(
             addr,
             "/collective_rpc",
             &json!({"method": "verlc_mask_logits", "kwargs": {"mask": mask}}),
         )?;
-        *installed = masked.clone();
         Ok(())
     }
 

@@ -95,7 +95,10 @@ runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__', alte
 /// tokens' logits to minus infinity in every logits the model computes from then on (verl
 /// patches the same method; vLLM samples from those logits and takes its log-probs from them
 /// as well). A later call replaces the mask; the mask's JSON is `{"from": id or null, "ids":
-/// [...]}` (`MaskedTokens`).
+/// [...]}` (`MaskedTokens`). `verlc_repack_cpu_experts` lays a mixture-of-experts model's expert
+/// weights out again for vLLM's CPU kernel after an in-place reload: vLLM 0.32 repacks them
+/// when it first loads the model only, so a reload leaves the new weights in the checkpoint's
+/// layout where the kernel reads its own (the rollout then generates from scrambled experts).
 const WORKER_EXTENSION: &str = "\
 import json
 from types import MethodType
@@ -126,6 +129,17 @@ class VerlcWorker:
             return logits
 
         model.compute_logits = MethodType(compute_logits, model)
+
+    def verlc_repack_cpu_experts(self):
+        from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+        repacked = 0
+        for module in self.model_runner.model.modules():
+            kernel = getattr(getattr(module, 'quant_method', None), 'moe_kernel', None)
+            experts = getattr(kernel, 'fused_experts', None)
+            if experts is not None and type(experts).__module__ == cpu_moe.__name__:
+                experts.process_weights_after_loading(module)
+                repacked += 1
+        return repacked
 ";
 
 /// The importable name of [`WORKER_EXTENSION`]'s class, and the file it is written to inside
