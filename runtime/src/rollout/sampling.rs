@@ -8,6 +8,7 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::model::ModelConfig;
+use crate::model::vision::Vision;
 use crate::rng::Rng;
 
 use super::{MaskedTokens, SamplingParams};
@@ -20,12 +21,12 @@ use super::{MaskedTokens, SamplingParams};
 pub fn masked_tokens(cfg: &ModelConfig, tokenizer_len: usize) -> MaskedTokens {
     let tokenizer_len = i64::try_from(tokenizer_len).unwrap_or(i64::MAX);
     let from = (tokenizer_len < cfg.vocab_size).then_some(tokenizer_len);
-    let vision = cfg.arch().is_ok_and(|a| a.has_vision());
-    let ids = ["image_token_id", "video_token_id"]
-        .iter()
-        .filter(|_| vision)
-        .filter_map(|k| cfg.extra.get(*k).and_then(serde_json::Value::as_i64))
-        .collect();
+    let ids = match Vision::tokens_of(cfg) {
+        Ok(t) if cfg.arch().is_ok_and(|a| a.has_vision()) => {
+            vec![t.image_token_id, t.video_token_id]
+        }
+        _ => Vec::new(),
+    };
     MaskedTokens { from, ids }
 }
 

@@ -64,7 +64,6 @@ class TokenOutput:
 
 
 VERL_KIND = "no"
-MODEL_TYPE = None
 
 
 def continuous_token_factory():
@@ -129,7 +128,7 @@ class AgentLoopBase:
                 "chat_template_kwargs": dict(self.apply_chat_template_kwargs),
                 "mm_processor_kwargs": dict(self.mm_processor_kwargs),
                 "processor": processor,
-                "model_family": get(ct, "model_family", "auto") if ct is not None else "auto",
+                "model_family": get(ct, "model_family", "auto"),
                 "model_path": get(model, "path", None),
                 "tokenizer_name_or_path": get(model, "tokenizer_path", None),
             }
@@ -261,10 +260,9 @@ def instantiate(entry, optional=None, **kwargs):
 
 
 def main():
-    global VERL_KIND, MODEL_TYPE
+    global VERL_KIND
     send = protocol_sender(allow_nan=False)  # noqa: F821 - pyproc/channel.py
     spec = json.loads(sys.argv[1])
-    MODEL_TYPE = spec.get("model_type")
     try:
         kind = verl_modules(  # noqa: F821 - pyproc/verl_prelude.py
             ["utils.dataset"], ["verl.utils.dataset.rl_dataset"], lambda: None
@@ -298,14 +296,16 @@ def main():
             continue
         req = json.loads(line)
         try:
-            outs = loop.run_until_complete(run_batch(req, send, tokenizer, config, dataset_cls))
+            outs = loop.run_until_complete(
+                run_batch(req, send, tokenizer, config, dataset_cls, spec.get("model_type"))
+            )
             send({"id": req["id"], "done": outs})
         except BaseException:
             send({"id": req["id"], "error": traceback.format_exc()})
     return 0
 
 
-async def run_batch(req, send, tokenizer, config, dataset_cls):
+async def run_batch(req, send, tokenizer, config, dataset_cls, model_type):
     rows = req["run"]["rows"]
     sampling = req["run"]["sampling_params"]
     sample_of = {}
@@ -320,7 +320,7 @@ async def run_batch(req, send, tokenizer, config, dataset_cls):
         agent = instantiate(
             _registry[name], trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
             processor=None, dataset_cls=dataset_cls,
-            optional={"data_config": DictConfigWrap(data), "dataset_config": data, "hf_model_type": MODEL_TYPE},
+            optional={"data_config": DictConfigWrap(data), "dataset_config": data, "hf_model_type": model_type},
         )
         return await agent.run(dict(sampling), **row["kwargs"])
 
