@@ -293,6 +293,7 @@ impl VllmRollout {
                     flags: self.flags(),
                     env: server_env(
                         &self.dir,
+                        !self.cuda,
                         self.shares_cores,
                         !self.cuda && self.spec.tensor_parallel * self.spec.data_parallel == 1,
                         !self.cuda && self.spec.enforce_eager,
@@ -884,9 +885,12 @@ impl Drop for VllmRollout {
 /// server on CPU (`eager_cpu`) runs without torch.compile at all (`TORCHDYNAMO_DISABLE`):
 /// `enforce_eager` stops vLLM compiling the model, but its sampler's helpers (the logprob
 /// ranks, top-k/top-p) still compile a C++ kernel with g++ at the first request, ~15 s of CPU
-/// on a 2-core EPYC at every fresh start and a C++ compiler the machine must have.
+/// on a 2-core EPYC at every fresh start and a C++ compiler the machine must have. On CPU
+/// (`cpu`) the launcher has vLLM's model registry inspect the model's class in its own
+/// process ([`super::server::INSPECT_IN_PROCESS_VAR`]).
 fn server_env(
     dir: &Path,
+    cpu: bool,
     shares_cores: bool,
     one_cpu_worker: bool,
     eager_cpu: bool,
@@ -897,6 +901,7 @@ fn server_env(
     let half = shares_cores.then(|| ("OMP_NUM_THREADS".to_owned(), all.div_ceil(2).to_string()));
     let in_process = one_cpu_worker.then(|| ("VLLM_ENABLE_V1_MULTIPROCESSING", "0".to_owned()));
     let no_compile = eager_cpu.then(|| ("TORCHDYNAMO_DISABLE", "1".to_owned()));
+    let inspect_here = cpu.then(|| (super::server::INSPECT_IN_PROCESS_VAR, "1".to_owned()));
     [
         ("VLLM_CPU_KVCACHE_SPACE", "1".to_owned()),
         ("OMP_NUM_THREADS", all.to_string()),
@@ -911,6 +916,7 @@ fn server_env(
     .into_iter()
     .chain(in_process)
     .chain(no_compile)
+    .chain(inspect_here)
     .filter(|(k, _)| std::env::var_os(k).is_none() && !(shares_cores && *k == "OMP_NUM_THREADS"))
     .map(|(k, v)| (k.to_owned(), v))
     .chain(half)

@@ -35,6 +35,12 @@ pub struct Launch {
     pub log: PathBuf,
 }
 
+/// Set (to `1`) in the environment of a server on CPU: [`WATCHDOG`] then has vLLM's model
+/// registry inspect a model class in the server's own process. vLLM does that in a new Python
+/// process (a whole vLLM import: 10-25 s of CPU on 2 cores, once per architecture while its
+/// cache is cold) only so that the server never initialises CUDA, and a CPU server has none.
+pub const INSPECT_IN_PROCESS_VAR: &str = "VERLC_VLLM_INSPECT_IN_PROCESS";
+
 /// What the server runs (`python -c WATCHDOG <vLLM's api_server flags>`): a thread that waits
 /// for its stdin to close, then kills the server's process group, and then vLLM's OpenAI API
 /// server as `python -m` would run it. One guard first: vLLM 0.32 builds its structured
@@ -43,7 +49,8 @@ pub struct Launch {
 /// its labels (a tiny test model's) raises an IndexError and would end the server, so any
 /// error there turns the endpoint off instead. And one media type of verlc's own
 /// ([`super::media::VIDEO_FRAMES_TYPE`]): a video's frames with the metadata vLLM's processor
-/// takes (its frame-list type, `video/jpeg`, takes no per-video times).
+/// takes (its frame-list type, `video/jpeg`, takes no per-video times). On CPU, vLLM's model
+/// registry inspects in-process ([`INSPECT_IN_PROCESS_VAR`]).
 pub const WATCHDOG: &str = "\
 import os, signal, sys, threading
 def _watch():
@@ -86,6 +93,9 @@ try:
     _video_io.VideoMediaIO.load_base64 = _verlc_frames
 except ImportError:
     pass
+if os.environ.pop('VERLC_VLLM_INSPECT_IN_PROCESS', None) == '1':
+    from vllm.model_executor.models import registry as _registry
+    _registry._run_in_subprocess = lambda fn: fn()
 import runpy
 runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__', alter_sys=True)
 ";
