@@ -21,12 +21,12 @@ fn python() -> Option<PathBuf> {
 
 /// A 7B-shaped Qwen2 model directory with no weights: `config.json` and a byte-level BPE
 /// tokenizer (trained here by the `tokenizers` library, ChatML special tokens and template).
-fn model_dir(python: &Path, dir: &Path, chat_template: bool) {
+fn model_dir(python: &Path, dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     let script = r#"
 import json, sys
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
-out, chat = sys.argv[1], sys.argv[2] == "1"
+out = sys.argv[1]
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()
@@ -35,10 +35,9 @@ trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
 tok.train_from_iterator(["reverse the digits 12345 into 54321, user assistant"] * 20, trainer)
 tok.save(f"{out}/tokenizer.json")
-cfg = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
-if chat:
-    cfg["chat_template"] = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-                            "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+cfg = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+       "chat_template": ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                         "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")}
 json.dump(cfg, open(f"{out}/tokenizer_config.json", "w"))
 json.dump({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
            "vocab_size": tok.get_vocab_size(), "hidden_size": 3584, "intermediate_size": 18944,
@@ -53,7 +52,6 @@ json.dump({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
         .arg("-c")
         .arg(script)
         .arg(dir)
-        .arg(if chat_template { "1" } else { "0" })
         .status()
         .expect("run python");
     assert!(status.success(), "writing the model dir failed");
@@ -213,7 +211,7 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
     };
     let tmp = tempfile::tempdir().unwrap();
     let good = tmp.path().join("good");
-    model_dir(&python, &good, true);
+    model_dir(&python, &good);
 
     let (code, stdout, stderr) = smoke(&good, &[]);
     assert_eq!(code, Some(0), "{stderr}");
@@ -316,7 +314,24 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
 
     // A tokenizer without a chat template: the data's chat prompts cannot be rendered.
     let no_chat = tmp.path().join("no_chat");
-    model_dir(&python, &no_chat, false);
+    std::fs::create_dir_all(&no_chat).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(good.join(f), no_chat.join(f)).unwrap();
+    }
+    let mut tokenizer_config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(good.join("tokenizer_config.json")).unwrap())
+            .unwrap();
+    assert!(
+        tokenizer_config
+            .as_object_mut()
+            .and_then(|c| c.remove("chat_template"))
+            .is_some()
+    );
+    std::fs::write(
+        no_chat.join("tokenizer_config.json"),
+        tokenizer_config.to_string(),
+    )
+    .unwrap();
     let (code, stdout, stderr) = smoke(&no_chat, &[]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("no chat template"), "{stderr}");
@@ -405,7 +420,7 @@ fn broken_runs_are_reported_with_their_cause() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let (model, data) = (tmp.path().join("model"), tmp.path().join("data"));
-    model_dir(&python, &model, true);
+    model_dir(&python, &model);
     data_dir(&python, &data);
     let config = grpo_config(tmp.path(), &data, &model);
     let (code, stdout, stderr) = smoke_config(&config, &[]);
@@ -506,7 +521,7 @@ fn an_sft_run_smokes_on_cpu_and_bad_conversations_are_reported() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("smoke-sft");
     let _ = std::fs::remove_dir_all(&dir);
     let model = dir.join("model");
-    model_dir(&python, &model, true);
+    model_dir(&python, &model);
     let script = r#"
 import sys, pyarrow as pa, pyarrow.parquet as pq
 out = sys.argv[1]
