@@ -57,6 +57,19 @@ json.dump({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
     assert!(status.success(), "writing the model dir failed");
 }
 
+/// A copy of the model directory `from` (its config and tokenizer files) at `to`, with the
+/// JSON file `file` changed by `edit`.
+fn edited_model_dir(from: &Path, to: &Path, file: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(from.join(file)).unwrap()).unwrap();
+    edit(&mut json);
+    std::fs::write(to.join(file), json.to_string()).unwrap();
+}
+
 /// verl's gsm8k preprocess layout (`examples/data_preprocess/gsm8k.py`) in parquet: 40 train
 /// and 8 test rows; variants with another data source and with string prompts; reward files.
 fn data_dir(python: &Path, dir: &Path) {
@@ -314,24 +327,10 @@ fn a_7b_shaped_run_without_weights_smokes_on_cpu_and_a_broken_one_is_reported() 
 
     // A tokenizer without a chat template: the data's chat prompts cannot be rendered.
     let no_chat = tmp.path().join("no_chat");
-    std::fs::create_dir_all(&no_chat).unwrap();
-    for f in ["config.json", "tokenizer.json"] {
-        std::fs::copy(good.join(f), no_chat.join(f)).unwrap();
-    }
-    let mut tokenizer_config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(good.join("tokenizer_config.json")).unwrap())
-            .unwrap();
-    assert!(
-        tokenizer_config
-            .as_object_mut()
-            .and_then(|c| c.remove("chat_template"))
-            .is_some()
-    );
-    std::fs::write(
-        no_chat.join("tokenizer_config.json"),
-        tokenizer_config.to_string(),
-    )
-    .unwrap();
+    edited_model_dir(&good, &no_chat, "tokenizer_config.json", |c| {
+        let removed = c.as_object_mut().and_then(|c| c.remove("chat_template"));
+        assert!(removed.is_some(), "the good model has a chat template");
+    });
     let (code, stdout, stderr) = smoke(&no_chat, &[]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("no chat template"), "{stderr}");
@@ -430,15 +429,7 @@ fn broken_runs_are_reported_with_their_cause() {
     // Model directories with one thing wrong in their config.json.
     let with_config = |name: &str, key: &str, value: serde_json::Value| {
         let dir = tmp.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in ["tokenizer.json", "tokenizer_config.json"] {
-            std::fs::copy(model.join(f), dir.join(f)).unwrap();
-        }
-        let mut cfg: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap())
-                .unwrap();
-        cfg[key] = value;
-        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        edited_model_dir(&model, &dir, "config.json", |cfg| cfg[key] = value);
         dir
     };
     let bad_eos = with_config("bad_eos", "eos_token_id", 99_999.into());

@@ -493,6 +493,12 @@ fn vllm_serves_images(arch: &str, dtype: Dtype, videos: Videos) {
     ))
     .unwrap();
     vllm.update_weights(&params).unwrap();
+    // A CPU server inspects its model's class in its own process, not in a new Python one.
+    let log = std::fs::read_to_string(vllm.server_log().expect("the server's log")).unwrap();
+    assert!(
+        log.contains("verlc: vLLM inspects model classes in this process (CPU)"),
+        "{arch}: {log}"
+    );
 
     let stop = StopTokens {
         eos: Vec::new(),

@@ -237,6 +237,11 @@ impl VllmRollout {
         self.lock_server().as_ref().map(VllmServer::pid)
     }
 
+    /// The server's log file (on the main rank, once started).
+    pub fn server_log(&self) -> Option<PathBuf> {
+        self.lock_server().as_ref().map(|s| s.log().to_path_buf())
+    }
+
     fn lock_server(&self) -> std::sync::MutexGuard<'_, Option<VllmServer>> {
         self.server
             .lock()

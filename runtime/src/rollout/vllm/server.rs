@@ -96,6 +96,7 @@ except ImportError:
 if os.environ.pop('VERLC_VLLM_INSPECT_IN_PROCESS', None) == '1':
     from vllm.model_executor.models import registry as _registry
     _registry._run_in_subprocess = lambda fn: fn()
+    print('verlc: vLLM inspects model classes in this process (CPU)', file=sys.stderr)
 import runpy
 runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__', alter_sys=True)
 ";
@@ -286,6 +287,11 @@ impl VllmServer {
     /// `Some(reason)` when the server process has ended.
     pub fn exited(&mut self) -> Option<String> {
         self.child.try_wait().ok().flatten().map(|s| s.to_string())
+    }
+
+    /// The server's log file (its stdout and stderr).
+    pub fn log(&self) -> &Path {
+        &self.log
     }
 
     /// The last `n` lines of the server's log.
