@@ -300,8 +300,8 @@ impl VllmRollout {
                         &self.dir,
                         !self.cuda,
                         self.shares_cores,
-                        !self.cuda && self.spec.tensor_parallel * self.spec.data_parallel == 1,
-                        !self.cuda && self.spec.enforce_eager,
+                        self.spec.tensor_parallel * self.spec.data_parallel == 1,
+                        self.spec.enforce_eager,
                     ),
                     port: self.port,
                     startup_timeout: self.startup_timeout,
@@ -884,28 +884,29 @@ impl Drop for VllmRollout {
 /// overrides the user's `OMP_NUM_THREADS`: that one is the trainer's; pinning the server to
 /// the other half measured no better on 2 cores); `TORCHINDUCTOR_CACHE_DIR` inside the
 /// server's `dir`. A
-/// server of one CPU worker (`one_cpu_worker`) runs its model in the engine's process
+/// server of one worker (`one_worker`) on CPU (`cpu`) runs its model in the engine's process
 /// (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, vLLM's in-process executor): one Python process
 /// fewer to start, some 10 s of a 40 s start on a 2-core machine, the same tokens. An eager
-/// server on CPU (`eager_cpu`) runs without torch.compile at all (`TORCHDYNAMO_DISABLE`):
+/// server (`enforce_eager`) on CPU runs without torch.compile at all (`TORCHDYNAMO_DISABLE`):
 /// `enforce_eager` stops vLLM compiling the model, but its sampler's helpers (the logprob
 /// ranks, top-k/top-p) still compile a C++ kernel with g++ at the first request, ~15 s of CPU
 /// on a 2-core EPYC at every fresh start and a C++ compiler the machine must have. On CPU
-/// (`cpu`) the launcher has vLLM's model registry inspect the model's class in its own
+/// the launcher has vLLM's model registry inspect the model's class in its own
 /// process ([`super::server::INSPECT_IN_PROCESS_VAR`]).
 fn server_env(
     dir: &Path,
     cpu: bool,
     shares_cores: bool,
-    one_cpu_worker: bool,
-    eager_cpu: bool,
+    one_worker: bool,
+    enforce_eager: bool,
 ) -> Vec<(String, String)> {
     let all = std::thread::available_parallelism().map_or(1, usize::from);
     // Sharing the machine with a trainer that computes meanwhile, half the cores whatever the
     // user's environment says (its OMP_NUM_THREADS is the trainer's).
     let half = shares_cores.then(|| ("OMP_NUM_THREADS".to_owned(), all.div_ceil(2).to_string()));
-    let in_process = one_cpu_worker.then(|| ("VLLM_ENABLE_V1_MULTIPROCESSING", "0".to_owned()));
-    let no_compile = eager_cpu.then(|| ("TORCHDYNAMO_DISABLE", "1".to_owned()));
+    let in_process =
+        (cpu && one_worker).then(|| ("VLLM_ENABLE_V1_MULTIPROCESSING", "0".to_owned()));
+    let no_compile = (cpu && enforce_eager).then(|| ("TORCHDYNAMO_DISABLE", "1".to_owned()));
     let inspect_here = cpu.then(|| (super::server::INSPECT_IN_PROCESS_VAR, "1".to_owned()));
     [
         ("VLLM_CPU_KVCACHE_SPACE", "1".to_owned()),
@@ -1138,5 +1139,32 @@ mod tests {
             &stop,
         );
         assert_ne!(b["seed"], other["seed"]);
+    }
+
+    #[test]
+    fn cpu_servers_run_in_process_eager_and_inspect_in_their_own_process() {
+        use super::super::server::{INSPECT_IN_PROCESS_VAR, WATCHDOG};
+        let value = |env: &[(String, String)], key: &str| {
+            env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+        };
+        let dir = Path::new("/nonexistent/server");
+        let cpu = server_env(dir, true, false, true, true);
+        let gpu = server_env(dir, false, false, true, true);
+        for (key, want) in [
+            ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
+            ("TORCHDYNAMO_DISABLE", "1"),
+            (INSPECT_IN_PROCESS_VAR, "1"),
+        ] {
+            if std::env::var_os(key).is_none() {
+                assert_eq!(value(&cpu, key).as_deref(), Some(want), "{key}");
+            }
+            assert_eq!(value(&gpu, key), None, "{key}");
+        }
+        // Two workers keep vLLM's engine processes; a compiled server keeps torch.compile.
+        let env = server_env(dir, true, false, false, false);
+        assert_eq!(value(&env, "VLLM_ENABLE_V1_MULTIPROCESSING"), None);
+        assert_eq!(value(&env, "TORCHDYNAMO_DISABLE"), None);
+        // The launcher reads the variable under the same name.
+        assert!(WATCHDOG.contains(&format!("'{INSPECT_IN_PROCESS_VAR}'")));
     }
 }
