@@ -4,7 +4,8 @@
 //! (seconds of CPU per helper). The protocol is at the top of `fork_server.py`.
 //!
 //! A request whose environment the imports would read differently is sent on to the server
-//! the first one starts with that environment. Any failure to reach or use a server (not
+//! the first one starts with that environment. vLLM's API server ([`fork_server_process`])
+//! is forked the same way, from a server of its own interpreter that imported vLLM. Any failure to reach or use a server (not
 //! running, another interpreter asked for) falls back to starting the helper directly, so the
 //! server can only make a helper start sooner, never change what it runs.
 
@@ -30,7 +31,7 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A helper the server forked: its pid, and the connection its status comes back on (and a
 /// kill request goes out on).
-pub(super) struct ForkedChild {
+pub(crate) struct ForkedChild {
     pid: u32,
     conn: BufReader<UnixStream>,
     status: Option<Result<ExitStatus, String>>,
@@ -50,6 +51,24 @@ impl ForkedChild {
     }
 
     /// The child's status once the server has reaped it.
+    /// The status when the child has ended (the server sent it), without waiting.
+    pub fn try_wait(&mut self) -> Option<Result<ExitStatus, String>> {
+        if let Some(s) = &self.status {
+            return Some(s.clone());
+        }
+        if self.conn.get_ref().set_nonblocking(true).is_err() {
+            return None;
+        }
+        // Something to read (the status line) or the end of the connection: either way
+        // `wait` returns at once.
+        let ready = !matches!(
+            self.conn.fill_buf(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+        );
+        let _ = self.conn.get_ref().set_nonblocking(false);
+        ready.then(|| self.wait())
+    }
+
     pub fn wait(&mut self) -> Result<ExitStatus, String> {
         if let Some(s) = &self.status {
             return s.clone();
@@ -92,24 +111,36 @@ fn warn_once(message: &str) {
     }
 }
 
-fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
-    // Every variable goes over as text; an environment that is not is left to a direct start.
-    let mut env = serde_json::Map::new();
+/// The request's common part: interpreter, arguments, this process's working directory, and
+/// its environment with `env` on top. Every variable goes over as text; `None` where one is
+/// not (the process is then started directly).
+fn base_request(
+    python: &str,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> std::io::Result<Option<Value>> {
+    let mut all = serde_json::Map::new();
     for (k, v) in std::env::vars_os() {
         let (Ok(k), Ok(v)) = (k.into_string(), v.into_string()) else {
             return Ok(None);
         };
-        env.insert(k, Value::String(v));
+        all.insert(k, Value::String(v));
     }
-    for (k, v) in launch.env {
-        env.insert((*k).to_owned(), Value::String((*v).to_owned()));
+    for (k, v) in env {
+        all.insert((*k).to_owned(), Value::String((*v).to_owned()));
     }
     let Some(cwd) = std::env::current_dir()?.to_str().map(str::to_owned) else {
         return Ok(None);
     };
-    let mut request = json!({
-        "python": launch.python, "args": launch.args, "cwd": cwd, "env": env,
-    });
+    Ok(Some(
+        json!({ "python": python, "args": args, "cwd": cwd, "env": all }),
+    ))
+}
+
+fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
+    let Some(mut request) = base_request(launch.python, launch.args, launch.env)? else {
+        return Ok(None);
+    };
     match launch.program {
         Program::Code(code) => request["script"] = json!(code),
         Program::File(file) => match file.to_str() {
@@ -117,8 +148,6 @@ fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
             None => return Ok(None),
         },
     }
-    let request = request.to_string();
-
     let (stdin_r, stdin_w) = pipe()?;
     let (stdout_r, stdout_w) = pipe()?;
     let (stderr_r, stderr_w) = pipe()?;
@@ -127,10 +156,80 @@ fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
         stdout_w.as_raw_fd(),
         stderr_w.as_raw_fd(),
     ];
+    let forked = send(socket, &request.to_string(), &child_ends)?;
+    // The child's ends now live in the child (or nowhere); ours would keep its stdout from
+    // ever reaching its end.
+    drop((stdin_r, stdout_w, stderr_w));
+    Ok(forked.map(|(pid, conn)| Started {
+        process: HelperProcess::Forked(ForkedChild {
+            pid,
+            conn,
+            status: None,
+        }),
+        stdin: File::from(stdin_w),
+        stdout: File::from(stdout_r),
+        stderr: File::from(stderr_r),
+    }))
+}
+
+/// A long-running Python server (vLLM's) to fork rather than start: `script` run as
+/// `python -c` would, in a process group of its own, with `path_first` first on its module
+/// path and its stdout and stderr the files given, forked from a server of `python` that
+/// imported `preload` already (started on the first such request).
+pub(crate) struct ServerFork<'a> {
+    pub python: &'a str,
+    pub script: &'a str,
+    pub args: &'a [String],
+    pub env: &'a [(&'a str, &'a str)],
+    pub path_first: &'a [&'a str],
+    pub preload: &'a [&'a str],
+    pub stdout: &'a File,
+    pub stderr: &'a File,
+}
+
+/// Forks `server` through the fork server at `socket`: the child and the write end of its
+/// stdin; `None` where the server declined (the caller starts the process itself).
+pub(crate) fn fork_server_process(
+    socket: &Path,
+    server: &ServerFork<'_>,
+) -> std::io::Result<Option<(ForkedChild, File)>> {
+    let Some(mut request) = base_request(server.python, server.args, server.env)? else {
+        return Ok(None);
+    };
+    request["script"] = json!(server.script);
+    request["path_first"] = json!(server.path_first);
+    request["preload"] = json!(server.preload);
+    request["own_group"] = json!(true);
+    let (stdin_r, stdin_w) = pipe()?;
+    let child_ends = [
+        stdin_r.as_raw_fd(),
+        server.stdout.as_raw_fd(),
+        server.stderr.as_raw_fd(),
+    ];
+    let forked = send(socket, &request.to_string(), &child_ends)?;
+    drop(stdin_r);
+    Ok(forked.map(|(pid, conn)| {
+        let child = ForkedChild {
+            pid,
+            conn,
+            status: None,
+        };
+        (child, File::from(stdin_w))
+    }))
+}
+
+/// Sends `request` with the child's three standard streams and follows one redirect (the
+/// first server may hand the request to one of its own: another start-up environment or
+/// interpreter): the forked child's pid and the connection its status comes back on; `None`
+/// when declined.
+fn send(
+    socket: &Path,
+    request: &str,
+    child_ends: &[RawFd],
+) -> std::io::Result<Option<(u32, BufReader<UnixStream>)>> {
     let mut target = socket.to_path_buf();
-    // The first server may hand the request to one of its own (another start-up environment).
     for _ in 0..2 {
-        let (conn, reply) = send_request(&target, request.as_bytes(), &child_ends)?;
+        let (conn, reply) = send_request(&target, request.as_bytes(), child_ends)?;
         if let Some(sub) = reply.get("redirect").and_then(Value::as_str) {
             target = PathBuf::from(sub);
             wait_for(&target)?;
@@ -146,19 +245,7 @@ fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
         else {
             return Err(std::io::Error::other(format!("unexpected reply {reply}")));
         };
-        // The child's ends now live in the child; ours would keep its stdout from ever
-        // reaching its end.
-        drop((stdin_r, stdout_w, stderr_w));
-        return Ok(Some(Started {
-            process: HelperProcess::Forked(ForkedChild {
-                pid,
-                conn,
-                status: None,
-            }),
-            stdin: File::from(stdin_w),
-            stdout: File::from(stdout_r),
-            stderr: File::from(stderr_r),
-        }));
+        return Ok(Some((pid, conn)));
     }
     Err(std::io::Error::other("redirected more than once"))
 }

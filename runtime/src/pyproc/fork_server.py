@@ -1,6 +1,6 @@
 # verlc's fork server for Python helpers (runtime/src/pyproc/fork_client.rs is the other end).
 #
-#   python -u fork_server.py [--no-redirect] SOCKET_PATH [MODULE...]
+#   python -u fork_server.py [--no-redirect [--python AS]] SOCKET_PATH [MODULE...]
 #
 # Imports MODULEs once (default: PRELOAD, what verl's classes import: seconds of CPU per
 # interpreter), listens on a Unix socket, and for each connection forks a child that runs one
@@ -12,7 +12,12 @@
 #   client -> server  one message: 8-byte little-endian length N, with the helper's stdin,
 #                     stdout and stderr as ancillary fds; then N bytes of JSON
 #                     {"python", "script" (run as `-c`) or "file" (run as a script file),
-#                     "args", "cwd", "env"}.
+#                     "args", "cwd", "env"}, and optionally "preload" (modules: a request for
+#                     another interpreter with them goes to a server of that interpreter
+#                     which imported them), "path_first" (directories put first on the
+#                     child's module path and `PYTHONPATH`, after the fork, so that they
+#                     need no server of their own) and "own_group" (the child leads a new
+#                     process group, as a server that stops its group's processes expects).
 #   server -> client  {"pid": PID} once forked; {"redirect": SOCKET_PATH}: a server of this
 #                     one's started with the request's environment, which the imports would
 #                     have read differently, forks it (the client sends the request there once
@@ -54,13 +59,16 @@ STARTUP_PREFIXES = (
     "TORCH_",
     "CUDA",
     "VIRTUAL_ENV",
+    # vLLM configures its logging as it is imported; torch._dynamo reads TORCHDYNAMO_DISABLE.
+    "VLLM_",
+    "TORCHDYNAMO_",
 )
 
 HEADER = struct.Struct("<Q")
 
 # Servers started for requests with other start-up environments (the smoke tests' offline Hub
-# cache, for one), at most.
-MAX_SUB_SERVERS = 4
+# cache, for one) or interpreters with other modules imported (vLLM's), at most.
+MAX_SUB_SERVERS = 6
 
 # What the helpers' imports cost most (verl's datasets, reward managers and tools import
 # them): torch, transformers with its model utilities, datasets with pandas.
@@ -113,8 +121,11 @@ def descendants(pid):
 
 
 class Server:
-    def __init__(self, path, modules, may_redirect):
+    def __init__(self, path, modules, may_redirect, python):
         self.path, self.modules, self.may_redirect = path, modules, may_redirect
+        # The interpreter requests name: a wrapper script that started this server, or this
+        # server's own executable.
+        self.python = python
         self.pid = os.getpid()  # a forked child is not the server
         self.subs = {}  # start-up environment -> (process, socket path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -196,27 +207,44 @@ class Server:
         return None
 
     def decline(self, req):
-        if not same_interpreter(req["python"]):
+        if self.python is not None:
+            if req["python"] != self.python:
+                return f"another interpreter ({req['python']}; this server runs {self.python})"
+        elif not same_interpreter(req["python"]) and not (req.get("preload") and self.may_redirect):
             return f"another interpreter ({req['python']}; this server runs {sys.executable})"
         return None
 
     def redirect(self, req):
-        """The socket of the server for the request's start-up environment, when it is not
-        this one's (started here on first use); a reason when there cannot be one."""
+        """The socket of the server for the request's interpreter, preloaded modules and
+        start-up environment, when it is not this one's (started here on first use); a reason
+        when there cannot be one. A server this one started takes what it is sent."""
+        if not self.may_redirect:
+            return None, None
         mine, theirs = startup_env(os.environ), startup_env(req["env"])
-        if mine == theirs:
+        # Requests that name modules to preload (whatever their interpreter) go to a server of
+        # theirs; a helper's interpreter is this one (`decline` saw to that).
+        preloading = bool(req.get("preload"))
+        if mine == theirs and not preloading:
             return None, None
         keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        why = "different start-up environment: " + ", ".join(keys)
-        key = tuple(sorted(theirs.items()))
+        if preloading:
+            why = f"interpreter {req['python']} with {', '.join(req['preload'])} imported"
+            modules = list(req["preload"])
+            python_args = ["--python", req["python"]]
+        else:
+            why = "different start-up environment: " + ", ".join(keys)
+            modules = self.modules
+            python_args = []
+        key = (req["python"] if preloading else None, tuple(modules), tuple(sorted(theirs.items())))
         if key not in self.subs:
             if not self.may_redirect or len(self.subs) == MAX_SUB_SERVERS:
                 return None, why
             import subprocess
 
             path = f"{self.path}.{len(self.subs) + 1}"
+            python = req["python"] if preloading else sys.executable
             proc = subprocess.Popen(
-                [sys.executable, "-u", os.path.abspath(__file__), "--no-redirect", path, *self.modules],
+                [python, "-u", os.path.abspath(__file__), "--no-redirect", *python_args, path, *modules],
                 env=req["env"],
                 stdin=subprocess.DEVNULL,
             )
@@ -241,9 +269,17 @@ class Server:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        if req.get("own_group"):
+            os.setpgid(0, 0)
         os.chdir(req["cwd"])
+        # A wrapper that started this server put its directories on PYTHONPATH: they stay.
+        own_path = os.environ.get("PYTHONPATH")
         os.environ.clear()
         os.environ.update(req["env"])
+        first = req.get("path_first") or []
+        if first:
+            rest = (own_path or req["env"].get("PYTHONPATH") or "").split(os.pathsep)
+            os.environ["PYTHONPATH"] = os.pathsep.join(first + [p for p in rest if p])
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()  # a fresh interpreter's global state
         main = types.ModuleType("__main__")
@@ -260,6 +296,7 @@ class Server:
             return compile(source, path, "exec"), main.__dict__
         sys.argv = ["-c", *req["args"]]
         sys.path[0] = ""  # `python -c` puts the working directory first
+        sys.path[1:1] = first
         return compile(req["script"], "<string>", "exec"), main.__dict__
 
     def from_client(self, conn, pid):
@@ -333,6 +370,9 @@ def main():
     may_redirect = args[:1] != ["--no-redirect"]
     if not may_redirect:
         args = args[1:]
+    python = None
+    if args[:1] == ["--python"]:
+        python, args = args[1], args[2:]
     path, modules = args[0], args[1:] or PRELOAD
     if not isinstance(sys.stdout.buffer, io.FileIO):
         print("fork server: run it with `python -u`, as helpers run", file=sys.stderr)
@@ -352,7 +392,7 @@ def main():
             file=sys.stderr,
         )
         return None
-    server = Server(path, modules, may_redirect)
+    server = Server(path, modules, may_redirect, python)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print("fork server: ready", file=sys.stderr, flush=True)
     return server.serve()

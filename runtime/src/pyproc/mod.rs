@@ -8,7 +8,7 @@
 //! A helper's process is started here, or forked from a warm interpreter when a fork server
 //! is named (`process.rs`, `fork_client.rs`).
 
-mod fork_client;
+pub(crate) mod fork_client;
 mod process;
 
 use std::collections::VecDeque;

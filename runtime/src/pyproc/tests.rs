@@ -337,3 +337,110 @@ sys.exit(5)
     assert_eq!(forked.1["sibling"], json!("imported beside the script"));
     assert_eq!(forked.1["extra"], json!("set for this run"));
 }
+
+/// A server process (vLLM's API server, in the trainer) forked from an interpreter of another
+/// path (a wrapper that puts its packages on `PYTHONPATH`) with the requested modules imported
+/// once: the child leads its own process group, writes to the files given, finds the
+/// `path_first` directory first and the wrapper's packages still on its path (for the
+/// processes it spawns too), and ends when its stdin closes; a second one is forked from the
+/// same interpreter.
+#[test]
+fn a_server_process_is_forked_from_its_interpreter_with_its_modules_imported() {
+    use super::fork_client::{ServerFork, fork_server_process};
+
+    let server = Server::start("servers");
+    let wrapped = server.dir.join("wrapped");
+    let extension = server.dir.join("extension");
+    std::fs::create_dir_all(&wrapped).unwrap();
+    std::fs::create_dir_all(&extension).unwrap();
+    std::fs::write(
+        wrapped.join("preloaded_mod.py"),
+        "import os\nPID = os.getpid()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        extension.join("ext_mod.py"),
+        "VALUE = 'from the extension'\n",
+    )
+    .unwrap();
+    let wrapper = server.dir.join("python-wrapped");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nPYTHONPATH=\"{}${{PYTHONPATH:+:$PYTHONPATH}}\" exec {} \"$@\"\n",
+            wrapped.display(),
+            default_python()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&wrapper, perms).unwrap();
+    let script = r#"
+import json, os, sys
+import preloaded_mod, ext_mod
+print(json.dumps({
+    "imported_by": preloaded_mod.PID, "pid": os.getpid(), "pgrp": os.getpgrp(),
+    "argv": sys.argv, "pythonpath": os.environ.get("PYTHONPATH"), "ext": ext_mod.VALUE,
+    "extra": os.environ.get("VERLC_TEST_EXTRA"),
+}), flush=True)
+sys.stdin.buffer.read()
+sys.exit(3)
+"#;
+    let (python, extension_dir) = (
+        wrapper.display().to_string(),
+        extension.display().to_string(),
+    );
+    let start = |n: usize| {
+        let out = server.dir.join(format!("out{n}"));
+        let file = std::fs::File::create(&out).unwrap();
+        let request = ServerFork {
+            python: &python,
+            script,
+            args: &["a b".to_owned()],
+            env: &[("VERLC_TEST_EXTRA", "set for the server")],
+            path_first: &[extension_dir.as_str()],
+            preload: &["preloaded_mod"],
+            stdout: &file,
+            stderr: &file,
+        };
+        let (child, stdin) = fork_server_process(&server.socket, &request)
+            .unwrap()
+            .unwrap_or_else(|| panic!("declined: {}", server.log()));
+        let deadline = Instant::now() + LONG;
+        let seen: Value = loop {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| l.starts_with('{')) {
+                break serde_json::from_str(line).unwrap();
+            }
+            assert!(Instant::now() < deadline, "{text}\n{}", server.log());
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (child, stdin, seen)
+    };
+    let (mut child, stdin, seen) = start(1);
+    assert_eq!(seen["pid"], json!(child.pid()));
+    assert_eq!(seen["pgrp"], json!(child.pid()), "its own process group");
+    assert_ne!(seen["imported_by"], seen["pid"], "imported before the fork");
+    assert_eq!(seen["argv"], json!(["-c", "a b"]));
+    assert_eq!(seen["ext"], json!("from the extension"));
+    assert_eq!(seen["extra"], json!("set for the server"));
+    let path = seen["pythonpath"].as_str().unwrap().to_owned();
+    assert!(path.starts_with(&extension_dir), "{path}");
+    assert!(path.contains(&wrapped.display().to_string()), "{path}");
+    assert!(
+        server.log().contains("with preloaded_mod imported"),
+        "{}",
+        server.log()
+    );
+    assert!(child.try_wait().is_none(), "ended early");
+    // A second server comes from the same interpreter.
+    let (mut second, second_stdin, again) = start(2);
+    assert_eq!(again["imported_by"], seen["imported_by"]);
+    // Its stdin closed (the trainer gone), the server ends with its status.
+    drop(stdin);
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    assert!(matches!(child.try_wait(), Some(Ok(s)) if s.code() == Some(3)));
+    drop(second_stdin);
+    assert_eq!(second.wait().unwrap().code(), Some(3));
+}

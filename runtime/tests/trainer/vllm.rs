@@ -115,6 +115,14 @@ fn env(jobdir: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// [`env`] for a test of the server's process tree as a user's run has it: the server the
+/// trainer's own child, not forked by the test run's fork server.
+fn env_without_fork_server(jobdir: &Path) -> Vec<(&'static str, String)> {
+    let mut env = env(jobdir);
+    env.push((verlc_runtime::pyproc::FORK_SERVER_VAR, String::new()));
+    env
+}
+
 #[test]
 fn vllm_rollout_on_two_ranks_trains_as_the_built_in_engine() {
     let dir = scratch("vllm_two_ranks");
@@ -284,7 +292,7 @@ fn a_killed_vllm_pool_server_ends_an_asynchronous_run_with_an_error() {
     std::fs::write(jobdir.join("release"), "0.9.1").expect("release");
     let tmp = jobdir.join("tmp");
     std::fs::create_dir_all(&tmp).expect("tmp");
-    let mut env = env(&jobdir);
+    let mut env = env_without_fork_server(&jobdir);
     env.push(("TMPDIR", tmp.display().to_string()));
     let mut ranks = spawn_ranks(CHILD, 2, &env);
     let served =
@@ -368,7 +376,7 @@ fn processes() -> Vec<(i32, i32, i32)> {
 fn a_killed_trainer_leaves_no_vllm_process() {
     let dir = scratch("vllm_killed");
     let jobdir = job(&dir, &overrides(&dir, 1000, 1, "vllm"));
-    let mut ranks = spawn_ranks(CHILD, 1, &env(&jobdir));
+    let mut ranks = spawn_ranks(CHILD, 1, &env_without_fork_server(&jobdir));
     let child = ranks.pid(0).expect("rank pid") as i32;
     let deadline = Instant::now() + Duration::from_secs(400);
     // The server leads its own process group (the trainer starts it so); wait until that

@@ -7,14 +7,17 @@
 //! left its engine core running after a `kill -9` of the trainer.)
 
 use std::collections::VecDeque;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{VllmError, http, reaper};
+use crate::pyproc::fork_client::{self, ForkedChild, ServerFork};
 
 /// How to launch the server.
 #[derive(Debug, Clone)]
@@ -178,13 +181,64 @@ fn python_path_with(dir: &Path) -> std::ffi::OsString {
     std::env::join_paths(paths).unwrap_or_else(|_| dir.as_os_str().to_owned())
 }
 
+/// What the API server's interpreter imports first: forked from an interpreter that has
+/// (where a test run provides a fork server, `crate::pyproc`'s), a server starts without
+/// those 10-15 s of CPU; its engine process is spawned by vLLM and imports on its own.
+const PRELOAD: &[&str] = &["vllm.entrypoints.openai.api_server"];
+
+/// The server's API process: started here, or forked by the test run's fork server.
+enum ServerProcess {
+    Spawned(Child),
+    Forked(ForkedChild),
+}
+
+impl std::fmt::Debug for ServerProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (how, pid) = match self {
+            ServerProcess::Spawned(c) => ("spawned", c.id()),
+            ServerProcess::Forked(c) => ("forked", c.pid()),
+        };
+        write!(f, "{how} {pid}")
+    }
+}
+
+impl ServerProcess {
+    fn id(&self) -> u32 {
+        match self {
+            ServerProcess::Spawned(c) => c.id(),
+            ServerProcess::Forked(c) => c.pid(),
+        }
+    }
+
+    /// How it ended, once it has.
+    fn try_wait(&mut self) -> Option<String> {
+        match self {
+            ServerProcess::Spawned(c) => c.try_wait().ok().flatten().map(|s| s.to_string()),
+            ServerProcess::Forked(c) => c
+                .try_wait()
+                .map(|s| s.map_or_else(|e| e, |s| s.to_string())),
+        }
+    }
+
+    fn wait(&mut self) {
+        match self {
+            ServerProcess::Spawned(c) => {
+                let _ = c.wait();
+            }
+            ServerProcess::Forked(c) => {
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct VllmServer {
-    child: Child,
+    child: ServerProcess,
     /// The write end of the server's stdin: closed when the trainer ends, which ends the server
     /// ([`WATCHDOG`]). Never written.
-    _lifeline: Option<std::process::ChildStdin>,
+    _lifeline: Option<OwnedFd>,
     pub addr: SocketAddr,
     pub log: PathBuf,
 }
@@ -219,45 +273,56 @@ impl VllmServer {
         // A directory of its own inside the model's: vLLM reads only the files it knows there.
         let extension_dir = launch.model_dir.join("verlc-python");
         write_worker_extension(&extension_dir)?;
-        let mut cmd = Command::new(&launch.python);
-        cmd.args(["-c", WATCHDOG, "--model"])
-            .arg(&launch.model_dir)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(&launch.flags)
-            .args(["--worker-extension-cls", WORKER_EXTENSION_CLASS])
-            .env("PYTHONPATH", python_path_with(&extension_dir))
+        let port_text = port.to_string();
+        let mut args: Vec<OsString> = vec!["--model".into(), launch.model_dir.clone().into()];
+        args.extend(["--host", "127.0.0.1", "--port", &port_text].map(OsString::from));
+        args.extend(launch.flags.iter().map(OsString::from));
+        args.extend(["--worker-extension-cls", WORKER_EXTENSION_CLASS].map(OsString::from));
+        let mut env: Vec<(&str, &str)> = vec![
             // `/collective_rpc` (weight reload) and `/reset_prefix_cache` are dev-mode routes.
-            .env("VLLM_SERVER_DEV_MODE", "1")
-            .env("VLLM_NO_USAGE_STATS", "1")
-            .env("VLLM_LOGGING_COLOR", "0")
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log_err))
-            .process_group(0);
+            ("VLLM_SERVER_DEV_MODE", "1"),
+            ("VLLM_NO_USAGE_STATS", "1"),
+            ("VLLM_LOGGING_COLOR", "0"),
+        ];
+        env.extend(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let spawned = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| VllmError::Spawn {
-            python: launch.python.clone(),
-            source: e,
-        })?;
+        let (child, lifeline) = match fork(launch, &args, &env, &extension_dir, &log, &log_err) {
+            Some(forked) => forked,
+            None => {
+                let mut cmd = Command::new(&launch.python);
+                cmd.args(["-c", WATCHDOG])
+                    .args(&args)
+                    .env("PYTHONPATH", python_path_with(&extension_dir))
+                    .envs(env.iter().copied())
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::from(log))
+                    .stderr(Stdio::from(log_err))
+                    .process_group(0);
+                let mut child = cmd.spawn().map_err(|e| VllmError::Spawn {
+                    python: launch.python.clone(),
+                    source: e,
+                })?;
+                let lifeline = child.stdin.take().map(OwnedFd::from);
+                (ServerProcess::Spawned(child), lifeline)
+            }
+        };
         reaper::register(child.id() as i32);
-        let _lifeline = child.stdin.take();
         let mut server = VllmServer {
             child,
-            _lifeline,
+            _lifeline: lifeline,
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
             log: launch.log.clone(),
         };
         let deadline = spawned + launch.startup_timeout;
         loop {
-            if let Some(status) = server.child.try_wait().ok().flatten() {
+            if let Some(status) = server.child.try_wait() {
                 let tail = log_tail(&server.log, 30);
                 if tail.contains("Address already in use") || tail.contains("[Errno 98]") {
                     return Err(VllmError::PortTaken { port });
                 }
                 return Err(VllmError::Exited {
                     when: "while starting".into(),
-                    status: status.to_string(),
+                    status,
                     log: server.log.clone(),
                     tail,
                 });
@@ -286,7 +351,7 @@ impl VllmServer {
 
     /// `Some(reason)` when the server process has ended.
     pub fn exited(&mut self) -> Option<String> {
-        self.child.try_wait().ok().flatten().map(|s| s.to_string())
+        self.child.try_wait()
     }
 
     /// The server's log file (its stdout and stderr).
@@ -307,7 +372,7 @@ impl VllmServer {
         unsafe { libc::kill(-pid, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
+            if self.child.try_wait().is_some() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -315,7 +380,7 @@ impl VllmServer {
         // The engine-core workers may outlive the API process: the group goes either way.
         // SAFETY: as above.
         unsafe { libc::kill(-pid, libc::SIGKILL) };
-        let _ = self.child.wait();
+        self.child.wait();
         reaper::unregister(pid);
     }
 }
@@ -323,6 +388,47 @@ impl VllmServer {
 impl Drop for VllmServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The server forked through the test run's fork server ([`fork_client::SOCKET_VAR`]), its
+/// worker extension's directory first on its module path; `None` (the caller starts it) where
+/// there is none, or it declined or failed.
+fn fork(
+    launch: &Launch,
+    args: &[OsString],
+    env: &[(&str, &str)],
+    extension_dir: &Path,
+    log: &std::fs::File,
+    log_err: &std::fs::File,
+) -> Option<(ServerProcess, Option<OwnedFd>)> {
+    let socket = std::env::var_os(fork_client::SOCKET_VAR).filter(|s| !s.is_empty())?;
+    let extension = extension_dir.to_str()?;
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_str().map(str::to_owned))
+        .collect::<Option<_>>()?;
+    let request = ServerFork {
+        python: &launch.python,
+        script: WATCHDOG,
+        args: &args,
+        env,
+        path_first: &[extension],
+        preload: PRELOAD,
+        stdout: log,
+        stderr: log_err,
+    };
+    match fork_client::fork_server_process(Path::new(&socket), &request) {
+        Ok(Some((child, stdin))) => {
+            Some((ServerProcess::Forked(child), Some(OwnedFd::from(stdin))))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            eprintln!(
+                "verlc: the fork server could not start the vLLM server ({e}); starting it directly"
+            );
+            None
+        }
     }
 }
 
