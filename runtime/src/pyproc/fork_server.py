@@ -18,6 +18,13 @@
 #                     child's module path and `PYTHONPATH`, after the fork, so that they
 #                     need no server of their own) and "own_group" (the child leads a new
 #                     process group, as a server that stops its group's processes expects).
+#                     A server started for "preload" also takes {"call" (a base64 pickle of
+#                     (function, args, kwargs), which the child calls), "sys_path", "cwd",
+#                     "env", "pgid" (the process group the child joins)} from the processes
+#                     it forked:
+#                     vLLM's API server has its engine process forked so (forked_engine.py in
+#                     runtime/src/rollout/vllm); it finds this server in
+#                     VERLC_PYTHON_FORK_PARENT.
 #   server -> client  {"pid": PID} once forked; {"redirect": SOCKET_PATH}: a server of this
 #                     one's started with the request's environment, which the imports would
 #                     have read differently, forks it (the client sends the request there once
@@ -65,6 +72,8 @@ STARTUP_PREFIXES = (
 )
 
 HEADER = struct.Struct("<Q")
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 # Servers started for requests with other start-up environments (the smoke tests' offline Hub
 # cache, for one) or interpreters with other modules imported (vLLM's), at most.
@@ -180,6 +189,9 @@ class Server:
                 send_line(conn, {"declined": why})
                 conn.close()
                 return None
+            # Blocked across the fork: a SIGTERM for the child that came before it reset its
+            # handlers would run the server's (stopping every helper) or be lost.
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             pid = os.fork()
             if pid == 0:
                 try:
@@ -190,6 +202,15 @@ class Server:
 
                     traceback.print_exc()
                     os._exit(127)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            # The group set on both sides of the fork, so that it is in place once the
+            # client hears of the child (whoever stops that group then finds it there).
+            group = pid if req.get("own_group") else req.get("pgid")
+            if group is not None:
+                try:
+                    os.setpgid(pid, group)
+                except OSError:
+                    pass  # the child has set it (or will)
             print(f"fork server: forked {pid}", file=sys.stderr)
             send_line(conn, {"pid": pid})
         except Exception as e:  # a broken request costs its client, never the server
@@ -207,6 +228,10 @@ class Server:
         return None
 
     def decline(self, req):
+        if "call" in req:
+            if self.python is None:
+                return "a call, which only a server started for preloaded modules forks"
+            return None
         if self.python is not None:
             if req["python"] != self.python:
                 return f"another interpreter ({req['python']}; this server runs {self.python})"
@@ -259,6 +284,7 @@ class Server:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         self.selector.close()
         for c in self.by_pid.values():
             c.close()
@@ -271,6 +297,8 @@ class Server:
             os.close(fd)
         if req.get("own_group"):
             os.setpgid(0, 0)
+        elif "pgid" in req:
+            os.setpgid(0, req["pgid"])
         os.chdir(req["cwd"])
         # A wrapper that started this server put its directories on PYTHONPATH: they stay.
         own_path = os.environ.get("PYTHONPATH")
@@ -280,11 +308,19 @@ class Server:
         if first:
             rest = (own_path or req["env"].get("PYTHONPATH") or "").split(os.pathsep)
             os.environ["PYTHONPATH"] = os.pathsep.join(first + [p for p in rest if p])
+        if self.python is not None and "call" not in req:
+            os.environ["VERLC_PYTHON_FORK_PARENT"] = self.path
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()  # a fresh interpreter's global state
         main = types.ModuleType("__main__")
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
+        if "call" in req:
+            # The caller's module path, as multiprocessing gives a spawned child its parent's.
+            sys.path[:] = req.get("sys_path") or sys.path
+            main.__dict__["_verlc_call"] = req["call"]
+            code = "import base64, pickle\n_f, _a, _k = pickle.loads(base64.b64decode(_verlc_call))\n_f(*_a, **_k)\n"
+            return compile(code, "<call>", "exec"), main.__dict__
         if "file" in req:
             # As `python FILE`: its directory first on the path (symbolic links resolved).
             path = req["file"]

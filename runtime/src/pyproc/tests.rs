@@ -444,3 +444,95 @@ sys.exit(3)
     drop(second_stdin);
     assert_eq!(second.wait().unwrap().code(), Some(3));
 }
+
+/// A process so forked (vLLM's API server) has the processes it starts through
+/// multiprocessing's interface forked by the same server (`forked_engine.py`, vLLM's engine
+/// processes): in its process group, with their exit codes, `terminate`, `join` and sentinels
+/// as multiprocessing's processes have them.
+#[test]
+fn a_forked_server_has_its_processes_forked_as_multiprocessing_would_start_them() {
+    use super::fork_client::{ServerFork, fork_server_process};
+
+    let server = Server::start("calls");
+    let extension = server.dir.join("extension");
+    std::fs::create_dir_all(&extension).unwrap();
+    std::fs::write(
+        extension.join("forked_engine.py"),
+        include_str!("../rollout/vllm/forked_engine.py"),
+    )
+    .unwrap();
+    let wrapper = server.dir.join("python-wrapped");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", default_python()),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&wrapper, perms).unwrap();
+    let script = r#"
+import json, multiprocessing, os, time
+from multiprocessing import connection
+import forked_engine
+context = forked_engine.Context(multiprocessing.get_context("spawn"))
+exits = context.Process(target=os._exit, args=(3,), name="exits")
+exits.start()
+connection.wait([exits.sentinel], timeout=60)
+sleeps = context.Process(target=time.sleep, args=(300,))
+sleeps.start()
+with open(f"/proc/{sleeps.pid}/stat") as f:
+    group = int(f.read().rsplit(")", 1)[1].split()[2])
+alive = sleeps.is_alive()
+sleeps.terminate()
+sleeps.join(60)
+print(json.dumps({
+    "exit": exits.exitcode, "name": exits.name, "pids": [exits.pid, sleeps.pid],
+    "me": os.getpid(), "group": group, "my_group": os.getpgrp(), "alive": alive,
+    "terminated": sleeps.exitcode, "after": sleeps.is_alive(),
+    "queue": type(context.Queue()).__name__,
+}), flush=True)
+"#;
+    let out = server.dir.join("out");
+    let file = std::fs::File::create(&out).unwrap();
+    let python = wrapper.display().to_string();
+    let extension_dir = extension.display().to_string();
+    let request = ServerFork {
+        python: &python,
+        script,
+        args: &[],
+        env: &[],
+        path_first: &[extension_dir.as_str()],
+        preload: &["json"],
+        stdout: &file,
+        stderr: &file,
+    };
+    let (mut child, _stdin) = fork_server_process(&server.socket, &request)
+        .unwrap()
+        .unwrap_or_else(|| panic!("declined: {}", server.log()));
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(status.success(), "{status}: {text}\n{}", server.log());
+    let seen: Value = serde_json::from_str(text.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(seen["exit"], json!(3));
+    assert_eq!(seen["name"], json!("exits"));
+    assert_eq!(seen["alive"], json!(true));
+    assert_eq!(seen["terminated"], json!(-15));
+    assert_eq!(seen["after"], json!(false));
+    assert_eq!(
+        seen["group"], seen["my_group"],
+        "in the caller's process group"
+    );
+    assert_eq!(seen["my_group"], seen["me"]);
+    assert_eq!(seen["queue"], json!("Queue"));
+    for pid in seen["pids"].as_array().unwrap() {
+        let pid = pid.as_u64().unwrap();
+        assert_ne!(pid, seen["me"].as_u64().unwrap());
+        // Forked by the server, not by the caller.
+        assert!(
+            server.log().contains(&format!("forked {pid}")),
+            "{pid}: {}",
+            server.log()
+        );
+    }
+}

@@ -53,7 +53,8 @@ pub const INSPECT_IN_PROCESS_VAR: &str = "VERLC_VLLM_INSPECT_IN_PROCESS";
 /// error there turns the endpoint off instead. And one media type of verlc's own
 /// ([`super::media::VIDEO_FRAMES_TYPE`]): a video's frames with the metadata vLLM's processor
 /// takes (its frame-list type, `video/jpeg`, takes no per-video times). On CPU, vLLM's model
-/// registry inspects in-process ([`INSPECT_IN_PROCESS_VAR`]).
+/// registry inspects in-process ([`INSPECT_IN_PROCESS_VAR`]). Forked by a test run's fork server
+/// ([`fork`]), its engine processes are forked there too ([`FORKED_ENGINE`]).
 pub const WATCHDOG: &str = "\
 import os, signal, sys, threading
 def _watch():
@@ -100,6 +101,12 @@ if os.environ.pop('VERLC_VLLM_INSPECT_IN_PROCESS', None) == '1':
     from vllm.model_executor.models import registry as _registry
     _registry._run_in_subprocess = lambda fn: fn()
     print('verlc: vLLM inspects model classes in this process (CPU)', file=sys.stderr)
+if os.environ.get('VERLC_PYTHON_FORK_PARENT'):
+    import verlc_forked_engine as _forked
+    from vllm.v1.engine import utils as _engine_utils
+    _mp_context = _engine_utils.get_mp_context
+    _engine_utils.get_mp_context = lambda: _forked.Context(_mp_context())
+    print('verlc: the fork server forks vLLM engine processes', file=sys.stderr)
 import runpy
 runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__', alter_sys=True)
 ";
@@ -156,6 +163,11 @@ class VerlcWorker:
         return repacked
 ";
 
+/// The module of the engine processes a fork server forks (`forked_engine.py`): installed by
+/// [`WATCHDOG`] where the server was forked by one (`VERLC_PYTHON_FORK_PARENT`).
+const FORKED_ENGINE: &str = include_str!("forked_engine.py");
+const FORKED_ENGINE_FILE: &str = "verlc_forked_engine.py";
+
 /// The importable name of [`WORKER_EXTENSION`]'s class, and the file it is written to inside
 /// the directory the server's `PYTHONPATH` starts with.
 const WORKER_EXTENSION_CLASS: &str = "verlc_vllm_worker.VerlcWorker";
@@ -169,6 +181,7 @@ fn write_worker_extension(dir: &Path) -> Result<(), VllmError> {
         source: e,
     };
     std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join(FORKED_ENGINE_FILE), FORKED_ENGINE).map_err(io)?;
     std::fs::write(dir.join(WORKER_EXTENSION_FILE), WORKER_EXTENSION).map_err(io)
 }
 
@@ -181,10 +194,10 @@ fn python_path_with(dir: &Path) -> std::ffi::OsString {
     std::env::join_paths(paths).unwrap_or_else(|_| dir.as_os_str().to_owned())
 }
 
-/// What the API server's interpreter imports first: forked from an interpreter that has
-/// (where a test run provides a fork server, `crate::pyproc`'s), a server starts without
-/// those 10-15 s of CPU; its engine process is spawned by vLLM and imports on its own.
-const PRELOAD: &[&str] = &["vllm.entrypoints.openai.api_server"];
+/// What the API server's and its engine process's interpreter imports first: forked from an
+/// interpreter that has (where a test run provides a fork server, `crate::pyproc`'s), a server
+/// and its engine start without those 10-15 s of CPU each.
+const PRELOAD: &[&str] = &["vllm.entrypoints.openai.api_server", "vllm.v1.engine.core"];
 
 /// The server's API process: started here, or forked by the test run's fork server.
 enum ServerProcess {
