@@ -78,6 +78,24 @@ impl Drop for Server {
     }
 }
 
+/// An executable script at `path` that runs the project's Python, with `packages` first on
+/// `PYTHONPATH` when given (as `.venv/bin/python-vllm` does): another interpreter path.
+fn write_wrapper(path: &Path, packages: Option<&Path>) {
+    let path_var = packages
+        .map(|p| {
+            format!(
+                "PYTHONPATH=\"{}${{PYTHONPATH:+:$PYTHONPATH}}\" ",
+                p.display()
+            )
+        })
+        .unwrap_or_default();
+    let text = format!("#!/bin/sh\n{path_var}exec {} \"$@\"\n", default_python());
+    std::fs::write(path, text).unwrap();
+    let mut perms = std::fs::metadata(path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(path, perms).unwrap();
+}
+
 const SECOND: Duration = Duration::from_secs(1);
 const LONG: Duration = Duration::from_secs(60);
 
@@ -217,14 +235,7 @@ fn declined_or_unreachable_servers_leave_helpers_to_start_directly() {
     let server = Server::start("declined");
     // Another interpreter path (a wrapper script of the same Python): the server declines.
     let wrapper = server.dir.join("python-wrapper");
-    std::fs::write(
-        &wrapper,
-        format!("#!/bin/sh\nexec {} \"$@\"\n", default_python()),
-    )
-    .unwrap();
-    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&wrapper, perms).unwrap();
+    write_wrapper(&wrapper, None);
     let mut p = server.spawn(&wrapper.display().to_string(), INTROSPECT, &[]);
     let reply = introspect(&mut p);
     assert_ne!(reply["ppid"], json!(server.child.id()));
@@ -364,18 +375,7 @@ fn a_server_process_is_forked_from_its_interpreter_with_its_modules_imported() {
     )
     .unwrap();
     let wrapper = server.dir.join("python-wrapped");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nPYTHONPATH=\"{}${{PYTHONPATH:+:$PYTHONPATH}}\" exec {} \"$@\"\n",
-            wrapped.display(),
-            default_python()
-        ),
-    )
-    .unwrap();
-    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&wrapper, perms).unwrap();
+    write_wrapper(&wrapper, Some(&wrapped));
     let script = r#"
 import json, os, sys
 import preloaded_mod, ext_mod
@@ -462,14 +462,7 @@ fn a_forked_server_has_its_processes_forked_as_multiprocessing_would_start_them(
     )
     .unwrap();
     let wrapper = server.dir.join("python-wrapped");
-    std::fs::write(
-        &wrapper,
-        format!("#!/bin/sh\nexec {} \"$@\"\n", default_python()),
-    )
-    .unwrap();
-    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&wrapper, perms).unwrap();
+    write_wrapper(&wrapper, None);
     let script = r#"
 import json, multiprocessing, os, time
 from multiprocessing import connection
