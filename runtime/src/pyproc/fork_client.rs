@@ -5,9 +5,10 @@
 //!
 //! A request whose environment the imports would read differently is sent on to the server
 //! the first one starts with that environment. vLLM's API server ([`fork_server_process`])
-//! is forked the same way, from a server of its own interpreter that imported vLLM. Any failure to reach or use a server (not
-//! running, another interpreter asked for) falls back to starting the helper directly, so the
-//! server can only make a helper start sooner, never change what it runs.
+//! is forked the same way, from a server of its own interpreter that imported vLLM. Any
+//! failure to reach or use a server (not running, another interpreter asked for) falls back to
+//! starting the helper directly, so the server can only make a helper start sooner, never
+//! change what it runs.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -50,7 +51,6 @@ impl ForkedChild {
         }
     }
 
-    /// The child's status once the server has reaped it.
     /// The status when the child has ended (the server sent it), without waiting.
     pub fn try_wait(&mut self) -> Option<Result<ExitStatus, String>> {
         if let Some(s) = &self.status {
@@ -69,6 +69,7 @@ impl ForkedChild {
         ready.then(|| self.wait())
     }
 
+    /// The child's status once the server has reaped it.
     pub fn wait(&mut self) -> Result<ExitStatus, String> {
         if let Some(s) = &self.status {
             return s.clone();
@@ -160,12 +161,8 @@ fn fork(socket: &Path, launch: Launch<'_>) -> std::io::Result<Option<Started>> {
     // The child's ends now live in the child (or nowhere); ours would keep its stdout from
     // ever reaching its end.
     drop((stdin_r, stdout_w, stderr_w));
-    Ok(forked.map(|(pid, conn)| Started {
-        process: HelperProcess::Forked(ForkedChild {
-            pid,
-            conn,
-            status: None,
-        }),
+    Ok(forked.map(|child| Started {
+        process: HelperProcess::Forked(child),
         stdin: File::from(stdin_w),
         stdout: File::from(stdout_r),
         stderr: File::from(stderr_r),
@@ -208,25 +205,17 @@ pub(crate) fn fork_server_process(
     ];
     let forked = send(socket, &request.to_string(), &child_ends)?;
     drop(stdin_r);
-    Ok(forked.map(|(pid, conn)| {
-        let child = ForkedChild {
-            pid,
-            conn,
-            status: None,
-        };
-        (child, File::from(stdin_w))
-    }))
+    Ok(forked.map(|child| (child, File::from(stdin_w))))
 }
 
 /// Sends `request` with the child's three standard streams and follows one redirect (the
 /// first server may hand the request to one of its own: another start-up environment or
-/// interpreter): the forked child's pid and the connection its status comes back on; `None`
-/// when declined.
+/// interpreter): the forked child; `None` when declined.
 fn send(
     socket: &Path,
     request: &str,
     child_ends: &[RawFd],
-) -> std::io::Result<Option<(u32, BufReader<UnixStream>)>> {
+) -> std::io::Result<Option<ForkedChild>> {
     let mut target = socket.to_path_buf();
     for _ in 0..2 {
         let (conn, reply) = send_request(&target, request.as_bytes(), child_ends)?;
@@ -245,7 +234,11 @@ fn send(
         else {
             return Err(std::io::Error::other(format!("unexpected reply {reply}")));
         };
-        return Ok(Some((pid, conn)));
+        return Ok(Some(ForkedChild {
+            pid,
+            conn,
+            status: None,
+        }));
     }
     Err(std::io::Error::other("redirected more than once"))
 }

@@ -251,18 +251,18 @@ class Server:
         preloading = bool(req.get("preload"))
         if mine == theirs and not preloading:
             return None, None
-        keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         if preloading:
             why = f"interpreter {req['python']} with {', '.join(req['preload'])} imported"
             modules = list(req["preload"])
             python_args = ["--python", req["python"]]
         else:
+            keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             why = "different start-up environment: " + ", ".join(keys)
             modules = self.modules
             python_args = []
         key = (req["python"] if preloading else None, tuple(modules), tuple(sorted(theirs.items())))
         if key not in self.subs:
-            if not self.may_redirect or len(self.subs) == MAX_SUB_SERVERS:
+            if len(self.subs) == MAX_SUB_SERVERS:
                 return None, why
             import subprocess
 

@@ -28,7 +28,6 @@ class ForkedProcess:
     def __init__(self, fallback, group=None, target=None, name=None, args=(), kwargs=None, daemon=None):
         self._fallback_context = fallback
         self._spec = dict(group=group, target=target, name=name, args=args, kwargs=kwargs, daemon=daemon)
-        self._call = (target, tuple(args), dict(kwargs or {}))
         self.name = name or "ForkedProcess"
         self.daemon = daemon
         self.pid = None
@@ -38,7 +37,9 @@ class ForkedProcess:
 
     def start(self):
         try:
-            payload = bytes(ForkingPickler.dumps(self._call))
+            spec = self._spec
+            call = (spec["target"], tuple(spec["args"]), dict(spec["kwargs"] or {}))
+            payload = bytes(ForkingPickler.dumps(call))
         except Exception:
             # Something only a spawned child can inherit (a multiprocessing queue): spawn it.
             self._fallback = self._fallback_context.Process(**self._spec)
