@@ -13,6 +13,7 @@ pub mod model;
 pub mod ops;
 pub mod optim;
 pub mod parallel;
+pub mod process_exit;
 pub mod pyproc;
 pub mod rng;
 pub mod rollout;

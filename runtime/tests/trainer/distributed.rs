@@ -150,6 +150,7 @@ fn rank_child() {
     .expect("distributed run");
     let json = serde_json::to_string(&summary.history).expect("json");
     std::fs::write(dir.join(format!("history.rank{rank}.json")), json).expect("write history");
+    crate::common::rank_passed();
 }
 
 /// Runs `job` on `world` rank processes; returns each rank's history.

@@ -640,6 +640,8 @@ fn example_rank_child() {
         )
         .expect("write result");
     }
+    drop(world);
+    crate::common::rank_passed();
 }
 
 /// Runs per pair of rank processes: enough to spread their start-up (libtorch, Gloo) over

@@ -474,6 +474,8 @@ fn sft_rank_child() {
         )
         .expect("write history");
     }
+    drop(world);
+    crate::common::rank_passed();
 }
 
 /// Runs `specs` one after another on two rank processes; each spec's history on each rank.

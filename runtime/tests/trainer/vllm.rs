@@ -98,6 +98,7 @@ fn vllm_rank_child() {
     };
     let json = serde_json::to_string(&summary.history).expect("json");
     std::fs::write(dir.join(format!("history.rank{rank}.json")), json).expect("history");
+    crate::common::rank_passed();
 }
 
 fn job(dir: &Path, overrides: &[String]) -> PathBuf {
