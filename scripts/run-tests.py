@@ -175,11 +175,21 @@ def stop_fork_server(started):
     lines = log.read().splitlines()
     forked = sum(1 for line in lines if line.startswith("fork server: forked"))
     others = {}
+    helpers = {}  # what a helper ran -> [CPU-seconds, count]
+    took = "fork server: helper took "
     for line in lines:
-        if not line.startswith(("fork server: forked", "fork server: ready")):
+        if line.startswith(took):
+            cpu, _, what = line[len(took):].partition(" CPU-s: ")
+            entry = helpers.setdefault(what, [0.0, 0])
+            entry[0] += float(cpu)
+            entry[1] += 1
+        elif not line.startswith(("fork server: forked", "fork server: ready")):
             others[line] = others.get(line, 0) + 1
     summary = [f"fork server: {forked} helpers forked"]
     summary += [f"  {n} x {line}" for line, n in sorted(others.items())]
+    summary.append("fork server: the helpers' CPU-seconds, by what they ran (the most first):")
+    ranked = sorted(helpers.items(), key=lambda kv: -kv[1][0])
+    summary += [f"  {cpu:7.1f} {n:4} x {what}" for what, (cpu, n) in ranked[:15]]
     return usage.ru_utime + usage.ru_stime, time.time() - since, summary
 
 

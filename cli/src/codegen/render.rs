@@ -241,4 +241,49 @@ mod tests {
     fn templates_parse() {
         assert!(env().is_ok());
     }
+
+    /// The generated build script keeps libtorch_cuda (and the CUDA libraries behind it) loaded
+    /// only in a CUDA trainer: a CPU trainer's processes start without them.
+    #[test]
+    fn only_a_cuda_trainer_links_libtorch_cuda() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let build_rs = |device: &str| {
+            let req = verlc_front::load::compose::LoadRequest {
+                config_file: Some(root.join("examples/quickstart.yaml")),
+                overrides: vec![format!("trainer.device={device}")],
+                cwd: root.clone(),
+                ..Default::default()
+            };
+            let compiled = verlc_front::compile::compile(
+                &req,
+                &verlc_front::check::CheckOptions::default(),
+                verlc_front::compile::Mode::Build {
+                    deny_warnings: false,
+                },
+            );
+            let plan = compiled.planned.expect("the quickstart plans");
+            let spec = CrateSpec {
+                plan: &plan,
+                root: &compiled.checked.composed.root,
+                source: "quickstart.yaml".into(),
+                runtime_dir: String::new(),
+                macros_dir: String::new(),
+                verl_release: compiled.checked.release_version.clone(),
+                verl_tree: String::new(),
+            };
+            let rendered = render_crate(&spec).expect("renders");
+            let (_, text) = rendered
+                .files
+                .into_iter()
+                .find(|(name, _)| *name == "build.rs")
+                .expect("a build script");
+            text
+        };
+        let (cpu, cuda) = (build_rs("cpu"), build_rs("cuda"));
+        assert!(cpu.contains("-rpath") && !cpu.contains("-ltorch"), "{cpu}");
+        assert!(
+            cuda.contains("--no-as-needed") && cuda.contains("-ltorch"),
+            "{cuda}"
+        );
+    }
 }

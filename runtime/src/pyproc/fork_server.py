@@ -153,6 +153,7 @@ class Server:
         self.selector.register(self.wake_r, selectors.EVENT_READ, "reap")
         self.by_pid = {}  # pid -> connection
         self.unreaped = set()
+        self.labels = {}  # pid -> what it runs, for the CPU line at its reaping
 
     def serve(self):
         """Runs until a child is forked (then returns what it must run) or SIGTERM."""
@@ -212,6 +213,7 @@ class Server:
                 except OSError:
                     pass  # the child has set it (or will)
             print(f"fork server: forked {pid}", file=sys.stderr)
+            self.labels[pid] = label(req)
             send_line(conn, {"pid": pid})
         except Exception as e:  # a broken request costs its client, never the server
             print(f"fork server: a request failed: {e!r}", file=sys.stderr)
@@ -379,12 +381,15 @@ class Server:
             pass
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             self.unreaped.discard(pid)
+            # With what it reaped of its own children: where a test run's helper CPU goes.
+            cpu = usage.ru_utime + usage.ru_stime
+            print(f"fork server: helper took {cpu:.2f} CPU-s: {self.labels.pop(pid, '?')}", file=sys.stderr)
             conn = self.by_pid.pop(pid, None)
             if conn is None:
                 continue
@@ -395,6 +400,21 @@ class Server:
                 pass
             self.selector.unregister(conn)
             conn.close()
+
+
+def label(req):
+    """A short name of what a request runs: its script file, or its inline script's first
+    line that is not an import, and its first arguments."""
+    if "call" in req:
+        what = "a process forked for a forked server's child"
+    elif "file" in req:
+        what = os.path.basename(req["file"])
+    else:
+        lines = [l.strip() for l in req.get("script", "").splitlines()]
+        lines = [l for l in lines if l and not l.startswith(("import ", "from ", "#"))]
+        what = (lines[0] if lines else "-c")[:60]
+    args = " ".join(os.path.basename(str(a)) for a in req.get("args", [])[:3])
+    return f"{what} {args}".strip()
 
 
 def threads():
