@@ -34,8 +34,34 @@ pub fn spawn_ranks(filter: &str, world: usize, env: &[(&str, String)]) -> Launch
     l.spawn().expect("spawn ranks")
 }
 
-/// Runs `body` on `world` Gloo ranks (rank processes) and fails if any rank fails.
-pub fn run_ranks(filter: &str, world: usize, timeout: Duration, body: impl FnOnce(ProcessGroup)) {
+/// Runs test function `entry` (libtest filter `filter`) as `world` rank processes with `env`,
+/// forked by the zygote where there is one, else re-executed; panics if a rank fails or the
+/// ranks outlive `timeout`.
+pub fn launch_ranks(
+    entry: fn(),
+    filter: &str,
+    world: usize,
+    env: &[(&str, String)],
+    timeout: Duration,
+) {
+    match zygote::launch(entry, filter, world, env, timeout) {
+        Some(result) => result.expect("all ranks succeed"),
+        None => spawn_ranks(filter, world, env)
+            .wait(Some(timeout))
+            .map(|_| ())
+            .expect("all ranks succeed"),
+    }
+}
+
+/// Runs `body` on `world` Gloo ranks (rank processes of test function `entry`) and fails if
+/// any rank fails.
+pub fn run_ranks(
+    entry: fn(),
+    filter: &str,
+    world: usize,
+    timeout: Duration,
+    body: impl FnOnce(ProcessGroup),
+) {
     if is_rank(filter) {
         tch::set_num_threads(1);
         let opts = InitOptions {
@@ -46,10 +72,7 @@ pub fn run_ranks(filter: &str, world: usize, timeout: Duration, body: impl FnOnc
         body(pg);
         rank_passed();
     }
-    let ranks = spawn_ranks(filter, world, &[]);
-    ranks
-        .wait(Some(Duration::from_secs(120)))
-        .expect("all ranks succeed");
+    launch_ranks(entry, filter, world, &[], Duration::from_secs(120));
 }
 
 /// Ends a rank process whose body returned: the parent reads only its exit status, and
@@ -66,14 +89,19 @@ macro_rules! rank_test {
         #[test]
         fn $name() {
             let filter = $crate::common::test_filter(module_path!(), stringify!($name));
-            $crate::common::run_ranks(&filter, $world, std::time::Duration::from_secs(60), |$pg| {
-                $body
-            });
+            $crate::common::run_ranks(
+                $name,
+                &filter,
+                $world,
+                std::time::Duration::from_secs(60),
+                |$pg| $body,
+            );
         }
     };
 }
 
 pub mod python;
+mod zygote;
 
 /// The python with torch 2.13 (VERLC_PYTHON, else the repo's .venv).
 pub fn python() -> PathBuf {

@@ -8,3 +8,4 @@ mod failure;
 mod launch;
 mod layout;
 mod subgroups;
+mod zygote;

@@ -13,7 +13,6 @@ use verlc_runtime::trainer::checkpoint::{list_steps, read_tracker, step_dir};
 use verlc_runtime::trainer::parallel::{FsdpRoles, MegatronRoles};
 use verlc_spec::TrainerSpec;
 
-use crate::common::spawn_ranks;
 use crate::support::{is_timing, quiet, scratch};
 
 const CHILD: &str = "distributed::rank_child";
@@ -172,10 +171,7 @@ fn run_ranks_with(
     std::fs::write(jobdir.join("overrides"), job.overrides.join("\n")).expect("write");
     let mut env = env.to_vec();
     env.push((DIR_ENV, jobdir.display().to_string()));
-    let ranks = spawn_ranks(CHILD, world, &env);
-    ranks
-        .wait(Some(Duration::from_secs(300)))
-        .expect("every rank trains");
+    crate::common::launch_ranks(rank_child, CHILD, world, &env, Duration::from_secs(300));
     (0..world)
         .map(|r| {
             let text = std::fs::read_to_string(jobdir.join(format!("history.rank{r}.json")))
