@@ -226,6 +226,9 @@ extern "C" fn wait_for_zygote() {
     {
         drop(z.child.stdin.take());
         let _ = z.child.wait();
+        if let Some(dir) = z.socket.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
