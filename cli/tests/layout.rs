@@ -24,6 +24,7 @@ const RUNTIME_LAYERS: &[&str] = &[
     "ops",
     "rng",
     "host_alloc",
+    "process_exit",
     "pyproc",
     "tokenizer",
     "model",
