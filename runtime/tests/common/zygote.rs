@@ -44,8 +44,11 @@ extern "C" fn start_if_zygote() {
         return;
     };
     // SAFETY: before main, one thread; the ranks and whatever they start must not be zygotes.
+    // Rust's runtime ignores SIGPIPE before `main` (a write to a closed pipe is then an
+    // error, not the process's death); the ranks never pass through it, so it is done here.
     unsafe {
         std::env::remove_var(SOCKET_ENV);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let served = std::panic::catch_unwind(|| serve(Path::new(&path)));
     // SAFETY: ends the zygote (it never returns to the constructor's caller).
@@ -151,6 +154,10 @@ fn handle(conn: UnixStream) {
         // SAFETY: the handler is single-threaded; the child runs the rank and exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
+            // The launch's connection is the handler's alone: a rank holding it would keep the
+            // test from seeing the handler end.
+            drop(lines);
+            drop(out);
             run_rank(offset, rank, world, &env);
         }
         if pid < 0 || writeln!(out, "pid {rank} {pid}").is_err() {
