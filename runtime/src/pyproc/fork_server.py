@@ -404,13 +404,20 @@ class Server:
 
 def label(req):
     """A short name of what a request runs: its script file, or its inline script's first
-    line that is not an import, and its first arguments."""
+    line that is not an import, and its first arguments. Never raises (it only names)."""
+    try:
+        return describe(req)
+    except Exception:
+        return "?"
+
+
+def describe(req):
     if "call" in req:
         what = "a process forked for a forked server's child"
     elif "file" in req:
         what = os.path.basename(req["file"])
     else:
-        lines = [l.strip() for l in req.get("script", "").splitlines()]
+        lines = [l.strip() for l in str(req.get("script", "")).splitlines()]
         lines = [l for l in lines if l and not l.startswith(("import ", "from ", "#"))]
         what = (lines[0] if lines else "-c")[:60]
     args = " ".join(os.path.basename(str(a)) for a in req.get("args", [])[:3])

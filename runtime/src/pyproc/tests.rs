@@ -291,9 +291,19 @@ time.sleep(300)
     let mut second = server.spawn(&default_python(), script, &[]);
     assert_eq!(second.read(LONG, "starting").unwrap()["ppid"], json!(sub));
     let helpers = [first.process.id() as u64, second.process.id() as u64];
+    let log = server.log();
     drop(server);
     for pid in [sub, helpers[0], helpers[1]] {
-        assert!(gone_within(pid, LONG), "{pid} outlived the first server");
+        if !gone_within(pid, LONG) {
+            let proc = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}"));
+            panic!(
+                "{pid} (sub-server {sub}, helpers {helpers:?}) outlived the first server: \
+                 {:?}\n{:?}\nthe server's log before it stopped:\n{}",
+                proc("cmdline"),
+                proc("status"),
+                log
+            );
+        }
     }
 }
 

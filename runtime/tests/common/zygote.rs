@@ -277,6 +277,13 @@ pub fn launch(
     env: &[(&str, String)],
     timeout: Duration,
 ) -> Option<Result<(), String>> {
+    // The protocol is lines of KEY=VALUE: anything else is re-executed.
+    if env
+        .iter()
+        .any(|(k, v)| k.contains(['=', '\n']) || v.contains('\n'))
+    {
+        return None;
+    }
     let zygote = zygote()?;
     let socket = zygote.lock().ok()?.socket.clone();
     let (dev, ino) = exe_identity()?;
