@@ -313,8 +313,8 @@ pub fn launch(
     let mut lines = BufReader::new(reader).lines();
     let kill_all = |pids: &[i32]| {
         for &p in pids.iter().filter(|&&p| p > 0) {
-            // SAFETY: signals the ranks this launch started (a reaped pid is only reused
-            // after the handler reaps it, which reported its end first).
+            // SAFETY: signals the ranks this launch started and has not heard end (the
+            // handler reports a rank's end after reaping it, and only then is its pid free).
             unsafe { libc::kill(p, libc::SIGKILL) };
         }
     };
@@ -364,6 +364,10 @@ pub fn launch(
                 }
             }
             _ => {
+                // Reaped already: its pid may be another process's by now.
+                if rank < world {
+                    pids[rank] = 0;
+                }
                 kill_all(&pids);
                 return Some(Err(format!("{filter}: rank {rank} failed ({line})")));
             }
