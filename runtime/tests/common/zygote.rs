@@ -11,9 +11,10 @@
 //! executable (checked by device and inode; another build answers `mismatch` and the ranks
 //! are re-executed), so the offset names the same function there.
 //!
-//! Protocol (one Unix connection per launch, lines): the test sends `OFFSET WORLD DEV INO`, then
-//! `KEY=VALUE` environment lines and an empty line; the zygote forks a handler that forks the
-//! ranks and answers `pid RANK PID` for each, then `exit RANK CODE` (`signal RANK N`) as they
+//! Protocol (one Unix connection per launch, lines): the test sends
+//! `OFFSET WORLD MASTER_PORT DEV INO`, then `KEY=VALUE` environment lines and an empty line;
+//! the zygote forks a handler that forks the ranks (torchrun's variables as `LocalLauncher`
+//! sets them, `parallel::dist::rank_env`) and answers `pid RANK PID` for each, then `exit RANK CODE` (`signal RANK N`) as they
 //! end. The test kills ranks itself on failure or timeout. The zygote ends when the test
 //! binary does (its stdin, a pipe from the test process, closes).
 //!
@@ -32,6 +33,8 @@ use std::time::{Duration, Instant};
 const SOCKET_ENV: &str = "VERLC_TEST_ZYGOTE_SOCKET";
 /// `0` in the tests' environment: no zygote.
 const SWITCH_ENV: &str = "VERLC_TEST_ZYGOTE";
+/// Where the ranks meet (`LocalLauncher`'s default).
+const MASTER_ADDR: &str = "127.0.0.1";
 
 /// Runs in every process of a test binary before `main`; only a process started as the
 /// zygote stays in it (and never reaches `main`).
@@ -127,10 +130,14 @@ fn handle(conn: UnixStream) {
     let mut lines = BufReader::new(reader).lines();
     let Some(Ok(head)) = lines.next() else { return };
     let head: Vec<u64> = head.split(' ').filter_map(|w| w.parse().ok()).collect();
-    let &[offset, world, dev, ino] = head.as_slice() else {
+    let &[offset, world, port, dev, ino] = head.as_slice() else {
         return;
     };
-    let (Ok(offset), Ok(world)) = (usize::try_from(offset), usize::try_from(world)) else {
+    let (Ok(offset), Ok(world), Ok(port)) = (
+        usize::try_from(offset),
+        usize::try_from(world),
+        u16::try_from(port),
+    ) else {
         return;
     };
     if exe_identity() != Some((dev, ino)) {
@@ -158,7 +165,7 @@ fn handle(conn: UnixStream) {
             // test from seeing the handler end.
             drop(lines);
             drop(out);
-            run_rank(offset, rank, world, &env);
+            run_rank(offset, rank, world, port, &env);
         }
         if pid < 0 || writeln!(out, "pid {rank} {pid}").is_err() {
             for &p in &pids {
@@ -188,17 +195,16 @@ fn handle(conn: UnixStream) {
 }
 
 /// In a forked rank: its environment, then its test function (which ends the process).
-fn run_rank(offset: usize, rank: usize, world: usize, env: &[(String, String)]) -> ! {
-    // SAFETY: one thread (just forked); the rank's environment as a launcher sets it.
+fn run_rank(offset: usize, rank: usize, world: usize, port: u16, env: &[(String, String)]) -> ! {
+    let torchrun = verlc_runtime::parallel::dist::rank_env(rank, world, MASTER_ADDR, port);
+    // SAFETY: one thread (just forked); the rank's environment as the launcher sets it.
     unsafe {
         for (k, v) in env {
             std::env::set_var(k, v);
         }
-        std::env::set_var("RANK", rank.to_string());
-        std::env::set_var("LOCAL_RANK", rank.to_string());
-        std::env::set_var("WORLD_SIZE", world.to_string());
-        std::env::set_var("LOCAL_WORLD_SIZE", world.to_string());
-        std::env::set_var("GROUP_RANK", "0");
+        for (k, v) in torchrun {
+            std::env::set_var(k, v);
+        }
     }
     let address = (anchor as fn() as usize).wrapping_add(offset);
     // SAFETY: the test process sent this function's offset from `anchor` in the same
@@ -287,15 +293,13 @@ pub fn launch(
     let zygote = zygote()?;
     let socket = zygote.lock().ok()?.socket.clone();
     let (dev, ino) = exe_identity()?;
-    let port = verlc_runtime::parallel::dist::free_port("127.0.0.1").ok()?;
+    let port = verlc_runtime::parallel::dist::free_port(MASTER_ADDR).ok()?;
     let mut conn = UnixStream::connect(&socket).ok()?;
     let offset = (entry as usize).wrapping_sub(anchor as fn() as usize);
-    let mut request = format!("{offset} {world} {dev} {ino}\n");
+    let mut request = format!("{offset} {world} {port} {dev} {ino}\n");
     let fixed = [
         ("VERLC_TEST_RANK_BODY", filter.to_owned()),
         ("OMP_NUM_THREADS", "1".to_owned()),
-        ("MASTER_ADDR", "127.0.0.1".to_owned()),
-        ("MASTER_PORT", port.to_string()),
     ];
     for (k, v) in fixed
         .iter()

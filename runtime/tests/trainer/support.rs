@@ -86,7 +86,7 @@ pub fn replica_command() -> verlc_runtime::workers::rollout_pool::ReplicaCommand
 fn rollout_replica_child() {
     if let Some(served) = verlc_runtime::workers::rollout_pool::serve_if_replica() {
         served.expect("the rollout replica serves its rank");
-        verlc_runtime::process_exit::exit_skipping_destructors(0);
+        crate::common::rank_passed();
     }
 }
 

@@ -83,13 +83,7 @@ impl LocalLauncher {
         for rank in 0..self.nproc {
             let mut cmd = Command::new(&program);
             cmd.args(&args)
-                .env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("WORLD_SIZE", self.nproc.to_string())
-                .env("LOCAL_WORLD_SIZE", self.nproc.to_string())
-                .env("GROUP_RANK", "0")
-                .env("MASTER_ADDR", &self.master_addr)
-                .env("MASTER_PORT", port.to_string());
+                .envs(rank_env(rank, self.nproc, &self.master_addr, port));
             for (k, v) in &self.envs {
                 cmd.env(k, v);
             }
@@ -104,6 +98,25 @@ impl LocalLauncher {
         }
         Ok(LaunchedRanks { children })
     }
+}
+
+/// torchrun's environment for `rank` of `nproc` ranks on this machine (one node), meeting at
+/// `master_addr:port`.
+pub fn rank_env(
+    rank: usize,
+    nproc: usize,
+    master_addr: &str,
+    port: u16,
+) -> [(&'static str, String); 7] {
+    [
+        ("RANK", rank.to_string()),
+        ("LOCAL_RANK", rank.to_string()),
+        ("WORLD_SIZE", nproc.to_string()),
+        ("LOCAL_WORLD_SIZE", nproc.to_string()),
+        ("GROUP_RANK", "0".to_owned()),
+        ("MASTER_ADDR", master_addr.to_owned()),
+        ("MASTER_PORT", port.to_string()),
+    ]
 }
 
 /// Running ranks. Dropping this kills the ones still running.

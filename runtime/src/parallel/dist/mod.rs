@@ -14,7 +14,7 @@ mod store;
 
 pub use env::DistEnv;
 pub use group::{Backend, GlooDevice, GlooPacing, InitOptions, ProcessGroup, ReduceOp};
-pub use launch::{LaunchedRanks, LocalLauncher, free_port};
+pub use launch::{LaunchedRanks, LocalLauncher, free_port, rank_env};
 pub use store::Store;
 
 use std::time::Duration;
